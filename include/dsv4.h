@@ -1,0 +1,139 @@
+/* dsv4.h — public API of the dsv4 inference engine for DeepSeek-V4 (Flash family).
+ *
+ * A dsv4_model is the read-only checkpoint (config + mmap'd weights), shareable between
+ * engines. A dsv4_engine owns the paged caches, scratch buffers and threads for serving
+ * sequences of one model. The forward returns hidden states (final RMSNorm output); the LM
+ * head is a separate call, so the serving side decides which rows need logits.
+ *
+ * Every call that can fail returns 0 on success or a DSV4_ERR_* code, and fills the
+ * caller's dsv4_err with a message. The library never exits or aborts, and holds no global
+ * mutable state.
+ */
+#ifndef DSV4_H
+#define DSV4_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors ------------------------------------------------------------------------- */
+
+enum {
+    DSV4_OK = 0,
+    DSV4_ERR_IO,          /* file missing, unreadable, mmap failed */
+    DSV4_ERR_FORMAT,      /* malformed file: safetensors, JSON, tokenizer */
+    DSV4_ERR_CONFIG,      /* config.json invalid or unsupported */
+    DSV4_ERR_ARG,         /* bad argument from the caller */
+    DSV4_ERR_CACHE_FULL,  /* no free pages or sequence slots */
+    DSV4_ERR_NOMEM,       /* allocation failed */
+    DSV4_ERR_UNSUPPORTED, /* valid but not supported by this build */
+    DSV4_ERR_STATE,       /* call not allowed in the object's current state */
+};
+
+typedef struct dsv4_err {
+    int code;
+    char msg[1024];
+} dsv4_err;
+
+/* Name of an error code ("cache full", ...). */
+const char *dsv4_strerror(int code);
+
+/* ---- model -------------------------------------------------------------------------- */
+
+typedef struct dsv4_model dsv4_model;
+
+typedef struct dsv4_model_info {
+    int vocab_size;     /* V */
+    int hidden_size;    /* D */
+    int hc_mult;        /* hc: hyper-connection streams */
+    int n_layers;       /* main blocks */
+    int n_mtp;          /* MTP blocks (0 or 1) */
+    int bos_token_id, eos_token_id;
+    int64_t max_position_embeddings;
+} dsv4_model_info;
+
+/* Opens a model directory: config.json + model.safetensors or model.safetensors.index.json
+ * with shards. Weights are mmap'd and stay in their checkpoint format. */
+int dsv4_model_open(const char *dir, dsv4_model **out, dsv4_err *err);
+void dsv4_model_close(dsv4_model *m);
+dsv4_model_info dsv4_model_get_info(const dsv4_model *m);
+
+/* ---- engine ------------------------------------------------------------------------- */
+
+typedef struct dsv4_engine dsv4_engine;
+
+typedef struct dsv4_engine_opts {
+    int64_t max_context;   /* longest sequence; 0 = 4096 */
+    int max_seqs;          /* live sequences; 0 = 4 */
+    int c_max;             /* most rows of one span; 0 = 2048 */
+    int mtp;               /* 1: keep MTP caches (D_max = 1) */
+    int threads;           /* worker threads; 0 = all cores */
+    uint64_t cache_bytes;  /* byte budget for compressed pools; 0 = enough for max_seqs x max_context */
+    int block;             /* B: compressed block size in positions; 0 = lcm(ratios) */
+    int win_block;         /* B_w: window page size in positions; 0 = 64 */
+} dsv4_engine_opts;
+
+int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_engine **out,
+                       dsv4_err *err);
+void dsv4_engine_free(dsv4_engine *e);
+
+/* Sequences are small integer handles owned by the engine. */
+int dsv4_seq_create(dsv4_engine *e, int *seq, dsv4_err *err);
+int dsv4_seq_free(dsv4_engine *e, int seq, dsv4_err *err);
+/* Committed length n of a live sequence, or -1 for an invalid handle. */
+int64_t dsv4_seq_length(const dsv4_engine *e, int seq);
+/* MTP length m (positions the MTP block has consumed), or -1. */
+int64_t dsv4_seq_mtp_length(const dsv4_engine *e, int seq);
+
+/* One span: rows [start, start + n_tokens) of a sequence; start must equal its length n.
+ * Prefill, chunked prefill and decode are all spans. */
+typedef struct dsv4_span {
+    int seq;
+    int64_t start;
+    int n_tokens;
+    const int32_t *tokens;    /* [n_tokens] */
+    int n_hidden;             /* rows whose final hidden state is wanted ... */
+    const int *hidden_rows;   /* ... as indices in [0, n_tokens); NULL = the last n_hidden rows */
+    int n_streams;            /* rows whose last-block hc streams are wanted (MTP input) */
+    const int *stream_rows;   /* NULL = the last n_streams rows */
+} dsv4_span;
+
+/* Runs every span in one call (any mix of prefill chunks and single-token decodes, each
+ * sequence at most once). Outputs are packed in span order, then row order:
+ *   hidden  [sum n_hidden, D]       final RMSNorm output
+ *   streams [sum n_streams, hc, D]  last-block streams
+ * Validation happens before any state changes; on error no sequence is modified. */
+int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
+                 float *streams, dsv4_err *err);
+
+/* MTP block 0 over MTP positions [start, start + n) of a sequence (start must equal m):
+ * row i consumes the main model's last-block streams of position start+i and the token at
+ * position start+i+1, and yields the MTP hidden state (apply dsv4_lm_head for logits). */
+typedef struct dsv4_mtp_span {
+    int seq;
+    int64_t start;
+    int n;
+    const int32_t *next_tokens;  /* [n] */
+    const float *streams;        /* [n, hc, D] */
+} dsv4_mtp_span;
+
+int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, float *hidden,
+                     dsv4_err *err);
+
+/* logits[r] = hidden[r] . head.weight^T for rows r < n_rows, FP32: [n_rows, V]. */
+int dsv4_lm_head(const dsv4_model *m, const float *hidden, int n_rows, float *logits,
+                 dsv4_err *err);
+
+/* Optional debugging hook: called after every attention sub-block (kind 0) and every block
+ * (kind 1) with the hc streams [hc, D] of one row at absolute position pos. */
+typedef void (*dsv4_trace_fn)(void *user, int seq, int64_t pos, int layer, int kind,
+                              const float *streams);
+void dsv4_engine_set_trace(dsv4_engine *e, dsv4_trace_fn fn, void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

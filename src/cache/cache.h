@@ -1,0 +1,108 @@
+/* cache.h — paged cache pools and the planner that sizes them (spec/serving.md §a).
+ *
+ * Pools: WIN (window KV rows, every main layer + MTP layers), CMP[r] (compressed entries,
+ * one pool per distinct ratio > 0), IDX (indexer keys of CSA layers), STATE (one slot per
+ * sequence holding every compressor's projection ring). Rows are F32 in this engine.
+ * ALL geometry is computed by dsv4_cache_plan_make; nothing else recomputes a size.
+ */
+#ifndef DSV4_CACHE_CACHE_H
+#define DSV4_CACHE_CACHE_H
+
+#include <stdint.h>
+
+#include "dsv4.h"
+#include "model/config.h"
+
+#define DSV4_MAX_RATIOS 8
+
+typedef struct dsv4_cache_opts {
+    int64_t max_context;   /* longest sequence (positions) */
+    int max_seqs;          /* live sequences = STATE slots */
+    int c_max;             /* most rows of one span */
+    int d_max;             /* draft rows verified per step: 1 with MTP, else 0 */
+    int block;             /* B: compressed block size; 0 = lcm of ratios */
+    int win_block;         /* B_w: window page rows; 0 = 64 */
+    uint64_t budget_bytes; /* bytes for all pools; 0 = exactly enough for max_seqs full sequences */
+    int row_bytes_per_value;  /* WIN/CMP storage: 4 = F32 (engine), 2 = BF16 (planning only) */
+    int idx_bytes_per_value;  /* IDX storage, likewise */
+} dsv4_cache_opts;
+
+typedef struct dsv4_cache_plan {
+    dsv4_cache_opts opts;        /* after defaults are filled in */
+    int hd, dI, win;             /* row widths and window, copied from the config */
+    int n_layers;                /* main + MTP layers */
+    int block, win_block;        /* B, B_w */
+    /* per-layer placement (-1 where the layer has no such state) */
+    int cmp_pool[DSV4_MAX_LAYERS];   /* index into ratios[] */
+    int cmp_slot[DSV4_MAX_LAYERS];   /* layer index within its CMP pool */
+    int idx_slot[DSV4_MAX_LAYERS];   /* layer index within IDX */
+    int n_ratios;
+    int ratios[DSV4_MAX_RATIOS];     /* distinct nonzero ratios, ascending */
+    int n_cmp_layers[DSV4_MAX_RATIOS];
+    int n_idx_layers;
+    /* compressor rings inside a STATE slot (floats from the slot start) */
+    int ring_len[DSV4_MAX_LAYERS];       /* L_r = coff*r - 1 + d_max, 0 for ratio 0 */
+    int64_t ring_off[DSV4_MAX_LAYERS];   /* main compressor ring: [L_r][2*coff*hd] */
+    int64_t idx_ring_off[DSV4_MAX_LAYERS]; /* indexer compressor ring: [L_r][2*2*dI], CSA only */
+    int64_t slot_floats;
+    /* bytes */
+    int64_t win_row_bytes, cmp_row_bytes, idx_row_bytes;
+    int64_t win_page_bytes;              /* B_w rows x all WIN layers */
+    int64_t cmp_page_bytes[DSV4_MAX_RATIOS]; /* B/r rows x layers of that ratio */
+    int64_t idx_page_bytes;              /* B/4 rows x IDX layers */
+    int64_t slot_bytes;
+    int w_live;                          /* most WIN pages one sequence holds during a call */
+    int64_t seq_fixed_bytes;             /* F = slot + w_live x WIN page */
+    int64_t block_bytes;                 /* P_B: one block in every CMP pool and IDX */
+    double bytes_per_token;              /* P_B / B */
+    int64_t n_blocks;                    /* N_B */
+    int64_t token_capacity;              /* T_cap */
+    int64_t win_pages;                   /* max_seqs x w_live */
+    int blk_table_width;                 /* ceil(max_context / B) */
+    int win_table_width;                 /* ceil((max_context + d_max) / B_w) */
+    int64_t total_bytes;
+} dsv4_cache_plan;
+
+/* Derives the plan and runs the startup checks of serving.md §a.2; errors name the
+ * quantity, its value and the bound. */
+int dsv4_cache_plan_make(const dsv4_config *cfg, const dsv4_cache_opts *opts,
+                         dsv4_cache_plan *plan, dsv4_err *err);
+
+typedef struct dsv4_cache dsv4_cache;
+
+int dsv4_cache_create(const dsv4_cache_plan *plan, dsv4_cache **out, dsv4_err *err);
+void dsv4_cache_free(dsv4_cache *c);
+const dsv4_cache_plan *dsv4_cache_get_plan(const dsv4_cache *c);
+
+/* Takes a free STATE slot, clears it (projections 0, scores -inf) and empties its tables.
+ * The slot index is the sequence handle. DSV4_ERR_CACHE_FULL when none is free. */
+int dsv4_cache_seq_alloc(dsv4_cache *c, int *seq, dsv4_err *err);
+/* Returns all pages and the slot; an unknown or freed handle is DSV4_ERR_ARG. */
+int dsv4_cache_seq_release(dsv4_cache *c, int seq, dsv4_err *err);
+int dsv4_cache_seq_live(const dsv4_cache *c, int seq);
+
+/* All-or-nothing allocation for one call: for each span i (seq[i], rows [start[i],
+ * start[i]+count[i])) the WIN pages the call will write and, when with_cmp, the compressed
+ * blocks. On failure nothing is allocated and the message names the pool, pages needed,
+ * free and total. */
+int dsv4_cache_reserve(dsv4_cache *c, int n, const int *seq, const int64_t *start,
+                       const int *count, int with_cmp, dsv4_err *err);
+/* Frees window pages whose positions are all below keep_from - win + 1. */
+void dsv4_cache_trim(dsv4_cache *c, int seq, int64_t keep_from);
+
+/* Row accessors (F32, width hd / hd / dI); the page must have been reserved. */
+float *dsv4_cache_win_row(dsv4_cache *c, int seq, int layer, int64_t pos);
+float *dsv4_cache_cmp_row(dsv4_cache *c, int seq, int layer, int64_t entry);
+float *dsv4_cache_idx_row(dsv4_cache *c, int seq, int layer, int64_t entry);
+/* Ring row of position pos: [a | b], each coff*d floats, slot pos mod L_r. */
+float *dsv4_cache_ring_row(dsv4_cache *c, int seq, int layer, int indexer, int64_t pos);
+
+/* Pages in use / total per pool, for tests and `dsv4 info`. */
+typedef struct dsv4_cache_usage {
+    int64_t win_used, win_total;
+    int64_t blk_used, blk_total;
+    int slots_used, slots_total;
+} dsv4_cache_usage;
+dsv4_cache_usage dsv4_cache_get_usage(const dsv4_cache *c);
+
+#endif

@@ -1,0 +1,80 @@
+/* linear.c — reference dequantization and y = x . W^T for every weight format. */
+#include "kernels/linear.h"
+
+#include "kernels/codec.h"
+
+static float scale_at(const dsv4_mat *w, int64_t idx) {
+    if (w->scale_is_f32) return ((const float *)w->scale)[idx];
+    return dsv4_e8m0_to_f32(((const uint8_t *)w->scale)[idx]);
+}
+
+void dsv4_mat_row(const dsv4_mat *w, int64_t o, float *out) {
+    const int64_t n = w->cols;
+    switch (w->fmt) {
+    case DSV4_WF_F32: {
+        const float *p = (const float *)w->w + o * n;
+        for (int64_t i = 0; i < n; i++) out[i] = p[i];
+        break;
+    }
+    case DSV4_WF_F16: {
+        const uint16_t *p = (const uint16_t *)w->w + o * n;
+        for (int64_t i = 0; i < n; i++) out[i] = dsv4_f16_to_f32(p[i]);
+        break;
+    }
+    case DSV4_WF_BF16: {
+        const uint16_t *p = (const uint16_t *)w->w + o * n;
+        for (int64_t i = 0; i < n; i++) out[i] = dsv4_bf16_to_f32(p[i]);
+        break;
+    }
+    case DSV4_WF_FP8: {
+        const uint8_t *p = (const uint8_t *)w->w + o * n;
+        const int64_t scols = (n + 127) / 128, srow = o / 128;
+        for (int64_t i = 0; i < n; i++)
+            out[i] = dsv4_e4m3_to_f32(p[i]) * scale_at(w, srow * scols + i / 128);
+        break;
+    }
+    case DSV4_WF_FP4: {
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
+        const int64_t scols = n / 32;
+        for (int64_t i = 0; i < n; i++) {
+            uint8_t byte = p[i / 2];
+            uint8_t nib = (i & 1) ? (uint8_t)(byte >> 4) : (uint8_t)(byte & 15);
+            out[i] = dsv4_e2m1_to_f32(nib) * scale_at(w, o * scols + i / 32);
+        }
+        break;
+    }
+    default:
+        for (int64_t i = 0; i < n; i++) out[i] = 0.0f;
+    }
+}
+
+void dsv4_linear_ref(const dsv4_mat *w, const float *x, int n_rows, float *y, float *scratch) {
+    const int64_t in = w->cols, out = w->rows;
+    for (int64_t o = 0; o < out; o++) {
+        dsv4_mat_row(w, o, scratch);
+        for (int s = 0; s < n_rows; s++) {
+            const float *xs = x + (int64_t)s * in;
+            float acc = 0.0f;
+            for (int64_t i = 0; i < in; i++) acc += xs[i] * scratch[i];
+            y[(int64_t)s * out + o] = acc;
+        }
+    }
+}
+
+int64_t dsv4_mat_bytes(const dsv4_mat *w) {
+    const int64_t r = w->rows, c = w->cols;
+    switch (w->fmt) {
+    case DSV4_WF_F32: return r * c * 4;
+    case DSV4_WF_F16:
+    case DSV4_WF_BF16: return r * c * 2;
+    case DSV4_WF_FP8: {
+        int64_t s = ((r + 127) / 128) * ((c + 127) / 128);
+        return r * c + s * (w->scale_is_f32 ? 4 : 1);
+    }
+    case DSV4_WF_FP4: {
+        int64_t s = r * (c / 32);
+        return r * c / 2 + s * (w->scale_is_f32 ? 4 : 1);
+    }
+    default: return 0;
+    }
+}

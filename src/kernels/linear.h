@@ -1,0 +1,40 @@
+/* linear.h — a weight matrix in its checkpoint format, and the reference y = x . W^T.
+ *
+ * Weights are stored [out, in] (rows = outputs). Formats are decided by the tensor dtype:
+ * dense F32/F16/BF16; FP8 e4m3 with a [ceil(out/128), ceil(in/128)] block-scale grid;
+ * FP4 e2m1 packed two per byte (low nibble = even column) with [out, in/32] scales. Scales
+ * are ue8m0 bytes or F32. Every weight is dequantized exactly (spec/model.md §2.3).
+ */
+#ifndef DSV4_KERNELS_LINEAR_H
+#define DSV4_KERNELS_LINEAR_H
+
+#include <stdint.h>
+
+typedef enum {
+    DSV4_WF_NONE = 0, /* absent */
+    DSV4_WF_F32,
+    DSV4_WF_F16,
+    DSV4_WF_BF16,
+    DSV4_WF_FP8,      /* e4m3 + 128x128 block scales */
+    DSV4_WF_FP4,      /* packed e2m1 + per-32 scales */
+} dsv4_wfmt;
+
+typedef struct dsv4_mat {
+    dsv4_wfmt fmt;
+    int64_t rows, cols;     /* logical [out, in] */
+    const void *w;          /* row-major storage (FP4: cols/2 bytes per row) */
+    const void *scale;      /* FP8: [ceil(rows/128), ceil(cols/128)]; FP4: [rows, cols/32] */
+    int scale_is_f32;       /* scales stored F32 instead of ue8m0 bytes */
+} dsv4_mat;
+
+/* Dequantizes row o of w into out[cols] (exact). */
+void dsv4_mat_row(const dsv4_mat *w, int64_t o, float *out);
+
+/* Reference linear: y[s, o] = sum_i x[s, i] * W[o, i] for s < n_rows, FP32 accumulation in
+ * ascending i. x: [n_rows, cols], y: [n_rows, rows]. scratch: cols floats. */
+void dsv4_linear_ref(const dsv4_mat *w, const float *x, int n_rows, float *y, float *scratch);
+
+/* Bytes of the weight storage (including scales). */
+int64_t dsv4_mat_bytes(const dsv4_mat *w);
+
+#endif

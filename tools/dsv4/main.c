@@ -1,0 +1,41 @@
+/* main.c — `dsv4 <command> [options]`: dispatches to the subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command commands[] = {
+    {"info", cmd_info, "describe a model: layers, parameters, bytes, cache geometry"},
+    {"gen-model", cmd_gen_model, "write a random-weight checkpoint (config.json + safetensors)"},
+    {"run", cmd_run, "run token ids through the model and dump logits/hidden states"},
+    {"tokenize", cmd_tokenize, "text on stdin -> token ids"},
+    {"detokenize", cmd_detokenize, "token ids on stdin -> text"},
+    {"generate", cmd_generate, "generate text from a prompt"},
+    {"chat", cmd_chat, "interactive multi-turn chat"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: dsv4 <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n`dsv4 <command> --help` describes a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { usage(stderr); return 2; }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "dsv4: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
