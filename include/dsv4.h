@@ -123,8 +123,9 @@ typedef struct dsv4_mtp_span {
 int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, float *hidden,
                      dsv4_err *err);
 
-/* logits[r] = hidden[r] . head.weight^T for rows r < n_rows, FP32: [n_rows, V]. */
-int dsv4_lm_head(const dsv4_model *m, const float *hidden, int n_rows, float *logits,
+/* Serving-side LM head: logits[r] = hidden[r] . head.weight^T for r < n_rows, FP32,
+ * hidden [n_rows, D] -> logits [n_rows, V]. */
+int dsv4_lm_head(dsv4_engine *e, const float *hidden, int n_rows, float *logits,
                  dsv4_err *err);
 
 /* Optional debugging hook: called after every attention sub-block (kind 0) and every block

@@ -78,3 +78,28 @@ int64_t dsv4_mat_bytes(const dsv4_mat *w) {
     default: return 0;
     }
 }
+
+int dsv4_mat_rows(const dsv4_mat *w, int64_t r0, int64_t n, dsv4_mat *view) {
+    *view = *w;
+    view->rows = n;
+    const int64_t c = w->cols;
+    switch (w->fmt) {
+    case DSV4_WF_F32: view->w = (const float *)w->w + r0 * c; return 0;
+    case DSV4_WF_F16:
+    case DSV4_WF_BF16: view->w = (const uint16_t *)w->w + r0 * c; return 0;
+    case DSV4_WF_FP8: {
+        if (r0 % 128) return -1;
+        const int64_t scols = (c + 127) / 128;
+        view->w = (const uint8_t *)w->w + r0 * c;
+        view->scale = (const uint8_t *)w->scale + (r0 / 128) * scols * (w->scale_is_f32 ? 4 : 1);
+        return 0;
+    }
+    case DSV4_WF_FP4: {
+        const int64_t scols = c / 32;
+        view->w = (const uint8_t *)w->w + r0 * (c / 2);
+        view->scale = (const uint8_t *)w->scale + r0 * scols * (w->scale_is_f32 ? 4 : 1);
+        return 0;
+    }
+    default: return -1;
+    }
+}

@@ -1,0 +1,154 @@
+/* engine.c — creating an engine over a model: cache plan and pools, RoPE tables, kernel
+ * context; sequence handles; the serving-side LM head. */
+#include "engine/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/err.h"
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* wo_a runs per output group on row blocks of o_lora rows; an FP8 matrix can only be
+ * sliced at multiples of its 128-row scale blocks, so otherwise the engine keeps an exact
+ * F32 copy (only small test models hit this: Flash has o_lora = 1024). */
+static int prepare_wo_a(dsv4_engine *e, dsv4_block_w *b, dsv4_err *err) {
+    const dsv4_config *c = e->cfg;
+    dsv4_mat view;
+    int ok = 1;
+    for (int g = 0; g < c->o_groups && ok; g++)
+        ok = dsv4_mat_rows(&b->wo_a, (int64_t)g * c->o_lora_rank, c->o_lora_rank, &view) == 0;
+    if (ok) return DSV4_OK;
+    const int64_t rows = b->wo_a.rows, cols = b->wo_a.cols;
+    float *copy = malloc((size_t)(rows * cols) * sizeof(float)); /* (G*o_lora, H*hd/G) */
+    float **owned = realloc(e->owned, (size_t)(e->n_owned + 1) * sizeof(float *));
+    if (!copy || !owned) {
+        free(copy);
+        if (owned) e->owned = owned;
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "wo_a copy: out of memory");
+    }
+    e->owned = owned;
+    e->owned[e->n_owned++] = copy;
+    for (int64_t o = 0; o < rows; o++) dsv4_mat_row(&b->wo_a, o, copy + o * cols);
+    b->wo_a.fmt = DSV4_WF_F32;
+    b->wo_a.w = copy;
+    b->wo_a.scale = NULL;
+    b->wo_a.scale_is_f32 = 0;
+    return DSV4_OK;
+}
+
+int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_engine **out,
+                       dsv4_err *err) {
+    *out = NULL;
+    const dsv4_config *c = &m->cfg;
+    dsv4_engine *e = calloc(1, sizeof *e);
+    if (!e) return dsv4_fail(err, DSV4_ERR_NOMEM, "engine: out of memory");
+    e->model = m;
+    e->cfg = c;
+    if (opts) e->opts = *opts;
+    dsv4_engine_opts *o = &e->opts;
+    if (o->max_context <= 0) o->max_context = 4096;
+    if (o->max_seqs <= 0) o->max_seqs = 4;
+    if (o->c_max <= 0) o->c_max = (int)(o->max_context < 2048 ? o->max_context : 2048);
+    if (o->mtp && c->num_nextn_predict_layers == 0) {
+        free(e);
+        return dsv4_fail(err, DSV4_ERR_ARG, "MTP requested but the model has no MTP block "
+                         "(num_nextn_predict_layers = 0)");
+    }
+    int rc;
+    dsv4_cache_opts co = {0};
+    co.max_context = o->max_context;
+    co.max_seqs = o->max_seqs;
+    co.c_max = o->c_max;
+    co.d_max = o->mtp ? 1 : 0;
+    co.block = o->block;
+    co.win_block = o->win_block;
+    co.budget_bytes = o->cache_bytes;
+    co.row_bytes_per_value = 4;
+    co.idx_bytes_per_value = 4;
+    dsv4_cache_plan plan;
+    if ((rc = dsv4_cache_plan_make(c, &co, &plan, err))) goto fail;
+    if ((rc = dsv4_cache_create(&plan, &e->cache, err))) goto fail;
+
+    const int64_t n_pos = o->max_context + co.d_max + 1;
+    if ((rc = dsv4_rope_init(&e->rope_main, c, 0, n_pos, err))) goto fail;
+    if ((rc = dsv4_rope_init(&e->rope_cmp, c, 1, n_pos, err))) goto fail;
+
+    int64_t max_cols = max64(c->hidden_size, c->q_lora_rank);
+    max_cols = max64(max_cols, (int64_t)c->num_attention_heads * c->head_dim / c->o_groups);
+    max_cols = max64(max_cols, (int64_t)c->o_groups * c->o_lora_rank);
+    max_cols = max64(max_cols, c->moe_intermediate_size);
+    if ((rc = dsv4_kctx_create(o->threads, max_cols, &e->k, err))) goto fail;
+
+    const int n_blocks = c->num_hidden_layers + c->num_nextn_predict_layers;
+    e->blocks = calloc((size_t)n_blocks, sizeof *e->blocks);
+    e->seqs = calloc((size_t)o->max_seqs, sizeof *e->seqs);
+    if (!e->blocks || !e->seqs) { rc = dsv4_fail(err, DSV4_ERR_NOMEM, "engine: out of memory"); goto fail; }
+    for (int l = 0; l < n_blocks; l++) {
+        e->blocks[l] = l < c->num_hidden_layers ? m->layers[l] : m->mtp[l - c->num_hidden_layers];
+        if ((rc = prepare_wo_a(e, &e->blocks[l], err))) goto fail;
+    }
+    *out = e;
+    return DSV4_OK;
+fail:
+    dsv4_engine_free(e);
+    return rc;
+}
+
+void dsv4_engine_free(dsv4_engine *e) {
+    if (!e) return;
+    dsv4_cache_free(e->cache);
+    dsv4_rope_free(&e->rope_main);
+    dsv4_rope_free(&e->rope_cmp);
+    dsv4_kctx_free(e->k);
+    for (int i = 0; i < e->n_owned; i++) free(e->owned[i]);
+    free(e->owned);
+    free(e->blocks);
+    free(e->seqs);
+    free(e);
+}
+
+void dsv4_engine_set_trace(dsv4_engine *e, dsv4_trace_fn fn, void *user) {
+    e->trace = fn;
+    e->trace_user = user;
+}
+
+int dsv4_seq_create(dsv4_engine *e, int *seq, dsv4_err *err) {
+    int rc = dsv4_cache_seq_alloc(e->cache, seq, err);
+    if (rc) return rc;
+    e->seqs[*seq] = (dsv4_seq_state){.live = 1, .n = 0, .m = 0};
+    return DSV4_OK;
+}
+
+int dsv4_seq_free(dsv4_engine *e, int seq, dsv4_err *err) {
+    if (seq < 0 || seq >= e->opts.max_seqs || !e->seqs[seq].live)
+        return dsv4_fail(err, DSV4_ERR_ARG, "sequence %d is not live", seq);
+    int rc = dsv4_cache_seq_release(e->cache, seq, err);
+    if (rc) return rc;
+    e->seqs[seq].live = 0;
+    return DSV4_OK;
+}
+
+int64_t dsv4_seq_length(const dsv4_engine *e, int seq) {
+    if (seq < 0 || seq >= e->opts.max_seqs || !e->seqs[seq].live) return -1;
+    return e->seqs[seq].n;
+}
+
+int64_t dsv4_seq_mtp_length(const dsv4_engine *e, int seq) {
+    if (seq < 0 || seq >= e->opts.max_seqs || !e->seqs[seq].live) return -1;
+    return e->seqs[seq].m;
+}
+
+void dsv4_engine_trim(dsv4_engine *e, int seq) {
+    const dsv4_seq_state *s = &e->seqs[seq];
+    /* with MTP the MTP block's window (positions < m) lags the main one by up to a row */
+    int64_t keep = e->opts.mtp && s->m < s->n ? s->m : s->n;
+    dsv4_cache_trim(e->cache, seq, keep);
+}
+
+int dsv4_lm_head(dsv4_engine *e, const float *hidden, int n_rows, float *logits, dsv4_err *err) {
+    if (n_rows < 0 || (n_rows > 0 && (!hidden || !logits)))
+        return dsv4_fail(err, DSV4_ERR_ARG, "lm_head: bad arguments (n_rows = %d)", n_rows);
+    dsv4_linear(e->k, &e->model->head, hidden, n_rows, logits);
+    return DSV4_OK;
+}

@@ -1,0 +1,44 @@
+/* engine.h — internals of dsv4_engine: the model's blocks as the engine runs them, the
+ * kernel context, the cache pools, the RoPE tables and per-sequence counters. */
+#ifndef DSV4_ENGINE_ENGINE_H
+#define DSV4_ENGINE_ENGINE_H
+
+#include "attn/attention.h"
+#include "attn/rope.h"
+#include "cache/cache.h"
+#include "engine/batch.h"
+#include "kernels/kctx.h"
+#include "model/model.h"
+
+typedef struct dsv4_seq_state {
+    int live;
+    int64_t n;   /* committed main positions */
+    int64_t m;   /* MTP positions consumed */
+} dsv4_seq_state;
+
+struct dsv4_engine {
+    const dsv4_model *model;
+    const dsv4_config *cfg;
+    dsv4_engine_opts opts;           /* defaults filled in */
+    dsv4_kctx *k;
+    dsv4_cache *cache;
+    dsv4_rope rope_main;             /* rope_theta, no YaRN */
+    dsv4_rope rope_cmp;              /* compress_rope_theta, YaRN */
+    dsv4_block_w *blocks;            /* (n_layers + n_mtp) shallow copies of the model's */
+    float **owned;                   /* dequantized matrices the engine had to make */
+    int n_owned;
+    dsv4_seq_state *seqs;            /* (max_seqs) indexed by cache slot */
+    dsv4_trace_fn trace;
+    void *trace_user;
+    int *csa_sel;                    /* optional capture of CSA selections, see forward.c */
+};
+
+/* One block (hc_pre → attention → hc_post → hc_pre → MoE → hc_post) over the batch;
+ * h (R, hc, D) is updated in place. Used for main layers and the MTP block. */
+int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
+                      float *h, dsv4_err *err);
+
+/* Frees window pages no later call of seq can read. */
+void dsv4_engine_trim(dsv4_engine *e, int seq);
+
+#endif

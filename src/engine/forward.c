@@ -1,0 +1,192 @@
+/* forward.c — the forward over a batch of spans (spec/model.md §3; serving.md §b):
+ *
+ *   h = expand(embed[token])                          (R, hc, D)
+ *   for each layer: h = block(h)                      attention + MoE, each inside hc_pre/post
+ *   streams = h                                       last-block streams (MTP input)
+ *   hidden = RMSNorm(hc_head(h); norm.weight)         only for the rows asked for
+ *
+ * Everything is validated and every page reserved before the first write, so a failing
+ * call leaves every sequence as it was.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "hc/hc.h"
+#include "kernels/ops.h"
+#include "moe/moe.h"
+#include "util/err.h"
+
+int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
+                      float *h, dsv4_err *err) {
+    const dsv4_config *c = e->cfg;
+    const int R = batch->n_rows, D = c->hidden_size, hc = c->hc_mult;
+    const float eps = (float)c->rms_norm_eps;
+    int rc = DSV4_OK;
+    float *x = malloc((size_t)R * D * sizeof(float));            /* (R, D) sub-block input */
+    float *y = malloc((size_t)R * D * sizeof(float));            /* (R, D) sub-block output */
+    float *post = malloc((size_t)R * hc * sizeof(float));        /* (R, hc) */
+    float *comb = malloc((size_t)R * hc * hc * sizeof(float));   /* (R, hc, hc) */
+    float *hin = malloc((size_t)hc * D * sizeof(float));         /* (hc, D) one row's input streams */
+    if (!x || !y || !post || !comb || !hin) {
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "block scratch: out of memory");
+        goto done;
+    }
+    dsv4_attn_ctx actx = {c, e->k, e->cache, &e->rope_main, &e->rope_cmp, NULL};
+
+    for (int sub = 0; sub < 2; sub++) {
+        const float *fn = sub ? b->hc_ffn_fn : b->hc_attn_fn;
+        const float *base = sub ? b->hc_ffn_base : b->hc_attn_base;
+        const float *scale = sub ? b->hc_ffn_scale : b->hc_attn_scale;
+        const float *norm = sub ? b->ffn_norm : b->attn_norm;
+        /* x, post, comb = hc_pre(h); x = RMSNorm(x; norm) */
+        for (int i = 0; i < R; i++) {
+            float *xi = x + (size_t)i * D;
+            dsv4_hc_pre(c, h + (size_t)i * hc * D, fn, base, scale, xi, post + (size_t)i * hc,
+                        comb + (size_t)i * hc * hc);
+            dsv4_rmsnorm(xi, norm, D, eps, xi);
+        }
+        /* y = attention(x) or MoE(x) */
+        if (sub == 0) rc = dsv4_attention(&actx, b, batch, x, y, err);
+        else rc = dsv4_moe_forward(e->k, c, b, x, batch->tokens, R, y, NULL, err);
+        if (rc) goto done;
+        /* h = hc_post(y, h, post, comb) */
+        for (int i = 0; i < R; i++) {
+            float *hi = h + (size_t)i * hc * D;
+            memcpy(hin, hi, (size_t)hc * D * sizeof(float));
+            dsv4_hc_post(c, y + (size_t)i * D, hin, post + (size_t)i * hc,
+                         comb + (size_t)i * hc * hc, hi);
+        }
+        if (e->trace)
+            for (int si = 0; si < batch->n_spans; si++)
+                for (int j = 0; j < batch->spans[si].n; j++) {
+                    const int i = batch->spans[si].row0 + j;
+                    e->trace(e->trace_user, batch->spans[si].seq, batch->pos[i], b->layer_id, sub,
+                             h + (size_t)i * hc * D);
+                }
+    }
+done:
+    free(x); free(y); free(post); free(comb); free(hin);
+    return rc;
+}
+
+/* Checks one span against the engine state; nothing is modified. */
+static int validate_span(const dsv4_engine *e, const dsv4_span *sp, int idx, dsv4_err *err) {
+    const dsv4_config *c = e->cfg;
+    if (sp->seq < 0 || sp->seq >= e->opts.max_seqs || !e->seqs[sp->seq].live)
+        return dsv4_fail(err, DSV4_ERR_ARG, "span %d: sequence %d is not live", idx, sp->seq);
+    const dsv4_seq_state *s = &e->seqs[sp->seq];
+    if (sp->start != s->n)
+        return dsv4_fail(err, DSV4_ERR_ARG, "span %d: start %lld != sequence length %lld", idx,
+                         (long long)sp->start, (long long)s->n);
+    if (sp->n_tokens < 1 || sp->n_tokens > e->opts.c_max)
+        return dsv4_fail(err, DSV4_ERR_ARG, "span %d: %d tokens, must be in [1, c_max = %d]", idx,
+                         sp->n_tokens, e->opts.c_max);
+    if (sp->start + sp->n_tokens > e->opts.max_context)
+        return dsv4_fail(err, DSV4_ERR_ARG, "span %d: positions up to %lld exceed max_context %lld",
+                         idx, (long long)(sp->start + sp->n_tokens), (long long)e->opts.max_context);
+    if (!sp->tokens) return dsv4_fail(err, DSV4_ERR_ARG, "span %d: no tokens", idx);
+    for (int j = 0; j < sp->n_tokens; j++)
+        if (sp->tokens[j] < 0 || sp->tokens[j] >= c->vocab_size)
+            return dsv4_fail(err, DSV4_ERR_ARG, "span %d: token id %d at row %d is outside [0, %d)",
+                             idx, sp->tokens[j], j, c->vocab_size);
+    if (sp->n_hidden < 0 || sp->n_hidden > sp->n_tokens || sp->n_streams < 0 ||
+        sp->n_streams > sp->n_tokens)
+        return dsv4_fail(err, DSV4_ERR_ARG, "span %d: n_hidden %d / n_streams %d not in [0, %d]",
+                         idx, sp->n_hidden, sp->n_streams, sp->n_tokens);
+    for (int j = 0; sp->hidden_rows && j < sp->n_hidden; j++)
+        if (sp->hidden_rows[j] < 0 || sp->hidden_rows[j] >= sp->n_tokens)
+            return dsv4_fail(err, DSV4_ERR_ARG, "span %d: hidden row %d out of range", idx,
+                             sp->hidden_rows[j]);
+    for (int j = 0; sp->stream_rows && j < sp->n_streams; j++)
+        if (sp->stream_rows[j] < 0 || sp->stream_rows[j] >= sp->n_tokens)
+            return dsv4_fail(err, DSV4_ERR_ARG, "span %d: stream row %d out of range", idx,
+                             sp->stream_rows[j]);
+    return DSV4_OK;
+}
+
+/* Row j of the requested list (NULL list = the last n rows). */
+static int wanted_row(const int *rows, int n_wanted, int n_tokens, int j) {
+    return rows ? rows[j] : n_tokens - n_wanted + j;
+}
+
+int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
+                 float *streams, dsv4_err *err) {
+    const dsv4_config *c = e->cfg;
+    const int D = c->hidden_size, hc = c->hc_mult;
+    if (n_spans < 1 || !spans) return dsv4_fail(err, DSV4_ERR_ARG, "forward: no spans");
+    int R = 0, want_h = 0, want_s = 0;
+    for (int i = 0; i < n_spans; i++) {
+        int rc = validate_span(e, &spans[i], i, err);
+        if (rc) return rc;
+        for (int j = 0; j < i; j++)
+            if (spans[j].seq == spans[i].seq)
+                return dsv4_fail(err, DSV4_ERR_ARG, "sequence %d appears in spans %d and %d",
+                                 spans[i].seq, j, i);
+        R += spans[i].n_tokens;
+        want_h += spans[i].n_hidden;
+        want_s += spans[i].n_streams;
+    }
+    if ((want_h && !hidden) || (want_s && !streams))
+        return dsv4_fail(err, DSV4_ERR_ARG, "forward: output buffer missing");
+
+    int rc = DSV4_OK;
+    dsv4_batch_span *bs = malloc((size_t)n_spans * sizeof *bs);   /* (n_spans) */
+    int64_t *pos = malloc((size_t)R * sizeof *pos);              /* (R) */
+    int32_t *tok = malloc((size_t)R * sizeof *tok);              /* (R) */
+    int *seqs = malloc((size_t)n_spans * sizeof *seqs);
+    int64_t *starts = malloc((size_t)n_spans * sizeof *starts);
+    int *counts = malloc((size_t)n_spans * sizeof *counts);
+    float *h = malloc((size_t)R * hc * D * sizeof(float));       /* (R, hc, D) streams */
+    float *y = malloc((size_t)D * sizeof(float));                /* (D) */
+    if (!bs || !pos || !tok || !seqs || !starts || !counts || !h || !y) {
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "forward scratch: out of memory");
+        goto done;
+    }
+    int row = 0;
+    for (int i = 0; i < n_spans; i++) {
+        bs[i] = (dsv4_batch_span){spans[i].seq, spans[i].start, spans[i].n_tokens, row};
+        seqs[i] = spans[i].seq;
+        starts[i] = spans[i].start;
+        counts[i] = spans[i].n_tokens;
+        for (int j = 0; j < spans[i].n_tokens; j++, row++) {
+            pos[row] = spans[i].start + j;
+            tok[row] = spans[i].tokens[j];
+        }
+    }
+    dsv4_batch batch = {R, n_spans, bs, pos, tok};
+    if ((rc = dsv4_cache_reserve(e->cache, n_spans, seqs, starts, counts, 1, err))) goto done;
+
+    /* h[i][j] = embed[token_i] for every stream j (§5.1) */
+    for (int i = 0; i < R; i++) {
+        float *hi = h + (size_t)i * hc * D;
+        dsv4_mat_row(&e->model->embed, tok[i], hi);
+        for (int j = 1; j < hc; j++) memcpy(hi + (size_t)j * D, hi, (size_t)D * sizeof(float));
+    }
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        if ((rc = dsv4_engine_block(e, &e->blocks[l], &batch, h, err))) goto done;
+
+    /* outputs: streams as they are, hidden = RMSNorm(hc_head(h); norm) (§5.13) */
+    int oh = 0, os = 0;
+    for (int i = 0; i < n_spans; i++) {
+        const dsv4_span *sp = &spans[i];
+        for (int j = 0; j < sp->n_streams; j++, os++) {
+            const int r = bs[i].row0 + wanted_row(sp->stream_rows, sp->n_streams, sp->n_tokens, j);
+            memcpy(streams + (size_t)os * hc * D, h + (size_t)r * hc * D, (size_t)hc * D * sizeof(float));
+        }
+        for (int j = 0; j < sp->n_hidden; j++, oh++) {
+            const int r = bs[i].row0 + wanted_row(sp->hidden_rows, sp->n_hidden, sp->n_tokens, j);
+            dsv4_hc_head(c, h + (size_t)r * hc * D, e->model->hc_head_fn, e->model->hc_head_base,
+                         e->model->hc_head_scale, y);
+            dsv4_rmsnorm(y, e->model->norm, D, (float)c->rms_norm_eps, hidden + (size_t)oh * D);
+        }
+    }
+    /* commit */
+    for (int i = 0; i < n_spans; i++) {
+        e->seqs[spans[i].seq].n += spans[i].n_tokens;
+        dsv4_engine_trim(e, spans[i].seq);
+    }
+done:
+    free(bs); free(pos); free(tok); free(seqs); free(starts); free(counts); free(h); free(y);
+    return rc;
+}

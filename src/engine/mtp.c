@@ -1,0 +1,113 @@
+/* mtp.c — the MTP block (spec/model.md §5.14): MTP position t consumes the main model's
+ * last-block streams h_t and the token x_{t+1}, runs one full block (layer id n_layers) at
+ * RoPE position t with its own window cache, and yields a hidden state that the shared LM
+ * head turns into logits for x_{t+2}.
+ *
+ *   e   = RMSNorm(embed[x_{t+1}]; enorm)
+ *   z_k = e e_proj^T + RMSNorm(h_t[k]; hnorm) h_proj^T        per stream k
+ *   z   = block(z)
+ *   hidden = RMSNorm(hc_head(z; mtp hc_head); mtp norm)
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "hc/hc.h"
+#include "kernels/ops.h"
+#include "util/err.h"
+
+int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, float *hidden,
+                     dsv4_err *err) {
+    const dsv4_config *c = e->cfg;
+    const int D = c->hidden_size, hc = c->hc_mult;
+    const float eps = (float)c->rms_norm_eps;
+    if (!e->opts.mtp)
+        return dsv4_fail(err, DSV4_ERR_STATE, "mtp_forward: engine created without MTP (opts.mtp = 0)");
+    if (n_spans < 1 || !spans || !hidden) return dsv4_fail(err, DSV4_ERR_ARG, "mtp_forward: no spans");
+    int R = 0;
+    for (int i = 0; i < n_spans; i++) {
+        const dsv4_mtp_span *sp = &spans[i];
+        if (sp->seq < 0 || sp->seq >= e->opts.max_seqs || !e->seqs[sp->seq].live)
+            return dsv4_fail(err, DSV4_ERR_ARG, "mtp span %d: sequence %d is not live", i, sp->seq);
+        const dsv4_seq_state *s = &e->seqs[sp->seq];
+        if (sp->start != s->m)
+            return dsv4_fail(err, DSV4_ERR_ARG, "mtp span %d: start %lld != MTP length %lld", i,
+                             (long long)sp->start, (long long)s->m);
+        if (sp->n < 1 || sp->n > e->opts.c_max || sp->start + sp->n > s->n)
+            return dsv4_fail(err, DSV4_ERR_ARG,
+                             "mtp span %d: %d rows from %lld must lie within the %lld committed "
+                             "positions (and c_max %d)", i, sp->n, (long long)sp->start,
+                             (long long)s->n, e->opts.c_max);
+        if (!sp->next_tokens || !sp->streams)
+            return dsv4_fail(err, DSV4_ERR_ARG, "mtp span %d: missing tokens or streams", i);
+        for (int j = 0; j < sp->n; j++)
+            if (sp->next_tokens[j] < 0 || sp->next_tokens[j] >= c->vocab_size)
+                return dsv4_fail(err, DSV4_ERR_ARG, "mtp span %d: token id %d outside [0, %d)", i,
+                                 sp->next_tokens[j], c->vocab_size);
+        for (int j = 0; j < i; j++)
+            if (spans[j].seq == sp->seq)
+                return dsv4_fail(err, DSV4_ERR_ARG, "sequence %d appears twice", sp->seq);
+        R += sp->n;
+    }
+
+    const dsv4_block_w *b = &e->blocks[c->num_hidden_layers];
+    int rc = DSV4_OK;
+    dsv4_batch_span *bs = malloc((size_t)n_spans * sizeof *bs);
+    int64_t *pos = malloc((size_t)R * sizeof *pos);                /* (R) */
+    int32_t *tok = malloc((size_t)R * sizeof *tok);                /* (R) x_{t+1} */
+    int *seqs = malloc((size_t)n_spans * sizeof *seqs);
+    int64_t *starts = malloc((size_t)n_spans * sizeof *starts);
+    int *counts = malloc((size_t)n_spans * sizeof *counts);
+    float *en = malloc((size_t)R * D * sizeof(float));            /* (R, D) normed embeddings */
+    float *ep = malloc((size_t)R * D * sizeof(float));            /* (R, D) e e_proj^T */
+    float *hn = malloc((size_t)R * hc * D * sizeof(float));       /* (R, hc, D) normed streams */
+    float *z = malloc((size_t)R * hc * D * sizeof(float));        /* (R, hc, D) block streams */
+    float *y = malloc((size_t)D * sizeof(float));
+    if (!bs || !pos || !tok || !seqs || !starts || !counts || !en || !ep || !hn || !z || !y) {
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "mtp scratch: out of memory");
+        goto done;
+    }
+    int row = 0;
+    for (int i = 0; i < n_spans; i++) {
+        bs[i] = (dsv4_batch_span){spans[i].seq, spans[i].start, spans[i].n, row};
+        seqs[i] = spans[i].seq;
+        starts[i] = spans[i].start;
+        counts[i] = spans[i].n;
+        for (int j = 0; j < spans[i].n; j++, row++) {
+            pos[row] = spans[i].start + j;
+            tok[row] = spans[i].next_tokens[j];
+            memcpy(hn + (size_t)row * hc * D, spans[i].streams + (size_t)j * hc * D,
+                   (size_t)hc * D * sizeof(float));
+        }
+    }
+    dsv4_batch batch = {R, n_spans, bs, pos, tok};
+    if ((rc = dsv4_cache_reserve(e->cache, n_spans, seqs, starts, counts, b->ratio > 0, err)))
+        goto done;
+
+    /* z_k = RMSNorm(embed[x_{t+1}]; enorm) e_proj^T + RMSNorm(h_t[k]; hnorm) h_proj^T */
+    for (int i = 0; i < R; i++) {
+        dsv4_mat_row(&e->model->embed, tok[i], en + (size_t)i * D);
+        dsv4_rmsnorm(en + (size_t)i * D, b->enorm, D, eps, en + (size_t)i * D);
+    }
+    dsv4_linear(e->k, &b->e_proj, en, R, ep);
+    for (int i = 0; i < R * hc; i++) dsv4_rmsnorm(hn + (size_t)i * D, b->hnorm, D, eps, hn + (size_t)i * D);
+    dsv4_linear(e->k, &b->h_proj, hn, R * hc, z);
+    for (int i = 0; i < R; i++)
+        for (int k = 0; k < hc; k++)
+            for (int d = 0; d < D; d++) z[((size_t)i * hc + k) * D + d] += ep[(size_t)i * D + d];
+
+    if ((rc = dsv4_engine_block(e, b, &batch, z, err))) goto done;
+
+    for (int i = 0; i < R; i++) {
+        dsv4_hc_head(c, z + (size_t)i * hc * D, b->hc_head_fn, b->hc_head_base, b->hc_head_scale, y);
+        dsv4_rmsnorm(y, b->norm, D, eps, hidden + (size_t)i * D);
+    }
+    for (int i = 0; i < n_spans; i++) {
+        e->seqs[spans[i].seq].m += spans[i].n;
+        dsv4_engine_trim(e, spans[i].seq);
+    }
+done:
+    free(bs); free(pos); free(tok); free(seqs); free(starts); free(counts);
+    free(en); free(ep); free(hn); free(z); free(y);
+    return rc;
+}
