@@ -5,6 +5,10 @@
 
 #include "model/config.h"
 
+/* Largest hc_mult these routines handle (their mixing state lives on the stack); the
+ * config loader should reject more. With a larger hc the outputs are filled with NaN. */
+#define DSV4_HC_MAX 16
+
 /* Collapse with Sinkhorn mixing. fn (mix, hc*D), base (mix), scale (3).
  * Out: x (D), post (hc), comb (hc, hc) [j = input stream][k = output stream]. */
 void dsv4_hc_pre(const dsv4_config *cfg, const float *h, const float *fn, const float *base,

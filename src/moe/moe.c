@@ -1,0 +1,310 @@
+/* moe.c — mixture of experts (spec/model.md §5.12).
+ *
+ * Router: gate logits → scores (sqrtsoftplus | sigmoid | softmax) → selection (hash table
+ * on the first layers, else top-K of score + bias) → weights from the unbiased scores.
+ * Experts: clamped SwiGLU, routing weight applied to the intermediate before W2.
+ *
+ * The forward groups rows by expert so each expert's matrices are read once per call with
+ * all of its rows (one batched linear per matrix), then sums every token's K expert
+ * outputs in k order and adds the shared expert last. A token's result therefore depends
+ * only on its own row, never on which other rows share the call: batch invariance holds
+ * as long as dsv4_linear's per-row result does not depend on n_rows. */
+#include "moe/moe.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/ops.h"
+#include "util/err.h"
+
+/* Bound on the (rows, K, D) expert-output buffer of one pass; larger calls are processed
+ * in passes of consecutive rows (Flash: 2730 rows per pass). */
+#define MOE_PASS_BYTES ((int64_t)256 << 20)
+
+/* ---- router --------------------------------------------------------------------------- */
+
+/* s (E) = score_func(logits), in double (the weights are ratios of these). */
+static void moe_scores(const dsv4_config *cfg, const float *logits, double *s) {
+    const int E = cfg->n_routed_experts;
+    switch (cfg->scoring_func) {
+    case DSV4_SCORE_SIGMOID:
+        for (int e = 0; e < E; e++) s[e] = 1.0 / (1.0 + exp(-(double)logits[e]));
+        break;
+    case DSV4_SCORE_SOFTMAX: {
+        double mx = -INFINITY, sum = 0.0;
+        for (int e = 0; e < E; e++) if (logits[e] > mx) mx = logits[e];
+        if (!isfinite(mx)) mx = 0.0;
+        for (int e = 0; e < E; e++) { s[e] = exp((double)logits[e] - mx); sum += s[e]; }
+        for (int e = 0; e < E; e++) s[e] /= sum;
+        break;
+    }
+    case DSV4_SCORE_SQRTSOFTPLUS:
+    default:
+        for (int e = 0; e < E; e++) {
+            const double z = logits[e];
+            /* torch's softplus threshold: the identity above 20 (also avoids exp overflow). */
+            s[e] = sqrt(z > 20.0 ? z : log1p(exp(z)));
+        }
+        break;
+    }
+}
+
+/* Selection and weights of one token from its gate logits (E). s: scratch (E). */
+static int route_row(const dsv4_config *cfg, const dsv4_block_w *b, const float *logits,
+                     int32_t token, int *sel, float *w, double *s, dsv4_err *err) {
+    const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
+    moe_scores(cfg, logits, s);
+    if (b->layer_id < cfg->num_hash_layers) {
+        /* Hash layer: the token's stored expert list, in stored order. */
+        if (!b->tid2eid)
+            return dsv4_fail(err, DSV4_ERR_ARG, "moe: layer %d routes by hash but has no tid2eid",
+                             b->layer_id);
+        if (token < 0 || token >= cfg->vocab_size)
+            return dsv4_fail(err, DSV4_ERR_ARG, "moe: layer %d: token id %d outside [0, %d)",
+                             b->layer_id, (int)token, cfg->vocab_size);
+        const int32_t *row = b->tid2eid + (int64_t)token * K;
+        for (int k = 0; k < K; k++) {
+            if (row[k] < 0 || row[k] >= E)
+                return dsv4_fail(err, DSV4_ERR_ARG, "moe: layer %d: tid2eid[%d][%d] = %d outside [0, %d)",
+                                 b->layer_id, (int)token, k, (int)row[k], E);
+            for (int k2 = 0; k2 < k; k2++)
+                if (row[k2] == row[k])
+                    return dsv4_fail(err, DSV4_ERR_ARG, "moe: layer %d: tid2eid[%d] repeats expert %d",
+                                     b->layer_id, (int)token, (int)row[k]);
+            sel[k] = row[k];
+        }
+    } else {
+        /* Top-K of s + bias, descending; scanning ids upward with a strict comparison
+         * makes ties go to the lower id. The bias only steers this choice. */
+        for (int k = 0; k < K; k++) {
+            int best = -1;
+            double best_v = 0.0;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int k2 = 0; k2 < k; k2++) taken |= sel[k2] == e;
+                if (taken) continue;
+                const double v = s[e] + (b->gate_bias ? (double)b->gate_bias[e] : 0.0);
+                if (best < 0 || v > best_v) { best = e; best_v = v; }
+            }
+            sel[k] = best;
+        }
+    }
+    /* Weights from the unbiased scores; renormalised over the K chosen unless softmax
+     * (norm_topk_prob is ignored), then times routed_scaling_factor. */
+    double sum = 0.0;
+    for (int k = 0; k < K; k++) sum += s[sel[k]];
+    const int norm = cfg->scoring_func != DSV4_SCORE_SOFTMAX;
+    for (int k = 0; k < K; k++) {
+        double v = s[sel[k]];
+        if (norm) v /= sum;
+        w[k] = (float)(v * cfg->routed_scaling_factor);
+    }
+    return DSV4_OK;
+}
+
+void dsv4_moe_route(const dsv4_config *cfg, const dsv4_block_w *b, const float *x,
+                    int32_t token, int *sel, float *w) {
+    const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
+    float *row = malloc((size_t)b->gate.cols * sizeof(float));  /* (D) dequantized gate row */
+    float *logits = malloc((size_t)E * sizeof(float));          /* (E) */
+    double *s = malloc((size_t)E * sizeof(double));              /* (E) */
+    int rc = DSV4_ERR_NOMEM;
+    if (row && logits && s) {
+        /* The reference linear, one row: the same sums as dsv4_linear_ref. */
+        dsv4_linear_ref(&b->gate, x, 1, logits, row);
+        rc = route_row(cfg, b, logits, token, sel, w, s, NULL);
+    }
+    if (rc != DSV4_OK)  /* no error channel here: an impossible route, visibly */
+        for (int k = 0; k < K; k++) { sel[k] = -1; w[k] = 0.0f; }
+    free(row);
+    free(logits);
+    free(s);
+}
+
+/* ---- experts -------------------------------------------------------------------------- */
+
+/* h[r][i] = w[r] · silu(g) · u after the clamp (gate upper only, up both sides; off when
+ * limit ≤ 0). g, u, h: (n, I); h may alias g. */
+static void swiglu_rows(const float *g, const float *u, const float *w, int n, int I,
+                        float limit, float *h) {
+    for (int r = 0; r < n; r++) {
+        const float wr = w ? w[r] : 1.0f;
+        for (int i = 0; i < I; i++) {
+            const int64_t at = (int64_t)r * I + i;
+            float gv = g[at], uv = u[at];
+            if (limit > 0.0f) {
+                if (gv > limit) gv = limit;
+                if (uv > limit) uv = limit;
+                if (uv < -limit) uv = -limit;
+            }
+            h[at] = wr * dsv4_silu(gv) * uv;
+        }
+    }
+}
+
+/* e < 0: a matrix of the block; else of routed expert e. */
+static int check_mat(const dsv4_mat *m, int64_t rows, int64_t cols, const char *name, int e,
+                     int layer, dsv4_err *err) {
+    if (m->fmt != DSV4_WF_NONE && m->w && m->rows == rows && m->cols == cols) return DSV4_OK;
+    char what[64];
+    if (e < 0) snprintf(what, sizeof what, "%s", name);
+    else snprintf(what, sizeof what, "experts.%d.%s", e, name);
+    return dsv4_fail(err, DSV4_ERR_ARG,
+                     "moe: layer %d: %s is [%lld, %lld] (format %d), expected [%lld, %lld]", layer,
+                     what, (long long)m->rows, (long long)m->cols, (int)m->fmt, (long long)rows,
+                     (long long)cols);
+}
+
+static int check_weights(const dsv4_config *cfg, const dsv4_block_w *b, dsv4_err *err) {
+    const int E = cfg->n_routed_experts, D = cfg->hidden_size, I = cfg->moe_intermediate_size;
+    const int L = b->layer_id;
+    if (E < 1 || cfg->num_experts_per_tok < 1 || cfg->num_experts_per_tok > E || D < 1 || I < 1)
+        return dsv4_fail(err, DSV4_ERR_CONFIG, "moe: bad sizes E=%d K=%d D=%d I=%d", E,
+                         cfg->num_experts_per_tok, D, I);
+    if (!b->w1 || !b->w2 || !b->w3)
+        return dsv4_fail(err, DSV4_ERR_ARG, "moe: layer %d has no routed expert tables", L);
+    int rc;
+    if ((rc = check_mat(&b->gate, E, D, "gate", -1, L, err))) return rc;
+    if ((rc = check_mat(&b->sh_w1, I, D, "shared_experts.w1", -1, L, err))) return rc;
+    if ((rc = check_mat(&b->sh_w3, I, D, "shared_experts.w3", -1, L, err))) return rc;
+    if ((rc = check_mat(&b->sh_w2, D, I, "shared_experts.w2", -1, L, err))) return rc;
+    for (int e = 0; e < E; e++) {
+        if ((rc = check_mat(&b->w1[e], I, D, "w1", e, L, err))) return rc;
+        if ((rc = check_mat(&b->w3[e], I, D, "w3", e, L, err))) return rc;
+        if ((rc = check_mat(&b->w2[e], D, I, "w2", e, L, err))) return rc;
+    }
+    return DSV4_OK;
+}
+
+/* Scratch of one pass of at most R rows. */
+typedef struct moe_scratch {
+    float *logits;   /* (R, E) gate logits */
+    double *s;       /* (E) scores of one row */
+    int *sel;        /* (R, K) selected experts, k order */
+    float *w;        /* (R, K) routing weights */
+    float *wg;       /* (R) routing weights of the rows gathered for one expert */
+    int *start;      /* (E + 1) first slot of each expert in list */
+    int *list;       /* (R*K) slots s*K + k grouped by expert, rows ascending */
+    float *xg;       /* (R, D) gathered input rows of one expert */
+    float *g, *u;    /* (R, I) gate and up projections (g then holds the intermediate) */
+    float *og;       /* (R, D) W2 output of one expert, then of the shared expert */
+    float *out;      /* (R, K, D) expert outputs per (row, k) */
+} moe_scratch;
+
+static void scratch_free(moe_scratch *m) {
+    free(m->logits); free(m->s); free(m->sel); free(m->w); free(m->wg); free(m->start); free(m->list);
+    free(m->xg); free(m->g); free(m->u); free(m->og); free(m->out);
+}
+
+static int scratch_alloc(moe_scratch *m, int R, int E, int K, int D, int I) {
+    memset(m, 0, sizeof *m);
+    m->logits = malloc((size_t)R * E * sizeof(float));
+    m->s = malloc((size_t)E * sizeof(double));
+    m->sel = malloc((size_t)R * K * sizeof(int));
+    m->w = malloc((size_t)R * K * sizeof(float));
+    m->wg = malloc((size_t)R * sizeof(float));
+    m->start = malloc((size_t)(E + 1) * sizeof(int));
+    m->list = malloc((size_t)R * K * sizeof(int));
+    m->xg = malloc((size_t)R * D * sizeof(float));
+    m->g = malloc((size_t)R * I * sizeof(float));
+    m->u = malloc((size_t)R * I * sizeof(float));
+    m->og = malloc((size_t)R * D * sizeof(float));
+    m->out = malloc((size_t)R * K * D * sizeof(float));
+    if (!m->logits || !m->s || !m->sel || !m->w || !m->wg || !m->start || !m->list || !m->xg || !m->g ||
+        !m->u || !m->og || !m->out) {
+        scratch_free(m);
+        memset(m, 0, sizeof *m);
+        return DSV4_ERR_NOMEM;
+    }
+    return DSV4_OK;
+}
+
+/* MoE of R consecutive rows. */
+static int moe_pass(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b,
+                    const float *x, const int32_t *tokens, int R, float *y, int *sel_out,
+                    moe_scratch *m, dsv4_err *err) {
+    const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
+    const int D = cfg->hidden_size, I = cfg->moe_intermediate_size;
+    const float limit = cfg->swiglu_limit > 0 ? (float)cfg->swiglu_limit : 0.0f;
+
+    /* 1. Route every row. */
+    dsv4_linear(k, &b->gate, x, R, m->logits);
+    for (int r = 0; r < R; r++) {
+        int rc = route_row(cfg, b, m->logits + (int64_t)r * E, tokens ? tokens[r] : -1,
+                           m->sel + (int64_t)r * K, m->w + (int64_t)r * K, m->s, err);
+        if (rc) return rc;
+    }
+    if (sel_out) memcpy(sel_out, m->sel, (size_t)R * K * sizeof(int));
+
+    /* 2. Group the (row, k) slots by expert: a counting sort, so within an expert the
+     * rows stay ascending. */
+    memset(m->start, 0, (size_t)(E + 1) * sizeof(int));
+    for (int i = 0; i < R * K; i++) m->start[m->sel[i] + 1]++;
+    for (int e = 0; e < E; e++) m->start[e + 1] += m->start[e];
+    for (int i = 0; i < R * K; i++) m->list[m->start[m->sel[i]]++] = i;
+    for (int e = E; e > 0; e--) m->start[e] = m->start[e - 1]; /* undo the cursor advance */
+    m->start[0] = 0;
+
+    /* 3. Each expert with rows: gather, W1/W3, clamped SwiGLU times the routing weight,
+     * W2, scatter to the (row, k) slot. Experts are distinct within a row, so n ≤ R. */
+    for (int e = 0; e < E; e++) {
+        const int n = m->start[e + 1] - m->start[e];
+        if (n == 0) continue;
+        const int *slots = m->list + m->start[e];
+        for (int j = 0; j < n; j++) {
+            memcpy(m->xg + (int64_t)j * D, x + (int64_t)(slots[j] / K) * D, (size_t)D * sizeof(float));
+            m->wg[j] = m->w[slots[j]];
+        }
+        dsv4_linear(k, &b->w1[e], m->xg, n, m->g);
+        dsv4_linear(k, &b->w3[e], m->xg, n, m->u);
+        swiglu_rows(m->g, m->u, m->wg, n, I, limit, m->g);
+        dsv4_linear(k, &b->w2[e], m->g, n, m->og);
+        for (int j = 0; j < n; j++)
+            memcpy(m->out + (int64_t)slots[j] * D, m->og + (int64_t)j * D, (size_t)D * sizeof(float));
+    }
+
+    /* 4. Shared expert on all rows (weight 1). */
+    dsv4_linear(k, &b->sh_w1, x, R, m->g);
+    dsv4_linear(k, &b->sh_w3, x, R, m->u);
+    swiglu_rows(m->g, m->u, NULL, R, I, limit, m->g);
+    dsv4_linear(k, &b->sh_w2, m->g, R, m->og);
+
+    /* 5. Per token: routed outputs in k order, shared last. */
+    for (int r = 0; r < R; r++) {
+        float *yr = y + (int64_t)r * D;
+        const float *o = m->out + (int64_t)r * K * D;
+        for (int d = 0; d < D; d++) yr[d] = o[d];
+        for (int kk = 1; kk < K; kk++)
+            for (int d = 0; d < D; d++) yr[d] += o[(int64_t)kk * D + d];
+        const float *sh = m->og + (int64_t)r * D;
+        for (int d = 0; d < D; d++) yr[d] += sh[d];
+    }
+    return DSV4_OK;
+}
+
+int dsv4_moe_forward(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b,
+                     const float *x, const int32_t *tokens, int S, float *y, int *sel_out,
+                     dsv4_err *err) {
+    if (S < 0) return dsv4_fail(err, DSV4_ERR_ARG, "moe: row count %d < 0", S);
+    int rc = check_weights(cfg, b, err);
+    if (rc) return rc;
+    if (S == 0) return DSV4_OK;
+    const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
+    const int D = cfg->hidden_size, I = cfg->moe_intermediate_size;
+    int64_t per = MOE_PASS_BYTES / ((int64_t)K * D * (int64_t)sizeof(float));
+    if (per < 1) per = 1;
+    const int R = per < S ? (int)per : S;
+    moe_scratch m;
+    if (scratch_alloc(&m, R, E, K, D, I))
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "moe: out of memory for %d rows (E=%d K=%d D=%d I=%d)",
+                         R, E, K, D, I);
+    for (int r0 = 0; r0 < S && rc == DSV4_OK; r0 += R) {
+        const int n = S - r0 < R ? S - r0 : R;
+        rc = moe_pass(k, cfg, b, x + (int64_t)r0 * D, tokens ? tokens + r0 : NULL, n,
+                      y + (int64_t)r0 * D, sel_out ? sel_out + (int64_t)r0 * K : NULL, &m, err);
+    }
+    scratch_free(&m);
+    return rc;
+}
