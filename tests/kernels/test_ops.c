@@ -1,0 +1,88 @@
+/* test_ops.c — RMSNorm, SiLU and dot against double-precision loops written from the
+ * formulas of spec/model.md §5.2. */
+#include <stdint.h>
+
+#include "kernels/ops.h"
+#include "test.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static double urand(void) { /* uniform [-1, 1) */
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+static void test_rmsnorm(int n, int weighted, float scale) {
+    float x[600] = {0}, w[600] = {0}, y[600] = {0}, y2[600] = {0};
+    for (int i = 0; i < n; i++) { x[i] = (float)(scale * urand()); w[i] = (float)(1.0 + 0.3 * urand()); }
+    const float eps = 1e-6f;
+    dsv4_rmsnorm(x, weighted ? w : NULL, n, eps, y);
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    const double r = 1.0 / sqrt(ss / n + (double)eps);
+    double maxerr = 0, maxref = 0;
+    for (int i = 0; i < n; i++) {
+        double ref = x[i] * r * (weighted ? w[i] : 1.0);
+        maxerr = fmax(maxerr, fabs(y[i] - ref));
+        maxref = fmax(maxref, fabs(ref));
+    }
+    CHECK_MSG(maxerr <= 3e-7 * maxref, "rmsnorm n=%d weighted=%d scale=%g: max err %.3g of %.3g",
+              n, weighted, scale, maxerr, maxref);
+    /* y may alias x: same result bit for bit. */
+    memcpy(y2, x, sizeof(float) * n);
+    dsv4_rmsnorm(y2, weighted ? w : NULL, n, eps, y2);
+    CHECK(memcmp(y, y2, sizeof(float) * n) == 0);
+}
+
+static void test_rmsnorm_eps(void) {
+    /* A tiny vector: eps dominates the mean square, so the output is x/sqrt(eps)·w. */
+    float x[4] = {1e-5f, -2e-5f, 0, 3e-5f}, y[4];
+    dsv4_rmsnorm(x, NULL, 4, 1e-2f, y);
+    double ms = (1e-10 + 4e-10 + 9e-10) / 4;
+    for (int i = 0; i < 4; i++) CHECK_NEAR(y[i], x[i] / sqrt(ms + (double)1e-2f), 1e-9);
+}
+
+static void test_silu(void) {
+    const float xs[] = {0.0f, 1.0f, -1.0f, 3.5f, -7.25f, 20.0f, -20.0f, 88.0f, -88.0f, -200.0f, 200.0f, 1e-4f};
+    for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
+        const double x = xs[i], ref = x / (1.0 + exp(-x));
+        const float got = dsv4_silu(xs[i]);
+        CHECK_MSG(isfinite(got), "silu(%g) = %g", x, got);
+        CHECK_MSG(fabs(got - ref) <= 4e-7 * fmax(fabs(ref), 1e-30) + 1e-37, "silu(%g) = %.9g, want %.9g", x, got, ref);
+    }
+    CHECK(dsv4_sigmoid(0.0f) == 0.5f);
+    CHECK_NEAR(dsv4_sigmoid(2.0f), 1.0 / (1.0 + exp(-2.0)), 1e-7);
+}
+
+static void test_dot(void) {
+    float a[1100], b[1100];
+    const int ns[] = {0, 1, 3, 7, 8, 9, 15, 16, 17, 64, 100, 513, 1100};
+    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+        const int n = ns[t];
+        for (int i = 0; i < n; i++) { a[i] = (float)urand(); b[i] = (float)(urand() * 3); }
+        double ref = 0, mag = 0;
+        for (int i = 0; i < n; i++) { ref += (double)a[i] * b[i]; mag += fabs((double)a[i] * b[i]); }
+        const float got = dsv4_dot(a, b, n);
+        CHECK_MSG(fabs(got - ref) <= 1e-6 * mag + 1e-30, "dot n=%d: %.9g vs %.9g (mag %.3g)", n, got, ref, mag);
+        /* Result does not depend on where the vectors sit in memory. */
+        float a2[1101], b2[1101];
+        memcpy(a2 + 1, a, sizeof(float) * n);
+        memcpy(b2 + 1, b, sizeof(float) * n);
+        CHECK(dsv4_dot(a2 + 1, b2 + 1, n) == got);
+    }
+    /* Exact small case. */
+    float u[3] = {1, 2, 3}, v[3] = {4, -5, 6};
+    CHECK(dsv4_dot(u, v, 3) == 12.0f);
+}
+
+int main(void) {
+    const int ns[] = {1, 2, 7, 64, 129, 600};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        test_rmsnorm(ns[i], 0, 1.0f);
+        test_rmsnorm(ns[i], 1, 1.0f);
+        test_rmsnorm(ns[i], 1, 1000.0f);
+    }
+    test_rmsnorm_eps();
+    test_silu();
+    test_dot();
+    return test_report();
+}
