@@ -1,10 +1,404 @@
-/* cmd_run.c — placeholder until the command lands. */
+/* cmd_run.c — `dsv4 run`: token ids through the model with teacher forcing, dumping
+ * logits and hidden states in the golden layout (a contract used by automated checks).
+ *
+ *   dsv4 run --model DIR (--tokens ID,ID,... | --tokens-file FILE) [--prefill P]
+ *            [--chunk C] [--mtp] --dump OUTDIR [--threads T] [--dump-layers]
+ *
+ * The first P tokens of each sequence are prefilled (in chunks of C when given), the rest
+ * go through single-token decode steps; with several sequences (--tokens-file, one per
+ * line) prefills run batched, then shared decode steps from which finished sequences drop
+ * out. MTP row t (streams h_t, token t+1) runs as soon as both exist.
+ */
+#include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "cli_util.h"
 #include "commands.h"
+#include "dsv4.h"
+
+typedef struct run_seq {
+    int32_t *tokens;      /* (N) */
+    int N, P;
+    int handle;
+    int64_t done;         /* main positions processed */
+    int64_t mtp_done;     /* MTP positions processed */
+    float *pre_hidden;    /* (P, D) */
+    float *pre_logits;    /* (P, V) */
+    float *dec_hidden;    /* (N-P, D) */
+    float *dec_logits;    /* (N-P, V) */
+    float *streams;       /* (N, hc, D) last-block streams, with --mtp */
+    float *mtp_logits;    /* (N-1, V) */
+    float *layer_streams; /* (N, L, hc, D) after each block, with --dump-layers */
+    float *layer_attn;    /* (N, L, hc, D) after each attention sub-block */
+} run_seq;
+
+typedef struct run_ctx {
+    run_seq *seqs;
+    int n_seqs;
+    int L, hc, D;
+} run_ctx;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dsv4 run --model DIR (--tokens ID,ID,... | --tokens-file FILE) [--prefill P]\n"
+            "                [--chunk C] [--mtp] --dump OUTDIR [--threads T] [--dump-layers]\n");
+}
+
+/* Trace hook: copies the streams of main layers into the per-sequence dump arrays. */
+static void trace_layers(void *user, int seq, int64_t pos, int layer, int kind, const float *streams) {
+    run_ctx *rc = user;
+    if (layer >= rc->L) return; /* the MTP block */
+    for (int i = 0; i < rc->n_seqs; i++) {
+        run_seq *s = &rc->seqs[i];
+        if (s->handle != seq || pos >= s->N) continue;
+        float *dst = kind ? s->layer_streams : s->layer_attn;
+        size_t per = (size_t)rc->hc * rc->D;
+        memcpy(dst + ((size_t)pos * rc->L + layer) * per, streams, per * sizeof(float));
+    }
+}
+
+static cJSON *shape_json(int ndim, const long long *dims) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < ndim; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)dims[i]));
+    return a;
+}
+
+/* Writes one array and records it in the manifest's "files". */
+static int dump_array(const char *dir, cJSON *files, const char *name, const float *data, int ndim,
+                      const long long *dims) {
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)dims[i];
+    char fname[256];
+    snprintf(fname, sizeof fname, "%s.bin", name);
+    if (cli_write_f32(dir, fname, data, n)) {
+        fprintf(stderr, "dsv4 run: cannot write %s/%s\n", dir, fname);
+        return -1;
+    }
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "file", fname);
+    cJSON_AddItemToObject(f, "shape", shape_json(ndim, dims));
+    cJSON_AddStringToObject(f, "dtype", "f32");
+    cJSON_AddItemToObject(files, name, f);
+    return 0;
+}
+
+static int dump_seq(const char *dir, const run_seq *s, int V, int D, int hc, int L, int mtp,
+                    int layers) {
+    if (cli_mkdirs(dir)) {
+        fprintf(stderr, "dsv4 run: cannot create directory %s\n", dir);
+        return -1;
+    }
+    cJSON *man = cJSON_CreateObject();
+    cJSON *toks = cJSON_CreateArray();
+    for (int i = 0; i < s->N; i++) cJSON_AddItemToArray(toks, cJSON_CreateNumber(s->tokens[i]));
+    cJSON_AddItemToObject(man, "tokens", toks);
+    cJSON_AddNumberToObject(man, "prefill_len", s->P);
+    cJSON *files = cJSON_CreateObject();
+    cJSON_AddItemToObject(man, "files", files);
+    const long long P = s->P, K = s->N - s->P;
+    const size_t per = (size_t)L * hc * D;
+    int bad = 0;
+    bad |= dump_array(dir, files, "prefill_logits", s->pre_logits, 2, (long long[]){P, V});
+    bad |= dump_array(dir, files, "prefill_hidden", s->pre_hidden, 2, (long long[]){P, D});
+    if (K > 0) {
+        bad |= dump_array(dir, files, "decode_logits", s->dec_logits, 2, (long long[]){K, V});
+        bad |= dump_array(dir, files, "decode_hidden", s->dec_hidden, 2, (long long[]){K, D});
+    }
+    if (layers) {
+        bad |= dump_array(dir, files, "prefill_layer_streams", s->layer_streams, 4,
+                          (long long[]){P, L, hc, D});
+        bad |= dump_array(dir, files, "prefill_layer_attn_streams", s->layer_attn, 4,
+                          (long long[]){P, L, hc, D});
+        if (K > 0) {
+            bad |= dump_array(dir, files, "decode_layer_streams", s->layer_streams + P * per, 4,
+                              (long long[]){K, L, hc, D});
+            bad |= dump_array(dir, files, "decode_layer_attn_streams", s->layer_attn + P * per, 4,
+                              (long long[]){K, L, hc, D});
+        }
+    }
+    if (mtp && s->N >= 2)
+        bad |= dump_array(dir, files, "mtp_logits", s->mtp_logits, 2, (long long[]){s->N - 1, V});
+    char *text = cJSON_Print(man);
+    cJSON_Delete(man);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f || !text || fputs(text, f) < 0) bad = 1;
+    if (f && fclose(f)) bad = 1;
+    free(text);
+    if (bad) fprintf(stderr, "dsv4 run: failed writing %s\n", dir);
+    return bad ? -1 : 0;
+}
+
+/* Reads one sequence per non-empty line. */
+static int read_tokens_file(const char *path, run_seq **out) {
+    size_t len;
+    char *text = cli_read_file(path, &len);
+    if (!text) {
+        fprintf(stderr, "dsv4 run: cannot read %s\n", path);
+        return -1;
+    }
+    int n = 0, cap = 4;
+    run_seq *seqs = calloc((size_t)cap, sizeof *seqs);
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line && seqs; line = strtok_r(NULL, "\n", &save)) {
+        char err[128];
+        int32_t *ids;
+        int cnt = cli_parse_ids(line, &ids, err, sizeof err);
+        if (cnt < 0) {
+            fprintf(stderr, "dsv4 run: %s line %d: %s\n", path, n + 1, err);
+            for (int i = 0; i < n; i++) free(seqs[i].tokens);
+            free(seqs); free(text);
+            return -1;
+        }
+        if (cnt == 0) { free(ids); continue; }
+        if (n == cap) {
+            run_seq *g = realloc(seqs, (size_t)(cap *= 2) * sizeof *seqs);
+            if (!g) { free(ids); break; }
+            seqs = g;
+        }
+        memset(&seqs[n], 0, sizeof seqs[n]);
+        seqs[n].tokens = ids;
+        seqs[n].N = cnt;
+        n++;
+    }
+    free(text);
+    if (!seqs) return -1;
+    *out = seqs;
+    return n;
+}
+
+/* Runs MTP rows [mtp_done, min(done, N-1)) of every sequence that has any ready. */
+static int run_mtp(dsv4_engine *eng, run_ctx *rc, int V, dsv4_err *err) {
+    const size_t per = (size_t)rc->hc * rc->D;
+    for (int i = 0; i < rc->n_seqs; i++) {
+        run_seq *s = &rc->seqs[i];
+        int64_t end = s->done < s->N - 1 ? s->done : s->N - 1;
+        if (s->mtp_done >= end) continue;
+        int n = (int)(end - s->mtp_done);
+        float *hid = malloc((size_t)n * rc->D * sizeof(float));
+        if (!hid) return -1;
+        dsv4_mtp_span sp = {s->handle, s->mtp_done, n, s->tokens + s->mtp_done + 1,
+                            s->streams + (size_t)s->mtp_done * per};
+        int r = dsv4_mtp_forward(eng, &sp, 1, hid, err);
+        if (!r) r = dsv4_lm_head(eng, hid, n, s->mtp_logits + (size_t)s->mtp_done * V, err);
+        free(hid);
+        if (r) return r;
+        s->mtp_done = end;
+    }
+    return 0;
+}
 
 int cmd_run(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "dsv4: 'run' is not implemented yet\n");
-    return 1;
+    const char *model_dir = NULL, *tokens_arg = NULL, *tokens_file = NULL, *dump = NULL;
+    long long prefill = -1, chunk = 0, threads = 0;
+    int mtp = 0, layers = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "--mtp")) mtp = 1;
+        else if (!strcmp(a, "--dump-layers")) layers = 1;
+        else if (!v) { fprintf(stderr, "dsv4 run: %s needs a value\n", a); usage(stderr); return 2; }
+        else if (!strcmp(a, "--model")) model_dir = argv[++i];
+        else if (!strcmp(a, "--tokens")) tokens_arg = argv[++i];
+        else if (!strcmp(a, "--tokens-file")) tokens_file = argv[++i];
+        else if (!strcmp(a, "--dump")) dump = argv[++i];
+        else if (!strcmp(a, "--prefill")) {
+            if (cli_parse_int(argv[++i], 1, 1LL << 40, &prefill)) {
+                fprintf(stderr, "dsv4 run: --prefill must be a positive integer, got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--chunk")) {
+            if (cli_parse_int(argv[++i], 1, 1 << 30, &chunk)) {
+                fprintf(stderr, "dsv4 run: --chunk must be a positive integer, got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--threads")) {
+            if (cli_parse_int(argv[++i], 1, 1024, &threads)) {
+                fprintf(stderr, "dsv4 run: --threads must be in [1, 1024], got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "dsv4 run: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!model_dir || !dump || (!tokens_arg == !tokens_file)) {
+        fprintf(stderr, "dsv4 run: need --model, --dump and exactly one of --tokens / --tokens-file\n");
+        usage(stderr);
+        return 2;
+    }
+
+    run_ctx rc = {0};
+    if (tokens_arg) {
+        char err[128];
+        rc.seqs = calloc(1, sizeof *rc.seqs);
+        int n = rc.seqs ? cli_parse_ids(tokens_arg, &rc.seqs[0].tokens, err, sizeof err) : -1;
+        if (n <= 0) {
+            fprintf(stderr, "dsv4 run: --tokens: %s\n", n == 0 ? "no token ids" : err);
+            free(rc.seqs);
+            return 2;
+        }
+        rc.seqs[0].N = n;
+        rc.n_seqs = 1;
+    } else {
+        rc.n_seqs = read_tokens_file(tokens_file, &rc.seqs);
+        if (rc.n_seqs <= 0) {
+            if (rc.n_seqs == 0) { fprintf(stderr, "dsv4 run: %s holds no sequences\n", tokens_file); free(rc.seqs); }
+            return 2;
+        }
+    }
+
+    int status = 1;
+    dsv4_err err = {0};
+    dsv4_model *model = NULL;
+    dsv4_engine *eng = NULL;
+    if (dsv4_model_open(model_dir, &model, &err)) {
+        fprintf(stderr, "dsv4 run: %s\n", err.msg);
+        goto out;
+    }
+    dsv4_model_info info = dsv4_model_get_info(model);
+    const int V = info.vocab_size, D = info.hidden_size, hc = info.hc_mult, L = info.n_layers;
+    rc.L = L; rc.hc = hc; rc.D = D;
+    if (mtp && info.n_mtp == 0) {
+        fprintf(stderr, "dsv4 run: --mtp: the model has no MTP block\n");
+        status = 2;
+        goto out;
+    }
+    int max_n = 0, max_c = 1;
+    for (int i = 0; i < rc.n_seqs; i++) {
+        run_seq *s = &rc.seqs[i];
+        s->P = prefill < 0 ? s->N : (int)prefill;
+        if (prefill > s->N) {
+            fprintf(stderr, "dsv4 run: --prefill %lld exceeds the %d tokens of sequence %d\n",
+                    prefill, s->N, i);
+            status = 2;
+            goto out;
+        }
+        for (int j = 0; j < s->N; j++)
+            if (s->tokens[j] >= V) {
+                fprintf(stderr, "dsv4 run: sequence %d: token id %d at index %d is >= vocab size %d\n",
+                        i, s->tokens[j], j, V);
+                status = 2;
+                goto out;
+            }
+        if (s->N > max_n) max_n = s->N;
+        int c = chunk ? (int)(chunk < s->P ? chunk : s->P) : s->P;
+        if (c > max_c) max_c = c;
+        size_t K = (size_t)(s->N - s->P);
+        s->pre_hidden = malloc((size_t)s->P * D * sizeof(float));
+        s->pre_logits = malloc((size_t)s->P * V * sizeof(float));
+        s->dec_hidden = malloc((K ? K : 1) * D * sizeof(float));
+        s->dec_logits = malloc((K ? K : 1) * V * sizeof(float));
+        if (mtp) {
+            s->streams = malloc((size_t)s->N * hc * D * sizeof(float));
+            s->mtp_logits = malloc((size_t)(s->N > 1 ? s->N - 1 : 1) * V * sizeof(float));
+        }
+        if (layers) {
+            s->layer_streams = calloc((size_t)s->N * L * hc * D, sizeof(float));
+            s->layer_attn = calloc((size_t)s->N * L * hc * D, sizeof(float));
+        }
+        if (!s->pre_hidden || !s->pre_logits || !s->dec_hidden || !s->dec_logits ||
+            (mtp && (!s->streams || !s->mtp_logits)) || (layers && (!s->layer_streams || !s->layer_attn))) {
+            fprintf(stderr, "dsv4 run: out of memory for the dump buffers\n");
+            goto out;
+        }
+    }
+
+    dsv4_engine_opts eo = {0};
+    eo.max_context = max_n;
+    eo.max_seqs = rc.n_seqs;
+    eo.c_max = max_c;
+    eo.mtp = mtp;
+    eo.threads = (int)threads;
+    if (dsv4_engine_create(model, &eo, &eng, &err)) {
+        fprintf(stderr, "dsv4 run: %s\n", err.msg);
+        goto out;
+    }
+    if (layers) dsv4_engine_set_trace(eng, trace_layers, &rc);
+    for (int i = 0; i < rc.n_seqs; i++)
+        if (dsv4_seq_create(eng, &rc.seqs[i].handle, &err)) {
+            fprintf(stderr, "dsv4 run: %s\n", err.msg);
+            goto out;
+        }
+
+    dsv4_span *spans = calloc((size_t)rc.n_seqs, sizeof *spans);
+    run_seq **owner = calloc((size_t)rc.n_seqs, sizeof *owner);
+    float *hid = malloc((size_t)(rc.n_seqs > max_c ? rc.n_seqs : max_c) * rc.n_seqs * D * sizeof(float));
+    float *str = malloc((size_t)(rc.n_seqs > max_c ? rc.n_seqs : max_c) * rc.n_seqs * hc * D * sizeof(float));
+    if (!spans || !owner || !hid || !str) {
+        fprintf(stderr, "dsv4 run: out of memory\n");
+        free(spans); free(owner); free(hid); free(str);
+        goto out;
+    }
+    const size_t per = (size_t)hc * D;
+    for (;;) {
+        /* one call: the next prefill chunk of every sequence still prefilling, else one
+         * decode row of every unfinished sequence */
+        int n = 0, prefilling = 0;
+        for (int i = 0; i < rc.n_seqs; i++) prefilling |= rc.seqs[i].done < rc.seqs[i].P;
+        for (int i = 0; i < rc.n_seqs; i++) {
+            run_seq *s = &rc.seqs[i];
+            int64_t limit = prefilling ? s->P : s->N;
+            if (s->done >= limit) continue;
+            int cnt = prefilling ? (int)(chunk ? (chunk < limit - s->done ? chunk : limit - s->done)
+                                                : limit - s->done)
+                                 : 1;
+            spans[n] = (dsv4_span){.seq = s->handle, .start = s->done, .n_tokens = cnt,
+                                   .tokens = s->tokens + s->done, .n_hidden = cnt,
+                                   .n_streams = mtp ? cnt : 0};
+            owner[n++] = s;
+        }
+        if (!n) break;
+        if (dsv4_forward(eng, spans, n, hid, str, &err)) {
+            fprintf(stderr, "dsv4 run: %s\n", err.msg);
+            break;
+        }
+        int rows = 0;
+        for (int k = 0; k < n; k++) {
+            run_seq *s = owner[k];
+            int cnt = spans[k].n_tokens;
+            /* a span is all prefill or one decode row, so its rows are contiguous */
+            const int64_t t0 = s->done;
+            float *dh = t0 < s->P ? s->pre_hidden + (size_t)t0 * D : s->dec_hidden + (size_t)(t0 - s->P) * D;
+            float *dl = t0 < s->P ? s->pre_logits + (size_t)t0 * V : s->dec_logits + (size_t)(t0 - s->P) * V;
+            memcpy(dh, hid + (size_t)rows * D, (size_t)cnt * D * sizeof(float));
+            if (dsv4_lm_head(eng, dh, cnt, dl, &err)) break;
+            if (mtp) memcpy(s->streams + (size_t)t0 * per, str + (size_t)rows * per, (size_t)cnt * per * sizeof(float));
+            rows += cnt;
+            s->done += cnt;
+        }
+        if (err.code) { fprintf(stderr, "dsv4 run: %s\n", err.msg); break; }
+        if (mtp && run_mtp(eng, &rc, V, &err)) {
+            fprintf(stderr, "dsv4 run: MTP: %s\n", err.msg);
+            break;
+        }
+    }
+    free(spans); free(owner); free(hid); free(str);
+    int finished = 1;
+    for (int i = 0; i < rc.n_seqs; i++) finished &= rc.seqs[i].done == rc.seqs[i].N;
+    if (!finished) goto out;
+
+    status = 0;
+    for (int i = 0; i < rc.n_seqs && !status; i++) {
+        char dir[4096];
+        if (tokens_arg) snprintf(dir, sizeof dir, "%s", dump);
+        else snprintf(dir, sizeof dir, "%s/seq%d", dump, i);
+        if (dump_seq(dir, &rc.seqs[i], V, D, hc, L, mtp, layers)) status = 1;
+    }
+out:
+    dsv4_engine_free(eng);
+    dsv4_model_close(model);
+    for (int i = 0; i < rc.n_seqs; i++) {
+        run_seq *s = &rc.seqs[i];
+        free(s->tokens); free(s->pre_hidden); free(s->pre_logits); free(s->dec_hidden);
+        free(s->dec_logits); free(s->streams); free(s->mtp_logits); free(s->layer_streams);
+        free(s->layer_attn);
+    }
+    free(rc.seqs);
+    return status;
 }

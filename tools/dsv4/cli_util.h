@@ -1,0 +1,25 @@
+/* cli_util.h — small helpers shared by the subcommands: argument parsing, id lists,
+ * directories and raw array files. */
+#ifndef DSV4_TOOLS_CLI_UTIL_H
+#define DSV4_TOOLS_CLI_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Parses a decimal integer in [lo, hi] from s; returns 0 on success. */
+int cli_parse_int(const char *s, long long lo, long long hi, long long *out);
+
+/* Parses ids separated by commas and/or whitespace into a malloc'd array. Returns the
+ * count, or -1 with a message in errbuf. */
+int cli_parse_ids(const char *s, int32_t **out, char *errbuf, size_t errlen);
+
+/* mkdir -p; returns 0 on success. */
+int cli_mkdirs(const char *path);
+
+/* Writes n floats little-endian to dir/name; returns 0 on success. */
+int cli_write_f32(const char *dir, const char *name, const float *data, size_t n);
+
+/* Reads a whole file into a malloc'd NUL-terminated buffer (NULL on failure). */
+char *cli_read_file(const char *path, size_t *len);
+
+#endif
