@@ -1,0 +1,186 @@
+/* test_hc.c — hyper-connections (spec/model.md §5.3, §5.4, §5.13, pitfalls 1-4) against
+ * double-precision loops written from the spec's formulas. Large eps variants make a
+ * misplaced eps visible above FP32 noise. */
+#include <stdint.h>
+
+#include "hc/hc.h"
+#include "test.h"
+
+static uint64_t rng_state = 0x853c49e6748fea9bull;
+static double urand(void) { /* uniform [-1, 1) */
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+static double sigm(double z) { return 1.0 / (1.0 + exp(-z)); }
+
+/* Reference hc_pre: mixes, pre, post, Sinkhorn-normalised comb, collapsed x. */
+static void ref_pre(int hc, int D, int iters, double eps, double hc_eps, const float *h,
+                    const float *fn, const float *base, const float *scale, double *x,
+                    double *post, double *C) {
+    const int n = hc * D, mix = (2 + hc) * hc;
+    double ms = 0;
+    for (int i = 0; i < n; i++) ms += (double)h[i] * h[i];
+    const double rs = sqrt(ms / n + eps);
+    double mixes[(2 + 16) * 16], pre[16];
+    for (int m = 0; m < mix; m++) {
+        double acc = 0;
+        for (int i = 0; i < n; i++) acc += (double)fn[m * n + i] * h[i];
+        mixes[m] = acc / rs;
+    }
+    for (int j = 0; j < hc; j++) {
+        pre[j] = sigm(mixes[j] * scale[0] + base[j]) + hc_eps;
+        post[j] = 2 * sigm(mixes[hc + j] * scale[1] + base[hc + j]);
+    }
+    for (int j = 0; j < hc; j++) {
+        double mx = -1e300, sum = 0;
+        for (int k = 0; k < hc; k++) {
+            C[j * hc + k] = mixes[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k];
+            mx = fmax(mx, C[j * hc + k]);
+        }
+        for (int k = 0; k < hc; k++) sum += exp(C[j * hc + k] - mx);
+        for (int k = 0; k < hc; k++) C[j * hc + k] = exp(C[j * hc + k] - mx) / sum + hc_eps;
+    }
+    for (int round = 0; round < iters; round++) {
+        if (round > 0)
+            for (int j = 0; j < hc; j++) {
+                double s = 0;
+                for (int k = 0; k < hc; k++) s += C[j * hc + k];
+                for (int k = 0; k < hc; k++) C[j * hc + k] /= s + hc_eps;
+            }
+        for (int k = 0; k < hc; k++) {
+            double s = 0;
+            for (int j = 0; j < hc; j++) s += C[j * hc + k];
+            for (int j = 0; j < hc; j++) C[j * hc + k] /= s + hc_eps;
+        }
+    }
+    for (int d = 0; d < D; d++) {
+        x[d] = 0;
+        for (int j = 0; j < hc; j++) x[d] += pre[j] * h[j * D + d];
+    }
+}
+
+typedef struct { int hc, D, iters; double eps, hc_eps; } hc_case;
+
+static dsv4_config make_cfg(const hc_case *t) {
+    dsv4_config c;
+    memset(&c, 0, sizeof c);
+    c.hc_mult = t->hc;
+    c.hidden_size = t->D;
+    c.hc_sinkhorn_iters = t->iters;
+    c.rms_norm_eps = t->eps;
+    c.hc_eps = t->hc_eps;
+    return c;
+}
+
+static void run_case(const hc_case *t) {
+    const int hc = t->hc, D = t->D, n = hc * D, mix = (2 + hc) * hc;
+    dsv4_config c = make_cfg(t);
+    float *h = malloc(sizeof(float) * n), *fn = malloc(sizeof(float) * mix * n);
+    float *hfn = malloc(sizeof(float) * hc * n);
+    float base[(2 + 16) * 16], scale[3], hbase[16], hscale[1];
+    float x[512], post[16], comb[256], y[512], hout[4096];
+    double rx[512], rpost[16], rC[256];
+    for (int i = 0; i < n; i++) h[i] = (float)(2 * urand());
+    for (int i = 0; i < mix * n; i++) fn[i] = (float)(urand() * 1.7 / sqrt(n));
+    for (int i = 0; i < hc * n; i++) hfn[i] = (float)(urand() * 1.7 / sqrt(n));
+    for (int i = 0; i < mix; i++) base[i] = (float)(urand() * (i >= 2 * hc ? 2.0 : 0.8));
+    for (int i = 0; i < 3; i++) scale[i] = (float)(1.0 + 0.5 * urand());
+    for (int i = 0; i < hc; i++) hbase[i] = (float)(0.8 * urand());
+    hscale[0] = 1.3f;
+
+    dsv4_hc_pre(&c, h, fn, base, scale, x, post, comb);
+    ref_pre(hc, D, t->iters, t->eps, t->hc_eps, h, fn, base, scale, rx, rpost, rC);
+    double ex = 0, mx = 0, ep = 0, ec = 0;
+    for (int d = 0; d < D; d++) { ex = fmax(ex, fabs(x[d] - rx[d])); mx = fmax(mx, fabs(rx[d])); }
+    for (int j = 0; j < hc; j++) ep = fmax(ep, fabs(post[j] - rpost[j]));
+    for (int i = 0; i < hc * hc; i++) ec = fmax(ec, fabs(comb[i] - rC[i]));
+    CHECK_MSG(ex <= 1e-6 * mx, "hc=%d D=%d iters=%d: x err %.3g of %.3g", hc, D, t->iters, ex, mx);
+    CHECK_MSG(ep <= 1e-6, "hc=%d iters=%d: post err %.3g", hc, t->iters, ep);
+    CHECK_MSG(ec <= 1e-6, "hc=%d iters=%d: comb err %.3g", hc, t->iters, ec);
+    /* The final state is column-normalised: each column sums to S/(S+hc_eps). */
+    for (int k = 0; k < hc; k++) {
+        double s = 0;
+        for (int j = 0; j < hc; j++) s += comb[j * hc + k];
+        CHECK_MSG(fabs(s - 1) <= hc * t->hc_eps + 1e-6, "column %d sums to %.9g", k, s);
+    }
+    /* post in (0, 2), no eps. */
+    for (int j = 0; j < hc; j++) CHECK(post[j] > 0 && post[j] < 2);
+
+    /* hc_post: out[k] = post[k]·y + Σ_j C[j][k]·h[j] (first index of C). The comb is
+     * perturbed to be clearly asymmetric so a transposed use would fail. */
+    for (int d = 0; d < D; d++) y[d] = (float)urand();
+    for (int i = 0; i < hc * hc; i++) comb[i] = (float)(0.5 + 0.3 * urand() + (i % hc > i / hc ? 0.4 : 0.0));
+    double asym = 0;
+    for (int j = 0; j < hc; j++)
+        for (int k = 0; k < hc; k++) asym = fmax(asym, fabs(comb[j * hc + k] - comb[k * hc + j]));
+    if (hc > 1) CHECK(asym > 0.05);
+    dsv4_hc_post(&c, y, h, post, comb, hout);
+    double eo = 0, mo = 0;
+    for (int k = 0; k < hc; k++)
+        for (int d = 0; d < D; d++) {
+            double r = (double)post[k] * y[d];
+            for (int j = 0; j < hc; j++) r += (double)comb[j * hc + k] * h[j * D + d];
+            eo = fmax(eo, fabs(hout[k * D + d] - r));
+            mo = fmax(mo, fabs(r));
+        }
+    CHECK_MSG(eo <= 1e-6 * mo, "hc_post err %.3g of %.3g", eo, mo);
+
+    /* hc_head: sigmoid(mixes·scale[0] + base) + hc_eps, no Sinkhorn. */
+    dsv4_hc_head(&c, h, hfn, hbase, hscale, y);
+    double ms = 0;
+    for (int i = 0; i < n; i++) ms += (double)h[i] * h[i];
+    const double rs = sqrt(ms / n + t->eps);
+    double pre[16];
+    for (int j = 0; j < hc; j++) {
+        double acc = 0;
+        for (int i = 0; i < n; i++) acc += (double)hfn[j * n + i] * h[i];
+        pre[j] = sigm(acc / rs * hscale[0] + hbase[j]) + t->hc_eps;
+    }
+    double eh = 0, mh = 0;
+    for (int d = 0; d < D; d++) {
+        double r = 0;
+        for (int j = 0; j < hc; j++) r += pre[j] * h[j * D + d];
+        eh = fmax(eh, fabs(y[d] - r));
+        mh = fmax(mh, fabs(r));
+    }
+    CHECK_MSG(eh <= 1e-6 * mh, "hc_head err %.3g of %.3g", eh, mh);
+    free(h); free(fn); free(hfn);
+}
+
+/* Hand example, hc = 2, D = 1: fn = 0 makes every mix 0, so the logits are the bases.
+ * pre = σ(base) + eps; post = 2σ(base); comb from the Sinkhorn of softmax(base rows). */
+static void test_hand(void) {
+    hc_case t = {2, 1, 1, 1e-6, 0.0};
+    dsv4_config c = make_cfg(&t);
+    float h[2] = {3.0f, -1.0f}, fn[8 * 2] = {0}, base[8] = {0, 1, 0.5f, -0.5f, 0, 0, 0, 0};
+    float scale[3] = {1, 1, 1}, x[1], post[2], comb[4];
+    base[4] = (float)log(3.0); /* row 0 logits (log 3, 0): softmax (3/4, 1/4) */
+    base[5] = 0;
+    base[6] = 0;               /* row 1 logits (0, log 3): softmax (1/4, 3/4) */
+    base[7] = (float)log(3.0);
+    dsv4_hc_pre(&c, h, fn, base, scale, x, post, comb);
+    CHECK_NEAR(x[0], 3 * sigm(0) - 1 * sigm(1), 1e-6);
+    CHECK_NEAR(post[0], 2 * sigm(0.5), 1e-6);
+    CHECK_NEAR(post[1], 2 * sigm(-0.5), 1e-6);
+    /* columns already sum to 1: comb stays the softmax */
+    CHECK_NEAR(comb[0], 0.75, 1e-6);
+    CHECK_NEAR(comb[1], 0.25, 1e-6);
+    CHECK_NEAR(comb[2], 0.25, 1e-6);
+    CHECK_NEAR(comb[3], 0.75, 1e-6);
+}
+
+int main(void) {
+    const hc_case cases[] = {
+        {4, 48, 20, 1e-6, 1e-6},
+        {4, 48, 20, 1e-3, 1e-2},  /* eps large enough to see where it goes */
+        {4, 37, 1, 1e-6, 1e-2},
+        {4, 64, 3, 1e-2, 1e-2},
+        {2, 33, 20, 1e-6, 1e-6},
+        {2, 16, 2, 1e-3, 5e-2},
+        {1, 8, 5, 1e-6, 1e-3},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+    test_hand();
+    return test_report();
+}
