@@ -57,10 +57,15 @@ typedef struct dsv4_config {
     int quant_block[2];        /* [128, 128] */
     char quant_activation_scheme[16]; /* "dynamic" */
     char expert_dtype[16];     /* "fp4" when given, else "" */
+    /* Non-fatal findings of dsv4_config_parse ("; "-separated, "" if none), e.g. missing
+     * MTP compress_ratios entries taken as 0. The library prints nothing; callers may. */
+    char warnings[512];
 } dsv4_config;
 
 /* Parses config.json text (len bytes) into cfg with the released defaults for optional
- * fields, then validates it (dsv4_config_validate). Errors name the field and value. */
+ * fields, then validates it (dsv4_config_validate). Errors name the field and value.
+ * cfg is written only on success. Bounds: every size <= 2^20 (vocab <= 2^22), layers
+ * <= DSV4_MAX_LAYERS - 1, so a product of any three sizes fits in int64. */
 int dsv4_config_parse(const char *json, size_t len, dsv4_config *cfg, dsv4_err *err);
 int dsv4_config_load(const char *path, dsv4_config *cfg, dsv4_err *err);
 int dsv4_config_validate(const dsv4_config *cfg, dsv4_err *err);

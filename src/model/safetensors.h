@@ -26,13 +26,15 @@ typedef enum {
 
 const char *dsv4_st_dtype_name(dsv4_st_dtype t);   /* "BF16" ... */
 int dsv4_st_dtype_size(dsv4_st_dtype t);           /* bytes per element */
+/* "BF16" -> DSV4_ST_BF16; -1 for a name that is not a dtype. */
+int dsv4_st_dtype_from_name(const char *name, dsv4_st_dtype *out);
 
 typedef struct dsv4_st_tensor {
     const char *name;                  /* owned by the set */
     dsv4_st_dtype dtype;
     int ndim;
     int64_t shape[DSV4_ST_MAX_DIMS];
-    const uint8_t *data;               /* inside the mmap'd file */
+    const uint8_t *data;               /* inside the mmap'd file; no alignment promised */
     uint64_t nbytes;
     int file;                          /* shard index */
 } dsv4_st_tensor;
