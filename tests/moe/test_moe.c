@@ -1,0 +1,434 @@
+/* test_moe.c — router and MoE forward (spec/model.md §5.12, pitfalls 19-22) against a
+ * double-precision reference written from the spec's formulas, on small fake blocks whose
+ * matrices the test allocates (F32, some BF16). Also: crafted router ties (lower id wins),
+ * the softplus threshold, hash routing in stored order, argument errors, and batch
+ * invariance (a row's output is bitwise the same alone, in a batch, in any order). */
+#include <stdint.h>
+
+#include "kernels/kctx.h"
+#include "moe/moe.h"
+#include "test.h"
+
+/* ---- helpers ------------------------------------------------------------------------- */
+
+static uint64_t rng_state = 0xda3e39cb94b95bdbull;
+static double urand(void) { /* uniform [-1, 1) */
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+static void *allocs[4096];
+static int n_allocs;
+static void *talloc(size_t n) {
+    void *p = calloc(1, n);
+    if (!p) { fprintf(stderr, "test out of memory\n"); exit(2); }
+    allocs[n_allocs++] = p;
+    return p;
+}
+static void tfree_all(void) { while (n_allocs) free(allocs[--n_allocs]); }
+
+static float bf16_value(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+
+/* A (rows, cols) matrix with random values times scale, stored F32 or BF16 (truncated);
+ * returns the exact values the stored form decodes to, for the reference. */
+static const float *new_mat(dsv4_mat *m, int rows, int cols, double scale, int bf16) {
+    float *dense = talloc(sizeof(float) * rows * cols);
+    m->rows = rows;
+    m->cols = cols;
+    m->scale = NULL;
+    m->scale_is_f32 = 0;
+    if (bf16) {
+        uint16_t *w = talloc(sizeof(uint16_t) * rows * cols);
+        for (int i = 0; i < rows * cols; i++) {
+            float f = (float)(urand() * scale);
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            w[i] = (uint16_t)(u >> 16);
+            dense[i] = bf16_value(w[i]);
+        }
+        m->fmt = DSV4_WF_BF16;
+        m->w = w;
+    } else {
+        for (int i = 0; i < rows * cols; i++) dense[i] = (float)(urand() * scale);
+        m->fmt = DSV4_WF_F32;
+        m->w = dense;
+    }
+    return dense;
+}
+
+typedef struct fake {
+    dsv4_config cfg;
+    dsv4_block_w b;
+    const float *gate, *w1[16], *w2[16], *w3[16], *s1, *s2, *s3; /* decoded values */
+    float *bias;
+    int32_t *tid2eid;
+} fake;
+
+typedef struct moe_case {
+    const char *name;
+    int D, I, E, K, V;
+    int layer_id, n_hash;
+    dsv4_score_func score;
+    double limit, rsf;
+    int gate_bf16, w2_bf16, with_bias;
+} moe_case;
+
+static void make_fake(fake *f, const moe_case *t) {
+    memset(f, 0, sizeof *f);
+    dsv4_config *c = &f->cfg;
+    c->hidden_size = t->D;
+    c->moe_intermediate_size = t->I;
+    c->n_routed_experts = t->E;
+    c->num_experts_per_tok = t->K;
+    c->vocab_size = t->V;
+    c->num_hash_layers = t->n_hash;
+    c->scoring_func = t->score;
+    c->swiglu_limit = t->limit;
+    c->routed_scaling_factor = t->rsf;
+    c->n_shared_experts = 1;
+    dsv4_block_w *b = &f->b;
+    b->layer_id = t->layer_id;
+    const double sd = 1.0 / sqrt(t->D), si = 1.0 / sqrt(t->I);
+    f->gate = new_mat(&b->gate, t->E, t->D, 2.0 * sd, t->gate_bf16);
+    b->w1 = talloc(sizeof(dsv4_mat) * t->E);
+    b->w2 = talloc(sizeof(dsv4_mat) * t->E);
+    b->w3 = talloc(sizeof(dsv4_mat) * t->E);
+    for (int e = 0; e < t->E; e++) {
+        f->w1[e] = new_mat(&b->w1[e], t->I, t->D, 2.0 * sd, 0);
+        f->w3[e] = new_mat(&b->w3[e], t->I, t->D, 2.0 * sd, 0);
+        f->w2[e] = new_mat(&b->w2[e], t->D, t->I, 2.0 * si, t->w2_bf16 && (e % 2));
+    }
+    f->s1 = new_mat(&b->sh_w1, t->I, t->D, 2.0 * sd, 0);
+    f->s3 = new_mat(&b->sh_w3, t->I, t->D, 2.0 * sd, 0);
+    f->s2 = new_mat(&b->sh_w2, t->D, t->I, 2.0 * si, t->w2_bf16);
+    if (t->layer_id < t->n_hash) {
+        /* K distinct experts per token, in a random stored order. */
+        f->tid2eid = talloc(sizeof(int32_t) * t->V * t->K);
+        for (int v = 0; v < t->V; v++) {
+            int perm[16];
+            for (int e = 0; e < t->E; e++) perm[e] = e;
+            for (int e = t->E - 1; e > 0; e--) {
+                int j = (int)((urand() + 1) / 2 * (e + 1)) % (e + 1), tmp = perm[e];
+                perm[e] = perm[j];
+                perm[j] = tmp;
+            }
+            for (int k = 0; k < t->K; k++) f->tid2eid[v * t->K + k] = perm[k];
+        }
+        b->tid2eid = f->tid2eid;
+    } else if (t->with_bias) {
+        f->bias = talloc(sizeof(float) * t->E);
+        for (int e = 0; e < t->E; e++) f->bias[e] = (float)(0.3 * urand());
+        b->gate_bias = f->bias;
+    }
+}
+
+/* ---- reference ----------------------------------------------------------------------- */
+
+static double ref_score(dsv4_score_func fn, const double *logits, int E, int e) {
+    if (fn == DSV4_SCORE_SIGMOID) return 1.0 / (1.0 + exp(-logits[e]));
+    if (fn == DSV4_SCORE_SOFTMAX) {
+        double mx = logits[0], sum = 0;
+        for (int i = 1; i < E; i++) mx = fmax(mx, logits[i]);
+        for (int i = 0; i < E; i++) sum += exp(logits[i] - mx);
+        return exp(logits[e] - mx) / sum;
+    }
+    const double z = logits[e];
+    return sqrt(z > 20 ? z : log(1.0 + exp(z)));
+}
+
+/* Selection, weights, and the smallest gap at the top-K boundary (score layers). */
+static double ref_route(const fake *f, const float *x, int32_t tok, int *sel, double *w) {
+    const dsv4_config *c = &f->cfg;
+    const int E = c->n_routed_experts, K = c->num_experts_per_tok, D = c->hidden_size;
+    double logits[64], s[64], v[64] = {0};
+    for (int e = 0; e < E; e++) {
+        double acc = 0;
+        for (int i = 0; i < D; i++) acc += (double)f->gate[e * D + i] * x[i];
+        logits[e] = acc;
+    }
+    for (int e = 0; e < E; e++) s[e] = ref_score(c->scoring_func, logits, E, e);
+    double gap = INFINITY;
+    if (f->b.layer_id < c->num_hash_layers) {
+        for (int k = 0; k < K; k++) sel[k] = f->tid2eid[tok * K + k];
+    } else {
+        /* insertion order by (value descending, id ascending) */
+        int order[64] = {0};
+        for (int e = 0; e < E; e++) {
+            v[e] = s[e] + (f->b.gate_bias ? f->b.gate_bias[e] : 0.0);
+            int p = e;
+            while (p > 0 && v[order[p - 1]] < v[e]) { order[p] = order[p - 1]; p--; }
+            order[p] = e;
+        }
+        for (int k = 0; k < K; k++) sel[k] = order[k];
+        if (K < E) gap = v[order[K - 1]] - v[order[K]];
+    }
+    double sum = 0;
+    for (int k = 0; k < K; k++) sum += s[sel[k]];
+    for (int k = 0; k < K; k++)
+        w[k] = (c->scoring_func == DSV4_SCORE_SOFTMAX ? s[sel[k]] : s[sel[k]] / sum) * c->routed_scaling_factor;
+    return gap;
+}
+
+static int clamps_fired;
+
+/* out += expert(x, weight) */
+static void ref_expert(const fake *f, const float *W1, const float *W3, const float *W2,
+                       const float *x, double weight, double *out) {
+    const int D = f->cfg.hidden_size, I = f->cfg.moe_intermediate_size;
+    const double L = f->cfg.swiglu_limit;
+    double h[256];
+    for (int i = 0; i < I; i++) {
+        double g = 0, u = 0;
+        for (int d = 0; d < D; d++) { g += (double)W1[i * D + d] * x[d]; u += (double)W3[i * D + d] * x[d]; }
+        if (L > 0) {
+            if (g > L) { g = L; clamps_fired++; }
+            if (u > L) { u = L; clamps_fired++; }
+            if (u < -L) { u = -L; clamps_fired++; }
+        }
+        h[i] = weight * (g / (1 + exp(-g))) * u;
+    }
+    for (int d = 0; d < D; d++) {
+        double acc = 0;
+        for (int i = 0; i < I; i++) acc += (double)W2[d * I + i] * h[i];
+        out[d] += acc;
+    }
+}
+
+static void ref_moe(const fake *f, const float *x, int32_t tok, int *sel, double *y, double *gap) {
+    const int D = f->cfg.hidden_size, K = f->cfg.num_experts_per_tok;
+    double w[64];
+    *gap = ref_route(f, x, tok, sel, w);
+    for (int d = 0; d < D; d++) y[d] = 0;
+    for (int k = 0; k < K; k++) ref_expert(f, f->w1[sel[k]], f->w3[sel[k]], f->w2[sel[k]], x, w[k], y);
+    ref_expert(f, f->s1, f->s3, f->s2, x, 1.0, y);
+}
+
+/* ---- tests --------------------------------------------------------------------------- */
+
+static dsv4_kctx *kctx;
+
+static void run_case(const moe_case *t, int S) {
+    fake f;
+    make_fake(&f, t);
+    const int D = t->D, K = t->K;
+    float *x = talloc(sizeof(float) * S * D), *y = talloc(sizeof(float) * S * D);
+    float *y1 = talloc(sizeof(float) * D), *yr = talloc(sizeof(float) * S * D);
+    float *xr = talloc(sizeof(float) * S * D);
+    int32_t *tok = talloc(sizeof(int32_t) * S), *tokr = talloc(sizeof(int32_t) * S);
+    int *sel = talloc(sizeof(int) * S * K), *sel1 = talloc(sizeof(int) * K), *selr = talloc(sizeof(int) * S * K);
+    for (int i = 0; i < S * D; i++) x[i] = (float)(1.5 * urand());
+    for (int s = 0; s < S; s++) tok[s] = (int32_t)((urand() + 1) / 2 * t->V) % t->V;
+    dsv4_err err;
+    memset(&err, 0, sizeof err);
+    int rc = dsv4_moe_forward(kctx, &f.cfg, &f.b, x, tok, S, y, sel, &err);
+    CHECK_MSG(rc == DSV4_OK, "%s: forward failed: %s", t->name, err.msg);
+    if (rc) return;
+
+    /* vs the double reference */
+    clamps_fired = 0;
+    double maxerr = 0, maxref = 0;
+    int sel_bad = 0, close = 0;
+    for (int s = 0; s < S; s++) {
+        int rsel[64];
+        double ry[256], gap;
+        ref_moe(&f, x + s * D, tok[s], rsel, ry, &gap);
+        if (gap < 1e-5) { close++; continue; } /* too near a tie to demand the same choice */
+        for (int k = 0; k < K; k++) sel_bad += rsel[k] != sel[s * K + k];
+        for (int d = 0; d < D; d++) {
+            maxerr = fmax(maxerr, fabs(y[s * D + d] - ry[d]));
+            maxref = fmax(maxref, fabs(ry[d]));
+        }
+    }
+    CHECK_MSG(close <= S / 4, "%s: %d of %d rows near a routing tie", t->name, close, S);
+    CHECK_MSG(sel_bad == 0, "%s: %d selections differ from the reference", t->name, sel_bad);
+    CHECK_MSG(maxerr <= 2e-6 * maxref, "%s: max err %.3g of %.3g", t->name, maxerr, maxref);
+    if (t->limit > 0) CHECK_MSG(clamps_fired > 0, "%s: the clamp never fired", t->name);
+
+    /* dsv4_moe_route agrees with the forward's routing */
+    for (int s = 0; s < S; s++) {
+        int rsel[64];
+        double rw[64];
+        float w[64];
+        ref_route(&f, x + s * D, tok[s], rsel, rw);
+        dsv4_moe_route(&f.cfg, &f.b, x + s * D, tok[s], sel1, w);
+        CHECK(memcmp(sel1, sel + s * K, sizeof(int) * K) == 0);
+        for (int k = 0; k < K; k++)
+            CHECK_MSG(fabs(w[k] - rw[k]) <= 1e-6 * fabs(rw[k]) + 1e-9, "%s: weight %d: %.9g vs %.9g", t->name, k, w[k], rw[k]);
+    }
+
+    /* Batch invariance: each row alone, and the rows reversed, give the same bits. */
+    int bad = 0;
+    for (int s = 0; s < S; s++) {
+        rc = dsv4_moe_forward(kctx, &f.cfg, &f.b, x + s * D, tok + s, 1, y1, sel1, &err);
+        CHECK(rc == DSV4_OK);
+        bad += memcmp(y1, y + s * D, sizeof(float) * D) != 0 || memcmp(sel1, sel + s * K, sizeof(int) * K) != 0;
+    }
+    CHECK_MSG(bad == 0, "%s: %d rows differ when run alone", t->name, bad);
+    for (int s = 0; s < S; s++) {
+        memcpy(xr + (S - 1 - s) * D, x + s * D, sizeof(float) * D);
+        tokr[S - 1 - s] = tok[s];
+    }
+    rc = dsv4_moe_forward(kctx, &f.cfg, &f.b, xr, tokr, S, yr, selr, &err);
+    CHECK(rc == DSV4_OK);
+    bad = 0;
+    for (int s = 0; s < S; s++) bad += memcmp(yr + (S - 1 - s) * D, y + s * D, sizeof(float) * D) != 0;
+    CHECK_MSG(bad == 0, "%s: %d rows differ in reversed order", t->name, bad);
+    /* sel_out is optional */
+    rc = dsv4_moe_forward(kctx, &f.cfg, &f.b, x, tok, S, yr, NULL, &err);
+    CHECK(rc == DSV4_OK && memcmp(yr, y, sizeof(float) * S * D) == 0);
+    tfree_all();
+}
+
+/* x = unit vector 0, gate column 0 = vals: the logits are exactly vals. */
+static void craft_logits(fake *f, const float *vals, float *x) {
+    const int E = f->cfg.n_routed_experts, D = f->cfg.hidden_size;
+    float *g = talloc(sizeof(float) * E * D);
+    for (int e = 0; e < E; e++) {
+        for (int i = 0; i < D; i++) g[e * D + i] = (float)urand();
+        g[e * D] = vals[e];
+    }
+    f->b.gate.fmt = DSV4_WF_F32;
+    f->b.gate.w = g;
+    f->gate = g;
+    memset(x, 0, sizeof(float) * D);
+    x[0] = 1.0f;
+}
+
+static void test_ties(void) {
+    const moe_case t = {"ties", 16, 8, 8, 3, 10, 5, 3, DSV4_SCORE_SQRTSOFTPLUS, 0, 1.5, 0, 0, 0};
+    fake f;
+    make_fake(&f, &t);
+    float x[16], w[8];
+    int sel[8];
+    const float vals[8] = {0.5f, 2.0f, 1.0f, 2.0f, 1.0f, -1.0f, 2.0f, 0.3f};
+    craft_logits(&f, vals, x);
+    /* No bias: three-way tie at 2.0 among experts 1, 3, 6 → ascending ids. */
+    dsv4_moe_route(&f.cfg, &f.b, x, 0, sel, w);
+    CHECK(sel[0] == 1 && sel[1] == 3 && sel[2] == 6);
+    for (int k = 0; k < 3; k++) CHECK_NEAR(w[k], 0.5, 1e-6); /* equal scores, normalised, x1.5 */
+    f.cfg.num_experts_per_tok = 2;
+    dsv4_moe_route(&f.cfg, &f.b, x, 0, sel, w);
+    CHECK(sel[0] == 1 && sel[1] == 3);
+    f.cfg.num_experts_per_tok = 3;
+    /* With bias: s+bias ties between experts 2 and 4 (same logit, same bias) on top; the
+     * weights still come from the unbiased scores. */
+    float bias[8] = {0, -5, 3, -5, 3, 0, -5, 0};
+    f.b.gate_bias = bias;
+    dsv4_moe_route(&f.cfg, &f.b, x, 0, sel, w);
+    CHECK(sel[0] == 2 && sel[1] == 4 && sel[2] == 0);
+    const double s1 = sqrt(log1p(exp(1.0))), s05 = sqrt(log1p(exp(0.5)));
+    CHECK_NEAR(w[0], 1.5 * s1 / (2 * s1 + s05), 1e-6);
+    CHECK_NEAR(w[1], 1.5 * s1 / (2 * s1 + s05), 1e-6);
+    CHECK_NEAR(w[2], 1.5 * s05 / (2 * s1 + s05), 1e-6);
+    /* Descending order, not id order: bias lifts expert 7 above all. */
+    bias[7] = 10;
+    dsv4_moe_route(&f.cfg, &f.b, x, 0, sel, w);
+    CHECK(sel[0] == 7 && sel[1] == 2 && sel[2] == 4);
+    /* The forward routes the same way and sums in that k order. */
+    float y[16];
+    int fsel[3];
+    dsv4_err err;
+    int32_t tok = 0;
+    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, &tok, 1, y, fsel, &err) == DSV4_OK);
+    CHECK(fsel[0] == 7 && fsel[1] == 2 && fsel[2] == 4);
+    int rsel[8];
+    double ry[16], gap;
+    ref_moe(&f, x, 0, rsel, ry, &gap);
+    for (int d = 0; d < 16; d++) CHECK_NEAR(y[d], ry[d], 1e-5);
+
+    /* Softplus threshold: a logit of 800 would overflow exp; s = sqrt(800). */
+    const float big[8] = {800.0f, 0, 0, 0, 0, 0, 0, 0.1f};
+    craft_logits(&f, big, x);
+    f.b.gate_bias = NULL;
+    dsv4_moe_route(&f.cfg, &f.b, x, 0, sel, w);
+    const double s0 = sqrt(log1p(exp(0.0))), s800 = sqrt(800.0), s01 = sqrt(log1p(exp(0.1)));
+    CHECK(sel[0] == 0 && sel[1] == 7 && sel[2] == 1);
+    CHECK_NEAR(w[0], 1.5 * s800 / (s800 + s01 + s0), 1e-6);
+    CHECK_NEAR(w[1], 1.5 * s01 / (s800 + s01 + s0), 1e-6);
+
+    /* Sigmoid and softmax on crafted logits: softmax weights are not renormalised. */
+    f.cfg.scoring_func = DSV4_SCORE_SOFTMAX;
+    craft_logits(&f, vals, x);
+    dsv4_moe_route(&f.cfg, &f.b, x, 0, sel, w);
+    double Z = 0;
+    for (int e = 0; e < 8; e++) Z += exp(vals[e]);
+    CHECK(sel[0] == 1 && sel[1] == 3 && sel[2] == 6);
+    CHECK_NEAR(w[0], 1.5 * exp(2.0) / Z, 1e-6);
+    f.cfg.scoring_func = DSV4_SCORE_SIGMOID;
+    dsv4_moe_route(&f.cfg, &f.b, x, 0, sel, w);
+    CHECK_NEAR(w[0], 0.5, 1e-6);
+    tfree_all();
+}
+
+static void test_hash_and_errors(void) {
+    const moe_case t = {"hash", 16, 8, 6, 2, 12, 1, 3, DSV4_SCORE_SQRTSOFTPLUS, 1.0, 1.5, 1, 0, 0};
+    fake f;
+    make_fake(&f, &t);
+    float x[16 * 3], y[16 * 3], w[4];
+    int sel[8];
+    for (int i = 0; i < 48; i++) x[i] = (float)urand();
+    /* Stored order, even when it is not by score. */
+    f.tid2eid[5 * 2 + 0] = 4;
+    f.tid2eid[5 * 2 + 1] = 0;
+    dsv4_moe_route(&f.cfg, &f.b, x, 5, sel, w);
+    CHECK(sel[0] == 4 && sel[1] == 0);
+    dsv4_err err;
+    int32_t toks[3] = {5, 11, 0};
+    int fsel[6];
+    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 3, y, fsel, &err) == DSV4_OK);
+    CHECK(fsel[0] == 4 && fsel[1] == 0);
+    CHECK(fsel[2] == f.tid2eid[22] && fsel[3] == f.tid2eid[23]);
+
+    /* Errors: clear codes and messages naming the thing, no crash. */
+    toks[1] = 12;
+    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 3, y, NULL, &err) == DSV4_ERR_ARG);
+    CHECK_ERR(err, DSV4_ERR_ARG, "token id 12");
+    toks[1] = -1;
+    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 3, y, NULL, &err) == DSV4_ERR_ARG);
+    toks[1] = 11;
+    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, NULL, 3, y, NULL, &err) == DSV4_ERR_ARG);
+    f.tid2eid[0] = 6;
+    toks[0] = 0;
+    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 1, y, NULL, &err) == DSV4_ERR_ARG);
+    CHECK_ERR(err, DSV4_ERR_ARG, "tid2eid[0][0] = 6");
+    dsv4_moe_route(&f.cfg, &f.b, x, 0, sel, w);
+    CHECK(sel[0] == -1 && w[0] == 0.0f);
+    f.tid2eid[0] = f.tid2eid[1];
+    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 1, y, NULL, &err) == DSV4_ERR_ARG);
+    CHECK_ERR(err, DSV4_ERR_ARG, "repeats expert");
+    f.b.tid2eid = NULL;
+    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 1, y, NULL, &err) == DSV4_ERR_ARG);
+    CHECK_ERR(err, DSV4_ERR_ARG, "tid2eid");
+    f.b.tid2eid = f.tid2eid;
+    f.b.w2[3].cols = 9;
+    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 1, y, NULL, &err) == DSV4_ERR_ARG);
+    CHECK_ERR(err, DSV4_ERR_ARG, "experts.3.w2");
+    f.b.w2[3].cols = 8;
+    f.b.sh_w1.fmt = DSV4_WF_NONE;
+    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 1, y, NULL, &err) == DSV4_ERR_ARG);
+    CHECK_ERR(err, DSV4_ERR_ARG, "shared_experts.w1");
+    f.b.sh_w1.fmt = DSV4_WF_F32;
+    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, -1, y, NULL, &err) == DSV4_ERR_ARG);
+    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 0, y, NULL, &err) == DSV4_OK);
+    tfree_all();
+}
+
+int main(void) {
+    dsv4_err err;
+    if (dsv4_kctx_create(1, 256, &kctx, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    /* name, D, I, E, K, V, layer, n_hash, score, limit, rsf, gate_bf16, w2_bf16, bias */
+    const moe_case cases[] = {
+        {"sqrtsoftplus+bias+clamp", 24, 12, 8, 3, 40, 5, 2, DSV4_SCORE_SQRTSOFTPLUS, 0.5, 1.5, 0, 0, 1},
+        {"sqrtsoftplus, bf16 gate and w2, no clamp", 32, 16, 8, 2, 40, 4, 2, DSV4_SCORE_SQRTSOFTPLUS, 0, 1.5, 1, 1, 1},
+        {"sigmoid", 24, 12, 8, 3, 40, 3, 2, DSV4_SCORE_SIGMOID, 2.0, 2.5, 0, 0, 1},
+        {"softmax, no bias", 24, 12, 6, 2, 40, 3, 2, DSV4_SCORE_SOFTMAX, 0.7, 1.0, 1, 0, 0},
+        {"hash sqrtsoftplus", 24, 12, 8, 3, 40, 0, 3, DSV4_SCORE_SQRTSOFTPLUS, 0.5, 1.5, 1, 0, 0},
+        {"hash softmax, K=E", 16, 8, 4, 4, 20, 2, 3, DSV4_SCORE_SOFTMAX, 0, 1.5, 0, 1, 0},
+        {"K=E score", 16, 8, 5, 5, 20, 3, 3, DSV4_SCORE_SIGMOID, 0.5, 1.5, 0, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 37);
+    test_ties();
+    test_hash_and_errors();
+    dsv4_kctx_free(kctx);
+    return test_report();
+}
