@@ -79,9 +79,24 @@ struct dsv4_model {
     /* owned storage for converted vectors and expert tables */
     void **owned;
     int n_owned, cap_owned;
+    /* load report: non-fatal findings (extra tensors, unusual scale bytes), one per line;
+     * the library never prints them, `dsv4 info` does */
+    char *warnings;             /* NULL when there are none */
+    int n_warnings;
+    unsigned load_flags;        /* DSV4_LOAD_* used */
 };
 
 /* Opens dir (config.json + safetensors) and binds every tensor; see dsv4_model_open. */
 int dsv4_model_load(const char *dir, struct dsv4_model **out, dsv4_err *err);
+
+/* Load flags. HEADERS_ONLY binds matrices and checks every name, dtype and shape from the
+ * safetensors headers but reads no tensor data: vectors and tid2eid stay NULL and scale
+ * bytes are not scanned. For inspection (`dsv4 info`) of large checkpoints; such a model
+ * cannot run. */
+enum { DSV4_LOAD_HEADERS_ONLY = 1u };
+int dsv4_model_load_ex(const char *dir, unsigned flags, struct dsv4_model **out, dsv4_err *err);
+
+/* Zeroed allocation owned (and freed) by the model; NULL when out of memory. */
+void *dsv4_model_alloc(struct dsv4_model *m, size_t bytes);
 
 #endif

@@ -1,10 +1,341 @@
-/* cmd_info.c — placeholder until the command lands. */
+/* cmd_info.c — `dsv4 info`: what a model directory holds and what serving it costs.
+ *
+ *   dsv4 info --model DIR [--json] [--check] [--max-context N] [--max-seqs N] [--c-max N]
+ *
+ * Reads config.json and the safetensors headers only (the weights stay unread in the
+ * mapping), so it is quick on any checkpoint size; --check loads the model fully (scale
+ * bytes, vectors, tid2eid). Cache figures come from the cache planner, the one place that
+ * derives cache geometry.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "cache/cache.h"
 #include "commands.h"
+#include "model/info.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dsv4 info --model DIR [--json] [--check] [--max-context N] [--max-seqs N]\n"
+            "                 [--c-max N]\n"
+            "\n"
+            "Layer kinds, parameter counts, bytes by dtype, per-token cache bytes and the cache\n"
+            "pool geometry of a model directory. Only headers are read unless --check (full\n"
+            "load with every data check).\n"
+            "\n"
+            "  --json            machine-readable output\n"
+            "  --check           validate tensor data too (scale bytes, vectors, tid2eid)\n"
+            "  --max-context N   cache plan: longest sequence (default 4096)\n"
+            "  --max-seqs N      cache plan: live sequences (default 4)\n"
+            "  --c-max N         cache plan: most rows of one span (default 2048)\n");
+}
+
+static int parse_pos(const char *opt, const char *s, int64_t *v) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (!*s || *end || errno || x <= 0) {
+        fprintf(stderr, "dsv4 info: %s must be a positive integer, not '%s'\n", opt, s);
+        return -1;
+    }
+    *v = x;
+    return 0;
+}
+
+/* "1.23 B" style for parameter counts and byte sizes. */
+static const char *human(double v, char *buf, size_t n, const char *unit) {
+    const char *sfx[] = {"", " K", " M", " G", " T"};
+    int k = 0;
+    while (v >= 1000.0 && k < 4) { v /= 1000.0; k++; }
+    snprintf(buf, n, k ? "%.2f%s%s" : "%.0f%s%s", v, sfx[k], unit);
+    return buf;
+}
+
+typedef struct plan_pair { dsv4_cache_plan f32, bf16; int ok; char err[1024]; } plan_pair;
+
+static void make_plans(const dsv4_config *c, int64_t max_context, int64_t max_seqs, int64_t c_max,
+                       plan_pair *p) {
+    dsv4_cache_opts o = {0};
+    o.max_context = max_context;
+    o.max_seqs = (int)max_seqs;
+    o.c_max = (int)c_max;
+    o.d_max = c->num_nextn_predict_layers > 0 ? 1 : 0;
+    o.row_bytes_per_value = 4;
+    o.idx_bytes_per_value = 4;
+    dsv4_err err = {0};
+    p->ok = !dsv4_cache_plan_make(c, &o, &p->f32, &err);
+    if (p->ok) {
+        o.row_bytes_per_value = 2;
+        o.idx_bytes_per_value = 2;
+        p->ok = !dsv4_cache_plan_make(c, &o, &p->bf16, &err);
+    }
+    if (!p->ok) snprintf(p->err, sizeof p->err, "%s", err.msg);
+}
+
+/* Per-token bytes of one plan by state kind. */
+typedef struct per_token { double window, compressed, indexer; } per_token;
+
+static per_token token_bytes(const dsv4_cache_plan *p) {
+    per_token t = {0};
+    t.window = (double)p->win_page_bytes / p->win_block;
+    for (int i = 0; i < p->n_ratios; i++) t.compressed += (double)p->cmp_page_bytes[i] / p->block;
+    t.indexer = (double)p->idx_page_bytes / p->block;
+    return t;
+}
+
+static cJSON *plan_json(const dsv4_cache_plan *p) {
+    cJSON *j = cJSON_CreateObject();
+    per_token t = token_bytes(p);
+    cJSON *pt = cJSON_AddObjectToObject(j, "per_token_bytes");
+    cJSON_AddNumberToObject(pt, "window", t.window);
+    cJSON_AddNumberToObject(pt, "compressed", t.compressed);
+    cJSON_AddNumberToObject(pt, "indexer", t.indexer);
+    cJSON_AddNumberToObject(pt, "compressed_plus_indexer", p->bytes_per_token);
+    cJSON_AddNumberToObject(j, "window_bytes_per_sequence_max", (double)p->w_live * (double)p->win_page_bytes);
+    cJSON_AddNumberToObject(j, "compressor_state_bytes_per_sequence", (double)p->slot_bytes);
+    cJSON_AddNumberToObject(j, "block", p->block);
+    cJSON_AddNumberToObject(j, "win_block", p->win_block);
+    cJSON_AddNumberToObject(j, "w_live", p->w_live);
+    cJSON_AddNumberToObject(j, "win_page_bytes", (double)p->win_page_bytes);
+    cJSON *cp = cJSON_AddArrayToObject(j, "cmp_pools");
+    for (int i = 0; i < p->n_ratios; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "ratio", p->ratios[i]);
+        cJSON_AddNumberToObject(e, "layers", p->n_cmp_layers[i]);
+        cJSON_AddNumberToObject(e, "page_bytes", (double)p->cmp_page_bytes[i]);
+        cJSON_AddItemToArray(cp, e);
+    }
+    cJSON_AddNumberToObject(j, "idx_layers", p->n_idx_layers);
+    cJSON_AddNumberToObject(j, "idx_page_bytes", (double)p->idx_page_bytes);
+    cJSON_AddNumberToObject(j, "slot_bytes", (double)p->slot_bytes);
+    cJSON_AddNumberToObject(j, "seq_fixed_bytes", (double)p->seq_fixed_bytes);
+    cJSON_AddNumberToObject(j, "block_bytes", (double)p->block_bytes);
+    cJSON_AddNumberToObject(j, "n_blocks", (double)p->n_blocks);
+    cJSON_AddNumberToObject(j, "token_capacity", (double)p->token_capacity);
+    cJSON_AddNumberToObject(j, "win_pages", (double)p->win_pages);
+    cJSON_AddNumberToObject(j, "total_bytes", (double)p->total_bytes);
+    return j;
+}
+
+static int print_json(const char *dir, const struct dsv4_model *m, const dsv4_param_counts *pc,
+                      const dsv4_dtype_bytes *db, const plan_pair *pp) {
+    const dsv4_config *c = &m->cfg;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", dir);
+    cJSON *cf = cJSON_AddObjectToObject(j, "config");
+    cJSON_AddNumberToObject(cf, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(cf, "hidden_size", c->hidden_size);
+    cJSON_AddNumberToObject(cf, "num_hidden_layers", c->num_hidden_layers);
+    cJSON_AddNumberToObject(cf, "num_nextn_predict_layers", c->num_nextn_predict_layers);
+    cJSON_AddNumberToObject(cf, "num_attention_heads", c->num_attention_heads);
+    cJSON_AddNumberToObject(cf, "head_dim", c->head_dim);
+    cJSON_AddNumberToObject(cf, "n_routed_experts", c->n_routed_experts);
+    cJSON_AddNumberToObject(cf, "num_experts_per_tok", c->num_experts_per_tok);
+    cJSON_AddNumberToObject(cf, "sliding_window", c->sliding_window);
+    cJSON *ls = cJSON_AddArrayToObject(j, "layers");
+    for (int l = 0; l < dsv4_cfg_n_total_layers(c); l++) {
+        cJSON *e = cJSON_CreateObject();
+        const int r = c->compress_ratios[l];
+        cJSON_AddNumberToObject(e, "layer", l);
+        cJSON_AddBoolToObject(e, "mtp", l >= c->num_hidden_layers);
+        cJSON_AddStringToObject(e, "kind", dsv4_layer_kind_name(dsv4_layer_kind_of(r)));
+        cJSON_AddNumberToObject(e, "ratio", r);
+        cJSON_AddStringToObject(e, "routing", l < c->num_hash_layers ? "hash" : "score");
+        cJSON_AddNumberToObject(e, "params", (double)pc->layer[l]);
+        cJSON_AddNumberToObject(e, "active_params", (double)pc->layer_active[l]);
+        cJSON_AddItemToArray(ls, e);
+    }
+    cJSON *p = cJSON_AddObjectToObject(j, "params");
+    cJSON_AddNumberToObject(p, "total", (double)pc->total);
+    cJSON_AddNumberToObject(p, "main", (double)pc->main);
+    cJSON_AddNumberToObject(p, "mtp", (double)pc->mtp);
+    cJSON_AddNumberToObject(p, "embed", (double)pc->embed);
+    cJSON_AddNumberToObject(p, "head", (double)pc->head);
+    cJSON_AddNumberToObject(p, "routed_main", (double)pc->routed_main);
+    cJSON_AddNumberToObject(p, "routed_mtp", (double)pc->routed_mtp);
+    cJSON_AddNumberToObject(p, "active_main", (double)pc->active_main);
+    cJSON_AddNumberToObject(p, "active_mtp", (double)pc->active_mtp);
+    cJSON *b = cJSON_AddObjectToObject(j, "bytes");
+    cJSON_AddNumberToObject(b, "files", db->n_files);
+    cJSON_AddNumberToObject(b, "file_bytes", (double)db->file_bytes);
+    cJSON_AddNumberToObject(b, "tensor_bytes", (double)db->total_bytes);
+    cJSON_AddNumberToObject(b, "tensors", (double)db->total_tensors);
+    cJSON *bd = cJSON_AddObjectToObject(b, "by_dtype");
+    for (int t = 0; t < DSV4_ST_N_DTYPES; t++) {
+        if (!db->tensors[t]) continue;
+        cJSON *e = cJSON_AddObjectToObject(bd, dsv4_st_dtype_name((dsv4_st_dtype)t));
+        cJSON_AddNumberToObject(e, "bytes", (double)db->bytes[t]);
+        cJSON_AddNumberToObject(e, "tensors", (double)db->tensors[t]);
+    }
+    cJSON *cc = cJSON_AddObjectToObject(j, "cache");
+    if (pp->ok) {
+        const dsv4_cache_opts *o = &pp->f32.opts;
+        cJSON *oj = cJSON_AddObjectToObject(cc, "options");
+        cJSON_AddNumberToObject(oj, "max_context", (double)o->max_context);
+        cJSON_AddNumberToObject(oj, "max_seqs", o->max_seqs);
+        cJSON_AddNumberToObject(oj, "c_max", o->c_max);
+        cJSON_AddNumberToObject(oj, "d_max", o->d_max);
+        cJSON_AddItemToObject(cc, "f32", plan_json(&pp->f32));
+        cJSON_AddItemToObject(cc, "bf16", plan_json(&pp->bf16));
+    } else {
+        cJSON_AddStringToObject(cc, "error", pp->err);
+    }
+    cJSON *w = cJSON_AddArrayToObject(j, "warnings");
+    if (c->warnings[0]) cJSON_AddItemToArray(w, cJSON_CreateString(c->warnings));
+    for (const char *s = m->warnings; s && *s;) {
+        const char *e = strchr(s, '\n');
+        size_t k = e ? (size_t)(e - s) : strlen(s);
+        char *line = strndup(s, k);
+        if (line) cJSON_AddItemToArray(w, cJSON_CreateString(line));
+        free(line);
+        s += k + (e ? 1 : 0);
+    }
+    char *txt = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!txt) {
+        fprintf(stderr, "dsv4 info: out of memory\n");
+        return 1;
+    }
+    printf("%s\n", txt);
+    free(txt);
+    return 0;
+}
+
+static void print_plan_text(const dsv4_cache_plan *f, const dsv4_cache_plan *h) {
+    char b1[32], b2[32];
+    per_token tf = token_bytes(f), th = token_bytes(h);
+    printf("cache (max_context %lld, max_seqs %d, c_max %d, D_max %d; F32 rows = engine, BF16 for comparison):\n",
+           (long long)f->opts.max_context, f->opts.max_seqs, f->opts.c_max, f->opts.d_max);
+    printf("  per token, bytes      F32        BF16\n");
+    printf("    window          %9.2f  %10.2f   (kept for the last %d positions only)\n", tf.window,
+           th.window, f->win - 1);
+    printf("    compressed      %9.2f  %10.2f\n", tf.compressed, th.compressed);
+    printf("    indexer         %9.2f  %10.2f\n", tf.indexer, th.indexer);
+    printf("    compressed+idx  %9.2f  %10.2f   (grows with the sequence)\n", f->bytes_per_token,
+           h->bytes_per_token);
+    printf("  per sequence: compressor state %s, window pages up to %s (W_live %d)\n",
+           human((double)f->slot_bytes, b1, sizeof b1, "B"),
+           human((double)f->w_live * (double)f->win_page_bytes, b2, sizeof b2, "B"), f->w_live);
+    printf("  pools (F32): B %d, B_w %d, WIN page %lld B", f->block, f->win_block,
+           (long long)f->win_page_bytes);
+    for (int i = 0; i < f->n_ratios; i++)
+        printf(", CMP[%d] page %lld B (%d layers)", f->ratios[i], (long long)f->cmp_page_bytes[i],
+               f->n_cmp_layers[i]);
+    printf(", IDX page %lld B (%d layers)\n", (long long)f->idx_page_bytes, f->n_idx_layers);
+    printf("  capacity (F32): %lld blocks, %lld tokens, %lld WIN pages, STATE slot %lld B, "
+           "total %s\n", (long long)f->n_blocks, (long long)f->token_capacity,
+           (long long)f->win_pages, (long long)f->slot_bytes,
+           human((double)f->total_bytes, b1, sizeof b1, "B"));
+}
+
+static void print_text(const char *dir, const struct dsv4_model *m, const dsv4_param_counts *pc,
+                       const dsv4_dtype_bytes *db, const plan_pair *pp) {
+    const dsv4_config *c = &m->cfg;
+    char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
+    printf("model %s\n", dir);
+    printf("  vocab %d, hidden %d, %d layers + %d MTP, %d heads x %d (rope %d), q_lora %d, "
+           "o_lora %d x %d groups\n", c->vocab_size, c->hidden_size, c->num_hidden_layers,
+           c->num_nextn_predict_layers, c->num_attention_heads, c->head_dim, c->qk_rope_head_dim,
+           c->q_lora_rank, c->o_lora_rank, c->o_groups);
+    printf("  window %d, indexer %d x %d top-%d, experts %d (top-%d, inter %d) + 1 shared, "
+           "hash layers %d, hc %d\n", c->sliding_window, c->index_n_heads, c->index_head_dim,
+           c->index_topk, c->n_routed_experts, c->num_experts_per_tok, c->moe_intermediate_size,
+           c->num_hash_layers, c->hc_mult);
+    printf("layers:\n");
+    for (int l = 0; l < dsv4_cfg_n_total_layers(c); l++) {
+        const int r = c->compress_ratios[l];
+        char name[32];
+        if (l < c->num_hidden_layers) snprintf(name, sizeof name, "layers.%d", l);
+        else snprintf(name, sizeof name, "mtp.%d", l - c->num_hidden_layers);
+        printf("  %-10s %s ratio %-4d %s  params %s (active %s)\n", name,
+               dsv4_layer_kind_name(dsv4_layer_kind_of(r)), r,
+               l < c->num_hash_layers ? "hash-routed " : "score-routed",
+               human((double)pc->layer[l], b1, sizeof b1, ""),
+               human((double)pc->layer_active[l], b2, sizeof b2, ""));
+    }
+    printf("parameters: total %s = main %s + MTP %s (embed %s, head %s, routed experts %s)\n",
+           human((double)pc->total, b1, sizeof b1, ""), human((double)pc->main, b2, sizeof b2, ""),
+           human((double)pc->mtp, b3, sizeof b3, ""), human((double)pc->embed, b4, sizeof b4, ""),
+           human((double)pc->head, b5, sizeof b5, ""),
+           human((double)(pc->routed_main + pc->routed_mtp), b6, sizeof b6, ""));
+    printf("  active per token: main %s, MTP %s   (exact: total %lld, main %lld, active main %lld)\n",
+           human((double)pc->active_main, b1, sizeof b1, ""),
+           human((double)pc->active_mtp, b2, sizeof b2, ""), (long long)pc->total,
+           (long long)pc->main, (long long)pc->active_main);
+    printf("bytes: %d file(s), %s on disk, %lld tensors\n", db->n_files,
+           human((double)db->file_bytes, b1, sizeof b1, "B"), (long long)db->total_tensors);
+    for (int t = 0; t < DSV4_ST_N_DTYPES; t++)
+        if (db->tensors[t])
+            printf("  %-8s %7lld tensors  %15llu B  (%s)\n", dsv4_st_dtype_name((dsv4_st_dtype)t),
+                   (long long)db->tensors[t], (unsigned long long)db->bytes[t],
+                   human((double)db->bytes[t], b1, sizeof b1, "B"));
+    if (pp->ok) print_plan_text(&pp->f32, &pp->bf16);
+    else printf("cache: no plan: %s\n", pp->err);
+    if (c->warnings[0]) printf("warning: %s\n", c->warnings);
+    for (const char *s = m->warnings; s && *s;) {
+        const char *e = strchr(s, '\n');
+        int k = e ? (int)(e - s) : (int)strlen(s);
+        printf("warning: %.*s\n", k, s);
+        s += k + (e ? 1 : 0);
+    }
+}
 
 int cmd_info(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "dsv4: 'info' is not implemented yet\n");
-    return 1;
+    const char *dir = NULL;
+    int json = 0, check = 0;
+    int64_t max_context = 4096, max_seqs = 4, c_max = 2048;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (!strcmp(a, "--check")) { check = 1; continue; }
+        int64_t *num = !strcmp(a, "--max-context") ? &max_context : !strcmp(a, "--max-seqs") ? &max_seqs
+                     : !strcmp(a, "--c-max") ? &c_max : NULL;
+        if (!num && strcmp(a, "--model")) {
+            fprintf(stderr, "dsv4 info: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "dsv4 info: %s needs a value\n", a);
+            return 2;
+        }
+        if (!num) dir = argv[++i];
+        else if (parse_pos(a, argv[++i], num)) return 2;
+    }
+    if (!dir) {
+        fprintf(stderr, "dsv4 info: --model DIR is required\n");
+        usage(stderr);
+        return 2;
+    }
+    if (max_seqs > 1 << 20 || c_max > 1 << 30) {
+        fprintf(stderr, "dsv4 info: --max-seqs / --c-max out of range\n");
+        return 2;
+    }
+    struct dsv4_model *m = NULL;
+    dsv4_err err = {0};
+    if (dsv4_model_load_ex(dir, check ? 0 : DSV4_LOAD_HEADERS_ONLY, &m, &err)) {
+        fprintf(stderr, "dsv4 info: %s\n", err.msg);
+        return 1;
+    }
+    dsv4_param_counts pc;
+    if (dsv4_count_params(&m->cfg, &pc, &err)) {
+        fprintf(stderr, "dsv4 info: %s\n", err.msg);
+        dsv4_model_close(m);
+        return 1;
+    }
+    dsv4_dtype_bytes db;
+    dsv4_count_bytes(m->files, &db);
+    plan_pair pp;
+    make_plans(&m->cfg, max_context, max_seqs, c_max, &pp);
+    int rc = 0;
+    if (json) rc = print_json(dir, m, &pc, &db, &pp);
+    else print_text(dir, m, &pc, &db, &pp);
+    dsv4_model_close(m);
+    return rc;
 }
