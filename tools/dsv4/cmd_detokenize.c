@@ -1,10 +1,118 @@
-/* cmd_detokenize.c — placeholder until the command lands. */
+/* cmd_detokenize.c — `dsv4 detokenize --tokenizer FILE`: token ids on stdin -> text.
+ *
+ * Ids are decimal, separated by spaces, commas or newlines (a surrounding [ ] is allowed,
+ * so a JSON list works too). The text is written exactly, with no newline added, so that
+ * `tokenize | detokenize` reproduces the input. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "commands.h"
+#include "tok/tokenizer.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dsv4 detokenize --tokenizer FILE [--skip-special] < ids\n\n"
+            "  --tokenizer FILE  tokenizer.json (or a directory holding one)\n"
+            "  --skip-special    leave out tokens marked special (BOS, EOS, ...)\n");
+}
+
+static char *read_all(FILE *f, size_t *n) {
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        len += fread(buf + len, 1, cap - len, f);
+        if (len < cap) break;
+        char *nb = realloc(buf, (cap *= 2) + 1);
+        if (!nb) free(buf);
+        buf = nb;
+    }
+    if (buf && ferror(f)) { free(buf); buf = NULL; }
+    if (buf) buf[len] = 0;
+    *n = len;
+    return buf;
+}
+
+/* Parses the id list; returns 0, or 1 after printing what is wrong. */
+static int parse_ids(const char *s, size_t n, dsv4_tok_ids *ids) {
+    size_t i = 0, k = 0;
+    while (i < n) {
+        char c = s[i];
+        if (c == ' ' || c == ',' || c == '\n' || c == '\r' || c == '\t' || c == '[' || c == ']') { i++; continue; }
+        size_t j = i;
+        while (j < n && !strchr(" ,\n\r\t[]", s[j]) && s[j]) j++;
+        if (j == i) j++;  // a NUL byte
+        char *end;
+        errno = 0;
+        long v = strtol(s + i, &end, 10);
+        if (end != s + j || errno || v < 0 || v > INT32_MAX || !(s[i] >= '0' && s[i] <= '9')) {
+            fprintf(stderr, "dsv4 detokenize: '%.*s' (item %zu) is not a token id\n", (int)(j - i > 40 ? 40 : j - i), s + i, k);
+            return 1;
+        }
+        if (ids->n == ids->cap) {
+            size_t cap = ids->cap ? 2 * ids->cap : 256;
+            int32_t *p = realloc(ids->ids, cap * sizeof *p);
+            if (!p) { fprintf(stderr, "dsv4 detokenize: out of memory\n"); return 1; }
+            ids->ids = p, ids->cap = cap;
+        }
+        ids->ids[ids->n++] = (int32_t)v;
+        k++;
+        i = j;
+    }
+    return 0;
+}
 
 int cmd_detokenize(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "dsv4: 'detokenize' is not implemented yet\n");
-    return 1;
+    const char *path = NULL;
+    int flags = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); return 0; }
+        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) path = argv[++i];
+        else if (!strncmp(argv[i], "--tokenizer=", 12)) path = argv[i] + 12;
+        else if (!strcmp(argv[i], "--skip-special")) flags |= DSV4_DETOK_SKIP_SPECIAL;
+        else {
+            fprintf(stderr, "dsv4 detokenize: unknown or incomplete option '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "dsv4 detokenize: --tokenizer FILE is required\n");
+        usage(stderr);
+        return 2;
+    }
+    char file[4096];
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(file, sizeof file, "%s/tokenizer.json", path);
+        path = file;
+    }
+    dsv4_err err = {0};
+    dsv4_tokenizer *tok;
+    if (dsv4_tokenizer_load(path, &tok, &err)) {
+        fprintf(stderr, "dsv4 detokenize: %s\n", err.msg);
+        return 1;
+    }
+    size_t n;
+    char *in = read_all(stdin, &n);
+    dsv4_tok_ids ids = {0};
+    int rc = 1;
+    if (!in) fprintf(stderr, "dsv4 detokenize: cannot read stdin\n");
+    else if (!parse_ids(in, n, &ids)) {
+        char *text;
+        size_t len;
+        if (dsv4_detokenize(tok, ids.ids, ids.n, flags, &text, &len, &err)) {
+            fprintf(stderr, "dsv4 detokenize: %s\n", err.msg);
+        } else {
+            rc = fwrite(text, 1, len, stdout) != len || fflush(stdout);
+            if (rc) fprintf(stderr, "dsv4 detokenize: cannot write stdout\n");
+            free(text);
+        }
+    }
+    free(in);
+    dsv4_tok_ids_free(&ids);
+    dsv4_tokenizer_free(tok);
+    return rc;
 }

@@ -1,10 +1,91 @@
-/* cmd_tokenize.c — placeholder until the command lands. */
+/* cmd_tokenize.c — `dsv4 tokenize --tokenizer FILE`: UTF-8 text on stdin -> token ids.
+ *
+ * Prints the ids space-separated on one line. The text is encoded exactly as read (a
+ * trailing newline is part of it); no BOS/EOS is added; added/special token strings in the
+ * text become those tokens unless --no-special is given. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "commands.h"
+#include "tok/tokenizer.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dsv4 tokenize --tokenizer FILE [--no-special] < text\n\n"
+            "  --tokenizer FILE  tokenizer.json (or a directory holding one)\n"
+            "  --no-special      encode special-token strings as plain text\n");
+}
+
+/* Whole stream into a malloc'ed buffer. */
+static char *read_all(FILE *f, size_t *n) {
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        len += fread(buf + len, 1, cap - len, f);
+        if (len < cap) break;
+        char *nb = realloc(buf, cap *= 2);
+        if (!nb) free(buf);
+        buf = nb;
+    }
+    if (buf && ferror(f)) { free(buf); buf = NULL; }
+    *n = len;
+    return buf;
+}
 
 int cmd_tokenize(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "dsv4: 'tokenize' is not implemented yet\n");
-    return 1;
+    const char *path = NULL;
+    int flags = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); return 0; }
+        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) path = argv[++i];
+        else if (!strncmp(argv[i], "--tokenizer=", 12)) path = argv[i] + 12;
+        else if (!strcmp(argv[i], "--no-special")) flags |= DSV4_TOK_NO_ADDED;
+        else {
+            fprintf(stderr, "dsv4 tokenize: unknown or incomplete option '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "dsv4 tokenize: --tokenizer FILE is required\n");
+        usage(stderr);
+        return 2;
+    }
+    char file[4096];
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(file, sizeof file, "%s/tokenizer.json", path);
+        path = file;
+    }
+    dsv4_err err = {0};
+    dsv4_tokenizer *tok;
+    if (dsv4_tokenizer_load(path, &tok, &err)) {
+        fprintf(stderr, "dsv4 tokenize: %s\n", err.msg);
+        return 1;
+    }
+    size_t n;
+    char *text = read_all(stdin, &n);
+    if (!text) {
+        fprintf(stderr, "dsv4 tokenize: cannot read stdin\n");
+        dsv4_tokenizer_free(tok);
+        return 1;
+    }
+    dsv4_tok_ids ids = {0};
+    int rc = dsv4_tokenize_ex(tok, text, n, flags, &ids, &err);
+    free(text);
+    if (rc) {
+        fprintf(stderr, "dsv4 tokenize: %s\n", err.msg);
+    } else {
+        for (size_t i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", (int)ids.ids[i]);
+        putchar('\n');
+        if (fflush(stdout)) {
+            fprintf(stderr, "dsv4 tokenize: cannot write stdout\n");
+            rc = 1;
+        }
+    }
+    dsv4_tok_ids_free(&ids);
+    dsv4_tokenizer_free(tok);
+    return rc ? 1 : 0;
 }
