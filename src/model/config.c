@@ -259,6 +259,14 @@ static int check_int_range(const char *name, int64_t v, int64_t lo, int64_t hi, 
     return 0;
 }
 
+static int check_mtp(const dsv4_config *c, dsv4_err *err) {
+    if (c->num_nextn_predict_layers < 0 || c->num_nextn_predict_layers > 1)
+        return dsv4_fail(err, DSV4_ERR_CONFIG,
+                         PFX "num_nextn_predict_layers = %d, must be 0 or 1 (chaining several MTP blocks is not defined)",
+                         c->num_nextn_predict_layers);
+    return 0;
+}
+
 static int parse_rope_scaling(const cJSON *root, dsv4_config *c, dsv4_err *err) {
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
     if (!rs) return 0; /* absent: the released YaRN settings (flash_defaults) */
@@ -449,7 +457,7 @@ static int parse_tree(const cJSON *root, dsv4_config *c, dsv4_err *err) {
 
     /* The layer counts index compress_ratios[], so they are checked before it is read. */
     if ((rc = check_int_range("num_hidden_layers", c->num_hidden_layers, 1, DSV4_MAX_LAYERS - 1, err)) ||
-        (rc = check_int_range("num_nextn_predict_layers", c->num_nextn_predict_layers, 0, 1, err)))
+        (rc = check_mtp(c, err)))
         return rc;
     return parse_ratios(root, c, err);
 }
@@ -490,7 +498,7 @@ int dsv4_config_parse(const char *json, size_t len, dsv4_config *cfg, dsv4_err *
         } else {
             rc = parse_tree(root, c, err);
             if (!rc) rc = dsv4_config_validate(c, err);
-            if (!rc) *cfg = *c;
+            if (!rc) memcpy(cfg, c, sizeof *c); /* padding too: memcmp-comparable */
             free(c);
         }
     }
@@ -600,10 +608,7 @@ int dsv4_config_validate(const dsv4_config *c, dsv4_err *err) {
         return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "n_shared_experts = %d, must be 1", c->n_shared_experts);
     if ((unsigned)c->scoring_func > DSV4_SCORE_SOFTMAX)
         return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "scoring_func = %d is unknown", (int)c->scoring_func);
-    if (c->num_nextn_predict_layers < 0 || c->num_nextn_predict_layers > 1)
-        return dsv4_fail(err, DSV4_ERR_CONFIG,
-                         PFX "num_nextn_predict_layers = %d, must be 0 or 1 (chaining several MTP blocks is not defined)",
-                         c->num_nextn_predict_layers);
+    if ((rc = check_mtp(c, err))) return rc;
     for (size_t i = 0; i < sizeof INT_RANGES / sizeof INT_RANGES[0]; i++) {
         const int_range *r = &INT_RANGES[i];
         if ((rc = check_int_range(r->key, *(const int *)((const char *)c + r->off), r->lo, r->hi, err))) return rc;
