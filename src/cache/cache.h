@@ -105,4 +105,28 @@ typedef struct dsv4_cache_usage {
 } dsv4_cache_usage;
 dsv4_cache_usage dsv4_cache_get_usage(const dsv4_cache *c);
 
+/* ---- lookups and debug aids (additive: tests and debug builds) ------------------------ */
+
+/* Page id holding window position pos / block id holding compressed source position pos
+ * of a live sequence; -1 when none is reserved (or the handle or position is invalid). */
+int dsv4_cache_win_page(const dsv4_cache *c, int seq, int64_t pos);
+int dsv4_cache_blk_page(const dsv4_cache *c, int seq, int64_t pos);
+/* Owning sequence of a page / block id, -1 when free. */
+int dsv4_cache_win_owner(const dsv4_cache *c, int page);
+int dsv4_cache_blk_owner(const dsv4_cache *c, int block);
+/* Consistency: every page is either free (listed once, no owner) or owned by a live
+ * sequence whose table maps it exactly once; free + allocated == total; slots likewise.
+ * DSV4_ERR_STATE with the first violation. */
+int dsv4_cache_check(const dsv4_cache *c, dsv4_err *err);
+/* Sentinel mode: every page and STATE slot nobody owns is filled with a NaN bit pattern
+ * (DSV4_CACHE_SENTINEL) now and whenever it is freed; dsv4_cache_sentinel_check counts the
+ * words of unowned storage that differ (0 = nobody wrote where they do not own) and names
+ * the first in err. */
+#define DSV4_CACHE_SENTINEL 0x7fc5a5a5u
+void dsv4_cache_set_sentinel(dsv4_cache *c, int on);
+int64_t dsv4_cache_sentinel_check(const dsv4_cache *c, dsv4_err *err);
+/* Permutes the free lists (deterministically from seed) so that later reservations get
+ * non-contiguous page ids: tests use it to prove rows are found through the tables. */
+void dsv4_cache_shuffle_free(dsv4_cache *c, uint64_t seed);
+
 #endif
