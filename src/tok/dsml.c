@@ -382,7 +382,10 @@ int dsv4_dsml_parse(const char *text, size_t len, int thinking, dsv4_parsed *out
         if (rc < 0) goto nomem;
         if (rc == 1) {
             skip_ws(&c);
-            if (c.pos < c.n) stop(&c, 0, "text after the tool_calls block");
+            size_t left = c.n - c.pos;
+            if (left && !c.ended && left < strlen(eos) && memcmp(c.s + c.pos, eos, left) == 0)
+                c.truncated = 1;  /* cut inside the EOS text */
+            else if (left) stop(&c, 0, "text after the tool_calls block");
         }
     }
 
