@@ -41,6 +41,7 @@ void dsv4_model_close(dsv4_model *m) {
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     free(m->warnings);
+    free(m->specs);
     if (m->files) dsv4_st_close(m->files);
     free(m);
 }
@@ -384,15 +385,20 @@ int dsv4_model_load_ex(const char *dir, unsigned flags, struct dsv4_model **out,
         free(extra.p);
     }
     free(ns.slot);
-    free(specs);
+    m->specs = specs;
+    m->n_specs = n;
 
     if (b.oom || b.missing.oom || b.malformed.oom || b.warn.oom) {
         rc = dsv4_fail(err, DSV4_ERR_NOMEM, "model %s: out of memory while binding tensors", dir);
     } else if (b.missing.count || b.malformed.count) {
-        rc = dsv4_fail(err, DSV4_ERR_FORMAT, "model %s: %d tensor(s) missing, %d malformed%s%s%s%s",
-                       dir, b.missing.count, b.malformed.count,
-                       b.missing.count ? "; missing: " : "", b.missing.count ? b.missing.p : "",
-                       b.malformed.count ? "; malformed: " : "",
+        char miss[16], bad[16];
+        snprintf(miss, sizeof miss, "%d", b.missing.count);
+        snprintf(bad, sizeof bad, "%d", b.malformed.count);
+        rc = dsv4_fail(err, DSV4_ERR_FORMAT, "model %s: %s%s%s%s%s%s%s", dir,
+                       b.missing.count ? miss : "", b.missing.count ? " tensor(s) missing: " : "",
+                       b.missing.count ? b.missing.p : "",
+                       b.missing.count && b.malformed.count ? "; " : "",
+                       b.malformed.count ? bad : "", b.malformed.count ? " malformed: " : "",
                        b.malformed.count ? b.malformed.p : "");
     }
     free(b.missing.p);
@@ -405,6 +411,12 @@ int dsv4_model_load_ex(const char *dir, unsigned flags, struct dsv4_model **out,
 fail:
     dsv4_model_close(m);
     return rc;
+}
+
+const struct dsv4_tensor_spec *dsv4_model_spec(const struct dsv4_model *m, const char *name) {
+    for (int i = 0; i < m->n_specs; i++)
+        if (!strcmp(m->specs[i].name, name)) return &m->specs[i];
+    return NULL;
 }
 
 int dsv4_model_load(const char *dir, struct dsv4_model **out, dsv4_err *err) {

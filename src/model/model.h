@@ -84,6 +84,10 @@ struct dsv4_model {
     char *warnings;             /* NULL when there are none */
     int n_warnings;
     unsigned load_flags;        /* DSV4_LOAD_* used */
+    /* every tensor of the inventory with its binding destination in this model, in
+     * inventory order (model/inventory.h): lookup by official name */
+    struct dsv4_tensor_spec *specs;
+    int n_specs;
 };
 
 /* Opens dir (config.json + safetensors) and binds every tensor; see dsv4_model_open. */
@@ -95,6 +99,11 @@ int dsv4_model_load(const char *dir, struct dsv4_model **out, dsv4_err *err);
  * cannot run. */
 enum { DSV4_LOAD_HEADERS_ONLY = 1u };
 int dsv4_model_load_ex(const char *dir, unsigned flags, struct dsv4_model **out, dsv4_err *err);
+
+/* The inventory entry of an official tensor name (matrices: "<module>.weight"), whose
+ * mat / vec / ids field points at the bound value in m; NULL if the config has no such
+ * tensor. */
+const struct dsv4_tensor_spec *dsv4_model_spec(const struct dsv4_model *m, const char *name);
 
 /* Zeroed allocation owned (and freed) by the model; NULL when out of memory. */
 void *dsv4_model_alloc(struct dsv4_model *m, size_t bytes);
