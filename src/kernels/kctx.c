@@ -1,36 +1,83 @@
-/* kctx.c — kernel context. For now single-threaded and dispatching to the reference
- * kernels; the threaded SIMD paths plug in here. */
+/* kctx.c — kernel context: thread pool, SIMD level, per-thread scratch.
+ * dsv4_linear itself lives in linear_fast.c. */
 #include "kernels/kctx.h"
 
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
+#include "kernels/cpu.h"
+#include "kernels/linear_fast.h"
 #include "util/err.h"
 
 struct dsv4_kctx {
     int n_threads;
+    int simd;             /* dsv4_simd in use */
+    int simd_max;         /* best level CPU and build allow */
     int64_t max_cols;
-    float *scratch; /* (max_cols) */
+    int64_t stride;       /* floats per thread in `scratch`, a multiple of 16 */
+    float *scratch;       /* (n_threads, stride): LIN_SCRATCH_FLOATS then max_cols */
+    dsv4_pool *pool;
 };
 
+static int64_t round16(int64_t v) { return (v + 15) & ~(int64_t)15; }
+
 int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err *err) {
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int)n : 1;
+    }
+    if (n_threads > 1024) return dsv4_fail(err, DSV4_ERR_ARG, "kernel context: %d threads is too many", n_threads);
     dsv4_kctx *k = calloc(1, sizeof *k);
     if (!k) return dsv4_fail(err, DSV4_ERR_NOMEM, "kernel context: out of memory");
-    k->n_threads = n_threads > 0 ? n_threads : 1;
+    k->n_threads = n_threads;
     k->max_cols = max_cols > 0 ? max_cols : 1;
-    k->scratch = malloc((size_t)k->max_cols * sizeof(float));
-    if (!k->scratch) { free(k); return dsv4_fail(err, DSV4_ERR_NOMEM, "kernel scratch: out of memory"); }
+    k->stride = round16(LIN_SCRATCH_FLOATS) + round16(k->max_cols);
+    const size_t bytes = sizeof(float) * (size_t)k->stride * (size_t)n_threads;
+    k->scratch = aligned_alloc(64, bytes); /* bytes is a multiple of 64 */
+    if (!k->scratch) {
+        free(k);
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "kernel scratch: out of memory (%zu bytes)", bytes);
+    }
+    int cpu = dsv4_cpu_simd(), build = dsv4_build_simd();
+    k->simd_max = cpu < build ? cpu : build;
+    k->simd = k->simd_max;
+    const char *env = getenv("DSV4_SIMD");
+    if (env && (strcmp(env, "0") == 0 || strcmp(env, "scalar") == 0)) k->simd = DSV4_SIMD_SCALAR;
+    int rc = dsv4_pool_create(n_threads, &k->pool, err);
+    if (rc) {
+        free(k->scratch);
+        free(k);
+        return rc;
+    }
     *out = k;
     return DSV4_OK;
 }
 
 void dsv4_kctx_free(dsv4_kctx *k) {
     if (!k) return;
+    dsv4_pool_free(k->pool);
     free(k->scratch);
     free(k);
 }
 
 int dsv4_kctx_threads(const dsv4_kctx *k) { return k->n_threads; }
 
-void dsv4_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, float *y) {
-    dsv4_linear_ref(w, x, n_rows, y, k->scratch);
+int dsv4_kctx_simd(const dsv4_kctx *k) { return k->simd; }
+
+int dsv4_kctx_set_simd(dsv4_kctx *k, int level) {
+    k->simd = level < 0 ? 0 : level > k->simd_max ? k->simd_max : level;
+    return k->simd;
 }
+
+void dsv4_kctx_parallel(dsv4_kctx *k, int n_tasks, dsv4_task_fn fn, void *arg) {
+    dsv4_pool_run(k->pool, n_tasks, fn, arg);
+}
+
+float *dsv4_kctx_lin_scratch(dsv4_kctx *k, int tid) { return k->scratch + (int64_t)tid * k->stride; }
+
+float *dsv4_kctx_scratch(dsv4_kctx *k, int tid) {
+    return k->scratch + (int64_t)tid * k->stride + round16(LIN_SCRATCH_FLOATS);
+}
+
+int64_t dsv4_kctx_max_cols(const dsv4_kctx *k) { return k->max_cols; }

@@ -7,16 +7,38 @@
 
 #include "dsv4.h"
 #include "kernels/linear.h"
+#include "kernels/threads.h"
 
 typedef struct dsv4_kctx dsv4_kctx;
 
-/* n_threads <= 0: all online cores. max_cols: widest matrix input the engine will use. */
+/* n_threads <= 0: all online cores. max_cols: widest matrix input the engine will use
+ * (sizes the per-thread scratch of dsv4_kctx_scratch). The SIMD level is the best the CPU
+ * supports, unless the environment variable DSV4_SIMD=0 (or "scalar") forces the
+ * portable kernels. */
 int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err *err);
 void dsv4_kctx_free(dsv4_kctx *k);
 int dsv4_kctx_threads(const dsv4_kctx *k);
 
-/* y[s, o] = sum_i x[s, i] * W[o, i]: x (n_rows, w->cols), y (n_rows, w->rows). The fast
- * path for each format; dsv4_linear_ref is its oracle. */
+/* The kernel level in use (a dsv4_simd from kernels/cpu.h). set_simd asks for a level and
+ * returns the one in effect: the request capped by what the CPU and the build support. */
+int dsv4_kctx_simd(const dsv4_kctx *k);
+int dsv4_kctx_set_simd(dsv4_kctx *k, int level);
+
+/* Parallel for: fn(arg, task, tid) for every task in [0, n_tasks), spread over the
+ * context's threads; returns when all are done. tid in [0, dsv4_kctx_threads) names the
+ * running thread, only to pick per-thread scratch: a task's result must not depend on
+ * it. Not reentrant: a task must not call dsv4_kctx_parallel or dsv4_linear. */
+void dsv4_kctx_parallel(dsv4_kctx *k, int n_tasks, dsv4_task_fn fn, void *arg);
+
+/* Per-thread scratch for kernels built on dsv4_kctx_parallel: max_cols floats, 64-byte
+ * aligned, contents undefined on entry. */
+float *dsv4_kctx_scratch(dsv4_kctx *k, int tid);
+int64_t dsv4_kctx_max_cols(const dsv4_kctx *k);
+
+/* y[s, o] = sum_i x[s, i] * W[o, i]: x (n_rows, w->cols), y (n_rows, w->rows); y must not
+ * overlap x. The fast path for each format (kernels/linear_fast.h gives its exact
+ * summation order); dsv4_linear_ref is its oracle. Results do not depend on the thread
+ * count or on n_rows (row s of a batch equals the same row alone). */
 void dsv4_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, float *y);
 
 #endif

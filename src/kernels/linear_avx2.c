@@ -1,0 +1,395 @@
+/* linear_avx2.c — AVX2 + FMA + F16C kernels for dsv4_linear.
+ *
+ * Built with -mavx2 -mfma -mf16c (top CMakeLists.txt) and only called after cpu.c has
+ * confirmed the CPU and OS support them. Summation order: linear_fast.h.
+ *
+ * Decoding, always to the exact dequantized value of dsv4_mat_row:
+ *   F16    vcvtph2ps.  BF16   widen to 32 bits and shift left 16.
+ *   FP8    e4m3 byte s.eeee.mmm -> F16 bits s.0eeee.mmm0000000 (sign-extend to 16 bits,
+ *          shift left 7, clear bit 14): the F16 value is exactly e4m3 / 256, subnormals
+ *          included, and vcvtph2ps widens it. Multiplying by (256 * scale) rounds once,
+ *          the same single rounding as e4m3 * scale.
+ *   FP4    eight nibbles (4 bytes) are broadcast to 8 lanes and lane l shifted right by 4l,
+ *          so lane l holds nibble l in bits 0..3: that is column order. vpermps looks up
+ *          the magnitude (bits 0..2) in an 8-entry table T' built per 32-column block as
+ *          T'[k] = bits(T[k] * scale) ^ (k << 28). Then (lane << 28) holds the whole
+ *          nibble in bits 28..31 and nothing else, and xoring it into T'[k] cancels the
+ *          k << 28 and leaves the sign bit: 4 instructions per 8 weights, no sign branch.
+ * Not handled bit-exactly: FP8 NaN codes 0x7F/0xFF decode as +-480 * scale instead of NaN
+ * (no quantizer emits them).
+ */
+#include "kernels/linear_fast.h"
+
+#if defined(DSV4_HAVE_AVX2) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/codec.h"
+
+#define AINLINE static inline __attribute__((always_inline))
+
+static const int32_t tail_masks[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+
+/* lanes 0 .. n-1 set, n in [1, 8] */
+AINLINE __m256i mask_first(int n) { return _mm256_loadu_si256((const __m256i *)(tail_masks + 8 - n)); }
+
+/* ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)) */
+AINLINE float hsum8(__m256 v) {
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    __m128 b = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
+}
+
+static float scale_at(const dsv4_mat *w, int64_t idx) {
+    if (w->scale_is_f32) return ((const float *)w->scale)[idx];
+    return dsv4_e8m0_to_f32(((const uint8_t *)w->scale)[idx]);
+}
+
+/* ---- decoders -------------------------------------------------------------------------- */
+
+AINLINE __m256 dec_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+AINLINE __m256 dec_bf16(const uint16_t *p) {
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+/* 8 dense weights of format fmt (constant after inlining) from row p, element i */
+AINLINE __m256 dec_dense(int fmt, const void *p, int64_t i) {
+    if (fmt == DSV4_WF_F32) return _mm256_loadu_ps((const float *)p + i);
+    if (fmt == DSV4_WF_F16) return dec_f16((const uint16_t *)p + i);
+    return dec_bf16((const uint16_t *)p + i);
+}
+
+/* the last m (< 8) elements of a dense row from element i, zero-padded */
+AINLINE __m256 dec_dense_tail(int fmt, const void *p, int64_t i, int m) {
+    if (fmt == DSV4_WF_F32) return _mm256_maskload_ps((const float *)p + i, mask_first(m));
+    uint16_t t[8] = {0};
+    memcpy(t, (const uint16_t *)p + i, (size_t)m * 2);
+    return fmt == DSV4_WF_F16 ? dec_f16(t) : dec_bf16(t);
+}
+
+AINLINE __m128i fp8_to_f16x8(__m128i b16) { /* b16: 8 sign-extended bytes */
+    return _mm_and_si128(_mm_slli_epi16(b16, 7), _mm_set1_epi16((short)0xBFFF));
+}
+
+AINLINE __m256 dec_fp8x8(const uint8_t *p, __m256 s256) {
+    __m128i h = fp8_to_f16x8(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)p)));
+    return _mm256_mul_ps(_mm256_cvtph_ps(h), s256);
+}
+
+AINLINE void dec_fp8x16(const uint8_t *p, __m256 s256, __m256 *w0, __m256 *w1) {
+    __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
+    __m256i h = _mm256_and_si256(_mm256_slli_epi16(v, 7), _mm256_set1_epi16((short)0xBFFF));
+    *w0 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), s256);
+    *w1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), s256);
+}
+
+/* the last m (< 8) bytes of an FP8 row from p, zero-padded */
+AINLINE __m256 dec_fp8_tail(const uint8_t *p, int m, __m256 s256) {
+    uint8_t t[8] = {0};
+    memcpy(t, p, (size_t)m);
+    return dec_fp8x8(t, s256);
+}
+
+AINLINE __m256 fp4_table(float s) {
+    const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    const __m256i k28 = _mm256_setr_epi32(0, 1 << 28, 2 << 28, 3 << 28, 4 << 28, 5 << 28, 6 << 28, 7 << 28);
+    return _mm256_xor_ps(_mm256_mul_ps(mag, _mm256_set1_ps(s)), _mm256_castsi256_ps(k28));
+}
+
+AINLINE __m256 dec_fp4(const uint8_t *p, __m256 table) {
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    int32_t u;
+    memcpy(&u, p, 4);
+    __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(u), shifts);
+    __m256 v = _mm256_permutevar8x32_ps(table, idx);
+    return _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+}
+
+/* ---- GEMV: n_rows == 1, R output rows at a time, weights decoded in registers ---------- */
+
+AINLINE void gemv_dense_rows(int fmt, int R, const dsv4_mat *w, const float *x, float *y, int64_t o) {
+    const int64_t n = w->cols, nf = n & ~(int64_t)7;
+    const int tail = (int)(n - nf);
+    const size_t esz = fmt == DSV4_WF_F32 ? 4 : 2;
+    const char *p[4];
+    __m256 a[4];
+    for (int r = 0; r < R; r++) {
+        p[r] = (const char *)w->w + (o + r) * n * (int64_t)esz;
+        a[r] = _mm256_setzero_ps();
+    }
+    for (int64_t i = 0; i < nf; i += 8) {
+        __m256 xv = _mm256_loadu_ps(x + i);
+        for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(xv, dec_dense(fmt, p[r], i), a[r]);
+    }
+    if (tail) {
+        __m256 xv = _mm256_maskload_ps(x + nf, mask_first(tail));
+        for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(xv, dec_dense_tail(fmt, p[r], nf, tail), a[r]);
+    }
+    for (int r = 0; r < R; r++) y[o + r] = hsum8(a[r]);
+}
+
+AINLINE void gemv_dense(int fmt, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    int64_t o = o0;
+    for (; o + 4 <= o1; o += 4) gemv_dense_rows(fmt, 4, w, x, y, o);
+    for (; o < o1; o++) gemv_dense_rows(fmt, 1, w, x, y, o);
+}
+
+static void gemv_f32(const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    gemv_dense(DSV4_WF_F32, w, x, y, o0, o1);
+}
+static void gemv_f16(const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    gemv_dense(DSV4_WF_F16, w, x, y, o0, o1);
+}
+static void gemv_bf16(const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    gemv_dense(DSV4_WF_BF16, w, x, y, o0, o1);
+}
+
+/* R rows o .. o+R-1, all in one 128-row scale band (o % 4 == 0 when R == 4). */
+AINLINE void gemv_fp8_rows(int R, const dsv4_mat *w, const float *x, float *y, int64_t o) {
+    const int64_t n = w->cols, nsb = (n + 127) / 128, band = o / 128;
+    const uint8_t *p[4];
+    __m256 a[4];
+    for (int r = 0; r < R; r++) {
+        p[r] = (const uint8_t *)w->w + (o + r) * n;
+        a[r] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nsb; b++) {
+        const int64_t i0 = b * 128, i1 = i0 + 128 < n ? i0 + 128 : n;
+        const float s256f = scale_at(w, band * nsb + b) * 256.0f;
+        if (!isfinite(s256f)) {
+            /* huge or NaN scale: 256 * scale would overflow, dequantize exactly instead */
+            for (int64_t i = i0; i < i1; i += 8) {
+                __m256 xv = i1 - i >= 8 ? _mm256_loadu_ps(x + i) : _mm256_maskload_ps(x + i, mask_first((int)(i1 - i)));
+                for (int r = 0; r < R; r++) {
+                    float t[8];
+                    dsv4_lin_dequant8(w, o + r, i, t);
+                    a[r] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(t), a[r]);
+                }
+            }
+            continue;
+        }
+        const __m256 s256 = _mm256_set1_ps(s256f);
+        int64_t i = i0;
+        for (; i + 16 <= i1; i += 16) {
+            __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+            for (int r = 0; r < R; r++) {
+                __m256 w0, w1;
+                dec_fp8x16(p[r] + i, s256, &w0, &w1);
+                a[r] = _mm256_fmadd_ps(x0, w0, a[r]);
+                a[r] = _mm256_fmadd_ps(x1, w1, a[r]);
+            }
+        }
+        if (i + 8 <= i1) {
+            __m256 xv = _mm256_loadu_ps(x + i);
+            for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(xv, dec_fp8x8(p[r] + i, s256), a[r]);
+            i += 8;
+        }
+        if (i < i1) {
+            const int m = (int)(i1 - i);
+            __m256 xv = _mm256_maskload_ps(x + i, mask_first(m));
+            for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(xv, dec_fp8_tail(p[r] + i, m, s256), a[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) y[o + r] = hsum8(a[r]);
+}
+
+static void gemv_fp8(const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    int64_t o = o0;
+    for (; o + 4 <= o1 && (o % 4) == 0; o += 4) gemv_fp8_rows(4, w, x, y, o);
+    for (; o < o1; o++) gemv_fp8_rows(1, w, x, y, o);
+}
+
+/* cols % 32 == 0 (checked by the driver) */
+AINLINE void gemv_fp4_rows(int R, const dsv4_mat *w, const float *x, float *y, int64_t o) {
+    const int64_t n = w->cols, nsb = n / 32;
+    const uint8_t *p[4];
+    int64_t sb[4];
+    __m256 a[4];
+    for (int r = 0; r < R; r++) {
+        p[r] = (const uint8_t *)w->w + (o + r) * (n / 2);
+        sb[r] = (o + r) * nsb;
+        a[r] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nsb; b++) {
+        const float *xb = x + b * 32;
+        __m256 t[4];
+        for (int r = 0; r < R; r++) t[r] = fp4_table(scale_at(w, sb[r] + b));
+        for (int q = 0; q < 4; q++) {
+            __m256 xv = _mm256_loadu_ps(xb + 8 * q);
+            for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(xv, dec_fp4(p[r] + b * 16 + 4 * q, t[r]), a[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) y[o + r] = hsum8(a[r]);
+}
+
+static void gemv_fp4(const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    int64_t o = o0;
+    for (; o + 4 <= o1; o += 4) gemv_fp4_rows(4, w, x, y, o);
+    for (; o < o1; o++) gemv_fp4_rows(1, w, x, y, o);
+}
+
+static void gemv_avx2(const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    switch (w->fmt) {
+    case DSV4_WF_F32: gemv_f32(w, x, y, o0, o1); break;
+    case DSV4_WF_F16: gemv_f16(w, x, y, o0, o1); break;
+    case DSV4_WF_BF16: gemv_bf16(w, x, y, o0, o1); break;
+    case DSV4_WF_FP8: gemv_fp8(w, x, y, o0, o1); break;
+    case DSV4_WF_FP4: gemv_fp4(w, x, y, o0, o1); break;
+    default: break;
+    }
+}
+
+/* ---- GEMM: dequantize a (LIN_NB, LIN_KB) tile, then a 3x4 register-blocked kernel -------- */
+
+/* Row o, columns [k0, k0 + kb), into dst (zero-padded to a multiple of 8). */
+static void dequant_row(const dsv4_mat *w, int64_t o, int64_t k0, int kb, float *dst) {
+    const int64_t n = w->cols;
+    const int nf = kb & ~7, tail = kb - nf;
+    switch (w->fmt) {
+    case DSV4_WF_F32:
+    case DSV4_WF_F16:
+    case DSV4_WF_BF16: {
+        const int fmt = w->fmt;
+        const char *p = (const char *)w->w + o * n * (fmt == DSV4_WF_F32 ? 4 : 2);
+        int c = 0;
+        if (fmt == DSV4_WF_F32)
+            for (; c < nf; c += 8) _mm256_store_ps(dst + c, dec_dense(DSV4_WF_F32, p, k0 + c));
+        else if (fmt == DSV4_WF_F16)
+            for (; c < nf; c += 8) _mm256_store_ps(dst + c, dec_dense(DSV4_WF_F16, p, k0 + c));
+        else
+            for (; c < nf; c += 8) _mm256_store_ps(dst + c, dec_dense(DSV4_WF_BF16, p, k0 + c));
+        if (tail) {
+            __m256 v = fmt == DSV4_WF_F32   ? dec_dense_tail(DSV4_WF_F32, p, k0 + nf, tail)
+                       : fmt == DSV4_WF_F16 ? dec_dense_tail(DSV4_WF_F16, p, k0 + nf, tail)
+                                            : dec_dense_tail(DSV4_WF_BF16, p, k0 + nf, tail);
+            _mm256_store_ps(dst + nf, v);
+        }
+        break;
+    }
+    case DSV4_WF_FP8: {
+        const int64_t nsb = (n + 127) / 128;
+        const uint8_t *p = (const uint8_t *)w->w + o * n;
+        for (int c0 = 0; c0 < kb; c0 += 128) { /* k0 is a multiple of 128 */
+            const int c1 = c0 + 128 < kb ? c0 + 128 : kb;
+            const float s256f = scale_at(w, (o / 128) * nsb + (k0 + c0) / 128) * 256.0f;
+            if (!isfinite(s256f)) {
+                for (int c = c0; c < c1; c += 8) dsv4_lin_dequant8(w, o, k0 + c, dst + c);
+                continue;
+            }
+            const __m256 s256 = _mm256_set1_ps(s256f);
+            int c = c0;
+            for (; c + 16 <= c1; c += 16) {
+                __m256 w0, w1;
+                dec_fp8x16(p + k0 + c, s256, &w0, &w1);
+                _mm256_store_ps(dst + c, w0);
+                _mm256_store_ps(dst + c + 8, w1);
+            }
+            if (c + 8 <= c1) {
+                _mm256_store_ps(dst + c, dec_fp8x8(p + k0 + c, s256));
+                c += 8;
+            }
+            if (c < c1) _mm256_store_ps(dst + c, dec_fp8_tail(p + k0 + c, c1 - c, s256));
+        }
+        break;
+    }
+    case DSV4_WF_FP4: { /* cols and k0 are multiples of 32 */
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
+        const int64_t sb = o * (n / 32);
+        for (int c = 0; c < kb; c += 32) {
+            const __m256 t = fp4_table(scale_at(w, sb + (k0 + c) / 32));
+            const uint8_t *q = p + (k0 + c) / 2;
+            _mm256_store_ps(dst + c, dec_fp4(q, t));
+            _mm256_store_ps(dst + c + 8, dec_fp4(q + 4, t));
+            _mm256_store_ps(dst + c + 16, dec_fp4(q + 8, t));
+            _mm256_store_ps(dst + c + 24, dec_fp4(q + 12, t));
+        }
+        break;
+    }
+    default: break;
+    }
+}
+
+/* RT activation rows x 4 outputs. x: row 0 of the tile at column k0 (row stride ldx);
+ * wt: 4 tile rows (stride LIN_KB); acc: (RT, LIN_NB, 8) window at this tile. */
+AINLINE void micro(int RT, const float *x, int64_t ldx, const float *wt, int nf, int tail, float *acc) {
+    __m256 a[3][4];
+    for (int r = 0; r < RT; r++)
+        for (int j = 0; j < 4; j++) a[r][j] = _mm256_load_ps(acc + (r * LIN_NB + j) * 8);
+    for (int c = 0; c < nf; c += 8) {
+        __m256 xv[3];
+        for (int r = 0; r < RT; r++) xv[r] = _mm256_loadu_ps(x + r * ldx + c);
+        for (int j = 0; j < 4; j++) {
+            __m256 wv = _mm256_load_ps(wt + j * LIN_KB + c);
+            for (int r = 0; r < RT; r++) a[r][j] = _mm256_fmadd_ps(xv[r], wv, a[r][j]);
+        }
+    }
+    if (tail) {
+        const __m256i m = mask_first(tail);
+        __m256 xv[3];
+        for (int r = 0; r < RT; r++) xv[r] = _mm256_maskload_ps(x + r * ldx + nf, m);
+        for (int j = 0; j < 4; j++) {
+            __m256 wv = _mm256_load_ps(wt + j * LIN_KB + nf);
+            for (int r = 0; r < RT; r++) a[r][j] = _mm256_fmadd_ps(xv[r], wv, a[r][j]);
+        }
+    }
+    for (int r = 0; r < RT; r++)
+        for (int j = 0; j < 4; j++) _mm256_store_ps(acc + (r * LIN_NB + j) * 8, a[r][j]);
+}
+
+static void micro3(const float *x, int64_t ldx, const float *wt, int nf, int tail, float *acc) {
+    micro(3, x, ldx, wt, nf, tail, acc);
+}
+static void micro2(const float *x, int64_t ldx, const float *wt, int nf, int tail, float *acc) {
+    micro(2, x, ldx, wt, nf, tail, acc);
+}
+static void micro1(const float *x, int64_t ldx, const float *wt, int nf, int tail, float *acc) {
+    micro(1, x, ldx, wt, nf, tail, acc);
+}
+
+static void gemm_avx2(const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0, float *scratch) {
+    const int64_t n = w->cols, rows = w->rows;
+    const int nb = rows - o0 < LIN_NB ? (int)(rows - o0) : LIN_NB;
+    const int nj = (nb + 3) & ~3; /* tile rows computed: nb rounded up to the kernel's 4 */
+    float *wt = scratch;                      /* (LIN_NB, LIN_KB) dequantized weight tile */
+    float *acc = scratch + LIN_SCRATCH_WTILE; /* (LIN_MB, LIN_NB, 8) lane accumulators */
+    for (int r0 = 0; r0 < n_rows; r0 += LIN_MB) {
+        const int mb = n_rows - r0 < LIN_MB ? n_rows - r0 : LIN_MB;
+        memset(acc, 0, sizeof(float) * (size_t)mb * LIN_NB * 8);
+        for (int64_t k0 = 0; k0 < n; k0 += LIN_KB) {
+            const int kb = n - k0 < LIN_KB ? (int)(n - k0) : LIN_KB;
+            const int nf = kb & ~7, tail = kb - nf;
+            /* a row the tile pads to the kernel width is zero; its sums are never stored */
+            for (int j = 0; j < nj; j++) {
+                if (j < nb) dequant_row(w, o0 + j, k0, kb, wt + j * LIN_KB);
+                else memset(wt + j * LIN_KB, 0, sizeof(float) * (size_t)((kb + 7) & ~7));
+            }
+            const float *xb = x + (int64_t)r0 * n + k0;
+            int s = 0;
+            for (; s + 3 <= mb; s += 3)
+                for (int j = 0; j < nj; j += 4)
+                    micro3(xb + (int64_t)s * n, n, wt + j * LIN_KB, nf, tail, acc + ((int64_t)s * LIN_NB + j) * 8);
+            for (int j = 0; j < nj && s < mb; j += 4) {
+                float *ac = acc + ((int64_t)s * LIN_NB + j) * 8;
+                if (mb - s == 2) micro2(xb + (int64_t)s * n, n, wt + j * LIN_KB, nf, tail, ac);
+                else micro1(xb + (int64_t)s * n, n, wt + j * LIN_KB, nf, tail, ac);
+            }
+        }
+        for (int s = 0; s < mb; s++)
+            for (int j = 0; j < nb; j++)
+                y[(int64_t)(r0 + s) * rows + o0 + j] = hsum8(_mm256_load_ps(acc + ((int64_t)s * LIN_NB + j) * 8));
+    }
+}
+
+static const dsv4_lin_kernels avx2_kernels = {gemv_avx2, gemm_avx2};
+
+const dsv4_lin_kernels *dsv4_lin_kernels_avx2(void) { return &avx2_kernels; }
+
+#else
+
+const dsv4_lin_kernels *dsv4_lin_kernels_avx2(void) { return 0; }
+
+#endif

@@ -1,0 +1,159 @@
+/* linear_fast.c — dsv4_linear: splitting the work into tasks, and the portable level.
+ *
+ * See linear_fast.h for the arithmetic contract. The portable level is the GEMM tiling
+ * written in plain C (it also serves n_rows == 1); the AVX2 level adds an in-register
+ * GEMV for decode, where the weight stream is the whole cost.
+ */
+#include "kernels/linear_fast.h"
+
+#include <string.h>
+
+#include "kernels/codec.h"
+#include "kernels/cpu.h"
+#include "kernels/kctx.h"
+
+/* Below this many multiply-adds a call runs on the caller's thread: waking the pool
+ * costs more than the work. */
+#define LIN_SERIAL_MACS (1 << 16)
+
+static float scale_at(const dsv4_mat *w, int64_t idx) {
+    if (w->scale_is_f32) return ((const float *)w->scale)[idx];
+    return dsv4_e8m0_to_f32(((const uint8_t *)w->scale)[idx]);
+}
+
+void dsv4_lin_dequant8(const dsv4_mat *w, int64_t o, int64_t i, float out[8]) {
+    const int64_t n = w->cols;
+    const int m = n - i < 8 ? (int)(n - i) : 8;
+    for (int l = m; l < 8; l++) out[l] = 0.0f;
+    switch (w->fmt) {
+    case DSV4_WF_F32: {
+        const float *p = (const float *)w->w + o * n + i;
+        for (int l = 0; l < m; l++) out[l] = p[l];
+        break;
+    }
+    case DSV4_WF_F16: {
+        const uint16_t *p = (const uint16_t *)w->w + o * n + i;
+        for (int l = 0; l < m; l++) out[l] = dsv4_f16_to_f32(p[l]);
+        break;
+    }
+    case DSV4_WF_BF16: {
+        const uint16_t *p = (const uint16_t *)w->w + o * n + i;
+        for (int l = 0; l < m; l++) out[l] = dsv4_bf16_to_f32(p[l]);
+        break;
+    }
+    case DSV4_WF_FP8: {
+        /* a chunk never straddles a 128-column scale block */
+        const uint8_t *p = (const uint8_t *)w->w + o * n + i;
+        const float s = scale_at(w, (o / 128) * ((n + 127) / 128) + i / 128);
+        for (int l = 0; l < m; l++) out[l] = dsv4_e4m3_to_f32(p[l]) * s;
+        break;
+    }
+    case DSV4_WF_FP4: {
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
+        const float s = scale_at(w, o * (n / 32) + i / 32);
+        for (int l = 0; l < m; l++) {
+            const int64_t c = i + l;
+            const uint8_t b = p[c / 2];
+            out[l] = dsv4_e2m1_to_f32((c & 1) ? (uint8_t)(b >> 4) : (uint8_t)(b & 15)) * s;
+        }
+        break;
+    }
+    default: /* dsv4_mat_row gives zeros for an absent matrix */
+        for (int l = 0; l < m; l++) out[l] = 0.0f;
+    }
+}
+
+/* ---- portable level ------------------------------------------------------------------ */
+
+static float reduce8(const float *a) {
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+static void gemm_scalar(const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0, float *scratch) {
+    const int64_t n = w->cols, rows = w->rows;
+    const int nb = rows - o0 < LIN_NB ? (int)(rows - o0) : LIN_NB;
+    float *wt = scratch;                      /* (LIN_NB, LIN_KB) dequantized weight tile */
+    float *acc = scratch + LIN_SCRATCH_WTILE; /* (LIN_MB, LIN_NB, 8) lane accumulators */
+    for (int r0 = 0; r0 < n_rows; r0 += LIN_MB) {
+        const int mb = n_rows - r0 < LIN_MB ? n_rows - r0 : LIN_MB;
+        memset(acc, 0, sizeof(float) * (size_t)mb * LIN_NB * 8);
+        for (int64_t k0 = 0; k0 < n; k0 += LIN_KB) {
+            const int kb = n - k0 < LIN_KB ? (int)(n - k0) : LIN_KB;
+            const int nfull = kb / 8, tail = kb % 8;
+            for (int j = 0; j < nb; j++)
+                for (int c = 0; c * 8 < kb; c++) dsv4_lin_dequant8(w, o0 + j, k0 + 8 * c, wt + j * LIN_KB + 8 * c);
+            for (int s = 0; s < mb; s++) {
+                const float *xs = x + (int64_t)(r0 + s) * n + k0;
+                for (int j = 0; j < nb; j++) {
+                    float *a = acc + ((int64_t)s * LIN_NB + j) * 8;
+                    const float *wr = wt + j * LIN_KB;
+                    for (int c = 0; c < nfull; c++)
+                        for (int l = 0; l < 8; l++) a[l] += xs[8 * c + l] * wr[8 * c + l];
+                    if (tail) {
+                        /* padded lanes add 0 * 0, exactly like the AVX2 masked chunk */
+                        for (int l = 0; l < 8; l++) {
+                            const float xv = l < tail ? xs[8 * nfull + l] : 0.0f;
+                            a[l] += xv * wr[8 * nfull + l];
+                        }
+                    }
+                }
+            }
+        }
+        for (int s = 0; s < mb; s++)
+            for (int j = 0; j < nb; j++)
+                y[(int64_t)(r0 + s) * rows + o0 + j] = reduce8(acc + ((int64_t)s * LIN_NB + j) * 8);
+    }
+}
+
+static const dsv4_lin_kernels scalar_kernels = {NULL, gemm_scalar};
+
+const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void) { return &scalar_kernels; }
+
+/* ---- driver --------------------------------------------------------------------------- */
+
+typedef struct {
+    dsv4_kctx *k;
+    const dsv4_lin_kernels *kn;
+    const dsv4_mat *w;
+    const float *x;
+    int n_rows;
+    float *y;
+} lin_job;
+
+static void gemv_task(void *arg, int t, int tid) {
+    (void)tid;
+    const lin_job *j = arg;
+    const int64_t o0 = (int64_t)t * LIN_GEMV_NB;
+    const int64_t o1 = o0 + LIN_GEMV_NB < j->w->rows ? o0 + LIN_GEMV_NB : j->w->rows;
+    j->kn->gemv(j->w, j->x, j->y, o0, o1);
+}
+
+static void gemm_task(void *arg, int t, int tid) {
+    const lin_job *j = arg;
+    j->kn->gemm(j->w, j->x, j->n_rows, j->y, (int64_t)t * LIN_NB, dsv4_kctx_lin_scratch(j->k, tid));
+}
+
+void dsv4_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, float *y) {
+    const int64_t rows = w->rows, n = w->cols;
+    if (n_rows <= 0 || rows <= 0) return;
+    const int known = w->fmt == DSV4_WF_F32 || w->fmt == DSV4_WF_F16 || w->fmt == DSV4_WF_BF16 ||
+                      w->fmt == DSV4_WF_FP8 || w->fmt == DSV4_WF_FP4;
+    if (n <= 0 || !known) { /* empty sum, or an absent matrix: zeros, as the reference */
+        memset(y, 0, sizeof(float) * (size_t)n_rows * (size_t)rows);
+        return;
+    }
+    const dsv4_lin_kernels *kn = dsv4_lin_kernels_scalar();
+    /* the AVX2 FP4 decoder walks whole 32-column scale blocks */
+    if (dsv4_kctx_simd(k) >= DSV4_SIMD_AVX2 && dsv4_lin_kernels_avx2() && (w->fmt != DSV4_WF_FP4 || n % 32 == 0))
+        kn = dsv4_lin_kernels_avx2();
+    lin_job job = {k, kn, w, x, n_rows, y};
+    const int gemv = n_rows == 1 && kn->gemv;
+    const int64_t per = gemv ? LIN_GEMV_NB : LIN_NB;
+    const int n_tasks = (int)((rows + per - 1) / per);
+    dsv4_task_fn fn = gemv ? gemv_task : gemm_task;
+    if (rows * n * n_rows < LIN_SERIAL_MACS) {
+        for (int t = 0; t < n_tasks; t++) fn(&job, t, 0);
+    } else {
+        dsv4_kctx_parallel(k, n_tasks, fn, &job);
+    }
+}

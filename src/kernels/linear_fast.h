@@ -1,0 +1,56 @@
+/* linear_fast.h — internal: the tiled, threaded kernels behind dsv4_linear.
+ *
+ * Arithmetic contract (what makes results reproducible). For every output y[s, o]:
+ *   - each weight is dequantized exactly as dsv4_mat_row does it (same float value);
+ *   - products are summed in 8 lanes, lane l taking columns i = 8c + l in ascending chunk c,
+ *     the last chunk zero-padded; then the lanes are added in a fixed tree
+ *     ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)).
+ * The AVX2 level accumulates with fused multiply-add, the portable level with a rounded
+ * multiply then add, so the two levels differ in the last bits; within a level the value
+ * depends on nothing else: not the thread count, not the tiling, not n_rows, not which
+ * other rows share the call (batch invariance), not GEMV vs GEMM.
+ *
+ * GEMM tiling: a task owns LIN_NB consecutive outputs. For each block of up to LIN_MB
+ * activation rows and each LIN_KB-column tile, the task dequantizes its LIN_NB x LIN_KB
+ * weight tile once into per-thread F32 scratch and runs a register-blocked micro-kernel
+ * over all rows of the block; the 8-lane accumulators live in per-thread scratch between
+ * column tiles, so tiling never changes the summation order.
+ */
+#ifndef DSV4_KERNELS_LINEAR_FAST_H
+#define DSV4_KERNELS_LINEAR_FAST_H
+
+#include <stdint.h>
+
+#include "kernels/linear.h"
+
+#define LIN_NB 16  /* outputs per GEMM task */
+#define LIN_KB 256 /* columns per dequantized tile: a multiple of 128 (FP8 scale blocks) */
+#define LIN_MB 96  /* activation rows per accumulator block (a multiple of 3) */
+#define LIN_GEMV_NB 32 /* outputs per GEMV task (a multiple of 4) */
+
+/* Per-thread scratch of the GEMM path, in floats. */
+#define LIN_SCRATCH_WTILE ((int64_t)LIN_NB * LIN_KB)         /* (LIN_NB, LIN_KB) weights */
+#define LIN_SCRATCH_ACC ((int64_t)LIN_MB * LIN_NB * 8)       /* (LIN_MB, LIN_NB, 8) lanes */
+#define LIN_SCRATCH_FLOATS (LIN_SCRATCH_WTILE + LIN_SCRATCH_ACC)
+
+/* One level's kernels. gemv: y[o] for o in [o0, o1), n_rows == 1; NULL means the level
+ * runs GEMV through gemm. gemm: outputs [o0, min(o0 + LIN_NB, rows)) for all n_rows rows;
+ * scratch: LIN_SCRATCH_FLOATS floats, 32-byte aligned. */
+typedef struct dsv4_lin_kernels {
+    void (*gemv)(const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1);
+    void (*gemm)(const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0, float *scratch);
+} dsv4_lin_kernels;
+
+const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void);
+const dsv4_lin_kernels *dsv4_lin_kernels_avx2(void); /* NULL when not compiled in */
+
+/* The zero-padded chunk of 8 dequantized weights of row o starting at column i (a
+ * multiple of 8): exact values, zeros past the last column. Shared by both levels so the
+ * dequantized values agree by construction. */
+void dsv4_lin_dequant8(const dsv4_mat *w, int64_t o, int64_t i, float out[8]);
+
+/* The kernel context's per-thread tile scratch for dsv4_linear (kctx.c). */
+struct dsv4_kctx;
+float *dsv4_kctx_lin_scratch(struct dsv4_kctx *k, int tid);
+
+#endif

@@ -1,0 +1,30 @@
+/* threads.h — a fixed pool of worker threads running parallel-for loops.
+ *
+ * One pool per kernel context. A job is n_tasks independent calls fn(arg, task, tid); the
+ * caller's thread takes part as tid 0 and workers are tids 1 .. n_threads-1. Tasks are
+ * handed out dynamically, so which thread runs a task varies from run to run: a task must
+ * compute the same thing whichever tid runs it (tid only selects per-thread scratch).
+ * That is what makes results independent of the thread count.
+ *
+ * Jobs do not nest: fn must not start another job on the same pool. Idle workers spin
+ * briefly (a decode step issues many short jobs back to back), then sleep on a condition
+ * variable.
+ */
+#ifndef DSV4_KERNELS_THREADS_H
+#define DSV4_KERNELS_THREADS_H
+
+#include "dsv4.h"
+
+typedef void (*dsv4_task_fn)(void *arg, int task, int tid);
+
+typedef struct dsv4_pool dsv4_pool;
+
+/* n_threads >= 1 counts the caller; n_threads - 1 workers are started. */
+int dsv4_pool_create(int n_threads, dsv4_pool **out, dsv4_err *err);
+void dsv4_pool_free(dsv4_pool *p);
+int dsv4_pool_threads(const dsv4_pool *p);
+
+/* Runs fn(arg, t, tid) for every t in [0, n_tasks) and returns when all have finished. */
+void dsv4_pool_run(dsv4_pool *p, int n_tasks, dsv4_task_fn fn, void *arg);
+
+#endif

@@ -1,0 +1,284 @@
+/* test_linear.c — dsv4_linear (threaded, tiled, SIMD) against dsv4_linear_ref.
+ *
+ * For every weight format and both kernel levels (the best this CPU runs, and the portable
+ * level forced): odd shapes and partial scale blocks against the reference (max-rel =
+ * max|diff| / max|ref| <= 1e-5, the P1 gate); exact dequantization (an identity input
+ * reproduces dsv4_mat_row bit for bit); bit-identical results for 1, 2 and 3 threads;
+ * batch invariance (a row alone equals the same row inside any batch, which also ties the
+ * AVX2 GEMV to the GEMM path). */
+#include <stdint.h>
+
+#include "kernels/codec.h"
+#include "kernels/cpu.h"
+#include "kernels/kctx.h"
+#include "kernels/linear.h"
+#include "test.h"
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+static uint64_t rnd(void) {
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static float urand(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+
+/* A weight matrix with owned storage. */
+typedef struct {
+    dsv4_mat m;
+    void *w, *scale;
+} tmat;
+
+enum { SC_E8M0, SC_F32 };
+
+static const char *fmt_name(dsv4_wfmt f, int sc) {
+    switch (f) {
+    case DSV4_WF_F32: return "f32";
+    case DSV4_WF_F16: return "f16";
+    case DSV4_WF_BF16: return "bf16";
+    case DSV4_WF_FP8: return sc == SC_F32 ? "fp8/f32-scale" : "fp8";
+    case DSV4_WF_FP4: return sc == SC_F32 ? "fp4/f32-scale" : "fp4";
+    default: return "?";
+    }
+}
+
+/* Random weights covering every code of the format (FP8: all but the NaN codes), with
+ * scales spread over a few binades so blocks really differ. */
+static tmat make_mat(dsv4_wfmt f, int sc, int64_t rows, int64_t cols) {
+    tmat t = {0};
+    t.m.fmt = f;
+    t.m.rows = rows;
+    t.m.cols = cols;
+    t.m.scale_is_f32 = sc == SC_F32;
+    const int64_t n = rows * cols;
+    int64_t ns = 0;
+    switch (f) {
+    case DSV4_WF_F32: {
+        float *p = malloc(sizeof(float) * n);
+        for (int64_t i = 0; i < n; i++) p[i] = urand();
+        t.w = p;
+        break;
+    }
+    case DSV4_WF_F16:
+    case DSV4_WF_BF16: {
+        uint16_t *p = malloc(2 * n);
+        for (int64_t i = 0; i < n; i++) {
+            float v = 2.0f * urand();
+            p[i] = f == DSV4_WF_F16 ? dsv4_f32_to_f16(v) : dsv4_f32_to_bf16(v);
+        }
+        t.w = p;
+        break;
+    }
+    case DSV4_WF_FP8: {
+        uint8_t *p = malloc(n);
+        for (int64_t i = 0; i < n; i++) {
+            uint8_t b;
+            do b = (uint8_t)rnd(); while ((b & 0x7f) == 0x7f);
+            p[i] = b;
+        }
+        t.w = p;
+        ns = ((rows + 127) / 128) * ((cols + 127) / 128);
+        break;
+    }
+    case DSV4_WF_FP4: {
+        uint8_t *p = malloc(n / 2);
+        for (int64_t i = 0; i < n / 2; i++) p[i] = (uint8_t)rnd();
+        t.w = p;
+        ns = rows * (cols / 32);
+        break;
+    }
+    default: break;
+    }
+    if (ns) {
+        if (sc == SC_F32) {
+            float *s = malloc(sizeof(float) * ns);
+            for (int64_t i = 0; i < ns; i++) s[i] = (0.6f + 0.5f * urand()) * 0.01f; /* not powers of 2 */
+            t.scale = s;
+        } else {
+            uint8_t *s = malloc(ns);
+            for (int64_t i = 0; i < ns; i++) s[i] = (uint8_t)(118 + rnd() % 8);
+            t.scale = s;
+        }
+    }
+    t.m.w = t.w;
+    t.m.scale = t.scale;
+    return t;
+}
+
+static void free_mat(tmat *t) { free(t->w); free(t->scale); }
+
+static float *rand_vec(int64_t n) {
+    float *v = malloc(sizeof(float) * (n > 0 ? n : 1));
+    for (int64_t i = 0; i < n; i++) v[i] = urand();
+    return v;
+}
+
+/* worst figures per format, printed at the end */
+typedef struct { double max_abs, max_rel, max_rel_l2; int cases; } stat;
+static stat stats[2][9]; /* [level][fmt + 3 if F32 scales] */
+
+static dsv4_kctx *kc[4]; /* 1, 2, 3 threads (index = threads) */
+
+static int same_bits(const float *a, const float *b, int64_t n) { return memcmp(a, b, sizeof(float) * n) == 0; }
+
+/* One shape: reference vs fast at the given level, thread-count and batch invariance. */
+static void check_case(dsv4_wfmt f, int sc, int64_t rows, int64_t cols, int n_rows, int level) {
+    tmat t = make_mat(f, sc, rows, cols);
+    float *x = rand_vec((int64_t)n_rows * cols);
+    const int64_t ny = (int64_t)n_rows * rows;
+    float *yr = malloc(sizeof(float) * ny), *y[4], *scratch = malloc(sizeof(float) * cols);
+    dsv4_linear_ref(&t.m, x, n_rows, yr, scratch);
+    for (int th = 1; th <= 3; th++) {
+        y[th] = malloc(sizeof(float) * ny);
+        dsv4_kctx_set_simd(kc[th], level);
+        dsv4_linear(kc[th], &t.m, x, n_rows, y[th]);
+    }
+    /* max-rel = max|diff| / max|ref| is the gate, but with a handful of outputs max|ref|
+     * can be a cancellation accident; the sum's natural size sqrt(sum_i (x_i w_i)^2)
+     * (what a random-sign sum is) then stands in for it. */
+    double max_abs = 0, max_ref = 0, max_l2 = 0;
+    float *row = malloc(sizeof(float) * cols);
+    for (int64_t o = 0; o < rows; o++) {
+        dsv4_mat_row(&t.m, o, row);
+        for (int s = 0; s < n_rows; s++) {
+            double l2 = 0;
+            for (int64_t i = 0; i < cols; i++) {
+                const double p = (double)x[(int64_t)s * cols + i] * row[i];
+                l2 += p * p;
+            }
+            max_l2 = fmax(max_l2, sqrt(l2));
+            const int64_t k = (int64_t)s * rows + o;
+            max_abs = fmax(max_abs, fabs((double)y[1][k] - yr[k]));
+            max_ref = fmax(max_ref, fabs((double)yr[k]));
+        }
+    }
+    free(row);
+    const double rel = max_ref > 0 ? max_abs / max_ref : max_abs;
+    const double rel_l2 = max_abs / fmax(max_ref, max_l2);
+    CHECK_MSG(rel_l2 <= 1e-5 && (ny < 128 || rel <= 1e-5),
+              "%s level %d rows %lld cols %lld n_rows %d: max-abs %.3g max-rel %.3g (vs natural size %.3g)",
+              fmt_name(f, sc), level, (long long)rows, (long long)cols, n_rows, max_abs, rel, rel_l2);
+    stat *st = &stats[level][f + (sc == SC_F32 ? 3 : 0)];
+    st->max_abs = fmax(st->max_abs, max_abs);
+    if (ny >= 128) st->max_rel = fmax(st->max_rel, rel);
+    st->max_rel_l2 = fmax(st->max_rel_l2, rel_l2);
+    st->cases++;
+    CHECK_MSG(same_bits(y[1], y[2], ny) && same_bits(y[1], y[3], ny),
+              "%s level %d rows %lld cols %lld n_rows %d: thread counts disagree", fmt_name(f, sc), level,
+              (long long)rows, (long long)cols, n_rows);
+    /* batch invariance: rows 0, 1 and the last alone (n_rows == 1: the GEMV path) */
+    float *y1 = malloc(sizeof(float) * rows);
+    const int probe[3] = {0, n_rows > 1 ? 1 : 0, n_rows - 1};
+    for (int q = 0; q < 3; q++) {
+        const int s = probe[q];
+        dsv4_linear(kc[2], &t.m, x + (int64_t)s * cols, 1, y1);
+        CHECK_MSG(same_bits(y1, y[2] + (int64_t)s * rows, rows),
+                  "%s level %d rows %lld cols %lld: row %d of %d differs from the row alone", fmt_name(f, sc),
+                  level, (long long)rows, (long long)cols, s, n_rows);
+    }
+    free(y1);
+    for (int th = 1; th <= 3; th++) free(y[th]);
+    free(yr);
+    free(scratch);
+    free(x);
+    free_mat(&t);
+}
+
+/* Identity input: y[s, o] = W[o, s] must be the exact dequantized weight. */
+static void check_exact(dsv4_wfmt f, int sc, int64_t rows, int64_t cols, int level, const uint8_t *force_scale) {
+    tmat t = make_mat(f, sc, rows, cols);
+    if (force_scale && !t.m.scale_is_f32) { /* FP8 band 0, block 0 gets a huge scale */
+        ((uint8_t *)t.scale)[0] = *force_scale;
+        uint8_t *p = t.w; /* keep the products finite: small codes in that block */
+        for (int64_t o = 0; o < rows && o < 128; o++)
+            for (int64_t i = 0; i < cols && i < 128; i++) p[o * cols + i] &= 0x9f;
+    }
+    float *x = calloc((size_t)(cols * cols), sizeof(float));
+    for (int64_t s = 0; s < cols; s++) x[s * cols + s] = 1.0f;
+    float *y = malloc(sizeof(float) * cols * rows), *row = malloc(sizeof(float) * cols);
+    dsv4_kctx_set_simd(kc[2], level);
+    dsv4_linear(kc[2], &t.m, x, (int)cols, y);
+    int64_t bad = 0;
+    for (int64_t o = 0; o < rows; o++) {
+        dsv4_mat_row(&t.m, o, row);
+        for (int64_t s = 0; s < cols; s++) bad += y[s * rows + o] != row[s];
+    }
+    CHECK_MSG(bad == 0, "%s level %d %lldx%lld: %lld weights not exact through the GEMM path", fmt_name(f, sc),
+              level, (long long)rows, (long long)cols, (long long)bad);
+    /* and through GEMV: one-hot inputs one at a time */
+    bad = 0;
+    float *y1 = malloc(sizeof(float) * rows);
+    for (int64_t s = 0; s < cols; s++) {
+        dsv4_linear(kc[2], &t.m, x + s * cols, 1, y1);
+        for (int64_t o = 0; o < rows; o++) bad += y1[o] != y[s * rows + o];
+    }
+    CHECK_MSG(bad == 0, "%s level %d %lldx%lld: %lld weights differ between GEMV and GEMM", fmt_name(f, sc),
+              level, (long long)rows, (long long)cols, (long long)bad);
+    free(y1);
+    free(x);
+    free(y);
+    free(row);
+    free_mat(&t);
+}
+
+static void check_edges(void) {
+    /* an absent matrix gives zeros like the reference; zero rows write nothing */
+    dsv4_mat none = {DSV4_WF_NONE, 3, 5, NULL, NULL, 0};
+    float x[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, y[6] = {1, 1, 1, 1, 1, 1};
+    dsv4_linear(kc[2], &none, x, 2, y);
+    int zeros = 1;
+    for (int i = 0; i < 6; i++) zeros &= y[i] == 0.0f;
+    CHECK(zeros);
+    float keep[2] = {7, 7};
+    dsv4_linear(kc[2], &none, x, 0, keep);
+    CHECK(keep[0] == 7 && keep[1] == 7);
+}
+
+int main(void) {
+    dsv4_err err;
+    for (int th = 1; th <= 3; th++) CHECK(dsv4_kctx_create(th, 64, &kc[th], &err) == DSV4_OK);
+    CHECK(dsv4_kctx_threads(kc[3]) == 3);
+    const int best = dsv4_kctx_set_simd(kc[1], 99);
+    printf("kernel level: %s (cpu %s)\n", dsv4_simd_name(best), dsv4_simd_name(dsv4_cpu_simd()));
+    CHECK(dsv4_kctx_set_simd(kc[1], DSV4_SIMD_SCALAR) == DSV4_SIMD_SCALAR);
+
+    const dsv4_wfmt fmts[5] = {DSV4_WF_F32, DSV4_WF_F16, DSV4_WF_BF16, DSV4_WF_FP8, DSV4_WF_FP4};
+    const int64_t rows_set[4] = {1, 7, 129, 300};
+    const int64_t cols_set[4] = {32, 96, 160, 1056};
+    const int64_t odd_cols[4] = {1, 37, 133, 300}; /* not for FP4: its rows are whole 32-blocks */
+    const int nrows_set[3] = {1, 3, 17};
+    for (int level = 0; level <= best; level++) {
+        for (int fi = 0; fi < 5; fi++) {
+            const dsv4_wfmt f = fmts[fi];
+            const int n_sc = (f == DSV4_WF_FP8 || f == DSV4_WF_FP4) ? 2 : 1;
+            for (int sc = 0; sc < n_sc; sc++)
+                for (int ri = 0; ri < 4; ri++)
+                    for (int ni = 0; ni < 3; ni++) {
+                        for (int ci = 0; ci < 4; ci++) check_case(f, sc, rows_set[ri], cols_set[ci], nrows_set[ni], level);
+                        if (f != DSV4_WF_FP4)
+                            for (int ci = 0; ci < 4; ci++) check_case(f, sc, rows_set[ri], odd_cols[ci], nrows_set[ni], level);
+                    }
+            for (int sc = 0; sc < n_sc; sc++) {
+                check_exact(f, sc, 131, f == DSV4_WF_FP4 ? 288 : 291, level, NULL);
+                check_exact(f, sc, 5, f == DSV4_WF_FP4 ? 32 : 9, level, NULL);
+            }
+        }
+        /* FP8 scale 2^121: 256 * scale overflows F32, the fast path must still be exact */
+        const uint8_t huge = 248;
+        check_exact(DSV4_WF_FP8, SC_E8M0, 130, 260, level, &huge);
+        /* a batch larger than one accumulator block (LIN_MB rows) */
+        check_case(DSV4_WF_BF16, SC_E8M0, 40, 300, 200, level);
+        check_case(DSV4_WF_FP4, SC_E8M0, 33, 544, 101, level);
+    }
+    check_edges();
+
+    for (int level = 0; level <= best; level++)
+        for (int k = 0; k < 9; k++) {
+            const stat *st = &stats[level][k];
+            if (!st->cases) continue;
+            const dsv4_wfmt f = (dsv4_wfmt)(k > 5 ? k - 3 : k);
+            printf("%-6s %-14s cases %3d  max-abs %.3g  max-rel %.3g (cases with >= 128 outputs)  "
+                   "max|diff|/max(|ref|, |x.w|_2) %.3g\n", dsv4_simd_name(level),
+                   fmt_name(f, k > 5 ? SC_F32 : SC_E8M0), st->cases, st->max_abs, st->max_rel, st->max_rel_l2);
+        }
+    for (int th = 1; th <= 3; th++) dsv4_kctx_free(kc[th]);
+    return test_report();
+}
