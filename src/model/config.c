@@ -689,7 +689,25 @@ int dsv4_config_validate(const dsv4_config *c, dsv4_err *err) {
 
 /* ---- back to JSON ------------------------------------------------------------------- */
 
-static int add_num(cJSON *o, const char *key, double v) { return cJSON_AddNumberToObject(o, key, v) != NULL; }
+/* Numbers are written by us, not by cJSON: cJSON keeps a 15-digit form when it is within an
+ * epsilon of the value, which can be an ulp off. Here the shortest form that reads back
+ * bit-exactly is used, so parse(to_json(c)) == c. Only finite values reach this (validate). */
+static cJSON *exact_number(double v) {
+    char buf[40];
+    if (!isfinite(v)) return cJSON_CreateNull();
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    return cJSON_CreateRaw(buf);
+}
+
+static int add_num(cJSON *o, const char *key, double v) {
+    cJSON *n = exact_number(v);
+    if (n && cJSON_AddItemToObject(o, key, n)) return 1;
+    cJSON_Delete(n);
+    return 0;
+}
 static int add_str(cJSON *o, const char *key, const char *v) { return cJSON_AddStringToObject(o, key, v) != NULL; }
 
 char *dsv4_config_to_json(const dsv4_config *c) {
@@ -709,7 +727,7 @@ char *dsv4_config_to_json(const dsv4_config *c) {
     if (ok) ok = (arr = cJSON_AddArrayToObject(o, "compress_ratios")) != NULL;
     int total = dsv4_cfg_n_total_layers(c);
     for (int l = 0; ok && l < total && l < DSV4_MAX_LAYERS; l++)
-        ok = cJSON_AddItemToArray(arr, cJSON_CreateNumber(c->compress_ratios[l]));
+        ok = cJSON_AddItemToArray(arr, exact_number(c->compress_ratios[l]));
     if (ok) {
         if (c->rope_yarn) {
             cJSON *rs = cJSON_AddObjectToObject(o, "rope_scaling");
@@ -732,7 +750,12 @@ char *dsv4_config_to_json(const dsv4_config *c) {
     if (ok && c->expert_dtype[0]) ok = add_str(o, "expert_dtype", c->expert_dtype);
     if (ok && c->has_quant_config) {
         cJSON *q = cJSON_AddObjectToObject(o, "quantization_config");
-        cJSON *blk = cJSON_CreateIntArray(c->quant_block, 2);
+        cJSON *blk = cJSON_CreateArray();
+        if (blk && !(cJSON_AddItemToArray(blk, exact_number(c->quant_block[0])) &&
+                     cJSON_AddItemToArray(blk, exact_number(c->quant_block[1])))) {
+            cJSON_Delete(blk);
+            blk = NULL;
+        }
         ok = q && blk && add_str(q, "activation_scheme", c->quant_activation_scheme) &&
              add_str(q, "fmt", c->quant_fmt) && add_str(q, "quant_method", c->quant_method) &&
              add_str(q, "scale_fmt", c->quant_scale_fmt);

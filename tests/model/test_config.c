@@ -466,6 +466,7 @@ static void test_roundtrip(void) {
         {"expert_dtype", NULL},
         {"swiglu_limit", "-0.0"},
         {"rms_norm_eps", "1.2345678901234567e-7"},
+        {"routed_scaling_factor", "0.30000000000000004"}, /* "0.3" is an ulp off */
         {"max_position_embeddings", "1099511627776"},
         {"rope_scaling", "{\"type\":\"yarn\",\"factor\":2.5,\"original_max_position_embeddings\":0}"},
         {"compress_ratios", "[0,0,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,"
