@@ -74,6 +74,7 @@ typedef struct dsv4_engine_opts {
     uint64_t cache_bytes;  /* byte budget for compressed pools; 0 = enough for max_seqs x max_context */
     int block;             /* B: compressed block size in positions; 0 = lcm(ratios) */
     int win_block;         /* B_w: window page size in positions; 0 = 64 */
+    int reference;         /* 1: portable scalar kernels only (no SIMD) */
 } dsv4_engine_opts;
 
 int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_engine **out,

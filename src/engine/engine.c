@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu.h"
 #include "util/err.h"
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -79,6 +80,7 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
     max_cols = max64(max_cols, (int64_t)c->o_groups * c->o_lora_rank);
     max_cols = max64(max_cols, c->moe_intermediate_size);
     if ((rc = dsv4_kctx_create(o->threads, max_cols, &e->k, err))) goto fail;
+    if (o->reference) dsv4_kctx_set_simd(e->k, DSV4_SIMD_SCALAR);
 
     const int n_blocks = c->num_hidden_layers + c->num_nextn_predict_layers;
     e->blocks = calloc((size_t)n_blocks, sizeof *e->blocks);

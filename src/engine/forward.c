@@ -76,6 +76,9 @@ static int validate_span(const dsv4_engine *e, const dsv4_span *sp, int idx, dsv
     if (sp->seq < 0 || sp->seq >= e->opts.max_seqs || !e->seqs[sp->seq].live)
         return dsv4_fail(err, DSV4_ERR_ARG, "span %d: sequence %d is not live", idx, sp->seq);
     const dsv4_seq_state *s = &e->seqs[sp->seq];
+    if (s->broken)
+        return dsv4_fail(err, DSV4_ERR_STATE, "span %d: sequence %d lost its state in an earlier "
+                         "failed call; free it", idx, sp->seq);
     if (sp->start != s->n)
         return dsv4_fail(err, DSV4_ERR_ARG, "span %d: start %lld != sequence length %lld", idx,
                          (long long)sp->start, (long long)s->n);
@@ -164,7 +167,10 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
         for (int j = 1; j < hc; j++) memcpy(hi + (size_t)j * D, hi, (size_t)D * sizeof(float));
     }
     for (int l = 0; l < c->num_hidden_layers; l++)
-        if ((rc = dsv4_engine_block(e, &e->blocks[l], &batch, h, err))) goto done;
+        if ((rc = dsv4_engine_block(e, &e->blocks[l], &batch, h, err))) {
+            for (int i = 0; i < n_spans; i++) e->seqs[spans[i].seq].broken = 1;
+            goto done;
+        }
 
     /* outputs: streams as they are, hidden = RMSNorm(hc_head(h); norm) (§5.13) */
     int oh = 0, os = 0;

@@ -30,6 +30,9 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
         if (sp->seq < 0 || sp->seq >= e->opts.max_seqs || !e->seqs[sp->seq].live)
             return dsv4_fail(err, DSV4_ERR_ARG, "mtp span %d: sequence %d is not live", i, sp->seq);
         const dsv4_seq_state *s = &e->seqs[sp->seq];
+        if (s->broken)
+            return dsv4_fail(err, DSV4_ERR_STATE, "mtp span %d: sequence %d lost its state in an "
+                             "earlier failed call; free it", i, sp->seq);
         if (sp->start != s->m)
             return dsv4_fail(err, DSV4_ERR_ARG, "mtp span %d: start %lld != MTP length %lld", i,
                              (long long)sp->start, (long long)s->m);
@@ -96,7 +99,10 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
         for (int k = 0; k < hc; k++)
             for (int d = 0; d < D; d++) z[((size_t)i * hc + k) * D + d] += ep[(size_t)i * D + d];
 
-    if ((rc = dsv4_engine_block(e, b, &batch, z, err))) goto done;
+    if ((rc = dsv4_engine_block(e, b, &batch, z, err))) {
+        for (int i = 0; i < n_spans; i++) e->seqs[spans[i].seq].broken = 1;
+        goto done;
+    }
 
     for (int i = 0; i < R; i++) {
         dsv4_hc_head(c, z + (size_t)i * hc * D, b->hc_head_fn, b->hc_head_base, b->hc_head_scale, y);
