@@ -163,16 +163,46 @@ static int check_normalizer(const cJSON *n, dsv4_err *err) {
 static const char GPT2_PATTERN[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
+/* tokenizers compiles its patterns with Oniguruma, whose \s is the Unicode White_Space
+ * property. PCRE2's \s (UCP mode) also takes U+180E, which stopped being a space in
+ * Unicode 6.3, so \s and \S are spelled out as the property. Escapes are copied in pairs,
+ * so an escaped backslash followed by 's' stays as it is. Returns a malloc'ed pattern. */
+static char *onig_to_pcre2(const char *pat, size_t n, size_t *out_n) {
+    static const char ws[] = "\\p{White_Space}";
+    char *out = malloc(n / 2 * (sizeof ws - 1) + n + 1);  // each "\s" (2 bytes) may grow to 15
+    if (!out) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (pat[i] == '\\' && i + 1 < n && (pat[i + 1] == 's' || pat[i + 1] == 'S')) {
+            memcpy(out + k, ws, sizeof ws - 1);
+            if (pat[i + 1] == 'S') out[k + 1] = 'P';
+            k += sizeof ws - 1;
+            i++;
+        } else if (pat[i] == '\\' && i + 1 < n) {
+            out[k++] = pat[i++];
+            out[k++] = pat[i];
+        } else {
+            out[k++] = pat[i];
+        }
+    }
+    out[k] = 0;
+    *out_n = k;
+    return out;
+}
+
 static int compile_regex(const char *pat, size_t n, int literal, pcre2_code **out, dsv4_err *err) {
     int ec;
     PCRE2_SIZE eoff;
     uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, n, opts, &ec, &eoff, NULL);
+    size_t pn = n;
+    char *p = literal ? NULL : onig_to_pcre2(pat, n, &pn);
+    if (!literal && !p) return dsv4_fail(err, DSV4_ERR_NOMEM, "out of memory");
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)(p ? p : pat), pn, opts, &ec, &eoff, NULL);
+    free(p);
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        return dsv4_fail(err, DSV4_ERR_FORMAT, "pre_tokenizer regex /%s/ is invalid at offset %zu: %s",
-                         pat, (size_t)eoff, (const char *)msg);
+        return dsv4_fail(err, DSV4_ERR_FORMAT, "pre_tokenizer regex /%s/ is invalid: %s", pat, (const char *)msg);
     }
     (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);  // without JIT pcre2_match interprets
     *out = re;
