@@ -61,6 +61,26 @@ int dsv4_model_open(const char *dir, dsv4_model **out, dsv4_err *err);
 void dsv4_model_close(dsv4_model *m);
 dsv4_model_info dsv4_model_get_info(const dsv4_model *m);
 
+/* ---- distribution (MPI) ------------------------------------------------------------- */
+
+/* A process group for context-parallel prefill and expert-parallel MoE. Without MPI (or
+ * with one rank) it has size 1 and everything runs locally. */
+typedef struct dsv4_dist dsv4_dist;
+
+enum { DSV4_PAR_NONE = 0, DSV4_PAR_CP = 1, DSV4_PAR_EP = 2 };
+
+/* Initialises MPI (MPI_Init_thread) if this build has it and wraps MPI_COMM_WORLD. */
+int dsv4_dist_init(int *argc, char ***argv, dsv4_dist **out, dsv4_err *err);
+/* MPI_Finalize (when dsv4_dist_init initialised MPI) and frees d. */
+void dsv4_dist_finalize(dsv4_dist *d);
+int dsv4_dist_rank(const dsv4_dist *d);
+int dsv4_dist_size(const dsv4_dist *d);
+/* 1 when this build has MPI. */
+int dsv4_dist_available(void);
+/* Ends every rank (MPI_Abort) after a failure on one of them, so none hangs in a
+ * collective; in a single process it returns and the caller exits normally. */
+void dsv4_dist_abort(dsv4_dist *d, int status);
+
 /* ---- engine ------------------------------------------------------------------------- */
 
 typedef struct dsv4_engine dsv4_engine;
@@ -75,6 +95,8 @@ typedef struct dsv4_engine_opts {
     int block;             /* B: compressed block size in positions; 0 = lcm(ratios) */
     int win_block;         /* B_w: window page size in positions; 0 = 64 */
     int reference;         /* 1: portable scalar kernels only (no SIMD) */
+    dsv4_dist *dist;       /* process group, NULL = single process */
+    int parallel;          /* DSV4_PAR_CP | DSV4_PAR_EP; every rank makes the same calls */
 } dsv4_engine_opts;
 
 int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_engine **out,
