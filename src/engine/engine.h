@@ -40,6 +40,12 @@ struct dsv4_engine {
 int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
                       float *h, dsv4_err *err);
 
+/* The MoE sub-block of a batch, y (R, D) from x (R, D): local, or expert-parallel over the
+ * process group, in which case every rank calls it for every MoE sub-block, also with zero
+ * rows. */
+int dsv4_engine_moe(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
+                    const float *x, float *y, dsv4_err *err);
+
 /* Frees window pages no later call of seq can read. */
 void dsv4_engine_trim(dsv4_engine *e, int seq);
 

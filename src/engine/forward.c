@@ -17,6 +17,11 @@
 #include "moe/moe.h"
 #include "util/err.h"
 
+int dsv4_engine_moe(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
+                    const float *x, float *y, dsv4_err *err) {
+    return dsv4_moe_forward(e->k, e->cfg, b, x, batch->tokens, batch->n_rows, y, NULL, err);
+}
+
 int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
                       float *h, dsv4_err *err) {
     const dsv4_config *c = e->cfg;
@@ -48,7 +53,7 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
         }
         /* y = attention(x) or MoE(x) */
         if (sub == 0) rc = dsv4_attention(&actx, b, batch, x, y, err);
-        else rc = dsv4_moe_forward(e->k, c, b, x, batch->tokens, R, y, NULL, err);
+        else rc = dsv4_engine_moe(e, b, batch, x, y, err);
         if (rc) goto done;
         /* h = hc_post(y, h, post, comb) */
         for (int i = 0; i < R; i++) {

@@ -18,6 +18,7 @@ struct dsv4_kctx {
     int64_t stride;       /* floats per thread in `scratch`, a multiple of 16 */
     float *scratch;       /* (n_threads, stride): LIN_SCRATCH_FLOATS then max_cols */
     dsv4_pool *pool;
+    dsv4_lin_tables *tables; /* read-only after create */
 };
 
 static int64_t round16(int64_t v) { return (v + 15) & ~(int64_t)15; }
@@ -39,6 +40,13 @@ int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err 
         free(k);
         return dsv4_fail(err, DSV4_ERR_NOMEM, "kernel scratch: out of memory (%zu bytes)", bytes);
     }
+    k->tables = aligned_alloc(64, sizeof *k->tables);
+    if (!k->tables) {
+        free(k->scratch);
+        free(k);
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "kernel tables: out of memory");
+    }
+    dsv4_lin_tables_init(k->tables);
     int cpu = dsv4_cpu_simd(), build = dsv4_build_simd();
     k->simd_max = cpu < build ? cpu : build;
     k->simd = k->simd_max;
@@ -46,6 +54,7 @@ int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err 
     if (env && (strcmp(env, "0") == 0 || strcmp(env, "scalar") == 0)) k->simd = DSV4_SIMD_SCALAR;
     int rc = dsv4_pool_create(n_threads, &k->pool, err);
     if (rc) {
+        free(k->tables);
         free(k->scratch);
         free(k);
         return rc;
@@ -57,6 +66,7 @@ int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err 
 void dsv4_kctx_free(dsv4_kctx *k) {
     if (!k) return;
     dsv4_pool_free(k->pool);
+    free(k->tables);
     free(k->scratch);
     free(k);
 }
@@ -79,5 +89,7 @@ float *dsv4_kctx_lin_scratch(dsv4_kctx *k, int tid) { return k->scratch + (int64
 float *dsv4_kctx_scratch(dsv4_kctx *k, int tid) {
     return k->scratch + (int64_t)tid * k->stride + round16(LIN_SCRATCH_FLOATS);
 }
+
+const dsv4_lin_tables *dsv4_kctx_lin_tables(const dsv4_kctx *k) { return k->tables; }
 
 int64_t dsv4_kctx_max_cols(const dsv4_kctx *k) { return k->max_cols; }

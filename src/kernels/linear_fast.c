@@ -63,13 +63,22 @@ void dsv4_lin_dequant8(const dsv4_mat *w, int64_t o, int64_t i, float out[8]) {
     }
 }
 
+void dsv4_lin_tables_init(dsv4_lin_tables *t) {
+    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    for (int b = 0; b < 256; b++)
+        for (uint32_t k = 0; k < 8; k++)
+            t->fp4[b][k] = dsv4_f32_to_bits(mag[k] * dsv4_e8m0_to_f32((uint8_t)b)) ^ (k << 28);
+}
+
 /* ---- portable level ------------------------------------------------------------------ */
 
 static float reduce8(const float *a) {
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
-static void gemm_scalar(const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0, float *scratch) {
+static void gemm_scalar(const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
+                        float *scratch) {
+    (void)tab;
     const int64_t n = w->cols, rows = w->rows;
     const int nb = rows - o0 < LIN_NB ? (int)(rows - o0) : LIN_NB;
     float *wt = scratch;                      /* (LIN_NB, LIN_KB) dequantized weight tile */
@@ -125,12 +134,13 @@ static void gemv_task(void *arg, int t, int tid) {
     const lin_job *j = arg;
     const int64_t o0 = (int64_t)t * LIN_GEMV_NB;
     const int64_t o1 = o0 + LIN_GEMV_NB < j->w->rows ? o0 + LIN_GEMV_NB : j->w->rows;
-    j->kn->gemv(j->w, j->x, j->y, o0, o1);
+    j->kn->gemv(dsv4_kctx_lin_tables(j->k), j->w, j->x, j->y, o0, o1);
 }
 
 static void gemm_task(void *arg, int t, int tid) {
     const lin_job *j = arg;
-    j->kn->gemm(j->w, j->x, j->n_rows, j->y, (int64_t)t * LIN_NB, dsv4_kctx_lin_scratch(j->k, tid));
+    j->kn->gemm(dsv4_kctx_lin_tables(j->k), j->w, j->x, j->n_rows, j->y, (int64_t)t * LIN_NB,
+                dsv4_kctx_lin_scratch(j->k, tid));
 }
 
 void dsv4_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, float *y) {

@@ -33,12 +33,22 @@
 #define LIN_SCRATCH_ACC ((int64_t)LIN_MB * LIN_NB * 8)       /* (LIN_MB, LIN_NB, 8) lanes */
 #define LIN_SCRATCH_FLOATS (LIN_SCRATCH_WTILE + LIN_SCRATCH_ACC)
 
+/* Read-only tables built once per kernel context (dsv4_lin_tables_init). */
+typedef struct dsv4_lin_tables {
+    /* FP4 decode table per ue8m0 scale byte b: bits(e2m1 magnitude k * 2^(b-127)) ^ (k << 28),
+     * k = 0..7 (the AVX2 decoder's layout, see linear_avx2.c) */
+    uint32_t fp4[256][8];
+} dsv4_lin_tables;
+
+void dsv4_lin_tables_init(dsv4_lin_tables *t);
+
 /* One level's kernels. gemv: y[o] for o in [o0, o1), n_rows == 1; NULL means the level
  * runs GEMV through gemm. gemm: outputs [o0, min(o0 + LIN_NB, rows)) for all n_rows rows;
  * scratch: LIN_SCRATCH_FLOATS floats, 32-byte aligned. */
 typedef struct dsv4_lin_kernels {
-    void (*gemv)(const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1);
-    void (*gemm)(const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0, float *scratch);
+    void (*gemv)(const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1);
+    void (*gemm)(const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
+                 float *scratch);
 } dsv4_lin_kernels;
 
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void);
@@ -49,8 +59,9 @@ const dsv4_lin_kernels *dsv4_lin_kernels_avx2(void); /* NULL when not compiled i
  * dequantized values agree by construction. */
 void dsv4_lin_dequant8(const dsv4_mat *w, int64_t o, int64_t i, float out[8]);
 
-/* The kernel context's per-thread tile scratch for dsv4_linear (kctx.c). */
+/* The kernel context's per-thread tile scratch and tables for dsv4_linear (kctx.c). */
 struct dsv4_kctx;
 float *dsv4_kctx_lin_scratch(struct dsv4_kctx *k, int tid);
+const dsv4_lin_tables *dsv4_kctx_lin_tables(const struct dsv4_kctx *k);
 
 #endif

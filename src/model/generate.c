@@ -6,9 +6,9 @@
  * checkpoint takes seconds), symmetric, bounded by 3.46 sigma, and close enough to a
  * Gaussian for test weights.
  *
- * Quantization computes each code and its value together with plain arithmetic (frexp,
- * rint, ldexp) rather than through the codec tables, so the round trip test compares two
- * independent derivations of the same number.
+ * Quantization computes each code and its value together with plain arithmetic (rounding
+ * on the float's bit pattern, a threshold ladder for FP4) rather than through the codec
+ * tables, so the round trip test compares two independent derivations of the same number.
  */
 #include "model/generate.h"
 
@@ -82,32 +82,52 @@ static int ceil_log2(float v) {
     return m == 0.5f ? e - 1 : e;
 }
 
-/* e4m3fn code and value of the rounding (to nearest even) of y, |y| <= 448. */
+/* 2^e as a float, for normal exponents (-126 <= e <= 127): exact scaling by multiplication. */
+static inline float pow2f(int e) { return dsv4_bits_to_f32((uint32_t)(e + 127) << 23); }
+
+/* e4m3fn code and value of the rounding (to nearest even) of y, |y| <= 448. Normal range:
+ * round the float's mantissa to 3 bits on its bit pattern (a carry moves into the exponent
+ * by itself); below 2^-6 the quantum is fixed at 2^-9. */
 static inline uint8_t quant_e4m3(float y, float *val) {
+    const uint32_t sign = dsv4_f32_to_bits(y) & 0x80000000u;
     const float a = fabsf(y);
-    int e;
-    frexpf(a, &e);
-    int E = e - 1; /* a in [2^E, 2^(E+1)) */
-    if (E < -6) E = -6; /* subnormals share the quantum 2^-9 */
-    float n = rintf(ldexpf(a, 3 - E)); /* 0 .. 16 quanta of 2^(E-3) */
-    if (n >= 16.0f) { E++; n = 8.0f; }
-    if (E > 8 || (E == 8 && n > 14.0f)) { E = 8; n = 14.0f; } /* 448 = 1.75 * 2^8 */
-    if (n == 0.0f) { *val = 0.0f; return 0; }
-    *val = y < 0 ? -ldexpf(n, E - 3) : ldexpf(n, E - 3);
-    const uint8_t code = n < 8.0f ? (uint8_t)n : (uint8_t)(((E + 7) << 3) | ((int)n - 8));
-    return (uint8_t)(code | (y < 0 ? 0x80 : 0));
+    uint8_t code;
+    float v;
+    if (a < 0.015625f) { /* subnormal e4m3: n * 2^-9, n = 0..8 (8 is the smallest normal) */
+        const float n = rintf(a * 512.0f);
+        v = n * 0.001953125f;
+        code = (uint8_t)n;
+    } else {
+        uint32_t u = dsv4_f32_to_bits(a);
+        u = (u + 0x7ffffu + ((u >> 20) & 1u)) & ~0xfffffu;
+        if (u > 0x43e00000u) u = 0x43e00000u; /* saturate at 448 */
+        v = dsv4_bits_to_f32(u);
+        code = (uint8_t)((((u >> 23) - 120u) << 3) | ((u >> 20) & 7u)); /* E + 7 = exp - 120 */
+    }
+    const uint32_t neg = code ? sign : 0u; /* no -0 */
+    *val = dsv4_bits_to_f32(dsv4_f32_to_bits(v) | neg);
+    return (uint8_t)(code | (neg >> 24));
 }
 
-/* e2m1 code of the nearest grid value to y, |y| <= 6 (ties to the smaller magnitude). */
+/* BF16 bits of x, rounded to nearest even (finite inputs only). */
+static inline uint16_t to_bf16(float x) {
+    const uint32_t u = dsv4_f32_to_bits(x);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* e2m1 code of the nearest grid value to y, |y| <= 6 (ties to the smaller magnitude).
+ * Branch-free: the signs of random weights are unpredictable. */
 static const float fp4_grid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 static inline uint8_t quant_e2m1(float y, float *val) {
     const float a = fabsf(y);
     const int idx = (a > 0.25f) + (a > 0.75f) + (a > 1.25f) + (a > 1.75f) + (a > 2.5f) +
                     (a > 3.5f) + (a > 5.0f);
-    if (idx == 0) { *val = 0.0f; return 0; }
-    *val = y < 0 ? -fp4_grid[idx] : fp4_grid[idx];
-    return (uint8_t)(idx | (y < 0 ? 8 : 0));
+    const uint32_t neg = (dsv4_f32_to_bits(y) >> 31) & (uint32_t)(idx != 0); /* no -0 */
+    *val = dsv4_bits_to_f32(dsv4_f32_to_bits(fp4_grid[idx]) | (neg << 31));
+    return (uint8_t)(idx | (int)(neg << 3));
 }
+
+static inline float maxf(float a, float b) { return a > b ? a : b; }
 
 /* ---- formats ------------------------------------------------------------------------- */
 
@@ -166,7 +186,7 @@ static int gen_dense(const dsv4_tensor_spec *s, dsv4_st_dtype dt, rng *r, sink *
             else x = sig * rng_normal(r);
             float v = x;
             if (dt == DSV4_ST_BF16) {
-                const uint16_t h = dsv4_f32_to_bf16(x);
+                const uint16_t h = to_bf16(x);
                 memcpy(buf + 2 * i, &h, 2);
                 v = dsv4_bf16_to_f32(h);
             } else {
@@ -198,18 +218,19 @@ static int gen_fp8(const dsv4_tensor_spec *s, rng *r, rng *rj, sink *k) {
             const int64_t cb = c0 * 128, nc = in - cb < 128 ? in - cb : 128;
             float amax = 0.0f;
             for (int64_t i = 0; i < nr; i++)
-                for (int64_t j = 0; j < nc; j++) amax = fmaxf(amax, fabsf(x[i * in + cb + j]));
+                for (int64_t j = 0; j < nc; j++) amax = maxf(amax, fabsf(x[i * in + cb + j]));
             int e = amax > 0.0f ? ceil_log2(amax / 448.0f) : 0;
             e += (int)(rng_next(rj) >> 63);
-            if (e < -126) e = -126;
-            if (e > 127) e = 127;
+            if (e < -125) e = -125; /* keeps 2^e and 2^-e normal floats */
+            if (e > 125) e = 125;
             scale[b0 * sc + c0] = (uint8_t)(127 + e);
+            const float inv = pow2f(-e), s2 = pow2f(e);
             for (int64_t i = 0; i < nr; i++)
                 for (int64_t j = 0; j < nc; j++) {
                     const int64_t at = i * in + cb + j;
                     float v;
-                    q[at] = quant_e4m3(ldexpf(x[at], -e), &v);
-                    if (k->vals) k->vals[(r0 + i) * in + cb + j] = ldexpf(v, e);
+                    q[at] = quant_e4m3(x[at] * inv, &v);
+                    if (k->vals) k->vals[(r0 + i) * in + cb + j] = v * s2;
                 }
         }
         rc = put(k, q, (uint64_t)(nr * in));
@@ -243,19 +264,21 @@ static int gen_fp4(const dsv4_tensor_spec *s, rng *r, sink *k) {
                 float amax = 0.0f;
                 for (int i = 0; i < 32; i++) {
                     x[i] = sig * rng_normal(r);
-                    amax = fmaxf(amax, fabsf(x[i]));
+                    amax = maxf(amax, fabsf(x[i]));
                 }
                 int e = amax > 0.0f ? ceil_log2(amax / 6.0f) : 0;
-                if (e < -126) e = -126;
+                if (e < -125) e = -125;
+                if (e > 125) e = 125;
                 scale[o * (in / 32) + g] = (uint8_t)(127 + e);
+                const float inv = pow2f(-e), s2 = pow2f(e);
                 for (int i = 0; i < 32; i += 2) {
                     float v0, v1;
-                    const uint8_t c0 = quant_e2m1(ldexpf(x[i], -e), &v0);
-                    const uint8_t c1 = quant_e2m1(ldexpf(x[i + 1], -e), &v1);
+                    const uint8_t c0 = quant_e2m1(x[i] * inv, &v0);
+                    const uint8_t c1 = quant_e2m1(x[i + 1] * inv, &v1);
                     qr[g * 16 + i / 2] = (uint8_t)(c0 | (c1 << 4));
                     if (k->vals) {
-                        k->vals[o * in + g * 32 + i] = ldexpf(v0, e);
-                        k->vals[o * in + g * 32 + i + 1] = ldexpf(v1, e);
+                        k->vals[o * in + g * 32 + i] = v0 * s2;
+                        k->vals[o * in + g * 32 + i + 1] = v1 * s2;
                     }
                 }
             }
