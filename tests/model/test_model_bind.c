@@ -392,6 +392,60 @@ static void test_extra_and_variants(void) {
     dsv4_model_close(ref);
 }
 
+/* Two shards and an index: the loader binds across files. */
+static void test_sharded(void) {
+    char p[512];
+    dsv4_err err = {0};
+    CHECK(write_variant(base_fp8, &NO_EDIT) == 0); /* config.json */
+    snprintf(p, sizeof p, "%s/model.safetensors", work);
+    unlink(p);
+    dsv4_st_set *st = NULL;
+    CHECK(dsv4_st_open_dir(base_fp8, &st, &err) == 0);
+    if (!st) return;
+    dsv4_stw *w[2] = {dsv4_stw_new(), dsv4_stw_new()};
+    const char *file[2] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+    size_t cap = 1 << 16, len = 0;
+    char *idx = malloc(cap);
+    len += (size_t)snprintf(idx, cap, "{\"metadata\": {}, \"weight_map\": {");
+    int first = 1;
+    for (int size = 8; size >= 1; size /= 2)
+        for (int i = 0; i < dsv4_st_count(st); i++) {
+            const dsv4_st_tensor *t = dsv4_st_at(st, i);
+            if (dsv4_st_dtype_size(t->dtype) != size) continue;
+            const int f = strcmp(t->name, "layers.3") < 0 ? 0 : 1;
+            CHECK(dsv4_stw_add(w[f], t->name, t->dtype, t->ndim, t->shape, t->data, &err) == 0);
+            if (len + 256 > cap) idx = realloc(idx, cap *= 2);
+            len += (size_t)snprintf(idx + len, cap - len, "%s\"%s\": \"%s\"", first ? "" : ", ", t->name, file[f]);
+            first = 0;
+        }
+    len += (size_t)snprintf(idx + len, cap - len, "}}");
+    for (int f = 0; f < 2; f++) {
+        snprintf(p, sizeof p, "%s/%s", work, file[f]);
+        CHECK(dsv4_stw_open(w[f], p, &err) == 0 && dsv4_stw_close(w[f], &err) == 0);
+        dsv4_stw_free(w[f]);
+    }
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", work);
+    CHECK(write_all(p, idx, len) == 0);
+    free(idx);
+    dsv4_st_close(st);
+    struct dsv4_model *m = NULL, *ref = NULL;
+    CHECK_MSG(load_work(&err, &m) == 0, "sharded: %s", err.msg);
+    CHECK(dsv4_model_load(base_fp8, &ref, &err) == 0);
+    if (m && ref) {
+        CHECK(dsv4_st_n_files(m->files) == 2 && m->n_warnings == 0);
+        CHECK(same_rows(m, ref, "layers.0.attn.wq_a.weight") && same_rows(m, ref, "mtp.0.e_proj.weight"));
+        CHECK(same_rows(m, ref, "layers.5.ffn.experts.7.w3.weight"));
+    }
+    dsv4_model_close(m);
+    dsv4_model_close(ref);
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", work);
+    unlink(p);
+    for (int f = 0; f < 2; f++) {
+        snprintf(p, sizeof p, "%s/%s", work, file[f]);
+        unlink(p);
+    }
+}
+
 static void test_files(void) {
     dsv4_err err = {0};
     struct dsv4_model *m = NULL;
@@ -427,6 +481,7 @@ int main(void) {
     test_tid2eid();
     test_scales();
     test_extra_and_variants();
+    test_sharded();
     test_files();
     tmp_rm(base_bf16);
     tmp_rm(base_fp8);
