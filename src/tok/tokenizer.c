@@ -193,7 +193,7 @@ static char *onig_to_pcre2(const char *pat, size_t n, size_t *out_n) {
 static int compile_regex(const char *pat, size_t n, int literal, pcre2_code **out, dsv4_err *err) {
     int ec;
     PCRE2_SIZE eoff;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);  // UCP is refused with LITERAL
     size_t pn = n;
     char *p = literal ? NULL : onig_to_pcre2(pat, n, &pn);
     if (!literal && !p) return dsv4_fail(err, DSV4_ERR_NOMEM, "out of memory");
