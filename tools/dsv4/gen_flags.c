@@ -1,0 +1,120 @@
+/* gen_flags.c — flags and setup shared by `dsv4 generate` and `dsv4 chat`. */
+#include "gen_flags.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_util.h"
+
+const char *gen_flags_help(void) {
+    return "  --model DIR            model directory (config.json, safetensors, tokenizer.json)\n"
+           "  --tokenizer FILE       tokenizer.json (default: DIR/tokenizer.json)\n"
+           "  -n, --max-tokens N     most tokens to generate (default 256)\n"
+           "  --temperature T        0 = greedy (default 0.6)\n"
+           "  --top-k K  --top-p P  --min-p P\n"
+           "  --repeat-penalty R  --frequency-penalty F  --presence-penalty P\n"
+           "  --seed S               sampling seed (default 0)\n"
+           "  --stop STR             stop string (repeatable)\n"
+           "  --logprobs N           print the N best log-probabilities of each token to stderr\n"
+           "  --think | --nothink    thinking or chat mode of the chat template\n"
+           "  --threads T  --max-context N  --chunk C\n";
+}
+
+static int num(const char *cmd, const char *flag, const char *v, double lo, double hi, double *out) {
+    char *end;
+    double x = v ? strtod(v, &end) : 0;
+    if (!v || *end || x < lo || x > hi) {
+        fprintf(stderr, "dsv4 %s: %s needs a number in [%g, %g], got '%s'\n", cmd, flag, lo, hi,
+                v ? v : "");
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int gen_flags_take(gen_flags *f, int argc, char **argv, int *i, const char *cmd) {
+    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    double x;
+    dsv4_sample_params *sp = &f->gen.sample;
+#define NUMFLAG(name, lo, hi, dst)                                   \
+    if (!strcmp(a, name)) {                                          \
+        if (num(cmd, a, v, lo, hi, &x)) return -1;                   \
+        dst;                                                         \
+        (*i)++;                                                      \
+        return 1;                                                    \
+    }
+    if (!strcmp(a, "--think")) { f->think = 1; return 1; }
+    if (!strcmp(a, "--nothink")) { f->think = 0; return 1; }
+    if (!strcmp(a, "--model") || !strcmp(a, "--tokenizer") || !strcmp(a, "--stop")) {
+        if (!v) { fprintf(stderr, "dsv4 %s: %s needs a value\n", cmd, a); return -1; }
+        if (!strcmp(a, "--model")) f->model_dir = v;
+        else if (!strcmp(a, "--tokenizer")) f->tokenizer = v;
+        else {
+            if (f->gen.n_stop == GEN_MAX_STOPS || !*v) {
+                fprintf(stderr, "dsv4 %s: at most %d non-empty --stop strings\n", cmd, GEN_MAX_STOPS);
+                return -1;
+            }
+            f->stops[f->gen.n_stop++] = v;
+            f->gen.stop_strings = f->stops;
+        }
+        (*i)++;
+        return 1;
+    }
+    NUMFLAG("-n", 0, 1e9, f->gen.max_tokens = (int)x)
+    NUMFLAG("--max-tokens", 0, 1e9, f->gen.max_tokens = (int)x)
+    NUMFLAG("--temperature", 0, 100, sp->temperature = (float)x)
+    NUMFLAG("--top-k", 0, 1e9, sp->top_k = (int)x)
+    NUMFLAG("--top-p", 0, 1, sp->top_p = (float)x)
+    NUMFLAG("--min-p", 0, 1, sp->min_p = (float)x)
+    NUMFLAG("--repeat-penalty", 0, 100, sp->repetition_penalty = (float)x)
+    NUMFLAG("--frequency-penalty", -100, 100, sp->frequency_penalty = (float)x)
+    NUMFLAG("--presence-penalty", -100, 100, sp->presence_penalty = (float)x)
+    NUMFLAG("--seed", 0, 1.8e19, sp->seed = (uint64_t)x)
+    NUMFLAG("--logprobs", 0, DSV4_MAX_LOGPROBS, sp->n_logprobs = (int)x)
+    NUMFLAG("--threads", 1, 1024, f->threads = (int)x)
+    NUMFLAG("--max-context", 16, 1e9, f->max_context = (long long)x)
+    NUMFLAG("--chunk", 1, 1e6, f->gen.chunk = (int)x)
+#undef NUMFLAG
+    return 0;
+}
+
+int gen_open(const gen_flags *f, const char *cmd, dsv4_model **model, dsv4_tokenizer **tok,
+             dsv4_engine **eng, int *seq) {
+    dsv4_err err = {0};
+    char path[4200];
+    *model = NULL; *tok = NULL; *eng = NULL;
+    if (dsv4_model_open(f->model_dir, model, &err)) goto fail;
+    if (f->tokenizer) snprintf(path, sizeof path, "%s", f->tokenizer);
+    else snprintf(path, sizeof path, "%s/tokenizer.json", f->model_dir);
+    if (dsv4_tokenizer_load(path, tok, &err)) goto fail;
+    dsv4_engine_opts eo = {0};
+    eo.max_context = f->max_context > 0 ? f->max_context : 4096;
+    eo.max_seqs = 1;
+    eo.threads = f->threads;
+    if (dsv4_engine_create(*model, &eo, eng, &err)) goto fail;
+    if (dsv4_seq_create(*eng, seq, &err)) goto fail;
+    return 0;
+fail:
+    fprintf(stderr, "dsv4 %s: %s\n", cmd, err.msg);
+    dsv4_engine_free(*eng);
+    dsv4_tokenizer_free(*tok);
+    dsv4_model_close(*model);
+    *model = NULL; *tok = NULL; *eng = NULL;
+    return -1;
+}
+
+void gen_progress(void *user, int64_t done, int64_t total) {
+    (void)user;
+    if (total < 256 || !isatty(2)) return;
+    fprintf(stderr, "\rprefill %lld/%lld tokens (%d%%)%s", (long long)done, (long long)total,
+            (int)(100 * done / total), done == total ? "\n" : "");
+}
+
+int gen_print(void *user, const char *text, size_t len) {
+    (void)user;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}

@@ -1,0 +1,33 @@
+/* gen_flags.h — the sampling and model flags shared by `dsv4 generate` and `dsv4 chat`. */
+#ifndef DSV4_TOOLS_GEN_FLAGS_H
+#define DSV4_TOOLS_GEN_FLAGS_H
+
+#include "serve/gen.h"
+
+#define GEN_MAX_STOPS 16
+
+typedef struct gen_flags {
+    const char *model_dir;
+    const char *tokenizer;       /* default: MODEL/tokenizer.json */
+    dsv4_gen_opts gen;
+    const char *stops[GEN_MAX_STOPS];
+    int threads;
+    long long max_context;       /* 0 = 4096 */
+    int think;                   /* -1 unset, 0 --nothink, 1 --think */
+} gen_flags;
+
+/* Consumes argv[*i] (and its value) if it is a shared flag: returns 1 if taken, 0 if not
+ * one of ours, -1 on a bad value (message printed). */
+int gen_flags_take(gen_flags *f, int argc, char **argv, int *i, const char *cmd);
+const char *gen_flags_help(void);
+
+/* Opens model, tokenizer and an engine for one sequence; prints errors. */
+int gen_open(const gen_flags *f, const char *cmd, dsv4_model **model, dsv4_tokenizer **tok,
+             dsv4_engine **eng, int *seq);
+
+/* Progress line on a terminal (stderr) during long prefills. */
+void gen_progress(void *user, int64_t done, int64_t total);
+/* Writes text to stdout and flushes: streaming. */
+int gen_print(void *user, const char *text, size_t len);
+
+#endif
