@@ -1,10 +1,13 @@
 #!/bin/sh
-# The whole test suite: the default (Release) build with every test, then the
-# AddressSanitizer + UndefinedBehaviorSanitizer build on the tests labelled "fast",
-# then the libFuzzer targets for a short bounded time.
+# The whole test suite: installs the dependencies (Debian packages), runs the libFuzzer
+# targets for a short bounded time, every test of the default (Release) build, then the
+# tests labelled "fast" again in an AddressSanitizer + UndefinedBehaviorSanitizer build.
 set -e
 cd "$(dirname "$0")/.."
 JOBS=$(nproc 2>/dev/null || echo 2)
+sh scripts/setup.sh
+
+sh scripts/fuzz.sh
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$JOBS"
@@ -14,7 +17,3 @@ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DDSV4_SANITIZE=ON >/dev/null
 cmake --build build-san -j "$JOBS"
 (cd build-san && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --output-on-failure -j "$JOBS" -L fast)
-
-if [ -x scripts/fuzz.sh ]; then
-    sh scripts/fuzz.sh
-fi
