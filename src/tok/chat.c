@@ -172,6 +172,15 @@ static int content_text(const cJSON *v, int allow_json, const char *where, char 
     return 0;
 }
 
+/* Python truthiness of a JSON value (DeepSeek's encoder tests fields with `if x:`). */
+static int truthy(const cJSON *v) {
+    if (!v || cJSON_IsNull(v) || cJSON_IsFalse(v)) return 0;
+    if (cJSON_IsNumber(v)) return v->valuedouble != 0;
+    if (cJSON_IsString(v)) return v->valuestring && v->valuestring[0];
+    if (cJSON_IsArray(v) || cJSON_IsObject(v)) return v->child != NULL;
+    return 1;
+}
+
 /* Optional string field: NULL when absent or null. */
 static int opt_string(const cJSON *msg, const char *key, const char *where, const char **out,
                       dsv4_err *err) {
@@ -277,7 +286,7 @@ static int gather_one(clist *l, const cJSON *msg, int idx, const char *raw, dsv4
     if (role == R_SYSTEM || role == R_DEVELOPER) {
         if ((rc = opt_array(msg, "tools", where, &m->tools, err))) return rc;
         const cJSON *rf = cJSON_GetObjectItemCaseSensitive(msg, "response_format");
-        if (rf && !cJSON_IsNull(rf) && !(cJSON_IsObject(rf) && !rf->child)) m->response_format = rf;
+        if (truthy(rf)) m->response_format = rf;
         if (role == R_DEVELOPER && (!m->content || !m->content[0]))
             return dsv4_fail(err, DSV4_ERR_FORMAT, "%s: a developer message needs content", where);
     }
@@ -536,8 +545,13 @@ int dsv4_chat_encode_json(const char *json, size_t json_len, const dsv4_chat_opt
                                 "chat request: thinking_mode must be \"thinking\" or \"chat\"");
         }
         if (!rc && (v = cJSON_GetObjectItemCaseSensitive(root, "thinking"))) {
+            /* A boolean, or DeepSeek API's {"type": "enabled" | "disabled"}. */
+            const cJSON *type = cJSON_GetObjectItemCaseSensitive(v, "type");
             if (cJSON_IsBool(v)) o.thinking = cJSON_IsTrue(v);
-            else rc = dsv4_fail(err, DSV4_ERR_FORMAT, "chat request: thinking must be a boolean");
+            else if (cJSON_IsString(type) && strcmp(type->valuestring, "enabled") == 0) o.thinking = 1;
+            else if (cJSON_IsString(type) && strcmp(type->valuestring, "disabled") == 0) o.thinking = 0;
+            else rc = dsv4_fail(err, DSV4_ERR_FORMAT,
+                                "chat request: thinking must be a boolean or {\"type\": \"enabled\"|\"disabled\"}");
         }
         if (!rc && (v = cJSON_GetObjectItemCaseSensitive(root, "drop_thinking"))) {
             if (cJSON_IsBool(v)) o.keep_reasoning = !cJSON_IsTrue(v);

@@ -70,7 +70,8 @@ int dsv4_chat_encode(const cJSON *messages, const cJSON *tools, const dsv4_chat_
                      char **out, size_t *len, dsv4_err *err);
 
 /* The same from JSON text: either an array of messages, or an object with "messages" and
- * optionally "tools", "thinking_mode" ("thinking"|"chat"), "thinking" (bool),
+ * optionally "tools", "thinking_mode" ("thinking"|"chat"), "thinking" (bool, or
+ * {"type": "enabled"|"disabled"} as in DeepSeek's API),
  * "drop_thinking" (bool), "reasoning_effort" ("max"|"high"|null). Keys present override
  * *defaults (which may be NULL = all zero). */
 int dsv4_chat_encode_json(const char *json, size_t json_len, const dsv4_chat_opts *defaults,

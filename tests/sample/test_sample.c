@@ -191,20 +191,20 @@ static int draws_outside(const float *x, int V, float top_p, int n, const char *
     return outside;
 }
 
-/* Full-size vocabulary: the kept set equals the one computed here, and nothing outside it
- * is ever drawn: a peaked row, a flat row (the mass is spread over tens of thousands of
- * tokens) and a row of ties (the boundary must take the lowest ids). */
+/* Large vocabularies: the kept set equals the one computed here, and nothing outside it
+ * is ever drawn: a peaked full-size row, a flat row (the mass is spread over thousands of
+ * tokens: the radix path) and a row of ties (the boundary must take the lowest ids). */
 static void test_large_vocab(void) {
-    const int V = 129280;
-    float *x = malloc(V * sizeof *x);
-    double *q = malloc(V * sizeof *q);
-    int *ord = malloc(V * sizeof *ord);
-    char *allowed = calloc(V, 1);
+    const int VF = 129280, V = 32768;
+    float *x = malloc(VF * sizeof *x);
+    double *q = malloc(VF * sizeof *q);
+    int *ord = malloc(VF * sizeof *ord);
+    char *allowed = calloc(VF, 1);
     int distinct, kept, out;
 
-    for (int i = 0; i < V; i++) x[i] = (float)(3 * nrand());
-    kept = ref_top_p(x, V, 0.5, allowed, ord, q);
-    out = draws_outside(x, V, 0.5f, 300, allowed, &distinct, 11);
+    for (int i = 0; i < VF; i++) x[i] = (float)(3 * nrand());
+    kept = ref_top_p(x, VF, 0.5, allowed, ord, q);
+    out = draws_outside(x, VF, 0.5f, 200, allowed, &distinct, 11);
     CHECK_MSG(out == 0, "peaked: %d draws outside the top-p set of %d", out, kept);
     CHECK(kept > 20 && distinct > 10);
 
@@ -212,25 +212,25 @@ static void test_large_vocab(void) {
     kept = ref_top_p(x, V, 0.3, allowed, ord, q);
     out = draws_outside(x, V, 0.3f, 300, allowed, &distinct, 12);
     CHECK_MSG(out == 0, "flat: %d draws outside the top-p set of %d", out, kept);
-    CHECK_MSG(kept > 10000 && distinct > 250, "kept %d distinct %d", kept, distinct);
+    CHECK_MSG(kept > 2500 && distinct > 250, "kept %d distinct %d", kept, distinct);
 
-    /* 1000 tokens at logit 2, the rest tied at 0: the set takes all of the former and
+    /* 250 tokens at logit 2, the rest tied at 0: the set takes all of the former and
      * then the lowest-id ties; about 1 draw in 3 lands among the ties. */
     for (int i = 0; i < V; i++) x[i] = 0;
-    for (int i = 0; i < 1000; i++) x[(int)(urand() * V)] = 2;
+    for (int i = 0; i < 250; i++) x[(int)(urand() * V)] = 2;
     kept = ref_top_p(x, V, 0.2, allowed, ord, q);
     out = draws_outside(x, V, 0.2f, 1000, allowed, &distinct, 13);
     CHECK_MSG(out == 0, "ties: %d draws outside the top-p set of %d", out, kept);
-    CHECK(kept > 15000 && allowed[0] && !allowed[V - 1]);
+    CHECK(kept > 4000 && allowed[0] && !allowed[V - 1]);
 
     /* top_k 40 on a peaked row. */
-    for (int i = 0; i < V; i++) x[i] = (float)(3 * nrand());
-    ref_top_p(x, V, 1.0, allowed, ord, q);
-    memset(allowed, 0, V);
+    for (int i = 0; i < VF; i++) x[i] = (float)(3 * nrand());
+    ref_top_p(x, VF, 1.0, allowed, ord, q);
+    memset(allowed, 0, VF);
     for (int i = 0; i < 40; i++) allowed[ord[i]] = 1;
-    dsv4_sampler *s = make((dsv4_sample_params){.temperature = 1.5f, .top_k = 40, .seed = 14}, V);
+    dsv4_sampler *s = make((dsv4_sample_params){.temperature = 1.5f, .top_k = 40, .seed = 14}, VF);
     out = 0;
-    for (int r = 0; r < 300; r++) { int32_t t = draw(s, x, NULL); if (t < 0 || !allowed[t]) out++; }
+    for (int r = 0; r < 200; r++) { int32_t t = draw(s, x, NULL); if (t < 0 || !allowed[t]) out++; }
     CHECK(out == 0);
     dsv4_sampler_free(s);
     free(allowed);

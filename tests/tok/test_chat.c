@@ -313,6 +313,12 @@ static void test_errors(void) {
     expect_err("{\"tools\":[{\"type\":\"function\"}],\"messages\":[]}", CHAT, DSV4_ERR_FORMAT,
                "request.tools[0]: missing \"function\" object");
     expect_err("{\"thinking_mode\":\"deep\",\"messages\":[]}", CHAT, DSV4_ERR_FORMAT, "thinking_mode");
+    expect_err("{\"thinking\":\"yes\",\"messages\":[]}", CHAT, DSV4_ERR_FORMAT, "thinking must be");
+    expect("thinking as an API object", "{\"thinking\":{\"type\":\"enabled\"},\"messages\":"
+           "[{\"role\":\"user\",\"content\":\"hi\"}]}", CHAT, BOS USER "hi" ASST "<think>");
+    /* An empty response_format adds nothing (Python truthiness). */
+    expect("empty response_format", "[{\"role\":\"system\",\"content\":\"S\",\"response_format\":{}}]",
+           CHAT, BOS "S");
     expect_err("{\"reasoning_effort\":\"low\",\"messages\":[]}", CHAT, DSV4_ERR_FORMAT, "reasoning_effort");
     expect_err("[5]", CHAT, DSV4_ERR_FORMAT, "messages[0]: expected an object");
     /* An empty conversation is just BOS. */
