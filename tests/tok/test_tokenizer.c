@@ -5,6 +5,7 @@
  * trip decode(encode(x)) == x, streaming decode == whole decode and never splits a
  * character, special-token lookups, and the errors for bad text and bad ids. */
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -302,6 +303,50 @@ static void test_long_runs(const dsv4_tokenizer *tok) {
     free(text);
 }
 
+/* Several threads encoding with one tokenizer (they contend for its word cache) get the
+ * same ids as one thread alone. */
+typedef struct {
+    const dsv4_tokenizer *tok;
+    const char *text;
+    size_t len;
+    dsv4_tok_ids ids;
+    int rc;
+} enc_job;
+
+static void *enc_worker(void *arg) {
+    enc_job *j = arg;
+    dsv4_err err = {0};
+    for (int r = 0; r < 20 && !j->rc; r++) {
+        j->ids.n = 0;
+        j->rc = dsv4_tokenize(j->tok, j->text, j->len, &j->ids, &err);
+    }
+    return NULL;
+}
+
+static void test_threads(const dsv4_tokenizer *tok) {
+    cJSON *corpus = load_fixture("corpus.json");
+    if (!corpus) return;
+    const char *text = cJSON_GetArrayItem(corpus, cJSON_GetArraySize(corpus) - 1)->valuestring;
+    dsv4_tok_ids alone = {0};
+    dsv4_err err = {0};
+    CHECK(dsv4_tokenize(tok, text, strlen(text), &alone, &err) == 0);
+    enum { T = 4 };
+    enc_job jobs[T];
+    pthread_t th[T];
+    for (int i = 0; i < T; i++) {
+        jobs[i] = (enc_job){.tok = tok, .text = text, .len = strlen(text)};
+        CHECK(pthread_create(&th[i], NULL, enc_worker, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(jobs[i].rc == 0 && jobs[i].ids.n == alone.n &&
+              memcmp(jobs[i].ids.ids, alone.ids, alone.n * sizeof *alone.ids) == 0);
+        dsv4_tok_ids_free(&jobs[i].ids);
+    }
+    dsv4_tok_ids_free(&alone);
+    cJSON_Delete(corpus);
+}
+
 int main(void) {
     char path[1024];
     test_shared("tokenizer/tokenizer.json", path, sizeof path);
@@ -318,6 +363,7 @@ int main(void) {
     test_special(tok);
     test_bad_input(tok);
     test_long_runs(tok);
+    test_threads(tok);
     dsv4_tokenizer_free(tok);
     return test_report();
 }
