@@ -24,7 +24,16 @@ void dsv4_err_prefix(dsv4_err *err, const char *fmt, ...) {
     vsnprintf(head, sizeof head, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", head, old);
+    /* keep as much of the old message as fits after the prefix */
+    size_t n = strlen(head);
+    if (n > sizeof err->msg - 3) n = sizeof err->msg - 3;
+    memcpy(err->msg, head, n);
+    memcpy(err->msg + n, ": ", 2);
+    size_t rest = sizeof err->msg - n - 3;
+    size_t m = strlen(old);
+    if (m > rest) m = rest;
+    memcpy(err->msg + n + 2, old, m);
+    err->msg[n + 2 + m] = 0;
 }
 
 const char *dsv4_strerror(int code) {
