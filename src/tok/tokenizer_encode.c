@@ -4,6 +4,7 @@
  * a ByteLevel stage has to prepend a space. The pre-tokenizer stages run depth-first: each
  * piece a stage produces goes straight through the following stages and the BPE, so the
  * memory in use is one interval list per stage, not a list of every pre-token. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -386,6 +387,8 @@ static int encode_added(enc_ctx *c, const char *x, size_t lo, size_t hi, int cls
 int dsv4_tokenize_ex(const dsv4_tokenizer *t, const char *text, size_t len, int flags,
                      dsv4_tok_ids *out, dsv4_err *err) {
     if (!text && len) return dsv4_fail(err, DSV4_ERR_ARG, "tokenize: text is NULL");
+    // BPE symbol positions are int32.
+    if (len > INT32_MAX) return dsv4_fail(err, DSV4_ERR_ARG, "tokenize: text of %zu bytes is over 2 GiB", len);
     size_t valid = tok_utf8_valid_prefix(text, len);
     if (valid != len)
         return dsv4_fail(err, DSV4_ERR_ARG, "tokenize: text is not valid UTF-8 at byte %zu (0x%02x)", valid,
