@@ -26,7 +26,7 @@
 #define LIN_NB 16  /* outputs per GEMM task */
 #define LIN_KB 256 /* columns per dequantized tile: a multiple of 128 (FP8 scale blocks) */
 #define LIN_MB 96  /* activation rows per accumulator block (a multiple of 3) */
-#define LIN_GEMV_NB 32 /* outputs per GEMV task (a multiple of 4) */
+#define LIN_GEMV_NB 64 /* most outputs per GEMV task (a multiple of 4) */
 
 /* Per-thread scratch of the GEMM path, in floats. */
 #define LIN_SCRATCH_WTILE ((int64_t)LIN_NB * LIN_KB)         /* (LIN_NB, LIN_KB) weights */
