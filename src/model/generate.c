@@ -475,9 +475,20 @@ int dsv4_gen_model(const dsv4_config *cfg_in, const dsv4_gen_opts *o, const char
     dsv4_gen_set_quant(&cfg, o->dtype);
     int rc = check_cfg(&cfg, err);
     if (rc) return rc;
-    if (mkdir(dir, 0777) && errno != EEXIST)
-        return dsv4_fail(err, DSV4_ERR_IO, "gen-model: cannot create directory %s: %s", dir,
-                         strerror(errno));
+    /* like mkdir -p: parents too */
+    char sub[4096];
+    if (snprintf(sub, sizeof sub, "%s", dir) >= (int)sizeof sub)
+        return dsv4_fail(err, DSV4_ERR_ARG, "gen-model: directory name too long");
+    for (char *p = sub + 1;; p++) {
+        if (*p && *p != '/') continue;
+        char c = *p;
+        *p = 0;
+        if (mkdir(sub, 0777) && errno != EEXIST)
+            return dsv4_fail(err, DSV4_ERR_IO, "gen-model: cannot create directory %s: %s", sub,
+                             strerror(errno));
+        *p = c;
+        if (!c) break;
+    }
 
     char path[4096], tmp[4200];
     /* config.json */

@@ -38,9 +38,9 @@ static int feed(gen_state *g, const int32_t *ids, int n, int want_logits, dsv4_e
     return DSV4_OK;
 }
 
-int dsv4_gen_run(dsv4_engine *e, const dsv4_tokenizer *tok, int seq, const int32_t *prompt,
-                 int n_prompt, const dsv4_gen_opts *opts, const dsv4_gen_callbacks *cb,
-                 dsv4_gen_result *res, dsv4_err *err) {
+int dsv4_generation_run(dsv4_engine *e, const dsv4_tokenizer *tok, int seq, const int32_t *prompt,
+                 int n_prompt, const dsv4_generation_opts *opts, const dsv4_generation_callbacks *cb,
+                 dsv4_generation_result *res, dsv4_err *err) {
     memset(res, 0, sizeof *res);
     const dsv4_config *c = e->cfg;
     const int64_t n0 = dsv4_seq_length(e, seq), max_ctx = e->opts.max_context;

@@ -1,7 +1,8 @@
 /* test_golden.c — whole-model check against the oracle's golden runs: runs `dsv4 run` on a
  * golden case and compares every array it shares with the golden dump.
  *
- *   test_golden CASE_DIR RUN_NAME [extra dsv4 run flags...]
+ *   test_golden CASE_DIR RUN_NAME [extra dsv4 run flags...]     a case of ../shared/golden
+ *   test_golden --model DIR --ref RUN_DIR [flags...]             any model and oracle run
  *
  * Gate (spec/model.md §8): max|diff| / max|ref| <= 1e-4 on every array, identical argmax on
  * every logits row. Prints max-abs, max-rel and top-1 agreement for each array. */
@@ -14,11 +15,18 @@
 #include "test.h"
 
 int main(int argc, char **argv) {
-    if (argc < 3) { fprintf(stderr, "usage: test_golden CASE RUN [flags...]\n"); return 2; }
+    if (argc < 3) { fprintf(stderr, "usage: test_golden (CASE RUN | --model DIR --ref RUN) [flags...]\n"); return 2; }
     char model[1024], run[1024], buf[1024];
-    snprintf(model, sizeof model, "%s", test_shared("golden", buf, sizeof buf));
-    snprintf(run, sizeof run, "%s/%s/%s", model, argv[1], argv[2]);
-    snprintf(model + strlen(model), sizeof model - strlen(model), "/%s/model", argv[1]);
+    int first_flag = 3;
+    if (!strcmp(argv[1], "--model") && argc >= 5 && !strcmp(argv[3], "--ref")) {
+        snprintf(model, sizeof model, "%s", argv[2]);
+        snprintf(run, sizeof run, "%s", argv[4]);
+        first_flag = 5;
+    } else {
+        snprintf(model, sizeof model, "%s", test_shared("golden", buf, sizeof buf));
+        snprintf(run, sizeof run, "%s/%s/%s", model, argv[1], argv[2]);
+        snprintf(model + strlen(model), sizeof model - strlen(model), "/%s/model", argv[1]);
+    }
     dump_dir ref;
     if (dump_load(run, &ref)) return 1;
 
@@ -31,7 +39,7 @@ int main(int argc, char **argv) {
                      ref.prefill_len, out);
     for (int i = 0; i < ref.n_tokens; i++)
         n += snprintf(cmd + n, cap - (size_t)n, "%s%d", i ? "," : "", ref.tokens[i]);
-    for (int i = 3; i < argc; i++) n += snprintf(cmd + n, cap - (size_t)n, " %s", argv[i]);
+    for (int i = first_flag; i < argc; i++) n += snprintf(cmd + n, cap - (size_t)n, " %s", argv[i]);
     int rc = system(cmd);
     CHECK_MSG(rc == 0, "dsv4 run exited with %d", rc);
 

@@ -92,9 +92,9 @@ int cmd_chat(int argc, char **argv) {
         dsv4_tok_ids ids = {0};
         int rc = dsv4_tokenize(tok, text, len, &ids, &err);
         free(text);
-        dsv4_gen_result res = {0};
-        dsv4_gen_callbacks cb = {.text = gen_print, .progress = gen_progress};
-        if (!rc) rc = dsv4_gen_run(eng, tok, seq, ids.ids, (int)ids.n, &f.gen, &cb, &res, &err);
+        dsv4_generation_result res = {0};
+        dsv4_generation_callbacks cb = {.text = gen_print, .progress = gen_progress};
+        if (!rc) rc = dsv4_generation_run(eng, tok, seq, ids.ids, (int)ids.n, &f.gen, &cb, &res, &err);
         dsv4_tok_ids_free(&ids);
         if (rc) {
             fprintf(stderr, "\ndsv4 chat: %s\n", err.msg);

@@ -107,10 +107,10 @@ int cmd_generate(int argc, char **argv) {
     }
     if (ids.n == 0) { fprintf(stderr, "dsv4 generate: the prompt is empty\n"); status = 2; goto out; }
     tok_printer tp = {tok};
-    dsv4_gen_callbacks cb = {.user = &tp, .text = gen_print, .progress = gen_progress,
+    dsv4_generation_callbacks cb = {.user = &tp, .text = gen_print, .progress = gen_progress,
                              .token = f.gen.sample.n_logprobs ? print_logprobs : NULL};
-    dsv4_gen_result res;
-    if (dsv4_gen_run(eng, tok, seq, ids.ids, (int)ids.n, &f.gen, &cb, &res, &err)) {
+    dsv4_generation_result res;
+    if (dsv4_generation_run(eng, tok, seq, ids.ids, (int)ids.n, &f.gen, &cb, &res, &err)) {
         fprintf(stderr, "\ndsv4 generate: %s\n", err.msg);
         goto out;
     }

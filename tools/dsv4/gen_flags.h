@@ -9,7 +9,7 @@
 typedef struct gen_flags {
     const char *model_dir;
     const char *tokenizer;       /* default: MODEL/tokenizer.json */
-    dsv4_gen_opts gen;
+    dsv4_generation_opts gen;
     const char *stops[GEN_MAX_STOPS];
     int threads;
     long long max_context;       /* 0 = 4096 */
