@@ -2,7 +2,9 @@
  *
  * Reads top to bottom like the spec: projections, compressors (indexer's and main), indexer
  * top-k, sparse attention over window rows + compressed entries with the sink, inverse
- * RoPE, grouped output projection, then the window rows go to the cache.
+ * RoPE, grouped output projection, then the window rows and rings go to the cache. The
+ * phases are separate functions (attention.h) so that the CP forward can exchange rows
+ * between them; dsv4_attention runs them back to back against the cache.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -40,16 +42,191 @@ static int grouped_linear(dsv4_kctx *k, const dsv4_mat *w, int G, const float *u
     return DSV4_OK;
 }
 
-int dsv4_attention(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
-                   const float *x, float *y, dsv4_err *err) {
+/* ---- the cache as history source ----------------------------------------------------- */
+
+static const float *cache_win_row(void *u, const dsv4_batch_span *sp, int layer, int64_t pos) {
+    return dsv4_cache_win_row(u, sp->seq, layer, pos);
+}
+
+static void cache_ring_row(void *u, const dsv4_batch_span *sp, int layer, int indexer,
+                           int64_t pos, const float **a, const float **b) {
+    dsv4_cache *c = u;
+    const dsv4_cache_plan *p = dsv4_cache_get_plan(c);
+    const int W = indexer ? 2 * p->dI : dsv4_cfg_coff(p->ratios[p->cmp_pool[layer]]) * p->hd;
+    const float *ring = dsv4_cache_ring_row(c, sp->seq, layer, indexer, pos); /* [a | b] */
+    *a = ring;
+    *b = ring + W;
+}
+
+static float *cache_entry(void *u, const dsv4_batch_span *sp, int layer, int indexer, int64_t w) {
+    return indexer ? dsv4_cache_idx_row(u, sp->seq, layer, w)
+                   : dsv4_cache_cmp_row(u, sp->seq, layer, w);
+}
+
+dsv4_attn_src dsv4_attn_src_cache(dsv4_cache *cache) {
+    return (dsv4_attn_src){cache_win_row, cache_ring_row, cache_entry, cache};
+}
+
+/* ---- phase 1: projections --------------------------------------------------------------- */
+
+void dsv4_attn_work_free(dsv4_attn_work *w) {
+    free(w->qr); free(w->q); free(w->kv); free(w->qI); free(w->wI);
+    for (int i = 0; i < 2; i++) { free(w->pa[i]); free(w->pb[i]); }
+    memset(w, 0, sizeof *w);
+}
+
+int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
+                      const float *x, dsv4_attn_work *w, dsv4_err *err) {
     const dsv4_config *cfg = ctx->cfg;
-    const int R = batch->n_rows, D = cfg->hidden_size, H = cfg->num_attention_heads;
-    const int hd = cfg->head_dim, ql = cfg->q_lora_rank, win = cfg->sliding_window;
-    const int G = cfg->o_groups, ol = cfg->o_lora_rank;
-    const int nI = cfg->index_n_heads, dI = cfg->index_head_dim, topk = cfg->index_topk;
-    const int layer = b->layer_id, r = b->ratio, csa = (r == 4);
-    const float eps = (float)cfg->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
+    const int R = batch->n_rows, H = cfg->num_attention_heads, hd = cfg->head_dim;
+    const int ql = cfg->q_lora_rank, nI = cfg->index_n_heads, dI = cfg->index_head_dim;
+    const int r = b->ratio, csa = (r == 4);
+    const float eps = (float)cfg->rms_norm_eps;
     const dsv4_rope *rope = r ? ctx->rope_cmp : ctx->rope_main;
+    const size_t Wm = r ? (size_t)dsv4_cfg_coff(r) * hd : 0;  /* main projection width */
+
+    memset(w, 0, sizeof *w);
+    w->R = R;
+    w->qr = malloc((size_t)R * ql * sizeof(float));
+    w->q = malloc((size_t)R * H * hd * sizeof(float));
+    w->kv = malloc((size_t)R * hd * sizeof(float));
+    int bad = !w->qr || !w->q || !w->kv;
+    if (r) {
+        w->pa[0] = malloc((size_t)R * Wm * sizeof(float));
+        w->pb[0] = malloc((size_t)R * Wm * sizeof(float));
+        bad |= !w->pa[0] || !w->pb[0];
+    }
+    if (csa) {
+        w->qI = malloc((size_t)R * nI * dI * sizeof(float));
+        w->wI = malloc((size_t)R * nI * sizeof(float));
+        w->pa[1] = malloc((size_t)R * 2 * dI * sizeof(float));
+        w->pb[1] = malloc((size_t)R * 2 * dI * sizeof(float));
+        bad |= !w->qI || !w->wI || !w->pa[1] || !w->pb[1];
+    }
+    if (bad) {
+        dsv4_attn_work_free(w);
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "attention scratch: out of memory (%d rows)", R);
+    }
+
+    /* qr = RMSNorm(x wq_a^T; q_norm); q = qr wq_b^T, per-head unweighted RMSNorm, RoPE;
+     * kv = RoPE(RMSNorm(x wkv^T; kv_norm)) (§5.5) */
+    dsv4_linear(ctx->k, &b->wq_a, x, R, w->qr);
+    for (int i = 0; i < R; i++)
+        dsv4_rmsnorm(w->qr + (size_t)i * ql, b->q_norm, ql, eps, w->qr + (size_t)i * ql);
+    dsv4_linear(ctx->k, &b->wq_b, w->qr, R, w->q);
+    for (int i = 0; i < R; i++)
+        for (int h = 0; h < H; h++) {
+            float *qh = w->q + ((size_t)i * H + h) * hd;
+            dsv4_rmsnorm(qh, NULL, hd, eps, qh);
+            dsv4_rope_apply(rope, qh, hd, batch->pos[i], 0);
+        }
+    dsv4_linear(ctx->k, &b->wkv, x, R, w->kv);
+    for (int i = 0; i < R; i++) {
+        float *ki = w->kv + (size_t)i * hd;
+        dsv4_rmsnorm(ki, b->kv_norm, hd, eps, ki);
+        dsv4_rope_apply(rope, ki, hd, batch->pos[i], 0);
+    }
+
+    /* CSA: indexer query qI = RoPE(qr idx_wq_b^T) per head, weights wI (§5.9) */
+    if (csa) {
+        const float wscale = 1.0f / sqrtf((float)dI) / sqrtf((float)nI);
+        dsv4_linear(ctx->k, &b->idx_wq_b, w->qr, R, w->qI);
+        for (int i = 0; i < R; i++)
+            for (int h = 0; h < nI; h++)
+                dsv4_rope_apply(rope, w->qI + ((size_t)i * nI + h) * dI, dI, batch->pos[i], 0);
+        dsv4_linear(ctx->k, &b->idx_weights_proj, x, R, w->wI);
+        for (int i = 0; i < R * nI; i++) w->wI[i] *= wscale;
+    }
+
+    /* compressor projections a_t, b_t of every row (§5.8) */
+    if (csa) dsv4_compress_project(ctx, b, 1, batch, x, w->pa[1], w->pb[1]);
+    if (r) dsv4_compress_project(ctx, b, 0, batch, x, w->pa[0], w->pb[0]);
+    return DSV4_OK;
+}
+
+/* ---- phase 2: compressors --------------------------------------------------------------- */
+
+int dsv4_attn_pool(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
+                   const dsv4_attn_work *w, const dsv4_attn_src *src, dsv4_err *err) {
+    int rc = DSV4_OK;
+    /* every window closing in a span becomes an entry before any read (§5.8) */
+    if (b->ratio == 4)
+        rc = dsv4_compress_windows(ctx, b, 1, batch, w->pa[1], w->pb[1], src, err);
+    if (!rc && b->ratio)
+        rc = dsv4_compress_windows(ctx, b, 0, batch, w->pa[0], w->pb[0], src, err);
+    return rc;
+}
+
+/* ---- phase 3: indexer, sparse attention, output projection ------------------------------ */
+
+/* Per-thread scratch of the row loop. */
+typedef struct attend_scratch {
+    const float **rows;   /* (n_kv_max) K=V rows of one query */
+    float *probs;         /* (n_kv_max) */
+    const float **ikeys;  /* (max_entries) indexer keys, CSA */
+    float *iscores;       /* (max_entries) */
+    int *iorder, *isel;   /* (topk) */
+} attend_scratch;
+
+typedef struct attend_job {
+    const dsv4_attn_ctx *ctx;
+    const dsv4_block_w *b;
+    const dsv4_batch *batch;
+    const dsv4_attn_work *w;
+    const dsv4_attn_src *src;
+    const int *row_span;      /* (R) span index of each row */
+    attend_scratch *scr;      /* (threads) */
+    float *o;                 /* (R, H, hd) */
+} attend_job;
+
+/* One query row: window rows t-win+1 .. t (earlier spans' from the source, ours from kv),
+ * then the compressed entries it sees; attention with sink; inverse RoPE (§5.10-5.11). */
+static void attend_row(void *arg, int i, int tid) {
+    const attend_job *j = arg;
+    const dsv4_config *cfg = j->ctx->cfg;
+    const dsv4_attn_src *src = j->src;
+    attend_scratch *s = &j->scr[tid];
+    const int H = cfg->num_attention_heads, hd = cfg->head_dim, win = cfg->sliding_window;
+    const int nI = cfg->index_n_heads, dI = cfg->index_head_dim, topk = cfg->index_topk;
+    const int layer = j->b->layer_id, r = j->b->ratio, csa = (r == 4);
+    const dsv4_rope *rope = r ? j->ctx->rope_cmp : j->ctx->rope_main;
+    const dsv4_batch_span *sp = &j->batch->spans[j->row_span[i]];
+    const int64_t t = j->batch->pos[i];
+    const float *kv = j->w->kv;
+    int n_kv = 0;
+    for (int64_t p = t - win + 1 > 0 ? t - win + 1 : 0; p <= t; p++)
+        s->rows[n_kv++] = p >= sp->start ? kv + (size_t)(sp->row0 + (p - sp->start)) * hd
+                                         : src->win_row(src->u, sp, layer, p);
+    if (r) {
+        const int64_t n_vis = (t + 1) / r; /* entries w < (t+1)//r, incl. the one t closed */
+        if (csa) {
+            for (int64_t w = 0; w < n_vis; w++) s->ikeys[w] = src->entry(src->u, sp, layer, 1, w);
+            int n_sel = dsv4_indexer_topk(j->w->qI + (size_t)i * nI * dI, j->w->wI + (size_t)i * nI,
+                                          s->ikeys, (int)n_vis, nI, dI, topk, s->iscores,
+                                          s->iorder, s->isel);
+            for (int k = 0; k < n_sel; k++)
+                s->rows[n_kv++] = src->entry(src->u, sp, layer, 0, s->isel[k]);
+            if (j->ctx->csa_sel)
+                for (int k = 0; k < topk; k++)
+                    j->ctx->csa_sel[(size_t)i * topk + k] = k < n_sel ? s->isel[k] : -1;
+        } else {
+            for (int64_t w = 0; w < n_vis; w++) s->rows[n_kv++] = src->entry(src->u, sp, layer, 0, w);
+        }
+    }
+    float *oi = j->o + (size_t)i * H * hd;
+    dsv4_sparse_attn_row(j->w->q + (size_t)i * H * hd, s->rows, n_kv, H, hd, j->b->attn_sink,
+                         1.0f / sqrtf((float)hd), oi, s->probs);
+    /* undo RoPE at the query position (§5.11) */
+    for (int h = 0; h < H; h++) dsv4_rope_apply(rope, oi + (size_t)h * hd, hd, t, 1);
+}
+
+int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
+                     const dsv4_attn_work *w, const dsv4_attn_src *src, float *y, dsv4_err *err) {
+    const dsv4_config *cfg = ctx->cfg;
+    const int R = batch->n_rows, H = cfg->num_attention_heads, hd = cfg->head_dim;
+    const int win = cfg->sliding_window, G = cfg->o_groups, ol = cfg->o_lora_rank;
+    const int topk = cfg->index_topk, r = b->ratio, csa = (r == 4);
+    const int T = dsv4_kctx_threads(ctx->k);
     int rc = DSV4_OK;
 
     /* the most compressed entries any row of the batch can see */
@@ -60,116 +237,83 @@ int dsv4_attention(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
     }
     const int64_t n_kv_max = win + (csa ? (max_entries < topk ? max_entries : topk) : max_entries);
 
-    float *qr = malloc((size_t)R * ql * sizeof(float));          /* (R, q_lora) */
-    float *q = malloc((size_t)R * H * hd * sizeof(float));       /* (R, H, hd) */
-    float *kv = malloc((size_t)R * hd * sizeof(float));          /* (R, hd) window rows */
     float *o = malloc((size_t)R * H * hd * sizeof(float));       /* (R, H, hd) */
     float *v = malloc((size_t)R * G * ol * sizeof(float));       /* (R, G*o_lora) */
-    const float **rows = malloc((size_t)n_kv_max * sizeof(float *)); /* (n_kv) K=V rows */
-    float *probs = malloc((size_t)n_kv_max * sizeof(float));     /* (n_kv) */
-    float *qI = NULL, *wI = NULL, *iscores = NULL;
-    int *iorder = NULL, *isel = NULL;
-    const float **ikeys = NULL;
-    if (csa) {
-        qI = malloc((size_t)R * nI * dI * sizeof(float));        /* (R, nI, dI) */
-        wI = malloc((size_t)R * nI * sizeof(float));             /* (R, nI) */
-        iscores = malloc((size_t)(max_entries + 1) * sizeof(float)); /* (entries) */
-        iorder = malloc((size_t)(topk + 1) * sizeof(int));
-        isel = malloc((size_t)(topk + 1) * sizeof(int));
-        ikeys = malloc((size_t)(max_entries + 1) * sizeof(float *));
+    int *row_span = malloc((size_t)(R ? R : 1) * sizeof(int));   /* (R) */
+    attend_scratch *scr = calloc((size_t)T, sizeof *scr);        /* (threads) */
+    int bad = !o || !v || !row_span || !scr;
+    for (int t = 0; t < T && !bad; t++) {
+        scr[t].rows = malloc((size_t)n_kv_max * sizeof(float *));
+        scr[t].probs = malloc((size_t)n_kv_max * sizeof(float));
+        bad |= !scr[t].rows || !scr[t].probs;
+        if (csa) {
+            scr[t].ikeys = malloc((size_t)(max_entries + 1) * sizeof(float *));
+            scr[t].iscores = malloc((size_t)(max_entries + 1) * sizeof(float));
+            scr[t].iorder = malloc((size_t)(topk + 1) * sizeof(int));
+            scr[t].isel = malloc((size_t)(topk + 1) * sizeof(int));
+            bad |= !scr[t].ikeys || !scr[t].iscores || !scr[t].iorder || !scr[t].isel;
+        }
     }
-    if (!qr || !q || !kv || !o || !v || !rows || !probs ||
-        (csa && (!qI || !wI || !iscores || !iorder || !isel || !ikeys))) {
+    if (bad) {
         rc = dsv4_fail(err, DSV4_ERR_NOMEM, "attention scratch: out of memory");
         goto done;
     }
+    for (int si = 0; si < batch->n_spans; si++)
+        for (int j = 0; j < batch->spans[si].n; j++) row_span[batch->spans[si].row0 + j] = si;
 
-    /* 1. projections (§5.5): qr = RMSNorm(x wq_a^T; q_norm); q = qr wq_b^T, per-head
-     *    unweighted RMSNorm, RoPE; kv = RoPE(RMSNorm(x wkv^T; kv_norm)) */
-    dsv4_linear(ctx->k, &b->wq_a, x, R, qr);
-    for (int i = 0; i < R; i++) dsv4_rmsnorm(qr + (size_t)i * ql, b->q_norm, ql, eps, qr + (size_t)i * ql);
-    dsv4_linear(ctx->k, &b->wq_b, qr, R, q);
-    for (int i = 0; i < R; i++)
-        for (int h = 0; h < H; h++) {
-            float *qh = q + ((size_t)i * H + h) * hd;
-            dsv4_rmsnorm(qh, NULL, hd, eps, qh);
-            dsv4_rope_apply(rope, qh, hd, batch->pos[i], 0);
-        }
-    dsv4_linear(ctx->k, &b->wkv, x, R, kv);
-    for (int i = 0; i < R; i++) {
-        float *ki = kv + (size_t)i * hd;
-        dsv4_rmsnorm(ki, b->kv_norm, hd, eps, ki);
-        dsv4_rope_apply(rope, ki, hd, batch->pos[i], 0);
-    }
-
-    /* CSA: indexer query qI = RoPE(qr idx_wq_b^T) per head, weights wI (§5.9) */
-    if (csa) {
-        const float wscale = 1.0f / sqrtf((float)dI) / sqrtf((float)nI);
-        dsv4_linear(ctx->k, &b->idx_wq_b, qr, R, qI);
-        for (int i = 0; i < R; i++)
-            for (int h = 0; h < nI; h++)
-                dsv4_rope_apply(rope, qI + ((size_t)i * nI + h) * dI, dI, batch->pos[i], 0);
-        dsv4_linear(ctx->k, &b->idx_weights_proj, x, R, wI);
-        for (int i = 0; i < R * nI; i++) wI[i] *= wscale;
-    }
-
-    /* 2. compressors: every window closing in a span becomes an entry before any read */
-    if (csa && (rc = dsv4_compress(ctx, b, 1, batch, x, err))) goto done;
-    if (r && (rc = dsv4_compress(ctx, b, 0, batch, x, err))) goto done;
-
-    /* 3–4. per row: indexer top-k (CSA), attention over window rows + entries */
-    for (int si = 0; si < batch->n_spans; si++) {
-        const dsv4_batch_span *sp = &batch->spans[si];
-        for (int j = 0; j < sp->n; j++) {
-            const int i = sp->row0 + j;
-            const int64_t t = sp->start + j;
-            int n_kv = 0;
-            /* window rows t-win+1 .. t: earlier calls' rows from the cache, ours from kv */
-            for (int64_t p = t - win + 1 > 0 ? t - win + 1 : 0; p <= t; p++)
-                rows[n_kv++] = p >= sp->start ? kv + (size_t)(sp->row0 + (p - sp->start)) * hd
-                                              : dsv4_cache_win_row(ctx->cache, sp->seq, layer, p);
-            if (r) {
-                const int64_t n_vis = (t + 1) / r; /* entries w < (t+1)//r, incl. the one t closed */
-                if (csa) {
-                    for (int64_t w = 0; w < n_vis; w++)
-                        ikeys[w] = dsv4_cache_idx_row(ctx->cache, sp->seq, layer, w);
-                    int n_sel = dsv4_indexer_topk(qI + (size_t)i * nI * dI, wI + (size_t)i * nI,
-                                                  ikeys, (int)n_vis, nI, dI, topk, iscores,
-                                                  iorder, isel);
-                    for (int k = 0; k < n_sel; k++)
-                        rows[n_kv++] = dsv4_cache_cmp_row(ctx->cache, sp->seq, layer, isel[k]);
-                    if (ctx->csa_sel)
-                        for (int k = 0; k < topk; k++)
-                            ctx->csa_sel[(size_t)i * topk + k] = k < n_sel ? isel[k] : -1;
-                } else {
-                    for (int64_t w = 0; w < n_vis; w++)
-                        rows[n_kv++] = dsv4_cache_cmp_row(ctx->cache, sp->seq, layer, w);
-                }
-            }
-            float *oi = o + (size_t)i * H * hd;
-            dsv4_sparse_attn_row(q + (size_t)i * H * hd, rows, n_kv, H, hd, b->attn_sink, scale,
-                                 oi, probs);
-            /* 5. undo RoPE at the query position (§5.11) */
-            for (int h = 0; h < H; h++) dsv4_rope_apply(rope, oi + (size_t)h * hd, hd, t, 1);
-        }
-    }
+    /* rows are independent: each one's result does not depend on the thread running it */
+    attend_job job = {ctx, b, batch, w, src, row_span, scr, o};
+    dsv4_kctx_parallel(ctx->k, R, attend_row, &job);
 
     /* grouped output projection: v_g = o_g wo_a_g^T, y = v wo_b^T */
     if ((rc = grouped_linear(ctx->k, &b->wo_a, G, o, R, H * hd / G, ol, v, err))) goto done;
     dsv4_linear(ctx->k, &b->wo_b, v, R, y);
 
-    /* the window rows later calls can still see go to the cache */
+done:
+    for (int t = 0; scr && t < T; t++) {
+        free(scr[t].rows); free(scr[t].probs); free(scr[t].ikeys); free(scr[t].iscores);
+        free(scr[t].iorder); free(scr[t].isel);
+    }
+    free(scr); free(o); free(v); free(row_span);
+    return rc;
+}
+
+/* ---- phase 4: cache writes -------------------------------------------------------------- */
+
+void dsv4_attn_store(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
+                     const dsv4_attn_work *w) {
+    const dsv4_config *cfg = ctx->cfg;
+    const int hd = cfg->head_dim, win = cfg->sliding_window, layer = b->layer_id, r = b->ratio;
+    const int L = r ? dsv4_cache_get_plan(ctx->cache)->ring_len[layer] : 0;
     for (int si = 0; si < batch->n_spans; si++) {
         const dsv4_batch_span *sp = &batch->spans[si];
         const int64_t end = sp->start + sp->n;
+        /* the window rows later calls can still see */
         for (int64_t p = end - win + 1 > sp->start ? end - win + 1 : sp->start; p < end; p++)
             memcpy(dsv4_cache_win_row(ctx->cache, sp->seq, layer, p),
-                   kv + (size_t)(sp->row0 + (p - sp->start)) * hd, (size_t)hd * sizeof(float));
+                   w->kv + (size_t)(sp->row0 + (p - sp->start)) * hd, (size_t)hd * sizeof(float));
+        /* after all pooling: each ring keeps the last L positions as [a | b] */
+        for (int ix = 0; r && ix < (r == 4 ? 2 : 1); ix++) {
+            const int W = ix ? 2 * cfg->index_head_dim : dsv4_cfg_coff(r) * hd;
+            for (int64_t p = end - L > sp->start ? end - L : sp->start; p < end; p++) {
+                const size_t row = (size_t)(sp->row0 + (p - sp->start));
+                float *ring = dsv4_cache_ring_row(ctx->cache, sp->seq, layer, ix, p);
+                memcpy(ring, w->pa[ix] + row * W, (size_t)W * sizeof(float));
+                memcpy(ring + W, w->pb[ix] + row * W, (size_t)W * sizeof(float));
+            }
+        }
     }
-    (void)D;
+}
 
-done:
-    free(qr); free(q); free(kv); free(o); free(v); free(rows); free(probs);
-    free(qI); free(wI); free(iscores); free(iorder); free(isel); free(ikeys);
+int dsv4_attention(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
+                   const float *x, float *y, dsv4_err *err) {
+    dsv4_attn_work w;
+    const dsv4_attn_src src = dsv4_attn_src_cache(ctx->cache);
+    int rc = dsv4_attn_project(ctx, b, batch, x, &w, err);
+    if (rc) return rc;
+    if (!(rc = dsv4_attn_pool(ctx, b, batch, &w, &src, err)) &&
+        !(rc = dsv4_attn_attend(ctx, b, batch, &w, &src, y, err)))
+        dsv4_attn_store(ctx, b, batch, &w);
+    dsv4_attn_work_free(&w);
     return rc;
 }

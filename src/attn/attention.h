@@ -1,6 +1,19 @@
 /* attention.h — one attention sub-block of any kind (SWA, CSA, HCA) over a batch of spans
  * (spec/model.md §5.5–5.11): projections, compressors, lightning indexer, sparse attention
- * with sink, inverse RoPE and grouped output projection, plus the cache writes of §a.4. */
+ * with sink, inverse RoPE and grouped output projection, plus the cache writes of §a.4.
+ *
+ * The sub-block runs in four phases so that context-parallel prefill (serving.md §c) can
+ * put its exchanges between them:
+ *
+ *   project   per row: qr, q, kv, indexer qI/wI, compressor projections a_t, b_t
+ *   pool      every window closing inside a span becomes an entry (CMP) / key (IDX)
+ *   attend    indexer top-k, sparse attention, inverse RoPE, output projection
+ *   store     window rows and compressor rings of the span's tail go to the cache
+ *
+ * Everything a span reads that its own rows do not give (window rows and projections of
+ * positions before the span start, compressed entries and indexer keys) comes through a
+ * dsv4_attn_src: the sequence's cache in a single process, exchange buffers under CP.
+ */
 #ifndef DSV4_ATTN_ATTENTION_H
 #define DSV4_ATTN_ATTENTION_H
 
@@ -19,20 +32,68 @@ typedef struct dsv4_attn_ctx {
     int *csa_sel;                 /* optional (R, index_topk) selections out, -1 padded */
 } dsv4_attn_ctx;
 
-/* y (R, D) = attention of layer b over x (R, D), the attention input (after attn_norm).
- * Reads history from the cache and writes this call's window rows, compressed entries,
- * indexer keys and compressor rings. */
+/* History of a span. Every function gets the span (its sequence slot and start) and the
+ * layer id; positions passed to win_row / ring_row are always below sp->start. */
+typedef struct dsv4_attn_src {
+    /* window KV row (hd) of position pos */
+    const float *(*win_row)(void *u, const dsv4_batch_span *sp, int layer, int64_t pos);
+    /* compressor projections of position pos: *a and *b each point at coff*d floats
+     * (main: d = hd; indexer: d = dI, coff = 2); ape is included in b */
+    void (*ring_row)(void *u, const dsv4_batch_span *sp, int layer, int indexer, int64_t pos,
+                     const float **a, const float **b);
+    /* compressed entry w (main: hd floats) or indexer key w (dI floats): the pool phase
+     * writes new ones through it, the attend phase reads all visible ones */
+    float *(*entry)(void *u, const dsv4_batch_span *sp, int layer, int indexer, int64_t w);
+    void *u;
+} dsv4_attn_src;
+
+/* The single-process source: everything from the sequence's pages in `cache`. */
+dsv4_attn_src dsv4_attn_src_cache(dsv4_cache *cache);
+
+/* Per-row values of one layer for R rows, produced by dsv4_attn_project. */
+typedef struct dsv4_attn_work {
+    int R;
+    float *qr;      /* (R, q_lora) after q_norm (feeds the indexer too) */
+    float *q;       /* (R, H, hd) after head norm and RoPE */
+    float *kv;      /* (R, hd) window rows */
+    float *qI;      /* (R, nI, dI) CSA only */
+    float *wI;      /* (R, nI) CSA only, scaled by dI^-0.5 nI^-0.5 */
+    float *pa[2];   /* compressor a_t: [0] main (R, coff*hd), [1] indexer (R, 2*dI) */
+    float *pb[2];   /* compressor b_t (+ ape), same shapes */
+} dsv4_attn_work;
+
+void dsv4_attn_work_free(dsv4_attn_work *w);
+
+/* Phase 1: allocates w and fills it from x (R, D), the attention input (after attn_norm). */
+int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
+                      const float *x, dsv4_attn_work *w, dsv4_err *err);
+/* Phase 2: compressors (CSA: indexer's, then main; HCA: main). */
+int dsv4_attn_pool(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
+                   const dsv4_attn_work *w, const dsv4_attn_src *src, dsv4_err *err);
+/* Phase 3: y (R, D) from the indexer, sparse attention and output projection. */
+int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
+                     const dsv4_attn_work *w, const dsv4_attn_src *src, float *y, dsv4_err *err);
+/* Phase 4 (single process): window rows [max(s, s+C-win+1), s+C) to WIN and ring rows
+ * [max(s, s+C-L), s+C) to the STATE slot of every span. */
+void dsv4_attn_store(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
+                     const dsv4_attn_work *w);
+
+/* y (R, D) = attention of layer b over x (R, D), all four phases against the cache. */
 int dsv4_attention(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
                    const float *x, float *y, dsv4_err *err);
 
-/* ---- pieces, exposed for unit tests ------------------------------------------------- */
+/* ---- pieces, exposed for unit tests and the CP forward ------------------------------ */
 
-/* Compressor of one layer (main: indexer = 0, d = hd; indexer: d = dI) for every span of
- * the batch: a = x.wkv^T, b = x.wgate^T + ape[t mod r] for all rows, pool every window that
- * closes inside a span (candidates < s from the ring), normalise, rotate at w*r, store the
- * entries in CMP (or IDX), then write the ring rows. */
-int dsv4_compress(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
-                  const dsv4_batch *batch, const float *x, dsv4_err *err);
+/* Compressor projections of every row: a = x.wkv^T, b = x.wgate^T + ape[t mod r],
+ * a and b (R, coff*d). */
+void dsv4_compress_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
+                           const dsv4_batch *batch, const float *x, float *a, float *bb);
+
+/* Pools every window that closes inside a span (candidates >= s from a/b, < s from the
+ * source), normalises, rotates at w*r and stores the entry through src->entry. */
+int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
+                          const dsv4_batch *batch, const float *a, const float *bb,
+                          const dsv4_attn_src *src, dsv4_err *err);
 
 /* Pools one window's candidates: a, b are (n_cand, d) with b = -inf for absent ones;
  * out (d) = per-channel softmax over candidates of b, weighting a. */

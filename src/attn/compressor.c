@@ -1,12 +1,13 @@
 /* compressor.c — KV compression by softmax pooling over windows of r positions
  * (spec/model.md §5.8; serving.md §a.4).
  *
- * One definition serves every schedule (prefill, chunked prefill, decode): for a span
- * [s, s+C) we project all rows, pool every window that closes inside the span taking
- * positions >= s from this call and positions < s from the sequence's ring, store the
- * entries, and only then overwrite the ring. Candidates are always gathered in the same
- * order (A positions ascending, then B positions ascending), so every schedule gives the
- * same bits.
+ * One definition serves every schedule (prefill, chunked prefill, decode, context-parallel
+ * segments): for a span [s, s+C) we project all rows, pool every window that closes inside
+ * the span taking positions >= s from this call and positions < s from the span's history
+ * source (the sequence's ring, or CP exchange buffers), store the entries, and only after
+ * all pooling overwrite the ring (attention.c, store phase). Candidates are always gathered
+ * in the same order (A positions ascending, then B positions ascending), so every schedule
+ * gives the same bits.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -32,43 +33,44 @@ void dsv4_compress_pool(const float *a, const float *b, int n_cand, int d, int s
     }
 }
 
-int dsv4_compress(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
-                  const dsv4_batch *batch, const float *x, dsv4_err *err) {
+void dsv4_compress_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
+                           const dsv4_batch *batch, const float *x, float *a, float *bb) {
+    const int r = indexer ? 4 : b->ratio;
+    const int d = indexer ? ctx->cfg->index_head_dim : ctx->cfg->head_dim;
+    const int W = dsv4_cfg_coff(r) * d;     /* projection width */
+    const dsv4_compressor_w *cw = indexer ? &b->idx_cmp : &b->cmp;
+    dsv4_linear(ctx->k, &cw->wkv, x, batch->n_rows, a);
+    dsv4_linear(ctx->k, &cw->wgate, x, batch->n_rows, bb);
+    /* ape is indexed by the absolute position t mod r */
+    for (int i = 0; i < batch->n_rows; i++) {
+        const float *ape = cw->ape + (size_t)(batch->pos[i] % r) * W;
+        for (int c = 0; c < W; c++) bb[(size_t)i * W + c] += ape[c];
+    }
+}
+
+int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
+                          const dsv4_batch *batch, const float *pa, const float *pb,
+                          const dsv4_attn_src *src, dsv4_err *err) {
     const dsv4_config *cfg = ctx->cfg;
-    const dsv4_cache_plan *plan = dsv4_cache_get_plan(ctx->cache);
     const int layer = b->layer_id;
     const int r = indexer ? 4 : b->ratio;
     const int coff = dsv4_cfg_coff(r);
     const int d = indexer ? cfg->index_head_dim : cfg->head_dim;
     const int W = coff * d;                 /* projection width */
-    const int L = plan->ring_len[layer];    /* ring slots */
     const dsv4_compressor_w *cw = indexer ? &b->idx_cmp : &b->cmp;
-    const int R = batch->n_rows;
     const float eps = (float)cfg->rms_norm_eps;
 
-    float *pa = malloc((size_t)R * W * sizeof(float));       /* (R, coff*d) a_t = x.wkv^T */
-    float *pb = malloc((size_t)R * W * sizeof(float));       /* (R, coff*d) b_t = x.wgate^T + ape */
     float *ca = malloc((size_t)2 * r * d * sizeof(float));   /* (2r, d) candidate values */
     float *cb = malloc((size_t)2 * r * d * sizeof(float));   /* (2r, d) candidate scores */
-    float *entry = malloc((size_t)d * sizeof(float));        /* (d) */
-    if (!pa || !pb || !ca || !cb || !entry) {
-        free(pa); free(pb); free(ca); free(cb); free(entry);
+    if (!ca || !cb) {
+        free(ca); free(cb);
         return dsv4_fail(err, DSV4_ERR_NOMEM, "compressor scratch: out of memory");
     }
-
-    /* 1. projections of every row; ape is indexed by the absolute position t mod r */
-    dsv4_linear(ctx->k, &cw->wkv, x, R, pa);
-    dsv4_linear(ctx->k, &cw->wgate, x, R, pb);
-    for (int i = 0; i < R; i++) {
-        const float *ape = cw->ape + (size_t)(batch->pos[i] % r) * W;
-        for (int c = 0; c < W; c++) pb[(size_t)i * W + c] += ape[c];
-    }
-
     for (int si = 0; si < batch->n_spans; si++) {
         const dsv4_batch_span *sp = &batch->spans[si];
         const int64_t s = sp->start, end = sp->start + sp->n;
 
-        /* 2. pool every window w that closes inside the span: (w+1)r - 1 in [s, end) */
+        /* pool every window w that closes inside the span: (w+1)r - 1 in [s, end) */
         for (int64_t w = s / r; w < end / r; w++) {
             int n = 0;
             for (int half = (coff == 2 ? 0 : 1); half < 2; half++) {
@@ -84,33 +86,20 @@ int dsv4_compress(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
                         ra = pa + row * W;
                         rb = pb + row * W;
                     } else {
-                        const float *ring = dsv4_cache_ring_row(ctx->cache, sp->seq, layer, indexer, p);
-                        ra = ring;
-                        rb = ring + W;
+                        src->ring_row(src->u, sp, layer, indexer, p, &ra, &rb);
                     }
                     memcpy(ca + (size_t)n * d, ra + off, (size_t)d * sizeof(float));
                     memcpy(cb + (size_t)n * d, rb + off, (size_t)d * sizeof(float));
                     n++;
                 }
             }
-            dsv4_compress_pool(ca, cb, n, d, d, entry);
             /* e_w = RoPE_{w r}(RMSNorm(p_w; norm)) with the compress table */
+            float *entry = src->entry(src->u, sp, layer, indexer, w);
+            dsv4_compress_pool(ca, cb, n, d, d, entry);
             dsv4_rmsnorm(entry, cw->norm, d, eps, entry);
             dsv4_rope_apply(ctx->rope_cmp, entry, d, w * r, 0);
-            float *dst = indexer ? dsv4_cache_idx_row(ctx->cache, sp->seq, layer, w)
-                                 : dsv4_cache_cmp_row(ctx->cache, sp->seq, layer, w);
-            memcpy(dst, entry, (size_t)d * sizeof(float));
-        }
-
-        /* 3. after all pooling: the ring keeps the last L positions as [a | b] */
-        int64_t first = end - L > s ? end - L : s;
-        for (int64_t p = first; p < end; p++) {
-            const size_t row = (size_t)(sp->row0 + (p - s));
-            float *ring = dsv4_cache_ring_row(ctx->cache, sp->seq, layer, indexer, p);
-            memcpy(ring, pa + row * W, (size_t)W * sizeof(float));
-            memcpy(ring + W, pb + row * W, (size_t)W * sizeof(float));
         }
     }
-    free(pa); free(pb); free(ca); free(cb); free(entry);
+    free(ca); free(cb);
     return DSV4_OK;
 }
