@@ -297,7 +297,7 @@ static void test_validation_rules(void) {
     EXPECT_BAD("num_hash_layers", "-1", "config.json: num_hash_layers = -1, must be >= 0");
     EXPECT_BAD("sliding_window", "0", "config.json: sliding_window = 0, must be >= 1");
     EXPECT_BAD("hc_mult", "0", "config.json: hc_mult = 0, must be >= 1");
-    EXPECT_BAD("hc_mult", "65", "config.json: hc_mult = 65, must be <= 64");
+    EXPECT_BAD("hc_mult", "17", "config.json: hc_mult = 17, must be <= 16");
     EXPECT_BAD("hc_sinkhorn_iters", "0", "config.json: hc_sinkhorn_iters = 0, must be >= 1");
     EXPECT_BAD("index_n_heads", "0", "config.json: index_n_heads = 0, must be > 0 for CSA layers (compress_ratios[2] = 4)");
     EXPECT_BAD("index_topk", "0", "config.json: index_topk = 0, must be > 0 for CSA layers");

@@ -1,0 +1,165 @@
+/* test_engine_api.c — the engine API's contract (spec/serving.md §a.3, §b):
+ *   - every validation rule rejects bad input with DSV4_ERR_ARG/STATE and changes nothing
+ *     (the sequence then runs exactly as in a fresh engine);
+ *   - running out of pages fails that call with DSV4_ERR_CACHE_FULL naming the pool, and
+ *     leaves the other sequences intact; out of slots likewise;
+ *   - freeing twice or using a freed handle is an error, not a crash.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/cache.h"
+#include "dsv4.h"
+#include "model/model.h"
+#include "test.h"
+
+static dsv4_model *M;
+static int V, D;
+static int32_t toks[512];
+
+/* Hidden state of the last row after prefilling toks[0, n) in a fresh engine. */
+static void fresh_hidden(int n, float *out) {
+    dsv4_engine_opts eo = {.max_context = 512, .max_seqs = 1};
+    dsv4_engine *e;
+    dsv4_err err = {0};
+    int s;
+    CHECK(dsv4_engine_create(M, &eo, &e, &err) == 0);
+    CHECK(dsv4_seq_create(e, &s, &err) == 0);
+    dsv4_span sp = {.seq = s, .start = 0, .n_tokens = n, .tokens = toks, .n_hidden = 1};
+    CHECK(dsv4_forward(e, &sp, 1, out, NULL, &err) == 0);
+    dsv4_engine_free(e);
+}
+
+static void test_validation(void) {
+    dsv4_engine_opts eo = {.max_context = 256, .max_seqs = 2, .c_max = 64};
+    dsv4_engine *e;
+    dsv4_err err = {0};
+    CHECK(dsv4_engine_create(M, &eo, &e, &err) == 0);
+    int a, b;
+    CHECK(dsv4_seq_create(e, &a, &err) == 0);
+    CHECK(dsv4_seq_create(e, &b, &err) == 0);
+    int c;
+    CHECK(dsv4_seq_create(e, &c, &err) == DSV4_ERR_CACHE_FULL);
+    CHECK_ERR(err, DSV4_ERR_CACHE_FULL, "no free sequence slot");
+
+    float *h = malloc((size_t)64 * D * sizeof(float));
+    dsv4_span ok = {.seq = a, .start = 0, .n_tokens = 10, .tokens = toks, .n_hidden = 1};
+    CHECK(dsv4_forward(e, &ok, 1, h, NULL, &err) == 0);
+    CHECK(dsv4_seq_length(e, a) == 10);
+
+    dsv4_span bad;
+    bad = ok; bad.start = 0; /* start != n */
+    CHECK(dsv4_forward(e, &bad, 1, h, NULL, &err) == DSV4_ERR_ARG);
+    CHECK_ERR(err, DSV4_ERR_ARG, "start 0 != sequence length 10");
+    bad = ok; bad.start = 10; bad.seq = 7;
+    CHECK(dsv4_forward(e, &bad, 1, h, NULL, &err) == DSV4_ERR_ARG);
+    CHECK_ERR(err, DSV4_ERR_ARG, "not live");
+    int32_t bad_tok[2] = {5, V};
+    bad = ok; bad.start = 10; bad.tokens = bad_tok; bad.n_tokens = 2;
+    CHECK(dsv4_forward(e, &bad, 1, h, NULL, &err) == DSV4_ERR_ARG);
+    CHECK_ERR(err, DSV4_ERR_ARG, "outside [0,");
+    bad = ok; bad.start = 10; bad.n_tokens = 0;
+    CHECK(dsv4_forward(e, &bad, 1, h, NULL, &err) == DSV4_ERR_ARG);
+    bad = ok; bad.start = 10; bad.n_tokens = 65; /* > c_max */
+    CHECK(dsv4_forward(e, &bad, 1, h, NULL, &err) == DSV4_ERR_ARG);
+    CHECK_ERR(err, DSV4_ERR_ARG, "c_max = 64");
+    int rows[1] = {10};
+    bad = ok; bad.start = 10; bad.hidden_rows = rows;
+    CHECK(dsv4_forward(e, &bad, 1, h, NULL, &err) == DSV4_ERR_ARG);
+    bad = ok; bad.start = 10; bad.n_hidden = 1;
+    CHECK(dsv4_forward(e, &bad, 1, NULL, NULL, &err) == DSV4_ERR_ARG); /* no output buffer */
+    dsv4_span two[2] = {ok, ok};
+    two[0].start = two[1].start = 10;
+    CHECK(dsv4_forward(e, two, 2, h, NULL, &err) == DSV4_ERR_ARG);
+    CHECK_ERR(err, DSV4_ERR_ARG, "appears in spans");
+    /* the last good span is valid but a later one in the same call is not: nothing runs */
+    dsv4_span mixed[2] = {ok, ok};
+    mixed[0].start = 10; mixed[0].tokens = toks + 10;
+    mixed[1].seq = b; mixed[1].start = 3;
+    CHECK(dsv4_forward(e, mixed, 2, h, NULL, &err) == DSV4_ERR_ARG);
+    CHECK(dsv4_seq_length(e, a) == 10 && dsv4_seq_length(e, b) == 0);
+    /* MTP on an engine without MTP */
+    dsv4_mtp_span ms = {a, 0, 1, toks + 1, h};
+    CHECK(dsv4_mtp_forward(e, &ms, 1, h, &err) == DSV4_ERR_STATE);
+
+    /* after all those refusals sequence a continues exactly like a fresh prefill */
+    ok.start = 10; ok.tokens = toks + 10; ok.n_tokens = 30;
+    CHECK(dsv4_forward(e, &ok, 1, h, NULL, &err) == 0);
+    float *ref = malloc((size_t)D * sizeof(float));
+    fresh_hidden(40, ref);
+    CHECK(memcmp(h, ref, (size_t)D * sizeof(float)) == 0);
+
+    /* handles */
+    CHECK(dsv4_seq_free(e, b, &err) == 0);
+    CHECK(dsv4_seq_free(e, b, &err) == DSV4_ERR_ARG);
+    CHECK(dsv4_seq_length(e, b) == -1);
+    dsv4_span freed = {.seq = b, .start = 0, .n_tokens = 1, .tokens = toks};
+    CHECK(dsv4_forward(e, &freed, 1, NULL, NULL, &err) == DSV4_ERR_ARG);
+    CHECK(dsv4_seq_free(e, -1, &err) == DSV4_ERR_ARG);
+    CHECK(dsv4_lm_head(e, NULL, 1, NULL, &err) == DSV4_ERR_ARG);
+    free(ref);
+    free(h);
+    dsv4_engine_free(e);
+}
+
+static void test_exhaustion(void) {
+    /* a budget that holds 5 compressed blocks for 3 sequences of up to 256 positions */
+    dsv4_cache_opts co = {.max_context = 256, .max_seqs = 3, .c_max = 256, .row_bytes_per_value = 4,
+                          .idx_bytes_per_value = 4};
+    dsv4_cache_plan plan;
+    dsv4_err err = {0};
+    CHECK(dsv4_cache_plan_make(&M->cfg, &co, &plan, &err) == 0);
+    dsv4_engine_opts eo = {.max_context = 256, .max_seqs = 3, .c_max = 256,
+                           .cache_bytes = (uint64_t)(3 * plan.seq_fixed_bytes + 5 * plan.block_bytes)};
+    dsv4_engine *e;
+    CHECK(dsv4_engine_create(M, &eo, &e, &err) == 0);
+    int s[3];
+    for (int i = 0; i < 3; i++) CHECK(dsv4_seq_create(e, &s[i], &err) == 0);
+    float *h = malloc((size_t)D * sizeof(float));
+    dsv4_span sp = {.seq = s[0], .start = 0, .n_tokens = 200, .tokens = toks, .n_hidden = 1};
+    CHECK(dsv4_forward(e, &sp, 1, h, NULL, &err) == 0); /* 2 blocks */
+    sp.seq = s[1];
+    CHECK(dsv4_forward(e, &sp, 1, h, NULL, &err) == 0); /* 2 blocks */
+    sp.seq = s[2];
+    CHECK(dsv4_forward(e, &sp, 1, h, NULL, &err) == DSV4_ERR_CACHE_FULL); /* needs 2, 1 left */
+    CHECK_MSG(strstr(err.msg, "needs 2 blocks, 1 free of 5 total"), "message: %s", err.msg);
+    CHECK(dsv4_seq_length(e, s[2]) == 0);
+    /* a shorter prompt still fits, and the first sequences go on as if nothing happened */
+    sp.n_tokens = 100;
+    CHECK(dsv4_forward(e, &sp, 1, h, NULL, &err) == 0);
+    sp.seq = s[0]; sp.start = 200; sp.tokens = toks + 200; sp.n_tokens = 40;
+    CHECK(dsv4_forward(e, &sp, 1, h, NULL, &err) == 0);
+    float *ref = malloc((size_t)D * sizeof(float));
+    fresh_hidden(240, ref);
+    CHECK(memcmp(h, ref, (size_t)D * sizeof(float)) == 0);
+    /* freeing returns the pages: the failed prompt now fits */
+    CHECK(dsv4_seq_free(e, s[1], &err) == 0);
+    CHECK(dsv4_seq_free(e, s[2], &err) == 0);
+    CHECK(dsv4_seq_create(e, &s[2], &err) == 0);
+    sp.seq = s[2]; sp.start = 0; sp.tokens = toks; sp.n_tokens = 200;
+    CHECK(dsv4_forward(e, &sp, 1, h, NULL, &err) == 0);
+    fresh_hidden(200, ref);
+    CHECK(memcmp(h, ref, (size_t)D * sizeof(float)) == 0);
+    free(ref);
+    free(h);
+    dsv4_engine_free(e);
+}
+
+int main(void) {
+    char buf[1024];
+    dsv4_err err = {0};
+    if (dsv4_model_open(test_shared("golden/tiny_s0/model", buf, sizeof buf), &M, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    dsv4_model_info info = dsv4_model_get_info(M);
+    V = info.vocab_size;
+    D = info.hidden_size;
+    for (int i = 0; i < 512; i++) toks[i] = (int32_t)((i * 7919u + 13u) % (unsigned)V);
+    test_validation();
+    test_exhaustion();
+    dsv4_model_close(M);
+    return test_report();
+}
