@@ -97,6 +97,10 @@ typedef struct dsv4_engine_opts {
     int reference;         /* 1: portable scalar kernels only (no SIMD) */
     dsv4_dist *dist;       /* process group, NULL = single process */
     int parallel;          /* DSV4_PAR_CP | DSV4_PAR_EP; every rank makes the same calls */
+    int ep_wave;           /* EP: rows per rank per exchange wave (T_w); 0 = min(256, rows of
+                            * the largest call); larger calls run several waves */
+    int cp_granule;        /* CP: granule G in positions (serving.md §c); 0 = the smallest
+                            * multiple of every compress ratio that is >= window - 1 */
 } dsv4_engine_opts;
 
 int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_engine **out,
@@ -150,6 +154,27 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
  * hidden [n_rows, D] -> logits [n_rows, V]. */
 int dsv4_lm_head(dsv4_engine *e, const float *hidden, int n_rows, float *logits,
                  dsv4_err *err);
+
+/* Vocabulary shard `shard` of `n_shards` (serving.md §b): rows [lo, hi) of head.weight with
+ * lo = shard * ceil(V / n_shards), hi = min(V, lo + ceil(V / n_shards)) (hi <= lo: empty).
+ * logits [n_rows, hi - lo] = hidden [n_rows, D] . head.weight[lo:hi]^T, the same values the
+ * full dsv4_lm_head gives for those columns. */
+void dsv4_lm_head_shard_range(int vocab, int shard, int n_shards, int *lo, int *hi);
+int dsv4_lm_head_shard(dsv4_engine *e, const float *hidden, int n_rows, int shard, int n_shards,
+                       float *logits, dsv4_err *err);
+
+/* With a process group (opts.dist, opts.parallel set, more than one rank) these are
+ * collective: every rank calls them with the same n_rows, and only the home rank's
+ * (rank 0's) hidden rows are read; they are broadcast, each rank computes its vocabulary
+ * shard. Without one they run locally on the full head.
+ *   dsv4_lm_head_dist:   logits [n_rows, V] gathered on the home rank (valid only there).
+ *   dsv4_lm_head_argmax: greedy ids [n_rows] (and values, may be NULL) on every rank,
+ *                        reduced with MPI_Allreduce (larger value, then lower id): equal to
+ *                        the argmax of the full logits, ties to the lowest token id. */
+int dsv4_lm_head_dist(dsv4_engine *e, const float *hidden, int n_rows, float *logits,
+                      dsv4_err *err);
+int dsv4_lm_head_argmax(dsv4_engine *e, const float *hidden, int n_rows, int32_t *ids,
+                        float *values, dsv4_err *err);
 
 /* Optional debugging hook: called after every attention sub-block (kind 0) and every block
  * (kind 1) with the hc streams [hc, D] of one row at absolute position pos. */

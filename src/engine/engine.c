@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/dist.h"
+#include "dist/ep.h"
 #include "kernels/cpu.h"
 #include "util/err.h"
 
@@ -38,6 +40,25 @@ static int prepare_wo_a(dsv4_engine *e, dsv4_block_w *b, dsv4_err *err) {
     return DSV4_OK;
 }
 
+/* The process group (serving.md §c, §d): with opts.parallel over more than one rank, rank
+ * 0 is the home rank and the others idle through non-CP spans; EP splits the routed
+ * experts. One rank, or no parallel flags, is the single-process engine. */
+static int setup_parallel(dsv4_engine *e, dsv4_err *err) {
+    const dsv4_engine_opts *o = &e->opts;
+    if (o->parallel & ~(DSV4_PAR_CP | DSV4_PAR_EP))
+        return dsv4_fail(err, DSV4_ERR_ARG, "engine: unknown parallel flags 0x%x", (unsigned)o->parallel);
+    if (o->ep_wave < 0) return dsv4_fail(err, DSV4_ERR_ARG, "engine: ep_wave %d < 0", o->ep_wave);
+    if (!o->parallel || !o->dist || dsv4_dist_size(o->dist) < 2) return DSV4_OK;
+    e->group = o->dist;
+    e->rank = dsv4_dist_rank(o->dist);
+    e->idle = e->rank != 0;
+    if (!(o->parallel & DSV4_PAR_EP)) return DSV4_OK;
+    /* the largest call: every sequence with a full span */
+    int64_t rows = (int64_t)o->max_seqs * o->c_max;
+    int wave = o->ep_wave ? o->ep_wave : (int)(rows < 256 ? rows : 256);
+    return dsv4_ep_create(e->cfg, o->dist, wave, &e->ep, err);
+}
+
 int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_engine **out,
                        dsv4_err *err) {
     *out = NULL;
@@ -57,6 +78,7 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
                          "(num_nextn_predict_layers = 0)");
     }
     int rc;
+    if ((rc = setup_parallel(e, err))) goto fail;
     dsv4_cache_opts co = {0};
     co.max_context = o->max_context;
     co.max_seqs = o->max_seqs;
@@ -103,6 +125,7 @@ void dsv4_engine_free(dsv4_engine *e) {
     dsv4_rope_free(&e->rope_main);
     dsv4_rope_free(&e->rope_cmp);
     dsv4_kctx_free(e->k);
+    dsv4_ep_free(e->ep);
     for (int i = 0; i < e->n_owned; i++) free(e->owned[i]);
     free(e->owned);
     free(e->blocks);

@@ -33,6 +33,14 @@ struct dsv4_engine {
     dsv4_trace_fn trace;
     void *trace_user;
     int *csa_sel;                    /* optional capture of CSA selections, see forward.c */
+    /* scale-out (spec/serving.md §c, §d): SPMD, every rank makes the same calls */
+    struct dsv4_dist *group;         /* the process group when opts.parallel spans more than
+                                      * one rank, else NULL (single process) */
+    int rank;                        /* rank in group, 0 without one */
+    int idle;                        /* 1 on a non-home rank of a group: it holds no rows of
+                                      * non-CP spans and no caches for them, and only walks
+                                      * the layers to take part in the MoE collectives */
+    struct dsv4_ep *ep;              /* expert-parallel exchange (DSV4_PAR_EP), else NULL */
 };
 
 /* One block (hc_pre → attention → hc_post → hc_pre → MoE → hc_post) over the batch;
@@ -45,6 +53,17 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
  * rows. */
 int dsv4_engine_moe(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
                     const float *x, float *y, dsv4_err *err);
+
+/* The MoE sub-blocks of blocks [l0, l1) with zero rows: a rank without rows of a call
+ * still takes part in every expert-parallel exchange (no-op without EP). On a failure the
+ * group agreed on, *changed says whether the failing rank had changed state (its
+ * sequences are then broken, and this rank must mark them so too). */
+int dsv4_engine_idle_layers(dsv4_engine *e, int l0, int l1, int *changed, dsv4_err *err);
+
+/* A rank that failed before reaching the next MoE sub-block of a call reports the failure
+ * there (clean: no state changed), so the other ranks return an error at the same point
+ * instead of waiting for it; no-op without EP. Returns code. */
+int dsv4_engine_fail_collective(dsv4_engine *e, int code, int clean);
 
 /* Frees window pages no later call of seq can read. */
 void dsv4_engine_trim(dsv4_engine *e, int seq);

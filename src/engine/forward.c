@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/ep.h"
 #include "engine/engine.h"
 #include "hc/hc.h"
 #include "kernels/ops.h"
@@ -19,7 +20,27 @@
 
 int dsv4_engine_moe(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
                     const float *x, float *y, dsv4_err *err) {
+    if (e->ep) return dsv4_ep_moe(e->ep, e->k, b, x, batch->tokens, batch->n_rows, y, err);
     return dsv4_moe_forward(e->k, e->cfg, b, x, batch->tokens, batch->n_rows, y, NULL, err);
+}
+
+int dsv4_engine_idle_layers(dsv4_engine *e, int l0, int l1, int *changed, dsv4_err *err) {
+    *changed = 0;
+    if (!e->ep) return DSV4_OK;
+    const dsv4_batch none = {0, 0, NULL, NULL, NULL};
+    for (int l = l0; l < l1; l++) {
+        int rc = dsv4_engine_moe(e, &e->blocks[l], &none, NULL, NULL, err);
+        if (rc) {
+            *changed = !dsv4_ep_failure_clean(e->ep);
+            return rc;
+        }
+    }
+    return DSV4_OK;
+}
+
+int dsv4_engine_fail_collective(dsv4_engine *e, int code, int clean) {
+    if (e->ep) dsv4_ep_fail(e->ep, code, clean);
+    return code;
 }
 
 int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
@@ -34,7 +55,7 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
     float *comb = malloc((size_t)R * hc * hc * sizeof(float));   /* (R, hc, hc) */
     float *hin = malloc((size_t)hc * D * sizeof(float));         /* (hc, D) one row's input streams */
     if (!x || !y || !post || !comb || !hin) {
-        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "block scratch: out of memory");
+        rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "block scratch: out of memory"), 0);
         goto done;
     }
     dsv4_attn_ctx actx = {c, e->k, e->cache, &e->rope_main, &e->rope_cmp, NULL};
@@ -52,8 +73,12 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
             dsv4_rmsnorm(xi, norm, D, eps, xi);
         }
         /* y = attention(x) or MoE(x) */
-        if (sub == 0) rc = dsv4_attention(&actx, b, batch, x, y, err);
-        else rc = dsv4_engine_moe(e, b, batch, x, y, err);
+        if (sub == 0) {
+            /* the other ranks are heading for this block's MoE exchange */
+            if ((rc = dsv4_attention(&actx, b, batch, x, y, err))) dsv4_engine_fail_collective(e, rc, 0);
+        } else {
+            rc = dsv4_engine_moe(e, b, batch, x, y, err);
+        }
         if (rc) goto done;
         /* h = hc_post(y, h, post, comb) */
         for (int i = 0; i < R; i++) {
@@ -138,6 +163,16 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
     if ((want_h && !hidden) || (want_s && !streams))
         return dsv4_fail(err, DSV4_ERR_ARG, "forward: output buffer missing");
 
+    if (e->idle) {
+        /* non-home rank: the home rank (rank 0) computes these spans and keeps their caches */
+        int changed, rc = dsv4_engine_idle_layers(e, 0, c->num_hidden_layers, &changed, err);
+        for (int i = 0; i < n_spans; i++) {
+            if (rc && changed) e->seqs[spans[i].seq].broken = 1;
+            else if (!rc) e->seqs[spans[i].seq].n += spans[i].n_tokens;
+        }
+        return rc;
+    }
+
     int rc = DSV4_OK;
     dsv4_batch_span *bs = malloc((size_t)n_spans * sizeof *bs);   /* (n_spans) */
     int64_t *pos = malloc((size_t)R * sizeof *pos);              /* (R) */
@@ -148,7 +183,7 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
     float *h = malloc((size_t)R * hc * D * sizeof(float));       /* (R, hc, D) streams */
     float *y = malloc((size_t)D * sizeof(float));                /* (D) */
     if (!bs || !pos || !tok || !seqs || !starts || !counts || !h || !y) {
-        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "forward scratch: out of memory");
+        rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "forward scratch: out of memory"), 1);
         goto done;
     }
     int row = 0;
@@ -163,7 +198,10 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
         }
     }
     dsv4_batch batch = {R, n_spans, bs, pos, tok};
-    if ((rc = dsv4_cache_reserve(e->cache, n_spans, seqs, starts, counts, 1, err))) goto done;
+    if ((rc = dsv4_cache_reserve(e->cache, n_spans, seqs, starts, counts, 1, err))) {
+        dsv4_engine_fail_collective(e, rc, 1);
+        goto done;
+    }
 
     /* h[i][j] = embed[token_i] for every stream j (§5.1) */
     for (int i = 0; i < R; i++) {

@@ -53,6 +53,17 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
         R += sp->n;
     }
 
+    if (e->idle) {
+        /* non-home rank: only the MTP block's MoE exchange (see forward.c) */
+        int changed, rc = dsv4_engine_idle_layers(e, c->num_hidden_layers, c->num_hidden_layers + 1,
+                                                  &changed, err);
+        for (int i = 0; i < n_spans; i++) {
+            if (rc && changed) e->seqs[spans[i].seq].broken = 1;
+            else if (!rc) e->seqs[spans[i].seq].m += spans[i].n;
+        }
+        return rc;
+    }
+
     const dsv4_block_w *b = &e->blocks[c->num_hidden_layers];
     int rc = DSV4_OK;
     dsv4_batch_span *bs = malloc((size_t)n_spans * sizeof *bs);
@@ -67,7 +78,7 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
     float *z = malloc((size_t)R * hc * D * sizeof(float));        /* (R, hc, D) block streams */
     float *y = malloc((size_t)D * sizeof(float));
     if (!bs || !pos || !tok || !seqs || !starts || !counts || !en || !ep || !hn || !z || !y) {
-        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "mtp scratch: out of memory");
+        rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "mtp scratch: out of memory"), 1);
         goto done;
     }
     int row = 0;
@@ -84,8 +95,10 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
         }
     }
     dsv4_batch batch = {R, n_spans, bs, pos, tok};
-    if ((rc = dsv4_cache_reserve(e->cache, n_spans, seqs, starts, counts, b->ratio > 0, err)))
+    if ((rc = dsv4_cache_reserve(e->cache, n_spans, seqs, starts, counts, b->ratio > 0, err))) {
+        dsv4_engine_fail_collective(e, rc, 1);
         goto done;
+    }
 
     /* z_k = RMSNorm(embed[x_{t+1}]; enorm) e_proj^T + RMSNorm(h_t[k]; hnorm) h_proj^T */
     for (int i = 0; i < R; i++) {

@@ -157,7 +157,7 @@ static int check_mat(const dsv4_mat *m, int64_t rows, int64_t cols, const char *
                      (long long)cols);
 }
 
-static int check_weights(const dsv4_config *cfg, const dsv4_block_w *b, dsv4_err *err) {
+int dsv4_moe_check_shared(const dsv4_config *cfg, const dsv4_block_w *b, dsv4_err *err) {
     const int E = cfg->n_routed_experts, D = cfg->hidden_size, I = cfg->moe_intermediate_size;
     const int L = b->layer_id;
     if (E < 1 || cfg->num_experts_per_tok < 1 || cfg->num_experts_per_tok > E || D < 1 || I < 1)
@@ -169,13 +169,24 @@ static int check_weights(const dsv4_config *cfg, const dsv4_block_w *b, dsv4_err
     if ((rc = check_mat(&b->gate, E, D, "gate", -1, L, err))) return rc;
     if ((rc = check_mat(&b->sh_w1, I, D, "shared_experts.w1", -1, L, err))) return rc;
     if ((rc = check_mat(&b->sh_w3, I, D, "shared_experts.w3", -1, L, err))) return rc;
-    if ((rc = check_mat(&b->sh_w2, D, I, "shared_experts.w2", -1, L, err))) return rc;
-    for (int e = 0; e < E; e++) {
+    return check_mat(&b->sh_w2, D, I, "shared_experts.w2", -1, L, err);
+}
+
+int dsv4_moe_check_experts(const dsv4_config *cfg, const dsv4_block_w *b, int e0, int e1,
+                           dsv4_err *err) {
+    const int D = cfg->hidden_size, I = cfg->moe_intermediate_size, L = b->layer_id;
+    int rc;
+    for (int e = e0; e < e1; e++) {
         if ((rc = check_mat(&b->w1[e], I, D, "w1", e, L, err))) return rc;
         if ((rc = check_mat(&b->w3[e], I, D, "w3", e, L, err))) return rc;
         if ((rc = check_mat(&b->w2[e], D, I, "w2", e, L, err))) return rc;
     }
     return DSV4_OK;
+}
+
+static int check_weights(const dsv4_config *cfg, const dsv4_block_w *b, dsv4_err *err) {
+    int rc = dsv4_moe_check_shared(cfg, b, err);
+    return rc ? rc : dsv4_moe_check_experts(cfg, b, 0, cfg->n_routed_experts, err);
 }
 
 /* Scratch of one pass of at most R rows. */
@@ -221,21 +232,50 @@ static int scratch_alloc(moe_scratch *m, int R, int E, int K, int D, int I) {
     return DSV4_OK;
 }
 
+int dsv4_moe_gate(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b, const float *x,
+                  const int32_t *tokens, int R, int *sel, float *w, float *logits, double *s,
+                  dsv4_err *err) {
+    const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
+    dsv4_linear(k, &b->gate, x, R, logits);
+    for (int r = 0; r < R; r++) {
+        int rc = route_row(cfg, b, logits + (int64_t)r * E, tokens ? tokens[r] : -1,
+                           sel + (int64_t)r * K, w + (int64_t)r * K, s, err);
+        if (rc) return rc;
+    }
+    return DSV4_OK;
+}
+
+void dsv4_moe_expert(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_mat *w1,
+                     const dsv4_mat *w3, const dsv4_mat *w2, const float *x, const float *w,
+                     int n, float *out, float *g, float *u) {
+    const float limit = cfg->swiglu_limit > 0 ? (float)cfg->swiglu_limit : 0.0f;
+    dsv4_linear(k, w1, x, n, g);
+    dsv4_linear(k, w3, x, n, u);
+    swiglu_rows(g, u, w, n, cfg->moe_intermediate_size, limit, g);
+    dsv4_linear(k, w2, g, n, out);
+}
+
+void dsv4_moe_combine(int D, int K, const float *rows, const int *idx, const float *shared,
+                      float *y) {
+    const float *o = rows + (int64_t)idx[0] * D;
+    for (int d = 0; d < D; d++) y[d] = o[d];
+    for (int kk = 1; kk < K; kk++) {
+        o = rows + (int64_t)idx[kk] * D;
+        for (int d = 0; d < D; d++) y[d] += o[d];
+    }
+    for (int d = 0; d < D; d++) y[d] += shared[d];
+}
+
 /* MoE of R consecutive rows. */
 static int moe_pass(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b,
                     const float *x, const int32_t *tokens, int R, float *y, int *sel_out,
                     moe_scratch *m, dsv4_err *err) {
     const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
-    const int D = cfg->hidden_size, I = cfg->moe_intermediate_size;
-    const float limit = cfg->swiglu_limit > 0 ? (float)cfg->swiglu_limit : 0.0f;
+    const int D = cfg->hidden_size;
 
     /* 1. Route every row. */
-    dsv4_linear(k, &b->gate, x, R, m->logits);
-    for (int r = 0; r < R; r++) {
-        int rc = route_row(cfg, b, m->logits + (int64_t)r * E, tokens ? tokens[r] : -1,
-                           m->sel + (int64_t)r * K, m->w + (int64_t)r * K, m->s, err);
-        if (rc) return rc;
-    }
+    int rc = dsv4_moe_gate(k, cfg, b, x, tokens, R, m->sel, m->w, m->logits, m->s, err);
+    if (rc) return rc;
     if (sel_out) memcpy(sel_out, m->sel, (size_t)R * K * sizeof(int));
 
     /* 2. Group the (row, k) slots by expert: a counting sort, so within an expert the
@@ -257,29 +297,18 @@ static int moe_pass(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b,
             memcpy(m->xg + (int64_t)j * D, x + (int64_t)(slots[j] / K) * D, (size_t)D * sizeof(float));
             m->wg[j] = m->w[slots[j]];
         }
-        dsv4_linear(k, &b->w1[e], m->xg, n, m->g);
-        dsv4_linear(k, &b->w3[e], m->xg, n, m->u);
-        swiglu_rows(m->g, m->u, m->wg, n, I, limit, m->g);
-        dsv4_linear(k, &b->w2[e], m->g, n, m->og);
+        dsv4_moe_expert(k, cfg, &b->w1[e], &b->w3[e], &b->w2[e], m->xg, m->wg, n, m->og, m->g, m->u);
         for (int j = 0; j < n; j++)
             memcpy(m->out + (int64_t)slots[j] * D, m->og + (int64_t)j * D, (size_t)D * sizeof(float));
     }
 
     /* 4. Shared expert on all rows (weight 1). */
-    dsv4_linear(k, &b->sh_w1, x, R, m->g);
-    dsv4_linear(k, &b->sh_w3, x, R, m->u);
-    swiglu_rows(m->g, m->u, NULL, R, I, limit, m->g);
-    dsv4_linear(k, &b->sh_w2, m->g, R, m->og);
+    dsv4_moe_expert(k, cfg, &b->sh_w1, &b->sh_w3, &b->sh_w2, x, NULL, R, m->og, m->g, m->u);
 
     /* 5. Per token: routed outputs in k order, shared last. */
     for (int r = 0; r < R; r++) {
-        float *yr = y + (int64_t)r * D;
-        const float *o = m->out + (int64_t)r * K * D;
-        for (int d = 0; d < D; d++) yr[d] = o[d];
-        for (int kk = 1; kk < K; kk++)
-            for (int d = 0; d < D; d++) yr[d] += o[(int64_t)kk * D + d];
-        const float *sh = m->og + (int64_t)r * D;
-        for (int d = 0; d < D; d++) yr[d] += sh[d];
+        for (int kk = 0; kk < K; kk++) m->list[kk] = r * K + kk; /* list is free again */
+        dsv4_moe_combine(D, K, m->out, m->list, m->og + (int64_t)r * D, y + (int64_t)r * D);
     }
     return DSV4_OK;
 }

@@ -20,4 +20,29 @@ int dsv4_moe_forward(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b
                      const float *x, const int32_t *tokens, int S, float *y, int *sel_out,
                      dsv4_err *err);
 
+/* ---- pieces of the forward, shared with the expert-parallel path (dist/ep.c) ---------
+ * Both paths run exactly these functions on each row, so their results agree bitwise. */
+
+/* Weight checks: router and shared expert; routed experts [e0, e1) (shapes only, no data
+ * is read, so an expert-parallel rank checks just its own). */
+int dsv4_moe_check_shared(const dsv4_config *cfg, const dsv4_block_w *b, dsv4_err *err);
+int dsv4_moe_check_experts(const dsv4_config *cfg, const dsv4_block_w *b, int e0, int e1,
+                           dsv4_err *err);
+
+/* Routing of R rows x (R, D): sel (R, K) expert ids in k order, w (R, K) weights.
+ * Scratch: logits (R, E), s (E). tokens (R) may be NULL on score-routed layers. */
+int dsv4_moe_gate(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b, const float *x,
+                  const int32_t *tokens, int R, int *sel, float *w, float *logits, double *s,
+                  dsv4_err *err);
+
+/* out (n, D) = (w[r] * silu(min(x W1^T, L)) * clip(x W3^T, -L, L)) W2^T per row r, for one
+ * expert's matrices; w NULL = weight 1 (the shared expert). Scratch: g, u (n, I). */
+void dsv4_moe_expert(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_mat *w1,
+                     const dsv4_mat *w3, const dsv4_mat *w2, const float *x, const float *w,
+                     int n, float *out, float *g, float *u);
+
+/* y (D) = sum over k of rows[idx[k]] (each (D)), in k order, then + shared (D). */
+void dsv4_moe_combine(int D, int K, const float *rows, const int *idx, const float *shared,
+                      float *y);
+
 #endif

@@ -3,6 +3,13 @@
  *
  *   dsv4 run --model DIR (--tokens ID,ID,... | --tokens-file FILE) [--prefill P]
  *            [--chunk C] [--mtp] --dump OUTDIR [--threads T] [--dump-layers]
+ *            [--parallel cp|ep|cp+ep [--ep-wave N]]
+ *
+ * With --parallel under mpirun every rank runs this same program on the same inputs
+ * (SPMD): rank 0 is the home rank that holds the caches and writes the dump; the others
+ * take part in the collectives (expert-parallel MoE, context-parallel prefill, the
+ * vocabulary-sharded LM head). A failure on any rank ends the whole job (MPI_Abort) with
+ * the rank's message, so no rank is left waiting. One rank = the single-process run.
  *
  * The first P tokens of each sequence are prefilled (in chunks of C when given), the rest
  * go through single-token decode steps; with several sequences (--tokens-file, one per
@@ -38,12 +45,19 @@ typedef struct run_ctx {
     run_seq *seqs;
     int n_seqs;
     int L, hc, D;
+    int sharded_head;     /* logits through the vocabulary-sharded head (collective) */
 } run_ctx;
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dsv4 run --model DIR (--tokens ID,ID,... | --tokens-file FILE) [--prefill P]\n"
-            "                [--chunk C] [--mtp] --dump OUTDIR [--threads T] [--dump-layers]\n");
+            "                [--chunk C] [--mtp] --dump OUTDIR [--threads T] [--dump-layers]\n"
+            "                [--parallel cp|ep|cp+ep [--ep-wave N]]\n"
+            "\n"
+            "  --parallel MODE  under mpirun: context-parallel prefill (cp), expert-parallel MoE\n"
+            "                   (ep) or both over all ranks; rank 0 writes the dump\n"
+            "  --ep-wave N      expert parallel: rows per rank per exchange wave (default\n"
+            "                   min(256, rows of the largest call))\n");
 }
 
 /* Trace hook: copies the streams of main layers into the per-sequence dump arrays. */
@@ -170,6 +184,20 @@ static int read_tokens_file(const char *path, run_seq **out) {
     return n;
 }
 
+static int head_logits(dsv4_engine *eng, const run_ctx *rc, const float *hid, int n, float *logits,
+                       dsv4_err *err) {
+    return rc->sharded_head ? dsv4_lm_head_dist(eng, hid, n, logits, err)
+                            : dsv4_lm_head(eng, hid, n, logits, err);
+}
+
+/* "cp", "ep", "cp+ep" / "ep+cp" -> DSV4_PAR_* flags, or -1. */
+static int parse_parallel(const char *s) {
+    if (!strcmp(s, "cp")) return DSV4_PAR_CP;
+    if (!strcmp(s, "ep")) return DSV4_PAR_EP;
+    if (!strcmp(s, "cp+ep") || !strcmp(s, "ep+cp")) return DSV4_PAR_CP | DSV4_PAR_EP;
+    return -1;
+}
+
 /* Runs MTP rows [mtp_done, min(done, N-1)) of every sequence that has any ready. */
 static int run_mtp(dsv4_engine *eng, run_ctx *rc, int V, dsv4_err *err) {
     const size_t per = (size_t)rc->hc * rc->D;
@@ -183,7 +211,7 @@ static int run_mtp(dsv4_engine *eng, run_ctx *rc, int V, dsv4_err *err) {
         dsv4_mtp_span sp = {s->handle, s->mtp_done, n, s->tokens + s->mtp_done + 1,
                             s->streams + (size_t)s->mtp_done * per};
         int r = dsv4_mtp_forward(eng, &sp, 1, hid, err);
-        if (!r) r = dsv4_lm_head(eng, hid, n, s->mtp_logits + (size_t)s->mtp_done * V, err);
+        if (!r) r = head_logits(eng, rc, hid, n, s->mtp_logits + (size_t)s->mtp_done * V, err);
         free(hid);
         if (r) return r;
         s->mtp_done = end;
@@ -193,8 +221,8 @@ static int run_mtp(dsv4_engine *eng, run_ctx *rc, int V, dsv4_err *err) {
 
 int cmd_run(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_arg = NULL, *tokens_file = NULL, *dump = NULL;
-    long long prefill = -1, chunk = 0, threads = 0;
-    int mtp = 0, layers = 0;
+    long long prefill = -1, chunk = 0, threads = 0, ep_wave = 0;
+    int mtp = 0, layers = 0, parallel = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -221,6 +249,16 @@ int cmd_run(int argc, char **argv) {
                 fprintf(stderr, "dsv4 run: --threads must be in [1, 1024], got '%s'\n", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(a, "--parallel")) {
+            if ((parallel = parse_parallel(argv[++i])) < 0) {
+                fprintf(stderr, "dsv4 run: --parallel must be cp, ep or cp+ep, got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--ep-wave")) {
+            if (cli_parse_int(argv[++i], 1, 1 << 20, &ep_wave)) {
+                fprintf(stderr, "dsv4 run: --ep-wave must be in [1, 1048576], got '%s'\n", argv[i]);
+                return 2;
+            }
         } else {
             fprintf(stderr, "dsv4 run: unknown option '%s'\n", a);
             usage(stderr);
@@ -232,40 +270,70 @@ int cmd_run(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-
-    run_ctx rc = {0};
-    if (tokens_arg) {
-        char err[128];
-        rc.seqs = calloc(1, sizeof *rc.seqs);
-        int n = rc.seqs ? cli_parse_ids(tokens_arg, &rc.seqs[0].tokens, err, sizeof err) : -1;
-        if (n <= 0) {
-            fprintf(stderr, "dsv4 run: --tokens: %s\n", n == 0 ? "no token ids" : err);
-            free(rc.seqs);
-            return 2;
-        }
-        rc.seqs[0].N = n;
-        rc.n_seqs = 1;
-    } else {
-        rc.n_seqs = read_tokens_file(tokens_file, &rc.seqs);
-        if (rc.n_seqs <= 0) {
-            if (rc.n_seqs == 0) { fprintf(stderr, "dsv4 run: %s holds no sequences\n", tokens_file); free(rc.seqs); }
-            return 2;
-        }
+    if (parallel && !dsv4_dist_available()) {
+        fprintf(stderr, "dsv4 run: --parallel needs a build with MPI (cmake -DDSV4_MPI=ON with "
+                        "Open MPI installed); this one has none\n");
+        return 2;
     }
+    if (ep_wave && !(parallel & DSV4_PAR_EP)) {
+        fprintf(stderr, "dsv4 run: --ep-wave needs --parallel ep or cp+ep\n");
+        return 2;
+    }
+
+    /* From here on a failure on one rank must end all of them (see `out`). */
+    dsv4_dist *dist = NULL;
+    int rank = 0, n_ranks = 1;
+    if (parallel) {
+        dsv4_err derr = {0};
+        if (dsv4_dist_init(NULL, NULL, &dist, &derr)) {
+            fprintf(stderr, "dsv4 run: %s\n", derr.msg);
+            return 1;
+        }
+        rank = dsv4_dist_rank(dist);
+        n_ranks = dsv4_dist_size(dist);
+    }
+    char who[32] = "";
+    if (n_ranks > 1) snprintf(who, sizeof who, "rank %d: ", rank);
 
     int status = 1;
     dsv4_err err = {0};
     dsv4_model *model = NULL;
     dsv4_engine *eng = NULL;
+    run_ctx rc = {0};
+    rc.sharded_head = n_ranks > 1;
+    if (tokens_arg) {
+        char perr[128];
+        rc.seqs = calloc(1, sizeof *rc.seqs);
+        int n = rc.seqs ? cli_parse_ids(tokens_arg, &rc.seqs[0].tokens, perr, sizeof perr) : -1;
+        if (n <= 0) {
+            fprintf(stderr, "dsv4 run: %s--tokens: %s\n", who, n == 0 ? "no token ids" : perr);
+            free(rc.seqs);
+            rc.seqs = NULL;
+            status = 2;
+            goto out;
+        }
+        rc.seqs[0].N = n;
+        rc.n_seqs = 1;
+    } else {
+        int n = read_tokens_file(tokens_file, &rc.seqs);
+        if (n <= 0) {
+            if (n == 0) { fprintf(stderr, "dsv4 run: %s%s holds no sequences\n", who, tokens_file); free(rc.seqs); }
+            rc.seqs = NULL;
+            status = 2;
+            goto out;
+        }
+        rc.n_seqs = n;
+    }
+
     if (dsv4_model_open(model_dir, &model, &err)) {
-        fprintf(stderr, "dsv4 run: %s\n", err.msg);
+        fprintf(stderr, "dsv4 run: %s%s\n", who, err.msg);
         goto out;
     }
     dsv4_model_info info = dsv4_model_get_info(model);
     const int V = info.vocab_size, D = info.hidden_size, hc = info.hc_mult, L = info.n_layers;
     rc.L = L; rc.hc = hc; rc.D = D;
     if (mtp && info.n_mtp == 0) {
-        fprintf(stderr, "dsv4 run: --mtp: the model has no MTP block\n");
+        fprintf(stderr, "dsv4 run: %s--mtp: the model has no MTP block\n", who);
         status = 2;
         goto out;
     }
@@ -274,15 +342,15 @@ int cmd_run(int argc, char **argv) {
         run_seq *s = &rc.seqs[i];
         s->P = prefill < 0 ? s->N : (int)prefill;
         if (prefill > s->N) {
-            fprintf(stderr, "dsv4 run: --prefill %lld exceeds the %d tokens of sequence %d\n",
-                    prefill, s->N, i);
+            fprintf(stderr, "dsv4 run: %s--prefill %lld exceeds the %d tokens of sequence %d\n",
+                    who, prefill, s->N, i);
             status = 2;
             goto out;
         }
         for (int j = 0; j < s->N; j++)
             if (s->tokens[j] >= V) {
-                fprintf(stderr, "dsv4 run: sequence %d: token id %d at index %d is >= vocab size %d\n",
-                        i, s->tokens[j], j, V);
+                fprintf(stderr, "dsv4 run: %ssequence %d: token id %d at index %d is >= vocab size %d\n",
+                        who, i, s->tokens[j], j, V);
                 status = 2;
                 goto out;
             }
@@ -304,7 +372,7 @@ int cmd_run(int argc, char **argv) {
         }
         if (!s->pre_hidden || !s->pre_logits || !s->dec_hidden || !s->dec_logits ||
             (mtp && (!s->streams || !s->mtp_logits)) || (layers && (!s->layer_streams || !s->layer_attn))) {
-            fprintf(stderr, "dsv4 run: out of memory for the dump buffers\n");
+            fprintf(stderr, "dsv4 run: %sout of memory for the dump buffers\n", who);
             goto out;
         }
     }
@@ -315,14 +383,17 @@ int cmd_run(int argc, char **argv) {
     eo.c_max = max_c;
     eo.mtp = mtp;
     eo.threads = (int)threads;
+    eo.dist = dist;
+    eo.parallel = parallel;
+    eo.ep_wave = (int)ep_wave;
     if (dsv4_engine_create(model, &eo, &eng, &err)) {
-        fprintf(stderr, "dsv4 run: %s\n", err.msg);
+        fprintf(stderr, "dsv4 run: %s%s\n", who, err.msg);
         goto out;
     }
     if (layers) dsv4_engine_set_trace(eng, trace_layers, &rc);
     for (int i = 0; i < rc.n_seqs; i++)
         if (dsv4_seq_create(eng, &rc.seqs[i].handle, &err)) {
-            fprintf(stderr, "dsv4 run: %s\n", err.msg);
+            fprintf(stderr, "dsv4 run: %s%s\n", who, err.msg);
             goto out;
         }
 
@@ -331,7 +402,7 @@ int cmd_run(int argc, char **argv) {
     float *hid = malloc((size_t)(rc.n_seqs > max_c ? rc.n_seqs : max_c) * rc.n_seqs * D * sizeof(float));
     float *str = malloc((size_t)(rc.n_seqs > max_c ? rc.n_seqs : max_c) * rc.n_seqs * hc * D * sizeof(float));
     if (!spans || !owner || !hid || !str) {
-        fprintf(stderr, "dsv4 run: out of memory\n");
+        fprintf(stderr, "dsv4 run: %sout of memory\n", who);
         free(spans); free(owner); free(hid); free(str);
         goto out;
     }
@@ -355,7 +426,7 @@ int cmd_run(int argc, char **argv) {
         }
         if (!n) break;
         if (dsv4_forward(eng, spans, n, hid, str, &err)) {
-            fprintf(stderr, "dsv4 run: %s\n", err.msg);
+            fprintf(stderr, "dsv4 run: %s%s\n", who, err.msg);
             break;
         }
         int rows = 0;
@@ -367,14 +438,14 @@ int cmd_run(int argc, char **argv) {
             float *dh = t0 < s->P ? s->pre_hidden + (size_t)t0 * D : s->dec_hidden + (size_t)(t0 - s->P) * D;
             float *dl = t0 < s->P ? s->pre_logits + (size_t)t0 * V : s->dec_logits + (size_t)(t0 - s->P) * V;
             memcpy(dh, hid + (size_t)rows * D, (size_t)cnt * D * sizeof(float));
-            if (dsv4_lm_head(eng, dh, cnt, dl, &err)) break;
+            if (head_logits(eng, &rc, dh, cnt, dl, &err)) break;
             if (mtp) memcpy(s->streams + (size_t)t0 * per, str + (size_t)rows * per, (size_t)cnt * per * sizeof(float));
             rows += cnt;
             s->done += cnt;
         }
-        if (err.code) { fprintf(stderr, "dsv4 run: %s\n", err.msg); break; }
+        if (err.code) { fprintf(stderr, "dsv4 run: %s%s\n", who, err.msg); break; }
         if (mtp && run_mtp(eng, &rc, V, &err)) {
-            fprintf(stderr, "dsv4 run: MTP: %s\n", err.msg);
+            fprintf(stderr, "dsv4 run: %sMTP: %s\n", who, err.msg);
             break;
         }
     }
@@ -384,7 +455,7 @@ int cmd_run(int argc, char **argv) {
     if (!finished) goto out;
 
     status = 0;
-    for (int i = 0; i < rc.n_seqs && !status; i++) {
+    for (int i = 0; i < rc.n_seqs && !status && rank == 0; i++) {
         char dir[4096];
         if (tokens_arg) snprintf(dir, sizeof dir, "%s", dump);
         else snprintf(dir, sizeof dir, "%s/seq%d", dump, i);
@@ -400,5 +471,10 @@ out:
         free(s->layer_attn);
     }
     free(rc.seqs);
+    if (status && n_ranks > 1) {
+        fprintf(stderr, "dsv4 run: rank %d failed; ending all %d ranks\n", rank, n_ranks);
+        dsv4_dist_abort(dist, status);
+    }
+    dsv4_dist_finalize(dist);
     return status;
 }

@@ -1,0 +1,253 @@
+/* lmhead.c — the LM head over vocabulary shards and the exact sharded greedy argmax (see
+ * lmhead.h, spec/serving.md §b). */
+#include "dist/lmhead.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/dist.h"
+#include "engine/engine.h"
+#include "util/err.h"
+
+void dsv4_lm_head_shard_range(int vocab, int shard, int n_shards, int *lo, int *hi) {
+    const int64_t per = n_shards > 0 ? ((int64_t)vocab + n_shards - 1) / n_shards : vocab;
+    int64_t a = (int64_t)shard * per, b = a + per;
+    if (a > vocab) a = vocab;
+    if (b > vocab) b = vocab;
+    *lo = (int)a;
+    *hi = (int)b;
+}
+
+void dsv4_argmax_rows(const float *logits, int n_rows, int n_cols, int32_t id0, dsv4_argmax *out) {
+    for (int r = 0; r < n_rows; r++) {
+        const float *row = logits + (int64_t)r * n_cols;
+        dsv4_argmax best = DSV4_ARGMAX_NONE;
+        /* ascending ids: a later equal value never displaces an earlier one */
+        for (int j = 0; j < n_cols; j++) {
+            const dsv4_argmax c = {row[j], id0 + j};
+            if (dsv4_argmax_better(c, best)) best = c;
+        }
+        out[r] = best;
+    }
+}
+
+int dsv4_lmhead_logits_range(dsv4_kctx *k, const dsv4_mat *head, const float *hidden,
+                             int n_rows, int lo, int hi, float *logits, dsv4_err *err) {
+    if (lo < 0 || hi > head->rows || n_rows < 0)
+        return dsv4_fail(err, DSV4_ERR_ARG, "lm_head: rows [%d, %d) of a %lld-row head", lo, hi,
+                         (long long)head->rows);
+    if (hi <= lo || n_rows == 0) return DSV4_OK;
+    dsv4_mat view;
+    if (dsv4_mat_rows(head, lo, hi - lo, &view) == 0) {
+        dsv4_linear(k, &view, hidden, n_rows, logits);
+        return DSV4_OK;
+    }
+    /* FP8 heads slice only at 128-row scale blocks: run the aligned superset, keep ours */
+    const int a = lo / 128 * 128, w = hi - a, n = hi - lo;
+    if (dsv4_mat_rows(head, a, w, &view) != 0)
+        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "lm_head: head format %d cannot be sliced at row %d",
+                         (int)head->fmt, a);
+    float *tmp = malloc((size_t)n_rows * w * sizeof(float)); /* (n_rows, hi - a) */
+    if (!tmp) return dsv4_fail(err, DSV4_ERR_NOMEM, "lm_head: out of memory for %d rows", n_rows);
+    dsv4_linear(k, &view, hidden, n_rows, tmp);
+    for (int r = 0; r < n_rows; r++)
+        memcpy(logits + (int64_t)r * n, tmp + (int64_t)r * w + (lo - a), (size_t)n * sizeof(float));
+    free(tmp);
+    return DSV4_OK;
+}
+
+int dsv4_lm_head_shard(dsv4_engine *e, const float *hidden, int n_rows, int shard, int n_shards,
+                       float *logits, dsv4_err *err) {
+    const int V = e->cfg->vocab_size;
+    if (n_shards < 1 || shard < 0 || shard >= n_shards)
+        return dsv4_fail(err, DSV4_ERR_ARG, "lm_head: shard %d of %d", shard, n_shards);
+    if (n_rows < 0 || (n_rows > 0 && (!hidden || !logits)))
+        return dsv4_fail(err, DSV4_ERR_ARG, "lm_head: bad arguments (n_rows = %d)", n_rows);
+    int lo, hi;
+    dsv4_lm_head_shard_range(V, shard, n_shards, &lo, &hi);
+    return dsv4_lmhead_logits_range(e->k, &e->model->head, hidden, n_rows, lo, hi, logits, err);
+}
+
+#ifdef DSV4_HAVE_MPI
+
+static int mpi_fail(dsv4_err *err, int mrc, const char *what) {
+    char s[MPI_MAX_ERROR_STRING];
+    int n = 0;
+    if (MPI_Error_string(mrc, s, &n) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error %d", mrc);
+    return dsv4_fail(err, DSV4_ERR_IO, "lm_head: %s failed: %s", what, s);
+}
+
+/* MPI user operator: inout[i] = the better of in[i], inout[i]. */
+static void argmax_op(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const dsv4_argmax *a = in;
+    dsv4_argmax *b = inout;
+    for (int i = 0; i < *len; i++)
+        if (dsv4_argmax_better(a[i], b[i])) b[i] = a[i];
+}
+
+int dsv4_argmax_allreduce(dsv4_dist *d, dsv4_argmax *pairs, int n_rows, dsv4_err *err) {
+    if (!d || d->size < 2 || n_rows == 0) return DSV4_OK;
+    MPI_Op op;
+    int mrc = MPI_Op_create(argmax_op, 1, &op);
+    if (mrc != MPI_SUCCESS) return mpi_fail(err, mrc, "MPI_Op_create");
+    mrc = MPI_Allreduce(MPI_IN_PLACE, pairs, n_rows, MPI_FLOAT_INT, op, d->comm);
+    MPI_Op_free(&op);
+    return mrc == MPI_SUCCESS ? DSV4_OK : mpi_fail(err, mrc, "MPI_Allreduce (argmax)");
+}
+
+/* Every rank learns whether any rank failed (rc != 0) before the data collectives. */
+static int group_agree(dsv4_dist *d, int rc, dsv4_err *err) {
+    int mine = rc ? d->rank + 1 : 0, any = 0;
+    int mrc = MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, d->comm);
+    if (rc) return rc;
+    if (mrc != MPI_SUCCESS) return mpi_fail(err, mrc, "MPI_Allreduce (status)");
+    if (any) return dsv4_fail(err, DSV4_ERR_STATE, "lm_head: rank %d failed", any - 1);
+    return DSV4_OK;
+}
+
+/* Broadcasts the home rank's hidden rows into *h (a new buffer elsewhere) and computes
+ * this rank's shard; *shard_logits (n_rows, hi - lo) is malloc'd. */
+static int shard_pass(dsv4_engine *e, const float *hidden, int n_rows, int local_rc,
+                      float **h_out, float **l_out, int *lo, int *hi, dsv4_err *err) {
+    dsv4_dist *d = e->group;
+    const int D = e->cfg->hidden_size;
+    dsv4_lm_head_shard_range(e->cfg->vocab_size, d->rank, d->size, lo, hi);
+    const int w = *hi > *lo ? *hi - *lo : 0;
+    const size_t nr = n_rows > 0 ? (size_t)n_rows : 0;
+    float *h = d->rank == 0 ? (float *)hidden : malloc(nr * D * sizeof(float) + 1); /* (n_rows, D) */
+    float *l = malloc(nr * w * sizeof(float) + 1);                                  /* (n_rows, w) */
+    int rc = local_rc;
+    if (rc) {
+        /* already failed here: only report it */
+    } else if (n_rows < 0 || (d->rank == 0 && n_rows > 0 && !hidden))
+        rc = dsv4_fail(err, DSV4_ERR_ARG, "lm_head: bad arguments (n_rows = %d)", n_rows);
+    else if (!h || !l)
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "lm_head: out of memory for %d rows", n_rows);
+    rc = group_agree(d, rc, err);
+    int mrc;
+    if (!rc && n_rows > 0 &&
+        (mrc = MPI_Bcast(h, n_rows * D, MPI_FLOAT, 0, d->comm)) != MPI_SUCCESS)
+        rc = mpi_fail(err, mrc, "MPI_Bcast (hidden rows)");
+    if (!rc) rc = dsv4_lmhead_logits_range(e->k, &e->model->head, h, n_rows, *lo, *lo + w, l, err);
+    if (rc) {
+        if (h != hidden) free(h);
+        free(l);
+        return rc;
+    }
+    *h_out = h;
+    *l_out = l;
+    return DSV4_OK;
+}
+
+int dsv4_lm_head_dist(dsv4_engine *e, const float *hidden, int n_rows, float *logits,
+                      dsv4_err *err) {
+    if (!e->group) return dsv4_lm_head(e, hidden, n_rows, logits, err);
+    dsv4_dist *d = e->group;
+    const int V = e->cfg->vocab_size, P = d->size;
+    float *h, *l;
+    int lo, hi;
+    int rc = shard_pass(e, hidden, n_rows, DSV4_OK, &h, &l, &lo, &hi, err);
+    if (rc) return rc;
+    /* gather the shards on the home rank, shard after shard, then interleave the rows */
+    int *cnt = NULL, *dsp = NULL;
+    float *all = NULL;
+    if (d->rank == 0) {
+        cnt = malloc((size_t)P * 2 * sizeof(int));
+        all = malloc((size_t)n_rows * V * sizeof(float) + 1); /* (P shards: n_rows x width) */
+        if (cnt) {
+            dsp = cnt + P;
+            for (int q = 0, off = 0; q < P; q++) {
+                int a, b;
+                dsv4_lm_head_shard_range(V, q, P, &a, &b);
+                cnt[q] = n_rows * (b > a ? b - a : 0);
+                dsp[q] = off;
+                off += cnt[q];
+            }
+        }
+    }
+    rc = group_agree(d, d->rank == 0 && (!cnt || !all || !logits)
+                            ? dsv4_fail(err, DSV4_ERR_NOMEM, "lm_head: no room to gather %d rows", n_rows)
+                            : DSV4_OK, err);
+    if (!rc) {
+        const int mine = n_rows * (hi > lo ? hi - lo : 0);
+        int mrc = MPI_Gatherv(l, mine, MPI_FLOAT, all, cnt, dsp, MPI_FLOAT, 0, d->comm);
+        if (mrc != MPI_SUCCESS) rc = mpi_fail(err, mrc, "MPI_Gatherv (logits)");
+    }
+    if (!rc && d->rank == 0)
+        for (int q = 0; q < P; q++) {
+            int a, b;
+            dsv4_lm_head_shard_range(V, q, P, &a, &b);
+            const int w = b > a ? b - a : 0;
+            for (int r = 0; r < n_rows && w; r++)
+                memcpy(logits + (int64_t)r * V + a, all + dsp[q] + (int64_t)r * w, (size_t)w * sizeof(float));
+        }
+    if (h != hidden) free(h);
+    free(l);
+    free(cnt);
+    free(all);
+    return rc;
+}
+
+/* best (n_rows): the greedy pair of every row over all shards, on every rank. */
+static int group_argmax(dsv4_engine *e, const float *hidden, int n_rows, dsv4_argmax *best,
+                        dsv4_err *err) {
+    float *h, *l;
+    int lo, hi;
+    int rc = shard_pass(e, hidden, n_rows,
+                        best ? DSV4_OK : dsv4_fail(err, DSV4_ERR_NOMEM, "lm_head: out of memory"),
+                        &h, &l, &lo, &hi, err);
+    if (rc) return rc;
+    dsv4_argmax_rows(l, n_rows, hi > lo ? hi - lo : 0, lo, best);
+    rc = dsv4_argmax_allreduce(e->group, best, n_rows, err);
+    if (h != hidden) free(h);
+    free(l);
+    return rc;
+}
+
+#else /* !DSV4_HAVE_MPI: a single process has no group */
+
+int dsv4_argmax_allreduce(dsv4_dist *d, dsv4_argmax *pairs, int n_rows, dsv4_err *err) {
+    (void)d; (void)pairs; (void)n_rows; (void)err;
+    return DSV4_OK;
+}
+
+int dsv4_lm_head_dist(dsv4_engine *e, const float *hidden, int n_rows, float *logits,
+                      dsv4_err *err) {
+    return dsv4_lm_head(e, hidden, n_rows, logits, err);
+}
+
+static int group_argmax(dsv4_engine *e, const float *hidden, int n_rows, dsv4_argmax *best,
+                        dsv4_err *err) {
+    (void)hidden; (void)n_rows; (void)best;
+    return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "lm_head: engine %p has a group without MPI", (void *)e);
+}
+
+#endif
+
+int dsv4_lm_head_argmax(dsv4_engine *e, const float *hidden, int n_rows, int32_t *ids,
+                        float *values, dsv4_err *err) {
+    const int V = e->cfg->vocab_size;
+    /* the same arguments on every rank, so a refusal here is collective too */
+    if (n_rows < 0 || (n_rows > 0 && !ids))
+        return dsv4_fail(err, DSV4_ERR_ARG, "lm_head: bad arguments (n_rows = %d)", n_rows);
+    dsv4_argmax *best = malloc((size_t)(n_rows > 0 ? n_rows : 1) * sizeof *best); /* (n_rows) */
+    int rc = DSV4_OK;
+    if (e->group) {
+        /* an allocation failure is reported through shard_pass's agreement */
+        rc = group_argmax(e, hidden, n_rows, best, err);
+    } else {
+        float *l = malloc((size_t)(n_rows > 0 ? n_rows : 1) * V * sizeof(float)); /* (n_rows, V) */
+        rc = l && best ? dsv4_lm_head(e, hidden, n_rows, l, err)
+                       : dsv4_fail(err, DSV4_ERR_NOMEM, "lm_head: out of memory");
+        if (!rc) dsv4_argmax_rows(l, n_rows, V, 0, best);
+        free(l);
+    }
+    for (int r = 0; !rc && r < n_rows; r++) {
+        ids[r] = best[r].id;
+        if (values) values[r] = best[r].v;
+    }
+    free(best);
+    return rc;
+}

@@ -1,0 +1,48 @@
+/* lmhead.h — vocabulary-sharded LM head and the exact sharded greedy argmax
+ * (spec/serving.md §b). The public calls are in dsv4.h (dsv4_lm_head_shard, _dist,
+ * _argmax); these are the pieces they are made of, exposed for tests.
+ *
+ * Greedy order: a value ranks above another when it is larger; equal values rank by the
+ * lower token id; NaN ranks below every number (and among NaNs the lower id wins). This is
+ * a total order on (value, id), so the reduction over shards is associative and
+ * commutative and equals the argmax of the full row, whatever the sharding. */
+#ifndef DSV4_DIST_LMHEAD_H
+#define DSV4_DIST_LMHEAD_H
+
+#include <stdint.h>
+
+#include "dsv4.h"
+#include "kernels/kctx.h"
+#include "kernels/linear.h"
+
+/* Same layout as MPI_FLOAT_INT (struct { float; int; }). */
+typedef struct dsv4_argmax {
+    float v;
+    int32_t id;
+} dsv4_argmax;
+
+/* The pair that loses to every real pair (an empty shard's contribution). */
+#define DSV4_ARGMAX_NONE ((dsv4_argmax){__builtin_nanf(""), INT32_MAX})
+
+/* 1 when a ranks above b in the greedy order. */
+static inline int dsv4_argmax_better(dsv4_argmax a, dsv4_argmax b) {
+    const int an = a.v != a.v, bn = b.v != b.v;
+    if (an != bn) return bn;
+    if (!an && a.v != b.v) return a.v > b.v;
+    return a.id < b.id;
+}
+
+/* out[r] = best (value, id0 + column) of row r of logits (n_rows, n_cols); n_cols == 0
+ * gives DSV4_ARGMAX_NONE. */
+void dsv4_argmax_rows(const float *logits, int n_rows, int n_cols, int32_t id0, dsv4_argmax *out);
+
+/* pairs (n_rows) <- the best over all ranks of d, element-wise (MPI_Allreduce with a user
+ * operator). Collective. Without MPI / one rank: unchanged. */
+int dsv4_argmax_allreduce(dsv4_dist *d, dsv4_argmax *pairs, int n_rows, dsv4_err *err);
+
+/* logits (n_rows, hi - lo) = hidden (n_rows, D) . head[lo:hi]^T, each value as the full
+ * product computes it (dsv4_linear's values depend on neither the batch nor the slice). */
+int dsv4_lmhead_logits_range(dsv4_kctx *k, const dsv4_mat *head, const float *hidden,
+                             int n_rows, int lo, int hi, float *logits, dsv4_err *err);
+
+#endif
