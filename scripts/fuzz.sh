@@ -40,7 +40,7 @@ run() { # name seed-dir max-len
     # New inputs go to the first (build) directory; the committed seeds stay untouched.
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     "$OUT/$name" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -max_len="$3" \
-        -dict="tests/fuzz/$name.dict" -artifact_prefix="$OUT/$name-" -print_final_stats=1 \
+        $([ -f "tests/fuzz/$name.dict" ] && echo "-dict=tests/fuzz/$name.dict") -artifact_prefix="$OUT/$name-" -print_final_stats=1 \
         "$OUT/corpus_$name" "tests/fuzz/corpus/$2" 2>"$OUT/$name.log" || {
         tail -n 60 "$OUT/$name.log" >&2
         echo "fuzz.sh: $name FAILED (log: $OUT/$name.log)" >&2
@@ -53,4 +53,14 @@ build fuzz_safetensors src/model/safetensors.c
 build fuzz_config src/model/config.c
 run fuzz_safetensors safetensors 8192
 run fuzz_config config 8192
+# the tokenizer target needs DeepSeek's tokenizer.json (../shared) and PCRE2
+DSV4_TOKENIZER=${DSV4_TOKENIZER:-../shared/tokenizer/tokenizer.json}
+if [ -f "$DSV4_TOKENIZER" ]; then
+    export DSV4_TOKENIZER
+    LIBS="$LIBS $(pkg-config --libs libpcre2-8) -lpthread"
+    build fuzz_tokenizer src/tok/tokenizer.c src/tok/tokenizer_encode.c src/tok/tokenizer_decode.c
+    run fuzz_tokenizer tokenizer 4096
+else
+    echo "fuzz.sh: $DSV4_TOKENIZER not found, fuzz_tokenizer skipped"
+fi
 echo "fuzz.sh: no crashes"
