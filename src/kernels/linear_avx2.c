@@ -82,9 +82,13 @@ AINLINE __m256 dec_fp8x8(const uint8_t *p, __m256 s256) {
     return _mm256_mul_ps(_mm256_cvtph_ps(h), s256);
 }
 
-AINLINE void dec_fp8x16(const uint8_t *p, __m256 s256, __m256 *w0, __m256 *w1) {
+AINLINE __m256i fp8_to_f16x16(const uint8_t *p) { /* 16 bytes -> 16 F16 = e4m3 / 256 */
     __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
-    __m256i h = _mm256_and_si256(_mm256_slli_epi16(v, 7), _mm256_set1_epi16((short)0xBFFF));
+    return _mm256_and_si256(_mm256_slli_epi16(v, 7), _mm256_set1_epi16((short)0xBFFF));
+}
+
+AINLINE void dec_fp8x16(const uint8_t *p, __m256 s256, __m256 *w0, __m256 *w1) {
+    __m256i h = fp8_to_f16x16(p);
     *w0 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), s256);
     *w1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), s256);
 }
@@ -147,24 +151,26 @@ AINLINE void gemv_dense(int fmt, const dsv4_mat *w, const float *x, float *y, in
     for (; o < o1; o++) gemv_dense_rows(fmt, 1, w, x, y, o);
 }
 
-static void gemv_f32(const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+static void gemv_f32(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
                      int64_t o1) {
-    (void)tab;
+    (void)c;
     gemv_dense(DSV4_WF_F32, w, x, y, o0, o1);
 }
-static void gemv_f16(const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+static void gemv_f16(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
                      int64_t o1) {
-    (void)tab;
+    (void)c;
     gemv_dense(DSV4_WF_F16, w, x, y, o0, o1);
 }
-static void gemv_bf16(const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+static void gemv_bf16(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
                       int64_t o1) {
-    (void)tab;
+    (void)c;
     gemv_dense(DSV4_WF_BF16, w, x, y, o0, o1);
 }
 
-/* R rows o .. o+R-1, all in one 128-row scale band (o % 4 == 0 when R == 4). */
-AINLINE void gemv_fp8_rows(int R, const dsv4_mat *w, const float *x, float *y, int64_t o) {
+/* R rows o .. o+R-1, all in one 128-row scale band (o % 4 == 0 when R == 4). PRE (a
+ * constant after inlining): multiply x by 256 * scale once per chunk for all R rows instead
+ * of every decoded weight; allowed when dsv4_lin_call.fp8_prescale says it is exact. */
+AINLINE void gemv_fp8_rows(int R, int PRE, const dsv4_mat *w, const float *x, float *y, int64_t o) {
     const int64_t n = w->cols, nsb = (n + 127) / 128, band = o / 128;
     const uint8_t *p[4];
     __m256 a[4];
@@ -187,37 +193,52 @@ AINLINE void gemv_fp8_rows(int R, const dsv4_mat *w, const float *x, float *y, i
             }
             continue;
         }
-        const __m256 s256 = _mm256_set1_ps(s256f);
+        /* xs: the factor applied to x, ws: to the decoded weights (one of them is 1) */
+        const __m256 s256 = _mm256_set1_ps(s256f), one = _mm256_set1_ps(1.0f);
+        const __m256 xs = PRE ? s256 : one, ws = PRE ? one : s256;
         int64_t i = i0;
         for (; i + 16 <= i1; i += 16) {
             __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+            if (PRE) x0 = _mm256_mul_ps(x0, xs), x1 = _mm256_mul_ps(x1, xs);
             for (int r = 0; r < R; r++) {
                 __m256 w0, w1;
-                dec_fp8x16(p[r] + i, s256, &w0, &w1);
+                if (PRE) {
+                    __m256i h = fp8_to_f16x16(p[r] + i);
+                    w0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+                    w1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+                } else {
+                    dec_fp8x16(p[r] + i, ws, &w0, &w1);
+                }
                 a[r] = _mm256_fmadd_ps(x0, w0, a[r]);
                 a[r] = _mm256_fmadd_ps(x1, w1, a[r]);
             }
         }
         if (i + 8 <= i1) {
             __m256 xv = _mm256_loadu_ps(x + i);
-            for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(xv, dec_fp8x8(p[r] + i, s256), a[r]);
+            if (PRE) xv = _mm256_mul_ps(xv, xs);
+            for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(xv, dec_fp8x8(p[r] + i, ws), a[r]);
             i += 8;
         }
         if (i < i1) {
             const int m = (int)(i1 - i);
             __m256 xv = _mm256_maskload_ps(x + i, mask_first(m));
-            for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(xv, dec_fp8_tail(p[r] + i, m, s256), a[r]);
+            if (PRE) xv = _mm256_mul_ps(xv, xs);
+            for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(xv, dec_fp8_tail(p[r] + i, m, ws), a[r]);
         }
     }
     for (int r = 0; r < R; r++) y[o + r] = hsum8(a[r]);
 }
 
-static void gemv_fp8(const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+static void gemv_fp8(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
                      int64_t o1) {
-    (void)tab;
     int64_t o = o0;
-    for (; o + 4 <= o1 && (o % 4) == 0; o += 4) gemv_fp8_rows(4, w, x, y, o);
-    for (; o < o1; o++) gemv_fp8_rows(1, w, x, y, o);
+    if (c->fp8_prescale) {
+        for (; o + 4 <= o1 && (o % 4) == 0; o += 4) gemv_fp8_rows(4, 1, w, x, y, o);
+        for (; o < o1; o++) gemv_fp8_rows(1, 1, w, x, y, o);
+    } else {
+        for (; o + 4 <= o1 && (o % 4) == 0; o += 4) gemv_fp8_rows(4, 0, w, x, y, o);
+        for (; o < o1; o++) gemv_fp8_rows(1, 0, w, x, y, o);
+    }
 }
 
 /* cols % 32 == 0 (checked by the driver) */
@@ -243,21 +264,21 @@ AINLINE void gemv_fp4_rows(int R, const dsv4_lin_tables *tab, const dsv4_mat *w,
     for (int r = 0; r < R; r++) y[o + r] = hsum8(a[r]);
 }
 
-static void gemv_fp4(const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+static void gemv_fp4(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
                      int64_t o1) {
     int64_t o = o0;
-    for (; o + 4 <= o1; o += 4) gemv_fp4_rows(4, tab, w, x, y, o);
-    for (; o < o1; o++) gemv_fp4_rows(1, tab, w, x, y, o);
+    for (; o + 4 <= o1; o += 4) gemv_fp4_rows(4, c->tab, w, x, y, o);
+    for (; o < o1; o++) gemv_fp4_rows(1, c->tab, w, x, y, o);
 }
 
-static void gemv_avx2(const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+static void gemv_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
                       int64_t o1) {
     switch (w->fmt) {
-    case DSV4_WF_F32: gemv_f32(tab, w, x, y, o0, o1); break;
-    case DSV4_WF_F16: gemv_f16(tab, w, x, y, o0, o1); break;
-    case DSV4_WF_BF16: gemv_bf16(tab, w, x, y, o0, o1); break;
-    case DSV4_WF_FP8: gemv_fp8(tab, w, x, y, o0, o1); break;
-    case DSV4_WF_FP4: gemv_fp4(tab, w, x, y, o0, o1); break;
+    case DSV4_WF_F32: gemv_f32(c, w, x, y, o0, o1); break;
+    case DSV4_WF_F16: gemv_f16(c, w, x, y, o0, o1); break;
+    case DSV4_WF_BF16: gemv_bf16(c, w, x, y, o0, o1); break;
+    case DSV4_WF_FP8: gemv_fp8(c, w, x, y, o0, o1); break;
+    case DSV4_WF_FP4: gemv_fp4(c, w, x, y, o0, o1); break;
     default: break;
     }
 }
@@ -369,7 +390,7 @@ static void micro1(const float *x, int64_t ldx, const float *wt, int nf, int tai
     micro(1, x, ldx, wt, nf, tail, acc);
 }
 
-static void gemm_avx2(const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
+static void gemm_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                       float *scratch) {
     const int64_t n = w->cols, rows = w->rows;
     const int nb = rows - o0 < LIN_NB ? (int)(rows - o0) : LIN_NB;
@@ -384,7 +405,7 @@ static void gemm_avx2(const dsv4_lin_tables *tab, const dsv4_mat *w, const float
             const int nf = kb & ~7, tail = kb - nf;
             /* a row the tile pads to the kernel width is zero; its sums are never stored */
             for (int j = 0; j < nj; j++) {
-                if (j < nb) dequant_row(tab, w, o0 + j, k0, kb, wt + j * LIN_KB);
+                if (j < nb) dequant_row(c->tab, w, o0 + j, k0, kb, wt + j * LIN_KB);
                 else memset(wt + j * LIN_KB, 0, sizeof(float) * (size_t)((kb + 7) & ~7));
             }
             const float *xb = x + (int64_t)r0 * n + k0;
@@ -404,7 +425,50 @@ static void gemm_avx2(const dsv4_lin_tables *tab, const dsv4_mat *w, const float
     }
 }
 
-static const dsv4_lin_kernels avx2_kernels = {gemv_avx2, gemm_avx2};
+/* dsv4_lin_call.fp8_prescale: 256 * scale = 2^(b - 119) for ue8m0 byte b, and x * 2^e is
+ * exact when the result is zero or a normal float. Scans the scale grid (rows/128 x
+ * cols/128 bytes) and x once per call. */
+static int fp8_prescale(const dsv4_mat *w, const float *x) {
+    if (w->fmt != DSV4_WF_FP8 || w->scale_is_f32) return 0;
+    const int64_t ns = ((w->rows + 127) / 128) * ((w->cols + 127) / 128);
+    const uint8_t *s = w->scale;
+    int bmin = 255, bmax = 0;
+    for (int64_t i = 0; i < ns; i++) {
+        bmin = s[i] < bmin ? s[i] : bmin;
+        bmax = s[i] > bmax ? s[i] : bmax;
+    }
+    /* b <= 246: 256 * scale and every weight e4m3 * scale are finite, and then the weights
+     * are exact (the smallest, 2^-9 * 2^-127, is still an F32 subnormal) */
+    if (bmax > 246) return 0;
+    /* |x| as integers: the largest, and the smallest nonzero (0 - 1 wraps to the top) */
+    const __m256i absm = _mm256_set1_epi32(0x7fffffff), one = _mm256_set1_epi32(1);
+    __m256i vmax = _mm256_setzero_si256(), vmin = _mm256_set1_epi32(-1);
+    int64_t i = 0;
+    for (; i + 8 <= w->cols; i += 8) {
+        __m256i a = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i)), absm);
+        vmax = _mm256_max_epu32(vmax, a);
+        vmin = _mm256_min_epu32(vmin, _mm256_sub_epi32(a, one));
+    }
+    uint32_t t0[8], t1[8], amax = 0, amin1 = 0xffffffffu;
+    _mm256_storeu_si256((__m256i *)t0, vmax);
+    _mm256_storeu_si256((__m256i *)t1, vmin);
+    for (int l = 0; l < 8; l++) {
+        amax = t0[l] > amax ? t0[l] : amax;
+        amin1 = t1[l] < amin1 ? t1[l] : amin1;
+    }
+    for (; i < w->cols; i++) {
+        const uint32_t a = dsv4_f32_to_bits(x[i]) & 0x7fffffffu;
+        amax = a > amax ? a : amax;
+        amin1 = a - 1 < amin1 ? a - 1 : amin1;
+    }
+    if (amax >= 0x7f800000u) return 0; /* inf or NaN */
+    if (amax == 0) return 1;           /* all zeros */
+    const double xmin = dsv4_bits_to_f32(amin1 + 1), xmax = dsv4_bits_to_f32(amax);
+    /* the smallest nonzero product a normal float, the largest below 2^127 */
+    return ldexp(xmin, bmin - 119) >= 0x1p-126 && ldexp(xmax, bmax - 119) < 0x1p127;
+}
+
+static const dsv4_lin_kernels avx2_kernels = {gemv_avx2, gemm_avx2, fp8_prescale};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx2(void) { return &avx2_kernels; }
 

@@ -76,9 +76,9 @@ static float reduce8(const float *a) {
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
-static void gemm_scalar(const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
+static void gemm_scalar(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                         float *scratch) {
-    (void)tab;
+    (void)c;
     const int64_t n = w->cols, rows = w->rows;
     const int nb = rows - o0 < LIN_NB ? (int)(rows - o0) : LIN_NB;
     float *wt = scratch;                      /* (LIN_NB, LIN_KB) dequantized weight tile */
@@ -114,7 +114,7 @@ static void gemm_scalar(const dsv4_lin_tables *tab, const dsv4_mat *w, const flo
     }
 }
 
-static const dsv4_lin_kernels scalar_kernels = {NULL, gemm_scalar};
+static const dsv4_lin_kernels scalar_kernels = {NULL, gemm_scalar, NULL};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void) { return &scalar_kernels; }
 
@@ -128,19 +128,21 @@ typedef struct {
     int n_rows;
     float *y;
     int64_t per; /* outputs per task */
+    dsv4_lin_call call;
 } lin_job;
+
 
 static void gemv_task(void *arg, int t, int tid) {
     (void)tid;
     const lin_job *j = arg;
     const int64_t o0 = (int64_t)t * j->per;
     const int64_t o1 = o0 + j->per < j->w->rows ? o0 + j->per : j->w->rows;
-    j->kn->gemv(dsv4_kctx_lin_tables(j->k), j->w, j->x, j->y, o0, o1);
+    j->kn->gemv(&j->call, j->w, j->x, j->y, o0, o1);
 }
 
 static void gemm_task(void *arg, int t, int tid) {
     const lin_job *j = arg;
-    j->kn->gemm(dsv4_kctx_lin_tables(j->k), j->w, j->x, j->n_rows, j->y, (int64_t)t * LIN_NB,
+    j->kn->gemm(&j->call, j->w, j->x, j->n_rows, j->y, (int64_t)t * LIN_NB,
                 dsv4_kctx_lin_scratch(j->k, tid));
 }
 
@@ -165,7 +167,8 @@ void dsv4_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, fl
         per = (rows / (8 * (int64_t)dsv4_kctx_threads(k))) & ~(int64_t)3;
         per = per < 4 ? 4 : per > LIN_GEMV_NB ? LIN_GEMV_NB : per;
     }
-    lin_job job = {k, kn, w, x, n_rows, y, per};
+    lin_job job = {k, kn, w, x, n_rows, y, per, {dsv4_kctx_lin_tables(k), 0}};
+    if (gemv && kn->fp8_prescale && w->fmt == DSV4_WF_FP8) job.call.fp8_prescale = kn->fp8_prescale(w, x);
     const int n_tasks = (int)((rows + per - 1) / per);
     dsv4_task_fn fn = gemv ? gemv_task : gemm_task;
     if (rows * n * n_rows < LIN_SERIAL_MACS) {

@@ -42,13 +42,24 @@ typedef struct dsv4_lin_tables {
 
 void dsv4_lin_tables_init(dsv4_lin_tables *t);
 
+/* What one dsv4_linear call passes its kernels besides the operands. */
+typedef struct dsv4_lin_call {
+    const dsv4_lin_tables *tab;
+    /* FP8 GEMV with ue8m0 scales: x[i] * (256 * scale) is exact for every x and scale of the
+     * call (a power of two, no result outside the normal range), so the kernel may scale x
+     * once per block instead of every weight and still produce the same bits. */
+    int fp8_prescale;
+} dsv4_lin_call;
+
 /* One level's kernels. gemv: y[o] for o in [o0, o1), n_rows == 1; NULL means the level
  * runs GEMV through gemm. gemm: outputs [o0, min(o0 + LIN_NB, rows)) for all n_rows rows;
  * scratch: LIN_SCRATCH_FLOATS floats, 32-byte aligned. */
 typedef struct dsv4_lin_kernels {
-    void (*gemv)(const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1);
-    void (*gemm)(const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
+    void (*gemv)(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1);
+    void (*gemm)(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                  float *scratch);
+    /* decides dsv4_lin_call.fp8_prescale for an FP8 GEMV (NULL: never) */
+    int (*fp8_prescale)(const dsv4_mat *w, const float *x);
 } dsv4_lin_kernels;
 
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void);

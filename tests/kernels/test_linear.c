@@ -221,6 +221,40 @@ static void check_exact(dsv4_wfmt f, int sc, int64_t rows, int64_t cols, int lev
     free_mat(&t);
 }
 
+/* FP8 GEMV scales x by 256 * scale when that is exact for the whole call; inputs and
+ * scales that rule it out take the per-weight path, which must agree bit for bit too. */
+static void check_fp8_prescale_guard(int level) {
+    const int64_t rows = 70, cols = 300;
+    for (int v = 0; v < 4; v++) {
+        tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
+        float *x = rand_vec(3 * cols);
+        /* each case makes the row's sums small enough that a wrongly taken shortcut shows */
+        uint8_t *sc = t.scale; /* (1, 3) scale blocks */
+        if (v == 1) /* subnormal inputs, halved by 256 * 2^-9: x * 2^-1 rounds */
+            for (int64_t i = 0; i < cols; i++) x[cols + i] *= 1e-39f, sc[i / 128] = 118;
+        if (v == 2) x[cols + 7] = 3e38f, sc[1] = 130; /* product past 2^127 */
+        if (v == 3) { /* the smallest scale 2^-127 and small inputs: x * 2^-119 is subnormal */
+            for (int i = 0; i < 3; i++) sc[i] = 0;
+            for (int64_t i = 0; i < cols; i++) x[cols + i] *= 1e-3f;
+        }
+        float *y3 = malloc(sizeof(float) * 3 * rows), *y1 = malloc(sizeof(float) * rows);
+        float *yr = malloc(sizeof(float) * 3 * rows), *scratch = malloc(sizeof(float) * cols);
+        dsv4_kctx_set_simd(kc[2], level);
+        dsv4_linear(kc[2], &t.m, x, 3, y3);
+        dsv4_linear(kc[2], &t.m, x + cols, 1, y1);
+        CHECK_MSG(same_bits(y1, y3 + rows, rows), "fp8 guard case %d level %d: GEMV differs from GEMM", v, level);
+        dsv4_linear_ref(&t.m, x, 3, yr, scratch);
+        double max_abs = 0, max_ref = 0;
+        for (int64_t i = 0; i < 3 * rows; i++) {
+            max_abs = fmax(max_abs, fabs((double)y3[i] - yr[i]));
+            max_ref = fmax(max_ref, fabs((double)yr[i]));
+        }
+        CHECK_MSG(max_abs <= 1e-5 * max_ref, "fp8 guard case %d level %d: max-rel %.3g", v, level, max_abs / max_ref);
+        free(y3); free(y1); free(yr); free(scratch); free(x);
+        free_mat(&t);
+    }
+}
+
 static void check_edges(void) {
     /* an absent matrix gives zeros like the reference; zero rows write nothing */
     dsv4_mat none = {DSV4_WF_NONE, 3, 5, NULL, NULL, 0};
@@ -266,6 +300,7 @@ int main(void) {
         /* FP8 scale 2^121: 256 * scale overflows F32, the fast path must still be exact */
         const uint8_t huge = 248;
         check_exact(DSV4_WF_FP8, SC_E8M0, 130, 260, level, &huge);
+        check_fp8_prescale_guard(level);
         /* a batch larger than one accumulator block (LIN_MB rows) */
         check_case(DSV4_WF_BF16, SC_E8M0, 40, 300, 200, level);
         check_case(DSV4_WF_FP4, SC_E8M0, 33, 544, 101, level);
