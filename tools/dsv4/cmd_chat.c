@@ -111,10 +111,9 @@ int cmd_chat(int argc, char **argv) {
         if (!rc) rc = dsv4_chat_add_generated(conv, answer, answer_len, NULL, &err);
         free(answer);
         if (rc && rc != DSV4_ERR_FORMAT) { fprintf(stderr, "dsv4 chat: %s\n", err.msg); goto out; }
-        if (tty)
-            fprintf(stderr, "[%lld prompt tokens, %lld generated, %.2f tokens/s]\n",
-                    (long long)res.prompt_tokens, (long long)res.gen_tokens,
-                    res.decode_seconds > 0 ? res.gen_tokens / res.decode_seconds : 0.0);
+        fprintf(stderr, "[%lld prompt tokens, %lld generated, %.2f tokens/s]\n",
+                (long long)res.prompt_tokens, (long long)res.gen_tokens,
+                res.decode_seconds > 0 ? res.gen_tokens / res.decode_seconds : 0.0);
     }
     status = 0;
 out:
