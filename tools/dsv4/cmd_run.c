@@ -229,7 +229,7 @@ int cmd_run(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--mtp")) mtp = 1;
         else if (!strcmp(a, "--dump-layers")) layers = 1;
-        else if (!v) { fprintf(stderr, "dsv4 run: %s needs a value\n", a); usage(stderr); return 2; }
+        else if (!v) { fprintf(stderr, "dsv4 run: unknown option or missing value: %s\n", a); usage(stderr); return 2; }
         else if (!strcmp(a, "--model")) model_dir = argv[++i];
         else if (!strcmp(a, "--tokens")) tokens_arg = argv[++i];
         else if (!strcmp(a, "--tokens-file")) tokens_file = argv[++i];
