@@ -1,16 +1,20 @@
 /* threads.c — worker pool for parallel-for jobs (see threads.h).
  *
- * Hand-off: the caller writes the job, then bumps `gen` (release) under the mutex and
- * broadcasts; a worker that sees a new `gen` (acquire) also sees the job. Tasks are taken
- * with an atomic counter. Each worker bumps `finished` (release) after its last task, and
- * the caller waits (acquire) until every worker has checked in, so the next job's reset
- * of the counters can never race with a straggler from this one.
+ * One 64-bit atomic `ticket` describes the open job: (job number, number of tasks, next
+ * task). A thread claims a task with a compare-and-swap that advances `next`; a claim only
+ * succeeds while the ticket still names the job, so a worker that slept through a job or
+ * two can never take a task of a job it did not see. The job's fn/arg are read only after
+ * a successful claim: the caller cannot start the next job (and rewrite them) until every
+ * claimed task has finished, which it learns from `done` (release/acquire). The caller
+ * waits for tasks, never for workers: a worker that is descheduled (more threads than
+ * free cores) and holds no task delays nothing.
  */
 #include "kernels/threads.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -19,6 +23,15 @@
 /* How long an idle worker (or the waiting caller) polls before sleeping (yielding). Jobs
  * in a decode step come every few microseconds; a futex wake costs tens of them. */
 #define SPIN_NS 100000
+
+/* ticket layout: job number (20 bits) | n_tasks (22 bits) | next (22 bits) */
+#define NEXT_BITS 22
+#define TASK_BITS 22
+#define MAX_TASKS ((1 << TASK_BITS) - 1)
+#define TK_NEXT(t) ((int)((t) & ((1u << NEXT_BITS) - 1)))
+#define TK_N(t) ((int)(((t) >> NEXT_BITS) & ((1u << TASK_BITS) - 1)))
+#define TK_JOB(t) ((uint32_t)((t) >> (NEXT_BITS + TASK_BITS)))
+#define TK_MAKE(job, n) (((uint64_t)((job) & 0xfffffu) << (NEXT_BITS + TASK_BITS)) | ((uint64_t)(n) << NEXT_BITS))
 
 struct worker {
     struct dsv4_pool *pool;
@@ -32,14 +45,14 @@ struct dsv4_pool {
     struct worker *workers;  /* (n_threads - 1) */
     pthread_mutex_t mu;
     pthread_cond_t wake;
-    atomic_uint gen;         /* bumped once per job and once at shutdown */
-    atomic_int next;         /* next task index to hand out */
-    atomic_int finished;     /* workers done with the current job */
-    /* the current job; written by the caller before the gen bump */
-    int stop;
-    int n_tasks;
+    _Atomic uint64_t ticket; /* the open job, see above */
+    atomic_int done;         /* tasks of the open job finished */
+    atomic_int stop;
+    uint32_t job;            /* caller only: number of the last job */
+    /* the open job; written by the caller before the ticket is published */
     dsv4_task_fn fn;
     void *arg;
+    int base;                /* task id of the job's first task */
 };
 
 static inline void cpu_relax(void) {
@@ -56,51 +69,72 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void run_tasks(dsv4_pool *p, int tid) {
-    const int n = p->n_tasks;
+/* Claims and runs tasks of job `job` until none is left. */
+static void run_tasks(dsv4_pool *p, uint32_t job, int tid) {
+    uint64_t t = atomic_load_explicit(&p->ticket, memory_order_acquire);
     for (;;) {
-        int t = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-        if (t >= n) break;
-        p->fn(p->arg, t, tid);
+        if (TK_JOB(t) != job || TK_NEXT(t) >= TK_N(t)) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->ticket, &t, t + 1, memory_order_acquire,
+                                                   memory_order_acquire))
+            continue; /* t now holds the current ticket */
+        p->fn(p->arg, p->base + TK_NEXT(t), tid);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+        t = atomic_load_explicit(&p->ticket, memory_order_acquire);
     }
 }
 
-/* Polls until gen differs from seen; returns the new value. */
-static unsigned wait_gen(dsv4_pool *p, unsigned seen) {
-    unsigned g;
+/* Polls until the ticket names a job other than `seen` (or stop); returns its number. */
+static uint32_t wait_job(dsv4_pool *p, uint32_t seen) {
+    uint32_t j;
     int64_t t0 = 0;
     for (int i = 0;; i++) {
-        if ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) != seen) return g;
+        if ((j = TK_JOB(atomic_load_explicit(&p->ticket, memory_order_acquire))) != seen) return j;
+        if (atomic_load_explicit(&p->stop, memory_order_acquire)) return seen;
         cpu_relax();
         if ((i & 255) == 255) {
-            int64_t t = now_ns();
+            const int64_t t = now_ns();
             if (!t0) t0 = t;
             else if (t - t0 > SPIN_NS) break;
         }
     }
     pthread_mutex_lock(&p->mu);
-    while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen)
+    while ((j = TK_JOB(atomic_load_explicit(&p->ticket, memory_order_acquire))) == seen &&
+           !atomic_load_explicit(&p->stop, memory_order_acquire))
         pthread_cond_wait(&p->wake, &p->mu);
     pthread_mutex_unlock(&p->mu);
-    return g;
+    return j;
 }
 
 static void *worker_main(void *v) {
     struct worker *w = v;
     dsv4_pool *p = w->pool;
-    unsigned seen = 0;
+    uint32_t seen = 0;
     for (;;) {
-        seen = wait_gen(p, seen);
-        if (p->stop) break;
-        run_tasks(p, w->tid);
-        atomic_fetch_add_explicit(&p->finished, 1, memory_order_release);
+        seen = wait_job(p, seen);
+        if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
+        run_tasks(p, seen, w->tid);
     }
     return NULL;
 }
 
-static void bump_gen(dsv4_pool *p) {
+/* The caller's wait for the n tasks of its job. */
+static void wait_done(dsv4_pool *p, int n) {
+    int64_t t0 = 0;
+    for (int i = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n; i++) {
+        if (t0 && now_ns() - t0 > SPIN_NS) {
+            sched_yield(); /* a worker holding a task may have been descheduled */
+            continue;
+        }
+        cpu_relax();
+        if ((i & 255) == 255 && !t0) t0 = now_ns();
+    }
+}
+
+/* Publishes a ticket (or the stop flag) and wakes sleeping workers. */
+static void publish(dsv4_pool *p, uint64_t ticket, int stop) {
     pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    if (stop) atomic_store_explicit(&p->stop, 1, memory_order_release);
+    else atomic_store_explicit(&p->ticket, ticket, memory_order_release);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
 }
@@ -112,9 +146,9 @@ int dsv4_pool_create(int n_threads, dsv4_pool **out, dsv4_err *err) {
     p->n_threads = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
-    atomic_init(&p->gen, 0);
-    atomic_init(&p->next, 0);
-    atomic_init(&p->finished, 0);
+    atomic_init(&p->ticket, TK_MAKE(0, 0));
+    atomic_init(&p->done, 0);
+    atomic_init(&p->stop, 0);
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
         p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
@@ -140,8 +174,7 @@ int dsv4_pool_create(int n_threads, dsv4_pool **out, dsv4_err *err) {
 void dsv4_pool_free(dsv4_pool *p) {
     if (!p) return;
     if (p->n_started > 0) {
-        p->stop = 1;
-        bump_gen(p);
+        publish(p, 0, 1);
         for (int i = 0; i < p->n_started; i++) pthread_join(p->threads[i], NULL);
     }
     pthread_cond_destroy(&p->wake);
@@ -159,20 +192,16 @@ void dsv4_pool_run(dsv4_pool *p, int n_tasks, dsv4_task_fn fn, void *arg) {
         for (int t = 0; t < n_tasks; t++) fn(arg, t, 0);
         return;
     }
-    p->fn = fn;
-    p->arg = arg;
-    p->n_tasks = n_tasks;
-    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->finished, 0, memory_order_relaxed);
-    bump_gen(p);
-    run_tasks(p, 0);
-    int64_t t0 = 0;
-    for (int i = 0; atomic_load_explicit(&p->finished, memory_order_acquire) < p->n_started; i++) {
-        if (t0 && now_ns() - t0 > SPIN_NS) {
-            sched_yield(); /* a worker may have been descheduled (more threads than cores) */
-            continue;
-        }
-        cpu_relax();
-        if ((i & 255) == 255 && !t0) t0 = now_ns();
+    /* more tasks than a ticket counts (no kernel comes close): consecutive jobs */
+    for (int base = 0; base < n_tasks; base += MAX_TASKS) {
+        const int n = n_tasks - base < MAX_TASKS ? n_tasks - base : MAX_TASKS;
+        p->fn = fn;
+        p->arg = arg;
+        p->base = base;
+        atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+        p->job = (p->job + 1) & 0xfffffu;
+        publish(p, TK_MAKE(p->job, n), 0);
+        run_tasks(p, p->job, 0);
+        wait_done(p, n);
     }
 }

@@ -1,6 +1,7 @@
 /* test_threads.c — the parallel-for: every task runs exactly once per job, tids stay in
  * range, a job is complete when dsv4_kctx_parallel returns, many short jobs back to back
- * (the decode pattern) and jobs after the workers have gone to sleep. */
+ * (the decode pattern), jobs after the workers have gone to sleep, and more tasks than
+ * one job can count. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -56,6 +57,26 @@ static void run_jobs(int n_threads, int max_tasks, int rounds, int sleep_between
     dsv4_kctx_free(k);
 }
 
+/* More tasks than one job ticket counts (2^22 - 1): split into consecutive jobs. */
+static void mark(void *arg, int t, int tid) {
+    (void)tid;
+    ((unsigned char *)arg)[t]++;
+}
+
+static void run_huge(void) {
+    const int n = (1 << 22) + 5;
+    unsigned char *seen = calloc((size_t)n, 1);
+    dsv4_kctx *k;
+    dsv4_err err;
+    CHECK(dsv4_kctx_create(2, 16, &k, &err) == DSV4_OK);
+    dsv4_kctx_parallel(k, n, mark, seen);
+    int wrong = 0;
+    for (int t = 0; t < n; t++) wrong += seen[t] != 1;
+    CHECK_MSG(wrong == 0, "%d of %d tasks not run exactly once", wrong, n);
+    dsv4_kctx_free(k);
+    free(seen);
+}
+
 int main(void) {
     run_jobs(1, 50, 200, 0);
     run_jobs(2, 50, 3000, 0);
@@ -63,6 +84,7 @@ int main(void) {
     run_jobs(4, 9, 3000, 0);
     run_jobs(2, 20, 20, 1);
     run_jobs(3, 20, 20, 1);
+    run_huge();
     /* a pool created and freed without ever running a job */
     dsv4_kctx *k;
     dsv4_err err;
