@@ -122,61 +122,69 @@ AINLINE __m256 fp4_block_table(const dsv4_lin_tables *tab, const dsv4_mat *w, in
     return fp4_table(((const float *)w->scale)[idx]);
 }
 
-/* ---- GEMV: n_rows == 1, R output rows at a time, weights decoded in registers ---------- */
+/* ---- GEMV: 1..4 activation rows (NX), R weight rows at a time, weights decoded in
+ * registers and used for every activation row. x: (NX, cols), y: (NX, rows). R and NX are
+ * constants after inlining; R * NX <= 8 accumulators keeps everything in registers. ---- */
 
-AINLINE void gemv_dense_rows(int fmt, int R, const dsv4_mat *w, const float *x, float *y, int64_t o) {
-    const int64_t n = w->cols, nf = n & ~(int64_t)7;
+#define GEMV_R(NX) ((NX) <= 2 ? 4 : 2) /* weight rows per step for NX activation rows */
+
+AINLINE void gemv_dense_rows(int fmt, int R, int NX, const dsv4_mat *w, const float *x, float *y, int64_t o) {
+    const int64_t n = w->cols, nf = n & ~(int64_t)7, rows = w->rows;
     const int tail = (int)(n - nf);
     const size_t esz = fmt == DSV4_WF_F32 ? 4 : 2;
     const char *p[4];
-    __m256 a[4];
+    __m256 a[4][4];
     for (int r = 0; r < R; r++) {
         p[r] = (const char *)w->w + (o + r) * n * (int64_t)esz;
-        a[r] = _mm256_setzero_ps();
+        for (int s = 0; s < NX; s++) a[r][s] = _mm256_setzero_ps();
     }
     for (int64_t i = 0; i < nf; i += 8) {
-        __m256 xv = _mm256_loadu_ps(x + i);
-        for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(xv, dec_dense(fmt, p[r], i), a[r]);
+        __m256 xv[4];
+        for (int s = 0; s < NX; s++) xv[s] = _mm256_loadu_ps(x + s * n + i);
+        for (int r = 0; r < R; r++) {
+            const __m256 wv = dec_dense(fmt, p[r], i);
+            for (int s = 0; s < NX; s++) a[r][s] = _mm256_fmadd_ps(xv[s], wv, a[r][s]);
+        }
     }
     if (tail) {
-        __m256 xv = _mm256_maskload_ps(x + nf, mask_first(tail));
-        for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(xv, dec_dense_tail(fmt, p[r], nf, tail), a[r]);
+        const __m256i m = mask_first(tail);
+        __m256 xv[4];
+        for (int s = 0; s < NX; s++) xv[s] = _mm256_maskload_ps(x + s * n + nf, m);
+        for (int r = 0; r < R; r++) {
+            const __m256 wv = dec_dense_tail(fmt, p[r], nf, tail);
+            for (int s = 0; s < NX; s++) a[r][s] = _mm256_fmadd_ps(xv[s], wv, a[r][s]);
+        }
     }
-    for (int r = 0; r < R; r++) y[o + r] = hsum8(a[r]);
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < NX; s++) y[s * rows + o + r] = hsum8(a[r][s]);
 }
 
-AINLINE void gemv_dense(int fmt, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+AINLINE void gemv_dense_nx(int fmt, int NX, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    const int R = GEMV_R(NX);
     int64_t o = o0;
-    for (; o + 4 <= o1; o += 4) gemv_dense_rows(fmt, 4, w, x, y, o);
-    for (; o < o1; o++) gemv_dense_rows(fmt, 1, w, x, y, o);
+    for (; o + R <= o1; o += R) gemv_dense_rows(fmt, R, NX, w, x, y, o);
+    for (; o < o1; o++) gemv_dense_rows(fmt, 1, NX, w, x, y, o);
 }
 
-static void gemv_f32(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
-                     int64_t o1) {
-    (void)c;
-    gemv_dense(DSV4_WF_F32, w, x, y, o0, o1);
-}
-static void gemv_f16(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
-                     int64_t o1) {
-    (void)c;
-    gemv_dense(DSV4_WF_F16, w, x, y, o0, o1);
-}
-static void gemv_bf16(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
-                      int64_t o1) {
-    (void)c;
-    gemv_dense(DSV4_WF_BF16, w, x, y, o0, o1);
+AINLINE void gemv_dense(int fmt, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
+    switch (nx) {
+    case 1: gemv_dense_nx(fmt, 1, w, x, y, o0, o1); break;
+    case 2: gemv_dense_nx(fmt, 2, w, x, y, o0, o1); break;
+    case 3: gemv_dense_nx(fmt, 3, w, x, y, o0, o1); break;
+    default: gemv_dense_nx(fmt, 4, w, x, y, o0, o1); break;
+    }
 }
 
-/* R rows o .. o+R-1, all in one 128-row scale band (o % 4 == 0 when R == 4). PRE (a
- * constant after inlining): multiply x by 256 * scale once per chunk for all R rows instead
- * of every decoded weight; allowed when dsv4_lin_call.fp8_prescale says it is exact. */
-AINLINE void gemv_fp8_rows(int R, int PRE, const dsv4_mat *w, const float *x, float *y, int64_t o) {
-    const int64_t n = w->cols, nsb = (n + 127) / 128, band = o / 128;
+/* R rows o .. o+R-1, all in one 128-row scale band (o % R == 0). PRE (a constant after
+ * inlining): multiply x by 256 * scale once per chunk for all R rows instead of every
+ * decoded weight; allowed when dsv4_lin_call.fp8_prescale says it is exact. */
+AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const float *x, float *y, int64_t o) {
+    const int64_t n = w->cols, nsb = (n + 127) / 128, band = o / 128, rows = w->rows;
     const uint8_t *p[4];
-    __m256 a[4];
+    __m256 a[4][4];
     for (int r = 0; r < R; r++) {
         p[r] = (const uint8_t *)w->w + (o + r) * n;
-        a[r] = _mm256_setzero_ps();
+        for (int s = 0; s < NX; s++) a[r][s] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nsb; b++) {
         const int64_t i0 = b * 128, i1 = i0 + 128 < n ? i0 + 128 : n;
@@ -184,11 +192,14 @@ AINLINE void gemv_fp8_rows(int R, int PRE, const dsv4_mat *w, const float *x, fl
         if (!isfinite(s256f)) {
             /* huge or NaN scale: 256 * scale would overflow, dequantize exactly instead */
             for (int64_t i = i0; i < i1; i += 8) {
-                __m256 xv = i1 - i >= 8 ? _mm256_loadu_ps(x + i) : _mm256_maskload_ps(x + i, mask_first((int)(i1 - i)));
+                const int m = i1 - i >= 8 ? 8 : (int)(i1 - i);
+                __m256 xv[4];
+                for (int s = 0; s < NX; s++) xv[s] = _mm256_maskload_ps(x + s * n + i, mask_first(m));
                 for (int r = 0; r < R; r++) {
                     float t[8];
                     dsv4_lin_dequant8(w, o + r, i, t);
-                    a[r] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(t), a[r]);
+                    const __m256 wv = _mm256_loadu_ps(t);
+                    for (int s = 0; s < NX; s++) a[r][s] = _mm256_fmadd_ps(xv[s], wv, a[r][s]);
                 }
             }
             continue;
@@ -198,8 +209,12 @@ AINLINE void gemv_fp8_rows(int R, int PRE, const dsv4_mat *w, const float *x, fl
         const __m256 xs = PRE ? s256 : one, ws = PRE ? one : s256;
         int64_t i = i0;
         for (; i + 16 <= i1; i += 16) {
-            __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
-            if (PRE) x0 = _mm256_mul_ps(x0, xs), x1 = _mm256_mul_ps(x1, xs);
+            __m256 x0[4], x1[4];
+            for (int s = 0; s < NX; s++) {
+                x0[s] = _mm256_loadu_ps(x + s * n + i);
+                x1[s] = _mm256_loadu_ps(x + s * n + i + 8);
+                if (PRE) x0[s] = _mm256_mul_ps(x0[s], xs), x1[s] = _mm256_mul_ps(x1[s], xs);
+            }
             for (int r = 0; r < R; r++) {
                 __m256 w0, w1;
                 if (PRE) {
@@ -209,76 +224,122 @@ AINLINE void gemv_fp8_rows(int R, int PRE, const dsv4_mat *w, const float *x, fl
                 } else {
                     dec_fp8x16(p[r] + i, ws, &w0, &w1);
                 }
-                a[r] = _mm256_fmadd_ps(x0, w0, a[r]);
-                a[r] = _mm256_fmadd_ps(x1, w1, a[r]);
+                for (int s = 0; s < NX; s++) {
+                    a[r][s] = _mm256_fmadd_ps(x0[s], w0, a[r][s]);
+                    a[r][s] = _mm256_fmadd_ps(x1[s], w1, a[r][s]);
+                }
             }
         }
-        if (i + 8 <= i1) {
-            __m256 xv = _mm256_loadu_ps(x + i);
-            if (PRE) xv = _mm256_mul_ps(xv, xs);
-            for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(xv, dec_fp8x8(p[r] + i, ws), a[r]);
-            i += 8;
-        }
-        if (i < i1) {
-            const int m = (int)(i1 - i);
-            __m256 xv = _mm256_maskload_ps(x + i, mask_first(m));
-            if (PRE) xv = _mm256_mul_ps(xv, xs);
-            for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(xv, dec_fp8_tail(p[r] + i, m, ws), a[r]);
+        if (i < i1) { /* an 8-chunk, then a partial one, or just the partial one */
+            for (; i < i1; i += 8) {
+                const int m = i1 - i >= 8 ? 8 : (int)(i1 - i);
+                __m256 xv[4];
+                for (int s = 0; s < NX; s++) {
+                    xv[s] = m == 8 ? _mm256_loadu_ps(x + s * n + i) : _mm256_maskload_ps(x + s * n + i, mask_first(m));
+                    if (PRE) xv[s] = _mm256_mul_ps(xv[s], xs);
+                }
+                for (int r = 0; r < R; r++) {
+                    const __m256 wv = m == 8 ? dec_fp8x8(p[r] + i, ws) : dec_fp8_tail(p[r] + i, m, ws);
+                    for (int s = 0; s < NX; s++) a[r][s] = _mm256_fmadd_ps(xv[s], wv, a[r][s]);
+                }
+            }
         }
     }
-    for (int r = 0; r < R; r++) y[o + r] = hsum8(a[r]);
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < NX; s++) y[s * rows + o + r] = hsum8(a[r][s]);
 }
 
-static void gemv_fp8(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
-                     int64_t o1) {
+AINLINE void gemv_fp8_nx(int NX, int PRE, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    const int R = GEMV_R(NX);
     int64_t o = o0;
+    for (; o + R <= o1 && (o % R) == 0; o += R) gemv_fp8_rows(R, NX, PRE, w, x, y, o);
+    for (; o < o1; o++) gemv_fp8_rows(1, NX, PRE, w, x, y, o);
+}
+
+static void gemv_fp8(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
+                     int64_t o1) {
     if (c->fp8_prescale) {
-        for (; o + 4 <= o1 && (o % 4) == 0; o += 4) gemv_fp8_rows(4, 1, w, x, y, o);
-        for (; o < o1; o++) gemv_fp8_rows(1, 1, w, x, y, o);
+        switch (nx) {
+        case 1: gemv_fp8_nx(1, 1, w, x, y, o0, o1); break;
+        case 2: gemv_fp8_nx(2, 1, w, x, y, o0, o1); break;
+        case 3: gemv_fp8_nx(3, 1, w, x, y, o0, o1); break;
+        default: gemv_fp8_nx(4, 1, w, x, y, o0, o1); break;
+        }
     } else {
-        for (; o + 4 <= o1 && (o % 4) == 0; o += 4) gemv_fp8_rows(4, 0, w, x, y, o);
-        for (; o < o1; o++) gemv_fp8_rows(1, 0, w, x, y, o);
+        switch (nx) {
+        case 1: gemv_fp8_nx(1, 0, w, x, y, o0, o1); break;
+        case 2: gemv_fp8_nx(2, 0, w, x, y, o0, o1); break;
+        case 3: gemv_fp8_nx(3, 0, w, x, y, o0, o1); break;
+        default: gemv_fp8_nx(4, 0, w, x, y, o0, o1); break;
+        }
     }
 }
 
 /* cols % 32 == 0 (checked by the driver) */
-AINLINE void gemv_fp4_rows(int R, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o) {
-    const int64_t n = w->cols, nsb = n / 32;
+AINLINE void gemv_fp4_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y,
+                           int64_t o) {
+    const int64_t n = w->cols, nsb = n / 32, rows = w->rows;
     const uint8_t *p[4];
     int64_t sb[4];
-    __m256 a[4];
+    __m256 a[4][4];
     for (int r = 0; r < R; r++) {
         p[r] = (const uint8_t *)w->w + (o + r) * (n / 2);
         sb[r] = (o + r) * nsb;
-        a[r] = _mm256_setzero_ps();
+        for (int s = 0; s < NX; s++) a[r][s] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nsb; b++) {
         const float *xb = x + b * 32;
         __m256 t[4];
         for (int r = 0; r < R; r++) t[r] = fp4_block_table(tab, w, sb[r] + b);
         for (int q = 0; q < 4; q++) {
-            __m256 xv = _mm256_loadu_ps(xb + 8 * q);
-            for (int r = 0; r < R; r++) a[r] = _mm256_fmadd_ps(xv, dec_fp4(p[r] + b * 16 + 4 * q, t[r]), a[r]);
+            __m256 xv[4];
+            for (int s = 0; s < NX; s++) xv[s] = _mm256_loadu_ps(xb + s * n + 8 * q);
+            for (int r = 0; r < R; r++) {
+                const __m256 wv = dec_fp4(p[r] + b * 16 + 4 * q, t[r]);
+                for (int s = 0; s < NX; s++) a[r][s] = _mm256_fmadd_ps(xv[s], wv, a[r][s]);
+            }
         }
     }
-    for (int r = 0; r < R; r++) y[o + r] = hsum8(a[r]);
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < NX; s++) y[s * rows + o + r] = hsum8(a[r][s]);
 }
 
-static void gemv_fp4(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
-                     int64_t o1) {
+AINLINE void gemv_fp4_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+                         int64_t o1) {
+    const int R = GEMV_R(NX);
     int64_t o = o0;
-    for (; o + 4 <= o1; o += 4) gemv_fp4_rows(4, c->tab, w, x, y, o);
-    for (; o < o1; o++) gemv_fp4_rows(1, c->tab, w, x, y, o);
+    for (; o + R <= o1; o += R) gemv_fp4_rows(R, NX, tab, w, x, y, o);
+    for (; o < o1; o++) gemv_fp4_rows(1, NX, tab, w, x, y, o);
 }
 
-static void gemv_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+static void gemv_fp4(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
+                     int64_t o1) {
+    switch (nx) {
+    case 1: gemv_fp4_nx(1, c->tab, w, x, y, o0, o1); break;
+    case 2: gemv_fp4_nx(2, c->tab, w, x, y, o0, o1); break;
+    case 3: gemv_fp4_nx(3, c->tab, w, x, y, o0, o1); break;
+    default: gemv_fp4_nx(4, c->tab, w, x, y, o0, o1); break;
+    }
+}
+
+static void gemv_f32(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
+    gemv_dense(DSV4_WF_F32, w, x, nx, y, o0, o1);
+}
+static void gemv_f16(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
+    gemv_dense(DSV4_WF_F16, w, x, nx, y, o0, o1);
+}
+static void gemv_bf16(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
+    gemv_dense(DSV4_WF_BF16, w, x, nx, y, o0, o1);
+}
+
+static void gemv_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
                       int64_t o1) {
     switch (w->fmt) {
-    case DSV4_WF_F32: gemv_f32(c, w, x, y, o0, o1); break;
-    case DSV4_WF_F16: gemv_f16(c, w, x, y, o0, o1); break;
-    case DSV4_WF_BF16: gemv_bf16(c, w, x, y, o0, o1); break;
-    case DSV4_WF_FP8: gemv_fp8(c, w, x, y, o0, o1); break;
-    case DSV4_WF_FP4: gemv_fp4(c, w, x, y, o0, o1); break;
+    case DSV4_WF_F32: gemv_f32(w, x, nx, y, o0, o1); break;
+    case DSV4_WF_F16: gemv_f16(w, x, nx, y, o0, o1); break;
+    case DSV4_WF_BF16: gemv_bf16(w, x, nx, y, o0, o1); break;
+    case DSV4_WF_FP8: gemv_fp8(c, w, x, nx, y, o0, o1); break;
+    case DSV4_WF_FP4: gemv_fp4(c, w, x, nx, y, o0, o1); break;
     default: break;
     }
 }
@@ -428,7 +489,7 @@ static void gemm_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x,
 /* dsv4_lin_call.fp8_prescale: 256 * scale = 2^(b - 119) for ue8m0 byte b, and x * 2^e is
  * exact when the result is zero or a normal float. Scans the scale grid (rows/128 x
  * cols/128 bytes) and x once per call. */
-static int fp8_prescale(const dsv4_mat *w, const float *x) {
+static int fp8_prescale(const dsv4_mat *w, const float *x, int nx) {
     if (w->fmt != DSV4_WF_FP8 || w->scale_is_f32) return 0;
     const int64_t ns = ((w->rows + 127) / 128) * ((w->cols + 127) / 128);
     const uint8_t *s = w->scale;
@@ -443,8 +504,9 @@ static int fp8_prescale(const dsv4_mat *w, const float *x) {
     /* |x| as integers: the largest, and the smallest nonzero (0 - 1 wraps to the top) */
     const __m256i absm = _mm256_set1_epi32(0x7fffffff), one = _mm256_set1_epi32(1);
     __m256i vmax = _mm256_setzero_si256(), vmin = _mm256_set1_epi32(-1);
+    const int64_t nxc = (int64_t)nx * w->cols; /* all activation rows of the call */
     int64_t i = 0;
-    for (; i + 8 <= w->cols; i += 8) {
+    for (; i + 8 <= nxc; i += 8) {
         __m256i a = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i)), absm);
         vmax = _mm256_max_epu32(vmax, a);
         vmin = _mm256_min_epu32(vmin, _mm256_sub_epi32(a, one));
@@ -456,7 +518,7 @@ static int fp8_prescale(const dsv4_mat *w, const float *x) {
         amax = t0[l] > amax ? t0[l] : amax;
         amin1 = t1[l] < amin1 ? t1[l] : amin1;
     }
-    for (; i < w->cols; i++) {
+    for (; i < nxc; i++) {
         const uint32_t a = dsv4_f32_to_bits(x[i]) & 0x7fffffffu;
         amax = a > amax ? a : amax;
         amin1 = a - 1 < amin1 ? a - 1 : amin1;

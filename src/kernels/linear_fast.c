@@ -137,7 +137,7 @@ static void gemv_task(void *arg, int t, int tid) {
     const lin_job *j = arg;
     const int64_t o0 = (int64_t)t * j->per;
     const int64_t o1 = o0 + j->per < j->w->rows ? o0 + j->per : j->w->rows;
-    j->kn->gemv(&j->call, j->w, j->x, j->y, o0, o1);
+    j->kn->gemv(&j->call, j->w, j->x, j->n_rows, j->y, o0, o1);
 }
 
 static void gemm_task(void *arg, int t, int tid) {
@@ -159,7 +159,7 @@ void dsv4_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, fl
     /* the AVX2 FP4 decoder walks whole 32-column scale blocks */
     if (dsv4_kctx_simd(k) >= DSV4_SIMD_AVX2 && dsv4_lin_kernels_avx2() && (w->fmt != DSV4_WF_FP4 || n % 32 == 0))
         kn = dsv4_lin_kernels_avx2();
-    const int gemv = n_rows == 1 && kn->gemv;
+    const int gemv = n_rows <= LIN_GEMV_ROWS && kn->gemv;
     /* GEMV: about 8 tasks per thread for balance, 4..LIN_GEMV_NB outputs each (a multiple
      * of 4: the kernels take rows in fours); the split never changes a result */
     int64_t per = LIN_NB;
@@ -168,7 +168,7 @@ void dsv4_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, fl
         per = per < 4 ? 4 : per > LIN_GEMV_NB ? LIN_GEMV_NB : per;
     }
     lin_job job = {k, kn, w, x, n_rows, y, per, {dsv4_kctx_lin_tables(k), 0}};
-    if (gemv && kn->fp8_prescale && w->fmt == DSV4_WF_FP8) job.call.fp8_prescale = kn->fp8_prescale(w, x);
+    if (gemv && kn->fp8_prescale && w->fmt == DSV4_WF_FP8) job.call.fp8_prescale = kn->fp8_prescale(w, x, n_rows);
     const int n_tasks = (int)((rows + per - 1) / per);
     dsv4_task_fn fn = gemv ? gemv_task : gemm_task;
     if (rows * n * n_rows < LIN_SERIAL_MACS) {

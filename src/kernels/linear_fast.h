@@ -27,6 +27,7 @@
 #define LIN_KB 256 /* columns per dequantized tile: a multiple of 128 (FP8 scale blocks) */
 #define LIN_MB 96  /* activation rows per accumulator block (a multiple of 3) */
 #define LIN_GEMV_NB 64 /* most outputs per GEMV task (a multiple of 4) */
+#define LIN_GEMV_ROWS 4 /* up to this many activation rows take the GEMV path (decode, MTP) */
 
 /* Per-thread scratch of the GEMM path, in floats. */
 #define LIN_SCRATCH_WTILE ((int64_t)LIN_NB * LIN_KB)         /* (LIN_NB, LIN_KB) weights */
@@ -51,15 +52,17 @@ typedef struct dsv4_lin_call {
     int fp8_prescale;
 } dsv4_lin_call;
 
-/* One level's kernels. gemv: y[o] for o in [o0, o1), n_rows == 1; NULL means the level
- * runs GEMV through gemm. gemm: outputs [o0, min(o0 + LIN_NB, rows)) for all n_rows rows;
+/* One level's kernels. gemv: y[s, o] for o in [o0, o1) and the n_rows <= LIN_GEMV_ROWS
+ * activation rows, weights decoded in registers; NULL means the level runs everything
+ * through gemm. gemm: outputs [o0, min(o0 + LIN_NB, rows)) for all n_rows rows;
  * scratch: LIN_SCRATCH_FLOATS floats, 32-byte aligned. */
 typedef struct dsv4_lin_kernels {
-    void (*gemv)(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1);
+    void (*gemv)(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
+                 int64_t o1);
     void (*gemm)(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                  float *scratch);
     /* decides dsv4_lin_call.fp8_prescale for an FP8 GEMV (NULL: never) */
-    int (*fp8_prescale)(const dsv4_mat *w, const float *x);
+    int (*fp8_prescale)(const dsv4_mat *w, const float *x, int n_rows);
 } dsv4_lin_kernels;
 
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void);

@@ -292,6 +292,14 @@ int main(void) {
                         if (f != DSV4_WF_FP4)
                             for (int ci = 0; ci < 4; ci++) check_case(f, sc, rows_set[ri], odd_cols[ci], nrows_set[ni], level);
                     }
+            /* the other few-row GEMV widths (2, 4) and the first GEMM width (5) */
+            const int64_t few_rows[2] = {7, 129}, few_cols[3] = {96, 133, 1056};
+            for (int sc = 0; sc < n_sc; sc++)
+                for (int nr = 2; nr <= 5; nr += nr == 2 ? 2 : 1)
+                    for (int ri = 0; ri < 2; ri++)
+                        for (int ci = 0; ci < 3; ci++)
+                            if (f != DSV4_WF_FP4 || few_cols[ci] % 32 == 0)
+                                check_case(f, sc, few_rows[ri], few_cols[ci], nr, level);
             for (int sc = 0; sc < n_sc; sc++) {
                 check_exact(f, sc, 131, f == DSV4_WF_FP4 ? 288 : 291, level, NULL);
                 check_exact(f, sc, 5, f == DSV4_WF_FP4 ? 32 : 9, level, NULL);
