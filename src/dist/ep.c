@@ -314,7 +314,7 @@ int dsv4_ep_moe(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, const float *x
         if (rc) return rc;
         const int code = v[2] & 0xff;
         return dsv4_fail(err, code ? code : DSV4_ERR_STATE,
-                         "expert parallel: rank %d failed before the MoE of layer %d (%s); this "
+                         "expert parallel: rank %d failed at the MoE of layer %d (%s); this "
                          "rank stops there too", v[1] - 1, b->layer_id, dsv4_strerror(code));
     }
     /* 3. the waves; ranks out of rows take part with none */
