@@ -10,5 +10,6 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

@@ -18,6 +18,7 @@ static const command commands[] = {
     {"detokenize", cmd_detokenize, "token ids on stdin -> text"},
     {"generate", cmd_generate, "generate text from a prompt"},
     {"chat", cmd_chat, "interactive multi-turn chat"},
+    {"bench", cmd_bench, "prefill/decode speed against the measured bandwidth and FMA peak"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,150 @@
+/* test_bench_cli.c — `dsv4 bench` as a user runs it, on the tiny golden model.
+ *
+ * --json gives one object with the documented keys; rates and byte counts are positive,
+ * roofline ratios lie in (0, 2), the figures agree with each other (tokens/s against
+ * ms/step, bytes per token against bytes per step and batch, a batch-1 step reads K
+ * experts per layer, longer contexts read more cache), and bad usage exits 2 with a
+ * message, a missing model 1. */
+#include <cjson/cJSON.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+
+static const char *bin;
+static char tmp[256];
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)sz + 1);
+    if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) { free(buf); buf = NULL; }
+    fclose(f);
+    if (buf) buf[sz] = 0;
+    return buf;
+}
+
+/* Runs `dsv4 bench ARGS`; exit status, stdout and stderr (malloc'ed). */
+static int run(const char *args, char **out, char **errs) {
+    char line[4096], o[512], e[512];
+    snprintf(o, sizeof o, "%s/out", tmp);
+    snprintf(e, sizeof e, "%s/err", tmp);
+    snprintf(line, sizeof line, "'%s' bench %s > '%s' 2> '%s' < /dev/null", bin, args, o, e);
+    int st = system(line);
+    *out = slurp(o);
+    *errs = slurp(e);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static double num(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItem(o, key);
+    CHECK_MSG(cJSON_IsNumber(v), "key '%s' missing or not a number", key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static void test_json(const char *model) {
+    char args[2048], *out, *errs;
+    snprintf(args, sizeof args,
+             "--model '%s' --json --prompt-len 40 --gen 4 --batch 2 --batches 1 --contexts 150 --reps 1 "
+             "--probe-mb 16 --threads 2",
+             model);
+    int st = run(args, &out, &errs);
+    CHECK_MSG(st == 0, "status %d, stderr '%s'", st, errs ? errs : "");
+    cJSON *o = out ? cJSON_Parse(out) : NULL;
+    CHECK_MSG(o != NULL, "stdout is not one JSON object: '%.200s'", out ? out : "");
+    if (o) {
+        const char *positive[] = {"prefill_tokens_per_s", "decode_tokens_per_s", "decode_bytes_per_token",
+                                  "measured_bandwidth_gbs", "prefill_gflops", "measured_peak_gflops",
+                                  "decode_bytes_per_step", "prefill_flops", "model_weight_bytes"};
+        for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++) {
+            const double v = num(o, positive[i]);
+            CHECK_MSG(v > 0 && isfinite(v), "%s = %g", positive[i], v);
+        }
+        const char *ratios[] = {"decode_roofline_ratio", "prefill_roofline_ratio"};
+        for (int i = 0; i < 2; i++) {
+            const double v = num(o, ratios[i]);
+            CHECK_MSG(v > 0 && v < 2, "%s = %g", ratios[i], v);
+        }
+        CHECK(num(o, "prefill_tokens") == 40 && num(o, "batch") == 2 && num(o, "threads") == 2);
+        /* the ratios are what the figures say */
+        CHECK_NEAR(num(o, "prefill_roofline_ratio"), num(o, "prefill_gflops") / num(o, "measured_peak_gflops"), 1e-9);
+        CHECK_NEAR(num(o, "prefill_tokens_per_s"), 40 / num(o, "prefill_seconds"), 1e-6 * num(o, "prefill_tokens_per_s"));
+        CHECK_NEAR(num(o, "decode_bytes_per_token"), num(o, "decode_bytes_per_step") / 2, 1);
+        CHECK_NEAR(num(o, "decode_roofline_ratio"),
+                   num(o, "decode_bytes_per_step") * (num(o, "decode_tokens_per_s") / 2) /
+                       (num(o, "measured_bandwidth_gbs") * 1e9), 1e-6);
+        /* a batch of one reads K = 2 experts per layer of the tiny model (8 of them) */
+        const cJSON *batches = cJSON_GetObjectItem(o, "batches"), *contexts = cJSON_GetObjectItem(o, "contexts");
+        CHECK(cJSON_GetArraySize(batches) == 2 && cJSON_GetArraySize(contexts) == 1);
+        const cJSON *b1 = cJSON_GetArrayItem(batches, 0), *b2 = cJSON_GetArrayItem(batches, 1);
+        if (b1 && b2) {
+            CHECK(num(b1, "batch") == 1 && num(b2, "batch") == 2);
+            CHECK_NEAR(num(b1, "decode_experts_per_layer"), 2.0, 1e-12);
+            CHECK(num(b2, "decode_experts_per_layer") >= 2.0 && num(b2, "decode_experts_per_layer") <= 4.0);
+            CHECK(num(b2, "decode_bytes_per_step") >= num(b1, "decode_bytes_per_step"));
+            CHECK_NEAR(num(b2, "decode_tokens_per_s"), num(o, "decode_tokens_per_s"), 0);
+            CHECK(num(b1, "decode_routing_steps_counted") == 4);
+            CHECK_NEAR(num(b1, "decode_tokens_per_s"), 1e3 / num(b1, "decode_ms_per_step"),
+                       1e-6 * num(b1, "decode_tokens_per_s"));
+        }
+        const cJSON *c0 = cJSON_GetArrayItem(contexts, 0);
+        if (c0 && b2) {
+            CHECK(num(c0, "context") >= 150 && num(c0, "batch") == 2);
+            CHECK(num(c0, "decode_cache_bytes_per_step") > num(b2, "decode_cache_bytes_per_step"));
+            CHECK(num(c0, "prefill_tokens_per_s") > 0);
+        }
+        cJSON_Delete(o);
+    }
+    free(out);
+    free(errs);
+}
+
+static void test_summary(const char *model) {
+    char args[2048], *out, *errs;
+    snprintf(args, sizeof args, "--model '%s' --prompt-len 8 --gen 2 --reps 1 --probe-mb 8", model);
+    int st = run(args, &out, &errs);
+    CHECK_MSG(st == 0 && out && strstr(out, "decode ") && strstr(out, "roofline:"),
+              "status %d, stdout '%s', stderr '%s'", st, out ? out : "", errs ? errs : "");
+    /* not a terminal: no progress line */
+    CHECK(errs && errs[0] == 0);
+    free(out);
+    free(errs);
+}
+
+static void expect(const char *args, int status, const char *msg) {
+    char *out, *errs;
+    int st = run(args, &out, &errs);
+    CHECK_MSG(st == status && errs && strstr(errs, msg), "bench %s: status %d (want %d), stderr '%s' (want '%s')",
+              args, st, status, errs ? errs : "", msg);
+    free(out);
+    free(errs);
+}
+
+int main(void) {
+    bin = getenv("DSV4_BIN");
+    if (!bin) {
+        fprintf(stderr, "DSV4_BIN is not set\n");
+        return 1;
+    }
+    snprintf(tmp, sizeof tmp, "/tmp/dsv4_bench_cli_%d", (int)getpid());
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", tmp);
+    if (system(cmd)) return 1;
+    char model[1024], args[1200];
+    test_shared("golden/tiny_s0/model", model, sizeof model);
+    test_json(model);
+    test_summary(model);
+    expect("", 2, "--model DIR is required");
+    snprintf(args, sizeof args, "--model '%s' --batch 0", model);
+    expect(args, 2, "--batch needs an integer");
+    snprintf(args, sizeof args, "--model '%s' --batches 1,x", model);
+    expect(args, 2, "--batches needs");
+    expect("--model /nonexistent/dsv4_model --gen 1", 1, "dsv4 bench:");
+    expect("--model x --frobnicate", 2, "unknown option");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd)) return 1;
+    return test_report();
+}

@@ -1,0 +1,691 @@
+/* cmd_bench.c — `dsv4 bench`: prefill and decode speed against this machine's rooflines.
+ *
+ *   dsv4 bench --model DIR [--prompt-len N] [--gen N] [--batch B] [--threads T] [--json]
+ *              [--batches LIST] [--contexts LIST] [--chunk N] [--reps N] [--seed N]
+ *
+ * In one run: the memory-bandwidth and FMA-peak probes (kernels/probe.h, with the engine's
+ * threads, before and after the measurements), the prefill of a random prompt, and greedy
+ * decode steps of B sequences at once. Decode is compared with the bandwidth roofline:
+ * the weight bytes a step reads (bench/bench_model.h), counted from the routing the steps
+ * really made: the hc streams after each attention sub-block are captured through the
+ * engine's trace hook during the first timed repetition (a copy per row and layer) and the
+ * router is rerun on them afterwards. Prefill is compared with the FMA peak in useful
+ * FLOPs. --batches runs the decode at several batch sizes, --contexts extends the
+ * sequences to each length in turn and measures decode there. */
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench/bench_model.h"
+#include "cli_util.h"
+#include "commands.h"
+#include "kernels/cpu.h"
+#include "kernels/probe.h"
+#include "model/model.h"
+
+/* the engine internals this tool needs: its kernel context, for the probes to run on the
+ * same threads as the model */
+#include "engine/engine.h"
+
+#define MAX_LIST 32
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dsv4 bench --model DIR [options]\n"
+            "\n"
+            "Times prefill and batched greedy decode on DIR and compares them with this\n"
+            "machine's measured memory bandwidth and FP32 FMA peak (probed in the same run).\n"
+            "\n"
+            "  --prompt-len N    prompt tokens per sequence (default 512)\n"
+            "  --gen N           decode steps per measurement (default 32)\n"
+            "  --batch B         sequences decoded together (default 1)\n"
+            "  --threads T       worker threads (default: all cores)\n"
+            "  --batches LIST    decode at each of these batch sizes, e.g. 1,2,4,8,16\n"
+            "                    (the top-level figures are those of --batch, added if missing)\n"
+            "  --contexts LIST   then extend the --batch sequences to each context length\n"
+            "                    (ascending, e.g. 1024,4096,16384) and decode there\n"
+            "  --chunk N         prefill chunk (the engine's c_max; default min(2048, longest))\n"
+            "  --reps N          timed repetitions of each measurement, best kept (default 2)\n"
+            "  --probe-mb N      bandwidth probe buffer in MiB (default 512)\n"
+            "  --seed N          prompt token seed (default 1)\n"
+            "  --json            one JSON object on stdout instead of the summary\n");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* 1-minute load average, -1 if unknown: the machine may be shared */
+static double loadavg(void) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    double v = -1;
+    if (f) {
+        if (fscanf(f, "%lf", &v) != 1) v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+static void cpu_model(char *out, size_t n) {
+    snprintf(out, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10)) continue;
+        const char *p = strchr(line, ':');
+        if (!p) break;
+        p++;
+        while (*p == ' ' || *p == '\t') p++;
+        snprintf(out, n, "%s", p);
+        out[strcspn(out, "\n")] = 0;
+        break;
+    }
+    fclose(f);
+}
+
+/* last-level cache size from sysfs (what sysconf reports inside some VMs is not the L3) */
+static long l3_bytes(void) {
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    long v = -1;
+    char unit = 0;
+    if (f) {
+        if (fscanf(f, "%ld%c", &v, &unit) < 1) v = -1;
+        fclose(f);
+    }
+    if (v > 0 && (unit == 'K' || unit == 'k')) v <<= 10;
+    else if (v > 0 && (unit == 'M' || unit == 'm')) v <<= 20;
+    return v;
+}
+
+static int parse_list(const char *s, long long lo, long long hi, long long *out, int *n) {
+    *n = 0;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (*n >= MAX_LIST || cli_parse_int(tok, lo, hi, &out[*n])) return -1;
+        (*n)++;
+    }
+    return *n ? 0 : -1;
+}
+
+static int cmp_ll(const void *a, const void *b) {
+    const long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
+/* ---- state of a run -------------------------------------------------------------------- */
+
+/* Streams captured by the trace hook: the input of each layer's MoE sub-block, per step. */
+typedef struct census {
+    int active;
+    int rows, n_layers, width;   /* width = hc * D floats per row */
+    int steps, max_steps;        /* steps captured / room */
+    const int *row_of_seq;       /* (max_seqs) */
+    float *streams;              /* (max_steps, L, rows, hc, D) */
+    int32_t *tokens;             /* (max_steps, rows) */
+} census;
+
+static void on_trace(void *user, int seq, int64_t pos, int layer, int kind, const float *streams) {
+    (void)pos;
+    census *c = user;
+    if (!c->active || kind != 0 || c->steps >= c->max_steps || layer >= c->n_layers) return;
+    const int row = c->row_of_seq[seq];
+    float *dst = c->streams + (((size_t)c->steps * c->n_layers + layer) * c->rows + row) * c->width;
+    memcpy(dst, streams, (size_t)c->width * sizeof(float));
+}
+
+typedef struct bench {
+    dsv4_model *model;
+    dsv4_engine *eng;
+    const dsv4_config *cfg;
+    dsv4_step_weights w;
+    int V, D, tty, json;
+    int *seqs;          /* (max_seqs) handles */
+    int *row_of_seq;    /* (max_seqs) */
+    int32_t *next;      /* (max_seqs) next token of each sequence */
+    float *hidden;      /* (max_seqs, D) */
+    float *logits;      /* (max_seqs, V) */
+    uint64_t rng;
+    dsv4_err err;
+} bench;
+
+/* one decode measurement */
+typedef struct decode_result {
+    int batch;
+    int64_t context;         /* mean sequence length at the start */
+    double seconds;          /* best repetition, gen steps */
+    double median_seconds;
+    double cpu_util;         /* process CPU time / (wall x threads) in the best repetition */
+    int steps;
+    double bytes_per_step;   /* from the captured routing */
+    double bytes_expected;   /* from K/E with uniform routing */
+    double experts_per_layer, experts_expected;
+    int census_steps;
+    double cache_bytes_per_step;
+} decode_result;
+
+/* one prefill measurement */
+typedef struct prefill_result {
+    int64_t start, tokens;   /* positions [start, start + tokens) of each sequence */
+    int seqs;
+    double seconds, flops;
+} prefill_result;
+
+static uint64_t next_rand(bench *b) {
+    b->rng ^= b->rng << 13;
+    b->rng ^= b->rng >> 7;
+    b->rng ^= b->rng << 17;
+    return b->rng;
+}
+
+static void progress(const bench *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void progress(const bench *b, const char *fmt, ...) {
+    if (!b->tty) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "\r\033[K");
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fflush(stderr);
+}
+
+static void progress_done(const bench *b) {
+    if (b->tty) fprintf(stderr, "\r\033[K");
+}
+
+static void argmax_rows(const float *logits, int n, int V, int32_t *ids) {
+    for (int r = 0; r < n; r++) {
+        const float *l = logits + (size_t)r * V;
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (l[v] > l[best]) best = v;
+        ids[r] = best;
+    }
+}
+
+/* Prefills sequence handles seqs[0 .. n_seqs) from their length to `to` positions with random
+ * tokens, then takes the greedy next token from the last row; adds the time to *res. */
+static int prefill_to(bench *b, int n_seqs, int64_t to, int chunk, prefill_result *res, const char *what) {
+    int32_t *tok = malloc((size_t)chunk * sizeof *tok);
+    if (!tok) { snprintf(b->err.msg, sizeof b->err.msg, "out of memory"); return 1; }
+    int rc = 0;
+    for (int s = 0; s < n_seqs && !rc; s++) {
+        int64_t n = dsv4_seq_length(b->eng, b->seqs[s]);
+        const int64_t from = n;
+        const double t0 = now_s();
+        while (n < to && !rc) {
+            const int c = (int)(to - n < chunk ? to - n : chunk);
+            for (int i = 0; i < c; i++) tok[i] = (int32_t)(next_rand(b) % (uint64_t)b->V);
+            const int last = n + c == to;
+            dsv4_span sp = {b->seqs[s], n, c, tok, last, NULL, 0, NULL};
+            rc = dsv4_forward(b->eng, &sp, 1, b->hidden, NULL, &b->err);
+            if (!rc && last) rc = dsv4_lm_head(b->eng, b->hidden, 1, b->logits, &b->err);
+            if (!rc && last) argmax_rows(b->logits, 1, b->V, &b->next[s]);
+            n += c;
+            progress(b, "bench: %s: sequence %d/%d, %lld/%lld tokens", what, s + 1, n_seqs,
+                     (long long)(n - from), (long long)(to - from));
+        }
+        res->seconds += now_s() - t0;
+        res->tokens = to - from;
+        res->start = from;
+        res->flops += dsv4_forward_flops(b->cfg, from, to - from) + (to > from ? dsv4_head_flops(b->cfg, 1) : 0);
+        res->seqs++;
+    }
+    progress_done(b);
+    free(tok);
+    return rc;
+}
+
+/* One greedy decode step of sequences seqs[0 .. n). */
+static int decode_step(bench *b, int n, dsv4_span *spans) {
+    for (int i = 0; i < n; i++) {
+        const int s = b->seqs[i];
+        spans[i] = (dsv4_span){s, dsv4_seq_length(b->eng, s), 1, &b->next[i], 1, NULL, 0, NULL};
+    }
+    int rc = dsv4_forward(b->eng, spans, n, b->hidden, NULL, &b->err);
+    if (!rc) rc = dsv4_lm_head(b->eng, b->hidden, n, b->logits, &b->err);
+    if (!rc) argmax_rows(b->logits, n, b->V, b->next);
+    return rc;
+}
+
+/* Decode of sequences [0, n) for `gen` steps, `reps` times; the first repetition also
+ * captures the routing. */
+static int decode_measure(bench *b, int n, int gen, int reps, int threads, decode_result *res) {
+    memset(res, 0, sizeof *res);
+    res->batch = n;
+    res->steps = gen;
+    const dsv4_config *c = b->cfg;
+    const int L = c->num_hidden_layers, E = c->n_routed_experts, K = c->num_experts_per_tok;
+    double len = 0;
+    for (int i = 0; i < n; i++) len += (double)dsv4_seq_length(b->eng, b->seqs[i]);
+    res->context = (int64_t)(len / n + 0.5);
+    for (int i = 0; i < n; i++) res->cache_bytes_per_step += dsv4_decode_cache_bytes(c, dsv4_seq_length(b->eng, b->seqs[i]));
+
+    /* the census: at most 256 MiB of streams */
+    census cs = {0};
+    cs.rows = n;
+    cs.n_layers = L;
+    cs.width = c->hc_mult * c->hidden_size;
+    const size_t per_step = (size_t)L * n * cs.width * sizeof(float);
+    cs.max_steps = (int)(((size_t)256 << 20) / per_step);
+    if (cs.max_steps > gen) cs.max_steps = gen;
+    if (cs.max_steps < 1) cs.max_steps = 1;
+    cs.row_of_seq = b->row_of_seq;
+    cs.streams = malloc((size_t)cs.max_steps * per_step);
+    cs.tokens = malloc((size_t)cs.max_steps * n * sizeof(int32_t));
+    dsv4_span *spans = malloc((size_t)n * sizeof *spans);
+    double times[64] = {0};
+    int rc = 0, n_times = 0;
+    if (!cs.streams || !cs.tokens || !spans) {
+        snprintf(b->err.msg, sizeof b->err.msg, "decode: out of memory");
+        rc = 1;
+        goto out;
+    }
+    for (int i = 0; i < n; i++) b->row_of_seq[b->seqs[i]] = i;
+    dsv4_engine_set_trace(b->eng, on_trace, &cs);
+    /* one untimed step: the first touch of this batch size's scratch */
+    if ((rc = decode_step(b, n, spans))) goto out;
+    double best_cpu = 0;
+    for (int r = 0; r < reps && !rc; r++) {
+        const double t0 = now_s(), c0 = cpu_s();
+        for (int s = 0; s < gen && !rc; s++) {
+            cs.active = r == 0 && cs.steps < cs.max_steps;
+            if (cs.active) memcpy(cs.tokens + (size_t)cs.steps * n, b->next, (size_t)n * sizeof(int32_t));
+            rc = decode_step(b, n, spans);
+            if (cs.active) cs.steps++;
+            if (b->tty && (s % 4 == 3 || s == gen - 1))
+                progress(b, "bench: decode batch %d, context %lld: rep %d/%d, step %d/%d", n,
+                         (long long)res->context, r + 1, reps, s + 1, gen);
+        }
+        const double dt = now_s() - t0, dc = cpu_s() - c0;
+        if (rc) break;
+        if (!n_times || dt < res->seconds) {
+            res->seconds = dt;
+            best_cpu = dc / (dt * threads);
+        }
+        /* insertion into the sorted list of times, for the median */
+        int j = n_times++;
+        for (; j > 0 && times[j - 1] > dt; j--) times[j] = times[j - 1];
+        times[j] = dt;
+    }
+    cs.active = 0;
+    dsv4_engine_set_trace(b->eng, NULL, NULL);
+    progress_done(b);
+    if (rc) goto out;
+    res->median_seconds = n_times % 2 ? times[n_times / 2] : 0.5 * (times[n_times / 2 - 1] + times[n_times / 2]);
+    res->cpu_util = best_cpu;
+
+    /* routing of the captured steps -> bytes */
+    {
+        uint8_t *used = malloc((size_t)L * E);
+        int *sel = malloc((size_t)n * K * sizeof(int));
+        if (!used || !sel) {
+            free(used); free(sel);
+            snprintf(b->err.msg, sizeof b->err.msg, "census: out of memory");
+            rc = 1;
+            goto out;
+        }
+        double bytes = 0, distinct = 0;
+        for (int s = 0; s < cs.steps && !rc; s++) {
+            memset(used, 0, (size_t)L * E);
+            for (int l = 0; l < L && !rc; l++) {
+                const float *st = cs.streams + ((size_t)s * L + l) * n * cs.width;
+                rc = dsv4_route_from_streams(b->eng, l, st, cs.tokens + (size_t)s * n, n, sel, &b->err);
+                for (int i = 0; !rc && i < n * K; i++) used[(size_t)l * E + sel[i]] = 1;
+            }
+            for (size_t i = 0; i < (size_t)L * E; i++) distinct += used[i];
+            bytes += dsv4_step_weights_bytes(&b->w, c, n, used);
+        }
+        free(used);
+        free(sel);
+        if (rc) goto out;
+        res->census_steps = cs.steps;
+        res->bytes_per_step = bytes / cs.steps;
+        res->experts_per_layer = distinct / ((double)cs.steps * L);
+        res->bytes_expected = dsv4_step_weights_expected(&b->w, c, n);
+        res->experts_expected = dsv4_expected_distinct_experts(E, K, n);
+    }
+out:
+    dsv4_engine_set_trace(b->eng, NULL, NULL);
+    free(cs.streams);
+    free(cs.tokens);
+    free(spans);
+    return rc;
+}
+
+/* ---- output ---------------------------------------------------------------------------- */
+
+static cJSON *decode_json(const decode_result *d, double bw_gbs) {
+    cJSON *o = cJSON_CreateObject();
+    const double tps = d->batch * d->steps / d->seconds;
+    const double steps_s = d->steps / d->seconds;
+    cJSON_AddNumberToObject(o, "batch", d->batch);
+    cJSON_AddNumberToObject(o, "context", (double)d->context);
+    cJSON_AddNumberToObject(o, "steps", d->steps);
+    cJSON_AddNumberToObject(o, "decode_tokens_per_s", tps);
+    cJSON_AddNumberToObject(o, "decode_tokens_per_s_median", d->batch * d->steps / d->median_seconds);
+    cJSON_AddNumberToObject(o, "decode_ms_per_step", 1e3 * d->seconds / d->steps);
+    cJSON_AddNumberToObject(o, "decode_bytes_per_step", d->bytes_per_step);
+    cJSON_AddNumberToObject(o, "decode_bytes_per_token", d->bytes_per_step / d->batch);
+    cJSON_AddNumberToObject(o, "decode_bytes_per_step_expected", d->bytes_expected);
+    cJSON_AddNumberToObject(o, "decode_experts_per_layer", d->experts_per_layer);
+    cJSON_AddNumberToObject(o, "decode_experts_per_layer_expected", d->experts_expected);
+    cJSON_AddNumberToObject(o, "decode_routing_steps_counted", d->census_steps);
+    cJSON_AddNumberToObject(o, "decode_weight_gbs", d->bytes_per_step * steps_s / 1e9);
+    cJSON_AddNumberToObject(o, "decode_roofline_tokens_per_s", d->batch * bw_gbs * 1e9 / d->bytes_per_step);
+    cJSON_AddNumberToObject(o, "decode_roofline_ratio", d->bytes_per_step * steps_s / (bw_gbs * 1e9));
+    cJSON_AddNumberToObject(o, "decode_cache_bytes_per_step", d->cache_bytes_per_step);
+    cJSON_AddNumberToObject(o, "decode_roofline_ratio_with_cache",
+                            (d->bytes_per_step + d->cache_bytes_per_step) * steps_s / (bw_gbs * 1e9));
+    cJSON_AddNumberToObject(o, "decode_cpu_utilization", d->cpu_util);
+    return o;
+}
+
+static void print_decode(const decode_result *d, double bw_gbs) {
+    const double steps_s = d->steps / d->seconds;
+    printf("decode  batch %2d ctx %6lld: %8.1f tokens/s (%6.2f ms/step, median %.1f tokens/s), "
+           "%.1f MB weights/step (%.1f experts/layer), %.1f GB/s = %.0f%% of roofline, "
+           "cache %.1f MB/step, cpu %.0f%%\n",
+           d->batch, (long long)d->context, d->batch * steps_s, 1e3 / steps_s,
+           d->batch * d->steps / d->median_seconds, d->bytes_per_step / 1e6, d->experts_per_layer,
+           d->bytes_per_step * steps_s / 1e9, 100 * d->bytes_per_step * steps_s / (bw_gbs * 1e9),
+           d->cache_bytes_per_step / 1e6, 100 * d->cpu_util);
+}
+
+/* ---- the command ----------------------------------------------------------------------- */
+
+int cmd_bench(int argc, char **argv) {
+    const char *dir = NULL;
+    long long prompt_len = 512, gen = 32, batch = 1, threads = 0, chunk = 0, reps = 2, probe_mb = 512, seed = 1;
+    long long batches[MAX_LIST], contexts[MAX_LIST];
+    int n_batches = 0, n_contexts = 0, json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        if (!strcmp(a, "--json")) { json = 1; continue; }
+        struct { const char *name; long long *dst, lo, hi; } ints[] = {
+            {"--prompt-len", &prompt_len, 1, 1 << 24}, {"--gen", &gen, 1, 1 << 20},
+            {"--batch", &batch, 1, 1024}, {"--threads", &threads, 0, 4096},
+            {"--chunk", &chunk, 1, 1 << 20}, {"--reps", &reps, 1, 64},
+            {"--probe-mb", &probe_mb, 1, 1 << 16}, {"--seed", &seed, 0, INT64_MAX},
+        };
+        int done = 0;
+        for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !done; k++) {
+            if (strcmp(a, ints[k].name)) continue;
+            done = 1;
+            if (!v || cli_parse_int(v, ints[k].lo, ints[k].hi, ints[k].dst)) {
+                fprintf(stderr, "dsv4 bench: %s needs an integer in [%lld, %lld], got '%s'\n", a,
+                        ints[k].lo, ints[k].hi, v ? v : "");
+                return 2;
+            }
+            i++;
+        }
+        if (done) continue;
+        if (!strcmp(a, "--model") && v) { dir = v; i++; continue; }
+        if (!strcmp(a, "--batches") && v) {
+            if (parse_list(v, 1, 1024, batches, &n_batches)) {
+                fprintf(stderr, "dsv4 bench: --batches needs up to %d sizes in [1, 1024], got '%s'\n", MAX_LIST, v);
+                return 2;
+            }
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--contexts") && v) {
+            if (parse_list(v, 1, 1 << 24, contexts, &n_contexts)) {
+                fprintf(stderr, "dsv4 bench: --contexts needs up to %d lengths in [1, 2^24], got '%s'\n", MAX_LIST, v);
+                return 2;
+            }
+            i++;
+            continue;
+        }
+        fprintf(stderr, "dsv4 bench: unknown option or missing value '%s'\n", a);
+        usage(stderr);
+        return 2;
+    }
+    if (!dir) {
+        fprintf(stderr, "dsv4 bench: --model DIR is required\n");
+        usage(stderr);
+        return 2;
+    }
+    /* batch list: sorted, --batch included, duplicates dropped */
+    int have = 0;
+    for (int i = 0; i < n_batches; i++) have |= batches[i] == batch;
+    if (!have) {
+        if (n_batches == MAX_LIST) {
+            fprintf(stderr, "dsv4 bench: too many batch sizes\n");
+            return 2;
+        }
+        batches[n_batches++] = batch;
+    }
+    qsort(batches, (size_t)n_batches, sizeof batches[0], cmp_ll);
+    int nb = 0;
+    for (int i = 0; i < n_batches; i++)
+        if (!nb || batches[i] != batches[nb - 1]) batches[nb++] = batches[i];
+    n_batches = nb;
+    qsort(contexts, (size_t)n_contexts, sizeof contexts[0], cmp_ll);
+    const int max_batch = (int)batches[n_batches - 1];
+
+    /* the longest a sequence gets: prompt or last context, plus every decode step */
+    const long long steps_total = (gen * reps + 1) * (n_batches + n_contexts);
+    long long longest = prompt_len;
+    if (n_contexts && contexts[n_contexts - 1] > longest) longest = contexts[n_contexts - 1];
+    const long long max_context = longest + steps_total + 1;
+    if (!chunk) chunk = longest < 2048 ? longest : 2048;
+    if (chunk > max_context) chunk = max_context;
+
+    bench b = {0};
+    b.json = json;
+    b.tty = isatty(2);
+    b.rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)seed * 0xbf58476d1ce4e5b9ull);
+    if (!b.rng) b.rng = 1;
+    int status = 1;
+    const double load_start = loadavg();
+    progress(&b, "bench: loading %s", dir);
+    if (dsv4_model_open(dir, &b.model, &b.err)) {
+        progress_done(&b);
+        fprintf(stderr, "dsv4 bench: %s\n", b.err.msg);
+        return 1;
+    }
+    b.cfg = &b.model->cfg;
+    b.V = b.cfg->vocab_size;
+    b.D = b.cfg->hidden_size;
+    dsv4_engine_opts eo = {0};
+    eo.max_context = max_context;
+    eo.max_seqs = max_batch;
+    eo.c_max = (int)chunk;
+    eo.threads = (int)threads;
+    if (dsv4_engine_create(b.model, &eo, &b.eng, &b.err) || dsv4_step_weights_init(b.eng, &b.w, &b.err)) {
+        progress_done(&b);
+        fprintf(stderr, "dsv4 bench: %s\n", b.err.msg);
+        goto out;
+    }
+    const int T = dsv4_kctx_threads(b.eng->k);
+    b.seqs = calloc((size_t)max_batch, sizeof *b.seqs);
+    b.row_of_seq = calloc((size_t)max_batch, sizeof *b.row_of_seq);
+    b.next = calloc((size_t)max_batch, sizeof *b.next);
+    const int max_rows = (int)(chunk > max_batch ? chunk : max_batch);
+    b.hidden = malloc((size_t)max_rows * b.D * sizeof(float));
+    b.logits = malloc((size_t)max_batch * b.V * sizeof(float));
+    decode_result *dec = calloc((size_t)(n_batches + n_contexts), sizeof *dec);
+    prefill_result *ctx_pf = calloc((size_t)(n_contexts ? n_contexts : 1), sizeof *ctx_pf);
+    if (!b.seqs || !b.row_of_seq || !b.next || !b.hidden || !b.logits || !dec || !ctx_pf) {
+        fprintf(stderr, "dsv4 bench: out of memory\n");
+        free(dec);
+        free(ctx_pf);
+        goto out;
+    }
+
+    /* 1. probes, on the engine's threads */
+    dsv4_probe_result bw0, bw1, fma;
+    progress(&b, "bench: probing memory bandwidth and FMA peak");
+    if (dsv4_probe_bandwidth(b.eng->k, (size_t)probe_mb << 20, 0, &bw0, &b.err) ||
+        dsv4_probe_fma(b.eng->k, 0, 0, &fma, &b.err)) {
+        progress_done(&b);
+        fprintf(stderr, "dsv4 bench: %s\n", b.err.msg);
+        goto out_free;
+    }
+    progress_done(&b);
+
+    /* 2. prefill: sequence 0, `reps` times from scratch, best kept; then the others once */
+    prefill_result pf = {0};
+    int rc = 0;
+    for (int r = 0; r < reps && !rc; r++) {
+        if (r > 0 && (rc = dsv4_seq_free(b.eng, b.seqs[0], &b.err))) break;
+        if ((rc = dsv4_seq_create(b.eng, &b.seqs[0], &b.err))) break;
+        prefill_result one = {0};
+        rc = prefill_to(&b, 1, prompt_len, (int)chunk, &one, "prefill");
+        if (!rc && (r == 0 || one.seconds < pf.seconds)) pf = one;
+    }
+    for (int s = 1; s < max_batch && !rc; s++) rc = dsv4_seq_create(b.eng, &b.seqs[s], &b.err);
+    if (!rc && max_batch > 1) {
+        prefill_result rest = {0};
+        /* prefill_to walks seqs[0..n); sequence 0 is already at prompt_len */
+        rc = prefill_to(&b, max_batch, prompt_len, (int)chunk, &rest, "prefill of the batch");
+    }
+    /* 3. decode at each batch size */
+    for (int i = 0; i < n_batches && !rc; i++)
+        rc = decode_measure(&b, (int)batches[i], (int)gen, (int)reps, T, &dec[i]);
+    /* 4. longer contexts */
+    for (int i = 0; i < n_contexts && !rc; i++) {
+        int64_t len = dsv4_seq_length(b.eng, b.seqs[0]);
+        if (contexts[i] > len) {
+            char what[64];
+            snprintf(what, sizeof what, "extend to %lld", contexts[i]);
+            rc = prefill_to(&b, (int)batch, contexts[i], (int)chunk, &ctx_pf[i], what);
+        }
+        if (!rc) rc = decode_measure(&b, (int)batch, (int)gen, (int)reps, T, &dec[n_batches + i]);
+    }
+    if (rc) {
+        progress_done(&b);
+        fprintf(stderr, "dsv4 bench: %s\n", b.err.msg);
+        goto out_free;
+    }
+    progress(&b, "bench: probing memory bandwidth again");
+    if (dsv4_probe_bandwidth(b.eng->k, (size_t)probe_mb << 20, 0, &bw1, &b.err)) {
+        progress_done(&b);
+        fprintf(stderr, "dsv4 bench: %s\n", b.err.msg);
+        goto out_free;
+    }
+    progress_done(&b);
+    const double load_end = loadavg();
+
+    /* figures */
+    const double bw = bw0.best > bw1.best ? bw0.best : bw1.best;
+    const decode_result *top = NULL;
+    for (int i = 0; i < n_batches; i++)
+        if (batches[i] == batch) top = &dec[i];
+    const double pf_tps = pf.tokens / pf.seconds, pf_gflops = pf.flops / pf.seconds / 1e9;
+    const double dec_tps = top->batch * top->steps / top->seconds;
+    const double dec_ratio = top->bytes_per_step * (top->steps / top->seconds) / (bw * 1e9);
+    double all_w = (double)b.w.global + (double)b.V * b.w.embed_row;
+    for (int l = 0; l < b.w.n_layers; l++) {
+        all_w += (double)b.w.layer_fixed[l];
+        for (int x = 0; x < b.w.n_experts; x++) all_w += (double)b.w.expert[(size_t)l * b.w.n_experts + x];
+    }
+    char cpu[256];
+    cpu_model(cpu, sizeof cpu);
+    const long l3 = l3_bytes();
+
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "model", dir);
+        cJSON *m = cJSON_AddObjectToObject(o, "machine");
+        cJSON_AddStringToObject(m, "cpu", cpu);
+        cJSON_AddNumberToObject(m, "online_cores", (double)sysconf(_SC_NPROCESSORS_ONLN));
+        cJSON_AddNumberToObject(m, "l3_bytes", (double)l3);
+        cJSON_AddNumberToObject(m, "loadavg_start", load_start);
+        cJSON_AddNumberToObject(m, "loadavg_end", load_end);
+        cJSON_AddNumberToObject(o, "threads", T);
+        cJSON_AddStringToObject(o, "simd", dsv4_simd_name(dsv4_kctx_simd(b.eng->k)));
+        cJSON_AddNumberToObject(o, "prompt_len", (double)prompt_len);
+        cJSON_AddNumberToObject(o, "gen", (double)gen);
+        cJSON_AddNumberToObject(o, "batch", (double)batch);
+        cJSON_AddNumberToObject(o, "reps", (double)reps);
+        cJSON_AddNumberToObject(o, "chunk", (double)chunk);
+        cJSON_AddNumberToObject(o, "model_weight_bytes", all_w);
+        cJSON_AddNumberToObject(o, "measured_bandwidth_gbs", bw);
+        cJSON_AddNumberToObject(o, "bandwidth_gbs_start", bw0.best);
+        cJSON_AddNumberToObject(o, "bandwidth_gbs_end", bw1.best);
+        cJSON_AddNumberToObject(o, "bandwidth_gbs_median", bw0.median);
+        cJSON_AddNumberToObject(o, "measured_peak_gflops", fma.best);
+        cJSON_AddNumberToObject(o, "peak_gflops_median", fma.median);
+        cJSON_AddStringToObject(o, "peak_simd", dsv4_simd_name(fma.simd));
+        cJSON_AddNumberToObject(o, "prefill_tokens", (double)pf.tokens);
+        cJSON_AddNumberToObject(o, "prefill_seconds", pf.seconds);
+        cJSON_AddNumberToObject(o, "prefill_tokens_per_s", pf_tps);
+        cJSON_AddNumberToObject(o, "prefill_flops", pf.flops);
+        cJSON_AddNumberToObject(o, "prefill_gflops", pf_gflops);
+        cJSON_AddNumberToObject(o, "prefill_roofline_ratio", pf_gflops / fma.best);
+        cJSON_AddNumberToObject(o, "decode_tokens_per_s", dec_tps);
+        cJSON_AddNumberToObject(o, "decode_ms_per_step", 1e3 * top->seconds / top->steps);
+        cJSON_AddNumberToObject(o, "decode_bytes_per_step", top->bytes_per_step);
+        cJSON_AddNumberToObject(o, "decode_bytes_per_token", top->bytes_per_step / top->batch);
+        cJSON_AddStringToObject(o, "decode_bytes_source", "routing of the timed steps (trace census)");
+        cJSON_AddNumberToObject(o, "decode_roofline_tokens_per_s", top->batch * bw * 1e9 / top->bytes_per_step);
+        cJSON_AddNumberToObject(o, "decode_roofline_ratio", dec_ratio);
+        cJSON *arr = cJSON_AddArrayToObject(o, "batches");
+        for (int i = 0; i < n_batches; i++) cJSON_AddItemToArray(arr, decode_json(&dec[i], bw));
+        arr = cJSON_AddArrayToObject(o, "contexts");
+        for (int i = 0; i < n_contexts; i++) {
+            cJSON *d = decode_json(&dec[n_batches + i], bw);
+            if (ctx_pf[i].seconds > 0) {
+                cJSON_AddNumberToObject(d, "prefill_from", (double)ctx_pf[i].start);
+                cJSON_AddNumberToObject(d, "prefill_tokens", (double)ctx_pf[i].tokens * ctx_pf[i].seqs);
+                cJSON_AddNumberToObject(d, "prefill_tokens_per_s", ctx_pf[i].tokens * ctx_pf[i].seqs / ctx_pf[i].seconds);
+                cJSON_AddNumberToObject(d, "prefill_gflops", ctx_pf[i].flops / ctx_pf[i].seconds / 1e9);
+            }
+            cJSON_AddItemToArray(arr, d);
+        }
+        char *s = cJSON_Print(o);
+        printf("%s\n", s);
+        free(s);
+        cJSON_Delete(o);
+    } else {
+        printf("machine: %s, %ld cores online, L3 %.0f MiB, load %.2f -> %.2f; %d threads, %s\n", cpu,
+               sysconf(_SC_NPROCESSORS_ONLN), l3 / 1048576.0, load_start, load_end, T,
+               dsv4_simd_name(dsv4_kctx_simd(b.eng->k)));
+        printf("model:   %s, %.1f MB of weights as run\n", dir, all_w / 1e6);
+        printf("probes:  bandwidth %.1f GB/s (start %.1f, end %.1f), FMA peak %.1f GFLOP/s (%s)\n", bw,
+               bw0.best, bw1.best, fma.best, dsv4_simd_name(fma.simd));
+        printf("prefill: %lld tokens in %.3f s: %.1f tokens/s, %.1f GFLOP/s useful = %.0f%% of FMA peak\n",
+               (long long)pf.tokens, pf.seconds, pf_tps, pf_gflops, 100 * pf_gflops / fma.best);
+        for (int i = 0; i < n_batches; i++) print_decode(&dec[i], bw);
+        for (int i = 0; i < n_contexts; i++) {
+            if (ctx_pf[i].seconds > 0)
+                printf("prefill %lld -> %lld: %.1f tokens/s, %.1f GFLOP/s\n", (long long)ctx_pf[i].start,
+                       (long long)(ctx_pf[i].start + ctx_pf[i].tokens),
+                       ctx_pf[i].tokens * ctx_pf[i].seqs / ctx_pf[i].seconds, ctx_pf[i].flops / ctx_pf[i].seconds / 1e9);
+            print_decode(&dec[n_batches + i], bw);
+        }
+        printf("roofline: decode %.0f%% of bandwidth (%.1f MB/token), prefill %.0f%% of FMA peak\n",
+               100 * dec_ratio, top->bytes_per_step / top->batch / 1e6, 100 * pf_gflops / fma.best);
+    }
+    status = 0;
+out_free:
+    free(dec);
+    free(ctx_pf);
+out:
+    dsv4_step_weights_free(&b.w);
+    free(b.seqs);
+    free(b.row_of_seq);
+    free(b.next);
+    free(b.hidden);
+    free(b.logits);
+    dsv4_engine_free(b.eng);
+    dsv4_model_close(b.model);
+    return status;
+}
