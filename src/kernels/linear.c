@@ -2,6 +2,7 @@
 #include "kernels/linear.h"
 
 #include "kernels/codec.h"
+#include "kernels/w8a8.h"
 
 static float scale_at(const dsv4_mat *w, int64_t idx) {
     if (w->scale_is_f32) return ((const float *)w->scale)[idx];
@@ -43,6 +44,12 @@ void dsv4_mat_row(const dsv4_mat *w, int64_t o, float *out) {
         }
         break;
     }
+    case DSV4_WF_I8: {
+        const int8_t *p = (const int8_t *)w->w + o * n;
+        const float s = ((const float *)w->scale)[o];
+        for (int64_t i = 0; i < n; i++) out[i] = (float)p[i] * s;
+        break;
+    }
     default:
         for (int64_t i = 0; i < n; i++) out[i] = 0.0f;
     }
@@ -50,6 +57,10 @@ void dsv4_mat_row(const dsv4_mat *w, int64_t o, float *out) {
 
 void dsv4_linear_ref(const dsv4_mat *w, const float *x, int n_rows, float *y, float *scratch) {
     const int64_t in = w->cols, out = w->rows;
+    if (w->fmt == DSV4_WF_I8) { /* an INT8 matrix means W8A8 products (spec/serving.md §f) */
+        dsv4_w8a8_linear_ref(w, x, n_rows, y, (int8_t *)scratch);
+        return;
+    }
     for (int64_t o = 0; o < out; o++) {
         dsv4_mat_row(w, o, scratch);
         for (int s = 0; s < n_rows; s++) {
@@ -75,6 +86,7 @@ int64_t dsv4_mat_bytes(const dsv4_mat *w) {
         int64_t s = r * (c / 32);
         return r * c / 2 + s * (w->scale_is_f32 ? 4 : 1);
     }
+    case DSV4_WF_I8: return r * c + r * 4;
     default: return 0;
     }
 }
@@ -100,6 +112,10 @@ int dsv4_mat_rows(const dsv4_mat *w, int64_t r0, int64_t n, dsv4_mat *view) {
         view->scale = (const uint8_t *)w->scale + r0 * scols * (w->scale_is_f32 ? 4 : 1);
         return 0;
     }
+    case DSV4_WF_I8:
+        view->w = (const int8_t *)w->w + r0 * c;
+        view->scale = (const float *)w->scale + r0;
+        return 0;
     default: return -1;
     }
 }

@@ -17,13 +17,16 @@ typedef enum {
     DSV4_WF_BF16,
     DSV4_WF_FP8,      /* e4m3 + 128x128 block scales */
     DSV4_WF_FP4,      /* packed e2m1 + per-32 scales */
+    DSV4_WF_I8,       /* P2 W8A8: int8 [out, in] + F32 per-output scales (kernels/w8a8.h);
+                       * products run on INT8 activations quantized per row */
 } dsv4_wfmt;
 
 typedef struct dsv4_mat {
     dsv4_wfmt fmt;
     int64_t rows, cols;     /* logical [out, in] */
     const void *w;          /* row-major storage (FP4: cols/2 bytes per row) */
-    const void *scale;      /* FP8: [ceil(rows/128), ceil(cols/128)]; FP4: [rows, cols/32] */
+    const void *scale;      /* FP8: [ceil(rows/128), ceil(cols/128)]; FP4: [rows, cols/32];
+                             * I8: F32 [rows] */
     int scale_is_f32;       /* scales stored F32 instead of ue8m0 bytes */
 } dsv4_mat;
 
@@ -31,7 +34,8 @@ typedef struct dsv4_mat {
 void dsv4_mat_row(const dsv4_mat *w, int64_t o, float *out);
 
 /* Reference linear: y[s, o] = sum_i x[s, i] * W[o, i] for s < n_rows, FP32 accumulation in
- * ascending i. x: [n_rows, cols], y: [n_rows, rows]. scratch: cols floats. */
+ * ascending i. x: [n_rows, cols], y: [n_rows, rows]. scratch: cols floats.
+ * DSV4_WF_I8 runs the P2 formula instead (dsv4_w8a8_linear_ref). */
 void dsv4_linear_ref(const dsv4_mat *w, const float *x, int n_rows, float *y, float *scratch);
 
 /* Bytes of the weight storage (including scales). */

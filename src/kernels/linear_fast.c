@@ -11,6 +11,7 @@
 #include "kernels/codec.h"
 #include "kernels/cpu.h"
 #include "kernels/kctx.h"
+#include "kernels/w8a8.h"
 
 /* Below this many multiply-adds a call runs on the caller's thread: waking the pool
  * costs more than the work. */
@@ -149,6 +150,10 @@ static void gemm_task(void *arg, int t, int tid) {
 void dsv4_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, float *y) {
     const int64_t rows = w->rows, n = w->cols;
     if (n_rows <= 0 || rows <= 0) return;
+    if (w->fmt == DSV4_WF_I8) { /* P2 W8A8: INT8 activations too (kernels/w8a8.h) */
+        dsv4_w8a8_linear(k, w, x, n_rows, y);
+        return;
+    }
     const int known = w->fmt == DSV4_WF_F32 || w->fmt == DSV4_WF_F16 || w->fmt == DSV4_WF_BF16 ||
                       w->fmt == DSV4_WF_FP8 || w->fmt == DSV4_WF_FP4;
     if (n <= 0 || !known) { /* empty sum, or an absent matrix: zeros, as the reference */
