@@ -2,6 +2,7 @@
  * dsv4_linear itself lives in linear_fast.c. */
 #include "kernels/kctx.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -50,8 +51,16 @@ int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err 
     int cpu = dsv4_cpu_simd(), build = dsv4_build_simd();
     k->simd_max = cpu < build ? cpu : build;
     k->simd = k->simd_max;
+    /* DSV4_SIMD caps the level: 0/scalar, 1/avx2 (unknown values are ignored) */
     const char *env = getenv("DSV4_SIMD");
-    if (env && (strcmp(env, "0") == 0 || strcmp(env, "scalar") == 0)) k->simd = DSV4_SIMD_SCALAR;
+    if (env) {
+        for (int l = DSV4_SIMD_SCALAR; l <= DSV4_SIMD_AVX2; l++) {
+            char num[4];
+            snprintf(num, sizeof num, "%d", l);
+            if (strcmp(env, num) == 0 || strcmp(env, dsv4_simd_name((dsv4_simd)l)) == 0)
+                k->simd = l < k->simd_max ? l : k->simd_max;
+        }
+    }
     int rc = dsv4_pool_create(n_threads, &k->pool, err);
     if (rc) {
         free(k->tables);
