@@ -5,8 +5,9 @@
  * Measured in the same run, one JSON line each:
  *   probe "stream": read-only streaming sum over 512 MB (all threads) -> GB/s roofline;
  *   probe "fma": 12 independent FMA chains per thread, in registers -> GFLOP/s peak;
- *   "gemv": n_rows = 1 (decode) per format on a matrix of >= 128 MB (4x the L3), GB/s of
- *           weight bytes (with scales) and the fraction of the stream roofline;
+ *   "gemv": n_rows = 1 (decode) and 2 (decode + MTP draft) per format on a matrix of
+ *           >= 128 MB (4x the L3), GB/s of weight bytes (with scales) and the fraction of
+ *           the stream roofline;
  *   "gemv_experts": 16 distinct FP4 2048x4096 matrices in turn (a decode step's routed
  *           experts: per-call overhead included);
  *   "gemm": 512 rows x 4096x4096 per format, GFLOP/s and the fraction of the FMA peak.
@@ -251,32 +252,35 @@ int main(int argc, char **argv) {
             int64_t rows = gemv_shape[f][0], cols = gemv_shape[f][1];
             if (quick) rows /= 2;
             dsv4_mat m = make_mat(f, rows, cols);
-            float *x = malloc(sizeof(float) * cols), *y = malloc(sizeof(float) * rows);
-            for (int64_t i = 0; i < cols; i++) x[i] = (float)((int64_t)(rnd() % 2001) - 1000) * 1e-3f;
-            /* rounds of (stream probe, GEMV) back to back: on a shared machine both see the
-             * same conditions; report the best of each and the median per-round ratio */
-            const int nr = level == DSV4_SIMD_SCALAR ? 2 : reps + 1;
-            const double bytes = (double)dsv4_mat_bytes(&m);
-            double best_t = 1e9, best_s = 1e9, ratios[64];
-            int n_ratio = 0;
-            for (int r = 0; r < nr; r++) {
-                const double ts = stream_once(k, &sj);
-                double t0 = now_s();
-                dsv4_linear(k, &m, x, 1, y);
-                double dt = now_s() - t0;
-                if (r == 0) continue; /* warm-up */
-                if (dt < best_t) best_t = dt;
-                if (ts < best_s) best_s = ts;
-                if (n_ratio < 64) ratios[n_ratio++] = (bytes / dt) / ((double)sbytes / ts);
+            /* n_rows 1 (decode) and 2 (decode with an MTP draft to verify) */
+            float *x = malloc(sizeof(float) * 2 * cols), *y = malloc(sizeof(float) * 2 * rows);
+            for (int64_t i = 0; i < 2 * cols; i++) x[i] = (float)((int64_t)(rnd() % 2001) - 1000) * 1e-3f;
+            for (int nx = 1; nx <= 2; nx++) {
+                /* rounds of (stream probe, GEMV) back to back: on a shared machine both see
+                 * the same conditions; report the best of each and the median round ratio */
+                const int nr = level == DSV4_SIMD_SCALAR ? 2 : reps + 1;
+                const double bytes = (double)dsv4_mat_bytes(&m);
+                double best_t = 1e9, best_s = 1e9, ratios[64];
+                int n_ratio = 0;
+                for (int r = 0; r < nr; r++) {
+                    const double ts = stream_once(k, &sj);
+                    double t0 = now_s();
+                    dsv4_linear(k, &m, x, nx, y);
+                    double dt = now_s() - t0;
+                    if (r == 0) continue; /* warm-up */
+                    if (dt < best_t) best_t = dt;
+                    if (ts < best_s) best_s = ts;
+                    if (n_ratio < 64) ratios[n_ratio++] = (bytes / dt) / ((double)sbytes / ts);
+                }
+                qsort(ratios, (size_t)n_ratio, sizeof(double), cmp_double);
+                const double gbps = bytes / best_t / 1e9, sbw = (double)sbytes / best_s / 1e9;
+                printf("{\"bench\":\"gemv\",\"simd\":\"%s\",\"fmt\":\"%s\",\"n_rows\":%d,\"rows\":%lld,"
+                       "\"cols\":%lld,\"threads\":%d,\"ms\":%.3f,\"gbps\":%.2f,\"gelem_s\":%.2f,"
+                       "\"stream_gbps\":%.2f,\"of_stream\":%.3f,\"of_stream_median\":%.3f}\n",
+                       dsv4_simd_name(level), fmt_name(f), nx, (long long)rows, (long long)cols, threads,
+                       best_t * 1e3, gbps, (double)rows * cols / best_t / 1e9, sbw, gbps / sbw, ratios[n_ratio / 2]);
+                fflush(stdout);
             }
-            qsort(ratios, (size_t)n_ratio, sizeof(double), cmp_double);
-            const double gbps = bytes / best_t / 1e9, sbw = (double)sbytes / best_s / 1e9;
-            printf("{\"bench\":\"gemv\",\"simd\":\"%s\",\"fmt\":\"%s\",\"rows\":%lld,\"cols\":%lld,\"threads\":%d,"
-                   "\"ms\":%.3f,\"gbps\":%.2f,\"gelem_s\":%.2f,\"stream_gbps\":%.2f,\"of_stream\":%.3f,"
-                   "\"of_stream_median\":%.3f}\n",
-                   dsv4_simd_name(level), fmt_name(f), (long long)rows, (long long)cols, threads, best_t * 1e3, gbps,
-                   (double)rows * cols / best_t / 1e9, sbw, gbps / sbw, ratios[n_ratio / 2]);
-            fflush(stdout);
             free(x);
             free(y);
             free_mat(&m);

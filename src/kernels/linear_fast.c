@@ -2,7 +2,8 @@
  *
  * See linear_fast.h for the arithmetic contract. The portable level is the GEMM tiling
  * written in plain C (it also serves n_rows == 1); the AVX2 level adds an in-register
- * GEMV for decode, where the weight stream is the whole cost.
+ * GEMV for up to LIN_GEMV_ROWS activation rows (decode, MTP verification), where the
+ * weight stream is the whole cost.
  */
 #include "kernels/linear_fast.h"
 

@@ -1,7 +1,8 @@
 /* linear_fast.h — internal: the tiled, threaded kernels behind dsv4_linear.
  *
  * Arithmetic contract (what makes results reproducible). For every output y[s, o]:
- *   - each weight is dequantized exactly as dsv4_mat_row does it (same float value);
+ *   - each weight is dequantized exactly as dsv4_mat_row does it (same float value; the
+ *     one exception: the AVX2 level decodes the FP8 NaN codes 0x7F/0xFF as +-480 * scale);
  *   - products are summed in 8 lanes, lane l taking columns i = 8c + l in ascending chunk c,
  *     the last chunk zero-padded; then the lanes are added in a fixed tree
  *     ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)).
