@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/cp.h"
 #include "dist/ep.h"
 #include "engine/engine.h"
 #include "hc/hc.h"
@@ -162,6 +163,9 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
     }
     if ((want_h && !hidden) || (want_s && !streams))
         return dsv4_fail(err, DSV4_ERR_ARG, "forward: output buffer missing");
+
+    /* a long prompt over a CP group: every rank runs its segments (dist/cp.h) */
+    if (dsv4_cp_eligible(e, spans, n_spans)) return dsv4_forward_cp(e, spans, n_spans, hidden, streams, err);
 
     if (e->idle) {
         /* non-home rank: the home rank (rank 0) computes these spans and keeps their caches */

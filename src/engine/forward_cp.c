@@ -1,0 +1,672 @@
+/* forward_cp.c — context-parallel prefill of one prompt over the ranks of the process
+ * group (spec/serving.md §c; partition and exchange ranges in dist/cp.h).
+ *
+ * Every rank runs its two segments (one early, one late) through all main layers as two
+ * spans of one local batch. Per layer, all ranks make the same collectives in the same
+ * order:
+ *
+ *   project      local: q, kv, indexer qI/wI, compressor projections of the local rows
+ *   bcast        s0 > 0: the home rank's state at s0 for this layer (window rows
+ *                [s0-win+1, s0), ring rows of the §7 state, entries and keys < s0/r)
+ *   exchange A   all-gather of each segment's window tail and compressor state (cp.h)
+ *   pool         local: every window closing in a local segment -> its entry / key
+ *   exchange B   in-place all-gather of the new entries and keys: afterwards every rank
+ *                holds all entries w < (s0+n)/r of the layer
+ *   attend       local: indexer top-k over all visible keys with the full index_topk,
+ *                sparse attention, output projection
+ *   home store   rank 0 writes what a single-rank prefill would have left in its cache:
+ *                window rows of the last win-1 positions, all new entries and keys, and
+ *                the ring rows of the final compressor state
+ *   MoE          dsv4_engine_moe on the local rows (expert-parallel when EP is on: every
+ *                rank calls it once per layer)
+ *
+ * Each value is computed by the same kernel from the same inputs as in a single-rank
+ * prefill, and every candidate list is gathered in the same order, so results are
+ * bitwise equal to it. History reads go through a dsv4_attn_src over the exchange
+ * buffers; other ranks never touch their own cache pages, so they drop nothing at the
+ * end. The MTP block is not part of this call: dsv4_mtp_forward runs its rows on the
+ * home rank, where the streams are.
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/cp.h"
+#include "dist/dist.h"
+#include "engine/engine.h"
+#include "hc/hc.h"
+#include "kernels/ops.h"
+#include "util/err.h"
+
+static int64_t granule_of(const dsv4_engine *e) {
+    return e->opts.cp_granule > 0 ? e->opts.cp_granule : dsv4_cp_default_granule(e->cfg);
+}
+
+int dsv4_cp_eligible(const dsv4_engine *e, const dsv4_span *spans, int n_spans) {
+#ifdef DSV4_HAVE_MPI
+    const dsv4_dist *d = e->group; /* set when opts.parallel spans more than one rank */
+    if (!d || !(e->opts.parallel & DSV4_PAR_CP) || n_spans != 1 || !spans) return 0;
+    const int64_t G = granule_of(e), s0 = spans[0].start, n = spans[0].n_tokens;
+    const int64_t q = (s0 + n + G - 1) / G - s0 / G;
+    return q >= 2 * (int64_t)d->size;
+#else
+    (void)e; (void)spans; (void)n_spans;
+    return 0;
+#endif
+}
+
+#ifndef DSV4_HAVE_MPI
+
+int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
+                    float *streams, dsv4_err *err) {
+    (void)e; (void)spans; (void)n_spans; (void)hidden; (void)streams;
+    return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "context parallelism needs an MPI build");
+}
+
+#else
+
+/* Exchange A layout of one segment for the current layer's kind. */
+typedef struct cp_lay {
+    int64_t tail_lo;              /* window rows [tail_lo, end) */
+    int64_t st_lo[2], st_open[2]; /* state rows [st_lo, end): [0] main, [1] indexer compressor;
+                                   * carry rows (first halves) below st_open */
+    int64_t off;                  /* float offset of the segment's block in a_recv */
+    int64_t off_st[2];            /* float offset of each state block in a_recv */
+    int64_t floats;               /* size of the block */
+} cp_lay;
+
+typedef struct cp_call {
+    dsv4_engine *e;
+    const dsv4_config *c;
+    MPI_Comm comm;
+    int rank, cp, seq;
+    int64_t s0, end;
+    dsv4_cp_plan plan;
+    /* local rows: this rank's segments in position order, as the spans of one batch */
+    int R;
+    dsv4_batch_span bs[2];
+    int64_t *pos;                 /* (R) */
+    int32_t *tok;                 /* (R) */
+    dsv4_batch batch;
+    /* exchange A of the current layer */
+    int ratio;                    /* compress ratio of the current layer */
+    cp_lay *lay;                  /* (n_seg) */
+    float *a_send, *a_recv;       /* sized for the largest layer kind */
+    int *counts, *displs;         /* (cp) */
+    /* the home rank's state at s0 for the current layer */
+    float *bc;                    /* window rows, main ring rows, indexer ring rows */
+    int64_t bc_win_lo, bc_st_lo[2], bc_off_st[2], bc_floats;
+    /* every entry w < end/r (hd) and indexer key w < end/4 (dI) of the current layer */
+    float *cmp, *idx;
+    MPI_Datatype t_hd, t_dI, t_D;
+    /* block scratch */
+    float *x, *y, *post, *comb, *hin;
+} cp_call;
+
+static int mpi_fail(dsv4_err *err, int mrc, const char *what, int layer) {
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(mrc, s, &len);
+    return dsv4_fail(err, DSV4_ERR_IO, "CP prefill: %s (layer %d) failed: %s", what, layer, s);
+}
+
+/* Compressor ix of a layer of ratio r: present?, its ratio, overlap and entry width. */
+static int cmp_of(const dsv4_config *c, int r, int ix, int *rr, int *coff, int *d) {
+    if (ix == 0 && r == 0) return 0;
+    if (ix == 1 && r != 4) return 0;
+    *rr = ix ? 4 : r;
+    *coff = dsv4_cfg_coff(*rr);
+    *d = ix ? c->index_head_dim : c->head_dim;
+    return 1;
+}
+
+/* Lays out exchange A for layers of ratio r: per-segment ranges and offsets, per-rank
+ * counts and displacements. Returns the floats every rank receives, -1 if a count does
+ * not fit an int. */
+static int64_t lay_make(cp_call *cx, int r) {
+    const dsv4_config *c = cx->c;
+    const dsv4_cp_plan *p = &cx->plan;
+    cx->ratio = r;
+    for (int i = 0; i < p->n_seg; i++) {
+        const dsv4_cp_seg *s = &p->seg[i];
+        cp_lay *L = &cx->lay[i];
+        const int last = i == p->n_seg - 1; /* the home rank's own: nobody needs it */
+        L->tail_lo = last ? s->end : dsv4_cp_tail_lo(s, c->sliding_window);
+        L->floats = (s->end - L->tail_lo) * c->head_dim;
+        for (int ix = 0; ix < 2; ix++) {
+            int rr, coff, d;
+            L->st_lo[ix] = L->st_open[ix] = s->end;
+            L->off_st[ix] = L->floats;
+            if (last || !cmp_of(c, r, ix, &rr, &coff, &d)) continue;
+            dsv4_cp_state_range(s, rr, coff, &L->st_lo[ix], &L->st_open[ix]);
+            L->floats += (L->st_open[ix] - L->st_lo[ix]) * 2 * d +
+                         (s->end - L->st_open[ix]) * 2 * coff * d;
+        }
+    }
+    int64_t total = 0;
+    for (int rho = 0; rho < cx->cp; rho++) {
+        const cp_lay *early = &cx->lay[rho], *late = &cx->lay[2 * cx->cp - 1 - rho];
+        const int64_t n = early->floats + late->floats;
+        if (n > INT_MAX || total > INT_MAX) return -1;
+        cx->counts[rho] = (int)n;
+        cx->displs[rho] = (int)total;
+        total += n;
+    }
+    for (int i = 0; i < p->n_seg; i++) {
+        cp_lay *L = &cx->lay[i];
+        const int rho = p->seg[i].owner;
+        L->off = cx->displs[rho] + (i < cx->cp ? 0 : cx->lay[rho].floats);
+        for (int ix = 0; ix < 2; ix++) L->off_st[ix] += L->off;
+    }
+    return total;
+}
+
+/* Broadcast layout of the home rank's state at s0 for layers of ratio r. */
+static void bc_make(cp_call *cx, int r) {
+    const dsv4_config *c = cx->c;
+    const int64_t s0 = cx->s0;
+    cx->bc_win_lo = s0 - c->sliding_window + 1 > 0 ? s0 - c->sliding_window + 1 : 0;
+    int64_t n = (s0 - cx->bc_win_lo) * c->head_dim;
+    for (int ix = 0; ix < 2; ix++) {
+        int rr, coff, d;
+        cx->bc_st_lo[ix] = s0;
+        cx->bc_off_st[ix] = n;
+        if (!cmp_of(c, r, ix, &rr, &coff, &d)) continue;
+        cx->bc_st_lo[ix] = dsv4_cp_state_lo(s0, rr, coff);
+        n += (s0 - cx->bc_st_lo[ix]) * 2 * coff * d;
+    }
+    cx->bc_floats = n;
+}
+
+/* ---- history source over the exchange buffers ------------------------------------------- */
+
+static const float *cp_win_row(void *u, const dsv4_batch_span *sp, int layer, int64_t pos) {
+    const cp_call *cx = u;
+    const int hd = cx->c->head_dim;
+    (void)sp; (void)layer;
+    if (pos < cx->s0) return cx->bc + (pos - cx->bc_win_lo) * hd;
+    const cp_lay *L = &cx->lay[dsv4_cp_seg_of(&cx->plan, pos)];
+    /* a query's window reaches back at most win-1 positions, so it lies in the tails of
+     * the segments before it (cp.h) */
+    return pos >= L->tail_lo ? cx->a_recv + L->off + (pos - L->tail_lo) * hd : NULL;
+}
+
+static void cp_ring_row(void *u, const dsv4_batch_span *sp, int layer, int ix, int64_t pos,
+                        const float **a, const float **b) {
+    const cp_call *cx = u;
+    int rr = 0, coff = 1, d = 0;
+    (void)sp; (void)layer;
+    cmp_of(cx->c, cx->ratio, ix, &rr, &coff, &d);
+    const int64_t W = (int64_t)coff * d;
+    if (pos < cx->s0) {
+        const float *row = cx->bc + cx->bc_off_st[ix] + (pos - cx->bc_st_lo[ix]) * 2 * W;
+        *a = row;
+        *b = row + W;
+        return;
+    }
+    const cp_lay *L = &cx->lay[dsv4_cp_seg_of(&cx->plan, pos)];
+    const float *base = cx->a_recv + L->off_st[ix];
+    if (pos < L->st_open[ix]) { /* carry row: first halves only, which is all anyone reads */
+        *a = base + (pos - L->st_lo[ix]) * 2 * d;
+        *b = *a + d;
+    } else {
+        *a = base + (L->st_open[ix] - L->st_lo[ix]) * 2 * d + (pos - L->st_open[ix]) * 2 * W;
+        *b = *a + W;
+    }
+}
+
+static float *cp_entry(void *u, const dsv4_batch_span *sp, int layer, int ix, int64_t w) {
+    const cp_call *cx = u;
+    (void)sp; (void)layer;
+    return ix ? cx->idx + w * cx->c->index_head_dim : cx->cmp + w * cx->c->head_dim;
+}
+
+/* ---- the exchanges ---------------------------------------------------------------------- */
+
+/* Home rank: its state at s0 for layer l into bc and the entry stores; then to everyone. */
+static int bcast_state(cp_call *cx, const dsv4_block_w *b, dsv4_err *err) {
+    const dsv4_config *c = cx->c;
+    const int l = b->layer_id, r = b->ratio, hd = c->head_dim, dI = c->index_head_dim;
+    dsv4_cache *cache = cx->e->cache;
+    bc_make(cx, r);
+    if (cx->rank == 0) {
+        for (int64_t p = cx->bc_win_lo; p < cx->s0; p++)
+            memcpy(cx->bc + (p - cx->bc_win_lo) * hd, dsv4_cache_win_row(cache, cx->seq, l, p),
+                   (size_t)hd * sizeof(float));
+        for (int ix = 0; ix < 2; ix++) {
+            int rr, coff, d;
+            if (!cmp_of(c, r, ix, &rr, &coff, &d)) continue;
+            const int64_t w2 = 2 * (int64_t)coff * d;
+            for (int64_t p = cx->bc_st_lo[ix]; p < cx->s0; p++)
+                memcpy(cx->bc + cx->bc_off_st[ix] + (p - cx->bc_st_lo[ix]) * w2,
+                       dsv4_cache_ring_row(cache, cx->seq, l, ix, p), (size_t)w2 * sizeof(float));
+        }
+        for (int64_t w = 0; r && w < cx->s0 / r; w++)
+            memcpy(cx->cmp + w * hd, dsv4_cache_cmp_row(cache, cx->seq, l, w), (size_t)hd * sizeof(float));
+        for (int64_t w = 0; r == 4 && w < cx->s0 / 4; w++)
+            memcpy(cx->idx + w * dI, dsv4_cache_idx_row(cache, cx->seq, l, w), (size_t)dI * sizeof(float));
+    }
+    int mrc = MPI_Bcast(cx->bc, (int)cx->bc_floats, MPI_FLOAT, 0, cx->comm);
+    if (mrc == MPI_SUCCESS && r && cx->s0 / r > 0)
+        mrc = MPI_Bcast(cx->cmp, (int)(cx->s0 / r), cx->t_hd, 0, cx->comm);
+    if (mrc == MPI_SUCCESS && r == 4 && cx->s0 / 4 > 0)
+        mrc = MPI_Bcast(cx->idx, (int)(cx->s0 / 4), cx->t_dI, 0, cx->comm);
+    return mrc == MPI_SUCCESS ? DSV4_OK : mpi_fail(err, mrc, "state broadcast", l);
+}
+
+/* Exchange A: window tails and compressor state of every segment (except the last). */
+static int exchange_a(cp_call *cx, const dsv4_block_w *b, const dsv4_attn_work *w, dsv4_err *err) {
+    const dsv4_config *c = cx->c;
+    const int hd = c->head_dim;
+    float *o = cx->a_send;
+    for (int k = 0; k < 2; k++) {
+        const dsv4_batch_span *sp = &cx->bs[k];
+        const int i = dsv4_cp_seg_of(&cx->plan, sp->start);
+        const cp_lay *L = &cx->lay[i];
+        const int64_t end = sp->start + sp->n;
+        for (int64_t p = L->tail_lo; p < end; p++, o += hd)
+            memcpy(o, w->kv + (size_t)(sp->row0 + (p - sp->start)) * hd, (size_t)hd * sizeof(float));
+        for (int ix = 0; ix < 2; ix++) {
+            int rr, coff, d;
+            if (!cmp_of(c, b->ratio, ix, &rr, &coff, &d)) continue;
+            const int64_t W = (int64_t)coff * d;
+            for (int64_t p = L->st_lo[ix]; p < end; p++) {
+                const size_t row = (size_t)(sp->row0 + (p - sp->start));
+                const int64_t n = p < L->st_open[ix] ? d : W; /* carry: first halves */
+                memcpy(o, w->pa[ix] + row * W, (size_t)n * sizeof(float));
+                memcpy(o + n, w->pb[ix] + row * W, (size_t)n * sizeof(float));
+                o += 2 * n;
+            }
+        }
+    }
+    int mrc = MPI_Allgatherv(cx->a_send, cx->counts[cx->rank], MPI_FLOAT, cx->a_recv, cx->counts,
+                             cx->displs, MPI_FLOAT, cx->comm);
+    return mrc == MPI_SUCCESS ? DSV4_OK : mpi_fail(err, mrc, "exchange A", b->layer_id);
+}
+
+/* Exchange B: the entries (and keys) each segment pooled, gathered in place into the
+ * stores at their index w; one all-gather for the early segments, one for the late. */
+static int exchange_b(cp_call *cx, const dsv4_block_w *b, dsv4_err *err) {
+    const int r = b->ratio;
+    for (int ix = 0; ix < 2; ix++) {
+        int rr, coff, d;
+        if (!cmp_of(cx->c, r, ix, &rr, &coff, &d)) continue;
+        float *store = ix ? cx->idx : cx->cmp;
+        for (int late = 0; late < 2; late++) {
+            for (int rho = 0; rho < cx->cp; rho++) {
+                const dsv4_cp_seg *s = &cx->plan.seg[late ? 2 * cx->cp - 1 - rho : rho];
+                cx->counts[rho] = (int)(s->end / rr - s->start / rr);
+                cx->displs[rho] = (int)(s->start / rr);
+            }
+            int mrc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, store, cx->counts,
+                                     cx->displs, ix ? cx->t_dI : cx->t_hd, cx->comm);
+            if (mrc != MPI_SUCCESS) return mpi_fail(err, mrc, "exchange B", b->layer_id);
+        }
+    }
+    return DSV4_OK;
+}
+
+/* Home rank: what a single-rank prefill leaves in the cache for this layer. */
+static void home_store(cp_call *cx, const dsv4_block_w *b, const dsv4_attn_work *w) {
+    const dsv4_config *c = cx->c;
+    const int l = b->layer_id, r = b->ratio, hd = c->head_dim, dI = c->index_head_dim;
+    dsv4_cache *cache = cx->e->cache;
+    const dsv4_batch_span *last = &cx->bs[1];  /* the last segment is the home rank's */
+    const int64_t a_last = last->start, end = cx->end;
+    /* window rows of the last win-1 positions: own last segment, earlier ones' tails */
+    for (int64_t p = end - c->sliding_window + 1 > cx->s0 ? end - c->sliding_window + 1 : cx->s0;
+         p < end; p++) {
+        const float *row = p >= a_last ? w->kv + (size_t)(last->row0 + (p - a_last)) * hd
+                                       : cp_win_row(cx, NULL, l, p);
+        memcpy(dsv4_cache_win_row(cache, cx->seq, l, p), row, (size_t)hd * sizeof(float));
+    }
+    /* every entry and key this call pooled */
+    for (int64_t e = r ? cx->s0 / r : 0; r && e < end / r; e++)
+        memcpy(dsv4_cache_cmp_row(cache, cx->seq, l, e), cx->cmp + e * hd, (size_t)hd * sizeof(float));
+    for (int64_t e = cx->s0 / 4; r == 4 && e < end / 4; e++)
+        memcpy(dsv4_cache_idx_row(cache, cx->seq, l, e), cx->idx + e * dI, (size_t)dI * sizeof(float));
+    /* rings: the rows a single-rank prefill writes, [max(s0, end-L), end), as far as they
+     * are live state (model.md §7); the rest of those slots is never read */
+    const int Lr = r ? dsv4_cache_get_plan(cache)->ring_len[l] : 0;
+    for (int ix = 0; ix < 2; ix++) {
+        int rr, coff, d;
+        if (!cmp_of(c, r, ix, &rr, &coff, &d)) continue;
+        const int64_t W = (int64_t)coff * d;
+        for (int64_t p = end - Lr > cx->s0 ? end - Lr : cx->s0; p < end; p++) {
+            float *ring = dsv4_cache_ring_row(cache, cx->seq, l, ix, p);
+            if (p >= a_last) {
+                const size_t row = (size_t)(last->row0 + (p - a_last));
+                memcpy(ring, w->pa[ix] + row * W, (size_t)W * sizeof(float));
+                memcpy(ring + W, w->pb[ix] + row * W, (size_t)W * sizeof(float));
+                continue;
+            }
+            const cp_lay *L = &cx->lay[dsv4_cp_seg_of(&cx->plan, p)];
+            if (p < L->st_lo[ix]) continue; /* not live at end */
+            const float *ra, *rb;
+            cp_ring_row(cx, NULL, l, ix, p, &ra, &rb);
+            const int64_t n = p < L->st_open[ix] ? d : W;
+            memcpy(ring, ra, (size_t)n * sizeof(float));
+            memcpy(ring + W, rb, (size_t)n * sizeof(float));
+        }
+    }
+}
+
+/* ---- one block over the local rows ------------------------------------------------------ */
+
+/* Before a collective: every rank learns whether any rank failed (MPI_MAX of the codes),
+ * so that all of them stop at the same point instead of one waiting in an exchange. */
+static int agree(cp_call *cx, int rc, int layer, dsv4_err *err) {
+    int worst = rc;
+    int mrc = MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, cx->comm);
+    if (mrc != MPI_SUCCESS) return rc ? rc : mpi_fail(err, mrc, "agreement", layer);
+    if (worst && !rc)
+        return dsv4_fail(err, worst, "CP prefill: another rank failed (%s) at layer %d",
+                         dsv4_strerror(worst), layer);
+    return rc;
+}
+
+static int cp_attention(cp_call *cx, const dsv4_block_w *b, const float *x, float *y, dsv4_err *err) {
+    dsv4_engine *e = cx->e;
+    const int l = b->layer_id;
+    const dsv4_attn_ctx actx = {cx->c, e->k, e->cache, &e->rope_main, &e->rope_cmp, NULL};
+    const dsv4_attn_src src = {cp_win_row, cp_ring_row, cp_entry, cx};
+    dsv4_attn_work w = {0};
+    int rc = dsv4_attn_project(&actx, b, &cx->batch, x, &w, err);
+    if (!rc && lay_make(cx, b->ratio) < 0)
+        rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "CP prefill: exchange A of layer %d exceeds "
+                       "INT_MAX floats", l);
+    rc = agree(cx, rc, l, err);
+    if (!rc && cx->s0 > 0) rc = bcast_state(cx, b, err);
+    if (!rc) rc = exchange_a(cx, b, &w, err);
+    if (!rc) rc = agree(cx, dsv4_attn_pool(&actx, b, &cx->batch, &w, &src, err), l, err);
+    if (!rc) rc = exchange_b(cx, b, err);
+    /* the MoE that follows is a collective too (under EP) */
+    if (!rc) rc = agree(cx, dsv4_attn_attend(&actx, b, &cx->batch, &w, &src, y, err), l, err);
+    if (!rc && cx->rank == 0) home_store(cx, b, &w);
+    dsv4_attn_work_free(&w);
+    return rc;
+}
+
+/* Debug trace: the streams of every row, gathered to the home rank in position order. */
+static int cp_trace(cp_call *cx, int layer, int kind, const float *h, float *all, dsv4_err *err) {
+    dsv4_engine *e = cx->e;
+    const int hc = cx->c->hc_mult;
+    for (int rho = 0; rho < cx->cp; rho++) {
+        const dsv4_cp_seg *a = &cx->plan.seg[rho], *b = &cx->plan.seg[2 * cx->cp - 1 - rho];
+        cx->counts[rho] = (int)((a->end - a->start + b->end - b->start) * hc);
+        cx->displs[rho] = rho ? cx->displs[rho - 1] + cx->counts[rho - 1] : 0;
+    }
+    int mrc = MPI_Gatherv(h, cx->R * hc, cx->t_D, all, cx->counts, cx->displs, cx->t_D, 0, cx->comm);
+    if (mrc != MPI_SUCCESS) return mpi_fail(err, mrc, "trace gather", layer);
+    if (cx->rank != 0) return DSV4_OK;
+    for (int i = 0; i < cx->plan.n_seg; i++) {
+        const dsv4_cp_seg *s = &cx->plan.seg[i];
+        const int rho = s->owner, early = i < cx->cp;
+        int64_t at = cx->displs[rho] / hc;
+        if (!early) at += cx->plan.seg[rho].end - cx->plan.seg[rho].start;
+        for (int64_t p = s->start; p < s->end; p++, at++)
+            e->trace(e->trace_user, cx->seq, p, layer, kind, all + at * hc * cx->c->hidden_size);
+    }
+    return DSV4_OK;
+}
+
+static int cp_block(cp_call *cx, const dsv4_block_w *b, float *h, float *trace_buf, dsv4_err *err) {
+    const dsv4_config *c = cx->c;
+    const int R = cx->R, D = c->hidden_size, hc = c->hc_mult;
+    const float eps = (float)c->rms_norm_eps;
+    for (int sub = 0; sub < 2; sub++) {
+        const float *fn = sub ? b->hc_ffn_fn : b->hc_attn_fn;
+        const float *base = sub ? b->hc_ffn_base : b->hc_attn_base;
+        const float *scale = sub ? b->hc_ffn_scale : b->hc_attn_scale;
+        const float *norm = sub ? b->ffn_norm : b->attn_norm;
+        for (int i = 0; i < R; i++) {
+            float *xi = cx->x + (size_t)i * D;
+            dsv4_hc_pre(c, h + (size_t)i * hc * D, fn, base, scale, xi, cx->post + (size_t)i * hc,
+                        cx->comb + (size_t)i * hc * hc);
+            dsv4_rmsnorm(xi, norm, D, eps, xi);
+        }
+        int rc = sub ? dsv4_engine_moe(cx->e, b, &cx->batch, cx->x, cx->y, err)
+                     : cp_attention(cx, b, cx->x, cx->y, err);
+        if (rc) return rc;
+        for (int i = 0; i < R; i++) {
+            float *hi = h + (size_t)i * hc * D;
+            memcpy(cx->hin, hi, (size_t)hc * D * sizeof(float));
+            dsv4_hc_post(c, cx->y + (size_t)i * D, cx->hin, cx->post + (size_t)i * hc,
+                         cx->comb + (size_t)i * hc * hc, hi);
+        }
+        if (cx->e->trace && (rc = cp_trace(cx, b->layer_id, sub, h, trace_buf, err))) return rc;
+    }
+    return DSV4_OK;
+}
+
+/* ---- outputs ---------------------------------------------------------------------------- */
+
+static int wanted_row(const int *rows, int n_wanted, int n_tokens, int j) {
+    return rows ? rows[j] : n_tokens - n_wanted + j;
+}
+
+/* Local row of prompt row j on this rank, or -1. */
+static int local_row(const cp_call *cx, int j) {
+    const int64_t p = cx->s0 + j;
+    for (int k = 0; k < 2; k++)
+        if (p >= cx->bs[k].start && p < cx->bs[k].start + cx->bs[k].n)
+            return cx->bs[k].row0 + (int)(p - cx->bs[k].start);
+    return -1;
+}
+
+/* Hidden rows (D) then stream rows (hc x D) of the requested rows, each computed by the
+ * rank that owns it and gathered in request order on the home rank. */
+static int cp_outputs(cp_call *cx, const dsv4_span *sp, const float *h, float *hidden,
+                      float *streams, dsv4_err *err) {
+    const dsv4_config *c = cx->c;
+    const int D = c->hidden_size, hc = c->hc_mult, cp = cx->cp;
+    int rc = DSV4_OK;
+    int *n_h = calloc((size_t)cp, sizeof(int)), *n_s = calloc((size_t)cp, sizeof(int));
+    int *take_h = calloc((size_t)cp, sizeof(int)), *take_s = calloc((size_t)cp, sizeof(int));
+    if (!n_h || !n_s || !take_h || !take_s) {
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP outputs: out of memory");
+        goto done;
+    }
+    const int64_t s0 = cx->s0;
+    for (int j = 0; j < sp->n_hidden; j++)
+        n_h[cx->plan.seg[dsv4_cp_seg_of(&cx->plan, s0 + wanted_row(sp->hidden_rows, sp->n_hidden, sp->n_tokens, j))].owner]++;
+    for (int j = 0; j < sp->n_streams; j++)
+        n_s[cx->plan.seg[dsv4_cp_seg_of(&cx->plan, s0 + wanted_row(sp->stream_rows, sp->n_streams, sp->n_tokens, j))].owner]++;
+    int64_t total = 0;
+    for (int rho = 0; rho < cp; rho++) {
+        const int64_t n = n_h[rho] + (int64_t)n_s[rho] * hc; /* rows of D floats */
+        if (n > INT_MAX || total > INT_MAX) {
+            rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "CP outputs: too many rows to gather");
+            goto done;
+        }
+        cx->counts[rho] = (int)n;
+        cx->displs[rho] = (int)total;
+        total += n;
+    }
+    float *mine = malloc(((size_t)cx->counts[cx->rank] + 1) * D * sizeof(float));
+    float *all = cx->rank == 0 ? malloc(((size_t)total + 1) * D * sizeof(float)) : NULL;
+    float *yh = malloc((size_t)D * sizeof(float));
+    if (!mine || !yh || (cx->rank == 0 && !all)) {
+        free(mine); free(all); free(yh);
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP outputs: out of memory");
+        goto done;
+    }
+    /* own rows in request order: hidden = RMSNorm(hc_head(h); norm) (§5.13), streams as is */
+    float *o = mine;
+    for (int j = 0; j < sp->n_hidden; j++) {
+        const int i = local_row(cx, wanted_row(sp->hidden_rows, sp->n_hidden, sp->n_tokens, j));
+        if (i < 0) continue;
+        const dsv4_model *m = cx->e->model;
+        dsv4_hc_head(c, h + (size_t)i * hc * D, m->hc_head_fn, m->hc_head_base, m->hc_head_scale, yh);
+        dsv4_rmsnorm(yh, m->norm, D, (float)c->rms_norm_eps, o);
+        o += D;
+    }
+    for (int j = 0; j < sp->n_streams; j++) {
+        const int i = local_row(cx, wanted_row(sp->stream_rows, sp->n_streams, sp->n_tokens, j));
+        if (i < 0) continue;
+        memcpy(o, h + (size_t)i * hc * D, (size_t)hc * D * sizeof(float));
+        o += (size_t)hc * D;
+    }
+    int mrc = MPI_Gatherv(mine, cx->counts[cx->rank], cx->t_D, all, cx->counts, cx->displs,
+                          cx->t_D, 0, cx->comm);
+    if (mrc != MPI_SUCCESS) rc = mpi_fail(err, mrc, "output gather", -1);
+    if (!rc && cx->rank == 0) {
+        /* rank rho's part: its hidden rows, then its stream rows, each in request order */
+        for (int j = 0; j < sp->n_hidden; j++) {
+            const int rho = cx->plan.seg[dsv4_cp_seg_of(&cx->plan, s0 + wanted_row(sp->hidden_rows, sp->n_hidden, sp->n_tokens, j))].owner;
+            memcpy(hidden + (size_t)j * D, all + ((size_t)cx->displs[rho] + take_h[rho]++) * D,
+                   (size_t)D * sizeof(float));
+        }
+        for (int j = 0; j < sp->n_streams; j++) {
+            const int rho = cx->plan.seg[dsv4_cp_seg_of(&cx->plan, s0 + wanted_row(sp->stream_rows, sp->n_streams, sp->n_tokens, j))].owner;
+            const size_t at = (size_t)cx->displs[rho] + n_h[rho] + (size_t)take_s[rho]++ * hc;
+            memcpy(streams + (size_t)j * hc * D, all + at * D, (size_t)hc * D * sizeof(float));
+        }
+    }
+    free(mine); free(all); free(yh);
+done:
+    free(n_h); free(n_s); free(take_h); free(take_s);
+    return rc;
+}
+
+/* ---- the call --------------------------------------------------------------------------- */
+
+int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
+                    float *streams, dsv4_err *err) {
+    const dsv4_config *c = e->cfg;
+    const dsv4_span *sp = &spans[0];
+    const int D = c->hidden_size, hc = c->hc_mult, hd = c->head_dim, dI = c->index_head_dim;
+    if (n_spans != 1) return dsv4_fail(err, DSV4_ERR_ARG, "CP prefill takes one span, got %d", n_spans);
+    cp_call cxs = {0}, *cx = &cxs;
+    cx->e = e;
+    cx->c = c;
+    cx->comm = e->group->comm;
+    cx->rank = e->group->rank;
+    cx->cp = e->group->size;
+    cx->seq = sp->seq;
+    cx->s0 = sp->start;
+    cx->end = sp->start + sp->n_tokens;
+    cx->t_hd = cx->t_dI = cx->t_D = MPI_DATATYPE_NULL;
+    float *h = NULL, *trace_buf = NULL;
+
+    /* 1. every rank plans and allocates; the home rank reserves the sequence's pages;
+     *    then all agree before the first exchange, so a refusal leaves no rank waiting */
+    int rc = dsv4_cp_plan_make(cx->cp, cx->s0, sp->n_tokens, granule_of(e), &cx->plan, err);
+    if (!rc && !cx->plan.split)
+        rc = dsv4_fail(err, DSV4_ERR_ARG, "CP prefill: %lld granules cannot fill %d segments",
+                       (long long)cx->plan.q, 2 * cx->cp);
+    int64_t max_a = 0, max_bc = 0, n_cmp = 0, n_idx = 0;
+    if (!rc) {
+        const dsv4_cp_seg *early = &cx->plan.seg[cx->rank];
+        const dsv4_cp_seg *late = &cx->plan.seg[2 * cx->cp - 1 - cx->rank];
+        cx->bs[0] = (dsv4_batch_span){sp->seq, early->start, (int)(early->end - early->start), 0};
+        cx->bs[1] = (dsv4_batch_span){sp->seq, late->start, (int)(late->end - late->start), cx->bs[0].n};
+        cx->R = cx->bs[0].n + cx->bs[1].n;
+        cx->lay = calloc((size_t)cx->plan.n_seg, sizeof *cx->lay);
+        cx->counts = calloc((size_t)cx->cp, sizeof(int));
+        cx->displs = calloc((size_t)cx->cp, sizeof(int));
+        if (!cx->lay || !cx->counts || !cx->displs)
+            rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP prefill: out of memory");
+    }
+    if (!rc) {
+        /* buffer sizes: the largest layer kind of the model */
+        int64_t max_send = 0;
+        for (int l = 0; l < c->num_hidden_layers && !rc; l++) {
+            const int r = c->compress_ratios[l];
+            const int64_t a = lay_make(cx, r);
+            if (a < 0) {
+                rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "CP prefill: exchange A exceeds INT_MAX floats");
+                break;
+            }
+            if (a > max_a) max_a = a;
+            if (cx->counts[cx->rank] > max_send) max_send = cx->counts[cx->rank];
+            if (cx->s0 > 0) {
+                bc_make(cx, r);
+                if (cx->bc_floats > max_bc) max_bc = cx->bc_floats;
+            }
+            if (r && cx->end / r > n_cmp) n_cmp = cx->end / r;
+            if (r == 4) n_idx = cx->end / 4;
+        }
+        if (!rc) {
+            cx->pos = malloc((size_t)cx->R * sizeof *cx->pos);
+            cx->tok = malloc((size_t)cx->R * sizeof *cx->tok);
+            cx->a_send = malloc((size_t)(max_send + 1) * sizeof(float));
+            cx->a_recv = malloc((size_t)(max_a + 1) * sizeof(float));
+            cx->bc = malloc((size_t)(max_bc + 1) * sizeof(float));
+            cx->cmp = malloc((size_t)(n_cmp * hd + 1) * sizeof(float));
+            cx->idx = malloc((size_t)(n_idx * dI + 1) * sizeof(float));
+            cx->x = malloc((size_t)cx->R * D * sizeof(float));
+            cx->y = malloc((size_t)cx->R * D * sizeof(float));
+            cx->post = malloc((size_t)cx->R * hc * sizeof(float));
+            cx->comb = malloc((size_t)cx->R * hc * hc * sizeof(float));
+            cx->hin = malloc((size_t)hc * D * sizeof(float));
+            h = malloc((size_t)cx->R * hc * D * sizeof(float));      /* (R, hc, D) streams */
+            if (e->trace && cx->rank == 0)
+                trace_buf = malloc((size_t)sp->n_tokens * hc * D * sizeof(float));
+            if (!cx->pos || !cx->tok || !cx->a_send || !cx->a_recv || !cx->bc || !cx->cmp ||
+                !cx->idx || !cx->x || !cx->y || !cx->post || !cx->comb || !cx->hin || !h ||
+                (e->trace && cx->rank == 0 && !trace_buf))
+                rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP prefill buffers: out of memory");
+        }
+    }
+    if (!rc && cx->rank == 0) {
+        const int64_t start = sp->start;
+        const int count = sp->n_tokens;
+        rc = dsv4_cache_reserve(e->cache, 1, &sp->seq, &start, &count, 1, err);
+    }
+    {
+        int worst = rc;
+        int mrc = MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, cx->comm);
+        if (mrc != MPI_SUCCESS) rc = rc ? rc : mpi_fail(err, mrc, "agreement", -1);
+        else if (worst && !rc)
+            rc = dsv4_fail(err, worst, "CP prefill: another rank refused the call (%s)",
+                           dsv4_strerror(worst));
+    }
+    if (rc) goto done;
+    MPI_Type_contiguous(hd, MPI_FLOAT, &cx->t_hd);
+    MPI_Type_contiguous(dI > 0 ? dI : 1, MPI_FLOAT, &cx->t_dI);
+    MPI_Type_contiguous(D, MPI_FLOAT, &cx->t_D);
+    MPI_Type_commit(&cx->t_hd);
+    MPI_Type_commit(&cx->t_dI);
+    MPI_Type_commit(&cx->t_D);
+
+    /* 2. local rows: positions, tokens, h = expand(embed[token]) (§5.1) */
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < cx->bs[k].n; j++) {
+            const int i = cx->bs[k].row0 + j;
+            cx->pos[i] = cx->bs[k].start + j;
+            cx->tok[i] = sp->tokens[cx->bs[k].start + j - cx->s0];
+            float *hi = h + (size_t)i * hc * D;
+            dsv4_mat_row(&e->model->embed, cx->tok[i], hi);
+            for (int s = 1; s < hc; s++) memcpy(hi + (size_t)s * D, hi, (size_t)D * sizeof(float));
+        }
+    cx->batch = (dsv4_batch){cx->R, 2, cx->bs, cx->pos, cx->tok};
+
+    /* 3. the main layers */
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        if ((rc = cp_block(cx, &e->blocks[l], h, trace_buf, err))) {
+            e->seqs[sp->seq].broken = 1;
+            goto done;
+        }
+
+    /* 4. outputs on the home rank; every rank commits (the others hold no pages) */
+    if ((rc = cp_outputs(cx, sp, h, hidden, streams, err))) {
+        e->seqs[sp->seq].broken = 1;
+        goto done;
+    }
+    e->seqs[sp->seq].n += sp->n_tokens;
+    dsv4_engine_trim(e, sp->seq);
+
+done:
+    if (cx->t_hd != MPI_DATATYPE_NULL) MPI_Type_free(&cx->t_hd);
+    if (cx->t_dI != MPI_DATATYPE_NULL) MPI_Type_free(&cx->t_dI);
+    if (cx->t_D != MPI_DATATYPE_NULL) MPI_Type_free(&cx->t_D);
+    dsv4_cp_plan_free(&cx->plan);
+    free(cx->lay); free(cx->counts); free(cx->displs); free(cx->pos); free(cx->tok);
+    free(cx->a_send); free(cx->a_recv); free(cx->bc); free(cx->cmp); free(cx->idx);
+    free(cx->x); free(cx->y); free(cx->post); free(cx->comb); free(cx->hin);
+    free(h); free(trace_buf);
+    return rc;
+}
+
+#endif
