@@ -617,6 +617,21 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "reps", (double)reps);
         cJSON_AddNumberToObject(o, "chunk", (double)chunk);
         cJSON_AddNumberToObject(o, "model_weight_bytes", all_w);
+        {
+            /* what a step's bytes are made of: per step, per row, per selected expert */
+            double fixed = 0, experts = 0;
+            for (int l = 0; l < b.w.n_layers; l++) {
+                fixed += (double)b.w.layer_fixed[l];
+                for (int x = 0; x < b.w.n_experts; x++) experts += (double)b.w.expert[(size_t)l * b.w.n_experts + x];
+            }
+            cJSON *wb = cJSON_AddObjectToObject(o, "step_weights");
+            cJSON_AddNumberToObject(wb, "head_norm_hc_head_bytes", (double)b.w.global);
+            cJSON_AddNumberToObject(wb, "layers_non_expert_bytes", fixed);
+            cJSON_AddNumberToObject(wb, "embed_row_bytes", (double)b.w.embed_row);
+            cJSON_AddNumberToObject(wb, "routed_expert_bytes_mean",
+                                    b.w.n_layers > 0 && b.w.n_experts > 0 ? experts / ((double)b.w.n_layers * b.w.n_experts) : 0);
+            cJSON_AddNumberToObject(wb, "routed_experts_all_layers_bytes", experts);
+        }
         cJSON_AddNumberToObject(o, "measured_bandwidth_gbs", bw);
         cJSON_AddNumberToObject(o, "bandwidth_gbs_start", bw0.best);
         cJSON_AddNumberToObject(o, "bandwidth_gbs_end", bw1.best);
