@@ -101,6 +101,10 @@ typedef struct dsv4_engine_opts {
                             * the largest call); larger calls run several waves */
     int cp_granule;        /* CP: granule G in positions (serving.md §c); 0 = the smallest
                             * multiple of every compress ratio that is >= window - 1 */
+    int w8a8;              /* P2 W8A8 fast path (serving.md §f): INT8 per-channel weight copies
+                            * made at create, INT8 per-token activations. 0 = off; 1 = wq_b,
+                            * wo_b, indexer wq_b, shared/routed experts, MTP e_proj/h_proj;
+                            * 2 = also wq_a, wkv, wo_a */
 } dsv4_engine_opts;
 
 int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_engine **out,

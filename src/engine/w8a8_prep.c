@@ -1,0 +1,143 @@
+/* w8a8_prep.c — the engine's INT8 copies for P2 W8A8 (spec/serving.md §f).
+ *
+ * e->blocks[l] are shallow copies of the model's blocks, so a converted matrix just
+ * replaces the dsv4_mat there; the routed experts are arrays shared with the model, so the
+ * engine gives each converted block its own w1/w2/w3 arrays. All of one block's storage
+ * (INT8 rows, scales, expert arrays) is one allocation on e->owned, so the prep adds one
+ * entry per block however many experts there are. Rows are quantized on the engine's
+ * threads (the real model's routed experts are most of its weights).
+ */
+#include "engine/w8a8_prep.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/ep.h"
+#include "kernels/w8a8.h"
+#include "util/err.h"
+
+typedef struct {
+    dsv4_mat *m;       /* in e->blocks[l] (or its expert arrays): replaced in place */
+    char name[96];     /* official tensor name, for messages */
+} conv_item;
+
+static int64_t round64(int64_t v) { return (v + 63) & ~(int64_t)63; }
+
+static int present(const dsv4_mat *m) { return m->fmt != DSV4_WF_NONE && m->w && m->rows > 0; }
+
+/* adds m to the list when present (items has room: the caller counted) */
+static void add(conv_item *items, int *n, dsv4_mat *m, const char *prefix, const char *name) {
+    if (!present(m)) return;
+    items[*n].m = m;
+    snprintf(items[*n].name, sizeof items[*n].name, "%s.%s", prefix, name);
+    (*n)++;
+}
+
+static int own(dsv4_engine *e, void *p) {
+    float **owned = realloc(e->owned, (size_t)(e->n_owned + 1) * sizeof(float *));
+    if (!owned) return -1;
+    e->owned = owned;
+    e->owned[e->n_owned++] = p;
+    return 0;
+}
+
+static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int e0, int e1, dsv4_err *err) {
+    const dsv4_config *c = e->cfg;
+    const int E = c->n_routed_experts, level = e->opts.w8a8;
+    const int is_mtp = b->layer_id >= c->num_hidden_layers;
+    char prefix[32];
+    if (is_mtp) snprintf(prefix, sizeof prefix, "mtp.%d", b->layer_id - c->num_hidden_layers);
+    else snprintf(prefix, sizeof prefix, "layers.%d", b->layer_id);
+
+    /* the block's expert arrays become the engine's own (filled below, before any pointer
+     * into them is taken) */
+    const int has_experts = b->w1 && b->w2 && b->w3 && E > 0;
+    const int64_t n_max = 12 + (has_experts ? 3 * (int64_t)(e1 - e0) : 0);
+    conv_item *items = malloc(sizeof *items * (size_t)n_max);
+    if (!items) return dsv4_fail(err, DSV4_ERR_NOMEM, "w8a8 %s: out of memory", prefix);
+    int n = 0;
+    add(items, &n, &b->wq_b, prefix, "attn.wq_b");
+    add(items, &n, &b->wo_b, prefix, "attn.wo_b");
+    add(items, &n, &b->idx_wq_b, prefix, "attn.indexer.wq_b");
+    add(items, &n, &b->sh_w1, prefix, "ffn.shared_experts.w1");
+    add(items, &n, &b->sh_w3, prefix, "ffn.shared_experts.w3");
+    add(items, &n, &b->sh_w2, prefix, "ffn.shared_experts.w2");
+    if (is_mtp) {
+        add(items, &n, &b->e_proj, prefix, "e_proj");
+        add(items, &n, &b->h_proj, prefix, "h_proj");
+    }
+    if (level >= 2) {
+        add(items, &n, &b->wq_a, prefix, "attn.wq_a");
+        add(items, &n, &b->wkv, prefix, "attn.wkv");
+        add(items, &n, &b->wo_a, prefix, "attn.wo_a");
+    }
+    const int n_fixed = n;
+
+    /* one allocation: expert arrays (3 x E mats), then each matrix's INT8 storage */
+    int64_t bytes = has_experts ? round64(3 * (int64_t)E * (int64_t)sizeof(dsv4_mat)) : 0;
+    for (int i = 0; i < n_fixed; i++) bytes += round64(dsv4_w8a8_storage_bytes(items[i].m->rows, items[i].m->cols));
+    if (has_experts)
+        for (int x = e0; x < e1; x++) {
+            bytes += round64(dsv4_w8a8_storage_bytes(b->w1[x].rows, b->w1[x].cols));
+            bytes += round64(dsv4_w8a8_storage_bytes(b->w3[x].rows, b->w3[x].cols));
+            bytes += round64(dsv4_w8a8_storage_bytes(b->w2[x].rows, b->w2[x].cols));
+        }
+    char *mem = bytes > 0 ? aligned_alloc(64, (size_t)bytes) : NULL;
+    if (bytes > 0 && (!mem || own(e, mem))) {
+        free(mem);
+        free(items);
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "w8a8 %s: out of memory for %lld bytes of INT8 weights",
+                         prefix, (long long)bytes);
+    }
+    int64_t at = 0;
+    if (has_experts) {
+        dsv4_mat *arr = (dsv4_mat *)mem; /* (3, E): w1, w3, w2 */
+        memcpy(arr, b->w1, sizeof(dsv4_mat) * (size_t)E);
+        memcpy(arr + E, b->w3, sizeof(dsv4_mat) * (size_t)E);
+        memcpy(arr + 2 * E, b->w2, sizeof(dsv4_mat) * (size_t)E);
+        b->w1 = arr;
+        b->w3 = arr + E;
+        b->w2 = arr + 2 * E;
+        at = round64(3 * (int64_t)E * (int64_t)sizeof(dsv4_mat));
+        for (int x = e0; x < e1; x++) {
+            char nm[48];
+            snprintf(nm, sizeof nm, "ffn.experts.%d.w1", x);
+            add(items, &n, &b->w1[x], prefix, nm);
+            snprintf(nm, sizeof nm, "ffn.experts.%d.w3", x);
+            add(items, &n, &b->w3[x], prefix, nm);
+            snprintf(nm, sizeof nm, "ffn.experts.%d.w2", x);
+            add(items, &n, &b->w2[x], prefix, nm);
+        }
+    }
+    int rc = DSV4_OK;
+    for (int i = 0; i < n && !rc; i++) {
+        dsv4_mat *m = items[i].m;
+        dsv4_mat q;
+        const int64_t sz = round64(dsv4_w8a8_storage_bytes(m->rows, m->cols));
+        if ((rc = dsv4_w8a8_quantize_weights(e->k, m, mem + at, &q, err)))
+            dsv4_err_prefix(err, "%s", items[i].name);
+        else
+            *m = q;
+        at += sz;
+    }
+    free(items);
+    return rc;
+}
+
+int dsv4_engine_prepare_w8a8(dsv4_engine *e, dsv4_err *err) {
+    const int level = e->opts.w8a8;
+    if (level == 0) return DSV4_OK;
+    if (level < 0 || level > 2)
+        return dsv4_fail(err, DSV4_ERR_ARG, "engine: w8a8 %d (0 = off, 1 = P2 matrices, 2 = also "
+                         "wq_a, wkv, wo_a)", level);
+    const dsv4_config *c = e->cfg;
+    int e0 = 0, e1 = c->n_routed_experts;
+    if (e->ep) dsv4_ep_local_range(e->ep, &e0, &e1);
+    const int n_blocks = c->num_hidden_layers + c->num_nextn_predict_layers;
+    for (int l = 0; l < n_blocks; l++) {
+        int rc = prepare_block(e, &e->blocks[l], e0, e1, err);
+        if (rc) return rc;
+    }
+    return DSV4_OK;
+}
