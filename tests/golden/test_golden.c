@@ -16,7 +16,7 @@
 
 int main(int argc, char **argv) {
     if (argc < 3) { fprintf(stderr, "usage: test_golden (CASE RUN | --model DIR --ref RUN) [flags...]\n"); return 2; }
-    char model[1024], run[1024], buf[1024];
+    char model[1024], run[3200], buf[1024];
     int first_flag = 3;
     if (!strcmp(argv[1], "--model") && argc >= 5 && !strcmp(argv[3], "--ref")) {
         snprintf(model, sizeof model, "%s", argv[2]);
