@@ -3,7 +3,7 @@
  *
  *   dsv4 run --model DIR (--tokens ID,ID,... | --tokens-file FILE) [--prefill P]
  *            [--chunk C] [--mtp] --dump OUTDIR [--threads T] [--dump-layers]
- *            [--parallel cp|ep|cp+ep [--ep-wave N]]
+ *            [--parallel cp|ep|cp+ep [--ep-wave N]] [--w8a8 | --w8a8-all]
  *
  * With --parallel under mpirun every rank runs this same program on the same inputs
  * (SPMD): rank 0 is the home rank that holds the caches and writes the dump; the others
@@ -52,12 +52,15 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dsv4 run --model DIR (--tokens ID,ID,... | --tokens-file FILE) [--prefill P]\n"
             "                [--chunk C] [--mtp] --dump OUTDIR [--threads T] [--dump-layers]\n"
-            "                [--parallel cp|ep|cp+ep [--ep-wave N]]\n"
+            "                [--parallel cp|ep|cp+ep [--ep-wave N]] [--w8a8 | --w8a8-all]\n"
             "\n"
             "  --parallel MODE  under mpirun: context-parallel prefill (cp), expert-parallel MoE\n"
             "                   (ep) or both over all ranks; rank 0 writes the dump\n"
             "  --ep-wave N      expert parallel: rows per rank per exchange wave (default\n"
-            "                   min(256, rows of the largest call))\n");
+            "                   min(256, rows of the largest call))\n"
+            "  --w8a8           P2 W8A8 fast path: INT8 weight copies of wq_b, wo_b, indexer wq_b,\n"
+            "                   experts, MTP e_proj/h_proj, INT8 per-token activations\n"
+            "  --w8a8-all       the same plus wq_a, wkv and wo_a\n");
 }
 
 /* Trace hook: copies the streams of main layers into the per-sequence dump arrays. */
@@ -222,13 +225,15 @@ static int run_mtp(dsv4_engine *eng, run_ctx *rc, int V, dsv4_err *err) {
 int cmd_run(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_arg = NULL, *tokens_file = NULL, *dump = NULL;
     long long prefill = -1, chunk = 0, threads = 0, ep_wave = 0;
-    int mtp = 0, layers = 0, parallel = 0;
+    int mtp = 0, layers = 0, parallel = 0, w8a8 = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--mtp")) mtp = 1;
         else if (!strcmp(a, "--dump-layers")) layers = 1;
+        else if (!strcmp(a, "--w8a8")) w8a8 = 1;
+        else if (!strcmp(a, "--w8a8-all")) w8a8 = 2;
         else if (!v) { fprintf(stderr, "dsv4 run: unknown option or missing value: %s\n", a); usage(stderr); return 2; }
         else if (!strcmp(a, "--model")) model_dir = argv[++i];
         else if (!strcmp(a, "--tokens")) tokens_arg = argv[++i];
@@ -386,6 +391,7 @@ int cmd_run(int argc, char **argv) {
     eo.dist = dist;
     eo.parallel = parallel;
     eo.ep_wave = (int)ep_wave;
+    eo.w8a8 = w8a8;
     if (dsv4_engine_create(model, &eo, &eng, &err)) {
         fprintf(stderr, "dsv4 run: %s%s\n", who, err.msg);
         goto out;
