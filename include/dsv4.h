@@ -60,6 +60,9 @@ typedef struct dsv4_model_info {
 int dsv4_model_open(const char *dir, dsv4_model **out, dsv4_err *err);
 void dsv4_model_close(dsv4_model *m);
 dsv4_model_info dsv4_model_get_info(const dsv4_model *m);
+/* What loading noticed but accepted (unexpected extra tensors, scale bytes outside
+ * [3, 246], missing MTP ratios, ...), one per line; "" when there is nothing. */
+const char *dsv4_model_warnings(const dsv4_model *m);
 
 /* ---- distribution (MPI) ------------------------------------------------------------- */
 

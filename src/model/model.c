@@ -41,6 +41,7 @@ void dsv4_model_close(dsv4_model *m) {
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     free(m->warnings);
+    free(m->all_warnings);
     free(m->specs);
     if (m->files) dsv4_st_close(m->files);
     free(m);
@@ -406,6 +407,13 @@ int dsv4_model_load_ex(const char *dir, unsigned flags, struct dsv4_model **out,
     m->warnings = b.warn.p;
     m->n_warnings = b.warn.count;
     if (rc) goto fail;
+    {
+        const char *cw = m->cfg.warnings, *bw = m->warnings ? m->warnings : "";
+        size_t n = strlen(cw) + strlen(bw) + 2;
+        m->all_warnings = malloc(n);
+        if (!m->all_warnings) { rc = dsv4_fail(err, DSV4_ERR_NOMEM, "model: out of memory"); goto fail; }
+        snprintf(m->all_warnings, n, "%s%s%s", cw, *cw && *bw ? "\n" : "", bw);
+    }
     *out = m;
     return DSV4_OK;
 fail:
@@ -440,4 +448,8 @@ dsv4_model_info dsv4_model_get_info(const dsv4_model *m) {
     i.eos_token_id = m->cfg.eos_token_id;
     i.max_position_embeddings = m->cfg.max_position_embeddings;
     return i;
+}
+
+const char *dsv4_model_warnings(const dsv4_model *m) {
+    return m && m->all_warnings ? m->all_warnings : "";
 }

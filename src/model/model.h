@@ -82,6 +82,7 @@ struct dsv4_model {
     /* load report: non-fatal findings (extra tensors, unusual scale bytes), one per line;
      * the library never prints them, `dsv4 info` does */
     char *warnings;             /* NULL when there are none */
+    char *all_warnings;         /* config + binding warnings, one per line (dsv4_model_warnings) */
     int n_warnings;
     unsigned load_flags;        /* DSV4_LOAD_* used */
     /* every tensor of the inventory with its binding destination in this model, in

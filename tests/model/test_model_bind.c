@@ -331,6 +331,8 @@ static void test_extra_and_variants(void) {
     if (m) {
         CHECK(m->n_warnings == 1 && m->warnings &&
               strstr(m->warnings, "1 unexpected tensor(s) ignored: layers.0.attn.bogus"));
+        /* the public accessor carries it too */
+        CHECK(strstr(dsv4_model_warnings(m), "layers.0.attn.bogus") != NULL);
         dsv4_model_close(m);
     }
     e.extra = "layers.0.attn.wkv.scale";

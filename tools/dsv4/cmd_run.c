@@ -334,6 +334,8 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "dsv4 run: %s%s\n", who, err.msg);
         goto out;
     }
+    if (*dsv4_model_warnings(model) && rank == 0)
+        fprintf(stderr, "dsv4 run: warning: %s\n", dsv4_model_warnings(model));
     dsv4_model_info info = dsv4_model_get_info(model);
     const int V = info.vocab_size, D = info.hidden_size, hc = info.hc_mult, L = info.n_layers;
     rc.L = L; rc.hc = hc; rc.D = D;

@@ -90,6 +90,7 @@ int gen_open(const gen_flags *f, const char *cmd, dsv4_model **model, dsv4_token
     char path[4200];
     *model = NULL; *tok = NULL; *eng = NULL;
     if (dsv4_model_open(f->model_dir, model, &err)) goto fail;
+    if (*dsv4_model_warnings(*model)) fprintf(stderr, "dsv4 %s: warning: %s\n", cmd, dsv4_model_warnings(*model));
     if (f->tokenizer) snprintf(path, sizeof path, "%s", f->tokenizer);
     else snprintf(path, sizeof path, "%s/tokenizer.json", f->model_dir);
     if (dsv4_tokenizer_load(path, tok, &err)) goto fail;
