@@ -70,6 +70,7 @@ void dsv4_lin_tables_init(dsv4_lin_tables *t) {
     for (int b = 0; b < 256; b++)
         for (uint32_t k = 0; k < 8; k++)
             t->fp4[b][k] = dsv4_f32_to_bits(mag[k] * dsv4_e8m0_to_f32((uint8_t)b)) ^ (k << 28);
+    for (int b = 0; b < 256; b++) t->e4m3[b] = dsv4_e4m3_to_f32((uint8_t)b);
 }
 
 /* ---- portable level ------------------------------------------------------------------ */
@@ -78,9 +79,53 @@ static float reduce8(const float *a) {
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
+/* Row o, columns [k0, k0 + kb), exactly dequantized into dst, zero-padded to a multiple
+ * of 8 (the same values as dsv4_lin_dequant8, with table lookups for FP8 and FP4). */
+static void dequant_tile_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb,
+                             float *dst) {
+    const int64_t n = w->cols;
+    for (int l = kb; l < ((kb + 7) & ~7); l++) dst[l] = 0.0f;
+    switch (w->fmt) {
+    case DSV4_WF_FP8: {
+        const uint8_t *p = (const uint8_t *)w->w + o * n + k0;
+        const int64_t sb = (o / 128) * ((n + 127) / 128) + k0 / 128; /* k0 % 128 == 0 */
+        for (int c0 = 0; c0 < kb; c0 += 128) {
+            const float s = scale_at(w, sb + c0 / 128);
+            const int c1 = c0 + 128 < kb ? c0 + 128 : kb;
+            for (int i = c0; i < c1; i++) dst[i] = tab->e4m3[p[i]] * s;
+        }
+        break;
+    }
+    case DSV4_WF_FP4: { /* k0 and cols are multiples of 32 here (else dsv4_lin_dequant8) */
+        if (n % 32 != 0) goto generic;
+        static const float e2m1[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+                                       -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2) + k0 / 2;
+        const int64_t sb = o * (n / 32) + k0 / 32;
+        for (int c0 = 0; c0 < kb; c0 += 32) {
+            const float s = scale_at(w, sb + c0 / 32);
+            for (int i = c0; i < c0 + 32; i += 2) {
+                const uint8_t b = p[i / 2];
+                dst[i] = e2m1[b & 15] * s;
+                dst[i + 1] = e2m1[b >> 4] * s;
+            }
+        }
+        break;
+    }
+    case DSV4_WF_F32: memcpy(dst, (const float *)w->w + o * n + k0, sizeof(float) * (size_t)kb); break;
+    case DSV4_WF_BF16: {
+        const uint16_t *p = (const uint16_t *)w->w + o * n + k0;
+        for (int i = 0; i < kb; i++) dst[i] = dsv4_bf16_to_f32(p[i]);
+        break;
+    }
+    default:
+    generic:
+        for (int c = 0; c < kb; c += 8) dsv4_lin_dequant8(w, o, k0 + c, dst + c);
+    }
+}
+
 static void gemm_scalar(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                         float *scratch) {
-    (void)c;
     const int64_t n = w->cols, rows = w->rows;
     const int nb = rows - o0 < LIN_NB ? (int)(rows - o0) : LIN_NB;
     float *wt = scratch;                      /* (LIN_NB, LIN_KB) dequantized weight tile */
@@ -91,12 +136,14 @@ static void gemm_scalar(const dsv4_lin_call *c, const dsv4_mat *w, const float *
         for (int64_t k0 = 0; k0 < n; k0 += LIN_KB) {
             const int kb = n - k0 < LIN_KB ? (int)(n - k0) : LIN_KB;
             const int nfull = kb / 8, tail = kb % 8;
-            for (int j = 0; j < nb; j++)
-                for (int c = 0; c * 8 < kb; c++) dsv4_lin_dequant8(w, o0 + j, k0 + 8 * c, wt + j * LIN_KB + 8 * c);
+            for (int j = 0; j < nb; j++) dequant_tile_row(c->tab, w, o0 + j, k0, kb, wt + j * LIN_KB);
             for (int s = 0; s < mb; s++) {
                 const float *xs = x + (int64_t)(r0 + s) * n + k0;
                 for (int j = 0; j < nb; j++) {
-                    float *a = acc + ((int64_t)s * LIN_NB + j) * 8;
+                    /* the lanes in a local array: no aliasing with x or the tile, so the
+                     * compiler keeps them in registers and vectorizes the chunk loop */
+                    float *ap = acc + ((int64_t)s * LIN_NB + j) * 8, a[8];
+                    memcpy(a, ap, sizeof a);
                     const float *wr = wt + j * LIN_KB;
                     for (int c = 0; c < nfull; c++)
                         for (int l = 0; l < 8; l++) a[l] += xs[8 * c + l] * wr[8 * c + l];
@@ -107,6 +154,7 @@ static void gemm_scalar(const dsv4_lin_call *c, const dsv4_mat *w, const float *
                             a[l] += xv * wr[8 * nfull + l];
                         }
                     }
+                    memcpy(ap, a, sizeof a);
                 }
             }
         }

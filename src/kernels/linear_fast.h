@@ -40,6 +40,7 @@ typedef struct dsv4_lin_tables {
     /* FP4 decode table per ue8m0 scale byte b: bits(e2m1 magnitude k * 2^(b-127)) ^ (k << 28),
      * k = 0..7 (the AVX2 decoder's layout, see linear_avx2.c) */
     uint32_t fp4[256][8];
+    float e4m3[256]; /* dsv4_e4m3_to_f32 of every byte (the portable level's FP8 decode) */
 } dsv4_lin_tables;
 
 void dsv4_lin_tables_init(dsv4_lin_tables *t);

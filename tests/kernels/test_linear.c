@@ -7,6 +7,7 @@
  * batch invariance (a row alone equals the same row inside any batch, which also ties the
  * AVX2 GEMV to the GEMM path). */
 #include <stdint.h>
+#include <time.h>
 
 #include "kernels/codec.h"
 #include "kernels/cpu.h"
@@ -282,6 +283,7 @@ int main(void) {
     const int64_t odd_cols[4] = {1, 37, 133, 300}; /* not for FP4: its rows are whole 32-blocks */
     const int nrows_set[3] = {1, 3, 17};
     for (int level = 0; level <= best; level++) {
+        const clock_t t0 = clock();
         for (int fi = 0; fi < 5; fi++) {
             const dsv4_wfmt f = fmts[fi];
             const int n_sc = (f == DSV4_WF_FP8 || f == DSV4_WF_FP4) ? 2 : 1;
@@ -312,6 +314,7 @@ int main(void) {
         /* a batch larger than one accumulator block (LIN_MB rows) */
         check_case(DSV4_WF_BF16, SC_E8M0, 40, 300, 200, level);
         check_case(DSV4_WF_FP4, SC_E8M0, 33, 544, 101, level);
+        printf("level %s: %.2f s cpu\n", dsv4_simd_name(level), (double)(clock() - t0) / CLOCKS_PER_SEC);
     }
     check_edges();
 
