@@ -1,12 +1,14 @@
 /* test_cp.c — context-parallel prefill (spec/serving.md §c) against the single-process
  * engine, through the public API on every rank (SPMD):
  *
- *   mpirun -np CP test_cp MODEL_DIR [ep]
+ *   mpirun -np CP test_cp MODEL_DIR [--ep] [--fast] [--cases all|short|none]
+ *                         [--golden RUN_DIR --granule G]
  *
  * Each case is a schedule of forward calls (chunk sizes; chunks of 1 are decode steps)
  * with MTP rows run after every call, and a CP granule G. Every rank drives a CP engine
- * (opts.parallel = CP, or CP|EP with "ep"); the home rank also drives a single-process
- * engine through the same schedule and checks, bitwise (reference kernels):
+ * (opts.parallel = CP, or CP|EP with --ep); the home rank also drives a single-process
+ * engine through the same schedule and checks, bitwise (reference kernels, or the
+ * optimized ones with --fast: their results do not depend on the row count either):
  *   - the final hidden state and last-block streams of every row, and the MTP hidden rows;
  *   - the home rank's cache after every call: window rows of the last win-1 positions of
  *     every main layer and of the MTP block, every compressed entry and indexer key, and
@@ -17,6 +19,9 @@
  * Cases cover q < 2 CP (ranks without tokens), the default G and smaller ones (windows of
  * both compressors straddling segments, segments shorter than the window), a last segment
  * shorter than win-1, continuation from s0 > 0 (unaligned), and decoding afterwards.
+ * With --golden, the golden run's tokens go through a CP prefill of its prefill length
+ * and single-token decodes; hidden states, logits and MTP logits must also agree with the
+ * golden arrays (max|diff|/max|ref| <= 1e-4, identical top-1).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +29,7 @@
 #include <string.h>
 
 #include "dsv4.h"
+#include "dump.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "test.h"
@@ -31,7 +37,7 @@
 typedef struct cp_case {
     const char *name;
     int granule;         /* 0 = default */
-    int chunks[8];       /* forward calls in order; 0 ends the list */
+    int chunks[16];      /* forward calls in order; 0 ends the list */
 } cp_case;
 
 static const cp_case CASES[] = {
@@ -44,8 +50,10 @@ static const cp_case CASES[] = {
     {"G=5, segments shorter than the window", 5, {203, 1}},
     {"G=8, two CP calls in a row", 8, {96, 97, 64, 1}},
 };
+/* --cases short: the ones that matter most, for larger models */
+static const int SHORT_CASES[] = {1, 3, 4};
 
-static int rank, size, V, D, HC, L, WIN, HD, DI;
+static int rank, size, V, D, HC, L, WIN, HD, DI, REFERENCE = 1;
 static const dsv4_config *CFG;
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
@@ -67,7 +75,7 @@ typedef struct run {
 static int run_open(dsv4_model *m, dsv4_dist *dist, int parallel, int granule, int N, run *r,
                     dsv4_err *err) {
     memset(r, 0, sizeof *r);
-    dsv4_engine_opts eo = {.max_context = N, .max_seqs = 2, .mtp = 1, .reference = 1,
+    dsv4_engine_opts eo = {.max_context = N, .max_seqs = 2, .mtp = 1, .reference = REFERENCE,
                            .threads = 1, .dist = dist, .parallel = parallel,
                            .cp_granule = granule};
     r->hidden = calloc((size_t)N * D, sizeof(float));
@@ -161,11 +169,45 @@ static int same_cache(dsv4_engine *ea, int sa, dsv4_engine *eb, int sb, const ch
     return !bad;
 }
 
-static int run_case(dsv4_model *m, dsv4_dist *dist, int parallel, const cp_case *cs) {
+/* The golden arrays against the CP run's outputs (home rank). */
+static void check_golden(dsv4_engine *e, const dump_dir *g, const run *r, int N) {
+    const int P = g->prefill_len;
+    float *logits = malloc((size_t)N * V * sizeof(float));
+    CHECK(dsv4_lm_head(e, r->hidden, N, logits, NULL) == 0);
+    float *mtp_logits = malloc((size_t)N * V * sizeof(float));
+    CHECK(dsv4_lm_head(e, r->mtp, N - 1, mtp_logits, NULL) == 0);
+    struct { const char *name; float *data; long long rows, cols; } arr[] = {
+        {"prefill_hidden", r->hidden, P, D},
+        {"prefill_logits", logits, P, V},
+        {"decode_hidden", r->hidden + (size_t)P * D, N - P, D},
+        {"decode_logits", logits + (size_t)P * V, N - P, V},
+        {"mtp_logits", mtp_logits, N - 1, V},
+    };
+    for (size_t i = 0; i < sizeof arr / sizeof arr[0]; i++) {
+        const dump_array *ref = dump_find(g, arr[i].name);
+        CHECK_MSG(ref != NULL, "golden run lacks %s", arr[i].name);
+        if (!ref) continue;
+        dump_array a = {.ndim = 2, .shape = {arr[i].rows, arr[i].cols},
+                        .n = (size_t)(arr[i].rows * arr[i].cols), .data = arr[i].data};
+        snprintf(a.name, sizeof a.name, "%s", arr[i].name);
+        dump_cmp c;
+        CHECK_MSG(dump_compare(&a, ref, &c) == 0, "%s: shape differs from the golden", arr[i].name);
+        printf("  vs golden %-16s max-abs %.3e  max-rel %.3e", arr[i].name, c.max_abs, c.max_rel);
+        if (arr[i].cols == V) printf("  top-1 %lld/%lld", c.top1_same, c.rows);
+        printf("\n");
+        CHECK_MSG(c.max_rel <= 1e-4, "%s: max-rel %.3e > 1e-4", arr[i].name, c.max_rel);
+        if (arr[i].cols == V) CHECK_MSG(c.top1_same == c.rows, "%s: top-1 %lld/%lld", arr[i].name,
+                                        c.top1_same, c.rows);
+    }
+    free(logits); free(mtp_logits);
+}
+
+static int run_case(dsv4_model *m, dsv4_dist *dist, int parallel, const cp_case *cs,
+                    const dump_dir *golden) {
     int N = 0;
-    for (int i = 0; i < 8 && cs->chunks[i]; i++) N += cs->chunks[i];
+    for (int i = 0; i < 16 && cs->chunks[i]; i++) N += cs->chunks[i];
     int32_t *tokens = malloc((size_t)N * sizeof *tokens);
-    for (int i = 0; i < N; i++) tokens[i] = rnd_token(); /* same stream on every rank */
+    for (int i = 0; i < N; i++) tokens[i] = golden ? golden->tokens[i] : rnd_token(); /* same on every rank */
     dsv4_err err = {0};
     run cp, ref;
     int ok = 1;
@@ -180,7 +222,7 @@ static int run_case(dsv4_model *m, dsv4_dist *dist, int parallel, const cp_case 
         return 0;
     }
     /* every rank makes every call, whatever the home rank's checks found */
-    for (int i = 0; i < 8 && cs->chunks[i]; i++) {
+    for (int i = 0; i < 16 && cs->chunks[i]; i++) {
         int c = cs->chunks[i];
         if (run_step(&cp, tokens, N, c, &err)) {
             fprintf(stderr, "rank %d: %s: call %d: %s\n", rank, cs->name, i, err.msg);
@@ -203,6 +245,7 @@ static int run_case(dsv4_model *m, dsv4_dist *dist, int parallel, const cp_case 
     }
     if (rank == 0) {
         printf("%-52s N %4d: %s\n", cs->name, N, ok ? "bitwise equal" : "DIFFERENT");
+        if (golden) check_golden(cp.e, golden, &cp, N);
         run_close(&ref);
     }
     run_close(&cp);
@@ -216,12 +259,22 @@ int main(int argc, char **argv) {
     if (dsv4_dist_init(&argc, &argv, &dist, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     rank = dsv4_dist_rank(dist);
     size = dsv4_dist_size(dist);
+    int parallel = DSV4_PAR_CP, granule = 0;
+    const char *cases = "all", *golden_dir = NULL;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--ep")) parallel |= DSV4_PAR_EP;
+        else if (!strcmp(argv[i], "--fast")) REFERENCE = 0;
+        else if (!strcmp(argv[i], "--cases") && i + 1 < argc) cases = argv[++i];
+        else if (!strcmp(argv[i], "--golden") && i + 1 < argc) golden_dir = argv[++i];
+        else if (!strcmp(argv[i], "--granule") && i + 1 < argc) granule = atoi(argv[++i]);
+        else argc = 0; /* usage */
+    }
     if (argc < 2) {
-        fprintf(stderr, "usage: mpirun -np CP test_cp MODEL_DIR [ep]\n");
+        fprintf(stderr, "usage: mpirun -np CP test_cp MODEL_DIR [--ep] [--fast] [--cases all|short|none] "
+                        "[--golden RUN_DIR --granule G]\n");
         dsv4_dist_finalize(dist);
         return 2;
     }
-    const int parallel = DSV4_PAR_CP | (argc > 2 && !strcmp(argv[2], "ep") ? DSV4_PAR_EP : 0);
     dsv4_model *m;
     if (dsv4_model_open(argv[1], &m, &err)) {
         fprintf(stderr, "%s\n", err.msg);
@@ -232,8 +285,30 @@ int main(int argc, char **argv) {
     V = info.vocab_size; D = info.hidden_size; HC = info.hc_mult; L = info.n_layers;
     CFG = &m->cfg;
     WIN = CFG->sliding_window; HD = CFG->head_dim; DI = CFG->index_head_dim;
-    if (rank == 0) printf("CP = %d ranks%s, window %d\n", size, parallel & DSV4_PAR_EP ? " (+EP)" : "", WIN);
-    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) run_case(m, dist, parallel, &CASES[i]);
+    if (rank == 0)
+        printf("CP = %d ranks%s, %s kernels, window %d\n", size, parallel & DSV4_PAR_EP ? " (+EP)" : "",
+               REFERENCE ? "reference" : "optimized", WIN);
+    const size_t n_cases = sizeof CASES / sizeof CASES[0];
+    if (!strcmp(cases, "all"))
+        for (size_t i = 0; i < n_cases; i++) run_case(m, dist, parallel, &CASES[i], NULL);
+    else if (!strcmp(cases, "short"))
+        for (size_t i = 0; i < sizeof SHORT_CASES / sizeof SHORT_CASES[0]; i++)
+            run_case(m, dist, parallel, &CASES[SHORT_CASES[i]], NULL);
+    if (golden_dir) {
+        /* the golden run: one CP prefill of its prefill length, then decode steps */
+        dump_dir g;
+        if (dump_load(golden_dir, &g)) { dsv4_dist_abort(dist, 1); return 1; }
+        cp_case cs = {"golden run", granule, {g.prefill_len}};
+        int k = 1;
+        for (int t = g.prefill_len; t < g.n_tokens && k < 16; t++) cs.chunks[k++] = 1;
+        CHECK_MSG(g.prefill_len + (k - 1) == g.n_tokens, "golden run longer than the schedule");
+        char name[64];
+        snprintf(name, sizeof name, "golden: CP prefill %d (G=%d) + %d decodes", g.prefill_len,
+                 granule, k - 1);
+        cs.name = name;
+        run_case(m, dist, parallel, &cs, &g);
+        dump_free(&g);
+    }
     dsv4_model_close(m);
     int rc = rank == 0 ? test_report() : (test_failed_ ? 1 : 0);
     dsv4_dist_finalize(dist);
