@@ -39,6 +39,8 @@
 #define W8_PASS_ROWS 256      /* activation rows quantized per pass (bounds the buffer) */
 #define W8_SERIAL_MACS (1 << 16) /* below this a phase runs on the caller's thread */
 #define W8_TASK_WBYTES (128 * 1024) /* weight bytes of a GEMM task: stays in L2 */
+#define W8_MAX_PER 64         /* most outputs of one dot task */
+#define W8_KB 512             /* columns per block of a batched task (x block in L1) */
 
 int dsv4_w8a8_check_cols(int64_t cols, const char *what, dsv4_err *err) {
     if (cols <= DSV4_W8A8_MAX_COLS) return DSV4_OK;
@@ -84,6 +86,50 @@ float dsv4_w8a8_quantize_row(const float *x, int64_t n, int8_t *q) {
     return s;
 }
 
+#ifdef W8_AVX2
+#define AVX2_FN __attribute__((target("avx2")))
+#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2")))
+
+/* amax_row with 8 lanes (max is exact, so the order does not matter) */
+AVX2_FN static float amax_avx2(const float *x, int64_t n, int *bad) {
+    const int64_t n8 = n & ~(int64_t)7;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 fmax = _mm256_set1_ps(FLT_MAX);
+    __m256 m = _mm256_setzero_ps(), badv = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n8; i += 8) {
+        const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), absmask);
+        badv = _mm256_or_ps(badv, _mm256_cmp_ps(a, fmax, _CMP_NLE_UQ)); /* NaN or inf */
+        m = _mm256_max_ps(m, a);
+    }
+    float mv[8];
+    _mm256_storeu_ps(mv, m);
+    if (_mm256_movemask_ps(badv)) *bad = 1;
+    float amax = amax_row(x + n8, n - n8, bad);
+    for (int l = 0; l < 8; l++) amax = mv[l] > amax ? mv[l] : amax;
+    return amax;
+}
+
+/* quant1 on 8 lanes: the same division and rounding, so the same values. Writes int16 (q16)
+ * or int8 (q8), whichever is not NULL. */
+AVX2_FN static void quant_avx2(const float *x, int64_t n, float s, int16_t *q16, int8_t *q8) {
+    const int64_t n8 = n & ~(int64_t)7;
+    const __m256 vs = _mm256_set1_ps(s), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+    for (int64_t i = 0; i < n8; i += 8) {
+        __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), vs),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+        const __m256i iv = _mm256_cvttps_epi32(v);
+        const __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(iv), _mm256_extracti128_si256(iv, 1));
+        if (q16) _mm_storeu_si128((__m128i *)(q16 + i), h);
+        else _mm_storel_epi64((__m128i *)(q8 + i), _mm_packs_epi16(h, h));
+    }
+    for (int64_t i = n8; i < n; i++) {
+        if (q16) q16[i] = quant1(x[i], s);
+        else q8[i] = quant1(x[i], s);
+    }
+}
+#endif
+
 /* ---- weights --------------------------------------------------------------------------- */
 
 typedef struct {
@@ -93,6 +139,7 @@ typedef struct {
     float *rowbuf;    /* (n_threads, cols) dequantized row */
     int64_t *bad;     /* (n_threads) smallest row with a non-finite weight, or -1 */
     int64_t per;      /* rows per task */
+    int avx2;         /* quantize with the AVX2 helpers (same values) */
 } wq_job;
 
 static void quantize_weight_rows(const wq_job *j, int64_t o0, int64_t o1, int tid) {
@@ -102,7 +149,12 @@ static void quantize_weight_rows(const wq_job *j, int64_t o0, int64_t o1, int ti
         int8_t *q = j->q + o * n;
         dsv4_mat_row(j->src, o, row);
         int bad = 0;
-        const float amax = amax_row(row, n, &bad);
+        float amax;
+#ifdef W8_AVX2
+        if (j->avx2) amax = amax_avx2(row, n, &bad);
+        else
+#endif
+            amax = amax_row(row, n, &bad);
         const float s = amax / 127.0f;
         if (bad) {
             if (j->bad[tid] < 0 || o < j->bad[tid]) j->bad[tid] = o;
@@ -113,7 +165,11 @@ static void quantize_weight_rows(const wq_job *j, int64_t o0, int64_t o1, int ti
             memset(q, 0, (size_t)n);
             j->s[o] = 1.0f;
         } else {
-            for (int64_t i = 0; i < n; i++) q[i] = quant1(row[i], s);
+#ifdef W8_AVX2
+            if (j->avx2) quant_avx2(row, n, s, NULL, q);
+            else
+#endif
+                for (int64_t i = 0; i < n; i++) q[i] = quant1(row[i], s);
             j->s[o] = s;
         }
     }
@@ -135,7 +191,10 @@ int dsv4_w8a8_quantize_weights(dsv4_kctx *k, const dsv4_mat *src, void *storage,
         return dsv4_fail(err, DSV4_ERR_ARG, "w8a8: cannot quantize an absent or empty matrix "
                          "[%lld, %lld] (format %d)", (long long)rows, (long long)cols, (int)src->fmt);
     const int nt = k ? dsv4_kctx_threads(k) : 1;
-    wq_job j = {src, storage, (float *)((char *)storage + round64(rows * cols)), NULL, NULL, 16};
+    wq_job j = {src, storage, (float *)((char *)storage + round64(rows * cols)), NULL, NULL, 16, 0};
+#ifdef W8_AVX2
+    j.avx2 = k && dsv4_kctx_simd(k) >= DSV4_SIMD_AVX2;
+#endif
     j.rowbuf = malloc(sizeof(float) * (size_t)(cols > 0 ? cols : 1) * (size_t)nt);
     j.bad = malloc(sizeof(int64_t) * (size_t)nt);
     if (!j.rowbuf || !j.bad) {
@@ -234,29 +293,14 @@ static void dots_scalar(const w8_job *j, int64_t o0, int64_t o1) {
 }
 
 #ifdef W8_AVX2
-#define AVX2_FN __attribute__((target("avx2")))
-#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2")))
-
 /* the AVX2 level: q_x int16, same values as dsv4_w8a8_quantize_row */
 AVX2_FN static void quant_rows_avx2(const w8_job *j, int r0, int r1) {
-    const int64_t n = j->w->cols, n8 = n & ~(int64_t)7;
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256 fmax = _mm256_set1_ps(FLT_MAX);
-    const __m256 hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+    const int64_t n = j->w->cols;
     for (int r = r0; r < r1; r++) {
         const float *x = j->x + (int64_t)r * n;
         int16_t *q = (int16_t *)j->xq + (int64_t)r * j->kp;
-        __m256 m = _mm256_setzero_ps(), badv = _mm256_setzero_ps();
-        for (int64_t i = 0; i < n8; i += 8) {
-            const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), absmask);
-            badv = _mm256_or_ps(badv, _mm256_cmp_ps(a, fmax, _CMP_NLE_UQ)); /* NaN or inf */
-            m = _mm256_max_ps(m, a);
-        }
-        float mv[8];
-        _mm256_storeu_ps(mv, m);
-        int bad = _mm256_movemask_ps(badv) != 0;
-        float amax = amax_row(x + n8, n - n8, &bad);
-        for (int l = 0; l < 8; l++) amax = mv[l] > amax ? mv[l] : amax;
+        int bad = 0;
+        float amax = amax_avx2(x, n, &bad);
         if (bad) {
             j->sx[r] = NAN;
             memset(q, 0, sizeof(int16_t) * (size_t)j->kp);
@@ -264,16 +308,7 @@ AVX2_FN static void quant_rows_avx2(const w8_job *j, int r0, int r1) {
         }
         if (amax < W8_AMAX_FLOOR) amax = W8_AMAX_FLOOR;
         const float s = amax / 127.0f;
-        const __m256 vs = _mm256_set1_ps(s);
-        for (int64_t i = 0; i < n8; i += 8) {
-            __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), vs),
-                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-            const __m256i iv = _mm256_cvttps_epi32(v);
-            _mm_storeu_si128((__m128i *)(q + i), _mm_packs_epi32(_mm256_castsi256_si128(iv),
-                                                                 _mm256_extracti128_si256(iv, 1)));
-        }
-        for (int64_t i = n8; i < n; i++) q[i] = quant1(x[i], s);
+        quant_avx2(x, n, s, q, NULL);
         for (int64_t i = n; i < j->kp; i++) q[i] = 0;
         j->sx[r] = s;
     }
@@ -286,66 +321,92 @@ AVX2_INLINE int32_t hsum_epi32(__m256i v) {
     return _mm_cvtsi128_si32(a);
 }
 
-/* 16 weights of row w from column i, widened to int16; `part` < 16 reads only that many
- * (the row's tail: never past the matrix), the rest zero */
-AVX2_INLINE __m256i load_w16(const int8_t *w, int part) {
-    if (part == 16) return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w));
+/* the last n % 16 weights of a row, zero-padded: never reads past the matrix */
+AVX2_INLINE __m256i load_w16_tail(const int8_t *w, int part) {
     int8_t buf[16] = {0};
     memcpy(buf, w, (size_t)part);
     return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)buf));
 }
 
-/* R activation rows (x, stride kp int16) times C weight rows (w, stride n): sums (R, C).
- * R and C are constants at every call, so the accumulators live in registers. */
-AVX2_INLINE void tile(const int16_t *x, int64_t kp, const int8_t *w, int64_t n, int R, int C,
-                      int32_t sums[4][4]) {
-    __m256i acc[4][4];
+/* R activation rows (x, stride kp int16) times C weight rows (w, stride ldw), columns
+ * [0, len): the int32 lane sums are added to acc[r * astride + c]. Instantiated once per
+ * (R, C) as its own function below, so the R*C accumulators are registers (16 ymm: at
+ * most 8 accumulators, C weight vectors, one x vector). */
+AVX2_INLINE void tile(const int16_t *x, int64_t kp, const int8_t *w, int64_t ldw, int64_t len,
+                      int R, int C, __m256i *acc_io, int astride) {
+    __m256i acc[4][4], wv[4];
+#pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_si256();
-    for (int64_t i = 0; i < n; i += 16) {
-        const int part = n - i < 16 ? (int)(n - i) : 16;
-        __m256i wv[4];
-        for (int c = 0; c < C; c++) wv[c] = load_w16(w + c * n + i, part);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) acc[r][c] = _mm256_load_si256(acc_io + r * astride + c);
+    const int64_t n16 = len & ~(int64_t)15;
+    for (int64_t i = 0; i <= n16; i += 16) {
+        if (i == n16) { /* the tail, or done */
+            if (i == len) break;
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) wv[c] = load_w16_tail(w + c * ldw + i, (int)(len - i));
+        } else {
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++)
+                wv[c] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + c * ldw + i)));
+        }
+#pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m256i xv = _mm256_load_si256((const __m256i *)(x + r * kp + i));
+#pragma GCC unroll 4
             for (int c = 0; c < C; c++) acc[r][c] = _mm256_add_epi32(acc[r][c], _mm256_madd_epi16(wv[c], xv));
         }
     }
+#pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) sums[r][c] = hsum_epi32(acc[r][c]);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) _mm256_store_si256(acc_io + r * astride + c, acc[r][c]);
 }
 
-#define TILE_CASE(R, C) tile(xq, kp, wr, n, R, C, sums)
+#define TILE_FN(R, C)                                                                          \
+    __attribute__((noinline, target("avx2"))) static void tile_##R##x##C(                    \
+        const int16_t *x, int64_t kp, const int8_t *w, int64_t ldw, int64_t len,             \
+        __m256i *acc, int astride) {                                                          \
+        tile(x, kp, w, ldw, len, R, C, acc, astride);                                         \
+    }
+TILE_FN(1, 1) TILE_FN(1, 2) TILE_FN(1, 3) TILE_FN(1, 4)
+TILE_FN(2, 1) TILE_FN(2, 2) TILE_FN(2, 3) TILE_FN(3, 1) TILE_FN(3, 2) TILE_FN(3, 3)
+TILE_FN(4, 1) TILE_FN(4, 2) TILE_FN(4, 3)
 
+typedef void (*tile_fn)(const int16_t *, int64_t, const int8_t *, int64_t, int64_t, __m256i *, int);
+static tile_fn const tiles[5][5] = {
+    {0}, {0, tile_1x1, tile_1x2, tile_1x3, tile_1x4}, {0, tile_2x1, tile_2x2, tile_2x3},
+    {0, tile_3x1, tile_3x2, tile_3x3}, {0, tile_4x1, tile_4x2, tile_4x3}};
+
+/* Outputs [o0, o1) (at most W8_MAX_PER) for every row. Batches walk rows in fours and the
+ * columns in blocks of W8_KB, so a row block's activations (4 x W8_KB int16) stay in L1
+ * while the task's weight rows stream past from L2; the lane sums carry over between
+ * column blocks (integer: the split cannot change them). Decode: one block, outputs in
+ * fours. */
 AVX2_FN static void dots_avx2(const w8_job *j, int64_t o0, int64_t o1) {
     const int64_t n = j->w->cols, rows = j->w->rows, kp = j->kp;
     const int8_t *wq = j->w->w;
     const float *sw = j->w->scale;
-    /* decode: outputs in fours; batches: 4 rows x 2 outputs */
-    const int CB = j->n_rows == 1 ? 4 : 2;
-    int32_t sums[4][4];
+    const int CB = j->n_rows == 1 ? 4 : 3;
+    const int64_t kb = j->n_rows == 1 ? (n > 0 ? n : 1) : W8_KB;
+    __m256i acc[4 * W8_MAX_PER] __attribute__((aligned(32))); /* (4, W8_MAX_PER) lane sums */
+    const int no = (int)(o1 - o0);
     for (int r0 = 0; r0 < j->n_rows; r0 += 4) {
         const int R = j->n_rows - r0 < 4 ? j->n_rows - r0 : 4;
         const int16_t *xq = (const int16_t *)j->xq + (int64_t)r0 * kp;
-        for (int64_t o = o0; o < o1; o += CB) {
-            const int C = o1 - o < CB ? (int)(o1 - o) : CB;
-            const int8_t *wr = wq + o * n;
-            switch (R * 4 + C) {
-            case 4 * 1 + 1: TILE_CASE(1, 1); break;
-            case 4 * 1 + 2: TILE_CASE(1, 2); break;
-            case 4 * 1 + 3: TILE_CASE(1, 3); break;
-            case 4 * 1 + 4: TILE_CASE(1, 4); break;
-            case 4 * 2 + 1: TILE_CASE(2, 1); break;
-            case 4 * 2 + 2: TILE_CASE(2, 2); break;
-            case 4 * 3 + 1: TILE_CASE(3, 1); break;
-            case 4 * 3 + 2: TILE_CASE(3, 2); break;
-            case 4 * 4 + 1: TILE_CASE(4, 1); break;
-            default: TILE_CASE(4, 2); break;
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < no; c++) acc[r * W8_MAX_PER + c] = _mm256_setzero_si256();
+        for (int64_t k0 = 0; k0 < n; k0 += kb) {
+            const int64_t len = n - k0 < kb ? n - k0 : kb;
+            for (int64_t o = o0; o < o1; o += CB) {
+                const int C = o1 - o < CB ? (int)(o1 - o) : CB;
+                tiles[R][C](xq + k0, kp, wq + o * n + k0, n, len, acc + (o - o0), W8_MAX_PER);
             }
-            for (int r = 0; r < R; r++)
-                for (int c = 0; c < C; c++)
-                    j->y[(int64_t)(r0 + r) * rows + o + c] = (j->sx[r0 + r] * sw[o + c]) * (float)sums[r][c];
         }
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < no; c++)
+                j->y[(int64_t)(r0 + r) * rows + o0 + c] =
+                    (j->sx[r0 + r] * sw[o0 + c]) * (float)hsum_epi32(acc[r * W8_MAX_PER + c]);
     }
 }
 #endif
@@ -419,12 +480,12 @@ void dsv4_w8a8_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_row
     int64_t per;
     if (n_rows == 1) {
         per = (rows / (8 * (int64_t)nt)) & ~(int64_t)3;
-        per = per < 4 ? 4 : per > 64 ? 64 : per;
+        per = per < 4 ? 4 : per > W8_MAX_PER ? W8_MAX_PER : per;
     } else {
         per = (W8_TASK_WBYTES / (n > 0 ? n : 1)) & ~(int64_t)3;
         const int64_t bal = (rows / (4 * (int64_t)nt)) & ~(int64_t)3;
         if (bal < per) per = bal;
-        per = per < 4 ? 4 : per > 256 ? 256 : per;
+        per = per < 4 ? 4 : per > W8_MAX_PER ? W8_MAX_PER : per;
     }
     j->per = per;
     const int n_dot = (int)((rows + per - 1) / per);

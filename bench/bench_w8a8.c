@@ -1,0 +1,178 @@
+/* bench_w8a8.c — the P2 W8A8 kernel (kernels/w8a8.h) against the machine's stream
+ * roofline and against dsv4_linear on the same shapes in BF16 and FP8.
+ *
+ *   bench_w8a8 [--threads N] [--reps N] [--scalar] [--quick]
+ *
+ * One JSON line each:
+ *   probe "stream": read bandwidth of this run (kernels/probe.h), the GEMV roofline;
+ *   "gemv": n_rows = 1 (decode), INT8 [16384, 8192] (128 MiB, 4x the L3): GB/s of INT8
+ *           weight bytes (scales included), GOP/s (2 per multiply-add), fraction of the
+ *           stream roofline; the same shape in BF16 and FP8 through dsv4_linear, and the
+ *           INT8 speed-up over each;
+ *   "gemm": 512 activation rows x [4096, 4096]: INT8 GOP/s against BF16 / FP8 GFLOP/s;
+ *   "quantize": building the INT8 copy of a BF16 [4096, 4096] matrix (engine start-up),
+ *           GB/s of source bytes.
+ * Times are the best of --reps runs (default 5). --scalar adds the portable level.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/codec.h"
+#include "kernels/cpu.h"
+#include "kernels/kctx.h"
+#include "kernels/linear.h"
+#include "kernels/probe.h"
+#include "kernels/w8a8.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return rng;
+}
+
+/* BF16 or FP8 (ue8m0 block scales) weights around +-1 */
+static dsv4_mat make_src(dsv4_wfmt f, int64_t rows, int64_t cols) {
+    dsv4_mat m = {f, rows, cols, NULL, NULL, 0};
+    const int64_t n = rows * cols;
+    if (f == DSV4_WF_BF16) {
+        uint16_t *p = aligned_alloc(64, (size_t)((2 * n + 63) & ~63));
+        for (int64_t i = 0; i < n; i++) p[i] = (uint16_t)((rnd() & 0x807f) | 0x3f00);
+        m.w = p;
+    } else {
+        uint8_t *p = aligned_alloc(64, (size_t)((n + 63) & ~63));
+        for (int64_t i = 0; i < n; i++) {
+            uint8_t b = (uint8_t)rnd();
+            p[i] = (b & 0x7f) == 0x7f ? 0x7e : b;
+        }
+        const int64_t ns = ((rows + 127) / 128) * ((cols + 127) / 128);
+        uint8_t *s = malloc((size_t)ns);
+        for (int64_t i = 0; i < ns; i++) s[i] = (uint8_t)(120 + rnd() % 6);
+        m.w = p;
+        m.scale = s;
+    }
+    return m;
+}
+
+static void free_src(dsv4_mat *m) { free((void *)m->w); free((void *)m->scale); }
+
+static void *quantize(dsv4_kctx *k, const dsv4_mat *src, dsv4_mat *dst, double *seconds) {
+    void *st = aligned_alloc(64, (size_t)((dsv4_w8a8_storage_bytes(src->rows, src->cols) + 63) & ~63));
+    dsv4_err err = {0};
+    const double t0 = now_s();
+    if (!st || dsv4_w8a8_quantize_weights(k, src, st, dst, &err)) {
+        fprintf(stderr, "bench_w8a8: quantize: %s\n", err.msg);
+        exit(1);
+    }
+    if (seconds) *seconds = now_s() - t0;
+    return st;
+}
+
+/* best time of reps calls of y = x . w^T */
+static double best_time(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, float *y, int reps) {
+    dsv4_linear(k, w, x, n_rows, y); /* warm: pages, pool */
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        const double t0 = now_s();
+        dsv4_linear(k, w, x, n_rows, y);
+        const double t = now_s() - t0;
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+int main(int argc, char **argv) {
+    int threads = 0, reps = 5, scalar = 0, quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--scalar")) scalar = 1;
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else {
+            fprintf(stderr, "usage: bench_w8a8 [--threads N] [--reps N] [--scalar] [--quick]\n");
+            return 2;
+        }
+    }
+    if (reps < 1) reps = 1;
+    dsv4_err err = {0};
+    dsv4_kctx *k;
+    if (dsv4_kctx_create(threads, 16384, &k, &err)) { fprintf(stderr, "bench_w8a8: %s\n", err.msg); return 1; }
+    const int nt = dsv4_kctx_threads(k), best_level = dsv4_kctx_simd(k);
+
+    dsv4_probe_result bw;
+    if (dsv4_probe_bandwidth(k, quick ? (64u << 20) : 0, 0, &bw, &err)) {
+        fprintf(stderr, "bench_w8a8: %s\n", err.msg);
+        return 1;
+    }
+    printf("{\"bench\":\"w8a8\",\"probe\":\"stream\",\"threads\":%d,\"gbps\":%.2f,\"gbps_median\":%.2f}\n",
+           nt, bw.best, bw.median);
+
+    /* ---- GEMV ---- */
+    const int64_t vr = quick ? 4096 : 16384, vc = quick ? 4096 : 8192;
+    float *x = malloc(sizeof(float) * 512 * 8192), *y = malloc(sizeof(float) * 512 * 16384);
+    for (int64_t i = 0; i < 512 * 8192; i++) x[i] = (float)((int64_t)(rnd() % 2001) - 1000) * 1e-3f;
+    {
+        dsv4_mat bf = make_src(DSV4_WF_BF16, vr, vc), f8 = make_src(DSV4_WF_FP8, vr, vc), q;
+        void *st = quantize(k, &bf, &q, NULL);
+        const double t_bf = best_time(k, &bf, x, 1, y, reps), t_f8 = best_time(k, &f8, x, 1, y, reps);
+        for (int level = best_level; level >= 0; level--) {
+            if (level < best_level && !scalar) break;
+            dsv4_kctx_set_simd(k, level);
+            const double t = best_time(k, &q, x, 1, y, reps);
+            const double gb = (double)dsv4_mat_bytes(&q) / t * 1e-9;
+            printf("{\"bench\":\"w8a8\",\"case\":\"gemv\",\"level\":\"%s\",\"threads\":%d,\"rows\":%lld,"
+                   "\"cols\":%lld,\"ms\":%.3f,\"int8_gbps\":%.2f,\"gops\":%.2f,\"of_stream\":%.3f,"
+                   "\"bf16_ms\":%.3f,\"bf16_gbps\":%.2f,\"fp8_ms\":%.3f,\"fp8_gbps\":%.2f,"
+                   "\"speedup_vs_bf16\":%.2f,\"speedup_vs_fp8\":%.2f}\n",
+                   dsv4_simd_name(dsv4_kctx_simd(k)), nt, (long long)vr, (long long)vc, t * 1e3, gb,
+                   2.0 * (double)vr * (double)vc / t * 1e-9, gb / bw.best, t_bf * 1e3,
+                   (double)dsv4_mat_bytes(&bf) / t_bf * 1e-9, t_f8 * 1e3,
+                   (double)dsv4_mat_bytes(&f8) / t_f8 * 1e-9, t_bf / t, t_f8 / t);
+        }
+        dsv4_kctx_set_simd(k, best_level);
+        free(st);
+        free_src(&bf);
+        free_src(&f8);
+    }
+
+    /* ---- GEMM ---- */
+    {
+        const int M = quick ? 128 : 512;
+        const int64_t n = 4096;
+        dsv4_mat bf = make_src(DSV4_WF_BF16, n, n), f8 = make_src(DSV4_WF_FP8, n, n), q;
+        double tq;
+        void *st = quantize(k, &bf, &q, &tq);
+        const int r = reps < 3 ? reps : 3;
+        const double t_bf = best_time(k, &bf, x, M, y, r), t_f8 = best_time(k, &f8, x, M, y, r);
+        const double ops = 2.0 * M * (double)n * (double)n;
+        for (int level = best_level; level >= 0; level--) {
+            if (level < best_level && !scalar) break;
+            dsv4_kctx_set_simd(k, level);
+            const double t = best_time(k, &q, x, M, y, r);
+            printf("{\"bench\":\"w8a8\",\"case\":\"gemm\",\"level\":\"%s\",\"threads\":%d,\"m\":%d,\"n\":%lld,"
+                   "\"k\":%lld,\"ms\":%.2f,\"gops\":%.2f,\"bf16_gflops\":%.2f,\"fp8_gflops\":%.2f,"
+                   "\"speedup_vs_bf16\":%.2f,\"speedup_vs_fp8\":%.2f}\n",
+                   dsv4_simd_name(dsv4_kctx_simd(k)), nt, M, (long long)n, (long long)n, t * 1e3, ops / t * 1e-9,
+                   ops / t_bf * 1e-9, ops / t_f8 * 1e-9, t_bf / t, t_f8 / t);
+        }
+        dsv4_kctx_set_simd(k, best_level);
+        printf("{\"bench\":\"w8a8\",\"case\":\"quantize\",\"threads\":%d,\"src\":\"bf16\",\"rows\":%lld,"
+               "\"cols\":%lld,\"ms\":%.2f,\"src_gbps\":%.2f}\n",
+               nt, (long long)n, (long long)n, tq * 1e3, (double)dsv4_mat_bytes(&bf) / tq * 1e-9);
+        free(st);
+        free_src(&bf);
+        free_src(&f8);
+    }
+    free(x);
+    free(y);
+    dsv4_kctx_free(k);
+    return 0;
+}
