@@ -41,6 +41,8 @@ struct dsv4_engine {
                                       * non-CP spans and no caches for them, and only walks
                                       * the layers to take part in the MoE collectives */
     struct dsv4_ep *ep;              /* expert-parallel exchange (DSV4_PAR_EP), else NULL */
+    struct dsv4_cp_stats *cp_stats;  /* optional, caller-owned: CP prefill timings add up
+                                      * here (dist/cp.h; benchmarks), else NULL */
 };
 
 /* One block (hc_pre → attention → hc_post → hc_pre → MoE → hc_post) over the batch;

@@ -30,6 +30,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dist/cp.h"
 #include "dist/dist.h"
@@ -101,7 +102,40 @@ typedef struct cp_call {
     MPI_Datatype t_hd, t_dI, t_D;
     /* block scratch */
     float *x, *y, *post, *comb, *hin;
+    dsv4_cp_stats *stats;         /* e->cp_stats: optional timings */
 } cp_call;
+
+/* ---- optional timings (dsv4_cp_stats) --------------------------------------------------- */
+
+typedef struct cp_mark {
+    double wall, cpu;
+} cp_mark;
+
+static double thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static cp_mark mark(const cp_call *cx) {
+    return cx->stats ? (cp_mark){MPI_Wtime(), thread_cpu()} : (cp_mark){0, 0};
+}
+
+/* Closes a collective that brought floats_in floats to this rank. */
+static void comm_done(cp_call *cx, cp_mark m, int64_t floats_in) {
+    if (!cx->stats) return;
+    cx->stats->comm_wall_s += MPI_Wtime() - m.wall;
+    cx->stats->comm_cpu_s += thread_cpu() - m.cpu;
+    cx->stats->floats_in += floats_in;
+}
+
+/* Floats an all-gather with these counts (of `width` floats) brings to this rank. */
+static int64_t gathered_in(const cp_call *cx, int64_t width) {
+    int64_t n = 0;
+    for (int r = 0; r < cx->cp; r++)
+        if (r != cx->rank) n += cx->counts[r];
+    return n * width;
+}
 
 static int mpi_fail(dsv4_err *err, int mrc, const char *what, int layer) {
     char s[MPI_MAX_ERROR_STRING];
@@ -246,11 +280,14 @@ static int bcast_state(cp_call *cx, const dsv4_block_w *b, dsv4_err *err) {
         for (int64_t w = 0; r == 4 && w < cx->s0 / 4; w++)
             memcpy(cx->idx + w * dI, dsv4_cache_idx_row(cache, cx->seq, l, w), (size_t)dI * sizeof(float));
     }
+    const cp_mark t = mark(cx);
     int mrc = MPI_Bcast(cx->bc, (int)cx->bc_floats, MPI_FLOAT, 0, cx->comm);
     if (mrc == MPI_SUCCESS && r && cx->s0 / r > 0)
         mrc = MPI_Bcast(cx->cmp, (int)(cx->s0 / r), cx->t_hd, 0, cx->comm);
     if (mrc == MPI_SUCCESS && r == 4 && cx->s0 / 4 > 0)
         mrc = MPI_Bcast(cx->idx, (int)(cx->s0 / 4), cx->t_dI, 0, cx->comm);
+    comm_done(cx, t, cx->rank ? cx->bc_floats + (r ? cx->s0 / r * hd : 0) +
+                                (r == 4 ? cx->s0 / 4 * dI : 0) : 0);
     return mrc == MPI_SUCCESS ? DSV4_OK : mpi_fail(err, mrc, "state broadcast", l);
 }
 
@@ -279,8 +316,10 @@ static int exchange_a(cp_call *cx, const dsv4_block_w *b, const dsv4_attn_work *
             }
         }
     }
+    const cp_mark t = mark(cx);
     int mrc = MPI_Allgatherv(cx->a_send, cx->counts[cx->rank], MPI_FLOAT, cx->a_recv, cx->counts,
                              cx->displs, MPI_FLOAT, cx->comm);
+    comm_done(cx, t, gathered_in(cx, 1));
     return mrc == MPI_SUCCESS ? DSV4_OK : mpi_fail(err, mrc, "exchange A", b->layer_id);
 }
 
@@ -298,8 +337,10 @@ static int exchange_b(cp_call *cx, const dsv4_block_w *b, dsv4_err *err) {
                 cx->counts[rho] = (int)(s->end / rr - s->start / rr);
                 cx->displs[rho] = (int)(s->start / rr);
             }
+            const cp_mark t = mark(cx);
             int mrc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, store, cx->counts,
                                      cx->displs, ix ? cx->t_dI : cx->t_hd, cx->comm);
+            comm_done(cx, t, gathered_in(cx, d));
             if (mrc != MPI_SUCCESS) return mpi_fail(err, mrc, "exchange B", b->layer_id);
         }
     }
@@ -357,7 +398,9 @@ static void home_store(cp_call *cx, const dsv4_block_w *b, const dsv4_attn_work 
  * so that all of them stop at the same point instead of one waiting in an exchange. */
 static int agree(cp_call *cx, int rc, int layer, dsv4_err *err) {
     int worst = rc;
+    const cp_mark t = mark(cx);
     int mrc = MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, cx->comm);
+    comm_done(cx, t, 0);
     if (mrc != MPI_SUCCESS) return rc ? rc : mpi_fail(err, mrc, "agreement", layer);
     if (worst && !rc)
         return dsv4_fail(err, worst, "CP prefill: another rank failed (%s) at layer %d",
@@ -507,8 +550,10 @@ static int cp_outputs(cp_call *cx, const dsv4_span *sp, const float *h, float *h
         memcpy(o, h + (size_t)i * hc * D, (size_t)hc * D * sizeof(float));
         o += (size_t)hc * D;
     }
+    const cp_mark t = mark(cx);
     int mrc = MPI_Gatherv(mine, cx->counts[cx->rank], cx->t_D, all, cx->counts, cx->displs,
                           cx->t_D, 0, cx->comm);
+    comm_done(cx, t, cx->rank ? 0 : gathered_in(cx, D));
     if (mrc != MPI_SUCCESS) rc = mpi_fail(err, mrc, "output gather", -1);
     if (!rc && cx->rank == 0) {
         /* rank rho's part: its hidden rows, then its stream rows, each in request order */
@@ -547,6 +592,8 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
     cx->s0 = sp->start;
     cx->end = sp->start + sp->n_tokens;
     cx->t_hd = cx->t_dI = cx->t_D = MPI_DATATYPE_NULL;
+    cx->stats = e->cp_stats;
+    const cp_mark call_start = mark(cx);
     float *h = NULL, *trace_buf = NULL;
 
     /* 1. every rank plans and allocates; the home rank reserves the sequence's pages;
@@ -616,7 +663,9 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
     }
     {
         int worst = rc;
+        const cp_mark t = mark(cx);
         int mrc = MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, cx->comm);
+        comm_done(cx, t, 0);
         if (mrc != MPI_SUCCESS) rc = rc ? rc : mpi_fail(err, mrc, "agreement", -1);
         else if (worst && !rc)
             rc = dsv4_fail(err, worst, "CP prefill: another rank refused the call (%s)",
@@ -658,6 +707,11 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
     dsv4_engine_trim(e, sp->seq);
 
 done:
+    if (cx->stats) {
+        cx->stats->calls++;
+        cx->stats->wall_s += MPI_Wtime() - call_start.wall;
+        cx->stats->cpu_s += thread_cpu() - call_start.cpu;
+    }
     if (cx->t_hd != MPI_DATATYPE_NULL) MPI_Type_free(&cx->t_hd);
     if (cx->t_dI != MPI_DATATYPE_NULL) MPI_Type_free(&cx->t_dI);
     if (cx->t_D != MPI_DATATYPE_NULL) MPI_Type_free(&cx->t_D);
