@@ -18,7 +18,10 @@
  * numpy oracle in float64 with the same quantization of the same matrices (an independent
  * implementation, run once by hand) gives hidden rel-L2 8.17e-2, cosine 0.99666, top-1
  * 92.0 %, mean KL 3.36e-3; INT8 weights alone (F32 activations) already give 6.59e-2,
- * 0.99783, 93.75 %. The model turns ~0.7 % error per GEMM into ~7 % at the output. The
+ * 0.99783, 93.75 % (tests/engine/w8a8_oracle_p2.py reproduces these). The error comes
+ * from flipped discrete choices: the random router's margins are small, ~14 % of tokens get
+ * another expert in some score-routed layer, and those tokens carry hidden rel-L2 ~2e-1,
+ * while the tokens routed as in P0 stay at ~3.4e-2, inside the spec's 5e-2. The
  * asserted gates are therefore the oracle's values with a margin (a regression guard that
  * still fails on any real bug, which moves these by orders of magnitude): hidden rel-L2
  * <= 0.1, cosine >= 0.995, top-1 >= 87 %, mean KL <= 2e-2 (the spec's). Single GEMMs:
@@ -211,6 +214,33 @@ static double route_agreement(const dsv4_config *c, const int *a, const int *b, 
     return total ? (double)same / total : 1.0;
 }
 
+/* Hidden rel-L2 over the tokens whose score-routed experts all agree with P0's, and over
+ * the others (where a flipped discrete choice changes the token's path). */
+static void split_by_routing(const dsv4_config *c, const run_out *a, const run_out *ref, int N) {
+    const int K = c->num_experts_per_tok, D = c->hidden_size;
+    double num[2] = {0}, den[2] = {0};
+    int cnt[2] = {0};
+    for (int t = 0; t < N; t++) {
+        int flip = 0;
+        for (int l = c->num_hash_layers; l < c->num_hidden_layers; l++) {
+            const int *x = a->route + ((size_t)l * N + t) * K, *y = ref->route + ((size_t)l * N + t) * K;
+            for (int i = 0; i < K; i++) {
+                int found = 0;
+                for (int j = 0; j < K; j++) found |= x[i] == y[j];
+                flip |= !found;
+            }
+        }
+        cnt[flip]++;
+        for (int i = 0; i < D; i++) {
+            const double d = (double)a->hidden[(size_t)t * D + i] - ref->hidden[(size_t)t * D + i];
+            num[flip] += d * d;
+            den[flip] += (double)ref->hidden[(size_t)t * D + i] * ref->hidden[(size_t)t * D + i];
+        }
+    }
+    printf("  hidden rel-L2 by token: %d with every routing as P0's %.3e, %d with a flipped expert %.3e\n",
+           cnt[0], cnt[0] ? sqrt(num[0] / den[0]) : 0.0, cnt[1], cnt[1] ? sqrt(num[1] / den[1]) : 0.0);
+}
+
 /* ---- single GEMMs on real weights and activations --------------------------------------- */
 
 static int n_gemm, n_over; /* GEMMs checked, and over the spec's 1e-2 */
@@ -396,6 +426,7 @@ int main(int argc, char **argv) {
         print_metrics("mtp logits", &mm, 1);
         const double ra = route_agreement(c, o[lv].route, o[0].route, N);
         printf("  router top-%d agreement (score layers %d..%d): %.2f%%\n", K, c->num_hash_layers, L - 1, 100 * ra);
+        split_by_routing(c, &o[lv], &o[0], N);
         printf("  CSA selection Jaccard: not measured (not reachable through the public API)\n");
         /* no quantized path may equal P0 exactly: that would mean the INT8 copies are unused */
         CHECK_MSG(mh.max_abs > 0, "w8a8 = %d: hidden identical to P0 (INT8 path not taken?)", lv);
