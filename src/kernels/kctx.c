@@ -93,6 +93,8 @@ void dsv4_kctx_parallel(dsv4_kctx *k, int n_tasks, dsv4_task_fn fn, void *arg) {
     dsv4_pool_run(k->pool, n_tasks, fn, arg);
 }
 
+int dsv4_kctx_tid(const dsv4_kctx *k) { return dsv4_pool_tid(k->pool); }
+
 float *dsv4_kctx_lin_scratch(dsv4_kctx *k, int tid) { return k->scratch + (int64_t)tid * k->stride; }
 
 float *dsv4_kctx_scratch(dsv4_kctx *k, int tid) {

@@ -27,8 +27,13 @@ int dsv4_kctx_set_simd(dsv4_kctx *k, int level);
 /* Parallel for: fn(arg, task, tid) for every task in [0, n_tasks), spread over the
  * context's threads; returns when all are done. tid in [0, dsv4_kctx_threads) names the
  * running thread, only to pick per-thread scratch: a task's result must not depend on
- * it. Not reentrant: a task must not call dsv4_kctx_parallel or dsv4_linear. */
+ * it. Called from inside a task (dsv4_linear in a per-expert task, say), it runs the
+ * tasks on the calling thread with its tid. One calling thread at a time per context. */
 void dsv4_kctx_parallel(dsv4_kctx *k, int n_tasks, dsv4_task_fn fn, void *arg);
+
+/* The calling thread's tid: inside a task of this context's job, the tid it runs as;
+ * otherwise 0. */
+int dsv4_kctx_tid(const dsv4_kctx *k);
 
 /* Per-thread scratch for kernels built on dsv4_kctx_parallel: max_cols floats, 64-byte
  * aligned, contents undefined on entry. */

@@ -226,7 +226,8 @@ void dsv4_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, fl
     const int n_tasks = (int)((rows + per - 1) / per);
     dsv4_task_fn fn = gemv ? gemv_task : gemm_task;
     if (rows * n * n_rows < LIN_SERIAL_MACS) {
-        for (int t = 0; t < n_tasks; t++) fn(&job, t, 0);
+        const int tid = dsv4_kctx_tid(k); /* not 0 when called from a task on a worker */
+        for (int t = 0; t < n_tasks; t++) fn(&job, t, tid);
     } else {
         dsv4_kctx_parallel(k, n_tasks, fn, &job);
     }

@@ -33,6 +33,14 @@
 #define TK_JOB(t) ((uint32_t)((t) >> (NEXT_BITS + TASK_BITS)))
 #define TK_MAKE(job, n) (((uint64_t)((job) & 0xfffffu) << (NEXT_BITS + TASK_BITS)) | ((uint64_t)(n) << NEXT_BITS))
 
+/* Which pool's job the current thread is running, and as which tid: set for good on a
+ * worker, for the duration of a job on the caller. A call from inside a task (nested)
+ * then runs its tasks inline on that thread with that tid instead of corrupting the
+ * job in flight, and dsv4_pool_tid tells a kernel whose scratch is its own. Per thread,
+ * so two pools (two engines) never see each other's. */
+static _Thread_local const struct dsv4_pool *tl_pool;
+static _Thread_local int tl_tid;
+
 struct worker {
     struct dsv4_pool *pool;
     int tid;
@@ -109,6 +117,8 @@ static void *worker_main(void *v) {
     struct worker *w = v;
     dsv4_pool *p = w->pool;
     uint32_t seen = 0;
+    tl_pool = p;
+    tl_tid = w->tid;
     for (;;) {
         seen = wait_job(p, seen);
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
@@ -186,12 +196,22 @@ void dsv4_pool_free(dsv4_pool *p) {
 
 int dsv4_pool_threads(const dsv4_pool *p) { return p->n_threads; }
 
+int dsv4_pool_tid(const dsv4_pool *p) { return tl_pool == p ? tl_tid : 0; }
+
 void dsv4_pool_run(dsv4_pool *p, int n_tasks, dsv4_task_fn fn, void *arg) {
     if (n_tasks <= 0) return;
-    if (p->n_started == 0 || n_tasks == 1) {
-        for (int t = 0; t < n_tasks; t++) fn(arg, t, 0);
+    if (tl_pool == p || p->n_started == 0 || n_tasks == 1) {
+        /* nested inside one of this pool's tasks, or nothing to share: this thread */
+        const int tid = dsv4_pool_tid(p);
+        for (int t = 0; t < n_tasks; t++) fn(arg, t, tid);
         return;
     }
+    /* the caller is tid 0 of p until the job is done (it may itself be a task of another
+     * pool's job: put that back afterwards) */
+    const struct dsv4_pool *prev_pool = tl_pool;
+    const int prev_tid = tl_tid;
+    tl_pool = p;
+    tl_tid = 0;
     /* more tasks than a ticket counts (no kernel comes close): consecutive jobs */
     for (int base = 0; base < n_tasks; base += MAX_TASKS) {
         const int n = n_tasks - base < MAX_TASKS ? n_tasks - base : MAX_TASKS;
@@ -204,4 +224,6 @@ void dsv4_pool_run(dsv4_pool *p, int n_tasks, dsv4_task_fn fn, void *arg) {
         run_tasks(p, p->job, 0);
         wait_done(p, n);
     }
+    tl_pool = prev_pool;
+    tl_tid = prev_tid;
 }

@@ -6,7 +6,9 @@
  * compute the same thing whichever tid runs it (tid only selects per-thread scratch).
  * That is what makes results independent of the thread count.
  *
- * Jobs do not nest: fn must not start another job on the same pool. Idle workers spin
+ * A job started from inside a task (nested: say a per-expert task calling a threaded
+ * kernel) runs its tasks inline on that thread, with that thread's tid. One caller at a
+ * time: two threads must not start jobs on the same pool concurrently. Idle workers spin
  * briefly (a decode step issues many short jobs back to back), then sleep on a condition
  * variable.
  */
@@ -26,5 +28,8 @@ int dsv4_pool_threads(const dsv4_pool *p);
 
 /* Runs fn(arg, t, tid) for every t in [0, n_tasks) and returns when all have finished. */
 void dsv4_pool_run(dsv4_pool *p, int n_tasks, dsv4_task_fn fn, void *arg);
+
+/* The calling thread's tid in p: its worker number inside one of p's tasks, else 0. */
+int dsv4_pool_tid(const dsv4_pool *p);
 
 #endif

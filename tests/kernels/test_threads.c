@@ -1,7 +1,7 @@
 /* test_threads.c — the parallel-for: every task runs exactly once per job, tids stay in
  * range, a job is complete when dsv4_kctx_parallel returns, many short jobs back to back
- * (the decode pattern), jobs after the workers have gone to sleep, and more tasks than
- * one job can count. */
+ * (the decode pattern), jobs after the workers have gone to sleep, more tasks than one
+ * job can count, and jobs started from inside tasks. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -77,6 +77,69 @@ static void run_huge(void) {
     free(seen);
 }
 
+/* Nested jobs: a task that starts a job on the same context (as a per-expert task calling
+ * dsv4_linear would) runs it inline with its own tid; a job on another context from
+ * inside a task runs normally; results and tids stay right either way. */
+typedef struct {
+    dsv4_kctx *k, *other;
+    int n_threads;
+    atomic_int inner_runs, bad;
+    float *y;                /* (n_outer, 40) one dsv4_linear result per outer task */
+    const dsv4_mat *w;
+    const float *x;
+} nest_job;
+
+static void inner(void *arg, int t, int tid) {
+    nest_job *j = arg;
+    (void)t;
+    if (tid != dsv4_kctx_tid(j->k) && j->other == NULL) atomic_fetch_add(&j->bad, 1);
+    atomic_fetch_add(&j->inner_runs, 1);
+}
+
+static void outer(void *arg, int t, int tid) {
+    nest_job *j = arg;
+    if (dsv4_kctx_tid(j->k) != tid) atomic_fetch_add(&j->bad, 1);
+    if (j->other) {
+        /* one task drives the other context (one caller at a time per context) */
+        if (t == 0) dsv4_kctx_parallel(j->other, 5, inner, j);
+    } else {
+        dsv4_kctx_parallel(j->k, 5, inner, j);
+        dsv4_linear(j->k, j->w, j->x, 1, j->y + (int64_t)t * 40);
+    }
+    if (dsv4_kctx_tid(j->k) != tid) atomic_fetch_add(&j->bad, 1); /* still k's tid after it */
+}
+
+static void run_nested(void) {
+    dsv4_kctx *k, *k2;
+    dsv4_err err;
+    CHECK(dsv4_kctx_create(3, 16, &k, &err) == DSV4_OK);
+    CHECK(dsv4_kctx_create(2, 16, &k2, &err) == DSV4_OK);
+    /* a 40 x 2000 F32 matrix: big enough that dsv4_linear would use the pool */
+    float *wv = malloc(sizeof(float) * 40 * 2000), *x = malloc(sizeof(float) * 2000);
+    for (int i = 0; i < 40 * 2000; i++) wv[i] = (float)((i * 7919) % 1001) * 1e-3f - 0.5f;
+    for (int i = 0; i < 2000; i++) x[i] = (float)((i * 104729) % 997) * 1e-3f - 0.5f;
+    dsv4_mat w = {DSV4_WF_F32, 40, 2000, wv, NULL, 0};
+    float want[40];
+    dsv4_linear(k, &w, x, 1, want);
+    for (int round = 0; round < 2; round++) {
+        nest_job j = {k, round ? k2 : NULL, 3, 0, 0, calloc(12 * 40, sizeof(float)), &w, x};
+        dsv4_kctx_parallel(k, 12, outer, &j);
+        CHECK(atomic_load(&j.inner_runs) == (round ? 5 : 12 * 5));
+        CHECK(atomic_load(&j.bad) == 0);
+        if (!round) {
+            int wrong = 0;
+            for (int t = 0; t < 12; t++) wrong += memcmp(j.y + t * 40, want, sizeof want) != 0;
+            CHECK_MSG(wrong == 0, "%d nested dsv4_linear results differ from the top-level one", wrong);
+        }
+        free(j.y);
+    }
+    CHECK(dsv4_kctx_tid(k) == 0);
+    dsv4_kctx_free(k2);
+    dsv4_kctx_free(k);
+    free(wv);
+    free(x);
+}
+
 int main(void) {
     run_jobs(1, 50, 200, 0);
     run_jobs(2, 50, 3000, 0);
@@ -85,6 +148,7 @@ int main(void) {
     run_jobs(2, 20, 20, 1);
     run_jobs(3, 20, 20, 1);
     run_huge();
+    run_nested();
     /* a pool created and freed without ever running a job */
     dsv4_kctx *k;
     dsv4_err err;
