@@ -12,6 +12,10 @@
  *   "gemm": 512 activation rows x [4096, 4096]: INT8 GOP/s against BF16 / FP8 GFLOP/s;
  *   "quantize": building the INT8 copy of a BF16 [4096, 4096] matrix (engine start-up),
  *           GB/s of source bytes.
+ *   "engine" (with --model DIR): dsv4_forward on that model, P0 (as stored) against P2
+ *           (w8a8 = 1): start-up time (the INT8 copies), prefill tokens/s of --prefill N
+ *           tokens (default 256) in one span, decode tokens/s of --decode M single-token
+ *           steps (default 32) after it; best of --reps.
  * Times are the best of --reps runs (default 5). --scalar adds the portable level.
  */
 #include <stdint.h>
@@ -76,6 +80,53 @@ static void *quantize(dsv4_kctx *k, const dsv4_mat *src, dsv4_mat *dst, double *
     return st;
 }
 
+/* ---- engine ---- */
+
+typedef struct {
+    double start_s, prefill_tps, decode_tps;
+} engine_fig;
+
+static int engine_run(const dsv4_model *m, int w8a8, int threads, int P, int M, int reps, engine_fig *f) {
+    const dsv4_model_info info = dsv4_model_get_info(m);
+    dsv4_err err = {0};
+    dsv4_engine_opts eo = {0};
+    eo.max_context = P + M + 8;
+    eo.max_seqs = 1;
+    eo.c_max = P;
+    eo.threads = threads;
+    eo.w8a8 = w8a8;
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)(P + M));
+    for (int i = 0; i < P + M; i++) tok[i] = (int32_t)(rnd() % (uint64_t)info.vocab_size);
+    float *hid = malloc(sizeof(float) * (size_t)info.hidden_size);
+    dsv4_engine *e;
+    double t0 = now_s();
+    if (dsv4_engine_create(m, &eo, &e, &err)) { fprintf(stderr, "bench_w8a8: %s\n", err.msg); return -1; }
+    f->start_s = now_s() - t0;
+    f->prefill_tps = f->decode_tps = 0;
+    for (int r = 0; r < reps; r++) {
+        int seq;
+        if (dsv4_seq_create(e, &seq, &err)) break;
+        dsv4_span sp = {seq, 0, P, tok, 1, NULL, 0, NULL};
+        t0 = now_s();
+        if (dsv4_forward(e, &sp, 1, hid, NULL, &err)) break;
+        const double tp = now_s() - t0;
+        t0 = now_s();
+        for (int i = 0; i < M; i++) {
+            dsv4_span d = {seq, P + i, 1, tok + P + i, 1, NULL, 0, NULL};
+            if (dsv4_forward(e, &d, 1, hid, NULL, &err)) break;
+        }
+        const double td = now_s() - t0;
+        if (P / tp > f->prefill_tps) f->prefill_tps = P / tp;
+        if (M / td > f->decode_tps) f->decode_tps = M / td;
+        dsv4_seq_free(e, seq, &err);
+    }
+    if (err.code) fprintf(stderr, "bench_w8a8: %s\n", err.msg);
+    dsv4_engine_free(e);
+    free(tok);
+    free(hid);
+    return err.code ? -1 : 0;
+}
+
 /* best time of reps calls of y = x . w^T */
 static double best_time(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, float *y, int reps) {
     dsv4_linear(k, w, x, n_rows, y); /* warm: pages, pool */
@@ -90,18 +141,24 @@ static double best_time(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_r
 }
 
 int main(int argc, char **argv) {
-    int threads = 0, reps = 5, scalar = 0, quick = 0;
+    int threads = 0, reps = 5, scalar = 0, quick = 0, prefill = 256, decode = 32;
+    const char *model_dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) model_dir = argv[++i];
+        else if (!strcmp(argv[i], "--prefill") && i + 1 < argc) prefill = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--decode") && i + 1 < argc) decode = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--scalar")) scalar = 1;
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else {
-            fprintf(stderr, "usage: bench_w8a8 [--threads N] [--reps N] [--scalar] [--quick]\n");
+            fprintf(stderr, "usage: bench_w8a8 [--threads N] [--reps N] [--scalar] [--quick] [--model DIR "
+                            "[--prefill N] [--decode M]]\n");
             return 2;
         }
     }
     if (reps < 1) reps = 1;
+    if (prefill < 1 || decode < 1) { fprintf(stderr, "bench_w8a8: --prefill and --decode must be >= 1\n"); return 2; }
     dsv4_err err = {0};
     dsv4_kctx *k;
     if (dsv4_kctx_create(threads, 16384, &k, &err)) { fprintf(stderr, "bench_w8a8: %s\n", err.msg); return 1; }
@@ -174,5 +231,22 @@ int main(int argc, char **argv) {
     free(x);
     free(y);
     dsv4_kctx_free(k);
+
+    if (model_dir) {
+        dsv4_model *m;
+        if (dsv4_model_open(model_dir, &m, &err)) { fprintf(stderr, "bench_w8a8: %s\n", err.msg); return 1; }
+        engine_fig f0, f2;
+        const int r = reps < 3 ? reps : 3;
+        if (engine_run(m, 0, threads, prefill, decode, r, &f0) || engine_run(m, 1, threads, prefill, decode, r, &f2)) {
+            dsv4_model_close(m);
+            return 1;
+        }
+        printf("{\"bench\":\"w8a8\",\"case\":\"engine\",\"threads\":%d,\"prefill\":%d,\"decode\":%d,"
+               "\"p0_start_s\":%.2f,\"p2_start_s\":%.2f,\"p0_prefill_tps\":%.1f,\"p2_prefill_tps\":%.1f,"
+               "\"p0_decode_tps\":%.2f,\"p2_decode_tps\":%.2f,\"prefill_speedup\":%.2f,\"decode_speedup\":%.2f}\n",
+               nt, prefill, decode, f0.start_s, f2.start_s, f0.prefill_tps, f2.prefill_tps, f0.decode_tps,
+               f2.decode_tps, f2.prefill_tps / f0.prefill_tps, f2.decode_tps / f0.decode_tps);
+        dsv4_model_close(m);
+    }
     return 0;
 }

@@ -102,6 +102,18 @@ static tmat make_src(dsv4_wfmt f, int64_t rows, int64_t cols, int64_t zero) {
 
 static void free_tmat(tmat *t) { free(t->w); free(t->scale); }
 
+/* the same FP8/FP4 matrix with its ue8m0 scales stored as F32 (times 1.5: not powers of two) */
+static void scales_to_f32(tmat *t) {
+    const int64_t ns = t->m.fmt == DSV4_WF_FP8 ? ((t->m.rows + 127) / 128) * ((t->m.cols + 127) / 128)
+                                               : t->m.rows * (t->m.cols / 32);
+    float *f = malloc(sizeof(float) * ns);
+    for (int64_t i = 0; i < ns; i++) f[i] = 1.5f * dsv4_e8m0_to_f32(((uint8_t *)t->scale)[i]);
+    free(t->scale);
+    t->scale = f;
+    t->m.scale = f;
+    t->m.scale_is_f32 = 1;
+}
+
 /* An INT8 copy with owned storage. */
 typedef struct {
     dsv4_mat m;
@@ -178,15 +190,16 @@ static const char *ctx_name[6];
 
 static void test_quantize_weights(dsv4_kctx *k3) {
     const dsv4_wfmt fmts[] = {DSV4_WF_F32, DSV4_WF_BF16, DSV4_WF_FP8, DSV4_WF_FP4};
-    for (int f = 0; f < 4; f++) {
+    for (int f = 0; f < 6; f++) { /* 4, 5: FP8, FP4 with F32 scales */
         const int64_t rows = 200, cols = 1056;
-        tmat t = make_src(fmts[f], rows, cols, 7);
+        tmat t = make_src(fmts[f < 4 ? f : f - 2], rows, cols, 7);
+        if (f >= 4) scales_to_f32(&t);
         qmat q1 = quantize(NULL, &t.m);
         CHECK(q1.m.fmt == DSV4_WF_I8 && q1.m.rows == rows && q1.m.cols == cols && q1.m.scale_is_f32);
         for (int c = 0; c < n_ctx; c++) { /* every level and thread count: the same bytes */
             qmat qc = quantize(ctx[c], &t.m);
             CHECK_MSG(memcmp(q1.storage, qc.storage, (size_t)dsv4_w8a8_storage_bytes(rows, cols)) == 0,
-                      "%s: quantization with %s differs", fmt_name(fmts[f]), ctx_name[c]);
+                      "%s: quantization with %s differs", fmt_name(t.m.fmt), ctx_name[c]);
             free(qc.storage);
         }
         CHECK(dsv4_mat_bytes(&q1.m) == rows * cols + rows * 4);
@@ -209,9 +222,15 @@ static void test_quantize_weights(dsv4_kctx *k3) {
                 continue;
             }
             ok &= sw == (float)amax / 127.0f && qmax == 127;
-            for (int64_t i = 0; i < cols; i++) ok &= fabs((double)deq[i] - src[i]) <= 0.5 * sw * (1 + 1e-5);
+            for (int64_t i = 0; i < cols; i++) {
+                ok &= fabs((double)deq[i] - src[i]) <= 0.5 * sw * (1 + 1e-5);
+                /* exactly the definition applied to the exact source value */
+                const float r = nearbyintf(src[i] / sw);
+                ok &= qo[i] == (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r);
+            }
         }
-        CHECK_MSG(ok, "%s: INT8 rows are not the quantized source rows", fmt_name(fmts[f]));
+        CHECK_MSG(ok, "%s%s: INT8 rows are not the quantized source rows", fmt_name(t.m.fmt),
+                  t.m.scale_is_f32 ? " (F32 scales)" : "");
         /* row views */
         dsv4_mat v;
         CHECK(dsv4_mat_rows(&q1.m, 64, 16, &v) == 0);
