@@ -22,6 +22,12 @@ typedef struct ep_meta {
 } ep_meta;
 #define EP_META_FLOATS 4 /* sizeof(ep_meta) / sizeof(float) */
 
+/* The opening exchange of a sub-block (one MPI_Alltoall of OPEN_INTS ints per rank pair)
+ * carries what every rank must agree on together with wave 0's row count for the pair:
+ * {rows of wave 0 for the receiver, the sender's wave count, failing rank + 1 or 0,
+ *  error code | clean << 8}. A sub-block with one wave thus costs three collectives. */
+enum { OPEN_COUNT, OPEN_WAVES, OPEN_FAIL, OPEN_INFO, OPEN_INTS };
+
 struct dsv4_ep {
     const dsv4_config *cfg;
     dsv4_dist *dist;
@@ -50,6 +56,7 @@ struct dsv4_ep {
     int *scnt, *sdsp;        /* (EP) rows sent to each rank, offsets */
     int *rcnt, *rdsp;        /* (EP) rows received from each rank, offsets */
     int *cur;                /* (EP) packing cursors */
+    int *open_s, *open_r;    /* (EP, 4) the opening exchange, sent / received per rank */
     int last_clean;          /* the last reported failure changed no state */
     dsv4_ep_stats stats;
 };
@@ -113,7 +120,7 @@ int dsv4_ep_create(const dsv4_config *cfg, dsv4_dist *d, int wave, dsv4_ep **out
     ep->sh = malloc((size_t)wave * D * sizeof(float));
     ep->logits = malloc((size_t)wave * E * sizeof(float));
     ep->s = malloc((size_t)E * sizeof(double));
-    ep->scnt = malloc((size_t)EP * 5 * sizeof(int));
+    ep->scnt = malloc((size_t)EP * (5 + 2 * OPEN_INTS) * sizeof(int));
     if (!ep->send || !ep->slot || !ep->recv || !ep->rout || !ep->ret || !ep->order || !ep->estart ||
         !ep->xg || !ep->wg || !ep->og || !ep->g || !ep->u || !ep->sh || !ep->logits || !ep->s ||
         !ep->scnt) {
@@ -126,6 +133,8 @@ int dsv4_ep_create(const dsv4_config *cfg, dsv4_dist *d, int wave, dsv4_ep **out
     ep->rcnt = ep->scnt + 2 * EP;
     ep->rdsp = ep->scnt + 3 * EP;
     ep->cur = ep->scnt + 4 * EP;
+    ep->open_s = ep->scnt + 5 * EP;
+    ep->open_r = ep->open_s + OPEN_INTS * EP;
     if (MPI_Type_contiguous((int)(RW * sizeof(float)), MPI_BYTE, &ep->row_t) != MPI_SUCCESS ||
         MPI_Type_commit(&ep->row_t) != MPI_SUCCESS ||
         MPI_Type_contiguous((int)D, MPI_FLOAT, &ep->out_t) != MPI_SUCCESS ||
@@ -155,16 +164,32 @@ void dsv4_ep_local_range(const dsv4_ep *ep, int *e0, int *e1) {
 
 int dsv4_ep_wave(const dsv4_ep *ep) { return ep->wave; }
 
-/* The agreement that opens every MoE sub-block: v = {waves, failing rank + 1, code |
- * clean << 8}, maximum over ranks. */
-static int agree(dsv4_ep *ep, int v[3]) {
-    int in[3] = {v[0], v[1], v[2]};
-    return MPI_Allreduce(in, v, 3, MPI_INT, MPI_MAX, ep->dist->comm);
+static double now(void) { return MPI_Wtime(); }
+
+/* The opening exchange: open_s (EP, OPEN_INTS) -> open_r; the wave count and any failure
+ * are then the maximum over the received rows, the same on every rank. */
+static int open_exchange(dsv4_ep *ep, int *waves, int *fail, int *info) {
+    const double t0 = now();
+    int mrc = MPI_Alltoall(ep->open_s, OPEN_INTS, MPI_INT, ep->open_r, OPEN_INTS, MPI_INT, ep->dist->comm);
+    ep->stats.comm_s += now() - t0;
+    *waves = *fail = *info = 0;
+    for (int r = 0; r < ep->size && mrc == MPI_SUCCESS; r++) {
+        const int *o = ep->open_r + r * OPEN_INTS;
+        if (o[OPEN_WAVES] > *waves) *waves = o[OPEN_WAVES];
+        if (o[OPEN_FAIL] > *fail) { *fail = o[OPEN_FAIL]; *info = o[OPEN_INFO]; }
+    }
+    return mrc;
 }
 
 void dsv4_ep_fail(dsv4_ep *ep, int code, int clean) {
-    int v[3] = {0, ep->rank + 1, (code & 0xff) | (clean ? 1 << 8 : 0)};
-    (void)agree(ep, v);
+    for (int r = 0; r < ep->size; r++) {
+        int *o = ep->open_s + r * OPEN_INTS;
+        o[OPEN_COUNT] = o[OPEN_WAVES] = 0;
+        o[OPEN_FAIL] = ep->rank + 1;
+        o[OPEN_INFO] = (code & 0xff) | (clean ? 1 << 8 : 0);
+    }
+    int waves, fail, info;
+    (void)open_exchange(ep, &waves, &fail, &info);
 }
 
 int dsv4_ep_failure_clean(const dsv4_ep *ep) { return ep->last_clean; }
@@ -217,14 +242,22 @@ static void compute_received(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, i
     }
 }
 
-/* One wave: rows [0, n) of x / sel / w (n may be 0), results into y. */
+/* Rows per destination of one wave (sel (n, K)) into scnt. */
+static void count_routes(dsv4_ep *ep, const int *sel, int n) {
+    memset(ep->scnt, 0, (size_t)ep->size * sizeof(int));
+    for (int i = 0; i < n * ep->K; i++) ep->scnt[sel[i] / ep->E_loc]++;
+}
+
+/* One wave: rows [0, n) of x / sel / w (n may be 0), results into y. Wave 0's counts
+ * came with the opening exchange (counted = 1), later waves exchange them here. */
 static int run_wave(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, const float *x,
-                    const int *sel, const float *w, int n, float *y, dsv4_err *err) {
+                    const int *sel, const float *w, int n, float *y, int counted, dsv4_err *err) {
     const int EP = ep->size, K = ep->K, D = ep->D, RW = D + EP_META_FLOATS, E_loc = ep->E_loc;
     MPI_Comm comm = ep->dist->comm;
+    double t0;
+    int mrc;
     /* counts and packing by destination, (t, k) order within each */
-    memset(ep->scnt, 0, (size_t)EP * sizeof(int));
-    for (int i = 0; i < n * K; i++) ep->scnt[sel[i] / E_loc]++;
+    count_routes(ep, sel, n);
     int total_send = 0;
     for (int r = 0; r < EP; r++) {
         ep->sdsp[r] = ep->cur[r] = total_send;
@@ -239,8 +272,14 @@ static int run_wave(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, const floa
             memcpy(row + D, &m, sizeof m);
             ep->slot[t * K + kk] = p;
         }
-    int mrc = MPI_Alltoall(ep->scnt, 1, MPI_INT, ep->rcnt, 1, MPI_INT, comm);
-    if (mrc != MPI_SUCCESS) return mpi_fail(err, mrc, "MPI_Alltoall (counts)", b->layer_id);
+    if (counted) {
+        for (int r = 0; r < EP; r++) ep->rcnt[r] = ep->open_r[r * OPEN_INTS + OPEN_COUNT];
+    } else {
+        t0 = now();
+        mrc = MPI_Alltoall(ep->scnt, 1, MPI_INT, ep->rcnt, 1, MPI_INT, comm);
+        ep->stats.comm_s += now() - t0;
+        if (mrc != MPI_SUCCESS) return mpi_fail(err, mrc, "MPI_Alltoall (counts)", b->layer_id);
+    }
     int total_recv = 0;
     for (int r = 0; r < EP; r++) {
         ep->rdsp[r] = total_recv;
@@ -250,22 +289,30 @@ static int run_wave(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, const floa
     if (total_recv > ep->recv_cap)
         return dsv4_fail(err, DSV4_ERR_STATE, "expert parallel: %d rows received in layer %d exceed "
                          "the bound %d", total_recv, b->layer_id, ep->recv_cap);
+    t0 = now();
     mrc = MPI_Alltoallv(ep->send, ep->scnt, ep->sdsp, ep->row_t, ep->recv, ep->rcnt, ep->rdsp,
                         ep->row_t, comm);
+    ep->stats.comm_s += now() - t0;
     if (mrc != MPI_SUCCESS) return mpi_fail(err, mrc, "MPI_Alltoallv (dispatch)", b->layer_id);
 
+    t0 = now();
     compute_received(ep, k, b, total_recv);
+    ep->stats.expert_s += now() - t0;
 
+    t0 = now();
     mrc = MPI_Alltoallv(ep->rout, ep->rcnt, ep->rdsp, ep->out_t, ep->ret, ep->scnt, ep->sdsp,
                         ep->out_t, comm);
+    ep->stats.comm_s += now() - t0;
     if (mrc != MPI_SUCCESS) return mpi_fail(err, mrc, "MPI_Alltoallv (combine)", b->layer_id);
 
     /* shared expert on the own rows, then per token: k order, shared last */
     if (n > 0) {
+        t0 = now();
         dsv4_moe_expert(k, ep->cfg, &b->sh_w1, &b->sh_w3, &b->sh_w2, x, NULL, n, ep->sh, ep->g, ep->u);
         for (int t = 0; t < n; t++)
             dsv4_moe_combine(D, K, ep->ret, ep->slot + t * K, ep->sh + (int64_t)t * D,
                              y + (int64_t)t * D);
+        ep->stats.expert_s += now() - t0;
     }
     dsv4_ep_stats *st = &ep->stats;
     st->waves++;
@@ -299,30 +346,39 @@ int dsv4_ep_moe(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, const float *x
         rc = dsv4_moe_gate(k, ep->cfg, b, x + (int64_t)r0 * D, tokens ? tokens + r0 : NULL, n,
                            sel + (int64_t)r0 * K, w + (int64_t)r0 * K, ep->logits, ep->s, err);
     }
-    /* 2. agree on the wave count, and on whether anyone failed */
+    /* 2. the opening exchange: wave 0's counts, the wave count, any failure */
     const int waves = R > 0 ? (R + T - 1) / T : 0;
-    int v[3] = {waves, rc ? ep->rank + 1 : 0, rc ? (rc & 0xff) : 0};
-    int mrc = agree(ep, v);
+    const int n0 = R < T ? R : T;
+    if (!rc) count_routes(ep, sel, n0);
+    for (int r = 0; r < ep->size; r++) {
+        int *o = ep->open_s + r * OPEN_INTS;
+        o[OPEN_COUNT] = rc ? 0 : ep->scnt[r];
+        o[OPEN_WAVES] = rc ? 0 : waves;
+        o[OPEN_FAIL] = rc ? ep->rank + 1 : 0;
+        o[OPEN_INFO] = rc ? (rc & 0xff) : 0;
+    }
+    int all_waves, fail, info;
+    int mrc = open_exchange(ep, &all_waves, &fail, &info);
     if (mrc != MPI_SUCCESS) {
         free(sel); free(w);
-        return rc ? rc : mpi_fail(err, mrc, "MPI_Allreduce (wave count)", b->layer_id);
+        return rc ? rc : mpi_fail(err, mrc, "MPI_Alltoall (opening)", b->layer_id);
     }
     ep->stats.calls++;
-    if (v[1] > 0) {
+    if (fail > 0) {
         free(sel); free(w);
-        ep->last_clean = (v[2] >> 8) & 1;
+        ep->last_clean = (info >> 8) & 1;
         if (rc) return rc;
-        const int code = v[2] & 0xff;
+        const int code = info & 0xff;
         return dsv4_fail(err, code ? code : DSV4_ERR_STATE,
                          "expert parallel: rank %d failed at the MoE of layer %d (%s); this "
-                         "rank stops there too", v[1] - 1, b->layer_id, dsv4_strerror(code));
+                         "rank stops there too", fail - 1, b->layer_id, dsv4_strerror(code));
     }
     /* 3. the waves; ranks out of rows take part with none */
-    for (int wv = 0; wv < v[0] && !rc; wv++) {
+    for (int wv = 0; wv < all_waves && !rc; wv++) {
         const int r0 = wv * T;
         const int n = r0 >= R ? 0 : (R - r0 < T ? R - r0 : T);
         rc = run_wave(ep, k, b, n ? x + (int64_t)r0 * D : NULL, n ? sel + (int64_t)r0 * K : NULL,
-                      n ? w + (int64_t)r0 * K : NULL, n, n ? y + (int64_t)r0 * D : NULL, err);
+                      n ? w + (int64_t)r0 * K : NULL, n, n ? y + (int64_t)r0 * D : NULL, wv == 0, err);
     }
     free(sel);
     free(w);

@@ -4,8 +4,9 @@
  * e / E_loc as local expert e mod E_loc. Every rank holds the router and the shared
  * expert. One MoE sub-block, on every rank, also with zero rows:
  *
- *   gate locally -> agree on the wave count (and on any failure) -> per wave:
- *     counts (Alltoall) -> rows packed by destination in (t, k) order (Alltoallv) ->
+ *   gate locally -> opening Alltoall: wave 0's counts, the wave count and any failure ->
+ *   per wave: (counts by Alltoall, after wave 0) -> rows packed by destination in (t, k)
+ *     order (Alltoallv) ->
  *     the owner groups them by local expert and computes expert_e(x, w) ->
  *     results back in received order (Alltoallv) -> the source sums slot (t, k) in k order
  *     and adds its shared expert last.
@@ -18,7 +19,9 @@
  * Buffers are sized once from the wave size T_w (rows per rank per wave): send and return
  * T_w*K rows, receive EP*T_w*min(K, E_loc) rows (a token's K experts are distinct, so at
  * most min(K, E_loc) of its routes reach one rank). A call with R rows runs ceil(R/T_w)
- * waves locally; all ranks run the maximum over ranks, agreed by an MPI_Allreduce.
+ * waves locally; all ranks run the maximum over ranks, which the opening exchange tells
+ * every rank (the maximum over what it received; spec §d's MPI_Allreduce max, folded into
+ * wave 0's count exchange so a one-wave sub-block costs three collectives, not four).
  */
 #ifndef DSV4_DIST_EP_H
 #define DSV4_DIST_EP_H
@@ -43,6 +46,9 @@ typedef struct dsv4_ep_stats {
     int64_t bytes_recv;     /* dispatch + return payload received */
     int64_t max_recv_rows;  /* largest receive of one wave */
     int64_t recv_capacity;  /* the preallocated bound EP*T_w*min(K, E_loc) */
+    double comm_s;          /* seconds inside MPI calls (exchange and waiting for peers) */
+    double expert_s;        /* seconds computing routed experts for others and the own
+                             * shared expert + combine */
 } dsv4_ep_stats;
 
 /* Creates the exchange for cfg over d's ranks (d->size > 1) with wave size wave (rows per
