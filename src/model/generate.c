@@ -25,38 +25,20 @@
 #include "model/safetensors.h"
 #include "model/st_write.h"
 #include "util/err.h"
+#include "util/rng.h"
 
 /* ---- random numbers ---------------------------------------------------------------- */
 
-typedef struct rng { uint64_t s[4]; } rng;
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+typedef dsv4_rng rng;
 
 static void rng_seed(rng *r, uint64_t seed, const char *name, uint64_t stream) {
     uint64_t h = 1469598103934665603ull;
     for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
     uint64_t x = seed ^ h ^ (stream * 0xd1b54a32d192ed03ull);
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+    dsv4_rng_seed(r, x);
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static inline uint64_t rng_next(rng *r) {
-    uint64_t *s = r->s;
-    const uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
-}
+static inline uint64_t rng_next(rng *r) { return dsv4_rng_next(r); }
 
 /* Zero mean, unit variance, |x| <= 3.47 (sum of four uniform 16-bit quarters). */
 static inline float rng_normal(rng *r) {

@@ -1,6 +1,7 @@
 /* sample.c — penalties, temperature, min-p / top-k / top-p truncation, seeded draws and
  * log-probabilities over one logits row (see sample.h). */
 #include "sample/sample.h"
+#include "util/rng.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -17,7 +18,7 @@ typedef struct cand {
 struct dsv4_sampler {
     dsv4_sample_params p;
     int V;
-    uint64_t rng[4];   /* xoshiro256** state */
+    dsv4_rng rng;      /* xoshiro256** state */
     float *z;          /* [V] processed logits */
     uint32_t *count;   /* [V] history counts; all zero between calls */
     int32_t *seen;     /* [V] distinct history tokens of the current call */
@@ -25,35 +26,7 @@ struct dsv4_sampler {
     cand *tmp;         /* [V] the kept ones after a truncation */
 };
 
-/* ---- PRNG ---------------------------------------------------------------------------- */
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t next_u64(uint64_t *s) {
-    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return r;
-}
-
-/* Uniform in [0, 1) with 53 random bits. */
-static double next_unit(uint64_t *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
-
-void dsv4_sampler_seed(dsv4_sampler *s, uint64_t seed) {
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
-}
+void dsv4_sampler_seed(dsv4_sampler *s, uint64_t seed) { dsv4_rng_seed(&s->rng, seed); }
 
 /* ---- setup --------------------------------------------------------------------------- */
 
@@ -313,7 +286,7 @@ int dsv4_sample(dsv4_sampler *s, const float *logits, const int32_t *history, in
             kept = top_p_cut(c, kept, id_ordered, p->top_p, &total, s->tmp);
             kc = s->tmp;
         }
-        double u = next_unit(s->rng) * total, acc = 0;
+        double u = dsv4_rng_unit(&s->rng) * total, acc = 0;
         tok = kc[kept - 1].id;
         for (int i = 0; i < kept; i++) {
             acc += kc[i].q;

@@ -1,6 +1,9 @@
 /* cli_util.c — helpers shared by the subcommands (see cli_util.h). */
 #include "cli_util.h"
 
+#include "dsv4.h"
+#include "tok/tokenizer.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +80,12 @@ int cli_write_f32(const char *dir, const char *name, const float *data, size_t n
 char *cli_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
+    char *buf = cli_read_stream(f, len);
+    fclose(f);
+    return buf;
+}
+
+char *cli_read_stream(FILE *f, size_t *len) {
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap + 1);
     while (buf) {
@@ -88,9 +97,24 @@ char *cli_read_file(const char *path, size_t *len) {
         buf = grown;
     }
     int bad = ferror(f);
-    fclose(f);
     if (!buf || bad) { free(buf); return NULL; }
     buf[n] = 0;
     if (len) *len = n;
     return buf;
+}
+
+struct dsv4_tokenizer *cli_load_tokenizer(const char *cmd, const char *path) {
+    char file[4200];
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(file, sizeof file, "%s/tokenizer.json", path);
+        path = file;
+    }
+    dsv4_err err = {0};
+    dsv4_tokenizer *tok;
+    if (dsv4_tokenizer_load(path, &tok, &err)) {
+        fprintf(stderr, "dsv4 %s: %s\n", cmd, err.msg);
+        return NULL;
+    }
+    return tok;
 }

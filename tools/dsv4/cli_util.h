@@ -4,6 +4,7 @@
 #define DSV4_TOOLS_CLI_UTIL_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 /* Parses a decimal integer in [lo, hi] from s; returns 0 on success. */
@@ -19,7 +20,12 @@ int cli_mkdirs(const char *path);
 /* Writes n floats little-endian to dir/name; returns 0 on success. */
 int cli_write_f32(const char *dir, const char *name, const float *data, size_t n);
 
-/* Reads a whole file into a malloc'd NUL-terminated buffer (NULL on failure). */
+/* Reads a whole file / stream into a malloc'd NUL-terminated buffer (NULL on failure). */
 char *cli_read_file(const char *path, size_t *len);
+char *cli_read_stream(FILE *f, size_t *len);
+
+/* Loads a tokenizer.json given as the file or a directory holding one; prints
+ * "dsv4 CMD: message" and returns NULL on failure. */
+struct dsv4_tokenizer *cli_load_tokenizer(const char *cmd, const char *path);
 
 #endif

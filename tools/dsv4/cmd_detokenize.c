@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "tok/tokenizer.h"
 
@@ -17,22 +17,6 @@ static void usage(FILE *f) {
             "usage: dsv4 detokenize --tokenizer FILE [--skip-special] < ids\n\n"
             "  --tokenizer FILE  tokenizer.json (or a directory holding one)\n"
             "  --skip-special    leave out tokens marked special (BOS, EOS, ...)\n");
-}
-
-static char *read_all(FILE *f, size_t *n) {
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap) break;
-        char *nb = realloc(buf, (cap *= 2) + 1);
-        if (!nb) free(buf);
-        buf = nb;
-    }
-    if (buf && ferror(f)) { free(buf); buf = NULL; }
-    if (buf) buf[len] = 0;
-    *n = len;
-    return buf;
 }
 
 /* Parses the id list; returns 0, or 1 after printing what is wrong. */
@@ -83,20 +67,11 @@ int cmd_detokenize(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    char file[4096];
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(file, sizeof file, "%s/tokenizer.json", path);
-        path = file;
-    }
     dsv4_err err = {0};
-    dsv4_tokenizer *tok;
-    if (dsv4_tokenizer_load(path, &tok, &err)) {
-        fprintf(stderr, "dsv4 detokenize: %s\n", err.msg);
-        return 1;
-    }
+    dsv4_tokenizer *tok = cli_load_tokenizer("detokenize", path);
+    if (!tok) return 1;
     size_t n;
-    char *in = read_all(stdin, &n);
+    char *in = cli_read_stream(stdin, &n);
     dsv4_tok_ids ids = {0};
     int rc = 1;
     if (!in) fprintf(stderr, "dsv4 detokenize: cannot read stdin\n");

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "tok/tokenizer.h"
 
@@ -16,22 +16,6 @@ static void usage(FILE *f) {
             "usage: dsv4 tokenize --tokenizer FILE [--no-special] < text\n\n"
             "  --tokenizer FILE  tokenizer.json (or a directory holding one)\n"
             "  --no-special      encode special-token strings as plain text\n");
-}
-
-/* Whole stream into a malloc'ed buffer. */
-static char *read_all(FILE *f, size_t *n) {
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap) break;
-        char *nb = realloc(buf, cap *= 2);
-        if (!nb) free(buf);
-        buf = nb;
-    }
-    if (buf && ferror(f)) { free(buf); buf = NULL; }
-    *n = len;
-    return buf;
 }
 
 int cmd_tokenize(int argc, char **argv) {
@@ -53,20 +37,11 @@ int cmd_tokenize(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    char file[4096];
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(file, sizeof file, "%s/tokenizer.json", path);
-        path = file;
-    }
     dsv4_err err = {0};
-    dsv4_tokenizer *tok;
-    if (dsv4_tokenizer_load(path, &tok, &err)) {
-        fprintf(stderr, "dsv4 tokenize: %s\n", err.msg);
-        return 1;
-    }
+    dsv4_tokenizer *tok = cli_load_tokenizer("tokenize", path);
+    if (!tok) return 1;
     size_t n;
-    char *text = read_all(stdin, &n);
+    char *text = cli_read_stream(stdin, &n);
     if (!text) {
         fprintf(stderr, "dsv4 tokenize: cannot read stdin\n");
         dsv4_tokenizer_free(tok);
