@@ -7,10 +7,11 @@
  *      16 columns, and s_x): rows spread over the threads when there is enough work. The
  *      division x / s_x is the costly part (a vdivps per 8 values), so it is done once per
  *      row, not once per output block;
- *   2. output blocks spread over the threads; a task walks the pass's rows in fours and
- *      its outputs in pairs (4 x 2 tile: 8 int32 accumulators), so its weight block, sized
- *      to stay in L2, is streamed from memory once per pass. Decode (one row) takes
- *      outputs in fours.
+ *   2. output blocks (at most W8_MAX_PER outputs, a weight block sized to stay in L2) spread
+ *      over the threads. A task walks the pass's rows in fours and, within each block of
+ *      W8_KB columns (the four activation rows stay in L1), its outputs in threes: 4 x 3
+ *      tiles, 12 int32 vector accumulators carried over between column blocks. Decode (one
+ *      row) takes outputs in fours over the whole row: the weights stream from memory once.
  * Integer sums are exact, so neither the tiling nor the thread count can change a bit.
  * The AVX2 level widens weights with vpmovsxbw and multiplies with vpmaddwd against
  * activations stored pre-widened to int16 (two products per int32 lane per step; 2*127^2
@@ -156,9 +157,11 @@ static void source_row(const dsv4_mat *m, int64_t o, float *out) {
     float tab[256];
     if (m->fmt == DSV4_WF_FP4 && n % 32 == 0) {
         const uint8_t *p = (const uint8_t *)m->w + o * (n / 2);
+        float e2m1[16];
+        for (int c = 0; c < 16; c++) e2m1[c] = dsv4_e2m1_to_f32((uint8_t)c);
         for (int64_t b = 0; b < n / 32; b++) {
             const float sc = scale_at(m, o * (n / 32) + b);
-            for (int c = 0; c < 16; c++) tab[c] = dsv4_e2m1_to_f32((uint8_t)c) * sc;
+            for (int c = 0; c < 16; c++) tab[c] = e2m1[c] * sc;
             for (int i = 0; i < 16; i++) {
                 out[b * 32 + 2 * i] = tab[p[b * 16 + i] & 15];
                 out[b * 32 + 2 * i + 1] = tab[p[b * 16 + i] >> 4];
