@@ -1,0 +1,118 @@
+/* bench_ep.c — decode throughput against the expert-parallel size, with the MoE exchange
+ * volume per layer (spec/serving.md §d). Run under mpirun; EP = the number of ranks (one
+ * rank = the single-process engine):
+ *
+ *   mpirun -np EP bench_ep MODEL_DIR [--seqs B] [--prefill P] [--steps S] [--threads T]
+ *                                    [--wave W]
+ *
+ * B sequences prefill P random tokens in one batched call, then S greedy decode steps of
+ * B rows each (forward, greedy token through the vocabulary-sharded head, next step).
+ * Prints one JSON line on rank 0: decode tokens/s and ms per step, and per MoE layer and
+ * decode step the rows dispatched and the bytes every rank together hands to MPI
+ * (dispatch rows: D+4 floats, results: D floats; own-rank rows included); where the home
+ * rank's decode time went (inside the MoE exchange's MPI calls, computing experts) and
+ * the busiest other rank's expert time.
+ */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/dist.h"
+#include "dist/ep.h"
+#include "dsv4.h"
+#include "engine/engine.h"
+
+static int arg_int(int argc, char **argv, const char *name, int def) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], name)) return atoi(argv[i + 1]);
+    return def;
+}
+
+int main(int argc, char **argv) {
+    dsv4_dist *d = NULL;
+    dsv4_err err = {0};
+    if (dsv4_dist_init(&argc, &argv, &d, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    const int rank = dsv4_dist_rank(d), size = dsv4_dist_size(d);
+    if (argc < 2 || argv[1][0] == '-') {
+        if (rank == 0) fprintf(stderr, "usage: mpirun -np EP bench_ep MODEL_DIR [--seqs B] [--prefill P] "
+                                       "[--steps S] [--threads T] [--wave W]\n");
+        dsv4_dist_finalize(d);
+        return 2;
+    }
+    const int B = arg_int(argc, argv, "--seqs", 8), P = arg_int(argc, argv, "--prefill", 64);
+    const int S = arg_int(argc, argv, "--steps", 32), T = arg_int(argc, argv, "--threads", 1);
+    const int W = arg_int(argc, argv, "--wave", 0);
+    dsv4_model *m = NULL;
+    dsv4_engine *e = NULL;
+    int status = 1;
+    if (dsv4_model_open(argv[1], &m, &err)) goto fail;
+    const dsv4_model_info info = dsv4_model_get_info(m);
+    dsv4_engine_opts o = {.max_context = P + S + 1, .max_seqs = B, .c_max = P, .threads = T,
+                          .dist = d, .parallel = size > 1 ? DSV4_PAR_EP : 0, .ep_wave = W};
+    if (dsv4_engine_create(m, &o, &e, &err)) goto fail;
+
+    int *seq = malloc(sizeof(int) * B);
+    int32_t *toks = malloc(sizeof(int32_t) * B * P), *next = malloc(sizeof(int32_t) * B);
+    float *hid = malloc(sizeof(float) * B * info.hidden_size);
+    dsv4_span *sp = malloc(sizeof(dsv4_span) * B);
+    uint64_t r = 0x9e3779b97f4a7c15ull; /* the same prompts on every rank (SPMD) */
+    for (int i = 0; i < B * P; i++) {
+        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+        toks[i] = (int32_t)(r % (uint64_t)info.vocab_size);
+    }
+    for (int i = 0; i < B; i++) {
+        if (dsv4_seq_create(e, &seq[i], &err)) goto fail;
+        sp[i] = (dsv4_span){.seq = seq[i], .start = 0, .n_tokens = P, .tokens = toks + (size_t)i * P, .n_hidden = 1};
+    }
+    double t0 = MPI_Wtime();
+    if (dsv4_forward(e, sp, B, hid, NULL, &err)) goto fail;
+    if (dsv4_lm_head_argmax(e, hid, B, next, NULL, &err)) goto fail;
+    const double prefill_s = MPI_Wtime() - t0;
+    if (e->ep) dsv4_ep_reset_stats(e->ep);
+
+    MPI_Barrier(d->comm);
+    t0 = MPI_Wtime();
+    for (int s = 0; s < S; s++) {
+        for (int i = 0; i < B; i++)
+            sp[i] = (dsv4_span){.seq = seq[i], .start = P + s, .n_tokens = 1, .tokens = next + i, .n_hidden = 1};
+        if (dsv4_forward(e, sp, B, hid, NULL, &err)) goto fail;
+        /* the greedy ids come back on every rank, so every rank feeds the same tokens */
+        if (dsv4_lm_head_argmax(e, hid, B, next, NULL, &err)) goto fail;
+    }
+    MPI_Barrier(d->comm);
+    const double decode_s = MPI_Wtime() - t0;
+
+    dsv4_ep_stats st = {0};
+    if (e->ep) st = dsv4_ep_get_stats(e->ep);
+    int64_t mine[3] = {st.bytes_sent, st.rows_sent, st.waves}, sum[3];
+    MPI_Reduce(mine, sum, 3, MPI_INT64_T, MPI_SUM, 0, d->comm);
+    double peer_expert = rank ? st.expert_s : 0.0, max_peer_expert = 0.0;
+    MPI_Reduce(&peer_expert, &max_peer_expert, 1, MPI_DOUBLE, MPI_MAX, 0, d->comm);
+    const int moe_layers = info.n_layers; /* the MTP block does not run here */
+    if (rank == 0) {
+        const double steps_layers = (double)S * moe_layers;
+        printf("{\"bench\":\"ep_decode\",\"model\":\"%s\",\"ep\":%d,\"seqs\":%d,\"prefill\":%d,\"steps\":%d,"
+               "\"threads_per_rank\":%d,\"hidden\":%d,\"experts\":%d,\"moe_layers\":%d,"
+               "\"prefill_s\":%.4f,\"decode_s\":%.4f,\"decode_tok_s\":%.2f,\"ms_per_step\":%.3f,"
+               "\"rows_per_layer_step\":%.2f,\"bytes_per_layer_step\":%.0f,\"bytes_per_layer_token\":%.0f,"
+               "\"waves_per_layer_step\":%.2f,\"home_moe_mpi_s\":%.4f,\"home_expert_s\":%.4f,"
+               "\"max_peer_expert_s\":%.4f}\n",
+               argv[1], size, B, P, S, T, info.hidden_size, m->cfg.n_routed_experts, moe_layers, prefill_s,
+               decode_s, (double)B * S / decode_s, 1e3 * decode_s / S, sum[1] / steps_layers,
+               sum[0] / steps_layers, sum[0] / steps_layers / B, sum[2] / steps_layers / size, st.comm_s,
+               st.expert_s, max_peer_expert);
+    }
+    status = 0;
+    free(seq); free(toks); free(next); free(hid); free(sp);
+fail:
+    if (status) {
+        fprintf(stderr, "bench_ep: rank %d: %s\n", rank, err.msg);
+        dsv4_dist_abort(d, 1);
+    }
+    dsv4_engine_free(e);
+    dsv4_model_close(m);
+    dsv4_dist_finalize(d);
+    return status;
+}
