@@ -35,6 +35,8 @@ typedef struct world {
 typedef struct pair {
     dsv4_engine *ep, *loc;
     int hs[NSEQ], hl[NSEQ];
+    float *bias;      /* adversarial gate bias (E), or NULL */
+    int32_t *table;   /* adversarial tid2eid (V, K), or NULL */
 } pair;
 
 static uint64_t rng = 0x853c49e6748fea9bull; /* the same on every rank: SPMD inputs */
@@ -133,10 +135,11 @@ static void make_pair(world *w, pair *p, uint64_t cache_bytes, int adversarial) 
     const dsv4_config *c = &w->m->cfg;
     const int E = c->n_routed_experts, K = c->num_experts_per_tok, E_loc = E / w->size;
     const int target = w->size - 1;
-    static float bias[64];
-    static int32_t table[1024 * 8];
-    for (int e = 0; e < E && e < 64; e++) bias[e] = e / E_loc == target ? 1000.0f : 0.0f;
-    for (int t = 0; t < c->vocab_size && t < 1024; t++)
+    /* (E) and (V, K), kept by the pair: the engines' blocks point at them */
+    float *bias = p->bias = malloc(sizeof(float) * E);
+    int32_t *table = p->table = malloc(sizeof(int32_t) * c->vocab_size * K);
+    for (int e = 0; e < E; e++) bias[e] = e / E_loc == target ? 1000.0f : 0.0f;
+    for (int t = 0; t < c->vocab_size; t++)
         for (int k = 0; k < K; k++)
             table[t * K + k] = k < E_loc ? target * E_loc + (t + k) % E_loc : ((target + 1) * E_loc + k - E_loc) % E;
     for (int l = 0; l < c->num_hidden_layers + c->num_nextn_predict_layers; l++) {
@@ -152,6 +155,8 @@ static void make_pair(world *w, pair *p, uint64_t cache_bytes, int adversarial) 
 static void free_pair(pair *p) {
     dsv4_engine_free(p->ep);
     dsv4_engine_free(p->loc);
+    free(p->bias);
+    free(p->table);
 }
 
 /* The mixed script. */
