@@ -46,10 +46,21 @@ if [ "${SKIP_RUN:-0}" != 1 ]; then
   mv "$out/context.json.tmp" "$out/context.json"
 fi
 
+# which source the binary was built from: a git tree (commit, dirty or not) or an exported
+# tree with a COMMIT file
+src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
+if [ -n "$src" ] && git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
+  commit=$(git -C "$src" describe --always --dirty)
+elif [ -n "$src" ] && [ -f "$src/COMMIT" ]; then
+  commit="$(cat "$src/COMMIT") (clean export)"
+else
+  commit=unknown
+fi
+
 # data files and the summary table
-/usr/bin/python3 - "$out" <<'EOF'
+/usr/bin/python3 - "$out" "$commit" <<'EOF'
 import json, sys, os
-out = sys.argv[1]
+out, commit = sys.argv[1], sys.argv[2]
 b = json.load(open(os.path.join(out, "batch.json")))
 c = json.load(open(os.path.join(out, "context.json")))
 with open(os.path.join(out, "batch.dat"), "w") as f:
@@ -69,6 +80,8 @@ m = b["machine"]
 rows.append("Machine: %s, %d cores online, L3 %d MiB; %d threads, kernels %s; load average %.1f -> %.1f (batch sweep), %.1f -> %.1f (context sweep)." % (
     m["cpu"], m["online_cores"], m["l3_bytes"] // 1048576, b["threads"], b["simd"],
     m["loadavg_start"], m["loadavg_end"], c["machine"]["loadavg_start"], c["machine"]["loadavg_end"]))
+rows.append("")
+rows.append("Source: commit %s." % commit)
 rows.append("")
 rows.append("Probes (batch run): bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s; (context run): %.1f GB/s, %.1f GFLOP/s." % (
     b["measured_bandwidth_gbs"], b["measured_peak_gflops"], c["measured_bandwidth_gbs"], c["measured_peak_gflops"]))
@@ -110,14 +123,17 @@ set terminal pngcairo size 1200,480 font ",10" noenhanced
 set output "$out/decode.png"
 set multiplot layout 1,2 title "dsv4 decode, flash_quarter fp8 (0.94 GB), $(nproc) cores"
 set grid
-set key top left
+set key top left box opaque
 set logscale x 2
+set xrange [0.85:19]
 set xlabel "batch size (prompt 512)"
 set ylabel "decode tokens/s"
 set yrange [0:*]
 plot "$out/batch.dat" using 1:2 with linespoints lw 2 pt 7 title "measured", \
      "$out/batch.dat" using 1:3 with lines dt 2 title "bandwidth roofline (weights read)"
 set xlabel "context length (batch 1)"
+set xrange [800:84000]
+set key center right box opaque
 set xtics ("1K" 1024, "2K" 2048, "4K" 4096, "8K" 8192, "16K" 16384, "32K" 32768, "64K" 65536)
 plot "$out/context.dat" using 1:2 with linespoints lw 2 pt 7 title "measured", \
      "$out/context.dat" using 1:3 with lines dt 2 title "roofline: weights", \
