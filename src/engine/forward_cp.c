@@ -39,9 +39,11 @@
 #include "kernels/ops.h"
 #include "util/err.h"
 
+#ifdef DSV4_HAVE_MPI
 static int64_t granule_of(const dsv4_engine *e) {
     return e->opts.cp_granule > 0 ? e->opts.cp_granule : dsv4_cp_default_granule(e->cfg);
 }
+#endif
 
 int dsv4_cp_eligible(const dsv4_engine *e, const dsv4_span *spans, int n_spans) {
 #ifdef DSV4_HAVE_MPI
