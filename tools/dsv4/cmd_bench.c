@@ -180,7 +180,8 @@ typedef struct decode_result {
 
 /* one prefill measurement */
 typedef struct prefill_result {
-    int64_t start, tokens;   /* positions [start, start + tokens) of each sequence */
+    int64_t start, tokens;   /* positions [start, start + tokens) of the last sequence */
+    int64_t total;           /* tokens over all sequences */
     int seqs;
     double seconds, flops;
 } prefill_result;
@@ -241,6 +242,7 @@ static int prefill_to(bench *b, int n_seqs, int64_t to, int chunk, prefill_resul
         }
         res->seconds += now_s() - t0;
         res->tokens = to - from;
+        res->total += to - from;
         res->start = from;
         res->flops += dsv4_forward_flops(b->cfg, from, to - from) + (to > from ? dsv4_head_flops(b->cfg, 1) : 0);
         res->seqs++;
@@ -659,8 +661,8 @@ int cmd_bench(int argc, char **argv) {
             cJSON *d = decode_json(&dec[n_batches + i], bw);
             if (ctx_pf[i].seconds > 0) {
                 cJSON_AddNumberToObject(d, "prefill_from", (double)ctx_pf[i].start);
-                cJSON_AddNumberToObject(d, "prefill_tokens", (double)ctx_pf[i].tokens * ctx_pf[i].seqs);
-                cJSON_AddNumberToObject(d, "prefill_tokens_per_s", ctx_pf[i].tokens * ctx_pf[i].seqs / ctx_pf[i].seconds);
+                cJSON_AddNumberToObject(d, "prefill_tokens", (double)ctx_pf[i].total);
+                cJSON_AddNumberToObject(d, "prefill_tokens_per_s", ctx_pf[i].total / ctx_pf[i].seconds);
                 cJSON_AddNumberToObject(d, "prefill_gflops", ctx_pf[i].flops / ctx_pf[i].seconds / 1e9);
             }
             cJSON_AddItemToArray(arr, d);
@@ -683,7 +685,7 @@ int cmd_bench(int argc, char **argv) {
             if (ctx_pf[i].seconds > 0)
                 printf("prefill %lld -> %lld: %.1f tokens/s, %.1f GFLOP/s\n", (long long)ctx_pf[i].start,
                        (long long)(ctx_pf[i].start + ctx_pf[i].tokens),
-                       ctx_pf[i].tokens * ctx_pf[i].seqs / ctx_pf[i].seconds, ctx_pf[i].flops / ctx_pf[i].seconds / 1e9);
+                       ctx_pf[i].total / ctx_pf[i].seconds, ctx_pf[i].flops / ctx_pf[i].seconds / 1e9);
             print_decode(&dec[n_batches + i], bw);
         }
         printf("roofline: decode %.0f%% of bandwidth (%.1f MB/token), prefill %.0f%% of FMA peak\n",
