@@ -16,7 +16,9 @@
  *           (w8a8 = 1): start-up time (the INT8 copies), prefill tokens/s of --prefill N
  *           tokens (default 256) in one span, decode tokens/s of --decode M single-token
  *           steps (default 32) after it; best of --reps.
- * Times are the best of --reps runs (default 5). --scalar adds the portable level.
+ * Times are the best of --reps rounds (default 5); within a round the INT8, BF16 and FP8
+ * calls alternate, and the *_median speed-ups are medians of the per-round ratios, which
+ * hold up better than best/best on a shared machine. --scalar adds the portable level.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -127,17 +129,38 @@ static int engine_run(const dsv4_model *m, int w8a8, int threads, int P, int M, 
     return err.code ? -1 : 0;
 }
 
-/* best time of reps calls of y = x . w^T */
-static double best_time(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, float *y, int reps) {
-    dsv4_linear(k, w, x, n_rows, y); /* warm: pages, pool */
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        const double t0 = now_s();
-        dsv4_linear(k, w, x, n_rows, y);
-        const double t = now_s() - t0;
-        if (t < best) best = t;
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Rounds of one call each of m[0] (INT8, at SIMD level i8_level), m[1] (BF16) and m[2]
+ * (FP8, both at the best level), interleaved so the three see the same machine load:
+ * best time of each, and the median over rounds of t_BF16 / t_INT8 and t_FP8 / t_INT8. */
+static void time3(dsv4_kctx *k, const dsv4_mat *m[3], int i8_level, int best_level, const float *x,
+                  int n_rows, float *y, int reps, double best[3], double med[2]) {
+    double *ratio = malloc(sizeof(double) * 2 * (size_t)reps);
+    best[0] = best[1] = best[2] = 1e30;
+    for (int r = -1; r < reps; r++) { /* round -1 warms pages and the pool */
+        double t[3];
+        for (int i = 0; i < 3; i++) {
+            dsv4_kctx_set_simd(k, i == 0 ? i8_level : best_level);
+            const double t0 = now_s();
+            dsv4_linear(k, m[i], x, n_rows, y);
+            t[i] = now_s() - t0;
+            if (r >= 0 && t[i] < best[i]) best[i] = t[i];
+        }
+        if (r >= 0) {
+            ratio[r] = t[1] / t[0];
+            ratio[reps + r] = t[2] / t[0];
+        }
     }
-    return best;
+    dsv4_kctx_set_simd(k, best_level);
+    qsort(ratio, (size_t)reps, sizeof(double), cmp_double);
+    qsort(ratio + reps, (size_t)reps, sizeof(double), cmp_double);
+    med[0] = ratio[reps / 2];
+    med[1] = ratio[reps + reps / 2];
+    free(ratio);
 }
 
 int main(int argc, char **argv) {
@@ -179,20 +202,22 @@ int main(int argc, char **argv) {
     {
         dsv4_mat bf = make_src(DSV4_WF_BF16, vr, vc), f8 = make_src(DSV4_WF_FP8, vr, vc), q;
         void *st = quantize(k, &bf, &q, NULL);
-        const double t_bf = best_time(k, &bf, x, 1, y, reps), t_f8 = best_time(k, &f8, x, 1, y, reps);
+        const dsv4_mat *m3[3] = {&q, &bf, &f8};
         for (int level = best_level; level >= 0; level--) {
             if (level < best_level && !scalar) break;
-            dsv4_kctx_set_simd(k, level);
-            const double t = best_time(k, &q, x, 1, y, reps);
+            double tb[3], med[2];
+            time3(k, m3, level, best_level, x, 1, y, reps, tb, med);
+            const double t = tb[0], t_bf = tb[1], t_f8 = tb[2];
             const double gb = (double)dsv4_mat_bytes(&q) / t * 1e-9;
             printf("{\"bench\":\"w8a8\",\"case\":\"gemv\",\"level\":\"%s\",\"threads\":%d,\"rows\":%lld,"
                    "\"cols\":%lld,\"ms\":%.3f,\"int8_gbps\":%.2f,\"gops\":%.2f,\"of_stream\":%.3f,"
                    "\"bf16_ms\":%.3f,\"bf16_gbps\":%.2f,\"fp8_ms\":%.3f,\"fp8_gbps\":%.2f,"
-                   "\"speedup_vs_bf16\":%.2f,\"speedup_vs_fp8\":%.2f}\n",
-                   dsv4_simd_name(dsv4_kctx_simd(k)), nt, (long long)vr, (long long)vc, t * 1e3, gb,
+                   "\"speedup_vs_bf16\":%.2f,\"speedup_vs_fp8\":%.2f,\"speedup_vs_bf16_median\":%.2f,"
+                   "\"speedup_vs_fp8_median\":%.2f}\n",
+                   dsv4_simd_name(level), nt, (long long)vr, (long long)vc, t * 1e3, gb,
                    2.0 * (double)vr * (double)vc / t * 1e-9, gb / bw.best, t_bf * 1e3,
                    (double)dsv4_mat_bytes(&bf) / t_bf * 1e-9, t_f8 * 1e3,
-                   (double)dsv4_mat_bytes(&f8) / t_f8 * 1e-9, t_bf / t, t_f8 / t);
+                   (double)dsv4_mat_bytes(&f8) / t_f8 * 1e-9, t_bf / t, t_f8 / t, med[0], med[1]);
         }
         dsv4_kctx_set_simd(k, best_level);
         free(st);
@@ -208,17 +233,19 @@ int main(int argc, char **argv) {
         double tq;
         void *st = quantize(k, &bf, &q, &tq);
         const int r = reps < 3 ? reps : 3;
-        const double t_bf = best_time(k, &bf, x, M, y, r), t_f8 = best_time(k, &f8, x, M, y, r);
         const double ops = 2.0 * M * (double)n * (double)n;
+        const dsv4_mat *m3[3] = {&q, &bf, &f8};
         for (int level = best_level; level >= 0; level--) {
             if (level < best_level && !scalar) break;
-            dsv4_kctx_set_simd(k, level);
-            const double t = best_time(k, &q, x, M, y, r);
+            double tb[3], med[2];
+            time3(k, m3, level, best_level, x, M, y, r, tb, med);
+            const double t = tb[0], t_bf = tb[1], t_f8 = tb[2];
             printf("{\"bench\":\"w8a8\",\"case\":\"gemm\",\"level\":\"%s\",\"threads\":%d,\"m\":%d,\"n\":%lld,"
                    "\"k\":%lld,\"ms\":%.2f,\"gops\":%.2f,\"bf16_gflops\":%.2f,\"fp8_gflops\":%.2f,"
-                   "\"speedup_vs_bf16\":%.2f,\"speedup_vs_fp8\":%.2f}\n",
-                   dsv4_simd_name(dsv4_kctx_simd(k)), nt, M, (long long)n, (long long)n, t * 1e3, ops / t * 1e-9,
-                   ops / t_bf * 1e-9, ops / t_f8 * 1e-9, t_bf / t, t_f8 / t);
+                   "\"speedup_vs_bf16\":%.2f,\"speedup_vs_fp8\":%.2f,\"speedup_vs_bf16_median\":%.2f,"
+                   "\"speedup_vs_fp8_median\":%.2f}\n",
+                   dsv4_simd_name(level), nt, M, (long long)n, (long long)n, t * 1e3, ops / t * 1e-9,
+                   ops / t_bf * 1e-9, ops / t_f8 * 1e-9, t_bf / t, t_f8 / t, med[0], med[1]);
         }
         dsv4_kctx_set_simd(k, best_level);
         printf("{\"bench\":\"w8a8\",\"case\":\"quantize\",\"threads\":%d,\"src\":\"bf16\",\"rows\":%lld,"
