@@ -53,6 +53,8 @@ typedef struct dsv4_model_info {
     int n_mtp;          /* MTP blocks (0 or 1) */
     int bos_token_id, eos_token_id;
     int64_t max_position_embeddings;
+    int n_experts_per_tok;  /* K: routed experts per token */
+    int index_topk;         /* CSA entries selected per query */
 } dsv4_model_info;
 
 /* Opens a model directory: config.json + model.safetensors or model.safetensors.index.json
@@ -188,6 +190,14 @@ int dsv4_lm_head_argmax(dsv4_engine *e, const float *hidden, int n_rows, int32_t
 typedef void (*dsv4_trace_fn)(void *user, int seq, int64_t pos, int layer, int kind,
                               const float *streams);
 void dsv4_engine_set_trace(dsv4_engine *e, dsv4_trace_fn fn, void *user);
+
+/* Optional debugging hook for the discrete choices of one row at absolute position pos:
+ * kind DSV4_CHOICE_EXPERTS — the K routed experts in k order (single-process MoE path);
+ * kind DSV4_CHOICE_CSA — the compressed entries a CSA layer's indexer selected, ascending. */
+enum { DSV4_CHOICE_EXPERTS = 0, DSV4_CHOICE_CSA = 1 };
+typedef void (*dsv4_choice_fn)(void *user, int seq, int64_t pos, int layer, int kind,
+                               const int *ids, int n);
+void dsv4_engine_set_choice_trace(dsv4_engine *e, dsv4_choice_fn fn, void *user);
 
 #ifdef __cplusplus
 }

@@ -140,6 +140,11 @@ void dsv4_engine_set_trace(dsv4_engine *e, dsv4_trace_fn fn, void *user) {
     e->trace_user = user;
 }
 
+void dsv4_engine_set_choice_trace(dsv4_engine *e, dsv4_choice_fn fn, void *user) {
+    e->choice = fn;
+    e->choice_user = user;
+}
+
 int dsv4_seq_create(dsv4_engine *e, int *seq, dsv4_err *err) {
     int rc = dsv4_cache_seq_alloc(e->cache, seq, err);
     if (rc) return rc;

@@ -32,7 +32,8 @@ struct dsv4_engine {
     dsv4_seq_state *seqs;            /* (max_seqs) indexed by cache slot */
     dsv4_trace_fn trace;
     void *trace_user;
-    int *csa_sel;                    /* optional capture of CSA selections, see forward.c */
+    dsv4_choice_fn choice;           /* optional report of routing and CSA selections */
+    void *choice_user;
     /* scale-out (spec/serving.md §c, §d): SPMD, every rank makes the same calls */
     struct dsv4_dist *group;         /* the process group when opts.parallel spans more than
                                       * one rank, else NULL (single process) */

@@ -19,10 +19,28 @@
 #include "moe/moe.h"
 #include "util/err.h"
 
+/* Reports each row's choices (n per row in sel, -1 padded) to the choice hook. */
+static void report_choices(const dsv4_engine *e, const dsv4_batch *batch, int layer, int kind,
+                           const int *sel, int n) {
+    for (int si = 0; si < batch->n_spans; si++)
+        for (int j = 0; j < batch->spans[si].n; j++) {
+            const int i = batch->spans[si].row0 + j;
+            const int *row = sel + (size_t)i * n;
+            int k = 0;
+            while (k < n && row[k] >= 0) k++;
+            e->choice(e->choice_user, batch->spans[si].seq, batch->pos[i], layer, kind, row, k);
+        }
+}
+
 int dsv4_engine_moe(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
                     const float *x, float *y, dsv4_err *err) {
     if (e->ep) return dsv4_ep_moe(e->ep, e->k, b, x, batch->tokens, batch->n_rows, y, err);
-    return dsv4_moe_forward(e->k, e->cfg, b, x, batch->tokens, batch->n_rows, y, NULL, err);
+    const int K = e->cfg->num_experts_per_tok;
+    int *sel = e->choice && batch->n_rows ? malloc((size_t)batch->n_rows * K * sizeof(int)) : NULL;
+    int rc = dsv4_moe_forward(e->k, e->cfg, b, x, batch->tokens, batch->n_rows, y, sel, err);
+    if (!rc && sel) report_choices(e, batch, b->layer_id, DSV4_CHOICE_EXPERTS, sel, K);
+    free(sel);
+    return rc;
 }
 
 int dsv4_engine_idle_layers(dsv4_engine *e, int l0, int l1, int *changed, dsv4_err *err) {
@@ -55,11 +73,20 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
     float *post = malloc((size_t)R * hc * sizeof(float));        /* (R, hc) */
     float *comb = malloc((size_t)R * hc * hc * sizeof(float));   /* (R, hc, hc) */
     float *hin = malloc((size_t)hc * D * sizeof(float));         /* (hc, D) one row's input streams */
+    int *csa_sel = NULL;                 /* (R, index_topk) with the choice hook on a CSA layer */
     if (!x || !y || !post || !comb || !hin) {
         rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "block scratch: out of memory"), 0);
         goto done;
     }
     dsv4_attn_ctx actx = {c, e->k, e->cache, &e->rope_main, &e->rope_cmp, NULL};
+    if (e->choice && b->ratio == 4 && R) {
+        csa_sel = malloc((size_t)R * c->index_topk * sizeof(int));
+        if (!csa_sel) {
+            rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "block scratch: out of memory"), 0);
+            goto done;
+        }
+        actx.csa_sel = csa_sel;
+    }
 
     for (int sub = 0; sub < 2; sub++) {
         const float *fn = sub ? b->hc_ffn_fn : b->hc_attn_fn;
@@ -77,6 +104,7 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
         if (sub == 0) {
             /* the other ranks are heading for this block's MoE exchange */
             if ((rc = dsv4_attention(&actx, b, batch, x, y, err))) dsv4_engine_fail_collective(e, rc, 0);
+            else if (csa_sel) report_choices(e, batch, b->layer_id, DSV4_CHOICE_CSA, csa_sel, c->index_topk);
         } else {
             rc = dsv4_engine_moe(e, b, batch, x, y, err);
         }
@@ -97,7 +125,7 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
                 }
     }
 done:
-    free(x); free(y); free(post); free(comb); free(hin);
+    free(x); free(y); free(post); free(comb); free(hin); free(csa_sel);
     return rc;
 }
 

@@ -447,6 +447,8 @@ dsv4_model_info dsv4_model_get_info(const dsv4_model *m) {
     i.bos_token_id = m->cfg.bos_token_id;
     i.eos_token_id = m->cfg.eos_token_id;
     i.max_position_embeddings = m->cfg.max_position_embeddings;
+    i.n_experts_per_tok = m->cfg.num_experts_per_tok;
+    i.index_topk = m->cfg.index_topk;
     return i;
 }
 

@@ -56,7 +56,9 @@ int dump_load(const char *dir, dump_dir *out) {
             a->shape[d] = (long long)cJSON_GetArrayItem(shape, d)->valuedouble;
             a->n *= (size_t)a->shape[d];
         }
-        if (!cJSON_IsString(dtype) || strcmp(dtype->valuestring, "f32")) continue;
+        if (!cJSON_IsString(dtype)) continue;
+        a->is_i32 = !strcmp(dtype->valuestring, "i32");
+        if (strcmp(dtype->valuestring, "f32") && !a->is_i32) continue;
         snprintf(path, sizeof path, "%s/%s", dir, file->valuestring);
         size_t len = 0;
         a->data = (float *)slurp(path, &len);
@@ -65,6 +67,7 @@ int dump_load(const char *dir, dump_dir *out) {
             bad = 1;
         }
     }
+    out->csa = cJSON_DetachItemFromObject(m, "csa_selected_entries");
     cJSON_Delete(m);
     if (bad) { dump_free(out); return -1; }
     return 0;
@@ -74,6 +77,7 @@ void dump_free(dump_dir *d) {
     for (int i = 0; i < d->n_arrays; i++) free(d->arrays[i].data);
     free(d->arrays);
     free(d->tokens);
+    cJSON_Delete(d->csa);
     memset(d, 0, sizeof *d);
 }
 

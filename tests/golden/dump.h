@@ -11,7 +11,8 @@ typedef struct dump_array {
     int ndim;
     long long shape[8];
     size_t n;       /* elements */
-    float *data;    /* NULL for non-f32 arrays */
+    float *data;    /* f32 values, or the raw int32 values of an i32 array */
+    int is_i32;
 } dump_array;
 
 typedef struct dump_dir {
@@ -20,6 +21,7 @@ typedef struct dump_dir {
     int prefill_len;
     int n_arrays;
     dump_array *arrays;
+    struct cJSON *csa;  /* manifest "csa_selected_entries", NULL if absent */
 } dump_dir;
 
 int dump_load(const char *dir, dump_dir *out);     /* 0 on success, message on stderr */

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "dump.h"
 #include "test.h"
 
@@ -49,8 +51,15 @@ int main(int argc, char **argv) {
         int compared = 0;
         for (int i = 0; i < ref.n_arrays; i++) {
             const dump_array *r = &ref.arrays[i];
-            if (!r->data) continue; /* routing (i32) is checked elsewhere */
+            if (!r->data) continue;
             const dump_array *a = dump_find(&eng, r->name);
+            if (r->is_i32) { /* routing: identical ids */
+                if (!strstr(cmd, "--dump-choices")) continue;
+                CHECK_MSG(a && a->n == r->n && !memcmp(a->data, r->data, r->n * 4),
+                          "%s differs from the golden choices", r->name);
+                printf("%-28s identical: %s\n", r->name, a && a->n == r->n && !memcmp(a->data, r->data, r->n * 4) ? "yes" : "NO");
+                continue;
+            }
             int layer_arr = strstr(r->name, "layer") != NULL;
             int mtp_arr = strstr(r->name, "mtp") != NULL;
             int want = (!layer_arr || strstr(cmd, "--dump-layers")) && (!mtp_arr || strstr(cmd, "--mtp"));
@@ -66,6 +75,11 @@ int main(int argc, char **argv) {
             compared++;
         }
         CHECK(compared >= 4);
+        if (strstr(cmd, "--dump-choices")) {
+            int same = ref.csa && eng.csa && cJSON_Compare(ref.csa, eng.csa, 1);
+            printf("%-28s identical: %s\n", "csa_selected_entries", same ? "yes" : "NO");
+            CHECK_MSG(same, "CSA selections differ from the golden run");
+        }
         dump_free(&eng);
     }
     snprintf(cmd, cap, "rm -rf %s", out);

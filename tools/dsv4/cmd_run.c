@@ -39,12 +39,14 @@ typedef struct run_seq {
     float *mtp_logits;    /* (N-1, V) */
     float *layer_streams; /* (N, L, hc, D) after each block, with --dump-layers */
     float *layer_attn;    /* (N, L, hc, D) after each attention sub-block */
+    int32_t *routing;     /* (L, N, K) routed experts in k order, -1 unknown; --dump-choices */
+    cJSON *csa;           /* {"layer": {"pos": [entries]}} CSA selections; --dump-choices */
 } run_seq;
 
 typedef struct run_ctx {
     run_seq *seqs;
     int n_seqs;
-    int L, hc, D;
+    int L, hc, D, K;
     int sharded_head;     /* logits through the vocabulary-sharded head (collective) */
 } run_ctx;
 
@@ -53,7 +55,11 @@ static void usage(FILE *f) {
             "usage: dsv4 run --model DIR (--tokens ID,ID,... | --tokens-file FILE) [--prefill P]\n"
             "                [--chunk C] [--mtp] --dump OUTDIR [--threads T] [--dump-layers]\n"
             "                [--parallel cp|ep|cp+ep [--ep-wave N]] [--w8a8 | --w8a8-all]\n"
+            "                [--dump-choices]\n"
             "\n"
+            "  --dump-choices   also routing_experts.bin (i32 [layers, N, K]) and the CSA\n"
+            "                   selections (manifest csa_selected_entries), as in the golden runs\n"
+            "                   (single-process path)\n"
             "  --parallel MODE  under mpirun: context-parallel prefill (cp), expert-parallel MoE\n"
             "                   (ep) or both over all ranks; rank 0 writes the dump. --threads\n"
             "                   is per rank: with several ranks on one machine give each its\n"
@@ -63,6 +69,29 @@ static void usage(FILE *f) {
             "  --w8a8           P2 W8A8 fast path: INT8 weight copies of wq_b, wo_b, indexer wq_b,\n"
             "                   experts, MTP e_proj/h_proj, INT8 per-token activations\n"
             "  --w8a8-all       the same plus wq_a, wkv and wo_a\n");
+}
+
+/* Choice hook: routing and CSA selections of main layers, for --dump-choices. */
+static void trace_choices(void *user, int seq, int64_t pos, int layer, int kind, const int *ids,
+                          int n) {
+    run_ctx *rc = user;
+    if (layer >= rc->L) return; /* the MTP block */
+    for (int i = 0; i < rc->n_seqs; i++) {
+        run_seq *s = &rc->seqs[i];
+        if (s->handle != seq || pos >= s->N) continue;
+        if (kind == DSV4_CHOICE_EXPERTS) {
+            for (int k = 0; k < n && k < rc->K; k++)
+                s->routing[((size_t)layer * s->N + (size_t)pos) * rc->K + k] = ids[k];
+            continue;
+        }
+        char lk[16], pk[24];
+        snprintf(lk, sizeof lk, "%d", layer);
+        snprintf(pk, sizeof pk, "%lld", (long long)pos);
+        cJSON *lo = cJSON_GetObjectItem(s->csa, lk);
+        if (!lo) lo = cJSON_AddObjectToObject(s->csa, lk);
+        cJSON *arr = lo ? cJSON_AddArrayToObject(lo, pk) : NULL;
+        for (int k = 0; arr && k < n; k++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[k]));
+    }
 }
 
 /* Trace hook: copies the streams of main layers into the per-sequence dump arrays. */
@@ -103,8 +132,8 @@ static int dump_array(const char *dir, cJSON *files, const char *name, const flo
     return 0;
 }
 
-static int dump_seq(const char *dir, const run_seq *s, int V, int D, int hc, int L, int mtp,
-                    int layers) {
+static int dump_seq(const char *dir, const run_seq *s, int V, int D, int hc, int L, int n_exp,
+                    int mtp, int layers) {
     if (cli_mkdirs(dir)) {
         fprintf(stderr, "dsv4 run: cannot create directory %s\n", dir);
         return -1;
@@ -139,6 +168,13 @@ static int dump_seq(const char *dir, const run_seq *s, int V, int D, int hc, int
     }
     if (mtp && s->N >= 2)
         bad |= dump_array(dir, files, "mtp_logits", s->mtp_logits, 2, (long long[]){s->N - 1, V});
+    if (s->routing) {
+        /* int32 little-endian like the floats: same byte size, written as they are */
+        const long long dims[3] = {L, s->N, n_exp};
+        bad |= dump_array(dir, files, "routing_experts", (const float *)s->routing, 3, dims);
+        cJSON_SetValuestring(cJSON_GetObjectItem(cJSON_GetObjectItem(files, "routing_experts"), "dtype"), "i32");
+        cJSON_AddItemReferenceToObject(man, "csa_selected_entries", s->csa);
+    }
     char *text = cJSON_Print(man);
     cJSON_Delete(man);
     char path[4200];
@@ -227,13 +263,14 @@ static int run_mtp(dsv4_engine *eng, run_ctx *rc, int V, dsv4_err *err) {
 int cmd_run(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_arg = NULL, *tokens_file = NULL, *dump = NULL;
     long long prefill = -1, chunk = 0, threads = 0, ep_wave = 0;
-    int mtp = 0, layers = 0, parallel = 0, w8a8 = 0;
+    int mtp = 0, layers = 0, parallel = 0, w8a8 = 0, choices = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--mtp")) mtp = 1;
         else if (!strcmp(a, "--dump-layers")) layers = 1;
+        else if (!strcmp(a, "--dump-choices")) choices = 1;
         else if (!strcmp(a, "--w8a8")) w8a8 = 1;
         else if (!strcmp(a, "--w8a8-all")) w8a8 = 2;
         else if (!v) { fprintf(stderr, "dsv4 run: unknown option or missing value: %s\n", a); usage(stderr); return 2; }
@@ -340,7 +377,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "dsv4 run: warning: %s\n", dsv4_model_warnings(model));
     dsv4_model_info info = dsv4_model_get_info(model);
     const int V = info.vocab_size, D = info.hidden_size, hc = info.hc_mult, L = info.n_layers;
-    rc.L = L; rc.hc = hc; rc.D = D;
+    rc.L = L; rc.hc = hc; rc.D = D; rc.K = info.n_experts_per_tok;
     if (mtp && info.n_mtp == 0) {
         fprintf(stderr, "dsv4 run: %s--mtp: the model has no MTP block\n", who);
         status = 2;
@@ -379,6 +416,12 @@ int cmd_run(int argc, char **argv) {
             s->layer_streams = calloc((size_t)s->N * L * hc * D, sizeof(float));
             s->layer_attn = calloc((size_t)s->N * L * hc * D, sizeof(float));
         }
+        if (choices) {
+            s->routing = malloc((size_t)L * s->N * rc.K * sizeof(int32_t));
+            s->csa = cJSON_CreateObject();
+            if (!s->routing || !s->csa) { fprintf(stderr, "dsv4 run: out of memory\n"); goto out; }
+            for (size_t k = 0; k < (size_t)L * s->N * rc.K; k++) s->routing[k] = -1;
+        }
         if (!s->pre_hidden || !s->pre_logits || !s->dec_hidden || !s->dec_logits ||
             (mtp && (!s->streams || !s->mtp_logits)) || (layers && (!s->layer_streams || !s->layer_attn))) {
             fprintf(stderr, "dsv4 run: %sout of memory for the dump buffers\n", who);
@@ -401,6 +444,7 @@ int cmd_run(int argc, char **argv) {
         goto out;
     }
     if (layers) dsv4_engine_set_trace(eng, trace_layers, &rc);
+    if (choices) dsv4_engine_set_choice_trace(eng, trace_choices, &rc);
     for (int i = 0; i < rc.n_seqs; i++)
         if (dsv4_seq_create(eng, &rc.seqs[i].handle, &err)) {
             fprintf(stderr, "dsv4 run: %s%s\n", who, err.msg);
@@ -469,7 +513,7 @@ int cmd_run(int argc, char **argv) {
         char dir[4096];
         if (tokens_arg) snprintf(dir, sizeof dir, "%s", dump);
         else snprintf(dir, sizeof dir, "%s/seq%d", dump, i);
-        if (dump_seq(dir, &rc.seqs[i], V, D, hc, L, mtp, layers)) status = 1;
+        if (dump_seq(dir, &rc.seqs[i], V, D, hc, L, rc.K, mtp, layers)) status = 1;
     }
 out:
     dsv4_engine_free(eng);
@@ -479,6 +523,8 @@ out:
         free(s->tokens); free(s->pre_hidden); free(s->pre_logits); free(s->dec_hidden);
         free(s->dec_logits); free(s->streams); free(s->mtp_logits); free(s->layer_streams);
         free(s->layer_attn);
+        free(s->routing);
+        cJSON_Delete(s->csa);
     }
     free(rc.seqs);
     if (status && n_ranks > 1) {
