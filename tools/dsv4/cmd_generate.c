@@ -115,6 +115,7 @@ int cmd_generate(int argc, char **argv) {
         goto out;
     }
     printf("\n");
+    fflush(stdout); /* the counts on stderr come after the text */
     fprintf(stderr, "prompt: %lld tokens, %.1f tokens/s | generated: %lld tokens, %.2f tokens/s\n",
             (long long)res.prompt_tokens,
             res.prefill_seconds > 0 ? res.prompt_tokens / res.prefill_seconds : 0.0,
