@@ -54,7 +54,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dsv4 run --model DIR (--tokens ID,ID,... | --tokens-file FILE) [--prefill P]\n"
             "                [--chunk C] [--mtp] --dump OUTDIR [--threads T] [--dump-layers]\n"
-            "                [--parallel cp|ep|cp+ep [--ep-wave N]] [--w8a8 | --w8a8-all]\n"
+            "                [--parallel cp|ep|cp+ep [--ep-wave N] [--cp-granule G]]\n"
+            "                [--w8a8 | --w8a8-all]\n"
             "                [--dump-choices]\n"
             "\n"
             "  --dump-choices   also routing_experts.bin (i32 [layers, N, K]) and the CSA\n"
@@ -64,6 +65,8 @@ static void usage(FILE *f) {
             "                   (ep) or both over all ranks; rank 0 writes the dump. --threads\n"
             "                   is per rank: with several ranks on one machine give each its\n"
             "                   share (and OMPI_MCA_mpi_yield_when_idle=1 when oversubscribed)\n"
+            "  --cp-granule G   context parallel: segment granule in positions (default: a\n"
+            "                   multiple of every ratio >= window - 1, 128 for Flash)\n"
             "  --ep-wave N      expert parallel: rows per rank per exchange wave (default\n"
             "                   min(256, rows of the largest call))\n"
             "  --w8a8           P2 W8A8 fast path: INT8 weight copies of wq_b, wo_b, indexer wq_b,\n"
@@ -262,7 +265,7 @@ static int run_mtp(dsv4_engine *eng, run_ctx *rc, int V, dsv4_err *err) {
 
 int cmd_run(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_arg = NULL, *tokens_file = NULL, *dump = NULL;
-    long long prefill = -1, chunk = 0, threads = 0, ep_wave = 0;
+    long long prefill = -1, chunk = 0, threads = 0, ep_wave = 0, cp_granule = 0;
     int mtp = 0, layers = 0, parallel = 0, w8a8 = 0, choices = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -298,6 +301,11 @@ int cmd_run(int argc, char **argv) {
                 fprintf(stderr, "dsv4 run: --parallel must be cp, ep or cp+ep, got '%s'\n", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(a, "--cp-granule")) {
+            if (cli_parse_int(argv[++i], 1, 1 << 20, &cp_granule)) {
+                fprintf(stderr, "dsv4 run: --cp-granule must be in [1, 1048576], got '%s'\n", argv[i]);
+                return 2;
+            }
         } else if (!strcmp(a, "--ep-wave")) {
             if (cli_parse_int(argv[++i], 1, 1 << 20, &ep_wave)) {
                 fprintf(stderr, "dsv4 run: --ep-wave must be in [1, 1048576], got '%s'\n", argv[i]);
@@ -317,6 +325,10 @@ int cmd_run(int argc, char **argv) {
     if (parallel && !dsv4_dist_available()) {
         fprintf(stderr, "dsv4 run: --parallel needs a build with MPI (cmake -DDSV4_MPI=ON with "
                         "Open MPI installed); this one has none\n");
+        return 2;
+    }
+    if (cp_granule && !(parallel & DSV4_PAR_CP)) {
+        fprintf(stderr, "dsv4 run: --cp-granule needs --parallel cp or cp+ep\n");
         return 2;
     }
     if (ep_wave && !(parallel & DSV4_PAR_EP)) {
@@ -438,6 +450,7 @@ int cmd_run(int argc, char **argv) {
     eo.dist = dist;
     eo.parallel = parallel;
     eo.ep_wave = (int)ep_wave;
+    eo.cp_granule = (int)cp_granule;
     eo.w8a8 = w8a8;
     if (dsv4_engine_create(model, &eo, &eng, &err)) {
         fprintf(stderr, "dsv4 run: %s%s\n", who, err.msg);
