@@ -6,7 +6,9 @@
  *   hidden = RMSNorm(hc_head(h); norm.weight)         only for the rows asked for
  *
  * Everything is validated and every page reserved before the first write, so a failing
- * call leaves every sequence as it was.
+ * call leaves every sequence as it was; only running out of memory between layers can
+ * leave a half-written cache, and then the call's sequences are marked broken (they must
+ * be freed) instead of silently continuing from corrupt state.
  */
 #include <stdlib.h>
 #include <string.h>
