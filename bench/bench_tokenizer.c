@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "tok/tokenizer.h"
+#include "util/file.h"
 
 #ifndef DSV4_DEFAULT_SHARED
 #define DSV4_DEFAULT_SHARED "../shared"
@@ -79,19 +80,6 @@ static char *synthesise(size_t target, size_t *len) {
     return buf;
 }
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)sz + 1);
-    if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) { free(buf); buf = NULL; }
-    fclose(f);
-    *n = (size_t)sz;
-    return buf;
-}
-
 int main(int argc, char **argv) {
     const char *tok_path = NULL, *text_path = NULL;
     double mb = 1.0;
@@ -124,7 +112,7 @@ int main(int argc, char **argv) {
     double load_s = now_s() - t0;
 
     size_t len;
-    char *text = text_path ? slurp(text_path, &len) : synthesise((size_t)(mb * 1e6), &len);
+    char *text = text_path ? dsv4_read_file(text_path, 0, &len, NULL) : synthesise((size_t)(mb * 1e6), &len);
     if (!text) {
         fprintf(stderr, "bench_tokenizer: cannot read %s\n", text_path);
         return 1;

@@ -30,7 +30,7 @@ build() { # name sources...
     shift
     echo "fuzz.sh: building $OUT/$name"
     # shellcheck disable=SC2086
-    $CC_FUZZ $CFLAGS -o "$OUT/$name" "tests/fuzz/$name.c" "$@" src/util/err.c $LIBS
+    $CC_FUZZ $CFLAGS -o "$OUT/$name" "tests/fuzz/$name.c" "$@" src/util/err.c src/util/file.c $LIBS
 }
 
 run() { # name seed-dir max-len

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "util/err.h"
+#include "util/file.h"
 
 #define PFX "config.json: "
 
@@ -510,32 +511,13 @@ int dsv4_config_parse(const char *json, size_t len, dsv4_config *cfg, dsv4_err *
 
 int dsv4_config_load(const char *path, dsv4_config *cfg, dsv4_err *err) {
     if (!path) return dsv4_fail(err, DSV4_ERR_ARG, "dsv4_config_load: NULL path");
-    FILE *f = fopen(path, "rb");
-    if (!f) return dsv4_fail(err, DSV4_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 14, len = 0;
-    char *buf = malloc(cap);
-    int rc = 0;
-    while (buf) {
-        if (len == cap) {
-            if (cap >= CFG_MAX_FILE) {
-                rc = dsv4_fail(err, DSV4_ERR_CONFIG, "%s: larger than %d bytes, not a config.json", path, CFG_MAX_FILE);
-                break;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) break;
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f)) rc = dsv4_fail(err, DSV4_ERR_IO, "%s: read error: %s", path, strerror(errno));
-            break;
-        }
+    size_t len;
+    char *buf = dsv4_read_file(path, CFG_MAX_FILE, &len, err);
+    if (!buf) {
+        if (err && err->code == DSV4_ERR_FORMAT) err->code = DSV4_ERR_CONFIG; /* too large */
+        return err ? err->code : DSV4_ERR_IO;
     }
-    fclose(f);
-    if (!buf) return dsv4_fail(err, DSV4_ERR_NOMEM, "%s: out of memory", path);
-    if (!rc) rc = dsv4_config_parse(buf, len, cfg, err);
+    int rc = dsv4_config_parse(buf, len, cfg, err);
     free(buf);
     return rc;
 }

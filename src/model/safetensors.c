@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "util/err.h"
+#include "util/file.h"
 
 /* The reference implementation's limit; Flash shard headers are a few hundred KiB. */
 #define ST_MAX_HEADER 100000000ull
@@ -437,43 +438,6 @@ static int str_ptr_cmp(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static char *read_small_file(const char *path, size_t limit, size_t *len, dsv4_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        dsv4_fail(err, DSV4_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        if (n == cap) {
-            if (cap >= limit) {
-                fclose(f);
-                free(buf);
-                dsv4_fail(err, DSV4_ERR_FORMAT, "%s: larger than %zu bytes", path, limit);
-                return NULL;
-            }
-            char *nb = realloc(buf, cap * 2 + 1);
-            if (!nb) break;
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (!got) break;
-    }
-    int bad = !buf || ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        dsv4_fail(err, buf ? DSV4_ERR_IO : DSV4_ERR_NOMEM, "%s: cannot read", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
-}
-
 /* A shard name must stay inside the model directory. */
 static int bad_shard_name(const char *s) {
     return !s[0] || strchr(s, '/') || strchr(s, '\\') || strcmp(s, ".") == 0 || strcmp(s, "..") == 0;
@@ -481,7 +445,7 @@ static int bad_shard_name(const char *s) {
 
 static int open_index(const char *dir, const char *index_path, dsv4_st_set **out, dsv4_err *err) {
     size_t len = 0;
-    char *text = read_small_file(index_path, ST_MAX_INDEX, &len, err);
+    char *text = dsv4_read_file(index_path, ST_MAX_INDEX, &len, err);
     if (!text) return err ? err->code : DSV4_ERR_IO;
     const char *endp = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &endp, 0);

@@ -13,6 +13,7 @@
 
 #include "tok/tokenizer_impl.h"
 #include "util/err.h"
+#include "util/file.h"
 
 /* Ids above this are refused: they would only make the per-id tables huge. */
 #define TOK_MAX_ID (1 << 24)
@@ -582,28 +583,13 @@ int dsv4_tokenizer_load_json(const char *json, size_t len, dsv4_tokenizer **out,
 
 int dsv4_tokenizer_load(const char *path, dsv4_tokenizer **out, dsv4_err *err) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return dsv4_fail(err, DSV4_ERR_IO, "cannot open tokenizer '%s': %s", path, strerror(errno));
-    char *buf = NULL;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return dsv4_fail(err, DSV4_ERR_IO, "cannot read tokenizer '%s': not a regular file", path);
-    }
-    buf = malloc((size_t)size + 1);
+    size_t size;
+    char *buf = dsv4_read_file(path, 0, &size, err);
     if (!buf) {
-        fclose(f);
-        return dsv4_fail(err, DSV4_ERR_NOMEM, "out of memory reading '%s' (%ld bytes)", path, size);
+        dsv4_err_prefix(err, "tokenizer");
+        return err ? err->code : DSV4_ERR_IO;
     }
-    size_t got = fread(buf, 1, (size_t)size, f);
-    int rerr = ferror(f);
-    fclose(f);
-    if (rerr || got != (size_t)size) {
-        free(buf);
-        return dsv4_fail(err, DSV4_ERR_IO, "cannot read tokenizer '%s': short read", path);
-    }
-    int rc = dsv4_tokenizer_load_json(buf, (size_t)size, out, err);
+    int rc = dsv4_tokenizer_load_json(buf, size, out, err);
     free(buf);
     if (rc) dsv4_err_prefix(err, "tokenizer '%s'", path);
     return rc;

@@ -10,22 +10,10 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "util/file.h"
 
 static const char *bin;
 static char tmp[256];
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)sz + 1);
-    if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) buf[sz] = 0;
-    return buf;
-}
 
 /* Runs `dsv4 bench ARGS`; exit status, stdout and stderr (malloc'ed). */
 static int run(const char *args, char **out, char **errs) {
@@ -34,8 +22,8 @@ static int run(const char *args, char **out, char **errs) {
     snprintf(e, sizeof e, "%s/err", tmp);
     snprintf(line, sizeof line, "'%s' bench %s > '%s' 2> '%s' < /dev/null", bin, args, o, e);
     int st = system(line);
-    *out = slurp(o);
-    *errs = slurp(e);
+    *out = dsv4_read_file(o, 0, NULL, NULL);
+    *errs = dsv4_read_file(e, 0, NULL, NULL);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

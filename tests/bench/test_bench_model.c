@@ -15,20 +15,7 @@
 #include "kernels/probe.h"
 #include "model/info.h"
 #include "test.h"
-
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)sz + 1);
-    if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) buf[sz] = 0;
-    if (n) *n = (size_t)sz;
-    return buf;
-}
+#include "util/file.h"
 
 static dsv4_model *model;
 static dsv4_engine *eng;
@@ -202,7 +189,7 @@ static void test_routing(void) {
     char dir[1024], path[1200];
     test_shared("golden/tiny_s0/run_p36_d4", dir, sizeof dir);
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    char *text = slurp(path, NULL);
+    char *text = dsv4_read_file(path, 0, NULL, NULL);
     cJSON *man = text ? cJSON_Parse(text) : NULL;
     free(text);
     CHECK(man != NULL);
@@ -217,7 +204,7 @@ static void test_routing(void) {
 
     size_t nb;
     snprintf(path, sizeof path, "%s/routing_experts.bin", dir);
-    int32_t *want = (int32_t *)slurp(path, &nb);
+    int32_t *want = (int32_t *)dsv4_read_file(path, 0, &nb, NULL);
     /* the file holds main layers first (MTP rows, if any, after them) */
     CHECK(want && nb >= (size_t)L * n * K * sizeof(int32_t));
 
@@ -225,9 +212,9 @@ static void test_routing(void) {
     float *streams = malloc((size_t)n * L * width * sizeof(float));
     size_t n1, n2;
     snprintf(path, sizeof path, "%s/prefill_layer_attn_streams.bin", dir);
-    char *pre = slurp(path, &n1);
+    char *pre = dsv4_read_file(path, 0, &n1, NULL);
     snprintf(path, sizeof path, "%s/decode_layer_attn_streams.bin", dir);
-    char *dec = slurp(path, &n2);
+    char *dec = dsv4_read_file(path, 0, &n2, NULL);
     CHECK(pre && dec && n1 == (size_t)P * L * width * 4 && n2 == (size_t)(n - P) * L * width * 4);
     if (pre && dec && want && n1 + n2 == (size_t)n * L * width * 4) {
         memcpy(streams, pre, n1);

@@ -6,25 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) { buf[n] = 0; if (len) *len = (size_t)n; }
-    return buf;
-}
+#include "util/file.h"
 
 int dump_load(const char *dir, dump_dir *out) {
     memset(out, 0, sizeof *out);
     char path[4200];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    char *text = slurp(path, NULL);
+    char *text = dsv4_read_file(path, 0, NULL, NULL);
     if (!text) { fprintf(stderr, "cannot read %s\n", path); return -1; }
     cJSON *m = cJSON_Parse(text);
     free(text);
@@ -61,7 +49,7 @@ int dump_load(const char *dir, dump_dir *out) {
         if (strcmp(dtype->valuestring, "f32") && !a->is_i32) continue;
         snprintf(path, sizeof path, "%s/%s", dir, file->valuestring);
         size_t len = 0;
-        a->data = (float *)slurp(path, &len);
+        a->data = (float *)dsv4_read_file(path, 0, &len, NULL);
         if (!a->data || len != a->n * sizeof(float)) {
             fprintf(stderr, "%s: expected %zu bytes, got %zu\n", path, a->n * sizeof(float), len);
             bad = 1;

@@ -22,21 +22,9 @@
 
 #include "dump.h"
 #include "test.h"
+#include "util/file.h"
 
 enum { HANG_SECONDS = 90 };
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) { buf[n] = 0; *len = (size_t)n; }
-    return buf;
-}
 
 /* Every regular file under a (recursively) equals its counterpart under b; counts files. */
 static int same_tree(const char *a, const char *b, int *files) {
@@ -53,7 +41,7 @@ static int same_tree(const char *a, const char *b, int *files) {
         if (stat(pa, &st)) { ok = 0; continue; }
         if (S_ISDIR(st.st_mode)) { ok &= same_tree(pa, pb, files); continue; }
         size_t la = 0, lb = 0;
-        char *ca = slurp(pa, &la), *cb = slurp(pb, &lb);
+        char *ca = dsv4_read_file(pa, 0, &la, NULL), *cb = dsv4_read_file(pb, 0, &lb, NULL);
         const int same = ca && cb && la == lb && memcmp(ca, cb, la) == 0;
         CHECK_MSG(same, "%s and %s differ%s", pa, pb, cb ? "" : " (missing)");
         ok &= same;
@@ -108,7 +96,7 @@ static int expect_fail(int argc, char **argv) {
     char path[4200];
     snprintf(path, sizeof path, "%s/out.txt", dir);
     size_t len = 0;
-    char *out = slurp(path, &len);
+    char *out = dsv4_read_file(path, 0, &len, NULL);
     printf("exit %d; output:\n%s\n", rc, out ? out : "(none)");
     CHECK_MSG(rc != 0, "the job succeeded");
     CHECK_MSG(rc != 124, "the job hung (killed after %d s)", HANG_SECONDS);

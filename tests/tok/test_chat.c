@@ -6,26 +6,13 @@
 #include "test.h"
 #include "tok/chat.h"
 #include "tok/pyjson.h"
+#include "util/file.h"
 
 #define BOS DSV4_CHAT_BOS
 #define EOS DSV4_CHAT_EOS
 #define USER DSV4_CHAT_USER
 #define ASST DSV4_CHAT_ASSISTANT
 #define DSML DSV4_DSML
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) { free(s); s = NULL; }
-    if (s) s[n] = 0;
-    fclose(f);
-    if (len) *len = (size_t)n;
-    return s;
-}
 
 /* Compares and, on a mismatch, shows where the texts part. */
 static void check_text(const char *what, const char *got, const char *want) {
@@ -74,7 +61,7 @@ static void test_fixtures(void) {
         snprintf(rel, sizeof rel, "tokenizer/encoding_tests/test_output_%d.txt", i);
         test_shared(rel, p_out, sizeof p_out);
         size_t in_len, want_len;
-        char *in = read_file(p_in, &in_len), *want = read_file(p_out, &want_len);
+        char *in = dsv4_read_file(p_in, 0, &in_len, NULL), *want = dsv4_read_file(p_out, 0, &want_len, NULL);
         CHECK_MSG(in && want, "fixture %d unreadable (%s)", i, p_in);
         if (!in || !want) { free(in); free(want); continue; }
         dsv4_chat_opts o = {.thinking = thinking[i]};

@@ -11,6 +11,7 @@
 
 #include "test.h"
 #include "tok/tokenizer.h"
+#include "util/file.h"
 
 static double now_ms(void) {
     struct timespec ts;
@@ -18,25 +19,11 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)sz + 1);
-    if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) buf[sz] = 0;
-    if (n) *n = (size_t)sz;
-    return buf;
-}
-
 static cJSON *load_fixture(const char *name) {
     const char *src = getenv("DSV4_SRC");
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/tok/%s", src ? src : ".", name);
-    char *text = slurp(path, NULL);
+    char *text = dsv4_read_file(path, 0, NULL, NULL);
     if (!text) { fprintf(stderr, "cannot read %s\n", path); return NULL; }
     cJSON *j = cJSON_Parse(text);
     free(text);

@@ -9,23 +9,10 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "util/file.h"
 
 static char dir[256], tok_path[1024];
 static const char *bin;
-
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)sz + 1);
-    if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) buf[sz] = 0;
-    if (n) *n = (size_t)sz;
-    return buf;
-}
 
 static void spit(const char *path, const char *data, size_t n) {
     FILE *f = fopen(path, "wb");
@@ -45,8 +32,8 @@ static int run(const char *cmd, const char *args, const char *input, size_t in_l
     spit(in_p, input, in_len);
     snprintf(line, sizeof line, "'%s' %s %s < '%s' > '%s' 2> '%s'", bin, cmd, args, in_p, out_p, err_p);
     int st = system(line);
-    *out = slurp(out_p, out_len);
-    *errs = slurp(err_p, NULL);
+    *out = dsv4_read_file(out_p, 0, out_len, NULL);
+    *errs = dsv4_read_file(err_p, 0, NULL, NULL);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
@@ -54,7 +41,7 @@ static cJSON *fixture(const char *name) {
     const char *src = getenv("DSV4_SRC");
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/tok/%s", src ? src : ".", name);
-    char *text = slurp(path, NULL);
+    char *text = dsv4_read_file(path, 0, NULL, NULL);
     cJSON *j = text ? cJSON_Parse(text) : NULL;
     free(text);
     return j;

@@ -3,6 +3,7 @@
 
 #include "dsv4.h"
 #include "tok/tokenizer.h"
+#include "util/file.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -78,11 +79,7 @@ int cli_write_f32(const char *dir, const char *name, const float *data, size_t n
 }
 
 char *cli_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = cli_read_stream(f, len);
-    fclose(f);
-    return buf;
+    return dsv4_read_file(path, 0, len, NULL);
 }
 
 char *cli_read_stream(FILE *f, size_t *len) {
