@@ -22,6 +22,7 @@
 
 #include "util/err.h"
 #include "util/file.h"
+#include "util/json.h"
 
 #define PFX "config.json: "
 
@@ -37,7 +38,7 @@
 
 /* ---- the released values for optional fields ------------------------------------------ */
 
-static void flash_defaults(dsv4_config *c) {
+void dsv4_config_defaults(dsv4_config *c) {
     memset(c, 0, sizeof *c);
     c->num_key_value_heads = 1;
     c->qk_rope_head_dim = 64; /* replaced by partial_rotary_factor * head_dim when absent */
@@ -87,19 +88,9 @@ static const char *score_name(dsv4_score_func f) {
 
 /* ---- typed readers: each checks the JSON type and names the field on failure ---------- */
 
-static const char *json_kind(const cJSON *j) {
-    if (cJSON_IsNull(j)) return "null";
-    if (cJSON_IsBool(j)) return "a boolean";
-    if (cJSON_IsNumber(j)) return "a number";
-    if (cJSON_IsString(j)) return "a string";
-    if (cJSON_IsArray(j)) return "an array";
-    if (cJSON_IsObject(j)) return "an object";
-    return "invalid";
-}
-
 static int want_number(const cJSON *j, const char *name, dsv4_err *err) {
     if (!cJSON_IsNumber(j))
-        return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "%s is %s, must be a number", name, json_kind(j));
+        return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "%s is %s, must be a number", name, dsv4_json_kind(j));
     return 0;
 }
 
@@ -136,7 +127,7 @@ static int read_double(const cJSON *j, const char *name, double *out, dsv4_err *
 
 static int read_bool(const cJSON *j, const char *name, int *out, dsv4_err *err) {
     if (!cJSON_IsBool(j))
-        return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "%s is %s, must be true or false", name, json_kind(j));
+        return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "%s is %s, must be true or false", name, dsv4_json_kind(j));
     *out = cJSON_IsTrue(j);
     return 0;
 }
@@ -144,7 +135,7 @@ static int read_bool(const cJSON *j, const char *name, int *out, dsv4_err *err) 
 /* A string that must fit dst (cap bytes incl. the NUL). */
 static int read_str(const cJSON *j, const char *name, char *dst, size_t cap, dsv4_err *err) {
     if (!cJSON_IsString(j) || !j->valuestring)
-        return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "%s is %s, must be a string", name, json_kind(j));
+        return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "%s is %s, must be a string", name, dsv4_json_kind(j));
     size_t n = strlen(j->valuestring);
     if (n >= cap)
         return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "%s = \"%.40s%s\" is too long (at most %zu characters)",
@@ -271,7 +262,7 @@ static int check_mtp(const dsv4_config *c, dsv4_err *err) {
 
 static int parse_rope_scaling(const cJSON *root, dsv4_config *c, dsv4_err *err) {
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    if (!rs) return 0; /* absent: the released YaRN settings (flash_defaults) */
+    if (!rs) return 0; /* absent: the released YaRN settings (dsv4_config_defaults) */
     int yarn = 0;
     if (cJSON_IsObject(rs)) {
         int rc = check_dup_keys(rs, "rope_scaling", err);
@@ -304,7 +295,7 @@ static int parse_rope_scaling(const cJSON *root, dsv4_config *c, dsv4_err *err) 
                              t ? "type" : "rope_type", ty);
         }
     } else if (!cJSON_IsNull(rs)) {
-        return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "rope_scaling is %s, must be an object or null", json_kind(rs));
+        return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "rope_scaling is %s, must be an object or null", dsv4_json_kind(rs));
     }
     if (!yarn) { /* explicit null / "default": plain RoPE on every layer */
         c->rope_yarn = 0;
@@ -320,7 +311,7 @@ static int parse_quant(const cJSON *root, dsv4_config *c, dsv4_err *err) {
     const cJSON *q = member(root, "quantization_config");
     if (!q) return 0;
     if (!cJSON_IsObject(q))
-        return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "quantization_config is %s, must be an object", json_kind(q));
+        return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "quantization_config is %s, must be an object", dsv4_json_kind(q));
     int rc = check_dup_keys(q, "quantization_config", err);
     if (rc) return rc;
     flash_quant_defaults(c);
@@ -352,7 +343,7 @@ static int parse_ratios(const cJSON *root, dsv4_config *c, dsv4_err *err) {
     const cJSON *r = member(root, "compress_ratios");
     if (!r) return missing("compress_ratios", err);
     if (!cJSON_IsArray(r))
-        return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "compress_ratios is %s, must be an array", json_kind(r));
+        return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "compress_ratios is %s, must be an array", dsv4_json_kind(r));
     int L = c->num_hidden_layers, total = dsv4_cfg_n_total_layers(c);
     int n = 0;
     char name[40];
@@ -377,9 +368,9 @@ static int parse_tree(const cJSON *root, dsv4_config *c, dsv4_err *err) {
     int rc;
     const cJSON *j;
     if (!cJSON_IsObject(root))
-        return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "top level is %s, must be an object", json_kind(root));
+        return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "top level is %s, must be an object", dsv4_json_kind(root));
     if ((rc = check_dup_keys(root, "", err))) return rc;
-    flash_defaults(c);
+    dsv4_config_defaults(c);
 
     char s[64];
     if ((j = member(root, "model_type"))) {

@@ -21,6 +21,7 @@
 
 #include "util/err.h"
 #include "util/file.h"
+#include "util/json.h"
 
 /* The reference implementation's limit; Flash shard headers are a few hundred KiB. */
 #define ST_MAX_HEADER 100000000ull
@@ -75,17 +76,6 @@ int dsv4_st_dtype_from_name(const char *name, dsv4_st_dtype *out) {
 
 /* ---- small helpers ------------------------------------------------------------------ */
 
-static const char *json_kind(const cJSON *j) {
-    if (!j) return "missing";
-    if (cJSON_IsNull(j)) return "null";
-    if (cJSON_IsBool(j)) return "a boolean";
-    if (cJSON_IsNumber(j)) return "a number";
-    if (cJSON_IsString(j)) return "a string";
-    if (cJSON_IsArray(j)) return "an array";
-    if (cJSON_IsObject(j)) return "an object";
-    return "invalid";
-}
-
 /* A non-negative integer that a double holds exactly. */
 static int json_uint(const cJSON *j, uint64_t *out) {
     if (!cJSON_IsNumber(j)) return -1;
@@ -123,13 +113,13 @@ static int parse_entry(const char *label, const cJSON *e, const uint8_t *data, u
     const char *nm = t->name;
     if (!cJSON_IsObject(e))
         return dsv4_fail(err, DSV4_ERR_FORMAT, "%s: tensor \"%.200s\": entry is %s, must be an object", label, nm,
-                         json_kind(e));
+                         dsv4_json_kind(e));
 
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     if (!dt) return dsv4_fail(err, DSV4_ERR_FORMAT, "%s: tensor \"%.200s\": dtype is missing", label, nm);
     if (!cJSON_IsString(dt) || !dt->valuestring)
         return dsv4_fail(err, DSV4_ERR_FORMAT, "%s: tensor \"%.200s\": dtype is %s, must be a string", label, nm,
-                         json_kind(dt));
+                         dsv4_json_kind(dt));
     if (dsv4_st_dtype_from_name(dt->valuestring, &t->dtype))
         return dsv4_fail(err, DSV4_ERR_FORMAT, "%s: tensor \"%.200s\": unknown dtype \"%.40s\"", label, nm,
                          dt->valuestring);
@@ -138,7 +128,7 @@ static int parse_entry(const char *label, const cJSON *e, const uint8_t *data, u
     if (!sh) return dsv4_fail(err, DSV4_ERR_FORMAT, "%s: tensor \"%.200s\": shape is missing", label, nm);
     if (!cJSON_IsArray(sh))
         return dsv4_fail(err, DSV4_ERR_FORMAT, "%s: tensor \"%.200s\": shape is %s, must be an array", label, nm,
-                         json_kind(sh));
+                         dsv4_json_kind(sh));
     int ndim = 0;
     uint64_t elems = 1;
     int overflow = 0;
@@ -153,7 +143,7 @@ static int parse_entry(const char *label, const cJSON *e, const uint8_t *data, u
                                  "%s: tensor \"%.200s\": shape[%d] = %.17g, must be a non-negative integer below 2^53",
                                  label, nm, ndim, d->valuedouble);
             return dsv4_fail(err, DSV4_ERR_FORMAT, "%s: tensor \"%.200s\": shape[%d] is %s, must be an integer",
-                             label, nm, ndim, json_kind(d));
+                             label, nm, ndim, dsv4_json_kind(d));
         }
         t->shape[ndim] = (int64_t)v;
         if (v && elems > UINT64_MAX / v) overflow = 1;
@@ -264,7 +254,7 @@ static int parse_file(dsv4_st_set *s, int fi, dsv4_err *err) {
             goto done;
         }
     if (!cJSON_IsObject(root)) {
-        rc = dsv4_fail(err, DSV4_ERR_FORMAT, "%s: header is %s, must be a JSON object", label, json_kind(root));
+        rc = dsv4_fail(err, DSV4_ERR_FORMAT, "%s: header is %s, must be a JSON object", label, dsv4_json_kind(root));
         goto done;
     }
 
@@ -289,7 +279,7 @@ static int parse_file(dsv4_st_set *s, int fi, dsv4_err *err) {
         const char *nm = e->string ? e->string : "";
         if (strcmp(nm, "__metadata__") == 0) {
             if (!cJSON_IsObject(e))
-                rc = dsv4_fail(err, DSV4_ERR_FORMAT, "%s: __metadata__ is %s, must be an object", label, json_kind(e));
+                rc = dsv4_fail(err, DSV4_ERR_FORMAT, "%s: __metadata__ is %s, must be an object", label, dsv4_json_kind(e));
             continue;
         }
         size_t l = strlen(nm) + 1;
@@ -461,7 +451,7 @@ static int open_index(const char *dir, const char *index_path, dsv4_st_set **out
         goto done;
     }
     if (!cJSON_IsObject(root) || !cJSON_IsObject(wm)) {
-        rc = dsv4_fail(err, DSV4_ERR_FORMAT, "%s: weight_map is %s, must be an object", index_path, json_kind(wm));
+        rc = dsv4_fail(err, DSV4_ERR_FORMAT, "%s: weight_map is %s, must be an object", index_path, dsv4_json_kind(wm));
         goto done;
     }
     for (const cJSON *e = wm->child; e; e = e->next) n_map++;
@@ -480,7 +470,7 @@ static int open_index(const char *dir, const char *index_path, dsv4_st_set **out
         const char *tn = e->string ? e->string : "";
         if (!cJSON_IsString(e) || !e->valuestring) {
             rc = dsv4_fail(err, DSV4_ERR_FORMAT, "%s: weight_map[\"%.200s\"] is %s, must be a file name", index_path,
-                           tn, json_kind(e));
+                           tn, dsv4_json_kind(e));
             goto done;
         }
         if (bad_shard_name(e->valuestring)) {
