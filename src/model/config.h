@@ -62,6 +62,9 @@ typedef struct dsv4_config {
     char warnings[512];
 } dsv4_config;
 
+/* The released DeepSeek-V4-Flash values of every optional field; required sizes are 0. */
+void dsv4_config_defaults(dsv4_config *c);
+
 /* Parses config.json text (len bytes) into cfg with the released defaults for optional
  * fields, then validates it (dsv4_config_validate). Errors name the field and value.
  * cfg is written only on success. Bounds: every size <= 2^20 (vocab <= 2^22), layers

@@ -367,12 +367,11 @@ void dsv4_gen_set_quant(dsv4_config *c, dsv4_gen_dtype dtype) {
 }
 
 void dsv4_gen_demo_config(dsv4_config *c) {
-    memset(c, 0, sizeof *c);
+    dsv4_config_defaults(c); /* the release's constants; small sizes below */
     c->vocab_size = 129280;
     c->hidden_size = 256;
     c->num_hidden_layers = 4;
     c->num_attention_heads = 4;
-    c->num_key_value_heads = 1;
     c->head_dim = 128;
     c->qk_rope_head_dim = 64;   /* nope 64: fidelity-mode FP8 KV blocks fit */
     c->q_lora_rank = 128;
@@ -381,32 +380,13 @@ void dsv4_gen_demo_config(dsv4_config *c) {
     c->sliding_window = 128;
     const int ratios[5] = {0, 4, 128, 4, 0}; /* SWA, CSA, HCA, CSA; MTP SWA */
     memcpy(c->compress_ratios, ratios, sizeof ratios);
-    c->rope_theta = 10000;
-    c->compress_rope_theta = 160000;
-    c->rope_yarn = 1;
-    c->rope_factor = 16;
-    c->rope_original_max_pos = 65536;
-    c->rope_beta_fast = 32;
-    c->rope_beta_slow = 1;
     c->index_n_heads = 4;
     c->index_head_dim = 64;
     c->index_topk = 16;
     c->n_routed_experts = 8;
-    c->n_shared_experts = 1;
     c->num_experts_per_tok = 2;
     c->num_hash_layers = 1;
-    c->scoring_func = DSV4_SCORE_SQRTSOFTPLUS;
-    c->routed_scaling_factor = 1.5;
-    c->swiglu_limit = 10.0;
     c->moe_intermediate_size = 128; /* every FP8/FP4 input width a multiple of 128 */
-    c->hc_mult = 4;
-    c->hc_sinkhorn_iters = 20;
-    c->hc_eps = 1e-6;
-    c->rms_norm_eps = 1e-6;
-    c->num_nextn_predict_layers = 1;
-    c->max_position_embeddings = 1048576;
-    c->bos_token_id = 0;
-    c->eos_token_id = 1;
 }
 
 /* ---- entry points -------------------------------------------------------------------- */
