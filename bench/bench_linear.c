@@ -2,7 +2,8 @@
  *
  *   bench_linear [--threads N] [--reps N] [--scalar] [--quick]
  *
- * Measured in the same run, one JSON line each:
+ * Measured in the same run, one JSON line each, the probes being the library's
+ * (kernels/probe.h, the same ones `dsv4 bench` uses):
  *   probe "stream": read-only streaming sum over 512 MB (all threads) -> GB/s roofline;
  *   probe "fma": 12 independent FMA chains per thread, in registers -> GFLOP/s peak;
  *   "gemv": n_rows = 1 (decode) and 2 (decode + MTP draft) per format on a matrix of
@@ -23,11 +24,8 @@
 #include "kernels/cpu.h"
 #include "kernels/kctx.h"
 #include "kernels/linear.h"
+#include "kernels/probe.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define HAVE_X86_PROBES 1
-#endif
 
 static double now_s(void) {
     struct timespec ts;
@@ -97,102 +95,9 @@ static void free_mat(dsv4_mat *m) {
 
 /* ---- probes ------------------------------------------------------------------------------ */
 
-typedef struct {
-    const uint8_t *buf;
-    size_t bytes, chunk;
-    double sums[256];
-} stream_job;
-
-#ifdef HAVE_X86_PROBES
-__attribute__((target("avx2"))) static double stream_sum(const uint8_t *p, size_t n) {
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    for (size_t i = 0; i + 128 <= n; i += 128) {
-        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
-        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
-        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
-        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
-    }
-    __m256i a = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-    int64_t t[4];
-    _mm256_storeu_si256((__m256i *)t, a);
-    return (double)(t[0] + t[1] + t[2] + t[3]);
-}
-#endif
-
-static double stream_sum_portable(const uint8_t *p, size_t n) {
-    uint64_t a[8] = {0};
-    for (size_t i = 0; i + 64 <= n; i += 64)
-        for (int l = 0; l < 8; l++) {
-            uint64_t v;
-            memcpy(&v, p + i + 8 * l, 8);
-            a[l] += v;
-        }
-    return (double)(a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7]);
-}
-
-static int use_avx2;
-
-static void stream_task(void *arg, int t, int tid) {
-    (void)tid;
-    stream_job *j = arg;
-    const size_t off = (size_t)t * j->chunk;
-    const size_t n = off + j->chunk <= j->bytes ? j->chunk : j->bytes - off;
-#ifdef HAVE_X86_PROBES
-    if (use_avx2) { j->sums[t & 255] += stream_sum(j->buf + off, n); return; }
-#endif
-    j->sums[t & 255] += stream_sum_portable(j->buf + off, n);
-}
-
-/* One pass of the stream probe over the whole buffer; returns seconds. */
-static double stream_once(dsv4_kctx *k, stream_job *sj) {
-    const int n_tasks = (int)((sj->bytes + sj->chunk - 1) / sj->chunk);
-    double t0 = now_s();
-    dsv4_kctx_parallel(k, n_tasks, stream_task, sj);
-    return now_s() - t0;
-}
-
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
-}
-
-#ifdef HAVE_X86_PROBES
-__attribute__((target("avx2,fma"))) static double fma_chains(int64_t iters) {
-    __m256 a[12], m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-    for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps((float)i);
-    for (int64_t k = 0; k < iters; k++) {
-#pragma GCC unroll 12
-        for (int i = 0; i < 12; i++) a[i] = _mm256_fmadd_ps(a[i], m, c);
-    }
-    __m256 s = a[0];
-    for (int i = 1; i < 12; i++) s = _mm256_add_ps(s, a[i]);
-    float t[8];
-    _mm256_storeu_ps(t, s);
-    return t[0];
-}
-#endif
-
-typedef struct {
-    int64_t iters;
-    double out[256];
-} fma_job;
-
-static void fma_task(void *arg, int t, int tid) {
-    (void)tid;
-    fma_job *j = arg;
-#ifdef HAVE_X86_PROBES
-    j->out[t & 255] = fma_chains(j->iters);
-#else
-    (void)j;
-    (void)t;
-#endif
-}
-
-/* One pass of the FMA probe on every thread; returns seconds. */
-static double fma_once(dsv4_kctx *k, fma_job *fj, int threads) {
-    double t0 = now_s();
-    dsv4_kctx_parallel(k, threads, fma_task, fj);
-    return now_s() - t0;
 }
 
 /* ---- main ---------------------------------------------------------------------------------- */
@@ -217,33 +122,23 @@ int main(int argc, char **argv) {
     }
     threads = dsv4_kctx_threads(k);
     const int best = dsv4_kctx_simd(k);
-    use_avx2 = dsv4_cpu_simd() >= DSV4_SIMD_AVX2;
-
-    /* stream probe: 512 MB, touched once before timing so pages are mapped */
+    /* the library's probes (kernels/probe.h), prepared once and run pass by pass between
+     * the kernel runs below: a 512 MB stream (128 MB with --quick) and ~20 ms FMA passes */
     const size_t sbytes = quick ? (size_t)128 << 20 : (size_t)512 << 20;
-    uint8_t *sbuf = aligned_alloc(64, sbytes);
-    memset(sbuf, 1, sbytes);
-    stream_job sj = {sbuf, sbytes, (size_t)4 << 20, {0}};
-    double s_best = 1e9;
-    for (int r = 0; r < reps + 1; r++) {
-        double dt = stream_once(k, &sj);
-        if (r > 0 && dt < s_best) s_best = dt;
+    dsv4_probe *probe;
+    if (dsv4_probe_create(k, sbytes, 0.02, &probe, &err)) {
+        fprintf(stderr, "bench_linear: %s\n", err.msg);
+        return 1;
     }
-    double bw = (double)sbytes / s_best / 1e9;
+    double bw = 0, peak = 0;
+    for (int r = 0; r < reps; r++) {
+        const double g = dsv4_probe_stream(probe), f = dsv4_probe_fma_pass(probe);
+        if (g > bw) bw = g;
+        if (f > peak) peak = f;
+    }
     printf("{\"bench\":\"probe_stream\",\"threads\":%d,\"bytes\":%zu,\"gbps\":%.2f}\n", threads, sbytes, bw);
-
-    /* FMA peak probe: one chain set per thread, ~20 ms a pass on a quiet machine */
-    double peak = 0;
-    fma_job fj = {quick ? 2000000 : 5000000, {0}};
-    if (use_avx2) {
-        double f_best = 1e9;
-        for (int r = 0; r < reps + 1; r++) {
-            const double dt = fma_once(k, &fj, threads);
-            if (dt < f_best) f_best = dt;
-        }
-        peak = (double)threads * fj.iters * 12 * 8 * 2 / f_best / 1e9;
-        printf("{\"bench\":\"probe_fma\",\"threads\":%d,\"gflops\":%.1f}\n", threads, peak);
-    }
+    printf("{\"bench\":\"probe_fma\",\"threads\":%d,\"simd\":\"%s\",\"gflops\":%.1f}\n", threads,
+           dsv4_simd_name(dsv4_probe_simd(probe)), peak);
 
     /* GEMV on matrices of >= 128 MB of weights */
     const dsv4_wfmt fmts[5] = {DSV4_WF_F32, DSV4_WF_F16, DSV4_WF_BF16, DSV4_WF_FP8, DSV4_WF_FP4};
@@ -264,20 +159,20 @@ int main(int argc, char **argv) {
                  * the same conditions; report the best of each and the median round ratio */
                 const int nr = level == DSV4_SIMD_SCALAR ? 2 : reps + 1;
                 const double bytes = (double)dsv4_mat_bytes(&m);
-                double best_t = 1e9, best_s = 1e9, ratios[64];
+                double best_t = 1e9, sbw = 0, ratios[64];
                 int n_ratio = 0;
                 for (int r = 0; r < nr; r++) {
-                    const double ts = stream_once(k, &sj);
+                    const double sg = dsv4_probe_stream(probe);
                     double t0 = now_s();
                     dsv4_linear(k, &m, x, nx, y);
                     double dt = now_s() - t0;
                     if (r == 0) continue; /* warm-up */
                     if (dt < best_t) best_t = dt;
-                    if (ts < best_s) best_s = ts;
-                    if (n_ratio < 64) ratios[n_ratio++] = (bytes / dt) / ((double)sbytes / ts);
+                    if (sg > sbw) sbw = sg;
+                    if (n_ratio < 64) ratios[n_ratio++] = (bytes / dt / 1e9) / sg;
                 }
                 qsort(ratios, (size_t)n_ratio, sizeof(double), cmp_double);
-                const double gbps = bytes / best_t / 1e9, sbw = (double)sbytes / best_s / 1e9;
+                const double gbps = bytes / best_t / 1e9;
                 printf("{\"bench\":\"gemv\",\"simd\":\"%s\",\"fmt\":\"%s\",\"n_rows\":%d,\"rows\":%lld,"
                        "\"cols\":%lld,\"threads\":%d,\"ms\":%.3f,\"gbps\":%.2f,\"gelem_s\":%.2f,"
                        "\"stream_gbps\":%.2f,\"of_stream\":%.3f,\"of_stream_median\":%.3f}\n",
@@ -300,20 +195,20 @@ int main(int argc, char **argv) {
         float *x = malloc(sizeof(float) * 4096), *y = malloc(sizeof(float) * 2048);
         for (int i = 0; i < 4096; i++) x[i] = (float)((int64_t)(rnd() % 2001) - 1000) * 1e-3f;
         const double bytes = (double)NE * dsv4_mat_bytes(&e[0]);
-        double best_t = 1e9, best_s = 1e9, ratios[64];
+        double best_t = 1e9, sbw = 0, ratios[64];
         int n_ratio = 0;
         for (int r = 0; r < reps + 1; r++) {
-            const double ts = stream_once(k, &sj);
+            const double sg = dsv4_probe_stream(probe);
             double t0 = now_s();
             for (int i = 0; i < NE; i++) dsv4_linear(k, &e[i], x, 1, y);
             double dt = now_s() - t0;
             if (r == 0) continue;
             if (dt < best_t) best_t = dt;
-            if (ts < best_s) best_s = ts;
-            if (n_ratio < 64) ratios[n_ratio++] = (bytes / dt) / ((double)sbytes / ts);
+            if (sg > sbw) sbw = sg;
+            if (n_ratio < 64) ratios[n_ratio++] = (bytes / dt / 1e9) / sg;
         }
         qsort(ratios, (size_t)n_ratio, sizeof(double), cmp_double);
-        const double gbps = bytes / best_t / 1e9, sbw = (double)sbytes / best_s / 1e9;
+        const double gbps = bytes / best_t / 1e9;
         printf("{\"bench\":\"gemv_experts\",\"simd\":\"%s\",\"fmt\":\"fp4\",\"rows\":2048,\"cols\":4096,\"mats\":%d,"
                "\"threads\":%d,\"us_per_call\":%.1f,\"gbps\":%.2f,\"stream_gbps\":%.2f,\"of_stream\":%.3f,"
                "\"of_stream_median\":%.3f}\n",
@@ -336,21 +231,21 @@ int main(int argc, char **argv) {
                 const dsv4_wfmt f = fmts[fi];
                 dsv4_mat m = make_mat(f, rows, cols);
                 /* rounds of (FMA probe pass, GEMM), like the GEMV rounds */
-                const double flop = 2.0 * n_rows * rows * cols, pflop = (double)threads * fj.iters * 12 * 8 * 2;
-                double best_t = 1e9, best_p = 1e9, ratios[64];
+                const double flop = 2.0 * n_rows * rows * cols;
+                double best_t = 1e9, pk = 0, ratios[64];
                 int n_ratio = 0;
                 const int nr = level == DSV4_SIMD_SCALAR ? 1 : (reps < 5 ? reps : 5);
                 for (int r = 0; r < nr; r++) {
-                    const double tp = use_avx2 ? fma_once(k, &fj, threads) : 0.0;
+                    const double pg = dsv4_probe_fma_pass(probe);
                     double t0 = now_s();
                     dsv4_linear(k, &m, x, n_rows, y);
                     double dt = now_s() - t0;
                     if (dt < best_t) best_t = dt;
-                    if (tp > 0 && tp < best_p) best_p = tp;
-                    if (tp > 0 && n_ratio < 64) ratios[n_ratio++] = (flop / dt) / (pflop / tp);
+                    if (pg > pk) pk = pg;
+                    if (n_ratio < 64) ratios[n_ratio++] = (flop / dt / 1e9) / pg;
                 }
                 qsort(ratios, (size_t)n_ratio, sizeof(double), cmp_double);
-                const double gflops = flop / best_t / 1e9, pk = best_p < 1e9 ? pflop / best_p / 1e9 : 0.0;
+                const double gflops = flop / best_t / 1e9;
                 printf("{\"bench\":\"gemm\",\"simd\":\"%s\",\"fmt\":\"%s\",\"n_rows\":%d,\"rows\":%lld,\"cols\":%lld,"
                        "\"threads\":%d,\"ms\":%.1f,\"gflops\":%.1f,\"fma_gflops\":%.1f,\"of_fma_peak\":%.3f,"
                        "\"of_fma_peak_median\":%.3f}\n",
@@ -363,7 +258,7 @@ int main(int argc, char **argv) {
         free(x);
         free(y);
     }
-    free(sbuf);
+    dsv4_probe_free(probe);
     dsv4_kctx_free(k);
     return 0;
 }

@@ -87,46 +87,6 @@ static void stream_task(void *arg, int t, int tid) {
     j->sink[t] += stream_portable(j->buf + off, n);
 }
 
-int dsv4_probe_bandwidth(dsv4_kctx *k, size_t bytes, int passes, dsv4_probe_result *out,
-                         dsv4_err *err) {
-    memset(out, 0, sizeof *out);
-    if (bytes == 0) bytes = (size_t)512 << 20;
-    if (bytes < ((size_t)1 << 20)) bytes = (size_t)1 << 20;
-    bytes &= ~(size_t)127;
-    if (passes <= 0) passes = 8;
-    if (passes > 64) passes = 64;
-    const int n_tasks = (int)((bytes + CHUNK - 1) / CHUNK);
-    uint8_t *buf = aligned_alloc(64, bytes);  /* (bytes) */
-    uint64_t *sink = calloc((size_t)n_tasks, sizeof *sink);
-    if (!buf || !sink) {
-        free(buf);
-        free(sink);
-        return dsv4_fail(err, DSV4_ERR_NOMEM, "bandwidth probe: cannot allocate %zu bytes", bytes);
-    }
-    /* distinct values, written once: every page is mapped and none is the shared zero page */
-    for (size_t i = 0; i < bytes; i += 8) {
-        uint64_t v = i * 0x9e3779b97f4a7c15ull;
-        memcpy(buf + i, &v, 8);
-    }
-    stream_job j = {buf, bytes, dsv4_kctx_simd(k) >= DSV4_SIMD_AVX2, sink};
-    double rates[64];
-    for (int p = -1; p < passes; p++) {
-        const double t0 = now_s();
-        dsv4_kctx_parallel(k, n_tasks, stream_task, &j);
-        const double dt = now_s() - t0;
-        if (p >= 0) rates[p] = (double)bytes / (dt > 0 ? dt : 1e-9) / 1e9;
-    }
-    volatile uint64_t keep = 0;
-    for (int t = 0; t < n_tasks; t++) keep += sink[t];
-    (void)keep;
-    free(buf);
-    free(sink);
-    summarize(rates, passes, out);
-    out->threads = dsv4_kctx_threads(k);
-    out->simd = j.avx2 ? DSV4_SIMD_AVX2 : DSV4_SIMD_SCALAR;
-    return DSV4_OK;
-}
-
 /* ---- FMA peak -------------------------------------------------------------------------- */
 
 enum { FMA_TASKS_PER_THREAD = 4 }; /* tasks are handed out dynamically: several per thread
@@ -184,39 +144,130 @@ static double fma_pass(dsv4_kctx *k, fma_job *j, int n_tasks) {
     return now_s() - t0;
 }
 
+/* ---- a prepared probe, run pass by pass ----------------------------------------------- */
+
+struct dsv4_probe {
+    dsv4_kctx *k;
+    stream_job sj;          /* stream buffer (bytes 0: none) */
+    int n_stream_tasks;
+    fma_job fj;             /* iterations calibrated to about fma_seconds a pass */
+    int n_fma_tasks;
+    double fma_flops;       /* per pass */
+};
+
+int dsv4_probe_create(dsv4_kctx *k, size_t stream_bytes, double fma_seconds, dsv4_probe **out,
+                      dsv4_err *err) {
+    *out = NULL;
+    dsv4_probe *p = calloc(1, sizeof *p);
+    if (!p) return dsv4_fail(err, DSV4_ERR_NOMEM, "probe: out of memory");
+    p->k = k;
+    const int avx2 = dsv4_kctx_simd(k) >= DSV4_SIMD_AVX2;
+    if (stream_bytes) {
+        if (stream_bytes < ((size_t)1 << 20)) stream_bytes = (size_t)1 << 20;
+        stream_bytes &= ~(size_t)127;
+        p->n_stream_tasks = (int)((stream_bytes + CHUNK - 1) / CHUNK);
+        uint8_t *buf = aligned_alloc(64, stream_bytes);  /* (bytes) */
+        uint64_t *sink = calloc((size_t)p->n_stream_tasks, sizeof *sink);
+        p->sj = (stream_job){buf, stream_bytes, avx2, sink};
+        if (!buf || !sink) {
+            dsv4_probe_free(p);
+            return dsv4_fail(err, DSV4_ERR_NOMEM, "bandwidth probe: cannot allocate %zu bytes",
+                             stream_bytes);
+        }
+        /* distinct values, written once: every page is mapped and none is the shared zero page */
+        for (size_t i = 0; i < stream_bytes; i += 8) {
+            uint64_t v = i * 0x9e3779b97f4a7c15ull;
+            memcpy(buf + i, &v, 8);
+        }
+        dsv4_probe_stream(p); /* untimed: first touch */
+    }
+    p->n_fma_tasks = dsv4_kctx_threads(k) * FMA_TASKS_PER_THREAD;
+    float *fsink = calloc((size_t)p->n_fma_tasks, sizeof *fsink);
+    if (!fsink) {
+        dsv4_probe_free(p);
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "FMA probe: out of memory");
+    }
+    p->fj = (fma_job){1 << 16, avx2, fsink};
+#ifndef PROBE_AVX2
+    p->fj.avx2 = 0;
+#endif
+    if (fma_seconds <= 0) fma_seconds = 0.1;
+    /* calibrate: grow the iteration count until a pass takes a tenth of the target */
+    double dt = fma_pass(k, &p->fj, p->n_fma_tasks);
+    while (dt < fma_seconds / 10 && p->fj.iters < ((int64_t)1 << 40)) {
+        p->fj.iters *= 4;
+        dt = fma_pass(k, &p->fj, p->n_fma_tasks);
+    }
+    const double scale = fma_seconds / (dt > 0 ? dt : 1e-9);
+    if (scale > 1) p->fj.iters = (int64_t)((double)p->fj.iters * scale);
+    p->fma_flops = (p->fj.avx2 ? FMA_AVX2_FLOPS : FMA_PORTABLE_FLOPS) * (double)p->fj.iters *
+                   p->n_fma_tasks;
+    *out = p;
+    return DSV4_OK;
+}
+
+double dsv4_probe_stream(dsv4_probe *p) {
+    if (!p->sj.buf) return 0.0;
+    const double t0 = now_s();
+    dsv4_kctx_parallel(p->k, p->n_stream_tasks, stream_task, &p->sj);
+    const double dt = now_s() - t0;
+    return (double)p->sj.bytes / (dt > 0 ? dt : 1e-9) / 1e9;
+}
+
+double dsv4_probe_fma_pass(dsv4_probe *p) {
+    const double dt = fma_pass(p->k, &p->fj, p->n_fma_tasks);
+    return p->fma_flops / (dt > 0 ? dt : 1e-9) / 1e9;
+}
+
+size_t dsv4_probe_stream_bytes(const dsv4_probe *p) { return p->sj.bytes; }
+int dsv4_probe_simd(const dsv4_probe *p) { return p->fj.avx2 ? DSV4_SIMD_AVX2 : DSV4_SIMD_SCALAR; }
+
+void dsv4_probe_free(dsv4_probe *p) {
+    if (!p) return;
+    volatile uint64_t keep = 0; /* the sums are the probes' only observable result */
+    for (int t = 0; p->sj.sink && t < p->n_stream_tasks; t++) keep += p->sj.sink[t];
+    for (int t = 0; p->fj.sink && t < p->n_fma_tasks; t++) keep += (uint64_t)p->fj.sink[t];
+    (void)keep;
+    free((void *)p->sj.buf);
+    free(p->sj.sink);
+    free(p->fj.sink);
+    free(p);
+}
+
+/* ---- one-shot figures: best and median of several passes ---------------------------- */
+
+int dsv4_probe_bandwidth(dsv4_kctx *k, size_t bytes, int passes, dsv4_probe_result *out,
+                         dsv4_err *err) {
+    memset(out, 0, sizeof *out);
+    if (bytes == 0) bytes = (size_t)512 << 20;
+    if (passes <= 0) passes = 8;
+    if (passes > 64) passes = 64;
+    dsv4_probe *p;
+    /* the FMA side is calibrated too, briefly: 1 ms passes */
+    int rc = dsv4_probe_create(k, bytes, 1e-3, &p, err);
+    if (rc) return rc;
+    double rates[64];
+    for (int i = 0; i < passes; i++) rates[i] = dsv4_probe_stream(p);
+    summarize(rates, passes, out);
+    out->threads = dsv4_kctx_threads(k);
+    out->simd = p->sj.avx2 ? DSV4_SIMD_AVX2 : DSV4_SIMD_SCALAR;
+    dsv4_probe_free(p);
+    return DSV4_OK;
+}
+
 int dsv4_probe_fma(dsv4_kctx *k, double seconds, int passes, dsv4_probe_result *out,
                    dsv4_err *err) {
     memset(out, 0, sizeof *out);
-    if (seconds <= 0) seconds = 0.1;
     if (passes <= 0) passes = 5;
     if (passes > 64) passes = 64;
-    const int threads = dsv4_kctx_threads(k), n_tasks = threads * FMA_TASKS_PER_THREAD;
-    float *sink = calloc((size_t)n_tasks, sizeof *sink);
-    if (!sink) return dsv4_fail(err, DSV4_ERR_NOMEM, "FMA probe: out of memory");
-    fma_job j = {1 << 16, dsv4_kctx_simd(k) >= DSV4_SIMD_AVX2, sink};
-#ifndef PROBE_AVX2
-    j.avx2 = 0;
-#endif
-    const double flops_per_iter = j.avx2 ? FMA_AVX2_FLOPS : FMA_PORTABLE_FLOPS;
-    /* calibrate: grow the iteration count until a pass takes a tenth of the target */
-    double dt = fma_pass(k, &j, n_tasks);
-    while (dt < seconds / 10 && j.iters < ((int64_t)1 << 40)) {
-        j.iters *= 4;
-        dt = fma_pass(k, &j, n_tasks);
-    }
-    const double scale = seconds / (dt > 0 ? dt : 1e-9);
-    if (scale > 1) j.iters = (int64_t)((double)j.iters * scale);
+    dsv4_probe *p;
+    int rc = dsv4_probe_create(k, 0, seconds, &p, err);
+    if (rc) return rc;
     double rates[64];
-    for (int p = 0; p < passes; p++) {
-        dt = fma_pass(k, &j, n_tasks);
-        rates[p] = flops_per_iter * (double)j.iters * n_tasks / (dt > 0 ? dt : 1e-9) / 1e9;
-    }
-    volatile float keep = 0;
-    for (int t = 0; t < n_tasks; t++) keep += sink[t];
-    (void)keep;
-    free(sink);
+    for (int i = 0; i < passes; i++) rates[i] = dsv4_probe_fma_pass(p);
     summarize(rates, passes, out);
-    out->threads = threads;
-    out->simd = j.avx2 ? DSV4_SIMD_AVX2 : DSV4_SIMD_SCALAR;
+    out->threads = dsv4_kctx_threads(k);
+    out->simd = dsv4_probe_simd(p);
+    dsv4_probe_free(p);
     return DSV4_OK;
 }

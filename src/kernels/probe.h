@@ -37,4 +37,16 @@ int dsv4_probe_bandwidth(dsv4_kctx *k, size_t bytes, int passes, dsv4_probe_resu
 int dsv4_probe_fma(dsv4_kctx *k, double seconds, int passes, dsv4_probe_result *out,
                    dsv4_err *err);
 
+/* A probe prepared once and run pass by pass, for benchmarks that alternate probe passes
+ * with the kernels they measure so both see the same machine load. stream_bytes 0: no
+ * stream buffer; fma_seconds: the length of one FMA pass (0: 0.1 s). */
+typedef struct dsv4_probe dsv4_probe;
+int dsv4_probe_create(dsv4_kctx *k, size_t stream_bytes, double fma_seconds, dsv4_probe **out,
+                      dsv4_err *err);
+double dsv4_probe_stream(dsv4_probe *p);      /* GB/s of one streaming pass (0 without buffer) */
+double dsv4_probe_fma_pass(dsv4_probe *p);    /* GFLOP/s of one FMA pass */
+size_t dsv4_probe_stream_bytes(const dsv4_probe *p);
+int dsv4_probe_simd(const dsv4_probe *p);     /* the level the FMA pass runs at */
+void dsv4_probe_free(dsv4_probe *p);
+
 #endif
