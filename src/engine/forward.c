@@ -64,11 +64,35 @@ int dsv4_engine_fail_collective(dsv4_engine *e, int code, int clean) {
     return code;
 }
 
+void dsv4_engine_sub_in(const dsv4_config *c, const dsv4_block_w *b, int sub, const float *h,
+                        int R, float *x, float *post, float *comb) {
+    const int D = c->hidden_size, hc = c->hc_mult;
+    const float *fn = sub ? b->hc_ffn_fn : b->hc_attn_fn;
+    const float *base = sub ? b->hc_ffn_base : b->hc_attn_base;
+    const float *scale = sub ? b->hc_ffn_scale : b->hc_attn_scale;
+    const float *norm = sub ? b->ffn_norm : b->attn_norm;
+    for (int i = 0; i < R; i++) {
+        float *xi = x + (size_t)i * D;
+        dsv4_hc_pre(c, h + (size_t)i * hc * D, fn, base, scale, xi, post + (size_t)i * hc,
+                    comb + (size_t)i * hc * hc);
+        dsv4_rmsnorm(xi, norm, D, (float)c->rms_norm_eps, xi);
+    }
+}
+
+void dsv4_engine_sub_out(const dsv4_config *c, const float *y, float *h, int R, const float *post,
+                         const float *comb, float *hin) {
+    const int D = c->hidden_size, hc = c->hc_mult;
+    for (int i = 0; i < R; i++) {
+        float *hi = h + (size_t)i * hc * D;
+        memcpy(hin, hi, (size_t)hc * D * sizeof(float));
+        dsv4_hc_post(c, y + (size_t)i * D, hin, post + (size_t)i * hc, comb + (size_t)i * hc * hc, hi);
+    }
+}
+
 int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
                       float *h, dsv4_err *err) {
     const dsv4_config *c = e->cfg;
     const int R = batch->n_rows, D = c->hidden_size, hc = c->hc_mult;
-    const float eps = (float)c->rms_norm_eps;
     int rc = DSV4_OK;
     float *x = malloc((size_t)R * D * sizeof(float));            /* (R, D) sub-block input */
     float *y = malloc((size_t)R * D * sizeof(float));            /* (R, D) sub-block output */
@@ -91,17 +115,8 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
     }
 
     for (int sub = 0; sub < 2; sub++) {
-        const float *fn = sub ? b->hc_ffn_fn : b->hc_attn_fn;
-        const float *base = sub ? b->hc_ffn_base : b->hc_attn_base;
-        const float *scale = sub ? b->hc_ffn_scale : b->hc_attn_scale;
-        const float *norm = sub ? b->ffn_norm : b->attn_norm;
         /* x, post, comb = hc_pre(h); x = RMSNorm(x; norm) */
-        for (int i = 0; i < R; i++) {
-            float *xi = x + (size_t)i * D;
-            dsv4_hc_pre(c, h + (size_t)i * hc * D, fn, base, scale, xi, post + (size_t)i * hc,
-                        comb + (size_t)i * hc * hc);
-            dsv4_rmsnorm(xi, norm, D, eps, xi);
-        }
+        dsv4_engine_sub_in(c, b, sub, h, R, x, post, comb);
         /* y = attention(x) or MoE(x) */
         if (sub == 0) {
             /* the other ranks are heading for this block's MoE exchange */
@@ -112,12 +127,7 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
         }
         if (rc) goto done;
         /* h = hc_post(y, h, post, comb) */
-        for (int i = 0; i < R; i++) {
-            float *hi = h + (size_t)i * hc * D;
-            memcpy(hin, hi, (size_t)hc * D * sizeof(float));
-            dsv4_hc_post(c, y + (size_t)i * D, hin, post + (size_t)i * hc,
-                         comb + (size_t)i * hc * hc, hi);
-        }
+        dsv4_engine_sub_out(c, y, h, R, post, comb, hin);
         if (e->trace)
             for (int si = 0; si < batch->n_spans; si++)
                 for (int j = 0; j < batch->spans[si].n; j++) {
@@ -167,11 +177,6 @@ static int validate_span(const dsv4_engine *e, const dsv4_span *sp, int idx, dsv
             return dsv4_fail(err, DSV4_ERR_ARG, "span %d: stream row %d out of range", idx,
                              sp->stream_rows[j]);
     return DSV4_OK;
-}
-
-/* Row j of the requested list (NULL list = the last n rows). */
-static int wanted_row(const int *rows, int n_wanted, int n_tokens, int j) {
-    return rows ? rows[j] : n_tokens - n_wanted + j;
 }
 
 int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
@@ -254,11 +259,11 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
     for (int i = 0; i < n_spans; i++) {
         const dsv4_span *sp = &spans[i];
         for (int j = 0; j < sp->n_streams; j++, os++) {
-            const int r = bs[i].row0 + wanted_row(sp->stream_rows, sp->n_streams, sp->n_tokens, j);
+            const int r = bs[i].row0 + dsv4_wanted_row(sp->stream_rows, sp->n_streams, sp->n_tokens, j);
             memcpy(streams + (size_t)os * hc * D, h + (size_t)r * hc * D, (size_t)hc * D * sizeof(float));
         }
         for (int j = 0; j < sp->n_hidden; j++, oh++) {
-            const int r = bs[i].row0 + wanted_row(sp->hidden_rows, sp->n_hidden, sp->n_tokens, j);
+            const int r = bs[i].row0 + dsv4_wanted_row(sp->hidden_rows, sp->n_hidden, sp->n_tokens, j);
             dsv4_hc_head(c, h + (size_t)r * hc * D, e->model->hc_head_fn, e->model->hc_head_base,
                          e->model->hc_head_scale, y);
             dsv4_rmsnorm(y, e->model->norm, D, (float)c->rms_norm_eps, hidden + (size_t)oh * D);

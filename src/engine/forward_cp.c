@@ -457,38 +457,19 @@ static int cp_trace(cp_call *cx, int layer, int kind, const float *h, float *all
 
 static int cp_block(cp_call *cx, const dsv4_block_w *b, float *h, float *trace_buf, dsv4_err *err) {
     const dsv4_config *c = cx->c;
-    const int R = cx->R, D = c->hidden_size, hc = c->hc_mult;
-    const float eps = (float)c->rms_norm_eps;
+    const int R = cx->R;
     for (int sub = 0; sub < 2; sub++) {
-        const float *fn = sub ? b->hc_ffn_fn : b->hc_attn_fn;
-        const float *base = sub ? b->hc_ffn_base : b->hc_attn_base;
-        const float *scale = sub ? b->hc_ffn_scale : b->hc_attn_scale;
-        const float *norm = sub ? b->ffn_norm : b->attn_norm;
-        for (int i = 0; i < R; i++) {
-            float *xi = cx->x + (size_t)i * D;
-            dsv4_hc_pre(c, h + (size_t)i * hc * D, fn, base, scale, xi, cx->post + (size_t)i * hc,
-                        cx->comb + (size_t)i * hc * hc);
-            dsv4_rmsnorm(xi, norm, D, eps, xi);
-        }
+        dsv4_engine_sub_in(c, b, sub, h, R, cx->x, cx->post, cx->comb);
         int rc = sub ? dsv4_engine_moe(cx->e, b, &cx->batch, cx->x, cx->y, err)
                      : cp_attention(cx, b, cx->x, cx->y, err);
         if (rc) return rc;
-        for (int i = 0; i < R; i++) {
-            float *hi = h + (size_t)i * hc * D;
-            memcpy(cx->hin, hi, (size_t)hc * D * sizeof(float));
-            dsv4_hc_post(c, cx->y + (size_t)i * D, cx->hin, cx->post + (size_t)i * hc,
-                         cx->comb + (size_t)i * hc * hc, hi);
-        }
+        dsv4_engine_sub_out(c, cx->y, h, R, cx->post, cx->comb, cx->hin);
         if (cx->e->trace && (rc = cp_trace(cx, b->layer_id, sub, h, trace_buf, err))) return rc;
     }
     return DSV4_OK;
 }
 
 /* ---- outputs ---------------------------------------------------------------------------- */
-
-static int wanted_row(const int *rows, int n_wanted, int n_tokens, int j) {
-    return rows ? rows[j] : n_tokens - n_wanted + j;
-}
 
 /* Local row of prompt row j on this rank, or -1. */
 static int local_row(const cp_call *cx, int j) {
@@ -514,9 +495,9 @@ static int cp_outputs(cp_call *cx, const dsv4_span *sp, const float *h, float *h
     }
     const int64_t s0 = cx->s0;
     for (int j = 0; j < sp->n_hidden; j++)
-        n_h[cx->plan.seg[dsv4_cp_seg_of(&cx->plan, s0 + wanted_row(sp->hidden_rows, sp->n_hidden, sp->n_tokens, j))].owner]++;
+        n_h[cx->plan.seg[dsv4_cp_seg_of(&cx->plan, s0 + dsv4_wanted_row(sp->hidden_rows, sp->n_hidden, sp->n_tokens, j))].owner]++;
     for (int j = 0; j < sp->n_streams; j++)
-        n_s[cx->plan.seg[dsv4_cp_seg_of(&cx->plan, s0 + wanted_row(sp->stream_rows, sp->n_streams, sp->n_tokens, j))].owner]++;
+        n_s[cx->plan.seg[dsv4_cp_seg_of(&cx->plan, s0 + dsv4_wanted_row(sp->stream_rows, sp->n_streams, sp->n_tokens, j))].owner]++;
     int64_t total = 0;
     for (int rho = 0; rho < cp; rho++) {
         const int64_t n = n_h[rho] + (int64_t)n_s[rho] * hc; /* rows of D floats */
@@ -539,7 +520,7 @@ static int cp_outputs(cp_call *cx, const dsv4_span *sp, const float *h, float *h
     /* own rows in request order: hidden = RMSNorm(hc_head(h); norm) (§5.13), streams as is */
     float *o = mine;
     for (int j = 0; j < sp->n_hidden; j++) {
-        const int i = local_row(cx, wanted_row(sp->hidden_rows, sp->n_hidden, sp->n_tokens, j));
+        const int i = local_row(cx, dsv4_wanted_row(sp->hidden_rows, sp->n_hidden, sp->n_tokens, j));
         if (i < 0) continue;
         const dsv4_model *m = cx->e->model;
         dsv4_hc_head(c, h + (size_t)i * hc * D, m->hc_head_fn, m->hc_head_base, m->hc_head_scale, yh);
@@ -547,7 +528,7 @@ static int cp_outputs(cp_call *cx, const dsv4_span *sp, const float *h, float *h
         o += D;
     }
     for (int j = 0; j < sp->n_streams; j++) {
-        const int i = local_row(cx, wanted_row(sp->stream_rows, sp->n_streams, sp->n_tokens, j));
+        const int i = local_row(cx, dsv4_wanted_row(sp->stream_rows, sp->n_streams, sp->n_tokens, j));
         if (i < 0) continue;
         memcpy(o, h + (size_t)i * hc * D, (size_t)hc * D * sizeof(float));
         o += (size_t)hc * D;
@@ -560,12 +541,12 @@ static int cp_outputs(cp_call *cx, const dsv4_span *sp, const float *h, float *h
     if (!rc && cx->rank == 0) {
         /* rank rho's part: its hidden rows, then its stream rows, each in request order */
         for (int j = 0; j < sp->n_hidden; j++) {
-            const int rho = cx->plan.seg[dsv4_cp_seg_of(&cx->plan, s0 + wanted_row(sp->hidden_rows, sp->n_hidden, sp->n_tokens, j))].owner;
+            const int rho = cx->plan.seg[dsv4_cp_seg_of(&cx->plan, s0 + dsv4_wanted_row(sp->hidden_rows, sp->n_hidden, sp->n_tokens, j))].owner;
             memcpy(hidden + (size_t)j * D, all + ((size_t)cx->displs[rho] + take_h[rho]++) * D,
                    (size_t)D * sizeof(float));
         }
         for (int j = 0; j < sp->n_streams; j++) {
-            const int rho = cx->plan.seg[dsv4_cp_seg_of(&cx->plan, s0 + wanted_row(sp->stream_rows, sp->n_streams, sp->n_tokens, j))].owner;
+            const int rho = cx->plan.seg[dsv4_cp_seg_of(&cx->plan, s0 + dsv4_wanted_row(sp->stream_rows, sp->n_streams, sp->n_tokens, j))].owner;
             const size_t at = (size_t)cx->displs[rho] + n_h[rho] + (size_t)take_s[rho]++ * hc;
             memcpy(streams + (size_t)j * hc * D, all + at * D, (size_t)hc * D * sizeof(float));
         }
