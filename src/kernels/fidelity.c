@@ -1,0 +1,92 @@
+/* fidelity.c — scalar, exact roundings of fidelity mode P3 (spec/model.md §6).
+ *
+ * All the arithmetic is exact except the final rounding to the target format: dividing
+ * and multiplying by a power-of-two scale is exact (results far from the float limits),
+ * and the RNE step works on an integer significand with nearbyintf in the default
+ * rounding mode (round-half-even).
+ */
+#include "kernels/fidelity.h"
+
+#include <math.h>
+
+/* Rounds |y| to the nearest multiple of the step of its binade (2^(e - mbits) for
+ * |y| in [2^e, 2^(e+1)), e >= emin; 2^(emin - mbits) below 2^emin: the subnormals), ties
+ * to even, then saturates at vmax. */
+static float round_minifloat(float y, int emin, int mbits, float vmax) {
+    if (y != y) return 0.0f; /* NaN never reaches here from a finite row; stay NaN-free */
+    float a = fabsf(y);
+    if (a > vmax) a = vmax;
+    int e;
+    (void)frexpf(a, &e);   /* a = m 2^e, m in [0.5, 1): binade exponent e - 1 */
+    e -= 1;
+    if (a == 0.0f || e < emin) e = emin;
+    const float step = ldexpf(1.0f, e - mbits);
+    float q = nearbyintf(a / step) * step; /* may carry into the next binade: still exact */
+    if (q > vmax) q = vmax;
+    return y < 0 ? -q : q;
+}
+
+float dsv4_fid_e4m3_round(float y) { return round_minifloat(y, -6, 3, 448.0f); }
+float dsv4_fid_e2m1_round(float y) { return round_minifloat(y, 0, 1, 6.0f); }
+
+float dsv4_fid_pow2_scale(float amax, float inv_max) {
+    const float v = amax * inv_max; /* one FP32 multiply, as the official kernel */
+    int e;
+    const float m = frexpf(v, &e); /* v = m 2^e, m in [0.5, 1): ceil(log2 v) = e, or e-1 at m = 0.5 */
+    return ldexpf(1.0f, m == 0.5f ? e - 1 : e);
+}
+
+/* One block: floor amax, scale, clamp, round, unscale. */
+static void block_rt(float *x, int n, float floor_, float vmax, float inv_max, float (*rnd)(float)) {
+    float amax = floor_;
+    for (int i = 0; i < n; i++) {
+        const float a = fabsf(x[i]);
+        if (a > amax) amax = a; /* a NaN compares false: ignored */
+    }
+    const float s = dsv4_fid_pow2_scale(amax, inv_max);
+    for (int i = 0; i < n; i++) {
+        float v = x[i] / s;
+        v = v > vmax ? vmax : v < -vmax ? -vmax : v;
+        x[i] = rnd(v) * s;
+    }
+}
+
+void dsv4_fid_fp8_rt(float *x, int64_t n, int block) {
+    for (int64_t b0 = 0; b0 < n; b0 += block) {
+        const int m = n - b0 < block ? (int)(n - b0) : block;
+        block_rt(x + b0, m, DSV4_FID_AMAX_FLOOR_FP8, 448.0f, 1.0f / 448.0f, dsv4_fid_e4m3_round);
+    }
+}
+
+void dsv4_fid_fp4_rt(float *x, int64_t n) {
+    for (int64_t b0 = 0; b0 < n; b0 += 32) {
+        const int m = n - b0 < 32 ? (int)(n - b0) : 32;
+        block_rt(x + b0, m, DSV4_FID_AMAX_FLOOR_FP4, 6.0f, 1.0f / 6.0f, dsv4_fid_e2m1_round);
+    }
+}
+
+void dsv4_fid_bf16(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = dsv4_fid_bf16_1(x[i]);
+}
+
+void dsv4_fid_kv_row(float *x, int hd, int rd) {
+    dsv4_fid_fp8_rt(x, hd - rd, 64);
+    dsv4_fid_bf16(x + (hd - rd), rd);
+}
+
+void dsv4_fid_hadamard(float *x, int n) {
+    for (int len = 1; len < n; len *= 2)
+        for (int i = 0; i < n; i += 2 * len)
+            for (int j = i; j < i + len; j++) {
+                const float a = x[j], b = x[j + len];
+                x[j] = a + b;
+                x[j + len] = a - b;
+            }
+    const float s = (float)(1.0 / sqrt((double)n));
+    for (int i = 0; i < n; i++) x[i] *= s;
+}
+
+void dsv4_fid_index_row(float *x, int n) {
+    dsv4_fid_hadamard(x, n);
+    dsv4_fid_fp4_rt(x, n);
+}

@@ -1,0 +1,208 @@
+/* test_fidelity.c — the fidelity-mode roundings (kernels/fidelity.h, spec/model.md §6) on
+ * hand-checkable cases: e4m3/e2m1 ties to even, subnormals, saturation, the amax floors,
+ * the power-of-two scale at exact powers of two, block tails, BF16 ties and the Hadamard
+ * rotation; plus agreement with the checkpoint codecs (an independent encoder) on a sweep. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/codec.h"
+#include "kernels/fidelity.h"
+#include "test.h"
+
+static int all_finite(const float *x, int n) {
+    for (int i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+static void test_e4m3(void) {
+    /* normals: step 2^(e-3); 1 + 1/16 is halfway between 1 and 1.125 -> even (1) */
+    CHECK(dsv4_fid_e4m3_round(1.0625f) == 1.0f);
+    CHECK(dsv4_fid_e4m3_round(1.1875f) == 1.25f);   /* halfway 1.125 / 1.25 -> 1.25 (even) */
+    CHECK(dsv4_fid_e4m3_round(1.07f) == 1.125f);
+    CHECK(dsv4_fid_e4m3_round(-3.3f) == -3.25f);
+    CHECK(dsv4_fid_e4m3_round(15.5f) == 16.0f);     /* 15.5 = halfway 15 / 16 -> 16 (carry) */
+    CHECK(dsv4_fid_e4m3_round(240.0f) == 240.0f);
+    CHECK(dsv4_fid_e4m3_round(440.0f) == 448.0f);   /* halfway 416 / 448 at step 32 -> 448 */
+    CHECK(dsv4_fid_e4m3_round(420.0f) == 416.0f);
+    CHECK(dsv4_fid_e4m3_round(448.0f) == 448.0f);
+    CHECK(dsv4_fid_e4m3_round(1000.0f) == 448.0f);  /* saturates */
+    CHECK(dsv4_fid_e4m3_round(-1000.0f) == -448.0f);
+    /* subnormals: step 2^-9 below 2^-6 */
+    CHECK(dsv4_fid_e4m3_round(0x1p-9f) == 0x1p-9f);
+    CHECK(dsv4_fid_e4m3_round(0x1p-10f) == 0.0f);           /* halfway 0 / 2^-9 -> 0 */
+    CHECK(dsv4_fid_e4m3_round(0x1.8p-9f) == 0x1p-8f);       /* 1.5 steps -> 2 steps */
+    CHECK(dsv4_fid_e4m3_round(0x1.4p-9f) == 0x1p-9f);
+    CHECK(dsv4_fid_e4m3_round(7.5f * 0x1p-9f) == 0x1p-6f);  /* top subnormal rounds to min normal */
+    CHECK(dsv4_fid_e4m3_round(0.0f) == 0.0f);
+    CHECK(dsv4_fid_e4m3_round(NAN) == 0.0f);                /* NaN-free */
+    /* the checkpoint encoder agrees on a sweep of values in range */
+    int bad = 0;
+    for (int i = -6000; i <= 6000; i++) {
+        const float v = (float)i * 0.0731f + (float)(i % 7) * 1e-3f;
+        const float a = fabsf(v) > 448.0f ? (v < 0 ? -448.0f : 448.0f) : v;
+        bad += dsv4_fid_e4m3_round(a) != dsv4_e4m3_to_f32(dsv4_f32_to_e4m3(a));
+        const float t = (float)i * 0x1p-14f;
+        bad += dsv4_fid_e4m3_round(t) != dsv4_e4m3_to_f32(dsv4_f32_to_e4m3(t));
+    }
+    CHECK_MSG(bad == 0, "%d e4m3 roundings differ from the codec", bad);
+}
+
+static void test_e2m1(void) {
+    CHECK(dsv4_fid_e2m1_round(0.25f) == 0.0f);   /* tie 0 / 0.5 -> 0 */
+    CHECK(dsv4_fid_e2m1_round(0.26f) == 0.5f);
+    CHECK(dsv4_fid_e2m1_round(0.75f) == 1.0f);   /* tie 0.5 / 1 -> 1 (even code) */
+    CHECK(dsv4_fid_e2m1_round(1.25f) == 1.0f);   /* tie 1 / 1.5 -> 1 */
+    CHECK(dsv4_fid_e2m1_round(1.75f) == 2.0f);   /* tie 1.5 / 2 -> 2 */
+    CHECK(dsv4_fid_e2m1_round(2.5f) == 2.0f);    /* tie 2 / 3 -> 2 */
+    CHECK(dsv4_fid_e2m1_round(3.5f) == 4.0f);    /* tie 3 / 4 -> 4 */
+    CHECK(dsv4_fid_e2m1_round(5.0f) == 4.0f);    /* tie 4 / 6 -> 4 */
+    CHECK(dsv4_fid_e2m1_round(5.01f) == 6.0f);
+    CHECK(dsv4_fid_e2m1_round(-7.0f) == -6.0f);  /* saturates */
+    int bad = 0;
+    for (int i = -700; i <= 700; i++) {
+        const float v = (float)i * 0.00917f;
+        bad += dsv4_fid_e2m1_round(v) != dsv4_e2m1_to_f32(dsv4_f32_to_e2m1(v));
+    }
+    CHECK_MSG(bad == 0, "%d e2m1 roundings differ from the codec", bad);
+}
+
+static void test_scale(void) {
+    /* amax 448 -> s = 1 exactly (ceil of log2 of 1); a hair above -> 2 */
+    CHECK(dsv4_fid_pow2_scale(448.0f, 1.0f / 448.0f) == 1.0f);
+    CHECK(dsv4_fid_pow2_scale(449.0f, 1.0f / 448.0f) == 2.0f);
+    CHECK(dsv4_fid_pow2_scale(6.0f, 1.0f / 6.0f) == 1.0f);
+    CHECK(dsv4_fid_pow2_scale(12.0f, 1.0f / 6.0f) == 2.0f);
+    CHECK(dsv4_fid_pow2_scale(3.0f, 1.0f / 6.0f) == 0.5f);
+    CHECK(dsv4_fid_pow2_scale(3.1f, 1.0f / 6.0f) == 1.0f);
+}
+
+static void test_fp8_blocks(void) {
+    /* a block of 128 with amax 448: s = 1, values round in e4m3 directly */
+    float x[300];
+    for (int i = 0; i < 300; i++) x[i] = 0.0f;
+    x[0] = 448.0f; x[1] = 1.0625f; x[2] = -3.3f;
+    /* block 2 (columns 128..255): amax 896 -> s = 2; 2.125 / 2 = 1.0625 -> 1 -> 2 */
+    x[128] = 896.0f; x[129] = 2.125f;
+    /* tail block of 44 (256..299): amax 0.001 -> s = 2^-18 (0.001/448 = 2.23e-6 -> 2^-18
+     * = 3.81e-6); 0.001 / 2^-18 = 262.1 -> step 32 -> 256 -> 256 * 2^-18 */
+    x[256] = 0.001f; x[257] = -0.0005f;
+    dsv4_fid_fp8_rt(x, 300, 128);
+    CHECK(x[0] == 448.0f && x[1] == 1.0f && x[2] == -3.25f);
+    CHECK(x[128] == 896.0f && x[129] == 2.0f);
+    CHECK(x[256] == 256.0f * 0x1p-18f);
+    /* -0.0005 / 2^-18 = -131.07 -> step 16 -> -128 */
+    CHECK(x[257] == -128.0f * 0x1p-18f);
+    CHECK(all_finite(x, 300));
+    /* the amax floor: an all-zero block stays zero, a tiny block uses s = 2^ceil(log2(1e-4/448)) */
+    float z[70];
+    for (int i = 0; i < 70; i++) z[i] = i < 64 ? 0.0f : 1e-9f;
+    dsv4_fid_fp8_rt(z, 70, 64);
+    for (int i = 0; i < 64; i++) CHECK(z[i] == 0.0f);
+    /* tail block (64..69): amax floored to 1e-4 -> s = 2^-22; 1e-9 / 2^-22 = 0.0042 is 2.15
+     * subnormal steps of 2^-9 -> 2 steps -> 2^-8 * 2^-22 */
+    CHECK(z[64] == 0x1p-30f && all_finite(z, 70));
+    CHECK(dsv4_fid_pow2_scale(1e-4f, 1.0f / 448.0f) == 0x1p-22f);
+    /* the same block with 64 instead of 128: the tail gets its own scale */
+    float a[130], b[130];
+    for (int i = 0; i < 130; i++) a[i] = b[i] = (i == 0 ? 100.0f : i < 64 ? 0.301f : 0.0003f);
+    dsv4_fid_fp8_rt(a, 130, 128);
+    dsv4_fid_fp8_rt(b, 130, 64);
+    /* block 0 of 128 has amax 100 -> s = 2^-2, 0.301 / 0.25 = 1.204 -> 1.25 -> 0.3125 */
+    CHECK(a[1] == 0.3125f && b[1] == 0.3125f);
+    /* 0.0003 / 2^-2 = 0.0012 = 0.61 subnormal steps -> 1 step -> 2^-11 */
+    CHECK(a[70] == 0x1p-11f);
+    /* 64-block 1 (64..127) has amax 3e-4 -> s = 2^-20: 314.6 -> step 32 -> 320 */
+    CHECK(b[70] == 320.0f * 0x1p-20f);
+    /* the 128-block tail (128, 129) has its own amax 3e-4 too */
+    CHECK(a[128] == 320.0f * 0x1p-20f && b[128] == 320.0f * 0x1p-20f);
+}
+
+static void test_fp4(void) {
+    float x[40];
+    for (int i = 0; i < 40; i++) x[i] = 0.0f;
+    /* block 0: amax 6 -> s = 1; 2.5 -> 2, 0.25 -> 0, -0.75 -> -1 */
+    x[0] = 6.0f; x[1] = 2.5f; x[2] = 0.25f; x[3] = -0.75f;
+    /* tail of 8 (32..39): amax 12 -> s = 2; 5 / 2 = 2.5 -> 2 -> 4 */
+    x[32] = 12.0f; x[33] = 5.0f;
+    dsv4_fid_fp4_rt(x, 40);
+    CHECK(x[0] == 6.0f && x[1] == 2.0f && x[2] == 0.0f && x[3] == -1.0f);
+    CHECK(x[32] == 12.0f && x[33] == 4.0f);
+    /* the floor 6 * 2^-126: an all-zero block stays zero, no NaN from 0/0 */
+    float z[32] = {0};
+    dsv4_fid_fp4_rt(z, 32);
+    for (int i = 0; i < 32; i++) CHECK(z[i] == 0.0f);
+    CHECK(dsv4_fid_pow2_scale(DSV4_FID_AMAX_FLOOR_FP4, 1.0f / 6.0f) == 0x1p-126f);
+}
+
+static void test_bf16(void) {
+    /* 1 + 2^-8 is halfway between 1 and 1 + 2^-7 -> 1 (even); 1 + 3*2^-8 -> 1 + 2^-6 */
+    CHECK(dsv4_fid_bf16_1(1.0f + 0x1p-8f) == 1.0f);
+    CHECK(dsv4_fid_bf16_1(1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f);
+    CHECK(dsv4_fid_bf16_1(1.0f + 0x1p-8f + 0x1p-20f) == 1.0f + 0x1p-7f);
+    CHECK(isinf(dsv4_fid_bf16_1(INFINITY)));
+    /* agrees with the codec's encoder */
+    int bad = 0;
+    for (int i = -5000; i < 5000; i++) {
+        const float v = (float)i * 0.01234567f;
+        bad += dsv4_fid_bf16_1(v) != dsv4_bf16_to_f32(dsv4_f32_to_bf16(v));
+    }
+    CHECK_MSG(bad == 0, "%d BF16 roundings differ from the codec", bad);
+    float r[3] = {1.0f + 0x1p-8f, 2.0f, -1.0f - 3 * 0x1p-8f};
+    dsv4_fid_bf16(r, 3);
+    CHECK(r[0] == 1.0f && r[1] == 2.0f && r[2] == -1.0f - 0x1p-6f);
+}
+
+static void test_kv_row(void) {
+    /* hd 80, rd 16: channels 0..63 one FP8 block, 64..79 BF16 */
+    float x[80];
+    for (int i = 0; i < 80; i++) x[i] = 0.0f;
+    x[0] = 448.0f; x[1] = 1.0625f;
+    x[64] = 1.0f + 0x1p-8f + 0x1p-20f; x[65] = 1.0625f;
+    dsv4_fid_kv_row(x, 80, 16);
+    CHECK(x[0] == 448.0f && x[1] == 1.0f);
+    CHECK(x[64] == 1.0f + 0x1p-7f && x[65] == 1.0625f); /* BF16 keeps 1.0625 */
+}
+
+static void test_hadamard(void) {
+    /* H_4 / 2 of e_0 is (1,1,1,1)/2; of (1,2,3,4): (10, -2, -4, 0)/2 */
+    float e[4] = {1, 0, 0, 0}, v[4] = {1, 2, 3, 4};
+    dsv4_fid_hadamard(e, 4);
+    dsv4_fid_hadamard(v, 4);
+    for (int i = 0; i < 4; i++) CHECK(e[i] == 0.5f);
+    CHECK(v[0] == 5.0f && v[1] == -1.0f && v[2] == -2.0f && v[3] == 0.0f);
+    /* orthogonal: applying it twice gives the input back (up to rounding of 1/sqrt(n)) */
+    float w[64], w0[64];
+    for (int i = 0; i < 64; i++) w[i] = w0[i] = sinf((float)i * 0.37f);
+    dsv4_fid_hadamard(w, 64);
+    dsv4_fid_hadamard(w, 64);
+    double md = 0;
+    for (int i = 0; i < 64; i++) md = fmax(md, fabs(w[i] - w0[i]));
+    CHECK_MSG(md < 1e-6, "H H x - x = %.3g", md);
+    /* index row: rotation then FP4, every value is s * an e2m1 value of its block */
+    float q[64];
+    for (int i = 0; i < 64; i++) q[i] = cosf((float)i * 0.11f);
+    dsv4_fid_index_row(q, 64);
+    CHECK(all_finite(q, 64));
+    int on_grid = 1;
+    for (int b = 0; b < 2; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(q[32 * b + i]));
+        const float s = dsv4_fid_pow2_scale(amax, 1.0f / 6.0f);
+        for (int i = 0; i < 32; i++) on_grid &= dsv4_fid_e2m1_round(q[32 * b + i] / s) == q[32 * b + i] / s;
+    }
+    CHECK(on_grid);
+}
+
+int main(void) {
+    test_e4m3();
+    test_e2m1();
+    test_scale();
+    test_fp8_blocks();
+    test_fp4();
+    test_bf16();
+    test_kv_row();
+    test_hadamard();
+    return test_report();
+}
