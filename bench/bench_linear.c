@@ -1,6 +1,6 @@
 /* bench_linear.c — dsv4_linear throughput against this machine's own roofline.
  *
- *   bench_linear [--threads N] [--reps N] [--scalar] [--quick]
+ *   bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode]
  *
  * Measured in the same run, one JSON line each, the probes being the library's
  * (kernels/probe.h, the same ones `dsv4 bench` uses):
@@ -11,7 +11,13 @@
  *           the stream roofline;
  *   "gemv_experts": 16 distinct FP4 2048x4096 matrices in turn (a decode step's routed
  *           experts: per-call overhead included);
- *   "gemm": 512 rows x 4096x4096 per format, GFLOP/s and the fraction of the FMA peak.
+ *   "gemm": 512 rows x 4096x4096 per format, GFLOP/s and the fraction of the FMA peak;
+ *   "gemv_decode": the bench model's decode-step matrices (256 KB .. 16 MB: wq_a, wkv,
+ *           wq_b, wo_b, the experts' w1/w3 and w2, router, head), each shape in FP8, FP4
+ *           and BF16, n_rows 1 and 2. Enough distinct copies of the matrix to fill 96 MB
+ *           (3x the L3) are called in turn, so every call streams its weights from DRAM
+ *           like a decode step does; per-call pool overhead included. --decode runs only
+ *           the probes and these cases (an A/B of the GEMV kernels in a minute).
  * Times are the best of --reps runs (default 5). GEMV rounds alternate with a stream pass,
  * so on a shared machine the ratio compares like with like: "of_stream" is best/best and
  * "of_stream_median" the median of the per-round ratios. --scalar adds the portable level. */
@@ -56,7 +62,7 @@ static const char *fmt_name(dsv4_wfmt f) {
 
 /* Random weights: valid values for every format (no NaN/inf codes), ue8m0 scales. */
 static dsv4_mat make_mat(dsv4_wfmt f, int64_t rows, int64_t cols) {
-    dsv4_mat m = {f, rows, cols, NULL, NULL, 0};
+    dsv4_mat m = {f, rows, cols, NULL, NULL, 0, 0};
     const int64_t n = rows * cols;
     size_t wbytes = 0, sbytes = 0;
     switch (f) {
@@ -100,17 +106,81 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* ---- decode-shaped GEMV ---------------------------------------------------------------- */
+
+typedef struct {
+    const char *name; /* the bench model's matrix (config flash_quarter: hidden 1024) */
+    int64_t rows, cols;
+} decode_shape;
+
+static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads) {
+    static const decode_shape shapes[] = {
+        {"wq_a", 256, 1024},        /* q LoRA down */
+        {"wkv|w13", 512, 1024},     /* kv projection; the experts' w1 / w3 */
+        {"w2", 1024, 512},          /* the experts' w2 */
+        {"wq_b", 8192, 256},        /* q LoRA up: many short rows */
+        {"wo_b", 1024, 2048},       /* output LoRA up */
+        {"router", 256, 1024},      /* the router (BF16 in the model) */
+        {"head", 8192, 1024},       /* the LM head (BF16 in the model) */
+    };
+    const dsv4_wfmt fmts[3] = {DSV4_WF_FP8, DSV4_WF_FP4, DSV4_WF_BF16};
+    const int64_t pool_bytes = (int64_t)96 << 20; /* 3x the L3: each call streams from DRAM */
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const decode_shape *sh = &shapes[si];
+        for (int fi = 0; fi < 3; fi++) {
+            const dsv4_wfmt f = fmts[fi];
+            dsv4_mat m0 = make_mat(f, sh->rows, sh->cols);
+            const int64_t mb = dsv4_mat_bytes(&m0);
+            int nm = (int)((pool_bytes + mb - 1) / mb);
+            nm = nm < 4 ? 4 : nm;
+            dsv4_mat *ms = malloc(sizeof(dsv4_mat) * (size_t)nm);
+            ms[0] = m0;
+            for (int i = 1; i < nm; i++) ms[i] = make_mat(f, sh->rows, sh->cols);
+            float *x = malloc(sizeof(float) * 2 * (size_t)sh->cols), *y = malloc(sizeof(float) * 2 * (size_t)sh->rows);
+            for (int64_t i = 0; i < 2 * sh->cols; i++) x[i] = (float)((int64_t)(rnd() % 2001) - 1000) * 1e-3f;
+            for (int nx = 1; nx <= 2; nx++) {
+                const double bytes = (double)nm * (double)mb;
+                double best_t = 1e9, sbw = 0, ratios[64];
+                int n_ratio = 0;
+                for (int r = 0; r < reps + 1; r++) {
+                    const double sg = dsv4_probe_stream(probe);
+                    const double t0 = now_s();
+                    for (int i = 0; i < nm; i++) dsv4_linear(k, &ms[i], x, nx, y);
+                    const double dt = now_s() - t0;
+                    if (r == 0) continue; /* warm-up */
+                    if (dt < best_t) best_t = dt;
+                    if (sg > sbw) sbw = sg;
+                    if (n_ratio < 64) ratios[n_ratio++] = (bytes / dt / 1e9) / sg;
+                }
+                qsort(ratios, (size_t)n_ratio, sizeof(double), cmp_double);
+                const double gbps = bytes / best_t / 1e9;
+                printf("{\"bench\":\"gemv_decode\",\"shape\":\"%s\",\"fmt\":\"%s\",\"n_rows\":%d,\"rows\":%lld,"
+                       "\"cols\":%lld,\"kb\":%lld,\"mats\":%d,\"threads\":%d,\"us_per_call\":%.2f,\"gbps\":%.2f,"
+                       "\"stream_gbps\":%.2f,\"of_stream\":%.3f,\"of_stream_median\":%.3f}\n",
+                       sh->name, fmt_name(f), nx, (long long)sh->rows, (long long)sh->cols, (long long)(mb >> 10), nm,
+                       threads, best_t / nm * 1e6, gbps, sbw, gbps / sbw, ratios[n_ratio / 2]);
+                fflush(stdout);
+            }
+            free(x);
+            free(y);
+            for (int i = 0; i < nm; i++) free_mat(&ms[i]);
+            free(ms);
+        }
+    }
+}
+
 /* ---- main ---------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
-    int threads = 0, reps = 5, scalar = 0, quick = 0;
+    int threads = 0, reps = 5, scalar = 0, quick = 0, decode_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--scalar")) scalar = 1;
         else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--decode")) decode_only = 1;
         else {
-            fprintf(stderr, "usage: bench_linear [--threads N] [--reps N] [--scalar] [--quick]\n");
+            fprintf(stderr, "usage: bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode]\n");
             return 2;
         }
     }
@@ -139,6 +209,13 @@ int main(int argc, char **argv) {
     printf("{\"bench\":\"probe_stream\",\"threads\":%d,\"bytes\":%zu,\"gbps\":%.2f}\n", threads, sbytes, bw);
     printf("{\"bench\":\"probe_fma\",\"threads\":%d,\"simd\":\"%s\",\"gflops\":%.1f}\n", threads,
            dsv4_simd_name(dsv4_probe_simd(probe)), peak);
+
+    bench_decode(k, probe, reps, threads);
+    if (decode_only) {
+        dsv4_probe_free(probe);
+        dsv4_kctx_free(k);
+        return 0;
+    }
 
     /* GEMV on matrices of >= 128 MB of weights */
     const dsv4_wfmt fmts[5] = {DSV4_WF_F32, DSV4_WF_F16, DSV4_WF_BF16, DSV4_WF_FP8, DSV4_WF_FP4};

@@ -126,19 +126,55 @@ AINLINE __m256 fp4_block_table(const dsv4_lin_tables *tab, const dsv4_mat *w, in
  * registers and used for every activation row. x: (NX, cols), y: (NX, rows). R and NX are
  * constants after inlining; R * NX <= 8 accumulators keeps everything in registers. ---- */
 
-#define GEMV_R(NX) ((NX) <= 2 ? 4 : 2) /* weight rows per step for NX activation rows */
+#ifndef GEMV_R1
+#define GEMV_R1 4
+#endif
+#define GEMV_R(NX) ((NX) == 1 ? GEMV_R1 : (NX) <= 2 ? 4 : 2) /* weight rows per step for NX activation rows */
 
-AINLINE void gemv_dense_rows(int fmt, int R, int NX, const dsv4_mat *w, const float *x, float *y, int64_t o) {
+/* Software prefetch of the weight stream. A GEMV task reads rows [o0, o1): one contiguous
+ * byte range [lo, hi) of the weights, R rows at a time, the R rows interleaved. Decode
+ * matrices are small (256 B .. 4 KB rows, 16..64 rows a task), so the hardware prefetcher
+ * gets little run-up per task and stops at every 4 KB page; instead the kernel keeps
+ * GEMV_PF bytes ahead of its position itself: a burst over the first GEMV_PF bytes when the
+ * task starts, then, while it works on the block of rows at base, the line at
+ * base + GEMV_PF + R * (bytes of a row consumed so far): one line per 64 bytes consumed,
+ * so the prefetch position advances exactly as fast as the reads. Never past hi (the next
+ * task may run on the other core). Prefetches never fault and change no value. */
+#ifndef GEMV_PF
+#define GEMV_PF 2048
+#endif
+
+typedef struct {
+    const char *hi; /* end of the task's weight bytes */
+} gemv_pf;
+
+AINLINE gemv_pf pf_start(const void *lo, const void *hi) {
+    const char *a = (const char *)lo, *e = (const char *)hi;
+    const char *stop = e - a > GEMV_PF ? a + GEMV_PF : e;
+    for (; a < stop; a += 64) _mm_prefetch(a, _MM_HINT_T0);
+    return (gemv_pf){e};
+}
+
+/* the lines at base + GEMV_PF + off .. + nbytes (nbytes consumed this step) */
+AINLINE void pf_step(const gemv_pf *pf, const void *base, int64_t off, int nbytes) {
+    const char *a = (const char *)base + GEMV_PF + off;
+    for (int k = 0; k < nbytes; k += 64, a += 64)
+        if (GEMV_PF > 0 && a < pf->hi) _mm_prefetch(a, _MM_HINT_T0);
+}
+
+AINLINE void gemv_dense_rows(int fmt, int R, int NX, const dsv4_mat *w, const float *x, float *y, int64_t o,
+                             const gemv_pf *pf) {
     const int64_t n = w->cols, nf = n & ~(int64_t)7, rows = w->rows;
     const int tail = (int)(n - nf);
-    const size_t esz = fmt == DSV4_WF_F32 ? 4 : 2;
-    const char *p[4];
-    __m256 a[4][4];
+    const int esz = fmt == DSV4_WF_F32 ? 4 : 2;
+    const char *p[8];
+    __m256 a[8][4];
     for (int r = 0; r < R; r++) {
         p[r] = (const char *)w->w + (o + r) * n * (int64_t)esz;
         for (int s = 0; s < NX; s++) a[r][s] = _mm256_setzero_ps();
     }
     for (int64_t i = 0; i < nf; i += 8) {
+        pf_step(pf, p[0], R * i * esz, R * 8 * esz);
         __m256 xv[4];
         for (int s = 0; s < NX; s++) xv[s] = _mm256_loadu_ps(x + s * n + i);
         for (int r = 0; r < R; r++) {
@@ -161,9 +197,11 @@ AINLINE void gemv_dense_rows(int fmt, int R, int NX, const dsv4_mat *w, const fl
 
 AINLINE void gemv_dense_nx(int fmt, int NX, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
     const int R = GEMV_R(NX);
+    const int64_t rb = w->cols * (fmt == DSV4_WF_F32 ? 4 : 2); /* bytes per row */
+    const gemv_pf pf = pf_start((const char *)w->w + o0 * rb, (const char *)w->w + o1 * rb);
     int64_t o = o0;
-    for (; o + R <= o1; o += R) gemv_dense_rows(fmt, R, NX, w, x, y, o);
-    for (; o < o1; o++) gemv_dense_rows(fmt, 1, NX, w, x, y, o);
+    for (; o + R <= o1; o += R) gemv_dense_rows(fmt, R, NX, w, x, y, o, &pf);
+    for (; o < o1; o++) gemv_dense_rows(fmt, 1, NX, w, x, y, o, &pf);
 }
 
 AINLINE void gemv_dense(int fmt, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
@@ -178,10 +216,11 @@ AINLINE void gemv_dense(int fmt, const dsv4_mat *w, const float *x, int nx, floa
 /* R rows o .. o+R-1, all in one 128-row scale band (o % R == 0). PRE (a constant after
  * inlining): multiply x by 256 * scale once per chunk for all R rows instead of every
  * decoded weight; allowed when dsv4_lin_call.fp8_prescale says it is exact. */
-AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const float *x, float *y, int64_t o) {
+AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const float *x, float *y, int64_t o,
+                           const gemv_pf *pf) {
     const int64_t n = w->cols, nsb = (n + 127) / 128, band = o / 128, rows = w->rows;
-    const uint8_t *p[4];
-    __m256 a[4][4];
+    const uint8_t *p[8];
+    __m256 a[8][4];
     for (int r = 0; r < R; r++) {
         p[r] = (const uint8_t *)w->w + (o + r) * n;
         for (int s = 0; s < NX; s++) a[r][s] = _mm256_setzero_ps();
@@ -209,6 +248,7 @@ AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const floa
         const __m256 xs = PRE ? s256 : one, ws = PRE ? one : s256;
         int64_t i = i0;
         for (; i + 16 <= i1; i += 16) {
+            pf_step(pf, p[0], R * i, R * 16);
             __m256 x0[4], x1[4];
             for (int s = 0; s < NX; s++) {
                 x0[s] = _mm256_loadu_ps(x + s * n + i);
@@ -231,6 +271,7 @@ AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const floa
             }
         }
         if (i < i1) { /* an 8-chunk, then a partial one, or just the partial one */
+            pf_step(pf, p[0], R * i, R * (int)(i1 - i));
             for (; i < i1; i += 8) {
                 const int m = i1 - i >= 8 ? 8 : (int)(i1 - i);
                 __m256 xv[4];
@@ -251,9 +292,10 @@ AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const floa
 
 AINLINE void gemv_fp8_nx(int NX, int PRE, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
     const int R = GEMV_R(NX);
+    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * w->cols, (const uint8_t *)w->w + o1 * w->cols);
     int64_t o = o0;
-    for (; o + R <= o1 && (o % R) == 0; o += R) gemv_fp8_rows(R, NX, PRE, w, x, y, o);
-    for (; o < o1; o++) gemv_fp8_rows(1, NX, PRE, w, x, y, o);
+    for (; o + R <= o1 && (o % R) == 0; o += R) gemv_fp8_rows(R, NX, PRE, w, x, y, o, &pf);
+    for (; o < o1; o++) gemv_fp8_rows(1, NX, PRE, w, x, y, o, &pf);
 }
 
 static void gemv_fp8(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
@@ -277,19 +319,20 @@ static void gemv_fp8(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, 
 
 /* cols % 32 == 0 (checked by the driver) */
 AINLINE void gemv_fp4_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y,
-                           int64_t o) {
+                           int64_t o, const gemv_pf *pf) {
     const int64_t n = w->cols, nsb = n / 32, rows = w->rows;
-    const uint8_t *p[4];
-    int64_t sb[4];
-    __m256 a[4][4];
+    const uint8_t *p[8];
+    int64_t sb[8];
+    __m256 a[8][4];
     for (int r = 0; r < R; r++) {
         p[r] = (const uint8_t *)w->w + (o + r) * (n / 2);
         sb[r] = (o + r) * nsb;
         for (int s = 0; s < NX; s++) a[r][s] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nsb; b++) {
+        pf_step(pf, p[0], R * b * 16, R * 16);
         const float *xb = x + b * 32;
-        __m256 t[4];
+        __m256 t[8];
         for (int r = 0; r < R; r++) t[r] = fp4_block_table(tab, w, sb[r] + b);
         for (int q = 0; q < 4; q++) {
             __m256 xv[4];
@@ -307,9 +350,13 @@ AINLINE void gemv_fp4_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv4
 AINLINE void gemv_fp4_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o0,
                          int64_t o1) {
     const int R = GEMV_R(NX);
+    const int64_t rb = w->cols / 2; /* bytes per row */
+    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * rb, (const uint8_t *)w->w + o1 * rb);
+    if (!w->scale_is_f32) /* the task's ue8m0 scales: cols / 32 bytes a row */
+        pf_start((const uint8_t *)w->scale + o0 * (rb / 16), (const uint8_t *)w->scale + o1 * (rb / 16));
     int64_t o = o0;
-    for (; o + R <= o1; o += R) gemv_fp4_rows(R, NX, tab, w, x, y, o);
-    for (; o < o1; o++) gemv_fp4_rows(1, NX, tab, w, x, y, o);
+    for (; o + R <= o1; o += R) gemv_fp4_rows(R, NX, tab, w, x, y, o, &pf);
+    for (; o < o1; o++) gemv_fp4_rows(1, NX, tab, w, x, y, o, &pf);
 }
 
 static void gemv_fp4(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
