@@ -14,32 +14,38 @@
 #include "kernels/ops.h"
 #include "util/err.h"
 
-/* y (R, out) = grouped projection: row block g of w (o_lora rows) applied to the g-th
- * contiguous slice (width in_g) of u (R, G*in_g). */
+/* y (R, G*o_lora) = grouped projection: row block g of w (o_lora rows) applied to the g-th
+ * contiguous slice (width in_g) of u (R, G*in_g); the G products run as one job. */
 static int grouped_linear(dsv4_kctx *k, const dsv4_mat *w, int G, const float *u, int R,
                           int in_g, int o_lora, float *y, dsv4_err *err) {
-    float *ug = malloc((size_t)R * in_g * sizeof(float));   /* (R, in_g) */
-    float *vg = malloc((size_t)R * o_lora * sizeof(float));  /* (R, o_lora) */
-    if (!ug || !vg) {
-        free(ug); free(vg);
-        return dsv4_fail(err, DSV4_ERR_NOMEM, "output projection scratch: out of memory");
+    float *ug = malloc((size_t)G * R * in_g * sizeof(float));   /* (G, R, in_g) */
+    float *vg = malloc((size_t)G * R * o_lora * sizeof(float));  /* (G, R, o_lora) */
+    dsv4_mat *wg = malloc((size_t)G * sizeof(dsv4_mat));         /* (G) row blocks of w */
+    dsv4_lin_op *ops = malloc((size_t)G * sizeof(dsv4_lin_op));  /* (G) */
+    int rc = DSV4_OK;
+    if (!ug || !vg || !wg || !ops) {
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "output projection scratch: out of memory");
+        goto done;
     }
     for (int g = 0; g < G; g++) {
-        dsv4_mat wg;
-        if (dsv4_mat_rows(w, (int64_t)g * o_lora, o_lora, &wg) != 0) {
-            free(ug); free(vg);
-            return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "wo_a: cannot slice group %d", g);
+        if (dsv4_mat_rows(w, (int64_t)g * o_lora, o_lora, &wg[g]) != 0) {
+            rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "wo_a: cannot slice group %d", g);
+            goto done;
         }
+        float *ugg = ug + (size_t)g * R * in_g;
         for (int i = 0; i < R; i++)
-            memcpy(ug + (size_t)i * in_g, u + (size_t)i * G * in_g + (size_t)g * in_g,
+            memcpy(ugg + (size_t)i * in_g, u + (size_t)i * G * in_g + (size_t)g * in_g,
                    (size_t)in_g * sizeof(float));
-        dsv4_linear(k, &wg, ug, R, vg);
-        for (int i = 0; i < R; i++)
-            memcpy(y + (size_t)i * G * o_lora + (size_t)g * o_lora, vg + (size_t)i * o_lora,
-                   (size_t)o_lora * sizeof(float));
+        ops[g] = (dsv4_lin_op){&wg[g], ugg, R, vg + (size_t)g * R * o_lora};
     }
-    free(ug); free(vg);
-    return DSV4_OK;
+    dsv4_linear_batch(k, ops, G);
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < R; i++)
+            memcpy(y + (size_t)i * G * o_lora + (size_t)g * o_lora, vg + ((size_t)g * R + i) * o_lora,
+                   (size_t)o_lora * sizeof(float));
+done:
+    free(ug); free(vg); free(wg); free(ops);
+    return rc;
 }
 
 /* ---- the cache as history source ----------------------------------------------------- */
@@ -108,39 +114,48 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
         return dsv4_fail(err, DSV4_ERR_NOMEM, "attention scratch: out of memory (%d rows)", R);
     }
 
+    /* Every product of x in one job: wq_a, wkv, the indexer's weights_proj and both
+     * compressors' wkv/wgate (§5.5, §5.8, §5.9); then the two of qr. */
+    dsv4_lin_op ops[7];
+    int n_ops = 0;
+    ops[n_ops++] = (dsv4_lin_op){&b->wq_a, x, R, w->qr};
+    ops[n_ops++] = (dsv4_lin_op){&b->wkv, x, R, w->kv};
+    if (csa) ops[n_ops++] = (dsv4_lin_op){&b->idx_weights_proj, x, R, w->wI};
+    if (csa) n_ops += dsv4_compress_ops(b, 1, x, R, w->pa[1], w->pb[1], ops + n_ops);
+    if (r) n_ops += dsv4_compress_ops(b, 0, x, R, w->pa[0], w->pb[0], ops + n_ops);
+    dsv4_linear_batch(ctx->k, ops, n_ops);
+
     /* qr = RMSNorm(x wq_a^T; q_norm); q = qr wq_b^T, per-head unweighted RMSNorm, RoPE;
-     * kv = RoPE(RMSNorm(x wkv^T; kv_norm)) (§5.5) */
-    dsv4_linear(ctx->k, &b->wq_a, x, R, w->qr);
+     * kv = RoPE(RMSNorm(x wkv^T; kv_norm)) (§5.5). CSA: indexer query qI = RoPE(qr
+     * idx_wq_b^T) per head, weights wI (§5.9). */
     for (int i = 0; i < R; i++)
         dsv4_rmsnorm(w->qr + (size_t)i * ql, b->q_norm, ql, eps, w->qr + (size_t)i * ql);
-    dsv4_linear(ctx->k, &b->wq_b, w->qr, R, w->q);
+    n_ops = 0;
+    ops[n_ops++] = (dsv4_lin_op){&b->wq_b, w->qr, R, w->q};
+    if (csa) ops[n_ops++] = (dsv4_lin_op){&b->idx_wq_b, w->qr, R, w->qI};
+    dsv4_linear_batch(ctx->k, ops, n_ops);
     for (int i = 0; i < R; i++)
         for (int h = 0; h < H; h++) {
             float *qh = w->q + ((size_t)i * H + h) * hd;
             dsv4_rmsnorm(qh, NULL, hd, eps, qh);
             dsv4_rope_apply(rope, qh, hd, batch->pos[i], 0);
         }
-    dsv4_linear(ctx->k, &b->wkv, x, R, w->kv);
     for (int i = 0; i < R; i++) {
         float *ki = w->kv + (size_t)i * hd;
         dsv4_rmsnorm(ki, b->kv_norm, hd, eps, ki);
         dsv4_rope_apply(rope, ki, hd, batch->pos[i], 0);
     }
-
-    /* CSA: indexer query qI = RoPE(qr idx_wq_b^T) per head, weights wI (§5.9) */
     if (csa) {
         const float wscale = 1.0f / sqrtf((float)dI) / sqrtf((float)nI);
-        dsv4_linear(ctx->k, &b->idx_wq_b, w->qr, R, w->qI);
         for (int i = 0; i < R; i++)
             for (int h = 0; h < nI; h++)
                 dsv4_rope_apply(rope, w->qI + ((size_t)i * nI + h) * dI, dI, batch->pos[i], 0);
-        dsv4_linear(ctx->k, &b->idx_weights_proj, x, R, w->wI);
         for (int i = 0; i < R * nI; i++) w->wI[i] *= wscale;
     }
 
-    /* compressor projections a_t, b_t of every row (§5.8) */
-    if (csa) dsv4_compress_project(ctx, b, 1, batch, x, w->pa[1], w->pb[1]);
-    if (r) dsv4_compress_project(ctx, b, 0, batch, x, w->pa[0], w->pb[0]);
+    /* compressor gates: + ape at the absolute position (§5.8) */
+    if (csa) dsv4_compress_add_ape(ctx, b, 1, batch, w->pb[1]);
+    if (r) dsv4_compress_add_ape(ctx, b, 0, batch, w->pb[0]);
     return DSV4_OK;
 }
 

@@ -84,10 +84,13 @@ int dsv4_attention(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
 
 /* ---- pieces, exposed for unit tests and the CP forward ------------------------------ */
 
-/* Compressor projections of every row: a = x.wkv^T, b = x.wgate^T + ape[t mod r],
- * a and b (R, coff*d). */
-void dsv4_compress_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
-                           const dsv4_batch *batch, const float *x, float *a, float *bb);
+/* Compressor projections of R rows, a = x.wkv^T and b = x.wgate^T (R, coff*d), as the two
+ * products it writes to ops (returns 2) so the caller can run them in one job with its
+ * own; then b += ape[t mod r] per row. */
+int dsv4_compress_ops(const dsv4_block_w *b, int indexer, const float *x, int R, float *a, float *bb,
+                      dsv4_lin_op *ops);
+void dsv4_compress_add_ape(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
+                           const dsv4_batch *batch, float *bb);
 
 /* Pools every window that closes inside a span (candidates >= s from a/b, < s from the
  * source), normalises, rotates at w*r and stores the entry through src->entry. */

@@ -33,14 +33,20 @@ void dsv4_compress_pool(const float *a, const float *b, int n_cand, int d, int s
     }
 }
 
-void dsv4_compress_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
-                           const dsv4_batch *batch, const float *x, float *a, float *bb) {
+int dsv4_compress_ops(const dsv4_block_w *b, int indexer, const float *x, int R, float *a, float *bb,
+                      dsv4_lin_op *ops) {
+    const dsv4_compressor_w *cw = indexer ? &b->idx_cmp : &b->cmp;
+    ops[0] = (dsv4_lin_op){&cw->wkv, x, R, a};
+    ops[1] = (dsv4_lin_op){&cw->wgate, x, R, bb};
+    return 2;
+}
+
+void dsv4_compress_add_ape(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
+                           const dsv4_batch *batch, float *bb) {
     const int r = indexer ? 4 : b->ratio;
     const int d = indexer ? ctx->cfg->index_head_dim : ctx->cfg->head_dim;
     const int W = dsv4_cfg_coff(r) * d;     /* projection width */
     const dsv4_compressor_w *cw = indexer ? &b->idx_cmp : &b->cmp;
-    dsv4_linear(ctx->k, &cw->wkv, x, batch->n_rows, a);
-    dsv4_linear(ctx->k, &cw->wgate, x, batch->n_rows, bb);
     /* ape is indexed by the absolute position t mod r */
     for (int i = 0; i < batch->n_rows; i++) {
         const float *ape = cw->ape + (size_t)(batch->pos[i] % r) * W;

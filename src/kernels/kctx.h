@@ -46,4 +46,19 @@ int64_t dsv4_kctx_max_cols(const dsv4_kctx *k);
  * count or on n_rows (row s of a batch equals the same row alone). */
 void dsv4_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, float *y);
 
+/* One product y = x W^T of a dsv4_linear_batch: x (n_rows, w->cols), y (n_rows, w->rows). */
+typedef struct dsv4_lin_op {
+    const dsv4_mat *w;
+    const float *x;
+    int n_rows;
+    float *y;
+} dsv4_lin_op;
+
+/* Independent products in one parallel job: the tasks of all of them share the threads,
+ * so a decode step hands work to the pool once for, say, every expert's W1 and W3 instead
+ * of once per matrix (each hand-off costs microseconds; a decode-sized matrix is tens of
+ * them). Every y gets exactly dsv4_linear's bits. No y may overlap any x or another y. */
+void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops);
+
+
 #endif

@@ -170,65 +170,120 @@ const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void) { return &scalar_kernels; 
 
 /* ---- driver --------------------------------------------------------------------------- */
 
+/* One product of a job, planned: which kernels, GEMV or GEMM, how many outputs a task
+ * takes. The plan never changes a result (linear_fast.h), only how the work is cut. */
 typedef struct {
-    dsv4_kctx *k;
     const dsv4_lin_kernels *kn;
     const dsv4_mat *w;
     const float *x;
     int n_rows;
     float *y;
-    int64_t per; /* outputs per task */
+    int gemv;
+    int64_t per;   /* outputs per task */
+    int n_tasks;
+    int task0;     /* first task of this op in the job */
     dsv4_lin_call call;
+} lin_plan;
+
+typedef struct {
+    dsv4_kctx *k;
+    lin_plan *ops;
+    int n_ops;
 } lin_job;
 
-
-static void gemv_task(void *arg, int t, int tid) {
-    (void)tid;
-    const lin_job *j = arg;
-    const int64_t o0 = (int64_t)t * j->per;
-    const int64_t o1 = o0 + j->per < j->w->rows ? o0 + j->per : j->w->rows;
-    j->kn->gemv(&j->call, j->w, j->x, j->n_rows, j->y, o0, o1);
-}
-
-static void gemm_task(void *arg, int t, int tid) {
-    const lin_job *j = arg;
-    j->kn->gemm(&j->call, j->w, j->x, j->n_rows, j->y, (int64_t)t * LIN_NB,
-                dsv4_kctx_lin_scratch(j->k, tid));
-}
-
-void dsv4_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, float *y) {
-    const int64_t rows = w->rows, n = w->cols;
-    if (n_rows <= 0 || rows <= 0) return;
+/* Zero-work cases and the formats the tiled kernels do not take. Returns 1 when the op is
+ * finished here. */
+static int lin_trivial(dsv4_kctx *k, const dsv4_lin_op *op) {
+    const dsv4_mat *w = op->w;
+    if (op->n_rows <= 0 || w->rows <= 0) return 1;
     if (w->fmt == DSV4_WF_I8) { /* P2 W8A8: INT8 activations too (kernels/w8a8.h) */
-        dsv4_w8a8_linear(k, w, x, n_rows, y);
-        return;
+        dsv4_w8a8_linear(k, w, op->x, op->n_rows, op->y);
+        return 1;
     }
     const int known = w->fmt == DSV4_WF_F32 || w->fmt == DSV4_WF_F16 || w->fmt == DSV4_WF_BF16 ||
                       w->fmt == DSV4_WF_FP8 || w->fmt == DSV4_WF_FP4;
-    if (n <= 0 || !known) { /* empty sum, or an absent matrix: zeros, as the reference */
-        memset(y, 0, sizeof(float) * (size_t)n_rows * (size_t)rows);
-        return;
+    if (w->cols <= 0 || !known) { /* empty sum, or an absent matrix: zeros, as the reference */
+        memset(op->y, 0, sizeof(float) * (size_t)op->n_rows * (size_t)w->rows);
+        return 1;
     }
+    return 0;
+}
+
+/* target_macs: the multiply-adds a GEMV task should carry (the job's total over about 8
+ * tasks per thread, so that threads finish together) */
+static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs, lin_plan *pl) {
+    const dsv4_mat *w = op->w;
+    const int64_t rows = w->rows, n = w->cols;
     const dsv4_lin_kernels *kn = dsv4_lin_kernels_scalar();
     /* the AVX2 FP4 decoder walks whole 32-column scale blocks */
     if (dsv4_kctx_simd(k) >= DSV4_SIMD_AVX2 && dsv4_lin_kernels_avx2() && (w->fmt != DSV4_WF_FP4 || n % 32 == 0))
         kn = dsv4_lin_kernels_avx2();
-    const int gemv = n_rows <= LIN_GEMV_ROWS && kn->gemv;
-    /* GEMV: about 8 tasks per thread for balance, 4..LIN_GEMV_NB outputs each (a multiple
-     * of 4: the kernels take rows in fours); the split never changes a result */
-    int64_t per = LIN_NB;
-    if (gemv) {
-        per = (rows / (8 * (int64_t)dsv4_kctx_threads(k))) & ~(int64_t)3;
-        per = per < 4 ? 4 : per > LIN_GEMV_NB ? LIN_GEMV_NB : per;
+    memset(pl, 0, sizeof *pl);
+    pl->kn = kn;
+    pl->w = w;
+    pl->x = op->x;
+    pl->n_rows = op->n_rows;
+    pl->y = op->y;
+    pl->gemv = op->n_rows <= LIN_GEMV_ROWS && kn->gemv;
+    /* GEMV: 4..LIN_GEMV_NB outputs per task (a multiple of 4: the kernels take rows in
+     * fours); the split never changes a result */
+    pl->per = LIN_NB;
+    if (pl->gemv) {
+        int64_t per = target_macs / (n * op->n_rows);
+        per &= ~(int64_t)3;
+        pl->per = per < 4 ? 4 : per > LIN_GEMV_NB ? LIN_GEMV_NB : per;
     }
-    lin_job job = {k, kn, w, x, n_rows, y, per, {dsv4_kctx_lin_tables(k), 0}};
-    if (gemv && kn->fp8_prescale && w->fmt == DSV4_WF_FP8) job.call.fp8_prescale = kn->fp8_prescale(w, x, n_rows);
-    const int n_tasks = (int)((rows + per - 1) / per);
-    dsv4_task_fn fn = gemv ? gemv_task : gemm_task;
-    if (rows * n * n_rows < LIN_SERIAL_MACS) {
-        const int tid = dsv4_kctx_tid(k); /* not 0 when called from a task on a worker */
-        for (int t = 0; t < n_tasks; t++) fn(&job, t, tid);
+    pl->call.tab = dsv4_kctx_lin_tables(k);
+    if (pl->gemv && kn->fp8_prescale && w->fmt == DSV4_WF_FP8)
+        pl->call.fp8_prescale = kn->fp8_prescale(w, op->x, op->n_rows);
+    pl->n_tasks = (int)((rows + pl->per - 1) / pl->per);
+}
+
+static void lin_task(void *arg, int t, int tid) {
+    const lin_job *j = arg;
+    int i = 0;
+    while (i + 1 < j->n_ops && t >= j->ops[i + 1].task0) i++;
+    const lin_plan *p = &j->ops[i];
+    const int64_t o0 = (int64_t)(t - p->task0) * p->per;
+    if (p->gemv) {
+        const int64_t o1 = o0 + p->per < p->w->rows ? o0 + p->per : p->w->rows;
+        p->kn->gemv(&p->call, p->w, p->x, p->n_rows, p->y, o0, o1);
     } else {
-        dsv4_kctx_parallel(k, n_tasks, fn, &job);
+        p->kn->gemm(&p->call, p->w, p->x, p->n_rows, p->y, o0, dsv4_kctx_lin_scratch(j->k, tid));
     }
+}
+
+/* Up to this many products are planned on the stack; longer lists go in slices. */
+#define LIN_BATCH_MAX 64
+
+void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
+    for (int b0 = 0; b0 < n_ops; b0 += LIN_BATCH_MAX) {
+        const int nb = n_ops - b0 < LIN_BATCH_MAX ? n_ops - b0 : LIN_BATCH_MAX;
+        lin_plan plan[LIN_BATCH_MAX];
+        int64_t macs = 0;
+        for (int i = b0; i < b0 + nb; i++)
+            if (ops[i].n_rows > 0) macs += ops[i].w->rows * ops[i].w->cols * ops[i].n_rows;
+        const int64_t target = macs / (8 * (int64_t)dsv4_kctx_threads(k));
+        int n = 0, n_tasks = 0;
+        for (int i = b0; i < b0 + nb; i++) {
+            if (lin_trivial(k, &ops[i])) continue;
+            lin_plan_op(k, &ops[i], target, &plan[n]);
+            plan[n].task0 = n_tasks;
+            n_tasks += plan[n].n_tasks;
+            n++;
+        }
+        if (n == 0) continue;
+        lin_job job = {k, plan, n};
+        if (macs < LIN_SERIAL_MACS) {
+            const int tid = dsv4_kctx_tid(k); /* not 0 when called from a task on a worker */
+            for (int t = 0; t < n_tasks; t++) lin_task(&job, t, tid);
+        } else {
+            dsv4_kctx_parallel(k, n_tasks, lin_task, &job);
+        }
+    }
+}
+
+void dsv4_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, float *y) {
+    const dsv4_lin_op op = {w, x, n_rows, y};
+    dsv4_linear_batch(k, &op, 1);
 }

@@ -19,8 +19,8 @@
 #include "kernels/ops.h"
 #include "util/err.h"
 
-/* Bound on the (rows, K, D) expert-output buffer of one pass; larger calls are processed
- * in passes of consecutive rows (Flash: 2730 rows per pass). */
+/* Bound on the (rows, K, D) gathered-input and expert-output buffers of one pass; larger
+ * calls are processed in passes of consecutive rows (Flash: 1365 rows per pass). */
 #define MOE_PASS_BYTES ((int64_t)256 << 20)
 
 /* ---- router --------------------------------------------------------------------------- */
@@ -195,36 +195,42 @@ typedef struct moe_scratch {
     double *s;       /* (E) scores of one row */
     int *sel;        /* (R, K) selected experts, k order */
     float *w;        /* (R, K) routing weights */
-    float *wg;       /* (R) routing weights of the rows gathered for one expert */
     int *start;      /* (E + 1) first slot of each expert in list */
     int *list;       /* (R*K) slots s*K + k grouped by expert, rows ascending */
-    float *xg;       /* (R, D) gathered input rows of one expert */
-    float *g, *u;    /* (R, I) gate and up projections (g then holds the intermediate) */
-    float *og;       /* (R, D) W2 output of one expert, then of the shared expert */
-    float *out;      /* (R, K, D) expert outputs per (row, k) */
+    int *at;         /* (R*K) position of slot s*K + k in list (list's inverse) */
+    float *wg;       /* (R*K) routing weights in list order */
+    float *xg;       /* (R*K, D) input rows in list order */
+    float *g, *u;    /* (R*K + R, I) gate and up projections: list order, then the shared
+                      * expert's R rows (g then holds the intermediate) */
+    float *og;       /* (R*K, D) routed expert outputs in list order */
+    float *sh;       /* (R, D) shared expert output */
+    dsv4_moe_group *gr; /* (E + 1) the pass's expert groups, the shared expert last */
 } moe_scratch;
 
 static void scratch_free(moe_scratch *m) {
-    free(m->logits); free(m->s); free(m->sel); free(m->w); free(m->wg); free(m->start); free(m->list);
-    free(m->xg); free(m->g); free(m->u); free(m->og); free(m->out);
+    free(m->logits); free(m->s); free(m->sel); free(m->w); free(m->start); free(m->list); free(m->at);
+    free(m->wg); free(m->xg); free(m->g); free(m->u); free(m->og); free(m->sh); free(m->gr);
 }
 
 static int scratch_alloc(moe_scratch *m, int R, int E, int K, int D, int I) {
+    const size_t RK = (size_t)R * K;
     memset(m, 0, sizeof *m);
     m->logits = malloc((size_t)R * E * sizeof(float));
     m->s = malloc((size_t)E * sizeof(double));
-    m->sel = malloc((size_t)R * K * sizeof(int));
-    m->w = malloc((size_t)R * K * sizeof(float));
-    m->wg = malloc((size_t)R * sizeof(float));
+    m->sel = malloc(RK * sizeof(int));
+    m->w = malloc(RK * sizeof(float));
     m->start = malloc((size_t)(E + 1) * sizeof(int));
-    m->list = malloc((size_t)R * K * sizeof(int));
-    m->xg = malloc((size_t)R * D * sizeof(float));
-    m->g = malloc((size_t)R * I * sizeof(float));
-    m->u = malloc((size_t)R * I * sizeof(float));
-    m->og = malloc((size_t)R * D * sizeof(float));
-    m->out = malloc((size_t)R * K * D * sizeof(float));
-    if (!m->logits || !m->s || !m->sel || !m->w || !m->wg || !m->start || !m->list || !m->xg || !m->g ||
-        !m->u || !m->og || !m->out) {
+    m->list = malloc(RK * sizeof(int));
+    m->at = malloc(RK * sizeof(int));
+    m->wg = malloc(RK * sizeof(float));
+    m->xg = malloc(RK * D * sizeof(float));
+    m->g = malloc((RK + R) * I * sizeof(float));
+    m->u = malloc((RK + R) * I * sizeof(float));
+    m->og = malloc(RK * D * sizeof(float));
+    m->sh = malloc((size_t)R * D * sizeof(float));
+    m->gr = malloc((size_t)(E + 1) * sizeof(dsv4_moe_group));
+    if (!m->logits || !m->s || !m->sel || !m->w || !m->start || !m->list || !m->at || !m->wg || !m->xg ||
+        !m->g || !m->u || !m->og || !m->sh || !m->gr) {
         scratch_free(m);
         memset(m, 0, sizeof *m);
         return DSV4_ERR_NOMEM;
@@ -245,14 +251,52 @@ int dsv4_moe_gate(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b, c
     return DSV4_OK;
 }
 
+typedef struct {
+    const dsv4_config *cfg;
+    const dsv4_moe_group *gr;
+} swiglu_job;
+
+static void swiglu_task(void *arg, int i, int tid) {
+    (void)tid;
+    const swiglu_job *j = arg;
+    const float limit = j->cfg->swiglu_limit > 0 ? (float)j->cfg->swiglu_limit : 0.0f;
+    const dsv4_moe_group *g = &j->gr[i];
+    swiglu_rows(g->g, g->u, g->w, g->n, j->cfg->moe_intermediate_size, limit, g->g);
+}
+
+/* Groups per slice: two linears each, one dsv4_linear_batch job per phase. */
+#define MOE_SLICE 32
+
+void dsv4_moe_experts(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group *gr, int n_groups) {
+    const int64_t I = cfg->moe_intermediate_size;
+    for (int g0 = 0; g0 < n_groups; g0 += MOE_SLICE) {
+        const int ng = n_groups - g0 < MOE_SLICE ? n_groups - g0 : MOE_SLICE;
+        const dsv4_moe_group *s = gr + g0;
+        dsv4_lin_op ops[2 * MOE_SLICE];
+        int64_t elems = 0;
+        /* W1 and W3 of every group */
+        for (int i = 0; i < ng; i++) {
+            ops[2 * i] = (dsv4_lin_op){s[i].w1, s[i].x, s[i].n, s[i].g};
+            ops[2 * i + 1] = (dsv4_lin_op){s[i].w3, s[i].x, s[i].n, s[i].u};
+            elems += s[i].n * I;
+        }
+        dsv4_linear_batch(k, ops, 2 * ng);
+        /* clamped SwiGLU times the routing weight: elementwise, so any split gives the
+         * same bits; worth the pool only for prefill-sized groups */
+        swiglu_job sj = {cfg, s};
+        if (elems >= (1 << 16)) dsv4_kctx_parallel(k, ng, swiglu_task, &sj);
+        else for (int i = 0; i < ng; i++) swiglu_task(&sj, i, 0);
+        /* W2 of every group */
+        for (int i = 0; i < ng; i++) ops[i] = (dsv4_lin_op){s[i].w2, s[i].g, s[i].n, s[i].out};
+        dsv4_linear_batch(k, ops, ng);
+    }
+}
+
 void dsv4_moe_expert(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_mat *w1,
                      const dsv4_mat *w3, const dsv4_mat *w2, const float *x, const float *w,
                      int n, float *out, float *g, float *u) {
-    const float limit = cfg->swiglu_limit > 0 ? (float)cfg->swiglu_limit : 0.0f;
-    dsv4_linear(k, w1, x, n, g);
-    dsv4_linear(k, w3, x, n, u);
-    swiglu_rows(g, u, w, n, cfg->moe_intermediate_size, limit, g);
-    dsv4_linear(k, w2, g, n, out);
+    const dsv4_moe_group gr = {w1, w3, w2, x, w, n, out, g, u};
+    dsv4_moe_experts(k, cfg, &gr, 1);
 }
 
 void dsv4_moe_combine(int D, int K, const float *rows, const int *idx, const float *shared,
@@ -271,7 +315,7 @@ static int moe_pass(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b,
                     const float *x, const int32_t *tokens, int R, float *y, int *sel_out,
                     moe_scratch *m, dsv4_err *err) {
     const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
-    const int D = cfg->hidden_size;
+    const int D = cfg->hidden_size, I = cfg->moe_intermediate_size;
 
     /* 1. Route every row. */
     int rc = dsv4_moe_gate(k, cfg, b, x, tokens, R, m->sel, m->w, m->logits, m->s, err);
@@ -279,37 +323,37 @@ static int moe_pass(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b,
     if (sel_out) memcpy(sel_out, m->sel, (size_t)R * K * sizeof(int));
 
     /* 2. Group the (row, k) slots by expert: a counting sort, so within an expert the
-     * rows stay ascending. */
+     * rows stay ascending; gather each slot's input row and weight in that order. */
     memset(m->start, 0, (size_t)(E + 1) * sizeof(int));
     for (int i = 0; i < R * K; i++) m->start[m->sel[i] + 1]++;
     for (int e = 0; e < E; e++) m->start[e + 1] += m->start[e];
     for (int i = 0; i < R * K; i++) m->list[m->start[m->sel[i]]++] = i;
     for (int e = E; e > 0; e--) m->start[e] = m->start[e - 1]; /* undo the cursor advance */
     m->start[0] = 0;
+    for (int p = 0; p < R * K; p++) {
+        const int slot = m->list[p];
+        m->at[slot] = p;
+        m->wg[p] = m->w[slot];
+        memcpy(m->xg + (int64_t)p * D, x + (int64_t)(slot / K) * D, (size_t)D * sizeof(float));
+    }
 
-    /* 3. Each expert with rows: gather, W1/W3, clamped SwiGLU times the routing weight,
-     * W2, scatter to the (row, k) slot. Experts are distinct within a row, so n ≤ R. */
+    /* 3. Every expert with rows, and the shared expert on all rows (weight 1), in one
+     * go: W1/W3, clamped SwiGLU times the routing weight, W2. Experts are distinct within
+     * a row, so an expert has at most R rows. */
+    int ng = 0;
     for (int e = 0; e < E; e++) {
-        const int n = m->start[e + 1] - m->start[e];
+        const int p0 = m->start[e], n = m->start[e + 1] - p0;
         if (n == 0) continue;
-        const int *slots = m->list + m->start[e];
-        for (int j = 0; j < n; j++) {
-            memcpy(m->xg + (int64_t)j * D, x + (int64_t)(slots[j] / K) * D, (size_t)D * sizeof(float));
-            m->wg[j] = m->w[slots[j]];
-        }
-        dsv4_moe_expert(k, cfg, &b->w1[e], &b->w3[e], &b->w2[e], m->xg, m->wg, n, m->og, m->g, m->u);
-        for (int j = 0; j < n; j++)
-            memcpy(m->out + (int64_t)slots[j] * D, m->og + (int64_t)j * D, (size_t)D * sizeof(float));
+        m->gr[ng++] = (dsv4_moe_group){&b->w1[e], &b->w3[e], &b->w2[e], m->xg + (int64_t)p0 * D, m->wg + p0, n,
+                                       m->og + (int64_t)p0 * D, m->g + (int64_t)p0 * I, m->u + (int64_t)p0 * I};
     }
+    const int64_t sh0 = (int64_t)R * K * I;
+    m->gr[ng++] = (dsv4_moe_group){&b->sh_w1, &b->sh_w3, &b->sh_w2, x, NULL, R, m->sh, m->g + sh0, m->u + sh0};
+    dsv4_moe_experts(k, cfg, m->gr, ng);
 
-    /* 4. Shared expert on all rows (weight 1). */
-    dsv4_moe_expert(k, cfg, &b->sh_w1, &b->sh_w3, &b->sh_w2, x, NULL, R, m->og, m->g, m->u);
-
-    /* 5. Per token: routed outputs in k order, shared last. */
-    for (int r = 0; r < R; r++) {
-        for (int kk = 0; kk < K; kk++) m->list[kk] = r * K + kk; /* list is free again */
-        dsv4_moe_combine(D, K, m->out, m->list, m->og + (int64_t)r * D, y + (int64_t)r * D);
-    }
+    /* 4. Per token: routed outputs in k order, shared last. */
+    for (int r = 0; r < R; r++)
+        dsv4_moe_combine(D, K, m->og, m->at + (int64_t)r * K, m->sh + (int64_t)r * D, y + (int64_t)r * D);
     return DSV4_OK;
 }
 
@@ -322,7 +366,8 @@ int dsv4_moe_forward(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b
     if (S == 0) return DSV4_OK;
     const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
     const int D = cfg->hidden_size, I = cfg->moe_intermediate_size;
-    int64_t per = MOE_PASS_BYTES / ((int64_t)K * D * (int64_t)sizeof(float));
+    /* the two (R*K, D) buffers, gathered inputs and expert outputs, bound the pass */
+    int64_t per = MOE_PASS_BYTES / (2 * (int64_t)K * D * (int64_t)sizeof(float));
     if (per < 1) per = 1;
     const int R = per < S ? (int)per : S;
     moe_scratch m;
