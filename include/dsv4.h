@@ -110,7 +110,27 @@ typedef struct dsv4_engine_opts {
                             * made at create, INT8 per-token activations. 0 = off; 1 = wq_b,
                             * wo_b, indexer wq_b, shared/routed experts, MTP e_proj/h_proj;
                             * 2 = also wq_a, wkv, wo_a */
+    unsigned fidelity;     /* P3 fidelity mode (spec/model.md §6, serving.md §f): DSV4_FID_*
+                            * bits, each item switchable; 0 = the exact path, bitwise unchanged.
+                            * Not with w8a8 (an error at create). */
 } dsv4_engine_opts;
+
+/* Items of fidelity mode P3: the official model's activation roundings (spec/model.md §6).
+ * F1 applies by role, to the projections the release stores FP8/FP4 (wq_a, wq_b, wkv, wo_b,
+ * indexer wq_b, shared and routed w1/w2/w3, MTP e_proj/h_proj; never wo_a), whatever
+ * format this checkpoint stores them in, so a BF16 test checkpoint simulates the release. */
+enum {
+    DSV4_FID_F1 = 1u << 0, /* FP8 act-quant (per 128, ue8m0) before those projections, BF16 out */
+    DSV4_FID_F2 = 1u << 1, /* KV FP8 round trip: window rows and main compressed entries */
+    DSV4_FID_F3 = 1u << 2, /* indexer Hadamard + FP4 round trip of qI and keys */
+    DSV4_FID_F4 = 1u << 3, /* BF16 activations at the official graph's rounding points */
+    DSV4_FID_F5 = 1u << 4, /* MoE: BF16 weighted intermediate, FP32 sum rounded to BF16 */
+    DSV4_FID_OFFICIAL = 0x1fu,
+};
+
+/* Parses a fidelity setting: "official" (all items), "none" (0), or a comma list of items
+ * "F1,F3" (case-insensitive, no spaces). Returns 0, or DSV4_ERR_ARG with a message. */
+int dsv4_fidelity_parse(const char *s, unsigned *items, dsv4_err *err);
 
 int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_engine **out,
                        dsv4_err *err);

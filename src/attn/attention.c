@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "attn/attention.h"
+#include "attn/attn_fid.h"
 #include "kernels/ops.h"
 #include "util/err.h"
 
@@ -156,6 +157,7 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
     /* compressor gates: + ape at the absolute position (§5.8) */
     if (csa) dsv4_compress_add_ape(ctx, b, 1, batch, w->pb[1]);
     if (r) dsv4_compress_add_ape(ctx, b, 0, batch, w->pb[0]);
+    dsv4_fid_attn_rows(ctx, b, w); /* fidelity mode P3 (attn_fid.h), no-op when off */
     return DSV4_OK;
 }
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "attn/attention.h"
+#include "attn/attn_fid.h"
 #include "kernels/ops.h"
 #include "util/err.h"
 
@@ -102,8 +103,10 @@ int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int i
             /* e_w = RoPE_{w r}(RMSNorm(p_w; norm)) with the compress table */
             float *entry = src->entry(src->u, sp, layer, indexer, w);
             dsv4_compress_pool(ca, cb, n, d, d, entry);
+            dsv4_fid_pooled(ctx, entry, d); /* fidelity mode P3 (attn_fid.h), no-op when off */
             dsv4_rmsnorm(entry, cw->norm, d, eps, entry);
             dsv4_rope_apply(ctx->rope_cmp, entry, d, w * r, 0);
+            dsv4_fid_entry(ctx, indexer, entry, d);
         }
     }
     free(ca); free(cb);

@@ -7,6 +7,7 @@
 
 #include "dist/dist.h"
 #include "dist/ep.h"
+#include "engine/fidelity_prep.h"
 #include "engine/w8a8_prep.h"
 #include "kernels/cpu.h"
 #include "util/err.h"
@@ -114,6 +115,7 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
         if ((rc = prepare_wo_a(e, &e->blocks[l], err))) goto fail;
     }
     if ((rc = dsv4_engine_prepare_w8a8(e, err))) goto fail;
+    if ((rc = dsv4_engine_prepare_fidelity(e, err))) goto fail;
     *out = e;
     return DSV4_OK;
 fail:

@@ -20,6 +20,9 @@ struct dsv4_kctx {
     float *scratch;       /* (n_threads, stride): LIN_SCRATCH_FLOATS then max_cols */
     dsv4_pool *pool;
     dsv4_lin_tables *tables; /* read-only after create */
+    unsigned fidelity;    /* DSV4_FID_* items in effect (fidelity mode P3), 0 = off */
+    float *fid_rows;      /* (n_threads, max_cols) one quantized activation row per thread,
+                           * allocated when fidelity is set (kernels/fidelity.h) */
 };
 
 static int64_t round16(int64_t v) { return (v + 15) & ~(int64_t)15; }
@@ -75,6 +78,7 @@ int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err 
 void dsv4_kctx_free(dsv4_kctx *k) {
     if (!k) return;
     dsv4_pool_free(k->pool);
+    free(k->fid_rows);
     free(k->tables);
     free(k->scratch);
     free(k);
@@ -104,3 +108,16 @@ float *dsv4_kctx_scratch(dsv4_kctx *k, int tid) {
 const dsv4_lin_tables *dsv4_kctx_lin_tables(const dsv4_kctx *k) { return k->tables; }
 
 int64_t dsv4_kctx_max_cols(const dsv4_kctx *k) { return k->max_cols; }
+
+unsigned dsv4_kctx_fidelity(const dsv4_kctx *k) { return k->fidelity; }
+
+int dsv4_kctx_set_fidelity(dsv4_kctx *k, unsigned items, dsv4_err *err) {
+    if (items && !k->fid_rows) {
+        k->fid_rows = malloc(sizeof(float) * (size_t)k->n_threads * (size_t)k->max_cols);
+        if (!k->fid_rows) return dsv4_fail(err, DSV4_ERR_NOMEM, "fidelity rows: out of memory");
+    }
+    k->fidelity = items;
+    return DSV4_OK;
+}
+
+float *dsv4_kctx_fid_row(dsv4_kctx *k, int tid) { return k->fid_rows + (int64_t)tid * k->max_cols; }

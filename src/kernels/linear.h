@@ -28,7 +28,18 @@ typedef struct dsv4_mat {
     const void *scale;      /* FP8: [ceil(rows/128), ceil(cols/128)]; FP4: [rows, cols/32];
                              * I8: F32 [rows] */
     int scale_is_f32;       /* scales stored F32 instead of ue8m0 bytes */
+    unsigned fid_role;      /* fidelity mode P3 (spec/model.md §6): DSV4_MAT_FID_* bits the
+                             * engine sets on its block copies; 0 everywhere else */
 } dsv4_mat;
+
+/* Roles of a matrix in fidelity mode (kernels/fidelity.h, applied by dsv4_linear when the
+ * kernel context has the item on). ACTQ: a projection the release stores FP8/FP4 (not
+ * wo_a): F1 quantizes its input rows, F1 or F4 round its output to BF16. BF16OUT: another
+ * BF16 linear of the official graph (wo_a, indexer weights_proj): F4 rounds its output.
+ * BF16IN (expert W2, with ACTQ): F5 rounds the input rows to BF16 before F1 quantizes them. */
+#define DSV4_MAT_FID_ACTQ 1u
+#define DSV4_MAT_FID_BF16OUT 2u
+#define DSV4_MAT_FID_BF16IN 4u
 
 /* Dequantizes row o of w into out[cols] (exact). */
 void dsv4_mat_row(const dsv4_mat *w, int64_t o, float *out);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/fidelity.h"
 #include "kernels/ops.h"
 #include "util/err.h"
 
@@ -354,6 +355,7 @@ static int moe_pass(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b,
     /* 4. Per token: routed outputs in k order, shared last. */
     for (int r = 0; r < R; r++)
         dsv4_moe_combine(D, K, m->og, m->at + (int64_t)r * K, m->sh + (int64_t)r * D, y + (int64_t)r * D);
+    if (dsv4_kctx_fidelity(k) & DSV4_FID_F5) dsv4_fid_bf16(y, (int64_t)R * D); /* P3 F5: FP32 sum, BF16 out */
     return DSV4_OK;
 }
 

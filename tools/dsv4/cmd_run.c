@@ -4,6 +4,7 @@
  *   dsv4 run --model DIR (--tokens ID,ID,... | --tokens-file FILE) [--prefill P]
  *            [--chunk C] [--mtp] --dump OUTDIR [--threads T] [--dump-layers]
  *            [--parallel cp|ep|cp+ep [--ep-wave N]] [--w8a8 | --w8a8-all]
+ *            [--fidelity official|none|F1,F3,...]
  *
  * With --parallel under mpirun every rank runs this same program on the same inputs
  * (SPMD): rank 0 is the home rank that holds the caches and writes the dump; the others
@@ -55,7 +56,7 @@ static void usage(FILE *f) {
             "usage: dsv4 run --model DIR (--tokens ID,ID,... | --tokens-file FILE) [--prefill P]\n"
             "                [--chunk C] [--mtp] --dump OUTDIR [--threads T] [--dump-layers]\n"
             "                [--parallel cp|ep|cp+ep [--ep-wave N] [--cp-granule G]]\n"
-            "                [--w8a8 | --w8a8-all]\n"
+            "                [--w8a8 | --w8a8-all] [--fidelity official|none|F1,..,F5]\n"
             "                [--dump-choices]\n"
             "\n"
             "  --dump-choices   also routing_experts.bin (i32 [layers, N, K]) and the CSA\n"
@@ -71,7 +72,9 @@ static void usage(FILE *f) {
             "                   min(256, rows of the largest call))\n"
             "  --w8a8           P2 W8A8 fast path: INT8 weight copies of wq_b, wo_b, indexer wq_b,\n"
             "                   experts, MTP e_proj/h_proj, INT8 per-token activations\n"
-            "  --w8a8-all       the same plus wq_a, wkv and wo_a\n");
+            "  --w8a8-all       the same plus wq_a, wkv and wo_a\n"
+            "  --fidelity SET   P3 fidelity mode (official quantization simulation, spec/model.md\n"
+            "                   §6): official (all items), none, or a comma list of F1..F5\n");
 }
 
 /* Choice hook: routing and CSA selections of main layers, for --dump-choices. */
@@ -267,6 +270,7 @@ int cmd_run(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_arg = NULL, *tokens_file = NULL, *dump = NULL;
     long long prefill = -1, chunk = 0, threads = 0, ep_wave = 0, cp_granule = 0;
     int mtp = 0, layers = 0, parallel = 0, w8a8 = 0, choices = 0;
+    unsigned fidelity = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -281,6 +285,13 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--tokens")) tokens_arg = argv[++i];
         else if (!strcmp(a, "--tokens-file")) tokens_file = argv[++i];
         else if (!strcmp(a, "--dump")) dump = argv[++i];
+        else if (!strcmp(a, "--fidelity")) {
+            dsv4_err ferr = {0};
+            if (dsv4_fidelity_parse(argv[++i], &fidelity, &ferr)) {
+                fprintf(stderr, "dsv4 run: --fidelity: %s\n", ferr.msg);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--prefill")) {
             if (cli_parse_int(argv[++i], 1, 1LL << 40, &prefill)) {
                 fprintf(stderr, "dsv4 run: --prefill must be a positive integer, got '%s'\n", argv[i]);
@@ -452,6 +463,7 @@ int cmd_run(int argc, char **argv) {
     eo.ep_wave = (int)ep_wave;
     eo.cp_granule = (int)cp_granule;
     eo.w8a8 = w8a8;
+    eo.fidelity = fidelity;
     if (dsv4_engine_create(model, &eo, &eng, &err)) {
         fprintf(stderr, "dsv4 run: %s%s\n", who, err.msg);
         goto out;

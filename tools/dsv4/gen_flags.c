@@ -21,7 +21,9 @@ const char *gen_flags_help(void) {
            "  --think | --nothink    thinking or chat mode of the chat template\n"
            "  --threads T  --max-context N  --chunk C\n"
            "  --w8a8 | --w8a8-all    P2 W8A8 fast path (INT8 weights and activations; -all also\n"
-           "                         wq_a, wkv, wo_a)\n";
+           "                         wq_a, wkv, wo_a)\n"
+           "  --fidelity SET         P3 fidelity mode (official rounding simulation): official,\n"
+           "                         none, or a comma list of F1..F5\n";
 }
 
 static int num(const char *cmd, const char *flag, const char *v, double lo, double hi, double *out) {
@@ -51,6 +53,16 @@ int gen_flags_take(gen_flags *f, int argc, char **argv, int *i, const char *cmd)
     if (!strcmp(a, "--nothink")) { f->think = 0; return 1; }
     if (!strcmp(a, "--w8a8")) { f->w8a8 = 1; return 1; }
     if (!strcmp(a, "--w8a8-all")) { f->w8a8 = 2; return 1; }
+    if (!strcmp(a, "--fidelity")) {
+        dsv4_err err = {0};
+        if (!v) { fprintf(stderr, "dsv4 %s: --fidelity needs a value\n", cmd); return -1; }
+        if (dsv4_fidelity_parse(v, &f->fidelity, &err)) {
+            fprintf(stderr, "dsv4 %s: --fidelity: %s\n", cmd, err.msg);
+            return -1;
+        }
+        (*i)++;
+        return 1;
+    }
     if (!strcmp(a, "--model") || !strcmp(a, "--tokenizer") || !strcmp(a, "--stop")) {
         if (!v) { fprintf(stderr, "dsv4 %s: %s needs a value\n", cmd, a); return -1; }
         if (!strcmp(a, "--model")) f->model_dir = v;
@@ -99,6 +111,7 @@ int gen_open(const gen_flags *f, const char *cmd, dsv4_model **model, dsv4_token
     eo.max_seqs = 1;
     eo.threads = f->threads;
     eo.w8a8 = f->w8a8;
+    eo.fidelity = f->fidelity;
     if (dsv4_engine_create(*model, &eo, eng, &err)) goto fail;
     if (dsv4_seq_create(*eng, seq, &err)) goto fail;
     return 0;

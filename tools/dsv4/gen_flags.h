@@ -15,6 +15,7 @@ typedef struct gen_flags {
     long long max_context;       /* 0 = 4096 */
     int think;                   /* -1 unset, 0 --nothink, 1 --think */
     int w8a8;                    /* --w8a8: 1, --w8a8-all: 2 (dsv4_engine_opts.w8a8) */
+    unsigned fidelity;           /* --fidelity: DSV4_FID_* items (dsv4_engine_opts.fidelity) */
 } gen_flags;
 
 /* Consumes argv[*i] (and its value) if it is a shared flag: returns 1 if taken, 0 if not
