@@ -176,14 +176,18 @@ int dsv4_attn_pool(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
 
 /* ---- phase 3: indexer, sparse attention, output projection ------------------------------ */
 
-/* Per-thread scratch of the row loop. */
-typedef struct attend_scratch {
-    const float **rows;   /* (n_kv_max) K=V rows of one query */
-    float *probs;         /* (n_kv_max) */
-    const float **ikeys;  /* (max_entries) indexer keys, CSA */
-    float *iscores;       /* (max_entries) */
-    int *iorder, *isel;   /* (topk) */
-} attend_scratch;
+/* Work inside one query row is split so that a decode step (one row, or a few) keeps
+ * every thread busy: the indexer scores in ranges of entries (about 4 per thread, at
+ * least ATTEND_IDX_MIN_CHUNK), the attention in groups of heads. Rows go in blocks of at most ATTEND_BLOCK_BUDGET /
+ * (entries or K=V rows per row) so a long prefill never holds all rows' scores at once.
+ * Each value is computed by one fixed piece of code whatever the split (an indexer
+ * score depends only on its entry, a head only on its own q row; attn_ops.h fixes the
+ * summation order), and the top-k runs once per row over all its scores: results do not
+ * depend on the thread count, the grouping or the batch. */
+#define ATTEND_IDX_MIN_CHUNK 32
+#define ATTEND_IDX_MAX_CHUNK 1024
+#define ATTEND_BLOCK_BUDGET ((int64_t)1 << 20)
+#define ATTEND_MIN_GROUP_HEADS 2
 
 typedef struct attend_job {
     const dsv4_attn_ctx *ctx;
@@ -191,50 +195,89 @@ typedef struct attend_job {
     const dsv4_batch *batch;
     const dsv4_attn_work *w;
     const dsv4_attn_src *src;
+    const dsv4_attn_ops *ops;
     const int *row_span;      /* (R) span index of each row */
-    attend_scratch *scr;      /* (threads) */
+    const float **ikeys;      /* indexer keys of the spans that need scoring */
+    const int64_t *ikey_off;  /* (n_spans) where span si's keys start in ikeys */
+    int64_t max_entries;      /* compressed entries a row can see, at most */
+    int64_t n_kv_max;         /* K=V rows of one query, at most */
+    int r0;                   /* first row of the current block */
+    int idx_chunk;            /* entries per scoring task in this block */
+    const int *score_tasks;   /* (n_tasks, 2): row in block, first entry of the range */
+    int groups, group_heads;  /* head groups per row and heads per group */
+    /* per row of the block */
+    float *iscores;           /* (B, max_entries) indexer scores */
+    const float **rows;       /* (B, n_kv_max) K=V rows of the query */
+    int *n_kv;                /* (B) */
+    /* per thread */
+    int *iorder;              /* (threads, topk) heap of the selection */
+    int *isel;                /* (threads, topk) */
+    float *probs;             /* (threads, H * n_kv_max) */
     float *o;                 /* (R, H, hd) */
 } attend_job;
 
-/* One query row: window rows t-win+1 .. t (earlier spans' from the source, ours from kv),
- * then the compressed entries it sees; attention with sink; inverse RoPE (§5.10-5.11). */
-static void attend_row(void *arg, int i, int tid) {
+static int64_t row_entries(const attend_job *j, int i) {
+    return j->b->ratio ? (j->batch->pos[i] + 1) / j->b->ratio : 0; /* incl. the one t closed */
+}
+
+/* Indexer scores of entries [w0, w0 + idx_chunk) of one row (§5.9). */
+static void score_task(void *arg, int task, int tid) {
+    const attend_job *j = arg;
+    const int nI = j->ctx->cfg->index_n_heads, dI = j->ctx->cfg->index_head_dim;
+    const int bi = j->score_tasks[2 * task], w0 = j->score_tasks[2 * task + 1];
+    const int i = j->r0 + bi;
+    const int64_t n_vis = row_entries(j, i);
+    const int w1 = n_vis - w0 < j->idx_chunk ? (int)n_vis : w0 + j->idx_chunk;
+    dsv4_indexer_scores(j->ops, j->w->qI + (size_t)i * nI * dI, j->w->wI + (size_t)i * nI,
+                        j->ikeys + j->ikey_off[j->row_span[i]], w0, w1, nI, dI,
+                        j->iscores + (size_t)bi * j->max_entries);
+}
+
+/* The K=V rows of one query: window rows t-win+1 .. t (earlier spans' from the source,
+ * ours from kv), then the compressed entries it sees (CSA: the top-k selection). */
+static void gather_task(void *arg, int bi, int tid) {
     const attend_job *j = arg;
     const dsv4_config *cfg = j->ctx->cfg;
     const dsv4_attn_src *src = j->src;
-    attend_scratch *s = &j->scr[tid];
-    const int H = cfg->num_attention_heads, hd = cfg->head_dim, win = cfg->sliding_window;
-    const int nI = cfg->index_n_heads, dI = cfg->index_head_dim, topk = cfg->index_topk;
-    const int layer = j->b->layer_id, r = j->b->ratio, csa = (r == 4);
-    const dsv4_rope *rope = r ? j->ctx->rope_cmp : j->ctx->rope_main;
+    const int hd = cfg->head_dim, win = cfg->sliding_window, topk = cfg->index_topk;
+    const int layer = j->b->layer_id, csa = (j->b->ratio == 4), i = j->r0 + bi;
     const dsv4_batch_span *sp = &j->batch->spans[j->row_span[i]];
-    const int64_t t = j->batch->pos[i];
+    const int64_t t = j->batch->pos[i], n_vis = row_entries(j, i);
     const float *kv = j->w->kv;
+    const float **rows = j->rows + (size_t)bi * j->n_kv_max;
     int n_kv = 0;
     for (int64_t p = t - win + 1 > 0 ? t - win + 1 : 0; p <= t; p++)
-        s->rows[n_kv++] = p >= sp->start ? kv + (size_t)(sp->row0 + (p - sp->start)) * hd
-                                         : src->win_row(src->u, sp, layer, p);
-    if (r) {
-        const int64_t n_vis = (t + 1) / r; /* entries w < (t+1)//r, incl. the one t closed */
-        if (csa) {
-            for (int64_t w = 0; w < n_vis; w++) s->ikeys[w] = src->entry(src->u, sp, layer, 1, w);
-            int n_sel = dsv4_indexer_topk(j->w->qI + (size_t)i * nI * dI, j->w->wI + (size_t)i * nI,
-                                          s->ikeys, (int)n_vis, nI, dI, topk, s->iscores,
-                                          s->iorder, s->isel);
-            for (int k = 0; k < n_sel; k++)
-                s->rows[n_kv++] = src->entry(src->u, sp, layer, 0, s->isel[k]);
-            if (j->ctx->csa_sel)
-                for (int k = 0; k < topk; k++)
-                    j->ctx->csa_sel[(size_t)i * topk + k] = k < n_sel ? s->isel[k] : -1;
-        } else {
-            for (int64_t w = 0; w < n_vis; w++) s->rows[n_kv++] = src->entry(src->u, sp, layer, 0, w);
-        }
+        rows[n_kv++] = p >= sp->start ? kv + (size_t)(sp->row0 + (p - sp->start)) * hd
+                                      : src->win_row(src->u, sp, layer, p);
+    if (csa) {
+        int *sel = j->isel + (size_t)tid * topk;
+        const int n_sel = dsv4_indexer_select(j->iscores + (size_t)bi * j->max_entries, (int)n_vis,
+                                              topk, j->iorder + (size_t)tid * topk, sel);
+        for (int k = 0; k < n_sel; k++) rows[n_kv++] = src->entry(src->u, sp, layer, 0, sel[k]);
+        if (j->ctx->csa_sel)
+            for (int k = 0; k < topk; k++)
+                j->ctx->csa_sel[(size_t)i * topk + k] = k < n_sel ? sel[k] : -1;
+    } else {
+        for (int64_t w = 0; w < n_vis; w++) rows[n_kv++] = src->entry(src->u, sp, layer, 0, w);
     }
-    float *oi = j->o + (size_t)i * H * hd;
-    dsv4_sparse_attn_row(j->w->q + (size_t)i * H * hd, s->rows, n_kv, H, hd, j->b->attn_sink,
-                         1.0f / sqrtf((float)hd), oi, s->probs);
-    /* undo RoPE at the query position (§5.11) */
-    for (int h = 0; h < H; h++) dsv4_rope_apply(rope, oi + (size_t)h * hd, hd, t, 1);
+    j->n_kv[bi] = n_kv;
+}
+
+/* Sparse attention with sink of one group of heads of one row, then inverse RoPE at the
+ * query position (§5.10-5.11). */
+static void heads_task(void *arg, int task, int tid) {
+    const attend_job *j = arg;
+    const dsv4_config *cfg = j->ctx->cfg;
+    const int H = cfg->num_attention_heads, hd = cfg->head_dim;
+    const int bi = task / j->groups, h0 = (task % j->groups) * j->group_heads, i = j->r0 + bi;
+    const dsv4_rope *rope = j->b->ratio ? j->ctx->rope_cmp : j->ctx->rope_main;
+    float *oi = j->o + ((size_t)i * H + h0) * hd;
+    dsv4_sparse_attn_heads(j->ops, j->w->q + ((size_t)i * H + h0) * hd,
+                           j->rows + (size_t)bi * j->n_kv_max, j->n_kv[bi], j->group_heads, hd,
+                           j->b->attn_sink + h0, 1.0f / sqrtf((float)hd), oi,
+                           j->probs + (size_t)tid * H * j->n_kv_max);
+    for (int h = 0; h < j->group_heads; h++)
+        dsv4_rope_apply(rope, oi + (size_t)h * hd, hd, j->batch->pos[i], 1);
 }
 
 int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
@@ -246,30 +289,39 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
     const int T = dsv4_kctx_threads(ctx->k);
     int rc = DSV4_OK;
 
-    /* the most compressed entries any row of the batch can see */
-    int64_t max_entries = 0;
+    /* the most compressed entries any row of the batch can see; the indexer keys of the
+     * spans where some row sees more than topk (the others select without scoring) */
+    int64_t max_entries = 0, n_keys = 0;
     for (int si = 0; si < batch->n_spans; si++) {
         int64_t e = r ? (batch->spans[si].start + batch->spans[si].n) / r : 0;
         if (e > max_entries) max_entries = e;
+        if (csa && e > topk) n_keys += e;
     }
     const int64_t n_kv_max = win + (csa ? (max_entries < topk ? max_entries : topk) : max_entries);
+    /* rows per block: their scores (CSA) or K=V row pointers fit the budget */
+    const int64_t per_row = (csa && max_entries > n_kv_max) ? max_entries : n_kv_max;
+    const int64_t b_max = per_row > 0 && ATTEND_BLOCK_BUDGET / per_row > 1 ? ATTEND_BLOCK_BUDGET / per_row : 1;
+    const int B = R < b_max ? R : (int)b_max;
+    const int64_t chunks_per_row = (max_entries + ATTEND_IDX_MIN_CHUNK - 1) / ATTEND_IDX_MIN_CHUNK;
 
-    float *o = malloc((size_t)R * H * hd * sizeof(float));       /* (R, H, hd) */
-    float *v = malloc((size_t)R * G * ol * sizeof(float));       /* (R, G*o_lora) */
-    int *row_span = malloc((size_t)(R ? R : 1) * sizeof(int));   /* (R) */
-    attend_scratch *scr = calloc((size_t)T, sizeof *scr);        /* (threads) */
-    int bad = !o || !v || !row_span || !scr;
-    for (int t = 0; t < T && !bad; t++) {
-        scr[t].rows = malloc((size_t)n_kv_max * sizeof(float *));
-        scr[t].probs = malloc((size_t)n_kv_max * sizeof(float));
-        bad |= !scr[t].rows || !scr[t].probs;
-        if (csa) {
-            scr[t].ikeys = malloc((size_t)(max_entries + 1) * sizeof(float *));
-            scr[t].iscores = malloc((size_t)(max_entries + 1) * sizeof(float));
-            scr[t].iorder = malloc((size_t)(topk + 1) * sizeof(int));
-            scr[t].isel = malloc((size_t)(topk + 1) * sizeof(int));
-            bad |= !scr[t].ikeys || !scr[t].iscores || !scr[t].iorder || !scr[t].isel;
-        }
+    attend_job job = {0};
+    float *o = malloc(((size_t)R * H * hd + 1) * sizeof(float));        /* (R, H, hd) */
+    float *v = malloc(((size_t)R * G * ol + 1) * sizeof(float));        /* (R, G*o_lora) */
+    int *row_span = malloc((size_t)(R + 1) * sizeof(int));              /* (R) */
+    int64_t *ikey_off = malloc((size_t)(batch->n_spans + 1) * sizeof(int64_t));
+    const float **ikeys = malloc((size_t)(n_keys + 1) * sizeof(float *));
+    const float **rows = malloc((size_t)B * n_kv_max * sizeof(float *) + 1);
+    int *n_kv = malloc((size_t)(B + 1) * sizeof(int));
+    float *probs = malloc((size_t)T * H * n_kv_max * sizeof(float) + 1);
+    float *iscores = NULL;
+    int *iorder = NULL, *isel = NULL, *score_tasks = NULL;
+    int bad = !o || !v || !row_span || !ikey_off || !ikeys || !rows || !n_kv || !probs;
+    if (csa) {
+        iscores = malloc(((size_t)B * max_entries + 1) * sizeof(float));
+        iorder = malloc(((size_t)T * topk + 1) * sizeof(int));
+        isel = malloc(((size_t)T * topk + 1) * sizeof(int));
+        score_tasks = malloc(((size_t)B * chunks_per_row + 1) * 2 * sizeof(int));
+        bad |= !iscores || !iorder || !isel || !score_tasks;
     }
     if (bad) {
         rc = dsv4_fail(err, DSV4_ERR_NOMEM, "attention scratch: out of memory");
@@ -277,21 +329,62 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
     }
     for (int si = 0; si < batch->n_spans; si++)
         for (int j = 0; j < batch->spans[si].n; j++) row_span[batch->spans[si].row0 + j] = si;
+    int64_t nk = 0;
+    for (int si = 0; si < batch->n_spans; si++) {
+        const dsv4_batch_span *sp = &batch->spans[si];
+        const int64_t e = csa ? (sp->start + sp->n) / r : 0;
+        ikey_off[si] = nk;
+        for (int64_t k = 0; e > topk && k < e; k++) ikeys[nk++] = src->entry(src->u, sp, b->layer_id, 1, k);
+    }
 
-    /* rows are independent: each one's result does not depend on the thread running it */
-    attend_job job = {ctx, b, batch, w, src, row_span, scr, o};
-    dsv4_kctx_parallel(ctx->k, R, attend_row, &job);
+    job = (attend_job){.ctx = ctx, .b = b, .batch = batch, .w = w, .src = src,
+                       .ops = dsv4_attn_ops_for(dsv4_kctx_simd(ctx->k)), .row_span = row_span,
+                       .ikeys = ikeys, .ikey_off = ikey_off, .max_entries = max_entries,
+                       .n_kv_max = n_kv_max, .score_tasks = score_tasks, .iscores = iscores,
+                       .rows = rows, .n_kv = n_kv, .iorder = iorder, .isel = isel,
+                       .probs = probs, .o = o};
+    for (int r0 = 0; r0 < R; r0 += B) {
+        const int nb = R - r0 < B ? R - r0 : B;
+        job.r0 = r0;
+        if (csa) { /* indexer scores of the rows that see more than topk entries */
+            int64_t total = 0;
+            for (int bi = 0; bi < nb; bi++) {
+                const int64_t n_vis = row_entries(&job, r0 + bi);
+                total += n_vis > topk ? n_vis : 0;
+            }
+            int64_t chunk = (total + 4 * T - 1) / (4 * T);
+            chunk = chunk < ATTEND_IDX_MIN_CHUNK ? ATTEND_IDX_MIN_CHUNK
+                  : chunk > ATTEND_IDX_MAX_CHUNK ? ATTEND_IDX_MAX_CHUNK : chunk;
+            job.idx_chunk = (int)chunk;
+            int n_tasks = 0;
+            for (int bi = 0; bi < nb; bi++) {
+                const int64_t n_vis = row_entries(&job, r0 + bi);
+                for (int64_t w0 = 0; n_vis > topk && w0 < n_vis; w0 += chunk) {
+                    score_tasks[2 * n_tasks] = bi;
+                    score_tasks[2 * n_tasks++ + 1] = (int)w0;
+                }
+            }
+            dsv4_kctx_parallel(ctx->k, n_tasks, score_task, &job);
+        }
+        dsv4_kctx_parallel(ctx->k, nb, gather_task, &job);
+        /* head groups: a task for every thread when the block is small, but no fewer
+         * than ATTEND_MIN_GROUP_HEADS heads per group */
+        int groups = 1;
+        while ((int64_t)nb * groups < T && H % (2 * groups) == 0 &&
+               H / (2 * groups) >= ATTEND_MIN_GROUP_HEADS)
+            groups *= 2;
+        job.groups = groups;
+        job.group_heads = H / groups;
+        dsv4_kctx_parallel(ctx->k, nb * groups, heads_task, &job);
+    }
 
     /* grouped output projection: v_g = o_g wo_a_g^T, y = v wo_b^T */
     if ((rc = grouped_linear(ctx->k, &b->wo_a, G, o, R, H * hd / G, ol, v, err))) goto done;
     dsv4_linear(ctx->k, &b->wo_b, v, R, y);
 
 done:
-    for (int t = 0; scr && t < T; t++) {
-        free(scr[t].rows); free(scr[t].probs); free(scr[t].ikeys); free(scr[t].iscores);
-        free(scr[t].iorder); free(scr[t].isel);
-    }
-    free(scr); free(o); free(v); free(row_span);
+    free(o); free(v); free(row_span); free(ikey_off); free(ikeys); free(rows); free(n_kv);
+    free(probs); free(iscores); free(iorder); free(isel); free(score_tasks);
     return rc;
 }
 

@@ -20,6 +20,7 @@
 #include "attn/rope.h"
 #include "cache/cache.h"
 #include "engine/batch.h"
+#include "kernels/attn_ops.h"
 #include "kernels/kctx.h"
 #include "model/model.h"
 
@@ -105,13 +106,29 @@ void dsv4_compress_pool(const float *a, const float *b, int n_cand, int d, int s
 
 /* Lightning indexer top-k for one query: score[w] = sum_h wI[h] * relu(qI[h] . K_w) over
  * w < n_cand; writes the selected entry indices ascending to sel, returns their count
- * (all of them when n_cand <= topk; ties go to the lower index). */
-int dsv4_indexer_topk(const float *qI, const float *wI, const float *const *keys, int n_cand,
-                      int nI, int dI, int topk, float *scores, int *order, int *sel);
+ * (all of them when n_cand <= topk, without scoring; ties go to the lower index).
+ * scores (n_cand), order and sel (topk). ops: the dot kernels (kernels/attn_ops.h). */
+int dsv4_indexer_topk(const dsv4_attn_ops *ops, const float *qI, const float *wI,
+                      const float *const *keys, int n_cand, int nI, int dI, int topk,
+                      float *scores, int *order, int *sel);
+/* Its two halves. scores[w] for w in [w0, w1) only (each score depends on nothing but
+ * its entry, so ranges can be scored on different threads); then the selection over
+ * all n_cand scores (order: (topk) scratch). */
+void dsv4_indexer_scores(const dsv4_attn_ops *ops, const float *qI, const float *wI,
+                         const float *const *keys, int w0, int w1, int nI, int dI,
+                         float *scores);
+int dsv4_indexer_select(const float *scores, int n_cand, int topk, int *order, int *sel);
 
 /* Attention of one query row over n_kv rows of width hd (K = V) with a per-head sink:
- * q (H, hd), o (H, hd). rows[j] points to row j. */
-void dsv4_sparse_attn_row(const float *q, const float *const *rows, int n_kv, int H, int hd,
-                          const float *sink, float scale, float *o, float *probs);
+ * q (H, hd), o (H, hd), probs (H, n_kv) scratch. rows[j] points to row j. */
+void dsv4_sparse_attn_row(const dsv4_attn_ops *ops, const float *q, const float *const *rows,
+                          int n_kv, int H, int hd, const float *sink, float scale, float *o,
+                          float *probs);
+/* The same for nh consecutive heads of the row: q, o (nh, hd) and sink (nh) start at the
+ * first of them; probs (nh, n_kv) scratch holds the normalised probabilities on return.
+ * Each head's output is the same whatever group of heads it is computed in. */
+void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const float *const *rows,
+                            int n_kv, int nh, int hd, const float *sink, float scale, float *o,
+                            float *probs);
 
 #endif

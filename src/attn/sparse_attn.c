@@ -1,32 +1,43 @@
 /* sparse_attn.c — attention of one query over a list of shared K=V rows with a per-head
- * sink logit (spec/model.md §5.10). The sink only enlarges the denominator. */
+ * sink logit (spec/model.md §5.10). The sink only enlarges the denominator.
+ *
+ * Loops run row-outer over a group of heads: each K=V row (hd floats, read from the
+ * cache) is loaded once per pass for all heads of the group instead of once per head.
+ * Per head and per element the arithmetic is the plain formula in a fixed order
+ * (attn_ops.h), so the result does not depend on how heads are grouped into calls. */
 #include <math.h>
 
 #include "attn/attention.h"
-#include "kernels/ops.h"
 
-void dsv4_sparse_attn_row(const float *q, const float *const *rows, int n_kv, int H, int hd,
-                          const float *sink, float scale, float *o, float *probs) {
-    for (int h = 0; h < H; h++) {
-        const float *qh = q + (size_t)h * hd;
-        float *oh = o + (size_t)h * hd;
+void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const float *const *rows,
+                            int n_kv, int nh, int hd, const float *sink, float scale, float *o,
+                            float *probs) {
+    /* raw scores q_h . R_j into probs (nh, n_kv) */
+    for (int j = 0; j < n_kv; j++) ops->dotn(q, (size_t)hd, nh, rows[j], hd, probs + j, (size_t)n_kv);
+    for (int h = 0; h < nh; h++) {
+        float *ph = probs + (size_t)h * n_kv;
         /* z_j = (q . R_j) * hd^-0.5, m = max(max_j z_j, sink) */
         float m = sink[h];
         for (int j = 0; j < n_kv; j++) {
-            probs[j] = dsv4_dot(qh, rows[j], hd) * scale;
-            if (probs[j] > m) m = probs[j];
+            ph[j] *= scale;
+            if (ph[j] > m) m = ph[j];
         }
         float Z = expf(sink[h] - m);
         for (int j = 0; j < n_kv; j++) {
-            probs[j] = expf(probs[j] - m);
-            Z += probs[j];
+            ph[j] = expf(ph[j] - m);
+            Z += ph[j];
         }
         const float inv = 1.0f / Z;
-        for (int c = 0; c < hd; c++) oh[c] = 0.0f;
-        for (int j = 0; j < n_kv; j++) {
-            const float p = probs[j] * inv;
-            const float *rj = rows[j];
-            for (int c = 0; c < hd; c++) oh[c] += p * rj[c];
-        }
+        /* normalised probabilities: the weights of the value sum */
+        for (int j = 0; j < n_kv; j++) ph[j] *= inv;
     }
+    /* o_h = sum_j p_hj R_j, rows in ascending j */
+    for (size_t c = 0; c < (size_t)nh * hd; c++) o[c] = 0.0f;
+    for (int j = 0; j < n_kv; j++) ops->axpyn(o, (size_t)hd, nh, probs + j, (size_t)n_kv, rows[j], hd);
+}
+
+void dsv4_sparse_attn_row(const dsv4_attn_ops *ops, const float *q, const float *const *rows,
+                          int n_kv, int H, int hd, const float *sink, float scale, float *o,
+                          float *probs) {
+    dsv4_sparse_attn_heads(ops, q, rows, n_kv, H, hd, sink, scale, o, probs);
 }

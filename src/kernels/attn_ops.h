@@ -1,0 +1,31 @@
+/* attn_ops.h — the vector kernels of sparse attention and the lightning indexer: many dot
+ * products of a few query vectors against one key row, and the probability-weighted sum
+ * of rows (axpy), in a portable level and an AVX2 level chosen at run time.
+ *
+ * Arithmetic contract (both levels produce the SAME bits, and the same bits as dsv4_dot):
+ *   dot(a, b, n): lane l (0..7) sums the products a[i]*b[i] of i = 8c + l in ascending
+ *     chunk c, each product rounded to FP32 and then added (no fused multiply-add), the
+ *     last chunk zero-padded; the lanes are then added as
+ *     ((l0+l4) + (l1+l5)) + ((l2+l6) + (l3+l7)).
+ *   axpy: y[c] = y[c] + (a * x[c]), the product rounded, then the sum.
+ * Nothing depends on alignment, on how many dots one call computes, or on which thread
+ * runs it. Zen 3 issues the separate multiply and add on different pipes, so giving up
+ * FMA costs little in throughput, and it lets the portable code reproduce every bit.
+ */
+#ifndef DSV4_KERNELS_ATTN_OPS_H
+#define DSV4_KERNELS_ATTN_OPS_H
+
+#include <stddef.h>
+
+typedef struct dsv4_attn_ops {
+    /* out[h * os] = dot(q + h * qs, k, n) for h in [0, nq) */
+    void (*dotn)(const float *q, size_t qs, int nq, const float *k, int n, float *out, size_t os);
+    /* y[h * ys + c] += a[h * as] * x[c] for h in [0, ny), c in [0, n) */
+    void (*axpyn)(float *y, size_t ys, int ny, const float *a, size_t as, const float *x, int n);
+} dsv4_attn_ops;
+
+/* The kernels of a dsv4_simd level (kernels/cpu.h): the highest compiled-in level not
+ * above it (the caller has checked that the CPU runs it, e.g. dsv4_kctx_simd). */
+const dsv4_attn_ops *dsv4_attn_ops_for(int simd);
+
+#endif

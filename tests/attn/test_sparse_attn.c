@@ -1,0 +1,177 @@
+/* test_sparse_attn.c — sparse attention with sink and the lightning indexer top-k
+ * (spec/model.md §5.9-5.10) against double-precision formulas, and the properties the
+ * engine's bitwise invariants rest on: a head's output is the same whatever group of heads
+ * computes it, indexer scores are the same however the entries are split into ranges, and
+ * the portable and AVX2 kernels give identical bits. Ties in the top-k go to the lower
+ * entry index. */
+#include <stdint.h>
+
+#include "attn/attention.h"
+#include "kernels/cpu.h"
+#include "test.h"
+
+static uint64_t rng_state = 0x853c49e6748fea9bull;
+static double urand(void) { /* uniform [-1, 1) */
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+static int levels(const dsv4_attn_ops **ops) {
+    int n = 0;
+    ops[n++] = dsv4_attn_ops_for(DSV4_SIMD_SCALAR);
+    if (dsv4_cpu_simd() >= DSV4_SIMD_AVX2 && dsv4_build_simd() >= DSV4_SIMD_AVX2 &&
+        dsv4_attn_ops_for(DSV4_SIMD_AVX2) != ops[0])
+        ops[n++] = dsv4_attn_ops_for(DSV4_SIMD_AVX2);
+    return n;
+}
+
+static void test_attn(int H, int hd, int n_kv) {
+    const dsv4_attn_ops *ops[2];
+    const int nl = levels(ops);
+    float *q = malloc(sizeof(float) * H * hd), *kv = malloc(sizeof(float) * n_kv * hd);
+    float *sink = malloc(sizeof(float) * H), *probs = malloc(sizeof(float) * H * n_kv + 4);
+    float *o = malloc(sizeof(float) * H * hd), *o2 = malloc(sizeof(float) * H * hd);
+    const float **rows = malloc(sizeof(float *) * n_kv + 8);
+    double *z = malloc(sizeof(double) * n_kv + 8);
+    for (int i = 0; i < H * hd; i++) q[i] = (float)(urand() * 2.0);
+    for (int i = 0; i < n_kv * hd; i++) kv[i] = (float)urand();
+    for (int h = 0; h < H; h++) sink[h] = (float)(urand() * 3.0);
+    /* rows in a scrambled order, as the cache hands them out */
+    for (int j = 0; j < n_kv; j++) rows[j] = kv + (size_t)((j * 7 + 3) % n_kv) * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+
+    dsv4_sparse_attn_row(ops[0], q, rows, n_kv, H, hd, sink, scale, o, probs);
+    /* double reference: softmax over the n_kv scores and the sink, weighting the rows */
+    double maxerr = 0;
+    for (int h = 0; h < H; h++) {
+        double m = sink[h], Z = 0;
+        for (int j = 0; j < n_kv; j++) {
+            double d = 0;
+            for (int c = 0; c < hd; c++) d += (double)q[h * hd + c] * rows[j][c];
+            z[j] = d * scale;
+            if (z[j] > m) m = z[j];
+        }
+        Z = exp(sink[h] - m);
+        for (int j = 0; j < n_kv; j++) Z += exp(z[j] - m);
+        for (int c = 0; c < hd; c++) {
+            double ref = 0;
+            for (int j = 0; j < n_kv; j++) ref += exp(z[j] - m) / Z * rows[j][c];
+            maxerr = fmax(maxerr, fabs(o[h * hd + c] - ref));
+        }
+    }
+    CHECK_MSG(maxerr < 2e-6, "attention H=%d hd=%d n_kv=%d: max err %.3g", H, hd, n_kv, maxerr);
+
+    /* any grouping of heads, on any level, gives the same bits */
+    for (int l = 0; l < nl; l++)
+        for (int gh = 1; gh <= H; gh += (gh < 3 ? 1 : 4)) {
+            for (int h0 = 0; h0 < H; h0 += gh) {
+                const int nh = H - h0 < gh ? H - h0 : gh;
+                dsv4_sparse_attn_heads(ops[l], q + (size_t)h0 * hd, rows, n_kv, nh, hd, sink + h0,
+                                       scale, o2 + (size_t)h0 * hd, probs);
+            }
+            CHECK_MSG(memcmp(o, o2, sizeof(float) * H * hd) == 0,
+                      "attention H=%d hd=%d n_kv=%d: level %d, %d heads per group differ", H, hd,
+                      n_kv, l, gh);
+        }
+    free(q); free(kv); free(sink); free(probs); free(o); free(o2); free(rows); free(z);
+}
+
+/* Reference selection: a full sort of all scores, higher first, then lower index. */
+static const float *cmp_scores;
+static int cmp_rank(const void *a, const void *b) {
+    const int i = *(const int *)a, j = *(const int *)b;
+    if (cmp_scores[i] != cmp_scores[j]) return cmp_scores[i] > cmp_scores[j] ? -1 : 1;
+    return (i > j) - (i < j);
+}
+static int cmp_int(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* n_cand entries; with `negative`, every third key is the negated mean query direction so
+ * many scores are exactly 0 (relu) and the tie rule decides. */
+static void test_indexer(int nI, int dI, int n_cand, int topk, int negative) {
+    const dsv4_attn_ops *ops[2];
+    const int nl = levels(ops);
+    float *qI = malloc(sizeof(float) * nI * dI), *wI = malloc(sizeof(float) * nI);
+    float *kbuf = malloc(sizeof(float) * n_cand * dI), *scores = malloc(sizeof(float) * n_cand);
+    float *s2 = malloc(sizeof(float) * n_cand);
+    const float **keys = malloc(sizeof(float *) * n_cand);
+    int *order = malloc(sizeof(int) * topk), *sel = malloc(sizeof(int) * topk);
+    int *ref = malloc(sizeof(int) * n_cand);
+    for (int i = 0; i < nI * dI; i++) qI[i] = (float)(0.5 + urand()); /* positive mean */
+    for (int h = 0; h < nI; h++) wI[h] = (float)(0.2 + urand() * 0.1);
+    for (int w = 0; w < n_cand; w++) {
+        for (int c = 0; c < dI; c++)
+            kbuf[(size_t)w * dI + c] = negative && w % 3 == 1 ? (float)(-1.0 - urand() * 0.1)
+                                                               : (float)urand();
+        keys[w] = kbuf + (size_t)w * dI;
+    }
+    const int n = dsv4_indexer_topk(ops[0], qI, wI, keys, n_cand, nI, dI, topk, scores, order, sel);
+    CHECK(n == (n_cand < topk ? n_cand : topk));
+    if (n_cand > topk) {
+        /* scores against the formula in double */
+        double maxerr = 0;
+        int zeros = 0;
+        for (int w = 0; w < n_cand; w++) {
+            double s = 0, mag = 0;
+            for (int h = 0; h < nI; h++) {
+                double d = 0;
+                for (int c = 0; c < dI; c++) d += (double)qI[h * dI + c] * keys[w][c];
+                s += wI[h] * (d > 0 ? d : 0);
+                mag += fabs(wI[h] * d);
+            }
+            maxerr = fmax(maxerr, fabs(scores[w] - s) / (mag + 1e-30));
+            zeros += scores[w] == 0.0f;
+        }
+        CHECK_MSG(maxerr < 1e-5, "indexer scores nI=%d dI=%d: rel err %.3g", nI, dI, maxerr);
+        if (negative) CHECK_MSG(zeros >= n_cand / 3, "only %d zero scores", zeros);
+        /* the selection is the top of a full sort, ascending */
+        for (int w = 0; w < n_cand; w++) ref[w] = w;
+        cmp_scores = scores;
+        qsort(ref, (size_t)n_cand, sizeof(int), cmp_rank);
+        qsort(ref, (size_t)topk, sizeof(int), cmp_int);
+        CHECK_MSG(memcmp(ref, sel, sizeof(int) * topk) == 0, "indexer n_cand=%d topk=%d: selection",
+                  n_cand, topk);
+        /* scores in ranges, on every level: the same bits */
+        for (int l = 0; l < nl; l++)
+            for (int chunk = 1; chunk <= n_cand; chunk = chunk * 3 + 1) {
+                memset(s2, 0, sizeof(float) * n_cand);
+                for (int w0 = 0; w0 < n_cand; w0 += chunk)
+                    dsv4_indexer_scores(ops[l], qI, wI, keys, w0,
+                                        n_cand - w0 < chunk ? n_cand : w0 + chunk, nI, dI, s2);
+                CHECK_MSG(memcmp(scores, s2, sizeof(float) * n_cand) == 0,
+                          "indexer level %d, ranges of %d: scores differ", l, chunk);
+            }
+    } else {
+        for (int k = 0; k < n; k++) CHECK(sel[k] == k);
+    }
+    free(qI); free(wI); free(kbuf); free(scores); free(s2); free(keys); free(order); free(sel);
+    free(ref);
+}
+
+/* Exact ties: equal scores go to the lower index, whatever positions they sit at. */
+static void test_ties(void) {
+    float scores[10] = {1, 3, 3, 0, 3, 0, 2, 3, 0, 0};
+    int order[4], sel[4];
+    CHECK(dsv4_indexer_select(scores, 10, 4, order, sel) == 4);
+    const int want[4] = {1, 2, 4, 7};
+    CHECK(memcmp(sel, want, sizeof want) == 0);
+    float zeros[8] = {0};
+    CHECK(dsv4_indexer_select(zeros, 8, 3, order, sel) == 3);
+    CHECK(sel[0] == 0 && sel[1] == 1 && sel[2] == 2);
+}
+
+int main(void) {
+    test_attn(1, 8, 1);
+    test_attn(3, 17, 5);
+    test_attn(16, 64, 37);
+    test_attn(13, 130, 200);
+    test_attn(16, 512, 70);
+    test_indexer(4, 16, 10, 16, 0);    /* fewer candidates than topk: all, no scoring */
+    test_indexer(16, 128, 300, 64, 0);
+    test_indexer(5, 33, 257, 100, 1);  /* odd sizes, many exact zeros */
+    test_indexer(16, 128, 1000, 512, 1);
+    test_ties();
+    return test_report();
+}
