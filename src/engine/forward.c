@@ -17,6 +17,7 @@
 #include "dist/ep.h"
 #include "engine/engine.h"
 #include "hc/hc.h"
+#include "kernels/fidelity.h"
 #include "kernels/ops.h"
 #include "moe/moe.h"
 #include "util/err.h"
@@ -65,7 +66,7 @@ int dsv4_engine_fail_collective(dsv4_engine *e, int code, int clean) {
 }
 
 void dsv4_engine_sub_in(const dsv4_config *c, const dsv4_block_w *b, int sub, const float *h,
-                        int R, float *x, float *post, float *comb) {
+                        int R, float *x, float *post, float *comb, unsigned fid) {
     const int D = c->hidden_size, hc = c->hc_mult;
     const float *fn = sub ? b->hc_ffn_fn : b->hc_attn_fn;
     const float *base = sub ? b->hc_ffn_base : b->hc_attn_base;
@@ -75,17 +76,20 @@ void dsv4_engine_sub_in(const dsv4_config *c, const dsv4_block_w *b, int sub, co
         float *xi = x + (size_t)i * D;
         dsv4_hc_pre(c, h + (size_t)i * hc * D, fn, base, scale, xi, post + (size_t)i * hc,
                     comb + (size_t)i * hc * hc);
+        if (fid & DSV4_FID_F4) dsv4_fid_bf16(xi, D);
         dsv4_rmsnorm(xi, norm, D, (float)c->rms_norm_eps, xi);
+        if (fid & DSV4_FID_F4) dsv4_fid_bf16(xi, D);
     }
 }
 
 void dsv4_engine_sub_out(const dsv4_config *c, const float *y, float *h, int R, const float *post,
-                         const float *comb, float *hin) {
+                         const float *comb, float *hin, unsigned fid) {
     const int D = c->hidden_size, hc = c->hc_mult;
     for (int i = 0; i < R; i++) {
         float *hi = h + (size_t)i * hc * D;
         memcpy(hin, hi, (size_t)hc * D * sizeof(float));
         dsv4_hc_post(c, y + (size_t)i * D, hin, post + (size_t)i * hc, comb + (size_t)i * hc * hc, hi);
+        if (fid & DSV4_FID_F4) dsv4_fid_bf16(hi, (int64_t)hc * D); /* the residual stream is BF16 */
     }
 }
 
@@ -116,7 +120,7 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
 
     for (int sub = 0; sub < 2; sub++) {
         /* x, post, comb = hc_pre(h); x = RMSNorm(x; norm) */
-        dsv4_engine_sub_in(c, b, sub, h, R, x, post, comb);
+        dsv4_engine_sub_in(c, b, sub, h, R, x, post, comb, e->opts.fidelity);
         /* y = attention(x) or MoE(x) */
         if (sub == 0) {
             /* the other ranks are heading for this block's MoE exchange */
@@ -127,7 +131,7 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
         }
         if (rc) goto done;
         /* h = hc_post(y, h, post, comb) */
-        dsv4_engine_sub_out(c, y, h, R, post, comb, hin);
+        dsv4_engine_sub_out(c, y, h, R, post, comb, hin, e->opts.fidelity);
         if (e->trace)
             for (int si = 0; si < batch->n_spans; si++)
                 for (int j = 0; j < batch->spans[si].n; j++) {
@@ -267,6 +271,7 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
             dsv4_hc_head(c, h + (size_t)r * hc * D, e->model->hc_head_fn, e->model->hc_head_base,
                          e->model->hc_head_scale, y);
             dsv4_rmsnorm(y, e->model->norm, D, (float)c->rms_norm_eps, hidden + (size_t)oh * D);
+            if (e->opts.fidelity & DSV4_FID_F4) dsv4_fid_bf16(hidden + (size_t)oh * D, D); /* P3 F4 */
         }
     }
     /* commit */

@@ -36,6 +36,7 @@
 #include "dist/dist.h"
 #include "engine/engine.h"
 #include "hc/hc.h"
+#include "kernels/fidelity.h"
 #include "kernels/ops.h"
 #include "util/err.h"
 
@@ -459,11 +460,11 @@ static int cp_block(cp_call *cx, const dsv4_block_w *b, float *h, float *trace_b
     const dsv4_config *c = cx->c;
     const int R = cx->R;
     for (int sub = 0; sub < 2; sub++) {
-        dsv4_engine_sub_in(c, b, sub, h, R, cx->x, cx->post, cx->comb);
+        dsv4_engine_sub_in(c, b, sub, h, R, cx->x, cx->post, cx->comb, cx->e->opts.fidelity);
         int rc = sub ? dsv4_engine_moe(cx->e, b, &cx->batch, cx->x, cx->y, err)
                      : cp_attention(cx, b, cx->x, cx->y, err);
         if (rc) return rc;
-        dsv4_engine_sub_out(c, cx->y, h, R, cx->post, cx->comb, cx->hin);
+        dsv4_engine_sub_out(c, cx->y, h, R, cx->post, cx->comb, cx->hin, cx->e->opts.fidelity);
         if (cx->e->trace && (rc = cp_trace(cx, b->layer_id, sub, h, trace_buf, err))) return rc;
     }
     return DSV4_OK;
@@ -525,6 +526,7 @@ static int cp_outputs(cp_call *cx, const dsv4_span *sp, const float *h, float *h
         const dsv4_model *m = cx->e->model;
         dsv4_hc_head(c, h + (size_t)i * hc * D, m->hc_head_fn, m->hc_head_base, m->hc_head_scale, yh);
         dsv4_rmsnorm(yh, m->norm, D, (float)c->rms_norm_eps, o);
+        if (cx->e->opts.fidelity & DSV4_FID_F4) dsv4_fid_bf16(o, D); /* P3 F4 */
         o += D;
     }
     for (int j = 0; j < sp->n_streams; j++) {

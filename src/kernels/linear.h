@@ -36,10 +36,12 @@ typedef struct dsv4_mat {
  * kernel context has the item on). ACTQ: a projection the release stores FP8/FP4 (not
  * wo_a): F1 quantizes its input rows, F1 or F4 round its output to BF16. BF16OUT: another
  * BF16 linear of the official graph (wo_a, indexer weights_proj): F4 rounds its output.
- * BF16IN (expert W2, with ACTQ): F5 rounds the input rows to BF16 before F1 quantizes them. */
+ * BF16IN (expert W2, with ACTQ): F5 rounds the input rows to BF16 before F1 quantizes them.
+ * BF16IN_F4 (wo_a): F4 rounds the input rows, the attention output, to BF16. */
 #define DSV4_MAT_FID_ACTQ 1u
 #define DSV4_MAT_FID_BF16OUT 2u
 #define DSV4_MAT_FID_BF16IN 4u
+#define DSV4_MAT_FID_BF16IN_F4 8u
 
 /* Dequantizes row o of w into out[cols] (exact). */
 void dsv4_mat_row(const dsv4_mat *w, int64_t o, float *out);

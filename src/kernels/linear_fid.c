@@ -11,9 +11,12 @@
 
 static int quant_in(unsigned fid, unsigned role) { return (role & DSV4_MAT_FID_ACTQ) && (fid & DSV4_FID_F1); }
 
-static int bf16_in(unsigned fid, unsigned role) { return (role & DSV4_MAT_FID_BF16IN) && (fid & DSV4_FID_F5); }
+static int bf16_in(unsigned fid, unsigned role) {
+    return ((role & DSV4_MAT_FID_BF16IN) && (fid & DSV4_FID_F5)) ||
+           ((role & DSV4_MAT_FID_BF16IN_F4) && (fid & DSV4_FID_F4));
+}
 
-/* one input row as the items ask: BF16 (F5, W2 only), then FP8 per 128 (F1) */
+/* one input row as the items ask: BF16 (F5 on W2, F4 on wo_a), then FP8 per 128 (F1) */
 static void round_row(unsigned fid, unsigned role, float *row, int64_t cols) {
     if (bf16_in(fid, role)) dsv4_fid_bf16(row, cols);
     if (quant_in(fid, role)) dsv4_fid_fp8_rt(row, cols, 128);

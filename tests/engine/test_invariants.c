@@ -8,7 +8,11 @@
  * linear kernels promise results independent of the number of rows in a call, so this holds
  * for the SIMD path as well as for the portable scalar one (`reference`, engine option).
  *
- *   test_invariants MODEL_DIR [N [reference]]
+ *   test_invariants MODEL_DIR [N [reference|fidelity]]
+ *
+ * `fidelity` runs fidelity mode P3 with every item on (spec/model.md §6; its roundings are
+ * per row or per entry, so the invariants hold bitwise there too) over a few schedules of
+ * each kind, after checking that its one-shot result differs from P0's (the mode is live).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -25,6 +29,7 @@ typedef struct outputs {
 } outputs;
 
 static int V, D, HC, N, REFERENCE;
+static unsigned FIDELITY; /* dsv4_engine_opts.fidelity of every engine */
 static int32_t *tokens;
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -106,7 +111,8 @@ static int run_drivers(dsv4_engine *e, driver *ds, int n, dsv4_err *err) {
 }
 
 static int run_one(dsv4_model *m, const int *chunks, int n_chunks, int mtp_chunk, outputs *o) {
-    dsv4_engine_opts eo = {.max_context = N, .max_seqs = 4, .mtp = 1, .reference = REFERENCE};
+    dsv4_engine_opts eo = {.max_context = N, .max_seqs = 4, .mtp = 1, .reference = REFERENCE,
+                           .fidelity = FIDELITY};
     dsv4_engine *e;
     dsv4_err err = {0};
     if (dsv4_engine_create(m, &eo, &e, &err)) { fprintf(stderr, "%s\n", err.msg); return -1; }
@@ -135,7 +141,7 @@ static int same(const outputs *a, const outputs *b, const char *what) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: test_invariants MODEL_DIR [N]\n"); return 2; }
+    if (argc < 2) { fprintf(stderr, "usage: test_invariants MODEL_DIR [N [reference|fidelity]]\n"); return 2; }
     dsv4_model *m;
     dsv4_err err = {0};
     if (dsv4_model_open(argv[1], &m, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
@@ -143,6 +149,7 @@ int main(int argc, char **argv) {
     V = info.vocab_size; D = info.hidden_size; HC = info.hc_mult;
     N = argc > 2 ? atoi(argv[2]) : 300;
     REFERENCE = argc > 3 && !strcmp(argv[3], "reference");
+    const int fidelity = argc > 3 && !strcmp(argv[3], "fidelity");
     tokens = malloc((size_t)N * sizeof *tokens);
     for (int i = 0; i < N; i++) tokens[i] = (int32_t)(rnd() % (uint32_t)V);
 
@@ -150,6 +157,13 @@ int main(int argc, char **argv) {
     outputs_alloc(&ref);
     outputs_alloc(&o);
     int whole[1] = {N};
+    if (fidelity) { /* P3 must differ from P0, else the schedules below test nothing new */
+        CHECK(run_one(m, whole, 1, 0, &ref) == 0);
+        FIDELITY = DSV4_FID_OFFICIAL;
+        CHECK(run_one(m, whole, 1, 0, &o) == 0);
+        CHECK_MSG(memcmp(o.hidden, ref.hidden, (size_t)N * D * sizeof(float)) != 0,
+                  "fidelity official gives P0's hidden states");
+    }
     CHECK(run_one(m, whole, 1, 0, &ref) == 0);
 
     /* the same run twice */
@@ -160,7 +174,7 @@ int main(int argc, char **argv) {
     const int splits[] = {1, 2, 3, 4, 5, 15, 16, 17, 127, 128, 129, 255, 256, 257};
     for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
         int P = splits[i];
-        if (P >= N) continue;
+        if (P >= N || (fidelity && P != 3 && P != 17 && P != 129)) continue;
         int sched[1] = {P};
         CHECK(run_one(m, sched, 1, 1, &o) == 0);
         char what[64];
@@ -170,6 +184,7 @@ int main(int argc, char **argv) {
     /* 2. chunk schedules (fixed sizes, then random ones) */
     const int sizes[] = {1, 3, 4, 5, 7, 100, 127, 128, 129, 200};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        if (fidelity && sizes[i] != 5 && sizes[i] != 128) continue;
         int *sched = malloc((size_t)N * sizeof(int));
         for (int j = 0; j < N; j++) sched[j] = sizes[i];
         CHECK(run_one(m, sched, N, sizes[i] == 1 ? 0 : 3, &o) == 0);
@@ -178,7 +193,7 @@ int main(int argc, char **argv) {
         same(&o, &ref, what);
         free(sched);
     }
-    for (int r = 0; r < 3; r++) {
+    for (int r = 0; r < (fidelity ? 1 : 3); r++) {
         int *sched = malloc((size_t)N * sizeof(int));
         for (int j = 0; j < N; j++) sched[j] = 1 + (int)(rnd() % 40);
         CHECK(run_one(m, sched, N, (int)(rnd() % 5), &o) == 0);
@@ -189,7 +204,8 @@ int main(int argc, char **argv) {
     /* 3 + 6. a ragged batch in an engine whose slots were used before: three sequences with
      * different schedules run together; the middle one must match the reference */
     {
-        dsv4_engine_opts eo = {.max_context = N, .max_seqs = 4, .mtp = 1, .reference = REFERENCE};
+        dsv4_engine_opts eo = {.max_context = N, .max_seqs = 4, .mtp = 1, .reference = REFERENCE,
+                           .fidelity = FIDELITY};
         dsv4_engine *e;
         CHECK(dsv4_engine_create(m, &eo, &e, &err) == 0);
         /* dirty every slot first */
