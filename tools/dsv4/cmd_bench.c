@@ -176,6 +176,7 @@ typedef struct decode_result {
     double experts_per_layer, experts_expected;
     int census_steps;
     double cache_bytes_per_step;
+    double flops_per_step;   /* useful FLOPs of one step: every row's forward + the head */
 } decode_result;
 
 /* one prefill measurement */
@@ -276,6 +277,8 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
     for (int i = 0; i < n; i++) len += (double)dsv4_seq_length(b->eng, b->seqs[i]);
     res->context = (int64_t)(len / n + 0.5);
     for (int i = 0; i < n; i++) res->cache_bytes_per_step += dsv4_decode_cache_bytes(c, dsv4_seq_length(b->eng, b->seqs[i]));
+    for (int i = 0; i < n; i++) res->flops_per_step += dsv4_forward_flops(c, dsv4_seq_length(b->eng, b->seqs[i]), 1);
+    res->flops_per_step += dsv4_head_flops(c, n);
 
     /* the census: at most 256 MiB of streams */
     census cs = {0};
@@ -371,7 +374,16 @@ out:
 
 /* ---- output ---------------------------------------------------------------------------- */
 
-static cJSON *decode_json(const decode_result *d, double bw_gbs) {
+/* A step can go no faster than its weight bytes allow at the measured bandwidth, nor than
+ * its FLOPs allow at the measured FMA peak: a batch of B rows does B times the arithmetic
+ * on (nearly) the same weights, so past a few rows decode is compute-bound, and the
+ * bandwidth ratio alone would blame the engine for the machine's FMA peak. */
+static double decode_bound_s(const decode_result *d, double bw_gbs, double peak_gflops) {
+    const double t_bw = d->bytes_per_step / (bw_gbs * 1e9), t_fma = d->flops_per_step / (peak_gflops * 1e9);
+    return t_bw > t_fma ? t_bw : t_fma;
+}
+
+static cJSON *decode_json(const decode_result *d, double bw_gbs, double peak_gflops) {
     cJSON *o = cJSON_CreateObject();
     const double tps = d->batch * d->steps / d->seconds;
     const double steps_s = d->steps / d->seconds;
@@ -393,19 +405,26 @@ static cJSON *decode_json(const decode_result *d, double bw_gbs) {
     cJSON_AddNumberToObject(o, "decode_cache_bytes_per_step", d->cache_bytes_per_step);
     cJSON_AddNumberToObject(o, "decode_roofline_ratio_with_cache",
                             (d->bytes_per_step + d->cache_bytes_per_step) * steps_s / (bw_gbs * 1e9));
+    cJSON_AddNumberToObject(o, "decode_flops_per_step", d->flops_per_step);
+    cJSON_AddNumberToObject(o, "decode_gflops", d->flops_per_step * steps_s / 1e9);
+    cJSON_AddNumberToObject(o, "decode_compute_roofline_tokens_per_s", d->batch * peak_gflops * 1e9 / d->flops_per_step);
+    cJSON_AddNumberToObject(o, "decode_compute_ratio", d->flops_per_step * steps_s / (peak_gflops * 1e9));
+    cJSON_AddNumberToObject(o, "decode_bound_tokens_per_s", d->batch / decode_bound_s(d, bw_gbs, peak_gflops));
+    cJSON_AddNumberToObject(o, "decode_bound_ratio", decode_bound_s(d, bw_gbs, peak_gflops) * steps_s);
     cJSON_AddNumberToObject(o, "decode_cpu_utilization", d->cpu_util);
     return o;
 }
 
-static void print_decode(const decode_result *d, double bw_gbs) {
+static void print_decode(const decode_result *d, double bw_gbs, double peak_gflops) {
     const double steps_s = d->steps / d->seconds;
     printf("decode  batch %2d ctx %6lld: %8.1f tokens/s (%6.2f ms/step, median %.1f tokens/s), "
            "%.1f MB weights/step (%.1f experts/layer), %.1f GB/s = %.0f%% of roofline, "
-           "cache %.1f MB/step, cpu %.0f%%\n",
+           "%.1f GFLOP/s = %.0f%% of FMA peak, %.0f%% of the bound, cache %.1f MB/step, cpu %.0f%%\n",
            d->batch, (long long)d->context, d->batch * steps_s, 1e3 / steps_s,
            d->batch * d->steps / d->median_seconds, d->bytes_per_step / 1e6, d->experts_per_layer,
            d->bytes_per_step * steps_s / 1e9, 100 * d->bytes_per_step * steps_s / (bw_gbs * 1e9),
-           d->cache_bytes_per_step / 1e6, 100 * d->cpu_util);
+           d->flops_per_step * steps_s / 1e9, 100 * d->flops_per_step * steps_s / (peak_gflops * 1e9),
+           100 * decode_bound_s(d, bw_gbs, peak_gflops) * steps_s, d->cache_bytes_per_step / 1e6, 100 * d->cpu_util);
 }
 
 /* ---- the command ----------------------------------------------------------------------- */
@@ -655,10 +674,10 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "decode_roofline_tokens_per_s", top->batch * bw * 1e9 / top->bytes_per_step);
         cJSON_AddNumberToObject(o, "decode_roofline_ratio", dec_ratio);
         cJSON *arr = cJSON_AddArrayToObject(o, "batches");
-        for (int i = 0; i < n_batches; i++) cJSON_AddItemToArray(arr, decode_json(&dec[i], bw));
+        for (int i = 0; i < n_batches; i++) cJSON_AddItemToArray(arr, decode_json(&dec[i], bw, fma.best));
         arr = cJSON_AddArrayToObject(o, "contexts");
         for (int i = 0; i < n_contexts; i++) {
-            cJSON *d = decode_json(&dec[n_batches + i], bw);
+            cJSON *d = decode_json(&dec[n_batches + i], bw, fma.best);
             if (ctx_pf[i].seconds > 0) {
                 cJSON_AddNumberToObject(d, "prefill_from", (double)ctx_pf[i].start);
                 cJSON_AddNumberToObject(d, "prefill_tokens", (double)ctx_pf[i].total);
@@ -680,13 +699,13 @@ int cmd_bench(int argc, char **argv) {
                bw0.best, bw1.best, fma.best, dsv4_simd_name(fma.simd));
         printf("prefill: %lld tokens in %.3f s: %.1f tokens/s, %.1f GFLOP/s useful = %.0f%% of FMA peak\n",
                (long long)pf.tokens, pf.seconds, pf_tps, pf_gflops, 100 * pf_gflops / fma.best);
-        for (int i = 0; i < n_batches; i++) print_decode(&dec[i], bw);
+        for (int i = 0; i < n_batches; i++) print_decode(&dec[i], bw, fma.best);
         for (int i = 0; i < n_contexts; i++) {
             if (ctx_pf[i].seconds > 0)
                 printf("prefill %lld -> %lld: %.1f tokens/s, %.1f GFLOP/s\n", (long long)ctx_pf[i].start,
                        (long long)(ctx_pf[i].start + ctx_pf[i].tokens),
                        ctx_pf[i].total / ctx_pf[i].seconds, ctx_pf[i].flops / ctx_pf[i].seconds / 1e9);
-            print_decode(&dec[n_batches + i], bw);
+            print_decode(&dec[n_batches + i], bw, fma.best);
         }
         printf("roofline: decode %.0f%% of bandwidth (%.1f MB/token), prefill %.0f%% of FMA peak\n",
                100 * dec_ratio, top->bytes_per_step / top->batch / 1e6, 100 * pf_gflops / fma.best);
