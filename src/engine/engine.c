@@ -103,6 +103,7 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
     max_cols = max64(max_cols, (int64_t)c->num_attention_heads * c->head_dim / c->o_groups);
     max_cols = max64(max_cols, (int64_t)c->o_groups * c->o_lora_rank);
     max_cols = max64(max_cols, c->moe_intermediate_size);
+    max_cols = max64(max_cols, (int64_t)c->hc_mult * c->hidden_size); /* hc_post's copy of a row */
     if ((rc = dsv4_kctx_create(o->threads, max_cols, &e->k, err))) goto fail;
     if (o->reference) dsv4_kctx_set_simd(e->k, DSV4_SIMD_SCALAR);
 

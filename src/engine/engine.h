@@ -70,13 +70,14 @@ int dsv4_engine_fail_collective(dsv4_engine *e, int code, int clean);
 
 /* The two ends of every sub-block (spec/model.md §5.3-5.4), for all R rows of h (R, hc, D):
  * sub_in: x, post, comb = hc_pre(h; the sub-block's hc params), x = RMSNorm(x; its norm)
- * (sub 0 = attention, 1 = MoE); sub_out: h = hc_post(y, h, post, comb), hin (hc, D) scratch.
+ * (sub 0 = attention, 1 = MoE); sub_out: h = hc_post(y, h, post, comb). Rows are spread
+ * over k's threads (each row's result is its own: any split gives the same bits).
  * fid: the engine's fidelity items; with DSV4_FID_F4 the collapse, the norm output and the
  * new streams are rounded to BF16 (model.md §6; 0 = the exact path). */
-void dsv4_engine_sub_in(const dsv4_config *c, const dsv4_block_w *b, int sub, const float *h,
-                        int R, float *x, float *post, float *comb, unsigned fid);
-void dsv4_engine_sub_out(const dsv4_config *c, const float *y, float *h, int R, const float *post,
-                         const float *comb, float *hin, unsigned fid);
+void dsv4_engine_sub_in(dsv4_kctx *k, const dsv4_config *c, const dsv4_block_w *b, int sub,
+                        const float *h, int R, float *x, float *post, float *comb, unsigned fid);
+void dsv4_engine_sub_out(dsv4_kctx *k, const dsv4_config *c, const float *y, float *h, int R,
+                         const float *post, const float *comb, unsigned fid);
 
 /* Row j of a span's requested rows (rows NULL: the last n_wanted of its n_tokens). */
 static inline int dsv4_wanted_row(const int *rows, int n_wanted, int n_tokens, int j) {

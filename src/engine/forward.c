@@ -65,32 +65,62 @@ int dsv4_engine_fail_collective(dsv4_engine *e, int code, int clean) {
     return code;
 }
 
-void dsv4_engine_sub_in(const dsv4_config *c, const dsv4_block_w *b, int sub, const float *h,
-                        int R, float *x, float *post, float *comb, unsigned fid) {
+typedef struct {
+    const dsv4_config *c;
+    const dsv4_block_w *b;
+    int sub;
+    const float *y;      /* (R, D) sub-block output (sub_out) */
+    float *h;            /* (R, hc, D) streams: read by sub_in, updated by sub_out */
+    float *x;            /* (R, D) sub-block input (sub_in) */
+    float *post, *comb;  /* (R, hc), (R, hc, hc) */
+    unsigned fid;
+    dsv4_kctx *k;
+} sub_job;
+
+static void sub_in_row(void *arg, int i, int tid) {
+    (void)tid;
+    const sub_job *j = arg;
+    const dsv4_config *c = j->c;
     const int D = c->hidden_size, hc = c->hc_mult;
-    const float *fn = sub ? b->hc_ffn_fn : b->hc_attn_fn;
-    const float *base = sub ? b->hc_ffn_base : b->hc_attn_base;
-    const float *scale = sub ? b->hc_ffn_scale : b->hc_attn_scale;
-    const float *norm = sub ? b->ffn_norm : b->attn_norm;
-    for (int i = 0; i < R; i++) {
-        float *xi = x + (size_t)i * D;
-        dsv4_hc_pre(c, h + (size_t)i * hc * D, fn, base, scale, xi, post + (size_t)i * hc,
-                    comb + (size_t)i * hc * hc);
-        if (fid & DSV4_FID_F4) dsv4_fid_bf16(xi, D);
-        dsv4_rmsnorm(xi, norm, D, (float)c->rms_norm_eps, xi);
-        if (fid & DSV4_FID_F4) dsv4_fid_bf16(xi, D);
-    }
+    const float *fn = j->sub ? j->b->hc_ffn_fn : j->b->hc_attn_fn;
+    const float *base = j->sub ? j->b->hc_ffn_base : j->b->hc_attn_base;
+    const float *scale = j->sub ? j->b->hc_ffn_scale : j->b->hc_attn_scale;
+    const float *norm = j->sub ? j->b->ffn_norm : j->b->attn_norm;
+    float *xi = j->x + (size_t)i * D;
+    dsv4_hc_pre(c, j->h + (size_t)i * hc * D, fn, base, scale, xi, j->post + (size_t)i * hc,
+                j->comb + (size_t)i * hc * hc);
+    if (j->fid & DSV4_FID_F4) dsv4_fid_bf16(xi, D);
+    dsv4_rmsnorm(xi, norm, D, (float)c->rms_norm_eps, xi);
+    if (j->fid & DSV4_FID_F4) dsv4_fid_bf16(xi, D);
 }
 
-void dsv4_engine_sub_out(const dsv4_config *c, const float *y, float *h, int R, const float *post,
-                         const float *comb, float *hin, unsigned fid) {
+static void sub_out_row(void *arg, int i, int tid) {
+    const sub_job *j = arg;
+    const dsv4_config *c = j->c;
     const int D = c->hidden_size, hc = c->hc_mult;
-    for (int i = 0; i < R; i++) {
-        float *hi = h + (size_t)i * hc * D;
-        memcpy(hin, hi, (size_t)hc * D * sizeof(float));
-        dsv4_hc_post(c, y + (size_t)i * D, hin, post + (size_t)i * hc, comb + (size_t)i * hc * hc, hi);
-        if (fid & DSV4_FID_F4) dsv4_fid_bf16(hi, (int64_t)hc * D); /* the residual stream is BF16 */
-    }
+    float *hi = j->h + (size_t)i * hc * D;
+    float *hin = dsv4_kctx_scratch(j->k, tid); /* (hc, D): hc_post reads the old streams */
+    memcpy(hin, hi, (size_t)hc * D * sizeof(float));
+    dsv4_hc_post(c, j->y + (size_t)i * D, hin, j->post + (size_t)i * hc, j->comb + (size_t)i * hc * hc, hi);
+    if (j->fid & DSV4_FID_F4) dsv4_fid_bf16(hi, (int64_t)hc * D); /* the residual stream is BF16 */
+}
+
+/* One row runs on the calling thread: waking the pool would cost more than it saves. */
+static void sub_rows(dsv4_kctx *k, int R, dsv4_task_fn fn, sub_job *j) {
+    if (R > 1) dsv4_kctx_parallel(k, R, fn, j);
+    else if (R == 1) fn(j, 0, dsv4_kctx_tid(k));
+}
+
+void dsv4_engine_sub_in(dsv4_kctx *k, const dsv4_config *c, const dsv4_block_w *b, int sub,
+                        const float *h, int R, float *x, float *post, float *comb, unsigned fid) {
+    sub_job j = {c, b, sub, NULL, (float *)h, x, post, comb, fid, k};
+    sub_rows(k, R, sub_in_row, &j);
+}
+
+void dsv4_engine_sub_out(dsv4_kctx *k, const dsv4_config *c, const float *y, float *h, int R,
+                         const float *post, const float *comb, unsigned fid) {
+    sub_job j = {c, NULL, 0, y, h, NULL, (float *)post, (float *)comb, fid, k};
+    sub_rows(k, R, sub_out_row, &j);
 }
 
 int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
@@ -102,9 +132,8 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
     float *y = malloc((size_t)R * D * sizeof(float));            /* (R, D) sub-block output */
     float *post = malloc((size_t)R * hc * sizeof(float));        /* (R, hc) */
     float *comb = malloc((size_t)R * hc * hc * sizeof(float));   /* (R, hc, hc) */
-    float *hin = malloc((size_t)hc * D * sizeof(float));         /* (hc, D) one row's input streams */
     int *csa_sel = NULL;                 /* (R, index_topk) with the choice hook on a CSA layer */
-    if (!x || !y || !post || !comb || !hin) {
+    if (!x || !y || !post || !comb) {
         rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "block scratch: out of memory"), 0);
         goto done;
     }
@@ -120,7 +149,7 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
 
     for (int sub = 0; sub < 2; sub++) {
         /* x, post, comb = hc_pre(h); x = RMSNorm(x; norm) */
-        dsv4_engine_sub_in(c, b, sub, h, R, x, post, comb, e->opts.fidelity);
+        dsv4_engine_sub_in(e->k, c, b, sub, h, R, x, post, comb, e->opts.fidelity);
         /* y = attention(x) or MoE(x) */
         if (sub == 0) {
             /* the other ranks are heading for this block's MoE exchange */
@@ -131,7 +160,7 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
         }
         if (rc) goto done;
         /* h = hc_post(y, h, post, comb) */
-        dsv4_engine_sub_out(c, y, h, R, post, comb, hin, e->opts.fidelity);
+        dsv4_engine_sub_out(e->k, c, y, h, R, post, comb, e->opts.fidelity);
         if (e->trace)
             for (int si = 0; si < batch->n_spans; si++)
                 for (int j = 0; j < batch->spans[si].n; j++) {
@@ -141,7 +170,7 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
                 }
     }
 done:
-    free(x); free(y); free(post); free(comb); free(hin); free(csa_sel);
+    free(x); free(y); free(post); free(comb); free(csa_sel);
     return rc;
 }
 

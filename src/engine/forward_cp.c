@@ -104,7 +104,7 @@ typedef struct cp_call {
     float *cmp, *idx;
     MPI_Datatype t_hd, t_dI, t_D;
     /* block scratch */
-    float *x, *y, *post, *comb, *hin;
+    float *x, *y, *post, *comb;
     dsv4_cp_stats *stats;         /* e->cp_stats: optional timings */
 } cp_call;
 
@@ -460,11 +460,11 @@ static int cp_block(cp_call *cx, const dsv4_block_w *b, float *h, float *trace_b
     const dsv4_config *c = cx->c;
     const int R = cx->R;
     for (int sub = 0; sub < 2; sub++) {
-        dsv4_engine_sub_in(c, b, sub, h, R, cx->x, cx->post, cx->comb, cx->e->opts.fidelity);
+        dsv4_engine_sub_in(cx->e->k, c, b, sub, h, R, cx->x, cx->post, cx->comb, cx->e->opts.fidelity);
         int rc = sub ? dsv4_engine_moe(cx->e, b, &cx->batch, cx->x, cx->y, err)
                      : cp_attention(cx, b, cx->x, cx->y, err);
         if (rc) return rc;
-        dsv4_engine_sub_out(c, cx->y, h, R, cx->post, cx->comb, cx->hin, cx->e->opts.fidelity);
+        dsv4_engine_sub_out(cx->e->k, c, cx->y, h, R, cx->post, cx->comb, cx->e->opts.fidelity);
         if (cx->e->trace && (rc = cp_trace(cx, b->layer_id, sub, h, trace_buf, err))) return rc;
     }
     return DSV4_OK;
@@ -631,12 +631,11 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
             cx->y = malloc((size_t)cx->R * D * sizeof(float));
             cx->post = malloc((size_t)cx->R * hc * sizeof(float));
             cx->comb = malloc((size_t)cx->R * hc * hc * sizeof(float));
-            cx->hin = malloc((size_t)hc * D * sizeof(float));
             h = malloc((size_t)cx->R * hc * D * sizeof(float));      /* (R, hc, D) streams */
             if (e->trace && cx->rank == 0)
                 trace_buf = malloc((size_t)sp->n_tokens * hc * D * sizeof(float));
             if (!cx->pos || !cx->tok || !cx->a_send || !cx->a_recv || !cx->bc || !cx->cmp ||
-                !cx->idx || !cx->x || !cx->y || !cx->post || !cx->comb || !cx->hin || !h ||
+                !cx->idx || !cx->x || !cx->y || !cx->post || !cx->comb || !h ||
                 (e->trace && cx->rank == 0 && !trace_buf))
                 rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP prefill buffers: out of memory");
         }
@@ -703,7 +702,7 @@ done:
     dsv4_cp_plan_free(&cx->plan);
     free(cx->lay); free(cx->counts); free(cx->displs); free(cx->pos); free(cx->tok);
     free(cx->a_send); free(cx->a_recv); free(cx->bc); free(cx->cmp); free(cx->idx);
-    free(cx->x); free(cx->y); free(cx->post); free(cx->comb); free(cx->hin);
+    free(cx->x); free(cx->y); free(cx->post); free(cx->comb);
     free(h); free(trace_buf);
     return rc;
 }
