@@ -65,6 +65,12 @@ int dsv4_engine_prepare_fidelity(dsv4_engine *e, dsv4_err *err) {
                             &b->sh_w2, &b->sh_w3, &b->e_proj, &b->h_proj};
         for (size_t i = 0; i < sizeof actq / sizeof actq[0]; i++) mark(actq[i], DSV4_MAT_FID_ACTQ);
         mark(&b->sh_w2, DSV4_MAT_FID_ACTQ | DSV4_MAT_FID_BF16IN);
+        /* F4: their inputs are RMSNorm outputs (q_norm; MTP enorm, hnorm) the official graph
+         * holds in BF16 */
+        mark(&b->wq_b, DSV4_MAT_FID_ACTQ | DSV4_MAT_FID_BF16IN_F4);
+        mark(&b->idx_wq_b, DSV4_MAT_FID_ACTQ | DSV4_MAT_FID_BF16IN_F4);
+        mark(&b->e_proj, DSV4_MAT_FID_ACTQ | DSV4_MAT_FID_BF16IN_F4);
+        mark(&b->h_proj, DSV4_MAT_FID_ACTQ | DSV4_MAT_FID_BF16IN_F4);
         mark(&b->wo_a, DSV4_MAT_FID_BF16OUT | DSV4_MAT_FID_BF16IN_F4); /* F4: attention output in BF16 */
         mark(&b->idx_weights_proj, DSV4_MAT_FID_BF16OUT);
         if (!(b->w1 && b->w2 && b->w3 && E > 0)) continue;

@@ -13,6 +13,7 @@
 
 #include "engine/engine.h"
 #include "hc/hc.h"
+#include "kernels/fidelity.h"
 #include "kernels/ops.h"
 #include "util/err.h"
 
@@ -120,6 +121,7 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
     for (int i = 0; i < R; i++) {
         dsv4_hc_head(c, z + (size_t)i * hc * D, b->hc_head_fn, b->hc_head_base, b->hc_head_scale, y);
         dsv4_rmsnorm(y, b->norm, D, eps, hidden + (size_t)i * D);
+        if (e->opts.fidelity & DSV4_FID_F4) dsv4_fid_bf16(hidden + (size_t)i * D, D); /* P3 F4 */
     }
     for (int i = 0; i < n_spans; i++) {
         e->seqs[spans[i].seq].m += spans[i].n;

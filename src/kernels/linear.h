@@ -37,7 +37,8 @@ typedef struct dsv4_mat {
  * wo_a): F1 quantizes its input rows, F1 or F4 round its output to BF16. BF16OUT: another
  * BF16 linear of the official graph (wo_a, indexer weights_proj): F4 rounds its output.
  * BF16IN (expert W2, with ACTQ): F5 rounds the input rows to BF16 before F1 quantizes them.
- * BF16IN_F4 (wo_a): F4 rounds the input rows, the attention output, to BF16. */
+ * BF16IN_F4: F4 rounds the input rows to BF16 (wo_a: the attention output; wq_b, indexer
+ * wq_b: the q_norm output; MTP e_proj/h_proj: the enorm/hnorm outputs). */
 #define DSV4_MAT_FID_ACTQ 1u
 #define DSV4_MAT_FID_BF16OUT 2u
 #define DSV4_MAT_FID_BF16IN 4u

@@ -1,7 +1,7 @@
 #!/bin/sh
 # `dsv4 run` contract: several sequences from --tokens-file run batched (shared decode steps,
 # shorter ones dropping out) and each seqK dump is byte-identical to running that sequence
-# alone; bad input exits 1-2 with a message.
+# alone; bad input exits 1-2 with a message; --fidelity none/official (P3).
 BIN=$1 MODEL=$2 OUT=$3
 fail() { echo "FAIL: $*" >&2; exit 1; }
 rm -rf "$OUT" && mkdir -p "$OUT" || fail "mkdir $OUT"
@@ -31,4 +31,14 @@ expect 2 "exceeds" --model "$MODEL" --tokens 1,2,3 --prefill 4 --dump "$OUT/x"
 expect 1 "config.json" --model "$OUT/nonexistent" --tokens 1,2 --dump "$OUT/x"
 expect 2 "need --model" --tokens 1,2
 expect 2 "bad token id" --model "$MODEL" --tokens 1,x2 --dump "$OUT/x"
+# fidelity mode P3: "none" is the exact path byte for byte, "official" changes the logits;
+# a bad setting or one combined with --w8a8 is refused
+T=$(seq_ids 40 4)
+"$BIN" run --model "$MODEL" --tokens "$T" --prefill 30 --dump "$OUT/p0" || fail "P0 run"
+"$BIN" run --model "$MODEL" --tokens "$T" --prefill 30 --fidelity none --dump "$OUT/none" || fail "fidelity none run"
+"$BIN" run --model "$MODEL" --tokens "$T" --prefill 30 --fidelity official --dump "$OUT/p3" || fail "fidelity official run"
+cmp -s "$OUT/p0/prefill_logits.bin" "$OUT/none/prefill_logits.bin" || fail "--fidelity none differs from P0"
+cmp -s "$OUT/p0/decode_logits.bin" "$OUT/p3/decode_logits.bin" && fail "--fidelity official gives P0's logits"
+expect 2 "unknown item 'F7'" --model "$MODEL" --tokens 1,2 --dump "$OUT/x" --fidelity F7
+expect 1 "w8a8" --model "$MODEL" --tokens 1,2 --dump "$OUT/x" --fidelity F1 --w8a8
 echo "2 passed, 0 failed"

@@ -288,7 +288,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--fidelity")) {
             dsv4_err ferr = {0};
             if (dsv4_fidelity_parse(argv[++i], &fidelity, &ferr)) {
-                fprintf(stderr, "dsv4 run: --fidelity: %s\n", ferr.msg);
+                fprintf(stderr, "dsv4 run: --%s\n", ferr.msg);
                 return 2;
             }
         }

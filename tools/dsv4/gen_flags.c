@@ -57,7 +57,7 @@ int gen_flags_take(gen_flags *f, int argc, char **argv, int *i, const char *cmd)
         dsv4_err err = {0};
         if (!v) { fprintf(stderr, "dsv4 %s: --fidelity needs a value\n", cmd); return -1; }
         if (dsv4_fidelity_parse(v, &f->fidelity, &err)) {
-            fprintf(stderr, "dsv4 %s: --fidelity: %s\n", cmd, err.msg);
+            fprintf(stderr, "dsv4 %s: --%s\n", cmd, err.msg);
             return -1;
         }
         (*i)++;
