@@ -135,31 +135,44 @@ AINLINE __m256 fp4_block_table(const dsv4_lin_tables *tab, const dsv4_mat *w, in
  * byte range [lo, hi) of the weights, R rows at a time, the R rows interleaved. Decode
  * matrices are small (256 B .. 4 KB rows, 16..64 rows a task), so the hardware prefetcher
  * gets little run-up per task and stops at every 4 KB page; instead the kernel keeps
- * GEMV_PF bytes ahead of its position itself: a burst over the first GEMV_PF bytes when the
+ * dist bytes ahead of its position itself: a burst over the first dist bytes when the
  * task starts, then, while it works on the block of rows at base, the line at
- * base + GEMV_PF + R * (bytes of a row consumed so far): one line per 64 bytes consumed,
+ * base + dist + R * (bytes of a row consumed so far): one line per 64 bytes consumed,
  * so the prefetch position advances exactly as fast as the reads. Never past hi (the next
- * task may run on the other core). Prefetches never fault and change no value. */
-#ifndef GEMV_PF
-#define GEMV_PF 2048
+ * task may run on the other core). Prefetches never fault and change no value.
+ * The distance is per format, about the same time ahead (measured, bench_linear --decode,
+ * one thread: FP4 decodes the slowest per byte and gains nothing past 1..2 KB, FP8 is
+ * best at 4 KB (+7% over 2 KB), BF16 at 8 KB (+15..35% over 2 KB)). */
+#ifndef GEMV_PF_HINT
+#define GEMV_PF_HINT _MM_HINT_T0
+#endif
+#ifndef GEMV_PF_FP4
+#define GEMV_PF_FP4 2048
+#endif
+#ifndef GEMV_PF_FP8
+#define GEMV_PF_FP8 4096
+#endif
+#ifndef GEMV_PF_DENSE
+#define GEMV_PF_DENSE 8192
 #endif
 
 typedef struct {
     const char *hi; /* end of the task's weight bytes */
+    int64_t dist;   /* prefetch distance in bytes (a constant after inlining) */
 } gemv_pf;
 
-AINLINE gemv_pf pf_start(const void *lo, const void *hi) {
+AINLINE gemv_pf pf_start(const void *lo, const void *hi, int64_t dist) {
     const char *a = (const char *)lo, *e = (const char *)hi;
-    const char *stop = e - a > GEMV_PF ? a + GEMV_PF : e;
-    for (; a < stop; a += 64) _mm_prefetch(a, _MM_HINT_T0);
-    return (gemv_pf){e};
+    const char *stop = e - a > dist ? a + dist : e;
+    for (; a < stop; a += 64) _mm_prefetch(a, GEMV_PF_HINT);
+    return (gemv_pf){e, dist};
 }
 
-/* the lines at base + GEMV_PF + off .. + nbytes (nbytes consumed this step) */
+/* the lines at base + dist + off .. + nbytes (nbytes consumed this step) */
 AINLINE void pf_step(const gemv_pf *pf, const void *base, int64_t off, int nbytes) {
-    const char *a = (const char *)base + GEMV_PF + off;
+    const char *a = (const char *)base + pf->dist + off;
     for (int k = 0; k < nbytes; k += 64, a += 64)
-        if (GEMV_PF > 0 && a < pf->hi) _mm_prefetch(a, _MM_HINT_T0);
+        if (pf->dist > 0 && a < pf->hi) _mm_prefetch(a, GEMV_PF_HINT);
 }
 
 AINLINE void gemv_dense_rows(int fmt, int R, int NX, const dsv4_mat *w, const float *x, float *y, int64_t o,
@@ -198,7 +211,7 @@ AINLINE void gemv_dense_rows(int fmt, int R, int NX, const dsv4_mat *w, const fl
 AINLINE void gemv_dense_nx(int fmt, int NX, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
     const int R = GEMV_R(NX);
     const int64_t rb = w->cols * (fmt == DSV4_WF_F32 ? 4 : 2); /* bytes per row */
-    const gemv_pf pf = pf_start((const char *)w->w + o0 * rb, (const char *)w->w + o1 * rb);
+    const gemv_pf pf = pf_start((const char *)w->w + o0 * rb, (const char *)w->w + o1 * rb, GEMV_PF_DENSE);
     int64_t o = o0;
     for (; o + R <= o1; o += R) gemv_dense_rows(fmt, R, NX, w, x, y, o, &pf);
     for (; o < o1; o++) gemv_dense_rows(fmt, 1, NX, w, x, y, o, &pf);
@@ -292,7 +305,8 @@ AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const floa
 
 AINLINE void gemv_fp8_nx(int NX, int PRE, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
     const int R = GEMV_R(NX);
-    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * w->cols, (const uint8_t *)w->w + o1 * w->cols);
+    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * w->cols, (const uint8_t *)w->w + o1 * w->cols,
+                                GEMV_PF_FP8);
     int64_t o = o0;
     for (; o + R <= o1 && (o % R) == 0; o += R) gemv_fp8_rows(R, NX, PRE, w, x, y, o, &pf);
     for (; o < o1; o++) gemv_fp8_rows(1, NX, PRE, w, x, y, o, &pf);
@@ -351,9 +365,9 @@ AINLINE void gemv_fp4_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, 
                          int64_t o1) {
     const int R = GEMV_R(NX);
     const int64_t rb = w->cols / 2; /* bytes per row */
-    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * rb, (const uint8_t *)w->w + o1 * rb);
+    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * rb, (const uint8_t *)w->w + o1 * rb, GEMV_PF_FP4);
     if (!w->scale_is_f32) /* the task's ue8m0 scales: cols / 32 bytes a row */
-        pf_start((const uint8_t *)w->scale + o0 * (rb / 16), (const uint8_t *)w->scale + o1 * (rb / 16));
+        pf_start((const uint8_t *)w->scale + o0 * (rb / 16), (const uint8_t *)w->scale + o1 * (rb / 16), 4096);
     int64_t o = o0;
     for (; o + R <= o1; o += R) gemv_fp4_rows(R, NX, tab, w, x, y, o, &pf);
     for (; o < o1; o++) gemv_fp4_rows(1, NX, tab, w, x, y, o, &pf);
