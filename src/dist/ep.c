@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "dist/dist.h"
+#include "kernels/fidelity.h"
 #include "moe/moe.h"
 #include "util/err.h"
 
@@ -312,6 +313,7 @@ static int run_wave(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, const floa
         for (int t = 0; t < n; t++)
             dsv4_moe_combine(D, K, ep->ret, ep->slot + t * K, ep->sh + (int64_t)t * D,
                              y + (int64_t)t * D);
+        if (dsv4_kctx_fidelity(k) & DSV4_FID_F5) dsv4_fid_bf16(y, (int64_t)n * D); /* P3 F5, as moe.c */
         ep->stats.expert_s += now() - t0;
     }
     dsv4_ep_stats *st = &ep->stats;

@@ -6,8 +6,8 @@
  * dequantizes to BF16, and indexer weights_proj get DSV4_MAT_FID_BF16OUT (F4 only). The
  * compressor projections, router gate, embedding and head stay FP32 (model.md §6 F4).
  * F5's BF16 weighted intermediate is the W2 input rounding (DSV4_MAT_FID_BF16IN on the
- * shared and routed w2), its BF16 sum one line after the combine in moe.c (single-process
- * path; the expert-parallel combine in dist/ep.c does not round it yet).
+ * shared and routed w2), its BF16 sum one line after the combine in moe.c and in the
+ * expert-parallel combine (dist/ep.c).
  */
 #include "engine/fidelity_prep.h"
 
