@@ -195,7 +195,31 @@ static void test_hadamard(void) {
     CHECK(on_grid);
 }
 
+/* model.md §8 invariant 7 at the kernel level: without the FP4 step the rotation changes
+ * q . K by rounding only ((Hq/sqrt n) . (HK/sqrt n) = q . K), for n = 64 and 128 */
+static void test_hadamard_cancels(void) {
+    for (int n = 64; n <= 128; n *= 2) {
+        float q[128], k[128], qh[128], kh[128];
+        double worst = 0;
+        for (int trial = 0; trial < 50; trial++) {
+            double nq = 0, nk = 0, d0 = 0, d1 = 0;
+            for (int i = 0; i < n; i++) {
+                q[i] = qh[i] = sinf(0.7f * (float)(i + 3 * trial)) * (1.0f + 0.01f * (float)i);
+                k[i] = kh[i] = cosf(1.3f * (float)i + 0.1f * (float)trial);
+                nq += (double)q[i] * q[i];
+                nk += (double)k[i] * k[i];
+            }
+            dsv4_fid_hadamard(qh, n);
+            dsv4_fid_hadamard(kh, n);
+            for (int i = 0; i < n; i++) { d0 += (double)q[i] * k[i]; d1 += (double)qh[i] * kh[i]; }
+            worst = fmax(worst, fabs(d1 - d0) / sqrt(nq * nk));
+        }
+        CHECK_MSG(worst < 1e-6, "n %d: rotated dot products differ by %.3g of |q||K|", n, worst);
+    }
+}
+
 int main(void) {
+    test_hadamard_cancels();
     test_e4m3();
     test_e2m1();
     test_scale();
