@@ -5,9 +5,13 @@
  * max|diff| / max|ref| <= 1e-5, the P1 gate); exact dequantization (an identity input
  * reproduces dsv4_mat_row bit for bit); bit-identical results for 1, 2 and 3 threads;
  * batch invariance (a row alone equals the same row inside any batch, which also ties the
- * AVX2 GEMV to the GEMM path). */
+ * AVX2 GEMV to the GEMM path); no load past the end of the weights or scales (they are
+ * placed right before an inaccessible page: the GEMV's software prefetch runs up to there
+ * and must stay a prefetch). */
 #include <stdint.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels/codec.h"
 #include "kernels/cpu.h"
@@ -265,6 +269,69 @@ static void check_fp8_prescale_guard(int level) {
     }
 }
 
+/* Bytes [0, n) that end exactly at an inaccessible page: a load past the end faults (and
+ * the run fails) while prefetches, which never fault, may run on. Released by guard_free. */
+typedef struct { void *map; size_t len; } guard_buf;
+
+static void *guard_alloc(guard_buf *g, const void *src, size_t n) {
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t data = (n + pg - 1) / pg * pg;
+    g->len = data + pg;
+    g->map = mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (g->map == MAP_FAILED) return NULL;
+    char *guard = (char *)g->map + data;
+    if (mprotect(guard, pg, PROT_NONE) != 0) return NULL;
+    memcpy(guard - n, src, n);
+    return guard - n;
+}
+
+static void guard_free(guard_buf *g) {
+    if (g->map && g->map != MAP_FAILED) munmap(g->map, g->len);
+}
+
+/* Decode-shaped and odd matrices with weights and scales against a guard page: every GEMV
+ * width (n_rows 1..4) must run without faulting and give the bits of the GEMM path (n_rows
+ * 5, the same rows) on an ordinary copy, at every level and thread count. */
+static void check_guard_pages(int level) {
+    static const int64_t shapes[][2] = {{256, 1024}, {512, 1024}, {1024, 512}, {520, 256},
+                                        {68, 2048}, {7, 96}, {131, 288}, {5, 32}, {7, 37}, {130, 133}};
+    const dsv4_wfmt fmts[5] = {DSV4_WF_F32, DSV4_WF_F16, DSV4_WF_BF16, DSV4_WF_FP8, DSV4_WF_FP4};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int fi = 0; fi < 5; fi++) {
+            const dsv4_wfmt f = fmts[fi];
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            if (f == DSV4_WF_FP4 && cols % 32) continue; /* FP4 rows are whole 32-blocks */
+            tmat t = make_mat(f, SC_E8M0, rows, cols);
+            const size_t wbytes = (size_t)(dsv4_mat_bytes(&t.m) - (f == DSV4_WF_FP8   ? ((rows + 127) / 128) * ((cols + 127) / 128)
+                                                                    : f == DSV4_WF_FP4 ? rows * (cols / 32)
+                                                                                       : 0));
+            const size_t sbytes = (size_t)dsv4_mat_bytes(&t.m) - wbytes;
+            guard_buf gw = {0}, gs = {0};
+            dsv4_mat m = t.m;
+            m.w = guard_alloc(&gw, t.w, wbytes);
+            if (sbytes) m.scale = guard_alloc(&gs, t.scale, sbytes);
+            CHECK_MSG(m.w && (!sbytes || m.scale), "guard page setup failed");
+            if (!m.w || (sbytes && !m.scale)) {
+                guard_free(&gw), guard_free(&gs), free_mat(&t);
+                continue;
+            }
+            float *x = rand_vec(5 * cols), *yg = malloc(sizeof(float) * 5 * rows), *y = malloc(sizeof(float) * 4 * rows);
+            dsv4_kctx_set_simd(kc[2], level);
+            dsv4_linear(kc[2], &t.m, x, 5, yg); /* GEMM path, ordinary memory */
+            for (int th = 1; th <= 3; th++) {
+                dsv4_kctx_set_simd(kc[th], level);
+                for (int nx = 1; nx <= 4; nx++) {
+                    dsv4_linear(kc[th], &m, x, nx, y);
+                    CHECK_MSG(same_bits(y, yg, (int64_t)nx * rows),
+                              "%s level %d %lldx%lld n_rows %d threads %d: against a guard page, differs from GEMM",
+                              fmt_name(f, SC_E8M0), level, (long long)rows, (long long)cols, nx, th);
+                }
+            }
+            free(x), free(yg), free(y);
+            guard_free(&gw), guard_free(&gs), free_mat(&t);
+        }
+}
+
 static void check_edges(void) {
     /* an absent matrix gives zeros like the reference; zero rows write nothing */
     dsv4_mat none = {DSV4_WF_NONE, 3, 5, NULL, NULL, 0, 0};
@@ -320,6 +387,7 @@ int main(void) {
         const uint8_t huge = 248;
         check_exact(DSV4_WF_FP8, SC_E8M0, 130, 260, level, &huge);
         check_fp8_prescale_guard(level);
+        check_guard_pages(level);
         /* a batch larger than one accumulator block (LIN_MB rows) */
         check_case(DSV4_WF_BF16, SC_E8M0, 40, 300, 200, level);
         check_case(DSV4_WF_FP4, SC_E8M0, 33, 544, 101, level);
