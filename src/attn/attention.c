@@ -177,9 +177,10 @@ int dsv4_attn_pool(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
 /* ---- phase 3: indexer, sparse attention, output projection ------------------------------ */
 
 /* Work inside one query row is split so that a decode step (one row, or a few) keeps
- * every thread busy: the indexer scores in ranges of entries (about 4 per thread, at
- * least ATTEND_IDX_MIN_CHUNK), the attention in groups of heads. Rows go in blocks of at most ATTEND_BLOCK_BUDGET /
- * (entries or K=V rows per row) so a long prefill never holds all rows' scores at once.
+ * every thread busy: the indexer scores in ranges of entries (about 4 tasks per thread,
+ * ATTEND_IDX_MIN_CHUNK..MAX_CHUNK entries), the attention in groups of heads. Rows go in
+ * blocks of at most ATTEND_BLOCK_BUDGET / (entries or K=V rows per row) so a long
+ * prefill never holds all rows' scores at once.
  * Each value is computed by one fixed piece of code whatever the split (an indexer
  * score depends only on its entry, a head only on its own q row; attn_ops.h fixes the
  * summation order), and the top-k runs once per row over all its scores: results do not

@@ -29,7 +29,14 @@ static void axpyn_scalar(float *y, size_t ys, int ny, const float *a, size_t as,
     }
 }
 
-static const dsv4_attn_ops scalar_ops = {dotn_scalar, axpyn_scalar};
+static void wsum_scalar(float *o, size_t os, int nh, const float *p, size_t ps,
+                        const float *const *rows, int n_rows, int n) {
+    for (int h = 0; h < nh; h++)
+        for (int c = 0; c < n; c++) o[(size_t)h * os + c] = 0.0f;
+    for (int j = 0; j < n_rows; j++) axpyn_scalar(o, os, nh, p + j, ps, rows[j], n);
+}
+
+static const dsv4_attn_ops scalar_ops = {dotn_scalar, axpyn_scalar, wsum_scalar};
 
 /* ---- AVX2 level ------------------------------------------------------------------------ */
 
@@ -104,7 +111,57 @@ AVX2_FN static void axpyn_avx2(float *y, size_t ys, int ny, const float *a, size
     }
 }
 
-static const dsv4_attn_ops avx2_ops = {dotn_avx2, axpyn_avx2};
+/* HB heads x CW 8-column chunks of the value sum, starting at column c (the last chunk
+ * masked by m), accumulated in registers over all rows: one pass over the rows reads
+ * 32*CW bytes of each and adds them into HB*CW accumulators, instead of a load and a
+ * store of o per row and head. Each accumulator starts at +0 and adds p*x in ascending
+ * row order: the bits of the axpy loop. */
+AVX2_INLINE void wsum_block(float *o, size_t os, const float *p, size_t ps,
+                            const float *const *rows, int n_rows, int c, __m256i m,
+                            const int HB, const int CW, const int masked) {
+    __m256 acc[4][2];
+    for (int h = 0; h < HB; h++)
+        for (int k = 0; k < CW; k++) acc[h][k] = _mm256_setzero_ps();
+    for (int j = 0; j < n_rows; j++) {
+        const float *x = rows[j] + c;
+        __m256 xv[2];
+        for (int k = 0; k < CW; k++)
+            xv[k] = masked && k == CW - 1 ? _mm256_maskload_ps(x + 8 * k, m) : _mm256_loadu_ps(x + 8 * k);
+        for (int h = 0; h < HB; h++) {
+            const __m256 pv = _mm256_broadcast_ss(p + h * ps + j);
+            for (int k = 0; k < CW; k++) acc[h][k] = _mm256_add_ps(acc[h][k], _mm256_mul_ps(pv, xv[k]));
+        }
+    }
+    for (int h = 0; h < HB; h++)
+        for (int k = 0; k < CW; k++) {
+            if (masked && k == CW - 1) _mm256_maskstore_ps(o + h * os + c + 8 * k, m, acc[h][k]);
+            else _mm256_storeu_ps(o + h * os + c + 8 * k, acc[h][k]);
+        }
+}
+
+AVX2_FN static void wsum_avx2(float *o, size_t os, int nh, const float *p, size_t ps,
+                              const float *const *rows, int n_rows, int n) {
+    int c = 0;
+    for (; c + 16 <= n; c += 16) { /* full 16-column blocks */
+        int h = 0;
+        for (; h + 4 <= nh; h += 4) wsum_block(o + h * os, os, p + h * ps, ps, rows, n_rows, c, mask_first(8), 4, 2, 0);
+        for (; h < nh; h++) wsum_block(o + h * os, os, p + h * ps, ps, rows, n_rows, c, mask_first(8), 1, 2, 0);
+    }
+    if (c < n) { /* the last 1..15 columns: one or two chunks, the last one masked */
+        const int w = n - c;
+        const __m256i m = mask_first(w > 8 ? w - 8 : w);
+        int h = 0;
+        if (w > 8) {
+            for (; h + 4 <= nh; h += 4) wsum_block(o + h * os, os, p + h * ps, ps, rows, n_rows, c, m, 4, 2, 1);
+            for (; h < nh; h++) wsum_block(o + h * os, os, p + h * ps, ps, rows, n_rows, c, m, 1, 2, 1);
+        } else {
+            for (; h + 4 <= nh; h += 4) wsum_block(o + h * os, os, p + h * ps, ps, rows, n_rows, c, m, 4, 1, 1);
+            for (; h < nh; h++) wsum_block(o + h * os, os, p + h * ps, ps, rows, n_rows, c, m, 1, 1, 1);
+        }
+    }
+}
+
+static const dsv4_attn_ops avx2_ops = {dotn_avx2, axpyn_avx2, wsum_avx2};
 #define HAVE_AVX2_OPS 1
 #endif
 

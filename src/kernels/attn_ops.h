@@ -22,6 +22,11 @@ typedef struct dsv4_attn_ops {
     void (*dotn)(const float *q, size_t qs, int nq, const float *k, int n, float *out, size_t os);
     /* y[h * ys + c] += a[h * as] * x[c] for h in [0, ny), c in [0, n) */
     void (*axpyn)(float *y, size_t ys, int ny, const float *a, size_t as, const float *x, int n);
+    /* o[h * os + c] = sum over j of p[h * ps + j] * rows[j][c], h in [0, nh), c in [0, n):
+     * the same bits as o = 0 followed by axpyn(o, os, nh, p + j, ps, rows[j], n) for
+     * j = 0, 1, .. n_rows-1 (the attention's value sum) */
+    void (*wsum)(float *o, size_t os, int nh, const float *p, size_t ps, const float *const *rows,
+                 int n_rows, int n);
 } dsv4_attn_ops;
 
 /* The kernels of a dsv4_simd level (kernels/cpu.h): the highest compiled-in level not

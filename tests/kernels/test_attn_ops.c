@@ -1,6 +1,6 @@
 /* test_attn_ops.c — the dot/axpy kernels of attention and the indexer (kernels/attn_ops.h):
  * every level gives the same bits as the contract's plain loop (dsv4_dot and a rounded
- * multiply then add) for odd lengths, tails, strides and unaligned pointers, and stays
+ * multiply then add, the value sum as zero then one axpy per row) for odd lengths, tails, strides and unaligned pointers, and stays
  * within FP32 rounding of a double-precision reference. */
 #include <stdint.h>
 
@@ -94,6 +94,50 @@ static void test_axpyn(const dsv4_attn_ops *ops, const char *name) {
         }
 }
 
+static void test_wsum(const dsv4_attn_ops *ops, const char *name) {
+    enum { MAXR = 70, MAXC = 530 };
+    static float rbuf[MAXR * (MAXC + 1)], p[MAXQ * (MAXR + 1)], o[MAXQ * (MAXC + 2)], ref[MAXC];
+    const float *rows[MAXR];
+    const int ns[] = {1, 7, 8, 9, 15, 16, 17, 24, 31, 33, 64, 130, 512, 529};
+    const int nhs[] = {1, 2, 3, 4, 5, 8, 9, 16, 17};
+    const int nrs[] = {0, 1, 5, 70};
+    int t = 0;
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (size_t b = 0; b < sizeof nhs / sizeof nhs[0]; b++)
+            for (size_t r = 0; r < sizeof nrs / sizeof nrs[0]; r++, t++) {
+                const int n = ns[a], nh = nhs[b], nr = nrs[r];
+                const size_t os = (size_t)n + (t % 3), ps = (size_t)nr + (t & 1);
+                for (int j = 0; j < nr; j++) { /* rows scattered, unaligned */
+                    rows[j] = rbuf + (size_t)((j * 37) % MAXR) * (MAXC + 1) + (j & 1);
+                    for (int c = 0; c < n; c++) ((float *)rows[j])[c] = (float)urand();
+                }
+                for (size_t i = 0; i < (size_t)nh * ps; i++) p[i] = (float)(0.5 + 0.5 * urand());
+                for (size_t i = 0; i < (size_t)nh * os; i++) o[i] = -99.0f;
+                ops->wsum(o, os, nh, p, ps, rows, nr, n);
+                int same = 1, close = 1;
+                for (int h = 0; h < nh; h++) {
+                    for (int c = 0; c < n; c++) ref[c] = 0.0f;
+                    for (int j = 0; j < nr; j++)
+                        for (int c = 0; c < n; c++) {
+                            const float prod = p[h * ps + j] * rows[j][c];
+                            ref[c] = ref[c] + prod;
+                        }
+                    for (int c = 0; c < n; c++) {
+                        double d = 0, mag = 0;
+                        for (int j = 0; j < nr; j++) {
+                            d += (double)p[h * ps + j] * rows[j][c];
+                            mag += fabs((double)p[h * ps + j] * rows[j][c]);
+                        }
+                        same &= o[h * os + c] == ref[c] && !signbit(o[h * os + c]) == !signbit(ref[c]);
+                        close &= fabs(o[h * os + c] - d) <= 1e-6 * mag + 1e-30;
+                    }
+                    for (size_t c = (size_t)n; c < os; c++) same &= o[h * os + c] == -99.0f;
+                }
+                CHECK_MSG(same, "%s wsum n=%d nh=%d rows=%d: not the axpy loop's bits", name, n, nh, nr);
+                CHECK_MSG(close, "%s wsum n=%d nh=%d rows=%d: off the double reference", name, n, nh, nr);
+            }
+}
+
 /* Special values go through the lanes like the plain loop: infinities, NaN, signed zeros,
  * subnormals, and a tail that must not disturb an accumulator. */
 static void test_special(const dsv4_attn_ops *ops, const char *name) {
@@ -119,6 +163,7 @@ int main(void) {
     for (int l = 0; l < n; l++) {
         test_dotn(ops[l], names[l]);
         test_axpyn(ops[l], names[l]);
+        test_wsum(ops[l], names[l]);
         test_special(ops[l], names[l]);
     }
     /* unknown or higher levels fall back to the best compiled one */
