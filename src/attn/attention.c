@@ -276,7 +276,8 @@ static void heads_task(void *arg, int task, int tid) {
     dsv4_sparse_attn_heads(j->ops, j->w->q + ((size_t)i * H + h0) * hd,
                            j->rows + (size_t)bi * j->n_kv_max, j->n_kv[bi], j->group_heads, hd,
                            j->b->attn_sink + h0, 1.0f / sqrtf((float)hd), oi,
-                           j->probs + (size_t)tid * H * j->n_kv_max);
+                           j->probs + (size_t)tid * H * j->n_kv_max,
+                           (dsv4_kctx_fidelity(j->ctx->k) & DSV4_FID_F4) != 0);
     for (int h = 0; h < j->group_heads; h++)
         dsv4_rope_apply(rope, oi + (size_t)h * hd, hd, j->batch->pos[i], 1);
 }

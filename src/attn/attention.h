@@ -126,9 +126,10 @@ void dsv4_sparse_attn_row(const dsv4_attn_ops *ops, const float *q, const float 
                           float *probs);
 /* The same for nh consecutive heads of the row: q, o (nh, hd) and sink (nh) start at the
  * first of them; probs (nh, n_kv) scratch holds the normalised probabilities on return.
- * Each head's output is the same whatever group of heads it is computed in. */
+ * Each head's output is the same whatever group of heads it is computed in. bf16_probs:
+ * fidelity F4 (model.md §6), the probabilities are rounded to BF16 for P.V (0: exact). */
 void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const float *const *rows,
                             int n_kv, int nh, int hd, const float *sink, float scale, float *o,
-                            float *probs);
+                            float *probs, int bf16_probs);
 
 #endif
