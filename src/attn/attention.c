@@ -139,11 +139,13 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
         for (int h = 0; h < H; h++) {
             float *qh = w->q + ((size_t)i * H + h) * hd;
             dsv4_rmsnorm(qh, NULL, hd, eps, qh);
+            dsv4_fid_norm_out(ctx, qh, hd); /* P3 F4, no-op when off */
             dsv4_rope_apply(rope, qh, hd, batch->pos[i], 0);
         }
     for (int i = 0; i < R; i++) {
         float *ki = w->kv + (size_t)i * hd;
         dsv4_rmsnorm(ki, b->kv_norm, hd, eps, ki);
+        dsv4_fid_norm_out(ctx, ki, hd); /* P3 F4, no-op when off */
         dsv4_rope_apply(rope, ki, hd, batch->pos[i], 0);
     }
     if (csa) {

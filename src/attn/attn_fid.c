@@ -24,6 +24,10 @@ void dsv4_fid_pooled(const dsv4_attn_ctx *ctx, float *p, int d) {
     if (dsv4_kctx_fidelity(ctx->k) & DSV4_FID_F4) dsv4_fid_bf16(p, d);
 }
 
+void dsv4_fid_norm_out(const dsv4_attn_ctx *ctx, float *x, int n) {
+    if (dsv4_kctx_fidelity(ctx->k) & DSV4_FID_F4) dsv4_fid_bf16(x, n);
+}
+
 void dsv4_fid_entry(const dsv4_attn_ctx *ctx, int indexer, float *entry, int d) {
     const unsigned fid = dsv4_kctx_fidelity(ctx->k);
     if (indexer && (fid & DSV4_FID_F3)) dsv4_fid_index_row(entry, d);

@@ -13,6 +13,8 @@ void dsv4_fid_attn_rows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, dsv4_at
 
 /* F4: the pooled compressor value (d) rounded to BF16 before its norm. */
 void dsv4_fid_pooled(const dsv4_attn_ctx *ctx, float *p, int d);
+/* F4: an RMSNorm output (q head norm, kv_norm, compressor norm) rounded to BF16 before RoPE. */
+void dsv4_fid_norm_out(const dsv4_attn_ctx *ctx, float *x, int n);
 
 /* A finished compressed entry (after norm and RoPE): main (indexer = 0) under F2 gets the KV
  * row rule; an indexer key (indexer = 1) under F3 the rotation and FP4 rule. */

@@ -105,6 +105,7 @@ int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int i
             dsv4_compress_pool(ca, cb, n, d, d, entry);
             dsv4_fid_pooled(ctx, entry, d); /* fidelity mode P3 (attn_fid.h), no-op when off */
             dsv4_rmsnorm(entry, cw->norm, d, eps, entry);
+            dsv4_fid_norm_out(ctx, entry, d);
             dsv4_rope_apply(ctx->rope_cmp, entry, d, w * r, 0);
             dsv4_fid_entry(ctx, indexer, entry, d);
         }
