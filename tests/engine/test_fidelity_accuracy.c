@@ -20,30 +20,11 @@
 #include <string.h>
 
 #include "accuracy_metrics.h"
+#include "choice_metrics.h"
 #include "dsv4.h"
 #include "dump.h"
 #include "model/model.h"
 #include "test.h"
-
-typedef struct {
-    int N, L, K, topk;
-    int *route;    /* (L, N, K) routed experts in k order, -1 = not reported */
-    int *csa;      /* (L, N, topk) CSA selections, ascending */
-    int *csa_n;    /* (L, N) count, -1 = not reported */
-} choices;
-
-static void on_choice(void *user, int seq, int64_t pos, int layer, int kind, const int *ids, int n) {
-    (void)seq;
-    choices *c = user;
-    if (layer < 0 || layer >= c->L || pos < 0 || pos >= c->N) return; /* MTP block */
-    const size_t at = (size_t)layer * c->N + (size_t)pos;
-    if (kind == DSV4_CHOICE_EXPERTS && n == c->K) {
-        memcpy(c->route + at * c->K, ids, sizeof(int) * (size_t)n);
-    } else if (kind == DSV4_CHOICE_CSA && n <= c->topk) {
-        memcpy(c->csa + at * c->topk, ids, sizeof(int) * (size_t)n);
-        c->csa_n[at] = n;
-    }
-}
 
 typedef struct {
     float *hidden; /* (N, D) */
@@ -54,7 +35,7 @@ typedef struct {
 
 static void free_out(run_out *o) {
     free(o->hidden); free(o->logits); free(o->mtp);
-    free(o->ch.route); free(o->ch.csa); free(o->ch.csa_n);
+    choices_free(&o->ch);
 }
 
 static int run_engine(const dsv4_model *m, const int32_t *tokens, int N, int P, unsigned fid, run_out *o) {
@@ -74,11 +55,8 @@ static int run_engine(const dsv4_model *m, const int32_t *tokens, int N, int P, 
     o->hidden = malloc(sizeof(float) * (size_t)N * D);
     o->logits = malloc(sizeof(float) * (size_t)N * V);
     o->mtp = malloc(sizeof(float) * (size_t)N * V);
-    o->ch = (choices){N, L, K, topk, malloc(sizeof(int) * (size_t)L * N * K),
-                      malloc(sizeof(int) * (size_t)L * N * topk), malloc(sizeof(int) * (size_t)L * N)};
-    for (size_t i = 0; i < (size_t)L * N * K; i++) o->ch.route[i] = -1;
-    for (size_t i = 0; i < (size_t)L * N; i++) o->ch.csa_n[i] = -1;
-    dsv4_engine_set_choice_trace(e, on_choice, &o->ch);
+    if (choices_init(&o->ch, N, L, K, topk)) { dsv4_engine_free(e); return -1; }
+    dsv4_engine_set_choice_trace(e, choices_hook, &o->ch);
     float *streams = malloc(sizeof(float) * (size_t)N * hc * D);
     int seq, rc = dsv4_seq_create(e, &seq, &err);
     for (int s0 = 0; s0 < N && !rc;) {
@@ -98,48 +76,6 @@ static int run_engine(const dsv4_model *m, const int32_t *tokens, int N, int P, 
     free(mh); free(streams);
     dsv4_engine_free(e);
     return rc ? -1 : 0;
-}
-
-/* fraction of (score-routed layer, token) pairs with the same expert set */
-static double route_agreement(const dsv4_config *c, const choices *a, const choices *b) {
-    const int K = c->num_experts_per_tok, N = a->N;
-    long same = 0, total = 0;
-    for (int l = c->num_hash_layers; l < c->num_hidden_layers; l++)
-        for (int t = 0; t < N; t++) {
-            const int *x = a->route + ((size_t)l * N + t) * K, *y = b->route + ((size_t)l * N + t) * K;
-            int eq = 1;
-            for (int i = 0; i < K; i++) {
-                int found = 0;
-                for (int j = 0; j < K; j++) found |= x[i] == y[j];
-                eq &= found;
-            }
-            same += eq;
-            total++;
-        }
-    return total ? (double)same / total : 1.0;
-}
-
-/* mean Jaccard |A n B| / |A u B| of the CSA selections over (CSA layer, token) pairs with a
- * non-empty selection; *pairs gets their number, *exact those with identical sets */
-static double csa_jaccard(const choices *a, const choices *b, long *pairs, long *exact) {
-    double sum = 0;
-    *pairs = *exact = 0;
-    for (size_t at = 0; at < (size_t)a->L * a->N; at++) {
-        const int na = a->csa_n[at], nb = b->csa_n[at];
-        if (na <= 0 && nb <= 0) continue;
-        const int *x = a->csa + at * a->topk, *y = b->csa + at * b->topk;
-        int inter = 0, i = 0, j = 0; /* both ascending */
-        while (i < na && j < nb) {
-            if (x[i] == y[j]) { inter++; i++; j++; }
-            else if (x[i] < y[j]) i++;
-            else j++;
-        }
-        const int uni = (na > 0 ? na : 0) + (nb > 0 ? nb : 0) - inter;
-        sum += uni ? (double)inter / uni : 1.0;
-        *exact += inter == na && inter == nb;
-        (*pairs)++;
-    }
-    return *pairs ? sum / *pairs : 1.0;
 }
 
 static void test_parse(const dsv4_model *m) {
@@ -217,7 +153,7 @@ int main(int argc, char **argv) {
             print_metrics("mtp logits", &mm, 1);
             CHECK_MSG(mm.finite, "%s: non-finite MTP logits", cases[i].name);
         }
-        const double ra = route_agreement(c, &o[i].ch, &o[0].ch);
+        const double ra = route_agreement(c->num_hash_layers, L, N, K, o[i].ch.route, o[0].ch.route);
         long pairs, exact;
         const double jac = csa_jaccard(&o[i].ch, &o[0].ch, &pairs, &exact);
         printf("  router top-%d agreement (score layers %d..%d): %.2f%%\n", K, c->num_hash_layers, L - 1, 100 * ra);

@@ -8,9 +8,8 @@
  * (max|diff| / max|P0|), rel-L2 ||P2-P0|| / ||P0||, cosine; on logits top-1 agreement and
  * mean KL(p_P0 || p_P2); router top-K agreement of the score-routed layers (the selection
  * each engine actually made: recomputed from the streams its trace hook reports after each
- * attention sub-block, checked against the oracle's routing for P0). CSA selections are
- * not reachable through the public API (forward.c does not route the attention context's
- * csa_sel out), so their Jaccard overlap is not measured here.
+ * attention sub-block, checked against the oracle's routing for P0, and against what the
+ * engine's choice hook reports); mean Jaccard overlap of the CSA selections (choice hook).
  *
  * Gates. The spec's gates for P2 on this golden (serving.md §f: hidden rel-L2 <= 5e-2, cosine
  * >= 0.998, top-1 >= 95 %, mean KL <= 2e-2; single GEMMs rel-L2 <= 1e-2) are printed, but
@@ -36,6 +35,7 @@
 #include <string.h>
 
 #include "accuracy_metrics.h"
+#include "choice_metrics.h"
 #include "dsv4.h"
 #include "dump.h"
 #include "hc/hc.h"
@@ -85,6 +85,7 @@ typedef struct {
     float *mtp;     /* (N-1, V) */
     int *route;     /* (L, N, K) */
     float *attn_streams, *block_streams; /* P0 only: (L, N, hc, D) */
+    choices ch;     /* what the engine's choice hook reported */
 } run_out;
 
 static int run_engine(const dsv4_model *m, const int32_t *tokens, int N, int P, int w8a8,
@@ -116,6 +117,8 @@ static int run_engine(const dsv4_model *m, const int32_t *tokens, int N, int P, 
         o->block_streams = t.block_streams = malloc(sizeof(float) * (size_t)L * N * hc * D);
     }
     dsv4_engine_set_trace(e, on_trace, &t);
+    if (choices_init(&o->ch, N, L, K, c->index_topk)) { dsv4_engine_free(e); return -1; }
+    dsv4_engine_set_choice_trace(e, choices_hook, &o->ch);
     int seq, rc = dsv4_seq_create(e, &seq, &err);
     /* prefill P rows, then one row per step, every hidden row and stream kept */
     for (int s0 = 0; s0 < N && !rc;) {
@@ -141,25 +144,7 @@ static int run_engine(const dsv4_model *m, const int32_t *tokens, int N, int P, 
 static void free_out(run_out *o) {
     free(o->hidden); free(o->logits); free(o->mtp); free(o->route);
     free(o->attn_streams); free(o->block_streams);
-}
-
-/* fraction of (score-routed layer, token) pairs with the same expert set */
-static double route_agreement(const dsv4_config *c, const int *a, const int *b, int N) {
-    const int K = c->num_experts_per_tok;
-    long same = 0, total = 0;
-    for (int l = c->num_hash_layers; l < c->num_hidden_layers; l++)
-        for (int t = 0; t < N; t++) {
-            const int *x = a + ((size_t)l * N + t) * K, *y = b + ((size_t)l * N + t) * K;
-            int eq = 1;
-            for (int i = 0; i < K; i++) {
-                int found = 0;
-                for (int j = 0; j < K; j++) found |= x[i] == y[j];
-                eq &= found;
-            }
-            same += eq;
-            total++;
-        }
-    return total ? (double)same / total : 1.0;
+    choices_free(&o->ch);
 }
 
 /* Hidden rel-L2 over the tokens whose score-routed experts all agree with P0's, and over
@@ -170,14 +155,8 @@ static void split_by_routing(const dsv4_config *c, const run_out *a, const run_o
     int cnt[2] = {0};
     for (int t = 0; t < N; t++) {
         int flip = 0;
-        for (int l = c->num_hash_layers; l < c->num_hidden_layers; l++) {
-            const int *x = a->route + ((size_t)l * N + t) * K, *y = ref->route + ((size_t)l * N + t) * K;
-            for (int i = 0; i < K; i++) {
-                int found = 0;
-                for (int j = 0; j < K; j++) found |= x[i] == y[j];
-                flip |= !found;
-            }
-        }
+        for (int l = c->num_hash_layers; l < c->num_hidden_layers; l++)
+            flip |= !same_experts(a->route + ((size_t)l * N + t) * K, ref->route + ((size_t)l * N + t) * K, K);
         cnt[flip]++;
         for (int i = 0; i < D; i++) {
             const double d = (double)a->hidden[(size_t)t * D + i] - ref->hidden[(size_t)t * D + i];
@@ -363,6 +342,10 @@ int main(int argc, char **argv) {
     }
     if (f) fclose(f);
     free(gr);
+    /* the router rerun on each engine's streams chose what the engine reports it chose */
+    for (int lv = 0; lv < 3; lv++)
+        CHECK_MSG(memcmp(o[lv].ch.route, o[lv].route, sizeof(int) * (size_t)L * N * K) == 0,
+                  "w8a8 = %d: choice hook routing differs from the router rerun on the streams", lv);
 
     for (int lv = 1; lv < 3; lv++) {
         printf("P2 (w8a8 = %d%s) vs P0:\n", lv, lv == 2 ? ", with wq_a/wkv/wo_a" : "");
@@ -372,10 +355,14 @@ int main(int argc, char **argv) {
         print_metrics("hidden", &mh, 0);
         print_metrics("logits", &ml, 1);
         print_metrics("mtp logits", &mm, 1);
-        const double ra = route_agreement(c, o[lv].route, o[0].route, N);
+        const double ra = route_agreement(c->num_hash_layers, L, N, K, o[lv].route, o[0].route);
         printf("  router top-%d agreement (score layers %d..%d): %.2f%%\n", K, c->num_hash_layers, L - 1, 100 * ra);
         split_by_routing(c, &o[lv], &o[0], N);
-        printf("  CSA selection Jaccard: not measured (not reachable through the public API)\n");
+        long pairs, exact;
+        const double jac = csa_jaccard(&o[lv].ch, &o[0].ch, &pairs, &exact);
+        printf("  CSA selections: mean Jaccard %.4f, identical in %ld of %ld (layer, token) pairs\n", jac, exact,
+               pairs);
+        CHECK_MSG(pairs > 0, "w8a8 = %d: no CSA selection reported", lv);
         /* no quantized path may equal P0 exactly: that would mean the INT8 copies are unused */
         CHECK_MSG(mh.max_abs > 0, "w8a8 = %d: hidden identical to P0 (INT8 path not taken?)", lv);
         printf("  spec gates (hidden rel-L2 <= 5e-2, cosine >= 0.998, top-1 >= 95%%, KL <= 2e-2): %s\n",
