@@ -188,6 +188,7 @@ int dsv4_attn_pool(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
  * summation order), and the top-k runs once per row over all its scores: results do not
  * depend on the thread count, the grouping or the batch. */
 #define ATTEND_IDX_MIN_CHUNK 32
+#define ATTEND_KEY_CHUNK 512       /* indexer key pointers fetched per task */
 #define ATTEND_IDX_MAX_CHUNK 1024
 #define ATTEND_BLOCK_BUDGET ((int64_t)1 << 20)
 #define ATTEND_MIN_GROUP_HEADS 2
@@ -201,6 +202,7 @@ typedef struct attend_job {
     const dsv4_attn_ops *ops;
     const int *row_span;      /* (R) span index of each row */
     const float **ikeys;      /* indexer keys of the spans that need scoring */
+    const int64_t *key_tasks; /* (n, 2): span, first key of a range to fetch */
     const int64_t *ikey_off;  /* (n_spans) where span si's keys start in ikeys */
     int64_t max_entries;      /* compressed entries a row can see, at most */
     int64_t n_kv_max;         /* K=V rows of one query, at most */
@@ -221,6 +223,19 @@ typedef struct attend_job {
 
 static int64_t row_entries(const attend_job *j, int i) {
     return j->b->ratio ? (j->batch->pos[i] + 1) / j->b->ratio : 0; /* incl. the one t closed */
+}
+
+/* Pointers to indexer keys [k0, k0 + ATTEND_KEY_CHUNK) of one span (each lookup walks the
+ * block table: a few divisions, thousands of keys per layer at long context). */
+static void keys_task(void *arg, int task, int tid) {
+    const attend_job *j = arg;
+    const int si = (int)j->key_tasks[2 * task];
+    const int64_t k0 = j->key_tasks[2 * task + 1];
+    const dsv4_batch_span *sp = &j->batch->spans[si];
+    const int64_t e = (sp->start + sp->n) / j->b->ratio;
+    const int64_t k1 = e - k0 < ATTEND_KEY_CHUNK ? e : k0 + ATTEND_KEY_CHUNK;
+    const float **keys = j->ikeys + j->ikey_off[si];
+    for (int64_t k = k0; k < k1; k++) keys[k] = j->src->entry(j->src->u, sp, j->b->layer_id, 1, k);
 }
 
 /* Indexer scores of entries [w0, w0 + idx_chunk) of one row (§5.9). */
@@ -295,11 +310,14 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
 
     /* the most compressed entries any row of the batch can see; the indexer keys of the
      * spans where some row sees more than topk (the others select without scoring) */
-    int64_t max_entries = 0, n_keys = 0;
+    int64_t max_entries = 0, n_keys = 0, n_key_tasks = 0;
     for (int si = 0; si < batch->n_spans; si++) {
         int64_t e = r ? (batch->spans[si].start + batch->spans[si].n) / r : 0;
         if (e > max_entries) max_entries = e;
-        if (csa && e > topk) n_keys += e;
+        if (csa && e > topk) {
+            n_keys += e;
+            n_key_tasks += (e + ATTEND_KEY_CHUNK - 1) / ATTEND_KEY_CHUNK;
+        }
     }
     const int64_t n_kv_max = win + (csa ? (max_entries < topk ? max_entries : topk) : max_entries);
     /* rows per block: their scores (CSA) or K=V row pointers fit the budget */
@@ -314,12 +332,13 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
     int *row_span = malloc((size_t)(R + 1) * sizeof(int));              /* (R) */
     int64_t *ikey_off = malloc((size_t)(batch->n_spans + 1) * sizeof(int64_t));
     const float **ikeys = malloc((size_t)(n_keys + 1) * sizeof(float *));
+    int64_t *key_tasks = malloc(((size_t)n_key_tasks + 1) * 2 * sizeof(int64_t));
     const float **rows = malloc((size_t)B * n_kv_max * sizeof(float *) + 1);
     int *n_kv = malloc((size_t)(B + 1) * sizeof(int));
     float *probs = malloc((size_t)T * H * n_kv_max * sizeof(float) + 1);
     float *iscores = NULL;
     int *iorder = NULL, *isel = NULL, *score_tasks = NULL;
-    int bad = !o || !v || !row_span || !ikey_off || !ikeys || !rows || !n_kv || !probs;
+    int bad = !o || !v || !row_span || !ikey_off || !ikeys || !key_tasks || !rows || !n_kv || !probs;
     if (csa) {
         iscores = malloc(((size_t)B * max_entries + 1) * sizeof(float));
         iorder = malloc(((size_t)T * topk + 1) * sizeof(int));
@@ -334,19 +353,26 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
     for (int si = 0; si < batch->n_spans; si++)
         for (int j = 0; j < batch->spans[si].n; j++) row_span[batch->spans[si].row0 + j] = si;
     int64_t nk = 0;
+    int nkt = 0;
     for (int si = 0; si < batch->n_spans; si++) {
         const dsv4_batch_span *sp = &batch->spans[si];
         const int64_t e = csa ? (sp->start + sp->n) / r : 0;
         ikey_off[si] = nk;
-        for (int64_t k = 0; e > topk && k < e; k++) ikeys[nk++] = src->entry(src->u, sp, b->layer_id, 1, k);
+        for (int64_t k0 = 0; e > topk && k0 < e; k0 += ATTEND_KEY_CHUNK) {
+            key_tasks[2 * nkt] = si;
+            key_tasks[2 * nkt++ + 1] = k0;
+        }
+        nk += e > topk ? e : 0;
     }
 
     job = (attend_job){.ctx = ctx, .b = b, .batch = batch, .w = w, .src = src,
                        .ops = dsv4_attn_ops_for(dsv4_kctx_simd(ctx->k)), .row_span = row_span,
-                       .ikeys = ikeys, .ikey_off = ikey_off, .max_entries = max_entries,
+                       .ikeys = ikeys, .key_tasks = key_tasks, .ikey_off = ikey_off,
+                       .max_entries = max_entries,
                        .n_kv_max = n_kv_max, .score_tasks = score_tasks, .iscores = iscores,
                        .rows = rows, .n_kv = n_kv, .iorder = iorder, .isel = isel,
                        .probs = probs, .o = o};
+    dsv4_kctx_parallel(ctx->k, nkt, keys_task, &job);
     for (int r0 = 0; r0 < R; r0 += B) {
         const int nb = R - r0 < B ? R - r0 : B;
         job.r0 = r0;
@@ -387,7 +413,8 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
     dsv4_linear(ctx->k, &b->wo_b, v, R, y);
 
 done:
-    free(o); free(v); free(row_span); free(ikey_off); free(ikeys); free(rows); free(n_kv);
+    free(o); free(v); free(row_span); free(ikey_off); free(ikeys); free(key_tasks); free(rows);
+    free(n_kv);
     free(probs); free(iscores); free(iorder); free(isel); free(score_tasks);
     return rc;
 }
