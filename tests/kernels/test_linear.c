@@ -239,7 +239,7 @@ static void check_exact(dsv4_wfmt f, int sc, int64_t rows, int64_t cols, int lev
  * scales that rule it out take the per-weight path, which must agree bit for bit too. */
 static void check_fp8_prescale_guard(int level) {
     const int64_t rows = 70, cols = 300;
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < 5; v++) {
         tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
         float *x = rand_vec(3 * cols);
         /* each case makes the row's sums small enough that a wrongly taken shortcut shows */
@@ -247,10 +247,12 @@ static void check_fp8_prescale_guard(int level) {
         if (v == 1) /* subnormal inputs, halved by 256 * 2^-9: x * 2^-1 rounds */
             for (int64_t i = 0; i < cols; i++) x[cols + i] *= 1e-39f, sc[i / 128] = 118;
         if (v == 2) x[cols + 7] = 3e38f, sc[1] = 130; /* product past 2^127 */
-        if (v == 3) { /* the smallest scale 2^-127 and small inputs: x * 2^-119 is subnormal */
+        if (v == 3) { /* the smallest scale 2^-127, small inputs: x * 2^-7 normal, weights subnormal */
             for (int i = 0; i < 3; i++) sc[i] = 0;
             for (int64_t i = 0; i < cols; i++) x[cols + i] *= 1e-3f;
         }
+        if (v == 4) /* scale 2^13: 2^120 * scale overflows, no prescale */
+            for (int i = 0; i < 3; i++) sc[i] = 140;
         float *y3 = malloc(sizeof(float) * 3 * rows), *y1 = malloc(sizeof(float) * rows);
         float *yr = malloc(sizeof(float) * 3 * rows), *scratch = malloc(sizeof(float) * cols);
         dsv4_kctx_set_simd(kc[2], level);
