@@ -215,7 +215,7 @@ typedef struct attend_job {
     const float **rows;       /* (B, n_kv_max) K=V rows of the query */
     int *n_kv;                /* (B) */
     /* per thread */
-    int *iorder;              /* (threads, topk) heap of the selection */
+    int *iorder;              /* (threads, max_entries) work of the selection */
     int *isel;                /* (threads, topk) */
     float *probs;             /* (threads, H * n_kv_max) */
     float *o;                 /* (R, H, hd) */
@@ -270,7 +270,7 @@ static void gather_task(void *arg, int bi, int tid) {
     if (csa) {
         int *sel = j->isel + (size_t)tid * topk;
         const int n_sel = dsv4_indexer_select(j->iscores + (size_t)bi * j->max_entries, (int)n_vis,
-                                              topk, j->iorder + (size_t)tid * topk, sel);
+                                              topk, j->iorder + (size_t)tid * j->max_entries, sel);
         for (int k = 0; k < n_sel; k++) rows[n_kv++] = src->entry(src->u, sp, layer, 0, sel[k]);
         if (j->ctx->csa_sel)
             for (int k = 0; k < topk; k++)
@@ -341,7 +341,7 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
     int bad = !o || !v || !row_span || !ikey_off || !ikeys || !key_tasks || !rows || !n_kv || !probs;
     if (csa) {
         iscores = malloc(((size_t)B * max_entries + 1) * sizeof(float));
-        iorder = malloc(((size_t)T * topk + 1) * sizeof(int));
+        iorder = malloc(((size_t)T * max_entries + 1) * sizeof(int));
         isel = malloc(((size_t)T * topk + 1) * sizeof(int));
         score_tasks = malloc(((size_t)B * chunks_per_row + 1) * 2 * sizeof(int));
         bad |= !iscores || !iorder || !isel || !score_tasks;

@@ -107,17 +107,17 @@ void dsv4_compress_pool(const float *a, const float *b, int n_cand, int d, int s
 /* Lightning indexer top-k for one query: score[w] = sum_h wI[h] * relu(qI[h] . K_w) over
  * w < n_cand; writes the selected entry indices ascending to sel, returns their count
  * (all of them when n_cand <= topk, without scoring; ties go to the lower index).
- * scores (n_cand), order and sel (topk). ops: the dot kernels (kernels/attn_ops.h). */
+ * scores and work (n_cand) scratch, sel (topk). ops: the dot kernels (kernels/attn_ops.h). */
 int dsv4_indexer_topk(const dsv4_attn_ops *ops, const float *qI, const float *wI,
                       const float *const *keys, int n_cand, int nI, int dI, int topk,
-                      float *scores, int *order, int *sel);
+                      float *scores, int *work, int *sel);
 /* Its two halves. scores[w] for w in [w0, w1) only (each score depends on nothing but
  * its entry, so ranges can be scored on different threads); then the selection over
- * all n_cand scores (order: (topk) scratch). */
+ * all n_cand scores (work: (n_cand) scratch). */
 void dsv4_indexer_scores(const dsv4_attn_ops *ops, const float *qI, const float *wI,
                          const float *const *keys, int w0, int w1, int nI, int dI,
                          float *scores);
-int dsv4_indexer_select(const float *scores, int n_cand, int topk, int *order, int *sel);
+int dsv4_indexer_select(const float *scores, int n_cand, int topk, int *work, int *sel);
 
 /* Attention of one query row over n_kv rows of width hd (K = V) with a per-head sink:
  * q (H, hd), o (H, hd), probs (H, n_kv) scratch. rows[j] points to row j. */

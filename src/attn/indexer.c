@@ -53,31 +53,78 @@ static int cmp_int(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int dsv4_indexer_select(const float *scores, int n_cand, int topk, int *order, int *sel) {
+/* The old-style selection: a heap of the topk best rooted at the worst of them, then the
+ * kept indices sorted. heap (topk). Used when a score is NaN (no total order: the result
+ * then depends on the visiting order, and this keeps it what it always was) and as the
+ * fallback of quickselect. */
+static int select_heap(const float *scores, int n_cand, int topk, int *heap, int *sel) {
+    int n = 0;
+    for (int w = 0; w < n_cand; w++) {
+        if (n < topk) {
+            heap[n++] = w;
+            if (n == topk)
+                for (int i = topk / 2 - 1; i >= 0; i--) sift_down(heap, n, i, scores);
+        } else if (ranks_before(scores, w, heap[0])) {
+            heap[0] = w;
+            sift_down(heap, n, 0, scores);
+        }
+    }
+    for (int i = 0; i < n; i++) sel[i] = heap[i];
+    qsort(sel, (size_t)n, sizeof(int), cmp_int);
+    return n;
+}
+
+/* Quickselect on idx[0..n) under ranks_before (a strict total order without NaN: ties
+ * in score are ordered by index, so all entries are distinct): afterwards idx[k-1] is
+ * the entry of rank k and idx[0..k-1) rank before it. Returns 0, or -1 after too many
+ * rounds (adversarial orders; the caller then uses the heap, which picks the same set). */
+static int quickselect(int *idx, int n, int k, const float *score) {
+    int lo = 0, hi = n - 1;
+    for (int rounds = 0; lo < hi; rounds++) {
+        if (rounds > 96) return -1;
+        /* median of three as the pivot */
+        int a = idx[lo], b = idx[lo + (hi - lo) / 2], c = idx[hi], piv;
+        if (ranks_before(score, a, b)) piv = ranks_before(score, b, c) ? b : ranks_before(score, a, c) ? c : a;
+        else piv = ranks_before(score, a, c) ? a : ranks_before(score, b, c) ? c : b;
+        /* Hoare partition: [lo, j] rank before or at piv, [i, hi] at or after it */
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (ranks_before(score, idx[i], piv)) i++;
+            while (ranks_before(score, piv, idx[j])) j--;
+            if (i <= j) {
+                int t = idx[i]; idx[i] = idx[j]; idx[j] = t;
+                i++; j--;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break; /* k-1 sits between: the pivot itself, in its final place */
+    }
+    return 0;
+}
+
+int dsv4_indexer_select(const float *scores, int n_cand, int topk, int *work, int *sel) {
     if (n_cand <= topk) {
         for (int w = 0; w < n_cand; w++) sel[w] = w;
         return n_cand;
     }
-    /* keep the topk best in a heap rooted at the worst of them */
+    if (topk <= 0) return 0;
+    for (int w = 0; w < n_cand; w++)
+        if (scores[w] != scores[w]) return select_heap(scores, n_cand, topk, work, sel);
+    /* the entry of rank topk, then every entry ranking at or before it in ascending index
+     * order: the selection, already sorted */
+    for (int w = 0; w < n_cand; w++) work[w] = w;
+    if (quickselect(work, n_cand, topk, scores)) return select_heap(scores, n_cand, topk, work, sel);
+    const int kth = work[topk - 1];
     int n = 0;
-    for (int w = 0; w < n_cand; w++) {
-        if (n < topk) {
-            order[n++] = w;
-            if (n == topk)
-                for (int i = topk / 2 - 1; i >= 0; i--) sift_down(order, n, i, scores);
-        } else if (ranks_before(scores, w, order[0])) {
-            order[0] = w;
-            sift_down(order, n, 0, scores);
-        }
-    }
-    for (int i = 0; i < n; i++) sel[i] = order[i];
-    qsort(sel, (size_t)n, sizeof(int), cmp_int);
+    for (int w = 0; w < n_cand; w++)
+        if (w == kth || ranks_before(scores, w, kth)) sel[n++] = w;
     return n;
 }
 
 int dsv4_indexer_topk(const dsv4_attn_ops *ops, const float *qI, const float *wI,
                       const float *const *keys, int n_cand, int nI, int dI, int topk,
-                      float *scores, int *order, int *sel) {
+                      float *scores, int *work, int *sel) {
     if (n_cand > topk) dsv4_indexer_scores(ops, qI, wI, keys, 0, n_cand, nI, dI, scores);
-    return dsv4_indexer_select(scores, n_cand, topk, order, sel);
+    return dsv4_indexer_select(scores, n_cand, topk, work, sel);
 }

@@ -88,6 +88,42 @@ static int cmp_int(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The selection as it was before quickselect (heap of the best, rooted at the worst,
+ * then sorted), kept here verbatim as the oracle: the new one must choose the same. */
+static int old_ranks_before(const float *score, int i, int j) {
+    return score[i] > score[j] || (score[i] == score[j] && i < j);
+}
+static void old_sift_down(int *heap, int n, int at, const float *score) {
+    for (;;) {
+        int l = 2 * at + 1, r = l + 1, worst = at;
+        if (l < n && old_ranks_before(score, heap[worst], heap[l])) worst = l;
+        if (r < n && old_ranks_before(score, heap[worst], heap[r])) worst = r;
+        if (worst == at) return;
+        int t = heap[at]; heap[at] = heap[worst]; heap[worst] = t;
+        at = worst;
+    }
+}
+static int old_select(const float *scores, int n_cand, int topk, int *order, int *sel) {
+    if (n_cand <= topk) {
+        for (int w = 0; w < n_cand; w++) sel[w] = w;
+        return n_cand;
+    }
+    int n = 0;
+    for (int w = 0; w < n_cand; w++) {
+        if (n < topk) {
+            order[n++] = w;
+            if (n == topk)
+                for (int i = topk / 2 - 1; i >= 0; i--) old_sift_down(order, n, i, scores);
+        } else if (old_ranks_before(scores, w, order[0])) {
+            order[0] = w;
+            old_sift_down(order, n, 0, scores);
+        }
+    }
+    for (int i = 0; i < n; i++) sel[i] = order[i];
+    qsort(sel, (size_t)n, sizeof(int), cmp_int);
+    return n;
+}
+
 /* n_cand entries; with `negative`, every third key is the negated mean query direction so
  * many scores are exactly 0 (relu) and the tie rule decides. */
 static void test_indexer(int nI, int dI, int n_cand, int topk, int negative) {
@@ -97,8 +133,8 @@ static void test_indexer(int nI, int dI, int n_cand, int topk, int negative) {
     float *kbuf = malloc(sizeof(float) * n_cand * dI), *scores = malloc(sizeof(float) * n_cand);
     float *s2 = malloc(sizeof(float) * n_cand);
     const float **keys = malloc(sizeof(float *) * n_cand);
-    int *order = malloc(sizeof(int) * topk), *sel = malloc(sizeof(int) * topk);
-    int *ref = malloc(sizeof(int) * n_cand);
+    int *order = malloc(sizeof(int) * n_cand), *sel = malloc(sizeof(int) * topk);
+    int *ref = malloc(sizeof(int) * (2 * n_cand + topk));
     for (int i = 0; i < nI * dI; i++) qI[i] = (float)(0.5 + urand()); /* positive mean */
     for (int h = 0; h < nI; h++) wI[h] = (float)(0.2 + urand() * 0.1);
     for (int w = 0; w < n_cand; w++) {
@@ -133,6 +169,8 @@ static void test_indexer(int nI, int dI, int n_cand, int topk, int negative) {
         qsort(ref, (size_t)topk, sizeof(int), cmp_int);
         CHECK_MSG(memcmp(ref, sel, sizeof(int) * topk) == 0, "indexer n_cand=%d topk=%d: selection",
                   n_cand, topk);
+        CHECK(old_select(scores, n_cand, topk, ref, ref + topk) == topk &&
+              memcmp(ref + topk, sel, sizeof(int) * topk) == 0);
         /* scores in ranges, on every level: the same bits */
         for (int l = 0; l < nl; l++)
             for (int chunk = 1; chunk <= n_cand; chunk = chunk * 3 + 1) {
@@ -150,10 +188,42 @@ static void test_indexer(int nI, int dI, int n_cand, int topk, int negative) {
     free(ref);
 }
 
+/* Score patterns that stress a quickselect (sorted, reversed, constant, few distinct
+ * values, signed zeros, NaN) against the old heap selection. */
+static void test_select_patterns(void) {
+    enum { N = 3000 };
+    static float sc[N];
+    static int work[N], sel[N], sel_old[N], heap[N];
+    const int ks[] = {1, 2, 7, 512, 1499, 2999};
+    for (int pat = 0; pat < 8; pat++)
+        for (size_t t = 0; t < sizeof ks / sizeof ks[0]; t++) {
+            const int k = ks[t];
+            for (int w = 0; w < N; w++) {
+                switch (pat) {
+                case 0: sc[w] = (float)urand(); break;
+                case 1: sc[w] = (float)w; break;                  /* ascending */
+                case 2: sc[w] = (float)(N - w); break;            /* descending */
+                case 3: sc[w] = 0.0f; break;                      /* all tied */
+                case 4: sc[w] = (float)(w % 3); break;            /* three values */
+                case 5: sc[w] = w % 2 ? -0.0f : 0.0f; break;      /* signed zeros tie */
+                case 6: sc[w] = (float)((w * 7919) % 11) - 5.0f; break;
+                default: sc[w] = w % 97 == 5 ? NAN : (float)urand(); break; /* NaN: old rule */
+                }
+            }
+            const int n = dsv4_indexer_select(sc, N, k, work, sel);
+            const int n_old = old_select(sc, N, k, heap, sel_old);
+            CHECK_MSG(n == n_old && memcmp(sel, sel_old, sizeof(int) * n) == 0,
+                      "selection pattern %d k=%d differs from the heap selection", pat, k);
+            int asc = 1;
+            for (int i = 1; i < n; i++) asc &= sel[i - 1] < sel[i];
+            CHECK(asc);
+        }
+}
+
 /* Exact ties: equal scores go to the lower index, whatever positions they sit at. */
 static void test_ties(void) {
     float scores[10] = {1, 3, 3, 0, 3, 0, 2, 3, 0, 0};
-    int order[4], sel[4];
+    int order[10], sel[10];
     CHECK(dsv4_indexer_select(scores, 10, 4, order, sel) == 4);
     const int want[4] = {1, 2, 4, 7};
     CHECK(memcmp(sel, want, sizeof want) == 0);
@@ -173,5 +243,6 @@ int main(void) {
     test_indexer(5, 33, 257, 100, 1);  /* odd sizes, many exact zeros */
     test_indexer(16, 128, 1000, 512, 1);
     test_ties();
+    test_select_patterns();
     return test_report();
 }
