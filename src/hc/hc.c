@@ -7,19 +7,7 @@
 
 #include <math.h>
 
-/* Σ a[i]·b[i] in double with four fixed partial sums (vectorizable, order fixed). */
-static double dot_f64(const float *a, const float *b, int64_t n) {
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s0 += (double)a[i] * b[i];
-        s1 += (double)a[i + 1] * b[i + 1];
-        s2 += (double)a[i + 2] * b[i + 2];
-        s3 += (double)a[i + 3] * b[i + 3];
-    }
-    for (; i < n; i++) s0 += (double)a[i] * b[i];
-    return (s0 + s1) + (s2 + s3);
-}
+#include "kernels/ops.h"
 
 static double sigmoid_f64(double z) { return 1.0 / (1.0 + exp(-z)); }
 
@@ -28,8 +16,8 @@ static double sigmoid_f64(double z) { return 1.0 / (1.0 + exp(-z)); }
 static void hc_mixes(const dsv4_config *cfg, const float *h, const float *fn, int n_mix,
                      double *mixes) {
     const int64_t n = (int64_t)cfg->hc_mult * cfg->hidden_size;
-    const double rinv = 1.0 / sqrt(dot_f64(h, h, n) / (double)n + cfg->rms_norm_eps);
-    for (int m = 0; m < n_mix; m++) mixes[m] = dot_f64(fn + (int64_t)m * n, h, n) * rinv;
+    const double rinv = 1.0 / sqrt(dsv4_dot_f64(h, h, n) / (double)n + cfg->rms_norm_eps);
+    for (int m = 0; m < n_mix; m++) mixes[m] = dsv4_dot_f64(fn + (int64_t)m * n, h, n) * rinv;
 }
 
 /* x = Σ_j pre[j] · h[j] */

@@ -9,6 +9,18 @@ static inline float dsv4_sigmoid(float x);
 float dsv4_silu(float x);
 float dsv4_dot(const float *a, const float *b, int n);
 
+/* Σ a[i]·b[i] in double: sixteen partial sums, s_l over i ≡ l (mod 16) of the whole
+ * sixteens, the tail into s_0, s_1, ..., then a fixed tree. A float × float product is
+ * exact in double, so fused and separate multiply-add round alike: the AVX2 level (four
+ * registers of four double lanes, chosen at run time when the CPU has AVX2 + FMA) equals
+ * the portable loop bit for bit, and dsv4_dot_f64 is one function whichever runs. */
+#include <stdint.h>
+double dsv4_dot_f64(const float *a, const float *b, int64_t n);
+double dsv4_dot_f64_portable(const float *a, const float *b, int64_t n);
+/* The AVX2 level, or NULL when the build or the CPU lacks it (for tests). */
+typedef double (*dsv4_dot_f64_fn)(const float *a, const float *b, int64_t n);
+dsv4_dot_f64_fn dsv4_dot_f64_avx2(void);
+
 #include <math.h>
 static inline float dsv4_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 

@@ -74,6 +74,31 @@ static void test_dot(void) {
     CHECK(dsv4_dot(u, v, 3) == 12.0f);
 }
 
+/* dsv4_dot_f64: within rounding of a long-double sum; the AVX2 level (when the CPU has it)
+ * and the dispatching entry equal the portable loop bit for bit, at any offset. */
+static void test_dot_f64(void) {
+    enum { NMAX = 4133 };
+    static float a[NMAX + 1], b[NMAX + 1];
+    const int ns[] = {0, 1, 3, 4, 5, 15, 16, 17, 31, 32, 33, 100, 1000, 4096, NMAX};
+    dsv4_dot_f64_fn avx2 = dsv4_dot_f64_avx2();
+    printf("dot_f64: AVX2 level %s\n", avx2 ? "present" : "absent (portable only)");
+    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+        const int n = ns[t];
+        for (int i = 0; i < n + 1; i++) { a[i] = (float)urand() * 1e3f; b[i] = (float)urand() * (i % 7 ? 1.0f : 1e-20f); }
+        for (int off = 0; off < 2; off++) {
+            const float *x = a + off, *y = b + off;
+            const int m = n - off < 0 ? 0 : n - off;
+            long double ref = 0, mag = 0;
+            for (int i = 0; i < m; i++) { ref += (long double)x[i] * y[i]; mag += fabsl((long double)x[i] * y[i]); }
+            const double got = dsv4_dot_f64_portable(x, y, m);
+            CHECK_MSG(fabsl(got - ref) <= 1e-15L * mag + 1e-300L, "dot_f64 n=%d: %.17g vs %.17Lg", m, got, ref);
+            CHECK_MSG(dsv4_dot_f64(x, y, m) == got, "dot_f64 n=%d off=%d: dispatch differs from portable", m, off);
+            if (avx2) CHECK_MSG(avx2(x, y, m) == got, "dot_f64 n=%d off=%d: AVX2 %.17g vs portable %.17g", m, off,
+                                avx2(x, y, m), got);
+        }
+    }
+}
+
 int main(void) {
     const int ns[] = {1, 2, 7, 64, 129, 600};
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
@@ -84,5 +109,6 @@ int main(void) {
     test_rmsnorm_eps();
     test_silu();
     test_dot();
+    test_dot_f64();
     return test_report();
 }
