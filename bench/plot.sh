@@ -64,10 +64,11 @@ out, commit = sys.argv[1], sys.argv[2]
 b = json.load(open(os.path.join(out, "batch.json")))
 c = json.load(open(os.path.join(out, "context.json")))
 with open(os.path.join(out, "batch.dat"), "w") as f:
-    f.write("# batch tokens_per_s roofline_tokens_per_s bytes_per_step experts_per_layer\n")
+    f.write("# batch tokens_per_s roofline_tokens_per_s bytes_per_step experts_per_layer compute_roofline_tokens_per_s\n")
     for r in b["batches"]:
-        f.write("%d %.3f %.3f %.0f %.2f\n" % (r["batch"], r["decode_tokens_per_s"],
-                r["decode_roofline_tokens_per_s"], r["decode_bytes_per_step"], r["decode_experts_per_layer"]))
+        f.write("%d %.3f %.3f %.0f %.2f %.3f\n" % (r["batch"], r["decode_tokens_per_s"],
+                r["decode_roofline_tokens_per_s"], r["decode_bytes_per_step"], r["decode_experts_per_layer"],
+                r["decode_compute_roofline_tokens_per_s"]))
 with open(os.path.join(out, "context.dat"), "w") as f:
     f.write("# context tokens_per_s roofline_tokens_per_s(weights) roofline_with_cache\n")
     for r in c["contexts"]:
@@ -89,19 +90,21 @@ rows.append("")
 rows.append("Prefill of %d tokens: %.1f tokens/s, %.1f GFLOP/s useful = %.0f%% of the FMA peak." % (
     b["prefill_tokens"], b["prefill_tokens_per_s"], b["prefill_gflops"], 100 * b["prefill_roofline_ratio"]))
 rows.append("")
-row("batch", "context", "tokens/s", "ms/step", "weights MB/step", "experts/layer (K/E expectation)", "of bandwidth roofline", "CPU use")
-row(*["---"] * 8)
+row("batch", "context", "tokens/s", "ms/step", "weights MB/step", "experts/layer (K/E expectation)", "of bandwidth roofline", "GFLOP/s", "of FMA peak", "of the tighter bound", "CPU use")
+row(*["---"] * 11)
 for r in b["batches"]:
     row(r["batch"], r["context"], "%.1f" % r["decode_tokens_per_s"], "%.1f" % r["decode_ms_per_step"],
         "%.1f" % (r["decode_bytes_per_step"] / 1e6), "%.1f (%.1f)" % (r["decode_experts_per_layer"], r["decode_experts_per_layer_expected"]),
-        "%.0f%%" % (100 * r["decode_roofline_ratio"]), "%.0f%%" % (100 * r["decode_cpu_utilization"]))
+        "%.0f%%" % (100 * r["decode_roofline_ratio"]), "%.1f" % r["decode_gflops"], "%.0f%%" % (100 * r["decode_compute_ratio"]),
+        "%.0f%%" % (100 * r["decode_bound_ratio"]), "%.0f%%" % (100 * r["decode_cpu_utilization"]))
 b1 = [r for r in b["batches"] if r["batch"] == 1]
 b16 = [r for r in b["batches"] if r["batch"] == 16]
 if b1 and b16:
     rows.append("")
-    rows.append("Batch 16 / batch 1 decode: %.2fx (bandwidth bound on the same bytes: %.2fx)." % (
+    rows.append("Batch 16 / batch 1 decode: %.2fx (bandwidth bound on the same bytes: %.2fx; the tighter of the bandwidth and FMA bounds: %.2fx)." % (
         b16[0]["decode_tokens_per_s"] / b1[0]["decode_tokens_per_s"],
-        16 * b1[0]["decode_bytes_per_step"] / b16[0]["decode_bytes_per_step"]))
+        16 * b1[0]["decode_bytes_per_step"] / b16[0]["decode_bytes_per_step"],
+        b16[0]["decode_bound_tokens_per_s"] / b1[0]["decode_bound_tokens_per_s"]))
 rows.append("")
 row("context", "prefill tokens/s to here", "prefill GFLOP/s", "decode tokens/s", "weights MB/step", "cache MB/step (est.)", "of weight roofline", "of weight+cache roofline", "CPU use")
 row(*["---"] * 9)
@@ -130,7 +133,8 @@ set xlabel "batch size (prompt 512)"
 set ylabel "decode tokens/s"
 set yrange [0:*]
 plot "$out/batch.dat" using 1:2 with linespoints lw 2 pt 7 title "measured", \
-     "$out/batch.dat" using 1:3 with lines dt 2 title "bandwidth roofline (weights read)"
+     "$out/batch.dat" using 1:3 with lines dt 2 title "bandwidth roofline (weights read)", \
+     "$out/batch.dat" using 1:6 with lines dt 3 title "compute roofline (FMA peak)"
 set xlabel "context length (batch 1)"
 set xrange [800:84000]
 set key center right box opaque
