@@ -225,7 +225,7 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
     pl->x = op->x;
     pl->n_rows = op->n_rows;
     pl->y = op->y;
-    pl->gemv = op->n_rows <= LIN_GEMV_ROWS && kn->gemv;
+    pl->gemv = op->n_rows <= LIN_GEMV_MAX_ROWS && kn->gemv;
     /* GEMV: 4..LIN_GEMV_NB outputs per task (a multiple of 4: the kernels take rows in
      * fours); the split never changes a result */
     pl->per = LIN_NB;
@@ -248,7 +248,12 @@ static void lin_task(void *arg, int t, int tid) {
     const int64_t o0 = (int64_t)(t - p->task0) * p->per;
     if (p->gemv) {
         const int64_t o1 = o0 + p->per < p->w->rows ? o0 + p->per : p->w->rows;
-        p->kn->gemv(&p->call, p->w, p->x, p->n_rows, p->y, o0, o1);
+        /* passes of up to LIN_GEMV_ROWS rows over the task's weights: the second pass
+         * finds them in cache */
+        for (int s0 = 0; s0 < p->n_rows; s0 += LIN_GEMV_ROWS) {
+            const int ns = p->n_rows - s0 < LIN_GEMV_ROWS ? p->n_rows - s0 : LIN_GEMV_ROWS;
+            p->kn->gemv(&p->call, p->w, p->x + (int64_t)s0 * p->w->cols, ns, p->y + (int64_t)s0 * p->w->rows, o0, o1);
+        }
     } else {
         p->kn->gemm(&p->call, p->w, p->x, p->n_rows, p->y, o0, dsv4_kctx_lin_scratch(j->k, tid));
     }

@@ -28,7 +28,8 @@
 #define LIN_KB 256 /* columns per dequantized tile: a multiple of 128 (FP8 scale blocks) */
 #define LIN_MB 96  /* activation rows per accumulator block (a multiple of 3) */
 #define LIN_GEMV_NB 64 /* most outputs per GEMV task (a multiple of 4) */
-#define LIN_GEMV_ROWS 4 /* up to this many activation rows take the GEMV path (decode, MTP) */
+#define LIN_GEMV_ROWS 4 /* activation rows one GEMV kernel call takes (its registers) */
+#define LIN_GEMV_MAX_ROWS 8 /* up to this many rows take the GEMV path, in passes of LIN_GEMV_ROWS */
 
 /* Per-thread scratch of the GEMM path, in floats. */
 #define LIN_SCRATCH_WTILE ((int64_t)LIN_NB * LIN_KB)         /* (LIN_NB, LIN_KB) weights */

@@ -17,6 +17,7 @@
 #include "kernels/cpu.h"
 #include "kernels/kctx.h"
 #include "kernels/linear.h"
+#include "kernels/linear_fast.h"
 #include "test.h"
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
@@ -372,14 +373,16 @@ int main(void) {
                         if (f != DSV4_WF_FP4)
                             for (int ci = 0; ci < 4; ci++) check_case(f, sc, rows_set[ri], odd_cols[ci], nrows_set[ni], level);
                     }
-            /* the other few-row GEMV widths (2, 4) and the first GEMM width (5) */
+            /* the other few-row GEMV widths: one pass (2, 4), two passes (5, 8), and the
+             * first GEMM width (9) */
             const int64_t few_rows[2] = {7, 129}, few_cols[3] = {96, 133, 1056};
+            const int few_nr[5] = {2, 4, 5, LIN_GEMV_MAX_ROWS, LIN_GEMV_MAX_ROWS + 1};
             for (int sc = 0; sc < n_sc; sc++)
-                for (int nr = 2; nr <= 5; nr += nr == 2 ? 2 : 1)
+                for (int ni = 0; ni < 5; ni++)
                     for (int ri = 0; ri < 2; ri++)
                         for (int ci = 0; ci < 3; ci++)
                             if (f != DSV4_WF_FP4 || few_cols[ci] % 32 == 0)
-                                check_case(f, sc, few_rows[ri], few_cols[ci], nr, level);
+                                check_case(f, sc, few_rows[ri], few_cols[ci], few_nr[ni], level);
             for (int sc = 0; sc < n_sc; sc++) {
                 check_exact(f, sc, 131, f == DSV4_WF_FP4 ? 288 : 291, level, NULL);
                 check_exact(f, sc, 5, f == DSV4_WF_FP4 ? 32 : 9, level, NULL);
