@@ -263,20 +263,8 @@ static void lin_task(void *arg, int t, int tid) {
 #define LIN_BATCH_MAX 64
 
 void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
-    if (dsv4_kctx_fidelity(k)) { /* fidelity mode P3: role-marked ops go one by one */
-        int n_fid = 0;
-        for (int i = 0; i < n_ops; i++) n_fid += ops[i].w->fid_role != 0;
-        if (n_fid) {
-            for (int i = 0; i < n_ops; i++) {
-                if (dsv4_fid_linear(k, ops[i].w, ops[i].x, ops[i].n_rows, ops[i].y)) continue;
-                dsv4_mat m = *ops[i].w; /* a role its items leave alone: the plain path */
-                m.fid_role = 0;
-                const dsv4_lin_op op = {&m, ops[i].x, ops[i].n_rows, ops[i].y};
-                dsv4_linear_batch(k, &op, 1);
-            }
-            return;
-        }
-    }
+    /* fidelity mode P3 (kernels/linear_fid.c): rounds around role-marked matrices */
+    if (dsv4_kctx_fidelity(k) && dsv4_fid_linear_batch(k, ops, n_ops)) return;
     for (int b0 = 0; b0 < n_ops; b0 += LIN_BATCH_MAX) {
         const int nb = n_ops - b0 < LIN_BATCH_MAX ? n_ops - b0 : LIN_BATCH_MAX;
         lin_plan plan[LIN_BATCH_MAX];
