@@ -23,6 +23,7 @@
 
 #include "dist/cp.h"
 #include "dist/dist.h"
+#include "bench_mpi.h"
 #include "dsv4.h"
 #include "engine/engine.h"
 
@@ -35,12 +36,6 @@ static double thread_cpu(void) {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int arg_int(int argc, char **argv, const char *name, int def) {
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], name)) return atoi(argv[i + 1]);
-    return def;
 }
 
 /* The collectives of one CP call with the plan's sizes, without the compute. */
@@ -79,15 +74,11 @@ static double comm_replay(const dsv4_config *c, const dsv4_cp_plan *p, MPI_Comm 
 
 int main(int argc, char **argv) {
     dsv4_dist *d = NULL;
+    const int start = bench_mpi_start(&argc, &argv,
+                                      "mpirun -np CP bench_cp MODEL_DIR [--tokens N] [--s0 S] [--threads T] [--granule G] [--reps R]", &d);
+    if (start) return start;
     dsv4_err err = {0};
-    if (dsv4_dist_init(&argc, &argv, &d, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     const int rank = dsv4_dist_rank(d), size = dsv4_dist_size(d);
-    if (argc < 2 || argv[1][0] == '-') {
-        if (rank == 0) fprintf(stderr, "usage: mpirun -np CP bench_cp MODEL_DIR [--tokens N] [--s0 S] "
-                                       "[--threads T] [--granule G] [--reps R]\n");
-        dsv4_dist_finalize(d);
-        return 2;
-    }
     const int N = arg_int(argc, argv, "--tokens", 8192), S0 = arg_int(argc, argv, "--s0", 0);
     const int T = arg_int(argc, argv, "--threads", 1), G = arg_int(argc, argv, "--granule", 0);
     const int R = arg_int(argc, argv, "--reps", 1);

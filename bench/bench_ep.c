@@ -21,26 +21,17 @@
 
 #include "dist/dist.h"
 #include "dist/ep.h"
+#include "bench_mpi.h"
 #include "dsv4.h"
 #include "engine/engine.h"
 
-static int arg_int(int argc, char **argv, const char *name, int def) {
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], name)) return atoi(argv[i + 1]);
-    return def;
-}
-
 int main(int argc, char **argv) {
     dsv4_dist *d = NULL;
+    const int start = bench_mpi_start(&argc, &argv,
+                                      "mpirun -np EP bench_ep MODEL_DIR [--seqs B] [--prefill P] [--steps S] [--threads T] [--wave W]", &d);
+    if (start) return start;
     dsv4_err err = {0};
-    if (dsv4_dist_init(&argc, &argv, &d, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     const int rank = dsv4_dist_rank(d), size = dsv4_dist_size(d);
-    if (argc < 2 || argv[1][0] == '-') {
-        if (rank == 0) fprintf(stderr, "usage: mpirun -np EP bench_ep MODEL_DIR [--seqs B] [--prefill P] "
-                                       "[--steps S] [--threads T] [--wave W]\n");
-        dsv4_dist_finalize(d);
-        return 2;
-    }
     const int B = arg_int(argc, argv, "--seqs", 8), P = arg_int(argc, argv, "--prefill", 64);
     const int S = arg_int(argc, argv, "--steps", 32), T = arg_int(argc, argv, "--threads", 1);
     const int W = arg_int(argc, argv, "--wave", 0);
