@@ -115,3 +115,26 @@ struct dsv4_tokenizer *cli_load_tokenizer(const char *cmd, const char *path) {
     }
     return tok;
 }
+
+int cli_tokenizer_args(const char *cmd, int argc, char **argv, const char *flag, int flag_bit,
+                       void (*usage)(FILE *), const char **path, int *flags) {
+    *path = NULL;
+    *flags = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); return 0; }
+        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) *path = argv[++i];
+        else if (!strncmp(argv[i], "--tokenizer=", 12)) *path = argv[i] + 12;
+        else if (!strcmp(argv[i], flag)) *flags |= flag_bit;
+        else {
+            fprintf(stderr, "dsv4 %s: unknown or incomplete option '%s'\n", cmd, argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!*path) {
+        fprintf(stderr, "dsv4 %s: --tokenizer FILE is required\n", cmd);
+        usage(stderr);
+        return 2;
+    }
+    return -1;
+}

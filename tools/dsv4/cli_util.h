@@ -28,4 +28,10 @@ char *cli_read_stream(FILE *f, size_t *len);
  * "dsv4 CMD: message" and returns NULL on failure. */
 struct dsv4_tokenizer *cli_load_tokenizer(const char *cmd, const char *path);
 
+/* The options of `dsv4 tokenize / detokenize`: --tokenizer FILE (or --tokenizer=FILE), and
+ * one switch `flag` that sets flag_bit in *flags; -h/--help prints usage. Returns -1 to go
+ * on with *path set, else the exit status (0 after help, 2 on a bad or missing option). */
+int cli_tokenizer_args(const char *cmd, int argc, char **argv, const char *flag, int flag_bit,
+                       void (*usage)(FILE *), const char **path, int *flags);
+
 #endif

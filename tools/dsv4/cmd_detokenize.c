@@ -49,24 +49,10 @@ static int parse_ids(const char *s, size_t n, dsv4_tok_ids *ids) {
 }
 
 int cmd_detokenize(int argc, char **argv) {
-    const char *path = NULL;
-    int flags = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); return 0; }
-        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) path = argv[++i];
-        else if (!strncmp(argv[i], "--tokenizer=", 12)) path = argv[i] + 12;
-        else if (!strcmp(argv[i], "--skip-special")) flags |= DSV4_DETOK_SKIP_SPECIAL;
-        else {
-            fprintf(stderr, "dsv4 detokenize: unknown or incomplete option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!path) {
-        fprintf(stderr, "dsv4 detokenize: --tokenizer FILE is required\n");
-        usage(stderr);
-        return 2;
-    }
+    const char *path;
+    int flags;
+    const int args = cli_tokenizer_args("detokenize", argc, argv, "--skip-special", DSV4_DETOK_SKIP_SPECIAL, usage, &path, &flags);
+    if (args >= 0) return args;
     dsv4_err err = {0};
     dsv4_tokenizer *tok = cli_load_tokenizer("detokenize", path);
     if (!tok) return 1;

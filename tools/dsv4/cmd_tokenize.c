@@ -19,24 +19,10 @@ static void usage(FILE *f) {
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    const char *path = NULL;
-    int flags = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); return 0; }
-        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) path = argv[++i];
-        else if (!strncmp(argv[i], "--tokenizer=", 12)) path = argv[i] + 12;
-        else if (!strcmp(argv[i], "--no-special")) flags |= DSV4_TOK_NO_ADDED;
-        else {
-            fprintf(stderr, "dsv4 tokenize: unknown or incomplete option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!path) {
-        fprintf(stderr, "dsv4 tokenize: --tokenizer FILE is required\n");
-        usage(stderr);
-        return 2;
-    }
+    const char *path;
+    int flags;
+    const int args = cli_tokenizer_args("tokenize", argc, argv, "--no-special", DSV4_TOK_NO_ADDED, usage, &path, &flags);
+    if (args >= 0) return args;
     dsv4_err err = {0};
     dsv4_tokenizer *tok = cli_load_tokenizer("tokenize", path);
     if (!tok) return 1;
