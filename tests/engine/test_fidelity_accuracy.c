@@ -21,61 +21,20 @@
 
 #include "accuracy_metrics.h"
 #include "choice_metrics.h"
+#include "golden_run.h"
 #include "dsv4.h"
 #include "dump.h"
 #include "model/model.h"
 #include "test.h"
 
-typedef struct {
-    float *hidden; /* (N, D) */
-    float *logits; /* (N, V) */
-    float *mtp;    /* (N-1, V) */
-    choices ch;
-} run_out;
-
-static void free_out(run_out *o) {
-    free(o->hidden); free(o->logits); free(o->mtp);
-    choices_free(&o->ch);
-}
+typedef golden_out run_out;
 
 static int run_engine(const dsv4_model *m, const int32_t *tokens, int N, int P, unsigned fid, run_out *o) {
-    const dsv4_config *c = &m->cfg;
-    const int D = c->hidden_size, V = c->vocab_size, hc = c->hc_mult, L = c->num_hidden_layers;
-    const int K = c->num_experts_per_tok, topk = c->index_topk > 0 ? c->index_topk : 1;
-    dsv4_err err = {0};
     dsv4_engine_opts eo = {0};
-    eo.max_context = N + 8;
-    eo.max_seqs = 1;
-    eo.c_max = N;
-    eo.mtp = c->num_nextn_predict_layers > 0;
     eo.fidelity = fid;
-    memset(o, 0, sizeof *o);
-    dsv4_engine *e;
-    if (dsv4_engine_create(m, &eo, &e, &err)) { fprintf(stderr, "engine: %s\n", err.msg); return -1; }
-    o->hidden = malloc(sizeof(float) * (size_t)N * D);
-    o->logits = malloc(sizeof(float) * (size_t)N * V);
-    o->mtp = malloc(sizeof(float) * (size_t)N * V);
-    if (choices_init(&o->ch, N, L, K, topk)) { dsv4_engine_free(e); return -1; }
-    dsv4_engine_set_choice_trace(e, choices_hook, &o->ch);
-    float *streams = malloc(sizeof(float) * (size_t)N * hc * D);
-    int seq, rc = dsv4_seq_create(e, &seq, &err);
-    for (int s0 = 0; s0 < N && !rc;) {
-        const int n = s0 == 0 ? P : 1;
-        dsv4_span sp = {seq, s0, n, tokens + s0, n, NULL, n, NULL};
-        rc = dsv4_forward(e, &sp, 1, o->hidden + (size_t)s0 * D, streams + (size_t)s0 * hc * D, &err);
-        s0 += n;
-    }
-    if (!rc) rc = dsv4_lm_head(e, o->hidden, N, o->logits, &err);
-    float *mh = malloc(sizeof(float) * (size_t)N * D);
-    if (!rc && eo.mtp) {
-        dsv4_mtp_span ms = {seq, 0, N - 1, tokens + 1, streams};
-        rc = dsv4_mtp_forward(e, &ms, 1, mh, &err);
-        if (!rc) rc = dsv4_lm_head(e, mh, N - 1, o->mtp, &err);
-    }
-    if (rc) fprintf(stderr, "fidelity 0x%x: %s\n", fid, err.msg);
-    free(mh); free(streams);
-    dsv4_engine_free(e);
-    return rc ? -1 : 0;
+    char what[32];
+    snprintf(what, sizeof what, "fidelity 0x%x", fid);
+    return golden_run(m, eo, tokens, N, P, NULL, NULL, what, o);
 }
 
 static void test_parse(const dsv4_model *m) {
@@ -162,7 +121,7 @@ int main(int argc, char **argv) {
         /* the item is live: it changes the result */
         CHECK_MSG(mh.max_abs > 0, "%s: hidden identical to P0 (hook not taken?)", cases[i].name);
     }
-    for (int i = 0; i < NC; i++) free_out(&o[i]);
+    for (int i = 0; i < NC; i++) golden_out_free(&o[i]);
     dsv4_model_close(m);
     dump_free(&ref);
     return test_report();

@@ -36,6 +36,7 @@
 
 #include "accuracy_metrics.h"
 #include "choice_metrics.h"
+#include "golden_run.h"
 #include "dsv4.h"
 #include "dump.h"
 #include "hc/hc.h"
@@ -80,35 +81,18 @@ static void on_trace(void *user, int seq, int64_t pos, int layer, int kind, cons
 }
 
 typedef struct {
-    float *hidden;  /* (N, D) */
-    float *logits;  /* (N, V) */
-    float *mtp;     /* (N-1, V) */
-    int *route;     /* (L, N, K) */
+    golden_out g;   /* hidden, logits, MTP logits, reported choices */
+    int *route;     /* (L, N, K) the router rerun on the streams */
     float *attn_streams, *block_streams; /* P0 only: (L, N, hc, D) */
-    choices ch;     /* what the engine's choice hook reported */
 } run_out;
 
 static int run_engine(const dsv4_model *m, const int32_t *tokens, int N, int P, int w8a8,
                       int threads, int keep_streams, run_out *o) {
     const dsv4_config *c = &m->cfg;
-    const int D = c->hidden_size, V = c->vocab_size, hc = c->hc_mult, L = c->num_hidden_layers;
+    const int D = c->hidden_size, hc = c->hc_mult, L = c->num_hidden_layers;
     const int K = c->num_experts_per_tok;
-    dsv4_err err = {0};
-    dsv4_engine_opts eo = {0};
-    eo.max_context = N + 8;
-    eo.max_seqs = 1;
-    eo.c_max = N;
-    eo.mtp = 1;
-    eo.w8a8 = w8a8;
-    eo.threads = threads;
-    dsv4_engine *e;
-    if (dsv4_engine_create(m, &eo, &e, &err)) { fprintf(stderr, "engine: %s\n", err.msg); return -1; }
     memset(o, 0, sizeof *o);
-    o->hidden = malloc(sizeof(float) * (size_t)N * D);
-    o->logits = malloc(sizeof(float) * (size_t)N * V);
-    o->mtp = malloc(sizeof(float) * (size_t)N * V);
     o->route = malloc(sizeof(int) * (size_t)L * N * K);
-    float *streams = malloc(sizeof(float) * (size_t)N * hc * D);
     trace_ctx t = {m, tokens, N, L, K, hc, D, o->route, NULL, NULL,
                    malloc(sizeof(float) * D), malloc(sizeof(float) * hc), malloc(sizeof(float) * hc * hc),
                    malloc(sizeof(float) * K)};
@@ -116,35 +100,20 @@ static int run_engine(const dsv4_model *m, const int32_t *tokens, int N, int P, 
         o->attn_streams = t.attn_streams = malloc(sizeof(float) * (size_t)L * N * hc * D);
         o->block_streams = t.block_streams = malloc(sizeof(float) * (size_t)L * N * hc * D);
     }
-    dsv4_engine_set_trace(e, on_trace, &t);
-    if (choices_init(&o->ch, N, L, K, c->index_topk)) { dsv4_engine_free(e); return -1; }
-    dsv4_engine_set_choice_trace(e, choices_hook, &o->ch);
-    int seq, rc = dsv4_seq_create(e, &seq, &err);
-    /* prefill P rows, then one row per step, every hidden row and stream kept */
-    for (int s0 = 0; s0 < N && !rc;) {
-        const int n = s0 == 0 ? P : 1;
-        dsv4_span sp = {seq, s0, n, tokens + s0, n, NULL, n, NULL};
-        rc = dsv4_forward(e, &sp, 1, o->hidden + (size_t)s0 * D, streams + (size_t)s0 * hc * D, &err);
-        s0 += n;
-    }
-    if (!rc) rc = dsv4_lm_head(e, o->hidden, N, o->logits, &err);
-    /* MTP rows 0 .. N-2: streams of position t with token t+1 */
-    float *mh = malloc(sizeof(float) * (size_t)N * D);
-    if (!rc) {
-        dsv4_mtp_span ms = {seq, 0, N - 1, tokens + 1, streams};
-        rc = dsv4_mtp_forward(e, &ms, 1, mh, &err);
-    }
-    if (!rc) rc = dsv4_lm_head(e, mh, N - 1, o->mtp, &err);
-    if (rc) fprintf(stderr, "w8a8=%d: %s\n", w8a8, err.msg);
-    free(mh); free(streams); free(t.x); free(t.post); free(t.comb); free(t.w);
-    dsv4_engine_free(e);
-    return rc ? -1 : 0;
+    dsv4_engine_opts eo = {0};
+    eo.w8a8 = w8a8;
+    eo.threads = threads;
+    char what[32];
+    snprintf(what, sizeof what, "w8a8=%d", w8a8);
+    const int rc = golden_run(m, eo, tokens, N, P, on_trace, &t, what, &o->g);
+    free(t.x); free(t.post); free(t.comb); free(t.w);
+    return rc;
 }
 
 static void free_out(run_out *o) {
-    free(o->hidden); free(o->logits); free(o->mtp); free(o->route);
+    golden_out_free(&o->g);
+    free(o->route);
     free(o->attn_streams); free(o->block_streams);
-    choices_free(&o->ch);
 }
 
 /* Hidden rel-L2 over the tokens whose score-routed experts all agree with P0's, and over
@@ -159,9 +128,9 @@ static void split_by_routing(const dsv4_config *c, const run_out *a, const run_o
             flip |= !same_experts(a->route + ((size_t)l * N + t) * K, ref->route + ((size_t)l * N + t) * K, K);
         cnt[flip]++;
         for (int i = 0; i < D; i++) {
-            const double d = (double)a->hidden[(size_t)t * D + i] - ref->hidden[(size_t)t * D + i];
+            const double d = (double)a->g.hidden[(size_t)t * D + i] - ref->g.hidden[(size_t)t * D + i];
             num[flip] += d * d;
-            den[flip] += (double)ref->hidden[(size_t)t * D + i] * ref->hidden[(size_t)t * D + i];
+            den[flip] += (double)ref->g.hidden[(size_t)t * D + i] * ref->g.hidden[(size_t)t * D + i];
         }
     }
     printf("  hidden rel-L2 by token: %d with every routing as P0's %.3e, %d with a flipped expert %.3e\n",
@@ -321,8 +290,8 @@ int main(int argc, char **argv) {
     /* P2 end to end does not depend on the thread count (integer sums, per-row scales) */
     run_out o1;
     if (run_engine(m, ref.tokens, N, P, 1, 1, 0, &o1) == 0) {
-        CHECK_MSG(memcmp(o1.hidden, o[1].hidden, sizeof(float) * (size_t)N * D) == 0 &&
-                  memcmp(o1.mtp, o[1].mtp, sizeof(float) * (size_t)(N - 1) * V) == 0,
+        CHECK_MSG(memcmp(o1.g.hidden, o[1].g.hidden, sizeof(float) * (size_t)N * D) == 0 &&
+                  memcmp(o1.g.mtp, o[1].g.mtp, sizeof(float) * (size_t)(N - 1) * V) == 0,
                   "P2 with 1 thread differs from 2 threads");
         free_out(&o1);
     } else {
@@ -344,14 +313,14 @@ int main(int argc, char **argv) {
     free(gr);
     /* the router rerun on each engine's streams chose what the engine reports it chose */
     for (int lv = 0; lv < 3; lv++)
-        CHECK_MSG(memcmp(o[lv].ch.route, o[lv].route, sizeof(int) * (size_t)L * N * K) == 0,
+        CHECK_MSG(memcmp(o[lv].g.ch.route, o[lv].route, sizeof(int) * (size_t)L * N * K) == 0,
                   "w8a8 = %d: choice hook routing differs from the router rerun on the streams", lv);
 
     for (int lv = 1; lv < 3; lv++) {
         printf("P2 (w8a8 = %d%s) vs P0:\n", lv, lv == 2 ? ", with wq_a/wkv/wo_a" : "");
-        metrics mh = compare(o[lv].hidden, o[0].hidden, N, D, 0);
-        metrics ml = compare(o[lv].logits, o[0].logits, N, V, 1);
-        metrics mm = compare(o[lv].mtp, o[0].mtp, N - 1, V, 1);
+        metrics mh = compare(o[lv].g.hidden, o[0].g.hidden, N, D, 0);
+        metrics ml = compare(o[lv].g.logits, o[0].g.logits, N, V, 1);
+        metrics mm = compare(o[lv].g.mtp, o[0].g.mtp, N - 1, V, 1);
         print_metrics("hidden", &mh, 0);
         print_metrics("logits", &ml, 1);
         print_metrics("mtp logits", &mm, 1);
@@ -359,7 +328,7 @@ int main(int argc, char **argv) {
         printf("  router top-%d agreement (score layers %d..%d): %.2f%%\n", K, c->num_hash_layers, L - 1, 100 * ra);
         split_by_routing(c, &o[lv], &o[0], N);
         long pairs, exact;
-        const double jac = csa_jaccard(&o[lv].ch, &o[0].ch, &pairs, &exact);
+        const double jac = csa_jaccard(&o[lv].g.ch, &o[0].g.ch, &pairs, &exact);
         printf("  CSA selections: mean Jaccard %.4f, identical in %ld of %ld (layer, token) pairs\n", jac, exact,
                pairs);
         CHECK_MSG(pairs > 0, "w8a8 = %d: no CSA selection reported", lv);
