@@ -107,6 +107,27 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Rounds of (probe pass, measured call) back to back: on a shared machine both see the same
+ * conditions. Kept: the best call time, the best probe, and each round's ratio of the
+ * call's rate (work / time, in G units) to its probe, whose median goes next to best/best. */
+typedef struct {
+    double best_t, best_probe, ratio[64];
+    int n;
+} rounds;
+
+static rounds rounds_start(void) { return (rounds){.best_t = 1e9}; }
+
+static void rounds_add(rounds *r, double dt, double probe, double work) {
+    if (dt < r->best_t) r->best_t = dt;
+    if (probe > r->best_probe) r->best_probe = probe;
+    if (r->n < 64) r->ratio[r->n++] = (work / dt / 1e9) / probe;
+}
+
+static double rounds_median(rounds *r) {
+    qsort(r->ratio, (size_t)r->n, sizeof(double), cmp_double);
+    return r->n ? r->ratio[r->n / 2] : 0.0;
+}
+
 /* ---- decode-shaped GEMV ---------------------------------------------------------------- */
 
 typedef struct {
@@ -141,8 +162,8 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads)
             for (int64_t i = 0; i < 2 * sh->cols; i++) x[i] = (float)((int64_t)(rnd() % 2001) - 1000) * 1e-3f;
             for (int nx = 1; nx <= 2; nx++) {
                 const double bytes = (double)nm * (double)mb;
-                double best_t = 1e9, sbw = 0, ratios[64];
-                int n_ratio = 0, n_call = 0;
+                rounds rd = rounds_start();
+                int n_call = 0;
                 /* every call's own time too: its median shrugs off the preemptions of a
                  * shared machine that a whole sweep of calls rarely escapes */
                 double *call_t = malloc(sizeof(double) * (size_t)nm * (size_t)reps);
@@ -156,13 +177,9 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads)
                         if (r > 0) call_t[n_call++] = t1 - tc;
                         tc = t1;
                     }
-                    const double dt = tc - t0;
-                    if (r == 0) continue; /* warm-up */
-                    if (dt < best_t) best_t = dt;
-                    if (sg > sbw) sbw = sg;
-                    if (n_ratio < 64) ratios[n_ratio++] = (bytes / dt / 1e9) / sg;
+                    if (r > 0) rounds_add(&rd, tc - t0, sg, bytes); /* round 0: warm-up */
                 }
-                qsort(ratios, (size_t)n_ratio, sizeof(double), cmp_double);
+                const double median = rounds_median(&rd), best_t = rd.best_t, sbw = rd.best_probe;
                 qsort(call_t, (size_t)n_call, sizeof(double), cmp_double);
                 const double med_call = call_t[n_call / 2];
                 free(call_t);
@@ -172,7 +189,7 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads)
                        "\"stream_gbps\":%.2f,\"of_stream\":%.3f,\"of_stream_median\":%.3f,\"us_call_median\":%.2f,"
                        "\"gbps_call_median\":%.2f}\n",
                        sh->name, fmt_name(f), nx, (long long)sh->rows, (long long)sh->cols, (long long)(mb >> 10), nm,
-                       threads, best_t / nm * 1e6, gbps, sbw, gbps / sbw, ratios[n_ratio / 2], med_call * 1e6,
+                       threads, best_t / nm * 1e6, gbps, sbw, gbps / sbw, median, med_call * 1e6,
                        (double)mb / med_call / 1e9);
                 fflush(stdout);
             }
@@ -247,29 +264,22 @@ int main(int argc, char **argv) {
             float *x = malloc(sizeof(float) * 2 * cols), *y = malloc(sizeof(float) * 2 * rows);
             for (int64_t i = 0; i < 2 * cols; i++) x[i] = (float)((int64_t)(rnd() % 2001) - 1000) * 1e-3f;
             for (int nx = 1; nx <= 2; nx++) {
-                /* rounds of (stream probe, GEMV) back to back: on a shared machine both see
-                 * the same conditions; report the best of each and the median round ratio */
                 const int nr = level == DSV4_SIMD_SCALAR ? 2 : reps + 1;
                 const double bytes = (double)dsv4_mat_bytes(&m);
-                double best_t = 1e9, sbw = 0, ratios[64];
-                int n_ratio = 0;
+                rounds rd = rounds_start();
                 for (int r = 0; r < nr; r++) {
                     const double sg = dsv4_probe_stream(probe);
                     double t0 = now_s();
                     dsv4_linear(k, &m, x, nx, y);
-                    double dt = now_s() - t0;
-                    if (r == 0) continue; /* warm-up */
-                    if (dt < best_t) best_t = dt;
-                    if (sg > sbw) sbw = sg;
-                    if (n_ratio < 64) ratios[n_ratio++] = (bytes / dt / 1e9) / sg;
+                    if (r > 0) rounds_add(&rd, now_s() - t0, sg, bytes); /* round 0: warm-up */
                 }
-                qsort(ratios, (size_t)n_ratio, sizeof(double), cmp_double);
+                const double median = rounds_median(&rd), best_t = rd.best_t, sbw = rd.best_probe;
                 const double gbps = bytes / best_t / 1e9;
                 printf("{\"bench\":\"gemv\",\"simd\":\"%s\",\"fmt\":\"%s\",\"n_rows\":%d,\"rows\":%lld,"
                        "\"cols\":%lld,\"threads\":%d,\"ms\":%.3f,\"gbps\":%.2f,\"gelem_s\":%.2f,"
                        "\"stream_gbps\":%.2f,\"of_stream\":%.3f,\"of_stream_median\":%.3f}\n",
                        dsv4_simd_name(level), fmt_name(f), nx, (long long)rows, (long long)cols, threads,
-                       best_t * 1e3, gbps, (double)rows * cols / best_t / 1e9, sbw, gbps / sbw, ratios[n_ratio / 2]);
+                       best_t * 1e3, gbps, (double)rows * cols / best_t / 1e9, sbw, gbps / sbw, median);
                 fflush(stdout);
             }
             free(x);
@@ -287,24 +297,19 @@ int main(int argc, char **argv) {
         float *x = malloc(sizeof(float) * 4096), *y = malloc(sizeof(float) * 2048);
         for (int i = 0; i < 4096; i++) x[i] = (float)((int64_t)(rnd() % 2001) - 1000) * 1e-3f;
         const double bytes = (double)NE * dsv4_mat_bytes(&e[0]);
-        double best_t = 1e9, sbw = 0, ratios[64];
-        int n_ratio = 0;
+        rounds rd = rounds_start();
         for (int r = 0; r < reps + 1; r++) {
             const double sg = dsv4_probe_stream(probe);
             double t0 = now_s();
             for (int i = 0; i < NE; i++) dsv4_linear(k, &e[i], x, 1, y);
-            double dt = now_s() - t0;
-            if (r == 0) continue;
-            if (dt < best_t) best_t = dt;
-            if (sg > sbw) sbw = sg;
-            if (n_ratio < 64) ratios[n_ratio++] = (bytes / dt / 1e9) / sg;
+            if (r > 0) rounds_add(&rd, now_s() - t0, sg, bytes); /* round 0: warm-up */
         }
-        qsort(ratios, (size_t)n_ratio, sizeof(double), cmp_double);
+        const double median = rounds_median(&rd), best_t = rd.best_t, sbw = rd.best_probe;
         const double gbps = bytes / best_t / 1e9;
         printf("{\"bench\":\"gemv_experts\",\"simd\":\"%s\",\"fmt\":\"fp4\",\"rows\":2048,\"cols\":4096,\"mats\":%d,"
                "\"threads\":%d,\"us_per_call\":%.1f,\"gbps\":%.2f,\"stream_gbps\":%.2f,\"of_stream\":%.3f,"
                "\"of_stream_median\":%.3f}\n",
-               dsv4_simd_name(best), NE, threads, best_t / NE * 1e6, gbps, sbw, gbps / sbw, ratios[n_ratio / 2]);
+               dsv4_simd_name(best), NE, threads, best_t / NE * 1e6, gbps, sbw, gbps / sbw, median);
         for (int i = 0; i < NE; i++) free_mat(&e[i]);
         free(x);
         free(y);
@@ -322,27 +327,22 @@ int main(int argc, char **argv) {
             for (int fi = 0; fi < 5; fi++) {
                 const dsv4_wfmt f = fmts[fi];
                 dsv4_mat m = make_mat(f, rows, cols);
-                /* rounds of (FMA probe pass, GEMM), like the GEMV rounds */
                 const double flop = 2.0 * n_rows * rows * cols;
-                double best_t = 1e9, pk = 0, ratios[64];
-                int n_ratio = 0;
+                rounds rd = rounds_start();
                 const int nr = level == DSV4_SIMD_SCALAR ? 1 : (reps < 5 ? reps : 5);
                 for (int r = 0; r < nr; r++) {
                     const double pg = dsv4_probe_fma_pass(probe);
                     double t0 = now_s();
                     dsv4_linear(k, &m, x, n_rows, y);
-                    double dt = now_s() - t0;
-                    if (dt < best_t) best_t = dt;
-                    if (pg > pk) pk = pg;
-                    if (n_ratio < 64) ratios[n_ratio++] = (flop / dt / 1e9) / pg;
+                    rounds_add(&rd, now_s() - t0, pg, flop);
                 }
-                qsort(ratios, (size_t)n_ratio, sizeof(double), cmp_double);
+                const double median = rounds_median(&rd), best_t = rd.best_t, pk = rd.best_probe;
                 const double gflops = flop / best_t / 1e9;
                 printf("{\"bench\":\"gemm\",\"simd\":\"%s\",\"fmt\":\"%s\",\"n_rows\":%d,\"rows\":%lld,\"cols\":%lld,"
                        "\"threads\":%d,\"ms\":%.1f,\"gflops\":%.1f,\"fma_gflops\":%.1f,\"of_fma_peak\":%.3f,"
                        "\"of_fma_peak_median\":%.3f}\n",
                        dsv4_simd_name(level), fmt_name(f), n_rows, (long long)rows, (long long)cols, threads,
-                       best_t * 1e3, gflops, pk, pk > 0 ? gflops / pk : 0.0, n_ratio ? ratios[n_ratio / 2] : 0.0);
+                       best_t * 1e3, gflops, pk, pk > 0 ? gflops / pk : 0.0, median);
                 fflush(stdout);
                 free_mat(&m);
             }
