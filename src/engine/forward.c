@@ -69,17 +69,24 @@ typedef struct {
     const dsv4_config *c;
     const dsv4_block_w *b;
     int sub;
-    const float *y;      /* (R, D) sub-block output (sub_out) */
-    float *h;            /* (R, hc, D) streams: read by sub_in, updated by sub_out */
-    float *x;            /* (R, D) sub-block input (sub_in) */
+    const float *h;      /* (R, hc, D) streams */
+    float *x;            /* (R, D) sub-block input */
     float *post, *comb;  /* (R, hc), (R, hc, hc) */
     unsigned fid;
+} sub_in_job;
+
+typedef struct {
+    const dsv4_config *c;
+    const float *y;                /* (R, D) sub-block output */
+    float *h;                      /* (R, hc, D) streams, updated */
+    const float *post, *comb;      /* (R, hc), (R, hc, hc) */
+    unsigned fid;
     dsv4_kctx *k;
-} sub_job;
+} sub_out_job;
 
 static void sub_in_row(void *arg, int i, int tid) {
     (void)tid;
-    const sub_job *j = arg;
+    const sub_in_job *j = arg;
     const dsv4_config *c = j->c;
     const int D = c->hidden_size, hc = c->hc_mult;
     const float *fn = j->sub ? j->b->hc_ffn_fn : j->b->hc_attn_fn;
@@ -95,7 +102,7 @@ static void sub_in_row(void *arg, int i, int tid) {
 }
 
 static void sub_out_row(void *arg, int i, int tid) {
-    const sub_job *j = arg;
+    const sub_out_job *j = arg;
     const dsv4_config *c = j->c;
     const int D = c->hidden_size, hc = c->hc_mult;
     float *hi = j->h + (size_t)i * hc * D;
@@ -106,20 +113,20 @@ static void sub_out_row(void *arg, int i, int tid) {
 }
 
 /* One row runs on the calling thread: waking the pool would cost more than it saves. */
-static void sub_rows(dsv4_kctx *k, int R, dsv4_task_fn fn, sub_job *j) {
+static void sub_rows(dsv4_kctx *k, int R, dsv4_task_fn fn, void *j) {
     if (R > 1) dsv4_kctx_parallel(k, R, fn, j);
     else if (R == 1) fn(j, 0, dsv4_kctx_tid(k));
 }
 
 void dsv4_engine_sub_in(dsv4_kctx *k, const dsv4_config *c, const dsv4_block_w *b, int sub,
                         const float *h, int R, float *x, float *post, float *comb, unsigned fid) {
-    sub_job j = {c, b, sub, NULL, (float *)h, x, post, comb, fid, k};
+    sub_in_job j = {c, b, sub, h, x, post, comb, fid};
     sub_rows(k, R, sub_in_row, &j);
 }
 
 void dsv4_engine_sub_out(dsv4_kctx *k, const dsv4_config *c, const float *y, float *h, int R,
                          const float *post, const float *comb, unsigned fid) {
-    sub_job j = {c, NULL, 0, y, h, NULL, (float *)post, (float *)comb, fid, k};
+    sub_out_job j = {c, y, h, post, comb, fid, k};
     sub_rows(k, R, sub_out_row, &j);
 }
 
