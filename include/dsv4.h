@@ -66,6 +66,17 @@ dsv4_model_info dsv4_model_get_info(const dsv4_model *m);
  * [3, 246], missing MTP ratios, ...), one per line; "" when there is nothing. */
 const char *dsv4_model_warnings(const dsv4_model *m);
 
+/* Weights fingerprint (serving.md §g): SHA-256 over config.json, every shard's size and
+ * safetensors header, and a 64 KiB sample every 1 GiB of each shard's tensor data (full = 0:
+ * cheap, about 10 MiB read for the release; it misses a change outside the samples), or
+ * every byte of tensor data (full = 1: reads the whole checkpoint). The two modes give
+ * different values. KV files carry it; MPI ranks compare it at engine create. */
+int dsv4_model_fingerprint(const dsv4_model *m, int full, uint8_t out[32], dsv4_err *err);
+/* SHA-256 of the canonical math-relevant config fields (sizes, ratios, rope, routing, hc,
+ * norms' eps; not token ids, max_position_embeddings or quantization_config): equal for two
+ * config.json files that compute the same function, whatever their formatting. */
+int dsv4_model_config_hash(const dsv4_model *m, uint8_t out[32], dsv4_err *err);
+
 /* ---- distribution (MPI) ------------------------------------------------------------- */
 
 /* A process group for context-parallel prefill and expert-parallel MoE. Without MPI (or

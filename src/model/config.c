@@ -500,7 +500,8 @@ int dsv4_config_parse(const char *json, size_t len, dsv4_config *cfg, dsv4_err *
     return rc;
 }
 
-int dsv4_config_load(const char *path, dsv4_config *cfg, dsv4_err *err) {
+int dsv4_config_load_text(const char *path, dsv4_config *cfg, char **text, size_t *text_len,
+                          dsv4_err *err) {
     if (!path) return dsv4_fail(err, DSV4_ERR_ARG, "dsv4_config_load: NULL path");
     size_t len;
     char *buf = dsv4_read_file(path, CFG_MAX_FILE, &len, err);
@@ -509,8 +510,17 @@ int dsv4_config_load(const char *path, dsv4_config *cfg, dsv4_err *err) {
         return err ? err->code : DSV4_ERR_IO;
     }
     int rc = dsv4_config_parse(buf, len, cfg, err);
-    free(buf);
+    if (!rc && text) {
+        *text = buf;
+        *text_len = len;
+    } else {
+        free(buf);
+    }
     return rc;
+}
+
+int dsv4_config_load(const char *path, dsv4_config *cfg, dsv4_err *err) {
+    return dsv4_config_load_text(path, cfg, NULL, NULL, err);
 }
 
 /* ---- validation ----------------------------------------------------------------------- */

@@ -71,7 +71,15 @@ void dsv4_config_defaults(dsv4_config *c);
  * <= DSV4_MAX_LAYERS - 1, so a product of any three sizes fits in int64. */
 int dsv4_config_parse(const char *json, size_t len, dsv4_config *cfg, dsv4_err *err);
 int dsv4_config_load(const char *path, dsv4_config *cfg, dsv4_err *err);
+/* dsv4_config_load that also hands back the file's bytes (malloc'd, NUL after *text_len),
+ * exactly those parsed: the weights fingerprint hashes them. */
+int dsv4_config_load_text(const char *path, dsv4_config *cfg, char **text, size_t *text_len,
+                          dsv4_err *err);
 int dsv4_config_validate(const dsv4_config *cfg, dsv4_err *err);
+/* SHA-256 of the canonical math-relevant fields (model/fingerprint.c): every field that
+ * changes a computed value, in a fixed little-endian binary layout; not token ids,
+ * max_position_embeddings or the informational quantization fields. */
+int dsv4_config_hash(const dsv4_config *cfg, uint8_t out[32], dsv4_err *err);
 /* Writes cfg as a config.json (Hugging Face field names); malloc'd string. */
 char *dsv4_config_to_json(const dsv4_config *cfg);
 

@@ -43,6 +43,7 @@ void dsv4_model_close(dsv4_model *m) {
     free(m->warnings);
     free(m->all_warnings);
     free(m->specs);
+    free(m->config_json);
     if (m->files) dsv4_st_close(m->files);
     free(m);
 }
@@ -354,7 +355,7 @@ int dsv4_model_load_ex(const char *dir, unsigned flags, struct dsv4_model **out,
     m->load_flags = flags;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    int rc = dsv4_config_load(path, &m->cfg, err);
+    int rc = dsv4_config_load_text(path, &m->cfg, &m->config_json, &m->config_len, err);
     if (rc) goto fail;
     rc = dsv4_st_open_dir(dir, &m->files, err);
     if (rc) goto fail;

@@ -67,6 +67,8 @@ struct dsv4_st_set; /* safetensors files, model/safetensors.h */
 
 struct dsv4_model {
     dsv4_config cfg;
+    char *config_json;          /* config.json as read and parsed (the fingerprint hashes it) */
+    size_t config_len;
     struct dsv4_st_set *files;  /* mmap'd shards */
     dsv4_mat embed;             /* (V, D) embed.weight */
     dsv4_mat head;              /* (V, D) head.weight */

@@ -596,3 +596,15 @@ uint64_t dsv4_st_file_size(const dsv4_st_set *s, int file) {
 const char *dsv4_st_file_path(const dsv4_st_set *s, int file) {
     return s && file >= 0 && file < s->n_files ? s->files[file].path : NULL;
 }
+
+const uint8_t *dsv4_st_file_image(const dsv4_st_set *s, int file) {
+    return s && file >= 0 && file < s->n_files ? s->files[file].base : NULL;
+}
+
+uint64_t dsv4_st_file_data_offset(const dsv4_st_set *s, int file) {
+    if (!s || file < 0 || file >= s->n_files) return 0;
+    const uint8_t *b = s->files[file].base; /* the length was validated at open */
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = n << 8 | b[i];
+    return 8 + n;
+}

@@ -56,5 +56,9 @@ const dsv4_st_tensor *dsv4_st_find(const dsv4_st_set *s, const char *name); /* N
 int dsv4_st_n_files(const dsv4_st_set *s);
 uint64_t dsv4_st_file_size(const dsv4_st_set *s, int file);
 const char *dsv4_st_file_path(const dsv4_st_set *s, int file);
+/* The whole image of a file: bytes [0, 8 + header length) are its header, the rest its
+ * tensor data (dsv4_st_file_data_offset). NULL / 0 for a bad index. */
+const uint8_t *dsv4_st_file_image(const dsv4_st_set *s, int file);
+uint64_t dsv4_st_file_data_offset(const dsv4_st_set *s, int file);
 
 #endif
