@@ -5,9 +5,8 @@
 
 #include "model/config.h"
 
-/* Largest hc_mult these routines handle (their mixing state lives on the stack); the
- * config loader should reject more. With a larger hc the outputs are filled with NaN. */
-#define DSV4_HC_MAX 16
+/* These routines handle hc_mult up to DSV4_HC_MAX (model/config.h, which the loader
+ * enforces); with a larger hc the outputs are filled with NaN. */
 
 /* Collapse with Sinkhorn mixing. fn (mix, hc*D), base (mix), scale (3).
  * Out: x (D), post (hc), comb (hc, hc) [j = input stream][k = output stream]. */

@@ -8,7 +8,6 @@
  * must be 1".
  */
 #include "model/config.h"
-#include "hc/hc.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -31,7 +30,7 @@
  * overflow. Flash is far inside: V = 129280, largest other size 32768 (H*hd). */
 #define CFG_MAX_DIM (1 << 20)
 #define CFG_MAX_VOCAB (1 << 22)
-#define CFG_MAX_HC DSV4_HC_MAX /* the hyper-connection code keeps hc x hc on the stack */
+#define CFG_MAX_HC DSV4_HC_MAX
 #define CFG_MAX_POS ((int64_t)1 << 40)
 #define CFG_MAX_PARAMS 1125899906842624.0 /* 2^50 */
 #define CFG_MAX_FILE (16 << 20)           /* a config.json is a few KiB */

@@ -9,6 +9,9 @@
 #include "dsv4.h"
 
 #define DSV4_MAX_LAYERS 512  /* main + MTP layers; Flash has 44 */
+/* Largest hc_mult the loader accepts: the hyper-connection routines (hc/) keep their
+ * hc x hc mixing state on the stack. */
+#define DSV4_HC_MAX 16
 
 typedef enum { DSV4_SCORE_SQRTSOFTPLUS, DSV4_SCORE_SIGMOID, DSV4_SCORE_SOFTMAX } dsv4_score_func;
 
