@@ -17,9 +17,9 @@
 #ifndef DSV4_ATTN_ATTENTION_H
 #define DSV4_ATTN_ATTENTION_H
 
+#include "attn/batch.h"
 #include "attn/rope.h"
 #include "cache/cache.h"
-#include "engine/batch.h"
 #include "kernels/attn_ops.h"
 #include "kernels/kctx.h"
 #include "model/model.h"

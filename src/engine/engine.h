@@ -4,9 +4,9 @@
 #define DSV4_ENGINE_ENGINE_H
 
 #include "attn/attention.h"
+#include "attn/batch.h"
 #include "attn/rope.h"
 #include "cache/cache.h"
-#include "engine/batch.h"
 #include "kernels/kctx.h"
 #include "model/model.h"
 
@@ -43,7 +43,7 @@ struct dsv4_engine {
                                       * the layers to take part in the MoE collectives */
     struct dsv4_ep *ep;              /* expert-parallel exchange (DSV4_PAR_EP), else NULL */
     struct dsv4_cp_stats *cp_stats;  /* optional, caller-owned: CP prefill timings add up
-                                      * here (dist/cp.h; benchmarks), else NULL */
+                                      * here (engine/forward_cp.h; benchmarks), else NULL */
 };
 
 /* One block (hc_pre → attention → hc_post → hc_pre → MoE → hc_post) over the batch;

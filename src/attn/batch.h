@@ -1,8 +1,8 @@
 /* batch.h — the rows of one forward call: spans of consecutive positions, packed row by
  * row (span 0's rows, then span 1's, ...). Every layer operator works on the packed rows;
  * only attention and the compressors look at span boundaries. */
-#ifndef DSV4_ENGINE_BATCH_H
-#define DSV4_ENGINE_BATCH_H
+#ifndef DSV4_ATTN_BATCH_H
+#define DSV4_ATTN_BATCH_H
 
 #include <stdint.h>
 
