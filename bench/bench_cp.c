@@ -26,6 +26,7 @@
 #include "bench_mpi.h"
 #include "dsv4.h"
 #include "engine/engine.h"
+#include "engine/forward_cp.h"
 
 /* per rank: compute CPU s, collective wall s, MiB in */
 typedef struct rank_stat {

@@ -77,27 +77,4 @@ typedef struct dsv4_cp_volume {
 } dsv4_cp_volume;
 dsv4_cp_volume dsv4_cp_layer_volume(const dsv4_cp_plan *p, const dsv4_config *cfg, int ratio);
 
-/* ---- the CP forward (engine/forward_cp.c) ------------------------------------------- */
-
-/* Where a rank's time goes in CP prefills (engine field cp_stats, set by a benchmark):
- * totals over the calls, of the whole call and of the part inside MPI collectives
- * (waiting for slower ranks included). CPU times are the calling thread's, so with one
- * thread per rank cpu_s - comm_cpu_s is the rank's compute whatever else the machine
- * runs. */
-typedef struct dsv4_cp_stats {
-    int64_t calls;
-    double wall_s, comm_wall_s;
-    double cpu_s, comm_cpu_s;
-    int64_t floats_in;   /* floats received through exchanges, broadcasts and gathers */
-} dsv4_cp_stats;
-
-/* 1 when dsv4_forward should hand this call to dsv4_forward_cp: a process group of more
- * than one rank with DSV4_PAR_CP, a single span, and at least 2 CP granules. */
-int dsv4_cp_eligible(const dsv4_engine *e, const dsv4_span *spans, int n_spans);
-
-/* The CP prefill of one validated span; every rank calls it with the same arguments.
- * Hidden and stream rows are returned on the home rank (rank 0) only. */
-int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
-                    float *streams, dsv4_err *err);
-
 #endif

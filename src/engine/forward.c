@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/cp.h"
 #include "dist/ep.h"
 #include "engine/engine.h"
+#include "engine/forward_cp.h"
 #include "hc/hc.h"
 #include "kernels/fidelity.h"
 #include "kernels/ops.h"

@@ -35,6 +35,7 @@
 #include "dist/cp.h"
 #include "dist/dist.h"
 #include "engine/engine.h"
+#include "engine/forward_cp.h"
 #include "hc/hc.h"
 #include "kernels/fidelity.h"
 #include "kernels/ops.h"

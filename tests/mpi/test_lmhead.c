@@ -15,7 +15,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "dist/lmhead.h"
+#include "engine/lmhead.h"
 #include "dsv4.h"
 #include "test.h"
 

@@ -1,6 +1,6 @@
 /* lmhead.c — the LM head over vocabulary shards and the exact sharded greedy argmax (see
  * lmhead.h, spec/serving.md §b). */
-#include "dist/lmhead.h"
+#include "engine/lmhead.h"
 
 #include <stdio.h>
 #include <stdlib.h>

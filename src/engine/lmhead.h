@@ -6,8 +6,8 @@
  * lower token id; NaN ranks below every number (and among NaNs the lower id wins). This is
  * a total order on (value, id), so the reduction over shards is associative and
  * commutative and equals the argmax of the full row, whatever the sharding. */
-#ifndef DSV4_DIST_LMHEAD_H
-#define DSV4_DIST_LMHEAD_H
+#ifndef DSV4_ENGINE_LMHEAD_H
+#define DSV4_ENGINE_LMHEAD_H
 
 #include <stdint.h>
 
