@@ -21,12 +21,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "dist/cp.h"
-#include "dist/dist.h"
 #include "bench_mpi.h"
 #include "dsv4.h"
-#include "engine/engine.h"
-#include "engine/forward_cp.h"
+#include "dsv4_internal.h"
 
 /* per rank: compute CPU s, collective wall s, MiB in */
 typedef struct rank_stat {

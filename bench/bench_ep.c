@@ -19,11 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/dist.h"
-#include "dist/ep.h"
 #include "bench_mpi.h"
 #include "dsv4.h"
-#include "engine/engine.h"
+#include "dsv4_internal.h"
 
 int main(int argc, char **argv) {
     dsv4_dist *d = NULL;

@@ -28,10 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/cpu.h"
-#include "kernels/kctx.h"
-#include "kernels/linear.h"
-#include "kernels/probe.h"
+#include "dsv4_internal.h"
 
 
 static double now_s(void) {

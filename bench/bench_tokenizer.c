@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "dsv4_internal.h"
 #include "tok/tokenizer.h"
-#include "util/file.h"
 
 #ifndef DSV4_DEFAULT_SHARED
 #define DSV4_DEFAULT_SHARED "../shared"

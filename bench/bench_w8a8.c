@@ -26,12 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/codec.h"
-#include "kernels/cpu.h"
-#include "kernels/kctx.h"
-#include "kernels/linear.h"
-#include "kernels/probe.h"
-#include "kernels/w8a8.h"
+#include "dsv4_internal.h"
 
 static double now_s(void) {
     struct timespec ts;

@@ -21,16 +21,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench/bench_model.h"
 #include "cli_util.h"
 #include "commands.h"
-#include "kernels/cpu.h"
-#include "kernels/probe.h"
-#include "model/model.h"
+#include "dsv4_internal.h"
 
 /* the engine internals this tool needs: its kernel context, for the probes to run on the
  * same threads as the model */
-#include "engine/engine.h"
 
 #define MAX_LIST 32
 

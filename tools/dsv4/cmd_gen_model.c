@@ -10,8 +10,7 @@
 #include <time.h>
 
 #include "commands.h"
-#include "model/config.h"
-#include "model/generate.h"
+#include "dsv4_internal.h"
 
 static void usage(FILE *f) {
     fprintf(f,

@@ -13,11 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/cache.h"
 #include "commands.h"
-#include "model/info.h"
-#include "model/model.h"
-#include "model/safetensors.h"
+#include "dsv4_internal.h"
 
 static void usage(FILE *f) {
     fprintf(f,

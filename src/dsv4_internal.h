@@ -1,0 +1,31 @@
+/* dsv4_internal.h — the one door into the library's internals for developer tools
+ * (dsv4 gen-model, info, bench, run's dumps) and the benchmarks under bench/.
+ *
+ * Embedders and the user-facing commands (generate, chat, serve, tokenize) use only the
+ * public headers (include/dsv4.h, include/dsv4_text.h). Everything declared here is
+ * internal: it may change with any commit, and it is not installed.
+ * scripts/check_layers.py enforces that tools/ and bench/ include nothing else of src/. */
+#ifndef DSV4_INTERNAL_H
+#define DSV4_INTERNAL_H
+
+#include "bench/bench_model.h"   /* dsv4 bench: the timed model run and its rooflines */
+#include "cache/cache.h"         /* dsv4 info: the cache plan */
+#include "dist/cp.h"             /* bench_cp: the CP partition and exchange volumes */
+#include "dist/dist.h"
+#include "dist/ep.h"
+#include "engine/engine.h"       /* benchmarks read engine fields (threads, stats hooks) */
+#include "engine/forward_cp.h"
+#include "kernels/codec.h"       /* kernel benchmarks call the kernels directly */
+#include "kernels/cpu.h"
+#include "kernels/kctx.h"
+#include "kernels/linear.h"
+#include "kernels/probe.h"
+#include "kernels/w8a8.h"
+#include "model/config.h"        /* dsv4 gen-model: test checkpoints */
+#include "model/generate.h"
+#include "model/info.h"          /* dsv4 info: the checkpoint inventory */
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "util/file.h"
+
+#endif
