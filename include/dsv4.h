@@ -147,6 +147,11 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
                        dsv4_err *err);
 void dsv4_engine_free(dsv4_engine *e);
 
+/* The options the engine runs with, defaults filled in (max_context, max_seqs, c_max,
+ * threads, ...), and the model it was created on. */
+dsv4_engine_opts dsv4_engine_get_opts(const dsv4_engine *e);
+const dsv4_model *dsv4_engine_model(const dsv4_engine *e);
+
 /* Sequences are small integer handles owned by the engine. */
 int dsv4_seq_create(dsv4_engine *e, int *seq, dsv4_err *err);
 int dsv4_seq_free(dsv4_engine *e, int seq, dsv4_err *err);

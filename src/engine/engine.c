@@ -138,6 +138,9 @@ void dsv4_engine_free(dsv4_engine *e) {
     free(e);
 }
 
+dsv4_engine_opts dsv4_engine_get_opts(const dsv4_engine *e) { return e->opts; }
+const dsv4_model *dsv4_engine_model(const dsv4_engine *e) { return e->model; }
+
 void dsv4_engine_set_trace(dsv4_engine *e, dsv4_trace_fn fn, void *user) {
     e->trace = fn;
     e->trace_user = user;

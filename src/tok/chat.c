@@ -371,7 +371,31 @@ static void drop_thinking(clist *l) {
 
 /* ---- rendering ----------------------------------------------------------------------- */
 
-static int put_tools(dsv4_tbuf *b, const cJSON *tools, const char *where, dsv4_err *err) {
+/* Byte ranges of the rendered text that hold message content (pairs [start, end)), so
+ * that tokenizing can keep special-token strings inside them as plain text. */
+typedef struct chat_marks {
+    size_t *r;  /* (2 * cap) */
+    int n, cap;
+    int oom;
+} chat_marks;
+
+/* Appends s as content: recorded in mk (may be NULL) when it is not empty. */
+static void put_plain(dsv4_tbuf *b, chat_marks *mk, const char *s) {
+    size_t start = b->n;
+    dsv4_tbuf_puts(b, s);
+    if (!mk || b->n == start || b->oom) return;
+    if (mk->n == mk->cap) {
+        int cap = mk->cap ? 2 * mk->cap : 16;
+        size_t *r = realloc(mk->r, (size_t)cap * 2 * sizeof *r);
+        if (!r) { mk->oom = 1; return; }
+        mk->r = r, mk->cap = cap;
+    }
+    mk->r[2 * mk->n] = start, mk->r[2 * mk->n + 1] = b->n;
+    mk->n++;
+}
+
+static int put_tools(dsv4_tbuf *b, chat_marks *mk, const cJSON *tools, const char *where,
+                     dsv4_err *err) {
     dsv4_tbuf_puts(b, "\n\n");
     dsv4_tbuf_puts(b, TOOLS_HEAD);
     int i = 0;
@@ -381,7 +405,12 @@ static int put_tools(dsv4_tbuf *b, const cJSON *tools, const char *where, dsv4_e
             return dsv4_fail(err, DSV4_ERR_FORMAT, "%s.tools[%d]: missing \"function\" object",
                              where, i);
         if (i) dsv4_tbuf_putc(b, '\n');
-        dsv4_pyjson_value(b, fn);
+        /* the schema is the client's text: plain, like message content */
+        dsv4_tbuf js = {0};
+        dsv4_pyjson_value(&js, fn);
+        if (js.oom) b->oom = 1;
+        else put_plain(b, mk, js.s);
+        dsv4_tbuf_free(&js);
     }
     dsv4_tbuf_puts(b, TOOLS_TAIL);
     return 0;
@@ -394,7 +423,7 @@ static void put_response_format(dsv4_tbuf *b, const cJSON *rf) {
 }
 
 static int render(const clist *l, const dsv4_chat_opts *o, int drop, dsv4_tbuf *b,
-                  dsv4_err *err) {
+                  chat_marks *mk, dsv4_err *err) {
     int last = last_user_index(l), rc;
     for (int i = 0; i < l->n; i++) {
         const cmsg *m = &l->m[i];
@@ -407,8 +436,8 @@ static int render(const clist *l, const dsv4_chat_opts *o, int drop, dsv4_tbuf *
         case R_SYSTEM:
         case R_DEVELOPER:
             if (m->role == R_DEVELOPER) dsv4_tbuf_puts(b, DSV4_CHAT_USER);
-            dsv4_tbuf_puts(b, m->content);
-            if (m->tools && (rc = put_tools(b, m->tools, where, err))) return rc;
+            put_plain(b, mk, m->content);
+            if (m->tools && (rc = put_tools(b, mk, m->tools, where, err))) return rc;
             if (m->response_format) put_response_format(b, m->response_format);
             break;
         case R_USER:
@@ -416,27 +445,28 @@ static int render(const clist *l, const dsv4_chat_opts *o, int drop, dsv4_tbuf *
             for (int k = 0; k < m->n_blocks; k++) {
                 if (k) dsv4_tbuf_puts(b, "\n\n");
                 if (m->blocks[k].is_result) dsv4_tbuf_puts(b, "<tool_result>");
-                dsv4_tbuf_puts(b, m->blocks[k].text);
+                put_plain(b, mk, m->blocks[k].text);
                 if (m->blocks[k].is_result) dsv4_tbuf_puts(b, "</tool_result>");
             }
             break;
         case R_REMINDER:
             dsv4_tbuf_puts(b, DSV4_CHAT_REMINDER);
-            dsv4_tbuf_puts(b, m->content);
+            put_plain(b, mk, m->content);
             break;
         case R_ASSISTANT: {
             int after_task = i > 0 && l->m[i - 1].task >= 0;
             int reasoning_part = o->thinking && !after_task && (!drop || i > last);
             int dropped = o->thinking && !after_task && !reasoning_part;
             if (m->raw && !dropped) {
-                /* Generated text, kept as the sequence holds it. */
+                /* Generated text, kept as the sequence holds it: its control tokens are
+                 * the model's own, so it stays live (not plain). */
                 dsv4_tbuf_puts(b, m->raw);
             } else {
                 if (reasoning_part) {
-                    dsv4_tbuf_puts(b, m->reasoning);
+                    put_plain(b, mk, m->reasoning);
                     dsv4_tbuf_puts(b, DSV4_CHAT_THINK_CLOSE);
                 }
-                dsv4_tbuf_puts(b, m->content);
+                put_plain(b, mk, m->content);
                 if (m->tool_calls && (rc = dsv4_dsml_encode_calls(b, m->tool_calls, where, err)))
                     return rc;
             }
@@ -466,7 +496,8 @@ static int render(const clist *l, const dsv4_chat_opts *o, int drop, dsv4_tbuf *
 
 /* The whole pipeline; raw[i] (may be NULL) is the generated text of input message i. */
 static int encode_core(const cJSON *messages, const char *const *raw, const cJSON *tools,
-                       const dsv4_chat_opts *opts, char **out, size_t *len, dsv4_err *err) {
+                       const dsv4_chat_opts *opts, char **out, size_t *len, chat_marks *mk,
+                       dsv4_err *err) {
     static const dsv4_chat_opts zero;
     const dsv4_chat_opts *o = opts ? opts : &zero;
     *out = NULL;
@@ -512,9 +543,13 @@ static int encode_core(const cJSON *messages, const char *const *raw, const cJSO
 
     dsv4_tbuf b = {0};
     if (!o->no_bos) dsv4_tbuf_puts(&b, DSV4_CHAT_BOS);
-    if ((rc = render(&l, o, drop, &b, err))) { dsv4_tbuf_free(&b); goto done; }
+    if ((rc = render(&l, o, drop, &b, mk, err))) { dsv4_tbuf_free(&b); goto done; }
     *out = dsv4_tbuf_take(&b, len);
-    if (!*out) rc = dsv4_fail(err, DSV4_ERR_NOMEM, "chat encoding: out of memory");
+    if (!*out || (mk && mk->oom)) {
+        free(*out);
+        *out = NULL;
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "chat encoding: out of memory");
+    }
 done:
     clist_free(&l);
     return rc;
@@ -522,7 +557,37 @@ done:
 
 int dsv4_chat_encode(const cJSON *messages, const cJSON *tools, const dsv4_chat_opts *opts,
                      char **out, size_t *len, dsv4_err *err) {
-    return encode_core(messages, NULL, tools, opts, out, len, err);
+    return encode_core(messages, NULL, tools, opts, out, len, NULL, err);
+}
+
+/* Tokenizes text[from, n) with the marks that fall in it as plain ranges (shifted). */
+static int tokenize_from(const dsv4_tokenizer *tok, const char *text, size_t from, size_t n,
+                         const chat_marks *mk, dsv4_tok_ids *out, dsv4_err *err) {
+    size_t *plain = mk->n ? malloc((size_t)mk->n * 2 * sizeof *plain) : NULL;
+    if (mk->n && !plain) return dsv4_fail(err, DSV4_ERR_NOMEM, "chat: out of memory");
+    int np = 0;
+    for (int k = 0; k < mk->n; k++) {
+        size_t s = mk->r[2 * k], e = mk->r[2 * k + 1];
+        if (e <= from) continue;
+        plain[2 * np] = (s > from ? s : from) - from;
+        plain[2 * np + 1] = e - from;
+        np++;
+    }
+    int rc = dsv4_tokenize_marked(tok, text + from, n - from, plain, np, out, err);
+    free(plain);
+    return rc;
+}
+
+int dsv4_chat_encode_ids(const cJSON *messages, const cJSON *tools, const dsv4_chat_opts *opts,
+                         const dsv4_tokenizer *tok, dsv4_tok_ids *out, dsv4_err *err) {
+    chat_marks mk = {0};
+    char *text;
+    size_t n;
+    int rc = encode_core(messages, NULL, tools, opts, &text, &n, &mk, err);
+    if (!rc) rc = tokenize_from(tok, text, 0, n, &mk, out, err);
+    free(text);
+    free(mk.r);
+    return rc;
 }
 
 int dsv4_chat_encode_json(const char *json, size_t json_len, const dsv4_chat_opts *defaults,
@@ -569,7 +634,7 @@ int dsv4_chat_encode_json(const char *json, size_t json_len, const dsv4_chat_opt
         if (!rc && !messages)
             rc = dsv4_fail(err, DSV4_ERR_FORMAT, "chat request: missing \"messages\"");
     }
-    if (!rc) rc = encode_core(messages, NULL, tools, &o, out, len, err);
+    if (!rc) rc = encode_core(messages, NULL, tools, &o, out, len, NULL, err);
     cJSON_Delete(root);
     return rc;
 }
@@ -662,7 +727,8 @@ int dsv4_chat_set_tools(dsv4_chat *c, const cJSON *tools, dsv4_err *err) {
 }
 
 int dsv4_chat_render(const dsv4_chat *c, char **text, size_t *len, dsv4_err *err) {
-    return encode_core(c->msgs, (const char *const *)c->raw, c->tools, &c->o, text, len, err);
+    return encode_core(c->msgs, (const char *const *)c->raw, c->tools, &c->o, text, len, NULL,
+                       err);
 }
 
 static int ends_with(const char *s, size_t n, const char *suf) {
@@ -670,25 +736,53 @@ static int ends_with(const char *s, size_t n, const char *suf) {
     return n >= m && memcmp(s + n - m, suf, m) == 0;
 }
 
-int dsv4_chat_next(dsv4_chat *c, char **text, size_t *len, int *reset, dsv4_err *err) {
-    char *full;
-    size_t n;
-    *text = NULL;
-    if (len) *len = 0;
-    int rc = dsv4_chat_render(c, &full, &n, err);
+/* Renders the conversation and finds where the new part starts (see dsv4_chat_next);
+ * *full is the whole text, not yet recorded as fed. */
+static int chat_render_next(const dsv4_chat *c, char **full, size_t *n, size_t *from,
+                            chat_marks *mk, dsv4_err *err) {
+    int rc = encode_core(c->msgs, (const char *const *)c->raw, c->tools, &c->o, full, n, mk, err);
     if (rc) return rc;
-    int extends = n >= c->fed_len && memcmp(full, c->fed, c->fed_len) == 0;
-    size_t from = extends ? c->fed_len : 0;
-    char *suffix = malloc(n - from + 1);
-    if (!suffix) { free(full); return dsv4_fail(err, DSV4_ERR_NOMEM, "chat: out of memory"); }
-    memcpy(suffix, full + from, n - from + 1);
+    int extends = *n >= c->fed_len && memcmp(*full, c->fed, c->fed_len) == 0;
+    *from = extends ? c->fed_len : 0;
+    return 0;
+}
+
+/* From now on full (ownership taken) is what the sequence holds. */
+static void chat_set_fed(dsv4_chat *c, char *full, size_t n) {
     free(c->fed);
     c->fed = full;
     c->fed_len = n;
     c->gen_thinking = ends_with(full, n, DSV4_CHAT_THINK_OPEN);
+}
+
+int dsv4_chat_next(dsv4_chat *c, char **text, size_t *len, int *reset, dsv4_err *err) {
+    char *full;
+    size_t n, from;
+    *text = NULL;
+    if (len) *len = 0;
+    int rc = chat_render_next(c, &full, &n, &from, NULL, err);
+    if (rc) return rc;
+    char *suffix = malloc(n - from + 1);
+    if (!suffix) { free(full); return dsv4_fail(err, DSV4_ERR_NOMEM, "chat: out of memory"); }
+    memcpy(suffix, full + from, n - from + 1);
+    if (reset) *reset = from == 0 && c->fed_len > 0;
+    chat_set_fed(c, full, n);
     *text = suffix;
     if (len) *len = n - from;
-    if (reset) *reset = !extends;
+    return 0;
+}
+
+int dsv4_chat_next_ids(dsv4_chat *c, const dsv4_tokenizer *tok, dsv4_tok_ids *out, int *reset,
+                       dsv4_err *err) {
+    char *full = NULL;
+    size_t n, from;
+    chat_marks mk = {0};
+    int rc = chat_render_next(c, &full, &n, &from, &mk, err);
+    if (!rc) rc = tokenize_from(tok, full, from, n, &mk, out, err);
+    free(mk.r);
+    if (rc) { free(full); return rc; }
+    if (reset) *reset = from == 0 && c->fed_len > 0;
+    chat_set_fed(c, full, n);
     return 0;
 }
 

@@ -33,6 +33,8 @@ typedef struct enc_ctx {
     bpe_cand *heap;                // (3 * bpe_cap) pending merges, min-heap on (rank, pos)
     size_t bpe_cap;
     tok_cache_entry *cache;        // t->cache while this call holds its mutex, else NULL
+    const size_t *plain;           // (2 * n_plain) sorted [start, end) byte ranges where no
+    int n_plain;                   // added token may match (untrusted message content)
 } enc_ctx;
 
 static int nomem(enc_ctx *c) { return dsv4_fail(c->err, DSV4_ERR_NOMEM, "out of memory while tokenizing"); }
@@ -322,11 +324,20 @@ static int is_word_byte(uint8_t b) {
     return b >= 0x80 || b == '_' || (b >= '0' && b <= '9') || ((b | 0x20) >= 'a' && (b | 0x20) <= 'z');
 }
 
+/* 1 if the bytes [s, e) overlap a plain range of c. */
+static int in_plain(const enc_ctx *c, size_t s, size_t e) {
+    for (int k = 0; k < c->n_plain; k++)
+        if (c->plain[2 * k] < e && s < c->plain[2 * k + 1]) return 1;
+    return 0;
+}
+
 /* First match of an added token with normalized == cls in x[pos, hi), the longest one at
- * the leftmost position. [*ms, *me) is what it consumes, lstrip/rstrip whitespace
- * included (never reaching back before lo, the end of the previous cut). */
-static int find_added(const dsv4_tokenizer *t, const char *x, size_t lo, size_t pos, size_t hi,
+ * the leftmost position, not overlapping a plain range. [*ms, *me) is what it consumes,
+ * lstrip/rstrip whitespace included (never reaching back before lo, the end of the
+ * previous cut). */
+static int find_added(const enc_ctx *c, const char *x, size_t lo, size_t pos, size_t hi,
                       int cls, size_t *ms, size_t *me, int32_t *id) {
+    const dsv4_tokenizer *t = c->t;
     for (size_t i = pos; i < hi; i++) {
         int32_t node = t->root[(uint8_t)x[i]];
         if (node < 0) continue;
@@ -339,6 +350,7 @@ static int find_added(const dsv4_tokenizer *t, const char *x, size_t lo, size_t 
                 int ok = a->normalized == cls;
                 if (ok && a->single_word)
                     ok = (i == 0 || !is_word_byte((uint8_t)x[i - 1])) && (j == hi || !is_word_byte((uint8_t)x[j]));
+                if (ok && c->n_plain) ok = !in_plain(c, i, j);
                 if (ok) best = nd->added, best_end = j;
             }
             if (j >= hi) break;
@@ -376,7 +388,7 @@ static int encode_added(enc_ctx *c, const char *x, size_t lo, size_t hi, int cls
     size_t pos = lo, ms, me;
     int32_t id;
     int rc;
-    while (find_added(t, x, pos, pos, hi, cls, &ms, &me, &id)) {
+    while (find_added(c, x, pos, pos, hi, cls, &ms, &me, &id)) {
         if ((rc = encode_added(c, x, pos, ms, cls + 1))) return rc;
         if ((rc = push_id(c, id))) return rc;
         pos = me;
@@ -384,8 +396,8 @@ static int encode_added(enc_ctx *c, const char *x, size_t lo, size_t hi, int cls
     return encode_added(c, x, pos, hi, cls + 1);
 }
 
-int dsv4_tokenize_ex(const dsv4_tokenizer *t, const char *text, size_t len, int flags,
-                     dsv4_tok_ids *out, dsv4_err *err) {
+static int tokenize_core(const dsv4_tokenizer *t, const char *text, size_t len, int flags,
+                         const size_t *plain, int n_plain, dsv4_tok_ids *out, dsv4_err *err) {
     if (!text && len) return dsv4_fail(err, DSV4_ERR_ARG, "tokenize: text is NULL");
     // BPE symbol positions are int32.
     if (len > INT32_MAX) return dsv4_fail(err, DSV4_ERR_ARG, "tokenize: text of %zu bytes is over 2 GiB", len);
@@ -393,7 +405,13 @@ int dsv4_tokenize_ex(const dsv4_tokenizer *t, const char *text, size_t len, int 
     if (valid != len)
         return dsv4_fail(err, DSV4_ERR_ARG, "tokenize: text is not valid UTF-8 at byte %zu (0x%02x)", valid,
                          (uint8_t)text[valid]);
-    enc_ctx c = {.t = t, .out = out, .err = err};
+    if (n_plain < 0 || (n_plain && !plain))
+        return dsv4_fail(err, DSV4_ERR_ARG, "tokenize: bad plain ranges");
+    for (int k = 0; k < n_plain; k++)
+        if (plain[2 * k] > plain[2 * k + 1] || plain[2 * k + 1] > len)
+            return dsv4_fail(err, DSV4_ERR_ARG, "tokenize: plain range %d [%zu, %zu) is not inside "
+                             "the %zu bytes of text", k, plain[2 * k], plain[2 * k + 1], len);
+    enc_ctx c = {.t = t, .out = out, .err = err, .plain = plain, .n_plain = n_plain};
     size_t n0 = out->n;
     int rc = 0;
     c.md = pcre2_match_data_create(1, NULL);
@@ -409,6 +427,16 @@ int dsv4_tokenize_ex(const dsv4_tokenizer *t, const char *text, size_t len, int 
     free(c.sym), free(c.prev), free(c.next), free(c.heap);
     if (rc) out->n = n0;
     return rc;
+}
+
+int dsv4_tokenize_ex(const dsv4_tokenizer *t, const char *text, size_t len, int flags,
+                     dsv4_tok_ids *out, dsv4_err *err) {
+    return tokenize_core(t, text, len, flags, NULL, 0, out, err);
+}
+
+int dsv4_tokenize_marked(const dsv4_tokenizer *t, const char *text, size_t len,
+                         const size_t *plain, int n_plain, dsv4_tok_ids *out, dsv4_err *err) {
+    return tokenize_core(t, text, len, 0, plain, n_plain, out, err);
 }
 
 int dsv4_tokenize(const dsv4_tokenizer *t, const char *text, size_t len, dsv4_tok_ids *out,

@@ -2,7 +2,7 @@
 #include "cli_util.h"
 
 #include "dsv4.h"
-#include "tok/tokenizer.h"
+#include "dsv4_text.h"
 #include "util/file.h"
 
 #include <errno.h>

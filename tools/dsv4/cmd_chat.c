@@ -10,7 +10,7 @@
 
 #include "commands.h"
 #include "gen_flags.h"
-#include "tok/chat.h"
+#include "dsv4_text.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dsv4 chat --model DIR [--system TEXT] [options]\n%s", gen_flags_help());
@@ -76,22 +76,20 @@ int cmd_chat(int argc, char **argv) {
             }
             continue;
         }
-        char *text = NULL;
-        size_t len = 0;
+        /* the user's text is content: special-token strings in it stay plain text */
+        dsv4_tok_ids ids = {0};
         int reset = 0;
-        if (dsv4_chat_next(conv, &text, &len, &reset, &err)) {
+        if (dsv4_chat_next_ids(conv, tok, &ids, &reset, &err)) {
             fprintf(stderr, "dsv4 chat: %s\n", err.msg);
             goto out;
         }
         if (reset && dsv4_seq_length(eng, seq) > 0 &&
             (dsv4_seq_free(eng, seq, &err) || dsv4_seq_create(eng, &seq, &err))) {
             fprintf(stderr, "dsv4 chat: %s\n", err.msg);
-            free(text);
+            dsv4_tok_ids_free(&ids);
             goto out;
         }
-        dsv4_tok_ids ids = {0};
-        int rc = dsv4_tokenize(tok, text, len, &ids, &err);
-        free(text);
+        int rc = 0;
         dsv4_generation_result res = {0};
         dsv4_generation_callbacks cb = {.text = gen_print, .progress = gen_progress};
         if (!rc) rc = dsv4_generation_run(eng, tok, seq, ids.ids, (int)ids.n, &f.gen, &cb, &res, &err);

@@ -10,7 +10,7 @@
 
 #include "cli_util.h"
 #include "commands.h"
-#include "tok/tokenizer.h"
+#include "dsv4_text.h"
 
 static void usage(FILE *f) {
     fprintf(f,

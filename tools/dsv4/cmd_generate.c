@@ -13,7 +13,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "gen_flags.h"
-#include "tok/chat.h"
+#include "dsv4_text.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dsv4 generate --model DIR (--prompt TEXT | --prompt-file F) [--chat]\n"
@@ -76,8 +76,6 @@ int cmd_generate(int argc, char **argv) {
     if (gen_open(&f, "generate", &model, &tok, &eng, &seq)) { free(file_text); return 1; }
     dsv4_err err = {0};
     dsv4_tok_ids ids = {0};
-    char *text = NULL;
-    size_t len = 0;
     if (chat) {
         dsv4_chat_opts co = {.thinking = f.think == 1};
         dsv4_chat *conv = NULL;
@@ -85,7 +83,7 @@ int cmd_generate(int argc, char **argv) {
         if (dsv4_chat_create(&co, &conv, &err) ||
             (system && dsv4_chat_add(conv, "system", system, &err)) ||
             dsv4_chat_add(conv, "user", prompt, &err) ||
-            dsv4_chat_next(conv, &text, &len, &reset, &err)) {
+            dsv4_chat_next_ids(conv, tok, &ids, &reset, &err)) {
             fprintf(stderr, "dsv4 generate: %s\n", err.msg);
             dsv4_chat_free(conv);
             goto out;
@@ -101,7 +99,8 @@ int cmd_generate(int argc, char **argv) {
             ids.ids[ids.n++] = info.bos_token_id;
         }
     }
-    if (dsv4_tokenize(tok, text ? text : prompt, text ? len : strlen(prompt), &ids, &err)) {
+    /* a raw prompt keeps special-token strings live (documented); chat content does not */
+    if (!chat && dsv4_tokenize(tok, prompt, strlen(prompt), &ids, &err)) {
         fprintf(stderr, "dsv4 generate: %s\n", err.msg);
         goto out;
     }
@@ -124,7 +123,6 @@ int cmd_generate(int argc, char **argv) {
     free(res.ids);
     status = 0;
 out:
-    free(text);
     free(file_text);
     dsv4_tok_ids_free(&ids);
     dsv4_engine_free(eng);

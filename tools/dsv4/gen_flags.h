@@ -2,7 +2,7 @@
 #ifndef DSV4_TOOLS_GEN_FLAGS_H
 #define DSV4_TOOLS_GEN_FLAGS_H
 
-#include "serve/gen.h"
+#include "dsv4_text.h"
 
 #define GEN_MAX_STOPS 16
 

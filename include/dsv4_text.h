@@ -1,0 +1,538 @@
+/* dsv4_text.h — public text layer of dsv4: tokenizer, DeepSeek-V4 chat encoding, tool-call
+ * parsing, sampling, stop conditions and generation, on top of dsv4.h.
+ *
+ * Generation comes in two forms. dsv4_gen is the per-sequence step state a batched
+ * scheduler drives: the caller runs the forward and the LM head for many sequences at once
+ * and hands each sequence its logits row; dsv4_gen samples, applies the stop conditions and
+ * releases text. dsv4_generation_run is the simple blocking loop over one sequence, built
+ * on it.
+ *
+ * Threading: a tokenizer may be shared by threads (encode/decode are thread-safe); a
+ * sampler, stop state, token stream, chat or dsv4_gen belongs to one thread at a time.
+ * Strings returned through "const char **" are owned by the object and valid until its next
+ * call; strings returned through "char **" are malloc'ed and the caller frees them.
+ */
+#ifndef DSV4_TEXT_H
+#define DSV4_TEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsv4.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct cJSON; /* cJSON's node type (cjson/cJSON.h), for the JSON entry points */
+
+/* ==== tokenizer ======================================================================= */
+
+/* Byte-level BPE tokenizer read from a Hugging Face tokenizer.json.
+ *
+ * Pipeline of an encode (the HF `tokenizers` order):
+ *   1. added tokens (special or not) are cut out of the raw text, leftmost-longest;
+ *   2. every other stretch goes through the normalizer (only identity ones are supported),
+ *   3. the pre-tokenizer (Split regexes run with PCRE2 in UTF+UCP mode, then ByteLevel),
+ *   4. the BPE model: byte symbols merged by rank, lowest rank first, leftmost on ties.
+ * No BOS/EOS is ever added: the chat encoding writes them itself.
+ *
+ * Decoding maps every id to the bytes its token stands for (the ByteLevel decoder) and
+ * turns the concatenation into UTF-8, each invalid stretch replaced by U+FFFD the way
+ * Rust's String::from_utf8_lossy does it. The streaming decoder gives the same text piece
+ * by piece and never emits a partial character.
+ *
+ * A loaded dsv4_tokenizer is read-only apart from an internal, mutex-guarded word cache:
+ * several threads may encode and decode with one tokenizer at the same time.
+ */
+
+typedef struct dsv4_tokenizer dsv4_tokenizer;
+
+/* A growable list of token ids. Start from {0}; dsv4_tokenize appends to it. */
+typedef struct dsv4_tok_ids {
+    int32_t *ids;  /* [cap], the first n used */
+    size_t n, cap;
+} dsv4_tok_ids;
+
+void dsv4_tok_ids_free(dsv4_tok_ids *ids);
+
+/* Reads a tokenizer.json. Errors: DSV4_ERR_IO (unreadable), DSV4_ERR_FORMAT (not JSON,
+ * missing or mistyped fields, bad regex, merge of unknown tokens), DSV4_ERR_UNSUPPORTED
+ * (a normalizer, pre-tokenizer, model or decoder type this build does not implement). */
+int dsv4_tokenizer_load(const char *path, dsv4_tokenizer **out, dsv4_err *err);
+/* Same, from the JSON text in memory (len bytes, need not be NUL-terminated). */
+int dsv4_tokenizer_load_json(const char *json, size_t len, dsv4_tokenizer **out, dsv4_err *err);
+void dsv4_tokenizer_free(dsv4_tokenizer *tok);
+
+/* Flags of dsv4_tokenize_ex. */
+enum {
+    /* Do not recognise added/special token strings: "<｜User｜>" in the text is encoded as
+     * ordinary characters (for untrusted content that must not forge control tokens). */
+    DSV4_TOK_NO_ADDED = 1 << 0,
+};
+
+/* Encodes len bytes of UTF-8 text and appends the ids to out. Literal added-token strings
+ * become those tokens. Errors: DSV4_ERR_ARG for text that is not valid UTF-8 (the message
+ * names the byte offset), DSV4_ERR_NOMEM. On error out->n is left as it was. */
+int dsv4_tokenize(const dsv4_tokenizer *tok, const char *text, size_t len, dsv4_tok_ids *out,
+                  dsv4_err *err);
+int dsv4_tokenize_ex(const dsv4_tokenizer *tok, const char *text, size_t len, int flags,
+                     dsv4_tok_ids *out, dsv4_err *err);
+
+/* Like dsv4_tokenize, but no added token may match across the byte ranges plain
+ * ([2 * n_plain] sorted pairs [start, end)): text in them is encoded as ordinary
+ * characters. Everything else, and the pre-tokenizer split, is as for the whole text, so
+ * text without special-token strings gets exactly the ids of dsv4_tokenize. */
+int dsv4_tokenize_marked(const dsv4_tokenizer *tok, const char *text, size_t len,
+                         const size_t *plain, int n_plain, dsv4_tok_ids *out, dsv4_err *err);
+
+/* Flags of dsv4_detokenize. */
+enum {
+    DSV4_DETOK_SKIP_SPECIAL = 1 << 0,  /* drop tokens marked "special" in added_tokens */
+};
+
+/* Decodes n ids to UTF-8. *text is malloc'ed and NUL-terminated (the caller frees it);
+ * *text_len excludes the NUL. Errors: DSV4_ERR_ARG for an id that has no token (negative,
+ * past the vocabulary, or a hole in it), naming the id and its index. */
+int dsv4_detokenize(const dsv4_tokenizer *tok, const int32_t *ids, size_t n, int flags,
+                    char **text, size_t *text_len, dsv4_err *err);
+
+/* ---- streaming decode ---------------------------------------------------------------- */
+
+typedef struct dsv4_tok_stream dsv4_tok_stream;
+
+int dsv4_tok_stream_new(const dsv4_tokenizer *tok, int flags, dsv4_tok_stream **out,
+                        dsv4_err *err);
+void dsv4_tok_stream_free(dsv4_tok_stream *s);
+/* Feeds one id. *text and *len receive the newly completed UTF-8 (possibly empty), valid
+ * until the next call on s. Bytes of a character still incomplete are held back. An id
+ * without a token returns DSV4_ERR_ARG and leaves the stream as it was. */
+int dsv4_tok_stream_push(dsv4_tok_stream *s, int32_t id, const char **text, size_t *len,
+                         dsv4_err *err);
+/* Ends the stream: held-back bytes that never completed a character come out as U+FFFD.
+ * The stream is then empty and can be reused. */
+void dsv4_tok_stream_flush(dsv4_tok_stream *s, const char **text, size_t *len);
+
+/* ---- lookups ------------------------------------------------------------------------- */
+
+/* One more than the largest id (vocabulary and added tokens). */
+int dsv4_tok_vocab_size(const dsv4_tokenizer *tok);
+/* Id of a token given in its tokenizer.json spelling ("<｜end▁of▁sentence｜>", "Ġthe"),
+ * added tokens first; -1 if there is none. */
+int32_t dsv4_tok_token_to_id(const dsv4_tokenizer *tok, const char *token);
+/* The tokenizer.json spelling of an id, or NULL for an id without a token. */
+const char *dsv4_tok_id_to_token(const dsv4_tokenizer *tok, int32_t id);
+/* The bytes an id decodes to (not NUL-terminated; may be a partial UTF-8 character), or
+ * NULL for an id without a token. */
+const char *dsv4_tok_id_bytes(const dsv4_tokenizer *tok, int32_t id, size_t *len);
+/* 1 if the id is an added token / an added token marked special, else 0. */
+int dsv4_tok_is_added(const dsv4_tokenizer *tok, int32_t id);
+int dsv4_tok_is_special(const dsv4_tokenizer *tok, int32_t id);
+
+/* ==== tool calls (DSML) ================================================================ */
+
+/* DSML, DeepSeek-V4's markup for tool calls, both ways: writing the tool calls of
+ * an assistant message into the prompt, and splitting generated text into reasoning,
+ * content and tool calls.
+ *
+ * A tool-call block (after the content, separated by "\n\n"):
+ *   <｜DSML｜tool_calls>
+ *   <｜DSML｜invoke name="get_weather">
+ *   <｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>
+ *   <｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>
+ *   </｜DSML｜invoke>
+ *   </｜DSML｜tool_calls>
+ * string="true": the value is raw text; "false": the value is JSON text. Arguments become a
+ * JSON object in parameter order, written like Python's json.dumps (see pyjson.h).
+ */
+
+#define DSV4_DSML "｜DSML｜"
+
+typedef struct dsv4_tool_call {
+    char *name;
+    char *arguments;  /* JSON object text, e.g. {"city": "Paris", "days": 3} */
+} dsv4_tool_call;
+
+/* An assistant message split out of generated text. Strings are malloc'ed. */
+typedef struct dsv4_parsed {
+    char *reasoning;        /* text before "</think>" in thinking mode; NULL in chat mode */
+    char *content;          /* never NULL ("" when there is none) */
+    dsv4_tool_call *calls;  /* [n_calls] */
+    int n_calls;
+    int ended;              /* the text ended with EOS */
+    int truncated;          /* no EOS and the text stops inside reasoning or a tool-call
+                               block: a valid beginning (finish_reason "length") */
+} dsv4_parsed;
+
+/* Parses text generated after the assistant prefix: in thinking mode it starts with the
+ * reasoning (the prompt ended with "<think>"), in chat mode with the content. An optional
+ * EOS ends it. Always fills *out (free it with dsv4_parsed_free), never reads past len.
+ *  - Well formed, or a valid beginning cut short (truncated = 1, only complete tool calls
+ *    kept): returns 0.
+ *  - Malformed (missing "</think>" before EOS, broken or unterminated DSML, duplicate
+ *    parameter, text after the tool calls or after EOS, stray DSML markup): returns
+ *    DSV4_ERR_FORMAT with a message naming the problem and its byte offset; *out then
+ *    holds a best-effort message in which no generated text is lost: reasoning as found,
+ *    and the content followed by the raw text of the broken block, with no tool calls.
+ * A string="false" value that is not valid JSON is passed on as a JSON string.
+ * DSV4_ERR_NOMEM on allocation failure (then *out is empty). */
+int dsv4_dsml_parse(const char *text, size_t len, int thinking, dsv4_parsed *out,
+                    dsv4_err *err);
+void dsv4_parsed_free(dsv4_parsed *p);
+
+/* The OpenAI-style assistant message {"role", "content", ["reasoning_content"],
+ * ["tool_calls": [{"type": "function", "function": {"name", "arguments"}}]]}, or NULL when
+ * out of memory. The caller owns it (cJSON_Delete). */
+struct cJSON *dsv4_parsed_to_json(const dsv4_parsed *p);
+
+/* ==== chat encoding ==================================================================== */
+
+/* DeepSeek-V4 chat encoding: OpenAI-style messages -> prompt text, and a
+ * conversation object for multi-turn chat that hands out only the text not yet fed.
+ *
+ * The format is DeepSeek's (encoding/README.md of the V4 release); the result is text, to
+ * be tokenized with special tokens recognised. One conversation encodes as
+ *
+ *   BOS {system}[\n\n## Tools ...]                       system: raw text, no role token
+ *   <｜latest_reminder｜>{reminder}
+ *   <｜User｜>{user}<｜Assistant｜><think>                 thinking mode (</think> in chat mode)
+ *   {reasoning}</think>{content}[\n\n<｜DSML｜tool_calls>...]<｜end▁of▁sentence｜>
+ *   <｜User｜><tool_result>{result}</tool_result><｜Assistant｜>...
+ *
+ * Rules, in the order they apply:
+ *  - tool messages are merged into a user turn: a tool result joins the user turn just
+ *    before it, or opens a new one; a user message right after a user turn (without a task)
+ *    joins it too; blocks of one turn are separated by "\n\n"; several results of one turn
+ *    are ordered like the tool_calls (by id) of the last assistant that made calls;
+ *  - "tools" (OpenAI format) on a system or developer message add the Tools section (and
+ *    "response_format" a Response Format section) to that message;
+ *  - thinking mode, unless reasoning is kept: the reasoning of every assistant turn before
+ *    the last user/developer turn is dropped (that turn gets "</think>" instead of "<think>"),
+ *    and developer messages before it are removed. When any message has tools, nothing is
+ *    dropped (tool-calling turns need their reasoning);
+ *  - a user/developer turn followed by an assistant turn, a latest_reminder or the end gets
+ *    "<｜Assistant｜>" plus "<think>" (thinking, current turn) or "</think>";
+ *  - "task" on a message (action, query, authority, domain, title, read_url) replaces that
+ *    suffix with the task token; "action" gets "<｜Assistant｜><think>|</think><｜action｜>",
+ *    and the assistant turn after a task has no reasoning part;
+ *  - "wo_eos": true on an assistant message leaves its EOS out (continue a prefix);
+ *  - reasoning effort "max" (thinking mode) puts a fixed instruction before message 0.
+ *
+ * Message content is the client's text: the *_ids entry points tokenize it with special-
+ * token strings kept as plain text (a user writing "<｜User｜>" cannot open a turn), while
+ * the template's own tokens stay live. The text entry points (dsv4_chat_encode, _next)
+ * return the text as DeepSeek's reference encoder does; tokenizing that text whole makes
+ * such strings control tokens again, so use them for display and tests, and the *_ids
+ * forms to feed a model.
+ *
+ * Limitations (documented, not errors): numbers in tool schemas are re-printed from
+ * doubles (see pyjson.h); a user or tool "content" given as an array of parts keeps its
+ * text parts joined by "\n\n", other parts become "[Unsupported <type>]"; tool-call
+ * arguments of earlier assistant messages are written live (they are DSML).
+ */
+
+#define DSV4_CHAT_BOS "<｜begin▁of▁sentence｜>"
+#define DSV4_CHAT_EOS "<｜end▁of▁sentence｜>"
+#define DSV4_CHAT_USER "<｜User｜>"
+#define DSV4_CHAT_ASSISTANT "<｜Assistant｜>"
+#define DSV4_CHAT_REMINDER "<｜latest_reminder｜>"
+#define DSV4_CHAT_THINK_OPEN "<think>"
+#define DSV4_CHAT_THINK_CLOSE "</think>"
+
+/* All zero = chat mode, earlier reasoning dropped, default effort, BOS written. */
+typedef struct dsv4_chat_opts {
+    int thinking;        /* 1: thinking mode ("<think>" opens the answer); 0: chat mode */
+    int keep_reasoning;  /* 1: never drop earlier reasoning (DeepSeek's drop_thinking=False) */
+    int effort_max;      /* 1: reasoning effort "max" (thinking mode only) */
+    int no_bos;          /* 1: leave BOS out (the text continues an earlier context) */
+} dsv4_chat_opts;
+
+/* Encodes messages (a JSON array of message objects) into the prompt text. tools (may be
+ * NULL): an OpenAI "tools" array given beside the messages; it goes to messages[0] when
+ * that is a system or developer message without tools of its own, else into a new empty
+ * system message in front. *out is malloc'ed and NUL-terminated, *len excludes the NUL.
+ * Errors: DSV4_ERR_FORMAT naming the message and field (unknown role, bad task, a
+ * tool call without a function name, empty developer content, ...), DSV4_ERR_NOMEM. */
+int dsv4_chat_encode(const struct cJSON *messages, const struct cJSON *tools, const dsv4_chat_opts *opts,
+                     char **out, size_t *len, dsv4_err *err);
+
+/* Encodes and tokenizes in one go, message content (system, user, tool results, reminders,
+ * assistant content and reasoning, tool schemas) as plain text; appends to out. */
+int dsv4_chat_encode_ids(const struct cJSON *messages, const struct cJSON *tools,
+                         const dsv4_chat_opts *opts, const dsv4_tokenizer *tok,
+                         dsv4_tok_ids *out, dsv4_err *err);
+
+/* The same from JSON text: either an array of messages, or an object with "messages" and
+ * optionally "tools", "thinking_mode" ("thinking"|"chat"), "thinking" (bool, or
+ * {"type": "enabled"|"disabled"} as in DeepSeek's API),
+ * "drop_thinking" (bool), "reasoning_effort" ("max"|"high"|null). Keys present override
+ * *defaults (which may be NULL = all zero). */
+int dsv4_chat_encode_json(const char *json, size_t json_len, const dsv4_chat_opts *defaults,
+                          char **out, size_t *len, dsv4_err *err);
+
+/* ---- conversation -------------------------------------------------------------------- */
+
+/* A conversation as the engine sees it: the messages, and the exact text already fed to
+ * the sequence (prompts plus generated text). dsv4_chat_next returns only the new part
+ * whenever encode(all messages) extends what was fed; that holds turn after turn in chat
+ * mode, in thinking mode with keep_reasoning, and whenever tools are present. It does not
+ * hold in thinking mode with reasoning dropped: the new user turn removes the previous
+ * answer's reasoning, so the whole text changes (reset = 1: start a fresh sequence). Every
+ * suffix starts at a control token (EOS or a role token), so tokenizing it on its own gives
+ * the same tokens as tokenizing the whole text. */
+typedef struct dsv4_chat dsv4_chat;
+
+int dsv4_chat_create(const dsv4_chat_opts *opts, dsv4_chat **out, dsv4_err *err);
+void dsv4_chat_free(dsv4_chat *c);
+
+/* Appends a message: role system | developer | user | latest_reminder | tool | assistant,
+ * content text (copied). */
+int dsv4_chat_add(dsv4_chat *c, const char *role, const char *content, dsv4_err *err);
+/* Appends a message given as an OpenAI-style JSON object (copied; checked when encoded). */
+int dsv4_chat_add_json(dsv4_chat *c, const struct cJSON *msg, dsv4_err *err);
+/* Sets the tools array (copied; NULL removes it), as for dsv4_chat_encode. */
+int dsv4_chat_set_tools(dsv4_chat *c, const struct cJSON *tools, dsv4_err *err);
+
+/* Encodes the conversation and returns the text to feed next: the part after what was fed
+ * (reset = 0) or, when that is not a prefix any more, the whole text (reset = 1). From then
+ * on that text counts as fed. *text is malloc'ed, NUL-terminated. */
+int dsv4_chat_next(dsv4_chat *c, char **text, size_t *len, int *reset, dsv4_err *err);
+
+/* dsv4_chat_next, tokenized with content as plain text (see dsv4_chat_encode_ids);
+ * appends the new part's ids to out. */
+int dsv4_chat_next_ids(dsv4_chat *c, const dsv4_tokenizer *tok, dsv4_tok_ids *out, int *reset,
+                       dsv4_err *err);
+
+/* Records the model's answer: text is exactly what the sequence holds after the prompt
+ * (with or without a final EOS). It is parsed (thinking or not, as the last prompt asked)
+ * into an assistant message, kept verbatim for re-encoding so that the next suffix still
+ * applies, and counted as fed. parsed (may be NULL) receives the structured message, to be
+ * freed with dsv4_parsed_free. A malformed answer is recorded all the same and returns
+ * DSV4_ERR_FORMAT with the parser's message. */
+int dsv4_chat_add_generated(dsv4_chat *c, const char *text, size_t len, dsv4_parsed *parsed,
+                            dsv4_err *err);
+
+/* 1 if the last text handed out by dsv4_chat_next opened a reasoning block (the answer
+ * starts with reasoning and must be parsed in thinking mode). */
+int dsv4_chat_gen_thinking(const dsv4_chat *c);
+/* Number of messages, and the whole encoding of the conversation (malloc'ed). */
+int dsv4_chat_n_messages(const dsv4_chat *c);
+int dsv4_chat_render(const dsv4_chat *c, char **text, size_t *len, dsv4_err *err);
+
+/* ==== sampling ========================================================================= */
+
+/* Choosing the next token from one row of logits [V].
+ *
+ * A dsv4_sampler holds its parameters, its own PRNG state (xoshiro256**, seeded through
+ * splitmix64: same seed and same inputs give the same tokens) and scratch for one row; no
+ * global state, one sampler per sequence (a sampler is not shared between threads).
+ *
+ * Order of processing, for each row:
+ *   1. penalties over the history (token ids, oldest first; only the last penalty_last_n
+ *      when that is > 0). For each distinct token t with count c in it:
+ *        repetition (CTRL/HF style): x_t = x_t > 0 ? x_t / r : x_t * r
+ *        frequency and presence (OpenAI style): x_t -= c * f + p
+ *   2. temperature: z = x / T. T <= 0 means greedy: the argmax of x, ties to the lowest id.
+ *   3. truncation, on probabilities q = softmax(z), ordering by (q desc, id asc):
+ *        min-p: keep q_t >= min_p * max(q); top-k: keep the first k; top-p: of what is
+ *        left, keep the shortest prefix whose renormalized mass reaches top_p.
+ *   4. one draw from what is kept, renormalized.
+ * Log-probabilities (the chosen token's, and the n best) are log-softmax of the processed
+ * logits z of step 2 (T taken as 1 for greedy), over the whole vocabulary, before
+ * truncation: finite for every token, and comparable between sampled and greedy runs.
+ * NaN logits count as -inf; a row without any finite logit is an error.
+ */
+
+#define DSV4_MAX_LOGPROBS 20
+
+/* All zero = greedy, no penalties, no logprobs. */
+typedef struct dsv4_sample_params {
+    float temperature;        /* <= 0: greedy */
+    int top_k;                /* 0: off */
+    float top_p;              /* 0 or 1: off; else (0, 1) */
+    float min_p;              /* 0: off; else (0, 1] */
+    float repetition_penalty; /* 0 or 1: off; else > 0 (> 1 discourages repeats) */
+    float frequency_penalty;  /* 0: off; any finite value (negative encourages) */
+    float presence_penalty;   /* 0: off; any finite value */
+    int penalty_last_n;       /* history window for penalties; 0 = all of it */
+    uint64_t seed;
+    int n_logprobs;           /* 0..DSV4_MAX_LOGPROBS best tokens to report */
+} dsv4_sample_params;
+
+typedef struct dsv4_sample_out {
+    int32_t token;
+    float logprob;                               /* of token */
+    int n_top;                                   /* = n_logprobs (or V if smaller) */
+    int32_t top_ids[DSV4_MAX_LOGPROBS];          /* best first, ties to the lowest id */
+    float top_logprobs[DSV4_MAX_LOGPROBS];
+} dsv4_sample_out;
+
+typedef struct dsv4_sampler dsv4_sampler;
+
+/* vocab: V, the row length. Parameters are checked: DSV4_ERR_ARG names the bad one. */
+int dsv4_sampler_create(const dsv4_sample_params *p, int vocab, dsv4_sampler **out,
+                        dsv4_err *err);
+void dsv4_sampler_free(dsv4_sampler *s);
+/* Restarts the random sequence from a seed. */
+void dsv4_sampler_seed(dsv4_sampler *s, uint64_t seed);
+
+/* Picks a token from logits [V] (not modified). history: [n_history] earlier token ids
+ * for the penalties (may be NULL when n_history is 0). DSV4_ERR_ARG: a history id outside
+ * [0, V), or no finite logit. */
+int dsv4_sample(dsv4_sampler *s, const float *logits, const int32_t *history, int n_history,
+                dsv4_sample_out *out, dsv4_err *err);
+
+/* argmax of x[0..n), ties to the lowest index; NaN never wins. -1 if n <= 0 or all NaN. */
+int32_t dsv4_argmax(const float *x, int n);
+
+/* ==== stop conditions ================================================================== */
+
+/* When generation ends, and how much text to show: stop tokens, max tokens, and
+ * stop strings found in the streaming decoded text.
+ *
+ * Stop strings are matched on the text (bytes), not on tokens, so a stop string may be
+ * split across any number of tokens. The text handed out never contains a stop string or
+ * any part of it: a tail of the text that could still become a stop string is held back
+ * until it either completes one (then it is dropped, and everything after it) or stops
+ * matching (then it is released). With several stop strings the one that starts first
+ * wins. Held-back text starts at a character boundary whenever the stop strings are valid
+ * UTF-8, so released text never splits a character that the decoder delivered whole.
+ *
+ * Per generated token, in this order:
+ *   r = dsv4_stop_token(s, token)     STOP_TOKEN: end, the token's text is not shown
+ *   dsv4_stop_feed(s, its text, ...)  STOP_STRING: end, show only the emitted part
+ *   if r == LENGTH: dsv4_stop_flush() and end
+ * and dsv4_stop_flush() whenever generation ends for another reason (EOS handled as a stop
+ * token, cancellation), to release what was held back.
+ */
+
+enum {
+    DSV4_FINISH_NONE = 0,
+    DSV4_FINISH_STOP_TOKEN,   /* a stop token (EOS, ...) was sampled */
+    DSV4_FINISH_STOP_STRING,  /* a stop string appeared in the text */
+    DSV4_FINISH_LENGTH,       /* max_tokens reached */
+};
+
+typedef struct dsv4_stop dsv4_stop;
+
+/* strings: [n_strings] non-empty stop strings (copied); tokens: [n_tokens] stop token ids;
+ * max_tokens: most tokens to generate (0 = no limit). DSV4_ERR_ARG for an empty or NULL
+ * string, a negative count or limit. */
+int dsv4_stop_create(const char *const *strings, int n_strings, const int32_t *tokens,
+                     int n_tokens, int max_tokens, dsv4_stop **out, dsv4_err *err);
+void dsv4_stop_free(dsv4_stop *s);
+/* Forgets the text and the token count (a new generation with the same settings). */
+void dsv4_stop_reset(dsv4_stop *s);
+
+/* Counts a sampled token: STOP_TOKEN if it is a stop token (not counted), LENGTH if it
+ * is the max_tokens-th token (its text is still shown), else NONE. */
+int dsv4_stop_token(dsv4_stop *s, int32_t token);
+
+/* Feeds the text of the next token(s). emit and emit_len receive the text to show now
+ * (valid until the next call on s). Returns STOP_STRING once a stop string completed:
+ * the emitted text then ends right before it and later feeds emit nothing. Else NONE.
+ * Out of memory: returns -DSV4_ERR_NOMEM and emits nothing. */
+int dsv4_stop_feed(dsv4_stop *s, const char *text, size_t len, const char **emit,
+                   size_t *emit_len);
+/* Releases the held-back text at the end of generation (nothing after a stop string). */
+void dsv4_stop_flush(dsv4_stop *s, const char **emit, size_t *emit_len);
+
+/* Index of the stop string that ended generation, or -1. Tokens generated so far. */
+int dsv4_stop_matched(const dsv4_stop *s);
+int dsv4_stop_count(const dsv4_stop *s);
+
+/* ==== generation ======================================================================= */
+
+/* What one generation samples and when it stops. */
+typedef struct dsv4_gen_params {
+    dsv4_sample_params sample;
+    int max_tokens;                   /* 0 = no limit (the caller stops at a full context) */
+    const char *const *stop_strings;  /* [n_stop] copied at create */
+    int n_stop;
+    const int32_t *stop_tokens;       /* [n_stop_tokens] besides the model's EOS; copied */
+    int n_stop_tokens;
+    const int32_t *bias_ids;          /* [n_bias] logit_bias: bias[i] is added to the logit */
+    const float *bias;                /* of bias_ids[i] (finite; -inf bans) before sampling */
+    int n_bias;
+} dsv4_gen_params;
+
+/* One step's result. */
+typedef struct dsv4_gen_token {
+    int32_t token;        /* the sampled id */
+    int finish;           /* DSV4_FINISH_* when generation ended with this token, else NONE */
+    int feed;             /* 1: the token joined the text, and must run through the model
+                           * before the next dsv4_gen_next (0 for a stop token) */
+    const char *text;     /* text released now: never a partial character, never part of a */
+    size_t text_len;      /* stop string (valid until the next call on the dsv4_gen) */
+    dsv4_sample_out sample;  /* the chosen token's logprob and the best n_logprobs */
+} dsv4_gen_token;
+
+typedef struct dsv4_gen dsv4_gen;
+
+/* A generation over the model's vocabulary: sampler, stop conditions and streaming
+ * detokenizer. Ids the tokenizer has no text for are never sampled (a random or untrained
+ * head would otherwise pick them). DSV4_ERR_ARG names a bad parameter. */
+int dsv4_gen_create(const dsv4_model *m, const dsv4_tokenizer *tok, const dsv4_gen_params *p,
+                    dsv4_gen **out, dsv4_err *err);
+void dsv4_gen_free(dsv4_gen *g);
+
+/* Consumes the logits row [V] that follows the text so far (not modified) and returns the
+ * next token. Exactly one sampler draw per call, so a token depends only on its logits row
+ * and the tokens before it: the same tokens come out whether the rows were computed alone,
+ * batched, after a preemption or by a speculative verify. Penalties look at the tokens of
+ * this generation. After a finish, DSV4_ERR_STATE. */
+int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_err *err);
+
+/* Ends the generation early (cancelled, context full) or after a finish: releases the text
+ * held back (a partial character as U+FFFD, a prefix of a stop string that never completed).
+ * *text is valid until the next call on g. Later calls release nothing. */
+void dsv4_gen_end(dsv4_gen *g, const char **text, size_t *len);
+
+/* The tokens sampled so far (stop token included), [*n]; valid until the next call. */
+const int32_t *dsv4_gen_tokens(const dsv4_gen *g, int *n);
+/* DSV4_FINISH_* once finished, else NONE. */
+int dsv4_gen_finished(const dsv4_gen *g);
+
+/* ---- blocking loop over one sequence ---- */
+
+typedef struct dsv4_generation_opts {
+    dsv4_sample_params sample;
+    int max_tokens;                  /* 0 = until a stop or the context is full */
+    const char *const *stop_strings; /* (n_stop) */
+    int n_stop;
+    int chunk;                       /* prefill chunk rows; 0 = the engine's c_max */
+} dsv4_generation_opts;
+
+typedef struct dsv4_generation_callbacks {
+    void *user;
+    /* text ready to show (never a partial character, never part of a stop string);
+     * return non-zero to cancel */
+    int (*text)(void *user, const char *text, size_t len);
+    /* after each prefill chunk */
+    void (*progress)(void *user, int64_t done, int64_t total);
+    /* per generated token, with its log-probabilities when asked for */
+    void (*token)(void *user, const dsv4_sample_out *out);
+} dsv4_generation_callbacks;
+
+typedef struct dsv4_generation_result {
+    int64_t prompt_tokens;    /* prefilled in this call */
+    int64_t gen_tokens;       /* sampled */
+    double prefill_seconds, decode_seconds;
+    int finish;               /* DSV4_FINISH_* (NONE when cancelled or the context filled) */
+    int context_full;         /* 1: generation stopped because max_context was reached */
+    int32_t *ids;             /* (gen_tokens) sampled ids, malloc'ed; caller frees */
+    int last_fed;             /* 1 if the last sampled id was also run through the model */
+} dsv4_generation_result;
+
+/* Runs prompt (n_prompt >= 1 new tokens) on seq and generates. The last sampled token is
+ * fed to the model too unless it is a stop token, so the sequence holds every shown token.
+ * Penalties look at the tokens generated in this call. */
+int dsv4_generation_run(dsv4_engine *e, const dsv4_tokenizer *tok, int seq,
+                        const int32_t *prompt, int n_prompt, const dsv4_generation_opts *opts,
+                        const dsv4_generation_callbacks *cb, dsv4_generation_result *res,
+                        dsv4_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
