@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "dsv4_internal.h"
-#include "tok/tokenizer.h"
+#include "dsv4_text.h"
 
 #ifndef DSV4_DEFAULT_SHARED
 #define DSV4_DEFAULT_SHARED "../shared"
