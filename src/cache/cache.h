@@ -31,6 +31,7 @@ typedef struct dsv4_cache_plan {
     dsv4_cache_opts opts;        /* after defaults are filled in */
     int hd, dI, win;             /* row widths and window, copied from the config */
     int n_layers;                /* main + MTP layers */
+    int n_main_layers;           /* layers [0, n_main_layers) follow n, the rest (MTP) m */
     int block, win_block;        /* B, B_w */
     /* per-layer placement (-1 where the layer has no such state) */
     int cmp_pool[DSV4_MAX_LAYERS];   /* index into ratios[] */
@@ -105,17 +106,53 @@ typedef struct dsv4_cache_usage {
 } dsv4_cache_usage;
 dsv4_cache_usage dsv4_cache_get_usage(const dsv4_cache *c);
 
+/* ---- sharing: forks and snapshots (share.c; spec/serving.md §g, issue 11) -------------- */
+
+/* A sequence's state at main length n and MTP length m, kept outside any STATE slot:
+ * compressed blocks closed for every compressing layer (all windows of the block are
+ * pooled, main and MTP) are shared by reference; the open block(s), the window rows of the
+ * last win-1 positions of each layer and the compressor ring rows later calls read are
+ * copied. Nothing a sequence writes after its length can touch a closed block, so sharing
+ * is exact. A snapshot lives until dsv4_cache_snap_free or dsv4_cache_free. */
+typedef struct dsv4_cache_snap dsv4_cache_snap;
+
+/* Snapshot of live sequence seq, whose main length is n and MTP length m (m <= n; the
+ * caller's counters). Takes no pool pages. */
+int dsv4_cache_snap_take(dsv4_cache *c, int seq, int64_t n, int64_t m, dsv4_cache_snap **out,
+                         dsv4_err *err);
+/* Writes the snapshot into seq, a sequence fresh from dsv4_cache_seq_alloc (no pages):
+ * maps the shared blocks, allocates and fills the copied ones and the window pages, fills
+ * the rings. All-or-nothing: DSV4_ERR_CACHE_FULL (after asking the evictor for room) leaves
+ * seq empty. */
+int dsv4_cache_snap_restore(dsv4_cache *c, const dsv4_cache_snap *s, int seq, dsv4_err *err);
+void dsv4_cache_snap_free(dsv4_cache *c, dsv4_cache_snap *s);
+/* Bytes the snapshot's copies take in host memory (its shared blocks are pool pages). */
+int64_t dsv4_cache_snap_host_bytes(const dsv4_cache_snap *s);
+/* Blocks the snapshot shares / copies. */
+int dsv4_cache_snap_blocks(const dsv4_cache_snap *s, int *n_shared, int *n_private);
+/* Blocks referenced only by snapshots (no live sequence maps them): what evicting every
+ * snapshot would give back. */
+int64_t dsv4_cache_snap_only_blocks(const dsv4_cache *c);
+
+/* The pools call evict(user) when a reservation is short of blocks, until enough are free
+ * or it returns 0 (nothing left to evict); it must free snapshots only. */
+void dsv4_cache_set_evictor(dsv4_cache *c, int (*evict)(void *user), void *user);
+/* References on a block (table entries + snapshots); 0 when free. */
+int dsv4_cache_blk_refs(const dsv4_cache *c, int block);
+
 /* ---- lookups and debug aids (additive: tests and debug builds) ------------------------ */
 
 /* Page id holding window position pos / block id holding compressed source position pos
  * of a live sequence; -1 when none is reserved (or the handle or position is invalid). */
 int dsv4_cache_win_page(const dsv4_cache *c, int seq, int64_t pos);
 int dsv4_cache_blk_page(const dsv4_cache *c, int seq, int64_t pos);
-/* Owning sequence of a page / block id, -1 when free. */
+/* Owning sequence of a page / block id, -1 when free; for a shared block the lowest live
+ * sequence mapping it, -2 when only snapshots hold it. */
 int dsv4_cache_win_owner(const dsv4_cache *c, int page);
 int dsv4_cache_blk_owner(const dsv4_cache *c, int block);
-/* Consistency: every page is either free (listed once, no owner) or owned by a live
- * sequence whose table maps it exactly once; free + allocated == total; slots likewise.
+/* Consistency: every WIN page is either free (listed once, no owner) or owned by a live
+ * sequence whose table maps it exactly once; every block's reference count equals the
+ * table and snapshot entries naming it, and exactly the blocks at 0 are free.
  * DSV4_ERR_STATE with the first violation. */
 int dsv4_cache_check(const dsv4_cache *c, dsv4_err *err);
 /* Sentinel mode: every page and STATE slot nobody owns is filled with a NaN bit pattern

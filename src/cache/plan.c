@@ -333,6 +333,7 @@ int dsv4_cache_plan_make(const dsv4_config *cfg, const dsv4_cache_opts *opts_in,
     p.dI = cfg->index_head_dim;
     p.win = cfg->sliding_window;
     p.n_layers = n_layers;
+    p.n_main_layers = cfg->num_hidden_layers;
     p.block = o.block;
     p.win_block = o.win_block;
 

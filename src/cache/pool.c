@@ -13,35 +13,8 @@
 
 #include "cache/cache.h"
 #include "cache/geom.h"
+#include "cache/pool_impl.h"
 #include "util/err.h"
-
-#define NONE (-1)
-#define MARK (-2)  /* table entry counted by a reservation in progress */
-
-typedef struct seq_state {
-    int live;
-    int64_t n_win, n_blk;     /* pages held */
-    int64_t win_lo, win_hi;   /* table entries outside [win_lo, win_hi) are NONE */
-    int64_t blk_hi;           /* blk_table entries >= blk_hi are NONE */
-} seq_state;
-
-struct dsv4_cache {
-    dsv4_cache_plan plan;
-    int32_t n_win_pages, n_blocks;
-    int64_t win_rows, blk_rows[DSV4_MAX_RATIOS], idx_rows;  /* rows per page */
-    float *win;                     /* (n_layers, n_win_pages, B_w, hd) */
-    float *cmp[DSV4_MAX_RATIOS];    /* (n_cmp_layers[i], n_blocks, B/r_i, hd) */
-    float *idx;                     /* (n_idx_layers, n_blocks, B/4, dI) */
-    float *state;                   /* (max_seqs, slot_floats) */
-    int32_t *win_free, n_win_free;  /* (n_win_pages) stack of free page ids */
-    int32_t *blk_free, n_blk_free;  /* (n_blocks) */
-    int32_t *win_owner;             /* (n_win_pages) owning sequence or NONE */
-    int32_t *blk_owner;             /* (n_blocks) */
-    int32_t *win_table;             /* (max_seqs, win_table_width) page id or NONE */
-    int32_t *blk_table;             /* (max_seqs, blk_table_width) block id or NONE */
-    seq_state *seqs;                /* (max_seqs) */
-    int sentinel;
-};
 
 /* ---- storage helpers ------------------------------------------------------------------- */
 
@@ -49,35 +22,16 @@ static void fill_words(float *p, int64_t n, uint32_t bits) {
     for (int64_t i = 0; i < n; i++) memcpy(&p[i], &bits, 4);
 }
 
-static float *win_page_ptr(const dsv4_cache *c, int layer, int32_t page) {
-    return c->win + ((int64_t)layer * c->n_win_pages + page) * c->win_rows * c->plan.hd;
-}
-static float *cmp_page_ptr(const dsv4_cache *c, int pool, int slot, int32_t blk) {
-    return c->cmp[pool] + ((int64_t)slot * c->n_blocks + blk) * c->blk_rows[pool] * c->plan.hd;
-}
-static float *idx_page_ptr(const dsv4_cache *c, int slot, int32_t blk) {
-    return c->idx + ((int64_t)slot * c->n_blocks + blk) * c->idx_rows * c->plan.dI;
-}
-static float *slot_ptr(const dsv4_cache *c, int seq) {
-    return c->state + (int64_t)seq * c->plan.slot_floats;
-}
-static int32_t *win_tab(const dsv4_cache *c, int seq) {
-    return c->win_table + (int64_t)seq * c->plan.win_table_width;
-}
-static int32_t *blk_tab(const dsv4_cache *c, int seq) {
-    return c->blk_table + (int64_t)seq * c->plan.blk_table_width;
-}
-
 static void sentinel_win_page(dsv4_cache *c, int32_t page) {
     for (int l = 0; l < c->plan.n_layers; l++)
-        fill_words(win_page_ptr(c, l, page), c->win_rows * c->plan.hd, DSV4_CACHE_SENTINEL);
+        fill_words(dsv4_pool_win_page(c, l, page), c->win_rows * c->plan.hd, DSV4_CACHE_SENTINEL);
 }
 static void sentinel_block(dsv4_cache *c, int32_t blk) {
     for (int i = 0; i < c->plan.n_ratios; i++)
         for (int s = 0; s < c->plan.n_cmp_layers[i]; s++)
-            fill_words(cmp_page_ptr(c, i, s, blk), c->blk_rows[i] * c->plan.hd, DSV4_CACHE_SENTINEL);
+            fill_words(dsv4_pool_cmp_page(c, i, s, blk), c->blk_rows[i] * c->plan.hd, DSV4_CACHE_SENTINEL);
     for (int s = 0; s < c->plan.n_idx_layers; s++)
-        fill_words(idx_page_ptr(c, s, blk), c->idx_rows * c->plan.dI, DSV4_CACHE_SENTINEL);
+        fill_words(dsv4_pool_idx_page(c, s, blk), c->idx_rows * c->plan.dI, DSV4_CACHE_SENTINEL);
 }
 
 static int seq_ok(const dsv4_cache *c, int seq) {
@@ -126,7 +80,7 @@ int dsv4_cache_create(const dsv4_cache_plan *plan, dsv4_cache **out, dsv4_err *e
     c->win_free = alloc_n(c->n_win_pages, 4, &failed);
     c->blk_free = alloc_n(c->n_blocks, 4, &failed);
     c->win_owner = alloc_n(c->n_win_pages, 4, &failed);
-    c->blk_owner = alloc_n(c->n_blocks, 4, &failed);
+    c->blk_ref = alloc_n(c->n_blocks, 4, &failed);  /* zeroed: every block free */
     c->win_table = alloc_n(ms * p->win_table_width, 4, &failed);
     c->blk_table = alloc_n(ms * p->blk_table_width, 4, &failed);
     c->seqs = alloc_n(ms, sizeof *c->seqs, &failed);
@@ -142,7 +96,6 @@ int dsv4_cache_create(const dsv4_cache_plan *plan, dsv4_cache **out, dsv4_err *e
     }
     for (int32_t i = 0; i < c->n_blocks; i++) {
         c->blk_free[i] = c->n_blocks - 1 - i;
-        c->blk_owner[i] = NONE;
     }
     c->n_win_free = c->n_win_pages;
     c->n_blk_free = c->n_blocks;
@@ -154,6 +107,7 @@ int dsv4_cache_create(const dsv4_cache_plan *plan, dsv4_cache **out, dsv4_err *e
 
 void dsv4_cache_free(dsv4_cache *c) {
     if (!c) return;
+    while (c->snaps) dsv4_cache_snap_free(c, c->snaps);
     free(c->win);
     for (int i = 0; i < DSV4_MAX_RATIOS; i++) free(c->cmp[i]);
     free(c->idx);
@@ -161,7 +115,7 @@ void dsv4_cache_free(dsv4_cache *c) {
     free(c->win_free);
     free(c->blk_free);
     free(c->win_owner);
-    free(c->blk_owner);
+    free(c->blk_ref);
     free(c->win_table);
     free(c->blk_table);
     free(c->seqs);
@@ -175,7 +129,7 @@ const dsv4_cache_plan *dsv4_cache_get_plan(const dsv4_cache *c) { return c ? &c-
 /* Fresh compressor state: every candidate absent, i.e. projections 0 and scores -inf. */
 static void clear_slot(dsv4_cache *c, int seq) {
     const dsv4_cache_plan *p = &c->plan;
-    float *base = slot_ptr(c, seq);
+    float *base = dsv4_pool_slot(c, seq);
     const float ninf = -INFINITY;
     for (int l = 0; l < p->n_layers; l++) {
         if (p->ring_off[l] >= 0) {
@@ -214,7 +168,7 @@ int dsv4_cache_seq_alloc(dsv4_cache *c, int *seq, dsv4_err *err) {
 }
 
 static void free_win_page(dsv4_cache *c, int seq, int64_t i) {
-    int32_t *t = win_tab(c, seq);
+    int32_t *t = dsv4_pool_win_tab(c, seq);
     const int32_t pg = t[i];
     t[i] = NONE;
     c->win_owner[pg] = NONE;
@@ -230,23 +184,63 @@ int dsv4_cache_seq_release(dsv4_cache *c, int seq, dsv4_err *err) {
                          "cache seq_release: sequence %d is not live (freed or never allocated; "
                          "max_seqs = %d)", seq, c->plan.opts.max_seqs);
     seq_state *q = &c->seqs[seq];
-    int32_t *wt = win_tab(c, seq), *bt = blk_tab(c, seq);
+    int32_t *wt = dsv4_pool_win_tab(c, seq), *bt = dsv4_pool_blk_tab(c, seq);
     for (int64_t i = q->win_lo; i < q->win_hi; i++)
         if (wt[i] >= 0) free_win_page(c, seq, i);
     for (int64_t i = 0; i < q->blk_hi; i++) {
         const int32_t b = bt[i];
         if (b < 0) continue;
         bt[i] = NONE;
-        c->blk_owner[b] = NONE;
-        c->blk_free[c->n_blk_free++] = b;
-        if (c->sentinel) sentinel_block(c, b);
+        dsv4_pool_unref_block(c, b);
     }
     memset(q, 0, sizeof *q);
-    if (c->sentinel) fill_words(slot_ptr(c, seq), c->plan.slot_floats, DSV4_CACHE_SENTINEL);
+    if (c->sentinel) fill_words(dsv4_pool_slot(c, seq), c->plan.slot_floats, DSV4_CACHE_SENTINEL);
     return 0;
 }
 
 int dsv4_cache_seq_live(const dsv4_cache *c, int seq) { return seq_ok(c, seq); }
+
+/* ---- page and block bookkeeping (pool_impl.h) ------------------------------------------ */
+
+void dsv4_pool_take_win(dsv4_cache *c, int seq, int64_t i) {
+    seq_state *q = &c->seqs[seq];
+    const int32_t pg = c->win_free[--c->n_win_free];
+    dsv4_pool_win_tab(c, seq)[i] = pg;
+    c->win_owner[pg] = seq;
+    q->n_win++;
+    if (i < q->win_lo) q->win_lo = i;
+    if (i + 1 > q->win_hi) q->win_hi = i + 1;
+}
+
+int32_t dsv4_pool_pop_block(dsv4_cache *c) { return c->blk_free[--c->n_blk_free]; }
+
+void dsv4_pool_map_block(dsv4_cache *c, int seq, int64_t i, int32_t b) {
+    seq_state *q = &c->seqs[seq];
+    c->blk_ref[b]++;
+    dsv4_pool_blk_tab(c, seq)[i] = b;
+    q->n_blk++;
+    if (i + 1 > q->blk_hi) q->blk_hi = i + 1;
+}
+
+void dsv4_pool_unref_block(dsv4_cache *c, int32_t b) {
+    if (--c->blk_ref[b] > 0) return;
+    c->blk_free[c->n_blk_free++] = b;
+    if (c->sentinel) sentinel_block(c, b);
+}
+
+void dsv4_pool_make_room(dsv4_cache *c, int64_t blocks) {
+    while (c->evict && c->n_blk_free < blocks && c->evict(c->evict_user)) {
+    }
+}
+
+void dsv4_cache_set_evictor(dsv4_cache *c, int (*evict)(void *user), void *user) {
+    c->evict = evict;
+    c->evict_user = user;
+}
+
+int dsv4_cache_blk_refs(const dsv4_cache *c, int block) {
+    return c && block >= 0 && block < c->n_blocks ? c->blk_ref[block] : 0;
+}
 
 /* ---- reservation ----------------------------------------------------------------------- */
 
@@ -301,16 +295,18 @@ int dsv4_cache_reserve(dsv4_cache *c, int n, const int *seq, const int64_t *star
     for (int i = 0; i < n; i++) {
         int64_t w0, w1, b0, b1;
         span_ranges(p, start[i], count[i], with_cmp, &w0, &w1, &b0, &b1);
-        need_w += swap_entries(win_tab(c, seq[i]), w0, w1, NONE, MARK);
-        need_b += swap_entries(blk_tab(c, seq[i]), b0, b1, NONE, MARK);
+        need_w += swap_entries(dsv4_pool_win_tab(c, seq[i]), w0, w1, NONE, MARK);
+        need_b += swap_entries(dsv4_pool_blk_tab(c, seq[i]), b0, b1, NONE, MARK);
     }
+    /* blocks only snapshots hold can be given back (LRU, by the engine's evictor) */
+    if (need_b > c->n_blk_free && need_w <= c->n_win_free) dsv4_pool_make_room(c, need_b);
     const int short_w = need_w > c->n_win_free, short_b = need_b > c->n_blk_free;
     if (short_w || short_b) {
         for (int i = 0; i < n; i++) {
             int64_t w0, w1, b0, b1;
             span_ranges(p, start[i], count[i], with_cmp, &w0, &w1, &b0, &b1);
-            swap_entries(win_tab(c, seq[i]), w0, w1, MARK, NONE);
-            swap_entries(blk_tab(c, seq[i]), b0, b1, MARK, NONE);
+            swap_entries(dsv4_pool_win_tab(c, seq[i]), w0, w1, MARK, NONE);
+            swap_entries(dsv4_pool_blk_tab(c, seq[i]), b0, b1, MARK, NONE);
         }
         if (short_w)
             return dsv4_fail(err, DSV4_ERR_CACHE_FULL,
@@ -324,26 +320,12 @@ int dsv4_cache_reserve(dsv4_cache *c, int n, const int *seq, const int64_t *star
     for (int i = 0; i < n; i++) {
         int64_t w0, w1, b0, b1;
         const int s = seq[i];
-        seq_state *q = &c->seqs[s];
         span_ranges(p, start[i], count[i], with_cmp, &w0, &w1, &b0, &b1);
-        int32_t *wt = win_tab(c, s), *bt = blk_tab(c, s);
-        for (int64_t j = w0; j < w1; j++) {
-            if (wt[j] != MARK) continue;
-            const int32_t pg = c->win_free[--c->n_win_free];
-            wt[j] = pg;
-            c->win_owner[pg] = s;
-            q->n_win++;
-            if (j < q->win_lo) q->win_lo = j;
-            if (j + 1 > q->win_hi) q->win_hi = j + 1;
-        }
-        for (int64_t j = b0; j < b1; j++) {
-            if (bt[j] != MARK) continue;
-            const int32_t b = c->blk_free[--c->n_blk_free];
-            bt[j] = b;
-            c->blk_owner[b] = s;
-            q->n_blk++;
-            if (j + 1 > q->blk_hi) q->blk_hi = j + 1;
-        }
+        const int32_t *wt = dsv4_pool_win_tab(c, s), *bt = dsv4_pool_blk_tab(c, s);
+        for (int64_t j = w0; j < w1; j++)
+            if (wt[j] == MARK) dsv4_pool_take_win(c, s, j);
+        for (int64_t j = b0; j < b1; j++)
+            if (bt[j] == MARK) dsv4_pool_map_block(c, s, j, dsv4_pool_pop_block(c));
     }
     return 0;
 }
@@ -351,7 +333,7 @@ int dsv4_cache_reserve(dsv4_cache *c, int n, const int *seq, const int64_t *star
 void dsv4_cache_trim(dsv4_cache *c, int seq, int64_t keep_from) {
     if (!seq_ok(c, seq)) return;
     seq_state *q = &c->seqs[seq];
-    const int32_t *wt = win_tab(c, seq);
+    const int32_t *wt = dsv4_pool_win_tab(c, seq);
     int64_t i = q->win_lo;
     for (; i < q->win_hi && dsv4_win_page_dead(i, keep_from, c->plan.win, c->plan.win_block); i++)
         if (wt[i] >= 0) free_win_page(c, seq, i);
@@ -364,9 +346,9 @@ float *dsv4_cache_win_row(dsv4_cache *c, int seq, int layer, int64_t pos) {
     if (!seq_ok(c, seq) || layer < 0 || layer >= c->plan.n_layers || pos < 0) return NULL;
     const int64_t i = pos / c->plan.win_block;
     if (i >= c->plan.win_table_width) return NULL;
-    const int32_t pg = win_tab(c, seq)[i];
+    const int32_t pg = dsv4_pool_win_tab(c, seq)[i];
     if (pg < 0) return NULL;
-    return win_page_ptr(c, layer, pg) + (pos % c->plan.win_block) * c->plan.hd;
+    return dsv4_pool_win_page(c, layer, pg) + (pos % c->plan.win_block) * c->plan.hd;
 }
 
 float *dsv4_cache_cmp_row(dsv4_cache *c, int seq, int layer, int64_t entry) {
@@ -377,9 +359,9 @@ float *dsv4_cache_cmp_row(dsv4_cache *c, int seq, int layer, int64_t entry) {
     if (entry > INT64_MAX / r) return NULL;
     const int64_t i = entry * r / c->plan.block;
     if (i >= c->plan.blk_table_width) return NULL;
-    const int32_t b = blk_tab(c, seq)[i];
+    const int32_t b = dsv4_pool_blk_tab(c, seq)[i];
     if (b < 0) return NULL;
-    return cmp_page_ptr(c, pool, c->plan.cmp_slot[layer], b) + (entry % c->blk_rows[pool]) * c->plan.hd;
+    return dsv4_pool_cmp_page(c, pool, c->plan.cmp_slot[layer], b) + (entry % c->blk_rows[pool]) * c->plan.hd;
 }
 
 float *dsv4_cache_idx_row(dsv4_cache *c, int seq, int layer, int64_t entry) {
@@ -388,9 +370,9 @@ float *dsv4_cache_idx_row(dsv4_cache *c, int seq, int layer, int64_t entry) {
     if (slot < 0 || entry > INT64_MAX / 4) return NULL;
     const int64_t i = entry * 4 / c->plan.block;
     if (i >= c->plan.blk_table_width) return NULL;
-    const int32_t b = blk_tab(c, seq)[i];
+    const int32_t b = dsv4_pool_blk_tab(c, seq)[i];
     if (b < 0) return NULL;
-    return idx_page_ptr(c, slot, b) + (entry % c->idx_rows) * c->plan.dI;
+    return dsv4_pool_idx_page(c, slot, b) + (entry % c->idx_rows) * c->plan.dI;
 }
 
 float *dsv4_cache_ring_row(dsv4_cache *c, int seq, int layer, int indexer, int64_t pos) {
@@ -400,7 +382,7 @@ float *dsv4_cache_ring_row(dsv4_cache *c, int seq, int layer, int indexer, int64
     if (off < 0) return NULL;
     const int64_t width = indexer ? 4 * (int64_t)p->dI
                                   : 2 * (int64_t)dsv4_cfg_coff(p->ratios[p->cmp_pool[layer]]) * p->hd;
-    return slot_ptr(c, seq) + off + (pos % p->ring_len[layer]) * width;
+    return dsv4_pool_slot(c, seq) + off + (pos % p->ring_len[layer]) * width;
 }
 
 /* ---- usage, lookups, debug aids -------------------------------------------------------- */
@@ -420,13 +402,13 @@ dsv4_cache_usage dsv4_cache_get_usage(const dsv4_cache *c) {
 
 int dsv4_cache_win_page(const dsv4_cache *c, int seq, int64_t pos) {
     if (!seq_ok(c, seq) || pos < 0 || pos / c->plan.win_block >= c->plan.win_table_width) return NONE;
-    const int32_t v = win_tab(c, seq)[pos / c->plan.win_block];
+    const int32_t v = dsv4_pool_win_tab(c, seq)[pos / c->plan.win_block];
     return v >= 0 ? v : NONE;
 }
 
 int dsv4_cache_blk_page(const dsv4_cache *c, int seq, int64_t pos) {
     if (!seq_ok(c, seq) || pos < 0 || pos / c->plan.block >= c->plan.blk_table_width) return NONE;
-    const int32_t v = blk_tab(c, seq)[pos / c->plan.block];
+    const int32_t v = dsv4_pool_blk_tab(c, seq)[pos / c->plan.block];
     return v >= 0 ? v : NONE;
 }
 
@@ -435,13 +417,19 @@ int dsv4_cache_win_owner(const dsv4_cache *c, int page) {
 }
 
 int dsv4_cache_blk_owner(const dsv4_cache *c, int block) {
-    return c && block >= 0 && block < c->n_blocks ? c->blk_owner[block] : NONE;
+    if (!c || block < 0 || block >= c->n_blocks || c->blk_ref[block] == 0) return NONE;
+    for (int s = 0; s < c->plan.opts.max_seqs; s++) {
+        const seq_state *q = &c->seqs[s];
+        for (int64_t i = 0; q->live && i < q->blk_hi; i++)
+            if (dsv4_pool_blk_tab(c, s)[i] == block) return s;
+    }
+    return -2;  /* held by snapshots only */
 }
 
-/* One pool's bookkeeping: free stack, owners and tables agree. */
+/* WIN bookkeeping: free stack, owners and tables agree. */
 static int check_pool(const dsv4_cache *c, const char *name, int32_t total, const int32_t *stack,
                       int32_t n_free, const int32_t *owner, const int32_t *table, int width,
-                      int is_win, dsv4_err *err) {
+                      dsv4_err *err) {
     const int ms = c->plan.opts.max_seqs;
     int rc = 0;
     uint8_t *seen = total ? calloc((size_t)total, 1) : NULL;
@@ -468,7 +456,7 @@ static int check_pool(const dsv4_cache *c, const char *name, int32_t total, cons
             const int32_t pg = table[(int64_t)s * width + i];
             if (pg == NONE) continue;
             if (!q->live || pg < 0 || pg >= total || seen[pg] || owner[pg] != s ||
-                (is_win && (i < q->win_lo || i >= q->win_hi)) || (!is_win && i >= q->blk_hi)) {
+                i < q->win_lo || i >= q->win_hi) {
                 rc = dsv4_fail(err, DSV4_ERR_STATE,
                                "cache check %s: sequence %d (live %d) entry %lld = page %d is bad "
                                "(free, mapped twice, owner %d, or outside the tracked range)",
@@ -479,10 +467,10 @@ static int check_pool(const dsv4_cache *c, const char *name, int32_t total, cons
             seen[pg] = 1;
             held++;
         }
-        if (held != (is_win ? q->n_win : q->n_blk)) {
+        if (held != q->n_win) {
             rc = dsv4_fail(err, DSV4_ERR_STATE, "cache check %s: sequence %d maps %lld pages, "
                            "counts %lld", name, s, (long long)held,
-                           (long long)(is_win ? q->n_win : q->n_blk));
+                           (long long)q->n_win);
             goto done;
         }
         mapped += held;
@@ -502,13 +490,78 @@ done:
     return rc;
 }
 
+/* Blocks: each count equals the table entries plus snapshot entries naming the block; the
+ * free stack lists exactly the blocks at count 0, once each. */
+static int check_blocks(const dsv4_cache *c, dsv4_err *err) {
+    const int32_t total = c->n_blocks;
+    const int width = c->plan.blk_table_width;
+    int rc = 0;
+    int32_t *refs = total ? calloc((size_t)total, sizeof *refs) : NULL;  /* (n_blocks) */
+    if (total && !refs) return dsv4_fail(err, DSV4_ERR_NOMEM, "cache check: out of memory");
+    if (c->n_blk_free < 0 || c->n_blk_free > total) {
+        rc = dsv4_fail(err, DSV4_ERR_STATE, "cache check CMP/IDX: %d free of %d", c->n_blk_free, total);
+        goto done;
+    }
+    for (int32_t i = 0; i < c->n_blk_free; i++) {
+        const int32_t b = c->blk_free[i];
+        if (b < 0 || b >= total || refs[b] || c->blk_ref[b] != 0) {
+            rc = dsv4_fail(err, DSV4_ERR_STATE, "cache check CMP/IDX: free list entry %d = block %d "
+                           "is out of range, listed twice or referenced", i, b);
+            goto done;
+        }
+        refs[b] = -1;  /* listed as free */
+    }
+    for (int s = 0; s < c->plan.opts.max_seqs; s++) {
+        const seq_state *q = &c->seqs[s];
+        int64_t held = 0;
+        for (int64_t i = 0; i < width; i++) {
+            const int32_t b = dsv4_pool_blk_tab(c, s)[i];
+            if (b == NONE) continue;
+            if (!q->live || b < 0 || b >= total || refs[b] < 0 || i >= q->blk_hi) {
+                rc = dsv4_fail(err, DSV4_ERR_STATE, "cache check CMP/IDX: sequence %d (live %d) entry "
+                               "%lld = block %d is bad (free, or outside the tracked range)", s,
+                               q->live, (long long)i, b);
+                goto done;
+            }
+            refs[b]++;
+            held++;
+        }
+        if (held != q->n_blk) {
+            rc = dsv4_fail(err, DSV4_ERR_STATE, "cache check CMP/IDX: sequence %d maps %lld blocks, "
+                           "counts %lld", s, (long long)held, (long long)q->n_blk);
+            goto done;
+        }
+    }
+    for (const dsv4_cache_snap *sn = c->snaps; sn; sn = sn->next)
+        for (int i = 0; i < sn->n_shared; i++) {
+            const int32_t b = sn->shared[i];
+            if (b < 0 || b >= total || refs[b] < 0) {
+                rc = dsv4_fail(err, DSV4_ERR_STATE, "cache check CMP/IDX: a snapshot of length %lld "
+                               "lists block %d, which is free or out of range", (long long)sn->n, b);
+                goto done;
+            }
+            refs[b]++;
+        }
+    for (int32_t b = 0; b < total; b++) {
+        const int32_t want = refs[b] < 0 ? 0 : refs[b];
+        if (c->blk_ref[b] != want || (refs[b] == 0)) {
+            rc = dsv4_fail(err, DSV4_ERR_STATE, "cache check CMP/IDX: block %d has count %d but %d "
+                           "references%s", b, c->blk_ref[b], want,
+                           refs[b] == 0 ? " and is not on the free list" : "");
+            goto done;
+        }
+    }
+done:
+    free(refs);
+    return rc;
+}
+
 int dsv4_cache_check(const dsv4_cache *c, dsv4_err *err) {
     if (!c) return dsv4_fail(err, DSV4_ERR_ARG, "cache check: NULL cache");
     int rc = check_pool(c, "WIN", c->n_win_pages, c->win_free, c->n_win_free, c->win_owner,
-                        c->win_table, c->plan.win_table_width, 1, err);
+                        c->win_table, c->plan.win_table_width, err);
     if (rc) return rc;
-    return check_pool(c, "CMP/IDX", c->n_blocks, c->blk_free, c->n_blk_free, c->blk_owner,
-                      c->blk_table, c->plan.blk_table_width, 0, err);
+    return check_blocks(c, err);
 }
 
 void dsv4_cache_set_sentinel(dsv4_cache *c, int on) {
@@ -518,9 +571,9 @@ void dsv4_cache_set_sentinel(dsv4_cache *c, int on) {
     for (int32_t pg = 0; pg < c->n_win_pages; pg++)
         if (c->win_owner[pg] == NONE) sentinel_win_page(c, pg);
     for (int32_t b = 0; b < c->n_blocks; b++)
-        if (c->blk_owner[b] == NONE) sentinel_block(c, b);
+        if (c->blk_ref[b] == 0) sentinel_block(c, b);
     for (int s = 0; s < c->plan.opts.max_seqs; s++)
-        if (!c->seqs[s].live) fill_words(slot_ptr(c, s), c->plan.slot_floats, DSV4_CACHE_SENTINEL);
+        if (!c->seqs[s].live) fill_words(dsv4_pool_slot(c, s), c->plan.slot_floats, DSV4_CACHE_SENTINEL);
 }
 
 /* Counts words of [p, p+n) that are not the sentinel; notes the first. */
@@ -545,28 +598,28 @@ int64_t dsv4_cache_sentinel_check(const dsv4_cache *c, dsv4_err *err) {
     for (int32_t pg = 0; pg < c->n_win_pages; pg++) {
         if (c->win_owner[pg] != NONE) continue;
         for (int l = 0; l < p->n_layers; l++) {
-            int64_t b = count_bad(win_page_ptr(c, l, pg), c->win_rows * p->hd, &first);
+            int64_t b = count_bad(dsv4_pool_win_page(c, l, pg), c->win_rows * p->hd, &first);
             NOTE(b, "free WIN page %d, layer %d: %lld words written (first at row %lld)", pg, l,
                  (long long)b, (long long)(first / p->hd));
         }
     }
     for (int32_t blk = 0; blk < c->n_blocks; blk++) {
-        if (c->blk_owner[blk] != NONE) continue;
+        if (c->blk_ref[blk] != 0) continue;
         for (int i = 0; i < p->n_ratios; i++)
             for (int s = 0; s < p->n_cmp_layers[i]; s++) {
-                int64_t b = count_bad(cmp_page_ptr(c, i, s, blk), c->blk_rows[i] * p->hd, &first);
+                int64_t b = count_bad(dsv4_pool_cmp_page(c, i, s, blk), c->blk_rows[i] * p->hd, &first);
                 NOTE(b, "free block %d, CMP%d layer slot %d: %lld words written (first at row %lld)",
                      blk, p->ratios[i], s, (long long)b, (long long)(first / p->hd));
             }
         for (int s = 0; s < p->n_idx_layers; s++) {
-            int64_t b = count_bad(idx_page_ptr(c, s, blk), c->idx_rows * p->dI, &first);
+            int64_t b = count_bad(dsv4_pool_idx_page(c, s, blk), c->idx_rows * p->dI, &first);
             NOTE(b, "free block %d, IDX layer slot %d: %lld words written (first at row %lld)", blk,
                  s, (long long)b, (long long)(first / p->dI));
         }
     }
     for (int s = 0; s < p->opts.max_seqs; s++) {
         if (c->seqs[s].live) continue;
-        int64_t b = count_bad(slot_ptr(c, s), p->slot_floats, &first);
+        int64_t b = count_bad(dsv4_pool_slot(c, s), p->slot_floats, &first);
         NOTE(b, "free STATE slot %d: %lld words written (first at float %lld)", s, (long long)b,
              (long long)first);
     }
