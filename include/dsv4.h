@@ -124,6 +124,7 @@ typedef struct dsv4_engine_opts {
     unsigned fidelity;     /* P3 fidelity mode (spec/model.md §6, serving.md §f): DSV4_FID_*
                             * bits, each item switchable; 0 = the exact path, bitwise unchanged.
                             * Not with w8a8 (an error at create). */
+    int prefix_entries;    /* most snapshots the prefix cache keeps (LRU); 0 = 64 */
 } dsv4_engine_opts;
 
 /* Items of fidelity mode P3: the official model's activation roundings (spec/model.md §6).
@@ -159,6 +160,66 @@ int dsv4_seq_free(dsv4_engine *e, int seq, dsv4_err *err);
 int64_t dsv4_seq_length(const dsv4_engine *e, int seq);
 /* MTP length m (positions the MTP block has consumed), or -1. */
 int64_t dsv4_seq_mtp_length(const dsv4_engine *e, int seq);
+
+/* ---- sharing and prefix cache (spec/serving.md §g) ----------------------------------- */
+
+/* A = lcm of the nonzero compress ratios (128 for Flash; 1 without compression): the
+ * lengths at which snapshots can be taken. */
+int dsv4_engine_alignment(const dsv4_engine *e);
+
+/* A new sequence with the state of src (any length, also mid-window): the compressed blocks
+ * closed at src's length are shared by reference (both block tables name the same pages,
+ * which neither writes again); the open block, the window rows and the compressor state
+ * are copied. The two sequences are then independent. */
+int dsv4_seq_fork(dsv4_engine *e, int src, int *dst, dsv4_err *err);
+
+/* A snapshot: the state of a sequence at a compression-aligned length n (n % A == 0,
+ * n > 0; with MTP, m == n - 1), owned by the engine, kept outside any sequence slot. It
+ * holds references on the closed compressed blocks and copies of the rest, the n tokens,
+ * and the final hidden [D] and last-block streams [hc, D] of position n - 1 (from the
+ * forward that reached n), so that a restored sequence can sample x_n and run its first
+ * MTP row without recomputation. Freed by dsv4_snapshot_free or dsv4_engine_free. */
+typedef struct dsv4_snapshot dsv4_snapshot;
+
+/* tokens: the sequence's n tokens; hidden [D], streams [hc, D]: position n - 1's outputs. */
+int dsv4_snapshot_take(dsv4_engine *e, int seq, const int32_t *tokens, const float *hidden,
+                       const float *streams, dsv4_snapshot **out, dsv4_err *err);
+/* A new sequence in the snapshot's state (length n, MTP length m); hidden [D] and streams
+ * [hc, D] (each may be NULL) receive position n - 1's outputs. Pool exhaustion
+ * (DSV4_ERR_CACHE_FULL) leaves nothing allocated. */
+int dsv4_snapshot_restore(dsv4_engine *e, const dsv4_snapshot *s, int *seq, float *hidden,
+                          float *streams, dsv4_err *err);
+void dsv4_snapshot_free(dsv4_engine *e, dsv4_snapshot *s);
+int64_t dsv4_snapshot_length(const dsv4_snapshot *s);
+const int32_t *dsv4_snapshot_tokens(const dsv4_snapshot *s);
+
+/* The prefix cache: snapshots the engine keeps and finds by their tokens. Keys form a hash
+ * chain over aligned token blocks (block i's key covers tokens [0, (i+1)·A)); a match is
+ * confirmed token by token, and the longest one wins. Unreferenced entries are dropped
+ * least recently used first when a reservation is short of compressed blocks, or when
+ * more than opts.prefix_entries are kept; a call that would fit with the cache empty never
+ * fails because of it. */
+
+/* Keeps seq's state at its length (aligned, as for dsv4_snapshot_take) in the prefix
+ * cache; an entry with the same tokens is only marked recently used. */
+int dsv4_prefix_insert(dsv4_engine *e, int seq, const int32_t *tokens, const float *hidden,
+                       const float *streams, dsv4_err *err);
+/* Starts a sequence for a prompt of n_tokens tokens: restores the longest cached prefix
+ * (*n_cached = its length <= n_tokens, hidden [D] / streams [hc, D] receive its position
+ * n_cached - 1, each may be NULL) or, on a miss, creates an empty sequence (*n_cached = 0).
+ * The caller then runs the forward over tokens [n_cached, n_tokens). */
+int dsv4_prefix_start(dsv4_engine *e, const int32_t *tokens, int64_t n_tokens, int *seq,
+                      int64_t *n_cached, float *hidden, float *streams, dsv4_err *err);
+
+typedef struct dsv4_prefix_stats {
+    int64_t hits, misses;         /* dsv4_prefix_start calls that restored / did not */
+    int64_t reused_tokens;        /* positions restored instead of computed */
+    int64_t inserts, evictions;   /* entries added / dropped (pressure or count limit) */
+    int64_t entries;              /* entries kept now */
+    int64_t host_bytes;           /* their copies outside the pools */
+    int64_t pool_bytes;           /* compressed blocks only they hold (evicting all frees it) */
+} dsv4_prefix_stats;
+dsv4_prefix_stats dsv4_prefix_get_stats(const dsv4_engine *e);
 
 /* One span: rows [start, start + n_tokens) of a sequence; start must equal its length n.
  * Prefill, chunked prefill and decode are all spans. */

@@ -8,6 +8,7 @@
 #include "dist/dist.h"
 #include "dist/ep.h"
 #include "engine/fidelity_prep.h"
+#include "engine/prefix.h"
 #include "engine/w8a8_prep.h"
 #include "kernels/cpu.h"
 #include "util/err.h"
@@ -94,6 +95,7 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
     dsv4_cache_plan plan;
     if ((rc = dsv4_cache_plan_make(c, &co, &plan, err))) goto fail;
     if ((rc = dsv4_cache_create(&plan, &e->cache, err))) goto fail;
+    if ((rc = dsv4_prefix_create(e, err))) goto fail;
 
     const int64_t n_pos = o->max_context + co.d_max + 1;
     if ((rc = dsv4_rope_init(&e->rope_main, c, 0, n_pos, err))) goto fail;
@@ -126,6 +128,7 @@ fail:
 
 void dsv4_engine_free(dsv4_engine *e) {
     if (!e) return;
+    dsv4_prefix_destroy(e);
     dsv4_cache_free(e->cache);
     dsv4_rope_free(&e->rope_main);
     dsv4_rope_free(&e->rope_cmp);

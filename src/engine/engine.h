@@ -42,6 +42,7 @@ struct dsv4_engine {
                                       * non-CP spans and no caches for them, and only walks
                                       * the layers to take part in the MoE collectives */
     struct dsv4_ep *ep;              /* expert-parallel exchange (DSV4_PAR_EP), else NULL */
+    struct dsv4_prefix_cache *prefix; /* snapshots and the prefix cache (prefix.c) */
     struct dsv4_cp_stats *cp_stats;  /* optional, caller-owned: CP prefill timings add up
                                       * here (engine/forward_cp.h; benchmarks), else NULL */
 };
