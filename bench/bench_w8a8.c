@@ -103,13 +103,13 @@ static int engine_run(const dsv4_model *m, int w8a8, int threads, int P, int M, 
     for (int r = 0; r < reps; r++) {
         int seq;
         if (dsv4_seq_create(e, &seq, &err)) break;
-        dsv4_span sp = {seq, 0, P, tok, 1, NULL, 0, NULL};
+        dsv4_span sp = {seq, 0, P, tok, 1, NULL, 0, NULL, 0};
         t0 = now_s();
         if (dsv4_forward(e, &sp, 1, hid, NULL, &err)) break;
         const double tp = now_s() - t0;
         t0 = now_s();
         for (int i = 0; i < M; i++) {
-            dsv4_span d = {seq, P + i, 1, tok + P + i, 1, NULL, 0, NULL};
+            dsv4_span d = {seq, P + i, 1, tok + P + i, 1, NULL, 0, NULL, 0};
             if (dsv4_forward(e, &d, 1, hid, NULL, &err)) break;
         }
         const double td = now_s() - t0;

@@ -222,7 +222,19 @@ typedef struct dsv4_prefix_stats {
 dsv4_prefix_stats dsv4_prefix_get_stats(const dsv4_engine *e);
 
 /* One span: rows [start, start + n_tokens) of a sequence; start must equal its length n.
- * Prefill, chunked prefill and decode are all spans. */
+ * Prefill, chunked prefill, decode and speculative verification are all spans.
+ *
+ * Speculative spans (serving.md §b, §e): with speculative set, the span (at most
+ * 1 + D_max rows, D_max = 1 when the engine keeps MTP caches, else 0) runs like any other
+ * but commits nothing: the sequence's length stays n until dsv4_seq_commit(e, seq, k)
+ * accepts its first k rows. Until then every other call on that sequence (forward,
+ * mtp_forward) fails with DSV4_ERR_STATE; dsv4_seq_free is allowed. Rollback guarantee of
+ * commit(k < C): nothing a later call reads was changed by the rejected rows — their
+ * window rows and compressed entries sit at positions >= n and are rewritten when those
+ * positions run again, their compressor ring rows overwrite only positions no longer
+ * needed (the rings are D_max rows longer than the carried state), and pages that only
+ * rejected rows used go back to the pools, so the block tables and every row a later call
+ * reads are as if the rejected rows had never run. */
 typedef struct dsv4_span {
     int seq;
     int64_t start;
@@ -232,6 +244,7 @@ typedef struct dsv4_span {
     const int *hidden_rows;   /* ... as indices in [0, n_tokens); NULL = the last n_hidden rows */
     int n_streams;            /* rows whose last-block hc streams are wanted (MTP input) */
     const int *stream_rows;   /* NULL = the last n_streams rows */
+    int speculative;          /* 1: verify rows, committed later by dsv4_seq_commit */
 } dsv4_span;
 
 /* Runs every span in one call (any mix of prefill chunks and single-token decodes, each
@@ -241,6 +254,13 @@ typedef struct dsv4_span {
  * Validation happens before any state changes; on error no sequence is modified. */
 int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
                  float *streams, dsv4_err *err);
+
+/* Accepts the first k rows (1 <= k <= C) of seq's pending speculative span of C rows:
+ * n <- start + k; the rest is rolled back (see dsv4_span). DSV4_ERR_STATE when seq has no
+ * pending speculative span, DSV4_ERR_ARG for a k out of range (the span stays pending). */
+int dsv4_seq_commit(dsv4_engine *e, int seq, int k, dsv4_err *err);
+/* Rows of seq's pending speculative span (0 = none), or -1 for an invalid handle. */
+int dsv4_seq_pending(const dsv4_engine *e, int seq);
 
 /* MTP block 0 over MTP positions [start, start + n) of a sequence (start must equal m):
  * row i consumes the main model's last-block streams of position start+i and the token at

@@ -90,6 +90,9 @@ int dsv4_cache_reserve(dsv4_cache *c, int n, const int *seq, const int64_t *star
                        const int *count, int with_cmp, dsv4_err *err);
 /* Frees window pages whose positions are all below keep_from - win + 1. */
 void dsv4_cache_trim(dsv4_cache *c, int seq, int64_t keep_from);
+/* Frees the pages (WIN and compressed blocks) whose positions all lie at or beyond n: after
+ * a speculative span is cut back to length n, the pages only its rejected rows used. */
+void dsv4_cache_truncate(dsv4_cache *c, int seq, int64_t n);
 
 /* Row accessors (F32, width hd / hd / dI); the page must have been reserved. */
 float *dsv4_cache_win_row(dsv4_cache *c, int seq, int layer, int64_t pos);

@@ -180,6 +180,28 @@ int64_t dsv4_seq_mtp_length(const dsv4_engine *e, int seq) {
     return e->seqs[seq].m;
 }
 
+int dsv4_seq_commit(dsv4_engine *e, int seq, int k, dsv4_err *err) {
+    if (seq < 0 || seq >= e->opts.max_seqs || !e->seqs[seq].live)
+        return dsv4_fail(err, DSV4_ERR_ARG, "commit: sequence %d is not live", seq);
+    dsv4_seq_state *s = &e->seqs[seq];
+    if (!s->pending)
+        return dsv4_fail(err, DSV4_ERR_STATE, "commit: sequence %d has no speculative span", seq);
+    if (k < 1 || k > s->pending)
+        return dsv4_fail(err, DSV4_ERR_ARG, "commit: k = %d outside [1, %d] (the span's rows)", k,
+                         s->pending);
+    s->n += k;
+    s->pending = 0;
+    /* pages only the rejected rows used go back: tables as if they had never run */
+    dsv4_cache_truncate(e->cache, seq, s->n);
+    dsv4_engine_trim(e, seq);
+    return DSV4_OK;
+}
+
+int dsv4_seq_pending(const dsv4_engine *e, int seq) {
+    if (seq < 0 || seq >= e->opts.max_seqs || !e->seqs[seq].live) return -1;
+    return e->seqs[seq].pending;
+}
+
 void dsv4_engine_trim(dsv4_engine *e, int seq) {
     const dsv4_seq_state *s = &e->seqs[seq];
     /* with MTP the MTP block's window (positions < m) lags the main one by up to a row */

@@ -190,12 +190,19 @@ static int validate_span(const dsv4_engine *e, const dsv4_span *sp, int idx, dsv
     if (s->broken)
         return dsv4_fail(err, DSV4_ERR_STATE, "span %d: sequence %d lost its state in an earlier "
                          "failed call; free it", idx, sp->seq);
+    if (s->pending)
+        return dsv4_fail(err, DSV4_ERR_STATE, "span %d: sequence %d has a speculative span of %d "
+                         "rows awaiting dsv4_seq_commit", idx, sp->seq, s->pending);
     if (sp->start != s->n)
         return dsv4_fail(err, DSV4_ERR_ARG, "span %d: start %lld != sequence length %lld", idx,
                          (long long)sp->start, (long long)s->n);
     if (sp->n_tokens < 1 || sp->n_tokens > e->opts.c_max)
         return dsv4_fail(err, DSV4_ERR_ARG, "span %d: %d tokens, must be in [1, c_max = %d]", idx,
                          sp->n_tokens, e->opts.c_max);
+    const int d_max = e->opts.mtp ? 1 : 0;
+    if (sp->speculative && sp->n_tokens > 1 + d_max)
+        return dsv4_fail(err, DSV4_ERR_ARG, "span %d: speculative span of %d rows exceeds 1 + D_max "
+                         "= %d (D_max = 1 needs an engine with MTP caches)", idx, sp->n_tokens, 1 + d_max);
     if (sp->start + sp->n_tokens > e->opts.max_context)
         return dsv4_fail(err, DSV4_ERR_ARG, "span %d: positions up to %lld exceed max_context %lld",
                          idx, (long long)(sp->start + sp->n_tokens), (long long)e->opts.max_context);
@@ -219,6 +226,18 @@ static int validate_span(const dsv4_engine *e, const dsv4_span *sp, int idx, dsv
     return DSV4_OK;
 }
 
+/* After a successful call: a plain span commits all its rows (and frees the window pages
+ * nobody reads any more); a speculative one waits for dsv4_seq_commit. */
+static void commit_span(dsv4_engine *e, const dsv4_span *sp) {
+    dsv4_seq_state *s = &e->seqs[sp->seq];
+    if (sp->speculative) {
+        s->pending = sp->n_tokens;
+        return;
+    }
+    s->n += sp->n_tokens;
+    dsv4_engine_trim(e, sp->seq);
+}
+
 int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
                  float *streams, dsv4_err *err) {
     const dsv4_config *c = e->cfg;
@@ -239,15 +258,17 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
     if ((want_h && !hidden) || (want_s && !streams))
         return dsv4_fail(err, DSV4_ERR_ARG, "forward: output buffer missing");
 
-    /* a long prompt over a CP group: every rank runs its segments (dist/cp.h) */
-    if (dsv4_cp_eligible(e, spans, n_spans)) return dsv4_forward_cp(e, spans, n_spans, hidden, streams, err);
+    /* a long prompt over a CP group: every rank runs its segments (dist/cp.h); a
+     * speculative span is never long enough to qualify */
+    if (!spans[0].speculative && dsv4_cp_eligible(e, spans, n_spans))
+        return dsv4_forward_cp(e, spans, n_spans, hidden, streams, err);
 
     if (e->idle) {
         /* non-home rank: the home rank (rank 0) computes these spans and keeps their caches */
         int changed, rc = dsv4_engine_idle_layers(e, 0, c->num_hidden_layers, &changed, err);
         for (int i = 0; i < n_spans; i++) {
             if (rc && changed) e->seqs[spans[i].seq].broken = 1;
-            else if (!rc) e->seqs[spans[i].seq].n += spans[i].n_tokens;
+            else if (!rc) commit_span(e, &spans[i]);
         }
         return rc;
     }
@@ -310,11 +331,7 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
             if (e->opts.fidelity & DSV4_FID_F4) dsv4_fid_bf16(hidden + (size_t)oh * D, D); /* P3 F4 */
         }
     }
-    /* commit */
-    for (int i = 0; i < n_spans; i++) {
-        e->seqs[spans[i].seq].n += spans[i].n_tokens;
-        dsv4_engine_trim(e, spans[i].seq);
-    }
+    for (int i = 0; i < n_spans; i++) commit_span(e, &spans[i]);
 done:
     free(bs); free(pos); free(tok); free(seqs); free(starts); free(counts); free(h); free(y);
     return rc;

@@ -34,6 +34,9 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
         if (s->broken)
             return dsv4_fail(err, DSV4_ERR_STATE, "mtp span %d: sequence %d lost its state in an "
                              "earlier failed call; free it", i, sp->seq);
+        if (s->pending)
+            return dsv4_fail(err, DSV4_ERR_STATE, "mtp span %d: sequence %d has a speculative span "
+                             "awaiting dsv4_seq_commit", i, sp->seq);
         if (sp->start != s->m)
             return dsv4_fail(err, DSV4_ERR_ARG, "mtp span %d: start %lld != MTP length %lld", i,
                              (long long)sp->start, (long long)s->m);

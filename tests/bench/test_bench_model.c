@@ -236,10 +236,10 @@ static void test_routing(void) {
     int seq;
     dsv4_err err = {0};
     CHECK(dsv4_seq_create(eng, &seq, &err) == DSV4_OK);
-    dsv4_span sp = {seq, 0, P, tokens, 0, NULL, 0, NULL};
+    dsv4_span sp = {seq, 0, P, tokens, 0, NULL, 0, NULL, 0};
     CHECK(dsv4_forward(eng, &sp, 1, NULL, NULL, &err) == DSV4_OK);
     for (int t = P; t < n; t++) {
-        dsv4_span d = {seq, t, 1, tokens + t, 0, NULL, 0, NULL};
+        dsv4_span d = {seq, t, 1, tokens + t, 0, NULL, 0, NULL, 0};
         CHECK(dsv4_forward(eng, &d, 1, NULL, NULL, &err) == DSV4_OK);
     }
     dsv4_engine_set_trace(eng, NULL, NULL);

@@ -54,7 +54,7 @@ static inline int golden_run(const dsv4_model *m, dsv4_engine_opts opts, const i
     if (!rc) rc = dsv4_seq_create(e, &seq, &err);
     for (int s0 = 0; s0 < N && !rc;) {
         const int n = s0 == 0 ? P : 1;
-        dsv4_span sp = {seq, s0, n, tokens + s0, n, NULL, n, NULL};
+        dsv4_span sp = {seq, s0, n, tokens + s0, n, NULL, n, NULL, 0};
         rc = dsv4_forward(e, &sp, 1, o->hidden + (size_t)s0 * D, streams + (size_t)s0 * hc * D, &err);
         s0 += n;
     }

@@ -229,7 +229,7 @@ static int prefill_to(bench *b, int n_seqs, int64_t to, int chunk, prefill_resul
             const int c = (int)(to - n < chunk ? to - n : chunk);
             for (int i = 0; i < c; i++) tok[i] = (int32_t)(next_rand(b) % (uint64_t)b->V);
             const int last = n + c == to;
-            dsv4_span sp = {b->seqs[s], n, c, tok, last, NULL, 0, NULL};
+            dsv4_span sp = {b->seqs[s], n, c, tok, last, NULL, 0, NULL, 0};
             rc = dsv4_forward(b->eng, &sp, 1, b->hidden, NULL, &b->err);
             if (!rc && last) rc = dsv4_lm_head(b->eng, b->hidden, 1, b->logits, &b->err);
             if (!rc && last) argmax_rows(b->logits, 1, b->V, &b->next[s]);
@@ -253,7 +253,7 @@ static int prefill_to(bench *b, int n_seqs, int64_t to, int chunk, prefill_resul
 static int decode_step(bench *b, int n, dsv4_span *spans) {
     for (int i = 0; i < n; i++) {
         const int s = b->seqs[i];
-        spans[i] = (dsv4_span){s, dsv4_seq_length(b->eng, s), 1, &b->next[i], 1, NULL, 0, NULL};
+        spans[i] = (dsv4_span){s, dsv4_seq_length(b->eng, s), 1, &b->next[i], 1, NULL, 0, NULL, 0};
     }
     int rc = dsv4_forward(b->eng, spans, n, b->hidden, NULL, &b->err);
     if (!rc) rc = dsv4_lm_head(b->eng, b->hidden, n, b->logits, &b->err);
