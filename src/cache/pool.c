@@ -343,8 +343,8 @@ void dsv4_cache_trim(dsv4_cache *c, int seq, int64_t keep_from) {
 void dsv4_cache_truncate(dsv4_cache *c, int seq, int64_t n) {
     if (!seq_ok(c, seq) || n < 0) return;
     seq_state *q = &c->seqs[seq];
-    const int32_t *wt = win_tab(c, seq);
-    int32_t *bt = blk_tab(c, seq);
+    const int32_t *wt = dsv4_pool_win_tab(c, seq);
+    int32_t *bt = dsv4_pool_blk_tab(c, seq);
     while (q->win_hi > q->win_lo && (q->win_hi - 1) * c->plan.win_block >= n) {
         if (wt[q->win_hi - 1] >= 0) free_win_page(c, seq, q->win_hi - 1);
         q->win_hi--;
@@ -354,10 +354,8 @@ void dsv4_cache_truncate(dsv4_cache *c, int seq, int64_t n) {
         const int32_t b = bt[q->blk_hi - 1];
         if (b >= 0) {
             bt[q->blk_hi - 1] = NONE;
-            c->blk_owner[b] = NONE;
-            c->blk_free[c->n_blk_free++] = b;
             q->n_blk--;
-            if (c->sentinel) sentinel_block(c, b);
+            dsv4_pool_unref_block(c, b);
         }
         q->blk_hi--;
     }
