@@ -266,13 +266,14 @@ static void test_probes(void) {
     /* anything that reads 8 MiB moves between 0.1 and 10000 GB/s */
     CHECK(bw.best > 0.1 && bw.best < 1e4 && bw.median <= bw.best && bw.passes == 3 && bw.threads == 2);
     CHECK(dsv4_probe_fma(k, 0.01, 2, &fma, &err) == DSV4_OK);
-    CHECK(fma.best > 0.05 && fma.best < 1e5 && fma.median <= fma.best && fma.passes == 2);
+    /* a rate, not a speed gate: a loaded machine or a sanitizer build may be very slow */
+    CHECK(fma.best > 0.0 && fma.best < 1e5 && fma.median <= fma.best && fma.passes == 2);
     printf("probes: %.1f GB/s, %.1f GFLOP/s (%d)\n", bw.best, fma.best, fma.simd);
     /* the portable FMA loop on the scalar level */
     dsv4_kctx_set_simd(k, 0);
     dsv4_probe_result sc;
     CHECK(dsv4_probe_fma(k, 0.01, 2, &sc, &err) == DSV4_OK);
-    CHECK(sc.simd == 0 && sc.best > 0.05);
+    CHECK(sc.simd == 0 && sc.best > 0.0 && sc.best < 1e5);
     printf("scalar FMA loop: %.1f GFLOP/s\n", sc.best);
     dsv4_kctx_free(k);
 }
