@@ -93,6 +93,13 @@ int dsv4_dist_rank(const dsv4_dist *d);
 int dsv4_dist_size(const dsv4_dist *d);
 /* 1 when this build has MPI. */
 int dsv4_dist_available(void);
+/* Peer timeout: within a call, a collective that has not completed after `seconds`
+ * (default 300; 0 = wait forever) fails on the ranks that wait, naming the ranks that did
+ * not answer (stopped, deadlocked, or far behind). Time between calls is never limited:
+ * ranks of an idle server may wait for the next step indefinitely. After a timeout the
+ * group is unusable (the pending operation cannot be cancelled): end the job with
+ * dsv4_dist_abort. Every rank should set the same value. */
+int dsv4_dist_set_timeout(dsv4_dist *d, double seconds, dsv4_err *err);
 /* Ends every rank (MPI_Abort) after a failure on one of them, so none hangs in a
  * collective; in a single process it returns and the caller exits normally. */
 void dsv4_dist_abort(dsv4_dist *d, int status);
@@ -125,6 +132,11 @@ typedef struct dsv4_engine_opts {
                             * bits, each item switchable; 0 = the exact path, bitwise unchanged.
                             * Not with w8a8 (an error at create). */
     int prefix_entries;    /* most snapshots the prefix cache keeps (LRU); 0 = 64 */
+    int verify_weights;    /* with a process group: 0 = ranks compare the sampled weights
+                            * fingerprint at create (cheap; misses a difference outside the
+                            * samples), 1 = a hash of every weight byte (reads the whole
+                            * checkpoint). Ranks always compare the config, the options and
+                            * the kernel level too; a mismatch fails create on every rank. */
 } dsv4_engine_opts;
 
 /* Items of fidelity mode P3: the official model's activation roundings (spec/model.md §6).

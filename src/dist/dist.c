@@ -18,6 +18,7 @@ int dsv4_dist_init(int *argc, char ***argv, dsv4_dist **out, dsv4_err *err) {
     if (!d) return dsv4_fail(err, DSV4_ERR_NOMEM, "dist: out of memory");
     d->rank = 0;
     d->size = 1;
+    d->timeout_s = DSV4_DIST_TIMEOUT_DEFAULT;
 #ifdef DSV4_HAVE_MPI
     int inited = 0;
     MPI_Initialized(&inited);

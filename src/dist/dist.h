@@ -3,6 +3,8 @@
 #ifndef DSV4_DIST_DIST_H
 #define DSV4_DIST_DIST_H
 
+#include <stdint.h>
+
 #include "dsv4.h"
 
 #ifdef DSV4_HAVE_MPI
@@ -12,9 +14,35 @@
 struct dsv4_dist {
     int rank, size;
     int owns_mpi;        /* dsv4_dist_init called MPI_Init */
+    double timeout_s;    /* peer timeout of one collective inside a call; <= 0: none */
+    int broken;          /* a collective timed out: the group cannot be used again */
 #ifdef DSV4_HAVE_MPI
     MPI_Comm comm;       /* a duplicate of MPI_COMM_WORLD: library traffic stays apart */
 #endif
 };
+
+/* The default peer timeout (dsv4_dist_set_timeout). */
+#define DSV4_DIST_TIMEOUT_DEFAULT 300.0
+
+/* Ranks agree before they compute. Collective over d: every rank passes its local status
+ * (0 or a DSV4_ERR_* code whose message is in err) and n digests of what must be equal on
+ * every rank (names[i] says what digest i covers, for the message). Returns 0 on every
+ * rank when all statuses are 0 and every digest equals rank 0's; otherwise the same
+ * failure on every rank: a rank's own failure keeps its message, the others get
+ * "<what>: rank R failed (<reason>)" or "<what>: ranks disagree: rank R has another
+ * <names[i]> than rank 0" with code mismatch_code. A group broken by a peer timeout
+ * fails at once. Without MPI or with one rank: returns local_rc. */
+int dsv4_dist_agree(dsv4_dist *d, int local_rc, int n, const uint8_t (*digests)[32],
+                    const char *const *names, int mismatch_code, const char *what, dsv4_err *err);
+
+#ifdef DSV4_HAVE_MPI
+/* Completes a non-blocking collective that MPI_I... started (mrc is that call's result)
+ * within the peer timeout: 0, or DSV4_ERR_IO with "<what>: <MPI error>" or, after the
+ * timeout, "<what>: no answer from rank(s) ... within the peer timeout of S s". On a
+ * timeout the ranks that time out too are found by a short exchange of messages, the
+ * others are named; the group is then marked broken (the pending operation cannot be
+ * cancelled): the caller must end the job (dsv4_dist_abort). */
+int dsv4_dist_complete(dsv4_dist *d, int mrc, MPI_Request *req, const char *what, dsv4_err *err);
+#endif
 
 #endif

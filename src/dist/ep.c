@@ -62,12 +62,14 @@ struct dsv4_ep {
     dsv4_ep_stats stats;
 };
 
-static int mpi_fail(dsv4_err *err, int mrc, const char *what, int layer) {
-    char s[MPI_MAX_ERROR_STRING];
-    int n = 0;
-    if (MPI_Error_string(mrc, s, &n) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error %d", mrc);
-    return dsv4_fail(err, DSV4_ERR_IO, "expert parallel: %s failed in the MoE of layer %d: %s",
-                     what, layer, s);
+/* Completes a collective started with result mrc within the peer timeout (dist/dist.h). */
+static int ep_done(dsv4_ep *ep, int mrc, MPI_Request *rq, const char *what, int layer, dsv4_err *err) {
+    char label[160];
+    snprintf(label, sizeof label, "expert parallel: %s in the MoE of layer %d", what, layer);
+    const double t0 = MPI_Wtime();
+    int rc = dsv4_dist_complete(ep->dist, mrc, rq, label, err);
+    ep->stats.comm_s += MPI_Wtime() - t0;
+    return rc;
 }
 
 int dsv4_ep_create(const dsv4_config *cfg, dsv4_dist *d, int wave, dsv4_ep **out,
@@ -167,19 +169,29 @@ int dsv4_ep_wave(const dsv4_ep *ep) { return ep->wave; }
 
 static double now(void) { return MPI_Wtime(); }
 
+/* Most rows one rank can send another in a wave: a token's K experts are distinct, so at
+ * most min(K, E_loc) of its routes reach one rank. */
+static int pair_cap(const dsv4_ep *ep) { return ep->wave * (ep->K < ep->E_loc ? ep->K : ep->E_loc); }
+
 /* The opening exchange: open_s (EP, OPEN_INTS) -> open_r; the wave count and any failure
- * are then the maximum over the received rows, the same on every rank. */
-static int open_exchange(dsv4_ep *ep, int *waves, int *fail, int *info) {
-    const double t0 = now();
-    int mrc = MPI_Alltoall(ep->open_s, OPEN_INTS, MPI_INT, ep->open_r, OPEN_INTS, MPI_INT, ep->dist->comm);
-    ep->stats.comm_s += now() - t0;
+ * are then the maximum over the received rows, the same on every rank. What peers send is
+ * checked like input: counts within the pair bound, waves >= 0, a failing rank that is one. */
+static int open_exchange(dsv4_ep *ep, int layer, int *waves, int *fail, int *info, dsv4_err *err) {
+    MPI_Request rq;
     *waves = *fail = *info = 0;
-    for (int r = 0; r < ep->size && mrc == MPI_SUCCESS; r++) {
+    int rc = ep_done(ep, MPI_Ialltoall(ep->open_s, OPEN_INTS, MPI_INT, ep->open_r, OPEN_INTS, MPI_INT,
+                                       ep->dist->comm, &rq), &rq, "opening exchange", layer, err);
+    for (int r = 0; r < ep->size && !rc; r++) {
         const int *o = ep->open_r + r * OPEN_INTS;
-        if (o[OPEN_WAVES] > *waves) *waves = o[OPEN_WAVES];
-        if (o[OPEN_FAIL] > *fail) { *fail = o[OPEN_FAIL]; *info = o[OPEN_INFO]; }
+        if (o[OPEN_COUNT] < 0 || o[OPEN_COUNT] > pair_cap(ep) || o[OPEN_WAVES] < 0 ||
+            o[OPEN_FAIL] < 0 || o[OPEN_FAIL] > ep->size)
+            rc = dsv4_fail(err, DSV4_ERR_STATE, "expert parallel: rank %d sent an invalid opening "
+                           "(rows %d of at most %d, waves %d, failing rank %d) in the MoE of layer %d",
+                           r, o[OPEN_COUNT], pair_cap(ep), o[OPEN_WAVES], o[OPEN_FAIL] - 1, layer);
+        else if (o[OPEN_WAVES] > *waves) *waves = o[OPEN_WAVES];
+        if (!rc && o[OPEN_FAIL] > *fail) { *fail = o[OPEN_FAIL]; *info = o[OPEN_INFO]; }
     }
-    return mrc;
+    return rc;
 }
 
 void dsv4_ep_fail(dsv4_ep *ep, int code, int clean) {
@@ -190,7 +202,8 @@ void dsv4_ep_fail(dsv4_ep *ep, int code, int clean) {
         o[OPEN_INFO] = (code & 0xff) | (clean ? 1 << 8 : 0);
     }
     int waves, fail, info;
-    (void)open_exchange(ep, &waves, &fail, &info);
+    dsv4_err ignored;
+    (void)open_exchange(ep, -1, &waves, &fail, &info, &ignored);
 }
 
 int dsv4_ep_failure_clean(const dsv4_ep *ep) { return ep->last_clean; }
@@ -206,7 +219,7 @@ void dsv4_ep_reset_stats(dsv4_ep *ep) {
 /* Owner side of one wave: received rows [0, n) grouped by local expert (counting sort,
  * so source rank then arrival order is kept), each group through its expert, results
  * scattered back to received order in rout. */
-static void compute_received(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, int n) {
+static int compute_received(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, int n, dsv4_err *err) {
     const int D = ep->D, RW = D + EP_META_FLOATS, E_loc = ep->E_loc;
     int e0, e1;
     dsv4_ep_local_range(ep, &e0, &e1);
@@ -214,6 +227,12 @@ static void compute_received(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, i
     for (int i = 0; i < n; i++) {
         ep_meta m;
         memcpy(&m, ep->recv + (int64_t)i * RW + D, sizeof m);
+        if (m.le < 0 || m.le >= E_loc) {
+            int src = 0; /* the sender, for the message */
+            while (src + 1 < ep->size && ep->rdsp[src + 1] <= i) src++;
+            return dsv4_fail(err, DSV4_ERR_STATE, "expert parallel: rank %d sent row %d for local "
+                             "expert %d of %d in the MoE of layer %d", src, i, m.le, E_loc, b->layer_id);
+        }
         ep->estart[m.le + 1]++;
     }
     for (int e = 0; e < E_loc; e++) ep->estart[e + 1] += ep->estart[e];
@@ -241,6 +260,7 @@ static void compute_received(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, i
         for (int j = 0; j < cnt; j++)
             memcpy(ep->rout + (int64_t)rows[j] * D, ep->og + (int64_t)j * D, (size_t)D * sizeof(float));
     }
+    return DSV4_OK;
 }
 
 /* Rows per destination of one wave (sel (n, K)) into scnt. */
@@ -256,7 +276,6 @@ static int run_wave(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, const floa
     const int EP = ep->size, K = ep->K, D = ep->D, RW = D + EP_META_FLOATS, E_loc = ep->E_loc;
     MPI_Comm comm = ep->dist->comm;
     double t0;
-    int mrc;
     /* counts and packing by destination, (t, k) order within each */
     count_routes(ep, sel, n);
     int total_send = 0;
@@ -273,38 +292,35 @@ static int run_wave(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, const floa
             memcpy(row + D, &m, sizeof m);
             ep->slot[t * K + kk] = p;
         }
+    MPI_Request rq;
+    int rc;
     if (counted) {
         for (int r = 0; r < EP; r++) ep->rcnt[r] = ep->open_r[r * OPEN_INTS + OPEN_COUNT];
-    } else {
-        t0 = now();
-        mrc = MPI_Alltoall(ep->scnt, 1, MPI_INT, ep->rcnt, 1, MPI_INT, comm);
-        ep->stats.comm_s += now() - t0;
-        if (mrc != MPI_SUCCESS) return mpi_fail(err, mrc, "MPI_Alltoall (counts)", b->layer_id);
+    } else if ((rc = ep_done(ep, MPI_Ialltoall(ep->scnt, 1, MPI_INT, ep->rcnt, 1, MPI_INT, comm, &rq), &rq,
+                             "count exchange", b->layer_id, err))) {
+        return rc;
     }
+    /* peers' counts are input: each within the pair bound, so the sum fits recv_cap */
     int total_recv = 0;
     for (int r = 0; r < EP; r++) {
+        if (ep->rcnt[r] < 0 || ep->rcnt[r] > pair_cap(ep))
+            return dsv4_fail(err, DSV4_ERR_STATE, "expert parallel: rank %d announced %d rows in the "
+                             "MoE of layer %d, outside [0, %d]", r, ep->rcnt[r], b->layer_id, pair_cap(ep));
         ep->rdsp[r] = total_recv;
         total_recv += ep->rcnt[r];
     }
-    /* cannot happen: a token's experts are distinct (the router guarantees it) */
-    if (total_recv > ep->recv_cap)
-        return dsv4_fail(err, DSV4_ERR_STATE, "expert parallel: %d rows received in layer %d exceed "
-                         "the bound %d", total_recv, b->layer_id, ep->recv_cap);
-    t0 = now();
-    mrc = MPI_Alltoallv(ep->send, ep->scnt, ep->sdsp, ep->row_t, ep->recv, ep->rcnt, ep->rdsp,
-                        ep->row_t, comm);
-    ep->stats.comm_s += now() - t0;
-    if (mrc != MPI_SUCCESS) return mpi_fail(err, mrc, "MPI_Alltoallv (dispatch)", b->layer_id);
+    if ((rc = ep_done(ep, MPI_Ialltoallv(ep->send, ep->scnt, ep->sdsp, ep->row_t, ep->recv, ep->rcnt,
+                                         ep->rdsp, ep->row_t, comm, &rq), &rq, "dispatch", b->layer_id, err)))
+        return rc;
 
     t0 = now();
-    compute_received(ep, k, b, total_recv);
+    rc = compute_received(ep, k, b, total_recv, err);
     ep->stats.expert_s += now() - t0;
+    if (rc) return rc;
 
-    t0 = now();
-    mrc = MPI_Alltoallv(ep->rout, ep->rcnt, ep->rdsp, ep->out_t, ep->ret, ep->scnt, ep->sdsp,
-                        ep->out_t, comm);
-    ep->stats.comm_s += now() - t0;
-    if (mrc != MPI_SUCCESS) return mpi_fail(err, mrc, "MPI_Alltoallv (combine)", b->layer_id);
+    if ((rc = ep_done(ep, MPI_Ialltoallv(ep->rout, ep->rcnt, ep->rdsp, ep->out_t, ep->ret, ep->scnt,
+                                         ep->sdsp, ep->out_t, comm, &rq), &rq, "combine", b->layer_id, err)))
+        return rc;
 
     /* shared expert on the own rows, then per token: k order, shared last */
     if (n > 0) {
@@ -360,10 +376,11 @@ int dsv4_ep_moe(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, const float *x
         o[OPEN_INFO] = rc ? (rc & 0xff) : 0;
     }
     int all_waves, fail, info;
-    int mrc = open_exchange(ep, &all_waves, &fail, &info);
-    if (mrc != MPI_SUCCESS) {
+    dsv4_err oerr;
+    int orc = open_exchange(ep, b->layer_id, &all_waves, &fail, &info, rc ? &oerr : err);
+    if (orc) {
         free(sel); free(w);
-        return rc ? rc : mpi_fail(err, mrc, "MPI_Alltoall (opening)", b->layer_id);
+        return rc ? rc : orc;
     }
     ep->stats.calls++;
     if (fail > 0) {

@@ -75,13 +75,14 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
     if (o->max_context <= 0) o->max_context = 4096;
     if (o->max_seqs <= 0) o->max_seqs = 4;
     if (o->c_max <= 0) o->c_max = (int)(o->max_context < 2048 ? o->max_context : 2048);
-    if (o->mtp && c->num_nextn_predict_layers == 0) {
-        free(e);
-        return dsv4_fail(err, DSV4_ERR_ARG, "MTP requested but the model has no MTP block "
-                         "(num_nextn_predict_layers = 0)");
-    }
-    int rc;
-    if ((rc = setup_parallel(e, err))) goto fail;
+    /* In a group every step runs (or is skipped after a failure) on every rank until the
+     * agreement at the end, so a rank that fails early still meets the others there. */
+    const int grouped = o->parallel && o->dist && dsv4_dist_size(o->dist) > 1;
+    int rc = DSV4_OK;
+    if (o->mtp && c->num_nextn_predict_layers == 0)
+        rc = dsv4_fail(err, DSV4_ERR_ARG, "MTP requested but the model has no MTP block "
+                       "(num_nextn_predict_layers = 0)");
+    if (!rc) rc = setup_parallel(e, err);
     dsv4_cache_opts co = {0};
     co.max_context = o->max_context;
     co.max_seqs = o->max_seqs;
@@ -93,37 +94,46 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
     co.row_bytes_per_value = 4;
     co.idx_bytes_per_value = 4;
     dsv4_cache_plan plan;
-    if ((rc = dsv4_cache_plan_make(c, &co, &plan, err))) goto fail;
-    if ((rc = dsv4_cache_create(&plan, &e->cache, err))) goto fail;
-    if ((rc = dsv4_prefix_create(e, err))) goto fail;
+    if (!rc) rc = dsv4_cache_plan_make(c, &co, &plan, err);
+    if (!rc) rc = dsv4_cache_create(&plan, &e->cache, err);
+    if (!rc) rc = dsv4_prefix_create(e, err);
 
     const int64_t n_pos = o->max_context + co.d_max + 1;
-    if ((rc = dsv4_rope_init(&e->rope_main, c, 0, n_pos, err))) goto fail;
-    if ((rc = dsv4_rope_init(&e->rope_cmp, c, 1, n_pos, err))) goto fail;
+    if (!rc) rc = dsv4_rope_init(&e->rope_main, c, 0, n_pos, err);
+    if (!rc) rc = dsv4_rope_init(&e->rope_cmp, c, 1, n_pos, err);
 
     int64_t max_cols = max64(c->hidden_size, c->q_lora_rank);
     max_cols = max64(max_cols, (int64_t)c->num_attention_heads * c->head_dim / c->o_groups);
     max_cols = max64(max_cols, (int64_t)c->o_groups * c->o_lora_rank);
     max_cols = max64(max_cols, c->moe_intermediate_size);
     max_cols = max64(max_cols, (int64_t)c->hc_mult * c->hidden_size); /* hc_post's copy of a row */
-    if ((rc = dsv4_kctx_create(o->threads, max_cols, &e->k, err))) goto fail;
-    if (o->reference) dsv4_kctx_set_simd(e->k, DSV4_SIMD_SCALAR);
+    if (!rc) rc = dsv4_kctx_create(o->threads, max_cols, &e->k, err);
+    if (!rc && o->reference) dsv4_kctx_set_simd(e->k, DSV4_SIMD_SCALAR);
 
     const int n_blocks = c->num_hidden_layers + c->num_nextn_predict_layers;
-    e->blocks = calloc((size_t)n_blocks, sizeof *e->blocks);
-    e->seqs = calloc((size_t)o->max_seqs, sizeof *e->seqs);
-    if (!e->blocks || !e->seqs) { rc = dsv4_fail(err, DSV4_ERR_NOMEM, "engine: out of memory"); goto fail; }
-    for (int l = 0; l < n_blocks; l++) {
-        e->blocks[l] = l < c->num_hidden_layers ? m->layers[l] : m->mtp[l - c->num_hidden_layers];
-        if ((rc = prepare_wo_a(e, &e->blocks[l], err))) goto fail;
+    if (!rc) {
+        e->blocks = calloc((size_t)n_blocks, sizeof *e->blocks);
+        e->seqs = calloc((size_t)o->max_seqs, sizeof *e->seqs);
+        if (!e->blocks || !e->seqs) rc = dsv4_fail(err, DSV4_ERR_NOMEM, "engine: out of memory");
     }
-    if ((rc = dsv4_engine_prepare_w8a8(e, err))) goto fail;
-    if ((rc = dsv4_engine_prepare_fidelity(e, err))) goto fail;
+    for (int l = 0; l < n_blocks && !rc; l++) {
+        e->blocks[l] = l < c->num_hidden_layers ? m->layers[l] : m->mtp[l - c->num_hidden_layers];
+        rc = prepare_wo_a(e, &e->blocks[l], err);
+    }
+    if (!rc) rc = dsv4_engine_prepare_w8a8(e, err);
+    if (!rc) rc = dsv4_engine_prepare_fidelity(e, err);
+    if (grouped) {
+        struct dsv4_dist *own = e->group;
+        e->group = o->dist; /* also when setup_parallel refused: the others are waiting */
+        rc = dsv4_engine_agree_create(e, rc, err);
+        e->group = own;
+    }
+    if (rc) {
+        dsv4_engine_free(e);
+        return rc;
+    }
     *out = e;
     return DSV4_OK;
-fail:
-    dsv4_engine_free(e);
-    return rc;
 }
 
 void dsv4_engine_free(dsv4_engine *e) {

@@ -86,6 +86,15 @@ static inline int dsv4_wanted_row(const int *rows, int n_wanted, int n_tokens, i
     return rows ? rows[j] : n_tokens - n_wanted + j;
 }
 
+/* Rank agreement (engine/agree.c), collective over e->group: at create, the config hash,
+ * the weights fingerprint (sampled, or full with opts.verify_weights) and the options
+ * that change results (kernel level included); per call, the spans (sequences, starts,
+ * tokens, requested rows). rc is this rank's own status; the result is the same on every
+ * rank (dist/dist.h dsv4_dist_agree). */
+int dsv4_engine_agree_create(dsv4_engine *e, int rc, dsv4_err *err);
+int dsv4_engine_agree_spans(dsv4_engine *e, int rc, const dsv4_span *spans, int n_spans, dsv4_err *err);
+int dsv4_engine_agree_mtp(dsv4_engine *e, int rc, const dsv4_mtp_span *spans, int n_spans, dsv4_err *err);
+
 /* Frees window pages no later call of seq can read. */
 void dsv4_engine_trim(dsv4_engine *e, int seq);
 

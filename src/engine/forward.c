@@ -238,12 +238,12 @@ static void commit_span(dsv4_engine *e, const dsv4_span *sp) {
     dsv4_engine_trim(e, sp->seq);
 }
 
-int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
-                 float *streams, dsv4_err *err) {
-    const dsv4_config *c = e->cfg;
-    const int D = c->hidden_size, hc = c->hc_mult;
+/* Every check of a call's arguments; *R = its rows. */
+static int validate_call(const dsv4_engine *e, const dsv4_span *spans, int n_spans, const float *hidden,
+                         const float *streams, int *R, dsv4_err *err) {
     if (n_spans < 1 || !spans) return dsv4_fail(err, DSV4_ERR_ARG, "forward: no spans");
-    int R = 0, want_h = 0, want_s = 0;
+    int want_h = 0, want_s = 0;
+    *R = 0;
     for (int i = 0; i < n_spans; i++) {
         int rc = validate_span(e, &spans[i], i, err);
         if (rc) return rc;
@@ -251,12 +251,27 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
             if (spans[j].seq == spans[i].seq)
                 return dsv4_fail(err, DSV4_ERR_ARG, "sequence %d appears in spans %d and %d",
                                  spans[i].seq, j, i);
-        R += spans[i].n_tokens;
+        *R += spans[i].n_tokens;
         want_h += spans[i].n_hidden;
         want_s += spans[i].n_streams;
     }
     if ((want_h && !hidden) || (want_s && !streams))
         return dsv4_fail(err, DSV4_ERR_ARG, "forward: output buffer missing");
+    return DSV4_OK;
+}
+
+int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
+                 float *streams, dsv4_err *err) {
+    const dsv4_config *c = e->cfg;
+    const int D = c->hidden_size, hc = c->hc_mult;
+    int R = 0;
+    {
+        int rc = validate_call(e, spans, n_spans, hidden, streams, &R, err);
+        /* a group agrees on the call (every rank valid, the same spans) before anything
+         * collective, so a refusal or a mismatch is the same clean error on every rank */
+        if (e->group) rc = dsv4_engine_agree_spans(e, rc, spans, n_spans, err);
+        if (rc) return rc;
+    }
 
     /* a long prompt over a CP group: every rank runs its segments (dist/cp.h); a
      * speculative span is never long enough to qualify */

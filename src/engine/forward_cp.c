@@ -28,6 +28,7 @@
  * home rank, where the streams are.
  */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -141,11 +142,11 @@ static int64_t gathered_in(const cp_call *cx, int64_t width) {
     return n * width;
 }
 
-static int mpi_fail(dsv4_err *err, int mrc, const char *what, int layer) {
-    char s[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(mrc, s, &len);
-    return dsv4_fail(err, DSV4_ERR_IO, "CP prefill: %s (layer %d) failed: %s", what, layer, s);
+/* A collective started with result mrc, completed within the peer timeout (dist/dist.h). */
+static int cp_done(cp_call *cx, int mrc, MPI_Request *rq, const char *what, int layer, dsv4_err *err) {
+    char label[128];
+    snprintf(label, sizeof label, "CP prefill: %s (layer %d)", what, layer);
+    return dsv4_dist_complete(cx->e->group, mrc, rq, label, err);
 }
 
 /* Compressor ix of a layer of ratio r: present?, its ratio, overlap and entry width. */
@@ -285,14 +286,18 @@ static int bcast_state(cp_call *cx, const dsv4_block_w *b, dsv4_err *err) {
             memcpy(cx->idx + w * dI, dsv4_cache_idx_row(cache, cx->seq, l, w), (size_t)dI * sizeof(float));
     }
     const cp_mark t = mark(cx);
-    int mrc = MPI_Bcast(cx->bc, (int)cx->bc_floats, MPI_FLOAT, 0, cx->comm);
-    if (mrc == MPI_SUCCESS && r && cx->s0 / r > 0)
-        mrc = MPI_Bcast(cx->cmp, (int)(cx->s0 / r), cx->t_hd, 0, cx->comm);
-    if (mrc == MPI_SUCCESS && r == 4 && cx->s0 / 4 > 0)
-        mrc = MPI_Bcast(cx->idx, (int)(cx->s0 / 4), cx->t_dI, 0, cx->comm);
+    MPI_Request rq;
+    int rc = cp_done(cx, MPI_Ibcast(cx->bc, (int)cx->bc_floats, MPI_FLOAT, 0, cx->comm, &rq), &rq,
+                     "state broadcast", l, err);
+    if (!rc && r && cx->s0 / r > 0)
+        rc = cp_done(cx, MPI_Ibcast(cx->cmp, (int)(cx->s0 / r), cx->t_hd, 0, cx->comm, &rq), &rq,
+                     "entry broadcast", l, err);
+    if (!rc && r == 4 && cx->s0 / 4 > 0)
+        rc = cp_done(cx, MPI_Ibcast(cx->idx, (int)(cx->s0 / 4), cx->t_dI, 0, cx->comm, &rq), &rq,
+                     "indexer key broadcast", l, err);
     comm_done(cx, t, cx->rank ? cx->bc_floats + (r ? cx->s0 / r * hd : 0) +
                                 (r == 4 ? cx->s0 / 4 * dI : 0) : 0);
-    return mrc == MPI_SUCCESS ? DSV4_OK : mpi_fail(err, mrc, "state broadcast", l);
+    return rc;
 }
 
 /* Exchange A: window tails and compressor state of every segment (except the last). */
@@ -321,10 +326,11 @@ static int exchange_a(cp_call *cx, const dsv4_block_w *b, const dsv4_attn_work *
         }
     }
     const cp_mark t = mark(cx);
-    int mrc = MPI_Allgatherv(cx->a_send, cx->counts[cx->rank], MPI_FLOAT, cx->a_recv, cx->counts,
-                             cx->displs, MPI_FLOAT, cx->comm);
+    MPI_Request rq;
+    int rc = cp_done(cx, MPI_Iallgatherv(cx->a_send, cx->counts[cx->rank], MPI_FLOAT, cx->a_recv, cx->counts,
+                                         cx->displs, MPI_FLOAT, cx->comm, &rq), &rq, "exchange A", b->layer_id, err);
     comm_done(cx, t, gathered_in(cx, 1));
-    return mrc == MPI_SUCCESS ? DSV4_OK : mpi_fail(err, mrc, "exchange A", b->layer_id);
+    return rc;
 }
 
 /* Exchange B: the entries (and keys) each segment pooled, gathered in place into the
@@ -342,10 +348,12 @@ static int exchange_b(cp_call *cx, const dsv4_block_w *b, dsv4_err *err) {
                 cx->displs[rho] = (int)(s->start / rr);
             }
             const cp_mark t = mark(cx);
-            int mrc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, store, cx->counts,
-                                     cx->displs, ix ? cx->t_dI : cx->t_hd, cx->comm);
+            MPI_Request rq;
+            int rc = cp_done(cx, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, store, cx->counts,
+                                                 cx->displs, ix ? cx->t_dI : cx->t_hd, cx->comm, &rq),
+                             &rq, "exchange B", b->layer_id, err);
             comm_done(cx, t, gathered_in(cx, d));
-            if (mrc != MPI_SUCCESS) return mpi_fail(err, mrc, "exchange B", b->layer_id);
+            if (rc) return rc;
         }
     }
     return DSV4_OK;
@@ -403,9 +411,13 @@ static void home_store(cp_call *cx, const dsv4_block_w *b, const dsv4_attn_work 
 static int agree(cp_call *cx, int rc, int layer, dsv4_err *err) {
     int worst = rc;
     const cp_mark t = mark(cx);
-    int mrc = MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, cx->comm);
+    MPI_Request rq;
+    dsv4_err cerr;
+    int crc = cp_done(cx, MPI_Iallreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, cx->comm, &rq), &rq,
+                      "agreement", layer, rc ? &cerr : err);
     comm_done(cx, t, 0);
-    if (mrc != MPI_SUCCESS) return rc ? rc : mpi_fail(err, mrc, "agreement", layer);
+    if (crc) return rc ? rc : crc;
+    if (worst < 0 || worst > DSV4_ERR_STATE) worst = DSV4_ERR_STATE; /* a peer's code: input */
     if (worst && !rc)
         return dsv4_fail(err, worst, "CP prefill: another rank failed (%s) at layer %d",
                          dsv4_strerror(worst), layer);
@@ -443,8 +455,10 @@ static int cp_trace(cp_call *cx, int layer, int kind, const float *h, float *all
         cx->counts[rho] = (int)((a->end - a->start + b->end - b->start) * hc);
         cx->displs[rho] = rho ? cx->displs[rho - 1] + cx->counts[rho - 1] : 0;
     }
-    int mrc = MPI_Gatherv(h, cx->R * hc, cx->t_D, all, cx->counts, cx->displs, cx->t_D, 0, cx->comm);
-    if (mrc != MPI_SUCCESS) return mpi_fail(err, mrc, "trace gather", layer);
+    MPI_Request rq;
+    int rc = cp_done(cx, MPI_Igatherv(h, cx->R * hc, cx->t_D, all, cx->counts, cx->displs, cx->t_D, 0,
+                                      cx->comm, &rq), &rq, "trace gather", layer, err);
+    if (rc) return rc;
     if (cx->rank != 0) return DSV4_OK;
     for (int i = 0; i < cx->plan.n_seg; i++) {
         const dsv4_cp_seg *s = &cx->plan.seg[i];
@@ -537,10 +551,10 @@ static int cp_outputs(cp_call *cx, const dsv4_span *sp, const float *h, float *h
         o += (size_t)hc * D;
     }
     const cp_mark t = mark(cx);
-    int mrc = MPI_Gatherv(mine, cx->counts[cx->rank], cx->t_D, all, cx->counts, cx->displs,
-                          cx->t_D, 0, cx->comm);
+    MPI_Request rq;
+    rc = cp_done(cx, MPI_Igatherv(mine, cx->counts[cx->rank], cx->t_D, all, cx->counts, cx->displs,
+                                  cx->t_D, 0, cx->comm, &rq), &rq, "output gather", -1, err);
     comm_done(cx, t, cx->rank ? 0 : gathered_in(cx, D));
-    if (mrc != MPI_SUCCESS) rc = mpi_fail(err, mrc, "output gather", -1);
     if (!rc && cx->rank == 0) {
         /* rank rho's part: its hidden rows, then its stream rows, each in request order */
         for (int j = 0; j < sp->n_hidden; j++) {
@@ -649,9 +663,13 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
     {
         int worst = rc;
         const cp_mark t = mark(cx);
-        int mrc = MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, cx->comm);
+        MPI_Request rq;
+        dsv4_err cerr;
+        int crc = cp_done(cx, MPI_Iallreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, cx->comm, &rq), &rq,
+                          "agreement", -1, rc ? &cerr : err);
         comm_done(cx, t, 0);
-        if (mrc != MPI_SUCCESS) rc = rc ? rc : mpi_fail(err, mrc, "agreement", -1);
+        if (worst < 0 || worst > DSV4_ERR_STATE) worst = DSV4_ERR_STATE; /* a peer's code: input */
+        if (crc) rc = rc ? rc : crc;
         else if (worst && !rc)
             rc = dsv4_fail(err, worst, "CP prefill: another rank refused the call (%s)",
                            dsv4_strerror(worst));

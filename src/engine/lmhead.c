@@ -78,6 +78,13 @@ static int mpi_fail(dsv4_err *err, int mrc, const char *what) {
     return dsv4_fail(err, DSV4_ERR_IO, "lm_head: %s failed: %s", what, s);
 }
 
+/* A collective started with result mrc, completed within the peer timeout. */
+static int done(dsv4_dist *d, int mrc, MPI_Request *rq, const char *what, dsv4_err *err) {
+    char label[96];
+    snprintf(label, sizeof label, "lm_head: %s", what);
+    return dsv4_dist_complete(d, mrc, rq, label, err);
+}
+
 /* MPI user operator: inout[i] = the better of in[i], inout[i]. */
 static void argmax_op(void *in, void *inout, int *len, MPI_Datatype *type) {
     (void)type;
@@ -92,19 +99,22 @@ int dsv4_argmax_allreduce(dsv4_dist *d, dsv4_argmax *pairs, int n_rows, dsv4_err
     MPI_Op op;
     int mrc = MPI_Op_create(argmax_op, 1, &op);
     if (mrc != MPI_SUCCESS) return mpi_fail(err, mrc, "MPI_Op_create");
-    mrc = MPI_Allreduce(MPI_IN_PLACE, pairs, n_rows, MPI_FLOAT_INT, op, d->comm);
-    MPI_Op_free(&op);
-    return mrc == MPI_SUCCESS ? DSV4_OK : mpi_fail(err, mrc, "MPI_Allreduce (argmax)");
+    MPI_Request rq;
+    int rc = done(d, MPI_Iallreduce(MPI_IN_PLACE, pairs, n_rows, MPI_FLOAT_INT, op, d->comm, &rq), &rq,
+                  "argmax reduction", err);
+    if (!d->broken) MPI_Op_free(&op); /* a timed-out reduction may still use it */
+    return rc;
 }
 
-/* Every rank learns whether any rank failed (rc != 0) before the data collectives. */
-static int group_agree(dsv4_dist *d, int rc, dsv4_err *err) {
-    int mine = rc ? d->rank + 1 : 0, any = 0;
-    int mrc = MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, d->comm);
-    if (rc) return rc;
-    if (mrc != MPI_SUCCESS) return mpi_fail(err, mrc, "MPI_Allreduce (status)");
-    if (any) return dsv4_fail(err, DSV4_ERR_STATE, "lm_head: rank %d failed", any - 1);
-    return DSV4_OK;
+/* Every rank learns whether any rank failed (rc != 0) and that all ranks asked for the same
+ * number of rows (a different count would make the shards' sizes disagree) before the
+ * data collectives. */
+static int group_agree(dsv4_dist *d, int rc, int n_rows, dsv4_err *err) {
+    uint8_t dig[1][32] = {{0}};
+    const int64_t n = n_rows;
+    memcpy(dig[0], &n, sizeof n);
+    static const char *const names[] = {"row count"};
+    return dsv4_dist_agree(d, rc, 1, (const uint8_t(*)[32])dig, names, DSV4_ERR_ARG, "lm_head", err);
 }
 
 /* Broadcasts the home rank's hidden rows into *h (a new buffer elsewhere) and computes
@@ -125,11 +135,10 @@ static int shard_pass(dsv4_engine *e, const float *hidden, int n_rows, int local
         rc = dsv4_fail(err, DSV4_ERR_ARG, "lm_head: bad arguments (n_rows = %d)", n_rows);
     else if (!h || !l)
         rc = dsv4_fail(err, DSV4_ERR_NOMEM, "lm_head: out of memory for %d rows", n_rows);
-    rc = group_agree(d, rc, err);
-    int mrc;
-    if (!rc && n_rows > 0 &&
-        (mrc = MPI_Bcast(h, n_rows * D, MPI_FLOAT, 0, d->comm)) != MPI_SUCCESS)
-        rc = mpi_fail(err, mrc, "MPI_Bcast (hidden rows)");
+    rc = group_agree(d, rc, n_rows, err);
+    MPI_Request rq;
+    if (!rc && n_rows > 0)
+        rc = done(d, MPI_Ibcast(h, n_rows * D, MPI_FLOAT, 0, d->comm, &rq), &rq, "hidden row broadcast", err);
     if (!rc) rc = dsv4_lmhead_logits_range(e->k, &e->model->head, h, n_rows, *lo, *lo + w, l, err);
     if (rc) {
         if (h != hidden) free(h);
@@ -169,11 +178,12 @@ int dsv4_lm_head_dist(dsv4_engine *e, const float *hidden, int n_rows, float *lo
     }
     rc = group_agree(d, d->rank == 0 && (!cnt || !all || !logits)
                             ? dsv4_fail(err, DSV4_ERR_NOMEM, "lm_head: no room to gather %d rows", n_rows)
-                            : DSV4_OK, err);
+                            : DSV4_OK, n_rows, err);
     if (!rc) {
         const int mine = n_rows * (hi > lo ? hi - lo : 0);
-        int mrc = MPI_Gatherv(l, mine, MPI_FLOAT, all, cnt, dsp, MPI_FLOAT, 0, d->comm);
-        if (mrc != MPI_SUCCESS) rc = mpi_fail(err, mrc, "MPI_Gatherv (logits)");
+        MPI_Request rq;
+        rc = done(d, MPI_Igatherv(l, mine, MPI_FLOAT, all, cnt, dsp, MPI_FLOAT, 0, d->comm, &rq), &rq,
+                  "logits gather", err);
     }
     if (!rc && d->rank == 0)
         for (int q = 0; q < P; q++) {
@@ -201,6 +211,11 @@ static int group_argmax(dsv4_engine *e, const float *hidden, int n_rows, dsv4_ar
     if (rc) return rc;
     dsv4_argmax_rows(l, n_rows, hi > lo ? hi - lo : 0, lo, best);
     rc = dsv4_argmax_allreduce(e->group, best, n_rows, err);
+    /* the winners come from peers: an id outside the vocabulary is a peer's fault, not ours */
+    for (int r = 0; !rc && r < n_rows; r++)
+        if (best[r].id < 0 || best[r].id >= e->cfg->vocab_size)
+            rc = dsv4_fail(err, DSV4_ERR_STATE, "lm_head: the argmax over ranks gave token id %d for "
+                           "row %d, outside [0, %d)", best[r].id, r, e->cfg->vocab_size);
     if (h != hidden) free(h);
     free(l);
     return rc;

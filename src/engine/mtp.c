@@ -17,11 +17,10 @@
 #include "kernels/ops.h"
 #include "util/err.h"
 
-int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, float *hidden,
-                     dsv4_err *err) {
+/* Every check of a call's arguments; *R_out = its rows. */
+static int validate_mtp(const dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, const float *hidden,
+                        int *R_out, dsv4_err *err) {
     const dsv4_config *c = e->cfg;
-    const int D = c->hidden_size, hc = c->hc_mult;
-    const float eps = (float)c->rms_norm_eps;
     if (!e->opts.mtp)
         return dsv4_fail(err, DSV4_ERR_STATE, "mtp_forward: engine created without MTP (opts.mtp = 0)");
     if (n_spans < 1 || !spans || !hidden) return dsv4_fail(err, DSV4_ERR_ARG, "mtp_forward: no spans");
@@ -55,6 +54,22 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
             if (spans[j].seq == sp->seq)
                 return dsv4_fail(err, DSV4_ERR_ARG, "sequence %d appears twice", sp->seq);
         R += sp->n;
+    }
+    *R_out = R;
+    return DSV4_OK;
+}
+
+int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, float *hidden,
+                     dsv4_err *err) {
+    const dsv4_config *c = e->cfg;
+    const int D = c->hidden_size, hc = c->hc_mult;
+    const float eps = (float)c->rms_norm_eps;
+    int R = 0;
+    {
+        int rc = validate_mtp(e, spans, n_spans, hidden, &R, err);
+        /* the group agrees on the call first (see dsv4_forward) */
+        if (e->group) rc = dsv4_engine_agree_mtp(e, rc, spans, n_spans, err);
+        if (rc) return rc;
     }
 
     if (e->idle) {

@@ -57,7 +57,7 @@ static void usage(FILE *f) {
             "                [--chunk C] [--mtp] --dump OUTDIR [--threads T] [--dump-layers]\n"
             "                [--parallel cp|ep|cp+ep [--ep-wave N] [--cp-granule G]]\n"
             "                [--w8a8 | --w8a8-all] [--fidelity official|none|F1,..,F5]\n"
-            "                [--dump-choices]\n"
+            "                [--dump-choices] [--peer-timeout SEC] [--verify-weights]\n"
             "\n"
             "  --dump-choices   also routing_experts.bin (i32 [layers, N, K]) and the CSA\n"
             "                   selections (manifest csa_selected_entries), as in the golden runs\n"
@@ -68,6 +68,12 @@ static void usage(FILE *f) {
             "                   share (and OMPI_MCA_mpi_yield_when_idle=1 when oversubscribed)\n"
             "  --cp-granule G   context parallel: segment granule in positions (default: a\n"
             "                   multiple of every ratio >= window - 1, 128 for Flash)\n"
+            "  --peer-timeout SEC  with --parallel: a collective inside a call that a peer does\n"
+            "                   not join within SEC seconds ends the job naming that rank\n"
+            "                   (default 300, 0 = wait forever)\n"
+            "  --verify-weights with --parallel: ranks compare a hash of every weight byte at\n"
+            "                   start (reads the whole checkpoint) instead of the sampled\n"
+            "                   fingerprint; config, options and kernel level are always compared\n"
             "  --ep-wave N      expert parallel: rows per rank per exchange wave (default\n"
             "                   min(256, rows of the largest call))\n"
             "  --w8a8           P2 W8A8 fast path: INT8 weight copies of wq_b, wo_b, indexer wq_b,\n"
@@ -268,8 +274,8 @@ static int run_mtp(dsv4_engine *eng, run_ctx *rc, int V, dsv4_err *err) {
 
 int cmd_run(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_arg = NULL, *tokens_file = NULL, *dump = NULL;
-    long long prefill = -1, chunk = 0, threads = 0, ep_wave = 0, cp_granule = 0;
-    int mtp = 0, layers = 0, parallel = 0, w8a8 = 0, choices = 0;
+    long long prefill = -1, chunk = 0, threads = 0, ep_wave = 0, cp_granule = 0, peer_timeout = -1;
+    int mtp = 0, layers = 0, parallel = 0, w8a8 = 0, choices = 0, verify_weights = 0;
     unsigned fidelity = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -280,6 +286,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--dump-choices")) choices = 1;
         else if (!strcmp(a, "--w8a8")) w8a8 = 1;
         else if (!strcmp(a, "--w8a8-all")) w8a8 = 2;
+        else if (!strcmp(a, "--verify-weights")) verify_weights = 1;
         else if (!v) { fprintf(stderr, "dsv4 run: unknown option or missing value: %s\n", a); usage(stderr); return 2; }
         else if (!strcmp(a, "--model")) model_dir = argv[++i];
         else if (!strcmp(a, "--tokens")) tokens_arg = argv[++i];
@@ -317,6 +324,12 @@ int cmd_run(int argc, char **argv) {
                 fprintf(stderr, "dsv4 run: --cp-granule must be in [1, 1048576], got '%s'\n", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(a, "--peer-timeout")) {
+            if (cli_parse_int(argv[++i], 0, 1 << 24, &peer_timeout)) {
+                fprintf(stderr, "dsv4 run: --peer-timeout must be whole seconds in [0, %d], got '%s'\n",
+                        1 << 24, argv[i]);
+                return 2;
+            }
         } else if (!strcmp(a, "--ep-wave")) {
             if (cli_parse_int(argv[++i], 1, 1 << 20, &ep_wave)) {
                 fprintf(stderr, "dsv4 run: --ep-wave must be in [1, 1048576], got '%s'\n", argv[i]);
@@ -342,6 +355,10 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "dsv4 run: --cp-granule needs --parallel cp or cp+ep\n");
         return 2;
     }
+    if ((peer_timeout >= 0 || verify_weights) && !parallel) {
+        fprintf(stderr, "dsv4 run: --peer-timeout and --verify-weights need --parallel\n");
+        return 2;
+    }
     if (ep_wave && !(parallel & DSV4_PAR_EP)) {
         fprintf(stderr, "dsv4 run: --ep-wave needs --parallel ep or cp+ep\n");
         return 2;
@@ -358,6 +375,11 @@ int cmd_run(int argc, char **argv) {
         }
         rank = dsv4_dist_rank(dist);
         n_ranks = dsv4_dist_size(dist);
+        if (peer_timeout >= 0 && dsv4_dist_set_timeout(dist, (double)peer_timeout, &derr)) {
+            fprintf(stderr, "dsv4 run: %s\n", derr.msg);
+            dsv4_dist_finalize(dist);
+            return 2;
+        }
     }
     char who[32] = "";
     if (n_ranks > 1) snprintf(who, sizeof who, "rank %d: ", rank);
@@ -464,6 +486,7 @@ int cmd_run(int argc, char **argv) {
     eo.cp_granule = (int)cp_granule;
     eo.w8a8 = w8a8;
     eo.fidelity = fidelity;
+    eo.verify_weights = verify_weights;
     if (dsv4_engine_create(model, &eo, &eng, &err)) {
         fprintf(stderr, "dsv4 run: %s%s\n", who, err.msg);
         goto out;

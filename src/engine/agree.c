@@ -1,0 +1,105 @@
+/* agree.c — ranks of a group agree before they compute (see engine.h): a rank given another
+ * checkpoint, other options or other inputs must fail cleanly on every rank, never blend
+ * two models, overflow a peer-sized buffer or wait forever. */
+#include <string.h>
+
+#include "dist/dist.h"
+#include "engine/engine.h"
+#include "util/err.h"
+#include "util/sha256.h"
+
+/* Little-endian 64-bit fields into the hash (mismatched hosts then still compare). */
+static int put(dsv4_sha256 *h, int64_t v, dsv4_err *err) { return dsv4_sha256_u64(h, (uint64_t)v, err); }
+
+/* The options that change what a rank computes or how the group exchanges data: every
+ * field of dsv4_engine_opts after defaults except threads (results do not depend on the
+ * split) and the group pointer, plus the kernel level in use. */
+static int options_digest(const dsv4_engine *e, uint8_t out[32], dsv4_err *err) {
+    const dsv4_engine_opts *o = &e->opts;
+    const int64_t v[] = {
+        o->max_context, o->max_seqs, o->c_max, o->mtp, (int64_t)o->cache_bytes, o->block, o->win_block,
+        o->reference, o->parallel, o->ep_wave, o->cp_granule, o->w8a8, (int64_t)o->fidelity,
+        o->verify_weights, e->k ? dsv4_kctx_simd(e->k) : -1,
+    };
+    dsv4_sha256 *h = dsv4_sha256_new(err);
+    if (!h) return DSV4_ERR_NOMEM;
+    int rc = 0;
+    for (size_t i = 0; i < sizeof v / sizeof *v && !rc; i++) rc = put(h, v[i], err);
+    if (!rc) rc = dsv4_sha256_final(h, out, err);
+    dsv4_sha256_free(h);
+    return rc;
+}
+
+int dsv4_engine_agree_create(dsv4_engine *e, int rc, dsv4_err *err) {
+    uint8_t dig[3][32];
+    memset(dig, 0, sizeof dig);
+    dsv4_err mine = {0};
+    /* the digests are computed even after a local failure: the rank must still take part */
+    int drc = dsv4_model_config_hash(e->model, dig[0], &mine);
+    if (!drc) drc = dsv4_model_fingerprint(e->model, e->opts.verify_weights, dig[1], &mine);
+    if (!drc) drc = options_digest(e, dig[2], &mine);
+    if (!rc && drc) {
+        rc = drc;
+        if (err) *err = mine;
+    }
+    static const char *const names[] = {
+        "config (canonical config.json fields)",
+        "checkpoint (weights fingerprint: config.json, safetensors headers and sampled data)",
+        "engine options or kernel level",
+    };
+    const char *full = "checkpoint (weights fingerprint: config.json, safetensors headers and every byte)";
+    const char *const names_full[] = {names[0], full, names[2]};
+    return dsv4_dist_agree(e->group, rc, 3, (const uint8_t(*)[32])dig,
+                           e->opts.verify_weights ? names_full : names, DSV4_ERR_CONFIG,
+                           "engine create", err);
+}
+
+/* Rows a span asks for, as indices, into the hash. */
+static int put_rows(dsv4_sha256 *h, const int *rows, int n_wanted, int n_tokens, dsv4_err *err) {
+    int rc = put(h, n_wanted, err);
+    for (int j = 0; j < n_wanted && !rc; j++) rc = put(h, dsv4_wanted_row(rows, n_wanted, n_tokens, j), err);
+    return rc;
+}
+
+int dsv4_engine_agree_spans(dsv4_engine *e, int rc, const dsv4_span *spans, int n_spans, dsv4_err *err) {
+    uint8_t dig[1][32];
+    memset(dig, 0, sizeof dig);
+    if (!rc) { /* the spans were validated: every pointer and count can be read */
+        dsv4_sha256 *h = dsv4_sha256_new(err);
+        rc = h ? put(h, n_spans, err) : DSV4_ERR_NOMEM;
+        for (int i = 0; i < n_spans && !rc; i++) {
+            const dsv4_span *sp = &spans[i];
+            rc = put(h, sp->seq, err);
+            if (!rc) rc = put(h, sp->start, err);
+            if (!rc) rc = put(h, sp->n_tokens, err);
+            if (!rc) rc = put(h, sp->speculative, err);
+            if (!rc) rc = dsv4_sha256_update(h, sp->tokens, (size_t)sp->n_tokens * sizeof(int32_t), err);
+            if (!rc) rc = put_rows(h, sp->hidden_rows, sp->n_hidden, sp->n_tokens, err);
+            if (!rc) rc = put_rows(h, sp->stream_rows, sp->n_streams, sp->n_tokens, err);
+        }
+        if (!rc) rc = dsv4_sha256_final(h, dig[0], err);
+        dsv4_sha256_free(h);
+    }
+    static const char *const names[] = {"call (spans: sequences, starts, tokens, requested rows, speculative)"};
+    return dsv4_dist_agree(e->group, rc, 1, (const uint8_t(*)[32])dig, names, DSV4_ERR_ARG, "forward", err);
+}
+
+int dsv4_engine_agree_mtp(dsv4_engine *e, int rc, const dsv4_mtp_span *spans, int n_spans, dsv4_err *err) {
+    uint8_t dig[1][32];
+    memset(dig, 0, sizeof dig);
+    if (!rc) {
+        dsv4_sha256 *h = dsv4_sha256_new(err);
+        rc = h ? put(h, n_spans, err) : DSV4_ERR_NOMEM;
+        for (int i = 0; i < n_spans && !rc; i++) {
+            const dsv4_mtp_span *sp = &spans[i];
+            rc = put(h, sp->seq, err);
+            if (!rc) rc = put(h, sp->start, err);
+            if (!rc) rc = put(h, sp->n, err);
+            if (!rc) rc = dsv4_sha256_update(h, sp->next_tokens, (size_t)sp->n * sizeof(int32_t), err);
+        }
+        if (!rc) rc = dsv4_sha256_final(h, dig[0], err);
+        dsv4_sha256_free(h);
+    }
+    static const char *const names[] = {"call (MTP spans: sequences, starts, next tokens)"};
+    return dsv4_dist_agree(e->group, rc, 1, (const uint8_t(*)[32])dig, names, DSV4_ERR_ARG, "mtp_forward", err);
+}
