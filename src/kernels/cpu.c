@@ -1,11 +1,16 @@
 /* cpu.c — CPU feature detection with cpuid and xgetbv.
  *
- * AVX2 needs three things: the instruction-set bits (cpuid leaf 7 AVX2, leaf 1 FMA, F16C,
- * AVX, OSXSAVE) and the OS having enabled the XMM and YMM state in XCR0; without the last
- * one the instructions fault even though cpuid lists them. Nothing is cached: detection is
- * a handful of instructions and runs once per kernel context.
+ * A level needs two things: the instruction-set bits in cpuid and the OS having enabled
+ * the register state in XCR0; without the second the instructions fault even though cpuid
+ * lists them. AVX2: cpuid leaf 7 AVX2, leaf 1 FMA, F16C, AVX, OSXSAVE; XCR0 XMM and YMM.
+ * AVX-512: leaf 7 F, DQ, BW, VL; XCR0 also the opmask and both halves of the ZMM state.
+ * Nothing is cached: detection is a handful of instructions and runs once per kernel
+ * context.
  */
 #include "kernels/cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -17,29 +22,56 @@ static unsigned long long read_xcr0(void) {
     return ((unsigned long long)hi << 32) | lo;
 }
 
+#define XCR0_AVX 0x6ull     /* XMM, YMM */
+#define XCR0_AVX512 0xe0ull /* opmask, ZMM_Hi256, Hi16_ZMM */
+
 dsv4_simd dsv4_cpu_simd(void) {
     unsigned int a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return DSV4_SIMD_SCALAR;
     const int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
     if (!(fma && osxsave && avx && f16c)) return DSV4_SIMD_SCALAR;
-    if ((read_xcr0() & 6) != 6) return DSV4_SIMD_SCALAR; /* XMM and YMM state enabled */
+    const unsigned long long xcr0 = read_xcr0();
+    if ((xcr0 & XCR0_AVX) != XCR0_AVX) return DSV4_SIMD_SCALAR;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return DSV4_SIMD_SCALAR;
     const int avx2 = (b >> 5) & 1;
-    return avx2 ? DSV4_SIMD_AVX2 : DSV4_SIMD_SCALAR;
+    if (!avx2) return DSV4_SIMD_SCALAR;
+    const int f = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
+    if (f && dq && bw && vl && (xcr0 & XCR0_AVX512) == XCR0_AVX512) return DSV4_SIMD_AVX512;
+    return DSV4_SIMD_AVX2;
+}
+
+int dsv4_cpu_has_avx512_vnni(void) {
+    unsigned int a, b, c, d;
+    if (dsv4_cpu_simd() < DSV4_SIMD_AVX512 || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return (c >> 11) & 1;
 }
 #else
 dsv4_simd dsv4_cpu_simd(void) { return DSV4_SIMD_SCALAR; }
+int dsv4_cpu_has_avx512_vnni(void) { return 0; }
 #endif
 
 const char *dsv4_simd_name(dsv4_simd level) {
     switch (level) {
     case DSV4_SIMD_AVX2: return "avx2";
-    default: return "scalar";
+    case DSV4_SIMD_AVX512: return "avx512";
+    default: return "portable";
     }
 }
 
+int dsv4_simd_parse(const char *s) {
+    if (!s) return -1;
+    if (strcmp(s, "scalar") == 0) return DSV4_SIMD_SCALAR;
+    for (int l = DSV4_SIMD_SCALAR; l <= DSV4_SIMD_MAX; l++) {
+        const char num[2] = {(char)('0' + l), 0};
+        if (strcmp(s, num) == 0 || strcmp(s, dsv4_simd_name((dsv4_simd)l)) == 0) return l;
+    }
+    return -1;
+}
+
 dsv4_simd dsv4_build_simd(void) {
-#ifdef DSV4_HAVE_AVX2
+#if defined(DSV4_HAVE_AVX512)
+    return DSV4_SIMD_AVX512;
+#elif defined(DSV4_HAVE_AVX2)
     return DSV4_SIMD_AVX2;
 #else
     return DSV4_SIMD_SCALAR;

@@ -3,7 +3,8 @@
  * Kernels come in levels; the kernel context picks the highest level that both the CPU
  * (and the OS, which must save the wide registers) supports and this build compiled in.
  * Level 0 is portable C and always available, so every optimized kernel has an oracle
- * that runs anywhere.
+ * that runs anywhere. Each level includes the ones below it (an AVX-512 CPU runs the AVX2
+ * kernels too), so a kernel family without code for a level uses the next one down.
  */
 #ifndef DSV4_KERNELS_CPU_H
 #define DSV4_KERNELS_CPU_H
@@ -11,7 +12,10 @@
 typedef enum {
     DSV4_SIMD_SCALAR = 0, /* portable C */
     DSV4_SIMD_AVX2 = 1,   /* x86-64 AVX2 + FMA + F16C */
+    DSV4_SIMD_AVX512 = 2, /* AVX2 level + AVX-512 F/BW/VL/DQ (Skylake-SP, Zen 4 and later) */
 } dsv4_simd;
+
+#define DSV4_SIMD_MAX DSV4_SIMD_AVX512
 
 /* Highest level the running CPU and OS support (ignores what was compiled in). */
 dsv4_simd dsv4_cpu_simd(void);
@@ -19,7 +23,15 @@ dsv4_simd dsv4_cpu_simd(void);
 /* Highest level compiled into this build. */
 dsv4_simd dsv4_build_simd(void);
 
-/* "scalar", "avx2". */
+/* Optional extensions of the AVX-512 level, used by the kernels that have code for them
+ * (0 where the CPU or OS lacks them, or below the AVX-512 level). */
+int dsv4_cpu_has_avx512_vnni(void); /* vpdpbusd: INT8 dot products (W8A8) */
+
+/* "portable", "avx2", "avx512". */
 const char *dsv4_simd_name(dsv4_simd level);
+
+/* Parses a level name ("portable" or its old name "scalar", "avx2", "avx512") or number
+ * (0, 1, 2). Returns the level, or -1 for anything else. */
+int dsv4_simd_parse(const char *s);
 
 #endif

@@ -54,15 +54,25 @@ int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err 
     int cpu = dsv4_cpu_simd(), build = dsv4_build_simd();
     k->simd_max = cpu < build ? cpu : build;
     k->simd = k->simd_max;
-    /* DSV4_SIMD caps the level: 0/scalar, 1/avx2 (unknown values are ignored) */
+    /* DSV4_SIMD forces a level; a name it does not know, or a level this CPU or build
+     * cannot run, is an error rather than a silent fallback (a benchmark run with it must
+     * measure what it says) */
     const char *env = getenv("DSV4_SIMD");
     if (env) {
-        for (int l = DSV4_SIMD_SCALAR; l <= DSV4_SIMD_AVX2; l++) {
-            char num[4];
-            snprintf(num, sizeof num, "%d", l);
-            if (strcmp(env, num) == 0 || strcmp(env, dsv4_simd_name((dsv4_simd)l)) == 0)
-                k->simd = l < k->simd_max ? l : k->simd_max;
+        const int want = dsv4_simd_parse(env);
+        int rc = DSV4_OK;
+        if (want < 0)
+            rc = dsv4_fail(err, DSV4_ERR_ARG, "DSV4_SIMD=%s: unknown kernel level (portable, avx2 or avx512)", env);
+        else if (want > k->simd_max)
+            rc = dsv4_fail(err, DSV4_ERR_ARG, "DSV4_SIMD=%s: this %s runs at most the %s level", env,
+                           cpu < build ? "CPU" : "build", dsv4_simd_name((dsv4_simd)k->simd_max));
+        if (rc) {
+            free(k->tables);
+            free(k->scratch);
+            free(k);
+            return rc;
         }
+        k->simd = want;
     }
     int rc = dsv4_pool_create(n_threads, &k->pool, err);
     if (rc) {

@@ -13,8 +13,9 @@ typedef struct dsv4_kctx dsv4_kctx;
 
 /* n_threads <= 0: all online cores. max_cols: widest matrix input the engine will use
  * (sizes the per-thread scratch of dsv4_kctx_scratch). The SIMD level is the best the CPU
- * supports, capped by the environment variable DSV4_SIMD if set: 0 or "scalar" forces the
- * portable kernels, 1 or "avx2" (see kernels/cpu.h). */
+ * supports, or the one the environment variable DSV4_SIMD forces: "portable" (or 0),
+ * "avx2" (1), "avx512" (2) (kernels/cpu.h). An unknown value, or a level the CPU or build
+ * cannot run, fails the create with a message. */
 int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err *err);
 void dsv4_kctx_free(dsv4_kctx *k);
 int dsv4_kctx_threads(const dsv4_kctx *k);

@@ -24,8 +24,11 @@
  *          scales). Then (lane << 28) holds the whole nibble in bits 28..31 and nothing
  *          else, and xoring it into T'[k] cancels the k << 28 and leaves the sign bit:
  *          4 instructions per 8 weights, no sign branch.
- * Not handled bit-exactly: FP8 NaN codes 0x7F/0xFF decode as +-480 * scale instead of NaN
- * (no quantizer emits them).
+ *   FP8 NaN codes 0x7F/0xFF, which both bit tricks make finite (+-480 * scale), are found
+ *          by a byte scan of each 128-column block: b + b (mod 256) is 0xFE for them and at
+ *          most 0xFC for every other byte. The GEMV then stores NaN for that weight row's
+ *          outputs, the GEMM dequantizes the block with dsv4_lin_dequant8 (NaN weights), as
+ *          the portable level and the reference do.
  */
 #include "kernels/linear_fast.h"
 
@@ -36,6 +39,7 @@
 #include <string.h>
 
 #include "kernels/codec.h"
+#include "kernels/gemv_prefetch.h"
 
 #define AINLINE static inline __attribute__((always_inline))
 
@@ -107,6 +111,26 @@ AINLINE __m256 fp8_to_f32x8_2m120(const uint8_t *p) {
     return _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(v, 20), _mm256_set1_epi32((int)0x87F00000u)));
 }
 
+/* running byte max of b + b over n bytes at p: 0xFE somewhere iff an FP8 NaN code */
+AINLINE __m256i fp8_nan_scan(__m256i acc, const uint8_t *p, int n) {
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
+        acc = _mm256_max_epu8(acc, _mm256_add_epi8(v, v));
+    }
+    if (i < n) {
+        uint8_t t[32] = {0};
+        memcpy(t, p + i, (size_t)(n - i));
+        const __m256i v = _mm256_loadu_si256((const __m256i *)t);
+        acc = _mm256_max_epu8(acc, _mm256_add_epi8(v, v));
+    }
+    return acc;
+}
+
+AINLINE int fp8_nan_seen(__m256i acc) {
+    return _mm256_movemask_epi8(_mm256_cmpeq_epi8(acc, _mm256_set1_epi8((char)0xFE))) != 0;
+}
+
 /* the last m (< 8) bytes of an FP8 row from p, zero-padded */
 AINLINE __m256 dec_fp8_tail(const uint8_t *p, int m, __m256 s256) {
     uint8_t t[8] = {0};
@@ -143,50 +167,6 @@ AINLINE __m256 fp4_block_table(const dsv4_lin_tables *tab, const dsv4_mat *w, in
 /* weight rows per step for NX activation rows (8 rows for NX 1 measured 10..40% slower on
  * FP8 and FP4 decode shapes) */
 #define GEMV_R(NX) ((NX) <= 2 ? 4 : 2)
-
-/* Software prefetch of the weight stream. A GEMV task reads rows [o0, o1): one contiguous
- * byte range [lo, hi) of the weights, R rows at a time, the R rows interleaved. Decode
- * matrices are small (256 B .. 4 KB rows, 16..64 rows a task), so the hardware prefetcher
- * gets little run-up per task and stops at every 4 KB page; instead the kernel keeps
- * dist bytes ahead of its position itself: a burst over the first dist bytes when the
- * task starts, then, while it works on the block of rows at base, the line at
- * base + dist + R * (bytes of a row consumed so far): one line per 64 bytes consumed,
- * so the prefetch position advances exactly as fast as the reads. Never past hi (the next
- * task may run on the other core). Prefetches never fault and change no value.
- * The distance is per format, about the same time ahead (measured, bench_linear --decode,
- * one thread: FP4 decodes the slowest per byte and gains nothing past 1..2 KB, FP8 is
- * best at 4 KB (+7% over 2 KB), BF16 at 8 KB (+15..35% over 2 KB)). */
-#ifndef GEMV_PF_HINT
-#define GEMV_PF_HINT _MM_HINT_T0
-#endif
-#ifndef GEMV_PF_FP4
-#define GEMV_PF_FP4 2048
-#endif
-#ifndef GEMV_PF_FP8
-#define GEMV_PF_FP8 4096
-#endif
-#ifndef GEMV_PF_DENSE
-#define GEMV_PF_DENSE 8192
-#endif
-
-typedef struct {
-    const char *hi; /* end of the task's weight bytes */
-    int64_t dist;   /* prefetch distance in bytes (a constant after inlining) */
-} gemv_pf;
-
-AINLINE gemv_pf pf_start(const void *lo, const void *hi, int64_t dist) {
-    const char *a = (const char *)lo, *e = (const char *)hi;
-    const char *stop = e - a > dist ? a + dist : e;
-    for (; a < stop; a += 64) _mm_prefetch(a, GEMV_PF_HINT);
-    return (gemv_pf){e, dist};
-}
-
-/* the lines at base + dist + off .. + nbytes (nbytes consumed this step) */
-AINLINE void pf_step(const gemv_pf *pf, const void *base, int64_t off, int nbytes) {
-    const char *a = (const char *)base + pf->dist + off;
-    for (int k = 0; k < nbytes; k += 64, a += 64)
-        if (pf->dist > 0 && a < pf->hi) _mm_prefetch(a, GEMV_PF_HINT);
-}
 
 AINLINE void gemv_dense_rows(int fmt, int R, int NX, const dsv4_mat *w, const float *x, float *y, int64_t o,
                              const gemv_pf *pf) {
@@ -248,8 +228,10 @@ AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const floa
     const int64_t n = w->cols, nsb = (n + 127) / 128, band = o / 128, rows = w->rows;
     const uint8_t *p[4];
     __m256 a[4][4];
+    __m256i nan[4];
     for (int r = 0; r < R; r++) {
         p[r] = (const uint8_t *)w->w + (o + r) * n;
+        nan[r] = _mm256_setzero_si256();
         for (int s = 0; s < NX; s++) a[r][s] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nsb; b++) {
@@ -273,6 +255,7 @@ AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const floa
         /* xs: the factor applied to x, ws: to the decoded weights (one of them is 1) */
         const __m256 s256 = _mm256_set1_ps(s256f), one = _mm256_set1_ps(1.0f);
         const __m256 xs = PRE ? _mm256_set1_ps(s256f * 0x1p112f) : one, ws = PRE ? one : s256;
+        for (int r = 0; r < R; r++) nan[r] = fp8_nan_scan(nan[r], p[r] + i0, (int)(i1 - i0));
         int64_t i = i0;
         for (; i + 16 <= i1; i += 16) {
             pf_step(pf, p[0], R * i, R * 16);
@@ -319,8 +302,10 @@ AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const floa
             }
         }
     }
-    for (int r = 0; r < R; r++)
-        for (int s = 0; s < NX; s++) y[s * rows + o + r] = hsum8(a[r][s]);
+    for (int r = 0; r < R; r++) {
+        const int has_nan = fp8_nan_seen(nan[r]);
+        for (int s = 0; s < NX; s++) y[s * rows + o + r] = has_nan ? NAN : hsum8(a[r][s]);
+    }
 }
 
 AINLINE void gemv_fp8_nx(int NX, int PRE, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
@@ -458,7 +443,7 @@ static void dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o
         for (int c0 = 0; c0 < kb; c0 += 128) { /* k0 is a multiple of 128 */
             const int c1 = c0 + 128 < kb ? c0 + 128 : kb;
             const float s256f = scale_at(w, (o / 128) * nsb + (k0 + c0) / 128) * 256.0f;
-            if (!isfinite(s256f)) {
+            if (!isfinite(s256f) || fp8_nan_seen(fp8_nan_scan(_mm256_setzero_si256(), p + k0 + c0, c1 - c0))) {
                 for (int c = c0; c < c1; c += 8) dsv4_lin_dequant8(w, o, k0 + c, dst + c);
                 continue;
             }

@@ -1,15 +1,17 @@
 /* linear_fast.h — internal: the tiled, threaded kernels behind dsv4_linear.
  *
  * Arithmetic contract (what makes results reproducible). For every output y[s, o]:
- *   - each weight is dequantized exactly as dsv4_mat_row does it (same float value; the
- *     one exception: the AVX2 level decodes the FP8 NaN codes 0x7F/0xFF as +-480 * scale);
- *   - products are summed in 8 lanes, lane l taking columns i = 8c + l in ascending chunk c,
- *     the last chunk zero-padded; then the lanes are added in a fixed tree
- *     ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)).
- * The AVX2 level accumulates with fused multiply-add, the portable level with a rounded
- * multiply then add, so the two levels differ in the last bits; within a level the value
- * depends on nothing else: not the thread count, not the tiling, not n_rows, not which
- * other rows share the call (batch invariance), not GEMV vs GEMM.
+ *   - each weight is dequantized exactly as dsv4_mat_row does it (same float value);
+ *     FP8 e4m3 NaN codes 0x7F/0xFF are NaN at every level (an output whose weight row
+ *     holds one is NaN; which NaN, its sign and payload, is unspecified);
+ *   - products are summed in L lanes, lane l taking columns i = L*c + l in ascending chunk
+ *     c, the last chunk zero-padded; then the lanes are added in a fixed tree. L = 8 at
+ *     the portable and AVX2 levels, tree ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7));
+ *     L = 16 at the AVX-512 level, first l + (l + 8) for l < 8, then the same 8-lane tree.
+ * The AVX2 and AVX-512 levels accumulate with fused multiply-add, the portable level with
+ * a rounded multiply then add, so the three levels differ in the last bits; within a
+ * level the value depends on nothing else: not the thread count, not the tiling, not
+ * n_rows, not which other rows share the call (batch invariance), not GEMV vs GEMM.
  *
  * GEMM tiling: a task owns LIN_NB consecutive outputs. For each block of up to LIN_MB
  * activation rows and each LIN_KB-column tile, the task dequantizes its LIN_NB x LIN_KB
@@ -33,7 +35,8 @@
 
 /* Per-thread scratch of the GEMM path, in floats. */
 #define LIN_SCRATCH_WTILE ((int64_t)LIN_NB * LIN_KB)         /* (LIN_NB, LIN_KB) weights */
-#define LIN_SCRATCH_ACC ((int64_t)LIN_MB * LIN_NB * 8)       /* (LIN_MB, LIN_NB, 8) lanes */
+#define LIN_LANES_MAX 16 /* accumulator lanes of the widest level */
+#define LIN_SCRATCH_ACC ((int64_t)LIN_MB * LIN_NB * LIN_LANES_MAX) /* (LIN_MB, LIN_NB, lanes) */
 #define LIN_SCRATCH_FLOATS (LIN_SCRATCH_WTILE + LIN_SCRATCH_ACC)
 
 /* Read-only tables built once per kernel context (dsv4_lin_tables_init). */
@@ -41,6 +44,9 @@ typedef struct dsv4_lin_tables {
     /* FP4 decode table per ue8m0 scale byte b: bits(e2m1 magnitude k * 2^(b-127)) ^ (k << 28),
      * k = 0..7 (the AVX2 decoder's layout, see linear_avx2.c) */
     uint32_t fp4[256][8];
+    /* FP4 decode table per ue8m0 scale byte b: e2m1 code k * 2^(b-127) for all 16 codes
+     * (signed; the AVX-512 decoder's vpermps table) */
+    _Alignas(64) float fp4x16[256][16];
     float e4m3[256]; /* dsv4_e4m3_to_f32 of every byte (the portable level's FP8 decode) */
 } dsv4_lin_tables;
 
@@ -69,11 +75,13 @@ typedef struct dsv4_lin_kernels {
 } dsv4_lin_kernels;
 
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void);
-const dsv4_lin_kernels *dsv4_lin_kernels_avx2(void); /* NULL when not compiled in */
+const dsv4_lin_kernels *dsv4_lin_kernels_avx2(void);   /* NULL when not compiled in */
+const dsv4_lin_kernels *dsv4_lin_kernels_avx512(void); /* NULL when not compiled in */
 
 /* The zero-padded chunk of 8 dequantized weights of row o starting at column i (a
- * multiple of 8): exact values, zeros past the last column. Shared by both levels so the
- * dequantized values agree by construction. */
+ * multiple of 8): exact values, zeros past the last column. Shared by every level (the
+ * wide decoders' fallback for scales they cannot prescale and blocks with FP8 NaN codes)
+ * so the dequantized values agree by construction. */
 void dsv4_lin_dequant8(const dsv4_mat *w, int64_t o, int64_t i, float out[8]);
 
 /* The kernel context's per-thread tile scratch and tables for dsv4_linear (kctx.c). */

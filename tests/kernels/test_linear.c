@@ -1,13 +1,14 @@
 /* test_linear.c — dsv4_linear (threaded, tiled, SIMD) against dsv4_linear_ref.
  *
- * For every weight format and both kernel levels (the best this CPU runs, and the portable
- * level forced): odd shapes and partial scale blocks against the reference (max-rel =
+ * For every weight format and every kernel level this CPU and build run (portable, AVX2,
+ * AVX-512; the levels it lacks are skipped with a line saying so): odd shapes and partial scale blocks against the reference (max-rel =
  * max|diff| / max|ref| <= 1e-5, the P1 gate); exact dequantization (an identity input
  * reproduces dsv4_mat_row bit for bit); bit-identical results for 1, 2 and 3 threads;
  * batch invariance (a row alone equals the same row inside any batch, which also ties the
  * AVX2 GEMV to the GEMM path); no load past the end of the weights or scales (they are
  * placed right before an inaccessible page: the GEMV's software prefetch runs up to there
- * and must stay a prefetch). */
+ * and must stay a prefetch); FP8 NaN codes 0x7F/0xFF give NaN outputs at every level and
+ * leave the other rows alone. */
 #include <stdint.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -119,7 +120,7 @@ static float *rand_vec(int64_t n) {
 
 /* worst figures per format, printed at the end */
 typedef struct { double max_abs, max_rel, max_rel_l2; int cases; } stat;
-static stat stats[2][9]; /* [level][fmt + 3 if F32 scales] */
+static stat stats[DSV4_SIMD_MAX + 1][9]; /* [level][fmt + 3 if F32 scales] */
 
 static dsv4_kctx *kc[4]; /* 1, 2, 3 threads (index = threads) */
 
@@ -335,6 +336,47 @@ static void check_guard_pages(int level) {
         }
 }
 
+/* FP8 NaN codes: one rule at every level and on every path. Rows holding a 0x7F or 0xFF
+ * byte (at the start, in the middle, in a partial last block) must give NaN for every
+ * activation row, whatever x is (x = 0 included: 0 * NaN is NaN); every other row must be
+ * finite and equal the same matrix without the NaN codes, bit for bit. */
+static void check_fp8_nan(int level) {
+    static const int64_t shapes[][2] = {{130, 300}, {8, 1056}, {5, 37}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int sc = 0; sc < 2; sc++) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            tmat t = make_mat(DSV4_WF_FP8, sc, rows, cols);
+            uint8_t *p = t.w;
+            const uint8_t orig[3] = {p[1 * cols + 0], p[2 * cols + cols / 2], p[4 * cols + cols - 1]};
+            float *x = rand_vec(9 * cols), *y_clean = malloc(sizeof(float) * 9 * rows);
+            for (int64_t i = 0; i < cols; i++) x[2 * cols + i] = 0.0f; /* activation row 2: all zeros */
+            dsv4_kctx_set_simd(kc[2], level);
+            dsv4_linear(kc[2], &t.m, x, 9, y_clean);
+            p[1 * cols + 0] = 0x7F, p[2 * cols + cols / 2] = 0xFF, p[4 * cols + cols - 1] = 0x7F;
+            for (int nx = 1; nx <= 9; nx += 4) /* GEMV 1, 5 (two passes) and GEMM 9 */
+                for (int th = 1; th <= 3; th += 2) {
+                    float *y = malloc(sizeof(float) * (size_t)nx * rows);
+                    dsv4_kctx_set_simd(kc[th], level);
+                    dsv4_linear(kc[th], &t.m, x, nx, y);
+                    int64_t bad_nan = 0, bad_clean = 0;
+                    for (int s = 0; s < nx; s++)
+                        for (int64_t o = 0; o < rows; o++) {
+                            const float v = y[(int64_t)s * rows + o];
+                            if (o == 1 || o == 2 || o == 4) bad_nan += !isnan(v);
+                            else bad_clean += memcmp(&v, &y_clean[(int64_t)s * rows + o], sizeof v) != 0;
+                        }
+                    CHECK_MSG(bad_nan == 0 && bad_clean == 0,
+                              "fp8 NaN codes, %s level %d %lldx%lld n_rows %d threads %d: %lld outputs not NaN, "
+                              "%lld other outputs changed", fmt_name(DSV4_WF_FP8, sc), level, (long long)rows,
+                              (long long)cols, nx, th, (long long)bad_nan, (long long)bad_clean);
+                    free(y);
+                }
+            p[1 * cols + 0] = orig[0], p[2 * cols + cols / 2] = orig[1], p[4 * cols + cols - 1] = orig[2];
+            free(x), free(y_clean);
+            free_mat(&t);
+        }
+}
+
 static void check_edges(void) {
     /* an absent matrix gives zeros like the reference; zero rows write nothing */
     dsv4_mat none = {DSV4_WF_NONE, 3, 5, NULL, NULL, 0, 0};
@@ -353,7 +395,11 @@ int main(void) {
     for (int th = 1; th <= 3; th++) CHECK(dsv4_kctx_create(th, 64, &kc[th], &err) == DSV4_OK);
     CHECK(dsv4_kctx_threads(kc[3]) == 3);
     const int best = dsv4_kctx_set_simd(kc[1], 99);
-    printf("kernel level: %s (cpu %s)\n", dsv4_simd_name(best), dsv4_simd_name(dsv4_cpu_simd()));
+    printf("kernel level: %s (cpu %s, build %s)\n", dsv4_simd_name(best), dsv4_simd_name(dsv4_cpu_simd()),
+           dsv4_simd_name(dsv4_build_simd()));
+    for (int level = best + 1; level <= DSV4_SIMD_MAX; level++)
+        printf("SKIPPED: level %s (this %s lacks it)\n", dsv4_simd_name(level),
+               (int)dsv4_cpu_simd() < level ? "CPU" : "build");
     CHECK(dsv4_kctx_set_simd(kc[1], DSV4_SIMD_SCALAR) == DSV4_SIMD_SCALAR);
 
     const dsv4_wfmt fmts[5] = {DSV4_WF_F32, DSV4_WF_F16, DSV4_WF_BF16, DSV4_WF_FP8, DSV4_WF_FP4};
@@ -392,6 +438,7 @@ int main(void) {
         const uint8_t huge = 248;
         check_exact(DSV4_WF_FP8, SC_E8M0, 130, 260, level, &huge);
         check_fp8_prescale_guard(level);
+        check_fp8_nan(level);
         check_guard_pages(level);
         /* a batch larger than one accumulator block (LIN_MB rows) */
         check_case(DSV4_WF_BF16, SC_E8M0, 40, 300, 200, level);

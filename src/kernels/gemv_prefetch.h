@@ -1,0 +1,54 @@
+/* gemv_prefetch.h — internal: the software prefetch of a GEMV task's weight stream,
+ * shared by the x86 kernel levels (linear_avx2.c, linear_avx512.c). Include it only from
+ * files compiled with at least SSE (every x86-64 build). */
+#ifndef DSV4_KERNELS_GEMV_PREFETCH_H
+#define DSV4_KERNELS_GEMV_PREFETCH_H
+
+#include <stdint.h>
+#include <xmmintrin.h>
+
+/* Software prefetch of the weight stream. A GEMV task reads rows [o0, o1): one contiguous
+ * byte range [lo, hi) of the weights, R rows at a time, the R rows interleaved. Decode
+ * matrices are small (256 B .. 4 KB rows, 16..64 rows a task), so the hardware prefetcher
+ * gets little run-up per task and stops at every 4 KB page; instead the kernel keeps
+ * dist bytes ahead of its position itself: a burst over the first dist bytes when the
+ * task starts, then, while it works on the block of rows at base, the line at
+ * base + dist + R * (bytes of a row consumed so far): one line per 64 bytes consumed,
+ * so the prefetch position advances exactly as fast as the reads. Never past hi (the next
+ * task may run on the other core). Prefetches never fault and change no value.
+ * The distance is per format, about the same time ahead (measured, bench_linear --decode,
+ * one thread: FP4 decodes the slowest per byte and gains nothing past 1..2 KB, FP8 is
+ * best at 4 KB (+7% over 2 KB), BF16 at 8 KB (+15..35% over 2 KB)). */
+#ifndef GEMV_PF_HINT
+#define GEMV_PF_HINT _MM_HINT_T0
+#endif
+#ifndef GEMV_PF_FP4
+#define GEMV_PF_FP4 2048
+#endif
+#ifndef GEMV_PF_FP8
+#define GEMV_PF_FP8 4096
+#endif
+#ifndef GEMV_PF_DENSE
+#define GEMV_PF_DENSE 8192
+#endif
+
+typedef struct {
+    const char *hi; /* end of the task's weight bytes */
+    int64_t dist;   /* prefetch distance in bytes (a constant after inlining) */
+} gemv_pf;
+
+static inline __attribute__((always_inline)) gemv_pf pf_start(const void *lo, const void *hi, int64_t dist) {
+    const char *a = (const char *)lo, *e = (const char *)hi;
+    const char *stop = e - a > dist ? a + dist : e;
+    for (; a < stop; a += 64) _mm_prefetch(a, GEMV_PF_HINT);
+    return (gemv_pf){e, dist};
+}
+
+/* the lines at base + dist + off .. + nbytes (nbytes consumed this step) */
+static inline __attribute__((always_inline)) void pf_step(const gemv_pf *pf, const void *base, int64_t off, int nbytes) {
+    const char *a = (const char *)base + pf->dist + off;
+    for (int k = 0; k < nbytes; k += 64, a += 64)
+        if (pf->dist > 0 && a < pf->hi) _mm_prefetch(a, GEMV_PF_HINT);
+}
+
+#endif

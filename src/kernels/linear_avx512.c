@@ -1,0 +1,453 @@
+/* linear_avx512.c — AVX-512 (F/BW/VL/DQ) kernels for dsv4_linear.
+ *
+ * Built with the AVX-512 flags (top CMakeLists.txt) and only called after cpu.c has
+ * confirmed the CPU and OS support them. Its own code, not the AVX2 kernels recompiled:
+ * 16 accumulator lanes (lane l takes columns 16c + l, reduced l + (l + 8) first, then the
+ * 8-lane tree; linear_fast.h), masked loads for every tail, and the 32 registers for
+ * larger register blocks (4 weight rows at every GEMV width, a 6 x 4 GEMM micro-kernel).
+ *
+ * Decoding, always to the exact dequantized value of dsv4_mat_row:
+ *   F16  vcvtph2ps.  BF16  widen to 32 bits and shift left 16.
+ *   FP8  sign-extend 16 bytes to 32 bits, shift left 20, keep the sign and bits 20..26:
+ *        F32 bits s.0000eeee.mmm, exactly e4m3 * 2^-120 (e4m3 subnormals land on F32
+ *        subnormals). Times S = 2^120 * scale (exact while finite) it rounds once, as
+ *        e4m3 * scale does. With x prescaled (dsv4_lin_call.fp8_prescale) the GEMV forms
+ *        x * S once per 128-column block instead: 3 instructions per 16 weights. A block
+ *        whose S overflows is dequantized by dsv4_lin_dequant8. The NaN codes 0x7F/0xFF,
+ *        which the bit trick would make finite, are found by a byte scan of each block:
+ *        b + b (mod 256) is 0xFE for them and at most 0xFC for every other byte.
+ *   FP4  16 weights are 8 bytes = 16 nibbles. vpbroadcastq puts them in every qword, so
+ *        dword lane 2q holds bytes 0..3 and lane 2q + 1 bytes 4..7; vpsrlvd by 4q brings
+ *        nibble q (column q), resp. nibble 8 + q (column 8 + q), into bits 0..3, and
+ *        vpermps reads only those 4 bits as the index into the block's 16-entry table
+ *        T[k] = e2m1(k) * scale (signed; per ue8m0 byte in dsv4_lin_tables, built per
+ *        block for F32 scales): 2 instructions per 16 weights where AVX2 needs 8. The
+ *        lanes then hold the columns in the order 0, 8, 1, 9, .., 7, 15 (fp4_perm): the
+ *        GEMV permutes x the same way (once per 16 columns, shared by every weight row)
+ *        and its accumulators back before the reduction, the GEMM its decoded tile, so
+ *        every lane sums the same columns in the same order on both paths.
+ * VBMI's vpermb/vpermi2b were weighed for FP8 and lose: e4m3 -> F32 needs two result
+ * bytes per weight, so a byte-table decode is no shorter than the 3 instructions above.
+ */
+#include "kernels/linear_fast.h"
+
+#if defined(DSV4_HAVE_AVX512) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512DQ__)
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/codec.h"
+#include "kernels/gemv_prefetch.h"
+
+#define AINLINE static inline __attribute__((always_inline))
+
+/* lanes 0 .. n-1 of 16 (n in [0, 16]) */
+AINLINE __mmask16 mask16(int n) { return (__mmask16)((1u << n) - 1u); }
+
+/* l + (l + 8) for l < 8, then ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)) */
+AINLINE float hsum16(__m512 v) {
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    const __m128 a = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    const __m128 b = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
+}
+
+static float scale_at(const dsv4_mat *w, int64_t idx) {
+    if (w->scale_is_f32) return ((const float *)w->scale)[idx];
+    return dsv4_e8m0_to_f32(((const uint8_t *)w->scale)[idx]);
+}
+
+/* ---- decoders: 16 weights (m < 16: the first m, zero-padded) ---------------------------- */
+
+AINLINE __m512 dec_dense(int fmt, const void *row, int64_t i, int m) {
+    const __mmask16 k = mask16(m);
+    if (fmt == DSV4_WF_F32) {
+        const float *p = (const float *)row + i;
+        return m == 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(k, p);
+    }
+    const uint16_t *p = (const uint16_t *)row + i;
+    const __m256i h = m == 16 ? _mm256_loadu_si256((const __m256i *)p) : _mm256_maskz_loadu_epi16(k, p);
+    if (fmt == DSV4_WF_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* 16 e4m3 bytes -> e4m3 * 2^-120 exactly (NaN codes become finite: see fp8_nan_scan) */
+AINLINE __m512 dec_fp8_2m120(const uint8_t *p, int m) {
+    const __m128i b = m == 16 ? _mm_loadu_si128((const __m128i *)p) : _mm_maskz_loadu_epi8(mask16(m), p);
+    const __m512i v = _mm512_slli_epi32(_mm512_cvtepi8_epi32(b), 20);
+    return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0x87F00000u)));
+}
+
+/* running byte max of b + b over n bytes at p: 0xFE somewhere iff an FP8 NaN code */
+AINLINE __m512i fp8_nan_scan(__m512i acc, const uint8_t *p, int n) {
+    int i = 0;
+    for (; i + 64 <= n; i += 64) {
+        const __m512i v = _mm512_loadu_si512((const void *)(p + i));
+        acc = _mm512_max_epu8(acc, _mm512_add_epi8(v, v));
+    }
+    if (i < n) {
+        const __m512i v = _mm512_maskz_loadu_epi8(((__mmask64)1 << (n - i)) - 1, p + i);
+        acc = _mm512_max_epu8(acc, _mm512_add_epi8(v, v));
+    }
+    return acc;
+}
+
+AINLINE int fp8_nan_seen(__m512i acc) { return _mm512_cmpeq_epi8_mask(acc, _mm512_set1_epi8((char)0xFE)) != 0; }
+
+/* FP4 lane order: lane 2q holds column q, lane 2q + 1 column 8 + q (see the top) */
+static const int32_t fp4_perm[16] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
+static const int32_t fp4_unperm[16] = {0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15};
+
+/* 16 FP4 weights (8 bytes at p) in fp4_perm lane order */
+AINLINE __m512 dec_fp4(const uint8_t *p, __m512 table) {
+    const __m512i shifts = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
+    int64_t u;
+    memcpy(&u, p, 8);
+    return _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_set1_epi64(u), shifts), table);
+}
+
+/* the 16-entry decode table of FP4 scale block idx */
+AINLINE __m512 fp4_block_table(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t idx) {
+    if (!w->scale_is_f32) return _mm512_load_ps(tab->fp4x16[((const uint8_t *)w->scale)[idx]]);
+    const __m512 e2m1 = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
+                                       -2.0f, -3.0f, -4.0f, -6.0f);
+    return _mm512_mul_ps(e2m1, _mm512_set1_ps(((const float *)w->scale)[idx]));
+}
+
+/* ---- GEMV: 1..4 activation rows (NX), R = 4 weight rows at a time, weights decoded in
+ * registers and used for every activation row. x: (NX, cols), y: (NX, rows). ---------- */
+
+#define GEMV_R 4
+
+AINLINE void gemv_dense_rows(int fmt, int R, int NX, const dsv4_mat *w, const float *x, float *y, int64_t o,
+                             const gemv_pf *pf) {
+    const int64_t n = w->cols, rows = w->rows;
+    const int esz = fmt == DSV4_WF_F32 ? 4 : 2;
+    const char *p[GEMV_R];
+    __m512 a[GEMV_R][4];
+    for (int r = 0; r < R; r++) {
+        p[r] = (const char *)w->w + (o + r) * n * (int64_t)esz;
+        for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
+    }
+    for (int64_t i = 0; i < n; i += 16) {
+        const int m = n - i >= 16 ? 16 : (int)(n - i);
+        pf_step(pf, p[0], R * i * esz, R * 16 * esz);
+        __m512 xv[4];
+        for (int s = 0; s < NX; s++)
+            xv[s] = m == 16 ? _mm512_loadu_ps(x + s * n + i) : _mm512_maskz_loadu_ps(mask16(m), x + s * n + i);
+        for (int r = 0; r < R; r++) {
+            const __m512 wv = dec_dense(fmt, p[r], i, m);
+            for (int s = 0; s < NX; s++) a[r][s] = _mm512_fmadd_ps(xv[s], wv, a[r][s]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < NX; s++) y[s * rows + o + r] = hsum16(a[r][s]);
+}
+
+AINLINE void gemv_dense_nx(int fmt, int NX, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    const int64_t rb = w->cols * (fmt == DSV4_WF_F32 ? 4 : 2); /* bytes per row */
+    const gemv_pf pf = pf_start((const char *)w->w + o0 * rb, (const char *)w->w + o1 * rb, GEMV_PF_DENSE);
+    int64_t o = o0;
+    for (; o + GEMV_R <= o1; o += GEMV_R) gemv_dense_rows(fmt, GEMV_R, NX, w, x, y, o, &pf);
+    for (; o < o1; o++) gemv_dense_rows(fmt, 1, NX, w, x, y, o, &pf);
+}
+
+AINLINE void gemv_dense(int fmt, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
+    switch (nx) {
+    case 1: gemv_dense_nx(fmt, 1, w, x, y, o0, o1); break;
+    case 2: gemv_dense_nx(fmt, 2, w, x, y, o0, o1); break;
+    case 3: gemv_dense_nx(fmt, 3, w, x, y, o0, o1); break;
+    default: gemv_dense_nx(fmt, 4, w, x, y, o0, o1); break;
+    }
+}
+
+/* R rows o .. o+R-1, all in one 128-row scale band. PRE (a constant after inlining):
+ * x * S once per block, weights decoded as e4m3 * 2^-120; allowed when
+ * dsv4_lin_call.fp8_prescale says it is exact. Otherwise the weights are multiplied by S. */
+AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const float *x, float *y, int64_t o,
+                           const gemv_pf *pf) {
+    const int64_t n = w->cols, nsb = (n + 127) / 128, band = o / 128, rows = w->rows;
+    const uint8_t *p[GEMV_R];
+    __m512 a[GEMV_R][4];
+    __m512i nan[GEMV_R];
+    for (int r = 0; r < R; r++) {
+        p[r] = (const uint8_t *)w->w + (o + r) * n;
+        nan[r] = _mm512_setzero_si512();
+        for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nsb; b++) {
+        const int64_t i0 = b * 128, i1 = i0 + 128 < n ? i0 + 128 : n;
+        const float sf = scale_at(w, band * nsb + b) * 0x1p120f;
+        if (!isfinite(sf)) {
+            /* huge or NaN scale: S would overflow, dequantize exactly instead */
+            for (int64_t i = i0; i < i1; i += 16) {
+                const int m = i1 - i >= 16 ? 16 : (int)(i1 - i);
+                __m512 xv[4];
+                for (int s = 0; s < NX; s++) xv[s] = _mm512_maskz_loadu_ps(mask16(m), x + s * n + i);
+                for (int r = 0; r < R; r++) {
+                    float t[16];
+                    dsv4_lin_dequant8(w, o + r, i, t);
+                    if (m > 8) dsv4_lin_dequant8(w, o + r, i + 8, t + 8);
+                    const __m512 wv = _mm512_maskz_loadu_ps(mask16(m), t);
+                    for (int s = 0; s < NX; s++) a[r][s] = _mm512_fmadd_ps(xv[s], wv, a[r][s]);
+                }
+            }
+            continue;
+        }
+        const __m512 sv = _mm512_set1_ps(sf);
+        for (int r = 0; r < R; r++) nan[r] = fp8_nan_scan(nan[r], p[r] + i0, (int)(i1 - i0));
+        for (int64_t i = i0; i < i1; i += 16) {
+            const int m = i1 - i >= 16 ? 16 : (int)(i1 - i);
+            pf_step(pf, p[0], R * i, R * 16);
+            __m512 xv[4];
+            for (int s = 0; s < NX; s++) {
+                xv[s] = m == 16 ? _mm512_loadu_ps(x + s * n + i) : _mm512_maskz_loadu_ps(mask16(m), x + s * n + i);
+                if (PRE) xv[s] = _mm512_mul_ps(xv[s], sv);
+            }
+            for (int r = 0; r < R; r++) {
+                __m512 wv = dec_fp8_2m120(p[r] + i, m);
+                if (!PRE) wv = _mm512_mul_ps(wv, sv);
+                for (int s = 0; s < NX; s++) a[r][s] = _mm512_fmadd_ps(xv[s], wv, a[r][s]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        const int has_nan = fp8_nan_seen(nan[r]);
+        for (int s = 0; s < NX; s++) y[s * rows + o + r] = has_nan ? NAN : hsum16(a[r][s]);
+    }
+}
+
+AINLINE void gemv_fp8_nx(int NX, int PRE, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * w->cols, (const uint8_t *)w->w + o1 * w->cols,
+                                GEMV_PF_FP8);
+    int64_t o = o0;
+    /* o0 is a multiple of 4 (linear_fast.c), so a block of 4 never straddles a band */
+    for (; o + GEMV_R <= o1 && (o % GEMV_R) == 0; o += GEMV_R) gemv_fp8_rows(GEMV_R, NX, PRE, w, x, y, o, &pf);
+    for (; o < o1; o++) gemv_fp8_rows(1, NX, PRE, w, x, y, o, &pf);
+}
+
+static void gemv_fp8(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
+                     int64_t o1) {
+    if (c->fp8_prescale) {
+        switch (nx) {
+        case 1: gemv_fp8_nx(1, 1, w, x, y, o0, o1); break;
+        case 2: gemv_fp8_nx(2, 1, w, x, y, o0, o1); break;
+        case 3: gemv_fp8_nx(3, 1, w, x, y, o0, o1); break;
+        default: gemv_fp8_nx(4, 1, w, x, y, o0, o1); break;
+        }
+    } else {
+        switch (nx) {
+        case 1: gemv_fp8_nx(1, 0, w, x, y, o0, o1); break;
+        case 2: gemv_fp8_nx(2, 0, w, x, y, o0, o1); break;
+        case 3: gemv_fp8_nx(3, 0, w, x, y, o0, o1); break;
+        default: gemv_fp8_nx(4, 0, w, x, y, o0, o1); break;
+        }
+    }
+}
+
+/* cols % 32 == 0 (checked by the driver). The accumulators run in fp4_perm lane order. */
+AINLINE void gemv_fp4_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y,
+                           int64_t o, const gemv_pf *pf) {
+    const int64_t n = w->cols, nsb = n / 32, rows = w->rows;
+    const __m512i perm = _mm512_loadu_si512((const void *)fp4_perm), unperm = _mm512_loadu_si512((const void *)fp4_unperm);
+    const uint8_t *p[GEMV_R];
+    int64_t sb[GEMV_R];
+    __m512 a[GEMV_R][4];
+    for (int r = 0; r < R; r++) {
+        p[r] = (const uint8_t *)w->w + (o + r) * (n / 2);
+        sb[r] = (o + r) * nsb;
+        for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nsb; b++) {
+        pf_step(pf, p[0], R * b * 16, R * 16);
+        const float *xb = x + b * 32;
+        __m512 x0[4], x1[4];
+        for (int s = 0; s < NX; s++) {
+            x0[s] = _mm512_permutexvar_ps(perm, _mm512_loadu_ps(xb + s * n));
+            x1[s] = _mm512_permutexvar_ps(perm, _mm512_loadu_ps(xb + s * n + 16));
+        }
+        for (int r = 0; r < R; r++) {
+            const __m512 t = fp4_block_table(tab, w, sb[r] + b);
+            const __m512 w0 = dec_fp4(p[r] + b * 16, t), w1 = dec_fp4(p[r] + b * 16 + 8, t);
+            for (int s = 0; s < NX; s++) {
+                a[r][s] = _mm512_fmadd_ps(x0[s], w0, a[r][s]);
+                a[r][s] = _mm512_fmadd_ps(x1[s], w1, a[r][s]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < NX; s++) y[s * rows + o + r] = hsum16(_mm512_permutexvar_ps(unperm, a[r][s]));
+}
+
+AINLINE void gemv_fp4_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+                         int64_t o1) {
+    const int64_t rb = w->cols / 2; /* bytes per row */
+    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * rb, (const uint8_t *)w->w + o1 * rb, GEMV_PF_FP4);
+    if (!w->scale_is_f32) /* the task's ue8m0 scales: cols / 32 bytes a row */
+        pf_start((const uint8_t *)w->scale + o0 * (rb / 16), (const uint8_t *)w->scale + o1 * (rb / 16), 4096);
+    int64_t o = o0;
+    for (; o + GEMV_R <= o1; o += GEMV_R) gemv_fp4_rows(GEMV_R, NX, tab, w, x, y, o, &pf);
+    for (; o < o1; o++) gemv_fp4_rows(1, NX, tab, w, x, y, o, &pf);
+}
+
+static void gemv_fp4(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
+                     int64_t o1) {
+    switch (nx) {
+    case 1: gemv_fp4_nx(1, c->tab, w, x, y, o0, o1); break;
+    case 2: gemv_fp4_nx(2, c->tab, w, x, y, o0, o1); break;
+    case 3: gemv_fp4_nx(3, c->tab, w, x, y, o0, o1); break;
+    default: gemv_fp4_nx(4, c->tab, w, x, y, o0, o1); break;
+    }
+}
+
+static void gemv_f32(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
+    gemv_dense(DSV4_WF_F32, w, x, nx, y, o0, o1);
+}
+static void gemv_f16(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
+    gemv_dense(DSV4_WF_F16, w, x, nx, y, o0, o1);
+}
+static void gemv_bf16(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
+    gemv_dense(DSV4_WF_BF16, w, x, nx, y, o0, o1);
+}
+
+static void gemv_avx512(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
+                        int64_t o1) {
+    switch (w->fmt) {
+    case DSV4_WF_F32: gemv_f32(w, x, nx, y, o0, o1); break;
+    case DSV4_WF_F16: gemv_f16(w, x, nx, y, o0, o1); break;
+    case DSV4_WF_BF16: gemv_bf16(w, x, nx, y, o0, o1); break;
+    case DSV4_WF_FP8: gemv_fp8(c, w, x, nx, y, o0, o1); break;
+    case DSV4_WF_FP4: gemv_fp4(c, w, x, nx, y, o0, o1); break;
+    default: break;
+    }
+}
+
+/* ---- GEMM: dequantize a (LIN_NB, LIN_KB) tile, then a 6x4 register-blocked kernel -------- */
+
+/* Row o, columns [k0, k0 + kb), into dst, zero-padded to a multiple of 16. */
+static void dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb, float *dst) {
+    const int64_t n = w->cols;
+    for (int l = kb; l < ((kb + 15) & ~15); l++) dst[l] = 0.0f; /* what the 8-wide fallback leaves */
+    switch (w->fmt) {
+    case DSV4_WF_F32:
+    case DSV4_WF_F16:
+    case DSV4_WF_BF16: {
+        const int fmt = w->fmt;
+        const char *p = (const char *)w->w + o * n * (fmt == DSV4_WF_F32 ? 4 : 2);
+        for (int c = 0; c < kb; c += 16) {
+            const int m = kb - c >= 16 ? 16 : kb - c;
+            const __m512 v = fmt == DSV4_WF_F32   ? dec_dense(DSV4_WF_F32, p, k0 + c, m)
+                             : fmt == DSV4_WF_F16 ? dec_dense(DSV4_WF_F16, p, k0 + c, m)
+                                                  : dec_dense(DSV4_WF_BF16, p, k0 + c, m);
+            _mm512_store_ps(dst + c, v);
+        }
+        break;
+    }
+    case DSV4_WF_FP8: {
+        const int64_t nsb = (n + 127) / 128;
+        const uint8_t *p = (const uint8_t *)w->w + o * n + k0;
+        for (int c0 = 0; c0 < kb; c0 += 128) { /* k0 is a multiple of 128 */
+            const int c1 = c0 + 128 < kb ? c0 + 128 : kb;
+            const float sf = scale_at(w, (o / 128) * nsb + (k0 + c0) / 128) * 0x1p120f;
+            if (isfinite(sf) && !fp8_nan_seen(fp8_nan_scan(_mm512_setzero_si512(), p + c0, c1 - c0))) {
+                const __m512 sv = _mm512_set1_ps(sf);
+                for (int c = c0; c < c1; c += 16)
+                    _mm512_store_ps(dst + c, _mm512_mul_ps(dec_fp8_2m120(p + c, c1 - c >= 16 ? 16 : c1 - c), sv));
+            } else { /* S overflows, or NaN codes: the exact scalar decode */
+                for (int c = c0; c < c1; c += 8) dsv4_lin_dequant8(w, o, k0 + c, dst + c);
+            }
+        }
+        break;
+    }
+    case DSV4_WF_FP4: { /* cols and k0 are multiples of 32: natural column order */
+        const __m512i unperm = _mm512_loadu_si512((const void *)fp4_unperm);
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
+        const int64_t sb = o * (n / 32);
+        for (int c = 0; c < kb; c += 32) {
+            const __m512 t = fp4_block_table(tab, w, sb + (k0 + c) / 32);
+            const uint8_t *q = p + (k0 + c) / 2;
+            _mm512_store_ps(dst + c, _mm512_permutexvar_ps(unperm, dec_fp4(q, t)));
+            _mm512_store_ps(dst + c + 16, _mm512_permutexvar_ps(unperm, dec_fp4(q + 8, t)));
+        }
+        break;
+    }
+    default: break;
+    }
+}
+
+/* RT activation rows x 4 outputs. x: row 0 of the tile at column k0 (row stride ldx);
+ * wt: 4 tile rows (stride LIN_KB); acc: (RT, LIN_NB, 16) window at this tile. */
+AINLINE void micro(int RT, const float *x, int64_t ldx, const float *wt, int kb, float *acc) {
+    __m512 a[6][4];
+    for (int r = 0; r < RT; r++)
+        for (int j = 0; j < 4; j++) a[r][j] = _mm512_load_ps(acc + (r * LIN_NB + j) * 16);
+    for (int c = 0; c < kb; c += 16) {
+        const __mmask16 k = mask16(kb - c >= 16 ? 16 : kb - c);
+        __m512 xv[6];
+        for (int r = 0; r < RT; r++) xv[r] = _mm512_maskz_loadu_ps(k, x + r * ldx + c);
+        for (int j = 0; j < 4; j++) {
+            const __m512 wv = _mm512_load_ps(wt + j * LIN_KB + c);
+            for (int r = 0; r < RT; r++) a[r][j] = _mm512_fmadd_ps(xv[r], wv, a[r][j]);
+        }
+    }
+    for (int r = 0; r < RT; r++)
+        for (int j = 0; j < 4; j++) _mm512_store_ps(acc + (r * LIN_NB + j) * 16, a[r][j]);
+}
+
+static void micro6(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(6, x, ldx, wt, kb, acc); }
+static void micro5(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(5, x, ldx, wt, kb, acc); }
+static void micro4(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(4, x, ldx, wt, kb, acc); }
+static void micro3(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(3, x, ldx, wt, kb, acc); }
+static void micro2(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(2, x, ldx, wt, kb, acc); }
+static void micro1(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(1, x, ldx, wt, kb, acc); }
+
+static void gemm_avx512(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
+                        float *scratch) {
+    typedef void (*micro_fn)(const float *, int64_t, const float *, int, float *);
+    static const micro_fn micros[6] = {micro1, micro2, micro3, micro4, micro5, micro6};
+    const int64_t n = w->cols, rows = w->rows;
+    const int nb = rows - o0 < LIN_NB ? (int)(rows - o0) : LIN_NB;
+    const int nj = (nb + 3) & ~3; /* tile rows computed: nb rounded up to the kernel's 4 */
+    float *wt = scratch;                      /* (LIN_NB, LIN_KB) dequantized weight tile */
+    float *acc = scratch + LIN_SCRATCH_WTILE; /* (LIN_MB, LIN_NB, 16) lane accumulators */
+    for (int r0 = 0; r0 < n_rows; r0 += LIN_MB) {
+        const int mb = n_rows - r0 < LIN_MB ? n_rows - r0 : LIN_MB;
+        memset(acc, 0, sizeof(float) * (size_t)mb * LIN_NB * 16);
+        for (int64_t k0 = 0; k0 < n; k0 += LIN_KB) {
+            const int kb = n - k0 < LIN_KB ? (int)(n - k0) : LIN_KB;
+            /* a row the tile pads to the kernel width is zero; its sums are never stored */
+            for (int j = 0; j < nj; j++) {
+                if (j < nb) dequant_row(c->tab, w, o0 + j, k0, kb, wt + j * LIN_KB);
+                else memset(wt + j * LIN_KB, 0, sizeof(float) * (size_t)((kb + 15) & ~15));
+            }
+            const float *xb = x + (int64_t)r0 * n + k0;
+            for (int s = 0; s < mb; s += 6) {
+                const int rt = mb - s < 6 ? mb - s : 6;
+                for (int j = 0; j < nj; j += 4)
+                    micros[rt - 1](xb + (int64_t)s * n, n, wt + j * LIN_KB, kb, acc + ((int64_t)s * LIN_NB + j) * 16);
+            }
+        }
+        for (int s = 0; s < mb; s++)
+            for (int j = 0; j < nb; j++)
+                y[(int64_t)(r0 + s) * rows + o0 + j] = hsum16(_mm512_load_ps(acc + ((int64_t)s * LIN_NB + j) * 16));
+    }
+}
+
+/* The prescale test is the AVX2 level's (same S = 2^120 * scale, same exactness rule);
+ * an AVX-512 CPU runs AVX2 code. */
+static int fp8_prescale(const dsv4_mat *w, const float *x, int nx) {
+    const dsv4_lin_kernels *avx2 = dsv4_lin_kernels_avx2();
+    return avx2 && avx2->fp8_prescale ? avx2->fp8_prescale(w, x, nx) : 0;
+}
+
+static const dsv4_lin_kernels avx512_kernels = {gemv_avx512, gemm_avx512, fp8_prescale};
+
+const dsv4_lin_kernels *dsv4_lin_kernels_avx512(void) { return &avx512_kernels; }
+
+#else
+
+const dsv4_lin_kernels *dsv4_lin_kernels_avx512(void) { return 0; }
+
+#endif
