@@ -1,7 +1,9 @@
 /* probe.c — memory bandwidth and FMA peak probes (see probe.h).
  *
- * The AVX2 bodies are compiled with target attributes, so this file needs no ISA flags and
- * runs them only when the kernel context says the CPU has them (runtime dispatch). */
+ * The AVX2 and AVX-512 bodies are compiled with target attributes, so this file needs no
+ * ISA flags and runs them only when the kernel context says the CPU has them (runtime
+ * dispatch). The FMA probe runs at the context's level: the widest the CPU has unless
+ * DSV4_SIMD or dsv4_kctx_set_simd asked for less, so the peak is that of the kernels. */
 #include "kernels/probe.h"
 
 #include <stdint.h>
@@ -15,6 +17,9 @@
 #if defined(DSV4_HAVE_AVX2) && defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define PROBE_AVX2 1
+#if defined(DSV4_HAVE_AVX512)
+#define PROBE_AVX512 1
+#endif
 #endif
 
 static double now_s(void) {
@@ -94,7 +99,7 @@ enum { FMA_TASKS_PER_THREAD = 4 }; /* tasks are handed out dynamically: several 
 
 typedef struct {
     int64_t iters;    /* per task */
-    int avx2;
+    int level;        /* dsv4_simd of the loop that runs */
     float *sink;      /* (n_tasks) */
 } fma_job;
 
@@ -114,7 +119,22 @@ __attribute__((target("avx2,fma"))) static float fma_avx2(int64_t iters) {
     return t[0] + t[7];
 }
 #endif
-enum { FMA_AVX2_FLOPS = 12 * 8 * 2, FMA_PORTABLE_FLOPS = 16 * 2 }; /* per iteration */
+#ifdef PROBE_AVX512
+/* 16 chains x 16 lanes: two 512-bit FMA pipes of latency 4 need 8 in flight; 16 also
+ * cover a CPU that splits 512-bit FMAs in two (Zen 4). */
+__attribute__((target("avx512f"))) static float fma_avx512(int64_t iters) {
+    const __m512 m = _mm512_set1_ps(0.9999999f), c = _mm512_set1_ps(1e-7f);
+    __m512 a[16];
+    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps(1.0f + (float)i);
+    for (int64_t k = 0; k < iters; k++) {
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) a[i] = _mm512_fmadd_ps(a[i], m, c);
+    }
+    for (int i = 1; i < 16; i++) a[0] = _mm512_add_ps(a[0], a[i]);
+    return _mm512_reduce_add_ps(a[0]);
+}
+#endif
+enum { FMA_AVX512_FLOPS = 16 * 16 * 2, FMA_AVX2_FLOPS = 12 * 8 * 2, FMA_PORTABLE_FLOPS = 16 * 2 }; /* per iteration */
 
 /* 16 independent scalar chains: whatever the compiler makes of them is the portable
  * kernels' arithmetic peak. */
@@ -131,8 +151,11 @@ static float fma_portable(int64_t iters) {
 static void fma_task(void *arg, int t, int tid) {
     (void)tid;
     fma_job *j = arg;
+#ifdef PROBE_AVX512
+    if (j->level >= DSV4_SIMD_AVX512) { j->sink[t] = fma_avx512(j->iters); return; }
+#endif
 #ifdef PROBE_AVX2
-    if (j->avx2) { j->sink[t] = fma_avx2(j->iters); return; }
+    if (j->level >= DSV4_SIMD_AVX2) { j->sink[t] = fma_avx2(j->iters); return; }
 #endif
     j->sink[t] = fma_portable(j->iters);
 }
@@ -187,10 +210,15 @@ int dsv4_probe_create(dsv4_kctx *k, size_t stream_bytes, double fma_seconds, dsv
         dsv4_probe_free(p);
         return dsv4_fail(err, DSV4_ERR_NOMEM, "FMA probe: out of memory");
     }
-    p->fj = (fma_job){1 << 16, avx2, fsink};
-#ifndef PROBE_AVX2
-    p->fj.avx2 = 0;
+    /* the widest loop compiled here at or below the context's level */
+    int level = dsv4_kctx_simd(k);
+#ifndef PROBE_AVX512
+    if (level > DSV4_SIMD_AVX2) level = DSV4_SIMD_AVX2;
 #endif
+#ifndef PROBE_AVX2
+    level = DSV4_SIMD_SCALAR;
+#endif
+    p->fj = (fma_job){1 << 16, level, fsink};
     if (fma_seconds <= 0) fma_seconds = 0.1;
     /* calibrate: grow the iteration count until a pass takes a tenth of the target */
     double dt = fma_pass(k, &p->fj, p->n_fma_tasks);
@@ -200,7 +228,10 @@ int dsv4_probe_create(dsv4_kctx *k, size_t stream_bytes, double fma_seconds, dsv
     }
     const double scale = fma_seconds / (dt > 0 ? dt : 1e-9);
     if (scale > 1) p->fj.iters = (int64_t)((double)p->fj.iters * scale);
-    p->fma_flops = (p->fj.avx2 ? FMA_AVX2_FLOPS : FMA_PORTABLE_FLOPS) * (double)p->fj.iters *
+    const int flops = level >= DSV4_SIMD_AVX512 ? FMA_AVX512_FLOPS
+                      : level >= DSV4_SIMD_AVX2 ? FMA_AVX2_FLOPS
+                                                : FMA_PORTABLE_FLOPS;
+    p->fma_flops = flops * (double)p->fj.iters *
                    p->n_fma_tasks;
     *out = p;
     return DSV4_OK;
@@ -220,7 +251,7 @@ double dsv4_probe_fma_pass(dsv4_probe *p) {
 }
 
 size_t dsv4_probe_stream_bytes(const dsv4_probe *p) { return p->sj.bytes; }
-int dsv4_probe_simd(const dsv4_probe *p) { return p->fj.avx2 ? DSV4_SIMD_AVX2 : DSV4_SIMD_SCALAR; }
+int dsv4_probe_simd(const dsv4_probe *p) { return p->fj.level; }
 
 void dsv4_probe_free(dsv4_probe *p) {
     if (!p) return;

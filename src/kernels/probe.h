@@ -30,10 +30,10 @@ int dsv4_probe_bandwidth(dsv4_kctx *k, size_t bytes, int passes, dsv4_probe_resu
                          dsv4_err *err);
 
 /* Independent FP32 multiply-add chains in registers on every thread of k, `passes` timed
- * passes (0: 5) of about `seconds` each (0: 0.1). AVX2+FMA when k runs at that level
- * (12 chains of 8 lanes: enough in flight to cover the FMA latency on both pipes), else a
- * portable loop, which measures the peak of the scalar kernels instead. FLOPs count a
- * multiply-add as 2. */
+ * passes (0: 5) of about `seconds` each (0: 0.1), at k's kernel level: AVX-512 (16 chains
+ * of 16 lanes), AVX2+FMA (12 chains of 8 lanes: enough in flight to cover the FMA latency
+ * on both pipes), else a portable loop, which measures the peak of the scalar kernels
+ * instead. FLOPs count a multiply-add as 2. */
 int dsv4_probe_fma(dsv4_kctx *k, double seconds, int passes, dsv4_probe_result *out,
                    dsv4_err *err);
 
