@@ -226,16 +226,19 @@ static const int_field INT_FIELDS[] = {
 typedef struct {
     const char *key;
     size_t off;
+    int float_form; /* written with a fraction or exponent even when integral ("10.0"), as
+                     * the release's config.json has it: tools that type a field by its
+                     * first value refuse an integer there. The rope bases are integers. */
 } dbl_field;
 
-#define D(key, field) { key, offsetof(dsv4_config, field) }
+#define D(key, field, fl) { key, offsetof(dsv4_config, field), fl }
 static const dbl_field DBL_FIELDS[] = {
-    D("rope_theta", rope_theta),
-    D("compress_rope_theta", compress_rope_theta),
-    D("routed_scaling_factor", routed_scaling_factor),
-    D("swiglu_limit", swiglu_limit),
-    D("hc_eps", hc_eps),
-    D("rms_norm_eps", rms_norm_eps),
+    D("rope_theta", rope_theta, 0),
+    D("compress_rope_theta", compress_rope_theta, 0),
+    D("routed_scaling_factor", routed_scaling_factor, 1),
+    D("swiglu_limit", swiglu_limit, 1),
+    D("hc_eps", hc_eps, 1),
+    D("rms_norm_eps", rms_norm_eps, 1),
 };
 #undef D
 #undef F
@@ -675,15 +678,17 @@ int dsv4_config_validate(const dsv4_config *c, dsv4_err *err) {
 /* Numbers are written by us, not by cJSON: cJSON keeps a 15-digit form when it is within an
  * epsilon of the value, which can be an ulp off. Here the shortest form that reads back
  * bit-exactly is used, so parse(to_json(c)) == c. Only finite values reach this (validate). */
-static cJSON *exact_number(double v) {
+static cJSON *number_form(double v, int float_form) {
     char buf[40];
     if (!isfinite(v)) return cJSON_CreateNull();
     for (int prec = 15; prec <= 17; prec++) {
         snprintf(buf, sizeof buf, "%.*g", prec, v);
         if (strtod(buf, NULL) == v) break;
     }
+    if (float_form && !strpbrk(buf, ".e")) strcat(buf, ".0"); /* "10" -> "10.0", same value */
     return cJSON_CreateRaw(buf);
 }
+static cJSON *exact_number(double v) { return number_form(v, 0); }
 
 static int add_num(cJSON *o, const char *key, double v) {
     cJSON *n = exact_number(v);
@@ -706,7 +711,11 @@ char *dsv4_config_to_json(const dsv4_config *c) {
         ok = add_num(o, INT_FIELDS[i].key, *(const int *)((const char *)c + INT_FIELDS[i].off));
     ok = ok && add_num(o, "qk_rope_head_dim", c->qk_rope_head_dim);
     for (size_t i = 0; ok && i < sizeof DBL_FIELDS / sizeof DBL_FIELDS[0]; i++)
-        ok = add_num(o, DBL_FIELDS[i].key, *(const double *)((const char *)c + DBL_FIELDS[i].off));
+        if (ok) {
+            cJSON *n = number_form(*(const double *)((const char *)c + DBL_FIELDS[i].off), DBL_FIELDS[i].float_form);
+            ok = n && cJSON_AddItemToObject(o, DBL_FIELDS[i].key, n);
+            if (!ok) cJSON_Delete(n);
+        }
     if (ok) ok = (arr = cJSON_AddArrayToObject(o, "compress_ratios")) != NULL;
     int total = dsv4_cfg_n_total_layers(c);
     for (int l = 0; ok && l < total && l < DSV4_MAX_LAYERS; l++)

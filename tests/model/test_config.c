@@ -444,6 +444,37 @@ static void roundtrip(const char *what, const char *json) {
     free(out);
 }
 
+/* The text after "key": in a written config (cJSON_Print puts a tab there). */
+static const char *written_value(const char *out, const char *key, char *buf, size_t n) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(out, pat);
+    if (!p) return "";
+    p += strlen(pat);
+    while (*p == ' ' || *p == '\t') p++;
+    size_t k = strcspn(p, ",\n}");
+    snprintf(buf, n, "%.*s", (int)(k < n ? k : n - 1), p);
+    return buf;
+}
+
+/* Issue 16 item 7: float fields stay floats when integral ("swiglu_limit": 10.0, not 10);
+ * the rope bases stay integers, as the release's config.json has them. */
+static void test_number_forms(void) {
+    dsv4_config c;
+    dsv4_err e;
+    CHECK(parse_str(flash_text, &c, &e) == 0);
+    c.swiglu_limit = 10.0, c.routed_scaling_factor = 2.0, c.rms_norm_eps = 1e-6, c.rope_theta = 10000.0;
+    char *out = dsv4_config_to_json(&c), v[64];
+    CHECK(out != NULL);
+    if (!out) return;
+    CHECK_MSG(strcmp(written_value(out, "swiglu_limit", v, sizeof v), "10.0") == 0, "swiglu_limit written as '%s'", v);
+    CHECK_MSG(strcmp(written_value(out, "routed_scaling_factor", v, sizeof v), "2.0") == 0, "written as '%s'", v);
+    CHECK_MSG(strcmp(written_value(out, "rms_norm_eps", v, sizeof v), "1e-06") == 0, "written as '%s'", v);
+    CHECK_MSG(strcmp(written_value(out, "rope_theta", v, sizeof v), "10000") == 0, "rope_theta written as '%s'", v);
+    CHECK_MSG(strcmp(written_value(out, "hidden_size", v, sizeof v), "4096") == 0, "hidden_size written as '%s'", v);
+    free(out);
+}
+
 static void test_roundtrip(void) {
     roundtrip("flash", flash_text);
     char path[1024], *txt;
@@ -568,6 +599,7 @@ int main(void) {
     test_validation_rules();
     test_json_types();
     test_roundtrip();
+    test_number_forms();
     test_every_field();
     test_validate_struct();
     test_load_errors();
