@@ -111,18 +111,28 @@ AINLINE __m256 fp8_to_f32x8_2m120(const uint8_t *p) {
     return _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(v, 20), _mm256_set1_epi32((int)0x87F00000u)));
 }
 
-/* running byte max of b + b over n bytes at p: 0xFE somewhere iff an FP8 NaN code */
-AINLINE __m256i fp8_nan_scan(__m256i acc, const uint8_t *p, int n) {
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
-        acc = _mm256_max_epu8(acc, _mm256_add_epi8(v, v));
+/* Running byte max of b + b over n bytes at p: 0xFE somewhere iff an FP8 NaN code. With
+ * sub (a constant after inlining), also sets *sub when a byte is an e4m3 subnormal code
+ * (b + b in 2..14): see gemv_fp8_rows. */
+AINLINE __m256i fp8_nan_scan(__m256i acc, const uint8_t *p, int n, int *sub) {
+    const __m256i two = _mm256_set1_epi8(2);
+    __m256i lo = _mm256_set1_epi8(-1); /* byte min of b + b - 2 (mod 256) */
+    for (int i = 0; i < n; i += 32) {
+        __m256i v;
+        if (i + 32 <= n) {
+            v = _mm256_loadu_si256((const __m256i *)(p + i));
+        } else {
+            uint8_t t[32] = {0};
+            memcpy(t, p + i, (size_t)(n - i));
+            v = _mm256_loadu_si256((const __m256i *)t);
+        }
+        const __m256i u = _mm256_add_epi8(v, v);
+        acc = _mm256_max_epu8(acc, u);
+        if (sub) lo = _mm256_min_epu8(lo, _mm256_sub_epi8(u, two));
     }
-    if (i < n) {
-        uint8_t t[32] = {0};
-        memcpy(t, p + i, (size_t)(n - i));
-        const __m256i v = _mm256_loadu_si256((const __m256i *)t);
-        acc = _mm256_max_epu8(acc, _mm256_add_epi8(v, v));
+    if (sub) {
+        const __m256i le12 = _mm256_cmpeq_epi8(_mm256_min_epu8(lo, _mm256_set1_epi8(12)), lo);
+        *sub |= _mm256_movemask_epi8(le12) != 0;
     }
     return acc;
 }
@@ -219,10 +229,68 @@ AINLINE void gemv_dense(int fmt, const dsv4_mat *w, const float *x, int nx, floa
     }
 }
 
+/* Columns [i0, i1) of one 128-column block for R rows p[0..R) into the accumulators a.
+ * PRE: x * 2^120 * scale and weights as e4m3 * 2^-120 (the prescaled path); otherwise
+ * weights e4m3 * scale through F16. Both give the same products (see the top of the file). */
+AINLINE void fp8_block(int R, int NX, int PRE, const uint8_t *const *p, const float *x, int64_t n, int64_t i0,
+                       int64_t i1, float s256f, __m256 a[4][4], const gemv_pf *pf) {
+    /* xs: the factor applied to x, ws: to the decoded weights (one of them is 1) */
+    const __m256 s256 = _mm256_set1_ps(s256f), one = _mm256_set1_ps(1.0f);
+    const __m256 xs = PRE ? _mm256_set1_ps(s256f * 0x1p112f) : one, ws = PRE ? one : s256;
+    int64_t i = i0;
+    for (; i + 16 <= i1; i += 16) {
+        pf_step(pf, p[0], R * i, R * 16);
+        __m256 x0[4], x1[4];
+        for (int s = 0; s < NX; s++) {
+            x0[s] = _mm256_loadu_ps(x + s * n + i);
+            x1[s] = _mm256_loadu_ps(x + s * n + i + 8);
+            if (PRE) x0[s] = _mm256_mul_ps(x0[s], xs), x1[s] = _mm256_mul_ps(x1[s], xs);
+        }
+        for (int r = 0; r < R; r++) {
+            __m256 w0, w1;
+            if (PRE) {
+                w0 = fp8_to_f32x8_2m120(p[r] + i);
+                w1 = fp8_to_f32x8_2m120(p[r] + i + 8);
+            } else {
+                dec_fp8x16(p[r] + i, ws, &w0, &w1);
+            }
+            for (int s = 0; s < NX; s++) {
+                a[r][s] = _mm256_fmadd_ps(x0[s], w0, a[r][s]);
+                a[r][s] = _mm256_fmadd_ps(x1[s], w1, a[r][s]);
+            }
+        }
+    }
+    if (i < i1) { /* an 8-chunk, then a partial one, or just the partial one */
+        pf_step(pf, p[0], R * i, R * (int)(i1 - i));
+        for (; i < i1; i += 8) {
+            const int m = i1 - i >= 8 ? 8 : (int)(i1 - i);
+            __m256 xv[4];
+            for (int s = 0; s < NX; s++) {
+                xv[s] = m == 8 ? _mm256_loadu_ps(x + s * n + i) : _mm256_maskload_ps(x + s * n + i, mask_first(m));
+                if (PRE) xv[s] = _mm256_mul_ps(xv[s], xs);
+            }
+            for (int r = 0; r < R; r++) {
+                __m256 wv;
+                if (PRE) {
+                    uint8_t t8[8] = {0};
+                    memcpy(t8, p[r] + i, (size_t)m);
+                    wv = fp8_to_f32x8_2m120(t8);
+                } else {
+                    wv = m == 8 ? dec_fp8x8(p[r] + i, ws) : dec_fp8_tail(p[r] + i, m, ws);
+                }
+                for (int s = 0; s < NX; s++) a[r][s] = _mm256_fmadd_ps(xv[s], wv, a[r][s]);
+            }
+        }
+    }
+}
+
 /* R rows o .. o+R-1, all in one 128-row scale band (o % R == 0). PRE (a constant after
  * inlining): multiply x by 2^120 * scale once per chunk for all R rows and decode the
  * weights as e4m3 * 2^-120 (see the top of the file); allowed when
- * dsv4_lin_call.fp8_prescale says it is exact. */
+ * dsv4_lin_call.fp8_prescale says it is exact. Not for a block holding an e4m3 subnormal
+ * code: as an F32 subnormal it would cost a microcode assist per FMA on Intel cores
+ * (random FP8 bytes, 6% such codes, ran 100x slower on a Sapphire-Rapids-class Xeon);
+ * that block takes the F16 path, same bits. */
 AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const float *x, float *y, int64_t o,
                            const gemv_pf *pf) {
     const int64_t n = w->cols, nsb = (n + 127) / 128, band = o / 128, rows = w->rows;
@@ -252,55 +320,10 @@ AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const floa
             }
             continue;
         }
-        /* xs: the factor applied to x, ws: to the decoded weights (one of them is 1) */
-        const __m256 s256 = _mm256_set1_ps(s256f), one = _mm256_set1_ps(1.0f);
-        const __m256 xs = PRE ? _mm256_set1_ps(s256f * 0x1p112f) : one, ws = PRE ? one : s256;
-        for (int r = 0; r < R; r++) nan[r] = fp8_nan_scan(nan[r], p[r] + i0, (int)(i1 - i0));
-        int64_t i = i0;
-        for (; i + 16 <= i1; i += 16) {
-            pf_step(pf, p[0], R * i, R * 16);
-            __m256 x0[4], x1[4];
-            for (int s = 0; s < NX; s++) {
-                x0[s] = _mm256_loadu_ps(x + s * n + i);
-                x1[s] = _mm256_loadu_ps(x + s * n + i + 8);
-                if (PRE) x0[s] = _mm256_mul_ps(x0[s], xs), x1[s] = _mm256_mul_ps(x1[s], xs);
-            }
-            for (int r = 0; r < R; r++) {
-                __m256 w0, w1;
-                if (PRE) {
-                    w0 = fp8_to_f32x8_2m120(p[r] + i);
-                    w1 = fp8_to_f32x8_2m120(p[r] + i + 8);
-                } else {
-                    dec_fp8x16(p[r] + i, ws, &w0, &w1);
-                }
-                for (int s = 0; s < NX; s++) {
-                    a[r][s] = _mm256_fmadd_ps(x0[s], w0, a[r][s]);
-                    a[r][s] = _mm256_fmadd_ps(x1[s], w1, a[r][s]);
-                }
-            }
-        }
-        if (i < i1) { /* an 8-chunk, then a partial one, or just the partial one */
-            pf_step(pf, p[0], R * i, R * (int)(i1 - i));
-            for (; i < i1; i += 8) {
-                const int m = i1 - i >= 8 ? 8 : (int)(i1 - i);
-                __m256 xv[4];
-                for (int s = 0; s < NX; s++) {
-                    xv[s] = m == 8 ? _mm256_loadu_ps(x + s * n + i) : _mm256_maskload_ps(x + s * n + i, mask_first(m));
-                    if (PRE) xv[s] = _mm256_mul_ps(xv[s], xs);
-                }
-                for (int r = 0; r < R; r++) {
-                    __m256 wv;
-                    if (PRE) {
-                        uint8_t t8[8] = {0};
-                        memcpy(t8, p[r] + i, (size_t)m);
-                        wv = fp8_to_f32x8_2m120(t8);
-                    } else {
-                        wv = m == 8 ? dec_fp8x8(p[r] + i, ws) : dec_fp8_tail(p[r] + i, m, ws);
-                    }
-                    for (int s = 0; s < NX; s++) a[r][s] = _mm256_fmadd_ps(xv[s], wv, a[r][s]);
-                }
-            }
-        }
+        int sub = 0; /* an e4m3 subnormal code in this block of these rows */
+        for (int r = 0; r < R; r++) nan[r] = fp8_nan_scan(nan[r], p[r] + i0, (int)(i1 - i0), PRE ? &sub : NULL);
+        if (PRE && !sub) fp8_block(R, NX, 1, p, x, n, i0, i1, s256f, a, pf);
+        else fp8_block(R, NX, 0, p, x, n, i0, i1, s256f, a, pf);
     }
     for (int r = 0; r < R; r++) {
         const int has_nan = fp8_nan_seen(nan[r]);
@@ -443,7 +466,7 @@ static void dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o
         for (int c0 = 0; c0 < kb; c0 += 128) { /* k0 is a multiple of 128 */
             const int c1 = c0 + 128 < kb ? c0 + 128 : kb;
             const float s256f = scale_at(w, (o / 128) * nsb + (k0 + c0) / 128) * 256.0f;
-            if (!isfinite(s256f) || fp8_nan_seen(fp8_nan_scan(_mm256_setzero_si256(), p + k0 + c0, c1 - c0))) {
+            if (!isfinite(s256f) || fp8_nan_seen(fp8_nan_scan(_mm256_setzero_si256(), p + k0 + c0, c1 - c0, NULL))) {
                 for (int c = c0; c < c1; c += 8) dsv4_lin_dequant8(w, o, k0 + c, dst + c);
                 continue;
             }

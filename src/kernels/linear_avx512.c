@@ -8,14 +8,17 @@
  *
  * Decoding, always to the exact dequantized value of dsv4_mat_row:
  *   F16  vcvtph2ps.  BF16  widen to 32 bits and shift left 16.
- *   FP8  sign-extend 16 bytes to 32 bits, shift left 20, keep the sign and bits 20..26:
- *        F32 bits s.0000eeee.mmm, exactly e4m3 * 2^-120 (e4m3 subnormals land on F32
- *        subnormals). Times S = 2^120 * scale (exact while finite) it rounds once, as
- *        e4m3 * scale does. With x prescaled (dsv4_lin_call.fp8_prescale) the GEMV forms
- *        x * S once per 128-column block instead: 3 instructions per 16 weights. A block
- *        whose S overflows is dequantized by dsv4_lin_dequant8. The NaN codes 0x7F/0xFF,
- *        which the bit trick would make finite, are found by a byte scan of each block:
- *        b + b (mod 256) is 0xFE for them and at most 0xFC for every other byte.
+ *   FP8  e4m3 byte s.eeee.mmm -> F16 bits s.0eeee.mmm0000000 (sign-extend 32 bytes to
+ *        16 bits, shift left 7, clear bit 14): exactly e4m3 / 256, subnormals included;
+ *        vcvtph2ps widens it and the product with 256 * scale rounds once, as
+ *        e4m3 * scale does. Not the AVX2 GEMV's shortcut of F32 bits e4m3 * 2^-120 with x
+ *        prescaled: that makes the e4m3 subnormal codes F32 subnormals, and on Intel cores
+ *        every FMA or multiply with a subnormal operand takes a microcode assist (random
+ *        FP8 bytes, 6% subnormal codes, ran 100x slower on a Sapphire-Rapids-class Xeon);
+ *        vcvtph2ps of an F16 subnormal costs nothing extra. A block whose 256 * scale
+ *        overflows is dequantized by dsv4_lin_dequant8. The NaN codes 0x7F/0xFF, which
+ *        the bit trick makes finite, are found by a byte scan of each block: b + b
+ *        (mod 256) is 0xFE for them and at most 0xFC for every other byte.
  *   FP4  16 weights are 8 bytes = 16 nibbles. vpbroadcastq puts them in every qword, so
  *        dword lane 2q holds bytes 0..3 and lane 2q + 1 bytes 4..7; vpsrlvd by 4q brings
  *        nibble q (column q), resp. nibble 8 + q (column 8 + q), into bits 0..3, and
@@ -73,11 +76,14 @@ AINLINE __m512 dec_dense(int fmt, const void *row, int64_t i, int m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* 16 e4m3 bytes -> e4m3 * 2^-120 exactly (NaN codes become finite: see fp8_nan_scan) */
-AINLINE __m512 dec_fp8_2m120(const uint8_t *p, int m) {
-    const __m128i b = m == 16 ? _mm_loadu_si128((const __m128i *)p) : _mm_maskz_loadu_epi8(mask16(m), p);
-    const __m512i v = _mm512_slli_epi32(_mm512_cvtepi8_epi32(b), 20);
-    return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0x87F00000u)));
+/* 32 e4m3 bytes (m < 32: the first m, zero-padded) -> 2 x 16 exact weights e4m3 * scale,
+ * s256 = 256 * scale */
+AINLINE void dec_fp8x32(const uint8_t *p, int m, __m512 s256, __m512 *w0, __m512 *w1) {
+    const __m256i b = m == 32 ? _mm256_loadu_si256((const __m256i *)p)
+                              : _mm256_maskz_loadu_epi8((__mmask32)(((uint64_t)1 << m) - 1), p);
+    const __m512i h = _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(b), 7), _mm512_set1_epi16((short)0xBFFF));
+    *w0 = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), s256);
+    *w1 = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), s256);
 }
 
 /* running byte max of b + b over n bytes at p: 0xFE somewhere iff an FP8 NaN code */
@@ -163,11 +169,8 @@ AINLINE void gemv_dense(int fmt, const dsv4_mat *w, const float *x, int nx, floa
     }
 }
 
-/* R rows o .. o+R-1, all in one 128-row scale band. PRE (a constant after inlining):
- * x * S once per block, weights decoded as e4m3 * 2^-120; allowed when
- * dsv4_lin_call.fp8_prescale says it is exact. Otherwise the weights are multiplied by S. */
-AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const float *x, float *y, int64_t o,
-                           const gemv_pf *pf) {
+/* R rows o .. o+R-1, all in one 128-row scale band. */
+AINLINE void gemv_fp8_rows(int R, int NX, const dsv4_mat *w, const float *x, float *y, int64_t o, const gemv_pf *pf) {
     const int64_t n = w->cols, nsb = (n + 127) / 128, band = o / 128, rows = w->rows;
     const uint8_t *p[GEMV_R];
     __m512 a[GEMV_R][4];
@@ -179,9 +182,9 @@ AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const floa
     }
     for (int64_t b = 0; b < nsb; b++) {
         const int64_t i0 = b * 128, i1 = i0 + 128 < n ? i0 + 128 : n;
-        const float sf = scale_at(w, band * nsb + b) * 0x1p120f;
-        if (!isfinite(sf)) {
-            /* huge or NaN scale: S would overflow, dequantize exactly instead */
+        const float s256f = scale_at(w, band * nsb + b) * 256.0f;
+        if (!isfinite(s256f)) {
+            /* huge or NaN scale: 256 * scale would overflow, dequantize exactly instead */
             for (int64_t i = i0; i < i1; i += 16) {
                 const int m = i1 - i >= 16 ? 16 : (int)(i1 - i);
                 __m512 xv[4];
@@ -196,20 +199,27 @@ AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const floa
             }
             continue;
         }
-        const __m512 sv = _mm512_set1_ps(sf);
+        const __m512 s256 = _mm512_set1_ps(s256f);
         for (int r = 0; r < R; r++) nan[r] = fp8_nan_scan(nan[r], p[r] + i0, (int)(i1 - i0));
-        for (int64_t i = i0; i < i1; i += 16) {
-            const int m = i1 - i >= 16 ? 16 : (int)(i1 - i);
-            pf_step(pf, p[0], R * i, R * 16);
-            __m512 xv[4];
+        for (int64_t i = i0; i < i1; i += 32) {
+            const int m = i1 - i >= 32 ? 32 : (int)(i1 - i);
+            pf_step(pf, p[0], R * i, R * 32);
+            __m512 x0[4], x1[4];
             for (int s = 0; s < NX; s++) {
-                xv[s] = m == 16 ? _mm512_loadu_ps(x + s * n + i) : _mm512_maskz_loadu_ps(mask16(m), x + s * n + i);
-                if (PRE) xv[s] = _mm512_mul_ps(xv[s], sv);
+                if (m == 32) {
+                    x0[s] = _mm512_loadu_ps(x + s * n + i);
+                    x1[s] = _mm512_loadu_ps(x + s * n + i + 16);
+                } else {
+                    x0[s] = _mm512_maskz_loadu_ps(mask16(m < 16 ? m : 16), x + s * n + i);
+                    x1[s] = _mm512_maskz_loadu_ps(mask16(m > 16 ? m - 16 : 0), x + s * n + i + 16);
+                }
             }
             for (int r = 0; r < R; r++) {
-                __m512 wv = dec_fp8_2m120(p[r] + i, m);
-                if (!PRE) wv = _mm512_mul_ps(wv, sv);
-                for (int s = 0; s < NX; s++) a[r][s] = _mm512_fmadd_ps(xv[s], wv, a[r][s]);
+                __m512 w0, w1;
+                dec_fp8x32(p[r] + i, m, s256, &w0, &w1);
+                for (int s = 0; s < NX; s++) a[r][s] = _mm512_fmadd_ps(x0[s], w0, a[r][s]);
+                if (m > 16) /* not past the last chunk (16 | m at every other step) */
+                    for (int s = 0; s < NX; s++) a[r][s] = _mm512_fmadd_ps(x1[s], w1, a[r][s]);
             }
         }
     }
@@ -219,31 +229,21 @@ AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const floa
     }
 }
 
-AINLINE void gemv_fp8_nx(int NX, int PRE, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+AINLINE void gemv_fp8_nx(int NX, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
     const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * w->cols, (const uint8_t *)w->w + o1 * w->cols,
                                 GEMV_PF_FP8);
     int64_t o = o0;
     /* o0 is a multiple of 4 (linear_fast.c), so a block of 4 never straddles a band */
-    for (; o + GEMV_R <= o1 && (o % GEMV_R) == 0; o += GEMV_R) gemv_fp8_rows(GEMV_R, NX, PRE, w, x, y, o, &pf);
-    for (; o < o1; o++) gemv_fp8_rows(1, NX, PRE, w, x, y, o, &pf);
+    for (; o + GEMV_R <= o1 && (o % GEMV_R) == 0; o += GEMV_R) gemv_fp8_rows(GEMV_R, NX, w, x, y, o, &pf);
+    for (; o < o1; o++) gemv_fp8_rows(1, NX, w, x, y, o, &pf);
 }
 
-static void gemv_fp8(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
-                     int64_t o1) {
-    if (c->fp8_prescale) {
-        switch (nx) {
-        case 1: gemv_fp8_nx(1, 1, w, x, y, o0, o1); break;
-        case 2: gemv_fp8_nx(2, 1, w, x, y, o0, o1); break;
-        case 3: gemv_fp8_nx(3, 1, w, x, y, o0, o1); break;
-        default: gemv_fp8_nx(4, 1, w, x, y, o0, o1); break;
-        }
-    } else {
-        switch (nx) {
-        case 1: gemv_fp8_nx(1, 0, w, x, y, o0, o1); break;
-        case 2: gemv_fp8_nx(2, 0, w, x, y, o0, o1); break;
-        case 3: gemv_fp8_nx(3, 0, w, x, y, o0, o1); break;
-        default: gemv_fp8_nx(4, 0, w, x, y, o0, o1); break;
-        }
+static void gemv_fp8(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
+    switch (nx) {
+    case 1: gemv_fp8_nx(1, w, x, y, o0, o1); break;
+    case 2: gemv_fp8_nx(2, w, x, y, o0, o1); break;
+    case 3: gemv_fp8_nx(3, w, x, y, o0, o1); break;
+    default: gemv_fp8_nx(4, w, x, y, o0, o1); break;
     }
 }
 
@@ -318,7 +318,7 @@ static void gemv_avx512(const dsv4_lin_call *c, const dsv4_mat *w, const float *
     case DSV4_WF_F32: gemv_f32(w, x, nx, y, o0, o1); break;
     case DSV4_WF_F16: gemv_f16(w, x, nx, y, o0, o1); break;
     case DSV4_WF_BF16: gemv_bf16(w, x, nx, y, o0, o1); break;
-    case DSV4_WF_FP8: gemv_fp8(c, w, x, nx, y, o0, o1); break;
+    case DSV4_WF_FP8: gemv_fp8(w, x, nx, y, o0, o1); break;
     case DSV4_WF_FP4: gemv_fp4(c, w, x, nx, y, o0, o1); break;
     default: break;
     }
@@ -350,12 +350,16 @@ static void dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o
         const uint8_t *p = (const uint8_t *)w->w + o * n + k0;
         for (int c0 = 0; c0 < kb; c0 += 128) { /* k0 is a multiple of 128 */
             const int c1 = c0 + 128 < kb ? c0 + 128 : kb;
-            const float sf = scale_at(w, (o / 128) * nsb + (k0 + c0) / 128) * 0x1p120f;
-            if (isfinite(sf) && !fp8_nan_seen(fp8_nan_scan(_mm512_setzero_si512(), p + c0, c1 - c0))) {
-                const __m512 sv = _mm512_set1_ps(sf);
-                for (int c = c0; c < c1; c += 16)
-                    _mm512_store_ps(dst + c, _mm512_mul_ps(dec_fp8_2m120(p + c, c1 - c >= 16 ? 16 : c1 - c), sv));
-            } else { /* S overflows, or NaN codes: the exact scalar decode */
+            const float s256f = scale_at(w, (o / 128) * nsb + (k0 + c0) / 128) * 256.0f;
+            if (isfinite(s256f) && !fp8_nan_seen(fp8_nan_scan(_mm512_setzero_si512(), p + c0, c1 - c0))) {
+                const __m512 s256 = _mm512_set1_ps(s256f);
+                for (int c = c0; c < c1; c += 32) {
+                    __m512 w0, w1;
+                    dec_fp8x32(p + c, c1 - c >= 32 ? 32 : c1 - c, s256, &w0, &w1);
+                    _mm512_store_ps(dst + c, w0);
+                    if (c1 - c > 16) _mm512_store_ps(dst + c + 16, w1);
+                }
+            } else { /* 256 * scale overflows, or NaN codes: the exact scalar decode */
                 for (int c = c0; c < c1; c += 8) dsv4_lin_dequant8(w, o, k0 + c, dst + c);
             }
         }
@@ -435,14 +439,7 @@ static void gemm_avx512(const dsv4_lin_call *c, const dsv4_mat *w, const float *
     }
 }
 
-/* The prescale test is the AVX2 level's (same S = 2^120 * scale, same exactness rule);
- * an AVX-512 CPU runs AVX2 code. */
-static int fp8_prescale(const dsv4_mat *w, const float *x, int nx) {
-    const dsv4_lin_kernels *avx2 = dsv4_lin_kernels_avx2();
-    return avx2 && avx2->fp8_prescale ? avx2->fp8_prescale(w, x, nx) : 0;
-}
-
-static const dsv4_lin_kernels avx512_kernels = {gemv_avx512, gemm_avx512, fp8_prescale};
+static const dsv4_lin_kernels avx512_kernels = {gemv_avx512, gemm_avx512, NULL}; /* no prescaled FP8 */
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512(void) { return &avx512_kernels; }
 
