@@ -173,6 +173,15 @@ int64_t dsv4_seq_length(const dsv4_engine *e, int seq);
 /* MTP length m (positions the MTP block has consumed), or -1. */
 int64_t dsv4_seq_mtp_length(const dsv4_engine *e, int seq);
 
+/* Pages of the paged caches in use and in all (window pool, compressed-block pool) and
+ * sequence slots, for a server's load metrics. */
+typedef struct dsv4_cache_stats {
+    int64_t win_used, win_total;
+    int64_t blk_used, blk_total;
+    int seqs_used, seqs_total;
+} dsv4_cache_stats;
+dsv4_cache_stats dsv4_engine_cache_stats(const dsv4_engine *e);
+
 /* ---- sharing and prefix cache (spec/serving.md §g) ----------------------------------- */
 
 /* A = lcm of the nonzero compress ratios (128 for Flash; 1 without compression): the

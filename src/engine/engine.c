@@ -185,6 +185,12 @@ int64_t dsv4_seq_length(const dsv4_engine *e, int seq) {
     return e->seqs[seq].n;
 }
 
+dsv4_cache_stats dsv4_engine_cache_stats(const dsv4_engine *e) {
+    dsv4_cache_usage u = dsv4_cache_get_usage(e->cache);
+    return (dsv4_cache_stats){u.win_used, u.win_total, u.blk_used, u.blk_total, u.slots_used,
+                              u.slots_total};
+}
+
 int64_t dsv4_seq_mtp_length(const dsv4_engine *e, int seq) {
     if (seq < 0 || seq >= e->opts.max_seqs || !e->seqs[seq].live) return -1;
     return e->seqs[seq].m;
