@@ -1,0 +1,243 @@
+/* api.c — what the OpenAI and Anthropic handlers share: sampling fields, chat prompts,
+ * submission, errors (srv.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "serve/srv.h"
+
+#define MAX_STOPS 16
+
+long long srv_unix_time(void) { return (long long)time(NULL); }
+
+int srv_opt_num(const cJSON *o, const char *key, double lo, double hi, double *v, char *msg,
+                size_t n) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!x || cJSON_IsNull(x)) return 0;
+    if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || x->valuedouble < lo ||
+        x->valuedouble > hi) {
+        snprintf(msg, n, "'%s' must be a number in [%g, %g]", key, lo, hi);
+        return -1;
+    }
+    *v = x->valuedouble;
+    return 1;
+}
+
+int srv_opt_bool(const cJSON *o, const char *key, int *v, char *msg, size_t n) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!x || cJSON_IsNull(x)) return 0;
+    if (!cJSON_IsBool(x)) {
+        snprintf(msg, n, "'%s' must be a boolean", key);
+        return -1;
+    }
+    *v = cJSON_IsTrue(x);
+    return 1;
+}
+
+static int is_int(double x) { return x == floor(x); }
+
+/* splitmix64: seeds for requests that give none, distinct per request */
+static uint64_t next_seed(srv *s) {
+    pthread_mutex_lock(&s->mu);
+    uint64_t z = (s->seed_state += 0x9e3779b97f4a7c15ull);
+    pthread_mutex_unlock(&s->mu);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int parse_stops(const cJSON *body, const char *key, srv_req *r, char *msg, size_t n) {
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(body, key);
+    const char *list[MAX_STOPS];
+    int k = 0;
+    if (!st || cJSON_IsNull(st)) return 0;
+    if (cJSON_IsString(st)) {
+        list[k++] = st->valuestring;
+    } else if (cJSON_IsArray(st)) {
+        for (const cJSON *x = st->child; x; x = x->next) {
+            if (!cJSON_IsString(x) || k == MAX_STOPS) {
+                snprintf(msg, n, "'%s' must be a string or a list of at most %d strings", key,
+                         MAX_STOPS);
+                return -1;
+            }
+            list[k++] = x->valuestring;
+        }
+    } else {
+        snprintf(msg, n, "'%s' must be a string or a list of strings", key);
+        return -1;
+    }
+    int m = 0;  /* empty stop strings mean nothing */
+    for (int i = 0; i < k; i++)
+        if (*list[i]) list[m++] = list[i];
+    if (srv_req_set_stops(r, list, m)) { snprintf(msg, n, "out of memory"); return -1; }
+    return 0;
+}
+
+static int parse_bias(srv *s, const cJSON *body, srv_req *r, char *msg, size_t n) {
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(body, "logit_bias");
+    if (!lb || cJSON_IsNull(lb)) return 0;
+    if (!cJSON_IsObject(lb)) { snprintf(msg, n, "'logit_bias' must be an object"); return -1; }
+    int cnt = cJSON_GetArraySize(lb);
+    if (cnt > 1024) { snprintf(msg, n, "'logit_bias' has more than 1024 entries"); return -1; }
+    int32_t *ids = malloc((size_t)(cnt + 1) * sizeof *ids);
+    float *bias = malloc((size_t)(cnt + 1) * sizeof *bias);
+    int k = 0, rc = -1;
+    if (!ids || !bias) { snprintf(msg, n, "out of memory"); goto out; }
+    for (const cJSON *x = lb->child; x; x = x->next) {
+        char *end;
+        long id = strtol(x->string, &end, 10);
+        if (!*x->string || *end || id < 0 || id >= s->V) {
+            snprintf(msg, n, "'logit_bias' key '%.40s' is not a token id in [0, %d)", x->string, s->V);
+            goto out;
+        }
+        if (!cJSON_IsNumber(x) || x->valuedouble < -100 || x->valuedouble > 100) {
+            snprintf(msg, n, "'logit_bias' values must be numbers in [-100, 100]");
+            goto out;
+        }
+        ids[k] = (int32_t)id;
+        bias[k++] = (float)x->valuedouble;
+    }
+    if (srv_req_set_bias(r, ids, bias, k)) { snprintf(msg, n, "out of memory"); goto out; }
+    rc = 0;
+out:
+    free(ids);
+    free(bias);
+    return rc;
+}
+
+int srv_parse_sampling(srv *s, const cJSON *body, srv_req *r, const char *stop_key, char *msg,
+                       size_t n) {
+    dsv4_sample_params *p = &r->gp.sample;
+    double x;
+    int k;
+    p->temperature = 1.0f;  /* the OpenAI and Anthropic default */
+    if ((k = srv_opt_num(body, "temperature", 0, 2, &x, msg, n)) < 0) return -1;
+    if (k) p->temperature = (float)x;
+    if ((k = srv_opt_num(body, "top_p", 0, 1, &x, msg, n)) < 0) return -1;
+    if (k) p->top_p = x >= 1 ? 0.0f : (float)x;
+    if (k && x <= 0) { snprintf(msg, n, "'top_p' must be in (0, 1]"); return -1; }
+    if ((k = srv_opt_num(body, "top_k", -1, 1e9, &x, msg, n)) < 0) return -1;
+    if (k && !is_int(x)) { snprintf(msg, n, "'top_k' must be an integer"); return -1; }
+    if (k) p->top_k = x < 0 ? 0 : (int)x;  /* -1: off (vLLM's convention) */
+    if ((k = srv_opt_num(body, "min_p", 0, 1, &x, msg, n)) < 0) return -1;
+    if (k) p->min_p = (float)x;
+    if ((k = srv_opt_num(body, "presence_penalty", -2, 2, &x, msg, n)) < 0) return -1;
+    if (k) p->presence_penalty = (float)x;
+    if ((k = srv_opt_num(body, "frequency_penalty", -2, 2, &x, msg, n)) < 0) return -1;
+    if (k) p->frequency_penalty = (float)x;
+    if ((k = srv_opt_num(body, "repetition_penalty", 0, 10, &x, msg, n)) < 0) return -1;
+    if (k && x <= 0) { snprintf(msg, n, "'repetition_penalty' must be > 0"); return -1; }
+    if (k) p->repetition_penalty = (float)x;
+    if ((k = srv_opt_num(body, "seed", -9.2e18, 1.8e19, &x, msg, n)) < 0) return -1;
+    if (k && !is_int(x)) { snprintf(msg, n, "'seed' must be an integer"); return -1; }
+    p->seed = k ? (x < 0 ? (uint64_t)(int64_t)x : (uint64_t)x) : next_seed(s);
+    const char *mt = "max_tokens";
+    if ((k = srv_opt_num(body, mt, 1, (double)s->o.max_context, &x, msg, n)) == 0) {
+        mt = "max_completion_tokens";
+        k = srv_opt_num(body, mt, 1, (double)s->o.max_context, &x, msg, n);
+    }
+    if (k < 0) return -1;
+    if (k && !is_int(x)) { snprintf(msg, n, "'%s' must be an integer", mt); return -1; }
+    r->gp.max_tokens = k ? (int)x : 0;  /* 0: until a stop or the context is full */
+    if (parse_stops(body, stop_key, r, msg, n)) return -1;
+    return parse_bias(s, body, r, msg, n);
+}
+
+int srv_chat_prompt(srv *s, const cJSON *messages, const cJSON *tools, const dsv4_chat_opts *co,
+                    dsv4_tok_ids *ids, dsv4_err *err) {
+    return dsv4_chat_encode_ids(messages, tools, co, s->tok, ids, err);
+}
+
+void srv_reply_error(srv_reply *out, int api, int status, const char *msg) {
+    out->status = status;
+    srv_buf_free(&out->body);
+    if (api == SRV_API_MESSAGES) srv_anthropic_error(&out->body, status, msg);
+    else srv_openai_error(&out->body, status, msg);
+}
+
+static void json_string(srv_buf *b, const char *s) {
+    cJSON *j = cJSON_CreateString(s);
+    char *t = j ? cJSON_PrintUnformatted(j) : NULL;
+    srv_buf_puts(b, t ? t : "\"\"");
+    free(t);
+    cJSON_Delete(j);
+}
+
+void srv_openai_error(srv_buf *b, int status, const char *msg) {
+    const char *type = status == 401 ? "authentication_error"
+                       : status == 404 ? "not_found_error"
+                       : status >= 500 ? "server_error" : "invalid_request_error";
+    srv_buf_puts(b, "{\"error\":{\"message\":");
+    json_string(b, msg);
+    srv_buf_printf(b, ",\"type\":\"%s\",\"param\":null,\"code\":null}}", type);
+}
+
+void srv_anthropic_error(srv_buf *b, int status, const char *msg) {
+    const char *type = status == 401 ? "authentication_error"
+                       : status == 404 ? "not_found_error"
+                       : status == 413 ? "request_too_large"
+                       : status == 503 ? "overloaded_error"
+                       : status >= 500 ? "api_error" : "invalid_request_error";
+    srv_buf_printf(b, "{\"type\":\"error\",\"error\":{\"type\":\"%s\",\"message\":", type);
+    json_string(b, msg);
+    srv_buf_puts(b, "}}");
+}
+
+srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *out) {
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        srv_req_release(r);
+        srv_req_release(r);
+        srv_reply_error(out, api, 500, "out of memory");
+        return NULL;
+    }
+    j->api = api;
+    j->r = r;
+    j->block = -1;
+    j->created = srv_unix_time();
+    pthread_mutex_lock(&s->mu);
+    unsigned long long no = ++s->n_jobs;
+    pthread_mutex_unlock(&s->mu);
+    snprintf(j->id, sizeof j->id, "%s%llu",
+             api == SRV_API_CHAT ? "chatcmpl-" : api == SRV_API_COMPLETION ? "cmpl-" : "msg_", no);
+    const dsv4_server_script *sc = s->o.script;
+    for (int i = 0; sc && i < sc->n; i++)
+        if (strstr(body, sc->match[i])) {
+            r->forced = s->script_ids[i];
+            r->n_forced = s->script_len[i];
+            break;
+        }
+    if (r->n_prompt >= s->o.max_context) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "the prompt has %d tokens and max_context is %lld: no room to "
+                 "generate", r->n_prompt, (long long)s->o.max_context);
+        srv_reply_error(out, api, 400, msg);
+        goto fail;
+    }
+    dsv4_err err = {0};
+    int rc = srv_sched_submit(s->sched, r, &err);
+    if (rc) {
+        srv_reply_error(out, api, rc == DSV4_ERR_ARG ? 400 : 503, err.msg);
+        goto fail;
+    }
+    out->job = j;
+    return j;
+fail:
+    srv_req_release(r);  /* the scheduler's reference, never handed over */
+    srv_job_free(j);
+    return NULL;
+}
+
+void srv_job_free(srv_job *j) {
+    if (!j) return;
+    srv_req_release(j->r);
+    free(j);
+}
+
+void srv_token_text(const srv *s, int32_t id, srv_buf *b) {
+    size_t n = 0;
+    const char *t = dsv4_tok_id_bytes(s->tok, id, &n);
+    if (t) srv_buf_put_utf8(b, t, n);
+}

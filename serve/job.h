@@ -1,0 +1,47 @@
+/* job.h — one API request in flight: the generation request plus what its API needs to
+ * answer it (stream or not, logprobs, thinking, tools) and its streaming progress.
+ * openai.c and anthropic.c create jobs from request bodies and write their answers;
+ * http.c only moves bytes. */
+#ifndef DSV4_SERVE_JOB_H
+#define DSV4_SERVE_JOB_H
+
+#include <stdint.h>
+
+#include "serve/request.h"
+#include "serve/split.h"
+#include "serve/util.h"
+
+typedef struct srv srv;
+typedef struct srv_job srv_job;
+
+enum { SRV_API_CHAT = 0, SRV_API_COMPLETION, SRV_API_MESSAGES };
+
+struct srv_job {
+    int api;                 /* SRV_API_* */
+    srv_req *r;
+    int stream;
+    int include_usage;       /* stream_options.include_usage */
+    int logprobs;            /* chat: logprobs true; completions: logprobs N given */
+    int thinking;            /* the answer starts with reasoning */
+    int tools;               /* tools were offered */
+    char id[48];
+    long long created;       /* unix seconds */
+    /* streaming progress */
+    int ev_sent;             /* events written so far */
+    int began;               /* the opening chunk/event is out */
+    int block;               /* anthropic: index of the open content block, -1 none */
+    int block_part;          /* anthropic: SRV_PART_* of the open block */
+    int n_blocks;
+    srv_split split;
+};
+
+/* Writes the SSE text for everything new in j->r (call with j->r->mu held); *finished
+ * = 1 once the last event ([DONE] / message_stop) is written. */
+typedef void (*srv_stream_fn)(srv *s, srv_job *j, srv_buf *out, int *finished);
+/* The complete JSON answer of a finished request (call with j->r->mu held); *status is
+ * the HTTP status. */
+typedef void (*srv_final_fn)(srv *s, srv_job *j, srv_buf *out, int *status);
+
+void srv_job_free(srv_job *j);
+
+#endif

@@ -1,0 +1,144 @@
+/* metrics.c — counters and histograms in the Prometheus text format (metrics.h). */
+#include "metrics.h"
+
+#include "serve/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* latency bucket upper bounds in seconds */
+static const double kBounds[SRV_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                 0.5,   1,    2.5,   5,    10,  30};
+static const char *const kStatus[6] = {"2xx", "400", "401", "404", "413", "5xx"};
+
+void srv_metrics_init(srv_metrics *m) {
+    memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+}
+
+void srv_metrics_destroy(srv_metrics *m) { pthread_mutex_destroy(&m->mu); }
+
+void srv_metrics_request(srv_metrics *m, int s) {
+    int k = s < 300 ? 0 : s == 401 ? 2 : s == 404 || s == 405 ? 3 : s == 413 ? 4 : s < 500 ? 1 : 5;
+    pthread_mutex_lock(&m->mu);
+    m->requests[k]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_step(srv_metrics *m, int rows, int decode) {
+    int b = 0;  /* bucket b holds decode counts in (2^(b-1), 2^b], b = 0 for 0 and 1 */
+    while (b < SRV_ROWS_BUCKETS && (1 << b) < decode) b++;
+    pthread_mutex_lock(&m->mu);
+    m->steps++;
+    m->step_rows += (uint64_t)rows;
+    m->decode_rows += (uint64_t)decode;
+    m->steps_by_decode_rows[b]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_load(srv_metrics *m, int64_t queued, int64_t running, int64_t pages_used,
+                      int64_t pages_total) {
+    pthread_mutex_lock(&m->mu);
+    m->queue_depth = queued;
+    m->running = running;
+    m->pages_used = pages_used;
+    m->pages_total = pages_total;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_tokens(srv_metrics *m, int64_t prompt, int64_t gen) {
+    pthread_mutex_lock(&m->mu);
+    m->prompt_tokens += (uint64_t)prompt;
+    m->gen_tokens += (uint64_t)gen;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void hist_add(srv_hist *h, double x) {
+    int b = 0;
+    while (b < SRV_HIST_BUCKETS && x > kBounds[b]) b++;
+    h->count[b]++;
+    h->sum += x;
+    h->n++;
+}
+
+void srv_metrics_latency(srv_metrics *m, double ttft, double itl) {
+    pthread_mutex_lock(&m->mu);
+    if (ttft >= 0) hist_add(&m->ttft, ttft);
+    if (itl >= 0) hist_add(&m->itl, itl);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_event(srv_metrics *m, int cancelled, int preempted) {
+    pthread_mutex_lock(&m->mu);
+    m->cancelled += (uint64_t)cancelled;
+    m->preemptions += (uint64_t)preempted;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void put_hist(srv_buf *b, const char *name, const char *help, const srv_hist *h) {
+    srv_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i < SRV_HIST_BUCKETS; i++) {
+        cum += h->count[i];
+        srv_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, kBounds[i], (unsigned long long)cum);
+    }
+    cum += h->count[SRV_HIST_BUCKETS];
+    srv_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+        (unsigned long long)cum, name, h->sum, name, (unsigned long long)h->n);
+}
+
+char *srv_metrics_render(srv_metrics *m) {
+    srv_buf b = {0};
+    pthread_mutex_lock(&m->mu);
+    srv_buf_printf(&b, "# HELP dsv4_requests_total HTTP requests answered, by status\n"
+            "# TYPE dsv4_requests_total counter\n");
+    for (int i = 0; i < 6; i++)
+        srv_buf_printf(&b, "dsv4_requests_total{status=\"%s\"} %llu\n", kStatus[i],
+            (unsigned long long)m->requests[i]);
+    srv_buf_printf(&b, "# HELP dsv4_requests_cancelled_total generations cancelled (client gone)\n"
+            "# TYPE dsv4_requests_cancelled_total counter\n"
+            "dsv4_requests_cancelled_total %llu\n", (unsigned long long)m->cancelled);
+    srv_buf_printf(&b, "# HELP dsv4_preemptions_total sequences freed and requeued when the pools ran out\n"
+            "# TYPE dsv4_preemptions_total counter\ndsv4_preemptions_total %llu\n",
+        (unsigned long long)m->preemptions);
+    srv_buf_printf(&b, "# HELP dsv4_prompt_tokens_total prompt tokens admitted\n"
+            "# TYPE dsv4_prompt_tokens_total counter\ndsv4_prompt_tokens_total %llu\n",
+        (unsigned long long)m->prompt_tokens);
+    srv_buf_printf(&b, "# HELP dsv4_generated_tokens_total tokens sampled\n"
+            "# TYPE dsv4_generated_tokens_total counter\ndsv4_generated_tokens_total %llu\n",
+        (unsigned long long)m->gen_tokens);
+    srv_buf_printf(&b, "# HELP dsv4_queue_depth requests waiting for a sequence\n"
+            "# TYPE dsv4_queue_depth gauge\ndsv4_queue_depth %lld\n", (long long)m->queue_depth);
+    srv_buf_printf(&b, "# HELP dsv4_running_sequences sequences in the engine\n"
+            "# TYPE dsv4_running_sequences gauge\ndsv4_running_sequences %lld\n",
+        (long long)m->running);
+    srv_buf_printf(&b, "# HELP dsv4_cache_pages cache pages (all pools) by state\n"
+            "# TYPE dsv4_cache_pages gauge\ndsv4_cache_pages{state=\"used\"} %lld\n"
+            "dsv4_cache_pages{state=\"free\"} %lld\n", (long long)m->pages_used,
+        (long long)(m->pages_total - m->pages_used));
+    srv_buf_printf(&b, "# HELP dsv4_steps_total engine steps (one forward each)\n"
+            "# TYPE dsv4_steps_total counter\ndsv4_steps_total %llu\n"
+            "# HELP dsv4_step_rows_total rows over all steps\n"
+            "# TYPE dsv4_step_rows_total counter\ndsv4_step_rows_total %llu\n"
+            "# HELP dsv4_decode_rows_total decode rows over all steps\n"
+            "# TYPE dsv4_decode_rows_total counter\ndsv4_decode_rows_total %llu\n",
+        (unsigned long long)m->steps, (unsigned long long)m->step_rows,
+        (unsigned long long)m->decode_rows);
+    srv_buf_printf(&b, "# HELP dsv4_step_decode_rows steps by their number of decode rows\n"
+            "# TYPE dsv4_step_decode_rows histogram\n");
+    uint64_t cum = 0;
+    for (int i = 0; i < SRV_ROWS_BUCKETS; i++) {
+        cum += m->steps_by_decode_rows[i];
+        srv_buf_printf(&b, "dsv4_step_decode_rows_bucket{le=\"%d\"} %llu\n", 1 << i, (unsigned long long)cum);
+    }
+    cum += m->steps_by_decode_rows[SRV_ROWS_BUCKETS];
+    srv_buf_printf(&b, "dsv4_step_decode_rows_bucket{le=\"+Inf\"} %llu\ndsv4_step_decode_rows_sum %llu\n"
+            "dsv4_step_decode_rows_count %llu\n", (unsigned long long)cum,
+        (unsigned long long)m->decode_rows, (unsigned long long)m->steps);
+    put_hist(&b, "dsv4_time_to_first_token_seconds", "arrival to first sampled token", &m->ttft);
+    put_hist(&b, "dsv4_inter_token_latency_seconds", "time between sampled tokens", &m->itl);
+    pthread_mutex_unlock(&m->mu);
+    if (b.oom) { free(b.s); return NULL; }
+    return b.s;
+}

@@ -1,0 +1,47 @@
+/* metrics.h — the server's counters and histograms, written by the HTTP threads and the
+ * scheduler, read as Prometheus text at GET /metrics. One mutex; every update is a few
+ * additions. */
+#ifndef DSV4_SERVE_METRICS_H
+#define DSV4_SERVE_METRICS_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "dsv4_text.h"
+
+#define SRV_HIST_BUCKETS 12
+#define SRV_ROWS_BUCKETS 8
+
+typedef struct srv_hist {
+    uint64_t count[SRV_HIST_BUCKETS + 1];  /* per bucket (last: +Inf), not cumulative */
+    double sum;
+    uint64_t n;
+} srv_hist;
+
+typedef struct srv_metrics {
+    pthread_mutex_t mu;
+    uint64_t requests[6];           /* by status class: 2xx, 400, 401, 404/405, 413, 5xx */
+    uint64_t cancelled, preemptions;
+    uint64_t prompt_tokens, gen_tokens;
+    uint64_t steps, step_rows, decode_rows;
+    uint64_t steps_by_decode_rows[SRV_ROWS_BUCKETS + 1];  /* decode rows 1, 2, 3-4, 5-8, ... */
+    int64_t queue_depth, running;
+    int64_t pages_used, pages_total;
+    srv_hist ttft, itl;             /* seconds */
+} srv_metrics;
+
+void srv_metrics_init(srv_metrics *m);
+void srv_metrics_destroy(srv_metrics *m);
+void srv_metrics_request(srv_metrics *m, int http_status);
+/* One engine step with `rows` rows of which `decode` are single-token decode rows. */
+void srv_metrics_step(srv_metrics *m, int rows, int decode);
+/* The gauges: requests waiting and running, cache pages in use and in all. */
+void srv_metrics_load(srv_metrics *m, int64_t queued, int64_t running, int64_t pages_used,
+                      int64_t pages_total);
+void srv_metrics_tokens(srv_metrics *m, int64_t prompt, int64_t gen);
+void srv_metrics_latency(srv_metrics *m, double ttft, double itl);  /* < 0: skip that one */
+void srv_metrics_event(srv_metrics *m, int cancelled, int preempted);
+/* The Prometheus text exposition (malloc'ed), or NULL when out of memory. */
+char *srv_metrics_render(srv_metrics *m);
+
+#endif

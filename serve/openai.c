@@ -1,0 +1,530 @@
+/* openai.c — POST /v1/chat/completions and /v1/completions: OpenAI request bodies in,
+ * OpenAI answers out (one JSON body, or SSE chunks ending with [DONE]). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/srv.h"
+
+#define MSG 1200
+
+/* ---- JSON helpers shared with anthropic.c (srv.h) -------------------------------------- */
+
+/* A JSON string of n bytes (valid UTF-8: the generation releases whole characters). */
+cJSON *srv_json_str_n(const char *s, size_t n) {
+    char *t = malloc(n + 1);
+    if (!t) return NULL;
+    memcpy(t, s, n);
+    t[n] = '\0';
+    cJSON *j = cJSON_CreateString(t);
+    free(t);
+    return j;
+}
+
+/* "event: E\ndata: JSON\n\n" (no event line when event is NULL); takes data. */
+void srv_sse(srv_buf *out, const char *event, cJSON *data) {
+    char *t = data ? cJSON_PrintUnformatted(data) : NULL;
+    if (!t) { out->oom = 1; cJSON_Delete(data); return; }
+    if (event) srv_buf_printf(out, "event: %s\n", event);
+    srv_buf_puts(out, "data: ");
+    srv_buf_puts(out, t);
+    srv_buf_puts(out, "\n\n");
+    free(t);
+    cJSON_Delete(data);
+}
+
+const char *srv_finish_reason(const srv_req *r, int n_calls) {
+    if (r->finish == DSV4_FINISH_LENGTH) return "length";
+    return n_calls > 0 ? "tool_calls" : "stop";
+}
+
+void srv_put_json(srv_buf *out, cJSON *j) {
+    char *t = j ? cJSON_PrintUnformatted(j) : NULL;
+    if (!t) out->oom = 1;
+    else srv_buf_puts(out, t);
+    free(t);
+    cJSON_Delete(j);
+}
+
+static cJSON *token_str(const srv *s, int32_t id) {
+    srv_buf b = {0};
+    srv_token_text(s, id, &b);
+    cJSON *j = cJSON_CreateString(b.s ? b.s : "");
+    srv_buf_free(&b);
+    return j;
+}
+
+static cJSON *token_bytes(const srv *s, int32_t id) {
+    size_t n = 0;
+    const char *t = dsv4_tok_id_bytes(s->tok, id, &n);
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; t && i < n; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)t[i]));
+    return a;
+}
+
+/* chat logprobs entry of one token: {token, logprob, bytes, top_logprobs: [...]} */
+static cJSON *chat_logprob(const srv *s, const srv_event *e) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "token", token_str(s, e->token));
+    cJSON_AddNumberToObject(o, "logprob", e->sample.logprob);
+    cJSON_AddItemToObject(o, "bytes", token_bytes(s, e->token));
+    cJSON *top = cJSON_AddArrayToObject(o, "top_logprobs");
+    for (int i = 0; i < e->sample.n_top; i++) {
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddItemToObject(t, "token", token_str(s, e->sample.top_ids[i]));
+        cJSON_AddNumberToObject(t, "logprob", e->sample.top_logprobs[i]);
+        cJSON_AddItemToObject(t, "bytes", token_bytes(s, e->sample.top_ids[i]));
+        cJSON_AddItemToArray(top, t);
+    }
+    return o;
+}
+
+static cJSON *usage_json(const srv_req *r) {
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", r->n_ev);
+    cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_ev);
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", 0);
+    return u;
+}
+
+static cJSON *head(const srv *s, const srv_job *j, const char *object) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", j->id);
+    cJSON_AddStringToObject(o, "object", object);
+    cJSON_AddNumberToObject(o, "created", (double)j->created);
+    cJSON_AddStringToObject(o, "model", s->model_name);
+    cJSON_AddStringToObject(o, "system_fingerprint", "dsv4");
+    return o;
+}
+
+/* The answer's text split into reasoning, content and tool calls (best effort when the
+ * model wrote malformed DSML: the raw text stays in the content). */
+void srv_parse_answer(const srv_job *j, dsv4_parsed *p) {
+    dsv4_err err = {0};
+    dsv4_dsml_parse(j->r->text ? j->r->text : "", j->r->text_len, j->thinking, p, &err);
+}
+
+static void add_tool_call_ids(const srv_job *j, cJSON *calls) {
+    int i = 0;
+    for (cJSON *c = calls ? calls->child : NULL; c; c = c->next, i++) {
+        char id[80];
+        snprintf(id, sizeof id, "call_%s_%d", j->id, i);
+        cJSON_DeleteItemFromObjectCaseSensitive(c, "id");
+        cJSON_AddStringToObject(c, "id", id);
+    }
+}
+
+/* ---- chat completions ------------------------------------------------------------------ */
+
+static void chat_final(srv *s, srv_job *j, srv_buf *out, int *status) {
+    srv_req *r = j->r;
+    if (r->end == SRV_END_ERROR) {
+        *status = 500;
+        srv_openai_error(out, 500, r->errmsg);
+        return;
+    }
+    dsv4_parsed p;
+    srv_parse_answer(j, &p);
+    cJSON *o = head(s, j, "chat.completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON *m = dsv4_parsed_to_json(&p);
+    if (m) add_tool_call_ids(j, cJSON_GetObjectItemCaseSensitive(m, "tool_calls"));
+    cJSON_AddItemToObject(c, "message", m ? m : cJSON_CreateNull());
+    if (j->logprobs) {
+        cJSON *lp = cJSON_AddObjectToObject(c, "logprobs");
+        cJSON *arr = cJSON_AddArrayToObject(lp, "content");
+        for (int i = 0; i < r->n_ev; i++) cJSON_AddItemToArray(arr, chat_logprob(s, &r->ev[i]));
+    } else {
+        cJSON_AddNullToObject(c, "logprobs");
+    }
+    cJSON_AddStringToObject(c, "finish_reason", srv_finish_reason(r, p.n_calls));
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddItemToObject(o, "usage", usage_json(r));
+    dsv4_parsed_free(&p);
+    *status = 200;
+    srv_put_json(out, o);
+}
+
+/* One chunk: delta {key: text}, optional logprobs entry, finish reason. */
+static void chat_chunk(srv *s, srv_job *j, srv_buf *out, cJSON *delta, cJSON *lp,
+                       const char *finish) {
+    cJSON *o = head(s, j, "chat.completion.chunk");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddItemToObject(c, "delta", delta);
+    if (lp) {
+        cJSON *l = cJSON_AddObjectToObject(c, "logprobs");
+        cJSON *arr = cJSON_AddArrayToObject(l, "content");
+        cJSON_AddItemToArray(arr, lp);
+    } else {
+        cJSON_AddNullToObject(c, "logprobs");
+    }
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    else cJSON_AddNullToObject(c, "finish_reason");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
+    srv_sse(out, NULL, o);
+}
+
+/* Releases the text up to `upto` as content / reasoning deltas; lp (may be NULL) rides on
+ * the first chunk, or on an empty delta if there is no text. */
+static void chat_text(srv *s, srv_job *j, srv_buf *out, size_t upto, int done, cJSON *lp) {
+    int part;
+    size_t off, n;
+    while (srv_split_next(&j->split, j->r->text, upto, done, &part, &off, &n)) {
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddItemToObject(d, part == SRV_PART_REASONING ? "reasoning_content" : "content",
+                              srv_json_str_n(j->r->text + off, n));
+        chat_chunk(s, j, out, d, lp, NULL);
+        lp = NULL;
+    }
+    if (lp) chat_chunk(s, j, out, cJSON_CreateObject(), lp, NULL);
+}
+
+static void chat_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
+    srv_req *r = j->r;
+    if (!j->began) {
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "role", "assistant");
+        cJSON_AddStringToObject(d, "content", "");
+        chat_chunk(s, j, out, d, NULL, NULL);
+        j->began = 1;
+    }
+    for (; j->ev_sent < r->n_ev; j->ev_sent++) {
+        const srv_event *e = &r->ev[j->ev_sent];
+        chat_text(s, j, out, e->text_off + e->text_len, 0, j->logprobs ? chat_logprob(s, e) : NULL);
+    }
+    if (!r->end) return;
+    if (r->end == SRV_END_ERROR) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON *ee = cJSON_AddObjectToObject(e, "error");
+        cJSON_AddStringToObject(ee, "message", r->errmsg);
+        cJSON_AddStringToObject(ee, "type", "server_error");
+        srv_sse(out, NULL, e);
+    } else {
+        chat_text(s, j, out, r->text_len, 1, NULL);
+        int n_calls = 0;
+        if (j->split.part == SRV_PART_TOOLS) {
+            dsv4_parsed p;
+            srv_parse_answer(j, &p);
+            cJSON *m = dsv4_parsed_to_json(&p);
+            cJSON *calls = cJSON_DetachItemFromObjectCaseSensitive(m, "tool_calls");
+            add_tool_call_ids(j, calls);
+            int i = 0;
+            for (cJSON *c = calls ? calls->child : NULL; c; c = c->next) {
+                cJSON_AddNumberToObject(c, "index", i++);
+            }
+            n_calls = p.n_calls;
+            if (calls && n_calls) {
+                cJSON *d = cJSON_CreateObject();
+                cJSON_AddItemToObject(d, "tool_calls", calls);
+                chat_chunk(s, j, out, d, NULL, NULL);
+            } else {
+                /* malformed block: its raw text goes out as content, nothing is lost */
+                cJSON_Delete(calls);
+                const char *from = strstr(r->text, "<｜DSML｜tool_calls>");
+                if (from) {
+                    cJSON *d = cJSON_CreateObject();
+                    cJSON_AddStringToObject(d, "content", from);
+                    chat_chunk(s, j, out, d, NULL, NULL);
+                }
+            }
+            cJSON_Delete(m);
+            dsv4_parsed_free(&p);
+        }
+        chat_chunk(s, j, out, cJSON_CreateObject(), NULL, srv_finish_reason(r, n_calls));
+        if (j->include_usage) {
+            cJSON *o = head(s, j, "chat.completion.chunk");
+            cJSON_AddArrayToObject(o, "choices");
+            cJSON_AddItemToObject(o, "usage", usage_json(r));
+            srv_sse(out, NULL, o);
+        }
+    }
+    srv_buf_puts(out, "data: [DONE]\n\n");
+    *finished = 1;
+}
+
+/* thinking: DeepSeek's "thinking" (bool or {"type": "enabled"|"disabled"}),
+ * "reasoning_effort" (low|medium|high|max turn it on), vLLM's chat_template_kwargs.thinking.
+ * Default off. */
+static int chat_thinking(const cJSON *body, dsv4_chat_opts *co, char *msg) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(body, "thinking");
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs");
+    const cJSON *kt = cJSON_IsObject(kw) ? cJSON_GetObjectItemCaseSensitive(kw, "thinking") : NULL;
+    const cJSON *re = cJSON_GetObjectItemCaseSensitive(body, "reasoning_effort");
+    if (cJSON_IsBool(kt)) co->thinking = cJSON_IsTrue(kt);
+    if (cJSON_IsBool(t)) {
+        co->thinking = cJSON_IsTrue(t);
+    } else if (cJSON_IsObject(t)) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(t, "type");
+        if (!cJSON_IsString(ty) || (strcmp(ty->valuestring, "enabled") &&
+                                    strcmp(ty->valuestring, "disabled"))) {
+            snprintf(msg, MSG, "'thinking.type' must be \"enabled\" or \"disabled\"");
+            return -1;
+        }
+        co->thinking = !strcmp(ty->valuestring, "enabled");
+    } else if (t && !cJSON_IsNull(t)) {
+        snprintf(msg, MSG, "'thinking' must be a boolean or {\"type\": ...}");
+        return -1;
+    }
+    if (re && !cJSON_IsNull(re)) {
+        const char *v = cJSON_IsString(re) ? re->valuestring : "";
+        if (strcmp(v, "low") && strcmp(v, "medium") && strcmp(v, "high") && strcmp(v, "max")) {
+            snprintf(msg, MSG, "'reasoning_effort' must be low, medium, high or max");
+            return -1;
+        }
+        co->thinking = 1;
+        co->effort_max = !strcmp(v, "max");
+    }
+    return 0;
+}
+
+/* Fields both endpoints check the same way: n, stream, stream_options. */
+static int common_fields(const cJSON *body, srv_job *tmp, char *msg) {
+    double x;
+    int k;
+    if ((k = srv_opt_num(body, "n", 1, 1, &x, msg, MSG)) < 0) {
+        snprintf(msg, MSG, "only 'n' = 1 is supported");
+        return -1;
+    }
+    if ((k = srv_opt_num(body, "best_of", 1, 1, &x, msg, MSG)) < 0) {
+        snprintf(msg, MSG, "only 'best_of' = 1 is supported");
+        return -1;
+    }
+    if (srv_opt_bool(body, "stream", &tmp->stream, msg, MSG) < 0) return -1;
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(body, "stream_options");
+    if (so && !cJSON_IsNull(so)) {
+        if (!cJSON_IsObject(so)) { snprintf(msg, MSG, "'stream_options' must be an object"); return -1; }
+        if (srv_opt_bool(so, "include_usage", &tmp->include_usage, msg, MSG) < 0) return -1;
+    }
+    return 0;
+}
+
+void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {
+    char msg[MSG];
+    srv_job tmp = {0};
+    dsv4_chat_opts co = {0};
+    dsv4_tok_ids ids = {0};
+    dsv4_err err = {0};
+    srv_req *r = NULL;
+    cJSON *j = cJSON_ParseWithLength(body, len);
+    if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
+    const cJSON *messages = cJSON_GetObjectItemCaseSensitive(j, "messages");
+    if (!cJSON_IsArray(messages) || !messages->child) {
+        snprintf(msg, MSG, "'messages' must be a non-empty array");
+        goto bad;
+    }
+    for (const cJSON *m = messages->child; m; m = m->next)
+        if (!cJSON_IsObject(m) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "role"))) {
+            snprintf(msg, MSG, "every message must be an object with a string 'role'");
+            goto bad;
+        }
+    if (common_fields(j, &tmp, msg)) goto bad;
+    if (srv_opt_bool(j, "logprobs", &tmp.logprobs, msg, MSG) < 0) goto bad;
+    double top = 0;
+    if (srv_opt_num(j, "top_logprobs", 0, DSV4_MAX_LOGPROBS, &top, msg, MSG) < 0) goto bad;
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools");
+    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(j, "tool_choice");
+    if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) {
+        snprintf(msg, MSG, "'tools' must be an array");
+        goto bad;
+    }
+    if (!cJSON_IsArray(tools) || !tools->child ||
+        (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")))
+        tools = NULL;
+    if (chat_thinking(j, &co, msg)) goto bad;
+    if (srv_chat_prompt(s, messages, tools, &co, &ids, &err)) {
+        snprintf(msg, MSG, "%s", err.msg);
+        goto bad;
+    }
+    if (!(r = srv_req_new(ids.ids, (int)ids.n))) { srv_reply_error(out, SRV_API_CHAT, 500, "out of memory"); goto done; }
+    if (srv_parse_sampling(s, j, r, "stop", msg, MSG)) goto bad;
+    r->gp.sample.n_logprobs = tmp.logprobs ? (int)top : 0;
+    srv_job *job = srv_submit(s, r, SRV_API_CHAT, body, out);
+    r = NULL;
+    if (job) {
+        job->stream = tmp.stream;
+        job->include_usage = tmp.include_usage;
+        job->logprobs = tmp.logprobs;
+        job->thinking = co.thinking;
+        job->tools = tools != NULL;
+        srv_split_init(&job->split, co.thinking);
+        out->stream = chat_stream;
+        out->final = chat_final;
+    }
+    goto done;
+bad:
+    srv_reply_error(out, SRV_API_CHAT, 400, msg);
+done:
+    if (r) { srv_req_release(r); srv_req_release(r); }
+    dsv4_tok_ids_free(&ids);
+    cJSON_Delete(j);
+}
+
+/* ---- completions ----------------------------------------------------------------------- */
+
+static cJSON *completion_logprobs(srv *s, const srv_req *r, int from, int to) {
+    cJSON *lp = cJSON_CreateObject();
+    cJSON *toks = cJSON_AddArrayToObject(lp, "tokens");
+    cJSON *tlp = cJSON_AddArrayToObject(lp, "token_logprobs");
+    cJSON *top = cJSON_AddArrayToObject(lp, "top_logprobs");
+    cJSON *off = cJSON_AddArrayToObject(lp, "text_offset");
+    for (int i = from; i < to; i++) {
+        const srv_event *e = &r->ev[i];
+        cJSON_AddItemToArray(toks, token_str(s, e->token));
+        cJSON_AddItemToArray(tlp, cJSON_CreateNumber(e->sample.logprob));
+        cJSON *t = cJSON_CreateObject();
+        for (int k = 0; k < e->sample.n_top; k++) {
+            srv_buf b = {0};
+            srv_token_text(s, e->sample.top_ids[k], &b);
+            if (!cJSON_GetObjectItemCaseSensitive(t, b.s ? b.s : ""))
+                cJSON_AddNumberToObject(t, b.s ? b.s : "", e->sample.top_logprobs[k]);
+            srv_buf_free(&b);
+        }
+        cJSON_AddItemToArray(top, t);
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)e->text_off));
+    }
+    return lp;
+}
+
+static cJSON *completion_choice(srv *s, srv_job *j, const char *text, size_t n, int from, int to,
+                                const char *finish) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToObject(c, "text", srv_json_str_n(text, n));
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (j->logprobs) cJSON_AddItemToObject(c, "logprobs", completion_logprobs(s, j->r, from, to));
+    else cJSON_AddNullToObject(c, "logprobs");
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    else cJSON_AddNullToObject(c, "finish_reason");
+    return c;
+}
+
+static void completion_final(srv *s, srv_job *j, srv_buf *out, int *status) {
+    srv_req *r = j->r;
+    if (r->end == SRV_END_ERROR) {
+        *status = 500;
+        srv_openai_error(out, 500, r->errmsg);
+        return;
+    }
+    cJSON *o = head(s, j, "text_completion");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
+                         completion_choice(s, j, r->text ? r->text : "", r->text_len, 0, r->n_ev,
+                                           srv_finish_reason(r, 0)));
+    cJSON_AddItemToObject(o, "usage", usage_json(r));
+    *status = 200;
+    srv_put_json(out, o);
+}
+
+static void completion_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
+    srv_req *r = j->r;
+    for (; j->ev_sent < r->n_ev; j->ev_sent++) {
+        const srv_event *e = &r->ev[j->ev_sent];
+        cJSON *o = head(s, j, "text_completion");
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
+                             completion_choice(s, j, r->text + e->text_off, e->text_len,
+                                               j->ev_sent, j->ev_sent + 1, NULL));
+        srv_sse(out, NULL, o);
+        j->began = 1;
+    }
+    if (!r->end) return;
+    if (r->end == SRV_END_ERROR) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON *ee = cJSON_AddObjectToObject(e, "error");
+        cJSON_AddStringToObject(ee, "message", r->errmsg);
+        cJSON_AddStringToObject(ee, "type", "server_error");
+        srv_sse(out, NULL, e);
+    } else {
+        cJSON *o = head(s, j, "text_completion");
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
+                             completion_choice(s, j, "", 0, 0, 0, srv_finish_reason(r, 0)));
+        srv_sse(out, NULL, o);
+        if (j->include_usage) {
+            o = head(s, j, "text_completion");
+            cJSON_AddArrayToObject(o, "choices");
+            cJSON_AddItemToObject(o, "usage", usage_json(r));
+            srv_sse(out, NULL, o);
+        }
+    }
+    srv_buf_puts(out, "data: [DONE]\n\n");
+    *finished = 1;
+}
+
+/* prompt: a string (BOS + its tokens, special-token strings as plain text), token ids
+ * (used as given), or a list holding one of those. */
+static int completion_prompt(srv *s, const cJSON *p, dsv4_tok_ids *ids, char *msg) {
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 &&
+        (cJSON_IsString(p->child) || cJSON_IsArray(p->child)))
+        p = p->child;
+    if (cJSON_IsString(p)) {
+        dsv4_err err = {0};
+        int32_t bos = s->bos;
+        ids->ids = malloc(16 * sizeof *ids->ids);
+        if (!ids->ids) { snprintf(msg, MSG, "out of memory"); return -1; }
+        ids->cap = 16;
+        ids->ids[ids->n++] = bos;
+        if (dsv4_tokenize_ex(s->tok, p->valuestring, strlen(p->valuestring), DSV4_TOK_NO_ADDED,
+                             ids, &err)) {
+            snprintf(msg, MSG, "prompt: %s", err.msg);
+            return -1;
+        }
+        return 0;
+    }
+    if (cJSON_IsArray(p) && p->child) {
+        int n = cJSON_GetArraySize(p), k = 0;
+        if (!(ids->ids = malloc((size_t)n * sizeof *ids->ids))) {
+            snprintf(msg, MSG, "out of memory");
+            return -1;
+        }
+        ids->cap = (size_t)n;
+        for (const cJSON *x = p->child; x; x = x->next, k++) {
+            if (!cJSON_IsNumber(x) || x->valuedouble != (double)(int32_t)x->valuedouble ||
+                x->valuedouble < 0 || x->valuedouble >= s->V) {
+                snprintf(msg, MSG, "prompt[%d] is not a token id in [0, %d)", k, s->V);
+                return -1;
+            }
+            ids->ids[ids->n++] = (int32_t)x->valuedouble;
+        }
+        return 0;
+    }
+    snprintf(msg, MSG, "'prompt' must be a non-empty string or a non-empty list of token ids");
+    return -1;
+}
+
+void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out) {
+    char msg[MSG];
+    srv_job tmp = {0};
+    dsv4_tok_ids ids = {0};
+    srv_req *r = NULL;
+    double lp = -1;
+    cJSON *j = cJSON_ParseWithLength(body, len);
+    if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
+    if (common_fields(j, &tmp, msg)) goto bad;
+    int echo = 0;
+    if (srv_opt_bool(j, "echo", &echo, msg, MSG) < 0) goto bad;
+    if (echo) { snprintf(msg, MSG, "'echo' is not supported"); goto bad; }
+    if (srv_opt_num(j, "logprobs", 0, DSV4_MAX_LOGPROBS, &lp, msg, MSG) < 0) goto bad;
+    if (completion_prompt(s, cJSON_GetObjectItemCaseSensitive(j, "prompt"), &ids, msg)) goto bad;
+    if (!(r = srv_req_new(ids.ids, (int)ids.n))) { srv_reply_error(out, SRV_API_COMPLETION, 500, "out of memory"); goto done; }
+    if (srv_parse_sampling(s, j, r, "stop", msg, MSG)) goto bad;
+    r->gp.sample.n_logprobs = lp > 0 ? (int)lp : 0;
+    srv_job *job = srv_submit(s, r, SRV_API_COMPLETION, body, out);
+    r = NULL;
+    if (job) {
+        job->stream = tmp.stream;
+        job->include_usage = tmp.include_usage;
+        job->logprobs = lp >= 0;
+        out->stream = completion_stream;
+        out->final = completion_final;
+    }
+    goto done;
+bad:
+    srv_reply_error(out, SRV_API_COMPLETION, 400, msg);
+done:
+    if (r) { srv_req_release(r); srv_req_release(r); }
+    dsv4_tok_ids_free(&ids);
+    cJSON_Delete(j);
+}

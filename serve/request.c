@@ -1,0 +1,125 @@
+/* request.c — the request object shared by the HTTP side and the scheduler (request.h). */
+#include "request.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+srv_req *srv_req_new(const int32_t *prompt, int n_prompt) {
+    srv_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->prompt = malloc((size_t)(n_prompt > 0 ? n_prompt : 1) * sizeof *r->prompt);
+    if (!r->prompt) { free(r); return NULL; }
+    if (n_prompt > 0) memcpy(r->prompt, prompt, (size_t)n_prompt * sizeof *prompt);
+    r->n_prompt = n_prompt;
+    r->seq = -1;
+    r->refs = 2;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    return r;
+}
+
+int srv_req_set_stops(srv_req *r, const char *const *stops, int n) {
+    if (n <= 0) return 0;
+    r->stops = calloc((size_t)n, sizeof *r->stops);
+    if (!r->stops) return -1;
+    for (int i = 0; i < n; i++) {
+        if (!(r->stops[i] = strdup(stops[i]))) return -1;
+        r->gp.n_stop = i + 1;
+    }
+    r->gp.stop_strings = (const char *const *)r->stops;
+    return 0;
+}
+
+int srv_req_set_bias(srv_req *r, const int32_t *ids, const float *bias, int n) {
+    if (n <= 0) return 0;
+    r->bias_ids = malloc((size_t)n * sizeof *ids);
+    r->bias = malloc((size_t)n * sizeof *bias);
+    if (!r->bias_ids || !r->bias) return -1;
+    memcpy(r->bias_ids, ids, (size_t)n * sizeof *ids);
+    memcpy(r->bias, bias, (size_t)n * sizeof *bias);
+    r->gp.bias_ids = r->bias_ids;
+    r->gp.bias = r->bias;
+    r->gp.n_bias = n;
+    return 0;
+}
+
+void srv_req_release(srv_req *r) {
+    if (!r) return;
+    pthread_mutex_lock(&r->mu);
+    int left = --r->refs;
+    pthread_mutex_unlock(&r->mu);
+    if (left > 0) return;
+    for (int i = 0; i < r->gp.n_stop; i++) free(r->stops[i]);
+    free(r->stops);
+    free(r->bias_ids);
+    free(r->bias);
+    free(r->prompt);
+    free(r->ev);
+    free(r->text);
+    free(r->ctx);
+    dsv4_gen_free(r->gen);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+/* Appends text under r->mu. */
+static int put_text(srv_req *r, const char *text, size_t len) {
+    if (r->text_len + len + 1 > r->text_cap) {
+        size_t cap = r->text_cap ? r->text_cap : 256;
+        while (cap < r->text_len + len + 1) cap *= 2;
+        char *t = realloc(r->text, cap);
+        if (!t) return -1;
+        r->text = t;
+        r->text_cap = cap;
+    }
+    if (len) memcpy(r->text + r->text_len, text, len);
+    r->text_len += len;
+    r->text[r->text_len] = '\0';
+    return 0;
+}
+
+int srv_req_push(srv_req *r, const dsv4_gen_token *t) {
+    pthread_mutex_lock(&r->mu);
+    int rc = -1;
+    if (r->n_ev == r->cap_ev) {
+        int cap = r->cap_ev ? 2 * r->cap_ev : 32;
+        srv_event *ev = realloc(r->ev, (size_t)cap * sizeof *ev);
+        if (!ev) goto out;
+        r->ev = ev;
+        r->cap_ev = cap;
+    }
+    srv_event *e = &r->ev[r->n_ev];
+    e->token = t->token;
+    e->text_off = r->text_len;
+    e->text_len = t->text_len;
+    e->sample = t->sample;
+    if (put_text(r, t->text, t->text_len)) goto out;
+    r->n_ev++;
+    rc = 0;
+out:
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+int srv_req_push_text(srv_req *r, const char *text, size_t len) {
+    if (!len) return 0;
+    pthread_mutex_lock(&r->mu);
+    int rc = put_text(r, text, len);
+    /* held-back text released at the end belongs to the last token's event */
+    if (!rc && r->n_ev) r->ev[r->n_ev - 1].text_len += len;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+void srv_req_end(srv_req *r, int end, int finish, const char *errmsg) {
+    pthread_mutex_lock(&r->mu);
+    r->end = end;
+    r->finish = finish;
+    if (errmsg) snprintf(r->errmsg, sizeof r->errmsg, "%s", errmsg);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}

@@ -1,0 +1,79 @@
+/* request.h — one generation request as the HTTP side and the scheduler share it.
+ *
+ * The HTTP thread fills the immutable part (prompt ids, generation parameters), submits it,
+ * then reads the events the scheduler appends (one per sampled token) under the request's
+ * mutex until `done`. The scheduler-private part (sequence, context tokens, gen state) is
+ * touched only by the scheduler thread. Two references (HTTP side, scheduler); the last
+ * srv_req_release frees it.
+ */
+#ifndef DSV4_SERVE_REQUEST_H
+#define DSV4_SERVE_REQUEST_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsv4_text.h"
+
+/* One sampled token as the client sees it. */
+typedef struct srv_event {
+    int32_t token;
+    size_t text_off, text_len;  /* the text released with this token, in srv_req.text */
+    dsv4_sample_out sample;     /* logprob and top logprobs */
+} srv_event;
+
+/* How a request ended (besides the DSV4_FINISH_* of the text layer). */
+enum { SRV_END_NONE = 0, SRV_END_FINISHED, SRV_END_CANCELLED, SRV_END_ERROR };
+
+typedef struct srv_req srv_req;
+struct srv_req {
+    /* ---- set before submit, read-only afterwards ---- */
+    int64_t id;                     /* arrival order */
+    int32_t *prompt;                /* (n_prompt) */
+    int n_prompt;
+    dsv4_gen_params gp;             /* pointers into the owned arrays below */
+    char **stops;                   /* (gp.n_stop) */
+    int32_t *bias_ids;              /* (gp.n_bias) */
+    float *bias;                    /* (gp.n_bias) */
+    const int32_t *forced;          /* test script: tokens to emit instead of sampling, then EOS */
+    int n_forced;
+    double t_arrival;               /* seconds, monotonic */
+
+    /* ---- shared, under mu ---- */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    srv_event *ev;                  /* (n_ev) */
+    int n_ev, cap_ev;
+    char *text;                     /* (text_len) all released text */
+    size_t text_len, text_cap;
+    int end;                        /* SRV_END_* once the scheduler is done with it */
+    int finish;                     /* DSV4_FINISH_*; NONE with end FINISHED = context full */
+    char errmsg[256];
+    int cancel;                     /* set by the HTTP side: the client went away */
+    int refs;
+
+    /* ---- scheduler-private ---- */
+    dsv4_gen *gen;
+    int seq;                        /* engine sequence, -1 when not admitted */
+    int32_t *ctx;                   /* (n_ctx) tokens the sequence must hold: prompt + fed */
+    int n_ctx, cap_ctx;
+    int n_done;                     /* tokens of ctx already in the sequence */
+    int n_sampled;
+    int preempted;                  /* times it was preempted */
+    double t_first, t_last;         /* first and latest token, for the latency histograms */
+    srv_req *next;                  /* in the scheduler's waiting or running list */
+};
+
+/* A new request with its prompt copied and two references; NULL when out of memory. */
+srv_req *srv_req_new(const int32_t *prompt, int n_prompt);
+/* Copies stop strings and logit bias into the request and points gp at them; 0 or -1 (oom). */
+int srv_req_set_stops(srv_req *r, const char *const *stops, int n);
+int srv_req_set_bias(srv_req *r, const int32_t *ids, const float *bias, int n);
+void srv_req_release(srv_req *r);
+
+/* Scheduler side, under r->mu: append one token's event / end the request. 0 or -1 (oom). */
+int srv_req_push(srv_req *r, const dsv4_gen_token *t);
+int srv_req_push_text(srv_req *r, const char *text, size_t len);
+void srv_req_end(srv_req *r, int end, int finish, const char *errmsg);
+
+#endif

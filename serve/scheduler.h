@@ -1,0 +1,43 @@
+/* scheduler.h — continuous batching: one thread owns the engine and runs steps.
+ *
+ * Each step is one dsv4_forward over every admitted request's pending rows (a decode row,
+ * or a chunk of a prompt still being prefilled, at most --step-tokens rows in all), one
+ * dsv4_lm_head over the rows that need logits, then dsv4_gen_next per such request. New
+ * requests join at the next step; finished and cancelled ones free their sequence at once.
+ * When the cache pools run out, the newest request is preempted: its sequence is freed and
+ * it is requeued to be recomputed later from its tokens (prompt + generated), its generation
+ * state (sampler, stop strings, text) kept, so its output does not change.
+ */
+#ifndef DSV4_SERVE_SCHEDULER_H
+#define DSV4_SERVE_SCHEDULER_H
+
+#include "dsv4_text.h"
+#include "serve/metrics.h"
+#include "serve/request.h"
+
+typedef struct srv_sched srv_sched;
+
+typedef struct srv_sched_opts {
+    int step_tokens;          /* most rows per forward */
+    int c_max;                /* the engine's most rows per span */
+    int max_seqs;             /* the engine's sequence slots */
+    int64_t max_context;      /* the engine's max_context */
+    int max_queue;            /* most requests waiting beyond max_seqs (then "busy") */
+} srv_sched_opts;
+
+/* Starts the scheduler thread on an engine it then owns (until srv_sched_free). */
+int srv_sched_start(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *tok,
+                    const srv_sched_opts *o, srv_metrics *metrics, srv_sched **out,
+                    dsv4_err *err);
+/* Hands a request to the scheduler (which then holds one reference); creates its
+ * generation state first: DSV4_ERR_ARG (bad parameters) or DSV4_ERR_STATE (shutting
+ * down) leave the request untouched and the reference with the caller. */
+int srv_sched_submit(srv_sched *s, srv_req *r, dsv4_err *err);
+/* The client went away: the request ends at the next step. */
+void srv_sched_cancel(srv_sched *s, srv_req *r);
+/* Stops taking requests; lets running ones finish for up to grace_s seconds, cancels the
+ * rest, and joins the thread. */
+void srv_sched_stop(srv_sched *s, double grace_s);
+void srv_sched_free(srv_sched *s);
+
+#endif

@@ -1,0 +1,127 @@
+/* server.c — starting and stopping the server: model, tokenizer, engine, scheduler and
+ * HTTP listener (server.h). */
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "serve/http.h"
+#include "serve/srv.h"
+
+/* The last path component of dir, without trailing slashes. */
+static char *dir_name(const char *dir) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    return strndup(dir + b, n - b);
+}
+
+static int tokenize_script(srv *s, dsv4_err *err) {
+    const dsv4_server_script *sc = s->o.script;
+    if (!sc || sc->n <= 0) return DSV4_OK;
+    s->script_ids = calloc((size_t)sc->n, sizeof *s->script_ids);
+    s->script_len = calloc((size_t)sc->n, sizeof *s->script_len);
+    if (!s->script_ids || !s->script_len) return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory");
+    for (int i = 0; i < sc->n; i++) {
+        dsv4_tok_ids ids = {0};
+        int rc = dsv4_tokenize(s->tok, sc->text[i], strlen(sc->text[i]), &ids, err);
+        if (rc) return rc;
+        s->script_ids[i] = ids.ids;
+        s->script_len[i] = (int)ids.n;
+    }
+    return DSV4_OK;
+}
+
+static int load(srv *s, dsv4_err *err) {
+    const dsv4_server_opts *o = &s->o;
+    char path[4200];
+    int rc;
+    if ((rc = dsv4_model_open(o->model_dir, &s->m, err))) return rc;
+    if (o->tokenizer) snprintf(path, sizeof path, "%s", o->tokenizer);
+    else snprintf(path, sizeof path, "%s/tokenizer.json", o->model_dir);
+    if ((rc = dsv4_tokenizer_load(path, &s->tok, err))) return rc;
+    dsv4_model_info mi = dsv4_model_get_info(s->m);
+    s->V = mi.vocab_size;
+    s->bos = mi.bos_token_id;
+    s->eos = mi.eos_token_id;
+    dsv4_engine_opts eo = {0};
+    eo.max_context = o->max_context;
+    eo.max_seqs = o->max_seqs;
+    eo.c_max = (int)(o->step_tokens < o->max_context ? o->step_tokens : o->max_context);
+    eo.threads = o->threads;
+    eo.cache_bytes = o->cache_bytes;
+    if ((rc = dsv4_engine_create(s->m, &eo, &s->e, err))) return rc;
+    if ((rc = tokenize_script(s, err))) return rc;
+    srv_sched_opts so = {.step_tokens = o->step_tokens, .c_max = eo.c_max, .max_seqs = o->max_seqs,
+                         .max_context = o->max_context, .max_queue = o->max_queue};
+    return srv_sched_start(s->e, s->m, s->tok, &so, &s->met, &s->sched, err);
+}
+
+int dsv4_server_start(const dsv4_server_opts *o, dsv4_server **out, dsv4_err *err) {
+    *out = NULL;
+    if (!o->model_dir) return srv_fail(err, DSV4_ERR_ARG, "serve: no model directory");
+    srv *s = calloc(1, sizeof *s);
+    if (!s) return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory");
+    s->o = *o;
+    dsv4_server_opts *so = &s->o;
+    if (!so->host) so->host = "127.0.0.1";
+    if (so->max_seqs <= 0) so->max_seqs = 16;
+    if (so->max_context <= 0) so->max_context = 4096;
+    if (so->step_tokens <= 0) so->step_tokens = 256;
+    if (so->max_queue <= 0) so->max_queue = 256;
+    if (!so->max_body) so->max_body = 8u << 20;
+    if (so->max_connections <= 0) so->max_connections = 512;
+    srv_metrics_init(&s->met);
+    pthread_mutex_init(&s->mu, NULL);
+    s->seed_state = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+    s->started = srv_unix_time();
+    s->model_name = so->model_name ? strdup(so->model_name) : dir_name(so->model_dir);
+    int rc = DSV4_OK;
+    if (!s->model_name) { rc = srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory"); goto fail; }
+    if (so->step_tokens < so->max_seqs) {
+        rc = srv_fail(err, DSV4_ERR_ARG, "serve: step tokens (%d) must be at least max seqs (%d): "
+                      "every running sequence decodes each step", so->step_tokens, so->max_seqs);
+        goto fail;
+    }
+    char port[16];
+    snprintf(port, sizeof port, "%d", so->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE}, *ai = NULL;
+    if (getaddrinfo(so->host, port, &hints, &ai) || !ai) {
+        rc = srv_fail(err, DSV4_ERR_ARG, "serve: cannot resolve host '%s'", so->host);
+        goto fail;
+    }
+    rc = srv_http_start(s, ai->ai_addr, err);  /* /health answers "loading" from now on */
+    freeaddrinfo(ai);
+    if (rc) goto fail;
+    if ((rc = load(s, err))) goto fail;
+    atomic_store(&s->ready, 1);
+    *out = s;
+    return DSV4_OK;
+fail:
+    dsv4_server_stop(s, 0);
+    return rc;
+}
+
+int dsv4_server_port(const dsv4_server *s) { return s->port; }
+
+void dsv4_server_stop(dsv4_server *s, double grace_s) {
+    if (!s) return;
+    srv_http_quiesce(s);
+    srv_sched_stop(s->sched, grace_s);  /* every request ends: streams finish, waits return */
+    srv_http_stop(s);
+    srv_sched_free(s->sched);
+    for (int i = 0; s->script_ids && i < s->o.script->n; i++) free(s->script_ids[i]);
+    free(s->script_ids);
+    free(s->script_len);
+    dsv4_engine_free(s->e);
+    dsv4_tokenizer_free(s->tok);
+    dsv4_model_close(s->m);
+    srv_metrics_destroy(&s->met);
+    pthread_mutex_destroy(&s->mu);
+    free(s->model_name);
+    free(s);
+}

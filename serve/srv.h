@@ -1,0 +1,93 @@
+/* srv.h — the server object shared by the HTTP layer and the API handlers (internal to
+ * serve/). */
+#ifndef DSV4_SERVE_SRV_H
+#define DSV4_SERVE_SRV_H
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "dsv4_text.h"
+#include "serve/job.h"
+#include "serve/metrics.h"
+#include "serve/scheduler.h"
+#include "serve/server.h"
+
+struct srv {
+    dsv4_server_opts o;          /* defaults filled in */
+    char *model_name;
+    dsv4_model *m;
+    dsv4_tokenizer *tok;
+    dsv4_engine *e;
+    srv_sched *sched;
+    srv_metrics met;
+    struct MHD_Daemon *d;
+    int port;
+    atomic_int ready;            /* model loaded, scheduler running */
+    long long started;           /* unix seconds */
+    int V;
+    int32_t bos, eos;
+    pthread_mutex_t mu;          /* guards the two below */
+    uint64_t seed_state;         /* seeds for requests that give none */
+    uint64_t n_jobs;             /* ids of answers */
+    int32_t **script_ids;        /* (o.script->n) tokenized scripted answers */
+    int *script_len;
+};
+
+/* What an API handler hands back to the HTTP layer: an error (status >= 400, body set),
+ * or a submitted job answered by stream (SSE) or final (one JSON body). */
+typedef struct srv_reply {
+    int status;
+    srv_buf body;
+    srv_job *job;
+    srv_stream_fn stream;
+    srv_final_fn final;
+} srv_reply;
+
+/* Handlers of the routes (openai.c, anthropic.c). */
+void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out);
+void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out);
+void srv_anthropic_messages(srv *s, const char *body, size_t len, srv_reply *out);
+
+/* Error bodies in each API's shape. */
+void srv_openai_error(srv_buf *b, int status, const char *msg);
+void srv_anthropic_error(srv_buf *b, int status, const char *msg);
+
+/* ---- shared by the handlers (api.c) --------------------------------------------------- */
+
+/* Reads the sampling and stopping fields every API shares (temperature, top_p, top_k,
+ * min_p, penalties, seed, stop, logit_bias, max_tokens) into r->gp. Returns 0, or -1 with
+ * a message naming the field. stop_key: "stop" or "stop_sequences". */
+int srv_parse_sampling(srv *s, const cJSON *body, srv_req *r, const char *stop_key,
+                       char *msg, size_t msg_len);
+/* The prompt ids of a chat request: messages (+ tools) encoded with the DeepSeek-V4
+ * template, message content as plain text. */
+int srv_chat_prompt(srv *s, const cJSON *messages, const cJSON *tools,
+                    const dsv4_chat_opts *co, dsv4_tok_ids *ids, dsv4_err *err);
+/* Creates the job for r (taking the HTTP side's reference), applies the test script
+ * (matched against the request body) and submits it; on failure out gets the error. */
+srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *out);
+/* Sets out to an error in the API's shape. */
+void srv_reply_error(srv_reply *out, int api, int status, const char *msg);
+/* Optional field of a type: 0 absent (or null), 1 read, -1 wrong type or out of range
+ * (message written). */
+int srv_opt_num(const cJSON *o, const char *key, double lo, double hi, double *v, char *msg,
+                size_t n);
+int srv_opt_bool(const cJSON *o, const char *key, int *v, char *msg, size_t n);
+/* Text of token id as JSON-safe UTF-8 (its bytes, repaired). */
+void srv_token_text(const srv *s, int32_t id, srv_buf *b);
+/* A JSON string of n bytes of valid UTF-8. */
+cJSON *srv_json_str_n(const char *s, size_t n);
+/* Appends "[event: E\n]data: JSON\n\n" and deletes data. */
+void srv_sse(srv_buf *out, const char *event, cJSON *data);
+/* Appends the JSON text and deletes j. */
+void srv_put_json(srv_buf *out, cJSON *j);
+/* OpenAI finish_reason of an ended request: length, tool_calls or stop. */
+const char *srv_finish_reason(const srv_req *r, int n_calls);
+/* The answer's text split into reasoning, content and tool calls; malformed DSML leaves
+ * its raw text in the content (nothing lost). Free with dsv4_parsed_free. */
+void srv_parse_answer(const srv_job *j, dsv4_parsed *p);
+/* Unix time in seconds. */
+long long srv_unix_time(void);
+
+#endif

@@ -1,0 +1,92 @@
+/* util.c — clock, errors, text buffer and UTF-8 repair of the server (util.h). */
+#include "util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double srv_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int srv_fail(dsv4_err *err, int code, const char *fmt, ...) {
+    if (err) {
+        err->code = code;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static int reserve(srv_buf *b, size_t more) {
+    if (b->oom) return -1;
+    if (b->n + more + 1 <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->n + more + 1) cap *= 2;
+    char *s = realloc(b->s, cap);
+    if (!s) { b->oom = 1; return -1; }
+    b->s = s;
+    b->cap = cap;
+    return 0;
+}
+
+void srv_buf_put(srv_buf *b, const char *s, size_t n) {
+    if (reserve(b, n)) return;
+    if (n) memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = '\0';
+}
+
+void srv_buf_puts(srv_buf *b, const char *s) { srv_buf_put(b, s, strlen(s)); }
+
+void srv_buf_printf(srv_buf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (k < 0 || reserve(b, (size_t)k)) { b->oom = 1; return; }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->n, (size_t)k + 1, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)k;
+}
+
+void srv_buf_free(srv_buf *b) {
+    free(b->s);
+    memset(b, 0, sizeof *b);
+}
+
+/* Length of the valid UTF-8 character at s[0..n), or 0 if there is none. */
+static size_t utf8_char(const unsigned char *s, size_t n) {
+    size_t len;
+    unsigned min;
+    unsigned cp;
+    if (s[0] < 0x80) return 1;
+    if ((s[0] & 0xe0) == 0xc0) { len = 2; min = 0x80; cp = s[0] & 0x1f; }
+    else if ((s[0] & 0xf0) == 0xe0) { len = 3; min = 0x800; cp = s[0] & 0x0f; }
+    else if ((s[0] & 0xf8) == 0xf0) { len = 4; min = 0x10000; cp = s[0] & 0x07; }
+    else return 0;
+    if (len > n) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return len;
+}
+
+void srv_buf_put_utf8(srv_buf *b, const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        size_t k = utf8_char(u + i, n - i);
+        if (k) { srv_buf_put(b, s + i, k); i += k; }
+        else { srv_buf_puts(b, "\xef\xbf\xbd"); i++; }
+    }
+}

@@ -1,0 +1,32 @@
+/* util.h — small helpers of the server: a monotonic clock, error filling, a growable
+ * text buffer and UTF-8 repair. */
+#ifndef DSV4_SERVE_UTIL_H
+#define DSV4_SERVE_UTIL_H
+
+#include <stddef.h>
+
+#include "dsv4.h"
+
+/* Seconds on the monotonic clock. */
+double srv_now(void);
+/* Fills err (code, printf-style message) and returns code. */
+int srv_fail(dsv4_err *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* A growable NUL-terminated text; oom sticks once an allocation failed. Start from {0}. */
+typedef struct srv_buf {
+    char *s;
+    size_t n, cap;
+    int oom;
+} srv_buf;
+
+void srv_buf_put(srv_buf *b, const char *s, size_t n);
+void srv_buf_puts(srv_buf *b, const char *s);
+void srv_buf_printf(srv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void srv_buf_free(srv_buf *b);
+
+/* Appends bytes as valid UTF-8: every invalid or incomplete sequence becomes U+FFFD (a
+ * token's bytes may hold part of a character; JSON text must be valid UTF-8). */
+void srv_buf_put_utf8(srv_buf *b, const char *s, size_t n);
+
+#endif
