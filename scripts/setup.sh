@@ -2,7 +2,7 @@
 # Installs every build and test dependency from Debian packages (run as root, or with sudo).
 # Does nothing when they are all present already.
 set -e
-PACKAGES="build-essential cmake pkg-config libcjson-dev libpcre2-dev libssl-dev libopenmpi-dev openmpi-bin
+PACKAGES="build-essential cmake pkg-config libcjson-dev libpcre2-dev libssl-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin
 clang libclang-rt-14-dev python3 python3-numpy"
 missing=""
 for p in $PACKAGES; do

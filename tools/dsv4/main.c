@@ -22,6 +22,7 @@ static const command commands[] = {
     {"generate", cmd_generate, "generate text from a prompt"},
     {"chat", cmd_chat, "interactive multi-turn chat"},
     {"bench", cmd_bench, "prefill/decode speed against the measured bandwidth and FMA peak"},
+    {"serve", cmd_serve, "OpenAI/Anthropic-compatible HTTP server with continuous batching"},
 };
 
 static void usage(FILE *f) {
