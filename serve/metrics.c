@@ -37,13 +37,11 @@ void srv_metrics_step(srv_metrics *m, int rows, int decode) {
     pthread_mutex_unlock(&m->mu);
 }
 
-void srv_metrics_load(srv_metrics *m, int64_t queued, int64_t running, int64_t pages_used,
-                      int64_t pages_total) {
+void srv_metrics_load(srv_metrics *m, int64_t queued, int64_t running, dsv4_cache_stats cache) {
     pthread_mutex_lock(&m->mu);
     m->queue_depth = queued;
     m->running = running;
-    m->pages_used = pages_used;
-    m->pages_total = pages_total;
+    m->cache = cache;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -113,10 +111,15 @@ char *srv_metrics_render(srv_metrics *m) {
     srv_buf_printf(&b, "# HELP dsv4_running_sequences sequences in the engine\n"
             "# TYPE dsv4_running_sequences gauge\ndsv4_running_sequences %lld\n",
         (long long)m->running);
-    srv_buf_printf(&b, "# HELP dsv4_cache_pages cache pages (all pools) by state\n"
-            "# TYPE dsv4_cache_pages gauge\ndsv4_cache_pages{state=\"used\"} %lld\n"
-            "dsv4_cache_pages{state=\"free\"} %lld\n", (long long)m->pages_used,
-        (long long)(m->pages_total - m->pages_used));
+    const dsv4_cache_stats *c = &m->cache;
+    srv_buf_printf(&b, "# HELP dsv4_cache_pages cache pages by pool (window, compressed blocks) "
+            "and state\n# TYPE dsv4_cache_pages gauge\n"
+            "dsv4_cache_pages{pool=\"window\",state=\"used\"} %lld\n"
+            "dsv4_cache_pages{pool=\"window\",state=\"free\"} %lld\n"
+            "dsv4_cache_pages{pool=\"block\",state=\"used\"} %lld\n"
+            "dsv4_cache_pages{pool=\"block\",state=\"free\"} %lld\n",
+        (long long)c->win_used, (long long)(c->win_total - c->win_used), (long long)c->blk_used,
+        (long long)(c->blk_total - c->blk_used));
     srv_buf_printf(&b, "# HELP dsv4_steps_total engine steps (one forward each)\n"
             "# TYPE dsv4_steps_total counter\ndsv4_steps_total %llu\n"
             "# HELP dsv4_step_rows_total rows over all steps\n"

@@ -26,7 +26,7 @@ typedef struct srv_metrics {
     uint64_t steps, step_rows, decode_rows;
     uint64_t steps_by_decode_rows[SRV_ROWS_BUCKETS + 1];  /* decode rows 1, 2, 3-4, 5-8, ... */
     int64_t queue_depth, running;
-    int64_t pages_used, pages_total;
+    dsv4_cache_stats cache;
     srv_hist ttft, itl;             /* seconds */
 } srv_metrics;
 
@@ -35,9 +35,8 @@ void srv_metrics_destroy(srv_metrics *m);
 void srv_metrics_request(srv_metrics *m, int http_status);
 /* One engine step with `rows` rows of which `decode` are single-token decode rows. */
 void srv_metrics_step(srv_metrics *m, int rows, int decode);
-/* The gauges: requests waiting and running, cache pages in use and in all. */
-void srv_metrics_load(srv_metrics *m, int64_t queued, int64_t running, int64_t pages_used,
-                      int64_t pages_total);
+/* The gauges: requests waiting and running, cache pages. */
+void srv_metrics_load(srv_metrics *m, int64_t queued, int64_t running, dsv4_cache_stats cache);
 void srv_metrics_tokens(srv_metrics *m, int64_t prompt, int64_t gen);
 void srv_metrics_latency(srv_metrics *m, double ttft, double itl);  /* < 0: skip that one */
 void srv_metrics_event(srv_metrics *m, int cancelled, int preempted);

@@ -229,9 +229,7 @@ static void step(srv_sched *s) {
 }
 
 static void publish_load(srv_sched *s) {
-    dsv4_cache_stats cs = dsv4_engine_cache_stats(s->e);
-    srv_metrics_load(s->met, s->n_wait, s->n_run, cs.win_used + cs.blk_used,
-                     cs.win_total + cs.blk_total);
+    srv_metrics_load(s->met, s->n_wait, s->n_run, dsv4_engine_cache_stats(s->e));
 }
 
 /* ---- the thread ------------------------------------------------------------------------- */

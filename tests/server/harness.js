@@ -1,0 +1,100 @@
+// harness.js — starts a real `dsv4 serve` for the server tests and stops it with SIGTERM.
+// Environment (set by CTest): DSV4_BIN (the dsv4 program), DSV4_MODEL (a generated model
+// with the real tokenizer). Every test is bounded: a watchdog kills the server and fails.
+'use strict';
+const { spawn, execFileSync } = require('child_process');
+const assert = require('assert');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+
+const BIN = process.env.DSV4_BIN;
+const MODEL = process.env.DSV4_MODEL;
+assert(BIN && MODEL, 'DSV4_BIN and DSV4_MODEL must be set');
+
+// Servers still running are killed when the test exits, whatever happened.
+const children = [];
+process.on('exit', () => { for (const p of children) if (p.exitCode === null) p.kill('SIGKILL'); });
+
+// Starts `dsv4 serve --model MODEL --port 0 ...args`; resolves to {url, port, proc, stop}.
+function start(args = [], { script } = {}) {
+  const extra = [];
+  if (script) {
+    const f = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'dsv4-script-')), 'script.json');
+    fs.writeFileSync(f, JSON.stringify(script));
+    extra.push('--test-script', f);
+  }
+  const argv = ['serve', '--model', MODEL, '--port', '0', '--threads', '1', ...extra, ...args];
+  const proc = spawn(BIN, argv, { stdio: ['ignore', 'inherit', 'pipe'] });
+  children.push(proc);
+  let log = '';
+  const exited = new Promise((resolve) => proc.on('exit', (code, sig) => resolve({ code, sig })));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error('server did not start:\n' + log)); }, 30000);
+    proc.stderr.on('data', (d) => {
+      log += d;
+      process.stderr.write(d);
+      const m = /listening on http:\/\/([^:]+):(\d+)/.exec(log);
+      if (m && timer) {
+        clearTimeout(timer);
+        const url = `http://127.0.0.1:${m[2]}`;
+        resolve({
+          url, port: Number(m[2]), proc,
+          // SIGTERM; the server must exit 0 within the bound
+          async stop(boundMs = 20000) {
+            proc.kill('SIGTERM');
+            const t = setTimeout(() => proc.kill('SIGKILL'), boundMs);
+            const r = await exited;
+            clearTimeout(t);
+            assert.strictEqual(r.sig, null, `server killed by ${r.sig} (did not stop in ${boundMs} ms)`);
+            assert.strictEqual(r.code, 0, `server exit status ${r.code}`);
+          },
+        });
+      }
+    });
+    proc.on('exit', (code) => reject(new Error(`server exited (${code}) before listening:\n${log}`)));
+  });
+}
+
+// Raw HTTP request (no client library): resolves {status, body, json}.
+async function http(url, { method = 'POST', body, headers = {} } = {}) {
+  const res = await fetch(url, {
+    method, headers: { 'content-type': 'application/json', ...headers },
+    body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch (e) { /* not JSON */ }
+  return { status: res.status, body: text, json };
+}
+
+// Prometheus text -> {name{labels}: value}
+async function metrics(url) {
+  const t = await (await fetch(url + '/metrics')).text();
+  const m = {};
+  for (const line of t.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const i = line.lastIndexOf(' ');
+    m[line.slice(0, i)] = Number(line.slice(i + 1));
+  }
+  return m;
+}
+
+// `dsv4 generate` on the same model: {text, ids, logprobs (4 decimals)} (ids and logprobs
+// with --logprobs N)
+function generate(args) {
+  const r = require('child_process').spawnSync(BIN, ['generate', '--model', MODEL, '--threads', '1', ...args],
+    { encoding: 'utf8', timeout: 60000 });
+  assert.strictEqual(r.status, 0, r.stderr);
+  const rows = [...r.stderr.matchAll(/^\[(\d+) \S* (-?[\d.]+)\]/gm)];
+  return { text: r.stdout.replace(/\n$/, ''), ids: rows.map((m) => Number(m[1])), logprobs: rows.map((m) => Number(m[2])) };
+}
+
+// Runs the test body with a server and a watchdog; exits non-zero on any failure.
+function run(name, fn, { limitMs = 100000 } = {}) {
+  const dog = setTimeout(() => { console.error(`${name}: timed out after ${limitMs} ms`); process.exit(1); }, limitMs);
+  fn().then(() => { clearTimeout(dog); console.log(`${name}: ok`); },
+    (e) => { console.error(`${name}: FAILED\n`, e); process.exit(1); });
+}
+
+module.exports = { start, http, metrics, generate, run, BIN, MODEL, execFileSync };
