@@ -1,4 +1,5 @@
 // test_abuse.js — load and abuse, loopback only, bounded: 200 requests at concurrency 16
+// (DSV4_ABUSE_N requests instead: the sanitizer build, 20x slower, runs 40)
 // mixing good requests (checked against their solo answers) with malformed JSON, wrong
 // types, oversized bodies, unknown routes and methods, and clients that hang up mid-stream
 // or mid-request; plus raw garbage on the socket. Every request gets exactly one outcome,
@@ -23,19 +24,21 @@ async function sseText(res) {
   return { text, done: body.endsWith('data: [DONE]\n\n') };
 }
 
-// Opens a stream, reads its first bytes, hangs up.
+// Hangs up: a stream after its first bytes, a plain request after afterMs (before its
+// answer, which takes longer).
 async function hangUp(url, body, afterMs) {
   const ctl = new AbortController();
+  const timer = body.stream ? null : setTimeout(() => ctl.abort(), afterMs);
   try {
     const res = await fetch(url + '/v1/chat/completions', { method: 'POST', signal: ctl.signal,
       headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
     if (body.stream) await res.body.getReader().read();
-    else await new Promise((r) => setTimeout(r, afterMs));
     ctl.abort();
-    if (!body.stream) await res.text().catch(() => {});
+    await res.text().catch(() => {});
   } catch (e) {
     if (e.name !== 'AbortError') throw e;
   }
+  clearTimeout(timer);
   return 'hung-up';
 }
 
@@ -56,7 +59,7 @@ run('server_abuse', async () => {
   const expect = [];
   for (const p of PROMPTS) expect.push((await http(url + '/v1/chat/completions', { body: chatBody(p) })).json.choices[0].message.content);
 
-  const N = 200;
+  const N = Number(process.env.DSV4_ABUSE_N || 200);
   const outcome = new Array(N).fill(undefined);
   const task = async (i) => {
     const p = i % PROMPTS.length;
@@ -106,6 +109,7 @@ run('server_abuse', async () => {
       const i = next++;
       assert.strictEqual(outcome[i], undefined, `request ${i} ran twice`);
       outcome[i] = await task(i);
+      if (process.env.DSV4_TRACE) console.error(`task ${i}: ${outcome[i]}`);
     }
   };
   await Promise.all(Array.from({ length: 16 }, worker));
@@ -115,8 +119,8 @@ run('server_abuse', async () => {
 
   const count = (k) => outcome.filter((o) => o === k).length;
   assert.strictEqual(count('good') + count('rejected') + count('hung-up'), N, 'a request was lost');
-  assert.strictEqual(count('good'), 80);
-  assert.strictEqual(count('hung-up'), 40);
+  assert.strictEqual(count('good'), (4 * N) / 10);
+  assert.strictEqual(count('hung-up'), (2 * N) / 10);
 
   // healthy and idle afterwards: hung-up requests were cancelled, nothing keeps running
   let m;
@@ -132,4 +136,4 @@ run('server_abuse', async () => {
   const last = await http(url + '/v1/chat/completions', { body: chatBody(PROMPTS[0]) });
   assert.strictEqual(last.json.choices[0].message.content, expect[0]);
   await srv.stop();
-}, { limitMs: 110000 });
+}, { limitMs: 140000 });
