@@ -1,5 +1,5 @@
 /* metrics.c — counters and histograms in the Prometheus text format (metrics.h). */
-#include "metrics.h"
+#include "serve/metrics.h"
 
 #include "serve/util.h"
 

@@ -1,5 +1,5 @@
 /* request.c — the request object shared by the HTTP side and the scheduler (request.h). */
-#include "request.h"
+#include "serve/request.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* scheduler.c — continuous batching over one engine (scheduler.h). */
-#include "scheduler.h"
+#include "serve/scheduler.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* split.c — reasoning / content / tool-block split of streamed text (split.h). */
-#include "split.h"
+#include "serve/split.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /* util.c — clock, errors, text buffer and UTF-8 repair of the server (util.h). */
-#include "util.h"
+#include "serve/util.h"
 
 #include <stdarg.h>
 #include <stdio.h>
