@@ -77,6 +77,13 @@ int dsv4_model_fingerprint(const dsv4_model *m, int full, uint8_t out[32], dsv4_
  * config.json files that compute the same function, whatever their formatting. */
 int dsv4_model_config_hash(const dsv4_model *m, uint8_t out[32], dsv4_err *err);
 
+/* ---- machine ------------------------------------------------------------------------ */
+
+/* The cores this process may use: the CPU affinity mask (what taskset and container
+ * cpusets set), capped by a cgroup CPU quota (cpu.max, or cpu.cfs_quota_us under cgroup
+ * v1) rounded up; at least 1. The engine's default thread count (threads = 0). */
+int dsv4_available_cores(void);
+
 /* ---- distribution (MPI) ------------------------------------------------------------- */
 
 /* A process group for context-parallel prefill and expert-parallel MoE. Without MPI (or
@@ -113,7 +120,7 @@ typedef struct dsv4_engine_opts {
     int max_seqs;          /* live sequences; 0 = 4 */
     int c_max;             /* most rows of one span; 0 = 2048 */
     int mtp;               /* 1: keep MTP caches (D_max = 1) */
-    int threads;           /* worker threads; 0 = all cores */
+    int threads;           /* worker threads; 0 = dsv4_available_cores() */
     uint64_t cache_bytes;  /* byte budget for compressed pools; 0 = enough for max_seqs x max_context */
     int block;             /* B: compressed block size in positions; 0 = lcm(ratios) */
     int win_block;         /* B_w: window page size in positions; 0 = 64 */

@@ -46,8 +46,6 @@ INTERNAL = "dsv4_internal.h"
 # Wrong-way edges whose owners are removing them: (including file, included header).
 # Each entry names who removes it. Empty this list; never add to it.
 PENDING = {
-    # cli: the user-facing commands' file reading goes through the public API
-    ("tools/dsv4/cli_util.c", "util/file.h"): "cli",
 }
 
 # The HTTP server's one header for the CLI (top-level serve/, not src/serve/).

@@ -28,10 +28,7 @@ struct dsv4_kctx {
 static int64_t round16(int64_t v) { return (v + 15) & ~(int64_t)15; }
 
 int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err *err) {
-    if (n_threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 0 ? (int)n : 1;
-    }
+    if (n_threads <= 0) n_threads = dsv4_available_cores();
     if (n_threads > 1024) return dsv4_fail(err, DSV4_ERR_ARG, "kernel context: %d threads is too many", n_threads);
     dsv4_kctx *k = calloc(1, sizeof *k);
     if (!k) return dsv4_fail(err, DSV4_ERR_NOMEM, "kernel context: out of memory");

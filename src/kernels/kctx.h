@@ -11,7 +11,7 @@
 
 typedef struct dsv4_kctx dsv4_kctx;
 
-/* n_threads <= 0: all online cores. max_cols: widest matrix input the engine will use
+/* n_threads <= 0: the cores this process may use (dsv4_available_cores). max_cols: widest matrix input the engine will use
  * (sizes the per-thread scratch of dsv4_kctx_scratch). The SIMD level is the best the CPU
  * supports, or the one the environment variable DSV4_SIMD forces: "portable" (or 0),
  * "avx2" (1), "avx512" (2) (kernels/cpu.h). An unknown value, or a level the CPU or build

@@ -127,9 +127,9 @@ int main(void) {
     test_summary(model);
     expect("", 2, "--model DIR is required");
     snprintf(args, sizeof args, "--model '%s' --batch 0", model);
-    expect(args, 2, "--batch needs an integer");
+    expect(args, 2, "--batch needs a whole number");
     snprintf(args, sizeof args, "--model '%s' --batches 1,x", model);
-    expect(args, 2, "--batches needs");
+    expect(args, 2, "--batches: needs");
     expect("--model /nonexistent/dsv4_model --gen 1", 1, "dsv4 bench:");
     expect("--model x --frobnicate", 2, "unknown option");
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

@@ -3,7 +3,7 @@
 
 #include "dsv4.h"
 #include "dsv4_text.h"
-#include "util/file.h"
+#include "cli_opts.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -12,11 +12,8 @@
 #include <sys/stat.h>
 
 int cli_parse_int(const char *s, long long lo, long long hi, long long *out) {
-    if (!s || !*s) return -1;
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || v < lo || v > hi) return -1;
+    int64_t v;
+    if (cli_parse_i64(s, lo, hi, &v)) return -1;
     *out = v;
     return 0;
 }
@@ -78,23 +75,35 @@ int cli_write_f32(const char *dir, const char *name, const float *data, size_t n
     return (w == n && rc == 0) ? 0 : -1;
 }
 
-char *cli_read_file(const char *path, size_t *len) {
-    return dsv4_read_file(path, 0, len, NULL);
-}
-
-char *cli_read_stream(FILE *f, size_t *len) {
+char *cli_read_input(const char *path, size_t limit, size_t *len, char *errbuf, size_t errlen) {
+    const int is_stdin = !strcmp(path, "-");
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    if (!f) {
+        snprintf(errbuf, errlen, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    const char *name = is_stdin ? "standard input" : path;
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap + 1);
     while (buf) {
         size_t got = fread(buf + n, 1, cap - n, f);
         n += got;
         if (n < cap) break;
+        if (cap > limit) break;
         char *grown = realloc(buf, (cap *= 2) + 1);
-        if (!grown) { free(buf); buf = NULL; break; }
-        buf = grown;
+        if (!grown) { free(buf); buf = NULL; }
+        else buf = grown;
     }
-    int bad = ferror(f);
-    if (!buf || bad) { free(buf); return NULL; }
+    const int read_error = ferror(f);
+    const int saved = errno;
+    if (!is_stdin) fclose(f);
+    if (!buf) { snprintf(errbuf, errlen, "%s: out of memory", name); return NULL; }
+    if (read_error || n > limit) {
+        if (read_error) snprintf(errbuf, errlen, "cannot read %s: %s", name, strerror(saved));
+        else snprintf(errbuf, errlen, "%s is larger than the %zu MB this input may hold", name, limit >> 20);
+        free(buf);
+        return NULL;
+    }
     buf[n] = 0;
     if (len) *len = n;
     return buf;
@@ -114,27 +123,4 @@ struct dsv4_tokenizer *cli_load_tokenizer(const char *cmd, const char *path) {
         return NULL;
     }
     return tok;
-}
-
-int cli_tokenizer_args(const char *cmd, int argc, char **argv, const char *flag, int flag_bit,
-                       void (*usage)(FILE *), const char **path, int *flags) {
-    *path = NULL;
-    *flags = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); return 0; }
-        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) *path = argv[++i];
-        else if (!strncmp(argv[i], "--tokenizer=", 12)) *path = argv[i] + 12;
-        else if (!strcmp(argv[i], flag)) *flags |= flag_bit;
-        else {
-            fprintf(stderr, "dsv4 %s: unknown or incomplete option '%s'\n", cmd, argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!*path) {
-        fprintf(stderr, "dsv4 %s: --tokenizer FILE is required\n", cmd);
-        usage(stderr);
-        return 2;
-    }
-    return -1;
 }

@@ -7,7 +7,8 @@
 #include <stdio.h>
 #include <stdint.h>
 
-/* Parses a decimal integer in [lo, hi] from s; returns 0 on success. */
+/* Parses a decimal integer in [lo, hi] from s, strictly (cli_parse_i64); returns 0 on
+ * success. */
 int cli_parse_int(const char *s, long long lo, long long hi, long long *out);
 
 /* Parses ids separated by commas and/or whitespace into a malloc'd array. Returns the
@@ -20,18 +21,18 @@ int cli_mkdirs(const char *path);
 /* Writes n floats little-endian to dir/name; returns 0 on success. */
 int cli_write_f32(const char *dir, const char *name, const float *data, size_t n);
 
-/* Reads a whole file / stream into a malloc'd NUL-terminated buffer (NULL on failure). */
-char *cli_read_file(const char *path, size_t *len);
-char *cli_read_stream(FILE *f, size_t *len);
+/* Limits on inputs read whole: a prompt (text) and token id lists. A million-token
+ * context is a few MB of text; these leave room and still stop a runaway pipe. */
+#define CLI_TEXT_LIMIT (64u << 20)
+#define CLI_IDS_LIMIT (256u << 20)
+
+/* Reads a whole file ("-" = standard input) of at most `limit` bytes into a malloc'd
+ * NUL-terminated buffer. On failure returns NULL with the reason (strerror, or "larger
+ * than N MB") in errbuf. */
+char *cli_read_input(const char *path, size_t limit, size_t *len, char *errbuf, size_t errlen);
 
 /* Loads a tokenizer.json given as the file or a directory holding one; prints
  * "dsv4 CMD: message" and returns NULL on failure. */
 struct dsv4_tokenizer *cli_load_tokenizer(const char *cmd, const char *path);
-
-/* The options of `dsv4 tokenize / detokenize`: --tokenizer FILE (or --tokenizer=FILE), and
- * one switch `flag` that sets flag_bit in *flags; -h/--help prints usage. Returns -1 to go
- * on with *path set, else the exit status (0 after help, 2 on a bad or missing option). */
-int cli_tokenizer_args(const char *cmd, int argc, char **argv, const char *flag, int flag_bit,
-                       void (*usage)(FILE *), const char **path, int *flags);
 
 #endif

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_opts.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "dsv4_internal.h"
@@ -29,28 +30,6 @@
  * same threads as the model */
 
 #define MAX_LIST 32
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: dsv4 bench --model DIR [options]\n"
-            "\n"
-            "Times prefill and batched greedy decode on DIR and compares them with this\n"
-            "machine's measured memory bandwidth and FP32 FMA peak (probed in the same run).\n"
-            "\n"
-            "  --prompt-len N    prompt tokens per sequence (default 512)\n"
-            "  --gen N           decode steps per measurement (default 32)\n"
-            "  --batch B         sequences decoded together (default 1)\n"
-            "  --threads T       worker threads (default: all cores)\n"
-            "  --batches LIST    decode at each of these batch sizes, e.g. 1,2,4,8,16\n"
-            "                    (the top-level figures are those of --batch, added if missing)\n"
-            "  --contexts LIST   then extend the --batch sequences to each context length\n"
-            "                    (ascending, e.g. 1024,4096,16384) and decode there\n"
-            "  --chunk N         prefill chunk (the engine's c_max; default min(2048, longest))\n"
-            "  --reps N          timed repetitions of each measurement, best kept (default 2)\n"
-            "  --probe-mb N      bandwidth probe buffer in MiB (default 512)\n"
-            "  --seed N          prompt token seed (default 1)\n"
-            "  --json            one JSON object on stdout instead of the summary\n");
-}
 
 static double now_s(void) {
     struct timespec ts;
@@ -425,57 +404,49 @@ static void print_decode(const decode_result *d, double bw_gbs, double peak_gflo
 
 /* ---- the command ----------------------------------------------------------------------- */
 
+/* a --batches / --contexts list */
+typedef struct num_list { long long *v; int *n; long long lo, hi; } num_list;
+
+static int parse_list_opt(const char *v, void *dst, char *msg, size_t n) {
+    num_list *l = dst;
+    if (!parse_list(v, l->lo, l->hi, l->v, l->n)) return 0;
+    snprintf(msg, n, "needs up to %d whole numbers in [%lld, %lld], comma-separated, not '%s'",
+             MAX_LIST, l->lo, l->hi, v);
+    return -1;
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *dir = NULL;
-    long long prompt_len = 512, gen = 32, batch = 1, threads = 0, chunk = 0, reps = 2, probe_mb = 512, seed = 1;
+    int64_t prompt_len = 512, gen = 32, batch = 1, threads = 0, chunk = 0, reps = 2, probe_mb = 512, seed = 1;
     long long batches[MAX_LIST], contexts[MAX_LIST];
     int n_batches = 0, n_contexts = 0, json = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-        if (!strcmp(a, "--json")) { json = 1; continue; }
-        struct { const char *name; long long *dst, lo, hi; } ints[] = {
-            {"--prompt-len", &prompt_len, 1, 1 << 24}, {"--gen", &gen, 1, 1 << 20},
-            {"--batch", &batch, 1, 1024}, {"--threads", &threads, 0, 4096},
-            {"--chunk", &chunk, 1, 1 << 20}, {"--reps", &reps, 1, 64},
-            {"--probe-mb", &probe_mb, 1, 1 << 16}, {"--seed", &seed, 0, INT64_MAX},
-        };
-        int done = 0;
-        for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !done; k++) {
-            if (strcmp(a, ints[k].name)) continue;
-            done = 1;
-            if (!v || cli_parse_int(v, ints[k].lo, ints[k].hi, ints[k].dst)) {
-                fprintf(stderr, "dsv4 bench: %s needs an integer in [%lld, %lld], got '%s'\n", a,
-                        ints[k].lo, ints[k].hi, v ? v : "");
-                return 2;
-            }
-            i++;
-        }
-        if (done) continue;
-        if (!strcmp(a, "--model") && v) { dir = v; i++; continue; }
-        if (!strcmp(a, "--batches") && v) {
-            if (parse_list(v, 1, 1024, batches, &n_batches)) {
-                fprintf(stderr, "dsv4 bench: --batches needs up to %d sizes in [1, 1024], got '%s'\n", MAX_LIST, v);
-                return 2;
-            }
-            i++;
-            continue;
-        }
-        if (!strcmp(a, "--contexts") && v) {
-            if (parse_list(v, 1, 1 << 24, contexts, &n_contexts)) {
-                fprintf(stderr, "dsv4 bench: --contexts needs up to %d lengths in [1, 2^24], got '%s'\n", MAX_LIST, v);
-                return 2;
-            }
-            i++;
-            continue;
-        }
-        fprintf(stderr, "dsv4 bench: unknown option or missing value '%s'\n", a);
-        usage(stderr);
-        return 2;
-    }
+    num_list batch_list = {batches, &n_batches, 1, 1024}, context_list = {contexts, &n_contexts, 1, 1 << 24};
+    const cli_opt opts[] = {
+        CLI_STR_OPT("model", 'm', &dir, "DIR", "model directory"),
+        CLI_I64_OPT("prompt-len", 0, &prompt_len, 1, 1 << 24, "N", "prompt tokens per sequence"),
+        CLI_I64_OPT("gen", 0, &gen, 1, 1 << 20, "N", "decode steps per measurement"),
+        CLI_I64_OPT("batch", 0, &batch, 1, 1024, "B", "sequences decoded together"),
+        CLI_I64_OPT("threads", 't', &threads, 0, 4096, "N", "worker threads", .def = "the cores this process may use"),
+        CLI_FN_OPT("batches", 0, &batch_list, parse_list_opt, "LIST", "", "decode at each of these batch sizes, e.g. 1,2,4,8,16 "
+                   "(the top-level figures are those of --batch, added if missing)"),
+        CLI_FN_OPT("contexts", 0, &context_list, parse_list_opt, "LIST", "", "then extend the --batch sequences to each context "
+                   "length (ascending, e.g. 1024,4096,16384) and decode there"),
+        CLI_I64_OPT("chunk", 0, &chunk, 0, 1 << 20, "N", "prefill chunk (the engine's c_max)", .def = "min(2048, longest)"),
+        CLI_I64_OPT("reps", 0, &reps, 1, 64, "N", "timed repetitions of each measurement, best kept"),
+        CLI_I64_OPT("probe-mb", 0, &probe_mb, 1, 1 << 16, "N", "bandwidth probe buffer in MiB"),
+        CLI_I64_OPT("seed", 's', &seed, 0, INT64_MAX, "N", "prompt token seed"),
+        CLI_FLAG_OPT("json", 0, &json, 1, "one JSON object on stdout instead of the summary"),
+        CLI_OPT_END,
+    };
+    const cli_cmd cmd = {"bench", "--model DIR [options]",
+                         "Times prefill and batched greedy decode on DIR and compares them with this\n"
+                         "machine's measured memory bandwidth and FP32 FMA peak (probed in the same run).",
+                         {opts}};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc >= 0) return prc;
     if (!dir) {
         fprintf(stderr, "dsv4 bench: --model DIR is required\n");
-        usage(stderr);
+        cli_short_usage(&cmd, stderr);
         return 2;
     }
     /* batch list: sorted, --batch included, duplicates dropped */

@@ -12,27 +12,20 @@
 #include "gen_flags.h"
 #include "dsv4_text.h"
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: dsv4 chat --model DIR [--system TEXT] [options]\n%s", gen_flags_help());
-}
-
 int cmd_chat(int argc, char **argv) {
-    gen_flags f = {0};
-    f.think = -1;
-    f.gen.max_tokens = 512;
-    f.gen.sample.temperature = 0.6f;
+    gen_flags f;
+    gen_flags_init(&f, 512);
     const char *system = NULL;
-    for (int i = 1; i < argc; i++) {
-        int t = gen_flags_take(&f, argc, argv, &i, "chat");
-        if (t < 0) return 2;
-        if (t) continue;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); return 0; }
-        if (!strcmp(argv[i], "--system") && i + 1 < argc) { system = argv[++i]; continue; }
-        fprintf(stderr, "dsv4 chat: unknown option or missing value '%s'\n", argv[i]);
-        usage(stderr);
-        return 2;
-    }
-    if (!f.model_dir) { fprintf(stderr, "dsv4 chat: need --model\n"); usage(stderr); return 2; }
+    const cli_opt own[] = {
+        CLI_STR_OPT("system", 0, &system, "TEXT", "system message that starts the conversation"),
+        CLI_OPT_END,
+    };
+    const cli_cmd cmd = {"chat", "--model DIR [--system TEXT] [options]",
+                         "An interactive conversation: each line is your turn, the reply streams back.\n"
+                         "/reset starts over, /exit (or end of input) quits.", {own, f.opts}};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc >= 0) return prc;
+    if ((prc = gen_flags_finish(&f, &cmd))) return prc;
 
     dsv4_model *model;
     dsv4_tokenizer *tok;

@@ -8,16 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_opts.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "dsv4_text.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: dsv4 detokenize --tokenizer FILE [--skip-special] < ids\n\n"
-            "  --tokenizer FILE  tokenizer.json (or a directory holding one)\n"
-            "  --skip-special    leave out tokens marked special (BOS, EOS, ...)\n");
-}
 
 /* Parses the id list; returns 0, or 1 after printing what is wrong. */
 static int parse_ids(const char *s, size_t n, dsv4_tok_ids *ids) {
@@ -49,18 +43,32 @@ static int parse_ids(const char *s, size_t n, dsv4_tok_ids *ids) {
 }
 
 int cmd_detokenize(int argc, char **argv) {
-    const char *path;
-    int flags;
-    const int args = cli_tokenizer_args("detokenize", argc, argv, "--skip-special", DSV4_DETOK_SKIP_SPECIAL, usage, &path, &flags);
-    if (args >= 0) return args;
+    const char *path = NULL, *input = "-";
+    int skip_special = 0;
+    const cli_opt opts[] = {
+        CLI_STR_OPT("tokenizer", 0, &path, "FILE", "tokenizer.json, or a directory holding one"),
+        CLI_FILE_OPT("input", 'i', &input, "FILE", "the token ids to decode"),
+        CLI_FLAG_OPT("skip-special", 0, &skip_special, 1, "leave out tokens marked special (BOS, EOS, ...)"),
+        CLI_OPT_END,
+    };
+    const cli_cmd cmd = {"detokenize", "--tokenizer FILE [--skip-special] < ids", NULL, {opts}};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc >= 0) return rc;
+    if (!path) {
+        fprintf(stderr, "dsv4 detokenize: --tokenizer FILE is required\n");
+        cli_short_usage(&cmd, stderr);
+        return 2;
+    }
+    const int flags = skip_special ? DSV4_DETOK_SKIP_SPECIAL : 0;
     dsv4_err err = {0};
     dsv4_tokenizer *tok = cli_load_tokenizer("detokenize", path);
     if (!tok) return 1;
     size_t n;
-    char *in = cli_read_stream(stdin, &n);
+    char why[512];
+    char *in = cli_read_input(input, CLI_IDS_LIMIT, &n, why, sizeof why);
     dsv4_tok_ids ids = {0};
-    int rc = 1;
-    if (!in) fprintf(stderr, "dsv4 detokenize: cannot read stdin\n");
+    rc = 1;
+    if (!in) fprintf(stderr, "dsv4 detokenize: %s\n", why);
     else if (!parse_ids(in, n, &ids)) {
         char *text;
         size_t len;

@@ -9,26 +9,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli_opts.h"
 #include "commands.h"
 #include "dsv4_internal.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: dsv4 gen-model (--config FILE | --preset demo) --out DIR [options]\n"
-            "\n"
-            "Writes DIR/config.json and DIR/model.safetensors with seeded random weights under\n"
-            "the official DeepSeek-V4 tensor names.\n"
-            "\n"
-            "  --config FILE     model configuration (Hugging Face config.json)\n"
-            "  --preset demo     built-in demo config: vocab 129280, hidden 256, layers\n"
-            "                    SWA/CSA/HCA/CSA + MTP, window 128 (about 150 MB in bf16)\n"
-            "  --out DIR         output directory (created if missing)\n"
-            "  --seed N          random seed (default 0); same seed, same bytes\n"
-            "  --dtype bf16|fp8  bf16: BF16 weights (default); fp8: the release layout, FP8\n"
-            "                    e4m3 + 128x128 ue8m0 scales for attention/shared/MTP\n"
-            "                    projections, packed FP4 + per-32 scales for routed experts\n"
-            "  --tokenizer FILE  copy a tokenizer.json into DIR\n");
-}
 
 static int copy_file(const char *from, const char *to) {
     FILE *in = fopen(from, "rb");
@@ -54,54 +37,51 @@ static int copy_file(const char *from, const char *to) {
     return ok ? 0 : 1;
 }
 
+static int parse_preset(const char *v, void *dst, char *msg, size_t n) {
+    if (strcmp(v, "demo")) { snprintf(msg, n, "unknown preset '%s' (known: demo)", v); return -1; }
+    *(const char **)dst = v;
+    return 0;
+}
+
+static int parse_dtype(const char *v, void *dst, char *msg, size_t n) {
+    if (!strcmp(v, "bf16")) *(int *)dst = DSV4_GEN_BF16;
+    else if (!strcmp(v, "fp8")) *(int *)dst = DSV4_GEN_FP8;
+    else { snprintf(msg, n, "must be bf16 or fp8, not '%s'", v); return -1; }
+    return 0;
+}
+
 int cmd_gen_model(int argc, char **argv) {
-    const char *config = NULL, *preset = NULL, *out = NULL, *dtype = "bf16", *tokenizer = NULL;
-    const char *seed_s = "0";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-        const char **dst = !strcmp(a, "--config") ? &config : !strcmp(a, "--preset") ? &preset
-                         : !strcmp(a, "--out") ? &out : !strcmp(a, "--dtype") ? &dtype
-                         : !strcmp(a, "--seed") ? &seed_s : !strcmp(a, "--tokenizer") ? &tokenizer
-                         : NULL;
-        if (!dst) {
-            fprintf(stderr, "dsv4 gen-model: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "dsv4 gen-model: %s needs a value\n", a);
-            return 2;
-        }
-        *dst = argv[++i];
-    }
+    const char *config = NULL, *preset = NULL, *out = NULL, *tokenizer = NULL;
+    dsv4_gen_opts o = {0};
+    int dtype = DSV4_GEN_BF16;
+    uint64_t seed = 0;
+    const cli_opt opts[] = {
+        CLI_STR_OPT("config", 0, &config, "FILE", "model configuration (a Hugging Face config.json)"),
+        CLI_FN_OPT("preset", 0, &preset, parse_preset, "demo", "", "built-in demo config: vocab 129280, hidden 256, layers "
+                   "SWA/CSA/HCA/CSA + MTP, window 128 (about 150 MB in bf16)"),
+        CLI_STR_OPT("out", 'o', &out, "DIR", "output directory (created if missing)"),
+        CLI_U64_OPT("seed", 's', &seed, "N", "random seed; the same seed writes the same bytes"),
+        CLI_FN_OPT("dtype", 0, &dtype, parse_dtype, "bf16|fp8", "bf16", "bf16: BF16 weights; fp8: the release layout, FP8 e4m3 "
+                   "with 128x128 scales for attention/shared/MTP projections, "
+                   "packed FP4 with per-32 scales for routed experts"),
+        CLI_STR_OPT("tokenizer", 0, &tokenizer, "FILE", "copy this tokenizer.json into DIR"),
+        CLI_OPT_END,
+    };
+    const cli_cmd cmd = {"gen-model", "(--config FILE | --preset demo) --out DIR [options]",
+                         "Writes DIR/config.json and DIR/model.safetensors with seeded random weights\n"
+                         "under the official DeepSeek-V4 tensor names.", {opts}};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc >= 0) return prc;
     if (!out) {
         fprintf(stderr, "dsv4 gen-model: --out DIR is required\n");
-        usage(stderr);
+        cli_short_usage(&cmd, stderr);
         return 2;
     }
     if (!config == !preset) {
         fprintf(stderr, "dsv4 gen-model: give exactly one of --config FILE and --preset demo\n");
         return 2;
     }
-    if (preset && strcmp(preset, "demo")) {
-        fprintf(stderr, "dsv4 gen-model: unknown preset '%s' (known: demo)\n", preset);
-        return 2;
-    }
-    dsv4_gen_opts o = {0};
-    if (!strcmp(dtype, "bf16")) o.dtype = DSV4_GEN_BF16;
-    else if (!strcmp(dtype, "fp8")) o.dtype = DSV4_GEN_FP8;
-    else {
-        fprintf(stderr, "dsv4 gen-model: --dtype must be bf16 or fp8, not '%s'\n", dtype);
-        return 2;
-    }
-    char *end;
-    errno = 0;
-    unsigned long long seed = strtoull(seed_s, &end, 0);
-    if (!*seed_s || *end || errno || seed_s[0] == '-') {
-        fprintf(stderr, "dsv4 gen-model: --seed must be a non-negative integer, not '%s'\n", seed_s);
-        return 2;
-    }
+    o.dtype = dtype;
     o.seed = seed;
 
     dsv4_config cfg;
@@ -130,6 +110,6 @@ int cmd_gen_model(int argc, char **argv) {
         if (copy_file(tokenizer, path)) return 1;
     }
     printf("wrote %s/model.safetensors: %.1f MB, %s, seed %llu, %.2f s\n", out, (double)bytes / 1e6,
-           dtype, seed, (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+           dtype == DSV4_GEN_FP8 ? "fp8" : "bf16", (unsigned long long)seed, (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     return 0;
 }

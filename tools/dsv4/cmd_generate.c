@@ -4,76 +4,143 @@
  *                 [--system TEXT] [-n N] [sampling flags]
  *
  * With --chat the prompt becomes one user turn of the DeepSeek-V4 chat template; without
- * it the text is continued as it is (after BOS). Ends with token counts and speeds on
- * stderr. */
+ * it the text is continued as it is (after BOS). Ends with load time, token counts, time to
+ * first token and speeds on stderr. Ctrl-C stops the generation: the text so far, the
+ * stats and a newline are printed, and the exit status is 130 (as for a shell's SIGINT). */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "cli_opts.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "gen_flags.h"
 #include "dsv4_text.h"
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: dsv4 generate --model DIR (--prompt TEXT | --prompt-file F) [--chat]\n"
-               "                     [--system TEXT] [--no-bos] [options]\n%s", gen_flags_help());
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    interrupted = 1;
 }
 
-typedef struct tok_printer {
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct gen_run {
     const dsv4_tokenizer *tok;
-} tok_printer;
+    double start, first_token;  /* seconds; first_token 0 until one is sampled */
+} gen_run;
+
+/* Token text for the logprobs listing: the decoded bytes, with control characters and
+ * newlines escaped so each token stays on its line. */
+static void put_token(FILE *f, const dsv4_tokenizer *tok, int32_t id) {
+    size_t len = 0;
+    const char *b = dsv4_tok_id_bytes(tok, id, &len);
+    fputc('\'', f);
+    for (size_t i = 0; b && i < len; i++) {
+        unsigned char c = (unsigned char)b[i];
+        if (c == '\n') fputs("\\n", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c == '\'' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\x%02x", c);
+        else fputc(c, f);
+    }
+    fputc('\'', f);
+}
+
+static void on_token(void *user, const dsv4_sample_out *o) {
+    gen_run *r = user;
+    (void)o;
+    if (r->first_token == 0) r->first_token = now_s();
+}
 
 static void print_logprobs(void *user, const dsv4_sample_out *o) {
-    const dsv4_tokenizer *tok = ((tok_printer *)user)->tok;
-    const char *t = dsv4_tok_id_to_token(tok, o->token);
-    fprintf(stderr, "[%d %s %.4f]", o->token, t ? t : "?", o->logprob);
-    for (int i = 0; i < o->n_top; i++) fprintf(stderr, " %d:%.4f", o->top_ids[i], o->top_logprobs[i]);
+    gen_run *r = user;
+    on_token(user, o);
+    fprintf(stderr, "[%d ", o->token);
+    put_token(stderr, r->tok, o->token);
+    fprintf(stderr, " %.4f]", o->logprob);
+    for (int i = 0; i < o->n_top; i++) {
+        fprintf(stderr, " %d ", o->top_ids[i]);
+        put_token(stderr, r->tok, o->top_ids[i]);
+        fprintf(stderr, " %.4f", o->top_logprobs[i]);
+    }
     fprintf(stderr, "\n");
 }
 
+static int print_or_stop(void *user, const char *text, size_t len) {
+    gen_print(user, text, len);
+    return interrupted;
+}
+
+/* -n 0: the prompt runs through the model (its cache filled, its speed measured) and
+ * nothing is generated. */
+static int prefill_only(dsv4_engine *eng, int seq, const int32_t *ids, int n, int chunk,
+                        int hidden_size, dsv4_err *err) {
+    if (chunk <= 0) chunk = 2048;
+    float *hidden = malloc((size_t)hidden_size * sizeof(float)); // (1, D) the last row only
+    if (!hidden) return -1;
+    int rc = 0;
+    for (int done = 0; done < n && !rc && !interrupted;) {
+        int k = n - done < chunk ? n - done : chunk;
+        dsv4_span sp = {.seq = seq, .start = done, .n_tokens = k, .tokens = ids + done, .n_hidden = 1};
+        rc = dsv4_forward(eng, &sp, 1, hidden, NULL, err);
+        done += k;
+        gen_progress(NULL, done, n);
+    }
+    free(hidden);
+    return rc;
+}
+
 int cmd_generate(int argc, char **argv) {
-    gen_flags f = {0};
-    f.think = -1;
-    f.gen.max_tokens = 256;
-    f.gen.sample.temperature = 0.6f;
+    gen_flags f;
+    gen_flags_init(&f, 256);
     const char *prompt = NULL, *prompt_file = NULL, *system = NULL;
     int chat = 0, no_bos = 0;
-    for (int i = 1; i < argc; i++) {
-        int t = gen_flags_take(&f, argc, argv, &i, "generate");
-        if (t < 0) return 2;
-        if (t) continue;
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "--chat")) chat = 1;
-        else if (!strcmp(a, "--no-bos")) no_bos = 1;
-        else if ((!strcmp(a, "--prompt") || !strcmp(a, "--prompt-file") || !strcmp(a, "--system")) && v) {
-            if (!strcmp(a, "--prompt")) prompt = v;
-            else if (!strcmp(a, "--prompt-file")) prompt_file = v;
-            else system = v;
-            i++;
-        } else {
-            fprintf(stderr, "dsv4 generate: unknown option or missing value '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!f.model_dir || (!prompt == !prompt_file)) {
-        fprintf(stderr, "dsv4 generate: need --model and exactly one of --prompt / --prompt-file\n");
-        usage(stderr);
+    const cli_opt own[] = {
+        CLI_STR_OPT("prompt", 'p', &prompt, "TEXT", "the text to continue (or, with --chat, the question)"),
+        CLI_FILE_OPT("prompt-file", 'f', &prompt_file, "FILE", "read the prompt from FILE"),
+        CLI_FLAG_OPT("chat", 0, &chat, 1, "wrap the prompt in the chat template as one user turn"),
+        CLI_STR_OPT("system", 0, &system, "TEXT", "system message (with --chat)"),
+        CLI_FLAG_OPT("no-bos", 0, &no_bos, 1, "do not start a plain prompt with the BOS token"),
+        CLI_OPT_END,
+    };
+    const cli_cmd cmd = {"generate", "--model DIR (--prompt TEXT | --prompt-file FILE) [options]",
+                         "Streams the continuation of a prompt to standard output; load time, token\n"
+                         "counts and speeds go to standard error. Ctrl-C stops early (exit status 130).",
+                         {own, f.opts}};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc >= 0) return prc;
+    if ((prc = gen_flags_finish(&f, &cmd))) return prc;
+    if (!prompt == !prompt_file) {
+        fprintf(stderr, "dsv4 generate: give exactly one of --prompt and --prompt-file\n");
+        cli_short_usage(&cmd, stderr);
         return 2;
     }
     char *file_text = NULL;
-    if (prompt_file && !(prompt = file_text = cli_read_file(prompt_file, NULL))) {
-        fprintf(stderr, "dsv4 generate: cannot read %s\n", prompt_file);
-        return 1;
+    size_t prompt_len = prompt ? strlen(prompt) : 0;
+    if (prompt_file) {
+        char why[512];
+        if (!(prompt = file_text = cli_read_input(prompt_file, CLI_TEXT_LIMIT, &prompt_len, why, sizeof why))) {
+            fprintf(stderr, "dsv4 generate: %s\n", why);
+            return 1;
+        }
     }
 
+    const double t_start = now_s();
     dsv4_model *model;
     dsv4_tokenizer *tok;
     dsv4_engine *eng;
     int seq, status = 1;
     if (gen_open(&f, "generate", &model, &tok, &eng, &seq)) { free(file_text); return 1; }
+    const double t_loaded = now_s();
+    dsv4_model_info info = dsv4_model_get_info(model);
     dsv4_err err = {0};
     dsv4_tok_ids ids = {0};
     if (chat) {
@@ -89,39 +156,61 @@ int cmd_generate(int argc, char **argv) {
             goto out;
         }
         dsv4_chat_free(conv);
-    } else {
-        dsv4_model_info info = dsv4_model_get_info(model);
-        if (!no_bos) {
-            /* dsv4_tokenize appends to a growable list: start it with BOS */
-            ids.ids = malloc(16 * sizeof *ids.ids);
-            if (!ids.ids) { fprintf(stderr, "dsv4 generate: out of memory\n"); goto out; }
-            ids.cap = 16;
-            ids.ids[ids.n++] = info.bos_token_id;
-        }
+    } else if (!no_bos && info.bos_token_id >= 0) {
+        /* dsv4_tokenize appends to a growable list: start it with BOS */
+        ids.ids = malloc(16 * sizeof *ids.ids);
+        if (!ids.ids) { fprintf(stderr, "dsv4 generate: out of memory\n"); goto out; }
+        ids.cap = 16;
+        ids.ids[ids.n++] = info.bos_token_id;
     }
     /* a raw prompt keeps special-token strings live (documented); chat content does not */
-    if (!chat && dsv4_tokenize(tok, prompt, strlen(prompt), &ids, &err)) {
+    if (!chat && dsv4_tokenize(tok, prompt, prompt_len, &ids, &err)) {
         fprintf(stderr, "dsv4 generate: %s\n", err.msg);
         goto out;
     }
     if (ids.n == 0) { fprintf(stderr, "dsv4 generate: the prompt is empty\n"); status = 2; goto out; }
-    tok_printer tp = {tok};
-    dsv4_generation_callbacks cb = {.user = &tp, .text = gen_print, .progress = gen_progress,
-                             .token = f.gen.sample.n_logprobs ? print_logprobs : NULL};
-    dsv4_generation_result res;
-    if (dsv4_generation_run(eng, tok, seq, ids.ids, (int)ids.n, &f.gen, &cb, &res, &err)) {
+    if ((int64_t)ids.n >= f.max_context) {
+        fprintf(stderr, "dsv4 generate: the prompt has %zu tokens; --max-context %lld leaves no room "
+                        "for a reply\n", ids.n, (long long)f.max_context);
+        status = 2;
+        goto out;
+    }
+
+    struct sigaction sa = {0}, old_sa;
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_sa);
+    gen_run run = {tok, now_s(), 0};
+    dsv4_generation_result res = {0};
+    int rc;
+    if (f.max_tokens == 0) {
+        rc = prefill_only(eng, seq, ids.ids, (int)ids.n, f.gen.chunk, info.hidden_size, &err);
+        res.prompt_tokens = dsv4_seq_length(eng, seq);
+        res.prefill_seconds = now_s() - run.start;
+    } else {
+        dsv4_generation_callbacks cb = {.user = &run, .text = print_or_stop, .progress = gen_progress,
+                                        .token = f.gen.sample.n_logprobs ? print_logprobs : on_token};
+        rc = dsv4_generation_run(eng, tok, seq, ids.ids, (int)ids.n, &f.gen, &cb, &res, &err);
+    }
+    const double t_end = now_s();
+    sigaction(SIGINT, &old_sa, NULL);
+    if (rc) {
         fprintf(stderr, "\ndsv4 generate: %s\n", err.msg);
         goto out;
     }
     printf("\n");
     fflush(stdout); /* the counts on stderr come after the text */
-    fprintf(stderr, "prompt: %lld tokens, %.1f tokens/s | generated: %lld tokens, %.2f tokens/s\n",
+    if (interrupted) fprintf(stderr, "interrupted\n");
+    else if (f.max_tokens != 0 && res.finish == DSV4_FINISH_NONE && dsv4_seq_length(eng, seq) >= f.max_context)
+        fprintf(stderr, "stopped: the context is full (--max-context %lld)\n", (long long)f.max_context);
+    fprintf(stderr, "load: %.2f s | prompt: %lld tokens, %.1f tokens/s | ", t_loaded - t_start,
             (long long)res.prompt_tokens,
-            res.prefill_seconds > 0 ? res.prompt_tokens / res.prefill_seconds : 0.0,
-            (long long)res.gen_tokens,
-            res.decode_seconds > 0 ? res.gen_tokens / res.decode_seconds : 0.0);
+            res.prefill_seconds > 0 ? res.prompt_tokens / res.prefill_seconds : 0.0);
+    if (run.first_token > 0) fprintf(stderr, "first token: %.2f s | ", run.first_token - run.start);
+    fprintf(stderr, "generated: %lld tokens, %.2f tokens/s | total: %.2f s\n", (long long)res.gen_tokens,
+            res.decode_seconds > 0 ? res.gen_tokens / res.decode_seconds : 0.0, t_end - t_start);
     free(res.ids);
-    status = 0;
+    status = interrupted ? 130 : 0;
 out:
     free(file_text);
     dsv4_tok_ids_free(&ids);

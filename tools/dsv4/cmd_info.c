@@ -8,41 +8,13 @@
  * derives cache geometry.
  */
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_opts.h"
 #include "commands.h"
 #include "dsv4_internal.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: dsv4 info --model DIR [--json] [--check] [--max-context N] [--max-seqs N]\n"
-            "                 [--c-max N]\n"
-            "\n"
-            "Layer kinds, parameter counts, bytes by dtype, per-token cache bytes and the cache\n"
-            "pool geometry of a model directory. Only headers are read unless --check (full\n"
-            "load with every data check).\n"
-            "\n"
-            "  --json            machine-readable output\n"
-            "  --check           validate tensor data too (scale bytes, vectors, tid2eid)\n"
-            "  --max-context N   cache plan: longest sequence (default 4096)\n"
-            "  --max-seqs N      cache plan: live sequences (default 4)\n"
-            "  --c-max N         cache plan: most rows of one span (default 2048)\n");
-}
-
-static int parse_pos(const char *opt, const char *s, int64_t *v) {
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (!*s || *end || errno || x <= 0) {
-        fprintf(stderr, "dsv4 info: %s must be a positive integer, not '%s'\n", opt, s);
-        return -1;
-    }
-    *v = x;
-    return 0;
-}
 
 /* "1.23 B" style for parameter counts and byte sizes. */
 static const char *human(double v, char *buf, size_t n, const char *unit) {
@@ -286,32 +258,24 @@ int cmd_info(int argc, char **argv) {
     const char *dir = NULL;
     int json = 0, check = 0;
     int64_t max_context = 4096, max_seqs = 4, c_max = 2048;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-        if (!strcmp(a, "--json")) { json = 1; continue; }
-        if (!strcmp(a, "--check")) { check = 1; continue; }
-        int64_t *num = !strcmp(a, "--max-context") ? &max_context : !strcmp(a, "--max-seqs") ? &max_seqs
-                     : !strcmp(a, "--c-max") ? &c_max : NULL;
-        if (!num && strcmp(a, "--model")) {
-            fprintf(stderr, "dsv4 info: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "dsv4 info: %s needs a value\n", a);
-            return 2;
-        }
-        if (!num) dir = argv[++i];
-        else if (parse_pos(a, argv[++i], num)) return 2;
-    }
+    const cli_opt opts[] = {
+        CLI_STR_OPT("model", 'm', &dir, "DIR", "model directory"),
+        CLI_FLAG_OPT("json", 0, &json, 1, "machine-readable output"),
+        CLI_FLAG_OPT("check", 0, &check, 1, "read the tensors too and check them (scale bytes, vectors, hash-routing tables)"),
+        CLI_I64_OPT("max-context", 'c', &max_context, 1, 1LL << 40, "N", "cache plan: longest sequence in tokens"),
+        CLI_I64_OPT("max-seqs", 0, &max_seqs, 1, 1 << 20, "N", "cache plan: sequences served at once"),
+        CLI_I64_OPT("c-max", 0, &c_max, 1, 1 << 30, "N", "cache plan: most tokens per model call"),
+        CLI_OPT_END,
+    };
+    const cli_cmd cmd = {"info", "--model DIR [--json] [--check] [--max-context N] [--max-seqs N]",
+                         "Layer kinds, parameter counts, bytes by dtype, per-token cache bytes and the\n"
+                         "cache pool geometry of a model directory. Only headers are read unless --check.",
+                         {opts}};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc >= 0) return prc;
     if (!dir) {
         fprintf(stderr, "dsv4 info: --model DIR is required\n");
-        usage(stderr);
-        return 2;
-    }
-    if (max_seqs > 1 << 20 || c_max > 1 << 30) {
-        fprintf(stderr, "dsv4 info: --max-seqs / --c-max out of range\n");
+        cli_short_usage(&cmd, stderr);
         return 2;
     }
     struct dsv4_model *m = NULL;

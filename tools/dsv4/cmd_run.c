@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_opts.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "dsv4.h"
@@ -50,38 +51,6 @@ typedef struct run_ctx {
     int L, hc, D, K;
     int sharded_head;     /* logits through the vocabulary-sharded head (collective) */
 } run_ctx;
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: dsv4 run --model DIR (--tokens ID,ID,... | --tokens-file FILE) [--prefill P]\n"
-            "                [--chunk C] [--mtp] --dump OUTDIR [--threads T] [--dump-layers]\n"
-            "                [--parallel cp|ep|cp+ep [--ep-wave N] [--cp-granule G]]\n"
-            "                [--w8a8 | --w8a8-all] [--fidelity official|none|F1,..,F5]\n"
-            "                [--dump-choices] [--peer-timeout SEC] [--verify-weights]\n"
-            "\n"
-            "  --dump-choices   also routing_experts.bin (i32 [layers, N, K]) and the CSA\n"
-            "                   selections (manifest csa_selected_entries), as in the golden runs\n"
-            "                   (single-process path)\n"
-            "  --parallel MODE  under mpirun: context-parallel prefill (cp), expert-parallel MoE\n"
-            "                   (ep) or both over all ranks; rank 0 writes the dump. --threads\n"
-            "                   is per rank: with several ranks on one machine give each its\n"
-            "                   share (and OMPI_MCA_mpi_yield_when_idle=1 when oversubscribed)\n"
-            "  --cp-granule G   context parallel: segment granule in positions (default: a\n"
-            "                   multiple of every ratio >= window - 1, 128 for Flash)\n"
-            "  --peer-timeout SEC  with --parallel: a collective inside a call that a peer does\n"
-            "                   not join within SEC seconds ends the job naming that rank\n"
-            "                   (default 300, 0 = wait forever)\n"
-            "  --verify-weights with --parallel: ranks compare a hash of every weight byte at\n"
-            "                   start (reads the whole checkpoint) instead of the sampled\n"
-            "                   fingerprint; config, options and kernel level are always compared\n"
-            "  --ep-wave N      expert parallel: rows per rank per exchange wave (default\n"
-            "                   min(256, rows of the largest call))\n"
-            "  --w8a8           P2 W8A8 fast path: INT8 weight copies of wq_b, wo_b, indexer wq_b,\n"
-            "                   experts, MTP e_proj/h_proj, INT8 per-token activations\n"
-            "  --w8a8-all       the same plus wq_a, wkv and wo_a\n"
-            "  --fidelity SET   P3 fidelity mode (official quantization simulation, spec/model.md\n"
-            "                   §6): official (all items), none, or a comma list of F1..F5\n");
-}
 
 /* Choice hook: routing and CSA selections of main layers, for --dump-choices. */
 static void trace_choices(void *user, int seq, int64_t pos, int layer, int kind, const int *ids,
@@ -202,9 +171,10 @@ static int dump_seq(const char *dir, const run_seq *s, int V, int D, int hc, int
 /* Reads one sequence per non-empty line. */
 static int read_tokens_file(const char *path, run_seq **out) {
     size_t len;
-    char *text = cli_read_file(path, &len);
+    char why[512];
+    char *text = cli_read_input(path, CLI_IDS_LIMIT, &len, why, sizeof why);
     if (!text) {
-        fprintf(stderr, "dsv4 run: cannot read %s\n", path);
+        fprintf(stderr, "dsv4 run: %s\n", why);
         return -1;
     }
     int n = 0, cap = 4;
@@ -272,78 +242,59 @@ static int run_mtp(dsv4_engine *eng, run_ctx *rc, int V, dsv4_err *err) {
     return 0;
 }
 
+static int parse_parallel_opt(const char *v, void *dst, char *msg, size_t n) {
+    if ((*(int *)dst = parse_parallel(v)) >= 0) return 0;
+    snprintf(msg, n, "must be cp, ep or cp+ep, not '%s'", v);
+    return -1;
+}
+
+static int parse_fidelity_opt(const char *v, void *dst, char *msg, size_t n) {
+    dsv4_err err = {0};
+    if (!dsv4_fidelity_parse(v, dst, &err)) return 0;
+    snprintf(msg, n, "%s", err.msg);
+    return -1;
+}
+
 int cmd_run(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_arg = NULL, *tokens_file = NULL, *dump = NULL;
-    long long prefill = -1, chunk = 0, threads = 0, ep_wave = 0, cp_granule = 0, peer_timeout = -1;
+    int64_t prefill = -1, peer_timeout = -1;
+    int chunk = 0, threads = 0, ep_wave = 0, cp_granule = 0;
     int mtp = 0, layers = 0, parallel = 0, w8a8 = 0, choices = 0, verify_weights = 0;
     unsigned fidelity = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "--mtp")) mtp = 1;
-        else if (!strcmp(a, "--dump-layers")) layers = 1;
-        else if (!strcmp(a, "--dump-choices")) choices = 1;
-        else if (!strcmp(a, "--w8a8")) w8a8 = 1;
-        else if (!strcmp(a, "--w8a8-all")) w8a8 = 2;
-        else if (!strcmp(a, "--verify-weights")) verify_weights = 1;
-        else if (!v) { fprintf(stderr, "dsv4 run: unknown option or missing value: %s\n", a); usage(stderr); return 2; }
-        else if (!strcmp(a, "--model")) model_dir = argv[++i];
-        else if (!strcmp(a, "--tokens")) tokens_arg = argv[++i];
-        else if (!strcmp(a, "--tokens-file")) tokens_file = argv[++i];
-        else if (!strcmp(a, "--dump")) dump = argv[++i];
-        else if (!strcmp(a, "--fidelity")) {
-            dsv4_err ferr = {0};
-            if (dsv4_fidelity_parse(argv[++i], &fidelity, &ferr)) {
-                fprintf(stderr, "dsv4 run: --%s\n", ferr.msg);
-                return 2;
-            }
-        }
-        else if (!strcmp(a, "--prefill")) {
-            if (cli_parse_int(argv[++i], 1, 1LL << 40, &prefill)) {
-                fprintf(stderr, "dsv4 run: --prefill must be a positive integer, got '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(a, "--chunk")) {
-            if (cli_parse_int(argv[++i], 1, 1 << 30, &chunk)) {
-                fprintf(stderr, "dsv4 run: --chunk must be a positive integer, got '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(a, "--threads")) {
-            if (cli_parse_int(argv[++i], 1, 1024, &threads)) {
-                fprintf(stderr, "dsv4 run: --threads must be in [1, 1024], got '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(a, "--parallel")) {
-            if ((parallel = parse_parallel(argv[++i])) < 0) {
-                fprintf(stderr, "dsv4 run: --parallel must be cp, ep or cp+ep, got '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(a, "--cp-granule")) {
-            if (cli_parse_int(argv[++i], 1, 1 << 20, &cp_granule)) {
-                fprintf(stderr, "dsv4 run: --cp-granule must be in [1, 1048576], got '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(a, "--peer-timeout")) {
-            if (cli_parse_int(argv[++i], 0, 1 << 24, &peer_timeout)) {
-                fprintf(stderr, "dsv4 run: --peer-timeout must be whole seconds in [0, %d], got '%s'\n",
-                        1 << 24, argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(a, "--ep-wave")) {
-            if (cli_parse_int(argv[++i], 1, 1 << 20, &ep_wave)) {
-                fprintf(stderr, "dsv4 run: --ep-wave must be in [1, 1048576], got '%s'\n", argv[i]);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "dsv4 run: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
+    const cli_opt opts[] = {
+        CLI_STR_OPT("model", 'm', &model_dir, "DIR", "model directory"),
+        CLI_STR_OPT("tokens", 0, &tokens_arg, "IDS", "one sequence of token ids, e.g. 0,5,17"),
+        CLI_FILE_OPT("tokens-file", 0, &tokens_file, "FILE", "several sequences, one line of ids each"),
+        CLI_STR_OPT("dump", 'o', &dump, "DIR", "output directory (one seqN/ per sequence with --tokens-file)"),
+        CLI_I64_OPT("prefill", 0, &prefill, 1, 1LL << 40, "P", "prefill the first P tokens, decode the rest one by one",
+                    .def = "every token"),
+        CLI_INT_OPT("chunk", 0, &chunk, 0, 1 << 30, "C", "prefill in chunks of C tokens; 0 = all at once"),
+        CLI_FLAG_OPT("mtp", 0, &mtp, 1, "also run the multi-token-prediction block (mtp_logits)"),
+        CLI_INT_OPT("threads", 't', &threads, 0, 1024, "N", "worker threads (per rank under --parallel: give each rank its share)",
+                    .def = "the cores this process may use"),
+        CLI_FLAG_OPT("dump-layers", 0, &layers, 1, "also the streams after every layer"),
+        CLI_FLAG_OPT("dump-choices", 0, &choices, 1, "also routing_experts.bin (i32 [layers, N, K]) and the "
+                     "CSA selections (manifest csa_selected_entries), as in the golden runs (single process only)"),
+        CLI_FN_OPT("parallel", 0, &parallel, parse_parallel_opt, "MODE", "off", "under mpirun: context-parallel prefill (cp), "
+                   "expert-parallel MoE (ep) or both (cp+ep) over all ranks; rank 0 writes the dump"),
+        CLI_INT_OPT("ep-wave", 0, &ep_wave, 0, 1 << 20, "N", "expert parallel: rows per rank per exchange; 0 = min(256, rows of the largest call)"),
+        CLI_INT_OPT("cp-granule", 0, &cp_granule, 0, 1 << 20, "G", "context parallel: segment granule in positions; 0 = a multiple of every ratio >= window - 1 (128 for Flash)"),
+        CLI_I64_OPT("peer-timeout", 0, &peer_timeout, 0, 1 << 24, "SEC", "with --parallel: a collective inside a call that a peer does not join within SEC seconds ends the job naming that rank; 0 = wait forever", .def = "300"),
+        CLI_FLAG_OPT("verify-weights", 0, &verify_weights, 1, "with --parallel: ranks compare a hash of every weight byte at start (reads the whole checkpoint) instead of the sampled fingerprint; config, options and kernel level are always compared"),
+        CLI_FLAG_OPT("w8a8", 0, &w8a8, 1, "faster, approximate: INT8 weights and activations for the large projections and the experts"),
+        CLI_FLAG_OPT("w8a8-all", 0, &w8a8, 2, "the same for every projection"),
+        CLI_FN_OPT("fidelity", 0, &fidelity, parse_fidelity_opt, "SET", "none", "simulate the official model's FP8/BF16 roundings: "
+                   "official, none, or a comma list of F1..F5"),
+        CLI_OPT_END,
+    };
+    const cli_cmd cmd = {"run", "--model DIR (--tokens IDS | --tokens-file FILE) --dump DIR [options]",
+                         "Runs token ids through the model with teacher forcing and writes logits and\n"
+                         "hidden states (manifest.json + f32 arrays) for automated checks.", {opts}};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc >= 0) return prc;
     if (!model_dir || !dump || (!tokens_arg == !tokens_file)) {
         fprintf(stderr, "dsv4 run: need --model, --dump and exactly one of --tokens / --tokens-file\n");
-        usage(stderr);
+        cli_short_usage(&cmd, stderr);
         return 2;
     }
     if (parallel && !dsv4_dist_available()) {
@@ -428,13 +379,18 @@ int cmd_run(int argc, char **argv) {
         status = 2;
         goto out;
     }
+    /* rows of one forward call: every sequence's prefill chunk at once, or one decode row
+     * each (sized by what is used: the product of the two grew with the square of the
+     * number of sequences) */
     int max_n = 0, max_c = 1;
+    size_t max_rows = (size_t)rc.n_seqs;
+    size_t chunk_rows = 0;
     for (int i = 0; i < rc.n_seqs; i++) {
         run_seq *s = &rc.seqs[i];
         s->P = prefill < 0 ? s->N : (int)prefill;
         if (prefill > s->N) {
             fprintf(stderr, "dsv4 run: %s--prefill %lld exceeds the %d tokens of sequence %d\n",
-                    who, prefill, s->N, i);
+                    who, (long long)prefill, s->N, i);
             status = 2;
             goto out;
         }
@@ -448,6 +404,7 @@ int cmd_run(int argc, char **argv) {
         if (s->N > max_n) max_n = s->N;
         int c = chunk ? (int)(chunk < s->P ? chunk : s->P) : s->P;
         if (c > max_c) max_c = c;
+        chunk_rows += (size_t)c;
         size_t K = (size_t)(s->N - s->P);
         s->pre_hidden = malloc((size_t)s->P * D * sizeof(float));
         s->pre_logits = malloc((size_t)s->P * V * sizeof(float));
@@ -501,9 +458,10 @@ int cmd_run(int argc, char **argv) {
 
     dsv4_span *spans = calloc((size_t)rc.n_seqs, sizeof *spans);
     run_seq **owner = calloc((size_t)rc.n_seqs, sizeof *owner);
-    float *hid = malloc((size_t)(rc.n_seqs > max_c ? rc.n_seqs : max_c) * rc.n_seqs * D * sizeof(float));
-    float *str = malloc((size_t)(rc.n_seqs > max_c ? rc.n_seqs : max_c) * rc.n_seqs * hc * D * sizeof(float));
-    if (!spans || !owner || !hid || !str) {
+    if (chunk_rows > max_rows) max_rows = chunk_rows;
+    float *hid = malloc(max_rows * D * sizeof(float));          // (rows, D)
+    float *str = mtp ? malloc(max_rows * hc * D * sizeof(float)) : NULL; // (rows, hc, D)
+    if (!spans || !owner || !hid || (mtp && !str)) {
         fprintf(stderr, "dsv4 run: %sout of memory\n", who);
         free(spans); free(owner); free(hid); free(str);
         goto out;

@@ -1,4 +1,4 @@
-/* gen_flags.c — flags and setup shared by `dsv4 generate` and `dsv4 chat`. */
+/* gen_flags.c — options and setup shared by `dsv4 generate` and `dsv4 chat`. */
 #include "gen_flags.h"
 
 #include <stdio.h>
@@ -6,93 +6,57 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli_util.h"
-
-const char *gen_flags_help(void) {
-    return "  --model DIR            model directory (config.json, safetensors, tokenizer.json)\n"
-           "  --tokenizer FILE       tokenizer.json (default: DIR/tokenizer.json)\n"
-           "  -n, --max-tokens N     most tokens to generate (default 256)\n"
-           "  --temperature T        0 = greedy (default 0.6)\n"
-           "  --top-k K  --top-p P  --min-p P\n"
-           "  --repeat-penalty R  --frequency-penalty F  --presence-penalty P\n"
-           "  --seed S               sampling seed (default 0)\n"
-           "  --stop STR             stop string (repeatable)\n"
-           "  --logprobs N           print the N best log-probabilities of each token to stderr\n"
-           "  --think | --nothink    thinking or chat mode of the chat template\n"
-           "  --threads T  --max-context N  --chunk C\n"
-           "  --w8a8 | --w8a8-all    P2 W8A8 fast path (INT8 weights and activations; -all also\n"
-           "                         wq_a, wkv, wo_a)\n"
-           "  --fidelity SET         P3 fidelity mode (official rounding simulation): official,\n"
-           "                         none, or a comma list of F1..F5\n";
+static int parse_fidelity(const char *v, void *dst, char *msg, size_t n) {
+    dsv4_err err = {0};
+    if (!dsv4_fidelity_parse(v, dst, &err)) return 0;
+    snprintf(msg, n, "%s", err.msg);
+    return -1;
 }
 
-static int num(const char *cmd, const char *flag, const char *v, double lo, double hi, double *out) {
-    char *end;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || *end || x < lo || x > hi) {
-        fprintf(stderr, "dsv4 %s: %s needs a number in [%g, %g], got '%s'\n", cmd, flag, lo, hi,
-                v ? v : "");
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-int gen_flags_take(gen_flags *f, int argc, char **argv, int *i, const char *cmd) {
-    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    double x;
+void gen_flags_init(gen_flags *f, int max_tokens) {
+    memset(f, 0, sizeof *f);
+    f->max_tokens = max_tokens;
+    f->max_context = 4096;
+    f->gen.sample.temperature = 0.6f;
+    f->gen.sample.top_p = 1.0f;
+    f->gen.sample.repetition_penalty = 1.0f;
     dsv4_sample_params *sp = &f->gen.sample;
-#define NUMFLAG(name, lo, hi, dst)                                   \
-    if (!strcmp(a, name)) {                                          \
-        if (num(cmd, a, v, lo, hi, &x)) return -1;                   \
-        dst;                                                         \
-        (*i)++;                                                      \
-        return 1;                                                    \
+    const cli_opt t[] = {
+        CLI_STR_OPT("model", 'm', &f->model_dir, "DIR", "model directory (config.json, safetensors, tokenizer.json)"),
+        CLI_STR_OPT("tokenizer", 0, &f->tokenizer, "FILE", "tokenizer.json", .def = "DIR/tokenizer.json"),
+        CLI_INT_OPT("max-tokens", 'n', &f->max_tokens, -1, 1e9, "N", "most tokens to generate per reply; 0 generates nothing, -1 runs until a stop or a full context"),
+        CLI_FLOAT_OPT("temperature", 0, &sp->temperature, 0, 100, "T", "sampling temperature; 0 always takes the likeliest token"),
+        CLI_INT_OPT("top-k", 0, &sp->top_k, 0, 1e9, "K", "sample from the K likeliest tokens only; 0 = all"),
+        CLI_FLOAT_OPT("top-p", 0, &sp->top_p, 0, 1, "P", "nucleus sampling: the likeliest tokens holding P of the probability; 1 = all"),
+        CLI_FLOAT_OPT("min-p", 0, &sp->min_p, 0, 1, "P", "drop tokens less likely than P times the likeliest; 0 = off"),
+        CLI_FLOAT_OPT("repeat-penalty", 0, &sp->repetition_penalty, 0, 100, "R", "divide the scores of tokens already seen by R; 1 = off"),
+        CLI_FLOAT_OPT("frequency-penalty", 0, &sp->frequency_penalty, -100, 100, "F", "subtract F per earlier occurrence of a token"),
+        CLI_FLOAT_OPT("presence-penalty", 0, &sp->presence_penalty, -100, 100, "P", "subtract P from every token seen before"),
+        CLI_U64_OPT("seed", 's', &sp->seed, "S", "sampling seed: the same seed gives the same text"),
+        CLI_LIST_OPT("stop", 0, f->stops, &f->gen.n_stop, GEN_MAX_STOPS, "TEXT", "stop when the reply produces TEXT"),
+        CLI_INT_OPT("logprobs", 0, &sp->n_logprobs, 0, DSV4_MAX_LOGPROBS, "N", "print each token with its N likeliest alternatives to stderr"),
+        CLI_FLAG_OPT("think", 0, &f->think, 1, "let the model reason before it answers (thinking mode)"),
+        CLI_FLAG_OPT("nothink", 0, &f->think, 0, "answer directly (chat mode)"),
+        CLI_INT_OPT("threads", 't', &f->threads, 0, 1024, "N", "worker threads", .def = "the cores this process may use"),
+        CLI_I64_OPT("max-context", 'c', &f->max_context, 16, 1LL << 30, "N", "longest conversation in tokens (cache size)"),
+        CLI_INT_OPT("chunk", 0, &f->gen.chunk, 0, 1 << 20, "N", "prompt tokens per model call; 0 = up to 2048"),
+        CLI_FLAG_OPT("w8a8", 0, &f->w8a8, 1, "faster, approximate: INT8 weights and activations for the large projections and the experts"),
+        CLI_FLAG_OPT("w8a8-all", 0, &f->w8a8, 2, "the same for every projection"),
+        CLI_FN_OPT("fidelity", 0, &f->fidelity, parse_fidelity, "SET", "none", "simulate the official model's FP8/BF16 roundings: official, none, or a comma list of F1..F5"),
+        CLI_OPT_END,
+    };
+    _Static_assert(sizeof t / sizeof t[0] <= GEN_MAX_OPTS, "gen_flags: grow GEN_MAX_OPTS");
+    memcpy(f->opts, t, sizeof t);
+}
+
+int gen_flags_finish(gen_flags *f, const cli_cmd *c) {
+    if (!f->model_dir) {
+        fprintf(stderr, "dsv4 %s: --model DIR is required\n", c->name);
+        cli_short_usage(c, stderr);
+        return 2;
     }
-    if (!strcmp(a, "--think")) { f->think = 1; return 1; }
-    if (!strcmp(a, "--nothink")) { f->think = 0; return 1; }
-    if (!strcmp(a, "--w8a8")) { f->w8a8 = 1; return 1; }
-    if (!strcmp(a, "--w8a8-all")) { f->w8a8 = 2; return 1; }
-    if (!strcmp(a, "--fidelity")) {
-        dsv4_err err = {0};
-        if (!v) { fprintf(stderr, "dsv4 %s: --fidelity needs a value\n", cmd); return -1; }
-        if (dsv4_fidelity_parse(v, &f->fidelity, &err)) {
-            fprintf(stderr, "dsv4 %s: --%s\n", cmd, err.msg);
-            return -1;
-        }
-        (*i)++;
-        return 1;
-    }
-    if (!strcmp(a, "--model") || !strcmp(a, "--tokenizer") || !strcmp(a, "--stop")) {
-        if (!v) { fprintf(stderr, "dsv4 %s: %s needs a value\n", cmd, a); return -1; }
-        if (!strcmp(a, "--model")) f->model_dir = v;
-        else if (!strcmp(a, "--tokenizer")) f->tokenizer = v;
-        else {
-            if (f->gen.n_stop == GEN_MAX_STOPS || !*v) {
-                fprintf(stderr, "dsv4 %s: at most %d non-empty --stop strings\n", cmd, GEN_MAX_STOPS);
-                return -1;
-            }
-            f->stops[f->gen.n_stop++] = v;
-            f->gen.stop_strings = f->stops;
-        }
-        (*i)++;
-        return 1;
-    }
-    NUMFLAG("-n", 0, 1e9, f->gen.max_tokens = (int)x)
-    NUMFLAG("--max-tokens", 0, 1e9, f->gen.max_tokens = (int)x)
-    NUMFLAG("--temperature", 0, 100, sp->temperature = (float)x)
-    NUMFLAG("--top-k", 0, 1e9, sp->top_k = (int)x)
-    NUMFLAG("--top-p", 0, 1, sp->top_p = (float)x)
-    NUMFLAG("--min-p", 0, 1, sp->min_p = (float)x)
-    NUMFLAG("--repeat-penalty", 0, 100, sp->repetition_penalty = (float)x)
-    NUMFLAG("--frequency-penalty", -100, 100, sp->frequency_penalty = (float)x)
-    NUMFLAG("--presence-penalty", -100, 100, sp->presence_penalty = (float)x)
-    NUMFLAG("--seed", 0, 1.8e19, sp->seed = (uint64_t)x)
-    NUMFLAG("--logprobs", 0, DSV4_MAX_LOGPROBS, sp->n_logprobs = (int)x)
-    NUMFLAG("--threads", 1, 1024, f->threads = (int)x)
-    NUMFLAG("--max-context", 16, 1e9, f->max_context = (long long)x)
-    NUMFLAG("--chunk", 1, 1e6, f->gen.chunk = (int)x)
-#undef NUMFLAG
+    f->gen.stop_strings = f->stops;
+    f->gen.max_tokens = f->max_tokens > 0 ? f->max_tokens : 0;
     return 0;
 }
 
@@ -107,7 +71,7 @@ int gen_open(const gen_flags *f, const char *cmd, dsv4_model **model, dsv4_token
     else snprintf(path, sizeof path, "%s/tokenizer.json", f->model_dir);
     if (dsv4_tokenizer_load(path, tok, &err)) goto fail;
     dsv4_engine_opts eo = {0};
-    eo.max_context = f->max_context > 0 ? f->max_context : 4096;
+    eo.max_context = f->max_context;
     eo.max_seqs = 1;
     eo.threads = f->threads;
     eo.w8a8 = f->w8a8;

@@ -1,27 +1,33 @@
-/* gen_flags.h — the sampling and model flags shared by `dsv4 generate` and `dsv4 chat`. */
+/* gen_flags.h — the model, engine and sampling options shared by `dsv4 generate` and
+ * `dsv4 chat`, as one option table of the common parser (cli_opts.h). */
 #ifndef DSV4_TOOLS_GEN_FLAGS_H
 #define DSV4_TOOLS_GEN_FLAGS_H
 
+#include "cli_opts.h"
 #include "dsv4_text.h"
 
 #define GEN_MAX_STOPS 16
+#define GEN_MAX_OPTS 32
 
 typedef struct gen_flags {
     const char *model_dir;
-    const char *tokenizer;       /* default: MODEL/tokenizer.json */
+    const char *tokenizer;       /* NULL: MODEL/tokenizer.json */
     dsv4_generation_opts gen;
+    int max_tokens;              /* -1: until a stop or a full context; 0: generate nothing */
     const char *stops[GEN_MAX_STOPS];
-    int threads;
-    long long max_context;       /* 0 = 4096 */
-    int think;                   /* -1 unset, 0 --nothink, 1 --think */
+    int threads;                 /* 0: the cores this process may use */
+    int64_t max_context;
+    int think;                   /* 1 --think, 0 --nothink */
     int w8a8;                    /* --w8a8: 1, --w8a8-all: 2 (dsv4_engine_opts.w8a8) */
     unsigned fidelity;           /* --fidelity: DSV4_FID_* items (dsv4_engine_opts.fidelity) */
+    cli_opt opts[GEN_MAX_OPTS];  /* the table, pointing into this struct */
 } gen_flags;
 
-/* Consumes argv[*i] (and its value) if it is a shared flag: returns 1 if taken, 0 if not
- * one of ours, -1 on a bad value (message printed). */
-int gen_flags_take(gen_flags *f, int argc, char **argv, int *i, const char *cmd);
-const char *gen_flags_help(void);
+/* Sets the defaults (max_tokens differs between generate and chat) and builds f->opts. */
+void gen_flags_init(gen_flags *f, int max_tokens);
+/* After parsing: checks what the table cannot (--model given) and fills f->gen. Returns 0,
+ * or 2 after printing the problem. */
+int gen_flags_finish(gen_flags *f, const cli_cmd *c);
 
 /* Opens model, tokenizer and an engine for one sequence; prints errors. */
 int gen_open(const gen_flags *f, const char *cmd, dsv4_model **model, dsv4_tokenizer **tok,

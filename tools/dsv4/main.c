@@ -5,7 +5,9 @@
 #include <malloc.h>
 #endif
 
+#include "cli_opts.h"
 #include "commands.h"
+#include "dsv4.h"
 
 typedef struct {
     const char *name;
@@ -26,10 +28,18 @@ static const command commands[] = {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dsv4 <command> [options]\n\ncommands:\n");
+    fprintf(f, "usage: dsv4 <command> [options]\n       dsv4 --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "\n`dsv4 <command> --help` describes a command's options.\n");
+}
+
+static void print_version(void) {
+#ifdef DSV4_VERSION_MAJOR
+    printf("dsv4 %s\n", dsv4_version());
+#else
+    printf("dsv4 (this build carries no version number)\n");
+#endif
 }
 
 /* The forward allocates its per-call scratch (attention, MoE, head: 0.1-1 MB blocks at
@@ -51,9 +61,19 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+        print_version();
+        return 0;
+    }
+    const char *best = NULL;
+    int best_d = 3; /* a hint only for a near miss */
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "dsv4: unknown command '%s'\n", argv[1]);
-    usage(stderr);
+        int d = cli_edit_distance(argv[1], commands[i].name);
+        if (d < best_d) best_d = d, best = commands[i].name;
+    }
+    fprintf(stderr, "dsv4: unknown command '%s'", argv[1]);
+    if (best) fprintf(stderr, "; did you mean '%s'?", best);
+    fprintf(stderr, "\n`dsv4 --help` lists the commands.\n");
     return 2;
 }
