@@ -124,3 +124,11 @@ struct dsv4_tokenizer *cli_load_tokenizer(const char *cmd, const char *path) {
     }
     return tok;
 }
+
+void cli_warn_threads(const char *cmd, int threads) {
+    const int cores = dsv4_available_cores();
+    if (threads > cores)
+        fprintf(stderr, "dsv4 %s: warning: %d threads on %d available core%s: the threads will "
+                        "wait on each other (leave --threads unset to use %d)\n", cmd, threads, cores,
+                cores == 1 ? "" : "s", cores);
+}

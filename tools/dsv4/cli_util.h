@@ -35,4 +35,7 @@ char *cli_read_input(const char *path, size_t limit, size_t *len, char *errbuf, 
  * "dsv4 CMD: message" and returns NULL on failure. */
 struct dsv4_tokenizer *cli_load_tokenizer(const char *cmd, const char *path);
 
+/* Warns on stderr when more worker threads are asked for than this process has cores. */
+void cli_warn_threads(const char *cmd, int threads);
+
 #endif

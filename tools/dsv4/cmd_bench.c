@@ -449,6 +449,7 @@ int cmd_bench(int argc, char **argv) {
         cli_short_usage(&cmd, stderr);
         return 2;
     }
+    cli_warn_threads("bench", (int)threads);
     /* batch list: sorted, --batch included, duplicates dropped */
     int have = 0;
     for (int i = 0; i < n_batches; i++) have |= batches[i] == batch;

@@ -287,7 +287,7 @@ int cmd_run(int argc, char **argv) {
                    "official, none, or a comma list of F1..F5"),
         CLI_OPT_END,
     };
-    const cli_cmd cmd = {"run", "--model DIR (--tokens IDS | --tokens-file FILE) --dump DIR [options]",
+    const cli_cmd cmd = {"run", "--model DIR (--tokens IDS | --tokens-file F) --dump DIR [opts]",
                          "Runs token ids through the model with teacher forcing and writes logits and\n"
                          "hidden states (manifest.json + f32 arrays) for automated checks.", {opts}};
     int prc = cli_parse(&cmd, argc, argv);
@@ -297,6 +297,7 @@ int cmd_run(int argc, char **argv) {
         cli_short_usage(&cmd, stderr);
         return 2;
     }
+    cli_warn_threads("run", threads);
     if (parallel && !dsv4_dist_available()) {
         fprintf(stderr, "dsv4 run: --parallel needs a build with MPI (cmake -DDSV4_MPI=ON with "
                         "Open MPI installed); this one has none\n");

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli_util.h"
+
 static int parse_fidelity(const char *v, void *dst, char *msg, size_t n) {
     dsv4_err err = {0};
     if (!dsv4_fidelity_parse(v, dst, &err)) return 0;
@@ -65,6 +67,7 @@ int gen_open(const gen_flags *f, const char *cmd, dsv4_model **model, dsv4_token
     dsv4_err err = {0};
     char path[4200];
     *model = NULL; *tok = NULL; *eng = NULL;
+    cli_warn_threads(cmd, f->threads);
     if (dsv4_model_open(f->model_dir, model, &err)) goto fail;
     if (*dsv4_model_warnings(*model)) fprintf(stderr, "dsv4 %s: warning: %s\n", cmd, dsv4_model_warnings(*model));
     if (f->tokenizer) snprintf(path, sizeof path, "%s", f->tokenizer);
