@@ -84,6 +84,10 @@ int dsv4_model_config_hash(const dsv4_model *m, uint8_t out[32], dsv4_err *err);
  * v1) rounded up; at least 1. The engine's default thread count (threads = 0). */
 int dsv4_available_cores(void);
 
+/* This machine's memory in bytes: MemTotal, or the container's cgroup memory limit when
+ * that is lower; 0 if unknown. */
+uint64_t dsv4_machine_ram_bytes(void);
+
 /* ---- distribution (MPI) ------------------------------------------------------------- */
 
 /* A process group for context-parallel prefill and expert-parallel MoE. Without MPI (or
@@ -164,6 +168,32 @@ enum {
 int dsv4_fidelity_parse(const char *s, unsigned *items, dsv4_err *err);
 
 int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_engine **out,
+                       dsv4_err *err);
+
+/* Does serving fit in this machine's memory? Weights are mmap'd, so every byte read stays
+ * resident only while memory lasts; past that the system pages weights in from disk on
+ * every token. The figures, for a model and the engine options it would run with: */
+typedef struct dsv4_mem_fit {
+    uint64_t weights_bytes;  /* tensor data of the checkpoint (resident once read) */
+    uint64_t routed_bytes;   /* of which routed experts: what expert parallelism divides */
+    uint64_t cache_bytes;    /* the engine's cache pools for these options (F32 rows) */
+    uint64_t need_bytes;     /* weights + cache (scratch and W8A8 copies not counted) */
+    uint64_t ram_bytes;      /* dsv4_machine_ram_bytes() */
+    uint64_t headroom_bytes; /* left for the system: max(1 GiB, 5% of RAM) */
+    int fits;                /* need + headroom <= RAM */
+    /* When it does not fit: the fewest expert-parallel ranks on machines like this one
+     * that do (0: none up to 64), and what the fullest rank then holds: the dense weights,
+     * 1/ranks of the routed experts and, on the home rank 0, the cache. */
+    int ep_ranks;
+    uint64_t ep_rank_bytes;
+} dsv4_mem_fit;
+
+/* From a config.json alone, with the released checkpoint's formats (FP8 projections, FP4
+ * experts): no weights needed. */
+int dsv4_mem_fit_config(const char *config_json, const dsv4_engine_opts *opts,
+                        dsv4_mem_fit *out, dsv4_err *err);
+/* For an opened model, from its files' tensor bytes. */
+int dsv4_mem_fit_model(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_mem_fit *out,
                        dsv4_err *err);
 void dsv4_engine_free(dsv4_engine *e);
 

@@ -62,6 +62,25 @@ static int setup_parallel(dsv4_engine *e, dsv4_err *err) {
     return dsv4_ep_create(e->cfg, o->dist, wave, &e->ep, err);
 }
 
+void dsv4_engine_opts_resolve(dsv4_engine_opts *o) {
+    if (o->max_context <= 0) o->max_context = 4096;
+    if (o->max_seqs <= 0) o->max_seqs = 4;
+    if (o->c_max <= 0) o->c_max = (int)(o->max_context < 2048 ? o->max_context : 2048);
+}
+
+void dsv4_engine_cache_opts(const dsv4_engine_opts *o, dsv4_cache_opts *co) {
+    memset(co, 0, sizeof *co);
+    co->max_context = o->max_context;
+    co->max_seqs = o->max_seqs;
+    co->c_max = o->c_max;
+    co->d_max = o->mtp ? 1 : 0;
+    co->block = o->block;
+    co->win_block = o->win_block;
+    co->budget_bytes = o->cache_bytes;
+    co->row_bytes_per_value = 4; /* the engine keeps F32 rows */
+    co->idx_bytes_per_value = 4;
+}
+
 int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_engine **out,
                        dsv4_err *err) {
     *out = NULL;
@@ -72,9 +91,7 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
     e->cfg = c;
     if (opts) e->opts = *opts;
     dsv4_engine_opts *o = &e->opts;
-    if (o->max_context <= 0) o->max_context = 4096;
-    if (o->max_seqs <= 0) o->max_seqs = 4;
-    if (o->c_max <= 0) o->c_max = (int)(o->max_context < 2048 ? o->max_context : 2048);
+    dsv4_engine_opts_resolve(o);
     /* In a group every step runs (or is skipped after a failure) on every rank until the
      * agreement at the end, so a rank that fails early still meets the others there. */
     const int grouped = o->parallel && o->dist && dsv4_dist_size(o->dist) > 1;
@@ -83,16 +100,8 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
         rc = dsv4_fail(err, DSV4_ERR_ARG, "MTP requested but the model has no MTP block "
                        "(num_nextn_predict_layers = 0)");
     if (!rc) rc = setup_parallel(e, err);
-    dsv4_cache_opts co = {0};
-    co.max_context = o->max_context;
-    co.max_seqs = o->max_seqs;
-    co.c_max = o->c_max;
-    co.d_max = o->mtp ? 1 : 0;
-    co.block = o->block;
-    co.win_block = o->win_block;
-    co.budget_bytes = o->cache_bytes;
-    co.row_bytes_per_value = 4;
-    co.idx_bytes_per_value = 4;
+    dsv4_cache_opts co;
+    dsv4_engine_cache_opts(o, &co);
     dsv4_cache_plan plan;
     if (!rc) rc = dsv4_cache_plan_make(c, &co, &plan, err);
     if (!rc) rc = dsv4_cache_create(&plan, &e->cache, err);

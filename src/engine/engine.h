@@ -98,4 +98,10 @@ int dsv4_engine_agree_mtp(dsv4_engine *e, int rc, const dsv4_mtp_span *spans, in
 /* Frees window pages no later call of seq can read. */
 void dsv4_engine_trim(dsv4_engine *e, int seq);
 
+/* The defaults of dsv4_engine_opts filled in (max_context, max_seqs, c_max), and the cache
+ * options the engine plans its pools with: engine create and the memory fit
+ * (dsv4_mem_fit_*) size the same pools. */
+void dsv4_engine_opts_resolve(dsv4_engine_opts *o);
+void dsv4_engine_cache_opts(const dsv4_engine_opts *o, dsv4_cache_opts *co);
+
 #endif

@@ -68,3 +68,53 @@ void dsv4_count_bytes(const dsv4_st_set *st, dsv4_dtype_bytes *out) {
     out->n_files = dsv4_st_n_files(st);
     for (int f = 0; f < out->n_files; f++) out->file_bytes += dsv4_st_file_size(st, f);
 }
+
+uint64_t dsv4_count_routed_bytes(const dsv4_st_set *st) {
+    uint64_t routed = 0;
+    const int n = dsv4_st_count(st);
+    for (int i = 0; i < n; i++) {
+        const dsv4_st_tensor *t = dsv4_st_at(st, i);
+        if (strstr(t->name, ".ffn.experts.")) routed += t->nbytes;
+    }
+    return routed;
+}
+
+static void add_bytes(dsv4_dtype_bytes *out, dsv4_st_dtype t, uint64_t bytes) {
+    out->bytes[t] += bytes;
+    out->tensors[t]++;
+    out->total_bytes += bytes;
+    out->total_tensors++;
+}
+
+int dsv4_count_release_bytes(const dsv4_config *cfg, dsv4_dtype_bytes *out,
+                             uint64_t *routed_bytes, dsv4_err *err) {
+    memset(out, 0, sizeof *out);
+    *routed_bytes = 0;
+    dsv4_tensor_spec *specs = NULL;
+    int n = 0;
+    int rc = dsv4_inventory_build(cfg, NULL, &specs, &n, err);
+    if (rc) return rc;
+    for (int i = 0; i < n; i++) {
+        const dsv4_tensor_spec *s = &specs[i];
+        const uint64_t numel = (uint64_t)dsv4_spec_numel(s);
+        const uint64_t before = out->total_bytes;
+        if (s->kind == DSV4_TK_TID2EID) {
+            add_bytes(out, DSV4_ST_I64, numel * 8);
+        } else if (s->kind == DSV4_TK_VEC) {
+            const int f32 = dsv4_init_is_f32(s->init);
+            add_bytes(out, f32 ? DSV4_ST_F32 : DSV4_ST_BF16, numel * (f32 ? 4 : 2));
+        } else if (s->rel == DSV4_REL_FP8) {
+            add_bytes(out, DSV4_ST_F8_E4M3, numel);
+            add_bytes(out, DSV4_ST_F8_E8M0,
+                      (uint64_t)((s->shape[0] + 127) / 128) * (uint64_t)((s->shape[1] + 127) / 128));
+        } else if (s->rel == DSV4_REL_FP4) {
+            add_bytes(out, DSV4_ST_I8, numel / 2);           /* two e2m1 values a byte */
+            add_bytes(out, DSV4_ST_F8_E8M0, numel / 32);     /* one scale per 32 */
+        } else {
+            add_bytes(out, DSV4_ST_BF16, numel * 2);
+        }
+        if (s->expert >= 0) *routed_bytes += out->total_bytes - before;
+    }
+    free(specs);
+    return DSV4_OK;
+}

@@ -48,5 +48,15 @@ typedef struct dsv4_dtype_bytes {
 } dsv4_dtype_bytes;
 
 void dsv4_count_bytes(const dsv4_st_set *st, dsv4_dtype_bytes *out);
+/* Bytes of the routed experts among the files' tensors ("*.ffn.experts.*"). */
+uint64_t dsv4_count_routed_bytes(const dsv4_st_set *st);
+
+/* The same figures for the released checkpoint layout of a config, from the config alone
+ * (spec/model.md §2.3): FP8 e4m3 matrices with 128x128 ue8m0 scales, routed experts as
+ * packed FP4 with per-32 ue8m0 scales, other matrices BF16, vectors F32 or BF16, tid2eid
+ * I64. file_bytes and n_files stay 0 (headers are not counted). *routed_bytes gets the
+ * routed experts' share. */
+int dsv4_count_release_bytes(const dsv4_config *cfg, dsv4_dtype_bytes *out,
+                             uint64_t *routed_bytes, dsv4_err *err);
 
 #endif

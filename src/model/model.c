@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "kernels/codec.h"
+#include "model/info.h"
 #include "model/inventory.h"
 #include "model/safetensors.h"
 #include "util/err.h"
@@ -385,6 +386,16 @@ int dsv4_model_load_ex(const char *dir, unsigned flags, struct dsv4_model **out,
             sl_add(&b.warn, "\n", "%d unexpected tensor(s) ignored: %s", extra.count,
                    extra.p ? extra.p : "");
         free(extra.p);
+        /* the fit check at open: weights alone beyond this machine's memory mean pages
+         * are read from disk again on every token (the full check with the cache is
+         * dsv4_mem_fit_model, once the engine options are known) */
+        dsv4_dtype_bytes db;
+        dsv4_count_bytes(m->files, &db);
+        const uint64_t ram = dsv4_machine_ram_bytes();
+        if (ram && db.total_bytes > ram)
+            sl_add(&b.warn, "\n", "the weights (%.1f GB) exceed this machine's memory (%.1f GB): "
+                   "the system will keep reading them from disk (see `dsv4 info --model`)",
+                   (double)db.total_bytes / 1e9, (double)ram / 1e9);
     }
     free(ns.slot);
     m->specs = specs;

@@ -132,3 +132,14 @@ void cli_warn_threads(const char *cmd, int threads) {
                         "wait on each other (leave --threads unset to use %d)\n", cmd, threads, cores,
                 cores == 1 ? "" : "s", cores);
 }
+
+void cli_warn_fit(const char *cmd, const dsv4_model *m, const dsv4_engine_opts *eo) {
+    dsv4_mem_fit f;
+    dsv4_err err = {0};
+    if (dsv4_mem_fit_model(m, eo, &f, &err) || !f.ram_bytes || f.fits) return;
+    fprintf(stderr, "dsv4 %s: warning: weights %.1f GB + cache %.1f GB do not fit in this machine's "
+                    "%.1f GB of memory: expect the system to read weights from disk on every token",
+            cmd, f.weights_bytes / 1e9, f.cache_bytes / 1e9, f.ram_bytes / 1e9);
+    if (f.ep_ranks) fprintf(stderr, " (expert parallelism over %d such machines would fit)", f.ep_ranks);
+    fprintf(stderr, "\n");
+}

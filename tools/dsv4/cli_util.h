@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdint.h>
 
+#include "dsv4.h"
+
 /* Parses a decimal integer in [lo, hi] from s, strictly (cli_parse_i64); returns 0 on
  * success. */
 int cli_parse_int(const char *s, long long lo, long long hi, long long *out);
@@ -37,5 +39,9 @@ struct dsv4_tokenizer *cli_load_tokenizer(const char *cmd, const char *path);
 
 /* Warns on stderr when more worker threads are asked for than this process has cores. */
 void cli_warn_threads(const char *cmd, int threads);
+
+/* Warns on stderr when the weights and the cache of these engine options do not fit in
+ * this machine's memory (dsv4_mem_fit_model), with what would. */
+void cli_warn_fit(const char *cmd, const dsv4_model *m, const dsv4_engine_opts *eo);
 
 #endif

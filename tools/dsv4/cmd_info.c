@@ -91,9 +91,10 @@ static cJSON *plan_json(const dsv4_cache_plan *p) {
     return j;
 }
 
-static int print_json(const char *dir, const struct dsv4_model *m, const dsv4_param_counts *pc,
-                      const dsv4_dtype_bytes *db, const plan_pair *pp) {
-    const dsv4_config *c = &m->cfg;
+static void fit_json(cJSON *j, const dsv4_mem_fit *f);
+
+static int print_json(const char *dir, const dsv4_config *c, const char *mwarn, const dsv4_param_counts *pc,
+                      const dsv4_dtype_bytes *db, const plan_pair *pp, const dsv4_mem_fit *fit) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "model", dir);
     cJSON *cf = cJSON_AddObjectToObject(j, "config");
@@ -156,7 +157,7 @@ static int print_json(const char *dir, const struct dsv4_model *m, const dsv4_pa
     }
     cJSON *w = cJSON_AddArrayToObject(j, "warnings");
     if (c->warnings[0]) cJSON_AddItemToArray(w, cJSON_CreateString(c->warnings));
-    for (const char *s = m->warnings; s && *s;) {
+    for (const char *s = mwarn; s && *s;) {
         const char *e = strchr(s, '\n');
         size_t k = e ? (size_t)(e - s) : strlen(s);
         char *line = strndup(s, k);
@@ -164,6 +165,7 @@ static int print_json(const char *dir, const struct dsv4_model *m, const dsv4_pa
         free(line);
         s += k + (e ? 1 : 0);
     }
+    fit_json(j, fit);
     char *txt = cJSON_Print(j);
     cJSON_Delete(j);
     if (!txt) {
@@ -202,9 +204,8 @@ static void print_plan_text(const dsv4_cache_plan *f, const dsv4_cache_plan *h) 
            human((double)f->total_bytes, b1, sizeof b1, "B"));
 }
 
-static void print_text(const char *dir, const struct dsv4_model *m, const dsv4_param_counts *pc,
+static void print_text(const char *dir, const dsv4_config *c, const char *mwarn, const dsv4_param_counts *pc,
                        const dsv4_dtype_bytes *db, const plan_pair *pp) {
-    const dsv4_config *c = &m->cfg;
     char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
     printf("model %s\n", dir);
     printf("  vocab %d, hidden %d, %d layers + %d MTP, %d heads x %d (rope %d), q_lora %d, "
@@ -236,8 +237,12 @@ static void print_text(const char *dir, const struct dsv4_model *m, const dsv4_p
            human((double)pc->active_main, b1, sizeof b1, ""),
            human((double)pc->active_mtp, b2, sizeof b2, ""), (long long)pc->total,
            (long long)pc->main, (long long)pc->active_main);
-    printf("bytes: %d file(s), %s on disk, %lld tensors\n", db->n_files,
-           human((double)db->file_bytes, b1, sizeof b1, "B"), (long long)db->total_tensors);
+    if (db->n_files)
+        printf("bytes: %d file(s), %s on disk, %lld tensors\n", db->n_files,
+               human((double)db->file_bytes, b1, sizeof b1, "B"), (long long)db->total_tensors);
+    else
+        printf("bytes of the released checkpoint layout (from the config): %s in %lld tensors\n",
+               human((double)db->total_bytes, b1, sizeof b1, "B"), (long long)db->total_tensors);
     for (int t = 0; t < DSV4_ST_N_DTYPES; t++)
         if (db->tensors[t])
             printf("  %-8s %7lld tensors  %15llu B  (%s)\n", dsv4_st_dtype_name((dsv4_st_dtype)t),
@@ -246,7 +251,7 @@ static void print_text(const char *dir, const struct dsv4_model *m, const dsv4_p
     if (pp->ok) print_plan_text(&pp->f32, &pp->bf16);
     else printf("cache: no plan: %s\n", pp->err);
     if (c->warnings[0]) printf("warning: %s\n", c->warnings);
-    for (const char *s = m->warnings; s && *s;) {
+    for (const char *s = mwarn; s && *s;) {
         const char *e = strchr(s, '\n');
         int k = e ? (int)(e - s) : (int)strlen(s);
         printf("warning: %.*s\n", k, s);
@@ -254,12 +259,50 @@ static void print_text(const char *dir, const struct dsv4_model *m, const dsv4_p
     }
 }
 
+static double gb(uint64_t bytes) { return (double)bytes / 1e9; }
+
+/* The memory verdict: weights + cache against this machine (dsv4_mem_fit). */
+static void print_fit(const dsv4_mem_fit *f, int64_t max_context, int64_t max_seqs) {
+    printf("memory: weights %.1f GB (routed experts %.1f GB) + cache %.2f GB for %lld tokens x %lld "
+           "sequence%s = %.1f GB\n", gb(f->weights_bytes), gb(f->routed_bytes), gb(f->cache_bytes),
+           (long long)max_context, (long long)max_seqs, max_seqs == 1 ? "" : "s", gb(f->need_bytes));
+    printf("this machine: %.1f GB of memory, %d core%s available\n", gb(f->ram_bytes),
+           dsv4_available_cores(), dsv4_available_cores() == 1 ? "" : "s");
+    if (!f->ram_bytes) printf("verdict: unknown (this machine's memory could not be read)\n");
+    else if (f->fits) printf("verdict: fits (%.1f GB to spare after %.1f GB kept for the system)\n",
+                             gb(f->ram_bytes - f->need_bytes - f->headroom_bytes), gb(f->headroom_bytes));
+    else {
+        printf("verdict: needs %.1f GB more (%.1f GB kept for the system)",
+               gb(f->need_bytes + f->headroom_bytes - f->ram_bytes), gb(f->headroom_bytes));
+        if (f->ep_ranks)
+            printf("; with expert parallelism over %d ranks like this machine each needs up to "
+                   "%.1f GB", f->ep_ranks, gb(f->ep_rank_bytes));
+        else printf("; even 64 expert-parallel ranks like this machine are not enough");
+        printf("\n");
+    }
+}
+
+static void fit_json(cJSON *j, const dsv4_mem_fit *f) {
+    cJSON *o = cJSON_AddObjectToObject(j, "memory");
+    cJSON_AddNumberToObject(o, "weights_bytes", (double)f->weights_bytes);
+    cJSON_AddNumberToObject(o, "routed_bytes", (double)f->routed_bytes);
+    cJSON_AddNumberToObject(o, "cache_bytes", (double)f->cache_bytes);
+    cJSON_AddNumberToObject(o, "need_bytes", (double)f->need_bytes);
+    cJSON_AddNumberToObject(o, "ram_bytes", (double)f->ram_bytes);
+    cJSON_AddNumberToObject(o, "headroom_bytes", (double)f->headroom_bytes);
+    cJSON_AddNumberToObject(o, "cores", dsv4_available_cores());
+    cJSON_AddBoolToObject(o, "fits", f->fits);
+    cJSON_AddNumberToObject(o, "ep_ranks", f->ep_ranks);
+    cJSON_AddNumberToObject(o, "ep_rank_bytes", (double)f->ep_rank_bytes);
+}
+
 int cmd_info(int argc, char **argv) {
-    const char *dir = NULL;
+    const char *dir = NULL, *config = NULL;
     int json = 0, check = 0;
     int64_t max_context = 4096, max_seqs = 4, c_max = 2048;
     const cli_opt opts[] = {
         CLI_STR_OPT("model", 'm', &dir, "DIR", "model directory"),
+        CLI_STR_OPT("config", 0, &config, "FILE", "a config.json alone (no weights): sizes for the released checkpoint layout and whether it fits this machine"),
         CLI_FLAG_OPT("json", 0, &json, 1, "machine-readable output"),
         CLI_FLAG_OPT("check", 0, &check, 1, "read the tensors too and check them (scale bytes, vectors, hash-routing tables)"),
         CLI_I64_OPT("max-context", 'c', &max_context, 1, 1LL << 40, "N", "cache plan: longest sequence in tokens"),
@@ -267,19 +310,40 @@ int cmd_info(int argc, char **argv) {
         CLI_I64_OPT("c-max", 0, &c_max, 1, 1 << 30, "N", "cache plan: most tokens per model call"),
         CLI_OPT_END,
     };
-    const cli_cmd cmd = {"info", "--model DIR [--json] [--check] [--max-context N] [--max-seqs N]",
-                         "Layer kinds, parameter counts, bytes by dtype, per-token cache bytes and the\n"
-                         "cache pool geometry of a model directory. Only headers are read unless --check.",
+    const cli_cmd cmd = {"info", "(--model DIR | --config FILE) [--json] [--max-context N] [--max-seqs N]",
+                         "Layer kinds, parameter counts, bytes by dtype, per-token cache bytes, the\n"
+                         "cache pool geometry and whether it all fits in this machine's memory. Only\n"
+                         "headers are read unless --check; --config needs no weights at all.",
                          {opts}};
     int prc = cli_parse(&cmd, argc, argv);
     if (prc >= 0) return prc;
-    if (!dir) {
-        fprintf(stderr, "dsv4 info: --model DIR is required\n");
+    if (!dir == !config) {
+        fprintf(stderr, "dsv4 info: give one of --model DIR and --config FILE\n");
         cli_short_usage(&cmd, stderr);
         return 2;
     }
-    struct dsv4_model *m = NULL;
     dsv4_err err = {0};
+    dsv4_engine_opts eo = {.max_context = max_context, .max_seqs = (int)max_seqs, .c_max = (int)c_max};
+    dsv4_mem_fit fit;
+    if (config) {
+        dsv4_config cfg;
+        dsv4_param_counts pc;
+        dsv4_dtype_bytes db;
+        uint64_t routed;
+        if (dsv4_config_load(config, &cfg, &err) || dsv4_count_params(&cfg, &pc, &err) ||
+            dsv4_count_release_bytes(&cfg, &db, &routed, &err) ||
+            dsv4_mem_fit_config(config, &eo, &fit, &err)) {
+            fprintf(stderr, "dsv4 info: %s\n", err.msg);
+            return 1;
+        }
+        plan_pair pp;
+        make_plans(&cfg, max_context, max_seqs, c_max, &pp);
+        if (json) return print_json(config, &cfg, "", &pc, &db, &pp, &fit);
+        print_text(config, &cfg, "", &pc, &db, &pp);
+        print_fit(&fit, max_context, max_seqs);
+        return 0;
+    }
+    struct dsv4_model *m = NULL;
     if (dsv4_model_load_ex(dir, check ? 0 : DSV4_LOAD_HEADERS_ONLY, &m, &err)) {
         fprintf(stderr, "dsv4 info: %s\n", err.msg);
         return 1;
@@ -295,8 +359,16 @@ int cmd_info(int argc, char **argv) {
     plan_pair pp;
     make_plans(&m->cfg, max_context, max_seqs, c_max, &pp);
     int rc = 0;
-    if (json) rc = print_json(dir, m, &pc, &db, &pp);
-    else print_text(dir, m, &pc, &db, &pp);
+    if (dsv4_mem_fit_model(m, &eo, &fit, &err)) {
+        fprintf(stderr, "dsv4 info: %s\n", err.msg);
+        dsv4_model_close(m);
+        return 1;
+    }
+    if (json) rc = print_json(dir, &m->cfg, m->warnings, &pc, &db, &pp, &fit);
+    else {
+        print_text(dir, &m->cfg, m->warnings, &pc, &db, &pp);
+        print_fit(&fit, max_context, max_seqs);
+    }
     dsv4_model_close(m);
     return rc;
 }

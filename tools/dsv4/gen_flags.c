@@ -79,6 +79,7 @@ int gen_open(const gen_flags *f, const char *cmd, dsv4_model **model, dsv4_token
     eo.threads = f->threads;
     eo.w8a8 = f->w8a8;
     eo.fidelity = f->fidelity;
+    cli_warn_fit(cmd, *model, &eo);
     if (dsv4_engine_create(*model, &eo, eng, &err)) goto fail;
     if (dsv4_seq_create(*eng, seq, &err)) goto fail;
     return 0;

@@ -1,0 +1,74 @@
+/* test_mem_fit.c — the memory fit check (dsv4_mem_fit_*): the released Flash checkpoint's
+ * bytes computed from its config alone against the published figures (spec/model.md §2.1:
+ * total_size 159,609,485,896 bytes in 69,187 tensors), the cache figure against the
+ * planner, the verdict's arithmetic, and the machine-memory parsers. */
+#include <stdlib.h>
+
+#include "cache/cache.h"
+#include "dsv4.h"
+#include "engine/engine.h"
+#include "model/config.h"
+#include "model/info.h"
+#include "test.h"
+#include "util/machine.h"
+
+int main(void) {
+    char path[1024];
+    const char *src = getenv("DSV4_SRC");
+    snprintf(path, sizeof path, "%s/tests/cli/flash_config.json", src ? src : "..");
+    dsv4_err err = {0};
+    dsv4_config cfg;
+    int rc = dsv4_config_load(path, &cfg, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc) return test_report();
+
+    /* the release layout from the config equals the published checkpoint, byte for byte */
+    dsv4_dtype_bytes db;
+    uint64_t routed = 0;
+    CHECK(dsv4_count_release_bytes(&cfg, &db, &routed, &err) == 0);
+    CHECK_MSG(db.total_bytes == 159609485896ull, "release bytes %llu", (unsigned long long)db.total_bytes);
+    CHECK_MSG(db.total_tensors == 69187, "release tensors %lld", (long long)db.total_tensors);
+    /* 43 main layers + 1 MTP, 256 experts x 3 matrices (FP4 bytes + scales) each */
+    const uint64_t per_expert = 3ull * (2048ull * 4096 / 2 + 2048ull * 4096 / 32);
+    CHECK_MSG(routed == 44ull * 256 * per_expert, "routed %llu", (unsigned long long)routed);
+
+    /* the fit: weights as above, cache = what the engine's planner allocates */
+    dsv4_engine_opts eo = {.max_context = 8192, .max_seqs = 2};
+    dsv4_mem_fit f;
+    CHECK(dsv4_mem_fit_config(path, &eo, &f, &err) == 0);
+    CHECK(f.weights_bytes == db.total_bytes && f.routed_bytes == routed);
+    dsv4_engine_opts_resolve(&eo);
+    dsv4_cache_opts co;
+    dsv4_engine_cache_opts(&eo, &co);
+    dsv4_cache_plan plan;
+    CHECK(dsv4_cache_plan_make(&cfg, &co, &plan, &err) == 0);
+    CHECK(f.cache_bytes == (uint64_t)plan.total_bytes && f.cache_bytes > 0);
+    CHECK(f.need_bytes == f.weights_bytes + f.cache_bytes);
+    CHECK(f.ram_bytes == dsv4_machine_ram_bytes());
+    if (f.ram_bytes) {
+        CHECK(f.fits == (f.need_bytes + f.headroom_bytes <= f.ram_bytes));
+        if (!f.fits && f.ep_ranks) {
+            /* the fewest ranks: that many fit, one fewer does not */
+            const uint64_t dense = f.weights_bytes - f.routed_bytes, k = (uint64_t)f.ep_ranks;
+            CHECK(f.ep_rank_bytes == dense + (routed + k - 1) / k + f.cache_bytes);
+            CHECK(f.ep_rank_bytes + f.headroom_bytes <= f.ram_bytes);
+            CHECK(k == 2 || dense + (routed + k - 2) / (k - 1) + f.cache_bytes + f.headroom_bytes > f.ram_bytes);
+        }
+    }
+    /* a longer context costs more cache */
+    dsv4_engine_opts eo2 = {.max_context = 65536, .max_seqs = 2};
+    dsv4_mem_fit f2;
+    CHECK(dsv4_mem_fit_config(path, &eo2, &f2, &err) == 0 && f2.cache_bytes > f.cache_bytes);
+    /* a missing config is an error with the path in it */
+    CHECK(dsv4_mem_fit_config("/nonexistent/config.json", &eo, &f2, &err) != 0);
+    CHECK(strstr(err.msg, "/nonexistent/config.json") != NULL);
+
+    /* machine memory parsers */
+    CHECK(dsv4_meminfo_total("MemTotal:       24683584 kB\nMemFree: 1 kB\n") == 24683584ull * 1024);
+    CHECK(dsv4_meminfo_total("MemFree: 1 kB\n") == 0 && dsv4_meminfo_total(NULL) == 0);
+    CHECK(dsv4_cgroup_mem_limit("max\n") == 0);
+    CHECK(dsv4_cgroup_mem_limit("9223372036854771712\n") == 0);
+    CHECK(dsv4_cgroup_mem_limit("2147483648\n") == 2147483648ull);
+    CHECK(dsv4_cgroup_mem_limit(NULL) == 0);
+    return test_report();
+}
