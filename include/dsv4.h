@@ -77,6 +77,20 @@ int dsv4_model_fingerprint(const dsv4_model *m, int full, uint8_t out[32], dsv4_
  * config.json files that compute the same function, whatever their formatting. */
 int dsv4_model_config_hash(const dsv4_model *m, uint8_t out[32], dsv4_err *err);
 
+/* Progress of a long operation: done of total bytes (called from the caller's thread). */
+typedef void (*dsv4_progress_fn)(void *user, uint64_t done, uint64_t total);
+
+/* Reads every weight page once, on `threads` threads (0 = dsv4_available_cores()), so the
+ * first tokens do not wait for the disk: the weights are mmap'd and otherwise page in as
+ * the model first touches them. With expert parallelism pass this process's rank and the
+ * rank count: it then reads only the routed experts it owns (and every dense weight); 0, 1
+ * reads everything. progress (may be NULL) is called about five times a second. */
+int dsv4_model_warmup(const dsv4_model *m, int threads, int rank, int n_ranks,
+                      dsv4_progress_fn progress, void *user, dsv4_err *err);
+/* Pins the same weights in memory (mlock), so the system never pages them out. Needs a
+ * locked-memory limit as large as the weights (ulimit -l) or CAP_IPC_LOCK. */
+int dsv4_model_mlock(const dsv4_model *m, int rank, int n_ranks, dsv4_err *err);
+
 /* ---- machine ------------------------------------------------------------------------ */
 
 /* The cores this process may use: the CPU affinity mask (what taskset and container

@@ -73,6 +73,23 @@ stated=$("$BIN" generate --model "$MODEL" -p "Once upon" --max-tokens "$(d --max
 [ "$(d --max-tokens)" = 256 ] && [ "$("$BIN" chat --list-options | awk -F '\t' '$1 == "--max-tokens" { print $2 }')" = 512 ] \
     || fail "generate/chat reply lengths"
 
+# chat keeps the conversation: a line of invalid UTF-8 and a turn longer than the context
+# are reported and skipped, the turns around them answered; /save and /load round-trip
+long=$(awk 'BEGIN { for (i = 0; i < 300; i++) printf("word%d ", i) }')
+printf 'First\n\377\376 bad\n%s\n/save %s\nSecond\n/reset\n/load %s\nThird\n' "$long" "$TMP/conv.json" "$TMP/conv.json" |
+    "$BIN" chat --model "$MODEL" -n 4 --temperature 0 --max-context 200 --no-warmup > "$TMP/chat.out" 2> "$TMP/chat.err" \
+    || fail "chat exit: $(cat "$TMP/chat.err")"
+grep -q "not valid UTF-8" "$TMP/chat.err" || fail "chat: no invalid UTF-8 report"
+grep -q "it was not sent" "$TMP/chat.err" || fail "chat: no report of the turn that does not fit"
+[ "$(grep -c '^\[[0-9]* prompt tokens' "$TMP/chat.err")" -eq 3 ] || fail "chat: not 3 answered turns: $(cat "$TMP/chat.err")"
+python3 -c 'import json, sys; m = json.load(open(sys.argv[1])); assert [x["role"] for x in m] == ["user", "assistant"] and m[0]["content"] == "First", m' \
+    "$TMP/conv.json" || fail "chat /save wrote $(cat "$TMP/conv.json")"
+grep -q "loaded 2 messages" "$TMP/chat.err" || fail "chat /load"
+# after /load the next turn runs the whole saved conversation: more prompt tokens than turn 1
+p1=$(sed -n 's/^\[\([0-9]*\) prompt tokens.*/\1/p' "$TMP/chat.err" | sed -n 1p)
+p3=$(sed -n 's/^\[\([0-9]*\) prompt tokens.*/\1/p' "$TMP/chat.err" | sed -n 3p)
+[ "$p3" -gt "$p1" ] || fail "chat: turn after /load prefilled $p3 tokens (turn 1: $p1)"
+
 # more threads than cores: a warning
 taskset -c 0 "$BIN" generate --model "$MODEL" -p x -n 1 --threads 2 2>&1 >/dev/null | grep -q "warning: 2 threads on 1 available core" \
     || fail "no warning for 2 threads on 1 core"

@@ -88,8 +88,7 @@ def check_generate(bin_, model):
 def main():
     bin_, model = sys.argv[1], sys.argv[2]
     check_generate(bin_, model)
-    if len(sys.argv) > 3 and sys.argv[3] == "--chat":
-        check_chat(bin_, model)
+    check_chat(bin_, model)
     print("1 passed, 0 failed")
 
 

@@ -44,4 +44,11 @@ void cli_warn_threads(const char *cmd, int threads);
  * this machine's memory (dsv4_mem_fit_model), with what would. */
 void cli_warn_fit(const char *cmd, const dsv4_model *m, const dsv4_engine_opts *eo);
 
+/* Warm-up and pinning of the weights as the commands do them (--warmup, --mlock): progress
+ * on stderr (a bar with GB, GB/s and ETA on a terminal, a line per 10% otherwise), by
+ * rank 0 only; rank/n_ranks as for dsv4_model_warmup.
+ * Returns 0, or -1 after printing the problem. */
+int cli_prepare_weights(const char *cmd, const dsv4_model *m, int warmup, int mlock, int threads,
+                        int rank, int n_ranks);
+
 #endif

@@ -1,20 +1,305 @@
-/* cmd_chat.c — `dsv4 chat`: an interactive multi-turn conversation. Each line on standard
- * input is a user turn; the answer streams to standard output. The sequence keeps its cache
- * between turns, so only the new turn is prefilled (when the chat template drops earlier
- * reasoning the whole conversation is re-encoded and the sequence starts over).
- * Lines "/reset" start a new conversation, "/exit" (or end of input) quits. */
+/* cmd_chat.c — `dsv4 chat`: an interactive multi-turn conversation. Each turn typed (or
+ * read from standard input) is a user message; the answer streams to standard output. The
+ * sequence keeps its cache between turns, so only the new turn is prefilled (when the chat
+ * template drops earlier reasoning the whole conversation is re-encoded and the sequence
+ * starts over).
+ *
+ * On a terminal: line editing and history (libedit; ~/.dsv4_history), a trailing '\' or a
+ * block between lines of three double quotes for multi-line turns, Ctrl-C to interrupt a
+ * reply (and at the prompt to quit). Commands: /help /reset /save FILE /load FILE /exit.
+ * A turn that cannot run (invalid UTF-8, longer than the context left) is reported and
+ * the conversation goes on without it. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef DSV4_HAVE_LIBEDIT
+#include <editline/readline.h>
+#endif
 
+#include "cli_util.h"
 #include "commands.h"
 #include "gen_flags.h"
 #include "dsv4_text.h"
 
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    interrupted = 1;
+}
+
+static const char HELP[] =
+    "  /help          this list\n"
+    "  /reset         start a new conversation (the system message stays)\n"
+    "  /save FILE     write the conversation to FILE (JSON messages)\n"
+    "  /load FILE     continue a conversation saved with /save\n"
+    "  /exit          quit (also Ctrl-D, or Ctrl-C at the prompt)\n"
+    "  a line ending in \\ continues on the next line; a line of \"\"\" starts and ends a\n"
+    "  block of several lines. Ctrl-C during a reply stops the reply.\n";
+
+/* ---- the conversation ---------------------------------------------------------------- */
+
+typedef struct chat_session {
+    const gen_flags *f;
+    dsv4_tokenizer *tok;
+    dsv4_engine *eng;
+    int seq;
+    dsv4_chat_opts co;
+    dsv4_chat *conv;
+    cJSON *messages;  /* what /save writes: every message in order */
+} chat_session;
+
+/* Rebuilds the conversation from s->messages on a fresh sequence: after /reset, /load, or
+ * a turn that failed (its message is not in the list), so the next turn re-encodes all. */
+static int rebuild(chat_session *s, dsv4_err *err) {
+    dsv4_chat_free(s->conv);
+    s->conv = NULL;
+    int rc = dsv4_chat_create(&s->co, &s->conv, err);
+    const cJSON *m;
+    cJSON_ArrayForEach(m, s->messages) if (!rc) rc = dsv4_chat_add_json(s->conv, m, err);
+    if (!rc && dsv4_seq_length(s->eng, s->seq) > 0) {
+        rc = dsv4_seq_free(s->eng, s->seq, err);
+        if (!rc) rc = dsv4_seq_create(s->eng, &s->seq, err);
+    }
+    return rc;
+}
+
+static cJSON *message(const char *role, const char *content) {
+    cJSON *m = cJSON_CreateObject();
+    if (m && (!cJSON_AddStringToObject(m, "role", role) || !cJSON_AddStringToObject(m, "content", content))) {
+        cJSON_Delete(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Is s[0..n) valid UTF-8? Returns the offset of the first bad byte, or n. */
+static size_t utf8_valid_prefix(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i], k = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : 9;
+        if (k == 9 || (k == 1 && c < 0xc2) || (k && i + k >= n)) return i;
+        unsigned cp = k ? c & (0x3f >> k) : c;
+        for (unsigned j = 1; j <= k; j++) {
+            if ((s[i + j] & 0xc0) != 0x80) return i;
+            cp = cp << 6 | (s[i + j] & 0x3f);
+        }
+        if ((k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+            return i;
+        i += k + 1;
+    }
+    return n;
+}
+
+/* One user turn: encode, check it fits, generate, record the answer. Returns 0, or 1
+ * when the turn failed but the session goes on (reported), or -1 on a failure that ends
+ * the session. */
+static int turn(chat_session *s, const char *line) {
+    dsv4_err err = {0};
+    const size_t n = strlen(line);
+    const size_t bad = utf8_valid_prefix((const unsigned char *)line, n);
+    if (bad < n) {
+        fprintf(stderr, "dsv4 chat: that line is not valid UTF-8 (byte %zu); it was not sent\n", bad + 1);
+        return 1;
+    }
+    cJSON *um = message("user", line);
+    if (!um || dsv4_chat_add(s->conv, "user", line, &err)) {
+        fprintf(stderr, "dsv4 chat: %s\n", um ? err.msg : "out of memory");
+        cJSON_Delete(um);
+        return rebuild(s, &err) ? -1 : 1;
+    }
+    dsv4_tok_ids ids = {0};
+    int reset = 0;
+    /* content as plain text: special-token strings a user types cannot open a role */
+    if (dsv4_chat_next_ids(s->conv, s->tok, &ids, &reset, &err)) {
+        fprintf(stderr, "dsv4 chat: %s\n", err.msg);
+        dsv4_tok_ids_free(&ids);
+        cJSON_Delete(um);
+        return rebuild(s, &err) ? -1 : 1;
+    }
+    if (reset && dsv4_seq_length(s->eng, s->seq) > 0 &&
+        (dsv4_seq_free(s->eng, s->seq, &err) || dsv4_seq_create(s->eng, &s->seq, &err))) {
+        fprintf(stderr, "dsv4 chat: %s\n", err.msg);
+        dsv4_tok_ids_free(&ids);
+        cJSON_Delete(um);
+        return -1;
+    }
+    const int thinking = dsv4_chat_gen_thinking(s->conv);
+    const int64_t have = dsv4_seq_length(s->eng, s->seq), room = s->f->max_context - have;
+    if ((int64_t)ids.n >= room) {
+        fprintf(stderr, "dsv4 chat: this turn needs %zu tokens but only %lld of the context "
+                        "(--max-context %lld) are left; it was not sent (/reset starts over)\n",
+                ids.n, (long long)(room > 0 ? room : 0), (long long)s->f->max_context);
+        dsv4_tok_ids_free(&ids);
+        cJSON_Delete(um);
+        return rebuild(s, &err) ? -1 : 1;
+    }
+    dsv4_generation_result res = {0};
+    gen_printer out;
+    gen_printer_start(&out, thinking, &interrupted);
+    dsv4_generation_callbacks cb = {.user = &out, .text = gen_printer_text, .progress = gen_progress};
+    int rc = dsv4_generation_run(s->eng, s->tok, s->seq, ids.ids, (int)ids.n, &s->f->gen, &cb, &res, &err);
+    gen_printer_end(&out);
+    dsv4_tok_ids_free(&ids);
+    if (rc) {
+        fprintf(stderr, "\ndsv4 chat: %s\n", err.msg);
+        cJSON_Delete(um);
+        return rebuild(s, &err) ? -1 : 1;
+    }
+    printf("\n");
+    fflush(stdout);
+    /* record exactly what the sequence now holds after the prompt */
+    size_t fed = (size_t)res.gen_tokens - (res.last_fed ? 0 : 1);
+    char *answer = NULL;
+    size_t answer_len = 0;
+    dsv4_parsed parsed = {0};
+    rc = dsv4_detokenize(s->tok, res.ids, fed, 0, &answer, &answer_len, &err);
+    if (!rc) rc = dsv4_chat_add_generated(s->conv, answer, answer_len, &parsed, &err);
+    free(answer);
+    free(res.ids);
+    cJSON *am = rc && rc != DSV4_ERR_FORMAT ? NULL : dsv4_parsed_to_json(&parsed);
+    dsv4_parsed_free(&parsed);
+    if (!am) {
+        fprintf(stderr, "dsv4 chat: %s\n", rc ? err.msg : "out of memory");
+        cJSON_Delete(um);
+        return -1;
+    }
+    cJSON_AddItemToArray(s->messages, um);
+    cJSON_AddItemToArray(s->messages, am);
+    if (interrupted) fprintf(stderr, "[interrupted] ");
+    else if (res.finish == DSV4_FINISH_NONE && dsv4_seq_length(s->eng, s->seq) >= s->f->max_context)
+        fprintf(stderr, "[the context is full: /reset to start over] ");
+    fprintf(stderr, "[%lld prompt tokens, %lld generated, %.2f tokens/s]\n",
+            (long long)res.prompt_tokens, (long long)res.gen_tokens,
+            res.decode_seconds > 0 ? res.gen_tokens / res.decode_seconds : 0.0);
+    return 0;
+}
+
+/* /save FILE: the messages as a JSON array, written to a temporary name and renamed. */
+static void save(const chat_session *s, const char *path) {
+    char tmp[4200];
+    char *json = cJSON_Print(s->messages);
+    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+    FILE *f = json ? fopen(tmp, "w") : NULL;
+    int ok = f && fputs(json, f) >= 0 && fputc('\n', f) != EOF;
+    if (f && fclose(f)) ok = 0;
+    if (ok && rename(tmp, path)) ok = 0;
+    if (ok) fprintf(stderr, "saved %d messages to %s\n", cJSON_GetArraySize(s->messages), path);
+    else {
+        fprintf(stderr, "dsv4 chat: cannot save to %s: %s\n", path, json ? strerror(errno) : "out of memory");
+        if (f) remove(tmp);
+    }
+    free(json);
+}
+
+/* /load FILE: a saved conversation replaces the current one. */
+static int load(chat_session *s, const char *path) {
+    char why[512];
+    size_t len;
+    char *text = cli_read_input(path, CLI_TEXT_LIMIT, &len, why, sizeof why);
+    if (!text) {
+        fprintf(stderr, "dsv4 chat: %s\n", why);
+        return 1;
+    }
+    cJSON *msgs = cJSON_ParseWithLength(text, len);
+    free(text);
+    int ok = cJSON_IsArray(msgs);
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) ok &= cJSON_IsObject(m) && cJSON_IsString(cJSON_GetObjectItem(m, "role"));
+    if (!ok) {
+        fprintf(stderr, "dsv4 chat: %s is not a saved conversation (a JSON array of messages)\n", path);
+        cJSON_Delete(msgs);
+        return 1;
+    }
+    cJSON *old = s->messages;
+    s->messages = msgs;
+    dsv4_err err = {0};
+    if (rebuild(s, &err)) {
+        fprintf(stderr, "dsv4 chat: %s: %s; the conversation is unchanged\n", path, err.msg);
+        s->messages = old;
+        cJSON_Delete(msgs);
+        return rebuild(s, &err) ? -1 : 1;
+    }
+    cJSON_Delete(old);
+    fprintf(stderr, "loaded %d messages from %s; the next turn runs them through the model\n",
+            cJSON_GetArraySize(msgs), path);
+    return 0;
+}
+
+/* ---- input --------------------------------------------------------------------------- */
+
+typedef struct chat_input {
+    int tty;
+    char history[4096];  /* "" = no history file */
+    char *buf;           /* getline's buffer */
+    size_t cap;
+} chat_input;
+
+/* One line without its newline (malloc'd), or NULL at end of input or on Ctrl-C. */
+static char *read_line(chat_input *in, const char *prompt) {
+#ifdef DSV4_HAVE_LIBEDIT
+    if (in->tty) return readline(prompt);
+#endif
+    if (in->tty) { fputs(prompt, stderr); fflush(stderr); }
+    ssize_t got = getline(&in->buf, &in->cap, stdin);
+    if (got < 0) return NULL;
+    while (got > 0 && (in->buf[got - 1] == '\n' || in->buf[got - 1] == '\r')) in->buf[--got] = 0;
+    return strdup(in->buf);
+}
+
+/* Appends b (and a newline first when t is not empty) to the growing turn t. */
+static char *append(char *t, const char *b) {
+    size_t n = t ? strlen(t) : 0, m = strlen(b);
+    char *r = realloc(t, n + m + 2);
+    if (!r) { free(t); return NULL; }
+    if (n) r[n++] = '\n';
+    memcpy(r + n, b, m + 1);
+    return r;
+}
+
+/* One turn: a line, lines joined by a trailing '\', or a """ block. NULL at the end. */
+static char *read_turn(chat_input *in) {
+    char *line = read_line(in, "> ");
+    if (!line) return NULL;
+    char *turn = NULL;
+    if (!strcmp(line, "\"\"\"")) {
+        free(line);
+        int ok = 1;
+        while (ok && (line = read_line(in, "")) && strcmp(line, "\"\"\"")) {
+            ok = (turn = append(turn, line)) != NULL;
+            free(line);
+            line = NULL;
+        }
+        free(line);
+        if (!turn && ok) turn = strdup("");
+    } else {
+        for (;;) {
+            size_t n = strlen(line);
+            int more = n && line[n - 1] == '\\';
+            if (more) line[n - 1] = 0;
+            turn = append(turn, line);
+            free(line);
+            if (!more || !turn || !(line = read_line(in, ". "))) break;
+        }
+    }
+#ifdef DSV4_HAVE_LIBEDIT
+    if (in->tty && turn && *turn) {
+        add_history(turn);
+        if (*in->history) write_history(in->history);
+    }
+#endif
+    return turn;
+}
+
+/* ---- the command --------------------------------------------------------------------- */
+
 int cmd_chat(int argc, char **argv) {
     gen_flags f;
-    gen_flags_init(&f, 512);
+    gen_flags_init(&f, 512, 1);
     const char *system = NULL;
     const cli_opt own[] = {
         CLI_STR_OPT("system", 0, &system, "TEXT", "system message that starts the conversation"),
@@ -22,96 +307,90 @@ int cmd_chat(int argc, char **argv) {
     };
     const cli_cmd cmd = {"chat", "--model DIR [--system TEXT] [options]",
                          "An interactive conversation: each line is your turn, the reply streams back.\n"
-                         "/reset starts over, /exit (or end of input) quits.", {own, f.opts}};
+                         "Type /help in the chat for its commands; Ctrl-C stops a reply.", {own, f.opts}};
     int prc = cli_parse(&cmd, argc, argv);
     if (prc >= 0) return prc;
     if ((prc = gen_flags_finish(&f, &cmd))) return prc;
 
     dsv4_model *model;
-    dsv4_tokenizer *tok;
-    dsv4_engine *eng;
-    int seq;
-    if (gen_open(&f, "chat", &model, &tok, &eng, &seq)) return 1;
+    chat_session s = {.f = &f, .co = {.thinking = f.think == 1}};
+    if (gen_open(&f, "chat", &model, &s.tok, &s.eng, &s.seq)) return 1;
     dsv4_err err = {0};
-    dsv4_chat_opts co = {.thinking = f.think == 1};
-    dsv4_chat *conv = NULL;
-    int status = 1, tty = isatty(0);
-    char *line = NULL;
-    size_t line_cap = 0;
-    if (dsv4_chat_create(&co, &conv, &err) || (system && dsv4_chat_add(conv, "system", system, &err))) {
+    int status = 1;
+    chat_input in = {.tty = isatty(0)};
+    s.messages = cJSON_CreateArray();
+    if (!s.messages || (system && !cJSON_AddItemToArray(s.messages, message("system", system)))) {
+        fprintf(stderr, "dsv4 chat: out of memory\n");
+        goto out;
+    }
+    if (rebuild(&s, &err)) {
         fprintf(stderr, "dsv4 chat: %s\n", err.msg);
         goto out;
     }
-    for (;;) {
-        if (tty) { fprintf(stderr, "> "); fflush(stderr); }
-        ssize_t got = getline(&line, &line_cap, stdin);
-        if (got < 0) break;
-        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = 0;
-        if (!got) continue;
-        if (!strcmp(line, "/exit")) break;
-        int restart = !strcmp(line, "/reset");
-        if (restart) {
-            dsv4_chat_free(conv);
-            conv = NULL;
-            if (dsv4_chat_create(&co, &conv, &err) ||
-                (system && dsv4_chat_add(conv, "system", system, &err))) {
-                fprintf(stderr, "dsv4 chat: %s\n", err.msg);
-                goto out;
-            }
-        } else if (dsv4_chat_add(conv, "user", line, &err)) {
-            fprintf(stderr, "dsv4 chat: %s\n", err.msg);
-            goto out;
-        }
-        if (restart) {
-            if (dsv4_seq_free(eng, seq, &err) || dsv4_seq_create(eng, &seq, &err)) {
-                fprintf(stderr, "dsv4 chat: %s\n", err.msg);
-                goto out;
-            }
-            continue;
-        }
-        /* the user's text is content: special-token strings in it stay plain text */
-        dsv4_tok_ids ids = {0};
-        int reset = 0;
-        if (dsv4_chat_next_ids(conv, tok, &ids, &reset, &err)) {
-            fprintf(stderr, "dsv4 chat: %s\n", err.msg);
-            goto out;
-        }
-        if (reset && dsv4_seq_length(eng, seq) > 0 &&
-            (dsv4_seq_free(eng, seq, &err) || dsv4_seq_create(eng, &seq, &err))) {
-            fprintf(stderr, "dsv4 chat: %s\n", err.msg);
-            dsv4_tok_ids_free(&ids);
-            goto out;
-        }
-        int rc = 0;
-        dsv4_generation_result res = {0};
-        dsv4_generation_callbacks cb = {.text = gen_print, .progress = gen_progress};
-        if (!rc) rc = dsv4_generation_run(eng, tok, seq, ids.ids, (int)ids.n, &f.gen, &cb, &res, &err);
-        dsv4_tok_ids_free(&ids);
-        if (rc) {
-            fprintf(stderr, "\ndsv4 chat: %s\n", err.msg);
-            goto out;
-        }
-        printf("\n");
-        fflush(stdout);
-        /* record exactly what the sequence now holds after the prompt */
-        size_t fed = (size_t)res.gen_tokens - (res.last_fed ? 0 : 1);
-        char *answer = NULL;
-        size_t answer_len = 0;
-        rc = dsv4_detokenize(tok, res.ids, fed, 0, &answer, &answer_len, &err);
-        free(res.ids);
-        if (!rc) rc = dsv4_chat_add_generated(conv, answer, answer_len, NULL, &err);
-        free(answer);
-        if (rc && rc != DSV4_ERR_FORMAT) { fprintf(stderr, "dsv4 chat: %s\n", err.msg); goto out; }
-        fprintf(stderr, "[%lld prompt tokens, %lld generated, %.2f tokens/s]\n",
-                (long long)res.prompt_tokens, (long long)res.gen_tokens,
-                res.decode_seconds > 0 ? res.gen_tokens / res.decode_seconds : 0.0);
+#ifdef DSV4_HAVE_LIBEDIT
+    const char *home = getenv("HOME");
+    if (in.tty && home && *home) {
+        snprintf(in.history, sizeof in.history, "%s/.dsv4_history", home);
+        read_history(in.history);
     }
-    status = 0;
+#endif
+    struct sigaction sa = {0}, old_sa;
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_sa);
+    if (in.tty) fprintf(stderr, "dsv4 chat: type /help for commands, Ctrl-D or /exit to quit\n");
+    for (;;) {
+        interrupted = 0;
+        char *line = read_turn(&in);
+        if (!line) {
+            if (in.tty) fputc('\n', stderr);
+            status = interrupted ? 130 : 0;
+            break;
+        }
+        char *cmdline = line + strspn(line, " \t");
+        int rc = 0;
+        if (!*cmdline) {
+        } else if (!strcmp(cmdline, "/exit") || !strcmp(cmdline, "/quit")) {
+            free(line);
+            status = 0;
+            break;
+        } else if (!strcmp(cmdline, "/help")) {
+            fputs(HELP, stderr);
+        } else if (!strcmp(cmdline, "/reset")) {
+            cJSON *keep = cJSON_CreateArray();
+            const cJSON *m;
+            cJSON_ArrayForEach(m, s.messages)
+                if (keep && !strcmp(cJSON_GetObjectItem(m, "role")->valuestring, "system"))
+                    cJSON_AddItemToArray(keep, cJSON_Duplicate(m, 1));
+            if (!keep) rc = -1;
+            else {
+                cJSON_Delete(s.messages);
+                s.messages = keep;
+                rc = rebuild(&s, &err) ? -1 : 0;
+                if (!rc) fprintf(stderr, "new conversation\n");
+            }
+        } else if (!strncmp(cmdline, "/save ", 6) && cmdline[6]) {
+            save(&s, cmdline + 6);
+        } else if (!strncmp(cmdline, "/load ", 6) && cmdline[6]) {
+            rc = load(&s, cmdline + 6);
+        } else if (cmdline[0] == '/' && !strchr(cmdline, ' ') && cmdline[1]) {
+            fprintf(stderr, "dsv4 chat: unknown command %s (/help lists them)\n", cmdline);
+        } else {
+            rc = turn(&s, line);
+        }
+        free(line);
+        if (rc < 0) {
+            if (err.code) fprintf(stderr, "dsv4 chat: %s\n", err.msg);
+            break;
+        }
+    }
+    sigaction(SIGINT, &old_sa, NULL);
 out:
-    free(line);
-    dsv4_chat_free(conv);
-    dsv4_engine_free(eng);
-    dsv4_tokenizer_free(tok);
+    free(in.buf);
+    cJSON_Delete(s.messages);
+    dsv4_chat_free(s.conv);
+    dsv4_engine_free(s.eng);
+    dsv4_tokenizer_free(s.tok);
     dsv4_model_close(model);
     return status;
 }

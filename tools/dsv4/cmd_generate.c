@@ -35,6 +35,7 @@ static double now_s(void) {
 typedef struct gen_run {
     const dsv4_tokenizer *tok;
     double start, first_token;  /* seconds; first_token 0 until one is sampled */
+    gen_printer out;
 } gen_run;
 
 /* Token text for the logprobs listing: the decoded bytes, with control characters and
@@ -75,8 +76,7 @@ static void print_logprobs(void *user, const dsv4_sample_out *o) {
 }
 
 static int print_or_stop(void *user, const char *text, size_t len) {
-    gen_print(user, text, len);
-    return interrupted;
+    return gen_printer_text(&((gen_run *)user)->out, text, len);
 }
 
 /* -n 0: the prompt runs through the model (its cache filled, its speed measured) and
@@ -100,7 +100,7 @@ static int prefill_only(dsv4_engine *eng, int seq, const int32_t *ids, int n, in
 
 int cmd_generate(int argc, char **argv) {
     gen_flags f;
-    gen_flags_init(&f, 256);
+    gen_flags_init(&f, 256, 0);
     const char *prompt = NULL, *prompt_file = NULL, *system = NULL;
     int chat = 0, no_bos = 0;
     const cli_opt own[] = {
@@ -143,6 +143,7 @@ int cmd_generate(int argc, char **argv) {
     dsv4_model_info info = dsv4_model_get_info(model);
     dsv4_err err = {0};
     dsv4_tok_ids ids = {0};
+    int thinking = 0; /* the reply starts with reasoning */
     if (chat) {
         dsv4_chat_opts co = {.thinking = f.think == 1};
         dsv4_chat *conv = NULL;
@@ -155,6 +156,7 @@ int cmd_generate(int argc, char **argv) {
             dsv4_chat_free(conv);
             goto out;
         }
+        thinking = dsv4_chat_gen_thinking(conv);
         dsv4_chat_free(conv);
     } else if (!no_bos && info.bos_token_id >= 0) {
         /* dsv4_tokenize appends to a growable list: start it with BOS */
@@ -180,7 +182,8 @@ int cmd_generate(int argc, char **argv) {
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_sa);
-    gen_run run = {tok, now_s(), 0};
+    gen_run run = {tok, now_s(), 0, {0}};
+    gen_printer_start(&run.out, thinking && f.max_tokens != 0, &interrupted);
     dsv4_generation_result res = {0};
     int rc;
     if (f.max_tokens == 0) {
@@ -193,6 +196,7 @@ int cmd_generate(int argc, char **argv) {
         rc = dsv4_generation_run(eng, tok, seq, ids.ids, (int)ids.n, &f.gen, &cb, &res, &err);
     }
     const double t_end = now_s();
+    gen_printer_end(&run.out);
     sigaction(SIGINT, &old_sa, NULL);
     if (rc) {
         fprintf(stderr, "\ndsv4 generate: %s\n", err.msg);

@@ -310,7 +310,7 @@ int cmd_info(int argc, char **argv) {
         CLI_I64_OPT("c-max", 0, &c_max, 1, 1 << 30, "N", "cache plan: most tokens per model call"),
         CLI_OPT_END,
     };
-    const cli_cmd cmd = {"info", "(--model DIR | --config FILE) [--json] [--max-context N] [--max-seqs N]",
+    const cli_cmd cmd = {"info", "(--model DIR | --config FILE) [--max-context N] [options]",
                          "Layer kinds, parameter counts, bytes by dtype, per-token cache bytes, the\n"
                          "cache pool geometry and whether it all fits in this machine's memory. Only\n"
                          "headers are read unless --check; --config needs no weights at all.",

@@ -259,7 +259,7 @@ int cmd_run(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_arg = NULL, *tokens_file = NULL, *dump = NULL;
     int64_t prefill = -1, peer_timeout = -1;
     int chunk = 0, threads = 0, ep_wave = 0, cp_granule = 0;
-    int mtp = 0, layers = 0, parallel = 0, w8a8 = 0, choices = 0, verify_weights = 0;
+    int mtp = 0, layers = 0, parallel = 0, w8a8 = 0, choices = 0, verify_weights = 0, warmup = 0, pin = 0;
     unsigned fidelity = 0;
     const cli_opt opts[] = {
         CLI_STR_OPT("model", 'm', &model_dir, "DIR", "model directory"),
@@ -281,6 +281,8 @@ int cmd_run(int argc, char **argv) {
         CLI_INT_OPT("cp-granule", 0, &cp_granule, 0, 1 << 20, "G", "context parallel: segment granule in positions; 0 = a multiple of every ratio >= window - 1 (128 for Flash)"),
         CLI_I64_OPT("peer-timeout", 0, &peer_timeout, 0, 1 << 24, "SEC", "with --parallel: a collective inside a call that a peer does not join within SEC seconds ends the job naming that rank; 0 = wait forever", .def = "300"),
         CLI_FLAG_OPT("verify-weights", 0, &verify_weights, 1, "with --parallel: ranks compare a hash of every weight byte at start (reads the whole checkpoint) instead of the sampled fingerprint; config, options and kernel level are always compared"),
+        CLI_FLAG_OPT("warmup", 0, &warmup, 1, "read the weights into memory first, with progress (under --parallel ep each rank only its own experts)"),
+        CLI_FLAG_OPT("mlock", 0, &pin, 1, "pin the weights in memory (needs `ulimit -l` as large as the weights)"),
         CLI_FLAG_OPT("w8a8", 0, &w8a8, 1, "faster, approximate: INT8 weights and activations for the large projections and the experts"),
         CLI_FLAG_OPT("w8a8-all", 0, &w8a8, 2, "the same for every projection"),
         CLI_FN_OPT("fidelity", 0, &fidelity, parse_fidelity_opt, "SET", "none", "simulate the official model's FP8/BF16 roundings: "
@@ -372,6 +374,9 @@ int cmd_run(int argc, char **argv) {
     }
     if (*dsv4_model_warnings(model) && rank == 0)
         fprintf(stderr, "dsv4 run: warning: %s\n", dsv4_model_warnings(model));
+    if (cli_prepare_weights("run", model, warmup, pin, (int)threads,
+                            parallel & DSV4_PAR_EP ? rank : 0, parallel & DSV4_PAR_EP ? n_ranks : 1))
+        goto out;
     dsv4_model_info info = dsv4_model_get_info(model);
     const int V = info.vocab_size, D = info.hidden_size, hc = info.hc_mult, L = info.n_layers;
     rc.L = L; rc.hc = hc; rc.D = D; rc.K = info.n_experts_per_tok;

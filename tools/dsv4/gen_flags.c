@@ -15,9 +15,10 @@ static int parse_fidelity(const char *v, void *dst, char *msg, size_t n) {
     return -1;
 }
 
-void gen_flags_init(gen_flags *f, int max_tokens) {
+void gen_flags_init(gen_flags *f, int max_tokens, int warmup) {
     memset(f, 0, sizeof *f);
     f->max_tokens = max_tokens;
+    f->warmup = warmup;
     f->max_context = 4096;
     f->gen.sample.temperature = 0.6f;
     f->gen.sample.top_p = 1.0f;
@@ -42,6 +43,9 @@ void gen_flags_init(gen_flags *f, int max_tokens) {
         CLI_INT_OPT("threads", 't', &f->threads, 0, 1024, "N", "worker threads", .def = "the cores this process may use"),
         CLI_I64_OPT("max-context", 'c', &f->max_context, 16, 1LL << 30, "N", "longest conversation in tokens (cache size)"),
         CLI_INT_OPT("chunk", 0, &f->gen.chunk, 0, 1 << 20, "N", "prompt tokens per model call; 0 = up to 2048"),
+        CLI_FLAG_OPT("warmup", 0, &f->warmup, 1, "read all weights into memory before the first token, with progress"),
+        CLI_FLAG_OPT("no-warmup", 0, &f->warmup, 0, "let the weights page in as the model first uses them"),
+        CLI_FLAG_OPT("mlock", 0, &f->mlock, 1, "pin the weights in memory (needs `ulimit -l` as large as the weights)"),
         CLI_FLAG_OPT("w8a8", 0, &f->w8a8, 1, "faster, approximate: INT8 weights and activations for the large projections and the experts"),
         CLI_FLAG_OPT("w8a8-all", 0, &f->w8a8, 2, "the same for every projection"),
         CLI_FN_OPT("fidelity", 0, &f->fidelity, parse_fidelity, "SET", "none", "simulate the official model's FP8/BF16 roundings: official, none, or a comma list of F1..F5"),
@@ -70,6 +74,11 @@ int gen_open(const gen_flags *f, const char *cmd, dsv4_model **model, dsv4_token
     cli_warn_threads(cmd, f->threads);
     if (dsv4_model_open(f->model_dir, model, &err)) goto fail;
     if (*dsv4_model_warnings(*model)) fprintf(stderr, "dsv4 %s: warning: %s\n", cmd, dsv4_model_warnings(*model));
+    if (cli_prepare_weights(cmd, *model, f->warmup, f->mlock, f->threads, 0, 1)) {
+        dsv4_model_close(*model);
+        *model = NULL;
+        return -1;
+    }
     if (f->tokenizer) snprintf(path, sizeof path, "%s", f->tokenizer);
     else snprintf(path, sizeof path, "%s/tokenizer.json", f->model_dir);
     if (dsv4_tokenizer_load(path, tok, &err)) goto fail;
@@ -99,9 +108,48 @@ void gen_progress(void *user, int64_t done, int64_t total) {
             (int)(100 * done / total), done == total ? "\n" : "");
 }
 
-int gen_print(void *user, const char *text, size_t len) {
-    (void)user;
-    fwrite(text, 1, len, stdout);
+static const char THINK_END[] = "</think>";
+
+static void put(const char *s, size_t n) { fwrite(s, 1, n, stdout); }
+
+void gen_printer_start(gen_printer *p, int thinking, const volatile sig_atomic_t *stop) {
+    memset(p, 0, sizeof *p);
+    p->thinking = thinking;
+    p->tty = isatty(1);
+    p->stop = stop;
+    if (thinking) fputs(p->tty ? "\033[2m" : "[reasoning]\n", stdout);
     fflush(stdout);
-    return 0;
+}
+
+int gen_printer_text(void *user, const char *text, size_t len) {
+    gen_printer *p = user;
+    if (!p->thinking) {
+        put(text, len);
+    } else {
+        for (size_t i = 0; i < len; i++) {
+            p->hold[p->n_hold++] = text[i];
+            /* emit what can no longer start the tag */
+            while (p->n_hold && memcmp(p->hold, THINK_END, p->n_hold)) {
+                put(p->hold, 1);
+                memmove(p->hold, p->hold + 1, --p->n_hold);
+            }
+            if (p->n_hold == sizeof THINK_END - 1) {
+                p->n_hold = 0;
+                p->thinking = 0;
+                fputs(p->tty ? "\033[0m\n\n" : "\n[answer]\n", stdout);
+                put(text + i + 1, len - i - 1);
+                break;
+            }
+        }
+    }
+    fflush(stdout);
+    return p->stop && *p->stop;
+}
+
+void gen_printer_end(gen_printer *p) {
+    put(p->hold, p->n_hold);
+    p->n_hold = 0;
+    if (p->thinking && p->tty) fputs("\033[0m", stdout);
+    p->thinking = 0;
+    fflush(stdout);
 }

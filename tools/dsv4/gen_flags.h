@@ -3,6 +3,8 @@
 #ifndef DSV4_TOOLS_GEN_FLAGS_H
 #define DSV4_TOOLS_GEN_FLAGS_H
 
+#include <signal.h>
+
 #include "cli_opts.h"
 #include "dsv4_text.h"
 
@@ -20,11 +22,14 @@ typedef struct gen_flags {
     int think;                   /* 1 --think, 0 --nothink */
     int w8a8;                    /* --w8a8: 1, --w8a8-all: 2 (dsv4_engine_opts.w8a8) */
     unsigned fidelity;           /* --fidelity: DSV4_FID_* items (dsv4_engine_opts.fidelity) */
+    int warmup;                  /* read the weights in before the first turn */
+    int mlock;                   /* pin them in memory */
     cli_opt opts[GEN_MAX_OPTS];  /* the table, pointing into this struct */
 } gen_flags;
 
-/* Sets the defaults (max_tokens differs between generate and chat) and builds f->opts. */
-void gen_flags_init(gen_flags *f, int max_tokens);
+/* Sets the defaults (reply length and warm-up differ between generate and chat) and builds
+ * f->opts. */
+void gen_flags_init(gen_flags *f, int max_tokens, int warmup);
 /* After parsing: checks what the table cannot (--model given) and fills f->gen. Returns 0,
  * or 2 after printing the problem. */
 int gen_flags_finish(gen_flags *f, const cli_cmd *c);
@@ -33,9 +38,23 @@ int gen_flags_finish(gen_flags *f, const cli_cmd *c);
 int gen_open(const gen_flags *f, const char *cmd, dsv4_model **model, dsv4_tokenizer **tok,
              dsv4_engine **eng, int *seq);
 
+/* Streams a reply to stdout. In thinking mode the reasoning (up to "</think>") is set
+ * apart from the answer: dim on a terminal, between "[reasoning]" and "[answer]" lines
+ * otherwise. The text callback returns non-zero once *stop is set (Ctrl-C). */
+typedef struct gen_printer {
+    int thinking;                 /* inside the reasoning */
+    int tty;                      /* stdout is a terminal */
+    const volatile sig_atomic_t *stop;
+    char hold[16];                /* bytes that may begin "</think>" */
+    size_t n_hold;
+} gen_printer;
+
+void gen_printer_start(gen_printer *p, int thinking, const volatile sig_atomic_t *stop);
+int gen_printer_text(void *user, const char *text, size_t len);
+/* Ends the reply: held bytes out, terminal colour reset. */
+void gen_printer_end(gen_printer *p);
+
 /* Progress line on a terminal (stderr) during long prefills. */
 void gen_progress(void *user, int64_t done, int64_t total);
-/* Writes text to stdout and flushes: streaming. */
-int gen_print(void *user, const char *text, size_t len);
 
 #endif
