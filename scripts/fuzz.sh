@@ -16,7 +16,7 @@ OUT=${FUZZ_BUILD_DIR:-build-fuzz}
 SECS=${FUZZ_SECONDS:-20}
 
 if ! command -v "$CC_FUZZ" >/dev/null 2>&1; then
-    echo "fuzz.sh: $CC_FUZZ not found (scripts/setup.sh installs clang and libclang-rt-14-dev)" >&2
+    echo "fuzz.sh: $CC_FUZZ not found (scripts/setup.sh --test installs clang and its runtime)" >&2
     exit 1
 fi
 mkdir -p "$OUT"

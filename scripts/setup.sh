@@ -1,16 +1,47 @@
 #!/bin/sh
-# Installs every build and test dependency from Debian packages (run as root, or with sudo).
-# Does nothing when they are all present already.
+# Installs the Debian/Ubuntu packages dsv4 needs, as root or through sudo; does nothing when
+# they are all present.
+#
+#   sh scripts/setup.sh          what building and running need (the demo, generate, chat)
+#   sh scripts/setup.sh --test   also what the test suite needs: clang with its sanitizer and
+#                                fuzzer runtime, Open MPI (multi-rank tests; the build uses it
+#                                when present), python3 + numpy (test scripts, oracle checks)
+#
+# Supported: Debian 12 (bookworm), Ubuntu 22.04 (jammy) and 24.04 (noble). Elsewhere it stops
+# with the list of packages to install by other means.
 set -e
-PACKAGES="build-essential cmake pkg-config libcjson-dev libpcre2-dev libssl-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin
-clang libclang-rt-14-dev python3 python3-numpy"
+RUN="build-essential cmake pkg-config libcjson-dev libpcre2-dev libssl-dev libmicrohttpd-dev libedit-dev"
+TEST="clang libopenmpi-dev openmpi-bin python3 python3-numpy util-linux"
+
+# shellcheck disable=SC1091
+[ -r /etc/os-release ] && . /etc/os-release
+case "${ID:-unknown}:${VERSION_ID:-}" in
+    debian:12)    CLANG_RT=libclang-rt-14-dev ;;
+    ubuntu:22.04) CLANG_RT=libclang-common-14-dev ;;
+    ubuntu:24.04) CLANG_RT=libclang-rt-18-dev ;;
+    *)            CLANG_RT="" ;;
+esac
+PACKAGES=$RUN
+[ "$1" = "--test" ] && PACKAGES="$RUN $TEST $CLANG_RT"
+
 missing=""
-for p in $PACKAGES; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-[ -z "$missing" ] && exit 0
+if command -v dpkg-query >/dev/null 2>&1; then
+    for p in $PACKAGES; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+    done
+    [ -z "$missing" ] && exit 0
+fi
+if [ -z "$CLANG_RT" ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup.sh: ${PRETTY_NAME:-this system} is not one this script supports (Debian 12," >&2
+    echo "Ubuntu 22.04, Ubuntu 24.04). Install the equivalents of:$PACKAGES" >&2
+    echo "(and for --test a clang with its sanitizer/libFuzzer runtime), then build with cmake." >&2
+    exit 1
+fi
 SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { echo "setup.sh: run as root (no sudo) to install:$missing" >&2; exit 1; }
+    SUDO="sudo"
+fi
 export DEBIAN_FRONTEND=noninteractive
 echo "setup.sh: installing$missing" >&2
 $SUDO apt-get update -qq

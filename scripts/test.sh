@@ -6,7 +6,7 @@
 set -e
 cd "$(dirname "$0")/.."
 JOBS=$(nproc 2>/dev/null || echo 2)
-sh scripts/setup.sh
+sh scripts/setup.sh --test
 
 sh scripts/fuzz.sh
 
