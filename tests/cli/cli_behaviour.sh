@@ -59,6 +59,13 @@ grep -q "load: [0-9.]* s" "$TMP/err" && grep -q "total: [0-9.]* s" "$TMP/err" ||
 "$BIN" generate --model "$MODEL" -p "Hello" -n 3 2>&1 >/dev/null | grep -q "first token: [0-9.]* s" \
     || fail "no time to first token"
 
+# logprobs name each token by its text, quoted, not by byte-level symbols
+"$BIN" generate --model "$MODEL" -p "Hello there" -n 3 --temperature 0 --logprobs 2 2> "$TMP/err" >/dev/null \
+    || fail "generate --logprobs"
+[ "$(grep -c "^\[[0-9]* '.*' -\?[0-9.]*\] [0-9]* '.*' -\?[0-9.]* [0-9]* '.*' -\?[0-9.]*\$" "$TMP/err")" -eq 3 ] \
+    || fail "logprobs lines: $(cat "$TMP/err")"
+grep -q "Ġ" "$TMP/err" && fail "logprobs print byte-level symbols: $(cat "$TMP/err")"
+
 # the defaults the help shows are the ones used: sampling with every default stated equals
 # sampling with none (the sampler is seeded, so equal text means equal settings)
 "$BIN" generate --list-options > "$TMP/table"
