@@ -10,7 +10,7 @@ v=$("$BIN" --version) || fail "--version exit"
 echo "$v" | grep -q '^dsv4 ' || fail "--version prints '$v'"
 
 # every option of the table is on the help page, with its default
-for cmd in info gen-model run tokenize detokenize generate chat bench; do
+for cmd in info gen-model run tokenize detokenize generate chat bench serve; do
     "$BIN" $cmd --help > "$TMP/help" || fail "$cmd --help exit"
     "$BIN" $cmd --list-options > "$TMP/table" || fail "$cmd --list-options exit"
     [ -s "$TMP/table" ] || fail "$cmd: empty option table"

@@ -143,7 +143,8 @@ void cli_help(const cli_cmd *c, FILE *f) {
     fprintf(f, "usage: dsv4 %s %s\n", c->name, c->synopsis);
     if (c->about) fprintf(f, "\n%s\n", c->about);
     fprintf(f, "\noptions:\n");
-    for (int i = 0; i < n; i++) print_row(rows[i], f);
+    for (int i = 0; i < n; i++)
+        if (!rows[i]->hidden) print_row(rows[i], f);
     fprintf(f, "  -h, --help                show this help\n");
 }
 
@@ -155,7 +156,7 @@ void cli_short_usage(const cli_cmd *c, FILE *f) {
 static void list_options(const cli_opt *const *rows, int n) {
     char def[128];
     for (int i = 0; i < n; i++)
-        printf("--%s\t%s\n", rows[i]->name, default_text(rows[i], def, sizeof def));
+        if (!rows[i]->hidden) printf("--%s\t%s\n", rows[i]->name, default_text(rows[i], def, sizeof def));
 }
 
 /* ---- parsing ------------------------------------------------------------------------ */

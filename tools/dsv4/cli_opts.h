@@ -42,6 +42,7 @@ typedef struct cli_opt {
     const char *def;   /* default shown in help; NULL = read from *dst, "" = none shown */
     int *count;        /* CLI_LIST: values stored so far */
     int (*fn)(const char *value, void *dst, char *msg, size_t msg_len);
+    int hidden;        /* parsed but left out of --help and --list-options (test hooks) */
 } cli_opt;
 
 #define CLI_FLAG_OPT(nm, sh, d, v, h, ...) {.kind = CLI_FLAG, .name = nm, .short_name = sh, .dst = d, .ival = v, .help = h, __VA_ARGS__}

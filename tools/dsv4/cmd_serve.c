@@ -5,57 +5,62 @@
  *              [--max-context N] [--step-tokens N] [--threads T] [--cache-bytes N] ...
  */
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_opts.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "serve/server.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: dsv4 serve --model DIR [options]\n"
-            "  --model DIR          model directory (config.json, safetensors, tokenizer.json)\n"
-            "  --tokenizer FILE     tokenizer.json (default: DIR/tokenizer.json)\n"
-            "  --model-name NAME    model id reported by the API (default: DIR's name)\n"
-            "  --host H             address to bind (default 127.0.0.1: loopback only)\n"
-            "  --port P             TCP port (default 8080; 0 = any free port)\n"
-            "  --api-key KEY        require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
-            "                       (default: $DSV4_API_KEY if set, else no key)\n"
-            "  --max-seqs N         concurrent sequences (default 16)\n"
-            "  --max-context N      longest sequence in tokens (default 4096)\n"
-            "  --step-tokens N      rows per engine step, decode + prefill chunks (default 256)\n"
-            "  --threads T          worker threads (default: all cores)\n"
-            "  --cache-bytes N      byte budget of the cache pools (default: enough for\n"
-            "                       max-seqs x max-context); suffixes K, M, G\n"
-            "  --max-queue N        requests waiting beyond max-seqs before 503 (default 256)\n"
-            "  --max-body N         request body limit in bytes (default 8M); suffixes K, M\n"
-            "  --grace S            seconds in-flight requests get at SIGTERM (default 10)\n"
-            "  --parallel MODE      not supported by serve yet (single process only)\n");
+/* A byte count: a whole number with an optional K/M/G suffix (powers of 1024). */
+static int parse_bytes(const char *s, unsigned long long *out) {
+    char num[32];
+    size_t n = strlen(s);
+    unsigned shift = 0;
+    if (n && strchr("KkMmGg", s[n - 1])) {
+        shift = strchr("Kk", s[n - 1]) ? 10 : strchr("Mm", s[n - 1]) ? 20 : 30;
+        n--;
+    }
+    int64_t v;
+    if (n == 0 || n >= sizeof num) return -1;
+    memcpy(num, s, n);
+    num[n] = 0;
+    if (cli_parse_i64(num, 0, INT64_MAX >> shift, &v)) return -1;
+    *out = (unsigned long long)v << shift;
+    return 0;
 }
 
-/* A byte count with an optional K/M/G suffix. */
-static int parse_bytes(const char *s, unsigned long long *out) {
-    char *end;
-    double x = strtod(s, &end);
-    double mul = 1;
-    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
-    else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024, end++;
-    else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024 * 1024, end++;
-    if (end == s || *end || x < 0) return -1;
-    *out = (unsigned long long)(x * mul);
-    return 0;
+static int cache_bytes_opt(const char *v, void *dst, char *msg, size_t n) {
+    unsigned long long b;
+    if (!parse_bytes(v, &b)) { *(uint64_t *)dst = b; return 0; }
+    snprintf(msg, n, "needs a byte count such as 8G, not '%s'", v);
+    return -1;
+}
+
+static int body_bytes_opt(const char *v, void *dst, char *msg, size_t n) {
+    unsigned long long b;
+    if (!parse_bytes(v, &b) && b >= 1024) { *(size_t *)dst = (size_t)b; return 0; }
+    snprintf(msg, n, "needs a byte count of at least 1K, such as 8M, not '%s'", v);
+    return -1;
+}
+
+static int parallel_opt(const char *v, void *dst, char *msg, size_t n) {
+    (void)v; (void)dst;
+    snprintf(msg, n, "not supported by serve yet: the server runs in one process (use dsv4 run "
+             "or bench for context/expert parallelism)");
+    return -1;
 }
 
 /* Test-only scripted answers: a JSON array of {"match": "...", "text": "..."}. The text
  * and strings live as long as the returned cJSON. */
 static cJSON *load_script(const char *path, dsv4_server_script *sc, const char **match,
                           const char **text, int cap) {
-    char *buf = cli_read_file(path, NULL);
+    char why[512];
+    char *buf = cli_read_input(path, CLI_TEXT_LIMIT, NULL, why, sizeof why);
     cJSON *j = buf ? cJSON_Parse(buf) : NULL;
     free(buf);
     if (!cJSON_IsArray(j)) { cJSON_Delete(j); return NULL; }
@@ -73,65 +78,47 @@ static cJSON *load_script(const char *path, dsv4_server_script *sc, const char *
 }
 
 int cmd_serve(int argc, char **argv) {
-    enum { O_MODEL = 256, O_TOK, O_NAME, O_HOST, O_PORT, O_KEY, O_SEQS, O_CTX, O_STEP, O_THREADS,
-           O_CACHE, O_QUEUE, O_BODY, O_GRACE, O_PARALLEL, O_SCRIPT };
-    static const struct option opts[] = {
-        {"model", required_argument, 0, O_MODEL},     {"tokenizer", required_argument, 0, O_TOK},
-        {"model-name", required_argument, 0, O_NAME}, {"host", required_argument, 0, O_HOST},
-        {"port", required_argument, 0, O_PORT},       {"api-key", required_argument, 0, O_KEY},
-        {"max-seqs", required_argument, 0, O_SEQS},   {"max-context", required_argument, 0, O_CTX},
-        {"step-tokens", required_argument, 0, O_STEP}, {"threads", required_argument, 0, O_THREADS},
-        {"cache-bytes", required_argument, 0, O_CACHE}, {"max-queue", required_argument, 0, O_QUEUE},
-        {"max-body", required_argument, 0, O_BODY},   {"grace", required_argument, 0, O_GRACE},
-        {"parallel", required_argument, 0, O_PARALLEL},
-        {"test-script", required_argument, 0, O_SCRIPT},  /* hidden: tests only */
-        {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
     dsv4_server_opts so = {0};
     so.port = 8080;
+    so.max_seqs = 16;
+    so.max_context = 4096;
+    so.step_tokens = 256;
+    so.max_queue = 256;
+    so.max_body = 8u << 20;
     so.api_key = getenv("DSV4_API_KEY");
     if (so.api_key && !*so.api_key) so.api_key = NULL;
     const char *script_path = NULL;
-    long long grace = 10, v;
-    unsigned long long bytes;
-    optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
-        int bad = 0;
-        switch (c) {
-        case O_MODEL: so.model_dir = optarg; break;
-        case O_TOK: so.tokenizer = optarg; break;
-        case O_NAME: so.model_name = optarg; break;
-        case O_HOST: so.host = optarg; break;
-        case O_KEY: so.api_key = *optarg ? optarg : NULL; break;
-        case O_SCRIPT: script_path = optarg; break;
-        case O_PORT: bad = cli_parse_int(optarg, 0, 65535, &v); so.port = (int)v; break;
-        case O_SEQS: bad = cli_parse_int(optarg, 1, 4096, &v); so.max_seqs = (int)v; break;
-        case O_CTX: bad = cli_parse_int(optarg, 16, 1 << 30, &v); so.max_context = v; break;
-        case O_STEP: bad = cli_parse_int(optarg, 1, 1 << 20, &v); so.step_tokens = (int)v; break;
-        case O_THREADS: bad = cli_parse_int(optarg, 1, 1024, &v); so.threads = (int)v; break;
-        case O_QUEUE: bad = cli_parse_int(optarg, 1, 1 << 20, &v); so.max_queue = (int)v; break;
-        case O_GRACE: bad = cli_parse_int(optarg, 0, 3600, &grace); break;
-        case O_CACHE: bad = parse_bytes(optarg, &bytes); so.cache_bytes = bytes; break;
-        case O_BODY:
-            bad = parse_bytes(optarg, &bytes) || bytes < 1024;
-            so.max_body = (size_t)bytes;
-            break;
-        case O_PARALLEL:
-            fprintf(stderr, "dsv4 serve: --parallel is not supported by serve yet: the server "
-                            "runs in one process (use dsv4 run/bench for CP/EP)\n");
-            return 2;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-        if (bad) {
-            fprintf(stderr, "dsv4 serve: bad value '%s' for --%s\n", optarg, opts[c - O_MODEL].name);
-            return 2;
-        }
-    }
-    if (optind < argc || !so.model_dir) {
-        fprintf(stderr, "dsv4 serve: %s\n", optind < argc ? "unexpected argument" : "need --model");
-        usage(stderr);
+    int64_t grace = 10;
+    const cli_opt opts[] = {
+        CLI_STR_OPT("model", 'm', &so.model_dir, "DIR", "model directory (config.json, safetensors, tokenizer.json)"),
+        CLI_STR_OPT("tokenizer", 0, &so.tokenizer, "FILE", "tokenizer.json", .def = "DIR/tokenizer.json"),
+        CLI_STR_OPT("model-name", 0, &so.model_name, "NAME", "model id reported by the API", .def = "DIR's name"),
+        CLI_STR_OPT("host", 0, &so.host, "H", "address to bind", .def = "127.0.0.1, loopback only"),
+        CLI_INT_OPT("port", 'p', &so.port, 0, 65535, "P", "TCP port; 0 = any free port"),
+        CLI_STR_OPT("api-key", 0, &so.api_key, "KEY", "require 'Authorization: Bearer KEY' or 'x-api-key: KEY'", .def = "$DSV4_API_KEY if set, else no key"),
+        CLI_INT_OPT("max-seqs", 0, &so.max_seqs, 1, 4096, "N", "concurrent sequences"),
+        CLI_I64_OPT("max-context", 'c', &so.max_context, 16, 1 << 30, "N", "longest sequence in tokens"),
+        CLI_INT_OPT("step-tokens", 0, &so.step_tokens, 1, 1 << 20, "N", "rows per engine step, decode + prefill chunks"),
+        CLI_INT_OPT("threads", 't', &so.threads, 0, 1024, "N", "worker threads", .def = "the cores this process may use"),
+        CLI_FN_OPT("cache-bytes", 0, &so.cache_bytes, cache_bytes_opt, "N", "enough for max-seqs x max-context", "byte budget of the cache pools; suffixes K, M, G"),
+        CLI_INT_OPT("max-queue", 0, &so.max_queue, 1, 1 << 20, "N", "requests waiting beyond max-seqs before 503"),
+        CLI_FN_OPT("max-body", 0, &so.max_body, body_bytes_opt, "N", "8M", "request body limit in bytes; suffixes K, M"),
+        CLI_I64_OPT("grace", 0, &grace, 0, 3600, "S", "seconds in-flight requests get at SIGTERM"),
+        CLI_FN_OPT("parallel", 0, NULL, parallel_opt, "MODE", "", "not supported by serve yet (single process only)"),
+        CLI_STR_OPT("test-script", 0, &script_path, "FILE", "scripted answers (tests only)", .hidden = 1),
+        CLI_OPT_END,
+    };
+    const cli_cmd cmd = {"serve", "--model DIR [options]",
+                         "An OpenAI-compatible HTTP server until SIGINT or SIGTERM.", {opts}};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc >= 0) return prc;
+    if (!so.model_dir) {
+        fprintf(stderr, "dsv4 serve: --model DIR is required\n");
+        cli_short_usage(&cmd, stderr);
         return 2;
     }
+    if (so.api_key && !*so.api_key) so.api_key = NULL;
+    cli_warn_threads("serve", so.threads);
     dsv4_server_script script = {0};
     const char *match[64], *text[64];
     cJSON *script_json = NULL;
@@ -163,7 +150,7 @@ int cmd_serve(int argc, char **argv) {
     int sig = 0;
     sigwait(&stop, &sig);
     fprintf(stderr, "dsv4 serve: %s, finishing in-flight requests (at most %llds)\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM", grace);
+            sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)grace);
     dsv4_server_stop(srv, (double)grace);
     cJSON_Delete(script_json);
     fprintf(stderr, "dsv4 serve: stopped\n");
