@@ -44,7 +44,8 @@ static int parse(vals *v, const char *line) {
         CLI_OPT_END,
     };
     const cli_cmd c = {"test", "[options]", NULL, {t}};
-    char buf[512], *argv[32];
+    static char buf[512]; /* v's strings point into it after the call */
+    char *argv[32];
     snprintf(buf, sizeof buf, "test %s", line);
     int argc = 0;
     for (char *s = strtok(buf, " "); s && argc < 31; s = strtok(NULL, " ")) argv[argc++] = s;

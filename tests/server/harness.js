@@ -86,7 +86,8 @@ function generate(args) {
   const r = require('child_process').spawnSync(BIN, ['generate', '--model', MODEL, '--threads', '1', ...args],
     { encoding: 'utf8', timeout: 60000 });
   assert.strictEqual(r.status, 0, r.stderr);
-  const rows = [...r.stderr.matchAll(/^\[(\d+) \S* (-?[\d.]+)\]/gm)];
+  // "[id 'token text' logprob]": the text quoted, with \' \\ \n \t \xNN escapes
+  const rows = [...r.stderr.matchAll(/^\[(\d+) '(?:[^'\\]|\\.)*' (-?[\d.]+)\]/gm)];
   return { text: r.stdout.replace(/\n$/, ''), ids: rows.map((m) => Number(m[1])), logprobs: rows.map((m) => Number(m[2])) };
 }
 
