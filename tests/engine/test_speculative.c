@@ -70,6 +70,9 @@ static void test_rules(void) {
     CHECK_ERR(err, DSV4_ERR_STATE, "awaiting dsv4_seq_commit");
     dsv4_mtp_span ms = {s, 0, 1, truth + 1, st};
     CHECK(dsv4_mtp_forward(e, &ms, 1, h, &err) == DSV4_ERR_STATE);
+    int f;
+    CHECK(dsv4_seq_fork(e, s, &f, &err) == DSV4_ERR_STATE);
+    CHECK_ERR(err, DSV4_ERR_STATE, "awaiting dsv4_seq_commit");
     dsv4_span q = {.seq = t, .start = 0, .n_tokens = 3, .tokens = truth, .n_hidden = 1};
     CHECK(dsv4_forward(e, &q, 1, h, NULL, &err) == 0);
     CHECK(dsv4_seq_commit(e, s, 0, &err) == DSV4_ERR_ARG);
