@@ -40,10 +40,12 @@ int cmd_chat(int argc, char **argv) {
     int seq;
     if (gen_open(&f, "chat", &model, &tok, &eng, &seq)) return 1;
     dsv4_err err = {0};
-    dsv4_chat_opts co = {.thinking = f.think == 1};
+    int status = 1;
     dsv4_chat *conv = NULL;
-    int status = 1, tty = isatty(0);
     char *line = NULL;
+    if (gen_spec_open(&f, "chat", eng, seq)) goto out;
+    dsv4_chat_opts co = {.thinking = f.think == 1};
+    int tty = isatty(0);
     size_t line_cap = 0;
     if (dsv4_chat_create(&co, &conv, &err) || (system && dsv4_chat_add(conv, "system", system, &err))) {
         fprintf(stderr, "dsv4 chat: %s\n", err.msg);
@@ -74,6 +76,7 @@ int cmd_chat(int argc, char **argv) {
                 fprintf(stderr, "dsv4 chat: %s\n", err.msg);
                 goto out;
             }
+            if (gen_spec_open(&f, "chat", eng, seq)) goto out;
             continue;
         }
         /* the user's text is content: special-token strings in it stay plain text */
@@ -89,6 +92,7 @@ int cmd_chat(int argc, char **argv) {
             dsv4_tok_ids_free(&ids);
             goto out;
         }
+        if (reset && gen_spec_open(&f, "chat", eng, seq)) { dsv4_tok_ids_free(&ids); goto out; }
         int rc = 0;
         dsv4_generation_result res = {0};
         dsv4_generation_callbacks cb = {.text = gen_print, .progress = gen_progress};
@@ -109,13 +113,16 @@ int cmd_chat(int argc, char **argv) {
         if (!rc) rc = dsv4_chat_add_generated(conv, answer, answer_len, NULL, &err);
         free(answer);
         if (rc && rc != DSV4_ERR_FORMAT) { fprintf(stderr, "dsv4 chat: %s\n", err.msg); goto out; }
-        fprintf(stderr, "[%lld prompt tokens, %lld generated, %.2f tokens/s]\n",
+        char mtp[160];
+        gen_spec_stats(&res, mtp, sizeof mtp);
+        fprintf(stderr, "[%lld prompt tokens, %lld generated, %.2f tokens/s%s]\n",
                 (long long)res.prompt_tokens, (long long)res.gen_tokens,
-                res.decode_seconds > 0 ? res.gen_tokens / res.decode_seconds : 0.0);
+                res.decode_seconds > 0 ? res.gen_tokens / res.decode_seconds : 0.0, mtp);
     }
     status = 0;
 out:
     free(line);
+    dsv4_spec_free(f.gen.spec);
     dsv4_chat_free(conv);
     dsv4_engine_free(eng);
     dsv4_tokenizer_free(tok);

@@ -74,6 +74,13 @@ int cmd_generate(int argc, char **argv) {
     dsv4_engine *eng;
     int seq, status = 1;
     if (gen_open(&f, "generate", &model, &tok, &eng, &seq)) { free(file_text); return 1; }
+    if (gen_spec_open(&f, "generate", eng, seq)) {
+        free(file_text);
+        dsv4_engine_free(eng);
+        dsv4_tokenizer_free(tok);
+        dsv4_model_close(model);
+        return 1;
+    }
     dsv4_err err = {0};
     dsv4_tok_ids ids = {0};
     if (chat) {
@@ -115,16 +122,19 @@ int cmd_generate(int argc, char **argv) {
     }
     printf("\n");
     fflush(stdout); /* the counts on stderr come after the text */
-    fprintf(stderr, "prompt: %lld tokens, %.1f tokens/s | generated: %lld tokens, %.2f tokens/s\n",
+    char mtp[160];
+    gen_spec_stats(&res, mtp, sizeof mtp);
+    fprintf(stderr, "prompt: %lld tokens, %.1f tokens/s | generated: %lld tokens, %.2f tokens/s%s\n",
             (long long)res.prompt_tokens,
             res.prefill_seconds > 0 ? res.prompt_tokens / res.prefill_seconds : 0.0,
             (long long)res.gen_tokens,
-            res.decode_seconds > 0 ? res.gen_tokens / res.decode_seconds : 0.0);
+            res.decode_seconds > 0 ? res.gen_tokens / res.decode_seconds : 0.0, mtp);
     free(res.ids);
     status = 0;
 out:
     free(file_text);
     dsv4_tok_ids_free(&ids);
+    dsv4_spec_free(f.gen.spec);
     dsv4_engine_free(eng);
     dsv4_tokenizer_free(tok);
     dsv4_model_close(model);

@@ -23,7 +23,9 @@ const char *gen_flags_help(void) {
            "  --w8a8 | --w8a8-all    P2 W8A8 fast path (INT8 weights and activations; -all also\n"
            "                         wq_a, wkv, wo_a)\n"
            "  --fidelity SET         P3 fidelity mode (official rounding simulation): official,\n"
-           "                         none, or a comma list of F1..F5\n";
+           "                         none, or a comma list of F1..F5\n"
+           "  --mtp on|off           MTP speculative decoding (default: on when the checkpoint\n"
+           "                         has an MTP block); the tokens are the same either way\n";
 }
 
 static int num(const char *cmd, const char *flag, const char *v, double lo, double hi, double *out) {
@@ -60,6 +62,15 @@ int gen_flags_take(gen_flags *f, int argc, char **argv, int *i, const char *cmd)
             fprintf(stderr, "dsv4 %s: --%s\n", cmd, err.msg);
             return -1;
         }
+        (*i)++;
+        return 1;
+    }
+    if (!strcmp(a, "--mtp")) {
+        if (!v || (strcmp(v, "on") && strcmp(v, "off"))) {
+            fprintf(stderr, "dsv4 %s: --mtp needs on or off, got '%s'\n", cmd, v ? v : "");
+            return -1;
+        }
+        f->mtp = !strcmp(v, "on") ? 1 : -1;
         (*i)++;
         return 1;
     }
@@ -112,6 +123,12 @@ int gen_open(const gen_flags *f, const char *cmd, dsv4_model **model, dsv4_token
     eo.threads = f->threads;
     eo.w8a8 = f->w8a8;
     eo.fidelity = f->fidelity;
+    const int has_mtp = dsv4_model_get_info(*model).n_mtp > 0;
+    if (f->mtp > 0 && !has_mtp) {
+        snprintf(err.msg, sizeof err.msg, "--mtp on: the model has no MTP block");
+        goto fail;
+    }
+    eo.mtp = f->mtp == 0 ? has_mtp : f->mtp > 0;
     if (dsv4_engine_create(*model, &eo, eng, &err)) goto fail;
     if (dsv4_seq_create(*eng, seq, &err)) goto fail;
     return 0;
@@ -122,6 +139,27 @@ fail:
     dsv4_model_close(*model);
     *model = NULL; *tok = NULL; *eng = NULL;
     return -1;
+}
+
+int gen_spec_open(gen_flags *f, const char *cmd, dsv4_engine *eng, int seq) {
+    dsv4_err err = {0};
+    dsv4_spec_free(f->gen.spec);
+    f->gen.spec = NULL;
+    if (!dsv4_engine_get_opts(eng).mtp) return 0;
+    if (dsv4_spec_create(eng, seq, &f->gen.spec, &err)) {
+        fprintf(stderr, "dsv4 %s: %s\n", cmd, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+void gen_spec_stats(const dsv4_generation_result *res, char *buf, size_t n) {
+    const dsv4_spec_stats *s = &res->spec;
+    if (!s->steps) { if (n) buf[0] = 0; return; }
+    snprintf(buf, n, " | MTP: %lld/%lld drafts accepted (%.1f%%), %.3f tokens/step",
+             (long long)s->accepted, (long long)s->drafts,
+             s->drafts ? 100.0 * (double)s->accepted / (double)s->drafts : 0.0,
+             (double)s->tokens / (double)s->steps);
 }
 
 void gen_progress(void *user, int64_t done, int64_t total) {
