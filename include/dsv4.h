@@ -333,6 +333,11 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
 int dsv4_seq_commit(dsv4_engine *e, int seq, int k, dsv4_err *err);
 /* Rows of seq's pending speculative span (0 = none), or -1 for an invalid handle. */
 int dsv4_seq_pending(const dsv4_engine *e, int seq);
+/* In an engine with MTP caches: seq will not run its MTP rows (decoding without drafts,
+ * or a state without its MTP part). Its window pages are then freed by the main length
+ * alone (otherwise they wait for the MTP rows), and dsv4_mtp_forward refuses it. Lasts
+ * until dsv4_seq_free. */
+int dsv4_seq_mtp_off(dsv4_engine *e, int seq, dsv4_err *err);
 
 /* MTP block 0 over MTP positions [start, start + n) of a sequence (start must equal m):
  * row i consumes the main model's last-block streams of position start+i and the token at

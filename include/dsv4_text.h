@@ -493,6 +493,80 @@ const int32_t *dsv4_gen_tokens(const dsv4_gen *g, int *n);
 /* DSV4_FINISH_* once finished, else NONE. */
 int dsv4_gen_finished(const dsv4_gen *g);
 
+/* ---- MTP speculative decoding (serving.md §e, one draft per step) ---- */
+
+/* dsv4_spec keeps the MTP side of one sequence: the last-block streams and tokens of the
+ * positions whose MTP rows have not run yet, the pending token x_n, the draft d_{n+1} and
+ * the step's counters. It only builds spans and reads results, so a scheduler can put the
+ * spans of many sequences into one dsv4_forward / dsv4_mtp_forward / dsv4_lm_head call.
+ * A decoding step of one sequence, with g its dsv4_gen:
+ *
+ *   dsv4_spec_verify_span(s, &sp)         [x_n, d] speculative (2 rows) when a draft exists
+ *                                         and fits in max_context, else [x_n] (1 row);
+ *                                         every row asks for hidden and streams
+ *   dsv4_forward(... sp ...), logits of its hidden rows (dsv4_lm_head)
+ *   y = dsv4_gen_next(g, row 0)
+ *   dsv4_spec_verify_done(s, y.token, y.feed, streams, &k)
+ *                                         accepts the draft iff y.token == d and y joins the
+ *                                         text (point-mass draft: sampling stays exact), and
+ *                                         commits k rows
+ *   k == 2 and going on: y = dsv4_gen_next(g, row 1)    (row 1's logits follow the draft)
+ *   dsv4_spec_set_next(s, y.token)        the new pending token x_n (when it joins the text)
+ *   dsv4_spec_mtp_span(s, &ms, &drafts)   MTP rows [m, n), all rows whose x_{t+1} is known
+ *   dsv4_mtp_forward(... ms ...); drafts: d = argmax of the logits of the span's last row
+ *   dsv4_spec_mtp_done(s, d or -1)
+ *
+ * Prefill chunks and any other plain span of the sequence ask for the streams of every row
+ * and report them with dsv4_spec_fed; dsv4_spec_mtp_span then covers their MTP rows (the
+ * last one waits for the token after it, e.g. until the next chunk or the next turn). The
+ * sampler draws once per dsv4_gen_next, so the tokens are the ones a run without MTP
+ * gives, greedy or seeded.
+ *
+ * The engine must keep MTP caches (dsv4_engine_opts.mtp). A dsv4_spec follows its sequence
+ * from its current length with every call on it reported here; if the sequence moves
+ * without it, drafting stops for it (output stays exact: drafts are always verified). */
+typedef struct dsv4_spec dsv4_spec;
+
+typedef struct dsv4_spec_stats {
+    int64_t steps;     /* decoding steps (dsv4_spec_verify_done calls) */
+    int64_t drafts;    /* steps that verified a draft */
+    int64_t accepted;  /* drafts accepted */
+    int64_t tokens;    /* rows those steps committed: steps + accepted */
+} dsv4_spec_stats;
+
+/* For live sequence seq at its current length n, with MTP length m = n (a fresh or fully
+ * caught-up sequence). DSV4_ERR_STATE: the engine has no MTP caches, or m != n. */
+int dsv4_spec_create(dsv4_engine *e, int seq, dsv4_spec **out, dsv4_err *err);
+void dsv4_spec_free(dsv4_spec *s);
+
+/* Reports a plain span of n rows that just ran on the sequence (tokens [n], streams
+ * [n, hc, D] of every row). */
+int dsv4_spec_fed(dsv4_spec *s, const int32_t *tokens, int n, const float *streams,
+                  dsv4_err *err);
+/* The next token x_n: sampled, not run yet. */
+void dsv4_spec_set_next(dsv4_spec *s, int32_t token);
+/* The MTP rows ready to run (*ms->n may be 0: nothing to run); *drafts = 1 when the last
+ * row is n - 1, whose logits give the next draft. The span points into s (valid until the
+ * next call on s). */
+void dsv4_spec_mtp_span(dsv4_spec *s, dsv4_mtp_span *ms, int *drafts);
+/* After the MTP span ran: draft = the argmax of its last row's logits when *drafts was set,
+ * else -1. */
+void dsv4_spec_mtp_done(dsv4_spec *s, int32_t draft);
+/* The main span of a decoding step (needs the pending token: DSV4_ERR_STATE without one).
+ * Rows: sp->n_tokens (2 when verifying a draft); tokens point into s. */
+int dsv4_spec_verify_span(dsv4_spec *s, dsv4_span *sp, dsv4_err *err);
+/* After that span ran: y is the token sampled from row 0, y_joins its dsv4_gen_token.feed.
+ * Commits the accepted rows (dsv4_seq_commit) and sets *k: 2 when the draft was y (row 1's
+ * logits then give the next token), else 1. streams: the span's [rows, hc, D]. */
+int dsv4_spec_verify_done(dsv4_spec *s, int32_t y, int y_joins, const float *streams, int *k,
+                          dsv4_err *err);
+dsv4_spec_stats dsv4_spec_get_stats(const dsv4_spec *s);
+/* Test and benchmark hook: called with every draft the MTP block proposes for position
+ * pos; the draft verified is what it returns (a token id, or -1 for none). Lets tests force
+ * rejections where they want them, and benchmarks set the acceptance rate. */
+typedef int32_t (*dsv4_spec_draft_fn)(void *user, int64_t pos, int32_t draft);
+void dsv4_spec_set_draft_hook(dsv4_spec *s, dsv4_spec_draft_fn fn, void *user);
+
 /* ---- blocking loop over one sequence ---- */
 
 typedef struct dsv4_generation_opts {
@@ -501,6 +575,14 @@ typedef struct dsv4_generation_opts {
     const char *const *stop_strings; /* (n_stop) */
     int n_stop;
     int chunk;                       /* prefill chunk rows; 0 = the engine's c_max */
+    const int32_t *bias_ids;         /* [n_bias] logit_bias, as in dsv4_gen_params */
+    const float *bias;
+    int n_bias;
+    dsv4_spec *spec;                 /* MTP speculative decoding of seq (dsv4_spec_create on
+                                      * it, kept across the turns of a conversation); NULL =
+                                      * one row per step (on an engine with MTP caches the
+                                      * sequence is then set dsv4_seq_mtp_off). The tokens
+                                      * are the same either way. */
 } dsv4_generation_opts;
 
 typedef struct dsv4_generation_callbacks {
@@ -522,6 +604,7 @@ typedef struct dsv4_generation_result {
     int context_full;         /* 1: generation stopped because max_context was reached */
     int32_t *ids;             /* (gen_tokens) sampled ids, malloc'ed; caller frees */
     int last_fed;             /* 1 if the last sampled id was also run through the model */
+    dsv4_spec_stats spec;     /* with opts.spec: this call's steps, drafts, accepted drafts */
 } dsv4_generation_result;
 
 /* Runs prompt (n_prompt >= 1 new tokens) on seq and generates. The last sampled token is

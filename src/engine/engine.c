@@ -222,6 +222,14 @@ int dsv4_seq_commit(dsv4_engine *e, int seq, int k, dsv4_err *err) {
     return DSV4_OK;
 }
 
+int dsv4_seq_mtp_off(dsv4_engine *e, int seq, dsv4_err *err) {
+    if (seq < 0 || seq >= e->opts.max_seqs || !e->seqs[seq].live)
+        return dsv4_fail(err, DSV4_ERR_ARG, "mtp_off: sequence %d is not live", seq);
+    e->seqs[seq].mtp_off = 1;
+    if (!e->seqs[seq].pending) dsv4_engine_trim(e, seq);
+    return DSV4_OK;
+}
+
 int dsv4_seq_pending(const dsv4_engine *e, int seq) {
     if (seq < 0 || seq >= e->opts.max_seqs || !e->seqs[seq].live) return -1;
     return e->seqs[seq].pending;
@@ -230,7 +238,7 @@ int dsv4_seq_pending(const dsv4_engine *e, int seq) {
 void dsv4_engine_trim(dsv4_engine *e, int seq) {
     const dsv4_seq_state *s = &e->seqs[seq];
     /* with MTP the MTP block's window (positions < m) lags the main one by up to a row */
-    int64_t keep = e->opts.mtp && s->m < s->n ? s->m : s->n;
+    int64_t keep = e->opts.mtp && !s->mtp_off && s->m < s->n ? s->m : s->n;
     dsv4_cache_trim(e->cache, seq, keep);
 }
 

@@ -15,6 +15,7 @@ typedef struct dsv4_seq_state {
     int64_t n;   /* committed main positions */
     int64_t m;   /* MTP positions consumed */
     int pending; /* rows of a speculative span awaiting dsv4_seq_commit, 0 = none */
+    int mtp_off; /* its MTP rows will not run (dsv4_seq_mtp_off) */
     int broken;  /* a call failed after writing into its cache (only out of memory can do
                   * that): the state is no longer trustworthy and the sequence must be freed */
 } dsv4_seq_state;

@@ -36,6 +36,9 @@ static int validate_mtp(const dsv4_engine *e, const dsv4_mtp_span *spans, int n_
         if (s->pending)
             return dsv4_fail(err, DSV4_ERR_STATE, "mtp span %d: sequence %d has a speculative span "
                              "awaiting dsv4_seq_commit", i, sp->seq);
+        if (s->mtp_off)
+            return dsv4_fail(err, DSV4_ERR_STATE, "mtp span %d: sequence %d runs without MTP "
+                             "(dsv4_seq_mtp_off)", i, sp->seq);
         if (sp->start != s->m)
             return dsv4_fail(err, DSV4_ERR_ARG, "mtp span %d: start %lld != MTP length %lld", i,
                              (long long)sp->start, (long long)s->m);

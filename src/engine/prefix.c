@@ -89,6 +89,9 @@ static int snapshot_make(dsv4_engine *e, int seq, const int32_t *tokens, const f
     if (q->broken)
         return dsv4_fail(err, DSV4_ERR_STATE, "snapshot: sequence %d lost its state in a failed "
                          "call", seq);
+    if (q->pending)
+        return dsv4_fail(err, DSV4_ERR_STATE, "snapshot: sequence %d has a speculative span "
+                         "awaiting dsv4_seq_commit", seq);
     if (q->n < 1 || q->n % A)
         return dsv4_fail(err, DSV4_ERR_ARG, "snapshot: sequence %d has length %lld, not a positive "
                          "multiple of the alignment %d (lcm of the compress ratios)", seq,
@@ -174,6 +177,9 @@ int dsv4_seq_fork(dsv4_engine *e, int src, int *dst, dsv4_err *err) {
     const dsv4_seq_state q = e->seqs[src];
     if (q.broken)
         return dsv4_fail(err, DSV4_ERR_STATE, "fork: sequence %d lost its state in a failed call", src);
+    if (q.pending)
+        return dsv4_fail(err, DSV4_ERR_STATE, "fork: sequence %d has a speculative span awaiting "
+                         "dsv4_seq_commit", src);
     dsv4_cache_snap *cs;
     int rc = dsv4_cache_snap_take(e->cache, src, q.n, q.m < q.n ? q.m : q.n, &cs, err);
     if (rc) return rc;

@@ -1,5 +1,7 @@
 /* gen.c — the blocking generation loop over one sequence (see dsv4_text.h): prefill the
- * new prompt tokens in chunks, then step dsv4_gen row by row. Uses only the public API. */
+ * new prompt tokens in chunks, then step dsv4_gen row by row; with a dsv4_spec each step
+ * verifies the pending token and the MTP draft in one span (serving.md §e) and emits one
+ * or two tokens. Uses only the public API. */
 #include "serve/gen.h"
 
 #include <stdlib.h>
@@ -14,18 +16,69 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Runs n tokens on seq; with logits != NULL the last row's logits land there. */
-static int feed(dsv4_engine *e, int seq, const int32_t *ids, int n, float *hidden, float *logits,
-                dsv4_err *err) {
-    dsv4_span sp = {.seq = seq, .start = dsv4_seq_length(e, seq), .n_tokens = n, .tokens = ids,
-                    .n_hidden = logits ? 1 : 0};
-    int rc = dsv4_forward(e, &sp, 1, hidden, NULL, err);
-    if (rc || !logits) return rc;
-    return dsv4_lm_head(e, hidden, 1, logits, err);
+/* One generation's buffers; with spec, MTP speculative decoding (serving.md §e). */
+typedef struct run {
+    dsv4_engine *e;
+    int seq, V, D;
+    dsv4_spec *spec;
+    float *hidden;       /* (2, D) */
+    float *logits;       /* (2, V) */
+    float *streams;      /* (max(chunk, 2), hc, D) with spec */
+    float *mtp_hidden;   /* (chunk + 1, D) with spec */
+    float *draft_logits; /* (V) with spec */
+} run;
+
+/* The MTP rows that are ready; when the last one is n - 1 its argmax is the next draft. */
+static int run_mtp(run *r, dsv4_err *err) {
+    dsv4_mtp_span ms;
+    int drafts;
+    dsv4_spec_mtp_span(r->spec, &ms, &drafts);
+    if (!ms.n) return DSV4_OK;
+    int rc = dsv4_mtp_forward(r->e, &ms, 1, r->mtp_hidden, err);
+    if (rc) return rc;
+    int32_t d = -1;
+    if (drafts) {
+        if ((rc = dsv4_lm_head(r->e, r->mtp_hidden + (size_t)(ms.n - 1) * r->D, 1, r->draft_logits, err)))
+            return rc;
+        d = dsv4_argmax(r->draft_logits, r->V);
+    }
+    dsv4_spec_mtp_done(r->spec, d);
+    return DSV4_OK;
+}
+
+/* Runs n tokens as a plain span on seq; with want_logits the last row's logits land in
+ * r->logits. With a spec the streams of every row go to it and its MTP rows run. */
+static int feed(run *r, const int32_t *ids, int n, int want_logits, dsv4_err *err) {
+    dsv4_span sp = {.seq = r->seq, .start = dsv4_seq_length(r->e, r->seq), .n_tokens = n,
+                    .tokens = ids, .n_hidden = want_logits ? 1 : 0, .n_streams = r->spec ? n : 0};
+    int rc = dsv4_forward(r->e, &sp, 1, r->hidden, r->streams, err);
+    if (!rc && r->spec && !(rc = dsv4_spec_fed(r->spec, ids, n, r->streams, err))) rc = run_mtp(r, err);
+    if (rc || !want_logits) return rc;
+    return dsv4_lm_head(r->e, r->hidden, 1, r->logits, err);
+}
+
+/* A decoding step with MTP: x_n (pending in spec) and its draft in one verify span. Leaves
+ * the logits of its rows in r->logits and returns the rows committed in *k. */
+static int verify(run *r, dsv4_gen *g, dsv4_gen_token *y, int *k, dsv4_err *err) {
+    dsv4_span sp;
+    int rc = run_mtp(r, err);
+    if (!rc) rc = dsv4_spec_verify_span(r->spec, &sp, err);
+    if (!rc) rc = dsv4_forward(r->e, &sp, 1, r->hidden, r->streams, err);
+    if (!rc) rc = dsv4_lm_head(r->e, r->hidden, sp.n_tokens, r->logits, err);
+    if (!rc) rc = dsv4_gen_next(g, r->logits, y, err);
+    if (!rc) rc = dsv4_spec_verify_done(r->spec, y->token, y->feed, r->streams, k, err);
+    return rc;
 }
 
 static int show(const dsv4_generation_callbacks *cb, const char *text, size_t len) {
     return len && cb && cb->text ? cb->text(cb->user, text, len) : 0;
+}
+
+/* Reports a sampled token; returns 1 when the caller cancelled. */
+static int emit(const dsv4_generation_callbacks *cb, const dsv4_gen_token *t, dsv4_generation_result *res) {
+    res->gen_tokens++;
+    if (cb && cb->token) cb->token(cb->user, &t->sample);
+    return show(cb, t->text, t->text_len) != 0;
 }
 
 int dsv4_generation_run(dsv4_engine *e, const dsv4_tokenizer *tok, int seq,
@@ -43,21 +96,34 @@ int dsv4_generation_run(dsv4_engine *e, const dsv4_tokenizer *tok, int seq,
                          "sequence leaves no room in max_context %lld", n_prompt, (long long)n0,
                          (long long)max_ctx);
     dsv4_gen_params gp = {.sample = opts->sample, .max_tokens = opts->max_tokens,
-                          .stop_strings = opts->stop_strings, .n_stop = opts->n_stop};
+                          .stop_strings = opts->stop_strings, .n_stop = opts->n_stop,
+                          .bias_ids = opts->bias_ids, .bias = opts->bias, .n_bias = opts->n_bias};
+    const int chunk = opts->chunk > 0 && opts->chunk < eo.c_max ? opts->chunk : eo.c_max;
+    const size_t D = (size_t)info.hidden_size, V = (size_t)info.vocab_size;
+    const dsv4_spec_stats st0 = opts->spec ? dsv4_spec_get_stats(opts->spec) : (dsv4_spec_stats){0};
+    run r = {e, seq, (int)V, (int)D, opts->spec, NULL, NULL, NULL, NULL, NULL};
     dsv4_gen *g = NULL;
-    float *hidden = malloc((size_t)info.hidden_size * sizeof *hidden);   /* (D) */
-    float *logits = malloc((size_t)info.vocab_size * sizeof *logits);    /* (V) */
     int rc = DSV4_OK;
-    if (!hidden || !logits) { rc = dsv4_fail(err, DSV4_ERR_NOMEM, "generate: out of memory"); goto done; }
+    r.hidden = malloc(2 * D * sizeof(float));
+    r.logits = malloc(2 * V * sizeof(float));
+    if (r.spec) {
+        r.streams = malloc((size_t)(chunk > 2 ? chunk : 2) * info.hc_mult * D * sizeof(float));
+        r.mtp_hidden = malloc(((size_t)chunk + 1) * D * sizeof(float));
+        r.draft_logits = malloc(V * sizeof(float));
+    }
+    if (!r.hidden || !r.logits || (r.spec && (!r.streams || !r.mtp_hidden || !r.draft_logits))) {
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "generate: out of memory");
+        goto done;
+    }
     if ((rc = dsv4_gen_create(dsv4_engine_model(e), tok, &gp, &g, err))) goto done;
+    /* an engine with MTP caches frees a sequence's window pages only behind its MTP rows */
+    if (!r.spec && eo.mtp && (rc = dsv4_seq_mtp_off(e, seq, err))) goto done;
 
     /* prefill in chunks; only the last row's logits are needed */
     double t0 = now_seconds();
-    const int chunk = opts->chunk > 0 ? opts->chunk : eo.c_max;
     for (int done = 0; done < n_prompt;) {
         int n = n_prompt - done < chunk ? n_prompt - done : chunk;
-        if ((rc = feed(e, seq, prompt + done, n, hidden, done + n == n_prompt ? logits : NULL, err)))
-            goto done;
+        if ((rc = feed(&r, prompt + done, n, done + n == n_prompt, err))) goto done;
         done += n;
         if (cb && cb->progress) cb->progress(cb->user, done, n_prompt);
     }
@@ -65,26 +131,44 @@ int dsv4_generation_run(dsv4_engine *e, const dsv4_tokenizer *tok, int seq,
     double t1 = now_seconds();
     res->prefill_seconds = t1 - t0;
 
-    /* decode: sample, show, feed the shown token; logits only when going on */
+    /* decode: t is the token just sampled for position n, not yet run */
+    dsv4_gen_token t;
+    if ((rc = dsv4_gen_next(g, r.logits, &t, err))) goto decoded;
     for (;;) {
-        dsv4_gen_token t;
-        if ((rc = dsv4_gen_next(g, logits, &t, err))) break;
-        res->gen_tokens++;
-        if (cb && cb->token) cb->token(cb->user, &t.sample);
-        int cancelled = show(cb, t.text, t.text_len) != 0;
+        int cancelled = emit(cb, &t, res);
         res->last_fed = 0;
-        if (t.feed) {
-            int64_t n = dsv4_seq_length(e, seq);
-            int go_on = !t.finish && !cancelled && n + 1 < max_ctx;
-            if ((rc = feed(e, seq, &t.token, 1, hidden, go_on ? logits : NULL, err))) break;
+        if (!t.feed) break;  /* a stop token stays out of the sequence */
+        const int64_t n = dsv4_seq_length(e, seq);
+        if (t.finish || cancelled || n + 1 >= max_ctx) {
+            /* the shown token joins the sequence; no logits needed */
+            if ((rc = feed(&r, &t.token, 1, 0, err))) break;
             res->last_fed = 1;
-            if (!t.finish && !cancelled && !go_on) res->context_full = 1;
-            if (!go_on) break;
+            res->context_full = !t.finish && !cancelled;
+            break;
         }
+        if (!r.spec) {
+            if ((rc = feed(&r, &t.token, 1, 1, err)) || (rc = dsv4_gen_next(g, r.logits, &t, err))) break;
+            continue;
+        }
+        dsv4_spec_set_next(r.spec, t.token);
+        int k;
+        if ((rc = verify(&r, g, &t, &k, err))) break;
+        if (k == 1) continue;
+        /* the draft was t: it already sits at position n + 1, row 1 gives the next token */
+        cancelled = emit(cb, &t, res);
+        res->last_fed = 1;
         if (t.finish || cancelled) break;
+        if (n + 2 >= max_ctx) { res->context_full = 1; break; }
+        if ((rc = dsv4_gen_next(g, r.logits + V, &t, err))) break;
     }
+decoded:
     res->finish = dsv4_gen_finished(g);
     res->decode_seconds = now_seconds() - t1;
+    if (r.spec) {
+        const dsv4_spec_stats st = dsv4_spec_get_stats(r.spec);
+        res->spec = (dsv4_spec_stats){st.steps - st0.steps, st.drafts - st0.drafts,
+                                      st.accepted - st0.accepted, st.tokens - st0.tokens};
+    }
     if (!rc) {
         const char *text;
         size_t len;
@@ -98,7 +182,6 @@ int dsv4_generation_run(dsv4_engine *e, const dsv4_tokenizer *tok, int seq,
     }
 done:
     dsv4_gen_free(g);
-    free(hidden);
-    free(logits);
+    free(r.hidden); free(r.logits); free(r.streams); free(r.mtp_hidden); free(r.draft_logits);
     return rc;
 }

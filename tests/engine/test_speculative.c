@@ -51,7 +51,7 @@ static void test_rules(void) {
     CHECK(dsv4_seq_create(e, &s, &err) == 0);
     CHECK(dsv4_seq_create(e, &t, &err) == 0);
     float *h = malloc((size_t)4 * D * sizeof(float));
-    float *st = malloc((size_t)4 * HC * D * sizeof(float));
+    float *st = malloc((size_t)10 * HC * D * sizeof(float));
     dsv4_span p = {.seq = s, .start = 0, .n_tokens = 10, .tokens = truth, .n_hidden = 1};
     CHECK(dsv4_forward(e, &p, 1, h, NULL, &err) == 0);
 
@@ -70,6 +70,9 @@ static void test_rules(void) {
     CHECK_ERR(err, DSV4_ERR_STATE, "awaiting dsv4_seq_commit");
     dsv4_mtp_span ms = {s, 0, 1, truth + 1, st};
     CHECK(dsv4_mtp_forward(e, &ms, 1, h, &err) == DSV4_ERR_STATE);
+    int f;
+    CHECK(dsv4_seq_fork(e, s, &f, &err) == DSV4_ERR_STATE);
+    CHECK_ERR(err, DSV4_ERR_STATE, "awaiting dsv4_seq_commit");
     dsv4_span q = {.seq = t, .start = 0, .n_tokens = 3, .tokens = truth, .n_hidden = 1};
     CHECK(dsv4_forward(e, &q, 1, h, NULL, &err) == 0);
     CHECK(dsv4_seq_commit(e, s, 0, &err) == DSV4_ERR_ARG);
@@ -99,6 +102,17 @@ static void test_rules(void) {
     v.n_tokens = 1; v.n_hidden = 1;
     CHECK(dsv4_forward(e, &v, 1, h, NULL, &err) == 0);
     CHECK(dsv4_seq_commit(e, s, 1, &err) == 0 && dsv4_seq_length(e, s) == 11);
+    dsv4_engine_free(e);
+
+    /* a sequence set to run without MTP rows: mtp_forward refuses it */
+    e = make_engine(1, 0);
+    CHECK(dsv4_seq_create(e, &s, &err) == 0);
+    p.seq = s; p.n_streams = 10;
+    CHECK(dsv4_forward(e, &p, 1, h, st, &err) == 0);
+    CHECK(dsv4_seq_mtp_off(e, s, &err) == 0);
+    dsv4_mtp_span off = {s, 0, 1, truth + 1, st};
+    CHECK(dsv4_mtp_forward(e, &off, 1, h, &err) == DSV4_ERR_STATE);
+    CHECK_ERR(err, DSV4_ERR_STATE, "runs without MTP");
     dsv4_engine_free(e);
     free(h);
     free(st);

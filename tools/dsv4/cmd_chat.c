@@ -44,7 +44,7 @@ static const char HELP[] =
 /* ---- the conversation ---------------------------------------------------------------- */
 
 typedef struct chat_session {
-    const gen_flags *f;
+    gen_flags *f;
     dsv4_tokenizer *tok;
     dsv4_engine *eng;
     int seq;
@@ -61,9 +61,15 @@ static int rebuild(chat_session *s, dsv4_err *err) {
     int rc = dsv4_chat_create(&s->co, &s->conv, err);
     const cJSON *m;
     cJSON_ArrayForEach(m, s->messages) if (!rc) rc = dsv4_chat_add_json(s->conv, m, err);
+    int fresh = 0; /* a new sequence needs its own speculative-decoding state */
     if (!rc && dsv4_seq_length(s->eng, s->seq) > 0) {
         rc = dsv4_seq_free(s->eng, s->seq, err);
         if (!rc) rc = dsv4_seq_create(s->eng, &s->seq, err);
+        fresh = 1;
+    }
+    if (!rc && (fresh || !s->f->gen.spec) && gen_spec_open(s->f, "chat", s->eng, s->seq)) {
+        err->code = rc = DSV4_ERR_STATE;
+        snprintf(err->msg, sizeof err->msg, "speculative decoding could not start");
     }
     return rc;
 }
@@ -122,7 +128,8 @@ static int turn(chat_session *s, const char *line) {
         return rebuild(s, &err) ? -1 : 1;
     }
     if (reset && dsv4_seq_length(s->eng, s->seq) > 0 &&
-        (dsv4_seq_free(s->eng, s->seq, &err) || dsv4_seq_create(s->eng, &s->seq, &err))) {
+        (dsv4_seq_free(s->eng, s->seq, &err) || dsv4_seq_create(s->eng, &s->seq, &err) ||
+         gen_spec_open(s->f, "chat", s->eng, s->seq))) {
         fprintf(stderr, "dsv4 chat: %s\n", err.msg);
         dsv4_tok_ids_free(&ids);
         cJSON_Delete(um);
@@ -173,9 +180,11 @@ static int turn(chat_session *s, const char *line) {
     if (interrupted) fprintf(stderr, "[interrupted] ");
     else if (res.finish == DSV4_FINISH_NONE && dsv4_seq_length(s->eng, s->seq) >= s->f->max_context)
         fprintf(stderr, "[the context is full: /reset to start over] ");
-    fprintf(stderr, "[%lld prompt tokens, %lld generated, %.2f tokens/s]\n",
+    char mtp[160];
+    gen_spec_stats(&res, mtp, sizeof mtp);
+    fprintf(stderr, "[%lld prompt tokens, %lld generated, %.2f tokens/s%s]\n",
             (long long)res.prompt_tokens, (long long)res.gen_tokens,
-            res.decode_seconds > 0 ? res.gen_tokens / res.decode_seconds : 0.0);
+            res.decode_seconds > 0 ? res.gen_tokens / res.decode_seconds : 0.0, mtp);
     return 0;
 }
 
@@ -386,6 +395,7 @@ int cmd_chat(int argc, char **argv) {
     }
     sigaction(SIGINT, &old_sa, NULL);
 out:
+    dsv4_spec_free(f.gen.spec);
     free(in.buf);
     cJSON_Delete(s.messages);
     dsv4_chat_free(s.conv);

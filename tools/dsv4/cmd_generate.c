@@ -140,6 +140,7 @@ int cmd_generate(int argc, char **argv) {
     int seq, status = 1;
     if (gen_open(&f, "generate", &model, &tok, &eng, &seq)) { free(file_text); return 1; }
     const double t_loaded = now_s();
+    if (gen_spec_open(&f, "generate", eng, seq)) goto out;
     dsv4_model_info info = dsv4_model_get_info(model);
     dsv4_err err = {0};
     dsv4_tok_ids ids = {0};
@@ -211,13 +212,16 @@ int cmd_generate(int argc, char **argv) {
             (long long)res.prompt_tokens,
             res.prefill_seconds > 0 ? res.prompt_tokens / res.prefill_seconds : 0.0);
     if (run.first_token > 0) fprintf(stderr, "first token: %.2f s | ", run.first_token - run.start);
-    fprintf(stderr, "generated: %lld tokens, %.2f tokens/s | total: %.2f s\n", (long long)res.gen_tokens,
-            res.decode_seconds > 0 ? res.gen_tokens / res.decode_seconds : 0.0, t_end - t_start);
+    char mtp[160];
+    gen_spec_stats(&res, mtp, sizeof mtp);
+    fprintf(stderr, "generated: %lld tokens, %.2f tokens/s | total: %.2f s%s\n", (long long)res.gen_tokens,
+            res.decode_seconds > 0 ? res.gen_tokens / res.decode_seconds : 0.0, t_end - t_start, mtp);
     free(res.ids);
     status = interrupted ? 130 : 0;
 out:
     free(file_text);
     dsv4_tok_ids_free(&ids);
+    dsv4_spec_free(f.gen.spec);
     dsv4_engine_free(eng);
     dsv4_tokenizer_free(tok);
     dsv4_model_close(model);

@@ -15,6 +15,13 @@ static int parse_fidelity(const char *v, void *dst, char *msg, size_t n) {
     return -1;
 }
 
+static int parse_mtp(const char *v, void *dst, char *msg, size_t n) {
+    if (!strcmp(v, "on")) *(int *)dst = 1;
+    else if (!strcmp(v, "off")) *(int *)dst = -1;
+    else { snprintf(msg, n, "needs on or off, not '%s'", v); return -1; }
+    return 0;
+}
+
 void gen_flags_init(gen_flags *f, int max_tokens, int warmup) {
     memset(f, 0, sizeof *f);
     f->max_tokens = max_tokens;
@@ -48,6 +55,7 @@ void gen_flags_init(gen_flags *f, int max_tokens, int warmup) {
         CLI_FLAG_OPT("mlock", 0, &f->mlock, 1, "pin the weights in memory (needs `ulimit -l` as large as the weights)"),
         CLI_FLAG_OPT("w8a8", 0, &f->w8a8, 1, "faster, approximate: INT8 weights and activations for the large projections and the experts"),
         CLI_FLAG_OPT("w8a8-all", 0, &f->w8a8, 2, "the same for every projection"),
+        CLI_FN_OPT("mtp", 0, &f->mtp, parse_mtp, "on|off", "on when the checkpoint has an MTP block", "MTP speculative decoding: the same tokens, fewer model steps"),
         CLI_FN_OPT("fidelity", 0, &f->fidelity, parse_fidelity, "SET", "none", "simulate the official model's FP8/BF16 roundings: official, none, or a comma list of F1..F5"),
         CLI_OPT_END,
     };
@@ -88,6 +96,12 @@ int gen_open(const gen_flags *f, const char *cmd, dsv4_model **model, dsv4_token
     eo.threads = f->threads;
     eo.w8a8 = f->w8a8;
     eo.fidelity = f->fidelity;
+    const int has_mtp = dsv4_model_get_info(*model).n_mtp > 0;
+    if (f->mtp > 0 && !has_mtp) {
+        snprintf(err.msg, sizeof err.msg, "--mtp on: the model has no MTP block");
+        goto fail;
+    }
+    eo.mtp = f->mtp == 0 ? has_mtp : f->mtp > 0;
     cli_warn_fit(cmd, *model, &eo);
     if (dsv4_engine_create(*model, &eo, eng, &err)) goto fail;
     if (dsv4_seq_create(*eng, seq, &err)) goto fail;
@@ -99,6 +113,27 @@ fail:
     dsv4_model_close(*model);
     *model = NULL; *tok = NULL; *eng = NULL;
     return -1;
+}
+
+int gen_spec_open(gen_flags *f, const char *cmd, dsv4_engine *eng, int seq) {
+    dsv4_err err = {0};
+    dsv4_spec_free(f->gen.spec);
+    f->gen.spec = NULL;
+    if (!dsv4_engine_get_opts(eng).mtp) return 0;
+    if (dsv4_spec_create(eng, seq, &f->gen.spec, &err)) {
+        fprintf(stderr, "dsv4 %s: %s\n", cmd, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+void gen_spec_stats(const dsv4_generation_result *res, char *buf, size_t n) {
+    const dsv4_spec_stats *s = &res->spec;
+    if (!s->steps) { if (n) buf[0] = 0; return; }
+    snprintf(buf, n, " | MTP: %lld/%lld drafts accepted (%.1f%%), %.3f tokens/step",
+             (long long)s->accepted, (long long)s->drafts,
+             s->drafts ? 100.0 * (double)s->accepted / (double)s->drafts : 0.0,
+             (double)s->tokens / (double)s->steps);
 }
 
 void gen_progress(void *user, int64_t done, int64_t total) {

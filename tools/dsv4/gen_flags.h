@@ -24,6 +24,8 @@ typedef struct gen_flags {
     unsigned fidelity;           /* --fidelity: DSV4_FID_* items (dsv4_engine_opts.fidelity) */
     int warmup;                  /* read the weights in before the first turn */
     int mlock;                   /* pin them in memory */
+    int mtp;                     /* --mtp on|off: 1 / -1; 0 = on when the checkpoint has an
+                                  * MTP block */
     cli_opt opts[GEN_MAX_OPTS];  /* the table, pointing into this struct */
 } gen_flags;
 
@@ -37,6 +39,12 @@ int gen_flags_finish(gen_flags *f, const cli_cmd *c);
 /* Opens model, tokenizer and an engine for one sequence; prints errors. */
 int gen_open(const gen_flags *f, const char *cmd, dsv4_model **model, dsv4_tokenizer **tok,
              dsv4_engine **eng, int *seq);
+
+/* With an engine that keeps MTP caches: the speculative-decoding state of seq, set as
+ * f->gen.spec (freeing the previous one; call again after re-creating seq). */
+int gen_spec_open(gen_flags *f, const char *cmd, dsv4_engine *eng, int seq);
+/* One line of MTP figures for the stats (empty without MTP). */
+void gen_spec_stats(const dsv4_generation_result *res, char *buf, size_t n);
 
 /* Streams a reply to stdout. In thinking mode the reasoning (up to "</think>") is set
  * apart from the answer: dim on a terminal, between "[reasoning]" and "[answer]" lines
