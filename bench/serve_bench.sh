@@ -14,7 +14,8 @@
 #
 # Environment: MODEL (default /tmp/dsv4-bench/flash_quarter), THREADS (default: all cores),
 # PROMPT (prompt tokens, default 128), GEN (tokens per request, default 32), LEVELS
-# (1,2,4,8,16,32), PORT (default 18123), SKIP_RUN=1 (only replot).
+# (1,2,4,8,16,32), REQS (requests per level; default: serve_load.js's 2c, at least 8),
+# PORT (default 18123), SKIP_RUN=1 (only replot).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
@@ -50,7 +51,8 @@ if [ "${SKIP_RUN:-0}" != 1 ]; then
     sleep 0.2
   done
   node "$here/serve_load.js" --url "http://127.0.0.1:$port" --levels "$levels" \
-    --prompt-len "$prompt" --gen "$gen" --vocab 8192 > "$out/serve_load.jsonl"
+    --prompt-len "$prompt" --gen "$gen" --vocab 8192 ${REQS:+--requests-per-level $REQS} \
+    > "$out/serve_load.jsonl"
   kill -TERM $pid
   wait $pid
   trap - EXIT
