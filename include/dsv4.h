@@ -137,6 +137,9 @@ typedef struct dsv4_engine_opts {
     int64_t max_context;   /* longest sequence; 0 = 4096 */
     int max_seqs;          /* live sequences; 0 = 4 */
     int c_max;             /* most rows of one span; 0 = 2048 */
+    int max_rows;          /* most rows of one call, all its spans together (a server's step
+                            * budget); sizes the scratch arena made at create, so no call
+                            * allocates. 0 = max_seqs x c_max */
     int mtp;               /* 1: keep MTP caches (D_max = 1) */
     int threads;           /* worker threads; 0 = dsv4_available_cores() */
     uint64_t cache_bytes;  /* byte budget for compressed pools; 0 = enough for max_seqs x max_context */

@@ -185,9 +185,10 @@ static cJSON *tool_use_block(const srv_job *j, int i, const dsv4_tool_call *c, i
 
 static void messages_final(srv *s, srv_job *j, srv_buf *out, int *status) {
     srv_req *r = j->r;
-    if (r->end == SRV_END_ERROR) {
-        *status = 500;
-        srv_anthropic_error(out, 500, r->errmsg);
+    if (r->end != SRV_END_FINISHED) {
+        /* an engine error, or cancelled by the shutdown's deadline */
+        *status = r->end == SRV_END_ERROR ? 500 : 503;
+        srv_anthropic_error(out, *status, r->errmsg[0] ? r->errmsg : "cancelled");
         return;
     }
     dsv4_parsed p;

@@ -303,7 +303,10 @@ int srv_http_start(srv *s, const struct sockaddr *addr, dsv4_err *err) {
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
                             MHD_OPTION_SOCK_ADDR, addr,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                            /* no inactivity timeout: a queued or slow generation may
+                             * leave a connection silent for minutes; open connections are
+                             * bounded by the connection limit instead */
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_END);
     if (!s->d) return srv_fail(err, DSV4_ERR_IO, "serve: cannot listen on %s:%d (in use, or no "

@@ -121,9 +121,10 @@ static void add_tool_call_ids(const srv_job *j, cJSON *calls) {
 
 static void chat_final(srv *s, srv_job *j, srv_buf *out, int *status) {
     srv_req *r = j->r;
-    if (r->end == SRV_END_ERROR) {
-        *status = 500;
-        srv_openai_error(out, 500, r->errmsg);
+    if (r->end != SRV_END_FINISHED) {
+        /* an engine error, or cancelled by the shutdown's deadline */
+        *status = r->end == SRV_END_ERROR ? 500 : 503;
+        srv_openai_error(out, *status, r->errmsg[0] ? r->errmsg : "cancelled");
         return;
     }
     dsv4_parsed p;
@@ -405,9 +406,10 @@ static cJSON *completion_choice(srv *s, srv_job *j, const char *text, size_t n, 
 
 static void completion_final(srv *s, srv_job *j, srv_buf *out, int *status) {
     srv_req *r = j->r;
-    if (r->end == SRV_END_ERROR) {
-        *status = 500;
-        srv_openai_error(out, 500, r->errmsg);
+    if (r->end != SRV_END_FINISHED) {
+        /* an engine error, or cancelled by the shutdown's deadline */
+        *status = r->end == SRV_END_ERROR ? 500 : 503;
+        srv_openai_error(out, *status, r->errmsg[0] ? r->errmsg : "cancelled");
         return;
     }
     cJSON *o = head(s, j, "text_completion");

@@ -47,7 +47,7 @@ struct srv_req {
     char *text;                     /* (text_len) all released text */
     size_t text_len, text_cap;
     int end;                        /* SRV_END_* once the scheduler is done with it */
-    int finish;                     /* DSV4_FINISH_*; NONE with end FINISHED = context full */
+    int finish;                     /* DSV4_FINISH_* (LENGTH also when the context filled) */
     char errmsg[256];
     int cancel;                     /* set by the HTTP side: the client went away */
     int refs;
@@ -59,7 +59,6 @@ struct srv_req {
     int n_ctx, cap_ctx;
     int n_done;                     /* tokens of ctx already in the sequence */
     int n_sampled;
-    int preempted;                  /* times it was preempted */
     double t_first, t_last;         /* first and latest token, for the latency histograms */
     srv_req *next;                  /* in the scheduler's waiting or running list */
 };

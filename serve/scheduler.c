@@ -103,7 +103,6 @@ static void preempt_newest(srv_sched *s) {
     dsv4_seq_free(s->e, r->seq, &err);
     r->seq = -1;
     r->n_done = 0;
-    r->preempted++;
     s->n_run--;
     list_insert(s->wait, &s->n_wait, r);
     s->admit_hold = 1;

@@ -51,6 +51,8 @@ static int load(srv *s, dsv4_err *err) {
     eo.max_context = o->max_context;
     eo.max_seqs = o->max_seqs;
     eo.c_max = (int)(o->step_tokens < o->max_context ? o->step_tokens : o->max_context);
+    /* a step: up to step_tokens rows, or one decode row per sequence (those never wait) */
+    eo.max_rows = eo.c_max > o->max_seqs ? eo.c_max : o->max_seqs;
     eo.threads = o->threads;
     eo.cache_bytes = o->cache_bytes;
     if ((rc = dsv4_engine_create(s->m, &eo, &s->e, err))) return rc;

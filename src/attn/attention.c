@@ -12,40 +12,55 @@
 
 #include "attn/attention.h"
 #include "attn/attn_fid.h"
+#include "util/arena.h"
 #include "kernels/ops.h"
 #include "util/err.h"
 
+/* Scratch of the grouped output projection for R rows. */
+typedef struct grouped_bufs {
+    float *ug;        /* (G, R, in_g) the slices of u, group-major */
+    float *vg;        /* (G, R, o_lora) */
+    dsv4_mat *wg;     /* (G) row blocks of w */
+    dsv4_lin_op *ops; /* (G) */
+} grouped_bufs;
+
+static int grouped_take(dsv4_arena *a, int G, int R, int in_g, int o_lora, grouped_bufs *g) {
+    g->ug = dsv4_arena_take_n(a, (long long)G * R * in_g, sizeof(float));
+    g->vg = dsv4_arena_take_n(a, (long long)G * R * o_lora, sizeof(float));
+    g->wg = dsv4_arena_take_n(a, G, sizeof(dsv4_mat));
+    g->ops = dsv4_arena_take_n(a, G, sizeof(dsv4_lin_op));
+    return g->ug && g->vg && g->wg && g->ops;
+}
+
 /* y (R, G*o_lora) = grouped projection: row block g of w (o_lora rows) applied to the g-th
  * contiguous slice (width in_g) of u (R, G*in_g); the G products run as one job. */
-static int grouped_linear(dsv4_kctx *k, const dsv4_mat *w, int G, const float *u, int R,
-                          int in_g, int o_lora, float *y, dsv4_err *err) {
-    float *ug = malloc((size_t)G * R * in_g * sizeof(float));   /* (G, R, in_g) */
-    float *vg = malloc((size_t)G * R * o_lora * sizeof(float));  /* (G, R, o_lora) */
-    dsv4_mat *wg = malloc((size_t)G * sizeof(dsv4_mat));         /* (G) row blocks of w */
-    dsv4_lin_op *ops = malloc((size_t)G * sizeof(dsv4_lin_op));  /* (G) */
+static int grouped_linear(dsv4_kctx *k, dsv4_arena *a, const dsv4_mat *w, int G, const float *u,
+                          int R, int in_g, int o_lora, float *y, dsv4_err *err) {
+    const size_t mark = dsv4_arena_mark(a);
+    grouped_bufs gb;
     int rc = DSV4_OK;
-    if (!ug || !vg || !wg || !ops) {
-        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "output projection scratch: out of memory");
+    if (!grouped_take(a, G, R, in_g, o_lora, &gb)) {
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "output projection: scratch arena too small (%d rows)", R);
         goto done;
     }
     for (int g = 0; g < G; g++) {
-        if (dsv4_mat_rows(w, (int64_t)g * o_lora, o_lora, &wg[g]) != 0) {
+        if (dsv4_mat_rows(w, (int64_t)g * o_lora, o_lora, &gb.wg[g]) != 0) {
             rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "wo_a: cannot slice group %d", g);
             goto done;
         }
-        float *ugg = ug + (size_t)g * R * in_g;
+        float *ugg = gb.ug + (size_t)g * R * in_g;
         for (int i = 0; i < R; i++)
             memcpy(ugg + (size_t)i * in_g, u + (size_t)i * G * in_g + (size_t)g * in_g,
                    (size_t)in_g * sizeof(float));
-        ops[g] = (dsv4_lin_op){&wg[g], ugg, R, vg + (size_t)g * R * o_lora};
+        gb.ops[g] = (dsv4_lin_op){&gb.wg[g], ugg, R, gb.vg + (size_t)g * R * o_lora};
     }
-    dsv4_linear_batch(k, ops, G);
+    dsv4_linear_batch(k, gb.ops, G);
     for (int g = 0; g < G; g++)
         for (int i = 0; i < R; i++)
-            memcpy(y + (size_t)i * G * o_lora + (size_t)g * o_lora, vg + ((size_t)g * R + i) * o_lora,
+            memcpy(y + (size_t)i * G * o_lora + (size_t)g * o_lora, gb.vg + ((size_t)g * R + i) * o_lora,
                    (size_t)o_lora * sizeof(float));
 done:
-    free(ug); free(vg); free(wg); free(ops);
+    dsv4_arena_release(a, mark);
     return rc;
 }
 
@@ -76,10 +91,30 @@ dsv4_attn_src dsv4_attn_src_cache(dsv4_cache *cache) {
 
 /* ---- phase 1: projections --------------------------------------------------------------- */
 
-void dsv4_attn_work_free(dsv4_attn_work *w) {
-    free(w->qr); free(w->q); free(w->kv); free(w->qI); free(w->wI);
-    for (int i = 0; i < 2; i++) { free(w->pa[i]); free(w->pb[i]); }
+/* Takes w's buffers for R rows of a layer of compress ratio r; 0 when they do not fit. */
+static int work_take(dsv4_arena *a, const dsv4_config *cfg, int r, int R, dsv4_attn_work *w) {
+    const int H = cfg->num_attention_heads, hd = cfg->head_dim, ql = cfg->q_lora_rank;
+    const int nI = cfg->index_n_heads, dI = cfg->index_head_dim;
+    const long long Wm = r ? (long long)dsv4_cfg_coff(r) * hd : 0; /* main projection width */
     memset(w, 0, sizeof *w);
+    w->R = R;
+    w->qr = dsv4_arena_take_n(a, (long long)R * ql, sizeof(float));
+    w->q = dsv4_arena_take_n(a, (long long)R * H * hd, sizeof(float));
+    w->kv = dsv4_arena_take_n(a, (long long)R * hd, sizeof(float));
+    int ok = w->qr && w->q && w->kv;
+    if (r) {
+        w->pa[0] = dsv4_arena_take_n(a, R * Wm, sizeof(float));
+        w->pb[0] = dsv4_arena_take_n(a, R * Wm, sizeof(float));
+        ok = ok && w->pa[0] && w->pb[0];
+    }
+    if (r == 4) {
+        w->qI = dsv4_arena_take_n(a, (long long)R * nI * dI, sizeof(float));
+        w->wI = dsv4_arena_take_n(a, (long long)R * nI, sizeof(float));
+        w->pa[1] = dsv4_arena_take_n(a, (long long)R * 2 * dI, sizeof(float));
+        w->pb[1] = dsv4_arena_take_n(a, (long long)R * 2 * dI, sizeof(float));
+        ok = ok && w->qI && w->wI && w->pa[1] && w->pb[1];
+    }
+    return ok;
 }
 
 int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
@@ -90,30 +125,9 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
     const int r = b->ratio, csa = (r == 4);
     const float eps = (float)cfg->rms_norm_eps;
     const dsv4_rope *rope = r ? ctx->rope_cmp : ctx->rope_main;
-    const size_t Wm = r ? (size_t)dsv4_cfg_coff(r) * hd : 0;  /* main projection width */
 
-    memset(w, 0, sizeof *w);
-    w->R = R;
-    w->qr = malloc((size_t)R * ql * sizeof(float));
-    w->q = malloc((size_t)R * H * hd * sizeof(float));
-    w->kv = malloc((size_t)R * hd * sizeof(float));
-    int bad = !w->qr || !w->q || !w->kv;
-    if (r) {
-        w->pa[0] = malloc((size_t)R * Wm * sizeof(float));
-        w->pb[0] = malloc((size_t)R * Wm * sizeof(float));
-        bad |= !w->pa[0] || !w->pb[0];
-    }
-    if (csa) {
-        w->qI = malloc((size_t)R * nI * dI * sizeof(float));
-        w->wI = malloc((size_t)R * nI * sizeof(float));
-        w->pa[1] = malloc((size_t)R * 2 * dI * sizeof(float));
-        w->pb[1] = malloc((size_t)R * 2 * dI * sizeof(float));
-        bad |= !w->qI || !w->wI || !w->pa[1] || !w->pb[1];
-    }
-    if (bad) {
-        dsv4_attn_work_free(w);
-        return dsv4_fail(err, DSV4_ERR_NOMEM, "attention scratch: out of memory (%d rows)", R);
-    }
+    if (!work_take(ctx->scratch, cfg, r, R, w))
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "attention: scratch arena too small (%d rows)", R);
 
     /* Every product of x in one job: wq_a, wkv, the indexer's weights_proj and both
      * compressors' wkv/wgate (§5.5, §5.8, §5.9); then the two of qr. */
@@ -299,6 +313,66 @@ static void heads_task(void *arg, int task, int tid) {
         dsv4_rope_apply(rope, oi + (size_t)h * hd, hd, j->batch->pos[i], 1);
 }
 
+/* The sizes attend's scratch depends on: those of a call, or bounds on them (sizing). */
+typedef struct attend_dims {
+    int R, n_spans, T, csa;
+    int64_t n_keys;        /* indexer keys of the spans that need scoring */
+    int64_t n_key_tasks;
+    int64_t n_kv_max;      /* K=V rows of one query, at most */
+    int64_t max_entries;   /* compressed entries a row can see, at most */
+    int64_t B;             /* rows per block */
+    int64_t block_scores;  /* B * max_entries */
+    int64_t block_rows;    /* B * n_kv_max */
+    int64_t block_tasks;   /* B * score tasks per row */
+} attend_dims;
+
+typedef struct attend_bufs {
+    float *o;              /* (R, H, hd) */
+    float *v;              /* (R, G*o_lora) */
+    int *row_span;         /* (R) */
+    int64_t *ikey_off;     /* (n_spans) */
+    const float **ikeys;   /* (n_keys) */
+    int64_t *key_tasks;    /* (n_key_tasks, 2) */
+    const float **rows;    /* (B, n_kv_max) */
+    int *n_kv;             /* (B) */
+    float *probs;          /* (T, H, n_kv_max) */
+    float *iscores;        /* CSA: (B, max_entries) */
+    int *iorder;           /* CSA: (T, max_entries) */
+    int *isel;             /* CSA: (T, topk) */
+    int *score_tasks;      /* CSA: (block_tasks, 2) */
+} attend_bufs;
+
+static int attend_take(dsv4_arena *a, const dsv4_config *cfg, const attend_dims *d, attend_bufs *ab) {
+    const int64_t H = cfg->num_attention_heads;
+    memset(ab, 0, sizeof *ab);
+    ab->o = dsv4_arena_take_n(a, (int64_t)d->R * H * cfg->head_dim, sizeof(float));
+    ab->v = dsv4_arena_take_n(a, (int64_t)d->R * cfg->o_groups * cfg->o_lora_rank, sizeof(float));
+    ab->row_span = dsv4_arena_take_n(a, d->R, sizeof(int));
+    ab->ikey_off = dsv4_arena_take_n(a, d->n_spans, sizeof(int64_t));
+    ab->ikeys = dsv4_arena_take_n(a, d->n_keys, sizeof(float *));
+    ab->key_tasks = dsv4_arena_take_n(a, 2 * d->n_key_tasks, sizeof(int64_t));
+    ab->rows = dsv4_arena_take_n(a, d->block_rows, sizeof(float *));
+    ab->n_kv = dsv4_arena_take_n(a, d->B, sizeof(int));
+    ab->probs = dsv4_arena_take_n(a, d->T * H * d->n_kv_max, sizeof(float));
+    int ok = ab->o && ab->v && ab->row_span && ab->ikey_off && ab->ikeys && ab->key_tasks &&
+             ab->rows && ab->n_kv && ab->probs;
+    if (d->csa) {
+        ab->iscores = dsv4_arena_take_n(a, d->block_scores, sizeof(float));
+        ab->iorder = dsv4_arena_take_n(a, d->T * d->max_entries, sizeof(int));
+        ab->isel = dsv4_arena_take_n(a, (int64_t)d->T * cfg->index_topk, sizeof(int));
+        ab->score_tasks = dsv4_arena_take_n(a, 2 * d->block_tasks, sizeof(int));
+        ok = ok && ab->iscores && ab->iorder && ab->isel && ab->score_tasks;
+    }
+    return ok;
+}
+
+/* Rows per block: their scores (CSA) or K=V row pointers fit the budget. per_row is at
+ * least max_entries and n_kv_max, so B * either is at most max(budget, per_row). */
+static int64_t attend_block_rows(int R, int64_t per_row) {
+    const int64_t b_max = per_row > 0 && ATTEND_BLOCK_BUDGET / per_row > 1 ? ATTEND_BLOCK_BUDGET / per_row : 1;
+    return R < b_max ? R : b_max;
+}
+
 int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
                      const dsv4_attn_work *w, const dsv4_attn_src *src, float *y, dsv4_err *err) {
     const dsv4_config *cfg = ctx->cfg;
@@ -310,46 +384,35 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
 
     /* the most compressed entries any row of the batch can see; the indexer keys of the
      * spans where some row sees more than topk (the others select without scoring) */
-    int64_t max_entries = 0, n_keys = 0, n_key_tasks = 0;
+    attend_dims d = {.R = R, .n_spans = batch->n_spans, .T = T, .csa = csa};
     for (int si = 0; si < batch->n_spans; si++) {
         int64_t e = r ? (batch->spans[si].start + batch->spans[si].n) / r : 0;
-        if (e > max_entries) max_entries = e;
+        if (e > d.max_entries) d.max_entries = e;
         if (csa && e > topk) {
-            n_keys += e;
-            n_key_tasks += (e + ATTEND_KEY_CHUNK - 1) / ATTEND_KEY_CHUNK;
+            d.n_keys += e;
+            d.n_key_tasks += (e + ATTEND_KEY_CHUNK - 1) / ATTEND_KEY_CHUNK;
         }
     }
+    const int64_t max_entries = d.max_entries;
     const int64_t n_kv_max = win + (csa ? (max_entries < topk ? max_entries : topk) : max_entries);
-    /* rows per block: their scores (CSA) or K=V row pointers fit the budget */
-    const int64_t per_row = (csa && max_entries > n_kv_max) ? max_entries : n_kv_max;
-    const int64_t b_max = per_row > 0 && ATTEND_BLOCK_BUDGET / per_row > 1 ? ATTEND_BLOCK_BUDGET / per_row : 1;
-    const int B = R < b_max ? R : (int)b_max;
     const int64_t chunks_per_row = (max_entries + ATTEND_IDX_MIN_CHUNK - 1) / ATTEND_IDX_MIN_CHUNK;
+    const int B = (int)attend_block_rows(R, (csa && max_entries > n_kv_max) ? max_entries : n_kv_max);
+    d.n_kv_max = n_kv_max;
+    d.B = B;
+    d.block_scores = (int64_t)B * max_entries;
+    d.block_rows = (int64_t)B * n_kv_max;
+    d.block_tasks = (int64_t)B * chunks_per_row;
 
-    attend_job job = {0};
-    float *o = malloc(((size_t)R * H * hd + 1) * sizeof(float));        /* (R, H, hd) */
-    float *v = malloc(((size_t)R * G * ol + 1) * sizeof(float));        /* (R, G*o_lora) */
-    int *row_span = malloc((size_t)(R + 1) * sizeof(int));              /* (R) */
-    int64_t *ikey_off = malloc((size_t)(batch->n_spans + 1) * sizeof(int64_t));
-    const float **ikeys = malloc((size_t)(n_keys + 1) * sizeof(float *));
-    int64_t *key_tasks = malloc(((size_t)n_key_tasks + 1) * 2 * sizeof(int64_t));
-    const float **rows = malloc((size_t)B * n_kv_max * sizeof(float *) + 1);
-    int *n_kv = malloc((size_t)(B + 1) * sizeof(int));
-    float *probs = malloc((size_t)T * H * n_kv_max * sizeof(float) + 1);
-    float *iscores = NULL;
-    int *iorder = NULL, *isel = NULL, *score_tasks = NULL;
-    int bad = !o || !v || !row_span || !ikey_off || !ikeys || !key_tasks || !rows || !n_kv || !probs;
-    if (csa) {
-        iscores = malloc(((size_t)B * max_entries + 1) * sizeof(float));
-        iorder = malloc(((size_t)T * max_entries + 1) * sizeof(int));
-        isel = malloc(((size_t)T * topk + 1) * sizeof(int));
-        score_tasks = malloc(((size_t)B * chunks_per_row + 1) * 2 * sizeof(int));
-        bad |= !iscores || !iorder || !isel || !score_tasks;
-    }
-    if (bad) {
-        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "attention scratch: out of memory");
+    const size_t mark = dsv4_arena_mark(ctx->scratch);
+    attend_bufs ab;
+    if (!attend_take(ctx->scratch, cfg, &d, &ab)) {
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "attention: scratch arena too small (%d rows, %lld entries)",
+                       R, (long long)max_entries);
         goto done;
     }
+    const float **ikeys = ab.ikeys;
+    int64_t *key_tasks = ab.key_tasks, *ikey_off = ab.ikey_off;
+    int *row_span = ab.row_span, *score_tasks = ab.score_tasks;
     for (int si = 0; si < batch->n_spans; si++)
         for (int j = 0; j < batch->spans[si].n; j++) row_span[batch->spans[si].row0 + j] = si;
     int64_t nk = 0;
@@ -365,13 +428,13 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
         nk += e > topk ? e : 0;
     }
 
-    job = (attend_job){.ctx = ctx, .b = b, .batch = batch, .w = w, .src = src,
-                       .ops = dsv4_attn_ops_for(dsv4_kctx_simd(ctx->k)), .row_span = row_span,
-                       .ikeys = ikeys, .key_tasks = key_tasks, .ikey_off = ikey_off,
-                       .max_entries = max_entries,
-                       .n_kv_max = n_kv_max, .score_tasks = score_tasks, .iscores = iscores,
-                       .rows = rows, .n_kv = n_kv, .iorder = iorder, .isel = isel,
-                       .probs = probs, .o = o};
+    attend_job job = {.ctx = ctx, .b = b, .batch = batch, .w = w, .src = src,
+                      .ops = dsv4_attn_ops_for(dsv4_kctx_simd(ctx->k)), .row_span = row_span,
+                      .ikeys = ikeys, .key_tasks = key_tasks, .ikey_off = ikey_off,
+                      .max_entries = max_entries,
+                      .n_kv_max = n_kv_max, .score_tasks = score_tasks, .iscores = ab.iscores,
+                      .rows = ab.rows, .n_kv = ab.n_kv, .iorder = ab.iorder, .isel = ab.isel,
+                      .probs = ab.probs, .o = ab.o};
     dsv4_kctx_parallel(ctx->k, nkt, keys_task, &job);
     for (int r0 = 0; r0 < R; r0 += B) {
         const int nb = R - r0 < B ? R - r0 : B;
@@ -409,13 +472,12 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
     }
 
     /* grouped output projection: v_g = o_g wo_a_g^T, y = v wo_b^T */
-    if ((rc = grouped_linear(ctx->k, &b->wo_a, G, o, R, H * hd / G, ol, v, err))) goto done;
-    dsv4_linear(ctx->k, &b->wo_b, v, R, y);
+    if ((rc = grouped_linear(ctx->k, ctx->scratch, &b->wo_a, G, ab.o, R, H * hd / G, ol, ab.v, err)))
+        goto done;
+    dsv4_linear(ctx->k, &b->wo_b, ab.v, R, y);
 
 done:
-    free(o); free(v); free(row_span); free(ikey_off); free(ikeys); free(key_tasks); free(rows);
-    free(n_kv);
-    free(probs); free(iscores); free(iorder); free(isel); free(score_tasks);
+    dsv4_arena_release(ctx->scratch, mark);
     return rc;
 }
 
@@ -450,11 +512,45 @@ int dsv4_attention(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
                    const float *x, float *y, dsv4_err *err) {
     dsv4_attn_work w;
     const dsv4_attn_src src = dsv4_attn_src_cache(ctx->cache);
+    const size_t mark = dsv4_arena_mark(ctx->scratch);
     int rc = dsv4_attn_project(ctx, b, batch, x, &w, err);
-    if (rc) return rc;
-    if (!(rc = dsv4_attn_pool(ctx, b, batch, &w, &src, err)) &&
+    if (!rc && !(rc = dsv4_attn_pool(ctx, b, batch, &w, &src, err)) &&
         !(rc = dsv4_attn_attend(ctx, b, batch, &w, &src, y, err)))
         dsv4_attn_store(ctx, b, batch, &w);
-    dsv4_attn_work_free(&w);
+    dsv4_arena_release(ctx->scratch, mark);
     return rc;
+}
+
+/* ---- sizing ----------------------------------------------------------------------------- */
+
+size_t dsv4_attn_scratch_bytes(const dsv4_config *cfg, int ratio, int R, int n_spans,
+                               int64_t max_pos, int threads) {
+    const int csa = ratio == 4, topk = cfg->index_topk;
+    dsv4_arena m = dsv4_arena_measuring();
+    dsv4_attn_work w;
+    work_take(&m, cfg, ratio, R, &w);
+    const size_t after_work = dsv4_arena_mark(&m);
+    /* the compressors (indexer's, then main) */
+    if (csa) dsv4_compress_take(&m, 4, cfg->index_head_dim, NULL, NULL);
+    dsv4_arena_release(&m, after_work);
+    if (ratio) dsv4_compress_take(&m, ratio, cfg->head_dim, NULL, NULL);
+    dsv4_arena_release(&m, after_work);
+    /* attend at its largest: every span of max_pos positions (see attend_block_rows) */
+    const int64_t E = ratio ? max_pos / ratio : 0;
+    const int64_t n_kv_max = cfg->sliding_window + (csa ? (E < topk ? E : topk) : E);
+    const int64_t per_row = E > n_kv_max ? E : n_kv_max;
+    int64_t block = (int64_t)R * per_row;
+    const int64_t one_block = ATTEND_BLOCK_BUDGET > per_row ? ATTEND_BLOCK_BUDGET : per_row;
+    if (block > one_block) block = one_block;
+    attend_dims d = {.R = R, .n_spans = n_spans, .T = threads, .csa = csa,
+                     .n_keys = csa && E > topk ? (int64_t)n_spans * E : 0,
+                     .n_key_tasks = csa && E > topk ? (int64_t)n_spans * ((E + ATTEND_KEY_CHUNK - 1) / ATTEND_KEY_CHUNK) : 0,
+                     .n_kv_max = n_kv_max, .max_entries = E, .B = R, .block_scores = block,
+                     .block_rows = block, .block_tasks = block / ATTEND_IDX_MIN_CHUNK + R};
+    attend_bufs ab;
+    attend_take(&m, cfg, &d, &ab);
+    grouped_bufs gb;
+    grouped_take(&m, cfg->o_groups, R, cfg->num_attention_heads * cfg->head_dim / cfg->o_groups,
+                 cfg->o_lora_rank, &gb);
+    return m.peak;
 }

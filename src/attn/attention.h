@@ -23,6 +23,7 @@
 #include "kernels/attn_ops.h"
 #include "kernels/kctx.h"
 #include "model/model.h"
+#include "util/arena.h"
 
 typedef struct dsv4_attn_ctx {
     const dsv4_config *cfg;
@@ -31,6 +32,8 @@ typedef struct dsv4_attn_ctx {
     const dsv4_rope *rope_main;   /* ratio-0 layers and the MTP block */
     const dsv4_rope *rope_cmp;    /* ratio > 0 layers (YaRN) */
     int *csa_sel;                 /* optional (R, index_topk) selections out, -1 padded */
+    dsv4_arena *scratch;          /* every buffer of the sub-block comes from here (sized by
+                                   * dsv4_attn_scratch_bytes); released to its mark on return */
 } dsv4_attn_ctx;
 
 /* History of a span. Every function gets the span (its sequence slot and start) and the
@@ -63,9 +66,8 @@ typedef struct dsv4_attn_work {
     float *pb[2];   /* compressor b_t (+ ape), same shapes */
 } dsv4_attn_work;
 
-void dsv4_attn_work_free(dsv4_attn_work *w);
-
-/* Phase 1: allocates w and fills it from x (R, D), the attention input (after attn_norm). */
+/* Phase 1: takes w from ctx->scratch (the caller releases it after the last phase) and
+ * fills it from x (R, D), the attention input (after attn_norm). */
 int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
                       const float *x, dsv4_attn_work *w, dsv4_err *err);
 /* Phase 2: compressors (CSA: indexer's, then main; HCA: main). */
@@ -83,6 +85,12 @@ void dsv4_attn_store(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
 int dsv4_attention(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
                    const float *x, float *y, dsv4_err *err);
 
+/* The most scratch bytes one attention sub-block of compress ratio `ratio` takes from its
+ * arena (all four phases) for calls of at most R rows in n_spans spans, every position
+ * below max_pos, on a kernel context of `threads` threads. */
+size_t dsv4_attn_scratch_bytes(const dsv4_config *cfg, int ratio, int R, int n_spans,
+                               int64_t max_pos, int threads);
+
 /* ---- pieces, exposed for unit tests and the CP forward ------------------------------ */
 
 /* Compressor projections of R rows, a = x.wkv^T and b = x.wgate^T (R, coff*d), as the two
@@ -92,6 +100,10 @@ int dsv4_compress_ops(const dsv4_block_w *b, int indexer, const float *x, int R,
                       dsv4_lin_op *ops);
 void dsv4_compress_add_ape(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
                            const dsv4_batch *batch, float *bb);
+
+/* The compressor's candidate buffers for ratio r and entry width d: *ca, *cb (2r, d) each
+ * (either may be NULL: sizing only). Returns 0 when they do not fit. */
+int dsv4_compress_take(dsv4_arena *a, int r, int d, float **ca, float **cb);
 
 /* Pools every window that closes inside a span (candidates >= s from a/b, < s from the
  * source), normalises, rotates at w*r and stores the entry through src->entry. */

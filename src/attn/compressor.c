@@ -55,6 +55,14 @@ void dsv4_compress_add_ape(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int 
     }
 }
 
+int dsv4_compress_take(dsv4_arena *a, int r, int d, float **ca, float **cb) {
+    float *va = dsv4_arena_take_n(a, 2LL * r * d, sizeof(float));
+    float *vb = dsv4_arena_take_n(a, 2LL * r * d, sizeof(float));
+    if (ca) *ca = va;
+    if (cb) *cb = vb;
+    return va && vb;
+}
+
 int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
                           const dsv4_batch *batch, const float *pa, const float *pb,
                           const dsv4_attn_src *src, dsv4_err *err) {
@@ -67,11 +75,11 @@ int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int i
     const dsv4_compressor_w *cw = indexer ? &b->idx_cmp : &b->cmp;
     const float eps = (float)cfg->rms_norm_eps;
 
-    float *ca = malloc((size_t)2 * r * d * sizeof(float));   /* (2r, d) candidate values */
-    float *cb = malloc((size_t)2 * r * d * sizeof(float));   /* (2r, d) candidate scores */
-    if (!ca || !cb) {
-        free(ca); free(cb);
-        return dsv4_fail(err, DSV4_ERR_NOMEM, "compressor scratch: out of memory");
+    const size_t mark = dsv4_arena_mark(ctx->scratch);
+    float *ca, *cb; /* (2r, d) candidate values and scores */
+    if (!dsv4_compress_take(ctx->scratch, r, d, &ca, &cb)) {
+        dsv4_arena_release(ctx->scratch, mark);
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "compressor: scratch arena too small");
     }
     for (int si = 0; si < batch->n_spans; si++) {
         const dsv4_batch_span *sp = &batch->spans[si];
@@ -110,6 +118,6 @@ int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int i
             dsv4_fid_entry(ctx, indexer, entry, d);
         }
     }
-    free(ca); free(cb);
+    dsv4_arena_release(ctx->scratch, mark);
     return DSV4_OK;
 }

@@ -9,8 +9,6 @@
  * attn_ops.h, heads summed in ascending h), and the selection runs once over all scores,
  * so the choice is the same however the scoring was split.
  */
-#include <stdlib.h>
-
 #include "attn/attention.h"
 
 /* Heads whose dots one dotn call computes (indexer heads are few; bounds the stack). */
@@ -48,9 +46,26 @@ static void sift_down(int *heap, int n, int at, const float *score) {
     }
 }
 
-static int cmp_int(const void *a, const void *b) {
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
+/* Sorts a[0, n) ascending in place: a heapsort, because glibc's qsort may malloc a
+ * buffer (arrays over 1 KiB) and the forward must not allocate. */
+static void sort_ints(int *a, int n) {
+    for (int end = n, root = n / 2 - 1; end > 1;) {
+        int at;
+        if (root >= 0) {
+            at = root--;               /* heapify: sift each inner node down */
+        } else {
+            int t = a[0]; a[0] = a[--end]; a[end] = t; /* move the max behind the heap */
+            at = 0;
+        }
+        for (;;) {
+            int c = 2 * at + 1;
+            if (c >= end) break;
+            if (c + 1 < end && a[c + 1] > a[c]) c++;
+            if (a[at] >= a[c]) break;
+            int t = a[at]; a[at] = a[c]; a[c] = t;
+            at = c;
+        }
+    }
 }
 
 /* The old-style selection: a heap of the topk best rooted at the worst of them, then the
@@ -70,7 +85,7 @@ static int select_heap(const float *scores, int n_cand, int topk, int *heap, int
         }
     }
     for (int i = 0; i < n; i++) sel[i] = heap[i];
-    qsort(sel, (size_t)n, sizeof(int), cmp_int);
+    sort_ints(sel, n);
     return n;
 }
 

@@ -2,6 +2,7 @@
  * context; sequence handles; the serving-side LM head. */
 #include "engine/engine.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,6 +67,10 @@ void dsv4_engine_opts_resolve(dsv4_engine_opts *o) {
     if (o->max_context <= 0) o->max_context = 4096;
     if (o->max_seqs <= 0) o->max_seqs = 4;
     if (o->c_max <= 0) o->c_max = (int)(o->max_context < 2048 ? o->max_context : 2048);
+    if (o->max_rows <= 0) {
+        const int64_t all = (int64_t)o->max_seqs * o->c_max; /* every sequence a full span */
+        o->max_rows = all < INT32_MAX ? (int)all : INT32_MAX;
+    }
 }
 
 void dsv4_engine_cache_opts(const dsv4_engine_opts *o, dsv4_cache_opts *co) {
@@ -131,6 +136,7 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
     }
     if (!rc) rc = dsv4_engine_prepare_w8a8(e, err);
     if (!rc) rc = dsv4_engine_prepare_fidelity(e, err);
+    if (!rc) rc = dsv4_arena_init(&e->scratch, dsv4_engine_scratch_bytes(e), err);
     if (grouped) {
         struct dsv4_dist *own = e->group;
         e->group = o->dist; /* also when setup_parallel refused: the others are waiting */
@@ -153,6 +159,7 @@ void dsv4_engine_free(dsv4_engine *e) {
     dsv4_rope_free(&e->rope_cmp);
     dsv4_kctx_free(e->k);
     dsv4_ep_free(e->ep);
+    dsv4_arena_free(&e->scratch);
     for (int i = 0; i < e->n_owned; i++) free(e->owned[i]);
     free(e->owned);
     free(e->blocks);

@@ -9,6 +9,7 @@
 #include "cache/cache.h"
 #include "kernels/kctx.h"
 #include "model/model.h"
+#include "util/arena.h"
 
 typedef struct dsv4_seq_state {
     int live;
@@ -32,6 +33,8 @@ struct dsv4_engine {
     float **owned;                   /* dequantized matrices the engine had to make */
     int n_owned;
     dsv4_seq_state *seqs;            /* (max_seqs) indexed by cache slot */
+    dsv4_arena scratch;              /* every buffer of a forward, MTP or head call, sized at
+                                      * create for opts.max_rows rows (engine/scratch.c) */
     dsv4_trace_fn trace;
     void *trace_user;
     dsv4_choice_fn choice;           /* optional report of routing and CSA selections */
@@ -48,6 +51,14 @@ struct dsv4_engine {
     struct dsv4_cp_stats *cp_stats;  /* optional, caller-owned: CP prefill timings add up
                                       * here (engine/forward_cp.h; benchmarks), else NULL */
 };
+
+/* Scratch bytes of the calls' own buffers for R rows in n_spans spans (forward.c, mtp.c)
+ * and of one block's (forward.c); the sub-blocks' come on top (engine/scratch.c). */
+size_t dsv4_forward_scratch_bytes(const dsv4_config *c, int R, int n_spans);
+size_t dsv4_mtp_scratch_bytes(const dsv4_config *c, int R, int n_spans);
+size_t dsv4_block_scratch_bytes(const dsv4_config *c, int R);
+/* The most bytes any call takes from e->scratch at e->opts' limits. */
+size_t dsv4_engine_scratch_bytes(const dsv4_engine *e);
 
 /* One block (hc_pre → attention → hc_post → hc_pre → MoE → hc_post) over the batch;
  * h (R, hc, D) is updated in place. Used for main layers and the MTP block. */

@@ -39,10 +39,13 @@ int dsv4_engine_moe(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *bat
                     const float *x, float *y, dsv4_err *err) {
     if (e->ep) return dsv4_ep_moe(e->ep, e->k, b, x, batch->tokens, batch->n_rows, y, err);
     const int K = e->cfg->num_experts_per_tok;
-    int *sel = e->choice && batch->n_rows ? malloc((size_t)batch->n_rows * K * sizeof(int)) : NULL;
-    int rc = dsv4_moe_forward(e->k, e->cfg, b, x, batch->tokens, batch->n_rows, y, sel, err);
+    const size_t mark = dsv4_arena_mark(&e->scratch);
+    int *sel = NULL; /* (R, K) with the choice hook on */
+    if (e->choice && batch->n_rows && !(sel = dsv4_arena_take_n(&e->scratch, (int64_t)batch->n_rows * K, sizeof(int))))
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "moe choices: scratch arena too small");
+    int rc = dsv4_moe_forward(e->k, e->cfg, b, x, batch->tokens, batch->n_rows, y, sel, &e->scratch, err);
     if (!rc && sel) report_choices(e, batch, b->layer_id, DSV4_CHOICE_EXPERTS, sel, K);
-    free(sel);
+    dsv4_arena_release(&e->scratch, mark);
     return rc;
 }
 
@@ -130,29 +133,47 @@ void dsv4_engine_sub_out(dsv4_kctx *k, const dsv4_config *c, const float *y, flo
     sub_rows(k, R, sub_out_row, &j);
 }
 
+/* Buffers of one block over R rows. */
+typedef struct block_bufs {
+    float *x;       /* (R, D) sub-block input */
+    float *y;       /* (R, D) sub-block output */
+    float *post;    /* (R, hc) */
+    float *comb;    /* (R, hc, hc) */
+    int *csa_sel;   /* (R, index_topk) with the choice hook on a CSA layer */
+} block_bufs;
+
+static int block_take(dsv4_arena *a, const dsv4_config *c, int R, int with_sel, block_bufs *bb) {
+    const int D = c->hidden_size, hc = c->hc_mult;
+    bb->x = dsv4_arena_take_n(a, (int64_t)R * D, sizeof(float));
+    bb->y = dsv4_arena_take_n(a, (int64_t)R * D, sizeof(float));
+    bb->post = dsv4_arena_take_n(a, (int64_t)R * hc, sizeof(float));
+    bb->comb = dsv4_arena_take_n(a, (int64_t)R * hc * hc, sizeof(float));
+    bb->csa_sel = with_sel ? dsv4_arena_take_n(a, (int64_t)R * c->index_topk, sizeof(int)) : NULL;
+    return bb->x && bb->y && bb->post && bb->comb && (!with_sel || bb->csa_sel);
+}
+
+size_t dsv4_block_scratch_bytes(const dsv4_config *c, int R) {
+    dsv4_arena m = dsv4_arena_measuring();
+    block_bufs bb;
+    block_take(&m, c, R, 1, &bb);
+    /* the MoE sub-block's choice report (dsv4_engine_moe) */
+    dsv4_arena_take_n(&m, (int64_t)R * c->num_experts_per_tok, sizeof(int));
+    return m.peak;
+}
+
 int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
                       float *h, dsv4_err *err) {
     const dsv4_config *c = e->cfg;
     const int R = batch->n_rows, D = c->hidden_size, hc = c->hc_mult;
     int rc = DSV4_OK;
-    float *x = malloc((size_t)R * D * sizeof(float));            /* (R, D) sub-block input */
-    float *y = malloc((size_t)R * D * sizeof(float));            /* (R, D) sub-block output */
-    float *post = malloc((size_t)R * hc * sizeof(float));        /* (R, hc) */
-    float *comb = malloc((size_t)R * hc * hc * sizeof(float));   /* (R, hc, hc) */
-    int *csa_sel = NULL;                 /* (R, index_topk) with the choice hook on a CSA layer */
-    if (!x || !y || !post || !comb) {
-        rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "block scratch: out of memory"), 0);
+    const size_t mark = dsv4_arena_mark(&e->scratch);
+    block_bufs bb;
+    if (!block_take(&e->scratch, c, R, e->choice && b->ratio == 4 && R, &bb)) {
+        rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "block: scratch arena too small"), 0);
         goto done;
     }
-    dsv4_attn_ctx actx = {c, e->k, e->cache, &e->rope_main, &e->rope_cmp, NULL};
-    if (e->choice && b->ratio == 4 && R) {
-        csa_sel = malloc((size_t)R * c->index_topk * sizeof(int));
-        if (!csa_sel) {
-            rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "block scratch: out of memory"), 0);
-            goto done;
-        }
-        actx.csa_sel = csa_sel;
-    }
+    float *x = bb.x, *y = bb.y, *post = bb.post, *comb = bb.comb;
+    dsv4_attn_ctx actx = {c, e->k, e->cache, &e->rope_main, &e->rope_cmp, bb.csa_sel, &e->scratch};
 
     for (int sub = 0; sub < 2; sub++) {
         /* x, post, comb = hc_pre(h); x = RMSNorm(x; norm) */
@@ -161,7 +182,7 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
         if (sub == 0) {
             /* the other ranks are heading for this block's MoE exchange */
             if ((rc = dsv4_attention(&actx, b, batch, x, y, err))) dsv4_engine_fail_collective(e, rc, 0);
-            else if (csa_sel) report_choices(e, batch, b->layer_id, DSV4_CHOICE_CSA, csa_sel, c->index_topk);
+            else if (bb.csa_sel) report_choices(e, batch, b->layer_id, DSV4_CHOICE_CSA, bb.csa_sel, c->index_topk);
         } else {
             rc = dsv4_engine_moe(e, b, batch, x, y, err);
         }
@@ -177,7 +198,7 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
                 }
     }
 done:
-    free(x); free(y); free(post); free(comb); free(csa_sel);
+    dsv4_arena_release(&e->scratch, mark);
     return rc;
 }
 
@@ -257,7 +278,41 @@ static int validate_call(const dsv4_engine *e, const dsv4_span *spans, int n_spa
     }
     if ((want_h && !hidden) || (want_s && !streams))
         return dsv4_fail(err, DSV4_ERR_ARG, "forward: output buffer missing");
+    if (*R > e->opts.max_rows)
+        return dsv4_fail(err, DSV4_ERR_ARG, "forward: %d rows in one call exceed max_rows = %d", *R,
+                         e->opts.max_rows);
     return DSV4_OK;
+}
+
+/* The call's own buffers: the packed batch and the streams of its R rows. */
+typedef struct forward_bufs {
+    dsv4_batch_span *bs;  /* (n_spans) */
+    int64_t *pos;         /* (R) */
+    int32_t *tok;         /* (R) */
+    int *seqs;            /* (n_spans) */
+    int64_t *starts;      /* (n_spans) */
+    int *counts;          /* (n_spans) */
+    float *h;             /* (R, hc, D) streams */
+    float *y;             /* (D) */
+} forward_bufs;
+
+static int forward_take(dsv4_arena *a, const dsv4_config *c, int R, int n_spans, forward_bufs *f) {
+    f->bs = dsv4_arena_take_n(a, n_spans, sizeof *f->bs);
+    f->pos = dsv4_arena_take_n(a, R, sizeof *f->pos);
+    f->tok = dsv4_arena_take_n(a, R, sizeof *f->tok);
+    f->seqs = dsv4_arena_take_n(a, n_spans, sizeof *f->seqs);
+    f->starts = dsv4_arena_take_n(a, n_spans, sizeof *f->starts);
+    f->counts = dsv4_arena_take_n(a, n_spans, sizeof *f->counts);
+    f->h = dsv4_arena_take_n(a, (int64_t)R * c->hc_mult * c->hidden_size, sizeof(float));
+    f->y = dsv4_arena_take_n(a, c->hidden_size, sizeof(float));
+    return f->bs && f->pos && f->tok && f->seqs && f->starts && f->counts && f->h && f->y;
+}
+
+size_t dsv4_forward_scratch_bytes(const dsv4_config *c, int R, int n_spans) {
+    dsv4_arena m = dsv4_arena_measuring();
+    forward_bufs f;
+    forward_take(&m, c, R, n_spans, &f);
+    return m.peak;
 }
 
 int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
@@ -289,18 +344,17 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
     }
 
     int rc = DSV4_OK;
-    dsv4_batch_span *bs = malloc((size_t)n_spans * sizeof *bs);   /* (n_spans) */
-    int64_t *pos = malloc((size_t)R * sizeof *pos);              /* (R) */
-    int32_t *tok = malloc((size_t)R * sizeof *tok);              /* (R) */
-    int *seqs = malloc((size_t)n_spans * sizeof *seqs);
-    int64_t *starts = malloc((size_t)n_spans * sizeof *starts);
-    int *counts = malloc((size_t)n_spans * sizeof *counts);
-    float *h = malloc((size_t)R * hc * D * sizeof(float));       /* (R, hc, D) streams */
-    float *y = malloc((size_t)D * sizeof(float));                /* (D) */
-    if (!bs || !pos || !tok || !seqs || !starts || !counts || !h || !y) {
-        rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "forward scratch: out of memory"), 1);
+    const size_t mark = dsv4_arena_mark(&e->scratch);
+    forward_bufs f;
+    if (!forward_take(&e->scratch, c, R, n_spans, &f)) {
+        rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "forward: scratch arena too small"), 1);
         goto done;
     }
+    dsv4_batch_span *bs = f.bs;
+    int64_t *pos = f.pos, *starts = f.starts;
+    int32_t *tok = f.tok;
+    int *seqs = f.seqs, *counts = f.counts;
+    float *h = f.h, *y = f.y;
     int row = 0;
     for (int i = 0; i < n_spans; i++) {
         bs[i] = (dsv4_batch_span){spans[i].seq, spans[i].start, spans[i].n_tokens, row};
@@ -348,6 +402,6 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
     }
     for (int i = 0; i < n_spans; i++) commit_span(e, &spans[i]);
 done:
-    free(bs); free(pos); free(tok); free(seqs); free(starts); free(counts); free(h); free(y);
+    dsv4_arena_release(&e->scratch, mark);
     return rc;
 }

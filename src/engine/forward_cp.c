@@ -427,8 +427,9 @@ static int agree(cp_call *cx, int rc, int layer, dsv4_err *err) {
 static int cp_attention(cp_call *cx, const dsv4_block_w *b, const float *x, float *y, dsv4_err *err) {
     dsv4_engine *e = cx->e;
     const int l = b->layer_id;
-    const dsv4_attn_ctx actx = {cx->c, e->k, e->cache, &e->rope_main, &e->rope_cmp, NULL};
+    const dsv4_attn_ctx actx = {cx->c, e->k, e->cache, &e->rope_main, &e->rope_cmp, NULL, &e->scratch};
     const dsv4_attn_src src = {cp_win_row, cp_ring_row, cp_entry, cx};
+    const size_t scratch_mark = dsv4_arena_mark(&e->scratch);
     dsv4_attn_work w = {0};
     int rc = dsv4_attn_project(&actx, b, &cx->batch, x, &w, err);
     if (!rc && lay_make(cx, b->ratio) < 0)
@@ -442,7 +443,7 @@ static int cp_attention(cp_call *cx, const dsv4_block_w *b, const float *x, floa
     /* the MoE that follows is a collective too (under EP) */
     if (!rc) rc = agree(cx, dsv4_attn_attend(&actx, b, &cx->batch, &w, &src, y, err), l, err);
     if (!rc && cx->rank == 0) home_store(cx, b, &w);
-    dsv4_attn_work_free(&w);
+    dsv4_arena_release(&e->scratch, scratch_mark);
     return rc;
 }
 

@@ -17,6 +17,45 @@
 #include "kernels/ops.h"
 #include "util/err.h"
 
+/* The call's own buffers for R rows in n_spans spans. */
+typedef struct mtp_bufs {
+    dsv4_batch_span *bs;  /* (n_spans) */
+    int64_t *pos;         /* (R) */
+    int32_t *tok;         /* (R) x_{t+1} */
+    int *seqs;            /* (n_spans) */
+    int64_t *starts;      /* (n_spans) */
+    int *counts;          /* (n_spans) */
+    float *en;            /* (R, D) normed embeddings */
+    float *ep;            /* (R, D) e e_proj^T */
+    float *hn;            /* (R, hc, D) normed streams */
+    float *z;             /* (R, hc, D) block streams */
+    float *y;             /* (D) */
+} mtp_bufs;
+
+static int mtp_take(dsv4_arena *a, const dsv4_config *c, int R, int n_spans, mtp_bufs *f) {
+    const int64_t D = c->hidden_size, hc = c->hc_mult;
+    f->bs = dsv4_arena_take_n(a, n_spans, sizeof *f->bs);
+    f->pos = dsv4_arena_take_n(a, R, sizeof *f->pos);
+    f->tok = dsv4_arena_take_n(a, R, sizeof *f->tok);
+    f->seqs = dsv4_arena_take_n(a, n_spans, sizeof *f->seqs);
+    f->starts = dsv4_arena_take_n(a, n_spans, sizeof *f->starts);
+    f->counts = dsv4_arena_take_n(a, n_spans, sizeof *f->counts);
+    f->en = dsv4_arena_take_n(a, R * D, sizeof(float));
+    f->ep = dsv4_arena_take_n(a, R * D, sizeof(float));
+    f->hn = dsv4_arena_take_n(a, R * hc * D, sizeof(float));
+    f->z = dsv4_arena_take_n(a, R * hc * D, sizeof(float));
+    f->y = dsv4_arena_take_n(a, D, sizeof(float));
+    return f->bs && f->pos && f->tok && f->seqs && f->starts && f->counts && f->en && f->ep &&
+           f->hn && f->z && f->y;
+}
+
+size_t dsv4_mtp_scratch_bytes(const dsv4_config *c, int R, int n_spans) {
+    dsv4_arena m = dsv4_arena_measuring();
+    mtp_bufs f;
+    mtp_take(&m, c, R, n_spans, &f);
+    return m.peak;
+}
+
 /* Every check of a call's arguments; *R_out = its rows. */
 static int validate_mtp(const dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, const float *hidden,
                         int *R_out, dsv4_err *err) {
@@ -58,6 +97,9 @@ static int validate_mtp(const dsv4_engine *e, const dsv4_mtp_span *spans, int n_
                 return dsv4_fail(err, DSV4_ERR_ARG, "sequence %d appears twice", sp->seq);
         R += sp->n;
     }
+    if (R > e->opts.max_rows)
+        return dsv4_fail(err, DSV4_ERR_ARG, "mtp_forward: %d rows in one call exceed max_rows = %d",
+                         R, e->opts.max_rows);
     *R_out = R;
     return DSV4_OK;
 }
@@ -88,21 +130,17 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
 
     const dsv4_block_w *b = &e->blocks[c->num_hidden_layers];
     int rc = DSV4_OK;
-    dsv4_batch_span *bs = malloc((size_t)n_spans * sizeof *bs);
-    int64_t *pos = malloc((size_t)R * sizeof *pos);                /* (R) */
-    int32_t *tok = malloc((size_t)R * sizeof *tok);                /* (R) x_{t+1} */
-    int *seqs = malloc((size_t)n_spans * sizeof *seqs);
-    int64_t *starts = malloc((size_t)n_spans * sizeof *starts);
-    int *counts = malloc((size_t)n_spans * sizeof *counts);
-    float *en = malloc((size_t)R * D * sizeof(float));            /* (R, D) normed embeddings */
-    float *ep = malloc((size_t)R * D * sizeof(float));            /* (R, D) e e_proj^T */
-    float *hn = malloc((size_t)R * hc * D * sizeof(float));       /* (R, hc, D) normed streams */
-    float *z = malloc((size_t)R * hc * D * sizeof(float));        /* (R, hc, D) block streams */
-    float *y = malloc((size_t)D * sizeof(float));
-    if (!bs || !pos || !tok || !seqs || !starts || !counts || !en || !ep || !hn || !z || !y) {
-        rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "mtp scratch: out of memory"), 1);
+    const size_t mark = dsv4_arena_mark(&e->scratch);
+    mtp_bufs f;
+    if (!mtp_take(&e->scratch, c, R, n_spans, &f)) {
+        rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "mtp_forward: scratch arena too small"), 1);
         goto done;
     }
+    dsv4_batch_span *bs = f.bs;
+    int64_t *pos = f.pos, *starts = f.starts;
+    int32_t *tok = f.tok;
+    int *seqs = f.seqs, *counts = f.counts;
+    float *en = f.en, *ep = f.ep, *hn = f.hn, *z = f.z, *y = f.y;
     int row = 0;
     for (int i = 0; i < n_spans; i++) {
         bs[i] = (dsv4_batch_span){spans[i].seq, spans[i].start, spans[i].n, row};
@@ -149,7 +187,6 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
         dsv4_engine_trim(e, spans[i].seq);
     }
 done:
-    free(bs); free(pos); free(tok); free(seqs); free(starts); free(counts);
-    free(en); free(ep); free(hn); free(z); free(y);
+    dsv4_arena_release(&e->scratch, mark);
     return rc;
 }

@@ -134,10 +134,10 @@ int dsv4_engine_prepare_w8a8(dsv4_engine *e, dsv4_err *err) {
     const dsv4_config *c = e->cfg;
     int e0 = 0, e1 = c->n_routed_experts;
     if (e->ep) dsv4_ep_local_range(e->ep, &e0, &e1);
+    int rc = dsv4_kctx_reserve_w8a8(e->k, err); /* the forward's INT8 activations */
+    if (rc) return rc;
     const int n_blocks = c->num_hidden_layers + c->num_nextn_predict_layers;
-    for (int l = 0; l < n_blocks; l++) {
-        int rc = prepare_block(e, &e->blocks[l], e0, e1, err);
-        if (rc) return rc;
-    }
+    for (int l = 0; l < n_blocks; l++)
+        if ((rc = prepare_block(e, &e->blocks[l], e0, e1, err))) return rc;
     return DSV4_OK;
 }

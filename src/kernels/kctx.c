@@ -9,6 +9,7 @@
 
 #include "kernels/cpu.h"
 #include "kernels/linear_fast.h"
+#include "kernels/w8a8.h"
 #include "util/err.h"
 
 struct dsv4_kctx {
@@ -23,6 +24,8 @@ struct dsv4_kctx {
     unsigned fidelity;    /* DSV4_FID_* items in effect (fidelity mode P3), 0 = off */
     float *fid_rows;      /* (n_threads, max_cols) one quantized activation row per thread,
                            * allocated when fidelity is set (kernels/fidelity.h) */
+    void *w8_buf;         /* the W8A8 activation buffer of the calling thread, or NULL */
+    size_t w8_bytes;
 };
 
 static int64_t round16(int64_t v) { return (v + 15) & ~(int64_t)15; }
@@ -86,6 +89,7 @@ void dsv4_kctx_free(dsv4_kctx *k) {
     if (!k) return;
     dsv4_pool_free(k->pool);
     free(k->fid_rows);
+    free(k->w8_buf);
     free(k->tables);
     free(k->scratch);
     free(k);
@@ -128,3 +132,20 @@ int dsv4_kctx_set_fidelity(dsv4_kctx *k, unsigned items, dsv4_err *err) {
 }
 
 float *dsv4_kctx_fid_row(dsv4_kctx *k, int tid) { return k->fid_rows + (int64_t)tid * k->max_cols; }
+
+int dsv4_kctx_reserve_w8a8(dsv4_kctx *k, dsv4_err *err) {
+    const size_t bytes = dsv4_w8a8_call_bytes(k->max_cols);
+    if (k->w8_bytes >= bytes) return DSV4_OK;
+    void *buf = aligned_alloc(64, bytes); /* a multiple of 64 */
+    if (!buf) return dsv4_fail(err, DSV4_ERR_NOMEM, "w8a8 activation buffer: out of memory (%zu bytes)", bytes);
+    free(k->w8_buf);
+    k->w8_buf = buf;
+    k->w8_bytes = bytes;
+    return DSV4_OK;
+}
+
+/* Only the thread that called into the context (tid 0) uses it: a task that called
+ * dsv4_linear itself would run beside other tasks. */
+void *dsv4_kctx_w8a8_buf(dsv4_kctx *k, size_t bytes) {
+    return bytes <= k->w8_bytes && dsv4_kctx_tid(k) == 0 ? k->w8_buf : NULL;
+}

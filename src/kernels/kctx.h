@@ -61,6 +61,13 @@ typedef struct dsv4_lin_op {
  * them). Every y gets exactly dsv4_linear's bits. No y may overlap any x or another y. */
 void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops);
 
+/* The W8A8 kernel's buffer for quantized activations (kernels/w8a8.h): reserved once for
+ * matrices of up to max_cols inputs (an engine does it at create), so that its calls do
+ * not allocate. w8a8_buf gives it to the calling thread when it holds at least `bytes`,
+ * else NULL (the kernel then allocates for the call). */
+int dsv4_kctx_reserve_w8a8(dsv4_kctx *k, dsv4_err *err);
+void *dsv4_kctx_w8a8_buf(dsv4_kctx *k, size_t bytes);
+
 /* Fidelity mode P3 (spec/model.md §6): the DSV4_FID_* items in effect for every kernel of
  * this context (0 = the exact path). Setting items allocates one max_cols row per thread
  * (dsv4_kctx_fid_row) for the activation quantization of dsv4_linear. */

@@ -487,6 +487,16 @@ static void run(dsv4_kctx *k, int n_tasks, int64_t macs, dsv4_task_fn fn, void *
     }
 }
 
+/* The buffer of a pass of `pass` rows: quantized rows (kp elements of esz bytes), then
+ * their scales. */
+static int64_t pass_bytes(int pass, int64_t kp, int64_t esz) {
+    return round64(pass * kp * esz) + round64((int64_t)pass * (int64_t)sizeof(float));
+}
+
+size_t dsv4_w8a8_call_bytes(int64_t cols) {
+    return (size_t)pass_bytes(W8_PASS_ROWS, (cols + 15) & ~(int64_t)15, 2);
+}
+
 void dsv4_w8a8_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, float *y) {
     const int64_t rows = w->rows, n = w->cols;
     if (n_rows <= 0 || rows <= 0) return;
@@ -503,7 +513,9 @@ void dsv4_w8a8_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_row
     const int64_t esz = c.avx2 ? 2 : 1;
     const int pass = n_rows < W8_PASS_ROWS ? n_rows : W8_PASS_ROWS;
     const int64_t qbytes = round64(pass * kp * esz);
-    char *buf = aligned_alloc(64, (size_t)(qbytes + round64((int64_t)pass * (int64_t)sizeof(float))));
+    const size_t bytes = (size_t)pass_bytes(pass, kp, esz);
+    char *own = NULL, *buf = dsv4_kctx_w8a8_buf(k, bytes);
+    if (!buf) buf = own = aligned_alloc(64, bytes); /* no reserved buffer: one for this call */
     if (!buf) { /* out of memory: the oracle needs none and gives the same bits */
         dsv4_w8a8_linear_ref(w, x, n_rows, y, NULL);
         return;
@@ -539,5 +551,5 @@ void dsv4_w8a8_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_row
         run(k, n_quant, (int64_t)nr * n * 32, quant_task, &c);
         run(k, n_dot, rows * n * nr, dot_task, &c);
     }
-    free(buf);
+    free(own);
 }

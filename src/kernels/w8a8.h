@@ -59,6 +59,10 @@ float dsv4_w8a8_quantize_row(const float *x, int64_t n, int8_t *q);
 void dsv4_w8a8_linear_ref(const dsv4_mat *w, const float *x, int n_rows, float *y,
                           int8_t *scratch);
 
+/* Bytes of the activation buffer a call with at most `cols` inputs needs (a multiple of
+ * 64; kctx.h's dsv4_kctx_reserve_w8a8 keeps one). */
+size_t dsv4_w8a8_call_bytes(int64_t cols);
+
 /* The fast kernel behind dsv4_linear for DSV4_WF_I8: activations quantized once per call,
  * then output blocks spread over k's threads; AVX2 (vpmovsxbw + vpmaddwd, int32 lanes)
  * when the context's SIMD level allows it, portable C otherwise. Same bits as

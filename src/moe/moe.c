@@ -208,35 +208,39 @@ typedef struct moe_scratch {
     dsv4_moe_group *gr; /* (E + 1) the pass's expert groups, the shared expert last */
 } moe_scratch;
 
-static void scratch_free(moe_scratch *m) {
-    free(m->logits); free(m->s); free(m->sel); free(m->w); free(m->start); free(m->list); free(m->at);
-    free(m->wg); free(m->xg); free(m->g); free(m->u); free(m->og); free(m->sh); free(m->gr);
+static int scratch_take(dsv4_arena *a, moe_scratch *m, int R, int E, int K, int D, int I) {
+    const long long RK = (long long)R * K;
+    m->logits = dsv4_arena_take_n(a, (long long)R * E, sizeof(float));
+    m->s = dsv4_arena_take_n(a, E, sizeof(double));
+    m->sel = dsv4_arena_take_n(a, RK, sizeof(int));
+    m->w = dsv4_arena_take_n(a, RK, sizeof(float));
+    m->start = dsv4_arena_take_n(a, E + 1LL, sizeof(int));
+    m->list = dsv4_arena_take_n(a, RK, sizeof(int));
+    m->at = dsv4_arena_take_n(a, RK, sizeof(int));
+    m->wg = dsv4_arena_take_n(a, RK, sizeof(float));
+    m->xg = dsv4_arena_take_n(a, RK * D, sizeof(float));
+    m->g = dsv4_arena_take_n(a, (RK + R) * I, sizeof(float));
+    m->u = dsv4_arena_take_n(a, (RK + R) * I, sizeof(float));
+    m->og = dsv4_arena_take_n(a, RK * D, sizeof(float));
+    m->sh = dsv4_arena_take_n(a, (long long)R * D, sizeof(float));
+    m->gr = dsv4_arena_take_n(a, E + 1LL, sizeof(dsv4_moe_group));
+    return m->logits && m->s && m->sel && m->w && m->start && m->list && m->at && m->wg && m->xg &&
+           m->g && m->u && m->og && m->sh && m->gr;
 }
 
-static int scratch_alloc(moe_scratch *m, int R, int E, int K, int D, int I) {
-    const size_t RK = (size_t)R * K;
-    memset(m, 0, sizeof *m);
-    m->logits = malloc((size_t)R * E * sizeof(float));
-    m->s = malloc((size_t)E * sizeof(double));
-    m->sel = malloc(RK * sizeof(int));
-    m->w = malloc(RK * sizeof(float));
-    m->start = malloc((size_t)(E + 1) * sizeof(int));
-    m->list = malloc(RK * sizeof(int));
-    m->at = malloc(RK * sizeof(int));
-    m->wg = malloc(RK * sizeof(float));
-    m->xg = malloc(RK * D * sizeof(float));
-    m->g = malloc((RK + R) * I * sizeof(float));
-    m->u = malloc((RK + R) * I * sizeof(float));
-    m->og = malloc(RK * D * sizeof(float));
-    m->sh = malloc((size_t)R * D * sizeof(float));
-    m->gr = malloc((size_t)(E + 1) * sizeof(dsv4_moe_group));
-    if (!m->logits || !m->s || !m->sel || !m->w || !m->start || !m->list || !m->at || !m->wg || !m->xg ||
-        !m->g || !m->u || !m->og || !m->sh || !m->gr) {
-        scratch_free(m);
-        memset(m, 0, sizeof *m);
-        return DSV4_ERR_NOMEM;
-    }
-    return DSV4_OK;
+/* Rows per pass: the two (R*K, D) buffers, gathered inputs and expert outputs, bound it. */
+static int pass_rows(const dsv4_config *cfg, int S) {
+    int64_t per = MOE_PASS_BYTES / (2 * (int64_t)cfg->num_experts_per_tok * cfg->hidden_size * (int64_t)sizeof(float));
+    if (per < 1) per = 1;
+    return per < S ? (int)per : S;
+}
+
+size_t dsv4_moe_scratch_bytes(const dsv4_config *cfg, int S) {
+    dsv4_arena m = dsv4_arena_measuring();
+    moe_scratch ms;
+    scratch_take(&m, &ms, pass_rows(cfg, S), cfg->n_routed_experts, cfg->num_experts_per_tok,
+                 cfg->hidden_size, cfg->moe_intermediate_size);
+    return m.peak;
 }
 
 int dsv4_moe_gate(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b, const float *x,
@@ -361,26 +365,26 @@ static int moe_pass(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b,
 
 int dsv4_moe_forward(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b,
                      const float *x, const int32_t *tokens, int S, float *y, int *sel_out,
-                     dsv4_err *err) {
+                     dsv4_arena *scratch, dsv4_err *err) {
     if (S < 0) return dsv4_fail(err, DSV4_ERR_ARG, "moe: row count %d < 0", S);
     int rc = check_weights(cfg, b, err);
     if (rc) return rc;
     if (S == 0) return DSV4_OK;
     const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
     const int D = cfg->hidden_size, I = cfg->moe_intermediate_size;
-    /* the two (R*K, D) buffers, gathered inputs and expert outputs, bound the pass */
-    int64_t per = MOE_PASS_BYTES / (2 * (int64_t)K * D * (int64_t)sizeof(float));
-    if (per < 1) per = 1;
-    const int R = per < S ? (int)per : S;
+    const int R = pass_rows(cfg, S);
+    const size_t mark = dsv4_arena_mark(scratch);
     moe_scratch m;
-    if (scratch_alloc(&m, R, E, K, D, I))
-        return dsv4_fail(err, DSV4_ERR_NOMEM, "moe: out of memory for %d rows (E=%d K=%d D=%d I=%d)",
-                         R, E, K, D, I);
+    if (!scratch_take(scratch, &m, R, E, K, D, I)) {
+        dsv4_arena_release(scratch, mark);
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "moe: scratch arena too small for %d rows (E=%d K=%d "
+                         "D=%d I=%d)", R, E, K, D, I);
+    }
     for (int r0 = 0; r0 < S && rc == DSV4_OK; r0 += R) {
         const int n = S - r0 < R ? S - r0 : R;
         rc = moe_pass(k, cfg, b, x + (int64_t)r0 * D, tokens ? tokens + r0 : NULL, n,
                       y + (int64_t)r0 * D, sel_out ? sel_out + (int64_t)r0 * K : NULL, &m, err);
     }
-    scratch_free(&m);
+    dsv4_arena_release(scratch, mark);
     return rc;
 }

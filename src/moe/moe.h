@@ -7,6 +7,7 @@
 
 #include "kernels/kctx.h"
 #include "model/model.h"
+#include "util/arena.h"
 
 /* Router for one token: sel (K) expert ids in k order, w (K) final weights
  * (normalised unless softmax, times routed_scaling_factor). */
@@ -15,10 +16,12 @@ void dsv4_moe_route(const dsv4_config *cfg, const dsv4_block_w *b, const float *
 
 /* y (S, D) = MoE of x (S, D) for S rows with token ids tokens (S). Rows are grouped by
  * expert for batched linears; each token's sum runs in k order with the shared expert
- * last, so results do not depend on S or on grouping. sel_out (S, K) optional. */
+ * last, so results do not depend on S or on grouping. sel_out (S, K) optional. Scratch
+ * comes from `scratch` (dsv4_moe_scratch_bytes(cfg, S) bytes free), released on return. */
 int dsv4_moe_forward(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b,
                      const float *x, const int32_t *tokens, int S, float *y, int *sel_out,
-                     dsv4_err *err);
+                     dsv4_arena *scratch, dsv4_err *err);
+size_t dsv4_moe_scratch_bytes(const dsv4_config *cfg, int S);
 
 /* ---- pieces of the forward, shared with the expert-parallel path (dist/ep.c) ---------
  * Both paths run exactly these functions on each row, so their results agree bitwise. */

@@ -98,7 +98,9 @@ int dsv4_generation_run(dsv4_engine *e, const dsv4_tokenizer *tok, int seq,
     dsv4_gen_params gp = {.sample = opts->sample, .max_tokens = opts->max_tokens,
                           .stop_strings = opts->stop_strings, .n_stop = opts->n_stop,
                           .bias_ids = opts->bias_ids, .bias = opts->bias, .n_bias = opts->n_bias};
-    const int chunk = opts->chunk > 0 && opts->chunk < eo.c_max ? opts->chunk : eo.c_max;
+    /* at most the largest call the engine takes: c_max rows a span, max_rows a call */
+    const int most = eo.c_max < eo.max_rows ? eo.c_max : eo.max_rows;
+    const int chunk = opts->chunk > 0 && opts->chunk < most ? opts->chunk : most;
     const size_t D = (size_t)info.hidden_size, V = (size_t)info.vocab_size;
     const dsv4_spec_stats st0 = opts->spec ? dsv4_spec_get_stats(opts->spec) : (dsv4_spec_stats){0};
     run r = {e, seq, (int)V, (int)D, opts->spec, NULL, NULL, NULL, NULL, NULL};

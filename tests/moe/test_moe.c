@@ -207,6 +207,17 @@ static void ref_moe(const fake *f, const float *x, int32_t tok, int *sel, double
 
 static dsv4_kctx *kctx;
 
+/* dsv4_moe_forward on an arena of exactly dsv4_moe_scratch_bytes (so the sizing is tested
+ * too: one byte short and the call would fail). */
+static int moe_fwd(const dsv4_config *cfg, const dsv4_block_w *b, const float *x,
+                   const int32_t *tok, int S, float *y, int *sel, dsv4_err *err) {
+    dsv4_arena a;
+    if (dsv4_arena_init(&a, dsv4_moe_scratch_bytes(cfg, S > 0 ? S : 0), err)) return err->code;
+    int rc = dsv4_moe_forward(kctx, cfg, b, x, tok, S, y, sel, &a, err);
+    dsv4_arena_free(&a);
+    return rc;
+}
+
 static void run_case(const moe_case *t, int S) {
     fake f;
     make_fake(&f, t);
@@ -220,7 +231,7 @@ static void run_case(const moe_case *t, int S) {
     for (int s = 0; s < S; s++) tok[s] = (int32_t)((urand() + 1) / 2 * t->V) % t->V;
     dsv4_err err;
     memset(&err, 0, sizeof err);
-    int rc = dsv4_moe_forward(kctx, &f.cfg, &f.b, x, tok, S, y, sel, &err);
+    int rc = moe_fwd(&f.cfg, &f.b, x, tok, S, y, sel, &err);
     CHECK_MSG(rc == DSV4_OK, "%s: forward failed: %s", t->name, err.msg);
     if (rc) return;
 
@@ -259,7 +270,7 @@ static void run_case(const moe_case *t, int S) {
     /* Batch invariance: each row alone, and the rows reversed, give the same bits. */
     int bad = 0;
     for (int s = 0; s < S; s++) {
-        rc = dsv4_moe_forward(kctx, &f.cfg, &f.b, x + s * D, tok + s, 1, y1, sel1, &err);
+        rc = moe_fwd(&f.cfg, &f.b, x + s * D, tok + s, 1, y1, sel1, &err);
         CHECK(rc == DSV4_OK);
         bad += memcmp(y1, y + s * D, sizeof(float) * D) != 0 || memcmp(sel1, sel + s * K, sizeof(int) * K) != 0;
     }
@@ -268,13 +279,13 @@ static void run_case(const moe_case *t, int S) {
         memcpy(xr + (S - 1 - s) * D, x + s * D, sizeof(float) * D);
         tokr[S - 1 - s] = tok[s];
     }
-    rc = dsv4_moe_forward(kctx, &f.cfg, &f.b, xr, tokr, S, yr, selr, &err);
+    rc = moe_fwd(&f.cfg, &f.b, xr, tokr, S, yr, selr, &err);
     CHECK(rc == DSV4_OK);
     bad = 0;
     for (int s = 0; s < S; s++) bad += memcmp(yr + (S - 1 - s) * D, y + s * D, sizeof(float) * D) != 0;
     CHECK_MSG(bad == 0, "%s: %d rows differ in reversed order", t->name, bad);
     /* sel_out is optional */
-    rc = dsv4_moe_forward(kctx, &f.cfg, &f.b, x, tok, S, yr, NULL, &err);
+    rc = moe_fwd(&f.cfg, &f.b, x, tok, S, yr, NULL, &err);
     CHECK(rc == DSV4_OK && memcmp(yr, y, sizeof(float) * S * D) == 0);
     tfree_all();
 }
@@ -329,7 +340,7 @@ static void test_ties(void) {
     int fsel[3];
     dsv4_err err;
     int32_t tok = 0;
-    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, &tok, 1, y, fsel, &err) == DSV4_OK);
+    CHECK(moe_fwd(&f.cfg, &f.b, x, &tok, 1, y, fsel, &err) == DSV4_OK);
     CHECK(fsel[0] == 7 && fsel[1] == 2 && fsel[2] == 4);
     int rsel[8];
     double ry[16], gap;
@@ -375,41 +386,41 @@ static void test_hash_and_errors(void) {
     dsv4_err err;
     int32_t toks[3] = {5, 11, 0};
     int fsel[6];
-    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 3, y, fsel, &err) == DSV4_OK);
+    CHECK(moe_fwd(&f.cfg, &f.b, x, toks, 3, y, fsel, &err) == DSV4_OK);
     CHECK(fsel[0] == 4 && fsel[1] == 0);
     CHECK(fsel[2] == f.tid2eid[22] && fsel[3] == f.tid2eid[23]);
 
     /* Errors: clear codes and messages naming the thing, no crash. */
     toks[1] = 12;
-    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 3, y, NULL, &err) == DSV4_ERR_ARG);
+    CHECK(moe_fwd(&f.cfg, &f.b, x, toks, 3, y, NULL, &err) == DSV4_ERR_ARG);
     CHECK_ERR(err, DSV4_ERR_ARG, "token id 12");
     toks[1] = -1;
-    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 3, y, NULL, &err) == DSV4_ERR_ARG);
+    CHECK(moe_fwd(&f.cfg, &f.b, x, toks, 3, y, NULL, &err) == DSV4_ERR_ARG);
     toks[1] = 11;
-    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, NULL, 3, y, NULL, &err) == DSV4_ERR_ARG);
+    CHECK(moe_fwd(&f.cfg, &f.b, x, NULL, 3, y, NULL, &err) == DSV4_ERR_ARG);
     f.tid2eid[0] = 6;
     toks[0] = 0;
-    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 1, y, NULL, &err) == DSV4_ERR_ARG);
+    CHECK(moe_fwd(&f.cfg, &f.b, x, toks, 1, y, NULL, &err) == DSV4_ERR_ARG);
     CHECK_ERR(err, DSV4_ERR_ARG, "tid2eid[0][0] = 6");
     dsv4_moe_route(&f.cfg, &f.b, x, 0, sel, w);
     CHECK(sel[0] == -1 && w[0] == 0.0f);
     f.tid2eid[0] = f.tid2eid[1];
-    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 1, y, NULL, &err) == DSV4_ERR_ARG);
+    CHECK(moe_fwd(&f.cfg, &f.b, x, toks, 1, y, NULL, &err) == DSV4_ERR_ARG);
     CHECK_ERR(err, DSV4_ERR_ARG, "repeats expert");
     f.b.tid2eid = NULL;
-    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 1, y, NULL, &err) == DSV4_ERR_ARG);
+    CHECK(moe_fwd(&f.cfg, &f.b, x, toks, 1, y, NULL, &err) == DSV4_ERR_ARG);
     CHECK_ERR(err, DSV4_ERR_ARG, "tid2eid");
     f.b.tid2eid = f.tid2eid;
     f.b.w2[3].cols = 9;
-    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 1, y, NULL, &err) == DSV4_ERR_ARG);
+    CHECK(moe_fwd(&f.cfg, &f.b, x, toks, 1, y, NULL, &err) == DSV4_ERR_ARG);
     CHECK_ERR(err, DSV4_ERR_ARG, "experts.3.w2");
     f.b.w2[3].cols = 8;
     f.b.sh_w1.fmt = DSV4_WF_NONE;
-    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 1, y, NULL, &err) == DSV4_ERR_ARG);
+    CHECK(moe_fwd(&f.cfg, &f.b, x, toks, 1, y, NULL, &err) == DSV4_ERR_ARG);
     CHECK_ERR(err, DSV4_ERR_ARG, "shared_experts.w1");
     f.b.sh_w1.fmt = DSV4_WF_F32;
-    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, -1, y, NULL, &err) == DSV4_ERR_ARG);
-    CHECK(dsv4_moe_forward(kctx, &f.cfg, &f.b, x, toks, 0, y, NULL, &err) == DSV4_OK);
+    CHECK(moe_fwd(&f.cfg, &f.b, x, toks, -1, y, NULL, &err) == DSV4_ERR_ARG);
+    CHECK(moe_fwd(&f.cfg, &f.b, x, toks, 0, y, NULL, &err) == DSV4_OK);
     tfree_all();
 }
 

@@ -68,7 +68,10 @@ static void compare(const ctx *c, dsv4_ep *ep, const dsv4_block_w *b, const dsv4
     int rc = dsv4_ep_moe(ep, c->k, b, x, tok, R, y, &err);
     CHECK_MSG(rc == 0, "%s layer %d rank %d: %s", what, b->layer_id, c->rank, err.msg);
     if (R) {
-        CHECK(dsv4_moe_forward(c->k, c->cfg, ref, x, tok, R, yr, NULL, &err) == 0);
+        dsv4_arena a;
+        CHECK(dsv4_arena_init(&a, dsv4_moe_scratch_bytes(c->cfg, R), &err) == 0);
+        CHECK(dsv4_moe_forward(c->k, c->cfg, ref, x, tok, R, yr, NULL, &a, &err) == 0);
+        dsv4_arena_free(&a);
         CHECK_MSG(rc == 0 && memcmp(y, yr, sizeof(float) * R * D) == 0,
                   "%s layer %d rank %d: EP result differs from the local forward", what, b->layer_id, c->rank);
     }

@@ -496,6 +496,7 @@ int cmd_bench(int argc, char **argv) {
     eo.max_context = max_context;
     eo.max_seqs = max_batch;
     eo.c_max = (int)chunk;
+    eo.max_rows = (int)(chunk > max_batch ? chunk : max_batch); /* a prefill chunk or a decode batch */
     eo.threads = (int)threads;
     if (dsv4_engine_create(b.model, &eo, &b.eng, &b.err) || dsv4_step_weights_init(b.eng, &b.w, &b.err)) {
         progress_done(&b);

@@ -1,9 +1,6 @@
 /* main.c — `dsv4 <command> [options]`: dispatches to the subcommands. */
 #include <stdio.h>
 #include <string.h>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include "cli_opts.h"
 #include "commands.h"
@@ -42,20 +39,7 @@ static void print_version(void) {
 #endif
 }
 
-/* The forward allocates its per-call scratch (attention, MoE, head: 0.1-1 MB blocks at
- * decode) and frees it at the end of the call. glibc serves such blocks with mmap or
- * trims them off the heap top on free, so every decode step faulted them in afresh:
- * 3,600 page faults per step at batch 16 on the bench model, about 40 with these
- * settings. A process-wide allocator policy is the program's choice, not the library's. */
-static void tune_allocator(void) {
-#if defined(__GLIBC__)
-    mallopt(M_MMAP_THRESHOLD, 256 << 20);
-    mallopt(M_TRIM_THRESHOLD, 512 << 20);
-#endif
-}
-
 int main(int argc, char **argv) {
-    tune_allocator();
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);

@@ -1,0 +1,118 @@
+#!/usr/bin/env node
+// serve_load.js — load generator for `dsv4 serve`: throughput, time to first token and
+// inter-token latency against concurrency. Plain node (>= 18, built-in fetch), no packages.
+//
+//   node bench/serve_load.js --url http://127.0.0.1:8080 [--levels 1,2,4,8,16,32]
+//        [--requests-per-level N] [--prompt-len 128] [--gen 64] [--key KEY] [--vocab 8192]
+//        [--eos 1] [--seed 1]
+//
+// Each level keeps `c` streaming /v1/completions requests in flight (prompts of
+// --prompt-len random token ids below --vocab, greedy, --gen tokens, the EOS id --eos banned
+// through logit_bias so every request runs its full length) until N requests (default 2c,
+// at least 8) are done.
+// One JSON line per level on stdout:
+//   concurrency, requests, gen_tokens, wall_s, gen_tok_s (generated tokens / wall),
+//   decode_tok_s (tokens after each request's first / time from the first first-token to
+//   the last token), ttft_p50_ms, ttft_p99_ms, itl_p50_ms, itl_p99_ms,
+//   server_steps, server_decode_rows_per_step (from /metrics)
+'use strict';
+
+function args() {
+  const a = { url: 'http://127.0.0.1:8080', levels: '1,2,4,8,16,32', 'prompt-len': 128, gen: 64,
+    'requests-per-level': 0, key: '', eos: 1, seed: 1, vocab: 8192 };
+  const v = process.argv.slice(2);
+  for (let i = 0; i < v.length; i += 2) {
+    const k = v[i].replace(/^--/, '');
+    if (!(k in a) || v[i + 1] === undefined) { console.error(`unknown option or missing value ${v[i]}`); process.exit(2); }
+    a[k] = typeof a[k] === 'number' ? Number(v[i + 1]) : v[i + 1];
+  }
+  return a;
+}
+
+const pct = (xs, p) => {
+  if (!xs.length) return null;
+  const s = [...xs].sort((x, y) => x - y);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
+};
+
+async function metrics(url) {
+  const t = await (await fetch(url + '/metrics')).text();
+  const m = {};
+  for (const line of t.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const i = line.lastIndexOf(' ');
+    m[line.slice(0, i)] = Number(line.slice(i + 1));
+  }
+  return m;
+}
+
+let rng = 1;
+const rand = () => { rng = (rng * 1103515245 + 12345) % 2147483648; return rng; };
+
+// One streaming request; resolves {t0, first, last, n, gaps}.
+async function one(a, vocab) {
+  const prompt = Array.from({ length: a['prompt-len'] }, () => 2 + (rand() % (vocab - 2)));
+  const body = { model: 'm', prompt, max_tokens: a.gen, temperature: 0, stream: true,
+    stream_options: { include_usage: true }, logit_bias: { [String(a.eos)]: -100 } };
+  const headers = { 'content-type': 'application/json' };
+  if (a.key) headers.authorization = 'Bearer ' + a.key;
+  const t0 = performance.now();
+  const res = await fetch(a.url + '/v1/completions', { method: 'POST', headers, body: JSON.stringify(body) });
+  if (res.status !== 200) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
+  const dec = new TextDecoder();
+  let buf = '', first = null, last = null, n = 0;
+  const gaps = [];
+  for await (const chunk of res.body) {
+    buf += dec.decode(chunk, { stream: true });
+    let k;
+    while ((k = buf.indexOf('\n\n')) >= 0) {
+      const ev = buf.slice(0, k);
+      buf = buf.slice(k + 2);
+      if (!ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
+      const j = JSON.parse(ev.slice(6));
+      if (j.error) throw new Error(`server error event: ${j.error.message}`);
+      if (j.usage) { n = j.usage.completion_tokens; continue; }
+      if (!j.choices?.length || j.choices[0].finish_reason) continue;
+      const now = performance.now();
+      if (first === null) first = now;
+      else gaps.push(now - last);
+      last = now;
+    }
+  }
+  if (n !== a.gen) throw new Error(`a request ended after ${n} of ${a.gen} tokens`);
+  return { t0, first, last, n, gaps };
+}
+
+async function level(a, c, vocab) {
+  const total = a['requests-per-level'] || Math.max(8, 2 * c);
+  const m0 = await metrics(a.url);
+  const out = [];
+  let next = 0;
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: c }, async () => {
+    while (next < total) { next++; out.push(await one(a, vocab)); }
+  }));
+  const wall = (performance.now() - t0) / 1000;
+  const m1 = await metrics(a.url);
+  const gen = out.reduce((s, r) => s + r.n, 0);
+  const firstFirst = Math.min(...out.map((r) => r.first));
+  const lastLast = Math.max(...out.map((r) => r.last));
+  const steps = m1.dsv4_steps_total - m0.dsv4_steps_total;
+  return {
+    concurrency: c, requests: total, prompt_len: a['prompt-len'], gen: a.gen, gen_tokens: gen,
+    wall_s: +wall.toFixed(3), gen_tok_s: +(gen / wall).toFixed(2),
+    decode_tok_s: +((gen - out.length) / ((lastLast - firstFirst) / 1000)).toFixed(2),
+    ttft_p50_ms: +pct(out.map((r) => r.first - r.t0), 50).toFixed(1),
+    ttft_p99_ms: +pct(out.map((r) => r.first - r.t0), 99).toFixed(1),
+    itl_p50_ms: +pct(out.flatMap((r) => r.gaps), 50).toFixed(1),
+    itl_p99_ms: +pct(out.flatMap((r) => r.gaps), 99).toFixed(1),
+    server_steps: steps,
+    server_decode_rows_per_step: +((m1.dsv4_decode_rows_total - m0.dsv4_decode_rows_total) / steps).toFixed(2),
+  };
+}
+
+(async () => {
+  const a = args();
+  rng = a.seed;
+  for (const c of String(a.levels).split(',').map(Number)) console.log(JSON.stringify(await level(a, c, a.vocab)));
+})().catch((e) => { console.error(e); process.exit(1); });

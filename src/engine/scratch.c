@@ -1,0 +1,30 @@
+/* scratch.c — the engine's scratch plan: the most bytes any call takes from its arena at
+ * the engine's limits (opts.max_rows rows in at most max_seqs spans, positions below
+ * max_context), so that the arena made at create is the only allocation of the forward.
+ *
+ * A call holds its own buffers (forward or MTP), one block's, and one sub-block's
+ * (attention of the layer's compress ratio, or MoE) at a time. Every module measures its
+ * own part by running the function that carves it on a measuring arena (util/arena.h).
+ */
+#include "engine/engine.h"
+#include "moe/moe.h"
+
+static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
+
+size_t dsv4_engine_scratch_bytes(const dsv4_engine *e) {
+    const dsv4_config *c = e->cfg;
+    const dsv4_engine_opts *o = &e->opts;
+    /* spans: one per sequence, or the two segments of a CP prefill */
+    const int R = o->max_rows, S_all = o->max_seqs > 2 ? o->max_seqs : 2, S = S_all < R ? S_all : R;
+    const int64_t max_pos = o->max_context + 1;
+    const int n_blocks = c->num_hidden_layers + c->num_nextn_predict_layers;
+    size_t sub = dsv4_moe_scratch_bytes(c, R);
+    for (int l = 0; l < n_blocks; l++) {
+        const int r = e->blocks[l].ratio;
+        int seen = 0;
+        for (int j = 0; j < l && !seen; j++) seen = e->blocks[j].ratio == r;
+        if (!seen) sub = maxz(sub, dsv4_attn_scratch_bytes(c, r, R, S, max_pos, dsv4_kctx_threads(e->k)));
+    }
+    const size_t call = maxz(dsv4_forward_scratch_bytes(c, R, S), o->mtp ? dsv4_mtp_scratch_bytes(c, R, S) : 0);
+    return call + dsv4_block_scratch_bytes(c, R) + sub;
+}
