@@ -56,14 +56,31 @@ struct dsv4_engine {
  * and of one block's (forward.c); the sub-blocks' come on top (engine/scratch.c). */
 size_t dsv4_forward_scratch_bytes(const dsv4_config *c, int R, int n_spans);
 size_t dsv4_mtp_scratch_bytes(const dsv4_config *c, int R, int n_spans);
-size_t dsv4_block_scratch_bytes(const dsv4_config *c, int R);
+size_t dsv4_block_scratch_bytes(const dsv4_config *c, int R); /* block.c */
 /* The most bytes any call takes from e->scratch at e->opts' limits. */
 size_t dsv4_engine_scratch_bytes(const dsv4_engine *e);
 
-/* One block (hc_pre → attention → hc_post → hc_pre → MoE → hc_post) over the batch;
- * h (R, hc, D) is updated in place. Used for main layers and the MTP block. */
+/* How a block's attention sub-block runs: y (R, D) from x (R, D) for the batch's rows,
+ * with the cache writes it owes (a failure must already have been reported to the group
+ * where one waits); and the trace of the streams h (R, hc, D) after sub-block sub (called
+ * only with e->trace set). */
+typedef struct dsv4_block_step {
+    int (*attention)(void *u, const dsv4_block_w *b, const dsv4_batch *batch, const float *x,
+                     float *y, dsv4_err *err);
+    int (*trace)(void *u, const dsv4_block_w *b, const dsv4_batch *batch, int sub,
+                 const float *h, dsv4_err *err);
+    void *u;
+} dsv4_block_step;
+
+/* The single-process step: dsv4_attention against e's cache (CSA choices to the choice
+ * hook), streams to the trace hook row by row. */
+dsv4_block_step dsv4_engine_local_step(dsv4_engine *e);
+
+/* One block (hc_pre → attention → hc_post → hc_pre → MoE → hc_post, engine/block.c) over
+ * the batch; h (R, hc, D) is updated in place. Used for main layers, the MTP block and
+ * the CP prefill, which differ only in the attention step. */
 int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
-                      float *h, dsv4_err *err);
+                      const dsv4_block_step *step, float *h, dsv4_err *err);
 
 /* The MoE sub-block of a batch, y (R, D) from x (R, D): local, or expert-parallel over the
  * process group, in which case every rank calls it for every MoE sub-block, also with zero
@@ -81,17 +98,6 @@ int dsv4_engine_idle_layers(dsv4_engine *e, int l0, int l1, int *changed, dsv4_e
  * there (clean: no state changed), so the other ranks return an error at the same point
  * instead of waiting for it; no-op without EP. Returns code. */
 int dsv4_engine_fail_collective(dsv4_engine *e, int code, int clean);
-
-/* The two ends of every sub-block (spec/model.md §5.3-5.4), for all R rows of h (R, hc, D):
- * sub_in: x, post, comb = hc_pre(h; the sub-block's hc params), x = RMSNorm(x; its norm)
- * (sub 0 = attention, 1 = MoE); sub_out: h = hc_post(y, h, post, comb). Rows are spread
- * over k's threads (each row's result is its own: any split gives the same bits).
- * fid: the engine's fidelity items; with DSV4_FID_F4 the collapse, the norm output and the
- * new streams are rounded to BF16 (model.md §6; 0 = the exact path). */
-void dsv4_engine_sub_in(dsv4_kctx *k, const dsv4_config *c, const dsv4_block_w *b, int sub,
-                        const float *h, int R, float *x, float *post, float *comb, unsigned fid);
-void dsv4_engine_sub_out(dsv4_kctx *k, const dsv4_config *c, const float *y, float *h, int R,
-                         const float *post, const float *comb, unsigned fid);
 
 /* Row j of a span's requested rows (rows NULL: the last n_wanted of its n_tokens). */
 static inline int dsv4_wanted_row(const int *rows, int n_wanted, int n_tokens, int j) {

@@ -2,8 +2,8 @@
  * group (spec/serving.md §c; partition and exchange ranges in dist/cp.h).
  *
  * Every rank runs its two segments (one early, one late) through all main layers as two
- * spans of one local batch. Per layer, all ranks make the same collectives in the same
- * order:
+ * spans of one local batch, each layer through dsv4_engine_block (engine/block.c) with the
+ * attention step below. Per layer, all ranks make the same collectives in the same order:
  *
  *   project      local: q, kv, indexer qI/wI, compressor projections of the local rows
  *   bcast        s0 > 0: the home rank's state at s0 for this layer (window rows
@@ -105,8 +105,7 @@ typedef struct cp_call {
     /* every entry w < end/r (hd) and indexer key w < end/4 (dI) of the current layer */
     float *cmp, *idx;
     MPI_Datatype t_hd, t_dI, t_D;
-    /* block scratch */
-    float *x, *y, *post, *comb;
+    float *trace_buf;             /* home rank with the trace hook: (n_tokens, hc, D) */
     dsv4_cp_stats *stats;         /* e->cp_stats: optional timings */
 } cp_call;
 
@@ -472,18 +471,19 @@ static int cp_trace(cp_call *cx, int layer, int kind, const float *h, float *all
     return DSV4_OK;
 }
 
-static int cp_block(cp_call *cx, const dsv4_block_w *b, float *h, float *trace_buf, dsv4_err *err) {
-    const dsv4_config *c = cx->c;
-    const int R = cx->R;
-    for (int sub = 0; sub < 2; sub++) {
-        dsv4_engine_sub_in(cx->e->k, c, b, sub, h, R, cx->x, cx->post, cx->comb, cx->e->opts.fidelity);
-        int rc = sub ? dsv4_engine_moe(cx->e, b, &cx->batch, cx->x, cx->y, err)
-                     : cp_attention(cx, b, cx->x, cx->y, err);
-        if (rc) return rc;
-        dsv4_engine_sub_out(cx->e->k, c, cx->y, h, R, cx->post, cx->comb, cx->e->opts.fidelity);
-        if (cx->e->trace && (rc = cp_trace(cx, b->layer_id, sub, h, trace_buf, err))) return rc;
-    }
-    return DSV4_OK;
+/* The CP attention step of dsv4_engine_block: the phases with the exchanges between them
+ * (cx->batch is the block's batch); the trace gathers every rank's rows to the home rank. */
+static int cp_attention_step(void *u, const dsv4_block_w *b, const dsv4_batch *batch,
+                             const float *x, float *y, dsv4_err *err) {
+    (void)batch;
+    return cp_attention(u, b, x, y, err);
+}
+
+static int cp_trace_step(void *u, const dsv4_block_w *b, const dsv4_batch *batch, int sub,
+                         const float *h, dsv4_err *err) {
+    (void)batch;
+    cp_call *cx = u;
+    return cp_trace(cx, b->layer_id, sub, h, cx->trace_buf, err);
 }
 
 /* ---- outputs ---------------------------------------------------------------------------- */
@@ -595,7 +595,7 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
     cx->t_hd = cx->t_dI = cx->t_D = MPI_DATATYPE_NULL;
     cx->stats = e->cp_stats;
     const cp_mark call_start = mark(cx);
-    float *h = NULL, *trace_buf = NULL;
+    float *h = NULL;
 
     /* 1. every rank plans and allocates; the home rank reserves the sequence's pages;
      *    then all agree before the first exchange, so a refusal leaves no rank waiting */
@@ -643,16 +643,11 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
             cx->bc = malloc((size_t)(max_bc + 1) * sizeof(float));
             cx->cmp = malloc((size_t)(n_cmp * hd + 1) * sizeof(float));
             cx->idx = malloc((size_t)(n_idx * dI + 1) * sizeof(float));
-            cx->x = malloc((size_t)cx->R * D * sizeof(float));
-            cx->y = malloc((size_t)cx->R * D * sizeof(float));
-            cx->post = malloc((size_t)cx->R * hc * sizeof(float));
-            cx->comb = malloc((size_t)cx->R * hc * hc * sizeof(float));
             h = malloc((size_t)cx->R * hc * D * sizeof(float));      /* (R, hc, D) streams */
             if (e->trace && cx->rank == 0)
-                trace_buf = malloc((size_t)sp->n_tokens * hc * D * sizeof(float));
+                cx->trace_buf = malloc((size_t)sp->n_tokens * hc * D * sizeof(float));
             if (!cx->pos || !cx->tok || !cx->a_send || !cx->a_recv || !cx->bc || !cx->cmp ||
-                !cx->idx || !cx->x || !cx->y || !cx->post || !cx->comb || !h ||
-                (e->trace && cx->rank == 0 && !trace_buf))
+                !cx->idx || !h || (e->trace && cx->rank == 0 && !cx->trace_buf))
                 rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP prefill buffers: out of memory");
         }
     }
@@ -696,8 +691,9 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
     cx->batch = (dsv4_batch){cx->R, 2, cx->bs, cx->pos, cx->tok};
 
     /* 3. the main layers */
+    const dsv4_block_step step = {cp_attention_step, cp_trace_step, cx};
     for (int l = 0; l < c->num_hidden_layers; l++)
-        if ((rc = cp_block(cx, &e->blocks[l], h, trace_buf, err))) {
+        if ((rc = dsv4_engine_block(e, &e->blocks[l], &cx->batch, &step, h, err))) {
             e->seqs[sp->seq].broken = 1;
             goto done;
         }
@@ -722,8 +718,7 @@ done:
     dsv4_cp_plan_free(&cx->plan);
     free(cx->lay); free(cx->counts); free(cx->displs); free(cx->pos); free(cx->tok);
     free(cx->a_send); free(cx->a_recv); free(cx->bc); free(cx->cmp); free(cx->idx);
-    free(cx->x); free(cx->y); free(cx->post); free(cx->comb);
-    free(h); free(trace_buf);
+    free(h); free(cx->trace_buf);
     return rc;
 }
 

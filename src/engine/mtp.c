@@ -172,7 +172,8 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
         for (int k = 0; k < hc; k++)
             for (int d = 0; d < D; d++) z[((size_t)i * hc + k) * D + d] += ep[(size_t)i * D + d];
 
-    if ((rc = dsv4_engine_block(e, b, &batch, z, err))) {
+    const dsv4_block_step local = dsv4_engine_local_step(e);
+    if ((rc = dsv4_engine_block(e, b, &batch, &local, z, err))) {
         for (int i = 0; i < n_spans; i++) e->seqs[spans[i].seq].broken = 1;
         goto done;
     }

@@ -9,7 +9,6 @@
  */
 #include "kernels/cpu.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -40,14 +39,8 @@ dsv4_simd dsv4_cpu_simd(void) {
     return DSV4_SIMD_AVX2;
 }
 
-int dsv4_cpu_has_avx512_vnni(void) {
-    unsigned int a, b, c, d;
-    if (dsv4_cpu_simd() < DSV4_SIMD_AVX512 || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-    return (c >> 11) & 1;
-}
 #else
 dsv4_simd dsv4_cpu_simd(void) { return DSV4_SIMD_SCALAR; }
-int dsv4_cpu_has_avx512_vnni(void) { return 0; }
 #endif
 
 const char *dsv4_simd_name(dsv4_simd level) {

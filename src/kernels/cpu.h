@@ -23,10 +23,6 @@ dsv4_simd dsv4_cpu_simd(void);
 /* Highest level compiled into this build. */
 dsv4_simd dsv4_build_simd(void);
 
-/* Optional extensions of the AVX-512 level, used by the kernels that have code for them
- * (0 where the CPU or OS lacks them, or below the AVX-512 level). */
-int dsv4_cpu_has_avx512_vnni(void); /* vpdpbusd: INT8 dot products (W8A8) */
-
 /* "portable", "avx2", "avx512". */
 const char *dsv4_simd_name(dsv4_simd level);
 

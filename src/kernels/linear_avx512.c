@@ -4,7 +4,7 @@
  * confirmed the CPU and OS support them. Its own code, not the AVX2 kernels recompiled:
  * 16 accumulator lanes (lane l takes columns 16c + l, reduced l + (l + 8) first, then the
  * 8-lane tree; linear_fast.h), masked loads for every tail, and the 32 registers for
- * larger register blocks (4 weight rows at every GEMV width, a 6 x 4 GEMM micro-kernel).
+ * larger register blocks (4 weight rows at every GEMV width, a 4 x 4 GEMM micro-kernel).
  *
  * Decoding, always to the exact dequantized value of dsv4_mat_row:
  *   F16  vcvtph2ps.  BF16  widen to 32 bits and shift left 16.
@@ -324,7 +324,7 @@ static void gemv_avx512(const dsv4_lin_call *c, const dsv4_mat *w, const float *
     }
 }
 
-/* ---- GEMM: dequantize a (LIN_NB, LIN_KB) tile, then a 6x4 register-blocked kernel -------- */
+/* ---- GEMM: dequantize a (LIN_NB, LIN_KB) tile, then a 4x4 register-blocked kernel -------- */
 
 /* Row o, columns [k0, k0 + kb), into dst, zero-padded to a multiple of 16. */
 static void dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb, float *dst) {
@@ -382,17 +382,27 @@ static void dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o
 }
 
 /* RT activation rows x 4 outputs. x: row 0 of the tile at column k0 (row stride ldx);
- * wt: 4 tile rows (stride LIN_KB); acc: (RT, LIN_NB, 16) window at this tile. */
+ * wt: 4 tile rows (stride LIN_KB); acc: (RT, LIN_NB, 16) window at this tile. At most 4
+ * rows: with 6 (24 accumulators) GCC 12 kept a copy of the accumulators on the stack and
+ * stored all of them every chunk (measured 1.5-4x slower than AVX2). */
 AINLINE void micro(int RT, const float *x, int64_t ldx, const float *wt, int kb, float *acc) {
-    __m512 a[6][4];
+    __m512 a[4][4];
     for (int r = 0; r < RT; r++)
         for (int j = 0; j < 4; j++) a[r][j] = _mm512_load_ps(acc + (r * LIN_NB + j) * 16);
-    for (int c = 0; c < kb; c += 16) {
-        const __mmask16 k = mask16(kb - c >= 16 ? 16 : kb - c);
-        __m512 xv[6];
-        for (int r = 0; r < RT; r++) xv[r] = _mm512_maskz_loadu_ps(k, x + r * ldx + c);
+    const int nf = kb & ~15, tail = kb - nf;
+    for (int c = 0; c < nf; c += 16) {
+        __m512 xv[4];
+        for (int r = 0; r < RT; r++) xv[r] = _mm512_loadu_ps(x + r * ldx + c);
         for (int j = 0; j < 4; j++) {
             const __m512 wv = _mm512_load_ps(wt + j * LIN_KB + c);
+            for (int r = 0; r < RT; r++) a[r][j] = _mm512_fmadd_ps(xv[r], wv, a[r][j]);
+        }
+    }
+    if (tail) {
+        __m512 xv[4];
+        for (int r = 0; r < RT; r++) xv[r] = _mm512_maskz_loadu_ps(mask16(tail), x + r * ldx + nf);
+        for (int j = 0; j < 4; j++) {
+            const __m512 wv = _mm512_load_ps(wt + j * LIN_KB + nf);
             for (int r = 0; r < RT; r++) a[r][j] = _mm512_fmadd_ps(xv[r], wv, a[r][j]);
         }
     }
@@ -400,8 +410,6 @@ AINLINE void micro(int RT, const float *x, int64_t ldx, const float *wt, int kb,
         for (int j = 0; j < 4; j++) _mm512_store_ps(acc + (r * LIN_NB + j) * 16, a[r][j]);
 }
 
-static void micro6(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(6, x, ldx, wt, kb, acc); }
-static void micro5(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(5, x, ldx, wt, kb, acc); }
 static void micro4(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(4, x, ldx, wt, kb, acc); }
 static void micro3(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(3, x, ldx, wt, kb, acc); }
 static void micro2(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(2, x, ldx, wt, kb, acc); }
@@ -410,7 +418,7 @@ static void micro1(const float *x, int64_t ldx, const float *wt, int kb, float *
 static void gemm_avx512(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                         float *scratch) {
     typedef void (*micro_fn)(const float *, int64_t, const float *, int, float *);
-    static const micro_fn micros[6] = {micro1, micro2, micro3, micro4, micro5, micro6};
+    static const micro_fn micros[4] = {micro1, micro2, micro3, micro4};
     const int64_t n = w->cols, rows = w->rows;
     const int nb = rows - o0 < LIN_NB ? (int)(rows - o0) : LIN_NB;
     const int nj = (nb + 3) & ~3; /* tile rows computed: nb rounded up to the kernel's 4 */
@@ -427,8 +435,8 @@ static void gemm_avx512(const dsv4_lin_call *c, const dsv4_mat *w, const float *
                 else memset(wt + j * LIN_KB, 0, sizeof(float) * (size_t)((kb + 15) & ~15));
             }
             const float *xb = x + (int64_t)r0 * n + k0;
-            for (int s = 0; s < mb; s += 6) {
-                const int rt = mb - s < 6 ? mb - s : 6;
+            for (int s = 0; s < mb; s += 4) {
+                const int rt = mb - s < 4 ? mb - s : 4;
                 for (int j = 0; j < nj; j += 4)
                     micros[rt - 1](xb + (int64_t)s * n, n, wt + j * LIN_KB, kb, acc + ((int64_t)s * LIN_NB + j) * 16);
             }

@@ -24,8 +24,7 @@ static int level_under(const char *value, dsv4_err *err) {
 
 int main(void) {
     const int cpu = dsv4_cpu_simd(), build = dsv4_build_simd(), best = cpu < build ? cpu : build;
-    printf("cpu level %s, build level %s, avx512 vnni %d\n", dsv4_simd_name(cpu), dsv4_simd_name(build),
-           dsv4_cpu_has_avx512_vnni());
+    printf("cpu level %s, build level %s\n", dsv4_simd_name(cpu), dsv4_simd_name(build));
 
     /* names round-trip; the old name of the portable level still parses */
     for (int l = DSV4_SIMD_SCALAR; l <= DSV4_SIMD_MAX; l++) {

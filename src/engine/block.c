@@ -1,0 +1,237 @@
+/* block.c — one block of the model (spec/model.md §5.3-5.12) over the packed rows of a
+ * call, the same for every main layer, the MTP block and every rank of a CP prefill:
+ *
+ *   x, post, comb = hc_pre(h; attn hc);  x = RMSNorm(x; attn_norm)     (R, D)
+ *   y = attention(x)                                                   the step's
+ *   h = hc_post(y, h, post, comb)                                      (R, hc, D)
+ *   x, post, comb = hc_pre(h; ffn hc);   x = RMSNorm(x; ffn_norm)
+ *   y = MoE(x)                                                         local or EP
+ *   h = hc_post(y, h, post, comb)
+ *
+ * Only the attention sub-block differs between a single process (dsv4_attention against
+ * the cache: dsv4_engine_local_step) and a CP prefill (the same phases with exchanges
+ * between them: forward_cp.c), so it comes in as a parameter, with the stream trace.
+ */
+#include <string.h>
+
+#include "dist/ep.h"
+#include "engine/engine.h"
+#include "hc/hc.h"
+#include "kernels/fidelity.h"
+#include "kernels/ops.h"
+#include "moe/moe.h"
+#include "util/err.h"
+
+typedef struct {
+    const dsv4_config *c;
+    const dsv4_block_w *b;
+    int sub;
+    const float *h;      /* (R, hc, D) streams */
+    float *x;            /* (R, D) sub-block input */
+    float *post, *comb;  /* (R, hc), (R, hc, hc) */
+    unsigned fid;
+} sub_in_job;
+
+typedef struct {
+    const dsv4_config *c;
+    const float *y;                /* (R, D) sub-block output */
+    float *h;                      /* (R, hc, D) streams, updated */
+    const float *post, *comb;      /* (R, hc), (R, hc, hc) */
+    unsigned fid;
+    dsv4_kctx *k;
+} sub_out_job;
+
+static void sub_in_row(void *arg, int i, int tid) {
+    (void)tid;
+    const sub_in_job *j = arg;
+    const dsv4_config *c = j->c;
+    const int D = c->hidden_size, hc = c->hc_mult;
+    const float *fn = j->sub ? j->b->hc_ffn_fn : j->b->hc_attn_fn;
+    const float *base = j->sub ? j->b->hc_ffn_base : j->b->hc_attn_base;
+    const float *scale = j->sub ? j->b->hc_ffn_scale : j->b->hc_attn_scale;
+    const float *norm = j->sub ? j->b->ffn_norm : j->b->attn_norm;
+    float *xi = j->x + (size_t)i * D;
+    dsv4_hc_pre(c, j->h + (size_t)i * hc * D, fn, base, scale, xi, j->post + (size_t)i * hc,
+                j->comb + (size_t)i * hc * hc);
+    if (j->fid & DSV4_FID_F4) dsv4_fid_bf16(xi, D);
+    dsv4_rmsnorm(xi, norm, D, (float)c->rms_norm_eps, xi);
+    if (j->fid & DSV4_FID_F4) dsv4_fid_bf16(xi, D);
+}
+
+static void sub_out_row(void *arg, int i, int tid) {
+    const sub_out_job *j = arg;
+    const dsv4_config *c = j->c;
+    const int D = c->hidden_size, hc = c->hc_mult;
+    float *hi = j->h + (size_t)i * hc * D;
+    float *hin = dsv4_kctx_scratch(j->k, tid); /* (hc, D): hc_post reads the old streams */
+    memcpy(hin, hi, (size_t)hc * D * sizeof(float));
+    dsv4_hc_post(c, j->y + (size_t)i * D, hin, j->post + (size_t)i * hc, j->comb + (size_t)i * hc * hc, hi);
+    if (j->fid & DSV4_FID_F4) dsv4_fid_bf16(hi, (int64_t)hc * D); /* the residual stream is BF16 */
+}
+
+/* One row runs on the calling thread: waking the pool would cost more than it saves. */
+static void sub_rows(dsv4_kctx *k, int R, dsv4_task_fn fn, void *j) {
+    if (R > 1) dsv4_kctx_parallel(k, R, fn, j);
+    else if (R == 1) fn(j, 0, dsv4_kctx_tid(k));
+}
+
+/* The two ends of every sub-block (spec/model.md §5.3-5.4), for all R rows of h (R, hc, D):
+ * sub_in: x, post, comb = hc_pre(h; the sub-block's hc params), x = RMSNorm(x; its norm)
+ * (sub 0 = attention, 1 = MoE); sub_out: h = hc_post(y, h, post, comb). Rows are spread
+ * over k's threads (each row's result is its own: any split gives the same bits).
+ * fid: the engine's fidelity items; with DSV4_FID_F4 the collapse, the norm output and the
+ * new streams are rounded to BF16 (model.md §6; 0 = the exact path). */
+static void sub_in(dsv4_kctx *k, const dsv4_config *c, const dsv4_block_w *b, int sub,
+                   const float *h, int R, float *x, float *post, float *comb, unsigned fid) {
+    sub_in_job j = {c, b, sub, h, x, post, comb, fid};
+    sub_rows(k, R, sub_in_row, &j);
+}
+
+static void sub_out(dsv4_kctx *k, const dsv4_config *c, const float *y, float *h, int R,
+                    const float *post, const float *comb, unsigned fid) {
+    sub_out_job j = {c, y, h, post, comb, fid, k};
+    sub_rows(k, R, sub_out_row, &j);
+}
+
+/* Buffers of one block over R rows. */
+typedef struct block_bufs {
+    float *x;       /* (R, D) sub-block input */
+    float *y;       /* (R, D) sub-block output */
+    float *post;    /* (R, hc) */
+    float *comb;    /* (R, hc, hc) */
+} block_bufs;
+
+static int block_take(dsv4_arena *a, const dsv4_config *c, int R, block_bufs *bb) {
+    const int D = c->hidden_size, hc = c->hc_mult;
+    bb->x = dsv4_arena_take_n(a, (int64_t)R * D, sizeof(float));
+    bb->y = dsv4_arena_take_n(a, (int64_t)R * D, sizeof(float));
+    bb->post = dsv4_arena_take_n(a, (int64_t)R * hc, sizeof(float));
+    bb->comb = dsv4_arena_take_n(a, (int64_t)R * hc * hc, sizeof(float));
+    return bb->x && bb->y && bb->post && bb->comb;
+}
+
+size_t dsv4_block_scratch_bytes(const dsv4_config *c, int R) {
+    dsv4_arena m = dsv4_arena_measuring();
+    block_bufs bb;
+    block_take(&m, c, R, &bb);
+    /* the choice reports: CSA selections (local attention step), experts (dsv4_engine_moe) */
+    dsv4_arena_take_n(&m, (int64_t)R * c->index_topk, sizeof(int));
+    dsv4_arena_take_n(&m, (int64_t)R * c->num_experts_per_tok, sizeof(int));
+    return m.peak;
+}
+
+int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
+                      const dsv4_block_step *step, float *h, dsv4_err *err) {
+    const dsv4_config *c = e->cfg;
+    const int R = batch->n_rows;
+    const unsigned fid = e->opts.fidelity;
+    int rc = DSV4_OK;
+    const size_t mark = dsv4_arena_mark(&e->scratch);
+    block_bufs bb;
+    if (!block_take(&e->scratch, c, R, &bb)) {
+        rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "block: scratch arena too small"), 0);
+        goto done;
+    }
+    for (int sub = 0; sub < 2; sub++) {
+        /* x, post, comb = hc_pre(h); x = RMSNorm(x; norm) */
+        sub_in(e->k, c, b, sub, h, R, bb.x, bb.post, bb.comb, fid);
+        /* y = attention(x) or MoE(x) */
+        rc = sub == 0 ? step->attention(step->u, b, batch, bb.x, bb.y, err)
+                      : dsv4_engine_moe(e, b, batch, bb.x, bb.y, err);
+        if (rc) goto done;
+        /* h = hc_post(y, h, post, comb) */
+        sub_out(e->k, c, bb.y, h, R, bb.post, bb.comb, fid);
+        if (e->trace && (rc = step->trace(step->u, b, batch, sub, h, err))) goto done;
+    }
+done:
+    dsv4_arena_release(&e->scratch, mark);
+    return rc;
+}
+
+/* ---- MoE, and the collectives of ranks without rows ------------------------------------- */
+
+/* Reports each row's choices (n per row in sel, -1 padded) to the choice hook. */
+static void report_choices(const dsv4_engine *e, const dsv4_batch *batch, int layer, int kind,
+                           const int *sel, int n) {
+    for (int si = 0; si < batch->n_spans; si++)
+        for (int j = 0; j < batch->spans[si].n; j++) {
+            const int i = batch->spans[si].row0 + j;
+            const int *row = sel + (size_t)i * n;
+            int k = 0;
+            while (k < n && row[k] >= 0) k++;
+            e->choice(e->choice_user, batch->spans[si].seq, batch->pos[i], layer, kind, row, k);
+        }
+}
+
+int dsv4_engine_moe(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
+                    const float *x, float *y, dsv4_err *err) {
+    if (e->ep) return dsv4_ep_moe(e->ep, e->k, b, x, batch->tokens, batch->n_rows, y, err);
+    const int K = e->cfg->num_experts_per_tok;
+    const size_t mark = dsv4_arena_mark(&e->scratch);
+    int *sel = NULL; /* (R, K) with the choice hook on */
+    if (e->choice && batch->n_rows && !(sel = dsv4_arena_take_n(&e->scratch, (int64_t)batch->n_rows * K, sizeof(int))))
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "moe choices: scratch arena too small");
+    int rc = dsv4_moe_forward(e->k, e->cfg, b, x, batch->tokens, batch->n_rows, y, sel, &e->scratch, err);
+    if (!rc && sel) report_choices(e, batch, b->layer_id, DSV4_CHOICE_EXPERTS, sel, K);
+    dsv4_arena_release(&e->scratch, mark);
+    return rc;
+}
+
+int dsv4_engine_idle_layers(dsv4_engine *e, int l0, int l1, int *changed, dsv4_err *err) {
+    *changed = 0;
+    if (!e->ep) return DSV4_OK;
+    const dsv4_batch none = {0, 0, NULL, NULL, NULL};
+    for (int l = l0; l < l1; l++) {
+        int rc = dsv4_engine_moe(e, &e->blocks[l], &none, NULL, NULL, err);
+        if (rc) {
+            *changed = !dsv4_ep_failure_clean(e->ep);
+            return rc;
+        }
+    }
+    return DSV4_OK;
+}
+
+int dsv4_engine_fail_collective(dsv4_engine *e, int code, int clean) {
+    if (e->ep) dsv4_ep_fail(e->ep, code, clean);
+    return code;
+}
+
+/* ---- the single-process attention step ------------------------------------------------- */
+
+/* dsv4_attention against the cache; the CSA selections go to the choice hook. */
+static int local_attention(void *u, const dsv4_block_w *b, const dsv4_batch *batch,
+                           const float *x, float *y, dsv4_err *err) {
+    dsv4_engine *e = u;
+    const dsv4_config *c = e->cfg;
+    const size_t mark = dsv4_arena_mark(&e->scratch);
+    int *csa_sel = NULL; /* (R, index_topk) with the choice hook on a CSA layer */
+    int rc = DSV4_OK;
+    if (e->choice && b->ratio == 4 && batch->n_rows &&
+        !(csa_sel = dsv4_arena_take_n(&e->scratch, (int64_t)batch->n_rows * c->index_topk, sizeof(int))))
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CSA choices: scratch arena too small");
+    const dsv4_attn_ctx actx = {c, e->k, e->cache, &e->rope_main, &e->rope_cmp, csa_sel, &e->scratch};
+    if (!rc) rc = dsv4_attention(&actx, b, batch, x, y, err);
+    /* the other ranks are heading for this block's MoE exchange */
+    if (rc) dsv4_engine_fail_collective(e, rc, 0);
+    else if (csa_sel) report_choices(e, batch, b->layer_id, DSV4_CHOICE_CSA, csa_sel, c->index_topk);
+    dsv4_arena_release(&e->scratch, mark);
+    return rc;
+}
+
+/* The streams of every row after a sub-block, to the trace hook. */
+static int local_trace(void *u, const dsv4_block_w *b, const dsv4_batch *batch, int sub,
+                       const float *h, dsv4_err *err) {
+    (void)err;
+    const dsv4_engine *e = u;
+    const size_t row_floats = (size_t)e->cfg->hc_mult * e->cfg->hidden_size;
+    for (int si = 0; si < batch->n_spans; si++)
+        for (int j = 0; j < batch->spans[si].n; j++) {
+            const int i = batch->spans[si].row0 + j;
+            e->trace(e->trace_user, batch->spans[si].seq, batch->pos[i], b->layer_id, sub, h + (size_t)i * row_floats);
+        }
+    return DSV4_OK;
+}
+
+dsv4_block_step dsv4_engine_local_step(dsv4_engine *e) {
+    return (dsv4_block_step){local_attention, local_trace, e};
+}
