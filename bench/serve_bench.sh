@@ -9,8 +9,9 @@
 #    batched greedy decode, no HTTP, no scheduler;
 # 3. starts `dsv4 serve` on it and runs bench/serve_load.js at concurrency 1..32
 #    (bench/results/serve_load.jsonl, one JSON line per level), then SIGTERM;
-# 4. bench/results/serve_load.png (gnuplot): generated tokens/s and decode tokens/s against
-#    concurrency, with the raw batch-1 and batch-16 decode rates as lines.
+# 4. bench/results/serve_load.png (gnuplot): generated, decode and steady decode tokens/s
+#    against concurrency, with the raw batch-1 and batch-16 decode rates as lines; TTFT and
+#    ITL percentiles.
 #
 # Environment: MODEL (default /tmp/dsv4-bench/flash_quarter), THREADS (default: all cores),
 # PROMPT (prompt tokens, default 128), GEN (tokens per request, default 32), LEVELS
@@ -58,12 +59,13 @@ if [ "${SKIP_RUN:-0}" != 1 ]; then
   trap - EXIT
 fi
 
-# one row per level: concurrency gen_tok_s decode_tok_s ttft_p50 itl_p50 itl_p99
+# one row per level: concurrency gen_tok_s decode_tok_s ttft_p50 itl_p50 itl_p99 steady_decode
 node -e '
 const fs = require("fs");
 for (const l of fs.readFileSync(process.argv[1], "utf8").trim().split("\n")) {
   const j = JSON.parse(l);
-  console.log([j.concurrency, j.gen_tok_s, j.decode_tok_s, j.ttft_p50_ms, j.itl_p50_ms, j.itl_p99_ms].join(" "));
+  console.log([j.concurrency, j.gen_tok_s, j.decode_tok_s, j.ttft_p50_ms, j.itl_p50_ms, j.itl_p99_ms,
+    j.steady_decode_tok_s ?? "NaN"].join(" "));
 }' "$out/serve_load.jsonl" > "$out/serve_load.dat"
 raw() { node -e '
 const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
@@ -78,7 +80,7 @@ if ! command -v gnuplot >/dev/null 2>&1; then
   apt-get install -y -q gnuplot-nox >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q gnuplot-nox >/dev/null; }
 fi
 gnuplot <<GP
-set terminal pngcairo size 900,420 font ",10"
+set terminal pngcairo size 900,420 font ",10" noenhanced
 set output "$out/serve_load.png"
 set multiplot layout 1,2 title "dsv4 serve, flash_quarter FP8, prompt $prompt, $gen tokens per request"
 set logscale x 2
@@ -87,6 +89,7 @@ set ylabel "tokens/s"
 set key top left
 plot "$out/serve_load.dat" using 1:2 with linespoints title "server: generated / wall", \
      "$out/serve_load.dat" using 1:3 with linespoints title "server: decode rate", \
+     "$out/serve_load.dat" using 1:7 with linespoints title "server: steady decode (no prefill)", \
      $raw16 with lines dt 2 title "dsv4 bench --batch 16", \
      $raw1 with lines dt 3 title "dsv4 bench --batch 1"
 set ylabel "ms"

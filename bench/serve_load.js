@@ -13,7 +13,8 @@
 // One JSON line per level on stdout:
 //   concurrency, requests, gen_tokens, wall_s, gen_tok_s (generated tokens / wall),
 //   decode_tok_s (tokens after each request's first / time from the first first-token to
-//   the last token), ttft_p50_ms, ttft_p99_ms, itl_p50_ms, itl_p99_ms,
+//   the last token), steady_decode_tok_s (tokens per second while the first c requests all
+//   decode and no prefill runs), ttft_p50_ms, ttft_p99_ms, itl_p50_ms, itl_p99_ms,
 //   server_steps, server_decode_rows_per_step (from /metrics)
 'use strict';
 
@@ -90,7 +91,7 @@ async function level(a, c, vocab) {
   let next = 0;
   const t0 = performance.now();
   await Promise.all(Array.from({ length: c }, async () => {
-    while (next < total) { next++; out.push(await one(a, vocab)); }
+    while (next < total) { const i = next++; out[i] = await one(a, vocab); }  // in start order
   }));
   const wall = (performance.now() - t0) / 1000;
   const m1 = await metrics(a.url);
@@ -98,10 +99,17 @@ async function level(a, c, vocab) {
   const firstFirst = Math.min(...out.map((r) => r.first));
   const lastLast = Math.max(...out.map((r) => r.last));
   const steps = m1.dsv4_steps_total - m0.dsv4_steps_total;
+  // steady decode: between the moment every request of the first wave has its first token
+  // and the moment the first one finishes, no prefill runs (with one wave per level)
+  const times = out.map((r) => { let t = r.first; return [t, ...r.gaps.map((g) => (t += g))]; });
+  const from = Math.max(...out.slice(0, c).map((r) => r.first));
+  const to = Math.min(...out.slice(0, c).map((r) => r.last));
+  const inWindow = times.reduce((s, ts) => s + ts.filter((t) => t > from && t <= to).length, 0);
   return {
     concurrency: c, requests: total, prompt_len: a['prompt-len'], gen: a.gen, gen_tokens: gen,
     wall_s: +wall.toFixed(3), gen_tok_s: +(gen / wall).toFixed(2),
     decode_tok_s: +((gen - out.length) / ((lastLast - firstFirst) / 1000)).toFixed(2),
+    steady_decode_tok_s: to > from ? +(inWindow / ((to - from) / 1000)).toFixed(2) : null,
     ttft_p50_ms: +pct(out.map((r) => r.first - r.t0), 50).toFixed(1),
     ttft_p99_ms: +pct(out.map((r) => r.first - r.t0), 99).toFixed(1),
     itl_p50_ms: +pct(out.flatMap((r) => r.gaps), 50).toFixed(1),

@@ -59,7 +59,7 @@ struct srv_req {
     int n_ctx, cap_ctx;
     int n_done;                     /* tokens of ctx already in the sequence */
     int n_sampled;
-    double t_first, t_last;         /* first and latest token, for the latency histograms */
+    double t_last;                  /* latest token, for the inter-token latency histogram */
     srv_req *next;                  /* in the scheduler's waiting or running list */
 };
 

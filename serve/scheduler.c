@@ -182,7 +182,6 @@ static void take_token(srv_sched *s, srv_req *r, const float *row) {
     double now = srv_now();
     srv_metrics_latency(s->met, r->n_sampled ? -1 : now - r->t_arrival,
                         r->n_sampled ? now - r->t_last : -1);
-    if (!r->n_sampled) r->t_first = now;
     r->t_last = now;
     r->n_sampled++;
     if (srv_req_push(r, &t)) { finish(s, r, SRV_END_ERROR, 0, "out of memory"); return; }

@@ -25,7 +25,8 @@ typedef struct srv_sched_opts {
     int max_queue;            /* most requests waiting beyond max_seqs (then "busy") */
 } srv_sched_opts;
 
-/* Starts the scheduler thread on an engine it then owns (until srv_sched_free). */
+/* Starts the scheduler thread; until srv_sched_free it is the only user of the engine (the
+ * caller keeps ownership and frees the engine afterwards). */
 int srv_sched_start(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *tok,
                     const srv_sched_opts *o, srv_metrics *metrics, srv_sched **out,
                     dsv4_err *err);

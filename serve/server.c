@@ -51,8 +51,9 @@ static int load(srv *s, dsv4_err *err) {
     eo.max_context = o->max_context;
     eo.max_seqs = o->max_seqs;
     eo.c_max = (int)(o->step_tokens < o->max_context ? o->step_tokens : o->max_context);
-    /* a step: up to step_tokens rows, or one decode row per sequence (those never wait) */
-    eo.max_rows = eo.c_max > o->max_seqs ? eo.c_max : o->max_seqs;
+    /* a step is at most step_tokens rows in all (every decode row counts against it, and
+     * step_tokens >= max_seqs), in spans of at most c_max rows each */
+    eo.max_rows = o->step_tokens;
     eo.threads = o->threads;
     eo.cache_bytes = o->cache_bytes;
     if ((rc = dsv4_engine_create(s->m, &eo, &s->e, err))) return rc;
