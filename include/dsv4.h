@@ -286,6 +286,20 @@ int dsv4_prefix_insert(dsv4_engine *e, int seq, const int32_t *tokens, const flo
 int dsv4_prefix_start(dsv4_engine *e, const int32_t *tokens, int64_t n_tokens, int *seq,
                       int64_t *n_cached, float *hidden, float *streams, dsv4_err *err);
 
+/* Hands a snapshot (e.g. one loaded from a file) to the prefix cache, which owns it from
+ * then on (the handle must not be used again; a duplicate of an entry is freed). */
+int dsv4_prefix_adopt(dsv4_engine *e, dsv4_snapshot *s, dsv4_err *err);
+
+/* KV persistence (spec/serving.md §g file format). Save writes NAME.tmp.PID, fsyncs it and
+ * renames it over path (a crash leaves the old file or the new one, never a torn one).
+ * Load validates the whole file — magic, version, config and weights fingerprints, widths,
+ * dtypes, fidelity/W8A8 mode, alignment, size, every CRC32C — before building a snapshot
+ * (outside the pools: restore it with dsv4_snapshot_restore); any failure is
+ * DSV4_ERR_FORMAT (or _IO) naming the file and the check. The file records the kernel
+ * level it was made with; loading under another level is allowed. */
+int dsv4_snapshot_save(dsv4_engine *e, const dsv4_snapshot *s, const char *path, dsv4_err *err);
+int dsv4_snapshot_load(dsv4_engine *e, const char *path, dsv4_snapshot **out, dsv4_err *err);
+
 typedef struct dsv4_prefix_stats {
     int64_t hits, misses;         /* dsv4_prefix_start calls that restored / did not */
     int64_t reused_tokens;        /* positions restored instead of computed */

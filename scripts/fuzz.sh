@@ -1,6 +1,7 @@
 #!/bin/sh
 # Builds the libFuzzer targets (clang, ASan + UBSan) and runs each for a bounded time on its
-# seed corpus: fuzz_safetensors (dsv4_st_open_buffer) and fuzz_config (dsv4_config_parse).
+# seed corpus: fuzz_safetensors (dsv4_st_open_buffer), fuzz_config (dsv4_config_parse) and
+# fuzz_kvfile (dsv4_kv_parse, the KV snapshot reader).
 # Built straight from the few sources they need, so no CMake configure is involved.
 #
 #   FUZZ_SECONDS   seconds per target (default 20)
@@ -51,8 +52,10 @@ run() { # name seed-dir max-len
 
 build fuzz_safetensors src/model/safetensors.c
 build fuzz_config src/model/config.c
+build fuzz_kvfile src/cache/kvfile.c src/util/crc32c.c
 run fuzz_safetensors safetensors 8192
 run fuzz_config config 8192
+run fuzz_kvfile kvfile 16384
 # the tokenizer target needs DeepSeek's tokenizer.json (../shared) and PCRE2
 DSV4_TOKENIZER=${DSV4_TOKENIZER:-../shared/tokenizer/tokenizer.json}
 if [ -f "$DSV4_TOKENIZER" ]; then

@@ -129,6 +129,21 @@ int dsv4_cache_snap_take(dsv4_cache *c, int seq, int64_t n, int64_t m, dsv4_cach
  * seq empty. */
 int dsv4_cache_snap_restore(dsv4_cache *c, const dsv4_cache_snap *s, int seq, dsv4_err *err);
 void dsv4_cache_snap_free(dsv4_cache *c, dsv4_cache_snap *s);
+/* An empty snapshot of lengths (n, m) whose blocks are all private copies (zero rows), for
+ * a file reader to fill through the row accessors below; it touches no pool page. */
+int dsv4_cache_snap_new(dsv4_cache *c, int64_t n, int64_t m, dsv4_cache_snap **out, dsv4_err *err);
+/* Rows a snapshot holds (NULL outside them): compressed entry / indexer key `entry` of a
+ * layer, window row and compressor ring row ([a | b], full width) of position pos. Shared
+ * blocks are read in the pools: write only into snapshots from dsv4_cache_snap_new. */
+float *dsv4_cache_snap_cmp_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t entry);
+float *dsv4_cache_snap_idx_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t entry);
+float *dsv4_cache_snap_win_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t pos);
+float *dsv4_cache_snap_ring_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer,
+                                int indexer, int64_t pos);
+void dsv4_cache_snap_lengths(const dsv4_cache_snap *s, int64_t *n, int64_t *m);
+/* Window rows / ring rows of a layer the snapshot keeps (the last ones before its length). */
+int64_t dsv4_cache_snap_win_rows(const dsv4_cache_snap *s, int layer);
+int64_t dsv4_cache_snap_ring_rows(const dsv4_cache_snap *s, int layer);
 /* Bytes the snapshot's copies take in host memory (its shared blocks are pool pages). */
 int64_t dsv4_cache_snap_host_bytes(const dsv4_cache_snap *s);
 /* Blocks the snapshot shares / copies. */

@@ -27,6 +27,20 @@ static inline void dsv4_win_write_range(int64_t s, int64_t C, int win, int64_t *
     *hi = s + C;
 }
 
+/* Window rows a later call reads of a sequence at length len: [len - this, len) (§a.4). */
+static inline int64_t dsv4_win_rows_read(int win, int64_t len) {
+    return len < win - 1 ? len : win - 1;
+}
+
+/* Compressor ring rows a later call reads of a sequence at length len (ratio r, overlap
+ * coff): positions p >= r*floor(len/r) - (coff-1)*r, i.e. the last len mod r + (coff-1)*r
+ * (the open window's rows and the A candidates of the next window). At a compression-
+ * aligned len: 4 for a CSA compressor, 0 for HCA. */
+static inline int64_t dsv4_ring_rows_read(int r, int coff, int64_t len) {
+    const int64_t need = len % r + (int64_t)(coff - 1) * r;
+    return need < len ? need : len;
+}
+
 /* Free-behind rule (§a.3): after a commit to min(n, m) = keep_from, WIN page b is dead when
  * every position it holds, [b*B_w, (b+1)*B_w), is below keep_from - win + 1. */
 static inline int dsv4_win_page_dead(int64_t page, int64_t keep_from, int win, int win_block) {

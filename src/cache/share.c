@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/geom.h"
 #include "cache/pool_impl.h"
 #include "util/err.h"
 
@@ -48,8 +49,7 @@ static void copy_block(dsv4_cache *c, int32_t blk, float *buf, int to_pools) {
 /* Ring rows later calls read at length len (see the top of this file). */
 static int64_t ring_need(const dsv4_cache_plan *p, int layer, int64_t len) {
     const int r = p->ratios[p->cmp_pool[layer]];
-    const int64_t need = len % r + (int64_t)(dsv4_cfg_coff(r) - 1) * r;
-    return need < len ? need : len;
+    return dsv4_ring_rows_read(r, dsv4_cfg_coff(r), len);
 }
 static int64_t ring_width(const dsv4_cache_plan *p, int layer, int indexer) {
     return indexer ? 4 * (int64_t)p->dI
@@ -103,13 +103,12 @@ static void unlink_snap(dsv4_cache *c, dsv4_cache_snap *s) {
     s->next = s->prev = NULL;
 }
 
-int dsv4_cache_snap_take(dsv4_cache *c, int seq, int64_t n, int64_t m, dsv4_cache_snap **out,
-                         dsv4_err *err) {
-    if (!c || !out) return dsv4_fail(err, DSV4_ERR_ARG, "cache snapshot: NULL argument");
-    *out = NULL;
+/* A snapshot of lengths (n, m) sized for its rows; with share, the closed blocks are to be
+ * shared (the caller fills s->shared), else every block is a private copy; buffers zeroed. */
+static int snap_alloc(dsv4_cache *c, int64_t n, int64_t m, int share, dsv4_cache_snap **out,
+                      dsv4_err *err) {
     const dsv4_cache_plan *p = &c->plan;
-    if (!dsv4_cache_seq_live(c, seq))
-        return dsv4_fail(err, DSV4_ERR_ARG, "cache snapshot: sequence %d is not live", seq);
+    *out = NULL;
     if (n < 0 || m < 0 || m > n || n > p->opts.max_context)
         return dsv4_fail(err, DSV4_ERR_ARG, "cache snapshot: lengths n = %lld, m = %lld are not "
                          "0 <= m <= n <= max_context = %lld", (long long)n, (long long)m,
@@ -121,7 +120,7 @@ int dsv4_cache_snap_take(dsv4_cache *c, int seq, int64_t n, int64_t m, dsv4_cach
     int64_t closed = n;  /* positions every compressing layer has consumed */
     for (int l = 0; l < p->n_layers; l++) {
         s->len[l] = l < p->n_main_layers ? n : m;
-        s->win_n[l] = s->len[l] < p->win - 1 ? s->len[l] : p->win - 1;
+        s->win_n[l] = dsv4_win_rows_read(p->win, s->len[l]);
         s->win_floats += s->win_n[l] * p->hd;
         if (p->ring_off[l] < 0) continue;
         /* an MTP layer writes only when the engine runs MTP (d_max = 1) */
@@ -131,12 +130,42 @@ int dsv4_cache_snap_take(dsv4_cache *c, int seq, int64_t n, int64_t m, dsv4_cach
         if (p->idx_ring_off[l] >= 0) s->ring_floats += s->ring_n[l] * ring_width(p, l, 1);
     }
     const int64_t end = p->n_ratios ? (n + p->block - 1) / p->block : 0;  /* blocks in use */
-    s->n_shared = p->n_ratios ? (int)(closed / p->block) : 0;
+    s->n_shared = share && p->n_ratios ? (int)(closed / p->block) : 0;
     s->n_private = (int)(end - s->n_shared);
+    const int64_t bf = block_floats(c);
+    s->shared = s->n_shared ? malloc((size_t)s->n_shared * sizeof *s->shared) : NULL;
+    s->priv = s->n_private ? calloc((size_t)(s->n_private * bf), sizeof(float)) : NULL;
+    s->win = s->win_floats ? calloc((size_t)s->win_floats, sizeof(float)) : NULL;
+    s->ring = s->ring_floats ? calloc((size_t)s->ring_floats, sizeof(float)) : NULL;
+    if ((s->n_shared && !s->shared) || (s->n_private && !s->priv) || (s->win_floats && !s->win) ||
+        (s->ring_floats && !s->ring)) {
+        free(s->shared); free(s->priv); free(s->win); free(s->ring); free(s);
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "cache snapshot: out of memory");
+    }
+    s->host_bytes = (int64_t)sizeof *s + 4 * (s->n_shared + s->n_private * bf + s->win_floats + s->ring_floats);
+    *out = s;
+    return DSV4_OK;
+}
+
+static void link_snap(dsv4_cache *c, dsv4_cache_snap *s) {
+    s->next = c->snaps;
+    if (c->snaps) c->snaps->prev = s;
+    c->snaps = s;
+}
+
+int dsv4_cache_snap_take(dsv4_cache *c, int seq, int64_t n, int64_t m, dsv4_cache_snap **out,
+                         dsv4_err *err) {
+    if (!c || !out) return dsv4_fail(err, DSV4_ERR_ARG, "cache snapshot: NULL argument");
+    *out = NULL;
+    const dsv4_cache_plan *p = &c->plan;
+    if (!dsv4_cache_seq_live(c, seq))
+        return dsv4_fail(err, DSV4_ERR_ARG, "cache snapshot: sequence %d is not live", seq);
+    dsv4_cache_snap *s;
+    int rc = snap_alloc(c, n, m, 1, &s, err);
+    if (rc) return rc;
     /* every page the snapshot reads must exist */
     const int32_t *bt = dsv4_pool_blk_tab(c, seq);
-    int rc = DSV4_OK;
-    for (int64_t i = 0; i < end && !rc; i++)
+    for (int64_t i = 0; i < s->n_shared + s->n_private && !rc; i++)
         if (bt[i] < 0)
             rc = dsv4_fail(err, DSV4_ERR_STATE, "cache snapshot: sequence %d has no block for "
                            "positions [%lld, %lld) below its length %lld", seq,
@@ -146,19 +175,12 @@ int dsv4_cache_snap_take(dsv4_cache *c, int seq, int64_t n, int64_t m, dsv4_cach
             if (!dsv4_cache_win_row(c, seq, l, pos))
                 rc = dsv4_fail(err, DSV4_ERR_STATE, "cache snapshot: sequence %d has no window page "
                                "for position %lld", seq, (long long)pos);
-    if (rc) { free(s); return rc; }
-
-    const int64_t bf = block_floats(c);
-    s->shared = s->n_shared ? malloc((size_t)s->n_shared * sizeof *s->shared) : NULL;
-    s->priv = s->n_private ? malloc((size_t)(s->n_private * bf) * sizeof(float)) : NULL;
-    s->win = s->win_floats ? malloc((size_t)s->win_floats * sizeof(float)) : NULL;
-    s->ring = s->ring_floats ? malloc((size_t)s->ring_floats * sizeof(float)) : NULL;
-    if ((s->n_shared && !s->shared) || (s->n_private && !s->priv) || (s->win_floats && !s->win) ||
-        (s->ring_floats && !s->ring)) {
-        free(s->shared); free(s->priv); free(s->win); free(s->ring); free(s);
-        return dsv4_fail(err, DSV4_ERR_NOMEM, "cache snapshot: out of memory");
+    if (rc) {
+        s->n_shared = 0;  /* no references taken yet */
+        dsv4_cache_snap_free(c, s);
+        return rc;
     }
-    s->host_bytes = (int64_t)sizeof *s + 4 * (s->n_shared + s->n_private * bf + s->win_floats + s->ring_floats);
+    const int64_t bf = block_floats(c);
     for (int i = 0; i < s->n_shared; i++) {
         s->shared[i] = bt[i];
         c->blk_ref[bt[i]]++;
@@ -166,11 +188,91 @@ int dsv4_cache_snap_take(dsv4_cache *c, int seq, int64_t n, int64_t m, dsv4_cach
     for (int i = 0; i < s->n_private; i++) copy_block(c, bt[s->n_shared + i], s->priv + i * bf, 0);
     copy_windows(c, seq, s, 0);
     copy_rings(c, seq, s, 0);
-    s->next = c->snaps;
-    if (c->snaps) c->snaps->prev = s;
-    c->snaps = s;
+    link_snap(c, s);
     *out = s;
     return DSV4_OK;
+}
+
+int dsv4_cache_snap_new(dsv4_cache *c, int64_t n, int64_t m, dsv4_cache_snap **out, dsv4_err *err) {
+    if (!c || !out) return dsv4_fail(err, DSV4_ERR_ARG, "cache snapshot: NULL argument");
+    int rc = snap_alloc(c, n, m, 0, out, err);
+    if (!rc) link_snap(c, *out);
+    return rc;
+}
+
+/* ---- rows of a snapshot ------------------------------------------------------------------ */
+
+/* Row `row` of the page (pool i or IDX when i < 0, layer slot `slot`) of block-table entry
+ * b: in the pools when shared, else in the private copy. */
+static float *snap_block_row(const dsv4_cache *c, const dsv4_cache_snap *s, int64_t b, int i,
+                             int slot, int64_t row) {
+    const dsv4_cache_plan *p = &c->plan;
+    if (b < s->n_shared)
+        return i >= 0 ? dsv4_pool_cmp_page(c, i, slot, s->shared[b]) + row * p->hd
+                      : dsv4_pool_idx_page(c, slot, s->shared[b]) + row * p->dI;
+    float *base = s->priv + (b - s->n_shared) * block_floats(c);  /* copy_block's order */
+    for (int j = 0; j < p->n_ratios; j++) {
+        if (j == i) return base + ((int64_t)slot * c->blk_rows[j] + row) * p->hd;
+        base += (int64_t)p->n_cmp_layers[j] * c->blk_rows[j] * p->hd;
+    }
+    return base + ((int64_t)slot * c->idx_rows + row) * p->dI;
+}
+
+float *dsv4_cache_snap_cmp_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t entry) {
+    const dsv4_cache_plan *p = &c->plan;
+    if (layer < 0 || layer >= p->n_layers || p->cmp_pool[layer] < 0 || entry < 0) return NULL;
+    const int i = p->cmp_pool[layer];
+    const int64_t b = entry * p->ratios[i] / p->block;
+    if (b >= s->n_shared + s->n_private) return NULL;
+    return snap_block_row(c, s, b, i, p->cmp_slot[layer], entry % c->blk_rows[i]);
+}
+
+float *dsv4_cache_snap_idx_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t entry) {
+    const dsv4_cache_plan *p = &c->plan;
+    if (layer < 0 || layer >= p->n_layers || p->idx_slot[layer] < 0 || entry < 0) return NULL;
+    const int64_t b = entry * 4 / p->block;
+    if (b >= s->n_shared + s->n_private) return NULL;
+    return snap_block_row(c, s, b, -1, p->idx_slot[layer], entry % c->idx_rows);
+}
+
+float *dsv4_cache_snap_win_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t pos) {
+    const dsv4_cache_plan *p = &c->plan;
+    if (layer < 0 || layer >= p->n_layers || pos < s->len[layer] - s->win_n[layer] || pos >= s->len[layer])
+        return NULL;
+    float *row = s->win;
+    for (int l = 0; l < layer; l++) row += s->win_n[l] * p->hd;
+    return row + (pos - (s->len[layer] - s->win_n[layer])) * p->hd;
+}
+
+float *dsv4_cache_snap_ring_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer,
+                                int indexer, int64_t pos) {
+    const dsv4_cache_plan *p = &c->plan;
+    if (layer < 0 || layer >= p->n_layers || p->ring_off[layer] < 0 ||
+        (indexer && p->idx_ring_off[layer] < 0) || pos < s->len[layer] - s->ring_n[layer] ||
+        pos >= s->len[layer])
+        return NULL;
+    float *row = s->ring;
+    for (int l = 0; l <= layer; l++)
+        for (int ix = 0; ix < 2 && p->ring_off[l] >= 0; ix++) {
+            if (ix && p->idx_ring_off[l] < 0) continue;
+            if (l == layer && ix == indexer)
+                return row + (pos - (s->len[l] - s->ring_n[l])) * ring_width(p, l, ix);
+            row += s->ring_n[l] * ring_width(p, l, ix);
+        }
+    return NULL;
+}
+
+void dsv4_cache_snap_lengths(const dsv4_cache_snap *s, int64_t *n, int64_t *m) {
+    *n = s->n;
+    *m = s->m;
+}
+
+int64_t dsv4_cache_snap_ring_rows(const dsv4_cache_snap *s, int layer) {
+    return layer >= 0 && layer < DSV4_MAX_LAYERS ? s->ring_n[layer] : 0;
+}
+
+int64_t dsv4_cache_snap_win_rows(const dsv4_cache_snap *s, int layer) {
+    return layer >= 0 && layer < DSV4_MAX_LAYERS ? s->win_n[layer] : 0;
 }
 
 int dsv4_cache_snap_restore(dsv4_cache *c, const dsv4_cache_snap *s, int seq, dsv4_err *err) {

@@ -12,27 +12,6 @@
 #include "engine/engine.h"
 #include "util/err.h"
 
-struct dsv4_snapshot {
-    dsv4_snapshot *next, *prev;  /* the engine's list of every snapshot */
-    dsv4_cache_snap *cs;
-    int64_t n, m;
-    int32_t *tokens;             /* (n) */
-    uint64_t key;                /* chain key of tokens [0, n) */
-    float *hidden;               /* (D) final hidden state of position n - 1 */
-    float *streams;              /* (hc, D) last-block streams of position n - 1 */
-    int cached;                  /* kept by the prefix cache (evictable), else the caller's */
-    int pinned;                  /* being restored: not evictable */
-    uint64_t used;               /* LRU clock of the last insert or hit */
-};
-
-struct dsv4_prefix_cache {
-    dsv4_engine *e;
-    dsv4_snapshot *list;
-    uint64_t clock;
-    int limit;                   /* most cached entries */
-    dsv4_prefix_stats st;        /* counters; entries and bytes are filled on demand */
-};
-
 static int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
 
 int dsv4_engine_alignment(const dsv4_engine *e) {
@@ -78,7 +57,7 @@ static void snapshot_destroy(dsv4_engine *e, dsv4_snapshot *s) {
 static int snapshot_make(dsv4_engine *e, int seq, const int32_t *tokens, const float *hidden,
                          const float *streams, int cached, dsv4_snapshot **out, dsv4_err *err) {
     const dsv4_config *c = e->cfg;
-    const int D = c->hidden_size, hc = c->hc_mult, A = dsv4_engine_alignment(e);
+    const int A = dsv4_engine_alignment(e);
     *out = NULL;
     if (e->group)
         return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "snapshot: not with a process group (the "
@@ -106,26 +85,33 @@ static int snapshot_make(dsv4_engine *e, int seq, const int32_t *tokens, const f
         if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
             return dsv4_fail(err, DSV4_ERR_ARG, "snapshot: token id %d at %lld is outside [0, %d)",
                              tokens[t], (long long)t, c->vocab_size);
+    dsv4_cache_snap *cs;
+    int rc = dsv4_cache_snap_take(e->cache, seq, q->n, q->m, &cs, err);
+    if (rc) return rc;
+    return dsv4_snapshot_wrap(e, cs, tokens, hidden, streams, cached, out, err);
+}
+
+int dsv4_snapshot_wrap(dsv4_engine *e, dsv4_cache_snap *cs, const int32_t *tokens,
+                       const float *hidden, const float *streams, int cached, dsv4_snapshot **out,
+                       dsv4_err *err) {
+    const int D = e->cfg->hidden_size, hc = e->cfg->hc_mult;
     dsv4_snapshot *s = calloc(1, sizeof *s);
-    if (!s) return dsv4_fail(err, DSV4_ERR_NOMEM, "snapshot: out of memory");
-    s->n = q->n;
-    s->m = q->m;
-    s->tokens = malloc((size_t)s->n * sizeof *s->tokens);
-    s->hidden = malloc((size_t)D * sizeof(float));
-    s->streams = malloc((size_t)hc * D * sizeof(float));
-    if (!s->tokens || !s->hidden || !s->streams) {
-        free(s->tokens); free(s->hidden); free(s->streams); free(s);
+    if (s) {
+        dsv4_cache_snap_lengths(cs, &s->n, &s->m);
+        s->tokens = malloc((size_t)s->n * sizeof *s->tokens);
+        s->hidden = malloc((size_t)D * sizeof(float));
+        s->streams = malloc((size_t)hc * D * sizeof(float));
+    }
+    if (!s || !s->tokens || !s->hidden || !s->streams) {
+        if (s) { free(s->tokens); free(s->hidden); free(s->streams); free(s); }
+        dsv4_cache_snap_free(e->cache, cs);
         return dsv4_fail(err, DSV4_ERR_NOMEM, "snapshot: out of memory");
     }
-    int rc = dsv4_cache_snap_take(e->cache, seq, q->n, q->m, &s->cs, err);
-    if (rc) {
-        free(s->tokens); free(s->hidden); free(s->streams); free(s);
-        return rc;
-    }
+    s->cs = cs;
     memcpy(s->tokens, tokens, (size_t)s->n * sizeof *s->tokens);
     memcpy(s->hidden, hidden, (size_t)D * sizeof(float));
     memcpy(s->streams, streams, (size_t)hc * D * sizeof(float));
-    s->key = chain_key(tokens, s->n, A);
+    s->key = chain_key(tokens, s->n, dsv4_engine_alignment(e));
     s->cached = cached;
     s->used = ++e->prefix->clock;
     s->next = e->prefix->list;
@@ -250,6 +236,24 @@ int dsv4_prefix_insert(dsv4_engine *e, int seq, const int32_t *tokens, const flo
     dsv4_snapshot *s;
     int rc = snapshot_make(e, seq, tokens, hidden, streams, 1, &s, err);
     if (rc) return rc;
+    pc->st.inserts++;
+    while (cached_entries(pc) > pc->limit && evict_one(pc)) {
+    }
+    return DSV4_OK;
+}
+
+int dsv4_prefix_adopt(dsv4_engine *e, dsv4_snapshot *snap, dsv4_err *err) {
+    dsv4_prefix_cache *pc = e->prefix;
+    if (!snap) return dsv4_fail(err, DSV4_ERR_ARG, "prefix adopt: NULL snapshot");
+    for (dsv4_snapshot *s = pc->list; s; s = s->next)
+        if (s != snap && s->cached && s->n == snap->n && s->key == snap->key &&
+            !memcmp(s->tokens, snap->tokens, (size_t)snap->n * sizeof *snap->tokens)) {
+            s->used = ++pc->clock;
+            snapshot_destroy(e, snap);
+            return DSV4_OK;
+        }
+    snap->cached = 1;
+    snap->used = ++pc->clock;
     pc->st.inserts++;
     while (cached_entries(pc) > pc->limit && evict_one(pc)) {
     }
