@@ -35,7 +35,9 @@ static void usage(FILE *f) {
             "  --max-queue N        requests waiting beyond max-seqs before 503 (default 256)\n"
             "  --max-body N         request body limit in bytes (default 8M); suffixes K, M\n"
             "  --grace S            seconds in-flight requests get at SIGTERM (default 10)\n"
-            "  --parallel MODE      not supported by serve yet (single process only)\n");
+            "  --parallel MODE      not supported by serve yet (single process only)\n"
+            "  --mtp on|off         MTP speculative decoding (default: on when the checkpoint\n"
+            "                       has an MTP block); the tokens are the same either way\n");
 }
 
 /* A byte count with an optional K/M/G suffix. */
@@ -74,7 +76,7 @@ static cJSON *load_script(const char *path, dsv4_server_script *sc, const char *
 
 int cmd_serve(int argc, char **argv) {
     enum { O_MODEL = 256, O_TOK, O_NAME, O_HOST, O_PORT, O_KEY, O_SEQS, O_CTX, O_STEP, O_THREADS,
-           O_CACHE, O_QUEUE, O_BODY, O_GRACE, O_PARALLEL, O_SCRIPT };
+           O_CACHE, O_QUEUE, O_BODY, O_GRACE, O_PARALLEL, O_SCRIPT, O_MTP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},     {"tokenizer", required_argument, 0, O_TOK},
         {"model-name", required_argument, 0, O_NAME}, {"host", required_argument, 0, O_HOST},
@@ -83,7 +85,7 @@ int cmd_serve(int argc, char **argv) {
         {"step-tokens", required_argument, 0, O_STEP}, {"threads", required_argument, 0, O_THREADS},
         {"cache-bytes", required_argument, 0, O_CACHE}, {"max-queue", required_argument, 0, O_QUEUE},
         {"max-body", required_argument, 0, O_BODY},   {"grace", required_argument, 0, O_GRACE},
-        {"parallel", required_argument, 0, O_PARALLEL},
+        {"parallel", required_argument, 0, O_PARALLEL}, {"mtp", required_argument, 0, O_MTP},
         {"test-script", required_argument, 0, O_SCRIPT},  /* hidden: tests only */
         {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
     dsv4_server_opts so = {0};
@@ -103,6 +105,10 @@ int cmd_serve(int argc, char **argv) {
         case O_HOST: so.host = optarg; break;
         case O_KEY: so.api_key = *optarg ? optarg : NULL; break;
         case O_SCRIPT: script_path = optarg; break;
+        case O_MTP:
+            bad = strcmp(optarg, "on") && strcmp(optarg, "off");
+            so.mtp = !strcmp(optarg, "on") ? 1 : -1;
+            break;
         case O_PORT: bad = cli_parse_int(optarg, 0, 65535, &v); so.port = (int)v; break;
         case O_SEQS: bad = cli_parse_int(optarg, 1, 4096, &v); so.max_seqs = (int)v; break;
         case O_CTX: bad = cli_parse_int(optarg, 16, 1 << 30, &v); so.max_context = v; break;
