@@ -61,7 +61,7 @@ static int load(srv *s, dsv4_err *err) {
     if (eo.mtp) {
         /* verify spans are two rows per sequence; an MTP call holds a step's committed rows
          * plus each sequence's row that waited for its next token */
-        const int main_rows = eo.c_max > 2 * o->max_seqs ? eo.c_max : 2 * o->max_seqs;
+        const int main_rows = o->step_tokens > 2 * o->max_seqs ? o->step_tokens : 2 * o->max_seqs;
         eo.max_rows = main_rows + o->max_seqs;
     }
     if ((rc = dsv4_engine_create(s->m, &eo, &s->e, err))) return rc;
