@@ -37,6 +37,14 @@ void srv_metrics_step(srv_metrics *m, int rows, int decode) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void srv_metrics_mtp(srv_metrics *m, int drafted, int accepted) {
+    pthread_mutex_lock(&m->mu);
+    m->mtp_steps++;
+    m->mtp_drafts += drafted != 0;
+    m->mtp_accepted += accepted != 0;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void srv_metrics_load(srv_metrics *m, int64_t queued, int64_t running, dsv4_cache_stats cache) {
     pthread_mutex_lock(&m->mu);
     m->queue_depth = queued;
@@ -139,6 +147,20 @@ char *srv_metrics_render(srv_metrics *m) {
     srv_buf_printf(&b, "dsv4_step_decode_rows_bucket{le=\"+Inf\"} %llu\ndsv4_step_decode_rows_sum %llu\n"
             "dsv4_step_decode_rows_count %llu\n", (unsigned long long)cum,
         (unsigned long long)m->decode_rows, (unsigned long long)m->steps);
+    srv_buf_printf(&b, "# HELP dsv4_mtp_steps_total decoding steps of sequences with MTP\n"
+            "# TYPE dsv4_mtp_steps_total counter\ndsv4_mtp_steps_total %llu\n"
+            "# HELP dsv4_mtp_drafts_total MTP drafts verified\n"
+            "# TYPE dsv4_mtp_drafts_total counter\ndsv4_mtp_drafts_total %llu\n"
+            "# HELP dsv4_mtp_accepted_total MTP drafts accepted\n"
+            "# TYPE dsv4_mtp_accepted_total counter\ndsv4_mtp_accepted_total %llu\n"
+            "# HELP dsv4_mtp_acceptance_ratio accepted / verified drafts since start\n"
+            "# TYPE dsv4_mtp_acceptance_ratio gauge\ndsv4_mtp_acceptance_ratio %.6f\n"
+            "# HELP dsv4_mtp_tokens_per_step tokens committed per MTP decoding step since start\n"
+            "# TYPE dsv4_mtp_tokens_per_step gauge\ndsv4_mtp_tokens_per_step %.6f\n",
+        (unsigned long long)m->mtp_steps, (unsigned long long)m->mtp_drafts,
+        (unsigned long long)m->mtp_accepted,
+        m->mtp_drafts ? (double)m->mtp_accepted / (double)m->mtp_drafts : 0.0,
+        m->mtp_steps ? (double)(m->mtp_steps + m->mtp_accepted) / (double)m->mtp_steps : 0.0);
     put_hist(&b, "dsv4_time_to_first_token_seconds", "arrival to first sampled token", &m->ttft);
     put_hist(&b, "dsv4_inter_token_latency_seconds", "time between sampled tokens", &m->itl);
     pthread_mutex_unlock(&m->mu);

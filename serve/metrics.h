@@ -28,6 +28,8 @@ typedef struct srv_metrics {
     int64_t queue_depth, running;
     dsv4_cache_stats cache;
     srv_hist ttft, itl;             /* seconds */
+    uint64_t mtp_steps, mtp_drafts, mtp_accepted;  /* MTP decoding steps, drafts verified,
+                                                    * drafts accepted */
 } srv_metrics;
 
 void srv_metrics_init(srv_metrics *m);
@@ -40,6 +42,8 @@ void srv_metrics_load(srv_metrics *m, int64_t queued, int64_t running, dsv4_cach
 void srv_metrics_tokens(srv_metrics *m, int64_t prompt, int64_t gen);
 void srv_metrics_latency(srv_metrics *m, double ttft, double itl);  /* < 0: skip that one */
 void srv_metrics_event(srv_metrics *m, int cancelled, int preempted);
+/* One MTP decoding step of a sequence: drafted (a draft was verified), accepted. */
+void srv_metrics_mtp(srv_metrics *m, int drafted, int accepted);
 /* The Prometheus text exposition (malloc'ed), or NULL when out of memory. */
 char *srv_metrics_render(srv_metrics *m);
 

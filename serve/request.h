@@ -55,6 +55,7 @@ struct srv_req {
     /* ---- scheduler-private ---- */
     dsv4_gen *gen;
     int seq;                        /* engine sequence, -1 when not admitted */
+    dsv4_spec *spec;                /* MTP speculative decoding of seq, NULL without MTP */
     int32_t *ctx;                   /* (n_ctx) tokens the sequence must hold: prompt + fed */
     int n_ctx, cap_ctx;
     int n_done;                     /* tokens of ctx already in the sequence */

@@ -15,8 +15,10 @@ struct srv_sched {
     const dsv4_tokenizer *tok;
     srv_sched_opts o;
     srv_metrics *met;
-    int V, D;
+    int V, D, HC;
     int32_t eos;
+    int mtp;                      /* the engine keeps MTP caches: every request decodes with
+                                   * MTP drafts (serving.md §e) */
 
     pthread_t thread;
     int started;
@@ -36,8 +38,15 @@ struct srv_sched {
     int admit_hold;               /* after a preemption: admit nothing until pages are freed */
     dsv4_span *spans;             /* (max_seqs) one step */
     srv_req **span_req;           /* (max_seqs) */
-    float *hidden;                /* (max_seqs, D) rows that need logits */
-    float *logits;                /* (max_seqs, V) */
+    int *span_verify;             /* (max_seqs) 1: the span is an MTP verify span */
+    float *hidden;                /* (2 max_seqs, D) rows that need logits */
+    float *logits;                /* (2 max_seqs, V) */
+    /* with MTP */
+    float *streams;               /* (rows_cap, hc, D) last-block streams of MTP requests */
+    float *mtp_hidden;            /* (rows_cap + max_seqs, D) */
+    dsv4_mtp_span *mtp_spans;     /* (max_seqs) */
+    srv_req **mtp_req;            /* (max_seqs) */
+    int *mtp_drafts;              /* (max_seqs) */
     float *forced_row;            /* (V) a test script's logits */
 };
 
@@ -63,6 +72,8 @@ static void list_remove(srv_req **list, int *n, srv_req *r) {
 
 /* Frees r's sequence (if any), takes it off both lists, ends it, drops our reference. */
 static void finish(srv_sched *s, srv_req *r, int end, int fin, const char *msg) {
+    dsv4_spec_free(r->spec);
+    r->spec = NULL;
     if (r->seq >= 0) {
         dsv4_err err = {0};
         dsv4_seq_free(s->e, r->seq, &err);
@@ -100,6 +111,8 @@ static int cancelled(srv_req *r) {
 static void preempt_newest(srv_sched *s) {
     srv_req *r = s->run[s->n_run - 1];
     dsv4_err err = {0};
+    dsv4_spec_free(r->spec);
+    r->spec = NULL;
     dsv4_seq_free(s->e, r->seq, &err);
     r->seq = -1;
     r->n_done = 0;
@@ -107,6 +120,14 @@ static void preempt_newest(srv_sched *s) {
     list_insert(s->wait, &s->n_wait, r);
     s->admit_hold = 1;
     srv_metrics_event(s->met, 0, 1);
+}
+
+/* A scripted request's drafts are its script, so its verify spans accept them (the tests
+ * reach the two-token step with random weights, whose own drafts are nearly always wrong). */
+static int32_t scripted_draft(void *user, int64_t pos, int32_t draft) {
+    const srv_req *r = user;
+    const int64_t j = pos - r->n_prompt;
+    return j >= 0 && j < r->n_forced ? r->forced[j] : draft;
 }
 
 /* ---- one step --------------------------------------------------------------------------- */
@@ -124,8 +145,20 @@ static int add_span(srv_sched *s, int *n_spans, srv_req *r, int room) {
     sp->n_tokens = n;
     sp->tokens = r->ctx + r->n_done;
     sp->n_hidden = n == pending;  /* logits only once the whole context has run */
+    sp->n_streams = r->spec ? n : 0;  /* MTP rows need every row's streams */
+    s->span_verify[*n_spans] = 0;
     s->span_req[(*n_spans)++] = r;
     return n;
+}
+
+/* The decode span of an MTP request: its pending token and, when there is one, the draft
+ * (a speculative 2-row span). Returns the rows added. */
+static int add_verify(srv_sched *s, int *n_spans, srv_req *r) {
+    dsv4_err err = {0};
+    if (dsv4_spec_verify_span(r->spec, &s->spans[*n_spans], &err)) return add_span(s, n_spans, r, 1);
+    s->span_verify[*n_spans] = 1;
+    s->span_req[(*n_spans)++] = r;
+    return s->spans[*n_spans - 1].n_tokens;
 }
 
 /* The step's spans: every running decode row first (they never wait), then prefill chunks
@@ -137,7 +170,8 @@ static int plan_step(srv_sched *s, int *rows, int *decode) {
     *decode = 0;
     for (int i = 0; i < s->n_run; i++)
         if (s->run[i]->n_ctx - s->run[i]->n_done == 1) {
-            budget -= add_span(s, &n_spans, s->run[i], 1);
+            budget -= s->run[i]->spec ? add_verify(s, &n_spans, s->run[i])
+                                      : add_span(s, &n_spans, s->run[i], 1);
             (*decode)++;
         }
     for (int i = 0; i < s->n_run && budget > 0; i++)
@@ -147,6 +181,12 @@ static int plan_step(srv_sched *s, int *rows, int *decode) {
         srv_req *r = s->wait[0];
         dsv4_err err = {0};
         if (dsv4_seq_create(s->e, &r->seq, &err)) { r->seq = -1; break; }
+        if (s->mtp && dsv4_spec_create(s->e, r->seq, &r->spec, &err)) {
+            dsv4_seq_free(s->e, r->seq, &err);
+            r->seq = -1;
+            break;
+        }
+        if (r->spec && r->forced) dsv4_spec_set_draft_hook(r->spec, scripted_draft, r);
         list_remove(s->wait, &s->n_wait, r);
         list_insert(s->run, &s->n_run, r);
         budget -= add_span(s, &n_spans, r, budget);
@@ -167,8 +207,9 @@ static int ctx_append(srv_req *r, int32_t tok) {
     return 0;
 }
 
-/* Samples r's next token from its logits row and hands it to the client. */
-static void take_token(srv_sched *s, srv_req *r, const float *row) {
+/* Samples r's next token from its logits row and hands it to the client. Returns 1 while
+ * r runs on (0: it ended and may be gone), with the token in *t. */
+static int take_token(srv_sched *s, srv_req *r, const float *row, dsv4_gen_token *t_out) {
     if (r->forced) {
         /* test script: only the scripted token (then EOS) is possible */
         int32_t t = r->n_sampled < r->n_forced ? r->forced[r->n_sampled] : s->eos;
@@ -178,15 +219,16 @@ static void take_token(srv_sched *s, srv_req *r, const float *row) {
     }
     dsv4_gen_token t;
     dsv4_err err = {0};
-    if (dsv4_gen_next(r->gen, row, &t, &err)) { finish(s, r, SRV_END_ERROR, 0, err.msg); return; }
+    if (dsv4_gen_next(r->gen, row, &t, &err)) { finish(s, r, SRV_END_ERROR, 0, err.msg); return 0; }
+    *t_out = t;
     double now = srv_now();
     srv_metrics_latency(s->met, r->n_sampled ? -1 : now - r->t_arrival,
                         r->n_sampled ? now - r->t_last : -1);
     r->t_last = now;
     r->n_sampled++;
-    if (srv_req_push(r, &t)) { finish(s, r, SRV_END_ERROR, 0, "out of memory"); return; }
-    if (t.finish) { finish(s, r, SRV_END_FINISHED, t.finish, NULL); return; }
-    if (t.feed && ctx_append(r, t.token)) { finish(s, r, SRV_END_ERROR, 0, "out of memory"); return; }
+    if (srv_req_push(r, &t)) { finish(s, r, SRV_END_ERROR, 0, "out of memory"); return 0; }
+    if (t.finish) { finish(s, r, SRV_END_FINISHED, t.finish, NULL); return 0; }
+    if (t.feed && ctx_append(r, t.token)) { finish(s, r, SRV_END_ERROR, 0, "out of memory"); return 0; }
     if (r->n_ctx >= s->o.max_context) {
         /* the context is full: the last token is shown but cannot run */
         const char *txt = NULL;
@@ -194,8 +236,60 @@ static void take_token(srv_sched *s, srv_req *r, const float *row) {
         dsv4_gen_end(r->gen, &txt, &n);
         srv_req_push_text(r, txt, n);
         finish(s, r, SRV_END_FINISHED, DSV4_FINISH_LENGTH, NULL);
+        return 0;
     }
+    return 1;
 }
+
+/* r's verify span ran: its first token, the commit of the rows accepted (serving.md §e),
+ * and when the draft was right the token after it from row 1. Returns 1 while r runs on. */
+static int take_verified(srv_sched *s, srv_req *r, const dsv4_span *sp, const float *rows,
+                         const float *streams) {
+    dsv4_gen_token t;
+    dsv4_err err = {0};
+    if (!take_token(s, r, rows, &t)) return 0;  /* ended: freeing the sequence drops the span */
+    int k;
+    if (dsv4_spec_verify_done(r->spec, t.token, t.feed, streams, &k, &err)) {
+        finish(s, r, SRV_END_ERROR, 0, err.msg);
+        return 0;
+    }
+    srv_metrics_mtp(s->met, sp->speculative, k == 2);
+    r->n_done += k;
+    return k == 2 ? take_token(s, r, rows + s->V, &t) : 1;
+}
+
+/* The MTP rows of every MTP request that has some ready, in one dsv4_mtp_forward, and the
+ * drafts from their last rows' logits (one dsv4_lm_head). */
+static void run_mtp(srv_sched *s) {
+    int n = 0, rows = 0, n_d = 0;
+    dsv4_err err = {0};
+    for (int i = 0; i < s->n_run; i++) {
+        srv_req *r = s->run[i];
+        if (!r->spec) continue;
+        dsv4_spec_mtp_span(r->spec, &s->mtp_spans[n], &s->mtp_drafts[n]);
+        if (!s->mtp_spans[n].n) continue;
+        rows += s->mtp_spans[n].n;
+        s->mtp_req[n++] = r;
+    }
+    if (!n) return;
+    if (dsv4_mtp_forward(s->e, s->mtp_spans, n, s->mtp_hidden, &err)) {
+        for (int i = 0; i < n; i++) finish(s, s->mtp_req[i], SRV_END_ERROR, 0, err.msg);
+        return;
+    }
+    /* the drafting rows, packed (hidden is free again after the step's head) */
+    for (int i = 0, off = 0; i < n; off += s->mtp_spans[i++].n)
+        if (s->mtp_drafts[i])
+            memcpy(s->hidden + (size_t)n_d++ * s->D, s->mtp_hidden + (size_t)(off + s->mtp_spans[i].n - 1) * s->D,
+                   (size_t)s->D * sizeof(float));
+    if (n_d && dsv4_lm_head(s->e, s->hidden, n_d, s->logits, &err)) {
+        for (int i = 0; i < n; i++) finish(s, s->mtp_req[i], SRV_END_ERROR, 0, err.msg);
+        return;
+    }
+    for (int i = 0, j = 0; i < n; i++)
+        dsv4_spec_mtp_done(s->mtp_req[i]->spec,
+                           s->mtp_drafts[i] ? dsv4_argmax(s->logits + (size_t)j++ * s->V, s->V) : -1);
+}
+
 
 static void step(srv_sched *s) {
     int rows, decode, n_spans;
@@ -203,7 +297,7 @@ static void step(srv_sched *s) {
     for (;;) {
         n_spans = plan_step(s, &rows, &decode);
         if (n_spans == 0) return;
-        int rc = dsv4_forward(s->e, s->spans, n_spans, s->hidden, NULL, &err);
+        int rc = dsv4_forward(s->e, s->spans, n_spans, s->hidden, s->streams, &err);
         if (rc == DSV4_OK) break;
         if (rc == DSV4_ERR_CACHE_FULL && s->n_run > 1) { preempt_newest(s); continue; }
         /* alone and still too big for the pools, or an engine error: those requests fail */
@@ -211,19 +305,40 @@ static void step(srv_sched *s) {
         return;
     }
     int n_rows = 0;
-    for (int i = 0; i < n_spans; i++) {
-        s->span_req[i]->n_done += s->spans[i].n_tokens;
-        n_rows += s->spans[i].n_hidden;
+    for (int i = 0, srow = 0; i < n_spans; i++) {
+        srv_req *r = s->span_req[i];
+        const dsv4_span *sp = &s->spans[i];
+        n_rows += sp->n_hidden;
+        if (s->span_verify[i]) { srow += sp->n_streams; continue; }  /* n_done moves by the commit */
+        r->n_done += sp->n_tokens;
+        if (r->spec && dsv4_spec_fed(r->spec, sp->tokens, sp->n_tokens,
+                                     s->streams + (size_t)srow * s->HC * s->D, &err)) {
+            finish(s, r, SRV_END_ERROR, 0, err.msg);
+            s->span_req[i] = NULL;  /* ended: r may be gone */
+        }
+        srow += sp->n_streams;
     }
     srv_metrics_step(s->met, rows, decode);
     if (n_rows && dsv4_lm_head(s->e, s->hidden, n_rows, s->logits, &err)) {
         for (int i = 0; i < n_spans; i++)
-            if (s->spans[i].n_hidden) finish(s, s->span_req[i], SRV_END_ERROR, 0, err.msg);
+            if (s->spans[i].n_hidden && s->span_req[i]) finish(s, s->span_req[i], SRV_END_ERROR, 0, err.msg);
         return;
     }
-    /* span_req[] stays valid while take_token ends requests: it is a copy of the plan */
-    for (int i = 0, k = 0; i < n_spans; i++)
-        if (s->spans[i].n_hidden) take_token(s, s->span_req[i], s->logits + (size_t)k++ * s->V);
+    /* span_req[] stays valid while take_token ends requests: it is a copy of the plan (NULL
+     * where a request already ended in this step) */
+    for (int i = 0, k = 0, srow = 0; i < n_spans; i++) {
+        srv_req *r = s->span_req[i];
+        const dsv4_span *sp = &s->spans[i];
+        const float *row = s->logits + (size_t)k * s->V, *st = s->streams + (size_t)srow * s->HC * s->D;
+        k += sp->n_hidden;
+        srow += sp->n_streams;
+        if (!sp->n_hidden || !r) continue;
+        dsv4_gen_token t;
+        int alive = s->span_verify[i] ? take_verified(s, r, sp, row, st) : take_token(s, r, row, &t);
+        /* the new pending token: its MTP row gives the next draft */
+        if (alive && r->spec && r->n_ctx - r->n_done == 1) dsv4_spec_set_next(r->spec, r->ctx[r->n_done]);
+    }
+    if (s->mtp) run_mtp(s);
 }
 
 static void publish_load(srv_sched *s) {
@@ -276,7 +391,9 @@ int srv_sched_start(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *t
     s->met = metrics;
     s->V = mi.vocab_size;
     s->D = mi.hidden_size;
+    s->HC = mi.hc_mult;
     s->eos = mi.eos_token_id;
+    s->mtp = dsv4_engine_get_opts(e).mtp;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     const size_t ns = (size_t)o->max_seqs;
@@ -284,8 +401,19 @@ int srv_sched_start(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *t
     s->run = calloc(ns, sizeof *s->run);
     s->spans = calloc(ns, sizeof *s->spans);
     s->span_req = calloc(ns, sizeof *s->span_req);
-    s->hidden = malloc(ns * (size_t)s->D * sizeof(float));
-    s->logits = malloc(ns * (size_t)s->V * sizeof(float));
+    s->span_verify = calloc(ns, sizeof *s->span_verify);
+    s->hidden = malloc(2 * ns * (size_t)s->D * sizeof(float));
+    s->logits = malloc(2 * ns * (size_t)s->V * sizeof(float));
+    if (s->mtp) {
+        /* a step's rows: at most step_tokens, or two per sequence when all verify drafts */
+        const size_t rows_cap = (size_t)o->step_tokens + 2 * ns;
+        s->streams = malloc(rows_cap * (size_t)s->HC * s->D * sizeof(float));
+        s->mtp_hidden = malloc((rows_cap + ns) * (size_t)s->D * sizeof(float));
+        s->mtp_spans = calloc(ns, sizeof *s->mtp_spans);
+        s->mtp_req = calloc(ns, sizeof *s->mtp_req);
+        s->mtp_drafts = calloc(ns, sizeof *s->mtp_drafts);
+        if (!s->streams || !s->mtp_hidden || !s->mtp_spans || !s->mtp_req || !s->mtp_drafts) goto oom;
+    }
     s->forced_row = malloc((size_t)s->V * sizeof(float));
     if (!s->wait || !s->run || !s->spans || !s->span_req || !s->hidden || !s->logits ||
         !s->forced_row)
@@ -362,6 +490,12 @@ void srv_sched_free(srv_sched *s) {
     free(s->run);
     free(s->spans);
     free(s->span_req);
+    free(s->span_verify);
+    free(s->streams);
+    free(s->mtp_hidden);
+    free(s->mtp_spans);
+    free(s->mtp_req);
+    free(s->mtp_drafts);
     free(s->hidden);
     free(s->logits);
     free(s->forced_row);

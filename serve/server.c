@@ -56,6 +56,14 @@ static int load(srv *s, dsv4_err *err) {
     eo.max_rows = o->step_tokens;
     eo.threads = o->threads;
     eo.cache_bytes = o->cache_bytes;
+    if (o->mtp > 0 && !mi.n_mtp) return srv_fail(err, DSV4_ERR_ARG, "serve: --mtp on: the model has no MTP block");
+    eo.mtp = o->mtp == 0 ? mi.n_mtp > 0 : o->mtp > 0;
+    if (eo.mtp) {
+        /* verify spans are two rows per sequence; an MTP call holds a step's committed rows
+         * plus each sequence's row that waited for its next token */
+        const int main_rows = o->step_tokens > 2 * o->max_seqs ? o->step_tokens : 2 * o->max_seqs;
+        eo.max_rows = main_rows + o->max_seqs;
+    }
     if ((rc = dsv4_engine_create(s->m, &eo, &s->e, err))) return rc;
     if ((rc = tokenize_script(s, err))) return rc;
     srv_sched_opts so = {.step_tokens = o->step_tokens, .c_max = eo.c_max, .max_seqs = o->max_seqs,

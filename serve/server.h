@@ -33,6 +33,8 @@ typedef struct dsv4_server_opts {
     int max_queue;             /* requests waiting beyond max_seqs; 0 = 256 */
     size_t max_body;           /* request body limit in bytes; 0 = 8 MiB */
     int max_connections;       /* 0 = 512 */
+    int mtp;                   /* MTP speculative decoding: 1 on, -1 off, 0 = on when the
+                                * checkpoint has an MTP block */
     const dsv4_server_script *script;  /* test-only, NULL normally */
 } dsv4_server_opts;
 

@@ -48,6 +48,13 @@ static int body_bytes_opt(const char *v, void *dst, char *msg, size_t n) {
     return -1;
 }
 
+static int mtp_opt(const char *v, void *dst, char *msg, size_t n) {
+    if (!strcmp(v, "on")) *(int *)dst = 1;
+    else if (!strcmp(v, "off")) *(int *)dst = -1;
+    else { snprintf(msg, n, "needs on or off, not '%s'", v); return -1; }
+    return 0;
+}
+
 static int parallel_opt(const char *v, void *dst, char *msg, size_t n) {
     (void)v; (void)dst;
     snprintf(msg, n, "not supported by serve yet: the server runs in one process (use dsv4 run "
@@ -104,6 +111,7 @@ int cmd_serve(int argc, char **argv) {
         CLI_INT_OPT("max-queue", 0, &so.max_queue, 1, 1 << 20, "N", "requests waiting beyond max-seqs before 503"),
         CLI_FN_OPT("max-body", 0, &so.max_body, body_bytes_opt, "N", "8M", "request body limit in bytes; suffixes K, M"),
         CLI_I64_OPT("grace", 0, &grace, 0, 3600, "S", "seconds in-flight requests get at SIGTERM"),
+        CLI_FN_OPT("mtp", 0, &so.mtp, mtp_opt, "on|off", "on when the checkpoint has an MTP block", "MTP speculative decoding; the tokens are the same either way"),
         CLI_FN_OPT("parallel", 0, NULL, parallel_opt, "MODE", "", "not supported by serve yet (single process only)"),
         CLI_STR_OPT("test-script", 0, &script_path, "FILE", "scripted answers (tests only)", .hidden = 1),
         CLI_OPT_END,
