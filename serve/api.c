@@ -209,6 +209,16 @@ srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *ou
             r->n_forced = s->script_len[i];
             break;
         }
+    /* a tokenizer larger than the model's head can make ids the engine would refuse in the
+     * middle of a batched step, failing every request of that step: refuse them here */
+    for (int i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= s->V) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "the prompt's token %d (id %d) is outside this model's "
+                     "vocabulary of %d ids", i, (int)r->prompt[i], s->V);
+            srv_reply_error(out, api, 400, msg);
+            goto fail;
+        }
     if (r->n_prompt >= s->o.max_context) {
         char msg[200];
         snprintf(msg, sizeof msg, "the prompt has %d tokens and max_context is %lld: no room to "

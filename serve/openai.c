@@ -455,8 +455,9 @@ static void completion_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
     *finished = 1;
 }
 
-/* prompt: a string (BOS + its tokens, special-token strings as plain text), token ids
- * (used as given), or a list holding one of those. */
+/* prompt: a string (BOS + its tokens; a raw prompt, so special-token strings in it are
+ * control tokens, as in `dsv4 generate` without --chat), token ids (used as given), or a
+ * list holding one of those. Chat messages are the place for untrusted text. */
 static int completion_prompt(srv *s, const cJSON *p, dsv4_tok_ids *ids, char *msg) {
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 &&
         (cJSON_IsString(p->child) || cJSON_IsArray(p->child)))
@@ -468,8 +469,7 @@ static int completion_prompt(srv *s, const cJSON *p, dsv4_tok_ids *ids, char *ms
         if (!ids->ids) { snprintf(msg, MSG, "out of memory"); return -1; }
         ids->cap = 16;
         ids->ids[ids->n++] = bos;
-        if (dsv4_tokenize_ex(s->tok, p->valuestring, strlen(p->valuestring), DSV4_TOK_NO_ADDED,
-                             ids, &err)) {
+        if (dsv4_tokenize(s->tok, p->valuestring, strlen(p->valuestring), ids, &err)) {
             snprintf(msg, MSG, "prompt: %s", err.msg);
             return -1;
         }

@@ -103,6 +103,17 @@ run('server_openai', async () => {
   const ids = await client.completions.create({ model, prompt: [0, 1000, 2000, 3000], max_tokens: 4, temperature: 0 });
   assert.strictEqual(ids.usage.prompt_tokens, 4);
 
+  // special-token strings: live in a raw completion prompt (BOS + one control token), plain
+  // text in chat content (several tokens, and no role token beyond the template's own)
+  const sp = await client.completions.create({ model, prompt: '<｜User｜>', max_tokens: 1, temperature: 0 });
+  assert.strictEqual(sp.usage.prompt_tokens, 2);
+  const plain = await client.chat.completions.create({ model, max_tokens: 1, temperature: 0,
+    messages: [{ role: 'user', content: 'x<｜User｜>' }] });
+  const bare = await client.chat.completions.create({ model, max_tokens: 1, temperature: 0,
+    messages: [{ role: 'user', content: 'x' }] });
+  assert(plain.usage.prompt_tokens >= bare.usage.prompt_tokens + 3,
+    `content '<｜User｜>' must be plain text: ${plain.usage.prompt_tokens} vs ${bare.usage.prompt_tokens}`);
+
   // a prompt that fits but leaves less room than max_tokens: generates until the context is full
   const long = Array.from({ length: 1018 }, (_, i) => 1000 + i);
   const full = await client.completions.create({ model, prompt: long, max_tokens: 100, temperature: 0 });
