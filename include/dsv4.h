@@ -4,10 +4,29 @@
  * engines. A dsv4_engine owns the paged caches, scratch buffers and threads for serving
  * sequences of one model. The forward returns hidden states (final RMSNorm output); the LM
  * head is a separate call, so the serving side decides which rows need logits.
+ * Tokenizer, chat template, sampling and generation are in dsv4_text.h.
  *
  * Every call that can fail returns 0 on success or a DSV4_ERR_* code, and fills the
  * caller's dsv4_err with a message. The library never exits or aborts, and holds no global
  * mutable state.
+ *
+ * Threading and ownership
+ *   - A model is immutable once open: any number of threads and engines may use it at
+ *     once. It must outlive every engine (and tokenizer-side object) made from it;
+ *     dsv4_model_close while one is alive is undefined.
+ *   - An engine is used by one thread at a time (calls on one engine are not synchronised;
+ *     serialise them, e.g. one scheduler thread per engine). Distinct engines may run
+ *     concurrently. Each engine owns its own worker threads (opts.threads) and joins them
+ *     in dsv4_engine_free; callers never see them.
+ *   - Hooks (dsv4_engine_set_trace, _set_choice_trace) run on the thread that called the
+ *     forward, during that call, and must not call back into the same engine.
+ *   - Strings the library returns belong to the object they came from and stay valid
+ *     until it is freed (dsv4_model_warnings: until dsv4_model_close); dsv4_strerror and
+ *     dsv4_version return static strings. Buffers passed in are the caller's: the library
+ *     reads or fills them during the call and keeps no pointer to them, except the hook
+ *     user pointers and opts.dist, which must outlive the engine.
+ *   - dsv4_dist_init / _finalize wrap MPI_Init_thread / MPI_Finalize: once per process,
+ *     on the main thread.
  */
 #ifndef DSV4_H
 #define DSV4_H
@@ -15,9 +34,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The version of these headers; dsv4_version() gives the library's (they differ only when
+ * a program runs against another build of the shared library). CMake checks that these
+ * match project(VERSION). */
+#define DSV4_VERSION_MAJOR 0
+#define DSV4_VERSION_MINOR 3
+#define DSV4_VERSION_PATCH 0
+#define DSV4_VERSION_STRING "0.3.0"
+
+/* Marks the public API: the shared library is built with hidden visibility and exports
+ * exactly the declarations carrying DSV4_API. */
+#ifndef DSV4_API
+#if defined(__GNUC__) || defined(__clang__)
+#define DSV4_API __attribute__((visibility("default")))
+#else
+#define DSV4_API
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* "MAJOR.MINOR.PATCH" of the library this program runs against. */
+DSV4_API const char *dsv4_version(void);
 
 /* ---- errors ------------------------------------------------------------------------- */
 
@@ -39,7 +79,7 @@ typedef struct dsv4_err {
 } dsv4_err;
 
 /* Name of an error code ("cache full", ...). */
-const char *dsv4_strerror(int code);
+DSV4_API const char *dsv4_strerror(int code);
 
 /* ---- model -------------------------------------------------------------------------- */
 
@@ -59,23 +99,23 @@ typedef struct dsv4_model_info {
 
 /* Opens a model directory: config.json + model.safetensors or model.safetensors.index.json
  * with shards. Weights are mmap'd and stay in their checkpoint format. */
-int dsv4_model_open(const char *dir, dsv4_model **out, dsv4_err *err);
-void dsv4_model_close(dsv4_model *m);
-dsv4_model_info dsv4_model_get_info(const dsv4_model *m);
+DSV4_API int dsv4_model_open(const char *dir, dsv4_model **out, dsv4_err *err);
+DSV4_API void dsv4_model_close(dsv4_model *m);
+DSV4_API dsv4_model_info dsv4_model_get_info(const dsv4_model *m);
 /* What loading noticed but accepted (unexpected extra tensors, scale bytes outside
  * [3, 246], missing MTP ratios, ...), one per line; "" when there is nothing. */
-const char *dsv4_model_warnings(const dsv4_model *m);
+DSV4_API const char *dsv4_model_warnings(const dsv4_model *m);
 
 /* Weights fingerprint (serving.md §g): SHA-256 over config.json, every shard's size and
  * safetensors header, and a 64 KiB sample every 1 GiB of each shard's tensor data (full = 0:
  * cheap, about 10 MiB read for the release; it misses a change outside the samples), or
  * every byte of tensor data (full = 1: reads the whole checkpoint). The two modes give
  * different values. KV files carry it; MPI ranks compare it at engine create. */
-int dsv4_model_fingerprint(const dsv4_model *m, int full, uint8_t out[32], dsv4_err *err);
+DSV4_API int dsv4_model_fingerprint(const dsv4_model *m, int full, uint8_t out[32], dsv4_err *err);
 /* SHA-256 of the canonical math-relevant config fields (sizes, ratios, rope, routing, hc,
  * norms' eps; not token ids, max_position_embeddings or quantization_config): equal for two
  * config.json files that compute the same function, whatever their formatting. */
-int dsv4_model_config_hash(const dsv4_model *m, uint8_t out[32], dsv4_err *err);
+DSV4_API int dsv4_model_config_hash(const dsv4_model *m, uint8_t out[32], dsv4_err *err);
 
 /* Progress of a long operation: done of total bytes (called from the caller's thread). */
 typedef void (*dsv4_progress_fn)(void *user, uint64_t done, uint64_t total);
@@ -85,22 +125,22 @@ typedef void (*dsv4_progress_fn)(void *user, uint64_t done, uint64_t total);
  * the model first touches them. With expert parallelism pass this process's rank and the
  * rank count: it then reads only the routed experts it owns (and every dense weight); 0, 1
  * reads everything. progress (may be NULL) is called about five times a second. */
-int dsv4_model_warmup(const dsv4_model *m, int threads, int rank, int n_ranks,
-                      dsv4_progress_fn progress, void *user, dsv4_err *err);
+DSV4_API int dsv4_model_warmup(const dsv4_model *m, int threads, int rank, int n_ranks,
+                               dsv4_progress_fn progress, void *user, dsv4_err *err);
 /* Pins the same weights in memory (mlock), so the system never pages them out. Needs a
  * locked-memory limit as large as the weights (ulimit -l) or CAP_IPC_LOCK. */
-int dsv4_model_mlock(const dsv4_model *m, int rank, int n_ranks, dsv4_err *err);
+DSV4_API int dsv4_model_mlock(const dsv4_model *m, int rank, int n_ranks, dsv4_err *err);
 
 /* ---- machine ------------------------------------------------------------------------ */
 
 /* The cores this process may use: the CPU affinity mask (what taskset and container
  * cpusets set), capped by a cgroup CPU quota (cpu.max, or cpu.cfs_quota_us under cgroup
  * v1) rounded up; at least 1. The engine's default thread count (threads = 0). */
-int dsv4_available_cores(void);
+DSV4_API int dsv4_available_cores(void);
 
 /* This machine's memory in bytes: MemTotal, or the container's cgroup memory limit when
  * that is lower; 0 if unknown. */
-uint64_t dsv4_machine_ram_bytes(void);
+DSV4_API uint64_t dsv4_machine_ram_bytes(void);
 
 /* ---- distribution (MPI) ------------------------------------------------------------- */
 
@@ -111,23 +151,23 @@ typedef struct dsv4_dist dsv4_dist;
 enum { DSV4_PAR_NONE = 0, DSV4_PAR_CP = 1, DSV4_PAR_EP = 2 };
 
 /* Initialises MPI (MPI_Init_thread) if this build has it and wraps MPI_COMM_WORLD. */
-int dsv4_dist_init(int *argc, char ***argv, dsv4_dist **out, dsv4_err *err);
+DSV4_API int dsv4_dist_init(int *argc, char ***argv, dsv4_dist **out, dsv4_err *err);
 /* MPI_Finalize (when dsv4_dist_init initialised MPI) and frees d. */
-void dsv4_dist_finalize(dsv4_dist *d);
-int dsv4_dist_rank(const dsv4_dist *d);
-int dsv4_dist_size(const dsv4_dist *d);
+DSV4_API void dsv4_dist_finalize(dsv4_dist *d);
+DSV4_API int dsv4_dist_rank(const dsv4_dist *d);
+DSV4_API int dsv4_dist_size(const dsv4_dist *d);
 /* 1 when this build has MPI. */
-int dsv4_dist_available(void);
+DSV4_API int dsv4_dist_available(void);
 /* Peer timeout: within a call, a collective that has not completed after `seconds`
  * (default 300; 0 = wait forever) fails on the ranks that wait, naming the ranks that did
  * not answer (stopped, deadlocked, or far behind). Time between calls is never limited:
  * ranks of an idle server may wait for the next step indefinitely. After a timeout the
  * group is unusable (the pending operation cannot be cancelled): end the job with
  * dsv4_dist_abort. Every rank should set the same value. */
-int dsv4_dist_set_timeout(dsv4_dist *d, double seconds, dsv4_err *err);
+DSV4_API int dsv4_dist_set_timeout(dsv4_dist *d, double seconds, dsv4_err *err);
 /* Ends every rank (MPI_Abort) after a failure on one of them, so none hangs in a
  * collective; in a single process it returns and the caller exits normally. */
-void dsv4_dist_abort(dsv4_dist *d, int status);
+DSV4_API void dsv4_dist_abort(dsv4_dist *d, int status);
 
 /* ---- engine ------------------------------------------------------------------------- */
 
@@ -182,10 +222,10 @@ enum {
 
 /* Parses a fidelity setting: "official" (all items), "none" (0), or a comma list of items
  * "F1,F3" (case-insensitive, no spaces). Returns 0, or DSV4_ERR_ARG with a message. */
-int dsv4_fidelity_parse(const char *s, unsigned *items, dsv4_err *err);
+DSV4_API int dsv4_fidelity_parse(const char *s, unsigned *items, dsv4_err *err);
 
-int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_engine **out,
-                       dsv4_err *err);
+DSV4_API int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_engine **out,
+                                dsv4_err *err);
 
 /* Does serving fit in this machine's memory? Weights are mmap'd, so every byte read stays
  * resident only while memory lasts; past that the system pages weights in from disk on
@@ -207,25 +247,25 @@ typedef struct dsv4_mem_fit {
 
 /* From a config.json alone, with the released checkpoint's formats (FP8 projections, FP4
  * experts): no weights needed. */
-int dsv4_mem_fit_config(const char *config_json, const dsv4_engine_opts *opts,
-                        dsv4_mem_fit *out, dsv4_err *err);
+DSV4_API int dsv4_mem_fit_config(const char *config_json, const dsv4_engine_opts *opts,
+                                 dsv4_mem_fit *out, dsv4_err *err);
 /* For an opened model, from its files' tensor bytes. */
-int dsv4_mem_fit_model(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_mem_fit *out,
-                       dsv4_err *err);
-void dsv4_engine_free(dsv4_engine *e);
+DSV4_API int dsv4_mem_fit_model(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_mem_fit *out,
+                                dsv4_err *err);
+DSV4_API void dsv4_engine_free(dsv4_engine *e);
 
 /* The options the engine runs with, defaults filled in (max_context, max_seqs, c_max,
  * threads, ...), and the model it was created on. */
-dsv4_engine_opts dsv4_engine_get_opts(const dsv4_engine *e);
-const dsv4_model *dsv4_engine_model(const dsv4_engine *e);
+DSV4_API dsv4_engine_opts dsv4_engine_get_opts(const dsv4_engine *e);
+DSV4_API const dsv4_model *dsv4_engine_model(const dsv4_engine *e);
 
 /* Sequences are small integer handles owned by the engine. */
-int dsv4_seq_create(dsv4_engine *e, int *seq, dsv4_err *err);
-int dsv4_seq_free(dsv4_engine *e, int seq, dsv4_err *err);
+DSV4_API int dsv4_seq_create(dsv4_engine *e, int *seq, dsv4_err *err);
+DSV4_API int dsv4_seq_free(dsv4_engine *e, int seq, dsv4_err *err);
 /* Committed length n of a live sequence, or -1 for an invalid handle. */
-int64_t dsv4_seq_length(const dsv4_engine *e, int seq);
+DSV4_API int64_t dsv4_seq_length(const dsv4_engine *e, int seq);
 /* MTP length m (positions the MTP block has consumed), or -1. */
-int64_t dsv4_seq_mtp_length(const dsv4_engine *e, int seq);
+DSV4_API int64_t dsv4_seq_mtp_length(const dsv4_engine *e, int seq);
 
 /* Pages of the paged caches in use and in all (window pool, compressed-block pool) and
  * sequence slots, for a server's load metrics. */
@@ -234,19 +274,19 @@ typedef struct dsv4_cache_stats {
     int64_t blk_used, blk_total;
     int seqs_used, seqs_total;
 } dsv4_cache_stats;
-dsv4_cache_stats dsv4_engine_cache_stats(const dsv4_engine *e);
+DSV4_API dsv4_cache_stats dsv4_engine_cache_stats(const dsv4_engine *e);
 
 /* ---- sharing and prefix cache (spec/serving.md §g) ----------------------------------- */
 
 /* A = lcm of the nonzero compress ratios (128 for Flash; 1 without compression): the
  * lengths at which snapshots can be taken. */
-int dsv4_engine_alignment(const dsv4_engine *e);
+DSV4_API int dsv4_engine_alignment(const dsv4_engine *e);
 
 /* A new sequence with the state of src (any length, also mid-window): the compressed blocks
  * closed at src's length are shared by reference (both block tables name the same pages,
  * which neither writes again); the open block, the window rows and the compressor state
  * are copied. The two sequences are then independent. */
-int dsv4_seq_fork(dsv4_engine *e, int src, int *dst, dsv4_err *err);
+DSV4_API int dsv4_seq_fork(dsv4_engine *e, int src, int *dst, dsv4_err *err);
 
 /* A snapshot: the state of a sequence at a compression-aligned length n (n % A == 0,
  * n > 0; with MTP, m == n - 1), owned by the engine, kept outside any sequence slot. It
@@ -257,16 +297,16 @@ int dsv4_seq_fork(dsv4_engine *e, int src, int *dst, dsv4_err *err);
 typedef struct dsv4_snapshot dsv4_snapshot;
 
 /* tokens: the sequence's n tokens; hidden [D], streams [hc, D]: position n - 1's outputs. */
-int dsv4_snapshot_take(dsv4_engine *e, int seq, const int32_t *tokens, const float *hidden,
-                       const float *streams, dsv4_snapshot **out, dsv4_err *err);
+DSV4_API int dsv4_snapshot_take(dsv4_engine *e, int seq, const int32_t *tokens, const float *hidden,
+                                const float *streams, dsv4_snapshot **out, dsv4_err *err);
 /* A new sequence in the snapshot's state (length n, MTP length m); hidden [D] and streams
  * [hc, D] (each may be NULL) receive position n - 1's outputs. Pool exhaustion
  * (DSV4_ERR_CACHE_FULL) leaves nothing allocated. */
-int dsv4_snapshot_restore(dsv4_engine *e, const dsv4_snapshot *s, int *seq, float *hidden,
-                          float *streams, dsv4_err *err);
-void dsv4_snapshot_free(dsv4_engine *e, dsv4_snapshot *s);
-int64_t dsv4_snapshot_length(const dsv4_snapshot *s);
-const int32_t *dsv4_snapshot_tokens(const dsv4_snapshot *s);
+DSV4_API int dsv4_snapshot_restore(dsv4_engine *e, const dsv4_snapshot *s, int *seq, float *hidden,
+                                   float *streams, dsv4_err *err);
+DSV4_API void dsv4_snapshot_free(dsv4_engine *e, dsv4_snapshot *s);
+DSV4_API int64_t dsv4_snapshot_length(const dsv4_snapshot *s);
+DSV4_API const int32_t *dsv4_snapshot_tokens(const dsv4_snapshot *s);
 
 /* The prefix cache: snapshots the engine keeps and finds by their tokens. Keys form a hash
  * chain over aligned token blocks (block i's key covers tokens [0, (i+1)·A)); a match is
@@ -277,18 +317,18 @@ const int32_t *dsv4_snapshot_tokens(const dsv4_snapshot *s);
 
 /* Keeps seq's state at its length (aligned, as for dsv4_snapshot_take) in the prefix
  * cache; an entry with the same tokens is only marked recently used. */
-int dsv4_prefix_insert(dsv4_engine *e, int seq, const int32_t *tokens, const float *hidden,
-                       const float *streams, dsv4_err *err);
+DSV4_API int dsv4_prefix_insert(dsv4_engine *e, int seq, const int32_t *tokens, const float *hidden,
+                                const float *streams, dsv4_err *err);
 /* Starts a sequence for a prompt of n_tokens tokens: restores the longest cached prefix
  * (*n_cached = its length <= n_tokens, hidden [D] / streams [hc, D] receive its position
  * n_cached - 1, each may be NULL) or, on a miss, creates an empty sequence (*n_cached = 0).
  * The caller then runs the forward over tokens [n_cached, n_tokens). */
-int dsv4_prefix_start(dsv4_engine *e, const int32_t *tokens, int64_t n_tokens, int *seq,
-                      int64_t *n_cached, float *hidden, float *streams, dsv4_err *err);
+DSV4_API int dsv4_prefix_start(dsv4_engine *e, const int32_t *tokens, int64_t n_tokens, int *seq,
+                               int64_t *n_cached, float *hidden, float *streams, dsv4_err *err);
 
 /* Hands a snapshot (e.g. one loaded from a file) to the prefix cache, which owns it from
  * then on (the handle must not be used again; a duplicate of an entry is freed). */
-int dsv4_prefix_adopt(dsv4_engine *e, dsv4_snapshot *s, dsv4_err *err);
+DSV4_API int dsv4_prefix_adopt(dsv4_engine *e, dsv4_snapshot *s, dsv4_err *err);
 
 /* KV persistence (spec/serving.md §g file format). Save writes NAME.tmp.PID, fsyncs it and
  * renames it over path (a crash leaves the old file or the new one, never a torn one).
@@ -297,8 +337,8 @@ int dsv4_prefix_adopt(dsv4_engine *e, dsv4_snapshot *s, dsv4_err *err);
  * (outside the pools: restore it with dsv4_snapshot_restore); any failure is
  * DSV4_ERR_FORMAT (or _IO) naming the file and the check. The file records the kernel
  * level it was made with; loading under another level is allowed. */
-int dsv4_snapshot_save(dsv4_engine *e, const dsv4_snapshot *s, const char *path, dsv4_err *err);
-int dsv4_snapshot_load(dsv4_engine *e, const char *path, dsv4_snapshot **out, dsv4_err *err);
+DSV4_API int dsv4_snapshot_save(dsv4_engine *e, const dsv4_snapshot *s, const char *path, dsv4_err *err);
+DSV4_API int dsv4_snapshot_load(dsv4_engine *e, const char *path, dsv4_snapshot **out, dsv4_err *err);
 
 typedef struct dsv4_prefix_stats {
     int64_t hits, misses;         /* dsv4_prefix_start calls that restored / did not */
@@ -308,7 +348,7 @@ typedef struct dsv4_prefix_stats {
     int64_t host_bytes;           /* their copies outside the pools */
     int64_t pool_bytes;           /* compressed blocks only they hold (evicting all frees it) */
 } dsv4_prefix_stats;
-dsv4_prefix_stats dsv4_prefix_get_stats(const dsv4_engine *e);
+DSV4_API dsv4_prefix_stats dsv4_prefix_get_stats(const dsv4_engine *e);
 
 /* One span: rows [start, start + n_tokens) of a sequence; start must equal its length n.
  * Prefill, chunked prefill, decode and speculative verification are all spans.
@@ -341,20 +381,20 @@ typedef struct dsv4_span {
  *   hidden  [sum n_hidden, D]       final RMSNorm output
  *   streams [sum n_streams, hc, D]  last-block streams
  * Validation happens before any state changes; on error no sequence is modified. */
-int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
-                 float *streams, dsv4_err *err);
+DSV4_API int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
+                          float *streams, dsv4_err *err);
 
 /* Accepts the first k rows (1 <= k <= C) of seq's pending speculative span of C rows:
  * n <- start + k; the rest is rolled back (see dsv4_span). DSV4_ERR_STATE when seq has no
  * pending speculative span, DSV4_ERR_ARG for a k out of range (the span stays pending). */
-int dsv4_seq_commit(dsv4_engine *e, int seq, int k, dsv4_err *err);
+DSV4_API int dsv4_seq_commit(dsv4_engine *e, int seq, int k, dsv4_err *err);
 /* Rows of seq's pending speculative span (0 = none), or -1 for an invalid handle. */
-int dsv4_seq_pending(const dsv4_engine *e, int seq);
+DSV4_API int dsv4_seq_pending(const dsv4_engine *e, int seq);
 /* In an engine with MTP caches: seq will not run its MTP rows (decoding without drafts,
  * or a state without its MTP part). Its window pages are then freed by the main length
  * alone (otherwise they wait for the MTP rows), and dsv4_mtp_forward refuses it. Lasts
  * until dsv4_seq_free. */
-int dsv4_seq_mtp_off(dsv4_engine *e, int seq, dsv4_err *err);
+DSV4_API int dsv4_seq_mtp_off(dsv4_engine *e, int seq, dsv4_err *err);
 
 /* MTP block 0 over MTP positions [start, start + n) of a sequence (start must equal m):
  * row i consumes the main model's last-block streams of position start+i and the token at
@@ -367,21 +407,21 @@ typedef struct dsv4_mtp_span {
     const float *streams;        /* [n, hc, D] */
 } dsv4_mtp_span;
 
-int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, float *hidden,
-                     dsv4_err *err);
+DSV4_API int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans,
+                              float *hidden, dsv4_err *err);
 
 /* Serving-side LM head: logits[r] = hidden[r] . head.weight^T for r < n_rows, FP32,
  * hidden [n_rows, D] -> logits [n_rows, V]. */
-int dsv4_lm_head(dsv4_engine *e, const float *hidden, int n_rows, float *logits,
-                 dsv4_err *err);
+DSV4_API int dsv4_lm_head(dsv4_engine *e, const float *hidden, int n_rows, float *logits,
+                          dsv4_err *err);
 
 /* Vocabulary shard `shard` of `n_shards` (serving.md §b): rows [lo, hi) of head.weight with
  * lo = shard * ceil(V / n_shards), hi = min(V, lo + ceil(V / n_shards)) (hi <= lo: empty).
  * logits [n_rows, hi - lo] = hidden [n_rows, D] . head.weight[lo:hi]^T, the same values the
  * full dsv4_lm_head gives for those columns. */
-void dsv4_lm_head_shard_range(int vocab, int shard, int n_shards, int *lo, int *hi);
-int dsv4_lm_head_shard(dsv4_engine *e, const float *hidden, int n_rows, int shard, int n_shards,
-                       float *logits, dsv4_err *err);
+DSV4_API void dsv4_lm_head_shard_range(int vocab, int shard, int n_shards, int *lo, int *hi);
+DSV4_API int dsv4_lm_head_shard(dsv4_engine *e, const float *hidden, int n_rows, int shard,
+                                int n_shards, float *logits, dsv4_err *err);
 
 /* With a process group (opts.dist, opts.parallel set, more than one rank) these are
  * collective: every rank calls them with the same n_rows, and only the home rank's
@@ -391,16 +431,16 @@ int dsv4_lm_head_shard(dsv4_engine *e, const float *hidden, int n_rows, int shar
  *   dsv4_lm_head_argmax: greedy ids [n_rows] (and values, may be NULL) on every rank,
  *                        reduced with MPI_Allreduce (larger value, then lower id): equal to
  *                        the argmax of the full logits, ties to the lowest token id. */
-int dsv4_lm_head_dist(dsv4_engine *e, const float *hidden, int n_rows, float *logits,
-                      dsv4_err *err);
-int dsv4_lm_head_argmax(dsv4_engine *e, const float *hidden, int n_rows, int32_t *ids,
-                        float *values, dsv4_err *err);
+DSV4_API int dsv4_lm_head_dist(dsv4_engine *e, const float *hidden, int n_rows, float *logits,
+                               dsv4_err *err);
+DSV4_API int dsv4_lm_head_argmax(dsv4_engine *e, const float *hidden, int n_rows, int32_t *ids,
+                                 float *values, dsv4_err *err);
 
 /* Optional debugging hook: called after every attention sub-block (kind 0) and every block
  * (kind 1) with the hc streams [hc, D] of one row at absolute position pos. */
 typedef void (*dsv4_trace_fn)(void *user, int seq, int64_t pos, int layer, int kind,
                               const float *streams);
-void dsv4_engine_set_trace(dsv4_engine *e, dsv4_trace_fn fn, void *user);
+DSV4_API void dsv4_engine_set_trace(dsv4_engine *e, dsv4_trace_fn fn, void *user);
 
 /* Optional debugging hook for the discrete choices of one row at absolute position pos:
  * kind DSV4_CHOICE_EXPERTS — the K routed experts in k order (single-process MoE path);
@@ -408,7 +448,7 @@ void dsv4_engine_set_trace(dsv4_engine *e, dsv4_trace_fn fn, void *user);
 enum { DSV4_CHOICE_EXPERTS = 0, DSV4_CHOICE_CSA = 1 };
 typedef void (*dsv4_choice_fn)(void *user, int seq, int64_t pos, int layer, int kind,
                                const int *ids, int n);
-void dsv4_engine_set_choice_trace(dsv4_engine *e, dsv4_choice_fn fn, void *user);
+DSV4_API void dsv4_engine_set_choice_trace(dsv4_engine *e, dsv4_choice_fn fn, void *user);
 
 #ifdef __cplusplus
 }
