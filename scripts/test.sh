@@ -1,8 +1,8 @@
 #!/bin/sh
 # The whole test suite: installs the dependencies (Debian packages), runs the libFuzzer
-# targets for a short bounded time, every test of the default (Release) build, then the
-# tests labelled "fast" and "golden" again in an AddressSanitizer + UndefinedBehaviorSanitizer
-# build.
+# targets for a short bounded time, every test of the default (Release) build (warnings are
+# errors there), then the tests labelled "fast" and "golden" again in an AddressSanitizer +
+# UndefinedBehaviorSanitizer build.
 set -e
 cd "$(dirname "$0")/.."
 JOBS=$(nproc 2>/dev/null || echo 2)
@@ -10,7 +10,7 @@ sh scripts/setup.sh --test
 
 sh scripts/fuzz.sh
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDSV4_WERROR=ON >/dev/null
 cmake --build build -j "$JOBS"
 (cd build && ctest --output-on-failure -j "$JOBS")
 
