@@ -4,26 +4,28 @@
 # alone; bad input exits 1-2 with a message; --fidelity none/official (P3).
 BIN=$1 MODEL=$2 OUT=$3
 fail() { echo "FAIL: $*" >&2; exit 1; }
-rm -rf "$OUT" && mkdir -p "$OUT" || fail "mkdir $OUT"
+checks=0
+ok() { checks=$((checks + 1)); }  # one more check passed (fail exits)
+rm -rf "$OUT" && mkdir -p "$OUT" || fail "mkdir $OUT"; ok
 seq_ids() { awk -v n="$1" -v s="$2" 'BEGIN { x = s; for (i = 0; i < n; i++) { x = (x * 1103515245 + 12345) % 2147483648;
                                    printf("%s%d", i ? "," : "", int(x / 65536) % 512) } }'; }
 A=$(seq_ids 30 1) B=$(seq_ids 45 2) C=$(seq_ids 140 3)
 printf '%s\n%s\n\n%s\n' "$A" "$(echo "$B" | tr ',' ' ')" "$C" > "$OUT/tokens.txt"
 "$BIN" run --model "$MODEL" --tokens-file "$OUT/tokens.txt" --prefill 20 --chunk 9 --mtp --dump "$OUT/batch" \
-    || fail "batched run"
+    || fail "batched run"; ok
 i=0
 for t in "$A" "$B" "$C"; do
-    "$BIN" run --model "$MODEL" --tokens "$t" --prefill 20 --chunk 9 --mtp --dump "$OUT/alone$i" || fail "run $i"
+    "$BIN" run --model "$MODEL" --tokens "$t" --prefill 20 --chunk 9 --mtp --dump "$OUT/alone$i" || fail "run $i"; ok
     for f in prefill_logits prefill_hidden decode_logits decode_hidden mtp_logits; do
-        cmp -s "$OUT/alone$i/$f.bin" "$OUT/batch/seq$i/$f.bin" || fail "seq$i $f differs between batched and alone"
+        cmp -s "$OUT/alone$i/$f.bin" "$OUT/batch/seq$i/$f.bin" || fail "seq$i $f differs between batched and alone"; ok
     done
     i=$((i + 1))
 done
 expect() { # status pattern args...
     want=$1 pat=$2; shift 2
     msg=$("$BIN" run "$@" 2>&1 >/dev/null); got=$?
-    [ "$got" -eq "$want" ] || fail "run $*: exit $got, want $want"
-    echo "$msg" | grep -q "$pat" || fail "run $*: message '$msg' lacks '$pat'"
+    [ "$got" -eq "$want" ] || fail "run $*: exit $got, want $want"; ok
+    echo "$msg" | grep -q "$pat" || fail "run $*: message '$msg' lacks '$pat'"; ok
 }
 expect 2 "unknown option" --model "$MODEL" --tokens 1,2 --dump "$OUT/x" --frobnicate
 expect 2 "vocab size" --model "$MODEL" --tokens 1,512 --dump "$OUT/x"
@@ -34,11 +36,11 @@ expect 2 "bad token id" --model "$MODEL" --tokens 1,x2 --dump "$OUT/x"
 # fidelity mode P3: "none" is the exact path byte for byte, "official" changes the logits;
 # a bad setting or one combined with --w8a8 is refused
 T=$(seq_ids 40 4)
-"$BIN" run --model "$MODEL" --tokens "$T" --prefill 30 --dump "$OUT/p0" || fail "P0 run"
-"$BIN" run --model "$MODEL" --tokens "$T" --prefill 30 --fidelity none --dump "$OUT/none" || fail "fidelity none run"
-"$BIN" run --model "$MODEL" --tokens "$T" --prefill 30 --fidelity official --dump "$OUT/p3" || fail "fidelity official run"
-cmp -s "$OUT/p0/prefill_logits.bin" "$OUT/none/prefill_logits.bin" || fail "--fidelity none differs from P0"
-cmp -s "$OUT/p0/decode_logits.bin" "$OUT/p3/decode_logits.bin" && fail "--fidelity official gives P0's logits"
+"$BIN" run --model "$MODEL" --tokens "$T" --prefill 30 --dump "$OUT/p0" || fail "P0 run"; ok
+"$BIN" run --model "$MODEL" --tokens "$T" --prefill 30 --fidelity none --dump "$OUT/none" || fail "fidelity none run"; ok
+"$BIN" run --model "$MODEL" --tokens "$T" --prefill 30 --fidelity official --dump "$OUT/p3" || fail "fidelity official run"; ok
+cmp -s "$OUT/p0/prefill_logits.bin" "$OUT/none/prefill_logits.bin" || fail "--fidelity none differs from P0"; ok
+cmp -s "$OUT/p0/decode_logits.bin" "$OUT/p3/decode_logits.bin" && fail "--fidelity official gives P0's logits"; ok
 expect 2 "unknown item 'F7'" --model "$MODEL" --tokens 1,2 --dump "$OUT/x" --fidelity F7
 expect 1 "w8a8" --model "$MODEL" --tokens 1,2 --dump "$OUT/x" --fidelity F1 --w8a8
-echo "2 passed, 0 failed"
+printf "cli_run: %d checks passed, 0 failed\n" "$checks"
