@@ -54,15 +54,15 @@ typedef struct dsv4_tok_ids {
     size_t n, cap;
 } dsv4_tok_ids;
 
-void dsv4_tok_ids_free(dsv4_tok_ids *ids);
+DSV4_API void dsv4_tok_ids_free(dsv4_tok_ids *ids);
 
 /* Reads a tokenizer.json. Errors: DSV4_ERR_IO (unreadable), DSV4_ERR_FORMAT (not JSON,
  * missing or mistyped fields, bad regex, merge of unknown tokens), DSV4_ERR_UNSUPPORTED
  * (a normalizer, pre-tokenizer, model or decoder type this build does not implement). */
-int dsv4_tokenizer_load(const char *path, dsv4_tokenizer **out, dsv4_err *err);
+DSV4_API int dsv4_tokenizer_load(const char *path, dsv4_tokenizer **out, dsv4_err *err);
 /* Same, from the JSON text in memory (len bytes, need not be NUL-terminated). */
-int dsv4_tokenizer_load_json(const char *json, size_t len, dsv4_tokenizer **out, dsv4_err *err);
-void dsv4_tokenizer_free(dsv4_tokenizer *tok);
+DSV4_API int dsv4_tokenizer_load_json(const char *json, size_t len, dsv4_tokenizer **out, dsv4_err *err);
+DSV4_API void dsv4_tokenizer_free(dsv4_tokenizer *tok);
 
 /* Flags of dsv4_tokenize_ex. */
 enum {
@@ -74,17 +74,17 @@ enum {
 /* Encodes len bytes of UTF-8 text and appends the ids to out. Literal added-token strings
  * become those tokens. Errors: DSV4_ERR_ARG for text that is not valid UTF-8 (the message
  * names the byte offset), DSV4_ERR_NOMEM. On error out->n is left as it was. */
-int dsv4_tokenize(const dsv4_tokenizer *tok, const char *text, size_t len, dsv4_tok_ids *out,
-                  dsv4_err *err);
-int dsv4_tokenize_ex(const dsv4_tokenizer *tok, const char *text, size_t len, int flags,
-                     dsv4_tok_ids *out, dsv4_err *err);
+DSV4_API int dsv4_tokenize(const dsv4_tokenizer *tok, const char *text, size_t len, dsv4_tok_ids *out,
+                           dsv4_err *err);
+DSV4_API int dsv4_tokenize_ex(const dsv4_tokenizer *tok, const char *text, size_t len, int flags,
+                              dsv4_tok_ids *out, dsv4_err *err);
 
 /* Like dsv4_tokenize, but no added token may match across the byte ranges plain
  * ([2 * n_plain] sorted pairs [start, end)): text in them is encoded as ordinary
  * characters. Everything else, and the pre-tokenizer split, is as for the whole text, so
  * text without special-token strings gets exactly the ids of dsv4_tokenize. */
-int dsv4_tokenize_marked(const dsv4_tokenizer *tok, const char *text, size_t len,
-                         const size_t *plain, int n_plain, dsv4_tok_ids *out, dsv4_err *err);
+DSV4_API int dsv4_tokenize_marked(const dsv4_tokenizer *tok, const char *text, size_t len,
+                                  const size_t *plain, int n_plain, dsv4_tok_ids *out, dsv4_err *err);
 
 /* Flags of dsv4_detokenize. */
 enum {
@@ -94,40 +94,40 @@ enum {
 /* Decodes n ids to UTF-8. *text is malloc'ed and NUL-terminated (the caller frees it);
  * *text_len excludes the NUL. Errors: DSV4_ERR_ARG for an id that has no token (negative,
  * past the vocabulary, or a hole in it), naming the id and its index. */
-int dsv4_detokenize(const dsv4_tokenizer *tok, const int32_t *ids, size_t n, int flags,
-                    char **text, size_t *text_len, dsv4_err *err);
+DSV4_API int dsv4_detokenize(const dsv4_tokenizer *tok, const int32_t *ids, size_t n, int flags,
+                             char **text, size_t *text_len, dsv4_err *err);
 
 /* ---- streaming decode ---------------------------------------------------------------- */
 
 typedef struct dsv4_tok_stream dsv4_tok_stream;
 
-int dsv4_tok_stream_new(const dsv4_tokenizer *tok, int flags, dsv4_tok_stream **out,
-                        dsv4_err *err);
-void dsv4_tok_stream_free(dsv4_tok_stream *s);
+DSV4_API int dsv4_tok_stream_new(const dsv4_tokenizer *tok, int flags, dsv4_tok_stream **out,
+                                 dsv4_err *err);
+DSV4_API void dsv4_tok_stream_free(dsv4_tok_stream *s);
 /* Feeds one id. *text and *len receive the newly completed UTF-8 (possibly empty), valid
  * until the next call on s. Bytes of a character still incomplete are held back. An id
  * without a token returns DSV4_ERR_ARG and leaves the stream as it was. */
-int dsv4_tok_stream_push(dsv4_tok_stream *s, int32_t id, const char **text, size_t *len,
-                         dsv4_err *err);
+DSV4_API int dsv4_tok_stream_push(dsv4_tok_stream *s, int32_t id, const char **text, size_t *len,
+                                  dsv4_err *err);
 /* Ends the stream: held-back bytes that never completed a character come out as U+FFFD.
  * The stream is then empty and can be reused. */
-void dsv4_tok_stream_flush(dsv4_tok_stream *s, const char **text, size_t *len);
+DSV4_API void dsv4_tok_stream_flush(dsv4_tok_stream *s, const char **text, size_t *len);
 
 /* ---- lookups ------------------------------------------------------------------------- */
 
 /* One more than the largest id (vocabulary and added tokens). */
-int dsv4_tok_vocab_size(const dsv4_tokenizer *tok);
+DSV4_API int dsv4_tok_vocab_size(const dsv4_tokenizer *tok);
 /* Id of a token given in its tokenizer.json spelling ("<｜end▁of▁sentence｜>", "Ġthe"),
  * added tokens first; -1 if there is none. */
-int32_t dsv4_tok_token_to_id(const dsv4_tokenizer *tok, const char *token);
+DSV4_API int32_t dsv4_tok_token_to_id(const dsv4_tokenizer *tok, const char *token);
 /* The tokenizer.json spelling of an id, or NULL for an id without a token. */
-const char *dsv4_tok_id_to_token(const dsv4_tokenizer *tok, int32_t id);
+DSV4_API const char *dsv4_tok_id_to_token(const dsv4_tokenizer *tok, int32_t id);
 /* The bytes an id decodes to (not NUL-terminated; may be a partial UTF-8 character), or
  * NULL for an id without a token. */
-const char *dsv4_tok_id_bytes(const dsv4_tokenizer *tok, int32_t id, size_t *len);
+DSV4_API const char *dsv4_tok_id_bytes(const dsv4_tokenizer *tok, int32_t id, size_t *len);
 /* 1 if the id is an added token / an added token marked special, else 0. */
-int dsv4_tok_is_added(const dsv4_tokenizer *tok, int32_t id);
-int dsv4_tok_is_special(const dsv4_tokenizer *tok, int32_t id);
+DSV4_API int dsv4_tok_is_added(const dsv4_tokenizer *tok, int32_t id);
+DSV4_API int dsv4_tok_is_special(const dsv4_tokenizer *tok, int32_t id);
 
 /* ==== tool calls (DSML) ================================================================ */
 
@@ -176,14 +176,14 @@ typedef struct dsv4_parsed {
  *    and the content followed by the raw text of the broken block, with no tool calls.
  * A string="false" value that is not valid JSON is passed on as a JSON string.
  * DSV4_ERR_NOMEM on allocation failure (then *out is empty). */
-int dsv4_dsml_parse(const char *text, size_t len, int thinking, dsv4_parsed *out,
-                    dsv4_err *err);
-void dsv4_parsed_free(dsv4_parsed *p);
+DSV4_API int dsv4_dsml_parse(const char *text, size_t len, int thinking, dsv4_parsed *out,
+                             dsv4_err *err);
+DSV4_API void dsv4_parsed_free(dsv4_parsed *p);
 
 /* The OpenAI-style assistant message {"role", "content", ["reasoning_content"],
  * ["tool_calls": [{"type": "function", "function": {"name", "arguments"}}]]}, or NULL when
  * out of memory. The caller owns it (cJSON_Delete). */
-struct cJSON *dsv4_parsed_to_json(const dsv4_parsed *p);
+DSV4_API struct cJSON *dsv4_parsed_to_json(const dsv4_parsed *p);
 
 /* ==== chat encoding ==================================================================== */
 
@@ -253,22 +253,22 @@ typedef struct dsv4_chat_opts {
  * system message in front. *out is malloc'ed and NUL-terminated, *len excludes the NUL.
  * Errors: DSV4_ERR_FORMAT naming the message and field (unknown role, bad task, a
  * tool call without a function name, empty developer content, ...), DSV4_ERR_NOMEM. */
-int dsv4_chat_encode(const struct cJSON *messages, const struct cJSON *tools, const dsv4_chat_opts *opts,
-                     char **out, size_t *len, dsv4_err *err);
+DSV4_API int dsv4_chat_encode(const struct cJSON *messages, const struct cJSON *tools, const dsv4_chat_opts *opts,
+                              char **out, size_t *len, dsv4_err *err);
 
 /* Encodes and tokenizes in one go, message content (system, user, tool results, reminders,
  * assistant content and reasoning, tool schemas) as plain text; appends to out. */
-int dsv4_chat_encode_ids(const struct cJSON *messages, const struct cJSON *tools,
-                         const dsv4_chat_opts *opts, const dsv4_tokenizer *tok,
-                         dsv4_tok_ids *out, dsv4_err *err);
+DSV4_API int dsv4_chat_encode_ids(const struct cJSON *messages, const struct cJSON *tools,
+                                  const dsv4_chat_opts *opts, const dsv4_tokenizer *tok,
+                                  dsv4_tok_ids *out, dsv4_err *err);
 
 /* The same from JSON text: either an array of messages, or an object with "messages" and
  * optionally "tools", "thinking_mode" ("thinking"|"chat"), "thinking" (bool, or
  * {"type": "enabled"|"disabled"} as in DeepSeek's API),
  * "drop_thinking" (bool), "reasoning_effort" ("max"|"high"|null). Keys present override
  * *defaults (which may be NULL = all zero). */
-int dsv4_chat_encode_json(const char *json, size_t json_len, const dsv4_chat_opts *defaults,
-                          char **out, size_t *len, dsv4_err *err);
+DSV4_API int dsv4_chat_encode_json(const char *json, size_t json_len, const dsv4_chat_opts *defaults,
+                                   char **out, size_t *len, dsv4_err *err);
 
 /* ---- conversation -------------------------------------------------------------------- */
 
@@ -282,26 +282,26 @@ int dsv4_chat_encode_json(const char *json, size_t json_len, const dsv4_chat_opt
  * the same tokens as tokenizing the whole text. */
 typedef struct dsv4_chat dsv4_chat;
 
-int dsv4_chat_create(const dsv4_chat_opts *opts, dsv4_chat **out, dsv4_err *err);
-void dsv4_chat_free(dsv4_chat *c);
+DSV4_API int dsv4_chat_create(const dsv4_chat_opts *opts, dsv4_chat **out, dsv4_err *err);
+DSV4_API void dsv4_chat_free(dsv4_chat *c);
 
 /* Appends a message: role system | developer | user | latest_reminder | tool | assistant,
  * content text (copied). */
-int dsv4_chat_add(dsv4_chat *c, const char *role, const char *content, dsv4_err *err);
+DSV4_API int dsv4_chat_add(dsv4_chat *c, const char *role, const char *content, dsv4_err *err);
 /* Appends a message given as an OpenAI-style JSON object (copied; checked when encoded). */
-int dsv4_chat_add_json(dsv4_chat *c, const struct cJSON *msg, dsv4_err *err);
+DSV4_API int dsv4_chat_add_json(dsv4_chat *c, const struct cJSON *msg, dsv4_err *err);
 /* Sets the tools array (copied; NULL removes it), as for dsv4_chat_encode. */
-int dsv4_chat_set_tools(dsv4_chat *c, const struct cJSON *tools, dsv4_err *err);
+DSV4_API int dsv4_chat_set_tools(dsv4_chat *c, const struct cJSON *tools, dsv4_err *err);
 
 /* Encodes the conversation and returns the text to feed next: the part after what was fed
  * (reset = 0) or, when that is not a prefix any more, the whole text (reset = 1). From then
  * on that text counts as fed. *text is malloc'ed, NUL-terminated. */
-int dsv4_chat_next(dsv4_chat *c, char **text, size_t *len, int *reset, dsv4_err *err);
+DSV4_API int dsv4_chat_next(dsv4_chat *c, char **text, size_t *len, int *reset, dsv4_err *err);
 
 /* dsv4_chat_next, tokenized with content as plain text (see dsv4_chat_encode_ids);
  * appends the new part's ids to out. */
-int dsv4_chat_next_ids(dsv4_chat *c, const dsv4_tokenizer *tok, dsv4_tok_ids *out, int *reset,
-                       dsv4_err *err);
+DSV4_API int dsv4_chat_next_ids(dsv4_chat *c, const dsv4_tokenizer *tok, dsv4_tok_ids *out, int *reset,
+                                dsv4_err *err);
 
 /* Records the model's answer: text is exactly what the sequence holds after the prompt
  * (with or without a final EOS). It is parsed (thinking or not, as the last prompt asked)
@@ -309,15 +309,15 @@ int dsv4_chat_next_ids(dsv4_chat *c, const dsv4_tokenizer *tok, dsv4_tok_ids *ou
  * applies, and counted as fed. parsed (may be NULL) receives the structured message, to be
  * freed with dsv4_parsed_free. A malformed answer is recorded all the same and returns
  * DSV4_ERR_FORMAT with the parser's message. */
-int dsv4_chat_add_generated(dsv4_chat *c, const char *text, size_t len, dsv4_parsed *parsed,
-                            dsv4_err *err);
+DSV4_API int dsv4_chat_add_generated(dsv4_chat *c, const char *text, size_t len, dsv4_parsed *parsed,
+                                     dsv4_err *err);
 
 /* 1 if the last text handed out by dsv4_chat_next opened a reasoning block (the answer
  * starts with reasoning and must be parsed in thinking mode). */
-int dsv4_chat_gen_thinking(const dsv4_chat *c);
+DSV4_API int dsv4_chat_gen_thinking(const dsv4_chat *c);
 /* Number of messages, and the whole encoding of the conversation (malloc'ed). */
-int dsv4_chat_n_messages(const dsv4_chat *c);
-int dsv4_chat_render(const dsv4_chat *c, char **text, size_t *len, dsv4_err *err);
+DSV4_API int dsv4_chat_n_messages(const dsv4_chat *c);
+DSV4_API int dsv4_chat_render(const dsv4_chat *c, char **text, size_t *len, dsv4_err *err);
 
 /* ==== sampling ========================================================================= */
 
@@ -370,20 +370,20 @@ typedef struct dsv4_sample_out {
 typedef struct dsv4_sampler dsv4_sampler;
 
 /* vocab: V, the row length. Parameters are checked: DSV4_ERR_ARG names the bad one. */
-int dsv4_sampler_create(const dsv4_sample_params *p, int vocab, dsv4_sampler **out,
-                        dsv4_err *err);
-void dsv4_sampler_free(dsv4_sampler *s);
+DSV4_API int dsv4_sampler_create(const dsv4_sample_params *p, int vocab, dsv4_sampler **out,
+                                 dsv4_err *err);
+DSV4_API void dsv4_sampler_free(dsv4_sampler *s);
 /* Restarts the random sequence from a seed. */
-void dsv4_sampler_seed(dsv4_sampler *s, uint64_t seed);
+DSV4_API void dsv4_sampler_seed(dsv4_sampler *s, uint64_t seed);
 
 /* Picks a token from logits [V] (not modified). history: [n_history] earlier token ids
  * for the penalties (may be NULL when n_history is 0). DSV4_ERR_ARG: a history id outside
  * [0, V), or no finite logit. */
-int dsv4_sample(dsv4_sampler *s, const float *logits, const int32_t *history, int n_history,
-                dsv4_sample_out *out, dsv4_err *err);
+DSV4_API int dsv4_sample(dsv4_sampler *s, const float *logits, const int32_t *history, int n_history,
+                         dsv4_sample_out *out, dsv4_err *err);
 
 /* argmax of x[0..n), ties to the lowest index; NaN never wins. -1 if n <= 0 or all NaN. */
-int32_t dsv4_argmax(const float *x, int n);
+DSV4_API int32_t dsv4_argmax(const float *x, int n);
 
 /* ==== stop conditions ================================================================== */
 
@@ -418,28 +418,28 @@ typedef struct dsv4_stop dsv4_stop;
 /* strings: [n_strings] non-empty stop strings (copied); tokens: [n_tokens] stop token ids;
  * max_tokens: most tokens to generate (0 = no limit). DSV4_ERR_ARG for an empty or NULL
  * string, a negative count or limit. */
-int dsv4_stop_create(const char *const *strings, int n_strings, const int32_t *tokens,
-                     int n_tokens, int max_tokens, dsv4_stop **out, dsv4_err *err);
-void dsv4_stop_free(dsv4_stop *s);
+DSV4_API int dsv4_stop_create(const char *const *strings, int n_strings, const int32_t *tokens,
+                              int n_tokens, int max_tokens, dsv4_stop **out, dsv4_err *err);
+DSV4_API void dsv4_stop_free(dsv4_stop *s);
 /* Forgets the text and the token count (a new generation with the same settings). */
-void dsv4_stop_reset(dsv4_stop *s);
+DSV4_API void dsv4_stop_reset(dsv4_stop *s);
 
 /* Counts a sampled token: STOP_TOKEN if it is a stop token (not counted), LENGTH if it
  * is the max_tokens-th token (its text is still shown), else NONE. */
-int dsv4_stop_token(dsv4_stop *s, int32_t token);
+DSV4_API int dsv4_stop_token(dsv4_stop *s, int32_t token);
 
 /* Feeds the text of the next token(s). emit and emit_len receive the text to show now
  * (valid until the next call on s). Returns STOP_STRING once a stop string completed:
  * the emitted text then ends right before it and later feeds emit nothing. Else NONE.
  * Out of memory: returns -DSV4_ERR_NOMEM and emits nothing. */
-int dsv4_stop_feed(dsv4_stop *s, const char *text, size_t len, const char **emit,
-                   size_t *emit_len);
+DSV4_API int dsv4_stop_feed(dsv4_stop *s, const char *text, size_t len, const char **emit,
+                            size_t *emit_len);
 /* Releases the held-back text at the end of generation (nothing after a stop string). */
-void dsv4_stop_flush(dsv4_stop *s, const char **emit, size_t *emit_len);
+DSV4_API void dsv4_stop_flush(dsv4_stop *s, const char **emit, size_t *emit_len);
 
 /* Index of the stop string that ended generation, or -1. Tokens generated so far. */
-int dsv4_stop_matched(const dsv4_stop *s);
-int dsv4_stop_count(const dsv4_stop *s);
+DSV4_API int dsv4_stop_matched(const dsv4_stop *s);
+DSV4_API int dsv4_stop_count(const dsv4_stop *s);
 
 /* ==== generation ======================================================================= */
 
@@ -472,26 +472,26 @@ typedef struct dsv4_gen dsv4_gen;
 /* A generation over the model's vocabulary: sampler, stop conditions and streaming
  * detokenizer. Ids the tokenizer has no text for are never sampled (a random or untrained
  * head would otherwise pick them). DSV4_ERR_ARG names a bad parameter. */
-int dsv4_gen_create(const dsv4_model *m, const dsv4_tokenizer *tok, const dsv4_gen_params *p,
-                    dsv4_gen **out, dsv4_err *err);
-void dsv4_gen_free(dsv4_gen *g);
+DSV4_API int dsv4_gen_create(const dsv4_model *m, const dsv4_tokenizer *tok, const dsv4_gen_params *p,
+                             dsv4_gen **out, dsv4_err *err);
+DSV4_API void dsv4_gen_free(dsv4_gen *g);
 
 /* Consumes the logits row [V] that follows the text so far (not modified) and returns the
  * next token. Exactly one sampler draw per call, so a token depends only on its logits row
  * and the tokens before it: the same tokens come out whether the rows were computed alone,
  * batched, after a preemption or by a speculative verify. Penalties look at the tokens of
  * this generation. After a finish, DSV4_ERR_STATE. */
-int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_err *err);
+DSV4_API int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_err *err);
 
 /* Ends the generation early (cancelled, context full) or after a finish: releases the text
  * held back (a partial character as U+FFFD, a prefix of a stop string that never completed).
  * *text is valid until the next call on g. Later calls release nothing. */
-void dsv4_gen_end(dsv4_gen *g, const char **text, size_t *len);
+DSV4_API void dsv4_gen_end(dsv4_gen *g, const char **text, size_t *len);
 
 /* The tokens sampled so far (stop token included), [*n]; valid until the next call. */
-const int32_t *dsv4_gen_tokens(const dsv4_gen *g, int *n);
+DSV4_API const int32_t *dsv4_gen_tokens(const dsv4_gen *g, int *n);
 /* DSV4_FINISH_* once finished, else NONE. */
-int dsv4_gen_finished(const dsv4_gen *g);
+DSV4_API int dsv4_gen_finished(const dsv4_gen *g);
 
 /* ---- MTP speculative decoding (serving.md §e, one draft per step) ---- */
 
@@ -610,10 +610,10 @@ typedef struct dsv4_generation_result {
 /* Runs prompt (n_prompt >= 1 new tokens) on seq and generates. The last sampled token is
  * fed to the model too unless it is a stop token, so the sequence holds every shown token.
  * Penalties look at the tokens generated in this call. */
-int dsv4_generation_run(dsv4_engine *e, const dsv4_tokenizer *tok, int seq,
-                        const int32_t *prompt, int n_prompt, const dsv4_generation_opts *opts,
-                        const dsv4_generation_callbacks *cb, dsv4_generation_result *res,
-                        dsv4_err *err);
+DSV4_API int dsv4_generation_run(dsv4_engine *e, const dsv4_tokenizer *tok, int seq,
+                                 const int32_t *prompt, int n_prompt, const dsv4_generation_opts *opts,
+                                 const dsv4_generation_callbacks *cb, dsv4_generation_result *res,
+                                 dsv4_err *err);
 
 #ifdef __cplusplus
 }
