@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs the build into a temporary prefix, then builds examples/batched_decode.c against
 # the installed package twice, with pkg-config only and with find_package(dsv4), and runs
-# both on a model (they must load the installed shared library, not the build tree's).
+# both on a model (they must load the installed shared library, not the build tree's);
+# examples/greedy.c (dsv4_text.h) is built with pkg-config too.
 #   install_package.sh BUILD_DIR SOURCE_DIR WORK_DIR MODEL_DIR
 set -e
 BUILD=$1 SRC=$2 WORK=$3 MODEL=$4
@@ -25,6 +26,9 @@ $CC -std=c99 -pedantic -Wall -Wextra -Werror $(pkg-config --cflags dsv4) "$SRC/e
     -o "$WORK/batched_pc" $(pkg-config --libs dsv4) -Wl,-rpath,"$libdir" || fail "build with pkg-config"
 ldd "$WORK/batched_pc" | grep -q "$libdir/libdsv4.so" || fail "batched_pc does not load $libdir/libdsv4.so"
 "$WORK/batched_pc" "$MODEL" 2 4 >/dev/null || fail "batched_pc run"
+# shellcheck disable=SC2046
+$CC -std=c99 -pedantic -Wall -Wextra -Werror $(pkg-config --cflags dsv4) "$SRC/examples/greedy.c" \
+    -o "$WORK/greedy_pc" $(pkg-config --libs dsv4) -Wl,-rpath,"$libdir" || fail "build greedy with pkg-config"
 
 # find_package(dsv4)
 mkdir -p "$WORK/fp"
