@@ -536,36 +536,36 @@ typedef struct dsv4_spec_stats {
 
 /* For live sequence seq at its current length n, with MTP length m = n (a fresh or fully
  * caught-up sequence). DSV4_ERR_STATE: the engine has no MTP caches, or m != n. */
-int dsv4_spec_create(dsv4_engine *e, int seq, dsv4_spec **out, dsv4_err *err);
-void dsv4_spec_free(dsv4_spec *s);
+DSV4_API int dsv4_spec_create(dsv4_engine *e, int seq, dsv4_spec **out, dsv4_err *err);
+DSV4_API void dsv4_spec_free(dsv4_spec *s);
 
 /* Reports a plain span of n rows that just ran on the sequence (tokens [n], streams
  * [n, hc, D] of every row). */
-int dsv4_spec_fed(dsv4_spec *s, const int32_t *tokens, int n, const float *streams,
-                  dsv4_err *err);
+DSV4_API int dsv4_spec_fed(dsv4_spec *s, const int32_t *tokens, int n, const float *streams,
+                           dsv4_err *err);
 /* The next token x_n: sampled, not run yet. */
-void dsv4_spec_set_next(dsv4_spec *s, int32_t token);
+DSV4_API void dsv4_spec_set_next(dsv4_spec *s, int32_t token);
 /* The MTP rows ready to run (*ms->n may be 0: nothing to run); *drafts = 1 when the last
  * row is n - 1, whose logits give the next draft. The span points into s (valid until the
  * next call on s). */
-void dsv4_spec_mtp_span(dsv4_spec *s, dsv4_mtp_span *ms, int *drafts);
+DSV4_API void dsv4_spec_mtp_span(dsv4_spec *s, dsv4_mtp_span *ms, int *drafts);
 /* After the MTP span ran: draft = the argmax of its last row's logits when *drafts was set,
  * else -1. */
-void dsv4_spec_mtp_done(dsv4_spec *s, int32_t draft);
+DSV4_API void dsv4_spec_mtp_done(dsv4_spec *s, int32_t draft);
 /* The main span of a decoding step (needs the pending token: DSV4_ERR_STATE without one).
  * Rows: sp->n_tokens (2 when verifying a draft); tokens point into s. */
-int dsv4_spec_verify_span(dsv4_spec *s, dsv4_span *sp, dsv4_err *err);
+DSV4_API int dsv4_spec_verify_span(dsv4_spec *s, dsv4_span *sp, dsv4_err *err);
 /* After that span ran: y is the token sampled from row 0, y_joins its dsv4_gen_token.feed.
  * Commits the accepted rows (dsv4_seq_commit) and sets *k: 2 when the draft was y (row 1's
  * logits then give the next token), else 1. streams: the span's [rows, hc, D]. */
-int dsv4_spec_verify_done(dsv4_spec *s, int32_t y, int y_joins, const float *streams, int *k,
-                          dsv4_err *err);
-dsv4_spec_stats dsv4_spec_get_stats(const dsv4_spec *s);
+DSV4_API int dsv4_spec_verify_done(dsv4_spec *s, int32_t y, int y_joins, const float *streams, int *k,
+                                   dsv4_err *err);
+DSV4_API dsv4_spec_stats dsv4_spec_get_stats(const dsv4_spec *s);
 /* Test and benchmark hook: called with every draft the MTP block proposes for position
  * pos; the draft verified is what it returns (a token id, or -1 for none). Lets tests force
  * rejections where they want them, and benchmarks set the acceptance rate. */
 typedef int32_t (*dsv4_spec_draft_fn)(void *user, int64_t pos, int32_t draft);
-void dsv4_spec_set_draft_hook(dsv4_spec *s, dsv4_spec_draft_fn fn, void *user);
+DSV4_API void dsv4_spec_set_draft_hook(dsv4_spec *s, dsv4_spec_draft_fn fn, void *user);
 
 /* ---- blocking loop over one sequence ---- */
 
