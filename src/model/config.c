@@ -506,7 +506,7 @@ int dsv4_config_load_text(const char *path, dsv4_config *cfg, char **text, size_
                           dsv4_err *err) {
     if (!path) return dsv4_fail(err, DSV4_ERR_ARG, "dsv4_config_load: NULL path");
     size_t len;
-    char *buf = dsv4_read_file(path, CFG_MAX_FILE, &len, err);
+    char *buf = dsv4_read_regular_file(path, CFG_MAX_FILE, &len, err);
     if (!buf) {
         if (err && err->code == DSV4_ERR_FORMAT) err->code = DSV4_ERR_CONFIG; /* too large */
         return err ? err->code : DSV4_ERR_IO;

@@ -359,15 +359,11 @@ void dsv4_st_close(dsv4_st_set *s) {
 static int map_file(dsv4_st_set *s, int fi, const char *path, dsv4_err *err) {
     st_file *f = &s->files[fi];
     if (!(f->path = strdup(path))) return dsv4_fail(err, DSV4_ERR_NOMEM, "%s: out of memory", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dsv4_fail(err, DSV4_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
+    int fd = dsv4_open_regular(path, &st, err); /* a FIFO would block in open() */
+    if (fd < 0) return -fd;
     int rc = 0;
-    if (fstat(fd, &st) != 0) {
-        rc = dsv4_fail(err, DSV4_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    } else if (!S_ISREG(st.st_mode)) {
-        rc = dsv4_fail(err, DSV4_ERR_IO, "%s: not a regular file", path);
-    } else if (st.st_size < 8) {
+    if (st.st_size < 8) {
         /* mmap of an empty file fails; report what is wrong with the file instead. */
         rc = dsv4_fail(err, DSV4_ERR_FORMAT, "%s: file is %lld bytes, shorter than the 8-byte header length", path,
                        (long long)st.st_size);
@@ -435,7 +431,7 @@ static int bad_shard_name(const char *s) {
 
 static int open_index(const char *dir, const char *index_path, dsv4_st_set **out, dsv4_err *err) {
     size_t len = 0;
-    char *text = dsv4_read_file(index_path, ST_MAX_INDEX, &len, err);
+    char *text = dsv4_read_regular_file(index_path, ST_MAX_INDEX, &len, err);
     if (!text) return err ? err->code : DSV4_ERR_IO;
     const char *endp = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &endp, 0);

@@ -584,7 +584,7 @@ int dsv4_tokenizer_load_json(const char *json, size_t len, dsv4_tokenizer **out,
 int dsv4_tokenizer_load(const char *path, dsv4_tokenizer **out, dsv4_err *err) {
     *out = NULL;
     size_t size;
-    char *buf = dsv4_read_file(path, 0, &size, err);
+    char *buf = dsv4_read_regular_file(path, 0, &size, err);
     if (!buf) {
         dsv4_err_prefix(err, "tokenizer");
         return err ? err->code : DSV4_ERR_IO;
