@@ -5,6 +5,7 @@
 #include "cli_opts.h"
 #include "commands.h"
 #include "dsv4.h"
+#include "sigbus.h"
 
 typedef struct {
     const char *name;
@@ -40,6 +41,8 @@ static void print_version(void) {
 }
 
 int main(int argc, char **argv) {
+    /* a checkpoint truncated while mapped: say which file, instead of a silent death */
+    cli_install_sigbus();
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
