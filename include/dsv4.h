@@ -71,6 +71,7 @@ enum {
     DSV4_ERR_NOMEM,       /* allocation failed */
     DSV4_ERR_UNSUPPORTED, /* valid but not supported by this build */
     DSV4_ERR_STATE,       /* call not allowed in the object's current state */
+    DSV4_ERR_NUMERIC,     /* the computation produced NaN or Inf (bad weights or inputs) */
 };
 
 typedef struct dsv4_err {

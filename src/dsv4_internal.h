@@ -26,6 +26,7 @@
 #include "model/info.h"          /* dsv4 info: the checkpoint inventory */
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "model/scan.h"          /* dsv4 info --check: the full non-finite scan */
 #include "util/file.h"
 
 #endif

@@ -141,7 +141,7 @@ int dsv4_dist_agree(dsv4_dist *d, int local_rc, int n, const uint8_t (*digests)[
         if (peer) {
             free(all);
             /* the peer's code is untrusted: name it only if it is one */
-            const int code = peer > 0 && peer <= DSV4_ERR_STATE ? peer : DSV4_ERR_STATE;
+            const int code = peer > 0 && peer <= DSV4_ERR_NUMERIC ? peer : DSV4_ERR_STATE;
             return dsv4_fail(err, code, "%s: rank %zu failed (%s)", what, r, dsv4_strerror(code));
         }
     }

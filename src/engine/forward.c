@@ -10,6 +10,7 @@
  * leave a half-written cache, and then the call's sequences are marked broken (they must
  * be freed) instead of silently continuing from corrupt state.
  */
+#include <math.h>
 #include <string.h>
 
 #include "engine/engine.h"
@@ -74,6 +75,38 @@ static void commit_span(dsv4_engine *e, const dsv4_span *sp) {
     }
     s->n += sp->n_tokens;
     dsv4_engine_trim(e, sp->seq);
+}
+
+/* NaN or Inf in a call's outputs (hidden [sum n_hidden, D], streams [sum n_streams, hc, D])
+ * means bad weights or a numeric fault: the caches those rows came from are not to be
+ * trusted, so the call's sequences are marked broken and the call fails. */
+static int check_finite(dsv4_engine *e, const dsv4_span *spans, int n_spans, const float *hidden,
+                        const float *streams, dsv4_err *err) {
+    const int D = e->cfg->hidden_size, hc = e->cfg->hc_mult;
+    int64_t oh = 0, os = 0;
+    for (int i = 0; i < n_spans; i++) {
+        const dsv4_span *sp = &spans[i];
+        const int64_t nh = (int64_t)sp->n_hidden * D, ns = (int64_t)sp->n_streams * hc * D;
+        const float *bad = NULL;
+        const char *what = "hidden";
+        for (int64_t k = 0; k < nh && !bad; k++)
+            if (!isfinite(hidden[oh + k])) bad = hidden + oh + k;
+        for (int64_t k = 0; k < ns && !bad; k++)
+            if (!isfinite(streams[os + k])) { bad = streams + os + k; what = "stream"; }
+        oh += nh;
+        os += ns;
+        if (!bad) continue;
+        for (int j = 0; j < n_spans; j++) e->seqs[spans[j].seq].broken = 1;
+        const int64_t off = what[0] == 'h' ? bad - hidden - (oh - nh) : bad - streams - (os - ns);
+        const int width = what[0] == 'h' ? D : hc * D, j = (int)(off / width);
+        const int n_w = what[0] == 'h' ? sp->n_hidden : sp->n_streams;
+        const int *rows = what[0] == 'h' ? sp->hidden_rows : sp->stream_rows;
+        return dsv4_fail(err, DSV4_ERR_NUMERIC, "forward: the %s output of sequence %d at position %lld is %g "
+                         "(not finite): the weights or the computation produce NaN/Inf (`dsv4 info --check` "
+                         "scans the weights); the call's sequences are broken and must be freed", what, sp->seq,
+                         (long long)(sp->start + dsv4_wanted_row(rows, n_w, sp->n_tokens, j)), (double)*bad);
+    }
+    return DSV4_OK;
 }
 
 /* Every check of a call's arguments; *R = its rows. */
@@ -148,7 +181,12 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
     /* a long prompt over a CP group: every rank runs its segments (dist/cp.h); a
      * speculative span is never long enough to qualify */
     if (!spans[0].speculative && dsv4_cp_eligible(e, spans, n_spans))
-        return dsv4_forward_cp(e, spans, n_spans, hidden, streams, err);
+    {
+        int rc = dsv4_forward_cp(e, spans, n_spans, hidden, streams, err);
+        /* the outputs are on the home rank */
+        if (!rc && !e->idle) rc = check_finite(e, spans, n_spans, hidden, streams, err);
+        return rc;
+    }
 
     if (e->idle) {
         /* non-home rank: the home rank (rank 0) computes these spans and keeps their caches */
@@ -218,6 +256,7 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
             if (e->opts.fidelity & DSV4_FID_F4) dsv4_fid_bf16(hidden + (size_t)oh * D, D); /* P3 F4 */
         }
     }
+    if ((rc = check_finite(e, spans, n_spans, hidden, streams, err))) goto done;
     for (int i = 0; i < n_spans; i++) commit_span(e, &spans[i]);
 done:
     dsv4_arena_release(&e->scratch, mark);

@@ -416,7 +416,7 @@ static int agree(cp_call *cx, int rc, int layer, dsv4_err *err) {
                       "agreement", layer, rc ? &cerr : err);
     comm_done(cx, t, 0);
     if (crc) return rc ? rc : crc;
-    if (worst < 0 || worst > DSV4_ERR_STATE) worst = DSV4_ERR_STATE; /* a peer's code: input */
+    if (worst < 0 || worst > DSV4_ERR_NUMERIC) worst = DSV4_ERR_STATE; /* a peer's code: input */
     if (worst && !rc)
         return dsv4_fail(err, worst, "CP prefill: another rank failed (%s) at layer %d",
                          dsv4_strerror(worst), layer);
@@ -664,7 +664,7 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
         int crc = cp_done(cx, MPI_Iallreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, cx->comm, &rq), &rq,
                           "agreement", -1, rc ? &cerr : err);
         comm_done(cx, t, 0);
-        if (worst < 0 || worst > DSV4_ERR_STATE) worst = DSV4_ERR_STATE; /* a peer's code: input */
+        if (worst < 0 || worst > DSV4_ERR_NUMERIC) worst = DSV4_ERR_STATE; /* a peer's code: input */
         if (crc) rc = rc ? rc : crc;
         else if (worst && !rc)
             rc = dsv4_fail(err, worst, "CP prefill: another rank refused the call (%s)",

@@ -47,6 +47,7 @@ const char *dsv4_strerror(int code) {
     case DSV4_ERR_NOMEM: return "out of memory";
     case DSV4_ERR_UNSUPPORTED: return "unsupported";
     case DSV4_ERR_STATE: return "invalid state";
+    case DSV4_ERR_NUMERIC: return "non-finite result";
     default: return "unknown error";
     }
 }

@@ -4,7 +4,8 @@
  *
  * Reads config.json and the safetensors headers only (the weights stay unread in the
  * mapping), so it is quick on any checkpoint size; --check loads the model fully (scale
- * bytes, vectors, tid2eid). Cache figures come from the cache planner, the one place that
+ * bytes, vectors, tid2eid) and decodes every matrix value looking for NaN/Inf (reads the
+ * whole checkpoint; exit status 1 when any is found). Cache figures come from the cache planner, the one place that
  * derives cache geometry.
  */
 #include <cjson/cJSON.h>
@@ -304,7 +305,7 @@ int cmd_info(int argc, char **argv) {
         CLI_STR_OPT("model", 'm', &dir, "DIR", "model directory"),
         CLI_STR_OPT("config", 0, &config, "FILE", "a config.json alone (no weights): sizes for the released checkpoint layout and whether it fits this machine"),
         CLI_FLAG_OPT("json", 0, &json, 1, "machine-readable output"),
-        CLI_FLAG_OPT("check", 0, &check, 1, "read the tensors too and check them (scale bytes, vectors, hash-routing tables)"),
+        CLI_FLAG_OPT("check", 0, &check, 1, "read the tensors too: check scale bytes, vectors, hash-routing tables and scan every weight for NaN/Inf"),
         CLI_I64_OPT("max-context", 'c', &max_context, 1, 1LL << 40, "N", "cache plan: longest sequence in tokens"),
         CLI_I64_OPT("max-seqs", 0, &max_seqs, 1, 1 << 20, "N", "cache plan: sequences served at once"),
         CLI_I64_OPT("c-max", 0, &c_max, 1, 1 << 30, "N", "cache plan: most tokens per model call"),
@@ -368,6 +369,19 @@ int cmd_info(int argc, char **argv) {
     else {
         print_text(dir, &m->cfg, m->warnings, &pc, &db, &pp);
         print_fit(&fit, max_context, max_seqs);
+    }
+    if (check) {
+        dsv4_scan_report sr;
+        if (dsv4_model_scan(m, &sr, &err)) {
+            fprintf(stderr, "dsv4 info: %s\n", err.msg);
+            rc = 1;
+        } else if (sr.bad_values) {
+            fprintf(stderr, "dsv4 info: check failed: %lld of %lld weight values in %d matrices are NaN or "
+                    "Inf: %s\n", (long long)sr.bad_values, (long long)sr.values, sr.bad_tensors, sr.first);
+            rc = 1;
+        } else {
+            fprintf(stderr, "dsv4 info: check passed: all %lld weight values are finite\n", (long long)sr.values);
+        }
     }
     dsv4_model_close(m);
     return rc;
