@@ -66,17 +66,6 @@ int cli_mkdirs(const char *path) {
     return 0;
 }
 
-int cli_write_f32(const char *dir, const char *name, const float *data, size_t n) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    /* the engine runs on little-endian hosts only, so floats are written as they are */
-    size_t w = n ? fwrite(data, sizeof(float), n, f) : 0;
-    int rc = fclose(f);
-    return (w == n && rc == 0) ? 0 : -1;
-}
-
 char *cli_read_input(const char *path, size_t limit, size_t *len, char *errbuf, size_t errlen) {
     const int is_stdin = !strcmp(path, "-");
     FILE *f = is_stdin ? stdin : fopen(path, "rb");

@@ -20,9 +20,6 @@ int cli_parse_ids(const char *s, int32_t **out, char *errbuf, size_t errlen);
 /* mkdir -p; returns 0 on success. */
 int cli_mkdirs(const char *path);
 
-/* Writes n floats little-endian to dir/name; returns 0 on success. */
-int cli_write_f32(const char *dir, const char *name, const float *data, size_t n);
-
 /* Limits on inputs read whole: a prompt (text) and token id lists. A million-token
  * context is a few MB of text; these leave room and still stop a runaway pipe. */
 #define CLI_TEXT_LIMIT (64u << 20)

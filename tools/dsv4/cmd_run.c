@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "cli_opts.h"
+#include "cli_output.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "dsv4.h"
@@ -94,15 +95,18 @@ static cJSON *shape_json(int ndim, const long long *dims) {
     return a;
 }
 
-/* Writes one array and records it in the manifest's "files". */
+/* Writes one array (in the dump's temporary directory) and records it in the manifest's
+ * "files"; floats must be finite (checked before, see nonfinite). */
 static int dump_array(const char *dir, cJSON *files, const char *name, const float *data, int ndim,
                       const long long *dims) {
     size_t n = 1;
     for (int i = 0; i < ndim; i++) n *= (size_t)dims[i];
-    char fname[256];
+    char fname[256], path[4600], why[600];
     snprintf(fname, sizeof fname, "%s.bin", name);
-    if (cli_write_f32(dir, fname, data, n)) {
-        fprintf(stderr, "dsv4 run: cannot write %s/%s\n", dir, fname);
+    snprintf(path, sizeof path, "%s/%s", dir, fname);
+    /* the engine runs on little-endian hosts only, so values are written as they are */
+    if (cli_write_whole(path, data, n * sizeof(float), why, sizeof why)) {
+        fprintf(stderr, "dsv4 run: %s\n", why);
         return -1;
     }
     cJSON *f = cJSON_CreateObject();
@@ -113,10 +117,41 @@ static int dump_array(const char *dir, cJSON *files, const char *name, const flo
     return 0;
 }
 
-static int dump_seq(const char *dir, const run_seq *s, int V, int D, int hc, int L, int n_exp,
+/* NaN or Inf in an output array: reported (name, row, value) instead of dumped. */
+static int nonfinite(const char *seq_dir, const char *name, const float *data, long long rows, long long cols) {
+    for (long long i = 0; i < rows * cols; i++)
+        if (!(data[i] - data[i] == 0)) { /* NaN or Inf: x - x is NaN */
+            fprintf(stderr, "dsv4 run: %s of %s is not finite (%g at row %lld, column %lld): the model "
+                    "produced NaN/Inf (`dsv4 info --check` scans the weights); no dump written\n",
+                    name, seq_dir, (double)data[i], i / cols, i % cols);
+            return 1;
+        }
+    return 0;
+}
+
+/* Every output array of s is finite. */
+static int check_outputs(const char *dir, const run_seq *s, int V, int D, int hc, int L, int mtp, int layers) {
+    const long long P = s->P, K = s->N - s->P, per = (long long)L * hc * D;
+    int bad = nonfinite(dir, "prefill_logits", s->pre_logits, P, V) ||
+              nonfinite(dir, "prefill_hidden", s->pre_hidden, P, D);
+    if (!bad && K > 0)
+        bad = nonfinite(dir, "decode_logits", s->dec_logits, K, V) || nonfinite(dir, "decode_hidden", s->dec_hidden, K, D);
+    if (!bad && layers)
+        bad = nonfinite(dir, "layer_streams", s->layer_streams, s->N, per) ||
+              nonfinite(dir, "layer_attn_streams", s->layer_attn, s->N, per);
+    if (!bad && mtp && s->N >= 2) bad = nonfinite(dir, "mtp_logits", s->mtp_logits, s->N - 1, V);
+    return bad;
+}
+
+/* The dump of one sequence: built in a temporary directory next to `final` (every file
+ * written and fsync'd, the manifest last), then swapped in whole, replacing an earlier
+ * dump, so a failure (disk full) leaves the earlier dump as it was and no partial one. */
+static int dump_seq(const char *final, const run_seq *s, int V, int D, int hc, int L, int n_exp,
                     int mtp, int layers) {
-    if (cli_mkdirs(dir)) {
-        fprintf(stderr, "dsv4 run: cannot create directory %s\n", dir);
+    if (check_outputs(final, s, V, D, hc, L, mtp, layers)) return -1;
+    char dir[4200], why[600];
+    if (cli_dir_begin(final, dir, sizeof dir, why, sizeof why)) {
+        fprintf(stderr, "dsv4 run: %s\n", why);
         return -1;
     }
     cJSON *man = cJSON_CreateObject();
@@ -158,13 +193,25 @@ static int dump_seq(const char *dir, const run_seq *s, int V, int D, int hc, int
     }
     char *text = cJSON_Print(man);
     cJSON_Delete(man);
-    char path[4200];
+    char path[4400];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    FILE *f = fopen(path, "w");
-    if (!f || !text || fputs(text, f) < 0) bad = 1;
-    if (f && fclose(f)) bad = 1;
+    if (!bad && !text) {
+        fprintf(stderr, "dsv4 run: out of memory for the manifest\n");
+        bad = 1;
+    }
+    if (!bad && cli_write_whole(path, text, strlen(text), why, sizeof why)) {
+        fprintf(stderr, "dsv4 run: %s\n", why);
+        bad = 1;
+    }
     free(text);
-    if (bad) fprintf(stderr, "dsv4 run: failed writing %s\n", dir);
+    if (!bad && cli_dir_commit(dir, final, why, sizeof why)) {
+        fprintf(stderr, "dsv4 run: %s\n", why);
+        bad = 1;
+    }
+    if (bad) {
+        cli_dir_abandon(dir);
+        fprintf(stderr, "dsv4 run: no dump written to %s (an earlier one there is unchanged)\n", final);
+    }
     return bad ? -1 : 0;
 }
 

@@ -1,4 +1,5 @@
 /* main.c — `dsv4 <command> [options]`: dispatches to the subcommands. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -43,6 +44,8 @@ static void print_version(void) {
 int main(int argc, char **argv) {
     /* a checkpoint truncated while mapped: say which file, instead of a silent death */
     cli_install_sigbus();
+    /* a file size limit (ulimit -f) makes writes fail with EFBIG, reported like a full disk */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
