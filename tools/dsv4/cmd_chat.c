@@ -26,10 +26,19 @@
 #include "dsv4_text.h"
 
 static volatile sig_atomic_t interrupted;
+static volatile sig_atomic_t at_prompt;  /* 1 while libedit waits for a line */
 
+/* Ctrl-C during a reply stops the reply; at the prompt it ends the session. libedit may
+ * restart its read after the signal instead of returning, so the prompt case exits here
+ * (history is already written after every turn). */
 static void on_sigint(int sig) {
     (void)sig;
     interrupted = 1;
+    if (at_prompt) {
+        static const char nl[] = "\n";
+        (void)!write(STDERR_FILENO, nl, 1);
+        _exit(130);
+    }
 }
 
 static const char HELP[] =
@@ -251,7 +260,12 @@ typedef struct chat_input {
 /* One line without its newline (malloc'd), or NULL at end of input or on Ctrl-C. */
 static char *read_line(chat_input *in, const char *prompt) {
 #ifdef DSV4_HAVE_LIBEDIT
-    if (in->tty) return readline(prompt);
+    if (in->tty) {
+        at_prompt = 1;
+        char *line = readline(prompt);
+        at_prompt = 0;
+        return line;
+    }
 #endif
     if (in->tty) { fputs(prompt, stderr); fflush(stderr); }
     ssize_t got = getline(&in->buf, &in->cap, stdin);
