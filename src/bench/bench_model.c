@@ -17,6 +17,7 @@ void dsv4_step_weights_free(dsv4_step_weights *w) {
     free(w->layer_fixed);
     free(w->ape_row);
     free(w->expert);
+    free(w->mtp_expert);
     memset(w, 0, sizeof *w);
 }
 
@@ -27,9 +28,11 @@ void dsv4_step_weights_free(dsv4_step_weights *w) {
 static const dsv4_mat *engine_mat(const dsv4_engine *e, const dsv4_tensor_spec *s) {
     const dsv4_model *m = e->model;
     const int L = e->cfg->num_hidden_layers;
-    if (s->layer >= 0 && s->layer < L) {
-        const char *base = (const char *)&m->layers[s->layer], *p = (const char *)s->mat;
-        if (p >= base && p < base + sizeof(dsv4_block_w))
+    if (s->layer >= 0 && s->layer <= L) {
+        /* main layer l is blocks[l]; MTP block 0 is blocks[L] */
+        const dsv4_block_w *mb = s->layer < L ? &m->layers[s->layer] : (m->mtp ? &m->mtp[0] : NULL);
+        const char *base = (const char *)mb, *p = (const char *)s->mat;
+        if (mb && p >= base && p < base + sizeof(dsv4_block_w))
             return (const dsv4_mat *)((const char *)&e->blocks[s->layer] + (p - base));
     }
     return s->mat;
@@ -52,13 +55,15 @@ int dsv4_step_weights_init(const dsv4_engine *e, dsv4_step_weights *w, dsv4_err 
     w->layer_fixed = calloc((size_t)L, sizeof *w->layer_fixed);
     w->ape_row = calloc((size_t)L, sizeof *w->ape_row);
     w->expert = calloc((size_t)L * E, sizeof *w->expert);
-    if (!w->layer_fixed || !w->ape_row || !w->expert) {
+    w->mtp_expert = calloc((size_t)E, sizeof *w->mtp_expert);
+    w->has_mtp = c->num_nextn_predict_layers > 0 && e->opts.mtp;
+    if (!w->layer_fixed || !w->ape_row || !w->expert || !w->mtp_expert) {
         dsv4_step_weights_free(w);
         return dsv4_fail(err, DSV4_ERR_NOMEM, "step weights: out of memory");
     }
     for (int i = 0; i < m->n_specs; i++) {
         const dsv4_tensor_spec *s = &m->specs[i];
-        if (s->layer >= L) continue;               /* MTP: not part of a main step */
+        if (s->layer > L || (s->layer == L && !w->has_mtp)) continue; /* MTP blocks past 0 */
         if (s->kind == DSV4_TK_TID2EID) continue;  /* K ids per row: negligible */
         int64_t bytes;
         if (s->kind == DSV4_TK_MAT) {
@@ -71,6 +76,11 @@ int dsv4_step_weights_init(const dsv4_engine *e, dsv4_step_weights *w, dsv4_err 
         if (s->layer < 0) {
             if (!strcmp(s->name, "embed.weight")) w->embed_row = bytes / c->vocab_size;
             else w->global += bytes;
+            if (!strcmp(s->name, "head.weight")) w->head = bytes;
+        } else if (s->layer == L) {
+            /* the MTP block: its ape counts one row, like a one-row main step's */
+            if (s->expert >= 0) w->mtp_expert[s->expert] += bytes;
+            else w->mtp_fixed += ends_with(s->name, "compressor.ape") ? s->shape[1] * (int64_t)sizeof(float) : bytes;
         } else if (s->expert >= 0) {
             w->expert[(int64_t)s->layer * E + s->expert] += bytes;
         } else if (ends_with(s->name, "compressor.ape")) {
@@ -96,6 +106,14 @@ double dsv4_step_weights_bytes(const dsv4_step_weights *w, const dsv4_config *c,
         for (int x = 0; x < E; x++)
             if (used[(int64_t)l * E + x]) total += (double)w->expert[(int64_t)l * E + x];
     }
+    return total;
+}
+
+double dsv4_mtp_weights_bytes(const dsv4_step_weights *w, int n_rows, const uint8_t *used) {
+    if (!w->has_mtp || n_rows < 1) return 0;
+    double total = (double)w->mtp_fixed + (double)n_rows * (double)w->embed_row;
+    for (int x = 0; x < w->n_experts; x++)
+        if (used[x]) total += (double)w->mtp_expert[x];
     return total;
 }
 

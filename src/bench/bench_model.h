@@ -15,7 +15,8 @@
 #include "dsv4.h"
 #include "model/config.h"
 
-/* Weight bytes of the pieces of a step of the main model (the MTP block is not run). */
+/* Weight bytes of the pieces of a step of the main model, and of the MTP block (block 0,
+ * run by a speculative step after the verify, serving.md §e). */
 typedef struct dsv4_step_weights {
     int n_layers;         /* L: main layers */
     int n_experts;        /* E */
@@ -28,6 +29,12 @@ typedef struct dsv4_step_weights {
     int64_t *ape_row;     /* (L) bytes of one ape row (main + indexer compressor), per
                            * further row of a step at another position mod r */
     int64_t *expert;      /* (L, E) routed expert e of layer l: w1 + w3 + w2 with scales */
+    int64_t head;         /* the LM head matrix alone (part of global): what a second head
+                           * call, the MTP draft's, reads again */
+    int has_mtp;          /* the checkpoint has MTP block 0 */
+    int64_t mtp_fixed;    /* its block (attention, norms, hc, router, shared expert), e_proj,
+                           * h_proj, enorm, hnorm, norm and hc_head: read once per MTP call */
+    int64_t *mtp_expert;  /* (E) its routed experts */
 } dsv4_step_weights;
 
 /* Sizes from an engine's blocks. On failure w is left empty (safe to free). */
@@ -40,6 +47,10 @@ void dsv4_step_weights_free(dsv4_step_weights *w);
  * as an upper bound, and they are a small part). */
 double dsv4_step_weights_bytes(const dsv4_step_weights *w, const dsv4_config *c, int n_rows,
                                const uint8_t *used);
+
+/* Bytes of an MTP call of n_rows rows (one embedding row each) whose routed experts are
+ * marked in used (E), without the head (the caller adds w->head for the draft logits). */
+double dsv4_mtp_weights_bytes(const dsv4_step_weights *w, int n_rows, const uint8_t *used);
 
 /* Expected distinct experts per layer when n_rows rows each pick K of E uniformly at
  * random and independently: E (1 - (1 - K/E)^n). */
