@@ -4,7 +4,9 @@
  * roofline ratios lie in (0, 2), the figures agree with each other (tokens/s against
  * ms/step, bytes per token against bytes per step and batch, a batch-1 step reads K
  * experts per layer, longer contexts read more cache), and bad usage exits 2 with a
- * message, a missing model 1. */
+ * message, a missing model 1. --mtp on: one JSON line per measurement; forced drafts at
+ * p = 1 are all accepted (2 tokens a step), at p = 0 none, every speculative run gives the
+ * plain run's tokens, and a speculative step reads more bytes than a plain one. */
 #include <cjson/cJSON.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -90,6 +92,63 @@ static void test_json(const char *model) {
     free(errs);
 }
 
+/* The line of batch b, mode m and (forced) p among n parsed lines, or NULL. */
+static const cJSON *find_line(cJSON **lines, int n, int b, const char *m, double p) {
+    for (int i = 0; i < n; i++) {
+        const cJSON *mode = cJSON_GetObjectItem(lines[i], "mode"), *pv = cJSON_GetObjectItem(lines[i], "p");
+        if (num(lines[i], "batch") == b && cJSON_IsString(mode) && !strcmp(mode->valuestring, m) &&
+            (p < 0 || (cJSON_IsNumber(pv) && pv->valuedouble == p)))
+            return lines[i];
+    }
+    return NULL;
+}
+
+static void test_mtp(const char *model) {
+    char args[2048], *out, *errs;
+    enum { GEN = 6 };
+    snprintf(args, sizeof args, "--model '%s' --mtp on --accept 0,1 --json --prompt-len 40 --gen %d "
+             "--batches 1,2 --reps 1 --threads 2", model, GEN);
+    int st = run(args, &out, &errs);
+    CHECK_MSG(st == 0, "status %d, stderr '%s'", st, errs ? errs : "");
+    cJSON *lines[16];
+    int n = 0;
+    for (char *save = NULL, *l = out ? strtok_r(out, "\n", &save) : NULL; l && n < 16; l = strtok_r(NULL, "\n", &save)) {
+        lines[n] = cJSON_Parse(l);
+        CHECK_MSG(lines[n] != NULL, "not a JSON line: '%.200s'", l);
+        if (lines[n]) n++;
+    }
+    /* per batch: plain, the model's drafts, p = 0, p = 1 */
+    CHECK_MSG(n == 8, "%d lines", n);
+    for (int b = 1; b <= 2; b++) {
+        const cJSON *plain = find_line(lines, n, b, "plain", -1), *nat = find_line(lines, n, b, "mtp_natural", -1);
+        const cJSON *p0 = find_line(lines, n, b, "mtp_forced", 0), *p1 = find_line(lines, n, b, "mtp_forced", 1);
+        CHECK_MSG(plain && nat && p0 && p1, "batch %d: a line is missing", b);
+        if (!plain || !nat || !p0 || !p1) continue;
+        CHECK(num(plain, "tokens_per_step") == 1 && num(plain, "tokens_per_s") > 0);
+        const cJSON *spec[3] = {nat, p0, p1};
+        for (int i = 0; i < 3; i++) {
+            const cJSON *m = spec[i];
+            CHECK_MSG(cJSON_IsTrue(cJSON_GetObjectItem(m, "exact")), "batch %d line %d: tokens differ from plain", b, i);
+            CHECK(num(m, "steps") == GEN && num(m, "drafts") == GEN * b);
+            CHECK(num(m, "bytes_per_step") > num(plain, "bytes_per_step"));
+            CHECK(num(m, "bytes_mtp_block") > 0 && num(m, "bytes_second_head") > 0);
+            CHECK_NEAR(num(m, "bytes_per_step"), num(m, "bytes_main") + num(m, "bytes_mtp_block") +
+                       num(m, "bytes_second_head"), 1e-6 * num(m, "bytes_per_step"));
+            CHECK_NEAR(num(m, "gain"), num(m, "tokens_per_s") / num(m, "plain_tokens_per_s"), 1e-9 * num(m, "gain"));
+            CHECK_NEAR(num(m, "ideal_gain"), num(m, "tokens_per_step") /
+                       (num(m, "bytes_per_step") / num(plain, "bytes_per_step")), 1e-9);
+            CHECK_NEAR(num(m, "tokens"), num(m, "tokens_per_step") * GEN * b, 1e-9);
+        }
+        CHECK(num(p1, "acceptance") == 1 && num(p1, "tokens_per_step") == 2 && num(p1, "accepted") == GEN * b);
+        CHECK(num(p0, "acceptance") == 0 && num(p0, "tokens_per_step") == 1 && num(p0, "accepted") == 0);
+        /* each step's verify is 2 rows, its MTP call k rows: more MTP rows at p = 1 */
+        CHECK(num(p1, "bytes_mtp_block") >= num(p0, "bytes_mtp_block"));
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(lines[i]);
+    free(out);
+    free(errs);
+}
+
 static void test_summary(const char *model) {
     char args[2048], *out, *errs;
     snprintf(args, sizeof args, "--model '%s' --prompt-len 8 --gen 2 --reps 1 --probe-mb 8", model);
@@ -125,7 +184,14 @@ int main(void) {
     test_shared("golden/tiny_s0/model", model, sizeof model);
     test_json(model);
     test_summary(model);
+    test_mtp(model);
     expect("", 2, "--model DIR is required");
+    snprintf(args, sizeof args, "--model '%s' --accept 1", model);
+    expect(args, 2, "--accept needs --mtp on");
+    snprintf(args, sizeof args, "--model '%s' --mtp on --accept 0.5,1.5", model);
+    expect(args, 2, "--accept: needs");
+    snprintf(args, sizeof args, "--model '%s' --mtp on --contexts 100", model);
+    expect(args, 2, "--contexts does not go with --mtp on");
     snprintf(args, sizeof args, "--model '%s' --batch 0", model);
     expect(args, 2, "--batch needs a whole number");
     snprintf(args, sizeof args, "--model '%s' --batches 1,x", model);

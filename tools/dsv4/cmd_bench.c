@@ -2,6 +2,7 @@
  *
  *   dsv4 bench --model DIR [--prompt-len N] [--gen N] [--batch B] [--threads T] [--json]
  *              [--batches LIST] [--contexts LIST] [--chunk N] [--reps N] [--seed N]
+ *              [--mtp on|off] [--accept LIST]
  *
  * In one run: the memory-bandwidth and FMA-peak probes (kernels/probe.h, with the engine's
  * threads, before and after the measurements), the prefill of a random prompt, and greedy
@@ -11,7 +12,8 @@
  * engine's trace hook during the first timed repetition (a copy per row and layer) and the
  * router is rerun on them afterwards. Prefill is compared with the FMA peak in useful
  * FLOPs. --batches runs the decode at several batch sizes, --contexts extends the
- * sequences to each length in turn and measures decode there. */
+ * sequences to each length in turn and measures decode there. --mtp on measures MTP
+ * speculative decoding against plain decoding instead (bench_mtp.c). */
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -21,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_mtp.h"
 #include "cli_opts.h"
 #include "cli_util.h"
 #include "commands.h"
@@ -415,11 +418,43 @@ static int parse_list_opt(const char *v, void *dst, char *msg, size_t n) {
     return -1;
 }
 
+static int parse_on_off(const char *v, void *dst, char *msg, size_t n) {
+    if (!strcmp(v, "on")) *(int *)dst = 1;
+    else if (!strcmp(v, "off")) *(int *)dst = 0;
+    else { snprintf(msg, n, "needs on or off, not '%s'", v); return -1; }
+    return 0;
+}
+
+/* a --accept list: probabilities in [0, 1] */
+typedef struct p_list { double *v; int *n; } p_list;
+
+static int parse_p_list(const char *v, void *dst, char *msg, size_t n) {
+    p_list *l = dst;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", v);
+    *l->n = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        char *end;
+        const double p = strtod(tok, &end);
+        if (*l->n >= BENCH_MTP_MAX_P || end == tok || *end || !(p >= 0 && p <= 1)) {
+            snprintf(msg, n, "needs up to %d probabilities in [0, 1], comma-separated, not '%s'",
+                     BENCH_MTP_MAX_P, v);
+            return -1;
+        }
+        l->v[(*l->n)++] = p;
+    }
+    if (*l->n) return 0;
+    snprintf(msg, n, "needs at least one probability");
+    return -1;
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *dir = NULL;
     int64_t prompt_len = 512, gen = 32, batch = 1, threads = 0, chunk = 0, reps = 2, probe_mb = 512, seed = 1;
     long long batches[MAX_LIST], contexts[MAX_LIST];
-    int n_batches = 0, n_contexts = 0, json = 0;
+    int n_batches = 0, n_contexts = 0, json = 0, mtp = 0, n_accept = 0;
+    double accept[BENCH_MTP_MAX_P];
+    p_list accept_list = {accept, &n_accept};
     num_list batch_list = {batches, &n_batches, 1, 1024}, context_list = {contexts, &n_contexts, 1, 1 << 24};
     const cli_opt opts[] = {
         CLI_STR_OPT("model", 'm', &dir, "DIR", "model directory"),
@@ -435,7 +470,13 @@ int cmd_bench(int argc, char **argv) {
         CLI_I64_OPT("reps", 0, &reps, 1, 64, "N", "timed repetitions of each measurement, best kept"),
         CLI_I64_OPT("probe-mb", 0, &probe_mb, 1, 1 << 16, "N", "bandwidth probe buffer in MiB"),
         CLI_I64_OPT("seed", 's', &seed, 0, INT64_MAX, "N", "prompt token seed"),
-        CLI_FLAG_OPT("json", 0, &json, 1, "one JSON object on stdout instead of the summary"),
+        CLI_FLAG_OPT("json", 0, &json, 1, "one JSON object on stdout instead of the summary "
+                     "(with --mtp on: one per measurement and line)"),
+        CLI_FN_OPT("mtp", 0, &mtp, parse_on_off, "on|off", "off", "on: MTP speculative decoding against "
+                   "plain decoding at each batch size (acceptance, tokens per step, tokens/s, bytes "
+                   "per step, the ideal gain); no probes, no contexts"),
+        CLI_FN_OPT("accept", 0, &accept_list, parse_p_list, "LIST", "", "with --mtp on, also forced drafts: the "
+                   "plain run's token with probability p, else a wrong one, for each p (e.g. 0,0.5,0.8,0.9,1)"),
         CLI_OPT_END,
     };
     const cli_cmd cmd = {"bench", "--model DIR [options]",
@@ -467,6 +508,19 @@ int cmd_bench(int argc, char **argv) {
     n_batches = nb;
     qsort(contexts, (size_t)n_contexts, sizeof contexts[0], cmp_ll);
     const int max_batch = (int)batches[n_batches - 1];
+    if (!mtp && n_accept) {
+        fprintf(stderr, "dsv4 bench: --accept needs --mtp on\n");
+        return 2;
+    }
+    if (mtp) {
+        if (n_contexts) {
+            fprintf(stderr, "dsv4 bench: --contexts does not go with --mtp on\n");
+            return 2;
+        }
+        const bench_mtp_opts mo = {dir, prompt_len, gen, reps, seed, threads, chunk, batches, n_batches,
+                                   accept, n_accept, json};
+        return bench_mtp(&mo);
+    }
 
     /* the longest a sequence gets: prompt or last context, plus every decode step */
     const long long steps_total = (gen * reps + 1) * (n_batches + n_contexts);
