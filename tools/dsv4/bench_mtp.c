@@ -124,6 +124,8 @@ typedef struct mb {
     float *mtp_hidden;       /* (max(2 max_b, chunk + 1), D) */
     float *draft_in;         /* (max_b, D) */
     float *logits;           /* (2 max_b, V) */
+    double ph[4];            /* seconds in the phases of the steps since the last reset: MTP
+                              * call, draft head, main forward, its head */
     dsv4_err err;
 } mb;
 
@@ -137,6 +139,7 @@ typedef struct measure {
     double seconds, median_seconds;
     double bytes_main, bytes_mtp, bytes_head2; /* per step, mean over the census steps */
     int exact;               /* speculative: the tokens equal the plain run's */
+    double phase_ms[4];      /* per step in the best rep: MTP call, draft head, forward, head */
 } measure;
 
 static int fail_oom(mb *b) {
@@ -160,13 +163,17 @@ static int run_mtp_rows(mb *b, int n, int *mtp_rows, int *draft_rows) {
     *mtp_rows = rows;
     *draft_rows = 0;
     if (!ns) return 0;
+    const double t0 = now_s();
     int rc = dsv4_mtp_forward(b->eng, b->mspans, ns, b->mtp_hidden, &b->err);
+    const double t1 = now_s();
     for (int i = 0; !rc && i < n; i++)
         if (b->mrow_of[i] <= -2)  /* a draft: the last row of its span */
             memcpy(b->draft_in + (size_t)nd++ * b->D, b->mtp_hidden + (size_t)(-2 - b->mrow_of[i]) * b->D,
                    (size_t)b->D * sizeof(float));
     if (!rc && nd) rc = dsv4_lm_head(b->eng, b->draft_in, nd, b->logits, &b->err);
     if (rc) return rc;
+    b->ph[0] += t1 - t0;
+    b->ph[1] += now_s() - t1;
     for (int i = 0, j = 0; i < n; i++) {
         if (b->mrow_of[i] == 0) continue;
         const int32_t d = b->mrow_of[i] <= -2 ? dsv4_argmax(b->logits + (size_t)j++ * b->V, b->V) : -1;
@@ -186,8 +193,12 @@ static int spec_step(mb *b, int n, int *verify_rows, int *mtp_rows, int *draft_r
         rows += b->spans[i].n_tokens;
     }
     *verify_rows = rows;
+    const double t0 = now_s();
     if (!rc) rc = dsv4_forward(b->eng, b->spans, n, b->hidden, b->streams, &b->err);
+    const double t1 = now_s();
     if (!rc) rc = dsv4_lm_head(b->eng, b->hidden, rows, b->logits, &b->err);
+    b->ph[2] += t1 - t0;
+    b->ph[3] += now_s() - t1;
     for (int i = 0, r = 0; !rc && i < n; i++) {
         const int c = b->spans[i].n_tokens;
         const int32_t y = dsv4_argmax(b->logits + (size_t)r * b->V, b->V);
@@ -213,8 +224,12 @@ static int plain_step(mb *b, int n) {
     for (int i = 0; i < n; i++)
         b->spans[i] = (dsv4_span){.seq = b->fork[i], .start = dsv4_seq_length(b->eng, b->fork[i]),
                                   .n_tokens = 1, .tokens = &b->tok[i], .n_hidden = 1};
+    const double t0 = now_s();
     int rc = dsv4_forward(b->eng, b->spans, n, b->hidden, NULL, &b->err);
+    const double t1 = now_s();
     if (!rc) rc = dsv4_lm_head(b->eng, b->hidden, n, b->logits, &b->err);
+    b->ph[2] += t1 - t0;
+    b->ph[3] += now_s() - t1;
     for (int i = 0; !rc && i < n; i++) b->tok[i] = dsv4_argmax(b->logits + (size_t)i * b->V, b->V);
     return rc;
 }
@@ -279,6 +294,7 @@ static int measure_run(mb *b, int n, int spec, double p, int warm, int steps, in
                     st0.drafts += st.drafts;
                     st0.accepted += st.accepted;
                 }
+                memset(b->ph, 0, sizeof b->ph);
                 t0 = now_s();
             }
             census_clear(&b->cs);
@@ -301,7 +317,10 @@ static int measure_run(mb *b, int n, int spec, double p, int warm, int steps, in
         const double dt = now_s() - t0;
         if (rc) break;
         times[n_times++] = dt;
-        if (n_times == 1 || dt < m->seconds) m->seconds = dt;
+        if (n_times == 1 || dt < m->seconds) {
+            m->seconds = dt;
+            for (int q = 0; q < 4; q++) m->phase_ms[q] = 1e3 * b->ph[q] / steps;
+        }
         if (r == 0) {
             m->tokens = tokens;
             for (int i = 0; spec && i < n; i++) {
@@ -399,6 +418,11 @@ static cJSON *measure_json(const mb *b, const bench_mtp_opts *o, const measure *
     cJSON_AddNumberToObject(j, "tokens_per_s", tps(m));
     cJSON_AddNumberToObject(j, "tokens_per_s_median", (double)m->tokens / m->median_seconds);
     cJSON_AddNumberToObject(j, "ms_per_step", 1e3 * m->seconds / m->steps);
+    /* where a step's time goes (the rest: sampling and bookkeeping) */
+    cJSON_AddNumberToObject(j, "ms_mtp_call", m->phase_ms[0]);
+    cJSON_AddNumberToObject(j, "ms_draft_head", m->phase_ms[1]);
+    cJSON_AddNumberToObject(j, "ms_forward", m->phase_ms[2]);
+    cJSON_AddNumberToObject(j, "ms_head", m->phase_ms[3]);
     cJSON_AddNumberToObject(j, "bytes_per_step", step_bytes(m));
     cJSON_AddNumberToObject(j, "bytes_main", m->bytes_main);
     cJSON_AddNumberToObject(j, "bytes_mtp_block", m->bytes_mtp);
@@ -418,24 +442,31 @@ static cJSON *measure_json(const mb *b, const bench_mtp_opts *o, const measure *
 }
 
 static void print_header(void) {
-    printf("%5s %-8s %5s %8s %8s %10s %9s %9s %7s %7s %7s %6s\n", "batch", "mode", "p", "accept",
-           "tok/step", "tokens/s", "ms/step", "MB/step", "gain", "ideal", "ratio", "exact");
+    printf("%5s %-8s %5s %8s %8s %10s %9s %9s %7s %7s %7s %6s  %s\n", "batch", "mode", "p", "accept",
+           "tok/step", "tokens/s", "ms/step", "MB/step", "gain", "ideal", "ratio", "exact",
+           "ms: mtp + draft head + forward + head");
+}
+
+static void print_phases(const measure *m) {
+    printf("  %.2f + %.2f + %.2f + %.2f\n", m->phase_ms[0], m->phase_ms[1], m->phase_ms[2], m->phase_ms[3]);
 }
 
 static void print_row(const measure *m, const measure *plain) {
     const double mbs = step_bytes(m) / 1e6;
     if (!m->spec) {
-        printf("%5d %-8s %5s %8s %8.3f %10.1f %9.2f %9.1f %7s %7s %7s %6s\n", m->batch, "plain", "-", "-",
+        printf("%5d %-8s %5s %8s %8.3f %10.1f %9.2f %9.1f %7s %7s %7s %6s", m->batch, "plain", "-", "-",
                tok_per_step(m), tps(m), 1e3 * m->seconds / m->steps, mbs, "1", "1", "-", "-");
+        print_phases(m);
         return;
     }
     char p[16];
     if (m->p < 0) snprintf(p, sizeof p, "model");
     else snprintf(p, sizeof p, "%.2f", m->p);
     const double ideal = tok_per_step(m) / (step_bytes(m) / step_bytes(plain)), gain = tps(m) / tps(plain);
-    printf("%5d %-8s %5s %8.3f %8.3f %10.1f %9.2f %9.1f %7.3f %7.3f %7.3f %6s\n", m->batch, "mtp", p,
+    printf("%5d %-8s %5s %8.3f %8.3f %10.1f %9.2f %9.1f %7.3f %7.3f %7.3f %6s", m->batch, "mtp", p,
            m->drafts ? (double)m->accepted / m->drafts : 0.0, tok_per_step(m), tps(m),
            1e3 * m->seconds / m->steps, mbs, gain, ideal, gain / ideal, m->exact ? "yes" : "NO");
+    print_phases(m);
 }
 
 /* ---- the command ----------------------------------------------------------------------- */
