@@ -60,7 +60,7 @@ static const char *fmt_name(dsv4_wfmt f) {
 
 /* Random weights: valid values for every format (no NaN/inf codes), ue8m0 scales. */
 static dsv4_mat make_mat(dsv4_wfmt f, int64_t rows, int64_t cols) {
-    dsv4_mat m = {f, rows, cols, NULL, NULL, 0, 0};
+    dsv4_mat m = {f, rows, cols, NULL, NULL, 0};
     const int64_t n = rows * cols;
     size_t wbytes = 0, sbytes = 0;
     switch (f) {

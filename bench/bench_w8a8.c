@@ -42,7 +42,7 @@ static uint64_t rnd(void) {
 
 /* BF16 or FP8 (ue8m0 block scales) weights around +-1 */
 static dsv4_mat make_src(dsv4_wfmt f, int64_t rows, int64_t cols) {
-    dsv4_mat m = {f, rows, cols, NULL, NULL, 0, 0};
+    dsv4_mat m = {f, rows, cols, NULL, NULL, 0};
     const int64_t n = rows * cols;
     if (f == DSV4_WF_BF16) {
         uint16_t *p = aligned_alloc(64, (size_t)((2 * n + 63) & ~63));
@@ -141,7 +141,7 @@ static void time3(dsv4_kctx *k, const dsv4_mat *m[3], int i8_level, int best_lev
         for (int i = 0; i < 3; i++) {
             dsv4_kctx_set_simd(k, i == 0 ? i8_level : best_level);
             const double t0 = now_s();
-            dsv4_linear(k, m[i], x, n_rows, y);
+            dsv4_num_linear(i == 0 ? dsv4_numerics_w8a8() : dsv4_numerics_exact(), k, m[i], x, n_rows, y);
             t[i] = now_s() - t0;
             if (r >= 0 && t[i] < best[i]) best[i] = t[i];
         }

@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "attn/attention.h"
-#include "attn/attn_fid.h"
 #include "util/arena.h"
 #include "kernels/ops.h"
 #include "util/err.h"
@@ -34,8 +33,8 @@ static int grouped_take(dsv4_arena *a, int G, int R, int in_g, int o_lora, group
 
 /* y (R, G*o_lora) = grouped projection: row block g of w (o_lora rows) applied to the g-th
  * contiguous slice (width in_g) of u (R, G*in_g); the G products run as one job. */
-static int grouped_linear(dsv4_kctx *k, dsv4_arena *a, const dsv4_mat *w, int G, const float *u,
-                          int R, int in_g, int o_lora, float *y, dsv4_err *err) {
+static int grouped_linear(const dsv4_numerics *nm, dsv4_kctx *k, dsv4_arena *a, const dsv4_mat *w,
+                          int G, const float *u, int R, int in_g, int o_lora, float *y, dsv4_err *err) {
     const size_t mark = dsv4_arena_mark(a);
     grouped_bufs gb;
     int rc = DSV4_OK;
@@ -54,7 +53,7 @@ static int grouped_linear(dsv4_kctx *k, dsv4_arena *a, const dsv4_mat *w, int G,
                    (size_t)in_g * sizeof(float));
         gb.ops[g] = (dsv4_lin_op){&gb.wg[g], ugg, R, gb.vg + (size_t)g * R * o_lora};
     }
-    dsv4_linear_batch(k, gb.ops, G);
+    nm->linear(nm, k, gb.ops, G);
     for (int g = 0; g < G; g++)
         for (int i = 0; i < R; i++)
             memcpy(y + (size_t)i * G * o_lora + (size_t)g * o_lora, gb.vg + ((size_t)g * R + i) * o_lora,
@@ -125,6 +124,7 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
     const int r = b->ratio, csa = (r == 4);
     const float eps = (float)cfg->rms_norm_eps;
     const dsv4_rope *rope = r ? ctx->rope_cmp : ctx->rope_main;
+    const dsv4_numerics *nm = ctx->num;
 
     if (!work_take(ctx->scratch, cfg, r, R, w))
         return dsv4_fail(err, DSV4_ERR_NOMEM, "attention: scratch arena too small (%d rows)", R);
@@ -138,7 +138,7 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
     if (csa) ops[n_ops++] = (dsv4_lin_op){&b->idx_weights_proj, x, R, w->wI};
     if (csa) n_ops += dsv4_compress_ops(b, 1, x, R, w->pa[1], w->pb[1], ops + n_ops);
     if (r) n_ops += dsv4_compress_ops(b, 0, x, R, w->pa[0], w->pb[0], ops + n_ops);
-    dsv4_linear_batch(ctx->k, ops, n_ops);
+    nm->linear(nm, ctx->k, ops, n_ops);
 
     /* qr = RMSNorm(x wq_a^T; q_norm); q = qr wq_b^T, per-head unweighted RMSNorm, RoPE;
      * kv = RoPE(RMSNorm(x wkv^T; kv_norm)) (§5.5). CSA: indexer query qI = RoPE(qr
@@ -148,18 +148,18 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
     n_ops = 0;
     ops[n_ops++] = (dsv4_lin_op){&b->wq_b, w->qr, R, w->q};
     if (csa) ops[n_ops++] = (dsv4_lin_op){&b->idx_wq_b, w->qr, R, w->qI};
-    dsv4_linear_batch(ctx->k, ops, n_ops);
+    nm->linear(nm, ctx->k, ops, n_ops);
     for (int i = 0; i < R; i++)
         for (int h = 0; h < H; h++) {
             float *qh = w->q + ((size_t)i * H + h) * hd;
             dsv4_rmsnorm(qh, NULL, hd, eps, qh);
-            dsv4_fid_norm_out(ctx, qh, hd); /* P3 F4, no-op when off */
+            nm->round(nm, DSV4_ACT_NORM, qh, hd);
             dsv4_rope_apply(rope, qh, hd, batch->pos[i], 0);
         }
     for (int i = 0; i < R; i++) {
         float *ki = w->kv + (size_t)i * hd;
         dsv4_rmsnorm(ki, b->kv_norm, hd, eps, ki);
-        dsv4_fid_norm_out(ctx, ki, hd); /* P3 F4, no-op when off */
+        nm->round(nm, DSV4_ACT_NORM, ki, hd);
         dsv4_rope_apply(rope, ki, hd, batch->pos[i], 0);
     }
     if (csa) {
@@ -173,7 +173,12 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
     /* compressor gates: + ape at the absolute position (§5.8) */
     if (csa) dsv4_compress_add_ape(ctx, b, 1, batch, w->pb[1]);
     if (r) dsv4_compress_add_ape(ctx, b, 0, batch, w->pb[0]);
-    dsv4_fid_attn_rows(ctx, b, w); /* fidelity mode P3 (attn_fid.h), no-op when off */
+
+    /* the rows as the numeric mode keeps them, before any is shared with the cache or
+     * another rank */
+    nm->round(nm, DSV4_ACT_Q, w->q, (int64_t)R * H * hd);
+    for (int i = 0; i < R; i++) nm->round(nm, DSV4_ACT_KV, w->kv + (size_t)i * hd, hd);
+    for (int i = 0; csa && i < R * nI; i++) nm->round(nm, DSV4_ACT_INDEX_Q, w->qI + (size_t)i * dI, dI);
     return DSV4_OK;
 }
 
@@ -307,8 +312,7 @@ static void heads_task(void *arg, int task, int tid) {
     dsv4_sparse_attn_heads(j->ops, j->w->q + ((size_t)i * H + h0) * hd,
                            j->rows + (size_t)bi * j->n_kv_max, j->n_kv[bi], j->group_heads, hd,
                            j->b->attn_sink + h0, 1.0f / sqrtf((float)hd), oi,
-                           j->probs + (size_t)tid * H * j->n_kv_max,
-                           (dsv4_kctx_fidelity(j->ctx->k) & DSV4_FID_F4) != 0);
+                           j->probs + (size_t)tid * H * j->n_kv_max, j->ctx->num);
     for (int h = 0; h < j->group_heads; h++)
         dsv4_rope_apply(rope, oi + (size_t)h * hd, hd, j->batch->pos[i], 1);
 }
@@ -472,9 +476,9 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
     }
 
     /* grouped output projection: v_g = o_g wo_a_g^T, y = v wo_b^T */
-    if ((rc = grouped_linear(ctx->k, ctx->scratch, &b->wo_a, G, ab.o, R, H * hd / G, ol, ab.v, err)))
+    if ((rc = grouped_linear(ctx->num, ctx->k, ctx->scratch, &b->wo_a, G, ab.o, R, H * hd / G, ol, ab.v, err)))
         goto done;
-    dsv4_linear(ctx->k, &b->wo_b, ab.v, R, y);
+    dsv4_num_linear(ctx->num, ctx->k, &b->wo_b, ab.v, R, y);
 
 done:
     dsv4_arena_release(ctx->scratch, mark);

@@ -23,11 +23,13 @@
 #include "kernels/attn_ops.h"
 #include "kernels/kctx.h"
 #include "model/model.h"
+#include "model/numerics.h"
 #include "util/arena.h"
 
 typedef struct dsv4_attn_ctx {
     const dsv4_config *cfg;
     dsv4_kctx *k;
+    const dsv4_numerics *num;     /* products and roundings of the engine's numeric mode */
     dsv4_cache *cache;
     const dsv4_rope *rope_main;   /* ratio-0 layers and the MTP block */
     const dsv4_rope *rope_cmp;    /* ratio > 0 layers (YaRN) */
@@ -138,10 +140,10 @@ void dsv4_sparse_attn_row(const dsv4_attn_ops *ops, const float *q, const float 
                           float *probs);
 /* The same for nh consecutive heads of the row: q, o (nh, hd) and sink (nh) start at the
  * first of them; probs (nh, n_kv) scratch holds the normalised probabilities on return.
- * Each head's output is the same whatever group of heads it is computed in. bf16_probs:
- * fidelity F4 (model.md §6), the probabilities are rounded to BF16 for P.V (0: exact). */
+ * Each head's output is the same whatever group of heads it is computed in. nm rounds the
+ * probabilities for P.V (DSV4_ACT_PROBS; the exact path keeps them). */
 void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const float *const *rows,
                             int n_kv, int nh, int hd, const float *sink, float scale, float *o,
-                            float *probs, int bf16_probs);
+                            float *probs, const dsv4_numerics *nm);
 
 #endif

@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "attn/attention.h"
-#include "attn/attn_fid.h"
 #include "kernels/ops.h"
 #include "util/err.h"
 
@@ -74,6 +73,7 @@ int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int i
     const int W = coff * d;                 /* projection width */
     const dsv4_compressor_w *cw = indexer ? &b->idx_cmp : &b->cmp;
     const float eps = (float)cfg->rms_norm_eps;
+    const dsv4_numerics *nm = ctx->num;
 
     const size_t mark = dsv4_arena_mark(ctx->scratch);
     float *ca, *cb; /* (2r, d) candidate values and scores */
@@ -111,11 +111,11 @@ int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int i
             /* e_w = RoPE_{w r}(RMSNorm(p_w; norm)) with the compress table */
             float *entry = src->entry(src->u, sp, layer, indexer, w);
             dsv4_compress_pool(ca, cb, n, d, d, entry);
-            dsv4_fid_pooled(ctx, entry, d); /* fidelity mode P3 (attn_fid.h), no-op when off */
+            nm->round(nm, DSV4_ACT_POOLED, entry, d);
             dsv4_rmsnorm(entry, cw->norm, d, eps, entry);
-            dsv4_fid_norm_out(ctx, entry, d);
+            nm->round(nm, DSV4_ACT_NORM, entry, d);
             dsv4_rope_apply(ctx->rope_cmp, entry, d, w * r, 0);
-            dsv4_fid_entry(ctx, indexer, entry, d);
+            nm->round(nm, indexer ? DSV4_ACT_INDEX_KEY : DSV4_ACT_ENTRY, entry, d);
         }
     }
     dsv4_arena_release(ctx->scratch, mark);

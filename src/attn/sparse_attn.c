@@ -9,7 +9,6 @@
 #include <math.h>
 
 #include "attn/attention.h"
-#include "kernels/fidelity.h"
 
 /* Heads scored per pass over the rows: the AVX2 dotn's group; 16 heads of 512 floats
  * (32 KiB) would no longer fit in L1 with the row (1.35x slower measured). */
@@ -17,7 +16,7 @@
 
 void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const float *const *rows,
                             int n_kv, int nh, int hd, const float *sink, float scale, float *o,
-                            float *probs, int bf16_probs) {
+                            float *probs, const dsv4_numerics *nm) {
     /* raw scores q_h . R_j into probs (nh, n_kv), SCORE_HEADS heads per pass over the
      * rows: their q rows stay in L1 next to the K=V row being read */
     for (int h0 = 0; h0 < nh; h0 += SCORE_HEADS) {
@@ -42,8 +41,7 @@ void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const floa
         const float inv = 1.0f / Z;
         /* normalised probabilities: the weights of the value sum */
         for (int j = 0; j < n_kv; j++) ph[j] *= inv;
-        /* fidelity F4 (model.md §6): P.V takes BF16 probabilities, Z stays the FP32 sum */
-        if (bf16_probs) dsv4_fid_bf16(ph, n_kv);
+        nm->round(nm, DSV4_ACT_PROBS, ph, n_kv); /* the P.V weights; Z stays as summed */
     }
     /* o_h = sum_j p_hj R_j, rows in ascending j */
     ops->wsum(o, (size_t)hd, nh, probs, (size_t)n_kv, rows, n_kv, hd);
@@ -52,5 +50,5 @@ void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const floa
 void dsv4_sparse_attn_row(const dsv4_attn_ops *ops, const float *q, const float *const *rows,
                           int n_kv, int H, int hd, const float *sink, float scale, float *o,
                           float *probs) {
-    dsv4_sparse_attn_heads(ops, q, rows, n_kv, H, hd, sink, scale, o, probs, 0);
+    dsv4_sparse_attn_heads(ops, q, rows, n_kv, H, hd, sink, scale, o, probs, dsv4_numerics_exact());
 }

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "dist/dist.h"
-#include "kernels/fidelity.h"
 #include "moe/moe.h"
 #include "util/err.h"
 
@@ -219,7 +218,8 @@ void dsv4_ep_reset_stats(dsv4_ep *ep) {
 /* Owner side of one wave: received rows [0, n) grouped by local expert (counting sort,
  * so source rank then arrival order is kept), each group through its expert, results
  * scattered back to received order in rout. */
-static int compute_received(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, int n, dsv4_err *err) {
+static int compute_received(dsv4_ep *ep, dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_block_w *b, int n,
+                            dsv4_err *err) {
     const int D = ep->D, RW = D + EP_META_FLOATS, E_loc = ep->E_loc;
     int e0, e1;
     dsv4_ep_local_range(ep, &e0, &e1);
@@ -255,7 +255,7 @@ static int compute_received(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, in
             ep->wg[j] = m.w;
         }
         const int e = e0 + le;
-        dsv4_moe_expert(k, ep->cfg, &b->w1[e], &b->w3[e], &b->w2[e], ep->xg, ep->wg, cnt, ep->og,
+        dsv4_moe_expert(k, nm, ep->cfg, &b->w1[e], &b->w3[e], &b->w2[e], ep->xg, ep->wg, cnt, ep->og,
                         ep->g, ep->u);
         for (int j = 0; j < cnt; j++)
             memcpy(ep->rout + (int64_t)rows[j] * D, ep->og + (int64_t)j * D, (size_t)D * sizeof(float));
@@ -271,7 +271,7 @@ static void count_routes(dsv4_ep *ep, const int *sel, int n) {
 
 /* One wave: rows [0, n) of x / sel / w (n may be 0), results into y. Wave 0's counts
  * came with the opening exchange (counted = 1), later waves exchange them here. */
-static int run_wave(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, const float *x,
+static int run_wave(dsv4_ep *ep, dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_block_w *b, const float *x,
                     const int *sel, const float *w, int n, float *y, int counted, dsv4_err *err) {
     const int EP = ep->size, K = ep->K, D = ep->D, RW = D + EP_META_FLOATS, E_loc = ep->E_loc;
     MPI_Comm comm = ep->dist->comm;
@@ -314,7 +314,7 @@ static int run_wave(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, const floa
         return rc;
 
     t0 = now();
-    rc = compute_received(ep, k, b, total_recv, err);
+    rc = compute_received(ep, k, nm, b, total_recv, err);
     ep->stats.expert_s += now() - t0;
     if (rc) return rc;
 
@@ -325,11 +325,11 @@ static int run_wave(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, const floa
     /* shared expert on the own rows, then per token: k order, shared last */
     if (n > 0) {
         t0 = now();
-        dsv4_moe_expert(k, ep->cfg, &b->sh_w1, &b->sh_w3, &b->sh_w2, x, NULL, n, ep->sh, ep->g, ep->u);
+        dsv4_moe_expert(k, nm, ep->cfg, &b->sh_w1, &b->sh_w3, &b->sh_w2, x, NULL, n, ep->sh, ep->g, ep->u);
         for (int t = 0; t < n; t++)
             dsv4_moe_combine(D, K, ep->ret, ep->slot + t * K, ep->sh + (int64_t)t * D,
                              y + (int64_t)t * D);
-        if (dsv4_kctx_fidelity(k) & DSV4_FID_F5) dsv4_fid_bf16(y, (int64_t)n * D); /* P3 F5, as moe.c */
+        nm->round(nm, DSV4_ACT_MOE_OUT, y, (int64_t)n * D); /* as moe.c */
         ep->stats.expert_s += now() - t0;
     }
     dsv4_ep_stats *st = &ep->stats;
@@ -342,7 +342,7 @@ static int run_wave(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, const floa
     return DSV4_OK;
 }
 
-int dsv4_ep_moe(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, const float *x,
+int dsv4_ep_moe(dsv4_ep *ep, dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_block_w *b, const float *x,
                 const int32_t *tokens, int R, float *y, dsv4_err *err) {
     const int K = ep->K, D = ep->D, T = ep->wave;
     int *sel = NULL;
@@ -396,7 +396,7 @@ int dsv4_ep_moe(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, const float *x
     for (int wv = 0; wv < all_waves && !rc; wv++) {
         const int r0 = wv * T;
         const int n = r0 >= R ? 0 : (R - r0 < T ? R - r0 : T);
-        rc = run_wave(ep, k, b, n ? x + (int64_t)r0 * D : NULL, n ? sel + (int64_t)r0 * K : NULL,
+        rc = run_wave(ep, k, nm, b, n ? x + (int64_t)r0 * D : NULL, n ? sel + (int64_t)r0 * K : NULL,
                       n ? w + (int64_t)r0 * K : NULL, n, n ? y + (int64_t)r0 * D : NULL, wv == 0, err);
     }
     free(sel);
@@ -417,9 +417,9 @@ int dsv4_ep_create(const dsv4_config *cfg, dsv4_dist *d, int wave, dsv4_ep **out
 void dsv4_ep_free(dsv4_ep *ep) { (void)ep; }
 void dsv4_ep_local_range(const dsv4_ep *ep, int *e0, int *e1) { (void)ep; *e0 = *e1 = 0; }
 int dsv4_ep_wave(const dsv4_ep *ep) { (void)ep; return 0; }
-int dsv4_ep_moe(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, const float *x,
+int dsv4_ep_moe(dsv4_ep *ep, dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_block_w *b, const float *x,
                 const int32_t *tokens, int R, float *y, dsv4_err *err) {
-    (void)ep; (void)k; (void)b; (void)x; (void)tokens; (void)R; (void)y;
+    (void)ep; (void)k; (void)nm; (void)b; (void)x; (void)tokens; (void)R; (void)y;
     return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "expert parallel: this build has no MPI");
 }
 void dsv4_ep_fail(dsv4_ep *ep, int code, int clean) { (void)ep; (void)code; (void)clean; }

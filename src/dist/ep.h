@@ -32,6 +32,7 @@
 #include "kernels/kctx.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "model/numerics.h"
 
 typedef struct dsv4_ep dsv4_ep;
 
@@ -65,7 +66,7 @@ int dsv4_ep_wave(const dsv4_ep *ep);
  * Collective: every rank calls it for every MoE sub-block in the same order, R >= 0 (x,
  * tokens, y may be NULL when R == 0). On failure of any rank every rank returns an error
  * at the same point; a rank's own failure keeps its own message. */
-int dsv4_ep_moe(dsv4_ep *ep, dsv4_kctx *k, const dsv4_block_w *b, const float *x,
+int dsv4_ep_moe(dsv4_ep *ep, dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_block_w *b, const float *x,
                 const int32_t *tokens, int R, float *y, dsv4_err *err);
 
 /* For a rank that failed before reaching a MoE sub-block it must take part in: joins that

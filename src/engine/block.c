@@ -17,7 +17,6 @@
 #include "dist/ep.h"
 #include "engine/engine.h"
 #include "hc/hc.h"
-#include "kernels/fidelity.h"
 #include "kernels/ops.h"
 #include "moe/moe.h"
 #include "util/err.h"
@@ -29,7 +28,7 @@ typedef struct {
     const float *h;      /* (R, hc, D) streams */
     float *x;            /* (R, D) sub-block input */
     float *post, *comb;  /* (R, hc), (R, hc, hc) */
-    unsigned fid;
+    const dsv4_numerics *nm;
 } sub_in_job;
 
 typedef struct {
@@ -37,7 +36,7 @@ typedef struct {
     const float *y;                /* (R, D) sub-block output */
     float *h;                      /* (R, hc, D) streams, updated */
     const float *post, *comb;      /* (R, hc), (R, hc, hc) */
-    unsigned fid;
+    const dsv4_numerics *nm;
     dsv4_kctx *k;
 } sub_out_job;
 
@@ -53,9 +52,9 @@ static void sub_in_row(void *arg, int i, int tid) {
     float *xi = j->x + (size_t)i * D;
     dsv4_hc_pre(c, j->h + (size_t)i * hc * D, fn, base, scale, xi, j->post + (size_t)i * hc,
                 j->comb + (size_t)i * hc * hc);
-    if (j->fid & DSV4_FID_F4) dsv4_fid_bf16(xi, D);
+    j->nm->round(j->nm, DSV4_ACT_COLLAPSE, xi, D);
     dsv4_rmsnorm(xi, norm, D, (float)c->rms_norm_eps, xi);
-    if (j->fid & DSV4_FID_F4) dsv4_fid_bf16(xi, D);
+    j->nm->round(j->nm, DSV4_ACT_NORM, xi, D);
 }
 
 static void sub_out_row(void *arg, int i, int tid) {
@@ -66,7 +65,7 @@ static void sub_out_row(void *arg, int i, int tid) {
     float *hin = dsv4_kctx_scratch(j->k, tid); /* (hc, D): hc_post reads the old streams */
     memcpy(hin, hi, (size_t)hc * D * sizeof(float));
     dsv4_hc_post(c, j->y + (size_t)i * D, hin, j->post + (size_t)i * hc, j->comb + (size_t)i * hc * hc, hi);
-    if (j->fid & DSV4_FID_F4) dsv4_fid_bf16(hi, (int64_t)hc * D); /* the residual stream is BF16 */
+    j->nm->round(j->nm, DSV4_ACT_STREAMS, hi, (int64_t)hc * D);
 }
 
 /* One row runs on the calling thread: waking the pool would cost more than it saves. */
@@ -78,18 +77,18 @@ static void sub_rows(dsv4_kctx *k, int R, dsv4_task_fn fn, void *j) {
 /* The two ends of every sub-block (spec/model.md §5.3-5.4), for all R rows of h (R, hc, D):
  * sub_in: x, post, comb = hc_pre(h; the sub-block's hc params), x = RMSNorm(x; its norm)
  * (sub 0 = attention, 1 = MoE); sub_out: h = hc_post(y, h, post, comb). Rows are spread
- * over k's threads (each row's result is its own: any split gives the same bits).
- * fid: the engine's fidelity items; with DSV4_FID_F4 the collapse, the norm output and the
- * new streams are rounded to BF16 (model.md §6; 0 = the exact path). */
-static void sub_in(dsv4_kctx *k, const dsv4_config *c, const dsv4_block_w *b, int sub,
-                   const float *h, int R, float *x, float *post, float *comb, unsigned fid) {
-    sub_in_job j = {c, b, sub, h, x, post, comb, fid};
+ * over k's threads (each row's result is its own: any split gives the same bits). The
+ * collapse, the norm output and the new streams are kept as the numeric mode nm rounds
+ * them (the exact path: FP32). */
+static void sub_in(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *c, const dsv4_block_w *b,
+                   int sub, const float *h, int R, float *x, float *post, float *comb) {
+    sub_in_job j = {c, b, sub, h, x, post, comb, nm};
     sub_rows(k, R, sub_in_row, &j);
 }
 
-static void sub_out(dsv4_kctx *k, const dsv4_config *c, const float *y, float *h, int R,
-                    const float *post, const float *comb, unsigned fid) {
-    sub_out_job j = {c, y, h, post, comb, fid, k};
+static void sub_out(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *c, const float *y,
+                    float *h, int R, const float *post, const float *comb) {
+    sub_out_job j = {c, y, h, post, comb, nm, k};
     sub_rows(k, R, sub_out_row, &j);
 }
 
@@ -124,7 +123,6 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
                       const dsv4_block_step *step, float *h, dsv4_err *err) {
     const dsv4_config *c = e->cfg;
     const int R = batch->n_rows;
-    const unsigned fid = e->opts.fidelity;
     int rc = DSV4_OK;
     const size_t mark = dsv4_arena_mark(&e->scratch);
     block_bufs bb;
@@ -134,13 +132,13 @@ int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *b
     }
     for (int sub = 0; sub < 2; sub++) {
         /* x, post, comb = hc_pre(h); x = RMSNorm(x; norm) */
-        sub_in(e->k, c, b, sub, h, R, bb.x, bb.post, bb.comb, fid);
+        sub_in(e->k, e->num, c, b, sub, h, R, bb.x, bb.post, bb.comb);
         /* y = attention(x) or MoE(x) */
         rc = sub == 0 ? step->attention(step->u, b, batch, bb.x, bb.y, err)
                       : dsv4_engine_moe(e, b, batch, bb.x, bb.y, err);
         if (rc) goto done;
         /* h = hc_post(y, h, post, comb) */
-        sub_out(e->k, c, bb.y, h, R, bb.post, bb.comb, fid);
+        sub_out(e->k, e->num, c, bb.y, h, R, bb.post, bb.comb);
         if (e->trace && (rc = step->trace(step->u, b, batch, sub, h, err))) goto done;
     }
 done:
@@ -165,13 +163,13 @@ static void report_choices(const dsv4_engine *e, const dsv4_batch *batch, int la
 
 int dsv4_engine_moe(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
                     const float *x, float *y, dsv4_err *err) {
-    if (e->ep) return dsv4_ep_moe(e->ep, e->k, b, x, batch->tokens, batch->n_rows, y, err);
+    if (e->ep) return dsv4_ep_moe(e->ep, e->k, e->num, b, x, batch->tokens, batch->n_rows, y, err);
     const int K = e->cfg->num_experts_per_tok;
     const size_t mark = dsv4_arena_mark(&e->scratch);
     int *sel = NULL; /* (R, K) with the choice hook on */
     if (e->choice && batch->n_rows && !(sel = dsv4_arena_take_n(&e->scratch, (int64_t)batch->n_rows * K, sizeof(int))))
         return dsv4_fail(err, DSV4_ERR_NOMEM, "moe choices: scratch arena too small");
-    int rc = dsv4_moe_forward(e->k, e->cfg, b, x, batch->tokens, batch->n_rows, y, sel, &e->scratch, err);
+    int rc = dsv4_moe_forward(e->k, e->num, e->cfg, b, x, batch->tokens, batch->n_rows, y, sel, &e->scratch, err);
     if (!rc && sel) report_choices(e, batch, b->layer_id, DSV4_CHOICE_EXPERTS, sel, K);
     dsv4_arena_release(&e->scratch, mark);
     return rc;
@@ -209,7 +207,7 @@ static int local_attention(void *u, const dsv4_block_w *b, const dsv4_batch *bat
     if (e->choice && b->ratio == 4 && batch->n_rows &&
         !(csa_sel = dsv4_arena_take_n(&e->scratch, (int64_t)batch->n_rows * c->index_topk, sizeof(int))))
         rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CSA choices: scratch arena too small");
-    const dsv4_attn_ctx actx = {c, e->k, e->cache, &e->rope_main, &e->rope_cmp, csa_sel, &e->scratch};
+    const dsv4_attn_ctx actx = {c, e->k, e->num, e->cache, &e->rope_main, &e->rope_cmp, csa_sel, &e->scratch};
     if (!rc) rc = dsv4_attention(&actx, b, batch, x, y, err);
     /* the other ranks are heading for this block's MoE exchange */
     if (rc) dsv4_engine_fail_collective(e, rc, 0);

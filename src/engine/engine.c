@@ -134,6 +134,9 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
         e->blocks[l] = l < c->num_hidden_layers ? m->layers[l] : m->mtp[l - c->num_hidden_layers];
         rc = prepare_wo_a(e, &e->blocks[l], err);
     }
+    /* the numeric path: exact unless an option asks for P2 or P3 (each prepares the
+     * weights its way) */
+    e->num = dsv4_numerics_exact();
     if (!rc) rc = dsv4_engine_prepare_w8a8(e, err);
     if (!rc) rc = dsv4_engine_prepare_fidelity(e, err);
     if (!rc) rc = dsv4_arena_init(&e->scratch, dsv4_engine_scratch_bytes(e), err);
@@ -158,6 +161,7 @@ void dsv4_engine_free(dsv4_engine *e) {
     dsv4_rope_free(&e->rope_main);
     dsv4_rope_free(&e->rope_cmp);
     dsv4_kctx_free(e->k);
+    dsv4_numerics_free(e->num_owned);
     dsv4_ep_free(e->ep);
     dsv4_arena_free(&e->scratch);
     for (int i = 0; i < e->n_owned; i++) free(e->owned[i]);

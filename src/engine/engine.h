@@ -9,6 +9,7 @@
 #include "cache/cache.h"
 #include "kernels/kctx.h"
 #include "model/model.h"
+#include "model/numerics.h"
 #include "util/arena.h"
 
 typedef struct dsv4_seq_state {
@@ -26,6 +27,9 @@ struct dsv4_engine {
     const dsv4_config *cfg;
     dsv4_engine_opts opts;           /* defaults filled in */
     dsv4_kctx *k;
+    const dsv4_numerics *num;        /* the numeric path chosen at create (model/numerics.h):
+                                      * exact, W8A8 (opts.w8a8) or fidelity (opts.fidelity) */
+    dsv4_numerics *num_owned;        /* the fidelity mode's, freed with the engine */
     dsv4_cache *cache;
     dsv4_rope rope_main;             /* rope_theta, no YaRN */
     dsv4_rope rope_cmp;              /* compress_rope_theta, YaRN */

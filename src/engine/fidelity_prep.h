@@ -5,9 +5,8 @@
 #include "engine/engine.h"
 
 /* Validates opts.fidelity (known items; not with w8a8; F3 needs a power-of-two indexer head
- * dim for its Hadamard rotation), turns the items on in the kernel context and marks the
- * roles of the engine's block copies (kernels/linear.h DSV4_MAT_FID_*): the routed expert
- * arrays become the engine's own copies (the model's are shared). No-op for 0. */
+ * dim for its Hadamard rotation) and makes e->num the fidelity mode over the engine's
+ * blocks (model/numerics.h; it owns its role table and input buffer). No-op for 0. */
 int dsv4_engine_prepare_fidelity(dsv4_engine *e, dsv4_err *err);
 
 #endif

@@ -16,7 +16,6 @@
 #include "engine/engine.h"
 #include "engine/forward_cp.h"
 #include "hc/hc.h"
-#include "kernels/fidelity.h"
 #include "kernels/ops.h"
 #include "util/err.h"
 
@@ -253,7 +252,7 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
             dsv4_hc_head(c, h + (size_t)r * hc * D, e->model->hc_head_fn, e->model->hc_head_base,
                          e->model->hc_head_scale, y);
             dsv4_rmsnorm(y, e->model->norm, D, (float)c->rms_norm_eps, hidden + (size_t)oh * D);
-            if (e->opts.fidelity & DSV4_FID_F4) dsv4_fid_bf16(hidden + (size_t)oh * D, D); /* P3 F4 */
+            e->num->round(e->num, DSV4_ACT_NORM, hidden + (size_t)oh * D, D);
         }
     }
     if ((rc = check_finite(e, spans, n_spans, hidden, streams, err))) goto done;

@@ -38,7 +38,6 @@
 #include "engine/engine.h"
 #include "engine/forward_cp.h"
 #include "hc/hc.h"
-#include "kernels/fidelity.h"
 #include "kernels/ops.h"
 #include "util/err.h"
 
@@ -426,7 +425,7 @@ static int agree(cp_call *cx, int rc, int layer, dsv4_err *err) {
 static int cp_attention(cp_call *cx, const dsv4_block_w *b, const float *x, float *y, dsv4_err *err) {
     dsv4_engine *e = cx->e;
     const int l = b->layer_id;
-    const dsv4_attn_ctx actx = {cx->c, e->k, e->cache, &e->rope_main, &e->rope_cmp, NULL, &e->scratch};
+    const dsv4_attn_ctx actx = {cx->c, e->k, e->num, e->cache, &e->rope_main, &e->rope_cmp, NULL, &e->scratch};
     const dsv4_attn_src src = {cp_win_row, cp_ring_row, cp_entry, cx};
     const size_t scratch_mark = dsv4_arena_mark(&e->scratch);
     dsv4_attn_work w = {0};
@@ -542,7 +541,7 @@ static int cp_outputs(cp_call *cx, const dsv4_span *sp, const float *h, float *h
         const dsv4_model *m = cx->e->model;
         dsv4_hc_head(c, h + (size_t)i * hc * D, m->hc_head_fn, m->hc_head_base, m->hc_head_scale, yh);
         dsv4_rmsnorm(yh, m->norm, D, (float)c->rms_norm_eps, o);
-        if (cx->e->opts.fidelity & DSV4_FID_F4) dsv4_fid_bf16(o, D); /* P3 F4 */
+        cx->e->num->round(cx->e->num, DSV4_ACT_NORM, o, D);
         o += D;
     }
     for (int j = 0; j < sp->n_streams; j++) {

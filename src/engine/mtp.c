@@ -13,7 +13,6 @@
 
 #include "engine/engine.h"
 #include "hc/hc.h"
-#include "kernels/fidelity.h"
 #include "kernels/ops.h"
 #include "util/err.h"
 
@@ -165,9 +164,9 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
         dsv4_mat_row(&e->model->embed, tok[i], en + (size_t)i * D);
         dsv4_rmsnorm(en + (size_t)i * D, b->enorm, D, eps, en + (size_t)i * D);
     }
-    dsv4_linear(e->k, &b->e_proj, en, R, ep);
+    dsv4_num_linear(e->num, e->k, &b->e_proj, en, R, ep);
     for (int i = 0; i < R * hc; i++) dsv4_rmsnorm(hn + (size_t)i * D, b->hnorm, D, eps, hn + (size_t)i * D);
-    dsv4_linear(e->k, &b->h_proj, hn, R * hc, z);
+    dsv4_num_linear(e->num, e->k, &b->h_proj, hn, R * hc, z);
     for (int i = 0; i < R; i++)
         for (int k = 0; k < hc; k++)
             for (int d = 0; d < D; d++) z[((size_t)i * hc + k) * D + d] += ep[(size_t)i * D + d];
@@ -181,7 +180,7 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
     for (int i = 0; i < R; i++) {
         dsv4_hc_head(c, z + (size_t)i * hc * D, b->hc_head_fn, b->hc_head_base, b->hc_head_scale, y);
         dsv4_rmsnorm(y, b->norm, D, eps, hidden + (size_t)i * D);
-        if (e->opts.fidelity & DSV4_FID_F4) dsv4_fid_bf16(hidden + (size_t)i * D, D); /* P3 F4 */
+        e->num->round(e->num, DSV4_ACT_NORM, hidden + (size_t)i * D, D);
     }
     for (int i = 0; i < n_spans; i++) {
         e->seqs[spans[i].seq].m += spans[i].n;

@@ -139,5 +139,6 @@ int dsv4_engine_prepare_w8a8(dsv4_engine *e, dsv4_err *err) {
     const int n_blocks = c->num_hidden_layers + c->num_nextn_predict_layers;
     for (int l = 0; l < n_blocks; l++)
         if ((rc = prepare_block(e, &e->blocks[l], e0, e1, err))) return rc;
+    e->num = dsv4_numerics_w8a8(); /* the INT8 matrices' products quantize their inputs */
     return DSV4_OK;
 }

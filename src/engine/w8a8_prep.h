@@ -11,7 +11,8 @@
  *   w8a8 = 2: also wq_a, wkv and wo_a (activations quantized per token, per group for
  *             wo_a, since each group is its own product).
  * Everything else (embed, head, router gate, compressor wkv/wgate, weights_proj, vectors)
- * stays as stored. No-op for w8a8 = 0. Errors: an unknown level, a matrix too wide for
+ * stays as stored, and e->num becomes the W8A8 mode (model/numerics.h) that runs the INT8
+ * products on INT8 activations. No-op for w8a8 = 0. Errors: an unknown level, a matrix too wide for
  * the int32 sum, a non-finite weight, out of memory (each naming the tensor). */
 int dsv4_engine_prepare_w8a8(dsv4_engine *e, dsv4_err *err);
 

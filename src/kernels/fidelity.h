@@ -53,14 +53,4 @@ void dsv4_fid_kv_row(float *x, int hd, int rd);
 void dsv4_fid_hadamard(float *x, int n);
 void dsv4_fid_index_row(float *x, int n);
 
-/* The linear hook of fidelity mode (dsv4_linear_batch calls it first when the context has
- * any item on): when some op's DSV4_MAT_FID_* role and the context's items ask for it, runs
- * the whole batch with each such op's input rows rounded (BF16 and/or F1 per 128) and its
- * output rounded to BF16, the products still one pool job, and returns 1; returns 0
- * (nothing done) otherwise. Rows are rounded one by one, so the results keep
- * dsv4_linear's batch invariance. */
-struct dsv4_kctx;
-struct dsv4_lin_op;
-int dsv4_fid_linear_batch(struct dsv4_kctx *k, const struct dsv4_lin_op *ops, int n_ops);
-
 #endif

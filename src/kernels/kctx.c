@@ -21,9 +21,6 @@ struct dsv4_kctx {
     float *scratch;       /* (n_threads, stride): LIN_SCRATCH_FLOATS then max_cols */
     dsv4_pool *pool;
     dsv4_lin_tables *tables; /* read-only after create */
-    unsigned fidelity;    /* DSV4_FID_* items in effect (fidelity mode P3), 0 = off */
-    float *fid_rows;      /* (n_threads, max_cols) one quantized activation row per thread,
-                           * allocated when fidelity is set (kernels/fidelity.h) */
     void *w8_buf;         /* the W8A8 activation buffer of the calling thread, or NULL */
     size_t w8_bytes;
 };
@@ -88,7 +85,6 @@ int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err 
 void dsv4_kctx_free(dsv4_kctx *k) {
     if (!k) return;
     dsv4_pool_free(k->pool);
-    free(k->fid_rows);
     free(k->w8_buf);
     free(k->tables);
     free(k->scratch);
@@ -120,18 +116,6 @@ const dsv4_lin_tables *dsv4_kctx_lin_tables(const dsv4_kctx *k) { return k->tabl
 
 int64_t dsv4_kctx_max_cols(const dsv4_kctx *k) { return k->max_cols; }
 
-unsigned dsv4_kctx_fidelity(const dsv4_kctx *k) { return k->fidelity; }
-
-int dsv4_kctx_set_fidelity(dsv4_kctx *k, unsigned items, dsv4_err *err) {
-    if (items && !k->fid_rows) {
-        k->fid_rows = malloc(sizeof(float) * (size_t)k->n_threads * (size_t)k->max_cols);
-        if (!k->fid_rows) return dsv4_fail(err, DSV4_ERR_NOMEM, "fidelity rows: out of memory");
-    }
-    k->fidelity = items;
-    return DSV4_OK;
-}
-
-float *dsv4_kctx_fid_row(dsv4_kctx *k, int tid) { return k->fid_rows + (int64_t)tid * k->max_cols; }
 
 int dsv4_kctx_reserve_w8a8(dsv4_kctx *k, dsv4_err *err) {
     const size_t bytes = dsv4_w8a8_call_bytes(k->max_cols);

@@ -68,11 +68,4 @@ void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops);
 int dsv4_kctx_reserve_w8a8(dsv4_kctx *k, dsv4_err *err);
 void *dsv4_kctx_w8a8_buf(dsv4_kctx *k, size_t bytes);
 
-/* Fidelity mode P3 (spec/model.md §6): the DSV4_FID_* items in effect for every kernel of
- * this context (0 = the exact path). Setting items allocates one max_cols row per thread
- * (dsv4_kctx_fid_row) for the activation quantization of dsv4_linear. */
-unsigned dsv4_kctx_fidelity(const dsv4_kctx *k);
-int dsv4_kctx_set_fidelity(dsv4_kctx *k, unsigned items, dsv4_err *err);
-float *dsv4_kctx_fid_row(dsv4_kctx *k, int tid);
-
 #endif

@@ -2,7 +2,6 @@
 #include "kernels/linear.h"
 
 #include "kernels/codec.h"
-#include "kernels/w8a8.h"
 
 static float scale_at(const dsv4_mat *w, int64_t idx) {
     if (w->scale_is_f32) return ((const float *)w->scale)[idx];
@@ -57,10 +56,6 @@ void dsv4_mat_row(const dsv4_mat *w, int64_t o, float *out) {
 
 void dsv4_linear_ref(const dsv4_mat *w, const float *x, int n_rows, float *y, float *scratch) {
     const int64_t in = w->cols, out = w->rows;
-    if (w->fmt == DSV4_WF_I8) { /* an INT8 matrix means W8A8 products (spec/serving.md §f) */
-        dsv4_w8a8_linear_ref(w, x, n_rows, y, (int8_t *)scratch);
-        return;
-    }
     for (int64_t o = 0; o < out; o++) {
         dsv4_mat_row(w, o, scratch);
         for (int s = 0; s < n_rows; s++) {

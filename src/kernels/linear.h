@@ -17,8 +17,8 @@ typedef enum {
     DSV4_WF_BF16,
     DSV4_WF_FP8,      /* e4m3 + 128x128 block scales */
     DSV4_WF_FP4,      /* packed e2m1 + per-32 scales */
-    DSV4_WF_I8,       /* P2 W8A8: int8 [out, in] + F32 per-output scales (kernels/w8a8.h);
-                       * products run on INT8 activations quantized per row */
+    DSV4_WF_I8,       /* int8 [out, in] + F32 per-output scales: P2 W8A8's weights
+                       * (kernels/w8a8.h, whose products also quantize the activations) */
 } dsv4_wfmt;
 
 typedef struct dsv4_mat {
@@ -28,28 +28,15 @@ typedef struct dsv4_mat {
     const void *scale;      /* FP8: [ceil(rows/128), ceil(cols/128)]; FP4: [rows, cols/32];
                              * I8: F32 [rows] */
     int scale_is_f32;       /* scales stored F32 instead of ue8m0 bytes */
-    unsigned fid_role;      /* fidelity mode P3 (spec/model.md §6): DSV4_MAT_FID_* bits the
-                             * engine sets on its block copies; 0 everywhere else */
 } dsv4_mat;
-
-/* Roles of a matrix in fidelity mode (kernels/fidelity.h, applied by dsv4_linear when the
- * kernel context has the item on). ACTQ: a projection the release stores FP8/FP4 (not
- * wo_a): F1 quantizes its input rows, F1 or F4 round its output to BF16. BF16OUT: another
- * BF16 linear of the official graph (wo_a, indexer weights_proj): F4 rounds its output.
- * BF16IN (expert W2, with ACTQ): F5 rounds the input rows to BF16 before F1 quantizes them.
- * BF16IN_F4: F4 rounds the input rows to BF16 (wo_a: the attention output; wq_b, indexer
- * wq_b: the q_norm output; MTP e_proj/h_proj: the enorm/hnorm outputs). */
-#define DSV4_MAT_FID_ACTQ 1u
-#define DSV4_MAT_FID_BF16OUT 2u
-#define DSV4_MAT_FID_BF16IN 4u
-#define DSV4_MAT_FID_BF16IN_F4 8u
 
 /* Dequantizes row o of w into out[cols] (exact). */
 void dsv4_mat_row(const dsv4_mat *w, int64_t o, float *out);
 
 /* Reference linear: y[s, o] = sum_i x[s, i] * W[o, i] for s < n_rows, FP32 accumulation in
- * ascending i. x: [n_rows, cols], y: [n_rows, rows]. scratch: cols floats.
- * DSV4_WF_I8 runs the P2 formula instead (dsv4_w8a8_linear_ref). */
+ * ascending i. x: [n_rows, cols], y: [n_rows, rows]. scratch: cols floats. For every format
+ * (DSV4_WF_I8 included) this is the product with the exactly dequantized weights; P2's
+ * INT8-activation product is a numeric mode's choice (model/numerics.h, kernels/w8a8.h). */
 void dsv4_linear_ref(const dsv4_mat *w, const float *x, int n_rows, float *y, float *scratch);
 
 /* Bytes of the weight storage (including scales). */

@@ -11,9 +11,7 @@
 
 #include "kernels/codec.h"
 #include "kernels/cpu.h"
-#include "kernels/fidelity.h"
 #include "kernels/kctx.h"
-#include "kernels/w8a8.h"
 
 /* Below this many multiply-adds a call runs on the caller's thread: waking the pool
  * costs more than the work. */
@@ -199,8 +197,9 @@ typedef struct {
 static int lin_trivial(dsv4_kctx *k, const dsv4_lin_op *op) {
     const dsv4_mat *w = op->w;
     if (op->n_rows <= 0 || w->rows <= 0) return 1;
-    if (w->fmt == DSV4_WF_I8) { /* P2 W8A8: INT8 activations too (kernels/w8a8.h) */
-        dsv4_w8a8_linear(k, w, op->x, op->n_rows, op->y);
+    if (w->fmt == DSV4_WF_I8) { /* no tiled kernel: the reference product (P2's INT8
+                                 * activations are the w8a8 numeric mode's, model/numerics.h) */
+        dsv4_linear_ref(w, op->x, op->n_rows, op->y, dsv4_kctx_scratch(k, dsv4_kctx_tid(k)));
         return 1;
     }
     const int known = w->fmt == DSV4_WF_F32 || w->fmt == DSV4_WF_F16 || w->fmt == DSV4_WF_BF16 ||
@@ -268,8 +267,6 @@ static void lin_task(void *arg, int t, int tid) {
 #define LIN_BATCH_MAX 64
 
 void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
-    /* fidelity mode P3 (kernels/linear_fid.c): rounds around role-marked matrices */
-    if (dsv4_kctx_fidelity(k) && dsv4_fid_linear_batch(k, ops, n_ops)) return;
     for (int b0 = 0; b0 < n_ops; b0 += LIN_BATCH_MAX) {
         const int nb = n_ops - b0 < LIN_BATCH_MAX ? n_ops - b0 : LIN_BATCH_MAX;
         lin_plan plan[LIN_BATCH_MAX];

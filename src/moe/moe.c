@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/fidelity.h"
 #include "kernels/ops.h"
 #include "util/err.h"
 
@@ -272,7 +271,8 @@ static void swiglu_task(void *arg, int i, int tid) {
 /* Groups per slice: two linears each, one dsv4_linear_batch job per phase. */
 #define MOE_SLICE 32
 
-void dsv4_moe_experts(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group *gr, int n_groups) {
+void dsv4_moe_experts(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg,
+                      const dsv4_moe_group *gr, int n_groups) {
     const int64_t I = cfg->moe_intermediate_size;
     for (int g0 = 0; g0 < n_groups; g0 += MOE_SLICE) {
         const int ng = n_groups - g0 < MOE_SLICE ? n_groups - g0 : MOE_SLICE;
@@ -285,7 +285,7 @@ void dsv4_moe_experts(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group
             ops[2 * i + 1] = (dsv4_lin_op){s[i].w3, s[i].x, s[i].n, s[i].u};
             elems += s[i].n * I;
         }
-        dsv4_linear_batch(k, ops, 2 * ng);
+        nm->linear(nm, k, ops, 2 * ng);
         /* clamped SwiGLU times the routing weight: elementwise, so any split gives the
          * same bits; worth the pool only for prefill-sized groups */
         swiglu_job sj = {cfg, s};
@@ -293,15 +293,15 @@ void dsv4_moe_experts(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group
         else for (int i = 0; i < ng; i++) swiglu_task(&sj, i, 0);
         /* W2 of every group */
         for (int i = 0; i < ng; i++) ops[i] = (dsv4_lin_op){s[i].w2, s[i].g, s[i].n, s[i].out};
-        dsv4_linear_batch(k, ops, ng);
+        nm->linear(nm, k, ops, ng);
     }
 }
 
-void dsv4_moe_expert(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_mat *w1,
+void dsv4_moe_expert(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_mat *w1,
                      const dsv4_mat *w3, const dsv4_mat *w2, const float *x, const float *w,
                      int n, float *out, float *g, float *u) {
     const dsv4_moe_group gr = {w1, w3, w2, x, w, n, out, g, u};
-    dsv4_moe_experts(k, cfg, &gr, 1);
+    dsv4_moe_experts(k, nm, cfg, &gr, 1);
 }
 
 void dsv4_moe_combine(int D, int K, const float *rows, const int *idx, const float *shared,
@@ -316,7 +316,7 @@ void dsv4_moe_combine(int D, int K, const float *rows, const int *idx, const flo
 }
 
 /* MoE of R consecutive rows. */
-static int moe_pass(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b,
+static int moe_pass(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_block_w *b,
                     const float *x, const int32_t *tokens, int R, float *y, int *sel_out,
                     moe_scratch *m, dsv4_err *err) {
     const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
@@ -354,16 +354,16 @@ static int moe_pass(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b,
     }
     const int64_t sh0 = (int64_t)R * K * I;
     m->gr[ng++] = (dsv4_moe_group){&b->sh_w1, &b->sh_w3, &b->sh_w2, x, NULL, R, m->sh, m->g + sh0, m->u + sh0};
-    dsv4_moe_experts(k, cfg, m->gr, ng);
+    dsv4_moe_experts(k, nm, cfg, m->gr, ng);
 
     /* 4. Per token: routed outputs in k order, shared last. */
     for (int r = 0; r < R; r++)
         dsv4_moe_combine(D, K, m->og, m->at + (int64_t)r * K, m->sh + (int64_t)r * D, y + (int64_t)r * D);
-    if (dsv4_kctx_fidelity(k) & DSV4_FID_F5) dsv4_fid_bf16(y, (int64_t)R * D); /* P3 F5: FP32 sum, BF16 out */
+    nm->round(nm, DSV4_ACT_MOE_OUT, y, (int64_t)R * D);
     return DSV4_OK;
 }
 
-int dsv4_moe_forward(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b,
+int dsv4_moe_forward(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_block_w *b,
                      const float *x, const int32_t *tokens, int S, float *y, int *sel_out,
                      dsv4_arena *scratch, dsv4_err *err) {
     if (S < 0) return dsv4_fail(err, DSV4_ERR_ARG, "moe: row count %d < 0", S);
@@ -382,7 +382,7 @@ int dsv4_moe_forward(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b
     }
     for (int r0 = 0; r0 < S && rc == DSV4_OK; r0 += R) {
         const int n = S - r0 < R ? S - r0 : R;
-        rc = moe_pass(k, cfg, b, x + (int64_t)r0 * D, tokens ? tokens + r0 : NULL, n,
+        rc = moe_pass(k, nm, cfg, b, x + (int64_t)r0 * D, tokens ? tokens + r0 : NULL, n,
                       y + (int64_t)r0 * D, sel_out ? sel_out + (int64_t)r0 * K : NULL, &m, err);
     }
     dsv4_arena_release(scratch, mark);

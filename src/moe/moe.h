@@ -7,6 +7,7 @@
 
 #include "kernels/kctx.h"
 #include "model/model.h"
+#include "model/numerics.h"
 #include "util/arena.h"
 
 /* Router for one token: sel (K) expert ids in k order, w (K) final weights
@@ -16,9 +17,10 @@ void dsv4_moe_route(const dsv4_config *cfg, const dsv4_block_w *b, const float *
 
 /* y (S, D) = MoE of x (S, D) for S rows with token ids tokens (S). Rows are grouped by
  * expert for batched linears; each token's sum runs in k order with the shared expert
- * last, so results do not depend on S or on grouping. sel_out (S, K) optional. Scratch
+ * last, so results do not depend on S or on grouping; products and the output rounding
+ * (DSV4_ACT_MOE_OUT) as numeric mode nm computes them. sel_out (S, K) optional. Scratch
  * comes from `scratch` (dsv4_moe_scratch_bytes(cfg, S) bytes free), released on return. */
-int dsv4_moe_forward(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b,
+int dsv4_moe_forward(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_block_w *b,
                      const float *x, const int32_t *tokens, int S, float *y, int *sel_out,
                      dsv4_arena *scratch, dsv4_err *err);
 size_t dsv4_moe_scratch_bytes(const dsv4_config *cfg, int S);
@@ -54,11 +56,12 @@ typedef struct dsv4_moe_group {
  * every group in another (a decode step's six experts and the shared one cost two
  * hand-offs instead of 21). Each group gets exactly dsv4_moe_expert's bits. No buffer of
  * one group may overlap another's. */
-void dsv4_moe_experts(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group *gr, int n_groups);
+void dsv4_moe_experts(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg,
+                      const dsv4_moe_group *gr, int n_groups);
 
 /* out (n, D) = (w[r] * silu(min(x W1^T, L)) * clip(x W3^T, -L, L)) W2^T per row r, for one
  * expert's matrices; w NULL = weight 1 (the shared expert). Scratch: g, u (n, I). */
-void dsv4_moe_expert(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_mat *w1,
+void dsv4_moe_expert(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_mat *w1,
                      const dsv4_mat *w3, const dsv4_mat *w2, const float *x, const float *w,
                      int n, float *out, float *g, float *u);
 

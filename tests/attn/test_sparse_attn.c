@@ -67,7 +67,7 @@ static void test_attn(int H, int hd, int n_kv) {
             for (int h0 = 0; h0 < H; h0 += gh) {
                 const int nh = H - h0 < gh ? H - h0 : gh;
                 dsv4_sparse_attn_heads(ops[l], q + (size_t)h0 * hd, rows, n_kv, nh, hd, sink + h0,
-                                       scale, o2 + (size_t)h0 * hd, probs, 0);
+                                       scale, o2 + (size_t)h0 * hd, probs, dsv4_numerics_exact());
             }
             CHECK_MSG(memcmp(o, o2, sizeof(float) * H * hd) == 0,
                       "attention H=%d hd=%d n_kv=%d: level %d, %d heads per group differ", H, hd,

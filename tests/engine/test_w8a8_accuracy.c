@@ -44,6 +44,7 @@
 #include "kernels/ops.h"
 #include "kernels/w8a8.h"
 #include "model/model.h"
+#include "model/numerics.h"
 #include "moe/moe.h"
 #include "test.h"
 
@@ -154,7 +155,7 @@ static double gemm_check(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n,
     }
     float *yf = malloc(sizeof(float) * (size_t)n * w->rows), *yq = malloc(sizeof(float) * (size_t)n * w->rows);
     dsv4_linear(k, w, x, n, yf);
-    dsv4_linear(k, &q, x, n, yq);
+    dsv4_num_linear(dsv4_numerics_w8a8(), k, &q, x, n, yq); /* P2: INT8 activations too */
     metrics m = compare(yq, yf, n, (int)w->rows, 0);
     CHECK_MSG(m.rel_l2 <= 1.5e-2, "%s: P2 GEMM rel-L2 %.3e > 1.5e-2", name, m.rel_l2);
     n_gemm++;

@@ -11,7 +11,7 @@
  *   - the int32 overflow check: the bound is tight, a sum at the bound is exact, wider
  *     matrices are refused;
  *   - the DSV4_WF_I8 format through dsv4_mat_row / dsv4_mat_rows / dsv4_mat_bytes /
- *     dsv4_linear_ref / dsv4_linear.
+ *     dsv4_linear_ref (the dequantized product) and the w8a8 numeric mode (P2's).
  */
 #include <math.h>
 #include <stdint.h>
@@ -21,6 +21,7 @@
 #include "kernels/kctx.h"
 #include "kernels/linear.h"
 #include "kernels/w8a8.h"
+#include "model/numerics.h"
 #include "test.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -294,10 +295,18 @@ static void test_ref_formula(void) {
     float *y2 = malloc(sizeof(float) * n_rows * rows);
     dsv4_w8a8_linear_ref(&q.m, x, n_rows, y2, NULL);
     CHECK(memcmp(y, y2, sizeof(float) * n_rows * rows) == 0);
-    /* dsv4_linear_ref on an I8 matrix is the oracle */
-    float fscr[77];
+    /* dsv4_linear_ref on an I8 matrix is the plain product with the dequantized weights
+     * (q * s_w), the same sums as on an F32 copy of them: the INT8 activations are the
+     * w8a8 numeric mode's, not the format's */
+    float fscr[77], *deq = malloc(sizeof(float) * rows * cols);
+    for (int64_t o = 0; o < rows; o++) dsv4_mat_row(&q.m, o, deq + o * cols);
+    const dsv4_mat fm = {DSV4_WF_F32, rows, cols, deq, NULL, 0};
+    float *y3 = malloc(sizeof(float) * n_rows * rows);
     dsv4_linear_ref(&q.m, x, n_rows, y2, fscr);
-    CHECK(memcmp(y, y2, sizeof(float) * n_rows * rows) == 0);
+    dsv4_linear_ref(&fm, x, n_rows, y3, fscr);
+    CHECK(memcmp(y2, y3, sizeof(float) * n_rows * rows) == 0);
+    CHECK(memcmp(y, y2, sizeof(float) * n_rows * rows) != 0); /* and it is not P2's */
+    free(deq); free(y3);
     free(x); free(y); free(y2); free(q.storage); free_tmat(&t);
 }
 
@@ -319,8 +328,9 @@ static void check_kernel(const dsv4_mat *w, const float *x, int n_rows, const ch
         dsv4_w8a8_linear(ctx[c], w, x, n_rows, y);
         CHECK_MSG(same_bits(y, ref, ny), "%s, %s: kernel differs from the oracle", what, ctx_name[c]);
         memset(y, 0xff, sizeof(float) * ny);
-        dsv4_linear(ctx[c], w, x, n_rows, y);
-        CHECK_MSG(same_bits(y, ref, ny), "%s, %s: dsv4_linear differs from the oracle", what, ctx_name[c]);
+        dsv4_num_linear(dsv4_numerics_w8a8(), ctx[c], w, x, n_rows, y);
+        CHECK_MSG(same_bits(y, ref, ny), "%s, %s: the w8a8 numeric mode differs from the oracle", what,
+                  ctx_name[c]);
     }
     free(ref); free(y); free(scr);
 }
@@ -403,7 +413,7 @@ static void test_overflow_bound(void) {
     CHECK_ERR(err, DSV4_ERR_UNSUPPORTED, "wq_b");
     /* quantizing refuses before reading anything */
     uint8_t dummy[64];
-    dsv4_mat wide = {DSV4_WF_F32, 1, DSV4_W8A8_MAX_COLS + 1, dummy, NULL, 0, 0};
+    dsv4_mat wide = {DSV4_WF_F32, 1, DSV4_W8A8_MAX_COLS + 1, dummy, NULL, 0};
     dsv4_mat dst;
     err = (dsv4_err){0};
     CHECK(dsv4_w8a8_quantize_weights(NULL, &wide, dummy, &dst, &err) == DSV4_ERR_UNSUPPORTED);
@@ -412,7 +422,7 @@ static void test_overflow_bound(void) {
     int8_t *w = malloc((size_t)(2 * n));
     float s[2] = {1.0f, 1.0f}, *x = malloc(sizeof(float) * n), y[2], ref[2];
     for (int64_t i = 0; i < n; i++) { w[i] = 127; w[n + i] = -127; x[i] = 1.0f; }
-    dsv4_mat m = {DSV4_WF_I8, 2, n, w, s, 1, 0};
+    dsv4_mat m = {DSV4_WF_I8, 2, n, w, s, 1};
     dsv4_w8a8_linear_ref(&m, x, 1, ref, NULL);
     CHECK(ref[0] == (1.0f / 127.0f) * (float)(int64_t)(16129 * n));
     CHECK(ref[1] == -ref[0]);

@@ -213,7 +213,7 @@ static int moe_fwd(const dsv4_config *cfg, const dsv4_block_w *b, const float *x
                    const int32_t *tok, int S, float *y, int *sel, dsv4_err *err) {
     dsv4_arena a;
     if (dsv4_arena_init(&a, dsv4_moe_scratch_bytes(cfg, S > 0 ? S : 0), err)) return err->code;
-    int rc = dsv4_moe_forward(kctx, cfg, b, x, tok, S, y, sel, &a, err);
+    int rc = dsv4_moe_forward(kctx, dsv4_numerics_exact(), cfg, b, x, tok, S, y, sel, &a, err);
     dsv4_arena_free(&a);
     return rc;
 }

@@ -65,12 +65,12 @@ static void compare(const ctx *c, dsv4_ep *ep, const dsv4_block_w *b, const dsv4
     for (int i = 0; i < R * D; i++) x[i] = (float)(urand() * 1.5);
     for (int i = 0; i < R; i++) tok[i] = (int32_t)((urand() + 1.0) * 0.5 * V) % V;
     dsv4_err err = {0};
-    int rc = dsv4_ep_moe(ep, c->k, b, x, tok, R, y, &err);
+    int rc = dsv4_ep_moe(ep, c->k, dsv4_numerics_exact(), b, x, tok, R, y, &err);
     CHECK_MSG(rc == 0, "%s layer %d rank %d: %s", what, b->layer_id, c->rank, err.msg);
     if (R) {
         dsv4_arena a;
         CHECK(dsv4_arena_init(&a, dsv4_moe_scratch_bytes(c->cfg, R), &err) == 0);
-        CHECK(dsv4_moe_forward(c->k, c->cfg, ref, x, tok, R, yr, NULL, &a, &err) == 0);
+        CHECK(dsv4_moe_forward(c->k, dsv4_numerics_exact(), c->cfg, ref, x, tok, R, yr, NULL, &a, &err) == 0);
         dsv4_arena_free(&a);
         CHECK_MSG(rc == 0 && memcmp(y, yr, sizeof(float) * R * D) == 0,
                   "%s layer %d rank %d: EP result differs from the local forward", what, b->layer_id, c->rank);
@@ -121,7 +121,7 @@ static void failures(const ctx *c, dsv4_ep *ep, const dsv4_block_w *hash_b, cons
         if (c->rank == 1) {
             dsv4_ep_fail(ep, DSV4_ERR_CACHE_FULL, clean);
         } else {
-            int rc = dsv4_ep_moe(ep, c->k, b, x, tok, 4, y, &err);
+            int rc = dsv4_ep_moe(ep, c->k, dsv4_numerics_exact(), b, x, tok, 4, y, &err);
             CHECK_ERR(err, DSV4_ERR_CACHE_FULL, "rank 1 failed");
             CHECK(rc == DSV4_ERR_CACHE_FULL && dsv4_ep_failure_clean(ep) == clean);
         }
@@ -129,7 +129,7 @@ static void failures(const ctx *c, dsv4_ep *ep, const dsv4_block_w *hash_b, cons
     /* a failure inside: a token id out of range on a hash layer, on the last rank only */
     if (hash_b) {
         int32_t t2[4] = {1, 2, c->rank == c->size - 1 ? c->cfg->vocab_size : 3, 4};
-        int rc = dsv4_ep_moe(ep, c->k, hash_b, x, t2, 4, y, &err);
+        int rc = dsv4_ep_moe(ep, c->k, dsv4_numerics_exact(), hash_b, x, t2, 4, y, &err);
         CHECK(rc == DSV4_ERR_ARG);
         if (c->rank == c->size - 1) CHECK_ERR(err, DSV4_ERR_ARG, "token id");
         else CHECK_ERR(err, DSV4_ERR_ARG, "failed at the MoE");
