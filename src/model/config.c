@@ -341,6 +341,26 @@ static int parse_quant(const cJSON *root, dsv4_config *c, dsv4_err *err) {
     return 0;
 }
 
+int dsv4_config_check_loadable(const dsv4_config *c, dsv4_err *err) {
+    if (!c->has_quant_config) return 0;
+    static const char SUPPORTED[] = " is not supported: this build reads fp8 (e4m3) weights with "
+                                    "ue8m0 scales per 128x128 block and dynamic activations";
+    const struct { const char *key, *val, *want; } fields[] = {
+        {"quant_method", c->quant_method, "fp8"},
+        {"fmt", c->quant_fmt, "e4m3"},
+        {"scale_fmt", c->quant_scale_fmt, "ue8m0"},
+        {"activation_scheme", c->quant_activation_scheme, "dynamic"},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (strcmp(fields[i].val, fields[i].want))
+            return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "quantization_config.%s = \"%s\"%s", fields[i].key,
+                             fields[i].val, SUPPORTED);
+    if (c->quant_block[0] != 128 || c->quant_block[1] != 128)
+        return dsv4_fail(err, DSV4_ERR_CONFIG, PFX "quantization_config.weight_block_size = [%d, %d]%s",
+                         c->quant_block[0], c->quant_block[1], SUPPORTED);
+    return 0;
+}
+
 static int parse_ratios(const cJSON *root, dsv4_config *c, dsv4_err *err) {
     const cJSON *r = member(root, "compress_ratios");
     if (!r) return missing("compress_ratios", err);

@@ -79,6 +79,12 @@ int dsv4_config_load(const char *path, dsv4_config *cfg, dsv4_err *err);
 int dsv4_config_load_text(const char *path, dsv4_config *cfg, char **text, size_t *text_len,
                           dsv4_err *err);
 int dsv4_config_validate(const dsv4_config *cfg, dsv4_err *err);
+/* The checkpoint layout this build's loader and kernels implement: a quantization_config
+ * (if any) must be the release's (fp8 e4m3, ue8m0 scales per 128x128 block, dynamic
+ * activations, model.md §2.3); any other would be read as if it were that one. Separate
+ * from validation: a config describing another layout is well formed, only not loadable.
+ * DSV4_ERR_CONFIG naming the field and its value. */
+int dsv4_config_check_loadable(const dsv4_config *cfg, dsv4_err *err);
 /* SHA-256 of the canonical math-relevant fields (model/fingerprint.c): every field that
  * changes a computed value, in a fixed little-endian binary layout; not token ids,
  * max_position_embeddings or the informational quantization fields. */

@@ -357,6 +357,7 @@ int dsv4_model_load_ex(const char *dir, unsigned flags, struct dsv4_model **out,
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     int rc = dsv4_config_load_text(path, &m->cfg, &m->config_json, &m->config_len, err);
+    if (!rc) rc = dsv4_config_check_loadable(&m->cfg, err);
     if (rc) goto fail;
     rc = dsv4_st_open_dir(dir, &m->files, err);
     if (rc) goto fail;

@@ -374,6 +374,27 @@ static void test_validation_rules(void) {
                "config.json: quantization_config.weight_block_size must be an array of 2 integers");
     EXPECT_BAD("quantization_config", "[]", "config.json: quantization_config is an array, must be an object");
     EXPECT_BAD("quantization_config.fmt", "1", "config.json: quantization_config.fmt is a number, must be a string");
+    /* a layout the loader does not implement parses (it is well formed) but is refused for
+     * loading, never read as the release's */
+    const char *why = "is not supported: this build reads fp8 (e4m3) weights with ue8m0 scales per "
+                      "128x128 block and dynamic activations";
+    char msg[256];
+    const char *const unsupported[][3] = {
+        {"quantization_config.quant_method", "\"awq\"", "quantization_config.quant_method = \"awq\""},
+        {"quantization_config.fmt", "\"e5m2\"", "quantization_config.fmt = \"e5m2\""},
+        {"quantization_config.scale_fmt", "\"fp32\"", "quantization_config.scale_fmt = \"fp32\""},
+        {"quantization_config.activation_scheme", "\"static\"", "quantization_config.activation_scheme = \"static\""},
+        {"quantization_config.weight_block_size", "[64,128]", "quantization_config.weight_block_size = [64, 128]"},
+        {"quantization_config.weight_block_size", "[128,256]", "quantization_config.weight_block_size = [128, 256]"},
+    };
+    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
+        EXPECT_OK(unsupported[i][0], unsupported[i][1], &c);
+        snprintf(msg, sizeof msg, "config.json: %s %s", unsupported[i][2], why);
+        CHECK(dsv4_config_check_loadable(&c, &e) == DSV4_ERR_CONFIG);
+        CHECK_ERR(e, DSV4_ERR_CONFIG, msg);
+    }
+    EXPECT_OK("quantization_config", NULL, &c); /* the release's layout, or none, loads */
+    CHECK_MSG(dsv4_config_check_loadable(&c, &e) == 0, "%s", e.msg);
     EXPECT_OK("quantization_config", "{\"quant_method\":\"fp8\"}", &c); /* other keys: release values */
     CHECK(c.has_quant_config && c.quant_block[0] == 128 && strcmp(c.quant_scale_fmt, "ue8m0") == 0);
     EXPECT_OK("quantization_config", "null", &c);
