@@ -381,7 +381,7 @@ static int build(dsv4_tokenizer *t, const cJSON *vocab, const cJSON *merges, con
             goto done;
         }
         spell_of[id] = e->string;
-        t->flags[id] = TOK_HAS;
+        t->flags[id] = TOK_HAS | TOK_VOCAB;
     }
 
     // Pools: the spelling of each id (NUL-terminated) and the bytes it decodes to.
@@ -394,12 +394,24 @@ static int build(dsv4_tokenizer *t, const cJSON *vocab, const cJSON *merges, con
         goto done;
     }
 
-    // Added tokens take their id over from a vocabulary entry of the same id.
+    // An added token may repeat a vocabulary entry (same id, same string, as DeepSeek's
+    // BOS/EOS do); an id given to two different strings would decode one of them wrongly.
     i = 0;
     cJSON_ArrayForEach(e, added) {
         get_id(cJSON_GetObjectItemCaseSensitive(e, "id"), &id);
+        const char *content = cJSON_GetObjectItemCaseSensitive(e, "content")->valuestring;
+        if (t->flags[id] & TOK_ADDED) {
+            rc = dsv4_fail(err, DSV4_ERR_FORMAT, "added_tokens[%d] '%s' has id %d, which an earlier added token "
+                           "'%s' has too", i, content, id, spell_of[id]);
+            goto done;
+        }
+        if (spell_of[id] && strcmp(spell_of[id], content)) {
+            rc = dsv4_fail(err, DSV4_ERR_FORMAT, "added_tokens[%d] '%s' has id %d, which model.vocab gives to '%s'",
+                           i, content, id, spell_of[id]);
+            goto done;
+        }
         if (spell_of[id]) spell_total -= strlen(spell_of[id]) + 1;
-        spell_of[id] = cJSON_GetObjectItemCaseSensitive(e, "content")->valuestring;
+        spell_of[id] = content;
         spell_total += strlen(spell_of[id]) + 1;
         int special = 0, lstrip = 0, rstrip = 0, single = 0, normalized = 0;
         if ((rc = get_bool(e, "special", 0, &special, "added_tokens[]", err)) ||
@@ -409,7 +421,7 @@ static int build(dsv4_tokenizer *t, const cJSON *vocab, const cJSON *merges, con
             // tokenizers' default: special tokens are matched on the raw text.
             (rc = get_bool(e, "normalized", !special, &normalized, "added_tokens[]", err)))
             goto done;
-        t->flags[id] = TOK_HAS | TOK_ADDED | (special ? TOK_SPECIAL : 0);
+        t->flags[id] = (uint8_t)((t->flags[id] & TOK_VOCAB) | TOK_HAS | TOK_ADDED | (special ? TOK_SPECIAL : 0));
         t->added[i] = (tok_added){.id = id, .lstrip = (uint8_t)lstrip, .rstrip = (uint8_t)rstrip,
                                   .single_word = (uint8_t)single, .normalized = (uint8_t)normalized};
         t->has_added_class[normalized] = 1;
@@ -439,7 +451,7 @@ static int build(dsv4_tokenizer *t, const cJSON *vocab, const cJSON *merges, con
     // Spelling map over the vocabulary alone first: merges name vocabulary tokens.
     if (strmap_init(&t->by_spell, n_ids)) goto nomem;
     for (size_t k = 0; k < n_ids; k++)
-        if ((t->flags[k] & (TOK_HAS | TOK_ADDED)) == TOK_HAS) strmap_put(&t->by_spell, t->spell, t->spell_off, 1, (uint32_t)k);
+        if (t->flags[k] & TOK_VOCAB) strmap_put(&t->by_spell, t->spell, t->spell_off, 1, (uint32_t)k);
     for (int b = 0; b < 256; b++) {
         char s[4];
         size_t n = utf8_put(s, byte_cp[b]);
@@ -448,7 +460,7 @@ static int build(dsv4_tokenizer *t, const cJSON *vocab, const cJSON *merges, con
     if (t->ignore_merges) {
         if (strmap_init(&t->by_bytes, n_ids)) goto nomem;
         for (size_t k = 0; k < n_ids; k++)
-            if ((t->flags[k] & (TOK_HAS | TOK_ADDED)) == TOK_HAS) strmap_put(&t->by_bytes, t->bytes, t->bytes_off, 0, (uint32_t)k);
+            if (t->flags[k] & TOK_VOCAB) strmap_put(&t->by_bytes, t->bytes, t->bytes_off, 0, (uint32_t)k);
     }
 
     // Merges: "left right" strings (older files) or ["left", "right"] pairs.

@@ -10,8 +10,9 @@
 
 #include "tok/tokenizer.h"
 
-/* Per-id flags. */
-enum { TOK_HAS = 1, TOK_ADDED = 2, TOK_SPECIAL = 4 };
+/* Per-id flags. TOK_VOCAB: in model.vocab, so BPE merges may produce it (an added token
+ * may repeat a vocabulary entry; the BPE model still knows it). */
+enum { TOK_HAS = 1, TOK_ADDED = 2, TOK_SPECIAL = 4, TOK_VOCAB = 8 };
 
 /* Open-addressing map from a byte string to an id; the key of slot s is the string of id
  * slots[s]-1, looked up in a pool (pool + off[id], off[id+1]-off[id]-trim bytes). */

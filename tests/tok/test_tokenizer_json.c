@@ -363,6 +363,24 @@ static void test_malformed(void) {
     add_token(r, 300, "<X>", 1, 0, 0, 0, 0);
     cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(r, "added_tokens"), 0), "id", cJSON_CreateNumber(1e9));
     expect_fail(r, DSV4_ERR_FORMAT, "added_tokens[0] needs a numeric \"id\"", "huge id");
+    // An id given to two strings: the collision is named (not a merge it breaks later).
+    r = base(byte_level(0, 0));
+    add_token(r, 256, "<Q>", 1, 0, 0, 0, 0);
+    char clash[96];
+    snprintf(clash, sizeof clash, "added_tokens[0] '<Q>' has id 256, which model.vocab gives to '%s%s'", MERGES[0][0],
+             MERGES[0][1]);
+    expect_fail(r, DSV4_ERR_FORMAT, clash, "added id taken by the vocabulary");
+    r = base(byte_level(0, 0));
+    add_token(r, 300, "<X>", 1, 0, 0, 0, 0);
+    add_token(r, 300, "<Y>", 1, 0, 0, 0, 0);
+    expect_fail(r, DSV4_ERR_FORMAT, "added_tokens[1] '<Y>' has id 300, which an earlier added token '<X>' has too",
+                "two added tokens with one id");
+    // The same string under the same id (DeepSeek's BOS/EOS are in both lists) is fine.
+    r = base(byte_level(0, 0));
+    snprintf(clash, sizeof clash, "%s%s", MERGES[0][0], MERGES[0][1]);
+    add_token(r, 256, clash, 0, 0, 0, 0, 0);
+    CHECK_MSG(load_tree(r, &tok, &err) == 0, "%s", err.msg);
+    dsv4_tokenizer_free(tok);
 
     // The real file cut short.
     char path[1024];
