@@ -308,7 +308,8 @@ DSV4_API int dsv4_chat_next_ids(dsv4_chat *c, const dsv4_tokenizer *tok, dsv4_to
  * into an assistant message, kept verbatim for re-encoding so that the next suffix still
  * applies, and counted as fed. parsed (may be NULL) receives the structured message, to be
  * freed with dsv4_parsed_free. A malformed answer is recorded all the same and returns
- * DSV4_ERR_FORMAT with the parser's message. */
+ * DSV4_ERR_FORMAT with the parser's message. The text may hold any byte (a NUL too): it is
+ * re-encoded byte for byte. DSV4_ERR_STATE when there are no messages yet. */
 DSV4_API int dsv4_chat_add_generated(dsv4_chat *c, const char *text, size_t len, dsv4_parsed *parsed,
                                      dsv4_err *err);
 

@@ -86,8 +86,15 @@ typedef struct cmsg {
     const char *reasoning;
     int task;             /* index in task_names, -1 = none */
     int wo_eos;
-    const char *raw;      /* assistant text exactly as generated (without EOS), or NULL */
+    const char *raw;      /* assistant text exactly as generated (without EOS), or NULL; */
+    size_t raw_len;       /* generated text may hold any byte, NUL included */
 } cmsg;
+
+/* The generated text of an assistant message, kept verbatim for re-encoding. */
+typedef struct chat_raw {
+    char *text;  /* [len], owned; NULL for messages that were not generated */
+    size_t len;
+} chat_raw;
 
 typedef struct clist {
     cmsg *m;
@@ -220,7 +227,7 @@ static int parse_task(const cJSON *msg, const char *where, int *task, dsv4_err *
 
 /* Checks one input message and adds it to l, merging tool results and consecutive user
  * messages into user turns. raw: verbatim generated text for an assistant, or NULL. */
-static int gather_one(clist *l, const cJSON *msg, int idx, const char *raw, dsv4_err *err) {
+static int gather_one(clist *l, const cJSON *msg, int idx, const chat_raw *raw, dsv4_err *err) {
     char where[48];
     snprintf(where, sizeof where, "messages[%d]", idx);
     if (!cJSON_IsObject(msg))
@@ -279,7 +286,8 @@ static int gather_one(clist *l, const cJSON *msg, int idx, const char *raw, dsv4
     m->src = idx;
     m->task = task;
     m->wo_eos = cJSON_IsTrue(wo);
-    m->raw = raw;
+    m->raw = raw ? raw->text : NULL;
+    m->raw_len = raw ? raw->len : 0;
     if ((rc = content_text(cJSON_GetObjectItemCaseSensitive(msg, "content"), 0, where,
                            &m->content, err)))
         return rc;
@@ -460,7 +468,7 @@ static int render(const clist *l, const dsv4_chat_opts *o, int drop, dsv4_tbuf *
             if (m->raw && !dropped) {
                 /* Generated text, kept as the sequence holds it: its control tokens are
                  * the model's own, so it stays live (not plain). */
-                dsv4_tbuf_puts(b, m->raw);
+                dsv4_tbuf_put(b, m->raw, m->raw_len);
             } else {
                 if (reasoning_part) {
                     put_plain(b, mk, m->reasoning);
@@ -495,7 +503,7 @@ static int render(const clist *l, const dsv4_chat_opts *o, int drop, dsv4_tbuf *
 }
 
 /* The whole pipeline; raw[i] (may be NULL) is the generated text of input message i. */
-static int encode_core(const cJSON *messages, const char *const *raw, const cJSON *tools,
+static int encode_core(const cJSON *messages, const chat_raw *raw, const cJSON *tools,
                        const dsv4_chat_opts *opts, char **out, size_t *len, chat_marks *mk,
                        dsv4_err *err) {
     static const dsv4_chat_opts zero;
@@ -511,7 +519,7 @@ static int encode_core(const cJSON *messages, const char *const *raw, const cJSO
     clist l = {0};
     int rc = 0, idx = 0;
     for (const cJSON *msg = messages->child; msg; msg = msg->next, idx++)
-        if ((rc = gather_one(&l, msg, idx, raw ? raw[idx] : NULL, err))) goto done;
+        if ((rc = gather_one(&l, msg, idx, raw ? &raw[idx] : NULL, err))) goto done;
 
     if (tools) {
         /* Tools given beside the messages belong to the leading system/developer message. */
@@ -644,7 +652,7 @@ int dsv4_chat_encode_json(const char *json, size_t json_len, const dsv4_chat_opt
 struct dsv4_chat {
     dsv4_chat_opts o;
     cJSON *msgs;      /* array of message objects (owned copies) */
-    char **raw;       /* [cap_raw]: generated text of assistant message i, or NULL */
+    chat_raw *raw;    /* [cap_raw]: generated text of assistant message i */
     int cap_raw;
     cJSON *tools;     /* owned copy or NULL */
     char *fed;        /* text the sequence holds, [fed_len] */
@@ -667,7 +675,7 @@ int dsv4_chat_create(const dsv4_chat_opts *opts, dsv4_chat **out, dsv4_err *err)
 
 void dsv4_chat_free(dsv4_chat *c) {
     if (!c) return;
-    for (int i = 0; i < c->cap_raw; i++) free(c->raw[i]);
+    for (int i = 0; i < c->cap_raw; i++) free(c->raw[i].text);
     free(c->raw);
     cJSON_Delete(c->msgs);
     cJSON_Delete(c->tools);
@@ -679,18 +687,18 @@ int dsv4_chat_n_messages(const dsv4_chat *c) { return cJSON_GetArraySize(c->msgs
 int dsv4_chat_gen_thinking(const dsv4_chat *c) { return c->gen_thinking; }
 
 /* Appends msg (ownership taken) with its raw text (ownership taken, may be NULL). */
-static int chat_push(dsv4_chat *c, cJSON *msg, char *raw, dsv4_err *err) {
+static int chat_push(dsv4_chat *c, cJSON *msg, char *raw, size_t raw_len, dsv4_err *err) {
     int n = cJSON_GetArraySize(c->msgs);
     if (n >= c->cap_raw) {
         int cap = c->cap_raw ? 2 * c->cap_raw : 16;
-        char **r = realloc(c->raw, (size_t)cap * sizeof *r);
+        chat_raw *r = realloc(c->raw, (size_t)cap * sizeof *r);
         if (!r) goto nomem;
         memset(r + c->cap_raw, 0, (size_t)(cap - c->cap_raw) * sizeof *r);
         c->raw = r;
         c->cap_raw = cap;
     }
     if (!cJSON_AddItemToArray(c->msgs, msg)) goto nomem;
-    c->raw[n] = raw;
+    c->raw[n] = (chat_raw){raw, raw_len};
     return 0;
 nomem:
     cJSON_Delete(msg);
@@ -706,14 +714,14 @@ int dsv4_chat_add(dsv4_chat *c, const char *role, const char *content, dsv4_err 
         cJSON_Delete(m);
         return dsv4_fail(err, DSV4_ERR_NOMEM, "chat: out of memory");
     }
-    return chat_push(c, m, NULL, err);
+    return chat_push(c, m, NULL, 0, err);
 }
 
 int dsv4_chat_add_json(dsv4_chat *c, const cJSON *msg, dsv4_err *err) {
     if (!cJSON_IsObject(msg)) return dsv4_fail(err, DSV4_ERR_ARG, "chat: message must be an object");
     cJSON *m = cJSON_Duplicate(msg, 1);
     if (!m) return dsv4_fail(err, DSV4_ERR_NOMEM, "chat: out of memory");
-    return chat_push(c, m, NULL, err);
+    return chat_push(c, m, NULL, 0, err);
 }
 
 int dsv4_chat_set_tools(dsv4_chat *c, const cJSON *tools, dsv4_err *err) {
@@ -727,8 +735,7 @@ int dsv4_chat_set_tools(dsv4_chat *c, const cJSON *tools, dsv4_err *err) {
 }
 
 int dsv4_chat_render(const dsv4_chat *c, char **text, size_t *len, dsv4_err *err) {
-    return encode_core(c->msgs, (const char *const *)c->raw, c->tools, &c->o, text, len, NULL,
-                       err);
+    return encode_core(c->msgs, c->raw, c->tools, &c->o, text, len, NULL, err);
 }
 
 static int ends_with(const char *s, size_t n, const char *suf) {
@@ -740,7 +747,7 @@ static int ends_with(const char *s, size_t n, const char *suf) {
  * *full is the whole text, not yet recorded as fed. */
 static int chat_render_next(const dsv4_chat *c, char **full, size_t *n, size_t *from,
                             chat_marks *mk, dsv4_err *err) {
-    int rc = encode_core(c->msgs, (const char *const *)c->raw, c->tools, &c->o, full, n, mk, err);
+    int rc = encode_core(c->msgs, c->raw, c->tools, &c->o, full, n, mk, err);
     if (rc) return rc;
     int extends = *n >= c->fed_len && memcmp(*full, c->fed, c->fed_len) == 0;
     *from = extends ? c->fed_len : 0;
@@ -788,6 +795,9 @@ int dsv4_chat_next_ids(dsv4_chat *c, const dsv4_tokenizer *tok, dsv4_tok_ids *ou
 
 int dsv4_chat_add_generated(dsv4_chat *c, const char *text, size_t len, dsv4_parsed *parsed,
                             dsv4_err *err) {
+    /* an answer to nothing: the prompt it continued was never handed out */
+    if (cJSON_GetArraySize(c->msgs) == 0)
+        return dsv4_fail(err, DSV4_ERR_STATE, "chat: an answer needs a prompt (no messages yet)");
     dsv4_parsed p;
     dsv4_err perr = {0};
     int prc = dsv4_dsml_parse(text, len, c->gen_thinking, &p, &perr);
@@ -808,7 +818,7 @@ int dsv4_chat_add_generated(dsv4_chat *c, const char *text, size_t len, dsv4_par
     }
     memcpy(raw, text, raw_len);
     raw[raw_len] = 0;
-    int rc = chat_push(c, msg, raw, err);
+    int rc = chat_push(c, msg, raw, raw_len, err);
     if (rc) { dsv4_parsed_free(&p); return rc; }
     memcpy(c->fed + c->fed_len, text, len);
     c->fed_len += len;

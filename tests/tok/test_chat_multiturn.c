@@ -203,8 +203,34 @@ static void test_odd_turns(void) {
     dsv4_chat_free(c);
 }
 
+/* Generated text may hold any byte: a NUL in an answer (the byte-level vocabulary has a
+ * token for it) is kept, so the next turn still extends what the sequence holds (found by
+ * fuzz_chat: the answer was cut at the NUL and every later turn reset the sequence). An
+ * answer before any message is refused. */
+static void test_answer_bytes(void) {
+    dsv4_chat_opts o = {0};
+    dsv4_chat *c;
+    CHECK(dsv4_chat_create(&o, &c, &err) == 0);
+    CHECK(dsv4_chat_add_generated(c, "x", 1, NULL, &err) == DSV4_ERR_STATE);
+    CHECK_ERR(err, DSV4_ERR_STATE, "an answer needs a prompt");
+    dsv4_chat_add(c, "user", "q1", &err);
+    CHECK(next_is(c, BOS USER "q1" ASST "</think>") == 0);
+    static const char answer[] = "a\0b";
+    CHECK(dsv4_chat_add_generated(c, answer, 3, NULL, &err) == 0);
+    dsv4_chat_add(c, "user", "q2", &err);
+    CHECK(next_is(c, EOS USER "q2" ASST "</think>") == 0);
+    char *all = NULL;
+    size_t n = 0;
+    static const char want[] = BOS USER "q1" ASST "</think>a\0b" EOS USER "q2" ASST "</think>";
+    CHECK(dsv4_chat_render(c, &all, &n, &err) == 0);
+    CHECK_MSG(all && n == sizeof want - 1 && memcmp(all, want, n) == 0, "render of %zu bytes", n);
+    free(all);
+    dsv4_chat_free(c);
+}
+
 int main(void) {
     test_chat_mode();
+    test_answer_bytes();
     test_thinking_drop();
     test_thinking_keep();
     test_tools_loop();
