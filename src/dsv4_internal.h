@@ -29,5 +29,6 @@
 #include "model/safetensors.h"
 #include "model/scan.h"          /* dsv4 info --check: the full non-finite scan */
 #include "util/file.h"
+#include "util/file_write.h"    /* output files: checked, fsync'd, atomic */
 
 #endif

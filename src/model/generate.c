@@ -25,6 +25,7 @@
 #include "model/safetensors.h"
 #include "model/st_write.h"
 #include "util/err.h"
+#include "util/file_write.h"
 #include "util/rng.h"
 
 /* ---- random numbers ---------------------------------------------------------------- */
@@ -457,16 +458,9 @@ int dsv4_gen_model(const dsv4_config *cfg_in, const dsv4_gen_opts *o, const char
     char *json = dsv4_config_to_json(&cfg);
     if (!json) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen-model: out of memory");
     snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        free(json);
-        return dsv4_fail(err, DSV4_ERR_IO, "gen-model: cannot create %s: %s", path, strerror(errno));
-    }
-    size_t jn = strlen(json);
-    int ok = fwrite(json, 1, jn, f) == jn;
-    ok &= fclose(f) == 0;
+    rc = dsv4_write_file_atomic(path, json, strlen(json), err);
     free(json);
-    if (!ok) return dsv4_fail(err, DSV4_ERR_IO, "gen-model: cannot write %s: %s", path, strerror(errno));
+    if (rc) return rc;
 
     /* model.safetensors, written under a temporary name and renamed when complete */
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -481,6 +475,8 @@ int dsv4_gen_model(const dsv4_config *cfg_in, const dsv4_gen_opts *o, const char
     if (!rc) rc = dsv4_stw_close(w, err);
     if (!rc && rename(tmp, path))
         rc = dsv4_fail(err, DSV4_ERR_IO, "gen-model: cannot rename %s: %s", tmp, strerror(errno));
+    if (!rc && dsv4_sync_parent_dir(path))
+        rc = dsv4_fail(err, DSV4_ERR_IO, "gen-model: cannot fsync the directory of %s: %s", path, strerror(errno));
     if (rc && w) unlink(tmp);
     dsv4_stw_free(w);
     free(specs);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h> /* fsync */
 
 #include "util/err.h"
 
@@ -252,6 +253,7 @@ int dsv4_stw_close(dsv4_stw *w, dsv4_err *err) {
                        w->t[w->cur].name, (unsigned long long)w->cur_done,
                        (unsigned long long)w->t[w->cur].nbytes);
     if (!rc && fflush(w->f)) rc = io_fail(w, err, "flush");
+    if (!rc && fsync(fileno(w->f))) rc = io_fail(w, err, "fsync"); /* complete on disk before a rename */
     if (fclose(w->f) && !rc) rc = io_fail(w, err, "close");
     w->f = NULL;
     return rc;

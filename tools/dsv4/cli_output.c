@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli_util.h"
+#include "dsv4_internal.h"
 
 static int fail(char *why, size_t n, const char *path, const char *what) {
     snprintf(why, n, "%s: %s%s", path, what, strerror(errno));
@@ -18,49 +19,17 @@ static int fail(char *why, size_t n, const char *path, const char *what) {
 }
 
 int cli_write_whole(const char *path, const void *data, size_t n, char *why, size_t why_n) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) return fail(why, why_n, path, "cannot create: ");
-    const char *p = data;
-    size_t done = 0;
-    while (done < n) {
-        ssize_t w = write(fd, p + done, n - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            if (w == 0) errno = ENOSPC;
-            fail(why, why_n, path, "cannot write: ");
-            close(fd);
-            return -1;
-        }
-        done += (size_t)w;
-    }
-    if (fsync(fd) != 0) {
-        fail(why, why_n, path, "cannot fsync: ");
-        close(fd);
-        return -1;
-    }
-    if (close(fd) != 0) return fail(why, why_n, path, "cannot close: ");
-    return 0;
+    dsv4_err err = {0};
+    if (!dsv4_write_file(path, data, n, &err)) return 0;
+    snprintf(why, why_n, "%s", err.msg);
+    return -1;
 }
 
 int cli_write_atomic(const char *path, const void *data, size_t n, char *why, size_t why_n) {
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof tmp) {
-        errno = ENAMETOOLONG;
-        return fail(why, why_n, path, "");
-    }
-    int fd = mkstemp(tmp);
-    if (fd < 0) return fail(why, why_n, path, "cannot create a temporary file: ");
-    close(fd);
-    if (cli_write_whole(tmp, data, n, why, why_n)) {
-        unlink(tmp);
-        return -1;
-    }
-    if (rename(tmp, path) != 0) {
-        fail(why, why_n, path, "cannot rename the finished file into place: ");
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+    dsv4_err err = {0};
+    if (!dsv4_write_file_atomic(path, data, n, &err)) return 0;
+    snprintf(why, why_n, "%s", err.msg);
+    return -1;
 }
 
 int cli_dir_begin(const char *dir, char *tmp, size_t tmp_n, char *why, size_t why_n) {
@@ -87,7 +56,7 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 
 void cli_dir_abandon(const char *tmp) { nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
-/* fsync of a directory, so the renames in it are durable. */
+/* fsync of a directory itself, so the renames in it are durable. */
 static int sync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return -1;
@@ -111,10 +80,6 @@ int cli_dir_commit(const char *tmp, const char *dir, char *why, size_t why_n) {
     } else if (rename(tmp, dir) != 0) {
         return fail(why, why_n, dir, "cannot rename the finished dump into place: ");
     }
-    char parent[4096];
-    snprintf(parent, sizeof parent, "%s", dir);
-    char *slash = strrchr(parent, '/');
-    if (slash) *slash = 0;
-    sync_dir(slash ? (parent[0] ? parent : "/") : ".");
+    dsv4_sync_parent_dir(dir);
     return 0;
 }

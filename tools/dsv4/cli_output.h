@@ -1,6 +1,7 @@
 /* cli_output.h — output files written so that a failure never leaves a partial result
  * that looks complete: every write, fsync and close is checked, a file appears under its
- * name only once whole (temporary name + rename), and a dump directory is built under a
+ * name only once whole (temporary name + rename; both through util/file_write.h, the one
+ * implementation), and a dump directory is built under a
  * temporary name next to its destination and swapped in as a whole, replacing any earlier
  * dump (no stale files of an earlier run survive next to a new manifest). Failures carry
  * the reason (strerror) in why. */
@@ -13,8 +14,9 @@
  * 0, or -1 with why = "<path>: <reason>". For files inside a directory being built. */
 int cli_write_whole(const char *path, const void *data, size_t n, char *why, size_t why_n);
 
-/* The same through path.tmp-XXXXXX renamed over path at the end: the old file stays
- * until the new one is complete. */
+/* The same through a temporary name next to path, renamed over it at the end: the old
+ * file stays until the new one is complete. Every file the CLI writes outside a dump
+ * directory goes through this (chat /save, gen-model's tokenizer copy). */
 int cli_write_atomic(const char *path, const void *data, size_t n, char *why, size_t why_n);
 
 /* A fresh temporary directory next to dir (dir's parent is created): tmp receives

@@ -13,28 +13,19 @@
 #include "commands.h"
 #include "dsv4_internal.h"
 
+/* Copies a tokenizer.json (read whole: they are megabytes) so that it appears in DIR only
+ * once complete. */
 static int copy_file(const char *from, const char *to) {
-    FILE *in = fopen(from, "rb");
-    if (!in) {
-        fprintf(stderr, "dsv4 gen-model: cannot open %s: %s\n", from, strerror(errno));
+    dsv4_err err = {0};
+    size_t n;
+    char *data = dsv4_read_regular_file(from, (size_t)1 << 30, &n, &err);
+    if (!data || dsv4_write_file_atomic(to, data, n, &err)) {
+        fprintf(stderr, "dsv4 gen-model: %s\n", err.msg);
+        free(data);
         return 1;
     }
-    FILE *out = fopen(to, "wb");
-    if (!out) {
-        fprintf(stderr, "dsv4 gen-model: cannot create %s: %s\n", to, strerror(errno));
-        fclose(in);
-        return 1;
-    }
-    char buf[1 << 16];
-    size_t k;
-    int ok = 1;
-    while ((k = fread(buf, 1, sizeof buf, in)) > 0)
-        if (fwrite(buf, 1, k, out) != k) { ok = 0; break; }
-    if (ferror(in)) ok = 0;
-    fclose(in);
-    if (fclose(out)) ok = 0;
-    if (!ok) fprintf(stderr, "dsv4 gen-model: copying %s to %s failed: %s\n", from, to, strerror(errno));
-    return ok ? 0 : 1;
+    free(data);
+    return 0;
 }
 
 static int parse_preset(const char *v, void *dst, char *msg, size_t n) {
