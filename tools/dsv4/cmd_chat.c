@@ -10,7 +10,6 @@
  * A turn that cannot run (invalid UTF-8, longer than the context left) is reported and
  * the conversation goes on without it. */
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +19,7 @@
 #include <editline/readline.h>
 #endif
 
+#include "cli_output.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "gen_flags.h"
@@ -197,20 +197,20 @@ static int turn(chat_session *s, const char *line) {
     return 0;
 }
 
-/* /save FILE: the messages as a JSON array, written to a temporary name and renamed. */
+/* /save FILE: the messages as a JSON array, written atomically (cli_write_atomic). */
 static void save(const chat_session *s, const char *path) {
-    char tmp[4200];
     char *json = cJSON_Print(s->messages);
-    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
-    FILE *f = json ? fopen(tmp, "w") : NULL;
-    int ok = f && fputs(json, f) >= 0 && fputc('\n', f) != EOF;
-    if (f && fclose(f)) ok = 0;
-    if (ok && rename(tmp, path)) ok = 0;
-    if (ok) fprintf(stderr, "saved %d messages to %s\n", cJSON_GetArraySize(s->messages), path);
-    else {
-        fprintf(stderr, "dsv4 chat: cannot save to %s: %s\n", path, json ? strerror(errno) : "out of memory");
-        if (f) remove(tmp);
+    char why[4400] = "out of memory";
+    size_t n = json ? strlen(json) : 0;
+    char *text = json ? realloc(json, n + 2) : NULL; /* the file ends with a newline */
+    if (text) {
+        json = text;
+        memcpy(json + n++, "\n", 2);
     }
+    if (text && !cli_write_atomic(path, json, n, why, sizeof why))
+        fprintf(stderr, "saved %d messages to %s\n", cJSON_GetArraySize(s->messages), path);
+    else
+        fprintf(stderr, "dsv4 chat: cannot save the conversation: %s\n", why);
     free(json);
 }
 
@@ -255,6 +255,7 @@ typedef struct chat_input {
     char history[4096];  /* "" = no history file */
     char *buf;           /* getline's buffer */
     size_t cap;
+    int nul;             /* a line of this turn held a NUL byte: the turn is dropped */
 } chat_input;
 
 /* One line without its newline (malloc'd), or NULL at end of input or on Ctrl-C. */
@@ -270,6 +271,13 @@ static char *read_line(chat_input *in, const char *prompt) {
     if (in->tty) { fputs(prompt, stderr); fflush(stderr); }
     ssize_t got = getline(&in->buf, &in->cap, stdin);
     if (got < 0) return NULL;
+    /* text is a C string from here on: a NUL would silently cut the line */
+    const char *nul = memchr(in->buf, 0, (size_t)got);
+    if (nul && !in->nul) {
+        fprintf(stderr, "dsv4 chat: that line holds a NUL byte (byte %zu); it was not sent\n",
+                (size_t)(nul - in->buf) + 1);
+        in->nul = 1;
+    }
     while (got > 0 && (in->buf[got - 1] == '\n' || in->buf[got - 1] == '\r')) in->buf[--got] = 0;
     return strdup(in->buf);
 }
@@ -308,6 +316,11 @@ static char *read_turn(chat_input *in) {
             free(line);
             if (!more || !turn || !(line = read_line(in, ". "))) break;
         }
+    }
+    if (in->nul) {
+        in->nul = 0;
+        free(turn);
+        turn = strdup("");
     }
 #ifdef DSV4_HAVE_LIBEDIT
     if (in->tty && turn && *turn) {

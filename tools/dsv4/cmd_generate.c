@@ -133,6 +133,16 @@ int cmd_generate(int argc, char **argv) {
         }
     }
 
+    /* a plain prompt is tokenized byte for byte (a NUL is a token like any other); chat
+     * messages are C strings, where a NUL would silently cut the question short */
+    const char *nul = chat ? memchr(prompt, 0, prompt_len) : NULL;
+    if (nul) {
+        fprintf(stderr, "dsv4 generate: the prompt holds a NUL byte (byte %zu); --chat needs text\n",
+                (size_t)(nul - prompt) + 1);
+        free(file_text);
+        return 2;
+    }
+
     const double t_start = now_s();
     dsv4_model *model;
     dsv4_tokenizer *tok;

@@ -347,6 +347,13 @@ int cmd_run(int argc, char **argv) {
         return 2;
     }
     cli_warn_threads("run", threads);
+    if (choices && parallel) {
+        /* the routing and CSA choices are made on the ranks that own the experts and rows;
+         * rank 0 alone would dump its own partial view as if it were the whole */
+        fprintf(stderr, "dsv4 run: --dump-choices is for a single process; run without --parallel to dump "
+                        "routing and CSA selections\n");
+        return 2;
+    }
     if (parallel && !dsv4_dist_available()) {
         fprintf(stderr, "dsv4 run: --parallel needs a build with MPI (cmake -DDSV4_MPI=ON with "
                         "Open MPI installed); this one has none\n");
