@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tok/tokenizer.h"
 #include "util/err.h"
 
 struct dsv4_gen {
@@ -16,8 +17,13 @@ struct dsv4_gen {
     dsv4_stop *stop;
     dsv4_tok_stream *stream;
     float *row;             /* (V) logits after the mask and the bias */
-    float *add;             /* (V) what is added to every row: 0, a bias, or -inf for ids
-                             * without text */
+    const float *mask;      /* (n_mask) the tokenizer's: 0, or -inf for ids without text;
+                             * ids from n_mask to V have none either */
+    int n_mask;
+    int32_t *bias_id;       /* (n_bias) distinct biased ids */
+    float *bias_add;        /* (n_bias) what their logit gets instead of the mask: mask +
+                             * the biases given for the id, in the order given */
+    int n_bias;
     int32_t *tokens;        /* (cap) sampled so far */
     int n, cap;
     int finish;             /* DSV4_FINISH_* once finished */
@@ -25,6 +31,39 @@ struct dsv4_gen {
     char *text;             /* (text_cap) text released by the last call */
     size_t text_len, text_cap;
 };
+
+/* (id, position in the request) pairs: a bias list sorted by id, stable */
+typedef struct { int32_t id, at; } bias_key;
+
+static int by_id_then_at(const void *a, const void *b) {
+    const bias_key *x = a, *y = b;
+    return x->id != y->id ? (x->id < y->id ? -1 : 1) : (x->at < y->at ? -1 : x->at > y->at);
+}
+
+/* g->bias_id/bias_add from the request's list (ids already checked against V): one entry
+ * per distinct id, its biases summed onto the mask in request order. */
+static int merge_bias(dsv4_gen *g, const dsv4_gen_params *p) {
+    if (p->n_bias == 0) return 0;
+    bias_key *k = malloc(sizeof *k * (size_t)p->n_bias);
+    g->bias_id = malloc(sizeof *g->bias_id * (size_t)p->n_bias);
+    g->bias_add = malloc(sizeof *g->bias_add * (size_t)p->n_bias);
+    if (!k || !g->bias_id || !g->bias_add) {
+        free(k);
+        return -1;
+    }
+    for (int i = 0; i < p->n_bias; i++) k[i] = (bias_key){p->bias_ids[i], i};
+    qsort(k, (size_t)p->n_bias, sizeof *k, by_id_then_at);
+    for (int i = 0; i < p->n_bias; i++) {
+        const int32_t id = k[i].id;
+        if (i == 0 || id != k[i - 1].id) {
+            g->bias_id[g->n_bias] = id;
+            g->bias_add[g->n_bias++] = id < g->n_mask ? g->mask[id] : -INFINITY;
+        }
+        g->bias_add[g->n_bias - 1] += p->bias[k[i].at];
+    }
+    free(k);
+    return 0;
+}
 
 static int append_text(dsv4_gen *g, const char *s, size_t n) {
     if (!n) return 0;
@@ -64,13 +103,12 @@ int dsv4_gen_create(const dsv4_model *m, const dsv4_tokenizer *tok, const dsv4_g
     int rc = DSV4_OK;
     if (!g || !stops) { rc = dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory"); goto fail; }
     g->V = V;
+    g->mask = dsv4_tok_text_mask(tok); /* made once by the tokenizer, shared */
+    g->n_mask = dsv4_tok_vocab_size(tok);
     g->row = malloc((size_t)V * sizeof *g->row);
-    g->add = malloc((size_t)V * sizeof *g->add);
     g->cap = 64;
     g->tokens = malloc((size_t)g->cap * sizeof *g->tokens);
-    if (!g->row || !g->add || !g->tokens) { rc = dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory"); goto fail; }
-    for (int v = 0; v < V; v++) g->add[v] = dsv4_tok_id_to_token(tok, v) ? 0.0f : -INFINITY;
-    for (int i = 0; i < p->n_bias; i++) g->add[p->bias_ids[i]] += p->bias[i];
+    if (!g->row || !g->tokens || merge_bias(g, p)) { rc = dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory"); goto fail; }
 
     /* The model's EOS ends every generation; the caller may add more stop tokens. */
     int n_stops = 0;
@@ -96,7 +134,8 @@ void dsv4_gen_free(dsv4_gen *g) {
     dsv4_stop_free(g->stop);
     dsv4_tok_stream_free(g->stream);
     free(g->row);
-    free(g->add);
+    free(g->bias_id);
+    free(g->bias_add);
     free(g->tokens);
     free(g->text);
     free(g);
@@ -126,7 +165,11 @@ int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_er
         if (!t) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
         g->tokens = t, g->cap *= 2;
     }
-    for (int v = 0; v < g->V; v++) g->row[v] = logits[v] + g->add[v];
+    /* row = logits + mask (+ the biases): ids without text can never be sampled */
+    const int n = g->V < g->n_mask ? g->V : g->n_mask;
+    for (int v = 0; v < n; v++) g->row[v] = logits[v] + g->mask[v];
+    for (int v = n; v < g->V; v++) g->row[v] = logits[v] + -INFINITY;
+    for (int j = 0; j < g->n_bias; j++) g->row[g->bias_id[j]] = logits[g->bias_id[j]] + g->bias_add[j];
     g->text_len = 0;
     int rc = dsv4_sample(g->sampler, g->row, g->tokens, g->n, &out->sample, err);
     if (rc) return rc;

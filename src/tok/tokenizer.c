@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -585,6 +586,9 @@ int dsv4_tokenizer_load_json(const char *json, size_t len, dsv4_tokenizer **out,
     }
     int rc = load_root(t, root, err);
     cJSON_Delete(root);
+    if (!rc && !(t->text_mask = malloc((size_t)t->n_ids * sizeof *t->text_mask)))
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "out of memory");
+    for (int id = 0; !rc && id < t->n_ids; id++) t->text_mask[id] = (t->flags[id] & TOK_HAS) ? 0.0f : -INFINITY;
     if (rc) {
         dsv4_tokenizer_free(t);
         return rc;
@@ -613,6 +617,7 @@ void dsv4_tokenizer_free(dsv4_tokenizer *t) {
     if (t->cache) pthread_mutex_destroy(&t->cache_mu);
     free(t->cache);
     free(t->flags);
+    free(t->text_mask);
     free(t->spell);
     free(t->spell_off);
     free(t->bytes);
@@ -628,6 +633,8 @@ void dsv4_tokenizer_free(dsv4_tokenizer *t) {
 /* ---- lookups ------------------------------------------------------------------------------ */
 
 int dsv4_tok_vocab_size(const dsv4_tokenizer *t) { return t->n_ids; }
+
+const float *dsv4_tok_text_mask(const dsv4_tokenizer *t) { return t->text_mask; }
 
 static inline int has_id(const dsv4_tokenizer *t, int32_t id) {
     return id >= 0 && id < t->n_ids && (t->flags[id] & TOK_HAS);

@@ -5,4 +5,9 @@
 
 #include "dsv4_text.h"
 
+/* (dsv4_tok_vocab_size) 0 for an id that has text, -inf for a hole in the id range: what a
+ * generation adds to a logits row so that no id without text is ever sampled. Made once at
+ * load, read-only after (any thread may read it), freed with the tokenizer. */
+const float *dsv4_tok_text_mask(const dsv4_tokenizer *t);
+
 #endif

@@ -71,6 +71,7 @@ typedef struct tok_cache_entry {
 struct dsv4_tokenizer {
     int n_ids;           // one past the largest id
     uint8_t *flags;      // (n_ids) TOK_* bits
+    float *text_mask;    // (n_ids) 0 where TOK_HAS, else -inf (dsv4_tok_text_mask)
     char *spell;         // tokenizer.json spellings, each NUL-terminated
     uint32_t *spell_off; // (n_ids + 1) offsets into spell
     char *bytes;         // what each id decodes to (ByteLevel decoder)

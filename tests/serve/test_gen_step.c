@@ -3,7 +3,8 @@
  *   - stepping by hand (forward, LM head, dsv4_gen_next per row) gives the tokens and text
  *     of the blocking dsv4_generation_run, for seeded sampling;
  *   - two sequences stepped in one batched forward give each one's solo tokens;
- *   - logit bias: a large bias forces a token, -inf bans the greedy choice;
+ *   - logit bias: a large bias forces a token, -inf bans the greedy choice, biases given
+ *     twice for one id add up (and -inf stays a ban);
  *   - an extra stop token ends with STOP_TOKEN, feed 0, and further steps are STATE errors;
  *   - text held back as a possible stop-string prefix comes out at dsv4_gen_end;
  *   - bad parameters are DSV4_ERR_ARG.
@@ -177,6 +178,22 @@ static void test_bias_and_stops(const dsv4_tok_ids *prompt) {
                           .sample = {.temperature = 1.0f, .seed = 3}};
     CHECK(one_step(prompt, &p, &t, NULL) == hello);
     CHECK(t.text_len == 6 && memcmp(t.text, " hello", 6) == 0);
+
+    /* biases given twice for one id add up: +1e4 then -1e4 leave the greedy choice, and
+     * -inf stays a ban whatever comes after it */
+    if (hello != top) {
+        const int32_t ids2[] = {hello, top, hello, top};
+        const float b2[] = {1e4f, -INFINITY, -1e4f, 5.0f};
+        dsv4_gen_params p2 = {.bias_ids = ids2, .bias = b2, .n_bias = 2};
+        CHECK(one_step(prompt, &p2, &t, NULL) != top); /* hello +1e4, top banned */
+        p2 = (dsv4_gen_params){.bias_ids = ids2, .bias = b2, .n_bias = 4};
+        const int32_t got = one_step(prompt, &p2, &t, NULL);
+        CHECK_MSG(got != top && got != hello, "duplicate biases: got %d (top %d, hello %d)", got, top, hello);
+        const int32_t ids3[] = {hello, hello};
+        const float b3[] = {1e4f, -1e4f};
+        p2 = (dsv4_gen_params){.bias_ids = ids3, .bias = b3, .n_bias = 2};
+        CHECK(one_step(prompt, &p2, &t, NULL) == top);
+    }
 
     /* the same token as an extra stop token: STOP_TOKEN, not fed, no text */
     p.stop_tokens = &hello;
