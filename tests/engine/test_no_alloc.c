@@ -7,7 +7,7 @@
  * first forward call to the last head call of a schedule with prefill chunks, single-token
  * decodes, ragged batches of both, MTP rows and LM head rows, and must stay at zero.
  *
- *   test_no_alloc MODEL_DIR [exact|reference|w8a8]
+ *   test_no_alloc MODEL_DIR [exact|reference|w8a8|fidelity]   (fidelity: every P3 item)
  */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -88,7 +88,8 @@ static int step(dsv4_engine *e, seq_run *s, const int *n, dsv4_err *err) {
 static void run_schedule(dsv4_model *m, const char *mode) {
     dsv4_engine_opts eo = {.max_context = N_TOK, .max_seqs = N_SEQ, .c_max = 40, .mtp = 1,
                            .threads = 2, .reference = !strcmp(mode, "reference"),
-                           .w8a8 = !strcmp(mode, "w8a8")};
+                           .w8a8 = !strcmp(mode, "w8a8"),
+                           .fidelity = !strcmp(mode, "fidelity") ? DSV4_FID_OFFICIAL : 0};
     dsv4_engine *e;
     dsv4_err err = {0};
     atomic_store(&n_calls, 0);
@@ -147,7 +148,7 @@ static void test_max_rows(dsv4_model *m) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: test_no_alloc MODEL_DIR [exact|reference|w8a8]\n"); return 2; }
+    if (argc < 2) { fprintf(stderr, "usage: test_no_alloc MODEL_DIR [exact|reference|w8a8|fidelity]\n"); return 2; }
     const char *mode = argc > 2 ? argv[2] : "exact";
     dsv4_model *m;
     dsv4_err err = {0};
