@@ -2,7 +2,7 @@
 """P2 W8A8 in the numpy oracle: an implementation of serving.md §f independent of the
 engine's, used to tell the P2 definition's own error on a golden model from the engine's.
 
-  /usr/bin/python3 w8a8_oracle_p2.py [--case DIR] [--run NAME] [--all] [--mode wa|w|a]
+  /usr/bin/python3 w8a8_oracle_p2.py [--case DIR] [--run NAME] [--all] [--mode wa|w|a] [--out FILE]
 
 Runs the oracle (float64) on the golden run's tokens twice, with and without the P2
 quantization of wq_b, wo_b, indexer wq_b, shared/routed w1/w3/w2, MTP e_proj/h_proj
@@ -10,6 +10,10 @@ quantization of wq_b, wo_b, indexer wq_b, shared/routed w1/w3/w2, MTP e_proj/h_p
 same metrics as test_w8a8_accuracy. --mode w quantizes only the weights, --mode a only the
 activations. On small_s1/run_p392_d8 (wa): hidden rel-L2 8.17e-2, cosine 0.99666, top-1
 92.0 %, mean KL 3.36e-3; w: 6.59e-2 / 0.99783 / 93.75 %; a: 7.41e-2 / 0.99725 / 92.5 %.
+
+--out FILE writes the figures test_w8a8_accuracy gates the engine's P2 against
+(serving.md §f), one "name value" per line: hidden_rel_l2, hidden_cosine, logits_top1
+(a fraction), logits_mean_kl. CTest runs it as the fixture of that test.
 """
 import argparse
 import json
@@ -67,6 +71,7 @@ def main():
     ap.add_argument("--run", default="run_p392_d8")
     ap.add_argument("--all", action="store_true")
     ap.add_argument("--mode", default="wa", choices=["wa", "w", "a"])
+    ap.add_argument("--out", help="write the gated figures here")
     a = ap.parse_args()
     man = json.load(open(os.path.join(a.case, a.run, "manifest.json")))
     toks, P = np.array(man["tokens"]), man["prefill_len"]
@@ -83,20 +88,30 @@ def main():
     def cat(r, key):
         return np.concatenate([r["prefill"][key]] + [d[key] for d in r["decode"]])
 
+    figures = {}
     for key in ["hidden", "logits"]:
         x, y = cat(out, key), cat(ref, key)
         d = x - y
+        rel_l2 = np.linalg.norm(d) / np.linalg.norm(y)
+        cosine = (x * y).sum() / np.linalg.norm(x) / np.linalg.norm(y)
+        figures[key + "_rel_l2"], figures[key + "_cosine"] = rel_l2, cosine
         line = "%-7s max-abs %.3e  max-rel %.3e  rel-L2 %.3e  cosine %.6f" % (
-            key, np.abs(d).max(), np.abs(d).max() / np.abs(y).max(), np.linalg.norm(d) / np.linalg.norm(y),
-            (x * y).sum() / np.linalg.norm(x) / np.linalg.norm(y))
+            key, np.abs(d).max(), np.abs(d).max() / np.abs(y).max(), rel_l2, cosine)
         if key == "logits":
             lp = y - y.max(-1, keepdims=True)
             lp -= np.log(np.exp(lp).sum(-1, keepdims=True))
             lq = x - x.max(-1, keepdims=True)
             lq -= np.log(np.exp(lq).sum(-1, keepdims=True))
-            line += "  top-1 %.2f%%  mean KL %.3e" % (100 * np.mean(x.argmax(-1) == y.argmax(-1)),
-                                                     np.mean(np.sum(np.exp(lp) * (lp - lq), -1)))
+            figures["logits_top1"] = np.mean(x.argmax(-1) == y.argmax(-1))
+            figures["logits_mean_kl"] = np.mean(np.sum(np.exp(lp) * (lp - lq), -1))
+            line += "  top-1 %.2f%%  mean KL %.3e" % (100 * figures["logits_top1"], figures["logits_mean_kl"])
         print(line)
+    if a.out:
+        with open(a.out + ".tmp", "w") as f:
+            for k in ["hidden_rel_l2", "hidden_cosine", "logits_top1", "logits_mean_kl"]:
+                f.write("%s %.9e\n" % (k, figures[k]))
+        os.replace(a.out + ".tmp", a.out)
+        print("wrote", a.out)
 
 
 if __name__ == "__main__":
