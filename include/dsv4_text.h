@@ -538,6 +538,11 @@ typedef struct dsv4_spec_stats {
 /* For live sequence seq at its current length n, with MTP length m = n (a fresh or fully
  * caught-up sequence). DSV4_ERR_STATE: the engine has no MTP caches, or m != n. */
 DSV4_API int dsv4_spec_create(dsv4_engine *e, int seq, dsv4_spec **out, dsv4_err *err);
+/* For a sequence restored from a snapshot (dsv4_snapshot_restore, dsv4_prefix_start): length
+ * n, MTP length m = n - 1, streams [hc, D] = position n - 1's last-block streams (what the
+ * restore returned). Its MTP row n - 1 runs once x_n is known, as after dsv4_spec_fed. */
+DSV4_API int dsv4_spec_resume(dsv4_engine *e, int seq, const float *streams, dsv4_spec **out,
+                              dsv4_err *err);
 DSV4_API void dsv4_spec_free(dsv4_spec *s);
 
 /* Reports a plain span of n rows that just ran on the sequence (tokens [n], streams

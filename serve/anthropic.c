@@ -157,7 +157,9 @@ static const char *stop_reason(const srv_req *r, int n_calls) {
 
 static cJSON *usage(const srv_req *r, int start) {
     cJSON *u = cJSON_CreateObject();
-    cJSON_AddNumberToObject(u, "input_tokens", r->n_prompt);
+    /* Anthropic counts cache reads apart: input = input_tokens + cache_read_input_tokens */
+    cJSON_AddNumberToObject(u, "input_tokens", r->n_prompt - r->n_cached);
+    cJSON_AddNumberToObject(u, "cache_read_input_tokens", r->n_cached);
     cJSON_AddNumberToObject(u, "output_tokens", start ? 0 : r->n_ev);
     return u;
 }

@@ -60,6 +60,13 @@ void srv_metrics_tokens(srv_metrics *m, int64_t prompt, int64_t gen) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void srv_metrics_prefix(srv_metrics *m, dsv4_prefix_stats engine, srv_pcache_stats server) {
+    pthread_mutex_lock(&m->mu);
+    m->prefix = engine;
+    m->pcache = server;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static void hist_add(srv_hist *h, double x) {
     int b = 0;
     while (b < SRV_HIST_BUCKETS && x > kBounds[b]) b++;
@@ -161,6 +168,34 @@ char *srv_metrics_render(srv_metrics *m) {
         (unsigned long long)m->mtp_accepted,
         m->mtp_drafts ? (double)m->mtp_accepted / (double)m->mtp_drafts : 0.0,
         m->mtp_steps ? (double)(m->mtp_steps + m->mtp_accepted) / (double)m->mtp_steps : 0.0);
+    const srv_pcache_stats *pc = &m->pcache;
+    srv_buf_printf(&b, "# HELP dsv4_prefix_hits_total admissions that restored a cached prefix\n"
+            "# TYPE dsv4_prefix_hits_total counter\ndsv4_prefix_hits_total %lld\n"
+            "# HELP dsv4_prefix_misses_total admissions that restored nothing\n"
+            "# TYPE dsv4_prefix_misses_total counter\ndsv4_prefix_misses_total %lld\n"
+            "# HELP dsv4_prefix_reused_tokens_total positions restored instead of computed\n"
+            "# TYPE dsv4_prefix_reused_tokens_total counter\ndsv4_prefix_reused_tokens_total %lld\n"
+            "# HELP dsv4_prefix_evictions_total snapshots dropped (pool pressure or entry limit)\n"
+            "# TYPE dsv4_prefix_evictions_total counter\ndsv4_prefix_evictions_total %lld\n"
+            "# HELP dsv4_prefix_entries snapshots in the prefix cache\n"
+            "# TYPE dsv4_prefix_entries gauge\ndsv4_prefix_entries %lld\n"
+            "# HELP dsv4_prefix_memory_bytes bytes only the prefix cache holds (host copies and "
+            "compressed blocks)\n# TYPE dsv4_prefix_memory_bytes gauge\ndsv4_prefix_memory_bytes %lld\n"
+            "# HELP dsv4_prefix_disk_bytes bytes of snapshot files in --kv-dir\n"
+            "# TYPE dsv4_prefix_disk_bytes gauge\ndsv4_prefix_disk_bytes %lld\n"
+            "# HELP dsv4_prefix_disk_files snapshot files in --kv-dir\n"
+            "# TYPE dsv4_prefix_disk_files gauge\ndsv4_prefix_disk_files %lld\n"
+            "# HELP dsv4_prefix_disk_loads_total snapshot files read into the cache\n"
+            "# TYPE dsv4_prefix_disk_loads_total counter\ndsv4_prefix_disk_loads_total %lld\n"
+            "# HELP dsv4_prefix_disk_saves_total snapshot files written\n"
+            "# TYPE dsv4_prefix_disk_saves_total counter\ndsv4_prefix_disk_saves_total %lld\n"
+            "# HELP dsv4_prefix_disk_bad_total snapshot files that failed validation (set aside)\n"
+            "# TYPE dsv4_prefix_disk_bad_total counter\ndsv4_prefix_disk_bad_total %lld\n",
+        (long long)pc->hits, (long long)pc->misses, (long long)pc->reused_tokens,
+        (long long)m->prefix.evictions, (long long)m->prefix.entries,
+        (long long)(m->prefix.host_bytes + m->prefix.pool_bytes), (long long)pc->disk_bytes,
+        (long long)pc->disk_files, (long long)pc->disk_loads, (long long)pc->disk_saves,
+        (long long)pc->disk_bad);
     put_hist(&b, "dsv4_time_to_first_token_seconds", "arrival to first sampled token", &m->ttft);
     put_hist(&b, "dsv4_inter_token_latency_seconds", "time between sampled tokens", &m->itl);
     pthread_mutex_unlock(&m->mu);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "dsv4_text.h"
+#include "serve/prefix_cache.h"
 
 #define SRV_HIST_BUCKETS 12
 #define SRV_ROWS_BUCKETS 8
@@ -30,6 +31,8 @@ typedef struct srv_metrics {
     srv_hist ttft, itl;             /* seconds */
     uint64_t mtp_steps, mtp_drafts, mtp_accepted;  /* MTP decoding steps, drafts verified,
                                                     * drafts accepted */
+    dsv4_prefix_stats prefix;       /* the engine's prefix cache (entries, evictions, bytes) */
+    srv_pcache_stats pcache;        /* the server's lookups and the KV directory */
 } srv_metrics;
 
 void srv_metrics_init(srv_metrics *m);
@@ -44,6 +47,8 @@ void srv_metrics_latency(srv_metrics *m, double ttft, double itl);  /* < 0: skip
 void srv_metrics_event(srv_metrics *m, int cancelled, int preempted);
 /* One MTP decoding step of a sequence: drafted (a draft was verified), accepted. */
 void srv_metrics_mtp(srv_metrics *m, int drafted, int accepted);
+/* The prefix cache's gauges and counters (published with the load after each step). */
+void srv_metrics_prefix(srv_metrics *m, dsv4_prefix_stats engine, srv_pcache_stats server);
 /* The Prometheus text exposition (malloc'ed), or NULL when out of memory. */
 char *srv_metrics_render(srv_metrics *m);
 

@@ -86,7 +86,7 @@ static cJSON *usage_json(const srv_req *r) {
     cJSON_AddNumberToObject(u, "completion_tokens", r->n_ev);
     cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_ev);
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
-    cJSON_AddNumberToObject(d, "cached_tokens", 0);
+    cJSON_AddNumberToObject(d, "cached_tokens", r->n_cached);
     return u;
 }
 

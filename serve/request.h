@@ -50,6 +50,8 @@ struct srv_req {
     int finish;                     /* DSV4_FINISH_* (LENGTH also when the context filled) */
     char errmsg[256];
     int cancel;                     /* set by the HTTP side: the client went away */
+    int n_cached;                   /* prompt tokens restored from the prefix cache at the
+                                     * first admission (their forward was skipped) */
     int refs;
 
     /* ---- scheduler-private ---- */
@@ -59,6 +61,10 @@ struct srv_req {
     int32_t *ctx;                   /* (n_ctx) tokens the sequence must hold: prompt + fed */
     int n_ctx, cap_ctx;
     int n_done;                     /* tokens of ctx already in the sequence */
+    int admitted;                   /* admitted at least once (n_cached is set) */
+    int prompt_kept;                /* the prompt's snapshot is in the prefix cache */
+    dsv4_snapshot *conv;            /* the conversation at its latest aligned length (a
+                                     * private snapshot, to the prefix cache at the end) */
     int n_sampled;
     double t_last;                  /* latest token, for the inter-token latency histogram */
     srv_req *next;                  /* in the scheduler's waiting or running list */

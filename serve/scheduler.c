@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "serve/prefix_cache.h"
 #include "serve/util.h"
 
 struct srv_sched {
@@ -48,7 +49,18 @@ struct srv_sched {
     srv_req **mtp_req;            /* (max_seqs) */
     int *mtp_drafts;              /* (max_seqs) */
     float *forced_row;            /* (V) a test script's logits */
+    /* prefix cache (serving.md §g) */
+    srv_pcache *pc;
+    int *span_snap;               /* (max_seqs) SNAP_* of each span */
+    float *snap_hidden;           /* (max_seqs, D) the snapshot row of each span */
+    float *snap_streams;          /* (max_seqs, hc, D) */
+    float *restored;              /* (hc, D) streams of a restored prefix's last position */
 };
+
+/* What a span leaves for the prefix cache: nothing, the prompt's snapshot point (its last
+ * row's hidden state is not a logits row), or a conversation's aligned length (a decode
+ * row reaching it). */
+enum { SNAP_NONE = 0, SNAP_PROMPT, SNAP_CONV };
 
 /* ---- lists ------------------------------------------------------------------------------ */
 
@@ -74,6 +86,8 @@ static void list_remove(srv_req **list, int *n, srv_req *r) {
 static void finish(srv_sched *s, srv_req *r, int end, int fin, const char *msg) {
     dsv4_spec_free(r->spec);
     r->spec = NULL;
+    /* the conversation's aligned prefix: kept (and saved when it ended normally) */
+    srv_pcache_release(s->pc, &r->conv, end == SRV_END_FINISHED);
     if (r->seq >= 0) {
         dsv4_err err = {0};
         dsv4_seq_free(s->e, r->seq, &err);
@@ -113,6 +127,8 @@ static void preempt_newest(srv_sched *s) {
     dsv4_err err = {0};
     dsv4_spec_free(r->spec);
     r->spec = NULL;
+    /* evictable from now on; the readmission restores from it when it is still there */
+    srv_pcache_release(s->pc, &r->conv, 0);
     dsv4_seq_free(s->e, r->seq, &err);
     r->seq = -1;
     r->n_done = 0;
@@ -132,21 +148,32 @@ static int32_t scripted_draft(void *user, int64_t pos, int32_t draft) {
 
 /* ---- one step --------------------------------------------------------------------------- */
 
-/* Adds a span for r's next pending rows, at most `room` of them; returns the rows added. */
+/* Adds a span for r's next pending rows, at most `room` of them; returns the rows added.
+ * A prefill chunk ends at the prompt's snapshot point, which it then leaves behind. */
 static int add_span(srv_sched *s, int *n_spans, srv_req *r, int room) {
     int pending = r->n_ctx - r->n_done;
     int n = pending < room ? pending : room;
     if (n > s->o.c_max) n = s->o.c_max;
     if (n <= 0) return 0;
+    const int64_t point = r->prompt_kept ? 0 : srv_pcache_prompt_point(s->pc, r->n_prompt);
+    int snap = SNAP_NONE;
+    if (r->n_done < point && r->n_done + n >= point) {
+        n = (int)(point - r->n_done);
+        snap = SNAP_PROMPT;
+    } else if (n == 1 && pending == 1 && r->n_done + 1 > r->n_prompt &&
+               srv_pcache_aligned(s->pc, r->n_done + 1)) {
+        snap = SNAP_CONV;
+    }
     dsv4_span *sp = &s->spans[*n_spans];
     memset(sp, 0, sizeof *sp);
     sp->seq = r->seq;
     sp->start = r->n_done;
     sp->n_tokens = n;
     sp->tokens = r->ctx + r->n_done;
-    sp->n_hidden = n == pending;  /* logits only once the whole context has run */
-    sp->n_streams = r->spec ? n : 0;  /* MTP rows need every row's streams */
+    sp->n_hidden = n == pending || snap;  /* logits only once the whole context has run */
+    sp->n_streams = r->spec ? n : snap ? 1 : 0;  /* MTP rows need every row's streams */
     s->span_verify[*n_spans] = 0;
+    s->span_snap[*n_spans] = snap;
     s->span_req[(*n_spans)++] = r;
     return n;
 }
@@ -157,6 +184,9 @@ static int add_verify(srv_sched *s, int *n_spans, srv_req *r) {
     dsv4_err err = {0};
     if (dsv4_spec_verify_span(r->spec, &s->spans[*n_spans], &err)) return add_span(s, n_spans, r, 1);
     s->span_verify[*n_spans] = 1;
+    /* its first row may reach an aligned length (kept when only that row is accepted) */
+    s->span_snap[*n_spans] = r->n_done + 1 > r->n_prompt &&
+                             srv_pcache_aligned(s->pc, r->n_done + 1) ? SNAP_CONV : SNAP_NONE;
     s->span_req[(*n_spans)++] = r;
     return s->spans[*n_spans - 1].n_tokens;
 }
@@ -180,11 +210,24 @@ static int plan_step(srv_sched *s, int *rows, int *decode) {
     while (budget > 0 && s->n_wait > 0 && !s->admit_hold && s->n_run < s->o.max_seqs) {
         srv_req *r = s->wait[0];
         dsv4_err err = {0};
-        if (dsv4_seq_create(s->e, &r->seq, &err)) { r->seq = -1; break; }
-        if (s->mtp && dsv4_spec_create(s->e, r->seq, &r->spec, &err)) {
+        int64_t n_cached;
+        if (srv_pcache_start(s->pc, r->ctx, r->n_ctx, &r->seq, &n_cached, s->restored, &err)) {
+            r->seq = -1;
+            break;
+        }
+        if (s->mtp && (n_cached ? dsv4_spec_resume(s->e, r->seq, s->restored, &r->spec, &err)
+                                : dsv4_spec_create(s->e, r->seq, &r->spec, &err))) {
             dsv4_seq_free(s->e, r->seq, &err);
             r->seq = -1;
             break;
+        }
+        r->n_done = (int)n_cached;
+        if (n_cached >= srv_pcache_prompt_point(s->pc, r->n_prompt)) r->prompt_kept = 1;
+        if (!r->admitted) {
+            r->admitted = 1;
+            pthread_mutex_lock(&r->mu);
+            r->n_cached = (int)(n_cached < r->n_prompt ? n_cached : r->n_prompt);
+            pthread_mutex_unlock(&r->mu);
         }
         if (r->spec && r->forced) dsv4_spec_set_draft_hook(r->spec, scripted_draft, r);
         list_remove(s->wait, &s->n_wait, r);
@@ -291,6 +334,58 @@ static void run_mtp(srv_sched *s) {
 }
 
 
+static int running(const srv_sched *s, const srv_req *r) {
+    for (int i = 0; i < s->n_run; i++)
+        if (s->run[i] == r) return 1;
+    return 0;
+}
+
+/* Copies the snapshot rows of the step's spans aside (hidden of the row, its streams) and
+ * packs the hidden rows that need logits; returns their count. */
+static int take_snapshot_rows(srv_sched *s, int n_spans) {
+    const size_t hd = (size_t)s->D, sd = (size_t)s->HC * s->D;
+    int n_rows = 0;
+    for (int i = 0, h = 0, srow = 0; i < n_spans; i++) {
+        const dsv4_span *sp = &s->spans[i];
+        if (s->span_snap[i] && sp->n_hidden) {
+            /* a verify span's snapshot row is its first; a plain span's its last */
+            const int row = s->span_verify[i] ? 0 : sp->n_hidden - 1;
+            const int st_row = s->span_verify[i] ? 0 : sp->n_streams - 1;
+            memcpy(s->snap_hidden + i * hd, s->hidden + (size_t)(h + row) * hd, hd * sizeof(float));
+            memcpy(s->snap_streams + i * sd, s->streams + (size_t)(srow + st_row) * sd, sd * sizeof(float));
+        }
+        if (s->span_snap[i] != SNAP_PROMPT) {
+            if (n_rows != h) memmove(s->hidden + (size_t)n_rows * hd, s->hidden + (size_t)h * hd,
+                                     (size_t)sp->n_hidden * hd * sizeof(float));
+            n_rows += sp->n_hidden;
+        }
+        h += sp->n_hidden;
+        srow += sp->n_streams;
+    }
+    return n_rows;
+}
+
+/* The prompts' snapshot points reached in this step go to the prefix cache (after the MTP
+ * rows ran: a snapshot needs m = n - 1). */
+static void keep_prompts(srv_sched *s, int n_spans) {
+    for (int i = 0; i < n_spans; i++) {
+        srv_req *r = s->span_req[i];
+        if (s->span_snap[i] != SNAP_PROMPT || !r || !running(s, r)) continue;
+        srv_pcache_keep(s->pc, r->seq, r->ctx, s->snap_hidden + (size_t)i * s->D,
+                        s->snap_streams + (size_t)i * s->HC * s->D);
+        r->prompt_kept = 1;
+    }
+}
+
+/* r's sequence reached an aligned length past its prompt in span i: the conversation so
+ * far replaces r's private snapshot. */
+static void hold_conv(srv_sched *s, srv_req *r, int i) {
+    const int64_t n = s->spans[i].start + 1;
+    if (dsv4_seq_length(s->e, r->seq) != n) return;  /* a verify span accepted its draft too */
+    srv_pcache_hold(s->pc, r->seq, r->ctx, s->snap_hidden + (size_t)i * s->D,
+                    s->snap_streams + (size_t)i * s->HC * s->D, &r->conv);
+}
+
 static void step(srv_sched *s) {
     int rows, decode, n_spans;
     dsv4_err err = {0};
@@ -304,11 +399,10 @@ static void step(srv_sched *s) {
         for (int i = 0; i < n_spans; i++) finish(s, s->span_req[i], SRV_END_ERROR, 0, err.msg);
         return;
     }
-    int n_rows = 0;
+    const int n_rows = take_snapshot_rows(s, n_spans);
     for (int i = 0, srow = 0; i < n_spans; i++) {
         srv_req *r = s->span_req[i];
         const dsv4_span *sp = &s->spans[i];
-        n_rows += sp->n_hidden;
         if (s->span_verify[i]) { srow += sp->n_streams; continue; }  /* n_done moves by the commit */
         r->n_done += sp->n_tokens;
         if (r->spec && dsv4_spec_fed(r->spec, sp->tokens, sp->n_tokens,
@@ -321,7 +415,8 @@ static void step(srv_sched *s) {
     srv_metrics_step(s->met, rows, decode);
     if (n_rows && dsv4_lm_head(s->e, s->hidden, n_rows, s->logits, &err)) {
         for (int i = 0; i < n_spans; i++)
-            if (s->spans[i].n_hidden && s->span_req[i]) finish(s, s->span_req[i], SRV_END_ERROR, 0, err.msg);
+            if (s->spans[i].n_hidden && s->span_snap[i] != SNAP_PROMPT && s->span_req[i])
+                finish(s, s->span_req[i], SRV_END_ERROR, 0, err.msg);
         return;
     }
     /* span_req[] stays valid while take_token ends requests: it is a copy of the plan (NULL
@@ -330,19 +425,30 @@ static void step(srv_sched *s) {
         srv_req *r = s->span_req[i];
         const dsv4_span *sp = &s->spans[i];
         const float *row = s->logits + (size_t)k * s->V, *st = s->streams + (size_t)srow * s->HC * s->D;
-        k += sp->n_hidden;
         srow += sp->n_streams;
+        if (s->span_snap[i] == SNAP_PROMPT) continue;
+        k += sp->n_hidden;
         if (!sp->n_hidden || !r) continue;
         dsv4_gen_token t;
-        int alive = s->span_verify[i] ? take_verified(s, r, sp, row, st) : take_token(s, r, row, &t);
+        int alive;
+        if (s->span_verify[i]) {
+            alive = take_verified(s, r, sp, row, st);
+            if (alive && s->span_snap[i] == SNAP_CONV) hold_conv(s, r, i);
+        } else {
+            /* before the token: it may end the request and free the sequence */
+            if (s->span_snap[i] == SNAP_CONV) hold_conv(s, r, i);
+            alive = take_token(s, r, row, &t);
+        }
         /* the new pending token: its MTP row gives the next draft */
         if (alive && r->spec && r->n_ctx - r->n_done == 1) dsv4_spec_set_next(r->spec, r->ctx[r->n_done]);
     }
     if (s->mtp) run_mtp(s);
+    keep_prompts(s, n_spans);
 }
 
 static void publish_load(srv_sched *s) {
     srv_metrics_load(s->met, s->n_wait, s->n_run, dsv4_engine_cache_stats(s->e));
+    srv_metrics_prefix(s->met, dsv4_prefix_get_stats(s->e), srv_pcache_get_stats(s->pc));
 }
 
 /* ---- the thread ------------------------------------------------------------------------- */
@@ -404,7 +510,15 @@ int srv_sched_start(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *t
     s->span_verify = calloc(ns, sizeof *s->span_verify);
     s->hidden = malloc(2 * ns * (size_t)s->D * sizeof(float));
     s->logits = malloc(2 * ns * (size_t)s->V * sizeof(float));
-    if (s->mtp) {
+    s->span_snap = calloc(ns, sizeof *s->span_snap);
+    s->snap_hidden = malloc(ns * (size_t)s->D * sizeof(float));
+    s->snap_streams = malloc(ns * (size_t)s->HC * s->D * sizeof(float));
+    s->restored = malloc((size_t)s->HC * s->D * sizeof(float));
+    if (!s->span_snap || !s->snap_hidden || !s->snap_streams || !s->restored) goto oom;
+    if (!s->mtp) {
+        /* streams only of snapshot rows: one per span at most */
+        if (!(s->streams = malloc(ns * (size_t)s->HC * s->D * sizeof(float)))) goto oom;
+    } else {
         /* a step's rows: at most step_tokens, or two per sequence when all verify drafts */
         const size_t rows_cap = (size_t)o->step_tokens + 2 * ns;
         s->streams = malloc(rows_cap * (size_t)s->HC * s->D * sizeof(float));
@@ -415,6 +529,8 @@ int srv_sched_start(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *t
         if (!s->streams || !s->mtp_hidden || !s->mtp_spans || !s->mtp_req || !s->mtp_drafts) goto oom;
     }
     s->forced_row = malloc((size_t)s->V * sizeof(float));
+    int rc = srv_pcache_create(e, o->kv_dir, o->kv_dir_bytes, &s->pc, err);
+    if (rc) { srv_sched_free(s); return rc; }
     if (!s->wait || !s->run || !s->spans || !s->span_req || !s->hidden || !s->logits ||
         !s->forced_row)
         goto oom;
@@ -499,5 +615,10 @@ void srv_sched_free(srv_sched *s) {
     free(s->hidden);
     free(s->logits);
     free(s->forced_row);
+    free(s->span_snap);
+    free(s->snap_hidden);
+    free(s->snap_streams);
+    free(s->restored);
+    srv_pcache_free(s->pc);
     free(s);
 }

@@ -23,6 +23,8 @@ typedef struct srv_sched_opts {
     int max_seqs;             /* the engine's sequence slots */
     int64_t max_context;      /* the engine's max_context */
     int max_queue;            /* most requests waiting beyond max_seqs (then "busy") */
+    const char *kv_dir;       /* snapshots on disk (prefix_cache.h); NULL = memory only */
+    uint64_t kv_dir_bytes;    /* its budget; 0 = unlimited */
 } srv_sched_opts;
 
 /* Starts the scheduler thread; until srv_sched_free it is the only user of the engine (the

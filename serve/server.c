@@ -67,7 +67,8 @@ static int load(srv *s, dsv4_err *err) {
     if ((rc = dsv4_engine_create(s->m, &eo, &s->e, err))) return rc;
     if ((rc = tokenize_script(s, err))) return rc;
     srv_sched_opts so = {.step_tokens = o->step_tokens, .c_max = eo.c_max, .max_seqs = o->max_seqs,
-                         .max_context = o->max_context, .max_queue = o->max_queue};
+                         .max_context = o->max_context, .max_queue = o->max_queue,
+                         .kv_dir = o->kv_dir, .kv_dir_bytes = o->kv_dir_bytes};
     return srv_sched_start(s->e, s->m, s->tok, &so, &s->met, &s->sched, err);
 }
 

@@ -35,6 +35,8 @@ typedef struct dsv4_server_opts {
     int max_connections;       /* 0 = 512 */
     int mtp;                   /* MTP speculative decoding: 1 on, -1 off, 0 = on when the
                                 * checkpoint has an MTP block */
+    const char *kv_dir;        /* prefix snapshots on disk across restarts; NULL = memory only */
+    uint64_t kv_dir_bytes;     /* its byte budget (LRU); 0 = unlimited */
     const dsv4_server_script *script;  /* test-only, NULL normally */
 } dsv4_server_opts;
 

@@ -71,6 +71,42 @@ static void append(dsv4_spec *s, const int32_t *tokens, int c, const float *stre
     s->draft = -1;
 }
 
+/* A spec for seq at length n whose MTP block consumed [0, hs); last = the streams of
+ * position hs when hs == n - 1 (a restored snapshot), else NULL. */
+static int spec_new(dsv4_engine *e, int seq, int64_t n, int64_t hs, const float *last,
+                    dsv4_spec **out, dsv4_err *err) {
+    dsv4_spec *s = calloc(1, sizeof *s);
+    if (!s) return dsv4_fail(err, DSV4_ERR_NOMEM, "spec: out of memory");
+    const dsv4_model_info info = dsv4_model_get_info(dsv4_engine_model(e));
+    s->e = e;
+    s->seq = seq;
+    s->row_floats = (int64_t)info.hc_mult * info.hidden_size;
+    s->max_ctx = dsv4_engine_get_opts(e).max_context;
+    s->n = n;
+    s->hs = hs;
+    s->draft = -1;
+    int rc = reserve(s, 4, err);
+    if (rc) { dsv4_spec_free(s); return rc; }
+    if (last) memcpy(s->h, last, (size_t)s->row_floats * sizeof(float));
+    *out = s;
+    return DSV4_OK;
+}
+
+int dsv4_spec_resume(dsv4_engine *e, int seq, const float *streams, dsv4_spec **out,
+                     dsv4_err *err) {
+    *out = NULL;
+    if (!e || !streams) return dsv4_fail(err, DSV4_ERR_ARG, "spec resume: NULL argument");
+    if (!dsv4_engine_get_opts(e).mtp)
+        return dsv4_fail(err, DSV4_ERR_STATE, "spec: the engine keeps no MTP caches (opts.mtp = 0)");
+    const int64_t n = dsv4_seq_length(e, seq), m = dsv4_seq_mtp_length(e, seq);
+    if (n < 1) return dsv4_fail(err, DSV4_ERR_ARG, "spec resume: sequence %d is not live or empty", seq);
+    if (m != n - 1 || dsv4_seq_pending(e, seq))
+        return dsv4_fail(err, DSV4_ERR_STATE, "spec resume: sequence %d has MTP length %lld, "
+                         "length %lld (or a pending span); a restored snapshot has m = n - 1",
+                         seq, (long long)m, (long long)n);
+    return spec_new(e, seq, n, n - 1, streams, out, err);
+}
+
 int dsv4_spec_create(dsv4_engine *e, int seq, dsv4_spec **out, dsv4_err *err) {
     *out = NULL;
     if (!e) return dsv4_fail(err, DSV4_ERR_ARG, "spec: NULL engine");
@@ -82,19 +118,7 @@ int dsv4_spec_create(dsv4_engine *e, int seq, dsv4_spec **out, dsv4_err *err) {
         return dsv4_fail(err, DSV4_ERR_STATE, "spec: sequence %d has MTP length %lld != length "
                          "%lld (or a pending span); start it on a caught-up sequence", seq,
                          (long long)m, (long long)n);
-    dsv4_spec *s = calloc(1, sizeof *s);
-    if (!s) return dsv4_fail(err, DSV4_ERR_NOMEM, "spec: out of memory");
-    const dsv4_model_info info = dsv4_model_get_info(dsv4_engine_model(e));
-    s->e = e;
-    s->seq = seq;
-    s->row_floats = (int64_t)info.hc_mult * info.hidden_size;
-    s->max_ctx = dsv4_engine_get_opts(e).max_context;
-    s->n = s->hs = n;
-    s->draft = -1;
-    int rc = reserve(s, 4, err);
-    if (rc) { dsv4_spec_free(s); return rc; }
-    *out = s;
-    return DSV4_OK;
+    return spec_new(e, seq, n, n, NULL, out, err);
 }
 
 void dsv4_spec_free(dsv4_spec *s) {
