@@ -150,4 +150,22 @@ static void run_resume(run_t *r, int64_t n, const float *h, const float *s) {
     memcpy(r->last_s, s, (size_t)HC * D * sizeof(float));
 }
 
+/* Continues seq, restored at length n with position n - 1's hidden h and streams s, through
+ * chunks of the given sizes of tokens [n, ...) and then `dec` greedy decode steps, like the
+ * uninterrupted run whose log from n on is base; 1 when everything it returns (hidden,
+ * streams, MTP hidden, logits) is bitwise equal to base and its tokens to the run's. */
+static int continues_like(dsv4_engine *e, int seq, int mtp, const int32_t *tokens, int64_t n_tok,
+                          int64_t n, const float *h, const float *s, const int *chunks,
+                          int n_chunks, int dec, const log_t *base, const int32_t *base_tokens) {
+    run_t r;
+    run_init(&r, e, seq, mtp, tokens, n_tok);
+    run_resume(&r, n, h, s);
+    for (int i = 0; i < n_chunks; i++) run_chunk(&r, chunks[i]);
+    run_decode(&r, dec);
+    int same = logs_equal(base, &r.log);
+    if (base_tokens) same &= !memcmp(r.tok, base_tokens, (size_t)r.n * sizeof *r.tok);
+    run_free(&r);
+    return same;
+}
+
 #endif

@@ -102,14 +102,9 @@ static int load_and_continue(dsv4_engine *e, int mtp, const char *path, const re
     int same = 0;
     if (!rc) {
         CHECK(dsv4_seq_length(e, sq) == 2 * A && dsv4_seq_mtp_length(e, sq) == (mtp ? 2 * A - 1 : 0));
-        run_t r;
-        run_init(&r, e, sq, mtp, ref->tokens, ref->N);
-        run_resume(&r, 2 * A, h, st);
-        run_chunk(&r, TAIL);
-        run_decode(&r, DEC);
-        same = logs_equal(&ref->base, &r.log);
+        same = continues_like(e, sq, mtp, ref->tokens, ref->N, 2 * A, h, st, &TAIL, 1, DEC,
+                              &ref->base, NULL);
         CHECK(dsv4_seq_free(e, sq, &err) == 0);
-        run_free(&r);
     }
     free(h); free(st);
     return same;

@@ -8,10 +8,12 @@
  *   3. a fork at an unaligned length (mid-window, open block) continues like its source;
  *   4. eviction under pressure: a pool sized for one full sequence serves a stream of
  *      requests with distinct prefixes, each inserting snapshots, without a failed call;
- *   5. bad calls are refused with a message: unaligned length, MTP not caught up.
+ *   5. bad calls are refused with a message: unaligned length, MTP not caught up;
+ *   6. dsv4_spec_resume: MTP speculative decoding picks up a restored sequence exactly.
  *
  *   test_prefix MODEL_DIR [reference]
  */
+#include "dsv4_text.h"
 #include "prefix_run.h"
 
 /* 1, 2, 3: prefix of 2A tokens, a tail of `tail` tokens, then `dec` decode steps. */
@@ -28,7 +30,7 @@ static void test_hit_exact(const dsv4_model *m, int mtp) {
     int sa, sb, sc;
     int64_t got;
     CHECK(dsv4_prefix_start(e, tokens, N, &sa, &got, NULL, NULL, &err) == 0 && got == 0);
-    run_t ra, rb, rc_;
+    run_t ra, rb;
     run_init(&ra, e, sa, mtp, tokens, N);
     run_chunk(&ra, A);
     CHECK_MSG(dsv4_prefix_insert(e, sa, tokens, ra.last_h, ra.last_s, &err) == 0, "%s", err.msg);
@@ -92,12 +94,9 @@ static void test_hit_exact(const dsv4_model *m, int mtp) {
     CHECK(dsv4_seq_free(e, sb, &err) == 0 && dsv4_seq_free(e, sf, &err) == 0);
     check_cache(e, "after freeing");
     CHECK(dsv4_prefix_start(e, tokens, N, &sc, &got, h, s, &err) == 0 && got == P);
-    run_init(&rc_, e, sc, mtp, tokens, N);
-    run_resume(&rc_, P, h, s);
-    run_chunk(&rc_, tail - 5);
-    run_chunk(&rc_, 5);
-    run_decode(&rc_, dec);
-    CHECK_MSG(logs_equal(&base, &rc_.log), "continuation after freeing the others differs");
+    const int chunks[2] = {tail - 5, 5};
+    CHECK_MSG(continues_like(e, sc, mtp, tokens, N, P, h, s, chunks, 2, dec, &base, ra.tok),
+              "continuation after freeing the others differs");
     dsv4_prefix_stats st = dsv4_prefix_get_stats(e);
     CHECK(st.hits == 2 && st.misses == 1 && st.reused_tokens == 2 * P && st.entries == 2);
     CHECK(st.host_bytes > 0);
@@ -111,11 +110,11 @@ static void test_hit_exact(const dsv4_model *m, int mtp) {
     CHECK(dsv4_prefix_start(e, tokens, A - 1, &sd, &got, NULL, NULL, &err) == 0 && got == 0);
 
     /* 5: refusals */
-    CHECK(dsv4_prefix_insert(e, sc, tokens, rc_.last_h, rc_.last_s, &err) == DSV4_ERR_ARG);
+    CHECK(dsv4_prefix_insert(e, sc, tokens, h, s, &err) == DSV4_ERR_ARG);
     CHECK_ERR(err, DSV4_ERR_ARG, "not a positive multiple of the alignment");
     check_cache(e, "at the end");
 
-    run_free(&ra); run_free(&rb); run_free(&rc_); run_free(&rf);
+    run_free(&ra); run_free(&rb); run_free(&rf);
     free(base.buf); free(h); free(s); free(h_at_p); free(s_at_p); free(other); free(tokens);
     dsv4_engine_free(e);
 }
@@ -163,6 +162,88 @@ static void test_pressure(const dsv4_model *m) {
     free(tokens);
 }
 
+/* Runs tokens [n, n + c) of seq (every row's streams reported to sp) and then the MTP rows
+ * sp hands out; mh (rows, D) receives their MTP hidden states, *ms_out the span's start and
+ * first next-token, first_s (hc, D) its first streams row. Returns the MTP rows. */
+static int spec_chunk(dsv4_engine *e, dsv4_spec *sp, int seq, const int32_t *tokens, int64_t n,
+                      int c, float *mh, dsv4_mtp_span *ms_out, float *first_s) {
+    dsv4_err err = {0};
+    float *h = malloc((size_t)D * sizeof(float));            /* (1, D) */
+    float *st = malloc((size_t)c * HC * D * sizeof(float));  /* (c, hc, D) */
+    dsv4_span span = {.seq = seq, .start = n, .n_tokens = c, .tokens = tokens + n, .n_hidden = 1,
+                      .n_streams = c};
+    CHECK_MSG(dsv4_forward(e, &span, 1, h, st, &err) == 0, "forward: %s", err.msg);
+    CHECK_MSG(dsv4_spec_fed(sp, tokens + n, c, st, &err) == 0, "fed: %s", err.msg);
+    dsv4_mtp_span ms;
+    int drafts;
+    dsv4_spec_mtp_span(sp, &ms, &drafts);
+    *ms_out = ms;  /* its pointers are only valid until mtp_done */
+    if (ms.n) memcpy(first_s, ms.streams, (size_t)HC * D * sizeof(float));
+    if (ms.n) CHECK_MSG(dsv4_mtp_forward(e, &ms, 1, mh, &err) == 0, "mtp: %s", err.msg);
+    dsv4_spec_mtp_done(sp, -1);
+    free(h); free(st);
+    return ms.n;
+}
+
+/* 6: dsv4_spec_resume — an MTP spec on a sequence restored from the prefix cache hands out
+ * the MTP rows an uninterrupted one does (row n - 1 first, from the restored streams), and
+ * they give bitwise the same MTP hidden states. */
+static void test_spec_resume(const dsv4_model *m) {
+    const int P = A, tail = 9;
+    const int64_t N = P + tail;
+    int32_t *tokens = malloc((size_t)N * sizeof *tokens);
+    for (int64_t i = 0; i < N; i++) tokens[i] = rnd_token();
+    dsv4_engine *e = mk_engine(m, 1, N + 8, 3, 0);
+    if (!e) { free(tokens); return; }
+    dsv4_err err = {0};
+    float *ha = malloc((size_t)N * D * sizeof(float)), *hb = malloc((size_t)N * D * sizeof(float));
+    float *last_h = malloc((size_t)D * sizeof(float)), *last_s = malloc((size_t)HC * D * sizeof(float));
+    float *first_s = malloc((size_t)HC * D * sizeof(float));
+
+    /* uninterrupted: [0, P) (then kept in the cache at m = P - 1), then the tail */
+    int sa, sb;
+    dsv4_spec *spa = NULL, *spb = NULL;
+    CHECK(dsv4_seq_create(e, &sa, &err) == 0 && dsv4_spec_create(e, sa, &spa, &err) == 0);
+    {
+        float *st = malloc((size_t)P * HC * D * sizeof(float));
+        float *h = malloc((size_t)D * sizeof(float));
+        dsv4_span span = {.seq = sa, .start = 0, .n_tokens = P, .tokens = tokens, .n_hidden = 1, .n_streams = P};
+        CHECK(dsv4_forward(e, &span, 1, h, st, &err) == 0);
+        CHECK(dsv4_spec_fed(spa, tokens, P, st, &err) == 0);
+        dsv4_mtp_span ms;
+        int drafts;
+        dsv4_spec_mtp_span(spa, &ms, &drafts);
+        CHECK(ms.n == P - 1 && dsv4_mtp_forward(e, &ms, 1, ha, &err) == 0);
+        dsv4_spec_mtp_done(spa, -1);
+        CHECK_MSG(dsv4_prefix_insert(e, sa, tokens, h, st + (size_t)(P - 1) * HC * D, &err) == 0, "%s", err.msg);
+        free(st); free(h);
+    }
+    dsv4_mtp_span msa, msb;
+    const int ra = spec_chunk(e, spa, sa, tokens, P, tail, ha, &msa, first_s);
+
+    /* restored at P: a fresh spec refuses it (m = P - 1), a resumed one goes on */
+    int64_t got;
+    CHECK(dsv4_prefix_start(e, tokens, N, &sb, &got, last_h, last_s, &err) == 0 && got == P);
+    CHECK(dsv4_spec_create(e, sb, &spb, &err) == DSV4_ERR_STATE && !spb);
+    CHECK_MSG(dsv4_spec_resume(e, sb, last_s, &spb, &err) == 0, "resume: %s", err.msg);
+    const int rb = spb ? spec_chunk(e, spb, sb, tokens, P, tail, hb, &msb, first_s) : 0;
+    CHECK_MSG(ra == tail && rb == tail, "MTP rows %d and %d, expected %d", ra, rb, tail);
+    if (rb == tail) {
+        CHECK(msa.start == P - 1 && msb.start == P - 1);
+        CHECK(!memcmp(first_s, last_s, (size_t)HC * D * sizeof(float)));
+        CHECK_MSG(!memcmp(ha, hb, (size_t)tail * D * sizeof(float)), "MTP hidden after a resume differs");
+    }
+    /* refusals: an empty sequence, NULL streams */
+    int sc;
+    dsv4_spec *spc = NULL;
+    CHECK(dsv4_seq_create(e, &sc, &err) == 0);
+    CHECK(dsv4_spec_resume(e, sc, last_s, &spc, &err) == DSV4_ERR_ARG && !spc);
+    CHECK(dsv4_spec_resume(e, sb, NULL, &spc, &err) == DSV4_ERR_ARG && !spc);
+    dsv4_spec_free(spa); dsv4_spec_free(spb);
+    free(ha); free(hb); free(last_h); free(last_s); free(first_s); free(tokens);
+    dsv4_engine_free(e);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: test_prefix MODEL_DIR [reference]\n"); return 2; }
     REFERENCE = argc > 2 && !strcmp(argv[2], "reference");
@@ -177,6 +258,7 @@ int main(int argc, char **argv) {
     test_hit_exact(m, 0);
     if (HAS_MTP) test_hit_exact(m, 1);
     test_pressure(m);
+    if (HAS_MTP) test_spec_resume(m);
     dsv4_model_close(m);
     return test_report();
 }
