@@ -235,13 +235,14 @@ typedef struct dsv4_mem_fit {
     uint64_t weights_bytes;  /* tensor data of the checkpoint (resident once read) */
     uint64_t routed_bytes;   /* of which routed experts: what expert parallelism divides */
     uint64_t cache_bytes;    /* the engine's cache pools for these options (F32 rows) */
-    uint64_t need_bytes;     /* weights + cache (scratch and W8A8 copies not counted) */
+    uint64_t scratch_bytes;  /* the engine's scratch arena: every buffer of its largest call */
+    uint64_t need_bytes;     /* weights + cache + scratch (W8A8 copies not counted) */
     uint64_t ram_bytes;      /* dsv4_machine_ram_bytes() */
     uint64_t headroom_bytes; /* left for the system: max(1 GiB, 5% of RAM) */
     int fits;                /* need + headroom <= RAM */
     /* When it does not fit: the fewest expert-parallel ranks on machines like this one
      * that do (0: none up to 64), and what the fullest rank then holds: the dense weights,
-     * 1/ranks of the routed experts and, on the home rank 0, the cache. */
+     * 1/ranks of the routed experts, its scratch and, on the home rank 0, the cache. */
     int ep_ranks;
     uint64_t ep_rank_bytes;
 } dsv4_mem_fit;

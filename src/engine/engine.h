@@ -63,6 +63,9 @@ size_t dsv4_mtp_scratch_bytes(const dsv4_config *c, int R, int n_spans);
 size_t dsv4_block_scratch_bytes(const dsv4_config *c, int R); /* block.c */
 /* The most bytes any call takes from e->scratch at e->opts' limits. */
 size_t dsv4_engine_scratch_bytes(const dsv4_engine *e);
+/* The same before there is an engine (the memory fit): options resolved
+ * (dsv4_engine_opts_resolve), threads as the kernel context will have them. */
+size_t dsv4_scratch_plan_bytes(const dsv4_config *c, const dsv4_engine_opts *o, int threads);
 
 /* How a block's attention sub-block runs: y (R, D) from x (R, D) for the batch's rows,
  * with the cache writes it owes (a failure must already have been reported to the group

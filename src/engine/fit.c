@@ -1,6 +1,7 @@
 /* fit.c — will this model and these engine options fit in this machine's memory? (see
- * dsv4_mem_fit in dsv4.h). The cache figure comes from the cache planner with the options
- * the engine itself would resolve, so it is the size engine create allocates. */
+ * dsv4_mem_fit in dsv4.h). The cache and scratch figures come from the cache planner and
+ * the scratch plan with the options the engine itself would resolve, so they are the
+ * sizes engine create allocates. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +27,9 @@ static int fit(const dsv4_config *c, uint64_t weights, uint64_t routed, const ds
     out->weights_bytes = weights;
     out->routed_bytes = routed;
     out->cache_bytes = (uint64_t)plan.total_bytes;
-    out->need_bytes = weights + out->cache_bytes;
+    /* the arena engine create makes, from the same plan (engine/scratch.c) */
+    out->scratch_bytes = dsv4_scratch_plan_bytes(c, &o, o.threads > 0 ? o.threads : dsv4_available_cores());
+    out->need_bytes = weights + out->cache_bytes + out->scratch_bytes;
     out->ram_bytes = ram;
     out->headroom_bytes = ram / 20 > GIB ? ram / 20 : GIB;
     if (!ram) return DSV4_OK; /* unknown memory: no verdict */
@@ -34,7 +37,8 @@ static int fit(const dsv4_config *c, uint64_t weights, uint64_t routed, const ds
     if (out->fits) return DSV4_OK;
     for (int k = 2; k <= MAX_EP_RANKS; k++) {
         /* the home rank is the fullest: dense weights, its experts and the cache */
-        uint64_t rank = (weights - routed) + (routed + (uint64_t)k - 1) / (uint64_t)k + out->cache_bytes;
+        uint64_t rank = (weights - routed) + (routed + (uint64_t)k - 1) / (uint64_t)k + out->cache_bytes +
+                        out->scratch_bytes;
         if (rank + out->headroom_bytes <= ram) {
             out->ep_ranks = k;
             out->ep_rank_bytes = rank;

@@ -11,20 +11,22 @@
 
 static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
 
-size_t dsv4_engine_scratch_bytes(const dsv4_engine *e) {
-    const dsv4_config *c = e->cfg;
-    const dsv4_engine_opts *o = &e->opts;
+size_t dsv4_scratch_plan_bytes(const dsv4_config *c, const dsv4_engine_opts *o, int threads) {
     /* spans: one per sequence, or the two segments of a CP prefill */
     const int R = o->max_rows, S_all = o->max_seqs > 2 ? o->max_seqs : 2, S = S_all < R ? S_all : R;
     const int64_t max_pos = o->max_context + 1;
     const int n_blocks = c->num_hidden_layers + c->num_nextn_predict_layers;
     size_t sub = dsv4_moe_scratch_bytes(c, R);
     for (int l = 0; l < n_blocks; l++) {
-        const int r = e->blocks[l].ratio;
+        const int r = dsv4_cfg_ratio(c, l);
         int seen = 0;
-        for (int j = 0; j < l && !seen; j++) seen = e->blocks[j].ratio == r;
-        if (!seen) sub = maxz(sub, dsv4_attn_scratch_bytes(c, r, R, S, max_pos, dsv4_kctx_threads(e->k)));
+        for (int j = 0; j < l && !seen; j++) seen = dsv4_cfg_ratio(c, j) == r;
+        if (!seen) sub = maxz(sub, dsv4_attn_scratch_bytes(c, r, R, S, max_pos, threads));
     }
     const size_t call = maxz(dsv4_forward_scratch_bytes(c, R, S), o->mtp ? dsv4_mtp_scratch_bytes(c, R, S) : 0);
     return call + dsv4_block_scratch_bytes(c, R) + sub;
+}
+
+size_t dsv4_engine_scratch_bytes(const dsv4_engine *e) {
+    return dsv4_scratch_plan_bytes(e->cfg, &e->opts, dsv4_kctx_threads(e->k));
 }

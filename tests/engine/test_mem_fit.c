@@ -43,25 +43,54 @@ int main(void) {
     dsv4_cache_plan plan;
     CHECK(dsv4_cache_plan_make(&cfg, &co, &plan, &err) == 0);
     CHECK(f.cache_bytes == (uint64_t)plan.total_bytes && f.cache_bytes > 0);
-    CHECK(f.need_bytes == f.weights_bytes + f.cache_bytes);
+    CHECK(f.scratch_bytes > 0);
+    CHECK(f.need_bytes == f.weights_bytes + f.cache_bytes + f.scratch_bytes);
     CHECK(f.ram_bytes == dsv4_machine_ram_bytes());
     if (f.ram_bytes) {
         CHECK(f.fits == (f.need_bytes + f.headroom_bytes <= f.ram_bytes));
         if (!f.fits && f.ep_ranks) {
             /* the fewest ranks: that many fit, one fewer does not */
             const uint64_t dense = f.weights_bytes - f.routed_bytes, k = (uint64_t)f.ep_ranks;
-            CHECK(f.ep_rank_bytes == dense + (routed + k - 1) / k + f.cache_bytes);
+            const uint64_t own = f.cache_bytes + f.scratch_bytes;
+            CHECK(f.ep_rank_bytes == dense + (routed + k - 1) / k + own);
             CHECK(f.ep_rank_bytes + f.headroom_bytes <= f.ram_bytes);
-            CHECK(k == 2 || dense + (routed + k - 2) / (k - 1) + f.cache_bytes + f.headroom_bytes > f.ram_bytes);
+            CHECK(k == 2 || dense + (routed + k - 2) / (k - 1) + own + f.headroom_bytes > f.ram_bytes);
         }
     }
     /* a longer context costs more cache */
     dsv4_engine_opts eo2 = {.max_context = 65536, .max_seqs = 2};
     dsv4_mem_fit f2;
     CHECK(dsv4_mem_fit_config(path, &eo2, &f2, &err) == 0 && f2.cache_bytes > f.cache_bytes);
+    /* more rows per call cost more scratch */
+    dsv4_engine_opts eo3 = {.max_context = 8192, .max_seqs = 8, .c_max = 2048};
+    dsv4_mem_fit f3;
+    CHECK(dsv4_mem_fit_config(path, &eo3, &f3, &err) == 0 && f3.scratch_bytes > f.scratch_bytes);
     /* a missing config is an error with the path in it */
     CHECK(dsv4_mem_fit_config("/nonexistent/config.json", &eo, &f2, &err) != 0);
     CHECK(strstr(err.msg, "/nonexistent/config.json") != NULL);
+
+    /* the scratch figure is the arena a real engine makes with these options (threads
+     * included: attention keeps per-thread buffers) */
+    FILE *shared = fopen(test_shared_root(), "r");
+    if (shared) {
+        fclose(shared);
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/golden/small_s1/model", test_shared_root());
+        dsv4_model *m = NULL;
+        dsv4_engine *e = NULL;
+        for (int threads = 1; threads <= 3; threads += 2) {
+            dsv4_engine_opts eo4 = {.max_context = 600, .max_seqs = 3, .c_max = 100, .threads = threads, .mtp = 1};
+            dsv4_mem_fit f4;
+            CHECK(dsv4_model_open(dir, &m, &err) == 0);
+            CHECK(dsv4_mem_fit_model(m, &eo4, &f4, &err) == 0);
+            CHECK_MSG(dsv4_engine_create(m, &eo4, &e, &err) == 0, "%s", err.msg);
+            CHECK_MSG(e && f4.scratch_bytes == dsv4_engine_scratch_bytes(e) && e->scratch.cap >= f4.scratch_bytes,
+                      "fit says %llu scratch bytes, the engine made %zu", (unsigned long long)f4.scratch_bytes,
+                      e ? e->scratch.cap : 0);
+            dsv4_engine_free(e);
+            dsv4_model_close(m);
+        }
+    }
 
     /* machine memory parsers */
     CHECK(dsv4_meminfo_total("MemTotal:       24683584 kB\nMemFree: 1 kB\n") == 24683584ull * 1024);

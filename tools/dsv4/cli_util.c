@@ -128,9 +128,10 @@ void cli_warn_fit(const char *cmd, const dsv4_model *m, const dsv4_engine_opts *
     dsv4_mem_fit f;
     dsv4_err err = {0};
     if (dsv4_mem_fit_model(m, eo, &f, &err) || !f.ram_bytes || f.fits) return;
-    fprintf(stderr, "dsv4 %s: warning: weights %.1f GB + cache %.1f GB do not fit in this machine's "
-                    "%.1f GB of memory: expect the system to read weights from disk on every token",
-            cmd, f.weights_bytes / 1e9, f.cache_bytes / 1e9, f.ram_bytes / 1e9);
+    fprintf(stderr, "dsv4 %s: warning: weights %.1f GB + cache %.1f GB + scratch %.1f GB do not fit in "
+                    "this machine's %.1f GB of memory: expect the system to read weights from disk on "
+                    "every token", cmd, f.weights_bytes / 1e9, f.cache_bytes / 1e9, f.scratch_bytes / 1e9,
+            f.ram_bytes / 1e9);
     if (f.ep_ranks) fprintf(stderr, " (expert parallelism over %d such machines would fit)", f.ep_ranks);
     fprintf(stderr, "\n");
 }

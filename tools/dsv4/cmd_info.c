@@ -262,11 +262,12 @@ static void print_text(const char *dir, const dsv4_config *c, const char *mwarn,
 
 static double gb(uint64_t bytes) { return (double)bytes / 1e9; }
 
-/* The memory verdict: weights + cache against this machine (dsv4_mem_fit). */
+/* The memory verdict: weights + cache + scratch against this machine (dsv4_mem_fit). */
 static void print_fit(const dsv4_mem_fit *f, int64_t max_context, int64_t max_seqs) {
     printf("memory: weights %.1f GB (routed experts %.1f GB) + cache %.2f GB for %lld tokens x %lld "
-           "sequence%s = %.1f GB\n", gb(f->weights_bytes), gb(f->routed_bytes), gb(f->cache_bytes),
-           (long long)max_context, (long long)max_seqs, max_seqs == 1 ? "" : "s", gb(f->need_bytes));
+           "sequence%s + scratch %.2f GB = %.1f GB\n", gb(f->weights_bytes), gb(f->routed_bytes),
+           gb(f->cache_bytes), (long long)max_context, (long long)max_seqs, max_seqs == 1 ? "" : "s",
+           gb(f->scratch_bytes), gb(f->need_bytes));
     printf("this machine: %.1f GB of memory, %d core%s available\n", gb(f->ram_bytes),
            dsv4_available_cores(), dsv4_available_cores() == 1 ? "" : "s");
     if (!f->ram_bytes) printf("verdict: unknown (this machine's memory could not be read)\n");
@@ -288,6 +289,7 @@ static void fit_json(cJSON *j, const dsv4_mem_fit *f) {
     cJSON_AddNumberToObject(o, "weights_bytes", (double)f->weights_bytes);
     cJSON_AddNumberToObject(o, "routed_bytes", (double)f->routed_bytes);
     cJSON_AddNumberToObject(o, "cache_bytes", (double)f->cache_bytes);
+    cJSON_AddNumberToObject(o, "scratch_bytes", (double)f->scratch_bytes);
     cJSON_AddNumberToObject(o, "need_bytes", (double)f->need_bytes);
     cJSON_AddNumberToObject(o, "ram_bytes", (double)f->ram_bytes);
     cJSON_AddNumberToObject(o, "headroom_bytes", (double)f->headroom_bytes);
