@@ -206,6 +206,10 @@ typedef struct dsv4_engine_opts {
                             * samples), 1 = a hash of every weight byte (reads the whole
                             * checkpoint). Ranks always compare the config, the options and
                             * the kernel level too; a mismatch fails create on every rank. */
+    dsv4_progress_fn progress; /* progress of create's slow part, the W8A8 weight copies (INT8
+                                * bytes written of all; minutes at Flash size), from the
+                                * caller's thread; NULL = none. Not compared across ranks. */
+    void *progress_user;
 } dsv4_engine_opts;
 
 /* Items of fidelity mode P3: the official model's activation roundings (spec/model.md §6).

@@ -42,20 +42,21 @@ static int own(dsv4_engine *e, void *p) {
     return 0;
 }
 
-static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int e0, int e1, dsv4_err *err) {
-    const dsv4_config *c = e->cfg;
-    const int E = c->n_routed_experts, level = e->opts.w8a8;
-    const int is_mtp = b->layer_id >= c->num_hidden_layers;
-    char prefix[32];
-    if (is_mtp) snprintf(prefix, sizeof prefix, "mtp.%d", b->layer_id - c->num_hidden_layers);
-    else snprintf(prefix, sizeof prefix, "layers.%d", b->layer_id);
+/* Progress over the whole preparation: INT8 bytes written of all blocks'. */
+typedef struct prep_progress {
+    dsv4_progress_fn fn;
+    void *user;
+    uint64_t done, total;
+} prep_progress;
 
-    /* the block's expert arrays become the engine's own (filled below, before any pointer
-     * into them is taken) */
-    const int has_experts = b->w1 && b->w2 && b->w3 && E > 0;
-    const int64_t n_max = 12 + (has_experts ? 3 * (int64_t)(e1 - e0) : 0);
-    conv_item *items = malloc(sizeof *items * (size_t)n_max);
-    if (!items) return dsv4_fail(err, DSV4_ERR_NOMEM, "w8a8 %s: out of memory", prefix);
+static void block_prefix(const dsv4_config *c, const dsv4_block_w *b, char *prefix, size_t n) {
+    if (b->layer_id >= c->num_hidden_layers) snprintf(prefix, n, "mtp.%d", b->layer_id - c->num_hidden_layers);
+    else snprintf(prefix, n, "layers.%d", b->layer_id);
+}
+
+/* The block's matrices other than routed experts that the level converts; items has room
+ * for 12. Returns their count. */
+static int collect_fixed(const dsv4_engine *e, dsv4_block_w *b, const char *prefix, conv_item *items) {
     int n = 0;
     add(items, &n, &b->wq_b, prefix, "attn.wq_b");
     add(items, &n, &b->wo_b, prefix, "attn.wo_b");
@@ -63,26 +64,54 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int e0, int e1, dsv4_e
     add(items, &n, &b->sh_w1, prefix, "ffn.shared_experts.w1");
     add(items, &n, &b->sh_w3, prefix, "ffn.shared_experts.w3");
     add(items, &n, &b->sh_w2, prefix, "ffn.shared_experts.w2");
-    if (is_mtp) {
+    if (b->layer_id >= e->cfg->num_hidden_layers) {
         add(items, &n, &b->e_proj, prefix, "e_proj");
         add(items, &n, &b->h_proj, prefix, "h_proj");
     }
-    if (level >= 2) {
+    if (e->opts.w8a8 >= 2) {
         add(items, &n, &b->wq_a, prefix, "attn.wq_a");
         add(items, &n, &b->wkv, prefix, "attn.wkv");
         add(items, &n, &b->wo_a, prefix, "attn.wo_a");
     }
-    const int n_fixed = n;
+    return n;
+}
 
-    /* one allocation: expert arrays (3 x E mats), then each matrix's INT8 storage */
-    int64_t bytes = has_experts ? round64(3 * (int64_t)E * (int64_t)sizeof(dsv4_mat)) : 0;
-    for (int i = 0; i < n_fixed; i++) bytes += round64(dsv4_w8a8_storage_bytes(items[i].m->rows, items[i].m->cols));
-    if (has_experts)
+static int has_experts(const dsv4_engine *e, const dsv4_block_w *b) {
+    return b->w1 && b->w2 && b->w3 && e->cfg->n_routed_experts > 0;
+}
+
+/* Bytes of the block's one allocation: expert arrays (3 x E mats), then each converted
+ * matrix's INT8 storage (the fixed ones, then experts [e0, e1)). */
+static int64_t block_bytes(const dsv4_engine *e, const dsv4_block_w *b, const conv_item *fixed, int n_fixed,
+                           int e0, int e1) {
+    const int E = e->cfg->n_routed_experts;
+    int64_t bytes = has_experts(e, b) ? round64(3 * (int64_t)E * (int64_t)sizeof(dsv4_mat)) : 0;
+    for (int i = 0; i < n_fixed; i++) bytes += round64(dsv4_w8a8_storage_bytes(fixed[i].m->rows, fixed[i].m->cols));
+    if (has_experts(e, b))
         for (int x = e0; x < e1; x++) {
-            bytes += round64(dsv4_w8a8_storage_bytes(b->w1[x].rows, b->w1[x].cols));
-            bytes += round64(dsv4_w8a8_storage_bytes(b->w3[x].rows, b->w3[x].cols));
-            bytes += round64(dsv4_w8a8_storage_bytes(b->w2[x].rows, b->w2[x].cols));
+            if (present(&b->w1[x])) bytes += round64(dsv4_w8a8_storage_bytes(b->w1[x].rows, b->w1[x].cols));
+            if (present(&b->w3[x])) bytes += round64(dsv4_w8a8_storage_bytes(b->w3[x].rows, b->w3[x].cols));
+            if (present(&b->w2[x])) bytes += round64(dsv4_w8a8_storage_bytes(b->w2[x].rows, b->w2[x].cols));
         }
+    return bytes;
+}
+
+static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int e0, int e1, prep_progress *pp, dsv4_err *err) {
+    const dsv4_config *c = e->cfg;
+    const int E = c->n_routed_experts;
+    char prefix[32];
+    block_prefix(c, b, prefix, sizeof prefix);
+
+    /* the block's expert arrays become the engine's own (filled below, before any pointer
+     * into them is taken) */
+    const int experts = has_experts(e, b);
+    const int64_t n_max = 12 + (experts ? 3 * (int64_t)(e1 - e0) : 0);
+    conv_item *items = malloc(sizeof *items * (size_t)n_max);
+    if (!items) return dsv4_fail(err, DSV4_ERR_NOMEM, "w8a8 %s: out of memory", prefix);
+    const int n_fixed = collect_fixed(e, b, prefix, items);
+    int n = n_fixed;
+
+    const int64_t bytes = block_bytes(e, b, items, n_fixed, e0, e1);
     char *mem = bytes > 0 ? aligned_alloc(64, (size_t)bytes) : NULL;
     if (bytes > 0 && (!mem || own(e, mem))) {
         free(mem);
@@ -91,7 +120,7 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int e0, int e1, dsv4_e
                          prefix, (long long)bytes);
     }
     int64_t at = 0;
-    if (has_experts) {
+    if (experts) {
         dsv4_mat *arr = (dsv4_mat *)mem; /* (3, E): w1, w3, w2 */
         memcpy(arr, b->w1, sizeof(dsv4_mat) * (size_t)E);
         memcpy(arr + E, b->w3, sizeof(dsv4_mat) * (size_t)E);
@@ -110,6 +139,7 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int e0, int e1, dsv4_e
             add(items, &n, &b->w2[x], prefix, nm);
         }
     }
+    pp->done += (uint64_t)at;
     int rc = DSV4_OK;
     for (int i = 0; i < n && !rc; i++) {
         dsv4_mat *m = items[i].m;
@@ -120,6 +150,9 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int e0, int e1, dsv4_e
         else
             *m = q;
         at += sz;
+        pp->done += (uint64_t)sz;
+        /* every 64 matrices (a Flash block has 768 experts' matrices) and at the block's end */
+        if (pp->fn && !rc && ((i + 1) % 64 == 0 || i + 1 == n)) pp->fn(pp->user, pp->done, pp->total);
     }
     free(items);
     return rc;
@@ -137,8 +170,17 @@ int dsv4_engine_prepare_w8a8(dsv4_engine *e, dsv4_err *err) {
     int rc = dsv4_kctx_reserve_w8a8(e->k, err); /* the forward's INT8 activations */
     if (rc) return rc;
     const int n_blocks = c->num_hidden_layers + c->num_nextn_predict_layers;
+    prep_progress pp = {.fn = e->opts.progress, .user = e->opts.progress_user};
+    for (int l = 0; pp.fn && l < n_blocks; l++) {
+        conv_item fixed[12];
+        char prefix[32];
+        block_prefix(c, &e->blocks[l], prefix, sizeof prefix);
+        const int n_fixed = collect_fixed(e, &e->blocks[l], prefix, fixed);
+        pp.total += (uint64_t)block_bytes(e, &e->blocks[l], fixed, n_fixed, e0, e1);
+    }
+    if (pp.fn) pp.fn(pp.user, 0, pp.total);
     for (int l = 0; l < n_blocks; l++)
-        if ((rc = prepare_block(e, &e->blocks[l], e0, e1, err))) return rc;
+        if ((rc = prepare_block(e, &e->blocks[l], e0, e1, &pp, err))) return rc;
     e->num = dsv4_numerics_w8a8(); /* the INT8 matrices' products quantize their inputs */
     return DSV4_OK;
 }

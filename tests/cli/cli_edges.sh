@@ -3,7 +3,8 @@
 # "bos_token_id": null prepends nothing, an empty --tokens is a usage error, --dump-choices
 # is refused under --parallel, a quantization_config the loader does not implement is
 # refused at open, a NUL byte in a prompt is either a token (plain) or an error (--chat,
-# chat lines), and generate says when it stopped at a full context. Exit statuses are
+# chat lines), generate says when it stopped at a full context, output files are whole or
+# absent, and W8A8 engine creation shows progress (issue 15). Exit statuses are
 # checked exactly, so under the sanitizer build a leak (LeakSanitizer's exit 23) fails too.
 BIN=$1 MODEL=$2 TMP=$3
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -87,6 +88,15 @@ grep -q "cannot save the conversation: $TMP/no/such/dir/c.json: cannot create a 
     "$TMP/err" || fail "chat /save message: $(cat "$TMP/err")"
 grep -q "saved 2 messages to $TMP/c.json" "$TMP/err" && [ "$(ls "$TMP" | grep -c 'c\.json')" = 1 ] ||
     fail "chat /save: $(cat "$TMP/err"); $(ls "$TMP")"
+ok
+
+# engine creation with W8A8 shows its progress (issue 15): stderr is no terminal here, so a
+# line per 10 %, rising, ending at 100 %; an exact run prints none
+[ "$(st "$BIN" generate --model "$MODEL" -p x -n 1 --w8a8)" = 0 ] || fail "--w8a8: $(cat "$TMP/err")"
+grep "^preparing the INT8 weights: " "$TMP/err" | sed 's/^preparing the INT8 weights: \([0-9]*\)%.*/\1/' > "$TMP/pct"
+[ "$(tail -n 1 "$TMP/pct")" = 100 ] && sort -n -c "$TMP/pct" && [ "$(wc -l < "$TMP/pct")" -ge 2 ] ||
+    fail "W8A8 progress: $(cat "$TMP/err")"
+[ "$(st "$BIN" generate --model "$MODEL" -p x -n 1)" = 0 ] && ! grep -q "INT8" "$TMP/err" || fail "exact run: $(cat "$TMP/err")"
 ok
 
 echo "$passed passed, 0 failed"

@@ -3,7 +3,8 @@
  *     (the sequence then runs exactly as in a fresh engine);
  *   - running out of pages fails that call with DSV4_ERR_CACHE_FULL naming the pool, and
  *     leaves the other sequences intact; out of slots likewise;
- *   - freeing twice or using a freed handle is an error, not a crash.
+ *   - freeing twice or using a freed handle is an error, not a crash;
+ *   - create reports the progress of its W8A8 weight preparation, and only of that.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -147,6 +148,40 @@ static void test_exhaustion(void) {
     dsv4_engine_free(e);
 }
 
+/* The progress calls of one engine create. */
+typedef struct progress_log {
+    int calls, monotonic;
+    uint64_t done, total;
+} progress_log;
+
+static void log_progress(void *user, uint64_t done, uint64_t total) {
+    progress_log *p = user;
+    if (p->calls && (done < p->done || total != p->total)) p->monotonic = 0;
+    p->calls++;
+    p->done = done;
+    p->total = total;
+}
+
+static progress_log create_with_progress(int w8a8) {
+    progress_log p = {.monotonic = 1};
+    dsv4_engine_opts eo = {.max_context = 64, .max_seqs = 1, .w8a8 = w8a8, .progress = log_progress,
+                           .progress_user = &p};
+    dsv4_engine *e = NULL;
+    dsv4_err err = {0};
+    CHECK_MSG(dsv4_engine_create(M, &eo, &e, &err) == 0, "%s", err.msg);
+    dsv4_engine_free(e);
+    return p;
+}
+
+static void test_progress(void) {
+    progress_log exact = create_with_progress(0), p1 = create_with_progress(1), p2 = create_with_progress(2);
+    CHECK(exact.calls == 0); /* nothing slow to report */
+    /* from 0 to all of it, never backwards, in several steps (a start and every block) */
+    CHECK_MSG(p1.calls > 2 && p1.monotonic && p1.total > 0 && p1.done == p1.total, "%d calls, %llu of %llu",
+              p1.calls, (unsigned long long)p1.done, (unsigned long long)p1.total);
+    CHECK(p2.monotonic && p2.done == p2.total && p2.total > p1.total); /* level 2 converts more */
+}
+
 int main(void) {
     char buf[1024];
     dsv4_err err = {0};
@@ -160,6 +195,7 @@ int main(void) {
     for (int i = 0; i < 512; i++) toks[i] = (int32_t)((i * 7919u + 13u) % (unsigned)V);
     test_validation();
     test_exhaustion();
+    test_progress();
     dsv4_model_close(M);
     return test_report();
 }

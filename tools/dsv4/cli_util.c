@@ -136,31 +136,33 @@ void cli_warn_fit(const char *cmd, const dsv4_model *m, const dsv4_engine_opts *
     fprintf(stderr, "\n");
 }
 
-typedef struct warm_progress {
-    int tty, last_decile;
-    struct timespec t0;
-} warm_progress;
-
 static double since(const struct timespec *t0) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
 }
 
-static void warm_show(void *user, uint64_t done, uint64_t total) {
-    warm_progress *w = user;
+void cli_progress_start(cli_progress *w, const char *what) {
+    memset(w, 0, sizeof *w);
+    w->what = what;
+    w->tty = isatty(2);
+    clock_gettime(CLOCK_MONOTONIC, &w->t0);
+}
+
+void cli_progress_show(void *user, uint64_t done, uint64_t total) {
+    cli_progress *w = user;
     const double s = since(&w->t0), rate = s > 0 ? done / s : 0;
     const int pct = total ? (int)(100 * done / total) : 100;
     if (w->tty) {
         char eta[32] = "";
         if (rate > 0 && done < total) snprintf(eta, sizeof eta, ", %.0f s left", (double)(total - done) / rate);
-        fprintf(stderr, "\rwarming up the weights: %3d%%  %.2f / %.2f GB, %.2f GB/s%s   ", pct,
-                done / 1e9, total / 1e9, rate / 1e9, eta);
+        fprintf(stderr, "\r%s: %3d%%  %.2f / %.2f GB, %.2f GB/s%s   ", w->what, pct, done / 1e9,
+                total / 1e9, rate / 1e9, eta);
         if (done >= total) fputc('\n', stderr);
     } else if (pct / 10 > w->last_decile || (done >= total && w->last_decile < 10)) {
         w->last_decile = pct / 10;
-        fprintf(stderr, "warming up the weights: %d%% (%.2f / %.2f GB, %.2f GB/s)\n", pct, done / 1e9,
-                total / 1e9, rate / 1e9);
+        fprintf(stderr, "%s: %d%% (%.2f / %.2f GB, %.2f GB/s)\n", w->what, pct, done / 1e9, total / 1e9,
+                rate / 1e9);
     }
 }
 
@@ -168,10 +170,10 @@ int cli_prepare_weights(const char *cmd, const dsv4_model *m, int warmup, int ml
                         int rank, int n_ranks) {
     dsv4_err err = {0};
     if (warmup) {
-        warm_progress w = {.tty = isatty(2), .last_decile = 0};
-        clock_gettime(CLOCK_MONOTONIC, &w.t0);
+        cli_progress w;
+        cli_progress_start(&w, "warming up the weights");
         /* under MPI the home rank reports for all */
-        if (dsv4_model_warmup(m, threads, rank, n_ranks, rank == 0 ? warm_show : NULL, &w, &err)) {
+        if (dsv4_model_warmup(m, threads, rank, n_ranks, rank == 0 ? cli_progress_show : NULL, &w, &err)) {
             fprintf(stderr, "dsv4 %s: %s\n", cmd, err.msg);
             return -1;
         }

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "dsv4.h"
 
@@ -40,6 +41,16 @@ void cli_warn_threads(const char *cmd, int threads);
 /* Warns on stderr when the weights and the cache of these engine options do not fit in
  * this machine's memory (dsv4_mem_fit_model), with what would. */
 void cli_warn_fit(const char *cmd, const dsv4_model *m, const dsv4_engine_opts *eo);
+
+/* Progress of a long step on stderr (a dsv4_progress_fn): a line redrawn in place on a
+ * terminal (percent, GB, GB/s, time left), else one line per 10 %. */
+typedef struct cli_progress {
+    const char *what;  /* "warming up the weights", ... */
+    int tty, last_decile;
+    struct timespec t0;
+} cli_progress;
+void cli_progress_start(cli_progress *p, const char *what);
+void cli_progress_show(void *user, uint64_t done, uint64_t total);
 
 /* Warm-up and pinning of the weights as the commands do them (--warmup, --mlock): progress
  * on stderr (a bar with GB, GB/s and ETA on a terminal, a line per 10% otherwise), by

@@ -504,6 +504,9 @@ int cmd_run(int argc, char **argv) {
     eo.w8a8 = w8a8;
     eo.fidelity = fidelity;
     eo.verify_weights = verify_weights;
+    cli_progress prep;
+    cli_progress_start(&prep, "preparing the INT8 weights");
+    if (w8a8 && rank == 0) eo.progress = cli_progress_show, eo.progress_user = &prep;
     if (dsv4_engine_create(model, &eo, &eng, &err)) {
         fprintf(stderr, "dsv4 run: %s%s\n", who, err.msg);
         goto out;

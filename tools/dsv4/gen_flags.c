@@ -103,6 +103,9 @@ int gen_open(const gen_flags *f, const char *cmd, dsv4_model **model, dsv4_token
     }
     eo.mtp = f->mtp == 0 ? has_mtp : f->mtp > 0;
     cli_warn_fit(cmd, *model, &eo);
+    cli_progress prep;
+    cli_progress_start(&prep, "preparing the INT8 weights");
+    if (eo.w8a8) eo.progress = cli_progress_show, eo.progress_user = &prep;
     if (dsv4_engine_create(*model, &eo, eng, &err)) goto fail;
     if (dsv4_seq_create(*eng, seq, &err)) goto fail;
     return 0;
