@@ -1,6 +1,6 @@
 /* bench_linear.c — dsv4_linear throughput against this machine's own roofline.
  *
- *   bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode]
+ *   bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--rows N,..]
  *
  * Measured in the same run, one JSON line each, the probes being the library's
  * (kernels/probe.h, the same ones `dsv4 bench` uses):
@@ -14,7 +14,8 @@
  *   "gemm": 512 rows x 4096x4096 per format, GFLOP/s and the fraction of the FMA peak;
  *   "gemv_decode": the bench model's decode-step matrices (256 KB .. 16 MB: wq_a, wkv,
  *           wq_b, wo_b, the experts' w1/w3 and w2, router, head), each shape in FP8, FP4
- *           and BF16, n_rows 1 and 2. Enough distinct copies of the matrix to fill 96 MB
+ *           and BF16, n_rows 1 and 2 (--rows: other counts, e.g. a batched decode step's;
+ *           "gflops" for the compute side). Enough distinct copies of the matrix to fill 96 MB
  *           (3x the L3) are called in turn, so every call streams its weights from DRAM
  *           like a decode step does; per-call pool overhead included. Besides the best
  *           sweep, the median of the single calls' times ("us_call_median"), the steadier
@@ -132,7 +133,7 @@ typedef struct {
     int64_t rows, cols;
 } decode_shape;
 
-static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads) {
+static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads, const int *nrows, int n_nrows) {
     static const decode_shape shapes[] = {
         {"wq_a", 256, 1024},        /* q LoRA down */
         {"wkv|w13", 512, 1024},     /* kv projection; the experts' w1 / w3 */
@@ -155,9 +156,13 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads)
             dsv4_mat *ms = malloc(sizeof(dsv4_mat) * (size_t)nm);
             ms[0] = m0;
             for (int i = 1; i < nm; i++) ms[i] = make_mat(f, sh->rows, sh->cols);
-            float *x = malloc(sizeof(float) * 2 * (size_t)sh->cols), *y = malloc(sizeof(float) * 2 * (size_t)sh->rows);
-            for (int64_t i = 0; i < 2 * sh->cols; i++) x[i] = (float)((int64_t)(rnd() % 2001) - 1000) * 1e-3f;
-            for (int nx = 1; nx <= 2; nx++) {
+            int mx = 1;
+            for (int q = 0; q < n_nrows; q++) mx = nrows[q] > mx ? nrows[q] : mx;
+            float *x = malloc(sizeof(float) * (size_t)mx * (size_t)sh->cols);
+            float *y = malloc(sizeof(float) * (size_t)mx * (size_t)sh->rows);
+            for (int64_t i = 0; i < mx * sh->cols; i++) x[i] = (float)((int64_t)(rnd() % 2001) - 1000) * 1e-3f;
+            for (int q = 0; q < n_nrows; q++) {
+                const int nx = nrows[q];
                 const double bytes = (double)nm * (double)mb;
                 rounds rd = rounds_start();
                 int n_call = 0;
@@ -184,10 +189,10 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads)
                 printf("{\"bench\":\"gemv_decode\",\"shape\":\"%s\",\"fmt\":\"%s\",\"n_rows\":%d,\"rows\":%lld,"
                        "\"cols\":%lld,\"kb\":%lld,\"mats\":%d,\"threads\":%d,\"us_per_call\":%.2f,\"gbps\":%.2f,"
                        "\"stream_gbps\":%.2f,\"of_stream\":%.3f,\"of_stream_median\":%.3f,\"us_call_median\":%.2f,"
-                       "\"gbps_call_median\":%.2f}\n",
+                       "\"gbps_call_median\":%.2f,\"gflops\":%.2f}\n",
                        sh->name, fmt_name(f), nx, (long long)sh->rows, (long long)sh->cols, (long long)(mb >> 10), nm,
                        threads, best_t / nm * 1e6, gbps, sbw, gbps / sbw, median, med_call * 1e6,
-                       (double)mb / med_call / 1e9);
+                       (double)mb / med_call / 1e9, 2.0 * nx * sh->rows * sh->cols * nm / best_t / 1e9);
                 fflush(stdout);
             }
             free(x);
@@ -202,14 +207,26 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads)
 
 int main(int argc, char **argv) {
     int threads = 0, reps = 5, scalar = 0, quick = 0, decode_only = 0;
+    int nrows[16] = {1, 2}, n_nrows = 2; /* --rows: activation rows of the decode shapes */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--scalar")) scalar = 1;
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--decode")) decode_only = 1;
-        else {
-            fprintf(stderr, "usage: bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode]\n");
+        else if (!strcmp(argv[i], "--rows") && i + 1 < argc) {
+            n_nrows = 0;
+            for (char *t = strtok(argv[++i], ","); t && n_nrows < 16; t = strtok(NULL, ",")) {
+                const int v = atoi(t);
+                if (v < 1 || v > 256) {
+                    fprintf(stderr, "bench_linear: --rows takes row counts 1..256\n");
+                    return 2;
+                }
+                nrows[n_nrows++] = v;
+            }
+            if (n_nrows == 0) return 2;
+        } else {
+            fprintf(stderr, "usage: bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--rows N,..]\n");
             return 2;
         }
     }
@@ -239,7 +256,7 @@ int main(int argc, char **argv) {
     printf("{\"bench\":\"probe_fma\",\"threads\":%d,\"simd\":\"%s\",\"gflops\":%.1f}\n", threads,
            dsv4_simd_name(dsv4_probe_simd(probe)), peak);
 
-    bench_decode(k, probe, reps, threads);
+    bench_decode(k, probe, reps, threads, nrows, n_nrows);
     if (decode_only) {
         dsv4_probe_free(probe);
         dsv4_kctx_free(k);

@@ -122,17 +122,24 @@ AINLINE __m512 fp4_block_table(const dsv4_lin_tables *tab, const dsv4_mat *w, in
     return _mm512_mul_ps(e2m1, _mm512_set1_ps(((const float *)w->scale)[idx]));
 }
 
-/* ---- GEMV: 1..4 activation rows (NX), R = 4 weight rows at a time, weights decoded in
- * registers and used for every activation row. x: (NX, cols), y: (NX, rows). ---------- */
+/* ---- GEMV: 1..8 activation rows (NX), R weight rows at a time, weights decoded in
+ * registers and used for every activation row. x: (NX, cols), y: (NX, rows). R * NX <= 16
+ * accumulators, NX x registers and 2R decoded weights stay within the 32 registers: R = 4
+ * up to 4 rows, R = 2 for 5..8 (the small-M tiles of batched decode: each weight is
+ * decoded once for all rows of the call). A 32-column step runs as two 16-column halves,
+ * so only one half's x rows are live at a time; each accumulator still adds its chunks in
+ * ascending order. --------------------------------------------------------------------- */
 
-#define GEMV_R 4
+#define GEMV_R_MAX 4
+#define GEMV_NX_MAX 8
+#define GEMV_R(NX) ((NX) <= 4 ? 4 : 2)
 
 AINLINE void gemv_dense_rows(int fmt, int R, int NX, const dsv4_mat *w, const float *x, float *y, int64_t o,
                              const gemv_pf *pf) {
     const int64_t n = w->cols, rows = w->rows;
     const int esz = fmt == DSV4_WF_F32 ? 4 : 2;
-    const char *p[GEMV_R];
-    __m512 a[GEMV_R][4];
+    const char *p[GEMV_R_MAX];
+    __m512 a[GEMV_R_MAX][GEMV_NX_MAX];
     for (int r = 0; r < R; r++) {
         p[r] = (const char *)w->w + (o + r) * n * (int64_t)esz;
         for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
@@ -140,7 +147,7 @@ AINLINE void gemv_dense_rows(int fmt, int R, int NX, const dsv4_mat *w, const fl
     for (int64_t i = 0; i < n; i += 16) {
         const int m = n - i >= 16 ? 16 : (int)(n - i);
         pf_step(pf, p[0], R * i * esz, R * 16 * esz);
-        __m512 xv[4];
+        __m512 xv[GEMV_NX_MAX];
         for (int s = 0; s < NX; s++)
             xv[s] = m == 16 ? _mm512_loadu_ps(x + s * n + i) : _mm512_maskz_loadu_ps(mask16(m), x + s * n + i);
         for (int r = 0; r < R; r++) {
@@ -153,10 +160,11 @@ AINLINE void gemv_dense_rows(int fmt, int R, int NX, const dsv4_mat *w, const fl
 }
 
 AINLINE void gemv_dense_nx(int fmt, int NX, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    const int R = GEMV_R(NX);
     const int64_t rb = w->cols * (fmt == DSV4_WF_F32 ? 4 : 2); /* bytes per row */
     const gemv_pf pf = pf_start((const char *)w->w + o0 * rb, (const char *)w->w + o1 * rb, GEMV_PF_DENSE);
     int64_t o = o0;
-    for (; o + GEMV_R <= o1; o += GEMV_R) gemv_dense_rows(fmt, GEMV_R, NX, w, x, y, o, &pf);
+    for (; o + R <= o1; o += R) gemv_dense_rows(fmt, R, NX, w, x, y, o, &pf);
     for (; o < o1; o++) gemv_dense_rows(fmt, 1, NX, w, x, y, o, &pf);
 }
 
@@ -165,16 +173,20 @@ AINLINE void gemv_dense(int fmt, const dsv4_mat *w, const float *x, int nx, floa
     case 1: gemv_dense_nx(fmt, 1, w, x, y, o0, o1); break;
     case 2: gemv_dense_nx(fmt, 2, w, x, y, o0, o1); break;
     case 3: gemv_dense_nx(fmt, 3, w, x, y, o0, o1); break;
-    default: gemv_dense_nx(fmt, 4, w, x, y, o0, o1); break;
+    case 4: gemv_dense_nx(fmt, 4, w, x, y, o0, o1); break;
+    case 5: gemv_dense_nx(fmt, 5, w, x, y, o0, o1); break;
+    case 6: gemv_dense_nx(fmt, 6, w, x, y, o0, o1); break;
+    case 7: gemv_dense_nx(fmt, 7, w, x, y, o0, o1); break;
+    default: gemv_dense_nx(fmt, 8, w, x, y, o0, o1); break;
     }
 }
 
 /* R rows o .. o+R-1, all in one 128-row scale band. */
 AINLINE void gemv_fp8_rows(int R, int NX, const dsv4_mat *w, const float *x, float *y, int64_t o, const gemv_pf *pf) {
     const int64_t n = w->cols, nsb = (n + 127) / 128, band = o / 128, rows = w->rows;
-    const uint8_t *p[GEMV_R];
-    __m512 a[GEMV_R][4];
-    __m512i nan[GEMV_R];
+    const uint8_t *p[GEMV_R_MAX];
+    __m512 a[GEMV_R_MAX][GEMV_NX_MAX];
+    __m512i nan[GEMV_R_MAX];
     for (int r = 0; r < R; r++) {
         p[r] = (const uint8_t *)w->w + (o + r) * n;
         nan[r] = _mm512_setzero_si512();
@@ -187,7 +199,7 @@ AINLINE void gemv_fp8_rows(int R, int NX, const dsv4_mat *w, const float *x, flo
             /* huge or NaN scale: 256 * scale would overflow, dequantize exactly instead */
             for (int64_t i = i0; i < i1; i += 16) {
                 const int m = i1 - i >= 16 ? 16 : (int)(i1 - i);
-                __m512 xv[4];
+                __m512 xv[GEMV_NX_MAX];
                 for (int s = 0; s < NX; s++) xv[s] = _mm512_maskz_loadu_ps(mask16(m), x + s * n + i);
                 for (int r = 0; r < R; r++) {
                     float t[16];
@@ -204,23 +216,19 @@ AINLINE void gemv_fp8_rows(int R, int NX, const dsv4_mat *w, const float *x, flo
         for (int64_t i = i0; i < i1; i += 32) {
             const int m = i1 - i >= 32 ? 32 : (int)(i1 - i);
             pf_step(pf, p[0], R * i, R * 32);
-            __m512 x0[4], x1[4];
-            for (int s = 0; s < NX; s++) {
-                if (m == 32) {
-                    x0[s] = _mm512_loadu_ps(x + s * n + i);
-                    x1[s] = _mm512_loadu_ps(x + s * n + i + 16);
-                } else {
-                    x0[s] = _mm512_maskz_loadu_ps(mask16(m < 16 ? m : 16), x + s * n + i);
-                    x1[s] = _mm512_maskz_loadu_ps(mask16(m > 16 ? m - 16 : 0), x + s * n + i + 16);
+            __m512 w0[GEMV_R_MAX], w1[GEMV_R_MAX];
+            for (int r = 0; r < R; r++) dec_fp8x32(p[r] + i, m, s256, &w0[r], &w1[r]);
+            for (int s = 0; s < NX; s++) { /* first half: columns i .. i+15 */
+                const float *xs = x + s * n + i;
+                const __m512 xv = m >= 16 ? _mm512_loadu_ps(xs) : _mm512_maskz_loadu_ps(mask16(m), xs);
+                for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, w0[r], a[r][s]);
+            }
+            if (m > 16) /* not past the last chunk (16 | m at every other step) */
+                for (int s = 0; s < NX; s++) {
+                    const float *xs = x + s * n + i + 16;
+                    const __m512 xv = m == 32 ? _mm512_loadu_ps(xs) : _mm512_maskz_loadu_ps(mask16(m - 16), xs);
+                    for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, w1[r], a[r][s]);
                 }
-            }
-            for (int r = 0; r < R; r++) {
-                __m512 w0, w1;
-                dec_fp8x32(p[r] + i, m, s256, &w0, &w1);
-                for (int s = 0; s < NX; s++) a[r][s] = _mm512_fmadd_ps(x0[s], w0, a[r][s]);
-                if (m > 16) /* not past the last chunk (16 | m at every other step) */
-                    for (int s = 0; s < NX; s++) a[r][s] = _mm512_fmadd_ps(x1[s], w1, a[r][s]);
-            }
         }
     }
     for (int r = 0; r < R; r++) {
@@ -230,11 +238,12 @@ AINLINE void gemv_fp8_rows(int R, int NX, const dsv4_mat *w, const float *x, flo
 }
 
 AINLINE void gemv_fp8_nx(int NX, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    const int R = GEMV_R(NX);
     const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * w->cols, (const uint8_t *)w->w + o1 * w->cols,
                                 GEMV_PF_FP8);
     int64_t o = o0;
-    /* o0 is a multiple of 4 (linear_fast.c), so a block of 4 never straddles a band */
-    for (; o + GEMV_R <= o1 && (o % GEMV_R) == 0; o += GEMV_R) gemv_fp8_rows(GEMV_R, NX, w, x, y, o, &pf);
+    /* o0 is a multiple of 4 (linear_fast.c), so a block of R never straddles a band */
+    for (; o + R <= o1 && (o % R) == 0; o += R) gemv_fp8_rows(R, NX, w, x, y, o, &pf);
     for (; o < o1; o++) gemv_fp8_rows(1, NX, w, x, y, o, &pf);
 }
 
@@ -243,7 +252,11 @@ static void gemv_fp8(const dsv4_mat *w, const float *x, int nx, float *y, int64_
     case 1: gemv_fp8_nx(1, w, x, y, o0, o1); break;
     case 2: gemv_fp8_nx(2, w, x, y, o0, o1); break;
     case 3: gemv_fp8_nx(3, w, x, y, o0, o1); break;
-    default: gemv_fp8_nx(4, w, x, y, o0, o1); break;
+    case 4: gemv_fp8_nx(4, w, x, y, o0, o1); break;
+    case 5: gemv_fp8_nx(5, w, x, y, o0, o1); break;
+    case 6: gemv_fp8_nx(6, w, x, y, o0, o1); break;
+    case 7: gemv_fp8_nx(7, w, x, y, o0, o1); break;
+    default: gemv_fp8_nx(8, w, x, y, o0, o1); break;
     }
 }
 
@@ -252,9 +265,9 @@ AINLINE void gemv_fp4_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv4
                            int64_t o, const gemv_pf *pf) {
     const int64_t n = w->cols, nsb = n / 32, rows = w->rows;
     const __m512i perm = _mm512_loadu_si512((const void *)fp4_perm), unperm = _mm512_loadu_si512((const void *)fp4_unperm);
-    const uint8_t *p[GEMV_R];
-    int64_t sb[GEMV_R];
-    __m512 a[GEMV_R][4];
+    const uint8_t *p[GEMV_R_MAX];
+    int64_t sb[GEMV_R_MAX];
+    __m512 a[GEMV_R_MAX][GEMV_NX_MAX];
     for (int r = 0; r < R; r++) {
         p[r] = (const uint8_t *)w->w + (o + r) * (n / 2);
         sb[r] = (o + r) * nsb;
@@ -263,18 +276,19 @@ AINLINE void gemv_fp4_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv4
     for (int64_t b = 0; b < nsb; b++) {
         pf_step(pf, p[0], R * b * 16, R * 16);
         const float *xb = x + b * 32;
-        __m512 x0[4], x1[4];
-        for (int s = 0; s < NX; s++) {
-            x0[s] = _mm512_permutexvar_ps(perm, _mm512_loadu_ps(xb + s * n));
-            x1[s] = _mm512_permutexvar_ps(perm, _mm512_loadu_ps(xb + s * n + 16));
-        }
+        __m512 w0[GEMV_R_MAX], w1[GEMV_R_MAX];
         for (int r = 0; r < R; r++) {
             const __m512 t = fp4_block_table(tab, w, sb[r] + b);
-            const __m512 w0 = dec_fp4(p[r] + b * 16, t), w1 = dec_fp4(p[r] + b * 16 + 8, t);
-            for (int s = 0; s < NX; s++) {
-                a[r][s] = _mm512_fmadd_ps(x0[s], w0, a[r][s]);
-                a[r][s] = _mm512_fmadd_ps(x1[s], w1, a[r][s]);
-            }
+            w0[r] = dec_fp4(p[r] + b * 16, t);
+            w1[r] = dec_fp4(p[r] + b * 16 + 8, t);
+        }
+        for (int s = 0; s < NX; s++) { /* columns 0..15 of the block, then 16..31 */
+            const __m512 xv = _mm512_permutexvar_ps(perm, _mm512_loadu_ps(xb + s * n));
+            for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, w0[r], a[r][s]);
+        }
+        for (int s = 0; s < NX; s++) {
+            const __m512 xv = _mm512_permutexvar_ps(perm, _mm512_loadu_ps(xb + s * n + 16));
+            for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, w1[r], a[r][s]);
         }
     }
     for (int r = 0; r < R; r++)
@@ -283,12 +297,13 @@ AINLINE void gemv_fp4_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv4
 
 AINLINE void gemv_fp4_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o0,
                          int64_t o1) {
+    const int R = GEMV_R(NX);
     const int64_t rb = w->cols / 2; /* bytes per row */
     const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * rb, (const uint8_t *)w->w + o1 * rb, GEMV_PF_FP4);
     if (!w->scale_is_f32) /* the task's ue8m0 scales: cols / 32 bytes a row */
         pf_start((const uint8_t *)w->scale + o0 * (rb / 16), (const uint8_t *)w->scale + o1 * (rb / 16), 4096);
     int64_t o = o0;
-    for (; o + GEMV_R <= o1; o += GEMV_R) gemv_fp4_rows(GEMV_R, NX, tab, w, x, y, o, &pf);
+    for (; o + R <= o1; o += R) gemv_fp4_rows(R, NX, tab, w, x, y, o, &pf);
     for (; o < o1; o++) gemv_fp4_rows(1, NX, tab, w, x, y, o, &pf);
 }
 
@@ -298,7 +313,11 @@ static void gemv_fp4(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, 
     case 1: gemv_fp4_nx(1, c->tab, w, x, y, o0, o1); break;
     case 2: gemv_fp4_nx(2, c->tab, w, x, y, o0, o1); break;
     case 3: gemv_fp4_nx(3, c->tab, w, x, y, o0, o1); break;
-    default: gemv_fp4_nx(4, c->tab, w, x, y, o0, o1); break;
+    case 4: gemv_fp4_nx(4, c->tab, w, x, y, o0, o1); break;
+    case 5: gemv_fp4_nx(5, c->tab, w, x, y, o0, o1); break;
+    case 6: gemv_fp4_nx(6, c->tab, w, x, y, o0, o1); break;
+    case 7: gemv_fp4_nx(7, c->tab, w, x, y, o0, o1); break;
+    default: gemv_fp4_nx(8, c->tab, w, x, y, o0, o1); break;
     }
 }
 
@@ -415,39 +434,20 @@ static void micro3(const float *x, int64_t ldx, const float *wt, int kb, float *
 static void micro2(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(2, x, ldx, wt, kb, acc); }
 static void micro1(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(1, x, ldx, wt, kb, acc); }
 
+static float reduce16(const float *acc) { return hsum16(_mm512_load_ps(acc)); }
+
+static const dsv4_lin_tile_level avx512_tiles = {16, 4, dequant_row, {micro1, micro2, micro3, micro4}, reduce16};
+
 static void gemm_avx512(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                         float *scratch) {
-    typedef void (*micro_fn)(const float *, int64_t, const float *, int, float *);
-    static const micro_fn micros[4] = {micro1, micro2, micro3, micro4};
-    const int64_t n = w->cols, rows = w->rows;
-    const int nb = rows - o0 < LIN_NB ? (int)(rows - o0) : LIN_NB;
-    const int nj = (nb + 3) & ~3; /* tile rows computed: nb rounded up to the kernel's 4 */
-    float *wt = scratch;                      /* (LIN_NB, LIN_KB) dequantized weight tile */
-    float *acc = scratch + LIN_SCRATCH_WTILE; /* (LIN_MB, LIN_NB, 16) lane accumulators */
-    for (int r0 = 0; r0 < n_rows; r0 += LIN_MB) {
-        const int mb = n_rows - r0 < LIN_MB ? n_rows - r0 : LIN_MB;
-        memset(acc, 0, sizeof(float) * (size_t)mb * LIN_NB * 16);
-        for (int64_t k0 = 0; k0 < n; k0 += LIN_KB) {
-            const int kb = n - k0 < LIN_KB ? (int)(n - k0) : LIN_KB;
-            /* a row the tile pads to the kernel width is zero; its sums are never stored */
-            for (int j = 0; j < nj; j++) {
-                if (j < nb) dequant_row(c->tab, w, o0 + j, k0, kb, wt + j * LIN_KB);
-                else memset(wt + j * LIN_KB, 0, sizeof(float) * (size_t)((kb + 15) & ~15));
-            }
-            const float *xb = x + (int64_t)r0 * n + k0;
-            for (int s = 0; s < mb; s += 4) {
-                const int rt = mb - s < 4 ? mb - s : 4;
-                for (int j = 0; j < nj; j += 4)
-                    micros[rt - 1](xb + (int64_t)s * n, n, wt + j * LIN_KB, kb, acc + ((int64_t)s * LIN_NB + j) * 16);
-            }
-        }
-        for (int s = 0; s < mb; s++)
-            for (int j = 0; j < nb; j++)
-                y[(int64_t)(r0 + s) * rows + o0 + j] = hsum16(_mm512_load_ps(acc + ((int64_t)s * LIN_NB + j) * 16));
-    }
+    dsv4_lin_gemm_tiled(&avx512_tiles, c, w, x, n_rows, y, o0, scratch);
 }
 
-static const dsv4_lin_kernels avx512_kernels = {gemv_avx512, gemm_avx512, NULL}; /* no prescaled FP8 */
+#ifndef LIN_AVX512_GEMV_MAX_ROWS
+#define LIN_AVX512_GEMV_MAX_ROWS 16
+#endif
+/* 8 rows a GEMV call; no prescaled FP8 */
+static const dsv4_lin_kernels avx512_kernels = {GEMV_NX_MAX, LIN_AVX512_GEMV_MAX_ROWS, gemv_avx512, gemm_avx512, NULL};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512(void) { return &avx512_kernels; }
 

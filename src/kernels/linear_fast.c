@@ -1,9 +1,9 @@
 /* linear_fast.c — dsv4_linear: splitting the work into tasks, and the portable level.
  *
  * See linear_fast.h for the arithmetic contract. The portable level is the GEMM tiling
- * written in plain C (it also serves n_rows == 1); the AVX2 level adds an in-register
- * GEMV for up to LIN_GEMV_ROWS activation rows (decode, MTP verification), where the
- * weight stream is the whole cost.
+ * written in plain C (it also serves n_rows == 1); the x86 levels add an in-register
+ * GEMV for a few activation rows (decode, batched decode, MTP verification), where the
+ * weight stream and its decoding are the whole cost.
  */
 #include "kernels/linear_fast.h"
 
@@ -125,47 +125,37 @@ static void dequant_tile_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int6
     }
 }
 
-static void gemm_scalar(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
-                        float *scratch) {
-    const int64_t n = w->cols, rows = w->rows;
-    const int nb = rows - o0 < LIN_NB ? (int)(rows - o0) : LIN_NB;
-    float *wt = scratch;                      /* (LIN_NB, LIN_KB) dequantized weight tile */
-    float *acc = scratch + LIN_SCRATCH_WTILE; /* (LIN_MB, LIN_NB, 8) lane accumulators */
-    for (int r0 = 0; r0 < n_rows; r0 += LIN_MB) {
-        const int mb = n_rows - r0 < LIN_MB ? n_rows - r0 : LIN_MB;
-        memset(acc, 0, sizeof(float) * (size_t)mb * LIN_NB * 8);
-        for (int64_t k0 = 0; k0 < n; k0 += LIN_KB) {
-            const int kb = n - k0 < LIN_KB ? (int)(n - k0) : LIN_KB;
-            const int nfull = kb / 8, tail = kb % 8;
-            for (int j = 0; j < nb; j++) dequant_tile_row(c->tab, w, o0 + j, k0, kb, wt + j * LIN_KB);
-            for (int s = 0; s < mb; s++) {
-                const float *xs = x + (int64_t)(r0 + s) * n + k0;
-                for (int j = 0; j < nb; j++) {
-                    /* the lanes in a local array: no aliasing with x or the tile, so the
-                     * compiler keeps them in registers and vectorizes the chunk loop */
-                    float *ap = acc + ((int64_t)s * LIN_NB + j) * 8, a[8];
-                    memcpy(a, ap, sizeof a);
-                    const float *wr = wt + j * LIN_KB;
-                    for (int c = 0; c < nfull; c++)
-                        for (int l = 0; l < 8; l++) a[l] += xs[8 * c + l] * wr[8 * c + l];
-                    if (tail) {
-                        /* padded lanes add 0 * 0, exactly like the AVX2 masked chunk */
-                        for (int l = 0; l < 8; l++) {
-                            const float xv = l < tail ? xs[8 * nfull + l] : 0.0f;
-                            a[l] += xv * wr[8 * nfull + l];
-                        }
-                    }
-                    memcpy(ap, a, sizeof a);
-                }
+/* One activation row x 4 tile rows (dsv4_lin_tile_level.micro). */
+static void micro_scalar(const float *x, int64_t ldx, const float *wt, int kb, float *acc) {
+    (void)ldx;
+    const int nfull = kb / 8, tail = kb % 8;
+    for (int j = 0; j < 4; j++) {
+        /* the lanes in a local array: no aliasing with x or the tile, so the compiler
+         * keeps them in registers and vectorizes the chunk loop */
+        float *ap = acc + (int64_t)j * 8, a[8];
+        memcpy(a, ap, sizeof a);
+        const float *wr = wt + j * LIN_KB;
+        for (int c = 0; c < nfull; c++)
+            for (int l = 0; l < 8; l++) a[l] += x[8 * c + l] * wr[8 * c + l];
+        if (tail) {
+            /* padded lanes add 0 * 0, exactly like the AVX2 masked chunk */
+            for (int l = 0; l < 8; l++) {
+                const float xv = l < tail ? x[8 * nfull + l] : 0.0f;
+                a[l] += xv * wr[8 * nfull + l];
             }
         }
-        for (int s = 0; s < mb; s++)
-            for (int j = 0; j < nb; j++)
-                y[(int64_t)(r0 + s) * rows + o0 + j] = reduce8(acc + ((int64_t)s * LIN_NB + j) * 8);
+        memcpy(ap, a, sizeof a);
     }
 }
 
-static const dsv4_lin_kernels scalar_kernels = {NULL, gemm_scalar, NULL};
+static const dsv4_lin_tile_level scalar_tiles = {8, 1, dequant_tile_row, {micro_scalar, NULL, NULL, NULL}, reduce8};
+
+static void gemm_scalar(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
+                        float *scratch) {
+    dsv4_lin_gemm_tiled(&scalar_tiles, c, w, x, n_rows, y, o0, scratch);
+}
+
+static const dsv4_lin_kernels scalar_kernels = {0, 0, NULL, gemm_scalar, NULL};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void) { return &scalar_kernels; }
 
@@ -229,7 +219,7 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
     pl->x = op->x;
     pl->n_rows = op->n_rows;
     pl->y = op->y;
-    pl->gemv = op->n_rows <= LIN_GEMV_MAX_ROWS && kn->gemv;
+    pl->gemv = op->n_rows <= kn->gemv_max_rows && kn->gemv;
     /* GEMV: 4..LIN_GEMV_NB outputs per task (a multiple of 4: the kernels take rows in
      * fours); the split never changes a result */
     pl->per = LIN_NB;
@@ -252,10 +242,11 @@ static void lin_task(void *arg, int t, int tid) {
     const int64_t o0 = (int64_t)(t - p->task0) * p->per;
     if (p->gemv) {
         const int64_t o1 = o0 + p->per < p->w->rows ? o0 + p->per : p->w->rows;
-        /* passes of up to LIN_GEMV_ROWS rows over the task's weights: the second pass
-         * finds them in cache */
-        for (int s0 = 0; s0 < p->n_rows; s0 += LIN_GEMV_ROWS) {
-            const int ns = p->n_rows - s0 < LIN_GEMV_ROWS ? p->n_rows - s0 : LIN_GEMV_ROWS;
+        /* passes of up to gemv_rows rows over the task's weights: the second pass finds
+         * them in cache */
+        const int pass = p->kn->gemv_rows;
+        for (int s0 = 0; s0 < p->n_rows; s0 += pass) {
+            const int ns = p->n_rows - s0 < pass ? p->n_rows - s0 : pass;
             p->kn->gemv(&p->call, p->w, p->x + (int64_t)s0 * p->w->cols, ns, p->y + (int64_t)s0 * p->w->rows, o0, o1);
         }
     } else {

@@ -30,8 +30,7 @@
 #define LIN_KB 256 /* columns per dequantized tile: a multiple of 128 (FP8 scale blocks) */
 #define LIN_MB 96  /* activation rows per accumulator block (a multiple of 3) */
 #define LIN_GEMV_NB 64 /* most outputs per GEMV task (a multiple of 4) */
-#define LIN_GEMV_ROWS 4 /* activation rows one GEMV kernel call takes (its registers) */
-#define LIN_GEMV_MAX_ROWS 8 /* up to this many rows take the GEMV path, in passes of LIN_GEMV_ROWS */
+#define LIN_GEMV_MAX_ROWS 16 /* no level takes the GEMV path for more rows (tests cover the edge) */
 
 /* Per-thread scratch of the GEMM path, in floats. */
 #define LIN_SCRATCH_WTILE ((int64_t)LIN_NB * LIN_KB)         /* (LIN_NB, LIN_KB) weights */
@@ -61,11 +60,14 @@ typedef struct dsv4_lin_call {
     int fp8_prescale;
 } dsv4_lin_call;
 
-/* One level's kernels. gemv: y[s, o] for o in [o0, o1) and the n_rows <= LIN_GEMV_ROWS
+/* One level's kernels. gemv: y[s, o] for o in [o0, o1) and the n_rows <= gemv_rows
  * activation rows, weights decoded in registers; NULL means the level runs everything
  * through gemm. gemm: outputs [o0, min(o0 + LIN_NB, rows)) for all n_rows rows;
  * scratch: LIN_SCRATCH_FLOATS floats, 32-byte aligned. */
 typedef struct dsv4_lin_kernels {
+    int gemv_rows;     /* activation rows one gemv call takes (its registers) */
+    int gemv_max_rows; /* calls of up to this many rows (<= LIN_GEMV_MAX_ROWS) take the GEMV
+                        * path, in passes of gemv_rows; more rows take the GEMM */
     void (*gemv)(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                  int64_t o1);
     void (*gemm)(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
@@ -77,6 +79,26 @@ typedef struct dsv4_lin_kernels {
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void);
 const dsv4_lin_kernels *dsv4_lin_kernels_avx2(void);   /* NULL when not compiled in */
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512(void); /* NULL when not compiled in */
+
+/* The arithmetic of one level's GEMM tiles, for the shared driver (linear_tile.c).
+ * dequant_row: row o, columns [k0, k0 + kb) exactly dequantized into dst, zero-padded to
+ * a multiple of lanes. micro[rt - 1]: rt (<= micro_rows <= 4) activation rows x 4 tile
+ * rows: x is row 0 at column k0 (row stride ldx), wt the first of the 4 tile rows (stride
+ * LIN_KB), acc the (rt, LIN_NB, lanes) window of the accumulators; adds columns [0, kb)
+ * into the lanes in ascending chunks (linear_fast.h's contract), the last chunk's x
+ * zero-padded. reduce: one output's lanes in the level's fixed tree. */
+typedef void (*dsv4_lin_micro_fn)(const float *x, int64_t ldx, const float *wt, int kb, float *acc);
+typedef struct dsv4_lin_tile_level {
+    int lanes;      /* 8 or 16 (<= LIN_LANES_MAX) */
+    int micro_rows; /* activation rows of the largest micro-kernel */
+    void (*dequant_row)(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb, float *dst);
+    dsv4_lin_micro_fn micro[4];
+    float (*reduce)(const float *acc);
+} dsv4_lin_tile_level;
+
+/* Outputs [o0, min(o0 + LIN_NB, rows)) for all n_rows rows: a level's gemm. */
+void dsv4_lin_gemm_tiled(const dsv4_lin_tile_level *lv, const dsv4_lin_call *c, const dsv4_mat *w, const float *x,
+                         int n_rows, float *y, int64_t o0, float *scratch);
 
 /* The zero-padded chunk of 8 dequantized weights of row o starting at column i (a
  * multiple of 8): exact values, zeros past the last column. Shared by every level (the

@@ -419,12 +419,13 @@ int main(void) {
                         if (f != DSV4_WF_FP4)
                             for (int ci = 0; ci < 4; ci++) check_case(f, sc, rows_set[ri], odd_cols[ci], nrows_set[ni], level);
                     }
-            /* the other few-row GEMV widths: one pass (2, 4), two passes (5, 8), and the
-             * first GEMM width (9) */
+            /* the other few-row widths: the GEMV's passes (AVX2: 4 rows a pass, up to 8;
+             * AVX-512: 8 rows a pass, up to 16), the edges between them and the first GEMM
+             * width past every level's GEMV */
             const int64_t few_rows[2] = {7, 129}, few_cols[3] = {96, 133, 1056};
-            const int few_nr[5] = {2, 4, 5, LIN_GEMV_MAX_ROWS, LIN_GEMV_MAX_ROWS + 1};
+            const int few_nr[8] = {2, 4, 5, 8, 9, 12, LIN_GEMV_MAX_ROWS, LIN_GEMV_MAX_ROWS + 1};
             for (int sc = 0; sc < n_sc; sc++)
-                for (int ni = 0; ni < 5; ni++)
+                for (int ni = 0; ni < 8; ni++)
                     for (int ri = 0; ri < 2; ri++)
                         for (int ci = 0; ci < 3; ci++)
                             if (f != DSV4_WF_FP4 || few_cols[ci] % 32 == 0)
