@@ -210,6 +210,10 @@ typedef struct dsv4_engine_opts {
                                 * bytes written of all; minutes at Flash size), from the
                                 * caller's thread; NULL = none. Not compared across ranks. */
     void *progress_user;
+    int pin_threads;       /* 1: pin worker thread i to the i-th CPU of the creating thread's
+                            * affinity mask (CPU 0 of it left to the thread that calls the
+                            * engine, whose own affinity is not changed); 0 = let the OS place
+                            * them. Results are the same either way. */
 } dsv4_engine_opts;
 
 /* Items of fidelity mode P3: the official model's activation roundings (spec/model.md §6).

@@ -55,6 +55,7 @@ static int load(srv *s, dsv4_err *err) {
      * step_tokens >= max_seqs), in spans of at most c_max rows each */
     eo.max_rows = o->step_tokens;
     eo.threads = o->threads;
+    eo.pin_threads = o->pin_threads;
     eo.cache_bytes = o->cache_bytes;
     if (o->mtp > 0 && !mi.n_mtp) return srv_fail(err, DSV4_ERR_ARG, "serve: --mtp on: the model has no MTP block");
     eo.mtp = o->mtp == 0 ? mi.n_mtp > 0 : o->mtp > 0;

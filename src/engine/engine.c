@@ -123,6 +123,7 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
     max_cols = max64(max_cols, (int64_t)c->hc_mult * c->hidden_size); /* hc_post's copy of a row */
     if (!rc) rc = dsv4_kctx_create(o->threads, max_cols, &e->k, err);
     if (!rc && o->reference) dsv4_kctx_set_simd(e->k, DSV4_SIMD_SCALAR);
+    if (!rc && o->pin_threads) rc = dsv4_kctx_pin(e->k, err);
 
     const int n_blocks = c->num_hidden_layers + c->num_nextn_predict_layers;
     if (!rc) {

@@ -93,6 +93,8 @@ void dsv4_kctx_free(dsv4_kctx *k) {
 
 int dsv4_kctx_threads(const dsv4_kctx *k) { return k->n_threads; }
 
+int dsv4_kctx_pin(dsv4_kctx *k, dsv4_err *err) { return dsv4_pool_pin(k->pool, err); }
+
 int dsv4_kctx_simd(const dsv4_kctx *k) { return k->simd; }
 
 int dsv4_kctx_set_simd(dsv4_kctx *k, int level) {

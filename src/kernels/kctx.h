@@ -20,6 +20,9 @@ int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err 
 void dsv4_kctx_free(dsv4_kctx *k);
 int dsv4_kctx_threads(const dsv4_kctx *k);
 
+/* Pins the context's worker threads to the CPUs of the affinity mask (dsv4_pool_pin). */
+int dsv4_kctx_pin(dsv4_kctx *k, dsv4_err *err);
+
 /* The kernel level in use (a dsv4_simd from kernels/cpu.h). set_simd asks for a level and
  * returns the one in effect: the request capped by what the CPU and the build support. */
 int dsv4_kctx_simd(const dsv4_kctx *k);

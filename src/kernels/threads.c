@@ -196,6 +196,28 @@ void dsv4_pool_free(dsv4_pool *p) {
 
 int dsv4_pool_threads(const dsv4_pool *p) { return p->n_threads; }
 
+int dsv4_pool_pin(dsv4_pool *p, dsv4_err *err) {
+    cpu_set_t mask;
+    if (sched_getaffinity(0, sizeof mask, &mask) != 0)
+        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "thread pool: cannot read the affinity mask to pin workers");
+    int cpus[CPU_SETSIZE], n_cpus = 0; /* the mask's CPUs, ascending */
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &mask)) cpus[n_cpus++] = c;
+    if (n_cpus == 0) return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "thread pool: empty affinity mask");
+    /* worker tid i on the mask's CPU i (mod its size); CPU 0 of the mask is left to the
+     * caller (tid 0), whose own affinity the library does not touch */
+    for (int i = 0; i < p->n_started; i++) {
+        const int tid = p->workers[i].tid, cpu = cpus[tid % n_cpus];
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        const int rc = pthread_setaffinity_np(p->threads[i], sizeof one, &one);
+        if (rc != 0)
+            return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "thread pool: cannot pin worker %d to CPU %d (error %d)", tid, cpu, rc);
+    }
+    return DSV4_OK;
+}
+
 int dsv4_pool_tid(const dsv4_pool *p) { return tl_pool == p ? tl_tid : 0; }
 
 void dsv4_pool_run(dsv4_pool *p, int n_tasks, dsv4_task_fn fn, void *arg) {

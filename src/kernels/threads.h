@@ -26,6 +26,13 @@ int dsv4_pool_create(int n_threads, dsv4_pool **out, dsv4_err *err);
 void dsv4_pool_free(dsv4_pool *p);
 int dsv4_pool_threads(const dsv4_pool *p);
 
+/* Pins worker tid i (1 .. n_threads-1) to the i-th CPU, counted from 0 and modulo its size,
+ * of the calling thread's affinity mask (taskset, cpuset): each worker keeps its core and
+ * its caches. CPU 0 of the mask is left for the thread that runs jobs (tid 0); the calling
+ * thread's own affinity is not changed. Results do not depend on it (tasks are assigned
+ * dynamically either way). */
+int dsv4_pool_pin(dsv4_pool *p, dsv4_err *err);
+
 /* Runs fn(arg, t, tid) for every t in [0, n_tasks) and returns when all have finished. */
 void dsv4_pool_run(dsv4_pool *p, int n_tasks, dsv4_task_fn fn, void *arg);
 

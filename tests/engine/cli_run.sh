@@ -1,7 +1,7 @@
 #!/bin/sh
 # `dsv4 run` contract: several sequences from --tokens-file run batched (shared decode steps,
 # shorter ones dropping out) and each seqK dump is byte-identical to running that sequence
-# alone; bad input exits 1-2 with a message; --fidelity none/official (P3).
+# alone; bad input exits 1-2 with a message; --fidelity none/official (P3); --pin-threads.
 BIN=$1 MODEL=$2 OUT=$3
 fail() { echo "FAIL: $*" >&2; exit 1; }
 checks=0
@@ -41,6 +41,11 @@ T=$(seq_ids 40 4)
 "$BIN" run --model "$MODEL" --tokens "$T" --prefill 30 --fidelity official --dump "$OUT/p3" || fail "fidelity official run"; ok
 cmp -s "$OUT/p0/prefill_logits.bin" "$OUT/none/prefill_logits.bin" || fail "--fidelity none differs from P0"; ok
 cmp -s "$OUT/p0/decode_logits.bin" "$OUT/p3/decode_logits.bin" && fail "--fidelity official gives P0's logits"; ok
+# --pin-threads places the workers, never changes a result (3 threads: one wraps on 2 cores)
+"$BIN" run --model "$MODEL" --tokens "$T" --prefill 30 --threads 3 --pin-threads --dump "$OUT/pin" || fail "pinned run"; ok
+for f in prefill_logits decode_logits; do
+    cmp -s "$OUT/p0/$f.bin" "$OUT/pin/$f.bin" || fail "--pin-threads changes $f"; ok
+done
 expect 2 "unknown item 'F7'" --model "$MODEL" --tokens 1,2 --dump "$OUT/x" --fidelity F7
 expect 1 "w8a8" --model "$MODEL" --tokens 1,2 --dump "$OUT/x" --fidelity F1 --w8a8
 printf "cli_run: %d checks passed, 0 failed\n" "$checks"

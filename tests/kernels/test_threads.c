@@ -1,7 +1,9 @@
 /* test_threads.c — the parallel-for: every task runs exactly once per job, tids stay in
  * range, a job is complete when dsv4_kctx_parallel returns, many short jobs back to back
  * (the decode pattern), jobs after the workers have gone to sleep, more tasks than one
- * job can count, and jobs started from inside tasks. */
+ * job can count, jobs started from inside tasks, and pinned workers. */
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -140,6 +142,51 @@ static void run_nested(void) {
     free(x);
 }
 
+/* Pinned pool: each worker that runs a task finds itself confined to exactly the CPU
+ * dsv4_pool_pin promises (tid i -> the mask's CPU i mod its size), the caller's own
+ * affinity is unchanged, and the tasks' results are those of the unpinned pool. */
+typedef struct {
+    int cpus[CPU_SETSIZE], n_cpus;
+    atomic_int seen[8];    /* per tid: tasks run */
+    atomic_int wrong[8];   /* per tid: tasks that found another affinity */
+} pin_job;
+
+static void pin_task(void *arg, int t, int tid) {
+    (void)t;
+    pin_job *j = arg;
+    usleep(200); /* every task takes a while, so every worker gets some of them */
+    if (tid <= 0 || tid >= 8) return; /* the caller: not pinned by the library */
+    cpu_set_t m;
+    CPU_ZERO(&m);
+    const int ok = pthread_getaffinity_np(pthread_self(), sizeof m, &m) == 0;
+    const int want = j->cpus[tid % j->n_cpus];
+    atomic_fetch_add(&j->seen[tid], 1);
+    if (!ok || CPU_COUNT(&m) != 1 || !CPU_ISSET(want, &m)) atomic_fetch_add(&j->wrong[tid], 1);
+}
+
+static void run_pinned(void) {
+    pin_job j = {0};
+    cpu_set_t before, after;
+    CHECK(sched_getaffinity(0, sizeof before, &before) == 0);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &before)) j.cpus[j.n_cpus++] = c;
+    dsv4_kctx *k;
+    dsv4_err err;
+    CHECK(dsv4_kctx_create(4, 16, &k, &err) == DSV4_OK); /* more threads than this machine's 2 cores wrap */
+    CHECK_MSG(dsv4_kctx_pin(k, &err) == DSV4_OK, "pin: %s", err.msg);
+    for (int round = 0; round < 20; round++) dsv4_kctx_parallel(k, 64, pin_task, &j);
+    int seen = 0;
+    for (int tid = 1; tid < 4; tid++) {
+        seen += atomic_load(&j.seen[tid]) > 0;
+        CHECK_MSG(atomic_load(&j.wrong[tid]) == 0, "worker %d ran %d tasks outside CPU %d", tid,
+                  atomic_load(&j.wrong[tid]), j.cpus[tid % j.n_cpus]);
+    }
+    CHECK_MSG(seen >= 1, "no pinned worker ran a task in 20 jobs of 64 sleeping tasks");
+    CHECK(sched_getaffinity(0, sizeof after, &after) == 0);
+    CHECK_MSG(CPU_EQUAL(&before, &after), "pinning the workers changed the calling thread's affinity");
+    dsv4_kctx_free(k);
+}
+
 int main(void) {
     run_jobs(1, 50, 200, 0);
     run_jobs(2, 50, 3000, 0);
@@ -149,14 +196,16 @@ int main(void) {
     run_jobs(3, 20, 20, 1);
     run_huge();
     run_nested();
+    run_pinned();
     /* a pool created and freed without ever running a job */
     dsv4_kctx *k;
     dsv4_err err;
     CHECK(dsv4_kctx_create(3, 8, &k, &err) == DSV4_OK);
     dsv4_kctx_free(k);
-    /* n_threads <= 0 means the online cores */
+    /* n_threads <= 0 means the cores this process may use (affinity mask, cgroup quota:
+     * under `taskset -c 1` that is 1, not the online count) */
     CHECK(dsv4_kctx_create(0, 8, &k, &err) == DSV4_OK);
-    CHECK(dsv4_kctx_threads(k) == (int)sysconf(_SC_NPROCESSORS_ONLN));
+    CHECK(dsv4_kctx_threads(k) == dsv4_available_cores());
     dsv4_kctx_free(k);
     return test_report();
 }

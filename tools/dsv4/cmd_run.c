@@ -307,6 +307,7 @@ int cmd_run(int argc, char **argv) {
     int64_t prefill = -1, peer_timeout = -1;
     int chunk = 0, threads = 0, ep_wave = 0, cp_granule = 0;
     int mtp = 0, layers = 0, parallel = 0, w8a8 = 0, choices = 0, verify_weights = 0, warmup = 0, pin = 0;
+    int pin_threads = 0;
     unsigned fidelity = 0;
     const cli_opt opts[] = {
         CLI_STR_OPT("model", 'm', &model_dir, "DIR", "model directory"),
@@ -319,6 +320,7 @@ int cmd_run(int argc, char **argv) {
         CLI_FLAG_OPT("mtp", 0, &mtp, 1, "also run the multi-token-prediction block (mtp_logits)"),
         CLI_INT_OPT("threads", 't', &threads, 0, 1024, "N", "worker threads (per rank under --parallel: give each rank its share)",
                     .def = "the cores this process may use"),
+        CLI_FLAG_OPT("pin-threads", 0, &pin_threads, 1, "pin worker thread i to the i-th CPU of the affinity mask (CPU 0 stays with the calling thread)"),
         CLI_FLAG_OPT("dump-layers", 0, &layers, 1, "also the streams after every layer"),
         CLI_FLAG_OPT("dump-choices", 0, &choices, 1, "also routing_experts.bin (i32 [layers, N, K]) and the "
                      "CSA selections (manifest csa_selected_entries), as in the golden runs (single process only)"),
@@ -497,6 +499,7 @@ int cmd_run(int argc, char **argv) {
     eo.c_max = max_c;
     eo.mtp = mtp;
     eo.threads = (int)threads;
+    eo.pin_threads = pin_threads;
     eo.dist = dist;
     eo.parallel = parallel;
     eo.ep_wave = (int)ep_wave;

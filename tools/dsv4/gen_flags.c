@@ -48,6 +48,7 @@ void gen_flags_init(gen_flags *f, int max_tokens, int warmup) {
         CLI_FLAG_OPT("think", 0, &f->think, 1, "let the model reason before it answers (thinking mode)"),
         CLI_FLAG_OPT("nothink", 0, &f->think, 0, "answer directly (chat mode)"),
         CLI_INT_OPT("threads", 't', &f->threads, 0, 1024, "N", "worker threads", .def = "the cores this process may use"),
+        CLI_FLAG_OPT("pin-threads", 0, &f->pin_threads, 1, "pin worker thread i to the i-th CPU of the affinity mask (CPU 0 stays with the calling thread)"),
         CLI_I64_OPT("max-context", 'c', &f->max_context, 16, 1LL << 30, "N", "longest conversation in tokens (cache size)"),
         CLI_INT_OPT("chunk", 0, &f->gen.chunk, 0, 1 << 20, "N", "prompt tokens per model call; 0 = up to 2048"),
         CLI_FLAG_OPT("warmup", 0, &f->warmup, 1, "read all weights into memory before the first token, with progress"),
@@ -94,6 +95,7 @@ int gen_open(const gen_flags *f, const char *cmd, dsv4_model **model, dsv4_token
     eo.max_context = f->max_context;
     eo.max_seqs = 1;
     eo.threads = f->threads;
+    eo.pin_threads = f->pin_threads;
     eo.w8a8 = f->w8a8;
     eo.fidelity = f->fidelity;
     const int has_mtp = dsv4_model_get_info(*model).n_mtp > 0;
