@@ -443,11 +443,11 @@ static void gemm_avx512(const dsv4_lin_call *c, const dsv4_mat *w, const float *
     dsv4_lin_gemm_tiled(&avx512_tiles, c, w, x, n_rows, y, o0, scratch);
 }
 
-#ifndef LIN_AVX512_GEMV_MAX_ROWS
-#define LIN_AVX512_GEMV_MAX_ROWS 16
-#endif
-/* 8 rows a GEMV call; no prescaled FP8 */
-static const dsv4_lin_kernels avx512_kernels = {GEMV_NX_MAX, LIN_AVX512_GEMV_MAX_ROWS, gemv_avx512, gemm_avx512, NULL};
+/* 8 rows a GEMV call; up to 16 rows (two passes) for every format but FP8, whose second
+ * pass decodes (and NaN-scans) every weight again: at 16 rows on the decode shapes the two
+ * passes beat the tile GEMM 1.4-2.3x for BF16 and 1.0-1.7x for FP4, but FP8 ran at
+ * 0.7-1.15x (bench_linear --decode --rows 16, BENCHMARKS.md). No prescaled FP8. */
+static const dsv4_lin_kernels avx512_kernels = {GEMV_NX_MAX, 16, GEMV_NX_MAX, gemv_avx512, gemm_avx512, NULL};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512(void) { return &avx512_kernels; }
 

@@ -155,7 +155,7 @@ static void gemm_scalar(const dsv4_lin_call *c, const dsv4_mat *w, const float *
     dsv4_lin_gemm_tiled(&scalar_tiles, c, w, x, n_rows, y, o0, scratch);
 }
 
-static const dsv4_lin_kernels scalar_kernels = {0, 0, NULL, gemm_scalar, NULL};
+static const dsv4_lin_kernels scalar_kernels = {0, 0, 0, NULL, gemm_scalar, NULL};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void) { return &scalar_kernels; }
 
@@ -219,7 +219,7 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
     pl->x = op->x;
     pl->n_rows = op->n_rows;
     pl->y = op->y;
-    pl->gemv = op->n_rows <= kn->gemv_max_rows && kn->gemv;
+    pl->gemv = op->n_rows <= (w->fmt == DSV4_WF_FP8 ? kn->gemv_max_rows_fp8 : kn->gemv_max_rows) && kn->gemv;
     /* GEMV: 4..LIN_GEMV_NB outputs per task (a multiple of 4: the kernels take rows in
      * fours); the split never changes a result */
     pl->per = LIN_NB;

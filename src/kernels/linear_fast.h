@@ -68,6 +68,7 @@ typedef struct dsv4_lin_kernels {
     int gemv_rows;     /* activation rows one gemv call takes (its registers) */
     int gemv_max_rows; /* calls of up to this many rows (<= LIN_GEMV_MAX_ROWS) take the GEMV
                         * path, in passes of gemv_rows; more rows take the GEMM */
+    int gemv_max_rows_fp8; /* the same for FP8 weights (their in-register decode costs more) */
     void (*gemv)(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                  int64_t o1);
     void (*gemm)(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
