@@ -207,6 +207,7 @@ int dsv4_attn_pool(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
  * summation order), and the top-k runs once per row over all its scores: results do not
  * depend on the thread count, the grouping or the batch. */
 #define ATTEND_IDX_MIN_CHUNK 32
+#define ATTEND_IDX_QUERIES 8       /* rows one scoring task takes (they share its keys) */
 #define ATTEND_KEY_CHUNK 512       /* indexer key pointers fetched per task */
 #define ATTEND_IDX_MAX_CHUNK 1024
 #define ATTEND_BLOCK_BUDGET ((int64_t)1 << 20)
@@ -227,7 +228,7 @@ typedef struct attend_job {
     int64_t n_kv_max;         /* K=V rows of one query, at most */
     int r0;                   /* first row of the current block */
     int idx_chunk;            /* entries per scoring task in this block */
-    const int *score_tasks;   /* (n_tasks, 2): row in block, first entry of the range */
+    const int *score_tasks;   /* (n_tasks, 3): first row in block, rows, first entry of the range */
     int groups, group_heads;  /* head groups per row and heads per group */
     /* per row of the block */
     float *iscores;           /* (B, max_entries) indexer scores */
@@ -257,17 +258,19 @@ static void keys_task(void *arg, int task, int tid) {
     for (int64_t k = k0; k < k1; k++) keys[k] = j->src->entry(j->src->u, sp, j->b->layer_id, 1, k);
 }
 
-/* Indexer scores of entries [w0, w0 + idx_chunk) of one row (§5.9). */
+/* Indexer scores of entries [w0, w0 + idx_chunk) of up to ATTEND_IDX_QUERIES consecutive
+ * rows of one span (§5.9), each row up to the entries it sees: one key read serves them all. */
 static void score_task(void *arg, int task, int tid) {
     const attend_job *j = arg;
     const int nI = j->ctx->cfg->index_n_heads, dI = j->ctx->cfg->index_head_dim;
-    const int bi = j->score_tasks[2 * task], w0 = j->score_tasks[2 * task + 1];
+    const int *t = j->score_tasks + 3 * task, bi = t[0], nq = t[1], w0 = t[2];
     const int i = j->r0 + bi;
-    const int64_t n_vis = row_entries(j, i);
-    const int w1 = n_vis - w0 < j->idx_chunk ? (int)n_vis : w0 + j->idx_chunk;
-    dsv4_indexer_scores(j->ops, j->w->qI + (size_t)i * nI * dI, j->w->wI + (size_t)i * nI,
-                        j->ikeys + j->ikey_off[j->row_span[i]], w0, w1, nI, dI,
-                        j->iscores + (size_t)bi * j->max_entries);
+    int64_t lim[ATTEND_IDX_QUERIES];
+    for (int q = 0; q < nq; q++) lim[q] = row_entries(j, i + q);
+    dsv4_indexer_scores_block(dsv4_kctx_simd(j->ctx->k), j->ops, j->w->qI + (size_t)i * nI * dI,
+                              j->w->wI + (size_t)i * nI, nq, lim, j->ikeys + j->ikey_off[j->row_span[i]], w0,
+                              w0 + j->idx_chunk, nI, dI, j->iscores + (size_t)bi * j->max_entries,
+                              (size_t)j->max_entries);
 }
 
 /* The K=V rows of one query: window rows t-win+1 .. t (earlier spans' from the source,
@@ -343,7 +346,7 @@ typedef struct attend_bufs {
     float *iscores;        /* CSA: (B, max_entries) */
     int *iorder;           /* CSA: (T, max_entries) */
     int *isel;             /* CSA: (T, topk) */
-    int *score_tasks;      /* CSA: (block_tasks, 2) */
+    int *score_tasks;      /* CSA: (block_tasks, 3) */
 } attend_bufs;
 
 static int attend_take(dsv4_arena *a, const dsv4_config *cfg, const attend_dims *d, attend_bufs *ab) {
@@ -364,7 +367,7 @@ static int attend_take(dsv4_arena *a, const dsv4_config *cfg, const attend_dims 
         ab->iscores = dsv4_arena_take_n(a, d->block_scores, sizeof(float));
         ab->iorder = dsv4_arena_take_n(a, d->T * d->max_entries, sizeof(int));
         ab->isel = dsv4_arena_take_n(a, (int64_t)d->T * cfg->index_topk, sizeof(int));
-        ab->score_tasks = dsv4_arena_take_n(a, 2 * d->block_tasks, sizeof(int));
+        ab->score_tasks = dsv4_arena_take_n(a, 3 * d->block_tasks, sizeof(int));
         ok = ok && ab->iscores && ab->iorder && ab->isel && ab->score_tasks;
     }
     return ok;
@@ -453,13 +456,28 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
             chunk = chunk < ATTEND_IDX_MIN_CHUNK ? ATTEND_IDX_MIN_CHUNK
                   : chunk > ATTEND_IDX_MAX_CHUNK ? ATTEND_IDX_MAX_CHUNK : chunk;
             job.idx_chunk = (int)chunk;
+            /* groups of up to ATTEND_IDX_QUERIES consecutive rows of one span that all
+             * score; rows see more entries further on, so the last sees the most */
             int n_tasks = 0;
-            for (int bi = 0; bi < nb; bi++) {
-                const int64_t n_vis = row_entries(&job, r0 + bi);
-                for (int64_t w0 = 0; n_vis > topk && w0 < n_vis; w0 += chunk) {
-                    score_tasks[2 * n_tasks] = bi;
-                    score_tasks[2 * n_tasks++ + 1] = (int)w0;
+            for (int bi = 0; bi < nb;) {
+                const int i = r0 + bi;
+                if (row_entries(&job, i) <= topk) {
+                    bi++;
+                    continue;
                 }
+                int nq = 1;
+                while (nq < ATTEND_IDX_QUERIES && bi + nq < nb && row_span[i + nq] == row_span[i] &&
+                       row_entries(&job, i + nq) > topk)
+                    nq++;
+                int64_t n_vis = 0;
+                for (int q = 0; q < nq; q++)
+                    if (row_entries(&job, i + q) > n_vis) n_vis = row_entries(&job, i + q);
+                for (int64_t w0 = 0; w0 < n_vis; w0 += chunk) {
+                    score_tasks[3 * n_tasks] = bi;
+                    score_tasks[3 * n_tasks + 1] = nq;
+                    score_tasks[3 * n_tasks++ + 2] = (int)w0;
+                }
+                bi += nq;
             }
             dsv4_kctx_parallel(ctx->k, n_tasks, score_task, &job);
         }

@@ -132,6 +132,13 @@ void dsv4_indexer_scores(const dsv4_attn_ops *ops, const float *qI, const float 
                          const float *const *keys, int w0, int w1, int nI, int dI,
                          float *scores);
 int dsv4_indexer_select(const float *scores, int n_cand, int topk, int *work, int *sel);
+/* The scores of nq consecutive query rows (qI (nq, nI, dI), wI (nq, nI)) that share their
+ * keys, query q the entries w0 <= w < min(w1, lim[q]), into scores[q * ss + w]: the same
+ * bits as dsv4_indexer_scores row by row at every kernel level (kernels/idx_scores.h), each
+ * key read once for the block. simd: the kernel level. */
+void dsv4_indexer_scores_block(int simd, const dsv4_attn_ops *ops, const float *qI, const float *wI, int nq,
+                               const int64_t *lim, const float *const *keys, int w0, int w1, int nI, int dI,
+                               float *scores, size_t ss);
 
 /* Attention of one query row over n_kv rows of width hd (K = V) with a per-head sink:
  * q (H, hd), o (H, hd), probs (H, n_kv) scratch. rows[j] points to row j. */

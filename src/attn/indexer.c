@@ -11,22 +11,19 @@
  */
 #include "attn/attention.h"
 
-/* Heads whose dots one dotn call computes (indexer heads are few; bounds the stack). */
-#define IDX_HEAD_CHUNK 32
+#include "kernels/idx_scores.h"
 
 void dsv4_indexer_scores(const dsv4_attn_ops *ops, const float *qI, const float *wI,
                          const float *const *keys, int w0, int w1, int nI, int dI,
                          float *scores) {
-    float dot[IDX_HEAD_CHUNK];
-    for (int w = w0; w < w1; w++) {
-        float s = 0.0f;
-        for (int h0 = 0; h0 < nI; h0 += IDX_HEAD_CHUNK) {
-            const int nh = nI - h0 < IDX_HEAD_CHUNK ? nI - h0 : IDX_HEAD_CHUNK;
-            ops->dotn(qI + (size_t)h0 * dI, (size_t)dI, nh, keys[w], dI, dot, 1);
-            for (int h = 0; h < nh; h++) s += wI[h0 + h] * (dot[h] > 0.0f ? dot[h] : 0.0f);
-        }
-        scores[w] = s;
-    }
+    const int64_t lim = w1;
+    dsv4_idx_scores_ref(ops, qI, 0, wI, 0, 1, &lim, keys, w0, w1, nI, dI, scores, 0);
+}
+
+void dsv4_indexer_scores_block(int simd, const dsv4_attn_ops *ops, const float *qI, const float *wI, int nq,
+                               const int64_t *lim, const float *const *keys, int w0, int w1, int nI, int dI,
+                               float *scores, size_t ss) {
+    dsv4_idx_scores(simd, ops, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys, w0, w1, nI, dI, scores, ss);
 }
 
 /* True when entry i ranks before entry j: higher score, then lower index. */

@@ -1,0 +1,132 @@
+/* idx_scores.c — lightning-indexer scores of a query block (contract: idx_scores.h).
+ *
+ * The AVX-512 functions carry __attribute__((target(...))) without "fma" (multiply and add
+ * stay two roundings; C11 mode also keeps GCC from contracting them), so this file needs
+ * no ISA flags and runs them only at the level cpu.c detected.
+ */
+#include "kernels/idx_scores.h"
+
+#include "kernels/cpu.h"
+
+/* Heads whose dots one dotn call computes (bounds the stack). */
+#define IDX_HEAD_CHUNK 32
+
+void dsv4_idx_scores_ref(const dsv4_attn_ops *ops, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
+                         const int64_t *lim, const float *const *keys, int64_t w0, int64_t w1, int nI, int dI,
+                         float *scores, size_t ss) {
+    float dot[IDX_HEAD_CHUNK];
+    for (int q = 0; q < nq; q++) {
+        const float *qq = qI + (size_t)q * qs, *wq = wI + (size_t)q * ws;
+        const int64_t end = lim[q] < w1 ? lim[q] : w1;
+        for (int64_t w = w0; w < end; w++) {
+            float s = 0.0f;
+            for (int h0 = 0; h0 < nI; h0 += IDX_HEAD_CHUNK) {
+                const int nh = nI - h0 < IDX_HEAD_CHUNK ? nI - h0 : IDX_HEAD_CHUNK;
+                ops->dotn(qq + (size_t)h0 * dI, (size_t)dI, nh, keys[w], dI, dot, 1);
+                for (int h = 0; h < nh; h++) s += wq[h0 + h] * (dot[h] > 0.0f ? dot[h] : 0.0f);
+            }
+            scores[(size_t)q * ss + w] = s;
+        }
+    }
+}
+
+#if defined(DSV4_HAVE_AVX512) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_AVX512_IDX 1
+#include <immintrin.h>
+
+#define X512 "avx512f,avx512dq,avx512vl,avx512bw"
+#define X512_FN __attribute__((target(X512)))
+#define X512_INLINE static inline __attribute__((always_inline, target(X512)))
+
+/* The widest key the interleaved pair buffer holds (Flash: dI = 128). */
+#define IDX_MAX_DI 1024
+
+/* Per 8-lane half: ((l0+l4) + (l1+l5)) + ((l2+l6) + (l3+l7)) (attn_ops.h), the result in
+ * lanes 0 and 8. Additions commute bit for bit, so the mirrored lanes hold the same sums. */
+X512_INLINE __m512 tree8x2(__m512 v) {
+    const __m512 s = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1))); /* l + (l + 4) */
+    const __m512 t = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(2, 3, 0, 1)));      /* s0+s1, s2+s3 */
+    return _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));                /* (..) + (..) */
+}
+
+/* G heads from h0 of query qq against the interleaved key pair kp (nc chunks, the last one
+ * masked by tm when dI % 8 != 0), added into the score pair s in ascending head order. */
+X512_INLINE __m512 pair_heads(const float *qq, const float *wq, int h0, int dI, const float *kp, int nc,
+                              __mmask8 tm, __m512 s, const int G) {
+    __m512 acc[8];
+    for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
+    const int full = tm == 0xff ? nc : nc - 1;
+    for (int c = 0; c < full; c++) {
+        const __m512 kv = _mm512_load_ps(kp + 16 * c);
+        for (int g = 0; g < G; g++) {
+            const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(qq + (size_t)(h0 + g) * dI + 8 * c));
+            acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(qv, kv));
+        }
+    }
+    if (full < nc) { /* the zero-padded last chunk: 0 * 0 adds +0, as in the 8-lane dot */
+        const __m512 kv = _mm512_load_ps(kp + 16 * full);
+        for (int g = 0; g < G; g++) {
+            const __m512 qv = _mm512_broadcast_f32x8(_mm256_maskz_loadu_ps(tm, qq + (size_t)(h0 + g) * dI + 8 * full));
+            acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(qv, kv));
+        }
+    }
+    const __m512 zero = _mm512_setzero_ps();
+    for (int g = 0; g < G; g++) {
+        /* max(d, +0) is d > 0 ? d : +0 for every d, -0 and NaN included */
+        const __m512 r = _mm512_max_ps(tree8x2(acc[g]), zero);
+        s = _mm512_add_ps(s, _mm512_mul_ps(_mm512_set1_ps(wq[h0 + g]), r));
+    }
+    return s;
+}
+
+X512_FN static void idx_scores_avx512(const float *qI, size_t qs, const float *wI, size_t ws, int nq,
+                                      const int64_t *lim, const float *const *keys, int64_t w0, int64_t w1, int nI,
+                                      int dI, float *scores, size_t ss) {
+    _Alignas(64) float kp[2 * IDX_MAX_DI]; /* (chunks, 2 keys, 8) the interleaved pair */
+    const int nc = (dI + 7) / 8;
+    const __mmask8 tm = (dI % 8) ? (__mmask8)((1u << (dI % 8)) - 1) : 0xff;
+    int64_t wmax = w0; /* the keys any query of the block sees */
+    for (int q = 0; q < nq; q++) {
+        const int64_t e = lim[q] < w1 ? lim[q] : w1;
+        wmax = e > wmax ? e : wmax;
+    }
+    for (int64_t w = w0; w < wmax; w += 2) {
+        const int two = w + 1 < wmax;
+        for (int c = 0; c < nc; c++) {
+            const __mmask8 m = c == nc - 1 ? tm : 0xff;
+            const __m256 a = _mm256_maskz_loadu_ps(m, keys[w] + 8 * c);
+            const __m256 b = two ? _mm256_maskz_loadu_ps(m, keys[w + 1] + 8 * c) : _mm256_setzero_ps();
+            _mm512_store_ps(kp + 16 * c, _mm512_insertf32x8(_mm512_castps256_ps512(a), b, 1));
+        }
+        for (int q = 0; q < nq; q++) {
+            const int64_t e = lim[q] < w1 ? lim[q] : w1;
+            if (w >= e) continue;
+            const float *qq = qI + (size_t)q * qs, *wq = wI + (size_t)q * ws;
+            __m512 s = _mm512_setzero_ps();
+            int h = 0;
+            for (; h + 8 <= nI; h += 8) s = pair_heads(qq, wq, h, dI, kp, nc, tm, s, 8);
+            if (h + 4 <= nI) {
+                s = pair_heads(qq, wq, h, dI, kp, nc, tm, s, 4);
+                h += 4;
+            }
+            for (; h < nI; h++) s = pair_heads(qq, wq, h, dI, kp, nc, tm, s, 1);
+            float *sq = scores + (size_t)q * ss;
+            sq[w] = _mm512_cvtss_f32(s);
+            if (w + 1 < e) sq[w + 1] = _mm512_cvtss_f32(_mm512_shuffle_f32x4(s, s, _MM_SHUFFLE(0, 0, 0, 2)));
+        }
+    }
+}
+#endif
+
+void dsv4_idx_scores(int simd, const dsv4_attn_ops *ops, const float *qI, size_t qs, const float *wI, size_t ws,
+                     int nq, const int64_t *lim, const float *const *keys, int64_t w0, int64_t w1, int nI, int dI,
+                     float *scores, size_t ss) {
+#ifdef HAVE_AVX512_IDX
+    if (simd >= DSV4_SIMD_AVX512 && dI >= 1 && dI <= IDX_MAX_DI) {
+        idx_scores_avx512(qI, qs, wI, ws, nq, lim, keys, w0, w1, nI, dI, scores, ss);
+        return;
+    }
+#endif
+    (void)simd;
+    dsv4_idx_scores_ref(ops, qI, qs, wI, ws, nq, lim, keys, w0, w1, nI, dI, scores, ss);
+}
