@@ -535,10 +535,12 @@ static void micro3(const float *x, int64_t ldx, const float *wt, int kb, float *
 static void micro2(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(2, x, ldx, wt, kb, acc); }
 static void micro1(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(1, x, ldx, wt, kb, acc); }
 
-static float reduce8(const float *acc) { return hsum8(_mm256_load_ps(acc)); }
+static void reduce_row8(const float *acc, int nb, float *y) {
+    for (int j = 0; j < nb; j++) y[j] = hsum8(_mm256_load_ps(acc + 8 * j));
+}
 
 /* 3-row micro-kernels: 12 accumulators, 3 x and a weight in the 16 registers */
-static const dsv4_lin_tile_level avx2_tiles = {8, 3, dequant_row, {micro1, micro2, micro3, NULL}, reduce8};
+static const dsv4_lin_tile_level avx2_tiles = {8, 3, dequant_row, {micro1, micro2, micro3, NULL}, reduce_row8};
 
 static void gemm_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                       float *scratch) {

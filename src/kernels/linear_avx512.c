@@ -434,9 +434,11 @@ static void micro3(const float *x, int64_t ldx, const float *wt, int kb, float *
 static void micro2(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(2, x, ldx, wt, kb, acc); }
 static void micro1(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(1, x, ldx, wt, kb, acc); }
 
-static float reduce16(const float *acc) { return hsum16(_mm512_load_ps(acc)); }
+static void reduce_row16(const float *acc, int nb, float *y) {
+    for (int j = 0; j < nb; j++) y[j] = hsum16(_mm512_load_ps(acc + 16 * j));
+}
 
-static const dsv4_lin_tile_level avx512_tiles = {16, 4, dequant_row, {micro1, micro2, micro3, micro4}, reduce16};
+static const dsv4_lin_tile_level avx512_tiles = {16, 4, dequant_row, {micro1, micro2, micro3, micro4}, reduce_row16};
 
 static void gemm_avx512(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                         float *scratch) {

@@ -148,7 +148,12 @@ static void micro_scalar(const float *x, int64_t ldx, const float *wt, int kb, f
     }
 }
 
-static const dsv4_lin_tile_level scalar_tiles = {8, 1, dequant_tile_row, {micro_scalar, NULL, NULL, NULL}, reduce8};
+static void reduce_row_scalar(const float *acc, int nb, float *y) {
+    for (int j = 0; j < nb; j++) y[j] = reduce8(acc + 8 * j);
+}
+
+static const dsv4_lin_tile_level scalar_tiles = {8, 1, dequant_tile_row, {micro_scalar, NULL, NULL, NULL},
+                                                 reduce_row_scalar};
 
 static void gemm_scalar(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                         float *scratch) {

@@ -87,14 +87,15 @@ const dsv4_lin_kernels *dsv4_lin_kernels_avx512(void); /* NULL when not compiled
  * rows: x is row 0 at column k0 (row stride ldx), wt the first of the 4 tile rows (stride
  * LIN_KB), acc the (rt, LIN_NB, lanes) window of the accumulators; adds columns [0, kb)
  * into the lanes in ascending chunks (linear_fast.h's contract), the last chunk's x
- * zero-padded. reduce: one output's lanes in the level's fixed tree. */
+ * zero-padded. reduce_row: y[j] = the lanes of acc + j * lanes in the level's fixed tree,
+ * j < nb (one activation row's outputs: one indirect call per row, the tree inlined). */
 typedef void (*dsv4_lin_micro_fn)(const float *x, int64_t ldx, const float *wt, int kb, float *acc);
 typedef struct dsv4_lin_tile_level {
     int lanes;      /* 8 or 16 (<= LIN_LANES_MAX) */
     int micro_rows; /* activation rows of the largest micro-kernel */
     void (*dequant_row)(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb, float *dst);
     dsv4_lin_micro_fn micro[4];
-    float (*reduce)(const float *acc);
+    void (*reduce_row)(const float *acc, int nb, float *y);
 } dsv4_lin_tile_level;
 
 /* Outputs [o0, min(o0 + LIN_NB, rows)) for all n_rows rows: a level's gemm. */

@@ -39,8 +39,6 @@ void dsv4_lin_gemm_tiled(const dsv4_lin_tile_level *lv, const dsv4_lin_call *c, 
                                       acc + ((int64_t)s * LIN_NB + j) * L);
             }
         }
-        for (int s = 0; s < mb; s++)
-            for (int j = 0; j < nb; j++)
-                y[(int64_t)(r0 + s) * rows + o0 + j] = lv->reduce(acc + ((int64_t)s * LIN_NB + j) * L);
+        for (int s = 0; s < mb; s++) lv->reduce_row(acc + (int64_t)s * LIN_NB * L, nb, y + (int64_t)(r0 + s) * rows + o0);
     }
 }
