@@ -4,6 +4,8 @@
 include(CMakePackageConfigHelpers)
 
 file(GLOB DSV4_PUBLIC_HEADERS ${CMAKE_SOURCE_DIR}/include/*.h)
+# dsv4_server.h belongs to the server library (dsv4_serve, linked into the CLI), not to libdsv4
+list(FILTER DSV4_PUBLIC_HEADERS EXCLUDE REGEX "/dsv4_server\\.h$")
 install(FILES ${DSV4_PUBLIC_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 set_target_properties(dsv4 PROPERTIES EXPORT_NAME dsv4_static)

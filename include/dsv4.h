@@ -26,7 +26,9 @@
  *     reads or fills them during the call and keeps no pointer to them, except the hook
  *     user pointers and opts.dist, which must outlive the engine.
  *   - dsv4_dist_init / _finalize wrap MPI_Init_thread / MPI_Finalize: once per process,
- *     on the main thread.
+ *     on the main thread. The group's collectives (engine calls on a grouped engine,
+ *     dsv4_dist_bcast) may run on another thread, one thread at a time
+ *     (MPI_THREAD_SERIALIZED): a server's scheduler thread makes them.
  */
 #ifndef DSV4_H
 #define DSV4_H
@@ -169,6 +171,12 @@ DSV4_API int dsv4_dist_set_timeout(dsv4_dist *d, double seconds, dsv4_err *err);
 /* Ends every rank (MPI_Abort) after a failure on one of them, so none hangs in a
  * collective; in a single process it returns and the caller exits normally. */
 DSV4_API void dsv4_dist_abort(dsv4_dist *d, int status);
+/* Broadcasts n bytes of buf from rank 0 to every rank (every rank passes the same n; a
+ * no-op with one rank). wait_forever = 0: the peer timeout applies; 1: no deadline, for a
+ * rank that waits between calls for the next one (a served model's followers wait for the
+ * next step while the server is idle); the waiting rank sleeps between polls instead of
+ * spinning. Like every collective it is made by one thread of each rank at a time. */
+DSV4_API int dsv4_dist_bcast(dsv4_dist *d, void *buf, size_t n, int wait_forever, dsv4_err *err);
 
 /* ---- engine ------------------------------------------------------------------------- */
 

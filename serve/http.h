@@ -6,7 +6,7 @@
 
 #include "dsv4.h"
 
-typedef struct srv srv;
+typedef struct dsv4_server srv;
 
 /* Starts listening on addr (port 0: any free port; the chosen one lands in s->port). */
 int srv_http_start(srv *s, const struct sockaddr *addr, dsv4_err *err);

@@ -11,7 +11,7 @@
 #include "serve/split.h"
 #include "serve/util.h"
 
-typedef struct srv srv;
+typedef struct dsv4_server srv;
 typedef struct srv_job srv_job;
 
 enum { SRV_API_CHAT = 0, SRV_API_COMPLETION, SRV_API_MESSAGES };

@@ -177,10 +177,10 @@ void srv_pcache_free(srv_pcache *pc) {
 }
 
 int64_t srv_pcache_prompt_point(const srv_pcache *pc, int64_t n) {
-    return n > 1 ? (n - 1) / pc->A * pc->A : 0;
+    return pc && n > 1 ? (n - 1) / pc->A * pc->A : 0;
 }
 
-int srv_pcache_aligned(const srv_pcache *pc, int64_t n) { return n > 0 && n % pc->A == 0; }
+int srv_pcache_aligned(const srv_pcache *pc, int64_t n) { return pc && n > 0 && n % pc->A == 0; }
 
 /* Writes snap to the directory unless its file is there (then marks it used). */
 static void save(srv_pcache *pc, const dsv4_snapshot *snap) {
@@ -267,6 +267,7 @@ int srv_pcache_start(srv_pcache *pc, const int32_t *tokens, int64_t n, int *seq,
 
 void srv_pcache_keep(srv_pcache *pc, int seq, const int32_t *tokens, const float *hidden,
                      const float *streams) {
+    if (!pc) return;
     dsv4_snapshot *snap = NULL;
     srv_pcache_hold(pc, seq, tokens, hidden, streams, &snap);
     srv_pcache_release(pc, &snap, 1);
@@ -274,6 +275,7 @@ void srv_pcache_keep(srv_pcache *pc, int seq, const int32_t *tokens, const float
 
 void srv_pcache_hold(srv_pcache *pc, int seq, const int32_t *tokens, const float *hidden,
                      const float *streams, dsv4_snapshot **snap) {
+    if (!pc) return;
     dsv4_snapshot *s;
     dsv4_err err = {0};
     if (dsv4_snapshot_take(pc->e, seq, tokens, hidden, streams, &s, &err)) return;
@@ -282,11 +284,13 @@ void srv_pcache_hold(srv_pcache *pc, int seq, const int32_t *tokens, const float
 }
 
 void srv_pcache_release(srv_pcache *pc, dsv4_snapshot **snap, int save_it) {
-    if (!*snap) return;
+    if (!pc || !*snap) return;
     if (save_it && pc->dir) save(pc, *snap);
     dsv4_err err = {0};
     dsv4_prefix_adopt(pc->e, *snap, &err);  /* owns it from here, also on failure */
     *snap = NULL;
 }
 
-srv_pcache_stats srv_pcache_get_stats(const srv_pcache *pc) { return pc->st; }
+srv_pcache_stats srv_pcache_get_stats(const srv_pcache *pc) {
+    return pc ? pc->st : (srv_pcache_stats){0};
+}

@@ -33,7 +33,8 @@ typedef struct srv_pcache_stats {
 
 /* dir: NULL = memory only; dir_bytes: the directory's budget (0 = unlimited). Creates the
  * directory if missing, deletes the NAME.tmp.PID files of interrupted saves, indexes the
- * *.kv files. */
+ * *.kv files. Every call below also takes NULL, no cache (serving under MPI): no snapshot
+ * points, nothing kept (srv_pcache_start is then not to be called). */
 int srv_pcache_create(dsv4_engine *e, const char *dir, uint64_t dir_bytes, srv_pcache **out,
                       dsv4_err *err);
 void srv_pcache_free(srv_pcache *pc);

@@ -90,7 +90,7 @@ static void finish(srv_sched *s, srv_req *r, int end, int fin, const char *msg) 
     srv_pcache_release(s->pc, &r->conv, end == SRV_END_FINISHED);
     if (r->seq >= 0) {
         dsv4_err err = {0};
-        dsv4_seq_free(s->e, r->seq, &err);
+        srv_relay_seq_free(s->o.relay, r->seq, &err);
         r->seq = -1;
         list_remove(s->run, &s->n_run, r);
         s->admit_hold = 0;  /* pages came back */
@@ -129,7 +129,7 @@ static void preempt_newest(srv_sched *s) {
     r->spec = NULL;
     /* evictable from now on; the readmission restores from it when it is still there */
     srv_pcache_release(s->pc, &r->conv, 0);
-    dsv4_seq_free(s->e, r->seq, &err);
+    srv_relay_seq_free(s->o.relay, r->seq, &err);
     r->seq = -1;
     r->n_done = 0;
     s->n_run--;
@@ -210,14 +210,17 @@ static int plan_step(srv_sched *s, int *rows, int *decode) {
     while (budget > 0 && s->n_wait > 0 && !s->admit_hold && s->n_run < s->o.max_seqs) {
         srv_req *r = s->wait[0];
         dsv4_err err = {0};
-        int64_t n_cached;
-        if (srv_pcache_start(s->pc, r->ctx, r->n_ctx, &r->seq, &n_cached, s->restored, &err)) {
+        int64_t n_cached = 0;
+        /* under MPI there is no prefix cache (s->pc NULL): a restore would need the other
+         * ranks to restore the same state */
+        if (s->pc ? srv_pcache_start(s->pc, r->ctx, r->n_ctx, &r->seq, &n_cached, s->restored, &err)
+                  : srv_relay_seq_create(s->o.relay, &r->seq, &err)) {
             r->seq = -1;
             break;
         }
         if (s->mtp && (n_cached ? dsv4_spec_resume(s->e, r->seq, s->restored, &r->spec, &err)
                                 : dsv4_spec_create(s->e, r->seq, &r->spec, &err))) {
-            dsv4_seq_free(s->e, r->seq, &err);
+            srv_relay_seq_free(s->o.relay, r->seq, &err);
             r->seq = -1;
             break;
         }
@@ -296,6 +299,7 @@ static int take_verified(srv_sched *s, srv_req *r, const dsv4_span *sp, const fl
         finish(s, r, SRV_END_ERROR, 0, err.msg);
         return 0;
     }
+    if (sp->speculative) srv_relay_committed(s->o.relay, r->seq, k);
     srv_metrics_mtp(s->met, sp->speculative, k == 2);
     r->n_done += k;
     return k == 2 ? take_token(s, r, rows + s->V, &t) : 1;
@@ -315,7 +319,7 @@ static void run_mtp(srv_sched *s) {
         s->mtp_req[n++] = r;
     }
     if (!n) return;
-    if (dsv4_mtp_forward(s->e, s->mtp_spans, n, s->mtp_hidden, &err)) {
+    if (srv_relay_mtp_forward(s->o.relay, s->mtp_spans, n, s->mtp_hidden, &err)) {
         for (int i = 0; i < n; i++) finish(s, s->mtp_req[i], SRV_END_ERROR, 0, err.msg);
         return;
     }
@@ -392,7 +396,7 @@ static void step(srv_sched *s) {
     for (;;) {
         n_spans = plan_step(s, &rows, &decode);
         if (n_spans == 0) return;
-        int rc = dsv4_forward(s->e, s->spans, n_spans, s->hidden, s->streams, &err);
+        int rc = srv_relay_forward(s->o.relay, s->spans, n_spans, s->hidden, s->streams, &err);
         if (rc == DSV4_OK) break;
         if (rc == DSV4_ERR_CACHE_FULL && s->n_run > 1) { preempt_newest(s); continue; }
         /* alone and still too big for the pools, or an engine error: those requests fail */
@@ -529,7 +533,9 @@ int srv_sched_start(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *t
         if (!s->streams || !s->mtp_hidden || !s->mtp_spans || !s->mtp_req || !s->mtp_drafts) goto oom;
     }
     s->forced_row = malloc((size_t)s->V * sizeof(float));
-    int rc = srv_pcache_create(e, o->kv_dir, o->kv_dir_bytes, &s->pc, err);
+    /* no prefix cache on a group: a restore would need the other ranks to restore the same
+     * state, which the step messages cannot carry */
+    int rc = srv_relay_grouped(o->relay) ? DSV4_OK : srv_pcache_create(e, o->kv_dir, o->kv_dir_bytes, &s->pc, err);
     if (rc) { srv_sched_free(s); return rc; }
     if (!s->wait || !s->run || !s->spans || !s->span_req || !s->hidden || !s->logits ||
         !s->forced_row)

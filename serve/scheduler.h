@@ -14,6 +14,7 @@
 #include "dsv4_text.h"
 #include "serve/metrics.h"
 #include "serve/request.h"
+#include "serve/step_msg.h"
 
 typedef struct srv_sched srv_sched;
 
@@ -25,6 +26,8 @@ typedef struct srv_sched_opts {
     int max_queue;            /* most requests waiting beyond max_seqs (then "busy") */
     const char *kv_dir;       /* snapshots on disk (prefix_cache.h); NULL = memory only */
     uint64_t kv_dir_bytes;    /* its budget; 0 = unlimited */
+    srv_relay *relay;         /* every call that changes a sequence goes through it (to the
+                               * follower ranks under MPI) */
 } srv_sched_opts;
 
 /* Starts the scheduler thread; until srv_sched_free it is the only user of the engine (the

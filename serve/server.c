@@ -1,5 +1,5 @@
-/* server.c — starting and stopping the server: model, tokenizer, engine, scheduler and
- * HTTP listener (server.h). */
+/* server.c — starting and stopping the server: HTTP listener, then tokenizer, engine and
+ * scheduler for the caller's model; the follower ranks' side (dsv4_server.h). */
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,42 +35,61 @@ static int tokenize_script(srv *s, dsv4_err *err) {
     return DSV4_OK;
 }
 
-static int load(srv *s, dsv4_err *err) {
-    const dsv4_server_opts *o = &s->o;
-    char path[4200];
-    int rc;
-    if ((rc = dsv4_model_open(o->model_dir, &s->m, err))) return rc;
-    if (o->tokenizer) snprintf(path, sizeof path, "%s", o->tokenizer);
-    else snprintf(path, sizeof path, "%s/tokenizer.json", o->model_dir);
-    if ((rc = dsv4_tokenizer_load(path, &s->tok, err))) return rc;
-    dsv4_model_info mi = dsv4_model_get_info(s->m);
-    s->V = mi.vocab_size;
-    s->bos = mi.bos_token_id;
-    s->eos = mi.eos_token_id;
-    dsv4_engine_opts eo = {0};
-    eo.max_context = o->max_context;
-    eo.max_seqs = o->max_seqs;
-    eo.c_max = (int)(o->step_tokens < o->max_context ? o->step_tokens : o->max_context);
+/* The engine options of a server: the same on every rank of a group (the ranks' engine
+ * create compares them). */
+static int engine_opts(const dsv4_server_opts *o, const dsv4_model *m, dsv4_engine_opts *eo,
+                       dsv4_err *err) {
+    const dsv4_model_info mi = dsv4_model_get_info(m);
+    memset(eo, 0, sizeof *eo);
+    eo->max_context = o->max_context;
+    eo->max_seqs = o->max_seqs;
+    eo->c_max = (int)(o->step_tokens < o->max_context ? o->step_tokens : o->max_context);
     /* a step is at most step_tokens rows in all (every decode row counts against it, and
      * step_tokens >= max_seqs), in spans of at most c_max rows each */
-    eo.max_rows = o->step_tokens;
-    eo.threads = o->threads;
-    eo.pin_threads = o->pin_threads;
-    eo.cache_bytes = o->cache_bytes;
+    eo->max_rows = o->step_tokens;
+    eo->threads = o->threads;
+    eo->pin_threads = o->pin_threads;
+    eo->cache_bytes = o->cache_bytes;
+    eo->dist = o->dist;
+    eo->parallel = o->parallel;
     if (o->mtp > 0 && !mi.n_mtp) return srv_fail(err, DSV4_ERR_ARG, "serve: --mtp on: the model has no MTP block");
-    eo.mtp = o->mtp == 0 ? mi.n_mtp > 0 : o->mtp > 0;
-    if (eo.mtp) {
+    eo->mtp = o->mtp == 0 ? mi.n_mtp > 0 : o->mtp > 0;
+    if (eo->mtp) {
         /* verify spans are two rows per sequence; an MTP call holds a step's committed rows
          * plus each sequence's row that waited for its next token */
         const int main_rows = o->step_tokens > 2 * o->max_seqs ? o->step_tokens : 2 * o->max_seqs;
-        eo.max_rows = main_rows + o->max_seqs;
+        eo->max_rows = main_rows + o->max_seqs;
     }
-    if ((rc = dsv4_engine_create(s->m, &eo, &s->e, err))) return rc;
-    if ((rc = tokenize_script(s, err))) return rc;
-    srv_sched_opts so = {.step_tokens = o->step_tokens, .c_max = eo.c_max, .max_seqs = o->max_seqs,
-                         .max_context = o->max_context, .max_queue = o->max_queue,
-                         .kv_dir = o->kv_dir, .kv_dir_bytes = o->kv_dir_bytes};
-    return srv_sched_start(s->e, s->m, s->tok, &so, &s->met, &s->sched, err);
+    return DSV4_OK;
+}
+
+/* Fills in the defaults and checks what cannot work. */
+static int fill_opts(dsv4_server_opts *so, dsv4_err *err) {
+    if (!so->host) so->host = "127.0.0.1";
+    if (so->max_seqs <= 0) so->max_seqs = 16;
+    if (so->max_context <= 0) so->max_context = 4096;
+    if (so->step_tokens <= 0) so->step_tokens = 256;
+    if (so->max_queue <= 0) so->max_queue = 256;
+    if (!so->max_body) so->max_body = 8u << 20;
+    if (so->max_connections <= 0) so->max_connections = 512;
+    if (so->step_tokens < so->max_seqs)
+        return srv_fail(err, DSV4_ERR_ARG, "serve: step tokens (%d) must be at least max seqs (%d): "
+                        "every running sequence decodes each step", so->step_tokens, so->max_seqs);
+    if (so->parallel && so->kv_dir)
+        return srv_fail(err, DSV4_ERR_ARG, "serve: --kv-dir: there is no prefix cache under --parallel "
+                        "(a restored prefix would have to be restored on every rank)");
+    return dsv4_server_check_parallel(so->parallel, err);
+}
+
+int dsv4_server_check_parallel(int parallel, dsv4_err *err) {
+    if (parallel & DSV4_PAR_CP)
+        return srv_fail(err, DSV4_ERR_ARG, "serve: context parallelism (cp, cp+ep) is not served: a CP "
+                        "call needs one long prompt span alone, while every step of the server mixes "
+                        "decode rows and prefill chunks; serve with --parallel ep (the policy the "
+                        "server would need, running a long prompt's chunks as CP calls of their own "
+                        "with the decodes waiting at most one such call, is not implemented)");
+    if (parallel & ~DSV4_PAR_EP) return srv_fail(err, DSV4_ERR_ARG, "serve: unknown parallel mode %d", parallel);
+    return DSV4_OK;
 }
 
 int dsv4_server_start(const dsv4_server_opts *o, dsv4_server **out, dsv4_err *err) {
@@ -79,62 +98,100 @@ int dsv4_server_start(const dsv4_server_opts *o, dsv4_server **out, dsv4_err *er
     srv *s = calloc(1, sizeof *s);
     if (!s) return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory");
     s->o = *o;
-    dsv4_server_opts *so = &s->o;
-    if (!so->host) so->host = "127.0.0.1";
-    if (so->max_seqs <= 0) so->max_seqs = 16;
-    if (so->max_context <= 0) so->max_context = 4096;
-    if (so->step_tokens <= 0) so->step_tokens = 256;
-    if (so->max_queue <= 0) so->max_queue = 256;
-    if (!so->max_body) so->max_body = 8u << 20;
-    if (so->max_connections <= 0) so->max_connections = 512;
     srv_metrics_init(&s->met);
     pthread_mutex_init(&s->mu, NULL);
     s->seed_state = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
     s->started = srv_unix_time();
-    s->model_name = so->model_name ? strdup(so->model_name) : dir_name(so->model_dir);
-    int rc = DSV4_OK;
-    if (!s->model_name) { rc = srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory"); goto fail; }
-    if (so->step_tokens < so->max_seqs) {
-        rc = srv_fail(err, DSV4_ERR_ARG, "serve: step tokens (%d) must be at least max seqs (%d): "
-                      "every running sequence decodes each step", so->step_tokens, so->max_seqs);
-        goto fail;
-    }
+    s->model_name = s->o.model_name ? strdup(s->o.model_name) : dir_name(s->o.model_dir);
+    int rc = fill_opts(&s->o, err);
+    if (!rc && !s->model_name) rc = srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory");
+    if (rc) goto fail;
     char port[16];
-    snprintf(port, sizeof port, "%d", so->port);
+    snprintf(port, sizeof port, "%d", s->o.port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE}, *ai = NULL;
-    if (getaddrinfo(so->host, port, &hints, &ai) || !ai) {
-        rc = srv_fail(err, DSV4_ERR_ARG, "serve: cannot resolve host '%s'", so->host);
+    if (getaddrinfo(s->o.host, port, &hints, &ai) || !ai) {
+        rc = srv_fail(err, DSV4_ERR_ARG, "serve: cannot resolve host '%s'", s->o.host);
         goto fail;
     }
     rc = srv_http_start(s, ai->ai_addr, err);  /* /health answers "loading" from now on */
     freeaddrinfo(ai);
     if (rc) goto fail;
-    if ((rc = load(s, err))) goto fail;
-    atomic_store(&s->ready, 1);
     *out = s;
     return DSV4_OK;
 fail:
-    dsv4_server_stop(s, 0);
+    dsv4_server_stop(s, 0, NULL);
+    return rc;
+}
+
+int dsv4_server_load(dsv4_server *s, const dsv4_model *m, dsv4_err *err) {
+    const dsv4_server_opts *o = &s->o;
+    if (s->m) return srv_fail(err, DSV4_ERR_STATE, "serve: a model is loaded already");
+    char path[4200];
+    int rc;
+    s->m = m;
+    dsv4_engine_opts eo;
+    if ((rc = engine_opts(o, m, &eo, err))) return rc;
+    /* the engine first: its create is collective with the followers' */
+    if ((rc = dsv4_engine_create(m, &eo, &s->e, err))) return rc;
+    if ((rc = srv_relay_create(s->e, o->parallel ? o->dist : NULL, &s->relay, err))) return rc;
+    if (o->tokenizer) snprintf(path, sizeof path, "%s", o->tokenizer);
+    else snprintf(path, sizeof path, "%s/tokenizer.json", o->model_dir);
+    if ((rc = dsv4_tokenizer_load(path, &s->tok, err))) return rc;
+    dsv4_model_info mi = dsv4_model_get_info(m);
+    s->V = mi.vocab_size;
+    s->bos = mi.bos_token_id;
+    s->eos = mi.eos_token_id;
+    if ((rc = tokenize_script(s, err))) return rc;
+    srv_sched_opts so = {.step_tokens = o->step_tokens, .c_max = eo.c_max, .max_seqs = o->max_seqs,
+                         .max_context = o->max_context, .max_queue = o->max_queue,
+                         .kv_dir = o->kv_dir, .kv_dir_bytes = o->kv_dir_bytes, .relay = s->relay};
+    if ((rc = srv_sched_start(s->e, s->m, s->tok, &so, &s->met, &s->sched, err))) return rc;
+    atomic_store(&s->ready, 1);
+    return DSV4_OK;
+}
+
+int dsv4_server_follow(const dsv4_server_opts *o, const dsv4_model *m, dsv4_err *err) {
+    dsv4_server_opts so = *o;
+    dsv4_engine_opts eo;
+    dsv4_engine *e = NULL;
+    int rc = fill_opts(&so, err);
+    if (!rc) rc = engine_opts(&so, m, &eo, err);
+    /* a rank that refuses still joins the create, so rank 0 fails cleanly too */
+    if (rc) {
+        eo = (dsv4_engine_opts){.dist = so.dist, .parallel = so.parallel};
+        dsv4_err ignored = {0};
+        dsv4_engine_create(m, &eo, &e, &ignored);
+        dsv4_engine_free(e);
+        return rc;
+    }
+    if ((rc = dsv4_engine_create(m, &eo, &e, err))) return rc;
+    rc = srv_follow(e, so.dist, err);
+    dsv4_engine_free(e);
     return rc;
 }
 
 int dsv4_server_port(const dsv4_server *s) { return s->port; }
 
-void dsv4_server_stop(dsv4_server *s, double grace_s) {
-    if (!s) return;
+int dsv4_server_stop(dsv4_server *s, double grace_s, dsv4_err *err) {
+    if (!s) return DSV4_OK;
     srv_http_quiesce(s);
     srv_sched_stop(s->sched, grace_s);  /* every request ends: streams finish, waits return */
+    /* the scheduler thread is gone: this thread makes the group's last call */
+    dsv4_err mine = {0};
+    const int rc = srv_relay_stop(s->relay, &mine);
     srv_http_stop(s);
     srv_sched_free(s->sched);
     for (int i = 0; s->script_ids && i < s->o.script->n; i++) free(s->script_ids[i]);
     free(s->script_ids);
     free(s->script_len);
+    srv_relay_free(s->relay);
     dsv4_engine_free(s->e);
     dsv4_tokenizer_free(s->tok);
-    dsv4_model_close(s->m);
     srv_metrics_destroy(&s->met);
     pthread_mutex_destroy(&s->mu);
     free(s->model_name);
     free(s);
+    if (rc && err) *err = mine;
+    return rc;
 }

@@ -7,18 +7,20 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "dsv4_server.h"
 #include "dsv4_text.h"
 #include "serve/job.h"
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
-#include "serve/server.h"
+#include "serve/step_msg.h"
 
-struct srv {
+struct dsv4_server {
     dsv4_server_opts o;          /* defaults filled in */
     char *model_name;
-    dsv4_model *m;
+    const dsv4_model *m;         /* the caller's */
     dsv4_tokenizer *tok;
     dsv4_engine *e;
+    srv_relay *relay;            /* the engine calls, also to the follower ranks */
     srv_sched *sched;
     srv_metrics met;
     struct MHD_Daemon *d;

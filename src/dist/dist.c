@@ -23,8 +23,9 @@ int dsv4_dist_init(int *argc, char ***argv, dsv4_dist **out, dsv4_err *err) {
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
+        /* serialized: a server makes every collective from its scheduler thread */
         int provided;
-        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
             free(d);
             return dsv4_fail(err, DSV4_ERR_IO, "MPI_Init_thread failed");
         }

@@ -42,6 +42,11 @@ for bad in "--threads nan" "--prefill 2.5" "--chunk -1"; do
 done
 "$BIN" info --model "$MODEL" --max-context 1e3 2>/dev/null; [ $? -eq 2 ] || fail "info --max-context 1e3 accepted"
 "$BIN" frobnicate 2>/dev/null; [ $? -eq 2 ] || fail "unknown command exit"
+# serve refuses context parallelism with its reason (a step mixes decodes and prefill chunks)
+for p in cp cp+ep; do
+    "$BIN" serve --model "$MODEL" --parallel $p 2> "$TMP/err"; [ $? -eq 2 ] || fail "serve --parallel $p accepted"
+    grep -q "context parallelism.*--parallel ep" "$TMP/err" || fail "serve --parallel $p: $(cat "$TMP/err")"
+done
 
 # --model=DIR and --model DIR; --prompt-file - reads stdin
 g() { "$BIN" generate "$@" --temperature 0 -n 6 2>/dev/null; }

@@ -17,15 +17,25 @@ const children = [];
 process.on('exit', () => { for (const p of children) if (p.exitCode === null) p.kill('SIGKILL'); });
 
 // Starts `dsv4 serve --model MODEL --port 0 ...args`; resolves to {url, port, proc, stop}.
-function start(args = [], { script } = {}) {
+// mpi: N runs it under `mpirun -np N` (DSV4_MPIEXEC) with --parallel ep; stop() then sends
+// SIGTERM to rank 0 (its pid is in the ready line), whose stop message ends the others,
+// and expects mpirun to exit 0.
+function start(args = [], { script, mpi } = {}) {
   const extra = [];
   if (script) {
     const f = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'dsv4-script-')), 'script.json');
     fs.writeFileSync(f, JSON.stringify(script));
     extra.push('--test-script', f);
   }
-  const argv = ['serve', '--model', MODEL, '--port', '0', '--threads', '1', ...extra, ...args];
-  const proc = spawn(BIN, argv, { stdio: ['ignore', 'inherit', 'pipe'] });
+  let argv = ['serve', '--model', MODEL, '--port', '0', '--threads', '1', ...extra, ...args];
+  let bin = BIN;
+  if (mpi) {
+    assert(process.env.DSV4_MPIEXEC, 'DSV4_MPIEXEC must be set for an MPI server');
+    bin = process.env.DSV4_MPIEXEC;
+    argv = ['--allow-run-as-root', '--oversubscribe', '-np', String(mpi), BIN, ...argv, '--parallel', 'ep'];
+  }
+  const proc = spawn(bin, argv, { stdio: ['ignore', 'inherit', 'pipe'],
+    env: { ...process.env, OMPI_MCA_mpi_yield_when_idle: '1' } });
   children.push(proc);
   let log = '';
   const exited = new Promise((resolve) => proc.on('exit', (code, sig) => resolve({ code, sig })));
@@ -34,7 +44,7 @@ function start(args = [], { script } = {}) {
     proc.stderr.on('data', (d) => {
       log += d;
       process.stderr.write(d);
-      const m = /listening on http:\/\/([^:]+):(\d+)/.exec(log);
+      const m = /ready on http:\/\/([^:]+):(\d+) \(pid (\d+)/.exec(log);
       if (m && timer) {
         clearTimeout(timer);
         const url = `http://127.0.0.1:${m[2]}`;
@@ -42,7 +52,8 @@ function start(args = [], { script } = {}) {
           url, port: Number(m[2]), proc,
           // SIGTERM; the server must exit 0 within the bound
           async stop(boundMs = 20000) {
-            proc.kill('SIGTERM');
+            if (mpi) process.kill(Number(m[3]), 'SIGTERM');
+            else proc.kill('SIGTERM');
             const t = setTimeout(() => proc.kill('SIGKILL'), boundMs);
             const r = await exited;
             clearTimeout(t);
@@ -52,7 +63,7 @@ function start(args = [], { script } = {}) {
         });
       }
     });
-    proc.on('exit', (code) => reject(new Error(`server exited (${code}) before listening:\n${log}`)));
+    proc.on('exit', (code) => reject(new Error(`server exited (${code}) before it was ready:\n${log}`)));
   });
 }
 

@@ -1,8 +1,14 @@
-/* cmd_serve.c — `dsv4 serve`: parses options and runs the HTTP server (serve/server.h)
- * until SIGINT or SIGTERM.
+/* cmd_serve.c — `dsv4 serve`: parses options, opens and warms the model, and runs the HTTP
+ * server (dsv4_server.h) until SIGINT or SIGTERM.
  *
  *   dsv4 serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--max-seqs N]
  *              [--max-context N] [--step-tokens N] [--threads T] [--cache-bytes N] ...
+ *   mpirun -np K dsv4 serve --model DIR --parallel ep ...
+ *
+ * The listener is up first, answering /health with 503 "loading" while the weights are
+ * read. Under MPI rank 0 serves; the other ranks follow its steps (dsv4_server_follow) and
+ * exit when it stops. SIGINT/SIGTERM matter on rank 0 only: the others ignore them and
+ * wait for its stop message.
  */
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -10,11 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli_opts.h"
 #include "cli_util.h"
 #include "commands.h"
-#include "serve/server.h"
+#include "dsv4_server.h"
 
 /* A byte count: a whole number with an optional K/M/G suffix (powers of 1024). */
 static int parse_bytes(const char *s, unsigned long long *out) {
@@ -56,10 +63,13 @@ static int mtp_opt(const char *v, void *dst, char *msg, size_t n) {
 }
 
 static int parallel_opt(const char *v, void *dst, char *msg, size_t n) {
-    (void)v; (void)dst;
-    snprintf(msg, n, "not supported by serve yet: the server runs in one process (use dsv4 run "
-             "or bench for context/expert parallelism)");
-    return -1;
+    int p = !strcmp(v, "ep") ? DSV4_PAR_EP : !strcmp(v, "cp") ? DSV4_PAR_CP
+          : !strcmp(v, "cp+ep") || !strcmp(v, "ep+cp") ? DSV4_PAR_CP | DSV4_PAR_EP : -1;
+    dsv4_err err = {0};
+    if (p < 0) { snprintf(msg, n, "must be ep (cp and cp+ep are not served), not '%s'", v); return -1; }
+    if (dsv4_server_check_parallel(p, &err)) { snprintf(msg, n, "%s", err.msg); return -1; }
+    *(int *)dst = p;
+    return 0;
 }
 
 /* Test-only scripted answers: a JSON array of {"match": "...", "text": "..."}. The text
@@ -84,6 +94,11 @@ static cJSON *load_script(const char *path, dsv4_server_script *sc, const char *
     return j;
 }
 
+/* Rank 0's side: the listener, then the model served until a signal. Returns the exit
+ * status; *group_broken = 1 when the other ranks may still wait. */
+static int serve_home(dsv4_server_opts *so, int warmup, int pin, int n_ranks, int64_t grace,
+                      sigset_t *stop, int *group_broken);
+
 int cmd_serve(int argc, char **argv) {
     dsv4_server_opts so = {0};
     so.port = 8080;
@@ -95,7 +110,8 @@ int cmd_serve(int argc, char **argv) {
     so.api_key = getenv("DSV4_API_KEY");
     if (so.api_key && !*so.api_key) so.api_key = NULL;
     const char *script_path = NULL;
-    int64_t grace = 10;
+    int64_t grace = 10, peer_timeout = -1;
+    int warmup = 1, pin = 0;
     const cli_opt opts[] = {
         CLI_STR_OPT("model", 'm', &so.model_dir, "DIR", "model directory (config.json, safetensors, tokenizer.json)"),
         CLI_STR_OPT("tokenizer", 0, &so.tokenizer, "FILE", "tokenizer.json", .def = "DIR/tokenizer.json"),
@@ -106,16 +122,20 @@ int cmd_serve(int argc, char **argv) {
         CLI_INT_OPT("max-seqs", 0, &so.max_seqs, 1, 4096, "N", "concurrent sequences"),
         CLI_I64_OPT("max-context", 'c', &so.max_context, 16, 1 << 30, "N", "longest sequence in tokens"),
         CLI_INT_OPT("step-tokens", 0, &so.step_tokens, 1, 1 << 20, "N", "rows per engine step, decode + prefill chunks"),
-        CLI_INT_OPT("threads", 't', &so.threads, 0, 1024, "N", "worker threads", .def = "the cores this process may use"),
+        CLI_INT_OPT("threads", 't', &so.threads, 0, 1024, "N", "worker threads (per rank under --parallel: give each rank its share)", .def = "the cores this process may use"),
         CLI_FLAG_OPT("pin-threads", 0, &so.pin_threads, 1, "pin worker thread i to the i-th CPU of the affinity mask (CPU 0 stays with the calling thread)"),
         CLI_FN_OPT("cache-bytes", 0, &so.cache_bytes, cache_bytes_opt, "N", "enough for max-seqs x max-context", "byte budget of the cache pools; suffixes K, M, G"),
         CLI_INT_OPT("max-queue", 0, &so.max_queue, 1, 1 << 20, "N", "requests waiting beyond max-seqs before 503"),
         CLI_FN_OPT("max-body", 0, &so.max_body, body_bytes_opt, "N", "8M", "request body limit in bytes; suffixes K, M"),
         CLI_I64_OPT("grace", 0, &grace, 0, 3600, "S", "seconds in-flight requests get at SIGTERM"),
         CLI_FN_OPT("mtp", 0, &so.mtp, mtp_opt, "on|off", "on when the checkpoint has an MTP block", "MTP speculative decoding; the tokens are the same either way"),
-        CLI_STR_OPT("kv-dir", 0, &so.kv_dir, "DIR", "keep prompt and conversation prefixes (KV snapshots) in DIR across restarts", .def = "memory only"),
+        CLI_STR_OPT("kv-dir", 0, &so.kv_dir, "DIR", "keep prompt and conversation prefixes (KV snapshots) in DIR across restarts (not with --parallel)", .def = "memory only"),
         CLI_FN_OPT("kv-dir-bytes", 0, &so.kv_dir_bytes, cache_bytes_opt, "N", "unlimited", "byte budget of --kv-dir (least recently used files go first); suffixes K, M, G"),
-        CLI_FN_OPT("parallel", 0, NULL, parallel_opt, "MODE", "", "not supported by serve yet (single process only)"),
+        CLI_FLAG_OPT("warmup", 0, &warmup, 1, "read all weights into memory before serving, with progress (/health says loading meanwhile)", .def = "on"),
+        CLI_FLAG_OPT("no-warmup", 0, &warmup, 0, "let the weights page in as the first requests use them"),
+        CLI_FLAG_OPT("mlock", 0, &pin, 1, "pin the weights in memory (needs `ulimit -l` as large as the weights)"),
+        CLI_FN_OPT("parallel", 0, &so.parallel, parallel_opt, "ep", "one process", "under mpirun: expert-parallel MoE over all ranks; rank 0 serves HTTP (cp and cp+ep are refused: a step mixes decode rows and prefill chunks, and context parallelism needs one long prompt per call)"),
+        CLI_I64_OPT("peer-timeout", 0, &peer_timeout, 0, 1 << 24, "SEC", "with --parallel: a collective inside a step that a peer does not join within SEC seconds fails; 0 = wait forever (an idle server's ranks wait for the next step without limit either way)", .def = "300"),
         CLI_STR_OPT("test-script", 0, &script_path, "FILE", "scripted answers (tests only)", .hidden = 1),
         CLI_OPT_END,
     };
@@ -126,6 +146,15 @@ int cmd_serve(int argc, char **argv) {
     if (!so.model_dir) {
         fprintf(stderr, "dsv4 serve: --model DIR is required\n");
         cli_short_usage(&cmd, stderr);
+        return 2;
+    }
+    if (so.parallel && !dsv4_dist_available()) {
+        fprintf(stderr, "dsv4 serve: --parallel needs a build with MPI (cmake -DDSV4_MPI=ON with "
+                        "Open MPI installed); this one has none\n");
+        return 2;
+    }
+    if (peer_timeout >= 0 && !so.parallel) {
+        fprintf(stderr, "dsv4 serve: --peer-timeout needs --parallel\n");
         return 2;
     }
     if (so.api_key && !*so.api_key) so.api_key = NULL;
@@ -141,7 +170,8 @@ int cmd_serve(int argc, char **argv) {
         so.script = &script;
     }
 
-    /* SIGINT/SIGTERM are taken by sigwait below: block them in every thread */
+    /* SIGINT/SIGTERM are taken by sigwait on rank 0 and ignored elsewhere: block them in
+     * every thread, MPI's included */
     sigset_t stop;
     sigemptyset(&stop);
     sigaddset(&stop, SIGINT);
@@ -150,20 +180,89 @@ int cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     dsv4_err err = {0};
+    int rank = 0, n_ranks = 1, status = 1, broken = 0;
+    if (so.parallel) {
+        if (dsv4_dist_init(NULL, NULL, &so.dist, &err)) {
+            fprintf(stderr, "dsv4 serve: %s\n", err.msg);
+            cJSON_Delete(script_json);
+            return 1;
+        }
+        rank = dsv4_dist_rank(so.dist);
+        n_ranks = dsv4_dist_size(so.dist);
+        if (peer_timeout >= 0 && dsv4_dist_set_timeout(so.dist, (double)peer_timeout, &err)) {
+            fprintf(stderr, "dsv4 serve: %s\n", err.msg);
+            dsv4_dist_finalize(so.dist);
+            cJSON_Delete(script_json);
+            return 2;
+        }
+    }
+    if (rank == 0) {
+        status = serve_home(&so, warmup, pin, n_ranks, grace, &stop, &broken);
+    } else {
+        /* a follower: the same model and engine, rank 0's steps */
+        dsv4_model *m = NULL;
+        broken = 1;  /* until the engine exists, a failure here leaves rank 0 waiting */
+        if (dsv4_model_open(so.model_dir, &m, &err))
+            fprintf(stderr, "dsv4 serve: rank %d: %s\n", rank, err.msg);
+        else if (!cli_prepare_weights("serve", m, warmup, pin, so.threads, rank, n_ranks)) {
+            broken = 0;
+            status = dsv4_server_follow(&so, m, &err) ? 1 : 0;
+            if (status) {
+                fprintf(stderr, "dsv4 serve: rank %d: %s\n", rank, err.msg);
+                broken = 1;
+            }
+        }
+        dsv4_model_close(m);
+    }
+    cJSON_Delete(script_json);
+    if (broken && n_ranks > 1) {
+        fprintf(stderr, "dsv4 serve: rank %d failed; ending all %d ranks\n", rank, n_ranks);
+        dsv4_dist_abort(so.dist, status ? status : 1);
+    }
+    dsv4_dist_finalize(so.dist);
+    return status;
+}
+
+static int serve_home(dsv4_server_opts *so, int warmup, int pin, int n_ranks, int64_t grace,
+                      sigset_t *stop, int *group_broken) {
+    dsv4_err err = {0};
     dsv4_server *srv = NULL;
-    if (dsv4_server_start(&so, &srv, &err)) {
+    dsv4_model *m = NULL;
+    *group_broken = n_ranks > 1;  /* the followers wait in engine create until it runs */
+    if (dsv4_server_start(so, &srv, &err)) {
         fprintf(stderr, "dsv4 serve: %s\n", err.msg);
-        cJSON_Delete(script_json);
         return 1;
     }
-    fprintf(stderr, "dsv4 serve: listening on http://%s:%d\n", so.host ? so.host : "127.0.0.1",
-            dsv4_server_port(srv));
-    int sig = 0;
-    sigwait(&stop, &sig);
-    fprintf(stderr, "dsv4 serve: %s, finishing in-flight requests (at most %llds)\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)grace);
-    dsv4_server_stop(srv, (double)grace);
-    cJSON_Delete(script_json);
-    fprintf(stderr, "dsv4 serve: stopped\n");
-    return 0;
+    fprintf(stderr, "dsv4 serve: listening on http://%s:%d (loading the model)\n",
+            so->host ? so->host : "127.0.0.1", dsv4_server_port(srv));
+    int status = 1;
+    if (dsv4_model_open(so->model_dir, &m, &err)) {
+        fprintf(stderr, "dsv4 serve: %s\n", err.msg);
+    } else {
+        if (*dsv4_model_warnings(m)) fprintf(stderr, "dsv4 serve: warning: %s\n", dsv4_model_warnings(m));
+        /* under EP each rank warms and pins only the experts it owns */
+        if (!cli_prepare_weights("serve", m, warmup, pin, so->threads, 0, n_ranks)) {
+            *group_broken = 0;  /* from here the followers end with the server */
+            if (dsv4_server_load(srv, m, &err)) fprintf(stderr, "dsv4 serve: %s\n", err.msg);
+            else status = 0;
+        }
+    }
+    if (!status) {
+        /* the pid: under mpirun, SIGTERM to this process stops the group cleanly (mpirun's
+         * own SIGTERM kills every rank) */
+        fprintf(stderr, "dsv4 serve: ready on http://%s:%d (pid %d%s)\n", so->host ? so->host : "127.0.0.1",
+                dsv4_server_port(srv), (int)getpid(), n_ranks > 1 ? ", rank 0 of an expert-parallel group" : "");
+        int sig = 0;
+        sigwait(stop, &sig);
+        fprintf(stderr, "dsv4 serve: %s, finishing in-flight requests (at most %llds)\n",
+                sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)grace);
+    }
+    if (dsv4_server_stop(srv, status ? 0 : (double)grace, &err)) {
+        fprintf(stderr, "dsv4 serve: %s\n", err.msg);
+        *group_broken = 1;
+        status = 1;
+    }
+    dsv4_model_close(m);
+    if (!status) fprintf(stderr, "dsv4 serve: stopped\n");
+    return status;
 }

@@ -1,0 +1,368 @@
+/* step_msg.c — rank 0's engine calls recorded, broadcast and replayed on the other ranks
+ * (step_msg.h).
+ *
+ * Wire format (native byte order: the ranks of a group run one build on one kind of host,
+ * which engine create's agreement checks): a header {magic, body bytes} broadcast first,
+ * for which a follower waits without a deadline, then the body under the peer timeout.
+ * The body is a list of ops, each an int32 kind followed by its fields:
+ *   CREATE  seq                         dsv4_seq_create, which must return seq
+ *   FREE    seq                         dsv4_seq_free
+ *   COMMIT  seq k                       dsv4_seq_commit
+ *   FORWARD n_spans, per span: seq start(i64) n_tokens n_hidden n_streams speculative
+ *           has_hidden_rows has_stream_rows tokens[n_tokens] [hidden_rows] [stream_rows]
+ *   MTP     n_spans, per span: seq start(i64) n next_tokens[n]
+ *   STOP
+ * FORWARD, MTP and STOP end a message.
+ */
+#include "serve/step_msg.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/util.h"
+
+enum { OP_CREATE = 1, OP_FREE, OP_COMMIT, OP_FORWARD, OP_MTP, OP_STOP };
+
+#define MSG_MAGIC 0x44535634u /* "DSV4" */
+#define MSG_MAX (1u << 30)    /* a body larger than this is not a step message */
+
+struct srv_relay {
+    dsv4_engine *e;
+    dsv4_dist *d;       /* NULL: no group, the calls pass straight through */
+    uint8_t *msg;       /* (n) the message being recorded */
+    size_t n, cap;
+    int failed;         /* DSV4_ERR_* once the group is unusable (a broadcast failed, or a
+                         * call could not be recorded): every later call fails */
+    char why[sizeof ((dsv4_err *)0)->msg];
+    int stopped;
+};
+
+/* ---- recording (rank 0) ---------------------------------------------------------------- */
+
+static void put(srv_relay *rl, const void *p, size_t n) {
+    if (rl->failed) return;
+    if (rl->n + n > rl->cap) {
+        size_t cap = rl->cap * 2 > rl->n + n ? rl->cap * 2 : rl->n + n + 256;
+        uint8_t *m = realloc(rl->msg, cap);
+        if (!m) {
+            rl->failed = DSV4_ERR_NOMEM;
+            snprintf(rl->why, sizeof rl->why, "out of memory for the step message");
+            return;
+        }
+        rl->msg = m;
+        rl->cap = cap;
+    }
+    memcpy(rl->msg + rl->n, p, n);
+    rl->n += n;
+}
+
+static void put_i32(srv_relay *rl, int32_t v) { put(rl, &v, sizeof v); }
+static void put_i64(srv_relay *rl, int64_t v) { put(rl, &v, sizeof v); }
+
+static int group_failed(const srv_relay *rl, dsv4_err *err) {
+    return srv_fail(err, rl->failed, "the process group cannot serve any more (%s); restart the server",
+                    rl->why);
+}
+
+/* Broadcasts the recorded message (header, then body) and starts a new one. */
+static int send_msg(srv_relay *rl, dsv4_err *err) {
+    if (rl->failed) return group_failed(rl, err);
+    uint32_t hdr[2] = {MSG_MAGIC, (uint32_t)rl->n};
+    dsv4_err e2 = {0};
+    int rc = dsv4_dist_bcast(rl->d, hdr, sizeof hdr, 0, &e2);
+    if (!rc) rc = dsv4_dist_bcast(rl->d, rl->msg, rl->n, 0, &e2);
+    rl->n = 0;
+    if (rc) {
+        rl->failed = rc;
+        snprintf(rl->why, sizeof rl->why, "%s", e2.msg);
+        return group_failed(rl, err);
+    }
+    return DSV4_OK;
+}
+
+int srv_relay_create(dsv4_engine *e, dsv4_dist *d, srv_relay **out, dsv4_err *err) {
+    srv_relay *rl = calloc(1, sizeof *rl);
+    if (!rl) return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory");
+    rl->e = e;
+    rl->d = d && dsv4_dist_size(d) > 1 ? d : NULL;
+    *out = rl;
+    return DSV4_OK;
+}
+
+int srv_relay_grouped(const srv_relay *rl) { return rl && rl->d; }
+
+void srv_relay_free(srv_relay *rl) {
+    if (!rl) return;
+    free(rl->msg);
+    free(rl);
+}
+
+int srv_relay_seq_create(srv_relay *rl, int *seq, dsv4_err *err) {
+    if (rl->d && rl->failed) return group_failed(rl, err);
+    int rc = dsv4_seq_create(rl->e, seq, err);
+    if (!rc && rl->d) {
+        put_i32(rl, OP_CREATE);
+        put_i32(rl, *seq);
+    }
+    return rc;
+}
+
+int srv_relay_seq_free(srv_relay *rl, int seq, dsv4_err *err) {
+    int rc = dsv4_seq_free(rl->e, seq, err);
+    if (!rc && rl->d) {
+        put_i32(rl, OP_FREE);
+        put_i32(rl, seq);
+    }
+    return rc;
+}
+
+void srv_relay_committed(srv_relay *rl, int seq, int k) {
+    if (!rl->d) return;
+    put_i32(rl, OP_COMMIT);
+    put_i32(rl, seq);
+    put_i32(rl, k);
+}
+
+/* Rows a span asks for: the list when there is one. */
+static void put_rows(srv_relay *rl, const int *rows, int n) {
+    if (rows)
+        for (int j = 0; j < n; j++) put_i32(rl, rows[j]);
+}
+
+int srv_relay_forward(srv_relay *rl, const dsv4_span *spans, int n_spans, float *hidden,
+                      float *streams, dsv4_err *err) {
+    if (rl->d) {
+        put_i32(rl, OP_FORWARD);
+        put_i32(rl, n_spans);
+        for (int i = 0; i < n_spans; i++) {
+            const dsv4_span *sp = &spans[i];
+            put_i32(rl, sp->seq);
+            put_i64(rl, sp->start);
+            put_i32(rl, sp->n_tokens);
+            put_i32(rl, sp->n_hidden);
+            put_i32(rl, sp->n_streams);
+            put_i32(rl, sp->speculative);
+            put_i32(rl, sp->hidden_rows != NULL);
+            put_i32(rl, sp->stream_rows != NULL);
+            put(rl, sp->tokens, (size_t)sp->n_tokens * sizeof *sp->tokens);
+            put_rows(rl, sp->hidden_rows, sp->n_hidden);
+            put_rows(rl, sp->stream_rows, sp->n_streams);
+        }
+        int rc = send_msg(rl, err);
+        if (rc) return rc;
+    }
+    return dsv4_forward(rl->e, spans, n_spans, hidden, streams, err);
+}
+
+int srv_relay_mtp_forward(srv_relay *rl, const dsv4_mtp_span *spans, int n_spans, float *hidden,
+                          dsv4_err *err) {
+    if (rl->d) {
+        put_i32(rl, OP_MTP);
+        put_i32(rl, n_spans);
+        for (int i = 0; i < n_spans; i++) {
+            put_i32(rl, spans[i].seq);
+            put_i64(rl, spans[i].start);
+            put_i32(rl, spans[i].n);
+            put(rl, spans[i].next_tokens, (size_t)spans[i].n * sizeof(int32_t));
+        }
+        int rc = send_msg(rl, err);
+        if (rc) return rc;
+    }
+    return dsv4_mtp_forward(rl->e, spans, n_spans, hidden, err);
+}
+
+int srv_relay_stop(srv_relay *rl, dsv4_err *err) {
+    if (!rl || !rl->d || rl->stopped) return DSV4_OK;
+    rl->stopped = 1;
+    if (rl->failed == DSV4_ERR_NOMEM) {
+        /* a call went unrecorded: the followers may differ, but they can still stop */
+        rl->failed = 0;
+        rl->n = 0;
+    }
+    put_i32(rl, OP_STOP);
+    return send_msg(rl, err);
+}
+
+/* ---- replaying (the other ranks) ------------------------------------------------------- */
+
+typedef struct reader {
+    const uint8_t *p, *end;
+    int bad;
+} reader;
+
+static void get(reader *r, void *out, size_t n) {
+    if (r->bad || (size_t)(r->end - r->p) < n) {
+        r->bad = 1;
+        memset(out, 0, n);
+        return;
+    }
+    memcpy(out, r->p, n);
+    r->p += n;
+}
+
+static int32_t get_i32(reader *r) { int32_t v; get(r, &v, sizeof v); return v; }
+static int64_t get_i64(reader *r) { int64_t v; get(r, &v, sizeof v); return v; }
+
+/* What a follower holds to replay calls: spans pointing into its own arrays. */
+typedef struct follower {
+    dsv4_engine *e;
+    int max_seqs, max_rows;
+    dsv4_span *spans;        /* (max_seqs) */
+    dsv4_mtp_span *mspans;   /* (max_seqs) */
+    int32_t *tok;            /* (max_rows) every span's tokens, packed */
+    int *rows;               /* (2 max_rows) requested hidden and stream rows, packed */
+    float *hidden;           /* (max_rows, D) outputs: never written on a follower, but the
+                              * calls want them */
+    float *streams;          /* (max_rows, hc, D) also the MTP spans' input streams */
+} follower;
+
+static int diverged(dsv4_err *err, const char *what, int seq, const dsv4_err *why) {
+    return srv_fail(err, DSV4_ERR_STATE, "follower: %s of sequence %d succeeded on rank 0 but not "
+                    "here (%s): the ranks' engines differ", what, seq, why->msg);
+}
+
+static int read_forward(follower *f, reader *r, int *n_spans) {
+    int n = get_i32(r), rows = 0, wanted = 0;
+    if (n < 1 || n > f->max_seqs) return -1;
+    for (int i = 0; i < n && !r->bad; i++) {
+        dsv4_span *sp = &f->spans[i];
+        memset(sp, 0, sizeof *sp);
+        sp->seq = get_i32(r);
+        sp->start = get_i64(r);
+        sp->n_tokens = get_i32(r);
+        sp->n_hidden = get_i32(r);
+        sp->n_streams = get_i32(r);
+        sp->speculative = get_i32(r);
+        const int has_h = get_i32(r), has_s = get_i32(r);
+        if (sp->n_tokens < 1 || sp->n_tokens > f->max_rows - rows || sp->n_hidden < 0 ||
+            sp->n_hidden > sp->n_tokens || sp->n_streams < 0 || sp->n_streams > sp->n_tokens)
+            return -1;
+        get(r, f->tok + rows, (size_t)sp->n_tokens * sizeof(int32_t));
+        sp->tokens = f->tok + rows;
+        rows += sp->n_tokens;
+        if (has_h) {
+            get(r, f->rows + wanted, (size_t)sp->n_hidden * sizeof(int));
+            sp->hidden_rows = f->rows + wanted;
+            wanted += sp->n_hidden;
+        }
+        if (has_s) {
+            get(r, f->rows + wanted, (size_t)sp->n_streams * sizeof(int));
+            sp->stream_rows = f->rows + wanted;
+            wanted += sp->n_streams;
+        }
+    }
+    *n_spans = n;
+    return r->bad ? -1 : 0;
+}
+
+static int read_mtp(follower *f, reader *r, int *n_spans) {
+    int n = get_i32(r), rows = 0;
+    if (n < 1 || n > f->max_seqs) return -1;
+    for (int i = 0; i < n && !r->bad; i++) {
+        dsv4_mtp_span *sp = &f->mspans[i];
+        sp->seq = get_i32(r);
+        sp->start = get_i64(r);
+        sp->n = get_i32(r);
+        if (sp->n < 1 || sp->n > f->max_rows - rows) return -1;
+        get(r, f->tok + rows, (size_t)sp->n * sizeof(int32_t));
+        sp->next_tokens = f->tok + rows;
+        sp->streams = f->streams;
+        rows += sp->n;
+    }
+    *n_spans = n;
+    return r->bad ? -1 : 0;
+}
+
+/* Replays one message; *stop = 1 after the stop op. */
+static int replay(follower *f, reader *r, int *stop, dsv4_err *err) {
+    dsv4_err why = {0};
+    while (r->p < r->end) {
+        const int op = get_i32(r);
+        int seq, n;
+        switch (op) {
+        case OP_CREATE:
+            seq = get_i32(r);
+            if (r->bad) break;
+            if (dsv4_seq_create(f->e, &n, &why)) return diverged(err, "create", seq, &why);
+            if (n != seq)
+                return srv_fail(err, DSV4_ERR_STATE, "follower: rank 0 created sequence %d, this rank %d: "
+                                "the ranks' engines differ", seq, n);
+            break;
+        case OP_FREE:
+            seq = get_i32(r);
+            if (!r->bad && dsv4_seq_free(f->e, seq, &why)) return diverged(err, "free", seq, &why);
+            break;
+        case OP_COMMIT:
+            seq = get_i32(r);
+            n = get_i32(r);
+            if (!r->bad && dsv4_seq_commit(f->e, seq, n, &why)) return diverged(err, "commit", seq, &why);
+            break;
+        case OP_FORWARD:
+            if (read_forward(f, r, &n)) { r->bad = 1; break; }
+            /* the outcome is rank 0's too: the call agrees across ranks before it computes,
+             * and a failure inside it reaches every rank */
+            dsv4_forward(f->e, f->spans, n, f->hidden, f->streams, &why);
+            break;
+        case OP_MTP:
+            if (read_mtp(f, r, &n)) { r->bad = 1; break; }
+            dsv4_mtp_forward(f->e, f->mspans, n, f->hidden, &why);
+            break;
+        case OP_STOP:
+            *stop = 1;
+            break;
+        default:
+            r->bad = 1;
+        }
+        if (r->bad) break;
+    }
+    if (r->bad) return srv_fail(err, DSV4_ERR_STATE, "follower: a malformed step message from rank 0");
+    return DSV4_OK;
+}
+
+int srv_follow(dsv4_engine *e, dsv4_dist *d, dsv4_err *err) {
+    const dsv4_engine_opts eo = dsv4_engine_get_opts(e);
+    const dsv4_model_info mi = dsv4_model_get_info(dsv4_engine_model(e));
+    follower f = {.e = e, .max_seqs = eo.max_seqs, .max_rows = eo.max_rows};
+    const size_t rows = (size_t)eo.max_rows, D = (size_t)mi.hidden_size, hc = (size_t)mi.hc_mult;
+    f.spans = calloc((size_t)f.max_seqs, sizeof *f.spans);
+    f.mspans = calloc((size_t)f.max_seqs, sizeof *f.mspans);
+    f.tok = malloc(rows * sizeof *f.tok);
+    f.rows = malloc(2 * rows * sizeof *f.rows);
+    f.hidden = malloc(rows * D * sizeof *f.hidden);
+    f.streams = calloc(rows * hc * D, sizeof *f.streams);
+    uint8_t *msg = NULL;
+    size_t cap = 0;
+    int rc = DSV4_OK, stop = 0;
+    if (!f.spans || !f.mspans || !f.tok || !f.rows || !f.hidden || !f.streams)
+        rc = srv_fail(err, DSV4_ERR_NOMEM, "follower: out of memory");
+    while (!rc && !stop) {
+        uint32_t hdr[2];
+        if ((rc = dsv4_dist_bcast(d, hdr, sizeof hdr, 1, err))) break;
+        if (hdr[0] != MSG_MAGIC || hdr[1] > MSG_MAX) {
+            rc = srv_fail(err, DSV4_ERR_STATE, "follower: not a step message from rank 0");
+            break;
+        }
+        if (hdr[1] > cap) {
+            uint8_t *m = realloc(msg, hdr[1]);
+            if (!m) {
+                /* this rank cannot join the body's broadcast: the group is lost */
+                rc = srv_fail(err, DSV4_ERR_NOMEM, "follower: out of memory for a %u-byte step message", hdr[1]);
+                break;
+            }
+            msg = m;
+            cap = hdr[1];
+        }
+        if ((rc = dsv4_dist_bcast(d, msg, hdr[1], 0, err))) break;
+        reader r = {msg, msg + hdr[1], 0};
+        rc = replay(&f, &r, &stop, err);
+    }
+    free(msg);
+    free(f.spans);
+    free(f.mspans);
+    free(f.tok);
+    free(f.rows);
+    free(f.hidden);
+    free(f.streams);
+    return rc;
+}

@@ -1,0 +1,47 @@
+/* bcast.c — rank 0's bytes to every rank (see dsv4.h): the step messages of a served
+ * model, where the followers wait for the next step between requests, however long. */
+#include <limits.h>
+#include <sched.h>
+#include <time.h>
+
+#include "dist/dist.h"
+#include "util/err.h"
+
+#ifndef DSV4_HAVE_MPI
+
+int dsv4_dist_bcast(dsv4_dist *d, void *buf, size_t n, int wait_forever, dsv4_err *err) {
+    (void)d; (void)buf; (void)n; (void)wait_forever; (void)err;
+    return DSV4_OK;
+}
+
+#else
+
+/* The first IDLE_SPIN_S seconds of a wait yield the core between polls (a step message
+ * arrives within a step's time); after that the waiting rank sleeps POLL_SLEEP_NS between
+ * polls, so an idle server's followers use no CPU. */
+#define IDLE_SPIN_S 0.002
+#define POLL_SLEEP_NS 250000L
+
+int dsv4_dist_bcast(dsv4_dist *d, void *buf, size_t n, int wait_forever, dsv4_err *err) {
+    if (!d || d->size < 2) return DSV4_OK;
+    if (d->broken)
+        return dsv4_fail(err, DSV4_ERR_STATE, "broadcast: the process group is unusable after a "
+                         "peer timeout; end the job");
+    if (n > INT_MAX) return dsv4_fail(err, DSV4_ERR_ARG, "broadcast: %zu bytes exceed one message", n);
+    if (n > 0 && !buf) return dsv4_fail(err, DSV4_ERR_ARG, "broadcast: NULL buffer");
+    MPI_Request rq;
+    const int mrc = MPI_Ibcast(buf, (int)n, MPI_BYTE, 0, d->comm, &rq);
+    if (!wait_forever || mrc != MPI_SUCCESS) return dsv4_dist_complete(d, mrc, &rq, "broadcast", err);
+    const double t0 = MPI_Wtime();
+    const struct timespec nap = {0, POLL_SLEEP_NS};
+    for (;;) {
+        int done = 0;
+        const int trc = MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+        if (trc != MPI_SUCCESS) return dsv4_dist_complete(d, trc, &rq, "broadcast", err);
+        if (done) return DSV4_OK;
+        if (MPI_Wtime() - t0 < IDLE_SPIN_S) sched_yield();
+        else nanosleep(&nap, NULL);
+    }
+}
+
+#endif
