@@ -493,6 +493,9 @@ DSV4_API void dsv4_gen_end(dsv4_gen *g, const char **text, size_t *len);
 DSV4_API const int32_t *dsv4_gen_tokens(const dsv4_gen *g, int *n);
 /* DSV4_FINISH_* once finished, else NONE. */
 DSV4_API int dsv4_gen_finished(const dsv4_gen *g);
+/* After a DSV4_FINISH_STOP_STRING finish: the index in params.stop_strings of the stop
+ * string that ended generation (the one that started first); otherwise -1. */
+DSV4_API int dsv4_gen_stop_matched(const dsv4_gen *g);
 
 /* ---- MTP speculative decoding (serving.md §e, one draft per step) ---- */
 

@@ -147,12 +147,41 @@ static cJSON *convert_tools(const cJSON *tools, char *msg) {
     return out;
 }
 
+/* tool_choice: absent, or {"type": "auto" | "any" | "none"} or {"type": "tool", "name": N}.
+ * Returns SRV_TC_* (*name set for "tool"), or -1 with a message. */
+static int tool_choice(const cJSON *c, const char **name, char *msg) {
+    if (!c || cJSON_IsNull(c)) return SRV_TC_AUTO;
+    const cJSON *ty = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "type") : NULL;
+    const char *t = cJSON_IsString(ty) ? ty->valuestring : "";
+    if (!strcmp(t, "auto")) return SRV_TC_AUTO;
+    if (!strcmp(t, "none")) return SRV_TC_NONE;
+    if (!strcmp(t, "any")) return SRV_TC_REQUIRED;
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(c, "name");
+    if (!strcmp(t, "tool") && cJSON_IsString(nm)) {
+        *name = nm->valuestring;
+        return SRV_TC_NAMED;
+    }
+    snprintf(msg, MSG, "tool_choice: must be {\"type\": \"auto\" | \"any\" | \"none\"} or "
+             "{\"type\": \"tool\", \"name\": ...}");
+    return -1;
+}
+
 /* ---- answer ----------------------------------------------------------------------------- */
 
 static const char *stop_reason(const srv_req *r, int n_calls) {
     if (r->finish == DSV4_FINISH_LENGTH) return "max_tokens";
     if (n_calls > 0) return "tool_use";
     return r->finish == DSV4_FINISH_STOP_STRING ? "stop_sequence" : "end_turn";
+}
+
+/* "stop_sequence": the stop string that ended the answer, null for any other ending. */
+static void add_stop_sequence(cJSON *o, const srv_req *r, int n_calls) {
+    if (!strcmp(stop_reason(r, n_calls), "stop_sequence") && r->stop_index >= 0 &&
+        r->stop_index < r->gp.n_stop)
+        cJSON_AddItemToObject(o, "stop_sequence", srv_json_str_n(r->stops[r->stop_index],
+                                                                 strlen(r->stops[r->stop_index])));
+    else
+        cJSON_AddNullToObject(o, "stop_sequence");
 }
 
 static cJSON *usage(const srv_req *r, int start) {
@@ -212,7 +241,7 @@ static void messages_final(srv *s, srv_job *j, srv_buf *out, int *status) {
     }
     for (int i = 0; i < p.n_calls; i++) cJSON_AddItemToArray(content, tool_use_block(j, i, &p.calls[i], 1));
     cJSON_AddStringToObject(o, "stop_reason", stop_reason(r, p.n_calls));
-    cJSON_AddNullToObject(o, "stop_sequence");
+    add_stop_sequence(o, r, p.n_calls);
     cJSON_AddItemToObject(o, "usage", usage(r, 0));
     dsv4_parsed_free(&p);
     *status = 200;
@@ -327,7 +356,7 @@ static void messages_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
     cJSON *o = cJSON_CreateObject();
     cJSON *d = cJSON_AddObjectToObject(o, "delta");
     cJSON_AddStringToObject(d, "stop_reason", stop_reason(r, n_calls));
-    cJSON_AddNullToObject(d, "stop_sequence");
+    add_stop_sequence(d, r, n_calls);
     cJSON_AddItemToObject(o, "usage", usage(r, 0));
     event(out, "message_delta", o);
     event(out, "message_stop", cJSON_CreateObject());
@@ -368,10 +397,11 @@ void srv_anthropic_messages(srv *s, const char *body, size_t len, srv_reply *out
     for (const cJSON *m = messages->child; m; m = m->next, idx++)
         if (convert_message(m, idx, msgs, msg)) goto bad;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tools");
-    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(j, "tool_choice");
-    const cJSON *tct = cJSON_IsObject(tc) ? cJSON_GetObjectItemCaseSensitive(tc, "type") : NULL;
+    const char *tc_name = NULL;
+    const int tc = tool_choice(cJSON_GetObjectItemCaseSensitive(j, "tool_choice"), &tc_name, msg);
+    if (tc < 0) goto bad;
     if (t && !cJSON_IsNull(t) && !cJSON_IsArray(t)) { snprintf(msg, MSG, "tools: must be an array"); goto bad; }
-    if (cJSON_IsArray(t) && t->child && !(cJSON_IsString(tct) && !strcmp(tct->valuestring, "none")))
+    if (cJSON_IsArray(t) && t->child && tc != SRV_TC_NONE)
         if (!(tools = convert_tools(t, msg))) goto bad;
     const cJSON *th = cJSON_GetObjectItemCaseSensitive(j, "thinking");
     if (th && !cJSON_IsNull(th)) {
@@ -386,13 +416,14 @@ void srv_anthropic_messages(srv *s, const char *body, size_t len, srv_reply *out
     if (srv_chat_prompt(s, msgs, tools, &co, &ids, &err)) { snprintf(msg, MSG, "%s", err.msg); goto bad; }
     if (!(r = srv_req_new(ids.ids, (int)ids.n))) { srv_reply_error(out, SRV_API_MESSAGES, 500, "out of memory"); goto done; }
     if (srv_parse_sampling(s, j, r, "stop_sequences", msg, MSG)) goto bad;
+    if (srv_force_tool_call(s, r, tools, tc, tc_name, co.thinking, msg, MSG)) goto bad;
     srv_job *job = srv_submit(s, r, SRV_API_MESSAGES, body, out);
     r = NULL;
     if (job) {
         job->stream = stream;
         job->thinking = co.thinking;
         job->tools = tools != NULL;
-        srv_split_init(&job->split, co.thinking);
+        srv_split_init(&job->split, co.thinking, tools != NULL);
         out->stream = messages_stream;
         out->final = messages_final;
     }

@@ -185,6 +185,44 @@ void srv_anthropic_error(srv_buf *b, int status, const char *msg) {
     srv_buf_puts(b, "}}");
 }
 
+int srv_force_tool_call(srv *s, srv_req *r, const cJSON *tools, int mode, const char *name,
+                        int thinking, char *msg, size_t n) {
+    if (mode != SRV_TC_REQUIRED && mode != SRV_TC_NAMED) return 0;
+    if (!cJSON_IsArray(tools) || !tools->child) {
+        snprintf(msg, n, "tool_choice demands a tool call but no tools are given");
+        return -1;
+    }
+    if (mode == SRV_TC_NAMED) {
+        int found = 0;
+        for (const cJSON *t = tools->child; t && !found; t = t->next) {
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+            found = cJSON_IsString(nm) && !strcmp(nm->valuestring, name);
+        }
+        if (!found || strchr(name, '"') || strchr(name, '\n')) {
+            snprintf(msg, n, "tool_choice names '%.200s', which is not one of the tools", name);
+            return -1;
+        }
+    }
+    srv_buf b = {0};
+    if (thinking) srv_buf_puts(&b, "</think>");
+    srv_buf_puts(&b, "\n\n<" DSV4_DSML "tool_calls>\n<" DSV4_DSML "invoke name=\"");
+    if (mode == SRV_TC_NAMED) srv_buf_printf(&b, "%s\">\n", name);
+    dsv4_tok_ids ids = {0};
+    dsv4_err err = {0};
+    const int oom = b.oom;
+    const int rc = oom ? -1 : dsv4_tokenize(s->tok, b.s, b.n, &ids, &err);
+    srv_buf_free(&b);
+    if (rc) {
+        snprintf(msg, n, "cannot encode the tool call opening: %s", oom ? "out of memory" : err.msg);
+        return -1;
+    }
+    free(r->prefix);
+    r->prefix = ids.ids;
+    r->n_prefix = (int)ids.n;
+    return 0;
+}
+
 srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *out) {
     srv_job *j = calloc(1, sizeof *j);
     if (!j) {
@@ -243,6 +281,7 @@ fail:
 void srv_job_free(srv_job *j) {
     if (!j) return;
     srv_req_release(j->r);
+    srv_tool_stream_free(&j->calls);
     free(j);
 }
 

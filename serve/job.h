@@ -9,6 +9,7 @@
 
 #include "serve/request.h"
 #include "serve/split.h"
+#include "serve/tool_stream.h"
 #include "serve/util.h"
 
 typedef struct dsv4_server srv;
@@ -33,6 +34,7 @@ struct srv_job {
     int block_part;          /* anthropic: SRV_PART_* of the open block */
     int n_blocks;
     srv_split split;
+    srv_tool_stream calls;   /* chat: the tool_calls deltas sent */
 };
 
 /* Writes the SSE text for everything new in j->r (call with j->r->mu held); *finished

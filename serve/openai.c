@@ -101,10 +101,25 @@ static cJSON *head(const srv *s, const srv_job *j, const char *object) {
 }
 
 /* The answer's text split into reasoning, content and tool calls (best effort when the
- * model wrote malformed DSML: the raw text stays in the content). */
+ * model wrote malformed DSML: the raw text stays in the content). Without tools offered
+ * DSML is not read: the text after the reasoning is the content, whatever it holds. */
 void srv_parse_answer(const srv_job *j, dsv4_parsed *p) {
     dsv4_err err = {0};
-    dsv4_dsml_parse(j->r->text ? j->r->text : "", j->r->text_len, j->thinking, p, &err);
+    const char *text = j->r->text ? j->r->text : "";
+    dsv4_dsml_parse(text, j->r->text_len, j->thinking, p, &err);
+    if (j->tools || !p->n_calls) return;
+    const char *end = j->thinking ? strstr(text, "</think>") : NULL;
+    char *content = strdup(end ? end + strlen("</think>") : text);
+    if (!content) return;  /* out of memory: the parse stands */
+    for (int i = 0; i < p->n_calls; i++) {
+        free(p->calls[i].name);
+        free(p->calls[i].arguments);
+    }
+    free(p->calls);
+    p->calls = NULL;
+    p->n_calls = 0;
+    free(p->content);
+    p->content = content;
 }
 
 static void add_tool_call_ids(const srv_job *j, cJSON *calls) {
@@ -186,6 +201,24 @@ static void chat_text(srv *s, srv_job *j, srv_buf *out, size_t upto, int done, c
     if (lp) chat_chunk(s, j, out, cJSON_CreateObject(), lp, NULL);
 }
 
+/* The tool_calls deltas of the DSML block in the text up to `upto` (done: the answer is
+ * complete). Called per token, so the deltas do not depend on how often the connection's
+ * thread wakes. */
+static void chat_calls(srv *s, srv_job *j, srv_buf *out, size_t upto, int done) {
+    if (j->split.part != SRV_PART_TOOLS) return;
+    static const char open[] = "<｜DSML｜tool_calls>";
+    const char *text = j->r->text;
+    const char *at = strstr(text + j->split.pos, open);
+    if (!at) return;
+    const char *block = at + strlen(open);
+    if ((size_t)(block - text) > upto) return;
+    cJSON *calls = srv_tool_stream_next(&j->calls, block, upto - (size_t)(block - text), done, j->id);
+    if (!calls) return;
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddItemToObject(d, "tool_calls", calls);
+    chat_chunk(s, j, out, d, NULL, NULL);
+}
+
 static void chat_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
     srv_req *r = j->r;
     if (!j->began) {
@@ -198,6 +231,7 @@ static void chat_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
     for (; j->ev_sent < r->n_ev; j->ev_sent++) {
         const srv_event *e = &r->ev[j->ev_sent];
         chat_text(s, j, out, e->text_off + e->text_len, 0, j->logprobs ? chat_logprob(s, e) : NULL);
+        chat_calls(s, j, out, e->text_off + e->text_len, 0);
     }
     if (!r->end) return;
     if (r->end == SRV_END_ERROR) {
@@ -210,23 +244,21 @@ static void chat_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
         chat_text(s, j, out, r->text_len, 1, NULL);
         int n_calls = 0;
         if (j->split.part == SRV_PART_TOOLS) {
+            chat_calls(s, j, out, r->text_len, 1);
             dsv4_parsed p;
             srv_parse_answer(j, &p);
-            cJSON *m = dsv4_parsed_to_json(&p);
-            cJSON *calls = cJSON_DetachItemFromObjectCaseSensitive(m, "tool_calls");
-            add_tool_call_ids(j, calls);
-            int i = 0;
-            for (cJSON *c = calls ? calls->child : NULL; c; c = c->next) {
-                cJSON_AddNumberToObject(c, "index", i++);
-            }
             n_calls = p.n_calls;
-            if (calls && n_calls) {
-                cJSON *d = cJSON_CreateObject();
-                cJSON_AddItemToObject(d, "tool_calls", calls);
-                chat_chunk(s, j, out, d, NULL, NULL);
+            if (n_calls) {
+                /* what the scan did not send yet (nothing when the block was well formed) */
+                cJSON *rest = srv_tool_stream_finish(&j->calls, &p, j->id);
+                if (rest) {
+                    cJSON *d = cJSON_CreateObject();
+                    cJSON_AddItemToObject(d, "tool_calls", rest);
+                    chat_chunk(s, j, out, d, NULL, NULL);
+                }
             } else {
-                /* malformed block: its raw text goes out as content, nothing is lost */
-                cJSON_Delete(calls);
+                /* malformed block: its raw text goes out as content, nothing is lost (calls
+                 * already announced stay as they are, finish_reason says "stop") */
                 const char *from = strstr(r->text, "<｜DSML｜tool_calls>");
                 if (from) {
                     cJSON *d = cJSON_CreateObject();
@@ -234,7 +266,6 @@ static void chat_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
                     chat_chunk(s, j, out, d, NULL, NULL);
                 }
             }
-            cJSON_Delete(m);
             dsv4_parsed_free(&p);
         }
         chat_chunk(s, j, out, cJSON_CreateObject(), NULL, srv_finish_reason(r, n_calls));
@@ -305,6 +336,28 @@ static int common_fields(const cJSON *body, srv_job *tmp, char *msg) {
     return 0;
 }
 
+/* tool_choice: absent, "none", "auto", "required" or {"type": "function", "function":
+ * {"name": N}}. Returns SRV_TC_* (*name set for a named choice), or -1 with a message. */
+static int tool_choice(const cJSON *c, const char **name, char *msg) {
+    if (!c || cJSON_IsNull(c)) return SRV_TC_AUTO;
+    if (cJSON_IsString(c)) {
+        if (!strcmp(c->valuestring, "none")) return SRV_TC_NONE;
+        if (!strcmp(c->valuestring, "auto")) return SRV_TC_AUTO;
+        if (!strcmp(c->valuestring, "required")) return SRV_TC_REQUIRED;
+    } else if (cJSON_IsObject(c)) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(c, "type");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (cJSON_IsString(ty) && !strcmp(ty->valuestring, "function") && cJSON_IsString(nm)) {
+            *name = nm->valuestring;
+            return SRV_TC_NAMED;
+        }
+    }
+    snprintf(msg, MSG, "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+             "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    return -1;
+}
+
 void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {
     char msg[MSG];
     srv_job tmp = {0};
@@ -329,14 +382,14 @@ void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {
     double top = 0;
     if (srv_opt_num(j, "top_logprobs", 0, DSV4_MAX_LOGPROBS, &top, msg, MSG) < 0) goto bad;
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools");
-    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(j, "tool_choice");
     if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) {
         snprintf(msg, MSG, "'tools' must be an array");
         goto bad;
     }
-    if (!cJSON_IsArray(tools) || !tools->child ||
-        (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")))
-        tools = NULL;
+    const char *tc_name = NULL;
+    const int tc = tool_choice(cJSON_GetObjectItemCaseSensitive(j, "tool_choice"), &tc_name, msg);
+    if (tc < 0) goto bad;
+    if (!cJSON_IsArray(tools) || !tools->child || tc == SRV_TC_NONE) tools = NULL;
     if (chat_thinking(j, &co, msg)) goto bad;
     if (srv_chat_prompt(s, messages, tools, &co, &ids, &err)) {
         snprintf(msg, MSG, "%s", err.msg);
@@ -344,6 +397,7 @@ void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {
     }
     if (!(r = srv_req_new(ids.ids, (int)ids.n))) { srv_reply_error(out, SRV_API_CHAT, 500, "out of memory"); goto done; }
     if (srv_parse_sampling(s, j, r, "stop", msg, MSG)) goto bad;
+    if (srv_force_tool_call(s, r, tools, tc, tc_name, co.thinking, msg, MSG)) goto bad;
     r->gp.sample.n_logprobs = tmp.logprobs ? (int)top : 0;
     srv_job *job = srv_submit(s, r, SRV_API_CHAT, body, out);
     r = NULL;
@@ -353,7 +407,7 @@ void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {
         job->logprobs = tmp.logprobs;
         job->thinking = co.thinking;
         job->tools = tools != NULL;
-        srv_split_init(&job->split, co.thinking);
+        srv_split_init(&job->split, co.thinking, tools != NULL);
         out->stream = chat_stream;
         out->final = chat_final;
     }

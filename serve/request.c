@@ -13,6 +13,7 @@ srv_req *srv_req_new(const int32_t *prompt, int n_prompt) {
     if (n_prompt > 0) memcpy(r->prompt, prompt, (size_t)n_prompt * sizeof *prompt);
     r->n_prompt = n_prompt;
     r->seq = -1;
+    r->stop_index = -1;
     r->refs = 2;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
@@ -55,6 +56,7 @@ void srv_req_release(srv_req *r) {
     free(r->bias_ids);
     free(r->bias);
     free(r->prompt);
+    free(r->prefix);
     free(r->ev);
     free(r->text);
     free(r->ctx);

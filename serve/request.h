@@ -35,7 +35,11 @@ struct srv_req {
     char **stops;                   /* (gp.n_stop) */
     int32_t *bias_ids;              /* (gp.n_bias) */
     float *bias;                    /* (gp.n_bias) */
-    const int32_t *forced;          /* test script: tokens to emit instead of sampling, then EOS */
+    int32_t *prefix;                /* (n_prefix) owned: the answer's first tokens, forced (a
+                                     * tool_choice that demands a call), then sampling */
+    int n_prefix;
+    const int32_t *forced;          /* test script: tokens to emit instead of sampling (after
+                                     * the prefix), then EOS */
     int n_forced;
     double t_arrival;               /* seconds, monotonic */
 
@@ -48,6 +52,8 @@ struct srv_req {
     size_t text_len, text_cap;
     int end;                        /* SRV_END_* once the scheduler is done with it */
     int finish;                     /* DSV4_FINISH_* (LENGTH also when the context filled) */
+    int stop_index;                 /* after a STOP_STRING finish: which of stops[], else -1
+                                     * (written before the end is published) */
     char errmsg[256];
     int cancel;                     /* set by the HTTP side: the client went away */
     int n_cached;                   /* prompt tokens restored from the prefix cache at the

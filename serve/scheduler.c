@@ -48,7 +48,7 @@ struct srv_sched {
     dsv4_mtp_span *mtp_spans;     /* (max_seqs) */
     srv_req **mtp_req;            /* (max_seqs) */
     int *mtp_drafts;              /* (max_seqs) */
-    float *forced_row;            /* (V) a test script's logits */
+    float *forced_row;            /* (V) the logits of a forced token */
     /* prefix cache (serving.md §g) */
     srv_pcache *pc;
     int *span_snap;               /* (max_seqs) SNAP_* of each span */
@@ -138,12 +138,21 @@ static void preempt_newest(srv_sched *s) {
     srv_metrics_event(s->met, 0, 1);
 }
 
-/* A scripted request's drafts are its script, so its verify spans accept them (the tests
- * reach the two-token step with random weights, whose own drafts are nearly always wrong). */
-static int32_t scripted_draft(void *user, int64_t pos, int32_t draft) {
+/* The token r must emit as its j-th answer token (its forced prefix, then a test script
+ * and EOS), or -1 when it samples freely. */
+static int32_t forced_token(const srv_req *r, int64_t j, int32_t eos) {
+    if (j < 0) return -1;
+    if (j < r->n_prefix) return r->prefix[j];
+    if (!r->forced) return -1;
+    return j - r->n_prefix < r->n_forced ? r->forced[j - r->n_prefix] : eos;
+}
+
+/* The drafts of forced tokens are those tokens, so verify spans accept them (the tests reach
+ * the two-token step with random weights, whose own drafts are nearly always wrong). */
+static int32_t forced_draft(void *user, int64_t pos, int32_t draft) {
     const srv_req *r = user;
-    const int64_t j = pos - r->n_prompt;
-    return j >= 0 && j < r->n_forced ? r->forced[j] : draft;
+    const int32_t t = forced_token(r, pos - r->n_prompt, -1);
+    return t >= 0 ? t : draft;
 }
 
 /* ---- one step --------------------------------------------------------------------------- */
@@ -232,7 +241,7 @@ static int plan_step(srv_sched *s, int *rows, int *decode) {
             r->n_cached = (int)(n_cached < r->n_prompt ? n_cached : r->n_prompt);
             pthread_mutex_unlock(&r->mu);
         }
-        if (r->spec && r->forced) dsv4_spec_set_draft_hook(r->spec, scripted_draft, r);
+        if (r->spec && (r->forced || r->prefix)) dsv4_spec_set_draft_hook(r->spec, forced_draft, r);
         list_remove(s->wait, &s->n_wait, r);
         list_insert(s->run, &s->n_run, r);
         budget -= add_span(s, &n_spans, r, budget);
@@ -256,11 +265,12 @@ static int ctx_append(srv_req *r, int32_t tok) {
 /* Samples r's next token from its logits row and hands it to the client. Returns 1 while
  * r runs on (0: it ended and may be gone), with the token in *t. */
 static int take_token(srv_sched *s, srv_req *r, const float *row, dsv4_gen_token *t_out) {
-    if (r->forced) {
-        /* test script: only the scripted token (then EOS) is possible */
-        int32_t t = r->n_sampled < r->n_forced ? r->forced[r->n_sampled] : s->eos;
+    const int32_t forced = forced_token(r, r->n_sampled, s->eos);
+    if (forced >= 0) {
+        /* a forced token (prefix or test script): the only one possible, one sampler draw
+         * all the same */
         for (int v = 0; v < s->V; v++) s->forced_row[v] = -INFINITY;
-        s->forced_row[t] = 0.0f;
+        s->forced_row[forced] = 0.0f;
         row = s->forced_row;
     }
     dsv4_gen_token t;
@@ -273,7 +283,11 @@ static int take_token(srv_sched *s, srv_req *r, const float *row, dsv4_gen_token
     r->t_last = now;
     r->n_sampled++;
     if (srv_req_push(r, &t)) { finish(s, r, SRV_END_ERROR, 0, "out of memory"); return 0; }
-    if (t.finish) { finish(s, r, SRV_END_FINISHED, t.finish, NULL); return 0; }
+    if (t.finish) {
+        r->stop_index = dsv4_gen_stop_matched(r->gen);
+        finish(s, r, SRV_END_FINISHED, t.finish, NULL);
+        return 0;
+    }
     if (t.feed && ctx_append(r, t.token)) { finish(s, r, SRV_END_ERROR, 0, "out of memory"); return 0; }
     if (r->n_ctx >= s->o.max_context) {
         /* the context is full: the last token is shown but cannot run */

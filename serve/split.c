@@ -6,9 +6,10 @@
 #define THINK_END "</think>"
 #define TOOLS_OPEN "\n\n<｜DSML｜tool_calls>"
 
-void srv_split_init(srv_split *s, int thinking) {
+void srv_split_init(srv_split *s, int thinking, int tools) {
     s->part = thinking ? SRV_PART_REASONING : SRV_PART_CONTENT;
     s->pos = 0;
+    s->tools = tools;
 }
 
 /* First occurrence of m in t[0..n), or n. */
@@ -32,6 +33,14 @@ int srv_split_next(srv_split *s, const char *text, size_t len, int done, int *pa
     while (s->part != SRV_PART_TOOLS && s->pos < len) {
         const char *t = text + s->pos;
         size_t left = len - s->pos;
+        if (s->part == SRV_PART_CONTENT && !s->tools) {
+            /* no tools offered: everything after the reasoning is content */
+            *part = s->part;
+            *off = s->pos;
+            *n = left;
+            s->pos = len;
+            return 1;
+        }
         const char *marker = s->part == SRV_PART_REASONING ? THINK_END : TOOLS_OPEN;
         size_t at = find(t, left, marker);
         /* the DSML block may also follow content without the blank line */

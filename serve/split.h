@@ -16,10 +16,11 @@ enum { SRV_PART_REASONING = 0, SRV_PART_CONTENT, SRV_PART_TOOLS };
 typedef struct srv_split {
     int part;    /* where pos is */
     size_t pos;  /* bytes of the text already released (or skipped as markers) */
+    int tools;   /* tools were offered: a DSML block ends the content (else it is content) */
 } srv_split;
 
-/* thinking: the answer starts with reasoning. */
-void srv_split_init(srv_split *s, int thinking);
+/* thinking: the answer starts with reasoning; tools: a tool-call block may follow. */
+void srv_split_init(srv_split *s, int thinking, int tools);
 /* The next piece of text[0..len) to release, as *part and text[*off .. *off + *n); done: the
  * text is complete (release what was held back). Returns 0 when there is nothing more now.
  * Tool-block text is never returned: its part is entered and the rest is left to the

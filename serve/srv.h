@@ -66,6 +66,15 @@ int srv_parse_sampling(srv *s, const cJSON *body, srv_req *r, const char *stop_k
  * template, message content as plain text. */
 int srv_chat_prompt(srv *s, const cJSON *messages, const cJSON *tools,
                     const dsv4_chat_opts *co, dsv4_tok_ids *ids, dsv4_err *err);
+/* tool_choice in either API's form (OpenAI "none" | "auto" | "required" | a named function;
+ * Anthropic none | auto | any | tool) */
+enum { SRV_TC_AUTO = 0, SRV_TC_NONE, SRV_TC_REQUIRED, SRV_TC_NAMED };
+/* For SRV_TC_REQUIRED / SRV_TC_NAMED: the answer must call a tool (named: `name`, which
+ * must be one of tools, an array in OpenAI's form): the DSML block's opening (and the
+ * name) become r's forced prefix, sampling goes on after it. In thinking mode the prefix
+ * closes the reasoning first (no reasoning then). Returns 0, or -1 with a message. */
+int srv_force_tool_call(srv *s, srv_req *r, const cJSON *tools, int mode, const char *name,
+                        int thinking, char *msg, size_t n);
 /* Creates the job for r (taking the HTTP side's reference), applies the test script
  * (matched against the request body) and submits it; on failure out gets the error. */
 srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *out);

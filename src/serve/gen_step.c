@@ -213,3 +213,7 @@ const int32_t *dsv4_gen_tokens(const dsv4_gen *g, int *n) {
 }
 
 int dsv4_gen_finished(const dsv4_gen *g) { return g->finish; }
+
+int dsv4_gen_stop_matched(const dsv4_gen *g) {
+    return g->finish == DSV4_FINISH_STOP_STRING ? dsv4_stop_matched(g->stop) : -1;
+}

@@ -43,10 +43,19 @@ run('server_anthropic', async () => {
 
   // stop_sequences
   const half = m.content[0].text.slice(2, 4);
+  const stops = ['never seen \u2603', half];
   const ms = await client.messages.create({ model, max_tokens: 10, temperature: 0, system: 'You are terse.',
-    messages, stop_sequences: [half] });
+    messages, stop_sequences: stops });
   assert.strictEqual(ms.content[0].text, m.content[0].text.slice(0, m.content[0].text.indexOf(half)));
   assert.strictEqual(ms.stop_reason, 'stop_sequence');
+  assert.strictEqual(ms.stop_sequence, half);  // the string that matched, not the first given
+  const mss = await client.messages.stream({ model, max_tokens: 10, temperature: 0, system: 'You are terse.',
+    messages, stop_sequences: stops }).finalMessage();
+  assert.strictEqual(mss.stop_reason, 'stop_sequence');
+  assert.strictEqual(mss.stop_sequence, half);
+  assert.strictEqual(mss.content[0].text, ms.content[0].text);
+  assert.strictEqual(m.stop_sequence, null);
+  assert.strictEqual(fm.stop_sequence, null);
 
   // tool use (scripted) and the tool_result round trip
   const tq = [{ role: 'user', content: 'Weather in Paris? TOOLCALL_TEST' }];

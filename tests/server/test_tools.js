@@ -1,0 +1,126 @@
+// test_tools.js — tool calls streamed token by token and tool_choice, with the official
+// clients on scripted answers (random weights never write DSML by themselves):
+//  - a streamed answer's tool_calls arrive as deltas, the name first and the arguments in
+//    many fragments (the openai client's ChatCompletionStream accumulates them into the
+//    non-streamed answer exactly);
+//  - tool_choice "none": no tools in the prompt and DSML in the answer is plain content;
+//    "required" and a named function: the DSML opening (and the name) are forced tokens,
+//    so even unscripted random weights open a call; bad choices are 400s;
+//  - Anthropic's tool_choice {"type": "tool"} the same way.
+'use strict';
+const assert = require('assert');
+const OpenAI = require('openai').default;
+const Anthropic = require('@anthropic-ai/sdk').default;
+const { start, run } = require('./harness');
+const { WEATHER_TOOL } = require('./common');
+
+const D = '｜DSML｜';
+const P = (name, str, v) => `<${D}parameter name="${name}" string="${str}">${v}</${D}parameter>`;
+const PARAMS = `${P('city', 'true', 'Paris "centre", rue de l\'Été')}\n${P('days', 'false', '3')}\n</${D}invoke>`;
+const TWO_CALLS = `<${D}tool_calls>\n<${D}invoke name="get_weather">\n${PARAMS}\n` +
+  `<${D}invoke name="get_time">\n${P('zone', 'true', 'CET')}\n</${D}invoke>\n</${D}tool_calls>`;
+const TIME_TOOL = { type: 'function', function: { name: 'get_time', description: 'Time in a zone',
+  parameters: { type: 'object', properties: { zone: { type: 'string' } } } } };
+const SCRIPT = [
+  { match: 'STREAM_CALLS', text: 'Checking both.\n\n' + TWO_CALLS },
+  // after the forced opening `...<invoke name="` of tool_choice "required"
+  { match: 'REQUIRED_CALL', text: `get_weather">\n${PARAMS}\n</${D}tool_calls>` },
+  // after the forced `...<invoke name="get_weather">\n` of a named choice
+  { match: 'NAMED_CALL', text: `${PARAMS}\n</${D}tool_calls>` },
+];
+const WANT_ARGS = { city: 'Paris "centre", rue de l\'Été', days: 3 };
+const OPENING = `\n\n<${D}tool_calls>\n<${D}invoke name="`;
+
+run('server_tools', async () => {
+  const srv = await start(['--max-context', '1024'], { script: SCRIPT });
+  const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
+  const model = 'm';
+  const tools = [WEATHER_TOOL, TIME_TOOL];
+  const ask = (content, extra = {}) => ({ model, temperature: 0, tools, messages: [{ role: 'user', content }], ...extra });
+
+  // streamed tool calls: name first, then argument fragments, adding up to the non-streamed answer
+  const whole = await client.chat.completions.create(ask('weather and time? STREAM_CALLS'));
+  const wm = whole.choices[0].message;
+  assert.strictEqual(whole.choices[0].finish_reason, 'tool_calls');
+  assert.strictEqual(wm.content, 'Checking both.');
+  assert.deepStrictEqual(wm.tool_calls.map((c) => c.function.name), ['get_weather', 'get_time']);
+  assert.deepStrictEqual(JSON.parse(wm.tool_calls[0].function.arguments), WANT_ARGS);
+  const fragments = [0, 0];
+  const names = [];
+  const stream = client.beta.chat.completions.stream(ask('weather and time? STREAM_CALLS'));
+  stream.on('chunk', (ch) => {
+    for (const tc of ch.choices[0]?.delta?.tool_calls || []) {
+      if (tc.function?.name) {
+        assert.strictEqual(fragments[tc.index], 0, 'the name must come before the arguments');
+        names[tc.index] = tc.function.name;
+      }
+      if (tc.function?.arguments) fragments[tc.index]++;
+    }
+  });
+  const fin = await stream.finalChatCompletion();
+  const sm = fin.choices[0].message;
+  assert.strictEqual(fin.choices[0].finish_reason, 'tool_calls');
+  assert.strictEqual(sm.content, wm.content);
+  assert.deepStrictEqual(names, ['get_weather', 'get_time']);
+  for (let i = 0; i < 2; i++) {
+    assert.match(sm.tool_calls[i].id, new RegExp(`^call_${fin.id}_${i}$`));
+    assert.strictEqual(sm.tool_calls[i].function.name, wm.tool_calls[i].function.name);
+    assert.strictEqual(sm.tool_calls[i].function.arguments, wm.tool_calls[i].function.arguments);
+  }
+  console.log(`tool_calls streamed: arguments in ${fragments.join(" and ")} fragments`);
+  // "Paris \"centre\", rue de l'Été" alone is more than a dozen tokens
+  assert(fragments[0] >= 10, `arguments of call 0 in ${fragments[0]} fragments`);
+  assert(fragments[1] >= 2, `arguments of call 1 in ${fragments[1]} fragments`);
+
+  // tool_choice "none": the same scripted text is content, DSML and all; no tools rendered
+  const none = await client.chat.completions.create(ask('weather and time? STREAM_CALLS', { tool_choice: 'none' }));
+  assert.strictEqual(none.choices[0].finish_reason, 'stop');
+  assert.strictEqual(none.choices[0].message.tool_calls, undefined);
+  assert.strictEqual(none.choices[0].message.content, 'Checking both.\n\n' + TWO_CALLS);
+  const auto = await client.chat.completions.create(ask('weather and time? STREAM_CALLS', { tool_choice: 'auto' }));
+  assert(none.usage.prompt_tokens < auto.usage.prompt_tokens, 'tool_choice none still rendered the tools');
+  let noneStreamed = '';
+  for await (const ch of await client.chat.completions.create(ask('weather and time? STREAM_CALLS',
+    { tool_choice: 'none', stream: true }))) {
+    assert(!ch.choices[0]?.delta?.tool_calls, 'tool_calls delta with tool_choice none');
+    noneStreamed += ch.choices[0]?.delta?.content || '';
+  }
+  assert.strictEqual(noneStreamed, none.choices[0].message.content);
+
+  // "required": the opening is forced, the script writes the rest (non-streamed and streamed)
+  const req = await client.chat.completions.create(ask('go REQUIRED_CALL', { tool_choice: 'required' }));
+  assert.strictEqual(req.choices[0].finish_reason, 'tool_calls');
+  assert.strictEqual(req.choices[0].message.tool_calls[0].function.name, 'get_weather');
+  assert.deepStrictEqual(JSON.parse(req.choices[0].message.tool_calls[0].function.arguments), WANT_ARGS);
+  const reqs = await client.beta.chat.completions.stream(ask('go REQUIRED_CALL', { tool_choice: 'required' }))
+    .finalChatCompletion();
+  assert.deepStrictEqual(reqs.choices[0].message.tool_calls[0].function, req.choices[0].message.tool_calls[0].function);
+  // a named function: the opening and the name are forced
+  const named = await client.chat.completions.create(ask('go NAMED_CALL',
+    { tool_choice: { type: 'function', function: { name: 'get_weather' } } }));
+  assert.strictEqual(named.choices[0].message.tool_calls[0].function.name, 'get_weather');
+  assert.deepStrictEqual(JSON.parse(named.choices[0].message.tool_calls[0].function.arguments), WANT_ARGS);
+  // unscripted random weights: the answer still begins with the forced tokens
+  for (const [choice, text] of [['required', OPENING],
+    [{ type: 'function', function: { name: 'get_time' } }, OPENING + 'get_time">\n']]) {
+    const r = await client.chat.completions.create(ask('anything at all', { tool_choice: choice, max_tokens: 24,
+      logprobs: true }));
+    const got = r.choices[0].logprobs.content.map((t) => t.token).join('');
+    assert(got.startsWith(text), `tool_choice ${JSON.stringify(choice)}: the answer begins ${JSON.stringify(got)}`);
+  }
+  // bad choices
+  for (const [choice, tl] of [['sometimes', tools], [{ type: 'function', function: { name: 'nope' } }, tools],
+    ['required', undefined], [{ type: 'function' }, tools]])
+    await assert.rejects(client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }],
+      tools: tl, tool_choice: choice }), (e) => e.status === 400, `tool_choice ${JSON.stringify(choice)}`);
+
+  // Anthropic: {"type": "tool", "name"} forces the named call
+  const ac = new Anthropic({ apiKey: 'x', baseURL: srv.url, maxRetries: 0 });
+  const at = await ac.messages.create({ model, max_tokens: 200, temperature: 0,
+    tools: [{ name: 'get_weather', description: 'w', input_schema: { type: 'object' } }],
+    tool_choice: { type: 'tool', name: 'get_weather' }, messages: [{ role: 'user', content: 'go NAMED_CALL' }] });
+  assert.strictEqual(at.stop_reason, 'tool_use');
+  const use = at.content.find((b) => b.type === 'tool_use');
+  assert.deepStrictEqual(use.input, WANT_ARGS);
+  await srv.stop();
+});
