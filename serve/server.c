@@ -155,17 +155,11 @@ int dsv4_server_follow(const dsv4_server_opts *o, const dsv4_model *m, dsv4_err 
     dsv4_server_opts so = *o;
     dsv4_engine_opts eo;
     dsv4_engine *e = NULL;
+    /* the same options as rank 0's: when they fail here they failed there too */
     int rc = fill_opts(&so, err);
     if (!rc) rc = engine_opts(&so, m, &eo, err);
-    /* a rank that refuses still joins the create, so rank 0 fails cleanly too */
-    if (rc) {
-        eo = (dsv4_engine_opts){.dist = so.dist, .parallel = so.parallel};
-        dsv4_err ignored = {0};
-        dsv4_engine_create(m, &eo, &e, &ignored);
-        dsv4_engine_free(e);
-        return rc;
-    }
-    if ((rc = dsv4_engine_create(m, &eo, &e, err))) return rc;
+    if (!rc) rc = dsv4_engine_create(m, &eo, &e, err);
+    if (rc) return rc;
     rc = srv_follow(e, so.dist, err);
     dsv4_engine_free(e);
     return rc;
