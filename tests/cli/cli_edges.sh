@@ -118,4 +118,14 @@ grep "^preparing the INT8 weights: " "$TMP/err" | sed 's/^preparing the INT8 wei
 [ "$(st "$BIN" generate --model "$MODEL" -p x -n 1)" = 0 ] && ! grep -q "INT8" "$TMP/err" || fail "exact run: $(cat "$TMP/err")"
 ok
 
+# --warmup reports its progress the same way and ends at 100 %; --mlock pins the weights or
+# says why it cannot (the locked-memory limit), never fails silently
+[ "$(st "$BIN" generate --model "$MODEL" -p x -n 1 --warmup)" = 0 ] &&
+    grep -q "^warming up the weights: 100% ([0-9.]* / [0-9.]* GB, [0-9.]* GB/s)\$" "$TMP/err" ||
+    fail "--warmup progress: $(cat "$TMP/err")"
+s=$(st "$BIN" generate --model "$MODEL" -p x -n 1 --mlock)
+[ "$s" = 0 ] || { [ "$s" = 1 ] && grep -q "cannot pin .* GB of weights in memory: " "$TMP/err"; } ||
+    fail "--mlock: status $s: $(cat "$TMP/err")"
+ok
+
 echo "$passed passed, 0 failed"
