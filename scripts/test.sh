@@ -2,7 +2,8 @@
 # The whole test suite: installs the dependencies (Debian packages), runs the libFuzzer
 # targets for a short bounded time, every test of the default (Release) build (warnings are
 # errors there), then the tests labelled "fast" and "golden" again in an AddressSanitizer +
-# UndefinedBehaviorSanitizer build.
+# UndefinedBehaviorSanitizer build, and the thread pool and kernel tests in a ThreadSanitizer
+# build without MPI.
 set -e
 cd "$(dirname "$0")/.."
 JOBS=$(nproc 2>/dev/null || echo 2)
@@ -18,3 +19,14 @@ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DDSV4_SANITIZE=ON >/dev/null
 cmake --build build-san -j "$JOBS"
 (cd build-san && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --output-on-failure -j "$JOBS" -L "fast|golden")
+
+# ThreadSanitizer over the thread pool, the kernels and MoE that run on it, and one engine
+# schedule (test_no_alloc: prefill chunks, batched decodes, MTP and head on 2 threads):
+# about 30 s. MPI is off in this tree, which also checks that the library and these
+# tests build without it.
+TSAN_TESTS="test_threads test_ops test_codec test_cpu test_attn_ops test_fidelity test_cores test_moe test_no_alloc"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV4_TSAN=ON -DDSV4_MPI=OFF >/dev/null
+# shellcheck disable=SC2086 # the list is word-split on purpose
+cmake --build build-tsan -j "$JOBS" --target $TSAN_TESTS
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 \
+    ctest --output-on-failure -j "$JOBS" -R "^($(echo "$TSAN_TESTS" | tr ' ' '|'))\$")
