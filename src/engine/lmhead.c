@@ -32,8 +32,24 @@ void dsv4_argmax_rows(const float *logits, int n_rows, int n_cols, int32_t id0, 
     }
 }
 
-int dsv4_lmhead_logits_range(dsv4_kctx *k, const dsv4_mat *head, const float *hidden,
-                             int n_rows, int lo, int hi, float *logits, dsv4_err *err) {
+/* The buffers of a single-process head call: (rows, width) logits, (rows) argmax pairs. */
+static int head_take(dsv4_arena *a, int rows, int64_t width, float **l, dsv4_argmax **best) {
+    *l = dsv4_arena_take_n(a, (int64_t)rows * width, sizeof(float));
+    if (best) *best = dsv4_arena_take_n(a, rows, sizeof(dsv4_argmax));
+    return *l && (!best || *best);
+}
+
+size_t dsv4_lmhead_scratch_bytes(int64_t V) {
+    dsv4_arena m = dsv4_arena_measuring();
+    float *l;
+    dsv4_argmax *best;
+    head_take(&m, DSV4_LMHEAD_ROWS, V, &l, &best); /* the FP8 superset is at most V wide too */
+    return m.peak;
+}
+
+int dsv4_lmhead_logits_range(dsv4_kctx *k, dsv4_arena *scratch, const dsv4_mat *head,
+                             const float *hidden, int n_rows, int lo, int hi, float *logits,
+                             dsv4_err *err) {
     if (lo < 0 || hi > head->rows || n_rows < 0)
         return dsv4_fail(err, DSV4_ERR_ARG, "lm_head: rows [%d, %d) of a %lld-row head", lo, hi,
                          (long long)head->rows);
@@ -48,12 +64,21 @@ int dsv4_lmhead_logits_range(dsv4_kctx *k, const dsv4_mat *head, const float *hi
     if (dsv4_mat_rows(head, a, w, &view) != 0)
         return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "lm_head: head format %d cannot be sliced at row %d",
                          (int)head->fmt, a);
-    float *tmp = malloc((size_t)n_rows * w * sizeof(float)); /* (n_rows, hi - a) */
-    if (!tmp) return dsv4_fail(err, DSV4_ERR_NOMEM, "lm_head: out of memory for %d rows", n_rows);
-    dsv4_linear(k, &view, hidden, n_rows, tmp);
-    for (int r = 0; r < n_rows; r++)
-        memcpy(logits + (int64_t)r * n, tmp + (int64_t)r * w + (lo - a), (size_t)n * sizeof(float));
-    free(tmp);
+    const size_t mark = dsv4_arena_mark(scratch);
+    const int chunk = n_rows < DSV4_LMHEAD_ROWS ? n_rows : DSV4_LMHEAD_ROWS;
+    float *tmp; /* (chunk, hi - a) */
+    if (!head_take(scratch, chunk, w, &tmp, NULL)) {
+        dsv4_arena_release(scratch, mark);
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "lm_head: scratch arena too small for %d rows of %d", chunk, w);
+    }
+    const int64_t D = head->cols;
+    for (int r0 = 0; r0 < n_rows; r0 += chunk) {
+        const int nr = n_rows - r0 < chunk ? n_rows - r0 : chunk;
+        dsv4_linear(k, &view, hidden + r0 * D, nr, tmp);
+        for (int r = 0; r < nr; r++)
+            memcpy(logits + (int64_t)(r0 + r) * n, tmp + (int64_t)r * w + (lo - a), (size_t)n * sizeof(float));
+    }
+    dsv4_arena_release(scratch, mark);
     return DSV4_OK;
 }
 
@@ -66,7 +91,7 @@ int dsv4_lm_head_shard(dsv4_engine *e, const float *hidden, int n_rows, int shar
         return dsv4_fail(err, DSV4_ERR_ARG, "lm_head: bad arguments (n_rows = %d)", n_rows);
     int lo, hi;
     dsv4_lm_head_shard_range(V, shard, n_shards, &lo, &hi);
-    return dsv4_lmhead_logits_range(e->k, &e->model->head, hidden, n_rows, lo, hi, logits, err);
+    return dsv4_lmhead_logits_range(e->k, &e->scratch, &e->model->head, hidden, n_rows, lo, hi, logits, err);
 }
 
 #ifdef DSV4_HAVE_MPI
@@ -139,7 +164,7 @@ static int shard_pass(dsv4_engine *e, const float *hidden, int n_rows, int local
     MPI_Request rq;
     if (!rc && n_rows > 0)
         rc = done(d, MPI_Ibcast(h, n_rows * D, MPI_FLOAT, 0, d->comm, &rq), &rq, "hidden row broadcast", err);
-    if (!rc) rc = dsv4_lmhead_logits_range(e->k, &e->model->head, h, n_rows, *lo, *lo + w, l, err);
+    if (!rc) rc = dsv4_lmhead_logits_range(e->k, &e->scratch, &e->model->head, h, n_rows, *lo, *lo + w, l, err);
     if (rc) {
         if (h != hidden) free(h);
         free(l);
@@ -247,18 +272,29 @@ int dsv4_lm_head_argmax(dsv4_engine *e, const float *hidden, int n_rows, int32_t
     /* the same arguments on every rank, so a refusal here is collective too */
     if (n_rows < 0 || (n_rows > 0 && !ids))
         return dsv4_fail(err, DSV4_ERR_ARG, "lm_head: bad arguments (n_rows = %d)", n_rows);
-    dsv4_argmax *best = malloc((size_t)(n_rows > 0 ? n_rows : 1) * sizeof *best); /* (n_rows) */
-    int rc = DSV4_OK;
-    if (e->group) {
-        /* an allocation failure is reported through shard_pass's agreement */
-        rc = group_argmax(e, hidden, n_rows, best, err);
-    } else {
-        float *l = malloc((size_t)(n_rows > 0 ? n_rows : 1) * V * sizeof(float)); /* (n_rows, V) */
-        rc = l && best ? dsv4_lm_head(e, hidden, n_rows, l, err)
-                       : dsv4_fail(err, DSV4_ERR_NOMEM, "lm_head: out of memory");
-        if (!rc) dsv4_argmax_rows(l, n_rows, V, 0, best);
-        free(l);
+    if (!e->group) { /* DSV4_LMHEAD_ROWS rows at a time through the engine's scratch */
+        const size_t mark = dsv4_arena_mark(&e->scratch);
+        const int chunk = n_rows < DSV4_LMHEAD_ROWS ? n_rows : DSV4_LMHEAD_ROWS;
+        float *l;          /* (chunk, V) */
+        dsv4_argmax *best; /* (chunk) */
+        int rc = n_rows == 0 || head_take(&e->scratch, chunk, V, &l, &best)
+                     ? DSV4_OK : dsv4_fail(err, DSV4_ERR_NOMEM, "lm_head: scratch arena too small");
+        for (int r0 = 0; !rc && r0 < n_rows; r0 += chunk) {
+            const int nr = n_rows - r0 < chunk ? n_rows - r0 : chunk;
+            rc = dsv4_lm_head(e, hidden + (int64_t)r0 * e->cfg->hidden_size, nr, l, err);
+            if (!rc) dsv4_argmax_rows(l, nr, V, 0, best);
+            for (int r = 0; !rc && r < nr; r++) {
+                ids[r0 + r] = best[r].id;
+                if (values) values[r0 + r] = best[r].v;
+            }
+        }
+        dsv4_arena_release(&e->scratch, mark);
+        return rc;
     }
+    /* a group: every rank's shard, reduced (an allocation failure is reported through
+     * shard_pass's agreement) */
+    dsv4_argmax *best = malloc((size_t)(n_rows > 0 ? n_rows : 1) * sizeof *best); /* (n_rows) */
+    int rc = group_argmax(e, hidden, n_rows, best, err);
     for (int r = 0; !rc && r < n_rows; r++) {
         ids[r] = best[r].id;
         if (values) values[r] = best[r].v;

@@ -14,6 +14,7 @@
 #include "dsv4.h"
 #include "kernels/kctx.h"
 #include "kernels/linear.h"
+#include "util/arena.h"
 
 /* Same layout as MPI_FLOAT_INT (struct { float; int; }). */
 typedef struct dsv4_argmax {
@@ -41,8 +42,17 @@ void dsv4_argmax_rows(const float *logits, int n_rows, int n_cols, int32_t id0, 
 int dsv4_argmax_allreduce(dsv4_dist *d, dsv4_argmax *pairs, int n_rows, dsv4_err *err);
 
 /* logits (n_rows, hi - lo) = hidden (n_rows, D) . head[lo:hi]^T, each value as the full
- * product computes it (dsv4_linear's values depend on neither the batch nor the slice). */
-int dsv4_lmhead_logits_range(dsv4_kctx *k, const dsv4_mat *head, const float *hidden,
-                             int n_rows, int lo, int hi, float *logits, dsv4_err *err);
+ * product computes it (dsv4_linear's values depend on neither the batch nor the slice).
+ * An FP8 head sliced off its 128-row scale blocks runs the aligned superset through a
+ * buffer of DSV4_LMHEAD_ROWS rows taken from scratch. */
+int dsv4_lmhead_logits_range(dsv4_kctx *k, dsv4_arena *scratch, const dsv4_mat *head,
+                             const float *hidden, int n_rows, int lo, int hi, float *logits,
+                             dsv4_err *err);
+
+/* Rows a single-process head call buffers at a time (the unaligned FP8 slice, the greedy
+ * argmax's logits), and the scratch bytes that takes for vocabulary V (engine/scratch.c
+ * sizes the engine's arena for it). */
+#define DSV4_LMHEAD_ROWS 16
+size_t dsv4_lmhead_scratch_bytes(int64_t V);
 
 #endif

@@ -7,6 +7,7 @@
  * own part by running the function that carves it on a measuring arena (util/arena.h).
  */
 #include "engine/engine.h"
+#include "engine/lmhead.h"
 #include "moe/moe.h"
 
 static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
@@ -24,7 +25,8 @@ size_t dsv4_scratch_plan_bytes(const dsv4_config *c, const dsv4_engine_opts *o, 
         if (!seen) sub = maxz(sub, dsv4_attn_scratch_bytes(c, r, R, S, max_pos, threads));
     }
     const size_t call = maxz(dsv4_forward_scratch_bytes(c, R, S), o->mtp ? dsv4_mtp_scratch_bytes(c, R, S) : 0);
-    return call + dsv4_block_scratch_bytes(c, R) + sub;
+    /* a head call runs alone: it needs the arena, not more of it */
+    return maxz(call + dsv4_block_scratch_bytes(c, R) + sub, dsv4_lmhead_scratch_bytes(c->vocab_size));
 }
 
 size_t dsv4_engine_scratch_bytes(const dsv4_engine *e) {

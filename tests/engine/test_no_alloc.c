@@ -5,7 +5,11 @@
  * The library's calls to malloc, calloc, realloc, aligned_alloc, posix_memalign and free
  * are routed through counters here (linked with -Wl,--wrap=...); the counters run from the
  * first forward call to the last head call of a schedule with prefill chunks, single-token
- * decodes, ragged batches of both, MTP rows and LM head rows, and must stay at zero.
+ * decodes, ragged batches of both, MTP rows and LM head rows, then the greedy argmax and
+ * three vocabulary shards of the head over 40 rows (more than DSV4_LMHEAD_ROWS), and must
+ * stay at zero; the argmax and the shards also agree with the full head's logits. Run on
+ * tiny_s0 in every numeric mode and on its FP8 copy (native FP8 projections; its head is
+ * BF16, so the FP8 head's off-block shard path is not reached here).
  *
  *   test_no_alloc MODEL_DIR [exact|reference|w8a8|fidelity]   (fidelity: every P3 item)
  */
@@ -49,7 +53,41 @@ typedef struct seq_run {
 } seq_run;
 
 /* Buffers for the largest call of the schedule, made before counting starts. */
-static float *hidden, *streams, *logits, *mtp_hidden;
+static float *hidden, *streams, *logits, *mtp_hidden, *shard;
+static int32_t *ids;
+
+enum { HEAD_ROWS = 40 };
+
+/* dsv4_lm_head_argmax and dsv4_lm_head_shard over HEAD_ROWS rows of hidden: logits gets
+ * the full head's, shard q's (HEAD_ROWS, width of q) at shard + q * HEAD_ROWS * V
+ * (compared after counting). */
+static int head_calls(dsv4_engine *e, dsv4_err *err) {
+    int rc = dsv4_lm_head(e, hidden, HEAD_ROWS, logits, err);
+    if (!rc) rc = dsv4_lm_head_argmax(e, hidden, HEAD_ROWS, ids, NULL, err);
+    for (int q = 0; q < 3 && !rc; q++)
+        rc = dsv4_lm_head_shard(e, hidden, HEAD_ROWS, q, 3, shard + (size_t)q * HEAD_ROWS * V, err);
+    return rc;
+}
+
+/* The argmax and the shards against the full logits. */
+static void check_head(const char *mode) {
+    int bad_ids = 0, bad_shards = 0;
+    for (int r = 0; r < HEAD_ROWS; r++) {
+        const float *row = logits + (size_t)r * V;
+        int best = 0;
+        for (int v = 1; v < V; v++) if (row[v] > row[best]) best = v;
+        bad_ids += ids[r] != best;
+    }
+    const int per = (V + 2) / 3;
+    for (int q = 0; q < 3; q++) {
+        const int lo = q * per, hi = lo + per < V ? lo + per : V;
+        for (int r = 0; r < HEAD_ROWS; r++)
+            bad_shards += memcmp(shard + (size_t)q * HEAD_ROWS * V + (size_t)r * (hi - lo), logits + (size_t)r * V + lo,
+                                 sizeof(float) * (size_t)(hi - lo)) != 0;
+    }
+    CHECK_MSG(bad_ids == 0, "%s: dsv4_lm_head_argmax differs from the logits' argmax in %d rows", mode, bad_ids);
+    CHECK_MSG(bad_shards == 0, "%s: %d shard rows differ from the full head's", mode, bad_shards);
+}
 
 /* One call of spans (seq i gets n[i] rows, 0 = not in the call), then MTP over every row
  * that is ready, then the head over every hidden row. */
@@ -118,7 +156,9 @@ static void run_schedule(dsv4_model *m, const char *mode) {
         const int one[N_SEQ] = {s[0].done < N_TOK, s[1].done < N_TOK, s[2].done < N_TOK};
         if (one[0] + one[1] + one[2]) rc = step(e, s, one, &err);
     }
+    if (!rc) rc = head_calls(e, &err);
     atomic_store(&counting, 0);
+    if (!rc) check_head(mode);
     CHECK_MSG(rc == 0, "%s: %s", mode, err.msg);
     CHECK_MSG(atomic_load(&n_calls) == 0, "%s: %ld allocator calls during forward/MTP/head",
               mode, atomic_load(&n_calls));
@@ -168,9 +208,11 @@ int main(int argc, char **argv) {
     streams = malloc(rows * HC * D * sizeof(float));
     mtp_hidden = malloc(rows * D * sizeof(float));
     logits = malloc(rows * V * sizeof(float));
+    shard = malloc((size_t)3 * HEAD_ROWS * V * sizeof(float));
+    ids = malloc(HEAD_ROWS * sizeof(int32_t));
     run_schedule(m, mode);
     if (!strcmp(mode, "exact")) test_max_rows(m);
-    free(hidden); free(streams); free(mtp_hidden); free(logits);
+    free(hidden); free(streams); free(mtp_hidden); free(logits); free(shard); free(ids);
     dsv4_model_close(m);
     return test_report();
 }
