@@ -603,6 +603,12 @@ typedef struct dsv4_generation_callbacks {
     void (*progress)(void *user, int64_t done, int64_t total);
     /* per generated token, with its log-probabilities when asked for */
     void (*token)(void *user, const dsv4_sample_out *out);
+    /* A sequence length inside the prefill (n0 < keep_at < n0 + n_prompt) at which a prefill
+     * chunk ends and `keep` is called with the sequence there (MTP rows caught up to
+     * m = keep_at - 1 with a spec) and its last position's hidden [D] and streams [hc, D]:
+     * what dsv4_snapshot_take needs at an aligned length. 0 = none. */
+    int64_t keep_at;
+    void (*keep)(void *user, int seq, const float *hidden, const float *streams);
 } dsv4_generation_callbacks;
 
 typedef struct dsv4_generation_result {

@@ -19,11 +19,11 @@ static double now_seconds(void) {
 /* One generation's buffers; with spec, MTP speculative decoding (serving.md §e). */
 typedef struct run {
     dsv4_engine *e;
-    int seq, V, D;
+    int seq, V, D, hc;
     dsv4_spec *spec;
     float *hidden;       /* (2, D) */
     float *logits;       /* (2, V) */
-    float *streams;      /* (max(chunk, 2), hc, D) with spec */
+    float *streams;      /* (max(chunk, 2), hc, D) with spec, else (1, hc, D) */
     float *mtp_hidden;   /* (chunk + 1, D) with spec */
     float *draft_logits; /* (V) with spec */
 } run;
@@ -47,12 +47,17 @@ static int run_mtp(run *r, dsv4_err *err) {
 }
 
 /* Runs n tokens as a plain span on seq; with want_logits the last row's logits land in
- * r->logits. With a spec the streams of every row go to it and its MTP rows run. */
-static int feed(run *r, const int32_t *ids, int n, int want_logits, dsv4_err *err) {
+ * r->logits. With a spec the streams of every row go to it and its MTP rows run. With
+ * keep the last row's hidden and streams are handed to cb->keep. */
+static int feed(run *r, const int32_t *ids, int n, int want_logits, const dsv4_generation_callbacks *keep,
+                dsv4_err *err) {
     dsv4_span sp = {.seq = r->seq, .start = dsv4_seq_length(r->e, r->seq), .n_tokens = n,
-                    .tokens = ids, .n_hidden = want_logits ? 1 : 0, .n_streams = r->spec ? n : 0};
+                    .tokens = ids, .n_hidden = want_logits || keep ? 1 : 0,
+                    .n_streams = r->spec ? n : keep ? 1 : 0};
     int rc = dsv4_forward(r->e, &sp, 1, r->hidden, r->streams, err);
     if (!rc && r->spec && !(rc = dsv4_spec_fed(r->spec, ids, n, r->streams, err))) rc = run_mtp(r, err);
+    if (!rc && keep)
+        keep->keep(keep->user, r->seq, r->hidden, r->streams + (size_t)(sp.n_streams - 1) * r->hc * r->D);
     if (rc || !want_logits) return rc;
     return dsv4_lm_head(r->e, r->hidden, 1, r->logits, err);
 }
@@ -103,7 +108,7 @@ int dsv4_generation_run(dsv4_engine *e, const dsv4_tokenizer *tok, int seq,
     const int chunk = opts->chunk > 0 && opts->chunk < most ? opts->chunk : most;
     const size_t D = (size_t)info.hidden_size, V = (size_t)info.vocab_size;
     const dsv4_spec_stats st0 = opts->spec ? dsv4_spec_get_stats(opts->spec) : (dsv4_spec_stats){0};
-    run r = {e, seq, (int)V, (int)D, opts->spec, NULL, NULL, NULL, NULL, NULL};
+    run r = {e, seq, (int)V, (int)D, info.hc_mult, opts->spec, NULL, NULL, NULL, NULL, NULL};
     dsv4_gen *g = NULL;
     int rc = DSV4_OK;
     r.hidden = malloc(2 * D * sizeof(float));
@@ -112,8 +117,10 @@ int dsv4_generation_run(dsv4_engine *e, const dsv4_tokenizer *tok, int seq,
         r.streams = malloc((size_t)(chunk > 2 ? chunk : 2) * info.hc_mult * D * sizeof(float));
         r.mtp_hidden = malloc(((size_t)chunk + 1) * D * sizeof(float));
         r.draft_logits = malloc(V * sizeof(float));
+    } else {
+        r.streams = malloc((size_t)info.hc_mult * D * sizeof(float));  /* for cb->keep */
     }
-    if (!r.hidden || !r.logits || (r.spec && (!r.streams || !r.mtp_hidden || !r.draft_logits))) {
+    if (!r.hidden || !r.logits || !r.streams || (r.spec && (!r.mtp_hidden || !r.draft_logits))) {
         rc = dsv4_fail(err, DSV4_ERR_NOMEM, "generate: out of memory");
         goto done;
     }
@@ -123,9 +130,13 @@ int dsv4_generation_run(dsv4_engine *e, const dsv4_tokenizer *tok, int seq,
 
     /* prefill in chunks; only the last row's logits are needed */
     double t0 = now_seconds();
+    const int64_t keep_at = cb && cb->keep && cb->keep_at > n0 && cb->keep_at < n0 + n_prompt
+                            ? cb->keep_at - n0 : 0;  /* in prompt rows */
     for (int done = 0; done < n_prompt;) {
         int n = n_prompt - done < chunk ? n_prompt - done : chunk;
-        if ((rc = feed(&r, prompt + done, n, done + n == n_prompt, err))) goto done;
+        if (done < keep_at && done + n >= keep_at) n = (int)(keep_at - done);
+        if ((rc = feed(&r, prompt + done, n, done + n == n_prompt, done + n == keep_at ? cb : NULL, err)))
+            goto done;
         done += n;
         if (cb && cb->progress) cb->progress(cb->user, done, n_prompt);
     }
@@ -143,13 +154,13 @@ int dsv4_generation_run(dsv4_engine *e, const dsv4_tokenizer *tok, int seq,
         const int64_t n = dsv4_seq_length(e, seq);
         if (t.finish || cancelled || n + 1 >= max_ctx) {
             /* the shown token joins the sequence; no logits needed */
-            if ((rc = feed(&r, &t.token, 1, 0, err))) break;
+            if ((rc = feed(&r, &t.token, 1, 0, NULL, err))) break;
             res->last_fed = 1;
             res->context_full = !t.finish && !cancelled;
             break;
         }
         if (!r.spec) {
-            if ((rc = feed(&r, &t.token, 1, 1, err)) || (rc = dsv4_gen_next(g, r.logits, &t, err))) break;
+            if ((rc = feed(&r, &t.token, 1, 1, NULL, err)) || (rc = dsv4_gen_next(g, r.logits, &t, err))) break;
             continue;
         }
         dsv4_spec_set_next(r.spec, t.token);

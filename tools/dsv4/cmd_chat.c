@@ -8,7 +8,14 @@
  * block between lines of three double quotes for multi-line turns, Ctrl-C to interrupt a
  * reply (and at the prompt to quit). Commands: /help /reset /save FILE /load FILE /exit.
  * A turn that cannot run (invalid UTF-8, longer than the context left) is reported and
- * the conversation goes on without it. */
+ * the conversation goes on without it.
+ *
+ * --session FILE keeps the conversation across runs: the messages in FILE (as /save writes
+ * them, after every turn) and the cache in FILE.kv, a KV snapshot (spec/serving.md §g) at
+ * the last compression-aligned length a turn's prefill crossed. A later run with the same
+ * FILE loads both; its first turn restores the snapshot when its tokens start the
+ * re-encoded conversation and recomputes only what follows (else it recomputes all, with
+ * a note). */
 #include <cjson/cJSON.h>
 #include <signal.h>
 #include <stdio.h>
@@ -60,7 +67,25 @@ typedef struct chat_session {
     dsv4_chat_opts co;
     dsv4_chat *conv;
     cJSON *messages;  /* what /save writes: every message in order */
+    /* --session */
+    const char *session;     /* FILE, NULL without --session */
+    char kv_path[4200];      /* FILE.kv */
+    int A;                   /* alignment of snapshots (dsv4_engine_alignment) */
+    dsv4_snapshot *resume;   /* FILE.kv as loaded, until the first turn uses it */
+    int32_t *toks;           /* (n_toks) the tokens the sequence holds (and the turn's prompt) */
+    int64_t n_toks, cap_toks;
 } chat_session;
+
+/* Makes room for n tokens in s->toks; 0 or -1 (out of memory). */
+static int toks_reserve(chat_session *s, int64_t n) {
+    if (n <= s->cap_toks) return 0;
+    int64_t cap = n > 2 * s->cap_toks ? n : 2 * s->cap_toks;
+    int32_t *t = realloc(s->toks, (size_t)cap * sizeof *t);
+    if (!t) return -1;
+    s->toks = t;
+    s->cap_toks = cap;
+    return 0;
+}
 
 /* Rebuilds the conversation from s->messages on a fresh sequence: after /reset, /load, or
  * a turn that failed (its message is not in the list), so the next turn re-encodes all. */
@@ -71,6 +96,7 @@ static int rebuild(chat_session *s, dsv4_err *err) {
     const cJSON *m;
     cJSON_ArrayForEach(m, s->messages) if (!rc) rc = dsv4_chat_add_json(s->conv, m, err);
     int fresh = 0; /* a new sequence needs its own speculative-decoding state */
+    s->n_toks = 0;
     if (!rc && dsv4_seq_length(s->eng, s->seq) > 0) {
         rc = dsv4_seq_free(s->eng, s->seq, err);
         if (!rc) rc = dsv4_seq_create(s->eng, &s->seq, err);
@@ -110,6 +136,79 @@ static size_t utf8_valid_prefix(const unsigned char *s, size_t n) {
     return n;
 }
 
+static void save(const chat_session *s, const char *path, int verbose);
+
+/* ---- --session: the snapshot ----------------------------------------------------------- */
+
+typedef struct keep_ctx {
+    chat_session *s;
+    gen_printer *out;
+} keep_ctx;
+
+static int keep_text(void *user, const char *text, size_t len) {
+    return gen_printer_text(((keep_ctx *)user)->out, text, len);
+}
+
+/* The prefill reached an aligned length: the sequence there goes to FILE.kv (temp file,
+ * fsync, rename: a crash leaves the previous snapshot). Failures only cost the reuse. */
+static void keep_snapshot(void *user, int seq, const float *hidden, const float *streams) {
+    chat_session *s = ((keep_ctx *)user)->s;
+    dsv4_snapshot *snap = NULL;
+    dsv4_err err = {0};
+    const int64_t n = dsv4_seq_length(s->eng, seq);
+    if (s->n_toks < 0 || n > s->cap_toks ||
+        dsv4_snapshot_take(s->eng, seq, s->toks, hidden, streams, &snap, &err) ||
+        dsv4_snapshot_save(s->eng, snap, s->kv_path, &err))
+        fprintf(stderr, "dsv4 chat: warning: the session's cache was not saved: %s\n", err.msg);
+    dsv4_snapshot_free(s->eng, snap);
+}
+
+/* The first turn after --session loaded FILE.kv: when its tokens start the turn's ids (the
+ * whole conversation, re-encoded, on a fresh sequence), the sequence is restored from it.
+ * Returns the ids it covers (0: nothing restored). */
+static size_t resume(chat_session *s, const dsv4_tok_ids *ids) {
+    if (!s->resume) return 0;
+    dsv4_snapshot *snap = s->resume;
+    s->resume = NULL;
+    const int64_t n = dsv4_snapshot_length(snap);
+    dsv4_err err = {0};
+    size_t got = 0;
+    if (dsv4_seq_length(s->eng, s->seq) != 0 || n >= (int64_t)ids->n ||
+        memcmp(dsv4_snapshot_tokens(snap), ids->ids, (size_t)n * sizeof *ids->ids)) {
+        fprintf(stderr, "dsv4 chat: %s does not hold the start of this conversation; it is "
+                "recomputed\n", s->kv_path);
+    } else if (toks_reserve(s, n)) {
+        fprintf(stderr, "dsv4 chat: out of memory; the conversation is recomputed\n");
+    } else {
+        const dsv4_model_info mi = dsv4_model_get_info(dsv4_engine_model(s->eng));
+        float *streams = malloc((size_t)mi.hc_mult * mi.hidden_size * sizeof(float));  /* (hc, D) */
+        int seq = -1;
+        int rc = !streams ? DSV4_ERR_NOMEM : dsv4_seq_free(s->eng, s->seq, &err);
+        if (!rc) rc = dsv4_snapshot_restore(s->eng, snap, &seq, NULL, streams, &err);
+        if (!rc && s->f->gen.spec) {
+            dsv4_spec_free(s->f->gen.spec);
+            s->f->gen.spec = NULL;
+            rc = dsv4_spec_resume(s->eng, seq, streams, &s->f->gen.spec, &err);
+        }
+        free(streams);
+        if (!rc) {
+            s->seq = seq;
+            memcpy(s->toks, dsv4_snapshot_tokens(snap), (size_t)n * sizeof *s->toks);
+            s->n_toks = n;
+            got = (size_t)n;
+            fprintf(stderr, "[resumed %lld tokens from %s]\n", (long long)n, s->kv_path);
+        } else {
+            /* back to a fresh sequence: the turn recomputes everything */
+            fprintf(stderr, "dsv4 chat: %s: %s; the conversation is recomputed\n", s->kv_path, err.msg);
+            if (seq >= 0) dsv4_seq_free(s->eng, seq, NULL);
+            if (dsv4_seq_length(s->eng, s->seq) < 0 && !dsv4_seq_create(s->eng, &s->seq, &err))
+                gen_spec_open(s->f, "chat", s->eng, s->seq);
+        }
+    }
+    dsv4_snapshot_free(s->eng, snap);
+    return got;
+}
+
 /* One user turn: encode, check it fits, generate, record the answer. Returns 0, or 1
  * when the turn failed but the session goes on (reported), or -1 on a failure that ends
  * the session. */
@@ -136,6 +235,7 @@ static int turn(chat_session *s, const char *line) {
         cJSON_Delete(um);
         return rebuild(s, &err) ? -1 : 1;
     }
+    if (reset) s->n_toks = 0;
     if (reset && dsv4_seq_length(s->eng, s->seq) > 0 &&
         (dsv4_seq_free(s->eng, s->seq, &err) || dsv4_seq_create(s->eng, &s->seq, &err) ||
          gen_spec_open(s->f, "chat", s->eng, s->seq))) {
@@ -145,11 +245,12 @@ static int turn(chat_session *s, const char *line) {
         return -1;
     }
     const int thinking = dsv4_chat_gen_thinking(s->conv);
+    size_t skip = resume(s, &ids);  /* tokens restored from FILE.kv */
     const int64_t have = dsv4_seq_length(s->eng, s->seq), room = s->f->max_context - have;
-    if ((int64_t)ids.n >= room) {
+    if ((int64_t)(ids.n - skip) >= room) {
         fprintf(stderr, "dsv4 chat: this turn needs %zu tokens but only %lld of the context "
                         "(--max-context %lld) are left; it was not sent (/reset starts over)\n",
-                ids.n, (long long)(room > 0 ? room : 0), (long long)s->f->max_context);
+                ids.n - skip, (long long)(room > 0 ? room : 0), (long long)s->f->max_context);
         dsv4_tok_ids_free(&ids);
         cJSON_Delete(um);
         return rebuild(s, &err) ? -1 : 1;
@@ -158,7 +259,20 @@ static int turn(chat_session *s, const char *line) {
     gen_printer out;
     gen_printer_start(&out, thinking, &interrupted);
     dsv4_generation_callbacks cb = {.user = &out, .text = gen_printer_text, .progress = gen_progress};
-    int rc = dsv4_generation_run(s->eng, s->tok, s->seq, ids.ids, (int)ids.n, &s->f->gen, &cb, &res, &err);
+    /* the sequence's tokens with this turn's prompt; with --session the prefill stops at the
+     * last aligned length it crosses to save the snapshot there */
+    keep_ctx kc = {s, &out};
+    const int64_t n_new = (int64_t)(ids.n - skip);
+    if (s->session && s->n_toks == have && !toks_reserve(s, have + n_new)) {
+        memcpy(s->toks + have, ids.ids + skip, (size_t)n_new * sizeof *s->toks);
+        s->n_toks = have;
+        cb.user = &kc;
+        cb.text = keep_text;
+        cb.keep_at = (have + n_new - 1) / s->A * s->A;
+        cb.keep = keep_snapshot;
+    }
+    int rc = dsv4_generation_run(s->eng, s->tok, s->seq, ids.ids + skip, (int)n_new, &s->f->gen, &cb,
+                                 &res, &err);
     gen_printer_end(&out);
     dsv4_tok_ids_free(&ids);
     if (rc) {
@@ -170,6 +284,12 @@ static int turn(chat_session *s, const char *line) {
     fflush(stdout);
     /* record exactly what the sequence now holds after the prompt */
     size_t fed = (size_t)res.gen_tokens - (res.last_fed ? 0 : 1);
+    if (s->session && s->n_toks == have && !toks_reserve(s, have + n_new + (int64_t)fed)) {
+        memcpy(s->toks + have + n_new, res.ids, fed * sizeof *s->toks);
+        s->n_toks = have + n_new + (int64_t)fed;
+    } else {
+        s->n_toks = -1;  /* unknown: no more snapshots until a rebuild */
+    }
     char *answer = NULL;
     size_t answer_len = 0;
     dsv4_parsed parsed = {0};
@@ -186,6 +306,7 @@ static int turn(chat_session *s, const char *line) {
     }
     cJSON_AddItemToArray(s->messages, um);
     cJSON_AddItemToArray(s->messages, am);
+    if (s->session) save(s, s->session, 0);
     if (interrupted) fprintf(stderr, "[interrupted] ");
     else if (res.finish == DSV4_FINISH_NONE && dsv4_seq_length(s->eng, s->seq) >= s->f->max_context)
         fprintf(stderr, "[the context is full: /reset to start over] ");
@@ -198,7 +319,7 @@ static int turn(chat_session *s, const char *line) {
 }
 
 /* /save FILE: the messages as a JSON array, written atomically (cli_write_atomic). */
-static void save(const chat_session *s, const char *path) {
+static void save(const chat_session *s, const char *path, int verbose) {
     char *json = cJSON_Print(s->messages);
     char why[4400] = "out of memory";
     size_t n = json ? strlen(json) : 0;
@@ -207,9 +328,9 @@ static void save(const chat_session *s, const char *path) {
         json = text;
         memcpy(json + n++, "\n", 2);
     }
-    if (text && !cli_write_atomic(path, json, n, why, sizeof why))
-        fprintf(stderr, "saved %d messages to %s\n", cJSON_GetArraySize(s->messages), path);
-    else
+    if (text && !cli_write_atomic(path, json, n, why, sizeof why)) {
+        if (verbose) fprintf(stderr, "saved %d messages to %s\n", cJSON_GetArraySize(s->messages), path);
+    } else
         fprintf(stderr, "dsv4 chat: cannot save the conversation: %s\n", why);
     free(json);
 }
@@ -336,9 +457,10 @@ static char *read_turn(chat_input *in) {
 int cmd_chat(int argc, char **argv) {
     gen_flags f;
     gen_flags_init(&f, 512, 1);
-    const char *system = NULL;
+    const char *system = NULL, *session = NULL;
     const cli_opt own[] = {
         CLI_STR_OPT("system", 0, &system, "TEXT", "system message that starts the conversation"),
+        CLI_STR_OPT("session", 0, &session, "FILE", "keep the conversation in FILE and its cache in FILE.kv; resume them when they exist"),
         CLI_OPT_END,
     };
     const cli_cmd cmd = {"chat", "--model DIR [--system TEXT] [options]",
@@ -349,7 +471,7 @@ int cmd_chat(int argc, char **argv) {
     if ((prc = gen_flags_finish(&f, &cmd))) return prc;
 
     dsv4_model *model;
-    chat_session s = {.f = &f, .co = {.thinking = f.think == 1}};
+    chat_session s = {.f = &f, .co = {.thinking = f.think == 1}, .session = session};
     if (gen_open(&f, "chat", &model, &s.tok, &s.eng, &s.seq)) return 1;
     dsv4_err err = {0};
     int status = 1;
@@ -362,6 +484,14 @@ int cmd_chat(int argc, char **argv) {
     if (rebuild(&s, &err)) {
         fprintf(stderr, "dsv4 chat: %s\n", err.msg);
         goto out;
+    }
+    if (s.session) {
+        /* resume: the messages, then the cache (used by the first turn when it fits) */
+        s.A = dsv4_engine_alignment(s.eng);
+        snprintf(s.kv_path, sizeof s.kv_path, "%s.kv", s.session);
+        if (access(s.session, F_OK) == 0 && load(&s, s.session)) goto out;
+        if (access(s.kv_path, F_OK) == 0 && dsv4_snapshot_load(s.eng, s.kv_path, &s.resume, &err))
+            fprintf(stderr, "dsv4 chat: warning: %s; the conversation is recomputed\n", err.msg);
     }
 #ifdef DSV4_HAVE_LIBEDIT
     const char *home = getenv("HOME");
@@ -406,7 +536,7 @@ int cmd_chat(int argc, char **argv) {
                 if (!rc) fprintf(stderr, "new conversation\n");
             }
         } else if (!strncmp(cmdline, "/save ", 6) && cmdline[6]) {
-            save(&s, cmdline + 6);
+            save(&s, cmdline + 6, 1);
         } else if (!strncmp(cmdline, "/load ", 6) && cmdline[6]) {
             rc = load(&s, cmdline + 6);
         } else if (cmdline[0] == '/' && !strchr(cmdline, ' ') && cmdline[1]) {
@@ -425,6 +555,8 @@ out:
     dsv4_spec_free(f.gen.spec);
     free(in.buf);
     cJSON_Delete(s.messages);
+    dsv4_snapshot_free(s.eng, s.resume);
+    free(s.toks);
     dsv4_chat_free(s.conv);
     dsv4_engine_free(s.eng);
     dsv4_tokenizer_free(s.tok);
