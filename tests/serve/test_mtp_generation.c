@@ -122,7 +122,10 @@ static void test_blocking(const dsv4_sample_params *sp, const char *what) {
               "%s: %lld drafts, %lld accepted; forced %lld right, %lld wrong", what,
               (long long)st.drafts, (long long)st.accepted, (long long)f.forced_right,
               (long long)f.forced_wrong);
-    CHECK(f.forced_right > 50 && f.forced_wrong > 50);
+    /* about a quarter of the drafts land right (N = 520 in Release, 200 under the
+     * sanitizers: 50 right, 99 wrong there), so the floor scales with N */
+    CHECK_MSG(f.forced_right > N / 8 && f.forced_wrong > N / 8, "%s: forced %lld right, %lld wrong for %d tokens",
+              what, (long long)f.forced_right, (long long)f.forced_wrong, N);
     printf("%s, forced on boundaries: %lld steps for %d tokens, %lld right, %lld wrong\n", what,
            (long long)st.steps, nf, (long long)f.forced_right, (long long)f.forced_wrong);
     /* right half the time */
