@@ -416,7 +416,17 @@ DSV4_API int dsv4_seq_mtp_off(dsv4_engine *e, int seq, dsv4_err *err);
 
 /* MTP block 0 over MTP positions [start, start + n) of a sequence (start must equal m):
  * row i consumes the main model's last-block streams of position start+i and the token at
- * position start+i+1, and yields the MTP hidden state (apply dsv4_lm_head for logits). */
+ * position start+i+1, and yields the MTP hidden state (apply dsv4_lm_head for logits).
+ * A speculative decoder needs the hidden state of a span's last row only (the next draft),
+ * or of none (rows that only catch the MTP cache up, e.g. after a prefill chunk): the
+ * other rows then stop after the attention sub-block, which writes everything later rows
+ * read, and skip the MoE sub-block and the output head; the rows computed are bitwise
+ * those of a full run, and so is the cache. */
+enum {
+    DSV4_MTP_OUT_ALL = 0,   /* every row's hidden state (the default) */
+    DSV4_MTP_OUT_LAST = 1,  /* the last row's only: one hidden row for the span */
+    DSV4_MTP_OUT_NONE = 2,  /* none: the rows fill the MTP cache only */
+};
 typedef struct dsv4_mtp_span {
     int seq;
     int64_t start;
@@ -425,8 +435,14 @@ typedef struct dsv4_mtp_span {
     const float *streams;        /* [n, hc, D] */
 } dsv4_mtp_span;
 
+/* hidden [sum n, D]: every row's hidden state, in span order. */
 DSV4_API int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans,
                               float *hidden, dsv4_err *err);
+/* The same with out[i] (DSV4_MTP_OUT_*) saying which rows of span i yield a hidden state
+ * (out NULL: all): hidden [rows wanted, D] in span order, n rows for OUT_ALL, 1 for
+ * OUT_LAST, none for OUT_NONE; it may be NULL when no row is wanted. */
+DSV4_API int dsv4_mtp_forward_out(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans,
+                                  const int *out, float *hidden, dsv4_err *err);
 
 /* Serving-side LM head: logits[r] = hidden[r] . head.weight^T for r < n_rows, FP32,
  * hidden [n_rows, D] -> logits [n_rows, V]. */

@@ -113,24 +113,67 @@ size_t dsv4_block_scratch_bytes(const dsv4_config *c, int R) {
     dsv4_arena m = dsv4_arena_measuring();
     block_bufs bb;
     block_take(&m, c, R, &bb);
+    /* the kept rows' batch (dsv4_engine_block_keep) */
+    dsv4_arena_take_n(&m, R, sizeof(dsv4_batch_span));
+    dsv4_arena_take_n(&m, R, sizeof(int64_t));
+    dsv4_arena_take_n(&m, R, sizeof(int32_t));
     /* the choice reports: CSA selections (local attention step), experts (dsv4_engine_moe) */
     dsv4_arena_take_n(&m, (int64_t)R * c->index_topk, sizeof(int));
     dsv4_arena_take_n(&m, (int64_t)R * c->num_experts_per_tok, sizeof(int));
     return m.peak;
 }
 
+/* Compacts h (R, hc, D) to the rows keep[0 .. n_keep) (ascending) and describes them in
+ * *out: one span per kept row, so that the MoE's choice reports name their sequences and
+ * positions. Buffers from the arena; 0 when it is too small. */
+static int keep_rows(dsv4_arena *a, const dsv4_config *c, const dsv4_batch *batch, const int *keep,
+                     int n_keep, float *h, dsv4_batch *out) {
+    const size_t row = (size_t)c->hc_mult * c->hidden_size;
+    dsv4_batch_span *bs = dsv4_arena_take_n(a, n_keep, sizeof *bs);
+    int64_t *pos = dsv4_arena_take_n(a, n_keep, sizeof *pos);
+    int32_t *tok = dsv4_arena_take_n(a, n_keep, sizeof *tok);
+    if (n_keep && (!bs || !pos || !tok)) return 0;
+    int si = 0;
+    for (int i = 0; i < n_keep; i++) {
+        const int r = keep[i];
+        while (r >= batch->spans[si].row0 + batch->spans[si].n) si++;
+        pos[i] = batch->pos[r];
+        tok[i] = batch->tokens[r];
+        bs[i] = (dsv4_batch_span){batch->spans[si].seq, pos[i], 1, i};
+        if (r != i) memcpy(h + (size_t)i * row, h + (size_t)r * row, row * sizeof(float)); /* r > i */
+    }
+    *out = (dsv4_batch){n_keep, n_keep, bs, pos, tok};
+    return 1;
+}
+
 int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
                       const dsv4_block_step *step, float *h, dsv4_err *err) {
+    return dsv4_engine_block_keep(e, b, batch, step, h, NULL, 0, err);
+}
+
+int dsv4_engine_block_keep(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
+                           const dsv4_block_step *step, float *h, const int *keep, int n_keep,
+                           dsv4_err *err) {
     const dsv4_config *c = e->cfg;
-    const int R = batch->n_rows;
+    int R = batch->n_rows;
     int rc = DSV4_OK;
     const size_t mark = dsv4_arena_mark(&e->scratch);
     block_bufs bb;
+    dsv4_batch kept;
     if (!block_take(&e->scratch, c, R, &bb)) {
         rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "block: scratch arena too small"), 0);
         goto done;
     }
     for (int sub = 0; sub < 2; sub++) {
+        if (sub == 1 && keep) {
+            /* only the kept rows go on (an EP rank still joins the exchange with none) */
+            if (!keep_rows(&e->scratch, c, batch, keep, n_keep, h, &kept)) {
+                rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "block: scratch arena too small"), 0);
+                goto done;
+            }
+            batch = &kept;
+            R = n_keep;
+        }
         /* x, post, comb = hc_pre(h); x = RMSNorm(x; norm) */
         sub_in(e->k, e->num, c, b, sub, h, R, bb.x, bb.post, bb.comb);
         /* y = attention(x) or MoE(x) */

@@ -89,6 +89,16 @@ dsv4_block_step dsv4_engine_local_step(dsv4_engine *e);
 int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
                       const dsv4_block_step *step, float *h, dsv4_err *err);
 
+/* The same with only some rows going on past the attention sub-block: keep[0 .. n_keep)
+ * (ascending row indices; NULL = all rows). Every cache write of a row happens in the
+ * attention sub-block, so the other rows are complete there; h is then compacted to the
+ * kept rows (row i of the result is row keep[i]) and the MoE sub-block runs on them alone.
+ * A kept row's streams are bitwise those of the full block (every step is per row). For
+ * the MTP block, whose other rows only fill its caches. */
+int dsv4_engine_block_keep(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
+                           const dsv4_block_step *step, float *h, const int *keep, int n_keep,
+                           dsv4_err *err);
+
 /* The MoE sub-block of a batch, y (R, D) from x (R, D): local, or expert-parallel over the
  * process group, in which case every rank calls it for every MoE sub-block, also with zero
  * rows. */

@@ -29,6 +29,7 @@ typedef struct mtp_bufs {
     float *hn;            /* (R, hc, D) normed streams */
     float *z;             /* (R, hc, D) block streams */
     float *y;             /* (D) */
+    int *keep;            /* (R) rows whose hidden state is wanted, ascending */
 } mtp_bufs;
 
 static int mtp_take(dsv4_arena *a, const dsv4_config *c, int R, int n_spans, mtp_bufs *f) {
@@ -44,8 +45,9 @@ static int mtp_take(dsv4_arena *a, const dsv4_config *c, int R, int n_spans, mtp
     f->hn = dsv4_arena_take_n(a, R * hc * D, sizeof(float));
     f->z = dsv4_arena_take_n(a, R * hc * D, sizeof(float));
     f->y = dsv4_arena_take_n(a, D, sizeof(float));
+    f->keep = dsv4_arena_take_n(a, R, sizeof(int));
     return f->bs && f->pos && f->tok && f->seqs && f->starts && f->counts && f->en && f->ep &&
-           f->hn && f->z && f->y;
+           f->hn && f->z && f->y && f->keep;
 }
 
 size_t dsv4_mtp_scratch_bytes(const dsv4_config *c, int R, int n_spans) {
@@ -56,13 +58,13 @@ size_t dsv4_mtp_scratch_bytes(const dsv4_config *c, int R, int n_spans) {
 }
 
 /* Every check of a call's arguments; *R_out = its rows. */
-static int validate_mtp(const dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, const float *hidden,
-                        int *R_out, dsv4_err *err) {
+static int validate_mtp(const dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, const int *out,
+                        const float *hidden, int *R_out, dsv4_err *err) {
     const dsv4_config *c = e->cfg;
     if (!e->opts.mtp)
         return dsv4_fail(err, DSV4_ERR_STATE, "mtp_forward: engine created without MTP (opts.mtp = 0)");
-    if (n_spans < 1 || !spans || !hidden) return dsv4_fail(err, DSV4_ERR_ARG, "mtp_forward: no spans");
-    int R = 0;
+    if (n_spans < 1 || !spans) return dsv4_fail(err, DSV4_ERR_ARG, "mtp_forward: no spans");
+    int R = 0, wanted = 0;
     for (int i = 0; i < n_spans; i++) {
         const dsv4_mtp_span *sp = &spans[i];
         if (sp->seq < 0 || sp->seq >= e->opts.max_seqs || !e->seqs[sp->seq].live)
@@ -87,6 +89,10 @@ static int validate_mtp(const dsv4_engine *e, const dsv4_mtp_span *spans, int n_
                              (long long)s->n, e->opts.c_max);
         if (!sp->next_tokens || !sp->streams)
             return dsv4_fail(err, DSV4_ERR_ARG, "mtp span %d: missing tokens or streams", i);
+        const int o = out ? out[i] : DSV4_MTP_OUT_ALL;
+        if (o < DSV4_MTP_OUT_ALL || o > DSV4_MTP_OUT_NONE)
+            return dsv4_fail(err, DSV4_ERR_ARG, "mtp span %d: out = %d is not a DSV4_MTP_OUT_* value", i, o);
+        wanted += o == DSV4_MTP_OUT_ALL ? sp->n : o == DSV4_MTP_OUT_LAST;
         for (int j = 0; j < sp->n; j++)
             if (sp->next_tokens[j] < 0 || sp->next_tokens[j] >= c->vocab_size)
                 return dsv4_fail(err, DSV4_ERR_ARG, "mtp span %d: token id %d outside [0, %d)", i,
@@ -99,18 +105,25 @@ static int validate_mtp(const dsv4_engine *e, const dsv4_mtp_span *spans, int n_
     if (R > e->opts.max_rows)
         return dsv4_fail(err, DSV4_ERR_ARG, "mtp_forward: %d rows in one call exceed max_rows = %d",
                          R, e->opts.max_rows);
+    if (wanted && !hidden) return dsv4_fail(err, DSV4_ERR_ARG, "mtp_forward: NULL hidden for %d rows", wanted);
     *R_out = R;
     return DSV4_OK;
 }
 
 int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, float *hidden,
                      dsv4_err *err) {
+    return dsv4_mtp_forward_out(e, spans, n_spans, NULL, hidden, err);
+}
+
+int dsv4_mtp_forward_out(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, const int *out,
+                         float *hidden, dsv4_err *err) {
     const dsv4_config *c = e->cfg;
     const int D = c->hidden_size, hc = c->hc_mult;
     const float eps = (float)c->rms_norm_eps;
     int R = 0;
     {
-        int rc = validate_mtp(e, spans, n_spans, hidden, &R, err);
+        /* out is the home rank's own business: the group does not agree on it */
+        int rc = validate_mtp(e, spans, n_spans, out, hidden, &R, err);
         /* the group agrees on the call first (see dsv4_forward) */
         if (e->group) rc = dsv4_engine_agree_mtp(e, rc, spans, n_spans, err);
         if (rc) return rc;
@@ -138,10 +151,13 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
     dsv4_batch_span *bs = f.bs;
     int64_t *pos = f.pos, *starts = f.starts;
     int32_t *tok = f.tok;
-    int *seqs = f.seqs, *counts = f.counts;
+    int *seqs = f.seqs, *counts = f.counts, *keep = f.keep;
     float *en = f.en, *ep = f.ep, *hn = f.hn, *z = f.z, *y = f.y;
-    int row = 0;
+    int row = 0, n_keep = 0;
     for (int i = 0; i < n_spans; i++) {
+        const int o = out ? out[i] : DSV4_MTP_OUT_ALL;
+        for (int j = 0; j < spans[i].n; j++)
+            if (o == DSV4_MTP_OUT_ALL || (o == DSV4_MTP_OUT_LAST && j == spans[i].n - 1)) keep[n_keep++] = row + j;
         bs[i] = (dsv4_batch_span){spans[i].seq, spans[i].start, spans[i].n, row};
         seqs[i] = spans[i].seq;
         starts[i] = spans[i].start;
@@ -172,12 +188,13 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
             for (int d = 0; d < D; d++) z[((size_t)i * hc + k) * D + d] += ep[(size_t)i * D + d];
 
     const dsv4_block_step local = dsv4_engine_local_step(e);
-    if ((rc = dsv4_engine_block(e, b, &batch, &local, z, err))) {
+    /* rows nobody reads stop after the attention sub-block (all of their cache writes) */
+    if ((rc = dsv4_engine_block_keep(e, b, &batch, &local, z, n_keep < R ? keep : NULL, n_keep, err))) {
         for (int i = 0; i < n_spans; i++) e->seqs[spans[i].seq].broken = 1;
         goto done;
     }
 
-    for (int i = 0; i < R; i++) {
+    for (int i = 0; i < n_keep; i++) { /* z: the kept rows, compacted */
         dsv4_hc_head(c, z + (size_t)i * hc * D, b->hc_head_fn, b->hc_head_base, b->hc_head_scale, y);
         dsv4_rmsnorm(y, b->norm, D, eps, hidden + (size_t)i * D);
         e->num->round(e->num, DSV4_ACT_NORM, hidden + (size_t)i * D, D);
