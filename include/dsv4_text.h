@@ -517,7 +517,10 @@ DSV4_API int dsv4_gen_stop_matched(const dsv4_gen *g);
  *   k == 2 and going on: y = dsv4_gen_next(g, row 1)    (row 1's logits follow the draft)
  *   dsv4_spec_set_next(s, y.token)        the new pending token x_n (when it joins the text)
  *   dsv4_spec_mtp_span(s, &ms, &drafts)   MTP rows [m, n), all rows whose x_{t+1} is known
- *   dsv4_mtp_forward(... ms ...); drafts: d = argmax of the logits of the span's last row
+ *   dsv4_mtp_forward_out(... ms, out = drafts ? DSV4_MTP_OUT_LAST : DSV4_MTP_OUT_NONE ...)
+ *                                         drafts: d = argmax of the logits of the span's
+ *                                         last row, the one hidden row the span yields (the
+ *                                         other rows only fill the MTP cache)
  *   dsv4_spec_mtp_done(s, d or -1)
  *
  * Prefill chunks and any other plain span of the sequence ask for the streams of every row
@@ -555,8 +558,9 @@ DSV4_API int dsv4_spec_fed(dsv4_spec *s, const int32_t *tokens, int n, const flo
 /* The next token x_n: sampled, not run yet. */
 DSV4_API void dsv4_spec_set_next(dsv4_spec *s, int32_t token);
 /* The MTP rows ready to run (*ms->n may be 0: nothing to run); *drafts = 1 when the last
- * row is n - 1, whose logits give the next draft. The span points into s (valid until the
- * next call on s). */
+ * row is n - 1, whose logits give the next draft. Only that row's hidden state is ever
+ * read: run the span with dsv4_mtp_forward_out and DSV4_MTP_OUT_LAST when drafting, else
+ * DSV4_MTP_OUT_NONE. The span points into s (valid until the next call on s). */
 DSV4_API void dsv4_spec_mtp_span(dsv4_spec *s, dsv4_mtp_span *ms, int *drafts);
 /* After the MTP span ran: draft = the argmax of its last row's logits when *drafts was set,
  * else -1. */

@@ -24,21 +24,23 @@ typedef struct run {
     float *hidden;       /* (2, D) */
     float *logits;       /* (2, V) */
     float *streams;      /* (max(chunk, 2), hc, D) with spec, else (1, hc, D) */
-    float *mtp_hidden;   /* (chunk + 1, D) with spec */
+    float *mtp_hidden;   /* (1, D) with spec: the drafting row */
     float *draft_logits; /* (V) with spec */
 } run;
 
-/* The MTP rows that are ready; when the last one is n - 1 its argmax is the next draft. */
+/* The MTP rows that are ready; when the last one is n - 1 its argmax is the next draft
+ * (the span then yields that row's hidden state alone, DSV4_MTP_OUT_LAST). */
 static int run_mtp(run *r, dsv4_err *err) {
     dsv4_mtp_span ms;
     int drafts;
     dsv4_spec_mtp_span(r->spec, &ms, &drafts);
     if (!ms.n) return DSV4_OK;
-    int rc = dsv4_mtp_forward(r->e, &ms, 1, r->mtp_hidden, err);
+    const int out = drafts ? DSV4_MTP_OUT_LAST : DSV4_MTP_OUT_NONE;
+    int rc = dsv4_mtp_forward_out(r->e, &ms, 1, &out, r->mtp_hidden, err);
     if (rc) return rc;
     int32_t d = -1;
     if (drafts) {
-        if ((rc = dsv4_lm_head(r->e, r->mtp_hidden + (size_t)(ms.n - 1) * r->D, 1, r->draft_logits, err)))
+        if ((rc = dsv4_lm_head(r->e, r->mtp_hidden, 1, r->draft_logits, err)))
             return rc;
         d = dsv4_argmax(r->draft_logits, r->V);
     }
@@ -115,7 +117,7 @@ int dsv4_generation_run(dsv4_engine *e, const dsv4_tokenizer *tok, int seq,
     r.logits = malloc(2 * V * sizeof(float));
     if (r.spec) {
         r.streams = malloc((size_t)(chunk > 2 ? chunk : 2) * info.hc_mult * D * sizeof(float));
-        r.mtp_hidden = malloc(((size_t)chunk + 1) * D * sizeof(float));
+        r.mtp_hidden = malloc(D * sizeof(float));
         r.draft_logits = malloc(V * sizeof(float));
     } else {
         r.streams = malloc((size_t)info.hc_mult * D * sizeof(float));  /* for cb->keep */

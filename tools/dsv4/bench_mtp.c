@@ -117,12 +117,12 @@ typedef struct mb {
     int *n_out;              /* (max_b) */
     dsv4_span *spans;        /* (max_b) */
     dsv4_mtp_span *mspans;   /* (max_b) */
-    int *mrow_of;            /* (max_b) the row of a sequence's draft in the draft head call, -1 */
+    int *mout;               /* (max_b) DSV4_MTP_OUT_* of each MTP span */
+    int *mrow_of;            /* (max_b) the row of a sequence's draft in the draft head call */
     int32_t *tok;            /* (max_b) */
     float *hidden;           /* (max(2 max_b, 1), D) */
     float *streams;          /* (max(2 max_b, chunk), hc, D) */
-    float *mtp_hidden;       /* (max(2 max_b, chunk + 1), D) */
-    float *draft_in;         /* (max_b, D) */
+    float *mtp_hidden;       /* (max_b, D) the drafting rows */
     float *logits;           /* (2 max_b, V) */
     double ph[4];            /* seconds in the phases of the steps since the last reset: MTP
                               * call, draft head, main forward, its head */
@@ -148,38 +148,33 @@ static int fail_oom(mb *b) {
 }
 
 /* MTP rows of every sequence that has some ready in one call, then one head call over the
- * draft rows; every sequence whose rows ran hears of it (dsv4_spec_mtp_done). */
+ * draft rows (a drafting span yields its last row's hidden state alone, packed in span
+ * order); every sequence whose rows ran hears of it (dsv4_spec_mtp_done). */
 static int run_mtp_rows(mb *b, int n, int *mtp_rows, int *draft_rows) {
     int ns = 0, rows = 0, nd = 0;
     for (int i = 0; i < n; i++) {
         int drafts;
         dsv4_mtp_span ms;
         dsv4_spec_mtp_span(b->spec[i], &ms, &drafts);
-        b->mrow_of[i] = ms.n ? (drafts ? -2 - (rows + ms.n - 1) : -1) : 0; /* 0: nothing ran */
+        b->mrow_of[i] = !ms.n ? -1 : drafts ? nd++ : -2;  /* -1: nothing ran; -2: no draft */
         if (!ms.n) continue;
+        b->mout[ns] = drafts ? DSV4_MTP_OUT_LAST : DSV4_MTP_OUT_NONE;
         b->mspans[ns++] = ms;
         rows += ms.n;
     }
     *mtp_rows = rows;
-    *draft_rows = 0;
+    *draft_rows = nd;
     if (!ns) return 0;
     const double t0 = now_s();
-    int rc = dsv4_mtp_forward(b->eng, b->mspans, ns, b->mtp_hidden, &b->err);
+    int rc = dsv4_mtp_forward_out(b->eng, b->mspans, ns, b->mout, b->mtp_hidden, &b->err);
     const double t1 = now_s();
-    for (int i = 0; !rc && i < n; i++)
-        if (b->mrow_of[i] <= -2)  /* a draft: the last row of its span */
-            memcpy(b->draft_in + (size_t)nd++ * b->D, b->mtp_hidden + (size_t)(-2 - b->mrow_of[i]) * b->D,
-                   (size_t)b->D * sizeof(float));
-    if (!rc && nd) rc = dsv4_lm_head(b->eng, b->draft_in, nd, b->logits, &b->err);
+    if (!rc && nd) rc = dsv4_lm_head(b->eng, b->mtp_hidden, nd, b->logits, &b->err);
     if (rc) return rc;
     b->ph[0] += t1 - t0;
     b->ph[1] += now_s() - t1;
-    for (int i = 0, j = 0; i < n; i++) {
-        if (b->mrow_of[i] == 0) continue;
-        const int32_t d = b->mrow_of[i] <= -2 ? dsv4_argmax(b->logits + (size_t)j++ * b->V, b->V) : -1;
-        dsv4_spec_mtp_done(b->spec[i], d);
-    }
-    *draft_rows = nd;
+    for (int i = 0; i < n; i++)
+        if (b->mrow_of[i] != -1)
+            dsv4_spec_mtp_done(b->spec[i], b->mrow_of[i] >= 0 ? dsv4_argmax(b->logits + (size_t)b->mrow_of[i] * b->V, b->V) : -1);
     return 0;
 }
 
@@ -525,15 +520,15 @@ int bench_mtp(const bench_mtp_opts *o) {
     b.spans = calloc((size_t)max_b, sizeof *b.spans);
     b.mspans = calloc((size_t)max_b, sizeof *b.mspans);
     b.mrow_of = calloc((size_t)max_b, sizeof *b.mrow_of);
+    b.mout = calloc((size_t)max_b, sizeof *b.mout);
     b.tok = calloc((size_t)max_b, sizeof *b.tok);
     b.hidden = malloc((size_t)2 * max_b * b.D * sizeof(float));
     b.streams = malloc((size_t)rows * b.HC * b.D * sizeof(float));
-    b.mtp_hidden = malloc((size_t)rows * b.D * sizeof(float));
-    b.draft_in = malloc((size_t)max_b * b.D * sizeof(float));
+    b.mtp_hidden = malloc((size_t)max_b * b.D * sizeof(float));
     b.logits = malloc((size_t)2 * max_b * b.V * sizeof(float));
     if (!b.cs.main_used || !b.cs.mtp_used || !b.base || !b.x0 || !b.fork || !b.spec || !b.dsrc ||
-        !b.ref || !b.out || !b.n_out || !b.spans || !b.mspans || !b.mrow_of || !b.tok || !b.hidden ||
-        !b.streams || !b.mtp_hidden || !b.draft_in || !b.logits) {
+        !b.ref || !b.out || !b.n_out || !b.spans || !b.mspans || !b.mrow_of || !b.mout || !b.tok || !b.hidden ||
+        !b.streams || !b.mtp_hidden || !b.logits) {
         fail_oom(&b);
         fprintf(stderr, "dsv4 bench: %s\n", b.err.msg);
         goto out;
@@ -590,8 +585,8 @@ out:
     dsv4_step_weights_free(&b.w);
     free(b.cs.main_used); free(b.cs.mtp_used);
     free(b.base); free(b.x0); free(b.fork); free(b.spec); free(b.dsrc); free(b.ref); free(b.out);
-    free(b.n_out); free(b.spans); free(b.mspans); free(b.mrow_of); free(b.tok);
-    free(b.hidden); free(b.streams); free(b.mtp_hidden); free(b.draft_in); free(b.logits);
+    free(b.n_out); free(b.spans); free(b.mspans); free(b.mrow_of); free(b.mout); free(b.tok);
+    free(b.hidden); free(b.streams); free(b.mtp_hidden); free(b.logits);
     dsv4_engine_free(b.eng);
     dsv4_model_close(b.model);
     return status;
