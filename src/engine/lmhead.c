@@ -293,7 +293,7 @@ int dsv4_lm_head_argmax(dsv4_engine *e, const float *hidden, int n_rows, int32_t
     }
     /* a group: every rank's shard, reduced (an allocation failure is reported through
      * shard_pass's agreement) */
-    dsv4_argmax *best = malloc((size_t)(n_rows > 0 ? n_rows : 1) * sizeof *best); /* (n_rows) */
+    dsv4_argmax *best = calloc((size_t)(n_rows > 0 ? n_rows : 1), sizeof *best); /* (n_rows) */
     int rc = group_argmax(e, hidden, n_rows, best, err);
     for (int r = 0; !rc && r < n_rows; r++) {
         ids[r] = best[r].id;
