@@ -20,6 +20,17 @@
 
 #include "dsv4_text.h"
 
+/* Whether the encoder takes tools from message m: it reads "tools" only on system and
+ * developer messages, and only a non-empty array counts (chat.c, opt_array). Tools on any
+ * other message are ignored there, so a thinking conversation may then drop reasoning. */
+static int message_tools(const cJSON *m) {
+    const cJSON *role = cJSON_IsObject(m) ? cJSON_GetObjectItemCaseSensitive(m, "role") : NULL;
+    const cJSON *tools = cJSON_IsObject(m) ? cJSON_GetObjectItemCaseSensitive(m, "tools") : NULL;
+    return cJSON_IsString(role) &&
+           (!strcmp(role->valuestring, "system") || !strcmp(role->valuestring, "developer")) &&
+           cJSON_IsArray(tools) && tools->child;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void check_parse(const char *text, size_t n, int thinking) {
@@ -124,7 +135,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int has_tools = cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0;
     if (cJSON_IsArray(messages)) {
         const cJSON *m;
-        cJSON_ArrayForEach(m, messages) has_tools |= cJSON_IsObject(m) && cJSON_GetObjectItemCaseSensitive(m, "tools");
+        cJSON_ArrayForEach(m, messages) has_tools |= message_tools(m);
         check_conversation(messages, tools, &o, has_tools, answer, answer_n);
     }
     cJSON_Delete(root);
