@@ -48,4 +48,12 @@ for f in prefill_logits decode_logits; do
 done
 expect 2 "unknown item 'F7'" --model "$MODEL" --tokens 1,2 --dump "$OUT/x" --fidelity F7
 expect 1 "w8a8" --model "$MODEL" --tokens 1,2 --dump "$OUT/x" --fidelity F1 --w8a8
+# buffers grow with what is used, not with the square of the sequence count (issue 14 item
+# 7): 3,000 one-token sequences ran in ~4 s and ~0.6 GB, and must fit a 3 GB address space;
+# sizing one buffer by sequences x sequences x D (4.6 GB at D = 128) cannot
+awk 'BEGIN { for (i = 0; i < 3000; i++) print (i * 7) % 512 }' > "$OUT/many.txt"
+(ulimit -v 3000000 && "$BIN" run --model "$MODEL" --tokens-file "$OUT/many.txt" --dump "$OUT/many") 2> "$OUT/many.err" ||
+    fail "3,000 one-token sequences in 3 GB: $(tail -n 3 "$OUT/many.err")"
+[ "$(ls "$OUT/many" | wc -l)" = 3000 ] || fail "3,000 sequences: $(ls "$OUT/many" | wc -l) dumps"; ok
+rm -rf "$OUT/many"
 printf "cli_run: %d checks passed, 0 failed\n" "$checks"
