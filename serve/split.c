@@ -1,6 +1,8 @@
 /* split.c — reasoning / content / tool-block split of streamed text (split.h). */
 #include "serve/split.h"
 
+#include "serve/util.h"
+
 #include <string.h>
 
 #define THINK_END "</think>"
@@ -10,22 +12,6 @@ void srv_split_init(srv_split *s, int thinking, int tools) {
     s->part = thinking ? SRV_PART_REASONING : SRV_PART_CONTENT;
     s->pos = 0;
     s->tools = tools;
-}
-
-/* First occurrence of m in t[0..n), or n. */
-static size_t find(const char *t, size_t n, const char *m) {
-    size_t k = strlen(m);
-    for (size_t i = 0; i + k <= n; i++)
-        if (!memcmp(t + i, m, k)) return i;
-    return n;
-}
-
-/* Length of the longest tail of t[0..n) that is a proper beginning of m. */
-static size_t partial_tail(const char *t, size_t n, const char *m) {
-    size_t k = strlen(m);
-    for (size_t l = k - 1 < n ? k - 1 : n; l > 0; l--)
-        if (!memcmp(t + n - l, m, l)) return l;
-    return 0;
 }
 
 int srv_split_next(srv_split *s, const char *text, size_t len, int done, int *part,
@@ -42,17 +28,17 @@ int srv_split_next(srv_split *s, const char *text, size_t len, int done, int *pa
             return 1;
         }
         const char *marker = s->part == SRV_PART_REASONING ? THINK_END : TOOLS_OPEN;
-        size_t at = find(t, left, marker);
+        size_t at = srv_find(t, left, 0, marker);
         /* the DSML block may also follow content without the blank line */
         if (s->part == SRV_PART_CONTENT) {
-            size_t bare = find(t, left, TOOLS_OPEN + 2);
+            size_t bare = srv_find(t, left, 0, TOOLS_OPEN + 2);
             if (bare < at) at = bare;
         }
         size_t upto = at;
         if (at == left && !done) {
-            size_t hold = partial_tail(t, left, marker);
+            size_t hold = srv_partial_tail(t, left, marker);
             if (s->part == SRV_PART_CONTENT) {
-                size_t h2 = partial_tail(t, left, TOOLS_OPEN + 2);
+                size_t h2 = srv_partial_tail(t, left, TOOLS_OPEN + 2);
                 if (h2 > hold) hold = h2;
             }
             upto = left - hold;

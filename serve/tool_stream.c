@@ -3,6 +3,8 @@
  * sends what grew. */
 #include "serve/tool_stream.h"
 
+#include "serve/util.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,22 +41,6 @@ static int take(scan *c, const char *lit) {
     if (c->n - c->pos < m || memcmp(c->s + c->pos, lit, m)) return 0;
     c->pos += m;
     return 1;
-}
-
-/* Offset of the first pat at or after from, or n. */
-static size_t find(const char *s, size_t n, size_t from, const char *pat) {
-    size_t m = strlen(pat);
-    for (size_t i = from; i + m <= n; i++)
-        if (!memcmp(s + i, pat, m)) return i;
-    return n;
-}
-
-/* Length of the longest tail of t[0..n) that is a proper beginning of m. */
-static size_t partial_tail(const char *t, size_t n, const char *m) {
-    size_t k = strlen(m);
-    for (size_t l = k - 1 < n ? k - 1 : n; l > 0; l--)
-        if (!memcmp(t + n - l, m, l)) return l;
-    return 0;
 }
 
 /* The inside of a JSON string for n bytes of s, as Python's json.dumps(ensure_ascii=False)
@@ -112,7 +98,7 @@ static int scan_params(scan *c, int done, part *p) {
         if (!take(c, PAR_OPEN)) return 0;
         skip_ws(c);
         if (!take(c, "name=\"")) return 0;
-        const size_t k0 = c->pos, k1 = find(c->s, c->n, k0, "\"");
+        const size_t k0 = c->pos, k1 = srv_find(c->s, c->n, k0, "\"");
         if (k1 == c->n) return 0;
         c->pos = k1 + 1;
         skip_ws(c);
@@ -123,12 +109,12 @@ static int scan_params(scan *c, int done, part *p) {
         srv_buf_puts(&p->args, n_params ? ", \"" : "{\"");
         put_escaped(&p->args, c->s + k0, k1 - k0);
         srv_buf_puts(&p->args, "\": ");
-        const size_t v0 = c->pos, v1 = find(c->s, c->n, v0, PAR_CLOSE);
+        const size_t v0 = c->pos, v1 = srv_find(c->s, c->n, v0, PAR_CLOSE);
         if (v1 == c->n) {
             /* the value so far: a string's characters, except what may begin the close */
             if (is_str) {
                 size_t avail = c->n - v0;
-                if (!done) avail -= partial_tail(c->s + v0, avail, PAR_CLOSE);
+                if (!done) avail -= srv_partial_tail(c->s + v0, avail, PAR_CLOSE);
                 srv_buf_puts(&p->args, "\"");
                 put_escaped(&p->args, c->s + v0, avail);
             }
@@ -149,8 +135,8 @@ static int scan_calls(const char *block, size_t n, int done, part *calls, int ca
         if (!take(&c, INV_OPEN)) break;
         skip_ws(&c);
         if (!take(&c, "name=\"")) break;
-        const size_t n0 = c.pos, n1 = find(block, n, n0, "\">");
-        if (n1 == n || memchr(block + n0, '\n', n1 - n0) || find(block, n1, n0, DSV4_DSML) < n1) break;
+        const size_t n0 = c.pos, n1 = srv_find(block, n, n0, "\">");
+        if (n1 == n || memchr(block + n0, '\n', n1 - n0) || srv_find(block, n1, n0, DSV4_DSML) < n1) break;
         c.pos = n1 + 2;
         calls[k].name = block + n0;
         calls[k].name_n = n1 - n0;

@@ -90,3 +90,17 @@ void srv_buf_put_utf8(srv_buf *b, const char *s, size_t n) {
         else { srv_buf_puts(b, "\xef\xbf\xbd"); i++; }
     }
 }
+
+size_t srv_find(const char *t, size_t n, size_t from, const char *m) {
+    size_t k = strlen(m);
+    for (size_t i = from; i + k <= n; i++)
+        if (!memcmp(t + i, m, k)) return i;
+    return n;
+}
+
+size_t srv_partial_tail(const char *t, size_t n, const char *m) {
+    size_t k = strlen(m);
+    for (size_t l = k - 1 < n ? k - 1 : n; l > 0; l--)
+        if (!memcmp(t + n - l, m, l)) return l;
+    return 0;
+}

@@ -29,4 +29,10 @@ void srv_buf_free(srv_buf *b);
  * token's bytes may hold part of a character; JSON text must be valid UTF-8). */
 void srv_buf_put_utf8(srv_buf *b, const char *s, size_t n);
 
+/* Offset of the first m in t[from..n), or n. */
+size_t srv_find(const char *t, size_t n, size_t from, const char *m);
+/* Length of the longest tail of t[0..n) that is a proper beginning of m: bytes to hold back
+ * while a marker may still be arriving. */
+size_t srv_partial_tail(const char *t, size_t n, const char *m);
+
 #endif
