@@ -26,24 +26,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli_util.h"
 #include "dsv4_internal.h"
 #include "dsv4_text.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static double loadavg1(void) {
-    FILE *f = fopen("/proc/loadavg", "r");
-    double v = -1;
-    if (f) {
-        if (fscanf(f, "%lf", &v) != 1) v = -1;
-        fclose(f);
-    }
-    return v;
-}
 
 static uint64_t mix64(uint64_t z) {
     z += 0x9e3779b97f4a7c15ull;
@@ -165,13 +150,13 @@ static int run_mtp_rows(mb *b, int n, int *mtp_rows, int *draft_rows) {
     *mtp_rows = rows;
     *draft_rows = nd;
     if (!ns) return 0;
-    const double t0 = now_s();
+    const double t0 = cli_now_s();
     int rc = dsv4_mtp_forward_out(b->eng, b->mspans, ns, b->mout, b->mtp_hidden, &b->err);
-    const double t1 = now_s();
+    const double t1 = cli_now_s();
     if (!rc && nd) rc = dsv4_lm_head(b->eng, b->mtp_hidden, nd, b->logits, &b->err);
     if (rc) return rc;
     b->ph[0] += t1 - t0;
-    b->ph[1] += now_s() - t1;
+    b->ph[1] += cli_now_s() - t1;
     for (int i = 0; i < n; i++)
         if (b->mrow_of[i] != -1)
             dsv4_spec_mtp_done(b->spec[i], b->mrow_of[i] >= 0 ? dsv4_argmax(b->logits + (size_t)b->mrow_of[i] * b->V, b->V) : -1);
@@ -188,12 +173,12 @@ static int spec_step(mb *b, int n, int *verify_rows, int *mtp_rows, int *draft_r
         rows += b->spans[i].n_tokens;
     }
     *verify_rows = rows;
-    const double t0 = now_s();
+    const double t0 = cli_now_s();
     if (!rc) rc = dsv4_forward(b->eng, b->spans, n, b->hidden, b->streams, &b->err);
-    const double t1 = now_s();
+    const double t1 = cli_now_s();
     if (!rc) rc = dsv4_lm_head(b->eng, b->hidden, rows, b->logits, &b->err);
     b->ph[2] += t1 - t0;
-    b->ph[3] += now_s() - t1;
+    b->ph[3] += cli_now_s() - t1;
     for (int i = 0, r = 0; !rc && i < n; i++) {
         const int c = b->spans[i].n_tokens;
         const int32_t y = dsv4_argmax(b->logits + (size_t)r * b->V, b->V);
@@ -219,12 +204,12 @@ static int plain_step(mb *b, int n) {
     for (int i = 0; i < n; i++)
         b->spans[i] = (dsv4_span){.seq = b->fork[i], .start = dsv4_seq_length(b->eng, b->fork[i]),
                                   .n_tokens = 1, .tokens = &b->tok[i], .n_hidden = 1};
-    const double t0 = now_s();
+    const double t0 = cli_now_s();
     int rc = dsv4_forward(b->eng, b->spans, n, b->hidden, NULL, &b->err);
-    const double t1 = now_s();
+    const double t1 = cli_now_s();
     if (!rc) rc = dsv4_lm_head(b->eng, b->hidden, n, b->logits, &b->err);
     b->ph[2] += t1 - t0;
-    b->ph[3] += now_s() - t1;
+    b->ph[3] += cli_now_s() - t1;
     for (int i = 0; !rc && i < n; i++) b->tok[i] = dsv4_argmax(b->logits + (size_t)i * b->V, b->V);
     return rc;
 }
@@ -280,7 +265,7 @@ static int measure_run(mb *b, int n, int spec, double p, int warm, int steps, in
         }
         int64_t tokens = 0;
         dsv4_spec_stats st0 = {0};
-        double t0 = now_s();
+        double t0 = cli_now_s();
         for (int s = 0; s < warm + steps && !rc; s++) {
             if (s == warm) {
                 tokens = 0;
@@ -290,7 +275,7 @@ static int measure_run(mb *b, int n, int spec, double p, int warm, int steps, in
                     st0.accepted += st.accepted;
                 }
                 memset(b->ph, 0, sizeof b->ph);
-                t0 = now_s();
+                t0 = cli_now_s();
             }
             census_clear(&b->cs);
             int vrows = n, mrows = 0, drows = 0;
@@ -309,7 +294,7 @@ static int measure_run(mb *b, int n, int spec, double p, int warm, int steps, in
                 census_steps++;
             }
         }
-        const double dt = now_s() - t0;
+        const double dt = cli_now_s() - t0;
         if (rc) break;
         times[n_times++] = dt;
         if (n_times == 1 || dt < m->seconds) {
@@ -398,7 +383,7 @@ static cJSON *measure_json(const mb *b, const bench_mtp_opts *o, const measure *
     cJSON_AddStringToObject(j, "model", o->model_dir);
     cJSON_AddNumberToObject(j, "threads", threads);
     cJSON_AddNumberToObject(j, "loadavg_start", load0);
-    cJSON_AddNumberToObject(j, "loadavg_now", loadavg1());
+    cJSON_AddNumberToObject(j, "loadavg_now", cli_loadavg());
     cJSON_AddNumberToObject(j, "prompt_len", (double)b->P);
     cJSON_AddNumberToObject(j, "batch", m->batch);
     cJSON_AddStringToObject(j, "mode", !m->spec ? "plain" : m->p < 0 ? "mtp_natural" : "mtp_forced");
@@ -469,7 +454,7 @@ static void print_row(const measure *m, const measure *plain) {
 int bench_mtp(const bench_mtp_opts *o) {
     mb b = {0};
     int status = 1;
-    const double load0 = loadavg1();
+    const double load0 = cli_loadavg();
     int max_b = 1;
     for (int i = 0; i < o->n_batches; i++)
         if (o->batches[i] > max_b) max_b = (int)o->batches[i];

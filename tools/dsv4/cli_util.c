@@ -184,3 +184,19 @@ int cli_prepare_weights(const char *cmd, const dsv4_model *m, int warmup, int ml
     }
     return 0;
 }
+
+double cli_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double cli_loadavg(void) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    double v = -1;
+    if (f) {
+        if (fscanf(f, "%lf", &v) != 1) v = -1;
+        fclose(f);
+    }
+    return v;
+}

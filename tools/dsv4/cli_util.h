@@ -10,6 +10,12 @@
 
 #include "dsv4.h"
 
+/* Seconds on the monotonic clock, for timing a run. */
+double cli_now_s(void);
+/* The 1-minute load average, -1 if unknown: benchmarks record it (the machine may be
+ * shared). */
+double cli_loadavg(void);
+
 /* Parses a decimal integer in [lo, hi] from s, strictly (cli_parse_i64); returns 0 on
  * success. */
 int cli_parse_int(const char *s, long long lo, long long hi, long long *out);

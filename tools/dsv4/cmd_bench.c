@@ -34,27 +34,10 @@
 
 #define MAX_LIST 32
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static double cpu_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* 1-minute load average, -1 if unknown: the machine may be shared */
-static double loadavg(void) {
-    FILE *f = fopen("/proc/loadavg", "r");
-    double v = -1;
-    if (f) {
-        if (fscanf(f, "%lf", &v) != 1) v = -1;
-        fclose(f);
-    }
-    return v;
 }
 
 static void cpu_model(char *out, size_t n) {
@@ -206,7 +189,7 @@ static int prefill_to(bench *b, int n_seqs, int64_t to, int chunk, prefill_resul
     for (int s = 0; s < n_seqs && !rc; s++) {
         int64_t n = dsv4_seq_length(b->eng, b->seqs[s]);
         const int64_t from = n;
-        const double t0 = now_s();
+        const double t0 = cli_now_s();
         while (n < to && !rc) {
             const int c = (int)(to - n < chunk ? to - n : chunk);
             for (int i = 0; i < c; i++) tok[i] = (int32_t)(next_rand(b) % (uint64_t)b->V);
@@ -219,7 +202,7 @@ static int prefill_to(bench *b, int n_seqs, int64_t to, int chunk, prefill_resul
             progress(b, "bench: %s: sequence %d/%d, %lld/%lld tokens", what, s + 1, n_seqs,
                      (long long)(n - from), (long long)(to - from));
         }
-        res->seconds += now_s() - t0;
+        res->seconds += cli_now_s() - t0;
         res->tokens = to - from;
         res->total += to - from;
         res->start = from;
@@ -284,7 +267,7 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
     if ((rc = decode_step(b, n, spans))) goto out;
     double best_cpu = 0;
     for (int r = 0; r < reps && !rc; r++) {
-        const double t0 = now_s(), c0 = cpu_s();
+        const double t0 = cli_now_s(), c0 = cpu_s();
         for (int s = 0; s < gen && !rc; s++) {
             cs.active = r == 0 && cs.steps < cs.max_steps;
             if (cs.active) memcpy(cs.tokens + (size_t)cs.steps * n, b->next, (size_t)n * sizeof(int32_t));
@@ -294,7 +277,7 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
                 progress(b, "bench: decode batch %d, context %lld: rep %d/%d, step %d/%d", n,
                          (long long)res->context, r + 1, reps, s + 1, gen);
         }
-        const double dt = now_s() - t0, dc = cpu_s() - c0;
+        const double dt = cli_now_s() - t0, dc = cpu_s() - c0;
         if (rc) break;
         if (!n_times || dt < res->seconds) {
             res->seconds = dt;
@@ -537,7 +520,7 @@ int cmd_bench(int argc, char **argv) {
     b.rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)seed * 0xbf58476d1ce4e5b9ull);
     if (!b.rng) b.rng = 1;
     int status = 1;
-    const double load_start = loadavg();
+    const double load_start = cli_loadavg();
     progress(&b, "bench: loading %s", dir);
     if (dsv4_model_open(dir, &b.model, &b.err)) {
         progress_done(&b);
@@ -627,7 +610,7 @@ int cmd_bench(int argc, char **argv) {
         goto out_free;
     }
     progress_done(&b);
-    const double load_end = loadavg();
+    const double load_end = cli_loadavg();
 
     /* figures */
     const double bw = bw0.best > bw1.best ? bw0.best : bw1.best;

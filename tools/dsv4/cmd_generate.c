@@ -26,12 +26,6 @@ static void on_sigint(int sig) {
     interrupted = 1;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 typedef struct gen_run {
     const dsv4_tokenizer *tok;
     double start, first_token;  /* seconds; first_token 0 until one is sampled */
@@ -58,7 +52,7 @@ static void put_token(FILE *f, const dsv4_tokenizer *tok, int32_t id) {
 static void on_token(void *user, const dsv4_sample_out *o) {
     gen_run *r = user;
     (void)o;
-    if (r->first_token == 0) r->first_token = now_s();
+    if (r->first_token == 0) r->first_token = cli_now_s();
 }
 
 static void print_logprobs(void *user, const dsv4_sample_out *o) {
@@ -143,13 +137,13 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
 
-    const double t_start = now_s();
+    const double t_start = cli_now_s();
     dsv4_model *model;
     dsv4_tokenizer *tok;
     dsv4_engine *eng;
     int seq, status = 1;
     if (gen_open(&f, "generate", &model, &tok, &eng, &seq)) { free(file_text); return 1; }
-    const double t_loaded = now_s();
+    const double t_loaded = cli_now_s();
     if (gen_spec_open(&f, "generate", eng, seq)) goto out;
     dsv4_model_info info = dsv4_model_get_info(model);
     dsv4_err err = {0};
@@ -193,20 +187,20 @@ int cmd_generate(int argc, char **argv) {
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_sa);
-    gen_run run = {tok, now_s(), 0, {0}};
+    gen_run run = {tok, cli_now_s(), 0, {0}};
     gen_printer_start(&run.out, thinking && f.max_tokens != 0, &interrupted);
     dsv4_generation_result res = {0};
     int rc;
     if (f.max_tokens == 0) {
         rc = prefill_only(eng, seq, ids.ids, (int)ids.n, f.gen.chunk, info.hidden_size, &err);
         res.prompt_tokens = dsv4_seq_length(eng, seq);
-        res.prefill_seconds = now_s() - run.start;
+        res.prefill_seconds = cli_now_s() - run.start;
     } else {
         dsv4_generation_callbacks cb = {.user = &run, .text = print_or_stop, .progress = gen_progress,
                                         .token = f.gen.sample.n_logprobs ? print_logprobs : on_token};
         rc = dsv4_generation_run(eng, tok, seq, ids.ids, (int)ids.n, &f.gen, &cb, &res, &err);
     }
-    const double t_end = now_s();
+    const double t_end = cli_now_s();
     gen_printer_end(&run.out);
     sigaction(SIGINT, &old_sa, NULL);
     if (rc) {
