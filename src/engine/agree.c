@@ -12,14 +12,16 @@
 static int put(dsv4_sha256 *h, int64_t v, dsv4_err *err) { return dsv4_sha256_u64(h, (uint64_t)v, err); }
 
 /* The options that change what a rank computes or how the group exchanges data: every
- * field of dsv4_engine_opts after defaults except threads (results do not depend on the
- * split) and the group pointer, plus the kernel level in use. */
+ * field of dsv4_engine_opts after defaults except threads and pin_threads (results do not
+ * depend on the split or the placement), the group pointer and the progress callback, plus
+ * the kernel level in use. max_rows decides which calls a rank refuses, prefix_entries which
+ * snapshots its prefix cache still holds: ranks that differ there would part ways later. */
 static int options_digest(const dsv4_engine *e, uint8_t out[32], dsv4_err *err) {
     const dsv4_engine_opts *o = &e->opts;
     const int64_t v[] = {
         o->max_context, o->max_seqs, o->c_max, o->mtp, (int64_t)o->cache_bytes, o->block, o->win_block,
         o->reference, o->parallel, o->ep_wave, o->cp_granule, o->w8a8, (int64_t)o->fidelity,
-        o->verify_weights, e->k ? dsv4_kctx_simd(e->k) : -1,
+        o->verify_weights, o->max_rows, o->prefix_entries, e->k ? dsv4_kctx_simd(e->k) : -1,
     };
     dsv4_sha256 *h = dsv4_sha256_new(err);
     if (!h) return DSV4_ERR_NOMEM;
