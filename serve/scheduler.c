@@ -44,10 +44,10 @@ struct srv_sched {
     float *logits;                /* (2 max_seqs, V) */
     /* with MTP */
     float *streams;               /* (rows_cap, hc, D) last-block streams of MTP requests */
-    float *mtp_hidden;            /* (rows_cap + max_seqs, D) */
     dsv4_mtp_span *mtp_spans;     /* (max_seqs) */
     srv_req **mtp_req;            /* (max_seqs) */
-    int *mtp_drafts;              /* (max_seqs) */
+    int *mtp_drafts;              /* (max_seqs) 1: the span's last row drafts */
+    int *mtp_out;                 /* (max_seqs) DSV4_MTP_OUT_* of each MTP span */
     float *forced_row;            /* (V) the logits of a forced token */
     /* prefix cache (serving.md §g) */
     srv_pcache *pc;
@@ -319,30 +319,26 @@ static int take_verified(srv_sched *s, srv_req *r, const dsv4_span *sp, const fl
     return k == 2 ? take_token(s, r, rows + s->V, &t) : 1;
 }
 
-/* The MTP rows of every MTP request that has some ready, in one dsv4_mtp_forward, and the
- * drafts from their last rows' logits (one dsv4_lm_head). */
+/* The MTP rows of every MTP request that has some ready, in one dsv4_mtp_forward_out that
+ * computes only the drafting rows to the end (the rest fill the MTP cache), and the drafts
+ * from those rows' logits (one dsv4_lm_head). */
 static void run_mtp(srv_sched *s) {
-    int n = 0, rows = 0, n_d = 0;
+    int n = 0, n_d = 0;
     dsv4_err err = {0};
     for (int i = 0; i < s->n_run; i++) {
         srv_req *r = s->run[i];
         if (!r->spec) continue;
         dsv4_spec_mtp_span(r->spec, &s->mtp_spans[n], &s->mtp_drafts[n]);
         if (!s->mtp_spans[n].n) continue;
-        rows += s->mtp_spans[n].n;
+        s->mtp_out[n] = s->mtp_drafts[n] ? DSV4_MTP_OUT_LAST : DSV4_MTP_OUT_NONE;
+        n_d += s->mtp_drafts[n];
         s->mtp_req[n++] = r;
     }
     if (!n) return;
-    if (srv_relay_mtp_forward(s->o.relay, s->mtp_spans, n, s->mtp_hidden, &err)) {
-        for (int i = 0; i < n; i++) finish(s, s->mtp_req[i], SRV_END_ERROR, 0, err.msg);
-        return;
-    }
-    /* the drafting rows, packed (hidden is free again after the step's head) */
-    for (int i = 0, off = 0; i < n; off += s->mtp_spans[i++].n)
-        if (s->mtp_drafts[i])
-            memcpy(s->hidden + (size_t)n_d++ * s->D, s->mtp_hidden + (size_t)(off + s->mtp_spans[i].n - 1) * s->D,
-                   (size_t)s->D * sizeof(float));
-    if (n_d && dsv4_lm_head(s->e, s->hidden, n_d, s->logits, &err)) {
+    /* the drafting rows' hidden states, packed in span order (hidden is free again after
+     * the step's head) */
+    if (srv_relay_mtp_forward(s->o.relay, s->mtp_spans, n, s->mtp_out, s->hidden, &err) ||
+        (n_d && dsv4_lm_head(s->e, s->hidden, n_d, s->logits, &err))) {
         for (int i = 0; i < n; i++) finish(s, s->mtp_req[i], SRV_END_ERROR, 0, err.msg);
         return;
     }
@@ -350,7 +346,6 @@ static void run_mtp(srv_sched *s) {
         dsv4_spec_mtp_done(s->mtp_req[i]->spec,
                            s->mtp_drafts[i] ? dsv4_argmax(s->logits + (size_t)j++ * s->V, s->V) : -1);
 }
-
 
 static int running(const srv_sched *s, const srv_req *r) {
     for (int i = 0; i < s->n_run; i++)
@@ -540,11 +535,11 @@ int srv_sched_start(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *t
         /* a step's rows: at most step_tokens, or two per sequence when all verify drafts */
         const size_t rows_cap = (size_t)o->step_tokens + 2 * ns;
         s->streams = malloc(rows_cap * (size_t)s->HC * s->D * sizeof(float));
-        s->mtp_hidden = malloc((rows_cap + ns) * (size_t)s->D * sizeof(float));
         s->mtp_spans = calloc(ns, sizeof *s->mtp_spans);
         s->mtp_req = calloc(ns, sizeof *s->mtp_req);
         s->mtp_drafts = calloc(ns, sizeof *s->mtp_drafts);
-        if (!s->streams || !s->mtp_hidden || !s->mtp_spans || !s->mtp_req || !s->mtp_drafts) goto oom;
+        s->mtp_out = calloc(ns, sizeof *s->mtp_out);
+        if (!s->streams || !s->mtp_spans || !s->mtp_req || !s->mtp_drafts || !s->mtp_out) goto oom;
     }
     s->forced_row = malloc((size_t)s->V * sizeof(float));
     /* no prefix cache on a group: a restore would need the other ranks to restore the same
@@ -628,10 +623,10 @@ void srv_sched_free(srv_sched *s) {
     free(s->span_req);
     free(s->span_verify);
     free(s->streams);
-    free(s->mtp_hidden);
     free(s->mtp_spans);
     free(s->mtp_req);
     free(s->mtp_drafts);
+    free(s->mtp_out);
     free(s->hidden);
     free(s->logits);
     free(s->forced_row);

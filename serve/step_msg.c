@@ -10,7 +10,7 @@
  *   COMMIT  seq k                       dsv4_seq_commit
  *   FORWARD n_spans, per span: seq start(i64) n_tokens n_hidden n_streams speculative
  *           has_hidden_rows has_stream_rows tokens[n_tokens] [hidden_rows] [stream_rows]
- *   MTP     n_spans, per span: seq start(i64) n next_tokens[n]
+ *   MTP     n_spans, per span: seq start(i64) n out next_tokens[n]   (out: DSV4_MTP_OUT_*)
  *   STOP
  * FORWARD, MTP and STOP end a message.
  */
@@ -155,8 +155,8 @@ int srv_relay_forward(srv_relay *rl, const dsv4_span *spans, int n_spans, float 
     return dsv4_forward(rl->e, spans, n_spans, hidden, streams, err);
 }
 
-int srv_relay_mtp_forward(srv_relay *rl, const dsv4_mtp_span *spans, int n_spans, float *hidden,
-                          dsv4_err *err) {
+int srv_relay_mtp_forward(srv_relay *rl, const dsv4_mtp_span *spans, int n_spans, const int *out,
+                          float *hidden, dsv4_err *err) {
     if (rl->d) {
         put_i32(rl, OP_MTP);
         put_i32(rl, n_spans);
@@ -164,12 +164,13 @@ int srv_relay_mtp_forward(srv_relay *rl, const dsv4_mtp_span *spans, int n_spans
             put_i32(rl, spans[i].seq);
             put_i64(rl, spans[i].start);
             put_i32(rl, spans[i].n);
+            put_i32(rl, out ? out[i] : DSV4_MTP_OUT_ALL);
             put(rl, spans[i].next_tokens, (size_t)spans[i].n * sizeof(int32_t));
         }
         int rc = send_msg(rl, err);
         if (rc) return rc;
     }
-    return dsv4_mtp_forward(rl->e, spans, n_spans, hidden, err);
+    return dsv4_mtp_forward_out(rl->e, spans, n_spans, out, hidden, err);
 }
 
 int srv_relay_stop(srv_relay *rl, dsv4_err *err) {
@@ -210,6 +211,7 @@ typedef struct follower {
     int max_seqs, max_rows;
     dsv4_span *spans;        /* (max_seqs) */
     dsv4_mtp_span *mspans;   /* (max_seqs) */
+    int *mout;               /* (max_seqs) DSV4_MTP_OUT_* of each MTP span */
     int32_t *tok;            /* (max_rows) every span's tokens, packed */
     int *rows;               /* (2 max_rows) requested hidden and stream rows, packed */
     float *hidden;           /* (max_rows, D) outputs: never written on a follower, but the
@@ -264,6 +266,7 @@ static int read_mtp(follower *f, reader *r, int *n_spans) {
         sp->seq = get_i32(r);
         sp->start = get_i64(r);
         sp->n = get_i32(r);
+        f->mout[i] = get_i32(r);  /* the call checks it, on every rank alike */
         if (sp->n < 1 || sp->n > f->max_rows - rows) return -1;
         get(r, f->tok + rows, (size_t)sp->n * sizeof(int32_t));
         sp->next_tokens = f->tok + rows;
@@ -306,7 +309,7 @@ static int replay(follower *f, reader *r, int *stop, dsv4_err *err) {
             break;
         case OP_MTP:
             if (read_mtp(f, r, &n)) { r->bad = 1; break; }
-            dsv4_mtp_forward(f->e, f->mspans, n, f->hidden, &why);
+            dsv4_mtp_forward_out(f->e, f->mspans, n, f->mout, f->hidden, &why);
             break;
         case OP_STOP:
             *stop = 1;
@@ -327,6 +330,7 @@ int srv_follow(dsv4_engine *e, dsv4_dist *d, dsv4_err *err) {
     const size_t rows = (size_t)eo.max_rows, D = (size_t)mi.hidden_size, hc = (size_t)mi.hc_mult;
     f.spans = calloc((size_t)f.max_seqs, sizeof *f.spans);
     f.mspans = calloc((size_t)f.max_seqs, sizeof *f.mspans);
+    f.mout = calloc((size_t)f.max_seqs, sizeof *f.mout);
     f.tok = malloc(rows * sizeof *f.tok);
     f.rows = malloc(2 * rows * sizeof *f.rows);
     f.hidden = malloc(rows * D * sizeof *f.hidden);
@@ -334,7 +338,7 @@ int srv_follow(dsv4_engine *e, dsv4_dist *d, dsv4_err *err) {
     uint8_t *msg = NULL;
     size_t cap = 0;
     int rc = DSV4_OK, stop = 0;
-    if (!f.spans || !f.mspans || !f.tok || !f.rows || !f.hidden || !f.streams)
+    if (!f.spans || !f.mspans || !f.mout || !f.tok || !f.rows || !f.hidden || !f.streams)
         rc = srv_fail(err, DSV4_ERR_NOMEM, "follower: out of memory");
     while (!rc && !stop) {
         uint32_t hdr[2];
@@ -360,6 +364,7 @@ int srv_follow(dsv4_engine *e, dsv4_dist *d, dsv4_err *err) {
     free(msg);
     free(f.spans);
     free(f.mspans);
+    free(f.mout);
     free(f.tok);
     free(f.rows);
     free(f.hidden);

@@ -27,8 +27,12 @@ int srv_relay_seq_create(srv_relay *rl, int *seq, dsv4_err *err);
 int srv_relay_seq_free(srv_relay *rl, int seq, dsv4_err *err);
 int srv_relay_forward(srv_relay *rl, const dsv4_span *spans, int n_spans, float *hidden,
                       float *streams, dsv4_err *err);
-int srv_relay_mtp_forward(srv_relay *rl, const dsv4_mtp_span *spans, int n_spans, float *hidden,
-                          dsv4_err *err);
+/* dsv4_mtp_forward_out: out[i] (DSV4_MTP_OUT_*; NULL: every row) says which rows of span i
+ * yield a hidden state; the rest skip their MoE. It travels with the span so that a replay
+ * is the call rank 0 made (the followers, idle ranks, compute no rows: they join the MoE
+ * exchange with the rows rank 0 sends, so it changes nothing there). */
+int srv_relay_mtp_forward(srv_relay *rl, const dsv4_mtp_span *spans, int n_spans, const int *out,
+                          float *hidden, dsv4_err *err);
 /* seq's pending speculative span was committed with k rows (dsv4_spec_verify_done called
  * dsv4_seq_commit): the followers commit it too. */
 void srv_relay_committed(srv_relay *rl, int seq, int k);
