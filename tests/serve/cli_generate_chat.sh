@@ -8,6 +8,20 @@ ok() { checks=$((checks + 1)); }  # one more check passed (fail exits)
 a=$("$BIN" generate --model "$MODEL" --prompt "Hello" -n 12 --temperature 0 2>/dev/null) || fail "generate"; ok
 b=$("$BIN" generate --model "$MODEL" --prompt "Hello" -n 12 --temperature 0 2>/dev/null) || fail "generate again"; ok
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "greedy output not reproducible"; ok
+# this checkpoint has an MTP block, so MTP is on by default: --mtp off gives the same greedy
+# text, and only MTP's stats report acceptance and tokens per step (issue 12)
+c=$("$BIN" generate --model "$MODEL" --prompt "Hello" -n 12 --temperature 0 --mtp off 2>/dev/null) || fail "--mtp off"; ok
+[ "$c" = "$a" ] || fail "greedy output differs with --mtp off"; ok
+s_on=$("$BIN" generate --model "$MODEL" --prompt "Hello" -n 12 --temperature 0 2>&1 >/dev/null | tail -1)
+s_off=$("$BIN" generate --model "$MODEL" --prompt "Hello" -n 12 --temperature 0 --mtp off 2>&1 >/dev/null | tail -1)
+acc=$(echo "$s_on" | sed -n 's/.*MTP: \([0-9]*\)\/\([0-9]*\) drafts accepted ([0-9.]*%), \([0-9.]*\) tokens\/step$/\1 \2 \3/p')
+[ -n "$acc" ] || fail "generate's stats carry no MTP acceptance: $s_on"; ok
+set -- $acc
+# 12 tokens: the first from the prefill, each later step verifies one draft and takes 1 or 2
+[ "$1" -le "$2" ] && [ "$2" -ge 6 ] && [ "$2" -le 11 ] || fail "MTP stats: $1/$2 drafts accepted"; ok
+awk -v t="$3" -v a="$1" -v d="$2" 'BEGIN { exit !(t >= 1 && t <= 2 && (a > 0 || t == 1)) }' \
+    || fail "MTP stats: $3 tokens/step with $1/$2 accepted"; ok
+case "$s_off" in *MTP*) fail "--mtp off still reports MTP: $s_off" ;; esac; ok
 "$BIN" generate --model "$MODEL" --chat --think --prompt "Hi" -n 4 2>&1 | grep -q "prompt: [0-9]* tokens" \
     || fail "generate prints no token counts"; ok
 stats=$(printf 'First question here\nSecond\n' | "$BIN" chat --model "$MODEL" -n 6 --temperature 0 2>&1 >/dev/null) \
