@@ -4,6 +4,7 @@
  * the register state in XCR0; without the second the instructions fault even though cpuid
  * lists them. AVX2: cpuid leaf 7 AVX2, leaf 1 FMA, F16C, AVX, OSXSAVE; XCR0 XMM and YMM.
  * AVX-512: leaf 7 F, DQ, BW, VL; XCR0 also the opmask and both halves of the ZMM state.
+ * AVX-512 VBMI: leaf 7 ecx bit 1 on top of that (same register state).
  * Nothing is cached: detection is a handful of instructions and runs once per kernel
  * context.
  */
@@ -35,7 +36,8 @@ dsv4_simd dsv4_cpu_simd(void) {
     const int avx2 = (b >> 5) & 1;
     if (!avx2) return DSV4_SIMD_SCALAR;
     const int f = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
-    if (f && dq && bw && vl && (xcr0 & XCR0_AVX512) == XCR0_AVX512) return DSV4_SIMD_AVX512;
+    const int vbmi = (c >> 1) & 1;
+    if (f && dq && bw && vl && (xcr0 & XCR0_AVX512) == XCR0_AVX512) return vbmi ? DSV4_SIMD_AVX512VBMI : DSV4_SIMD_AVX512;
     return DSV4_SIMD_AVX2;
 }
 
@@ -47,6 +49,7 @@ const char *dsv4_simd_name(dsv4_simd level) {
     switch (level) {
     case DSV4_SIMD_AVX2: return "avx2";
     case DSV4_SIMD_AVX512: return "avx512";
+    case DSV4_SIMD_AVX512VBMI: return "avx512vbmi";
     default: return "portable";
     }
 }
@@ -63,7 +66,7 @@ int dsv4_simd_parse(const char *s) {
 
 dsv4_simd dsv4_build_simd(void) {
 #if defined(DSV4_HAVE_AVX512)
-    return DSV4_SIMD_AVX512;
+    return DSV4_SIMD_AVX512VBMI; /* its kernels are compiled with the AVX-512 ones */
 #elif defined(DSV4_HAVE_AVX2)
     return DSV4_SIMD_AVX2;
 #else

@@ -13,9 +13,10 @@ typedef enum {
     DSV4_SIMD_SCALAR = 0, /* portable C */
     DSV4_SIMD_AVX2 = 1,   /* x86-64 AVX2 + FMA + F16C */
     DSV4_SIMD_AVX512 = 2, /* AVX2 level + AVX-512 F/BW/VL/DQ (Skylake-SP, Zen 4 and later) */
+    DSV4_SIMD_AVX512VBMI = 3, /* AVX-512 level + VBMI (byte permutes: Ice Lake, Zen 4 and later) */
 } dsv4_simd;
 
-#define DSV4_SIMD_MAX DSV4_SIMD_AVX512
+#define DSV4_SIMD_MAX DSV4_SIMD_AVX512VBMI
 
 /* Highest level the running CPU and OS support (ignores what was compiled in). */
 dsv4_simd dsv4_cpu_simd(void);
@@ -23,11 +24,11 @@ dsv4_simd dsv4_cpu_simd(void);
 /* Highest level compiled into this build. */
 dsv4_simd dsv4_build_simd(void);
 
-/* "portable", "avx2", "avx512". */
+/* "portable", "avx2", "avx512", "avx512vbmi". */
 const char *dsv4_simd_name(dsv4_simd level);
 
-/* Parses a level name ("portable" or its old name "scalar", "avx2", "avx512") or number
- * (0, 1, 2). Returns the level, or -1 for anything else. */
+/* Parses a level name ("portable" or its old name "scalar", "avx2", "avx512",
+ * "avx512vbmi") or number (0 .. 3). Returns the level, or -1 for anything else. */
 int dsv4_simd_parse(const char *s);
 
 #endif

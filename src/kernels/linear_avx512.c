@@ -29,8 +29,18 @@
  *        GEMV permutes x the same way (once per 16 columns, shared by every weight row)
  *        and its accumulators back before the reduction, the GEMM its decoded tile, so
  *        every lane sums the same columns in the same order on both paths.
- * VBMI's vpermb/vpermi2b were weighed for FP8 and lose: e4m3 -> F32 needs two result
- * bytes per weight, so a byte-table decode is no shorter than the 3 instructions above.
+ *
+ * Level avx512vbmi (the same code, plus the VBMI byte permutes where the CPU has them): FP8
+ * decodes through byte tables instead. e4m3 -> BF16 is exact (4 significant bits, every
+ * exponent normal), so vpermi2b looks up the BF16 high byte (or-ing the sign back in) and
+ * the low byte of 64 weights by their 7-bit magnitude (dsv4_lin_tables.e4m3_bf16_*, code
+ * 127 is a NaN), a second vpermi2b pair interleaves them so that each dword of the two
+ * results holds two BF16 words, and a shift / an and makes F32 of each: 4 x 16 weights in
+ * natural column order with 7 instructions instead of 20, no scan (a NaN code decodes to
+ * NaN, which the sums carry), no overflow fallback (the weights are multiplied by the
+ * scale itself, the reference's single rounding). With the same lanes and chunk order the
+ * results are those of level avx512 bit for bit, NaN aside. Cheaper decoding moves the
+ * GEMV/GEMM boundary for FP8 from 8 rows to 16 (two 8-row passes, see avx512vbmi_kernels).
  */
 #include "kernels/linear_fast.h"
 
@@ -343,6 +353,126 @@ static void gemv_avx512(const dsv4_lin_call *c, const dsv4_mat *w, const float *
     }
 }
 
+/* ---- level avx512vbmi: FP8 through byte tables --------------------------------------------- */
+
+#define VBMI __attribute__((target("avx512vbmi")))
+
+/* The decoder's constants, loaded once per call and kept in registers. */
+typedef struct {
+    __m512i hi0, hi1, lo0, lo1; /* BF16 high / low bytes of magnitude codes 0..63, 64..127 */
+    __m512i mix0, mix1;         /* the byte interleaves for columns 0..31 and 32..63 */
+} fp8_tab;
+
+/* mix_c: dword l = [lo(32c + l), hi(32c + l), lo(32c + 16 + l), hi(32c + 16 + l)], lo from the
+ * first source (bit 6 clear), hi from the second */
+AINLINE fp8_tab fp8_tab_load(const dsv4_lin_tables *t) {
+    _Alignas(64) uint8_t mix[2][64];
+    for (int c = 0; c < 2; c++)
+        for (int l = 0; l < 16; l++) {
+            mix[c][4 * l] = (uint8_t)(32 * c + l);
+            mix[c][4 * l + 1] = (uint8_t)(64 + 32 * c + l);
+            mix[c][4 * l + 2] = (uint8_t)(32 * c + 16 + l);
+            mix[c][4 * l + 3] = (uint8_t)(64 + 32 * c + 16 + l);
+        }
+    fp8_tab f;
+    f.hi0 = _mm512_load_si512((const void *)t->e4m3_bf16_hi);
+    f.hi1 = _mm512_load_si512((const void *)(t->e4m3_bf16_hi + 64));
+    f.lo0 = _mm512_load_si512((const void *)t->e4m3_bf16_lo);
+    f.lo1 = _mm512_load_si512((const void *)(t->e4m3_bf16_lo + 64));
+    f.mix0 = _mm512_load_si512((const void *)mix[0]);
+    f.mix1 = _mm512_load_si512((const void *)mix[1]);
+    return f;
+}
+
+/* 64 e4m3 bytes at p (m < 64: the first m, zero-padded) -> w[q] = the exact weights
+ * e4m3 * scale of columns 16q .. 16q + 15, q < 4 */
+AINLINE VBMI void dec_fp8x64(const fp8_tab *t, const uint8_t *p, int m, __m512 scale, __m512 w[4]) {
+    const __m512i b = m == 64 ? _mm512_loadu_si512((const void *)p)
+                              : _mm512_maskz_loadu_epi8(m == 0 ? 0 : (~(__mmask64)0) >> (64 - m), p);
+    /* hi | (b & 0x80): the sign back into the high byte */
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t->hi0, b, t->hi1), b,
+                                                 _mm512_set1_epi8((char)0x80), 0xF8);
+    const __m512i lo = _mm512_permutex2var_epi8(t->lo0, b, t->lo1);
+    const __m512i w01 = _mm512_permutex2var_epi8(lo, t->mix0, hi), w23 = _mm512_permutex2var_epi8(lo, t->mix1, hi);
+    const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
+    w[0] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w01, 16)), scale);
+    w[1] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(w01, top)), scale);
+    w[2] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w23, 16)), scale);
+    w[3] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(w23, top)), scale);
+}
+
+/* a[r][s] += x[s] . w[r] over the m (<= 64) columns from i: chunks of 16 in ascending
+ * order, the last one's x zero-padded, none past it */
+AINLINE VBMI void fp8v_step(int R, int NX, const fp8_tab *t, const uint8_t *const *p, const float *x, int64_t n,
+                            int64_t i, int m, __m512 scale, __m512 a[GEMV_R_MAX][GEMV_NX_MAX]) {
+    for (int r = 0; r < R; r++) {
+        __m512 w[4];
+        dec_fp8x64(t, p[r] + i, m, scale, w);
+        for (int q = 0; q < 4 && 16 * q < m; q++)
+            for (int s = 0; s < NX; s++) {
+                const float *xs = x + s * n + i + 16 * q;
+                const __m512 xv = m - 16 * q >= 16 ? _mm512_loadu_ps(xs) : _mm512_maskz_loadu_ps(mask16(m - 16 * q), xs);
+                a[r][s] = _mm512_fmadd_ps(xv, w[q], a[r][s]);
+            }
+    }
+}
+
+/* R rows o .. o+R-1 in one 128-row scale band, NX <= 8 activation rows, R * NX <= 16 */
+AINLINE VBMI void gemv_fp8v_rows(int R, int NX, const fp8_tab *t, const dsv4_mat *w, const float *x, float *y,
+                                 int64_t o, const gemv_pf *pf) {
+    const int64_t n = w->cols, nsb = (n + 127) / 128, band = o / 128, rows = w->rows;
+    const uint8_t *p[GEMV_R_MAX];
+    __m512 a[GEMV_R_MAX][GEMV_NX_MAX];
+    for (int r = 0; r < R; r++) {
+        p[r] = (const uint8_t *)w->w + (o + r) * n;
+        for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nsb; b++) {
+        const int64_t i0 = b * 128, i1 = i0 + 128 < n ? i0 + 128 : n;
+        const __m512 scale = _mm512_set1_ps(scale_at(w, band * nsb + b));
+        int64_t i = i0;
+        for (; i + 64 <= i1; i += 64) {
+            pf_step(pf, p[0], R * i, R * 64);
+            fp8v_step(R, NX, t, p, x, n, i, 64, scale, a);
+        }
+        if (i < i1) fp8v_step(R, NX, t, p, x, n, i, (int)(i1 - i), scale, a);
+    }
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < NX; s++) y[s * rows + o + r] = hsum16(a[r][s]);
+}
+
+/* weight rows a block: R * NX accumulators within 16 */
+#define GEMV_V_R(NX) ((NX) <= 4 ? 4 : 2)
+
+AINLINE VBMI void gemv_fp8v_nx(int NX, const fp8_tab *t, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+                               int64_t o1) {
+    const int R = GEMV_V_R(NX);
+    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * w->cols, (const uint8_t *)w->w + o1 * w->cols,
+                                GEMV_PF_FP8);
+    int64_t o = o0;
+    /* o0 is a multiple of 4 (linear_fast.c), so a block of R never straddles a band */
+    for (; o + R <= o1 && (o % R) == 0; o += R) gemv_fp8v_rows(R, NX, t, w, x, y, o, &pf);
+    for (; o < o1; o++) gemv_fp8v_rows(1, NX, t, w, x, y, o, &pf);
+}
+
+#define FP8V_CASE(NX) \
+    case NX: gemv_fp8v_nx(NX, &t, w, x, y, o0, o1); break;
+
+static VBMI void gemv_fp8v(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
+                           int64_t o1) {
+    const fp8_tab t = fp8_tab_load(c->tab);
+    switch (nx) {
+    FP8V_CASE(1) FP8V_CASE(2) FP8V_CASE(3) FP8V_CASE(4) FP8V_CASE(5) FP8V_CASE(6) FP8V_CASE(7)
+    default: gemv_fp8v_nx(8, &t, w, x, y, o0, o1); break;
+    }
+}
+
+static void gemv_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
+                            int64_t o1) {
+    if (w->fmt == DSV4_WF_FP8) gemv_fp8v(c, w, x, nx, y, o0, o1);
+    else gemv_avx512(c, w, x, nx, y, o0, o1);
+}
+
 /* ---- GEMM: dequantize a (LIN_NB, LIN_KB) tile, then a 4x4 register-blocked kernel -------- */
 
 /* Row o, columns [k0, k0 + kb), into dst, zero-padded to a multiple of 16. */
@@ -453,8 +583,49 @@ static const dsv4_lin_kernels avx512_kernels = {GEMV_NX_MAX, 16, GEMV_NX_MAX, ge
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512(void) { return &avx512_kernels; }
 
+/* level avx512vbmi's tiles: FP8 rows through the byte tables (no NaN scan, no fallback) */
+static VBMI void dequant_row_vbmi(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb,
+                                  float *dst) {
+    if (w->fmt != DSV4_WF_FP8) {
+        dequant_row(tab, w, o, k0, kb, dst);
+        return;
+    }
+    const fp8_tab t = fp8_tab_load(tab);
+    const int64_t n = w->cols, nsb = (n + 127) / 128;
+    const uint8_t *p = (const uint8_t *)w->w + o * n + k0;
+    for (int l = kb; l < ((kb + 15) & ~15); l++) dst[l] = 0.0f;
+    for (int c0 = 0; c0 < kb; c0 += 128) { /* k0 is a multiple of 128 */
+        const int c1 = c0 + 128 < kb ? c0 + 128 : kb;
+        const __m512 scale = _mm512_set1_ps(scale_at(w, (o / 128) * nsb + (k0 + c0) / 128));
+        for (int c = c0; c < c1; c += 64) {
+            const int m = c1 - c >= 64 ? 64 : c1 - c;
+            __m512 v[4];
+            dec_fp8x64(&t, p + c, m, scale, v);
+            for (int q = 0; q < 4 && 16 * q < m; q++) _mm512_store_ps(dst + c + 16 * q, v[q]);
+        }
+    }
+}
+
+static const dsv4_lin_tile_level avx512vbmi_tiles = {16, 4, dequant_row_vbmi, {micro1, micro2, micro3, micro4},
+                                                     reduce_row16};
+
+static void gemm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
+                            int64_t o0, float *scratch) {
+    dsv4_lin_gemm_tiled(&avx512vbmi_tiles, c, w, x, n_rows, y, o0, scratch);
+}
+
+/* 8 rows a GEMV call, up to 16 in two passes for every format: with the table decode the
+ * two FP8 passes beat the tile GEMM at 12 and 16 rows on 5 of the 7 decode shapes
+ * (1.1-1.5x; wq_a and wo_b 0.87-0.99x; bench_linear --decode --rows 12,16, BENCHMARKS.md).
+ * One pass of 16 rows at one weight row (16 accumulators) ran 0.5-1.25x the GEMM: each x
+ * load then feeds a single FMA. */
+static const dsv4_lin_kernels avx512vbmi_kernels = {GEMV_NX_MAX, 16, 16, gemv_avx512vbmi, gemm_avx512vbmi, NULL};
+
+const dsv4_lin_kernels *dsv4_lin_kernels_avx512vbmi(void) { return &avx512vbmi_kernels; }
+
 #else
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512(void) { return 0; }
+const dsv4_lin_kernels *dsv4_lin_kernels_avx512vbmi(void) { return 0; }
 
 #endif

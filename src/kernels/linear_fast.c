@@ -72,6 +72,11 @@ void dsv4_lin_tables_init(dsv4_lin_tables *t) {
     for (int b = 0; b < 256; b++)
         for (int k = 0; k < 16; k++) t->fp4x16[b][k] = dsv4_e2m1_to_f32((uint8_t)k) * dsv4_e8m0_to_f32((uint8_t)b);
     for (int b = 0; b < 256; b++) t->e4m3[b] = dsv4_e4m3_to_f32((uint8_t)b);
+    for (int m = 0; m < 128; m++) {
+        const uint32_t bits = dsv4_f32_to_bits(t->e4m3[m]); /* the low 16 bits are zero */
+        t->e4m3_bf16_hi[m] = (uint8_t)(bits >> 24);
+        t->e4m3_bf16_lo[m] = (uint8_t)(bits >> 16);
+    }
 }
 
 /* ---- portable level ------------------------------------------------------------------ */
@@ -214,7 +219,9 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
     const dsv4_lin_kernels *kn = dsv4_lin_kernels_scalar();
     /* the x86 FP4 decoders walk whole 32-column scale blocks */
     const int level = dsv4_kctx_simd(k), fp4_ok = w->fmt != DSV4_WF_FP4 || n % 32 == 0;
-    if (level >= DSV4_SIMD_AVX512 && dsv4_lin_kernels_avx512() && fp4_ok)
+    if (level >= DSV4_SIMD_AVX512VBMI && dsv4_lin_kernels_avx512vbmi() && fp4_ok)
+        kn = dsv4_lin_kernels_avx512vbmi();
+    else if (level >= DSV4_SIMD_AVX512 && dsv4_lin_kernels_avx512() && fp4_ok)
         kn = dsv4_lin_kernels_avx512();
     else if (level >= DSV4_SIMD_AVX2 && dsv4_lin_kernels_avx2() && fp4_ok)
         kn = dsv4_lin_kernels_avx2();

@@ -47,6 +47,11 @@ typedef struct dsv4_lin_tables {
      * (signed; the AVX-512 decoder's vpermps table) */
     _Alignas(64) float fp4x16[256][16];
     float e4m3[256]; /* dsv4_e4m3_to_f32 of every byte (the portable level's FP8 decode) */
+    /* BF16 bits of e4m3 magnitude code m = 0..127 (exact: 4 significant bits, normal
+     * exponents), high bytes then low bytes; code 127 is a NaN (the AVX-512 VBMI decoder's
+     * vpermi2b tables, linear_avx512.c) */
+    _Alignas(64) uint8_t e4m3_bf16_hi[128];
+    _Alignas(64) uint8_t e4m3_bf16_lo[128];
 } dsv4_lin_tables;
 
 void dsv4_lin_tables_init(dsv4_lin_tables *t);
@@ -80,6 +85,7 @@ typedef struct dsv4_lin_kernels {
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void);
 const dsv4_lin_kernels *dsv4_lin_kernels_avx2(void);   /* NULL when not compiled in */
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512(void); /* NULL when not compiled in */
+const dsv4_lin_kernels *dsv4_lin_kernels_avx512vbmi(void); /* NULL when not compiled in */
 
 /* The arithmetic of one level's GEMM tiles, for the shared driver (linear_tile.c).
  * dequant_row: row o, columns [k0, k0 + kb) exactly dequantized into dst, zero-padded to

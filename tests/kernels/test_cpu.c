@@ -34,8 +34,9 @@ int main(void) {
     }
     CHECK(strcmp(dsv4_simd_name(DSV4_SIMD_SCALAR), "portable") == 0);
     CHECK(strcmp(dsv4_simd_name(DSV4_SIMD_AVX512), "avx512") == 0);
+    CHECK(strcmp(dsv4_simd_name(DSV4_SIMD_AVX512VBMI), "avx512vbmi") == 0);
     CHECK(dsv4_simd_parse("scalar") == DSV4_SIMD_SCALAR);
-    const char *bad[] = {"", "AVX2", "avx", "3", "-1", "avx2 ", "avx512f", NULL};
+    const char *bad[] = {"", "AVX2", "avx", "4", "-1", "avx2 ", "avx512f", NULL};
     for (int i = 0; bad[i]; i++) CHECK_MSG(dsv4_simd_parse(bad[i]) == -1, "'%s' parsed", bad[i]);
     CHECK(dsv4_simd_parse(NULL) == -1);
 

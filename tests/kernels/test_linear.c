@@ -273,6 +273,44 @@ static void check_fp8_prescale_guard(int level) {
     }
 }
 
+/* Level avx512vbmi decodes FP8 through byte tables, avx512 through F16 conversions: the
+ * weights are the same exact values and the lanes and chunk order the same, so every
+ * output (no NaN codes here) must be the same bits at both levels, on the one-pass GEMV
+ * of 1..16 rows, the GEMM past it, odd widths and partial scale blocks, both scale kinds,
+ * and scales whose 256 * scale overflows. */
+static void check_fp8_vbmi_matches_avx512(void) {
+    static const int64_t shapes[][2] = {{7, 133}, {129, 1056}, {300, 300}, {64, 64}, {5, 1}};
+    static const int nrs[] = {1, 2, 4, 5, 8, 9, 13, 16, 17, 40};
+    int64_t bad = 0, total = 0;
+    for (int sc = 0; sc < 2; sc++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            tmat t = make_mat(DSV4_WF_FP8, sc, rows, cols);
+            if (sc == SC_E8M0 && si == 1) { /* one block at 2^121: 256 * scale overflows */
+                ((uint8_t *)t.scale)[0] = 248;
+                uint8_t *p = t.w;
+                for (int64_t o = 0; o < 128; o++)
+                    for (int64_t i = 0; i < 128; i++) p[o * cols + i] &= 0x9f;
+            }
+            for (size_t ni = 0; ni < sizeof nrs / sizeof nrs[0]; ni++) {
+                const int nr = nrs[ni];
+                float *x = rand_vec((int64_t)nr * cols);
+                float *ya = malloc(sizeof(float) * nr * rows), *yv = malloc(sizeof(float) * nr * rows);
+                dsv4_kctx_set_simd(kc[2], DSV4_SIMD_AVX512);
+                dsv4_linear(kc[2], &t.m, x, nr, ya);
+                dsv4_kctx_set_simd(kc[2], DSV4_SIMD_AVX512VBMI);
+                dsv4_linear(kc[2], &t.m, x, nr, yv);
+                for (int64_t i = 0; i < (int64_t)nr * rows; i++) bad += memcmp(&ya[i], &yv[i], sizeof(float)) != 0;
+                total += (int64_t)nr * rows;
+                free(x); free(ya); free(yv);
+            }
+            free_mat(&t);
+        }
+    CHECK_MSG(bad == 0, "fp8: %lld of %lld outputs differ between levels avx512 and avx512vbmi", (long long)bad,
+              (long long)total);
+    printf("fp8 avx512vbmi vs avx512: %lld outputs, %lld differ in any bit\n", (long long)total, (long long)bad);
+}
+
 /* Bytes [0, n) that end exactly at an inaccessible page: a load past the end faults (and
  * the run fails) while prefetches, which never fault, may run on. Released by guard_free. */
 typedef struct { void *map; size_t len; } guard_buf;
@@ -447,6 +485,8 @@ int main(void) {
         printf("level %s: %.2f s cpu\n", dsv4_simd_name(level), (double)(clock() - t0) / CLOCKS_PER_SEC);
     }
     check_edges();
+    if (best >= DSV4_SIMD_AVX512VBMI) check_fp8_vbmi_matches_avx512();
+    else printf("SKIPPED: fp8 avx512vbmi vs avx512 (this CPU or build lacks VBMI)\n");
 
     for (int level = 0; level <= best; level++)
         for (int k = 0; k < 9; k++) {
