@@ -1,0 +1,91 @@
+/* kv_rows.c — rounding, packing and unpacking of cached KV rows (kv_rows.h).
+ *
+ * Packing a rounded row is exact: BF16 keeps the upper half of an FP32 value that already
+ * has a zero lower half; an FP8 block of a rounded row gets a scale s' in {s, s/2} of the
+ * scale s it was rounded with (its amax is still above 224 s), so every value / s' is an
+ * e4m3 value (at most 448, the significand unchanged) and the encoder returns it exactly.
+ */
+#include "kernels/kv_rows.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/codec.h"
+#include "kernels/fidelity.h"
+
+#define FP8_BLOCK 64
+
+static int64_t fp8_scale_bytes(int nope) { return (int64_t)(nope / FP8_BLOCK + 7) / 8 * 8; }
+
+int64_t dsv4_row_bytes(int fmt, int n, int rd) {
+    switch (fmt) {
+    case DSV4_ROW_F32: return 4 * (int64_t)n;
+    case DSV4_ROW_BF16: return 2 * (int64_t)n;
+    case DSV4_ROW_FP8: {
+        const int nope = n - rd;
+        if (rd < 0 || nope < 0 || nope % FP8_BLOCK) return 0;
+        return nope + fp8_scale_bytes(nope) + 2 * (int64_t)rd;
+    }
+    default: return 0;
+    }
+}
+
+void dsv4_row_round(int fmt, float *x, int n, int rd) {
+    if (fmt == DSV4_ROW_BF16) dsv4_fid_bf16(x, n);
+    else if (fmt == DSV4_ROW_FP8) dsv4_fid_kv_row(x, n, rd);
+}
+
+/* BF16 halves of x[0, n) into dst (unaligned-safe). */
+static void pack_bf16(uint8_t *dst, const float *x, int n) {
+    for (int i = 0; i < n; i++) {
+        const uint16_t h = (uint16_t)(dsv4_f32_to_bits(x[i]) >> 16); /* x is rounded */
+        memcpy(dst + 2 * (size_t)i, &h, 2);
+    }
+}
+
+static void unpack_bf16(float *x, const uint8_t *src, int n) {
+    for (int i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * (size_t)i, 2);
+        x[i] = dsv4_bits_to_f32((uint32_t)h << 16);
+    }
+}
+
+void dsv4_row_pack(int fmt, void *dst, const float *x, int n, int rd) {
+    uint8_t *d = dst;
+    if (fmt == DSV4_ROW_F32) {
+        memcpy(d, x, (size_t)n * sizeof(float));
+    } else if (fmt == DSV4_ROW_BF16) {
+        pack_bf16(d, x, n);
+    } else if (fmt == DSV4_ROW_FP8) {
+        const int nope = n - rd;
+        uint8_t *scales = d + nope;  /* (nope / 64) ue8m0 bytes, zero-padded */
+        memset(scales, 0, (size_t)fp8_scale_bytes(nope));
+        for (int b0 = 0; b0 < nope; b0 += FP8_BLOCK) {
+            float amax = DSV4_FID_AMAX_FLOOR_FP8;
+            for (int i = b0; i < b0 + FP8_BLOCK; i++)
+                if (fabsf(x[i]) > amax) amax = fabsf(x[i]);
+            const float s = dsv4_fid_pow2_scale(amax, 1.0f / 448.0f);
+            scales[b0 / FP8_BLOCK] = (uint8_t)(dsv4_f32_to_bits(s) >> 23); /* s normal: 2^(b-127) */
+            for (int i = b0; i < b0 + FP8_BLOCK; i++) d[i] = dsv4_f32_to_e4m3(x[i] / s);
+        }
+        pack_bf16(scales + fp8_scale_bytes(nope), x + nope, rd);
+    }
+}
+
+void dsv4_row_unpack(int fmt, float *x, const void *src, int n, int rd) {
+    const uint8_t *s = src;
+    if (fmt == DSV4_ROW_F32) {
+        memcpy(x, s, (size_t)n * sizeof(float));
+    } else if (fmt == DSV4_ROW_BF16) {
+        unpack_bf16(x, s, n);
+    } else if (fmt == DSV4_ROW_FP8) {
+        const int nope = n - rd;
+        const uint8_t *scales = s + nope;
+        for (int b0 = 0; b0 < nope; b0 += FP8_BLOCK) {
+            const float sc = dsv4_e8m0_to_f32(scales[b0 / FP8_BLOCK]);
+            for (int i = b0; i < b0 + FP8_BLOCK; i++) x[i] = dsv4_e4m3_to_f32(s[i]) * sc;
+        }
+        unpack_bf16(x + nope, scales + fp8_scale_bytes(nope), rd);
+    }
+}
