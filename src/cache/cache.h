@@ -2,7 +2,8 @@
  *
  * Pools: WIN (window KV rows, every main layer + MTP layers), CMP[r] (compressed entries,
  * one pool per distinct ratio > 0), IDX (indexer keys of CSA layers), STATE (one slot per
- * sequence holding every compressor's projection ring). Rows are F32 in this engine.
+ * sequence holding every compressor's projection ring). WIN/CMP rows and IDX keys are stored
+ * in the plan's formats (kernels/kv_rows.h: F32, BF16, FP8-split); STATE is always F32.
  * ALL geometry is computed by dsv4_cache_plan_make; nothing else recomputes a size.
  */
 #ifndef DSV4_CACHE_CACHE_H
@@ -23,8 +24,9 @@ typedef struct dsv4_cache_opts {
     int block;             /* B: compressed block size; 0 = lcm of ratios */
     int win_block;         /* B_w: window page rows; 0 = 64 */
     uint64_t budget_bytes; /* bytes for all pools; 0 = exactly enough for max_seqs full sequences */
-    int row_bytes_per_value;  /* WIN/CMP storage: 4 = F32 (engine), 2 = BF16 (planning only) */
-    int idx_bytes_per_value;  /* IDX storage, likewise */
+    int row_bytes_per_value;  /* WIN/CMP storage (kernels/kv_rows.h DSV4_ROW_*): 4 = F32,
+                               * 2 = BF16, 1 = FP8-split; 0 = F32 */
+    int idx_bytes_per_value;  /* IDX storage: 4 = F32, 2 = BF16 (1 = FP4: refused, needs F3) */
 } dsv4_cache_opts;
 
 typedef struct dsv4_cache_plan {
@@ -94,10 +96,12 @@ void dsv4_cache_trim(dsv4_cache *c, int seq, int64_t keep_from);
  * a speculative span is cut back to length n, the pages only its rejected rows used. */
 void dsv4_cache_truncate(dsv4_cache *c, int seq, int64_t n);
 
-/* Row accessors (F32, width hd / hd / dI); the page must have been reserved. */
-float *dsv4_cache_win_row(dsv4_cache *c, int seq, int layer, int64_t pos);
-float *dsv4_cache_cmp_row(dsv4_cache *c, int seq, int layer, int64_t entry);
-float *dsv4_cache_idx_row(dsv4_cache *c, int seq, int layer, int64_t entry);
+/* Row accessors: the stored row (win_row_bytes / cmp_row_bytes / idx_row_bytes in the plan's
+ * formats; F32 floats of width hd / hd / dI when they are 4); NULL when the page is not
+ * reserved. */
+void *dsv4_cache_win_row(dsv4_cache *c, int seq, int layer, int64_t pos);
+void *dsv4_cache_cmp_row(dsv4_cache *c, int seq, int layer, int64_t entry);
+void *dsv4_cache_idx_row(dsv4_cache *c, int seq, int layer, int64_t entry);
 /* Ring row of position pos: [a | b], each coff*d floats, slot pos mod L_r. */
 float *dsv4_cache_ring_row(dsv4_cache *c, int seq, int layer, int indexer, int64_t pos);
 
@@ -135,9 +139,9 @@ int dsv4_cache_snap_new(dsv4_cache *c, int64_t n, int64_t m, dsv4_cache_snap **o
 /* Rows a snapshot holds (NULL outside them): compressed entry / indexer key `entry` of a
  * layer, window row and compressor ring row ([a | b], full width) of position pos. Shared
  * blocks are read in the pools: write only into snapshots from dsv4_cache_snap_new. */
-float *dsv4_cache_snap_cmp_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t entry);
-float *dsv4_cache_snap_idx_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t entry);
-float *dsv4_cache_snap_win_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t pos);
+void *dsv4_cache_snap_cmp_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t entry);
+void *dsv4_cache_snap_idx_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t entry);
+void *dsv4_cache_snap_win_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t pos);
 float *dsv4_cache_snap_ring_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer,
                                 int indexer, int64_t pos);
 void dsv4_cache_snap_lengths(const dsv4_cache_snap *s, int64_t *n, int64_t *m);

@@ -61,13 +61,14 @@ static int layer_sections(const dsv4_kv_geom *g, const dsv4_kv_header *h, int l,
     const int64_t len = l < g->n_main ? h->n : h->m;
     const int r = g->ratios[l];
     int k = 0;
-    out[k++] = (dsv4_kv_section){DSV4_KV_WIN, (uint32_t)l, dsv4_win_rows_read(g->win, len),
-                                 (uint32_t)g->hd * 4, NULL};
+    const uint32_t rb = g->row_bytes ? g->row_bytes : (uint32_t)g->hd * 4;
+    const uint32_t kb = g->key_bytes ? g->key_bytes : (uint32_t)g->dI * 4;
+    out[k++] = (dsv4_kv_section){DSV4_KV_WIN, (uint32_t)l, dsv4_win_rows_read(g->win, len), rb, NULL};
     if (!r) return k;
     const int coff = dsv4_cfg_coff(r);
     const int64_t ring = dsv4_ring_rows_read(r, coff, len);
-    out[k++] = (dsv4_kv_section){DSV4_KV_CMP, (uint32_t)l, len / r, (uint32_t)g->hd * 4, NULL};
-    if (r == 4) out[k++] = (dsv4_kv_section){DSV4_KV_IDX, (uint32_t)l, len / 4, (uint32_t)g->dI * 4, NULL};
+    out[k++] = (dsv4_kv_section){DSV4_KV_CMP, (uint32_t)l, len / r, rb, NULL};
+    if (r == 4) out[k++] = (dsv4_kv_section){DSV4_KV_IDX, (uint32_t)l, len / 4, kb, NULL};
     out[k++] = (dsv4_kv_section){DSV4_KV_RING, (uint32_t)l, ring, (uint32_t)(2 * coff * g->hd * 4), NULL};
     if (r == 4) out[k++] = (dsv4_kv_section){DSV4_KV_IRING, (uint32_t)l, ring, (uint32_t)(4 * g->dI * 4), NULL};
     return k;
@@ -100,6 +101,15 @@ void dsv4_kv_section_head(const dsv4_kv_section *s, uint8_t out[20]) {
     put32(out + 4, s->layer);
     put64(out + 8, (uint64_t)s->rows);
     put32(out + 16, s->row_bytes);
+}
+
+static const char *fmt_name(uint32_t code) {
+    switch (code) {
+    case DSV4_KV_FMT_F32: return "F32";
+    case DSV4_KV_FMT_BF16: return "BF16";
+    case DSV4_KV_FMT_FP8: return "FP8-split";
+    default: return "unknown-format";
+    }
 }
 
 int dsv4_kv_parse_header(const uint8_t *buf, size_t len, const dsv4_kv_geom *g,
@@ -143,9 +153,11 @@ int dsv4_kv_parse_header(const uint8_t *buf, size_t len, const dsv4_kv_geom *g,
     x.kernel_level = get32(buf + 36);
     if (get64(buf + 16) > INT64_MAX || get64(buf + 24) > INT64_MAX)
         return dsv4_fail(err, DSV4_ERR_FORMAT, "KV snapshot lengths out of range");
-    if (x.flags & DSV4_KV_DTYPE_MASK)
-        return dsv4_fail(err, DSV4_ERR_FORMAT, "KV snapshot storage dtypes 0x%02x; this engine "
-                         "stores F32 rows (0)", x.flags >> 24);
+    if ((x.flags & DSV4_KV_DTYPE_MASK) != g->dtype_flags)
+        return dsv4_fail(err, DSV4_ERR_FORMAT, "KV snapshot stores %s rows and %s indexer keys; this "
+                         "engine stores %s and %s (the KV dtype must match, e.g. --kv-dtype)",
+                         fmt_name(x.flags >> 24 & 15), fmt_name(x.flags >> 28),
+                         fmt_name(g->dtype_flags >> 24 & 15), fmt_name(g->dtype_flags >> 28));
     if ((x.flags & DSV4_KV_MATH_MASK) != g->math_flags)
         return dsv4_fail(err, DSV4_ERR_FORMAT, "KV snapshot made with fidelity items 0x%x, W8A8 %u; "
                          "this engine runs 0x%x, %u", (x.flags >> 8) & 0xff, (x.flags >> 16) & 3,

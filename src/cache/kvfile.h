@@ -13,7 +13,8 @@
  *            IDX keys 0 … len/4-1 (CSA); RING / IRING the main / indexer compressor's ring
  *            rows [a | b] (full width) of the last len mod r + (coff-1)·r positions; then
  *            LAST: final hidden [D] and streams [hc, D] of position n-1. len is n for a main
- *            layer, m = n-1 for MTP. Rows are F32.
+ *            layer, m = n-1 for MTP. WIN/CMP rows and IDX keys are in the storage formats the
+ *            flags name (pool bytes as they are), ring rows and LAST are F32.
  * The carries are stored as whole ring rows, not the first halves §g names: the same bits
  * restore either way (the second halves are never read at an aligned length), and the
  * cost is 4 rows per CSA compressor whatever n.
@@ -35,10 +36,13 @@
 enum { DSV4_KV_WIN = 1, DSV4_KV_CMP, DSV4_KV_IDX, DSV4_KV_RING, DSV4_KV_IRING, DSV4_KV_LAST };
 
 /* flags: bit 0 MTP section present, bit 1 LAST present, bits 8-15 fidelity items, bits
- * 16-17 the W8A8 level, bits 24-31 storage dtypes (0 = F32 rows and keys). */
+ * 16-17 the W8A8 level, bits 24-27 the WIN/CMP row format, 28-31 the IDX key format
+ * (DSV4_KV_FMT_*; 0 = F32, so files of F32 engines read as before). */
 enum { DSV4_KV_F_MTP = 1u << 0, DSV4_KV_F_LAST = 1u << 1 };
 #define DSV4_KV_MATH_MASK 0x0003ff00u   /* fidelity + w8a8: must match the engine */
-#define DSV4_KV_DTYPE_MASK 0xff000000u  /* storage dtypes: must be 0 (F32) */
+#define DSV4_KV_DTYPE_MASK 0xff000000u  /* storage formats: must match the engine */
+enum { DSV4_KV_FMT_F32 = 0, DSV4_KV_FMT_BF16 = 1, DSV4_KV_FMT_FP8 = 2 };
+#define DSV4_KV_DTYPE_FLAGS(row, key) ((uint32_t)(row) << 24 | (uint32_t)(key) << 28)
 
 /* What the running engine expects of a file. */
 typedef struct dsv4_kv_geom {
@@ -48,6 +52,8 @@ typedef struct dsv4_kv_geom {
     uint8_t config_hash[32];       /* SHA-256 of the math-relevant config fields */
     uint8_t weights[32];           /* weights fingerprint */
     uint32_t math_flags;           /* fidelity << 8 | w8a8 << 16 */
+    uint32_t dtype_flags;          /* DSV4_KV_DTYPE_FLAGS of the engine's storage */
+    uint32_t row_bytes, key_bytes; /* bytes of a stored WIN/CMP row, IDX key; 0 = F32 */
     int64_t max_context;
 } dsv4_kv_geom;
 

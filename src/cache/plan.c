@@ -3,11 +3,12 @@
  *
  * Nothing outside this file computes a cache size. The pools (pool.c) only read the plan.
  *
- * Storage codes (opts.row_bytes_per_value for WIN/CMP rows, idx_bytes_per_value for IDX):
- *   4 = F32 (the engine), 2 = BF16, and for planning only 1 = FP8-split (WIN/CMP: e4m3 nope
- *   channels + one ue8m0 byte per 64 nope channels padded to 8 + BF16 rope channels) or
- *   1 = FP4 (IDX: dI/2 bytes + dI/32 ue8m0 bytes, needs fidelity item F3, which no option
- *   enables yet, so it is always rejected by check 6).
+ * Storage codes (opts.row_bytes_per_value for WIN/CMP rows, idx_bytes_per_value for IDX;
+ * kernels/kv_rows.h DSV4_ROW_*): 4 = F32, 2 = BF16, 1 = FP8-split (WIN/CMP: e4m3 nope
+ *   channels + one ue8m0 byte per 64 nope channels padded to 8 + BF16 rope channels; the
+ *   bytes are dsv4_row_bytes') or, for planning only, 1 = FP4 (IDX: dI/2 bytes + dI/32 ue8m0
+ *   bytes, needs fidelity item F3, which no option enables yet, so it is always rejected by
+ *   check 6).
  */
 #include <stdint.h>
 #include <string.h>

@@ -18,20 +18,25 @@
 
 /* ---- storage helpers ------------------------------------------------------------------- */
 
-static void fill_words(float *p, int64_t n, uint32_t bits) {
-    for (int64_t i = 0; i < n; i++) memcpy(&p[i], &bits, 4);
+/* The sentinel as a byte pattern (its little-endian word repeated): row bytes of BF16 and
+ * FP8-split rows need not be multiples of 4. */
+static uint8_t sentinel_byte(int64_t i) { return (uint8_t)(DSV4_CACHE_SENTINEL >> (8 * (i & 3))); }
+
+static void fill_sentinel(void *p, int64_t n_bytes) {
+    uint8_t *b = p;
+    for (int64_t i = 0; i < n_bytes; i++) b[i] = sentinel_byte(i);
 }
 
 static void sentinel_win_page(dsv4_cache *c, int32_t page) {
     for (int l = 0; l < c->plan.n_layers; l++)
-        fill_words(dsv4_pool_win_page(c, l, page), c->win_rows * c->plan.hd, DSV4_CACHE_SENTINEL);
+        fill_sentinel(dsv4_pool_win_page(c, l, page), c->win_rows * c->plan.win_row_bytes);
 }
 static void sentinel_block(dsv4_cache *c, int32_t blk) {
     for (int i = 0; i < c->plan.n_ratios; i++)
         for (int s = 0; s < c->plan.n_cmp_layers[i]; s++)
-            fill_words(dsv4_pool_cmp_page(c, i, s, blk), c->blk_rows[i] * c->plan.hd, DSV4_CACHE_SENTINEL);
+            fill_sentinel(dsv4_pool_cmp_page(c, i, s, blk), c->blk_rows[i] * c->plan.cmp_row_bytes);
     for (int s = 0; s < c->plan.n_idx_layers; s++)
-        fill_words(dsv4_pool_idx_page(c, s, blk), c->idx_rows * c->plan.dI, DSV4_CACHE_SENTINEL);
+        fill_sentinel(dsv4_pool_idx_page(c, s, blk), c->idx_rows * c->plan.idx_row_bytes);
 }
 
 static int seq_ok(const dsv4_cache *c, int seq) {
@@ -51,11 +56,6 @@ static void *alloc_n(int64_t n, size_t elem, int *failed) {
 int dsv4_cache_create(const dsv4_cache_plan *plan, dsv4_cache **out, dsv4_err *err) {
     if (!plan || !out) return dsv4_fail(err, DSV4_ERR_ARG, "cache create: NULL argument");
     *out = NULL;
-    if (plan->opts.row_bytes_per_value != 4 || plan->opts.idx_bytes_per_value != 4)
-        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED,
-                         "cache create: pools store F32 rows; plan has row_bytes_per_value = %d, "
-                         "idx_bytes_per_value = %d (other storage is for planning only)",
-                         plan->opts.row_bytes_per_value, plan->opts.idx_bytes_per_value);
     if (plan->opts.max_seqs < 1 || plan->n_blocks < 0 || plan->n_blocks > INT32_MAX ||
         plan->win_pages < 0 || plan->win_pages > INT32_MAX || plan->block < 1 || plan->win_block < 1)
         return dsv4_fail(err, DSV4_ERR_ARG, "cache create: plan is not from dsv4_cache_plan_make");
@@ -70,12 +70,12 @@ int dsv4_cache_create(const dsv4_cache_plan *plan, dsv4_cache **out, dsv4_err *e
     c->idx_rows = p->block / 4;
     int failed = 0;
     const int64_t ms = p->opts.max_seqs;
-    c->win = alloc_n((int64_t)p->n_layers * c->n_win_pages * c->win_rows * p->hd, 4, &failed);
+    c->win = alloc_n((int64_t)p->n_layers * c->n_win_pages * c->win_rows, p->win_row_bytes, &failed);
     for (int i = 0; i < p->n_ratios; i++)
-        c->cmp[i] = alloc_n((int64_t)p->n_cmp_layers[i] * c->n_blocks * c->blk_rows[i] * p->hd, 4,
+        c->cmp[i] = alloc_n((int64_t)p->n_cmp_layers[i] * c->n_blocks * c->blk_rows[i], p->cmp_row_bytes,
                             &failed);
     if (p->n_idx_layers)
-        c->idx = alloc_n((int64_t)p->n_idx_layers * c->n_blocks * c->idx_rows * p->dI, 4, &failed);
+        c->idx = alloc_n((int64_t)p->n_idx_layers * c->n_blocks * c->idx_rows, p->idx_row_bytes, &failed);
     c->state = alloc_n(ms * p->slot_floats, 4, &failed);
     c->win_free = alloc_n(c->n_win_pages, 4, &failed);
     c->blk_free = alloc_n(c->n_blocks, 4, &failed);
@@ -194,7 +194,7 @@ int dsv4_cache_seq_release(dsv4_cache *c, int seq, dsv4_err *err) {
         dsv4_pool_unref_block(c, b);
     }
     memset(q, 0, sizeof *q);
-    if (c->sentinel) fill_words(dsv4_pool_slot(c, seq), c->plan.slot_floats, DSV4_CACHE_SENTINEL);
+    if (c->sentinel) fill_sentinel(dsv4_pool_slot(c, seq), c->plan.slot_bytes);
     return 0;
 }
 
@@ -363,16 +363,16 @@ void dsv4_cache_truncate(dsv4_cache *c, int seq, int64_t n) {
 
 /* ---- row accessors --------------------------------------------------------------------- */
 
-float *dsv4_cache_win_row(dsv4_cache *c, int seq, int layer, int64_t pos) {
+void *dsv4_cache_win_row(dsv4_cache *c, int seq, int layer, int64_t pos) {
     if (!seq_ok(c, seq) || layer < 0 || layer >= c->plan.n_layers || pos < 0) return NULL;
     const int64_t i = pos / c->plan.win_block;
     if (i >= c->plan.win_table_width) return NULL;
     const int32_t pg = dsv4_pool_win_tab(c, seq)[i];
     if (pg < 0) return NULL;
-    return dsv4_pool_win_page(c, layer, pg) + (pos % c->plan.win_block) * c->plan.hd;
+    return dsv4_pool_win_page(c, layer, pg) + (pos % c->plan.win_block) * c->plan.win_row_bytes;
 }
 
-float *dsv4_cache_cmp_row(dsv4_cache *c, int seq, int layer, int64_t entry) {
+void *dsv4_cache_cmp_row(dsv4_cache *c, int seq, int layer, int64_t entry) {
     if (!seq_ok(c, seq) || layer < 0 || layer >= c->plan.n_layers || entry < 0) return NULL;
     const int pool = c->plan.cmp_pool[layer];
     if (pool < 0) return NULL;
@@ -382,10 +382,10 @@ float *dsv4_cache_cmp_row(dsv4_cache *c, int seq, int layer, int64_t entry) {
     if (i >= c->plan.blk_table_width) return NULL;
     const int32_t b = dsv4_pool_blk_tab(c, seq)[i];
     if (b < 0) return NULL;
-    return dsv4_pool_cmp_page(c, pool, c->plan.cmp_slot[layer], b) + (entry % c->blk_rows[pool]) * c->plan.hd;
+    return dsv4_pool_cmp_page(c, pool, c->plan.cmp_slot[layer], b) + (entry % c->blk_rows[pool]) * c->plan.cmp_row_bytes;
 }
 
-float *dsv4_cache_idx_row(dsv4_cache *c, int seq, int layer, int64_t entry) {
+void *dsv4_cache_idx_row(dsv4_cache *c, int seq, int layer, int64_t entry) {
     if (!seq_ok(c, seq) || layer < 0 || layer >= c->plan.n_layers || entry < 0) return NULL;
     const int slot = c->plan.idx_slot[layer];
     if (slot < 0 || entry > INT64_MAX / 4) return NULL;
@@ -393,7 +393,7 @@ float *dsv4_cache_idx_row(dsv4_cache *c, int seq, int layer, int64_t entry) {
     if (i >= c->plan.blk_table_width) return NULL;
     const int32_t b = dsv4_pool_blk_tab(c, seq)[i];
     if (b < 0) return NULL;
-    return dsv4_pool_idx_page(c, slot, b) + (entry % c->idx_rows) * c->plan.dI;
+    return dsv4_pool_idx_page(c, slot, b) + (entry % c->idx_rows) * c->plan.idx_row_bytes;
 }
 
 float *dsv4_cache_ring_row(dsv4_cache *c, int seq, int layer, int indexer, int64_t pos) {
@@ -594,16 +594,18 @@ void dsv4_cache_set_sentinel(dsv4_cache *c, int on) {
     for (int32_t b = 0; b < c->n_blocks; b++)
         if (c->blk_ref[b] == 0) sentinel_block(c, b);
     for (int s = 0; s < c->plan.opts.max_seqs; s++)
-        if (!c->seqs[s].live) fill_words(dsv4_pool_slot(c, s), c->plan.slot_floats, DSV4_CACHE_SENTINEL);
+        if (!c->seqs[s].live) fill_sentinel(dsv4_pool_slot(c, s), c->plan.slot_bytes);
 }
 
-/* Counts words of [p, p+n) that are not the sentinel; notes the first. */
-static int64_t count_bad(const float *p, int64_t n, int64_t *first) {
+/* Counts the 4-byte words of [p, p + n_bytes) (the last one possibly shorter) that are
+ * not the sentinel; notes the byte offset of the first. */
+static int64_t count_bad(const void *p, int64_t n_bytes, int64_t *first) {
+    const uint8_t *b = p;
     int64_t bad = 0;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t w;
-        memcpy(&w, &p[i], 4);
-        if (w != DSV4_CACHE_SENTINEL) {
+    for (int64_t i = 0; i < n_bytes; i += 4) {
+        int differs = 0;
+        for (int64_t k = i; k < i + 4 && k < n_bytes; k++) differs |= b[k] != sentinel_byte(k);
+        if (differs) {
             if (!bad) *first = i;
             bad++;
         }
@@ -619,30 +621,30 @@ int64_t dsv4_cache_sentinel_check(const dsv4_cache *c, dsv4_err *err) {
     for (int32_t pg = 0; pg < c->n_win_pages; pg++) {
         if (c->win_owner[pg] != NONE) continue;
         for (int l = 0; l < p->n_layers; l++) {
-            int64_t b = count_bad(dsv4_pool_win_page(c, l, pg), c->win_rows * p->hd, &first);
+            int64_t b = count_bad(dsv4_pool_win_page(c, l, pg), c->win_rows * p->win_row_bytes, &first);
             NOTE(b, "free WIN page %d, layer %d: %lld words written (first at row %lld)", pg, l,
-                 (long long)b, (long long)(first / p->hd));
+                 (long long)b, (long long)(first / p->win_row_bytes));
         }
     }
     for (int32_t blk = 0; blk < c->n_blocks; blk++) {
         if (c->blk_ref[blk] != 0) continue;
         for (int i = 0; i < p->n_ratios; i++)
             for (int s = 0; s < p->n_cmp_layers[i]; s++) {
-                int64_t b = count_bad(dsv4_pool_cmp_page(c, i, s, blk), c->blk_rows[i] * p->hd, &first);
+                int64_t b = count_bad(dsv4_pool_cmp_page(c, i, s, blk), c->blk_rows[i] * p->cmp_row_bytes, &first);
                 NOTE(b, "free block %d, CMP%d layer slot %d: %lld words written (first at row %lld)",
-                     blk, p->ratios[i], s, (long long)b, (long long)(first / p->hd));
+                     blk, p->ratios[i], s, (long long)b, (long long)(first / p->cmp_row_bytes));
             }
         for (int s = 0; s < p->n_idx_layers; s++) {
-            int64_t b = count_bad(dsv4_pool_idx_page(c, s, blk), c->idx_rows * p->dI, &first);
+            int64_t b = count_bad(dsv4_pool_idx_page(c, s, blk), c->idx_rows * p->idx_row_bytes, &first);
             NOTE(b, "free block %d, IDX layer slot %d: %lld words written (first at row %lld)", blk,
-                 s, (long long)b, (long long)(first / p->dI));
+                 s, (long long)b, (long long)(first / p->idx_row_bytes));
         }
     }
     for (int s = 0; s < p->opts.max_seqs; s++) {
         if (c->seqs[s].live) continue;
-        int64_t b = count_bad(dsv4_pool_slot(c, s), p->slot_floats, &first);
+        int64_t b = count_bad(dsv4_pool_slot(c, s), p->slot_bytes, &first);
         NOTE(b, "free STATE slot %d: %lld words written (first at float %lld)", s, (long long)b,
-             (long long)first);
+             (long long)(first / 4));
     }
 #undef NOTE
     return total;

@@ -31,12 +31,12 @@ struct dsv4_cache_snap {
     int n_shared;                        /* block-table entries [0, n_shared) ... */
     int32_t *shared;                     /* ... (n_shared) block ids, one reference each */
     int n_private;                       /* entries [n_shared, n_shared + n_private) ... */
-    float *priv;                         /* ... copied: (n_private, block_floats) */
+    uint8_t *priv;                       /* ... copied: (n_private, block_bytes) as in the pools */
     int64_t win_n[DSV4_MAX_LAYERS];      /* window rows of layer l: positions [len - win_n, len) */
-    float *win;                          /* (sum win_n, hd), layer after layer */
+    uint8_t *win;                        /* (sum win_n, win_row_bytes), layer after layer */
     int64_t ring_n[DSV4_MAX_LAYERS];     /* compressor ring rows: positions [len - ring_n, len) */
     float *ring;                         /* per layer: main ring rows, then indexer ring rows */
-    int64_t ring_floats, win_floats;
+    int64_t ring_floats, win_bytes;
     int64_t host_bytes;                  /* what the copies take outside the pools */
 };
 
@@ -44,9 +44,10 @@ struct dsv4_cache {
     dsv4_cache_plan plan;
     int32_t n_win_pages, n_blocks;
     int64_t win_rows, blk_rows[DSV4_MAX_RATIOS], idx_rows;  /* rows per page */
-    float *win;                     /* (n_layers, n_win_pages, B_w, hd) */
-    float *cmp[DSV4_MAX_RATIOS];    /* (n_cmp_layers[i], n_blocks, B/r_i, hd) */
-    float *idx;                     /* (n_idx_layers, n_blocks, B/4, dI) */
+    /* rows in the plan's storage formats (kernels/kv_rows.h), win_row_bytes etc. each */
+    uint8_t *win;                   /* (n_layers, n_win_pages, B_w, win_row_bytes) */
+    uint8_t *cmp[DSV4_MAX_RATIOS];  /* (n_cmp_layers[i], n_blocks, B/r_i, cmp_row_bytes) */
+    uint8_t *idx;                   /* (n_idx_layers, n_blocks, B/4, idx_row_bytes) */
     float *state;                   /* (max_seqs, slot_floats) */
     int32_t *win_free, n_win_free;  /* (n_win_pages) stack of free page ids */
     int32_t *blk_free, n_blk_free;  /* (n_blocks) */
@@ -64,14 +65,14 @@ struct dsv4_cache {
 
 /* ---- helpers shared by pool.c and share.c ---------------------------------------------- */
 
-static inline float *dsv4_pool_win_page(const dsv4_cache *c, int layer, int32_t page) {
-    return c->win + ((int64_t)layer * c->n_win_pages + page) * c->win_rows * c->plan.hd;
+static inline uint8_t *dsv4_pool_win_page(const dsv4_cache *c, int layer, int32_t page) {
+    return c->win + ((int64_t)layer * c->n_win_pages + page) * c->win_rows * c->plan.win_row_bytes;
 }
-static inline float *dsv4_pool_cmp_page(const dsv4_cache *c, int pool, int slot, int32_t blk) {
-    return c->cmp[pool] + ((int64_t)slot * c->n_blocks + blk) * c->blk_rows[pool] * c->plan.hd;
+static inline uint8_t *dsv4_pool_cmp_page(const dsv4_cache *c, int pool, int slot, int32_t blk) {
+    return c->cmp[pool] + ((int64_t)slot * c->n_blocks + blk) * c->blk_rows[pool] * c->plan.cmp_row_bytes;
 }
-static inline float *dsv4_pool_idx_page(const dsv4_cache *c, int slot, int32_t blk) {
-    return c->idx + ((int64_t)slot * c->n_blocks + blk) * c->idx_rows * c->plan.dI;
+static inline uint8_t *dsv4_pool_idx_page(const dsv4_cache *c, int slot, int32_t blk) {
+    return c->idx + ((int64_t)slot * c->n_blocks + blk) * c->idx_rows * c->plan.idx_row_bytes;
 }
 static inline float *dsv4_pool_slot(const dsv4_cache *c, int seq) {
     return c->state + (int64_t)seq * c->plan.slot_floats;

@@ -20,28 +20,23 @@
 #include "cache/pool_impl.h"
 #include "util/err.h"
 
-/* Floats of one block across every CMP pool and IDX, in the order copy_block uses. */
-static int64_t block_floats(const dsv4_cache *c) {
-    const dsv4_cache_plan *p = &c->plan;
-    int64_t n = (int64_t)p->n_idx_layers * c->idx_rows * p->dI;
-    for (int i = 0; i < p->n_ratios; i++) n += (int64_t)p->n_cmp_layers[i] * c->blk_rows[i] * p->hd;
-    return n;
-}
+/* Bytes of one block across every CMP pool and IDX (P_B), in the order copy_block uses. */
+static int64_t block_bytes(const dsv4_cache *c) { return c->plan.block_bytes; }
 
-/* Copies block blk between the pools and buf (to_pools: buf -> pools). */
-static void copy_block(dsv4_cache *c, int32_t blk, float *buf, int to_pools) {
+/* Copies block blk between the pools and buf (to_pools: buf -> pools), rows as stored. */
+static void copy_block(dsv4_cache *c, int32_t blk, uint8_t *buf, int to_pools) {
     const dsv4_cache_plan *p = &c->plan;
     for (int i = 0; i < p->n_ratios; i++)
         for (int s = 0; s < p->n_cmp_layers[i]; s++) {
-            const size_t n = (size_t)(c->blk_rows[i] * p->hd);
-            float *pg = dsv4_pool_cmp_page(c, i, s, blk);
-            memcpy(to_pools ? pg : buf, to_pools ? buf : pg, n * sizeof(float));
+            const size_t n = (size_t)(c->blk_rows[i] * p->cmp_row_bytes);
+            uint8_t *pg = dsv4_pool_cmp_page(c, i, s, blk);
+            memcpy(to_pools ? pg : buf, to_pools ? buf : pg, n);
             buf += n;
         }
     for (int s = 0; s < p->n_idx_layers; s++) {
-        const size_t n = (size_t)(c->idx_rows * p->dI);
-        float *pg = dsv4_pool_idx_page(c, s, blk);
-        memcpy(to_pools ? pg : buf, to_pools ? buf : pg, n * sizeof(float));
+        const size_t n = (size_t)(c->idx_rows * p->idx_row_bytes);
+        uint8_t *pg = dsv4_pool_idx_page(c, s, blk);
+        memcpy(to_pools ? pg : buf, to_pools ? buf : pg, n);
         buf += n;
     }
 }
@@ -75,11 +70,11 @@ static void copy_rings(dsv4_cache *c, int seq, const dsv4_cache_snap *s, int to_
  * exist (checked or allocated by the caller). */
 static void copy_windows(dsv4_cache *c, int seq, const dsv4_cache_snap *s, int to_pages) {
     const dsv4_cache_plan *p = &c->plan;
-    float *buf = s->win;  /* (win_floats) */
+    uint8_t *buf = s->win;  /* (win_bytes) */
     for (int l = 0; l < p->n_layers; l++)
-        for (int64_t pos = s->len[l] - s->win_n[l]; pos < s->len[l]; pos++, buf += p->hd) {
-            float *row = dsv4_cache_win_row(c, seq, l, pos);
-            memcpy(to_pages ? row : buf, to_pages ? buf : row, (size_t)p->hd * sizeof(float));
+        for (int64_t pos = s->len[l] - s->win_n[l]; pos < s->len[l]; pos++, buf += p->win_row_bytes) {
+            uint8_t *row = dsv4_cache_win_row(c, seq, l, pos);
+            memcpy(to_pages ? row : buf, to_pages ? buf : row, (size_t)p->win_row_bytes);
         }
 }
 
@@ -121,7 +116,7 @@ static int snap_alloc(dsv4_cache *c, int64_t n, int64_t m, int share, dsv4_cache
     for (int l = 0; l < p->n_layers; l++) {
         s->len[l] = l < p->n_main_layers ? n : m;
         s->win_n[l] = dsv4_win_rows_read(p->win, s->len[l]);
-        s->win_floats += s->win_n[l] * p->hd;
+        s->win_bytes += s->win_n[l] * p->win_row_bytes;
         if (p->ring_off[l] < 0) continue;
         /* an MTP layer writes only when the engine runs MTP (d_max = 1) */
         if ((l < p->n_main_layers || p->opts.d_max > 0) && s->len[l] < closed) closed = s->len[l];
@@ -132,17 +127,17 @@ static int snap_alloc(dsv4_cache *c, int64_t n, int64_t m, int share, dsv4_cache
     const int64_t end = p->n_ratios ? (n + p->block - 1) / p->block : 0;  /* blocks in use */
     s->n_shared = share && p->n_ratios ? (int)(closed / p->block) : 0;
     s->n_private = (int)(end - s->n_shared);
-    const int64_t bf = block_floats(c);
+    const int64_t bb = block_bytes(c);
     s->shared = s->n_shared ? malloc((size_t)s->n_shared * sizeof *s->shared) : NULL;
-    s->priv = s->n_private ? calloc((size_t)(s->n_private * bf), sizeof(float)) : NULL;
-    s->win = s->win_floats ? calloc((size_t)s->win_floats, sizeof(float)) : NULL;
+    s->priv = s->n_private ? calloc((size_t)s->n_private, (size_t)bb) : NULL;
+    s->win = s->win_bytes ? calloc((size_t)s->win_bytes, 1) : NULL;
     s->ring = s->ring_floats ? calloc((size_t)s->ring_floats, sizeof(float)) : NULL;
-    if ((s->n_shared && !s->shared) || (s->n_private && !s->priv) || (s->win_floats && !s->win) ||
+    if ((s->n_shared && !s->shared) || (s->n_private && !s->priv) || (s->win_bytes && !s->win) ||
         (s->ring_floats && !s->ring)) {
         free(s->shared); free(s->priv); free(s->win); free(s->ring); free(s);
         return dsv4_fail(err, DSV4_ERR_NOMEM, "cache snapshot: out of memory");
     }
-    s->host_bytes = (int64_t)sizeof *s + 4 * (s->n_shared + s->n_private * bf + s->win_floats + s->ring_floats);
+    s->host_bytes = (int64_t)sizeof *s + 4 * (s->n_shared + s->ring_floats) + s->n_private * bb + s->win_bytes;
     *out = s;
     return DSV4_OK;
 }
@@ -180,12 +175,12 @@ int dsv4_cache_snap_take(dsv4_cache *c, int seq, int64_t n, int64_t m, dsv4_cach
         dsv4_cache_snap_free(c, s);
         return rc;
     }
-    const int64_t bf = block_floats(c);
+    const int64_t bb = block_bytes(c);
     for (int i = 0; i < s->n_shared; i++) {
         s->shared[i] = bt[i];
         c->blk_ref[bt[i]]++;
     }
-    for (int i = 0; i < s->n_private; i++) copy_block(c, bt[s->n_shared + i], s->priv + i * bf, 0);
+    for (int i = 0; i < s->n_private; i++) copy_block(c, bt[s->n_shared + i], s->priv + i * bb, 0);
     copy_windows(c, seq, s, 0);
     copy_rings(c, seq, s, 0);
     link_snap(c, s);
@@ -204,21 +199,21 @@ int dsv4_cache_snap_new(dsv4_cache *c, int64_t n, int64_t m, dsv4_cache_snap **o
 
 /* Row `row` of the page (pool i or IDX when i < 0, layer slot `slot`) of block-table entry
  * b: in the pools when shared, else in the private copy. */
-static float *snap_block_row(const dsv4_cache *c, const dsv4_cache_snap *s, int64_t b, int i,
-                             int slot, int64_t row) {
+static void *snap_block_row(const dsv4_cache *c, const dsv4_cache_snap *s, int64_t b, int i,
+                            int slot, int64_t row) {
     const dsv4_cache_plan *p = &c->plan;
     if (b < s->n_shared)
-        return i >= 0 ? dsv4_pool_cmp_page(c, i, slot, s->shared[b]) + row * p->hd
-                      : dsv4_pool_idx_page(c, slot, s->shared[b]) + row * p->dI;
-    float *base = s->priv + (b - s->n_shared) * block_floats(c);  /* copy_block's order */
+        return i >= 0 ? dsv4_pool_cmp_page(c, i, slot, s->shared[b]) + row * p->cmp_row_bytes
+                      : dsv4_pool_idx_page(c, slot, s->shared[b]) + row * p->idx_row_bytes;
+    uint8_t *base = s->priv + (b - s->n_shared) * block_bytes(c);  /* copy_block's order */
     for (int j = 0; j < p->n_ratios; j++) {
-        if (j == i) return base + ((int64_t)slot * c->blk_rows[j] + row) * p->hd;
-        base += (int64_t)p->n_cmp_layers[j] * c->blk_rows[j] * p->hd;
+        if (j == i) return base + ((int64_t)slot * c->blk_rows[j] + row) * p->cmp_row_bytes;
+        base += (int64_t)p->n_cmp_layers[j] * c->blk_rows[j] * p->cmp_row_bytes;
     }
-    return base + ((int64_t)slot * c->idx_rows + row) * p->dI;
+    return base + ((int64_t)slot * c->idx_rows + row) * p->idx_row_bytes;
 }
 
-float *dsv4_cache_snap_cmp_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t entry) {
+void *dsv4_cache_snap_cmp_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t entry) {
     const dsv4_cache_plan *p = &c->plan;
     if (layer < 0 || layer >= p->n_layers || p->cmp_pool[layer] < 0 || entry < 0) return NULL;
     const int i = p->cmp_pool[layer];
@@ -227,7 +222,7 @@ float *dsv4_cache_snap_cmp_row(const dsv4_cache *c, const dsv4_cache_snap *s, in
     return snap_block_row(c, s, b, i, p->cmp_slot[layer], entry % c->blk_rows[i]);
 }
 
-float *dsv4_cache_snap_idx_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t entry) {
+void *dsv4_cache_snap_idx_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t entry) {
     const dsv4_cache_plan *p = &c->plan;
     if (layer < 0 || layer >= p->n_layers || p->idx_slot[layer] < 0 || entry < 0) return NULL;
     const int64_t b = entry * 4 / p->block;
@@ -235,13 +230,13 @@ float *dsv4_cache_snap_idx_row(const dsv4_cache *c, const dsv4_cache_snap *s, in
     return snap_block_row(c, s, b, -1, p->idx_slot[layer], entry % c->idx_rows);
 }
 
-float *dsv4_cache_snap_win_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t pos) {
+void *dsv4_cache_snap_win_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer, int64_t pos) {
     const dsv4_cache_plan *p = &c->plan;
     if (layer < 0 || layer >= p->n_layers || pos < s->len[layer] - s->win_n[layer] || pos >= s->len[layer])
         return NULL;
-    float *row = s->win;
-    for (int l = 0; l < layer; l++) row += s->win_n[l] * p->hd;
-    return row + (pos - (s->len[layer] - s->win_n[layer])) * p->hd;
+    uint8_t *row = s->win;
+    for (int l = 0; l < layer; l++) row += s->win_n[l] * p->win_row_bytes;
+    return row + (pos - (s->len[layer] - s->win_n[layer])) * p->win_row_bytes;
 }
 
 float *dsv4_cache_snap_ring_row(const dsv4_cache *c, const dsv4_cache_snap *s, int layer,
@@ -296,12 +291,12 @@ int dsv4_cache_snap_restore(dsv4_cache *c, const dsv4_cache_snap *s, int seq, ds
     if (s->n_private > c->n_blk_free)
         return dsv4_fail(err, DSV4_ERR_CACHE_FULL, "cache pool CMP/IDX blocks: restore needs %d "
                          "blocks, %d free of %d total", s->n_private, c->n_blk_free, c->n_blocks);
-    const int64_t bf = block_floats(c);
+    const int64_t bb = block_bytes(c);
     for (int i = 0; i < s->n_shared; i++) dsv4_pool_map_block(c, seq, i, s->shared[i]);
     for (int i = 0; i < s->n_private; i++) {
         const int32_t b = dsv4_pool_pop_block(c);
         dsv4_pool_map_block(c, seq, s->n_shared + i, b);
-        copy_block(c, b, s->priv + i * bf, 1);
+        copy_block(c, b, s->priv + i * bb, 1);
     }
     for (int64_t i = w0; i < w1; i++) dsv4_pool_take_win(c, seq, i);
     copy_windows(c, seq, s, 1);

@@ -346,15 +346,35 @@ static void test_handles(void) {
     CHECK_ERR(e, DSV4_ERR_CACHE_FULL, "no free sequence slot: max_seqs = 2");
     dsv4_cache_free(c);
 
-    /* BF16 plans are for planning only */
+    /* BF16 pools: rows are 2 bytes a value apart, a written row stays inside its bytes */
     dsv4_cache_opts o;
     memset(&o, 0, sizeof o);
-    o.max_context = 64; o.max_seqs = 1; o.row_bytes_per_value = 2;
+    o.max_context = 64; o.max_seqs = 1; o.row_bytes_per_value = 2; o.idx_bytes_per_value = 2;
     dsv4_cache_plan p;
     CHECK(dsv4_cache_plan_make(&g_cfg, &o, &p, &e) == 0);
+    CHECK(p.win_row_bytes == 2 * g_cfg.head_dim && p.idx_row_bytes == 2 * g_cfg.index_head_dim);
     dsv4_cache *cb = NULL;
-    CHECK(dsv4_cache_create(&p, &cb, &e) == DSV4_ERR_UNSUPPORTED && cb == NULL);
-    CHECK_ERR(e, DSV4_ERR_UNSUPPORTED, "row_bytes_per_value = 2");
+    CHECK(dsv4_cache_create(&p, &cb, &e) == 0 && cb);
+    if (cb) {
+        dsv4_cache_set_sentinel(cb, 1);
+        const int64_t s0 = 0;
+        const int n = 64;
+        CHECK(dsv4_cache_seq_alloc(cb, &b, &e) == 0);
+        CHECK(dsv4_cache_reserve(cb, 1, &b, &s0, &n, 1, &e) == 0);
+        uint8_t *r0 = dsv4_cache_win_row(cb, b, 0, 62), *r1 = dsv4_cache_win_row(cb, b, 0, 63);
+        uint8_t *k0 = dsv4_cache_idx_row(cb, b, 1, 0), *k1 = dsv4_cache_idx_row(cb, b, 1, 1);
+        CHECK(r0 && r1 && r1 - r0 == 2 * g_cfg.head_dim);
+        CHECK(k0 && k1 && k1 - k0 == 2 * g_cfg.index_head_dim);
+        memset(r1, 0x5a, (size_t)p.win_row_bytes);  /* the last row of the page */
+        CHECK(dsv4_cache_sentinel_check(cb, &e) == 0);
+        CHECK(dsv4_cache_seq_release(cb, b, &e) == 0);
+        CHECK(dsv4_cache_sentinel_check(cb, &e) == 0);
+        dsv4_cache_free(cb);
+    }
+    /* FP8-split rows need nope channels in blocks of 64 (this config has 8 - 4) */
+    o.row_bytes_per_value = 1;
+    CHECK(dsv4_cache_plan_make(&g_cfg, &o, &p, &e) == DSV4_ERR_ARG);
+    CHECK_ERR(e, DSV4_ERR_ARG, "FP8-split rows need");
 }
 
 /* A reused slot is cleared: projections 0, scores -inf, in every ring; rings wrap at L_r. */
