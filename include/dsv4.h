@@ -218,11 +218,31 @@ typedef struct dsv4_engine_opts {
                                 * bytes written of all; minutes at Flash size), from the
                                 * caller's thread; NULL = none. Not compared across ranks. */
     void *progress_user;
+    int kv_dtype;          /* storage of the cached KV rows (serving.md §a.1): DSV4_KV_*;
+                            * 0 = DSV4_KV_DEFAULT. Rows are rounded to it where they are
+                            * produced, so every schedule still gives the same bits. */
     int pin_threads;       /* 1: pin worker thread i to the i-th CPU of the creating thread's
                             * affinity mask (CPU 0 of it left to the thread that calls the
                             * engine, whose own affinity is not changed); 0 = let the OS place
                             * them. Results are the same either way. */
 } dsv4_engine_opts;
+
+/* KV row storage (serving.md §a.1): window rows, compressed entries, indexer keys.
+ *   F32   the reference: results as the spec's FP32 math (the golden tests use it)
+ *   BF16  half the bytes; every row rounded to BF16 where it is produced
+ *   FP8   FP8-split window/compressed rows (e4m3 nope channels per 64 with a ue8m0 scale,
+ *         BF16 rope channels: fidelity item F2's rounding) and BF16 indexer keys
+ * The compressor state stays F32 in every mode. */
+enum {
+    DSV4_KV_DEFAULT = 0, /* F32 */
+    DSV4_KV_F32 = 1,
+    DSV4_KV_BF16 = 2,
+    DSV4_KV_FP8 = 3,
+};
+/* "f32", "bf16" or "fp8" -> DSV4_KV_*; DSV4_ERR_ARG with a message otherwise. */
+DSV4_API int dsv4_kv_dtype_parse(const char *s, int *dtype, dsv4_err *err);
+/* The name of a DSV4_KV_* value (DEFAULT resolved), "?" when unknown. */
+DSV4_API const char *dsv4_kv_dtype_name(int dtype);
 
 /* Items of fidelity mode P3: the official model's activation roundings (spec/model.md §6).
  * F1 applies by role, to the projections the release stores FP8/FP4 (wq_a, wq_b, wkv, wo_b,

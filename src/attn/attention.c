@@ -12,6 +12,7 @@
 
 #include "attn/attention.h"
 #include "util/arena.h"
+#include "kernels/kv_rows.h"
 #include "kernels/ops.h"
 #include "util/err.h"
 
@@ -65,7 +66,7 @@ done:
 
 /* ---- the cache as history source ----------------------------------------------------- */
 
-static const float *cache_win_row(void *u, const dsv4_batch_span *sp, int layer, int64_t pos) {
+static const void *cache_win_row(void *u, const dsv4_batch_span *sp, int layer, int64_t pos) {
     return dsv4_cache_win_row(u, sp->seq, layer, pos);
 }
 
@@ -79,19 +80,22 @@ static void cache_ring_row(void *u, const dsv4_batch_span *sp, int layer, int in
     *b = ring + W;
 }
 
-static float *cache_entry(void *u, const dsv4_batch_span *sp, int layer, int indexer, int64_t w) {
+static void *cache_entry(void *u, const dsv4_batch_span *sp, int layer, int indexer, int64_t w) {
     return indexer ? dsv4_cache_idx_row(u, sp->seq, layer, w)
                    : dsv4_cache_cmp_row(u, sp->seq, layer, w);
 }
 
 dsv4_attn_src dsv4_attn_src_cache(dsv4_cache *cache) {
-    return (dsv4_attn_src){cache_win_row, cache_ring_row, cache_entry, cache};
+    const dsv4_cache_plan *p = dsv4_cache_get_plan(cache);
+    return (dsv4_attn_src){cache_win_row, cache_ring_row, cache_entry, cache,
+                           p->opts.row_bytes_per_value, p->opts.idx_bytes_per_value};
 }
 
 /* ---- phase 1: projections --------------------------------------------------------------- */
 
-/* Takes w's buffers for R rows of a layer of compress ratio r; 0 when they do not fit. */
-static int work_take(dsv4_arena *a, const dsv4_config *cfg, int r, int R, dsv4_attn_work *w) {
+/* Takes w's buffers for R rows of a layer of compress ratio r with window rows stored in
+ * row_fmt; 0 when they do not fit. */
+static int work_take(dsv4_arena *a, const dsv4_config *cfg, int r, int R, int row_fmt, dsv4_attn_work *w) {
     const int H = cfg->num_attention_heads, hd = cfg->head_dim, ql = cfg->q_lora_rank;
     const int nI = cfg->index_n_heads, dI = cfg->index_head_dim;
     const long long Wm = r ? (long long)dsv4_cfg_coff(r) * hd : 0; /* main projection width */
@@ -101,6 +105,10 @@ static int work_take(dsv4_arena *a, const dsv4_config *cfg, int r, int R, dsv4_a
     w->q = dsv4_arena_take_n(a, (long long)R * H * hd, sizeof(float));
     w->kv = dsv4_arena_take_n(a, (long long)R * hd, sizeof(float));
     int ok = w->qr && w->q && w->kv;
+    if (dsv4_row_fmt(row_fmt) != DSV4_ROW_F32) {
+        w->kv_st = dsv4_arena_take_n(a, R, (size_t)dsv4_row_bytes(row_fmt, hd, cfg->qk_rope_head_dim));
+        ok = ok && w->kv_st;
+    }
     if (r) {
         w->pa[0] = dsv4_arena_take_n(a, R * Wm, sizeof(float));
         w->pb[0] = dsv4_arena_take_n(a, R * Wm, sizeof(float));
@@ -126,7 +134,7 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
     const dsv4_rope *rope = r ? ctx->rope_cmp : ctx->rope_main;
     const dsv4_numerics *nm = ctx->num;
 
-    if (!work_take(ctx->scratch, cfg, r, R, w))
+    if (!work_take(ctx->scratch, cfg, r, R, ctx->row_fmt, w))
         return dsv4_fail(err, DSV4_ERR_NOMEM, "attention: scratch arena too small (%d rows)", R);
 
     /* Every product of x in one job: wq_a, wkv, the indexer's weights_proj and both
@@ -177,7 +185,15 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
     /* the rows as the numeric mode keeps them, before any is shared with the cache or
      * another rank */
     nm->round(nm, DSV4_ACT_Q, w->q, (int64_t)R * H * hd);
-    for (int i = 0; i < R; i++) nm->round(nm, DSV4_ACT_KV, w->kv + (size_t)i * hd, hd);
+    const int rd = cfg->qk_rope_head_dim, row_fmt = dsv4_row_fmt(ctx->row_fmt);
+    const int64_t row_bytes = dsv4_row_bytes(row_fmt, hd, rd);
+    for (int i = 0; i < R; i++) {
+        float *ki = w->kv + (size_t)i * hd;
+        nm->round(nm, DSV4_ACT_KV, ki, hd);
+        /* to the storage format now: this call's attention reads the value the cache keeps */
+        dsv4_row_round(row_fmt, ki, hd, rd);
+        if (w->kv_st) dsv4_row_pack(row_fmt, w->kv_st + i * row_bytes, ki, hd, rd);
+    }
     for (int i = 0; csa && i < R * nI; i++) nm->round(nm, DSV4_ACT_INDEX_Q, w->qI + (size_t)i * dI, dI);
     return DSV4_OK;
 }
@@ -221,7 +237,7 @@ typedef struct attend_job {
     const dsv4_attn_src *src;
     const dsv4_attn_ops *ops;
     const int *row_span;      /* (R) span index of each row */
-    const float **ikeys;      /* indexer keys of the spans that need scoring */
+    const void **ikeys;       /* indexer keys of the spans that need scoring (src->key_fmt) */
     const int64_t *key_tasks; /* (n, 2): span, first key of a range to fetch */
     const int64_t *ikey_off;  /* (n_spans) where span si's keys start in ikeys */
     int64_t max_entries;      /* compressed entries a row can see, at most */
@@ -232,9 +248,13 @@ typedef struct attend_job {
     int groups, group_heads;  /* head groups per row and heads per group */
     /* per row of the block */
     float *iscores;           /* (B, max_entries) indexer scores */
-    const float **rows;       /* (B, n_kv_max) K=V rows of the query */
+    const void **rows;        /* (B, n_kv_max) K=V rows of the query (src->row_fmt) */
     int *n_kv;                /* (B) */
-    /* per thread */
+    /* per thread: rows as F32 for the kernels (unpacked into stage unless stored F32) */
+    const float **frows;      /* (threads, n_kv_max) */
+    float *stage;             /* (threads, n_kv_max, hd), row_fmt != F32 only */
+    const float **fkeys;      /* (threads, ATTEND_IDX_MAX_CHUNK) CSA */
+    float *kstage;            /* (threads, ATTEND_IDX_MAX_CHUNK, dI), key_fmt != F32 only */
     int *iorder;              /* (threads, max_entries) work of the selection */
     int *isel;                /* (threads, topk) */
     float *probs;             /* (threads, H * n_kv_max) */
@@ -254,8 +274,23 @@ static void keys_task(void *arg, int task, int tid) {
     const dsv4_batch_span *sp = &j->batch->spans[si];
     const int64_t e = (sp->start + sp->n) / j->b->ratio;
     const int64_t k1 = e - k0 < ATTEND_KEY_CHUNK ? e : k0 + ATTEND_KEY_CHUNK;
-    const float **keys = j->ikeys + j->ikey_off[si];
+    const void **keys = j->ikeys + j->ikey_off[si];
     for (int64_t k = k0; k < k1; k++) keys[k] = j->src->entry(j->src->u, sp, j->b->layer_id, 1, k);
+}
+
+/* F32 views of rows[0, n) (width d, rd rope channels) in format fmt: the rows themselves,
+ * or their values unpacked into stage (n, d). */
+static void f32_rows(int fmt, const void *const *rows, int n, int d, int rd, float *stage,
+                     const float **out) {
+    for (int j = 0; j < n; j++) {
+        if (fmt == DSV4_ROW_F32) {
+            out[j] = rows[j];
+        } else {
+            float *x = stage + (size_t)j * d;
+            dsv4_row_unpack(fmt, x, rows[j], d, rd);
+            out[j] = x;
+        }
+    }
 }
 
 /* Indexer scores of entries [w0, w0 + idx_chunk) of up to ATTEND_IDX_QUERIES consecutive
@@ -265,12 +300,20 @@ static void score_task(void *arg, int task, int tid) {
     const int nI = j->ctx->cfg->index_n_heads, dI = j->ctx->cfg->index_head_dim;
     const int *t = j->score_tasks + 3 * task, bi = t[0], nq = t[1], w0 = t[2];
     const int i = j->r0 + bi;
-    int64_t lim[ATTEND_IDX_QUERIES];
-    for (int q = 0; q < nq; q++) lim[q] = row_entries(j, i + q);
+    /* the keys [w0, w0 + n) some query of the block sees, as F32; lim relative to w0 */
+    int64_t lim[ATTEND_IDX_QUERIES], n = 0;
+    for (int q = 0; q < nq; q++) {
+        const int64_t l = row_entries(j, i + q) - w0;
+        lim[q] = l > 0 ? l : 0;
+        if (lim[q] > n) n = lim[q];
+    }
+    if (n > j->idx_chunk) n = j->idx_chunk;
+    const float **keys = j->fkeys + (size_t)tid * ATTEND_IDX_MAX_CHUNK;
+    f32_rows(dsv4_row_fmt(j->src->key_fmt), j->ikeys + j->ikey_off[j->row_span[i]] + w0, (int)n, dI, 0,
+             j->kstage ? j->kstage + (size_t)tid * ATTEND_IDX_MAX_CHUNK * dI : NULL, keys);
     dsv4_indexer_scores_block(dsv4_kctx_simd(j->ctx->k), j->ops, j->w->qI + (size_t)i * nI * dI,
-                              j->w->wI + (size_t)i * nI, nq, lim, j->ikeys + j->ikey_off[j->row_span[i]], w0,
-                              w0 + j->idx_chunk, nI, dI, j->iscores + (size_t)bi * j->max_entries,
-                              (size_t)j->max_entries);
+                              j->w->wI + (size_t)i * nI, nq, lim, keys, 0, (int)n, nI, dI,
+                              j->iscores + (size_t)bi * j->max_entries + w0, (size_t)j->max_entries);
 }
 
 /* The K=V rows of one query: window rows t-win+1 .. t (earlier spans' from the source,
@@ -283,11 +326,14 @@ static void gather_task(void *arg, int bi, int tid) {
     const int layer = j->b->layer_id, csa = (j->b->ratio == 4), i = j->r0 + bi;
     const dsv4_batch_span *sp = &j->batch->spans[j->row_span[i]];
     const int64_t t = j->batch->pos[i], n_vis = row_entries(j, i);
-    const float *kv = j->w->kv;
-    const float **rows = j->rows + (size_t)bi * j->n_kv_max;
+    /* this call's window rows in the format of the source's */
+    const int f32 = dsv4_row_fmt(src->row_fmt) == DSV4_ROW_F32;
+    const int64_t row_bytes = dsv4_row_bytes(dsv4_row_fmt(src->row_fmt), hd, cfg->qk_rope_head_dim);
+    const uint8_t *kv = f32 ? (const uint8_t *)j->w->kv : j->w->kv_st;
+    const void **rows = j->rows + (size_t)bi * j->n_kv_max;
     int n_kv = 0;
     for (int64_t p = t - win + 1 > 0 ? t - win + 1 : 0; p <= t; p++)
-        rows[n_kv++] = p >= sp->start ? kv + (size_t)(sp->row0 + (p - sp->start)) * hd
+        rows[n_kv++] = p >= sp->start ? kv + (sp->row0 + (p - sp->start)) * row_bytes
                                       : src->win_row(src->u, sp, layer, p);
     if (csa) {
         int *sel = j->isel + (size_t)tid * topk;
@@ -312,8 +358,10 @@ static void heads_task(void *arg, int task, int tid) {
     const int bi = task / j->groups, h0 = (task % j->groups) * j->group_heads, i = j->r0 + bi;
     const dsv4_rope *rope = j->b->ratio ? j->ctx->rope_cmp : j->ctx->rope_main;
     float *oi = j->o + ((size_t)i * H + h0) * hd;
-    dsv4_sparse_attn_heads(j->ops, j->w->q + ((size_t)i * H + h0) * hd,
-                           j->rows + (size_t)bi * j->n_kv_max, j->n_kv[bi], j->group_heads, hd,
+    const float **rows = j->frows + (size_t)tid * j->n_kv_max;
+    f32_rows(dsv4_row_fmt(j->src->row_fmt), j->rows + (size_t)bi * j->n_kv_max, j->n_kv[bi], hd,
+             cfg->qk_rope_head_dim, j->stage ? j->stage + (size_t)tid * j->n_kv_max * hd : NULL, rows);
+    dsv4_sparse_attn_heads(j->ops, j->w->q + ((size_t)i * H + h0) * hd, rows, j->n_kv[bi], j->group_heads, hd,
                            j->b->attn_sink + h0, 1.0f / sqrtf((float)hd), oi,
                            j->probs + (size_t)tid * H * j->n_kv_max, j->ctx->num);
     for (int h = 0; h < j->group_heads; h++)
@@ -323,6 +371,7 @@ static void heads_task(void *arg, int task, int tid) {
 /* The sizes attend's scratch depends on: those of a call, or bounds on them (sizing). */
 typedef struct attend_dims {
     int R, n_spans, T, csa;
+    int stage_rows, stage_keys; /* K=V rows / indexer keys are stored in another format than F32 */
     int64_t n_keys;        /* indexer keys of the spans that need scoring */
     int64_t n_key_tasks;
     int64_t n_kv_max;      /* K=V rows of one query, at most */
@@ -338,11 +387,15 @@ typedef struct attend_bufs {
     float *v;              /* (R, G*o_lora) */
     int *row_span;         /* (R) */
     int64_t *ikey_off;     /* (n_spans) */
-    const float **ikeys;   /* (n_keys) */
+    const void **ikeys;    /* (n_keys) */
     int64_t *key_tasks;    /* (n_key_tasks, 2) */
-    const float **rows;    /* (B, n_kv_max) */
+    const void **rows;     /* (B, n_kv_max) */
     int *n_kv;             /* (B) */
     float *probs;          /* (T, H, n_kv_max) */
+    const float **frows;   /* (T, n_kv_max) */
+    float *stage;          /* (T, n_kv_max, hd) when stage_rows */
+    const float **fkeys;   /* CSA: (T, ATTEND_IDX_MAX_CHUNK) */
+    float *kstage;         /* CSA: (T, ATTEND_IDX_MAX_CHUNK, dI) when stage_keys */
     float *iscores;        /* CSA: (B, max_entries) */
     int *iorder;           /* CSA: (T, max_entries) */
     int *isel;             /* CSA: (T, topk) */
@@ -356,19 +409,30 @@ static int attend_take(dsv4_arena *a, const dsv4_config *cfg, const attend_dims 
     ab->v = dsv4_arena_take_n(a, (int64_t)d->R * cfg->o_groups * cfg->o_lora_rank, sizeof(float));
     ab->row_span = dsv4_arena_take_n(a, d->R, sizeof(int));
     ab->ikey_off = dsv4_arena_take_n(a, d->n_spans, sizeof(int64_t));
-    ab->ikeys = dsv4_arena_take_n(a, d->n_keys, sizeof(float *));
+    ab->ikeys = dsv4_arena_take_n(a, d->n_keys, sizeof(void *));
     ab->key_tasks = dsv4_arena_take_n(a, 2 * d->n_key_tasks, sizeof(int64_t));
-    ab->rows = dsv4_arena_take_n(a, d->block_rows, sizeof(float *));
+    ab->rows = dsv4_arena_take_n(a, d->block_rows, sizeof(void *));
     ab->n_kv = dsv4_arena_take_n(a, d->B, sizeof(int));
     ab->probs = dsv4_arena_take_n(a, d->T * H * d->n_kv_max, sizeof(float));
+    ab->frows = dsv4_arena_take_n(a, d->T * d->n_kv_max, sizeof(float *));
     int ok = ab->o && ab->v && ab->row_span && ab->ikey_off && ab->ikeys && ab->key_tasks &&
-             ab->rows && ab->n_kv && ab->probs;
+             ab->rows && ab->n_kv && ab->probs && ab->frows;
+    if (d->stage_rows) {
+        ab->stage = dsv4_arena_take_n(a, d->T * d->n_kv_max * cfg->head_dim, sizeof(float));
+        ok = ok && ab->stage;
+    }
     if (d->csa) {
         ab->iscores = dsv4_arena_take_n(a, d->block_scores, sizeof(float));
         ab->iorder = dsv4_arena_take_n(a, d->T * d->max_entries, sizeof(int));
         ab->isel = dsv4_arena_take_n(a, (int64_t)d->T * cfg->index_topk, sizeof(int));
         ab->score_tasks = dsv4_arena_take_n(a, 3 * d->block_tasks, sizeof(int));
-        ok = ok && ab->iscores && ab->iorder && ab->isel && ab->score_tasks;
+        ab->fkeys = dsv4_arena_take_n(a, (int64_t)d->T * ATTEND_IDX_MAX_CHUNK, sizeof(float *));
+        ok = ok && ab->iscores && ab->iorder && ab->isel && ab->score_tasks && ab->fkeys;
+        if (d->stage_keys) {
+            ab->kstage = dsv4_arena_take_n(a, (int64_t)d->T * ATTEND_IDX_MAX_CHUNK * cfg->index_head_dim,
+                                           sizeof(float));
+            ok = ok && ab->kstage;
+        }
     }
     return ok;
 }
@@ -391,7 +455,9 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
 
     /* the most compressed entries any row of the batch can see; the indexer keys of the
      * spans where some row sees more than topk (the others select without scoring) */
-    attend_dims d = {.R = R, .n_spans = batch->n_spans, .T = T, .csa = csa};
+    attend_dims d = {.R = R, .n_spans = batch->n_spans, .T = T, .csa = csa,
+                     .stage_rows = dsv4_row_fmt(src->row_fmt) != DSV4_ROW_F32,
+                     .stage_keys = csa && dsv4_row_fmt(src->key_fmt) != DSV4_ROW_F32};
     for (int si = 0; si < batch->n_spans; si++) {
         int64_t e = r ? (batch->spans[si].start + batch->spans[si].n) / r : 0;
         if (e > d.max_entries) d.max_entries = e;
@@ -417,7 +483,7 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
                        R, (long long)max_entries);
         goto done;
     }
-    const float **ikeys = ab.ikeys;
+    const void **ikeys = ab.ikeys;
     int64_t *key_tasks = ab.key_tasks, *ikey_off = ab.ikey_off;
     int *row_span = ab.row_span, *score_tasks = ab.score_tasks;
     for (int si = 0; si < batch->n_spans; si++)
@@ -440,7 +506,8 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
                       .ikeys = ikeys, .key_tasks = key_tasks, .ikey_off = ikey_off,
                       .max_entries = max_entries,
                       .n_kv_max = n_kv_max, .score_tasks = score_tasks, .iscores = ab.iscores,
-                      .rows = ab.rows, .n_kv = ab.n_kv, .iorder = ab.iorder, .isel = ab.isel,
+                      .rows = ab.rows, .n_kv = ab.n_kv, .frows = ab.frows, .stage = ab.stage,
+                      .fkeys = ab.fkeys, .kstage = ab.kstage, .iorder = ab.iorder, .isel = ab.isel,
                       .probs = ab.probs, .o = ab.o};
     dsv4_kctx_parallel(ctx->k, nkt, keys_task, &job);
     for (int r0 = 0; r0 < R; r0 += B) {
@@ -510,13 +577,17 @@ void dsv4_attn_store(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
     const dsv4_config *cfg = ctx->cfg;
     const int hd = cfg->head_dim, win = cfg->sliding_window, layer = b->layer_id, r = b->ratio;
     const int L = r ? dsv4_cache_get_plan(ctx->cache)->ring_len[layer] : 0;
+    const int64_t row_bytes = dsv4_row_bytes(dsv4_row_fmt(ctx->row_fmt), hd, cfg->qk_rope_head_dim);
     for (int si = 0; si < batch->n_spans; si++) {
         const dsv4_batch_span *sp = &batch->spans[si];
         const int64_t end = sp->start + sp->n;
-        /* the window rows later calls can still see */
-        for (int64_t p = end - win + 1 > sp->start ? end - win + 1 : sp->start; p < end; p++)
-            memcpy(dsv4_cache_win_row(ctx->cache, sp->seq, layer, p),
-                   w->kv + (size_t)(sp->row0 + (p - sp->start)) * hd, (size_t)hd * sizeof(float));
+        /* the window rows later calls can still see, in their storage format */
+        for (int64_t p = end - win + 1 > sp->start ? end - win + 1 : sp->start; p < end; p++) {
+            const size_t row = (size_t)(sp->row0 + (p - sp->start));
+            void *dst = dsv4_cache_win_row(ctx->cache, sp->seq, layer, p);
+            if (w->kv_st) memcpy(dst, w->kv_st + row * row_bytes, (size_t)row_bytes);
+            else memcpy(dst, w->kv + row * hd, (size_t)hd * sizeof(float));
+        }
         /* after all pooling: each ring keeps the last L positions as [a | b] */
         for (int ix = 0; r && ix < (r == 4 ? 2 : 1); ix++) {
             const int W = ix ? 2 * cfg->index_head_dim : dsv4_cfg_coff(r) * hd;
@@ -546,16 +617,16 @@ int dsv4_attention(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
 /* ---- sizing ----------------------------------------------------------------------------- */
 
 size_t dsv4_attn_scratch_bytes(const dsv4_config *cfg, int ratio, int R, int n_spans,
-                               int64_t max_pos, int threads) {
+                               int64_t max_pos, int threads, int row_fmt, int key_fmt) {
     const int csa = ratio == 4, topk = cfg->index_topk;
     dsv4_arena m = dsv4_arena_measuring();
     dsv4_attn_work w;
-    work_take(&m, cfg, ratio, R, &w);
+    work_take(&m, cfg, ratio, R, row_fmt, &w);
     const size_t after_work = dsv4_arena_mark(&m);
     /* the compressors (indexer's, then main) */
-    if (csa) dsv4_compress_take(&m, 4, cfg->index_head_dim, NULL, NULL);
+    if (csa) dsv4_compress_take(&m, 4, cfg->index_head_dim, NULL, NULL, NULL);
     dsv4_arena_release(&m, after_work);
-    if (ratio) dsv4_compress_take(&m, ratio, cfg->head_dim, NULL, NULL);
+    if (ratio) dsv4_compress_take(&m, ratio, cfg->head_dim, NULL, NULL, NULL);
     dsv4_arena_release(&m, after_work);
     /* attend at its largest: every span of max_pos positions (see attend_block_rows) */
     const int64_t E = ratio ? max_pos / ratio : 0;
@@ -565,6 +636,8 @@ size_t dsv4_attn_scratch_bytes(const dsv4_config *cfg, int ratio, int R, int n_s
     const int64_t one_block = ATTEND_BLOCK_BUDGET > per_row ? ATTEND_BLOCK_BUDGET : per_row;
     if (block > one_block) block = one_block;
     attend_dims d = {.R = R, .n_spans = n_spans, .T = threads, .csa = csa,
+                     .stage_rows = dsv4_row_fmt(row_fmt) != DSV4_ROW_F32,
+                     .stage_keys = csa && dsv4_row_fmt(key_fmt) != DSV4_ROW_F32,
                      .n_keys = csa && E > topk ? (int64_t)n_spans * E : 0,
                      .n_key_tasks = csa && E > topk ? (int64_t)n_spans * ((E + ATTEND_KEY_CHUNK - 1) / ATTEND_KEY_CHUNK) : 0,
                      .n_kv_max = n_kv_max, .max_entries = E, .B = R, .block_scores = block,

@@ -36,21 +36,27 @@ typedef struct dsv4_attn_ctx {
     int *csa_sel;                 /* optional (R, index_topk) selections out, -1 padded */
     dsv4_arena *scratch;          /* every buffer of the sub-block comes from here (sized by
                                    * dsv4_attn_scratch_bytes); released to its mark on return */
+    /* KV storage (kernels/kv_rows.h DSV4_ROW_*, 0 = F32): window rows and compressed entries
+     * are rounded to row_fmt, indexer keys to key_fmt, where they are produced */
+    int row_fmt, key_fmt;
 } dsv4_attn_ctx;
 
 /* History of a span. Every function gets the span (its sequence slot and start) and the
- * layer id; positions passed to win_row / ring_row are always below sp->start. */
+ * layer id; positions passed to win_row / ring_row are always below sp->start. Window rows
+ * and compressed entries are handed out in format row_fmt, indexer keys in key_fmt
+ * (kernels/kv_rows.h; 0 = F32): the cache's storage, or F32 exchange buffers under CP. */
 typedef struct dsv4_attn_src {
-    /* window KV row (hd) of position pos */
-    const float *(*win_row)(void *u, const dsv4_batch_span *sp, int layer, int64_t pos);
+    /* window KV row (hd values) of position pos */
+    const void *(*win_row)(void *u, const dsv4_batch_span *sp, int layer, int64_t pos);
     /* compressor projections of position pos: *a and *b each point at coff*d floats
      * (main: d = hd; indexer: d = dI, coff = 2); ape is included in b */
     void (*ring_row)(void *u, const dsv4_batch_span *sp, int layer, int indexer, int64_t pos,
                      const float **a, const float **b);
-    /* compressed entry w (main: hd floats) or indexer key w (dI floats): the pool phase
+    /* compressed entry w (main: hd values) or indexer key w (dI values): the pool phase
      * writes new ones through it, the attend phase reads all visible ones */
-    float *(*entry)(void *u, const dsv4_batch_span *sp, int layer, int indexer, int64_t w);
+    void *(*entry)(void *u, const dsv4_batch_span *sp, int layer, int indexer, int64_t w);
     void *u;
+    int row_fmt, key_fmt;
 } dsv4_attn_src;
 
 /* The single-process source: everything from the sequence's pages in `cache`. */
@@ -61,7 +67,8 @@ typedef struct dsv4_attn_work {
     int R;
     float *qr;      /* (R, q_lora) after q_norm (feeds the indexer too) */
     float *q;       /* (R, H, hd) after head norm and RoPE */
-    float *kv;      /* (R, hd) window rows */
+    float *kv;      /* (R, hd) window rows, rounded to ctx->row_fmt */
+    uint8_t *kv_st; /* (R, row bytes) the same rows packed in ctx->row_fmt; NULL for F32 */
     float *qI;      /* (R, nI, dI) CSA only */
     float *wI;      /* (R, nI) CSA only, scaled by dI^-0.5 nI^-0.5 */
     float *pa[2];   /* compressor a_t: [0] main (R, coff*hd), [1] indexer (R, 2*dI) */
@@ -91,7 +98,7 @@ int dsv4_attention(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
  * arena (all four phases) for calls of at most R rows in n_spans spans, every position
  * below max_pos, on a kernel context of `threads` threads. */
 size_t dsv4_attn_scratch_bytes(const dsv4_config *cfg, int ratio, int R, int n_spans,
-                               int64_t max_pos, int threads);
+                               int64_t max_pos, int threads, int row_fmt, int key_fmt);
 
 /* ---- pieces, exposed for unit tests and the CP forward ------------------------------ */
 
@@ -104,8 +111,9 @@ void dsv4_compress_add_ape(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int 
                            const dsv4_batch *batch, float *bb);
 
 /* The compressor's candidate buffers for ratio r and entry width d: *ca, *cb (2r, d) each
- * (either may be NULL: sizing only). Returns 0 when they do not fit. */
-int dsv4_compress_take(dsv4_arena *a, int r, int d, float **ca, float **cb);
+ * and the entry being made *ce (d) (any may be NULL: sizing only). Returns 0 when they do
+ * not fit. */
+int dsv4_compress_take(dsv4_arena *a, int r, int d, float **ca, float **cb, float **ce);
 
 /* Pools every window that closes inside a span (candidates >= s from a/b, < s from the
  * source), normalises, rotates at w*r and stores the entry through src->entry. */

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "attn/attention.h"
+#include "kernels/kv_rows.h"
 #include "kernels/ops.h"
 #include "util/err.h"
 
@@ -54,12 +55,14 @@ void dsv4_compress_add_ape(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int 
     }
 }
 
-int dsv4_compress_take(dsv4_arena *a, int r, int d, float **ca, float **cb) {
+int dsv4_compress_take(dsv4_arena *a, int r, int d, float **ca, float **cb, float **ce) {
     float *va = dsv4_arena_take_n(a, 2LL * r * d, sizeof(float));
     float *vb = dsv4_arena_take_n(a, 2LL * r * d, sizeof(float));
+    float *ve = dsv4_arena_take_n(a, d, sizeof(float));
     if (ca) *ca = va;
     if (cb) *cb = vb;
-    return va && vb;
+    if (ce) *ce = ve;
+    return va && vb && ve;
 }
 
 int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
@@ -76,8 +79,8 @@ int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int i
     const dsv4_numerics *nm = ctx->num;
 
     const size_t mark = dsv4_arena_mark(ctx->scratch);
-    float *ca, *cb; /* (2r, d) candidate values and scores */
-    if (!dsv4_compress_take(ctx->scratch, r, d, &ca, &cb)) {
+    float *ca, *cb, *entry; /* (2r, d) candidate values and scores, (d) the entry */
+    if (!dsv4_compress_take(ctx->scratch, r, d, &ca, &cb, &entry)) {
         dsv4_arena_release(ctx->scratch, mark);
         return dsv4_fail(err, DSV4_ERR_NOMEM, "compressor: scratch arena too small");
     }
@@ -109,13 +112,17 @@ int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int i
                 }
             }
             /* e_w = RoPE_{w r}(RMSNorm(p_w; norm)) with the compress table */
-            float *entry = src->entry(src->u, sp, layer, indexer, w);
             dsv4_compress_pool(ca, cb, n, d, d, entry);
             nm->round(nm, DSV4_ACT_POOLED, entry, d);
             dsv4_rmsnorm(entry, cw->norm, d, eps, entry);
             nm->round(nm, DSV4_ACT_NORM, entry, d);
             dsv4_rope_apply(ctx->rope_cmp, entry, d, w * r, 0);
             nm->round(nm, indexer ? DSV4_ACT_INDEX_KEY : DSV4_ACT_ENTRY, entry, d);
+            /* rounded to its storage format here, so every reader sees the stored value */
+            const int rd = indexer ? 0 : cfg->qk_rope_head_dim;
+            dsv4_row_round(dsv4_row_fmt(indexer ? ctx->key_fmt : ctx->row_fmt), entry, d, rd);
+            dsv4_row_pack(dsv4_row_fmt(indexer ? src->key_fmt : src->row_fmt),
+                          src->entry(src->u, sp, layer, indexer, w), entry, d, rd);
         }
     }
     dsv4_arena_release(ctx->scratch, mark);

@@ -21,7 +21,7 @@ static int options_digest(const dsv4_engine *e, uint8_t out[32], dsv4_err *err) 
     const int64_t v[] = {
         o->max_context, o->max_seqs, o->c_max, o->mtp, (int64_t)o->cache_bytes, o->block, o->win_block,
         o->reference, o->parallel, o->ep_wave, o->cp_granule, o->w8a8, (int64_t)o->fidelity,
-        o->verify_weights, o->max_rows, o->prefix_entries, e->k ? dsv4_kctx_simd(e->k) : -1,
+        o->verify_weights, o->max_rows, o->prefix_entries, o->kv_dtype, e->k ? dsv4_kctx_simd(e->k) : -1,
     };
     dsv4_sha256 *h = dsv4_sha256_new(err);
     if (!h) return DSV4_ERR_NOMEM;

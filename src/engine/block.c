@@ -250,7 +250,9 @@ static int local_attention(void *u, const dsv4_block_w *b, const dsv4_batch *bat
     if (e->choice && b->ratio == 4 && batch->n_rows &&
         !(csa_sel = dsv4_arena_take_n(&e->scratch, (int64_t)batch->n_rows * c->index_topk, sizeof(int))))
         rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CSA choices: scratch arena too small");
-    const dsv4_attn_ctx actx = {c, e->k, e->num, e->cache, &e->rope_main, &e->rope_cmp, csa_sel, &e->scratch};
+    const dsv4_cache_plan *plan = dsv4_cache_get_plan(e->cache);
+    const dsv4_attn_ctx actx = {c, e->k, e->num, e->cache, &e->rope_main, &e->rope_cmp, csa_sel, &e->scratch,
+                                plan->opts.row_bytes_per_value, plan->opts.idx_bytes_per_value};
     if (!rc) rc = dsv4_attention(&actx, b, batch, x, y, err);
     /* the other ranks are heading for this block's MoE exchange */
     if (rc) dsv4_engine_fail_collective(e, rc, 0);

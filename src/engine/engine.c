@@ -67,6 +67,7 @@ void dsv4_engine_opts_resolve(dsv4_engine_opts *o) {
     if (o->max_context <= 0) o->max_context = 4096;
     if (o->max_seqs <= 0) o->max_seqs = 4;
     if (o->c_max <= 0) o->c_max = (int)(o->max_context < 2048 ? o->max_context : 2048);
+    o->kv_dtype = dsv4_kv_dtype_resolve(o->kv_dtype);
     if (o->max_rows <= 0) {
         const int64_t all = (int64_t)o->max_seqs * o->c_max; /* every sequence a full span */
         o->max_rows = all < INT32_MAX ? (int)all : INT32_MAX;
@@ -82,8 +83,10 @@ void dsv4_engine_cache_opts(const dsv4_engine_opts *o, dsv4_cache_opts *co) {
     co->block = o->block;
     co->win_block = o->win_block;
     co->budget_bytes = o->cache_bytes;
-    co->row_bytes_per_value = 4; /* the engine keeps F32 rows */
-    co->idx_bytes_per_value = 4;
+    /* an unknown dtype gets codes the planner refuses (create names it first) */
+    dsv4_err ignored;
+    if (dsv4_kv_dtype_codes(o->kv_dtype, &co->row_bytes_per_value, &co->idx_bytes_per_value, &ignored))
+        co->row_bytes_per_value = co->idx_bytes_per_value = -1;
 }
 
 int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_engine **out,
@@ -104,6 +107,8 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
     if (o->mtp && c->num_nextn_predict_layers == 0)
         rc = dsv4_fail(err, DSV4_ERR_ARG, "MTP requested but the model has no MTP block "
                        "(num_nextn_predict_layers = 0)");
+    int row_code, idx_code;
+    if (!rc) rc = dsv4_kv_dtype_codes(o->kv_dtype, &row_code, &idx_code, err);
     if (!rc) rc = setup_parallel(e, err);
     dsv4_cache_opts co;
     dsv4_engine_cache_opts(o, &co);

@@ -137,6 +137,10 @@ void dsv4_engine_trim(dsv4_engine *e, int seq);
  * options the engine plans its pools with: engine create and the memory fit
  * (dsv4_mem_fit_*) size the same pools. */
 void dsv4_engine_opts_resolve(dsv4_engine_opts *o);
+/* kv_dtype.c: DSV4_KV_DEFAULT resolved; the planner's storage codes of a DSV4_KV_* value
+ * (WIN/CMP rows, IDX keys: kernels/kv_rows.h), DSV4_ERR_ARG for an unknown one. */
+int dsv4_kv_dtype_resolve(int dtype);
+int dsv4_kv_dtype_codes(int dtype, int *row, int *idx, dsv4_err *err);
 void dsv4_engine_cache_opts(const dsv4_engine_opts *o, dsv4_cache_opts *co);
 
 #endif

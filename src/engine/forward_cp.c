@@ -38,6 +38,7 @@
 #include "engine/engine.h"
 #include "engine/forward_cp.h"
 #include "hc/hc.h"
+#include "kernels/kv_rows.h"
 #include "kernels/ops.h"
 #include "util/err.h"
 
@@ -217,7 +218,7 @@ static void bc_make(cp_call *cx, int r) {
 
 /* ---- history source over the exchange buffers ------------------------------------------- */
 
-static const float *cp_win_row(void *u, const dsv4_batch_span *sp, int layer, int64_t pos) {
+static const void *cp_win_row(void *u, const dsv4_batch_span *sp, int layer, int64_t pos) {
     const cp_call *cx = u;
     const int hd = cx->c->head_dim;
     (void)sp; (void)layer;
@@ -252,7 +253,7 @@ static void cp_ring_row(void *u, const dsv4_batch_span *sp, int layer, int ix, i
     }
 }
 
-static float *cp_entry(void *u, const dsv4_batch_span *sp, int layer, int ix, int64_t w) {
+static void *cp_entry(void *u, const dsv4_batch_span *sp, int layer, int ix, int64_t w) {
     const cp_call *cx = u;
     (void)sp; (void)layer;
     return ix ? cx->idx + w * cx->c->index_head_dim : cx->cmp + w * cx->c->head_dim;
@@ -267,9 +268,14 @@ static int bcast_state(cp_call *cx, const dsv4_block_w *b, dsv4_err *err) {
     dsv4_cache *cache = cx->e->cache;
     bc_make(cx, r);
     if (cx->rank == 0) {
+        /* the exchange buffers are F32: stored rows unpack exactly (they were rounded to
+         * their format when produced, kernels/kv_rows.h) */
+        const dsv4_cache_plan *pl = dsv4_cache_get_plan(cache);
+        const int rf = pl->opts.row_bytes_per_value, kf = pl->opts.idx_bytes_per_value;
+        const int rd = c->qk_rope_head_dim;
         for (int64_t p = cx->bc_win_lo; p < cx->s0; p++)
-            memcpy(cx->bc + (p - cx->bc_win_lo) * hd, dsv4_cache_win_row(cache, cx->seq, l, p),
-                   (size_t)hd * sizeof(float));
+            dsv4_row_unpack(rf, cx->bc + (p - cx->bc_win_lo) * hd, dsv4_cache_win_row(cache, cx->seq, l, p),
+                            hd, rd);
         for (int ix = 0; ix < 2; ix++) {
             int rr, coff, d;
             if (!cmp_of(c, r, ix, &rr, &coff, &d)) continue;
@@ -279,9 +285,9 @@ static int bcast_state(cp_call *cx, const dsv4_block_w *b, dsv4_err *err) {
                        dsv4_cache_ring_row(cache, cx->seq, l, ix, p), (size_t)w2 * sizeof(float));
         }
         for (int64_t w = 0; r && w < cx->s0 / r; w++)
-            memcpy(cx->cmp + w * hd, dsv4_cache_cmp_row(cache, cx->seq, l, w), (size_t)hd * sizeof(float));
+            dsv4_row_unpack(rf, cx->cmp + w * hd, dsv4_cache_cmp_row(cache, cx->seq, l, w), hd, rd);
         for (int64_t w = 0; r == 4 && w < cx->s0 / 4; w++)
-            memcpy(cx->idx + w * dI, dsv4_cache_idx_row(cache, cx->seq, l, w), (size_t)dI * sizeof(float));
+            dsv4_row_unpack(kf, cx->idx + w * dI, dsv4_cache_idx_row(cache, cx->seq, l, w), dI, 0);
     }
     const cp_mark t = mark(cx);
     MPI_Request rq;
@@ -362,20 +368,23 @@ static void home_store(cp_call *cx, const dsv4_block_w *b, const dsv4_attn_work 
     const dsv4_config *c = cx->c;
     const int l = b->layer_id, r = b->ratio, hd = c->head_dim, dI = c->index_head_dim;
     dsv4_cache *cache = cx->e->cache;
+    const dsv4_cache_plan *pl = dsv4_cache_get_plan(cache);
+    const int rf = pl->opts.row_bytes_per_value, kf = pl->opts.idx_bytes_per_value;
+    const int rd = c->qk_rope_head_dim;
     const dsv4_batch_span *last = &cx->bs[1];  /* the last segment is the home rank's */
     const int64_t a_last = last->start, end = cx->end;
     /* window rows of the last win-1 positions: own last segment, earlier ones' tails */
     for (int64_t p = end - c->sliding_window + 1 > cx->s0 ? end - c->sliding_window + 1 : cx->s0;
          p < end; p++) {
         const float *row = p >= a_last ? w->kv + (size_t)(last->row0 + (p - a_last)) * hd
-                                       : cp_win_row(cx, NULL, l, p);
-        memcpy(dsv4_cache_win_row(cache, cx->seq, l, p), row, (size_t)hd * sizeof(float));
+                                       : (const float *)cp_win_row(cx, NULL, l, p);
+        dsv4_row_pack(rf, dsv4_cache_win_row(cache, cx->seq, l, p), row, hd, rd);
     }
-    /* every entry and key this call pooled */
+    /* every entry and key this call pooled (rounded F32 rows: packing is exact) */
     for (int64_t e = r ? cx->s0 / r : 0; r && e < end / r; e++)
-        memcpy(dsv4_cache_cmp_row(cache, cx->seq, l, e), cx->cmp + e * hd, (size_t)hd * sizeof(float));
+        dsv4_row_pack(rf, dsv4_cache_cmp_row(cache, cx->seq, l, e), cx->cmp + e * hd, hd, rd);
     for (int64_t e = cx->s0 / 4; r == 4 && e < end / 4; e++)
-        memcpy(dsv4_cache_idx_row(cache, cx->seq, l, e), cx->idx + e * dI, (size_t)dI * sizeof(float));
+        dsv4_row_pack(kf, dsv4_cache_idx_row(cache, cx->seq, l, e), cx->idx + e * dI, dI, 0);
     /* rings: the rows a single-rank prefill writes, [max(s0, end-L), end), as far as they
      * are live state (model.md §7); the rest of those slots is never read */
     const int Lr = r ? dsv4_cache_get_plan(cache)->ring_len[l] : 0;
@@ -425,8 +434,11 @@ static int agree(cp_call *cx, int rc, int layer, dsv4_err *err) {
 static int cp_attention(cp_call *cx, const dsv4_block_w *b, const float *x, float *y, dsv4_err *err) {
     dsv4_engine *e = cx->e;
     const int l = b->layer_id;
-    const dsv4_attn_ctx actx = {cx->c, e->k, e->num, e->cache, &e->rope_main, &e->rope_cmp, NULL, &e->scratch};
-    const dsv4_attn_src src = {cp_win_row, cp_ring_row, cp_entry, cx};
+    const dsv4_cache_plan *plan = dsv4_cache_get_plan(e->cache);
+    const dsv4_attn_ctx actx = {cx->c, e->k, e->num, e->cache, &e->rope_main, &e->rope_cmp, NULL, &e->scratch,
+                                plan->opts.row_bytes_per_value, plan->opts.idx_bytes_per_value};
+    /* the exchange buffers hold F32 rows (already rounded to the cache's formats) */
+    const dsv4_attn_src src = {cp_win_row, cp_ring_row, cp_entry, cx, DSV4_ROW_F32, DSV4_ROW_F32};
     const size_t scratch_mark = dsv4_arena_mark(&e->scratch);
     dsv4_attn_work w = {0};
     int rc = dsv4_attn_project(&actx, b, &cx->batch, x, &w, err);

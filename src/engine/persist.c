@@ -20,6 +20,7 @@
 #include "engine/engine.h"
 #include "engine/prefix.h"
 #include "kernels/kctx.h"
+#include "kernels/kv_rows.h"
 #include "util/crc32c.h"
 #include "util/err.h"
 
@@ -45,6 +46,13 @@ static int engine_geom(dsv4_engine *e, dsv4_kv_geom *g, dsv4_err *err) {
     g->vocab = c->vocab_size;
     for (int l = 0; l < p->n_layers; l++) g->ratios[l] = c->compress_ratios[l];
     g->math_flags = (e->opts.fidelity & 0xffu) << 8 | ((unsigned)e->opts.w8a8 & 3u) << 16;
+    /* rows go to the file as the pools store them */
+    const int rf = p->opts.row_bytes_per_value, kf = p->opts.idx_bytes_per_value;
+    g->dtype_flags = DSV4_KV_DTYPE_FLAGS(rf == DSV4_ROW_BF16 ? DSV4_KV_FMT_BF16 : rf == DSV4_ROW_FP8 ? DSV4_KV_FMT_FP8
+                                                                                           : DSV4_KV_FMT_F32,
+                                         kf == DSV4_ROW_BF16 ? DSV4_KV_FMT_BF16 : DSV4_KV_FMT_F32);
+    g->row_bytes = (uint32_t)p->win_row_bytes;
+    g->key_bytes = (uint32_t)p->idx_row_bytes;
     g->max_context = e->opts.max_context;
     int rc = dsv4_model_config_hash(e->model, g->config_hash, err);
     if (rc) return rc;
@@ -57,7 +65,7 @@ static int engine_geom(dsv4_engine *e, dsv4_kv_geom *g, dsv4_err *err) {
 }
 
 /* The rows of section sec as stored in the snapshot; NULL if it does not hold them. */
-static float *section_row(dsv4_engine *e, const dsv4_snapshot *s, const dsv4_kv_section *sec,
+static void *section_row(dsv4_engine *e, const dsv4_snapshot *s, const dsv4_kv_section *sec,
                                 int64_t i) {
     const dsv4_cache_plan *p = dsv4_cache_get_plan(e->cache);
     const int l = (int)sec->layer;
@@ -116,7 +124,7 @@ static int write_snapshot(dsv4_engine *e, const dsv4_snapshot *s, const dsv4_kv_
             put(&w, s->streams, (size_t)g->hc * g->dim * sizeof(float));
         }
         for (int64_t r = 0; sec[i].tag != DSV4_KV_LAST && r < sec[i].rows && !rc; r++) {
-            const float *row = section_row(e, s, &sec[i], r);
+            const void *row = section_row(e, s, &sec[i], r);
             if (!row)
                 rc = dsv4_fail(err, DSV4_ERR_STATE, "KV save: the snapshot holds no row %lld of "
                                "section tag %u layer %u", (long long)r, sec[i].tag, sec[i].layer);
@@ -147,7 +155,7 @@ int dsv4_snapshot_save(dsv4_engine *e, const dsv4_snapshot *s, const char *path,
     if (!g) return dsv4_fail(err, DSV4_ERR_NOMEM, "KV save: out of memory");
     int rc = engine_geom(e, g, err);
     if (rc) { free(g); return rc; }
-    dsv4_kv_header h = {s->n, e->opts.mtp ? s->m : 0, DSV4_KV_F_LAST | g->math_flags,
+    dsv4_kv_header h = {s->n, e->opts.mtp ? s->m : 0, DSV4_KV_F_LAST | g->math_flags | g->dtype_flags,
                         (uint32_t)dsv4_kctx_simd(e->k)};
     if (e->opts.mtp) h.flags |= DSV4_KV_F_MTP;
     const size_t tl = strlen(path) + 32;
@@ -233,7 +241,7 @@ static int build_snapshot(dsv4_engine *e, const dsv4_kv_view *v, dsv4_snapshot *
         if (sec->tag == DSV4_KV_LAST) { last = sec->data; continue; }
         if ((int)sec->layer >= p->n_main_layers && !e->opts.mtp) continue;
         for (int64_t r = 0; r < sec->rows; r++) {
-            float *row = section_row(e, &tmp, sec, r);  /* cs is ours: every block private */
+            void *row = section_row(e, &tmp, sec, r);  /* cs is ours: every block private */
             if (!row) {
                 dsv4_cache_snap_free(e->cache, cs);
                 return dsv4_fail(err, DSV4_ERR_STATE, "KV load: no row %lld for section tag %u "

@@ -18,11 +18,14 @@ size_t dsv4_scratch_plan_bytes(const dsv4_config *c, const dsv4_engine_opts *o, 
     const int64_t max_pos = o->max_context + 1;
     const int n_blocks = c->num_hidden_layers + c->num_nextn_predict_layers;
     size_t sub = dsv4_moe_scratch_bytes(c, R);
+    int row_fmt, key_fmt; /* KV storage: other formats than F32 are unpacked per thread */
+    dsv4_err ignored;
+    if (dsv4_kv_dtype_codes(o->kv_dtype, &row_fmt, &key_fmt, &ignored)) row_fmt = key_fmt = 0;
     for (int l = 0; l < n_blocks; l++) {
         const int r = dsv4_cfg_ratio(c, l);
         int seen = 0;
         for (int j = 0; j < l && !seen; j++) seen = dsv4_cfg_ratio(c, j) == r;
-        if (!seen) sub = maxz(sub, dsv4_attn_scratch_bytes(c, r, R, S, max_pos, threads));
+        if (!seen) sub = maxz(sub, dsv4_attn_scratch_bytes(c, r, R, S, max_pos, threads, row_fmt, key_fmt));
     }
     const size_t call = maxz(dsv4_forward_scratch_bytes(c, R, S), o->mtp ? dsv4_mtp_scratch_bytes(c, R, S) : 0);
     /* a head call runs alone: it needs the arena, not more of it */

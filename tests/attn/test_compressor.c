@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "attn/attention.h"
+#include "kernels/kv_rows.h"
 #include "test.h"
 
 enum { D = 24, HD = 16, RD = 8, DI = 8, N = 37 };
@@ -64,7 +65,7 @@ static void hist_ring_row(void *u, const dsv4_batch_span *sp, int layer, int ind
     *b = h->pb + pos * h->W;
 }
 
-static float *hist_entry(void *u, const dsv4_batch_span *sp, int layer, int indexer, int64_t w) {
+static void *hist_entry(void *u, const dsv4_batch_span *sp, int layer, int indexer, int64_t w) {
     (void)sp; (void)layer; (void)indexer;
     history *h = u;
     h->written[w]++;
@@ -120,7 +121,7 @@ static void run_spans(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int index
         /* one span, its rows the positions [s0, s1) */
         const dsv4_batch_span sp = {0, s0, s1 - s0, 0};
         const dsv4_batch batch = {s1 - s0, 1, &sp, pos + s0, NULL};
-        const dsv4_attn_src src = {NULL, hist_ring_row, hist_entry, h};
+        const dsv4_attn_src src = {NULL, hist_ring_row, hist_entry, h, DSV4_ROW_F32, DSV4_ROW_F32};
         dsv4_err err = {0};
         CHECK_MSG(dsv4_compress_windows(ctx, b, indexer, &batch, h->pa + (int64_t)s0 * h->W,
                                         h->pb + (int64_t)s0 * h->W, &src, &err) == 0, "%s", err.msg);
@@ -205,7 +206,8 @@ int main(void) {
     CHECK(dsv4_rope_init(&cmp_rope, &c, 1, 64, &err) == 0);
     CHECK(dsv4_kctx_create(2, 64, &k, &err) == 0);
     CHECK(dsv4_arena_init(&scratch, 1 << 16, &err) == 0);
-    const dsv4_attn_ctx ctx = {&c, k, dsv4_numerics_exact(), NULL, &main_rope, &cmp_rope, NULL, &scratch};
+    const dsv4_attn_ctx ctx = {&c, k, dsv4_numerics_exact(), NULL, &main_rope, &cmp_rope, NULL, &scratch,
+                               DSV4_ROW_F32, DSV4_ROW_F32};
     check_compressor(&c, &ctx, 4, 0);
     check_compressor(&c, &ctx, 8, 0);
     check_compressor(&c, &ctx, 4, 1);

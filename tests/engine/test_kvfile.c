@@ -212,12 +212,12 @@ static void test_bad_files(const dsv4_model *m, const char *model_dir) {
     uint64_t n_odd = (uint64_t)(2 * A - 1);
     variant(good, len, 16, &n_odd, 8, 1, hb, bad);
     expect_bad(e, bad, DSV4_ERR_FORMAT, "not a positive multiple of the alignment");
-    const uint32_t f16 = 1u << 24;  /* a BF16 storage dtype in the flags */
+    const uint32_t f16 = 1u << 24;  /* BF16 rows in the flags (DSV4_KV_FMT_BF16) */
     uint32_t flags;
     memcpy(&flags, good + 32, 4);
     flags |= f16;
     variant(good, len, 32, &flags, 4, 1, hb, bad);
-    expect_bad(e, bad, DSV4_ERR_FORMAT, "storage dtypes");
+    expect_bad(e, bad, DSV4_ERR_FORMAT, "stores BF16 rows and F32 indexer keys; this engine stores F32 and F32");
     snprintf(bad, sizeof bad, "%s/missing.kv", WORK);
     expect_bad(e, bad, DSV4_ERR_IO, "cannot open");
     CHECK(load_and_continue(e, 0, path, &ref));  /* the good file still is */

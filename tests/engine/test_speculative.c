@@ -132,7 +132,7 @@ static int same_cache(dsv4_engine *a, int sa, dsv4_engine *b, int sb, int64_t n)
         /* window rows of the live window */
         for (int64_t pos = n - p->win + 1 > 0 ? n - p->win + 1 : 0; pos < n; pos++) {
             const float *x = dsv4_cache_win_row(a->cache, sa, l, pos), *y = dsv4_cache_win_row(b->cache, sb, l, pos);
-            if (!x || !y || memcmp(x, y, (size_t)p->hd * sizeof(float))) {
+            if (!x || !y || memcmp(x, y, (size_t)p->win_row_bytes)) {
                 if (!bad) fprintf(stderr, "n = %lld: window row %lld of layer %d differs\n", (long long)n, (long long)pos, l);
                 bad = 1;
             }
@@ -141,11 +141,11 @@ static int same_cache(dsv4_engine *a, int sa, dsv4_engine *b, int sb, int64_t n)
         const int r = p->ratios[p->cmp_pool[l]], coff = dsv4_cfg_coff(r);
         for (int64_t w = 0; w < n / r; w++) {
             const float *x = dsv4_cache_cmp_row(a->cache, sa, l, w), *y = dsv4_cache_cmp_row(b->cache, sb, l, w);
-            int diff = !x || !y || memcmp(x, y, (size_t)p->hd * sizeof(float));
+            int diff = !x || !y || memcmp(x, y, (size_t)p->cmp_row_bytes);
             if (p->idx_slot[l] >= 0) {
                 x = dsv4_cache_idx_row(a->cache, sa, l, w);
                 y = dsv4_cache_idx_row(b->cache, sb, l, w);
-                diff |= !x || !y || memcmp(x, y, (size_t)p->dI * sizeof(float));
+                diff |= !x || !y || memcmp(x, y, (size_t)p->idx_row_bytes);
             }
             if (diff && !bad) fprintf(stderr, "n = %lld: entry %lld of layer %d differs\n", (long long)n, (long long)w, l);
             bad |= diff;

@@ -127,23 +127,24 @@ static int same_rows(const float *a, const float *b, int64_t n, int64_t width, c
 static int same_cache(dsv4_engine *ea, int sa, dsv4_engine *eb, int sb, const char *name) {
     dsv4_cache *ca = ea->cache, *cb = eb->cache;
     const int64_t n = dsv4_seq_length(ea, sa), m = dsv4_seq_mtp_length(ea, sa);
+    const dsv4_cache_plan *pl = dsv4_cache_get_plan(ca);  /* rows as stored */
     int bad = 0;
     for (int l = 0; l <= L && !bad; l++) {
         const int64_t len = l < L ? n : m;
         for (int64_t p = len - WIN + 1 > 0 ? len - WIN + 1 : 0; p < len && !bad; p++)
-            if (memcmp(dsv4_cache_win_row(ca, sa, l, p), dsv4_cache_win_row(cb, sb, l, p), (size_t)HD * 4)) {
+            if (memcmp(dsv4_cache_win_row(ca, sa, l, p), dsv4_cache_win_row(cb, sb, l, p), (size_t)pl->win_row_bytes)) {
                 CHECK_MSG(0, "%s: layer %d window row %lld differs", name, l, (long long)p);
                 bad = 1;
             }
         const int r = l < L ? CFG->compress_ratios[l] : 0;
         if (!r) continue;
         for (int64_t w = 0; w < n / r && !bad; w++)
-            if (memcmp(dsv4_cache_cmp_row(ca, sa, l, w), dsv4_cache_cmp_row(cb, sb, l, w), (size_t)HD * 4)) {
+            if (memcmp(dsv4_cache_cmp_row(ca, sa, l, w), dsv4_cache_cmp_row(cb, sb, l, w), (size_t)pl->cmp_row_bytes)) {
                 CHECK_MSG(0, "%s: layer %d entry %lld differs", name, l, (long long)w);
                 bad = 1;
             }
         for (int64_t w = 0; r == 4 && w < n / 4 && !bad; w++)
-            if (memcmp(dsv4_cache_idx_row(ca, sa, l, w), dsv4_cache_idx_row(cb, sb, l, w), (size_t)DI * 4)) {
+            if (memcmp(dsv4_cache_idx_row(ca, sa, l, w), dsv4_cache_idx_row(cb, sb, l, w), (size_t)pl->idx_row_bytes)) {
                 CHECK_MSG(0, "%s: layer %d indexer key %lld differs", name, l, (long long)w);
                 bad = 1;
             }
