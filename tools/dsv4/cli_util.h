@@ -18,6 +18,9 @@ double cli_loadavg(void);
 
 /* Parses a decimal integer in [lo, hi] from s, strictly (cli_parse_i64); returns 0 on
  * success. */
+/* CLI_FN_OPT parser of --kv-dtype f32|bf16|fp8 into an int (DSV4_KV_*). */
+int cli_parse_kv_dtype(const char *v, void *dst, char *msg, size_t n);
+
 int cli_parse_int(const char *s, long long lo, long long hi, long long *out);
 
 /* Parses ids separated by commas and/or whitespace into a malloc'd array. Returns the

@@ -435,7 +435,7 @@ int cmd_bench(int argc, char **argv) {
     const char *dir = NULL;
     int64_t prompt_len = 512, gen = 32, batch = 1, threads = 0, chunk = 0, reps = 2, probe_mb = 512, seed = 1;
     long long batches[MAX_LIST], contexts[MAX_LIST];
-    int n_batches = 0, n_contexts = 0, json = 0, mtp = 0, n_accept = 0, pin_threads = 0;
+    int n_batches = 0, n_contexts = 0, json = 0, mtp = 0, n_accept = 0, pin_threads = 0, kv_dtype = 0;
     double accept[BENCH_MTP_MAX_P];
     p_list accept_list = {accept, &n_accept};
     num_list batch_list = {batches, &n_batches, 1, 1024}, context_list = {contexts, &n_contexts, 1, 1 << 24};
@@ -445,6 +445,7 @@ int cmd_bench(int argc, char **argv) {
         CLI_I64_OPT("gen", 0, &gen, 1, 1 << 20, "N", "decode steps per measurement"),
         CLI_I64_OPT("batch", 0, &batch, 1, 1024, "B", "sequences decoded together"),
         CLI_I64_OPT("threads", 't', &threads, 0, 4096, "N", "worker threads", .def = "the cores this process may use"),
+        CLI_FN_OPT("kv-dtype", 0, &kv_dtype, cli_parse_kv_dtype, "f32|bf16|fp8", "f32", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys)"),
         CLI_FLAG_OPT("pin-threads", 0, &pin_threads, 1, "pin worker thread i to the i-th CPU of the affinity mask (CPU 0 stays with the calling thread)"),
         CLI_FN_OPT("batches", 0, &batch_list, parse_list_opt, "LIST", "", "decode at each of these batch sizes, e.g. 1,2,4,8,16 "
                    "(the top-level figures are those of --batch, added if missing)"),
@@ -537,6 +538,7 @@ int cmd_bench(int argc, char **argv) {
     eo.max_rows = (int)(chunk > max_batch ? chunk : max_batch); /* a prefill chunk or a decode batch */
     eo.threads = (int)threads;
     eo.pin_threads = pin_threads;
+    eo.kv_dtype = kv_dtype;
     if (dsv4_engine_create(b.model, &eo, &b.eng, &b.err) || dsv4_step_weights_init(b.eng, &b.w, &b.err)) {
         progress_done(&b);
         fprintf(stderr, "dsv4 bench: %s\n", b.err.msg);

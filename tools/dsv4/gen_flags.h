@@ -18,6 +18,7 @@ typedef struct gen_flags {
     int max_tokens;              /* -1: until a stop or a full context; 0: generate nothing */
     const char *stops[GEN_MAX_STOPS];
     int threads;                 /* 0: the cores this process may use */
+    int kv_dtype;                /* --kv-dtype (dsv4_engine_opts.kv_dtype) */
     int pin_threads;             /* --pin-threads (dsv4_engine_opts.pin_threads) */
     int64_t max_context;
     int think;                   /* 1 --think, 0 --nothink */
