@@ -467,9 +467,91 @@ static VBMI void gemv_fp8v(const dsv4_lin_call *c, const dsv4_mat *w, const floa
     }
 }
 
+/* FP4, 16 weights (8 bytes at p) in natural column order: every qword of the vector gets
+ * the 16 nibbles, vpmultishiftqb moves nibble l to the low bits of word 2l + 1 (bit 4 is the
+ * next nibble's, which the table's second copy makes harmless), vpermw looks the words up
+ * in the block's 32-word table (dsv4_lin_tables.fp4_bf16) and zeroes the even words: F32
+ * e2m1 * scale, exact. 2 instructions per 16 weights, no x permutation. */
+AINLINE VBMI __m512 dec_fp4v(const uint8_t *p, __m512i shifts, __m512i table) {
+    int64_t u;
+    memcpy(&u, p, 8);
+    const __m512i idx = _mm512_multishift_epi64_epi8(shifts, _mm512_set1_epi64(u));
+    return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16((__mmask32)0xAAAAAAAAu, idx, table));
+}
+
+/* multishift controls: byte 4l + 2 (the index word of weight l) takes bits 4l .. 4l + 7 */
+AINLINE __m512i fp4v_shifts(void) {
+    _Alignas(64) uint8_t c[64] = {0};
+    for (int l = 0; l < 16; l++) c[4 * l + 2] = (uint8_t)(4 * l);
+    return _mm512_load_si512((const void *)c);
+}
+
+/* cols % 32 == 0 (checked by the driver); F32 scales: the table of scale 1, then a multiply */
+AINLINE VBMI void gemv_fp4v_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x,
+                                 float *y, int64_t o, const gemv_pf *pf) {
+    const int64_t n = w->cols, nsb = n / 32, rows = w->rows;
+    const __m512i shifts = fp4v_shifts();
+    const int f32s = w->scale_is_f32;
+    const uint8_t *p[GEMV_R_MAX];
+    int64_t sb[GEMV_R_MAX];
+    __m512 a[GEMV_R_MAX][GEMV_NX_MAX];
+    for (int r = 0; r < R; r++) {
+        p[r] = (const uint8_t *)w->w + (o + r) * (n / 2);
+        sb[r] = (o + r) * nsb;
+        for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nsb; b++) {
+        pf_step(pf, p[0], R * b * 16, R * 16);
+        const float *xb = x + b * 32;
+        __m512 w0[GEMV_R_MAX], w1[GEMV_R_MAX];
+        for (int r = 0; r < R; r++) {
+            const uint8_t sbyte = f32s ? 127 : ((const uint8_t *)w->scale)[sb[r] + b];
+            const __m512i t = _mm512_load_si512((const void *)tab->fp4_bf16[sbyte]);
+            w0[r] = dec_fp4v(p[r] + b * 16, shifts, t);
+            w1[r] = dec_fp4v(p[r] + b * 16 + 8, shifts, t);
+            if (f32s) {
+                const __m512 sc = _mm512_set1_ps(((const float *)w->scale)[sb[r] + b]);
+                w0[r] = _mm512_mul_ps(w0[r], sc);
+                w1[r] = _mm512_mul_ps(w1[r], sc);
+            }
+        }
+        for (int s = 0; s < NX; s++) {
+            const __m512 x0 = _mm512_loadu_ps(xb + s * n), x1 = _mm512_loadu_ps(xb + s * n + 16);
+            for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(x0, w0[r], a[r][s]);
+            for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(x1, w1[r], a[r][s]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < NX; s++) y[s * rows + o + r] = hsum16(a[r][s]);
+}
+
+AINLINE VBMI void gemv_fp4v_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y,
+                               int64_t o0, int64_t o1) {
+    const int R = GEMV_R(NX);
+    const int64_t rb = w->cols / 2; /* bytes per row */
+    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * rb, (const uint8_t *)w->w + o1 * rb, GEMV_PF_FP4);
+    if (!w->scale_is_f32) /* the task's ue8m0 scales: cols / 32 bytes a row */
+        pf_start((const uint8_t *)w->scale + o0 * (rb / 16), (const uint8_t *)w->scale + o1 * (rb / 16), 4096);
+    int64_t o = o0;
+    for (; o + R <= o1; o += R) gemv_fp4v_rows(R, NX, tab, w, x, y, o, &pf);
+    for (; o < o1; o++) gemv_fp4v_rows(1, NX, tab, w, x, y, o, &pf);
+}
+
+#define FP4V_CASE(NX) \
+    case NX: gemv_fp4v_nx(NX, c->tab, w, x, y, o0, o1); break;
+
+static VBMI void gemv_fp4v(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
+                           int64_t o1) {
+    switch (nx) {
+    FP4V_CASE(1) FP4V_CASE(2) FP4V_CASE(3) FP4V_CASE(4) FP4V_CASE(5) FP4V_CASE(6) FP4V_CASE(7)
+    default: gemv_fp4v_nx(8, c->tab, w, x, y, o0, o1); break;
+    }
+}
+
 static void gemv_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
                             int64_t o1) {
     if (w->fmt == DSV4_WF_FP8) gemv_fp8v(c, w, x, nx, y, o0, o1);
+    else if (w->fmt == DSV4_WF_FP4) gemv_fp4v(c, w, x, nx, y, o0, o1);
     else gemv_avx512(c, w, x, nx, y, o0, o1);
 }
 

@@ -273,20 +273,22 @@ static void check_fp8_prescale_guard(int level) {
     }
 }
 
-/* Level avx512vbmi decodes FP8 through byte tables, avx512 through F16 conversions: the
- * weights are the same exact values and the lanes and chunk order the same, so every
- * output (no NaN codes here) must be the same bits at both levels, on the one-pass GEMV
- * of 1..16 rows, the GEMM past it, odd widths and partial scale blocks, both scale kinds,
- * and scales whose 256 * scale overflows. */
-static void check_fp8_vbmi_matches_avx512(void) {
-    static const int64_t shapes[][2] = {{7, 133}, {129, 1056}, {300, 300}, {64, 64}, {5, 1}};
+/* Level avx512vbmi decodes FP8 through byte tables and FP4 through word tables in natural
+ * column order, avx512 through F16 conversions and permuted FP4 lanes: the weights are the
+ * same exact values and every lane sums the same columns in the same order, so every
+ * output (no NaN codes here) must be the same bits at both levels, on the GEMV of 1..16
+ * rows, the GEMM past it, odd widths and partial scale blocks, both scale kinds, and FP8
+ * scales whose 256 * scale overflows. */
+static void check_vbmi_matches_avx512(dsv4_wfmt f) {
+    static const int64_t shapes[][2] = {{7, 160}, {129, 1056}, {300, 288}, {64, 64}, {5, 32}, {7, 133}, {5, 1}};
     static const int nrs[] = {1, 2, 4, 5, 8, 9, 13, 16, 17, 40};
     int64_t bad = 0, total = 0;
     for (int sc = 0; sc < 2; sc++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const int64_t rows = shapes[si][0], cols = shapes[si][1];
-            tmat t = make_mat(DSV4_WF_FP8, sc, rows, cols);
-            if (sc == SC_E8M0 && si == 1) { /* one block at 2^121: 256 * scale overflows */
+            if (f == DSV4_WF_FP4 && cols % 32) continue;
+            tmat t = make_mat(f, sc, rows, cols);
+            if (f == DSV4_WF_FP8 && sc == SC_E8M0 && si == 1) { /* one block at 2^121: 256 * scale overflows */
                 ((uint8_t *)t.scale)[0] = 248;
                 uint8_t *p = t.w;
                 for (int64_t o = 0; o < 128; o++)
@@ -306,9 +308,25 @@ static void check_fp8_vbmi_matches_avx512(void) {
             }
             free_mat(&t);
         }
-    CHECK_MSG(bad == 0, "fp8: %lld of %lld outputs differ between levels avx512 and avx512vbmi", (long long)bad,
-              (long long)total);
-    printf("fp8 avx512vbmi vs avx512: %lld outputs, %lld differ in any bit\n", (long long)total, (long long)bad);
+    CHECK_MSG(bad == 0, "%s: %lld of %lld outputs differ between levels avx512 and avx512vbmi", fmt_name(f, SC_E8M0),
+              (long long)bad, (long long)total);
+    printf("%s avx512vbmi vs avx512: %lld outputs, %lld differ in any bit\n", fmt_name(f, SC_E8M0), (long long)total,
+           (long long)bad);
+}
+
+/* The VBMI FP4 tables hold BF16: every e2m1 code times every ue8m0 scale must be exact in
+ * it (the F32 product's low 16 bits zero), both copies. */
+static void check_fp4_bf16_tables(void) {
+    dsv4_lin_tables *t = malloc(sizeof *t);
+    dsv4_lin_tables_init(t);
+    int bad = 0;
+    for (int b = 0; b < 256; b++)
+        for (int k = 0; k < 16; k++) {
+            const uint32_t want = dsv4_f32_to_bits(dsv4_e2m1_to_f32((uint8_t)k) * dsv4_e8m0_to_f32((uint8_t)b));
+            bad += ((uint32_t)t->fp4_bf16[b][k] << 16) != want || t->fp4_bf16[b][16 + k] != t->fp4_bf16[b][k];
+        }
+    CHECK_MSG(bad == 0, "fp4 BF16 tables: %d of 4096 entries inexact", bad);
+    free(t);
 }
 
 /* Bytes [0, n) that end exactly at an inaccessible page: a load past the end faults (and
@@ -485,8 +503,13 @@ int main(void) {
         printf("level %s: %.2f s cpu\n", dsv4_simd_name(level), (double)(clock() - t0) / CLOCKS_PER_SEC);
     }
     check_edges();
-    if (best >= DSV4_SIMD_AVX512VBMI) check_fp8_vbmi_matches_avx512();
-    else printf("SKIPPED: fp8 avx512vbmi vs avx512 (this CPU or build lacks VBMI)\n");
+    check_fp4_bf16_tables();
+    if (best >= DSV4_SIMD_AVX512VBMI) {
+        check_vbmi_matches_avx512(DSV4_WF_FP8);
+        check_vbmi_matches_avx512(DSV4_WF_FP4);
+    } else {
+        printf("SKIPPED: avx512vbmi vs avx512 (this CPU or build lacks VBMI)\n");
+    }
 
     for (int level = 0; level <= best; level++)
         for (int k = 0; k < 9; k++) {
