@@ -287,6 +287,7 @@ int main(void) {
         return 1;
     }
     dsv4_engine_opts o = {0};
+    o.kv_dtype = DSV4_KV_F32; /* routes compared with the oracle's */
     o.max_context = 64;
     o.max_seqs = 1;
     o.threads = 2;

@@ -38,6 +38,7 @@ static inline int golden_run(const dsv4_model *m, dsv4_engine_opts opts, const i
     opts.max_seqs = 1;
     opts.c_max = N;
     opts.mtp = c->num_nextn_predict_layers > 0;
+    if (!opts.kv_dtype) opts.kv_dtype = DSV4_KV_F32; /* paths are judged on the reference cache */
     memset(o, 0, sizeof *o);
     dsv4_engine *e;
     if (dsv4_engine_create(m, &opts, &e, &err)) { fprintf(stderr, "%s: engine: %s\n", what, err.msg); return -1; }

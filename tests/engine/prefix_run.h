@@ -11,10 +11,12 @@
 
 #include "dsv4.h"
 #include "engine/engine.h"
+#include "kv_env.h"
 #include "test.h"
 
 /* the model's sizes, the alignment A and the kernel path: set once by main */
 static int D, HC, V, A, REFERENCE, HAS_MTP;
+static int KV_DTYPE; /* DSV4_KV_*, 0 = the default */
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static int32_t rnd_token(void) {
@@ -128,6 +130,7 @@ static dsv4_engine *mk_engine(const dsv4_model *m, int mtp, int64_t max_context,
     o.mtp = mtp;
     o.threads = 2;
     o.reference = REFERENCE;
+    o.kv_dtype = KV_DTYPE ? KV_DTYPE : test_kv_dtype();
     o.cache_bytes = cache_bytes;
     dsv4_engine *e = NULL;
     dsv4_err err = {0};

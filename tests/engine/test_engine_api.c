@@ -13,6 +13,7 @@
 
 #include "cache/cache.h"
 #include "dsv4.h"
+#include "engine/engine.h"
 #include "model/model.h"
 #include "test.h"
 
@@ -106,14 +107,15 @@ static void test_validation(void) {
 }
 
 static void test_exhaustion(void) {
-    /* a budget that holds 5 compressed blocks for 3 sequences of up to 256 positions */
-    dsv4_cache_opts co = {.max_context = 256, .max_seqs = 3, .c_max = 256, .row_bytes_per_value = 4,
-                          .idx_bytes_per_value = 4};
+    /* a budget that holds 5 compressed blocks for 3 sequences of up to 256 positions, in the
+     * default KV storage (the engine's own cache options) */
+    dsv4_engine_opts eo = {.max_context = 256, .max_seqs = 3, .c_max = 256};
+    dsv4_cache_opts co;
+    dsv4_engine_cache_opts(&eo, &co);
     dsv4_cache_plan plan;
     dsv4_err err = {0};
     CHECK(dsv4_cache_plan_make(&M->cfg, &co, &plan, &err) == 0);
-    dsv4_engine_opts eo = {.max_context = 256, .max_seqs = 3, .c_max = 256,
-                           .cache_bytes = (uint64_t)(3 * plan.seq_fixed_bytes + 5 * plan.block_bytes)};
+    eo.cache_bytes = (uint64_t)(3 * plan.seq_fixed_bytes + 5 * plan.block_bytes);
     dsv4_engine *e;
     CHECK(dsv4_engine_create(M, &eo, &e, &err) == 0);
     int s[3];

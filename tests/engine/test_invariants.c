@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "dsv4.h"
+#include "kv_env.h"
 #include "test.h"
 
 typedef struct outputs {
@@ -112,7 +113,7 @@ static int run_drivers(dsv4_engine *e, driver *ds, int n, dsv4_err *err) {
 
 static int run_one(dsv4_model *m, const int *chunks, int n_chunks, int mtp_chunk, outputs *o) {
     dsv4_engine_opts eo = {.max_context = N, .max_seqs = 4, .mtp = 1, .reference = REFERENCE,
-                           .fidelity = FIDELITY};
+                           .fidelity = FIDELITY, .kv_dtype = test_kv_dtype()};
     dsv4_engine *e;
     dsv4_err err = {0};
     if (dsv4_engine_create(m, &eo, &e, &err)) { fprintf(stderr, "%s\n", err.msg); return -1; }
@@ -205,7 +206,7 @@ int main(int argc, char **argv) {
      * different schedules run together; the middle one must match the reference */
     {
         dsv4_engine_opts eo = {.max_context = N, .max_seqs = 4, .mtp = 1, .reference = REFERENCE,
-                           .fidelity = FIDELITY};
+                           .fidelity = FIDELITY, .kv_dtype = test_kv_dtype()};
         dsv4_engine *e;
         CHECK(dsv4_engine_create(m, &eo, &e, &err) == 0);
         /* dirty every slot first */

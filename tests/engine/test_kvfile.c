@@ -178,6 +178,26 @@ static void test_bad_files(const dsv4_model *m, const char *model_dir) {
     snprintf(path, sizeof path, "%s/good.kv", WORK);
     snprintf(bad, sizeof bad, "%s/bad.kv", WORK);
     const int64_t ctx = 2 * A + TAIL + 64;
+    /* a file of BF16 rows is refused by an F32 engine, and the other way round */
+    {
+        KV_DTYPE = DSV4_KV_BF16;
+        dsv4_engine *eb = mk_engine(m, 0, ctx, 2, 0);
+        KV_DTYPE = DSV4_KV_F32;
+        dsv4_engine *ef = mk_engine(m, 0, ctx, 2, 0);
+        if (eb && ef) {
+            reference_run rb, rf;
+            run_and_save(eb, 0, bad, &rb);
+            run_and_save(ef, 0, path, &rf);
+            expect_bad(ef, bad, DSV4_ERR_FORMAT, "stores BF16 rows and BF16 indexer keys; this engine stores F32 and F32");
+            expect_bad(eb, path, DSV4_ERR_FORMAT, "stores F32 rows and F32 indexer keys; this engine stores BF16 and BF16");
+            free(rb.base.buf); free(rb.tokens);
+            free(rf.base.buf); free(rf.tokens);
+        }
+        dsv4_engine_free(eb);
+        dsv4_engine_free(ef);
+    }
+    /* the byte offsets below are those of a file of F32 rows */
+    KV_DTYPE = DSV4_KV_F32;
     dsv4_engine *e = mk_engine(m, 0, ctx, 2, 0);
     if (!e) return;
     reference_run ref;

@@ -49,7 +49,7 @@ static void block_to_f32(const dsv4_config *c, dsv4_block_w *b) {
 
 /* hidden (N, D) and logits (N, V) of a prefill of P tokens + N-P decodes. */
 static int run(dsv4_model *m, int reference, const int32_t *toks, float *hidden, float *logits) {
-    dsv4_engine_opts eo = {.max_context = N, .max_seqs = 1, .reference = reference};
+    dsv4_engine_opts eo = {.max_context = N, .max_seqs = 1, .reference = reference, .kv_dtype = DSV4_KV_F32};
     dsv4_engine *e;
     dsv4_err err = {0};
     int s, rc = dsv4_engine_create(m, &eo, &e, &err);

@@ -22,6 +22,7 @@
 #include "cache/cache.h"
 #include "dsv4.h"
 #include "engine/engine.h"
+#include "kv_env.h"
 #include "test.h"
 
 static dsv4_model *M;
@@ -37,7 +38,7 @@ static uint32_t rnd(void) {
 
 static dsv4_engine *make_engine(int mtp, int win_block) {
     dsv4_engine_opts eo = {.max_context = N + 1, .max_seqs = 2, .c_max = 256, .mtp = mtp,
-                           .win_block = win_block, .reference = REFERENCE};
+                           .win_block = win_block, .reference = REFERENCE, .kv_dtype = test_kv_dtype()};
     dsv4_engine *e = NULL;
     dsv4_err err = {0};
     if (dsv4_engine_create(M, &eo, &e, &err)) fprintf(stderr, "engine: %s\n", err.msg);

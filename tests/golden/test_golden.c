@@ -37,7 +37,8 @@ int main(int argc, char **argv) {
     size_t cap = (size_t)ref.n_tokens * 12 + 8192;
     char *cmd = malloc(cap);
     const char *bin = getenv("DSV4_BIN") ? getenv("DSV4_BIN") : "dsv4";
-    int n = snprintf(cmd, cap, "%s run --model %s --prefill %d --dump %s/run --tokens ", bin, model,
+    /* the F32 cache: the 1e-4 gates are the reference math's (a flag after it may override) */
+    int n = snprintf(cmd, cap, "%s run --model %s --kv-dtype f32 --prefill %d --dump %s/run --tokens ", bin, model,
                      ref.prefill_len, out);
     for (int i = 0; i < ref.n_tokens; i++)
         n += snprintf(cmd + n, cap - (size_t)n, "%s%d", i ? "," : "", ref.tokens[i]);

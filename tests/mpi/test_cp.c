@@ -32,6 +32,7 @@
 #include "dump.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "kv_env.h"
 #include "test.h"
 
 typedef struct cp_case {
@@ -72,12 +73,14 @@ typedef struct run {
     float *mtp;      /* (N, D) */
 } run;
 
+static int KV; /* DSV4_KV_* of the engines: DSV4_TEST_KV, F32 for the golden run */
+
 static int run_open(dsv4_model *m, dsv4_dist *dist, int parallel, int granule, int N, run *r,
                     dsv4_err *err) {
     memset(r, 0, sizeof *r);
     dsv4_engine_opts eo = {.max_context = N, .max_seqs = 2, .mtp = 1, .reference = REFERENCE,
                            .threads = 1, .dist = dist, .parallel = parallel,
-                           .cp_granule = granule};
+                           .cp_granule = granule, .kv_dtype = KV};
     r->hidden = calloc((size_t)N * D, sizeof(float));
     r->streams = calloc((size_t)N * HC * D, sizeof(float));
     r->mtp = calloc((size_t)N * D, sizeof(float));
@@ -261,6 +264,7 @@ int main(int argc, char **argv) {
     rank = dsv4_dist_rank(dist);
     size = dsv4_dist_size(dist);
     int parallel = DSV4_PAR_CP, granule = 0;
+    KV = test_kv_dtype();
     const char *cases = "all", *golden_dir = NULL;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--ep")) parallel |= DSV4_PAR_EP;
@@ -296,7 +300,9 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof SHORT_CASES / sizeof SHORT_CASES[0]; i++)
             run_case(m, dist, parallel, &CASES[SHORT_CASES[i]], NULL);
     if (golden_dir) {
-        /* the golden run: one CP prefill of its prefill length, then decode steps */
+        /* the golden run: one CP prefill of its prefill length, then decode steps, on the
+         * reference (F32) cache the oracle's 1e-4 is meant for */
+        KV = DSV4_KV_F32;
         dump_dir g;
         if (dump_load(golden_dir, &g)) { dsv4_dist_abort(dist, 1); return 1; }
         cp_case cs = {"golden run", granule, {g.prefill_len}};
