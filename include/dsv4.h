@@ -234,7 +234,7 @@ typedef struct dsv4_engine_opts {
  *         BF16 rope channels: fidelity item F2's rounding) and BF16 indexer keys
  * The compressor state stays F32 in every mode. */
 enum {
-    DSV4_KV_DEFAULT = 0, /* F32 */
+    DSV4_KV_DEFAULT = 0, /* BF16 */
     DSV4_KV_F32 = 1,
     DSV4_KV_BF16 = 2,
     DSV4_KV_FP8 = 3,

@@ -17,7 +17,7 @@ int dsv4_kv_dtype_parse(const char *s, int *dtype, dsv4_err *err) {
     return dsv4_fail(err, DSV4_ERR_ARG, "kv dtype '%s': must be f32, bf16 or fp8", s ? s : "(null)");
 }
 
-int dsv4_kv_dtype_resolve(int dtype) { return dtype == DSV4_KV_DEFAULT ? DSV4_KV_F32 : dtype; }
+int dsv4_kv_dtype_resolve(int dtype) { return dtype == DSV4_KV_DEFAULT ? DSV4_KV_BF16 : dtype; }
 
 const char *dsv4_kv_dtype_name(int dtype) {
     switch (dsv4_kv_dtype_resolve(dtype)) {

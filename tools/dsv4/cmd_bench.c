@@ -445,7 +445,7 @@ int cmd_bench(int argc, char **argv) {
         CLI_I64_OPT("gen", 0, &gen, 1, 1 << 20, "N", "decode steps per measurement"),
         CLI_I64_OPT("batch", 0, &batch, 1, 1024, "B", "sequences decoded together"),
         CLI_I64_OPT("threads", 't', &threads, 0, 4096, "N", "worker threads", .def = "the cores this process may use"),
-        CLI_FN_OPT("kv-dtype", 0, &kv_dtype, cli_parse_kv_dtype, "f32|bf16|fp8", "f32", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys)"),
+        CLI_FN_OPT("kv-dtype", 0, &kv_dtype, cli_parse_kv_dtype, "f32|bf16|fp8", "bf16", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys)"),
         CLI_FLAG_OPT("pin-threads", 0, &pin_threads, 1, "pin worker thread i to the i-th CPU of the affinity mask (CPU 0 stays with the calling thread)"),
         CLI_FN_OPT("batches", 0, &batch_list, parse_list_opt, "LIST", "", "decode at each of these batch sizes, e.g. 1,2,4,8,16 "
                    "(the top-level figures are those of --batch, added if missing)"),

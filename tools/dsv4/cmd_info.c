@@ -26,7 +26,13 @@ static const char *human(double v, char *buf, size_t n, const char *unit) {
     return buf;
 }
 
-typedef struct plan_pair { dsv4_cache_plan f32, bf16; int ok; char err[1024]; } plan_pair;
+/* The cache plan at each KV storage: F32, BF16 (the engine default) and FP8-split rows with
+ * BF16 indexer keys (fp8_ok = 0 where the shape does not allow it, fp8_err says why). */
+typedef struct plan_pair {
+    dsv4_cache_plan f32, bf16, fp8;
+    int ok, fp8_ok;
+    char err[1024], fp8_err[1024];
+} plan_pair;
 
 static void make_plans(const dsv4_config *c, int64_t max_context, int64_t max_seqs, int64_t c_max,
                        plan_pair *p) {
@@ -43,6 +49,12 @@ static void make_plans(const dsv4_config *c, int64_t max_context, int64_t max_se
         o.row_bytes_per_value = 2;
         o.idx_bytes_per_value = 2;
         p->ok = !dsv4_cache_plan_make(c, &o, &p->bf16, &err);
+    }
+    if (p->ok) {
+        dsv4_err ferr = {0};
+        o.row_bytes_per_value = 1;
+        p->fp8_ok = !dsv4_cache_plan_make(c, &o, &p->fp8, &ferr);
+        if (!p->fp8_ok) snprintf(p->fp8_err, sizeof p->fp8_err, "%s", ferr.msg);
     }
     if (!p->ok) snprintf(p->err, sizeof p->err, "%s", err.msg);
 }
@@ -153,6 +165,9 @@ static int print_json(const char *dir, const dsv4_config *c, const char *mwarn, 
         cJSON_AddNumberToObject(oj, "d_max", o->d_max);
         cJSON_AddItemToObject(cc, "f32", plan_json(&pp->f32));
         cJSON_AddItemToObject(cc, "bf16", plan_json(&pp->bf16));
+        if (pp->fp8_ok) cJSON_AddItemToObject(cc, "fp8", plan_json(&pp->fp8));
+        else cJSON_AddStringToObject(cc, "fp8_error", pp->fp8_err);
+        cJSON_AddStringToObject(cc, "default_kv_dtype", dsv4_kv_dtype_name(DSV4_KV_DEFAULT));
     } else {
         cJSON_AddStringToObject(cc, "error", pp->err);
     }
@@ -178,28 +193,38 @@ static int print_json(const char *dir, const dsv4_config *c, const char *mwarn, 
     return 0;
 }
 
-static void print_plan_text(const dsv4_cache_plan *f, const dsv4_cache_plan *h) {
+static void print_plan_text(const plan_pair *pp) {
     char b1[32], b2[32];
-    per_token tf = token_bytes(f), th = token_bytes(h);
-    printf("cache (max_context %lld, max_seqs %d, c_max %d, D_max %d; F32 rows = engine, BF16 for comparison):\n",
-           (long long)f->opts.max_context, f->opts.max_seqs, f->opts.c_max, f->opts.d_max);
-    printf("  per token, bytes      F32        BF16\n");
-    printf("    window          %9.2f  %10.2f   (kept for the last %d positions only)\n", tf.window,
-           th.window, f->win - 1);
-    printf("    compressed      %9.2f  %10.2f\n", tf.compressed, th.compressed);
-    printf("    indexer         %9.2f  %10.2f\n", tf.indexer, th.indexer);
-    printf("    compressed+idx  %9.2f  %10.2f   (grows with the sequence)\n", f->bytes_per_token,
-           h->bytes_per_token);
+    const dsv4_cache_plan *f = &pp->f32, *h = &pp->bf16, *e = pp->fp8_ok ? &pp->fp8 : NULL;
+    per_token tf = token_bytes(f), th = token_bytes(h), te = e ? token_bytes(e) : (per_token){0};
+    printf("cache (max_context %lld, max_seqs %d, c_max %d, D_max %d; --kv-dtype, default %s):\n",
+           (long long)f->opts.max_context, f->opts.max_seqs, f->opts.c_max, f->opts.d_max,
+           dsv4_kv_dtype_name(DSV4_KV_DEFAULT));
+    printf("  per token, bytes      f32        bf16         fp8\n");
+    const double rows[4][3] = {{tf.window, th.window, te.window},
+                               {tf.compressed, th.compressed, te.compressed},
+                               {tf.indexer, th.indexer, te.indexer},
+                               {f->bytes_per_token, h->bytes_per_token, e ? e->bytes_per_token : 0}};
+    const char *names[4] = {"window", "compressed", "indexer", "compressed+idx"};
+    const char *notes[4] = {"   (kept for the last positions of the window only)", "", "", "   (grows with the sequence)"};
+    for (int i = 0; i < 4; i++) {
+        printf("    %-15s %9.2f  %10.2f  ", names[i], rows[i][0], rows[i][1]);
+        if (e) printf("%10.2f", rows[i][2]);
+        else printf("%10s", "n/a");
+        printf("%s\n", notes[i]);
+    }
+    if (!e) printf("    (fp8: %s)\n", pp->fp8_err);
+    f = h; /* pools and capacity below: the default storage */
     printf("  per sequence: compressor state %s, window pages up to %s (W_live %d)\n",
            human((double)f->slot_bytes, b1, sizeof b1, "B"),
            human((double)f->w_live * (double)f->win_page_bytes, b2, sizeof b2, "B"), f->w_live);
-    printf("  pools (F32): B %d, B_w %d, WIN page %lld B", f->block, f->win_block,
+    printf("  pools (bf16): B %d, B_w %d, WIN page %lld B", f->block, f->win_block,
            (long long)f->win_page_bytes);
     for (int i = 0; i < f->n_ratios; i++)
         printf(", CMP[%d] page %lld B (%d layers)", f->ratios[i], (long long)f->cmp_page_bytes[i],
                f->n_cmp_layers[i]);
     printf(", IDX page %lld B (%d layers)\n", (long long)f->idx_page_bytes, f->n_idx_layers);
-    printf("  capacity (F32): %lld blocks, %lld tokens, %lld WIN pages, STATE slot %lld B, "
+    printf("  capacity (bf16): %lld blocks, %lld tokens, %lld WIN pages, STATE slot %lld B, "
            "total %s\n", (long long)f->n_blocks, (long long)f->token_capacity,
            (long long)f->win_pages, (long long)f->slot_bytes,
            human((double)f->total_bytes, b1, sizeof b1, "B"));
@@ -249,7 +274,7 @@ static void print_text(const char *dir, const dsv4_config *c, const char *mwarn,
             printf("  %-8s %7lld tensors  %15llu B  (%s)\n", dsv4_st_dtype_name((dsv4_st_dtype)t),
                    (long long)db->tensors[t], (unsigned long long)db->bytes[t],
                    human((double)db->bytes[t], b1, sizeof b1, "B"));
-    if (pp->ok) print_plan_text(&pp->f32, &pp->bf16);
+    if (pp->ok) print_plan_text(pp);
     else printf("cache: no plan: %s\n", pp->err);
     if (c->warnings[0]) printf("warning: %s\n", c->warnings);
     for (const char *s = mwarn; s && *s;) {

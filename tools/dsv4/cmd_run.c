@@ -320,7 +320,7 @@ int cmd_run(int argc, char **argv) {
         CLI_FLAG_OPT("mtp", 0, &mtp, 1, "also run the multi-token-prediction block (mtp_logits)"),
         CLI_INT_OPT("threads", 't', &threads, 0, 1024, "N", "worker threads (per rank under --parallel: give each rank its share)",
                     .def = "the cores this process may use"),
-        CLI_FN_OPT("kv-dtype", 0, &kv_dtype, cli_parse_kv_dtype, "f32|bf16|fp8", "f32", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys)"),
+        CLI_FN_OPT("kv-dtype", 0, &kv_dtype, cli_parse_kv_dtype, "f32|bf16|fp8", "bf16", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys)"),
         CLI_FLAG_OPT("pin-threads", 0, &pin_threads, 1, "pin worker thread i to the i-th CPU of the affinity mask (CPU 0 stays with the calling thread)"),
         CLI_FLAG_OPT("dump-layers", 0, &layers, 1, "also the streams after every layer"),
         CLI_FLAG_OPT("dump-choices", 0, &choices, 1, "also routing_experts.bin (i32 [layers, N, K]) and the "
