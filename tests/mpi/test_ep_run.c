@@ -125,7 +125,8 @@ int main(int argc, char **argv) {
     char *flags = malloc(cap), *cmd = malloc(cap + 8192);
     int n = snprintf(flags, cap, "--model %s --threads 1", model);
     if (have_golden) {
-        n += snprintf(flags + n, cap - (size_t)n, " --prefill %d --tokens ", ref.prefill_len);
+        /* the golden's 1e-4 is the reference math's: the F32 cache */
+        n += snprintf(flags + n, cap - (size_t)n, " --kv-dtype f32 --prefill %d --tokens ", ref.prefill_len);
         for (int i = 0; i < ref.n_tokens; i++)
             n += snprintf(flags + n, cap - (size_t)n, "%s%d", i ? "," : "", ref.tokens[i]);
     }

@@ -10,7 +10,7 @@ const { start, metrics, run } = require('./harness');
 
 // fixed per-sequence bytes (8 x 137,216 at c_max 64, with the MTP caches this model's
 // server keeps by default) + 10 blocks x 6,272 bytes for this test's model: the planner
-// accepts it (T_cap = (10 - 8) x 128 >= max_context 256)
+// accepts it (T_cap = (10 - 8) x 128 >= max_context 256); bytes of F32 rows (--kv-dtype f32)
 const CACHE = 8 * 137216 + 10 * 6272;
 
 function req(i) {
@@ -21,7 +21,7 @@ function req(i) {
 
 run('server_preempt', async () => {
   const srv = await start(['--max-seqs', '8', '--max-context', '256', '--step-tokens', '64',
-    '--cache-bytes', String(CACHE)]);
+    '--cache-bytes', String(CACHE), '--kv-dtype', 'f32']);
   const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
   const shape = (r) => ({ text: r.choices[0].text, finish: r.choices[0].finish_reason,
     lp: r.choices[0].logprobs.token_logprobs });
