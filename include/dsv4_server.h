@@ -59,6 +59,8 @@ typedef struct dsv4_server_opts {
     dsv4_dist *dist;           /* process group, NULL = one process */
     int parallel;              /* 0, or DSV4_PAR_EP with dist (context parallelism is
                                 * refused: see dsv4_server_check_parallel) */
+    const char *trace_steps;   /* one JSON line per engine step (rows, seconds per phase) to
+                                * this file; NULL = none */
     const dsv4_server_script *script;  /* test-only, NULL normally */
 } dsv4_server_opts;
 

@@ -26,14 +26,18 @@ void srv_metrics_request(srv_metrics *m, int s) {
     pthread_mutex_unlock(&m->mu);
 }
 
-void srv_metrics_step(srv_metrics *m, int rows, int decode) {
+static void hist_add(srv_hist *h, double x);
+
+void srv_metrics_step(srv_metrics *m, const srv_step_times *t) {
     int b = 0;  /* bucket b holds decode counts in (2^(b-1), 2^b], b = 0 for 0 and 1 */
-    while (b < SRV_ROWS_BUCKETS && (1 << b) < decode) b++;
+    while (b < SRV_ROWS_BUCKETS && (1 << b) < t->decode) b++;
     pthread_mutex_lock(&m->mu);
     m->steps++;
-    m->step_rows += (uint64_t)rows;
-    m->decode_rows += (uint64_t)decode;
+    m->step_rows += (uint64_t)t->rows;
+    m->decode_rows += (uint64_t)t->decode;
     m->steps_by_decode_rows[b]++;
+    hist_add(&m->step_time, srv_step_total(t));
+    for (int i = 0; i < SRV_PH_N; i++) m->phase_s[i] += t->ph[i];
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -198,6 +202,13 @@ char *srv_metrics_render(srv_metrics *m) {
         (long long)pc->disk_bad);
     put_hist(&b, "dsv4_time_to_first_token_seconds", "arrival to first sampled token", &m->ttft);
     put_hist(&b, "dsv4_inter_token_latency_seconds", "time between sampled tokens", &m->itl);
+    put_hist(&b, "dsv4_step_seconds", "wall time of one engine step, all phases", &m->step_time);
+    srv_buf_printf(&b, "# HELP dsv4_step_phase_seconds_total wall time of the engine steps by phase "
+            "(admit, forward, head, sample, snapshot, mtp, publish)\n"
+            "# TYPE dsv4_step_phase_seconds_total counter\n");
+    for (int i = 0; i < SRV_PH_N; i++)
+        srv_buf_printf(&b, "dsv4_step_phase_seconds_total{phase=\"%s\"} %.6f\n", srv_phase_names[i],
+            m->phase_s[i]);
     pthread_mutex_unlock(&m->mu);
     if (b.oom) { free(b.s); return NULL; }
     return b.s;

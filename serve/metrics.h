@@ -9,6 +9,7 @@
 
 #include "dsv4_text.h"
 #include "serve/prefix_cache.h"
+#include "serve/step_trace.h"
 
 #define SRV_HIST_BUCKETS 12
 #define SRV_ROWS_BUCKETS 8
@@ -29,6 +30,8 @@ typedef struct srv_metrics {
     int64_t queue_depth, running;
     dsv4_cache_stats cache;
     srv_hist ttft, itl;             /* seconds */
+    srv_hist step_time;             /* seconds per engine step, all phases */
+    double phase_s[SRV_PH_N];       /* seconds per step phase, summed over steps */
     uint64_t mtp_steps, mtp_drafts, mtp_accepted;  /* MTP decoding steps, drafts verified,
                                                     * drafts accepted */
     dsv4_prefix_stats prefix;       /* the engine's prefix cache (entries, evictions, bytes) */
@@ -38,8 +41,9 @@ typedef struct srv_metrics {
 void srv_metrics_init(srv_metrics *m);
 void srv_metrics_destroy(srv_metrics *m);
 void srv_metrics_request(srv_metrics *m, int http_status);
-/* One engine step with `rows` rows of which `decode` are single-token decode rows. */
-void srv_metrics_step(srv_metrics *m, int rows, int decode);
+/* One engine step: its rows (t->decode single-token decode rows among them) and the
+ * seconds of each of its phases. */
+void srv_metrics_step(srv_metrics *m, const srv_step_times *t);
 /* The gauges: requests waiting and running, cache pages. */
 void srv_metrics_load(srv_metrics *m, int64_t queued, int64_t running, dsv4_cache_stats cache);
 void srv_metrics_tokens(srv_metrics *m, int64_t prompt, int64_t gen);

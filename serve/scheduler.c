@@ -55,6 +55,10 @@ struct srv_sched {
     float *snap_hidden;           /* (max_seqs, D) the snapshot row of each span */
     float *snap_streams;          /* (max_seqs, hc, D) */
     float *restored;              /* (hc, D) streams of a restored prefix's last position */
+    /* where each step's time goes (step_trace.h) */
+    srv_step_times st;            /* the step running */
+    double t0, prev_end;          /* the scheduler's start; the previous step's end */
+    long long n_steps;
 };
 
 /* What a span leaves for the prefix cache: nothing, the prompt's snapshot point (its last
@@ -244,6 +248,7 @@ static int plan_step(srv_sched *s, int *rows, int *decode) {
         if (r->spec && (r->forced || r->prefix)) dsv4_spec_set_draft_hook(r->spec, forced_draft, r);
         list_remove(s->wait, &s->n_wait, r);
         list_insert(s->run, &s->n_run, r);
+        s->st.admitted++;
         budget -= add_span(s, &n_spans, r, budget);
     }
     *rows = s->o.step_tokens - budget;
@@ -399,20 +404,36 @@ static void hold_conv(srv_sched *s, srv_req *r, int i) {
                     s->snap_streams + (size_t)i * s->HC * s->D, &r->conv);
 }
 
-static void step(srv_sched *s) {
+/* hold_conv inside the sampling loop, its time charged to the snapshot phase. */
+static void conv_snapshot(srv_sched *s, srv_req *r, int i) {
+    srv_step_lap(&s->st, SRV_PH_SAMPLE);
+    hold_conv(s, r, i);
+    srv_step_lap(&s->st, SRV_PH_SNAPSHOT);
+}
+
+/* One step; returns 0 when there was nothing to run. Its phases are lapped in s->st. */
+static int step(srv_sched *s) {
     int rows, decode, n_spans;
     dsv4_err err = {0};
+    srv_step_times *st = &s->st;
     for (;;) {
         n_spans = plan_step(s, &rows, &decode);
-        if (n_spans == 0) return;
+        srv_step_lap(st, SRV_PH_ADMIT);
+        if (n_spans == 0) return 0;
         int rc = srv_relay_forward(s->o.relay, s->spans, n_spans, s->hidden, s->streams, &err);
+        srv_step_lap(st, SRV_PH_FORWARD);
         if (rc == DSV4_OK) break;
         if (rc == DSV4_ERR_CACHE_FULL && s->n_run > 1) { preempt_newest(s); continue; }
         /* alone and still too big for the pools, or an engine error: those requests fail */
         for (int i = 0; i < n_spans; i++) finish(s, s->span_req[i], SRV_END_ERROR, 0, err.msg);
-        return;
+        return 1;
     }
+    st->rows = rows;
+    st->decode = decode;
+    st->spans = n_spans;
     const int n_rows = take_snapshot_rows(s, n_spans);
+    st->head_rows = n_rows;
+    srv_step_lap(st, SRV_PH_SNAPSHOT);
     for (int i = 0, srow = 0; i < n_spans; i++) {
         srv_req *r = s->span_req[i];
         const dsv4_span *sp = &s->spans[i];
@@ -425,19 +446,21 @@ static void step(srv_sched *s) {
         }
         srow += sp->n_streams;
     }
-    srv_metrics_step(s->met, rows, decode);
+    srv_step_lap(st, SRV_PH_MTP);
     if (n_rows && dsv4_lm_head(s->e, s->hidden, n_rows, s->logits, &err)) {
         for (int i = 0; i < n_spans; i++)
             if (s->spans[i].n_hidden && s->span_snap[i] != SNAP_PROMPT && s->span_req[i])
                 finish(s, s->span_req[i], SRV_END_ERROR, 0, err.msg);
-        return;
+        return 1;
     }
+    srv_step_lap(st, SRV_PH_HEAD);
     /* span_req[] stays valid while take_token ends requests: it is a copy of the plan (NULL
      * where a request already ended in this step) */
     for (int i = 0, k = 0, srow = 0; i < n_spans; i++) {
         srv_req *r = s->span_req[i];
         const dsv4_span *sp = &s->spans[i];
-        const float *row = s->logits + (size_t)k * s->V, *st = s->streams + (size_t)srow * s->HC * s->D;
+        const float *row = s->logits + (size_t)k * s->V;
+        const float *streams = s->streams + (size_t)srow * s->HC * s->D;
         srow += sp->n_streams;
         if (s->span_snap[i] == SNAP_PROMPT) continue;
         k += sp->n_hidden;
@@ -445,18 +468,22 @@ static void step(srv_sched *s) {
         dsv4_gen_token t;
         int alive;
         if (s->span_verify[i]) {
-            alive = take_verified(s, r, sp, row, st);
-            if (alive && s->span_snap[i] == SNAP_CONV) hold_conv(s, r, i);
+            alive = take_verified(s, r, sp, row, streams);
+            if (alive && s->span_snap[i] == SNAP_CONV) conv_snapshot(s, r, i);
         } else {
             /* before the token: it may end the request and free the sequence */
-            if (s->span_snap[i] == SNAP_CONV) hold_conv(s, r, i);
+            if (s->span_snap[i] == SNAP_CONV) conv_snapshot(s, r, i);
             alive = take_token(s, r, row, &t);
         }
         /* the new pending token: its MTP row gives the next draft */
         if (alive && r->spec && r->n_ctx - r->n_done == 1) dsv4_spec_set_next(r->spec, r->ctx[r->n_done]);
     }
+    srv_step_lap(st, SRV_PH_SAMPLE);
     if (s->mtp) run_mtp(s);
+    srv_step_lap(st, SRV_PH_MTP);
     keep_prompts(s, n_spans);
+    srv_step_lap(st, SRV_PH_SNAPSHOT);
+    return 1;
 }
 
 static void publish_load(srv_sched *s) {
@@ -490,8 +517,14 @@ static void *sched_main(void *arg) {
             if (expired || cancelled(s->wait[i]))
                 finish(s, s->wait[i], SRV_END_CANCELLED, 0, expired ? "server shutting down" : NULL);
         if (stopping && !s->n_run && !s->n_wait) break;
-        step(s);
+        srv_step_begin(&s->st, s->prev_end);
+        const int ran = step(s);
         publish_load(s);
+        if (!ran) continue;
+        srv_step_lap(&s->st, SRV_PH_PUBLISH);
+        srv_metrics_step(s->met, &s->st);
+        srv_step_write(s->o.trace, s->n_steps++, s->t0, &s->st);
+        s->prev_end = s->st.t_lap;
     }
     return NULL;
 }
@@ -513,6 +546,7 @@ int srv_sched_start(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *t
     s->HC = mi.hc_mult;
     s->eos = mi.eos_token_id;
     s->mtp = dsv4_engine_get_opts(e).mtp;
+    s->t0 = srv_now();
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     const size_t ns = (size_t)o->max_seqs;

@@ -11,6 +11,8 @@
 #ifndef DSV4_SERVE_SCHEDULER_H
 #define DSV4_SERVE_SCHEDULER_H
 
+#include <stdio.h>
+
 #include "dsv4_text.h"
 #include "serve/metrics.h"
 #include "serve/request.h"
@@ -28,6 +30,7 @@ typedef struct srv_sched_opts {
     uint64_t kv_dir_bytes;    /* its budget; 0 = unlimited */
     srv_relay *relay;         /* every call that changes a sequence goes through it (to the
                                * follower ranks under MPI) */
+    FILE *trace;              /* one JSON line per step (step_trace.h); NULL = none */
 } srv_sched_opts;
 
 /* Starts the scheduler thread; until srv_sched_free it is the only user of the engine (the

@@ -1,5 +1,6 @@
 /* server.c — starting and stopping the server: HTTP listener, then tokenizer, engine and
  * scheduler for the caller's model; the follower ranks' side (dsv4_server.h). */
+#include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,9 +145,12 @@ int dsv4_server_load(dsv4_server *s, const dsv4_model *m, dsv4_err *err) {
     s->bos = mi.bos_token_id;
     s->eos = mi.eos_token_id;
     if ((rc = tokenize_script(s, err))) return rc;
+    if (o->trace_steps && !(s->trace = fopen(o->trace_steps, "w")))
+        return srv_fail(err, DSV4_ERR_IO, "serve: --trace-steps %s: %s", o->trace_steps, strerror(errno));
     srv_sched_opts so = {.step_tokens = o->step_tokens, .c_max = eo.c_max, .max_seqs = o->max_seqs,
                          .max_context = o->max_context, .max_queue = o->max_queue,
-                         .kv_dir = o->kv_dir, .kv_dir_bytes = o->kv_dir_bytes, .relay = s->relay};
+                         .kv_dir = o->kv_dir, .kv_dir_bytes = o->kv_dir_bytes, .relay = s->relay,
+                         .trace = s->trace};
     if ((rc = srv_sched_start(s->e, s->m, s->tok, &so, &s->met, &s->sched, err))) return rc;
     atomic_store(&s->ready, 1);
     return DSV4_OK;
@@ -177,6 +181,7 @@ int dsv4_server_stop(dsv4_server *s, double grace_s, dsv4_err *err) {
     const int rc = srv_relay_stop(s->relay, &mine);
     srv_http_stop(s);
     srv_sched_free(s->sched);
+    if (s->trace) fclose(s->trace);
     for (int i = 0; s->script_ids && i < s->o.script->n; i++) free(s->script_ids[i]);
     free(s->script_ids);
     free(s->script_len);

@@ -22,6 +22,7 @@ struct dsv4_server {
     dsv4_engine *e;
     srv_relay *relay;            /* the engine calls, also to the follower ranks */
     srv_sched *sched;
+    FILE *trace;                 /* o.trace_steps opened, or NULL */
     srv_metrics met;
     struct MHD_Daemon *d;
     int port;
