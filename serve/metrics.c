@@ -204,7 +204,7 @@ char *srv_metrics_render(srv_metrics *m) {
     put_hist(&b, "dsv4_inter_token_latency_seconds", "time between sampled tokens", &m->itl);
     put_hist(&b, "dsv4_step_seconds", "wall time of one engine step, all phases", &m->step_time);
     srv_buf_printf(&b, "# HELP dsv4_step_phase_seconds_total wall time of the engine steps by phase "
-            "(admit, forward, head, sample, snapshot, mtp, publish)\n"
+            "(admit, forward, head, sample, snapshot, mtp)\n"
             "# TYPE dsv4_step_phase_seconds_total counter\n");
     for (int i = 0; i < SRV_PH_N; i++)
         srv_buf_printf(&b, "dsv4_step_phase_seconds_total{phase=\"%s\"} %.6f\n", srv_phase_names[i],

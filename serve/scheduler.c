@@ -518,13 +518,14 @@ static void *sched_main(void *arg) {
                 finish(s, s->wait[i], SRV_END_CANCELLED, 0, expired ? "server shutting down" : NULL);
         if (stopping && !s->n_run && !s->n_wait) break;
         srv_step_begin(&s->st, s->prev_end);
-        const int ran = step(s);
+        if (step(s)) {
+            /* recorded before the gauges: once /metrics shows nothing running, every step
+             * that ran is counted and traced */
+            srv_metrics_step(s->met, &s->st);
+            srv_step_write(s->o.trace, s->n_steps++, s->t0, &s->st);
+            s->prev_end = s->st.t_lap;
+        }
         publish_load(s);
-        if (!ran) continue;
-        srv_step_lap(&s->st, SRV_PH_PUBLISH);
-        srv_metrics_step(s->met, &s->st);
-        srv_step_write(s->o.trace, s->n_steps++, s->t0, &s->st);
-        s->prev_end = s->st.t_lap;
     }
     return NULL;
 }

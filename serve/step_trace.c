@@ -6,7 +6,7 @@
 #include "serve/util.h"
 
 const char *const srv_phase_names[SRV_PH_N] = {"admit", "forward", "head", "sample",
-                                               "snapshot", "mtp", "publish"};
+                                               "snapshot", "mtp"};
 
 void srv_step_begin(srv_step_times *t, double prev_end) {
     memset(t, 0, sizeof *t);

@@ -16,7 +16,6 @@ enum {
     SRV_PH_SNAPSHOT,   /* prefix-cache snapshots (prompt points, a conversation's aligned
                         * lengths) */
     SRV_PH_MTP,        /* MTP bookkeeping, the MTP forward and its drafting head */
-    SRV_PH_PUBLISH,    /* gauges to /metrics */
     SRV_PH_N
 };
 
