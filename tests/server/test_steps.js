@@ -1,0 +1,118 @@
+// test_steps.js — where the server's time goes, and that waiting costs none of it.
+// 1. --trace-steps FILE writes one JSON line per engine step, and /metrics agrees with it:
+//    as many lines as dsv4_steps_total, their rows and decode rows add up to the step
+//    counters, the phases of a line add up to its total, dsv4_step_seconds counts every
+//    step and dsv4_step_phase_seconds_total sums the lines' phases.
+// 2. Streaming clients queued behind a running request (--max-seqs 1), waiting for their
+//    first token, sleep: their connection threads use under 0.05 s of CPU per second.
+//    (They used to spin on the request's mutex until the first token, which took the
+//    cores from the engine: a seconds-long stall of every step under concurrency.)
+'use strict';
+const assert = require('assert');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const { start, metrics, run, execFileSync } = require('./harness');
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const ban = { logit_bias: { 1: -100 } };  // EOS banned: every request runs max_tokens
+
+// One streaming completion; resolves to the number of text chunks before finish.
+async function stream(url, body, signal) {
+  const res = await fetch(url + '/v1/completions', { method: 'POST', signal,
+    headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, stream: true }) });
+  assert.strictEqual(res.status, 200);
+  const text = await res.text();
+  return text.split('\n\n').filter((e) => e.startsWith('data: {') && !e.includes('finish_reason":"')).length;
+}
+
+// CPU seconds used so far by each of pid's threads named `comm`: {tid: seconds}.
+function threadCpu(pid, comm, tick) {
+  const out = {};
+  for (const tid of fs.readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const st = fs.readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const name = st.slice(st.indexOf('(') + 1, st.lastIndexOf(')'));
+      if (name !== comm) continue;
+      const f = st.slice(st.lastIndexOf(')') + 2).split(' ');  // f[0] is field 3 (state)
+      out[tid] = (Number(f[11]) + Number(f[12])) / tick;      // utime, stime: fields 14, 15
+    } catch (e) { /* the thread ended meanwhile */ }
+  }
+  return out;
+}
+
+async function traceAgreesWithMetrics() {
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'dsv4-trace-')), 'steps.jsonl');
+  const srv = await start(['--max-seqs', '4', '--step-tokens', '32', '--trace-steps', file]);
+  const prompt = (i) => Array.from({ length: 20 + 30 * i }, (_, k) => 100 + ((k * 7 + i) % 500));
+  await Promise.all([0, 1, 2].map((i) => stream(srv.url, { model: 'm', prompt: prompt(i), max_tokens: 6 + i,
+    temperature: 0, ...ban })));
+  // the last step is counted and traced before the gauges say nothing runs
+  let m;
+  for (let i = 0; i < 500 && (m = await metrics(srv.url)).dsv4_running_sequences; i++) await sleep(10);
+  assert.strictEqual(m.dsv4_running_sequences, 0);
+  await srv.stop();
+  const lines = fs.readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  const phases = ['admit', 'forward', 'head', 'sample', 'snapshot', 'mtp'];
+  const sum = (f) => lines.reduce((s, l) => s + f(l), 0);
+  assert.strictEqual(lines.length, m.dsv4_steps_total, 'one trace line per step');
+  assert.strictEqual(m.dsv4_step_seconds_count, m.dsv4_steps_total);
+  assert.strictEqual(sum((l) => l.rows), m.dsv4_step_rows_total);
+  assert.strictEqual(sum((l) => l.decode), m.dsv4_decode_rows_total);
+  // the prompts (20 + 50 + 80 tokens) went through 32-row steps: several steps mixed
+  assert(lines.some((l) => l.rows > l.decode && l.decode > 0), 'no step mixed decode rows and prefill');
+  assert(sum((l) => l.admitted) === 3, 'three admissions');
+  lines.forEach((l, i) => {
+    assert.strictEqual(l.step, i);
+    assert(l.rows <= 32 && l.decode <= l.rows && l.head_rows <= l.rows && l.spans <= 4, JSON.stringify(l));
+    const ph = phases.reduce((s, p) => s + l[p + '_ms'], 0);
+    assert(Math.abs(ph - l.total_ms) < 0.01, `phases ${ph} ms vs total ${l.total_ms} ms`);
+    assert(l.forward_ms > 0 && l.total_ms < 60000, JSON.stringify(l));
+  });
+  for (const p of phases) {
+    const got = m[`dsv4_step_phase_seconds_total{phase="${p}"}`];
+    assert(Math.abs(got - sum((l) => l[p + '_ms']) / 1000) < 1e-4 * lines.length + 1e-6, `phase ${p}: ${got}`);
+  }
+  assert(Math.abs(m.dsv4_step_seconds_sum - sum((l) => l.total_ms) / 1000) < 1e-4 * lines.length);
+  console.log(`trace: ${lines.length} steps, ${m.dsv4_step_rows_total} rows, forward ` +
+    `${m['dsv4_step_phase_seconds_total{phase="forward"}'].toFixed(3)} s of ${m.dsv4_step_seconds_sum.toFixed(3)} s`);
+}
+
+async function queuedStreamsSleep() {
+  const tick = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }));
+  const srv = await start(['--max-seqs', '1', '--max-context', '4096']);
+  const pid = srv.proc.pid;
+  // one long generation holds the only sequence (not streamed: its connection thread sleeps
+  // until the end too); three streams queue behind it
+  const stop = new AbortController();
+  const long = fetch(srv.url + '/v1/completions', { method: 'POST', signal: stop.signal,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', prompt: 'a long answer', max_tokens: 4000, ...ban }) })
+    .then(() => assert.fail('the long request was to be cancelled'), (e) => assert.strictEqual(e.name, 'AbortError'));
+  for (let i = 0; i < 200 && !(await metrics(srv.url)).dsv4_running_sequences; i++) await sleep(10);
+  const queued = [0, 1, 2].map((i) => stream(srv.url, { model: 'm', prompt: `queued ${i}`, max_tokens: 5, ...ban }));
+  let m;
+  for (let i = 0; i < 300 && (m = await metrics(srv.url)).dsv4_queue_depth < 3; i++) await sleep(10);
+  assert.strictEqual(m.dsv4_queue_depth, 3, 'three streams queued');
+  const c0 = threadCpu(pid, 'MHD-connection', tick);
+  await sleep(1000);
+  const c1 = threadCpu(pid, 'MHD-connection', tick);
+  m = await metrics(srv.url);
+  assert.strictEqual(m.dsv4_queue_depth, 3, 'the streams waited the whole second (the long one ended early)');
+  assert.strictEqual(m.dsv4_running_sequences, 1);
+  const tids = Object.keys(c0).filter((t) => t in c1);
+  // the four requests' threads (the /metrics requests' ones come and go)
+  assert(tids.length >= 4, `found ${tids.length} connection threads (need /proc and MHD's thread names)`);
+  const used = tids.reduce((s, t) => s + c1[t] - c0[t], 0);
+  console.log(`connection threads: ${used.toFixed(2)} CPU s in 1 s with 3 streams queued`);
+  assert(used < 0.05, `connection threads used ${used.toFixed(2)} CPU s in 1 s: queued streams spin`);
+  stop.abort();
+  await long;
+  assert.deepStrictEqual(await Promise.all(queued), [5, 5, 5], 'each queued stream gets its 5 tokens');
+  await srv.stop();
+}
+
+run('server_steps', async () => {
+  await traceAgreesWithMetrics();
+  await queuedStreamsSleep();
+});
