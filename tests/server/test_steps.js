@@ -45,7 +45,8 @@ async function traceAgreesWithMetrics() {
   const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'dsv4-trace-')), 'steps.jsonl');
   const srv = await start(['--max-seqs', '4', '--step-tokens', '32', '--trace-steps', file]);
   const prompt = (i) => Array.from({ length: 20 + 30 * i }, (_, k) => 100 + ((k * 7 + i) % 500));
-  await Promise.all([0, 1, 2].map((i) => stream(srv.url, { model: 'm', prompt: prompt(i), max_tokens: 6 + i,
+  // the first request decodes 40 steps: the others' prefill overlaps it however late they come
+  await Promise.all([0, 1, 2].map((i) => stream(srv.url, { model: 'm', prompt: prompt(i), max_tokens: i ? 6 + i : 40,
     temperature: 0, ...ban })));
   // the last step is counted and traced before the gauges say nothing runs
   let m;
@@ -60,7 +61,8 @@ async function traceAgreesWithMetrics() {
   assert.strictEqual(sum((l) => l.rows), m.dsv4_step_rows_total);
   assert.strictEqual(sum((l) => l.decode), m.dsv4_decode_rows_total);
   // the prompts (20 + 50 + 80 tokens) went through 32-row steps: several steps mixed
-  assert(lines.some((l) => l.rows > l.decode && l.decode > 0), 'no step mixed decode rows and prefill');
+  assert(lines.some((l) => l.rows > l.decode && l.decode > 0), 'no step mixed decode rows and prefill:\n' +
+    lines.map((l) => JSON.stringify(l)).join('\n'));
   assert(sum((l) => l.admitted) === 3, 'three admissions');
   lines.forEach((l, i) => {
     assert.strictEqual(l.step, i);
