@@ -13,6 +13,11 @@
  * Greedy decoding is exact under MTP, so every mtp measurement must reproduce the plain
  * tokens; "exact" reports that check.
  *
+ * The measurements of one batch size run interleaved, `reps` rounds of (plain, then every
+ * speculative one), so that a slow spell of this shared machine lands on all of them alike:
+ * a speculative run's gain is the median over rounds of its tokens/s over the same round's
+ * plain tokens/s, with the smallest and largest of those ratios as its spread.
+ *
  * Bytes come from the routing the timed steps made (the engine's choice hook, every row's
  * K experts per layer): a plain step reads the main weights with the union of its rows'
  * experts (bench_model.h); a speculative step reads them with the union over its verify
@@ -114,17 +119,25 @@ typedef struct mb {
     dsv4_err err;
 } mb;
 
+enum { MAX_ROUNDS = 64 };
+
 typedef struct measure {
     int batch;
     double p;                /* forced acceptance; < 0: the MTP block's own drafts */
     int spec;                /* 0: plain */
-    int steps;               /* timed steps */
-    int64_t tokens;          /* tokens those steps committed, all sequences */
+    int warm, steps;         /* untimed and timed steps of a round */
+    int64_t tokens;          /* tokens the timed steps committed, all sequences (every round
+                              * alike: greedy, and forced drafts are a fixed hash) */
     int64_t drafts, accepted;
-    double seconds, median_seconds;
-    double bytes_main, bytes_mtp, bytes_head2; /* per step, mean over the census steps */
+    int census_steps;
+    double bytes_main, bytes_mtp, bytes_head2; /* per step, mean over round 0's timed steps */
     int exact;               /* speculative: the tokens equal the plain run's */
-    double phase_ms[4];      /* per step in the best rep: MTP call, draft head, forward, head */
+    int rounds;
+    double seconds[MAX_ROUNDS];      /* timed seconds of each round */
+    double phase_ms[MAX_ROUNDS][4];  /* per step in each round: MTP call, draft head, forward, head */
+    /* after measure_finish */
+    double best_s, median_s;
+    int median_round;        /* the round whose time is the median (the lower one for even) */
 } measure;
 
 static int fail_oom(mb *b) {
@@ -244,89 +257,103 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Plain or speculative decode of n forks: `warm` untimed steps, then `steps` timed, `reps`
- * times from fresh forks; the routing of rep 0's timed steps gives the bytes. A plain run
- * records its tokens (from position P on) as the reference in rep 0. */
-static int measure_run(mb *b, int n, int spec, double p, int warm, int steps, int reps, measure *m) {
+/* Round r of a plain or speculative decode of n forks (m set up by measure_init): `warm`
+ * untimed steps, then `steps` timed ones from fresh forks. Round 0 also takes the bytes from
+ * its timed steps' routing; a plain round 0 records its tokens (from position P on) as the
+ * reference, and a speculative round 0 is checked against it. */
+static void measure_init(measure *m, int n, int spec, double p, int warm, int steps) {
     memset(m, 0, sizeof *m);
     m->batch = n;
     m->spec = spec;
     m->p = p;
+    m->warm = warm;
     m->steps = steps;
     m->exact = 1;
-    double times[64];
-    int rc = 0, n_times = 0, census_steps = 0;
-    for (int r = 0; r < reps && r < 64 && !rc; r++) {
-        if ((rc = make_forks(b, n, spec))) break;
-        for (int i = 0; i < n; i++) {
-            b->n_out[i] = 0;
-            b->dsrc[i] = (draft_src){b->ref + (size_t)i * b->n_ref, b->P, b->n_ref, b->V, i, p, 0x5eedull};
-            if (spec) dsv4_spec_set_draft_hook(b->spec[i], forced_draft, &b->dsrc[i]);
-        }
-        int64_t tokens = 0;
-        dsv4_spec_stats st0 = {0};
-        double t0 = cli_now_s();
-        for (int s = 0; s < warm + steps && !rc; s++) {
-            if (s == warm) {
-                tokens = 0;
-                for (int i = 0; spec && i < n; i++) {
-                    const dsv4_spec_stats st = dsv4_spec_get_stats(b->spec[i]);
-                    st0.drafts += st.drafts;
-                    st0.accepted += st.accepted;
-                }
-                memset(b->ph, 0, sizeof b->ph);
-                t0 = cli_now_s();
-            }
-            census_clear(&b->cs);
-            int vrows = n, mrows = 0, drows = 0;
-            if (spec) {
-                rc = spec_step(b, n, &vrows, &mrows, &drows, &tokens);
-            } else {
-                if (r == 0 && s < b->n_ref)
-                    for (int i = 0; i < n; i++) b->ref[(size_t)i * b->n_ref + s] = b->tok[i];
-                rc = plain_step(b, n);
-                tokens += n;
-            }
-            if (!rc && r == 0 && s >= warm) {
-                m->bytes_main += dsv4_step_weights_bytes(&b->w, b->cfg, vrows, b->cs.main_used);
-                if (mrows) m->bytes_mtp += dsv4_mtp_weights_bytes(&b->w, mrows, b->cs.mtp_used);
-                if (drows) m->bytes_head2 += (double)b->w.head;
-                census_steps++;
-            }
-        }
-        const double dt = cli_now_s() - t0;
-        if (rc) break;
-        times[n_times++] = dt;
-        if (n_times == 1 || dt < m->seconds) {
-            m->seconds = dt;
-            for (int q = 0; q < 4; q++) m->phase_ms[q] = 1e3 * b->ph[q] / steps;
-        }
-        if (r == 0) {
-            m->tokens = tokens;
+}
+
+static int measure_round(mb *b, measure *m) {
+    const int n = m->batch, spec = m->spec, r = m->rounds;
+    if (r == MAX_ROUNDS) return 0;
+    int rc = make_forks(b, n, spec);
+    for (int i = 0; !rc && i < n; i++) {
+        b->n_out[i] = 0;
+        b->dsrc[i] = (draft_src){b->ref + (size_t)i * b->n_ref, b->P, b->n_ref, b->V, i, m->p, 0x5eedull};
+        if (spec) dsv4_spec_set_draft_hook(b->spec[i], forced_draft, &b->dsrc[i]);
+    }
+    int64_t tokens = 0;
+    dsv4_spec_stats st0 = {0};
+    double t0 = cli_now_s();
+    for (int s = 0; !rc && s < m->warm + m->steps; s++) {
+        if (s == m->warm) {
+            tokens = 0;
             for (int i = 0; spec && i < n; i++) {
                 const dsv4_spec_stats st = dsv4_spec_get_stats(b->spec[i]);
-                m->drafts += st.drafts;
-                m->accepted += st.accepted;
+                st0.drafts += st.drafts;
+                st0.accepted += st.accepted;
             }
-            m->drafts -= st0.drafts;
-            m->accepted -= st0.accepted;
-            /* greedy MTP gives the plain tokens: x_{P+1} ... as far as both go */
-            for (int i = 0; spec && i < n; i++)
-                for (int j = 0; j < b->n_out[i] && 1 + j < b->n_ref; j++)
-                    if (b->out[(size_t)i * b->n_ref + j] != b->ref[(size_t)i * b->n_ref + 1 + j]) m->exact = 0;
+            memset(b->ph, 0, sizeof b->ph);
+            t0 = cli_now_s();
         }
-        free_forks(b, n);
+        census_clear(&b->cs);
+        int vrows = n, mrows = 0, drows = 0;
+        if (spec) {
+            rc = spec_step(b, n, &vrows, &mrows, &drows, &tokens);
+        } else {
+            if (r == 0 && s < b->n_ref)
+                for (int i = 0; i < n; i++) b->ref[(size_t)i * b->n_ref + s] = b->tok[i];
+            rc = plain_step(b, n);
+            tokens += n;
+        }
+        if (!rc && r == 0 && s >= m->warm) {
+            m->bytes_main += dsv4_step_weights_bytes(&b->w, b->cfg, vrows, b->cs.main_used);
+            if (mrows) m->bytes_mtp += dsv4_mtp_weights_bytes(&b->w, mrows, b->cs.mtp_used);
+            if (drows) m->bytes_head2 += (double)b->w.head;
+            m->census_steps++;
+        }
+    }
+    const double dt = cli_now_s() - t0;
+    if (!rc) {
+        m->seconds[r] = dt;
+        for (int q = 0; q < 4; q++) m->phase_ms[r][q] = 1e3 * b->ph[q] / m->steps;
+        m->rounds++;
+    }
+    if (!rc && r == 0) {
+        m->tokens = tokens;
+        for (int i = 0; spec && i < n; i++) {
+            const dsv4_spec_stats st = dsv4_spec_get_stats(b->spec[i]);
+            m->drafts += st.drafts;
+            m->accepted += st.accepted;
+        }
+        m->drafts -= st0.drafts;
+        m->accepted -= st0.accepted;
+        /* greedy MTP gives the plain tokens: x_{P+1} ... as far as both go */
+        for (int i = 0; spec && i < n; i++)
+            for (int j = 0; j < b->n_out[i] && 1 + j < b->n_ref; j++)
+                if (b->out[(size_t)i * b->n_ref + j] != b->ref[(size_t)i * b->n_ref + 1 + j]) m->exact = 0;
+        if (m->census_steps) {
+            m->bytes_main /= m->census_steps;
+            m->bytes_mtp /= m->census_steps;
+            m->bytes_head2 /= m->census_steps;
+        }
     }
     free_forks(b, n);
-    if (rc) return rc;
-    qsort(times, (size_t)n_times, sizeof *times, cmp_d);
-    m->median_seconds = n_times % 2 ? times[n_times / 2] : 0.5 * (times[n_times / 2 - 1] + times[n_times / 2]);
-    if (census_steps) {
-        m->bytes_main /= census_steps;
-        m->bytes_mtp /= census_steps;
-        m->bytes_head2 /= census_steps;
-    }
-    return 0;
+    return rc;
+}
+
+static double median_of(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Best and median time over the rounds, and the round of the median. */
+static void measure_finish(measure *m) {
+    double t[MAX_ROUNDS];
+    memcpy(t, m->seconds, (size_t)m->rounds * sizeof *t);
+    m->median_s = median_of(t, m->rounds);
+    m->best_s = t[0];
+    const double lower = t[(m->rounds - 1) / 2];
+    for (int r = 0; r < m->rounds; r++)
+        if (m->seconds[r] == lower) { m->median_round = r; break; }
 }
 
 /* Base sequence i: a random prompt of P tokens with every row's streams reported to a
@@ -372,14 +399,31 @@ static int prefill_base(mb *b, int i, int chunk, uint64_t *rng) {
 
 /* ---- output ---------------------------------------------------------------------------- */
 
-static double tps(const measure *m) { return (double)m->tokens / m->seconds; }
+/* tokens/s of the median round */
+static double tps(const measure *m) { return (double)m->tokens / m->median_s; }
 static double step_bytes(const measure *m) { return m->bytes_main + m->bytes_mtp + m->bytes_head2; }
 /* tokens per step per sequence */
 static double tok_per_step(const measure *m) { return (double)m->tokens / ((double)m->steps * m->batch); }
+static double ideal_gain(const measure *m, const measure *plain) {
+    return tok_per_step(m) / (step_bytes(m) / step_bytes(plain));
+}
+
+/* m's tokens/s over plain's, round by round (they ran interleaved): median, min, max. */
+typedef struct paired { double median, lo, hi; } paired;
+
+static paired paired_gain(const measure *m, const measure *plain) {
+    double g[MAX_ROUNDS];
+    const int n = m->rounds < plain->rounds ? m->rounds : plain->rounds;
+    for (int r = 0; r < n; r++)
+        g[r] = ((double)m->tokens / m->seconds[r]) / ((double)plain->tokens / plain->seconds[r]);
+    const double med = median_of(g, n);  /* sorts g */
+    return (paired){med, g[0], g[n - 1]};
+}
 
 static cJSON *measure_json(const mb *b, const bench_mtp_opts *o, const measure *m, const measure *plain,
                            double load0, int threads) {
     cJSON *j = cJSON_CreateObject();
+    const double *ph = m->phase_ms[m->median_round];
     cJSON_AddStringToObject(j, "model", o->model_dir);
     cJSON_AddNumberToObject(j, "threads", threads);
     cJSON_AddNumberToObject(j, "loadavg_start", load0);
@@ -390,63 +434,90 @@ static cJSON *measure_json(const mb *b, const bench_mtp_opts *o, const measure *
     if (m->spec && m->p >= 0) cJSON_AddNumberToObject(j, "p", m->p);
     else cJSON_AddNullToObject(j, "p");
     cJSON_AddNumberToObject(j, "steps", m->steps);
+    cJSON_AddNumberToObject(j, "rounds", m->rounds);
     cJSON_AddNumberToObject(j, "tokens", (double)m->tokens);
     cJSON_AddNumberToObject(j, "tokens_per_step", tok_per_step(m));
     cJSON_AddNumberToObject(j, "drafts", (double)m->drafts);
     cJSON_AddNumberToObject(j, "accepted", (double)m->accepted);
     cJSON_AddNumberToObject(j, "acceptance", m->drafts ? (double)m->accepted / m->drafts : 0);
+    /* the median round's; the best round's; the rounds' spread, (max - min) / median time */
     cJSON_AddNumberToObject(j, "tokens_per_s", tps(m));
-    cJSON_AddNumberToObject(j, "tokens_per_s_median", (double)m->tokens / m->median_seconds);
-    cJSON_AddNumberToObject(j, "ms_per_step", 1e3 * m->seconds / m->steps);
-    /* where a step's time goes (the rest: sampling and bookkeeping) */
-    cJSON_AddNumberToObject(j, "ms_mtp_call", m->phase_ms[0]);
-    cJSON_AddNumberToObject(j, "ms_draft_head", m->phase_ms[1]);
-    cJSON_AddNumberToObject(j, "ms_forward", m->phase_ms[2]);
-    cJSON_AddNumberToObject(j, "ms_head", m->phase_ms[3]);
+    cJSON_AddNumberToObject(j, "tokens_per_s_best", (double)m->tokens / m->best_s);
+    double hi = m->seconds[0];
+    for (int r = 1; r < m->rounds; r++) hi = m->seconds[r] > hi ? m->seconds[r] : hi;
+    cJSON_AddNumberToObject(j, "time_spread", (hi - m->best_s) / m->median_s);
+    cJSON_AddNumberToObject(j, "ms_per_step", 1e3 * m->median_s / m->steps);
+    /* where the median round's step time goes (the rest: sampling and bookkeeping) */
+    cJSON_AddNumberToObject(j, "ms_mtp_call", ph[0]);
+    cJSON_AddNumberToObject(j, "ms_draft_head", ph[1]);
+    cJSON_AddNumberToObject(j, "ms_forward", ph[2]);
+    cJSON_AddNumberToObject(j, "ms_head", ph[3]);
     cJSON_AddNumberToObject(j, "bytes_per_step", step_bytes(m));
     cJSON_AddNumberToObject(j, "bytes_main", m->bytes_main);
     cJSON_AddNumberToObject(j, "bytes_mtp_block", m->bytes_mtp);
     cJSON_AddNumberToObject(j, "bytes_second_head", m->bytes_head2);
     if (m->spec) {
-        const double ideal = tok_per_step(m) / (step_bytes(m) / step_bytes(plain));
-        const double gain = tps(m) / tps(plain);
+        const double ideal = ideal_gain(m, plain);
+        const paired g = paired_gain(m, plain);
         cJSON_AddNumberToObject(j, "plain_tokens_per_s", tps(plain));
         cJSON_AddNumberToObject(j, "plain_bytes_per_step", step_bytes(plain));
         cJSON_AddNumberToObject(j, "bytes_ratio", step_bytes(m) / step_bytes(plain));
-        cJSON_AddNumberToObject(j, "gain", gain);
+        cJSON_AddNumberToObject(j, "gain", g.median);
+        cJSON_AddNumberToObject(j, "gain_min", g.lo);
+        cJSON_AddNumberToObject(j, "gain_max", g.hi);
+        cJSON_AddNumberToObject(j, "gain_best", ((double)m->tokens / m->best_s) / ((double)plain->tokens / plain->best_s));
         cJSON_AddNumberToObject(j, "ideal_gain", ideal);
-        cJSON_AddNumberToObject(j, "gain_over_ideal", gain / ideal);
+        cJSON_AddNumberToObject(j, "gain_over_ideal", g.median / ideal);
+        cJSON_AddNumberToObject(j, "gain_over_ideal_min", g.lo / ideal);
+        cJSON_AddNumberToObject(j, "gain_over_ideal_max", g.hi / ideal);
         cJSON_AddBoolToObject(j, "exact", m->exact);
     }
     return j;
 }
 
 static void print_header(void) {
-    printf("%5s %-8s %5s %8s %8s %10s %9s %9s %7s %7s %7s %6s  %s\n", "batch", "mode", "p", "accept",
-           "tok/step", "tokens/s", "ms/step", "MB/step", "gain", "ideal", "ratio", "exact",
-           "ms: mtp + draft head + forward + head");
+    printf("%5s %-8s %5s %8s %8s %10s %9s %9s %19s %7s %19s %6s  %s\n", "batch", "mode", "p", "accept",
+           "tok/step", "tokens/s", "ms/step", "MB/step", "gain [min, max]", "ideal", "gain/ideal [min, max]",
+           "exact", "ms: mtp + draft head + forward + head");
 }
 
 static void print_phases(const measure *m) {
-    printf("  %.2f + %.2f + %.2f + %.2f\n", m->phase_ms[0], m->phase_ms[1], m->phase_ms[2], m->phase_ms[3]);
+    const double *ph = m->phase_ms[m->median_round];
+    printf("  %.2f + %.2f + %.2f + %.2f\n", ph[0], ph[1], ph[2], ph[3]);
 }
 
 static void print_row(const measure *m, const measure *plain) {
     const double mbs = step_bytes(m) / 1e6;
     if (!m->spec) {
-        printf("%5d %-8s %5s %8s %8.3f %10.1f %9.2f %9.1f %7s %7s %7s %6s", m->batch, "plain", "-", "-",
-               tok_per_step(m), tps(m), 1e3 * m->seconds / m->steps, mbs, "1", "1", "-", "-");
+        printf("%5d %-8s %5s %8s %8.3f %10.1f %9.2f %9.1f %19s %7s %19s %6s", m->batch, "plain", "-", "-",
+               tok_per_step(m), tps(m), 1e3 * m->median_s / m->steps, mbs, "1", "1", "-", "-");
         print_phases(m);
         return;
     }
-    char p[16];
+    char p[16], gs[40], rs[40];
     if (m->p < 0) snprintf(p, sizeof p, "model");
     else snprintf(p, sizeof p, "%.2f", m->p);
-    const double ideal = tok_per_step(m) / (step_bytes(m) / step_bytes(plain)), gain = tps(m) / tps(plain);
-    printf("%5d %-8s %5s %8.3f %8.3f %10.1f %9.2f %9.1f %7.3f %7.3f %7.3f %6s", m->batch, "mtp", p,
+    const double ideal = ideal_gain(m, plain);
+    const paired g = paired_gain(m, plain);
+    snprintf(gs, sizeof gs, "%.3f [%.3f, %.3f]", g.median, g.lo, g.hi);
+    snprintf(rs, sizeof rs, "%.3f [%.3f, %.3f]", g.median / ideal, g.lo / ideal, g.hi / ideal);
+    printf("%5d %-8s %5s %8.3f %8.3f %10.1f %9.2f %9.1f %19s %7.3f %19s %6s", m->batch, "mtp", p,
            m->drafts ? (double)m->accepted / m->drafts : 0.0, tok_per_step(m), tps(m),
-           1e3 * m->seconds / m->steps, mbs, gain, ideal, gain / ideal, m->exact ? "yes" : "NO");
+           1e3 * m->median_s / m->steps, mbs, gs, ideal, rs, m->exact ? "yes" : "NO");
     print_phases(m);
+}
+
+static void emit(const mb *b, const bench_mtp_opts *o, const measure *m, const measure *plain, double load0,
+                 int threads) {
+    if (!o->json) {
+        print_row(m, plain);
+        return;
+    }
+    cJSON *j = measure_json(b, o, m, plain, load0, threads);
+    char *s = cJSON_PrintUnformatted(j);
+    printf("%s\n", s);
+    free(s);
+    cJSON_Delete(j);
 }
 
 /* ---- the command ----------------------------------------------------------------------- */
@@ -525,41 +596,29 @@ int bench_mtp(const bench_mtp_opts *o) {
     int rc = 0;
     for (int i = 0; i < max_b && !rc; i++) rc = prefill_base(&b, i, chunk, &rng);
     if (!o->json) {
-        printf("model %s: prompt %lld, %lld timed steps (after %d untimed), best of %lld reps, %d threads, load %.2f\n",
+        printf("model %s: prompt %lld, %lld timed steps (after %d untimed), median of %lld interleaved rounds, %d threads, load %.2f\n",
                o->model_dir, (long long)o->prompt_len, (long long)o->gen, warm, (long long)o->reps, threads, load0);
         print_header();
     }
+    /* per batch size: the plain measurement, the MTP block's drafts, each forced p */
+    const int n_meas = 2 + o->n_accept;
+    measure *ms = calloc((size_t)n_meas, sizeof *ms);
+    if (!ms) rc = fail_oom(&b);
     for (int bi = 0; bi < o->n_batches && !rc; bi++) {
         const int n = (int)o->batches[bi];
-        measure plain, m;
         /* the plain run goes as far as the reference must: 2 tokens a step at most */
-        rc = measure_run(&b, n, 0, -1, 0, b.n_ref, (int)o->reps, &plain);
+        measure_init(&ms[0], n, 0, -1, 0, b.n_ref);
+        for (int q = 1; q < n_meas; q++) measure_init(&ms[q], n, 1, q == 1 ? -1 : o->accept[q - 2], warm, (int)o->gen);
+        for (int r = 0; r < o->reps && !rc; r++)
+            for (int q = 0; q < n_meas && !rc; q++) rc = measure_round(&b, &ms[q]);
         if (rc) break;
-        if (o->json) {
-            cJSON *j = measure_json(&b, o, &plain, &plain, load0, threads);
-            char *s = cJSON_PrintUnformatted(j);
-            printf("%s\n", s);
-            free(s);
-            cJSON_Delete(j);
-        } else {
-            print_row(&plain, &plain);
+        for (int q = 0; q < n_meas; q++) {
+            measure_finish(&ms[q]);
+            emit(&b, o, &ms[q], &ms[0], load0, threads);
         }
-        for (int pi = -1; pi < o->n_accept && !rc; pi++) {
-            const double p = pi < 0 ? -1 : o->accept[pi];
-            rc = measure_run(&b, n, 1, p, warm, (int)o->gen, (int)o->reps, &m);
-            if (rc) break;
-            if (o->json) {
-                cJSON *j = measure_json(&b, o, &m, &plain, load0, threads);
-                char *s = cJSON_PrintUnformatted(j);
-                printf("%s\n", s);
-                free(s);
-                cJSON_Delete(j);
-            } else {
-                print_row(&m, &plain);
-            }
-            fflush(stdout);
-        }
+        fflush(stdout);
     }
+    free(ms);
     if (rc) {
         fprintf(stderr, "dsv4 bench: %s\n", b.err.msg);
         goto out;

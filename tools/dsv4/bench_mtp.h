@@ -11,7 +11,7 @@ typedef struct bench_mtp_opts {
     const char *model_dir;
     int64_t prompt_len;      /* random prompt tokens per sequence */
     int64_t gen;             /* timed steps per measurement */
-    int64_t reps;            /* timed repetitions, best kept */
+    int64_t reps;            /* interleaved rounds of every measurement, medians kept */
     int64_t seed;            /* prompt tokens and forced drafts */
     int64_t threads;         /* 0 = the cores this process may use */
     int64_t chunk;           /* prefill chunk; 0 = min(2048, prompt_len) */

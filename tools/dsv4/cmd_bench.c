@@ -452,7 +452,7 @@ int cmd_bench(int argc, char **argv) {
         CLI_FN_OPT("contexts", 0, &context_list, parse_list_opt, "LIST", "", "then extend the --batch sequences to each context "
                    "length (ascending, e.g. 1024,4096,16384) and decode there"),
         CLI_I64_OPT("chunk", 0, &chunk, 0, 1 << 20, "N", "prefill chunk (the engine's c_max)", .def = "min(2048, longest)"),
-        CLI_I64_OPT("reps", 0, &reps, 1, 64, "N", "timed repetitions of each measurement, best kept"),
+        CLI_I64_OPT("reps", 0, &reps, 1, 64, "N", "timed repetitions of each measurement, best kept (MTP measurements: interleaved rounds, medians)"),
         CLI_I64_OPT("probe-mb", 0, &probe_mb, 1, 1 << 16, "N", "bandwidth probe buffer in MiB"),
         CLI_I64_OPT("seed", 's', &seed, 0, INT64_MAX, "N", "prompt token seed"),
         CLI_FLAG_OPT("json", 0, &json, 1, "one JSON object on stdout instead of the summary "
