@@ -363,17 +363,16 @@ typedef struct {
     __m512i mix0, mix1;         /* the byte interleaves for columns 0..31 and 32..63 */
 } fp8_tab;
 
-/* mix_c: dword l = [lo(32c + l), hi(32c + l), lo(32c + 16 + l), hi(32c + 16 + l)], lo from the
+/* mix[c]: dword l = [lo(32c + l), hi(32c + l), lo(32c + 16 + l), hi(32c + 16 + l)], lo from the
  * first source (bit 6 clear), hi from the second */
+#define MIX4(c, l) (32 * (c) + (l)), (64 + 32 * (c) + (l)), (32 * (c) + 16 + (l)), (64 + 32 * (c) + 16 + (l))
+#define MIX16(c, l) MIX4(c, l), MIX4(c, l + 1), MIX4(c, l + 2), MIX4(c, l + 3)
+static const _Alignas(64) uint8_t mix[2][64] = {{MIX16(0, 0), MIX16(0, 4), MIX16(0, 8), MIX16(0, 12)},
+                                                {MIX16(1, 0), MIX16(1, 4), MIX16(1, 8), MIX16(1, 12)}};
+#undef MIX16
+#undef MIX4
+
 AINLINE fp8_tab fp8_tab_load(const dsv4_lin_tables *t) {
-    _Alignas(64) uint8_t mix[2][64];
-    for (int c = 0; c < 2; c++)
-        for (int l = 0; l < 16; l++) {
-            mix[c][4 * l] = (uint8_t)(32 * c + l);
-            mix[c][4 * l + 1] = (uint8_t)(64 + 32 * c + l);
-            mix[c][4 * l + 2] = (uint8_t)(32 * c + 16 + l);
-            mix[c][4 * l + 3] = (uint8_t)(64 + 32 * c + 16 + l);
-        }
     fp8_tab f;
     f.hi0 = _mm512_load_si512((const void *)t->e4m3_bf16_hi);
     f.hi1 = _mm512_load_si512((const void *)(t->e4m3_bf16_hi + 64));
@@ -480,11 +479,12 @@ AINLINE VBMI __m512 dec_fp4v(const uint8_t *p, __m512i shifts, __m512i table) {
 }
 
 /* multishift controls: byte 4l + 2 (the index word of weight l) takes bits 4l .. 4l + 7 */
-AINLINE __m512i fp4v_shifts(void) {
-    _Alignas(64) uint8_t c[64] = {0};
-    for (int l = 0; l < 16; l++) c[4 * l + 2] = (uint8_t)(4 * l);
-    return _mm512_load_si512((const void *)c);
-}
+#define SH4(l) 0, 0, 4 * (l), 0
+static const _Alignas(64) uint8_t fp4v_ctl[64] = {SH4(0),  SH4(1),  SH4(2),  SH4(3),  SH4(4),  SH4(5),
+                                                  SH4(6),  SH4(7),  SH4(8),  SH4(9),  SH4(10), SH4(11),
+                                                  SH4(12), SH4(13), SH4(14), SH4(15)};
+#undef SH4
+AINLINE __m512i fp4v_shifts(void) { return _mm512_load_si512((const void *)fp4v_ctl); }
 
 /* cols % 32 == 0 (checked by the driver); F32 scales: the table of scale 1, then a multiply */
 AINLINE VBMI void gemv_fp4v_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x,
