@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "hc/hc.h"
+#include "kernels/kv_rows.h"
 #include "kernels/ops.h"
 #include "model/info.h"
 #include "model/inventory.h"
@@ -203,8 +204,12 @@ double dsv4_forward_flops(const dsv4_config *c, int64_t start, int64_t n) {
     return f;
 }
 
-double dsv4_decode_cache_bytes(const dsv4_config *c, int64_t t) {
-    const double row = 4.0 * c->head_dim, idx_row = 4.0 * c->index_head_dim;
+double dsv4_decode_cache_bytes(const dsv4_config *c, int64_t t, int kv_dtype) {
+    int rf = DSV4_ROW_F32, kf = DSV4_ROW_F32;
+    dsv4_err ignored;
+    if (dsv4_kv_dtype_codes(kv_dtype, &rf, &kf, &ignored)) rf = kf = DSV4_ROW_F32;
+    const double row = (double)dsv4_row_bytes(rf, c->head_dim, c->qk_rope_head_dim);
+    const double idx_row = (double)dsv4_row_bytes(kf, c->index_head_dim, 0);
     double bytes = 0;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const int r = c->compress_ratios[l];

@@ -75,10 +75,10 @@ double dsv4_head_flops(const dsv4_config *c, int n_rows);
  * parameters (no embedding, no head). */
 double dsv4_linear_flops_per_token(const dsv4_config *c);
 
-/* Cache bytes one decode row at position t (t previous positions cached) reads, with the
- * engine's F32 rows: window rows, the attended compressed entries, and for CSA every
- * indexer key it scores. An estimate from the geometry (compressor state not counted). */
-double dsv4_decode_cache_bytes(const dsv4_config *c, int64_t t);
+/* Cache bytes one decode row at position t (t previous positions cached) reads, with rows
+ * stored as kv_dtype (DSV4_KV_*): window rows, the attended compressed entries, and for CSA
+ * every indexer key it scores. An estimate from the geometry (compressor state not counted). */
+double dsv4_decode_cache_bytes(const dsv4_config *c, int64_t t, int kv_dtype);
 
 /* The routed experts a row of layer `layer` selects, recomputed outside the forward from
  * the hc streams after that layer's attention sub-block (what the engine's trace hook

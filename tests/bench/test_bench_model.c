@@ -147,7 +147,8 @@ static void test_flops(void) {
         if (r == 4) want += (double)(75 < c.index_topk ? 75 : c.index_topk) * row + 75 * idx;
         else if (r > 0) want += (double)(300 / r) * row;
     }
-    CHECK_NEAR(dsv4_decode_cache_bytes(&c, t), want, 0);
+    CHECK_NEAR(dsv4_decode_cache_bytes(&c, t, DSV4_KV_F32), want, 0);
+    CHECK_NEAR(dsv4_decode_cache_bytes(&c, t, DSV4_KV_BF16), want / 2, 0);  /* 2 bytes a value */
 }
 
 /* ---- routing census -------------------------------------------------------------------- */

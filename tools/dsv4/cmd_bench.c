@@ -115,6 +115,7 @@ typedef struct bench {
     const dsv4_config *cfg;
     dsv4_step_weights w;
     int V, D, tty, json;
+    int kv_dtype;       /* DSV4_KV_* of the engine (cache bytes per step) */
     int *seqs;          /* (max_seqs) handles */
     int *row_of_seq;    /* (max_seqs) */
     int32_t *next;      /* (max_seqs) next token of each sequence */
@@ -237,7 +238,7 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
     double len = 0;
     for (int i = 0; i < n; i++) len += (double)dsv4_seq_length(b->eng, b->seqs[i]);
     res->context = (int64_t)(len / n + 0.5);
-    for (int i = 0; i < n; i++) res->cache_bytes_per_step += dsv4_decode_cache_bytes(c, dsv4_seq_length(b->eng, b->seqs[i]));
+    for (int i = 0; i < n; i++) res->cache_bytes_per_step += dsv4_decode_cache_bytes(c, dsv4_seq_length(b->eng, b->seqs[i]), b->kv_dtype);
     for (int i = 0; i < n; i++) res->flops_per_step += dsv4_forward_flops(c, dsv4_seq_length(b->eng, b->seqs[i]), 1);
     res->flops_per_step += dsv4_head_flops(c, n);
 
@@ -517,6 +518,7 @@ int cmd_bench(int argc, char **argv) {
 
     bench b = {0};
     b.json = json;
+    b.kv_dtype = kv_dtype;
     b.tty = isatty(2);
     b.rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)seed * 0xbf58476d1ce4e5b9ull);
     if (!b.rng) b.rng = 1;
@@ -642,6 +644,7 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddNumberToObject(m, "loadavg_end", load_end);
         cJSON_AddNumberToObject(o, "threads", T);
         cJSON_AddStringToObject(o, "simd", dsv4_simd_name(dsv4_kctx_simd(b.eng->k)));
+        cJSON_AddStringToObject(o, "kv_dtype", dsv4_kv_dtype_name(kv_dtype));
         cJSON_AddNumberToObject(o, "prompt_len", (double)prompt_len);
         cJSON_AddNumberToObject(o, "gen", (double)gen);
         cJSON_AddNumberToObject(o, "batch", (double)batch);
