@@ -298,6 +298,46 @@ static void stream_text(srv_job *j, srv_buf *out, size_t upto, int done) {
     }
 }
 
+/* One OpenAI-shaped tool_calls delta array (tool_stream.h) as Anthropic events: a call's
+ * first entry (it has an id) opens its tool_use block, argument text goes out as
+ * input_json_delta fragments. Calls arrive in order and each call's arguments before the
+ * next call opens, so fragments always belong to the open block; one for a block already
+ * closed (possible only while completing a malformed block at the end) is dropped. */
+static void calls_events(srv_job *j, srv_buf *out, cJSON *calls) {
+    const cJSON *c;
+    cJSON_ArrayForEach(c, calls) {
+        const int i = cJSON_GetObjectItemCaseSensitive(c, "index")->valueint;
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+        if (cJSON_GetObjectItemCaseSensitive(c, "id") && cJSON_IsString(name)) {
+            const dsv4_tool_call call = {.name = name->valuestring};
+            block_start(j, out, tool_use_block(j, i, &call, 0), SRV_PART_TOOLS);
+            j->tool_block = i;
+        }
+        if (!cJSON_IsString(args) || !*args->valuestring || j->block < 0 || j->tool_block != i) continue;
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "type", "input_json_delta");
+        cJSON_AddStringToObject(d, "partial_json", args->valuestring);
+        delta(j, out, d);
+    }
+    cJSON_Delete(calls);
+}
+
+/* The tool_use events of the DSML block in the text up to `upto` (done: the answer is
+ * complete). Called per token, as OpenAI's tool_calls deltas are. */
+static void stream_calls(srv_job *j, srv_buf *out, size_t upto, int done) {
+    if (j->split.part != SRV_PART_TOOLS) return;
+    static const char open[] = "<｜DSML｜tool_calls>";
+    const char *text = j->r->text;
+    const char *at = strstr(text + j->split.pos, open);
+    if (!at) return;
+    const char *block = at + strlen(open);
+    if ((size_t)(block - text) > upto) return;
+    cJSON *calls = srv_tool_stream_next(&j->calls, block, upto - (size_t)(block - text), done, j->id);
+    if (calls) calls_events(j, out, calls);
+}
+
 static void messages_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
     srv_req *r = j->r;
     if (!j->began) {
@@ -311,10 +351,10 @@ static void messages_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
         event(out, "message_start", o);
         j->began = 1;
     }
-    if (r->n_ev > j->ev_sent) {
-        const srv_event *e = &r->ev[r->n_ev - 1];
+    for (; j->ev_sent < r->n_ev; j->ev_sent++) {
+        const srv_event *e = &r->ev[j->ev_sent];
         stream_text(j, out, e->text_off + e->text_len, 0);
-        j->ev_sent = r->n_ev;
+        stream_calls(j, out, e->text_off + e->text_len, 0);
     }
     if (!r->end) return;
     if (r->end == SRV_END_ERROR) {
@@ -328,18 +368,17 @@ static void messages_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
     stream_text(j, out, r->text_len, 1);
     int n_calls = 0;
     if (j->split.part == SRV_PART_TOOLS) {
+        stream_calls(j, out, r->text_len, 1);
         dsv4_parsed p;
         srv_parse_answer(j, &p);
         n_calls = p.n_calls;
-        for (int i = 0; i < p.n_calls; i++) {
-            block_start(j, out, tool_use_block(j, i, &p.calls[i], 0), SRV_PART_TOOLS);
-            cJSON *d = cJSON_CreateObject();
-            cJSON_AddStringToObject(d, "type", "input_json_delta");
-            cJSON_AddStringToObject(d, "partial_json", p.calls[i].arguments);
-            delta(j, out, d);
-        }
-        if (!n_calls) {
-            /* malformed block: its raw text goes out as text, nothing is lost */
+        if (n_calls) {
+            /* what the scan did not send yet (nothing when the block was well formed) */
+            cJSON *rest = srv_tool_stream_finish(&j->calls, &p, j->id);
+            if (rest) calls_events(j, out, rest);
+        } else {
+            /* malformed block: its raw text goes out as text, nothing is lost (tool_use
+             * blocks already sent stay as they are, stop_reason says end_turn) */
             const char *from = strstr(r->text, "<｜DSML｜tool_calls>");
             cJSON *b = cJSON_CreateObject();
             cJSON_AddStringToObject(b, "type", "text");

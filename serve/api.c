@@ -234,6 +234,7 @@ srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *ou
     j->api = api;
     j->r = r;
     j->block = -1;
+    j->tool_block = -1;
     j->created = srv_unix_time();
     pthread_mutex_lock(&s->mu);
     unsigned long long no = ++s->n_jobs;

@@ -32,9 +32,11 @@ struct srv_job {
     int began;               /* the opening chunk/event is out */
     int block;               /* anthropic: index of the open content block, -1 none */
     int block_part;          /* anthropic: SRV_PART_* of the open block */
+    int tool_block;          /* anthropic: the tool call whose tool_use block is open, -1 */
     int n_blocks;
     srv_split split;
-    srv_tool_stream calls;   /* chat: the tool_calls deltas sent */
+    srv_tool_stream calls;   /* the tool call deltas sent (chat: tool_calls; messages:
+                              * tool_use blocks and input_json_delta) */
 };
 
 /* Writes the SSE text for everything new in j->r (call with j->r->mu held); *finished
