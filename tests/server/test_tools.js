@@ -6,7 +6,9 @@
 //  - tool_choice "none": no tools in the prompt and DSML in the answer is plain content;
 //    "required" and a named function: the DSML opening (and the name) are forced tokens,
 //    so even unscripted random weights open a call; bad choices are 400s;
-//  - Anthropic's tool_choice {"type": "tool"} the same way.
+//  - Anthropic's tool_choice {"type": "tool"} the same way;
+//  - a streamed Anthropic answer's tool_use input arrives as many input_json_delta
+//    fragments adding up to the non-streamed input.
 'use strict';
 const assert = require('assert');
 const OpenAI = require('openai').default;
@@ -122,5 +124,38 @@ run('server_tools', async () => {
   assert.strictEqual(at.stop_reason, 'tool_use');
   const use = at.content.find((b) => b.type === 'tool_use');
   assert.deepStrictEqual(use.input, WANT_ARGS);
+
+  // Anthropic, streamed: each call's tool_use block opens with its name, then its input
+  // arrives as many input_json_delta fragments that add up to the non-streamed input
+  const atools = tools.map((t) => ({ name: t.function.name, description: t.function.description,
+    input_schema: t.function.parameters }));
+  const areq = { model, max_tokens: 300, temperature: 0, tools: atools,
+    messages: [{ role: 'user', content: 'weather and time? STREAM_CALLS' }] };
+  const awhole = await ac.messages.create(areq);
+  assert.strictEqual(awhole.stop_reason, 'tool_use');
+  const wantUses = awhole.content.filter((b) => b.type === 'tool_use');
+  assert.deepStrictEqual(wantUses.map((b) => b.name), ['get_weather', 'get_time']);
+  assert.deepStrictEqual(wantUses[0].input, WANT_ARGS);
+  const afrag = {};
+  const astream = ac.messages.stream(areq);
+  astream.on('streamEvent', (ev) => {
+    if (ev.type === 'content_block_start' && ev.content_block.type === 'tool_use') {
+      assert.deepStrictEqual(ev.content_block.input, {}, 'a tool_use block opens with an empty input');
+      afrag[ev.index] = 0;
+    }
+    if (ev.type === 'content_block_delta' && ev.delta.type === 'input_json_delta') {
+      assert(ev.index in afrag, 'input_json_delta outside a tool_use block');
+      afrag[ev.index]++;
+    }
+  });
+  const afin = await astream.finalMessage();
+  assert.strictEqual(afin.stop_reason, 'tool_use');
+  assert.deepStrictEqual(afin.content.filter((b) => b.type === 'text').map((b) => b.text), ['Checking both.']);
+  const gotUses = afin.content.filter((b) => b.type === 'tool_use');
+  assert.deepStrictEqual(gotUses.map((b) => [b.name, b.input]), wantUses.map((b) => [b.name, b.input]));
+  gotUses.forEach((b, i) => assert.strictEqual(b.id, `toolu_${afin.id}_${i}`));
+  const counts = Object.values(afrag);
+  console.log(`tool_use streamed: input in ${counts.join(' and ')} fragments`);
+  assert(counts.length === 2 && counts[0] >= 10 && counts[1] >= 2, `input fragments ${counts}`);
   await srv.stop();
 });
