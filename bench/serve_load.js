@@ -4,23 +4,27 @@
 //
 //   node bench/serve_load.js --url http://127.0.0.1:8080 [--levels 1,2,4,8,16,32]
 //        [--requests-per-level N] [--prompt-len 128] [--gen 64] [--key KEY] [--vocab 8192]
-//        [--eos 1] [--seed 1]
+//        [--eos 1] [--seed 1] [--serial C]
 //
 // Each level keeps `c` streaming /v1/completions requests in flight (prompts of
 // --prompt-len random token ids below --vocab, greedy, --gen tokens, the EOS id --eos banned
 // through logit_bias so every request runs its full length) until N requests (default 2c,
-// at least 8) are done.
+// at least 8) are done. --serial C adds one line (serial: true) after the levels: the
+// workload of level C (its request count, the same prompt lengths) served one request at a
+// time.
 // One JSON line per level on stdout:
 //   concurrency, requests, gen_tokens, wall_s, gen_tok_s (generated tokens / wall),
 //   decode_tok_s (tokens after each request's first / time from the first first-token to
 //   the last token), steady_decode_tok_s (tokens per second while the first c requests all
 //   decode and no prefill runs), ttft_p50_ms, ttft_p99_ms, itl_p50_ms, itl_p99_ms,
-//   server_steps, server_decode_rows_per_step (from /metrics)
+//   server_steps, server_decode_rows_per_step, server_step_s (the steps' wall time),
+//   server_forward_s, server_phase_s (seconds per step phase) (from /metrics), loadavg_1m
+//   (the machine's 1-minute load average when the level started)
 'use strict';
 
 function args() {
   const a = { url: 'http://127.0.0.1:8080', levels: '1,2,4,8,16,32', 'prompt-len': 128, gen: 64,
-    'requests-per-level': 0, key: '', eos: 1, seed: 1, vocab: 8192 };
+    'requests-per-level': 0, key: '', eos: 1, seed: 1, vocab: 8192, serial: 0 };
   const v = process.argv.slice(2);
   for (let i = 0; i < v.length; i += 2) {
     const k = v[i].replace(/^--/, '');
@@ -84,8 +88,13 @@ async function one(a, vocab) {
   return { t0, first, last, n, gaps };
 }
 
-async function level(a, c, vocab) {
-  const total = a['requests-per-level'] || Math.max(8, 2 * c);
+const PHASES = ['admit', 'forward', 'head', 'sample', 'snapshot', 'mtp'];
+
+// One level: `c` clients until `total` requests are done (serial: c = 1 with the request
+// count of level `serial`).
+async function level(a, c, vocab, serial = 0) {
+  const total = a['requests-per-level'] || Math.max(8, 2 * (serial || c));
+  const load = require('os').loadavg()[0];
   const m0 = await metrics(a.url);
   const out = [];
   let next = 0;
@@ -105,8 +114,10 @@ async function level(a, c, vocab) {
   const from = Math.max(...out.slice(0, c).map((r) => r.first));
   const to = Math.min(...out.slice(0, c).map((r) => r.last));
   const inWindow = times.reduce((s, ts) => s + ts.filter((t) => t > from && t <= to).length, 0);
+  const phase = (p) => m1[`dsv4_step_phase_seconds_total{phase="${p}"}`] - m0[`dsv4_step_phase_seconds_total{phase="${p}"}`];
   return {
-    concurrency: c, requests: total, prompt_len: a['prompt-len'], gen: a.gen, gen_tokens: gen,
+    concurrency: c, ...(serial ? { serial: true } : {}), requests: total, prompt_len: a['prompt-len'], gen: a.gen,
+    gen_tokens: gen,
     wall_s: +wall.toFixed(3), gen_tok_s: +(gen / wall).toFixed(2),
     decode_tok_s: +((gen - out.length) / ((lastLast - firstFirst) / 1000)).toFixed(2),
     steady_decode_tok_s: to > from ? +(inWindow / ((to - from) / 1000)).toFixed(2) : null,
@@ -116,6 +127,10 @@ async function level(a, c, vocab) {
     itl_p99_ms: +pct(out.flatMap((r) => r.gaps), 99).toFixed(1),
     server_steps: steps,
     server_decode_rows_per_step: +((m1.dsv4_decode_rows_total - m0.dsv4_decode_rows_total) / steps).toFixed(2),
+    server_step_s: +(m1.dsv4_step_seconds_sum - m0.dsv4_step_seconds_sum).toFixed(3),
+    server_forward_s: +phase('forward').toFixed(3),
+    server_phase_s: Object.fromEntries(PHASES.map((p) => [p, +phase(p).toFixed(4)])),
+    loadavg_1m: +load.toFixed(2),
   };
 }
 
@@ -123,4 +138,5 @@ async function level(a, c, vocab) {
   const a = args();
   rng = a.seed;
   for (const c of String(a.levels).split(',').map(Number)) console.log(JSON.stringify(await level(a, c, a.vocab)));
+  if (a.serial) console.log(JSON.stringify(await level(a, 1, a.vocab, a.serial)));
 })().catch((e) => { console.error(e); process.exit(1); });
