@@ -4,7 +4,8 @@
  * top-k, sparse attention over window rows + compressed entries with the sink, inverse
  * RoPE, grouped output projection, then the window rows and rings go to the cache. The
  * phases are separate functions (attention.h) so that the CP forward can exchange rows
- * between them; dsv4_attention runs them back to back against the cache.
+ * between them; dsv4_attention runs them back to back against the cache. What one query
+ * row computes is in attn_row.c; here the rows are split into thread-pool tasks.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -61,6 +62,27 @@ static int grouped_linear(const dsv4_numerics *nm, dsv4_kctx *k, dsv4_arena *a, 
                    (size_t)o_lora * sizeof(float));
 done:
     dsv4_arena_release(a, mark);
+    return rc;
+}
+
+/* §5.11: v_g = u_g wo_a_g^T, y = v wo_b^T, u the rows' head outputs. v (R, G*o_lora). */
+static int output_take(dsv4_arena *a, const dsv4_config *cfg, int R, float **v, grouped_bufs *g) {
+    const int G = cfg->o_groups;
+    *v = dsv4_arena_take_n(a, (long long)R * G * cfg->o_lora_rank, sizeof(float));
+    const int ok = grouped_take(a, G, R, cfg->num_attention_heads * cfg->head_dim / G, cfg->o_lora_rank, g);
+    return *v && ok; /* both taken even when the first fails: a measuring arena counts them */
+}
+
+int dsv4_attn_output(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const float *o, int R, float *y,
+                     dsv4_err *err) {
+    const dsv4_config *cfg = ctx->cfg;
+    const int G = cfg->o_groups, ol = cfg->o_lora_rank, in_g = cfg->num_attention_heads * cfg->head_dim / G;
+    const size_t mark = dsv4_arena_mark(ctx->scratch);
+    float *v = dsv4_arena_take_n(ctx->scratch, (long long)R * G * ol, sizeof(float)); /* (R, G*o_lora) */
+    int rc = v ? grouped_linear(ctx->num, ctx->k, ctx->scratch, &b->wo_a, G, o, R, in_g, ol, v, err)
+               : dsv4_fail(err, DSV4_ERR_NOMEM, "output projection: scratch arena too small (%d rows)", R);
+    if (!rc) dsv4_num_linear(ctx->num, ctx->k, &b->wo_b, v, R, y);
+    dsv4_arena_release(ctx->scratch, mark);
     return rc;
 }
 
@@ -223,7 +245,6 @@ int dsv4_attn_pool(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
  * summation order), and the top-k runs once per row over all its scores: results do not
  * depend on the thread count, the grouping or the batch. */
 #define ATTEND_IDX_MIN_CHUNK 32
-#define ATTEND_IDX_QUERIES 8       /* rows one scoring task takes (they share its keys) */
 #define ATTEND_KEY_CHUNK 512       /* indexer key pointers fetched per task */
 #define ATTEND_IDX_MAX_CHUNK 1024
 #define ATTEND_BLOCK_BUDGET ((int64_t)1 << 20)
@@ -235,7 +256,6 @@ typedef struct attend_job {
     const dsv4_batch *batch;
     const dsv4_attn_work *w;
     const dsv4_attn_src *src;
-    const dsv4_attn_ops *ops;
     const int *row_span;      /* (R) span index of each row */
     const void **ikeys;       /* indexer keys of the spans that need scoring (src->key_fmt) */
     const int64_t *key_tasks; /* (n, 2): span, first key of a range to fetch */
@@ -261,8 +281,13 @@ typedef struct attend_job {
     float *o;                 /* (R, H, hd) */
 } attend_job;
 
+/* Row i of the call as attn_row.c's steps read it. */
+static dsv4_attn_query job_query(const attend_job *j, int i) {
+    return dsv4_attn_query_of(j->ctx, j->b, j->batch, j->w, j->src, j->row_span[i], i);
+}
+
 static int64_t row_entries(const attend_job *j, int i) {
-    return j->b->ratio ? (j->batch->pos[i] + 1) / j->b->ratio : 0; /* incl. the one t closed */
+    return dsv4_attn_visible(j->b->ratio, j->batch->pos[i]);
 }
 
 /* Pointers to indexer keys [k0, k0 + ATTEND_KEY_CHUNK) of one span (each lookup walks the
@@ -278,94 +303,38 @@ static void keys_task(void *arg, int task, int tid) {
     for (int64_t k = k0; k < k1; k++) keys[k] = j->src->entry(j->src->u, sp, j->b->layer_id, 1, k);
 }
 
-/* F32 views of rows[0, n) (width d, rd rope channels) in format fmt: the rows themselves,
- * or their values unpacked into stage (n, d). */
-static void f32_rows(int fmt, const void *const *rows, int n, int d, int rd, float *stage,
-                     const float **out) {
-    for (int j = 0; j < n; j++) {
-        if (fmt == DSV4_ROW_F32) {
-            out[j] = rows[j];
-        } else {
-            float *x = stage + (size_t)j * d;
-            dsv4_row_unpack(fmt, x, rows[j], d, rd);
-            out[j] = x;
-        }
-    }
-}
-
-/* Indexer scores of entries [w0, w0 + idx_chunk) of up to ATTEND_IDX_QUERIES consecutive
- * rows of one span (§5.9), each row up to the entries it sees: one key read serves them all. */
+/* Step 2: indexer scores of entries [w0, w0 + idx_chunk) of up to DSV4_ATTN_SCORE_ROWS
+ * consecutive rows of one span (one key read serves them all). */
 static void score_task(void *arg, int task, int tid) {
     const attend_job *j = arg;
-    const int nI = j->ctx->cfg->index_n_heads, dI = j->ctx->cfg->index_head_dim;
     const int *t = j->score_tasks + 3 * task, bi = t[0], nq = t[1], w0 = t[2];
-    const int i = j->r0 + bi;
-    /* the keys [w0, w0 + n) some query of the block sees, as F32; lim relative to w0 */
-    int64_t lim[ATTEND_IDX_QUERIES], n = 0;
-    for (int q = 0; q < nq; q++) {
-        const int64_t l = row_entries(j, i + q) - w0;
-        lim[q] = l > 0 ? l : 0;
-        if (lim[q] > n) n = lim[q];
-    }
-    if (n > j->idx_chunk) n = j->idx_chunk;
-    const float **keys = j->fkeys + (size_t)tid * ATTEND_IDX_MAX_CHUNK;
-    f32_rows(dsv4_row_fmt(j->src->key_fmt), j->ikeys + j->ikey_off[j->row_span[i]] + w0, (int)n, dI, 0,
-             j->kstage ? j->kstage + (size_t)tid * ATTEND_IDX_MAX_CHUNK * dI : NULL, keys);
-    dsv4_indexer_scores_block(dsv4_kctx_simd(j->ctx->k), j->ops, j->w->qI + (size_t)i * nI * dI,
-                              j->w->wI + (size_t)i * nI, nq, lim, keys, 0, (int)n, nI, dI,
-                              j->iscores + (size_t)bi * j->max_entries + w0, (size_t)j->max_entries);
+    const dsv4_attn_query q = job_query(j, j->r0 + bi);
+    dsv4_attn_row_scores(&q, nq, j->ikeys + j->ikey_off[j->row_span[q.i]], w0, w0 + j->idx_chunk,
+                         j->fkeys + (size_t)tid * ATTEND_IDX_MAX_CHUNK,
+                         j->kstage ? j->kstage + (size_t)tid * ATTEND_IDX_MAX_CHUNK * j->ctx->cfg->index_head_dim : NULL,
+                         j->iscores + (size_t)bi * j->max_entries, (size_t)j->max_entries);
 }
 
-/* The K=V rows of one query: window rows t-win+1 .. t (earlier spans' from the source,
- * ours from kv), then the compressed entries it sees (CSA: the top-k selection). */
+/* Step 3: the K=V list of one row. */
 static void gather_task(void *arg, int bi, int tid) {
     const attend_job *j = arg;
-    const dsv4_config *cfg = j->ctx->cfg;
-    const dsv4_attn_src *src = j->src;
-    const int hd = cfg->head_dim, win = cfg->sliding_window, topk = cfg->index_topk;
-    const int layer = j->b->layer_id, csa = (j->b->ratio == 4), i = j->r0 + bi;
-    const dsv4_batch_span *sp = &j->batch->spans[j->row_span[i]];
-    const int64_t t = j->batch->pos[i], n_vis = row_entries(j, i);
-    /* this call's window rows in the format of the source's */
-    const int f32 = dsv4_row_fmt(src->row_fmt) == DSV4_ROW_F32;
-    const int64_t row_bytes = dsv4_row_bytes(dsv4_row_fmt(src->row_fmt), hd, cfg->qk_rope_head_dim);
-    const uint8_t *kv = f32 ? (const uint8_t *)j->w->kv : j->w->kv_st;
-    const void **rows = j->rows + (size_t)bi * j->n_kv_max;
-    int n_kv = 0;
-    for (int64_t p = t - win + 1 > 0 ? t - win + 1 : 0; p <= t; p++)
-        rows[n_kv++] = p >= sp->start ? kv + (sp->row0 + (p - sp->start)) * row_bytes
-                                      : src->win_row(src->u, sp, layer, p);
-    if (csa) {
-        int *sel = j->isel + (size_t)tid * topk;
-        const int n_sel = dsv4_indexer_select(j->iscores + (size_t)bi * j->max_entries, (int)n_vis,
-                                              topk, j->iorder + (size_t)tid * j->max_entries, sel);
-        for (int k = 0; k < n_sel; k++) rows[n_kv++] = src->entry(src->u, sp, layer, 0, sel[k]);
-        if (j->ctx->csa_sel)
-            for (int k = 0; k < topk; k++)
-                j->ctx->csa_sel[(size_t)i * topk + k] = k < n_sel ? sel[k] : -1;
-    } else {
-        for (int64_t w = 0; w < n_vis; w++) rows[n_kv++] = src->entry(src->u, sp, layer, 0, w);
-    }
-    j->n_kv[bi] = n_kv;
+    const dsv4_attn_query q = job_query(j, j->r0 + bi);
+    j->n_kv[bi] = dsv4_attn_row_keys(&q, j->iscores + (size_t)bi * j->max_entries,
+                                     j->iorder + (size_t)tid * j->max_entries,
+                                     j->isel + (size_t)tid * j->ctx->cfg->index_topk,
+                                     j->rows + (size_t)bi * j->n_kv_max);
 }
 
-/* Sparse attention with sink of one group of heads of one row, then inverse RoPE at the
- * query position (§5.10-5.11). */
+/* Step 4: one group of heads of one row. */
 static void heads_task(void *arg, int task, int tid) {
     const attend_job *j = arg;
-    const dsv4_config *cfg = j->ctx->cfg;
-    const int H = cfg->num_attention_heads, hd = cfg->head_dim;
-    const int bi = task / j->groups, h0 = (task % j->groups) * j->group_heads, i = j->r0 + bi;
-    const dsv4_rope *rope = j->b->ratio ? j->ctx->rope_cmp : j->ctx->rope_main;
-    float *oi = j->o + ((size_t)i * H + h0) * hd;
-    const float **rows = j->frows + (size_t)tid * j->n_kv_max;
-    f32_rows(dsv4_row_fmt(j->src->row_fmt), j->rows + (size_t)bi * j->n_kv_max, j->n_kv[bi], hd,
-             cfg->qk_rope_head_dim, j->stage ? j->stage + (size_t)tid * j->n_kv_max * hd : NULL, rows);
-    dsv4_sparse_attn_heads(j->ops, j->w->q + ((size_t)i * H + h0) * hd, rows, j->n_kv[bi], j->group_heads, hd,
-                           j->b->attn_sink + h0, 1.0f / sqrtf((float)hd), oi,
-                           j->probs + (size_t)tid * H * j->n_kv_max, j->ctx->num);
-    for (int h = 0; h < j->group_heads; h++)
-        dsv4_rope_apply(rope, oi + (size_t)h * hd, hd, j->batch->pos[i], 1);
+    const int H = j->ctx->cfg->num_attention_heads, hd = j->ctx->cfg->head_dim;
+    const int bi = task / j->groups, h0 = (task % j->groups) * j->group_heads;
+    const dsv4_attn_query q = job_query(j, j->r0 + bi);
+    dsv4_attn_row_heads(&q, j->rows + (size_t)bi * j->n_kv_max, j->n_kv[bi], h0, j->group_heads,
+                        j->frows + (size_t)tid * j->n_kv_max,
+                        j->stage ? j->stage + (size_t)tid * j->n_kv_max * hd : NULL,
+                        j->probs + (size_t)tid * H * j->n_kv_max, j->o + (size_t)q.i * H * hd);
 }
 
 /* The sizes attend's scratch depends on: those of a call, or bounds on them (sizing). */
@@ -384,7 +353,6 @@ typedef struct attend_dims {
 
 typedef struct attend_bufs {
     float *o;              /* (R, H, hd) */
-    float *v;              /* (R, G*o_lora) */
     int *row_span;         /* (R) */
     int64_t *ikey_off;     /* (n_spans) */
     const void **ikeys;    /* (n_keys) */
@@ -406,7 +374,6 @@ static int attend_take(dsv4_arena *a, const dsv4_config *cfg, const attend_dims 
     const int64_t H = cfg->num_attention_heads;
     memset(ab, 0, sizeof *ab);
     ab->o = dsv4_arena_take_n(a, (int64_t)d->R * H * cfg->head_dim, sizeof(float));
-    ab->v = dsv4_arena_take_n(a, (int64_t)d->R * cfg->o_groups * cfg->o_lora_rank, sizeof(float));
     ab->row_span = dsv4_arena_take_n(a, d->R, sizeof(int));
     ab->ikey_off = dsv4_arena_take_n(a, d->n_spans, sizeof(int64_t));
     ab->ikeys = dsv4_arena_take_n(a, d->n_keys, sizeof(void *));
@@ -415,7 +382,7 @@ static int attend_take(dsv4_arena *a, const dsv4_config *cfg, const attend_dims 
     ab->n_kv = dsv4_arena_take_n(a, d->B, sizeof(int));
     ab->probs = dsv4_arena_take_n(a, d->T * H * d->n_kv_max, sizeof(float));
     ab->frows = dsv4_arena_take_n(a, d->T * d->n_kv_max, sizeof(float *));
-    int ok = ab->o && ab->v && ab->row_span && ab->ikey_off && ab->ikeys && ab->key_tasks &&
+    int ok = ab->o && ab->row_span && ab->ikey_off && ab->ikeys && ab->key_tasks &&
              ab->rows && ab->n_kv && ab->probs && ab->frows;
     if (d->stage_rows) {
         ab->stage = dsv4_arena_take_n(a, d->T * d->n_kv_max * cfg->head_dim, sizeof(float));
@@ -447,8 +414,8 @@ static int64_t attend_block_rows(int R, int64_t per_row) {
 int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
                      const dsv4_attn_work *w, const dsv4_attn_src *src, float *y, dsv4_err *err) {
     const dsv4_config *cfg = ctx->cfg;
-    const int R = batch->n_rows, H = cfg->num_attention_heads, hd = cfg->head_dim;
-    const int win = cfg->sliding_window, G = cfg->o_groups, ol = cfg->o_lora_rank;
+    const int R = batch->n_rows, H = cfg->num_attention_heads;
+    const int win = cfg->sliding_window;
     const int topk = cfg->index_topk, r = b->ratio, csa = (r == 4);
     const int T = dsv4_kctx_threads(ctx->k);
     int rc = DSV4_OK;
@@ -502,7 +469,7 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
     }
 
     attend_job job = {.ctx = ctx, .b = b, .batch = batch, .w = w, .src = src,
-                      .ops = dsv4_attn_ops_for(dsv4_kctx_simd(ctx->k)), .row_span = row_span,
+                      .row_span = row_span,
                       .ikeys = ikeys, .key_tasks = key_tasks, .ikey_off = ikey_off,
                       .max_entries = max_entries,
                       .n_kv_max = n_kv_max, .score_tasks = score_tasks, .iscores = ab.iscores,
@@ -523,7 +490,7 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
             chunk = chunk < ATTEND_IDX_MIN_CHUNK ? ATTEND_IDX_MIN_CHUNK
                   : chunk > ATTEND_IDX_MAX_CHUNK ? ATTEND_IDX_MAX_CHUNK : chunk;
             job.idx_chunk = (int)chunk;
-            /* groups of up to ATTEND_IDX_QUERIES consecutive rows of one span that all
+            /* groups of up to DSV4_ATTN_SCORE_ROWS consecutive rows of one span that all
              * score; rows see more entries further on, so the last sees the most */
             int n_tasks = 0;
             for (int bi = 0; bi < nb;) {
@@ -533,7 +500,7 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
                     continue;
                 }
                 int nq = 1;
-                while (nq < ATTEND_IDX_QUERIES && bi + nq < nb && row_span[i + nq] == row_span[i] &&
+                while (nq < DSV4_ATTN_SCORE_ROWS && bi + nq < nb && row_span[i + nq] == row_span[i] &&
                        row_entries(&job, i + nq) > topk)
                     nq++;
                 int64_t n_vis = 0;
@@ -561,9 +528,7 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
     }
 
     /* grouped output projection: v_g = o_g wo_a_g^T, y = v wo_b^T */
-    if ((rc = grouped_linear(ctx->num, ctx->k, ctx->scratch, &b->wo_a, G, ab.o, R, H * hd / G, ol, ab.v, err)))
-        goto done;
-    dsv4_num_linear(ctx->num, ctx->k, &b->wo_b, ab.v, R, y);
+    rc = dsv4_attn_output(ctx, b, ab.o, R, y, err);
 
 done:
     dsv4_arena_release(ctx->scratch, mark);
@@ -644,8 +609,8 @@ size_t dsv4_attn_scratch_bytes(const dsv4_config *cfg, int ratio, int R, int n_s
                      .block_rows = block, .block_tasks = block / ATTEND_IDX_MIN_CHUNK + R};
     attend_bufs ab;
     attend_take(&m, cfg, &d, &ab);
+    float *v;
     grouped_bufs gb;
-    grouped_take(&m, cfg->o_groups, R, cfg->num_attention_heads * cfg->head_dim / cfg->o_groups,
-                 cfg->o_lora_rank, &gb);
+    output_take(&m, cfg, R, &v, &gb);
     return m.peak;
 }

@@ -10,6 +10,9 @@
  *   attend    indexer top-k, sparse attention, inverse RoPE, output projection
  *   store     window rows and compressor rings of the span's tail go to the cache
  *
+ * The per-row math of pool and attend is written once, for one query row, in attn_row.c
+ * (dsv4_attn_row and its steps); the phases run those steps over the thread pool.
+ *
  * Everything a span reads that its own rows do not give (window rows and projections of
  * positions before the span start, compressed entries and indexer keys) comes through a
  * dsv4_attn_src: the sequence's cache in a single process, exchange buffers under CP.
@@ -100,6 +103,57 @@ int dsv4_attention(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
 size_t dsv4_attn_scratch_bytes(const dsv4_config *cfg, int ratio, int R, int n_spans,
                                int64_t max_pos, int threads, int row_fmt, int key_fmt);
 
+/* ---- one query row (attn_row.c): the math of §5.6–5.11 the phases split over threads -- */
+
+#define DSV4_ATTN_SCORE_ROWS 8 /* rows one dsv4_attn_row_scores call may score at once */
+
+/* Query row i of a call as the per-row functions read it. */
+typedef struct dsv4_attn_query {
+    const dsv4_attn_ctx *ctx;
+    const dsv4_block_w *b;
+    const dsv4_batch *batch;
+    const dsv4_attn_work *w;     /* the call's projected rows (dsv4_attn_project) */
+    const dsv4_attn_src *src;    /* history before the span */
+    const dsv4_batch_span *sp;   /* the span holding the row */
+    int i;                       /* packed row index */
+    int64_t t;                   /* its position */
+    const dsv4_attn_ops *ops;    /* dot kernels of the context's SIMD level */
+} dsv4_attn_query;
+
+dsv4_attn_query dsv4_attn_query_of(const dsv4_attn_ctx *ctx, const dsv4_block_w *b,
+                                   const dsv4_batch *batch, const dsv4_attn_work *w,
+                                   const dsv4_attn_src *src, int span, int i);
+
+/* Compressed entries query t sees in a layer of compress ratio `ratio` (§5.7): (t+1) / r. */
+int64_t dsv4_attn_visible(int ratio, int64_t t);
+
+/* Step 2 (CSA): indexer scores of entries [w0, w1) for rows q->i .. q->i+nq-1 of q's span
+ * (nq <= DSV4_ATTN_SCORE_ROWS), each row only up to the entries it sees, into
+ * scores[k * ss + w]. keys: the span's indexer keys from entry 0 (src->key_fmt); fkeys
+ * (w1 - w0) and, keys not stored F32, kstage (w1 - w0, dI): scratch for them as F32. */
+void dsv4_attn_row_scores(const dsv4_attn_query *q, int nq, const void *const *keys, int64_t w0,
+                          int64_t w1, const float **fkeys, float *kstage, float *scores, size_t ss);
+/* Step 3: the row's K=V list into rows (win + min(visible, topk) for CSA, win + visible
+ * otherwise; src->row_fmt): window rows ascending, then the entries (CSA: the top-k of
+ * scores, which holds every visible entry's score when there are more than topk; also
+ * written to ctx->csa_sel). work (visible) and sel (topk) scratch. Returns its length. */
+int dsv4_attn_row_keys(const dsv4_attn_query *q, const float *scores, int *work, int *sel,
+                       const void **rows);
+/* Step 4: heads [h0, h0+nh) of the row attend over rows (§5.10) and are rotated back at t
+ * (§5.11) into o (H, hd), the row's output. Scratch: frows (n_kv) and, rows not stored
+ * F32, stage (n_kv, hd) for the rows as F32; probs (nh, n_kv). */
+void dsv4_attn_row_heads(const dsv4_attn_query *q, const void *const *rows, int n_kv, int h0, int nh,
+                         const float **frows, float *stage, float *probs, float *o);
+/* All four steps of one row, serially: pools the windows t closes (indexer's, then main),
+ * scores and selects, attends with every head: o (H, hd). Rows of a span must run in
+ * ascending order (an entry is pooled by the row that closes it, before later rows read
+ * it). Scratch from ctx->scratch, released on return. */
+int dsv4_attn_row(const dsv4_attn_query *q, float *o, dsv4_err *err);
+
+/* §5.11's grouped output projection: y (R, D) from the rows' head outputs o (R, H, hd). */
+int dsv4_attn_output(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const float *o, int R, float *y,
+                     dsv4_err *err);
+
 /* ---- pieces, exposed for unit tests and the CP forward ------------------------------ */
 
 /* Compressor projections of R rows, a = x.wkv^T and b = x.wgate^T (R, coff*d), as the two
@@ -120,6 +174,10 @@ int dsv4_compress_take(dsv4_arena *a, int r, int d, float **ca, float **cb, floa
 int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
                           const dsv4_batch *batch, const float *a, const float *bb,
                           const dsv4_attn_src *src, dsv4_err *err);
+/* The same for window w of span sp alone (it closes inside the span). */
+int dsv4_compress_window(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
+                         const dsv4_batch_span *sp, int64_t w, const float *a, const float *bb,
+                         const dsv4_attn_src *src, dsv4_err *err);
 
 /* Pools one window's candidates: a, b are (n_cand, d) with b = -inf for absent ones;
  * out (d) = per-channel softmax over candidates of b, weighting a. */

@@ -65,9 +65,11 @@ int dsv4_compress_take(dsv4_arena *a, int r, int d, float **ca, float **cb, floa
     return va && vb && ve;
 }
 
-int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
-                          const dsv4_batch *batch, const float *pa, const float *pb,
-                          const dsv4_attn_src *src, dsv4_err *err) {
+/* Entry w of span sp from the candidates' projections, rounded to its storage format
+ * and stored through src; ca, cb (2r, d) and entry (d) scratch. */
+static void pool_window(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
+                        const dsv4_batch_span *sp, int64_t w, const float *pa, const float *pb,
+                        const dsv4_attn_src *src, float *ca, float *cb, float *entry) {
     const dsv4_config *cfg = ctx->cfg;
     const int layer = b->layer_id;
     const int r = indexer ? 4 : b->ratio;
@@ -75,55 +77,70 @@ int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int i
     const int d = indexer ? cfg->index_head_dim : cfg->head_dim;
     const int W = coff * d;                 /* projection width */
     const dsv4_compressor_w *cw = indexer ? &b->idx_cmp : &b->cmp;
-    const float eps = (float)cfg->rms_norm_eps;
     const dsv4_numerics *nm = ctx->num;
+    const int64_t s = sp->start;
+    int n = 0;
+    for (int half = (coff == 2 ? 0 : 1); half < 2; half++) {
+        /* half 0: A series = first d channels of window w-1; half 1: own window,
+         * B series (last d channels) with overlap, all channels without */
+        const int64_t w_src = half == 0 ? w - 1 : w;
+        if (w_src < 0) continue; /* window 0 has no A candidates */
+        const int off = (coff == 2 && half == 1) ? d : 0;
+        for (int64_t p = w_src * r; p < (w_src + 1) * r; p++) {
+            const float *ra, *rb;
+            if (p >= s) {
+                const size_t row = (size_t)(sp->row0 + (p - s));
+                ra = pa + row * W;
+                rb = pb + row * W;
+            } else {
+                src->ring_row(src->u, sp, layer, indexer, p, &ra, &rb);
+            }
+            memcpy(ca + (size_t)n * d, ra + off, (size_t)d * sizeof(float));
+            memcpy(cb + (size_t)n * d, rb + off, (size_t)d * sizeof(float));
+            n++;
+        }
+    }
+    /* e_w = RoPE_{w r}(RMSNorm(p_w; norm)) with the compress table */
+    dsv4_compress_pool(ca, cb, n, d, d, entry);
+    nm->round(nm, DSV4_ACT_POOLED, entry, d);
+    dsv4_rmsnorm(entry, cw->norm, d, (float)cfg->rms_norm_eps, entry);
+    nm->round(nm, DSV4_ACT_NORM, entry, d);
+    dsv4_rope_apply(ctx->rope_cmp, entry, d, w * r, 0);
+    nm->round(nm, indexer ? DSV4_ACT_INDEX_KEY : DSV4_ACT_ENTRY, entry, d);
+    /* rounded to its storage format here, so every reader sees the stored value */
+    const int rd = indexer ? 0 : cfg->qk_rope_head_dim;
+    dsv4_row_round(dsv4_row_fmt(indexer ? ctx->key_fmt : ctx->row_fmt), entry, d, rd);
+    dsv4_row_pack(dsv4_row_fmt(indexer ? src->key_fmt : src->row_fmt),
+                  src->entry(src->u, sp, layer, indexer, w), entry, d, rd);
+}
 
+int dsv4_compress_window(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
+                         const dsv4_batch_span *sp, int64_t w, const float *pa, const float *pb,
+                         const dsv4_attn_src *src, dsv4_err *err) {
+    const int r = indexer ? 4 : b->ratio, d = indexer ? ctx->cfg->index_head_dim : ctx->cfg->head_dim;
+    const size_t mark = dsv4_arena_mark(ctx->scratch);
+    float *ca, *cb, *entry; /* (2r, d) candidate values and scores, (d) the entry */
+    const int ok = dsv4_compress_take(ctx->scratch, r, d, &ca, &cb, &entry);
+    if (ok) pool_window(ctx, b, indexer, sp, w, pa, pb, src, ca, cb, entry);
+    dsv4_arena_release(ctx->scratch, mark);
+    return ok ? DSV4_OK : dsv4_fail(err, DSV4_ERR_NOMEM, "compressor: scratch arena too small");
+}
+
+int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
+                          const dsv4_batch *batch, const float *pa, const float *pb,
+                          const dsv4_attn_src *src, dsv4_err *err) {
+    const int r = indexer ? 4 : b->ratio, d = indexer ? ctx->cfg->index_head_dim : ctx->cfg->head_dim;
     const size_t mark = dsv4_arena_mark(ctx->scratch);
     float *ca, *cb, *entry; /* (2r, d) candidate values and scores, (d) the entry */
     if (!dsv4_compress_take(ctx->scratch, r, d, &ca, &cb, &entry)) {
         dsv4_arena_release(ctx->scratch, mark);
         return dsv4_fail(err, DSV4_ERR_NOMEM, "compressor: scratch arena too small");
     }
+    /* every window w that closes inside a span: (w+1)r - 1 in [s, end) */
     for (int si = 0; si < batch->n_spans; si++) {
         const dsv4_batch_span *sp = &batch->spans[si];
-        const int64_t s = sp->start, end = sp->start + sp->n;
-
-        /* pool every window w that closes inside the span: (w+1)r - 1 in [s, end) */
-        for (int64_t w = s / r; w < end / r; w++) {
-            int n = 0;
-            for (int half = (coff == 2 ? 0 : 1); half < 2; half++) {
-                /* half 0: A series = first d channels of window w-1; half 1: own window,
-                 * B series (last d channels) with overlap, all channels without */
-                const int64_t w_src = half == 0 ? w - 1 : w;
-                if (w_src < 0) continue; /* window 0 has no A candidates */
-                const int off = (coff == 2 && half == 1) ? d : 0;
-                for (int64_t p = w_src * r; p < (w_src + 1) * r; p++) {
-                    const float *ra, *rb;
-                    if (p >= s) {
-                        const size_t row = (size_t)(sp->row0 + (p - s));
-                        ra = pa + row * W;
-                        rb = pb + row * W;
-                    } else {
-                        src->ring_row(src->u, sp, layer, indexer, p, &ra, &rb);
-                    }
-                    memcpy(ca + (size_t)n * d, ra + off, (size_t)d * sizeof(float));
-                    memcpy(cb + (size_t)n * d, rb + off, (size_t)d * sizeof(float));
-                    n++;
-                }
-            }
-            /* e_w = RoPE_{w r}(RMSNorm(p_w; norm)) with the compress table */
-            dsv4_compress_pool(ca, cb, n, d, d, entry);
-            nm->round(nm, DSV4_ACT_POOLED, entry, d);
-            dsv4_rmsnorm(entry, cw->norm, d, eps, entry);
-            nm->round(nm, DSV4_ACT_NORM, entry, d);
-            dsv4_rope_apply(ctx->rope_cmp, entry, d, w * r, 0);
-            nm->round(nm, indexer ? DSV4_ACT_INDEX_KEY : DSV4_ACT_ENTRY, entry, d);
-            /* rounded to its storage format here, so every reader sees the stored value */
-            const int rd = indexer ? 0 : cfg->qk_rope_head_dim;
-            dsv4_row_round(dsv4_row_fmt(indexer ? ctx->key_fmt : ctx->row_fmt), entry, d, rd);
-            dsv4_row_pack(dsv4_row_fmt(indexer ? src->key_fmt : src->row_fmt),
-                          src->entry(src->u, sp, layer, indexer, w), entry, d, rd);
-        }
+        for (int64_t w = sp->start / r; w < (sp->start + sp->n) / r; w++)
+            pool_window(ctx, b, indexer, sp, w, pa, pb, src, ca, cb, entry);
     }
     dsv4_arena_release(ctx->scratch, mark);
     return DSV4_OK;
