@@ -113,13 +113,11 @@ int dsv4_dist_agree(dsv4_dist *d, int local_rc, int n, const uint8_t (*digests)[
     if (d->broken)
         return dsv4_fail(err, DSV4_ERR_STATE, "%s: the process group is unusable after a peer "
                          "timeout; end the job", what);
+    if (n < 0 || n > DSV4_DIST_AGREE_MAX)
+        return dsv4_fail(err, DSV4_ERR_ARG, "%s: %d digests to agree on (at most %d)", what, n,
+                         DSV4_DIST_AGREE_MAX);
     const size_t row = 4 + (size_t)n * 32, P = (size_t)d->size;
-    uint8_t *all = malloc(row * (P + 1)); /* (P + 1, row): own row last */
-    if (!all) {
-        /* still join the collective with a status only the gather's size can carry: give up */
-        d->broken = 1;
-        return dsv4_fail(err, DSV4_ERR_NOMEM, "%s: out of memory for the rank agreement", what);
-    }
+    uint8_t *all = d->agreed; /* (P + 1, row): own row last */
     uint8_t *mine = all + row * P;
     const int32_t rc32 = local_rc;
     memcpy(mine, &rc32, 4);
@@ -127,19 +125,12 @@ int dsv4_dist_agree(dsv4_dist *d, int local_rc, int n, const uint8_t (*digests)[
     MPI_Request rq;
     int rc = dsv4_dist_complete(d, MPI_Iallgather(mine, (int)row, MPI_BYTE, all, (int)row, MPI_BYTE, d->comm, &rq),
                                 &rq, what, err);
-    if (rc) {
-        free(all);
-        return local_rc ? local_rc : rc;
-    }
-    if (local_rc) {
-        free(all);
-        return local_rc;
-    }
+    if (rc) return local_rc ? local_rc : rc;
+    if (local_rc) return local_rc;
     for (size_t r = 0; r < P; r++) {
         int32_t peer;
         memcpy(&peer, all + row * r, 4);
         if (peer) {
-            free(all);
             /* the peer's code is untrusted: name it only if it is one */
             const int code = peer > 0 && peer <= DSV4_ERR_NUMERIC ? peer : DSV4_ERR_STATE;
             return dsv4_fail(err, code, "%s: rank %zu failed (%s)", what, r, dsv4_strerror(code));
@@ -158,7 +149,6 @@ int dsv4_dist_agree(dsv4_dist *d, int local_rc, int n, const uint8_t (*digests)[
                 bad++;
             }
     }
-    free(all);
     if (bad) return dsv4_fail(err, mismatch_code, "%s: ranks disagree: %s", what, msg);
     return DSV4_OK;
 }

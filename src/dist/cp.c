@@ -30,6 +30,18 @@ int64_t dsv4_cp_default_granule(const dsv4_config *cfg) {
 
 int dsv4_cp_plan_make(int cp, int64_t s0, int64_t n, int64_t granule, dsv4_cp_plan *p,
                       dsv4_err *err) {
+    dsv4_cp_seg *seg = cp >= 1 ? malloc(2 * (size_t)cp * sizeof *seg) : NULL;
+    if (cp >= 1 && !seg) return dsv4_fail(err, DSV4_ERR_NOMEM, "CP plan: out of memory");
+    const int rc = dsv4_cp_plan_into(seg, cp, s0, n, granule, p, err);
+    if (rc) {
+        free(seg);
+        p->seg = NULL;
+    }
+    return rc;
+}
+
+int dsv4_cp_plan_into(dsv4_cp_seg *seg, int cp, int64_t s0, int64_t n, int64_t granule, dsv4_cp_plan *p,
+                      dsv4_err *err) {
     p->seg = NULL;
     if (cp < 1 || s0 < 0 || n < 1 || granule < 1)
         return dsv4_fail(err, DSV4_ERR_ARG, "CP plan: bad arguments (cp %d, s0 %lld, n %lld, G %lld)",
@@ -42,8 +54,7 @@ int dsv4_cp_plan_make(int cp, int64_t s0, int64_t n, int64_t granule, dsv4_cp_pl
     p->q = g1 - g0;
     p->split = cp > 1 && p->q >= 2 * (int64_t)cp;
     p->n_seg = p->split ? 2 * cp : 1;
-    p->seg = malloc((size_t)p->n_seg * sizeof *p->seg);
-    if (!p->seg) return dsv4_fail(err, DSV4_ERR_NOMEM, "CP plan: out of memory");
+    p->seg = seg;
     if (!p->split) {
         p->seg[0] = (dsv4_cp_seg){s0, s0 + n, 0};
         return DSV4_OK;

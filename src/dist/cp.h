@@ -56,6 +56,9 @@ int64_t dsv4_cp_default_granule(const dsv4_config *cfg);
 int dsv4_cp_plan_make(int cp, int64_t s0, int64_t n, int64_t granule, dsv4_cp_plan *p,
                       dsv4_err *err);
 void dsv4_cp_plan_free(dsv4_cp_plan *p);
+/* The same into the caller's seg (2 cp segments): nothing to free. */
+int dsv4_cp_plan_into(dsv4_cp_seg *seg, int cp, int64_t s0, int64_t n, int64_t granule, dsv4_cp_plan *p,
+                      dsv4_err *err);
 /* Index of the segment holding position pos (s0 <= pos < s0 + n). */
 int dsv4_cp_seg_of(const dsv4_cp_plan *p, int64_t pos);
 

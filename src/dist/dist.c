@@ -36,6 +36,13 @@ int dsv4_dist_init(int *argc, char ***argv, dsv4_dist **out, dsv4_err *err) {
     MPI_Comm_set_errhandler(d->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(d->comm, &d->rank);
     MPI_Comm_size(d->comm, &d->size);
+    d->agreed = malloc(((size_t)d->size + 1) * DSV4_DIST_AGREE_ROW);
+    if (!d->agreed) {
+        MPI_Comm_free(&d->comm);
+        if (d->owns_mpi) MPI_Finalize();
+        free(d);
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "dist: out of memory");
+    }
 #else
     (void)argc; (void)argv;
 #endif
@@ -48,6 +55,7 @@ void dsv4_dist_finalize(dsv4_dist *d) {
 #ifdef DSV4_HAVE_MPI
     MPI_Comm_free(&d->comm);
     if (d->owns_mpi) MPI_Finalize();
+    free(d->agreed);
 #endif
     free(d);
 }

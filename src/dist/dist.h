@@ -18,8 +18,14 @@ struct dsv4_dist {
     int broken;          /* a collective timed out: the group cannot be used again */
 #ifdef DSV4_HAVE_MPI
     MPI_Comm comm;       /* a duplicate of MPI_COMM_WORLD: library traffic stays apart */
+    unsigned char *agreed; /* (size + 1, DSV4_DIST_AGREE_ROW) dsv4_dist_agree's gather, made
+                            * once here so an agreement allocates nothing */
 #endif
 };
+
+/* The most digests one dsv4_dist_agree compares, and the bytes of a rank's row. */
+#define DSV4_DIST_AGREE_MAX 4
+#define DSV4_DIST_AGREE_ROW (4 + 32 * DSV4_DIST_AGREE_MAX)
 
 /* The default peer timeout (dsv4_dist_set_timeout). */
 #define DSV4_DIST_TIMEOUT_DEFAULT 300.0
@@ -31,7 +37,8 @@ struct dsv4_dist {
  * failure on every rank: a rank's own failure keeps its message, the others get
  * "<what>: rank R failed (<reason>)" or "<what>: ranks disagree: rank R has another
  * <names[i]> than rank 0" with code mismatch_code. A group broken by a peer timeout
- * fails at once. Without MPI or with one rank: returns local_rc. */
+ * fails at once. Without MPI or with one rank: returns local_rc. n <= DSV4_DIST_AGREE_MAX
+ * (every rank passes the same n: a larger one fails on every rank without a collective). */
 int dsv4_dist_agree(dsv4_dist *d, int local_rc, int n, const uint8_t (*digests)[32],
                     const char *const *names, int mismatch_code, const char *what, dsv4_err *err);
 

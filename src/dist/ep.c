@@ -11,6 +11,21 @@
 #include "moe/moe.h"
 #include "util/err.h"
 
+/* The routes of R rows: sel, w (R, K) each. */
+static int routes_take(dsv4_arena *a, int R, int K, int **sel, float **w) {
+    *sel = dsv4_arena_take_n(a, (long long)R * K, sizeof(int));
+    *w = dsv4_arena_take_n(a, (long long)R * K, sizeof(float));
+    return *sel && *w;
+}
+
+size_t dsv4_ep_scratch_bytes(const dsv4_config *cfg, int R) {
+    dsv4_arena m = dsv4_arena_measuring();
+    int *sel;
+    float *w;
+    routes_take(&m, R, cfg->num_experts_per_tok, &sel, &w);
+    return m.peak;
+}
+
 #ifdef DSV4_HAVE_MPI
 
 /* One dispatched row: the ffn_norm output x_t (D floats) followed by its metadata. */
@@ -343,8 +358,9 @@ static int run_wave(dsv4_ep *ep, dsv4_kctx *k, const dsv4_numerics *nm, const ds
 }
 
 int dsv4_ep_moe(dsv4_ep *ep, dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_block_w *b, const float *x,
-                const int32_t *tokens, int R, float *y, dsv4_err *err) {
+                const int32_t *tokens, int R, float *y, dsv4_arena *scratch, dsv4_err *err) {
     const int K = ep->K, D = ep->D, T = ep->wave;
+    const size_t mark = dsv4_arena_mark(scratch);
     int *sel = NULL;
     float *w = NULL;
     /* 1. everything that can fail locally happens before the first collective */
@@ -354,11 +370,8 @@ int dsv4_ep_moe(dsv4_ep *ep, dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_b
     else if (R > 0 && (!x || !y)) rc = dsv4_fail(err, DSV4_ERR_ARG, "moe: %d rows without buffers", R);
     else rc = dsv4_moe_check_shared(ep->cfg, b, err);
     if (!rc) rc = dsv4_moe_check_experts(ep->cfg, b, e0, e1, err);
-    if (!rc && R > 0) {
-        sel = malloc((size_t)R * K * sizeof(int));  /* (R, K) */
-        w = malloc((size_t)R * K * sizeof(float));  /* (R, K) */
-        if (!sel || !w) rc = dsv4_fail(err, DSV4_ERR_NOMEM, "moe: out of memory for %d rows", R);
-    }
+    if (!rc && R > 0 && !routes_take(scratch, R, K, &sel, &w))
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "moe: scratch arena too small for %d rows", R);
     for (int r0 = 0; !rc && r0 < R; r0 += T) {
         const int n = R - r0 < T ? R - r0 : T;
         rc = dsv4_moe_gate(k, ep->cfg, b, x + (int64_t)r0 * D, tokens ? tokens + r0 : NULL, n,
@@ -379,12 +392,12 @@ int dsv4_ep_moe(dsv4_ep *ep, dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_b
     dsv4_err oerr;
     int orc = open_exchange(ep, b->layer_id, &all_waves, &fail, &info, rc ? &oerr : err);
     if (orc) {
-        free(sel); free(w);
+        dsv4_arena_release(scratch, mark);
         return rc ? rc : orc;
     }
     ep->stats.calls++;
     if (fail > 0) {
-        free(sel); free(w);
+        dsv4_arena_release(scratch, mark);
         ep->last_clean = (info >> 8) & 1;
         if (rc) return rc;
         const int code = info & 0xff;
@@ -399,8 +412,7 @@ int dsv4_ep_moe(dsv4_ep *ep, dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_b
         rc = run_wave(ep, k, nm, b, n ? x + (int64_t)r0 * D : NULL, n ? sel + (int64_t)r0 * K : NULL,
                       n ? w + (int64_t)r0 * K : NULL, n, n ? y + (int64_t)r0 * D : NULL, wv == 0, err);
     }
-    free(sel);
-    free(w);
+    dsv4_arena_release(scratch, mark);
     return rc;
 }
 
@@ -418,8 +430,8 @@ void dsv4_ep_free(dsv4_ep *ep) { (void)ep; }
 void dsv4_ep_local_range(const dsv4_ep *ep, int *e0, int *e1) { (void)ep; *e0 = *e1 = 0; }
 int dsv4_ep_wave(const dsv4_ep *ep) { (void)ep; return 0; }
 int dsv4_ep_moe(dsv4_ep *ep, dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_block_w *b, const float *x,
-                const int32_t *tokens, int R, float *y, dsv4_err *err) {
-    (void)ep; (void)k; (void)nm; (void)b; (void)x; (void)tokens; (void)R; (void)y;
+                const int32_t *tokens, int R, float *y, dsv4_arena *scratch, dsv4_err *err) {
+    (void)ep; (void)k; (void)nm; (void)b; (void)x; (void)tokens; (void)R; (void)y; (void)scratch;
     return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "expert parallel: this build has no MPI");
 }
 void dsv4_ep_fail(dsv4_ep *ep, int code, int clean) { (void)ep; (void)code; (void)clean; }

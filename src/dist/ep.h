@@ -33,6 +33,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/numerics.h"
+#include "util/arena.h"
 
 typedef struct dsv4_ep dsv4_ep;
 
@@ -65,9 +66,12 @@ int dsv4_ep_wave(const dsv4_ep *ep);
 /* y (R, D) = MoE of x (R, D) with token ids tokens (R) (hash routing), expert-parallel.
  * Collective: every rank calls it for every MoE sub-block in the same order, R >= 0 (x,
  * tokens, y may be NULL when R == 0). On failure of any rank every rank returns an error
- * at the same point; a rank's own failure keeps its own message. */
+ * at the same point; a rank's own failure keeps its own message. The routes of the R rows
+ * come from scratch (dsv4_ep_scratch_bytes), released on return. */
 int dsv4_ep_moe(dsv4_ep *ep, dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_block_w *b, const float *x,
-                const int32_t *tokens, int R, float *y, dsv4_err *err);
+                const int32_t *tokens, int R, float *y, dsv4_arena *scratch, dsv4_err *err);
+/* The most bytes dsv4_ep_moe takes from its scratch for calls of at most R rows. */
+size_t dsv4_ep_scratch_bytes(const dsv4_config *cfg, int R);
 
 /* For a rank that failed before reaching a MoE sub-block it must take part in: joins that
  * sub-block's agreement reporting failure code `code`, so the other ranks stop there too

@@ -67,8 +67,9 @@ int dsv4_engine_agree_spans(dsv4_engine *e, int rc, const dsv4_span *spans, int 
     uint8_t dig[1][32];
     memset(dig, 0, sizeof dig);
     if (!rc) { /* the spans were validated: every pointer and count can be read */
-        dsv4_sha256 *h = dsv4_sha256_new(err);
-        rc = h ? put(h, n_spans, err) : DSV4_ERR_NOMEM;
+        dsv4_sha256 *h = e->call_hash; /* made at create: a call allocates nothing */
+        rc = h ? dsv4_sha256_reset(h, err) : dsv4_fail(err, DSV4_ERR_STATE, "agreement: no digest context");
+        if (!rc) rc = put(h, n_spans, err);
         for (int i = 0; i < n_spans && !rc; i++) {
             const dsv4_span *sp = &spans[i];
             rc = put(h, sp->seq, err);
@@ -80,7 +81,6 @@ int dsv4_engine_agree_spans(dsv4_engine *e, int rc, const dsv4_span *spans, int 
             if (!rc) rc = put_rows(h, sp->stream_rows, sp->n_streams, sp->n_tokens, err);
         }
         if (!rc) rc = dsv4_sha256_final(h, dig[0], err);
-        dsv4_sha256_free(h);
     }
     static const char *const names[] = {"call (spans: sequences, starts, tokens, requested rows, speculative)"};
     return dsv4_dist_agree(e->group, rc, 1, (const uint8_t(*)[32])dig, names, DSV4_ERR_ARG, "forward", err);
@@ -90,8 +90,9 @@ int dsv4_engine_agree_mtp(dsv4_engine *e, int rc, const dsv4_mtp_span *spans, in
     uint8_t dig[1][32];
     memset(dig, 0, sizeof dig);
     if (!rc) {
-        dsv4_sha256 *h = dsv4_sha256_new(err);
-        rc = h ? put(h, n_spans, err) : DSV4_ERR_NOMEM;
+        dsv4_sha256 *h = e->call_hash; /* made at create: a call allocates nothing */
+        rc = h ? dsv4_sha256_reset(h, err) : dsv4_fail(err, DSV4_ERR_STATE, "agreement: no digest context");
+        if (!rc) rc = put(h, n_spans, err);
         for (int i = 0; i < n_spans && !rc; i++) {
             const dsv4_mtp_span *sp = &spans[i];
             rc = put(h, sp->seq, err);
@@ -100,7 +101,6 @@ int dsv4_engine_agree_mtp(dsv4_engine *e, int rc, const dsv4_mtp_span *spans, in
             if (!rc) rc = dsv4_sha256_update(h, sp->next_tokens, (size_t)sp->n * sizeof(int32_t), err);
         }
         if (!rc) rc = dsv4_sha256_final(h, dig[0], err);
-        dsv4_sha256_free(h);
     }
     static const char *const names[] = {"call (MTP spans: sequences, starts, next tokens)"};
     return dsv4_dist_agree(e->group, rc, 1, (const uint8_t(*)[32])dig, names, DSV4_ERR_ARG, "mtp_forward", err);

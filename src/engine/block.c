@@ -206,7 +206,7 @@ static void report_choices(const dsv4_engine *e, const dsv4_batch *batch, int la
 
 int dsv4_engine_moe(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
                     const float *x, float *y, dsv4_err *err) {
-    if (e->ep) return dsv4_ep_moe(e->ep, e->k, e->num, b, x, batch->tokens, batch->n_rows, y, err);
+    if (e->ep) return dsv4_ep_moe(e->ep, e->k, e->num, b, x, batch->tokens, batch->n_rows, y, &e->scratch, err);
     const int K = e->cfg->num_experts_per_tok;
     const size_t mark = dsv4_arena_mark(&e->scratch);
     int *sel = NULL; /* (R, K) with the choice hook on */

@@ -12,6 +12,7 @@
 #include "engine/prefix.h"
 #include "engine/w8a8_prep.h"
 #include "kernels/cpu.h"
+#include "util/sha256.h"
 #include "util/err.h"
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -146,6 +147,7 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
     if (!rc) rc = dsv4_engine_prepare_w8a8(e, err);
     if (!rc) rc = dsv4_engine_prepare_fidelity(e, err);
     if (!rc) rc = dsv4_arena_init(&e->scratch, dsv4_engine_scratch_bytes(e), err);
+    if (!rc && grouped && !(e->call_hash = dsv4_sha256_new(err))) rc = DSV4_ERR_NOMEM;
     if (grouped) {
         struct dsv4_dist *own = e->group;
         e->group = o->dist; /* also when setup_parallel refused: the others are waiting */
@@ -170,6 +172,7 @@ void dsv4_engine_free(dsv4_engine *e) {
     dsv4_numerics_free(e->num_owned);
     dsv4_ep_free(e->ep);
     dsv4_arena_free(&e->scratch);
+    dsv4_sha256_free(e->call_hash);
     for (int i = 0; i < e->n_owned; i++) free(e->owned[i]);
     free(e->owned);
     free(e->blocks);

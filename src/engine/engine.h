@@ -44,6 +44,8 @@ struct dsv4_engine {
     dsv4_choice_fn choice;           /* optional report of routing and CSA selections */
     void *choice_user;
     /* scale-out (spec/serving.md §c, §d): SPMD, every rank makes the same calls */
+    struct dsv4_sha256 *call_hash;   /* a group's digest of every call's spans (agree.c), made
+                                      * at create and reset per call */
     struct dsv4_dist *group;         /* the process group when opts.parallel spans more than
                                       * one rank, else NULL (single process) */
     int rank;                        /* rank in group, 0 without one */

@@ -69,6 +69,13 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
     return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "context parallelism needs an MPI build");
 }
 
+size_t dsv4_forward_cp_scratch_bytes(const dsv4_config *c, int P, int R, int64_t max_context,
+                                     size_t *outputs) {
+    (void)c; (void)P; (void)R; (void)max_context;
+    *outputs = 0;
+    return 0;
+}
+
 #else
 
 /* Exchange A layout of one segment for the current layer's kind. */
@@ -497,6 +504,76 @@ static int cp_trace_step(void *u, const dsv4_block_w *b, const dsv4_batch *batch
     return cp_trace(cx, b->layer_id, sub, h, cx->trace_buf, err);
 }
 
+/* ---- the call's buffers, from the engine's scratch ------------------------------------- */
+
+/* The plan's segments and exchange A's layout for P ranks. */
+static int layout_take(dsv4_arena *a, int P, dsv4_cp_seg **seg, cp_call *cx) {
+    *seg = dsv4_arena_take_n(a, 2LL * P, sizeof **seg);
+    cx->lay = dsv4_arena_take_n(a, 2LL * P, sizeof *cx->lay);
+    cx->counts = dsv4_arena_take_n(a, P, sizeof(int));
+    cx->displs = dsv4_arena_take_n(a, P, sizeof(int));
+    return *seg && cx->lay && cx->counts && cx->displs;
+}
+
+/* The local rows' and the exchanges' buffers (sizes in floats) and the streams h. */
+static int rows_take(dsv4_arena *a, const dsv4_config *c, int R, int64_t send, int64_t recv, int64_t bc,
+                     int64_t n_cmp, int64_t n_idx, cp_call *cx, float **h) {
+    cx->pos = dsv4_arena_take_n(a, R, sizeof *cx->pos);
+    cx->tok = dsv4_arena_take_n(a, R, sizeof *cx->tok);
+    cx->a_send = dsv4_arena_take_n(a, send, sizeof(float));
+    cx->a_recv = dsv4_arena_take_n(a, recv, sizeof(float));
+    cx->bc = dsv4_arena_take_n(a, bc, sizeof(float));
+    cx->cmp = dsv4_arena_take_n(a, n_cmp * c->head_dim, sizeof(float));
+    cx->idx = dsv4_arena_take_n(a, n_idx * c->index_head_dim, sizeof(float));
+    *h = dsv4_arena_take_n(a, (int64_t)R * c->hc_mult * c->hidden_size, sizeof(float)); /* (R, hc, D) */
+    return cx->pos && cx->tok && cx->a_send && cx->a_recv && cx->bc && cx->cmp && cx->idx && *h;
+}
+
+/* The output gather: this rank's rows and, on the home rank, everybody's (rows of D). */
+static int outputs_take(dsv4_arena *a, int home, int64_t mine_rows, int64_t all_rows, int D, float **mine,
+                        float **all, float **yh) {
+    *mine = dsv4_arena_take_n(a, mine_rows * D, sizeof(float));
+    *all = home ? dsv4_arena_take_n(a, all_rows * D, sizeof(float)) : NULL;
+    *yh = dsv4_arena_take_n(a, D, sizeof(float));
+    return *mine && (!home || *all) && *yh;
+}
+
+size_t dsv4_forward_cp_scratch_bytes(const dsv4_config *c, int P, int R, int64_t max_context,
+                                     size_t *outputs) {
+    /* bounds over every layer kind (cp.h): a segment hands on at most win-1 window rows
+     * and per compressor (coff-1) r carry rows of 2d floats and r-1 whole rows of 2 coff d;
+     * the home rank's state at s0 is at most win-1 window rows and coff r ring rows */
+    const int hd = c->head_dim, win1 = c->sliding_window > 1 ? c->sliding_window - 1 : 0;
+    int64_t seg_floats = 0, bc = 0, n_cmp = 0, n_idx = 0;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const int r = c->compress_ratios[l];
+        int64_t sf = (int64_t)win1 * hd, bf = sf;
+        for (int ix = 0; ix < 2; ix++) {
+            int rr, coff, d;
+            if (!cmp_of(c, r, ix, &rr, &coff, &d)) continue;
+            sf += (int64_t)(coff - 1) * rr * 2 * d + (int64_t)rr * 2 * coff * d;
+            bf += (int64_t)coff * rr * 2 * coff * d;
+        }
+        if (sf > seg_floats) seg_floats = sf;
+        if (bf > bc) bc = bf;
+        if (r && max_context / r > n_cmp) n_cmp = max_context / r;
+        if (r == 4) n_idx = max_context / 4;
+    }
+    dsv4_arena m = dsv4_arena_measuring();
+    cp_call cx;
+    dsv4_cp_seg *seg;
+    float *h, *mine, *all, *yh;
+    layout_take(&m, P, &seg, &cx);
+    rows_take(&m, c, R, 2 * seg_floats, 2LL * P * seg_floats, bc, n_cmp, n_idx, &cx, &h);
+    const size_t call = m.peak;
+    /* after the layers: the rows asked for, hidden (D) and streams (hc x D) each */
+    dsv4_arena_take_n(&m, 4LL * P, sizeof(int));
+    outputs_take(&m, 1, (int64_t)R * (1 + c->hc_mult), (int64_t)R * (1 + c->hc_mult), c->hidden_size,
+                 &mine, &all, &yh);
+    *outputs = m.peak - call;
+    return call;
+}
+
 /* ---- outputs ---------------------------------------------------------------------------- */
 
 /* Local row of prompt row j on this rank, or -1. */
@@ -514,13 +591,16 @@ static int cp_outputs(cp_call *cx, const dsv4_span *sp, const float *h, float *h
                       float *streams, dsv4_err *err) {
     const dsv4_config *c = cx->c;
     const int D = c->hidden_size, hc = c->hc_mult, cp = cx->cp;
+    dsv4_arena *a = &cx->e->scratch;
+    const size_t scratch_mark = dsv4_arena_mark(a);
     int rc = DSV4_OK;
-    int *n_h = calloc((size_t)cp, sizeof(int)), *n_s = calloc((size_t)cp, sizeof(int));
-    int *take_h = calloc((size_t)cp, sizeof(int)), *take_s = calloc((size_t)cp, sizeof(int));
-    if (!n_h || !n_s || !take_h || !take_s) {
-        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP outputs: out of memory");
+    int *n_h = dsv4_arena_take_n(a, 4LL * cp, sizeof(int)); /* (4, cp): n_h, n_s, take_h, take_s */
+    if (!n_h) {
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP outputs: scratch arena too small");
         goto done;
     }
+    int *n_s = n_h + cp, *take_h = n_s + cp, *take_s = take_h + cp;
+    memset(n_h, 0, 4 * (size_t)cp * sizeof(int));
     const int64_t s0 = cx->s0;
     for (int j = 0; j < sp->n_hidden; j++)
         n_h[cx->plan.seg[dsv4_cp_seg_of(&cx->plan, s0 + dsv4_wanted_row(sp->hidden_rows, sp->n_hidden, sp->n_tokens, j))].owner]++;
@@ -537,12 +617,9 @@ static int cp_outputs(cp_call *cx, const dsv4_span *sp, const float *h, float *h
         cx->displs[rho] = (int)total;
         total += n;
     }
-    float *mine = malloc(((size_t)cx->counts[cx->rank] + 1) * D * sizeof(float));
-    float *all = cx->rank == 0 ? malloc(((size_t)total + 1) * D * sizeof(float)) : NULL;
-    float *yh = malloc((size_t)D * sizeof(float));
-    if (!mine || !yh || (cx->rank == 0 && !all)) {
-        free(mine); free(all); free(yh);
-        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP outputs: out of memory");
+    float *mine, *all, *yh;
+    if (!outputs_take(a, cx->rank == 0, cx->counts[cx->rank], total, D, &mine, &all, &yh)) {
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP outputs: scratch arena too small (%lld rows)", (long long)total);
         goto done;
     }
     /* own rows in request order: hidden = RMSNorm(hc_head(h); norm) (§5.13), streams as is */
@@ -580,9 +657,8 @@ static int cp_outputs(cp_call *cx, const dsv4_span *sp, const float *h, float *h
             memcpy(streams + (size_t)j * hc * D, all + at * D, (size_t)hc * D * sizeof(float));
         }
     }
-    free(mine); free(all); free(yh);
 done:
-    free(n_h); free(n_s); free(take_h); free(take_s);
+    dsv4_arena_release(a, scratch_mark);
     return rc;
 }
 
@@ -606,11 +682,17 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
     cx->t_hd = cx->t_dI = cx->t_D = MPI_DATATYPE_NULL;
     cx->stats = e->cp_stats;
     const cp_mark call_start = mark(cx);
+    const size_t scratch_mark = dsv4_arena_mark(&e->scratch);
     float *h = NULL;
 
-    /* 1. every rank plans and allocates; the home rank reserves the sequence's pages;
-     *    then all agree before the first exchange, so a refusal leaves no rank waiting */
-    int rc = dsv4_cp_plan_make(cx->cp, cx->s0, sp->n_tokens, granule_of(e), &cx->plan, err);
+    /* 1. every rank plans and takes its buffers from the engine's scratch (sized at create
+     *    for max_rows rows and max_context positions); the home rank reserves the
+     *    sequence's pages; then all agree before the first exchange, so a refusal leaves
+     *    no rank waiting */
+    dsv4_cp_seg *seg;
+    int rc = layout_take(&e->scratch, cx->cp, &seg, cx)
+                 ? dsv4_cp_plan_into(seg, cx->cp, cx->s0, sp->n_tokens, granule_of(e), &cx->plan, err)
+                 : dsv4_fail(err, DSV4_ERR_NOMEM, "CP prefill: scratch arena too small");
     if (!rc && !cx->plan.split)
         rc = dsv4_fail(err, DSV4_ERR_ARG, "CP prefill: %lld granules cannot fill %d segments",
                        (long long)cx->plan.q, 2 * cx->cp);
@@ -621,11 +703,6 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
         cx->bs[0] = (dsv4_batch_span){sp->seq, early->start, (int)(early->end - early->start), 0};
         cx->bs[1] = (dsv4_batch_span){sp->seq, late->start, (int)(late->end - late->start), cx->bs[0].n};
         cx->R = cx->bs[0].n + cx->bs[1].n;
-        cx->lay = calloc((size_t)cx->plan.n_seg, sizeof *cx->lay);
-        cx->counts = calloc((size_t)cx->cp, sizeof(int));
-        cx->displs = calloc((size_t)cx->cp, sizeof(int));
-        if (!cx->lay || !cx->counts || !cx->displs)
-            rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP prefill: out of memory");
     }
     if (!rc) {
         /* buffer sizes: the largest layer kind of the model */
@@ -646,21 +723,13 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
             if (r && cx->end / r > n_cmp) n_cmp = cx->end / r;
             if (r == 4) n_idx = cx->end / 4;
         }
-        if (!rc) {
-            cx->pos = malloc((size_t)cx->R * sizeof *cx->pos);
-            cx->tok = malloc((size_t)cx->R * sizeof *cx->tok);
-            cx->a_send = malloc((size_t)(max_send + 1) * sizeof(float));
-            cx->a_recv = malloc((size_t)(max_a + 1) * sizeof(float));
-            cx->bc = malloc((size_t)(max_bc + 1) * sizeof(float));
-            cx->cmp = malloc((size_t)(n_cmp * hd + 1) * sizeof(float));
-            cx->idx = malloc((size_t)(n_idx * dI + 1) * sizeof(float));
-            h = malloc((size_t)cx->R * hc * D * sizeof(float));      /* (R, hc, D) streams */
-            if (e->trace && cx->rank == 0)
-                cx->trace_buf = malloc((size_t)sp->n_tokens * hc * D * sizeof(float));
-            if (!cx->pos || !cx->tok || !cx->a_send || !cx->a_recv || !cx->bc || !cx->cmp ||
-                !cx->idx || !h || (e->trace && cx->rank == 0 && !cx->trace_buf))
-                rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP prefill buffers: out of memory");
-        }
+        if (!rc && !rows_take(&e->scratch, c, cx->R, max_send, max_a, max_bc, n_cmp, n_idx, cx, &h))
+            rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP prefill: scratch arena too small for %d rows", cx->R);
+        /* the debug trace's gather, on the home rank: the one buffer of a call not from the
+         * arena (a dump hook, never on in serving) */
+        if (!rc && e->trace && cx->rank == 0 &&
+            !(cx->trace_buf = malloc((size_t)sp->n_tokens * hc * D * sizeof(float))))
+            rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP prefill: out of memory for the trace");
     }
     if (!rc && cx->rank == 0) {
         const int64_t start = sp->start;
@@ -726,10 +795,8 @@ done:
     if (cx->t_hd != MPI_DATATYPE_NULL) MPI_Type_free(&cx->t_hd);
     if (cx->t_dI != MPI_DATATYPE_NULL) MPI_Type_free(&cx->t_dI);
     if (cx->t_D != MPI_DATATYPE_NULL) MPI_Type_free(&cx->t_D);
-    dsv4_cp_plan_free(&cx->plan);
-    free(cx->lay); free(cx->counts); free(cx->displs); free(cx->pos); free(cx->tok);
-    free(cx->a_send); free(cx->a_recv); free(cx->bc); free(cx->cmp); free(cx->idx);
-    free(h); free(cx->trace_buf);
+    free(cx->trace_buf);
+    dsv4_arena_release(&e->scratch, scratch_mark);
     return rc;
 }
 

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "dsv4.h"
+#include "model/config.h"
 
 /* Where a rank's time goes in CP prefills (engine field cp_stats, set by a benchmark):
  * totals over the calls, of the whole call and of the part inside MPI collectives
@@ -22,6 +23,13 @@ typedef struct dsv4_cp_stats {
 /* 1 when dsv4_forward should hand this call to dsv4_forward_cp: a process group of more
  * than one rank with DSV4_PAR_CP, a single span, and at least 2 CP granules. */
 int dsv4_cp_eligible(const dsv4_engine *e, const dsv4_span *spans, int n_spans);
+
+/* The scratch a CP prefill takes on P ranks for calls of at most R rows, positions below
+ * max_context: returns the call's own buffers (held while the blocks run, whose scratch
+ * comes on top), *outputs what the output gather takes on top of them after the blocks.
+ * 0 without MPI. */
+size_t dsv4_forward_cp_scratch_bytes(const dsv4_config *c, int P, int R, int64_t max_context,
+                                     size_t *outputs);
 
 /* The CP prefill of one validated span; every rank calls it with the same arguments.
  * Hidden and stream rows are returned on the home rank (rank 0) only. */

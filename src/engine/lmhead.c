@@ -39,12 +39,48 @@ static int head_take(dsv4_arena *a, int rows, int64_t width, float **l, dsv4_arg
     return *l && (!best || *best);
 }
 
-size_t dsv4_lmhead_scratch_bytes(int64_t V) {
+/* The buffers of a group call, DSV4_LMHEAD_ROWS rows at a time (any rank's shard is at most
+ * w wide). */
+typedef struct group_bufs {
+    float *h;           /* (rows, D) the broadcast hidden rows; the home rank reads its own */
+    float *l;           /* (rows, w) this rank's shard of the logits */
+    dsv4_argmax *best;  /* (rows) argmax call: the pairs */
+    float *all;         /* (rows, V) logits call, home rank: the gathered shards */
+    int *cnt;           /* (2, P) logits call, home rank: gather counts, then offsets */
+} group_bufs;
+
+static int group_take(dsv4_arena *a, int rows, int64_t D, int64_t w, int64_t V, int P, int home,
+                      int logits, group_bufs *g) {
+    memset(g, 0, sizeof *g);
+    int ok = 1;
+    if (!home) ok = (g->h = dsv4_arena_take_n(a, rows * D, sizeof(float))) != NULL;
+    ok = (g->l = dsv4_arena_take_n(a, rows * w, sizeof(float))) != NULL && ok;
+    if (!logits) {
+        ok = (g->best = dsv4_arena_take_n(a, rows, sizeof(dsv4_argmax))) != NULL && ok;
+    } else if (home) {
+        ok = (g->all = dsv4_arena_take_n(a, rows * V, sizeof(float))) != NULL && ok;
+        ok = (g->cnt = dsv4_arena_take_n(a, 2LL * P, sizeof(int))) != NULL && ok;
+    }
+    return ok;
+}
+
+size_t dsv4_lmhead_scratch_bytes(int64_t V, int64_t D, int P) {
     dsv4_arena m = dsv4_arena_measuring();
     float *l;
     dsv4_argmax *best;
     head_take(&m, DSV4_LMHEAD_ROWS, V, &l, &best); /* the FP8 superset is at most V wide too */
-    return m.peak;
+    size_t most = m.peak;
+    int lo, hi; /* shard 0 is the widest */
+    dsv4_lm_head_shard_range((int)V, 0, P, &lo, &hi);
+    for (int call = 0; P > 1 && call < 4; call++) { /* argmax / logits, home rank or not */
+        m = dsv4_arena_measuring();
+        group_bufs g;
+        group_take(&m, DSV4_LMHEAD_ROWS, D, hi - lo, V, P, call & 1, call >> 1, &g);
+        /* dsv4_lmhead_logits_range's FP8 superset, up to 127 rows before the shard */
+        head_take(&m, DSV4_LMHEAD_ROWS, hi - lo + 127 < V ? hi - lo + 127 : V, &l, NULL);
+        if (m.peak > most) most = m.peak;
+    }
+    return most;
 }
 
 int dsv4_lmhead_logits_range(dsv4_kctx *k, dsv4_arena *scratch, const dsv4_mat *head,
@@ -142,36 +178,36 @@ static int group_agree(dsv4_dist *d, int rc, int n_rows, dsv4_err *err) {
     return dsv4_dist_agree(d, rc, 1, (const uint8_t(*)[32])dig, names, DSV4_ERR_ARG, "lm_head", err);
 }
 
-/* Broadcasts the home rank's hidden rows into *h (a new buffer elsewhere) and computes
- * this rank's shard; *shard_logits (n_rows, hi - lo) is malloc'd. */
-static int shard_pass(dsv4_engine *e, const float *hidden, int n_rows, int local_rc,
-                      float **h_out, float **l_out, int *lo, int *hi, dsv4_err *err) {
+/* One chunk of n of a group call's n_total rows: every rank agrees (local_rc, n_total),
+ * the home rank's hidden rows reach g->h elsewhere, and this rank's shard [lo, hi) of
+ * their logits goes to g->l (n, hi - lo). */
+static int shard_pass(dsv4_engine *e, const float *hidden, int n, int n_total, int local_rc,
+                      const group_bufs *g, int lo, int hi, dsv4_err *err) {
     dsv4_dist *d = e->group;
     const int D = e->cfg->hidden_size;
-    dsv4_lm_head_shard_range(e->cfg->vocab_size, d->rank, d->size, lo, hi);
-    const int w = *hi > *lo ? *hi - *lo : 0;
-    const size_t nr = n_rows > 0 ? (size_t)n_rows : 0;
-    float *h = d->rank == 0 ? (float *)hidden : malloc(nr * D * sizeof(float) + 1); /* (n_rows, D) */
-    float *l = malloc(nr * w * sizeof(float) + 1);                                  /* (n_rows, w) */
-    int rc = local_rc;
-    if (rc) {
-        /* already failed here: only report it */
-    } else if (n_rows < 0 || (d->rank == 0 && n_rows > 0 && !hidden))
-        rc = dsv4_fail(err, DSV4_ERR_ARG, "lm_head: bad arguments (n_rows = %d)", n_rows);
-    else if (!h || !l)
-        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "lm_head: out of memory for %d rows", n_rows);
-    rc = group_agree(d, rc, n_rows, err);
+    const float *h = d->rank == 0 ? hidden : g->h; /* (n, D) */
+    int rc = group_agree(d, local_rc, n_total, err);
     MPI_Request rq;
-    if (!rc && n_rows > 0)
-        rc = done(d, MPI_Ibcast(h, n_rows * D, MPI_FLOAT, 0, d->comm, &rq), &rq, "hidden row broadcast", err);
-    if (!rc) rc = dsv4_lmhead_logits_range(e->k, &e->scratch, &e->model->head, h, n_rows, *lo, *lo + w, l, err);
-    if (rc) {
-        if (h != hidden) free(h);
-        free(l);
-        return rc;
-    }
-    *h_out = h;
-    *l_out = l;
+    if (!rc && n > 0)
+        rc = done(d, MPI_Ibcast((void *)h, n * D, MPI_FLOAT, 0, d->comm, &rq), &rq, "hidden row broadcast", err);
+    if (!rc) rc = dsv4_lmhead_logits_range(e->k, &e->scratch, &e->model->head, h, n, lo, hi, g->l, err);
+    return rc;
+}
+
+/* The arguments every rank checks, and this rank's buffers for a group call of n_rows
+ * rows (their chunk size in *chunk, the shard in *lo, *hi); the failure to report if any. */
+static int group_begin(dsv4_engine *e, const float *hidden, int n_rows, int logits, const void *out,
+                       group_bufs *g, int *chunk, int *lo, int *hi, dsv4_err *err) {
+    const dsv4_dist *d = e->group;
+    const int V = e->cfg->vocab_size, home = d->rank == 0;
+    memset(g, 0, sizeof *g);
+    dsv4_lm_head_shard_range(V, d->rank, d->size, lo, hi);
+    if (*hi < *lo) *hi = *lo;
+    *chunk = n_rows < DSV4_LMHEAD_ROWS ? n_rows : DSV4_LMHEAD_ROWS;
+    if (n_rows < 0 || (home && n_rows > 0 && (!hidden || !out)))
+        return dsv4_fail(err, DSV4_ERR_ARG, "lm_head: bad arguments (n_rows = %d)", n_rows);
+    if (!group_take(&e->scratch, *chunk, e->cfg->hidden_size, *hi - *lo, V, d->size, home, logits, g))
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "lm_head: scratch arena too small for %d rows", *chunk);
     return DSV4_OK;
 }
 
@@ -179,70 +215,69 @@ int dsv4_lm_head_dist(dsv4_engine *e, const float *hidden, int n_rows, float *lo
                       dsv4_err *err) {
     if (!e->group) return dsv4_lm_head(e, hidden, n_rows, logits, err);
     dsv4_dist *d = e->group;
-    const int V = e->cfg->vocab_size, P = d->size;
-    float *h, *l;
-    int lo, hi;
-    int rc = shard_pass(e, hidden, n_rows, DSV4_OK, &h, &l, &lo, &hi, err);
-    if (rc) return rc;
-    /* gather the shards on the home rank, shard after shard, then interleave the rows */
-    int *cnt = NULL, *dsp = NULL;
-    float *all = NULL;
-    if (d->rank == 0) {
-        cnt = malloc((size_t)P * 2 * sizeof(int));
-        all = malloc((size_t)n_rows * V * sizeof(float) + 1); /* (P shards: n_rows x width) */
-        if (cnt) {
-            dsp = cnt + P;
-            for (int q = 0, off = 0; q < P; q++) {
-                int a, b;
-                dsv4_lm_head_shard_range(V, q, P, &a, &b);
-                cnt[q] = n_rows * (b > a ? b - a : 0);
-                dsp[q] = off;
-                off += cnt[q];
-            }
+    const int V = e->cfg->vocab_size, D = e->cfg->hidden_size, P = d->size, home = d->rank == 0;
+    const size_t mark = dsv4_arena_mark(&e->scratch);
+    group_bufs g;
+    int chunk, lo, hi;
+    int rc = group_begin(e, hidden, n_rows, 1, logits, &g, &chunk, &lo, &hi, err);
+    /* chunk after chunk: shards computed, gathered on the home rank shard after shard, the
+     * rows interleaved into logits */
+    int r0 = 0;
+    do {
+        const int n = n_rows - r0 < chunk ? n_rows - r0 : chunk;
+        if ((rc = shard_pass(e, home && n ? hidden + (int64_t)r0 * D : NULL, n, n_rows, rc, &g, lo, hi, err)))
+            break;
+        int *cnt = g.cnt, *dsp = g.cnt ? g.cnt + P : NULL;
+        for (int q = 0; home && q < P; q++) {
+            int a, b;
+            dsv4_lm_head_shard_range(V, q, P, &a, &b);
+            cnt[q] = n * (b > a ? b - a : 0);
+            dsp[q] = q ? dsp[q - 1] + cnt[q - 1] : 0;
         }
-    }
-    rc = group_agree(d, d->rank == 0 && (!cnt || !all || !logits)
-                            ? dsv4_fail(err, DSV4_ERR_NOMEM, "lm_head: no room to gather %d rows", n_rows)
-                            : DSV4_OK, n_rows, err);
-    if (!rc) {
-        const int mine = n_rows * (hi > lo ? hi - lo : 0);
         MPI_Request rq;
-        rc = done(d, MPI_Igatherv(l, mine, MPI_FLOAT, all, cnt, dsp, MPI_FLOAT, 0, d->comm, &rq), &rq,
-                  "logits gather", err);
-    }
-    if (!rc && d->rank == 0)
-        for (int q = 0; q < P; q++) {
+        rc = done(d, MPI_Igatherv(g.l, n * (hi - lo), MPI_FLOAT, g.all, cnt, dsp, MPI_FLOAT, 0, d->comm, &rq),
+                  &rq, "logits gather", err);
+        for (int q = 0; !rc && home && q < P; q++) {
             int a, b;
             dsv4_lm_head_shard_range(V, q, P, &a, &b);
             const int w = b > a ? b - a : 0;
-            for (int r = 0; r < n_rows && w; r++)
-                memcpy(logits + (int64_t)r * V + a, all + dsp[q] + (int64_t)r * w, (size_t)w * sizeof(float));
+            for (int r = 0; r < n && w; r++)
+                memcpy(logits + (int64_t)(r0 + r) * V + a, g.all + dsp[q] + (int64_t)r * w, (size_t)w * sizeof(float));
         }
-    if (h != hidden) free(h);
-    free(l);
-    free(cnt);
-    free(all);
+        r0 += n;
+    } while (!rc && r0 < n_rows);
+    dsv4_arena_release(&e->scratch, mark);
     return rc;
 }
 
-/* best (n_rows): the greedy pair of every row over all shards, on every rank. */
-static int group_argmax(dsv4_engine *e, const float *hidden, int n_rows, dsv4_argmax *best,
+/* ids, values (n_rows): the greedy pair of every row over all shards, on every rank. */
+static int group_argmax(dsv4_engine *e, const float *hidden, int n_rows, int32_t *ids, float *values,
                         dsv4_err *err) {
-    float *h, *l;
-    int lo, hi;
-    int rc = shard_pass(e, hidden, n_rows,
-                        best ? DSV4_OK : dsv4_fail(err, DSV4_ERR_NOMEM, "lm_head: out of memory"),
-                        &h, &l, &lo, &hi, err);
-    if (rc) return rc;
-    dsv4_argmax_rows(l, n_rows, hi > lo ? hi - lo : 0, lo, best);
-    rc = dsv4_argmax_allreduce(e->group, best, n_rows, err);
-    /* the winners come from peers: an id outside the vocabulary is a peer's fault, not ours */
-    for (int r = 0; !rc && r < n_rows; r++)
-        if (best[r].id < 0 || best[r].id >= e->cfg->vocab_size)
-            rc = dsv4_fail(err, DSV4_ERR_STATE, "lm_head: the argmax over ranks gave token id %d for "
-                           "row %d, outside [0, %d)", best[r].id, r, e->cfg->vocab_size);
-    if (h != hidden) free(h);
-    free(l);
+    const int D = e->cfg->hidden_size, home = e->group->rank == 0;
+    const size_t mark = dsv4_arena_mark(&e->scratch);
+    group_bufs g;
+    int chunk, lo, hi;
+    int rc = group_begin(e, hidden, n_rows, 0, ids, &g, &chunk, &lo, &hi, err);
+    int r0 = 0;
+    do {
+        const int n = n_rows - r0 < chunk ? n_rows - r0 : chunk;
+        if ((rc = shard_pass(e, home && n ? hidden + (int64_t)r0 * D : NULL, n, n_rows, rc, &g, lo, hi, err)))
+            break;
+        dsv4_argmax_rows(g.l, n, hi - lo, lo, g.best);
+        rc = dsv4_argmax_allreduce(e->group, g.best, n, err);
+        /* the winners come from peers: an id outside the vocabulary is a peer's fault, not ours */
+        for (int r = 0; !rc && r < n; r++) {
+            if (g.best[r].id < 0 || g.best[r].id >= e->cfg->vocab_size) {
+                rc = dsv4_fail(err, DSV4_ERR_STATE, "lm_head: the argmax over ranks gave token id %d for "
+                               "row %d, outside [0, %d)", g.best[r].id, r0 + r, e->cfg->vocab_size);
+                break;
+            }
+            ids[r0 + r] = g.best[r].id;
+            if (values) values[r0 + r] = g.best[r].v;
+        }
+        r0 += n;
+    } while (!rc && r0 < n_rows);
+    dsv4_arena_release(&e->scratch, mark);
     return rc;
 }
 
@@ -258,9 +293,9 @@ int dsv4_lm_head_dist(dsv4_engine *e, const float *hidden, int n_rows, float *lo
     return dsv4_lm_head(e, hidden, n_rows, logits, err);
 }
 
-static int group_argmax(dsv4_engine *e, const float *hidden, int n_rows, dsv4_argmax *best,
+static int group_argmax(dsv4_engine *e, const float *hidden, int n_rows, int32_t *ids, float *values,
                         dsv4_err *err) {
-    (void)hidden; (void)n_rows; (void)best;
+    (void)hidden; (void)n_rows; (void)ids; (void)values;
     return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "lm_head: engine %p has a group without MPI", (void *)e);
 }
 
@@ -291,14 +326,7 @@ int dsv4_lm_head_argmax(dsv4_engine *e, const float *hidden, int n_rows, int32_t
         dsv4_arena_release(&e->scratch, mark);
         return rc;
     }
-    /* a group: every rank's shard, reduced (an allocation failure is reported through
-     * shard_pass's agreement) */
-    dsv4_argmax *best = calloc((size_t)(n_rows > 0 ? n_rows : 1), sizeof *best); /* (n_rows) */
-    int rc = group_argmax(e, hidden, n_rows, best, err);
-    for (int r = 0; !rc && r < n_rows; r++) {
-        ids[r] = best[r].id;
-        if (values) values[r] = best[r].v;
-    }
-    free(best);
-    return rc;
+    /* a group: every rank's shard, reduced (a local failure is reported through the
+     * agreement of its first chunk) */
+    return group_argmax(e, hidden, n_rows, ids, values, err);
 }

@@ -49,10 +49,11 @@ int dsv4_lmhead_logits_range(dsv4_kctx *k, dsv4_arena *scratch, const dsv4_mat *
                              const float *hidden, int n_rows, int lo, int hi, float *logits,
                              dsv4_err *err);
 
-/* Rows a single-process head call buffers at a time (the unaligned FP8 slice, the greedy
- * argmax's logits), and the scratch bytes that takes for vocabulary V (engine/scratch.c
- * sizes the engine's arena for it). */
+/* Rows a head call buffers at a time (the unaligned FP8 slice, the greedy argmax's logits,
+ * a group's broadcast, shards and gather), and the scratch bytes that takes for vocabulary
+ * V, hidden size D and a group of P ranks (1: none; engine/scratch.c sizes the engine's
+ * arena for it). */
 #define DSV4_LMHEAD_ROWS 16
-size_t dsv4_lmhead_scratch_bytes(int64_t V);
+size_t dsv4_lmhead_scratch_bytes(int64_t V, int64_t D, int P);
 
 #endif

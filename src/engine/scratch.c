@@ -6,7 +6,9 @@
  * (attention of the layer's compress ratio, or MoE) at a time. Every module measures its
  * own part by running the function that carves it on a measuring arena (util/arena.h).
  */
+#include "dist/ep.h"
 #include "engine/engine.h"
+#include "engine/forward_cp.h"
 #include "engine/lmhead.h"
 #include "moe/moe.h"
 
@@ -17,7 +19,7 @@ size_t dsv4_scratch_plan_bytes(const dsv4_config *c, const dsv4_engine_opts *o, 
     const int R = o->max_rows, S_all = o->max_seqs > 2 ? o->max_seqs : 2, S = S_all < R ? S_all : R;
     const int64_t max_pos = o->max_context + 1;
     const int n_blocks = c->num_hidden_layers + c->num_nextn_predict_layers;
-    size_t sub = dsv4_moe_scratch_bytes(c, R);
+    size_t sub = maxz(dsv4_moe_scratch_bytes(c, R), dsv4_ep_scratch_bytes(c, R)); /* local or EP MoE */
     int row_fmt, key_fmt; /* KV storage: other formats than F32 are unpacked per thread */
     dsv4_err ignored;
     if (dsv4_kv_dtype_codes(o->kv_dtype, &row_fmt, &key_fmt, &ignored)) row_fmt = key_fmt = 0;
@@ -27,9 +29,18 @@ size_t dsv4_scratch_plan_bytes(const dsv4_config *c, const dsv4_engine_opts *o, 
         for (int j = 0; j < l && !seen; j++) seen = dsv4_cfg_ratio(c, j) == r;
         if (!seen) sub = maxz(sub, dsv4_attn_scratch_bytes(c, r, R, S, max_pos, threads, row_fmt, key_fmt));
     }
-    const size_t call = maxz(dsv4_forward_scratch_bytes(c, R, S), o->mtp ? dsv4_mtp_scratch_bytes(c, R, S) : 0);
+    const int P = o->parallel && o->dist ? dsv4_dist_size(o->dist) : 1;
+    size_t call = maxz(dsv4_forward_scratch_bytes(c, R, S), o->mtp ? dsv4_mtp_scratch_bytes(c, R, S) : 0);
+    size_t after = 0; /* a CP prefill's output gather, after its blocks */
+    if ((o->parallel & DSV4_PAR_CP) && P > 1) {
+        size_t outputs;
+        const size_t cp = dsv4_forward_cp_scratch_bytes(c, P, R, o->max_context, &outputs);
+        call = maxz(call, cp);
+        after = cp + outputs;
+    }
     /* a head call runs alone: it needs the arena, not more of it */
-    return maxz(call + dsv4_block_scratch_bytes(c, R) + sub, dsv4_lmhead_scratch_bytes(c->vocab_size));
+    return maxz(maxz(call + dsv4_block_scratch_bytes(c, R) + sub, after),
+                dsv4_lmhead_scratch_bytes(c->vocab_size, c->hidden_size, P));
 }
 
 size_t dsv4_engine_scratch_bytes(const dsv4_engine *e) {

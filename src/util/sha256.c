@@ -19,6 +19,12 @@ dsv4_sha256 *dsv4_sha256_new(dsv4_err *err) {
     return NULL;
 }
 
+int dsv4_sha256_reset(dsv4_sha256 *h, dsv4_err *err) {
+    if (EVP_DigestInit_ex(h->ctx, EVP_sha256(), NULL) != 1)
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "sha256: cannot restart the digest");
+    return 0;
+}
+
 int dsv4_sha256_update(dsv4_sha256 *h, const void *data, size_t n, dsv4_err *err) {
     if (n && EVP_DigestUpdate(h->ctx, data, n) != 1)
         return dsv4_fail(err, DSV4_ERR_NOMEM, "sha256: digest update failed");

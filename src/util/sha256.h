@@ -13,6 +13,9 @@ typedef struct dsv4_sha256 dsv4_sha256;
 
 /* A fresh context, or NULL with DSV4_ERR_NOMEM in err. */
 dsv4_sha256 *dsv4_sha256_new(dsv4_err *err);
+/* Starts a new digest on h, whatever it held (a context kept for many digests: nothing of
+ * ours is allocated again). */
+int dsv4_sha256_reset(dsv4_sha256 *h, dsv4_err *err);
 /* Adds n bytes. Returns 0, or DSV4_ERR_NOMEM-style failure of the library (never expected
  * for SHA-256; reported rather than ignored). */
 int dsv4_sha256_update(dsv4_sha256 *h, const void *data, size_t n, dsv4_err *err);

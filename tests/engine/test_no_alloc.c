@@ -11,7 +11,14 @@
  * tiny_s0 in every numeric mode and on its FP8 copy (native FP8 projections; its head is
  * BF16, so the FP8 head's off-block shard path is not reached here).
  *
- *   test_no_alloc MODEL_DIR [exact|reference|w8a8|fidelity]   (fidelity: every P3 item)
+ * Under mpirun, modes ep and cp run the same schedule on every rank of an expert-parallel
+ * or context-parallel engine (cp: granule 4, so the one-sequence prefills split over the
+ * ranks), plus the group head calls (dsv4_lm_head_dist, the sharded argmax): the exchange
+ * buffers, the sharded head's broadcast, shards and gather and the rank agreements come
+ * from memory made at create too (what Open MPI allocates inside its own library is not
+ * counted: only the calls this binary and libdsv4 make are wrapped).
+ *
+ *   test_no_alloc MODEL_DIR [exact|reference|w8a8|fidelity|ep|cp]   (fidelity: every P3 item)
  */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -45,6 +52,7 @@ void __wrap_free(void *p) { if (p) count(); __real_free(p); } /* free(NULL) is a
 enum { N_SEQ = 3, N_TOK = 96 };
 
 static int D, HC, V;
+static dsv4_dist *group; /* modes ep and cp */
 static int32_t tokens[N_SEQ][N_TOK];
 
 typedef struct seq_run {
@@ -61,8 +69,11 @@ enum { HEAD_ROWS = 40 };
 /* dsv4_lm_head_argmax and dsv4_lm_head_shard over HEAD_ROWS rows of hidden: logits gets
  * the full head's, shard q's (HEAD_ROWS, width of q) at shard + q * HEAD_ROWS * V
  * (compared after counting). */
+static float *dist_logits; /* (HEAD_ROWS, V) dsv4_lm_head_dist's, home rank */
+
 static int head_calls(dsv4_engine *e, dsv4_err *err) {
     int rc = dsv4_lm_head(e, hidden, HEAD_ROWS, logits, err);
+    if (!rc && group) rc = dsv4_lm_head_dist(e, hidden, HEAD_ROWS, dist_logits, err);
     if (!rc) rc = dsv4_lm_head_argmax(e, hidden, HEAD_ROWS, ids, NULL, err);
     for (int q = 0; q < 3 && !rc; q++)
         rc = dsv4_lm_head_shard(e, hidden, HEAD_ROWS, q, 3, shard + (size_t)q * HEAD_ROWS * V, err);
@@ -85,6 +96,9 @@ static void check_head(const char *mode) {
             bad_shards += memcmp(shard + (size_t)q * HEAD_ROWS * V + (size_t)r * (hi - lo), logits + (size_t)r * V + lo,
                                  sizeof(float) * (size_t)(hi - lo)) != 0;
     }
+    if (group)
+        CHECK_MSG(memcmp(dist_logits, logits, sizeof(float) * (size_t)HEAD_ROWS * V) == 0,
+                  "%s: dsv4_lm_head_dist's logits differ from the local head's", mode);
     CHECK_MSG(bad_ids == 0, "%s: dsv4_lm_head_argmax differs from the logits' argmax in %d rows", mode, bad_ids);
     CHECK_MSG(bad_shards == 0, "%s: %d shard rows differ from the full head's", mode, bad_shards);
 }
@@ -127,7 +141,9 @@ static void run_schedule(dsv4_model *m, const char *mode) {
     dsv4_engine_opts eo = {.max_context = N_TOK, .max_seqs = N_SEQ, .c_max = 40, .mtp = 1,
                            .threads = 2, .reference = !strcmp(mode, "reference"),
                            .w8a8 = !strcmp(mode, "w8a8"),
-                           .fidelity = !strcmp(mode, "fidelity") ? DSV4_FID_OFFICIAL : 0};
+                           .fidelity = !strcmp(mode, "fidelity") ? DSV4_FID_OFFICIAL : 0,
+                           .dist = group, .parallel = !group ? 0 : !strcmp(mode, "ep") ? DSV4_PAR_EP : DSV4_PAR_CP,
+                           .cp_granule = 4};
     dsv4_engine *e;
     dsv4_err err = {0};
     atomic_store(&n_calls, 0);
@@ -158,7 +174,7 @@ static void run_schedule(dsv4_model *m, const char *mode) {
     }
     if (!rc) rc = head_calls(e, &err);
     atomic_store(&counting, 0);
-    if (!rc) check_head(mode);
+    if (!rc && dsv4_dist_rank(group) == 0) check_head(mode); /* the outputs live on the home rank */
     CHECK_MSG(rc == 0, "%s: %s", mode, err.msg);
     CHECK_MSG(atomic_load(&n_calls) == 0, "%s: %ld allocator calls during forward/MTP/head",
               mode, atomic_load(&n_calls));
@@ -192,6 +208,12 @@ int main(int argc, char **argv) {
     const char *mode = argc > 2 ? argv[2] : "exact";
     dsv4_model *m;
     dsv4_err err = {0};
+    if (!strcmp(mode, "ep") || !strcmp(mode, "cp")) {
+        if (dsv4_dist_init(&argc, &argv, &group, &err) || dsv4_dist_size(group) < 2) {
+            fprintf(stderr, "test_no_alloc %s: needs an MPI build and mpirun -np 2 or more (%s)\n", mode, err.msg);
+            return 1;
+        }
+    }
     if (dsv4_model_open(argv[1], &m, &err)) {
         fprintf(stderr, "SKIP: cannot open %s: %s\n", argv[1], err.msg);
         return 77;
@@ -204,15 +226,18 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N_SEQ; i++)
         for (int t = 0; t < N_TOK; t++) { r = r * 1103515245u + 12345u; tokens[i][t] = (int32_t)((r >> 8) % (uint32_t)V); }
     const size_t rows = (size_t)N_SEQ * N_TOK;
-    hidden = malloc(rows * D * sizeof(float));
-    streams = malloc(rows * HC * D * sizeof(float));
-    mtp_hidden = malloc(rows * D * sizeof(float));
+    hidden = calloc(rows * D, sizeof(float)); /* zero: other ranks read theirs unwritten */
+    streams = calloc(rows * HC * D, sizeof(float));
+    mtp_hidden = calloc(rows * D, sizeof(float));
     logits = malloc(rows * V * sizeof(float));
     shard = malloc((size_t)3 * HEAD_ROWS * V * sizeof(float));
     ids = malloc(HEAD_ROWS * sizeof(int32_t));
+    dist_logits = malloc((size_t)HEAD_ROWS * V * sizeof(float));
     run_schedule(m, mode);
     if (!strcmp(mode, "exact")) test_max_rows(m);
-    free(hidden); free(streams); free(mtp_hidden); free(logits); free(shard); free(ids);
+    free(hidden); free(streams); free(mtp_hidden); free(logits); free(shard); free(ids); free(dist_logits);
     dsv4_model_close(m);
-    return test_report();
+    const int rc = test_report();
+    dsv4_dist_finalize(group);
+    return rc;
 }

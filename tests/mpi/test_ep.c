@@ -34,6 +34,7 @@ typedef struct ctx {
     int rank, size;
     const dsv4_config *cfg;
     dsv4_kctx *k;
+    dsv4_arena *routes; /* dsv4_ep_moe's scratch */
 } ctx;
 
 /* A copy of b whose routed experts outside [e0, e1) have no weights at all. */
@@ -65,7 +66,7 @@ static void compare(const ctx *c, dsv4_ep *ep, const dsv4_block_w *b, const dsv4
     for (int i = 0; i < R * D; i++) x[i] = (float)(urand() * 1.5);
     for (int i = 0; i < R; i++) tok[i] = (int32_t)((urand() + 1.0) * 0.5 * V) % V;
     dsv4_err err = {0};
-    int rc = dsv4_ep_moe(ep, c->k, dsv4_numerics_exact(), b, x, tok, R, y, &err);
+    int rc = dsv4_ep_moe(ep, c->k, dsv4_numerics_exact(), b, x, tok, R, y, c->routes, &err);
     CHECK_MSG(rc == 0, "%s layer %d rank %d: %s", what, b->layer_id, c->rank, err.msg);
     if (R) {
         dsv4_arena a;
@@ -121,7 +122,7 @@ static void failures(const ctx *c, dsv4_ep *ep, const dsv4_block_w *hash_b, cons
         if (c->rank == 1) {
             dsv4_ep_fail(ep, DSV4_ERR_CACHE_FULL, clean);
         } else {
-            int rc = dsv4_ep_moe(ep, c->k, dsv4_numerics_exact(), b, x, tok, 4, y, &err);
+            int rc = dsv4_ep_moe(ep, c->k, dsv4_numerics_exact(), b, x, tok, 4, y, c->routes, &err);
             CHECK_ERR(err, DSV4_ERR_CACHE_FULL, "rank 1 failed");
             CHECK(rc == DSV4_ERR_CACHE_FULL && dsv4_ep_failure_clean(ep) == clean);
         }
@@ -129,7 +130,7 @@ static void failures(const ctx *c, dsv4_ep *ep, const dsv4_block_w *hash_b, cons
     /* a failure inside: a token id out of range on a hash layer, on the last rank only */
     if (hash_b) {
         int32_t t2[4] = {1, 2, c->rank == c->size - 1 ? c->cfg->vocab_size : 3, 4};
-        int rc = dsv4_ep_moe(ep, c->k, dsv4_numerics_exact(), hash_b, x, t2, 4, y, &err);
+        int rc = dsv4_ep_moe(ep, c->k, dsv4_numerics_exact(), hash_b, x, t2, 4, y, c->routes, &err);
         CHECK(rc == DSV4_ERR_ARG);
         if (c->rank == c->size - 1) CHECK_ERR(err, DSV4_ERR_ARG, "token id");
         else CHECK_ERR(err, DSV4_ERR_ARG, "failed at the MoE");
@@ -155,6 +156,9 @@ int main(int argc, char **argv) {
     const dsv4_config *cfg = c.cfg;
     const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok, EP = c.size;
     CHECK(dsv4_kctx_create(1, 4096, &c.k, &err) == 0);
+    dsv4_arena routes;
+    CHECK(dsv4_arena_init(&routes, dsv4_ep_scratch_bytes(cfg, 1 << 12), &err) == 0);
+    c.routes = &routes;
     printf("rank %d/%d: E %d K %d D %d layers %d + %d MTP\n", c.rank, EP, E, K, cfg->hidden_size,
            cfg->num_hidden_layers, cfg->num_nextn_predict_layers);
 
@@ -203,6 +207,7 @@ int main(int argc, char **argv) {
         dsv4_ep_free(ep);
     }
     dsv4_kctx_free(c.k);
+    dsv4_arena_free(&routes);
     dsv4_model_close(m);
     int rc = test_report();
     dsv4_dist_finalize(c.d);

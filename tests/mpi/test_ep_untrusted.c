@@ -40,6 +40,8 @@ int main(int argc, char **argv) {
     dsv4_kctx *k = NULL;
     dsv4_ep *ep = NULL;
     CHECK(dsv4_kctx_create(1, 4096, &k, &err) == 0);
+    dsv4_arena routes; /* dsv4_ep_moe's scratch */
+    CHECK(dsv4_arena_init(&routes, dsv4_ep_scratch_bytes(c, R), &err) == 0);
     CHECK_MSG(dsv4_ep_create(c, d, T, &ep, &err) == 0, "%s", err.msg);
     const dsv4_block_w *b = &m->layers[c->num_hidden_layers - 1]; /* a score-routed layer */
     float *x = malloc(sizeof(float) * (size_t)R * D), *y = malloc(sizeof(float) * (size_t)R * D); // (R, D)
@@ -64,7 +66,7 @@ int main(int argc, char **argv) {
             free(s);
             free(r);
         } else {
-            int rc = dsv4_ep_moe(ep, k, dsv4_numerics_exact(), b, x, tok, R, y, &err);
+            int rc = dsv4_ep_moe(ep, k, dsv4_numerics_exact(), b, x, tok, R, y, &routes, &err);
             char want[96];
             snprintf(want, sizeof want, forged[f].want, cap + 1, cap);
             CHECK_MSG(rc == DSV4_ERR_STATE && strstr(err.msg, "rank 1 sent an invalid opening") &&
@@ -72,12 +74,13 @@ int main(int argc, char **argv) {
         }
     }
     /* the group is intact: an honest call works everywhere */
-    if (ep) CHECK_MSG(dsv4_ep_moe(ep, k, dsv4_numerics_exact(), b, x, tok, R, y, &err) == 0, "%s", err.msg);
+    if (ep) CHECK_MSG(dsv4_ep_moe(ep, k, dsv4_numerics_exact(), b, x, tok, R, y, &routes, &err) == 0, "%s", err.msg);
     printf("rank %d/%d: forged openings refused\n", rank, size);
     free(x);
     free(y);
     dsv4_ep_free(ep);
     dsv4_kctx_free(k);
+    dsv4_arena_free(&routes);
     dsv4_model_close(m);
     int failed = test_report();
     dsv4_dist_finalize(d);
