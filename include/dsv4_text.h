@@ -178,6 +178,13 @@ typedef struct dsv4_parsed {
  * DSV4_ERR_NOMEM on allocation failure (then *out is empty). */
 DSV4_API int dsv4_dsml_parse(const char *text, size_t len, int thinking, dsv4_parsed *out,
                              dsv4_err *err);
+/* The same with options (flags: DSV4_DSML_* or 0, which is dsv4_dsml_parse).
+ * DSV4_DSML_TEXT_ONLY: DSML is not read (a request that offered no tools): everything
+ * after the reasoning up to EOS is the content, whatever it holds, and there are no tool
+ * calls; the reasoning and EOS rules stay. */
+enum { DSV4_DSML_TEXT_ONLY = 1 };
+DSV4_API int dsv4_dsml_parse_opts(const char *text, size_t len, int thinking, int flags, dsv4_parsed *out,
+                                  dsv4_err *err);
 DSV4_API void dsv4_parsed_free(dsv4_parsed *p);
 
 /* The OpenAI-style assistant message {"role", "content", ["reasoning_content"],

@@ -105,21 +105,8 @@ static cJSON *head(const srv *s, const srv_job *j, const char *object) {
  * DSML is not read: the text after the reasoning is the content, whatever it holds. */
 void srv_parse_answer(const srv_job *j, dsv4_parsed *p) {
     dsv4_err err = {0};
-    const char *text = j->r->text ? j->r->text : "";
-    dsv4_dsml_parse(text, j->r->text_len, j->thinking, p, &err);
-    if (j->tools || !p->n_calls) return;
-    const char *end = j->thinking ? strstr(text, "</think>") : NULL;
-    char *content = strdup(end ? end + strlen("</think>") : text);
-    if (!content) return;  /* out of memory: the parse stands */
-    for (int i = 0; i < p->n_calls; i++) {
-        free(p->calls[i].name);
-        free(p->calls[i].arguments);
-    }
-    free(p->calls);
-    p->calls = NULL;
-    p->n_calls = 0;
-    free(p->content);
-    p->content = content;
+    dsv4_dsml_parse_opts(j->r->text ? j->r->text : "", j->r->text_len, j->thinking,
+                         j->tools ? 0 : DSV4_DSML_TEXT_ONLY, p, &err);
 }
 
 static void add_tool_call_ids(const srv_job *j, cJSON *calls) {

@@ -331,6 +331,11 @@ void dsv4_parsed_free(dsv4_parsed *p) {
 
 int dsv4_dsml_parse(const char *text, size_t len, int thinking, dsv4_parsed *out,
                     dsv4_err *err) {
+    return dsv4_dsml_parse_opts(text, len, thinking, 0, out, err);
+}
+
+int dsv4_dsml_parse_opts(const char *text, size_t len, int thinking, int flags, dsv4_parsed *out,
+                         dsv4_err *err) {
     memset(out, 0, sizeof *out);
     if (!text) len = 0;
     static const char eos[] = DSV4_CHAT_EOS, think_close[] = DSV4_CHAT_THINK_CLOSE;
@@ -355,12 +360,13 @@ int dsv4_dsml_parse(const char *text, size_t len, int thinking, dsv4_parsed *out
         if (!out->reasoning) goto nomem;
     }
 
-    const char *blk = find(c.s, c.n, body_from, TC_OPEN);
+    /* text only: no block, no markup check; the content runs to EOS */
+    const char *blk = flags & DSV4_DSML_TEXT_ONLY ? NULL : find(c.s, c.n, body_from, TC_OPEN);
     size_t content_end = blk ? (size_t)(blk - c.s) : c.n;
     size_t sep = 0;  /* the "\n\n" between content and block belongs to neither */
     if (blk && content_end - body_from >= 2 && memcmp(c.s + content_end - 2, "\n\n", 2) == 0)
         sep = 2;
-    if (!blk && !c.ended) {
+    if (!blk && !c.ended && !(flags & DSV4_DSML_TEXT_ONLY)) {
         /* Cut short while writing "<｜DSML｜tool_calls>": a block being started, not text.
          * (Shorter beginnings such as "<" stay in the content.) */
         size_t min = strlen("<" DSV4_DSML);
@@ -371,7 +377,7 @@ int dsv4_dsml_parse(const char *text, size_t len, int thinking, dsv4_parsed *out
                 break;
             }
     }
-    const char *stray = find(c.s, content_end - sep, body_from, DSV4_DSML);
+    const char *stray = flags & DSV4_DSML_TEXT_ONLY ? NULL : find(c.s, content_end - sep, body_from, DSV4_DSML);
     if (stray) {
         c.pos = (size_t)(stray - c.s);
         stop(&c, 0, "stray DSML markup in content");

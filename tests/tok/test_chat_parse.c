@@ -293,8 +293,34 @@ static void test_fixture_answers(void) {
     dsv4_parsed_free(&p);
 }
 
+/* DSV4_DSML_TEXT_ONLY (a request without tools): DSML is not read, the text after the
+ * reasoning is the content byte for byte, no tool calls; the EOS and reasoning rules stay. */
+static void test_text_only(void) {
+    dsv4_parsed p;
+    dsv4_err err = {0};
+    const char *after = strstr(WELL, "</think>") + strlen("</think>");
+    const size_t body = strlen(after) - strlen(EOS); /* up to EOS */
+    CHECK(dsv4_dsml_parse_opts(WELL, strlen(WELL), 1, DSV4_DSML_TEXT_ONLY, &p, &err) == 0);
+    CHECK(p.n_calls == 0 && p.calls == NULL && p.ended && !p.truncated);
+    CHECK(p.reasoning && strcmp(p.reasoning, "Need weather and a sum.") == 0);
+    CHECK(p.content && strlen(p.content) == body && memcmp(p.content, after, body) == 0);
+    dsv4_parsed_free(&p);
+    /* stray or half-written markup is text too */
+    static const char stray[] = "a <" DSML "invoke b <" DSML "tool_ca";
+    CHECK(dsv4_dsml_parse_opts(stray, strlen(stray), 0, DSV4_DSML_TEXT_ONLY, &p, &err) == 0);
+    CHECK(strcmp(p.content, stray) == 0 && !p.truncated && !p.ended);
+    dsv4_parsed_free(&p);
+    CHECK(parse(stray, 0, &p, &err) == DSV4_ERR_FORMAT); /* the default reads it */
+    dsv4_parsed_free(&p);
+    /* unclosed reasoning before EOS is still an error */
+    static const char open_think[] = "thinking" EOS;
+    CHECK(dsv4_dsml_parse_opts(open_think, strlen(open_think), 1, DSV4_DSML_TEXT_ONLY, &p, &err) == DSV4_ERR_FORMAT);
+    dsv4_parsed_free(&p);
+}
+
 int main(void) {
     test_well_formed();
+    test_text_only();
     test_truncation();
     test_malformed();
     test_corruption();
