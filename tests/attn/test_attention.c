@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "attn/attention.h"
+#include "attn_test.h"
 #include "kernels/kv_rows.h"
 #include "test.h"
 
@@ -29,33 +30,17 @@ enum { D = 32, H = 4, HD = 16, RD = 8, QL = 16, G = 2, OL = 8, NI = 2, DI = 8, T
 enum { WMAX = 2 * HD }; /* widest compressor projection */
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static float urand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
-    return (float)((double)(rng_state >> 11) / 4503599627370496.0 - 1.0);
-}
+static float urand(void) { return attn_urand(&rng_state); }
 
 static dsv4_config test_cfg(void) {
-    dsv4_config c;
-    memset(&c, 0, sizeof c);
-    c.hidden_size = D;
+    dsv4_config c = attn_test_cfg(D, HD, RD, DI);
     c.num_attention_heads = H;
-    c.head_dim = HD;
-    c.qk_rope_head_dim = RD;
     c.q_lora_rank = QL;
     c.o_groups = G;
     c.o_lora_rank = OL;
     c.sliding_window = WIN;
     c.index_n_heads = NI;
-    c.index_head_dim = DI;
     c.index_topk = TOPK;
-    c.rms_norm_eps = 1e-6;
-    c.rope_theta = 10000;
-    c.compress_rope_theta = 160000;
-    c.rope_yarn = 1;
-    c.rope_factor = 16;
-    c.rope_original_max_pos = 64;
-    c.rope_beta_fast = 32;
-    c.rope_beta_slow = 1;
     return c;
 }
 

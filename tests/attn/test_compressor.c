@@ -18,34 +18,16 @@
 #include <string.h>
 
 #include "attn/attention.h"
+#include "attn_test.h"
 #include "kernels/kv_rows.h"
 #include "test.h"
 
 enum { D = 24, HD = 16, RD = 8, DI = 8, N = 37 };
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static float urand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
-    return (float)((double)(rng_state >> 11) / 4503599627370496.0 - 1.0);
-}
+static float urand(void) { return attn_urand(&rng_state); }
 
-static dsv4_config test_cfg(void) {
-    dsv4_config c;
-    memset(&c, 0, sizeof c);
-    c.hidden_size = D;
-    c.head_dim = HD;
-    c.qk_rope_head_dim = RD;
-    c.index_head_dim = DI;
-    c.rms_norm_eps = 1e-6;
-    c.rope_theta = 10000;
-    c.compress_rope_theta = 160000;
-    c.rope_yarn = 1;
-    c.rope_factor = 16;
-    c.rope_original_max_pos = 64;
-    c.rope_beta_fast = 32;
-    c.rope_beta_slow = 1;
-    return c;
-}
+static dsv4_config test_cfg(void) { return attn_test_cfg(D, HD, RD, DI); }
 
 /* ---- the history source: projections of positions < s, entries written by the pool ---- */
 

@@ -171,4 +171,22 @@ static int continues_like(dsv4_engine *e, int seq, int mtp, const int32_t *token
     return same;
 }
 
+/* Opens the model at dir and sets the globals above from it (A from a probe engine);
+ * reference: the kernel path of every engine mk_engine makes. NULL after a message. */
+static dsv4_model *prefix_run_open(const char *dir, int reference) {
+    REFERENCE = reference;
+    dsv4_model *m;
+    dsv4_err err = {0};
+    if (dsv4_model_open(dir, &m, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return NULL;
+    }
+    const dsv4_model_info info = dsv4_model_get_info(m);
+    D = info.hidden_size; HC = info.hc_mult; V = info.vocab_size; HAS_MTP = info.n_mtp > 0;
+    dsv4_engine *probe = mk_engine(m, 0, 64, 1, 0);
+    A = probe ? dsv4_engine_alignment(probe) : 128;
+    dsv4_engine_free(probe);
+    return m;
+}
+
 #endif

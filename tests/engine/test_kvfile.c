@@ -318,17 +318,10 @@ static void test_kill_during_save(const dsv4_model *m) {
 
 int main(int argc, char **argv) {
     if (argc < 3) { fprintf(stderr, "usage: test_kvfile MODEL_DIR WORK_DIR [reference]\n"); return 2; }
-    REFERENCE = argc > 3 && !strcmp(argv[3], "reference");
     WORK = argv[2];
     mkdir(WORK, 0755);
-    dsv4_model *m;
-    dsv4_err err = {0};
-    if (dsv4_model_open(argv[1], &m, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-    dsv4_model_info info = dsv4_model_get_info(m);
-    D = info.hidden_size; HC = info.hc_mult; V = info.vocab_size; HAS_MTP = info.n_mtp > 0;
-    dsv4_engine *probe = mk_engine(m, 0, 64, 1, 0);
-    A = probe ? dsv4_engine_alignment(probe) : 128;
-    dsv4_engine_free(probe);
+    dsv4_model *m = prefix_run_open(argv[1], argc > 3 && !strcmp(argv[3], "reference"));
+    if (!m) return 1;
     test_roundtrip(m, 0);
     if (HAS_MTP) test_roundtrip(m, 1);
     test_bad_files(m, argv[1]);

@@ -246,15 +246,8 @@ static void test_spec_resume(const dsv4_model *m) {
 
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: test_prefix MODEL_DIR [reference]\n"); return 2; }
-    REFERENCE = argc > 2 && !strcmp(argv[2], "reference");
-    dsv4_model *m;
-    dsv4_err err = {0};
-    if (dsv4_model_open(argv[1], &m, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-    dsv4_model_info info = dsv4_model_get_info(m);
-    D = info.hidden_size; HC = info.hc_mult; V = info.vocab_size; HAS_MTP = info.n_mtp > 0;
-    dsv4_engine *probe = mk_engine(m, 0, 64, 1, 0);
-    A = probe ? dsv4_engine_alignment(probe) : 128;
-    dsv4_engine_free(probe);
+    dsv4_model *m = prefix_run_open(argv[1], argc > 2 && !strcmp(argv[2], "reference"));
+    if (!m) return 1;
     test_hit_exact(m, 0);
     if (HAS_MTP) test_hit_exact(m, 1);
     test_pressure(m);
