@@ -135,7 +135,7 @@ int cmd_serve(int argc, char **argv) {
         CLI_FLAG_OPT("warmup", 0, &warmup, 1, "read all weights into memory before serving, with progress (/health says loading meanwhile)", .def = "on"),
         CLI_FLAG_OPT("no-warmup", 0, &warmup, 0, "let the weights page in as the first requests use them"),
         CLI_FLAG_OPT("mlock", 0, &pin, 1, "pin the weights in memory (needs `ulimit -l` as large as the weights)"),
-        CLI_FN_OPT("parallel", 0, &so.parallel, parallel_opt, "ep", "one process", "under mpirun: expert-parallel MoE over all ranks; rank 0 serves HTTP (cp and cp+ep are refused: a step mixes decode rows and prefill chunks, and context parallelism needs one long prompt per call)"),
+        CLI_FN_OPT("parallel", 0, &so.parallel, parallel_opt, "ep", "one process", "under mpirun: expert-parallel MoE over all ranks; rank 0 serves HTTP; no prefix cache (a restored prefix would have to be restored on every rank, which the step messages do not carry) (cp and cp+ep are refused: a step mixes decode rows and prefill chunks, and context parallelism needs one long prompt per call)"),
         CLI_I64_OPT("peer-timeout", 0, &peer_timeout, 0, 1 << 24, "SEC", "with --parallel: a collective inside a step that a peer does not join within SEC seconds fails; 0 = wait forever (an idle server's ranks wait for the next step without limit either way)", .def = "300"),
         CLI_STR_OPT("trace-steps", 0, &so.trace_steps, "FILE", "write one JSON line per engine step to FILE: rows, decode rows, admissions and milliseconds per phase (admit, forward, head, sample, snapshot, mtp)", .def = "none"),
         CLI_STR_OPT("test-script", 0, &script_path, "FILE", "scripted answers (tests only)", .hidden = 1),
