@@ -89,7 +89,7 @@ def main():
     bin_, model = sys.argv[1], sys.argv[2]
     check_generate(bin_, model)
     check_chat(bin_, model)
-    print("1 passed, 0 failed")
+    print("pty_sigint: generate and chat stop on ^C as described")
 
 
 def check_chat(bin_, model):
