@@ -327,14 +327,7 @@ static void calls_events(srv_job *j, srv_buf *out, cJSON *calls) {
 /* The tool_use events of the DSML block in the text up to `upto` (done: the answer is
  * complete). Called per token, as OpenAI's tool_calls deltas are. */
 static void stream_calls(srv_job *j, srv_buf *out, size_t upto, int done) {
-    if (j->split.part != SRV_PART_TOOLS) return;
-    static const char open[] = "<｜DSML｜tool_calls>";
-    const char *text = j->r->text;
-    const char *at = strstr(text + j->split.pos, open);
-    if (!at) return;
-    const char *block = at + strlen(open);
-    if ((size_t)(block - text) > upto) return;
-    cJSON *calls = srv_tool_stream_next(&j->calls, block, upto - (size_t)(block - text), done, j->id);
+    cJSON *calls = srv_tool_stream_text(&j->calls, &j->split, j->r->text, upto, done, j->id);
     if (calls) calls_events(j, out, calls);
 }
 

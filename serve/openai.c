@@ -192,14 +192,7 @@ static void chat_text(srv *s, srv_job *j, srv_buf *out, size_t upto, int done, c
  * complete). Called per token, so the deltas do not depend on how often the connection's
  * thread wakes. */
 static void chat_calls(srv *s, srv_job *j, srv_buf *out, size_t upto, int done) {
-    if (j->split.part != SRV_PART_TOOLS) return;
-    static const char open[] = "<｜DSML｜tool_calls>";
-    const char *text = j->r->text;
-    const char *at = strstr(text + j->split.pos, open);
-    if (!at) return;
-    const char *block = at + strlen(open);
-    if ((size_t)(block - text) > upto) return;
-    cJSON *calls = srv_tool_stream_next(&j->calls, block, upto - (size_t)(block - text), done, j->id);
+    cJSON *calls = srv_tool_stream_text(&j->calls, &j->split, j->r->text, upto, done, j->id);
     if (!calls) return;
     cJSON *d = cJSON_CreateObject();
     cJSON_AddItemToObject(d, "tool_calls", calls);

@@ -229,3 +229,14 @@ void srv_tool_stream_free(srv_tool_stream *ts) {
     free(ts->sent);
     memset(ts, 0, sizeof *ts);
 }
+
+cJSON *srv_tool_stream_text(srv_tool_stream *ts, const srv_split *sp, const char *text, size_t upto,
+                            int done, const char *id) {
+    if (sp->part != SRV_PART_TOOLS) return NULL;
+    static const char open[] = "<｜DSML｜tool_calls>";
+    const char *at = strstr(text + sp->pos, open);
+    if (!at) return NULL;
+    const char *block = at + strlen(open);
+    if ((size_t)(block - text) > upto) return NULL;
+    return srv_tool_stream_next(ts, block, upto - (size_t)(block - text), done, id);
+}

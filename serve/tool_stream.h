@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "dsv4_text.h"
+#include "serve/split.h"
 #include "serve/util.h"
 
 typedef struct srv_tool_stream {
@@ -30,6 +31,12 @@ void srv_tool_stream_free(srv_tool_stream *ts);
  * done: the text is complete (nothing is held back). Call ids are "call_<id>_<index>". */
 cJSON *srv_tool_stream_next(srv_tool_stream *ts, const char *block, size_t n, int done,
                             const char *id);
+
+/* srv_tool_stream_next on the answer text[0..upto) so far, once sp (the answer's split) has
+ * reached the tool-call block and its opening tag is in the text; NULL before that or when
+ * nothing is new. One entry for OpenAI's tool_calls deltas and Anthropic's tool_use events. */
+cJSON *srv_tool_stream_text(srv_tool_stream *ts, const srv_split *sp, const char *text, size_t upto,
+                            int done, const char *id);
 
 /* After the whole answer was parsed into p (p->n_calls > 0): the deltas that complete the
  * sent calls to p's (calls the scan did not reach, and the rest of any arguments), or
