@@ -5,6 +5,7 @@
 #ifndef DSV4_TESTS_CHOICE_METRICS_H
 #define DSV4_TESTS_CHOICE_METRICS_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,6 +87,19 @@ static inline double csa_jaccard(const choices *a, const choices *b, long *pairs
         (*pairs)++;
     }
     return *pairs ? sum / *pairs : 1.0;
+}
+
+/* Prints the router top-K agreement of the score-routed layers and the CSA selections'
+ * Jaccard overlap of run a against run b; returns the number of CSA (layer, token) pairs. */
+static inline long print_choice_metrics(int hash_layers, int L, int N, int K, const int *route_a,
+                                        const int *route_b, const choices *a, const choices *b) {
+    const double ra = route_agreement(hash_layers, L, N, K, route_a, route_b);
+    printf("  router top-%d agreement (score layers %d..%d): %.2f%%\n", K, hash_layers, L - 1, 100 * ra);
+    long pairs, exact;
+    const double jac = csa_jaccard(a, b, &pairs, &exact);
+    printf("  CSA selections: mean Jaccard %.4f, identical in %ld of %ld (layer, token) pairs\n", jac, exact,
+           pairs);
+    return pairs;
 }
 
 #endif

@@ -112,12 +112,7 @@ int main(int argc, char **argv) {
             print_metrics("mtp logits", &mm, 1);
             CHECK_MSG(mm.finite, "%s: non-finite MTP logits", cases[i].name);
         }
-        const double ra = route_agreement(c->num_hash_layers, L, N, K, o[i].ch.route, o[0].ch.route);
-        long pairs, exact;
-        const double jac = csa_jaccard(&o[i].ch, &o[0].ch, &pairs, &exact);
-        printf("  router top-%d agreement (score layers %d..%d): %.2f%%\n", K, c->num_hash_layers, L - 1, 100 * ra);
-        printf("  CSA selections: mean Jaccard %.4f, identical in %ld of %ld (layer, token) pairs\n", jac,
-               exact, pairs);
+        print_choice_metrics(c->num_hash_layers, L, N, K, o[i].ch.route, o[0].ch.route, &o[i].ch, &o[0].ch);
         /* the item is live: it changes the result */
         CHECK_MSG(mh.max_abs > 0, "%s: hidden identical to P0 (hook not taken?)", cases[i].name);
     }

@@ -121,12 +121,7 @@ int main(int argc, char **argv) {
                       "%s: MTP logits rel-L2 %.3e, KL %.3e, top-1 %.3f outside the bounds", name,
                       mm.rel_l2, mm.kl, mm.top1);
         }
-        const double ra = route_agreement(c->num_hash_layers, L, N, K, o[i].ch.route, o[0].ch.route);
-        long pairs, exact;
-        const double jac = csa_jaccard(&o[i].ch, &o[0].ch, &pairs, &exact);
-        printf("  router top-%d agreement (score layers %d..%d): %.2f%%\n", K, c->num_hash_layers, L - 1, 100 * ra);
-        printf("  CSA selections: mean Jaccard %.4f, identical in %ld of %ld (layer, token) pairs\n", jac,
-               exact, pairs);
+        print_choice_metrics(c->num_hash_layers, L, N, K, o[i].ch.route, o[0].ch.route, &o[i].ch, &o[0].ch);
     }
     for (int i = 0; i < n_kinds; i++) golden_out_free(&o[i]);
     dsv4_model_close(m);

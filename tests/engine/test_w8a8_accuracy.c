@@ -363,13 +363,9 @@ int main(int argc, char **argv) {
         print_metrics("hidden", &mh, 0);
         print_metrics("logits", &ml, 1);
         print_metrics("mtp logits", &mm, 1);
-        const double ra = route_agreement(c->num_hash_layers, L, N, K, o[lv].route, o[0].route);
-        printf("  router top-%d agreement (score layers %d..%d): %.2f%%\n", K, c->num_hash_layers, L - 1, 100 * ra);
+        const long pairs = print_choice_metrics(c->num_hash_layers, L, N, K, o[lv].route, o[0].route, &o[lv].g.ch,
+                                                &o[0].g.ch);
         split_by_routing(c, &o[lv], &o[0], N);
-        long pairs, exact;
-        const double jac = csa_jaccard(&o[lv].g.ch, &o[0].g.ch, &pairs, &exact);
-        printf("  CSA selections: mean Jaccard %.4f, identical in %ld of %ld (layer, token) pairs\n", jac, exact,
-               pairs);
         CHECK_MSG(pairs > 0, "w8a8 = %d: no CSA selection reported", lv);
         /* no quantized path may equal P0 exactly: that would mean the INT8 copies are unused */
         CHECK_MSG(mh.max_abs > 0, "w8a8 = %d: hidden identical to P0 (INT8 path not taken?)", lv);
