@@ -186,6 +186,10 @@ enum { DSV4_DSML_TEXT_ONLY = 1 };
 DSV4_API int dsv4_dsml_parse_opts(const char *text, size_t len, int thinking, int flags, dsv4_parsed *out,
                                   dsv4_err *err);
 DSV4_API void dsv4_parsed_free(dsv4_parsed *p);
+/* 1 when v[0..n), a string="false" parameter value, is kept verbatim in the arguments (it
+ * is valid JSON, non-empty, without a NUL), 0 when it is passed on as a JSON string, -1
+ * when out of memory. The parser and a streaming client decide the same way through it. */
+DSV4_API int dsv4_dsml_value_is_json(const char *v, size_t n);
 
 /* The OpenAI-style assistant message {"role", "content", ["reasoning_content"],
  * ["tool_calls": [{"type": "function", "function": {"name", "arguments"}}]]}, or NULL when

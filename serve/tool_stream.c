@@ -63,19 +63,12 @@ static void put_escaped(srv_buf *b, const char *s, size_t n) {
     }
 }
 
-/* A complete value: a string, or JSON text kept verbatim when it parses (else a string),
- * as dsv4_dsml_parse decides. */
+/* A complete value: a string, or JSON text kept verbatim, as dsv4_dsml_parse decides. */
 static void put_value(srv_buf *b, const char *v, size_t n, int is_str) {
-    if (!is_str && n > 0) {
-        char *tmp = malloc(n + 1);
-        if (!tmp) { b->oom = 1; return; }
-        memcpy(tmp, v, n);
-        tmp[n] = 0;
-        const char *end = NULL;
-        cJSON *j = cJSON_ParseWithOpts(tmp, &end, 1);
-        free(tmp);
-        if (j) {
-            cJSON_Delete(j);
+    if (!is_str) {
+        const int json = dsv4_dsml_value_is_json(v, n);
+        if (json < 0) { b->oom = 1; return; }
+        if (json) {
             srv_buf_put(b, v, n);
             return;
         }

@@ -196,16 +196,8 @@ static int argset_add(argset *a, const char *k, size_t kn, const char *v, size_t
     dsv4_tbuf_puts(&a->json, ": ");
     int raw_json = 0;
     if (!is_str) {
-        /* The value is JSON text: keep it verbatim when it is valid JSON. */
-        char *tmp = malloc(vn + 1);
-        if (!tmp) return -1;
-        memcpy(tmp, v, vn);
-        tmp[vn] = 0;
-        const char *end = NULL;
-        cJSON *j = cJSON_ParseWithOpts(tmp, &end, 1);
-        raw_json = j != NULL && vn > 0;
-        cJSON_Delete(j);
-        free(tmp);
+        raw_json = dsv4_dsml_value_is_json(v, vn);
+        if (raw_json < 0) return -1;
     }
     if (raw_json) dsv4_tbuf_put(&a->json, v, vn);
     else dsv4_pyjson_string(&a->json, v, vn);
@@ -440,4 +432,20 @@ cJSON *dsv4_parsed_to_json(const dsv4_parsed *p) {
     }
     if (!ok) { cJSON_Delete(m); return NULL; }
     return m;
+}
+
+int dsv4_dsml_value_is_json(const char *v, size_t n) {
+    /* A NUL inside would end the parse early ("3\0" reads as 3) and then cut the C string
+     * of the arguments short: such a value stays a string (fuzz_chat's find). */
+    if (n == 0 || memchr(v, 0, n)) return 0;
+    char *tmp = malloc(n + 1);
+    if (!tmp) return -1;
+    memcpy(tmp, v, n);
+    tmp[n] = 0;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(tmp, &end, 1);
+    const int ok = j != NULL;
+    cJSON_Delete(j);
+    free(tmp);
+    return ok;
 }

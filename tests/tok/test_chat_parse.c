@@ -82,6 +82,13 @@ static void test_well_formed(void) {
     CHECK(parse(BLOCK(INV("f", P("k", "false", "not json") "\n")) EOS, 0, &p, &err) == 0);
     CHECK(p.n_calls == 1 && strcmp(p.calls[0].arguments, "{\"k\": \"not json\"}") == 0);
     dsv4_parsed_free(&p);
+    /* ... and so is one with a NUL in it ("3\0" would otherwise pass as the JSON 3 and cut
+     * the arguments short at the NUL) */
+    static const char nul[] = BLOCK(INV("f", P("k", "false", "3\0") "\n")) EOS;
+    CHECK(dsv4_dsml_parse(nul, sizeof nul - 1, 0, &p, &err) == 0);
+    CHECK_MSG(p.n_calls == 1 && strcmp(p.calls[0].arguments, "{\"k\": \"3\\u0000\"}") == 0, "arguments %s",
+              p.n_calls == 1 ? p.calls[0].arguments : "(no call)");
+    dsv4_parsed_free(&p);
     /* Empty text. */
     CHECK(parse("", 0, &p, &err) == 0 && strcmp(p.content, "") == 0);
     dsv4_parsed_free(&p);
