@@ -173,6 +173,7 @@ void dsv4_engine_free(dsv4_engine *e) {
     dsv4_ep_free(e->ep);
     dsv4_arena_free(&e->scratch);
     dsv4_sha256_free(e->call_hash);
+    free(e->trace_gather);
     for (int i = 0; i < e->n_owned; i++) free(e->owned[i]);
     free(e->owned);
     free(e->blocks);
@@ -186,6 +187,13 @@ const dsv4_model *dsv4_engine_model(const dsv4_engine *e) { return e->model; }
 void dsv4_engine_set_trace(dsv4_engine *e, dsv4_trace_fn fn, void *user) {
     e->trace = fn;
     e->trace_user = user;
+    const int cp_home = e->group && (e->opts.parallel & DSV4_PAR_CP) && e->group->rank == 0;
+    if (fn && cp_home && !e->trace_gather) /* NULL: a traced CP prefill fails out of memory */
+        e->trace_gather = malloc((size_t)e->opts.max_rows * e->cfg->hc_mult * e->cfg->hidden_size * sizeof(float));
+    if (!fn) {
+        free(e->trace_gather);
+        e->trace_gather = NULL;
+    }
 }
 
 void dsv4_engine_set_choice_trace(dsv4_engine *e, dsv4_choice_fn fn, void *user) {

@@ -41,6 +41,10 @@ struct dsv4_engine {
                                       * create for opts.max_rows rows (engine/scratch.c) */
     dsv4_trace_fn trace;
     void *trace_user;
+    float *trace_gather;             /* CP home rank while a trace hook is set: (max_rows, hc, D),
+                                      * every rank's rows gathered for the hook; made when the
+                                      * hook is set, so no call allocates and engines without a
+                                      * hook do not carry it in their arena */
     dsv4_choice_fn choice;           /* optional report of routing and CSA selections */
     void *choice_user;
     /* scale-out (spec/serving.md §c, §d): SPMD, every rank makes the same calls */

@@ -112,7 +112,6 @@ typedef struct cp_call {
     /* every entry w < end/r (hd) and indexer key w < end/4 (dI) of the current layer */
     float *cmp, *idx;
     MPI_Datatype t_hd, t_dI, t_D;
-    float *trace_buf;             /* home rank with the trace hook: (n_tokens, hc, D) */
     dsv4_cp_stats *stats;         /* e->cp_stats: optional timings */
 } cp_call;
 
@@ -501,7 +500,7 @@ static int cp_trace_step(void *u, const dsv4_block_w *b, const dsv4_batch *batch
                          const float *h, dsv4_err *err) {
     (void)batch;
     cp_call *cx = u;
-    return cp_trace(cx, b->layer_id, sub, h, cx->trace_buf, err);
+    return cp_trace(cx, b->layer_id, sub, h, cx->e->trace_gather, err);
 }
 
 /* ---- the call's buffers, from the engine's scratch ------------------------------------- */
@@ -725,11 +724,11 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
         }
         if (!rc && !rows_take(&e->scratch, c, cx->R, max_send, max_a, max_bc, n_cmp, n_idx, cx, &h))
             rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP prefill: scratch arena too small for %d rows", cx->R);
-        /* the debug trace's gather, on the home rank: the one buffer of a call not from the
-         * arena (a dump hook, never on in serving) */
-        if (!rc && e->trace && cx->rank == 0 &&
-            !(cx->trace_buf = malloc((size_t)sp->n_tokens * hc * D * sizeof(float))))
-            rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP prefill: out of memory for the trace");
+        /* the trace hook's gather on the home rank is made when the hook is set
+         * (dsv4_engine_set_trace), for max_rows >= n_tokens rows */
+        if (!rc && e->trace && cx->rank == 0 && !e->trace_gather)
+            rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP prefill: out of memory for the trace hook's gather "
+                           "(made when the hook was set)");
     }
     if (!rc && cx->rank == 0) {
         const int64_t start = sp->start;
@@ -795,7 +794,6 @@ done:
     if (cx->t_hd != MPI_DATATYPE_NULL) MPI_Type_free(&cx->t_hd);
     if (cx->t_dI != MPI_DATATYPE_NULL) MPI_Type_free(&cx->t_dI);
     if (cx->t_D != MPI_DATATYPE_NULL) MPI_Type_free(&cx->t_D);
-    free(cx->trace_buf);
     dsv4_arena_release(&e->scratch, scratch_mark);
     return rc;
 }
