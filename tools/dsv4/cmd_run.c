@@ -215,14 +215,16 @@ static int dump_seq(const char *final, const run_seq *s, int V, int D, int hc, i
     return bad ? -1 : 0;
 }
 
-/* Reads one sequence per non-empty line. */
+/* Reads one sequence per non-empty line. Returns the count, -1 on malformed content, or
+ * -2 when the file cannot be read (missing, too large): exit status 2 and 1, as the other
+ * commands that read an input whole. */
 static int read_tokens_file(const char *path, run_seq **out) {
     size_t len;
     char why[512];
     char *text = cli_read_input(path, CLI_IDS_LIMIT, &len, why, sizeof why);
     if (!text) {
         fprintf(stderr, "dsv4 run: %s\n", why);
-        return -1;
+        return -2;
     }
     int n = 0, cap = 4;
     run_seq *seqs = calloc((size_t)cap, sizeof *seqs);
@@ -409,7 +411,7 @@ int cmd_run(int argc, char **argv) {
             fprintf(stderr, "dsv4 run: %s--tokens: %s\n", who, n == 0 ? "no token ids" : perr);
             free(rc.seqs);
             rc.seqs = NULL;
-            status = 2;
+            status = n == -2 ? 1 : 2;
             goto out;
         }
         rc.seqs[0].N = n;
@@ -419,7 +421,7 @@ int cmd_run(int argc, char **argv) {
         if (n <= 0) {
             if (n == 0) { fprintf(stderr, "dsv4 run: %s%s holds no sequences\n", who, tokens_file); free(rc.seqs); }
             rc.seqs = NULL;
-            status = 2;
+            status = n == -2 ? 1 : 2;
             goto out;
         }
         rc.n_seqs = n;
