@@ -270,11 +270,9 @@ typedef struct attend_job {
     float *iscores;           /* (B, max_entries) indexer scores */
     const void **rows;        /* (B, n_kv_max) K=V rows of the query (src->row_fmt) */
     int *n_kv;                /* (B) */
-    /* per thread: rows as F32 for the kernels (unpacked into stage unless stored F32) */
+    /* per thread: FP8-split rows unpacked to F32 for the kernels (NULL for other formats) */
     const float **frows;      /* (threads, n_kv_max) */
-    float *stage;             /* (threads, n_kv_max, hd), row_fmt != F32 only */
-    const float **fkeys;      /* (threads, ATTEND_IDX_MAX_CHUNK) CSA */
-    float *kstage;            /* (threads, ATTEND_IDX_MAX_CHUNK, dI), key_fmt != F32 only */
+    float *stage;             /* (threads, n_kv_max, hd) */
     int *iorder;              /* (threads, max_entries) work of the selection */
     int *isel;                /* (threads, topk) */
     float *probs;             /* (threads, H * n_kv_max) */
@@ -309,9 +307,8 @@ static void score_task(void *arg, int task, int tid) {
     const attend_job *j = arg;
     const int *t = j->score_tasks + 3 * task, bi = t[0], nq = t[1], w0 = t[2];
     const dsv4_attn_query q = job_query(j, j->r0 + bi);
+    (void)tid;
     dsv4_attn_row_scores(&q, nq, j->ikeys + j->ikey_off[j->row_span[q.i]], w0, w0 + j->idx_chunk,
-                         j->fkeys + (size_t)tid * ATTEND_IDX_MAX_CHUNK,
-                         j->kstage ? j->kstage + (size_t)tid * ATTEND_IDX_MAX_CHUNK * j->ctx->cfg->index_head_dim : NULL,
                          j->iscores + (size_t)bi * j->max_entries, (size_t)j->max_entries);
 }
 
@@ -332,7 +329,7 @@ static void heads_task(void *arg, int task, int tid) {
     const int bi = task / j->groups, h0 = (task % j->groups) * j->group_heads;
     const dsv4_attn_query q = job_query(j, j->r0 + bi);
     dsv4_attn_row_heads(&q, j->rows + (size_t)bi * j->n_kv_max, j->n_kv[bi], h0, j->group_heads,
-                        j->frows + (size_t)tid * j->n_kv_max,
+                        j->frows ? j->frows + (size_t)tid * j->n_kv_max : NULL,
                         j->stage ? j->stage + (size_t)tid * j->n_kv_max * hd : NULL,
                         j->probs + (size_t)tid * H * j->n_kv_max, j->o + (size_t)q.i * H * hd);
 }
@@ -340,7 +337,7 @@ static void heads_task(void *arg, int task, int tid) {
 /* The sizes attend's scratch depends on: those of a call, or bounds on them (sizing). */
 typedef struct attend_dims {
     int R, n_spans, T, csa;
-    int stage_rows, stage_keys; /* K=V rows / indexer keys are stored in another format than F32 */
+    int stage_rows;        /* K=V rows are unpacked to F32 (dsv4_attn_stages_rows) */
     int64_t n_keys;        /* indexer keys of the spans that need scoring */
     int64_t n_key_tasks;
     int64_t n_kv_max;      /* K=V rows of one query, at most */
@@ -360,10 +357,8 @@ typedef struct attend_bufs {
     const void **rows;     /* (B, n_kv_max) */
     int *n_kv;             /* (B) */
     float *probs;          /* (T, H, n_kv_max) */
-    const float **frows;   /* (T, n_kv_max) */
+    const float **frows;   /* (T, n_kv_max) when stage_rows */
     float *stage;          /* (T, n_kv_max, hd) when stage_rows */
-    const float **fkeys;   /* CSA: (T, ATTEND_IDX_MAX_CHUNK) */
-    float *kstage;         /* CSA: (T, ATTEND_IDX_MAX_CHUNK, dI) when stage_keys */
     float *iscores;        /* CSA: (B, max_entries) */
     int *iorder;           /* CSA: (T, max_entries) */
     int *isel;             /* CSA: (T, topk) */
@@ -381,25 +376,19 @@ static int attend_take(dsv4_arena *a, const dsv4_config *cfg, const attend_dims 
     ab->rows = dsv4_arena_take_n(a, d->block_rows, sizeof(void *));
     ab->n_kv = dsv4_arena_take_n(a, d->B, sizeof(int));
     ab->probs = dsv4_arena_take_n(a, d->T * H * d->n_kv_max, sizeof(float));
-    ab->frows = dsv4_arena_take_n(a, d->T * d->n_kv_max, sizeof(float *));
     int ok = ab->o && ab->row_span && ab->ikey_off && ab->ikeys && ab->key_tasks &&
-             ab->rows && ab->n_kv && ab->probs && ab->frows;
+             ab->rows && ab->n_kv && ab->probs;
     if (d->stage_rows) {
+        ab->frows = dsv4_arena_take_n(a, d->T * d->n_kv_max, sizeof(float *));
         ab->stage = dsv4_arena_take_n(a, d->T * d->n_kv_max * cfg->head_dim, sizeof(float));
-        ok = ok && ab->stage;
+        ok = ok && ab->frows && ab->stage;
     }
     if (d->csa) {
         ab->iscores = dsv4_arena_take_n(a, d->block_scores, sizeof(float));
         ab->iorder = dsv4_arena_take_n(a, d->T * d->max_entries, sizeof(int));
         ab->isel = dsv4_arena_take_n(a, (int64_t)d->T * cfg->index_topk, sizeof(int));
         ab->score_tasks = dsv4_arena_take_n(a, 3 * d->block_tasks, sizeof(int));
-        ab->fkeys = dsv4_arena_take_n(a, (int64_t)d->T * ATTEND_IDX_MAX_CHUNK, sizeof(float *));
-        ok = ok && ab->iscores && ab->iorder && ab->isel && ab->score_tasks && ab->fkeys;
-        if (d->stage_keys) {
-            ab->kstage = dsv4_arena_take_n(a, (int64_t)d->T * ATTEND_IDX_MAX_CHUNK * cfg->index_head_dim,
-                                           sizeof(float));
-            ok = ok && ab->kstage;
-        }
+        ok = ok && ab->iscores && ab->iorder && ab->isel && ab->score_tasks;
     }
     return ok;
 }
@@ -423,8 +412,7 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
     /* the most compressed entries any row of the batch can see; the indexer keys of the
      * spans where some row sees more than topk (the others select without scoring) */
     attend_dims d = {.R = R, .n_spans = batch->n_spans, .T = T, .csa = csa,
-                     .stage_rows = dsv4_row_fmt(src->row_fmt) != DSV4_ROW_F32,
-                     .stage_keys = csa && dsv4_row_fmt(src->key_fmt) != DSV4_ROW_F32};
+                     .stage_rows = dsv4_attn_stages_rows(src->row_fmt)};
     for (int si = 0; si < batch->n_spans; si++) {
         int64_t e = r ? (batch->spans[si].start + batch->spans[si].n) / r : 0;
         if (e > d.max_entries) d.max_entries = e;
@@ -474,7 +462,7 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
                       .max_entries = max_entries,
                       .n_kv_max = n_kv_max, .score_tasks = score_tasks, .iscores = ab.iscores,
                       .rows = ab.rows, .n_kv = ab.n_kv, .frows = ab.frows, .stage = ab.stage,
-                      .fkeys = ab.fkeys, .kstage = ab.kstage, .iorder = ab.iorder, .isel = ab.isel,
+                      .iorder = ab.iorder, .isel = ab.isel,
                       .probs = ab.probs, .o = ab.o};
     dsv4_kctx_parallel(ctx->k, nkt, keys_task, &job);
     for (int r0 = 0; r0 < R; r0 += B) {
@@ -584,6 +572,7 @@ int dsv4_attention(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
 size_t dsv4_attn_scratch_bytes(const dsv4_config *cfg, int ratio, int R, int n_spans,
                                int64_t max_pos, int threads, int row_fmt, int key_fmt) {
     const int csa = ratio == 4, topk = cfg->index_topk;
+    (void)key_fmt; /* keys are read as stored: no scratch depends on their format */
     dsv4_arena m = dsv4_arena_measuring();
     dsv4_attn_work w;
     work_take(&m, cfg, ratio, R, row_fmt, &w);
@@ -601,8 +590,7 @@ size_t dsv4_attn_scratch_bytes(const dsv4_config *cfg, int ratio, int R, int n_s
     const int64_t one_block = ATTEND_BLOCK_BUDGET > per_row ? ATTEND_BLOCK_BUDGET : per_row;
     if (block > one_block) block = one_block;
     attend_dims d = {.R = R, .n_spans = n_spans, .T = threads, .csa = csa,
-                     .stage_rows = dsv4_row_fmt(row_fmt) != DSV4_ROW_F32,
-                     .stage_keys = csa && dsv4_row_fmt(key_fmt) != DSV4_ROW_F32,
+                     .stage_rows = dsv4_attn_stages_rows(row_fmt),
                      .n_keys = csa && E > topk ? (int64_t)n_spans * E : 0,
                      .n_key_tasks = csa && E > topk ? (int64_t)n_spans * ((E + ATTEND_KEY_CHUNK - 1) / ATTEND_KEY_CHUNK) : 0,
                      .n_kv_max = n_kv_max, .max_entries = E, .B = R, .block_scores = block,

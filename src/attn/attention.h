@@ -129,10 +129,10 @@ int64_t dsv4_attn_visible(int ratio, int64_t t);
 
 /* Step 2 (CSA): indexer scores of entries [w0, w1) for rows q->i .. q->i+nq-1 of q's span
  * (nq <= DSV4_ATTN_SCORE_ROWS), each row only up to the entries it sees, into
- * scores[k * ss + w]. keys: the span's indexer keys from entry 0 (src->key_fmt); fkeys
- * (w1 - w0) and, keys not stored F32, kstage (w1 - w0, dI): scratch for them as F32. */
+ * scores[k * ss + w]. keys: the span's indexer keys from entry 0, read by the kernel in
+ * their storage format (src->key_fmt). */
 void dsv4_attn_row_scores(const dsv4_attn_query *q, int nq, const void *const *keys, int64_t w0,
-                          int64_t w1, const float **fkeys, float *kstage, float *scores, size_t ss);
+                          int64_t w1, float *scores, size_t ss);
 /* Step 3: the row's K=V list into rows (win + min(visible, topk) for CSA, win + visible
  * otherwise; src->row_fmt): window rows ascending, then the entries (CSA: the top-k of
  * scores, which holds every visible entry's score when there are more than topk; also
@@ -140,10 +140,13 @@ void dsv4_attn_row_scores(const dsv4_attn_query *q, int nq, const void *const *k
 int dsv4_attn_row_keys(const dsv4_attn_query *q, const float *scores, int *work, int *sel,
                        const void **rows);
 /* Step 4: heads [h0, h0+nh) of the row attend over rows (§5.10) and are rotated back at t
- * (§5.11) into o (H, hd), the row's output. Scratch: frows (n_kv) and, rows not stored
- * F32, stage (n_kv, hd) for the rows as F32; probs (nh, n_kv). */
+ * (§5.11) into o (H, hd), the row's output. The kernels read F32 and BF16 rows as stored;
+ * FP8-split rows are first unpacked into frows (n_kv) and stage (n_kv, hd), scratch used
+ * only then (dsv4_attn_stages_rows). probs (nh, n_kv) scratch. */
 void dsv4_attn_row_heads(const dsv4_attn_query *q, const void *const *rows, int n_kv, int h0, int nh,
                          const float **frows, float *stage, float *probs, float *o);
+/* True when rows in format fmt (0 = F32) go through dsv4_attn_row_heads' F32 stage. */
+int dsv4_attn_stages_rows(int fmt);
 /* All four steps of one row, serially: pools the windows t closes (indexer's, then main),
  * scores and selects, attends with every head: o (H, hd). Rows of a span must run in
  * ascending order (an entry is pooled by the row that closes it, before later rows read
@@ -201,21 +204,24 @@ int dsv4_indexer_select(const float *scores, int n_cand, int topk, int *work, in
 /* The scores of nq consecutive query rows (qI (nq, nI, dI), wI (nq, nI)) that share their
  * keys, query q the entries w0 <= w < min(w1, lim[q]), into scores[q * ss + w]: the same
  * bits as dsv4_indexer_scores row by row at every kernel level (kernels/idx_scores.h), each
- * key read once for the block. simd: the kernel level. */
+ * key read once for the block, in its storage format key_fmt (F32 or BF16). simd: the
+ * kernel level. */
 void dsv4_indexer_scores_block(int simd, const dsv4_attn_ops *ops, const float *qI, const float *wI, int nq,
-                               const int64_t *lim, const float *const *keys, int w0, int w1, int nI, int dI,
-                               float *scores, size_t ss);
+                               const int64_t *lim, const void *const *keys, int key_fmt, int w0, int w1, int nI,
+                               int dI, float *scores, size_t ss);
 
-/* Attention of one query row over n_kv rows of width hd (K = V) with a per-head sink:
+/* Attention of one query row over n_kv F32 rows of width hd (K = V) with a per-head sink:
  * q (H, hd), o (H, hd), probs (H, n_kv) scratch. rows[j] points to row j. */
 void dsv4_sparse_attn_row(const dsv4_attn_ops *ops, const float *q, const float *const *rows,
                           int n_kv, int H, int hd, const float *sink, float scale, float *o,
                           float *probs);
 /* The same for nh consecutive heads of the row: q, o (nh, hd) and sink (nh) start at the
- * first of them; probs (nh, n_kv) scratch holds the normalised probabilities on return.
- * Each head's output is the same whatever group of heads it is computed in. nm rounds the
- * probabilities for P.V (DSV4_ACT_PROBS; the exact path keeps them). */
-void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const float *const *rows,
+ * first of them; rows stored in fmt (DSV4_ROW_F32 or DSV4_ROW_BF16, read as stored; a
+ * BF16 row gives the bits of its F32 copy); probs (nh, n_kv) scratch holds the normalised
+ * probabilities on return. Each head's output is the same whatever group of heads it is
+ * computed in. nm rounds the probabilities for P.V (DSV4_ACT_PROBS; the exact path keeps
+ * them). */
+void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const void *const *rows, int fmt,
                             int n_kv, int nh, int hd, const float *sink, float scale, float *o,
                             float *probs, const dsv4_numerics *nm);
 

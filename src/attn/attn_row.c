@@ -15,8 +15,9 @@
  * only on its entry, a head only on its own q row, attn_ops.h fixes the summation order),
  * so a row is the same bits serially and in any batch.
  *
- * Rows and keys come in their storage format (kernels/kv_rows.h); the kernels read F32,
- * so steps 2 and 4 unpack them into the caller's stage buffers unless they are F32.
+ * Rows and keys come in their storage format (kernels/kv_rows.h). The kernels read F32
+ * and BF16 as stored (attn_ops.h, idx_scores.h); FP8-split K=V rows are unpacked into the
+ * caller's stage buffers for step 4.
  */
 #include <math.h>
 #include <string.h>
@@ -37,26 +38,23 @@ dsv4_attn_query dsv4_attn_query_of(const dsv4_attn_ctx *ctx, const dsv4_block_w 
                              .ops = dsv4_attn_ops_for(dsv4_kctx_simd(ctx->k))};
 }
 
-/* F32 views of rows[0, n) (width d, rd rope channels) in format fmt: the rows themselves,
- * or their values unpacked into stage (n, d). */
-static void f32_rows(int fmt, const void *const *rows, int n, int d, int rd, float *stage,
-                     const float **out) {
+int dsv4_attn_stages_rows(int fmt) { return dsv4_row_fmt(fmt) == DSV4_ROW_FP8; }
+
+/* rows[0, n) (width d, rd rope channels) in format fmt unpacked into stage (n, d), out[j]
+ * pointing at row j there. */
+static void unpack_rows(int fmt, const void *const *rows, int n, int d, int rd, float *stage, const float **out) {
     for (int j = 0; j < n; j++) {
-        if (fmt == DSV4_ROW_F32) {
-            out[j] = rows[j];
-        } else {
-            float *x = stage + (size_t)j * d;
-            dsv4_row_unpack(fmt, x, rows[j], d, rd);
-            out[j] = x;
-        }
+        float *x = stage + (size_t)j * d;
+        dsv4_row_unpack(fmt, x, rows[j], d, rd);
+        out[j] = x;
     }
 }
 
 void dsv4_attn_row_scores(const dsv4_attn_query *q, int nq, const void *const *keys, int64_t w0,
-                          int64_t w1, const float **fkeys, float *kstage, float *scores, size_t ss) {
+                          int64_t w1, float *scores, size_t ss) {
     const dsv4_config *cfg = q->ctx->cfg;
     const int nI = cfg->index_n_heads, dI = cfg->index_head_dim;
-    /* the keys [w0, w0 + n) some row sees, as F32; lim relative to w0 */
+    /* the keys [w0, w0 + n) some row sees; lim relative to w0 */
     int64_t lim[DSV4_ATTN_SCORE_ROWS], n = 0;
     for (int k = 0; k < nq; k++) {
         const int64_t l = dsv4_attn_visible(q->b->ratio, q->batch->pos[q->i + k]) - w0;
@@ -64,9 +62,9 @@ void dsv4_attn_row_scores(const dsv4_attn_query *q, int nq, const void *const *k
         if (lim[k] > n) n = lim[k];
     }
     if (n > w1 - w0) n = w1 - w0;
-    f32_rows(dsv4_row_fmt(q->src->key_fmt), keys + w0, (int)n, dI, 0, kstage, fkeys);
     dsv4_indexer_scores_block(dsv4_kctx_simd(q->ctx->k), q->ops, q->w->qI + (size_t)q->i * nI * dI,
-                              q->w->wI + (size_t)q->i * nI, nq, lim, fkeys, 0, (int)n, nI, dI, scores + w0, ss);
+                              q->w->wI + (size_t)q->i * nI, nq, lim, keys + w0, dsv4_row_fmt(q->src->key_fmt), 0,
+                              (int)n, nI, dI, scores + w0, ss);
 }
 
 int dsv4_attn_row_keys(const dsv4_attn_query *q, const float *scores, int *work, int *sel,
@@ -103,8 +101,13 @@ void dsv4_attn_row_heads(const dsv4_attn_query *q, const void *const *rows, int 
     const int H = cfg->num_attention_heads, hd = cfg->head_dim;
     const dsv4_rope *rope = q->b->ratio ? q->ctx->rope_cmp : q->ctx->rope_main;
     float *oh = o + (size_t)h0 * hd;
-    f32_rows(dsv4_row_fmt(q->src->row_fmt), rows, n_kv, hd, cfg->qk_rope_head_dim, stage, frows);
-    dsv4_sparse_attn_heads(q->ops, q->w->q + ((size_t)q->i * H + h0) * hd, frows, n_kv, nh, hd,
+    int fmt = dsv4_row_fmt(q->src->row_fmt);
+    if (dsv4_attn_stages_rows(fmt)) {
+        unpack_rows(fmt, rows, n_kv, hd, cfg->qk_rope_head_dim, stage, frows);
+        rows = (const void *const *)frows;
+        fmt = DSV4_ROW_F32;
+    }
+    dsv4_sparse_attn_heads(q->ops, q->w->q + ((size_t)q->i * H + h0) * hd, rows, fmt, n_kv, nh, hd,
                            q->b->attn_sink + h0, 1.0f / sqrtf((float)hd), oh, probs, q->ctx->num);
     for (int h = 0; h < nh; h++) dsv4_rope_apply(rope, oh + (size_t)h * hd, hd, q->t, 1);
 }
@@ -112,14 +115,12 @@ void dsv4_attn_row_heads(const dsv4_attn_query *q, const void *const *rows, int 
 /* One row's scratch. */
 typedef struct row_bufs {
     const void **keys;   /* (visible) indexer keys, when the indexer scores */
-    const float **fkeys; /* (visible) the keys as F32 */
-    float *kstage;       /* (visible, dI) their values, keys not stored F32 */
     float *scores;       /* (visible) */
     int *work;           /* (visible) */
     int *sel;            /* (topk) */
     const void **rows;   /* (n_kv_max) the K=V list */
-    const float **frows; /* (n_kv_max) the list as F32 */
-    float *stage;        /* (n_kv_max, hd) its values, rows not stored F32 */
+    const float **frows; /* (n_kv_max) the list as F32, FP8-split rows only */
+    float *stage;        /* (n_kv_max, hd) its values, FP8-split rows only */
     float *probs;        /* (H, n_kv_max) */
 } row_bufs;
 
@@ -129,19 +130,16 @@ static int row_take(dsv4_arena *a, const dsv4_attn_query *q, row_bufs *rb) {
     const int64_t n_vis = dsv4_attn_visible(r, q->t);
     const int score = r == 4 && n_vis > topk; /* the indexer scores only past topk entries */
     const int64_t n_kv_max = cfg->sliding_window + (score ? topk : n_vis);
-    const int stage_keys = score && dsv4_row_fmt(q->src->key_fmt) != DSV4_ROW_F32;
-    const int stage_rows = dsv4_row_fmt(q->src->row_fmt) != DSV4_ROW_F32;
+    const int stage_rows = dsv4_attn_stages_rows(q->src->row_fmt);
     rb->keys = dsv4_arena_take_n(a, score ? n_vis : 0, sizeof(void *));
-    rb->fkeys = dsv4_arena_take_n(a, score ? n_vis : 0, sizeof(float *));
-    rb->kstage = dsv4_arena_take_n(a, stage_keys ? n_vis * cfg->index_head_dim : 0, sizeof(float));
     rb->scores = dsv4_arena_take_n(a, n_vis, sizeof(float));
     rb->work = dsv4_arena_take_n(a, n_vis, sizeof(int));
     rb->sel = dsv4_arena_take_n(a, topk, sizeof(int));
     rb->rows = dsv4_arena_take_n(a, n_kv_max, sizeof(void *));
-    rb->frows = dsv4_arena_take_n(a, n_kv_max, sizeof(float *));
+    rb->frows = dsv4_arena_take_n(a, stage_rows ? n_kv_max : 0, sizeof(float *));
     rb->stage = dsv4_arena_take_n(a, stage_rows ? n_kv_max * cfg->head_dim : 0, sizeof(float));
     rb->probs = dsv4_arena_take_n(a, cfg->num_attention_heads * n_kv_max, sizeof(float));
-    return rb->keys && rb->fkeys && rb->kstage && rb->scores && rb->work && rb->sel && rb->rows &&
+    return rb->keys && rb->scores && rb->work && rb->sel && rb->rows &&
            rb->frows && rb->stage && rb->probs;
 }
 
@@ -170,7 +168,7 @@ int dsv4_attn_row(const dsv4_attn_query *q, float *o, dsv4_err *err) {
     /* 2. CSA past topk entries: the indexer scores every visible one (§5.9) */
     if (r == 4 && n_vis > cfg->index_topk) {
         for (int64_t e = 0; e < n_vis; e++) rb.keys[e] = q->src->entry(q->src->u, q->sp, layer, 1, e);
-        dsv4_attn_row_scores(q, 1, rb.keys, 0, n_vis, rb.fkeys, rb.kstage, rb.scores, (size_t)n_vis);
+        dsv4_attn_row_scores(q, 1, rb.keys, 0, n_vis, rb.scores, (size_t)n_vis);
     }
     /* 3. the K=V list; 4. every head over it */
     const int n_kv = dsv4_attn_row_keys(q, rb.scores, rb.work, rb.sel, rb.rows);

@@ -12,18 +12,21 @@
 #include "attn/attention.h"
 
 #include "kernels/idx_scores.h"
+#include "kernels/kv_rows.h"
 
 void dsv4_indexer_scores(const dsv4_attn_ops *ops, const float *qI, const float *wI,
                          const float *const *keys, int w0, int w1, int nI, int dI,
                          float *scores) {
     const int64_t lim = w1;
-    dsv4_idx_scores_ref(ops, qI, 0, wI, 0, 1, &lim, keys, w0, w1, nI, dI, scores, 0);
+    dsv4_idx_scores_ref(ops, qI, 0, wI, 0, 1, &lim, (const void *const *)keys, DSV4_ROW_F32, w0, w1, nI, dI,
+                        scores, 0);
 }
 
 void dsv4_indexer_scores_block(int simd, const dsv4_attn_ops *ops, const float *qI, const float *wI, int nq,
-                               const int64_t *lim, const float *const *keys, int w0, int w1, int nI, int dI,
-                               float *scores, size_t ss) {
-    dsv4_idx_scores(simd, ops, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys, w0, w1, nI, dI, scores, ss);
+                               const int64_t *lim, const void *const *keys, int key_fmt, int w0, int w1, int nI,
+                               int dI, float *scores, size_t ss) {
+    dsv4_idx_scores(simd, ops, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores,
+                    ss);
 }
 
 /* True when entry i ranks before entry j: higher score, then lower index. */

@@ -1,19 +1,49 @@
 /* attn_ops.c — dot/axpy kernels of sparse attention and the indexer (contract: attn_ops.h).
  *
- * The portable level is dsv4_dot and a plain loop. The AVX2 level keeps the eight lanes of
+ * The portable level is dsv4_dot and plain loops. The AVX2 level keeps the eight lanes of
  * the contract in one register per dot and computes up to 8 dots against the same key
  * chunk at once: the key is loaded once per chunk, and the 8 independent accumulators
- * hide the add latency (one dot alone is a chain of n/8 dependent adds). Its functions
- * carry __attribute__((target("avx2"))) (no "fma": multiply and add must stay two
+ * hide the add latency (one dot alone is a chain of n/8 dependent adds). The AVX-512 level
+ * puts two rows' 8 lanes side by side in one 16-lane register (rows j and j + 1, each q
+ * chunk broadcast to both halves): half the multiply and add instructions of AVX2 for the
+ * scores; the value sum runs 16 columns per register. BF16 rows are widened in registers
+ * (zero-extend to 32 bits, shift left 16), never through an F32 copy. The SIMD functions
+ * carry __attribute__((target(...))) without "fma" (multiply and add must stay two
  * roundings; C11 mode also keeps GCC from contracting them), so this file needs no ISA
  * flags and the library runs them only after cpu.c detection.
  */
 #include "kernels/attn_ops.h"
 
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/codec.h"
 #include "kernels/cpu.h"
+#include "kernels/kv_rows.h"
 #include "kernels/ops.h"
 
 /* ---- portable level -------------------------------------------------------------------- */
+
+/* Value i of a row in fmt (F32 or BF16). */
+static inline float row_value(const void *row, int fmt, int i) {
+    if (fmt == DSV4_ROW_BF16) {
+        uint16_t h;
+        memcpy(&h, (const uint8_t *)row + 2 * (size_t)i, 2);
+        return dsv4_bf16_to_f32(h);
+    }
+    return ((const float *)row)[i];
+}
+
+/* dsv4_dot(a, row as F32, n): the same lanes, order and roundings. */
+static float dot_row(const float *a, const void *row, int fmt, int n) {
+    if (fmt != DSV4_ROW_BF16) return dsv4_dot(a, row, n);
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * row_value(row, fmt, i + l);
+    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * row_value(row, fmt, i);
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
 
 static void dotn_scalar(const float *q, size_t qs, int nq, const float *k, int n, float *out,
                         size_t os) {
@@ -29,14 +59,25 @@ static void axpyn_scalar(float *y, size_t ys, int ny, const float *a, size_t as,
     }
 }
 
-static void wsum_scalar(float *o, size_t os, int nh, const float *p, size_t ps,
-                        const float *const *rows, int n_rows, int n) {
-    for (int h = 0; h < nh; h++)
-        for (int c = 0; c < n; c++) o[(size_t)h * os + c] = 0.0f;
-    for (int j = 0; j < n_rows; j++) axpyn_scalar(o, os, nh, p + j, ps, rows[j], n);
+static void dot_rows_scalar(const float *q, size_t qs, int nq, const void *const *rows, int fmt, int n_rows,
+                            int n, float *out, size_t os) {
+    for (int j = 0; j < n_rows; j++)
+        for (int h = 0; h < nq; h++) out[(size_t)h * os + j] = dot_row(q + (size_t)h * qs, rows[j], fmt, n);
 }
 
-static const dsv4_attn_ops scalar_ops = {dotn_scalar, axpyn_scalar, wsum_scalar};
+static void wsum_scalar(float *o, size_t os, int nh, const float *p, size_t ps, const void *const *rows,
+                        int fmt, int n_rows, int n) {
+    for (int h = 0; h < nh; h++)
+        for (int c = 0; c < n; c++) o[(size_t)h * os + c] = 0.0f;
+    for (int j = 0; j < n_rows; j++)
+        for (int h = 0; h < nh; h++) {
+            const float ph = p[(size_t)h * ps + j];
+            float *oh = o + (size_t)h * os;
+            for (int c = 0; c < n; c++) oh[c] += ph * row_value(rows[j], fmt, c);
+        }
+}
+
+static const dsv4_attn_ops scalar_ops = {dotn_scalar, axpyn_scalar, dot_rows_scalar, wsum_scalar};
 
 /* ---- AVX2 level ------------------------------------------------------------------------ */
 
@@ -60,37 +101,70 @@ AVX2_INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
-/* G dots of q rows (stride qs) against k. The zero-padded tail adds 0*0 = +0 to lanes
- * past n, which leaves them unchanged (an accumulator that starts at +0 is never -0 under
- * round-to-nearest), exactly like the portable loop that skips them. */
-AVX2_INLINE void dot_group(const float *q, size_t qs, const float *k, int n, float *out,
+/* Values [i, i + 8) of a row in fmt as FP32 (BF16: zero-extended, shifted into the upper
+ * halves). */
+AVX2_INLINE __m256 row8(const void *row, int fmt, int i) {
+    if (fmt == DSV4_ROW_BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i))), 16));
+    return _mm256_loadu_ps((const float *)row + i);
+}
+
+/* The first r in [1, 8) values from i, the other lanes zero (m: mask_first(r)). */
+AVX2_INLINE __m256 row8_tail(const void *row, int fmt, int i, int r, __m256i m) {
+    if (fmt == DSV4_ROW_BF16) {
+        uint16_t t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        memcpy(t, (const uint16_t *)row + i, 2 * (size_t)r);
+        return row8(t, fmt, 0);
+    }
+    return _mm256_maskload_ps((const float *)row + i, m);
+}
+
+/* G dots of q rows (stride qs) against the row k in fmt. The zero-padded tail adds 0*0 =
+ * +0 to lanes past n, which leaves them unchanged (an accumulator that starts at +0 is
+ * never -0 under round-to-nearest), exactly like the portable loop that skips them. */
+AVX2_INLINE void dot_group(const float *q, size_t qs, const void *k, int fmt, int n, float *out,
                            size_t os, const int G) {
     __m256 acc[8];
     for (int g = 0; g < G; g++) acc[g] = _mm256_setzero_ps();
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        const __m256 kv = _mm256_loadu_ps(k + i);
+        const __m256 kv = row8(k, fmt, i);
         for (int g = 0; g < G; g++)
             acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_loadu_ps(q + g * qs + i), kv));
     }
     if (i < n) {
         const __m256i m = mask_first(n - i);
-        const __m256 kv = _mm256_maskload_ps(k + i, m);
+        const __m256 kv = row8_tail(k, fmt, i, n - i, m);
         for (int g = 0; g < G; g++)
             acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_maskload_ps(q + g * qs + i, m), kv));
     }
     for (int g = 0; g < G; g++) out[g * os] = hsum8(acc[g]);
 }
 
-AVX2_FN static void dotn_avx2(const float *q, size_t qs, int nq, const float *k, int n, float *out,
-                              size_t os) {
+/* nq dots against row k, 8 / 4 / 1 at a time */
+AVX2_INLINE void dot_heads(const float *q, size_t qs, int nq, const void *k, int fmt, int n, float *out,
+                           size_t os) {
     int h = 0;
-    for (; h + 8 <= nq; h += 8) dot_group(q + h * qs, qs, k, n, out + h * os, os, 8);
+    for (; h + 8 <= nq; h += 8) dot_group(q + h * qs, qs, k, fmt, n, out + h * os, os, 8);
     if (h + 4 <= nq) {
-        dot_group(q + h * qs, qs, k, n, out + h * os, os, 4);
+        dot_group(q + h * qs, qs, k, fmt, n, out + h * os, os, 4);
         h += 4;
     }
-    for (; h < nq; h++) dot_group(q + h * qs, qs, k, n, out + h * os, os, 1);
+    for (; h < nq; h++) dot_group(q + h * qs, qs, k, fmt, n, out + h * os, os, 1);
+}
+
+AVX2_FN static void dotn_avx2(const float *q, size_t qs, int nq, const float *k, int n, float *out,
+                              size_t os) {
+    dot_heads(q, qs, nq, k, DSV4_ROW_F32, n, out, os);
+}
+
+AVX2_FN static void dot_rows_avx2(const float *q, size_t qs, int nq, const void *const *rows, int fmt,
+                                  int n_rows, int n, float *out, size_t os) {
+    if (fmt == DSV4_ROW_BF16)
+        for (int j = 0; j < n_rows; j++) dot_heads(q, qs, nq, rows[j], DSV4_ROW_BF16, n, out + j, os);
+    else
+        for (int j = 0; j < n_rows; j++) dot_heads(q, qs, nq, rows[j], DSV4_ROW_F32, n, out + j, os);
 }
 
 AVX2_FN static void axpyn_avx2(float *y, size_t ys, int ny, const float *a, size_t as,
@@ -112,21 +186,20 @@ AVX2_FN static void axpyn_avx2(float *y, size_t ys, int ny, const float *a, size
 }
 
 /* HB heads x CW 8-column chunks of the value sum, starting at column c (the last chunk
- * masked by m), accumulated in registers over all rows: one pass over the rows reads
- * 32*CW bytes of each and adds them into HB*CW accumulators, instead of a load and a
- * store of o per row and head. Each accumulator starts at +0 and adds p*x in ascending
- * row order: the bits of the axpy loop. */
-AVX2_INLINE void wsum_block(float *o, size_t os, const float *p, size_t ps,
-                            const float *const *rows, int n_rows, int c, __m256i m,
-                            const int HB, const int CW, const int masked) {
+ * holding r values, masked by m, when masked), accumulated in registers over all rows: one
+ * pass over the rows reads CW chunks of each and adds them into HB*CW accumulators,
+ * instead of a load and a store of o per row and head. Each accumulator starts at +0 and
+ * adds p*x in ascending row order: the bits of the axpy loop. */
+AVX2_INLINE void wsum_block(float *o, size_t os, const float *p, size_t ps, const void *const *rows,
+                            int fmt, int n_rows, int c, int r, __m256i m, const int HB, const int CW,
+                            const int masked) {
     __m256 acc[4][2];
     for (int h = 0; h < HB; h++)
         for (int k = 0; k < CW; k++) acc[h][k] = _mm256_setzero_ps();
     for (int j = 0; j < n_rows; j++) {
-        const float *x = rows[j] + c;
         __m256 xv[2];
         for (int k = 0; k < CW; k++)
-            xv[k] = masked && k == CW - 1 ? _mm256_maskload_ps(x + 8 * k, m) : _mm256_loadu_ps(x + 8 * k);
+            xv[k] = masked && k == CW - 1 ? row8_tail(rows[j], fmt, c + 8 * k, r, m) : row8(rows[j], fmt, c + 8 * k);
         for (int h = 0; h < HB; h++) {
             const __m256 pv = _mm256_broadcast_ss(p + h * ps + j);
             for (int k = 0; k < CW; k++) acc[h][k] = _mm256_add_ps(acc[h][k], _mm256_mul_ps(pv, xv[k]));
@@ -139,33 +212,145 @@ AVX2_INLINE void wsum_block(float *o, size_t os, const float *p, size_t ps,
         }
 }
 
-AVX2_FN static void wsum_avx2(float *o, size_t os, int nh, const float *p, size_t ps,
-                              const float *const *rows, int n_rows, int n) {
+AVX2_INLINE void wsum_fmt(float *o, size_t os, int nh, const float *p, size_t ps, const void *const *rows,
+                          const int fmt, int n_rows, int n) {
     int c = 0;
     for (; c + 16 <= n; c += 16) { /* full 16-column blocks */
         int h = 0;
-        for (; h + 4 <= nh; h += 4) wsum_block(o + h * os, os, p + h * ps, ps, rows, n_rows, c, mask_first(8), 4, 2, 0);
-        for (; h < nh; h++) wsum_block(o + h * os, os, p + h * ps, ps, rows, n_rows, c, mask_first(8), 1, 2, 0);
+        for (; h + 4 <= nh; h += 4) wsum_block(o + h * os, os, p + h * ps, ps, rows, fmt, n_rows, c, 8, mask_first(8), 4, 2, 0);
+        for (; h < nh; h++) wsum_block(o + h * os, os, p + h * ps, ps, rows, fmt, n_rows, c, 8, mask_first(8), 1, 2, 0);
     }
     if (c < n) { /* the last 1..15 columns: one or two chunks, the last one masked */
-        const int w = n - c;
-        const __m256i m = mask_first(w > 8 ? w - 8 : w);
+        const int w = n - c, r = w > 8 ? w - 8 : w;
+        const __m256i m = mask_first(r);
         int h = 0;
         if (w > 8) {
-            for (; h + 4 <= nh; h += 4) wsum_block(o + h * os, os, p + h * ps, ps, rows, n_rows, c, m, 4, 2, 1);
-            for (; h < nh; h++) wsum_block(o + h * os, os, p + h * ps, ps, rows, n_rows, c, m, 1, 2, 1);
+            for (; h + 4 <= nh; h += 4) wsum_block(o + h * os, os, p + h * ps, ps, rows, fmt, n_rows, c, r, m, 4, 2, 1);
+            for (; h < nh; h++) wsum_block(o + h * os, os, p + h * ps, ps, rows, fmt, n_rows, c, r, m, 1, 2, 1);
         } else {
-            for (; h + 4 <= nh; h += 4) wsum_block(o + h * os, os, p + h * ps, ps, rows, n_rows, c, m, 4, 1, 1);
-            for (; h < nh; h++) wsum_block(o + h * os, os, p + h * ps, ps, rows, n_rows, c, m, 1, 1, 1);
+            for (; h + 4 <= nh; h += 4) wsum_block(o + h * os, os, p + h * ps, ps, rows, fmt, n_rows, c, r, m, 4, 1, 1);
+            for (; h < nh; h++) wsum_block(o + h * os, os, p + h * ps, ps, rows, fmt, n_rows, c, r, m, 1, 1, 1);
         }
     }
 }
 
-static const dsv4_attn_ops avx2_ops = {dotn_avx2, axpyn_avx2, wsum_avx2};
+AVX2_FN static void wsum_avx2(float *o, size_t os, int nh, const float *p, size_t ps, const void *const *rows,
+                              int fmt, int n_rows, int n) {
+    if (fmt == DSV4_ROW_BF16) wsum_fmt(o, os, nh, p, ps, rows, DSV4_ROW_BF16, n_rows, n);
+    else wsum_fmt(o, os, nh, p, ps, rows, DSV4_ROW_F32, n_rows, n);
+}
+
+static const dsv4_attn_ops avx2_ops = {dotn_avx2, axpyn_avx2, dot_rows_avx2, wsum_avx2};
 #define HAVE_AVX2_OPS 1
 #endif
 
+/* ---- AVX-512 level --------------------------------------------------------------------- */
+
+#if defined(HAVE_AVX2_OPS) && defined(DSV4_HAVE_AVX512)
+#include "kernels/attn_x512.h"
+
+/* G dots of q rows (stride qs) against rows a (lanes 0-7) and b (lanes 8-15) at once, into
+ * out[g * os] and out[g * os + 1] (b's only when two). Each half is the AVX2 dot's
+ * register: the same products and sums in the same order, the tail zero-padded. */
+X512_INLINE void pair_group(const float *q, size_t qs, const void *a, const void *b, int fmt, int n,
+                            float *out, size_t os, int two, const int G) {
+    __m512 acc[8];
+    for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m512 kv = x512_pair8(a, b, fmt, i, 0xff);
+        for (int g = 0; g < G; g++)
+            acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(_mm512_broadcast_f32x8(_mm256_loadu_ps(q + g * qs + i)), kv));
+    }
+    if (i < n) {
+        const __mmask8 m = (__mmask8)((1u << (n - i)) - 1);
+        const __m512 kv = x512_pair8(a, b, fmt, i, m);
+        for (int g = 0; g < G; g++)
+            acc[g] = _mm512_add_ps(acc[g],
+                                   _mm512_mul_ps(_mm512_broadcast_f32x8(_mm256_maskz_loadu_ps(m, q + g * qs + i)), kv));
+    }
+    for (int g = 0; g < G; g++) {
+        const __m512 t = x512_tree8x2(acc[g]);
+        out[g * os] = _mm512_cvtss_f32(t);
+        if (two) out[g * os + 1] = x512_lane8(t);
+    }
+}
+
+X512_INLINE void dot_rows_fmt(const float *q, size_t qs, int nq, const void *const *rows, const int fmt,
+                              int n_rows, int n, float *out, size_t os) {
+    for (int j = 0; j < n_rows; j += 2) {
+        const int two = j + 1 < n_rows;
+        const void *a = rows[j], *b = two ? rows[j + 1] : rows[j]; /* a lone last row twice */
+        int h = 0;
+        for (; h + 8 <= nq; h += 8) pair_group(q + h * qs, qs, a, b, fmt, n, out + h * os + j, os, two, 8);
+        if (h + 4 <= nq) {
+            pair_group(q + h * qs, qs, a, b, fmt, n, out + h * os + j, os, two, 4);
+            h += 4;
+        }
+        for (; h < nq; h++) pair_group(q + h * qs, qs, a, b, fmt, n, out + h * os + j, os, two, 1);
+    }
+}
+
+X512_FN static void dot_rows_x512(const float *q, size_t qs, int nq, const void *const *rows, int fmt,
+                                  int n_rows, int n, float *out, size_t os) {
+    if (fmt == DSV4_ROW_BF16) dot_rows_fmt(q, qs, nq, rows, DSV4_ROW_BF16, n_rows, n, out, os);
+    else dot_rows_fmt(q, qs, nq, rows, DSV4_ROW_F32, n_rows, n, out, os);
+}
+
+/* HB heads x CW 16-column chunks from column c (the last chunk masked by m when masked),
+ * accumulated in registers over all rows, as the AVX2 wsum_block at twice the width. */
+X512_INLINE void wsum_block16(float *o, size_t os, const float *p, size_t ps, const void *const *rows, int fmt,
+                              int n_rows, int c, __mmask16 m, const int HB, const int CW, const int masked) {
+    __m512 acc[4][4];
+    for (int h = 0; h < HB; h++)
+        for (int k = 0; k < CW; k++) acc[h][k] = _mm512_setzero_ps();
+    for (int j = 0; j < n_rows; j++) {
+        __m512 xv[4];
+        for (int k = 0; k < CW; k++)
+            xv[k] = x512_row16(rows[j], fmt, c + 16 * k, masked && k == CW - 1 ? m : (__mmask16)0xffff);
+        for (int h = 0; h < HB; h++) {
+            const __m512 pv = _mm512_set1_ps(p[h * ps + j]);
+            for (int k = 0; k < CW; k++) acc[h][k] = _mm512_add_ps(acc[h][k], _mm512_mul_ps(pv, xv[k]));
+        }
+    }
+    for (int h = 0; h < HB; h++)
+        for (int k = 0; k < CW; k++)
+            _mm512_mask_storeu_ps(o + h * os + c + 16 * k, masked && k == CW - 1 ? m : (__mmask16)0xffff, acc[h][k]);
+}
+
+X512_INLINE void wsum16_fmt(float *o, size_t os, int nh, const float *p, size_t ps, const void *const *rows,
+                            const int fmt, int n_rows, int n) {
+    int c = 0;
+    for (; c + 64 <= n; c += 64) { /* full 64-column blocks */
+        int h = 0;
+        for (; h + 4 <= nh; h += 4) wsum_block16(o + h * os, os, p + h * ps, ps, rows, fmt, n_rows, c, 0xffff, 4, 4, 0);
+        for (; h < nh; h++) wsum_block16(o + h * os, os, p + h * ps, ps, rows, fmt, n_rows, c, 0xffff, 1, 4, 0);
+    }
+    for (; c < n; c += 16) { /* the last 1..63 columns, 16 at a time, the last chunk masked */
+        const int w = n - c < 16 ? n - c : 16;
+        const __mmask16 m = (__mmask16)((1u << w) - 1);
+        int h = 0;
+        for (; h + 4 <= nh; h += 4) wsum_block16(o + h * os, os, p + h * ps, ps, rows, fmt, n_rows, c, m, 4, 1, 1);
+        for (; h < nh; h++) wsum_block16(o + h * os, os, p + h * ps, ps, rows, fmt, n_rows, c, m, 1, 1, 1);
+    }
+}
+
+X512_FN static void wsum_x512(float *o, size_t os, int nh, const float *p, size_t ps, const void *const *rows,
+                              int fmt, int n_rows, int n) {
+    if (fmt == DSV4_ROW_BF16) wsum16_fmt(o, os, nh, p, ps, rows, DSV4_ROW_BF16, n_rows, n);
+    else wsum16_fmt(o, os, nh, p, ps, rows, DSV4_ROW_F32, n_rows, n);
+}
+
+/* single-key dots and the axpy are the AVX2 code: they serve only the portable-shaped
+ * paths (the indexer's one-query reference, tests) */
+static const dsv4_attn_ops x512_ops = {dotn_avx2, axpyn_avx2, dot_rows_x512, wsum_x512};
+#define HAVE_X512_OPS 1
+#endif
+
 const dsv4_attn_ops *dsv4_attn_ops_for(int simd) {
+#ifdef HAVE_X512_OPS
+    if (simd >= DSV4_SIMD_AVX512) return &x512_ops;
+#endif
 #ifdef HAVE_AVX2_OPS
     if (simd >= DSV4_SIMD_AVX2) return &avx2_ops;
 #endif

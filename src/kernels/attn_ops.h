@@ -1,8 +1,11 @@
 /* attn_ops.h — the vector kernels of sparse attention and the lightning indexer: many dot
- * products of a few query vectors against one key row, and the probability-weighted sum
- * of rows (axpy), in a portable level and an AVX2 level chosen at run time.
+ * products of a few query vectors against key rows, and the probability-weighted sum of
+ * rows, in a portable level, an AVX2 level and an AVX-512 level chosen at run time. Rows
+ * are read in their storage format (kernels/kv_rows.h): F32, or BF16 widened to FP32 in
+ * registers (exact: a BF16 value is the upper half of an FP32 one), so a BF16 row gives
+ * the bits its unpacked F32 copy would, and the kernels read half the bytes.
  *
- * Arithmetic contract (both levels produce the SAME bits, and the same bits as dsv4_dot):
+ * Arithmetic contract (every level produces the SAME bits, and the same bits as dsv4_dot):
  *   dot(a, b, n): lane l (0..7) sums the products a[i]*b[i] of i = 8c + l in ascending
  *     chunk c, each product rounded to FP32 and then added (no fused multiply-add), the
  *     last chunk zero-padded; the lanes are then added as
@@ -22,10 +25,16 @@ typedef struct dsv4_attn_ops {
     void (*dotn)(const float *q, size_t qs, int nq, const float *k, int n, float *out, size_t os);
     /* y[h * ys + c] += a[h * as] * x[c] for h in [0, ny), c in [0, n) */
     void (*axpyn)(float *y, size_t ys, int ny, const float *a, size_t as, const float *x, int n);
-    /* o[h * os + c] = sum over j of p[h * ps + j] * rows[j][c], h in [0, nh), c in [0, n):
-     * the same bits as o = 0 followed by axpyn(o, os, nh, p + j, ps, rows[j], n) for
-     * j = 0, 1, .. n_rows-1 (the attention's value sum) */
-    void (*wsum)(float *o, size_t os, int nh, const float *p, size_t ps, const float *const *rows,
+    /* out[h * os + j] = dot(q + h * qs, rows[j], n) for h in [0, nq), j in [0, n_rows), the
+     * rows stored in fmt (DSV4_ROW_F32 or DSV4_ROW_BF16; any pointer alignment): the bits
+     * of dotn on each row as F32 (the attention's scores) */
+    void (*dot_rows)(const float *q, size_t qs, int nq, const void *const *rows, int fmt, int n_rows,
+                     int n, float *out, size_t os);
+    /* o[h * os + c] = sum over j of p[h * ps + j] * rows[j][c], h in [0, nh), c in [0, n),
+     * rows in fmt as for dot_rows: the same bits as o = 0 followed by
+     * axpyn(o, os, nh, p + j, ps, rows[j] as F32, n) for j = 0, 1, .. n_rows-1 (the
+     * attention's value sum) */
+    void (*wsum)(float *o, size_t os, int nh, const float *p, size_t ps, const void *const *rows, int fmt,
                  int n_rows, int n);
 } dsv4_attn_ops;
 

@@ -8,12 +8,12 @@
 
 #include "kernels/cpu.h"
 
-/* Heads whose dots one dotn call computes (bounds the stack). */
+/* Heads whose dots one dot_rows call computes (bounds the stack). */
 #define IDX_HEAD_CHUNK 32
 
 void dsv4_idx_scores_ref(const dsv4_attn_ops *ops, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
-                         const int64_t *lim, const float *const *keys, int64_t w0, int64_t w1, int nI, int dI,
-                         float *scores, size_t ss) {
+                         const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
+                         int dI, float *scores, size_t ss) {
     float dot[IDX_HEAD_CHUNK];
     for (int q = 0; q < nq; q++) {
         const float *qq = qI + (size_t)q * qs, *wq = wI + (size_t)q * ws;
@@ -22,7 +22,7 @@ void dsv4_idx_scores_ref(const dsv4_attn_ops *ops, const float *qI, size_t qs, c
             float s = 0.0f;
             for (int h0 = 0; h0 < nI; h0 += IDX_HEAD_CHUNK) {
                 const int nh = nI - h0 < IDX_HEAD_CHUNK ? nI - h0 : IDX_HEAD_CHUNK;
-                ops->dotn(qq + (size_t)h0 * dI, (size_t)dI, nh, keys[w], dI, dot, 1);
+                ops->dot_rows(qq + (size_t)h0 * dI, (size_t)dI, nh, keys + w, key_fmt, 1, dI, dot, 1);
                 for (int h = 0; h < nh; h++) s += wq[h0 + h] * (dot[h] > 0.0f ? dot[h] : 0.0f);
             }
             scores[(size_t)q * ss + w] = s;
@@ -32,22 +32,10 @@ void dsv4_idx_scores_ref(const dsv4_attn_ops *ops, const float *qI, size_t qs, c
 
 #if defined(DSV4_HAVE_AVX512) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_AVX512_IDX 1
-#include <immintrin.h>
-
-#define X512 "avx512f,avx512dq,avx512vl,avx512bw"
-#define X512_FN __attribute__((target(X512)))
-#define X512_INLINE static inline __attribute__((always_inline, target(X512)))
+#include "kernels/attn_x512.h"
 
 /* The widest key the interleaved pair buffer holds (Flash: dI = 128). */
 #define IDX_MAX_DI 1024
-
-/* Per 8-lane half: ((l0+l4) + (l1+l5)) + ((l2+l6) + (l3+l7)) (attn_ops.h), the result in
- * lanes 0 and 8. Additions commute bit for bit, so the mirrored lanes hold the same sums. */
-X512_INLINE __m512 tree8x2(__m512 v) {
-    const __m512 s = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1))); /* l + (l + 4) */
-    const __m512 t = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(2, 3, 0, 1)));      /* s0+s1, s2+s3 */
-    return _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));                /* (..) + (..) */
-}
 
 /* G heads from h0 of query qq against the interleaved key pair kp (nc chunks, the last one
  * masked by tm when dI % 8 != 0), added into the score pair s in ascending head order. */
@@ -73,15 +61,15 @@ X512_INLINE __m512 pair_heads(const float *qq, const float *wq, int h0, int dI, 
     const __m512 zero = _mm512_setzero_ps();
     for (int g = 0; g < G; g++) {
         /* max(d, +0) is d > 0 ? d : +0 for every d, -0 and NaN included */
-        const __m512 r = _mm512_max_ps(tree8x2(acc[g]), zero);
+        const __m512 r = _mm512_max_ps(x512_tree8x2(acc[g]), zero);
         s = _mm512_add_ps(s, _mm512_mul_ps(_mm512_set1_ps(wq[h0 + g]), r));
     }
     return s;
 }
 
-X512_FN static void idx_scores_avx512(const float *qI, size_t qs, const float *wI, size_t ws, int nq,
-                                      const int64_t *lim, const float *const *keys, int64_t w0, int64_t w1, int nI,
-                                      int dI, float *scores, size_t ss) {
+X512_INLINE void idx_scores_fmt(const float *qI, size_t qs, const float *wI, size_t ws, int nq, const int64_t *lim,
+                                const void *const *keys, const int fmt, int64_t w0, int64_t w1, int nI, int dI,
+                                float *scores, size_t ss) {
     _Alignas(64) float kp[2 * IDX_MAX_DI]; /* (chunks, 2 keys, 8) the interleaved pair */
     const int nc = (dI + 7) / 8;
     const __mmask8 tm = (dI % 8) ? (__mmask8)((1u << (dI % 8)) - 1) : 0xff;
@@ -94,9 +82,7 @@ X512_FN static void idx_scores_avx512(const float *qI, size_t qs, const float *w
         const int two = w + 1 < wmax;
         for (int c = 0; c < nc; c++) {
             const __mmask8 m = c == nc - 1 ? tm : 0xff;
-            const __m256 a = _mm256_maskz_loadu_ps(m, keys[w] + 8 * c);
-            const __m256 b = two ? _mm256_maskz_loadu_ps(m, keys[w + 1] + 8 * c) : _mm256_setzero_ps();
-            _mm512_store_ps(kp + 16 * c, _mm512_insertf32x8(_mm512_castps256_ps512(a), b, 1));
+            _mm512_store_ps(kp + 16 * c, x512_pair8(keys[w], keys[two ? w + 1 : w], fmt, 8 * c, m));
         }
         for (int q = 0; q < nq; q++) {
             const int64_t e = lim[q] < w1 ? lim[q] : w1;
@@ -112,21 +98,28 @@ X512_FN static void idx_scores_avx512(const float *qI, size_t qs, const float *w
             for (; h < nI; h++) s = pair_heads(qq, wq, h, dI, kp, nc, tm, s, 1);
             float *sq = scores + (size_t)q * ss;
             sq[w] = _mm512_cvtss_f32(s);
-            if (w + 1 < e) sq[w + 1] = _mm512_cvtss_f32(_mm512_shuffle_f32x4(s, s, _MM_SHUFFLE(0, 0, 0, 2)));
+            if (w + 1 < e) sq[w + 1] = x512_lane8(s);
         }
     }
+}
+
+X512_FN static void idx_scores_avx512(const float *qI, size_t qs, const float *wI, size_t ws, int nq,
+                                      const int64_t *lim, const void *const *keys, int fmt, int64_t w0, int64_t w1,
+                                      int nI, int dI, float *scores, size_t ss) {
+    if (fmt == DSV4_ROW_BF16) idx_scores_fmt(qI, qs, wI, ws, nq, lim, keys, DSV4_ROW_BF16, w0, w1, nI, dI, scores, ss);
+    else idx_scores_fmt(qI, qs, wI, ws, nq, lim, keys, DSV4_ROW_F32, w0, w1, nI, dI, scores, ss);
 }
 #endif
 
 void dsv4_idx_scores(int simd, const dsv4_attn_ops *ops, const float *qI, size_t qs, const float *wI, size_t ws,
-                     int nq, const int64_t *lim, const float *const *keys, int64_t w0, int64_t w1, int nI, int dI,
-                     float *scores, size_t ss) {
+                     int nq, const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
+                     int dI, float *scores, size_t ss) {
 #ifdef HAVE_AVX512_IDX
     if (simd >= DSV4_SIMD_AVX512 && dI >= 1 && dI <= IDX_MAX_DI) {
-        idx_scores_avx512(qI, qs, wI, ws, nq, lim, keys, w0, w1, nI, dI, scores, ss);
+        idx_scores_avx512(qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores, ss);
         return;
     }
 #endif
     (void)simd;
-    dsv4_idx_scores_ref(ops, qI, qs, wI, ws, nq, lim, keys, w0, w1, nI, dI, scores, ss);
+    dsv4_idx_scores_ref(ops, qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores, ss);
 }

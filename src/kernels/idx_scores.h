@@ -6,10 +6,12 @@
  * for q < nq and w0 <= w < min(w1, lim[q]) (each query scores the keys it can see); the sum
  * starts at +0, each term is rounded and then added, relu(d) = d > 0 ? d : +0, and the dot
  * is attn_ops.h's (8 lanes, no fused multiply-add, a fixed tree). Every level therefore
- * gives the same bits, the bits of scoring one query at a time with dsv4_attn_ops.dotn, and
- * nothing depends on how queries and keys are blocked or which thread runs a block.
+ * gives the same bits, the bits of scoring one query at a time with dsv4_attn_ops.dot_rows,
+ * and nothing depends on how queries and keys are blocked or which thread runs a block.
+ * Keys are read in their storage format, F32 or BF16 (kernels/kv_rows.h; BF16 widened in
+ * registers, exactly): a BF16 key gives the bits of its F32 copy.
  *
- * Levels: the portable one is that per-query loop over ops->dotn. The AVX-512 level puts
+ * Levels: the portable one is that per-query loop over ops->dot_rows. The AVX-512 level puts
  * the 8 lanes of two keys' dots side by side in one 16-lane register: a key pair is
  * interleaved once (chunk c of key w in lanes 0-7, of key w + 1 in lanes 8-15) and then
  * used by every query of the block and every head (each query chunk broadcast to both
@@ -26,15 +28,16 @@
 #include "kernels/attn_ops.h"
 
 /* qI: (nq, nI, dI) at row stride qs floats; wI: (nq, nI) at row stride ws; lim: (nq) keys
- * query q sees; keys[w]: dI floats each; scores: (nq, ss). simd: the kernel level
+ * query q sees; keys[w]: dI values each in key_fmt (DSV4_ROW_F32 or DSV4_ROW_BF16);
+ * scores: (nq, ss). simd: the kernel level
  * (kernels/cpu.h), ops: the dot kernels of the portable path (dsv4_attn_ops_for). */
 void dsv4_idx_scores(int simd, const dsv4_attn_ops *ops, const float *qI, size_t qs, const float *wI, size_t ws,
-                     int nq, const int64_t *lim, const float *const *keys, int64_t w0, int64_t w1, int nI, int dI,
+                     int nq, const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI, int dI,
                      float *scores, size_t ss);
 
 /* The portable level alone (the reference of the tests). */
 void dsv4_idx_scores_ref(const dsv4_attn_ops *ops, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
-                         const int64_t *lim, const float *const *keys, int64_t w0, int64_t w1, int nI, int dI,
-                         float *scores, size_t ss);
+                         const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
+                         int dI, float *scores, size_t ss);
 
 #endif

@@ -2,12 +2,13 @@
  * (spec/model.md §5.9-5.10) against double-precision formulas, and the properties the
  * engine's bitwise invariants rest on: a head's output is the same whatever group of heads
  * computes it, indexer scores are the same however the entries are split into ranges, and
- * the portable and AVX2 kernels give identical bits. Ties in the top-k go to the lower
- * entry index. */
+ * the portable, AVX2 and AVX-512 kernels give identical bits, and rows read as BF16 give
+ * the bits of their F32 copies. Ties in the top-k go to the lower entry index. */
 #include <stdint.h>
 
 #include "attn/attention.h"
 #include "kernels/cpu.h"
+#include "kernels/kv_rows.h"
 #include "test.h"
 
 static uint64_t rng_state = 0x853c49e6748fea9bull;
@@ -16,17 +17,18 @@ static double urand(void) { /* uniform [-1, 1) */
     return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
 }
 
+/* portable, AVX2, AVX-512: those this CPU and build run */
 static int levels(const dsv4_attn_ops **ops) {
     int n = 0;
+    const int best = dsv4_cpu_simd() < dsv4_build_simd() ? dsv4_cpu_simd() : dsv4_build_simd();
     ops[n++] = dsv4_attn_ops_for(DSV4_SIMD_SCALAR);
-    if (dsv4_cpu_simd() >= DSV4_SIMD_AVX2 && dsv4_build_simd() >= DSV4_SIMD_AVX2 &&
-        dsv4_attn_ops_for(DSV4_SIMD_AVX2) != ops[0])
-        ops[n++] = dsv4_attn_ops_for(DSV4_SIMD_AVX2);
+    for (int level = DSV4_SIMD_AVX2; level <= DSV4_SIMD_AVX512 && level <= best; level++)
+        if (dsv4_attn_ops_for(level) != ops[n - 1]) ops[n++] = dsv4_attn_ops_for(level);
     return n;
 }
 
 static void test_attn(int H, int hd, int n_kv) {
-    const dsv4_attn_ops *ops[2];
+    const dsv4_attn_ops *ops[3];
     const int nl = levels(ops);
     float *q = malloc(sizeof(float) * H * hd), *kv = malloc(sizeof(float) * n_kv * hd);
     float *sink = malloc(sizeof(float) * H), *probs = malloc(sizeof(float) * H * n_kv + 4);
@@ -66,13 +68,33 @@ static void test_attn(int H, int hd, int n_kv) {
         for (int gh = 1; gh <= H; gh += (gh < 3 ? 1 : 4)) {
             for (int h0 = 0; h0 < H; h0 += gh) {
                 const int nh = H - h0 < gh ? H - h0 : gh;
-                dsv4_sparse_attn_heads(ops[l], q + (size_t)h0 * hd, rows, n_kv, nh, hd, sink + h0,
-                                       scale, o2 + (size_t)h0 * hd, probs, dsv4_numerics_exact());
+                dsv4_sparse_attn_heads(ops[l], q + (size_t)h0 * hd, (const void *const *)rows, DSV4_ROW_F32,
+                                       n_kv, nh, hd, sink + h0, scale, o2 + (size_t)h0 * hd, probs,
+                                       dsv4_numerics_exact());
             }
             CHECK_MSG(memcmp(o, o2, sizeof(float) * H * hd) == 0,
                       "attention H=%d hd=%d n_kv=%d: level %d, %d heads per group differ", H, hd,
                       n_kv, l, gh);
         }
+
+    /* the rows rounded to BF16: read as stored (2 bytes a value) they give the bits of
+     * their F32 copies, on every level */
+    uint8_t *packed = malloc((size_t)n_kv * hd * 2 + 2);
+    const void **brows = malloc(sizeof(void *) * n_kv + 8);
+    for (int j = 0; j < n_kv; j++) {
+        float *x = kv + (size_t)j * hd;
+        dsv4_row_round(DSV4_ROW_BF16, x, hd, 0);
+        dsv4_row_pack(DSV4_ROW_BF16, packed + 2 + (size_t)j * hd * 2, x, hd, 0); /* 2-byte offset */
+    }
+    for (int j = 0; j < n_kv; j++) brows[j] = packed + 2 + (size_t)((j * 7 + 3) % n_kv) * hd * 2;
+    dsv4_sparse_attn_row(ops[0], q, rows, n_kv, H, hd, sink, scale, o, probs);
+    for (int l = 0; l < nl; l++) {
+        dsv4_sparse_attn_heads(ops[l], q, brows, DSV4_ROW_BF16, n_kv, H, hd, sink, scale, o2, probs,
+                               dsv4_numerics_exact());
+        CHECK_MSG(memcmp(o, o2, sizeof(float) * H * hd) == 0,
+                  "attention H=%d hd=%d n_kv=%d: level %d, BF16 rows differ from their F32 copies", H, hd, n_kv, l);
+    }
+    free(packed); free(brows);
     free(q); free(kv); free(sink); free(probs); free(o); free(o2); free(rows); free(z);
 }
 
@@ -127,7 +149,7 @@ static int old_select(const float *scores, int n_cand, int topk, int *order, int
 /* n_cand entries; with `negative`, every third key is the negated mean query direction so
  * many scores are exactly 0 (relu) and the tie rule decides. */
 static void test_indexer(int nI, int dI, int n_cand, int topk, int negative) {
-    const dsv4_attn_ops *ops[2];
+    const dsv4_attn_ops *ops[3];
     const int nl = levels(ops);
     float *qI = malloc(sizeof(float) * nI * dI), *wI = malloc(sizeof(float) * nI);
     float *kbuf = malloc(sizeof(float) * n_cand * dI), *scores = malloc(sizeof(float) * n_cand);

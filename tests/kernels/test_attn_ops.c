@@ -1,11 +1,15 @@
 /* test_attn_ops.c — the dot/axpy kernels of attention and the indexer (kernels/attn_ops.h):
  * every level gives the same bits as the contract's plain loop (dsv4_dot and a rounded
- * multiply then add, the value sum as zero then one axpy per row) for odd lengths, tails, strides and unaligned pointers, and stays
- * within FP32 rounding of a double-precision reference. */
+ * multiply then add, the value sum as zero then one axpy per row) for odd lengths, tails,
+ * strides and unaligned pointers, with rows read as F32 and as BF16 (the bits of the F32
+ * copy, which this file makes with its own widening), and stays within FP32 rounding of a
+ * double-precision reference. */
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/attn_ops.h"
 #include "kernels/cpu.h"
+#include "kernels/kv_rows.h"
 #include "kernels/ops.h"
 #include "test.h"
 
@@ -18,15 +22,60 @@ static double urand(void) { /* uniform [-1, 1) */
 #define MAXN 600
 #define MAXQ 19
 
-/* The levels to check: portable, and AVX2 when compiled in and the CPU runs it. */
-static int levels(const dsv4_attn_ops **ops) {
+/* The levels to check: portable, then AVX2 and AVX-512 when compiled in and the CPU runs
+ * them (names[i] the level of ops[i]). */
+static int levels(const dsv4_attn_ops **ops, const char **names) {
     int n = 0;
-    ops[n++] = dsv4_attn_ops_for(DSV4_SIMD_SCALAR);
-    if (dsv4_cpu_simd() >= DSV4_SIMD_AVX2 && dsv4_build_simd() >= DSV4_SIMD_AVX2) {
-        ops[n] = dsv4_attn_ops_for(DSV4_SIMD_AVX2);
-        if (ops[n] != ops[0]) n++;
+    const int best = dsv4_cpu_simd() < dsv4_build_simd() ? dsv4_cpu_simd() : dsv4_build_simd();
+    ops[n] = dsv4_attn_ops_for(DSV4_SIMD_SCALAR);
+    names[n++] = "portable";
+    for (int level = DSV4_SIMD_AVX2; level <= DSV4_SIMD_AVX512 && level <= best; level++) {
+        ops[n] = dsv4_attn_ops_for(level);
+        names[n] = dsv4_simd_name((dsv4_simd)level);
+        if (ops[n] != ops[n - 1]) n++;
     }
     return n;
+}
+
+/* x rounded to BF16 (nearest even; finite x) as its 16 bits, and their value as F32,
+ * written out here rather than taken from the library. */
+static uint16_t bf16_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float bf16_value(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* n_rows rows of n values, each stored both as F32 (frow[j]) and as BF16 (brow[j], at an
+ * odd 2-byte offset: no alignment), from the same BF16-rounded values, scattered. */
+enum { MAXR = 70, MAXC = 600 };
+typedef struct row_set {
+    float f[MAXR][MAXC + 1];
+    uint16_t b[MAXR][MAXC + 3];
+    const void *frow[MAXR], *brow[MAXR];
+} row_set;
+
+static void fill_rows(row_set *rs, int n_rows, int n, double amp) {
+    for (int j = 0; j < n_rows; j++) {
+        const int at = (j * 37) % MAXR; /* scattered */
+        for (int c = 0; c < n; c++) {
+            const uint16_t h = bf16_bits((float)(urand() * amp));
+            rs->b[at][c + 1] = h;
+            rs->f[at][c + (j & 1)] = bf16_value(h);
+        }
+        rs->frow[j] = &rs->f[at][j & 1];
+        rs->brow[j] = &rs->b[at][1];
+    }
+}
+
+static const void *const *rows_in(const row_set *rs, int fmt) {
+    return fmt == DSV4_ROW_BF16 ? rs->brow : rs->frow;
 }
 
 static void test_dotn(const dsv4_attn_ops *ops, const char *name) {
@@ -62,6 +111,48 @@ static void test_dotn(const dsv4_attn_ops *ops, const char *name) {
         }
 }
 
+static void test_dot_rows(const dsv4_attn_ops *ops, const char *name) {
+    static row_set rs;
+    static float qbuf[MAXQ * (MAXN + 3) + 1], out[MAXQ * (MAXR + 3)];
+    const int ns[] = {1, 3, 7, 8, 9, 15, 16, 17, 64, 127, 128, 129, 512, 513, 599};
+    const int nqs[] = {1, 3, 4, 5, 8, 9, 16, 17};
+    const int nrs[] = {0, 1, 2, 3, 7, 70};
+    int t = 0;
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (size_t b = 0; b < sizeof nqs / sizeof nqs[0]; b++)
+            for (size_t r = 0; r < sizeof nrs / sizeof nrs[0]; r++, t++) {
+                const int n = ns[a], nq = nqs[b], nr = nrs[r];
+                const size_t qs = (size_t)n + (t % 3), os = (size_t)nr + (t & 1);
+                float *q = qbuf + 1;
+                for (size_t i = 0; i < (size_t)nq * qs; i++) q[i] = (float)urand();
+                fill_rows(&rs, nr, n, 4.0);
+                for (int fmt = DSV4_ROW_BF16; fmt <= DSV4_ROW_F32; fmt += 2) {
+                    for (size_t i = 0; i < (size_t)nq * os + 1; i++) out[i] = -99.0f;
+                    ops->dot_rows(q, qs, nq, rows_in(&rs, fmt), fmt, nr, n, out, os);
+                    int same = 1, close = 1;
+                    for (int h = 0; h < nq; h++) {
+                        const float *qh = q + (size_t)h * qs;
+                        for (int j = 0; j < nr; j++) {
+                            const float *x = rs.frow[j];
+                            const float got = out[(size_t)h * os + j];
+                            same &= memcmp(&got, &(float){dsv4_dot(qh, x, n)}, 4) == 0;
+                            double ref = 0, mag = 0;
+                            for (int i = 0; i < n; i++) {
+                                ref += (double)qh[i] * x[i];
+                                mag += fabs((double)qh[i] * x[i]);
+                            }
+                            close &= fabs(got - ref) <= 1e-6 * mag + 1e-30;
+                        }
+                        for (size_t g = (size_t)nr; g < os; g++) same &= out[(size_t)h * os + g] == -99.0f;
+                    }
+                    same &= out[(size_t)nq * os] == -99.0f;
+                    CHECK_MSG(same, "%s dot_rows %s n=%d nq=%d rows=%d: not bit-equal to dsv4_dot", name,
+                              fmt == DSV4_ROW_BF16 ? "bf16" : "f32", n, nq, nr);
+                    CHECK_MSG(close, "%s dot_rows n=%d nq=%d rows=%d: off the double reference", name, n, nq, nr);
+                }
+            }
+}
+
 static void test_axpyn(const dsv4_attn_ops *ops, const char *name) {
     static float y[MAXQ * (MAXN + 2)], y0[MAXQ * (MAXN + 2)], xbuf[MAXN + 1], a[2 * MAXQ];
     const int ns[] = {1, 2, 7, 8, 9, 17, 64, 130, 512, 599};
@@ -95,10 +186,10 @@ static void test_axpyn(const dsv4_attn_ops *ops, const char *name) {
 }
 
 static void test_wsum(const dsv4_attn_ops *ops, const char *name) {
-    enum { MAXR = 70, MAXC = 530 };
-    static float rbuf[MAXR * (MAXC + 1)], p[MAXQ * (MAXR + 1)], o[MAXQ * (MAXC + 2)], ref[MAXC];
-    const float *rows[MAXR];
-    const int ns[] = {1, 7, 8, 9, 15, 16, 17, 24, 31, 33, 64, 130, 512, 529};
+    enum { WC = 530 };
+    static row_set rs;
+    static float p[MAXQ * (MAXR + 1)], o[MAXQ * (WC + 2)], ref[WC];
+    const int ns[] = {1, 7, 8, 9, 15, 16, 17, 24, 31, 33, 48, 63, 64, 65, 80, 130, 512, 529};
     const int nhs[] = {1, 2, 3, 4, 5, 8, 9, 16, 17};
     const int nrs[] = {0, 1, 5, 70};
     int t = 0;
@@ -107,34 +198,35 @@ static void test_wsum(const dsv4_attn_ops *ops, const char *name) {
             for (size_t r = 0; r < sizeof nrs / sizeof nrs[0]; r++, t++) {
                 const int n = ns[a], nh = nhs[b], nr = nrs[r];
                 const size_t os = (size_t)n + (t % 3), ps = (size_t)nr + (t & 1);
-                for (int j = 0; j < nr; j++) { /* rows scattered, unaligned */
-                    rows[j] = rbuf + (size_t)((j * 37) % MAXR) * (MAXC + 1) + (j & 1);
-                    for (int c = 0; c < n; c++) ((float *)rows[j])[c] = (float)urand();
-                }
+                fill_rows(&rs, nr, n, 1.0);
                 for (size_t i = 0; i < (size_t)nh * ps; i++) p[i] = (float)(0.5 + 0.5 * urand());
-                for (size_t i = 0; i < (size_t)nh * os; i++) o[i] = -99.0f;
-                ops->wsum(o, os, nh, p, ps, rows, nr, n);
-                int same = 1, close = 1;
-                for (int h = 0; h < nh; h++) {
-                    for (int c = 0; c < n; c++) ref[c] = 0.0f;
-                    for (int j = 0; j < nr; j++)
+                for (int fmt = DSV4_ROW_BF16; fmt <= DSV4_ROW_F32; fmt += 2) {
+                    for (size_t i = 0; i < (size_t)nh * os; i++) o[i] = -99.0f;
+                    ops->wsum(o, os, nh, p, ps, rows_in(&rs, fmt), fmt, nr, n);
+                    int same = 1, close = 1;
+                    for (int h = 0; h < nh; h++) {
+                        for (int c = 0; c < n; c++) ref[c] = 0.0f;
+                        for (int j = 0; j < nr; j++)
+                            for (int c = 0; c < n; c++) {
+                                const float prod = p[h * ps + j] * ((const float *)rs.frow[j])[c];
+                                ref[c] = ref[c] + prod;
+                            }
                         for (int c = 0; c < n; c++) {
-                            const float prod = p[h * ps + j] * rows[j][c];
-                            ref[c] = ref[c] + prod;
+                            double d = 0, mag = 0;
+                            for (int j = 0; j < nr; j++) {
+                                const double x = ((const float *)rs.frow[j])[c];
+                                d += (double)p[h * ps + j] * x;
+                                mag += fabs((double)p[h * ps + j] * x);
+                            }
+                            same &= o[h * os + c] == ref[c] && !signbit(o[h * os + c]) == !signbit(ref[c]);
+                            close &= fabs(o[h * os + c] - d) <= 1e-6 * mag + 1e-30;
                         }
-                    for (int c = 0; c < n; c++) {
-                        double d = 0, mag = 0;
-                        for (int j = 0; j < nr; j++) {
-                            d += (double)p[h * ps + j] * rows[j][c];
-                            mag += fabs((double)p[h * ps + j] * rows[j][c]);
-                        }
-                        same &= o[h * os + c] == ref[c] && !signbit(o[h * os + c]) == !signbit(ref[c]);
-                        close &= fabs(o[h * os + c] - d) <= 1e-6 * mag + 1e-30;
+                        for (size_t c = (size_t)n; c < os; c++) same &= o[h * os + c] == -99.0f;
                     }
-                    for (size_t c = (size_t)n; c < os; c++) same &= o[h * os + c] == -99.0f;
+                    CHECK_MSG(same, "%s wsum %s n=%d nh=%d rows=%d: not the axpy loop's bits", name,
+                              fmt == DSV4_ROW_BF16 ? "bf16" : "f32", n, nh, nr);
+                    CHECK_MSG(close, "%s wsum n=%d nh=%d rows=%d: off the double reference", name, n, nh, nr);
                 }
-                CHECK_MSG(same, "%s wsum n=%d nh=%d rows=%d: not the axpy loop's bits", name, n, nh, nr);
-                CHECK_MSG(close, "%s wsum n=%d nh=%d rows=%d: off the double reference", name, n, nh, nr);
             }
 }
 
@@ -153,21 +245,45 @@ static void test_special(const dsv4_attn_ops *ops, const char *name) {
     q[0][18] = NAN;
     ops->dotn(&q[0][0], 19, 1, k, 19, out, 1);
     CHECK_MSG(isnan(out[0]), "%s: NaN in the tail", name);
+
+    /* BF16 rows: subnormal, -0, infinity and NaN patterns widen to the same F32 values */
+    const uint16_t specials[] = {0x0001, 0x8000, 0x007f, 0x7f80, 0xff80, 0x7fc1, 0x3f80, 0xbf80};
+    uint16_t kb[2][19];
+    float kf[2][19], got[2 * 2], ref;
+    for (int v = 0; v < 8; v++) {
+        for (int j = 0; j < 2; j++)
+            for (int i = 0; i < 19; i++) {
+                kb[j][i] = i == 5 + 6 * j ? specials[v] : bf16_bits((float)urand());
+                kf[j][i] = bf16_value(kb[j][i]);
+                q[0][i] = q[1][i] = (float)urand();
+            }
+        const void *rb[2] = {kb[0], kb[1]};
+        ops->dot_rows(&q[0][0], 19, 2, rb, DSV4_ROW_BF16, 2, 19, got, 2);
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 2; j++) {
+                ref = dsv4_dot(q[h], kf[j], 19);
+                CHECK_MSG(memcmp(&got[h * 2 + j], &ref, 4) == 0 || (isnan(ref) && isnan(got[h * 2 + j])),
+                          "%s: bf16 special %04x head %d row %d: %g, not %g", name, specials[v], h, j,
+                          got[h * 2 + j], ref);
+            }
+    }
 }
 
 int main(void) {
-    const dsv4_attn_ops *ops[2];
-    const int n = levels(ops);
-    const char *names[2] = {"scalar", "avx2"};
-    printf("levels checked: %d\n", n);
+    const dsv4_attn_ops *ops[3];
+    const char *names[3];
+    const int n = levels(ops, names);
+    for (int l = 0; l < n; l++) printf("level checked: %s\n", names[l]);
+    if (n < 3) printf("SKIPPED: the levels past %s (not in this CPU or build)\n", names[n - 1]);
     for (int l = 0; l < n; l++) {
         test_dotn(ops[l], names[l]);
+        test_dot_rows(ops[l], names[l]);
         test_axpyn(ops[l], names[l]);
         test_wsum(ops[l], names[l]);
         test_special(ops[l], names[l]);
     }
     /* unknown or higher levels fall back to the best compiled one */
     CHECK(dsv4_attn_ops_for(-1) == ops[0]);
-    CHECK(dsv4_attn_ops_for(99) == ops[n - 1] || dsv4_build_simd() < DSV4_SIMD_AVX2);
+    CHECK(dsv4_attn_ops_for(99) == dsv4_attn_ops_for(dsv4_build_simd()));
     return test_report();
 }

@@ -1,11 +1,14 @@
 /* test_idx_scores.c — the indexer score kernel (kernels/idx_scores.h): at every level the
- * bits of the one-query dotn reference, whatever the query block, key range and per-query
- * limits; scores against the formula in double; relu zeros, signed zeros, NaN keys, head
- * counts around the 8-head groups and key widths around the 8-lane chunks. */
+ * bits of the one-query reference on F32 keys, whatever the query block, key range and
+ * per-query limits, with the keys read as F32 or as BF16 (rounded first; BF16 keys must give
+ * the bits of their F32 copies); scores against the formula in double; relu zeros, signed
+ * zeros, NaN keys, head counts around the 8-head groups and key widths around the 8-lane
+ * chunks. */
 #include <stdint.h>
 
 #include "kernels/cpu.h"
 #include "kernels/idx_scores.h"
+#include "kernels/kv_rows.h"
 #include "test.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -16,8 +19,9 @@ static double urand(void) { /* uniform [-1, 1) */
 
 static int same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
-/* nq queries of nI heads x dI against nk keys stored apart (own allocations, odd offsets) */
-static void check(int level, int nI, int dI, int nk, int nq, int special) {
+/* nq queries of nI heads x dI against nk keys stored apart (own allocations, odd offsets),
+ * the level reading them in fmt */
+static void check(int level, int fmt, int nI, int dI, int nk, int nq, int special) {
     const dsv4_attn_ops *ops = dsv4_attn_ops_for(DSV4_SIMD_SCALAR);
     const size_t qs = (size_t)nI * dI + 3, ws = (size_t)nI + 1, ss = (size_t)nk + 5; /* padded strides */
     float *qI = malloc(sizeof(float) * qs * nq), *wI = malloc(sizeof(float) * ws * nq);
@@ -33,7 +37,19 @@ static void check(int level, int nI, int dI, int nk, int nq, int special) {
         if (special && w % 7 == 3) kb[w][1] = NAN; /* every dot NaN: relu gives +0, score +0 */
         if (special && w % 11 == 4)
             for (int c = 0; c < dI; c++) kb[w][c + 1] = c % 2 ? 0.0f : -0.0f;
+        if (fmt == DSV4_ROW_BF16) dsv4_row_round(fmt, kb[w] + 1, dI, 0);
         keys[w] = kb[w] + 1;
+    }
+    /* the keys as the level reads them: BF16 copies at 2-byte offsets, or the F32 keys */
+    uint8_t *packed = malloc((size_t)nk * (2 * dI + 2));
+    const void **lkeys = malloc(sizeof(void *) * nk);
+    for (int w = 0; w < nk; w++) {
+        lkeys[w] = keys[w];
+        if (fmt == DSV4_ROW_BF16) {
+            uint8_t *at = packed + (size_t)w * (2 * dI + 2) + 2;
+            dsv4_row_pack(fmt, at, keys[w], dI, 0);
+            lkeys[w] = at;
+        }
     }
     int64_t lim[8];
     for (int q = 0; q < nq; q++) lim[q] = nk - (nq - 1 - q) * (nk / 7); /* later rows see more */
@@ -41,14 +57,15 @@ static void check(int level, int nI, int dI, int nk, int nq, int special) {
     for (size_t i = 0; i < ss * nq; i++) ref[i] = got[i] = -7.0f; /* unwritten stays -7 */
     /* reference: one query at a time, whole range */
     for (int q = 0; q < nq; q++)
-        dsv4_idx_scores_ref(ops, qI + q * qs, 0, wI + q * ws, 0, 1, &lim[q], keys, 0, nk, nI, dI, ref + q * ss, 0);
+        dsv4_idx_scores_ref(ops, qI + q * qs, 0, wI + q * ws, 0, 1, &lim[q], (const void *const *)keys, DSV4_ROW_F32,
+                            0, nk, nI, dI, ref + q * ss, 0);
     /* the level: the whole block, in ranges of a few sizes (odd starts included) */
     for (int chunk = 1; chunk <= nk; chunk = chunk * 3 + 2) {
         for (size_t i = 0; i < ss * nq; i++) got[i] = -7.0f;
         for (int w0 = 0; w0 < nk; w0 += chunk)
-            dsv4_idx_scores(level, ops, qI, qs, wI, ws, nq, lim, keys, w0, w0 + chunk, nI, dI, got, ss);
-        CHECK_MSG(same_bits(ref, got, ss * nq), "level %d nI %d dI %d nk %d nq %d ranges of %d: bits differ", level,
-                  nI, dI, nk, nq, chunk);
+            dsv4_idx_scores(level, ops, qI, qs, wI, ws, nq, lim, lkeys, fmt, w0, w0 + chunk, nI, dI, got, ss);
+        CHECK_MSG(same_bits(ref, got, ss * nq), "level %d fmt %d nI %d dI %d nk %d nq %d ranges of %d: bits differ",
+                  level, fmt, nI, dI, nk, nq, chunk);
     }
     /* the formula in double (finite keys) */
     double maxerr = 0;
@@ -82,7 +99,7 @@ static void check(int level, int nI, int dI, int nk, int nq, int special) {
     for (int q = 0; q < nq; q++) /* nothing written past a query's limit */
         for (size_t w = (size_t)lim[q]; w < ss; w++) CHECK(got[q * ss + w] == -7.0f);
     for (int w = 0; w < nk; w++) free(kb[w]);
-    free(kb); free(keys); free(qI); free(wI); free(ref); free(got);
+    free(kb); free(keys); free(qI); free(wI); free(ref); free(got); free(packed); free(lkeys);
 }
 
 int main(void) {
@@ -91,11 +108,13 @@ int main(void) {
     if (best < DSV4_SIMD_AVX512) printf("SKIPPED: the AVX-512 level (not in this CPU or build)\n");
     const int nIs[] = {1, 3, 4, 8, 13, 16}, dIs[] = {1, 5, 8, 37, 128};
     for (int level = 0; level <= best; level++)
-        for (size_t a = 0; a < sizeof nIs / sizeof nIs[0]; a++)
-            for (size_t b = 0; b < sizeof dIs / sizeof dIs[0]; b++) {
-                check(level, nIs[a], dIs[b], 29, 1, 0);
-                check(level, nIs[a], dIs[b], 41, 5, 1);
-            }
-    for (int level = 0; level <= best; level++) check(level, 16, 128, 300, 8, 1); /* Flash's indexer shape */
+        for (int fmt = DSV4_ROW_BF16; fmt <= DSV4_ROW_F32; fmt += 2) {
+            for (size_t a = 0; a < sizeof nIs / sizeof nIs[0]; a++)
+                for (size_t b = 0; b < sizeof dIs / sizeof dIs[0]; b++) {
+                    check(level, fmt, nIs[a], dIs[b], 29, 1, 0);
+                    check(level, fmt, nIs[a], dIs[b], 41, 5, 1);
+                }
+            check(level, fmt, 16, 128, 300, 8, 1); /* Flash's indexer shape */
+        }
     return test_report();
 }

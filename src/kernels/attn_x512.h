@@ -1,0 +1,55 @@
+/* attn_x512.h — AVX-512 pieces shared by the attention and indexer kernels (attn_ops.c,
+ * idx_scores.c): loading F32 or BF16 row values into FP32 lanes, and the 8-lane reduction
+ * tree of attn_ops.h on two dots at once. Included only by files that guard it with
+ * DSV4_HAVE_AVX512; the functions carry their own target attribute (no "fma": multiply
+ * and add stay two roundings), so the including file needs no ISA flags.
+ */
+#ifndef DSV4_KERNELS_ATTN_X512_H
+#define DSV4_KERNELS_ATTN_X512_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "kernels/kv_rows.h"
+
+#define X512 "avx512f,avx512dq,avx512vl,avx512bw"
+#define X512_FN __attribute__((target(X512)))
+#define X512_INLINE static inline __attribute__((always_inline, target(X512)))
+
+/* 8 BF16 values (bits in 16-bit lanes) as FP32: shifted into the upper halves, exact. */
+X512_INLINE __m256 x512_bf16x8(__m128i h) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* Values [i, i + 8) of a row in fmt (DSV4_ROW_F32 or _BF16), lanes outside m zero (and not
+ * read). */
+X512_INLINE __m256 x512_row8(const void *row, int fmt, int64_t i, __mmask8 m) {
+    if (fmt == DSV4_ROW_BF16) return x512_bf16x8(_mm_maskz_loadu_epi16(m, (const uint16_t *)row + i));
+    return _mm256_maskz_loadu_ps(m, (const float *)row + i);
+}
+
+/* Values [i, i + 16) of a row in fmt, lanes outside m zero (and not read). */
+X512_INLINE __m512 x512_row16(const void *row, int fmt, int64_t i, __mmask16 m) {
+    if (fmt == DSV4_ROW_BF16)
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i)), 16));
+    return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+}
+
+/* Chunk i..i+8 of row a in lanes 0-7 and of row b in lanes 8-15. */
+X512_INLINE __m512 x512_pair8(const void *a, const void *b, int fmt, int64_t i, __mmask8 m) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(x512_row8(a, fmt, i, m)), x512_row8(b, fmt, i, m), 1);
+}
+
+/* Per 8-lane half: ((l0+l4) + (l1+l5)) + ((l2+l6) + (l3+l7)) (attn_ops.h), the result in
+ * lanes 0 and 8. Additions commute bit for bit, so the mirrored lanes hold the same sums. */
+X512_INLINE __m512 x512_tree8x2(__m512 v) {
+    const __m512 s = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1))); /* l + (l + 4) */
+    const __m512 t = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(2, 3, 0, 1)));      /* s0+s1, s2+s3 */
+    return _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));                /* (..) + (..) */
+}
+
+/* Lane 8 of v (the second dot of a tree8x2 pair). */
+X512_INLINE float x512_lane8(__m512 v) { return _mm512_cvtss_f32(_mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(0, 0, 0, 2))); }
+
+#endif
