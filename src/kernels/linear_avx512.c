@@ -555,6 +555,132 @@ static void gemv_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const flo
     else gemv_avx512(c, w, x, nx, y, o0, o1);
 }
 
+/* ---- small-M (level avx512vbmi): 9..32 activation rows, each weight decoded once -------------
+ * The GEMV decodes a weight in registers for at most 8 activation rows, so 16 rows took two
+ * passes that decode every weight twice, and its 2 x 8 block of accumulators next to the
+ * FP8 tables leaves GCC short of registers. Here a task's weight rows go in blocks of
+ * LIN_SMALLM_NB = 4: the block is decoded once, by the GEMV's own decoders (the same exact
+ * values, padding lanes included), into a per-thread F32 panel (4, ld) that stays in L1/L2,
+ * and every activation row runs against it in blocks of up to 4 rows, 4 x 4 accumulators in
+ * registers over all the columns: chunks of 16 in ascending order, the last one's x
+ * zero-padded, then hsum16's tree. Those are linear_fast.h's lanes and order, so every
+ * output is the GEMV's (and the GEMM's) bits, whichever rows share the call. */
+
+#define SM_MR 4 /* activation rows of the register block */
+
+/* row o's columns [0, cols) decoded into dst (cols rounded up to 16, 64-byte aligned) */
+static VBMI void sm_decode_row(const dsv4_lin_call *c, const fp8_tab *t, const dsv4_mat *w, int64_t o, float *dst) {
+    const int64_t n = w->cols;
+    if (w->fmt == DSV4_WF_FP8) {
+        const int64_t nsb = (n + 127) / 128, band = o / 128;
+        const uint8_t *p = (const uint8_t *)w->w + o * n;
+        for (int64_t b = 0; b < nsb; b++) {
+            const int64_t i0 = b * 128, i1 = i0 + 128 < n ? i0 + 128 : n;
+            const __m512 scale = _mm512_set1_ps(scale_at(w, band * nsb + b));
+            for (int64_t i = i0; i < i1; i += 64) {
+                const int m = i1 - i >= 64 ? 64 : (int)(i1 - i);
+                __m512 v[4];
+                dec_fp8x64(t, p + i, m, scale, v);
+                for (int q = 0; q < 4 && 16 * q < m; q++) _mm512_store_ps(dst + i + 16 * q, v[q]);
+            }
+        }
+    } else if (w->fmt == DSV4_WF_FP4) { /* cols % 32 == 0 (checked by the driver) */
+        const __m512i shifts = fp4v_shifts();
+        const int64_t nsb = n / 32;
+        const int f32s = w->scale_is_f32;
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
+        for (int64_t b = 0; b < nsb; b++) {
+            const uint8_t sbyte = f32s ? 127 : ((const uint8_t *)w->scale)[o * nsb + b];
+            const __m512i tb = _mm512_load_si512((const void *)c->tab->fp4_bf16[sbyte]);
+            __m512 w0 = dec_fp4v(p + b * 16, shifts, tb), w1 = dec_fp4v(p + b * 16 + 8, shifts, tb);
+            if (f32s) {
+                const __m512 sc = _mm512_set1_ps(((const float *)w->scale)[o * nsb + b]);
+                w0 = _mm512_mul_ps(w0, sc);
+                w1 = _mm512_mul_ps(w1, sc);
+            }
+            _mm512_store_ps(dst + 32 * b, w0);
+            _mm512_store_ps(dst + 32 * b + 16, w1);
+        }
+    } else { /* F32, F16, BF16 */
+        const char *row = (const char *)w->w + o * n * (w->fmt == DSV4_WF_F32 ? 4 : 2);
+        for (int64_t i = 0; i < n; i += 16) {
+            const int m = n - i >= 16 ? 16 : (int)(n - i);
+            const __m512 v = w->fmt == DSV4_WF_F32   ? dec_dense(DSV4_WF_F32, row, i, m)
+                             : w->fmt == DSV4_WF_F16 ? dec_dense(DSV4_WF_F16, row, i, m)
+                                                     : dec_dense(DSV4_WF_BF16, row, i, m);
+            _mm512_store_ps(dst + i, v);
+        }
+    }
+}
+
+/* y[0 .. nb) = the sums of a[0 .. nb), each in hsum16's tree, four outputs at once */
+AINLINE void sm_store4(const __m512 a[LIN_SMALLM_NB], int nb, float *y) {
+    /* lanes l + (l + 8), two outputs a vector */
+    const __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(a[0], a[1], 0x44), _mm512_shuffle_f32x4(a[0], a[1], 0xEE));
+    const __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(a[2], a[3], 0x44), _mm512_shuffle_f32x4(a[2], a[3], 0xEE));
+    /* block j: output j's lanes l + (l + 4), l < 4 */
+    const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, 0x88), _mm512_shuffle_f32x4(t01, t23, 0xDD));
+    const __m512 z = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E)); /* (l0 + l2), (l1 + l3) */
+    const __m512 r = _mm512_add_ps(z, _mm512_permute_ps(z, 0xB1)); /* lane 4j: output j */
+    const __m512 v = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), r);
+    _mm_mask_storeu_ps(y, (__mmask8)((1u << nb) - 1u), _mm512_castps512_ps128(v));
+}
+
+/* MR activation rows (x, stride n) against the panel's 4 weight rows (stride ld): y (MR, rows)
+ * at the block's first output, nb of them stored */
+AINLINE void sm_rows(int MR, const float *x, int64_t n, const float *panel, int64_t ld, float *y, int64_t rows,
+                     int nb) {
+    __m512 a[SM_MR][LIN_SMALLM_NB];
+    for (int s = 0; s < MR; s++)
+        for (int j = 0; j < LIN_SMALLM_NB; j++) a[s][j] = _mm512_setzero_ps();
+    const int64_t nf = n & ~(int64_t)15;
+    for (int64_t i = 0; i < nf; i += 16) {
+        __m512 wv[LIN_SMALLM_NB];
+        for (int j = 0; j < LIN_SMALLM_NB; j++) wv[j] = _mm512_load_ps(panel + j * ld + i);
+        for (int s = 0; s < MR; s++) {
+            const __m512 xv = _mm512_loadu_ps(x + s * n + i);
+            for (int j = 0; j < LIN_SMALLM_NB; j++) a[s][j] = _mm512_fmadd_ps(xv, wv[j], a[s][j]);
+        }
+    }
+    if (nf < n) {
+        const __mmask16 k = mask16((int)(n - nf));
+        __m512 wv[LIN_SMALLM_NB];
+        for (int j = 0; j < LIN_SMALLM_NB; j++) wv[j] = _mm512_load_ps(panel + j * ld + nf);
+        for (int s = 0; s < MR; s++) {
+            const __m512 xv = _mm512_maskz_loadu_ps(k, x + s * n + nf);
+            for (int j = 0; j < LIN_SMALLM_NB; j++) a[s][j] = _mm512_fmadd_ps(xv, wv[j], a[s][j]);
+        }
+    }
+    for (int s = 0; s < MR; s++) sm_store4(a[s], nb, y + s * rows);
+}
+
+static VBMI void smallm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
+                                   int64_t o0, int64_t o1, float *scratch) {
+    const int64_t n = w->cols, rows = w->rows, ld = (n + 15) & ~(int64_t)15;
+    float *panel = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63); /* (LIN_SMALLM_NB, ld) */
+    const fp8_tab t = fp8_tab_load(c->tab);
+    const int64_t rb = dsv4_mat_bytes(w) / (rows > 0 ? rows : 1); /* weight bytes a row, about */
+    const char *wbase = (const char *)w->w;
+    for (int64_t o = o0; o < o1; o += LIN_SMALLM_NB) {
+        const int nb = o1 - o < LIN_SMALLM_NB ? (int)(o1 - o) : LIN_SMALLM_NB;
+        /* the next block's weights while this one computes (not past the task's rows) */
+        const int64_t pe = o + 2 * LIN_SMALLM_NB < o1 ? o + 2 * LIN_SMALLM_NB : o1;
+        for (const char *a = wbase + (o + nb) * rb; a < wbase + pe * rb; a += 64) _mm_prefetch(a, _MM_HINT_T0);
+        for (int j = 0; j < nb; j++) sm_decode_row(c, &t, w, o + j, panel + j * ld);
+        for (int j = nb; j < LIN_SMALLM_NB; j++) memset(panel + j * ld, 0, sizeof(float) * (size_t)ld);
+        for (int s0 = 0; s0 < n_rows; s0 += SM_MR) {
+            const float *xs = x + (int64_t)s0 * n;
+            float *ys = y + (int64_t)s0 * rows + o;
+            switch (n_rows - s0 < SM_MR ? n_rows - s0 : SM_MR) {
+            case 1: sm_rows(1, xs, n, panel, ld, ys, rows, nb); break;
+            case 2: sm_rows(2, xs, n, panel, ld, ys, rows, nb); break;
+            case 3: sm_rows(3, xs, n, panel, ld, ys, rows, nb); break;
+            default: sm_rows(4, xs, n, panel, ld, ys, rows, nb); break;
+            }
+        }
+    }
+}
+
 /* ---- GEMM: dequantize a (LIN_NB, LIN_KB) tile, then a 4x4 register-blocked kernel -------- */
 
 /* Row o, columns [k0, k0 + kb), into dst, zero-padded to a multiple of 16. */
@@ -681,7 +807,7 @@ static void gemm_avx512(const dsv4_lin_call *c, const dsv4_mat *w, const float *
  * pass decodes (and NaN-scans) every weight again: at 16 rows on the decode shapes the two
  * passes beat the tile GEMM 1.4-2.3x for BF16 and 1.0-1.7x for FP4, but FP8 ran at
  * 0.7-1.15x (bench_linear --decode --rows 16, BENCHMARKS.md). No prescaled FP8. */
-static const dsv4_lin_kernels avx512_kernels = {GEMV_NX_MAX, 16, GEMV_NX_MAX, gemv_avx512, gemm_avx512, NULL};
+static const dsv4_lin_kernels avx512_kernels = {GEMV_NX_MAX, 16, GEMV_NX_MAX, gemv_avx512, gemm_avx512, NULL, {0}, NULL};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512(void) { return &avx512_kernels; }
 
@@ -721,7 +847,16 @@ static void gemm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const flo
  * (1.1-1.5x; wq_a and wo_b 0.87-0.99x; bench_linear --decode --rows 12,16, BENCHMARKS.md).
  * One pass of 16 rows at one weight row (16 accumulators) ran 0.5-1.25x the GEMM: each x
  * load then feeds a single FMA. */
-static const dsv4_lin_kernels avx512vbmi_kernels = {GEMV_NX_MAX, 16, 16, gemv_avx512vbmi, gemm_avx512vbmi, NULL};
+static const dsv4_lin_kernels avx512vbmi_kernels = {
+    GEMV_NX_MAX, 16, 16, gemv_avx512vbmi, gemm_avx512vbmi, NULL,
+    /* small-M from 8 rows for FP8 and FP4, 17 for the dense formats, up to 32 (the GEMM
+     * before): against two 8-row GEMV passes on the decode shapes at 16 rows it ran FP8
+     * 1.0-2.1x, FP4 1.05-1.8x, BF16 0.71-1.35x (the head 0.71); at 8 rows FP8 0.94-1.6x,
+     * FP4 1.0-2.2x but the 8192-row head 0.70x, BF16 0.54-0.95x; at 32 rows, against the
+     * tile GEMM, 1.16-2.6x for all three (bench_linear --decode --rows 4,8,16,32,
+     * BENCHMARKS.md) */
+    {[DSV4_WF_F32] = 17, [DSV4_WF_F16] = 17, [DSV4_WF_BF16] = 17, [DSV4_WF_FP8] = 8, [DSV4_WF_FP4] = 8},
+    smallm_avx512vbmi};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512vbmi(void) { return &avx512vbmi_kernels; }
 

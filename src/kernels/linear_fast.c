@@ -3,7 +3,8 @@
  * See linear_fast.h for the arithmetic contract. The portable level is the GEMM tiling
  * written in plain C (it also serves n_rows == 1); the x86 levels add an in-register
  * GEMV for a few activation rows (decode, batched decode, MTP verification), where the
- * weight stream and its decoding are the whole cost.
+ * weight stream and its decoding are the whole cost, and level avx512vbmi a small-M kernel
+ * for 8..32 rows that decodes each weight once per call.
  */
 #include "kernels/linear_fast.h"
 
@@ -168,7 +169,7 @@ static void gemm_scalar(const dsv4_lin_call *c, const dsv4_mat *w, const float *
     dsv4_lin_gemm_tiled(&scalar_tiles, c, w, x, n_rows, y, o0, scratch);
 }
 
-static const dsv4_lin_kernels scalar_kernels = {0, 0, 0, NULL, gemm_scalar, NULL};
+static const dsv4_lin_kernels scalar_kernels = {0, 0, 0, NULL, gemm_scalar, NULL, {0}, NULL};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void) { return &scalar_kernels; }
 
@@ -183,6 +184,7 @@ typedef struct {
     int n_rows;
     float *y;
     int gemv;
+    int smallm;    /* the small-M kernel instead of gemv / gemm */
     int64_t per;   /* outputs per task */
     int n_tasks;
     int task0;     /* first task of this op in the job */
@@ -234,11 +236,16 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
     pl->x = op->x;
     pl->n_rows = op->n_rows;
     pl->y = op->y;
-    pl->gemv = op->n_rows <= (w->fmt == DSV4_WF_FP8 ? kn->gemv_max_rows_fp8 : kn->gemv_max_rows) && kn->gemv;
-    /* GEMV: 4..LIN_GEMV_NB outputs per task (a multiple of 4: the kernels take rows in
-     * fours); the split never changes a result */
+    const int64_t panel = LIN_SMALLM_NB * ((n + 15) & ~(int64_t)15) + 16; /* floats, aligned */
+    const int sm_min = w->fmt <= DSV4_WF_FP4 ? kn->smallm_min_rows[w->fmt] : 0;
+    pl->smallm = kn->smallm && sm_min > 0 && op->n_rows >= sm_min && op->n_rows <= LIN_SMALLM_MAX_ROWS &&
+                 panel <= LIN_SCRATCH_FLOATS;
+    pl->gemv = !pl->smallm && kn->gemv &&
+               op->n_rows <= (w->fmt == DSV4_WF_FP8 ? kn->gemv_max_rows_fp8 : kn->gemv_max_rows);
+    /* GEMV and small-M: 4..LIN_GEMV_NB outputs per task (a multiple of 4: the kernels take
+     * rows in fours); the split never changes a result */
     pl->per = LIN_NB;
-    if (pl->gemv) {
+    if (pl->gemv || pl->smallm) {
         int64_t per = target_macs / (n * op->n_rows);
         per &= ~(int64_t)3;
         pl->per = per < 4 ? 4 : per > LIN_GEMV_NB ? LIN_GEMV_NB : per;
@@ -255,7 +262,10 @@ static void lin_task(void *arg, int t, int tid) {
     while (i + 1 < j->n_ops && t >= j->ops[i + 1].task0) i++;
     const lin_plan *p = &j->ops[i];
     const int64_t o0 = (int64_t)(t - p->task0) * p->per;
-    if (p->gemv) {
+    if (p->smallm) {
+        const int64_t o1 = o0 + p->per < p->w->rows ? o0 + p->per : p->w->rows;
+        p->kn->smallm(&p->call, p->w, p->x, p->n_rows, p->y, o0, o1, dsv4_kctx_lin_scratch(j->k, tid));
+    } else if (p->gemv) {
         const int64_t o1 = o0 + p->per < p->w->rows ? o0 + p->per : p->w->rows;
         /* passes of up to gemv_rows rows over the task's weights: the second pass finds
          * them in cache */

@@ -31,6 +31,8 @@
 #define LIN_MB 96  /* activation rows per accumulator block (a multiple of 3) */
 #define LIN_GEMV_NB 64 /* most outputs per GEMV task (a multiple of 4) */
 #define LIN_GEMV_MAX_ROWS 16 /* no level takes the GEMV path for more rows (tests cover the edge) */
+#define LIN_SMALLM_MAX_ROWS 32 /* no level takes the small-M path for more rows */
+#define LIN_SMALLM_NB 4 /* weight rows a small-M kernel decodes together (its panel) */
 
 /* Per-thread scratch of the GEMM path, in floats. */
 #define LIN_SCRATCH_WTILE ((int64_t)LIN_NB * LIN_KB)         /* (LIN_NB, LIN_KB) weights */
@@ -84,6 +86,14 @@ typedef struct dsv4_lin_kernels {
                  float *scratch);
     /* decides dsv4_lin_call.fp8_prescale for an FP8 GEMV (NULL: never) */
     int (*fp8_prescale)(const dsv4_mat *w, const float *x, int n_rows);
+    /* small-M: calls of smallm_min_rows[w->fmt] .. LIN_SMALLM_MAX_ROWS rows (0: never) decode
+     * each weight once per call, LIN_SMALLM_NB weight rows at a time into a panel of scratch
+     * (LIN_SMALLM_NB x cols rounded up to 16, plus 16 floats to align it: the driver checks
+     * that it fits LIN_SCRATCH_FLOATS), and run every activation row against the panel;
+     * outputs [o0, o1), o0 a multiple of 4. Same bits as the gemv. NULL: never. */
+    int smallm_min_rows[DSV4_WF_FP4 + 1];
+    void (*smallm)(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
+                   int64_t o1, float *scratch);
 } dsv4_lin_kernels;
 
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void);

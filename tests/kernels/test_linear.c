@@ -277,11 +277,12 @@ static void check_fp8_prescale_guard(int level) {
  * column order, avx512 through F16 conversions and permuted FP4 lanes: the weights are the
  * same exact values and every lane sums the same columns in the same order, so every
  * output (no NaN codes here) must be the same bits at both levels, on the GEMV of 1..16
- * rows, the GEMM past it, odd widths and partial scale blocks, both scale kinds, and FP8
+ * rows, avx512vbmi's small-M kernel of 8..32 rows against avx512's GEMV or GEMM, the
+ * GEMM past it, odd widths and partial scale blocks, both scale kinds, and FP8
  * scales whose 256 * scale overflows. */
 static void check_vbmi_matches_avx512(dsv4_wfmt f) {
     static const int64_t shapes[][2] = {{7, 160}, {129, 1056}, {300, 288}, {64, 64}, {5, 32}, {7, 133}, {5, 1}};
-    static const int nrs[] = {1, 2, 4, 5, 8, 9, 13, 16, 17, 40};
+    static const int nrs[] = {1, 2, 4, 5, 7, 8, 9, 13, 16, 17, 22, 32, 33, 40};
     int64_t bad = 0, total = 0;
     for (int sc = 0; sc < 2; sc++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -476,16 +477,19 @@ int main(void) {
                             for (int ci = 0; ci < 4; ci++) check_case(f, sc, rows_set[ri], odd_cols[ci], nrows_set[ni], level);
                     }
             /* the other few-row widths: the GEMV's passes (AVX2: 4 rows a pass, up to 8;
-             * AVX-512: 8 rows a pass, up to 16), the edges between them and the first GEMM
-             * width past every level's GEMV */
+             * AVX-512: 8 rows a pass, up to 16), the small-M kernel (avx512vbmi: from 8 rows
+             * for FP8/FP4, 17 for the rest, up to LIN_SMALLM_MAX_ROWS), the edges between
+             * them and the first GEMM width past every level's GEMV and small-M */
             const int64_t few_rows[2] = {7, 129}, few_cols[3] = {96, 133, 1056};
-            const int few_nr[8] = {2, 4, 5, 8, 9, 12, LIN_GEMV_MAX_ROWS, LIN_GEMV_MAX_ROWS + 1};
+            const int few_nr[10] = {2, 4, 5, 8, 9, 12, LIN_GEMV_MAX_ROWS, LIN_GEMV_MAX_ROWS + 1, 23, LIN_SMALLM_MAX_ROWS};
             for (int sc = 0; sc < n_sc; sc++)
-                for (int ni = 0; ni < 8; ni++)
+                for (int ni = 0; ni < 10; ni++)
                     for (int ri = 0; ri < 2; ri++)
                         for (int ci = 0; ci < 3; ci++)
                             if (f != DSV4_WF_FP4 || few_cols[ci] % 32 == 0)
                                 check_case(f, sc, few_rows[ri], few_cols[ci], few_nr[ni], level);
+            /* rows too long for a small-M panel in the tile scratch: the GEMV or GEMM instead */
+            check_case(f, SC_E8M0, 5, 7200, 12, level);
             for (int sc = 0; sc < n_sc; sc++) {
                 check_exact(f, sc, 131, f == DSV4_WF_FP4 ? 288 : 291, level, NULL);
                 check_exact(f, sc, 5, f == DSV4_WF_FP4 ? 32 : 9, level, NULL);
