@@ -146,6 +146,13 @@ static int work_take(dsv4_arena *a, const dsv4_config *cfg, int r, int R, int ro
     return ok;
 }
 
+/* Moves rows k = n-1 .. 0 of v (width n_per floats each) to rows to[k] (ascending,
+ * to[k] >= k): the compact rows of a query subset to their packed indices, in place. */
+static void expand_rows(float *v, int64_t n_per, const int *to, int n) {
+    for (int k = n - 1; k >= 0; k--)
+        if (to[k] != k) memcpy(v + to[k] * n_per, v + k * n_per, (size_t)n_per * sizeof(float));
+}
+
 int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
                       const float *x, dsv4_attn_work *w, dsv4_err *err) {
     const dsv4_config *cfg = ctx->cfg;
@@ -155,17 +162,28 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
     const float eps = (float)cfg->rms_norm_eps;
     const dsv4_rope *rope = r ? ctx->rope_cmp : ctx->rope_main;
     const dsv4_numerics *nm = ctx->num;
+    /* the rows that query: nq of them, compact k <-> packed qrow(k) until expanded */
+    const int *qrow = ctx->q_rows, nq = qrow ? ctx->n_q : R;
 
     if (!work_take(ctx->scratch, cfg, r, R, ctx->row_fmt, w))
         return dsv4_fail(err, DSV4_ERR_NOMEM, "attention: scratch arena too small (%d rows)", R);
+    const size_t mark = dsv4_arena_mark(ctx->scratch);
+    const float *xq = x; /* (nq, D) the querying rows of x */
+    if (qrow) {
+        const int D = cfg->hidden_size;
+        float *g = dsv4_arena_take_n(ctx->scratch, (int64_t)nq * D, sizeof(float));
+        if (!g) return dsv4_fail(err, DSV4_ERR_NOMEM, "attention: scratch arena too small (%d rows)", R);
+        for (int k = 0; k < nq; k++) memcpy(g + (size_t)k * D, x + (size_t)qrow[k] * D, (size_t)D * sizeof(float));
+        xq = g;
+    }
 
     /* Every product of x in one job: wq_a, wkv, the indexer's weights_proj and both
      * compressors' wkv/wgate (§5.5, §5.8, §5.9); then the two of qr. */
     dsv4_lin_op ops[7];
     int n_ops = 0;
-    ops[n_ops++] = (dsv4_lin_op){&b->wq_a, x, R, w->qr};
+    ops[n_ops++] = (dsv4_lin_op){&b->wq_a, xq, nq, w->qr};
     ops[n_ops++] = (dsv4_lin_op){&b->wkv, x, R, w->kv};
-    if (csa) ops[n_ops++] = (dsv4_lin_op){&b->idx_weights_proj, x, R, w->wI};
+    if (csa) ops[n_ops++] = (dsv4_lin_op){&b->idx_weights_proj, xq, nq, w->wI};
     if (csa) n_ops += dsv4_compress_ops(b, 1, x, R, w->pa[1], w->pb[1], ops + n_ops);
     if (r) n_ops += dsv4_compress_ops(b, 0, x, R, w->pa[0], w->pb[0], ops + n_ops);
     nm->linear(nm, ctx->k, ops, n_ops);
@@ -173,18 +191,18 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
     /* qr = RMSNorm(x wq_a^T; q_norm); q = qr wq_b^T, per-head unweighted RMSNorm, RoPE;
      * kv = RoPE(RMSNorm(x wkv^T; kv_norm)) (§5.5). CSA: indexer query qI = RoPE(qr
      * idx_wq_b^T) per head, weights wI (§5.9). */
-    for (int i = 0; i < R; i++)
+    for (int i = 0; i < nq; i++)
         dsv4_rmsnorm(w->qr + (size_t)i * ql, b->q_norm, ql, eps, w->qr + (size_t)i * ql);
     n_ops = 0;
-    ops[n_ops++] = (dsv4_lin_op){&b->wq_b, w->qr, R, w->q};
-    if (csa) ops[n_ops++] = (dsv4_lin_op){&b->idx_wq_b, w->qr, R, w->qI};
+    ops[n_ops++] = (dsv4_lin_op){&b->wq_b, w->qr, nq, w->q};
+    if (csa) ops[n_ops++] = (dsv4_lin_op){&b->idx_wq_b, w->qr, nq, w->qI};
     nm->linear(nm, ctx->k, ops, n_ops);
-    for (int i = 0; i < R; i++)
+    for (int i = 0; i < nq; i++)
         for (int h = 0; h < H; h++) {
             float *qh = w->q + ((size_t)i * H + h) * hd;
             dsv4_rmsnorm(qh, NULL, hd, eps, qh);
             nm->round(nm, DSV4_ACT_NORM, qh, hd);
-            dsv4_rope_apply(rope, qh, hd, batch->pos[i], 0);
+            dsv4_rope_apply(rope, qh, hd, batch->pos[qrow ? qrow[i] : i], 0);
         }
     for (int i = 0; i < R; i++) {
         float *ki = w->kv + (size_t)i * hd;
@@ -194,10 +212,10 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
     }
     if (csa) {
         const float wscale = 1.0f / sqrtf((float)dI) / sqrtf((float)nI);
-        for (int i = 0; i < R; i++)
+        for (int i = 0; i < nq; i++)
             for (int h = 0; h < nI; h++)
-                dsv4_rope_apply(rope, w->qI + ((size_t)i * nI + h) * dI, dI, batch->pos[i], 0);
-        for (int i = 0; i < R * nI; i++) w->wI[i] *= wscale;
+                dsv4_rope_apply(rope, w->qI + ((size_t)i * nI + h) * dI, dI, batch->pos[qrow ? qrow[i] : i], 0);
+        for (int i = 0; i < nq * nI; i++) w->wI[i] *= wscale;
     }
 
     /* compressor gates: + ape at the absolute position (§5.8) */
@@ -206,7 +224,7 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
 
     /* the rows as the numeric mode keeps them, before any is shared with the cache or
      * another rank */
-    nm->round(nm, DSV4_ACT_Q, w->q, (int64_t)R * H * hd);
+    nm->round(nm, DSV4_ACT_Q, w->q, (int64_t)nq * H * hd);
     const int rd = cfg->qk_rope_head_dim, row_fmt = dsv4_row_fmt(ctx->row_fmt);
     const int64_t row_bytes = dsv4_row_bytes(row_fmt, hd, rd);
     for (int i = 0; i < R; i++) {
@@ -216,7 +234,18 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
         dsv4_row_round(row_fmt, ki, hd, rd);
         if (w->kv_st) dsv4_row_pack(row_fmt, w->kv_st + i * row_bytes, ki, hd, rd);
     }
-    for (int i = 0; csa && i < R * nI; i++) nm->round(nm, DSV4_ACT_INDEX_Q, w->qI + (size_t)i * dI, dI);
+    for (int i = 0; csa && i < nq * nI; i++) nm->round(nm, DSV4_ACT_INDEX_Q, w->qI + (size_t)i * dI, dI);
+    if (qrow) { /* the querying rows to their packed indices, where the attend phase reads them */
+        expand_rows(w->qr, ql, qrow, nq);
+        expand_rows(w->q, (int64_t)H * hd, qrow, nq);
+        if (csa) expand_rows(w->qI, (int64_t)nI * dI, qrow, nq);
+        if (csa) expand_rows(w->wI, nI, qrow, nq);
+    }
+    if (ctx->stats) {
+        ctx->stats->rows += R;
+        ctx->stats->q_rows += nq;
+    }
+    dsv4_arena_release(ctx->scratch, mark);
     return DSV4_OK;
 }
 
@@ -257,6 +286,7 @@ typedef struct attend_job {
     const dsv4_attn_work *w;
     const dsv4_attn_src *src;
     const int *row_span;      /* (R) span index of each row */
+    const int *q_rows;        /* (n_q) the rows that attend (ctx->q_rows), NULL: all R */
     const void **ikeys;       /* indexer keys of the spans that need scoring (src->key_fmt) */
     const int64_t *key_tasks; /* (n, 2): span, first key of a range to fetch */
     const int64_t *ikey_off;  /* (n_spans) where span si's keys start in ikeys */
@@ -279,13 +309,17 @@ typedef struct attend_job {
     float *o;                 /* (R, H, hd) */
 } attend_job;
 
-/* Row i of the call as attn_row.c's steps read it. */
-static dsv4_attn_query job_query(const attend_job *j, int i) {
+/* The packed row of attending row k (blocks run over the attending rows). */
+static int job_row(const attend_job *j, int k) { return j->q_rows ? j->q_rows[k] : k; }
+
+/* Attending row k of the call as attn_row.c's steps read it. */
+static dsv4_attn_query job_query(const attend_job *j, int k) {
+    const int i = job_row(j, k);
     return dsv4_attn_query_of(j->ctx, j->b, j->batch, j->w, j->src, j->row_span[i], i);
 }
 
-static int64_t row_entries(const attend_job *j, int i) {
-    return dsv4_attn_visible(j->b->ratio, j->batch->pos[i]);
+static int64_t row_entries(const attend_job *j, int k) {
+    return dsv4_attn_visible(j->b->ratio, j->batch->pos[job_row(j, k)]);
 }
 
 /* Pointers to indexer keys [k0, k0 + ATTEND_KEY_CHUNK) of one span (each lookup walks the
@@ -407,6 +441,7 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
     const int win = cfg->sliding_window;
     const int topk = cfg->index_topk, r = b->ratio, csa = (r == 4);
     const int T = dsv4_kctx_threads(ctx->k);
+    const int NQ = ctx->q_rows ? ctx->n_q : R; /* rows that attend */
     int rc = DSV4_OK;
 
     /* the most compressed entries any row of the batch can see; the indexer keys of the
@@ -424,7 +459,7 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
     const int64_t max_entries = d.max_entries;
     const int64_t n_kv_max = win + (csa ? (max_entries < topk ? max_entries : topk) : max_entries);
     const int64_t chunks_per_row = (max_entries + ATTEND_IDX_MIN_CHUNK - 1) / ATTEND_IDX_MIN_CHUNK;
-    const int B = (int)attend_block_rows(R, (csa && max_entries > n_kv_max) ? max_entries : n_kv_max);
+    const int B = (int)attend_block_rows(NQ, (csa && max_entries > n_kv_max) ? max_entries : n_kv_max);
     d.n_kv_max = n_kv_max;
     d.B = B;
     d.block_scores = (int64_t)B * max_entries;
@@ -457,16 +492,16 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
     }
 
     attend_job job = {.ctx = ctx, .b = b, .batch = batch, .w = w, .src = src,
-                      .row_span = row_span,
+                      .row_span = row_span, .q_rows = ctx->q_rows,
                       .ikeys = ikeys, .key_tasks = key_tasks, .ikey_off = ikey_off,
                       .max_entries = max_entries,
                       .n_kv_max = n_kv_max, .score_tasks = score_tasks, .iscores = ab.iscores,
                       .rows = ab.rows, .n_kv = ab.n_kv, .frows = ab.frows, .stage = ab.stage,
                       .iorder = ab.iorder, .isel = ab.isel,
                       .probs = ab.probs, .o = ab.o};
-    dsv4_kctx_parallel(ctx->k, nkt, keys_task, &job);
-    for (int r0 = 0; r0 < R; r0 += B) {
-        const int nb = R - r0 < B ? R - r0 : B;
+    if (NQ) dsv4_kctx_parallel(ctx->k, nkt, keys_task, &job);
+    for (int r0 = 0; r0 < NQ; r0 += B) {
+        const int nb = NQ - r0 < B ? NQ - r0 : B;
         job.r0 = r0;
         if (csa) { /* indexer scores of the rows that see more than topk entries */
             int64_t total = 0;
@@ -482,14 +517,14 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
              * score; rows see more entries further on, so the last sees the most */
             int n_tasks = 0;
             for (int bi = 0; bi < nb;) {
-                const int i = r0 + bi;
+                const int i = r0 + bi, row = job_row(&job, i);
                 if (row_entries(&job, i) <= topk) {
                     bi++;
                     continue;
                 }
                 int nq = 1;
-                while (nq < DSV4_ATTN_SCORE_ROWS && bi + nq < nb && row_span[i + nq] == row_span[i] &&
-                       row_entries(&job, i + nq) > topk)
+                while (nq < DSV4_ATTN_SCORE_ROWS && bi + nq < nb && job_row(&job, i + nq) == row + nq &&
+                       row_span[row + nq] == row_span[row] && row_entries(&job, i + nq) > topk)
                     nq++;
                 int64_t n_vis = 0;
                 for (int q = 0; q < nq; q++)
@@ -513,10 +548,16 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
         job.groups = groups;
         job.group_heads = H / groups;
         dsv4_kctx_parallel(ctx->k, nb * groups, heads_task, &job);
+        if (ctx->stats) ctx->stats->attended += nb;
     }
 
+    /* the attending rows' outputs, compact (q_rows ascending: row k moves down from
+     * q_rows[k] >= k, after every row it could overwrite has moved) */
+    const int64_t Hhd = (int64_t)H * cfg->head_dim;
+    for (int k = 0; ctx->q_rows && k < NQ; k++)
+        if (ctx->q_rows[k] != k) memcpy(ab.o + k * Hhd, ab.o + ctx->q_rows[k] * Hhd, (size_t)Hhd * sizeof(float));
     /* grouped output projection: v_g = o_g wo_a_g^T, y = v wo_b^T */
-    rc = dsv4_attn_output(ctx, b, ab.o, R, y, err);
+    if (NQ) rc = dsv4_attn_output(ctx, b, ab.o, NQ, y, err);
 
 done:
     dsv4_arena_release(ctx->scratch, mark);
@@ -577,6 +618,9 @@ size_t dsv4_attn_scratch_bytes(const dsv4_config *cfg, int ratio, int R, int n_s
     dsv4_attn_work w;
     work_take(&m, cfg, ratio, R, row_fmt, &w);
     const size_t after_work = dsv4_arena_mark(&m);
+    /* a query subset's input rows (dsv4_attn_project, released there) */
+    dsv4_arena_take_n(&m, (int64_t)R * cfg->hidden_size, sizeof(float));
+    dsv4_arena_release(&m, after_work);
     /* the compressors (indexer's, then main) */
     if (csa) dsv4_compress_take(&m, 4, cfg->index_head_dim, NULL, NULL, NULL);
     dsv4_arena_release(&m, after_work);

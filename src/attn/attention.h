@@ -42,7 +42,23 @@ typedef struct dsv4_attn_ctx {
     /* KV storage (kernels/kv_rows.h DSV4_ROW_*, 0 = F32): window rows and compressed entries
      * are rounded to row_fmt, indexer keys to key_fmt, where they are produced */
     int row_fmt, key_fmt;
+    /* Optional query-row subset: only rows q_rows[0 .. n_q) (ascending packed indices)
+     * project their queries, attend and get an output, y is then (n_q, D). Every row still
+     * makes its window row, compressor projections and entries (all a later call reads),
+     * so the cache is the same; for rows whose outputs nobody reads (the MTP block's rows
+     * that only fill its cache). NULL: every row. */
+    const int *q_rows;
+    int n_q;
+    struct dsv4_attn_stats *stats; /* optional counts of what the phases computed */
 } dsv4_attn_ctx;
+
+/* What the sub-blocks of a context computed, added up (caller-owned; tests use it to
+ * show that rows outside a query subset are skipped, not just discarded). */
+typedef struct dsv4_attn_stats {
+    int64_t rows;       /* rows projected for the cache (dsv4_attn_project) */
+    int64_t q_rows;     /* rows whose queries were projected */
+    int64_t attended;   /* rows whose heads attended (dsv4_attn_attend) */
+} dsv4_attn_stats;
 
 /* History of a span. Every function gets the span (its sequence slot and start) and the
  * layer id; positions passed to win_row / ring_row are always below sp->start. Window rows
@@ -65,7 +81,9 @@ typedef struct dsv4_attn_src {
 /* The single-process source: everything from the sequence's pages in `cache`. */
 dsv4_attn_src dsv4_attn_src_cache(dsv4_cache *cache);
 
-/* Per-row values of one layer for R rows, produced by dsv4_attn_project. */
+/* Per-row values of one layer for R rows, produced by dsv4_attn_project. With a query
+ * subset (ctx->q_rows) qr, q, qI and wI hold the subset's rows only, at their packed
+ * indices; the other rows of them are not written. */
 typedef struct dsv4_attn_work {
     int R;
     float *qr;      /* (R, q_lora) after q_norm (feeds the indexer too) */
@@ -85,7 +103,8 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
 /* Phase 2: compressors (CSA: indexer's, then main; HCA: main). */
 int dsv4_attn_pool(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
                    const dsv4_attn_work *w, const dsv4_attn_src *src, dsv4_err *err);
-/* Phase 3: y (R, D) from the indexer, sparse attention and output projection. */
+/* Phase 3: y (R, D) from the indexer, sparse attention and output projection; (n_q, D),
+ * row k that of q_rows[k], with a query subset (ctx->q_rows). */
 int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
                      const dsv4_attn_work *w, const dsv4_attn_src *src, float *y, dsv4_err *err);
 /* Phase 4 (single process): window rows [max(s, s+C-win+1), s+C) to WIN and ring rows

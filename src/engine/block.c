@@ -123,12 +123,13 @@ size_t dsv4_block_scratch_bytes(const dsv4_config *c, int R) {
     return m.peak;
 }
 
-/* Compacts h (R, hc, D) to the rows keep[0 .. n_keep) (ascending) and describes them in
- * *out: one span per kept row, so that the MoE's choice reports name their sequences and
- * positions. Buffers from the arena; 0 when it is too small. */
+/* Compacts h (R, hc, D), post (R, hc) and comb (R, hc, hc) to the rows keep[0 .. n_keep)
+ * (ascending) and describes them in *out: one span per kept row, so that the MoE's choice
+ * reports name their sequences and positions. Buffers from the arena; 0 when it is too
+ * small. */
 static int keep_rows(dsv4_arena *a, const dsv4_config *c, const dsv4_batch *batch, const int *keep,
-                     int n_keep, float *h, dsv4_batch *out) {
-    const size_t row = (size_t)c->hc_mult * c->hidden_size;
+                     int n_keep, float *h, float *post, float *comb, dsv4_batch *out) {
+    const size_t hc = (size_t)c->hc_mult, row = hc * c->hidden_size;
     dsv4_batch_span *bs = dsv4_arena_take_n(a, n_keep, sizeof *bs);
     int64_t *pos = dsv4_arena_take_n(a, n_keep, sizeof *pos);
     int32_t *tok = dsv4_arena_take_n(a, n_keep, sizeof *tok);
@@ -140,7 +141,11 @@ static int keep_rows(dsv4_arena *a, const dsv4_config *c, const dsv4_batch *batc
         pos[i] = batch->pos[r];
         tok[i] = batch->tokens[r];
         bs[i] = (dsv4_batch_span){batch->spans[si].seq, pos[i], 1, i};
-        if (r != i) memcpy(h + (size_t)i * row, h + (size_t)r * row, row * sizeof(float)); /* r > i */
+        if (r != i) { /* r > i */
+            memcpy(h + (size_t)i * row, h + (size_t)r * row, row * sizeof(float));
+            memcpy(post + (size_t)i * hc, post + (size_t)r * hc, hc * sizeof(float));
+            memcpy(comb + (size_t)i * hc * hc, comb + (size_t)r * hc * hc, hc * hc * sizeof(float));
+        }
     }
     *out = (dsv4_batch){n_keep, n_keep, bs, pos, tok};
     return 1;
@@ -165,21 +170,21 @@ int dsv4_engine_block_keep(dsv4_engine *e, const dsv4_block_w *b, const dsv4_bat
         goto done;
     }
     for (int sub = 0; sub < 2; sub++) {
-        if (sub == 1 && keep) {
+        /* x, post, comb = hc_pre(h); x = RMSNorm(x; norm) */
+        sub_in(e->k, e->num, c, b, sub, h, R, bb.x, bb.post, bb.comb);
+        /* y = attention(x) (every row writes the cache, the kept rows attend) or MoE(x) */
+        rc = sub == 0 ? step->attention(step->u, b, batch, keep, n_keep, bb.x, bb.y, err)
+                      : dsv4_engine_moe(e, b, batch, bb.x, bb.y, err);
+        if (rc) goto done;
+        if (sub == 0 && keep) {
             /* only the kept rows go on (an EP rank still joins the exchange with none) */
-            if (!keep_rows(&e->scratch, c, batch, keep, n_keep, h, &kept)) {
+            if (!keep_rows(&e->scratch, c, batch, keep, n_keep, h, bb.post, bb.comb, &kept)) {
                 rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "block: scratch arena too small"), 0);
                 goto done;
             }
             batch = &kept;
             R = n_keep;
         }
-        /* x, post, comb = hc_pre(h); x = RMSNorm(x; norm) */
-        sub_in(e->k, e->num, c, b, sub, h, R, bb.x, bb.post, bb.comb);
-        /* y = attention(x) or MoE(x) */
-        rc = sub == 0 ? step->attention(step->u, b, batch, bb.x, bb.y, err)
-                      : dsv4_engine_moe(e, b, batch, bb.x, bb.y, err);
-        if (rc) goto done;
         /* h = hc_post(y, h, post, comb) */
         sub_out(e->k, e->num, c, bb.y, h, R, bb.post, bb.comb);
         if (e->trace && (rc = step->trace(step->u, b, batch, sub, h, err))) goto done;
@@ -191,17 +196,19 @@ done:
 
 /* ---- MoE, and the collectives of ranks without rows ------------------------------------- */
 
-/* Reports each row's choices (n per row in sel, -1 padded) to the choice hook. */
-static void report_choices(const dsv4_engine *e, const dsv4_batch *batch, int layer, int kind,
-                           const int *sel, int n) {
-    for (int si = 0; si < batch->n_spans; si++)
-        for (int j = 0; j < batch->spans[si].n; j++) {
-            const int i = batch->spans[si].row0 + j;
-            const int *row = sel + (size_t)i * n;
-            int k = 0;
-            while (k < n && row[k] >= 0) k++;
-            e->choice(e->choice_user, batch->spans[si].seq, batch->pos[i], layer, kind, row, k);
-        }
+/* Reports the choices of rows[0 .. n_rows) (ascending; NULL: every row) to the choice
+ * hook, n per row in sel (R, n), -1 padded. */
+static void report_choices(const dsv4_engine *e, const dsv4_batch *batch, const int *rows, int n_rows,
+                           int layer, int kind, const int *sel, int n) {
+    if (!rows) n_rows = batch->n_rows;
+    for (int k = 0, si = 0; k < n_rows; k++) {
+        const int i = rows ? rows[k] : k;
+        while (i >= batch->spans[si].row0 + batch->spans[si].n) si++;
+        const int *row = sel + (size_t)i * n;
+        int m = 0;
+        while (m < n && row[m] >= 0) m++;
+        e->choice(e->choice_user, batch->spans[si].seq, batch->pos[i], layer, kind, row, m);
+    }
 }
 
 int dsv4_engine_moe(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
@@ -213,7 +220,7 @@ int dsv4_engine_moe(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *bat
     if (e->choice && batch->n_rows && !(sel = dsv4_arena_take_n(&e->scratch, (int64_t)batch->n_rows * K, sizeof(int))))
         return dsv4_fail(err, DSV4_ERR_NOMEM, "moe choices: scratch arena too small");
     int rc = dsv4_moe_forward(e->k, e->num, e->cfg, b, x, batch->tokens, batch->n_rows, y, sel, &e->scratch, err);
-    if (!rc && sel) report_choices(e, batch, b->layer_id, DSV4_CHOICE_EXPERTS, sel, K);
+    if (!rc && sel) report_choices(e, batch, NULL, 0, b->layer_id, DSV4_CHOICE_EXPERTS, sel, K);
     dsv4_arena_release(&e->scratch, mark);
     return rc;
 }
@@ -239,9 +246,10 @@ int dsv4_engine_fail_collective(dsv4_engine *e, int code, int clean) {
 
 /* ---- the single-process attention step ------------------------------------------------- */
 
-/* dsv4_attention against the cache; the CSA selections go to the choice hook. */
-static int local_attention(void *u, const dsv4_block_w *b, const dsv4_batch *batch,
-                           const float *x, float *y, dsv4_err *err) {
+/* dsv4_attention against the cache; the CSA selections of the rows that attend go to the
+ * choice hook. */
+static int local_attention(void *u, const dsv4_block_w *b, const dsv4_batch *batch, const int *q_rows,
+                           int n_q, const float *x, float *y, dsv4_err *err) {
     dsv4_engine *e = u;
     const dsv4_config *c = e->cfg;
     const size_t mark = dsv4_arena_mark(&e->scratch);
@@ -252,11 +260,12 @@ static int local_attention(void *u, const dsv4_block_w *b, const dsv4_batch *bat
         rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CSA choices: scratch arena too small");
     const dsv4_cache_plan *plan = dsv4_cache_get_plan(e->cache);
     const dsv4_attn_ctx actx = {c, e->k, e->num, e->cache, &e->rope_main, &e->rope_cmp, csa_sel, &e->scratch,
-                                plan->opts.row_bytes_per_value, plan->opts.idx_bytes_per_value};
+                                plan->opts.row_bytes_per_value, plan->opts.idx_bytes_per_value,
+                                q_rows, n_q, e->attn_stats};
     if (!rc) rc = dsv4_attention(&actx, b, batch, x, y, err);
     /* the other ranks are heading for this block's MoE exchange */
     if (rc) dsv4_engine_fail_collective(e, rc, 0);
-    else if (csa_sel) report_choices(e, batch, b->layer_id, DSV4_CHOICE_CSA, csa_sel, c->index_topk);
+    else if (csa_sel) report_choices(e, batch, q_rows, n_q, b->layer_id, DSV4_CHOICE_CSA, csa_sel, c->index_topk);
     dsv4_arena_release(&e->scratch, mark);
     return rc;
 }

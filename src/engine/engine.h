@@ -60,6 +60,8 @@ struct dsv4_engine {
     struct dsv4_prefix_cache *prefix; /* snapshots and the prefix cache (prefix.c) */
     struct dsv4_cp_stats *cp_stats;  /* optional, caller-owned: CP prefill timings add up
                                       * here (engine/forward_cp.h; benchmarks), else NULL */
+    dsv4_attn_stats *attn_stats;     /* optional, caller-owned: what the single-process
+                                      * attention sub-blocks computed (tests), else NULL */
 };
 
 /* Scratch bytes of the calls' own buffers for R rows in n_spans spans (forward.c, mtp.c)
@@ -75,11 +77,12 @@ size_t dsv4_scratch_plan_bytes(const dsv4_config *c, const dsv4_engine_opts *o, 
 
 /* How a block's attention sub-block runs: y (R, D) from x (R, D) for the batch's rows,
  * with the cache writes it owes (a failure must already have been reported to the group
- * where one waits); and the trace of the streams h (R, hc, D) after sub-block sub (called
- * only with e->trace set). */
+ * where one waits); with a query subset q_rows (n_q ascending rows, NULL = all) every row
+ * still writes the cache but only those attend, y (n_q, D). And the trace of the streams
+ * h (R, hc, D) after sub-block sub (called only with e->trace set). */
 typedef struct dsv4_block_step {
-    int (*attention)(void *u, const dsv4_block_w *b, const dsv4_batch *batch, const float *x,
-                     float *y, dsv4_err *err);
+    int (*attention)(void *u, const dsv4_block_w *b, const dsv4_batch *batch, const int *q_rows,
+                     int n_q, const float *x, float *y, dsv4_err *err);
     int (*trace)(void *u, const dsv4_block_w *b, const dsv4_batch *batch, int sub,
                  const float *h, dsv4_err *err);
     void *u;
@@ -95,10 +98,11 @@ dsv4_block_step dsv4_engine_local_step(dsv4_engine *e);
 int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
                       const dsv4_block_step *step, float *h, dsv4_err *err);
 
-/* The same with only some rows going on past the attention sub-block: keep[0 .. n_keep)
- * (ascending row indices; NULL = all rows). Every cache write of a row happens in the
- * attention sub-block, so the other rows are complete there; h is then compacted to the
- * kept rows (row i of the result is row keep[i]) and the MoE sub-block runs on them alone.
+/* The same with only some rows going on past the attention sub-block's cache writes:
+ * keep[0 .. n_keep) (ascending row indices; NULL = all rows). Every cache write of a row
+ * happens in the attention sub-block, before its heads attend, so the other rows are
+ * complete there: only the kept rows attend (the step's query subset), h is compacted to
+ * them (row i of the result is row keep[i]) and the MoE sub-block runs on them alone.
  * A kept row's streams are bitwise those of the full block (every step is per row). For
  * the MTP block, whose other rows only fill its caches. */
 int dsv4_engine_block_keep(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,

@@ -442,7 +442,7 @@ static int cp_attention(cp_call *cx, const dsv4_block_w *b, const float *x, floa
     const int l = b->layer_id;
     const dsv4_cache_plan *plan = dsv4_cache_get_plan(e->cache);
     const dsv4_attn_ctx actx = {cx->c, e->k, e->num, e->cache, &e->rope_main, &e->rope_cmp, NULL, &e->scratch,
-                                plan->opts.row_bytes_per_value, plan->opts.idx_bytes_per_value};
+                                plan->opts.row_bytes_per_value, plan->opts.idx_bytes_per_value, NULL, 0, NULL};
     /* the exchange buffers hold F32 rows (already rounded to the cache's formats) */
     const dsv4_attn_src src = {cp_win_row, cp_ring_row, cp_entry, cx, DSV4_ROW_F32, DSV4_ROW_F32};
     const size_t scratch_mark = dsv4_arena_mark(&e->scratch);
@@ -490,9 +490,11 @@ static int cp_trace(cp_call *cx, int layer, int kind, const float *h, float *all
 
 /* The CP attention step of dsv4_engine_block: the phases with the exchanges between them
  * (cx->batch is the block's batch); the trace gathers every rank's rows to the home rank. */
-static int cp_attention_step(void *u, const dsv4_block_w *b, const dsv4_batch *batch,
-                             const float *x, float *y, dsv4_err *err) {
-    (void)batch;
+static int cp_attention_step(void *u, const dsv4_block_w *b, const dsv4_batch *batch, const int *q_rows,
+                             int n_q, const float *x, float *y, dsv4_err *err) {
+    (void)batch, (void)n_q;
+    if (q_rows) /* every CP row is wanted: the forward runs its blocks without a subset */
+        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "CP prefill: no query-row subset");
     return cp_attention(u, b, x, y, err);
 }
 

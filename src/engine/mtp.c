@@ -188,7 +188,7 @@ int dsv4_mtp_forward_out(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans
             for (int d = 0; d < D; d++) z[((size_t)i * hc + k) * D + d] += ep[(size_t)i * D + d];
 
     const dsv4_block_step local = dsv4_engine_local_step(e);
-    /* rows nobody reads stop after the attention sub-block (all of their cache writes) */
+    /* rows nobody reads only make their cache writes: no queries, heads, MoE */
     if ((rc = dsv4_engine_block_keep(e, b, &batch, &local, z, n_keep < R ? keep : NULL, n_keep, err))) {
         for (int i = 0; i < n_spans; i++) e->seqs[spans[i].seq].broken = 1;
         goto done;

@@ -14,7 +14,12 @@
  *     serial per-row function's bits (dsv4_attn_row, row by row, then dsv4_attn_output),
  *     outputs and compressed entries, on 1 and 3 threads, with the sequence cut into calls
  *     [0, 11), [11, 12), [12, N) that read earlier positions from a history source; with
- *     rows and keys stored in F32 and in BF16 (kernels/kv_rows.h).
+ *     rows and keys stored in F32 and in BF16 (kernels/kv_rows.h);
+ *   - a query-row subset (ctx->q_rows: runs of 3 attending rows, 2 skipped, one call
+ *     with none) gives the attending rows' outputs and CSA selections bit for bit, and
+ *     the same cache (window rows, compressor projections, entries and keys), while the
+ *     counts (dsv4_attn_stats) show the other rows' queries were neither projected nor
+ *     attended.
  */
 #include <math.h>
 #include <stdint.h>
@@ -273,10 +278,15 @@ static void *hist_entry(void *u, const dsv4_batch_span *sp, int layer, int index
     return ((history *)u)->entries[indexer][w];
 }
 
+/* Positions that attend in the query-subset runs: runs of 3, then 2 skipped (11 too, so the
+ * one-row call [11, 12) has none). */
+static int attends(int t) { return t % 5 != 1 && t % 5 != 2; }
+
 /* y (N, D) and, CSA, sel (N, TOPK) through the phases (serial = 0) or dsv4_attn_row, with
- * rows and keys stored in fmt (0: F32). */
-static void run(const dsv4_attn_ctx *ctx0, const layer *L, const float *x, int serial, int fmt, history *h,
-                float *y, int *sel) {
+ * rows and keys stored in fmt (0: F32). subset: only positions attends(t) query (phases
+ * only); the other rows of y and sel are left as they were. */
+static void run_q(const dsv4_attn_ctx *ctx0, const layer *L, const float *x, int serial, int fmt, int subset,
+                  history *h, float *y, int *sel) {
     const int cuts[4] = {0, 11, 12, N};
     const dsv4_block_w *b = &L->b;
     memset(h, 0, sizeof *h);
@@ -290,13 +300,24 @@ static void run(const dsv4_attn_ctx *ctx0, const layer *L, const float *x, int s
         dsv4_attn_ctx ctx = *ctx0;
         ctx.csa_sel = b->ratio == 4 ? sel + (size_t)s0 * TOPK : NULL;
         ctx.row_fmt = ctx.key_fmt = fmt;
+        int q_rows[N], n_q = 0;
+        static float yq[N * D]; /* (n_q, D) the subset's outputs */
+        for (int i = 0; subset && i < n; i++)
+            if (attends(s0 + i)) q_rows[n_q++] = i;
+        if (subset) {
+            ctx.q_rows = q_rows;
+            ctx.n_q = n_q;
+        }
         const size_t mark = dsv4_arena_mark(ctx.scratch);
         dsv4_attn_work w;
         dsv4_err err = {0};
         CHECK_MSG(dsv4_attn_project(&ctx, b, &batch, x + (size_t)s0 * D, &w, &err) == 0, "%s", err.msg);
         if (!serial) {
             CHECK_MSG(dsv4_attn_pool(&ctx, b, &batch, &w, &src, &err) == 0, "%s", err.msg);
-            CHECK_MSG(dsv4_attn_attend(&ctx, b, &batch, &w, &src, y + (size_t)s0 * D, &err) == 0, "%s", err.msg);
+            CHECK_MSG(dsv4_attn_attend(&ctx, b, &batch, &w, &src, subset ? yq : y + (size_t)s0 * D, &err) == 0,
+                      "%s", err.msg);
+            for (int k = 0; k < n_q; k++)
+                memcpy(y + (size_t)(s0 + q_rows[k]) * D, yq + (size_t)k * D, sizeof(float) * D);
         } else {
             float *o = dsv4_arena_take_n(ctx.scratch, (long long)n * H * HD, sizeof(float)); /* (n, H, HD) */
             CHECK(o != NULL);
@@ -320,6 +341,43 @@ static void run(const dsv4_attn_ctx *ctx0, const layer *L, const float *x, int s
         }
         dsv4_arena_release(ctx.scratch, mark);
     }
+}
+
+static void run(const dsv4_attn_ctx *ctx0, const layer *L, const float *x, int serial, int fmt, history *h,
+                float *y, int *sel) {
+    run_q(ctx0, L, x, serial, fmt, 0, h, y, sel);
+}
+
+/* The query subset against the full run (y_full, sel_full, h_full: the same ctx and fmt). */
+static void check_subset(const dsv4_attn_ctx *ctx0, const layer *L, const float *x, int fmt, const float *y_full,
+                         const int *sel_full, const history *h_full, const char *kind) {
+    static float y[N * D];
+    static int sel[N * TOPK];
+    static history h;
+    dsv4_attn_stats st = {0};
+    dsv4_attn_ctx ctx = *ctx0;
+    ctx.stats = &st;
+    for (int i = 0; i < N * D; i++) y[i] = NAN;
+    for (int i = 0; i < N * TOPK; i++) sel[i] = -2;
+    run_q(&ctx, L, x, 0, fmt, 1, &h, y, sel);
+    int n_att = 0, y_diff = 0, sel_diff = 0, untouched = 1;
+    for (int t = 0; t < N; t++) {
+        const int a = attends(t);
+        n_att += a;
+        for (int k = 0; a && k < TOPK; k++) sel_diff += L->b.ratio == 4 && sel[t * TOPK + k] != sel_full[t * TOPK + k];
+        for (int k = 0; !a && k < TOPK; k++) untouched &= sel[t * TOPK + k] == -2;
+        if (a) y_diff += memcmp(y + (size_t)t * D, y_full + (size_t)t * D, sizeof(float) * D) != 0;
+    }
+    printf("attention %s, %d of %d rows attending: %d rows' y differ, %d selection entries differ; "
+           "counted %lld rows, %lld queries, %lld attended\n", kind, n_att, N, y_diff, sel_diff,
+           (long long)st.rows, (long long)st.q_rows, (long long)st.attended);
+    CHECK_MSG(y_diff == 0, "%s subset: %d attending rows differ from the full run", kind, y_diff);
+    CHECK_MSG(sel_diff == 0, "%s subset: %d selection entries differ", kind, sel_diff);
+    CHECK_MSG(untouched, "%s subset: a skipped row wrote a CSA selection", kind);
+    CHECK_MSG(memcmp(&h, h_full, sizeof h) == 0, "%s subset: the cache differs from the full run's", kind);
+    CHECK_MSG(st.rows == N && st.q_rows == n_att && st.attended == n_att,
+              "%s subset: counted %lld rows, %lld queries, %lld attended; want %d, %d, %d", kind,
+              (long long)st.rows, (long long)st.q_rows, (long long)st.attended, N, n_att, n_att);
 }
 
 static void check_layer(const dsv4_config *c, const dsv4_attn_ctx *ctx1, const dsv4_attn_ctx *ctx3, int ratio,
@@ -362,6 +420,7 @@ static void check_layer(const dsv4_config *c, const dsv4_attn_ctx *ctx1, const d
     CHECK_MSG(memcmp(h_par.entries, h_ser.entries, sizeof h_par.entries) == 0, "%s: entries differ", kind);
     CHECK_MSG(memcmp(sel_par, sel_ser, sizeof sel_par) == 0 && memcmp(sel_par, sel_par3, sizeof sel_par) == 0,
               "%s: selections differ between schedules", kind);
+    check_subset(ctx3, &L, x, 0, y_par3, sel_par3, &h_par3, kind);
 
     /* the same with BF16 rows and keys: the steps unpack them for the kernels */
     run(ctx3, &L, x, 0, DSV4_ROW_BF16, &h_par, y_par, sel_par);
@@ -372,6 +431,7 @@ static void check_layer(const dsv4_config *c, const dsv4_attn_ctx *ctx1, const d
     CHECK_MSG(memcmp(y_par, y_ser, sizeof y_par) == 0, "%s BF16: phases and dsv4_attn_row differ", kind);
     CHECK_MSG(memcmp(h_par.entries, h_ser.entries, sizeof h_par.entries) == 0, "%s BF16: entries differ", kind);
     CHECK_MSG(memcmp(sel_par, sel_ser, sizeof sel_par) == 0, "%s BF16: selections differ", kind);
+    check_subset(ctx3, &L, x, DSV4_ROW_BF16, y_par, sel_par, &h_par, kind);
 }
 
 int main(void) {
@@ -385,8 +445,8 @@ int main(void) {
     CHECK(dsv4_kctx_create(1, 64, &k1, &err) == 0);
     CHECK(dsv4_kctx_create(3, 64, &k3, &err) == 0);
     CHECK(dsv4_arena_init(&scratch, 1 << 20, &err) == 0);
-    const dsv4_attn_ctx ctx1 = {&c, k1, dsv4_numerics_exact(), NULL, &main_rope, &cmp_rope, NULL, &scratch, 0, 0};
-    const dsv4_attn_ctx ctx3 = {&c, k3, dsv4_numerics_exact(), NULL, &main_rope, &cmp_rope, NULL, &scratch, 0, 0};
+    const dsv4_attn_ctx ctx1 = {&c, k1, dsv4_numerics_exact(), NULL, &main_rope, &cmp_rope, NULL, &scratch, 0, 0, NULL, 0, NULL};
+    const dsv4_attn_ctx ctx3 = {&c, k3, dsv4_numerics_exact(), NULL, &main_rope, &cmp_rope, NULL, &scratch, 0, 0, NULL, 0, NULL};
     check_layer(&c, &ctx1, &ctx3, 0, "SWA");
     check_layer(&c, &ctx1, &ctx3, 4, "CSA");
     check_layer(&c, &ctx1, &ctx3, 8, "HCA");

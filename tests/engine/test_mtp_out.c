@@ -3,7 +3,9 @@
  *   - the rows that are computed (the last of a span, or all) are bitwise those of a run
  *     that computed every row, alone and batched with another sequence;
  *   - the MTP cache they leave is the same: a later row over it gives the same bits;
- *   - the skipped rows never reach the MoE (the choice hook hears of the kept rows only);
+ *   - the skipped rows never reach the MoE (the choice hook hears of the kept rows only),
+ *     nor the attention heads: the engine's attention counts (dsv4_attn_stats) show every
+ *     row projected for the cache but only the kept rows' queries projected and attended;
  *   - bad out values and a NULL hidden with rows wanted are errors, NULL with none is not.
  *
  *   test_mtp_out MODEL_DIR   (a model with an MTP block)
@@ -12,6 +14,7 @@
 #include <string.h>
 
 #include "dsv4.h"
+#include "engine/engine.h"
 #include "test.h"
 
 enum { P = 40 };  /* prompt rows; MTP rows [0, P - 1) are ready after it */
@@ -96,15 +99,26 @@ int main(int argc, char **argv) {
     const int none = DSV4_MTP_OUT_NONE;
     ms = (dsv4_mtp_span){s[0], 0, cut, tok + 1, streams};
     memset(moe_rows, 0, sizeof moe_rows);
+    dsv4_attn_stats st = {0};
+    e->attn_stats = &st;
     CHECK(dsv4_mtp_forward_out(e, &ms, 1, &none, NULL, &err) == 0);
     CHECK_MSG(moe_rows[s[0]] == 0, "%d MoE rows for a span wanting none", moe_rows[s[0]]);
+    CHECK_MSG(st.rows == cut && st.q_rows == 0 && st.attended == 0,
+              "a span wanting none: %lld rows, %lld queries, %lld attended; want %d, 0, 0", (long long)st.rows,
+              (long long)st.q_rows, (long long)st.attended, cut);
     CHECK(dsv4_seq_mtp_length(e, s[0]) == cut);
     dsv4_mtp_span two[2] = {{s[0], cut, P - 1 - cut, tok + cut + 1, streams + (size_t)cut * row},
                             {s[1], 0, 3, tok + 1, streams}};
     const int out2[2] = {DSV4_MTP_OUT_LAST, DSV4_MTP_OUT_ALL};
+    st = (dsv4_attn_stats){0};
     CHECK(dsv4_mtp_forward_out(e, two, 2, out2, part, &err) == 0);
     CHECK_MSG(moe_rows[s[0]] == 1 && moe_rows[s[1]] == 3, "MoE rows %d and %d, want 1 and 3", moe_rows[s[0]],
               moe_rows[s[1]]);
+    printf("MTP call of %d + 3 rows wanting 1 + 3: %lld rows projected, %lld queries, %lld attended\n",
+           P - 1 - cut, (long long)st.rows, (long long)st.q_rows, (long long)st.attended);
+    CHECK_MSG(st.rows == P - 1 - cut + 3 && st.q_rows == 4 && st.attended == 4,
+              "want %d rows, 4 queries, 4 attended", P - 1 - cut + 3);
+    e->attn_stats = NULL;
     CHECK_MSG(same(part, all + (size_t)(P - 2) * D, D), "the last row differs from the full run");
     CHECK_MSG(same(part + D, all, (size_t)3 * D), "the other sequence's rows differ");
     /* the cache the skipped rows left: the next row is the same */
