@@ -8,6 +8,7 @@
 #ifndef DSV4_INTERNAL_H
 #define DSV4_INTERNAL_H
 
+#include "attn/attention.h"       /* bench_attn: sparse attention over stored rows */
 #include "bench/bench_model.h"   /* dsv4 bench: the timed model run and its rooflines */
 #include "cache/cache.h"         /* dsv4 info: the cache plan */
 #include "dist/cp.h"             /* bench_cp: the CP partition and exchange volumes */
@@ -15,9 +16,12 @@
 #include "dist/ep.h"
 #include "engine/engine.h"       /* benchmarks read engine fields (threads, stats hooks) */
 #include "engine/forward_cp.h"
+#include "kernels/attn_ops.h"
 #include "kernels/codec.h"       /* kernel benchmarks call the kernels directly */
 #include "kernels/cpu.h"
+#include "kernels/idx_scores.h"
 #include "kernels/kctx.h"
+#include "kernels/kv_rows.h"
 #include "kernels/linear.h"
 #include "kernels/probe.h"
 #include "kernels/w8a8.h"
