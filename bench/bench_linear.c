@@ -1,6 +1,6 @@
 /* bench_linear.c — dsv4_linear throughput against this machine's own roofline.
  *
- *   bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--rows N,..]
+ *   bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--gemm] [--rows N,..]
  *
  * Measured in the same run, one JSON line each, the probes being the library's
  * (kernels/probe.h, the same ones `dsv4 bench` uses):
@@ -19,7 +19,8 @@
  *           (3x the L3) are called in turn, so every call streams its weights from DRAM
  *           like a decode step does; per-call pool overhead included. Besides the best
  *           sweep, the median of the single calls' times ("us_call_median"), the steadier
- *           figure on a busy machine. --decode runs only the probes and these cases.
+ *           figure on a busy machine. --decode runs only the probes and these cases,
+ *           --gemm only the probes and the "gemm" cases.
  * Times are the best of --reps runs (default 5). GEMV rounds alternate with a stream pass,
  * so on a shared machine the ratio compares like with like: "of_stream" is best/best and
  * "of_stream_median" the median of the per-round ratios. --scalar adds the portable level. */
@@ -206,7 +207,7 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads,
 /* ---- main ---------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
-    int threads = 0, reps = 5, scalar = 0, quick = 0, decode_only = 0;
+    int threads = 0, reps = 5, scalar = 0, quick = 0, decode_only = 0, gemm_only = 0;
     int nrows[16] = {1, 2}, n_nrows = 2; /* --rows: activation rows of the decode shapes */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
@@ -214,6 +215,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--scalar")) scalar = 1;
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--decode")) decode_only = 1;
+        else if (!strcmp(argv[i], "--gemm")) gemm_only = 1;
         else if (!strcmp(argv[i], "--rows") && i + 1 < argc) {
             n_nrows = 0;
             for (char *t = strtok(argv[++i], ","); t && n_nrows < 16; t = strtok(NULL, ",")) {
@@ -226,7 +228,7 @@ int main(int argc, char **argv) {
             }
             if (n_nrows == 0) return 2;
         } else {
-            fprintf(stderr, "usage: bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--rows N,..]\n");
+            fprintf(stderr, "usage: bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--gemm] [--rows N,..]\n");
             return 2;
         }
     }
@@ -256,7 +258,7 @@ int main(int argc, char **argv) {
     printf("{\"bench\":\"probe_fma\",\"threads\":%d,\"simd\":\"%s\",\"gflops\":%.1f}\n", threads,
            dsv4_simd_name(dsv4_probe_simd(probe)), peak);
 
-    bench_decode(k, probe, reps, threads, nrows, n_nrows);
+    if (!gemm_only) bench_decode(k, probe, reps, threads, nrows, n_nrows);
     if (decode_only) {
         dsv4_probe_free(probe);
         dsv4_kctx_free(k);
@@ -266,7 +268,7 @@ int main(int argc, char **argv) {
     /* GEMV on matrices of >= 128 MB of weights */
     const dsv4_wfmt fmts[5] = {DSV4_WF_F32, DSV4_WF_F16, DSV4_WF_BF16, DSV4_WF_FP8, DSV4_WF_FP4};
     const int64_t gemv_shape[6][2] = {{0, 0}, {8192, 4096}, {8192, 8192}, {8192, 8192}, {16384, 8192}, {16384, 16384}};
-    for (int level = best; level >= 0; level--) {
+    for (int level = best; level >= 0 && !gemm_only; level--) {
         if (level != best && !scalar) break;
         dsv4_kctx_set_simd(k, level);
         for (int fi = 0; fi < 5; fi++) {
@@ -304,7 +306,7 @@ int main(int argc, char **argv) {
     dsv4_kctx_set_simd(k, best);
 
     /* a decode step's routed experts: many mid-size FP4 matrices, each called once */
-    {
+    if (!gemm_only) {
         enum { NE = 16 };
         dsv4_mat e[NE];
         for (int i = 0; i < NE; i++) e[i] = make_mat(DSV4_WF_FP4, 2048, 4096);

@@ -505,11 +505,11 @@ static void dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o
 
 /* RT activation rows x 4 outputs. x: row 0 of the tile at column k0 (row stride ldx);
  * wt: 4 tile rows (stride LIN_KB); acc: (RT, LIN_NB, 8) window at this tile. */
-AINLINE void micro(int RT, const float *x, int64_t ldx, const float *wt, int kb, float *acc) {
+AINLINE void micro(int RT, const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
     const int nf = kb & ~7, tail = kb - nf;
     __m256 a[3][4];
     for (int r = 0; r < RT; r++)
-        for (int j = 0; j < 4; j++) a[r][j] = _mm256_load_ps(acc + (r * LIN_NB + j) * 8);
+        for (int j = 0; j < 4; j++) a[r][j] = init ? _mm256_setzero_ps() : _mm256_load_ps(acc + (r * LIN_NB + j) * 8);
     for (int c = 0; c < nf; c += 8) {
         __m256 xv[3];
         for (int r = 0; r < RT; r++) xv[r] = _mm256_loadu_ps(x + r * ldx + c);
@@ -531,16 +531,22 @@ AINLINE void micro(int RT, const float *x, int64_t ldx, const float *wt, int kb,
         for (int j = 0; j < 4; j++) _mm256_store_ps(acc + (r * LIN_NB + j) * 8, a[r][j]);
 }
 
-static void micro3(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(3, x, ldx, wt, kb, acc); }
-static void micro2(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(2, x, ldx, wt, kb, acc); }
-static void micro1(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(1, x, ldx, wt, kb, acc); }
+static void micro3(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
+    micro(3, x, ldx, wt, kb, acc, init);
+}
+static void micro2(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
+    micro(2, x, ldx, wt, kb, acc, init);
+}
+static void micro1(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
+    micro(1, x, ldx, wt, kb, acc, init);
+}
 
 static void reduce_row8(const float *acc, int nb, float *y) {
     for (int j = 0; j < nb; j++) y[j] = hsum8(_mm256_load_ps(acc + 8 * j));
 }
 
 /* 3-row micro-kernels: 12 accumulators, 3 x and a weight in the 16 registers */
-static const dsv4_lin_tile_level avx2_tiles = {8, 3, dequant_row, {micro1, micro2, micro3, NULL}, reduce_row8};
+static const dsv4_lin_tile_level avx2_tiles = {8, 3, 4, dequant_row, {micro1, micro2, micro3, NULL}, reduce_row8};
 
 static void gemm_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                       float *scratch) {

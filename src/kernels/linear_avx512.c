@@ -4,7 +4,7 @@
  * confirmed the CPU and OS support them. Its own code, not the AVX2 kernels recompiled:
  * 16 accumulator lanes (lane l takes columns 16c + l, reduced l + (l + 8) first, then the
  * 8-lane tree; linear_fast.h), masked loads for every tail, and the 32 registers for
- * larger register blocks (4 weight rows at every GEMV width, a 4 x 4 GEMM micro-kernel).
+ * larger register blocks (4 weight rows at every GEMV width, a 4 x 6 GEMM micro-kernel).
  *
  * Decoding, always to the exact dequantized value of dsv4_mat_row:
  *   F16  vcvtph2ps.  BF16  widen to 32 bits and shift left 16.
@@ -681,7 +681,7 @@ static VBMI void smallm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, co
     }
 }
 
-/* ---- GEMM: dequantize a (LIN_NB, LIN_KB) tile, then a 4x4 register-blocked kernel -------- */
+/* ---- GEMM: dequantize a (LIN_NB, LIN_KB) tile, then a 4x6 register-blocked kernel -------- */
 
 /* Row o, columns [k0, k0 + kb), into dst, zero-padded to a multiple of 16. */
 static void dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb, float *dst) {
@@ -738,46 +738,94 @@ static void dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o
     }
 }
 
-/* RT activation rows x 4 outputs. x: row 0 of the tile at column k0 (row stride ldx);
- * wt: 4 tile rows (stride LIN_KB); acc: (RT, LIN_NB, 16) window at this tile. At most 4
- * rows: with 6 (24 accumulators) GCC 12 kept a copy of the accumulators on the stack and
- * stored all of them every chunk (measured 1.5-4x slower than AVX2). */
-AINLINE void micro(int RT, const float *x, int64_t ldx, const float *wt, int kb, float *acc) {
-    __m512 a[4][4];
+/* RT activation rows x 6 outputs (MICRO_OUTS). x: row 0 of the tile at column k0 (row
+ * stride ldx); wt: 6 tile rows (stride LIN_KB); acc: (RT, LIN_NB, 16) window at this tile.
+ * Per 16 columns: RT x loads, 6 weight loads, 6 RT FMAs. The driver runs the windows tile
+ * rows outermost, so the 6 x LIN_KB weights stay in L1 and only x comes from L2, 4 loads
+ * per 24 FMAs at RT = 4. micro_rt: rows 1..3 (the last rows of a block), an array of
+ * accumulators; micro4: the 24 accumulators, 4 x and a weight in 29 of the 32 registers,
+ * written out as named variables because GCC 12 keeps a 4 x 6 array on the stack around
+ * (and with a masked tail, inside) the chunk loop. */
+#define MICRO_OUTS 6
+AINLINE void micro_rt(int RT, const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
+    __m512 a[3][MICRO_OUTS];
     for (int r = 0; r < RT; r++)
-        for (int j = 0; j < 4; j++) a[r][j] = _mm512_load_ps(acc + (r * LIN_NB + j) * 16);
-    const int nf = kb & ~15, tail = kb - nf;
-    for (int c = 0; c < nf; c += 16) {
-        __m512 xv[4];
-        for (int r = 0; r < RT; r++) xv[r] = _mm512_loadu_ps(x + r * ldx + c);
-        for (int j = 0; j < 4; j++) {
+        for (int j = 0; j < MICRO_OUTS; j++)
+            a[r][j] = init ? _mm512_setzero_ps() : _mm512_load_ps(acc + (r * LIN_NB + j) * 16);
+    for (int c = 0; c < kb; c += 16) {
+        const __mmask16 m = kb - c >= 16 ? (__mmask16)0xFFFF : mask16(kb - c);
+        __m512 xv[3];
+        for (int r = 0; r < RT; r++) xv[r] = _mm512_maskz_loadu_ps(m, x + r * ldx + c);
+        for (int j = 0; j < MICRO_OUTS; j++) {
             const __m512 wv = _mm512_load_ps(wt + j * LIN_KB + c);
             for (int r = 0; r < RT; r++) a[r][j] = _mm512_fmadd_ps(xv[r], wv, a[r][j]);
         }
     }
-    if (tail) {
-        __m512 xv[4];
-        for (int r = 0; r < RT; r++) xv[r] = _mm512_maskz_loadu_ps(mask16(tail), x + r * ldx + nf);
-        for (int j = 0; j < 4; j++) {
-            const __m512 wv = _mm512_load_ps(wt + j * LIN_KB + nf);
-            for (int r = 0; r < RT; r++) a[r][j] = _mm512_fmadd_ps(xv[r], wv, a[r][j]);
-        }
-    }
     for (int r = 0; r < RT; r++)
-        for (int j = 0; j < 4; j++) _mm512_store_ps(acc + (r * LIN_NB + j) * 16, a[r][j]);
+        for (int j = 0; j < MICRO_OUTS; j++) _mm512_store_ps(acc + (r * LIN_NB + j) * 16, a[r][j]);
 }
 
-static void micro4(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(4, x, ldx, wt, kb, acc); }
-static void micro3(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(3, x, ldx, wt, kb, acc); }
-static void micro2(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(2, x, ldx, wt, kb, acc); }
-static void micro1(const float *x, int64_t ldx, const float *wt, int kb, float *acc) { micro(1, x, ldx, wt, kb, acc); }
+/* accumulator of row r, output j; one statement per output j of the window */
+#define M4_ACC(r, j) a##r##j
+#define M4_EACH(OP) OP(0) OP(1) OP(2) OP(3) OP(4) OP(5)
+#define M4_DECL(j) __m512 M4_ACC(0, j), M4_ACC(1, j), M4_ACC(2, j), M4_ACC(3, j);
+#define M4_INIT(j)                                                                  \
+    M4_ACC(0, j) = init ? _mm512_setzero_ps() : _mm512_load_ps(acc + (0 * LIN_NB + j) * 16); \
+    M4_ACC(1, j) = init ? _mm512_setzero_ps() : _mm512_load_ps(acc + (1 * LIN_NB + j) * 16); \
+    M4_ACC(2, j) = init ? _mm512_setzero_ps() : _mm512_load_ps(acc + (2 * LIN_NB + j) * 16); \
+    M4_ACC(3, j) = init ? _mm512_setzero_ps() : _mm512_load_ps(acc + (3 * LIN_NB + j) * 16);
+#define M4_FMA(j)                                                          \
+    {                                                                      \
+        const __m512 wv = _mm512_load_ps(wt + j * LIN_KB + c);             \
+        M4_ACC(0, j) = _mm512_fmadd_ps(x0, wv, M4_ACC(0, j));              \
+        M4_ACC(1, j) = _mm512_fmadd_ps(x1, wv, M4_ACC(1, j));              \
+        M4_ACC(2, j) = _mm512_fmadd_ps(x2, wv, M4_ACC(2, j));              \
+        M4_ACC(3, j) = _mm512_fmadd_ps(x3, wv, M4_ACC(3, j));              \
+    }
+#define M4_STORE(j)                                                    \
+    _mm512_store_ps(acc + (0 * LIN_NB + j) * 16, M4_ACC(0, j));        \
+    _mm512_store_ps(acc + (1 * LIN_NB + j) * 16, M4_ACC(1, j));        \
+    _mm512_store_ps(acc + (2 * LIN_NB + j) * 16, M4_ACC(2, j));        \
+    _mm512_store_ps(acc + (3 * LIN_NB + j) * 16, M4_ACC(3, j));
+
+static void micro4(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
+    M4_EACH(M4_DECL)
+    M4_EACH(M4_INIT)
+    const int nf = kb & ~15;
+    for (int c = 0; c < nf; c += 16) {
+        /* the next window's x rows (the driver's next call, 4 rows down): from L2 or L3
+         * they would stall every chunk; a prefetch past the block's rows never faults */
+        for (int r = 4; r < 8; r++) _mm_prefetch((const char *)(x + r * ldx + c), _MM_HINT_T0);
+        const __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + ldx + c);
+        const __m512 x2 = _mm512_loadu_ps(x + 2 * ldx + c), x3 = _mm512_loadu_ps(x + 3 * ldx + c);
+        M4_EACH(M4_FMA)
+    }
+    if (nf < kb) { /* the zero-padded last chunk (the tile's weights are padded already) */
+        const int c = nf;
+        const __mmask16 m = mask16(kb - nf);
+        const __m512 x0 = _mm512_maskz_loadu_ps(m, x + c), x1 = _mm512_maskz_loadu_ps(m, x + ldx + c);
+        const __m512 x2 = _mm512_maskz_loadu_ps(m, x + 2 * ldx + c), x3 = _mm512_maskz_loadu_ps(m, x + 3 * ldx + c);
+        M4_EACH(M4_FMA)
+    }
+    M4_EACH(M4_STORE)
+}
+
+static void micro3(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
+    micro_rt(3, x, ldx, wt, kb, acc, init);
+}
+static void micro2(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
+    micro_rt(2, x, ldx, wt, kb, acc, init);
+}
+static void micro1(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
+    micro_rt(1, x, ldx, wt, kb, acc, init);
+}
 
 /* The 16 outputs of a row reduced together, each in hsum16's tree (l + (l + 8), then
  * + 4, + 2, + 1; a + b == b + a exactly, so only the pairing matters): every level of the
  * tree adds two vectors that hold the halves of two or more outputs side by side, 15 adds
  * and 31 shuffles for 16 outputs where 16 hsum16 take 128 instructions (the reduction was
- * 4.8 % of a 512-token prefill's samples). Slots past nb hold zeros (linear_tile.c clears
- * the whole accumulator block) and are not stored. */
+ * 4.8 % of a 512-token prefill's samples). Slots past nb hold zero weights' sums or zeros
+ * (linear_tile.c) and are not stored. */
 static void reduce_row16(const float *acc, int nb, float *y) {
     __m512 t[8], u[4], z[2];
     for (int i = 0; i < 8; i++) { /* t[i] = [v(2i) l + v(2i) l+8 for l < 8, the same for v(2i+1)] */
@@ -796,7 +844,8 @@ static void reduce_row16(const float *acc, int nb, float *y) {
     _mm512_mask_storeu_ps(y, mask16(nb), _mm512_permutexvar_ps(order, r));
 }
 
-static const dsv4_lin_tile_level avx512_tiles = {16, 4, dequant_row, {micro1, micro2, micro3, micro4}, reduce_row16};
+static const dsv4_lin_tile_level avx512_tiles = {16, 4, MICRO_OUTS, dequant_row, {micro1, micro2, micro3, micro4},
+                                                 reduce_row16};
 
 static void gemm_avx512(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                         float *scratch) {
@@ -834,8 +883,8 @@ static VBMI void dequant_row_vbmi(const dsv4_lin_tables *tab, const dsv4_mat *w,
     }
 }
 
-static const dsv4_lin_tile_level avx512vbmi_tiles = {16, 4, dequant_row_vbmi, {micro1, micro2, micro3, micro4},
-                                                     reduce_row16};
+static const dsv4_lin_tile_level avx512vbmi_tiles = {16, 4, MICRO_OUTS, dequant_row_vbmi,
+                                                     {micro1, micro2, micro3, micro4}, reduce_row16};
 
 static void gemm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
                             int64_t o0, float *scratch) {

@@ -135,14 +135,15 @@ static void dequant_tile_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int6
 }
 
 /* One activation row x 4 tile rows (dsv4_lin_tile_level.micro). */
-static void micro_scalar(const float *x, int64_t ldx, const float *wt, int kb, float *acc) {
+static void micro_scalar(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
     (void)ldx;
     const int nfull = kb / 8, tail = kb % 8;
     for (int j = 0; j < 4; j++) {
         /* the lanes in a local array: no aliasing with x or the tile, so the compiler
          * keeps them in registers and vectorizes the chunk loop */
         float *ap = acc + (int64_t)j * 8, a[8];
-        memcpy(a, ap, sizeof a);
+        if (init) memset(a, 0, sizeof a);
+        else memcpy(a, ap, sizeof a);
         const float *wr = wt + j * LIN_KB;
         for (int c = 0; c < nfull; c++)
             for (int l = 0; l < 8; l++) a[l] += x[8 * c + l] * wr[8 * c + l];
@@ -161,7 +162,7 @@ static void reduce_row_scalar(const float *acc, int nb, float *y) {
     for (int j = 0; j < nb; j++) y[j] = reduce8(acc + 8 * j);
 }
 
-static const dsv4_lin_tile_level scalar_tiles = {8, 1, dequant_tile_row, {micro_scalar, NULL, NULL, NULL},
+static const dsv4_lin_tile_level scalar_tiles = {8, 1, 4, dequant_tile_row, {micro_scalar, NULL, NULL, NULL},
                                                  reduce_row_scalar};
 
 static void gemm_scalar(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
@@ -186,6 +187,8 @@ typedef struct {
     int gemv;
     int smallm;    /* the small-M kernel instead of gemv / gemm */
     int64_t per;   /* outputs per task */
+    int row_blocks; /* GEMM: tasks per output block, each taking rows_per activation rows */
+    int rows_per;
     int n_tasks;
     int task0;     /* first task of this op in the job */
     dsv4_lin_call call;
@@ -253,7 +256,18 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
     pl->call.tab = dsv4_kctx_lin_tables(k);
     if (pl->gemv && kn->fp8_prescale && w->fmt == DSV4_WF_FP8)
         pl->call.fp8_prescale = kn->fp8_prescale(w, op->x, op->n_rows);
-    pl->n_tasks = (int)((rows + pl->per - 1) / pl->per);
+    /* GEMM: row blocks of at most LIN_MB rows, as even as whole fours allow (more tasks for
+     * the small matrices, none of only a few rows); consecutive tasks share their weights */
+    pl->row_blocks = 1;
+    pl->rows_per = op->n_rows;
+    if (!pl->gemv && !pl->smallm) {
+        pl->row_blocks = (op->n_rows + LIN_MB - 1) / LIN_MB;
+        const int even = (op->n_rows + pl->row_blocks - 1) / pl->row_blocks;
+        pl->rows_per = (even + 3) & ~3;
+        if (pl->rows_per > LIN_MB) pl->rows_per = LIN_MB;
+        pl->row_blocks = (op->n_rows + pl->rows_per - 1) / pl->rows_per;
+    }
+    pl->n_tasks = (int)((rows + pl->per - 1) / pl->per) * pl->row_blocks;
 }
 
 static void lin_task(void *arg, int t, int tid) {
@@ -261,7 +275,7 @@ static void lin_task(void *arg, int t, int tid) {
     int i = 0;
     while (i + 1 < j->n_ops && t >= j->ops[i + 1].task0) i++;
     const lin_plan *p = &j->ops[i];
-    const int64_t o0 = (int64_t)(t - p->task0) * p->per;
+    const int64_t o0 = (int64_t)((t - p->task0) / p->row_blocks) * p->per;
     if (p->smallm) {
         const int64_t o1 = o0 + p->per < p->w->rows ? o0 + p->per : p->w->rows;
         p->kn->smallm(&p->call, p->w, p->x, p->n_rows, p->y, o0, o1, dsv4_kctx_lin_scratch(j->k, tid));
@@ -275,7 +289,10 @@ static void lin_task(void *arg, int t, int tid) {
             p->kn->gemv(&p->call, p->w, p->x + (int64_t)s0 * p->w->cols, ns, p->y + (int64_t)s0 * p->w->rows, o0, o1);
         }
     } else {
-        p->kn->gemm(&p->call, p->w, p->x, p->n_rows, p->y, o0, dsv4_kctx_lin_scratch(j->k, tid));
+        const int r0 = (t - p->task0) % p->row_blocks * p->rows_per;
+        const int nr = p->n_rows - r0 < p->rows_per ? p->n_rows - r0 : p->rows_per;
+        p->kn->gemm(&p->call, p->w, p->x + (int64_t)r0 * p->w->cols, nr, p->y + (int64_t)r0 * p->w->rows, o0,
+                    dsv4_kctx_lin_scratch(j->k, tid));
     }
 }
 

@@ -13,10 +13,11 @@
  * level the value depends on nothing else: not the thread count, not the tiling, not
  * n_rows, not which other rows share the call (batch invariance), not GEMV vs GEMM.
  *
- * GEMM tiling: a task owns LIN_NB consecutive outputs. For each block of up to LIN_MB
- * activation rows and each LIN_KB-column tile, the task dequantizes its LIN_NB x LIN_KB
- * weight tile once into per-thread F32 scratch and runs a register-blocked micro-kernel
- * over all rows of the block; the 8-lane accumulators live in per-thread scratch between
+ * GEMM tiling: a task owns LIN_NB consecutive outputs and a block of up to LIN_MB activation
+ * rows. For each LIN_KB-column tile it dequantizes its LIN_NB x LIN_KB weight tile once into
+ * per-thread F32 scratch, then runs a register-blocked micro-kernel over (micro_outs tile
+ * rows) x (all rows of the block), the tile rows outermost so that they stay in L1 while the
+ * block's x rows stream from L2; the lane accumulators live in per-thread scratch between
  * column tiles, so tiling never changes the summation order.
  */
 #ifndef DSV4_KERNELS_LINEAR_FAST_H
@@ -26,9 +27,11 @@
 
 #include "kernels/linear.h"
 
-#define LIN_NB 16  /* outputs per GEMM task */
-#define LIN_KB 256 /* columns per dequantized tile: a multiple of 128 (FP8 scale blocks) */
-#define LIN_MB 96  /* activation rows per accumulator block (a multiple of 3) */
+/* outputs per GEMM task: a multiple of 16 (the AVX-512 lane reduction takes 16 outputs) and
+ * of every level's micro_outs (4, 6) */
+#define LIN_NB 48
+#define LIN_KB 512 /* columns per dequantized tile: a multiple of 128 (FP8 scale blocks) */
+#define LIN_MB 96  /* activation rows per GEMM task and accumulator block (a multiple of 4 and 3) */
 #define LIN_GEMV_NB 64 /* most outputs per GEMV task (a multiple of 4) */
 #define LIN_GEMV_MAX_ROWS 16 /* no level takes the GEMV path for more rows (tests cover the edge) */
 #define LIN_SMALLM_MAX_ROWS 32 /* no level takes the small-M path for more rows */
@@ -73,8 +76,8 @@ typedef struct dsv4_lin_call {
 
 /* One level's kernels. gemv: y[s, o] for o in [o0, o1) and the n_rows <= gemv_rows
  * activation rows, weights decoded in registers; NULL means the level runs everything
- * through gemm. gemm: outputs [o0, min(o0 + LIN_NB, rows)) for all n_rows rows;
- * scratch: LIN_SCRATCH_FLOATS floats, 32-byte aligned. */
+ * through gemm. gemm: outputs [o0, min(o0 + LIN_NB, rows)) for all n_rows rows (the driver
+ * passes blocks of up to LIN_MB rows); scratch: LIN_SCRATCH_FLOATS floats, 64-byte aligned. */
 typedef struct dsv4_lin_kernels {
     int gemv_rows;     /* activation rows one gemv call takes (its registers) */
     int gemv_max_rows; /* calls of up to this many rows (<= LIN_GEMV_MAX_ROWS) take the GEMV
@@ -103,22 +106,26 @@ const dsv4_lin_kernels *dsv4_lin_kernels_avx512vbmi(void); /* NULL when not comp
 
 /* The arithmetic of one level's GEMM tiles, for the shared driver (linear_tile.c).
  * dequant_row: row o, columns [k0, k0 + kb) exactly dequantized into dst, zero-padded to
- * a multiple of lanes. micro[rt - 1]: rt (<= micro_rows <= 4) activation rows x 4 tile
- * rows: x is row 0 at column k0 (row stride ldx), wt the first of the 4 tile rows (stride
- * LIN_KB), acc the (rt, LIN_NB, lanes) window of the accumulators; adds columns [0, kb)
- * into the lanes in ascending chunks (linear_fast.h's contract), the last chunk's x
- * zero-padded. reduce_row: y[j] = the lanes of acc + j * lanes in the level's fixed tree,
- * j < nb (one activation row's outputs: one indirect call per row, the tree inlined). */
-typedef void (*dsv4_lin_micro_fn)(const float *x, int64_t ldx, const float *wt, int kb, float *acc);
+ * a multiple of lanes. micro[rt - 1]: rt (<= micro_rows <= 4) activation rows x micro_outs
+ * tile rows: x is row 0 at column k0 (row stride ldx), wt the first of the tile rows
+ * (stride LIN_KB), acc the (rt, LIN_NB, lanes) window of the accumulators; adds columns
+ * [0, kb) into the lanes in ascending chunks (linear_fast.h's contract), the last chunk's x
+ * zero-padded, starting from zero lanes instead of acc when init is set (the first column
+ * tile: the same sums, no clearing pass). reduce_row: y[j] = the lanes of acc + j * lanes
+ * in the level's fixed tree, j < nb <= 16 (one activation row's outputs: one indirect call
+ * per row and 16 outputs, the tree inlined). */
+typedef void (*dsv4_lin_micro_fn)(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init);
 typedef struct dsv4_lin_tile_level {
     int lanes;      /* 8 or 16 (<= LIN_LANES_MAX) */
     int micro_rows; /* activation rows of the largest micro-kernel */
+    int micro_outs; /* tile rows (outputs) of every micro-kernel: 4 or 6 */
     void (*dequant_row)(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb, float *dst);
     dsv4_lin_micro_fn micro[4];
     void (*reduce_row)(const float *acc, int nb, float *y);
 } dsv4_lin_tile_level;
 
-/* Outputs [o0, min(o0 + LIN_NB, rows)) for all n_rows rows: a level's gemm. */
+/* Outputs [o0, min(o0 + LIN_NB, rows)) for all n_rows rows (at most LIN_MB when called by
+ * dsv4_linear): a level's gemm. */
 void dsv4_lin_gemm_tiled(const dsv4_lin_tile_level *lv, const dsv4_lin_call *c, const dsv4_mat *w, const float *x,
                          int n_rows, float *y, int64_t o0, float *scratch);
 
