@@ -12,6 +12,7 @@
  * the cache: dsv4_engine_local_step) and a CP prefill (the same phases with exchanges
  * between them: forward_cp.c), so it comes in as a parameter, with the stream trace.
  */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "dist/ep.h"
@@ -21,50 +22,100 @@
 #include "moe/moe.h"
 #include "util/err.h"
 
+/* Buffers of one block over R rows. */
+typedef struct block_bufs {
+    float *x;       /* (R, D) sub-block input */
+    float *y;       /* (R, D) sub-block output */
+    float *post;    /* (R, hc) */
+    float *comb;    /* (R, hc, hc) */
+    double *dots;   /* (R, mix + 1) hc_pre's dots, when a row's are split over threads */
+    atomic_int *left; /* (R) the row's dot tasks not finished yet */
+} block_bufs;
+
+static int block_take(dsv4_arena *a, const dsv4_config *c, int R, block_bufs *bb) {
+    const int D = c->hidden_size, hc = c->hc_mult;
+    bb->x = dsv4_arena_take_n(a, (int64_t)R * D, sizeof(float));
+    bb->y = dsv4_arena_take_n(a, (int64_t)R * D, sizeof(float));
+    bb->post = dsv4_arena_take_n(a, (int64_t)R * hc, sizeof(float));
+    bb->comb = dsv4_arena_take_n(a, (int64_t)R * hc * hc, sizeof(float));
+    bb->dots = dsv4_arena_take_n(a, (int64_t)R * (dsv4_cfg_mix(c) + 1), sizeof(double));
+    bb->left = dsv4_arena_take_n(a, R, sizeof(atomic_int));
+    return bb->x && bb->y && bb->post && bb->comb && bb->dots && bb->left;
+}
+
 typedef struct {
     const dsv4_config *c;
     const dsv4_block_w *b;
     int sub;
+    int simd;            /* kernel level (dsv4_kctx_simd) */
     const float *h;      /* (R, hc, D) streams */
     float *x;            /* (R, D) sub-block input */
     float *post, *comb;  /* (R, hc), (R, hc, hc) */
     const dsv4_numerics *nm;
+    int parts;           /* dot tasks per row (split rows) */
+    double *dots;        /* (R, mix + 1) split rows */
+    atomic_int *left;    /* (R) split rows */
 } sub_in_job;
 
 typedef struct {
     const dsv4_config *c;
+    int simd;
     const float *y;                /* (R, D) sub-block output */
     float *h;                      /* (R, hc, D) streams, updated */
     const float *post, *comb;      /* (R, hc), (R, hc, hc) */
     const dsv4_numerics *nm;
-    dsv4_kctx *k;
 } sub_out_job;
 
-static void sub_in_row(void *arg, int i, int tid) {
-    (void)tid;
-    const sub_in_job *j = arg;
+static const float *sub_fn(const sub_in_job *j) { return j->sub ? j->b->hc_ffn_fn : j->b->hc_attn_fn; }
+
+/* hc_pre of row i from its dots, then the norm. */
+static void sub_in_finish(const sub_in_job *j, int i, const double *dots) {
     const dsv4_config *c = j->c;
     const int D = c->hidden_size, hc = c->hc_mult;
-    const float *fn = j->sub ? j->b->hc_ffn_fn : j->b->hc_attn_fn;
     const float *base = j->sub ? j->b->hc_ffn_base : j->b->hc_attn_base;
     const float *scale = j->sub ? j->b->hc_ffn_scale : j->b->hc_attn_scale;
     const float *norm = j->sub ? j->b->ffn_norm : j->b->attn_norm;
     float *xi = j->x + (size_t)i * D;
-    dsv4_hc_pre(c, j->h + (size_t)i * hc * D, fn, base, scale, xi, j->post + (size_t)i * hc,
-                j->comb + (size_t)i * hc * hc);
+    dsv4_hc_pre_finish(c, j->simd, j->h + (size_t)i * hc * D, dots, base, scale, xi, j->post + (size_t)i * hc,
+                       j->comb + (size_t)i * hc * hc);
     j->nm->round(j->nm, DSV4_ACT_COLLAPSE, xi, D);
     dsv4_rmsnorm(xi, norm, D, (float)c->rms_norm_eps, xi);
     j->nm->round(j->nm, DSV4_ACT_NORM, xi, D);
 }
 
+/* A whole row per task. */
+static void sub_in_row(void *arg, int i, int tid) {
+    (void)tid;
+    const sub_in_job *j = arg;
+    const int mix = dsv4_cfg_mix(j->c);
+    double dots[(2 + DSV4_HC_MAX) * DSV4_HC_MAX + 1]; /* (mix + 1) */
+    if (j->c->hc_mult >= 1 && j->c->hc_mult <= DSV4_HC_MAX)
+        dsv4_hc_dots(j->c, j->simd, j->h + (size_t)i * j->c->hc_mult * j->c->hidden_size, sub_fn(j), mix, 0,
+                     mix + 1, dots);
+    sub_in_finish(j, i, dots);
+}
+
+/* A share of one row's dots per task; whichever task finishes the row's last share
+ * finishes the row (the dots are the same numbers whoever computes them). */
+static void sub_in_part(void *arg, int t, int tid) {
+    (void)tid;
+    const sub_in_job *j = arg;
+    const int i = t / j->parts, p = t % j->parts, n = dsv4_cfg_mix(j->c) + 1;
+    double *dots = j->dots + (size_t)i * n;
+    dsv4_hc_dots(j->c, j->simd, j->h + (size_t)i * j->c->hc_mult * j->c->hidden_size, sub_fn(j), n - 1,
+                 p * n / j->parts, (p + 1) * n / j->parts, dots);
+    /* release our dots; the last one acquires everyone's */
+    if (atomic_fetch_sub_explicit(&j->left[i], 1, memory_order_acq_rel) == 1) sub_in_finish(j, i, dots);
+}
+
 static void sub_out_row(void *arg, int i, int tid) {
+    (void)tid;
     const sub_out_job *j = arg;
     const dsv4_config *c = j->c;
     const int D = c->hidden_size, hc = c->hc_mult;
     float *hi = j->h + (size_t)i * hc * D;
-    float *hin = dsv4_kctx_scratch(j->k, tid); /* (hc, D): hc_post reads the old streams */
-    memcpy(hin, hi, (size_t)hc * D * sizeof(float));
-    dsv4_hc_post(c, j->y + (size_t)i * D, hin, j->post + (size_t)i * hc, j->comb + (size_t)i * hc * hc, hi);
+    dsv4_hc_post_inplace(c, j->simd, j->y + (size_t)i * D, hi, j->post + (size_t)i * hc,
+                         j->comb + (size_t)i * hc * hc);
     j->nm->round(j->nm, DSV4_ACT_STREAMS, hi, (int64_t)hc * D);
 }
 
@@ -74,39 +125,38 @@ static void sub_rows(dsv4_kctx *k, int R, dsv4_task_fn fn, void *j) {
     else if (R == 1) fn(j, 0, dsv4_kctx_tid(k));
 }
 
+/* Dot tasks per row of hc_pre: with fewer rows than threads (decode) one row's mix + 1
+ * dots over hc*D values (24 x 16K at Flash: 1.6 MB of fn read per row) are the serial
+ * part, so they are shared out, about two tasks per thread; else a row is a task. */
+static int sub_in_parts(const dsv4_config *c, int R, int threads) {
+    if (R < 1 || R >= threads || c->hc_mult < 1 || c->hc_mult > DSV4_HC_MAX) return 1;
+    const int n = dsv4_cfg_mix(c) + 1, want = (2 * threads + R - 1) / R;
+    return want < n ? want : n;
+}
+
 /* The two ends of every sub-block (spec/model.md §5.3-5.4), for all R rows of h (R, hc, D):
  * sub_in: x, post, comb = hc_pre(h; the sub-block's hc params), x = RMSNorm(x; its norm)
  * (sub 0 = attention, 1 = MoE); sub_out: h = hc_post(y, h, post, comb). Rows are spread
- * over k's threads (each row's result is its own: any split gives the same bits). The
- * collapse, the norm output and the new streams are kept as the numeric mode nm rounds
- * them (the exact path: FP32). */
+ * over k's threads (each row's result is its own: any split gives the same bits), and so
+ * are the dots inside a row when there are fewer rows than threads. The collapse, the
+ * norm output and the new streams are kept as the numeric mode nm rounds them (the exact
+ * path: FP32). */
 static void sub_in(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *c, const dsv4_block_w *b,
-                   int sub, const float *h, int R, float *x, float *post, float *comb) {
-    sub_in_job j = {c, b, sub, h, x, post, comb, nm};
-    sub_rows(k, R, sub_in_row, &j);
+                   int sub, const float *h, int R, block_bufs *bb) {
+    sub_in_job j = {c, b, sub, dsv4_kctx_simd(k), h, bb->x, bb->post, bb->comb, nm,
+                    sub_in_parts(c, R, dsv4_kctx_threads(k)), bb->dots, bb->left};
+    if (j.parts == 1) {
+        sub_rows(k, R, sub_in_row, &j);
+        return;
+    }
+    for (int i = 0; i < R; i++) atomic_init(&bb->left[i], j.parts);
+    dsv4_kctx_parallel(k, R * j.parts, sub_in_part, &j);
 }
 
 static void sub_out(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *c, const float *y,
                     float *h, int R, const float *post, const float *comb) {
-    sub_out_job j = {c, y, h, post, comb, nm, k};
+    sub_out_job j = {c, dsv4_kctx_simd(k), y, h, post, comb, nm};
     sub_rows(k, R, sub_out_row, &j);
-}
-
-/* Buffers of one block over R rows. */
-typedef struct block_bufs {
-    float *x;       /* (R, D) sub-block input */
-    float *y;       /* (R, D) sub-block output */
-    float *post;    /* (R, hc) */
-    float *comb;    /* (R, hc, hc) */
-} block_bufs;
-
-static int block_take(dsv4_arena *a, const dsv4_config *c, int R, block_bufs *bb) {
-    const int D = c->hidden_size, hc = c->hc_mult;
-    bb->x = dsv4_arena_take_n(a, (int64_t)R * D, sizeof(float));
-    bb->y = dsv4_arena_take_n(a, (int64_t)R * D, sizeof(float));
-    bb->post = dsv4_arena_take_n(a, (int64_t)R * hc, sizeof(float));
-    bb->comb = dsv4_arena_take_n(a, (int64_t)R * hc * hc, sizeof(float));
-    return bb->x && bb->y && bb->post && bb->comb;
 }
 
 size_t dsv4_block_scratch_bytes(const dsv4_config *c, int R) {
@@ -171,7 +221,7 @@ int dsv4_engine_block_keep(dsv4_engine *e, const dsv4_block_w *b, const dsv4_bat
     }
     for (int sub = 0; sub < 2; sub++) {
         /* x, post, comb = hc_pre(h); x = RMSNorm(x; norm) */
-        sub_in(e->k, e->num, c, b, sub, h, R, bb.x, bb.post, bb.comb);
+        sub_in(e->k, e->num, c, b, sub, h, R, &bb);
         /* y = attention(x) (every row writes the cache, the kept rows attend) or MoE(x) */
         rc = sub == 0 ? step->attention(step->u, b, batch, keep, n_keep, bb.x, bb.y, err)
                       : dsv4_engine_moe(e, b, batch, bb.x, bb.y, err);

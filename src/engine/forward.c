@@ -249,8 +249,8 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
         }
         for (int j = 0; j < sp->n_hidden; j++, oh++) {
             const int r = bs[i].row0 + dsv4_wanted_row(sp->hidden_rows, sp->n_hidden, sp->n_tokens, j);
-            dsv4_hc_head(c, h + (size_t)r * hc * D, e->model->hc_head_fn, e->model->hc_head_base,
-                         e->model->hc_head_scale, y);
+            dsv4_hc_head_at(c, dsv4_kctx_simd(e->k), h + (size_t)r * hc * D, e->model->hc_head_fn,
+                            e->model->hc_head_base, e->model->hc_head_scale, y);
             dsv4_rmsnorm(y, e->model->norm, D, (float)c->rms_norm_eps, hidden + (size_t)oh * D);
             e->num->round(e->num, DSV4_ACT_NORM, hidden + (size_t)oh * D, D);
         }

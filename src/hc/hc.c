@@ -2,33 +2,111 @@
  *
  * The small mixing arithmetic (mix ≤ a few dozen numbers per token) runs in double: it is
  * free next to the matmul, and the Sinkhorn loop repeats divisions 2·iters times. The
- * (mix, hc·D) matmul and the RMS over hc·D values accumulate in double as well. */
+ * (mix, hc·D) matmul and the RMS over hc·D values accumulate in double as well.
+ *
+ * The plain entry points are the reference; the _at ones take a kernel level and run the
+ * dots, the collapse and hc_post in AVX-512 where it allows, with the reference's exact
+ * operations in the same order (no contraction: a product then a sum, each rounded), so
+ * they give its bits. */
 #include "hc/hc.h"
 
 #include <math.h>
+#include <string.h>
 
+#include "kernels/cpu.h"
 #include "kernels/ops.h"
 
 static double sigmoid_f64(double z) { return 1.0 / (1.0 + exp(-z)); }
 
-/* mixes[m] = (fn[m] · flat) / sqrt(mean(flat²) + rms_norm_eps) for m < n_mix: the RMS runs
- * over all hc·D values, uses rms_norm_eps (not hc_eps) and scales the matmul output. */
-static void hc_mixes(const dsv4_config *cfg, const float *h, const float *fn, int n_mix,
-                     double *mixes) {
+void dsv4_hc_dots(const dsv4_config *cfg, int simd, const float *h, const float *fn, int n_mix, int m0,
+                  int m1, double *dots) {
     const int64_t n = (int64_t)cfg->hc_mult * cfg->hidden_size;
-    const double rinv = 1.0 / sqrt(dsv4_dot_f64(h, h, n) / (double)n + cfg->rms_norm_eps);
-    for (int m = 0; m < n_mix; m++) mixes[m] = dsv4_dot_f64(fn + (int64_t)m * n, h, n) * rinv;
+    const dsv4_dot_f64_fn dot = dsv4_dot_f64_at(simd);
+    for (int m = m0; m < m1; m++) dots[m] = dot(m < n_mix ? fn + (int64_t)m * n : h, h, n);
 }
 
-/* x = Σ_j pre[j] · h[j] */
-static void hc_collapse(const dsv4_config *cfg, const float *h, const double *pre, float *x) {
-    const int hc = cfg->hc_mult, D = cfg->hidden_size;
-    for (int d = 0; d < D; d++) {
+/* mixes[m] = (fn[m] · flat) / sqrt(mean(flat²) + rms_norm_eps) for m < n_mix: the RMS runs
+ * over all hc·D values, uses rms_norm_eps (not hc_eps) and scales the matmul output.
+ * dots: dsv4_hc_dots over [0, n_mix + 1). */
+static void hc_mixes(const dsv4_config *cfg, const double *dots, int n_mix, double *mixes) {
+    const int64_t n = (int64_t)cfg->hc_mult * cfg->hidden_size;
+    const double rinv = 1.0 / sqrt(dots[n_mix] / (double)n + cfg->rms_norm_eps);
+    for (int m = 0; m < n_mix; m++) mixes[m] = dots[m] * rinv;
+}
+
+/* x = Σ_j pre[j] · h[j] over columns [d0, D) */
+static void collapse_ref(int hc, int D, const float *h, const double *pre, float *x, int d0) {
+    for (int d = d0; d < D; d++) {
         double acc = 0.0;
         for (int j = 0; j < hc; j++) acc += pre[j] * h[(int64_t)j * D + d];
         x[d] = (float)acc;
     }
 }
+
+/* h_out[k] = post[k] * y + Σ_j comb[j][k] * h_in[j] over columns [d0, d1); h_out may be
+ * h_in only when the caller has copied the columns it reads. */
+static void post_ref(int hc, int D, const float *y, const float *h_in, const float *post, const float *comb,
+                     float *h_out, int d0, int d1) {
+    /* Output stream k sums over the FIRST index of comb (input streams j). */
+    for (int k = 0; k < hc; k++) {
+        float *out = h_out + (int64_t)k * D;
+        for (int d = d0; d < d1; d++) {
+            float acc = post[k] * y[d];
+            for (int j = 0; j < hc; j++) acc += comb[j * hc + k] * h_in[(int64_t)j * D + d];
+            out[d] = acc;
+        }
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HC_AVX512 1
+
+/* collapse_ref, eight columns at a time: acc starts at +0.0 and adds each rounded product
+ * in j order, like the scalar loop (which also decides the sign of a zero sum). */
+__attribute__((target("avx512f"))) static void collapse_avx512(int hc, int D, const float *h, const double *pre,
+                                                               float *x) {
+    int d = 0;
+    for (; d + 8 <= D; d += 8) {
+        __m512d acc = _mm512_setzero_pd();
+        for (int j = 0; j < hc; j++)
+            acc = _mm512_add_pd(acc, _mm512_mul_pd(_mm512_set1_pd(pre[j]),
+                                                   _mm512_cvtps_pd(_mm256_loadu_ps(h + (int64_t)j * D + d))));
+        _mm256_storeu_ps(x + d, _mm512_cvtpd_ps(acc));
+    }
+    collapse_ref(hc, D, h, pre, x, d);
+}
+
+/* post_ref in place, sixteen columns at a time: every input stream's chunk is loaded
+ * before any output chunk is stored. */
+__attribute__((target("avx512f"))) static void post_inplace_avx512(int hc, int D, const float *y, float *h,
+                                                                   const float *post, const float *comb) {
+    __m512 in[DSV4_HC_MAX];
+    int d = 0;
+    for (; d + 16 <= D; d += 16) {
+        for (int j = 0; j < hc; j++) in[j] = _mm512_loadu_ps(h + (int64_t)j * D + d);
+        const __m512 yv = _mm512_loadu_ps(y + d);
+        for (int k = 0; k < hc; k++) {
+            __m512 acc = _mm512_mul_ps(_mm512_set1_ps(post[k]), yv);
+            for (int j = 0; j < hc; j++)
+                acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(comb[j * hc + k]), in[j]));
+            _mm512_storeu_ps(h + (int64_t)k * D + d, acc);
+        }
+    }
+    if (d < D) {
+        float old[DSV4_HC_MAX * 16]; /* (hc, 16) the tail's inputs */
+        for (int j = 0; j < hc; j++) memcpy(old + j * 16, h + (int64_t)j * D + d, (size_t)(D - d) * sizeof(float));
+        for (int k = 0; k < hc; k++)
+            for (int c = 0; c < D - d; c++) {
+                float acc = post[k] * y[d + c];
+                for (int j = 0; j < hc; j++) acc += comb[j * hc + k] * old[j * 16 + c];
+                h[(int64_t)k * D + d + c] = acc;
+            }
+    }
+}
+#else
+#define HC_AVX512 0
+#endif
 
 #define HC_MAX DSV4_HC_MAX
 
@@ -37,8 +115,19 @@ static void fill_nan(float *p, int64_t n) {
     for (int64_t i = 0; i < n; i++) p[i] = NAN;
 }
 
-void dsv4_hc_pre(const dsv4_config *cfg, const float *h, const float *fn, const float *base,
-                 const float *scale, float *x, float *post, float *comb) {
+static void collapse(int simd, int hc, int D, const float *h, const double *pre, float *x) {
+#if HC_AVX512
+    if (simd >= DSV4_SIMD_AVX512) {
+        collapse_avx512(hc, D, h, pre, x);
+        return;
+    }
+#endif
+    (void)simd;
+    collapse_ref(hc, D, h, pre, x, 0);
+}
+
+void dsv4_hc_pre_finish(const dsv4_config *cfg, int simd, const float *h, const double *dots,
+                        const float *base, const float *scale, float *x, float *post, float *comb) {
     const int hc = cfg->hc_mult, mix = dsv4_cfg_mix(cfg);
     const double eps = cfg->hc_eps;
     double mixes[(2 + HC_MAX) * HC_MAX];        /* (mix) */
@@ -49,7 +138,7 @@ void dsv4_hc_pre(const dsv4_config *cfg, const float *h, const float *fn, const 
         if (hc > 0) { fill_nan(post, hc); fill_nan(comb, (int64_t)hc * hc); }
         return;
     }
-    hc_mixes(cfg, h, fn, mix, mixes);
+    hc_mixes(cfg, dots, mix, mixes);
 
     for (int j = 0; j < hc; j++) {
         pre[j] = sigmoid_f64(mixes[j] * scale[0] + base[j]) + eps;
@@ -82,30 +171,66 @@ void dsv4_hc_pre(const dsv4_config *cfg, const float *h, const float *fn, const 
         }
     }
     for (int i = 0; i < hc * hc; i++) comb[i] = (float)C[i];
-    hc_collapse(cfg, h, pre, x);
+    collapse(simd, hc, cfg->hidden_size, h, pre, x);
+}
+
+void dsv4_hc_pre_at(const dsv4_config *cfg, int simd, const float *h, const float *fn, const float *base,
+                    const float *scale, float *x, float *post, float *comb) {
+    double dots[(2 + HC_MAX) * HC_MAX + 1]; /* (mix + 1) */
+    const int mix = dsv4_cfg_mix(cfg);
+    if (cfg->hc_mult >= 1 && cfg->hc_mult <= HC_MAX) dsv4_hc_dots(cfg, simd, h, fn, mix, 0, mix + 1, dots);
+    dsv4_hc_pre_finish(cfg, simd, h, dots, base, scale, x, post, comb);
+}
+
+void dsv4_hc_pre(const dsv4_config *cfg, const float *h, const float *fn, const float *base,
+                 const float *scale, float *x, float *post, float *comb) {
+    dsv4_hc_pre_at(cfg, DSV4_SIMD_SCALAR, h, fn, base, scale, x, post, comb);
 }
 
 void dsv4_hc_post(const dsv4_config *cfg, const float *y, const float *h_in, const float *post,
                   const float *comb, float *h_out) {
+    post_ref(cfg->hc_mult, cfg->hidden_size, y, h_in, post, comb, h_out, 0, cfg->hidden_size);
+}
+
+void dsv4_hc_post_inplace(const dsv4_config *cfg, int simd, const float *y, float *h, const float *post,
+                          const float *comb) {
     const int hc = cfg->hc_mult, D = cfg->hidden_size;
-    /* Output stream k sums over the FIRST index of comb (input streams j). */
-    for (int k = 0; k < hc; k++) {
-        float *out = h_out + (int64_t)k * D;
-        for (int d = 0; d < D; d++) {
-            float acc = post[k] * y[d];
-            for (int j = 0; j < hc; j++) acc += comb[j * hc + k] * h_in[(int64_t)j * D + d];
-            out[d] = acc;
-        }
+    if (hc < 1 || hc > HC_MAX) { fill_nan(h, hc > 0 ? (int64_t)hc * D : 0); return; }
+#if HC_AVX512
+    if (simd >= DSV4_SIMD_AVX512) {
+        post_inplace_avx512(hc, D, y, h, post, comb);
+        return;
     }
+#endif
+    (void)simd;
+    /* columns in chunks: each chunk's inputs copied before its outputs overwrite them */
+    enum { CHUNK = 64 };
+    float old[HC_MAX * CHUNK]; /* (hc, CHUNK) */
+    for (int d0 = 0; d0 < D; d0 += CHUNK) {
+        const int n = D - d0 < CHUNK ? D - d0 : CHUNK;
+        for (int j = 0; j < hc; j++) memcpy(old + j * CHUNK, h + (int64_t)j * D + d0, (size_t)n * sizeof(float));
+        for (int k = 0; k < hc; k++)
+            for (int c = 0; c < n; c++) {
+                float acc = post[k] * y[d0 + c];
+                for (int j = 0; j < hc; j++) acc += comb[j * hc + k] * old[j * CHUNK + c];
+                h[(int64_t)k * D + d0 + c] = acc;
+            }
+    }
+}
+
+void dsv4_hc_head_at(const dsv4_config *cfg, int simd, const float *h, const float *fn, const float *base,
+                     const float *scale, float *y) {
+    const int hc = cfg->hc_mult;
+    double dots[HC_MAX + 1], mixes[HC_MAX], pre[HC_MAX];
+    if (hc < 1 || hc > HC_MAX) { fill_nan(y, cfg->hidden_size); return; }
+    dsv4_hc_dots(cfg, simd, h, fn, hc, 0, hc + 1, dots);
+    hc_mixes(cfg, dots, hc, mixes);
+    /* No Sinkhorn, a single scalar scale, +hc_eps on the weights. */
+    for (int j = 0; j < hc; j++) pre[j] = sigmoid_f64(mixes[j] * scale[0] + base[j]) + cfg->hc_eps;
+    collapse(simd, hc, cfg->hidden_size, h, pre, y);
 }
 
 void dsv4_hc_head(const dsv4_config *cfg, const float *h, const float *fn, const float *base,
                   const float *scale, float *y) {
-    const int hc = cfg->hc_mult;
-    double mixes[HC_MAX], pre[HC_MAX];
-    if (hc < 1 || hc > HC_MAX) { fill_nan(y, cfg->hidden_size); return; }
-    hc_mixes(cfg, h, fn, hc, mixes);
-    /* No Sinkhorn, a single scalar scale, +hc_eps on the weights. */
-    for (int j = 0; j < hc; j++) pre[j] = sigmoid_f64(mixes[j] * scale[0] + base[j]) + cfg->hc_eps;
-    hc_collapse(cfg, h, pre, y);
+    dsv4_hc_head_at(cfg, DSV4_SIMD_SCALAR, h, fn, base, scale, y);
 }

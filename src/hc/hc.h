@@ -21,4 +21,25 @@ void dsv4_hc_post(const dsv4_config *cfg, const float *y, const float *h_in, con
 void dsv4_hc_head(const dsv4_config *cfg, const float *h, const float *fn, const float *base,
                   const float *scale, float *y);
 
+/* ---- the same at a kernel level ----------------------------------------------------------
+ * simd is a dsv4_simd (kernels/cpu.h) the CPU runs, e.g. dsv4_kctx_simd: at DSV4_SIMD_AVX512
+ * and above the dots, the collapse and hc_post run in AVX-512 with the reference's exact
+ * operations and order, so every level gives the plain functions' bits (test_hc checks it).
+ * hc_pre splits in two so that one row's work can be spread over threads: the n_mix + 1
+ * dots over the flattened streams (fn[m] · h for m < n_mix, then h · h), then the rest. */
+
+/* dots[m] for m in [m0, m1), m <= n_mix. */
+void dsv4_hc_dots(const dsv4_config *cfg, int simd, const float *h, const float *fn, int n_mix, int m0,
+                  int m1, double *dots);
+/* dsv4_hc_pre from its dots (mix + 1 of them: n_mix = dsv4_cfg_mix). */
+void dsv4_hc_pre_finish(const dsv4_config *cfg, int simd, const float *h, const double *dots,
+                        const float *base, const float *scale, float *x, float *post, float *comb);
+void dsv4_hc_pre_at(const dsv4_config *cfg, int simd, const float *h, const float *fn, const float *base,
+                    const float *scale, float *x, float *post, float *comb);
+/* dsv4_hc_post with h_out = h_in = h (hc, D), updated in place. */
+void dsv4_hc_post_inplace(const dsv4_config *cfg, int simd, const float *y, float *h, const float *post,
+                          const float *comb);
+void dsv4_hc_head_at(const dsv4_config *cfg, int simd, const float *h, const float *fn, const float *base,
+                     const float *scale, float *y);
+
 #endif

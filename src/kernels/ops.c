@@ -6,6 +6,8 @@
 
 #include <math.h>
 
+#include "kernels/cpu.h"
+
 void dsv4_rmsnorm(const float *x, const float *w, int n, float eps, float *y) {
     /* The mean of squares is summed in double: for D = 4096 an FP32 running sum loses
      * about 12 bits, and everything downstream is scaled by this one number. */
@@ -72,14 +74,39 @@ __attribute__((target("avx2,fma"))) static double dot_f64_avx2(const float *a, c
     return reduce16(s);
 }
 
+/* Lanes 0-7 and 8-15 in two registers: the portable loop's chains again. */
+__attribute__((target("avx512f"))) static double dot_f64_avx512(const float *a, const float *b, int64_t n) {
+    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        lo = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(a + i)), _mm512_cvtps_pd(_mm256_loadu_ps(b + i)), lo);
+        hi = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(a + i + 8)),
+                             _mm512_cvtps_pd(_mm256_loadu_ps(b + i + 8)), hi);
+    }
+    double s[16];
+    _mm512_storeu_pd(s, lo);
+    _mm512_storeu_pd(s + 8, hi);
+    for (int l = 0; i < n; i++, l++) s[l] += (double)a[i] * b[i];
+    return reduce16(s);
+}
+
 static int have_avx2_fma(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
 dsv4_dot_f64_fn dsv4_dot_f64_avx2(void) { return have_avx2_fma() ? dot_f64_avx2 : NULL; }
+dsv4_dot_f64_fn dsv4_dot_f64_avx512(void) { return __builtin_cpu_supports("avx512f") ? dot_f64_avx512 : NULL; }
 #else
 dsv4_dot_f64_fn dsv4_dot_f64_avx2(void) { return NULL; }
+dsv4_dot_f64_fn dsv4_dot_f64_avx512(void) { return NULL; }
 #endif
+
+dsv4_dot_f64_fn dsv4_dot_f64_at(int simd) {
+    dsv4_dot_f64_fn f = NULL;
+    if (simd >= DSV4_SIMD_AVX512) f = dsv4_dot_f64_avx512();
+    if (!f && simd >= DSV4_SIMD_AVX2) f = dsv4_dot_f64_avx2();
+    return f ? f : dsv4_dot_f64_portable;
+}
 
 double dsv4_dot_f64(const float *a, const float *b, int64_t n) {
     /* both levels give the same bits; the choice is only speed */

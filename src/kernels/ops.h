@@ -17,9 +17,14 @@ float dsv4_dot(const float *a, const float *b, int n);
 #include <stdint.h>
 double dsv4_dot_f64(const float *a, const float *b, int64_t n);
 double dsv4_dot_f64_portable(const float *a, const float *b, int64_t n);
-/* The AVX2 level, or NULL when the build or the CPU lacks it (for tests). */
+/* The AVX2 / AVX-512 levels (the same sixteen lanes in four / two registers), or NULL when
+ * the build or the CPU lacks them (for tests). */
 typedef double (*dsv4_dot_f64_fn)(const float *a, const float *b, int64_t n);
 dsv4_dot_f64_fn dsv4_dot_f64_avx2(void);
+dsv4_dot_f64_fn dsv4_dot_f64_avx512(void);
+/* The widest of them at or below a kernel level (a dsv4_simd, kernels/cpu.h); a level the
+ * CPU does not run is capped by what it does. Every choice gives the same bits. */
+dsv4_dot_f64_fn dsv4_dot_f64_at(int simd);
 
 #include <math.h>
 static inline float dsv4_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "hc/hc.h"
+#include "kernels/cpu.h"
 #include "test.h"
 
 static uint64_t rng_state = 0x853c49e6748fea9bull;
@@ -148,6 +149,54 @@ static void run_case(const hc_case *t) {
     free(h); free(fn); free(hfn);
 }
 
+/* The _at entry points at every level the CPU runs, and hc_pre's dots split in every way,
+ * against the plain (reference) functions: the same bits. h holds values whose sums
+ * cancel to zero in some columns (the sign of a zero collapse) and one stream of huge
+ * values (rounding in every add). */
+static void run_levels(const hc_case *t) {
+    const int hc = t->hc, D = t->D, n = hc * D, mix = (2 + hc) * hc;
+    dsv4_config c = make_cfg(t);
+    float *h = malloc(sizeof(float) * n), *fn = malloc(sizeof(float) * mix * n), *y = malloc(sizeof(float) * D);
+    float *hr = malloc(sizeof(float) * n), *hl = malloc(sizeof(float) * n);
+    float *x0 = malloc(sizeof(float) * D), *x1 = malloc(sizeof(float) * D);
+    float base[(2 + 16) * 16], scale[3], post0[16], post1[16], comb0[256], comb1[256];
+    double dots[(2 + 16) * 16 + 1];
+    for (int i = 0; i < n; i++) h[i] = (float)(2 * urand());
+    for (int d = 0; d < D; d += 5) /* stream 1 = -stream 0 in these columns */
+        if (hc > 1) h[D + d] = -h[d];
+    if (hc > 2)
+        for (int d = 0; d < D; d++) h[2 * D + d] *= 3e7f;
+    for (int i = 0; i < mix * n; i++) fn[i] = (float)(urand() * 1.7 / sqrt(n));
+    for (int i = 0; i < mix; i++) base[i] = (float)(urand() * (i >= 2 * hc ? 2.0 : 0.8));
+    for (int i = 0; i < 3; i++) scale[i] = (float)(1.0 + 0.5 * urand());
+    for (int d = 0; d < D; d++) y[d] = (float)urand();
+    const int cpu = dsv4_cpu_simd();
+    dsv4_hc_pre(&c, h, fn, base, scale, x0, post0, comb0);
+    dsv4_hc_post(&c, y, h, post0, comb0, hr);
+    for (int level = 0; level <= cpu; level++) {
+        dsv4_hc_pre_at(&c, level, h, fn, base, scale, x1, post1, comb1);
+        CHECK_MSG(!memcmp(x0, x1, sizeof(float) * D) && !memcmp(post0, post1, sizeof(float) * hc) &&
+                  !memcmp(comb0, comb1, sizeof(float) * hc * hc), "hc=%d D=%d level %d: hc_pre differs", hc, D, level);
+        /* the dots in parts [p n / P, (p + 1) n / P), last part first */
+        for (int parts = 1; parts <= mix + 1; parts += parts < 4 ? 1 : 7) {
+            memset(dots, 0, sizeof dots);
+            for (int p = parts - 1; p >= 0; p--)
+                dsv4_hc_dots(&c, level, h, fn, mix, p * (mix + 1) / parts, (p + 1) * (mix + 1) / parts, dots);
+            dsv4_hc_pre_finish(&c, level, h, dots, base, scale, x1, post1, comb1);
+            CHECK_MSG(!memcmp(x0, x1, sizeof(float) * D) && !memcmp(comb0, comb1, sizeof(float) * hc * hc),
+                      "hc=%d D=%d level %d: hc_pre from %d parts differs", hc, D, level, parts);
+        }
+        memcpy(hl, h, sizeof(float) * n);
+        dsv4_hc_post_inplace(&c, level, y, hl, post0, comb0);
+        CHECK_MSG(!memcmp(hr, hl, sizeof(float) * n), "hc=%d D=%d level %d: hc_post in place differs", hc, D, level);
+        dsv4_hc_head(&c, h, fn, base, scale, x0);
+        dsv4_hc_head_at(&c, level, h, fn, base, scale, x1);
+        CHECK_MSG(!memcmp(x0, x1, sizeof(float) * D), "hc=%d D=%d level %d: hc_head differs", hc, D, level);
+        dsv4_hc_pre(&c, h, fn, base, scale, x0, post0, comb0); /* x0 back to hc_pre's */
+    }
+    free(h); free(fn); free(y); free(hr); free(hl); free(x0); free(x1);
+}
+
 /* Hand example, hc = 2, D = 1: fn = 0 makes every mix 0, so the logits are the bases.
  * pre = σ(base) + eps; post = 2σ(base); comb from the Sinkhorn of softmax(base rows). */
 static void test_hand(void) {
@@ -181,6 +230,12 @@ int main(void) {
         {1, 8, 5, 1e-6, 1e-3},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+    const hc_case levels[] = {
+        {4, 1024, 20, 1e-6, 1e-6}, {4, 37, 20, 1e-6, 1e-6}, {3, 71, 5, 1e-6, 1e-3},
+        {16, 24, 3, 1e-6, 1e-6}, {2, 7, 20, 1e-6, 1e-6}, {1, 17, 1, 1e-6, 1e-6},
+    };
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) run_levels(&levels[i]);
+    printf("hc levels checked: portable .. %d (this CPU)\n", (int)dsv4_cpu_simd());
     test_hand();
     return test_report();
 }

@@ -2,6 +2,7 @@
  * formulas of spec/model.md §5.2. */
 #include <stdint.h>
 
+#include "kernels/cpu.h"
 #include "kernels/ops.h"
 #include "test.h"
 
@@ -74,14 +75,16 @@ static void test_dot(void) {
     CHECK(dsv4_dot(u, v, 3) == 12.0f);
 }
 
-/* dsv4_dot_f64: within rounding of a long-double sum; the AVX2 level (when the CPU has it)
- * and the dispatching entry equal the portable loop bit for bit, at any offset. */
+/* dsv4_dot_f64: within rounding of a long-double sum; the AVX2 and AVX-512 levels (when
+ * the CPU has them), the dispatching entry and dsv4_dot_f64_at at every level equal the
+ * portable loop bit for bit, at any offset. */
 static void test_dot_f64(void) {
     enum { NMAX = 4133 };
     static float a[NMAX + 1], b[NMAX + 1];
     const int ns[] = {0, 1, 3, 4, 5, 15, 16, 17, 31, 32, 33, 100, 1000, 4096, NMAX};
-    dsv4_dot_f64_fn avx2 = dsv4_dot_f64_avx2();
-    printf("dot_f64: AVX2 level %s\n", avx2 ? "present" : "absent (portable only)");
+    dsv4_dot_f64_fn avx2 = dsv4_dot_f64_avx2(), avx512 = dsv4_dot_f64_avx512();
+    printf("dot_f64: AVX2 level %s, AVX-512 level %s\n", avx2 ? "present" : "absent",
+           avx512 ? "present" : "absent");
     for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
         const int n = ns[t];
         for (int i = 0; i < n + 1; i++) { a[i] = (float)urand() * 1e3f; b[i] = (float)urand() * (i % 7 ? 1.0f : 1e-20f); }
@@ -95,6 +98,11 @@ static void test_dot_f64(void) {
             CHECK_MSG(dsv4_dot_f64(x, y, m) == got, "dot_f64 n=%d off=%d: dispatch differs from portable", m, off);
             if (avx2) CHECK_MSG(avx2(x, y, m) == got, "dot_f64 n=%d off=%d: AVX2 %.17g vs portable %.17g", m, off,
                                 avx2(x, y, m), got);
+            if (avx512) CHECK_MSG(avx512(x, y, m) == got, "dot_f64 n=%d off=%d: AVX-512 %.17g vs portable %.17g", m,
+                                  off, avx512(x, y, m), got);
+            for (int level = 0; level <= DSV4_SIMD_MAX; level++)
+                CHECK_MSG(dsv4_dot_f64_at(level)(x, y, m) == got, "dot_f64 n=%d off=%d: level %d differs", m, off,
+                          level);
         }
     }
 }
