@@ -225,7 +225,31 @@ typedef struct dsv4_engine_opts {
                             * affinity mask (CPU 0 of it left to the thread that calls the
                             * engine, whose own affinity is not changed); 0 = let the OS place
                             * them. Results are the same either way. */
+    int numa;              /* NUMA placement: DSV4_NUMA_*; 0 = DSV4_NUMA_AUTO. Results are the
+                            * same either way; dsv4_engine_get_opts gives what was done. */
 } dsv4_engine_opts;
+
+/* NUMA placement of the weights (dsv4_engine_opts.numa), for machines whose memory is in
+ * several nodes (multi-socket servers, EPYC in NPS2/4 mode):
+ *   AUTO        INTERLEAVE when the process may allocate on more than one node, else NONE
+ *   NONE        the kernel's default: a page on the node of the thread that first reads it
+ *   INTERLEAVE  the weights' pages spread round-robin over the nodes (mbind MPOL_INTERLEAVE,
+ *               pages already read moved now), and the workers' own allocations and page
+ *               faults interleaved too: every memory controller serves the GEMV stream.
+ *               Read the weights after create, or warm them up before it (pages mapped
+ *               by another process too are not moved).
+ * On one node (or a build without libnuma) every mode is NONE, and get_opts says so. */
+enum {
+    DSV4_NUMA_AUTO = 0,
+    DSV4_NUMA_NONE = 1,
+    DSV4_NUMA_INTERLEAVE = 2,
+};
+/* "auto", "none" or "interleave" -> DSV4_NUMA_*; DSV4_ERR_ARG with a message otherwise. */
+DSV4_API int dsv4_numa_parse(const char *s, int *mode, dsv4_err *err);
+/* The name of a DSV4_NUMA_* value, "?" when unknown. */
+DSV4_API const char *dsv4_numa_name(int mode);
+/* Memory nodes this process may allocate on (1 without NUMA support in kernel or build). */
+DSV4_API int dsv4_numa_nodes(void);
 
 /* KV row storage (serving.md §a.1): window rows, compressed entries, indexer keys.
  *   F32   the reference: results as the spec's FP32 math (the golden tests use it)
@@ -295,6 +319,8 @@ DSV4_API void dsv4_engine_free(dsv4_engine *e);
 /* The options the engine runs with, defaults filled in (max_context, max_seqs, c_max,
  * threads, ...), and the model it was created on. */
 DSV4_API dsv4_engine_opts dsv4_engine_get_opts(const dsv4_engine *e);
+/* The memory nodes the engine saw at create (its NUMA decision: get_opts().numa). */
+DSV4_API int dsv4_engine_numa_nodes(const dsv4_engine *e);
 DSV4_API const dsv4_model *dsv4_engine_model(const dsv4_engine *e);
 
 /* Sequences are small integer handles owned by the engine. */

@@ -16,7 +16,7 @@
 #
 #   DSV4_OS_RELEASE  the os-release file to read (default /etc/os-release; for tests)
 set -e
-RUN="build-essential cmake pkg-config libcjson-dev libpcre2-dev libssl-dev libmicrohttpd-dev libedit-dev"
+RUN="build-essential cmake pkg-config libcjson-dev libpcre2-dev libssl-dev libmicrohttpd-dev libedit-dev libnuma-dev"
 TEST="clang libopenmpi-dev openmpi-bin python3 python3-numpy util-linux"
 
 OS_RELEASE=${DSV4_OS_RELEASE:-/etc/os-release}

@@ -12,6 +12,7 @@
 #include "engine/prefix.h"
 #include "engine/w8a8_prep.h"
 #include "kernels/cpu.h"
+#include "util/numa.h"
 #include "util/sha256.h"
 #include "util/err.h"
 
@@ -127,7 +128,12 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
     max_cols = max64(max_cols, (int64_t)c->o_groups * c->o_lora_rank);
     max_cols = max64(max_cols, c->moe_intermediate_size);
     max_cols = max64(max_cols, (int64_t)c->hc_mult * c->hidden_size); /* hc_post's copy of a row */
+    /* the workers inherit the memory policy of the thread that starts them */
+    char numa_saved[DSV4_NUMA_SAVED_BYTES];
+    int numa_restore = 0;
+    if (!rc) rc = dsv4_engine_numa_begin(e, numa_saved, &numa_restore, err);
     if (!rc) rc = dsv4_kctx_create(o->threads, max_cols, &e->k, err);
+    dsv4_engine_numa_end(numa_saved, numa_restore);
     if (!rc && o->reference) dsv4_kctx_set_simd(e->k, DSV4_SIMD_SCALAR);
     if (!rc && o->pin_threads) rc = dsv4_kctx_pin(e->k, err);
 

@@ -58,6 +58,7 @@ struct dsv4_engine {
                                       * the layers to take part in the MoE collectives */
     struct dsv4_ep *ep;              /* expert-parallel exchange (DSV4_PAR_EP), else NULL */
     struct dsv4_prefix_cache *prefix; /* snapshots and the prefix cache (prefix.c) */
+    int numa_nodes;                  /* memory nodes seen at create (opts.numa is the decision) */
     struct dsv4_cp_stats *cp_stats;  /* optional, caller-owned: CP prefill timings add up
                                       * here (engine/forward_cp.h; benchmarks), else NULL */
     dsv4_attn_stats *attn_stats;     /* optional, caller-owned: what the single-process
@@ -152,5 +153,12 @@ void dsv4_engine_opts_resolve(dsv4_engine_opts *o);
 int dsv4_kv_dtype_resolve(int dtype);
 int dsv4_kv_dtype_codes(int dtype, int *row, int *idx, dsv4_err *err);
 void dsv4_engine_cache_opts(const dsv4_engine_opts *o, dsv4_cache_opts *co);
+/* numa.c: opts.numa resolved against the machine (AUTO, or any mode on one node, becomes
+ * what is done) into e->opts.numa and e->numa_nodes; with INTERLEAVE the model's weights
+ * are interleaved and the calling thread's memory policy is set so that the pool's workers,
+ * started next, inherit it (*saved: the previous one, for dsv4_engine_numa_end, which
+ * restores it; *restore says whether there is one). */
+int dsv4_engine_numa_begin(dsv4_engine *e, void *saved, int *restore, dsv4_err *err);
+void dsv4_engine_numa_end(const void *saved, int restore);
 
 #endif

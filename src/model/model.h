@@ -111,4 +111,8 @@ const struct dsv4_tensor_spec *dsv4_model_spec(const struct dsv4_model *m, const
 /* Zeroed allocation owned (and freed) by the model; NULL when out of memory. */
 void *dsv4_model_alloc(struct dsv4_model *m, size_t bytes);
 
+/* Every tensor's pages interleaved over the memory nodes (util/numa.h; warmup.c): the
+ * policy for pages read later, and the pages already mapped only here moved now. */
+int dsv4_model_numa_interleave(const dsv4_model *m, dsv4_err *err);
+
 #endif

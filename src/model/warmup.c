@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "util/err.h"
+#include "util/numa.h"
 
 #define CHUNK (64ull << 20) /* bytes a thread takes at a time */
 
@@ -121,6 +122,17 @@ int dsv4_model_mlock(const dsv4_model *m, int rank, int n_ranks, dsv4_err *err) 
                                : "");
     if (rc)
         for (int i = 0; i < n; i++) munlock(r[i].p, r[i].n);
+    free(r);
+    return rc;
+}
+
+int dsv4_model_numa_interleave(const dsv4_model *m, dsv4_err *err) {
+    range *r;
+    int n;
+    uint64_t total;
+    int rc = ranges_of(m, 0, 1, &r, &n, &total, err);
+    if (rc) return rc;
+    for (int i = 0; !rc && i < n; i++) rc = dsv4_numa_interleave_range(r[i].p, r[i].n, err);
     free(r);
     return rc;
 }

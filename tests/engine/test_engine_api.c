@@ -4,7 +4,8 @@
  *   - running out of pages fails that call with DSV4_ERR_CACHE_FULL naming the pool, and
  *     leaves the other sequences intact; out of slots likewise;
  *   - freeing twice or using a freed handle is an error, not a crash;
- *   - create reports the progress of its W8A8 weight preparation, and only of that.
+ *   - create reports the progress of its W8A8 weight preparation, and only of that;
+ *   - the NUMA option parses, resolves to what the machine allows and changes no result.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "engine/engine.h"
 #include "model/model.h"
 #include "test.h"
+#include "util/numa.h"
 
 static dsv4_model *M;
 static int V, D;
@@ -184,6 +186,66 @@ static void test_progress(void) {
     CHECK(p2.monotonic && p2.done == p2.total && p2.total > p1.total); /* level 2 converts more */
 }
 
+/* --numa: names, the decision on this machine, the same bits in every mode; the libnuma
+ * calls themselves on a buffer of our own (one node here: interleaving over it). */
+static void test_numa(void) {
+    dsv4_err err = {0};
+    int mode = -1;
+    const char *names[] = {"auto", "none", "interleave"};
+    for (int i = 0; i < 3; i++) {
+        CHECK(dsv4_numa_parse(names[i], &mode, &err) == 0 && !strcmp(dsv4_numa_name(mode), names[i]));
+    }
+    CHECK(dsv4_numa_parse("interleaved", &mode, &err) == DSV4_ERR_ARG);
+    CHECK_ERR(err, DSV4_ERR_ARG, "must be auto, none or interleave");
+    CHECK(dsv4_numa_parse(NULL, &mode, &err) == DSV4_ERR_ARG);
+    CHECK(!strcmp(dsv4_numa_name(9), "?"));
+    const int nodes = dsv4_numa_nodes();
+    CHECK(nodes >= 1);
+    printf("numa: %d node(s), libnuma %s\n", nodes, dsv4_numa_supported() ? "in use" : "absent");
+
+    float *ref = malloc((size_t)D * sizeof(float)), *got = malloc((size_t)D * sizeof(float));
+    fresh_hidden(40, ref);
+    for (int m = DSV4_NUMA_AUTO; m <= DSV4_NUMA_INTERLEAVE; m++) {
+        dsv4_engine_opts eo = {.max_context = 512, .max_seqs = 1, .numa = m};
+        dsv4_engine *e;
+        int s;
+        CHECK_MSG(dsv4_engine_create(M, &eo, &e, &err) == 0, "%s", err.msg);
+        const int want = nodes > 1 && m != DSV4_NUMA_NONE ? DSV4_NUMA_INTERLEAVE : DSV4_NUMA_NONE;
+        CHECK_MSG(dsv4_engine_get_opts(e).numa == want, "numa %s on %d node(s) resolved to %s", dsv4_numa_name(m),
+                  nodes, dsv4_numa_name(dsv4_engine_get_opts(e).numa));
+        CHECK(dsv4_engine_numa_nodes(e) == nodes);
+        CHECK(dsv4_seq_create(e, &s, &err) == 0);
+        dsv4_span sp = {.seq = s, .start = 0, .n_tokens = 40, .tokens = toks, .n_hidden = 1};
+        CHECK(dsv4_forward(e, &sp, 1, got, NULL, &err) == 0);
+        CHECK_MSG(!memcmp(ref, got, (size_t)D * sizeof(float)), "numa %s changes the hidden state", dsv4_numa_name(m));
+        dsv4_engine_free(e);
+    }
+    dsv4_engine_opts bad = {.max_context = 64, .max_seqs = 1, .numa = 7};
+    dsv4_engine *e = NULL;
+    CHECK(dsv4_engine_create(M, &bad, &e, &err) == DSV4_ERR_ARG && !e);
+    CHECK_ERR(err, DSV4_ERR_ARG, "numa = 7");
+    free(ref);
+    free(got);
+
+    /* the system calls: a range's policy with its pages moved, a thread's policy and back */
+    const size_t n = (size_t)1 << 20;
+    unsigned char *buf = aligned_alloc(4096, n);
+    for (size_t i = 0; i < n; i++) buf[i] = (unsigned char)(i * 131u);
+    char saved[DSV4_NUMA_SAVED_BYTES];
+    if (dsv4_numa_supported()) {
+        CHECK_MSG(dsv4_numa_interleave_range(buf + 100, n - 200, &err) == 0, "%s", err.msg);
+        CHECK_MSG(dsv4_numa_interleave_thread(saved, &err) == 0, "%s", err.msg);
+        dsv4_numa_restore_thread(saved);
+    } else {
+        CHECK(dsv4_numa_interleave_range(buf, n, &err) == DSV4_ERR_UNSUPPORTED);
+        CHECK(dsv4_numa_interleave_thread(saved, &err) == DSV4_ERR_UNSUPPORTED);
+    }
+    int same = 1;
+    for (size_t i = 0; i < n; i++) same &= buf[i] == (unsigned char)(i * 131u);
+    CHECK(same);
+    free(buf);
+}
+
 int main(void) {
     char buf[1024];
     dsv4_err err = {0};
@@ -198,6 +260,7 @@ int main(void) {
     test_validation();
     test_exhaustion();
     test_progress();
+    test_numa();
     dsv4_model_close(M);
     return test_report();
 }

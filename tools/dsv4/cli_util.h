@@ -20,6 +20,8 @@ double cli_loadavg(void);
  * success. */
 /* CLI_FN_OPT parser of --kv-dtype f32|bf16|fp8 into an int (DSV4_KV_*). */
 int cli_parse_kv_dtype(const char *v, void *dst, char *msg, size_t n);
+/* --numa auto|none|interleave (dsv4_numa_parse) */
+int cli_parse_numa(const char *v, void *dst, char *msg, size_t n);
 
 int cli_parse_int(const char *s, long long lo, long long hi, long long *out);
 
