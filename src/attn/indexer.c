@@ -118,6 +118,50 @@ static int quickselect(int *idx, int n, int k, const float *score) {
     return 0;
 }
 
+/* The value of rank r (0 = the largest) among a[0, m), no NaN; a is reordered. */
+static float kth_largest(float *a, int m, int r) {
+    int lo = 0, hi = m - 1;
+    while (lo < hi) {
+        const float piv = a[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] > piv) i++;
+            while (a[j] < piv) j--;
+            if (i <= j) {
+                const float t = a[i]; a[i] = a[j]; a[j] = t;
+                i++; j--;
+            }
+        }
+        if (r <= j) hi = j;
+        else if (r >= i) lo = i;
+        else break;
+    }
+    return a[r];
+}
+
+/* Candidates for the selection when n_cand is much larger than topk: every entry scoring
+ * at least a threshold t estimated from a strided sample, chosen so that about twice topk
+ * entries pass. The top topk all pass whenever at least topk entries do (an entry below t
+ * ranks after every one at or above it), so the selection among them is the selection.
+ * Writes them ascending to cand and returns their count, or 0 when too few or more than
+ * cap passed (the caller then selects over every entry). */
+#define SELECT_SAMPLE 1024
+static int select_candidates(const float *scores, int n_cand, int topk, int cap, int *cand) {
+    float sample[SELECT_SAMPLE];
+    for (int i = 0; i < SELECT_SAMPLE; i++) sample[i] = scores[(int64_t)i * n_cand / SELECT_SAMPLE];
+    /* rank of t in the sample: twice the expected rank of the topk-th entry, plus a margin */
+    int r = (int)((int64_t)2 * topk * SELECT_SAMPLE / n_cand) + 8;
+    if (r >= SELECT_SAMPLE) return 0;
+    const float t = kth_largest(sample, SELECT_SAMPLE, r);
+    int n = 0;
+    for (int w = 0; w < n_cand; w++)
+        if (scores[w] >= t) {
+            if (n == cap) return 0;
+            cand[n++] = w;
+        }
+    return n >= topk ? n : 0;
+}
+
 int dsv4_indexer_select(const float *scores, int n_cand, int topk, int *work, int *sel) {
     if (n_cand <= topk) {
         for (int w = 0; w < n_cand; w++) sel[w] = w;
@@ -126,14 +170,26 @@ int dsv4_indexer_select(const float *scores, int n_cand, int topk, int *work, in
     if (topk <= 0) return 0;
     for (int w = 0; w < n_cand; w++)
         if (scores[w] != scores[w]) return select_heap(scores, n_cand, topk, work, sel);
-    /* the entry of rank topk, then every entry ranking at or before it in ascending index
-     * order: the selection, already sorted */
-    for (int w = 0; w < n_cand; w++) work[w] = w;
-    if (quickselect(work, n_cand, topk, scores)) return select_heap(scores, n_cand, topk, work, sel);
-    const int kth = work[topk - 1];
+    /* long rows: quickselect over the candidates past a sampled threshold (ascending in
+     * work[0, nc), a copy for the quickselect behind them), not over every entry */
+    int nc = n_cand >= 8 * topk ? select_candidates(scores, n_cand, topk, n_cand / 2, work) : 0;
+    const int *cand = work;
+    int *order = work + nc;
+    if (!nc) { /* every entry is a candidate */
+        nc = n_cand;
+        cand = NULL;
+        order = work;
+    }
+    for (int k = 0; k < nc; k++) order[k] = cand ? cand[k] : k;
+    if (quickselect(order, nc, topk, scores)) return select_heap(scores, n_cand, topk, work, sel);
+    /* the entry of rank topk, then every candidate ranking at or before it in ascending
+     * index order: the selection, already sorted */
+    const int kth = order[topk - 1];
     int n = 0;
-    for (int w = 0; w < n_cand; w++)
+    for (int k = 0; k < nc; k++) {
+        const int w = cand ? cand[k] : k;
         if (w == kth || ranks_before(scores, w, kth)) sel[n++] = w;
+    }
     return n;
 }
 

@@ -242,6 +242,36 @@ static void test_select_patterns(void) {
         }
 }
 
+/* Long rows (the sampled-threshold candidates of dsv4_indexer_select, n >= 8 topk):
+ * the same selection as the heap, for orders and ties that defeat a sample (high scores
+ * bunched at one end, between the sampled positions, or all tied at the threshold). */
+static void test_select_long(void) {
+    enum { N = 40000 };
+    static float sc[N];
+    static int work[N], sel[N], sel_old[N], heap[N];
+    const int ns[] = {4096, 33333, N}, ks[] = {1, 64, 512, 4999};
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (int pat = 0; pat < 7; pat++)
+            for (size_t t = 0; t < sizeof ks / sizeof ks[0]; t++) {
+                const int n = ns[a], k = ks[t];
+                for (int w = 0; w < n; w++) {
+                    switch (pat) {
+                    case 0: sc[w] = (float)urand(); break;
+                    case 1: sc[w] = (float)w; break;                          /* best at the end */
+                    case 2: sc[w] = (float)(n - w); break;                    /* best at the start */
+                    case 3: sc[w] = w % 1024 == 3 ? 2.0f : (float)urand(); break; /* off the sample grid */
+                    case 4: sc[w] = w % 5 ? 0.0f : (float)(1.0 + urand()); break; /* relu zeros */
+                    case 5: sc[w] = (float)(w % 7); break;                    /* 7 values, wide ties */
+                    default: sc[w] = w > n - 600 ? 5.0f : (float)urand(); break; /* a recent block */
+                    }
+                }
+                const int got = dsv4_indexer_select(sc, n, k, work, sel);
+                const int want = old_select(sc, n, k, heap, sel_old);
+                CHECK_MSG(got == want && memcmp(sel, sel_old, sizeof(int) * (size_t)want) == 0,
+                          "long selection n=%d pattern %d k=%d differs from the heap selection", n, pat, k);
+            }
+}
+
 /* Exact ties: equal scores go to the lower index, whatever positions they sit at. */
 static void test_ties(void) {
     float scores[10] = {1, 3, 3, 0, 3, 0, 2, 3, 0, 0};
@@ -265,6 +295,7 @@ int main(void) {
     test_indexer(5, 33, 257, 100, 1);  /* odd sizes, many exact zeros */
     test_indexer(16, 128, 1000, 512, 1);
     test_ties();
+    test_select_long();
     test_select_patterns();
     return test_report();
 }
