@@ -127,7 +127,10 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
     max_cols = max64(max_cols, (int64_t)c->num_attention_heads * c->head_dim / c->o_groups);
     max_cols = max64(max_cols, (int64_t)c->o_groups * c->o_lora_rank);
     max_cols = max64(max_cols, c->moe_intermediate_size);
-    max_cols = max64(max_cols, (int64_t)c->hc_mult * c->hidden_size); /* hc_post's copy of a row */
+    /* a whole (hc, D) stream row: no matrix reads one today (hc runs its own dots, and
+     * hc_post now works in place), but the bound costs hc * D floats per thread and keeps
+     * any stream-wide matrix safe */
+    max_cols = max64(max_cols, (int64_t)c->hc_mult * c->hidden_size);
     /* the workers inherit the memory policy of the thread that starts them */
     char numa_saved[DSV4_NUMA_SAVED_BYTES];
     int numa_restore = 0;
