@@ -486,7 +486,10 @@ DSV4_API int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_
                               float *hidden, dsv4_err *err);
 /* The same with out[i] (DSV4_MTP_OUT_*) saying which rows of span i yield a hidden state
  * (out NULL: all): hidden [rows wanted, D] in span order, n rows for OUT_ALL, 1 for
- * OUT_LAST, none for OUT_NONE; it may be NULL when no row is wanted. */
+ * OUT_LAST, none for OUT_NONE; it may be NULL when no row is wanted. A row not wanted
+ * still writes its rows of the MTP cache but computes no queries, attention heads,
+ * output projection or MoE, so the trace and choice hooks see only the wanted rows after
+ * the MTP block's attention. */
 DSV4_API int dsv4_mtp_forward_out(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans,
                                   const int *out, float *hidden, dsv4_err *err);
 
