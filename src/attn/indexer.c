@@ -118,27 +118,6 @@ static int quickselect(int *idx, int n, int k, const float *score) {
     return 0;
 }
 
-/* The value of rank r (0 = the largest) among a[0, m), no NaN; a is reordered. */
-static float kth_largest(float *a, int m, int r) {
-    int lo = 0, hi = m - 1;
-    while (lo < hi) {
-        const float piv = a[lo + (hi - lo) / 2];
-        int i = lo, j = hi;
-        while (i <= j) {
-            while (a[i] > piv) i++;
-            while (a[j] < piv) j--;
-            if (i <= j) {
-                const float t = a[i]; a[i] = a[j]; a[j] = t;
-                i++; j--;
-            }
-        }
-        if (r <= j) hi = j;
-        else if (r >= i) lo = i;
-        else break;
-    }
-    return a[r];
-}
-
 /* Candidates for the selection when n_cand is much larger than topk: every entry scoring
  * at least a threshold t estimated from a strided sample, chosen so that about twice topk
  * entries pass. The top topk all pass whenever at least topk entries do (an entry below t
@@ -147,12 +126,12 @@ static float kth_largest(float *a, int m, int r) {
  * cap passed (the caller then selects over every entry). */
 #define SELECT_SAMPLE 1024
 static int select_candidates(const float *scores, int n_cand, int topk, int cap, int *cand) {
-    float sample[SELECT_SAMPLE];
-    for (int i = 0; i < SELECT_SAMPLE; i++) sample[i] = scores[(int64_t)i * n_cand / SELECT_SAMPLE];
+    int sample[SELECT_SAMPLE];
+    for (int i = 0; i < SELECT_SAMPLE; i++) sample[i] = (int)((int64_t)i * n_cand / SELECT_SAMPLE);
     /* rank of t in the sample: twice the expected rank of the topk-th entry, plus a margin */
     int r = (int)((int64_t)2 * topk * SELECT_SAMPLE / n_cand) + 8;
-    if (r >= SELECT_SAMPLE) return 0;
-    const float t = kth_largest(sample, SELECT_SAMPLE, r);
+    if (r >= SELECT_SAMPLE || quickselect(sample, SELECT_SAMPLE, r + 1, scores)) return 0;
+    const float t = scores[sample[r]];
     int n = 0;
     for (int w = 0; w < n_cand; w++)
         if (scores[w] >= t) {
