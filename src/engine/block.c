@@ -30,6 +30,7 @@ typedef struct block_bufs {
     float *comb;    /* (R, hc, hc) */
     double *dots;   /* (R, mix + 1) hc_pre's dots, when a row's are split over threads */
     atomic_int *left; /* (R) the row's dot tasks not finished yet */
+    double *fn_f64; /* (mix, hc*D) the sub-block's fn widened, for rows in blocks */
 } block_bufs;
 
 static int block_take(dsv4_arena *a, const dsv4_config *c, int R, block_bufs *bb) {
@@ -40,7 +41,8 @@ static int block_take(dsv4_arena *a, const dsv4_config *c, int R, block_bufs *bb
     bb->comb = dsv4_arena_take_n(a, (int64_t)R * hc * hc, sizeof(float));
     bb->dots = dsv4_arena_take_n(a, (int64_t)R * (dsv4_cfg_mix(c) + 1), sizeof(double));
     bb->left = dsv4_arena_take_n(a, R, sizeof(atomic_int));
-    return bb->x && bb->y && bb->post && bb->comb && bb->dots && bb->left;
+    bb->fn_f64 = dsv4_arena_take_n(a, (int64_t)dsv4_cfg_mix(c) * hc * D, sizeof(double));
+    return bb->x && bb->y && bb->post && bb->comb && bb->dots && bb->left && bb->fn_f64;
 }
 
 typedef struct {
@@ -53,8 +55,10 @@ typedef struct {
     float *post, *comb;  /* (R, hc), (R, hc, hc) */
     const dsv4_numerics *nm;
     int parts;           /* dot tasks per row (split rows) */
-    double *dots;        /* (R, mix + 1) split rows */
+    double *dots;        /* (R, mix + 1) split rows, blocked rows */
     atomic_int *left;    /* (R) split rows */
+    double *fn_f64;      /* (mix, hc*D) blocked rows: sub_fn widened */
+    int R, block;        /* blocked rows: rows, rows per task */
 } sub_in_job;
 
 typedef struct {
@@ -108,6 +112,23 @@ static void sub_in_part(void *arg, int t, int tid) {
     if (atomic_fetch_sub_explicit(&j->left[i], 1, memory_order_acq_rel) == 1) sub_in_finish(j, i, dots);
 }
 
+/* Blocked rows, first job: row t of fn widened. */
+static void sub_in_widen(void *arg, int t, int tid) {
+    (void)tid;
+    const sub_in_job *j = arg;
+    dsv4_hc_widen(j->c, sub_fn(j), t, t + 1, j->fn_f64);
+}
+
+/* Blocked rows, second job: the dots of rows [t * block, ..) together, then each row. */
+static void sub_in_block(void *arg, int t, int tid) {
+    (void)tid;
+    const sub_in_job *j = arg;
+    const int i0 = t * j->block, n = j->R - i0 < j->block ? j->R - i0 : j->block, nd = dsv4_cfg_mix(j->c) + 1;
+    const int64_t row = (int64_t)j->c->hc_mult * j->c->hidden_size;
+    dsv4_hc_dots_rows(j->c, j->simd, j->h + i0 * row, n, sub_fn(j), j->fn_f64, nd - 1, j->dots + (int64_t)i0 * nd);
+    for (int i = i0; i < i0 + n; i++) sub_in_finish(j, i, j->dots + (int64_t)i * nd);
+}
+
 static void sub_out_row(void *arg, int i, int tid) {
     (void)tid;
     const sub_out_job *j = arg;
@@ -143,8 +164,16 @@ static int sub_in_parts(const dsv4_config *c, int R, int threads) {
  * path: FP32). */
 static void sub_in(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *c, const dsv4_block_w *b,
                    int sub, const float *h, int R, block_bufs *bb) {
+    const int T = dsv4_kctx_threads(k);
     sub_in_job j = {c, b, sub, dsv4_kctx_simd(k), h, bb->x, bb->post, bb->comb, nm,
-                    sub_in_parts(c, R, dsv4_kctx_threads(k)), bb->dots, bb->left};
+                    sub_in_parts(c, R, T), bb->dots, bb->left, bb->fn_f64, R, 4};
+    if (R >= 4 * T && dsv4_hc_rows_blocked(c, j.simd)) {
+        /* enough rows that widening fn once (mix rows of hc*D) costs less than the
+         * conversions it saves: rows in blocks of 4 (several tasks per thread) */
+        dsv4_kctx_parallel(k, dsv4_cfg_mix(c), sub_in_widen, &j);
+        dsv4_kctx_parallel(k, (R + j.block - 1) / j.block, sub_in_block, &j);
+        return;
+    }
     if (j.parts == 1) {
         sub_rows(k, R, sub_in_row, &j);
         return;

@@ -104,8 +104,112 @@ __attribute__((target("avx512f"))) static void post_inplace_avx512(int hc, int D
             }
     }
 }
+
+/* ---- hc_pre's dots of many rows at once -------------------------------------------------
+ * dsv4_hc_dots reads fn (mix rows of hc*D) once per token and widens both operands of
+ * every product, four conversions per two FMAs. Here a block of up to HC_ROWS rows runs
+ * against fn widened to double once per call: each slab of HC_SLAB columns of the rows is
+ * widened once into hw, then every dot runs over the slab in a tile of up to HC_ROWS rows x
+ * 2 fn rows, its 16 lanes in two registers kept between slabs in acc. Lane l of a dot
+ * still sums the products i ≡ l (mod 16) in ascending i (each product exact in double),
+ * and the tail and the tree are dsv4_dot_f64_finish's: the bits of dsv4_hc_dots. */
+#define HC_ROWS 4
+#define HC_SLAB 256
+#define HC_DOTS_MAX 32 /* mix + 1 of the blocked kernel: hc <= 4 */
+
+#define HC_TILE static inline __attribute__((always_inline, target("avx512f")))
+
+/* acc[r][m..m+F) += fn rows m..m+F (f, widened, slab-relative) x rows r < RB of hw over
+ * len columns; f1 == NULL with F == 1. */
+HC_TILE void dots_tile(__m512d acc[][HC_DOTS_MAX][2], int m, const double *f0, const double *f1,
+                       double (*hw)[HC_SLAB], int len, const int RB, const int F) {
+    __m512d a[HC_ROWS][2][2];
+    for (int r = 0; r < RB; r++)
+        for (int k = 0; k < F; k++) {
+            a[r][k][0] = acc[r][m + k][0];
+            a[r][k][1] = acc[r][m + k][1];
+        }
+    for (int c = 0; c < len; c += 16) {
+        const __m512d f0l = _mm512_loadu_pd(f0 + c), f0h = _mm512_loadu_pd(f0 + c + 8);
+        const __m512d f1l = F > 1 ? _mm512_loadu_pd(f1 + c) : f0l, f1h = F > 1 ? _mm512_loadu_pd(f1 + c + 8) : f0h;
+        for (int r = 0; r < RB; r++) {
+            const __m512d hl = _mm512_load_pd(hw[r] + c), hh = _mm512_load_pd(hw[r] + c + 8);
+            a[r][0][0] = _mm512_fmadd_pd(f0l, hl, a[r][0][0]);
+            a[r][0][1] = _mm512_fmadd_pd(f0h, hh, a[r][0][1]);
+            if (F > 1) {
+                a[r][1][0] = _mm512_fmadd_pd(f1l, hl, a[r][1][0]);
+                a[r][1][1] = _mm512_fmadd_pd(f1h, hh, a[r][1][1]);
+            }
+        }
+    }
+    for (int r = 0; r < RB; r++)
+        for (int k = 0; k < F; k++) {
+            acc[r][m + k][0] = a[r][k][0];
+            acc[r][m + k][1] = a[r][k][1];
+        }
+}
+
+/* h . h of every row over the slab, into acc[r][n_mix]. */
+HC_TILE void self_tile(__m512d acc[][HC_DOTS_MAX][2], int m, double (*hw)[HC_SLAB], int len, const int RB) {
+    for (int r = 0; r < RB; r++) {
+        __m512d lo = acc[r][m][0], hi = acc[r][m][1];
+        for (int c = 0; c < len; c += 16) {
+            const __m512d hl = _mm512_load_pd(hw[r] + c), hh = _mm512_load_pd(hw[r] + c + 8);
+            lo = _mm512_fmadd_pd(hl, hl, lo);
+            hi = _mm512_fmadd_pd(hh, hh, hi);
+        }
+        acc[r][m][0] = lo;
+        acc[r][m][1] = hi;
+    }
+}
+
+/* dots (RB, n_mix + 1) of rows h (RB, n) against fn (n_mix, n) and fn_f64 (the same,
+ * widened). */
+HC_TILE void dots_rows_block(const float *h, int64_t n, const float *fn, const double *fn_f64, int n_mix,
+                             double *dots, const int RB) {
+    __m512d acc[HC_ROWS][HC_DOTS_MAX][2]; /* (rows, mix + 1, lanes 0-7 | 8-15) */
+    double hw[HC_ROWS][HC_SLAB] __attribute__((aligned(64))); /* (rows, slab) h widened */
+    const int nd = n_mix + 1;
+    for (int r = 0; r < RB; r++)
+        for (int m = 0; m < nd; m++) acc[r][m][0] = acc[r][m][1] = _mm512_setzero_pd();
+    const int64_t nv = n / 16 * 16;
+    for (int64_t s0 = 0; s0 < nv; s0 += HC_SLAB) {
+        const int len = (int)(nv - s0 < HC_SLAB ? nv - s0 : HC_SLAB);
+        for (int r = 0; r < RB; r++)
+            for (int c = 0; c < len; c += 8)
+                _mm512_store_pd(hw[r] + c, _mm512_cvtps_pd(_mm256_loadu_ps(h + r * n + s0 + c)));
+        int m = 0;
+        for (; m + 2 <= n_mix; m += 2)
+            dots_tile(acc, m, fn_f64 + m * n + s0, fn_f64 + (m + 1) * n + s0, hw, len, RB, 2);
+        if (m < n_mix) dots_tile(acc, m, fn_f64 + m * n + s0, NULL, hw, len, RB, 1);
+        self_tile(acc, n_mix, hw, len, RB);
+    }
+    for (int r = 0; r < RB; r++)
+        for (int m = 0; m < nd; m++) {
+            double s[16];
+            _mm512_storeu_pd(s, acc[r][m][0]);
+            _mm512_storeu_pd(s + 8, acc[r][m][1]);
+            const float *hr = h + r * n;
+            dots[r * nd + m] = dsv4_dot_f64_finish(s, m < n_mix ? fn + m * n : hr, hr, nv, n);
+        }
+}
+
+__attribute__((target("avx512f"))) static void dots_rows_avx512(const float *h, int n_rows, int64_t n,
+                                                                const float *fn, const double *fn_f64,
+                                                                int n_mix, double *dots) {
+    const int nd = n_mix + 1;
+    int i = 0;
+    for (; i + 4 <= n_rows; i += 4) dots_rows_block(h + i * n, n, fn, fn_f64, n_mix, dots + i * nd, 4);
+    switch (n_rows - i) {
+    case 3: dots_rows_block(h + i * n, n, fn, fn_f64, n_mix, dots + i * nd, 3); break;
+    case 2: dots_rows_block(h + i * n, n, fn, fn_f64, n_mix, dots + i * nd, 2); break;
+    case 1: dots_rows_block(h + i * n, n, fn, fn_f64, n_mix, dots + i * nd, 1); break;
+    default: break;
+    }
+}
 #else
 #define HC_AVX512 0
+#define HC_DOTS_MAX 0
 #endif
 
 #define HC_MAX DSV4_HC_MAX
@@ -233,4 +337,32 @@ void dsv4_hc_head_at(const dsv4_config *cfg, int simd, const float *h, const flo
 void dsv4_hc_head(const dsv4_config *cfg, const float *h, const float *fn, const float *base,
                   const float *scale, float *y) {
     dsv4_hc_head_at(cfg, DSV4_SIMD_SCALAR, h, fn, base, scale, y);
+}
+
+int dsv4_hc_rows_blocked(const dsv4_config *cfg, int simd) {
+    (void)cfg;
+    (void)simd;
+#if HC_AVX512
+    return simd >= DSV4_SIMD_AVX512 && cfg->hc_mult >= 1 && dsv4_cfg_mix(cfg) + 1 <= HC_DOTS_MAX;
+#else
+    return 0;
+#endif
+}
+
+void dsv4_hc_widen(const dsv4_config *cfg, const float *fn, int m0, int m1, double *fn_f64) {
+    const int64_t n = (int64_t)cfg->hc_mult * cfg->hidden_size;
+    for (int64_t i = m0 * n; i < m1 * n; i++) fn_f64[i] = fn[i];
+}
+
+void dsv4_hc_dots_rows(const dsv4_config *cfg, int simd, const float *h, int n_rows, const float *fn,
+                       const double *fn_f64, int n_mix, double *dots) {
+    const int64_t n = (int64_t)cfg->hc_mult * cfg->hidden_size;
+#if HC_AVX512
+    if (fn_f64 && dsv4_hc_rows_blocked(cfg, simd) && n_mix + 1 <= HC_DOTS_MAX) {
+        dots_rows_avx512(h, n_rows, n, fn, fn_f64, n_mix, dots);
+        return;
+    }
+#endif
+    (void)fn_f64;
+    for (int i = 0; i < n_rows; i++) dsv4_hc_dots(cfg, simd, h + i * n, fn, n_mix, 0, n_mix + 1, dots + i * (n_mix + 1));
 }

@@ -42,4 +42,16 @@ void dsv4_hc_post_inplace(const dsv4_config *cfg, int simd, const float *y, floa
 void dsv4_hc_head_at(const dsv4_config *cfg, int simd, const float *h, const float *fn, const float *base,
                      const float *scale, float *y);
 
+/* ---- hc_pre's dots of many rows (prefill, batches) ---------------------------------------
+ * When dsv4_hc_rows_blocked(cfg, simd), fn (n_mix, hc*D) widened to double once per call
+ * (dsv4_hc_widen over row ranges [m0, m1), any split) lets dsv4_hc_dots_rows run the dots
+ * of a block of rows together, reading fn and widening each row once per block. dots
+ * (n_rows, n_mix + 1) of h (n_rows, hc, D): each row's the bits of dsv4_hc_dots over
+ * [0, n_mix + 1) (which the function runs when the blocked kernel does not apply or
+ * fn_f64 is NULL). */
+int dsv4_hc_rows_blocked(const dsv4_config *cfg, int simd);
+void dsv4_hc_widen(const dsv4_config *cfg, const float *fn, int m0, int m1, double *fn_f64);
+void dsv4_hc_dots_rows(const dsv4_config *cfg, int simd, const float *h, int n_rows, const float *fn,
+                       const double *fn_f64, int n_mix, double *dots);
+
 #endif

@@ -47,13 +47,17 @@ static double reduce16(const double *s) {
     return (q[0] + q[1]) + (q[2] + q[3]);
 }
 
+double dsv4_dot_f64_finish(double *s, const float *a, const float *b, int64_t i, int64_t n) {
+    for (int l = 0; i < n; i++, l++) s[l] += (double)a[i] * b[i];
+    return reduce16(s);
+}
+
 double dsv4_dot_f64_portable(const float *a, const float *b, int64_t n) {
     double s[16] = {0};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
         for (int l = 0; l < 16; l++) s[l] += (double)a[i + l] * b[i + l];
-    for (int l = 0; i < n; i++, l++) s[l] += (double)a[i] * b[i];
-    return reduce16(s);
+    return dsv4_dot_f64_finish(s, a, b, i, n);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -70,8 +74,7 @@ __attribute__((target("avx2,fma"))) static double dot_f64_avx2(const float *a, c
                                      _mm256_cvtps_pd(_mm_loadu_ps(b + i + 4 * r)), acc[r]);
     double s[16];
     for (int r = 0; r < 4; r++) _mm256_storeu_pd(s + 4 * r, acc[r]);
-    for (int l = 0; i < n; i++, l++) s[l] += (double)a[i] * b[i];
-    return reduce16(s);
+    return dsv4_dot_f64_finish(s, a, b, i, n);
 }
 
 /* Lanes 0-7 and 8-15 in two registers: the portable loop's chains again. */
@@ -86,8 +89,7 @@ __attribute__((target("avx512f"))) static double dot_f64_avx512(const float *a, 
     double s[16];
     _mm512_storeu_pd(s, lo);
     _mm512_storeu_pd(s + 8, hi);
-    for (int l = 0; i < n; i++, l++) s[l] += (double)a[i] * b[i];
-    return reduce16(s);
+    return dsv4_dot_f64_finish(s, a, b, i, n);
 }
 
 static int have_avx2_fma(void) {

@@ -25,6 +25,9 @@ dsv4_dot_f64_fn dsv4_dot_f64_avx512(void);
 /* The widest of them at or below a kernel level (a dsv4_simd, kernels/cpu.h); a level the
  * CPU does not run is capped by what it does. Every choice gives the same bits. */
 dsv4_dot_f64_fn dsv4_dot_f64_at(int simd);
+/* The end every level shares: s (16) holds the lanes' sums of the whole sixteens before i;
+ * adds the tail [i, n) and returns the tree (for kernels that run many dots at once). */
+double dsv4_dot_f64_finish(double *s, const float *a, const float *b, int64_t i, int64_t n);
 
 #include <math.h>
 static inline float dsv4_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -197,6 +197,39 @@ static void run_levels(const hc_case *t) {
     free(h); free(fn); free(y); free(hr); free(hl); free(x0); free(x1);
 }
 
+/* hc_pre's dots of 1..9 rows at once (dsv4_hc_dots_rows, fn widened) at every level,
+ * against dsv4_hc_dots row by row at the portable level: the same bits. Rows hold huge
+ * and cancelling values as in run_levels, and the widths leave tails past the sixteens. */
+static void run_rows(const hc_case *t) {
+    const int hc = t->hc, D = t->D, n = hc * D, mix = (2 + hc) * hc, R = 9, nd = mix + 1;
+    dsv4_config c = make_cfg(t);
+    float *h = malloc(sizeof(float) * R * n), *fn = malloc(sizeof(float) * mix * n);
+    double *fn_f64 = malloc(sizeof(double) * mix * n);
+    double *want = malloc(sizeof(double) * R * nd), *got = malloc(sizeof(double) * R * nd);
+    for (int i = 0; i < R * n; i++) h[i] = (float)(2 * urand());
+    for (int i = 0; i < n; i += 3) h[n + i] = -h[i];             /* row 1 = -row 0 in places */
+    for (int i = 0; i < n; i += 2) h[2 * n + i] *= 3e7f;         /* row 2: rounding in every add */
+    for (int i = 0; i < mix * n; i++) fn[i] = (float)(urand() * 1.7 / sqrt(n));
+    for (int i = 0; i < R; i++) dsv4_hc_dots(&c, DSV4_SIMD_SCALAR, h + (size_t)i * n, fn, mix, 0, nd, want + i * nd);
+    /* widened in two uneven parts, the later first */
+    dsv4_hc_widen(&c, fn, mix / 3, mix, fn_f64);
+    dsv4_hc_widen(&c, fn, 0, mix / 3, fn_f64);
+    int blocked = 0;
+    for (int level = 0; level <= (int)dsv4_cpu_simd(); level++) {
+        blocked |= dsv4_hc_rows_blocked(&c, level);
+        for (int rows = 1; rows <= R; rows++)
+            for (int w = 0; w < 2; w++) {
+                memset(got, 0xff, sizeof(double) * R * nd);
+                dsv4_hc_dots_rows(&c, level, h, rows, fn, w ? fn_f64 : NULL, mix, got);
+                CHECK_MSG(!memcmp(want, got, sizeof(double) * rows * nd), "hc=%d D=%d level %d: dots of %d rows%s differ",
+                          hc, D, level, rows, w ? " (blocked)" : "");
+            }
+    }
+    /* hc <= 4 and an AVX-512 CPU: the blocked kernel ran */
+    if (hc <= 4 && dsv4_cpu_simd() >= DSV4_SIMD_AVX512) CHECK_MSG(blocked, "hc=%d: the blocked kernel never ran", hc);
+    free(h); free(fn); free(fn_f64); free(want); free(got);
+}
+
 /* Hand example, hc = 2, D = 1: fn = 0 makes every mix 0, so the logits are the bases.
  * pre = σ(base) + eps; post = 2σ(base); comb from the Sinkhorn of softmax(base rows). */
 static void test_hand(void) {
@@ -235,6 +268,9 @@ int main(void) {
         {16, 24, 3, 1e-6, 1e-6}, {2, 7, 20, 1e-6, 1e-6}, {1, 17, 1, 1e-6, 1e-6},
     };
     for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) run_levels(&levels[i]);
+    const hc_case rows[] = {{4, 1024, 20, 1e-6, 1e-6}, {4, 37, 20, 1e-6, 1e-6}, {3, 71, 5, 1e-6, 1e-3},
+                            {4, 100, 1, 1e-6, 1e-6}, {2, 7, 20, 1e-6, 1e-6}, {16, 24, 3, 1e-6, 1e-6}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) run_rows(&rows[i]);
     printf("hc levels checked: portable .. %d (this CPU)\n", (int)dsv4_cpu_simd());
     test_hand();
     return test_report();
