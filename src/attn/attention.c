@@ -153,13 +153,84 @@ static void expand_rows(float *v, int64_t n_per, const int *to, int n) {
         if (to[k] != k) memcpy(v + to[k] * n_per, v + k * n_per, (size_t)n_per * sizeof(float));
 }
 
+/* The per-row work of the projections, one row per task. */
+typedef struct project_job {
+    const dsv4_attn_ctx *ctx;
+    const dsv4_block_w *b;
+    const dsv4_batch *batch;
+    dsv4_attn_work *w;
+    const int *qrow;       /* (nq) packed rows of the compact querying rows, NULL: all */
+    int nq;
+    const dsv4_rope *rope;
+} project_job;
+
+/* After the first product, row i of the call: its window KV row normed, rotated, rounded
+ * as the numeric mode and the storage format keep it (this call's attention reads the
+ * value the cache keeps) and packed; the compressor gates + ape at its position; and,
+ * for a querying (compact) row i < nq, qr normed for the second product. */
+static void project_kv_row(void *arg, int i, int tid) {
+    (void)tid;
+    const project_job *j = arg;
+    const dsv4_config *cfg = j->ctx->cfg;
+    const dsv4_numerics *nm = j->ctx->num;
+    const dsv4_attn_work *w = j->w;
+    const int hd = cfg->head_dim, ql = cfg->q_lora_rank, rd = cfg->qk_rope_head_dim;
+    const float eps = (float)cfg->rms_norm_eps;
+    if (i < j->nq) dsv4_rmsnorm(w->qr + (size_t)i * ql, j->b->q_norm, ql, eps, w->qr + (size_t)i * ql);
+    float *ki = w->kv + (size_t)i * hd;
+    dsv4_rmsnorm(ki, j->b->kv_norm, hd, eps, ki);
+    nm->round(nm, DSV4_ACT_NORM, ki, hd);
+    dsv4_rope_apply(j->rope, ki, hd, j->batch->pos[i], 0);
+    if (j->b->ratio == 4) dsv4_compress_add_ape_row(j->ctx, j->b, 1, j->batch, i, w->pb[1]);
+    if (j->b->ratio) dsv4_compress_add_ape_row(j->ctx, j->b, 0, j->batch, i, w->pb[0]);
+    nm->round(nm, DSV4_ACT_KV, ki, hd);
+    const int row_fmt = dsv4_row_fmt(j->ctx->row_fmt);
+    dsv4_row_round(row_fmt, ki, hd, rd);
+    if (w->kv_st) dsv4_row_pack(row_fmt, w->kv_st + (size_t)i * dsv4_row_bytes(row_fmt, hd, rd), ki, hd, rd);
+}
+
+/* After the second product, compact querying row i: its heads normed, rounded, rotated
+ * and rounded as q; CSA: the indexer query heads rotated and rounded, the weights scaled. */
+static void project_q_row(void *arg, int i, int tid) {
+    (void)tid;
+    const project_job *j = arg;
+    const dsv4_config *cfg = j->ctx->cfg;
+    const dsv4_numerics *nm = j->ctx->num;
+    const dsv4_attn_work *w = j->w;
+    const int H = cfg->num_attention_heads, hd = cfg->head_dim, nI = cfg->index_n_heads, dI = cfg->index_head_dim;
+    const float eps = (float)cfg->rms_norm_eps;
+    const int64_t t = j->batch->pos[j->qrow ? j->qrow[i] : i];
+    float *qi = w->q + (size_t)i * H * hd;
+    for (int h = 0; h < H; h++) {
+        float *qh = qi + (size_t)h * hd;
+        dsv4_rmsnorm(qh, NULL, hd, eps, qh);
+        nm->round(nm, DSV4_ACT_NORM, qh, hd);
+        dsv4_rope_apply(j->rope, qh, hd, t, 0);
+    }
+    nm->round(nm, DSV4_ACT_Q, qi, (int64_t)H * hd);
+    if (j->b->ratio == 4) {
+        const float wscale = 1.0f / sqrtf((float)dI) / sqrtf((float)nI);
+        for (int h = 0; h < nI; h++) {
+            float *qh = w->qI + ((size_t)i * nI + h) * dI;
+            dsv4_rope_apply(j->rope, qh, dI, t, 0);
+            nm->round(nm, DSV4_ACT_INDEX_Q, qh, dI);
+        }
+        for (int h = 0; h < nI; h++) w->wI[(size_t)i * nI + h] *= wscale;
+    }
+}
+
+/* fn over rows [0, n): on the pool, or inline for a single row. */
+static void project_rows(dsv4_kctx *k, int n, dsv4_task_fn fn, void *job) {
+    if (n > 1) dsv4_kctx_parallel(k, n, fn, job);
+    else if (n == 1) fn(job, 0, dsv4_kctx_tid(k));
+}
+
 int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
                       const float *x, dsv4_attn_work *w, dsv4_err *err) {
     const dsv4_config *cfg = ctx->cfg;
     const int R = batch->n_rows, H = cfg->num_attention_heads, hd = cfg->head_dim;
     const int ql = cfg->q_lora_rank, nI = cfg->index_n_heads, dI = cfg->index_head_dim;
     const int r = b->ratio, csa = (r == 4);
-    const float eps = (float)cfg->rms_norm_eps;
     const dsv4_rope *rope = r ? ctx->rope_cmp : ctx->rope_main;
     const dsv4_numerics *nm = ctx->num;
     /* the rows that query: nq of them, compact k <-> packed qrow(k) until expanded */
@@ -190,51 +261,15 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
 
     /* qr = RMSNorm(x wq_a^T; q_norm); q = qr wq_b^T, per-head unweighted RMSNorm, RoPE;
      * kv = RoPE(RMSNorm(x wkv^T; kv_norm)) (§5.5). CSA: indexer query qI = RoPE(qr
-     * idx_wq_b^T) per head, weights wI (§5.9). */
-    for (int i = 0; i < nq; i++)
-        dsv4_rmsnorm(w->qr + (size_t)i * ql, b->q_norm, ql, eps, w->qr + (size_t)i * ql);
+     * idx_wq_b^T) per head, weights wI (§5.9). Compressor gates + ape (§5.8). Each row's
+     * own arithmetic, so the rows are spread over the pool around the second product. */
+    project_job pj = {ctx, b, batch, w, qrow, nq, rope};
+    project_rows(ctx->k, R, project_kv_row, &pj);
     n_ops = 0;
     ops[n_ops++] = (dsv4_lin_op){&b->wq_b, w->qr, nq, w->q};
     if (csa) ops[n_ops++] = (dsv4_lin_op){&b->idx_wq_b, w->qr, nq, w->qI};
     nm->linear(nm, ctx->k, ops, n_ops);
-    for (int i = 0; i < nq; i++)
-        for (int h = 0; h < H; h++) {
-            float *qh = w->q + ((size_t)i * H + h) * hd;
-            dsv4_rmsnorm(qh, NULL, hd, eps, qh);
-            nm->round(nm, DSV4_ACT_NORM, qh, hd);
-            dsv4_rope_apply(rope, qh, hd, batch->pos[qrow ? qrow[i] : i], 0);
-        }
-    for (int i = 0; i < R; i++) {
-        float *ki = w->kv + (size_t)i * hd;
-        dsv4_rmsnorm(ki, b->kv_norm, hd, eps, ki);
-        nm->round(nm, DSV4_ACT_NORM, ki, hd);
-        dsv4_rope_apply(rope, ki, hd, batch->pos[i], 0);
-    }
-    if (csa) {
-        const float wscale = 1.0f / sqrtf((float)dI) / sqrtf((float)nI);
-        for (int i = 0; i < nq; i++)
-            for (int h = 0; h < nI; h++)
-                dsv4_rope_apply(rope, w->qI + ((size_t)i * nI + h) * dI, dI, batch->pos[qrow ? qrow[i] : i], 0);
-        for (int i = 0; i < nq * nI; i++) w->wI[i] *= wscale;
-    }
-
-    /* compressor gates: + ape at the absolute position (§5.8) */
-    if (csa) dsv4_compress_add_ape(ctx, b, 1, batch, w->pb[1]);
-    if (r) dsv4_compress_add_ape(ctx, b, 0, batch, w->pb[0]);
-
-    /* the rows as the numeric mode keeps them, before any is shared with the cache or
-     * another rank */
-    nm->round(nm, DSV4_ACT_Q, w->q, (int64_t)nq * H * hd);
-    const int rd = cfg->qk_rope_head_dim, row_fmt = dsv4_row_fmt(ctx->row_fmt);
-    const int64_t row_bytes = dsv4_row_bytes(row_fmt, hd, rd);
-    for (int i = 0; i < R; i++) {
-        float *ki = w->kv + (size_t)i * hd;
-        nm->round(nm, DSV4_ACT_KV, ki, hd);
-        /* to the storage format now: this call's attention reads the value the cache keeps */
-        dsv4_row_round(row_fmt, ki, hd, rd);
-        if (w->kv_st) dsv4_row_pack(row_fmt, w->kv_st + i * row_bytes, ki, hd, rd);
-    }
-    for (int i = 0; csa && i < nq * nI; i++) nm->round(nm, DSV4_ACT_INDEX_Q, w->qI + (size_t)i * dI, dI);
+    project_rows(ctx->k, nq, project_q_row, &pj);
     if (qrow) { /* the querying rows to their packed indices, where the attend phase reads them */
         expand_rows(w->qr, ql, qrow, nq);
         expand_rows(w->q, (int64_t)H * hd, qrow, nq);

@@ -180,11 +180,11 @@ int dsv4_attn_output(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const floa
 
 /* Compressor projections of R rows, a = x.wkv^T and b = x.wgate^T (R, coff*d), as the two
  * products it writes to ops (returns 2) so the caller can run them in one job with its
- * own; then b += ape[t mod r] per row. */
+ * own; then b += ape[t mod r] for each row i of the batch (bb: (R, coff*d)). */
 int dsv4_compress_ops(const dsv4_block_w *b, int indexer, const float *x, int R, float *a, float *bb,
                       dsv4_lin_op *ops);
-void dsv4_compress_add_ape(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
-                           const dsv4_batch *batch, float *bb);
+void dsv4_compress_add_ape_row(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
+                               const dsv4_batch *batch, int i, float *bb);
 
 /* The compressor's candidate buffers for ratio r and entry width d: *ca, *cb (2r, d) each
  * and the entry being made *ce (d) (any may be NULL: sizing only). Returns 0 when they do

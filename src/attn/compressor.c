@@ -42,17 +42,15 @@ int dsv4_compress_ops(const dsv4_block_w *b, int indexer, const float *x, int R,
     return 2;
 }
 
-void dsv4_compress_add_ape(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
-                           const dsv4_batch *batch, float *bb) {
+void dsv4_compress_add_ape_row(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
+                               const dsv4_batch *batch, int i, float *bb) {
     const int r = indexer ? 4 : b->ratio;
     const int d = indexer ? ctx->cfg->index_head_dim : ctx->cfg->head_dim;
     const int W = dsv4_cfg_coff(r) * d;     /* projection width */
     const dsv4_compressor_w *cw = indexer ? &b->idx_cmp : &b->cmp;
     /* ape is indexed by the absolute position t mod r */
-    for (int i = 0; i < batch->n_rows; i++) {
-        const float *ape = cw->ape + (size_t)(batch->pos[i] % r) * W;
-        for (int c = 0; c < W; c++) bb[(size_t)i * W + c] += ape[c];
-    }
+    const float *ape = cw->ape + (size_t)(batch->pos[i] % r) * W;
+    for (int c = 0; c < W; c++) bb[(size_t)i * W + c] += ape[c];
 }
 
 int dsv4_compress_take(dsv4_arena *a, int r, int d, float **ca, float **cb, float **ce) {

@@ -140,7 +140,7 @@ static void check_compressor(const dsv4_config *c, const dsv4_attn_ctx *ctx, int
     dsv4_lin_op ops[2];
     CHECK(dsv4_compress_ops(&b, indexer, x, N, pa, pb, ops) == 2);
     dsv4_linear_batch(ctx->k, ops, 2);
-    dsv4_compress_add_ape(ctx, &b, indexer, &all, pb);
+    for (int t = 0; t < N; t++) dsv4_compress_add_ape_row(ctx, &b, indexer, &all, t, pb);
     double proj_err = 0;
     for (int t = 0; t < N; t++)
         for (int o = 0; o < W; o++) {
