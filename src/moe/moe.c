@@ -12,6 +12,7 @@
 #include "moe/moe.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,11 +243,40 @@ size_t dsv4_moe_scratch_bytes(const dsv4_config *cfg, int S) {
     return m.peak;
 }
 
+/* Routing of rows over the pool: each row's own arithmetic into its own sel, w; the
+ * scores' scratch is the running thread's (kctx scratch, 2E floats hold E doubles). */
+typedef struct route_job {
+    dsv4_kctx *k;
+    const dsv4_config *cfg;
+    const dsv4_block_w *b;
+    const float *logits;    /* (R, E) */
+    const int32_t *tokens;  /* (R) or NULL */
+    int *sel;               /* (R, K) */
+    float *w;               /* (R, K) */
+    atomic_int failed;      /* some row's route failed (its message comes from a rerun) */
+} route_job;
+
+static void route_task(void *arg, int r, int tid) {
+    route_job *j = arg;
+    const int E = j->cfg->n_routed_experts, K = j->cfg->num_experts_per_tok;
+    double *s = (double *)(void *)dsv4_kctx_scratch(j->k, tid);
+    if (route_row(j->cfg, j->b, j->logits + (int64_t)r * E, j->tokens ? j->tokens[r] : -1, j->sel + (int64_t)r * K,
+                  j->w + (int64_t)r * K, s, NULL))
+        atomic_store_explicit(&j->failed, 1, memory_order_relaxed);
+}
+
 int dsv4_moe_gate(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b, const float *x,
                   const int32_t *tokens, int R, int *sel, float *w, float *logits, double *s,
                   dsv4_err *err) {
     const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
     dsv4_linear(k, &b->gate, x, R, logits);
+    if (R > 1 && 2 * (int64_t)E <= dsv4_kctx_max_cols(k)) {
+        route_job j = {k, cfg, b, logits, tokens, sel, w, 0};
+        atomic_init(&j.failed, 0);
+        dsv4_kctx_parallel(k, R, route_task, &j);
+        if (!atomic_load(&j.failed)) return DSV4_OK;
+        /* a row failed: the serial pass below finds the first and says why */
+    }
     for (int r = 0; r < R; r++) {
         int rc = route_row(cfg, b, logits + (int64_t)r * E, tokens ? tokens[r] : -1,
                            sel + (int64_t)r * K, w + (int64_t)r * K, s, err);
@@ -315,6 +345,42 @@ void dsv4_moe_combine(int D, int K, const float *rows, const int *idx, const flo
     for (int d = 0; d < D; d++) y[d] += shared[d];
 }
 
+/* The copies around the experts, spread over the pool by rows (each row's own bytes). */
+typedef struct moe_rows_job {
+    const dsv4_config *cfg;
+    const dsv4_numerics *nm;
+    const moe_scratch *m;
+    const float *x;  /* (R, D) */
+    float *y;        /* (R, D) */
+    int n_slots;     /* R * K */
+} moe_rows_job;
+
+/* Slots [16t, 16t + 16) of the expert list (n_slots in all): their input rows gathered. */
+#define GATHER_SLOTS 16
+static void gather_task(void *arg, int t, int tid) {
+    (void)tid;
+    const moe_rows_job *j = arg;
+    const int D = j->cfg->hidden_size, K = j->cfg->num_experts_per_tok;
+    for (int p = t * GATHER_SLOTS; p < (t + 1) * GATHER_SLOTS && p < j->n_slots; p++)
+        memcpy(j->m->xg + (int64_t)p * D, j->x + (int64_t)(j->m->list[p] / K) * D, (size_t)D * sizeof(float));
+}
+
+/* Row r: routed outputs in k order, shared last, rounded as the numeric mode keeps it. */
+static void combine_task(void *arg, int r, int tid) {
+    (void)tid;
+    const moe_rows_job *j = arg;
+    const int D = j->cfg->hidden_size, K = j->cfg->num_experts_per_tok;
+    float *yr = j->y + (int64_t)r * D;
+    dsv4_moe_combine(D, K, j->m->og, j->m->at + (int64_t)r * K, j->m->sh + (int64_t)r * D, yr);
+    j->nm->round(j->nm, DSV4_ACT_MOE_OUT, yr, D);
+}
+
+/* fn over tasks [0, n): on the pool from a few on, else on this thread. */
+static void moe_rows(dsv4_kctx *k, int n, dsv4_task_fn fn, void *job) {
+    if (n >= 4) dsv4_kctx_parallel(k, n, fn, job);
+    else for (int i = 0; i < n; i++) fn(job, i, dsv4_kctx_tid(k));
+}
+
 /* MoE of R consecutive rows. */
 static int moe_pass(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_block_w *b,
                     const float *x, const int32_t *tokens, int R, float *y, int *sel_out,
@@ -339,8 +405,9 @@ static int moe_pass(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cf
         const int slot = m->list[p];
         m->at[slot] = p;
         m->wg[p] = m->w[slot];
-        memcpy(m->xg + (int64_t)p * D, x + (int64_t)(slot / K) * D, (size_t)D * sizeof(float));
     }
+    moe_rows_job rj = {cfg, nm, m, x, y, R * K};
+    moe_rows(k, (R * K + GATHER_SLOTS - 1) / GATHER_SLOTS, gather_task, &rj);
 
     /* 3. Every expert with rows, and the shared expert on all rows (weight 1), in one
      * go: W1/W3, clamped SwiGLU times the routing weight, W2. Experts are distinct within
@@ -357,9 +424,7 @@ static int moe_pass(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cf
     dsv4_moe_experts(k, nm, cfg, m->gr, ng);
 
     /* 4. Per token: routed outputs in k order, shared last. */
-    for (int r = 0; r < R; r++)
-        dsv4_moe_combine(D, K, m->og, m->at + (int64_t)r * K, m->sh + (int64_t)r * D, y + (int64_t)r * D);
-    nm->round(nm, DSV4_ACT_MOE_OUT, y, (int64_t)R * D);
+    moe_rows(k, R, combine_task, &rj);
     return DSV4_OK;
 }
 
