@@ -1,6 +1,6 @@
 /* bench_linear.c — dsv4_linear throughput against this machine's own roofline.
  *
- *   bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--gemm] [--rows N,..]
+ *   bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--gemm] [--experts] [--rows N,..]
  *
  * Measured in the same run, one JSON line each, the probes being the library's
  * (kernels/probe.h, the same ones `dsv4 bench` uses):
@@ -23,6 +23,12 @@
  *           sweep, the median of the single calls' times ("us_call_median"), the steadier
  *           figure on a busy machine. --decode runs only the probes and these cases,
  *           --gemm only the probes and the "gemm" cases.
+ *   "experts" (--experts, only the probes and these): a prefill's routed experts, the FP4
+ *           w13 (512x1024) and w2 (1024x512) shapes at each --rows count, through every
+ *           path dsv4_linear has for it (auto, gemv, smallm, gemm; dsv4_kctx_set_lin_path):
+ *           384 distinct matrices (~100 MB, streamed like a layer's experts) in jobs of 32
+ *           (dsv4_linear_batch, as src/moe hands them over); GFLOP/s and the fraction of
+ *           an FMA probe pass run right before each round.
  * Times are the best of --reps runs (default 5). GEMV rounds alternate with a stream pass,
  * so on a shared machine the ratio compares like with like: "of_stream" is best/best and
  * "of_stream_median" the median of the per-round ratios. --scalar adds the portable level. */
@@ -206,10 +212,62 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads,
     }
 }
 
+/* ---- a prefill's routed experts, per path ------------------------------------------------ */
+
+static void bench_experts(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads, const int *nrows, int n_nrows) {
+    static const decode_shape shapes[] = {{"w13", 512, 1024}, {"w2", 1024, 512}};
+    static const char *path_name[] = {"auto", "gemv", "smallm", "gemm"};
+    enum { NM = 384, JOB = 32 };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const decode_shape *sh = &shapes[si];
+        dsv4_mat *ms = malloc(sizeof(dsv4_mat) * NM);
+        for (int i = 0; i < NM; i++) ms[i] = make_mat(DSV4_WF_FP4, sh->rows, sh->cols);
+        int mx = 1;
+        for (int q = 0; q < n_nrows; q++) mx = nrows[q] > mx ? nrows[q] : mx;
+        float *x = malloc(sizeof(float) * (size_t)mx * (size_t)sh->cols); /* (mx, cols), shared by the ops */
+        float *y = malloc(sizeof(float) * (size_t)JOB * (size_t)mx * (size_t)sh->rows); /* (JOB, mx, rows) */
+        for (int64_t i = 0; i < mx * sh->cols; i++) x[i] = (float)((int64_t)(rnd() % 2001) - 1000) * 1e-3f;
+        for (int q = 0; q < n_nrows; q++) {
+            const int nx = nrows[q];
+            for (int path = DSV4_LIN_AUTO; path <= DSV4_LIN_GEMM; path++) {
+                if (path == DSV4_LIN_GEMV && nx > LIN_GEMV_MAX_ROWS) continue;
+                if (path == DSV4_LIN_SMALLM && nx > LIN_SMALLM_MAX_ROWS) continue;
+                dsv4_kctx_set_lin_path(k, (dsv4_lin_path)path);
+                const double flop = 2.0 * nx * sh->rows * sh->cols * NM;
+                rounds rd = rounds_start();
+                for (int r = 0; r < reps + 1; r++) {
+                    const double pk = dsv4_probe_fma_pass(probe);
+                    const double t0 = now_s();
+                    for (int j0 = 0; j0 < NM; j0 += JOB) {
+                        dsv4_lin_op ops[JOB];
+                        for (int j = 0; j < JOB; j++)
+                            ops[j] = (dsv4_lin_op){&ms[j0 + j], x, nx, y + (int64_t)j * nx * sh->rows};
+                        dsv4_linear_batch(k, ops, JOB);
+                    }
+                    if (r > 0) rounds_add(&rd, now_s() - t0, pk, flop); /* round 0: warm-up */
+                }
+                const double median = rounds_median(&rd);
+                printf("{\"bench\":\"experts\",\"shape\":\"%s\",\"fmt\":\"fp4\",\"n_rows\":%d,\"path\":\"%s\","
+                       "\"rows\":%lld,\"cols\":%lld,\"mats\":%d,\"threads\":%d,\"us_per_mat\":%.2f,\"gflops\":%.1f,"
+                       "\"fma_gflops\":%.1f,\"of_fma_peak\":%.3f,\"of_fma_peak_median\":%.3f}\n",
+                       sh->name, nx, path_name[path], (long long)sh->rows, (long long)sh->cols, NM, threads,
+                       rd.best_t / NM * 1e6, flop / rd.best_t / 1e9, rd.best_probe,
+                       flop / rd.best_t / 1e9 / rd.best_probe, median);
+                fflush(stdout);
+            }
+        }
+        dsv4_kctx_set_lin_path(k, DSV4_LIN_AUTO);
+        free(x);
+        free(y);
+        for (int i = 0; i < NM; i++) free_mat(&ms[i]);
+        free(ms);
+    }
+}
+
 /* ---- main ---------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
-    int threads = 0, reps = 5, scalar = 0, quick = 0, decode_only = 0, gemm_only = 0;
+    int threads = 0, reps = 5, scalar = 0, quick = 0, decode_only = 0, gemm_only = 0, experts_only = 0;
     int nrows[16] = {1, 2}, n_nrows = 2; /* --rows: activation rows of the decode shapes */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
@@ -218,6 +276,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--decode")) decode_only = 1;
         else if (!strcmp(argv[i], "--gemm")) gemm_only = 1;
+        else if (!strcmp(argv[i], "--experts")) experts_only = 1;
         else if (!strcmp(argv[i], "--rows") && i + 1 < argc) {
             n_nrows = 0;
             for (char *t = strtok(argv[++i], ","); t && n_nrows < 16; t = strtok(NULL, ",")) {
@@ -230,7 +289,7 @@ int main(int argc, char **argv) {
             }
             if (n_nrows == 0) return 2;
         } else {
-            fprintf(stderr, "usage: bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--gemm] [--rows N,..]\n");
+            fprintf(stderr, "usage: bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--gemm] [--experts] [--rows N,..]\n");
             return 2;
         }
     }
@@ -260,6 +319,12 @@ int main(int argc, char **argv) {
     printf("{\"bench\":\"probe_fma\",\"threads\":%d,\"simd\":\"%s\",\"gflops\":%.1f}\n", threads,
            dsv4_simd_name(dsv4_probe_simd(probe)), peak);
 
+    if (experts_only) {
+        bench_experts(k, probe, reps, threads, nrows, n_nrows);
+        dsv4_probe_free(probe);
+        dsv4_kctx_free(k);
+        return 0;
+    }
     if (!gemm_only) bench_decode(k, probe, reps, threads, nrows, n_nrows);
     if (decode_only) {
         dsv4_probe_free(probe);

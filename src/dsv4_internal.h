@@ -23,6 +23,7 @@
 #include "kernels/kctx.h"
 #include "kernels/kv_rows.h"
 #include "kernels/linear.h"
+#include "kernels/linear_fast.h"  /* bench_linear: the row limits of the linear paths */
 #include "kernels/probe.h"
 #include "kernels/w8a8.h"
 #include "model/config.h"        /* dsv4 gen-model: test checkpoints */

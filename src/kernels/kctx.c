@@ -16,6 +16,7 @@ struct dsv4_kctx {
     int n_threads;
     int simd;             /* dsv4_simd in use */
     int simd_max;         /* best level CPU and build allow */
+    dsv4_lin_path lin_path; /* dsv4_linear's path: AUTO unless a bench or test forces one */
     int64_t max_cols;
     int64_t stride;       /* floats per thread in `scratch`, a multiple of 16 */
     float *scratch;       /* (n_threads, stride): LIN_SCRATCH_FLOATS then max_cols */
@@ -101,6 +102,10 @@ int dsv4_kctx_set_simd(dsv4_kctx *k, int level) {
     k->simd = level < 0 ? 0 : level > k->simd_max ? k->simd_max : level;
     return k->simd;
 }
+
+void dsv4_kctx_set_lin_path(dsv4_kctx *k, dsv4_lin_path path) { k->lin_path = path; }
+
+dsv4_lin_path dsv4_kctx_lin_path(const dsv4_kctx *k) { return k->lin_path; }
 
 void dsv4_kctx_parallel(dsv4_kctx *k, int n_tasks, dsv4_task_fn fn, void *arg) {
     dsv4_pool_run(k->pool, n_tasks, fn, arg);

@@ -28,6 +28,15 @@ int dsv4_kctx_pin(dsv4_kctx *k, dsv4_err *err);
 int dsv4_kctx_simd(const dsv4_kctx *k);
 int dsv4_kctx_set_simd(dsv4_kctx *k, int level);
 
+/* Which dsv4_linear path a call takes: chosen per call by the level's row thresholds
+ * (AUTO, the default), or forced by benchmarks and tests that compare the paths on one
+ * shape. A forced path the level lacks, or whose row limit the call exceeds (the GEMV
+ * above LIN_GEMV_MAX_ROWS, small-M above LIN_SMALLM_MAX_ROWS or a panel too wide for the
+ * scratch), falls back to AUTO's choice. Never changes a result (linear_fast.h). */
+typedef enum { DSV4_LIN_AUTO = 0, DSV4_LIN_GEMV, DSV4_LIN_SMALLM, DSV4_LIN_GEMM } dsv4_lin_path;
+void dsv4_kctx_set_lin_path(dsv4_kctx *k, dsv4_lin_path path);
+dsv4_lin_path dsv4_kctx_lin_path(const dsv4_kctx *k);
+
 /* Parallel for: fn(arg, task, tid) for every task in [0, n_tasks), spread over the
  * context's threads; returns when all are done. tid in [0, dsv4_kctx_threads) names the
  * running thread, only to pick per-thread scratch: a task's result must not depend on

@@ -241,10 +241,16 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
     pl->y = op->y;
     const int64_t panel = LIN_SMALLM_NB * ((n + 15) & ~(int64_t)15) + 16; /* floats, aligned */
     const int sm_min = w->fmt <= DSV4_WF_FP4 ? kn->smallm_min_rows[w->fmt] : 0;
-    pl->smallm = kn->smallm && sm_min > 0 && op->n_rows >= sm_min && op->n_rows <= LIN_SMALLM_MAX_ROWS &&
-                 panel <= LIN_SCRATCH_FLOATS;
-    pl->gemv = !pl->smallm && kn->gemv &&
-               op->n_rows <= (w->fmt == DSV4_WF_FP8 ? kn->gemv_max_rows_fp8 : kn->gemv_max_rows);
+    const int can_smallm = kn->smallm && op->n_rows <= LIN_SMALLM_MAX_ROWS && panel <= LIN_SCRATCH_FLOATS;
+    const int can_gemv = kn->gemv && op->n_rows <= LIN_GEMV_MAX_ROWS;
+    const dsv4_lin_path force = dsv4_kctx_lin_path(k);
+    if (force == DSV4_LIN_SMALLM && can_smallm) pl->smallm = 1;
+    else if (force == DSV4_LIN_GEMV && can_gemv) pl->gemv = 1;
+    else if (force != DSV4_LIN_GEMM) {
+        pl->smallm = can_smallm && sm_min > 0 && op->n_rows >= sm_min;
+        pl->gemv = !pl->smallm && can_gemv &&
+                   op->n_rows <= (w->fmt == DSV4_WF_FP8 ? kn->gemv_max_rows_fp8 : kn->gemv_max_rows);
+    }
     /* GEMV and small-M: 4..LIN_GEMV_NB outputs per task (a multiple of 4: the kernels take
      * rows in fours); the split never changes a result */
     pl->per = LIN_NB;

@@ -318,6 +318,50 @@ static void check_vbmi_matches_avx512(dsv4_wfmt f) {
            (long long)bad);
 }
 
+/* Every path a level has (GEMV, small-M, GEMM; forced with dsv4_kctx_set_lin_path) gives
+ * the same bits as the path the thresholds pick, at every row count each path takes, on
+ * the expert shapes and odd ones (partial scale blocks, a masked last chunk, a short
+ * last task), both scale kinds; the reference checks of check_case cover AUTO itself. */
+static void check_paths_agree(int level) {
+    static const int64_t shapes[][2] = {{512, 1024}, {1024, 512}, {68, 288}, {7, 133}, {130, 1056}};
+    static const int nrs[] = {1, 3, 4, 7, 8, 9, 12, 13, 16, 17, 24, 25, 31, 32, 33, 48, 64, 65, 100};
+    const dsv4_wfmt fmts[4] = {DSV4_WF_FP4, DSV4_WF_FP8, DSV4_WF_BF16, DSV4_WF_F32};
+    int64_t bad = 0, total = 0;
+    for (int fi = 0; fi < 4; fi++)
+        for (int sc = 0; sc < 2; sc++)
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+                const dsv4_wfmt f = fmts[fi];
+                const int64_t rows = shapes[si][0], cols = shapes[si][1];
+                if ((f == DSV4_WF_FP4 && cols % 32) || (sc == SC_F32 && f != DSV4_WF_FP8 && f != DSV4_WF_FP4)) continue;
+                /* the big shapes once per format: they cost seconds under the sanitizers */
+                if (rows * cols > 300000 && (sc == SC_F32 || f == DSV4_WF_F32 || (sanitized && f != DSV4_WF_FP4))) continue;
+                tmat t = make_mat(f, sc, rows, cols);
+                for (size_t ni = 0; ni < sizeof nrs / sizeof nrs[0]; ni++) {
+                    const int nr = nrs[ni];
+                    if (sanitized && nr > 33 && rows * cols > 300000) continue;
+                    float *x = rand_vec((int64_t)nr * cols);
+                    float *ya = malloc(sizeof(float) * nr * rows), *yp = malloc(sizeof(float) * nr * rows);
+                    dsv4_kctx_set_simd(kc[2], level);
+                    dsv4_linear(kc[2], &t.m, x, nr, ya);
+                    for (int path = DSV4_LIN_GEMV; path <= DSV4_LIN_GEMM; path++) {
+                        dsv4_kctx_set_lin_path(kc[2], (dsv4_lin_path)path);
+                        dsv4_linear(kc[2], &t.m, x, nr, yp);
+                        dsv4_kctx_set_lin_path(kc[2], DSV4_LIN_AUTO);
+                        int64_t b = 0;
+                        for (int64_t i = 0; i < (int64_t)nr * rows; i++) b += memcmp(&ya[i], &yp[i], sizeof(float)) != 0;
+                        CHECK_MSG(b == 0, "%s level %d %lldx%lld n_rows %d: forced path %d differs from auto in %lld outputs",
+                                  fmt_name(f, sc), level, (long long)rows, (long long)cols, nr, path, (long long)b);
+                        bad += b;
+                        total += (int64_t)nr * rows;
+                    }
+                    free(x), free(ya), free(yp);
+                }
+                free_mat(&t);
+            }
+    printf("level %s: GEMV / small-M / GEMM forced against auto: %lld outputs, %lld differ in any bit\n",
+           dsv4_simd_name(level), (long long)total, (long long)bad);
+}
+
 /* The VBMI FP4 tables hold BF16: every e2m1 code times every ue8m0 scale must be exact in
  * it (the F32 product's low 16 bits zero), both copies. */
 static void check_fp4_bf16_tables(void) {
@@ -504,6 +548,7 @@ int main(void) {
         check_fp8_prescale_guard(level);
         check_fp8_nan(level);
         check_guard_pages(level);
+        if (level > DSV4_SIMD_SCALAR) check_paths_agree(level);
         /* a batch larger than one accumulator block (LIN_MB rows) */
         check_case(DSV4_WF_BF16, SC_E8M0, 40, 300, 200, level);
         check_case(DSV4_WF_FP4, SC_E8M0, 33, 544, 101, level);
