@@ -566,7 +566,7 @@ static void gemv_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const flo
  * zero-padded, then hsum16's tree. Those are linear_fast.h's lanes and order, so every
  * output is the GEMV's (and the GEMM's) bits, whichever rows share the call. */
 
-#define SM_MR 4 /* activation rows of the register block */
+#define SM_MR_MAX 4 /* activation rows of the largest register block */
 
 /* row o's columns [0, cols) decoded into dst (cols rounded up to 16, 64-byte aligned) */
 static VBMI void sm_decode_row(const dsv4_lin_call *c, const fp8_tab *t, const dsv4_mat *w, int64_t o, float *dst) {
@@ -614,7 +614,7 @@ static VBMI void sm_decode_row(const dsv4_lin_call *c, const fp8_tab *t, const d
 }
 
 /* y[0 .. nb) = the sums of a[0 .. nb), each in hsum16's tree, four outputs at once */
-AINLINE void sm_store4(const __m512 a[LIN_SMALLM_NB], int nb, float *y) {
+AINLINE void sm_store4(const __m512 a[4], int nb, float *y) {
     /* lanes l + (l + 8), two outputs a vector */
     const __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(a[0], a[1], 0x44), _mm512_shuffle_f32x4(a[0], a[1], 0xEE));
     const __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(a[2], a[3], 0x44), _mm512_shuffle_f32x4(a[2], a[3], 0xEE));
@@ -626,32 +626,68 @@ AINLINE void sm_store4(const __m512 a[LIN_SMALLM_NB], int nb, float *y) {
     _mm_mask_storeu_ps(y, (__mmask8)((1u << nb) - 1u), _mm512_castps512_ps128(v));
 }
 
-/* MR activation rows (x, stride n) against the panel's 4 weight rows (stride ld): y (MR, rows)
- * at the block's first output, nb of them stored */
-AINLINE void sm_rows(int MR, const float *x, int64_t n, const float *panel, int64_t ld, float *y, int64_t rows,
-                     int nb) {
-    __m512 a[SM_MR][LIN_SMALLM_NB];
+/* MR activation rows (x, stride n) against NW (4 or 8) panel rows (stride ld): y (MR, rows)
+ * at the block's first output, nb of them stored. Per 16 columns NW panel loads (L1) and MR
+ * x loads (L1 or L2) feed NW * MR FMAs: x is reloaded once per NW weight rows, so the
+ * 8-row panel halves the x stream of the 4-row one. */
+AINLINE void sm_rows(int NW, int MR, const float *x, int64_t n, const float *panel, int64_t ld, float *y,
+                     int64_t rows, int nb, const char *pf, int64_t pf_step) {
+    __m512 a[SM_MR_MAX][LIN_SMALLM_NB];
     for (int s = 0; s < MR; s++)
-        for (int j = 0; j < LIN_SMALLM_NB; j++) a[s][j] = _mm512_setzero_ps();
+        for (int j = 0; j < NW; j++) a[s][j] = _mm512_setzero_ps();
     const int64_t nf = n & ~(int64_t)15;
     for (int64_t i = 0; i < nf; i += 16) {
-        __m512 wv[LIN_SMALLM_NB];
-        for (int j = 0; j < LIN_SMALLM_NB; j++) wv[j] = _mm512_load_ps(panel + j * ld + i);
-        for (int s = 0; s < MR; s++) {
-            const __m512 xv = _mm512_loadu_ps(x + s * n + i);
-            for (int j = 0; j < LIN_SMALLM_NB; j++) a[s][j] = _mm512_fmadd_ps(xv, wv[j], a[s][j]);
+        /* the next panel's weights, a few lines a chunk: issued all at once they fill the
+         * line fill buffers and stall the loads behind them */
+        if (pf)
+            for (int64_t b = 0; b < pf_step; b += 64) _mm_prefetch(pf + i / 16 * pf_step + b, _MM_HINT_T0);
+        __m512 xv[SM_MR_MAX];
+        for (int s = 0; s < MR; s++) xv[s] = _mm512_loadu_ps(x + s * n + i);
+        for (int j = 0; j < NW; j++) {
+            __m512 wv = _mm512_load_ps(panel + j * ld + i);
+            /* one load per weight vector, used MR times: without this GCC folds it into
+             * every FMA, MR loads instead of one, and the loop runs out of load ports */
+            __asm__("" : "+v"(wv));
+            for (int s = 0; s < MR; s++) a[s][j] = _mm512_fmadd_ps(xv[s], wv, a[s][j]);
         }
     }
     if (nf < n) {
         const __mmask16 k = mask16((int)(n - nf));
-        __m512 wv[LIN_SMALLM_NB];
-        for (int j = 0; j < LIN_SMALLM_NB; j++) wv[j] = _mm512_load_ps(panel + j * ld + nf);
-        for (int s = 0; s < MR; s++) {
-            const __m512 xv = _mm512_maskz_loadu_ps(k, x + s * n + nf);
-            for (int j = 0; j < LIN_SMALLM_NB; j++) a[s][j] = _mm512_fmadd_ps(xv, wv[j], a[s][j]);
+        __m512 xv[SM_MR_MAX];
+        for (int s = 0; s < MR; s++) xv[s] = _mm512_maskz_loadu_ps(k, x + s * n + nf);
+        for (int j = 0; j < NW; j++) {
+            const __m512 wv = _mm512_load_ps(panel + j * ld + nf);
+            for (int s = 0; s < MR; s++) a[s][j] = _mm512_fmadd_ps(xv[s], wv, a[s][j]);
         }
     }
-    for (int s = 0; s < MR; s++) sm_store4(a[s], nb, y + s * rows);
+    for (int s = 0; s < MR; s++) {
+        sm_store4(a[s], nb < 4 ? nb : 4, y + s * rows);
+        if (NW == 8 && nb > 4) sm_store4(a[s] + 4, nb - 4, y + s * rows + 4);
+    }
+}
+
+/* all n_rows activation rows against one panel of NW weight rows (nb of them real), while
+ * prefetching [pf, pf_end): the next panel's weights, spread over the chunks of the first
+ * row blocks */
+AINLINE void sm_panel(int NW, const float *x, int n_rows, int64_t n, const float *panel, int64_t ld, float *y,
+                      int64_t rows, int nb, const char *pf, const char *pf_end) {
+    const int MR = NW == 8 ? 3 : 4; /* NW * MR accumulators: 24 or 16 of the 32 registers */
+    const int64_t chunks = (n + 15) / 16, blocks = (n_rows + MR - 1) / MR;
+    /* bytes a chunk prefetches, whole lines, so that every block but the last helps */
+    const int64_t per_block = ((pf_end - pf) + blocks - 1) / blocks;
+    const int64_t step = ((per_block + chunks - 1) / chunks + 63) & ~(int64_t)63;
+    for (int s0 = 0; s0 < n_rows; s0 += MR) {
+        const char *p = pf < pf_end ? pf : NULL;
+        const float *xs = x + (int64_t)s0 * n;
+        float *ys = y + (int64_t)s0 * rows;
+        switch (n_rows - s0 < MR ? n_rows - s0 : MR) {
+        case 1: sm_rows(NW, 1, xs, n, panel, ld, ys, rows, nb, p, step); break;
+        case 2: sm_rows(NW, 2, xs, n, panel, ld, ys, rows, nb, p, step); break;
+        case 3: sm_rows(NW, 3, xs, n, panel, ld, ys, rows, nb, p, step); break;
+        default: sm_rows(NW, 4, xs, n, panel, ld, ys, rows, nb, p, step); break;
+        }
+        pf += chunks * step;
+    }
 }
 
 static VBMI void smallm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
@@ -661,23 +697,18 @@ static VBMI void smallm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, co
     const fp8_tab t = fp8_tab_load(c->tab);
     const int64_t rb = dsv4_mat_bytes(w) / (rows > 0 ? rows : 1); /* weight bytes a row, about */
     const char *wbase = (const char *)w->w;
-    for (int64_t o = o0; o < o1; o += LIN_SMALLM_NB) {
-        const int nb = o1 - o < LIN_SMALLM_NB ? (int)(o1 - o) : LIN_SMALLM_NB;
-        /* the next block's weights while this one computes (not past the task's rows) */
-        const int64_t pe = o + 2 * LIN_SMALLM_NB < o1 ? o + 2 * LIN_SMALLM_NB : o1;
-        for (const char *a = wbase + (o + nb) * rb; a < wbase + pe * rb; a += 64) _mm_prefetch(a, _MM_HINT_T0);
+    for (int64_t o = o0; o < o1;) {
+        /* 8 weight rows a panel, 4 for a task's last few (a short task pads less) */
+        const int NW = o1 - o > 4 ? 8 : 4;
+        const int nb = o1 - o < NW ? (int)(o1 - o) : NW;
+        /* the next panel's weights while this one computes (not past the task's rows) */
+        const int64_t pe = o + nb + LIN_SMALLM_NB < o1 ? o + nb + LIN_SMALLM_NB : o1;
+        const char *pf = wbase + (o + nb) * rb, *pf_end = wbase + pe * rb;
         for (int j = 0; j < nb; j++) sm_decode_row(c, &t, w, o + j, panel + j * ld);
-        for (int j = nb; j < LIN_SMALLM_NB; j++) memset(panel + j * ld, 0, sizeof(float) * (size_t)ld);
-        for (int s0 = 0; s0 < n_rows; s0 += SM_MR) {
-            const float *xs = x + (int64_t)s0 * n;
-            float *ys = y + (int64_t)s0 * rows + o;
-            switch (n_rows - s0 < SM_MR ? n_rows - s0 : SM_MR) {
-            case 1: sm_rows(1, xs, n, panel, ld, ys, rows, nb); break;
-            case 2: sm_rows(2, xs, n, panel, ld, ys, rows, nb); break;
-            case 3: sm_rows(3, xs, n, panel, ld, ys, rows, nb); break;
-            default: sm_rows(4, xs, n, panel, ld, ys, rows, nb); break;
-            }
-        }
+        for (int j = nb; j < NW; j++) memset(panel + j * ld, 0, sizeof(float) * (size_t)ld);
+        if (NW == 8) sm_panel(8, x, n_rows, n, panel, ld, y + o, rows, nb, pf, pf_end);
+        else sm_panel(4, x, n_rows, n, panel, ld, y + o, rows, nb, pf, pf_end);
+        o += nb;
     }
 }
 

@@ -35,7 +35,7 @@
 #define LIN_GEMV_NB 64 /* most outputs per GEMV task (a multiple of 4) */
 #define LIN_GEMV_MAX_ROWS 16 /* no level takes the GEMV path for more rows (tests cover the edge) */
 #define LIN_SMALLM_MAX_ROWS 32 /* no level takes the small-M path for more rows */
-#define LIN_SMALLM_NB 4 /* weight rows a small-M kernel decodes together (its panel) */
+#define LIN_SMALLM_NB 8 /* most weight rows a small-M kernel decodes together (its panel) */
 
 /* Per-thread scratch of the GEMM path, in floats. */
 #define LIN_SCRATCH_WTILE ((int64_t)LIN_NB * LIN_KB)         /* (LIN_NB, LIN_KB) weights */
