@@ -555,15 +555,15 @@ static void gemv_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const flo
     else gemv_avx512(c, w, x, nx, y, o0, o1);
 }
 
-/* ---- small-M (level avx512vbmi): 9..32 activation rows, each weight decoded once -------------
+/* ---- small-M (level avx512vbmi): 8..64 activation rows, each weight decoded once -------------
  * The GEMV decodes a weight in registers for at most 8 activation rows, so 16 rows took two
  * passes that decode every weight twice, and its 2 x 8 block of accumulators next to the
- * FP8 tables leaves GCC short of registers. Here a task's weight rows go in blocks of
- * LIN_SMALLM_NB = 4: the block is decoded once, by the GEMV's own decoders (the same exact
- * values, padding lanes included), into a per-thread F32 panel (4, ld) that stays in L1/L2,
- * and every activation row runs against it in blocks of up to 4 rows, 4 x 4 accumulators in
- * registers over all the columns: chunks of 16 in ascending order, the last one's x
- * zero-padded, then hsum16's tree. Those are linear_fast.h's lanes and order, so every
+ * FP8 tables leaves GCC short of registers. Here a task's weight rows go in panels of
+ * LIN_SMALLM_NB = 8 (4 for a task's last 1-4 rows): the panel is decoded once, by the GEMV's
+ * own decoders (the same exact values, padding lanes included), into per-thread F32 scratch
+ * (8, ld) that stays in L1/L2, and every activation row runs against it in blocks of 3
+ * rows, 8 x 3 accumulators in registers (4 x 4 for a 4-row panel) over all the columns:
+ * chunks of 16 in ascending order, the last one's x zero-padded, then hsum16's tree. Those are linear_fast.h's lanes and order, so every
  * output is the GEMV's (and the GEMM's) bits, whichever rows share the call. */
 
 #define SM_MR_MAX 4 /* activation rows of the largest register block */
@@ -934,7 +934,8 @@ static const dsv4_lin_kernels avx512vbmi_kernels = {
      * 1.0-2.1x, FP4 1.05-1.8x, BF16 0.71-1.35x (the head 0.71); at 8 rows FP8 0.94-1.6x,
      * FP4 1.0-2.2x but the 8192-row head 0.70x, BF16 0.54-0.95x; at 32 rows, against the
      * tile GEMM, 1.16-2.6x for all three (bench_linear --decode --rows 4,8,16,32,
-     * BENCHMARKS.md) */
+     * BENCHMARKS.md); up to 64 rows where x is at most LIN_SMALLM_BIG_X_FLOATS
+     * (linear_fast.h) */
     {[DSV4_WF_F32] = 17, [DSV4_WF_F16] = 17, [DSV4_WF_BF16] = 17, [DSV4_WF_FP8] = 8, [DSV4_WF_FP4] = 8},
     smallm_avx512vbmi};
 

@@ -4,7 +4,8 @@
  * written in plain C (it also serves n_rows == 1); the x86 levels add an in-register
  * GEMV for a few activation rows (decode, batched decode, MTP verification), where the
  * weight stream and its decoding are the whole cost, and level avx512vbmi a small-M kernel
- * for 8..32 rows that decodes each weight once per call.
+ * for 8..32 rows (up to 64 when x is small enough to stay in L2: a prefill's routed
+ * experts) that decodes each weight once per call.
  */
 #include "kernels/linear_fast.h"
 
@@ -247,7 +248,8 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
     if (force == DSV4_LIN_SMALLM && can_smallm) pl->smallm = 1;
     else if (force == DSV4_LIN_GEMV && can_gemv) pl->gemv = 1;
     else if (force != DSV4_LIN_GEMM) {
-        pl->smallm = can_smallm && sm_min > 0 && op->n_rows >= sm_min;
+        pl->smallm = can_smallm && sm_min > 0 && op->n_rows >= sm_min &&
+                     (op->n_rows <= 32 || op->n_rows * n <= LIN_SMALLM_BIG_X_FLOATS);
         pl->gemv = !pl->smallm && can_gemv &&
                    op->n_rows <= (w->fmt == DSV4_WF_FP8 ? kn->gemv_max_rows_fp8 : kn->gemv_max_rows);
     }

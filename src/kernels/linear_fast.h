@@ -34,7 +34,12 @@
 #define LIN_MB 96  /* activation rows per GEMM task and accumulator block (a multiple of 4 and 3) */
 #define LIN_GEMV_NB 64 /* most outputs per GEMV task (a multiple of 4) */
 #define LIN_GEMV_MAX_ROWS 16 /* no level takes the GEMV path for more rows (tests cover the edge) */
-#define LIN_SMALLM_MAX_ROWS 32 /* no level takes the small-M path for more rows */
+#define LIN_SMALLM_MAX_ROWS 64 /* no level takes the small-M path for more rows */
+/* Past 32 rows the small-M path is taken only while x, read once per panel of weight rows,
+ * stays in L2: (n_rows, cols) within this many floats (256 KB). The prefill's routed
+ * experts (FP4 512x1024 and 1024x512, 33-64 rows) ran 1.0-1.45x the tile GEMM there
+ * (bench_linear --experts, BENCHMARKS.md "Session 7: prefill GEMM"). */
+#define LIN_SMALLM_BIG_X_FLOATS (64 * 1024)
 #define LIN_SMALLM_NB 8 /* most weight rows a small-M kernel decodes together (its panel) */
 
 /* Per-thread scratch of the GEMM path, in floats. */
