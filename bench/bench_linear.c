@@ -1,6 +1,7 @@
 /* bench_linear.c — dsv4_linear throughput against this machine's own roofline.
  *
  *   bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--gemm] [--experts] [--rows N,..]
+ *                [--hot] [--shape S]
  *
  * Measured in the same run, one JSON line each, the probes being the library's
  * (kernels/probe.h, the same ones `dsv4 bench` uses):
@@ -22,7 +23,11 @@
  *           like a decode step does; per-call pool overhead included. Besides the best
  *           sweep, the median of the single calls' times ("us_call_median"), the steadier
  *           figure on a busy machine. --decode runs only the probes and these cases,
- *           --gemm only the probes and the "gemm" cases.
+ *           --gemm only the probes and the "gemm" cases. --hot: a sweep's 96 MB come
+ *           from at most 1 MB of copies called in turn, so the weights are in the cores' L2
+ *           ("cache":"hot"): the kernel's own speed, against which the DRAM figure shows
+ *           what the memory side costs.
+ *           --shape S: only the shapes whose name contains S.
  *   "experts" (--experts, only the probes and these): a prefill's routed experts, the FP4
  *           w13 (512x1024) and w2 (1024x512) shapes at each --rows count, through every
  *           path dsv4_linear has for it (auto, gemv, smallm, gemm; dsv4_kctx_set_lin_path):
@@ -142,7 +147,8 @@ typedef struct {
     int64_t rows, cols;
 } decode_shape;
 
-static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads, const int *nrows, int n_nrows) {
+static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads, const int *nrows, int n_nrows,
+                         int hot, const char *only) {
     static const decode_shape shapes[] = {
         {"wq_a", 256, 1024},        /* q LoRA down */
         {"wkv|w13", 512, 1024},     /* kv projection; the experts' w1 / w3 */
@@ -153,15 +159,21 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads,
         {"head", 8192, 1024},       /* the LM head (BF16 in the model) */
     };
     const dsv4_wfmt fmts[3] = {DSV4_WF_FP8, DSV4_WF_FP4, DSV4_WF_BF16};
-    const int64_t pool_bytes = (int64_t)96 << 20; /* past the usable L3: each call streams from DRAM */
+    /* a sweep reads 96 MB of weights; cold: that many distinct copies, past the usable L3,
+     * so each call streams from DRAM; hot: copies of at most 1 MB in all, called in turn,
+     * so each call finds its weights in the L2 of the cores */
+    const int64_t sweep_bytes = (int64_t)96 << 20, hot_bytes = (int64_t)1 << 20;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const decode_shape *sh = &shapes[si];
+        if (only && !strstr(sh->name, only)) continue;
         for (int fi = 0; fi < 3; fi++) {
             const dsv4_wfmt f = fmts[fi];
             dsv4_mat m0 = make_mat(f, sh->rows, sh->cols);
             const int64_t mb = dsv4_mat_bytes(&m0);
-            int nm = (int)((pool_bytes + mb - 1) / mb);
-            nm = nm < 4 ? 4 : nm;
+            int nc = (int)((sweep_bytes + mb - 1) / mb); /* calls a sweep */
+            nc = nc < 4 ? 4 : nc;
+            int nm = hot ? (int)(hot_bytes / mb) : nc; /* distinct copies */
+            nm = nm < 1 ? 1 : nm > nc ? nc : nm;
             dsv4_mat *ms = malloc(sizeof(dsv4_mat) * (size_t)nm);
             ms[0] = m0;
             for (int i = 1; i < nm; i++) ms[i] = make_mat(f, sh->rows, sh->cols);
@@ -172,18 +184,18 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads,
             for (int64_t i = 0; i < mx * sh->cols; i++) x[i] = (float)((int64_t)(rnd() % 2001) - 1000) * 1e-3f;
             for (int q = 0; q < n_nrows; q++) {
                 const int nx = nrows[q];
-                const double bytes = (double)nm * (double)mb;
+                const double bytes = (double)nc * (double)mb;
                 rounds rd = rounds_start();
                 int n_call = 0;
                 /* every call's own time too: its median shrugs off the preemptions of a
                  * shared machine that a whole sweep of calls rarely escapes */
-                double *call_t = malloc(sizeof(double) * (size_t)nm * (size_t)reps);
+                double *call_t = malloc(sizeof(double) * (size_t)nc * (size_t)reps);
                 for (int r = 0; r < reps + 1; r++) {
                     const double sg = dsv4_probe_stream(probe);
                     const double t0 = now_s();
                     double tc = t0;
-                    for (int i = 0; i < nm; i++) {
-                        dsv4_linear(k, &ms[i], x, nx, y);
+                    for (int i = 0; i < nc; i++) {
+                        dsv4_linear(k, &ms[i % nm], x, nx, y);
                         const double t1 = now_s();
                         if (r > 0) call_t[n_call++] = t1 - tc;
                         tc = t1;
@@ -195,13 +207,13 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads,
                 const double med_call = call_t[n_call / 2];
                 free(call_t);
                 const double gbps = bytes / best_t / 1e9;
-                printf("{\"bench\":\"gemv_decode\",\"shape\":\"%s\",\"fmt\":\"%s\",\"n_rows\":%d,\"rows\":%lld,"
-                       "\"cols\":%lld,\"kb\":%lld,\"mats\":%d,\"threads\":%d,\"us_per_call\":%.2f,\"gbps\":%.2f,"
+                printf("{\"bench\":\"gemv_decode\",\"cache\":\"%s\",\"shape\":\"%s\",\"fmt\":\"%s\",\"n_rows\":%d,\"rows\":%lld,"
+                       "\"cols\":%lld,\"kb\":%lld,\"mats\":%d,\"calls\":%d,\"threads\":%d,\"us_per_call\":%.2f,\"gbps\":%.2f,"
                        "\"stream_gbps\":%.2f,\"of_stream\":%.3f,\"of_stream_median\":%.3f,\"us_call_median\":%.2f,"
                        "\"gbps_call_median\":%.2f,\"gflops\":%.2f}\n",
-                       sh->name, fmt_name(f), nx, (long long)sh->rows, (long long)sh->cols, (long long)(mb >> 10), nm,
-                       threads, best_t / nm * 1e6, gbps, sbw, gbps / sbw, median, med_call * 1e6,
-                       (double)mb / med_call / 1e9, 2.0 * nx * sh->rows * sh->cols * nm / best_t / 1e9);
+                       hot ? "hot" : "cold", sh->name, fmt_name(f), nx, (long long)sh->rows, (long long)sh->cols, (long long)(mb >> 10), nm,
+                       nc, threads, best_t / nc * 1e6, gbps, sbw, gbps / sbw, median, med_call * 1e6,
+                       (double)mb / med_call / 1e9, 2.0 * nx * sh->rows * sh->cols * nc / best_t / 1e9);
                 fflush(stdout);
             }
             free(x);
@@ -267,7 +279,8 @@ static void bench_experts(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads
 /* ---- main ---------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
-    int threads = 0, reps = 5, scalar = 0, quick = 0, decode_only = 0, gemm_only = 0, experts_only = 0;
+    int threads = 0, reps = 5, scalar = 0, quick = 0, decode_only = 0, gemm_only = 0, experts_only = 0, hot = 0;
+    const char *only = NULL; /* --shape */
     int nrows[16] = {1, 2}, n_nrows = 2; /* --rows: activation rows of the decode shapes */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
@@ -277,6 +290,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--decode")) decode_only = 1;
         else if (!strcmp(argv[i], "--gemm")) gemm_only = 1;
         else if (!strcmp(argv[i], "--experts")) experts_only = 1;
+        else if (!strcmp(argv[i], "--hot")) hot = 1;
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--rows") && i + 1 < argc) {
             n_nrows = 0;
             for (char *t = strtok(argv[++i], ","); t && n_nrows < 16; t = strtok(NULL, ",")) {
@@ -289,7 +304,7 @@ int main(int argc, char **argv) {
             }
             if (n_nrows == 0) return 2;
         } else {
-            fprintf(stderr, "usage: bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--gemm] [--experts] [--rows N,..]\n");
+            fprintf(stderr, "usage: bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--gemm] [--experts] [--rows N,..] [--hot] [--shape S]\n");
             return 2;
         }
     }
@@ -325,7 +340,7 @@ int main(int argc, char **argv) {
         dsv4_kctx_free(k);
         return 0;
     }
-    if (!gemm_only) bench_decode(k, probe, reps, threads, nrows, n_nrows);
+    if (!gemm_only) bench_decode(k, probe, reps, threads, nrows, n_nrows, hot, only);
     if (decode_only) {
         dsv4_probe_free(probe);
         dsv4_kctx_free(k);
