@@ -26,9 +26,9 @@
  *        T[k] = e2m1(k) * scale (signed; per ue8m0 byte in dsv4_lin_tables, built per
  *        block for F32 scales): 2 instructions per 16 weights where AVX2 needs 8. The
  *        lanes then hold the columns in the order 0, 8, 1, 9, .., 7, 15 (fp4_perm): the
- *        GEMV permutes x the same way (once per 16 columns, shared by every weight row)
- *        and its accumulators back before the reduction, the GEMM its decoded tile, so
- *        every lane sums the same columns in the same order on both paths.
+ *        GEMV (of both levels) permutes x the same way (once per call) and its
+ *        accumulators back before the reduction, the GEMM its decoded tile, so every
+ *        lane sums the same columns in the same order on every path.
  *
  * Level avx512vbmi (the same code, plus the VBMI byte permutes where the CPU has them): FP8
  * decodes through byte tables instead. e4m3 -> BF16 is exact (4 significant bits, every
@@ -270,51 +270,81 @@ static void gemv_fp8(const dsv4_mat *w, const float *x, int nx, float *y, int64_
     }
 }
 
-/* cols % 32 == 0 (checked by the driver). The accumulators run in fp4_perm lane order. */
-AINLINE void gemv_fp4_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y,
-                           int64_t o, const gemv_pf *pf) {
-    const int64_t n = w->cols, nsb = n / 32, rows = w->rows;
-    const __m512i perm = _mm512_loadu_si512((const void *)fp4_perm), unperm = _mm512_loadu_si512((const void *)fp4_unperm);
-    const uint8_t *p[GEMV_R_MAX];
-    int64_t sb[GEMV_R_MAX];
+/* FP4 GEMV, both levels. Per 16 weights: vpsrlvd (port 0) and vpermps (port 5) decode them
+ * in fp4_perm order, then one FMA per activation row. Level avx512vbmi's natural-order
+ * decoder (dec_fp4v: vpmultishiftqb + vpermw) costs 3 uops instead of 2 on the Xeon measured
+ * (vpermw zmm is 2 uops there: with an FMA beside it, 1.5 cycles a pair), and a 1..2-row
+ * GEMV is bound by those decode uops, not by DRAM: 1.35-1.6x as fast hot in L2
+ * (BENCHMARKS.md, session 7). The lane order is paid once: x is permuted into a stack
+ * buffer per call (per chunk in registers when NX * cols does not fit it, or with F32
+ * scales) and each accumulator back before its reduction. cols % 32 == 0 (checked by the
+ * driver). */
+#define FP4_XP_FLOATS 8192 /* permuted x on the stack: 32 KB (2 rows of 4096 columns) */
+
+/* R weight rows from o, NX activation rows. xpre: x is (NX, cols) in fp4_perm order (else
+ * natural, permuted here per chunk); e8m0: ue8m0 scales (a table load; else a runtime
+ * choice per block, fp4_block_table). Both constant after inlining. */
+AINLINE void gemv_fp4_rows(int R, int NX, int xpre, int e8m0, const dsv4_lin_tables *tab, const dsv4_mat *w,
+                           const float *x, float *y, int64_t o, const gemv_pf *pf) {
+    const int64_t n = w->cols, nsb = n / 32, rows = w->rows, rb = n / 2;
+    const __m512i perm = _mm512_loadu_si512((const void *)fp4_perm);
+    const uint8_t *p = (const uint8_t *)w->w + o * rb; /* (R, rb) */
+    const uint8_t *sc = (const uint8_t *)w->scale + o * nsb; /* (R, nsb), ue8m0 */
     __m512 a[GEMV_R_MAX][GEMV_NX_MAX];
-    for (int r = 0; r < R; r++) {
-        p[r] = (const uint8_t *)w->w + (o + r) * (n / 2);
-        sb[r] = (o + r) * nsb;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
         for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
-    }
     for (int64_t b = 0; b < nsb; b++) {
-        pf_step(pf, p[0], R * b * 16, R * 16);
-        const float *xb = x + b * 32;
+        pf_step(pf, p, R * b * 16, R * 16);
         __m512 w0[GEMV_R_MAX], w1[GEMV_R_MAX];
+#pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            const __m512 t = fp4_block_table(tab, w, sb[r] + b);
-            w0[r] = dec_fp4(p[r] + b * 16, t);
-            w1[r] = dec_fp4(p[r] + b * 16 + 8, t);
+            const __m512 t = e8m0 ? _mm512_load_ps(tab->fp4x16[sc[r * nsb + b]]) : fp4_block_table(tab, w, (o + r) * nsb + b);
+            w0[r] = dec_fp4(p + r * rb + b * 16, t);
+            w1[r] = dec_fp4(p + r * rb + b * 16 + 8, t);
         }
+        const float *xb = x + b * 32;
+#pragma GCC unroll 8
         for (int s = 0; s < NX; s++) { /* columns 0..15 of the block, then 16..31 */
-            const __m512 xv = _mm512_permutexvar_ps(perm, _mm512_loadu_ps(xb + s * n));
+            const __m512 xv = xpre ? _mm512_load_ps(xb + s * n) : _mm512_permutexvar_ps(perm, _mm512_loadu_ps(xb + s * n));
+#pragma GCC unroll 4
             for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, w0[r], a[r][s]);
         }
+#pragma GCC unroll 8
         for (int s = 0; s < NX; s++) {
-            const __m512 xv = _mm512_permutexvar_ps(perm, _mm512_loadu_ps(xb + s * n + 16));
+            const __m512 xv = xpre ? _mm512_load_ps(xb + s * n + 16)
+                                   : _mm512_permutexvar_ps(perm, _mm512_loadu_ps(xb + s * n + 16));
+#pragma GCC unroll 4
             for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, w1[r], a[r][s]);
         }
     }
+    const __m512i unperm = _mm512_loadu_si512((const void *)fp4_unperm);
+#pragma GCC unroll 4
     for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
         for (int s = 0; s < NX; s++) y[s * rows + o + r] = hsum16(_mm512_permutexvar_ps(unperm, a[r][s]));
 }
 
 AINLINE void gemv_fp4_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o0,
                          int64_t o1) {
     const int R = GEMV_R(NX);
-    const int64_t rb = w->cols / 2; /* bytes per row */
+    const int64_t n = w->cols, rb = n / 2; /* bytes per row */
     const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * rb, (const uint8_t *)w->w + o1 * rb, GEMV_PF_FP4);
     if (!w->scale_is_f32) /* the task's ue8m0 scales: cols / 32 bytes a row */
         pf_start((const uint8_t *)w->scale + o0 * (rb / 16), (const uint8_t *)w->scale + o1 * (rb / 16), 4096);
     int64_t o = o0;
-    for (; o + R <= o1; o += R) gemv_fp4_rows(R, NX, tab, w, x, y, o, &pf);
-    for (; o < o1; o++) gemv_fp4_rows(1, NX, tab, w, x, y, o, &pf);
+    if (NX * n <= FP4_XP_FLOATS && !w->scale_is_f32) { /* the model's case */
+        _Alignas(64) float xp[FP4_XP_FLOATS]; /* (NX, n) x in fp4_perm order */
+        const __m512i perm = _mm512_loadu_si512((const void *)fp4_perm);
+        for (int64_t i = 0; i < NX * n; i += 16)
+            _mm512_store_ps(xp + i, _mm512_permutexvar_ps(perm, _mm512_loadu_ps(x + i)));
+        for (; o + R <= o1; o += R) gemv_fp4_rows(R, NX, 1, 1, tab, w, xp, y, o, &pf);
+        for (; o < o1; o++) gemv_fp4_rows(1, NX, 1, 1, tab, w, xp, y, o, &pf);
+    } else { /* F32 scales, or x too long for the stack buffer */
+        for (; o + R <= o1; o += R) gemv_fp4_rows(R, NX, 0, 0, tab, w, x, y, o, &pf);
+        for (; o < o1; o++) gemv_fp4_rows(1, NX, 0, 0, tab, w, x, y, o, &pf);
+    }
 }
 
 static void gemv_fp4(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
@@ -470,7 +500,8 @@ static VBMI void gemv_fp8v(const dsv4_lin_call *c, const dsv4_mat *w, const floa
  * the 16 nibbles, vpmultishiftqb moves nibble l to the low bits of word 2l + 1 (bit 4 is the
  * next nibble's, which the table's second copy makes harmless), vpermw looks the words up
  * in the block's 32-word table (dsv4_lin_tables.fp4_bf16) and zeroes the even words: F32
- * e2m1 * scale, exact. 2 instructions per 16 weights, no x permutation. */
+ * e2m1 * scale, exact. 2 instructions (3 uops) per 16 weights, no x permutation: the
+ * small-M kernel's panel decoder (the GEMV decodes with dec_fp4 in fewer uops). */
 AINLINE VBMI __m512 dec_fp4v(const uint8_t *p, __m512i shifts, __m512i table) {
     int64_t u;
     memcpy(&u, p, 8);
@@ -486,73 +517,10 @@ static const _Alignas(64) uint8_t fp4v_ctl[64] = {SH4(0),  SH4(1),  SH4(2),  SH4
 #undef SH4
 AINLINE __m512i fp4v_shifts(void) { return _mm512_load_si512((const void *)fp4v_ctl); }
 
-/* cols % 32 == 0 (checked by the driver); F32 scales: the table of scale 1, then a multiply */
-AINLINE VBMI void gemv_fp4v_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x,
-                                 float *y, int64_t o, const gemv_pf *pf) {
-    const int64_t n = w->cols, nsb = n / 32, rows = w->rows;
-    const __m512i shifts = fp4v_shifts();
-    const int f32s = w->scale_is_f32;
-    const uint8_t *p[GEMV_R_MAX];
-    int64_t sb[GEMV_R_MAX];
-    __m512 a[GEMV_R_MAX][GEMV_NX_MAX];
-    for (int r = 0; r < R; r++) {
-        p[r] = (const uint8_t *)w->w + (o + r) * (n / 2);
-        sb[r] = (o + r) * nsb;
-        for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
-    }
-    for (int64_t b = 0; b < nsb; b++) {
-        pf_step(pf, p[0], R * b * 16, R * 16);
-        const float *xb = x + b * 32;
-        __m512 w0[GEMV_R_MAX], w1[GEMV_R_MAX];
-        for (int r = 0; r < R; r++) {
-            const uint8_t sbyte = f32s ? 127 : ((const uint8_t *)w->scale)[sb[r] + b];
-            const __m512i t = _mm512_load_si512((const void *)tab->fp4_bf16[sbyte]);
-            w0[r] = dec_fp4v(p[r] + b * 16, shifts, t);
-            w1[r] = dec_fp4v(p[r] + b * 16 + 8, shifts, t);
-            if (f32s) {
-                const __m512 sc = _mm512_set1_ps(((const float *)w->scale)[sb[r] + b]);
-                w0[r] = _mm512_mul_ps(w0[r], sc);
-                w1[r] = _mm512_mul_ps(w1[r], sc);
-            }
-        }
-        for (int s = 0; s < NX; s++) {
-            const __m512 x0 = _mm512_loadu_ps(xb + s * n), x1 = _mm512_loadu_ps(xb + s * n + 16);
-            for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(x0, w0[r], a[r][s]);
-            for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(x1, w1[r], a[r][s]);
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int s = 0; s < NX; s++) y[s * rows + o + r] = hsum16(a[r][s]);
-}
-
-AINLINE VBMI void gemv_fp4v_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y,
-                               int64_t o0, int64_t o1) {
-    const int R = GEMV_R(NX);
-    const int64_t rb = w->cols / 2; /* bytes per row */
-    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * rb, (const uint8_t *)w->w + o1 * rb, GEMV_PF_FP4);
-    if (!w->scale_is_f32) /* the task's ue8m0 scales: cols / 32 bytes a row */
-        pf_start((const uint8_t *)w->scale + o0 * (rb / 16), (const uint8_t *)w->scale + o1 * (rb / 16), 4096);
-    int64_t o = o0;
-    for (; o + R <= o1; o += R) gemv_fp4v_rows(R, NX, tab, w, x, y, o, &pf);
-    for (; o < o1; o++) gemv_fp4v_rows(1, NX, tab, w, x, y, o, &pf);
-}
-
-#define FP4V_CASE(NX) \
-    case NX: gemv_fp4v_nx(NX, c->tab, w, x, y, o0, o1); break;
-
-static VBMI void gemv_fp4v(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
-                           int64_t o1) {
-    switch (nx) {
-    FP4V_CASE(1) FP4V_CASE(2) FP4V_CASE(3) FP4V_CASE(4) FP4V_CASE(5) FP4V_CASE(6) FP4V_CASE(7)
-    default: gemv_fp4v_nx(8, c->tab, w, x, y, o0, o1); break;
-    }
-}
-
 static void gemv_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
                             int64_t o1) {
     if (w->fmt == DSV4_WF_FP8) gemv_fp8v(c, w, x, nx, y, o0, o1);
-    else if (w->fmt == DSV4_WF_FP4) gemv_fp4v(c, w, x, nx, y, o0, o1);
-    else gemv_avx512(c, w, x, nx, y, o0, o1);
+    else gemv_avx512(c, w, x, nx, y, o0, o1); /* FP4 included: see gemv_fp4 */
 }
 
 /* ---- small-M (level avx512vbmi): 8..64 activation rows, each weight decoded once -------------
