@@ -657,9 +657,11 @@ size_t dsv4_attn_scratch_bytes(const dsv4_config *cfg, int ratio, int R, int n_s
     dsv4_arena_take_n(&m, (int64_t)R * cfg->hidden_size, sizeof(float));
     dsv4_arena_release(&m, after_work);
     /* the compressors (indexer's, then main) */
-    if (csa) dsv4_compress_take(&m, 4, cfg->index_head_dim, NULL, NULL, NULL);
+    if (csa) dsv4_arena_take_n(&m, n_spans + 1LL, sizeof(int));
+    if (csa) dsv4_compress_take(&m, 4, cfg->index_head_dim, threads, NULL, NULL);
     dsv4_arena_release(&m, after_work);
-    if (ratio) dsv4_compress_take(&m, ratio, cfg->head_dim, NULL, NULL, NULL);
+    if (ratio) dsv4_arena_take_n(&m, n_spans + 1LL, sizeof(int));
+    if (ratio) dsv4_compress_take(&m, ratio, cfg->head_dim, threads, NULL, NULL);
     dsv4_arena_release(&m, after_work);
     /* attend at its largest: every span of max_pos positions (see attend_block_rows) */
     const int64_t E = ratio ? max_pos / ratio : 0;

@@ -186,13 +186,14 @@ int dsv4_compress_ops(const dsv4_block_w *b, int indexer, const float *x, int R,
 void dsv4_compress_add_ape_row(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
                                const dsv4_batch *batch, int i, float *bb);
 
-/* The compressor's candidate buffers for ratio r and entry width d: *ca, *cb (2r, d) each
- * and the entry being made *ce (d) (any may be NULL: sizing only). Returns 0 when they do
- * not fit. */
-int dsv4_compress_take(dsv4_arena *a, int r, int d, float **ca, float **cb, float **ce);
+/* The compressor's scratch for ratio r and entry width d, n pools at once: *rows (n, 4r)
+ * pointers to a window's candidates' values and scores, and the entries being made *ce
+ * (n, d) (either may be NULL: sizing only). Returns 0 when they do not fit. */
+int dsv4_compress_take(dsv4_arena *a, int r, int d, int n, const float ***rows, float **ce);
 
 /* Pools every window that closes inside a span (candidates >= s from a/b, < s from the
- * source), normalises, rotates at w*r and stores the entry through src->entry. */
+ * source), normalises, rotates at w*r and stores the entry through src->entry; the
+ * windows are spread over ctx's threads (one per task, scratch per thread). */
 int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
                           const dsv4_batch *batch, const float *a, const float *bb,
                           const dsv4_attn_src *src, dsv4_err *err);

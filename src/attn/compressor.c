@@ -18,20 +18,32 @@
 #include "kernels/ops.h"
 #include "util/err.h"
 
-void dsv4_compress_pool(const float *a, const float *b, int n_cand, int d, int stride,
-                        float *out) {
+/* out[c] for c < d: the softmax pool of column c over the candidates j < n_cand, whose
+ * values and scores are rows ra[j], rb[j] (when ra is given) or a + j*stride, b + j*stride:
+ * one piece of arithmetic for both. */
+static inline void pool_core(const float *const *ra, const float *const *rb, const float *a, const float *b,
+                             int n_cand, int d, int stride, float *out) {
     for (int c = 0; c < d; c++) {
         float m = -INFINITY;
-        for (int j = 0; j < n_cand; j++)
-            if (b[(size_t)j * stride + c] > m) m = b[(size_t)j * stride + c];
+        for (int j = 0; j < n_cand; j++) {
+            const float bj = ra ? rb[j][c] : b[(size_t)j * stride + c];
+            if (bj > m) m = bj;
+        }
         double num = 0.0, den = 0.0;
         for (int j = 0; j < n_cand; j++) {
-            double e = exp((double)b[(size_t)j * stride + c] - (double)m);
+            const float bj = ra ? rb[j][c] : b[(size_t)j * stride + c];
+            const float aj = ra ? ra[j][c] : a[(size_t)j * stride + c];
+            double e = exp((double)bj - (double)m);
             den += e;
-            num += e * (double)a[(size_t)j * stride + c];
+            num += e * (double)aj;
         }
         out[c] = (float)(num / den);
     }
+}
+
+void dsv4_compress_pool(const float *a, const float *b, int n_cand, int d, int stride,
+                        float *out) {
+    pool_core(NULL, NULL, a, b, n_cand, d, stride, out);
 }
 
 int dsv4_compress_ops(const dsv4_block_w *b, int indexer, const float *x, int R, float *a, float *bb,
@@ -53,21 +65,19 @@ void dsv4_compress_add_ape_row(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, 
     for (int c = 0; c < W; c++) bb[(size_t)i * W + c] += ape[c];
 }
 
-int dsv4_compress_take(dsv4_arena *a, int r, int d, float **ca, float **cb, float **ce) {
-    float *va = dsv4_arena_take_n(a, 2LL * r * d, sizeof(float));
-    float *vb = dsv4_arena_take_n(a, 2LL * r * d, sizeof(float));
-    float *ve = dsv4_arena_take_n(a, d, sizeof(float));
-    if (ca) *ca = va;
-    if (cb) *cb = vb;
+int dsv4_compress_take(dsv4_arena *a, int r, int d, int n, const float ***rows, float **ce) {
+    const float **vr = dsv4_arena_take_n(a, 4LL * r * n, sizeof(float *));
+    float *ve = dsv4_arena_take_n(a, (int64_t)d * n, sizeof(float));
+    if (rows) *rows = vr;
     if (ce) *ce = ve;
-    return va && vb && ve;
+    return vr && ve;
 }
 
 /* Entry w of span sp from the candidates' projections, rounded to its storage format
- * and stored through src; ca, cb (2r, d) and entry (d) scratch. */
+ * and stored through src; rows (4r) and entry (d) scratch. */
 static void pool_window(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
                         const dsv4_batch_span *sp, int64_t w, const float *pa, const float *pb,
-                        const dsv4_attn_src *src, float *ca, float *cb, float *entry) {
+                        const dsv4_attn_src *src, const float **rows, float *entry) {
     const dsv4_config *cfg = ctx->cfg;
     const int layer = b->layer_id;
     const int r = indexer ? 4 : b->ratio;
@@ -77,6 +87,7 @@ static void pool_window(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int ind
     const dsv4_compressor_w *cw = indexer ? &b->idx_cmp : &b->cmp;
     const dsv4_numerics *nm = ctx->num;
     const int64_t s = sp->start;
+    const float **ca = rows, **cb = rows + 2 * r; /* (2r) candidates' values and scores */
     int n = 0;
     for (int half = (coff == 2 ? 0 : 1); half < 2; half++) {
         /* half 0: A series = first d channels of window w-1; half 1: own window,
@@ -93,13 +104,13 @@ static void pool_window(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int ind
             } else {
                 src->ring_row(src->u, sp, layer, indexer, p, &ra, &rb);
             }
-            memcpy(ca + (size_t)n * d, ra + off, (size_t)d * sizeof(float));
-            memcpy(cb + (size_t)n * d, rb + off, (size_t)d * sizeof(float));
+            ca[n] = ra + off;
+            cb[n] = rb + off;
             n++;
         }
     }
     /* e_w = RoPE_{w r}(RMSNorm(p_w; norm)) with the compress table */
-    dsv4_compress_pool(ca, cb, n, d, d, entry);
+    pool_core(ca, cb, NULL, NULL, n, d, 0, entry);
     nm->round(nm, DSV4_ACT_POOLED, entry, d);
     dsv4_rmsnorm(entry, cw->norm, d, (float)cfg->rms_norm_eps, entry);
     nm->round(nm, DSV4_ACT_NORM, entry, d);
@@ -117,29 +128,61 @@ int dsv4_compress_window(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int in
                          const dsv4_attn_src *src, dsv4_err *err) {
     const int r = indexer ? 4 : b->ratio, d = indexer ? ctx->cfg->index_head_dim : ctx->cfg->head_dim;
     const size_t mark = dsv4_arena_mark(ctx->scratch);
-    float *ca, *cb, *entry; /* (2r, d) candidate values and scores, (d) the entry */
-    const int ok = dsv4_compress_take(ctx->scratch, r, d, &ca, &cb, &entry);
-    if (ok) pool_window(ctx, b, indexer, sp, w, pa, pb, src, ca, cb, entry);
+    const float **rows; /* (4r) candidate rows */
+    float *entry;       /* (d) */
+    const int ok = dsv4_compress_take(ctx->scratch, r, d, 1, &rows, &entry);
+    if (ok) pool_window(ctx, b, indexer, sp, w, pa, pb, src, rows, entry);
     dsv4_arena_release(ctx->scratch, mark);
     return ok ? DSV4_OK : dsv4_fail(err, DSV4_ERR_NOMEM, "compressor: scratch arena too small");
+}
+
+/* Every window closing in a batch's spans, one per task: each entry is its own window's
+ * arithmetic, written to its own place, so any split gives the same bits. */
+typedef struct windows_job {
+    const dsv4_attn_ctx *ctx;
+    const dsv4_block_w *b;
+    int indexer, r, d;
+    const dsv4_batch *batch;
+    const int *first;      /* (n_spans + 1) the task of each span's first window */
+    const float *pa, *pb;
+    const dsv4_attn_src *src;
+    const float **rows;    /* (threads, 4r) */
+    float *entry;          /* (threads, d) */
+} windows_job;
+
+static void window_task(void *arg, int t, int tid) {
+    const windows_job *j = arg;
+    int si = 0;
+    while (t >= j->first[si + 1]) si++;
+    const dsv4_batch_span *sp = &j->batch->spans[si];
+    const int64_t w = sp->start / j->r + (t - j->first[si]);
+    pool_window(j->ctx, j->b, j->indexer, sp, w, j->pa, j->pb, j->src, j->rows + (size_t)tid * 4 * j->r,
+                j->entry + (size_t)tid * j->d);
 }
 
 int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
                           const dsv4_batch *batch, const float *pa, const float *pb,
                           const dsv4_attn_src *src, dsv4_err *err) {
     const int r = indexer ? 4 : b->ratio, d = indexer ? ctx->cfg->index_head_dim : ctx->cfg->head_dim;
+    const int T = dsv4_kctx_threads(ctx->k);
     const size_t mark = dsv4_arena_mark(ctx->scratch);
-    float *ca, *cb, *entry; /* (2r, d) candidate values and scores, (d) the entry */
-    if (!dsv4_compress_take(ctx->scratch, r, d, &ca, &cb, &entry)) {
+    const float **rows; /* (T, 4r) */
+    float *entry;       /* (T, d) */
+    int *first = dsv4_arena_take_n(ctx->scratch, batch->n_spans + 1LL, sizeof(int));
+    if (!dsv4_compress_take(ctx->scratch, r, d, T, &rows, &entry) || !first) {
         dsv4_arena_release(ctx->scratch, mark);
         return dsv4_fail(err, DSV4_ERR_NOMEM, "compressor: scratch arena too small");
     }
     /* every window w that closes inside a span: (w+1)r - 1 in [s, end) */
+    first[0] = 0;
     for (int si = 0; si < batch->n_spans; si++) {
         const dsv4_batch_span *sp = &batch->spans[si];
-        for (int64_t w = sp->start / r; w < (sp->start + sp->n) / r; w++)
-            pool_window(ctx, b, indexer, sp, w, pa, pb, src, ca, cb, entry);
+        first[si + 1] = first[si] + (int)((sp->start + sp->n) / r - sp->start / r);
     }
+    const windows_job j = {ctx, b, indexer, r, d, batch, first, pa, pb, src, rows, entry};
+    const int n = first[batch->n_spans];
+    if (n > 1) dsv4_kctx_parallel(ctx->k, n, window_task, (void *)&j);
+    else if (n == 1) window_task((void *)&j, 0, dsv4_kctx_tid(ctx->k));
     dsv4_arena_release(ctx->scratch, mark);
     return DSV4_OK;
 }

@@ -281,6 +281,9 @@ X512_INLINE void dot_rows_fmt(const float *q, size_t qs, int nq, const void *con
     for (int j = 0; j < n_rows; j += 2) {
         const int two = j + 1 < n_rows;
         const void *a = rows[j], *b = two ? rows[j + 1] : rows[j]; /* a lone last row twice */
+        /* the pair after next on its way while this one and the next are scored */
+        if (j + 4 < n_rows) x512_prefetch_row(rows[j + 4], fmt, n);
+        if (j + 5 < n_rows) x512_prefetch_row(rows[j + 5], fmt, n);
         int h = 0;
         for (; h + 8 <= nq; h += 8) pair_group(q + h * qs, qs, a, b, fmt, n, out + h * os + j, os, two, 8);
         if (h + 4 <= nq) {
@@ -306,6 +309,9 @@ X512_INLINE void wsum_block16(float *o, size_t os, const float *p, size_t ps, co
         for (int k = 0; k < CW; k++) acc[h][k] = _mm512_setzero_ps();
     for (int j = 0; j < n_rows; j++) {
         __m512 xv[4];
+        if (j + 4 < n_rows) /* this block's columns of a row further on */
+            for (int k = 0; k < CW; k++)
+                _mm_prefetch((const char *)rows[j + 4] + (size_t)(c + 16 * k) * (fmt == DSV4_ROW_BF16 ? 2 : 4), _MM_HINT_T0);
         for (int k = 0; k < CW; k++)
             xv[k] = x512_row16(rows[j], fmt, c + 16 * k, masked && k == CW - 1 ? m : (__mmask16)0xffff);
         for (int h = 0; h < HB; h++) {

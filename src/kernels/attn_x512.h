@@ -49,6 +49,15 @@ X512_INLINE __m512 x512_tree8x2(__m512 v) {
     return _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));                /* (..) + (..) */
 }
 
+/* Brings a row's bytes toward L1 ahead of its use: K=V rows are scattered over cache pages
+ * (1-2 KB each at Flash's head dim), too short for the hardware prefetcher to ramp up
+ * before the row ends. */
+X512_INLINE void x512_prefetch_row(const void *row, int fmt, int n) {
+    const char *p = row;
+    const int bytes = n * (fmt == DSV4_ROW_BF16 ? 2 : 4);
+    for (int b = 0; b < bytes; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+}
+
 /* Lane 8 of v (the second dot of a tree8x2 pair). */
 X512_INLINE float x512_lane8(__m512 v) { return _mm512_cvtss_f32(_mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(0, 0, 0, 2))); }
 
