@@ -361,14 +361,57 @@ static void gemv_fp4(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, 
     }
 }
 
+/* One activation row (batch-1 decode): 4 weight rows a block with their accumulators in
+ * named registers (the generic kernel's [R][NX] array stays on the stack for NX = 1, and each
+ * FMA then waits on a store and a reload: 2.3x slower from L2), every x chunk loaded once
+ * for the 4 rows, the prefetch at least one block ahead. Lanes, chunk order and tree as
+ * gemv_dense_rows. */
+#define G1_DENSE_R 4
+
+AINLINE void gemv1_dense_rows(int fmt, int R, const dsv4_mat *w, const float *x, float *y, int64_t o,
+                              const gemv_pf *pf) {
+    const int64_t n = w->cols;
+    const int esz = fmt == DSV4_WF_F32 ? 4 : 2;
+    const char *p = (const char *)w->w + o * n * (int64_t)esz; /* row r at p + r * n * esz */
+    __m512 a[G1_DENSE_R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) a[r] = _mm512_setzero_ps();
+    const int64_t nf = n & ~(int64_t)15;
+    for (int64_t i = 0; i < nf; i += 16) {
+        pf_step(pf, p, R * i * esz, R * 16 * esz);
+        const __m512 xv = _mm512_loadu_ps(x + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) a[r] = _mm512_fmadd_ps(xv, dec_dense(fmt, p + r * n * esz, i, 16), a[r]);
+    }
+    if (nf < n) { /* the zero-padded last chunk */
+        const int m = (int)(n - nf);
+        const __m512 xv = _mm512_maskz_loadu_ps(mask16(m), x + nf);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) a[r] = _mm512_fmadd_ps(xv, dec_dense(fmt, p + r * n * esz, nf, m), a[r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) y[o + r] = hsum16(a[r]);
+}
+
+AINLINE void gemv1_dense(int fmt, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    const int64_t rb = w->cols * (fmt == DSV4_WF_F32 ? 4 : 2); /* bytes per row */
+    const int64_t dist = G1_DENSE_R * rb > GEMV_PF_DENSE ? G1_DENSE_R * rb : GEMV_PF_DENSE;
+    const gemv_pf pf = pf_start((const char *)w->w + o0 * rb, (const char *)w->w + o1 * rb, dist);
+    int64_t o = o0;
+    for (; o + G1_DENSE_R <= o1; o += G1_DENSE_R) gemv1_dense_rows(fmt, G1_DENSE_R, w, x, y, o, &pf);
+    for (; o < o1; o++) gemv1_dense_rows(fmt, 1, w, x, y, o, &pf);
+}
+
 static void gemv_f32(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
-    gemv_dense(DSV4_WF_F32, w, x, nx, y, o0, o1);
+    if (nx == 1) gemv1_dense(DSV4_WF_F32, w, x, y, o0, o1);
+    else gemv_dense(DSV4_WF_F32, w, x, nx, y, o0, o1);
 }
 static void gemv_f16(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
     gemv_dense(DSV4_WF_F16, w, x, nx, y, o0, o1);
 }
 static void gemv_bf16(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
-    gemv_dense(DSV4_WF_BF16, w, x, nx, y, o0, o1);
+    if (nx == 1) gemv1_dense(DSV4_WF_BF16, w, x, y, o0, o1);
+    else gemv_dense(DSV4_WF_BF16, w, x, nx, y, o0, o1);
 }
 
 static void gemv_avx512(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
@@ -413,9 +456,9 @@ AINLINE fp8_tab fp8_tab_load(const dsv4_lin_tables *t) {
     return f;
 }
 
-/* 64 e4m3 bytes at p (m < 64: the first m, zero-padded) -> w[q] = the exact weights
- * e4m3 * scale of columns 16q .. 16q + 15, q < 4 */
-AINLINE VBMI void dec_fp8x64(const fp8_tab *t, const uint8_t *p, int m, __m512 scale, __m512 w[4]) {
+/* 64 e4m3 bytes at p (m < 64: the first m, zero-padded) -> w[q] = the exact e4m3 values of
+ * columns 16q .. 16q + 15, q < 4 */
+AINLINE VBMI void dec_fp8x64_raw(const fp8_tab *t, const uint8_t *p, int m, __m512 w[4]) {
     const __m512i b = m == 64 ? _mm512_loadu_si512((const void *)p)
                               : _mm512_maskz_loadu_epi8(m == 0 ? 0 : (~(__mmask64)0) >> (64 - m), p);
     /* hi | (b & 0x80): the sign back into the high byte */
@@ -424,10 +467,17 @@ AINLINE VBMI void dec_fp8x64(const fp8_tab *t, const uint8_t *p, int m, __m512 s
     const __m512i lo = _mm512_permutex2var_epi8(t->lo0, b, t->lo1);
     const __m512i w01 = _mm512_permutex2var_epi8(lo, t->mix0, hi), w23 = _mm512_permutex2var_epi8(lo, t->mix1, hi);
     const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
-    w[0] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w01, 16)), scale);
-    w[1] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(w01, top)), scale);
-    w[2] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w23, 16)), scale);
-    w[3] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(w23, top)), scale);
+    w[0] = _mm512_castsi512_ps(_mm512_slli_epi32(w01, 16));
+    w[1] = _mm512_castsi512_ps(_mm512_and_si512(w01, top));
+    w[2] = _mm512_castsi512_ps(_mm512_slli_epi32(w23, 16));
+    w[3] = _mm512_castsi512_ps(_mm512_and_si512(w23, top));
+}
+
+/* the same, times the block's scale: the exact weights e4m3 * scale */
+AINLINE VBMI void dec_fp8x64(const fp8_tab *t, const uint8_t *p, int m, __m512 scale, __m512 w[4]) {
+    dec_fp8x64_raw(t, p, m, w);
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) w[q] = _mm512_mul_ps(w[q], scale);
 }
 
 /* a[r][s] += x[s] . w[r] over the m (<= 64) columns from i: chunks of 16 in ascending
@@ -517,9 +567,121 @@ static const _Alignas(64) uint8_t fp4v_ctl[64] = {SH4(0),  SH4(1),  SH4(2),  SH4
 #undef SH4
 AINLINE __m512i fp4v_shifts(void) { return _mm512_load_si512((const void *)fp4v_ctl); }
 
+/* ---- GEMV of one activation row (batch-1 decode), level avx512vbmi ---------------------------
+ * The same lanes, chunk order and tree as gemv_fp8v, written for what one row needs. Every
+ * accumulator a named register (GCC keeps the generic kernels' [R][NX] arrays on the stack
+ * when it does not unroll them, and each FMA then waits on a store and a reload); with
+ * ue8m0 scales x is prescaled, x * scale once per 16 columns for all 4 rows instead of every
+ * weight times the scale (dsv4_lin_call.fp8_prescale, exact by fp8v_prescale's test: e4m3 *
+ * scale is exact for every code and scale byte <= 246, so FMA(x * scale, e4m3, a) and FMA(x,
+ * e4m3 * scale, a) round the same exact product). 4 weight rows a block: each accumulator
+ * takes 4 dependent FMAs per 64 columns, 4 rows hide the FMA latency; 8 rows ran no faster
+ * from L2 and slower from DRAM (the 8 rows' streams outrun the prefetch). The prefetch runs
+ * at least one block (4 rows) ahead, so that the next block's rows are in flight while this
+ * one is decoded (wo_b's 2 KB rows: 1.33x the generic kernel, 1.12x with the 4 KB
+ * distance). Against the generic kernel on the decode step's FP8 shapes, cold, 2 threads:
+ * 1.15-1.47x (BENCHMARKS.md, "Session 7: batch-1 decode"). */
+
+#define G1_R 4 /* weight rows a block */
+
+/* a[r] += x . w[r] over the m (<= 64) columns from i of rows p + r * n, x already scaled
+ * (xs) or the weights multiplied by scale (!pre) */
+AINLINE VBMI void fp8v1_step(int R, int pre, const fp8_tab *t, const uint8_t *p, int64_t n, const __m512 xs[4], int m,
+                             __m512 scale, __m512 a[G1_R]) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        __m512 w[4];
+        if (pre) dec_fp8x64_raw(t, p + r * n, m, w);
+        else dec_fp8x64(t, p + r * n, m, scale, w);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            if (16 * q < m) a[r] = _mm512_fmadd_ps(xs[q], w[q], a[r]);
+    }
+}
+
+/* R rows o .. o+R-1 in one 128-row scale band */
+AINLINE VBMI void gemv1_fp8v_rows(int R, int pre, const fp8_tab *t, const dsv4_mat *w, const float *x, float *y,
+                                  int64_t o, const gemv_pf *pf) {
+    const int64_t n = w->cols, nsb = (n + 127) / 128, band = o / 128;
+    const uint8_t *p = (const uint8_t *)w->w + o * n;
+    __m512 a[G1_R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) a[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++) {
+        const int64_t i0 = b * 128, i1 = i0 + 128 < n ? i0 + 128 : n;
+        const __m512 scale = _mm512_set1_ps(scale_at(w, band * nsb + b));
+        for (int64_t i = i0; i < i1; i += 64) {
+            const int m = i1 - i >= 64 ? 64 : (int)(i1 - i);
+            pf_step(pf, p, R * i, R * 64);
+            __m512 xs[4];
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) {
+                const int mq = m - 16 * q; /* the last chunk's x zero-padded, none past it */
+                xs[q] = mq >= 16 ? _mm512_loadu_ps(x + i + 16 * q)
+                                 : _mm512_maskz_loadu_ps(mq > 0 ? mask16(mq) : 0, x + i + 16 * q);
+                if (pre) xs[q] = _mm512_mul_ps(xs[q], scale);
+            }
+            if (m == 64) fp8v1_step(R, pre, t, p + i, n, xs, 64, scale, a);
+            else fp8v1_step(R, pre, t, p + i, n, xs, m, scale, a);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) y[o + r] = hsum16(a[r]);
+}
+
+AINLINE VBMI void gemv1_fp8v_pre(int pre, const fp8_tab *t, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+                                 int64_t o1) {
+    const int64_t n = w->cols, dist = G1_R * n > GEMV_PF_FP8 ? G1_R * n : GEMV_PF_FP8;
+    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * n, (const uint8_t *)w->w + o1 * n, dist);
+    int64_t o = o0;
+    /* o0 is a multiple of 4 (linear_fast.c), so a block never straddles a scale band */
+    for (; o + G1_R <= o1; o += G1_R) gemv1_fp8v_rows(G1_R, pre, t, w, x, y, o, &pf);
+    for (; o < o1; o++) gemv1_fp8v_rows(1, pre, t, w, x, y, o, &pf);
+}
+
+static VBMI void gemv1_fp8v(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+                            int64_t o1) {
+    const fp8_tab t = fp8_tab_load(c->tab);
+    if (c->fp8_prescale) gemv1_fp8v_pre(1, &t, w, x, y, o0, o1);
+    else gemv1_fp8v_pre(0, &t, w, x, y, o0, o1);
+}
+
+/* dsv4_lin_call.fp8_prescale at level avx512vbmi: one activation row (the batch-1 GEMV),
+ * ue8m0 scales, every block's scale byte <= 246 (so e4m3 * scale is finite, and exact for
+ * every code: the smallest, 2^-9 * 2^-127, is an F32 subnormal with one significant bit),
+ * and x * scale zero or a normal float for every x and scale (x * 2^e is then exact).
+ * Scans the scale grid (rows/128 x cols/128 bytes) and x once per call. */
+static int fp8v_prescale(const dsv4_mat *w, const float *x, int nx) {
+    if (nx != 1 || w->fmt != DSV4_WF_FP8 || w->scale_is_f32) return 0;
+    const int64_t ns = ((w->rows + 127) / 128) * ((w->cols + 127) / 128);
+    const uint8_t *s = w->scale;
+    int bmin = 255, bmax = 0;
+    for (int64_t i = 0; i < ns; i++) {
+        bmin = s[i] < bmin ? s[i] : bmin;
+        bmax = s[i] > bmax ? s[i] : bmax;
+    }
+    if (bmax > 246) return 0;
+    /* |x| as integers: the largest, and the smallest nonzero (0 - 1 wraps to the top) */
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff), one = _mm512_set1_epi32(1);
+    __m512i vmax = _mm512_setzero_si512(), vmin = _mm512_set1_epi32(-1);
+    for (int64_t i = 0; i < w->cols; i += 16) {
+        const __mmask16 k = w->cols - i >= 16 ? (__mmask16)0xFFFF : mask16((int)(w->cols - i));
+        const __m512i a = _mm512_and_si512(_mm512_maskz_loadu_epi32(k, x + i), absm);
+        vmax = _mm512_mask_max_epu32(vmax, k, vmax, a);
+        vmin = _mm512_mask_min_epu32(vmin, k, vmin, _mm512_sub_epi32(a, one));
+    }
+    const uint32_t amax = (uint32_t)_mm512_reduce_max_epu32(vmax), amin1 = (uint32_t)_mm512_reduce_min_epu32(vmin);
+    if (amax >= 0x7f800000u) return 0; /* inf or NaN */
+    if (amax == 0) return 1;           /* all zeros */
+    const double xmin = dsv4_bits_to_f32(amin1 + 1), xmax = dsv4_bits_to_f32(amax);
+    /* the smallest nonzero product a normal float, the largest below 2^127 */
+    return ldexp(xmin, bmin - 127) >= 0x1p-126 && ldexp(xmax, bmax - 127) < 0x1p127;
+}
+
 static void gemv_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
                             int64_t o1) {
-    if (w->fmt == DSV4_WF_FP8) gemv_fp8v(c, w, x, nx, y, o0, o1);
+    if (w->fmt == DSV4_WF_FP8 && nx == 1) gemv1_fp8v(c, w, x, y, o0, o1);
+    else if (w->fmt == DSV4_WF_FP8) gemv_fp8v(c, w, x, nx, y, o0, o1);
     else gemv_avx512(c, w, x, nx, y, o0, o1); /* FP4 included: see gemv_fp4 */
 }
 
@@ -896,7 +1058,7 @@ static void gemm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const flo
  * One pass of 16 rows at one weight row (16 accumulators) ran 0.5-1.25x the GEMM: each x
  * load then feeds a single FMA. */
 static const dsv4_lin_kernels avx512vbmi_kernels = {
-    GEMV_NX_MAX, 16, 16, gemv_avx512vbmi, gemm_avx512vbmi, NULL,
+    GEMV_NX_MAX, 16, 16, gemv_avx512vbmi, gemm_avx512vbmi, fp8v_prescale,
     /* small-M from 8 rows for FP8 and FP4, 17 for the dense formats, up to 32 (the GEMM
      * before): against two 8-row GEMV passes on the decode shapes at 16 rows it ran FP8
      * 1.0-2.1x, FP4 1.05-1.8x, BF16 0.71-1.35x (the head 0.71); at 8 rows FP8 0.94-1.6x,

@@ -73,9 +73,10 @@ void dsv4_lin_tables_init(dsv4_lin_tables *t);
 /* What one dsv4_linear call passes its kernels besides the operands. */
 typedef struct dsv4_lin_call {
     const dsv4_lin_tables *tab;
-    /* FP8 GEMV with ue8m0 scales: x[i] * (256 * scale) is exact for every x and scale of the
-     * call (a power of two, no result outside the normal range), so the kernel may scale x
-     * once per block instead of every weight and still produce the same bits. */
+    /* FP8 GEMV with ue8m0 scales: x[i] times the level's factor (AVX2: 2^120 * scale;
+     * avx512vbmi, one activation row: scale) is exact for every x and scale of the call (a
+     * power of two, no result outside the normal range), so the kernel may scale x once per
+     * block instead of every weight and still produce the same bits. */
     int fp8_prescale;
 } dsv4_lin_call;
 

@@ -240,11 +240,12 @@ static void check_exact(dsv4_wfmt f, int sc, int64_t rows, int64_t cols, int lev
     free_mat(&t);
 }
 
-/* FP8 GEMV scales x by 256 * scale when that is exact for the whole call; inputs and
- * scales that rule it out take the per-weight path, which must agree bit for bit too. */
+/* FP8 GEMV scales x by a power of two times the scale when that is exact for the whole call
+ * (AVX2: 2^120 * scale, for up to 8 rows; avx512vbmi: the scale itself, for one row); inputs
+ * and scales that rule it out take the per-weight path, which must agree bit for bit too. */
 static void check_fp8_prescale_guard(int level) {
     const int64_t rows = 70, cols = 300;
-    for (int v = 0; v < 5; v++) {
+    for (int v = 0; v < 8; v++) {
         tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
         float *x = rand_vec(3 * cols);
         /* each case makes the row's sums small enough that a wrongly taken shortcut shows */
@@ -258,6 +259,24 @@ static void check_fp8_prescale_guard(int level) {
         }
         if (v == 4) /* scale 2^13: 2^120 * scale overflows, no prescale */
             for (int i = 0; i < 3; i++) sc[i] = 140;
+        if (v == 5) { /* scale 2^-122, huge inputs: x * scale normal, e4m3 * scale subnormal (exact) */
+            for (int i = 0; i < 3; i++) sc[i] = 5;
+            for (int64_t i = 0; i < cols; i++) x[cols + i] *= 1e30f;
+        }
+        if (v == 6 || v == 7) { /* scale 2^120 (avx512vbmi: no prescale) or 2^119 (the largest it
+                                 * prescales), small weights so the sums stay finite */
+            sc[0] = v == 6 ? 247 : 246;
+            uint8_t *p = t.w;
+            for (int64_t o = 0; o < rows; o++)
+                for (int64_t i = 0; i < 128; i++) p[o * cols + i] &= 0x9f;
+        }
+        if (level == DSV4_SIMD_AVX512VBMI && dsv4_lin_kernels_avx512vbmi()) {
+            /* the one-row prescale is taken exactly where it is exact (so both paths run) */
+            static const int want[8] = {1, 0, 0, 0, 1, 1, 0, 1};
+            const int got = dsv4_lin_kernels_avx512vbmi()->fp8_prescale(&t.m, x + cols, 1);
+            CHECK_MSG(got == want[v], "fp8 guard case %d: avx512vbmi prescale %d, expected %d", v, got, want[v]);
+            CHECK(dsv4_lin_kernels_avx512vbmi()->fp8_prescale(&t.m, x, 3) == 0); /* one row only */
+        }
         float *y3 = malloc(sizeof(float) * 3 * rows), *y1 = malloc(sizeof(float) * rows);
         float *yr = malloc(sizeof(float) * 3 * rows), *scratch = malloc(sizeof(float) * cols);
         dsv4_kctx_set_simd(kc[2], level);
