@@ -33,6 +33,38 @@ static int grouped_take(dsv4_arena *a, int G, int R, int in_g, int o_lora, group
     return g->ug && g->vg && g->wg && g->ops;
 }
 
+/* The grouped projection's copies of row i: its G slices of u to group-major ug, or its
+ * G outputs from vg to y. */
+typedef struct group_copy_job {
+    int G, R, in_g, o_lora;
+    const float *u;  /* (R, G*in_g) */
+    float *ug;       /* (G, R, in_g) */
+    const float *vg; /* (G, R, o_lora) */
+    float *y;        /* (R, G*o_lora) */
+} group_copy_job;
+
+static void group_in_task(void *arg, int i, int tid) {
+    (void)tid;
+    const group_copy_job *j = arg;
+    for (int g = 0; g < j->G; g++)
+        memcpy(j->ug + ((size_t)g * j->R + i) * j->in_g, j->u + ((size_t)i * j->G + g) * j->in_g,
+               (size_t)j->in_g * sizeof(float));
+}
+
+static void group_out_task(void *arg, int i, int tid) {
+    (void)tid;
+    const group_copy_job *j = arg;
+    for (int g = 0; g < j->G; g++)
+        memcpy(j->y + ((size_t)i * j->G + g) * j->o_lora, j->vg + ((size_t)g * j->R + i) * j->o_lora,
+               (size_t)j->o_lora * sizeof(float));
+}
+
+/* fn over rows [0, n): on the pool past a few rows, else on this thread. */
+static void group_copy(dsv4_kctx *k, int n, dsv4_task_fn fn, void *job) {
+    if (n >= 4) dsv4_kctx_parallel(k, n, fn, job);
+    else for (int i = 0; i < n; i++) fn(job, i, dsv4_kctx_tid(k));
+}
+
 /* y (R, G*o_lora) = grouped projection: row block g of w (o_lora rows) applied to the g-th
  * contiguous slice (width in_g) of u (R, G*in_g); the G products run as one job. */
 static int grouped_linear(const dsv4_numerics *nm, dsv4_kctx *k, dsv4_arena *a, const dsv4_mat *w,
@@ -49,17 +81,13 @@ static int grouped_linear(const dsv4_numerics *nm, dsv4_kctx *k, dsv4_arena *a, 
             rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "wo_a: cannot slice group %d", g);
             goto done;
         }
-        float *ugg = gb.ug + (size_t)g * R * in_g;
-        for (int i = 0; i < R; i++)
-            memcpy(ugg + (size_t)i * in_g, u + (size_t)i * G * in_g + (size_t)g * in_g,
-                   (size_t)in_g * sizeof(float));
-        gb.ops[g] = (dsv4_lin_op){&gb.wg[g], ugg, R, gb.vg + (size_t)g * R * o_lora};
+        gb.ops[g] = (dsv4_lin_op){&gb.wg[g], gb.ug + (size_t)g * R * in_g, R, gb.vg + (size_t)g * R * o_lora};
     }
+    /* the slices in, the products, the outputs back: the copies by rows over the pool */
+    group_copy_job cj = {G, R, in_g, o_lora, u, gb.ug, gb.vg, y};
+    group_copy(k, R, group_in_task, &cj);
     nm->linear(nm, k, gb.ops, G);
-    for (int g = 0; g < G; g++)
-        for (int i = 0; i < R; i++)
-            memcpy(y + (size_t)i * G * o_lora + (size_t)g * o_lora, gb.vg + ((size_t)g * R + i) * o_lora,
-                   (size_t)o_lora * sizeof(float));
+    group_copy(k, R, group_out_task, &cj);
 done:
     dsv4_arena_release(a, mark);
     return rc;

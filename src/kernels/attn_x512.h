@@ -36,8 +36,16 @@ X512_INLINE __m512 x512_row16(const void *row, int fmt, int64_t i, __mmask16 m) 
     return _mm512_maskz_loadu_ps(m, (const float *)row + i);
 }
 
-/* Chunk i..i+8 of row a in lanes 0-7 and of row b in lanes 8-15. */
+/* Chunk i..i+8 of row a in lanes 0-7 and of row b in lanes 8-15. BF16: both halves'
+ * 16 bytes side by side, then one widening and one shift for all 16 lanes (3 vector uops
+ * instead of 5 for two 8-lane widenings and the insert). */
 X512_INLINE __m512 x512_pair8(const void *a, const void *b, int fmt, int64_t i, __mmask8 m) {
+    if (fmt == DSV4_ROW_BF16) {
+        const __m256i ab = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_maskz_loadu_epi16(m, (const uint16_t *)a + i)),
+            _mm_maskz_loadu_epi16(m, (const uint16_t *)b + i), 1);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ab), 16));
+    }
     return _mm512_insertf32x8(_mm512_castps256_ps512(x512_row8(a, fmt, i, m)), x512_row8(b, fmt, i, m), 1);
 }
 

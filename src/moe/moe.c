@@ -26,13 +26,18 @@
 
 /* ---- router --------------------------------------------------------------------------- */
 
+/* s[e] = score_func(logits[e]) for an elementwise score_func (sigmoid, sqrtsoftplus). */
+static void moe_score_one(const dsv4_config *cfg, const float *logits, int e, double *s) {
+    const double z = logits[e];
+    if (cfg->scoring_func == DSV4_SCORE_SIGMOID) s[e] = 1.0 / (1.0 + exp(-z));
+    /* torch's softplus threshold: the identity above 20 (also avoids exp overflow). */
+    else s[e] = sqrt(z > 20.0 ? z : log1p(exp(z)));
+}
+
 /* s (E) = score_func(logits), in double (the weights are ratios of these). */
 static void moe_scores(const dsv4_config *cfg, const float *logits, double *s) {
     const int E = cfg->n_routed_experts;
     switch (cfg->scoring_func) {
-    case DSV4_SCORE_SIGMOID:
-        for (int e = 0; e < E; e++) s[e] = 1.0 / (1.0 + exp(-(double)logits[e]));
-        break;
     case DSV4_SCORE_SOFTMAX: {
         double mx = -INFINITY, sum = 0.0;
         for (int e = 0; e < E; e++) if (logits[e] > mx) mx = logits[e];
@@ -41,13 +46,8 @@ static void moe_scores(const dsv4_config *cfg, const float *logits, double *s) {
         for (int e = 0; e < E; e++) s[e] /= sum;
         break;
     }
-    case DSV4_SCORE_SQRTSOFTPLUS:
-    default:
-        for (int e = 0; e < E; e++) {
-            const double z = logits[e];
-            /* torch's softplus threshold: the identity above 20 (also avoids exp overflow). */
-            s[e] = sqrt(z > 20.0 ? z : log1p(exp(z)));
-        }
+    default: /* sigmoid, sqrtsoftplus */
+        for (int e = 0; e < E; e++) moe_score_one(cfg, logits, e, s);
         break;
     }
 }
@@ -56,8 +56,11 @@ static void moe_scores(const dsv4_config *cfg, const float *logits, double *s) {
 static int route_row(const dsv4_config *cfg, const dsv4_block_w *b, const float *logits,
                      int32_t token, int *sel, float *w, double *s, dsv4_err *err) {
     const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
-    moe_scores(cfg, logits, s);
-    if (b->layer_id < cfg->num_hash_layers) {
+    const int hash = b->layer_id < cfg->num_hash_layers;
+    /* a hash layer's weights need only its K experts' scores where each score is its own
+     * logit's (not softmax) */
+    if (!hash || cfg->scoring_func == DSV4_SCORE_SOFTMAX) moe_scores(cfg, logits, s);
+    if (hash) {
         /* Hash layer: the token's stored expert list, in stored order. */
         if (!b->tid2eid)
             return dsv4_fail(err, DSV4_ERR_ARG, "moe: layer %d routes by hash but has no tid2eid",
@@ -76,6 +79,8 @@ static int route_row(const dsv4_config *cfg, const dsv4_block_w *b, const float 
                                      b->layer_id, (int)token, (int)row[k]);
             sel[k] = row[k];
         }
+        if (cfg->scoring_func != DSV4_SCORE_SOFTMAX)
+            for (int k = 0; k < K; k++) moe_score_one(cfg, logits, sel[k], s);
     } else {
         /* Top-K of s + bias, descending; scanning ids upward with a strict comparison
          * makes ties go to the lower id. The bias only steers this choice. */
