@@ -1,7 +1,7 @@
 /* bench_linear.c — dsv4_linear throughput against this machine's own roofline.
  *
  *   bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--gemm] [--experts] [--rows N,..]
- *                [--hot] [--shape S]
+ *                [--hot] [--shape S] [--moe]
  *
  * Measured in the same run, one JSON line each, the probes being the library's
  * (kernels/probe.h, the same ones `dsv4 bench` uses):
@@ -34,6 +34,9 @@
  *           384 distinct matrices (~100 MB, streamed like a layer's experts) in jobs of 32
  *           (dsv4_linear_batch, as src/moe hands them over); GFLOP/s and the fraction of
  *           an FMA probe pass run right before each round.
+ *   "moe" (--moe, only the probes and these): a decode step's expert phase for batch S
+ *           (each --rows count), dsv4_moe_experts over random routings: GB/s of the
+ *           distinct experts' bytes against a stream probe pass before each round.
  * Times are the best of --reps runs (default 5). GEMV rounds alternate with a stream pass,
  * so on a shared machine the ratio compares like with like: "of_stream" is best/best and
  * "of_stream_median" the median of the per-round ratios. --scalar adds the portable level. */
@@ -276,10 +279,89 @@ static void bench_experts(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads
     }
 }
 
+/* ---- a decode step's expert phase (--moe) ---------------------------------------------------
+ * dsv4_moe_experts as moe_pass calls it for S rows: each row picks K = 6 distinct experts of
+ * E = 256 at random (uniform, as the bench model's router roughly does), rows grouped by
+ * expert, the shared expert on all S rows last; FP4 experts of the bench model (w1/w3
+ * 512x1024, w2 1024x512, ue8m0 scales). 4 layers of experts (~840 MB) called in turn, so
+ * every call streams its experts from DRAM. Reports ms per call and the GB/s of the
+ * distinct experts' bytes (the shared expert's included) against a stream probe pass
+ * run before each round. */
+static void bench_moe(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads, const int *batches, int n_batches) {
+    enum { E = 256, K = 6, D = 1024, I = 512, LAYERS = 4, CALLS = 48 };
+    dsv4_config cfg;
+    dsv4_config_defaults(&cfg);
+    cfg.hidden_size = D, cfg.moe_intermediate_size = I, cfg.swiglu_limit = 10.0;
+    dsv4_mat(*w)[3] = malloc(sizeof(*w) * (size_t)(LAYERS * E + LAYERS)); /* routed, then shared per layer */
+    for (int i = 0; i < LAYERS * (E + 1); i++) {
+        w[i][0] = make_mat(DSV4_WF_FP4, I, D);
+        w[i][1] = make_mat(DSV4_WF_FP4, I, D);
+        w[i][2] = make_mat(DSV4_WF_FP4, D, I);
+    }
+    const int64_t ebytes = 3 * dsv4_mat_bytes(&w[0][0]);
+    for (int bi = 0; bi < n_batches; bi++) {
+        const int S = batches[bi], RK = S * K;
+        float *x = malloc(sizeof(float) * (size_t)S * D), *xg = malloc(sizeof(float) * (size_t)RK * D);
+        float *wg = malloc(sizeof(float) * (size_t)RK), *og = malloc(sizeof(float) * (size_t)(RK + S) * D);
+        float *g = malloc(sizeof(float) * (size_t)(RK + S) * I), *u = malloc(sizeof(float) * (size_t)(RK + S) * I);
+        for (int64_t i = 0; i < (int64_t)S * D; i++) x[i] = (float)((int64_t)(rnd() % 2001) - 1000) * 1e-3f;
+        for (int i = 0; i < RK; i++) wg[i] = 0.25f;
+        /* CALLS routings drawn up front: the groups of call c, and its distinct experts */
+        dsv4_moe_group *gr = malloc(sizeof(dsv4_moe_group) * (size_t)CALLS * (E + 1));
+        int *ng = malloc(sizeof(int) * CALLS);
+        double experts = 0;
+        for (int c = 0; c < CALLS; c++) {
+            const int layer = c % LAYERS;
+            int cnt[E] = {0};
+            for (int r = 0; r < S; r++)
+                for (int kk = 0; kk < K; kk++) {
+                    int e;
+                    do e = (int)(rnd() % E); while (cnt[e] > 0 && cnt[e] >> 16 == r + 1); /* distinct in a row */
+                    cnt[e] = ((r + 1) << 16) | ((cnt[e] & 0xFFFF) + 1);
+                }
+            int n = 0, p0 = 0;
+            for (int e = 0; e < E; e++) {
+                const int rows_e = cnt[e] & 0xFFFF;
+                if (!rows_e) continue;
+                dsv4_mat *m = w[layer * E + e];
+                gr[c * (E + 1) + n++] = (dsv4_moe_group){&m[0], &m[1], &m[2], xg + (int64_t)p0 * D, wg + p0, rows_e,
+                                                         og + (int64_t)p0 * D, g + (int64_t)p0 * I, u + (int64_t)p0 * I};
+                p0 += rows_e;
+            }
+            experts += n;
+            dsv4_mat *sh = w[LAYERS * E + layer];
+            gr[c * (E + 1) + n++] = (dsv4_moe_group){&sh[0], &sh[1], &sh[2], x, NULL, S, og + (int64_t)RK * D,
+                                                     g + (int64_t)RK * I, u + (int64_t)RK * I};
+            ng[c] = n;
+        }
+        for (int64_t i = 0; i < (int64_t)RK * D; i++) xg[i] = x[i % ((int64_t)S * D)];
+        experts /= CALLS;
+        const double bytes = (experts + 1) * (double)ebytes; /* per call */
+        rounds rd = rounds_start();
+        for (int r = 0; r < reps + 1; r++) {
+            const double sg = dsv4_probe_stream(probe);
+            const double t0 = now_s();
+            for (int c = 0; c < CALLS; c++) dsv4_moe_experts(k, dsv4_numerics_exact(), &cfg, gr + c * (E + 1), ng[c]);
+            if (r > 0) rounds_add(&rd, now_s() - t0, sg, bytes * CALLS); /* round 0: warm-up */
+        }
+        const double median = rounds_median(&rd);
+        printf("{\"bench\":\"moe\",\"batch\":%d,\"experts\":%.1f,\"threads\":%d,\"ms_per_call\":%.3f,"
+               "\"mb_per_call\":%.1f,\"gbps\":%.2f,\"stream_gbps\":%.2f,\"of_stream\":%.3f,\"of_stream_median\":%.3f}\n",
+               S, experts, threads, rd.best_t / CALLS * 1e3, bytes / 1e6, bytes * CALLS / rd.best_t / 1e9, rd.best_probe,
+               bytes * CALLS / rd.best_t / 1e9 / rd.best_probe, median);
+        fflush(stdout);
+        free(x), free(xg), free(wg), free(og), free(g), free(u), free(gr), free(ng);
+    }
+    for (int i = 0; i < LAYERS * (E + 1); i++)
+        for (int j = 0; j < 3; j++) free_mat(&w[i][j]);
+    free(w);
+}
+
 /* ---- main ---------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
     int threads = 0, reps = 5, scalar = 0, quick = 0, decode_only = 0, gemm_only = 0, experts_only = 0, hot = 0;
+    int moe_only = 0;
     const char *only = NULL; /* --shape */
     int nrows[16] = {1, 2}, n_nrows = 2; /* --rows: activation rows of the decode shapes */
     for (int i = 1; i < argc; i++) {
@@ -291,6 +373,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--gemm")) gemm_only = 1;
         else if (!strcmp(argv[i], "--experts")) experts_only = 1;
         else if (!strcmp(argv[i], "--hot")) hot = 1;
+        else if (!strcmp(argv[i], "--moe")) moe_only = 1;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--rows") && i + 1 < argc) {
             n_nrows = 0;
@@ -304,7 +387,7 @@ int main(int argc, char **argv) {
             }
             if (n_nrows == 0) return 2;
         } else {
-            fprintf(stderr, "usage: bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--gemm] [--experts] [--rows N,..] [--hot] [--shape S]\n");
+            fprintf(stderr, "usage: bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--gemm] [--experts] [--moe] [--rows N,..] [--hot] [--shape S]\n");
             return 2;
         }
     }
@@ -334,8 +417,9 @@ int main(int argc, char **argv) {
     printf("{\"bench\":\"probe_fma\",\"threads\":%d,\"simd\":\"%s\",\"gflops\":%.1f}\n", threads,
            dsv4_simd_name(dsv4_probe_simd(probe)), peak);
 
-    if (experts_only) {
-        bench_experts(k, probe, reps, threads, nrows, n_nrows);
+    if (experts_only || moe_only) {
+        if (experts_only) bench_experts(k, probe, reps, threads, nrows, n_nrows);
+        if (moe_only) bench_moe(k, probe, reps, threads, nrows, n_nrows);
         dsv4_probe_free(probe);
         dsv4_kctx_free(k);
         return 0;

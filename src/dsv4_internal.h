@@ -31,6 +31,7 @@
 #include "model/info.h"          /* dsv4 info: the checkpoint inventory */
 #include "model/model.h"
 #include "model/numerics.h"       /* bench_w8a8: P2 products through the w8a8 mode */
+#include "moe/moe.h"             /* bench_linear --moe: a decode step's expert phase */
 #include "model/safetensors.h"
 #include "model/scan.h"          /* dsv4 info --check: the full non-finite scan */
 #include "util/file.h"
