@@ -306,6 +306,54 @@ static void swiglu_task(void *arg, int i, int tid) {
 /* Groups per slice: two linears each, one dsv4_linear_batch job per phase. */
 #define MOE_SLICE 32
 
+/* One-row groups (batch-1 decode): W1, W3 and the SwiGLU in one job, a task per block of
+ * MOE_FUSE_ROWS intermediate values of a group: its rows of x W1^T and x W3^T (the products
+ * run inline in the task, on row views of the weights), then the clamped SwiGLU on them.
+ * Elementwise after the products, so no task waits for another: the SwiGLU no longer runs
+ * on one thread between the two jobs (7 x 512 values a decode step's layer: ~27 us, the
+ * longest serial stretch of the MoE). A product's outputs do not depend on how its rows are
+ * split (linear_fast.h), so the bits are those of the two-phase path. */
+#define MOE_FUSE_ROWS 128 /* a multiple of 128: FP8 row views start on a scale band */
+
+typedef struct {
+    const dsv4_numerics *nm;
+    dsv4_kctx *k;
+    const dsv4_config *cfg;
+    const dsv4_moe_group *gr;
+    int blocks; /* MOE_FUSE_ROWS blocks per group */
+} fused_job;
+
+static void fused_task(void *arg, int t, int tid) {
+    (void)tid;
+    const fused_job *j = arg;
+    const dsv4_moe_group *g = &j->gr[t / j->blocks];
+    const int64_t I = j->cfg->moe_intermediate_size, r0 = (int64_t)(t % j->blocks) * MOE_FUSE_ROWS;
+    const int64_t nr = I - r0 < MOE_FUSE_ROWS ? I - r0 : MOE_FUSE_ROWS;
+    dsv4_mat v1, v3; /* sliced by fuse_ok */
+    dsv4_mat_rows(g->w1, r0, nr, &v1);
+    dsv4_mat_rows(g->w3, r0, nr, &v3);
+    const dsv4_lin_op ops[2] = {{&v1, g->x, 1, g->g + r0}, {&v3, g->x, 1, g->u + r0}};
+    j->nm->linear(j->nm, j->k, ops, 2);
+    const float limit = j->cfg->swiglu_limit > 0 ? (float)j->cfg->swiglu_limit : 0.0f;
+    swiglu_rows(g->g + r0, g->u + r0, g->w, 1, (int)nr, limit, g->g + r0);
+}
+
+/* The fused job applies: the exact numerics (another mode may treat a product as a whole),
+ * one row in every group, and weights that slice at every block. */
+static int fuse_ok(const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_moe_group *s, int ng) {
+    if (nm != dsv4_numerics_exact()) return 0;
+    const int64_t I = cfg->moe_intermediate_size;
+    for (int i = 0; i < ng; i++) {
+        if (s[i].n != 1) return 0;
+        for (int64_t r0 = 0; r0 < I; r0 += MOE_FUSE_ROWS) {
+            const int64_t nr = I - r0 < MOE_FUSE_ROWS ? I - r0 : MOE_FUSE_ROWS;
+            dsv4_mat v;
+            if (dsv4_mat_rows(s[i].w1, r0, nr, &v) || dsv4_mat_rows(s[i].w3, r0, nr, &v)) return 0;
+        }
+    }
+    return 1;
+}
+
 void dsv4_moe_experts(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg,
                       const dsv4_moe_group *gr, int n_groups) {
     const int64_t I = cfg->moe_intermediate_size;
@@ -313,19 +361,24 @@ void dsv4_moe_experts(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *
         const int ng = n_groups - g0 < MOE_SLICE ? n_groups - g0 : MOE_SLICE;
         const dsv4_moe_group *s = gr + g0;
         dsv4_lin_op ops[2 * MOE_SLICE];
-        int64_t elems = 0;
-        /* W1 and W3 of every group */
-        for (int i = 0; i < ng; i++) {
-            ops[2 * i] = (dsv4_lin_op){s[i].w1, s[i].x, s[i].n, s[i].g};
-            ops[2 * i + 1] = (dsv4_lin_op){s[i].w3, s[i].x, s[i].n, s[i].u};
-            elems += s[i].n * I;
+        if (fuse_ok(nm, cfg, s, ng)) {
+            fused_job fj = {nm, k, cfg, s, (int)((I + MOE_FUSE_ROWS - 1) / MOE_FUSE_ROWS)};
+            dsv4_kctx_parallel(k, ng * fj.blocks, fused_task, &fj);
+        } else {
+            int64_t elems = 0;
+            /* W1 and W3 of every group */
+            for (int i = 0; i < ng; i++) {
+                ops[2 * i] = (dsv4_lin_op){s[i].w1, s[i].x, s[i].n, s[i].g};
+                ops[2 * i + 1] = (dsv4_lin_op){s[i].w3, s[i].x, s[i].n, s[i].u};
+                elems += s[i].n * I;
+            }
+            nm->linear(nm, k, ops, 2 * ng);
+            /* clamped SwiGLU times the routing weight: elementwise, so any split gives the
+             * same bits; worth the pool only for prefill-sized groups */
+            swiglu_job sj = {cfg, s};
+            if (elems >= (1 << 16)) dsv4_kctx_parallel(k, ng, swiglu_task, &sj);
+            else for (int i = 0; i < ng; i++) swiglu_task(&sj, i, 0);
         }
-        nm->linear(nm, k, ops, 2 * ng);
-        /* clamped SwiGLU times the routing weight: elementwise, so any split gives the
-         * same bits; worth the pool only for prefill-sized groups */
-        swiglu_job sj = {cfg, s};
-        if (elems >= (1 << 16)) dsv4_kctx_parallel(k, ng, swiglu_task, &sj);
-        else for (int i = 0; i < ng; i++) swiglu_task(&sj, i, 0);
         /* W2 of every group */
         for (int i = 0; i < ng; i++) ops[i] = (dsv4_lin_op){s[i].w2, s[i].g, s[i].n, s[i].out};
         nm->linear(nm, k, ops, ng);

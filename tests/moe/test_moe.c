@@ -436,6 +436,9 @@ int main(void) {
         {"hash sqrtsoftplus", 24, 12, 8, 3, 40, 0, 3, DSV4_SCORE_SQRTSOFTPLUS, 0.5, 1.5, 1, 0, 0},
         {"hash softmax, K=E", 16, 8, 4, 4, 20, 2, 3, DSV4_SCORE_SOFTMAX, 0, 1.5, 0, 1, 0},
         {"K=E score", 16, 8, 5, 5, 20, 3, 3, DSV4_SCORE_SIGMOID, 0.5, 1.5, 0, 0, 1},
+        /* a row alone runs W1, W3 and the SwiGLU as one job in blocks of 128 intermediate
+         * values: two blocks, the second partial, against the batch's two-phase path */
+        {"wide intermediate", 24, 200, 8, 3, 40, 5, 2, DSV4_SCORE_SQRTSOFTPLUS, 0.5, 1.5, 0, 1, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 37);
     test_ties();
