@@ -37,8 +37,8 @@
 #define LIN_SMALLM_MAX_ROWS 64 /* no level takes the small-M path for more rows */
 /* Past 32 rows the small-M path is taken only while x, read once per panel of weight rows,
  * stays in L2: (n_rows, cols) within this many floats (256 KB). The prefill's routed
- * experts (FP4 512x1024 and 1024x512, 33-64 rows) ran 1.0-1.45x the tile GEMM there
- * (bench_linear --experts, BENCHMARKS.md "Session 7: prefill GEMM"). */
+ * experts (FP4 512x1024 and 1024x512, 33-96 rows) ran 0.76-1.53x the tile GEMM there, 1.0-1.44x
+ * on most (one thread; bench_linear --experts, BENCHMARKS.md "Session 7: prefill GEMM"). */
 #define LIN_SMALLM_BIG_X_FLOATS (64 * 1024)
 #define LIN_SMALLM_NB 8 /* most weight rows a small-M kernel decodes together (its panel) */
 
