@@ -17,7 +17,10 @@
  *   - An engine is used by one thread at a time (calls on one engine are not synchronised;
  *     serialise them, e.g. one scheduler thread per engine). Distinct engines may run
  *     concurrently. Each engine owns its own worker threads (opts.threads) and joins them
- *     in dsv4_engine_free; callers never see them.
+ *     in dsv4_engine_free; callers never see them. The calling thread runs a share of
+ *     every forward's kernel tasks on its own stack, and kernels keep working buffers there
+ *     (the FP4 GEMV 32 KB): call from a thread with an ordinary stack (glibc's default is
+ *     the 8 MB of `ulimit -s`), not from one created with a few tens of KB.
  *   - Hooks (dsv4_engine_set_trace, _set_choice_trace) run on the thread that called the
  *     forward, during that call, and must not call back into the same engine.
  *   - Strings the library returns belong to the object they came from and stay valid
