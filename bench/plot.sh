@@ -50,7 +50,11 @@ fi
 # tree with a COMMIT file
 src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
 if [ -n "$src" ] && git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
-  commit=$(git -C "$src" describe --always --dirty)
+  # dirty only for changes outside bench/results, which this script itself rewrites
+  commit=$(git -C "$src" rev-parse --short HEAD)
+  if [ -n "$(git -C "$src" status --porcelain -- . ':(exclude)bench/results' 2>/dev/null)" ]; then
+    commit="$commit-dirty"
+  fi
 elif [ -n "$src" ] && [ -f "$src/COMMIT" ]; then
   commit="$(cat "$src/COMMIT") (clean export)"
 else
