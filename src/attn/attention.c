@@ -59,12 +59,6 @@ static void group_out_task(void *arg, int i, int tid) {
                (size_t)j->o_lora * sizeof(float));
 }
 
-/* fn over rows [0, n): on the pool past a few rows, else on this thread. */
-static void group_copy(dsv4_kctx *k, int n, dsv4_task_fn fn, void *job) {
-    if (n >= 4) dsv4_kctx_parallel(k, n, fn, job);
-    else for (int i = 0; i < n; i++) fn(job, i, dsv4_kctx_tid(k));
-}
-
 /* y (R, G*o_lora) = grouped projection: row block g of w (o_lora rows) applied to the g-th
  * contiguous slice (width in_g) of u (R, G*in_g); the G products run as one job. */
 static int grouped_linear(const dsv4_numerics *nm, dsv4_kctx *k, dsv4_arena *a, const dsv4_mat *w,
@@ -85,9 +79,9 @@ static int grouped_linear(const dsv4_numerics *nm, dsv4_kctx *k, dsv4_arena *a, 
     }
     /* the slices in, the products, the outputs back: the copies by rows over the pool */
     group_copy_job cj = {G, R, in_g, o_lora, u, gb.ug, gb.vg, y};
-    group_copy(k, R, group_in_task, &cj);
+    dsv4_kctx_parallel_from(k, R, DSV4_KCTX_ROW_COPY_MIN_TASKS, group_in_task, &cj);
     nm->linear(nm, k, gb.ops, G);
-    group_copy(k, R, group_out_task, &cj);
+    dsv4_kctx_parallel_from(k, R, DSV4_KCTX_ROW_COPY_MIN_TASKS, group_out_task, &cj);
 done:
     dsv4_arena_release(a, mark);
     return rc;
@@ -247,12 +241,6 @@ static void project_q_row(void *arg, int i, int tid) {
     }
 }
 
-/* fn over rows [0, n): on the pool, or inline for a single row. */
-static void project_rows(dsv4_kctx *k, int n, dsv4_task_fn fn, void *job) {
-    if (n > 1) dsv4_kctx_parallel(k, n, fn, job);
-    else if (n == 1) fn(job, 0, dsv4_kctx_tid(k));
-}
-
 int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
                       const float *x, dsv4_attn_work *w, dsv4_err *err) {
     const dsv4_config *cfg = ctx->cfg;
@@ -292,12 +280,12 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
      * idx_wq_b^T) per head, weights wI (§5.9). Compressor gates + ape (§5.8). Each row's
      * own arithmetic, so the rows are spread over the pool around the second product. */
     project_job pj = {ctx, b, batch, w, qrow, nq, rope};
-    project_rows(ctx->k, R, project_kv_row, &pj);
+    dsv4_kctx_parallel(ctx->k, R, project_kv_row, &pj);
     n_ops = 0;
     ops[n_ops++] = (dsv4_lin_op){&b->wq_b, w->qr, nq, w->q};
     if (csa) ops[n_ops++] = (dsv4_lin_op){&b->idx_wq_b, w->qr, nq, w->qI};
     nm->linear(nm, ctx->k, ops, n_ops);
-    project_rows(ctx->k, nq, project_q_row, &pj);
+    dsv4_kctx_parallel(ctx->k, nq, project_q_row, &pj);
     if (qrow) { /* the querying rows to their packed indices, where the attend phase reads them */
         expand_rows(w->qr, ql, qrow, nq);
         expand_rows(w->q, (int64_t)H * hd, qrow, nq);

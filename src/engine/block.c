@@ -140,12 +140,6 @@ static void sub_out_row(void *arg, int i, int tid) {
     j->nm->round(j->nm, DSV4_ACT_STREAMS, hi, (int64_t)hc * D);
 }
 
-/* One row runs on the calling thread: waking the pool would cost more than it saves. */
-static void sub_rows(dsv4_kctx *k, int R, dsv4_task_fn fn, void *j) {
-    if (R > 1) dsv4_kctx_parallel(k, R, fn, j);
-    else if (R == 1) fn(j, 0, dsv4_kctx_tid(k));
-}
-
 /* Dot tasks per row of hc_pre: with fewer rows than threads (decode) one row's mix + 1
  * dots over hc*D values (24 x 16K at Flash: 1.6 MB of fn read per row) are the serial
  * part, so they are shared out, about two tasks per thread; else a row is a task. */
@@ -175,7 +169,7 @@ static void sub_in(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *c, 
         return;
     }
     if (j.parts == 1) {
-        sub_rows(k, R, sub_in_row, &j);
+        dsv4_kctx_parallel(k, R, sub_in_row, &j);
         return;
     }
     for (int i = 0; i < R; i++) atomic_init(&bb->left[i], j.parts);
@@ -185,7 +179,7 @@ static void sub_in(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *c, 
 static void sub_out(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *c, const float *y,
                     float *h, int R, const float *post, const float *comb) {
     sub_out_job j = {c, dsv4_kctx_simd(k), y, h, post, comb, nm};
-    sub_rows(k, R, sub_out_row, &j);
+    dsv4_kctx_parallel(k, R, sub_out_row, &j);
 }
 
 size_t dsv4_block_scratch_bytes(const dsv4_config *c, int R) {

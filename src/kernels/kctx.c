@@ -111,6 +111,15 @@ void dsv4_kctx_parallel(dsv4_kctx *k, int n_tasks, dsv4_task_fn fn, void *arg) {
     dsv4_pool_run(k->pool, n_tasks, fn, arg);
 }
 
+void dsv4_kctx_parallel_from(dsv4_kctx *k, int n_tasks, int min_tasks, dsv4_task_fn fn, void *arg) {
+    if (n_tasks >= min_tasks) {
+        dsv4_pool_run(k->pool, n_tasks, fn, arg);
+        return;
+    }
+    const int tid = dsv4_pool_tid(k->pool);
+    for (int t = 0; t < n_tasks; t++) fn(arg, t, tid);
+}
+
 int dsv4_kctx_tid(const dsv4_kctx *k) { return dsv4_pool_tid(k->pool); }
 
 float *dsv4_kctx_lin_scratch(dsv4_kctx *k, int tid) { return k->scratch + (int64_t)tid * k->stride; }

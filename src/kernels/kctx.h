@@ -44,6 +44,11 @@ dsv4_lin_path dsv4_kctx_lin_path(const dsv4_kctx *k);
  * tasks on the calling thread with its tid. One calling thread at a time per context. */
 void dsv4_kctx_parallel(dsv4_kctx *k, int n_tasks, dsv4_task_fn fn, void *arg);
 
+/* dsv4_kctx_parallel from min_tasks tasks on; fewer run on the calling thread (short
+ * per-row copies: waking the workers costs more than a few of them save). */
+void dsv4_kctx_parallel_from(dsv4_kctx *k, int n_tasks, int min_tasks, dsv4_task_fn fn, void *arg);
+#define DSV4_KCTX_ROW_COPY_MIN_TASKS 4 /* min_tasks of the per-row copy jobs around kernels */
+
 /* The calling thread's tid: inside a task of this context's job, the tid it runs as;
  * otherwise 0. */
 int dsv4_kctx_tid(const dsv4_kctx *k);

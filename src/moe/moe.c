@@ -433,12 +433,6 @@ static void combine_task(void *arg, int r, int tid) {
     j->nm->round(j->nm, DSV4_ACT_MOE_OUT, yr, D);
 }
 
-/* fn over tasks [0, n): on the pool from a few on, else on this thread. */
-static void moe_rows(dsv4_kctx *k, int n, dsv4_task_fn fn, void *job) {
-    if (n >= 4) dsv4_kctx_parallel(k, n, fn, job);
-    else for (int i = 0; i < n; i++) fn(job, i, dsv4_kctx_tid(k));
-}
-
 /* MoE of R consecutive rows. */
 static int moe_pass(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_block_w *b,
                     const float *x, const int32_t *tokens, int R, float *y, int *sel_out,
@@ -465,7 +459,7 @@ static int moe_pass(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cf
         m->wg[p] = m->w[slot];
     }
     moe_rows_job rj = {cfg, nm, m, x, y, R * K};
-    moe_rows(k, (R * K + GATHER_SLOTS - 1) / GATHER_SLOTS, gather_task, &rj);
+    dsv4_kctx_parallel_from(k, (R * K + GATHER_SLOTS - 1) / GATHER_SLOTS, DSV4_KCTX_ROW_COPY_MIN_TASKS, gather_task, &rj);
 
     /* 3. Every expert with rows, and the shared expert on all rows (weight 1), in one
      * go: W1/W3, clamped SwiGLU times the routing weight, W2. Experts are distinct within
@@ -482,7 +476,7 @@ static int moe_pass(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cf
     dsv4_moe_experts(k, nm, cfg, m->gr, ng);
 
     /* 4. Per token: routed outputs in k order, shared last. */
-    moe_rows(k, R, combine_task, &rj);
+    dsv4_kctx_parallel_from(k, R, DSV4_KCTX_ROW_COPY_MIN_TASKS, combine_task, &rj);
     return DSV4_OK;
 }
 
