@@ -558,13 +558,8 @@ static void gemm_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x,
  * grid (rows/128 x cols/128 bytes) and x once per call. */
 static int fp8_prescale(const dsv4_mat *w, const float *x, int nx) {
     if (w->fmt != DSV4_WF_FP8 || w->scale_is_f32) return 0;
-    const int64_t ns = ((w->rows + 127) / 128) * ((w->cols + 127) / 128);
-    const uint8_t *s = w->scale;
-    int bmin = 255, bmax = 0;
-    for (int64_t i = 0; i < ns; i++) {
-        bmin = s[i] < bmin ? s[i] : bmin;
-        bmax = s[i] > bmax ? s[i] : bmax;
-    }
+    int bmin, bmax;
+    dsv4_lin_ue8m0_range(w, &bmin, &bmax);
     /* b <= 134: 2^120 * scale is finite (and so is every weight e4m3 * scale, exact: the
      * smallest, 2^-9 * 2^-127, is still an F32 subnormal). Real checkpoints' scales sit
      * near 2^-8 (b ~ 119). */

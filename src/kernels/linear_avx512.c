@@ -653,13 +653,8 @@ static VBMI void gemv1_fp8v(const dsv4_lin_call *c, const dsv4_mat *w, const flo
  * Scans the scale grid (rows/128 x cols/128 bytes) and x once per call. */
 static int fp8v_prescale(const dsv4_mat *w, const float *x, int nx) {
     if (nx != 1 || w->fmt != DSV4_WF_FP8 || w->scale_is_f32) return 0;
-    const int64_t ns = ((w->rows + 127) / 128) * ((w->cols + 127) / 128);
-    const uint8_t *s = w->scale;
-    int bmin = 255, bmax = 0;
-    for (int64_t i = 0; i < ns; i++) {
-        bmin = s[i] < bmin ? s[i] : bmin;
-        bmax = s[i] > bmax ? s[i] : bmax;
-    }
+    int bmin, bmax;
+    dsv4_lin_ue8m0_range(w, &bmin, &bmax);
     if (bmax > 246) return 0;
     /* |x| as integers: the largest, and the smallest nonzero (0 - 1 wraps to the top) */
     const __m512i absm = _mm512_set1_epi32(0x7fffffff), one = _mm512_set1_epi32(1);

@@ -66,6 +66,18 @@ void dsv4_lin_dequant8(const dsv4_mat *w, int64_t o, int64_t i, float out[8]) {
     }
 }
 
+void dsv4_lin_ue8m0_range(const dsv4_mat *w, int *bmin, int *bmax) {
+    const int64_t ns = ((w->rows + 127) / 128) * ((w->cols + 127) / 128);
+    const uint8_t *s = w->scale;
+    int lo = 255, hi = 0;
+    for (int64_t i = 0; i < ns; i++) {
+        lo = s[i] < lo ? s[i] : lo;
+        hi = s[i] > hi ? s[i] : hi;
+    }
+    *bmin = lo;
+    *bmax = hi;
+}
+
 void dsv4_lin_tables_init(dsv4_lin_tables *t) {
     static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
     for (int b = 0; b < 256; b++)

@@ -70,6 +70,10 @@ typedef struct dsv4_lin_tables {
 
 void dsv4_lin_tables_init(dsv4_lin_tables *t);
 
+/* The smallest and largest ue8m0 scale byte of an FP8 matrix's block grid (rows/128 x
+ * cols/128 bytes): what the levels' fp8_prescale tests need of the weights. */
+void dsv4_lin_ue8m0_range(const dsv4_mat *w, int *bmin, int *bmax);
+
 /* What one dsv4_linear call passes its kernels besides the operands. */
 typedef struct dsv4_lin_call {
     const dsv4_lin_tables *tab;
