@@ -155,6 +155,7 @@ int dsv4_tok_stream_push(dsv4_tok_stream *s, int32_t id, const char **text, size
     if (!valid_id(t, id)) return bad_id(t, id, 0, err);
     if ((s->flags & DSV4_DETOK_SKIP_SPECIAL) && (t->flags[id] & TOK_SPECIAL)) return 0;
     size_t w = t->bytes_off[id + 1] - t->bytes_off[id], n = s->npend + w;
+    if (n == 0) return 0;  // an empty token with nothing pending: the buffers may not exist yet
     if (n > s->in_cap) {
         size_t cap = n < 256 ? 256 : 2 * n;
         uint8_t *in = malloc(cap);

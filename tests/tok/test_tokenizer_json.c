@@ -394,11 +394,38 @@ static void test_malformed(void) {
     CHECK_ERR(err, DSV4_ERR_FORMAT, "not valid JSON");
 }
 
+/* A token whose text is empty (an added token "" or a vocab entry "") decodes to nothing,
+ * also as the first piece of a fresh stream, whose buffers are not allocated yet. */
+static void test_empty_token(void) {
+    dsv4_tokenizer *tok;
+    dsv4_err err = {0};
+    cJSON *root = base(byte_level(0, 0));
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(model_of(root), "vocab"), "", 272);
+    if (load_tree(root, &tok, &err)) { CHECK_MSG(0, "%s", err.msg); return; }
+    dsv4_tok_stream *s;
+    const char *p;
+    size_t m;
+    CHECK(dsv4_tok_stream_new(tok, 0, &s, &err) == 0);
+    CHECK(dsv4_tok_stream_push(s, 272, &p, &m, &err) == 0 && m == 0 && p && p[0] == 0);
+    CHECK(dsv4_tok_stream_push(s, 'a', &p, &m, &err) == 0 && m == 1 && p[0] == 'a');
+    CHECK(dsv4_tok_stream_push(s, 272, &p, &m, &err) == 0 && m == 0);
+    dsv4_tok_stream_flush(s, &p, &m);
+    CHECK(m == 0);
+    dsv4_tok_stream_free(s);
+    int32_t seq[] = {272, 'b', 272};
+    char *text;
+    size_t len;
+    CHECK(dsv4_detokenize(tok, seq, 3, 0, &text, &len, &err) == 0 && len == 1 && strcmp(text, "b") == 0);
+    free(text);
+    dsv4_tokenizer_free(tok);
+}
+
 int main(void) {
     test_bpe_order();
     test_byte_level_flags();
     test_split_behaviors();
     test_added_tokens();
     test_malformed();
+    test_empty_token();
     return test_report();
 }
