@@ -1,5 +1,5 @@
 /* gemv_prefetch.h — internal: the software prefetch of a GEMV task's weight stream,
- * shared by the x86 kernel levels (linear_avx2.c, linear_avx512.c). Include it only from
+ * shared by the x86 kernel levels (linear_avx2.c, linear_avx512*.c). Include it only from
  * files compiled with at least SSE (every x86-64 build). */
 #ifndef DSV4_KERNELS_GEMV_PREFETCH_H
 #define DSV4_KERNELS_GEMV_PREFETCH_H

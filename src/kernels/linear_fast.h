@@ -59,12 +59,12 @@ typedef struct dsv4_lin_tables {
     float e4m3[256]; /* dsv4_e4m3_to_f32 of every byte (the portable level's FP8 decode) */
     /* BF16 bits of e4m3 magnitude code m = 0..127 (exact: 4 significant bits, normal
      * exponents), high bytes then low bytes; code 127 is a NaN (the AVX-512 VBMI decoder's
-     * vpermi2b tables, linear_avx512.c) */
+     * vpermi2b tables, linear_avx512.h) */
     _Alignas(64) uint8_t e4m3_bf16_hi[128];
     _Alignas(64) uint8_t e4m3_bf16_lo[128];
     /* FP4 decode table per ue8m0 scale byte b: BF16 bits of e2m1 code k * 2^(b-127) at
      * words k and 16 + k (exact: the F32 product has 2 significant bits, or is a power-of-two
-     * subnormal, inf or NaN; the AVX-512 VBMI decoder's vpermw table, linear_avx512.c) */
+     * subnormal, inf or NaN; the AVX-512 VBMI decoder's vpermw table, linear_avx512.h) */
     _Alignas(64) uint16_t fp4_bf16[256][32];
 } dsv4_lin_tables;
 

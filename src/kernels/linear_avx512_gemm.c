@@ -1,0 +1,210 @@
+/* linear_avx512_gemm.c — the GEMM tiles of levels avx512 and avx512vbmi for the shared tile
+ * driver (linear_tile.c): each (LIN_NB, LIN_KB) weight tile dequantized exactly, then a 4 x 6
+ * register-blocked micro-kernel and a 16-output reduction in hsum16's tree. */
+#include "kernels/linear_avx512.h"
+
+#ifdef DSV4_LIN_AVX512
+
+/* ---- GEMM: dequantize a (LIN_NB, LIN_KB) tile, then a 4x6 register-blocked kernel -------- */
+
+/* Row o, columns [k0, k0 + kb), into dst, zero-padded to a multiple of 16. */
+static void dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb, float *dst) {
+    const int64_t n = w->cols;
+    for (int l = kb; l < ((kb + 15) & ~15); l++) dst[l] = 0.0f; /* what the 8-wide fallback leaves */
+    switch (w->fmt) {
+    case DSV4_WF_F32:
+    case DSV4_WF_F16:
+    case DSV4_WF_BF16: {
+        const int fmt = w->fmt;
+        const char *p = (const char *)w->w + o * n * (fmt == DSV4_WF_F32 ? 4 : 2);
+        for (int c = 0; c < kb; c += 16) {
+            const int m = kb - c >= 16 ? 16 : kb - c;
+            const __m512 v = fmt == DSV4_WF_F32   ? dec_dense(DSV4_WF_F32, p, k0 + c, m)
+                             : fmt == DSV4_WF_F16 ? dec_dense(DSV4_WF_F16, p, k0 + c, m)
+                                                  : dec_dense(DSV4_WF_BF16, p, k0 + c, m);
+            _mm512_store_ps(dst + c, v);
+        }
+        break;
+    }
+    case DSV4_WF_FP8: {
+        const int64_t nsb = (n + 127) / 128;
+        const uint8_t *p = (const uint8_t *)w->w + o * n + k0;
+        for (int c0 = 0; c0 < kb; c0 += 128) { /* k0 is a multiple of 128 */
+            const int c1 = c0 + 128 < kb ? c0 + 128 : kb;
+            const float s256f = scale_at(w, (o / 128) * nsb + (k0 + c0) / 128) * 256.0f;
+            if (isfinite(s256f) && !fp8_nan_seen(fp8_nan_scan(_mm512_setzero_si512(), p + c0, c1 - c0))) {
+                const __m512 s256 = _mm512_set1_ps(s256f);
+                for (int c = c0; c < c1; c += 32) {
+                    __m512 w0, w1;
+                    dec_fp8x32(p + c, c1 - c >= 32 ? 32 : c1 - c, s256, &w0, &w1);
+                    _mm512_store_ps(dst + c, w0);
+                    if (c1 - c > 16) _mm512_store_ps(dst + c + 16, w1);
+                }
+            } else { /* 256 * scale overflows, or NaN codes: the exact scalar decode */
+                for (int c = c0; c < c1; c += 8) dsv4_lin_dequant8(w, o, k0 + c, dst + c);
+            }
+        }
+        break;
+    }
+    case DSV4_WF_FP4: { /* cols and k0 are multiples of 32: natural column order */
+        const __m512i unperm = _mm512_loadu_si512((const void *)fp4_unperm);
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
+        const int64_t sb = o * (n / 32);
+        for (int c = 0; c < kb; c += 32) {
+            const __m512 t = fp4_block_table(tab, w, sb + (k0 + c) / 32);
+            const uint8_t *q = p + (k0 + c) / 2;
+            _mm512_store_ps(dst + c, _mm512_permutexvar_ps(unperm, dec_fp4(q, t)));
+            _mm512_store_ps(dst + c + 16, _mm512_permutexvar_ps(unperm, dec_fp4(q + 8, t)));
+        }
+        break;
+    }
+    default: break;
+    }
+}
+
+/* RT activation rows x 6 outputs (MICRO_OUTS). x: row 0 of the tile at column k0 (row
+ * stride ldx); wt: 6 tile rows (stride LIN_KB); acc: (RT, LIN_NB, 16) window at this tile.
+ * Per 16 columns: RT x loads, 6 weight loads, 6 RT FMAs. The driver runs the windows tile
+ * rows outermost, so the 6 x LIN_KB weights stay in L1 and only x comes from L2, 4 loads
+ * per 24 FMAs at RT = 4. micro_rt: rows 1..3 (the last rows of a block), an array of
+ * accumulators; micro4: the 24 accumulators, 4 x and a weight in 29 of the 32 registers,
+ * written out as named variables because GCC 12 keeps a 4 x 6 array on the stack around
+ * (and with a masked tail, inside) the chunk loop. */
+#define MICRO_OUTS 6
+AINLINE void micro_rt(int RT, const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
+    __m512 a[3][MICRO_OUTS];
+    for (int r = 0; r < RT; r++)
+        for (int j = 0; j < MICRO_OUTS; j++)
+            a[r][j] = init ? _mm512_setzero_ps() : _mm512_load_ps(acc + (r * LIN_NB + j) * 16);
+    for (int c = 0; c < kb; c += 16) {
+        const __mmask16 m = kb - c >= 16 ? (__mmask16)0xFFFF : mask16(kb - c);
+        __m512 xv[3];
+        for (int r = 0; r < RT; r++) xv[r] = _mm512_maskz_loadu_ps(m, x + r * ldx + c);
+        for (int j = 0; j < MICRO_OUTS; j++) {
+            const __m512 wv = _mm512_load_ps(wt + j * LIN_KB + c);
+            for (int r = 0; r < RT; r++) a[r][j] = _mm512_fmadd_ps(xv[r], wv, a[r][j]);
+        }
+    }
+    for (int r = 0; r < RT; r++)
+        for (int j = 0; j < MICRO_OUTS; j++) _mm512_store_ps(acc + (r * LIN_NB + j) * 16, a[r][j]);
+}
+
+/* accumulator of row r, output j; one statement per output j of the window */
+#define M4_ACC(r, j) a##r##j
+#define M4_EACH(OP) OP(0) OP(1) OP(2) OP(3) OP(4) OP(5)
+#define M4_DECL(j) __m512 M4_ACC(0, j), M4_ACC(1, j), M4_ACC(2, j), M4_ACC(3, j);
+#define M4_INIT(j)                                                                  \
+    M4_ACC(0, j) = init ? _mm512_setzero_ps() : _mm512_load_ps(acc + (0 * LIN_NB + j) * 16); \
+    M4_ACC(1, j) = init ? _mm512_setzero_ps() : _mm512_load_ps(acc + (1 * LIN_NB + j) * 16); \
+    M4_ACC(2, j) = init ? _mm512_setzero_ps() : _mm512_load_ps(acc + (2 * LIN_NB + j) * 16); \
+    M4_ACC(3, j) = init ? _mm512_setzero_ps() : _mm512_load_ps(acc + (3 * LIN_NB + j) * 16);
+#define M4_FMA(j)                                                          \
+    {                                                                      \
+        const __m512 wv = _mm512_load_ps(wt + j * LIN_KB + c);             \
+        M4_ACC(0, j) = _mm512_fmadd_ps(x0, wv, M4_ACC(0, j));              \
+        M4_ACC(1, j) = _mm512_fmadd_ps(x1, wv, M4_ACC(1, j));              \
+        M4_ACC(2, j) = _mm512_fmadd_ps(x2, wv, M4_ACC(2, j));              \
+        M4_ACC(3, j) = _mm512_fmadd_ps(x3, wv, M4_ACC(3, j));              \
+    }
+#define M4_STORE(j)                                                    \
+    _mm512_store_ps(acc + (0 * LIN_NB + j) * 16, M4_ACC(0, j));        \
+    _mm512_store_ps(acc + (1 * LIN_NB + j) * 16, M4_ACC(1, j));        \
+    _mm512_store_ps(acc + (2 * LIN_NB + j) * 16, M4_ACC(2, j));        \
+    _mm512_store_ps(acc + (3 * LIN_NB + j) * 16, M4_ACC(3, j));
+
+static void micro4(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
+    M4_EACH(M4_DECL)
+    M4_EACH(M4_INIT)
+    const int nf = kb & ~15;
+    for (int c = 0; c < nf; c += 16) {
+        /* the next window's x rows (the driver's next call, 4 rows down): from L2 or L3
+         * they would stall every chunk; a prefetch past the block's rows never faults */
+        for (int r = 4; r < 8; r++) _mm_prefetch((const char *)(x + r * ldx + c), _MM_HINT_T0);
+        const __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + ldx + c);
+        const __m512 x2 = _mm512_loadu_ps(x + 2 * ldx + c), x3 = _mm512_loadu_ps(x + 3 * ldx + c);
+        M4_EACH(M4_FMA)
+    }
+    if (nf < kb) { /* the zero-padded last chunk (the tile's weights are padded already) */
+        const int c = nf;
+        const __mmask16 m = mask16(kb - nf);
+        const __m512 x0 = _mm512_maskz_loadu_ps(m, x + c), x1 = _mm512_maskz_loadu_ps(m, x + ldx + c);
+        const __m512 x2 = _mm512_maskz_loadu_ps(m, x + 2 * ldx + c), x3 = _mm512_maskz_loadu_ps(m, x + 3 * ldx + c);
+        M4_EACH(M4_FMA)
+    }
+    M4_EACH(M4_STORE)
+}
+
+static void micro3(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
+    micro_rt(3, x, ldx, wt, kb, acc, init);
+}
+static void micro2(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
+    micro_rt(2, x, ldx, wt, kb, acc, init);
+}
+static void micro1(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
+    micro_rt(1, x, ldx, wt, kb, acc, init);
+}
+
+/* The 16 outputs of a row reduced together, each in hsum16's tree (l + (l + 8), then
+ * + 4, + 2, + 1; a + b == b + a exactly, so only the pairing matters): every level of the
+ * tree adds two vectors that hold the halves of two or more outputs side by side, 15 adds
+ * and 31 shuffles for 16 outputs where 16 hsum16 take 128 instructions (the reduction was
+ * 4.8 % of a 512-token prefill's samples). Slots past nb hold zero weights' sums or zeros
+ * (linear_tile.c) and are not stored. */
+static void reduce_row16(const float *acc, int nb, float *y) {
+    __m512 t[8], u[4], z[2];
+    for (int i = 0; i < 8; i++) { /* t[i] = [v(2i) l + v(2i) l+8 for l < 8, the same for v(2i+1)] */
+        const __m512 a = _mm512_load_ps(acc + 32 * i), b = _mm512_load_ps(acc + 32 * i + 16);
+        t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    }
+    for (int k = 0; k < 4; k++) /* quarter q of u[k]: output 4k + q, lanes l + (l + 4) */
+        u[k] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * k], t[2 * k + 1], 0x88),
+                             _mm512_shuffle_f32x4(t[2 * k], t[2 * k + 1], 0xDD));
+    for (int m = 0; m < 2; m++) /* quarter q of z[m]: outputs 8m + q, 8m + 4 + q, lanes l + (l + 2) */
+        z[m] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0x44),
+                             _mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0xEE));
+    /* lane 4q + p: output q + 4p */
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], 0x88), _mm512_shuffle_ps(z[0], z[1], 0xDD));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_mask_storeu_ps(y, mask16(nb), _mm512_permutexvar_ps(order, r));
+}
+
+static const dsv4_lin_tile_level avx512_tiles = {16, 4, MICRO_OUTS, dequant_row, {micro1, micro2, micro3, micro4},
+                                                 reduce_row16};
+
+void dsv4_lin_avx512_gemm(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
+                          float *scratch) {
+    dsv4_lin_gemm_tiled(&avx512_tiles, c, w, x, n_rows, y, o0, scratch);
+}
+
+/* level avx512vbmi's tiles: FP8 rows through the byte tables (no NaN scan, no fallback) */
+static VBMI void dequant_row_vbmi(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb,
+                                  float *dst) {
+    if (w->fmt != DSV4_WF_FP8) {
+        dequant_row(tab, w, o, k0, kb, dst);
+        return;
+    }
+    const fp8_tab t = fp8_tab_load(tab);
+    const int64_t n = w->cols, nsb = (n + 127) / 128;
+    const uint8_t *p = (const uint8_t *)w->w + o * n + k0;
+    for (int l = kb; l < ((kb + 15) & ~15); l++) dst[l] = 0.0f;
+    for (int c0 = 0; c0 < kb; c0 += 128) { /* k0 is a multiple of 128 */
+        const int c1 = c0 + 128 < kb ? c0 + 128 : kb;
+        const __m512 scale = _mm512_set1_ps(scale_at(w, (o / 128) * nsb + (k0 + c0) / 128));
+        for (int c = c0; c < c1; c += 64) {
+            const int m = c1 - c >= 64 ? 64 : c1 - c;
+            __m512 v[4];
+            dec_fp8x64(&t, p + c, m, scale, v);
+            for (int q = 0; q < 4 && 16 * q < m; q++) _mm512_store_ps(dst + c + 16 * q, v[q]);
+        }
+    }
+}
+
+static const dsv4_lin_tile_level avx512vbmi_tiles = {16, 4, MICRO_OUTS, dequant_row_vbmi,
+                                                     {micro1, micro2, micro3, micro4}, reduce_row16};
+
+void dsv4_lin_avx512vbmi_gemm(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
+                              int64_t o0, float *scratch) {
+    dsv4_lin_gemm_tiled(&avx512vbmi_tiles, c, w, x, n_rows, y, o0, scratch);
+}
+
+#endif

@@ -1,0 +1,368 @@
+/* linear_avx512_vbmi.c — level avx512vbmi of dsv4_linear: the AVX-512 kernels plus the VBMI
+ * byte permutes where the CPU has them. FP8 GEMVs decode through byte tables (linear_avx512.h),
+ * batch 1 has its own one-row FP8 GEMV, and 8..64 activation rows take the small-M kernel,
+ * which decodes each weight once per call. Every other case is level avx512's. */
+#include "kernels/linear_avx512.h"
+
+#ifdef DSV4_LIN_AVX512
+
+/* a[r][s] += x[s] . w[r] over the m (<= 64) columns from i: chunks of 16 in ascending
+ * order, the last one's x zero-padded, none past it */
+AINLINE VBMI void fp8v_step(int R, int NX, const fp8_tab *t, const uint8_t *const *p, const float *x, int64_t n,
+                            int64_t i, int m, __m512 scale, __m512 a[GEMV_R_MAX][GEMV_NX_MAX]) {
+    for (int r = 0; r < R; r++) {
+        __m512 w[4];
+        dec_fp8x64(t, p[r] + i, m, scale, w);
+        for (int q = 0; q < 4 && 16 * q < m; q++)
+            for (int s = 0; s < NX; s++) {
+                const float *xs = x + s * n + i + 16 * q;
+                const __m512 xv = m - 16 * q >= 16 ? _mm512_loadu_ps(xs) : _mm512_maskz_loadu_ps(mask16(m - 16 * q), xs);
+                a[r][s] = _mm512_fmadd_ps(xv, w[q], a[r][s]);
+            }
+    }
+}
+
+/* R rows o .. o+R-1 in one 128-row scale band, NX <= 8 activation rows, R * NX <= 16 */
+AINLINE VBMI void gemv_fp8v_rows(int R, int NX, const fp8_tab *t, const dsv4_mat *w, const float *x, float *y,
+                                 int64_t o, const gemv_pf *pf) {
+    const int64_t n = w->cols, nsb = (n + 127) / 128, band = o / 128, rows = w->rows;
+    const uint8_t *p[GEMV_R_MAX];
+    __m512 a[GEMV_R_MAX][GEMV_NX_MAX];
+    for (int r = 0; r < R; r++) {
+        p[r] = (const uint8_t *)w->w + (o + r) * n;
+        for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nsb; b++) {
+        const int64_t i0 = b * 128, i1 = i0 + 128 < n ? i0 + 128 : n;
+        const __m512 scale = _mm512_set1_ps(scale_at(w, band * nsb + b));
+        int64_t i = i0;
+        for (; i + 64 <= i1; i += 64) {
+            pf_step(pf, p[0], R * i, R * 64);
+            fp8v_step(R, NX, t, p, x, n, i, 64, scale, a);
+        }
+        if (i < i1) fp8v_step(R, NX, t, p, x, n, i, (int)(i1 - i), scale, a);
+    }
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < NX; s++) y[s * rows + o + r] = hsum16(a[r][s]);
+}
+
+/* weight rows a block: R * NX accumulators within 16 */
+#define GEMV_V_R(NX) ((NX) <= 4 ? 4 : 2)
+
+AINLINE VBMI void gemv_fp8v_nx(int NX, const fp8_tab *t, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+                               int64_t o1) {
+    const int R = GEMV_V_R(NX);
+    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * w->cols, (const uint8_t *)w->w + o1 * w->cols,
+                                GEMV_PF_FP8);
+    int64_t o = o0;
+    /* o0 is a multiple of 4 (linear_fast.c), so a block of R never straddles a band */
+    for (; o + R <= o1 && (o % R) == 0; o += R) gemv_fp8v_rows(R, NX, t, w, x, y, o, &pf);
+    for (; o < o1; o++) gemv_fp8v_rows(1, NX, t, w, x, y, o, &pf);
+}
+
+#define FP8V_CASE(NX) \
+    case NX: gemv_fp8v_nx(NX, &t, w, x, y, o0, o1); break;
+
+static VBMI void gemv_fp8v(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
+                           int64_t o1) {
+    const fp8_tab t = fp8_tab_load(c->tab);
+    switch (nx) {
+    FP8V_CASE(1) FP8V_CASE(2) FP8V_CASE(3) FP8V_CASE(4) FP8V_CASE(5) FP8V_CASE(6) FP8V_CASE(7)
+    default: gemv_fp8v_nx(8, &t, w, x, y, o0, o1); break;
+    }
+}
+
+/* ---- GEMV of one activation row (batch-1 decode), level avx512vbmi ---------------------------
+ * The same lanes, chunk order and tree as gemv_fp8v, written for what one row needs. Every
+ * accumulator a named register (GCC keeps the generic kernels' [R][NX] arrays on the stack
+ * when it does not unroll them, and each FMA then waits on a store and a reload); with
+ * ue8m0 scales x is prescaled, x * scale once per 16 columns for all 4 rows instead of every
+ * weight times the scale (dsv4_lin_call.fp8_prescale, exact by fp8v_prescale's test: e4m3 *
+ * scale is exact for every code and scale byte <= 246, so FMA(x * scale, e4m3, a) and FMA(x,
+ * e4m3 * scale, a) round the same exact product). 4 weight rows a block: each accumulator
+ * takes 4 dependent FMAs per 64 columns, 4 rows hide the FMA latency; 8 rows ran no faster
+ * from L2 and slower from DRAM (the 8 rows' streams outrun the prefetch). The prefetch runs
+ * at least one block (4 rows) ahead, so that the next block's rows are in flight while this
+ * one is decoded (wo_b's 2 KB rows: 1.33x the generic kernel, 1.12x with the 4 KB
+ * distance). Against the generic kernel on the decode step's FP8 shapes, cold, 2 threads:
+ * 1.15-1.47x (BENCHMARKS.md, "Session 7: batch-1 decode"). */
+
+#define G1_R 4 /* weight rows a block */
+
+/* a[r] += x . w[r] over the m (<= 64) columns from i of rows p + r * n, x already scaled
+ * (xs) or the weights multiplied by scale (!pre) */
+AINLINE VBMI void fp8v1_step(int R, int pre, const fp8_tab *t, const uint8_t *p, int64_t n, const __m512 xs[4], int m,
+                             __m512 scale, __m512 a[G1_R]) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        __m512 w[4];
+        if (pre) dec_fp8x64_raw(t, p + r * n, m, w);
+        else dec_fp8x64(t, p + r * n, m, scale, w);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            if (16 * q < m) a[r] = _mm512_fmadd_ps(xs[q], w[q], a[r]);
+    }
+}
+
+/* R rows o .. o+R-1 in one 128-row scale band */
+AINLINE VBMI void gemv1_fp8v_rows(int R, int pre, const fp8_tab *t, const dsv4_mat *w, const float *x, float *y,
+                                  int64_t o, const gemv_pf *pf) {
+    const int64_t n = w->cols, nsb = (n + 127) / 128, band = o / 128;
+    const uint8_t *p = (const uint8_t *)w->w + o * n;
+    __m512 a[G1_R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) a[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++) {
+        const int64_t i0 = b * 128, i1 = i0 + 128 < n ? i0 + 128 : n;
+        const __m512 scale = _mm512_set1_ps(scale_at(w, band * nsb + b));
+        for (int64_t i = i0; i < i1; i += 64) {
+            const int m = i1 - i >= 64 ? 64 : (int)(i1 - i);
+            pf_step(pf, p, R * i, R * 64);
+            __m512 xs[4];
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) {
+                const int mq = m - 16 * q; /* the last chunk's x zero-padded, none past it */
+                xs[q] = mq >= 16 ? _mm512_loadu_ps(x + i + 16 * q)
+                                 : _mm512_maskz_loadu_ps(mq > 0 ? mask16(mq) : 0, x + i + 16 * q);
+                if (pre) xs[q] = _mm512_mul_ps(xs[q], scale);
+            }
+            if (m == 64) fp8v1_step(R, pre, t, p + i, n, xs, 64, scale, a);
+            else fp8v1_step(R, pre, t, p + i, n, xs, m, scale, a);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) y[o + r] = hsum16(a[r]);
+}
+
+AINLINE VBMI void gemv1_fp8v_pre(int pre, const fp8_tab *t, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+                                 int64_t o1) {
+    const int64_t n = w->cols, dist = G1_R * n > GEMV_PF_FP8 ? G1_R * n : GEMV_PF_FP8;
+    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * n, (const uint8_t *)w->w + o1 * n, dist);
+    int64_t o = o0;
+    /* o0 is a multiple of 4 (linear_fast.c), so a block never straddles a scale band */
+    for (; o + G1_R <= o1; o += G1_R) gemv1_fp8v_rows(G1_R, pre, t, w, x, y, o, &pf);
+    for (; o < o1; o++) gemv1_fp8v_rows(1, pre, t, w, x, y, o, &pf);
+}
+
+static VBMI void gemv1_fp8v(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+                            int64_t o1) {
+    const fp8_tab t = fp8_tab_load(c->tab);
+    if (c->fp8_prescale) gemv1_fp8v_pre(1, &t, w, x, y, o0, o1);
+    else gemv1_fp8v_pre(0, &t, w, x, y, o0, o1);
+}
+
+/* dsv4_lin_call.fp8_prescale at level avx512vbmi: one activation row (the batch-1 GEMV),
+ * ue8m0 scales, every block's scale byte <= 246 (so e4m3 * scale is finite, and exact for
+ * every code: the smallest, 2^-9 * 2^-127, is an F32 subnormal with one significant bit),
+ * and x * scale zero or a normal float for every x and scale (x * 2^e is then exact).
+ * Scans the scale grid (rows/128 x cols/128 bytes) and x once per call. */
+static int fp8v_prescale(const dsv4_mat *w, const float *x, int nx) {
+    if (nx != 1 || w->fmt != DSV4_WF_FP8 || w->scale_is_f32) return 0;
+    int bmin, bmax;
+    dsv4_lin_ue8m0_range(w, &bmin, &bmax);
+    if (bmax > 246) return 0;
+    /* |x| as integers: the largest, and the smallest nonzero (0 - 1 wraps to the top) */
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff), one = _mm512_set1_epi32(1);
+    __m512i vmax = _mm512_setzero_si512(), vmin = _mm512_set1_epi32(-1);
+    for (int64_t i = 0; i < w->cols; i += 16) {
+        const __mmask16 k = w->cols - i >= 16 ? (__mmask16)0xFFFF : mask16((int)(w->cols - i));
+        const __m512i a = _mm512_and_si512(_mm512_maskz_loadu_epi32(k, x + i), absm);
+        vmax = _mm512_mask_max_epu32(vmax, k, vmax, a);
+        vmin = _mm512_mask_min_epu32(vmin, k, vmin, _mm512_sub_epi32(a, one));
+    }
+    const uint32_t amax = (uint32_t)_mm512_reduce_max_epu32(vmax), amin1 = (uint32_t)_mm512_reduce_min_epu32(vmin);
+    if (amax >= 0x7f800000u) return 0; /* inf or NaN */
+    if (amax == 0) return 1;           /* all zeros */
+    const double xmin = dsv4_bits_to_f32(amin1 + 1), xmax = dsv4_bits_to_f32(amax);
+    /* the smallest nonzero product a normal float, the largest below 2^127 */
+    return ldexp(xmin, bmin - 127) >= 0x1p-126 && ldexp(xmax, bmax - 127) < 0x1p127;
+}
+
+static void gemv_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
+                            int64_t o1) {
+    if (w->fmt == DSV4_WF_FP8 && nx == 1) gemv1_fp8v(c, w, x, y, o0, o1);
+    else if (w->fmt == DSV4_WF_FP8) gemv_fp8v(c, w, x, nx, y, o0, o1);
+    else dsv4_lin_avx512_gemv(c, w, x, nx, y, o0, o1); /* FP4 included: see gemv_fp4 (linear_avx512.c) */
+}
+
+/* ---- small-M (level avx512vbmi): 8..64 activation rows, each weight decoded once -------------
+ * The GEMV decodes a weight in registers for at most 8 activation rows, so 16 rows took two
+ * passes that decode every weight twice, and its 2 x 8 block of accumulators next to the
+ * FP8 tables leaves GCC short of registers. Here a task's weight rows go in panels of
+ * LIN_SMALLM_NB = 8 (4 for a task's last 1-4 rows): the panel is decoded once, by the GEMV's
+ * own decoders (the same exact values, padding lanes included), into per-thread F32 scratch
+ * (8, ld) that stays in L1/L2, and every activation row runs against it in blocks of 3
+ * rows, 8 x 3 accumulators in registers (4 x 4 for a 4-row panel) over all the columns:
+ * chunks of 16 in ascending order, the last one's x zero-padded, then hsum16's tree. Those are linear_fast.h's lanes and order, so every
+ * output is the GEMV's (and the GEMM's) bits, whichever rows share the call. */
+
+#define SM_MR_MAX 4 /* activation rows of the largest register block */
+
+/* row o's columns [0, cols) decoded into dst (cols rounded up to 16, 64-byte aligned) */
+static VBMI void sm_decode_row(const dsv4_lin_call *c, const fp8_tab *t, const dsv4_mat *w, int64_t o, float *dst) {
+    const int64_t n = w->cols;
+    if (w->fmt == DSV4_WF_FP8) {
+        const int64_t nsb = (n + 127) / 128, band = o / 128;
+        const uint8_t *p = (const uint8_t *)w->w + o * n;
+        for (int64_t b = 0; b < nsb; b++) {
+            const int64_t i0 = b * 128, i1 = i0 + 128 < n ? i0 + 128 : n;
+            const __m512 scale = _mm512_set1_ps(scale_at(w, band * nsb + b));
+            for (int64_t i = i0; i < i1; i += 64) {
+                const int m = i1 - i >= 64 ? 64 : (int)(i1 - i);
+                __m512 v[4];
+                dec_fp8x64(t, p + i, m, scale, v);
+                for (int q = 0; q < 4 && 16 * q < m; q++) _mm512_store_ps(dst + i + 16 * q, v[q]);
+            }
+        }
+    } else if (w->fmt == DSV4_WF_FP4) { /* cols % 32 == 0 (checked by the driver) */
+        const __m512i shifts = fp4v_shifts();
+        const int64_t nsb = n / 32;
+        const int f32s = w->scale_is_f32;
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
+        for (int64_t b = 0; b < nsb; b++) {
+            const uint8_t sbyte = f32s ? 127 : ((const uint8_t *)w->scale)[o * nsb + b];
+            const __m512i tb = _mm512_load_si512((const void *)c->tab->fp4_bf16[sbyte]);
+            __m512 w0 = dec_fp4v(p + b * 16, shifts, tb), w1 = dec_fp4v(p + b * 16 + 8, shifts, tb);
+            if (f32s) {
+                const __m512 sc = _mm512_set1_ps(((const float *)w->scale)[o * nsb + b]);
+                w0 = _mm512_mul_ps(w0, sc);
+                w1 = _mm512_mul_ps(w1, sc);
+            }
+            _mm512_store_ps(dst + 32 * b, w0);
+            _mm512_store_ps(dst + 32 * b + 16, w1);
+        }
+    } else { /* F32, F16, BF16 */
+        const char *row = (const char *)w->w + o * n * (w->fmt == DSV4_WF_F32 ? 4 : 2);
+        for (int64_t i = 0; i < n; i += 16) {
+            const int m = n - i >= 16 ? 16 : (int)(n - i);
+            const __m512 v = w->fmt == DSV4_WF_F32   ? dec_dense(DSV4_WF_F32, row, i, m)
+                             : w->fmt == DSV4_WF_F16 ? dec_dense(DSV4_WF_F16, row, i, m)
+                                                     : dec_dense(DSV4_WF_BF16, row, i, m);
+            _mm512_store_ps(dst + i, v);
+        }
+    }
+}
+
+/* y[0 .. nb) = the sums of a[0 .. nb), each in hsum16's tree, four outputs at once */
+AINLINE void sm_store4(const __m512 a[4], int nb, float *y) {
+    /* lanes l + (l + 8), two outputs a vector */
+    const __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(a[0], a[1], 0x44), _mm512_shuffle_f32x4(a[0], a[1], 0xEE));
+    const __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(a[2], a[3], 0x44), _mm512_shuffle_f32x4(a[2], a[3], 0xEE));
+    /* block j: output j's lanes l + (l + 4), l < 4 */
+    const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, 0x88), _mm512_shuffle_f32x4(t01, t23, 0xDD));
+    const __m512 z = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E)); /* (l0 + l2), (l1 + l3) */
+    const __m512 r = _mm512_add_ps(z, _mm512_permute_ps(z, 0xB1)); /* lane 4j: output j */
+    const __m512 v = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), r);
+    _mm_mask_storeu_ps(y, (__mmask8)((1u << nb) - 1u), _mm512_castps512_ps128(v));
+}
+
+/* MR activation rows (x, stride n) against NW (4 or 8) panel rows (stride ld): y (MR, rows)
+ * at the block's first output, nb of them stored. Per 16 columns NW panel loads (L1) and MR
+ * x loads (L1 or L2) feed NW * MR FMAs: x is reloaded once per NW weight rows, so the
+ * 8-row panel halves the x stream of the 4-row one. */
+AINLINE void sm_rows(int NW, int MR, const float *x, int64_t n, const float *panel, int64_t ld, float *y,
+                     int64_t rows, int nb, const char *pf, int64_t pf_step) {
+    __m512 a[SM_MR_MAX][LIN_SMALLM_NB];
+    for (int s = 0; s < MR; s++)
+        for (int j = 0; j < NW; j++) a[s][j] = _mm512_setzero_ps();
+    const int64_t nf = n & ~(int64_t)15;
+    for (int64_t i = 0; i < nf; i += 16) {
+        /* the next panel's weights, a few lines a chunk: issued all at once they fill the
+         * line fill buffers and stall the loads behind them */
+        if (pf)
+            for (int64_t b = 0; b < pf_step; b += 64) _mm_prefetch(pf + i / 16 * pf_step + b, _MM_HINT_T0);
+        __m512 xv[SM_MR_MAX];
+        for (int s = 0; s < MR; s++) xv[s] = _mm512_loadu_ps(x + s * n + i);
+        for (int j = 0; j < NW; j++) {
+            __m512 wv = _mm512_load_ps(panel + j * ld + i);
+            /* one load per weight vector, used MR times: without this GCC folds it into
+             * every FMA, MR loads instead of one, and the loop runs out of load ports */
+            __asm__("" : "+v"(wv));
+            for (int s = 0; s < MR; s++) a[s][j] = _mm512_fmadd_ps(xv[s], wv, a[s][j]);
+        }
+    }
+    if (nf < n) {
+        const __mmask16 k = mask16((int)(n - nf));
+        __m512 xv[SM_MR_MAX];
+        for (int s = 0; s < MR; s++) xv[s] = _mm512_maskz_loadu_ps(k, x + s * n + nf);
+        for (int j = 0; j < NW; j++) {
+            const __m512 wv = _mm512_load_ps(panel + j * ld + nf);
+            for (int s = 0; s < MR; s++) a[s][j] = _mm512_fmadd_ps(xv[s], wv, a[s][j]);
+        }
+    }
+    for (int s = 0; s < MR; s++) {
+        sm_store4(a[s], nb < 4 ? nb : 4, y + s * rows);
+        if (NW == 8 && nb > 4) sm_store4(a[s] + 4, nb - 4, y + s * rows + 4);
+    }
+}
+
+/* all n_rows activation rows against one panel of NW weight rows (nb of them real), while
+ * prefetching [pf, pf_end): the next panel's weights, spread over the chunks of the first
+ * row blocks */
+AINLINE void sm_panel(int NW, const float *x, int n_rows, int64_t n, const float *panel, int64_t ld, float *y,
+                      int64_t rows, int nb, const char *pf, const char *pf_end) {
+    const int MR = NW == 8 ? 3 : 4; /* NW * MR accumulators: 24 or 16 of the 32 registers */
+    const int64_t chunks = (n + 15) / 16, blocks = (n_rows + MR - 1) / MR;
+    /* bytes a chunk prefetches, whole lines, so that every block but the last helps */
+    const int64_t per_block = ((pf_end - pf) + blocks - 1) / blocks;
+    const int64_t step = ((per_block + chunks - 1) / chunks + 63) & ~(int64_t)63;
+    for (int s0 = 0; s0 < n_rows; s0 += MR) {
+        const char *p = pf < pf_end ? pf : NULL;
+        const float *xs = x + (int64_t)s0 * n;
+        float *ys = y + (int64_t)s0 * rows;
+        switch (n_rows - s0 < MR ? n_rows - s0 : MR) {
+        case 1: sm_rows(NW, 1, xs, n, panel, ld, ys, rows, nb, p, step); break;
+        case 2: sm_rows(NW, 2, xs, n, panel, ld, ys, rows, nb, p, step); break;
+        case 3: sm_rows(NW, 3, xs, n, panel, ld, ys, rows, nb, p, step); break;
+        default: sm_rows(NW, 4, xs, n, panel, ld, ys, rows, nb, p, step); break;
+        }
+        pf += chunks * step;
+    }
+}
+
+static VBMI void smallm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
+                                   int64_t o0, int64_t o1, float *scratch) {
+    const int64_t n = w->cols, rows = w->rows, ld = (n + 15) & ~(int64_t)15;
+    float *panel = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63); /* (LIN_SMALLM_NB, ld) */
+    const fp8_tab t = fp8_tab_load(c->tab);
+    const int64_t rb = dsv4_mat_bytes(w) / (rows > 0 ? rows : 1); /* weight bytes a row, about */
+    const char *wbase = (const char *)w->w;
+    for (int64_t o = o0; o < o1;) {
+        /* 8 weight rows a panel, 4 for a task's last few (a short task pads less) */
+        const int NW = o1 - o > 4 ? 8 : 4;
+        const int nb = o1 - o < NW ? (int)(o1 - o) : NW;
+        /* the next panel's weights while this one computes (not past the task's rows) */
+        const int64_t pe = o + nb + LIN_SMALLM_NB < o1 ? o + nb + LIN_SMALLM_NB : o1;
+        const char *pf = wbase + (o + nb) * rb, *pf_end = wbase + pe * rb;
+        for (int j = 0; j < nb; j++) sm_decode_row(c, &t, w, o + j, panel + j * ld);
+        for (int j = nb; j < NW; j++) memset(panel + j * ld, 0, sizeof(float) * (size_t)ld);
+        if (NW == 8) sm_panel(8, x, n_rows, n, panel, ld, y + o, rows, nb, pf, pf_end);
+        else sm_panel(4, x, n_rows, n, panel, ld, y + o, rows, nb, pf, pf_end);
+        o += nb;
+    }
+}
+
+/* 8 rows a GEMV call, up to 16 in two passes for every format: with the table decode the
+ * two FP8 passes beat the tile GEMM at 12 and 16 rows on 5 of the 7 decode shapes
+ * (1.1-1.5x; wq_a and wo_b 0.87-0.99x; bench_linear --decode --rows 12,16, BENCHMARKS.md).
+ * One pass of 16 rows at one weight row (16 accumulators) ran 0.5-1.25x the GEMM: each x
+ * load then feeds a single FMA. */
+static const dsv4_lin_kernels avx512vbmi_kernels = {
+    GEMV_NX_MAX, 16, 16, gemv_avx512vbmi, dsv4_lin_avx512vbmi_gemm, fp8v_prescale,
+    /* small-M from 8 rows for FP8 and FP4, 17 for the dense formats, up to 32 (the GEMM
+     * before): against two 8-row GEMV passes on the decode shapes at 16 rows it ran FP8
+     * 1.0-2.1x, FP4 1.05-1.8x, BF16 0.71-1.35x (the head 0.71); at 8 rows FP8 0.94-1.6x,
+     * FP4 1.0-2.2x but the 8192-row head 0.70x, BF16 0.54-0.95x; at 32 rows, against the
+     * tile GEMM, 1.16-2.6x for all three (bench_linear --decode --rows 4,8,16,32,
+     * BENCHMARKS.md); up to 64 rows where x is at most LIN_SMALLM_BIG_X_FLOATS
+     * (linear_fast.h) */
+    {[DSV4_WF_F32] = 17, [DSV4_WF_F16] = 17, [DSV4_WF_BF16] = 17, [DSV4_WF_FP8] = 8, [DSV4_WF_FP4] = 8},
+    smallm_avx512vbmi};
+
+const dsv4_lin_kernels *dsv4_lin_kernels_avx512vbmi(void) { return &avx512vbmi_kernels; }
+
+#else
+
+const dsv4_lin_kernels *dsv4_lin_kernels_avx512vbmi(void) { return 0; }
+
+#endif
