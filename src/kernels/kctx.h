@@ -77,6 +77,11 @@ typedef struct dsv4_lin_op {
  * of once per matrix (each hand-off costs microseconds; a decode-sized matrix is tens of
  * them). Every y gets exactly dsv4_linear's bits. No y may overlap any x or another y. */
 void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops);
+/* The same products on the calling thread, each in as few kernel calls as its path takes
+ * (a GEMV over all its outputs at once): for a task of a caller that cuts the work into its
+ * own tasks (the one-row MoE job), where splitting a product again only restarts the
+ * weight stream's prefetch. Every y gets exactly dsv4_linear's bits. */
+void dsv4_linear_here(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops);
 
 /* The W8A8 kernel's buffer for quantized activations (kernels/w8a8.h): reserved once for
  * matrices of up to max_cols inputs (an engine does it at create), so that its calls do

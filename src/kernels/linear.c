@@ -95,7 +95,9 @@ int dsv4_mat_rows(const dsv4_mat *w, int64_t r0, int64_t n, dsv4_mat *view) {
     case DSV4_WF_F16:
     case DSV4_WF_BF16: view->w = (const uint16_t *)w->w + r0 * c; return 0;
     case DSV4_WF_FP8: {
-        if (r0 % 128) return -1;
+        /* the view's row 0 must start a 128-row scale band, or the view lie inside one
+         * (its rows then all use the band's scales, which the view starts at) */
+        if (r0 % 128 && r0 % 128 + n > 128) return -1;
         const int64_t scols = (c + 127) / 128;
         view->w = (const uint8_t *)w->w + r0 * c;
         view->scale = (const uint8_t *)w->scale + (r0 / 128) * scols * (w->scale_is_f32 ? 4 : 1);

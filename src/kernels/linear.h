@@ -43,7 +43,8 @@ void dsv4_linear_ref(const dsv4_mat *w, const float *x, int n_rows, float *y, fl
 int64_t dsv4_mat_bytes(const dsv4_mat *w);
 
 /* A view of rows [r0, r0 + n) of w (used for the per-group blocks of wo_a). Returns 0, or
- * -1 when the format cannot be sliced there (FP8 with r0 not a multiple of 128). */
+ * -1 when the format cannot be sliced there (FP8 with r0 not a multiple of 128 and rows
+ * [r0, r0 + n) not inside one 128-row scale band). */
 int dsv4_mat_rows(const dsv4_mat *w, int64_t r0, int64_t n, dsv4_mat *view);
 
 #endif

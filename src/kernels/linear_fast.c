@@ -233,7 +233,7 @@ static int lin_trivial(dsv4_kctx *k, const dsv4_lin_op *op) {
 }
 
 /* target_macs: the multiply-adds a GEMV task should carry (the job's total over about 8
- * tasks per thread, so that threads finish together) */
+ * tasks per thread, so that threads finish together; 0: one task for all outputs) */
 static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs, lin_plan *pl) {
     const dsv4_mat *w = op->w;
     const int64_t rows = w->rows, n = w->cols;
@@ -268,7 +268,9 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
     /* GEMV and small-M: 4..LIN_GEMV_NB outputs per task (a multiple of 4: the kernels take
      * rows in fours); the split never changes a result */
     pl->per = LIN_NB;
-    if (pl->gemv || pl->smallm) {
+    if ((pl->gemv || pl->smallm) && target_macs == 0) {
+        pl->per = rows; /* the kernels take any count of outputs from a multiple of 4 */
+    } else if (pl->gemv || pl->smallm) {
         int64_t per = target_macs / (n * op->n_rows);
         per &= ~(int64_t)3;
         pl->per = per < 4 ? 4 : per > LIN_GEMV_NB ? LIN_GEMV_NB : per;
@@ -343,6 +345,17 @@ void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
         } else {
             dsv4_kctx_parallel(k, n_tasks, lin_task, &job);
         }
+    }
+}
+
+void dsv4_linear_here(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
+    const int tid = dsv4_kctx_tid(k);
+    for (int i = 0; i < n_ops; i++) {
+        if (lin_trivial(k, &ops[i])) continue;
+        lin_plan plan;
+        lin_plan_op(k, &ops[i], 0, &plan);
+        lin_job job = {k, &plan, 1};
+        for (int t = 0; t < plan.n_tasks; t++) lin_task(&job, t, tid);
     }
 }
 

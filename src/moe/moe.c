@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "kernels/ops.h"
+#include "moe/moe_impl.h"
 #include "util/err.h"
 
 /* Bound on the (rows, K, D) gathered-input and expert-output buffers of one pass; larger
@@ -53,8 +54,8 @@ static void moe_scores(const dsv4_config *cfg, const float *logits, double *s) {
 }
 
 /* Selection and weights of one token from its gate logits (E). s: scratch (E). */
-static int route_row(const dsv4_config *cfg, const dsv4_block_w *b, const float *logits,
-                     int32_t token, int *sel, float *w, double *s, dsv4_err *err) {
+int dsv4_moe_route_row(const dsv4_config *cfg, const dsv4_block_w *b, const float *logits, int32_t token, int *sel,
+                       float *w, double *s, dsv4_err *err) {
     const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
     const int hash = b->layer_id < cfg->num_hash_layers;
     /* a hash layer's weights need only its K experts' scores where each score is its own
@@ -120,7 +121,7 @@ void dsv4_moe_route(const dsv4_config *cfg, const dsv4_block_w *b, const float *
     if (row && logits && s) {
         /* The reference linear, one row: the same sums as dsv4_linear_ref. */
         dsv4_linear_ref(&b->gate, x, 1, logits, row);
-        rc = route_row(cfg, b, logits, token, sel, w, s, NULL);
+        rc = dsv4_moe_route_row(cfg, b, logits, token, sel, w, s, NULL);
     }
     if (rc != DSV4_OK)  /* no error channel here: an impossible route, visibly */
         for (int k = 0; k < K; k++) { sel[k] = -1; w[k] = 0.0f; }
@@ -133,8 +134,7 @@ void dsv4_moe_route(const dsv4_config *cfg, const dsv4_block_w *b, const float *
 
 /* h[r][i] = w[r] · silu(g) · u after the clamp (gate upper only, up both sides; off when
  * limit ≤ 0). g, u, h: (n, I); h may alias g. */
-static void swiglu_rows(const float *g, const float *u, const float *w, int n, int I,
-                        float limit, float *h) {
+void dsv4_moe_swiglu_rows(const float *g, const float *u, const float *w, int n, int I, float limit, float *h) {
     for (int r = 0; r < n; r++) {
         const float wr = w ? w[r] : 1.0f;
         for (int i = 0; i < I; i++) {
@@ -265,7 +265,7 @@ static void route_task(void *arg, int r, int tid) {
     route_job *j = arg;
     const int E = j->cfg->n_routed_experts, K = j->cfg->num_experts_per_tok;
     double *s = (double *)(void *)dsv4_kctx_scratch(j->k, tid);
-    if (route_row(j->cfg, j->b, j->logits + (int64_t)r * E, j->tokens ? j->tokens[r] : -1, j->sel + (int64_t)r * K,
+    if (dsv4_moe_route_row(j->cfg, j->b, j->logits + (int64_t)r * E, j->tokens ? j->tokens[r] : -1, j->sel + (int64_t)r * K,
                   j->w + (int64_t)r * K, s, NULL))
         atomic_store_explicit(&j->failed, 1, memory_order_relaxed);
 }
@@ -283,7 +283,7 @@ int dsv4_moe_gate(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b, c
         /* a row failed: the serial pass below finds the first and says why */
     }
     for (int r = 0; r < R; r++) {
-        int rc = route_row(cfg, b, logits + (int64_t)r * E, tokens ? tokens[r] : -1,
+        int rc = dsv4_moe_route_row(cfg, b, logits + (int64_t)r * E, tokens ? tokens[r] : -1,
                            sel + (int64_t)r * K, w + (int64_t)r * K, s, err);
         if (rc) return rc;
     }
@@ -300,57 +300,18 @@ static void swiglu_task(void *arg, int i, int tid) {
     const swiglu_job *j = arg;
     const float limit = j->cfg->swiglu_limit > 0 ? (float)j->cfg->swiglu_limit : 0.0f;
     const dsv4_moe_group *g = &j->gr[i];
-    swiglu_rows(g->g, g->u, g->w, g->n, j->cfg->moe_intermediate_size, limit, g->g);
+    dsv4_moe_swiglu_rows(g->g, g->u, g->w, g->n, j->cfg->moe_intermediate_size, limit, g->g);
 }
 
 /* Groups per slice: two linears each, one dsv4_linear_batch job per phase. */
-#define MOE_SLICE 32
+#define MOE_SLICE DSV4_MOE_ONE_MAX_GROUPS
 
-/* One-row groups (batch-1 decode): W1, W3 and the SwiGLU in one job, a task per block of
- * MOE_FUSE_ROWS intermediate values of a group: its rows of x W1^T and x W3^T (the products
- * run inline in the task, on row views of the weights), then the clamped SwiGLU on them.
- * Elementwise after the products, so no task waits for another: the SwiGLU no longer runs
- * on one thread between the two jobs (7 x 512 values a decode step's layer: ~27 us, the
- * longest serial stretch of the MoE). A product's outputs do not depend on how its rows are
- * split (linear_fast.h), so the bits are those of the two-phase path. */
-#define MOE_FUSE_ROWS 128 /* a multiple of 128: FP8 row views start on a scale band */
-
-typedef struct {
-    const dsv4_numerics *nm;
-    dsv4_kctx *k;
-    const dsv4_config *cfg;
-    const dsv4_moe_group *gr;
-    int blocks; /* MOE_FUSE_ROWS blocks per group */
-} fused_job;
-
-static void fused_task(void *arg, int t, int tid) {
-    (void)tid;
-    const fused_job *j = arg;
-    const dsv4_moe_group *g = &j->gr[t / j->blocks];
-    const int64_t I = j->cfg->moe_intermediate_size, r0 = (int64_t)(t % j->blocks) * MOE_FUSE_ROWS;
-    const int64_t nr = I - r0 < MOE_FUSE_ROWS ? I - r0 : MOE_FUSE_ROWS;
-    dsv4_mat v1, v3; /* sliced by fuse_ok */
-    dsv4_mat_rows(g->w1, r0, nr, &v1);
-    dsv4_mat_rows(g->w3, r0, nr, &v3);
-    const dsv4_lin_op ops[2] = {{&v1, g->x, 1, g->g + r0}, {&v3, g->x, 1, g->u + r0}};
-    j->nm->linear(j->nm, j->k, ops, 2);
-    const float limit = j->cfg->swiglu_limit > 0 ? (float)j->cfg->swiglu_limit : 0.0f;
-    swiglu_rows(g->g + r0, g->u + r0, g->w, 1, (int)nr, limit, g->g + r0);
-}
-
-/* The fused job applies: the exact numerics (another mode may treat a product as a whole),
- * one row in every group, and weights that slice at every block. */
-static int fuse_ok(const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_moe_group *s, int ng) {
+/* The one-row job (moe_one.c) applies: the exact numerics (another mode may treat a product
+ * as a whole) and one row in every group. */
+static int one_row_ok(const dsv4_numerics *nm, const dsv4_moe_group *s, int ng) {
     if (nm != dsv4_numerics_exact()) return 0;
-    const int64_t I = cfg->moe_intermediate_size;
-    for (int i = 0; i < ng; i++) {
+    for (int i = 0; i < ng; i++)
         if (s[i].n != 1) return 0;
-        for (int64_t r0 = 0; r0 < I; r0 += MOE_FUSE_ROWS) {
-            const int64_t nr = I - r0 < MOE_FUSE_ROWS ? I - r0 : MOE_FUSE_ROWS;
-            dsv4_mat v;
-            if (dsv4_mat_rows(s[i].w1, r0, nr, &v) || dsv4_mat_rows(s[i].w3, r0, nr, &v)) return 0;
-        }
-    }
     return 1;
 }
 
@@ -360,25 +321,22 @@ void dsv4_moe_experts(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *
     for (int g0 = 0; g0 < n_groups; g0 += MOE_SLICE) {
         const int ng = n_groups - g0 < MOE_SLICE ? n_groups - g0 : MOE_SLICE;
         const dsv4_moe_group *s = gr + g0;
+        /* one row in every group (batch-1 decode): everything in one job (moe_one.c) */
+        if (one_row_ok(nm, s, ng) && dsv4_moe_one_run(k, cfg, s, ng, NULL, NULL) == 0) continue;
         dsv4_lin_op ops[2 * MOE_SLICE];
-        if (fuse_ok(nm, cfg, s, ng)) {
-            fused_job fj = {nm, k, cfg, s, (int)((I + MOE_FUSE_ROWS - 1) / MOE_FUSE_ROWS)};
-            dsv4_kctx_parallel(k, ng * fj.blocks, fused_task, &fj);
-        } else {
-            int64_t elems = 0;
-            /* W1 and W3 of every group */
-            for (int i = 0; i < ng; i++) {
-                ops[2 * i] = (dsv4_lin_op){s[i].w1, s[i].x, s[i].n, s[i].g};
-                ops[2 * i + 1] = (dsv4_lin_op){s[i].w3, s[i].x, s[i].n, s[i].u};
-                elems += s[i].n * I;
-            }
-            nm->linear(nm, k, ops, 2 * ng);
-            /* clamped SwiGLU times the routing weight: elementwise, so any split gives the
-             * same bits; worth the pool only for prefill-sized groups */
-            swiglu_job sj = {cfg, s};
-            if (elems >= (1 << 16)) dsv4_kctx_parallel(k, ng, swiglu_task, &sj);
-            else for (int i = 0; i < ng; i++) swiglu_task(&sj, i, 0);
+        int64_t elems = 0;
+        /* W1 and W3 of every group */
+        for (int i = 0; i < ng; i++) {
+            ops[2 * i] = (dsv4_lin_op){s[i].w1, s[i].x, s[i].n, s[i].g};
+            ops[2 * i + 1] = (dsv4_lin_op){s[i].w3, s[i].x, s[i].n, s[i].u};
+            elems += s[i].n * I;
         }
+        nm->linear(nm, k, ops, 2 * ng);
+        /* clamped SwiGLU times the routing weight: elementwise, so any split gives the
+         * same bits; worth the pool only for prefill-sized groups */
+        swiglu_job sj = {cfg, s};
+        if (elems >= (1 << 16)) dsv4_kctx_parallel(k, ng, swiglu_task, &sj);
+        else for (int i = 0; i < ng; i++) swiglu_task(&sj, i, 0);
         /* W2 of every group */
         for (int i = 0; i < ng; i++) ops[i] = (dsv4_lin_op){s[i].w2, s[i].g, s[i].n, s[i].out};
         nm->linear(nm, k, ops, ng);
@@ -439,6 +397,28 @@ static int moe_pass(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cf
                     moe_scratch *m, dsv4_err *err) {
     const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
     const int D = cfg->hidden_size, I = cfg->moe_intermediate_size;
+
+    /* One row (batch-1 decode): router, routing and experts in one job (moe_one.c), the
+     * shared expert's items first. */
+    if (R == 1 && nm == dsv4_numerics_exact()) {
+        const int64_t sh0 = (int64_t)K * I;
+        const dsv4_moe_group sh = {&b->sh_w1, &b->sh_w3, &b->sh_w2, x, NULL, 1, m->sh, m->g + sh0, m->u + sh0};
+        const int32_t token = tokens ? tokens[0] : -1;
+        const dsv4_moe_one_route rt = {b, token, m->logits, m->s, m->sel, m->w, m->og, m->g, m->u};
+        const int one = dsv4_moe_one_run(k, cfg, &sh, 1, x, &rt);
+        if (one == -1) { /* the routing failed: again, for its message */
+            const int rc = dsv4_moe_route_row(cfg, b, m->logits, token, m->sel, m->w, m->s, err);
+            return rc ? rc : dsv4_fail(err, DSV4_ERR_STATE, "moe: layer %d: the routing failed", b->layer_id);
+        }
+        if (one == 0) {
+            if (sel_out) memcpy(sel_out, m->sel, (size_t)K * sizeof(int));
+            for (int kk = 0; kk < K; kk++) m->at[kk] = kk; /* og holds the outputs in k order */
+            dsv4_moe_combine(D, K, m->og, m->at, m->sh, y);
+            nm->round(nm, DSV4_ACT_MOE_OUT, y, D);
+            return DSV4_OK;
+        }
+        /* a weight that could not be sliced: the general path below */
+    }
 
     /* 1. Route every row. */
     int rc = dsv4_moe_gate(k, cfg, b, x, tokens, R, m->sel, m->w, m->logits, m->s, err);

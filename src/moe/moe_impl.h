@@ -1,0 +1,42 @@
+/* moe_impl.h — internal to src/moe: the per-row pieces moe.c and moe_one.c share, so that
+ * both paths run the same arithmetic on a row. */
+#ifndef DSV4_MOE_MOE_IMPL_H
+#define DSV4_MOE_MOE_IMPL_H
+
+#include "moe/moe.h"
+
+/* Selection sel (K) and weights w (K) of one token from its gate logits (E). s: scratch (E). */
+int dsv4_moe_route_row(const dsv4_config *cfg, const dsv4_block_w *b, const float *logits, int32_t token, int *sel,
+                       float *w, double *s, dsv4_err *err);
+
+/* h[r][i] = w[r] · silu(g) · u after the clamp (gate upper only, up both sides; off when
+ * limit ≤ 0). g, u, h: (n, I); h may alias g. */
+void dsv4_moe_swiglu_rows(const float *g, const float *u, const float *w, int n, int I, float limit, float *h);
+
+/* ---- one row (batch-1 decode) as one pool job: moe_one.c ------------------------------- */
+
+#define DSV4_MOE_ONE_MAX_GROUPS 32 /* expert groups one job takes */
+
+/* The router stage of a one-row job: logits = x gate^T, then the token's routing; the
+ * routed groups' buffers. */
+typedef struct dsv4_moe_one_route {
+    const dsv4_block_w *b;
+    int32_t token;
+    float *logits; /* (E) */
+    double *s;     /* (E) scores scratch */
+    int *sel;      /* (K) */
+    float *w;      /* (K) */
+    float *og;     /* (K, D) routed expert outputs, k order */
+    float *g, *u;  /* (K, I) */
+} dsv4_moe_one_route;
+
+/* Every group of one activation row (n == 1, at most DSV4_MOE_ONE_MAX_GROUPS groups, exact
+ * numerics): W1/W3 + SwiGLU and W2 of each, and with rt the router before them, in one
+ * pool job. With rt, gr holds the groups that need no routing (the shared expert) and the
+ * K routed groups are appended by the routing (k order) for x. Returns DSV4_OK, or -1
+ * when the routing failed (rerun dsv4_moe_route_row for its message), or -2 when a weight
+ * could not be sliced (nothing usable was written: take the general path). */
+int dsv4_moe_one_run(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group *gr, int ng, const float *x,
+                     const dsv4_moe_one_route *rt);
+
+#endif

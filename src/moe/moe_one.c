@@ -1,0 +1,193 @@
+/* moe_one.c — the MoE of one row (batch-1 decode) as one pool job.
+ *
+ * At one row every product is a GEMV and the layer's MoE is about 1.3 MB of weights read
+ * once (router, shared expert, six routed experts). Run as three jobs (router, W1/W3 +
+ * SwiGLU, W2) with the routing on one thread between the first two, each job ended with
+ * the threads up to a task apart and the routing left one thread idle (BENCHMARKS.md,
+ * session 7: ~130 us a step). Here the job's threads claim items from one ordered list
+ * instead (an atomic counter, ascending):
+ *
+ *   router blocks | W1/W3 + SwiGLU blocks, shared expert first | W2 blocks, same group order
+ *
+ * The thread that finishes the last router block routes the token and appends the routed
+ * groups; their W1/W3 items wait for that (the shared expert's items, which need no
+ * routing, keep the other thread busy meanwhile), and a group's W2 items wait for its
+ * W1/W3 items. An item waits only for items before it, each already claimed by a thread
+ * that is running it, so the job cannot deadlock, and run on one thread (or nested) the
+ * list simply runs in order. Items are cut by bytes (64 KB .. 128 KB of weights), the W2
+ * items smaller since the job ends on them.
+ *
+ * Each product runs on row views through dsv4_linear_here, whose outputs do not depend on
+ * how the rows are cut (linear_fast.h): every value is the one the general path computes.
+ */
+#include <sched.h>
+#include <stdatomic.h>
+
+#include "kernels/linear.h"
+#include "moe/moe_impl.h"
+
+#define ONE_UP_BYTES ((int64_t)128 << 10)     /* W1 + W3 weights per item */
+#define ONE_DOWN_BYTES ((int64_t)64 << 10)    /* W2 weights per item */
+#define ONE_ROUTER_BYTES ((int64_t)128 << 10) /* router weights per item */
+
+/* A run of items over the rows of a product: items [first, first + count), `rows` rows each
+ * (the last one fewer). */
+typedef struct {
+    int first, count;
+    int64_t rows;
+} one_span;
+
+typedef struct {
+    dsv4_kctx *k;
+    const dsv4_config *cfg;
+    float limit;
+    const float *x; /* (D) the row */
+    const dsv4_moe_one_route *rt;
+    one_span router;
+    atomic_int router_left; /* router items not finished */
+    atomic_int unrouted;    /* 1 until the routing is done (then route_ok says how it went) */
+    int route_ok;
+    atomic_int unsliced;    /* a view could not be made */
+    dsv4_moe_group gr[DSV4_MOE_ONE_MAX_GROUPS];
+    int ng, n_fixed; /* groups; those known before the routing */
+    one_span up[DSV4_MOE_ONE_MAX_GROUPS], down[DSV4_MOE_ONE_MAX_GROUPS];
+    atomic_int up_left[DSV4_MOE_ONE_MAX_GROUPS]; /* W1/W3 items of a group not finished */
+    int n_items;
+    atomic_int next; /* the next item to claim */
+} one_job;
+
+/* Rows per item: bytes / row_bytes, a multiple of 128 or else 64, so that a view at a
+ * multiple of it can be made of every format (an FP8 view starts a scale band or lies in
+ * one); all rows when fewer. */
+static int64_t item_rows(int64_t rows, int64_t row_bytes, int64_t bytes) {
+    int64_t r = row_bytes > 0 ? bytes / row_bytes : rows;
+    r = r >= 128 ? r & ~(int64_t)127 : 64;
+    return r < rows ? r : rows;
+}
+
+static int span_add(one_span *s, int first, int64_t rows, int64_t per) {
+    *s = (one_span){first, (int)((rows + per - 1) / per), per};
+    return first + s->count;
+}
+
+/* Until *a (a count of unfinished work) is 0. Waits are short (an item of the other thread:
+ * microseconds); past a few thousand polls its holder may have been descheduled, so yield. */
+static void wait_zero(atomic_int *a) {
+    for (int i = 0; atomic_load_explicit(a, memory_order_acquire) > 0; i++) {
+        if (i < 4096) {
+#if defined(__x86_64__) || defined(__i386__)
+            __asm__ volatile("pause");
+#endif
+        } else {
+            sched_yield();
+        }
+    }
+}
+
+/* rows [r0, r0 + n) of y = x w^T, for item work; 0, or -1 when w cannot be sliced there */
+static int product_rows(one_job *j, const dsv4_mat *w, const float *x, float *y, int64_t r0, int64_t n, int n_ops,
+                        const dsv4_mat *w2, float *y2) {
+    dsv4_mat v[2];
+    if (dsv4_mat_rows(w, r0, n, &v[0]) || (n_ops > 1 && dsv4_mat_rows(w2, r0, n, &v[1]))) {
+        atomic_store_explicit(&j->unsliced, 1, memory_order_relaxed);
+        return -1;
+    }
+    const dsv4_lin_op ops[2] = {{&v[0], x, 1, y + r0}, {n_ops > 1 ? &v[1] : NULL, x, 1, n_ops > 1 ? y2 + r0 : NULL}};
+    dsv4_linear_here(j->k, ops, n_ops);
+    return 0;
+}
+
+/* The last router item's finisher: the routing, then the routed groups for everyone. */
+static void route(one_job *j) {
+    const dsv4_moe_one_route *rt = j->rt;
+    const int K = j->cfg->num_experts_per_tok, D = j->cfg->hidden_size, I = j->cfg->moe_intermediate_size;
+    if (dsv4_moe_route_row(j->cfg, rt->b, rt->logits, rt->token, rt->sel, rt->w, rt->s, NULL)) {
+        atomic_store_explicit(&j->unrouted, 0, memory_order_release); /* route_ok stays 0 */
+        return;
+    }
+    for (int kk = 0; kk < K; kk++) {
+        const int e = rt->sel[kk];
+        j->gr[j->n_fixed + kk] = (dsv4_moe_group){&rt->b->w1[e], &rt->b->w3[e], &rt->b->w2[e], j->x,
+                                                  rt->w + kk, 1, rt->og + (int64_t)kk * D,
+                                                  rt->g + (int64_t)kk * I, rt->u + (int64_t)kk * I};
+    }
+    j->route_ok = 1;
+    atomic_store_explicit(&j->unrouted, 0, memory_order_release);
+}
+
+/* Which span of spans[0 .. n) holds item it (-1: none). */
+static int find_span(const one_span *spans, int n, int it) {
+    for (int g = 0; g < n; g++)
+        if (it >= spans[g].first && it < spans[g].first + spans[g].count) return g;
+    return -1;
+}
+
+static void run_item(one_job *j, int it) {
+    const dsv4_moe_one_route *rt = j->rt;
+    if (rt && it < j->router.first + j->router.count) {
+        const int64_t r0 = (it - j->router.first) * j->router.rows, E = j->cfg->n_routed_experts;
+        product_rows(j, &rt->b->gate, j->x, rt->logits, r0, E - r0 < j->router.rows ? E - r0 : j->router.rows, 1,
+                     NULL, NULL);
+        if (atomic_fetch_sub_explicit(&j->router_left, 1, memory_order_acq_rel) == 1) route(j);
+        return;
+    }
+    int g = find_span(j->up, j->ng, it);
+    if (g >= 0) { /* W1/W3 rows of group g, then their SwiGLU */
+        if (g >= j->n_fixed) wait_zero(&j->unrouted);
+        if (g < j->n_fixed || j->route_ok) {
+            const dsv4_moe_group *gp = &j->gr[g];
+            const int64_t I = j->cfg->moe_intermediate_size, r0 = (it - j->up[g].first) * j->up[g].rows;
+            const int64_t n = I - r0 < j->up[g].rows ? I - r0 : j->up[g].rows;
+            if (!product_rows(j, gp->w1, gp->x, gp->g, r0, n, 2, gp->w3, gp->u))
+                dsv4_moe_swiglu_rows(gp->g + r0, gp->u + r0, gp->w, 1, (int)n, j->limit, gp->g + r0);
+        }
+        atomic_fetch_sub_explicit(&j->up_left[g], 1, memory_order_release);
+        return;
+    }
+    g = find_span(j->down, j->ng, it);
+    if (g < 0) return;
+    wait_zero(&j->up_left[g]); /* after the routing too, for a routed group */
+    if (g >= j->n_fixed && !j->route_ok) return;
+    const dsv4_moe_group *gp = &j->gr[g];
+    const int64_t D = j->cfg->hidden_size, r0 = (it - j->down[g].first) * j->down[g].rows;
+    product_rows(j, gp->w2, gp->g, gp->out, r0, D - r0 < j->down[g].rows ? D - r0 : j->down[g].rows, 1, NULL, NULL);
+}
+
+static void one_task(void *arg, int t, int tid) {
+    (void)t, (void)tid;
+    one_job *j = arg;
+    for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) run_item(j, it);
+}
+
+int dsv4_moe_one_run(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group *gr, int ng, const float *x,
+                     const dsv4_moe_one_route *rt) {
+    const int K = rt ? cfg->num_experts_per_tok : 0;
+    const int64_t D = cfg->hidden_size, I = cfg->moe_intermediate_size;
+    if (ng + K > DSV4_MOE_ONE_MAX_GROUPS) return -2;
+    one_job j = {.k = k, .cfg = cfg, .limit = cfg->swiglu_limit > 0 ? (float)cfg->swiglu_limit : 0.0f, .x = x, .rt = rt,
+                 .ng = ng + K, .n_fixed = ng};
+    for (int g = 0; g < ng; g++) j.gr[g] = gr[g];
+    int n = 0;
+    if (rt) {
+        const dsv4_mat *gate = &rt->b->gate;
+        n = span_add(&j.router, 0, gate->rows, item_rows(gate->rows, dsv4_mat_bytes(gate) / gate->rows, ONE_ROUTER_BYTES));
+    }
+    /* the routed groups' items are cut as expert 0's matrices would be */
+    for (int g = 0; g < j.ng; g++) {
+        const dsv4_mat *w1 = g < ng ? gr[g].w1 : &rt->b->w1[0], *w3 = g < ng ? gr[g].w3 : &rt->b->w3[0];
+        n = span_add(&j.up[g], n, I, item_rows(I, (dsv4_mat_bytes(w1) + dsv4_mat_bytes(w3)) / I, ONE_UP_BYTES));
+    }
+    for (int g = 0; g < j.ng; g++) {
+        const dsv4_mat *w2 = g < ng ? gr[g].w2 : &rt->b->w2[0];
+        n = span_add(&j.down[g], n, D, item_rows(D, dsv4_mat_bytes(w2) / D, ONE_DOWN_BYTES));
+    }
+    j.n_items = n;
+    atomic_init(&j.router_left, j.router.count);
+    atomic_init(&j.unrouted, 1);
+    atomic_init(&j.unsliced, 0);
+    atomic_init(&j.next, 0);
+    for (int g = 0; g < j.ng; g++) atomic_init(&j.up_left[g], j.up[g].count);
+    dsv4_kctx_parallel(k, dsv4_kctx_threads(k), one_task, &j);
+    if (atomic_load(&j.unsliced)) return -2;
+    return rt && !j.route_ok ? -1 : 0;
+}
