@@ -322,7 +322,7 @@ void dsv4_moe_experts(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *
         const int ng = n_groups - g0 < MOE_SLICE ? n_groups - g0 : MOE_SLICE;
         const dsv4_moe_group *s = gr + g0;
         /* one row in every group (batch-1 decode): everything in one job (moe_one.c) */
-        if (one_row_ok(nm, s, ng) && dsv4_moe_one_run(k, cfg, s, ng, NULL, NULL) == 0) continue;
+        if (one_row_ok(nm, s, ng) && dsv4_moe_one_run(k, cfg, s, ng, NULL, NULL, DSV4_MOE_ONE_ITEM_BYTES) == 0) continue;
         dsv4_lin_op ops[2 * MOE_SLICE];
         int64_t elems = 0;
         /* W1 and W3 of every group */
@@ -405,7 +405,7 @@ static int moe_pass(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cf
         const dsv4_moe_group sh = {&b->sh_w1, &b->sh_w3, &b->sh_w2, x, NULL, 1, m->sh, m->g + sh0, m->u + sh0};
         const int32_t token = tokens ? tokens[0] : -1;
         const dsv4_moe_one_route rt = {b, token, m->logits, m->s, m->sel, m->w, m->og, m->g, m->u};
-        const int one = dsv4_moe_one_run(k, cfg, &sh, 1, x, &rt);
+        const int one = dsv4_moe_one_run(k, cfg, &sh, 1, x, &rt, DSV4_MOE_ONE_ITEM_BYTES);
         if (one == -1) { /* the routing failed: again, for its message */
             const int rc = dsv4_moe_route_row(cfg, b, m->logits, token, m->sel, m->w, m->s, err);
             return rc ? rc : dsv4_fail(err, DSV4_ERR_STATE, "moe: layer %d: the routing failed", b->layer_id);

@@ -16,6 +16,10 @@ void dsv4_moe_swiglu_rows(const float *g, const float *u, const float *w, int n,
 /* ---- one row (batch-1 decode) as one pool job: moe_one.c ------------------------------- */
 
 #define DSV4_MOE_ONE_MAX_GROUPS 32 /* expert groups one job takes */
+/* Weight bytes of a W1/W3 item (both matrices) and of a router item; W2 items take half.
+ * Small enough that the two threads end close together, large enough that each item's
+ * GEMV streams a while (FP4 experts: 4 items of W1/W3, 4 of W2; FP8 shared expert: 8, 8). */
+#define DSV4_MOE_ONE_ITEM_BYTES ((int64_t)128 << 10)
 
 /* The router stage of a one-row job: logits = x gate^T, then the token's routing; the
  * routed groups' buffers. */
@@ -35,8 +39,9 @@ typedef struct dsv4_moe_one_route {
  * pool job. With rt, gr holds the groups that need no routing (the shared expert) and the
  * K routed groups are appended by the routing (k order) for x. Returns DSV4_OK, or -1
  * when the routing failed (rerun dsv4_moe_route_row for its message), or -2 when a weight
- * could not be sliced (nothing usable was written: take the general path). */
+ * could not be sliced (nothing usable was written: take the general path). item_bytes:
+ * DSV4_MOE_ONE_ITEM_BYTES (tests take less, to cut small matrices into many items). */
 int dsv4_moe_one_run(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group *gr, int ng, const float *x,
-                     const dsv4_moe_one_route *rt);
+                     const dsv4_moe_one_route *rt, int64_t item_bytes);
 
 #endif

@@ -14,8 +14,8 @@
  * routing, keep the other thread busy meanwhile), and a group's W2 items wait for its
  * W1/W3 items. An item waits only for items before it, each already claimed by a thread
  * that is running it, so the job cannot deadlock, and run on one thread (or nested) the
- * list simply runs in order. Items are cut by bytes (64 KB .. 128 KB of weights), the W2
- * items smaller since the job ends on them.
+ * list simply runs in order. Items are cut by bytes (DSV4_MOE_ONE_ITEM_BYTES of weights, the
+ * W2 items half that since the job ends on them).
  *
  * Each product runs on row views through dsv4_linear_here, whose outputs do not depend on
  * how the rows are cut (linear_fast.h): every value is the one the general path computes.
@@ -25,10 +25,6 @@
 
 #include "kernels/linear.h"
 #include "moe/moe_impl.h"
-
-#define ONE_UP_BYTES ((int64_t)128 << 10)     /* W1 + W3 weights per item */
-#define ONE_DOWN_BYTES ((int64_t)64 << 10)    /* W2 weights per item */
-#define ONE_ROUTER_BYTES ((int64_t)128 << 10) /* router weights per item */
 
 /* A run of items over the rows of a product: items [first, first + count), `rows` rows each
  * (the last one fewer). */
@@ -56,12 +52,21 @@ typedef struct {
     atomic_int next; /* the next item to claim */
 } one_job;
 
-/* Rows per item: bytes / row_bytes, a multiple of 128 or else 64, so that a view at a
- * multiple of it can be made of every format (an FP8 view starts a scale band or lies in
- * one); all rows when fewer. */
-static int64_t item_rows(int64_t rows, int64_t row_bytes, int64_t bytes) {
-    int64_t r = row_bytes > 0 ? bytes / row_bytes : rows;
-    r = r >= 128 ? r & ~(int64_t)127 : 64;
+/* Rows per item of w (and a matrix of the same format beside it, n_mats in all): items of
+ * at most about `bytes` of weights, as even as a multiple of 4 rows allows; for FP8 a
+ * multiple of 128 or else 64, so that every view starts a scale band or lies inside one.
+ * A routed expert of another format than expert 0's (which cut its items) may not slice:
+ * the job then says so. */
+static int64_t item_rows(const dsv4_mat *w, int n_mats, int64_t bytes) {
+    const int64_t rows = w->rows > 0 ? w->rows : 1, row_bytes = n_mats * dsv4_mat_bytes(w) / rows;
+    int64_t r;
+    if (w->fmt == DSV4_WF_FP8) {
+        r = row_bytes > 0 ? bytes / row_bytes : rows;
+        r = r >= 128 ? r & ~(int64_t)127 : 64;
+    } else {
+        const int64_t items = bytes > 0 ? (rows * row_bytes + bytes - 1) / bytes : 1;
+        r = ((rows + items - 1) / items + 3) & ~(int64_t)3;
+    }
     return r < rows ? r : rows;
 }
 
@@ -160,7 +165,7 @@ static void one_task(void *arg, int t, int tid) {
 }
 
 int dsv4_moe_one_run(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group *gr, int ng, const float *x,
-                     const dsv4_moe_one_route *rt) {
+                     const dsv4_moe_one_route *rt, int64_t item_bytes) {
     const int K = rt ? cfg->num_experts_per_tok : 0;
     const int64_t D = cfg->hidden_size, I = cfg->moe_intermediate_size;
     if (ng + K > DSV4_MOE_ONE_MAX_GROUPS) return -2;
@@ -169,18 +174,14 @@ int dsv4_moe_one_run(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group 
     for (int g = 0; g < ng; g++) j.gr[g] = gr[g];
     int n = 0;
     if (rt) {
-        const dsv4_mat *gate = &rt->b->gate;
-        n = span_add(&j.router, 0, gate->rows, item_rows(gate->rows, dsv4_mat_bytes(gate) / gate->rows, ONE_ROUTER_BYTES));
+        n = span_add(&j.router, 0, rt->b->gate.rows, item_rows(&rt->b->gate, 1, item_bytes));
     }
-    /* the routed groups' items are cut as expert 0's matrices would be */
-    for (int g = 0; g < j.ng; g++) {
-        const dsv4_mat *w1 = g < ng ? gr[g].w1 : &rt->b->w1[0], *w3 = g < ng ? gr[g].w3 : &rt->b->w3[0];
-        n = span_add(&j.up[g], n, I, item_rows(I, (dsv4_mat_bytes(w1) + dsv4_mat_bytes(w3)) / I, ONE_UP_BYTES));
-    }
-    for (int g = 0; g < j.ng; g++) {
-        const dsv4_mat *w2 = g < ng ? gr[g].w2 : &rt->b->w2[0];
-        n = span_add(&j.down[g], n, D, item_rows(D, dsv4_mat_bytes(w2) / D, ONE_DOWN_BYTES));
-    }
+    /* the routed groups' items are cut as expert 0's matrices would be; W1 and W3 share a
+     * format (else the job reports an unsliced view) */
+    for (int g = 0; g < j.ng; g++)
+        n = span_add(&j.up[g], n, I, item_rows(g < ng ? gr[g].w1 : &rt->b->w1[0], 2, item_bytes));
+    for (int g = 0; g < j.ng; g++) /* W2 items half the size: the job ends on them */
+        n = span_add(&j.down[g], n, D, item_rows(g < ng ? gr[g].w2 : &rt->b->w2[0], 1, item_bytes / 2));
     j.n_items = n;
     atomic_init(&j.router_left, j.router.count);
     atomic_init(&j.unrouted, 1);

@@ -381,6 +381,48 @@ static void check_paths_agree(int level) {
            dsv4_simd_name(level), (long long)total, (long long)bad);
 }
 
+/* dsv4_linear_here (one product on the calling thread, one kernel call) gives dsv4_linear's
+ * bits, on whole matrices and on row views; an FP8 view is made where it starts a scale
+ * band or lies inside one, and refused where it would straddle one. */
+static void check_here_and_views(int level) {
+    const dsv4_wfmt fmts[4] = {DSV4_WF_FP8, DSV4_WF_FP4, DSV4_WF_BF16, DSV4_WF_F32};
+    static const int64_t views[][2] = {{0, 64}, {64, 64}, {192, 61}, {128, 128}, {8, 100}, {0, 256}};
+    int64_t bad = 0;
+    for (int fi = 0; fi < 4; fi++)
+        for (int sc = 0; sc < (fmts[fi] == DSV4_WF_FP8 || fmts[fi] == DSV4_WF_FP4 ? 2 : 1); sc++)
+            for (int nr = 1; nr <= 3; nr += 2) {
+                const int64_t rows = 256, cols = 160;
+                tmat t = make_mat(fmts[fi], sc, rows, cols);
+                float *x = rand_vec(nr * cols), *y = malloc(sizeof(float) * nr * rows);
+                float *yv = malloc(sizeof(float) * nr * rows), *yh = malloc(sizeof(float) * nr * rows);
+                dsv4_kctx_set_simd(kc[2], level);
+                dsv4_linear(kc[2], &t.m, x, nr, y);
+                for (size_t vi = 0; vi < sizeof views / sizeof views[0]; vi++) {
+                    const int64_t r0 = views[vi][0], n = views[vi][1];
+                    dsv4_mat v;
+                    const int straddles = fmts[fi] == DSV4_WF_FP8 && r0 % 128 && r0 % 128 + n > 128;
+                    const int rc = dsv4_mat_rows(&t.m, r0, n, &v);
+                    CHECK_MSG(rc == (straddles ? -1 : 0), "%s view [%lld, +%lld): dsv4_mat_rows %d", fmt_name(fmts[fi], sc),
+                              (long long)r0, (long long)n, rc);
+                    if (rc) continue;
+                    const dsv4_lin_op op = {&v, x, nr, yh};
+                    dsv4_linear_here(kc[2], &op, 1);
+                    dsv4_linear(kc[2], &v, x, nr, yv);
+                    for (int s = 0; s < nr; s++)
+                        bad += !same_bits(yh + s * n, y + s * rows + r0, n) || !same_bits(yv + s * n, y + s * rows + r0, n);
+                }
+                free(x), free(y), free(yv), free(yh);
+                free_mat(&t);
+            }
+    CHECK_MSG(bad == 0, "level %s: %lld row views differ from the whole product (linear_here or linear)",
+              dsv4_simd_name(level), (long long)bad);
+    /* a view straddling a band is refused, whatever the scales */
+    tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, 256, 32);
+    dsv4_mat v;
+    CHECK(dsv4_mat_rows(&t.m, 64, 65, &v) == -1 && dsv4_mat_rows(&t.m, 127, 2, &v) == -1);
+    free_mat(&t);
+}
+
 /* The VBMI FP4 tables hold BF16: every e2m1 code times every ue8m0 scale must be exact in
  * it (the F32 product's low 16 bits zero), both copies. */
 static void check_fp4_bf16_tables(void) {
@@ -572,6 +614,7 @@ int main(void) {
         check_fp8_nan(level);
         check_guard_pages(level);
         if (level > DSV4_SIMD_SCALAR) check_paths_agree(level);
+        check_here_and_views(level);
         /* a batch larger than one accumulator block (LIN_MB rows) */
         check_case(DSV4_WF_BF16, SC_E8M0, 40, 300, 200, level);
         check_case(DSV4_WF_FP4, SC_E8M0, 33, 544, 101, level);

@@ -7,6 +7,7 @@
 
 #include "kernels/kctx.h"
 #include "moe/moe.h"
+#include "moe/moe_impl.h"
 #include "test.h"
 
 /* ---- helpers ------------------------------------------------------------------------- */
@@ -424,6 +425,62 @@ static void test_hash_and_errors(void) {
     tfree_all();
 }
 
+/* The one-row job (moe_one.c) on 3 threads, its products cut into many small items (the
+ * router, W1/W3 and W2 in 4-row pieces), into a few, or whole: every row's output and
+ * selection are bitwise the general path's (the row inside a batch). A routing that fails
+ * is reported (the items waiting for it do not hang), and by dsv4_moe_forward as an error. */
+static void test_one_row_job(void) {
+    const moe_case t = {"one-row job", 48, 40, 16, 4, 40, 5, 2, DSV4_SCORE_SQRTSOFTPLUS, 0.5, 1.5, 0, 1, 1};
+    fake f;
+    make_fake(&f, &t);
+    enum { S = 6 };
+    const int D = t.D, I = t.I, E = t.E, K = t.K;
+    float *x = talloc(sizeof(float) * S * D), *y = talloc(sizeof(float) * S * D), *y1 = talloc(sizeof(float) * D);
+    float *logits = talloc(sizeof(float) * E), *og = talloc(sizeof(float) * K * D), *sh = talloc(sizeof(float) * D);
+    float *g = talloc(sizeof(float) * (K + 1) * I), *u = talloc(sizeof(float) * (K + 1) * I), wk[16];
+    double *s = talloc(sizeof(double) * E);
+    int32_t tok[S];
+    int sel[S * 16], sel1[16], idx[16];
+    for (int i = 0; i < S * D; i++) x[i] = (float)(1.5 * urand());
+    for (int r = 0; r < S; r++) tok[r] = r;
+    for (int kk = 0; kk < K; kk++) idx[kk] = kk;
+    dsv4_err err;
+    CHECK(moe_fwd(&f.cfg, &f.b, x, tok, S, y, sel, &err) == DSV4_OK); /* the general path, 1 thread */
+    dsv4_kctx *k1 = kctx, *k3;
+    CHECK(dsv4_kctx_create(3, 256, &k3, &err) == DSV4_OK);
+    const int64_t bytes[3] = {256, 4096, DSV4_MOE_ONE_ITEM_BYTES};
+    int bad = 0, failed = 0;
+    for (int r = 0; r < S; r++)
+        for (int bi = 0; bi < 3; bi++) {
+            const dsv4_moe_group shg = {&f.b.sh_w1, &f.b.sh_w3, &f.b.sh_w2, x + r * D, NULL, 1, sh, g + K * I, u + K * I};
+            const dsv4_moe_one_route rt = {&f.b, tok[r], logits, s, sel1, wk, og, g, u};
+            memset(og, 0xff, sizeof(float) * K * D); /* NaN: a part never written shows */
+            failed += dsv4_moe_one_run(k3, &f.cfg, &shg, 1, x + r * D, &rt, bytes[bi]) != 0;
+            dsv4_moe_combine(D, K, og, idx, sh, y1);
+            bad += memcmp(y1, y + r * D, sizeof(float) * D) != 0 || memcmp(sel1, sel + r * K, sizeof(int) * K) != 0;
+        }
+    CHECK_MSG(failed == 0 && bad == 0, "one-row job: %d runs failed, %d of %d differ from the general path", failed, bad,
+              3 * S);
+    /* dsv4_moe_forward of one row on 3 threads takes the job */
+    kctx = k3;
+    bad = 0;
+    for (int r = 0; r < S; r++) {
+        CHECK(moe_fwd(&f.cfg, &f.b, x + r * D, tok + r, 1, y1, sel1, &err) == DSV4_OK);
+        bad += memcmp(y1, y + r * D, sizeof(float) * D) != 0 || memcmp(sel1, sel + r * K, sizeof(int) * K) != 0;
+    }
+    CHECK_MSG(bad == 0, "one-row forward on 3 threads: %d of %d rows differ", bad, S);
+    /* a hash layer without its table: the routing fails inside the job */
+    f.b.layer_id = 0;
+    const dsv4_moe_group shg = {&f.b.sh_w1, &f.b.sh_w3, &f.b.sh_w2, x, NULL, 1, sh, g + K * I, u + K * I};
+    const dsv4_moe_one_route rt = {&f.b, tok[0], logits, s, sel1, wk, og, g, u};
+    CHECK(dsv4_moe_one_run(k3, &f.cfg, &shg, 1, x, &rt, 256) == -1);
+    CHECK(moe_fwd(&f.cfg, &f.b, x, tok, 1, y1, NULL, &err) == DSV4_ERR_ARG);
+    CHECK_ERR(err, DSV4_ERR_ARG, "routes by hash but has no tid2eid");
+    kctx = k1;
+    dsv4_kctx_free(k3);
+    tfree_all();
+}
+
 int main(void) {
     dsv4_err err;
     if (dsv4_kctx_create(1, 256, &kctx, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
@@ -443,6 +500,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 37);
     test_ties();
     test_hash_and_errors();
+    test_one_row_job();
     dsv4_kctx_free(kctx);
     return test_report();
 }
