@@ -1,9 +1,9 @@
 /* sparse_attn.c — attention of one query over a list of shared K=V rows with a per-head
  * sink logit (spec/model.md §5.10). The sink only enlarges the denominator.
  *
- * The scores run row-outer over a group of heads: each K=V row (read from the cache in its
- * storage format) is loaded once per pass for all heads of the group instead of once per head;
- * the value sum keeps blocks of heads x columns in registers over all rows.
+ * The scores are one dot_rows call over all heads (each level blocks heads and rows so
+ * that each K=V row, read from the cache in its storage format, is loaded once per group
+ * of heads); the value sum keeps blocks of heads x columns in registers over all rows.
  * Per head and per element the arithmetic is the plain formula in a fixed order
  * (attn_ops.h), so the result does not depend on how heads are grouped into calls. */
 #include <math.h>
@@ -11,20 +11,11 @@
 #include "attn/attention.h"
 #include "kernels/kv_rows.h"
 
-/* Heads scored per pass over the rows: the AVX2 dotn's group; 16 heads of 512 floats
- * (32 KiB) would no longer fit in L1 with the row (1.35x slower measured). */
-#define SCORE_HEADS 8
-
 void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const void *const *rows, int fmt,
                             int n_kv, int nh, int hd, const float *sink, float scale, float *o,
                             float *probs, const dsv4_numerics *nm) {
-    /* raw scores q_h . R_j into probs (nh, n_kv), SCORE_HEADS heads per pass over the
-     * rows: their q rows stay in L1 next to the K=V rows being read */
-    for (int h0 = 0; h0 < nh; h0 += SCORE_HEADS) {
-        const int hb = nh - h0 < SCORE_HEADS ? nh - h0 : SCORE_HEADS;
-        ops->dot_rows(q + (size_t)h0 * hd, (size_t)hd, hb, rows, fmt, n_kv, hd, probs + (size_t)h0 * n_kv,
-                      (size_t)n_kv);
-    }
+    /* raw scores q_h . R_j into probs (nh, n_kv) */
+    ops->dot_rows(q, (size_t)hd, nh, rows, fmt, n_kv, hd, probs, (size_t)n_kv);
     for (int h = 0; h < nh; h++) {
         float *ph = probs + (size_t)h * n_kv;
         /* z_j = (q . R_j) * hd^-0.5, m = max(max_j z_j, sink) */

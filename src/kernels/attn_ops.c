@@ -4,10 +4,9 @@
  * the contract in one register per dot and computes up to 8 dots against the same key
  * chunk at once: the key is loaded once per chunk, and the 8 independent accumulators
  * hide the add latency (one dot alone is a chain of n/8 dependent adds). The AVX-512 level
- * puts two rows' 8 lanes side by side in one 16-lane register (rows j and j + 1, each q
- * chunk broadcast to both halves): half the multiply and add instructions of AVX2 for the
- * scores; the value sum runs 16 columns per register. BF16 rows are widened in registers
- * (zero-extend to 32 bits, shift left 16), never through an F32 copy. The SIMD functions
+ * (attn_ops_x512.c) puts two dots' 8 lanes side by side in one 16-lane register. BF16 rows
+ * are widened in registers (zero-extend to 32 bits, shift left 16), never through an F32
+ * copy. The SIMD functions
  * carry __attribute__((target(...))) without "fma" (multiply and add must stay two
  * roundings; C11 mode also keeps GCC from contracting them), so this file needs no ISA
  * flags and the library runs them only after cpu.c detection.
@@ -159,12 +158,22 @@ AVX2_FN static void dotn_avx2(const float *q, size_t qs, int nq, const float *k,
     dot_heads(q, qs, nq, k, DSV4_ROW_F32, n, out, os);
 }
 
+/* Heads scored per pass over the rows: dot_heads' group. Their q rows stay in L1 next to
+ * the row being read; 16 heads of 512 floats (32 KiB, at a stride that maps them onto few
+ * cache sets) would not (1.35x slower measured). */
+#define AVX2_SCORE_HEADS 8
+
 AVX2_FN static void dot_rows_avx2(const float *q, size_t qs, int nq, const void *const *rows, int fmt,
                                   int n_rows, int n, float *out, size_t os) {
-    if (fmt == DSV4_ROW_BF16)
-        for (int j = 0; j < n_rows; j++) dot_heads(q, qs, nq, rows[j], DSV4_ROW_BF16, n, out + j, os);
-    else
-        for (int j = 0; j < n_rows; j++) dot_heads(q, qs, nq, rows[j], DSV4_ROW_F32, n, out + j, os);
+    for (int h0 = 0; h0 < nq; h0 += AVX2_SCORE_HEADS) {
+        const int nh = nq - h0 < AVX2_SCORE_HEADS ? nq - h0 : AVX2_SCORE_HEADS;
+        const float *qh = q + (size_t)h0 * qs;
+        float *oh = out + (size_t)h0 * os;
+        if (fmt == DSV4_ROW_BF16)
+            for (int j = 0; j < n_rows; j++) dot_heads(qh, qs, nh, rows[j], DSV4_ROW_BF16, n, oh + j, os);
+        else
+            for (int j = 0; j < n_rows; j++) dot_heads(qh, qs, nh, rows[j], DSV4_ROW_F32, n, oh + j, os);
+    }
 }
 
 AVX2_FN static void axpyn_avx2(float *y, size_t ys, int ny, const float *a, size_t as,
@@ -244,112 +253,14 @@ static const dsv4_attn_ops avx2_ops = {dotn_avx2, axpyn_avx2, dot_rows_avx2, wsu
 #define HAVE_AVX2_OPS 1
 #endif
 
-/* ---- AVX-512 level --------------------------------------------------------------------- */
+/* ---- AVX-512 level (attn_ops_x512.c) ------------------------------------------------- */
 
 #if defined(HAVE_AVX2_OPS) && defined(DSV4_HAVE_AVX512)
 #include "kernels/attn_x512.h"
 
-/* G dots of q rows (stride qs) against rows a (lanes 0-7) and b (lanes 8-15) at once, into
- * out[g * os] and out[g * os + 1] (b's only when two). Each half is the AVX2 dot's
- * register: the same products and sums in the same order, the tail zero-padded. */
-X512_INLINE void pair_group(const float *q, size_t qs, const void *a, const void *b, int fmt, int n,
-                            float *out, size_t os, int two, const int G) {
-    __m512 acc[8];
-    for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m512 kv = x512_pair8(a, b, fmt, i, 0xff);
-        for (int g = 0; g < G; g++)
-            acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(_mm512_broadcast_f32x8(_mm256_loadu_ps(q + g * qs + i)), kv));
-    }
-    if (i < n) {
-        const __mmask8 m = (__mmask8)((1u << (n - i)) - 1);
-        const __m512 kv = x512_pair8(a, b, fmt, i, m);
-        for (int g = 0; g < G; g++)
-            acc[g] = _mm512_add_ps(acc[g],
-                                   _mm512_mul_ps(_mm512_broadcast_f32x8(_mm256_maskz_loadu_ps(m, q + g * qs + i)), kv));
-    }
-    for (int g = 0; g < G; g++) {
-        const __m512 t = x512_tree8x2(acc[g]);
-        out[g * os] = _mm512_cvtss_f32(t);
-        if (two) out[g * os + 1] = x512_lane8(t);
-    }
-}
-
-X512_INLINE void dot_rows_fmt(const float *q, size_t qs, int nq, const void *const *rows, const int fmt,
-                              int n_rows, int n, float *out, size_t os) {
-    for (int j = 0; j < n_rows; j += 2) {
-        const int two = j + 1 < n_rows;
-        const void *a = rows[j], *b = two ? rows[j + 1] : rows[j]; /* a lone last row twice */
-        /* the pair after next on its way while this one and the next are scored */
-        if (j + 4 < n_rows) x512_prefetch_row(rows[j + 4], fmt, n);
-        if (j + 5 < n_rows) x512_prefetch_row(rows[j + 5], fmt, n);
-        int h = 0;
-        for (; h + 8 <= nq; h += 8) pair_group(q + h * qs, qs, a, b, fmt, n, out + h * os + j, os, two, 8);
-        if (h + 4 <= nq) {
-            pair_group(q + h * qs, qs, a, b, fmt, n, out + h * os + j, os, two, 4);
-            h += 4;
-        }
-        for (; h < nq; h++) pair_group(q + h * qs, qs, a, b, fmt, n, out + h * os + j, os, two, 1);
-    }
-}
-
-X512_FN static void dot_rows_x512(const float *q, size_t qs, int nq, const void *const *rows, int fmt,
-                                  int n_rows, int n, float *out, size_t os) {
-    if (fmt == DSV4_ROW_BF16) dot_rows_fmt(q, qs, nq, rows, DSV4_ROW_BF16, n_rows, n, out, os);
-    else dot_rows_fmt(q, qs, nq, rows, DSV4_ROW_F32, n_rows, n, out, os);
-}
-
-/* HB heads x CW 16-column chunks from column c (the last chunk masked by m when masked),
- * accumulated in registers over all rows, as the AVX2 wsum_block at twice the width. */
-X512_INLINE void wsum_block16(float *o, size_t os, const float *p, size_t ps, const void *const *rows, int fmt,
-                              int n_rows, int c, __mmask16 m, const int HB, const int CW, const int masked) {
-    __m512 acc[4][4];
-    for (int h = 0; h < HB; h++)
-        for (int k = 0; k < CW; k++) acc[h][k] = _mm512_setzero_ps();
-    for (int j = 0; j < n_rows; j++) {
-        __m512 xv[4];
-        if (j + 4 < n_rows) /* this block's columns of a row further on */
-            for (int k = 0; k < CW; k++)
-                _mm_prefetch((const char *)rows[j + 4] + (size_t)(c + 16 * k) * (fmt == DSV4_ROW_BF16 ? 2 : 4), _MM_HINT_T0);
-        for (int k = 0; k < CW; k++)
-            xv[k] = x512_row16(rows[j], fmt, c + 16 * k, masked && k == CW - 1 ? m : (__mmask16)0xffff);
-        for (int h = 0; h < HB; h++) {
-            const __m512 pv = _mm512_set1_ps(p[h * ps + j]);
-            for (int k = 0; k < CW; k++) acc[h][k] = _mm512_add_ps(acc[h][k], _mm512_mul_ps(pv, xv[k]));
-        }
-    }
-    for (int h = 0; h < HB; h++)
-        for (int k = 0; k < CW; k++)
-            _mm512_mask_storeu_ps(o + h * os + c + 16 * k, masked && k == CW - 1 ? m : (__mmask16)0xffff, acc[h][k]);
-}
-
-X512_INLINE void wsum16_fmt(float *o, size_t os, int nh, const float *p, size_t ps, const void *const *rows,
-                            const int fmt, int n_rows, int n) {
-    int c = 0;
-    for (; c + 64 <= n; c += 64) { /* full 64-column blocks */
-        int h = 0;
-        for (; h + 4 <= nh; h += 4) wsum_block16(o + h * os, os, p + h * ps, ps, rows, fmt, n_rows, c, 0xffff, 4, 4, 0);
-        for (; h < nh; h++) wsum_block16(o + h * os, os, p + h * ps, ps, rows, fmt, n_rows, c, 0xffff, 1, 4, 0);
-    }
-    for (; c < n; c += 16) { /* the last 1..63 columns, 16 at a time, the last chunk masked */
-        const int w = n - c < 16 ? n - c : 16;
-        const __mmask16 m = (__mmask16)((1u << w) - 1);
-        int h = 0;
-        for (; h + 4 <= nh; h += 4) wsum_block16(o + h * os, os, p + h * ps, ps, rows, fmt, n_rows, c, m, 4, 1, 1);
-        for (; h < nh; h++) wsum_block16(o + h * os, os, p + h * ps, ps, rows, fmt, n_rows, c, m, 1, 1, 1);
-    }
-}
-
-X512_FN static void wsum_x512(float *o, size_t os, int nh, const float *p, size_t ps, const void *const *rows,
-                              int fmt, int n_rows, int n) {
-    if (fmt == DSV4_ROW_BF16) wsum16_fmt(o, os, nh, p, ps, rows, DSV4_ROW_BF16, n_rows, n);
-    else wsum16_fmt(o, os, nh, p, ps, rows, DSV4_ROW_F32, n_rows, n);
-}
-
 /* single-key dots and the axpy are the AVX2 code: they serve only the portable-shaped
  * paths (the indexer's one-query reference, tests) */
-static const dsv4_attn_ops x512_ops = {dotn_avx2, axpyn_avx2, dot_rows_x512, wsum_x512};
+static const dsv4_attn_ops x512_ops = {dotn_avx2, axpyn_avx2, dsv4_attn_dot_rows_x512, dsv4_attn_wsum_x512};
 #define HAVE_X512_OPS 1
 #endif
 

@@ -8,6 +8,7 @@
 #define DSV4_KERNELS_ATTN_X512_H
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/kv_rows.h"
@@ -68,5 +69,12 @@ X512_INLINE void x512_prefetch_row(const void *row, int fmt, int n) {
 
 /* Lane 8 of v (the second dot of a tree8x2 pair). */
 X512_INLINE float x512_lane8(__m512 v) { return _mm512_cvtss_f32(_mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(0, 0, 0, 2))); }
+
+/* The AVX-512 level's scores and value sum (attn_ops_x512.c): attn_ops.h's dot_rows and
+ * wsum. */
+X512_FN void dsv4_attn_dot_rows_x512(const float *q, size_t qs, int nq, const void *const *rows, int fmt,
+                                     int n_rows, int n, float *out, size_t os);
+X512_FN void dsv4_attn_wsum_x512(float *o, size_t os, int nh, const float *p, size_t ps, const void *const *rows,
+                                 int fmt, int n_rows, int n);
 
 #endif
