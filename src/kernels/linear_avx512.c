@@ -143,9 +143,10 @@ static void gemv_fp8(const dsv4_mat *w, const float *x, int nx, float *y, int64_
 }
 
 /* FP4 GEMV, both levels. Per 16 weights: vpsrlvd (port 0) and vpermps (port 5) decode them
- * in fp4_perm order, then one FMA per activation row. Level avx512vbmi's natural-order
- * decoder (dec_fp4v: vpmultishiftqb + vpermw) costs 3 uops instead of 2 on the Xeon measured
- * (vpermw zmm is 2 uops there: with an FMA beside it, 1.5 cycles a pair), and a 1..2-row
+ * in fp4_perm order, then one FMA per activation row. A natural-order decoder with
+ * vpmultishiftqb + vpermw cost 3 uops instead of 2 on the Xeon measured (vpermw zmm is 2
+ * uops there: with an FMA beside it, 1.5 cycles a pair; small-M's dec_fp4n, with vpermps,
+ * takes 2, both on port 5), and a 1..2-row
  * GEMV is bound by those decode uops, not by DRAM: 1.35-1.6x as fast hot in L2
  * (BENCHMARKS.md, session 7). The lane order is paid once: x is permuted into a stack
  * buffer per call (per chunk in registers when NX * cols does not fit it, or with F32

@@ -196,27 +196,6 @@ AINLINE VBMI void dec_fp8x64(const fp8_tab *t, const uint8_t *p, int m, __m512 s
     for (int q = 0; q < 4; q++) w[q] = _mm512_mul_ps(w[q], scale);
 }
 
-/* FP4, 16 weights (8 bytes at p) in natural column order: every qword of the vector gets
- * the 16 nibbles, vpmultishiftqb moves nibble l to the low bits of word 2l + 1 (bit 4 is the
- * next nibble's, which the table's second copy makes harmless), vpermw looks the words up
- * in the block's 32-word table (dsv4_lin_tables.fp4_bf16) and zeroes the even words: F32
- * e2m1 * scale, exact. 2 instructions (3 uops) per 16 weights, no x permutation: the
- * small-M kernel's panel decoder (the GEMV decodes with dec_fp4 in fewer uops). */
-AINLINE VBMI __m512 dec_fp4v(const uint8_t *p, __m512i shifts, __m512i table) {
-    int64_t u;
-    memcpy(&u, p, 8);
-    const __m512i idx = _mm512_multishift_epi64_epi8(shifts, _mm512_set1_epi64(u));
-    return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16((__mmask32)0xAAAAAAAAu, idx, table));
-}
-
-/* multishift controls: byte 4l + 2 (the index word of weight l) takes bits 4l .. 4l + 7 */
-#define SH4(l) 0, 0, 4 * (l), 0
-static const _Alignas(64) uint8_t fp4v_ctl[64] = {SH4(0),  SH4(1),  SH4(2),  SH4(3),  SH4(4),  SH4(5),
-                                                  SH4(6),  SH4(7),  SH4(8),  SH4(9),  SH4(10), SH4(11),
-                                                  SH4(12), SH4(13), SH4(14), SH4(15)};
-#undef SH4
-AINLINE __m512i fp4v_shifts(void) { return _mm512_load_si512((const void *)fp4v_ctl); }
-
 /* ---- the GEMV's register blocks (linear_avx512.c, linear_avx512_vbmi.c) -------------------- */
 
 #define GEMV_R_MAX 4

@@ -91,9 +91,6 @@ void dsv4_lin_tables_init(dsv4_lin_tables *t) {
         t->e4m3_bf16_hi[m] = (uint8_t)(bits >> 24);
         t->e4m3_bf16_lo[m] = (uint8_t)(bits >> 16);
     }
-    for (int b = 0; b < 256; b++)
-        for (int k = 0; k < 16; k++)
-            t->fp4_bf16[b][k] = t->fp4_bf16[b][16 + k] = (uint16_t)(dsv4_f32_to_bits(t->fp4x16[b][k]) >> 16);
 }
 
 /* ---- portable level ------------------------------------------------------------------ */

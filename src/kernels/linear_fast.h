@@ -62,10 +62,6 @@ typedef struct dsv4_lin_tables {
      * vpermi2b tables, linear_avx512.h) */
     _Alignas(64) uint8_t e4m3_bf16_hi[128];
     _Alignas(64) uint8_t e4m3_bf16_lo[128];
-    /* FP4 decode table per ue8m0 scale byte b: BF16 bits of e2m1 code k * 2^(b-127) at
-     * words k and 16 + k (exact: the F32 product has 2 significant bits, or is a power-of-two
-     * subnormal, inf or NaN; the AVX-512 VBMI decoder's vpermw table, linear_avx512.h) */
-    _Alignas(64) uint16_t fp4_bf16[256][32];
 } dsv4_lin_tables;
 
 void dsv4_lin_tables_init(dsv4_lin_tables *t);

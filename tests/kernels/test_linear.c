@@ -423,21 +423,6 @@ static void check_here_and_views(int level) {
     free_mat(&t);
 }
 
-/* The VBMI FP4 tables hold BF16: every e2m1 code times every ue8m0 scale must be exact in
- * it (the F32 product's low 16 bits zero), both copies. */
-static void check_fp4_bf16_tables(void) {
-    dsv4_lin_tables *t = malloc(sizeof *t);
-    dsv4_lin_tables_init(t);
-    int bad = 0;
-    for (int b = 0; b < 256; b++)
-        for (int k = 0; k < 16; k++) {
-            const uint32_t want = dsv4_f32_to_bits(dsv4_e2m1_to_f32((uint8_t)k) * dsv4_e8m0_to_f32((uint8_t)b));
-            bad += ((uint32_t)t->fp4_bf16[b][k] << 16) != want || t->fp4_bf16[b][16 + k] != t->fp4_bf16[b][k];
-        }
-    CHECK_MSG(bad == 0, "fp4 BF16 tables: %d of 4096 entries inexact", bad);
-    free(t);
-}
-
 /* Bytes [0, n) that end exactly at an inaccessible page: a load past the end faults (and
  * the run fails) while prefetches, which never fault, may run on. Released by guard_free. */
 typedef struct { void *map; size_t len; } guard_buf;
@@ -621,7 +606,6 @@ int main(void) {
         printf("level %s: %.2f s cpu\n", dsv4_simd_name(level), (double)(clock() - t0) / CLOCKS_PER_SEC);
     }
     check_edges();
-    check_fp4_bf16_tables();
     if (best >= DSV4_SIMD_AVX512VBMI) {
         check_vbmi_matches_avx512(DSV4_WF_FP8);
         check_vbmi_matches_avx512(DSV4_WF_FP4);
