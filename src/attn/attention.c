@@ -348,7 +348,8 @@ typedef struct attend_job {
     const int *score_tasks;   /* (n_tasks, 3): first row in block, rows, first entry of the range */
     int groups, group_heads;  /* head groups per row and heads per group */
     /* per row of the block */
-    float *iscores;           /* (B, max_entries) indexer scores */
+    float *iscores;           /* (B, max_entries) approximate indexer scores */
+    float *iknorm;            /* (B, max_entries) their keys' norms */
     const void **rows;        /* (B, n_kv_max) K=V rows of the query (src->row_fmt) */
     int *n_kv;                /* (B) */
     /* per thread: FP8-split rows unpacked to F32 for the kernels (NULL for other formats) */
@@ -356,6 +357,9 @@ typedef struct attend_job {
     float *stage;             /* (threads, n_kv_max, hd) */
     int *iorder;              /* (threads, max_entries) work of the selection */
     int *isel;                /* (threads, topk) */
+    float *ifbuf;             /* (threads, max_entries) exact rescoring near the top-k boundary */
+    int *icidx;               /* (threads, max_entries) */
+    const void **ickeys;      /* (threads, max_entries) */
     float *probs;             /* (threads, H * n_kv_max) */
     float *o;                 /* (R, H, hd) */
 } attend_job;
@@ -394,16 +398,23 @@ static void score_task(void *arg, int task, int tid) {
     const dsv4_attn_query q = job_query(j, j->r0 + bi);
     (void)tid;
     dsv4_attn_row_scores(&q, nq, j->ikeys + j->ikey_off[j->row_span[q.i]], w0, w0 + j->idx_chunk,
-                         j->iscores + (size_t)bi * j->max_entries, (size_t)j->max_entries);
+                         j->iscores + (size_t)bi * j->max_entries, j->iknorm + (size_t)bi * j->max_entries,
+                         (size_t)j->max_entries);
 }
 
 /* Step 3: the K=V list of one row. */
 static void gather_task(void *arg, int bi, int tid) {
     const attend_job *j = arg;
     const dsv4_attn_query q = job_query(j, j->r0 + bi);
-    j->n_kv[bi] = dsv4_attn_row_keys(&q, j->iscores + (size_t)bi * j->max_entries,
-                                     j->iorder + (size_t)tid * j->max_entries,
-                                     j->isel + (size_t)tid * j->ctx->cfg->index_topk,
+    const size_t per = (size_t)tid * j->max_entries;
+    const dsv4_attn_sel_bufs sb = {.work = j->iorder ? j->iorder + per : NULL,
+                                   .sel = j->isel ? j->isel + (size_t)tid * j->ctx->cfg->index_topk : NULL,
+                                   .fbuf = j->ifbuf ? j->ifbuf + per : NULL,
+                                   .cidx = j->icidx ? j->icidx + per : NULL,
+                                   .ckeys = j->ickeys ? j->ickeys + per : NULL};
+    j->n_kv[bi] = dsv4_attn_row_keys(&q, j->iscores ? j->iscores + (size_t)bi * j->max_entries : NULL,
+                                     j->iknorm ? j->iknorm + (size_t)bi * j->max_entries : NULL,
+                                     j->ikeys ? j->ikeys + j->ikey_off[j->row_span[q.i]] : NULL, &sb,
                                      j->rows + (size_t)bi * j->n_kv_max);
 }
 
@@ -444,9 +455,13 @@ typedef struct attend_bufs {
     float *probs;          /* (T, H, n_kv_max) */
     const float **frows;   /* (T, n_kv_max) when stage_rows */
     float *stage;          /* (T, n_kv_max, hd) when stage_rows */
-    float *iscores;        /* CSA: (B, max_entries) */
+    float *iscores;        /* CSA: (B, max_entries) approximate */
+    float *iknorm;         /* CSA: (B, max_entries) key norms */
     int *iorder;           /* CSA: (T, max_entries) */
     int *isel;             /* CSA: (T, topk) */
+    float *ifbuf;          /* CSA: (T, max_entries) exact rescoring */
+    int *icidx;            /* CSA: (T, max_entries) */
+    const void **ickeys;   /* CSA: (T, max_entries) */
     int *score_tasks;      /* CSA: (block_tasks, 3) */
 } attend_bufs;
 
@@ -470,10 +485,15 @@ static int attend_take(dsv4_arena *a, const dsv4_config *cfg, const attend_dims 
     }
     if (d->csa) {
         ab->iscores = dsv4_arena_take_n(a, d->block_scores, sizeof(float));
+        ab->iknorm = dsv4_arena_take_n(a, d->block_scores, sizeof(float));
         ab->iorder = dsv4_arena_take_n(a, d->T * d->max_entries, sizeof(int));
         ab->isel = dsv4_arena_take_n(a, (int64_t)d->T * cfg->index_topk, sizeof(int));
+        ab->ifbuf = dsv4_arena_take_n(a, d->T * d->max_entries, sizeof(float));
+        ab->icidx = dsv4_arena_take_n(a, d->T * d->max_entries, sizeof(int));
+        ab->ickeys = dsv4_arena_take_n(a, d->T * d->max_entries, sizeof(void *));
         ab->score_tasks = dsv4_arena_take_n(a, 3 * d->block_tasks, sizeof(int));
-        ok = ok && ab->iscores && ab->iorder && ab->isel && ab->score_tasks;
+        ok = ok && ab->iscores && ab->iknorm && ab->iorder && ab->isel && ab->ifbuf && ab->icidx && ab->ickeys &&
+             ab->score_tasks;
     }
     return ok;
 }
@@ -548,7 +568,8 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
                       .max_entries = max_entries,
                       .n_kv_max = n_kv_max, .score_tasks = score_tasks, .iscores = ab.iscores,
                       .rows = ab.rows, .n_kv = ab.n_kv, .frows = ab.frows, .stage = ab.stage,
-                      .iorder = ab.iorder, .isel = ab.isel,
+                      .iknorm = ab.iknorm, .iorder = ab.iorder, .isel = ab.isel,
+                      .ifbuf = ab.ifbuf, .icidx = ab.icidx, .ickeys = ab.ickeys,
                       .probs = ab.probs, .o = ab.o};
     if (NQ) dsv4_kctx_parallel(ctx->k, nkt, keys_task, &job);
     for (int r0 = 0; r0 < NQ; r0 += B) {
@@ -574,8 +595,10 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
                     continue;
                 }
                 int nq = 1;
+                const int bounded = dsv4_attn_indexer_bounded(ctx, row_entries(&job, i));
                 while (nq < DSV4_ATTN_SCORE_ROWS && bi + nq < nb && job_row(&job, i + nq) == row + nq &&
-                       row_span[row + nq] == row_span[row] && row_entries(&job, i + nq) > topk)
+                       row_span[row + nq] == row_span[row] && row_entries(&job, i + nq) > topk &&
+                       dsv4_attn_indexer_bounded(ctx, row_entries(&job, i + nq)) == bounded)
                     nq++;
                 int64_t n_vis = 0;
                 for (int q = 0; q < nq; q++)

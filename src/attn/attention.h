@@ -50,7 +50,25 @@ typedef struct dsv4_attn_ctx {
     const int *q_rows;
     int n_q;
     struct dsv4_attn_stats *stats; /* optional counts of what the phases computed */
+    /* How the indexer finds its top-k (the same entries every way): DSV4_INDEXER_AUTO
+     * (0), _EXACT (every score exact) or _BOUNDED (approximate scores with an error bound,
+     * exact ones near the boundary; dsv4_indexer_select_verified). */
+    int indexer_mode;
 } dsv4_attn_ctx;
+
+enum { DSV4_INDEXER_AUTO = 0, DSV4_INDEXER_EXACT = 1, DSV4_INDEXER_BOUNDED = 2 };
+/* AUTO bounds the scores of a row that sees at least DSV4_INDEXER_BOUNDED_MIN_RATIO times
+ * index_topk entries, where an exact score costs at least DSV4_INDEXER_BOUNDED_MIN_MACS
+ * multiply-adds (index_n_heads * index_head_dim). Below either, the exact rescoring of the
+ * topk best and more, the second selection and the key panel's transposition cost about
+ * what the cheaper scores save (flash_quarter, 16 x 128: a 2K-entry decode row ran 0.76x,
+ * a 512-row prefill chunk to 8K 1.12x; BENCHMARKS.md). */
+#define DSV4_INDEXER_BOUNDED_MIN_MACS 1024
+#define DSV4_INDEXER_BOUNDED_MIN_RATIO 16
+
+/* Whether ctx's indexer bounds the scores of a row that sees n_vis entries (see above);
+ * every row of a scoring block must give the same answer. */
+int dsv4_attn_indexer_bounded(const dsv4_attn_ctx *ctx, int64_t n_vis);
 
 /* What the sub-blocks of a context computed, added up (caller-owned; tests use it to
  * show that rows outside a query subset are skipped, not just discarded). */
@@ -146,18 +164,30 @@ dsv4_attn_query dsv4_attn_query_of(const dsv4_attn_ctx *ctx, const dsv4_block_w 
 /* Compressed entries query t sees in a layer of compress ratio `ratio` (§5.7): (t+1) / r. */
 int64_t dsv4_attn_visible(int ratio, int64_t t);
 
-/* Step 2 (CSA): indexer scores of entries [w0, w1) for rows q->i .. q->i+nq-1 of q's span
- * (nq <= DSV4_ATTN_SCORE_ROWS), each row only up to the entries it sees, into
- * scores[k * ss + w]. keys: the span's indexer keys from entry 0, read by the kernel in
- * their storage format (src->key_fmt). */
+/* Step 2 (CSA): approximate indexer scores of entries [w0, w1) for rows q->i .. q->i+nq-1
+ * of q's span (nq <= DSV4_ATTN_SCORE_ROWS), each row only up to the entries it sees, into
+ * scores[k * ss + w], and the keys' norms into knorm[k * ss + w] (kernels/idx_approx.h).
+ * keys: the span's indexer keys from entry 0, read by the kernel in their storage format
+ * (src->key_fmt). */
 void dsv4_attn_row_scores(const dsv4_attn_query *q, int nq, const void *const *keys, int64_t w0,
-                          int64_t w1, float *scores, size_t ss);
+                          int64_t w1, float *scores, float *knorm, size_t ss);
+/* Step 3's scratch for one row: work (visible), sel (topk) and, when the indexer scores,
+ * fbuf, cidx and ckeys (visible) for dsv4_indexer_select_verified. */
+typedef struct dsv4_attn_sel_bufs {
+    int *work, *sel;
+    float *fbuf;
+    int *cidx;
+    const void **ckeys;
+} dsv4_attn_sel_bufs;
+/* Takes them from a (n_score: visible when the row scores, else 0); 0 when it is full. */
+int dsv4_attn_sel_take(dsv4_arena *a, int64_t n_score, int64_t n_vis, int topk, dsv4_attn_sel_bufs *sb);
 /* Step 3: the row's K=V list into rows (win + min(visible, topk) for CSA, win + visible
- * otherwise; src->row_fmt): window rows ascending, then the entries (CSA: the top-k of
- * scores, which holds every visible entry's score when there are more than topk; also
- * written to ctx->csa_sel). work (visible) and sel (topk) scratch. Returns its length. */
-int dsv4_attn_row_keys(const dsv4_attn_query *q, const float *scores, int *work, int *sel,
-                       const void **rows);
+ * otherwise; src->row_fmt): window rows ascending, then the entries (CSA: the exact top-k
+ * from step 2's scores and norms, which hold every visible entry's when there are more
+ * than topk, rescoring the boundary's entries exactly from keys, the span's indexer keys;
+ * also written to ctx->csa_sel). Returns its length. */
+int dsv4_attn_row_keys(const dsv4_attn_query *q, const float *scores, const float *knorm,
+                       const void *const *keys, const dsv4_attn_sel_bufs *sb, const void **rows);
 /* Step 4: heads [h0, h0+nh) of the row attend over rows (§5.10) and are rotated back at t
  * (§5.11) into o (H, hd), the row's output. The kernels read F32 and BF16 rows as stored;
  * FP8-split rows are first unpacked into frows (n_kv) and stage (n_kv, hd), scratch used
@@ -221,14 +251,25 @@ void dsv4_indexer_scores(const dsv4_attn_ops *ops, const float *qI, const float 
                          const float *const *keys, int w0, int w1, int nI, int dI,
                          float *scores);
 int dsv4_indexer_select(const float *scores, int n_cand, int topk, int *work, int *sel);
-/* The scores of nq consecutive query rows (qI (nq, nI, dI), wI (nq, nI)) that share their
- * keys, query q the entries w0 <= w < min(w1, lim[q]), into scores[q * ss + w]: the same
- * bits as dsv4_indexer_scores row by row at every kernel level (kernels/idx_scores.h), each
- * key read once for the block, in its storage format key_fmt (F32 or BF16). simd: the
- * kernel level. */
-void dsv4_indexer_scores_block(int simd, const dsv4_attn_ops *ops, const float *qI, const float *wI, int nq,
-                               const int64_t *lim, const void *const *keys, int key_fmt, int w0, int w1, int nI,
-                               int dI, float *scores, size_t ss);
+/* The exact selection from approximate scores (kernels/idx_approx.h). approx and knorm
+ * (n_cand): dsv4_idx_approx's scores and key norms for one query; the query and its keys
+ * below. Every entry whose upper bound falls below the topk-th largest lower bound is out
+ * (topk entries score at least that, strictly more than it can); the rest, topk and the
+ * few near the boundary, are scored exactly and selected among themselves: the same
+ * entries as dsv4_indexer_select over the exact scores of all n_cand, ascending. Where a
+ * bound does not hold (an input or score not finite, a dot that could overflow) it scores
+ * all of them exactly instead. Scratch: fbuf (n_cand), cidx (n_cand), ckeys (n_cand),
+ * work (n_cand), sel (topk). Returns the count, as dsv4_indexer_select. */
+typedef struct dsv4_indexer_query {
+    int simd;                  /* kernel level (kernels/cpu.h) */
+    const dsv4_attn_ops *ops;  /* dot kernels of the portable path */
+    const float *qI, *wI;      /* (nI, dI), (nI) */
+    int nI, dI;
+    const void *const *keys;   /* (n_cand) entry w's key, in key_fmt */
+    int key_fmt;
+} dsv4_indexer_query;
+int dsv4_indexer_select_verified(const dsv4_indexer_query *iq, const float *approx, const float *knorm, int n_cand,
+                                 int topk, float *fbuf, int *cidx, const void **ckeys, int *work, int *sel);
 
 /* Attention of one query row over n_kv F32 rows of width hd (K = V) with a per-head sink:
  * q (H, hd), o (H, hd), probs (H, n_kv) scratch. rows[j] points to row j. */

@@ -3,7 +3,9 @@
  *
  * For the query at position t:
  *   1. the windows t closes are pooled into entries (§5.8; CSA: indexer's, then main);
- *   2. CSA: the indexer scores every entry t sees and keeps the index_topk best (§5.9);
+ *   2. CSA: the indexer scores every entry t sees and keeps the index_topk best (§5.9):
+ *      approximate scores with an error bound first, then exact scores of the entries
+ *      near the top-k boundary (dsv4_indexer_select_verified), the exact selection;
  *   3. the K=V list is t's window rows, ascending, then its compressed entries (§5.6, §5.7);
  *   4. every head attends over the list with its sink (§5.10) and is rotated back (§5.11).
  *
@@ -23,6 +25,8 @@
 #include <string.h>
 
 #include "attn/attention.h"
+#include "kernels/idx_approx.h"
+#include "kernels/idx_scores.h"
 #include "kernels/kv_rows.h"
 #include "util/err.h"
 
@@ -51,7 +55,7 @@ static void unpack_rows(int fmt, const void *const *rows, int n, int d, int rd, 
 }
 
 void dsv4_attn_row_scores(const dsv4_attn_query *q, int nq, const void *const *keys, int64_t w0,
-                          int64_t w1, float *scores, size_t ss) {
+                          int64_t w1, float *scores, float *knorm, size_t ss) {
     const dsv4_config *cfg = q->ctx->cfg;
     const int nI = cfg->index_n_heads, dI = cfg->index_head_dim;
     /* the keys [w0, w0 + n) some row sees; lim relative to w0 */
@@ -62,13 +66,25 @@ void dsv4_attn_row_scores(const dsv4_attn_query *q, int nq, const void *const *k
         if (lim[k] > n) n = lim[k];
     }
     if (n > w1 - w0) n = w1 - w0;
-    dsv4_indexer_scores_block(dsv4_kctx_simd(q->ctx->k), q->ops, q->w->qI + (size_t)q->i * nI * dI,
-                              q->w->wI + (size_t)q->i * nI, nq, lim, keys + w0, dsv4_row_fmt(q->src->key_fmt), 0,
-                              (int)n, nI, dI, scores + w0, ss);
+    const int simd = dsv4_kctx_simd(q->ctx->k), key_fmt = dsv4_row_fmt(q->src->key_fmt);
+    const float *qI = q->w->qI + (size_t)q->i * nI * dI, *wI = q->w->wI + (size_t)q->i * nI;
+    if (dsv4_attn_indexer_bounded(q->ctx, dsv4_attn_visible(q->b->ratio, q->t)))
+        dsv4_idx_approx(simd, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys + w0, key_fmt, 0, n, nI, dI,
+                        scores + w0, knorm + w0, ss);
+    else
+        dsv4_idx_scores(simd, q->ops, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys + w0, key_fmt, 0, n, nI,
+                        dI, scores + w0, ss);
 }
 
-int dsv4_attn_row_keys(const dsv4_attn_query *q, const float *scores, int *work, int *sel,
-                       const void **rows) {
+int dsv4_attn_indexer_bounded(const dsv4_attn_ctx *ctx, int64_t n_vis) {
+    const dsv4_config *c = ctx->cfg;
+    if (ctx->indexer_mode != DSV4_INDEXER_AUTO) return ctx->indexer_mode == DSV4_INDEXER_BOUNDED;
+    return (int64_t)c->index_n_heads * c->index_head_dim >= DSV4_INDEXER_BOUNDED_MIN_MACS &&
+           n_vis >= (int64_t)DSV4_INDEXER_BOUNDED_MIN_RATIO * c->index_topk;
+}
+
+int dsv4_attn_row_keys(const dsv4_attn_query *q, const float *scores, const float *knorm,
+                       const void *const *keys, const dsv4_attn_sel_bufs *sb, const void **rows) {
     const dsv4_config *cfg = q->ctx->cfg;
     const dsv4_attn_src *src = q->src;
     const dsv4_batch_span *sp = q->sp;
@@ -85,7 +101,15 @@ int dsv4_attn_row_keys(const dsv4_attn_query *q, const float *scores, int *work,
         rows[n_kv++] = p >= sp->start ? kv + (sp->row0 + (p - sp->start)) * row_bytes
                                       : src->win_row(src->u, sp, layer, p);
     if (q->b->ratio == 4) { /* CSA: the indexer's selection, ascending */
-        const int n_sel = dsv4_indexer_select(scores, (int)n_vis, topk, work, sel);
+        const int nI = cfg->index_n_heads, dI = cfg->index_head_dim;
+        const dsv4_indexer_query iq = {.simd = dsv4_kctx_simd(q->ctx->k), .ops = q->ops,
+                                       .qI = q->w->qI + (size_t)q->i * nI * dI, .wI = q->w->wI + (size_t)q->i * nI,
+                                       .nI = nI, .dI = dI, .keys = keys, .key_fmt = dsv4_row_fmt(src->key_fmt)};
+        int *sel = sb->sel;
+        const int n_sel = dsv4_attn_indexer_bounded(q->ctx, n_vis)
+                              ? dsv4_indexer_select_verified(&iq, scores, knorm, (int)n_vis, topk, sb->fbuf,
+                                                             sb->cidx, sb->ckeys, sb->work, sel)
+                              : dsv4_indexer_select(scores, (int)n_vis, topk, sb->work, sel);
         for (int k = 0; k < n_sel; k++) rows[n_kv++] = src->entry(src->u, sp, layer, 0, sel[k]);
         if (q->ctx->csa_sel)
             for (int k = 0; k < topk; k++) q->ctx->csa_sel[(size_t)q->i * topk + k] = k < n_sel ? sel[k] : -1;
@@ -112,12 +136,21 @@ void dsv4_attn_row_heads(const dsv4_attn_query *q, const void *const *rows, int 
     for (int h = 0; h < nh; h++) dsv4_rope_apply(rope, oh + (size_t)h * hd, hd, q->t, 1);
 }
 
+int dsv4_attn_sel_take(dsv4_arena *a, int64_t n_score, int64_t n_vis, int topk, dsv4_attn_sel_bufs *sb) {
+    sb->work = dsv4_arena_take_n(a, n_vis, sizeof(int));
+    sb->sel = dsv4_arena_take_n(a, topk, sizeof(int));
+    sb->fbuf = dsv4_arena_take_n(a, n_score, sizeof(float));
+    sb->cidx = dsv4_arena_take_n(a, n_score, sizeof(int));
+    sb->ckeys = dsv4_arena_take_n(a, n_score, sizeof(void *));
+    return sb->work && sb->sel && sb->fbuf && sb->cidx && sb->ckeys;
+}
+
 /* One row's scratch. */
 typedef struct row_bufs {
     const void **keys;   /* (visible) indexer keys, when the indexer scores */
-    float *scores;       /* (visible) */
-    int *work;           /* (visible) */
-    int *sel;            /* (topk) */
+    float *scores;       /* (visible) approximate */
+    float *knorm;        /* (visible) key norms, when the indexer scores */
+    dsv4_attn_sel_bufs sb;
     const void **rows;   /* (n_kv_max) the K=V list */
     const float **frows; /* (n_kv_max) the list as F32, FP8-split rows only */
     float *stage;        /* (n_kv_max, hd) its values, FP8-split rows only */
@@ -133,13 +166,13 @@ static int row_take(dsv4_arena *a, const dsv4_attn_query *q, row_bufs *rb) {
     const int stage_rows = dsv4_attn_stages_rows(q->src->row_fmt);
     rb->keys = dsv4_arena_take_n(a, score ? n_vis : 0, sizeof(void *));
     rb->scores = dsv4_arena_take_n(a, n_vis, sizeof(float));
-    rb->work = dsv4_arena_take_n(a, n_vis, sizeof(int));
-    rb->sel = dsv4_arena_take_n(a, topk, sizeof(int));
+    rb->knorm = dsv4_arena_take_n(a, score ? n_vis : 0, sizeof(float));
+    if (!dsv4_attn_sel_take(a, score ? n_vis : 0, n_vis, topk, &rb->sb)) return 0;
     rb->rows = dsv4_arena_take_n(a, n_kv_max, sizeof(void *));
     rb->frows = dsv4_arena_take_n(a, stage_rows ? n_kv_max : 0, sizeof(float *));
     rb->stage = dsv4_arena_take_n(a, stage_rows ? n_kv_max * cfg->head_dim : 0, sizeof(float));
     rb->probs = dsv4_arena_take_n(a, cfg->num_attention_heads * n_kv_max, sizeof(float));
-    return rb->keys && rb->scores && rb->work && rb->sel && rb->rows &&
+    return rb->keys && rb->scores && rb->knorm && rb->rows &&
            rb->frows && rb->stage && rb->probs;
 }
 
@@ -168,10 +201,10 @@ int dsv4_attn_row(const dsv4_attn_query *q, float *o, dsv4_err *err) {
     /* 2. CSA past topk entries: the indexer scores every visible one (§5.9) */
     if (r == 4 && n_vis > cfg->index_topk) {
         for (int64_t e = 0; e < n_vis; e++) rb.keys[e] = q->src->entry(q->src->u, q->sp, layer, 1, e);
-        dsv4_attn_row_scores(q, 1, rb.keys, 0, n_vis, rb.scores, (size_t)n_vis);
+        dsv4_attn_row_scores(q, 1, rb.keys, 0, n_vis, rb.scores, rb.knorm, (size_t)n_vis);
     }
     /* 3. the K=V list; 4. every head over it */
-    const int n_kv = dsv4_attn_row_keys(q, rb.scores, rb.work, rb.sel, rb.rows);
+    const int n_kv = dsv4_attn_row_keys(q, rb.scores, rb.knorm, rb.keys, &rb.sb, rb.rows);
     dsv4_attn_row_heads(q, rb.rows, n_kv, 0, cfg->num_attention_heads, rb.frows, rb.stage, rb.probs, o);
 done:
     dsv4_arena_release(ctx->scratch, mark);

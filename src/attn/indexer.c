@@ -11,6 +11,11 @@
  */
 #include "attn/attention.h"
 
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/idx_approx.h"
 #include "kernels/idx_scores.h"
 #include "kernels/kv_rows.h"
 
@@ -20,13 +25,6 @@ void dsv4_indexer_scores(const dsv4_attn_ops *ops, const float *qI, const float 
     const int64_t lim = w1;
     dsv4_idx_scores_ref(ops, qI, 0, wI, 0, 1, &lim, (const void *const *)keys, DSV4_ROW_F32, w0, w1, nI, dI,
                         scores, 0);
-}
-
-void dsv4_indexer_scores_block(int simd, const dsv4_attn_ops *ops, const float *qI, const float *wI, int nq,
-                               const int64_t *lim, const void *const *keys, int key_fmt, int w0, int w1, int nI,
-                               int dI, float *scores, size_t ss) {
-    dsv4_idx_scores(simd, ops, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores,
-                    ss);
 }
 
 /* True when entry i ranks before entry j: higher score, then lower index. */
@@ -169,6 +167,51 @@ int dsv4_indexer_select(const float *scores, int n_cand, int topk, int *work, in
         const int w = cand ? cand[k] : k;
         if (w == kth || ranks_before(scores, w, kth)) sel[n++] = w;
     }
+    return n;
+}
+
+/* Exact scores of all n_cand entries into fbuf, then the selection over them. */
+static int select_exact(const dsv4_indexer_query *iq, int n_cand, int topk, float *fbuf, int *work, int *sel) {
+    const int64_t lim = n_cand;
+    dsv4_idx_scores(iq->simd, iq->ops, iq->qI, 0, iq->wI, 0, 1, &lim, iq->keys, iq->key_fmt, 0, n_cand, iq->nI,
+                    iq->dI, fbuf, 0);
+    return dsv4_indexer_select(fbuf, n_cand, topk, work, sel);
+}
+
+int dsv4_indexer_select_verified(const dsv4_indexer_query *iq, const float *approx, const float *knorm, int n_cand,
+                                 int topk, float *fbuf, int *cidx, const void **ckeys, int *work, int *sel) {
+    if (n_cand <= topk || topk <= 0) return dsv4_indexer_select(approx, n_cand, topk, work, sel);
+    const dsv4_idx_bound b = dsv4_idx_approx_query(iq->qI, iq->wI, iq->nI, iq->dI);
+    if (!b.valid) return select_exact(iq, n_cand, topk, fbuf, work, sel);
+    /* the lower bounds (and whether every bound holds: NaN fails both tests) */
+    int bad = 0;
+    for (int w = 0; w < n_cand; w++) {
+        const float a = approx[w], k = knorm[w];
+        bad |= !(fabsf(a) <= FLT_MAX) | !(k <= b.kmax);
+        fbuf[w] = a - dsv4_idx_approx_bound(&b, k);
+    }
+    if (bad) return select_exact(iq, n_cand, topk, fbuf, work, sel);
+    /* tau: the topk-th largest lower bound */
+    const int ns = dsv4_indexer_select(fbuf, n_cand, topk, work, sel);
+    float tau = fbuf[sel[0]];
+    for (int i = 1; i < ns; i++) tau = fbuf[sel[i]] < tau ? fbuf[sel[i]] : tau;
+    /* the candidates: every entry whose upper bound reaches tau, ascending */
+    int nc = 0;
+    for (int w = 0; w < n_cand; w++)
+        if (approx[w] + dsv4_idx_approx_bound(&b, knorm[w]) >= tau) {
+            cidx[nc] = w;
+            ckeys[nc++] = iq->keys[w];
+        }
+    if (nc == topk) { /* no entry near the boundary: the candidates are the selection */
+        memcpy(sel, cidx, sizeof(int) * (size_t)nc);
+        return nc;
+    }
+    const int64_t lim = nc;
+    dsv4_idx_scores(iq->simd, iq->ops, iq->qI, 0, iq->wI, 0, 1, &lim, ckeys, iq->key_fmt, 0, nc, iq->nI, iq->dI,
+                    fbuf, 0);
+    /* their ascending order makes index ties in fbuf the entries' own ties */
+    const int n = dsv4_indexer_select(fbuf, nc, topk, work, sel);
+    for (int i = 0; i < n; i++) sel[i] = cidx[sel[i]];
     return n;
 }
 

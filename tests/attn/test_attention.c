@@ -445,10 +445,16 @@ int main(void) {
     CHECK(dsv4_kctx_create(1, 64, &k1, &err) == 0);
     CHECK(dsv4_kctx_create(3, 64, &k3, &err) == 0);
     CHECK(dsv4_arena_init(&scratch, 1 << 20, &err) == 0);
-    const dsv4_attn_ctx ctx1 = {&c, k1, dsv4_numerics_exact(), NULL, &main_rope, &cmp_rope, NULL, &scratch, 0, 0, NULL, 0, NULL};
-    const dsv4_attn_ctx ctx3 = {&c, k3, dsv4_numerics_exact(), NULL, &main_rope, &cmp_rope, NULL, &scratch, 0, 0, NULL, 0, NULL};
+    dsv4_attn_ctx ctx1 = {&c, k1, dsv4_numerics_exact(), NULL, &main_rope, &cmp_rope, NULL, &scratch, 0, 0, NULL, 0,
+                          NULL, DSV4_INDEXER_EXACT};
+    dsv4_attn_ctx ctx3 = ctx1;
+    ctx3.k = k3;
     check_layer(&c, &ctx1, &ctx3, 0, "SWA");
     check_layer(&c, &ctx1, &ctx3, 4, "CSA");
+    /* the indexer's bounded path: the same selections and bits (also against the exact one) */
+    ctx1.indexer_mode = ctx3.indexer_mode = DSV4_INDEXER_BOUNDED;
+    check_layer(&c, &ctx1, &ctx3, 4, "CSA, bounded indexer");
+    ctx1.indexer_mode = ctx3.indexer_mode = DSV4_INDEXER_EXACT;
     check_layer(&c, &ctx1, &ctx3, 8, "HCA");
     dsv4_arena_free(&scratch);
     dsv4_kctx_free(k1);

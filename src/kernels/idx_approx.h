@@ -1,0 +1,60 @@
+/* idx_approx.h — fast approximate lightning-indexer scores with a proven error bound, so that
+ * the exact top-k can be found while scoring exactly only the entries near its boundary.
+ *
+ * The indexer's scores (idx_scores.h) serve only to select the index_topk best entries, and
+ * that selection must be the exact path's, bit for bit. This kernel computes the same
+ * formula in any summation order, with fused multiply-adds and 16 keys side by side, and
+ * beside each score the key's norm ||K_w||. For every query and key
+ *
+ *   |exact(w) - approx(w)| <= eps * Q * ||K_w|| + alpha     (dsv4_idx_approx_bound)
+ *
+ * with Q = sum_h |wI[h]| * ||qI[h]|| of the query: the head dots and the weighted head sum
+ * are inner products of finite floats whose rounding error is at most gamma_n = n u /
+ * (1 - n u) times the sum of the magnitudes of their terms (u = 2^-24, any order, fused or
+ * not; Higham, Accuracy and Stability of Numerical Algorithms, 3.1), Cauchy-Schwarz bounds sum_i |q_i K_i| by ||q|| ||K||, relu is 1-Lipschitz, and eps holds
+ * twice what that adds up to (the rounding of the norms and of the bound itself included).
+ * The bound is valid only when every input is finite and the scores do not overflow:
+ * dsv4_indexer_select_verified (attn/indexer.c) checks that and otherwise scores exactly.
+ *
+ * Scores and norms are written for q < nq and w0 <= w < min(w1, lim[q]), as idx_scores.h
+ * writes scores; knorm has the layout of scores (the norm repeated for every query), so
+ * that a caller can give each query block its own rows and no two tasks write the same
+ * float. Levels: a portable loop (also the tests' second opinion) and AVX-512 + FMA, which
+ * transposes 16 keys into a (dI, 16) panel once per query block and runs every head of
+ * every query against it with broadcast FMAs: no reductions, twice the work per
+ * instruction of the exact kernel.
+ */
+#ifndef DSV4_KERNELS_IDX_APPROX_H
+#define DSV4_KERNELS_IDX_APPROX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Arguments as dsv4_idx_scores (idx_scores.h), plus knorm (nq, ss). */
+void dsv4_idx_approx(int simd, const float *qI, size_t qs, const float *wI, size_t ws, int nq, const int64_t *lim,
+                     const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI, int dI, float *scores,
+                     float *knorm, size_t ss);
+
+/* The portable level alone. */
+void dsv4_idx_approx_ref(const float *qI, size_t qs, const float *wI, size_t ws, int nq, const int64_t *lim,
+                         const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI, int dI, float *scores,
+                         float *knorm, size_t ss);
+
+/* The bound's terms for one query: |exact(w) - approx(w)| <= scale * ||K_w|| + add, in
+ * float arithmetic as written (each term rounded up by enough that the float sums
+ * approx -/+ (scale * knorm + add) stay below / above the exact score), and valid for every
+ * key with knorm <= kmax (no product, partial dot or score can come near overflow). */
+typedef struct dsv4_idx_bound {
+    int valid;   /* 0: an input is not finite; score exactly */
+    float scale; /* (twice the rounding analysis' factor) * sum_h |wI[h]| * ||qI[h]|| */
+    float add;   /* the absolute error gradual underflow may add */
+    float kmax;  /* the largest key norm the bound covers */
+} dsv4_idx_bound;
+
+/* The terms for one query: qI (nI, dI), wI (nI). */
+dsv4_idx_bound dsv4_idx_approx_query(const float *qI, const float *wI, int nI, int dI);
+
+/* The bound for a key of norm knorm (as the kernel wrote it). */
+static inline float dsv4_idx_approx_bound(const dsv4_idx_bound *b, float knorm) { return b->scale * knorm + b->add; }
+
+#endif

@@ -1,0 +1,118 @@
+/* test_indexer_bounded.c — dsv4_indexer_select_verified (attn/indexer.c) picks exactly the
+ * entries dsv4_indexer_select picks from the exact scores, at every kernel level, for F32
+ * and BF16 keys, on rows built to stress the boundary: random keys; near-copies of one key
+ * (F32: scores a few ulps apart, all of them near the boundary, where the approximate
+ * order is not the exact one; BF16 rounds most of them to copies); exact duplicates (ties, which the lower index wins); keys whose every head dot is
+ * negative (relu zeros at the boundary); approximate scores moved by 0.95 of their bound
+ * against the exact order (the worst the kernel's contract allows); a NaN or infinite key, a NaN head weight and keys
+ * too large for the bound (each falls back to exact scores). It also counts how many
+ * entries the bounded path rescored, which must stay near topk for random keys (else the
+ * bound is too loose to save anything). */
+#include <math.h>
+#include <stdint.h>
+
+#include "attn/attention.h"
+#include "kernels/cpu.h"
+#include "kernels/idx_approx.h"
+#include "kernels/idx_scores.h"
+#include "kernels/kv_rows.h"
+#include "test.h"
+
+static uint64_t rng = 0x13198a2e03707344ull;
+static double urand(void) { /* uniform [-1, 1) */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (double)(rng >> 11) / (double)(1ull << 52) - 1.0;
+}
+
+enum { RANDOM, NEAR_COPIES, DUPLICATES, RELU_ZEROS, NAN_KEY, INF_KEY, NAN_WEIGHT, HUGE_KEYS, ADVERSARY };
+static const char *const kinds[] = {"random",       "near copies", "duplicates", "relu zeros", "NaN key",
+                                    "infinite key", "NaN weight",  "huge keys",  "adversary"};
+
+/* Returns how many entries the bounded path scored exactly (fbuf's use, from cidx). */
+static int check(int level, int fmt, int kind, int nI, int dI, int n, int topk) {
+    const dsv4_attn_ops *ops = dsv4_attn_ops_for(DSV4_SIMD_SCALAR);
+    float *qI = malloc(sizeof(float) * nI * dI), *wI = malloc(sizeof(float) * nI);
+    float *kb = malloc(sizeof(float) * (size_t)n * dI);
+    uint8_t *packed = malloc((size_t)n * 2 * dI);
+    const void **keys = malloc(sizeof(void *) * n), **ckeys = malloc(sizeof(void *) * n);
+    float *exact = malloc(sizeof(float) * n), *approx = malloc(sizeof(float) * n);
+    float *knorm = malloc(sizeof(float) * n), *fbuf = malloc(sizeof(float) * n);
+    int *work = malloc(sizeof(int) * n), *cidx = malloc(sizeof(int) * n);
+    int *sel_ref = malloc(sizeof(int) * topk), *sel = malloc(sizeof(int) * topk);
+    for (int i = 0; i < nI * dI; i++) qI[i] = (float)urand();
+    for (int h = 0; h < nI; h++) wI[h] = (float)(0.05 + fabs(urand()));
+    if (kind == NAN_WEIGHT) wI[nI / 2] = NAN;
+    for (int w = 0; w < n; w++) {
+        float *k = kb + (size_t)w * dI;
+        for (int c = 0; c < dI; c++) k[c] = (float)urand();
+        if ((kind == NEAR_COPIES || kind == ADVERSARY) && w) /* a few ulps off key 0 in a few values: every score near the boundary */
+            for (int c = 0; c < dI; c++) {
+                const double r = urand();
+                k[c] = r > 0.8 ? nextafterf(kb[c], INFINITY) : r < -0.8 ? nextafterf(kb[c], -INFINITY) : kb[c];
+            }
+        if (kind == DUPLICATES && w % 3) memcpy(k, k - (w % 3) * dI, sizeof(float) * dI);
+        if (kind == RELU_ZEROS && w % 2) /* minus the sum of the query's heads, scaled: every dot < 0 */
+            for (int c = 0; c < dI; c++) {
+                double s = 0;
+                for (int h = 0; h < nI; h++) s += qI[h * dI + c];
+                k[c] = (float)(-s * (1.0 + 0.5 * fabs(urand())));
+            }
+        if (kind == HUGE_KEYS) k[0] = 1e36f;
+        if (fmt == DSV4_ROW_BF16) dsv4_row_round(fmt, k, dI, 0);
+    }
+    if (kind == NAN_KEY) kb[(size_t)(n / 2) * dI + 1] = NAN;
+    if (kind == INF_KEY) kb[(size_t)(n / 3) * dI] = INFINITY;
+    for (int w = 0; w < n; w++) {
+        keys[w] = kb + (size_t)w * dI;
+        if (fmt == DSV4_ROW_BF16) {
+            dsv4_row_pack(fmt, packed + (size_t)w * 2 * dI, kb + (size_t)w * dI, dI, 0);
+            keys[w] = packed + (size_t)w * 2 * dI;
+        }
+    }
+    const int64_t lim = n;
+    dsv4_idx_scores(level, ops, qI, 0, wI, 0, 1, &lim, keys, fmt, 0, n, nI, dI, exact, 0);
+    const int n_ref = dsv4_indexer_select(exact, n, topk, work, sel_ref);
+    dsv4_idx_approx(level, qI, 0, wI, 0, 1, &lim, keys, fmt, 0, n, nI, dI, approx, knorm, 0);
+    const dsv4_indexer_query iq = {level, ops, qI, wI, nI, dI, keys, fmt};
+    if (kind == ADVERSARY) { /* the worst errors the bound allows: the exact top-k scored low, the rest high */
+        const dsv4_idx_bound b = dsv4_idx_approx_query(qI, wI, nI, dI);
+        for (int w = 0, i = 0; w < n; w++) {
+            const int in = i < n_ref && sel_ref[i] == w;
+            i += in;
+            approx[w] = exact[w] + (in ? -0.95f : 0.95f) * dsv4_idx_approx_bound(&b, knorm[w]);
+        }
+    }
+    for (int i = 0; i < n; i++) cidx[i] = -1;
+    const int n_got = dsv4_indexer_select_verified(&iq, approx, knorm, n, topk, fbuf, cidx, ckeys, work, sel);
+    CHECK_MSG(n_got == n_ref && memcmp(sel, sel_ref, sizeof(int) * (size_t)n_ref) == 0,
+              "level %d fmt %d %s nI %d dI %d n %d topk %d: the selections differ", level, fmt, kinds[kind], nI, dI,
+              n, topk);
+    int rescored = 0;
+    while (rescored < n && cidx[rescored] >= 0) rescored++;
+    free(qI); free(wI); free(kb); free(packed); free(keys); free(ckeys); free(exact); free(approx); free(knorm);
+    free(fbuf); free(work); free(cidx); free(sel_ref); free(sel);
+    return rescored;
+}
+
+int main(void) {
+    const int best = dsv4_cpu_simd() < dsv4_build_simd() ? dsv4_cpu_simd() : dsv4_build_simd();
+    printf("kernel level: %s\n", dsv4_simd_name(best));
+    for (int level = 0; level <= best; level++)
+        for (int fmt = DSV4_ROW_BF16; fmt <= DSV4_ROW_F32; fmt += 2) {
+            for (int kind = RANDOM; kind <= HUGE_KEYS; kind++) {
+                check(level, fmt, kind, 2, 8, 300, 7);
+                check(level, fmt, kind, 5, 37, 257, 16);
+            }
+            const int r = check(level, fmt, RANDOM, 16, 128, 2048, 64); /* flash_quarter's shape */
+            const int c = check(level, fmt, NEAR_COPIES, 16, 128, 2048, 64);
+            check(level, fmt, DUPLICATES, 16, 128, 2048, 64);
+            check(level, fmt, RELU_ZEROS, 16, 128, 2048, 64);
+            check(level, fmt, ADVERSARY, 16, 128, 2048, 64);
+            printf("level %d fmt %d, 2048 entries, top 64: %d rescored (random keys), %d (near copies)\n", level,
+                   fmt, r, c);
+            CHECK_MSG(r >= 64 && r <= 96, "random keys: %d entries rescored for the top 64", r);
+            CHECK_MSG(fmt != DSV4_ROW_F32 || c > 1024, "near copies: only %d rescored, the boundary was not exercised",
+                      c);
+        }
+    return test_report();
+}

@@ -1,0 +1,128 @@
+/* test_idx_approx.c — the approximate indexer scores (kernels/idx_approx.h): at every level,
+ * for F32 and BF16 keys, head counts around the 8-head groups and key widths around the
+ * 16-key panel's chunks (and past the panel, where the level falls back), every approximate
+ * score lies within its bound of the exact kernel's score, the norms are the keys' norms,
+ * (rounded up), nothing is written past a query's limit. Then the bound's terms: tight
+ * enough to be useful (a bound that held only because it was huge would make every entry
+ * a candidate), invalid for NaN or infinite queries and weights, kmax for huge ones. */
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/attn_ops.h"
+#include "kernels/cpu.h"
+#include "kernels/idx_approx.h"
+#include "kernels/idx_scores.h"
+#include "kernels/kv_rows.h"
+#include "test.h"
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static double urand(void) { /* uniform [-1, 1) */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (double)(rng >> 11) / (double)(1ull << 52) - 1.0;
+}
+
+static void check(int level, int fmt, int nI, int dI, int nk, int nq, double kscale) {
+    const dsv4_attn_ops *ops = dsv4_attn_ops_for(DSV4_SIMD_SCALAR);
+    const size_t qs = (size_t)nI * dI + 1, ws = (size_t)nI + 2, ss = (size_t)nk + 3;
+    float *qI = malloc(sizeof(float) * qs * nq), *wI = malloc(sizeof(float) * ws * nq);
+    float *kb = malloc(sizeof(float) * (size_t)nk * dI);
+    uint8_t *packed = malloc((size_t)nk * 2 * dI + 2);
+    const void **keys = malloc(sizeof(void *) * nk);
+    for (size_t i = 0; i < qs * nq; i++) qI[i] = (float)urand();
+    for (size_t i = 0; i < ws * nq; i++) wI[i] = (float)(0.1 + fabs(urand()));
+    for (int w = 0; w < nk; w++) {
+        float *k = kb + (size_t)w * dI;
+        for (int c = 0; c < dI; c++) k[c] = (float)(kscale * urand());
+        if (w % 9 == 4) /* a near-copy of the previous key: near-tied scores */
+            for (int c = 0; c < dI; c++) k[c] = w ? k[c - dI] * (1.0f + 0x1p-20f) : k[c];
+        if (fmt == DSV4_ROW_BF16) {
+            dsv4_row_round(fmt, k, dI, 0);
+            dsv4_row_pack(fmt, packed + 2 + (size_t)w * 2 * dI, k, dI, 0);
+            keys[w] = packed + 2 + (size_t)w * 2 * dI;
+        } else {
+            keys[w] = k;
+        }
+    }
+    int64_t lim[8];
+    for (int q = 0; q < nq; q++) lim[q] = nk - (nq - 1 - q) * (nk / 5);
+    float *exact = malloc(sizeof(float) * ss * nq), *approx = malloc(sizeof(float) * ss * nq);
+    float *knorm = malloc(sizeof(float) * ss * nq);
+    for (size_t i = 0; i < ss * nq; i++) approx[i] = knorm[i] = -7.0f;
+    dsv4_idx_scores(level, ops, qI, qs, wI, ws, nq, lim, keys, fmt, 0, nk, nI, dI, exact, ss);
+    /* two ranges, the second from an odd start */
+    const int cut = nk / 3 | 1;
+    dsv4_idx_approx(level, qI, qs, wI, ws, nq, lim, keys, fmt, 0, cut, nI, dI, approx, knorm, ss);
+    dsv4_idx_approx(level, qI, qs, wI, ws, nq, lim, keys, fmt, cut, nk, nI, dI, approx, knorm, ss);
+    double worst = 0.0, worst_norm = 0.0;
+    int out = 0;
+    for (int q = 0; q < nq; q++) {
+        const dsv4_idx_bound b = dsv4_idx_approx_query(qI + q * qs, wI + q * ws, nI, dI);
+        CHECK(b.valid);
+        for (int w = 0; w < lim[q]; w++) {
+            const size_t at = (size_t)q * ss + w;
+            const double bound = dsv4_idx_approx_bound(&b, knorm[at]);
+            const double err = fabs((double)exact[at] - approx[at]);
+            out += !(err <= bound) || !(approx[at] - (float)bound <= exact[at]) ||
+                   !(approx[at] + (float)bound >= exact[at]);
+            worst = fmax(worst, err / bound);
+            double n2 = 0;
+            for (int c = 0; c < dI; c++) n2 += (double)kb[(size_t)w * dI + c] * kb[(size_t)w * dI + c];
+            worst_norm = fmax(worst_norm, fabs(knorm[at] - sqrt(n2)) / (sqrt(n2) + 1e-300));
+            CHECK(knorm[at] >= sqrt(n2)); /* rounded up: the bound never reads a norm low */
+        }
+        for (size_t w = (size_t)lim[q]; w < ss; w++) CHECK(approx[q * ss + w] == -7.0f && knorm[q * ss + w] == -7.0f);
+    }
+    CHECK_MSG(out == 0, "level %d fmt %d nI %d dI %d: %d scores outside their bound (worst err/bound %.3g)", level,
+              fmt, nI, dI, out, worst);
+    CHECK_MSG(worst_norm < 1e-5, "level %d nI %d dI %d: key norms off by %.3g", level, nI, dI, worst_norm);
+    free(qI); free(wI); free(kb); free(packed); free(keys); free(exact); free(approx); free(knorm);
+}
+
+/* The bound's size: scale / Q within (1e-6, 1e-3) for Flash's shape (eps ~ 4e-5), so that
+ * the candidates stay near topk; NaN or infinite queries or weights make it invalid. */
+static void check_terms(void) {
+    enum { NI = 64, DI = 128 };
+    static float qI[NI * DI], wI[NI];
+    double q = 0.0;
+    for (int h = 0; h < NI; h++) {
+        double n2 = 0.0;
+        for (int i = 0; i < DI; i++) {
+            qI[h * DI + i] = (float)urand();
+            n2 += (double)qI[h * DI + i] * qI[h * DI + i];
+        }
+        wI[h] = (float)urand();
+        q += fabs((double)wI[h]) * sqrt(n2);
+    }
+    dsv4_idx_bound b = dsv4_idx_approx_query(qI, wI, NI, DI);
+    printf("Flash's indexer shape: bound scale / Q = %.3g, add %.3g\n", b.scale / q, (double)b.add);
+    CHECK(b.valid && b.scale / q > 1e-6 && b.scale / q < 1e-3 && b.add < 1e-30f && b.kmax > 1e30f);
+    qI[77] = NAN;
+    CHECK(!dsv4_idx_approx_query(qI, wI, NI, DI).valid);
+    qI[77] = INFINITY;
+    CHECK(!dsv4_idx_approx_query(qI, wI, NI, DI).valid);
+    qI[77] = 0.5f;
+    wI[3] = INFINITY;
+    CHECK(!dsv4_idx_approx_query(qI, wI, NI, DI).valid);
+    wI[3] = 0.5f;
+    qI[5] = 1e30f; /* finite, but keys above norm ~1e90 / 1e30 would overflow: kmax says so */
+    b = dsv4_idx_approx_query(qI, wI, NI, DI);
+    CHECK(b.valid && b.kmax < 1e8f);
+}
+
+int main(void) {
+    const int best = dsv4_cpu_simd() < dsv4_build_simd() ? dsv4_cpu_simd() : dsv4_build_simd();
+    printf("kernel level: %s\n", dsv4_simd_name(best));
+    if (best < DSV4_SIMD_AVX512) printf("SKIPPED: the AVX-512 level (not in this CPU or build)\n");
+    const int nIs[] = {1, 3, 4, 8, 13, 16}, dIs[] = {1, 5, 16, 37, 128, 300};
+    for (int level = 0; level <= best; level++)
+        for (int fmt = DSV4_ROW_BF16; fmt <= DSV4_ROW_F32; fmt += 2) {
+            for (size_t a = 0; a < sizeof nIs / sizeof nIs[0]; a++)
+                for (size_t b = 0; b < sizeof dIs / sizeof dIs[0]; b++) check(level, fmt, nIs[a], dIs[b], 37, 3, 1.0);
+            check(level, fmt, 16, 128, 200, 8, 1.0);  /* flash_quarter's indexer shape */
+            check(level, fmt, 64, 128, 40, 2, 1e-3);  /* Flash's, small keys */
+            check(level, fmt, 4, 64, 50, 1, 1e20);    /* large keys */
+            check(level, fmt, 4, 64, 50, 1, 1e-25);   /* keys near the subnormals */
+        }
+    check_terms();
+    return test_report();
+}
