@@ -60,11 +60,12 @@ enum { DSV4_INDEXER_AUTO = 0, DSV4_INDEXER_EXACT = 1, DSV4_INDEXER_BOUNDED = 2 }
 /* AUTO bounds the scores of a row that sees at least DSV4_INDEXER_BOUNDED_MIN_RATIO times
  * index_topk entries, where an exact score costs at least DSV4_INDEXER_BOUNDED_MIN_MACS
  * multiply-adds (index_n_heads * index_head_dim). Below either, the exact rescoring of the
- * topk best and more, the second selection and the key panel's transposition cost about
- * what the cheaper scores save (flash_quarter, 16 x 128: a 2K-entry decode row ran 0.76x,
- * a 512-row prefill chunk to 8K 1.12x; BENCHMARKS.md). */
+ * topk best and a few more, the second selection and the key panel's transposition cost
+ * about what the cheaper scores save. bench_indexer, exact time over bounded (top 512,
+ * one thread, 1 / 8 queries a block): Flash's 64 x 128 at 2K entries 1.32 / 1.33, at 32K
+ * 2.26 / 1.86; flash_quarter's 16 x 128 at 2K 0.97 / 1.22, at 32K 1.16 / 1.72. */
 #define DSV4_INDEXER_BOUNDED_MIN_MACS 1024
-#define DSV4_INDEXER_BOUNDED_MIN_RATIO 16
+#define DSV4_INDEXER_BOUNDED_MIN_RATIO 4
 
 /* Whether ctx's indexer bounds the scores of a row that sees n_vis entries (see above);
  * every row of a scoring block must give the same answer. */

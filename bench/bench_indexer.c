@@ -1,0 +1,162 @@
+/* bench_indexer.c — the indexer's top-k for one query block, exact against bounded.
+ *
+ *   bench_indexer [--reps N] [--ns LIST] [--shapes quarter,flash]
+ *
+ * One thread. For each shape (flash_quarter: 16 heads x 128, Flash: 64 x 128, top 512),
+ * entry count n (default 2048,8192,32768,131072) and block size nq (1 = a decode row, 8 =
+ * a prefill block), it times the two ways the attention finds each query's top-k over the
+ * same BF16 keys (the default cache format):
+ *   exact:   dsv4_idx_scores of the block, then dsv4_indexer_select per query;
+ *   bounded: dsv4_idx_approx of the block, then dsv4_indexer_select_verified per query
+ *            (exact rescoring of the entries near the boundary),
+ * alternating the two over --reps rounds (default 5), and checks that they select the same
+ * entries. Queries, weights and keys are uniform random: real rows have other score
+ * distributions, so "candidates" (the entries rescored per query, mean) says how tight the
+ * bound was here. One JSON line per case: median microseconds per query both ways, their
+ * ratio, the candidates. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attn/attention.h"
+#include "kernels/cpu.h"
+#include "kernels/idx_approx.h"
+#include "kernels/idx_scores.h"
+#include "kernels/kv_rows.h"
+
+#define MAX_REPS 21
+#define NQ_MAX 8
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float urand(void) { /* [-1, 1) */
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct bufs {
+    float *scores, *knorm, *fbuf;
+    int *work, *cidx, *sel;
+    const void **ckeys;
+} bufs;
+
+/* One block both ways; returns seconds, sel (nq, topk) and the candidates rescored. */
+static double run(int bounded, int simd, const float *qI, const float *wI, int nq, int nI, int dI, const void **keys,
+                  int n, int topk, bufs *b, int *sel, long *cand) {
+    const dsv4_attn_ops *ops = dsv4_attn_ops_for(simd);
+    int64_t lim[NQ_MAX];
+    for (int q = 0; q < nq; q++) lim[q] = n;
+    const double t0 = now_s();
+    if (bounded) dsv4_idx_approx(simd, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys, DSV4_ROW_BF16, 0, n, nI, dI,
+                                 b->scores, b->knorm, (size_t)n);
+    else dsv4_idx_scores(simd, ops, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys, DSV4_ROW_BF16, 0, n, nI, dI,
+                         b->scores, (size_t)n);
+    for (int q = 0; q < nq; q++) {
+        if (bounded) {
+            const dsv4_indexer_query iq = {simd, ops, qI + (size_t)q * nI * dI, wI + (size_t)q * nI, nI, dI, keys,
+                                           DSV4_ROW_BF16};
+            for (int i = 0; i < n; i++) b->cidx[i] = -1;
+            dsv4_indexer_select_verified(&iq, b->scores + (size_t)q * n, b->knorm + (size_t)q * n, n, topk, b->fbuf,
+                                         b->cidx, b->ckeys, b->work, sel + (size_t)q * topk);
+            int c = 0;
+            while (c < n && b->cidx[c] >= 0) c++;
+            *cand += c;
+        } else {
+            dsv4_indexer_select(b->scores + (size_t)q * n, n, topk, b->work, sel + (size_t)q * topk);
+        }
+    }
+    return now_s() - t0;
+}
+
+int main(int argc, char **argv) {
+    int reps = 5, ns[8] = {2048, 8192, 32768, 131072}, n_ns = 4, quarter = 1, flash = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ns") && i + 1 < argc) {
+            n_ns = 0;
+            for (char *s = strtok(argv[++i], ","); s && n_ns < 8; s = strtok(NULL, ",")) ns[n_ns++] = atoi(s);
+        } else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) {
+            quarter = strstr(argv[i + 1], "quarter") != NULL;
+            flash = strstr(argv[++i], "flash") != NULL;
+        } else {
+            fprintf(stderr, "usage: bench_indexer [--reps N] [--ns LIST] [--shapes quarter,flash]\n");
+            return 2;
+        }
+    }
+    if (reps < 1 || reps > MAX_REPS || n_ns < 1) {
+        fprintf(stderr, "bench_indexer: --reps 1..%d and at least one n\n", MAX_REPS);
+        return 2;
+    }
+    for (int k = 0; k < n_ns; k++)
+        if (ns[k] < 1024 || ns[k] > (1 << 20)) {
+            fprintf(stderr, "bench_indexer: every n in [1024, 1048576]\n");
+            return 2;
+        }
+    const int simd = dsv4_cpu_simd() < dsv4_build_simd() ? dsv4_cpu_simd() : dsv4_build_simd(), topk = 512, dI = 128;
+    int nmax = 0;
+    for (int k = 0; k < n_ns; k++) nmax = ns[k] > nmax ? ns[k] : nmax;
+    const int nI_max = 64;
+    uint16_t *pool = malloc(sizeof(uint16_t) * (size_t)nmax * dI);
+    const void **keys = malloc(sizeof(void *) * nmax);
+    float *qI = malloc(sizeof(float) * NQ_MAX * nI_max * dI), *wI = malloc(sizeof(float) * NQ_MAX * nI_max);
+    bufs b = {malloc(sizeof(float) * NQ_MAX * (size_t)nmax), malloc(sizeof(float) * NQ_MAX * (size_t)nmax),
+              malloc(sizeof(float) * nmax), malloc(sizeof(int) * nmax), malloc(sizeof(int) * nmax), NULL,
+              malloc(sizeof(void *) * nmax)};
+    int *sel_e = malloc(sizeof(int) * NQ_MAX * topk), *sel_b = malloc(sizeof(int) * NQ_MAX * topk);
+    if (!pool || !keys || !qI || !wI || !b.scores || !b.knorm || !b.fbuf || !b.work || !b.cidx || !b.ckeys || !sel_e ||
+        !sel_b) {
+        fprintf(stderr, "bench_indexer: out of memory\n");
+        return 1;
+    }
+    float row[128];
+    for (int w = 0; w < nmax; w++) {
+        for (int c = 0; c < dI; c++) row[c] = urand();
+        dsv4_row_pack(DSV4_ROW_BF16, pool + (size_t)w * dI, row, dI, 0);
+        keys[w] = pool + (size_t)w * dI;
+    }
+    for (int i = 0; i < NQ_MAX * nI_max * dI; i++) qI[i] = urand();
+    for (int i = 0; i < NQ_MAX * nI_max; i++) wI[i] = 0.05f + 0.5f * (urand() + 1.0f);
+    int rc = 0;
+    for (int shape = 0; shape < 2; shape++) {
+        if ((shape == 0 && !quarter) || (shape == 1 && !flash)) continue;
+        const int nI = shape ? 64 : 16;
+        for (int k = 0; k < n_ns; k++)
+            for (int nq = 1; nq <= NQ_MAX; nq += NQ_MAX - 1) {
+                const int n = ns[k];
+                double te[MAX_REPS], tb[MAX_REPS];
+                long cand = 0;
+                int same = 1;
+                for (int r = 0; r < reps; r++) {
+                    te[r] = run(0, simd, qI, wI, nq, nI, dI, keys, n, topk, &b, sel_e, &cand);
+                    cand = 0;
+                    tb[r] = run(1, simd, qI, wI, nq, nI, dI, keys, n, topk, &b, sel_b, &cand);
+                    same &= memcmp(sel_e, sel_b, sizeof(int) * (size_t)nq * topk) == 0;
+                }
+                qsort(te, (size_t)reps, sizeof(double), cmp_double);
+                qsort(tb, (size_t)reps, sizeof(double), cmp_double);
+                const double ue = te[reps / 2] * 1e6 / nq, ub = tb[reps / 2] * 1e6 / nq;
+                printf("{\"shape\": \"%s\", \"nI\": %d, \"dI\": %d, \"topk\": %d, \"n\": %d, \"nq\": %d, "
+                       "\"level\": \"%s\", \"exact_us_per_query\": %.1f, \"bounded_us_per_query\": %.1f, "
+                       "\"exact_over_bounded\": %.3f, \"candidates\": %.1f, \"same_selection\": %s}\n",
+                       shape ? "flash" : "flash_quarter", nI, dI, topk, n, nq, dsv4_simd_name(simd), ue, ub, ue / ub,
+                       (double)cand / nq, same ? "true" : "false");
+                fflush(stdout);
+                if (!same) rc = 1;
+            }
+    }
+    free(pool); free(keys); free(qI); free(wI); free(b.scores); free(b.knorm); free(b.fbuf); free(b.work);
+    free(b.cidx); free(b.ckeys); free(sel_e); free(sel_b);
+    return rc;
+}
