@@ -20,11 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "attn/attention.h"
-#include "kernels/cpu.h"
-#include "kernels/idx_approx.h"
-#include "kernels/idx_scores.h"
-#include "kernels/kv_rows.h"
+#include "dsv4_internal.h"
 
 #define MAX_REPS 21
 #define NQ_MAX 8

@@ -19,6 +19,7 @@
 #include "kernels/attn_ops.h"
 #include "kernels/codec.h"       /* kernel benchmarks call the kernels directly */
 #include "kernels/cpu.h"
+#include "kernels/idx_approx.h"    /* bench_indexer: exact against bounded top-k */
 #include "kernels/idx_scores.h"
 #include "kernels/kctx.h"
 #include "kernels/kv_rows.h"
