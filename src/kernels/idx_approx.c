@@ -145,9 +145,10 @@ AP_INLINE __m512 load_panel(const void *const *keys, int fmt, int64_t w, int nk,
             n2hi = _mm512_fmadd_pd(hi, hi, n2hi);
         }
     }
-    const int up = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvt_roundpd_ps(_mm512_sqrt_pd(n2lo), up)),
-                              _mm512_cvt_roundpd_ps(_mm512_sqrt_pd(n2hi), up), 1);
+#define AP_UP (_MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC) /* a constant even at -O0 */
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvt_roundpd_ps(_mm512_sqrt_pd(n2lo), AP_UP)),
+                              _mm512_cvt_roundpd_ps(_mm512_sqrt_pd(n2hi), AP_UP), 1);
+#undef AP_UP
 }
 
 /* s += sum over G heads from h0 of wq[h] * relu(qq[h] . panel) for 16 keys at once */
