@@ -21,25 +21,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "dsv4_internal.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static float urand(void) { /* [-1, 1) */
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 enum { MAX_REPS = 64, N_FMT = 2 };
 static const int fmts[N_FMT] = {DSV4_ROW_F32, DSV4_ROW_BF16};
 
@@ -56,7 +41,7 @@ static int pool_make(pool *p, int64_t mb, int width) {
     for (int f = 0; f < N_FMT; f++) p->bytes[f] = malloc((size_t)(p->n_rows * dsv4_row_bytes(fmts[f], width, 0)));
     if (!x || !p->bytes[0] || !p->bytes[1]) return -1;
     for (int64_t r = 0; r < p->n_rows; r++) {
-        for (int c = 0; c < width; c++) x[c] = urand();
+        for (int c = 0; c < width; c++) x[c] = bench_urand(&rng);
         dsv4_row_round(DSV4_ROW_BF16, x, width, 0);
         for (int f = 0; f < N_FMT; f++)
             dsv4_row_pack(fmts[f], p->bytes[f] + r * dsv4_row_bytes(fmts[f], width, 0), x, width, 0);
@@ -131,8 +116,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_attn: out of memory\n");
         return 1;
     }
-    for (int i = 0; i < 16 * 512 * 8; i++) q[i] = urand();
-    for (int i = 0; i < 16 * 8; i++) wI[i] = 0.1f + 0.05f * urand();
+    for (int i = 0; i < 16 * 512 * 8; i++) q[i] = bench_urand(&rng);
+    for (int i = 0; i < 16 * 8; i++) wI[i] = 0.1f + 0.05f * bench_urand(&rng);
 
     static double t[8][3][N_FMT][MAX_REPS];
     int64_t k = 0;

@@ -20,28 +20,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "dsv4_internal.h"
 
 #define MAX_REPS 21
 #define NQ_MAX 8
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static float urand(void) { /* [-1, 1) */
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 typedef struct bufs {
     float *scores, *knorm, *fbuf;
     int *work, *cidx, *sel;
@@ -118,12 +103,12 @@ int main(int argc, char **argv) {
     }
     float row[128];
     for (int w = 0; w < nmax; w++) {
-        for (int c = 0; c < dI; c++) row[c] = urand();
+        for (int c = 0; c < dI; c++) row[c] = bench_urand(&rng);
         dsv4_row_pack(DSV4_ROW_BF16, pool + (size_t)w * dI, row, dI, 0);
         keys[w] = pool + (size_t)w * dI;
     }
-    for (int i = 0; i < NQ_MAX * nI_max * dI; i++) qI[i] = urand();
-    for (int i = 0; i < NQ_MAX * nI_max; i++) wI[i] = 0.05f + 0.5f * (urand() + 1.0f);
+    for (int i = 0; i < NQ_MAX * nI_max * dI; i++) qI[i] = bench_urand(&rng);
+    for (int i = 0; i < NQ_MAX * nI_max; i++) wI[i] = 0.05f + 0.5f * (bench_urand(&rng) + 1.0f);
     int rc = 0;
     for (int shape = 0; shape < 2; shape++) {
         if ((shape == 0 && !quarter) || (shape == 1 && !flash)) continue;

@@ -46,14 +46,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "dsv4_internal.h"
 
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void) {
@@ -116,11 +111,6 @@ static void free_mat(dsv4_mat *m) {
 }
 
 /* ---- probes ------------------------------------------------------------------------------ */
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Rounds of (probe pass, measured call) back to back: on a shared machine both see the same
  * conditions. Kept: the best call time, the best probe, and each round's ratio of the

@@ -24,13 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "dsv4.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void die(const char *what, const dsv4_err *err) {
     fprintf(stderr, "bench_prefix: %s: %s\n", what, err ? err->msg : "");

@@ -26,13 +26,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "dsv4_internal.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void) {
@@ -122,11 +117,6 @@ static int engine_run(const dsv4_model *m, int w8a8, int threads, int P, int M, 
     free(tok);
     free(hid);
     return err.code ? -1 : 0;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* Rounds of one call each of m[0] (INT8, at SIMD level i8_level), m[1] (BF16) and m[2]
