@@ -406,16 +406,19 @@ static void score_task(void *arg, int task, int tid) {
 static void gather_task(void *arg, int bi, int tid) {
     const attend_job *j = arg;
     const dsv4_attn_query q = job_query(j, j->r0 + bi);
-    const size_t per = (size_t)tid * j->max_entries;
-    const dsv4_attn_sel_bufs sb = {.work = j->iorder ? j->iorder + per : NULL,
-                                   .sel = j->isel ? j->isel + (size_t)tid * j->ctx->cfg->index_topk : NULL,
-                                   .fbuf = j->ifbuf ? j->ifbuf + per : NULL,
-                                   .cidx = j->icidx ? j->icidx + per : NULL,
-                                   .ckeys = j->ickeys ? j->ickeys + per : NULL};
-    j->n_kv[bi] = dsv4_attn_row_keys(&q, j->iscores ? j->iscores + (size_t)bi * j->max_entries : NULL,
-                                     j->iknorm ? j->iknorm + (size_t)bi * j->max_entries : NULL,
-                                     j->ikeys ? j->ikeys + j->ikey_off[j->row_span[q.i]] : NULL, &sb,
-                                     j->rows + (size_t)bi * j->n_kv_max);
+    /* CSA (iscores set): this row's scores, norms and keys, this thread's selection scratch */
+    const float *scores = NULL, *knorm = NULL;
+    const void *const *keys = NULL;
+    dsv4_attn_sel_bufs sb = {0};
+    if (j->iscores) {
+        const size_t row = (size_t)bi * j->max_entries, per = (size_t)tid * j->max_entries;
+        scores = j->iscores + row;
+        knorm = j->iknorm + row;
+        keys = j->ikeys + j->ikey_off[j->row_span[q.i]];
+        sb = (dsv4_attn_sel_bufs){.work = j->iorder + per, .sel = j->isel + (size_t)tid * j->ctx->cfg->index_topk,
+                                  .fbuf = j->ifbuf + per, .cidx = j->icidx + per, .ckeys = j->ickeys + per};
+    }
+    j->n_kv[bi] = dsv4_attn_row_keys(&q, scores, knorm, keys, &sb, j->rows + (size_t)bi * j->n_kv_max);
 }
 
 /* Step 4: one group of heads of one row. */

@@ -83,6 +83,20 @@ int dsv4_attn_indexer_bounded(const dsv4_attn_ctx *ctx, int64_t n_vis) {
            n_vis >= (int64_t)DSV4_INDEXER_BOUNDED_MIN_RATIO * c->index_topk;
 }
 
+/* A CSA row's top-k entries from step 2 into sb->sel, ascending; returns their count. */
+static int select_entries(const dsv4_attn_query *q, const float *scores, const float *knorm, const void *const *keys,
+                          const dsv4_attn_sel_bufs *sb, int64_t n_vis) {
+    const dsv4_config *cfg = q->ctx->cfg;
+    const int topk = cfg->index_topk, nI = cfg->index_n_heads, dI = cfg->index_head_dim;
+    if (!dsv4_attn_indexer_bounded(q->ctx, n_vis))
+        return dsv4_indexer_select(scores, (int)n_vis, topk, sb->work, sb->sel);
+    const dsv4_indexer_query iq = {.simd = dsv4_kctx_simd(q->ctx->k), .ops = q->ops,
+                                   .qI = q->w->qI + (size_t)q->i * nI * dI, .wI = q->w->wI + (size_t)q->i * nI,
+                                   .nI = nI, .dI = dI, .keys = keys, .key_fmt = dsv4_row_fmt(q->src->key_fmt)};
+    return dsv4_indexer_select_verified(&iq, scores, knorm, (int)n_vis, topk, sb->fbuf, sb->cidx, sb->ckeys, sb->work,
+                                        sb->sel);
+}
+
 int dsv4_attn_row_keys(const dsv4_attn_query *q, const float *scores, const float *knorm,
                        const void *const *keys, const dsv4_attn_sel_bufs *sb, const void **rows) {
     const dsv4_config *cfg = q->ctx->cfg;
@@ -101,15 +115,8 @@ int dsv4_attn_row_keys(const dsv4_attn_query *q, const float *scores, const floa
         rows[n_kv++] = p >= sp->start ? kv + (sp->row0 + (p - sp->start)) * row_bytes
                                       : src->win_row(src->u, sp, layer, p);
     if (q->b->ratio == 4) { /* CSA: the indexer's selection, ascending */
-        const int nI = cfg->index_n_heads, dI = cfg->index_head_dim;
-        const dsv4_indexer_query iq = {.simd = dsv4_kctx_simd(q->ctx->k), .ops = q->ops,
-                                       .qI = q->w->qI + (size_t)q->i * nI * dI, .wI = q->w->wI + (size_t)q->i * nI,
-                                       .nI = nI, .dI = dI, .keys = keys, .key_fmt = dsv4_row_fmt(src->key_fmt)};
-        int *sel = sb->sel;
-        const int n_sel = dsv4_attn_indexer_bounded(q->ctx, n_vis)
-                              ? dsv4_indexer_select_verified(&iq, scores, knorm, (int)n_vis, topk, sb->fbuf,
-                                                             sb->cidx, sb->ckeys, sb->work, sel)
-                              : dsv4_indexer_select(scores, (int)n_vis, topk, sb->work, sel);
+        const int *sel = sb->sel;
+        const int n_sel = select_entries(q, scores, knorm, keys, sb, n_vis);
         for (int k = 0; k < n_sel; k++) rows[n_kv++] = src->entry(src->u, sp, layer, 0, sel[k]);
         if (q->ctx->csa_sel)
             for (int k = 0; k < topk; k++) q->ctx->csa_sel[(size_t)q->i * topk + k] = k < n_sel ? sel[k] : -1;

@@ -11,8 +11,9 @@
  * with Q = sum_h |wI[h]| * ||qI[h]|| of the query: the head dots and the weighted head sum
  * are inner products of finite floats whose rounding error is at most gamma_n = n u /
  * (1 - n u) times the sum of the magnitudes of their terms (u = 2^-24, any order, fused or
- * not; Higham, Accuracy and Stability of Numerical Algorithms, 3.1), Cauchy-Schwarz bounds sum_i |q_i K_i| by ||q|| ||K||, relu is 1-Lipschitz, and eps holds
- * twice what that adds up to (the rounding of the norms and of the bound itself included).
+ * not; Higham, Accuracy and Stability of Numerical Algorithms, 3.1), Cauchy-Schwarz bounds
+ * sum_i |q_i K_i| by ||q|| ||K||, relu is 1-Lipschitz, and eps holds twice what that adds
+ * up to (the rounding of the norms and of the bound itself included).
  * The bound is valid only when every input is finite and the scores do not overflow:
  * dsv4_indexer_select_verified (attn/indexer.c) checks that and otherwise scores exactly.
  *
