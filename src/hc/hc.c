@@ -119,10 +119,16 @@ __attribute__((target("avx512f"))) static void post_inplace_avx512(int hc, int D
 
 #define HC_TILE static inline __attribute__((always_inline, target("avx512f")))
 
-/* acc[r][m..m+F) += fn rows m..m+F (f, widened, slab-relative) x rows r < RB of hw over
- * len columns; f1 == NULL with F == 1. */
-HC_TILE void dots_tile(__m512d acc[][HC_DOTS_MAX][2], int m, const double *f0, const double *f1,
-                       double (*hw)[HC_SLAB], int len, const int RB, const int F) {
+/* 16 values of an fn row at c: from the widened copy (f64) or widened here (f32, exact). */
+HC_TILE __m512d fn_lo(const double *f64, const float *f32, int c) {
+    return f64 ? _mm512_loadu_pd(f64 + c) : _mm512_cvtps_pd(_mm256_loadu_ps(f32 + c));
+}
+HC_TILE __m512d fn_hi(const double *f64, const float *f32, int c) { return fn_lo(f64, f32, c + 8); }
+
+/* acc[r][m..m+F) += fn rows m..m+F (slab-relative: widened f0, f1, or when those are NULL
+ * the floats g0, g1, widened here) x rows r < RB of hw over len columns; F == 1: row m only. */
+HC_TILE void dots_tile(__m512d acc[][HC_DOTS_MAX][2], int m, const double *f0, const double *f1, const float *g0,
+                       const float *g1, double (*hw)[HC_SLAB], int len, const int RB, const int F) {
     __m512d a[HC_ROWS][2][2];
     for (int r = 0; r < RB; r++)
         for (int k = 0; k < F; k++) {
@@ -130,8 +136,8 @@ HC_TILE void dots_tile(__m512d acc[][HC_DOTS_MAX][2], int m, const double *f0, c
             a[r][k][1] = acc[r][m + k][1];
         }
     for (int c = 0; c < len; c += 16) {
-        const __m512d f0l = _mm512_loadu_pd(f0 + c), f0h = _mm512_loadu_pd(f0 + c + 8);
-        const __m512d f1l = F > 1 ? _mm512_loadu_pd(f1 + c) : f0l, f1h = F > 1 ? _mm512_loadu_pd(f1 + c + 8) : f0h;
+        const __m512d f0l = fn_lo(f0, g0, c), f0h = fn_hi(f0, g0, c);
+        const __m512d f1l = F > 1 ? fn_lo(f1, g1, c) : f0l, f1h = F > 1 ? fn_hi(f1, g1, c) : f0h;
         for (int r = 0; r < RB; r++) {
             const __m512d hl = _mm512_load_pd(hw[r] + c), hh = _mm512_load_pd(hw[r] + c + 8);
             a[r][0][0] = _mm512_fmadd_pd(f0l, hl, a[r][0][0]);
@@ -163,8 +169,8 @@ HC_TILE void self_tile(__m512d acc[][HC_DOTS_MAX][2], int m, double (*hw)[HC_SLA
     }
 }
 
-/* dots (RB, n_mix + 1) of rows h (RB, n) against fn (n_mix, n) and fn_f64 (the same,
- * widened). */
+/* dots (RB, n_mix + 1) of rows h (RB, n) against fn (n_mix, n), read from fn_f64 (the same,
+ * widened) or, when that is NULL, widened here slab by slab (the same doubles). */
 HC_TILE void dots_rows_block(const float *h, int64_t n, const float *fn, const double *fn_f64, int n_mix,
                              double *dots, const int RB) {
     __m512d acc[HC_ROWS][HC_DOTS_MAX][2]; /* (rows, mix + 1, lanes 0-7 | 8-15) */
@@ -179,9 +185,15 @@ HC_TILE void dots_rows_block(const float *h, int64_t n, const float *fn, const d
             for (int c = 0; c < len; c += 8)
                 _mm512_store_pd(hw[r] + c, _mm512_cvtps_pd(_mm256_loadu_ps(h + r * n + s0 + c)));
         int m = 0;
-        for (; m + 2 <= n_mix; m += 2)
-            dots_tile(acc, m, fn_f64 + m * n + s0, fn_f64 + (m + 1) * n + s0, hw, len, RB, 2);
-        if (m < n_mix) dots_tile(acc, m, fn_f64 + m * n + s0, NULL, hw, len, RB, 1);
+        if (fn_f64) {
+            for (; m + 2 <= n_mix; m += 2)
+                dots_tile(acc, m, fn_f64 + m * n + s0, fn_f64 + (m + 1) * n + s0, NULL, NULL, hw, len, RB, 2);
+            if (m < n_mix) dots_tile(acc, m, fn_f64 + m * n + s0, NULL, NULL, NULL, hw, len, RB, 1);
+        } else {
+            for (; m + 2 <= n_mix; m += 2)
+                dots_tile(acc, m, NULL, NULL, fn + m * n + s0, fn + (m + 1) * n + s0, hw, len, RB, 2);
+            if (m < n_mix) dots_tile(acc, m, NULL, NULL, fn + m * n + s0, NULL, hw, len, RB, 1);
+        }
         self_tile(acc, n_mix, hw, len, RB);
     }
     for (int r = 0; r < RB; r++)
@@ -358,7 +370,7 @@ void dsv4_hc_dots_rows(const dsv4_config *cfg, int simd, const float *h, int n_r
                        const double *fn_f64, int n_mix, double *dots) {
     const int64_t n = (int64_t)cfg->hc_mult * cfg->hidden_size;
 #if HC_AVX512
-    if (fn_f64 && dsv4_hc_rows_blocked(cfg, simd) && n_mix + 1 <= HC_DOTS_MAX) {
+    if (dsv4_hc_rows_blocked(cfg, simd) && n_mix + 1 <= HC_DOTS_MAX) {
         dots_rows_avx512(h, n_rows, n, fn, fn_f64, n_mix, dots);
         return;
     }

@@ -45,10 +45,11 @@ void dsv4_hc_head_at(const dsv4_config *cfg, int simd, const float *h, const flo
 /* ---- hc_pre's dots of many rows (prefill, batches) ---------------------------------------
  * When dsv4_hc_rows_blocked(cfg, simd), fn (n_mix, hc*D) widened to double once per call
  * (dsv4_hc_widen over row ranges [m0, m1), any split) lets dsv4_hc_dots_rows run the dots
- * of a block of rows together, reading fn and widening each row once per block. dots
- * (n_rows, n_mix + 1) of h (n_rows, hc, D): each row's the bits of dsv4_hc_dots over
- * [0, n_mix + 1) (which the function runs when the blocked kernel does not apply or
- * fn_f64 is NULL). */
+ * of a block of rows together, reading fn and widening each row once per block; with
+ * fn_f64 NULL the blocked kernel widens fn itself, slab by slab in every block (less
+ * memory traffic for a few blocks: a batched decode step). dots (n_rows, n_mix + 1) of h
+ * (n_rows, hc, D): each row's the bits of dsv4_hc_dots over [0, n_mix + 1) (which the
+ * function runs when the blocked kernel does not apply). */
 int dsv4_hc_rows_blocked(const dsv4_config *cfg, int simd);
 void dsv4_hc_widen(const dsv4_config *cfg, const float *fn, int m0, int m1, double *fn_f64);
 void dsv4_hc_dots_rows(const dsv4_config *cfg, int simd, const float *h, int n_rows, const float *fn,

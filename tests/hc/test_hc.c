@@ -197,7 +197,7 @@ static void run_levels(const hc_case *t) {
     free(h); free(fn); free(y); free(hr); free(hl); free(x0); free(x1);
 }
 
-/* hc_pre's dots of 1..9 rows at once (dsv4_hc_dots_rows, fn widened) at every level,
+/* hc_pre's dots of 1..9 rows at once (dsv4_hc_dots_rows, fn widened or as floats) at every level,
  * against dsv4_hc_dots row by row at the portable level: the same bits. Rows hold huge
  * and cancelling values as in run_levels, and the widths leave tails past the sixteens. */
 static void run_rows(const hc_case *t) {
@@ -222,7 +222,7 @@ static void run_rows(const hc_case *t) {
                 memset(got, 0xff, sizeof(double) * R * nd);
                 dsv4_hc_dots_rows(&c, level, h, rows, fn, w ? fn_f64 : NULL, mix, got);
                 CHECK_MSG(!memcmp(want, got, sizeof(double) * rows * nd), "hc=%d D=%d level %d: dots of %d rows%s differ",
-                          hc, D, level, rows, w ? " (blocked)" : "");
+                          hc, D, level, rows, w ? " (fn widened)" : " (fn as floats)");
             }
     }
     /* hc <= 4 and an AVX-512 CPU: the blocked kernel ran */
