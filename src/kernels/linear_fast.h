@@ -32,7 +32,13 @@
 #define LIN_NB 48
 #define LIN_KB 512 /* columns per dequantized tile: a multiple of 128 (FP8 scale blocks) */
 #define LIN_MB 96  /* activation rows per GEMM task and accumulator block (a multiple of 4 and 3) */
-#define LIN_GEMV_NB 64 /* most outputs per GEMV task (a multiple of 4) */
+/* most outputs per GEMV and small-M task (a multiple of 4). A task's weights start cold:
+ * on Zen 5 a batch-16 step's expert phase (bench_linear --threads 2 --moe --rows 16, FP4
+ * w1/w3 of 512 x 1024, w2 of 1024 x 512) took 3.7-4.0 ms a layer at 64 (tasks of 16-32 KB),
+ * 2.9-3.4 at 128, 2.7-3.1 at 256, 2.5-2.9 at 512, six alternated rounds; the single decode
+ * matrices at 1 and 16 rows were the same or faster at 256 (wq_b 8192 x 256 at one row
+ * 0.7x the time), a few slower at 512 (too few tasks) */
+#define LIN_GEMV_NB 256
 #define LIN_GEMV_MAX_ROWS 16 /* no level takes the GEMV path for more rows (tests cover the edge) */
 #define LIN_SMALLM_MAX_ROWS 64 /* no level takes the small-M path for more rows */
 /* Past 32 rows the small-M path is taken only while x, read once per panel of weight rows,
