@@ -41,19 +41,8 @@ dsv4_simd dsv4_cpu_simd(void) {
     return DSV4_SIMD_AVX2;
 }
 
-int dsv4_cpu_zen5(void) {
-    unsigned int a, b, c, d;
-    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
-    /* "AuthenticAMD" in ebx, edx, ecx */
-    if (b != 0x68747541u || d != 0x69746e65u || c != 0x444d4163u) return 0;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
-    const unsigned int base = (a >> 8) & 0xF, ext = (a >> 20) & 0xFF;
-    return (base == 0xF ? base + ext : base) >= 0x1A;
-}
-
 #else
 dsv4_simd dsv4_cpu_simd(void) { return DSV4_SIMD_SCALAR; }
-int dsv4_cpu_zen5(void) { return 0; }
 #endif
 
 const char *dsv4_simd_name(dsv4_simd level) {

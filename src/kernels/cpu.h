@@ -21,11 +21,6 @@ typedef enum {
 /* Highest level the running CPU and OS support (ignores what was compiled in). */
 dsv4_simd dsv4_cpu_simd(void);
 
-/* 1 on an AMD CPU of family 0x1A or later (Zen 5: full-width 512-bit datapaths, a different
- * port layout and front end than the Intel cores the kernels were first tuned on), where
- * kernels may pick variants tuned there (dsv4_kctx_zen5); else 0. */
-int dsv4_cpu_zen5(void);
-
 /* Highest level compiled into this build. */
 dsv4_simd dsv4_build_simd(void);
 

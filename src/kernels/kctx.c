@@ -17,7 +17,6 @@ struct dsv4_kctx {
     int simd;             /* dsv4_simd in use */
     int simd_max;         /* best level CPU and build allow */
     dsv4_lin_path lin_path; /* dsv4_linear's path: AUTO unless a bench or test forces one */
-    int zen5;             /* kernels' Zen 5 variants (dsv4_cpu_zen5, or set_zen5) */
     int64_t max_cols;
     int64_t stride;       /* floats per thread in `scratch`, a multiple of 16 */
     float *scratch;       /* (n_threads, stride): LIN_SCRATCH_FLOATS then max_cols */
@@ -53,7 +52,6 @@ int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err 
     int cpu = dsv4_cpu_simd(), build = dsv4_build_simd();
     k->simd_max = cpu < build ? cpu : build;
     k->simd = k->simd_max;
-    k->zen5 = dsv4_cpu_zen5();
     /* DSV4_SIMD forces a level; a name it does not know, or a level this CPU or build
      * cannot run, is an error rather than a silent fallback (a benchmark run with it must
      * measure what it says) */
@@ -104,10 +102,6 @@ int dsv4_kctx_set_simd(dsv4_kctx *k, int level) {
     k->simd = level < 0 ? 0 : level > k->simd_max ? k->simd_max : level;
     return k->simd;
 }
-
-int dsv4_kctx_zen5(const dsv4_kctx *k) { return k->zen5; }
-
-void dsv4_kctx_set_zen5(dsv4_kctx *k, int on) { k->zen5 = on != 0; }
 
 void dsv4_kctx_set_lin_path(dsv4_kctx *k, dsv4_lin_path path) { k->lin_path = path; }
 

@@ -28,11 +28,6 @@ int dsv4_kctx_pin(dsv4_kctx *k, dsv4_err *err);
 int dsv4_kctx_simd(const dsv4_kctx *k);
 int dsv4_kctx_set_simd(dsv4_kctx *k, int level);
 
-/* Whether kernels take their variants tuned for AMD Zen 5 (dsv4_cpu_zen5 at create; the
- * same bits either way, linear_fast.h): set_zen5 lets tests and benchmarks run both. */
-int dsv4_kctx_zen5(const dsv4_kctx *k);
-void dsv4_kctx_set_zen5(dsv4_kctx *k, int on);
-
 /* Which dsv4_linear path a call takes: chosen per call by the level's row thresholds
  * (AUTO, the default), or forced by benchmarks and tests that compare the paths on one
  * shape. A forced path the level lacks, or whose row limit the call exceeds (the GEMV

@@ -220,77 +220,8 @@ AINLINE void gemv_fp4_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, 
     }
 }
 
-/* One activation row on AMD Zen 5 (dsv4_lin_call.zen5). There the 1-row loop above is bound
- * neither by the decode uops (vpsrlvd and vpermps issue on different pipes, beside the two
- * FMA pipes) nor by the 4-cycle FMA latency alone but by instructions: ~7.3 per 16 weights
- * at R = 4, the 4 scale-row pointers and pf->hi spilled and reloaded every block. So: R = 8
- * weight rows (8 FMA chains), their table offsets (scale byte * 64) copied per call into a
- * stack buffer at a fixed row stride (read with one base register), and one bounds test per
- * prefetch step. Hot in L2 0.76-0.87x the time of gemv_fp4_nx(1) (BENCHMARKS.md, session 9);
- * the same lanes, chunks and tree, so the same bits. Ue8m0 scales, cols <= FP4_XP_FLOATS. */
-#define FP4_Z5_R 8
-#define FP4_Z5_NSB (FP4_XP_FLOATS / 32) /* scale blocks of the longest row */
-
-AINLINE void gemv1_fp4_z5_rows(int R, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *xp, float *y,
-                               int64_t o, const gemv_pf *pf) {
-    const int64_t n = w->cols, nsb = n / 32, rb = n / 2;
-    const uint8_t *p = (const uint8_t *)w->w + o * rb;       /* (R, rb) */
-    const uint8_t *sc = (const uint8_t *)w->scale + o * nsb; /* (R, nsb) */
-    _Alignas(64) uint16_t toff[FP4_Z5_R][FP4_Z5_NSB];        /* (R, nsb): byte offsets into tab->fp4x16 */
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
-        for (int64_t b = 0; b < nsb; b += 32) {
-            const int m = nsb - b >= 32 ? 32 : (int)(nsb - b);
-            const __m256i s8 = _mm256_maskz_loadu_epi8((__mmask32)(((uint64_t)1 << m) - 1), sc + r * nsb + b);
-            _mm512_store_si512((void *)&toff[r][b], _mm512_slli_epi16(_mm512_cvtepu8_epi16(s8), 6));
-        }
-    __m512 a[FP4_Z5_R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) a[r] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nsb; b++) {
-        const char *pa = (const char *)p + pf->dist + R * b * 16; /* pf_step, one test a step */
-        if (pa < pf->hi)
-            for (int k = 0; k < R * 16; k += 64) _mm_prefetch(pa + k, GEMV_PF_HINT);
-        __m512 w0[FP4_Z5_R], w1[FP4_Z5_R];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            const __m512 t = _mm512_load_ps((const char *)tab->fp4x16 + toff[r][b]);
-            w0[r] = dec_fp4(p + r * rb + b * 16, t);
-            w1[r] = dec_fp4(p + r * rb + b * 16 + 8, t);
-        }
-        const __m512 x0 = _mm512_load_ps(xp + b * 32), x1 = _mm512_load_ps(xp + b * 32 + 16);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) a[r] = _mm512_fmadd_ps(x0, w0[r], a[r]);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) a[r] = _mm512_fmadd_ps(x1, w1[r], a[r]);
-    }
-    const __m512i unperm = _mm512_loadu_si512((const void *)fp4_unperm);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) y[o + r] = hsum16(_mm512_permutexvar_ps(unperm, a[r]));
-}
-
-static void gemv1_fp4_z5(const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o0,
-                         int64_t o1) {
-    const int64_t n = w->cols, rb = n / 2;
-    /* at least the next block of rows ahead (2 KB was 1..2 blocks of 4 rows) */
-    const int64_t dist = FP4_Z5_R * rb > GEMV_PF_FP4 ? FP4_Z5_R * rb : GEMV_PF_FP4;
-    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * rb, (const uint8_t *)w->w + o1 * rb, dist);
-    pf_start((const uint8_t *)w->scale + o0 * (rb / 16), (const uint8_t *)w->scale + o1 * (rb / 16), 4096);
-    _Alignas(64) float xp[FP4_XP_FLOATS]; /* x in fp4_perm order */
-    const __m512i perm = _mm512_loadu_si512((const void *)fp4_perm);
-    for (int64_t i = 0; i < n; i += 16) _mm512_store_ps(xp + i, _mm512_permutexvar_ps(perm, _mm512_loadu_ps(x + i)));
-    int64_t o = o0;
-    for (; o + FP4_Z5_R <= o1; o += FP4_Z5_R) gemv1_fp4_z5_rows(FP4_Z5_R, tab, w, xp, y, o, &pf);
-    if (o + 4 <= o1) gemv1_fp4_z5_rows(4, tab, w, xp, y, o, &pf), o += 4;
-    for (; o < o1; o++) gemv1_fp4_z5_rows(1, tab, w, xp, y, o, &pf);
-}
-
 static void gemv_fp4(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
                      int64_t o1) {
-    if (nx == 1 && c->zen5 && !w->scale_is_f32 && w->cols <= FP4_XP_FLOATS) {
-        gemv1_fp4_z5(c->tab, w, x, y, o0, o1);
-        return;
-    }
     switch (nx) {
     case 1: gemv_fp4_nx(1, c->tab, w, x, y, o0, o1); break;
     case 2: gemv_fp4_nx(2, c->tab, w, x, y, o0, o1); break;

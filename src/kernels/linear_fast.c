@@ -273,7 +273,6 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
         pl->per = per < 4 ? 4 : per > LIN_GEMV_NB ? LIN_GEMV_NB : per;
     }
     pl->call.tab = dsv4_kctx_lin_tables(k);
-    pl->call.zen5 = dsv4_kctx_zen5(k);
     if (pl->gemv && kn->fp8_prescale && w->fmt == DSV4_WF_FP8)
         pl->call.fp8_prescale = kn->fp8_prescale(w, op->x, op->n_rows);
     /* GEMM: row blocks of at most LIN_MB rows, as even as whole fours allow (more tasks for

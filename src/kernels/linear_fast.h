@@ -84,9 +84,6 @@ typedef struct dsv4_lin_call {
      * power of two, no result outside the normal range), so the kernel may scale x once per
      * block instead of every weight and still produce the same bits. */
     int fp8_prescale;
-    /* the CPU is an AMD Zen 5 or later (dsv4_kctx_zen5): kernels may take the variants
-     * tuned there (the same bits; the FP4 GEMV's one-row loop, linear_avx512.c) */
-    int zen5;
 } dsv4_lin_call;
 
 /* One level's kernels. gemv: y[s, o] for o in [o0, o1) and the n_rows <= gemv_rows

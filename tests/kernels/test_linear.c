@@ -381,44 +381,6 @@ static void check_paths_agree(int level) {
            dsv4_simd_name(level), (long long)total, (long long)bad);
 }
 
-/* The kernels' Zen 5 variants (dsv4_kctx_set_zen5; the FP4 GEMV's one-row loop) give the
- * bits of the others, on any CPU, for 1..3 threads: row counts that end in a block of 8, 4
- * or single rows, the longest row the variant takes and one past it, both scale kinds. */
-static void check_zen5_variants(int level) {
-    static const int64_t shapes[][2] = {{512, 1024}, {1024, 512}, {37, 288}, {130, 1056}, {11, 8192}, {6, 8224}};
-    int64_t bad = 0, total = 0;
-    for (int sc = 0; sc < 2; sc++)
-        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-            for (int nr = 1; nr <= 2; nr++) {
-                const int64_t rows = shapes[si][0], cols = shapes[si][1];
-                if (sc == SC_F32 && rows * cols > 300000) continue;
-                tmat t = make_mat(DSV4_WF_FP4, sc, rows, cols);
-                float *x = rand_vec((int64_t)nr * cols), *y0 = malloc(sizeof(float) * nr * rows);
-                float *y1 = malloc(sizeof(float) * nr * rows);
-                dsv4_kctx_set_simd(kc[2], level);
-                dsv4_kctx_set_zen5(kc[2], 0);
-                dsv4_linear(kc[2], &t.m, x, nr, y0);
-                for (int th = 1; th <= 3; th++) {
-                    const int was = dsv4_kctx_zen5(kc[th]);
-                    dsv4_kctx_set_simd(kc[th], level);
-                    dsv4_kctx_set_zen5(kc[th], 1);
-                    dsv4_linear(kc[th], &t.m, x, nr, y1);
-                    dsv4_kctx_set_zen5(kc[th], was);
-                    int64_t b = 0;
-                    for (int64_t i = 0; i < (int64_t)nr * rows; i++) b += memcmp(&y0[i], &y1[i], sizeof(float)) != 0;
-                    CHECK_MSG(b == 0, "%s level %d %lldx%lld n_rows %d threads %d: zen5 variant differs in %lld outputs",
-                              fmt_name(DSV4_WF_FP4, sc), level, (long long)rows, (long long)cols, nr, th, (long long)b);
-                    bad += b;
-                    total += (int64_t)nr * rows;
-                }
-                dsv4_kctx_set_zen5(kc[2], dsv4_cpu_zen5());
-                free(x), free(y0), free(y1);
-                free_mat(&t);
-            }
-    printf("level %s: FP4 zen5 variants against the others: %lld outputs, %lld differ in any bit\n",
-           dsv4_simd_name(level), (long long)total, (long long)bad);
-}
-
 /* dsv4_linear_here (one product on the calling thread, one kernel call) gives dsv4_linear's
  * bits, on whole matrices and on row views; an FP8 view is made where it starts a scale
  * band or lies inside one, and refused where it would straddle one. */
@@ -637,7 +599,6 @@ int main(void) {
         check_fp8_nan(level);
         check_guard_pages(level);
         if (level > DSV4_SIMD_SCALAR) check_paths_agree(level);
-        if (level >= DSV4_SIMD_AVX512) check_zen5_variants(level);
         check_here_and_views(level);
         /* a batch larger than one accumulator block (LIN_MB rows) */
         check_case(DSV4_WF_BF16, SC_E8M0, 40, 300, 200, level);
