@@ -133,12 +133,17 @@ AINLINE __m512 dec_fp4(const uint8_t *p, __m512 table) {
     return _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_set1_epi64(u), shifts), table);
 }
 
+/* the 16-entry decode table of an F32 scale s: e2m1 code k * s */
+AINLINE __m512 fp4_table_f32(float s) {
+    const __m512 e2m1 = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
+                                       -2.0f, -3.0f, -4.0f, -6.0f);
+    return _mm512_mul_ps(e2m1, _mm512_set1_ps(s));
+}
+
 /* the 16-entry decode table of FP4 scale block idx */
 AINLINE __m512 fp4_block_table(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t idx) {
     if (!w->scale_is_f32) return _mm512_load_ps(tab->fp4x16[((const uint8_t *)w->scale)[idx]]);
-    const __m512 e2m1 = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
-                                       -2.0f, -3.0f, -4.0f, -6.0f);
-    return _mm512_mul_ps(e2m1, _mm512_set1_ps(((const float *)w->scale)[idx]));
+    return fp4_table_f32(((const float *)w->scale)[idx]);
 }
 
 

@@ -237,23 +237,17 @@ static VBMI void sm_decode_row(const dsv4_lin_call *c, const fp8_tab *t, const d
         const __m512i ctl = _mm512_load_si512((const void *)fp4n_ctl);
         const int64_t nsb = n / 32;
         const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
-        if (w->scale_is_f32) {
-            for (int64_t b = 0; b < nsb; b++) {
-                const __m512 tb = fp4_block_table(c->tab, w, o * nsb + b);
-                _mm512_store_ps(dst + 32 * b, dec_fp4n(p + b * 16, ctl, tb));
-                _mm512_store_ps(dst + 32 * b + 16, dec_fp4n(p + b * 16 + 8, ctl, tb));
-            }
-        } else {
-            /* ue8m0 scales (the checkpoints'): the table and scale pointers in locals, as
-             * the stores to dst may alias w and c and GCC otherwise reloads w->scale_is_f32,
-             * w->scale and c->tab every block: 0.72x the decode time (Zen 5, in-process) */
-            const uint8_t *sc = (const uint8_t *)w->scale + o * nsb;
-            const float(*tab)[16] = c->tab->fp4x16;
-            for (int64_t b = 0; b < nsb; b++) {
-                const __m512 tb = _mm512_load_ps(tab[sc[b]]);
-                _mm512_store_ps(dst + 32 * b, dec_fp4n(p + b * 16, ctl, tb));
-                _mm512_store_ps(dst + 32 * b + 16, dec_fp4n(p + b * 16 + 8, ctl, tb));
-            }
+        /* the scale kind, scale row and table in locals: the stores to dst may alias w and c,
+         * and reading them through w and c made GCC reload them every block (0.72x the decode
+         * time without the reloads, Zen 5, in-process) */
+        const int f32 = w->scale_is_f32;
+        const uint8_t *sc8 = f32 ? NULL : (const uint8_t *)w->scale + o * nsb; /* (nsb) ue8m0 */
+        const float *sc32 = f32 ? (const float *)w->scale + o * nsb : NULL;    /* (nsb) F32 */
+        const float(*tab)[16] = c->tab->fp4x16;
+        for (int64_t b = 0; b < nsb; b++) {
+            const __m512 tb = f32 ? fp4_table_f32(sc32[b]) : _mm512_load_ps(tab[sc8[b]]);
+            _mm512_store_ps(dst + 32 * b, dec_fp4n(p + b * 16, ctl, tb));
+            _mm512_store_ps(dst + 32 * b + 16, dec_fp4n(p + b * 16 + 8, ctl, tb));
         }
     } else { /* F32, F16, BF16 */
         const char *row = (const char *)w->w + o * n * (w->fmt == DSV4_WF_F32 ? 4 : 2);
