@@ -242,6 +242,10 @@ static void collapse(int simd, int hc, int D, const float *h, const double *pre,
     collapse_ref(hc, D, h, pre, x, 0);
 }
 
+void dsv4_hc_collapse_at(int simd, int hc, int D, const float *h, const double *pre, float *x) {
+    collapse(simd, hc, D, h, pre, x);
+}
+
 void dsv4_hc_pre_finish(const dsv4_config *cfg, int simd, const float *h, const double *dots,
                         const float *base, const float *scale, float *x, float *post, float *comb) {
     const int hc = cfg->hc_mult, mix = dsv4_cfg_mix(cfg);

@@ -41,6 +41,10 @@ void dsv4_hc_post_inplace(const dsv4_config *cfg, int simd, const float *y, floa
                           const float *comb);
 void dsv4_hc_head_at(const dsv4_config *cfg, int simd, const float *h, const float *fn, const float *base,
                      const float *scale, float *y);
+/* hc_pre's last step alone, x = sum_j pre[j] * h[j] (x: D), for tests: each product is
+ * rounded to double before its add, which random data almost never tells from a fused
+ * multiply-add; test_hc feeds it inputs where the two differ. */
+void dsv4_hc_collapse_at(int simd, int hc, int D, const float *h, const double *pre, float *x);
 
 /* ---- hc_pre's dots of many rows (prefill, batches) ---------------------------------------
  * When dsv4_hc_rows_blocked(cfg, simd), fn (n_mix, hc*D) widened to double once per call

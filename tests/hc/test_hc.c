@@ -230,6 +230,43 @@ static void run_rows(const hc_case *t) {
     free(h); free(fn); free(fn_f64); free(want); free(got);
 }
 
+/* The collapse rounds each product pre[j] * h[j] to double before adding it; a fused
+ * multiply-add would not, and with random data the difference almost never survives the
+ * final rounding to float. Here it does: with h = (1, 1 - 2^-24) and pre = (1, p), p a
+ * double near 2^-24 (1 + 2^-29) / (1 - 2^-24) whose exact product is 2^-24 + 2^-53 + d,
+ * 0 < d < 2^-77: rounded, 1 + product is a double tie that goes to 1 + 2^-24 and then a
+ * float tie that goes to 1; fused, it rounds up twice, to 1 + 2^-23. The test first finds
+ * p with fma() (so the case proves its own power), then asks every level for the rounded
+ * answer, in the SIMD chunks and the scalar tail, beside extra streams of zeros. */
+static void test_collapse_rounding(void) {
+    const float h1 = 1.0f - 0x1p-24f;
+    const double p = 0x1p-24 * (1.0 + 0x1p-29) / (1.0 - 0x1p-24);
+    double pick = 0.0;
+    for (int s = -4; s <= 4 && pick == 0.0; s++) { /* p and its neighbours, s steps away */
+        double q = p;
+        for (int i = 0; i < (s < 0 ? -s : s); i++) q = nextafter(q, s < 0 ? 0.0 : 1.0);
+        const float plain = (float)(1.0 + q * (double)h1), fused = (float)fma(q, (double)h1, 1.0);
+        if (plain == 1.0f && fused == 1.0f + 0x1p-23f) pick = q;
+    }
+    CHECK_MSG(pick != 0.0, "no pre[1] separates rounded from fused products");
+    enum { D = 21, HC = 4 };
+    float h[HC * D] = {0}, x[D];
+    const double pre[HC] = {1.0, pick, 0.75, -2.0};
+    for (int d = 0; d < D; d++) {
+        h[d] = 1.0f;
+        h[D + d] = h1;
+    }
+    for (int level = 0; level <= (int)dsv4_cpu_simd(); level++) {
+        for (int hc = 2; hc <= HC; hc++) {
+            memset(x, 0xff, sizeof x);
+            dsv4_hc_collapse_at(level, hc, D, h, pre, x);
+            for (int d = 0; d < D; d++)
+                CHECK_MSG(x[d] == 1.0f, "level %d hc=%d column %d: collapse %.9g, want 1 (a fused product?)", level,
+                          hc, d, x[d]);
+        }
+    }
+}
+
 /* Hand example, hc = 2, D = 1: fn = 0 makes every mix 0, so the logits are the bases.
  * pre = σ(base) + eps; post = 2σ(base); comb from the Sinkhorn of softmax(base rows). */
 static void test_hand(void) {
@@ -273,5 +310,6 @@ int main(void) {
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) run_rows(&rows[i]);
     printf("hc levels checked: portable .. %d (this CPU)\n", (int)dsv4_cpu_simd());
     test_hand();
+    test_collapse_rounding();
     return test_report();
 }
