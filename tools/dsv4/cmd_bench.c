@@ -262,6 +262,10 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
         rc = 1;
         goto out;
     }
+    /* touched here, untimed: first-touch page faults in the copies would land in the first
+     * timed repetition. A non-zero fill: GCC turns malloc + memset 0 into calloc, whose
+     * pages stay untouched. */
+    memset(cs.streams, 0xff, (size_t)cs.max_steps * per_step);
     for (int i = 0; i < n; i++) b->row_of_seq[b->seqs[i]] = i;
     dsv4_engine_set_trace(b->eng, on_trace, &cs);
     /* one untimed step: the first touch of this batch size's scratch */
