@@ -71,7 +71,8 @@ static double run_case(const kcase *kc, int level, int f, const pool *p, int cal
         if (kc->kind[0] == 'h') {
             static float sink[64];
             dsv4_sparse_attn_heads(ops, q, rows, fmts[f], kc->n, kc->a, kc->b, sink, 0.044f, out,
-                                   out + (size_t)kc->a * kc->b, dsv4_numerics_exact());
+                                   out + (size_t)kc->a * kc->b, dsv4_numerics_exact(),
+                                   level >= DSV4_SIMD_AVX512 ? dsv4_expf_x512() : NULL);
         } else {
             int64_t lim[8];
             for (int i = 0; i < kc->a; i++) lim[i] = kc->n;

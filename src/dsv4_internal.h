@@ -26,6 +26,7 @@
 #include "kernels/linear.h"
 #include "kernels/linear_fast.h"  /* bench_linear: the row limits of the linear paths */
 #include "kernels/probe.h"
+#include "kernels/swiglu.h"       /* expf_exhaustive: the AVX-512 expf against libm */
 #include "kernels/w8a8.h"
 #include "model/config.h"        /* dsv4 gen-model: test checkpoints */
 #include "model/generate.h"

@@ -156,6 +156,7 @@ typedef struct dsv4_attn_query {
     int i;                       /* packed row index */
     int64_t t;                   /* its position */
     const dsv4_attn_ops *ops;    /* dot kernels of the context's SIMD level */
+    dsv4_expf_rows_fn expf_rows; /* libm's expf over an array at that level, or NULL */
 } dsv4_attn_query;
 
 dsv4_attn_query dsv4_attn_query_of(const dsv4_attn_ctx *ctx, const dsv4_block_w *b,
@@ -282,9 +283,10 @@ void dsv4_sparse_attn_row(const dsv4_attn_ops *ops, const float *q, const float 
  * BF16 row gives the bits of its F32 copy); probs (nh, n_kv) scratch holds the normalised
  * probabilities on return. Each head's output is the same whatever group of heads it is
  * computed in. nm rounds the probabilities for P.V (DSV4_ACT_PROBS; the exact path keeps
- * them). */
+ * them). ex: libm's expf over an array (kernels/swiglu.h, the same bits), or NULL for
+ * expf per value. */
 void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const void *const *rows, int fmt,
                             int n_kv, int nh, int hd, const float *sink, float scale, float *o,
-                            float *probs, const dsv4_numerics *nm);
+                            float *probs, const dsv4_numerics *nm, dsv4_expf_rows_fn ex);
 
 #endif

@@ -39,7 +39,8 @@ dsv4_attn_query dsv4_attn_query_of(const dsv4_attn_ctx *ctx, const dsv4_block_w 
                                    const dsv4_attn_src *src, int span, int i) {
     return (dsv4_attn_query){.ctx = ctx, .b = b, .batch = batch, .w = w, .src = src,
                              .sp = &batch->spans[span], .i = i, .t = batch->pos[i],
-                             .ops = dsv4_attn_ops_for(dsv4_kctx_simd(ctx->k))};
+                             .ops = dsv4_attn_ops_for(dsv4_kctx_simd(ctx->k)),
+                             .expf_rows = dsv4_kctx_expf(ctx->k)};
 }
 
 int dsv4_attn_stages_rows(int fmt) { return dsv4_row_fmt(fmt) == DSV4_ROW_FP8; }
@@ -139,7 +140,7 @@ void dsv4_attn_row_heads(const dsv4_attn_query *q, const void *const *rows, int 
         fmt = DSV4_ROW_F32;
     }
     dsv4_sparse_attn_heads(q->ops, q->w->q + ((size_t)q->i * H + h0) * hd, rows, fmt, n_kv, nh, hd,
-                           q->b->attn_sink + h0, 1.0f / sqrtf((float)hd), oh, probs, q->ctx->num);
+                           q->b->attn_sink + h0, 1.0f / sqrtf((float)hd), oh, probs, q->ctx->num, q->expf_rows);
     for (int h = 0; h < nh; h++) dsv4_rope_apply(rope, oh + (size_t)h * hd, hd, q->t, 1);
 }
 

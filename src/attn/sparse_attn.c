@@ -13,7 +13,7 @@
 
 void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const void *const *rows, int fmt,
                             int n_kv, int nh, int hd, const float *sink, float scale, float *o,
-                            float *probs, const dsv4_numerics *nm) {
+                            float *probs, const dsv4_numerics *nm, dsv4_expf_rows_fn ex) {
     /* raw scores q_h . R_j into probs (nh, n_kv) */
     ops->dot_rows(q, (size_t)hd, nh, rows, fmt, n_kv, hd, probs, (size_t)n_kv);
     for (int h = 0; h < nh; h++) {
@@ -25,9 +25,15 @@ void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const void
             if (ph[j] > m) m = ph[j];
         }
         float Z = expf(sink[h] - m);
-        for (int j = 0; j < n_kv; j++) {
-            ph[j] = expf(ph[j] - m);
-            Z += ph[j];
+        if (ex) { /* the same exponentials 16 at a time, then the same sum in j order */
+            for (int j = 0; j < n_kv; j++) ph[j] -= m;
+            ex(ph, n_kv, ph);
+            for (int j = 0; j < n_kv; j++) Z += ph[j];
+        } else {
+            for (int j = 0; j < n_kv; j++) {
+                ph[j] = expf(ph[j] - m);
+                Z += ph[j];
+            }
         }
         const float inv = 1.0f / Z;
         /* normalised probabilities: the weights of the value sum */
@@ -42,5 +48,5 @@ void dsv4_sparse_attn_row(const dsv4_attn_ops *ops, const float *q, const float 
                           int n_kv, int H, int hd, const float *sink, float scale, float *o,
                           float *probs) {
     dsv4_sparse_attn_heads(ops, q, (const void *const *)rows, DSV4_ROW_F32, n_kv, H, hd, sink, scale, o, probs,
-                           dsv4_numerics_exact());
+                           dsv4_numerics_exact(), NULL);
 }

@@ -7,6 +7,7 @@
 
 #include "dsv4.h"
 #include "kernels/linear.h"
+#include "kernels/swiglu.h"
 #include "kernels/threads.h"
 
 typedef struct dsv4_kctx dsv4_kctx;
@@ -27,6 +28,12 @@ int dsv4_kctx_pin(dsv4_kctx *k, dsv4_err *err);
  * returns the one in effect: the request capped by what the CPU and the build support. */
 int dsv4_kctx_simd(const dsv4_kctx *k);
 int dsv4_kctx_set_simd(dsv4_kctx *k, int level);
+
+/* The MoE's SwiGLU at the level in use (kernels/swiglu.h): the AVX-512 loop only where its
+ * expf agreed with libm's when the context was made. */
+dsv4_swiglu_fn dsv4_kctx_swiglu(const dsv4_kctx *k);
+/* libm's expf over an array at the level in use under the same condition, else NULL */
+dsv4_expf_rows_fn dsv4_kctx_expf(const dsv4_kctx *k);
 
 /* Which dsv4_linear path a call takes: chosen per call by the level's row thresholds
  * (AUTO, the default), or forced by benchmarks and tests that compare the paths on one

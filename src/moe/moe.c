@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "kernels/ops.h"
+#include "kernels/swiglu.h"
 #include "moe/moe_impl.h"
 #include "util/err.h"
 
@@ -133,21 +134,9 @@ void dsv4_moe_route(const dsv4_config *cfg, const dsv4_block_w *b, const float *
 /* ---- experts -------------------------------------------------------------------------- */
 
 /* h[r][i] = w[r] · silu(g) · u after the clamp (gate upper only, up both sides; off when
- * limit ≤ 0). g, u, h: (n, I); h may alias g. */
+ * limit ≤ 0). g, u, h: (n, I); h may alias g. The portable loop (kernels/swiglu.h). */
 void dsv4_moe_swiglu_rows(const float *g, const float *u, const float *w, int n, int I, float limit, float *h) {
-    for (int r = 0; r < n; r++) {
-        const float wr = w ? w[r] : 1.0f;
-        for (int i = 0; i < I; i++) {
-            const int64_t at = (int64_t)r * I + i;
-            float gv = g[at], uv = u[at];
-            if (limit > 0.0f) {
-                if (gv > limit) gv = limit;
-                if (uv > limit) uv = limit;
-                if (uv < -limit) uv = -limit;
-            }
-            h[at] = wr * dsv4_silu(gv) * uv;
-        }
-    }
+    dsv4_swiglu_rows(g, u, w, n, I, limit, h);
 }
 
 /* e < 0: a matrix of the block; else of routed expert e. */
@@ -293,6 +282,7 @@ int dsv4_moe_gate(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b, c
 typedef struct {
     const dsv4_config *cfg;
     const dsv4_moe_group *gr;
+    dsv4_swiglu_fn fn; /* the kernel level's loop: the same bits at every level */
 } swiglu_job;
 
 static void swiglu_task(void *arg, int i, int tid) {
@@ -300,7 +290,7 @@ static void swiglu_task(void *arg, int i, int tid) {
     const swiglu_job *j = arg;
     const float limit = j->cfg->swiglu_limit > 0 ? (float)j->cfg->swiglu_limit : 0.0f;
     const dsv4_moe_group *g = &j->gr[i];
-    dsv4_moe_swiglu_rows(g->g, g->u, g->w, g->n, j->cfg->moe_intermediate_size, limit, g->g);
+    j->fn(g->g, g->u, g->w, g->n, j->cfg->moe_intermediate_size, limit, g->g);
 }
 
 /* Groups per slice: two linears each, one dsv4_linear_batch job per phase. */
@@ -333,9 +323,9 @@ void dsv4_moe_experts(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *
         }
         nm->linear(nm, k, ops, 2 * ng);
         /* clamped SwiGLU times the routing weight: elementwise, so any split gives the
-         * same bits; worth the pool past a few thousand values (libm's expf, ~5 ns each:
-         * a batch-16 decode slice of 32 groups holds ~17K, 0.1 ms on one thread) */
-        swiglu_job sj = {cfg, s};
+         * same bits; worth the pool past a few thousand values (libm's expf ~5 ns each,
+         * the AVX-512 loop ~0.7 ns: a batch-16 decode slice of 32 groups holds ~17K) */
+        swiglu_job sj = {cfg, s, dsv4_kctx_swiglu(k)};
         if (elems >= (1 << 11)) dsv4_kctx_parallel(k, ng, swiglu_task, &sj);
         else for (int i = 0; i < ng; i++) swiglu_task(&sj, i, 0);
         /* W2 of every group */
