@@ -433,6 +433,12 @@ static void heads_task(void *arg, int task, int tid) {
                         j->probs + (size_t)tid * H * j->n_kv_max, j->o + (size_t)q.i * H * hd);
 }
 
+/* Steps 3 and 4 of one row, all heads in one group (groups == 1). */
+static void row_task(void *arg, int bi, int tid) {
+    gather_task(arg, bi, tid);
+    heads_task(arg, bi, tid);
+}
+
 /* The sizes attend's scratch depends on: those of a call, or bounds on them (sizing). */
 typedef struct attend_dims {
     int R, n_spans, T, csa;
@@ -615,7 +621,6 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
             }
             dsv4_kctx_parallel(ctx->k, n_tasks, score_task, &job);
         }
-        dsv4_kctx_parallel(ctx->k, nb, gather_task, &job);
         /* head groups: a task for every thread when the block is small, but no fewer
          * than ATTEND_MIN_GROUP_HEADS heads per group */
         int groups = 1;
@@ -624,7 +629,12 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
             groups *= 2;
         job.groups = groups;
         job.group_heads = H / groups;
-        dsv4_kctx_parallel(ctx->k, nb * groups, heads_task, &job);
+        if (groups == 1) { /* a row's list and its heads in one task: one job, one barrier */
+            dsv4_kctx_parallel(ctx->k, nb, row_task, &job);
+        } else {
+            dsv4_kctx_parallel(ctx->k, nb, gather_task, &job);
+            dsv4_kctx_parallel(ctx->k, nb * groups, heads_task, &job);
+        }
         if (ctx->stats) ctx->stats->attended += nb;
     }
 
