@@ -223,9 +223,9 @@ static void project_q_row(void *arg, int i, int tid) {
     const float eps = (float)cfg->rms_norm_eps;
     const int64_t t = j->batch->pos[j->qrow ? j->qrow[i] : i];
     float *qi = w->q + (size_t)i * H * hd;
+    dsv4_rmsnorm_heads(qi, H, hd, eps); /* each head's own norm, 8 at a time */
     for (int h = 0; h < H; h++) {
         float *qh = qi + (size_t)h * hd;
-        dsv4_rmsnorm(qh, NULL, hd, eps, qh);
         nm->round(nm, DSV4_ACT_NORM, qh, hd);
         dsv4_rope_apply(j->rope, qh, hd, t, 0);
     }

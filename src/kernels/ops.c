@@ -5,6 +5,7 @@
 #include "kernels/ops.h"
 
 #include <math.h>
+#include <stddef.h>
 
 #include "kernels/cpu.h"
 
@@ -20,6 +21,24 @@ void dsv4_rmsnorm(const float *x, const float *w, int n, float eps, float *y) {
     } else {
         for (int i = 0; i < n; i++) y[i] = x[i] * r;
     }
+}
+
+void dsv4_rmsnorm_heads(float *x, int nh, int n, float eps) {
+    int h0 = 0;
+    for (; h0 + 8 <= nh; h0 += 8) {
+        double ss[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int i = 0; i < n; i++)
+            for (int l = 0; l < 8; l++) {
+                const double v = x[(int64_t)(h0 + l) * n + i];
+                ss[l] += v * v;
+            }
+        for (int l = 0; l < 8; l++) {
+            float *xh = x + (int64_t)(h0 + l) * n;
+            const float r = (float)(1.0 / sqrt(ss[l] / (n > 0 ? n : 1) + (double)eps));
+            for (int i = 0; i < n; i++) xh[i] = xh[i] * r;
+        }
+    }
+    for (; h0 < nh; h0++) dsv4_rmsnorm(x + (int64_t)h0 * n, NULL, n, eps, x + (int64_t)h0 * n);
 }
 
 float dsv4_silu(float x) {

@@ -1,5 +1,5 @@
-/* test_ops.c — RMSNorm, SiLU and dot against double-precision loops written from the
- * formulas of spec/model.md §5.2. */
+/* test_ops.c — RMSNorm (one vector, and heads side by side), SiLU and dot against
+ * double-precision loops written from the formulas of spec/model.md §5.2. */
 #include <stdint.h>
 
 #include "kernels/cpu.h"
@@ -40,6 +40,22 @@ static void test_rmsnorm_eps(void) {
     dsv4_rmsnorm(x, NULL, 4, 1e-2f, y);
     double ms = (1e-10 + 4e-10 + 9e-10) / 4;
     for (int i = 0; i < 4; i++) CHECK_NEAR(y[i], x[i] / sqrt(ms + (double)1e-2f), 1e-9);
+}
+
+/* The heads form: each head's bits of dsv4_rmsnorm, for head counts around the 8-wide
+ * blocks and the tail. */
+static void test_rmsnorm_heads(void) {
+    static float x[17 * 515], y[17 * 515];
+    const int nhs[] = {1, 7, 8, 9, 16, 17}, ns[] = {1, 5, 64, 515};
+    for (size_t a = 0; a < sizeof nhs / sizeof nhs[0]; a++)
+        for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++) {
+            const int nh = nhs[a], n = ns[b];
+            for (int i = 0; i < nh * n; i++) x[i] = (float)(urand() * (1 + i % 3 * 100));
+            memcpy(y, x, sizeof(float) * nh * n);
+            for (int h = 0; h < nh; h++) dsv4_rmsnorm(x + h * n, NULL, n, 1e-6f, x + h * n);
+            dsv4_rmsnorm_heads(y, nh, n, 1e-6f);
+            CHECK_MSG(memcmp(x, y, sizeof(float) * nh * n) == 0, "rmsnorm_heads nh=%d n=%d", nh, n);
+        }
 }
 
 static void test_silu(void) {
@@ -115,6 +131,7 @@ int main(void) {
         test_rmsnorm(ns[i], 1, 1000.0f);
     }
     test_rmsnorm_eps();
+    test_rmsnorm_heads();
     test_silu();
     test_dot();
     test_dot_f64();
