@@ -116,10 +116,11 @@ static void micro4(const float *x, int64_t ldx, const float *wt, int kb, float *
     M4_EACH(M4_DECL)
     M4_EACH(M4_INIT)
     const int nf = kb & ~15;
+    /* No software prefetch of the next window's x rows: on Zen 5 the 4 prefetches a chunk
+     * (rows 4..7, the same L1 set as rows 0..3 when the row stride is 4 or 8 KB) made the
+     * task 1.2x slower at K = 1024 and 2048 (in-process, one thread, 512 rows); the
+     * hardware prefetcher follows the 4 row streams. */
     for (int c = 0; c < nf; c += 16) {
-        /* the next window's x rows (the driver's next call, 4 rows down): from L2 or L3
-         * they would stall every chunk; a prefetch past the block's rows never faults */
-        for (int r = 4; r < 8; r++) _mm_prefetch((const char *)(x + r * ldx + c), _MM_HINT_T0);
         const __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + ldx + c);
         const __m512 x2 = _mm512_loadu_ps(x + 2 * ldx + c), x3 = _mm512_loadu_ps(x + 3 * ldx + c);
         M4_EACH(M4_FMA)
