@@ -14,8 +14,13 @@
  * dist bytes ahead of its position itself: a burst over the first dist bytes when the
  * task starts, then, while it works on the block of rows at base, the line at
  * base + dist + R * (bytes of a row consumed so far): one line per 64 bytes consumed,
- * so the prefetch position advances exactly as fast as the reads. Never past hi (the next
- * task may run on the other core). Prefetches never fault and change no value.
+ * so the prefetch position advances exactly as fast as the reads. Past the task's end the
+ * prefetch runs on into the bytes that follow (dist at most): the pool hands each thread a
+ * contiguous range of a job's tasks (threads.c), so those are usually its next task's
+ * first rows, which then start warm. Stopping at the task's end, as before, restarted
+ * each task's stream cold; with contiguous ranges running on measured 0.6-0.8x the time
+ * of a cold 256-512 KB FP4/FP8 GEMV at 2 threads (BENCHMARKS.md, session 10). Prefetches
+ * never fault and change no value, so reading past the weights' end is harmless.
  * The distance is per format, about the same time ahead (measured, bench_linear --decode,
  * one thread: FP4 decodes the slowest per byte and gains nothing past 1..2 KB, FP8 is
  * best at 4 KB (+7% over 2 KB), BF16 at 8 KB (+15..35% over 2 KB)). */
@@ -33,22 +38,21 @@
 #endif
 
 typedef struct {
-    const char *hi; /* end of the task's weight bytes */
-    int64_t dist;   /* prefetch distance in bytes (a constant after inlining) */
+    int64_t dist; /* prefetch distance in bytes (a constant after inlining) */
 } gemv_pf;
 
 static inline __attribute__((always_inline)) gemv_pf pf_start(const void *lo, const void *hi, int64_t dist) {
     const char *a = (const char *)lo, *e = (const char *)hi;
     const char *stop = e - a > dist ? a + dist : e;
     for (; a < stop; a += 64) _mm_prefetch(a, GEMV_PF_HINT);
-    return (gemv_pf){e, dist};
+    return (gemv_pf){dist};
 }
 
 /* the lines at base + dist + off .. + nbytes (nbytes consumed this step) */
 static inline __attribute__((always_inline)) void pf_step(const gemv_pf *pf, const void *base, int64_t off, int nbytes) {
     const char *a = (const char *)base + pf->dist + off;
     for (int k = 0; k < nbytes; k += 64, a += 64)
-        if (pf->dist > 0 && a < pf->hi) _mm_prefetch(a, GEMV_PF_HINT);
+        if (pf->dist > 0) _mm_prefetch(a, GEMV_PF_HINT);
 }
 
 #endif

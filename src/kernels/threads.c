@@ -1,13 +1,21 @@
 /* threads.c — worker pool for parallel-for jobs (see threads.h).
  *
- * One 64-bit atomic `ticket` describes the open job: (job number, number of tasks, next
- * task). A thread claims a task with a compare-and-swap that advances `next`; a claim only
- * succeeds while the ticket still names the job, so a worker that slept through a job or
- * two can never take a task of a job it did not see. The job's fn/arg are read only after
- * a successful claim: the caller cannot start the next job (and rewrite them) until every
- * claimed task has finished, which it learns from `done` (release/acquire). The caller
- * waits for tasks, never for workers: a worker that is descheduled (more threads than
- * free cores) and holds no task delays nothing.
+ * The atomic `ticket` announces the open job (job number, number of tasks); each thread
+ * has a 64-bit atomic slot with its range of the job's tasks (job number, first unclaimed
+ * task, end). The caller splits the n tasks into T contiguous ranges, thread i taking
+ * [i n / T, (i + 1) n / T), so each thread walks one stretch of the job in order: a GEMV
+ * job's weights then stream through each core front to back and the kernels' software
+ * prefetch runs on from one task into the next (gemv_prefetch.h) instead of starting cold
+ * at every task, as it did when the threads took tasks in turn from one counter (each
+ * thread's stream jumped a task ahead every task: BENCHMARKS.md, session 10). A thread
+ * whose range is empty takes the back half of another's remaining range into its own slot
+ * (work stealing), so a late or descheduled thread delays the job by at most a task.
+ *
+ * Claims are compare-and-swaps that succeed only while the slot still names the job, so a
+ * worker that slept through a job or two can never take a task of a job it did not see.
+ * The job's fn/arg are read only after a successful claim: the caller cannot start the
+ * next job (and rewrite them, and the slots) until every claimed task has finished, which
+ * it learns from `done` (release/acquire). The caller waits for tasks, never for workers.
  */
 #include "kernels/threads.h"
 
@@ -24,7 +32,7 @@
  * in a decode step come every few microseconds; a futex wake costs tens of them. */
 #define SPIN_NS 100000
 
-/* ticket layout: job number (20 bits) | n_tasks (22 bits) | next (22 bits) */
+/* ticket layout: job number (20 bits) | n_tasks (22 bits) | 0 (22 bits) */
 #define NEXT_BITS 22
 #define TASK_BITS 22
 #define MAX_TASKS ((1 << TASK_BITS) - 1)
@@ -61,6 +69,7 @@ struct dsv4_pool {
     dsv4_task_fn fn;
     void *arg;
     int base;                /* task id of the job's first task */
+    struct { _Alignas(64) _Atomic uint64_t v; } *slots; /* (n_threads) each thread's range */
 };
 
 static inline void cpu_relax(void) {
@@ -77,17 +86,52 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Claims and runs tasks of job `job` until none is left. */
-static void run_tasks(dsv4_pool *p, uint32_t job, int tid) {
-    uint64_t t = atomic_load_explicit(&p->ticket, memory_order_acquire);
+/* slot layout: job number (20 bits) | first unclaimed task (22) | end of the range (22) */
+#define SL_LO(s) TK_N(s)
+#define SL_HI(s) TK_NEXT(s)
+#define SL_MAKE(job, lo, hi) (TK_MAKE(job, lo) | (uint64_t)(hi))
+
+/* Claims the first task of a thread's own range (walking it forward); -1 when the range is
+ * empty or belongs to another job. */
+static int claim_own(_Atomic uint64_t *slot, uint32_t job) {
+    uint64_t s = atomic_load_explicit(slot, memory_order_acquire);
     for (;;) {
-        if (TK_JOB(t) != job || TK_NEXT(t) >= TK_N(t)) return;
-        if (!atomic_compare_exchange_weak_explicit(&p->ticket, &t, t + 1, memory_order_acquire,
-                                                   memory_order_acquire))
-            continue; /* t now holds the current ticket */
-        p->fn(p->arg, p->base + TK_NEXT(t), tid);
-        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
-        t = atomic_load_explicit(&p->ticket, memory_order_acquire);
+        if (TK_JOB(s) != job || SL_LO(s) >= SL_HI(s)) return -1;
+        if (atomic_compare_exchange_weak_explicit(slot, &s, s + ((uint64_t)1 << NEXT_BITS), memory_order_acquire,
+                                                  memory_order_acquire))
+            return SL_LO(s);
+    }
+}
+
+/* Takes the back half (at least one task) of another thread's remaining range: [*lo, *hi). */
+static int steal_half(_Atomic uint64_t *slot, uint32_t job, int *lo, int *hi) {
+    uint64_t s = atomic_load_explicit(slot, memory_order_acquire);
+    for (;;) {
+        const int a = SL_LO(s), b = SL_HI(s);
+        if (TK_JOB(s) != job || a >= b) return 0;
+        const int mid = a + (b - a) / 2;
+        if (atomic_compare_exchange_weak_explicit(slot, &s, SL_MAKE(job, a, mid), memory_order_acquire,
+                                                  memory_order_acquire)) {
+            *lo = mid, *hi = b;
+            return 1;
+        }
+    }
+}
+
+/* Runs this thread's range of job `job` front to back, then steals the back half of another
+ * thread's remaining range into its own slot and goes on, until every range is empty. */
+static void run_tasks(dsv4_pool *p, uint32_t job, int tid) {
+    _Atomic uint64_t *own = &p->slots[tid].v;
+    for (;;) {
+        for (int t; (t = claim_own(own, job)) >= 0;) {
+            p->fn(p->arg, p->base + t, tid);
+            atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+        }
+        int lo = 0, hi = 0, got = 0;
+        for (int d = 1; d < p->n_threads && !got; d++)
+            got = steal_half(&p->slots[(tid + d) % p->n_threads].v, job, &lo, &hi);
+        if (!got) return;
+        atomic_store_explicit(own, SL_MAKE(job, lo, hi), memory_order_release);
     }
 }
 
@@ -159,6 +203,12 @@ int dsv4_pool_create(int n_threads, dsv4_pool **out, dsv4_err *err) {
     atomic_init(&p->ticket, TK_MAKE(0, 0));
     atomic_init(&p->done, 0);
     atomic_init(&p->stop, 0);
+    p->slots = aligned_alloc(64, sizeof *p->slots * (size_t)n_threads);
+    if (!p->slots) {
+        dsv4_pool_free(p);
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "thread pool: out of memory");
+    }
+    for (int i = 0; i < n_threads; i++) atomic_init(&p->slots[i].v, SL_MAKE(0, 0, 0));
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
         p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
@@ -191,6 +241,7 @@ void dsv4_pool_free(dsv4_pool *p) {
     pthread_mutex_destroy(&p->mu);
     free(p->threads);
     free(p->workers);
+    free(p->slots);
     free(p);
 }
 
@@ -242,6 +293,10 @@ void dsv4_pool_run(dsv4_pool *p, int n_tasks, dsv4_task_fn fn, void *arg) {
         p->base = base;
         atomic_store_explicit(&p->done, 0, memory_order_relaxed);
         p->job = (p->job + 1) & 0xfffffu;
+        for (int i = 0; i < p->n_threads; i++) /* thread i: tasks [i n / T, (i + 1) n / T) */
+            atomic_store_explicit(&p->slots[i].v,
+                                  SL_MAKE(p->job, (int64_t)n * i / p->n_threads, (int64_t)n * (i + 1) / p->n_threads),
+                                  memory_order_relaxed);
         publish(p, TK_MAKE(p->job, n), 0);
         run_tasks(p, p->job, 0);
         wait_done(p, n);

@@ -1,10 +1,12 @@
 /* threads.h — a fixed pool of worker threads running parallel-for loops.
  *
  * One pool per kernel context. A job is n_tasks independent calls fn(arg, task, tid); the
- * caller's thread takes part as tid 0 and workers are tids 1 .. n_threads-1. Tasks are
- * handed out dynamically, so which thread runs a task varies from run to run: a task must
- * compute the same thing whichever tid runs it (tid only selects per-thread scratch).
- * That is what makes results independent of the thread count.
+ * caller's thread takes part as tid 0 and workers are tids 1 .. n_threads-1. Each thread
+ * starts on its own contiguous range of the tasks, in ascending order, then takes over
+ * parts of the others' ranges that are not started yet (work stealing), so which thread
+ * runs a task varies from run to run: a task must compute the same thing whichever tid
+ * runs it (tid only selects per-thread scratch). That is what makes results independent
+ * of the thread count.
  *
  * A job started from inside a task (nested: say a per-expert task calling a threaded
  * kernel) runs its tasks inline on that thread, with that thread's tid. One caller at a
@@ -29,8 +31,8 @@ int dsv4_pool_threads(const dsv4_pool *p);
 /* Pins worker tid i (1 .. n_threads-1) to the i-th CPU, counted from 0 and modulo its size,
  * of the calling thread's affinity mask (taskset, cpuset): each worker keeps its core and
  * its caches. CPU 0 of the mask is left for the thread that runs jobs (tid 0); the calling
- * thread's own affinity is not changed. Results do not depend on it (tasks are assigned
- * dynamically either way). */
+ * thread's own affinity is not changed. Results do not depend on it (which thread runs a
+ * task is not fixed either way). */
 int dsv4_pool_pin(dsv4_pool *p, dsv4_err *err);
 
 /* Runs fn(arg, t, tid) for every t in [0, n_tasks) and returns when all have finished. */
