@@ -49,6 +49,7 @@ typedef struct {
     one_span up[DSV4_MOE_ONE_MAX_GROUPS], down[DSV4_MOE_ONE_MAX_GROUPS];
     atomic_int up_left[DSV4_MOE_ONE_MAX_GROUPS]; /* W1/W3 items of a group not finished */
     int n_items;
+    int T;           /* threads of the job (span_row0) */
     atomic_int next; /* the next item to claim */
 } one_job;
 
@@ -73,6 +74,17 @@ static int64_t item_rows(const dsv4_mat *w, int n_mats, int64_t bytes) {
 static int span_add(one_span *s, int first, int64_t rows, int64_t per) {
     *s = (one_span){first, (int)((rows + per - 1) / per), per};
     return first + s->count;
+}
+
+/* The first row of item it of span s. The threads take the list's items in turn, so with
+ * T threads and T | count, item i covers chunk (i % T) * count / T + i / T: thread t's
+ * claims then walk one contiguous stretch of the rows, and each item's prefetch, which
+ * runs on past the item's end (gemv_prefetch.h), warms that thread's next item. A claim
+ * order that is not strictly in turn only costs that warm start, never a value. */
+static int64_t span_row0(const one_span *s, int it, int T) {
+    const int i = it - s->first;
+    const int c = T > 1 && s->count % T == 0 ? (i % T) * (s->count / T) + i / T : i;
+    return (int64_t)c * s->rows;
 }
 
 /* Until *a (a count of unfinished work) is 0. Waits are short (an item of the other thread:
@@ -130,7 +142,7 @@ static int find_span(const one_span *spans, int n, int it) {
 static void run_item(one_job *j, int it) {
     const dsv4_moe_one_route *rt = j->rt;
     if (rt && it < j->router.first + j->router.count) {
-        const int64_t r0 = (it - j->router.first) * j->router.rows, E = j->cfg->n_routed_experts;
+        const int64_t r0 = span_row0(&j->router, it, j->T), E = j->cfg->n_routed_experts;
         product_rows(j, &rt->b->gate, j->x, rt->logits, r0, E - r0 < j->router.rows ? E - r0 : j->router.rows, 1,
                      NULL, NULL);
         if (atomic_fetch_sub_explicit(&j->router_left, 1, memory_order_acq_rel) == 1) route(j);
@@ -141,7 +153,7 @@ static void run_item(one_job *j, int it) {
         if (g >= j->n_fixed) wait_zero(&j->unrouted);
         if (g < j->n_fixed || j->route_ok) {
             const dsv4_moe_group *gp = &j->gr[g];
-            const int64_t I = j->cfg->moe_intermediate_size, r0 = (it - j->up[g].first) * j->up[g].rows;
+            const int64_t I = j->cfg->moe_intermediate_size, r0 = span_row0(&j->up[g], it, j->T);
             const int64_t n = I - r0 < j->up[g].rows ? I - r0 : j->up[g].rows;
             if (!product_rows(j, gp->w1, gp->x, gp->g, r0, n, 2, gp->w3, gp->u))
                 dsv4_moe_swiglu_rows(gp->g + r0, gp->u + r0, gp->w, 1, (int)n, j->limit, gp->g + r0);
@@ -154,7 +166,7 @@ static void run_item(one_job *j, int it) {
     wait_zero(&j->up_left[g]); /* after the routing too, for a routed group */
     if (g >= j->n_fixed && !j->route_ok) return;
     const dsv4_moe_group *gp = &j->gr[g];
-    const int64_t D = j->cfg->hidden_size, r0 = (it - j->down[g].first) * j->down[g].rows;
+    const int64_t D = j->cfg->hidden_size, r0 = span_row0(&j->down[g], it, j->T);
     product_rows(j, gp->w2, gp->g, gp->out, r0, D - r0 < j->down[g].rows ? D - r0 : j->down[g].rows, 1, NULL, NULL);
 }
 
@@ -183,6 +195,7 @@ int dsv4_moe_one_run(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group 
     for (int g = 0; g < j.ng; g++) /* W2 items half the size: the job ends on them */
         n = span_add(&j.down[g], n, D, item_rows(g < ng ? gr[g].w2 : &rt->b->w2[0], 1, item_bytes / 2));
     j.n_items = n;
+    j.T = dsv4_kctx_threads(k);
     atomic_init(&j.router_left, j.router.count);
     atomic_init(&j.unrouted, 1);
     atomic_init(&j.unsliced, 0);
