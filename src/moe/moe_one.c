@@ -23,6 +23,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
+#include "kernels/kctx.h"
 #include "kernels/linear.h"
 #include "moe/moe_impl.h"
 
@@ -37,6 +38,7 @@ typedef struct {
     dsv4_kctx *k;
     const dsv4_config *cfg;
     float limit;
+    dsv4_swiglu_fn swiglu; /* the kernel level's loop: the same bits at every level */
     const float *x; /* (D) the row */
     const dsv4_moe_one_route *rt;
     one_span router;
@@ -156,7 +158,7 @@ static void run_item(one_job *j, int it) {
             const int64_t I = j->cfg->moe_intermediate_size, r0 = span_row0(&j->up[g], it, j->T);
             const int64_t n = I - r0 < j->up[g].rows ? I - r0 : j->up[g].rows;
             if (!product_rows(j, gp->w1, gp->x, gp->g, r0, n, 2, gp->w3, gp->u))
-                dsv4_moe_swiglu_rows(gp->g + r0, gp->u + r0, gp->w, 1, (int)n, j->limit, gp->g + r0);
+                j->swiglu(gp->g + r0, gp->u + r0, gp->w, 1, (int)n, j->limit, gp->g + r0);
         }
         atomic_fetch_sub_explicit(&j->up_left[g], 1, memory_order_release);
         return;
@@ -181,7 +183,8 @@ int dsv4_moe_one_run(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group 
     const int K = rt ? cfg->num_experts_per_tok : 0;
     const int64_t D = cfg->hidden_size, I = cfg->moe_intermediate_size;
     if (ng + K > DSV4_MOE_ONE_MAX_GROUPS) return -2;
-    one_job j = {.k = k, .cfg = cfg, .limit = cfg->swiglu_limit > 0 ? (float)cfg->swiglu_limit : 0.0f, .x = x, .rt = rt,
+    one_job j = {.k = k, .cfg = cfg, .limit = cfg->swiglu_limit > 0 ? (float)cfg->swiglu_limit : 0.0f,
+                 .swiglu = dsv4_kctx_swiglu(k), .x = x, .rt = rt,
                  .ng = ng + K, .n_fixed = ng};
     for (int g = 0; g < ng; g++) j.gr[g] = gr[g];
     int n = 0;
