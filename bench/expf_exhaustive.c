@@ -28,16 +28,6 @@ static uint32_t to_bits(float f) { uint32_t b; memcpy(&b, &f, sizeof b); return 
 
 /* glibc's expf algorithm with every multiply and add rounded on its own (its non-FMA
  * build); main path only (|x| < 88). */
-static const uint64_t tab[32] = {
-    0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
-    0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
-    0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
-    0x3feebfdad5362a27ull, 0x3feeb42b569d4f82ull, 0x3feeab07dd485429ull, 0x3feea47eb03a5585ull,
-    0x3feea09e667f3bcdull, 0x3fee9f75e8ec5f74ull, 0x3feea11473eb0187ull, 0x3feea589994cce13ull,
-    0x3feeace5422aa0dbull, 0x3feeb737b0cdc5e5ull, 0x3feec49182a3f090ull, 0x3feed503b23e255dull,
-    0x3feee89f995ad3adull, 0x3feeff76f2fb5e47ull, 0x3fef199bdd85529cull, 0x3fef3720dcef9069ull,
-    0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull,
-};
 static float expf_nofma(float x) {
     const double xd = x, z = 0x1.71547652b82fep+5 * xd;
     const volatile double kds = z + 0x1.8p+52;
@@ -46,7 +36,7 @@ static float expf_nofma(float x) {
     memcpy(&ki, &kd, sizeof ki);
     kd -= 0x1.8p+52;
     const double r = z - kd;
-    uint64_t t = tab[ki % 32] + (ki << 47);
+    uint64_t t = dsv4_expf_tab[ki % 32] + (ki << 47);
     double s;
     memcpy(&s, &t, sizeof s);
     const double zz = 0x1.c6af84b912394p-20 * r + 0x1.ebfce50fac4f3p-13, r2 = r * r;

@@ -38,10 +38,9 @@ void dsv4_swiglu_rows(const float *g, const float *u, const float *w, int n, int
     }
 }
 
-#if defined(DSV4_HAVE_AVX512) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include "kernels/attn_x512.h"
-
-static const uint64_t exp2_tab[32] = {
+/* glibc expf's table: entry i holds the bits of 2^(i/32) less i << 47, so adding k << 47
+ * (k = the rounded x * 32 / ln2) gives 2^(k/32) */
+const uint64_t dsv4_expf_tab[32] = {
     0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
     0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
     0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
@@ -52,16 +51,19 @@ static const uint64_t exp2_tab[32] = {
     0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull,
 };
 
+#if defined(DSV4_HAVE_AVX512) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include "kernels/attn_x512.h"
+
 typedef struct {
     __m512d t0, t1, t2, t3; /* the table, entries 8j..8j+7 */
 } expf_tab;
 
 X512_INLINE expf_tab expf_tab_load(void) {
     expf_tab t;
-    t.t0 = _mm512_loadu_pd((const double *)exp2_tab);
-    t.t1 = _mm512_loadu_pd((const double *)exp2_tab + 8);
-    t.t2 = _mm512_loadu_pd((const double *)exp2_tab + 16);
-    t.t3 = _mm512_loadu_pd((const double *)exp2_tab + 24);
+    t.t0 = _mm512_loadu_pd((const double *)dsv4_expf_tab);
+    t.t1 = _mm512_loadu_pd((const double *)dsv4_expf_tab + 8);
+    t.t2 = _mm512_loadu_pd((const double *)dsv4_expf_tab + 16);
+    t.t3 = _mm512_loadu_pd((const double *)dsv4_expf_tab + 24);
     return t;
 }
 

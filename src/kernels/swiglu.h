@@ -11,6 +11,12 @@
 #ifndef DSV4_KERNELS_SWIGLU_H
 #define DSV4_KERNELS_SWIGLU_H
 
+#include <stdint.h>
+
+/* glibc expf's 32-entry table of 2^(i/32), as the AVX-512 level (and bench/expf_exhaustive's
+ * non-FMA model of glibc) index it */
+extern const uint64_t dsv4_expf_tab[32];
+
 typedef void (*dsv4_swiglu_fn)(const float *g, const float *u, const float *w, int n, int I, float limit,
                                float *h);
 
