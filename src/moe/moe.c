@@ -133,12 +133,6 @@ void dsv4_moe_route(const dsv4_config *cfg, const dsv4_block_w *b, const float *
 
 /* ---- experts -------------------------------------------------------------------------- */
 
-/* h[r][i] = w[r] · silu(g) · u after the clamp (gate upper only, up both sides; off when
- * limit ≤ 0). g, u, h: (n, I); h may alias g. The portable loop (kernels/swiglu.h). */
-void dsv4_moe_swiglu_rows(const float *g, const float *u, const float *w, int n, int I, float limit, float *h) {
-    dsv4_swiglu_rows(g, u, w, n, I, limit, h);
-}
-
 /* e < 0: a matrix of the block; else of routed expert e. */
 static int check_mat(const dsv4_mat *m, int64_t rows, int64_t cols, const char *name, int e,
                      int layer, dsv4_err *err) {

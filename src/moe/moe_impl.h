@@ -9,10 +9,6 @@
 int dsv4_moe_route_row(const dsv4_config *cfg, const dsv4_block_w *b, const float *logits, int32_t token, int *sel,
                        float *w, double *s, dsv4_err *err);
 
-/* h[r][i] = w[r] · silu(g) · u after the clamp (gate upper only, up both sides; off when
- * limit ≤ 0). g, u, h: (n, I); h may alias g. */
-void dsv4_moe_swiglu_rows(const float *g, const float *u, const float *w, int n, int I, float limit, float *h);
-
 /* ---- one row (batch-1 decode) as one pool job: moe_one.c ------------------------------- */
 
 #define DSV4_MOE_ONE_MAX_GROUPS 32 /* expert groups one job takes */
