@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/ops.h"
 #include "kernels/swiglu.h"
 #include "moe/moe_impl.h"
 #include "util/err.h"
