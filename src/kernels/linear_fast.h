@@ -31,7 +31,12 @@
  * of every level's micro_outs (4, 6) */
 #define LIN_NB 48
 #define LIN_KB 512 /* columns per dequantized tile: a multiple of 128 (FP8 scale blocks) */
-#define LIN_MB 96  /* activation rows per GEMM task and accumulator block (a multiple of 4 and 3) */
+/* activation rows per GEMM task and accumulator block (a multiple of 4 and 3). On Zen 5 at
+ * 2 threads, 48 against 96 (accumulators 147 KB instead of 295 KB, the x block 96 KB
+ * instead of 192 at K = 512: a task's L2 set halved) took 0.83-0.90x the time of 512-row
+ * FP8 products (wq_b, wkv, wo_b, w2), in-process; at one thread 1.05-1.08x (twice the tile
+ * dequantizations), but the prefill runs two */
+#define LIN_MB 48
 /* most outputs per GEMV and small-M task (a multiple of 4). A task's weights start cold:
  * on Zen 5 a batch-16 step's expert phase (bench_linear --threads 2 --moe --rows 16, FP4
  * w1/w3 of 512 x 1024, w2 of 1024 x 512) took 3.7-4.0 ms a layer at 64 (tasks of 16-32 KB),
@@ -51,7 +56,9 @@
 /* Per-thread scratch of the GEMM path, in floats. */
 #define LIN_SCRATCH_WTILE ((int64_t)LIN_NB * LIN_KB)         /* (LIN_NB, LIN_KB) weights */
 #define LIN_LANES_MAX 16 /* accumulator lanes of the widest level */
-#define LIN_SCRATCH_ACC ((int64_t)LIN_MB * LIN_NB * LIN_LANES_MAX) /* (LIN_MB, LIN_NB, lanes) */
+/* (LIN_MB, LIN_NB, lanes), sized for 96 rows as before LIN_MB was 48: the small-M panel
+ * shares the scratch (LIN_SMALLM_NB x cols must fit LIN_SCRATCH_FLOATS) */
+#define LIN_SCRATCH_ACC ((int64_t)96 * LIN_NB * LIN_LANES_MAX)
 #define LIN_SCRATCH_FLOATS (LIN_SCRATCH_WTILE + LIN_SCRATCH_ACC)
 
 /* Read-only tables built once per kernel context (dsv4_lin_tables_init). */
