@@ -37,6 +37,9 @@
  * FP8 products (wq_b, wkv, wo_b, w2), in-process; at one thread 1.05-1.08x (twice the tile
  * dequantizations), but the prefill runs two */
 #define LIN_MB 48
+/* rows a GEMM task takes when the product has one column tile (cols <= LIN_KB): its
+ * blocks of LIN_MB rows share the tile, dequantized once (a multiple of LIN_MB) */
+#define LIN_MB_ONE_TILE (4 * LIN_MB)
 /* most outputs per GEMV and small-M task (a multiple of 4). A task's weights start cold:
  * on Zen 5 a batch-16 step's expert phase (bench_linear --threads 2 --moe --rows 16, FP4
  * w1/w3 of 512 x 1024, w2 of 1024 x 512) took 3.7-4.0 ms a layer at 64 (tasks of 16-32 KB),

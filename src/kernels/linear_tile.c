@@ -1,11 +1,12 @@
 /* linear_tile.c — the GEMM tile driver shared by every kernel level of dsv4_linear.
  *
  * One task owns LIN_NB consecutive outputs and (as dsv4_linear cuts the work) up to LIN_MB
- * activation rows (linear_fast.h). For each LIN_KB-column tile it dequantizes the task's
- * weight rows once into the (LIN_NB, LIN_KB) tile and runs the level's micro-kernel over
- * (micro_outs tile rows) x (micro_rows activation rows) windows: tile rows outermost, so a
- * window's weights (micro_outs x LIN_KB floats) stay in L1 while the block's x rows, read
- * once per window, come from L2; the first tile starts the lanes from zero. At the end the
+ * activation rows, LIN_MB_ONE_TILE when the product has one column tile (linear_fast.h),
+ * in accumulator blocks of LIN_MB rows. For each LIN_KB-column tile it dequantizes the
+ * task's weight rows once (one tile: once for all the blocks) into the (LIN_NB, LIN_KB)
+ * tile and runs the level's micro-kernel over (micro_outs tile rows) x (micro_rows
+ * activation rows) windows: tile rows outermost, so a window's weights (micro_outs x
+ * LIN_KB floats) stay in L1 while the block's x rows, read once per window, come from L2; the first tile starts the lanes from zero. At the end the
  * lanes of each output are reduced in the level's fixed tree. The level supplies only the
  * arithmetic (dequantizer, micro-kernels, reduction), its lanes and its window; the loops,
  * which decide nothing about the summation order, live here once.
@@ -31,11 +32,13 @@ void dsv4_lin_gemm_tiled(const dsv4_lin_tile_level *lv, const dsv4_lin_call *c, 
         for (int64_t k0 = 0; k0 < n; k0 += LIN_KB) {
             const int kb = n - k0 < LIN_KB ? (int)(n - k0) : LIN_KB;
             const int kpad = (kb + L - 1) / L * L; /* kb zero-padded to whole lane chunks */
-            /* a row the tile pads to the window is zero; its sums are never stored */
-            for (int j = 0; j < nj; j++) {
-                if (j < nb) lv->dequant_row(c->tab, w, o0 + j, k0, kb, wt + j * LIN_KB);
-                else memset(wt + j * LIN_KB, 0, sizeof(float) * (size_t)kpad);
-            }
+            /* a row the tile pads to the window is zero; its sums are never stored. One
+             * column tile: the same tile for every row block */
+            if (r0 == 0 || n > LIN_KB)
+                for (int j = 0; j < nj; j++) {
+                    if (j < nb) lv->dequant_row(c->tab, w, o0 + j, k0, kb, wt + j * LIN_KB);
+                    else memset(wt + j * LIN_KB, 0, sizeof(float) * (size_t)kpad);
+                }
             const float *xb = x + (int64_t)r0 * n + k0;
             for (int j = 0; j < nj; j += J)
                 for (int s = 0; s < mb; s += lv->micro_rows) {
