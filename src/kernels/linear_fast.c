@@ -280,10 +280,11 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
     pl->row_blocks = 1;
     pl->rows_per = op->n_rows;
     if (!pl->gemv && !pl->smallm) {
-        pl->row_blocks = (op->n_rows + LIN_MB - 1) / LIN_MB;
+        const int mb = n <= LIN_KB ? LIN_MB_ONE_TILE : LIN_MB; /* one column tile: dequantized once a task */
+        pl->row_blocks = (op->n_rows + mb - 1) / mb;
         const int even = (op->n_rows + pl->row_blocks - 1) / pl->row_blocks;
         pl->rows_per = (even + 3) & ~3;
-        if (pl->rows_per > LIN_MB) pl->rows_per = LIN_MB;
+        if (pl->rows_per > mb) pl->rows_per = mb;
         pl->row_blocks = (op->n_rows + pl->rows_per - 1) / pl->rows_per;
     }
     pl->n_tasks = (int)((rows + pl->per - 1) / pl->per) * pl->row_blocks;
