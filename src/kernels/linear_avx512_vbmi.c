@@ -274,21 +274,25 @@ AINLINE void sm_store4(const __m512 a[4], int nb, float *y) {
     _mm_mask_storeu_ps(y, (__mmask8)((1u << nb) - 1u), _mm512_castps512_ps128(v));
 }
 
-/* MR activation rows (x, stride n) against NW (4 or 8) panel rows (stride ld): y (MR, rows)
- * at the block's first output, nb of them stored. Per 16 columns NW panel loads (L1) and MR
- * x loads (L1 or L2) feed NW * MR FMAs: x is reloaded once per NW weight rows, so the
- * 8-row panel halves the x stream of the 4-row one. */
-AINLINE void sm_rows(int NW, int MR, const float *x, int64_t n, const float *panel, int64_t ld, float *y,
-                     int64_t rows, int nb, const char *pf, int64_t pf_step) {
+/* MR activation rows (x, stride n) against NW (4 or 8) panel rows (stride ld), columns
+ * [k0, k1) of n (whole chunks but the last, whose x is zero-padded): y (MR, rows) at the
+ * block's first output, nb of them stored. acc (MR, NW, 16): the lanes carried between
+ * column tiles, read unless k0 == 0, written unless k1 == n (then the sums are stored); a
+ * call over all the columns keeps them in registers only. Per 16 columns NW panel loads
+ * (L1) and MR x loads (L1 or L2) feed NW * MR FMAs: x is reloaded once per NW weight rows,
+ * so the 8-row panel halves the x stream of the 4-row one. */
+AINLINE void sm_rows(int NW, int MR, const float *x, int64_t n, int64_t k0, int64_t k1, const float *panel,
+                     int64_t ld, float *acc, float *y, int64_t rows, int nb, const char *pf, int64_t pf_step) {
     __m512 a[SM_MR_MAX][LIN_SMALLM_NB];
     for (int s = 0; s < MR; s++)
-        for (int j = 0; j < NW; j++) a[s][j] = _mm512_setzero_ps();
-    const int64_t nf = n & ~(int64_t)15;
-    for (int64_t i = 0; i < nf; i += 16) {
+        for (int j = 0; j < NW; j++)
+            a[s][j] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc + 16 * (s * NW + j));
+    const int64_t nf = k1 & ~(int64_t)15;
+    for (int64_t i = k0; i < nf; i += 16) {
         /* the next panel's weights, a few lines a chunk: issued all at once they fill the
          * line fill buffers and stall the loads behind them */
         if (pf)
-            for (int64_t b = 0; b < pf_step; b += 64) _mm_prefetch(pf + i / 16 * pf_step + b, _MM_HINT_T0);
+            for (int64_t b = 0; b < pf_step; b += 64) _mm_prefetch(pf + (i - k0) / 16 * pf_step + b, _MM_HINT_T0);
         __m512 xv[SM_MR_MAX];
         for (int s = 0; s < MR; s++) xv[s] = _mm512_loadu_ps(x + s * n + i);
         for (int j = 0; j < NW; j++) {
@@ -299,8 +303,8 @@ AINLINE void sm_rows(int NW, int MR, const float *x, int64_t n, const float *pan
             for (int s = 0; s < MR; s++) a[s][j] = _mm512_fmadd_ps(xv[s], wv, a[s][j]);
         }
     }
-    if (nf < n) {
-        const __mmask16 k = mask16((int)(n - nf));
+    if (nf < k1) {
+        const __mmask16 k = mask16((int)(k1 - nf));
         __m512 xv[SM_MR_MAX];
         for (int s = 0; s < MR; s++) xv[s] = _mm512_maskz_loadu_ps(k, x + s * n + nf);
         for (int j = 0; j < NW; j++) {
@@ -308,40 +312,61 @@ AINLINE void sm_rows(int NW, int MR, const float *x, int64_t n, const float *pan
             for (int s = 0; s < MR; s++) a[s][j] = _mm512_fmadd_ps(xv[s], wv, a[s][j]);
         }
     }
+    if (k1 < n) {
+        for (int s = 0; s < MR; s++)
+            for (int j = 0; j < NW; j++) _mm512_store_ps(acc + 16 * (s * NW + j), a[s][j]);
+        return;
+    }
     for (int s = 0; s < MR; s++) {
         sm_store4(a[s], nb < 4 ? nb : 4, y + s * rows);
         if (NW == 8 && nb > 4) sm_store4(a[s] + 4, nb - 4, y + s * rows + 4);
     }
 }
 
-/* all n_rows activation rows against one panel of NW weight rows (nb of them real), while
- * prefetching [pf, pf_end): the next panel's weights, spread over the chunks of the first
- * row blocks */
-AINLINE void sm_panel(int NW, const float *x, int n_rows, int64_t n, const float *panel, int64_t ld, float *y,
-                      int64_t rows, int nb, const char *pf, const char *pf_end) {
+/* all n_rows activation rows against one panel of NW weight rows (nb of them real), in
+ * column tiles of kt (all n: one tile), the tiles outermost so that a tile of the panel
+ * stays in L1 for every row block (acc: the lanes between tiles); while prefetching
+ * [pf, pf_end): the next panel's weights, spread over the chunks of the first row blocks */
+AINLINE void sm_panel(int NW, int tiled, const float *x, int n_rows, int64_t n, int64_t kt, const float *panel,
+                      int64_t ld, float *acc, float *y, int64_t rows, int nb, const char *pf, const char *pf_end) {
+    if (!tiled) kt = n; /* a constant in the untiled copy: its loop as before the tiles */
     const int MR = NW == 8 ? 3 : 4; /* NW * MR accumulators: 24 or 16 of the 32 registers */
-    const int64_t chunks = (n + 15) / 16, blocks = (n_rows + MR - 1) / MR;
+    const int64_t chunks = (kt + 15) / 16, nt = (n + kt - 1) / kt, blocks = nt * ((n_rows + MR - 1) / MR);
     /* bytes a chunk prefetches, whole lines, so that every block but the last helps */
     const int64_t per_block = ((pf_end - pf) + blocks - 1) / blocks;
     const int64_t step = ((per_block + chunks - 1) / chunks + 63) & ~(int64_t)63;
-    for (int s0 = 0; s0 < n_rows; s0 += MR) {
-        const char *p = pf < pf_end ? pf : NULL;
-        const float *xs = x + (int64_t)s0 * n;
-        float *ys = y + (int64_t)s0 * rows;
-        switch (n_rows - s0 < MR ? n_rows - s0 : MR) {
-        case 1: sm_rows(NW, 1, xs, n, panel, ld, ys, rows, nb, p, step); break;
-        case 2: sm_rows(NW, 2, xs, n, panel, ld, ys, rows, nb, p, step); break;
-        case 3: sm_rows(NW, 3, xs, n, panel, ld, ys, rows, nb, p, step); break;
-        default: sm_rows(NW, 4, xs, n, panel, ld, ys, rows, nb, p, step); break;
+    for (int64_t t0 = 0; t0 < n; t0 += kt) {
+        const int64_t k0 = tiled ? t0 : 0, k1 = !tiled ? n : n - t0 < kt ? n : t0 + kt;
+        for (int s0 = 0; s0 < n_rows; s0 += MR) {
+            const char *p = pf < pf_end ? pf : NULL;
+            const float *xs = x + (int64_t)s0 * n;
+            float *ys = y + (int64_t)s0 * rows, *as = acc + (int64_t)s0 * NW * 16;
+            switch (n_rows - s0 < MR ? n_rows - s0 : MR) {
+            case 1: sm_rows(NW, 1, xs, n, k0, k1, panel, ld, as, ys, rows, nb, p, step); break;
+            case 2: sm_rows(NW, 2, xs, n, k0, k1, panel, ld, as, ys, rows, nb, p, step); break;
+            case 3: sm_rows(NW, 3, xs, n, k0, k1, panel, ld, as, ys, rows, nb, p, step); break;
+            default: sm_rows(NW, 4, xs, n, k0, k1, panel, ld, as, ys, rows, nb, p, step); break;
+            }
+            pf += chunks * step;
         }
-        pf += chunks * step;
     }
 }
+
+/* Column tiles: at 8 panel rows a row of 1024 columns makes a 32 KB panel, which stays in
+ * L1 (48 KB on Zen 5) beside a block's x rows; past that every row block reread the panel
+ * from L2 (FP8 1024 x 2048 at 16 rows, one thread, hot: 115 GFLOP/s, against 150-170 at 1024
+ * columns). Longer rows go in tiles of SM_KT columns: 0.75-0.89x the time there (in-process,
+ * bits equal; tiles of 256 and 512 did no better, tiling 1024-column rows in 512s took
+ * 1.06-1.14x). */
+#define SM_KT 1024 /* columns a tile (a multiple of 16), and the longest row of one tile */
 
 static VBMI void smallm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
                                    int64_t o0, int64_t o1, float *scratch) {
     const int64_t n = w->cols, rows = w->rows, ld = (n + 15) & ~(int64_t)15;
     float *panel = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63); /* (LIN_SMALLM_NB, ld) */
+    float *acc = panel + LIN_SMALLM_NB * ld;                                /* (n_rows, 8, 16) */
+    const int fits = LIN_SMALLM_NB * ld + 16 + (int64_t)n_rows * LIN_SMALLM_NB * 16 <= LIN_SCRATCH_FLOATS;
+    const int64_t kt = n > SM_KT && fits ? SM_KT : n;
     const fp8_tab t = fp8_tab_load(c->tab);
     const int64_t rb = dsv4_mat_bytes(w) / (rows > 0 ? rows : 1); /* weight bytes a row, about */
     const char *wbase = (const char *)w->w;
@@ -354,8 +379,10 @@ static VBMI void smallm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, co
         const char *pf = wbase + (o + nb) * rb, *pf_end = wbase + pe * rb;
         for (int j = 0; j < nb; j++) sm_decode_row(c, &t, w, o + j, panel + j * ld);
         for (int j = nb; j < NW; j++) memset(panel + j * ld, 0, sizeof(float) * (size_t)ld);
-        if (NW == 8) sm_panel(8, x, n_rows, n, panel, ld, y + o, rows, nb, pf, pf_end);
-        else sm_panel(4, x, n_rows, n, panel, ld, y + o, rows, nb, pf, pf_end);
+        if (kt < n && NW == 8) sm_panel(8, 1, x, n_rows, n, kt, panel, ld, acc, y + o, rows, nb, pf, pf_end);
+        else if (kt < n) sm_panel(4, 1, x, n_rows, n, kt, panel, ld, acc, y + o, rows, nb, pf, pf_end);
+        else if (NW == 8) sm_panel(8, 0, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
+        else sm_panel(4, 0, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
         o += nb;
     }
 }

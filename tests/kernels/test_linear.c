@@ -342,7 +342,7 @@ static void check_vbmi_matches_avx512(dsv4_wfmt f) {
  * the expert shapes and odd ones (partial scale blocks, a masked last chunk, a short
  * last task), both scale kinds; the reference checks of check_case cover AUTO itself. */
 static void check_paths_agree(int level) {
-    static const int64_t shapes[][2] = {{512, 1024}, {1024, 512}, {68, 288}, {7, 133}, {130, 1056}};
+    static const int64_t shapes[][2] = {{512, 1024}, {1024, 512}, {68, 288}, {7, 133}, {130, 1056}, {9, 2085}};
     static const int nrs[] = {1, 3, 4, 7, 8, 9, 12, 13, 16, 17, 24, 25, 31, 32, 33, 48, 64, 65, 100};
     const dsv4_wfmt fmts[4] = {DSV4_WF_FP4, DSV4_WF_FP8, DSV4_WF_BF16, DSV4_WF_F32};
     int64_t bad = 0, total = 0;
