@@ -55,4 +55,22 @@ static inline __attribute__((always_inline)) void pf_step(const gemv_pf *pf, con
         if (pf->dist > 0) _mm_prefetch(a, GEMV_PF_HINT);
 }
 
+/* The software prefetch of a one-row GEMV that reads its task's rows as R far-apart runs
+ * (linear_avx512.c gemv1_dense): run r is one sequential stream from base + r * step, and
+ * each stream is prefetched dist bytes ahead of its own reads (dist: the format's distance
+ * above over R, the same bytes in flight). Zen 5's hardware prefetchers follow such
+ * streams once trained; the software prefetch covers their ramp-up at a task's start and
+ * hands on to the same thread's next task (the last run's prefetch runs into it). */
+static inline __attribute__((always_inline)) void pf_runs_start(const void *base, int64_t step, int R, int64_t len,
+                                                                 int64_t dist) {
+    const int64_t m = len < dist ? len : dist;
+    for (int r = 0; r < R; r++)
+        for (int64_t k = 0; k < m; k += 64) _mm_prefetch((const char *)base + r * step + k, GEMV_PF_HINT);
+}
+
+/* one line of each run at pos + r * step + dist (call once per 64 bytes a run consumes) */
+static inline __attribute__((always_inline)) void pf_runs_line(const void *pos, int64_t step, int R, int64_t dist) {
+    for (int r = 0; r < R; r++) _mm_prefetch((const char *)pos + r * step + dist, GEMV_PF_HINT);
+}
+
 #endif

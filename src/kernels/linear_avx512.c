@@ -237,42 +237,51 @@ static void gemv_fp4(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, 
 /* One activation row (batch-1 decode): 4 weight rows a block with their accumulators in
  * named registers (the generic kernel's [R][NX] array stays on the stack for NX = 1, and each
  * FMA then waits on a store and a reload: 2.3x slower from L2), every x chunk loaded once
- * for the 4 rows, the prefetch at least one block ahead. Lanes, chunk order and tree as
- * gemv_dense_rows. */
+ * for the 4 rows. Lanes, chunk order and tree as gemv_dense_rows.
+ * The 4 rows of a block are far apart: a task's rows [o0, o1) are cut into 4 runs of q
+ * rows and block k takes row k of each run, so each run is read front to back as one long
+ * sequential stream (4 streams a thread). Zen 5's hardware prefetchers follow such streams
+ * at the stream probe's rate; 4 adjacent rows read in step (4 streams one row apart)
+ * defeat them, and the software prefetch of that order (gemv_prefetch.h) only got to
+ * ~0.6 of the probe (BENCHMARKS.md, session 11 "cold"). Which rows share a block changes
+ * no result: each row has its own accumulator. */
 #define G1_DENSE_R 4
 
-AINLINE void gemv1_dense_rows(int fmt, int R, const dsv4_mat *w, const float *x, float *y, int64_t o,
-                              const gemv_pf *pf) {
+/* rows o + r * rs, r < R; each row's stream prefetched dist bytes ahead */
+AINLINE void gemv1_dense_rows(int fmt, int R, const dsv4_mat *w, const float *x, float *y, int64_t o, int64_t rs,
+                              int64_t dist) {
     const int64_t n = w->cols;
     const int esz = fmt == DSV4_WF_F32 ? 4 : 2;
-    const char *p = (const char *)w->w + o * n * (int64_t)esz; /* row r at p + r * n * esz */
+    const int64_t step = rs * n * (int64_t)esz; /* bytes between the R rows */
+    const char *p = (const char *)w->w + o * n * (int64_t)esz; /* row r at p + r * step */
     __m512 a[G1_DENSE_R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) a[r] = _mm512_setzero_ps();
     const int64_t nf = n & ~(int64_t)15;
     for (int64_t i = 0; i < nf; i += 16) {
-        pf_step(pf, p, R * i * esz, R * 16 * esz);
+        if (((i * esz) & 63) == 0) pf_runs_line(p + i * esz, step, R, dist);
         const __m512 xv = _mm512_loadu_ps(x + i);
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) a[r] = _mm512_fmadd_ps(xv, dec_dense(fmt, p + r * n * esz, i, 16), a[r]);
+        for (int r = 0; r < R; r++) a[r] = _mm512_fmadd_ps(xv, dec_dense(fmt, p + r * step, i, 16), a[r]);
     }
     if (nf < n) { /* the zero-padded last chunk */
         const int m = (int)(n - nf);
         const __m512 xv = _mm512_maskz_loadu_ps(mask16(m), x + nf);
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) a[r] = _mm512_fmadd_ps(xv, dec_dense(fmt, p + r * n * esz, nf, m), a[r]);
+        for (int r = 0; r < R; r++) a[r] = _mm512_fmadd_ps(xv, dec_dense(fmt, p + r * step, nf, m), a[r]);
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) y[o + r] = hsum16(a[r]);
+    for (int r = 0; r < R; r++) y[o + r * rs] = hsum16(a[r]);
 }
 
 AINLINE void gemv1_dense(int fmt, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
     const int64_t rb = w->cols * (fmt == DSV4_WF_F32 ? 4 : 2); /* bytes per row */
-    const int64_t dist = G1_DENSE_R * rb > GEMV_PF_DENSE ? G1_DENSE_R * rb : GEMV_PF_DENSE;
-    const gemv_pf pf = pf_start((const char *)w->w + o0 * rb, (const char *)w->w + o1 * rb, dist);
-    int64_t o = o0;
-    for (; o + G1_DENSE_R <= o1; o += G1_DENSE_R) gemv1_dense_rows(fmt, G1_DENSE_R, w, x, y, o, &pf);
-    for (; o < o1; o++) gemv1_dense_rows(fmt, 1, w, x, y, o, &pf);
+    const int64_t q = (o1 - o0) / G1_DENSE_R;                   /* rows per run */
+    const int64_t dist = GEMV_PF_DENSE / G1_DENSE_R;            /* per run */
+    const char *base = (const char *)w->w + o0 * rb;
+    pf_runs_start(base, q * rb, G1_DENSE_R, q * rb, dist);
+    for (int64_t k = 0; k < q; k++) gemv1_dense_rows(fmt, G1_DENSE_R, w, x, y, o0 + k, q, dist);
+    for (int64_t o = o0 + G1_DENSE_R * q; o < o1; o++) gemv1_dense_rows(fmt, 1, w, x, y, o, 0, dist);
 }
 
 static void gemv_f32(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {

@@ -89,59 +89,66 @@ static VBMI void gemv_fp8v(const dsv4_lin_call *c, const dsv4_mat *w, const floa
 
 #define G1_R 4 /* weight rows a block */
 
-/* a[r] += x . w[r] over the m (<= 64) columns from i of rows p + r * n, x already scaled
- * (xs) or the weights multiplied by scale (!pre) */
-AINLINE VBMI void fp8v1_step(int R, int pre, const fp8_tab *t, const uint8_t *p, int64_t n, const __m512 xs[4], int m,
-                             __m512 scale, __m512 a[G1_R]) {
+/* a[r] += x . w[r] over the m (<= 64) columns from i of rows p + r * step, x scaled by the
+ * row's scale (pre) or the weights multiplied by it (!pre) */
+AINLINE VBMI void fp8v1_step(int R, int pre, const fp8_tab *t, const uint8_t *p, int64_t step, const __m512 xv[4],
+                             int m, const __m512 scale[G1_R], __m512 a[G1_R]) {
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         __m512 w[4];
-        if (pre) dec_fp8x64_raw(t, p + r * n, m, w);
-        else dec_fp8x64(t, p + r * n, m, scale, w);
+        if (pre) dec_fp8x64_raw(t, p + r * step, m, w);
+        else dec_fp8x64(t, p + r * step, m, scale[r], w);
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++)
-            if (16 * q < m) a[r] = _mm512_fmadd_ps(xs[q], w[q], a[r]);
+            if (16 * q < m) a[r] = _mm512_fmadd_ps(pre ? _mm512_mul_ps(xv[q], scale[r]) : xv[q], w[q], a[r]);
     }
 }
 
-/* R rows o .. o+R-1 in one 128-row scale band */
+/* R rows o + r * rs. The 4 rows are far apart (as gemv1_dense, linear_avx512.c: each of a
+ * task's 4 runs of rows is one sequential stream the hardware prefetchers follow, where 4
+ * adjacent rows in step ran at ~0.6 of the stream probe), so each row has its own scale
+ * band; with pre, x * scale per row (4 multiplies a 64-column step a row, as many as
+ * !pre's weights * scale), the same exact products as before. */
 AINLINE VBMI void gemv1_fp8v_rows(int R, int pre, const fp8_tab *t, const dsv4_mat *w, const float *x, float *y,
-                                  int64_t o, const gemv_pf *pf) {
-    const int64_t n = w->cols, nsb = (n + 127) / 128, band = o / 128;
+                                  int64_t o, int64_t rs) {
+    const int64_t n = w->cols, nsb = (n + 127) / 128, step = rs * n;
     const uint8_t *p = (const uint8_t *)w->w + o * n;
+    int64_t band[G1_R];
     __m512 a[G1_R];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) a[r] = _mm512_setzero_ps();
+    for (int r = 0; r < R; r++) {
+        a[r] = _mm512_setzero_ps();
+        band[r] = (o + r * rs) / 128 * nsb;
+    }
     for (int64_t b = 0; b < nsb; b++) {
         const int64_t i0 = b * 128, i1 = i0 + 128 < n ? i0 + 128 : n;
-        const __m512 scale = _mm512_set1_ps(scale_at(w, band * nsb + b));
+        __m512 scale[G1_R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) scale[r] = _mm512_set1_ps(scale_at(w, band[r] + b));
         for (int64_t i = i0; i < i1; i += 64) {
             const int m = i1 - i >= 64 ? 64 : (int)(i1 - i);
-            pf_step(pf, p, R * i, R * 64);
-            __m512 xs[4];
+            __m512 xv[4];
 #pragma GCC unroll 4
             for (int q = 0; q < 4; q++) {
                 const int mq = m - 16 * q; /* the last chunk's x zero-padded, none past it */
-                xs[q] = mq >= 16 ? _mm512_loadu_ps(x + i + 16 * q)
+                xv[q] = mq >= 16 ? _mm512_loadu_ps(x + i + 16 * q)
                                  : _mm512_maskz_loadu_ps(mq > 0 ? mask16(mq) : 0, x + i + 16 * q);
-                if (pre) xs[q] = _mm512_mul_ps(xs[q], scale);
             }
-            if (m == 64) fp8v1_step(R, pre, t, p + i, n, xs, 64, scale, a);
-            else fp8v1_step(R, pre, t, p + i, n, xs, m, scale, a);
+            pf_runs_line(p + i, step, R, GEMV_PF_FP8 / G1_R);
+            if (m == 64) fp8v1_step(R, pre, t, p + i, step, xv, 64, scale, a);
+            else fp8v1_step(R, pre, t, p + i, step, xv, m, scale, a);
         }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) y[o + r] = hsum16(a[r]);
+    for (int r = 0; r < R; r++) y[o + r * rs] = hsum16(a[r]);
 }
 
 AINLINE VBMI void gemv1_fp8v_pre(int pre, const fp8_tab *t, const dsv4_mat *w, const float *x, float *y, int64_t o0,
                                  int64_t o1) {
-    const int64_t n = w->cols, dist = G1_R * n > GEMV_PF_FP8 ? G1_R * n : GEMV_PF_FP8;
-    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * n, (const uint8_t *)w->w + o1 * n, dist);
-    int64_t o = o0;
-    /* o0 is a multiple of 4 (linear_fast.c), so a block never straddles a scale band */
-    for (; o + G1_R <= o1; o += G1_R) gemv1_fp8v_rows(G1_R, pre, t, w, x, y, o, &pf);
-    for (; o < o1; o++) gemv1_fp8v_rows(1, pre, t, w, x, y, o, &pf);
+    const int64_t n = w->cols, q = (o1 - o0) / G1_R; /* rows per run */
+    pf_runs_start((const uint8_t *)w->w + o0 * n, q * n, G1_R, q * n, GEMV_PF_FP8 / G1_R);
+    for (int64_t k = 0; k < q; k++) gemv1_fp8v_rows(G1_R, pre, t, w, x, y, o0 + k, q);
+    for (int64_t o = o0 + G1_R * q; o < o1; o++) gemv1_fp8v_rows(1, pre, t, w, x, y, o, 0);
 }
 
 static VBMI void gemv1_fp8v(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
