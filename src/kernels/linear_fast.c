@@ -326,7 +326,15 @@ void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
         int64_t macs = 0;
         for (int i = b0; i < b0 + nb; i++)
             if (ops[i].n_rows > 0) macs += ops[i].w->rows * ops[i].w->cols * ops[i].n_rows;
-        const int64_t target = macs / (8 * (int64_t)dsv4_kctx_threads(k));
+        /* about 8 tasks a thread, so that threads finish together; a job of one-row products
+         * (batch-1 decode) 2: its GEMV reads each task's rows as 4 sequential runs
+         * (linear_avx512.c gemv1_dense), which the hardware prefetchers follow better the
+         * longer they are (256-1024 KB matrices at 2 threads: 0.73-0.90x the time of 8 a
+         * thread, BENCHMARKS.md session 11 "cold"); a late thread's tasks are still stolen
+         * by halves (threads.c) */
+        int one_row = 1;
+        for (int i = b0; i < b0 + nb; i++) one_row &= ops[i].n_rows <= 1;
+        const int64_t target = macs / ((one_row ? 2 : 8) * (int64_t)dsv4_kctx_threads(k));
         int n = 0, n_tasks = 0;
         for (int i = b0; i < b0 + nb; i++) {
             if (lin_trivial(k, &ops[i])) continue;
