@@ -59,9 +59,12 @@
 /* Per-thread scratch of the GEMM path, in floats. */
 #define LIN_SCRATCH_WTILE ((int64_t)LIN_NB * LIN_KB)         /* (LIN_NB, LIN_KB) weights */
 #define LIN_LANES_MAX 16 /* accumulator lanes of the widest level */
-/* (LIN_MB, LIN_NB, lanes), sized for 96 rows as before LIN_MB was 48: the small-M panel
- * shares the scratch (LIN_SMALLM_NB x cols must fit LIN_SCRATCH_FLOATS) */
-#define LIN_SCRATCH_ACC ((int64_t)96 * LIN_NB * LIN_LANES_MAX)
+/* (LIN_SCRATCH_ACC_ROWS, LIN_NB, lanes): room for LIN_MB rows, kept at 96 when LIN_MB went
+ * to 48 because the small-M panel shares the scratch (LIN_SMALLM_NB x cols must fit
+ * LIN_SCRATCH_FLOATS: the widest rows that take small-M) */
+#define LIN_SCRATCH_ACC_ROWS 96
+_Static_assert(LIN_SCRATCH_ACC_ROWS >= LIN_MB, "the accumulator block must fit the scratch");
+#define LIN_SCRATCH_ACC ((int64_t)LIN_SCRATCH_ACC_ROWS * LIN_NB * LIN_LANES_MAX)
 #define LIN_SCRATCH_FLOATS (LIN_SCRATCH_WTILE + LIN_SCRATCH_ACC)
 
 /* Read-only tables built once per kernel context (dsv4_lin_tables_init). */

@@ -6,10 +6,11 @@
  * task's weight rows once (one tile: once for all the blocks) into the (LIN_NB, LIN_KB)
  * tile and runs the level's micro-kernel over (micro_outs tile rows) x (micro_rows
  * activation rows) windows: tile rows outermost, so a window's weights (micro_outs x
- * LIN_KB floats) stay in L1 while the block's x rows, read once per window, come from L2; the first tile starts the lanes from zero. At the end the
- * lanes of each output are reduced in the level's fixed tree. The level supplies only the
- * arithmetic (dequantizer, micro-kernels, reduction), its lanes and its window; the loops,
- * which decide nothing about the summation order, live here once.
+ * LIN_KB floats) stay in L1 while the block's x rows, read once per window, come from L2;
+ * the first tile starts the lanes from zero. At the end the lanes of each output are
+ * reduced in the level's fixed tree. The level supplies only the arithmetic (dequantizer,
+ * micro-kernels, reduction), its lanes and its window; the loops, which decide nothing
+ * about the summation order, live here once.
  */
 #include <string.h>
 
