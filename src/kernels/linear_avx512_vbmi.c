@@ -343,7 +343,7 @@ AINLINE void sm_panel(int NW, int tiled, const float *x, int n_rows, int64_t n, 
     const int64_t per_block = ((pf_end - pf) + blocks - 1) / blocks;
     const int64_t step = ((per_block + chunks - 1) / chunks + 63) & ~(int64_t)63;
     for (int64_t t0 = 0; t0 < n; t0 += kt) {
-        const int64_t k0 = tiled ? t0 : 0, k1 = !tiled ? n : n - t0 < kt ? n : t0 + kt;
+        const int64_t k0 = tiled ? t0 : 0, k1 = !tiled || n - t0 < kt ? n : t0 + kt; /* !tiled: 0, n */
         for (int s0 = 0; s0 < n_rows; s0 += MR) {
             const char *p = pf < pf_end ? pf : NULL;
             const float *xs = x + (int64_t)s0 * n;
