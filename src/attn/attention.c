@@ -70,12 +70,20 @@ static int grouped_linear(const dsv4_numerics *nm, dsv4_kctx *k, dsv4_arena *a, 
         rc = dsv4_fail(err, DSV4_ERR_NOMEM, "output projection: scratch arena too small (%d rows)", R);
         goto done;
     }
+    /* one row (decode): its g-th slice of u and of y are already group g's rows, so the
+     * products read and write them in place; more rows go through group-major copies */
+    const int direct = R == 1;
     for (int g = 0; g < G; g++) {
         if (dsv4_mat_rows(w, (int64_t)g * o_lora, o_lora, &gb.wg[g]) != 0) {
             rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "wo_a: cannot slice group %d", g);
             goto done;
         }
-        gb.ops[g] = (dsv4_lin_op){&gb.wg[g], gb.ug + (size_t)g * R * in_g, R, gb.vg + (size_t)g * R * o_lora};
+        gb.ops[g] = direct ? (dsv4_lin_op){&gb.wg[g], u + (size_t)g * in_g, 1, y + (size_t)g * o_lora}
+                           : (dsv4_lin_op){&gb.wg[g], gb.ug + (size_t)g * R * in_g, R, gb.vg + (size_t)g * R * o_lora};
+    }
+    if (direct) {
+        nm->linear(nm, k, gb.ops, G);
+        goto done;
     }
     /* the slices in, the products, the outputs back: the copies by rows over the pool */
     group_copy_job cj = {G, R, in_g, o_lora, u, gb.ug, gb.vg, y};
