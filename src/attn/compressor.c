@@ -18,12 +18,13 @@
 #include "kernels/ops.h"
 #include "util/err.h"
 
-/* out[c] for c < d: the softmax pool of column c over the candidates j < n_cand, whose
- * values and scores are rows ra[j], rb[j] (when ra is given) or a + j*stride, b + j*stride:
- * one piece of arithmetic for both. */
+/* out[c] for c in [c0, c1): the softmax pool of column c over the candidates j < n_cand,
+ * whose values and scores are rows ra[j], rb[j] (when ra is given) or a + j*stride,
+ * b + j*stride: one piece of arithmetic for both. Each column is its own: any split of
+ * the columns gives the same bits. */
 static inline void pool_core(const float *const *ra, const float *const *rb, const float *a, const float *b,
-                             int n_cand, int d, int stride, float *out) {
-    for (int c = 0; c < d; c++) {
+                             int n_cand, int c0, int c1, int stride, float *out) {
+    for (int c = c0; c < c1; c++) {
         float m = -INFINITY;
         for (int j = 0; j < n_cand; j++) {
             const float bj = ra ? rb[j][c] : b[(size_t)j * stride + c];
@@ -43,7 +44,7 @@ static inline void pool_core(const float *const *ra, const float *const *rb, con
 
 void dsv4_compress_pool(const float *a, const float *b, int n_cand, int d, int stride,
                         float *out) {
-    pool_core(NULL, NULL, a, b, n_cand, d, stride, out);
+    pool_core(NULL, NULL, a, b, n_cand, 0, d, stride, out);
 }
 
 int dsv4_compress_ops(const dsv4_block_w *b, int indexer, const float *x, int R, float *a, float *bb,
@@ -73,19 +74,14 @@ int dsv4_compress_take(dsv4_arena *a, int r, int d, int n, const float ***rows, 
     return vr && ve;
 }
 
-/* Entry w of span sp from the candidates' projections, rounded to its storage format
- * and stored through src; rows (4r) and entry (d) scratch. */
-static void pool_window(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
-                        const dsv4_batch_span *sp, int64_t w, const float *pa, const float *pb,
-                        const dsv4_attn_src *src, const float **rows, float *entry) {
-    const dsv4_config *cfg = ctx->cfg;
+/* The candidates of entry w of span sp: their values' rows in rows[0 .. n), their scores'
+ * in rows[2r .. 2r + n) (rows: 4r); returns n. */
+static int window_cands(const dsv4_block_w *b, int indexer, int d, const dsv4_batch_span *sp, int64_t w,
+                        const float *pa, const float *pb, const dsv4_attn_src *src, const float **rows) {
     const int layer = b->layer_id;
     const int r = indexer ? 4 : b->ratio;
     const int coff = dsv4_cfg_coff(r);
-    const int d = indexer ? cfg->index_head_dim : cfg->head_dim;
     const int W = coff * d;                 /* projection width */
-    const dsv4_compressor_w *cw = indexer ? &b->idx_cmp : &b->cmp;
-    const dsv4_numerics *nm = ctx->num;
     const int64_t s = sp->start;
     const float **ca = rows, **cb = rows + 2 * r; /* (2r) candidates' values and scores */
     int n = 0;
@@ -109,8 +105,20 @@ static void pool_window(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int ind
             n++;
         }
     }
+    return n;
+}
+
+/* Entry w of span sp from its pooled values (entry, d): normed, rotated, rounded to its
+ * storage format and stored through src. */
+static void window_finish(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
+                          const dsv4_batch_span *sp, int64_t w, const dsv4_attn_src *src, float *entry) {
+    const dsv4_config *cfg = ctx->cfg;
+    const int layer = b->layer_id;
+    const int r = indexer ? 4 : b->ratio;
+    const int d = indexer ? cfg->index_head_dim : cfg->head_dim;
+    const dsv4_compressor_w *cw = indexer ? &b->idx_cmp : &b->cmp;
+    const dsv4_numerics *nm = ctx->num;
     /* e_w = RoPE_{w r}(RMSNorm(p_w; norm)) with the compress table */
-    pool_core(ca, cb, NULL, NULL, n, d, 0, entry);
     nm->round(nm, DSV4_ACT_POOLED, entry, d);
     dsv4_rmsnorm(entry, cw->norm, d, (float)cfg->rms_norm_eps, entry);
     nm->round(nm, DSV4_ACT_NORM, entry, d);
@@ -121,6 +129,17 @@ static void pool_window(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int ind
     dsv4_row_round(dsv4_row_fmt(indexer ? ctx->key_fmt : ctx->row_fmt), entry, d, rd);
     dsv4_row_pack(dsv4_row_fmt(indexer ? src->key_fmt : src->row_fmt),
                   src->entry(src->u, sp, layer, indexer, w), entry, d, rd);
+}
+
+/* Entry w of span sp from the candidates' projections, rounded to its storage format
+ * and stored through src; rows (4r) and entry (d) scratch. */
+static void pool_window(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
+                        const dsv4_batch_span *sp, int64_t w, const float *pa, const float *pb,
+                        const dsv4_attn_src *src, const float **rows, float *entry) {
+    const int r = indexer ? 4 : b->ratio, d = indexer ? ctx->cfg->index_head_dim : ctx->cfg->head_dim;
+    const int n = window_cands(b, indexer, d, sp, w, pa, pb, src, rows);
+    pool_core(rows, rows + 2 * r, NULL, NULL, n, 0, d, 0, entry);
+    window_finish(ctx, b, indexer, sp, w, src, entry);
 }
 
 int dsv4_compress_window(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
@@ -149,6 +168,24 @@ typedef struct windows_job {
     const float **rows;    /* (threads, 4r) */
     float *entry;          /* (threads, d) */
 } windows_job;
+
+/* One window's columns in chunks (a decode step: one window closes per span). Its pool is
+ * d columns x up to 2r candidates of libm's exp (CSA's indexer and main pools 1024 + 4096,
+ * HCA's 65536 at d = 512): at batch 1 on Zen 5 a closing window held the main thread ~40 us
+ * a CSA layer and 375 us in the HCA layer while the other thread waited (a step's
+ * timeline, BENCHMARKS.md session 12 glue). */
+typedef struct cols_job {
+    const float *const *ca, *const *cb; /* (n) candidates' values and scores */
+    int n, d, chunk;
+    float *entry;                       /* (d) */
+} cols_job;
+
+static void cols_task(void *arg, int t, int tid) {
+    (void)tid;
+    const cols_job *j = arg;
+    const int c0 = t * j->chunk, c1 = c0 + j->chunk < j->d ? c0 + j->chunk : j->d;
+    pool_core(j->ca, j->cb, NULL, NULL, j->n, c0, c1, 0, j->entry);
+}
 
 static void window_task(void *arg, int t, int tid) {
     const windows_job *j = arg;
@@ -181,8 +218,21 @@ int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int i
     }
     const windows_job j = {ctx, b, indexer, r, d, batch, first, pa, pb, src, rows, entry};
     const int n = first[batch->n_spans];
-    if (n > 1) dsv4_kctx_parallel(ctx->k, n, window_task, (void *)&j);
-    else if (n == 1) window_task((void *)&j, 0, dsv4_kctx_tid(ctx->k));
+    if (n > 1) {
+        dsv4_kctx_parallel(ctx->k, n, window_task, (void *)&j);
+    } else if (n == 1 && T > 1) { /* one window: its columns over the threads, two chunks each */
+        int si = 0;
+        while (first[si + 1] == 0) si++;
+        const dsv4_batch_span *sp = &batch->spans[si];
+        const int64_t w = sp->start / r;
+        const int nc = window_cands(b, indexer, d, sp, w, pa, pb, src, rows);
+        const int chunk = (d + 2 * T - 1) / (2 * T);
+        cols_job cj = {rows, rows + 2 * r, nc, d, chunk, entry};
+        dsv4_kctx_parallel(ctx->k, (d + chunk - 1) / chunk, cols_task, &cj);
+        window_finish(ctx, b, indexer, sp, w, src, entry);
+    } else if (n == 1) {
+        window_task((void *)&j, 0, dsv4_kctx_tid(ctx->k));
+    }
     dsv4_arena_release(ctx->scratch, mark);
     return DSV4_OK;
 }

@@ -176,6 +176,15 @@ static void check_compressor(const dsv4_config *c, const dsv4_attn_ctx *ctx, int
     run_spans(ctx, &b, indexer, cuts, 2, &h);
     CHECK_MSG(memcmp(one, chunked, sizeof(float) * (size_t)(N / r) * d) == 0,
               "r=%d%s: chunks [0,13) [13,30) [30,%d) differ from one call", r, indexer ? " indexer" : "", N);
+
+    /* one position a call (decode): every window closes alone and its columns are pooled
+     * in chunks over the context's threads; the same bits */
+    memset(chunked, 0, sizeof chunked);
+    int each[N - 1];
+    for (int i = 0; i < N - 1; i++) each[i] = i + 1;
+    run_spans(ctx, &b, indexer, each, N - 1, &h);
+    CHECK_MSG(memcmp(one, chunked, sizeof(float) * (size_t)(N / r) * d) == 0,
+              "r=%d%s: one position a call differs from one call", r, indexer ? " indexer" : "");
 }
 
 int main(void) {
