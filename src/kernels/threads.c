@@ -15,7 +15,8 @@
  * worker that slept through a job or two can never take a task of a job it did not see.
  * The job's fn/arg are read only after a successful claim: the caller cannot start the
  * next job (and rewrite them, and the slots) until every claimed task has finished, which
- * it learns from `done` (release/acquire). The caller waits for tasks, never for workers.
+ * it learns from `done` (release/acquire; each thread adds its count once it finds no task
+ * left). The caller waits for tasks, never for a worker that took none.
  */
 #include "kernels/threads.h"
 
@@ -119,20 +120,23 @@ static int steal_half(_Atomic uint64_t *slot, uint32_t job, int *lo, int *hi) {
 }
 
 /* Runs this thread's range of job `job` front to back, then steals the back half of another
- * thread's remaining range into its own slot and goes on, until every range is empty. */
+ * thread's remaining range into its own slot and goes on, until every range is empty; then
+ * counts its finished tasks into `done` at once. One add a thread and job, not one a task:
+ * every add moves done's cache line between the cores (the caller polls it), which cost
+ * ~0.1-0.2 us a task (Zen 5, 2 threads: an empty job of 8 tasks 1.26 us a round trip). */
 static void run_tasks(dsv4_pool *p, uint32_t job, int tid) {
     _Atomic uint64_t *own = &p->slots[tid].v;
+    int ran = 0;
     for (;;) {
-        for (int t; (t = claim_own(own, job)) >= 0;) {
-            p->fn(p->arg, p->base + t, tid);
-            atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
-        }
+        for (int t; (t = claim_own(own, job)) >= 0; ran++) p->fn(p->arg, p->base + t, tid);
         int lo = 0, hi = 0, got = 0;
         for (int d = 1; d < p->n_threads && !got; d++)
             got = steal_half(&p->slots[(tid + d) % p->n_threads].v, job, &lo, &hi);
-        if (!got) return;
+        if (!got) break;
         atomic_store_explicit(own, SL_MAKE(job, lo, hi), memory_order_release);
     }
+    /* release our tasks' writes; the caller acquires them when done reaches the job's count */
+    if (ran) atomic_fetch_add_explicit(&p->done, ran, memory_order_release);
 }
 
 /* Polls until the ticket names a job other than `seen` (or stop); returns its number. */
