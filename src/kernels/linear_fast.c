@@ -18,10 +18,6 @@
 /* Below this many multiply-adds a call runs on the caller's thread: waking the pool
  * costs more than the work. */
 #define LIN_SERIAL_MACS (1 << 16)
-/* GEMM output-inner task order (lin_plan_op): only when x is larger than this (it does not
- * stay in a core's L2) and the weights at most this (they stay in L3 between row blocks) */
-#define LIN_OUT_INNER_MIN_X ((int64_t)1 << 20)
-#define LIN_OUT_INNER_MAX_W ((int64_t)4 << 20)
 
 static float scale_at(const dsv4_mat *w, int64_t idx) {
     if (w->scale_is_f32) return ((const float *)w->scale)[idx];
@@ -203,8 +199,6 @@ typedef struct {
     int64_t per;   /* outputs per task */
     int row_blocks; /* GEMM: tasks per output block, each taking rows_per activation rows */
     int rows_per;
-    int out_blocks; /* GEMM: output blocks of per outputs */
-    int out_inner;  /* GEMM: consecutive tasks walk the output blocks of one row block */
     int n_tasks;
     int task0;     /* first task of this op in the job */
     dsv4_lin_call call;
@@ -293,20 +287,7 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
         if (pl->rows_per > mb) pl->rows_per = mb;
         pl->row_blocks = (op->n_rows + pl->rows_per - 1) / pl->rows_per;
     }
-    pl->out_blocks = (int)((rows + pl->per - 1) / pl->per);
-    pl->n_tasks = pl->out_blocks * pl->row_blocks;
-    /* GEMM task order. Row-inner (consecutive tasks share an output block's weights and
-     * walk the row blocks) reads all of x once per output block; output-inner reads all the
-     * weights once per row block. When x does not stay in L2 (a 512-row prefill's x of 1024+
-     * columns: 2-4 MB), row-inner rereads it from L3 or DRAM out_blocks times (wo_b: 22
-     * x 4 MB a call), while weights of a few MB (FP8) are reread row_blocks times (11). So
-     * output-inner when it moves fewer bytes and the weights are small enough to stay in
-     * L3 between row blocks; the order never changes a result */
-    if (!pl->gemv && !pl->smallm && pl->row_blocks > 1) {
-        const int64_t xb = (int64_t)op->n_rows * n * (int64_t)sizeof(float), wb = dsv4_mat_bytes(w);
-        pl->out_inner = xb > LIN_OUT_INNER_MIN_X && wb <= LIN_OUT_INNER_MAX_W &&
-                        (int64_t)(pl->out_blocks - 1) * xb > (int64_t)(pl->row_blocks - 1) * wb;
-    }
+    pl->n_tasks = (int)((rows + pl->per - 1) / pl->per) * pl->row_blocks;
 }
 
 static void lin_task(void *arg, int t, int tid) {
@@ -328,12 +309,9 @@ static void lin_task(void *arg, int t, int tid) {
             p->kn->gemv(&p->call, p->w, p->x + (int64_t)s0 * p->w->cols, ns, p->y + (int64_t)s0 * p->w->rows, o0, o1);
         }
     } else {
-        const int q = t - p->task0;
-        const int64_t ob = p->out_inner ? q % p->out_blocks : q / p->row_blocks;
-        const int r0 = (p->out_inner ? q / p->out_blocks : q % p->row_blocks) * p->rows_per;
-        const int64_t og = ob * p->per;
+        const int r0 = (t - p->task0) % p->row_blocks * p->rows_per;
         const int nr = p->n_rows - r0 < p->rows_per ? p->n_rows - r0 : p->rows_per;
-        p->kn->gemm(&p->call, p->w, p->x + (int64_t)r0 * p->w->cols, nr, p->y + (int64_t)r0 * p->w->rows, og,
+        p->kn->gemm(&p->call, p->w, p->x + (int64_t)r0 * p->w->cols, nr, p->y + (int64_t)r0 * p->w->rows, o0,
                     dsv4_kctx_lin_scratch(j->k, tid));
     }
 }
