@@ -14,7 +14,8 @@ int dsv4_moe_route_row(const dsv4_config *cfg, const dsv4_block_w *b, const floa
 #define DSV4_MOE_ONE_MAX_GROUPS 32 /* expert groups one job takes */
 /* Weight bytes of a W1/W3 item (both matrices) and of a router item; W2 items take half.
  * Small enough that the two threads end close together, large enough that each item's
- * GEMV streams a while (FP4 experts: 4 items of W1/W3, 4 of W2; FP8 shared expert: 8, 8). */
+ * GEMV streams a while (FP4 experts at 2 threads: 6 items of W1/W3, 6 of W2, the count rounded
+ * to a multiple of the threads; FP8 shared expert: 8, 8). */
 #define DSV4_MOE_ONE_ITEM_BYTES ((int64_t)128 << 10)
 
 /* The router stage of a one-row job: logits = x gate^T, then the token's routing; the

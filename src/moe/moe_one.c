@@ -60,14 +60,17 @@ typedef struct {
  * multiple of 128 or else 64, so that every view starts a scale band or lies inside one.
  * A routed expert of another format than expert 0's (which cut its items) may not slice:
  * the job then says so. */
-static int64_t item_rows(const dsv4_mat *w, int n_mats, int64_t bytes) {
+static int64_t item_rows(const dsv4_mat *w, int n_mats, int64_t bytes, int T) {
     const int64_t rows = w->rows > 0 ? w->rows : 1, row_bytes = n_mats * dsv4_mat_bytes(w) / rows;
     int64_t r;
     if (w->fmt == DSV4_WF_FP8) {
         r = row_bytes > 0 ? bytes / row_bytes : rows;
         r = r >= 128 ? r & ~(int64_t)127 : 64;
     } else {
-        const int64_t items = bytes > 0 ? (rows * row_bytes + bytes - 1) / bytes : 1;
+        int64_t items = bytes > 0 ? (rows * row_bytes + bytes - 1) / bytes : 1;
+        /* a multiple of the threads, so that span_row0 gives each thread one contiguous run
+         * of rows (an FP4 expert's W1/W3 came to 5 items: every item started cold) */
+        if (T > 1) items = (items + T - 1) / T * T;
         r = ((rows + items - 1) / items + 3) & ~(int64_t)3;
     }
     return r < rows ? r : rows;
@@ -188,17 +191,17 @@ int dsv4_moe_one_run(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group 
                  .ng = ng + K, .n_fixed = ng};
     for (int g = 0; g < ng; g++) j.gr[g] = gr[g];
     int n = 0;
+    j.T = dsv4_kctx_threads(k);
     if (rt) {
-        n = span_add(&j.router, 0, rt->b->gate.rows, item_rows(&rt->b->gate, 1, item_bytes));
+        n = span_add(&j.router, 0, rt->b->gate.rows, item_rows(&rt->b->gate, 1, item_bytes, j.T));
     }
     /* the routed groups' items are cut as expert 0's matrices would be; W1 and W3 share a
      * format (else the job reports an unsliced view) */
     for (int g = 0; g < j.ng; g++)
-        n = span_add(&j.up[g], n, I, item_rows(g < ng ? gr[g].w1 : &rt->b->w1[0], 2, item_bytes));
+        n = span_add(&j.up[g], n, I, item_rows(g < ng ? gr[g].w1 : &rt->b->w1[0], 2, item_bytes, j.T));
     for (int g = 0; g < j.ng; g++) /* W2 items half the size: the job ends on them */
-        n = span_add(&j.down[g], n, D, item_rows(g < ng ? gr[g].w2 : &rt->b->w2[0], 1, item_bytes / 2));
+        n = span_add(&j.down[g], n, D, item_rows(g < ng ? gr[g].w2 : &rt->b->w2[0], 1, item_bytes / 2, j.T));
     j.n_items = n;
-    j.T = dsv4_kctx_threads(k);
     atomic_init(&j.router_left, j.router.count);
     atomic_init(&j.unrouted, 1);
     atomic_init(&j.unsliced, 0);
