@@ -151,11 +151,87 @@ AINLINE VBMI void gemv1_fp8v_pre(int pre, const fp8_tab *t, const dsv4_mat *w, c
     for (int64_t o = o0 + G1_R * q; o < o1; o++) gemv1_fp8v_rows(1, pre, t, w, x, y, o, 0);
 }
 
+/* ---- short rows: x * scale computed once per task -------------------------------------------
+ * With rows of at most G1_XS_COLS columns (wq_b's 256) a row is a few 64-column steps, and
+ * setting up each row's scales per 128-column block costs as much as the x * scale
+ * multiplies themselves. Such a task computes x * scale of each scale band it spans once,
+ * into a stack buffer, and the FMAs take their x operand from there: the same products of
+ * the same two floats, so the same bits. Not for longer rows: the buffer is then 4-8 KB a
+ * band, and re-reading it for every row lost to the weight stream in L1 (bench_linear
+ * --decode cold, 2 threads: wo_b's 2048 columns 1.27x the time, wkv's 1024 1.03x; w2's 512
+ * 0.92x, wq_b's 256 0.86x: BENCHMARKS.md, session 13 b1). */
+
+#define G1_XS_COLS 512 /* the longest rows that take it */
+#define G1_XS_MAX 2048  /* floats of x * scale a task keeps, 8 KB of stack: a pool task of
+                         * LIN_GEMV_NB = 256 rows spans at most 3 bands; dsv4_linear_here's
+                         * one task of a whole tall matrix may not fit */
+
+/* a[r] += xs[r] . w[r] over the m (<= 64) columns from i of rows p + r * step */
+AINLINE VBMI void fp8v1_step_xs(int R, const fp8_tab *t, const uint8_t *p, int64_t step, const float *const xs[G1_R],
+                                int64_t i, int m, __m512 a[G1_R]) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        __m512 w[4];
+        dec_fp8x64_raw(t, p + r * step, m, w);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            if (16 * q < m) a[r] = _mm512_fmadd_ps(_mm512_load_ps(xs[r] + i + 16 * q), w[q], a[r]);
+    }
+}
+
+/* R rows o + r * rs (far apart, as gemv1_fp8v_rows), xs: (bands, ld) x * scale of the task's
+ * bands from band0, zero past the row's cols; the same chunks, in the same order, as there */
+AINLINE VBMI void gemv1_fp8v_rows_xs(int R, const fp8_tab *t, const dsv4_mat *w, const float *xs, int64_t band0,
+                                     int64_t ld, float *y, int64_t o, int64_t rs) {
+    const int64_t n = w->cols, step = rs * n;
+    const uint8_t *p = (const uint8_t *)w->w + o * n;
+    const float *xr[G1_R];
+    __m512 a[G1_R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        a[r] = _mm512_setzero_ps();
+        xr[r] = xs + ((o + r * rs) / 128 - band0) * ld;
+    }
+    for (int64_t i = 0; i < n; i += 64) {
+        const int m = n - i >= 64 ? 64 : (int)(n - i);
+        pf_runs_line(p + i, step, R, GEMV_PF_FP8 / G1_R);
+        if (m == 64) fp8v1_step_xs(R, t, p + i, step, xr, i, 64, a);
+        else fp8v1_step_xs(R, t, p + i, step, xr, i, m, a);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) y[o + r * rs] = hsum16(a[r]);
+}
+
+/* 0 when the rows are too long or the task's bands do not fit G1_XS_MAX (nothing done) */
+static VBMI int gemv1_fp8v_xs(const fp8_tab *t, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    const int64_t n = w->cols, nsb = (n + 127) / 128, ld = (n + 15) & ~(int64_t)15;
+    const int64_t band0 = o0 / 128, nb = (o1 - 1) / 128 - band0 + 1;
+    if (n > G1_XS_COLS || nb * ld > G1_XS_MAX) return 0;
+    _Alignas(64) float xs[G1_XS_MAX]; /* (nb, ld) */
+    for (int64_t bi = 0; bi < nb; bi++)
+        for (int64_t b = 0; b < nsb; b++) {
+            const __m512 s = _mm512_set1_ps(scale_at(w, (band0 + bi) * nsb + b));
+            const int64_t i1 = (b + 1) * 128 < n ? (b + 1) * 128 : n;
+            for (int64_t i = b * 128; i < i1; i += 16) { /* x zero-padded, as the per-step path loads it */
+                const __m512 xv = i1 - i >= 16 ? _mm512_loadu_ps(x + i) : _mm512_maskz_loadu_ps(mask16((int)(i1 - i)), x + i);
+                _mm512_store_ps(xs + bi * ld + i, _mm512_mul_ps(xv, s));
+            }
+        }
+    const int64_t q = (o1 - o0) / G1_R; /* rows per run */
+    pf_runs_start((const uint8_t *)w->w + o0 * n, q * n, G1_R, q * n, GEMV_PF_FP8 / G1_R);
+    for (int64_t k = 0; k < q; k++) gemv1_fp8v_rows_xs(G1_R, t, w, xs, band0, ld, y, o0 + k, q);
+    for (int64_t o = o0 + G1_R * q; o < o1; o++) gemv1_fp8v_rows_xs(1, t, w, xs, band0, ld, y, o, 0);
+    return 1;
+}
+
 static VBMI void gemv1_fp8v(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
                             int64_t o1) {
     const fp8_tab t = fp8_tab_load(c->tab);
-    if (c->fp8_prescale) gemv1_fp8v_pre(1, &t, w, x, y, o0, o1);
-    else gemv1_fp8v_pre(0, &t, w, x, y, o0, o1);
+    if (c->fp8_prescale) {
+        if (!gemv1_fp8v_xs(&t, w, x, y, o0, o1)) gemv1_fp8v_pre(1, &t, w, x, y, o0, o1);
+    } else {
+        gemv1_fp8v_pre(0, &t, w, x, y, o0, o1);
+    }
 }
 
 /* dsv4_lin_call.fp8_prescale at level avx512vbmi: one activation row (the batch-1 GEMV),

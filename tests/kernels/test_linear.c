@@ -337,6 +337,42 @@ static void check_vbmi_matches_avx512(dsv4_wfmt f) {
            (long long)bad);
 }
 
+/* The one-row FP8 GEMV at level avx512vbmi takes rows of up to 512 columns with x * scale
+ * computed once per task for every scale band the task spans (a stack buffer of 2048
+ * floats; a task whose bands do not fit takes the per-step path). Both ways must give the
+ * bits of level avx512 on 1..3 threads (pool tasks of at most 256 rows) and through
+ * dsv4_linear_here (one task of all the rows: 1100 x 256 is 9 bands, too many for the
+ * buffer, 300 x 288 fits): many 128-row bands with their own scales, a partial last band
+ * and column block, and rows past 512 columns. */
+static void check_fp8_one_row_bands(void) {
+    static const int64_t shapes[][2] = {{1100, 256}, {300, 288}, {2100, 512}, {517, 133}, {260, 520}};
+    int64_t bad = 0, total = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t rows = shapes[si][0], cols = shapes[si][1];
+        tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
+        float *x = rand_vec(cols), *ya = malloc(sizeof(float) * rows), *yv = malloc(sizeof(float) * rows);
+        CHECK(dsv4_lin_kernels_avx512vbmi()->fp8_prescale(&t.m, x, 1) == 1); /* the prescaled paths run */
+        dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512);
+        dsv4_linear(kc[1], &t.m, x, 1, ya);
+        for (int th = 1; th <= 3; th++) {
+            dsv4_kctx_set_simd(kc[th], DSV4_SIMD_AVX512VBMI);
+            dsv4_linear(kc[th], &t.m, x, 1, yv);
+            for (int64_t i = 0; i < rows; i++) bad += memcmp(&ya[i], &yv[i], sizeof(float)) != 0;
+            total += rows;
+        }
+        const dsv4_lin_op op = {&t.m, x, 1, yv};
+        for (int64_t i = 0; i < rows; i++) yv[i] = NAN; /* every output written again */
+        dsv4_linear_here(kc[2], &op, 1);
+        for (int64_t i = 0; i < rows; i++) bad += memcmp(&ya[i], &yv[i], sizeof(float)) != 0;
+        total += rows;
+        free(x); free(ya); free(yv);
+        free_mat(&t);
+    }
+    CHECK_MSG(bad == 0, "fp8 one row, many bands: %lld of %lld outputs differ between avx512 and avx512vbmi",
+              (long long)bad, (long long)total);
+    printf("fp8 one row, many bands: %lld outputs, %lld differ in any bit\n", (long long)total, (long long)bad);
+}
+
 /* Every path a level has (GEMV, small-M, GEMM; forced with dsv4_kctx_set_lin_path) gives
  * the same bits as the path the thresholds pick, at every row count each path takes, on
  * the expert shapes and odd ones (partial scale blocks, a masked last chunk, a short
@@ -609,6 +645,7 @@ int main(void) {
     if (best >= DSV4_SIMD_AVX512VBMI) {
         check_vbmi_matches_avx512(DSV4_WF_FP8);
         check_vbmi_matches_avx512(DSV4_WF_FP4);
+        check_fp8_one_row_bands();
     } else {
         printf("SKIPPED: avx512vbmi vs avx512 (this CPU or build lacks VBMI)\n");
     }
