@@ -451,7 +451,12 @@ static VBMI void smallm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, co
     const int fits = LIN_SMALLM_NB * ld + 16 + (int64_t)n_rows * LIN_SMALLM_NB * 16 <= LIN_SCRATCH_FLOATS;
     const int64_t kt = n > SM_KT && fits ? SM_KT : n;
     const fp8_tab t = fp8_tab_load(c->tab);
-    const int64_t rb = dsv4_mat_bytes(w) / (rows > 0 ? rows : 1); /* weight bytes a row, about */
+    /* The prefetch stride: weight bytes a row with the scales counted (FP4 1024 columns:
+     * 544, where the rows lie 512 apart), so the window drifts ahead of the next panel, up
+     * to ~3 panels over a 256-row task. Kept on purpose: on a prefill's routed experts
+     * (BENCHMARKS.md, "Session 12, pf") the exact stride, its window one to three panels
+     * ahead, ran 3-12 % slower, and no prefetch 4-8 % slower. */
+    const int64_t rb = dsv4_mat_bytes(w) / (rows > 0 ? rows : 1);
     const char *wbase = (const char *)w->w;
     for (int64_t o = o0; o < o1;) {
         /* 8 weight rows a panel, 4 for a task's last few (a short task pads less) */
