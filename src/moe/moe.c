@@ -53,6 +53,50 @@ static void moe_scores(const dsv4_config *cfg, const float *logits, double *s) {
     }
 }
 
+/* K rounds of the first maximum of s + bias over the ids not yet taken: the reference
+ * (and the answer wherever some s + bias is a NaN, which compares false both ways). */
+static void topk_rounds(const double *s, const float *bias, int E, int K, int *sel) {
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        double best_v = 0.0;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int k2 = 0; k2 < k; k2++) taken |= sel[k2] == e;
+            if (taken) continue;
+            const double v = s[e] + (bias ? (double)bias[e] : 0.0);
+            if (best < 0 || v > best_v) { best = e; best_v = v; }
+        }
+        sel[k] = best;
+    }
+}
+
+void dsv4_moe_topk(const double *s, const float *bias, int E, int K, int *sel) {
+    /* One pass keeping the K best so far, sorted by value descending and, among equal
+     * values, id ascending: the K rounds' order (strict comparisons, ids upward) without
+     * their K passes over E (a prefill routes 512 rows x 256 experts a layer). */
+    double top[DSV4_MOE_TOPK_MAX];
+    int n = 0;
+    if (K > DSV4_MOE_TOPK_MAX || K > E) {
+        topk_rounds(s, bias, E, K, sel);
+        return;
+    }
+    for (int e = 0; e < E; e++) {
+        const double v = s[e] + (bias ? (double)bias[e] : 0.0);
+        if (v != v) { /* NaN: the rounds' answer */
+            topk_rounds(s, bias, E, K, sel);
+            return;
+        }
+        if (n == K && !(v > top[K - 1])) continue;
+        int p = n < K ? n++ : K - 1; /* the slot it takes, then moved up past smaller values */
+        for (; p > 0 && v > top[p - 1]; p--) {
+            top[p] = top[p - 1];
+            sel[p] = sel[p - 1];
+        }
+        top[p] = v;
+        sel[p] = e;
+    }
+}
+
 /* Selection and weights of one token from its gate logits (E). s: scratch (E). */
 int dsv4_moe_route_row(const dsv4_config *cfg, const dsv4_block_w *b, const float *logits, int32_t token, int *sel,
                        float *w, double *s, dsv4_err *err) {
@@ -83,20 +127,7 @@ int dsv4_moe_route_row(const dsv4_config *cfg, const dsv4_block_w *b, const floa
         if (cfg->scoring_func != DSV4_SCORE_SOFTMAX)
             for (int k = 0; k < K; k++) moe_score_one(cfg, logits, sel[k], s);
     } else {
-        /* Top-K of s + bias, descending; scanning ids upward with a strict comparison
-         * makes ties go to the lower id. The bias only steers this choice. */
-        for (int k = 0; k < K; k++) {
-            int best = -1;
-            double best_v = 0.0;
-            for (int e = 0; e < E; e++) {
-                int taken = 0;
-                for (int k2 = 0; k2 < k; k2++) taken |= sel[k2] == e;
-                if (taken) continue;
-                const double v = s[e] + (b->gate_bias ? (double)b->gate_bias[e] : 0.0);
-                if (best < 0 || v > best_v) { best = e; best_v = v; }
-            }
-            sel[k] = best;
-        }
+        dsv4_moe_topk(s, b->gate_bias, E, K, sel);
     }
     /* Weights from the unbiased scores; renormalised over the K chosen unless softmax
      * (norm_topk_prob is ignored), then times routed_scaling_factor. */

@@ -5,6 +5,12 @@
 
 #include "moe/moe.h"
 
+/* The top-K selection: sel (K) = the ids of the K largest s[e] + bias[e] (bias NULL: 0),
+ * descending, equal values in ascending id; with a NaN among them, K rounds of the first
+ * maximum over the ids not yet taken (what the single pass reproduces otherwise). */
+#define DSV4_MOE_TOPK_MAX 64
+void dsv4_moe_topk(const double *s, const float *bias, int E, int K, int *sel);
+
 /* Selection sel (K) and weights w (K) of one token from its gate logits (E). s: scratch (E). */
 int dsv4_moe_route_row(const dsv4_config *cfg, const dsv4_block_w *b, const float *logits, int32_t token, int *sel,
                        float *w, double *s, dsv4_err *err);

@@ -18,6 +18,11 @@ static double urand(void) { /* uniform [-1, 1) */
     return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
 }
 
+static uint64_t rng_next(void) {
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return rng_state >> 11;
+}
+
 static void *allocs[4096];
 static int n_allocs;
 static void *talloc(size_t n) {
@@ -372,6 +377,58 @@ static void test_ties(void) {
     tfree_all();
 }
 
+/* The top-K selection against K rounds of the first maximum (the definition): values
+ * from a small set (many ties, -0 against +0, infinities), with and without bias, now and
+ * then a NaN, K from 1 to E. */
+static void ref_topk(const double *s, const float *bias, int E, int K, int *sel) {
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        double best_v = 0.0;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int k2 = 0; k2 < k; k2++) taken |= sel[k2] == e;
+            if (taken) continue;
+            const double v = s[e] + (bias ? (double)bias[e] : 0.0);
+            if (best < 0 || v > best_v) { best = e; best_v = v; }
+        }
+        sel[k] = best;
+    }
+}
+
+static void test_topk(void) {
+    const double pick[] = {0.5, 1.0, 1.0, 2.0, -0.0, 0.0, 3.25, INFINITY, -INFINITY, 0.125};
+    const int n_pick = (int)(sizeof pick / sizeof pick[0]);
+    double s[64];
+    float bias[64];
+    int sel[64], rsel[64], bad = 0;
+    for (int it = 0; it < 4000; it++) {
+        const int E = 1 + (int)(rng_next() % 64), K = 1 + (int)(rng_next() % (uint64_t)E);
+        const int with_bias = it % 3 != 0, with_nan = it % 17 == 0;
+        for (int e = 0; e < E; e++) {
+            s[e] = it % 2 ? pick[rng_next() % (uint64_t)n_pick] : urand();
+            bias[e] = (float)pick[rng_next() % 4] - 1.0f;
+        }
+        if (with_nan) s[rng_next() % (uint64_t)E] = NAN;
+        dsv4_moe_topk(s, with_bias ? bias : NULL, E, K, sel);
+        ref_topk(s, with_bias ? bias : NULL, E, K, rsel);
+        bad += memcmp(sel, rsel, sizeof(int) * (size_t)K) != 0;
+    }
+    CHECK(bad == 0);
+    /* Flash's shape: 256 experts, 6 chosen, many rows */
+    for (int it = 0; it < 200; it++) {
+        double s256[256];
+        float b256[256];
+        for (int e = 0; e < 256; e++) {
+            s256[e] = it % 2 ? pick[rng_next() % (uint64_t)n_pick] : urand();
+            b256[e] = (float)(0.01 * urand());
+        }
+        dsv4_moe_topk(s256, b256, 256, 6, sel);
+        ref_topk(s256, b256, 256, 6, rsel);
+        bad += memcmp(sel, rsel, sizeof(int) * 6) != 0;
+    }
+    CHECK(bad == 0);
+}
+
 static void test_hash_and_errors(void) {
     const moe_case t = {"hash", 16, 8, 6, 2, 12, 1, 3, DSV4_SCORE_SQRTSOFTPLUS, 1.0, 1.5, 1, 0, 0};
     fake f;
@@ -499,6 +556,7 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 37);
     test_ties();
+    test_topk();
     test_hash_and_errors();
     test_one_row_job();
     dsv4_kctx_free(kctx);
