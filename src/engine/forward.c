@@ -164,6 +164,23 @@ size_t dsv4_forward_scratch_bytes(const dsv4_config *c, int R, int n_spans) {
     return m.peak;
 }
 
+/* Row i of the streams from its token's embedding row: a prefill's 512 rows write 8 MB
+ * of h (hc copies of each), which the main thread alone did while the workers waited. */
+typedef struct embed_job {
+    const dsv4_mat *embed;
+    const int32_t *tok; /* (R) */
+    float *h;           /* (R, hc, D) */
+    int D, hc;
+} embed_job;
+
+static void embed_row(void *arg, int i, int tid) {
+    (void)tid;
+    const embed_job *j = arg;
+    float *hi = j->h + (size_t)i * j->hc * j->D;
+    dsv4_mat_row(j->embed, j->tok[i], hi);
+    for (int s = 1; s < j->hc; s++) memcpy(hi + (size_t)s * j->D, hi, (size_t)j->D * sizeof(float));
+}
+
 int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
                  float *streams, dsv4_err *err) {
     const dsv4_config *c = e->cfg;
@@ -226,12 +243,9 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
         goto done;
     }
 
-    /* h[i][j] = embed[token_i] for every stream j (§5.1) */
-    for (int i = 0; i < R; i++) {
-        float *hi = h + (size_t)i * hc * D;
-        dsv4_mat_row(&e->model->embed, tok[i], hi);
-        for (int j = 1; j < hc; j++) memcpy(hi + (size_t)j * D, hi, (size_t)D * sizeof(float));
-    }
+    /* h[i][j] = embed[token_i] for every stream j (§5.1), rows over the pool */
+    embed_job ej = {&e->model->embed, tok, h, D, hc};
+    dsv4_kctx_parallel_from(e->k, R, DSV4_KCTX_ROW_COPY_MIN_TASKS, embed_row, &ej);
     const dsv4_block_step local = dsv4_engine_local_step(e);
     for (int l = 0; l < c->num_hidden_layers; l++)
         if ((rc = dsv4_engine_block(e, &e->blocks[l], &batch, &local, h, err))) {
