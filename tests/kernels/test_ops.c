@@ -43,10 +43,10 @@ static void test_rmsnorm_eps(void) {
 }
 
 /* The heads form: each head's bits of dsv4_rmsnorm, for head counts around the 8-wide
- * blocks and the tail. */
+ * and 16-wide (AVX-512) blocks and the tails, row lengths around its 8-column steps. */
 static void test_rmsnorm_heads(void) {
-    static float x[17 * 515], y[17 * 515];
-    const int nhs[] = {1, 7, 8, 9, 16, 17}, ns[] = {1, 5, 64, 515};
+    static float x[41 * 515], y[41 * 515];
+    const int nhs[] = {1, 7, 8, 9, 15, 16, 17, 24, 32, 41}, ns[] = {1, 5, 8, 64, 515};
     for (size_t a = 0; a < sizeof nhs / sizeof nhs[0]; a++)
         for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++) {
             const int nh = nhs[a], n = ns[b];
