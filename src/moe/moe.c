@@ -27,12 +27,15 @@
 
 /* ---- router --------------------------------------------------------------------------- */
 
+double dsv4_moe_score(const dsv4_config *cfg, double z) {
+    if (cfg->scoring_func == DSV4_SCORE_SIGMOID) return 1.0 / (1.0 + exp(-z));
+    /* torch's softplus threshold: the identity above 20 (also avoids exp overflow). */
+    return sqrt(z > 20.0 ? z : log1p(exp(z)));
+}
+
 /* s[e] = score_func(logits[e]) for an elementwise score_func (sigmoid, sqrtsoftplus). */
 static void moe_score_one(const dsv4_config *cfg, const float *logits, int e, double *s) {
-    const double z = logits[e];
-    if (cfg->scoring_func == DSV4_SCORE_SIGMOID) s[e] = 1.0 / (1.0 + exp(-z));
-    /* torch's softplus threshold: the identity above 20 (also avoids exp overflow). */
-    else s[e] = sqrt(z > 20.0 ? z : log1p(exp(z)));
+    s[e] = dsv4_moe_score(cfg, logits[e]);
 }
 
 /* s (E) = score_func(logits), in double (the weights are ratios of these). */
@@ -104,7 +107,10 @@ int dsv4_moe_route_row(const dsv4_config *cfg, const dsv4_block_w *b, const floa
     const int hash = b->layer_id < cfg->num_hash_layers;
     /* a hash layer's weights need only its K experts' scores where each score is its own
      * logit's (not softmax) */
-    if (!hash || cfg->scoring_func == DSV4_SCORE_SOFTMAX) moe_scores(cfg, logits, s);
+    /* a router without hash: the exact scores of the experts that can be chosen, when
+     * the bounds apply (route_bound.c), else of all */
+    const int chosen = !hash && dsv4_moe_topk_bounded(cfg, logits, b->gate_bias, s, sel);
+    if (!chosen && (!hash || cfg->scoring_func == DSV4_SCORE_SOFTMAX)) moe_scores(cfg, logits, s);
     if (hash) {
         /* Hash layer: the token's stored expert list, in stored order. */
         if (!b->tid2eid)
@@ -126,7 +132,7 @@ int dsv4_moe_route_row(const dsv4_config *cfg, const dsv4_block_w *b, const floa
         }
         if (cfg->scoring_func != DSV4_SCORE_SOFTMAX)
             for (int k = 0; k < K; k++) moe_score_one(cfg, logits, sel[k], s);
-    } else {
+    } else if (!chosen) {
         dsv4_moe_topk(s, b->gate_bias, E, K, sel);
     }
     /* Weights from the unbiased scores; renormalised over the K chosen unless softmax

@@ -11,6 +11,17 @@
 #define DSV4_MOE_TOPK_MAX 64
 void dsv4_moe_topk(const double *s, const float *bias, int E, int K, int *sel);
 
+/* The score of an elementwise router (sigmoid, sqrtsoftplus) for logit z, in double. */
+double dsv4_moe_score(const dsv4_config *cfg, double z);
+
+/* Flash's router: sel (K) as dsv4_moe_topk over the scores of every expert, from the
+ * exact scores of fewer (route_bound.c); s (E) holds those of the candidates, the chosen
+ * among them. Returns 0, having chosen nothing, where it does not apply: softmax, E
+ * outside [DSV4_MOE_BOUND_MIN_E, DSV4_MOE_BOUND_MAX_E], a logit not finite, all equal. */
+#define DSV4_MOE_BOUND_MIN_E 64
+#define DSV4_MOE_BOUND_MAX_E 4096
+int dsv4_moe_topk_bounded(const dsv4_config *cfg, const float *logits, const float *bias, double *s, int *sel);
+
 /* Selection sel (K) and weights w (K) of one token from its gate logits (E). s: scratch (E). */
 int dsv4_moe_route_row(const dsv4_config *cfg, const dsv4_block_w *b, const float *logits, int32_t token, int *sel,
                        float *w, double *s, dsv4_err *err);

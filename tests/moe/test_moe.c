@@ -429,6 +429,58 @@ static void test_topk(void) {
     CHECK(bad == 0);
 }
 
+/* Flash's router through dsv4_moe_route_row, which takes the bounded selection where it
+ * applies (route_bound.c), against every expert's score, dsv4_moe_topk and the same
+ * weights: the experts, their order and the weights' bits. Logits with ties, spans tiny
+ * and wide, across softplus's threshold at 20; also the inputs that fall back (all
+ * equal, NaN, infinities) and sigmoid. */
+static void test_route_bounded(void) {
+    static dsv4_config c;
+    static dsv4_block_w b;
+    static float logits[300], bias[300];
+    static double s[300], sr[300];
+    int sel[8], rsel[8], bad = 0, n = 0;
+    float w[8];
+    c.num_hash_layers = 0;
+    c.routed_scaling_factor = 2.5;
+    b.layer_id = 3;
+    const int Es[] = {64, 256, 300}, Ks[] = {1, 6, 8};
+    for (int it = 0; it < 3000; it++) {
+        const int E = Es[it % 3], K = Ks[(it / 3) % 3], kind = (it / 9) % 9;
+        c.n_routed_experts = E;
+        c.num_experts_per_tok = K;
+        c.scoring_func = it % 5 == 4 ? DSV4_SCORE_SIGMOID : DSV4_SCORE_SQRTSOFTPLUS;
+        for (int e = 0; e < E; e++) {
+            const double u = urand();
+            switch (kind) {
+            case 0: logits[e] = (float)(3 * u); break;                       /* spread */
+            case 1: logits[e] = (float)(int)(4 * u) * 0.5f; break;           /* many ties */
+            case 2: logits[e] = (float)(20 + 0.2 * u); break;                /* across 20 */
+            case 3: logits[e] = (float)(1 + 1e-6 * u); break;                /* a tiny span */
+            case 4: logits[e] = (float)(40 * u); break;                      /* wide */
+            case 5: logits[e] = 0.25f; break;                                /* all equal */
+            case 6: logits[e] = e == 7 ? NAN : (float)u; break;
+            case 7: logits[e] = e == 9 ? (it % 2 ? INFINITY : -INFINITY) : (float)u; break;
+            default: logits[e] = (float)(u * u * u * 8); break;              /* skewed */
+            }
+            bias[e] = (float)(kind == 1 ? (int)(3 * urand()) * 0.125 : 0.05 * urand());
+        }
+        b.gate_bias = it % 4 == 3 ? NULL : bias;
+        CHECK(dsv4_moe_route_row(&c, &b, logits, 0, sel, w, s, NULL) == DSV4_OK);
+        n += dsv4_moe_topk_bounded(&c, logits, b.gate_bias, sr, rsel);
+        for (int e = 0; e < E; e++) sr[e] = dsv4_moe_score(&c, logits[e]);
+        dsv4_moe_topk(sr, b.gate_bias, E, K, rsel);
+        double sum = 0.0;
+        for (int k = 0; k < K; k++) sum += sr[rsel[k]];
+        for (int k = 0; k < K; k++) {
+            const float rw = (float)(sr[rsel[k]] / sum * c.routed_scaling_factor);
+            bad += sel[k] != rsel[k] || memcmp(&w[k], &rw, sizeof rw) != 0;
+        }
+    }
+    CHECK(bad == 0);
+    CHECK(n > 2000 && n < 3000); /* both the bounded path and the fallbacks ran */
+}
+
 static void test_hash_and_errors(void) {
     const moe_case t = {"hash", 16, 8, 6, 2, 12, 1, 3, DSV4_SCORE_SQRTSOFTPLUS, 1.0, 1.5, 1, 0, 0};
     fake f;
@@ -557,6 +609,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 37);
     test_ties();
     test_topk();
+    test_route_bounded();
     test_hash_and_errors();
     test_one_row_job();
     dsv4_kctx_free(kctx);

@@ -1,0 +1,76 @@
+/* route_bound.c — the top-K of an elementwise router (sigmoid, sqrtsoftplus) from the exact
+ * scores of only the experts that can make it.
+ *
+ * A score is a non-decreasing function of its logit, so the exact scores at a grid of
+ * G + 1 logits over the row's range bound every expert's: z in [z_g, z_g+1] gives
+ * score(z_g) <= score(z) <= score(z_g+1). Let T be the K-th largest lower bound of s + bias:
+ * at least K experts have s + bias >= T, so one whose upper bound is below T is below K
+ * others and is not chosen, nor does it tie with a chosen one. The rest, the candidates
+ * (typically a few dozen of Flash's 256), get their exact scores and the same one-pass
+ * selection in ascending id (dsv4_moe_topk): the K experts, their order and their scores
+ * are the full computation's. libm's exp and log1p are within an ulp, not provably
+ * monotone, and above 20 the softplus becomes the identity (a step of ~2e-9 down): the
+ * bounds are widened by a margin far above both.
+ */
+#include <math.h>
+
+#include "moe/moe_impl.h"
+
+#define BOUND_G 32 /* grid intervals: G + 1 exact scores instead of E */
+
+int dsv4_moe_topk_bounded(const dsv4_config *cfg, const float *logits, const float *bias, double *s, int *sel) {
+    const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
+    if (cfg->scoring_func == DSV4_SCORE_SOFTMAX || E < DSV4_MOE_BOUND_MIN_E || E > DSV4_MOE_BOUND_MAX_E ||
+        K < 1 || K > DSV4_MOE_TOPK_MAX || K > E)
+        return 0;
+    float zmin = logits[0], zmax = logits[0];
+    for (int e = 0; e < E; e++) {
+        if (!isfinite(logits[e])) return 0; /* NaN or infinite: the full computation */
+        zmin = logits[e] < zmin ? logits[e] : zmin;
+        zmax = logits[e] > zmax ? logits[e] : zmax;
+    }
+    if (!(zmax > zmin)) return 0;
+    double zg[BOUND_G + 1], sg[BOUND_G + 1], mg[BOUND_G + 1]; /* grid logits, scores, margins */
+    const double w = ((double)zmax - zmin) / BOUND_G;
+    for (int g = 0; g <= BOUND_G; g++) {
+        zg[g] = g == BOUND_G ? zmax : zmin + w * g;
+        sg[g] = dsv4_moe_score(cfg, zg[g]);
+        mg[g] = 1e-6 * (1.0 + fabs(sg[g]));
+    }
+    unsigned char at[DSV4_MOE_BOUND_MAX_E]; /* (E) each logit's interval */
+    double top[DSV4_MOE_TOPK_MAX];          /* the K largest lower bounds, descending */
+    int n = 0;
+    for (int e = 0; e < E; e++) {
+        const double z = logits[e];
+        int g = (int)((z - zmin) / w);
+        g = g < 0 ? 0 : g > BOUND_G - 1 ? BOUND_G - 1 : g;
+        while (g > 0 && zg[g] > z) g--;
+        while (g < BOUND_G - 1 && zg[g + 1] < z) g++;
+        at[e] = (unsigned char)g;
+        const double lo = (sg[g] - mg[g]) + (bias ? (double)bias[e] : 0.0);
+        if (n == K && !(lo > top[K - 1])) continue;
+        int p = n < K ? n++ : K - 1;
+        for (; p > 0 && lo > top[p - 1]; p--) top[p] = top[p - 1];
+        top[p] = lo;
+    }
+    const double T = top[K - 1];
+    /* the candidates in ascending id, through the one-pass selection */
+    double best[DSV4_MOE_TOPK_MAX];
+    n = 0;
+    for (int e = 0; e < E; e++) {
+        const int g = at[e];
+        const double b = bias ? (double)bias[e] : 0.0;
+        if (!((sg[g + 1] + mg[g + 1]) + b >= T)) continue;
+        s[e] = dsv4_moe_score(cfg, logits[e]);
+        const double v = s[e] + b;
+        if (n == K && !(v > best[K - 1])) continue;
+        int p = n < K ? n++ : K - 1;
+        for (; p > 0 && v > best[p - 1]; p--) {
+            best[p] = best[p - 1];
+            sel[p] = sel[p - 1];
+        }
+        best[p] = v;
+        sel[p] = e;
+    }
+    return n == K; /* always: the K experts of the largest lower bounds are candidates */
+}
