@@ -72,18 +72,26 @@ typedef struct {
 
 static const float *sub_fn(const sub_in_job *j) { return j->sub ? j->b->hc_ffn_fn : j->b->hc_attn_fn; }
 
-/* hc_pre of row i from its dots, then the norm. */
-static void sub_in_finish(const sub_in_job *j, int i, const double *dots) {
+static const float *sub_norm(const sub_in_job *j) { return j->sub ? j->b->ffn_norm : j->b->attn_norm; }
+
+/* hc_pre of row i from its dots (the collapse, rounded as nm keeps it). */
+static void sub_in_collapse(const sub_in_job *j, int i, const double *dots) {
     const dsv4_config *c = j->c;
     const int D = c->hidden_size, hc = c->hc_mult;
     const float *base = j->sub ? j->b->hc_ffn_base : j->b->hc_attn_base;
     const float *scale = j->sub ? j->b->hc_ffn_scale : j->b->hc_attn_scale;
-    const float *norm = j->sub ? j->b->ffn_norm : j->b->attn_norm;
     float *xi = j->x + (size_t)i * D;
     dsv4_hc_pre_finish(c, j->simd, j->h + (size_t)i * hc * D, dots, base, scale, xi, j->post + (size_t)i * hc,
                        j->comb + (size_t)i * hc * hc);
     j->nm->round(j->nm, DSV4_ACT_COLLAPSE, xi, D);
-    dsv4_rmsnorm(xi, norm, D, (float)c->rms_norm_eps, xi);
+}
+
+/* hc_pre of row i from its dots, then the norm. */
+static void sub_in_finish(const sub_in_job *j, int i, const double *dots) {
+    const int D = j->c->hidden_size;
+    float *xi = j->x + (size_t)i * D;
+    sub_in_collapse(j, i, dots);
+    dsv4_rmsnorm(xi, sub_norm(j), D, (float)j->c->rms_norm_eps, xi);
     j->nm->round(j->nm, DSV4_ACT_NORM, xi, D);
 }
 
@@ -127,7 +135,11 @@ static void sub_in_block(void *arg, int t, int tid) {
     const int i0 = t * j->block, n = j->R - i0 < j->block ? j->R - i0 : j->block, nd = dsv4_cfg_mix(j->c) + 1;
     const int64_t row = (int64_t)j->c->hc_mult * j->c->hidden_size;
     dsv4_hc_dots_rows(j->c, j->simd, j->h + i0 * row, n, sub_fn(j), j->fn_f64, nd - 1, j->dots + (int64_t)i0 * nd);
-    for (int i = i0; i < i0 + n; i++) sub_in_finish(j, i, j->dots + (int64_t)i * nd);
+    const int D = j->c->hidden_size;
+    for (int i = i0; i < i0 + n; i++) sub_in_collapse(j, i, j->dots + (int64_t)i * nd);
+    /* the block's norms side by side (each row's sum its own chain, as dsv4_rmsnorm) */
+    dsv4_rmsnorm_rows(j->x + (size_t)i0 * D, sub_norm(j), D, (float)j->c->rms_norm_eps, n);
+    for (int i = i0; i < i0 + n; i++) j->nm->round(j->nm, DSV4_ACT_NORM, j->x + (size_t)i * D, D);
 }
 
 static void sub_out_row(void *arg, int i, int tid) {

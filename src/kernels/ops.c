@@ -23,6 +23,25 @@ void dsv4_rmsnorm(const float *x, const float *w, int n, float eps, float *y) {
     }
 }
 
+void dsv4_rmsnorm_rows(float *x, const float *w, int n, float eps, int rows) {
+    for (int r0 = 0; r0 < rows; r0 += 4) {
+        const int R = rows - r0 < 4 ? rows - r0 : 4;
+        float *xr[4];
+        double ss[4] = {0, 0, 0, 0};
+        for (int r = 0; r < R; r++) xr[r] = x + (int64_t)(r0 + r) * n;
+        for (int i = 0; i < n; i++)
+            for (int r = 0; r < R; r++) ss[r] += (double)xr[r][i] * (double)xr[r][i];
+        for (int r = 0; r < R; r++) {
+            const float f = (float)(1.0 / sqrt(ss[r] / (n > 0 ? n : 1) + (double)eps));
+            if (w) {
+                for (int i = 0; i < n; i++) xr[r][i] = xr[r][i] * f * w[i];
+            } else {
+                for (int i = 0; i < n; i++) xr[r][i] = xr[r][i] * f;
+            }
+        }
+    }
+}
+
 static int rmsnorm_heads_x512(float *x, int nh, int n, float eps);
 
 /* x (nh, n) scaled by each head's r from its sum of squares ss (nh). */

@@ -58,6 +58,25 @@ static void test_rmsnorm_heads(void) {
         }
 }
 
+/* The rows form: each row's bits of dsv4_rmsnorm, weighted or not, for row counts around
+ * its blocks of four. */
+static void test_rmsnorm_rows(void) {
+    static float x[9 * 515], y[9 * 515], w[515];
+    const int ns[] = {1, 5, 64, 515};
+    for (int i = 0; i < 515; i++) w[i] = (float)(1.0 + urand());
+    for (int rows = 1; rows <= 9; rows++)
+        for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
+            for (int weighted = 0; weighted < 2; weighted++) {
+                const int n = ns[b];
+                for (int i = 0; i < rows * n; i++) x[i] = (float)(urand() * (1 + i % 3 * 100));
+                memcpy(y, x, sizeof(float) * rows * n);
+                for (int r = 0; r < rows; r++) dsv4_rmsnorm(x + r * n, weighted ? w : NULL, n, 1e-6f, x + r * n);
+                dsv4_rmsnorm_rows(y, weighted ? w : NULL, n, 1e-6f, rows);
+                CHECK_MSG(memcmp(x, y, sizeof(float) * rows * n) == 0, "rmsnorm_rows rows=%d n=%d w=%d", rows, n,
+                          weighted);
+            }
+}
+
 static void test_silu(void) {
     const float xs[] = {0.0f, 1.0f, -1.0f, 3.5f, -7.25f, 20.0f, -20.0f, 88.0f, -88.0f, -200.0f, 200.0f, 1e-4f};
     for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
@@ -132,6 +151,7 @@ int main(void) {
     }
     test_rmsnorm_eps();
     test_rmsnorm_heads();
+    test_rmsnorm_rows();
     test_silu();
     test_dot();
     test_dot_f64();
