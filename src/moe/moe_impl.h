@@ -17,7 +17,8 @@ double dsv4_moe_score(const dsv4_config *cfg, double z);
 /* Flash's router: sel (K) as dsv4_moe_topk over the scores of every expert, from the
  * exact scores of fewer (route_bound.c); s (E) holds those of the candidates, the chosen
  * among them. Returns 0, having chosen nothing, where it does not apply: softmax, E
- * outside [DSV4_MOE_BOUND_MIN_E, DSV4_MOE_BOUND_MAX_E], a logit not finite, all equal. */
+ * outside [DSV4_MOE_BOUND_MIN_E, DSV4_MOE_BOUND_MAX_E], a logit or bias not finite, all
+ * logits equal. */
 #define DSV4_MOE_BOUND_MIN_E 64
 #define DSV4_MOE_BOUND_MAX_E 4096
 int dsv4_moe_topk_bounded(const dsv4_config *cfg, const float *logits, const float *bias, double *s, int *sel);

@@ -25,7 +25,9 @@ int dsv4_moe_topk_bounded(const dsv4_config *cfg, const float *logits, const flo
         return 0;
     float zmin = logits[0], zmax = logits[0];
     for (int e = 0; e < E; e++) {
-        if (!isfinite(logits[e])) return 0; /* NaN or infinite: the full computation */
+        /* a NaN or infinite logit or bias: the full computation (a NaN bias would enter the
+         * lower bounds' top-K and skew T, where the rounds treat it otherwise) */
+        if (!isfinite(logits[e]) || (bias && !isfinite(bias[e]))) return 0;
         zmin = logits[e] < zmin ? logits[e] : zmin;
         zmax = logits[e] > zmax ? logits[e] : zmax;
     }
