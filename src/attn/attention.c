@@ -231,7 +231,7 @@ static void project_q_row(void *arg, int i, int tid) {
     const float eps = (float)cfg->rms_norm_eps;
     const int64_t t = j->batch->pos[j->qrow ? j->qrow[i] : i];
     float *qi = w->q + (size_t)i * H * hd;
-    dsv4_rmsnorm_heads(qi, H, hd, eps); /* each head's own norm, 8 at a time */
+    dsv4_rmsnorm_rows(qi, NULL, hd, eps, H); /* each head's own norm, heads side by side */
     for (int h = 0; h < H; h++) {
         float *qh = qi + (size_t)h * hd;
         nm->round(nm, DSV4_ACT_NORM, qh, hd);

@@ -9,13 +9,15 @@
 
 #include "kernels/cpu.h"
 
-void dsv4_rmsnorm(const float *x, const float *w, int n, float eps, float *y) {
-    /* The mean of squares is summed in double: for D = 4096 an FP32 running sum loses
-     * about 12 bits, and everything downstream is scaled by this one number. */
-    double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
-    const float r = (float)(1.0 / sqrt(ss / (n > 0 ? n : 1) + (double)eps));
-    /* x is read before y is written at each index, so y may alias x. */
+/* r = 1 / sqrt(ss / n + eps), rounded to float: the one scale of a row from its sum of
+ * squares, shared by every form below so that they keep dsv4_rmsnorm's bits. */
+static float rms_factor(double ss, int n, float eps) {
+    return (float)(1.0 / sqrt(ss / (n > 0 ? n : 1) + (double)eps));
+}
+
+/* y = x * r * w (w NULL: x * r); x is read before y is written at each index, so y may
+ * alias x. */
+static void rms_apply(const float *x, const float *w, int n, float r, float *y) {
     if (w) {
         for (int i = 0; i < n; i++) y[i] = x[i] * r * w[i];
     } else {
@@ -23,48 +25,34 @@ void dsv4_rmsnorm(const float *x, const float *w, int n, float eps, float *y) {
     }
 }
 
+void dsv4_rmsnorm(const float *x, const float *w, int n, float eps, float *y) {
+    /* The mean of squares is summed in double: for D = 4096 an FP32 running sum loses
+     * about 12 bits, and everything downstream is scaled by this one number. */
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    rms_apply(x, w, n, rms_factor(ss, n, eps), y);
+}
+
+static int rmsnorm_rows_x512(float *x, const float *w, int n, float eps, int rows);
+
+/* x (rows, n) scaled in place by each row's factor from its sum of squares ss (rows). */
+static void scale_rows(float *x, const float *w, int rows, int n, float eps, const double *ss) {
+    for (int r = 0; r < rows; r++) {
+        float *xr = x + (int64_t)r * n;
+        rms_apply(xr, w, n, rms_factor(ss[r], n, eps), xr);
+    }
+}
+
 void dsv4_rmsnorm_rows(float *x, const float *w, int n, float eps, int rows) {
-    for (int r0 = 0; r0 < rows; r0 += 4) {
-        const int R = rows - r0 < 4 ? rows - r0 : 4;
-        float *xr[4];
-        double ss[4] = {0, 0, 0, 0};
-        for (int r = 0; r < R; r++) xr[r] = x + (int64_t)(r0 + r) * n;
-        for (int i = 0; i < n; i++)
-            for (int r = 0; r < R; r++) ss[r] += (double)xr[r][i] * (double)xr[r][i];
-        for (int r = 0; r < R; r++) {
-            const float f = (float)(1.0 / sqrt(ss[r] / (n > 0 ? n : 1) + (double)eps));
-            if (w) {
-                for (int i = 0; i < n; i++) xr[r][i] = xr[r][i] * f * w[i];
-            } else {
-                for (int i = 0; i < n; i++) xr[r][i] = xr[r][i] * f;
-            }
-        }
-    }
-}
-
-static int rmsnorm_heads_x512(float *x, int nh, int n, float eps);
-
-/* x (nh, n) scaled by each head's r from its sum of squares ss (nh). */
-static void scale_heads(float *x, int nh, int n, float eps, const double *ss) {
-    for (int l = 0; l < nh; l++) {
-        float *xh = x + (int64_t)l * n;
-        const float r = (float)(1.0 / sqrt(ss[l] / (n > 0 ? n : 1) + (double)eps));
-        for (int i = 0; i < n; i++) xh[i] = xh[i] * r;
-    }
-}
-
-void dsv4_rmsnorm_heads(float *x, int nh, int n, float eps) {
-    int h0 = rmsnorm_heads_x512(x, nh, n, eps); /* the heads it did, 16 at a time */
-    for (; h0 + 8 <= nh; h0 += 8) {
+    int r0 = rmsnorm_rows_x512(x, w, n, eps, rows); /* the rows it did, 16 at a time */
+    for (; r0 < rows; r0 += 8) { /* up to eight rows' sums side by side, each in i order */
+        const int R = rows - r0 < 8 ? rows - r0 : 8;
+        const float *xr = x + (int64_t)r0 * n;
         double ss[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         for (int i = 0; i < n; i++)
-            for (int l = 0; l < 8; l++) {
-                const double v = x[(int64_t)(h0 + l) * n + i];
-                ss[l] += v * v;
-            }
-        scale_heads(x + (int64_t)h0 * n, 8, n, eps, ss);
+            for (int r = 0; r < R; r++) ss[r] += (double)xr[(int64_t)r * n + i] * (double)xr[(int64_t)r * n + i];
+        scale_rows(x + (int64_t)r0 * n, w, R, n, eps, ss);
     }
-    for (; h0 < nh; h0++) dsv4_rmsnorm(x + (int64_t)h0 * n, NULL, n, eps, x + (int64_t)h0 * n);
 }
 
 float dsv4_silu(float x) {
@@ -165,15 +153,15 @@ __attribute__((target("avx512f"))) static inline void transpose8(__m256 r[8]) {
     }
 }
 
-/* dsv4_rmsnorm_heads for the first nh / 16 * 16 heads: sixteen heads' sums side by side, a
- * head a double lane (two chains of eight), fed 8 columns at a time by transposing each
- * eight heads' 8 x 8 block, so each lane adds its head's squares in the portable order.
+/* dsv4_rmsnorm_rows for the first rows / 16 * 16 rows: sixteen rows' sums side by side, a
+ * row a double lane (two chains of eight), fed 8 columns at a time by transposing each
+ * eight rows' 8 x 8 block, so each lane adds its row's squares in the portable order.
  * The scalar loop it replaces paid a load, a widening, a multiply and an add per value
  * (~2.5 us for q's 16 x 512 of a row at Flash; a 512-token prefill has 2048 such rows). */
-__attribute__((target("avx512f"))) static int heads16_x512(float *x, int nh, int n, float eps) {
-    int h0 = 0;
-    for (; h0 + 16 <= nh; h0 += 16) {
-        const float *p = x + (int64_t)h0 * n;
+__attribute__((target("avx512f"))) static int rows16_x512(float *x, const float *w, int rows, int n, float eps) {
+    int r0 = 0;
+    for (; r0 + 16 <= rows; r0 += 16) {
+        const float *p = x + (int64_t)r0 * n;
         __m512d a = _mm512_setzero_pd(), b = _mm512_setzero_pd();
         int i = 0;
         for (; i + 8 <= n; i += 8) {
@@ -198,13 +186,13 @@ __attribute__((target("avx512f"))) static int heads16_x512(float *x, int nh, int
                 const double v = p[(int64_t)l * n + i];
                 ss[l] += v * v;
             }
-        scale_heads(x + (int64_t)h0 * n, 16, n, eps, ss);
+        scale_rows(x + (int64_t)r0 * n, w, 16, n, eps, ss);
     }
-    return h0;
+    return r0;
 }
 
-static int rmsnorm_heads_x512(float *x, int nh, int n, float eps) {
-    return __builtin_cpu_supports("avx512f") ? heads16_x512(x, nh, n, eps) : 0;
+static int rmsnorm_rows_x512(float *x, const float *w, int n, float eps, int rows) {
+    return __builtin_cpu_supports("avx512f") ? rows16_x512(x, w, rows, n, eps) : 0;
 }
 
 static int have_avx2_fma(void) {
@@ -214,8 +202,8 @@ static int have_avx2_fma(void) {
 dsv4_dot_f64_fn dsv4_dot_f64_avx2(void) { return have_avx2_fma() ? dot_f64_avx2 : NULL; }
 dsv4_dot_f64_fn dsv4_dot_f64_avx512(void) { return __builtin_cpu_supports("avx512f") ? dot_f64_avx512 : NULL; }
 #else
-static int rmsnorm_heads_x512(float *x, int nh, int n, float eps) {
-    (void)x, (void)nh, (void)n, (void)eps;
+static int rmsnorm_rows_x512(float *x, const float *w, int n, float eps, int rows) {
+    (void)x, (void)w, (void)n, (void)eps, (void)rows;
     return 0;
 }
 dsv4_dot_f64_fn dsv4_dot_f64_avx2(void) { return NULL; }

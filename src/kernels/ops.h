@@ -6,13 +6,10 @@
 /* y = x / sqrt(mean(x^2) + eps) * w; w == NULL is the unweighted form. y may alias x. */
 void dsv4_rmsnorm(const float *x, const float *w, int n, float eps, float *y);
 /* dsv4_rmsnorm(x + r*n, w, n, eps, x + r*n) for r in [0, rows), in place, the same bits:
- * four rows' sums run side by side (each its own chain in order), paying the adds'
- * latency once for four (a prefill's sub-block inputs, in hc_pre's blocks of rows). */
+ * up to eight rows' sums run side by side (each its own chain in order), sixteen with
+ * AVX-512, paying the adds' latency once for the group instead of per row (a row's q
+ * heads, w NULL; a prefill's sub-block inputs in hc_pre's blocks of rows). */
 void dsv4_rmsnorm_rows(float *x, const float *w, int n, float eps, int rows);
-/* dsv4_rmsnorm(x + h*n, NULL, n, eps, x + h*n) for h in [0, nh), in place, the same bits:
- * eight heads' sums run side by side (each in its own order), so the adds' latency is
- * paid once for eight instead of per head. */
-void dsv4_rmsnorm_heads(float *x, int nh, int n, float eps);
 static inline float dsv4_sigmoid(float x);
 float dsv4_silu(float x);
 float dsv4_dot(const float *a, const float *b, int n);

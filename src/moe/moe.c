@@ -89,14 +89,7 @@ void dsv4_moe_topk(const double *s, const float *bias, int E, int K, int *sel) {
             topk_rounds(s, bias, E, K, sel);
             return;
         }
-        if (n == K && !(v > top[K - 1])) continue;
-        int p = n < K ? n++ : K - 1; /* the slot it takes, then moved up past smaller values */
-        for (; p > 0 && v > top[p - 1]; p--) {
-            top[p] = top[p - 1];
-            sel[p] = sel[p - 1];
-        }
-        top[p] = v;
-        sel[p] = e;
+        dsv4_moe_topk_push(top, sel, &n, K, v, e);
     }
 }
 

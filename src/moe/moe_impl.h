@@ -11,6 +11,20 @@
 #define DSV4_MOE_TOPK_MAX 64
 void dsv4_moe_topk(const double *s, const float *bias, int E, int K, int *sel);
 
+/* One step of a running top-K: (v, id) joins the n (<= K) best so far, top (n) descending
+ * and, among equal values, in arrival order (ids NULL: values only). A value that does not
+ * beat the K-th (or a NaN) stays out. Shared by dsv4_moe_topk and the bounded router. */
+static inline void dsv4_moe_topk_push(double *top, int *ids, int *n, int K, double v, int id) {
+    if (*n == K && !(v > top[K - 1])) return;
+    int p = *n < K ? (*n)++ : K - 1; /* the slot it takes, then moved up past smaller values */
+    for (; p > 0 && v > top[p - 1]; p--) {
+        top[p] = top[p - 1];
+        if (ids) ids[p] = ids[p - 1];
+    }
+    top[p] = v;
+    if (ids) ids[p] = id;
+}
+
 /* The score of an elementwise router (sigmoid, sqrtsoftplus) for logit z, in double. */
 double dsv4_moe_score(const dsv4_config *cfg, double z);
 

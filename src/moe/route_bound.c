@@ -50,10 +50,7 @@ int dsv4_moe_topk_bounded(const dsv4_config *cfg, const float *logits, const flo
         while (g < BOUND_G - 1 && zg[g + 1] < z) g++;
         at[e] = (unsigned char)g;
         const double lo = (sg[g] - mg[g]) + (bias ? (double)bias[e] : 0.0);
-        if (n == K && !(lo > top[K - 1])) continue;
-        int p = n < K ? n++ : K - 1;
-        for (; p > 0 && lo > top[p - 1]; p--) top[p] = top[p - 1];
-        top[p] = lo;
+        dsv4_moe_topk_push(top, NULL, &n, K, lo, e);
     }
     const double T = top[K - 1];
     /* the candidates in ascending id, through the one-pass selection */
@@ -64,15 +61,7 @@ int dsv4_moe_topk_bounded(const dsv4_config *cfg, const float *logits, const flo
         const double b = bias ? (double)bias[e] : 0.0;
         if (!((sg[g + 1] + mg[g + 1]) + b >= T)) continue;
         s[e] = dsv4_moe_score(cfg, logits[e]);
-        const double v = s[e] + b;
-        if (n == K && !(v > best[K - 1])) continue;
-        int p = n < K ? n++ : K - 1;
-        for (; p > 0 && v > best[p - 1]; p--) {
-            best[p] = best[p - 1];
-            sel[p] = sel[p - 1];
-        }
-        best[p] = v;
-        sel[p] = e;
+        dsv4_moe_topk_push(best, sel, &n, K, s[e] + b, e);
     }
     return n == K; /* always: the K experts of the largest lower bounds are candidates */
 }

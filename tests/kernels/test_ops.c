@@ -42,8 +42,9 @@ static void test_rmsnorm_eps(void) {
     for (int i = 0; i < 4; i++) CHECK_NEAR(y[i], x[i] / sqrt(ms + (double)1e-2f), 1e-9);
 }
 
-/* The heads form: each head's bits of dsv4_rmsnorm, for head counts around the 8-wide
- * and 16-wide (AVX-512) blocks and the tails, row lengths around its 8-column steps. */
+/* The heads form (rows of q heads, unweighted): each head's bits of dsv4_rmsnorm, for head
+ * counts around the 8-wide and 16-wide (AVX-512) blocks and the tails, row lengths around
+ * the 8-column steps. */
 static void test_rmsnorm_heads(void) {
     static float x[41 * 515], y[41 * 515];
     const int nhs[] = {1, 7, 8, 9, 15, 16, 17, 24, 32, 41}, ns[] = {1, 5, 8, 64, 515};
@@ -53,21 +54,21 @@ static void test_rmsnorm_heads(void) {
             for (int i = 0; i < nh * n; i++) x[i] = (float)(urand() * (1 + i % 3 * 100));
             memcpy(y, x, sizeof(float) * nh * n);
             for (int h = 0; h < nh; h++) dsv4_rmsnorm(x + h * n, NULL, n, 1e-6f, x + h * n);
-            dsv4_rmsnorm_heads(y, nh, n, 1e-6f);
+            dsv4_rmsnorm_rows(y, NULL, n, 1e-6f, nh);
             CHECK_MSG(memcmp(x, y, sizeof(float) * nh * n) == 0, "rmsnorm_heads nh=%d n=%d", nh, n);
         }
 }
 
-/* The rows form: each row's bits of dsv4_rmsnorm, weighted or not, for row counts around
- * its blocks of four. */
+/* The weighted rows form: each row's bits of dsv4_rmsnorm, weighted or not, for row counts
+ * within and around the blocks (8 portable, 16 AVX-512). */
 static void test_rmsnorm_rows(void) {
-    static float x[9 * 515], y[9 * 515], w[515];
-    const int ns[] = {1, 5, 64, 515};
+    static float x[33 * 515], y[33 * 515], w[515];
+    const int ns[] = {1, 5, 64, 515}, rcs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 33};
     for (int i = 0; i < 515; i++) w[i] = (float)(1.0 + urand());
-    for (int rows = 1; rows <= 9; rows++)
+    for (size_t a = 0; a < sizeof rcs / sizeof rcs[0]; a++)
         for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
             for (int weighted = 0; weighted < 2; weighted++) {
-                const int n = ns[b];
+                const int rows = rcs[a], n = ns[b];
                 for (int i = 0; i < rows * n; i++) x[i] = (float)(urand() * (1 + i % 3 * 100));
                 memcpy(y, x, sizeof(float) * rows * n);
                 for (int r = 0; r < rows; r++) dsv4_rmsnorm(x + r * n, weighted ? w : NULL, n, 1e-6f, x + r * n);
