@@ -71,15 +71,23 @@ static int grouped_linear(const dsv4_numerics *nm, dsv4_kctx *k, dsv4_arena *a, 
         goto done;
     }
     /* one row (decode): its g-th slice of u and of y are already group g's rows, so the
-     * products read and write them in place; more rows go through group-major copies */
-    const int direct = R == 1;
+     * products read and write them in place; so do many rows (a prefill) where the mode
+     * takes strided rows (their GEMM path anyway): the 16 MB of u a 512-row Flash-quarter
+     * prefill copied per layer, and the 4 MB of y. Other row counts go through group-major
+     * copies */
+    const int strided = R >= DSV4_LIN_STRIDED_MIN_ROWS && nm->linear_strided;
+    const int direct = R == 1 || strided;
     for (int g = 0; g < G; g++) {
         if (dsv4_mat_rows(w, (int64_t)g * o_lora, o_lora, &gb.wg[g]) != 0) {
             rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "wo_a: cannot slice group %d", g);
             goto done;
         }
-        gb.ops[g] = direct ? (dsv4_lin_op){&gb.wg[g], u + (size_t)g * in_g, 1, y + (size_t)g * o_lora}
+        gb.ops[g] = direct ? (dsv4_lin_op){&gb.wg[g], u + (size_t)g * in_g, R, y + (size_t)g * o_lora}
                            : (dsv4_lin_op){&gb.wg[g], gb.ug + (size_t)g * R * in_g, R, gb.vg + (size_t)g * R * o_lora};
+    }
+    if (strided) {
+        nm->linear_strided(nm, k, gb.ops, G, (int64_t)G * in_g, (int64_t)G * o_lora);
+        goto done;
     }
     if (direct) {
         nm->linear(nm, k, gb.ops, G);

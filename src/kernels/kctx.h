@@ -84,6 +84,13 @@ typedef struct dsv4_lin_op {
  * of once per matrix (each hand-off costs microseconds; a decode-sized matrix is tens of
  * them). Every y gets exactly dsv4_linear's bits. No y may overlap any x or another y. */
 void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops);
+/* dsv4_linear_batch's products with x's rows ldx floats apart and y's ldy apart (each at
+ * least every op's cols and rows: the ops read and write column slices of wider arrays, in
+ * place of copies to and from dense ones). Strided products take the GEMM path, which
+ * gives every path's bits (linear_fast.h) and is the path of calls of more than
+ * DSV4_LIN_STRIDED_MIN_ROWS - 1 rows anyway. */
+#define DSV4_LIN_STRIDED_MIN_ROWS 65
+void dsv4_linear_batch_strided(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, int64_t ldx, int64_t ldy);
 /* The same products on the calling thread, each in as few kernel calls as its path takes
  * (a GEMV over all its outputs at once): for a task of a caller that cuts the work into its
  * own tasks (the one-row MoE job), where splitting a product again only restarts the

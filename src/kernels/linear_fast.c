@@ -210,28 +210,35 @@ typedef struct {
     int n_ops;
 } lin_job;
 
-/* Zero-work cases and the formats the tiled kernels do not take. Returns 1 when the op is
- * finished here. */
-static int lin_trivial(dsv4_kctx *k, const dsv4_lin_op *op) {
+/* Zero-work cases and the formats the tiled kernels do not take, x and y rows ldx and ldy
+ * floats apart. Returns 1 when the op is finished here. */
+static int lin_trivial(dsv4_kctx *k, const dsv4_lin_op *op, int64_t ldx, int64_t ldy) {
     const dsv4_mat *w = op->w;
     if (op->n_rows <= 0 || w->rows <= 0) return 1;
+    const int dense = ldx == w->cols && ldy == w->rows;
     if (w->fmt == DSV4_WF_I8) { /* no tiled kernel: the reference product (P2's INT8
                                  * activations are the w8a8 numeric mode's, model/numerics.h) */
-        dsv4_linear_ref(w, op->x, op->n_rows, op->y, dsv4_kctx_scratch(k, dsv4_kctx_tid(k)));
+        float *scratch = dsv4_kctx_scratch(k, dsv4_kctx_tid(k));
+        if (dense) dsv4_linear_ref(w, op->x, op->n_rows, op->y, scratch);
+        else
+            for (int s = 0; s < op->n_rows; s++) dsv4_linear_ref(w, op->x + s * ldx, 1, op->y + s * ldy, scratch);
         return 1;
     }
     const int known = w->fmt == DSV4_WF_F32 || w->fmt == DSV4_WF_F16 || w->fmt == DSV4_WF_BF16 ||
                       w->fmt == DSV4_WF_FP8 || w->fmt == DSV4_WF_FP4;
     if (w->cols <= 0 || !known) { /* empty sum, or an absent matrix: zeros, as the reference */
-        memset(op->y, 0, sizeof(float) * (size_t)op->n_rows * (size_t)w->rows);
+        for (int s = 0; s < op->n_rows; s++) memset(op->y + s * ldy, 0, sizeof(float) * (size_t)w->rows);
         return 1;
     }
     return 0;
 }
 
 /* target_macs: the multiply-adds a GEMV task should carry (the job's total over about 8
- * tasks per thread, so that threads finish together; 0: one task for all outputs) */
-static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs, lin_plan *pl) {
+ * tasks per thread, so that threads finish together; 0: one task for all outputs). x and y
+ * rows ldx and ldy floats apart: only the GEMM takes rows that are not dense, so a strided
+ * op is planned as a GEMM. */
+static void lin_plan_strided(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs, int64_t ldx, int64_t ldy,
+                             lin_plan *pl) {
     const dsv4_mat *w = op->w;
     const int64_t rows = w->rows, n = w->cols;
     const dsv4_lin_kernels *kn = dsv4_lin_kernels_scalar();
@@ -253,7 +260,8 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
     const int sm_min = w->fmt <= DSV4_WF_FP4 ? kn->smallm_min_rows[w->fmt] : 0;
     const int can_smallm = kn->smallm && op->n_rows <= LIN_SMALLM_MAX_ROWS && panel <= LIN_SCRATCH_FLOATS;
     const int can_gemv = kn->gemv && op->n_rows <= LIN_GEMV_MAX_ROWS;
-    const dsv4_lin_path force = dsv4_kctx_lin_path(k);
+    const int dense = ldx == n && ldy == rows;
+    const dsv4_lin_path force = dense ? dsv4_kctx_lin_path(k) : DSV4_LIN_GEMM;
     if (force == DSV4_LIN_SMALLM && can_smallm) pl->smallm = 1;
     else if (force == DSV4_LIN_GEMV && can_gemv) pl->gemv = 1;
     else if (force != DSV4_LIN_GEMM) {
@@ -273,6 +281,8 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
         pl->per = per < 4 ? 4 : per > LIN_GEMV_NB ? LIN_GEMV_NB : per;
     }
     pl->call.tab = dsv4_kctx_lin_tables(k);
+    pl->call.ldx = ldx;
+    pl->call.ldy = ldy;
     if (pl->gemv && kn->fp8_prescale && w->fmt == DSV4_WF_FP8)
         pl->call.fp8_prescale = kn->fp8_prescale(w, op->x, op->n_rows);
     /* GEMM: row blocks of at most LIN_MB rows, as even as whole fours allow (more tasks for
@@ -288,6 +298,10 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
         pl->row_blocks = (op->n_rows + pl->rows_per - 1) / pl->rows_per;
     }
     pl->n_tasks = (int)((rows + pl->per - 1) / pl->per) * pl->row_blocks;
+}
+
+static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs, lin_plan *pl) {
+    lin_plan_strided(k, op, target_macs, op->w->cols, op->w->rows, pl);
 }
 
 static void lin_task(void *arg, int t, int tid) {
@@ -311,15 +325,19 @@ static void lin_task(void *arg, int t, int tid) {
     } else {
         const int r0 = (t - p->task0) % p->row_blocks * p->rows_per;
         const int nr = p->n_rows - r0 < p->rows_per ? p->n_rows - r0 : p->rows_per;
-        p->kn->gemm(&p->call, p->w, p->x + (int64_t)r0 * p->w->cols, nr, p->y + (int64_t)r0 * p->w->rows, o0,
+        p->kn->gemm(&p->call, p->w, p->x + (int64_t)r0 * p->call.ldx, nr, p->y + (int64_t)r0 * p->call.ldy, o0,
                     dsv4_kctx_lin_scratch(j->k, tid));
     }
 }
 
+_Static_assert(DSV4_LIN_STRIDED_MIN_ROWS > LIN_SMALLM_MAX_ROWS && DSV4_LIN_STRIDED_MIN_ROWS > LIN_GEMV_MAX_ROWS,
+               "from DSV4_LIN_STRIDED_MIN_ROWS rows every plan is a GEMM");
+
 /* Up to this many products are planned on the stack; longer lists go in slices. */
 #define LIN_BATCH_MAX 64
 
-void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
+/* dsv4_linear_batch with x and y rows ldx and ldy floats apart (0: each op's dense rows). */
+static void linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, int64_t ldx, int64_t ldy) {
     for (int b0 = 0; b0 < n_ops; b0 += LIN_BATCH_MAX) {
         const int nb = n_ops - b0 < LIN_BATCH_MAX ? n_ops - b0 : LIN_BATCH_MAX;
         lin_plan plan[LIN_BATCH_MAX];
@@ -337,8 +355,9 @@ void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
         const int64_t target = macs / ((one_row ? 2 : 8) * (int64_t)dsv4_kctx_threads(k));
         int n = 0, n_tasks = 0;
         for (int i = b0; i < b0 + nb; i++) {
-            if (lin_trivial(k, &ops[i])) continue;
-            lin_plan_op(k, &ops[i], target, &plan[n]);
+            const int64_t lx = ldx ? ldx : ops[i].w->cols, ly = ldy ? ldy : ops[i].w->rows;
+            if (lin_trivial(k, &ops[i], lx, ly)) continue;
+            lin_plan_strided(k, &ops[i], target, lx, ly, &plan[n]);
             plan[n].task0 = n_tasks;
             n_tasks += plan[n].n_tasks;
             n++;
@@ -354,10 +373,16 @@ void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
     }
 }
 
+void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) { linear_batch(k, ops, n_ops, 0, 0); }
+
+void dsv4_linear_batch_strided(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, int64_t ldx, int64_t ldy) {
+    linear_batch(k, ops, n_ops, ldx, ldy);
+}
+
 void dsv4_linear_here(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
     const int tid = dsv4_kctx_tid(k);
     for (int i = 0; i < n_ops; i++) {
-        if (lin_trivial(k, &ops[i])) continue;
+        if (lin_trivial(k, &ops[i], ops[i].w->cols, ops[i].w->rows)) continue;
         lin_plan plan;
         lin_plan_op(k, &ops[i], 0, &plan);
         lin_job job = {k, &plan, 1};

@@ -97,6 +97,9 @@ typedef struct dsv4_lin_call {
      * power of two, no result outside the normal range), so the kernel may scale x once per
      * block instead of every weight and still produce the same bits. */
     int fp8_prescale;
+    /* GEMM: floats from one activation row of x to the next, and of y (the product's cols
+     * and rows when dense; larger for column slices of wider arrays) */
+    int64_t ldx, ldy;
 } dsv4_lin_call;
 
 /* One level's kernels. gemv: y[s, o] for o in [o0, o1) and the n_rows <= gemv_rows
@@ -150,7 +153,7 @@ typedef struct dsv4_lin_tile_level {
 } dsv4_lin_tile_level;
 
 /* Outputs [o0, min(o0 + LIN_NB, rows)) for all n_rows rows (at most LIN_MB when called by
- * dsv4_linear): a level's gemm. */
+ * dsv4_linear), x and y rows c->ldx and c->ldy floats apart: a level's gemm. */
 void dsv4_lin_gemm_tiled(const dsv4_lin_tile_level *lv, const dsv4_lin_call *c, const dsv4_mat *w, const float *x,
                          int n_rows, float *y, int64_t o0, float *scratch);
 

@@ -19,7 +19,7 @@
 void dsv4_lin_gemm_tiled(const dsv4_lin_tile_level *lv, const dsv4_lin_call *c, const dsv4_mat *w, const float *x,
                          int n_rows, float *y, int64_t o0, float *scratch) {
     const int L = lv->lanes, J = lv->micro_outs;
-    const int64_t n = w->cols, rows = w->rows;
+    const int64_t n = w->cols, rows = w->rows, ldx = c->ldx, ldy = c->ldy;
     const int nb = rows - o0 < LIN_NB ? (int)(rows - o0) : LIN_NB;
     const int nj = (nb + J - 1) / J * J; /* tile rows computed: nb rounded up to the window */
     const int nr = (nb + 15) & ~15;      /* accumulator slots the 16-output reduction reads */
@@ -40,17 +40,17 @@ void dsv4_lin_gemm_tiled(const dsv4_lin_tile_level *lv, const dsv4_lin_call *c, 
                     if (j < nb) lv->dequant_row(c->tab, w, o0 + j, k0, kb, wt + j * LIN_KB);
                     else memset(wt + j * LIN_KB, 0, sizeof(float) * (size_t)kpad);
                 }
-            const float *xb = x + (int64_t)r0 * n + k0;
+            const float *xb = x + (int64_t)r0 * ldx + k0;
             for (int j = 0; j < nj; j += J)
                 for (int s = 0; s < mb; s += lv->micro_rows) {
                     const int rt = mb - s < lv->micro_rows ? mb - s : lv->micro_rows;
-                    lv->micro[rt - 1](xb + (int64_t)s * n, n, wt + j * LIN_KB, kb,
+                    lv->micro[rt - 1](xb + (int64_t)s * ldx, ldx, wt + j * LIN_KB, kb,
                                       acc + ((int64_t)s * LIN_NB + j) * L, k0 == 0);
                 }
         }
         for (int s = 0; s < mb; s++)
             for (int g = 0; g < nb; g += 16)
                 lv->reduce_row(acc + ((int64_t)s * LIN_NB + g) * L, nb - g < 16 ? nb - g : 16,
-                               y + (int64_t)(r0 + s) * rows + o0 + g);
+                               y + (int64_t)(r0 + s) * ldy + o0 + g);
     }
 }

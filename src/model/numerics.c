@@ -12,7 +12,13 @@ static void keep_fp32(const dsv4_numerics *nm, dsv4_act at, float *x, int64_t n)
     (void)nm; (void)at; (void)x; (void)n;
 }
 
-static const dsv4_numerics exact = {"exact", exact_linear, keep_fp32, NULL};
+static void exact_linear_strided(const dsv4_numerics *nm, dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, int64_t ldx,
+                                 int64_t ldy) {
+    (void)nm;
+    dsv4_linear_batch_strided(k, ops, n_ops, ldx, ldy);
+}
+
+static const dsv4_numerics exact = {"exact", exact_linear, keep_fp32, NULL, exact_linear_strided};
 
 const dsv4_numerics *dsv4_numerics_exact(void) { return &exact; }
 
@@ -40,6 +46,6 @@ static void w8a8_linear(const dsv4_numerics *nm, dsv4_kctx *k, const dsv4_lin_op
     if (n_rest) dsv4_linear_batch(k, rest, n_rest);
 }
 
-static const dsv4_numerics w8a8 = {"w8a8", w8a8_linear, keep_fp32, NULL};
+static const dsv4_numerics w8a8 = {"w8a8", w8a8_linear, keep_fp32, NULL, NULL};
 
 const dsv4_numerics *dsv4_numerics_w8a8(void) { return &w8a8; }

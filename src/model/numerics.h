@@ -48,6 +48,10 @@ struct dsv4_numerics {
     /* Rounds x[0, n) in place as the mode does at point `at` (one row or vector of it). */
     void (*round)(const dsv4_numerics *nm, dsv4_act at, float *x, int64_t n);
     void *state; /* the mode's own (numerics_fid.c), NULL for the stateless modes */
+    /* linear's products with x and y rows ldx and ldy floats apart (dsv4_linear_batch_strided),
+     * in the same arithmetic; NULL when the mode takes dense rows only */
+    void (*linear_strided)(const dsv4_numerics *nm, dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, int64_t ldx,
+                           int64_t ldy);
 };
 
 /* The exact path and P2 (stateless; immutable, shared by every engine). */

@@ -260,7 +260,7 @@ int dsv4_numerics_fidelity_create(unsigned items, const dsv4_config *cfg, const 
         free(s);
         return dsv4_fail(err, DSV4_ERR_NOMEM, "fidelity: out of memory");
     }
-    *nm = (dsv4_numerics){"fidelity", fid_linear, fid_round, s};
+    *nm = (dsv4_numerics){"fidelity", fid_linear, fid_round, s, NULL};
     s->items = items;
     s->rd = cfg->qk_rope_head_dim;
     int rc = build_roles(s, cfg, blocks, n_blocks, err);

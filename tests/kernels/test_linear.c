@@ -459,6 +459,42 @@ static void check_here_and_views(int level) {
     free_mat(&t);
 }
 
+/* dsv4_linear_batch_strided: two products on column slices of wide x and y arrays (the
+ * grouped output projection's layout) give dsv4_linear's bits row by row, for row counts on
+ * both sides of DSV4_LIN_STRIDED_MIN_ROWS, and leave y's other columns alone; x's padding
+ * holds NaN, which a read would carry into every output. */
+static void check_strided(int level) {
+    const dsv4_wfmt fmts[4] = {DSV4_WF_FP8, DSV4_WF_FP4, DSV4_WF_BF16, DSV4_WF_F32};
+    static const int nrs[] = {1, 5, 65, 100};
+    int64_t bad = 0, kept = 1;
+    for (int fi = 0; fi < 4; fi++)
+        for (size_t ni = 0; ni < sizeof nrs / sizeof nrs[0]; ni++) {
+            const int nr = nrs[ni];
+            const int64_t rows = 136, cols = fmts[fi] == DSV4_WF_FP4 ? 544 : 533; /* two column tiles */
+            const int64_t ldx = 2 * cols + 7, ldy = 2 * rows + 3;
+            tmat t[2] = {make_mat(fmts[fi], SC_E8M0, rows, cols), make_mat(fmts[fi], SC_E8M0, rows, cols)};
+            float *xw = malloc(sizeof(float) * nr * ldx), *yw = malloc(sizeof(float) * nr * ldy);
+            float *x = rand_vec((int64_t)nr * cols), *y = malloc(sizeof(float) * nr * rows);
+            for (int64_t i = 0; i < (int64_t)nr * ldx; i++) xw[i] = NAN;
+            for (int64_t i = 0; i < (int64_t)nr * ldy; i++) yw[i] = -7.0f;
+            for (int g = 0; g < 2; g++)
+                for (int s = 0; s < nr; s++) memcpy(xw + s * ldx + g * cols, x + s * cols, sizeof(float) * cols);
+            dsv4_kctx_set_simd(kc[2], level);
+            const dsv4_lin_op ops[2] = {{&t[0].m, xw, nr, yw}, {&t[1].m, xw + cols, nr, yw + rows}};
+            dsv4_linear_batch_strided(kc[2], ops, 2, ldx, ldy);
+            for (int g = 0; g < 2; g++) {
+                dsv4_linear(kc[2], &t[g].m, x, nr, y);
+                for (int s = 0; s < nr; s++) bad += !same_bits(yw + s * ldy + g * rows, y + s * rows, rows);
+            }
+            for (int s = 0; s < nr; s++)
+                for (int64_t o = 2 * rows; o < ldy; o++) kept &= yw[s * ldy + o] == -7.0f;
+            free(xw), free(yw), free(x), free(y);
+            free_mat(&t[0]), free_mat(&t[1]);
+        }
+    CHECK_MSG(bad == 0, "level %s: %lld strided rows differ from dsv4_linear", dsv4_simd_name(level), (long long)bad);
+    CHECK_MSG(kept, "level %s: a strided product wrote outside its columns", dsv4_simd_name(level));
+}
+
 /* Bytes [0, n) that end exactly at an inaccessible page: a load past the end faults (and
  * the run fails) while prefetches, which never fault, may run on. Released by guard_free. */
 typedef struct { void *map; size_t len; } guard_buf;
@@ -636,6 +672,7 @@ int main(void) {
         check_guard_pages(level);
         if (level > DSV4_SIMD_SCALAR) check_paths_agree(level);
         check_here_and_views(level);
+        check_strided(level);
         /* a batch larger than one accumulator block (LIN_MB rows) */
         check_case(DSV4_WF_BF16, SC_E8M0, 40, 300, 200, level);
         check_case(DSV4_WF_FP4, SC_E8M0, 33, 544, 101, level);
