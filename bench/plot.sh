@@ -82,8 +82,9 @@ with open(os.path.join(out, "context.dat"), "w") as f:
 rows = []
 def row(*cells): rows.append("| " + " | ".join(str(x) for x in cells) + " |")
 m = b["machine"]
-rows.append("Machine: %s, %d cores online, L3 %d MiB; %d threads, kernels %s; load average %.1f -> %.1f (batch sweep), %.1f -> %.1f (context sweep)." % (
-    m["cpu"], m["online_cores"], m["l3_bytes"] // 1048576, b["threads"], b["simd"],
+l3 = "%d MiB" % (m["l3_bytes"] // 1048576) if (m.get("l3_bytes") or 0) > 0 else "unknown"
+rows.append("Machine: %s, %d cores online, L3 %s; %d threads, kernels %s; load average %.1f -> %.1f (batch sweep), %.1f -> %.1f (context sweep)." % (
+    m["cpu"], m["online_cores"], l3, b["threads"], b["simd"],
     m["loadavg_start"], m["loadavg_end"], c["machine"]["loadavg_start"], c["machine"]["loadavg_end"]))
 rows.append("")
 rows.append("Source: commit %s." % commit)

@@ -60,6 +60,10 @@ static void test_json(const char *model) {
             CHECK_MSG(v > 0 && v < 2, "%s = %g", ratios[i], v);
         }
         CHECK(num(o, "prefill_tokens") == 40 && num(o, "batch") == 2 && num(o, "threads") == 2);
+        /* the L3 size is a positive byte count, or null where the machine does not say */
+        const cJSON *l3 = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "machine"), "l3_bytes");
+        CHECK_MSG(cJSON_IsNull(l3) || (cJSON_IsNumber(l3) && l3->valuedouble > 0), "machine.l3_bytes %s",
+                  l3 ? (cJSON_IsNumber(l3) ? "<= 0" : "not a number") : "missing");
         /* the ratios are what the figures say */
         CHECK_NEAR(num(o, "prefill_roofline_ratio"), num(o, "prefill_gflops") / num(o, "measured_peak_gflops"), 1e-9);
         CHECK_NEAR(num(o, "prefill_tokens_per_s"), 40 / num(o, "prefill_seconds"), 1e-6 * num(o, "prefill_tokens_per_s"));
@@ -161,6 +165,10 @@ static void test_summary(const char *model) {
     int st = run(args, &out, &errs);
     CHECK_MSG(st == 0 && out && strstr(out, "decode ") && strstr(out, "roofline:"),
               "status %d, stdout '%s', stderr '%s'", st, out ? out : "", errs ? errs : "");
+    /* the L3 as a size or "unknown", never a negative one */
+    const char *l3 = out ? strstr(out, ", L3 ") : NULL;
+    CHECK_MSG(l3 && (!strncmp(l3 + 5, "unknown,", 8) || (l3[5] >= '1' && l3[5] <= '9')), "machine line: '%.120s'",
+              out ? out : "");
     /* not a terminal: no progress line */
     CHECK(errs && errs[0] == 0);
     free(out);

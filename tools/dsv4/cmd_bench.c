@@ -58,7 +58,8 @@ static void cpu_model(char *out, size_t n) {
     fclose(f);
 }
 
-/* last-level cache size from sysfs (what sysconf reports inside some VMs is not the L3) */
+/* last-level cache size from sysfs (what sysconf reports inside some VMs is not the L3); -1
+ * where the machine does not say (some VMs expose no cache index 3) */
 static long l3_bytes(void) {
     FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
     long v = -1;
@@ -645,7 +646,8 @@ int cmd_bench(int argc, char **argv) {
         cJSON *m = cJSON_AddObjectToObject(o, "machine");
         cJSON_AddStringToObject(m, "cpu", cpu);
         cJSON_AddNumberToObject(m, "online_cores", (double)sysconf(_SC_NPROCESSORS_ONLN));
-        cJSON_AddNumberToObject(m, "l3_bytes", (double)l3);
+        if (l3 > 0) cJSON_AddNumberToObject(m, "l3_bytes", (double)l3);
+        else cJSON_AddNullToObject(m, "l3_bytes"); /* unknown, not a size */
         cJSON_AddNumberToObject(m, "loadavg_start", load_start);
         cJSON_AddNumberToObject(m, "loadavg_end", load_end);
         cJSON_AddNumberToObject(o, "threads", T);
@@ -713,8 +715,11 @@ int cmd_bench(int argc, char **argv) {
         free(s);
         cJSON_Delete(o);
     } else {
-        printf("machine: %s, %ld cores online, L3 %.0f MiB, load %.2f -> %.2f; %d threads, %s, numa %s (%d node%s)\n",
-               cpu, sysconf(_SC_NPROCESSORS_ONLN), l3 / 1048576.0, load_start, load_end, T,
+        char l3s[32];
+        if (l3 > 0) snprintf(l3s, sizeof l3s, "%.0f MiB", l3 / 1048576.0);
+        else snprintf(l3s, sizeof l3s, "unknown");
+        printf("machine: %s, %ld cores online, L3 %s, load %.2f -> %.2f; %d threads, %s, numa %s (%d node%s)\n",
+               cpu, sysconf(_SC_NPROCESSORS_ONLN), l3s, load_start, load_end, T,
                dsv4_simd_name(dsv4_kctx_simd(b.eng->k)), dsv4_numa_name(dsv4_engine_get_opts(b.eng).numa),
                dsv4_engine_numa_nodes(b.eng), dsv4_engine_numa_nodes(b.eng) == 1 ? "" : "s");
         printf("model:   %s, %.1f MB of weights as run\n", dir, all_w / 1e6);
