@@ -272,8 +272,9 @@ static void bench_experts(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads
 /* ---- a decode step's expert phase (--moe) ---------------------------------------------------
  * dsv4_moe_experts as moe_pass calls it for S rows: each row picks K = 6 distinct experts of
  * E = 256 at random (uniform, as the bench model's router roughly does), rows grouped by
- * expert, the shared expert on all S rows last; FP4 experts of the bench model (w1/w3
- * 512x1024, w2 1024x512, ue8m0 scales). 4 layers of experts (~840 MB) called in turn, so
+ * expert, the shared expert on all S rows last; the bench model's formats: routed experts
+ * FP4 (w1/w3 512x1024, w2 1024x512, ue8m0 scales), the shared expert FP8 (128x128 blocks,
+ * as the Flash checkpoint stores it). 4 layers of experts (~840 MB) called in turn, so
  * every call streams its experts from DRAM. Reports ms per call and the GB/s of the
  * distinct experts' bytes (the shared expert's included) against a stream probe pass
  * run before each round. */
@@ -284,11 +285,13 @@ static void bench_moe(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads, co
     cfg.hidden_size = D, cfg.moe_intermediate_size = I, cfg.swiglu_limit = 10.0;
     dsv4_mat(*w)[3] = malloc(sizeof(*w) * (size_t)(LAYERS * E + LAYERS)); /* routed, then shared per layer */
     for (int i = 0; i < LAYERS * (E + 1); i++) {
-        w[i][0] = make_mat(DSV4_WF_FP4, I, D);
-        w[i][1] = make_mat(DSV4_WF_FP4, I, D);
-        w[i][2] = make_mat(DSV4_WF_FP4, D, I);
+        const dsv4_wfmt f = i < LAYERS * E ? DSV4_WF_FP4 : DSV4_WF_FP8; /* routed, shared */
+        w[i][0] = make_mat(f, I, D);
+        w[i][1] = make_mat(f, I, D);
+        w[i][2] = make_mat(f, D, I);
     }
-    const int64_t ebytes = 3 * dsv4_mat_bytes(&w[0][0]);
+    const int64_t ebytes = 3 * dsv4_mat_bytes(&w[0][0]); /* a routed expert */
+    const int64_t sbytes = 3 * dsv4_mat_bytes(&w[LAYERS * E][0]); /* the shared expert */
     for (int bi = 0; bi < n_batches; bi++) {
         const int S = batches[bi], RK = S * K;
         float *x = malloc(sizeof(float) * (size_t)S * D), *xg = malloc(sizeof(float) * (size_t)RK * D);
@@ -326,7 +329,7 @@ static void bench_moe(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads, co
         }
         for (int64_t i = 0; i < (int64_t)RK * D; i++) xg[i] = x[i % ((int64_t)S * D)];
         experts /= CALLS;
-        const double bytes = (experts + 1) * (double)ebytes; /* per call */
+        const double bytes = experts * (double)ebytes + (double)sbytes; /* per call */
         rounds rd = rounds_start();
         for (int r = 0; r < reps + 1; r++) {
             const double sg = dsv4_probe_stream(probe);
