@@ -33,11 +33,6 @@ double dsv4_moe_score(const dsv4_config *cfg, double z) {
     return sqrt(z > 20.0 ? z : log1p(exp(z)));
 }
 
-/* s[e] = score_func(logits[e]) for an elementwise score_func (sigmoid, sqrtsoftplus). */
-static void moe_score_one(const dsv4_config *cfg, const float *logits, int e, double *s) {
-    s[e] = dsv4_moe_score(cfg, logits[e]);
-}
-
 /* s (E) = score_func(logits), in double (the weights are ratios of these). */
 static void moe_scores(const dsv4_config *cfg, const float *logits, double *s) {
     const int E = cfg->n_routed_experts;
@@ -51,7 +46,7 @@ static void moe_scores(const dsv4_config *cfg, const float *logits, double *s) {
         break;
     }
     default: /* sigmoid, sqrtsoftplus */
-        for (int e = 0; e < E; e++) moe_score_one(cfg, logits, e, s);
+        for (int e = 0; e < E; e++) s[e] = dsv4_moe_score(cfg, logits[e]);
         break;
     }
 }
@@ -124,7 +119,7 @@ int dsv4_moe_route_row(const dsv4_config *cfg, const dsv4_block_w *b, const floa
             sel[k] = row[k];
         }
         if (cfg->scoring_func != DSV4_SCORE_SOFTMAX)
-            for (int k = 0; k < K; k++) moe_score_one(cfg, logits, sel[k], s);
+            for (int k = 0; k < K; k++) s[sel[k]] = dsv4_moe_score(cfg, logits[sel[k]]);
     } else if (!chosen) {
         dsv4_moe_topk(s, b->gate_bias, E, K, sel);
     }

@@ -13,15 +13,12 @@
 /* ---- helpers ------------------------------------------------------------------------- */
 
 static uint64_t rng_state = 0xda3e39cb94b95bdbull;
-static double urand(void) { /* uniform [-1, 1) */
-    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
-
-static uint64_t rng_next(void) {
+static uint64_t rng_next(void) { /* 53 random bits */
     rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
     return rng_state >> 11;
 }
+
+static double urand(void) { return (double)rng_next() / 9007199254740992.0 * 2.0 - 1.0; } /* uniform [-1, 1) */
 
 static void *allocs[4096];
 static int n_allocs;
