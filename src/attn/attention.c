@@ -239,7 +239,7 @@ static void project_q_row(void *arg, int i, int tid) {
     const float eps = (float)cfg->rms_norm_eps;
     const int64_t t = j->batch->pos[j->qrow ? j->qrow[i] : i];
     float *qi = w->q + (size_t)i * H * hd;
-    dsv4_rmsnorm_rows(qi, NULL, hd, eps, H); /* each head's own norm, heads side by side */
+    dsv4_rmsnorm_rows(dsv4_kctx_simd(j->ctx->k), qi, NULL, hd, eps, H); /* each head's own norm, heads side by side */
     for (int h = 0; h < H; h++) {
         float *qh = qi + (size_t)h * hd;
         nm->round(nm, DSV4_ACT_NORM, qh, hd);

@@ -138,7 +138,7 @@ static void sub_in_block(void *arg, int t, int tid) {
     const int D = j->c->hidden_size;
     for (int i = i0; i < i0 + n; i++) sub_in_collapse(j, i, j->dots + (int64_t)i * nd);
     /* the block's norms side by side (each row's sum its own chain, as dsv4_rmsnorm) */
-    dsv4_rmsnorm_rows(j->x + (size_t)i0 * D, sub_norm(j), D, (float)j->c->rms_norm_eps, n);
+    dsv4_rmsnorm_rows(j->simd, j->x + (size_t)i0 * D, sub_norm(j), D, (float)j->c->rms_norm_eps, n);
     for (int i = i0; i < i0 + n; i++) j->nm->round(j->nm, DSV4_ACT_NORM, j->x + (size_t)i * D, D);
 }
 

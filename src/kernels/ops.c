@@ -43,8 +43,8 @@ static void scale_rows(float *x, const float *w, int rows, int n, float eps, con
     }
 }
 
-void dsv4_rmsnorm_rows(float *x, const float *w, int n, float eps, int rows) {
-    int r0 = rmsnorm_rows_x512(x, w, n, eps, rows); /* the rows it did, 16 at a time */
+void dsv4_rmsnorm_rows(int simd, float *x, const float *w, int n, float eps, int rows) {
+    int r0 = simd >= DSV4_SIMD_AVX512 ? rmsnorm_rows_x512(x, w, n, eps, rows) : 0; /* the rows it did, 16 at a time */
     for (; r0 < rows; r0 += 8) { /* up to eight rows' sums side by side, each in i order */
         const int R = rows - r0 < 8 ? rows - r0 : 8;
         const float *xr = x + (int64_t)r0 * n;

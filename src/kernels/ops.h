@@ -8,8 +8,10 @@ void dsv4_rmsnorm(const float *x, const float *w, int n, float eps, float *y);
 /* dsv4_rmsnorm(x + r*n, w, n, eps, x + r*n) for r in [0, rows), in place, the same bits:
  * up to eight rows' sums run side by side (each its own chain in order), sixteen with
  * AVX-512, paying the adds' latency once for the group instead of per row (a row's q
- * heads, w NULL; a prefill's sub-block inputs in hc_pre's blocks of rows). */
-void dsv4_rmsnorm_rows(float *x, const float *w, int n, float eps, int rows);
+ * heads, w NULL; a prefill's sub-block inputs in hc_pre's blocks of rows). simd is the
+ * caller's kernel level (a dsv4_simd): the AVX-512 loop runs only at DSV4_SIMD_AVX512 or
+ * above, so a forced level (DSV4_SIMD) holds here too; every level gives the same bits. */
+void dsv4_rmsnorm_rows(int simd, float *x, const float *w, int n, float eps, int rows);
 static inline float dsv4_sigmoid(float x);
 float dsv4_silu(float x);
 float dsv4_dot(const float *a, const float *b, int n);
