@@ -19,7 +19,7 @@ struct dsv4_kctx {
     dsv4_lin_path lin_path; /* dsv4_linear's path: AUTO unless a bench or test forces one */
     int64_t max_cols;
     int64_t stride;       /* floats per thread in `scratch`, a multiple of 16 */
-    float *scratch;       /* (n_threads, stride): LIN_SCRATCH_FLOATS then max_cols */
+    float *scratch;       /* (n_threads, stride): LIN_SCRATCH_GEMM_FLOATS then max_cols */
     dsv4_pool *pool;
     dsv4_lin_tables *tables; /* read-only after create */
     void *w8_buf;         /* the W8A8 activation buffer of the calling thread, or NULL */
@@ -36,7 +36,7 @@ int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err 
     if (!k) return dsv4_fail(err, DSV4_ERR_NOMEM, "kernel context: out of memory");
     k->n_threads = n_threads;
     k->max_cols = max_cols > 0 ? max_cols : 1;
-    k->stride = round16(LIN_SCRATCH_FLOATS) + round16(k->max_cols);
+    k->stride = round16(LIN_SCRATCH_GEMM_FLOATS) + round16(k->max_cols);
     const size_t bytes = sizeof(float) * (size_t)k->stride * (size_t)n_threads;
     k->scratch = aligned_alloc(64, bytes); /* bytes is a multiple of 64 */
     if (!k->scratch) {
@@ -133,7 +133,7 @@ int dsv4_kctx_tid(const dsv4_kctx *k) { return dsv4_pool_tid(k->pool); }
 float *dsv4_kctx_lin_scratch(dsv4_kctx *k, int tid) { return k->scratch + (int64_t)tid * k->stride; }
 
 float *dsv4_kctx_scratch(dsv4_kctx *k, int tid) {
-    return k->scratch + (int64_t)tid * k->stride + round16(LIN_SCRATCH_FLOATS);
+    return k->scratch + (int64_t)tid * k->stride + round16(LIN_SCRATCH_GEMM_FLOATS);
 }
 
 const dsv4_lin_tables *dsv4_kctx_lin_tables(const dsv4_kctx *k) { return k->tables; }

@@ -290,7 +290,8 @@ static void lin_plan_strided(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target
     pl->row_blocks = 1;
     pl->rows_per = op->n_rows;
     if (!pl->gemv && !pl->smallm) {
-        const int mb = n <= LIN_KB ? LIN_MB_ONE_TILE : LIN_MB; /* one column tile: dequantized once a task */
+        /* the whole row in the task's panel: dequantized once a task */
+        const int mb = n <= LIN_PANEL_TILES * LIN_KB ? LIN_MB_PANEL : LIN_MB;
         pl->row_blocks = (op->n_rows + mb - 1) / mb;
         const int even = (op->n_rows + pl->row_blocks - 1) / pl->row_blocks;
         pl->rows_per = (even + 3) & ~3;

@@ -37,9 +37,15 @@
  * FP8 products (wq_b, wkv, wo_b, w2), in-process; at one thread 1.05-1.08x (twice the tile
  * dequantizations), but the prefill runs two */
 #define LIN_MB 48
-/* rows a GEMM task takes when the product has one column tile (cols <= LIN_KB): its
- * blocks of LIN_MB rows share the tile, dequantized once (a multiple of LIN_MB) */
-#define LIN_MB_ONE_TILE (4 * LIN_MB)
+/* column tiles a GEMM task keeps dequantized in its scratch (its panel): a product of
+ * cols <= LIN_PANEL_TILES * LIN_KB dequantizes each tile once a task, in its first row
+ * block, and the task's later blocks reuse it; wider products once per block */
+#ifndef LIN_PANEL_TILES
+#define LIN_PANEL_TILES 4
+#endif
+/* rows a GEMM task takes when its panel holds every column tile: its blocks of LIN_MB rows
+ * share the panel, dequantized once (a multiple of LIN_MB) */
+#define LIN_MB_PANEL (4 * LIN_MB)
 /* most outputs per GEMV and small-M task (a multiple of 4). A task's weights start cold:
  * on Zen 5 a batch-16 step's expert phase (bench_linear --threads 2 --moe --rows 16, FP4
  * w1/w3 of 512 x 1024, w2 of 1024 x 512) took 3.7-4.0 ms a layer at 64 (tasks of 16-32 KB),
@@ -65,7 +71,11 @@
 #define LIN_SCRATCH_ACC_ROWS 96
 _Static_assert(LIN_SCRATCH_ACC_ROWS >= LIN_MB, "the accumulator block must fit the scratch");
 #define LIN_SCRATCH_ACC ((int64_t)LIN_SCRATCH_ACC_ROWS * LIN_NB * LIN_LANES_MAX)
+/* what the small-M kernels may use of a thread's scratch (their panel and lanes) */
 #define LIN_SCRATCH_FLOATS (LIN_SCRATCH_WTILE + LIN_SCRATCH_ACC)
+/* a thread's scratch: the GEMM's lanes then its panel of LIN_PANEL_TILES tiles */
+#define LIN_SCRATCH_GEMM_FLOATS (LIN_SCRATCH_ACC + LIN_PANEL_TILES * LIN_SCRATCH_WTILE)
+_Static_assert(LIN_SCRATCH_GEMM_FLOATS >= LIN_SCRATCH_FLOATS, "small-M's scratch within the thread's");
 
 /* Read-only tables built once per kernel context (dsv4_lin_tables_init). */
 typedef struct dsv4_lin_tables {
@@ -105,7 +115,7 @@ typedef struct dsv4_lin_call {
 /* One level's kernels. gemv: y[s, o] for o in [o0, o1) and the n_rows <= gemv_rows
  * activation rows, weights decoded in registers; NULL means the level runs everything
  * through gemm. gemm: outputs [o0, min(o0 + LIN_NB, rows)) for all n_rows rows (the driver
- * passes blocks of up to LIN_MB rows); scratch: LIN_SCRATCH_FLOATS floats, 64-byte aligned. */
+ * passes blocks of up to LIN_MB rows); scratch: LIN_SCRATCH_GEMM_FLOATS floats, 64-byte aligned. */
 typedef struct dsv4_lin_kernels {
     int gemv_rows;     /* activation rows one gemv call takes (its registers) */
     int gemv_max_rows; /* calls of up to this many rows (<= LIN_GEMV_MAX_ROWS) take the GEMV

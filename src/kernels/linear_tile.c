@@ -1,10 +1,12 @@
 /* linear_tile.c — the GEMM tile driver shared by every kernel level of dsv4_linear.
  *
  * One task owns LIN_NB consecutive outputs and (as dsv4_linear cuts the work) up to LIN_MB
- * activation rows, LIN_MB_ONE_TILE when the product has one column tile (linear_fast.h),
- * in accumulator blocks of LIN_MB rows. For each LIN_KB-column tile it dequantizes the
- * task's weight rows once (one tile: once for all the blocks) into the (LIN_NB, LIN_KB)
- * tile and runs the level's micro-kernel over (micro_outs tile rows) x (micro_rows
+ * activation rows, LIN_MB_PANEL when the task's panel holds all its column tiles
+ * (linear_fast.h), in accumulator blocks of LIN_MB rows. For each LIN_KB-column tile it
+ * dequantizes the task's weight rows into a (LIN_NB, LIN_KB) tile of the panel (once for
+ * all the blocks when the panel holds every tile, else once a block: a 512-row FP8 wo_b,
+ * K = 2048, decoded each panel 11 times a call at LIN_MB 48, now 3 times) and runs the
+ * level's micro-kernel over (micro_outs tile rows) x (micro_rows
  * activation rows) windows: tile rows outermost, so a window's weights (micro_outs x
  * LIN_KB floats) stay in L1 while the block's x rows, read once per window, come from L2;
  * the first tile starts the lanes from zero. At the end the lanes of each output are
@@ -23,8 +25,9 @@ void dsv4_lin_gemm_tiled(const dsv4_lin_tile_level *lv, const dsv4_lin_call *c, 
     const int nb = rows - o0 < LIN_NB ? (int)(rows - o0) : LIN_NB;
     const int nj = (nb + J - 1) / J * J; /* tile rows computed: nb rounded up to the window */
     const int nr = (nb + 15) & ~15;      /* accumulator slots the 16-output reduction reads */
-    float *wt = scratch;                      /* (LIN_NB, LIN_KB) dequantized weight tile */
-    float *acc = scratch + LIN_SCRATCH_WTILE; /* (LIN_MB, LIN_NB, L) lane accumulators */
+    float *acc = scratch;                       /* (LIN_MB, LIN_NB, L) lane accumulators */
+    float *panel = scratch + LIN_SCRATCH_ACC;   /* (LIN_PANEL_TILES, LIN_NB, LIN_KB) weights */
+    const int whole = n <= LIN_PANEL_TILES * LIN_KB; /* every tile in the panel */
     for (int r0 = 0; r0 < n_rows; r0 += LIN_MB) {
         const int mb = n_rows - r0 < LIN_MB ? n_rows - r0 : LIN_MB;
         /* slots the reduction reads but no window writes: zeros, never stored */
@@ -33,9 +36,11 @@ void dsv4_lin_gemm_tiled(const dsv4_lin_tile_level *lv, const dsv4_lin_call *c, 
         for (int64_t k0 = 0; k0 < n; k0 += LIN_KB) {
             const int kb = n - k0 < LIN_KB ? (int)(n - k0) : LIN_KB;
             const int kpad = (kb + L - 1) / L * L; /* kb zero-padded to whole lane chunks */
-            /* a row the tile pads to the window is zero; its sums are never stored. One
-             * column tile: the same tile for every row block */
-            if (r0 == 0 || n > LIN_KB)
+            /* (LIN_NB, LIN_KB) tile of this k0; a row the tile pads to the window is zero,
+             * its sums are never stored. The whole row in the panel: the same tiles for
+             * every row block */
+            float *wt = whole ? panel + k0 / LIN_KB * LIN_SCRATCH_WTILE : panel;
+            if (r0 == 0 || !whole)
                 for (int j = 0; j < nj; j++) {
                     if (j < nb) lv->dequant_row(c->tab, w, o0 + j, k0, kb, wt + j * LIN_KB);
                     else memset(wt + j * LIN_KB, 0, sizeof(float) * (size_t)kpad);

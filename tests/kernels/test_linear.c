@@ -676,6 +676,11 @@ int main(void) {
         /* a batch larger than one accumulator block (LIN_MB rows) */
         check_case(DSV4_WF_BF16, SC_E8M0, 40, 300, 200, level);
         check_case(DSV4_WF_FP4, SC_E8M0, 33, 544, 101, level);
+        /* GEMM tasks of several accumulator blocks: rows whose every column tile the
+         * task's panel holds (dequantized once, reused by the later blocks), and rows one
+         * tile longer (dequantized again for every block) */
+        check_case(DSV4_WF_FP8, SC_E8M0, 50, LIN_PANEL_TILES * LIN_KB, 100, level);
+        check_case(DSV4_WF_FP8, SC_E8M0, 50, LIN_PANEL_TILES * LIN_KB + 37, 100, level);
         printf("level %s: %.2f s cpu\n", dsv4_simd_name(level), (double)(clock() - t0) / CLOCKS_PER_SEC);
     }
     check_edges();
