@@ -60,7 +60,7 @@ typedef struct {
  * multiple of 128 or else 64, so that every view starts a scale band or lies inside one.
  * A routed expert of another format than expert 0's (which cut its items) may not slice:
  * the job then says so. */
-static int64_t item_rows(const dsv4_mat *w, int n_mats, int64_t bytes, int T) {
+int64_t dsv4_moe_one_item_rows(const dsv4_mat *w, int n_mats, int64_t bytes, int T) {
     const int64_t rows = w->rows > 0 ? w->rows : 1, row_bytes = n_mats * dsv4_mat_bytes(w) / rows;
     int64_t r;
     if (w->fmt == DSV4_WF_FP8) {
@@ -193,14 +193,17 @@ int dsv4_moe_one_run(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group 
     int n = 0;
     j.T = dsv4_kctx_threads(k);
     if (rt) {
-        n = span_add(&j.router, 0, rt->b->gate.rows, item_rows(&rt->b->gate, 1, item_bytes, j.T));
+        n = span_add(&j.router, 0, rt->b->gate.rows,
+                     dsv4_moe_one_item_rows(&rt->b->gate, 1, item_bytes, j.T));
     }
     /* the routed groups' items are cut as expert 0's matrices would be; W1 and W3 share a
      * format (else the job reports an unsliced view) */
     for (int g = 0; g < j.ng; g++)
-        n = span_add(&j.up[g], n, I, item_rows(g < ng ? gr[g].w1 : &rt->b->w1[0], 2, item_bytes, j.T));
+        n = span_add(&j.up[g], n, I,
+                     dsv4_moe_one_item_rows(g < ng ? gr[g].w1 : &rt->b->w1[0], 2, item_bytes, j.T));
     for (int g = 0; g < j.ng; g++) /* W2 items half the size: the job ends on them */
-        n = span_add(&j.down[g], n, D, item_rows(g < ng ? gr[g].w2 : &rt->b->w2[0], 1, item_bytes / 2, j.T));
+        n = span_add(&j.down[g], n, D,
+                     dsv4_moe_one_item_rows(g < ng ? gr[g].w2 : &rt->b->w2[0], 1, item_bytes / 2, j.T));
     j.n_items = n;
     atomic_init(&j.router_left, j.router.count);
     atomic_init(&j.unrouted, 1);

@@ -591,6 +591,26 @@ static void test_one_row_job(void) {
     tfree_all();
 }
 
+/* moe_one's cut at the shipped item size: with Flash-quarter's shapes (D 1024, I 512, E 256)
+ * on 2 threads every product is two items, one contiguous half a thread (the batch-1 step's
+ * long runs; 128 KB items cut an FP4 expert in 6 + 6). Shapes only: no weights are read. */
+static void test_one_row_items(void) {
+    const int64_t B = DSV4_MOE_ONE_ITEM_BYTES;
+    const dsv4_mat w13 = {DSV4_WF_FP4, 512, 1024, NULL, NULL, 0}, w2 = {DSV4_WF_FP4, 1024, 512, NULL, NULL, 0};
+    const dsv4_mat s13 = {DSV4_WF_FP8, 512, 1024, NULL, NULL, 0}, s2 = {DSV4_WF_FP8, 1024, 512, NULL, NULL, 0};
+    const dsv4_mat gate = {DSV4_WF_BF16, 256, 1024, NULL, NULL, 0};
+    CHECK(dsv4_moe_one_item_rows(&w13, 2, B, 2) == 256);
+    CHECK(dsv4_moe_one_item_rows(&w2, 1, B / 2, 2) == 512);
+    CHECK(dsv4_moe_one_item_rows(&s13, 2, B, 2) == 256);
+    CHECK(dsv4_moe_one_item_rows(&s2, 1, B / 2, 2) == 512);
+    CHECK(dsv4_moe_one_item_rows(&gate, 1, B, 2) == 128);
+    /* the cut itself: a multiple of the threads, 4-row multiples; FP8 whole bands */
+    CHECK(dsv4_moe_one_item_rows(&w13, 2, 128 << 10, 2) == 88);
+    CHECK(dsv4_moe_one_item_rows(&w13, 2, 128 << 10, 3) == 88);
+    CHECK(dsv4_moe_one_item_rows(&s13, 2, 128 << 10, 2) == 64);
+    CHECK(dsv4_moe_one_item_rows(&s2, 1, 1 << 20, 2) == 1024);
+}
+
 int main(void) {
     dsv4_err err;
     if (dsv4_kctx_create(1, 256, &kctx, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
@@ -613,6 +633,7 @@ int main(void) {
     test_route_bounded();
     test_hash_and_errors();
     test_one_row_job();
+    test_one_row_items();
     dsv4_kctx_free(kctx);
     return test_report();
 }
