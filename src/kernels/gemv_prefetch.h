@@ -21,14 +21,20 @@
  * each task's stream cold; with contiguous ranges running on measured 0.6-0.8x the time
  * of a cold 256-512 KB FP4/FP8 GEMV at 2 threads (BENCHMARKS.md, session 10). Prefetches
  * never fault and change no value, so reading past the weights' end is harmless.
- * The distance is per format, about the same time ahead (measured, bench_linear --decode,
- * one thread: FP4 decodes the slowest per byte and gains nothing past 1..2 KB, FP8 is
- * best at 4 KB (+7% over 2 KB), BF16 at 8 KB (+15..35% over 2 KB)). */
+ * The distance is per format (measured, bench_linear --decode, one thread: FP8 is best at
+ * 4 KB (+7% over 2 KB), BF16 at 8 KB (+15..35% over 2 KB)). FP4, which decodes the slowest
+ * per byte, gained nothing past 1..2 KB on one thread; in the batch-1 step, whose MoE items
+ * give each thread long FP4 runs (moe_one.c), 4 KB took 0.98x the step's time of 2 KB
+ * (BENCHMARKS.md, session 15 ovl). */
 #ifndef GEMV_PF_HINT
 #define GEMV_PF_HINT _MM_HINT_T0
 #endif
+/* the prefetch of one line; a test defines it to record the lines instead */
+#ifndef GEMV_PF_TOUCH
+#define GEMV_PF_TOUCH(a) _mm_prefetch((const char *)(a), GEMV_PF_HINT)
+#endif
 #ifndef GEMV_PF_FP4
-#define GEMV_PF_FP4 2048
+#define GEMV_PF_FP4 4096
 #endif
 #ifndef GEMV_PF_FP8
 #define GEMV_PF_FP8 4096
@@ -44,7 +50,7 @@ typedef struct {
 static inline __attribute__((always_inline)) gemv_pf pf_start(const void *lo, const void *hi, int64_t dist) {
     const char *a = (const char *)lo, *e = (const char *)hi;
     const char *stop = e - a > dist ? a + dist : e;
-    for (; a < stop; a += 64) _mm_prefetch(a, GEMV_PF_HINT);
+    for (; a < stop; a += 64) GEMV_PF_TOUCH(a);
     return (gemv_pf){dist};
 }
 
@@ -52,7 +58,7 @@ static inline __attribute__((always_inline)) gemv_pf pf_start(const void *lo, co
 static inline __attribute__((always_inline)) void pf_step(const gemv_pf *pf, const void *base, int64_t off, int nbytes) {
     const char *a = (const char *)base + pf->dist + off;
     for (int k = 0; k < nbytes; k += 64, a += 64)
-        if (pf->dist > 0) _mm_prefetch(a, GEMV_PF_HINT);
+        if (pf->dist > 0) GEMV_PF_TOUCH(a);
 }
 
 /* The software prefetch of a one-row GEMV that reads its task's rows as R far-apart runs
@@ -65,12 +71,12 @@ static inline __attribute__((always_inline)) void pf_runs_start(const void *base
                                                                  int64_t dist) {
     const int64_t m = len < dist ? len : dist;
     for (int r = 0; r < R; r++)
-        for (int64_t k = 0; k < m; k += 64) _mm_prefetch((const char *)base + r * step + k, GEMV_PF_HINT);
+        for (int64_t k = 0; k < m; k += 64) GEMV_PF_TOUCH((const char *)base + r * step + k);
 }
 
 /* one line of each run at pos + r * step + dist (call once per 64 bytes a run consumes) */
 static inline __attribute__((always_inline)) void pf_runs_line(const void *pos, int64_t step, int R, int64_t dist) {
-    for (int r = 0; r < R; r++) _mm_prefetch((const char *)pos + r * step + dist, GEMV_PF_HINT);
+    for (int r = 0; r < R; r++) GEMV_PF_TOUCH((const char *)pos + r * step + dist);
 }
 
 #endif
