@@ -276,7 +276,7 @@ static void gemv_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const flo
  * own decoders (FP4: dec_fp4n, the GEMV's values in natural column order; the same exact
  * values, padding lanes included), into per-thread F32 scratch
  * (8, ld) that stays in L1/L2, and every activation row runs against it in blocks of 3
- * rows, 8 x 3 accumulators in registers (4 x 4 for a 4-row panel) over all the columns:
+ * rows (the last 4 as 2 + 2: sm_block_rows), 8 x 3 accumulators in registers (4 x 4 for a 4-row panel) over all the columns:
  * chunks of 16 in ascending order, the last one's x zero-padded, then hsum16's tree. Those are linear_fast.h's lanes and order, so every
  * output is the GEMV's (and the GEMM's) bits, whichever rows share the call. */
 
@@ -406,6 +406,16 @@ AINLINE void sm_rows(int NW, int MR, const float *x, int64_t n, int64_t k0, int6
     }
 }
 
+/* Rows of the next register block when left rows remain, blocks of MR: the last 4 of 3-row
+ * blocks go as 2 + 2, not 3 + 1. A 1-row block runs 8 FMAs on 9 loads, each accumulator a
+ * dependent chain, where 2 rows run 16 on 10 (10, 13 and 16 rows: 1.01-1.03x the speed,
+ * in-process, hot and cold; BENCHMARKS.md, "Session 15, psm"). The same block count, so the
+ * prefetch spread below is unchanged; which rows share a block never changes a bit. */
+AINLINE int sm_block_rows(int MR, int left) {
+    if (MR == 3 && left == 4) return 2;
+    return left < MR ? left : MR;
+}
+
 /* all n_rows activation rows against one panel of NW weight rows (nb of them real), in
  * column tiles of kt (all n: one tile), the tiles outermost so that a tile of the panel
  * stays in L1 for every row block (acc: the lanes between tiles); while prefetching
@@ -420,11 +430,12 @@ AINLINE void sm_panel(int NW, int tiled, const float *x, int n_rows, int64_t n, 
     const int64_t step = ((per_block + chunks - 1) / chunks + 63) & ~(int64_t)63;
     for (int64_t t0 = 0; t0 < n; t0 += kt) {
         const int64_t k0 = tiled ? t0 : 0, k1 = !tiled || n - t0 < kt ? n : t0 + kt; /* !tiled: 0, n */
-        for (int s0 = 0; s0 < n_rows; s0 += MR) {
+        for (int s0 = 0, mr; s0 < n_rows; s0 += mr) {
+            mr = sm_block_rows(MR, n_rows - s0);
             const char *p = pf < pf_end ? pf : NULL;
             const float *xs = x + (int64_t)s0 * n;
             float *ys = y + (int64_t)s0 * rows, *as = acc + (int64_t)s0 * NW * 16;
-            switch (n_rows - s0 < MR ? n_rows - s0 : MR) {
+            switch (mr) {
             case 1: sm_rows(NW, 1, xs, n, k0, k1, panel, ld, as, ys, rows, nb, p, step); break;
             case 2: sm_rows(NW, 2, xs, n, k0, k1, panel, ld, as, ys, rows, nb, p, step); break;
             case 3: sm_rows(NW, 3, xs, n, k0, k1, panel, ld, as, ys, rows, nb, p, step); break;

@@ -417,6 +417,48 @@ static void check_paths_agree(int level) {
            dsv4_simd_name(level), (long long)total, (long long)bad);
 }
 
+/* The small-M kernel's register blocks (3-row blocks, the last 4 rows as 2 + 2, 4-row
+ * blocks of a 4-row panel) at every row count 1..20, forced on 1..3 threads, against the
+ * GEMM forced on one thread: odd shapes (panels of 8 and 4 rows, a masked last chunk),
+ * ue8m0 and F32 scales, three formats. Every output's bits. */
+static void check_smallm_blocks(int level) {
+    static const int64_t shapes[][2] = {{68, 288}, {7, 133}, {21, 1056}, {12, 64}};
+    const dsv4_wfmt fmts[3] = {DSV4_WF_FP4, DSV4_WF_FP8, DSV4_WF_BF16};
+    int64_t bad = 0, total = 0;
+    for (int fi = 0; fi < 3; fi++)
+        for (int sc = 0; sc < 2; sc++)
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+                const dsv4_wfmt f = fmts[fi];
+                const int64_t rows = shapes[si][0], cols = shapes[si][1];
+                if ((f == DSV4_WF_FP4 && cols % 32) || (sc == SC_F32 && f == DSV4_WF_BF16)) continue;
+                tmat t = make_mat(f, sc, rows, cols);
+                for (int nr = 1; nr <= 20; nr++) {
+                    float *x = rand_vec((int64_t)nr * cols);
+                    float *yg = malloc(sizeof(float) * nr * rows), *ys = malloc(sizeof(float) * nr * rows);
+                    dsv4_kctx_set_simd(kc[1], level);
+                    dsv4_kctx_set_lin_path(kc[1], DSV4_LIN_GEMM);
+                    dsv4_linear(kc[1], &t.m, x, nr, yg);
+                    dsv4_kctx_set_lin_path(kc[1], DSV4_LIN_AUTO);
+                    for (int th = 1; th <= 3; th++) {
+                        dsv4_kctx_set_simd(kc[th], level);
+                        dsv4_kctx_set_lin_path(kc[th], DSV4_LIN_SMALLM);
+                        dsv4_linear(kc[th], &t.m, x, nr, ys);
+                        dsv4_kctx_set_lin_path(kc[th], DSV4_LIN_AUTO);
+                        int64_t b = 0;
+                        for (int64_t i = 0; i < (int64_t)nr * rows; i++) b += memcmp(&yg[i], &ys[i], sizeof(float)) != 0;
+                        CHECK_MSG(b == 0, "%s level %d %lldx%lld n_rows %d, %d threads: small-M differs from the GEMM in %lld outputs",
+                                  fmt_name(f, sc), level, (long long)rows, (long long)cols, nr, th, (long long)b);
+                        bad += b;
+                        total += (int64_t)nr * rows;
+                    }
+                    free(x), free(yg), free(ys);
+                }
+                free_mat(&t);
+            }
+    printf("level %s: small-M forced (1..20 rows, 1..3 threads) against the GEMM: %lld outputs, %lld differ in any bit\n",
+           dsv4_simd_name(level), (long long)total, (long long)bad);
+}
+
 /* dsv4_linear_here (one product on the calling thread, one kernel call) gives dsv4_linear's
  * bits, on whole matrices and on row views; an FP8 view is made where it starts a scale
  * band or lies inside one, and refused where it would straddle one. */
@@ -671,6 +713,7 @@ int main(void) {
         check_fp8_nan(level);
         check_guard_pages(level);
         if (level > DSV4_SIMD_SCALAR) check_paths_agree(level);
+        if (level > DSV4_SIMD_SCALAR) check_smallm_blocks(level);
         check_here_and_views(level);
         check_strided(level);
         /* a batch larger than one accumulator block (LIN_MB rows) */
