@@ -21,11 +21,11 @@
  * each task's stream cold; with contiguous ranges running on measured 0.6-0.8x the time
  * of a cold 256-512 KB FP4/FP8 GEMV at 2 threads (BENCHMARKS.md, session 10). Prefetches
  * never fault and change no value, so reading past the weights' end is harmless.
- * The distance is per format (measured, bench_linear --decode, one thread: FP8 is best at
+ * The distance is per format (measured, bench_linear --decode, one thread: FP8 was best at
  * 4 KB (+7% over 2 KB), BF16 at 8 KB (+15..35% over 2 KB)). FP4, which decodes the slowest
  * per byte, gained nothing past 1..2 KB on one thread; in the batch-1 step, whose MoE items
- * give each thread long FP4 runs (moe_one.c), 4 KB took 0.98x the step's time of 2 KB
- * (BENCHMARKS.md, session 15 ovl). */
+ * give each thread long FP4 runs (moe_one.c), 4 KB took 0.98x the step's time of 2 KB, and
+ * FP8 at 8 KB (2 KB a far run) 0.98x that of 4 KB (BENCHMARKS.md, session 15 ovl). */
 #ifndef GEMV_PF_HINT
 #define GEMV_PF_HINT _MM_HINT_T0
 #endif
@@ -37,7 +37,7 @@
 #define GEMV_PF_FP4 4096
 #endif
 #ifndef GEMV_PF_FP8
-#define GEMV_PF_FP8 4096
+#define GEMV_PF_FP8 8192
 #endif
 #ifndef GEMV_PF_DENSE
 #define GEMV_PF_DENSE 8192
