@@ -83,10 +83,6 @@ int main(void) {
     check_adjacent(w, 256, 4, 8, GEMV_PF_FP4);
     check_adjacent(w, 1024, 0, 64, 2048);
     check_runs(w);
-    /* the distances measured in the batch-1 step (gemv_prefetch.h): FP4 4 KB, not 2; FP8
-     * 8 KB, not 4 (2 KB ahead in each of a task's 4 far runs) */
-    CHECK(GEMV_PF_FP4 == 4096);
-    CHECK(GEMV_PF_FP8 == 8192);
     return test_report();
 }
 #else
