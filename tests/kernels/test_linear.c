@@ -295,6 +295,27 @@ static void check_fp8_prescale_guard(int level) {
     }
 }
 
+/* outputs of y and y2 (n floats) whose bits differ */
+static int64_t bits_differ(const float *y, const float *y2, int64_t n) {
+    int64_t d = 0;
+    for (int64_t i = 0; i < n; i++) d += memcmp(&y[i], &y2[i], sizeof(float)) != 0;
+    return d;
+}
+
+/* y = x m^T on k with the path forced (then AUTO again) */
+static void linear_forced(dsv4_kctx *k, dsv4_lin_path path, const dsv4_mat *m, const float *x, int nr, float *y) {
+    dsv4_kctx_set_lin_path(k, path);
+    dsv4_linear(k, m, x, nr, y);
+    dsv4_kctx_set_lin_path(k, DSV4_LIN_AUTO);
+}
+
+/* linear_forced into y; the outputs whose bits differ from yref's */
+static int64_t forced_differs(dsv4_kctx *k, dsv4_lin_path path, const dsv4_mat *m, const float *x, int nr,
+                              const float *yref, float *y) {
+    linear_forced(k, path, m, x, nr, y);
+    return bits_differ(yref, y, (int64_t)nr * m->rows);
+}
+
 /* Level avx512vbmi decodes FP8 through byte tables and FP4 through word tables in natural
  * column order, avx512 through F16 conversions and permuted FP4 lanes: the weights are the
  * same exact values and every lane sums the same columns in the same order, so every
@@ -325,7 +346,7 @@ static void check_vbmi_matches_avx512(dsv4_wfmt f) {
                 dsv4_linear(kc[2], &t.m, x, nr, ya);
                 dsv4_kctx_set_simd(kc[2], DSV4_SIMD_AVX512VBMI);
                 dsv4_linear(kc[2], &t.m, x, nr, yv);
-                for (int64_t i = 0; i < (int64_t)nr * rows; i++) bad += memcmp(&ya[i], &yv[i], sizeof(float)) != 0;
+                bad += bits_differ(ya, yv, (int64_t)nr * rows);
                 total += (int64_t)nr * rows;
                 free(x); free(ya); free(yv);
             }
@@ -357,13 +378,13 @@ static void check_fp8_one_row_bands(void) {
         for (int th = 1; th <= 3; th++) {
             dsv4_kctx_set_simd(kc[th], DSV4_SIMD_AVX512VBMI);
             dsv4_linear(kc[th], &t.m, x, 1, yv);
-            for (int64_t i = 0; i < rows; i++) bad += memcmp(&ya[i], &yv[i], sizeof(float)) != 0;
+            bad += bits_differ(ya, yv, rows);
             total += rows;
         }
         const dsv4_lin_op op = {&t.m, x, 1, yv};
         for (int64_t i = 0; i < rows; i++) yv[i] = NAN; /* every output written again */
         dsv4_linear_here(kc[2], &op, 1);
-        for (int64_t i = 0; i < rows; i++) bad += memcmp(&ya[i], &yv[i], sizeof(float)) != 0;
+        bad += bits_differ(ya, yv, rows);
         total += rows;
         free(x); free(ya); free(yv);
         free_mat(&t);
@@ -399,11 +420,7 @@ static void check_paths_agree(int level) {
                     dsv4_kctx_set_simd(kc[2], level);
                     dsv4_linear(kc[2], &t.m, x, nr, ya);
                     for (int path = DSV4_LIN_GEMV; path <= DSV4_LIN_GEMM; path++) {
-                        dsv4_kctx_set_lin_path(kc[2], (dsv4_lin_path)path);
-                        dsv4_linear(kc[2], &t.m, x, nr, yp);
-                        dsv4_kctx_set_lin_path(kc[2], DSV4_LIN_AUTO);
-                        int64_t b = 0;
-                        for (int64_t i = 0; i < (int64_t)nr * rows; i++) b += memcmp(&ya[i], &yp[i], sizeof(float)) != 0;
+                        const int64_t b = forced_differs(kc[2], (dsv4_lin_path)path, &t.m, x, nr, ya, yp);
                         CHECK_MSG(b == 0, "%s level %d %lldx%lld n_rows %d: forced path %d differs from auto in %lld outputs",
                                   fmt_name(f, sc), level, (long long)rows, (long long)cols, nr, path, (long long)b);
                         bad += b;
@@ -436,16 +453,10 @@ static void check_smallm_blocks(int level) {
                     float *x = rand_vec((int64_t)nr * cols);
                     float *yg = malloc(sizeof(float) * nr * rows), *ys = malloc(sizeof(float) * nr * rows);
                     dsv4_kctx_set_simd(kc[1], level);
-                    dsv4_kctx_set_lin_path(kc[1], DSV4_LIN_GEMM);
-                    dsv4_linear(kc[1], &t.m, x, nr, yg);
-                    dsv4_kctx_set_lin_path(kc[1], DSV4_LIN_AUTO);
+                    linear_forced(kc[1], DSV4_LIN_GEMM, &t.m, x, nr, yg);
                     for (int th = 1; th <= 3; th++) {
                         dsv4_kctx_set_simd(kc[th], level);
-                        dsv4_kctx_set_lin_path(kc[th], DSV4_LIN_SMALLM);
-                        dsv4_linear(kc[th], &t.m, x, nr, ys);
-                        dsv4_kctx_set_lin_path(kc[th], DSV4_LIN_AUTO);
-                        int64_t b = 0;
-                        for (int64_t i = 0; i < (int64_t)nr * rows; i++) b += memcmp(&yg[i], &ys[i], sizeof(float)) != 0;
+                        const int64_t b = forced_differs(kc[th], DSV4_LIN_SMALLM, &t.m, x, nr, yg, ys);
                         CHECK_MSG(b == 0, "%s level %d %lldx%lld n_rows %d, %d threads: small-M differs from the GEMM in %lld outputs",
                                   fmt_name(f, sc), level, (long long)rows, (long long)cols, nr, th, (long long)b);
                         bad += b;
