@@ -86,7 +86,7 @@ typedef struct dsv4_lin_op {
 void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops);
 /* dsv4_linear_batch's products with x's rows ldx floats apart and y's ldy apart (each at
  * least every op's cols and rows: the ops read and write column slices of wider arrays, in
- * place of copies to and from dense ones). Strided products take the GEMM path, which
+ * place of copies to and from dense ones; 0: each op's own dense rows, dsv4_linear_batch). Strided products take the GEMM path, which
  * gives every path's bits (linear_fast.h) and is the path of calls of more than
  * DSV4_LIN_STRIDED_MIN_ROWS - 1 rows anyway. */
 #define DSV4_LIN_STRIDED_MIN_ROWS 65

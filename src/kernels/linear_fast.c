@@ -237,8 +237,8 @@ static int lin_trivial(dsv4_kctx *k, const dsv4_lin_op *op, int64_t ldx, int64_t
  * tasks per thread, so that threads finish together; 0: one task for all outputs). x and y
  * rows ldx and ldy floats apart: only the GEMM takes rows that are not dense, so a strided
  * op is planned as a GEMM. */
-static void lin_plan_strided(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs, int64_t ldx, int64_t ldy,
-                             lin_plan *pl) {
+static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs, int64_t ldx, int64_t ldy,
+                        lin_plan *pl) {
     const dsv4_mat *w = op->w;
     const int64_t rows = w->rows, n = w->cols;
     const dsv4_lin_kernels *kn = dsv4_lin_kernels_scalar();
@@ -301,10 +301,6 @@ static void lin_plan_strided(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target
     pl->n_tasks = (int)((rows + pl->per - 1) / pl->per) * pl->row_blocks;
 }
 
-static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs, lin_plan *pl) {
-    lin_plan_strided(k, op, target_macs, op->w->cols, op->w->rows, pl);
-}
-
 static void lin_task(void *arg, int t, int tid) {
     const lin_job *j = arg;
     int i = 0;
@@ -337,8 +333,8 @@ _Static_assert(DSV4_LIN_STRIDED_MIN_ROWS > LIN_SMALLM_MAX_ROWS && DSV4_LIN_STRID
 /* Up to this many products are planned on the stack; longer lists go in slices. */
 #define LIN_BATCH_MAX 64
 
-/* dsv4_linear_batch with x and y rows ldx and ldy floats apart (0: each op's dense rows). */
-static void linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, int64_t ldx, int64_t ldy) {
+/* ldx, ldy 0: each op's dense rows (dsv4_linear_batch) */
+void dsv4_linear_batch_strided(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, int64_t ldx, int64_t ldy) {
     for (int b0 = 0; b0 < n_ops; b0 += LIN_BATCH_MAX) {
         const int nb = n_ops - b0 < LIN_BATCH_MAX ? n_ops - b0 : LIN_BATCH_MAX;
         lin_plan plan[LIN_BATCH_MAX];
@@ -358,7 +354,7 @@ static void linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, int64_
         for (int i = b0; i < b0 + nb; i++) {
             const int64_t lx = ldx ? ldx : ops[i].w->cols, ly = ldy ? ldy : ops[i].w->rows;
             if (lin_trivial(k, &ops[i], lx, ly)) continue;
-            lin_plan_strided(k, &ops[i], target, lx, ly, &plan[n]);
+            lin_plan_op(k, &ops[i], target, lx, ly, &plan[n]);
             plan[n].task0 = n_tasks;
             n_tasks += plan[n].n_tasks;
             n++;
@@ -374,18 +370,15 @@ static void linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, int64_
     }
 }
 
-void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) { linear_batch(k, ops, n_ops, 0, 0); }
-
-void dsv4_linear_batch_strided(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, int64_t ldx, int64_t ldy) {
-    linear_batch(k, ops, n_ops, ldx, ldy);
-}
+void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) { dsv4_linear_batch_strided(k, ops, n_ops, 0, 0); }
 
 void dsv4_linear_here(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
     const int tid = dsv4_kctx_tid(k);
     for (int i = 0; i < n_ops; i++) {
-        if (lin_trivial(k, &ops[i], ops[i].w->cols, ops[i].w->rows)) continue;
+        const int64_t lx = ops[i].w->cols, ly = ops[i].w->rows; /* dense rows */
+        if (lin_trivial(k, &ops[i], lx, ly)) continue;
         lin_plan plan;
-        lin_plan_op(k, &ops[i], 0, &plan);
+        lin_plan_op(k, &ops[i], 0, lx, ly, &plan);
         lin_job job = {k, &plan, 1};
         for (int t = 0; t < plan.n_tasks; t++) lin_task(&job, t, tid);
     }
