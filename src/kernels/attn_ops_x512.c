@@ -7,10 +7,11 @@
  * loaded once into both halves: an F32 chunk is a single broadcast load (no shuffle
  * uop), a BF16 chunk a 16-byte broadcast load and one byte shuffle that widens it to FP32
  * in both halves. Up to 8 pairs (16 heads) x 2 key rows of accumulators stay in registers
- * over the whole head dimension; per key chunk that is 8 pair loads, 2 key loads and 32
- * multiply/add uops, so the two FP ports, not the shuffles, set the pace. Rows too wide
- * for the packed buffer, or calls with too few rows to repay the packing, run the
- * previous layout (two key rows side by side, each query chunk broadcast).
+ * over the whole head dimension; per key chunk that is 8 pair loads (each pair held in a
+ * register for both rows), 2 key loads and 32 multiply/add uops, so the FP pipes, not the
+ * loads or the shuffles, set the pace. Rows too wide for the packed buffer, or calls with
+ * too few rows to repay the packing, run the previous layout (two key rows side by side,
+ * each query chunk broadcast).
  *
  * Value sum. 8 heads x 32 columns of accumulators over all rows. A BF16 row's 32 values
  * are widened by two word unpacks against zero (one shuffle uop per 16 values instead of
@@ -119,7 +120,10 @@ X512_INLINE void pairs_rows(const float *qp, int nch, int n, const void *const *
         for (int r = 0; r < R; r++) k[r] = key_chunk2(rows[r], fmt, c, 0xff);
         const float *qc = qp + (size_t)c * P * 16;
         for (int g = 0; g < P; g++) {
-            const __m512 qv = _mm512_load_ps(qc + 16 * g);
+            __m512 qv = _mm512_load_ps(qc + 16 * g);
+            /* one load for all R rows: GCC would fold it into each multiply, and at 2 rows
+             * the loop's 16 + 2 loads a chunk, not its 32 FP uops, set the pace */
+            __asm__("" : "+v"(qv));
             for (int r = 0; r < R; r++) acc[g][r] = _mm512_add_ps(acc[g][r], _mm512_mul_ps(qv, k[r]));
         }
     }
