@@ -36,6 +36,15 @@
 #ifndef GEMV_PF_FP4
 #define GEMV_PF_FP4 4096
 #endif
+#ifndef GEMV_PF_FP4_RUN
+#define GEMV_PF_FP4_RUN 1024 /* a far run of the FP4 GEMV (pf_fp4_runs): 0.99x the step of 512 B, 0.98x of 2 KB */
+#endif
+#ifndef GEMV_FP4_FAR_NX
+#define GEMV_FP4_FAR_NX 4 /* FP4 far runs (pf_fp4_runs) up to this many activation rows */
+#endif
+#ifndef GEMV_FP4_FAR_ROWS
+#define GEMV_FP4_FAR_ROWS 16 /* and from this many rows a run */
+#endif
 #ifndef GEMV_PF_FP8
 #define GEMV_PF_FP8 8192
 #endif
@@ -77,6 +86,28 @@ static inline __attribute__((always_inline)) void pf_runs_start(const void *base
 /* one line of each run at pos + r * step + dist (call once per 64 bytes a run consumes) */
 static inline __attribute__((always_inline)) void pf_runs_line(const void *pos, int64_t step, int R, int64_t dist) {
     for (int r = 0; r < R; r++) GEMV_PF_TOUCH((const char *)pos + r * step + dist);
+}
+
+/* The far runs of an FP4 GEMV task [o0, o1) of a matrix of `rows` rows (linear_avx512.c
+ * gemv_fp4_task; level avx2 keeps adjacent rows: runs read 1.00x there): R runs of
+ * q = (o1 - o0) / R rows, or none (0: adjacent rows) unless the task is the whole matrix
+ * and q >= min_q (runs of 4-8 KB read no faster than adjacent rows: session 11 "cold"). A whole-matrix task is one
+ * call of dsv4_linear_here (moe_one's row views: each thread's half of an expert matrix,
+ * 128 KB, then another matrix); there the runs took 0.98-0.99x the batch-1 step's time of
+ * 4 adjacent rows (in step, BENCHMARKS.md session 16 far4). A pool task of a larger matrix
+ * keeps adjacent rows: the same thread's next task then holds the following rows, and one
+ * linear stream runs on into them, where runs restart 4 streams a task (batch 16, whose
+ * expert tasks are 64-128 KB: the runs took 1.04x the step's time). With runs, the first
+ * GEMV_PF_FP4_RUN bytes of each run's weights (rb bytes a row from wt) and as many rows'
+ * scale bytes (nsb a row from sc; NULL: F32 scales, not prefetched) are prefetched. */
+static inline __attribute__((always_inline)) int64_t pf_fp4_runs(const uint8_t *wt, const uint8_t *sc, int64_t rb,
+                                                                  int64_t nsb, int R, int64_t o0, int64_t o1,
+                                                                  int64_t rows, int64_t min_q) {
+    const int64_t q = (o1 - o0) / R;
+    if (o0 != 0 || o1 != rows || q < min_q) return 0;
+    pf_runs_start(wt, q * rb, R, q * rb, GEMV_PF_FP4_RUN);
+    if (sc) pf_runs_start(sc, q * nsb, R, q * nsb, GEMV_PF_FP4_RUN / 16);
+    return q;
 }
 
 #endif

@@ -154,28 +154,33 @@ static void gemv_fp8(const dsv4_mat *w, const float *x, int nx, float *y, int64_
  * driver). */
 #define FP4_XP_FLOATS 8192 /* permuted x on the stack: 32 KB (2 rows of 4096 columns) */
 
-/* R weight rows from o, NX activation rows. xpre: x is (NX, cols) in fp4_perm order (else
- * natural, permuted here per chunk); e8m0: ue8m0 scales (a table load; else a runtime
- * choice per block, fp4_block_table). Both constant after inlining. */
-AINLINE void gemv_fp4_rows(int R, int NX, int xpre, int e8m0, const dsv4_lin_tables *tab, const dsv4_mat *w,
-                           const float *x, float *y, int64_t o, const gemv_pf *pf) {
+/* R weight rows o + r * rs (rs 1: adjacent; else far apart, see gemv_fp4_task), NX
+ * activation rows. xpre: x is (NX, cols) in fp4_perm order (else natural, permuted here per
+ * chunk); e8m0: ue8m0 scales (a table load; else a runtime choice per block,
+ * fp4_block_table). All three constant after inlining. */
+AINLINE void gemv_fp4_rows(int R, int NX, int xpre, int e8m0, int far, const dsv4_lin_tables *tab,
+                           const dsv4_mat *w, const float *x, float *y, int64_t o, int64_t rs, const gemv_pf *pf) {
     const int64_t n = w->cols, nsb = n / 32, rows = w->rows, rb = n / 2;
+    const int64_t step = rs * rb; /* bytes between the R rows */
     const __m512i perm = _mm512_loadu_si512((const void *)fp4_perm);
-    const uint8_t *p = (const uint8_t *)w->w + o * rb; /* (R, rb) */
-    const uint8_t *sc = (const uint8_t *)w->scale + o * nsb; /* (R, nsb), ue8m0 */
+    const uint8_t *p = (const uint8_t *)w->w + o * rb;       /* row r at p + r * step */
+    const uint8_t *sc = (const uint8_t *)w->scale + o * nsb; /* row r's (nsb) ue8m0 at sc + r * rs * nsb */
     __m512 a[GEMV_R_MAX][GEMV_NX_MAX];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
         for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
+    if (far && e8m0) pf_runs_line(sc, rs * nsb, R, GEMV_PF_FP4_RUN / 16); /* each run's scales, as far ahead */
     for (int64_t b = 0; b < nsb; b++) {
-        pf_step(pf, p, R * b * 16, R * 16);
+        if (!far) pf_step(pf, p, R * b * 16, R * 16);
+        else if ((b & 3) == 0) pf_runs_line(p + b * 16, step, R, GEMV_PF_FP4_RUN);
         __m512 w0[GEMV_R_MAX], w1[GEMV_R_MAX];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            const __m512 t = e8m0 ? _mm512_load_ps(tab->fp4x16[sc[r * nsb + b]]) : fp4_block_table(tab, w, (o + r) * nsb + b);
-            w0[r] = dec_fp4(p + r * rb + b * 16, t);
-            w1[r] = dec_fp4(p + r * rb + b * 16 + 8, t);
+            const __m512 t = e8m0 ? _mm512_load_ps(tab->fp4x16[sc[r * rs * nsb + b]])
+                                  : fp4_block_table(tab, w, (o + r * rs) * nsb + b);
+            w0[r] = dec_fp4(p + r * step + b * 16, t);
+            w1[r] = dec_fp4(p + r * step + b * 16 + 8, t);
         }
         const float *xb = x + b * 32;
 #pragma GCC unroll 8
@@ -196,27 +201,47 @@ AINLINE void gemv_fp4_rows(int R, int NX, int xpre, int e8m0, const dsv4_lin_tab
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
-        for (int s = 0; s < NX; s++) y[s * rows + o + r] = hsum16(_mm512_permutexvar_ps(unperm, a[r][s]));
+        for (int s = 0; s < NX; s++) y[s * rows + o + r * rs] = hsum16(_mm512_permutexvar_ps(unperm, a[r][s]));
+}
+
+/* A task's rows [o0, o1): with at most GEMV_FP4_FAR_NX activation rows, as R far-apart
+ * runs where pf_fp4_runs says so (block k takes row k of each run, as gemv1_dense; each run's
+ * weights and scale bytes prefetched GEMV_PF_FP4_RUN bytes ahead of its own reads; the last
+ * (o1 - o0) % R rows one by one after them), else R adjacent rows a block and the task's
+ * bytes prefetched as one stream. Which rows share a block changes no result: each row
+ * keeps its accumulators, lanes and chunk order. */
+AINLINE void gemv_fp4_task(int NX, int xpre, int e8m0, const dsv4_lin_tables *tab, const dsv4_mat *w,
+                           const float *x, float *y, int64_t o0, int64_t o1) {
+    const int R = GEMV_R(NX);
+    const int64_t n = w->cols, nsb = n / 32, rb = n / 2;
+    const uint8_t *wt = (const uint8_t *)w->w + o0 * rb, *sc = (const uint8_t *)w->scale + o0 * nsb;
+    const int64_t q = NX <= GEMV_FP4_FAR_NX
+                          ? pf_fp4_runs(wt, e8m0 ? sc : NULL, rb, nsb, R, o0, o1, w->rows, GEMV_FP4_FAR_ROWS)
+                          : 0;
+    /* runs: the last rows follow run R - 1, whose prefetch ran on into them */
+    const gemv_pf pf = q ? (gemv_pf){GEMV_PF_FP4} : pf_start(wt, wt + (o1 - o0) * rb, GEMV_PF_FP4);
+    int64_t o = o0;
+    if (q) {
+        for (int64_t k = 0; k < q; k++) gemv_fp4_rows(R, NX, xpre, e8m0, 1, tab, w, x, y, o0 + k, q, &pf);
+        o = o0 + R * q;
+    } else {
+        if (e8m0) pf_start(sc, sc + (o1 - o0) * nsb, 4096); /* the task's ue8m0 scales */
+        for (; o + R <= o1; o += R) gemv_fp4_rows(R, NX, xpre, e8m0, 0, tab, w, x, y, o, 1, &pf);
+    }
+    for (; o < o1; o++) gemv_fp4_rows(1, NX, xpre, e8m0, 0, tab, w, x, y, o, 1, &pf);
 }
 
 AINLINE void gemv_fp4_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o0,
                          int64_t o1) {
-    const int R = GEMV_R(NX);
-    const int64_t n = w->cols, rb = n / 2; /* bytes per row */
-    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * rb, (const uint8_t *)w->w + o1 * rb, GEMV_PF_FP4);
-    if (!w->scale_is_f32) /* the task's ue8m0 scales: cols / 32 bytes a row */
-        pf_start((const uint8_t *)w->scale + o0 * (rb / 16), (const uint8_t *)w->scale + o1 * (rb / 16), 4096);
-    int64_t o = o0;
+    const int64_t n = w->cols;
     if (NX * n <= FP4_XP_FLOATS && !w->scale_is_f32) { /* the model's case */
         _Alignas(64) float xp[FP4_XP_FLOATS]; /* (NX, n) x in fp4_perm order */
         const __m512i perm = _mm512_loadu_si512((const void *)fp4_perm);
         for (int64_t i = 0; i < NX * n; i += 16)
             _mm512_store_ps(xp + i, _mm512_permutexvar_ps(perm, _mm512_loadu_ps(x + i)));
-        for (; o + R <= o1; o += R) gemv_fp4_rows(R, NX, 1, 1, tab, w, xp, y, o, &pf);
-        for (; o < o1; o++) gemv_fp4_rows(1, NX, 1, 1, tab, w, xp, y, o, &pf);
+        gemv_fp4_task(NX, 1, 1, tab, w, xp, y, o0, o1);
     } else { /* F32 scales, or x too long for the stack buffer */
-        for (; o + R <= o1; o += R) gemv_fp4_rows(R, NX, 0, 0, tab, w, x, y, o, &pf);
-        for (; o < o1; o++) gemv_fp4_rows(1, NX, 0, 0, tab, w, x, y, o, &pf);
+        gemv_fp4_task(NX, 0, 0, tab, w, x, y, o0, o1);
     }
 }
 

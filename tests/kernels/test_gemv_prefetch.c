@@ -1,7 +1,8 @@
 /* test_gemv_prefetch.c — the one-row GEMVs' software prefetch schedule (gemv_prefetch.h).
  * Prefetches change no value, so the kernels' bit tests cannot see them: here each prefetch
  * records its line instead, and the test walks a task the way the FP4 GEMV does (4 adjacent
- * rows a block, 16 bytes of each row a 32-column block) and the far-run GEMVs do. */
+ * rows a block, 16 bytes of each row a 32-column block) and the far-run GEMVs do, and which
+ * FP4 tasks take far runs. */
 #include <stdint.h>
 
 #include "test.h"
@@ -74,8 +75,44 @@ static void check_runs(const char *w) {
     CHECK(ok && bad == 0);
 }
 
+/* The FP4 GEMV's far runs (pf_fp4_runs): only a task that is a whole matrix with at least
+ * min_q rows a run takes them; its start touches the first dist bytes of each run's weights
+ * and the first dist / 16 of each run's scale bytes, nothing else. */
+static void check_fp4_runs(const char *w, const char *sc) {
+    const uint8_t *wt = (const uint8_t *)w, *s8 = (const uint8_t *)sc;
+    const int64_t rb = 512, nsb = 32, dist = 1024; /* 1024 columns */
+    n_lines = 0;
+    /* a part of the matrix, too few rows a run, a whole matrix with 15 rows a run: none */
+    CHECK(pf_fp4_runs(wt, s8, rb, nsb, 4, 0, 256, 512, 16) == 0);
+    CHECK(pf_fp4_runs(wt, s8, rb, nsb, 4, 256, 512, 512, 16) == 0);
+    CHECK(pf_fp4_runs(wt, s8, rb, nsb, 4, 0, 63, 63, 16) == 0);
+    CHECK(n_lines == 0);
+    /* 259 rows: 4 runs of 64, 3 left over */
+    CHECK(pf_fp4_runs(wt, s8, rb, nsb, 4, 0, 259, 259, 16) == 64);
+    static int seen[MAX_LINES], seen_sc[MAX_LINES];
+    memset(seen, 0, sizeof seen);
+    memset(seen_sc, 0, sizeof seen_sc);
+    int bad = 0, bad_sc = 0, ok = n_lines == 4 * (dist / 64) + 4 * (dist / 16 / 64);
+    /* every line is either a weight line or a scale line: count each against its own range */
+    const int n = n_lines;
+    for (int i = 0; i < n; i++) {
+        const int64_t ow = lines[i] - w, os = lines[i] - sc;
+        if (ow >= 0 && ow < 259 * rb && ow % 64 == 0) seen[ow / 64]++;
+        else if (os >= 0 && os < 259 * nsb && os % 64 == 0) seen_sc[os / 64]++;
+        else bad++;
+    }
+    for (int r = 0; r < 4; r++) {
+        for (int64_t k = 0; k < 64 * rb / 64; k++) ok &= seen[r * 64 * rb / 64 + k] == (k < dist / 64);
+        for (int64_t k = 0; k < 64 * nsb / 64; k++) bad_sc += seen_sc[r * 64 * nsb / 64 + k] != (k < dist / 16 / 64);
+    }
+    CHECK_MSG(ok && bad == 0 && bad_sc == 0, "FP4 far runs' start: ok %d, %d stray lines, %d scale lines wrong", ok,
+              bad, bad_sc);
+}
+
 int main(void) {
     static _Alignas(64) char w[1 << 20];
+    static _Alignas(64) char sc[1 << 16];
+    check_fp4_runs(w, sc);
     /* moe_one's FP4 items at 2 threads (Flash-quarter: a thread's half of a 512x1024 W1,
      * of a 1024x512 W2) and a short task */
     check_adjacent(w, 1024, 0, 256, GEMV_PF_FP4);

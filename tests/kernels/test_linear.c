@@ -611,6 +611,54 @@ static void check_guard_pages(int level) {
         }
 }
 
+/* The FP4 GEMV of a task that is a whole matrix (dsv4_linear_here: moe_one's row views)
+ * reads its rows as 4 far-apart runs of q = rows / 4 rows at level avx512 and up (from 16
+ * rows a run; the last rows % 4 one by one); every output must be the bits of the GEMM path
+ * (forced) at every level, for 1..4
+ * activation rows, both scale kinds, runs of 15 (adjacent rows instead), 16 and more rows,
+ * 0..3 rows left over, with the weights and scales against a guard page (each run's
+ * prefetch runs on past the matrix's end and must stay a prefetch). Outputs start as NaN,
+ * so a row left out shows. */
+static void check_fp4_far_runs(int level) {
+    static const int64_t rows_set[] = {60, 64, 67, 130, 257, 515};
+    static const int64_t cols_set[] = {32, 288, 1024};
+    int64_t bad = 0, total = 0;
+    for (int sc = 0; sc < 2; sc++)
+        for (size_t ri = 0; ri < sizeof rows_set / sizeof rows_set[0]; ri++)
+            for (size_t ci = 0; ci < sizeof cols_set / sizeof cols_set[0]; ci++) {
+                const int64_t rows = rows_set[ri], cols = cols_set[ci];
+                tmat t = make_mat(DSV4_WF_FP4, sc, rows, cols);
+                const size_t sbytes = (size_t)(rows * (cols / 32)) * (sc == SC_F32 ? 4 : 1);
+                guard_buf gw = {0}, gs = {0};
+                dsv4_mat m = t.m;
+                m.w = guard_alloc(&gw, t.w, (size_t)(rows * cols / 2));
+                m.scale = guard_alloc(&gs, t.scale, sbytes);
+                CHECK_MSG(m.w && m.scale, "guard page setup failed");
+                if (!m.w || !m.scale) {
+                    guard_free(&gw), guard_free(&gs), free_mat(&t);
+                    continue;
+                }
+                float *x = rand_vec(4 * cols), *yg = malloc(sizeof(float) * 4 * rows);
+                float *y = malloc(sizeof(float) * 4 * rows);
+                dsv4_kctx_set_simd(kc[2], level);
+                for (int nx = 1; nx <= 4; nx++) {
+                    linear_forced(kc[2], DSV4_LIN_GEMM, &t.m, x, nx, yg);
+                    for (int64_t i = 0; i < nx * rows; i++) y[i] = NAN;
+                    const dsv4_lin_op op = {&m, x, nx, y};
+                    dsv4_linear_here(kc[2], &op, 1);
+                    const int64_t b = bits_differ(yg, y, nx * rows);
+                    CHECK_MSG(b == 0, "%s level %d %lldx%lld n_rows %d: one task of the whole matrix differs from the GEMM in %lld outputs",
+                              fmt_name(DSV4_WF_FP4, sc), level, (long long)rows, (long long)cols, nx, (long long)b);
+                    bad += b;
+                    total += nx * rows;
+                }
+                free(x), free(yg), free(y);
+                guard_free(&gw), guard_free(&gs), free_mat(&t);
+            }
+    printf("level %s: FP4 GEMV of whole matrices (far runs) against the GEMM: %lld outputs, %lld differ in any bit\n",
+           dsv4_simd_name(level), (long long)total, (long long)bad);
+}
+
 /* FP8 NaN codes: one rule at every level and on every path. Rows holding a 0x7F or 0xFF
  * byte (at the start, in the middle, in a partial last block) must give NaN for every
  * activation row, whatever x is (x = 0 included: 0 * NaN is NaN); every other row must be
@@ -723,6 +771,7 @@ int main(void) {
         check_fp8_prescale_guard(level);
         check_fp8_nan(level);
         check_guard_pages(level);
+        if (level > DSV4_SIMD_SCALAR) check_fp4_far_runs(level);
         if (level > DSV4_SIMD_SCALAR) check_paths_agree(level);
         if (level > DSV4_SIMD_SCALAR) check_smallm_blocks(level);
         check_here_and_views(level);
