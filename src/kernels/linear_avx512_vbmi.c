@@ -1,7 +1,8 @@
 /* linear_avx512_vbmi.c — level avx512vbmi of dsv4_linear: the AVX-512 kernels plus the VBMI
  * byte permutes where the CPU has them. FP8 GEMVs decode through byte tables (linear_avx512.h),
  * batch 1 has its own one-row FP8 GEMV, and 8..64 activation rows take the small-M kernel,
- * which decodes each weight once per call. Every other case is level avx512's. */
+ * which decodes each weight once per call into a panel (FP4 at up to 12 rows: in registers,
+ * once per block of rows, inside the FMA loop). Every other case is level avx512's. */
 #include "kernels/linear_avx512.h"
 
 #ifdef DSV4_LIN_AVX512
@@ -446,6 +447,101 @@ AINLINE void sm_panel(int NW, int tiled, const float *x, int n_rows, int64_t n, 
     }
 }
 
+/* ---- small-M, FP4 at up to SMF_ROWS activation rows: the decode fused into the FMA loop ----
+ * The panel path decodes a weight once per call but pays the decode apart from the FMAs (a
+ * store and a reload a chunk; the two parts add up: BENCHMARKS.md, "Session 15, psm"). Here
+ * each 16-weight chunk of SMF_NO weight rows is decoded in registers (dec_fp4n, the table a
+ * memory operand of its vpermps) right before the SMF_NO x MR FMAs that use it, so the
+ * decode's shuffles issue beside the FMAs. Rows go in balanced blocks of at most SMF_MR
+ * (4 x 6 accumulators, 4 weights, the control: 29 of the 32 registers); each block decodes
+ * the chunk again, so the path ends where a third block would make it dearer than the
+ * panel (SMF_ROWS). The same chunks of 16 in ascending order per lane and sm_store4's tree:
+ * the panel path's bits. In process (Zen 5, FP4 512x1024 / 1024x512, GFLOP/s a thread
+ * against the panel path): 2 threads streaming 256 MB of experts 1.15-1.26x at 9 rows,
+ * 1.05-1.09x at 12; one thread hot 1.06-1.12x at 8-9 rows, 0.98-1.03x at 12. */
+
+#define SMF_NO 4    /* weight rows a group */
+#define SMF_MR 6    /* activation rows of the largest register block */
+#define SMF_ROWS 12 /* the most activation rows that take it: two blocks */
+#define SMF_PD 2    /* groups ahead that the first block prefetches, a line a 32 columns */
+
+/* MR activation rows from x (stride n) against the SMF_NO weight rows from wp (n / 2 bytes
+ * apart, their ue8m0 scales from sc, n / 32 apart): y (MR, rows), SMF_NO outputs a row. N:
+ * n as a constant (0: not), so the rows' addresses are constant offsets (with n in a
+ * register GCC spent general registers on row pointers: 0.91-0.93x at 12 rows). pf: the
+ * group SMF_PD ahead, a line per 32 columns (without it 0.77x at 12 rows, streamed), or NULL */
+AINLINE VBMI void smf_block(int MR, int64_t N, const float *x, int64_t n, const uint8_t *wp, const uint8_t *sc,
+                            const float (*tab)[16], __m512i ctl, float *y, int64_t rows, const char *pf) {
+    if (N) n = N;
+    const int64_t nsb = n / 32, rb = n / 2;
+    __m512 a[SMF_MR][SMF_NO];
+    for (int s = 0; s < MR; s++)
+        for (int j = 0; j < SMF_NO; j++) a[s][j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++) {
+        if (pf) _mm_prefetch(pf + 64 * b, _MM_HINT_T0); /* SMF_NO x 16 bytes a block: one line */
+        for (int h = 0; h < 2; h++) {
+            __m512 wv[SMF_NO];
+            for (int j = 0; j < SMF_NO; j++) {
+                int64_t u;
+                memcpy(&u, wp + j * rb + 16 * b + 8 * h, 8);
+                wv[j] = _mm512_permutexvar_ps(_mm512_multishift_epi64_epi8(ctl, _mm512_set1_epi64(u)),
+                                              _mm512_load_ps(tab[sc[j * nsb + b]]));
+                __asm__("" : "+v"(wv[j])); /* decoded once, used MR times (as sm_rows' panel loads) */
+            }
+            for (int s = 0; s < MR; s++) {
+                const __m512 xv = _mm512_loadu_ps(x + s * n + 32 * b + 16 * h);
+                for (int j = 0; j < SMF_NO; j++) a[s][j] = _mm512_fmadd_ps(xv, wv[j], a[s][j]);
+            }
+        }
+    }
+    for (int s = 0; s < MR; s++) sm_store4(a[s], SMF_NO, y + s * rows);
+}
+
+/* outputs [o0, o0 + 4 * groups) of all n_rows (<= SMF_ROWS) activation rows */
+AINLINE VBMI void smf_groups(int64_t N, const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
+                             int64_t o0, int64_t groups) {
+    const int64_t n = N ? N : w->cols, rows = w->rows, nsb = n / 32, gb = SMF_NO * (n / 2);
+    const __m512i ctl = _mm512_load_si512((const void *)fp4n_ctl);
+    const float(*tab)[16] = c->tab->fp4x16;
+    const uint8_t *wb = (const uint8_t *)w->w + o0 * (n / 2), *sb = (const uint8_t *)w->scale + o0 * nsb;
+    const int nblk = (n_rows + SMF_MR - 1) / SMF_MR;
+    for (int64_t g = 0; g < groups; g++) {
+        const uint8_t *wp = wb + g * gb, *sc = sb + g * SMF_NO * nsb;
+        const char *pf = g + SMF_PD < groups ? (const char *)(wp + SMF_PD * gb) : NULL;
+        for (int k = 0, s0 = 0; k < nblk; k++) {
+            const int mr = (n_rows - s0 + (nblk - k) - 1) / (nblk - k); /* balanced: 12 = 6 + 6, 9 = 5 + 4 */
+            const float *xs = x + (int64_t)s0 * n;
+            float *ys = y + (int64_t)s0 * rows + o0 + g * SMF_NO;
+            const char *p = k == 0 ? pf : NULL;
+            switch (mr) {
+            case 1: smf_block(1, N, xs, n, wp, sc, tab, ctl, ys, rows, p); break;
+            case 2: smf_block(2, N, xs, n, wp, sc, tab, ctl, ys, rows, p); break;
+            case 3: smf_block(3, N, xs, n, wp, sc, tab, ctl, ys, rows, p); break;
+            case 4: smf_block(4, N, xs, n, wp, sc, tab, ctl, ys, rows, p); break;
+            case 5: smf_block(5, N, xs, n, wp, sc, tab, ctl, ys, rows, p); break;
+            default: smf_block(6, N, xs, n, wp, sc, tab, ctl, ys, rows, p); break;
+            }
+            s0 += mr;
+        }
+    }
+}
+
+/* the outputs [o0, o0 + 4 * floor((o1 - o0) / 4)) when the fused path takes the call (FP4,
+ * ue8m0 scales, at most SMF_ROWS rows); returns the first output it left */
+static VBMI int64_t smallm_fp4_fused(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
+                                     int64_t o0, int64_t o1) {
+    if (w->fmt != DSV4_WF_FP4 || w->scale_is_f32 || n_rows > SMF_ROWS) return o0;
+    const int64_t groups = (o1 - o0) / SMF_NO;
+    switch (w->cols) { /* the expert widths as constants */
+    case 512: smf_groups(512, c, w, x, n_rows, y, o0, groups); break;
+    case 1024: smf_groups(1024, c, w, x, n_rows, y, o0, groups); break;
+    case 2048: smf_groups(2048, c, w, x, n_rows, y, o0, groups); break;
+    case 4096: smf_groups(4096, c, w, x, n_rows, y, o0, groups); break;
+    default: smf_groups(0, c, w, x, n_rows, y, o0, groups); break;
+    }
+    return o0 + groups * SMF_NO;
+}
+
 /* Column tiles: at 8 panel rows a row of 1024 columns makes a 32 KB panel, which stays in
  * L1 (48 KB on Zen 5) beside a block's x rows; past that every row block reread the panel
  * from L2 (FP8 1024 x 2048 at 16 rows, one thread, hot: 115 GFLOP/s, against 150-170 at 1024
@@ -469,7 +565,7 @@ static VBMI void smallm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, co
      * ahead, ran 3-12 % slower, and no prefetch 4-8 % slower. */
     const int64_t rb = dsv4_mat_bytes(w) / (rows > 0 ? rows : 1);
     const char *wbase = (const char *)w->w;
-    for (int64_t o = o0; o < o1;) {
+    for (int64_t o = smallm_fp4_fused(c, w, x, n_rows, y, o0, o1); o < o1;) {
         /* 8 weight rows a panel, 4 for a task's last few (a short task pads less) */
         const int NW = o1 - o > 4 ? 8 : 4;
         const int nb = o1 - o < NW ? (int)(o1 - o) : NW;

@@ -470,6 +470,38 @@ static void check_smallm_blocks(int level) {
            dsv4_simd_name(level), (long long)total, (long long)bad);
 }
 
+/* Small-M's fused FP4 path (avx512vbmi: ue8m0 scales, up to 12 rows, groups of 4 weight
+ * rows, balanced blocks of up to 6 activation rows, the widths 512/1024/2048/4096 compiled as
+ * constants) and the panel path past it, at every row count 1..32, forced on 1..3 threads,
+ * against the GEMM forced on one: every output's bits. Row counts not a multiple of 4 leave
+ * a task's last outputs to the panel path. */
+static void check_smallm_fused(int level) {
+    static const int64_t shapes[][2] = {{13, 512}, {9, 1024}, {6, 2048}, {5, 4096}, {10, 96}, {16, 64}};
+    int64_t bad = 0, total = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t rows = shapes[si][0], cols = shapes[si][1];
+        tmat t = make_mat(DSV4_WF_FP4, SC_E8M0, rows, cols);
+        for (int nr = 1; nr <= 32; nr++) {
+            float *x = rand_vec((int64_t)nr * cols);
+            float *yg = malloc(sizeof(float) * nr * rows), *ys = malloc(sizeof(float) * nr * rows);
+            dsv4_kctx_set_simd(kc[1], level);
+            linear_forced(kc[1], DSV4_LIN_GEMM, &t.m, x, nr, yg);
+            for (int th = 1; th <= 3; th++) {
+                dsv4_kctx_set_simd(kc[th], level);
+                const int64_t b = forced_differs(kc[th], DSV4_LIN_SMALLM, &t.m, x, nr, yg, ys);
+                CHECK_MSG(b == 0, "fp4 level %d %lldx%lld n_rows %d, %d threads: small-M differs from the GEMM in %lld outputs",
+                          level, (long long)rows, (long long)cols, nr, th, (long long)b);
+                bad += b;
+                total += (int64_t)nr * rows;
+            }
+            free(x), free(yg), free(ys);
+        }
+        free_mat(&t);
+    }
+    printf("level %s: fp4 small-M forced (1..32 rows, 1..3 threads, widths 64..4096) against the GEMM: %lld outputs, "
+           "%lld differ in any bit\n", dsv4_simd_name(level), (long long)total, (long long)bad);
+}
+
 /* dsv4_linear_here (one product on the calling thread, one kernel call) gives dsv4_linear's
  * bits, on whole matrices and on row views; an FP8 view is made where it starts a scale
  * band or lies inside one, and refused where it would straddle one. */
@@ -774,6 +806,7 @@ int main(void) {
         if (level > DSV4_SIMD_SCALAR) check_fp4_far_runs(level);
         if (level > DSV4_SIMD_SCALAR) check_paths_agree(level);
         if (level > DSV4_SIMD_SCALAR) check_smallm_blocks(level);
+        if (level > DSV4_SIMD_SCALAR) check_smallm_fused(level);
         check_here_and_views(level);
         check_strided(level);
         /* a batch larger than one accumulator block (LIN_MB rows) */
