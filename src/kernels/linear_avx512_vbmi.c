@@ -464,6 +464,12 @@ AINLINE void sm_panel(int NW, int tiled, const float *x, int n_rows, int64_t n, 
 #define SMF_MR 6    /* activation rows of the largest register block */
 #define SMF_ROWS 12 /* the most activation rows that take it: two blocks */
 #define SMF_PD 2    /* groups ahead that the first block prefetches, a line a 32 columns */
+/* FP4 takes small-M from 5 rows (the GEMV below): the fused path against the FP4 GEMV on a
+ * prefill's streamed experts (bench_linear --experts --threads 2, fraction of the FMA probe,
+ * w13 / w2) at 5 rows 0.706 / 0.690 against 0.567 / 0.530, 6 rows 0.679 / 0.680 against
+ * 0.536 / 0.512, 7 rows 0.624 / 0.656 against 0.538 / 0.528; at 4 rows the GEMV 0.734 /
+ * 0.695 against 0.678 / 0.657. */
+#define SMF_MIN_ROWS 5
 
 /* MR activation rows from x (stride n) against the SMF_NO weight rows from wp (n / 2 bytes
  * apart, their ue8m0 scales from sc, n / 32 apart): y (MR, rows), SMF_NO outputs a row. N:
@@ -589,14 +595,14 @@ static VBMI void smallm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, co
  * load then feeds a single FMA. */
 static const dsv4_lin_kernels avx512vbmi_kernels = {
     GEMV_NX_MAX, 16, 16, gemv_avx512vbmi, dsv4_lin_avx512vbmi_gemm, fp8v_prescale,
-    /* small-M from 8 rows for FP8 and FP4, 17 for the dense formats, up to 32 (the GEMM
+    /* small-M from 8 rows for FP8 (FP4 5: SMF_MIN_ROWS), 17 for the dense formats, up to 32 (the GEMM
      * before): against two 8-row GEMV passes on the decode shapes at 16 rows it ran FP8
      * 1.0-2.1x, FP4 1.05-1.8x, BF16 0.71-1.35x (the head 0.71); at 8 rows FP8 0.94-1.6x,
      * FP4 1.0-2.2x but the 8192-row head 0.70x, BF16 0.54-0.95x; at 32 rows, against the
      * tile GEMM, 1.16-2.6x for all three (bench_linear --decode --rows 4,8,16,32,
      * BENCHMARKS.md); up to 64 rows where x is at most LIN_SMALLM_BIG_X_FLOATS
      * (linear_fast.h) */
-    {[DSV4_WF_F32] = 17, [DSV4_WF_F16] = 17, [DSV4_WF_BF16] = 17, [DSV4_WF_FP8] = 8, [DSV4_WF_FP4] = 8},
+    {[DSV4_WF_F32] = 17, [DSV4_WF_F16] = 17, [DSV4_WF_BF16] = 17, [DSV4_WF_FP8] = 8, [DSV4_WF_FP4] = SMF_MIN_ROWS},
     smallm_avx512vbmi};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512vbmi(void) { return &avx512vbmi_kernels; }

@@ -233,14 +233,9 @@ static int lin_trivial(dsv4_kctx *k, const dsv4_lin_op *op, int64_t ldx, int64_t
     return 0;
 }
 
-/* target_macs: the multiply-adds a GEMV task should carry (the job's total over about 8
- * tasks per thread, so that threads finish together; 0: one task for all outputs). x and y
- * rows ldx and ldy floats apart: only the GEMM takes rows that are not dense, so a strided
- * op is planned as a GEMM. */
-static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs, int64_t ldx, int64_t ldy,
-                        lin_plan *pl) {
-    const dsv4_mat *w = op->w;
-    const int64_t rows = w->rows, n = w->cols;
+/* The level's kernels for w on k and the path of n_rows rows (dense: x and y rows dense) */
+static dsv4_lin_path lin_pick(dsv4_kctx *k, const dsv4_mat *w, int n_rows, int dense, const dsv4_lin_kernels **kn_out) {
+    const int64_t n = w->cols;
     const dsv4_lin_kernels *kn = dsv4_lin_kernels_scalar();
     /* the x86 FP4 decoders walk whole 32-column scale blocks */
     const int level = dsv4_kctx_simd(k), fp4_ok = w->fmt != DSV4_WF_FP4 || n % 32 == 0;
@@ -250,26 +245,44 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
         kn = dsv4_lin_kernels_avx512();
     else if (level >= DSV4_SIMD_AVX2 && dsv4_lin_kernels_avx2() && fp4_ok)
         kn = dsv4_lin_kernels_avx2();
+    *kn_out = kn;
+    const int64_t panel = LIN_SMALLM_NB * ((n + 15) & ~(int64_t)15) + 16; /* floats, aligned */
+    const int sm_min = w->fmt <= DSV4_WF_FP4 ? kn->smallm_min_rows[w->fmt] : 0;
+    const int can_smallm = kn->smallm && n_rows <= LIN_SMALLM_MAX_ROWS && panel <= LIN_SCRATCH_FLOATS;
+    const int can_gemv = kn->gemv && n_rows <= LIN_GEMV_MAX_ROWS;
+    const dsv4_lin_path force = dense ? dsv4_kctx_lin_path(k) : DSV4_LIN_GEMM;
+    if (force == DSV4_LIN_SMALLM && can_smallm) return DSV4_LIN_SMALLM;
+    if (force == DSV4_LIN_GEMV && can_gemv) return DSV4_LIN_GEMV;
+    if (force == DSV4_LIN_GEMM) return DSV4_LIN_GEMM;
+    if (can_smallm && sm_min > 0 && n_rows >= sm_min && (n_rows <= 32 || n_rows * n <= LIN_SMALLM_BIG_X_FLOATS))
+        return DSV4_LIN_SMALLM;
+    if (can_gemv && n_rows <= (w->fmt == DSV4_WF_FP8 ? kn->gemv_max_rows_fp8 : kn->gemv_max_rows))
+        return DSV4_LIN_GEMV;
+    return DSV4_LIN_GEMM;
+}
+
+int dsv4_linear_path_of(struct dsv4_kctx *k, const dsv4_mat *w, int n_rows) {
+    const dsv4_lin_kernels *kn;
+    return lin_pick(k, w, n_rows, 1, &kn);
+}
+
+/* target_macs: the multiply-adds a GEMV task should carry (the job's total over about 8
+ * tasks per thread, so that threads finish together; 0: one task for all outputs). x and y
+ * rows ldx and ldy floats apart: only the GEMM takes rows that are not dense, so a strided
+ * op is planned as a GEMM. */
+static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs, int64_t ldx, int64_t ldy,
+                        lin_plan *pl) {
+    const dsv4_mat *w = op->w;
+    const int64_t rows = w->rows, n = w->cols;
     memset(pl, 0, sizeof *pl);
-    pl->kn = kn;
+    const dsv4_lin_path path = lin_pick(k, w, op->n_rows, ldx == n && ldy == rows, &pl->kn);
+    const dsv4_lin_kernels *kn = pl->kn;
     pl->w = w;
     pl->x = op->x;
     pl->n_rows = op->n_rows;
     pl->y = op->y;
-    const int64_t panel = LIN_SMALLM_NB * ((n + 15) & ~(int64_t)15) + 16; /* floats, aligned */
-    const int sm_min = w->fmt <= DSV4_WF_FP4 ? kn->smallm_min_rows[w->fmt] : 0;
-    const int can_smallm = kn->smallm && op->n_rows <= LIN_SMALLM_MAX_ROWS && panel <= LIN_SCRATCH_FLOATS;
-    const int can_gemv = kn->gemv && op->n_rows <= LIN_GEMV_MAX_ROWS;
-    const int dense = ldx == n && ldy == rows;
-    const dsv4_lin_path force = dense ? dsv4_kctx_lin_path(k) : DSV4_LIN_GEMM;
-    if (force == DSV4_LIN_SMALLM && can_smallm) pl->smallm = 1;
-    else if (force == DSV4_LIN_GEMV && can_gemv) pl->gemv = 1;
-    else if (force != DSV4_LIN_GEMM) {
-        pl->smallm = can_smallm && sm_min > 0 && op->n_rows >= sm_min &&
-                     (op->n_rows <= 32 || op->n_rows * n <= LIN_SMALLM_BIG_X_FLOATS);
-        pl->gemv = !pl->smallm && can_gemv &&
-                   op->n_rows <= (w->fmt == DSV4_WF_FP8 ? kn->gemv_max_rows_fp8 : kn->gemv_max_rows);
-    }
+    pl->smallm = path == DSV4_LIN_SMALLM;
+    pl->gemv = path == DSV4_LIN_GEMV;
     /* GEMV and small-M: 4..LIN_GEMV_NB outputs per task (a multiple of 4: the kernels take
      * rows in fours); the split never changes a result */
     pl->per = LIN_NB;

@@ -175,6 +175,9 @@ void dsv4_lin_dequant8(const dsv4_mat *w, int64_t o, int64_t i, float out[8]);
 
 /* The kernel context's per-thread tile scratch and tables for dsv4_linear (kctx.c). */
 struct dsv4_kctx;
+/* The path (dsv4_lin_path, kctx.h) dsv4_linear plans for n_rows dense rows of w on k, at its
+ * level and forced path: for the tests of the levels' row thresholds. */
+int dsv4_linear_path_of(struct dsv4_kctx *k, const dsv4_mat *w, int n_rows);
 float *dsv4_kctx_lin_scratch(struct dsv4_kctx *k, int tid);
 const dsv4_lin_tables *dsv4_kctx_lin_tables(const struct dsv4_kctx *k);
 

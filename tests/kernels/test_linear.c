@@ -502,6 +502,20 @@ static void check_smallm_fused(int level) {
            "%lld differ in any bit\n", dsv4_simd_name(level), (long long)total, (long long)bad);
 }
 
+/* Level avx512vbmi's FP4 rows take small-M's fused path from 5 rows, where it ran 1.2-1.3x
+ * the FP4 GEMV on a prefill's streamed experts (bench_linear --experts; BENCHMARKS.md,
+ * "Session 16, smk"), and the GEMV up to 4, where the GEMV ran faster. */
+static void check_fp4_smallm_rows(void) {
+    tmat t = make_mat(DSV4_WF_FP4, SC_E8M0, 512, 1024);
+    dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512VBMI);
+    dsv4_kctx_set_lin_path(kc[1], DSV4_LIN_AUTO);
+    for (int nr = 1; nr <= 12; nr++) {
+        const int want = nr <= 4 ? DSV4_LIN_GEMV : DSV4_LIN_SMALLM, got = dsv4_linear_path_of(kc[1], &t.m, nr);
+        CHECK_MSG(got == want, "fp4 512x1024 at %d rows: path %d, want %d", nr, got, want);
+    }
+    free_mat(&t);
+}
+
 /* dsv4_linear_here (one product on the calling thread, one kernel call) gives dsv4_linear's
  * bits, on whole matrices and on row views; an FP8 view is made where it starts a scale
  * band or lies inside one, and refused where it would straddle one. */
@@ -824,6 +838,7 @@ int main(void) {
         check_vbmi_matches_avx512(DSV4_WF_FP8);
         check_vbmi_matches_avx512(DSV4_WF_FP4);
         check_fp8_one_row_bands();
+        check_fp4_smallm_rows();
     } else {
         printf("SKIPPED: avx512vbmi vs avx512 (this CPU or build lacks VBMI)\n");
     }
