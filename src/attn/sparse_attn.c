@@ -16,6 +16,20 @@
  * over 192-640 rows was a chain of dependent adds per head, ~3 cycles a value). */
 #define SOFTMAX_GROUP 8
 
+/* The largest of x[0, n) by x > max (NaNs never win), -inf when there is none: 16
+ * running maxima side by side, so the compiler keeps them in vector registers. */
+static float raw_max(const float *x, int n) {
+    float mp[16];
+    for (int k = 0; k < 16; k++) mp[k] = -INFINITY;
+    int j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int k = 0; k < 16; k++) mp[k] = x[j + k] > mp[k] ? x[j + k] : mp[k];
+    for (; j < n; j++) mp[0] = x[j] > mp[0] ? x[j] : mp[0];
+    float m = -INFINITY;
+    for (int k = 0; k < 16; k++) m = mp[k] > m ? mp[k] : m;
+    return m;
+}
+
 void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const void *const *rows, int fmt,
                             int n_kv, int nh, int hd, const float *sink, float scale, float *o,
                             float *probs, const dsv4_numerics *nm, dsv4_expf_rows_fn ex) {
@@ -28,16 +42,28 @@ void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const void
             ph[l] = probs + (size_t)(h0 + l) * n_kv;
             m[l] = sink[h0 + l];
         }
-        /* z_j = (q . R_j) * hd^-0.5, m = max(max_j z_j, sink), each head in j order */
-        for (int j = 0; j < n_kv; j++)
-            for (int l = 0; l < G; l++) {
-                ph[l][j] *= scale;
-                if (ph[l][j] > m[l]) m[l] = ph[l][j];
+        /* z_j = (q . R_j) * hd^-0.5, m = max(max_j z_j, sink). Rounding is monotone, so for
+         * a positive scale max_j z_j is the largest raw score times the scale: a read-only
+         * max over the raw scores, and z_j - m in one pass below. (Where m is a zero its
+         * sign may differ from the running max's, and z - 0 is the same for either zero.) */
+        for (int l = 0; l < G; l++) {
+            if (scale > 0 && scale < INFINITY) {
+                const float mz = raw_max(ph[l], n_kv) * scale;
+                if (mz > m[l]) m[l] = mz;
+            } else {
+                for (int j = 0; j < n_kv; j++) {
+                    const float zj = ph[l][j] * scale;
+                    if (zj > m[l]) m[l] = zj;
+                }
             }
+        }
         for (int l = 0; l < G; l++) Z[l] = expf(sink[h0 + l] - m[l]);
         if (ex) { /* the same exponentials 16 at a time, then the same sums in j order */
             for (int l = 0; l < G; l++) {
-                for (int j = 0; j < n_kv; j++) ph[l][j] -= m[l];
+                for (int j = 0; j < n_kv; j++) {
+                    const float zj = ph[l][j] * scale; /* rounded before the difference */
+                    ph[l][j] = zj - m[l];
+                }
                 ex(ph[l], n_kv, ph[l]);
             }
             for (int j = 0; j < n_kv; j++)
@@ -45,7 +71,8 @@ void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const void
         } else {
             for (int l = 0; l < G; l++)
                 for (int j = 0; j < n_kv; j++) {
-                    ph[l][j] = expf(ph[l][j] - m[l]);
+                    const float zj = ph[l][j] * scale;
+                    ph[l][j] = expf(zj - m[l]);
                     Z[l] += ph[l][j];
                 }
         }

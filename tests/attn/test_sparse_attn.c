@@ -10,6 +10,7 @@
 #include "attn/attention.h"
 #include "kernels/cpu.h"
 #include "kernels/kv_rows.h"
+#include "kernels/ops.h"
 #include "test.h"
 
 static uint64_t rng_state = 0x853c49e6748fea9bull;
@@ -100,6 +101,61 @@ static void test_attn(int H, int hd, int n_kv) {
 }
 
 /* Reference selection: a full sort of all scores, higher first, then lower index. */
+/* The contract's softmax written out plainly in FP32 (z_j = dot * scale, a running max with
+ * the sink, expf(z - m), the sum in j order, then one reciprocal), with zero rows of both
+ * signs that make the largest score a zero, duplicate rows (ties) and a sink above or below
+ * every score: the kernels give its bits exactly, with libm's expf or the array expf. */
+static void test_softmax_bits(int H, int hd, int n_kv, float sink_bias, int mixed) {
+    const dsv4_attn_ops *ops[3];
+    const int nl = levels(ops);
+    float *q = malloc(sizeof(float) * H * hd), *kv = malloc(sizeof(float) * n_kv * hd);
+    float *sink = malloc(sizeof(float) * H), *probs = malloc(sizeof(float) * H * n_kv + 4);
+    float *o = malloc(sizeof(float) * H * hd), *ref = malloc(sizeof(float) * H * hd);
+    float *z = malloc(sizeof(float) * n_kv + 4);
+    const float **rows = malloc(sizeof(float *) * n_kv + 8);
+    for (int i = 0; i < H * hd; i++) /* positive, or of either sign (positive scores too) */
+        q[i] = (float)(mixed ? urand() : 0.25 + urand() * 0.2);
+    for (int j = 0; j < n_kv; j++)
+        for (int c = 0; c < hd; c++) {
+            float v = (float)(-0.5 - urand() * 0.4); /* a positive q scores < 0 ... */
+            if (j % 5 == 1) v = 0.0f;                /* ... but these rows score +0 */
+            if (j % 5 == 3) v = -0.0f;               /* and these -0 */
+            if (j % 7 == 6) v = kv[(size_t)(j - 1) * hd + c]; /* a tie with the row before */
+            kv[(size_t)j * hd + c] = v;
+        }
+    for (int h = 0; h < H; h++) sink[h] = sink_bias + (float)urand();
+    for (int j = 0; j < n_kv; j++) rows[j] = kv + (size_t)j * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int h = 0; h < H; h++) {
+        float m = sink[h];
+        for (int j = 0; j < n_kv; j++) {
+            z[j] = dsv4_dot(q + (size_t)h * hd, rows[j], hd) * scale;
+            if (z[j] > m) m = z[j];
+        }
+        float Z = expf(sink[h] - m);
+        for (int j = 0; j < n_kv; j++) {
+            z[j] = expf(z[j] - m);
+            Z += z[j];
+        }
+        const float inv = 1.0f / Z;
+        float *r = ref + (size_t)h * hd;
+        for (int c = 0; c < hd; c++) r[c] = 0.0f;
+        for (int j = 0; j < n_kv; j++) {
+            const float p = z[j] * inv;
+            for (int c = 0; c < hd; c++) r[c] = r[c] + p * rows[j][c];
+        }
+    }
+    for (int l = 0; l < nl; l++)
+        for (int x = 0; x < 2; x++) {
+            dsv4_sparse_attn_heads(ops[l], q, (const void *const *)rows, DSV4_ROW_F32, n_kv, H, hd, sink, scale, o,
+                                   probs, dsv4_numerics_exact(), x ? dsv4_expf_x512() : NULL);
+            CHECK_MSG(memcmp(o, ref, sizeof(float) * H * hd) == 0,
+                      "softmax H=%d hd=%d n_kv=%d sink %+g: level %d (array expf %d) differs from the plain formula",
+                      H, hd, n_kv, sink_bias, l, x);
+        }
+    free(q); free(kv); free(sink); free(probs); free(o); free(ref); free(z); free(rows);
+}
+
 static const float *cmp_scores;
 static int cmp_rank(const void *a, const void *b) {
     const int i = *(const int *)a, j = *(const int *)b;
@@ -291,6 +347,10 @@ int main(void) {
     test_attn(16, 64, 37);
     test_attn(13, 130, 200);
     test_attn(16, 512, 70);
+    test_softmax_bits(16, 64, 37, -3.0f, 0); /* the max is a zero score */
+    test_softmax_bits(5, 40, 200, 3.0f, 0);  /* the sink above every score */
+    test_softmax_bits(16, 512, 70, -40.0f, 1); /* a positive score */
+    test_softmax_bits(13, 130, 200, -40.0f, 1);
     test_indexer(4, 16, 10, 16, 0);    /* fewer candidates than topk: all, no scoring */
     test_indexer(16, 128, 300, 64, 0);
     test_indexer(5, 33, 257, 100, 1);  /* odd sizes, many exact zeros */
