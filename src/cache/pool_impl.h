@@ -53,6 +53,7 @@ struct dsv4_cache {
     int32_t *blk_free, n_blk_free;  /* (n_blocks) */
     int32_t *win_owner;             /* (n_win_pages) owning sequence or NONE */
     int32_t *blk_ref;               /* (n_blocks) references: table entries + snapshots */
+    uint8_t *win_warm, *blk_warm;   /* (n_win_pages), (n_blocks): 1 once handed out (populated) */
     int32_t *win_table;             /* (max_seqs, win_table_width) page id or NONE */
     int32_t *blk_table;             /* (max_seqs, blk_table_width) block id or NONE */
     seq_state *seqs;                /* (max_seqs) */

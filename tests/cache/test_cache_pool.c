@@ -1,12 +1,17 @@
 /* test_cache_pool.c — paged pools on the micro config (spec/serving.md §a.3–a.4): rows map
  * through shuffled (non-contiguous) tables, exhaustion leaves everything unchanged, release
  * returns every page, trim frees exactly the dead window pages, slots come back cleared,
- * unowned storage is never written (NaN sentinel), bad handles are errors, and one sequence
- * reaches position 1,048,576. */
+ * unowned storage is never written (NaN sentinel), bad handles are errors, one sequence
+ * reaches position 1,048,576, and a page id's memory is populated when it is handed out
+ * (Flash's geometry), no earlier. */
 #include <math.h>
 #include <stdint.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "cache/cache.h"
+#include "cache/pool_impl.h"
 #include "fixtures.h"
 #include "test.h"
 
@@ -104,6 +109,73 @@ static int verify_seq(dsv4_cache *c, int seq, int64_t n) {
         }
     }
     return bad;
+}
+
+/* OS pages wholly inside [p, p + n) that are (want 1) or are not (want 0) resident; -1 when
+ * mincore fails. */
+static int64_t count_resident(const void *p, int64_t n, int want) {
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)p + pg - 1) & ~(pg - 1), hi = ((uintptr_t)p + (uintptr_t)n) & ~(pg - 1);
+    if (hi <= lo) return 0;
+    unsigned char *v = malloc((hi - lo) / pg);
+    if (!v || mincore((void *)lo, hi - lo, v)) { free(v); return -1; }
+    int64_t k = 0;
+    for (uintptr_t i = 0; i < (hi - lo) / pg; i++) k += (v[i] & 1) == want;
+    free(v);
+    return k;
+}
+
+/* A page id's memory is populated when it is first handed out, in every layer, and no
+ * other's: the pools stay lazily committed (Flash's geometry, pages of many OS pages). */
+static void test_populate(void) {
+#ifdef MADV_POPULATE_WRITE
+    const long pg = sysconf(_SC_PAGESIZE);
+    void *probe = mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    const int can = probe != MAP_FAILED && madvise(probe, (size_t)pg, MADV_POPULATE_WRITE) == 0;
+    if (probe != MAP_FAILED) munmap(probe, (size_t)pg);
+    if (!can) return; /* an older kernel: the pools stay lazy, nothing to check */
+    dsv4_config cfg;
+    fx_flash(&cfg);
+    dsv4_cache_opts o;
+    memset(&o, 0, sizeof o);
+    o.max_context = 8192;
+    o.max_seqs = 2;
+    dsv4_cache_plan p;
+    dsv4_cache *c = NULL;
+    dsv4_err e = {0};
+    int rc = dsv4_cache_plan_make(&cfg, &o, &p, &e);
+    if (!rc) rc = dsv4_cache_create(&p, &c, &e);
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    if (rc) return;
+    int seq = -1;
+    const int64_t start = 0;
+    const int count = 1;
+    CHECK(dsv4_cache_seq_alloc(c, &seq, &e) == 0);
+    CHECK(dsv4_cache_reserve(c, 1, &seq, &start, &count, 1, &e) == 0);
+    const int32_t wp = (int32_t)dsv4_cache_win_page(c, seq, 0), bp = (int32_t)dsv4_cache_blk_page(c, seq, 0);
+    CHECK(wp >= 0 && bp >= 0 && c->n_win_pages > wp + 4 && c->n_blocks > bp + 4);
+    if (wp < 0 || bp < 0 || c->n_win_pages <= wp + 4 || c->n_blocks <= bp + 4) goto out;
+    const int64_t win_bytes = c->win_rows * p.win_row_bytes;
+    for (int l = 0; l < p.n_layers; l++) {
+        CHECK_MSG(count_resident(dsv4_pool_win_page(c, l, wp), win_bytes, 0) == 0,
+                  "layer %d: WIN page %d handed out but not populated", l, wp);
+        CHECK_MSG(count_resident(dsv4_pool_win_page(c, l, wp + 2), win_bytes, 1) == 0,
+                  "layer %d: WIN page %d populated before it was handed out", l, wp + 2);
+    }
+    for (int i = 0; i < p.n_ratios; i++)
+        for (int slot = 0; slot < p.n_cmp_layers[i]; slot++) {
+            const int64_t n = c->blk_rows[i] * p.cmp_row_bytes;
+            CHECK_MSG(count_resident(dsv4_pool_cmp_page(c, i, slot, bp), n, 0) == 0,
+                      "CMP pool %d slot %d: block %d handed out but not populated", i, slot, bp);
+            CHECK_MSG(count_resident(dsv4_pool_cmp_page(c, i, slot, bp + 2), n, 1) == 0,
+                      "CMP pool %d slot %d: block %d populated early", i, slot, bp + 2);
+        }
+    for (int slot = 0; slot < p.n_idx_layers; slot++)
+        CHECK_MSG(count_resident(dsv4_pool_idx_page(c, slot, bp), c->idx_rows * p.idx_row_bytes, 0) == 0,
+                  "IDX slot %d: block %d handed out but not populated", slot, bp);
+out:
+    dsv4_cache_free(c);
+#endif
 }
 
 /* Several sequences advance by interleaved spans over shuffled free lists; every row
@@ -501,5 +573,6 @@ int main(void) {
     test_slot_reuse();
     test_sentinel_catches();
     test_one_million();
+    test_populate();
     return test_report();
 }
