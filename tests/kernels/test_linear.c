@@ -434,6 +434,28 @@ static void check_paths_agree(int level) {
            dsv4_simd_name(level), (long long)total, (long long)bad);
 }
 
+/* Small-M forced on 1..3 threads against the GEMM forced on one, at 1..max_rows activation
+ * rows of t: every output's bits; adds to *bad and *total. */
+static void smallm_against_gemm(int level, const tmat *t, int max_rows, const char *name, int64_t *bad,
+                                int64_t *total) {
+    const int64_t rows = t->m.rows, cols = t->m.cols;
+    for (int nr = 1; nr <= max_rows; nr++) {
+        float *x = rand_vec((int64_t)nr * cols);
+        float *yg = malloc(sizeof(float) * nr * rows), *ys = malloc(sizeof(float) * nr * rows);
+        dsv4_kctx_set_simd(kc[1], level);
+        linear_forced(kc[1], DSV4_LIN_GEMM, &t->m, x, nr, yg);
+        for (int th = 1; th <= 3; th++) {
+            dsv4_kctx_set_simd(kc[th], level);
+            const int64_t b = forced_differs(kc[th], DSV4_LIN_SMALLM, &t->m, x, nr, yg, ys);
+            CHECK_MSG(b == 0, "%s level %d %lldx%lld n_rows %d, %d threads: small-M differs from the GEMM in %lld outputs",
+                      name, level, (long long)rows, (long long)cols, nr, th, (long long)b);
+            *bad += b;
+            *total += (int64_t)nr * rows;
+        }
+        free(x), free(yg), free(ys);
+    }
+}
+
 /* The small-M kernel's register blocks (3-row blocks, the last 4 rows as 2 + 2, 4-row
  * blocks of a 4-row panel) at every row count 1..20, forced on 1..3 threads, against the
  * GEMM forced on one thread: odd shapes (panels of 8 and 4 rows, a masked last chunk),
@@ -449,21 +471,7 @@ static void check_smallm_blocks(int level) {
                 const int64_t rows = shapes[si][0], cols = shapes[si][1];
                 if ((f == DSV4_WF_FP4 && cols % 32) || (sc == SC_F32 && f == DSV4_WF_BF16)) continue;
                 tmat t = make_mat(f, sc, rows, cols);
-                for (int nr = 1; nr <= 20; nr++) {
-                    float *x = rand_vec((int64_t)nr * cols);
-                    float *yg = malloc(sizeof(float) * nr * rows), *ys = malloc(sizeof(float) * nr * rows);
-                    dsv4_kctx_set_simd(kc[1], level);
-                    linear_forced(kc[1], DSV4_LIN_GEMM, &t.m, x, nr, yg);
-                    for (int th = 1; th <= 3; th++) {
-                        dsv4_kctx_set_simd(kc[th], level);
-                        const int64_t b = forced_differs(kc[th], DSV4_LIN_SMALLM, &t.m, x, nr, yg, ys);
-                        CHECK_MSG(b == 0, "%s level %d %lldx%lld n_rows %d, %d threads: small-M differs from the GEMM in %lld outputs",
-                                  fmt_name(f, sc), level, (long long)rows, (long long)cols, nr, th, (long long)b);
-                        bad += b;
-                        total += (int64_t)nr * rows;
-                    }
-                    free(x), free(yg), free(ys);
-                }
+                smallm_against_gemm(level, &t, 20, fmt_name(f, sc), &bad, &total);
                 free_mat(&t);
             }
     printf("level %s: small-M forced (1..20 rows, 1..3 threads) against the GEMM: %lld outputs, %lld differ in any bit\n",
@@ -481,21 +489,7 @@ static void check_smallm_fused(int level) {
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int64_t rows = shapes[si][0], cols = shapes[si][1];
         tmat t = make_mat(DSV4_WF_FP4, SC_E8M0, rows, cols);
-        for (int nr = 1; nr <= 32; nr++) {
-            float *x = rand_vec((int64_t)nr * cols);
-            float *yg = malloc(sizeof(float) * nr * rows), *ys = malloc(sizeof(float) * nr * rows);
-            dsv4_kctx_set_simd(kc[1], level);
-            linear_forced(kc[1], DSV4_LIN_GEMM, &t.m, x, nr, yg);
-            for (int th = 1; th <= 3; th++) {
-                dsv4_kctx_set_simd(kc[th], level);
-                const int64_t b = forced_differs(kc[th], DSV4_LIN_SMALLM, &t.m, x, nr, yg, ys);
-                CHECK_MSG(b == 0, "fp4 level %d %lldx%lld n_rows %d, %d threads: small-M differs from the GEMM in %lld outputs",
-                          level, (long long)rows, (long long)cols, nr, th, (long long)b);
-                bad += b;
-                total += (int64_t)nr * rows;
-            }
-            free(x), free(yg), free(ys);
-        }
+        smallm_against_gemm(level, &t, 32, "fp4", &bad, &total);
         free_mat(&t);
     }
     printf("level %s: fp4 small-M forced (1..32 rows, 1..3 threads, widths 64..4096) against the GEMM: %lld outputs, "
