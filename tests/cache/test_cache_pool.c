@@ -19,8 +19,9 @@
 
 static dsv4_config g_cfg;
 
-static int mk(dsv4_cache **c, int64_t max_context, int max_seqs, int d_max, int win_block,
-              uint64_t budget) {
+/* A cache of cfg's geometry; every test but test_populate uses mk (the micro config). */
+static int mk_cfg(const dsv4_config *cfg, dsv4_cache **c, int64_t max_context, int max_seqs, int d_max,
+                  int win_block, uint64_t budget) {
     dsv4_cache_opts o;
     memset(&o, 0, sizeof o);
     o.max_context = max_context;
@@ -30,10 +31,14 @@ static int mk(dsv4_cache **c, int64_t max_context, int max_seqs, int d_max, int 
     o.budget_bytes = budget;
     dsv4_cache_plan p;
     dsv4_err e = {0};
-    int rc = dsv4_cache_plan_make(&g_cfg, &o, &p, &e);
+    int rc = dsv4_cache_plan_make(cfg, &o, &p, &e);
     if (!rc) rc = dsv4_cache_create(&p, c, &e);
     CHECK_MSG(rc == 0, "%s", e.msg);
     return rc;
+}
+
+static int mk(dsv4_cache **c, int64_t max_context, int max_seqs, int d_max, int win_block, uint64_t budget) {
+    return mk_cfg(&g_cfg, c, max_context, max_seqs, d_max, win_block, budget);
 }
 
 /* A distinct integer-valued float per (seq, kind, layer, pos, channel): exact in F32 while
@@ -152,17 +157,10 @@ static void test_populate(void) {
     const int thp_always = thp_is_always();
     dsv4_config cfg;
     fx_flash(&cfg);
-    dsv4_cache_opts o;
-    memset(&o, 0, sizeof o);
-    o.max_context = 8192;
-    o.max_seqs = 2;
-    dsv4_cache_plan p;
     dsv4_cache *c = NULL;
+    if (mk_cfg(&cfg, &c, 8192, 2, 0, 0, 0)) return;
+    const dsv4_cache_plan p = *dsv4_cache_get_plan(c);
     dsv4_err e = {0};
-    int rc = dsv4_cache_plan_make(&cfg, &o, &p, &e);
-    if (!rc) rc = dsv4_cache_create(&p, &c, &e);
-    CHECK_MSG(rc == 0, "%s", e.msg);
-    if (rc) return;
     int seq = -1;
     const int64_t start = 0;
     const int count = 1;
