@@ -21,9 +21,12 @@
 /* out[c] for c in [c0, c1): the softmax pool of column c over the candidates j < n_cand,
  * whose values and scores are rows ra[j], rb[j] (when ra is given) or a + j*stride,
  * b + j*stride: one piece of arithmetic for both. Each column is its own: any split of
- * the columns gives the same bits. */
-static inline void pool_core(const float *const *ra, const float *const *rb, const float *a, const float *b,
-                             int n_cand, int c0, int c1, int stride, float *out) {
+ * the columns gives the same bits. With vec (rows only) the columns go eight at a time
+ * through it, the same arithmetic with libm's exp computed in lanes (exp_f64.h: ~6 ns of
+ * each candidate's ~7 were the exp calls), the rest here. */
+static inline void pool_core(dsv4_pool_cols_fn vec, const float *const *ra, const float *const *rb, const float *a,
+                             const float *b, int n_cand, int c0, int c1, int stride, float *out) {
+    if (vec && ra) c0 = vec(ra, rb, n_cand, c0, c1, out);
     for (int c = c0; c < c1; c++) {
         float m = -INFINITY;
         for (int j = 0; j < n_cand; j++) {
@@ -44,7 +47,7 @@ static inline void pool_core(const float *const *ra, const float *const *rb, con
 
 void dsv4_compress_pool(const float *a, const float *b, int n_cand, int d, int stride,
                         float *out) {
-    pool_core(NULL, NULL, a, b, n_cand, 0, d, stride, out);
+    pool_core(NULL, NULL, NULL, a, b, n_cand, 0, d, stride, out);
 }
 
 int dsv4_compress_ops(const dsv4_block_w *b, int indexer, const float *x, int R, float *a, float *bb,
@@ -138,7 +141,7 @@ static void pool_window(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int ind
                         const dsv4_attn_src *src, const float **rows, float *entry) {
     const int r = indexer ? 4 : b->ratio, d = indexer ? ctx->cfg->index_head_dim : ctx->cfg->head_dim;
     const int n = window_cands(b, indexer, d, sp, w, pa, pb, src, rows);
-    pool_core(rows, rows + 2 * r, NULL, NULL, n, 0, d, 0, entry);
+    pool_core(dsv4_kctx_pool_cols(ctx->k), rows, rows + 2 * r, NULL, NULL, n, 0, d, 0, entry);
     window_finish(ctx, b, indexer, sp, w, src, entry);
 }
 
@@ -175,6 +178,7 @@ typedef struct windows_job {
  * a CSA layer and 375 us in the HCA layer while the other thread waited (a step's
  * timeline, BENCHMARKS.md session 12 glue). */
 typedef struct cols_job {
+    dsv4_pool_cols_fn vec;              /* pool_core's */
     const float *const *ca, *const *cb; /* (n) candidates' values and scores */
     int n, d, chunk;
     float *entry;                       /* (d) */
@@ -184,7 +188,7 @@ static void cols_task(void *arg, int t, int tid) {
     (void)tid;
     const cols_job *j = arg;
     const int c0 = t * j->chunk, c1 = c0 + j->chunk < j->d ? c0 + j->chunk : j->d;
-    pool_core(j->ca, j->cb, NULL, NULL, j->n, c0, c1, 0, j->entry);
+    pool_core(j->vec, j->ca, j->cb, NULL, NULL, j->n, c0, c1, 0, j->entry);
 }
 
 static void window_task(void *arg, int t, int tid) {
@@ -227,7 +231,7 @@ int dsv4_compress_windows(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int i
         const int64_t w = sp->start / r;
         const int nc = window_cands(b, indexer, d, sp, w, pa, pb, src, rows);
         const int chunk = (d + 2 * T - 1) / (2 * T);
-        cols_job cj = {rows, rows + 2 * r, nc, d, chunk, entry};
+        cols_job cj = {dsv4_kctx_pool_cols(ctx->k), rows, rows + 2 * r, nc, d, chunk, entry};
         dsv4_kctx_parallel(ctx->k, (d + chunk - 1) / chunk, cols_task, &cj);
         window_finish(ctx, b, indexer, sp, w, src, entry);
     } else if (n == 1) {

@@ -25,6 +25,7 @@ struct dsv4_kctx {
     void *w8_buf;         /* the W8A8 activation buffer of the calling thread, or NULL */
     size_t w8_bytes;
     int expf_x512;        /* dsv4_expf_x512_agrees() at create */
+    int exp_x512;         /* dsv4_exp_x512_agrees() at create */
 };
 
 static int64_t round16(int64_t v) { return (v + 15) & ~(int64_t)15; }
@@ -54,6 +55,7 @@ int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err 
     k->simd_max = cpu < build ? cpu : build;
     k->simd = k->simd_max;
     k->expf_x512 = k->simd_max >= DSV4_SIMD_AVX512 && dsv4_expf_x512_agrees();
+    k->exp_x512 = k->simd_max >= DSV4_SIMD_AVX512 && dsv4_exp_x512_agrees();
     /* DSV4_SIMD forces a level; a name it does not know, or a level this CPU or build
      * cannot run, is an error rather than a silent fallback (a benchmark run with it must
      * measure what it says) */
@@ -109,6 +111,10 @@ dsv4_swiglu_fn dsv4_kctx_swiglu(const dsv4_kctx *k) { return dsv4_swiglu_at(k->s
 
 dsv4_expf_rows_fn dsv4_kctx_expf(const dsv4_kctx *k) {
     return k->simd >= DSV4_SIMD_AVX512 && k->expf_x512 ? dsv4_expf_x512() : NULL;
+}
+
+dsv4_pool_cols_fn dsv4_kctx_pool_cols(const dsv4_kctx *k) {
+    return k->simd >= DSV4_SIMD_AVX512 && k->exp_x512 ? dsv4_pool_cols_x512() : NULL;
 }
 
 void dsv4_kctx_set_lin_path(dsv4_kctx *k, dsv4_lin_path path) { k->lin_path = path; }

@@ -7,6 +7,7 @@
 
 #include "dsv4.h"
 #include "kernels/linear.h"
+#include "kernels/exp_f64.h"
 #include "kernels/swiglu.h"
 #include "kernels/threads.h"
 
@@ -34,6 +35,9 @@ int dsv4_kctx_set_simd(dsv4_kctx *k, int level);
 dsv4_swiglu_fn dsv4_kctx_swiglu(const dsv4_kctx *k);
 /* libm's expf over an array at the level in use under the same condition, else NULL */
 dsv4_expf_rows_fn dsv4_kctx_expf(const dsv4_kctx *k);
+/* The compressor's column pool with glibc's exp eight lanes at a time (exp_f64.h), at the
+ * level in use when its exp agreed with libm's at create, else NULL (libm per value) */
+dsv4_pool_cols_fn dsv4_kctx_pool_cols(const dsv4_kctx *k);
 
 /* Which dsv4_linear path a call takes: chosen per call by the level's row thresholds
  * (AUTO, the default), or forced by benchmarks and tests that compare the paths on one
