@@ -8,12 +8,19 @@
  * the multiply-adds below, in this order. Here the same operations on 8 doubles, one per
  * scalar one, so every lane is the scalar result. Lanes outside the main path: |x| < 2^-54
  * gives 1 + x there as here; |x| >= 512, inf and NaN call libm's exp.
+ *
+ * What is whose: the table is the math's (entry 2i+1 the bits of H = 2^(i/128) rounded, less
+ * i << 45; entry 2i the rounded 2^(i/128)/H - 1; tests/kernels/exp_tables_math.py recomputes
+ * every entry); the four polynomial coefficients are the platform libm's, the minimum needed
+ * to give its bits. That agreement is checked against this process's libm at create
+ * (dsv4_exp_x512_agrees); without it the scalar loop runs.
  */
 #include "kernels/exp_f64.h"
 
 #include <math.h>
 #include <string.h>
 
+/* (128, 2) {2^(i/128)/H_i - 1, H_i less i << 45}: see the head comment */
 const uint64_t dsv4_exp_tab[256] = {
     0x0000000000000000ull, 0x3ff0000000000000ull, 0x3c9b3b4f1a88bf6eull, 0x3feff63da9fb3335ull,
     0xbc7160139cd8dc5dull, 0x3fefec9a3e778061ull, 0xbc905e7a108766d1ull, 0x3fefe315e86e7f85ull,

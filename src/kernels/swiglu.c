@@ -38,8 +38,9 @@ void dsv4_swiglu_rows(const float *g, const float *u, const float *w, int n, int
     }
 }
 
-/* glibc expf's table: entry i holds the bits of 2^(i/32) less i << 47, so adding k << 47
- * (k = the rounded x * 32 / ln2) gives 2^(k/32) */
+/* expf's table: entry i holds the bits of 2^(i/32) rounded, less i << 47, so adding k << 47
+ * (k = the rounded x * 32 / ln2) gives 2^(k/32); the math's, recomputed by
+ * tests/kernels/exp_tables_math.py */
 const uint64_t dsv4_expf_tab[32] = {
     0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
     0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
