@@ -2,7 +2,8 @@
  * byte permutes where the CPU has them. FP8 GEMVs decode through byte tables (linear_avx512.h),
  * batch 1 has its own one-row FP8 GEMV, and 8..64 activation rows take the small-M kernel,
  * which decodes each weight once per call into a panel (FP4 at up to 12 rows: in registers,
- * once per block of rows, inside the FMA loop). Every other case is level avx512's. */
+ * once per block of rows, inside the FMA loop; past that, the panel's first row block
+ * decodes it). Every other case is level avx512's. */
 #include "kernels/linear_avx512.h"
 
 #ifdef DSV4_LIN_AVX512
@@ -417,12 +418,55 @@ AINLINE int sm_block_rows(int MR, int left) {
     return left < MR ? left : MR;
 }
 
+/* An FP4 panel (ue8m0 scales, 8 full rows) decoded by its first row block: the panel path's
+ * decode is a pass of its own that the FMAs do not overlap (13-21 % of a call at 9-16
+ * rows: BENCHMARKS.md, "Session 15, psm"); here the first block decodes each chunk of the 8
+ * rows in registers (dec_fp4n's two shuffles, the table a memory operand), stores it into
+ * the panel for the later blocks and runs its MR x 8 FMAs on it (24 accumulators, MR x, the
+ * control and the weight: 29 of the 32 registers at MR 3). The same values, chunks and tree
+ * as the panel path. A 512-token prefill (its experts at 13-64 rows) 1.012-1.024x as fast
+ * (6 alternated pairs; BENCHMARKS.md, "Session 17, pfx"). wp: the panel's first weight row
+ * (rows n / 2 bytes apart), sc its scale bytes (n / 32 apart). */
+typedef struct {
+    const uint8_t *wp, *sc;
+    const float (*tab)[16];
+} smd_src;
+
+/* sm_rows over all the columns of an untiled 8-row panel that it decodes first; N: n as a
+ * constant (smf_block's reason: constant row offsets) */
+AINLINE VBMI void smd_rows(int MR, int64_t N, const smd_src *d, const float *x, float *panel, int64_t ld, float *y,
+                           int64_t rows, const char *pf, int64_t pf_step) {
+    const int64_t n = N, nsb = n / 32, rb = n / 2;
+    const __m512i ctl = _mm512_load_si512((const void *)fp4n_ctl);
+    __m512 a[SM_MR_MAX][LIN_SMALLM_NB];
+    for (int s = 0; s < MR; s++)
+        for (int j = 0; j < LIN_SMALLM_NB; j++) a[s][j] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        if (pf)
+            for (int64_t b = 0; b < pf_step; b += 64) _mm_prefetch(pf + i / 16 * pf_step + b, _MM_HINT_T0);
+        __m512 xv[SM_MR_MAX];
+        for (int s = 0; s < MR; s++) xv[s] = _mm512_loadu_ps(x + s * n + i);
+        for (int j = 0; j < LIN_SMALLM_NB; j++) {
+            __m512 wv = dec_fp4n(d->wp + j * rb + i / 2, ctl, _mm512_load_ps(d->tab[d->sc[j * nsb + i / 32]]));
+            __asm__("" : "+v"(wv)); /* decoded once, stored, used MR times */
+            _mm512_store_ps(panel + j * ld + i, wv);
+            for (int s = 0; s < MR; s++) a[s][j] = _mm512_fmadd_ps(xv[s], wv, a[s][j]);
+        }
+    }
+    for (int s = 0; s < MR; s++) {
+        sm_store4(a[s], 4, y + s * rows);
+        sm_store4(a[s] + 4, 4, y + s * rows + 4);
+    }
+}
+
 /* all n_rows activation rows against one panel of NW weight rows (nb of them real), in
  * column tiles of kt (all n: one tile), the tiles outermost so that a tile of the panel
  * stays in L1 for every row block (acc: the lanes between tiles); while prefetching
- * [pf, pf_end): the next panel's weights, spread over the chunks of the first row blocks */
-AINLINE void sm_panel(int NW, int tiled, const float *x, int n_rows, int64_t n, int64_t kt, const float *panel,
-                      int64_t ld, float *acc, float *y, int64_t rows, int nb, const char *pf, const char *pf_end) {
+ * [pf, pf_end): the next panel's weights, spread over the chunks of the first row blocks.
+ * d (untiled 8-row panels only, N as smd_rows): the first block decodes the panel. */
+AINLINE VBMI void sm_panel(int NW, int tiled, int64_t N, const smd_src *d, const float *x, int n_rows, int64_t n,
+                           int64_t kt, float *panel, int64_t ld, float *acc, float *y, int64_t rows, int nb,
+                           const char *pf, const char *pf_end) {
     if (!tiled) kt = n; /* a constant in the untiled copy: its loop as before the tiles */
     const int MR = NW == 8 ? 3 : 4; /* NW * MR accumulators: 24 or 16 of the 32 registers */
     const int64_t chunks = (kt + 15) / 16, nt = (n + kt - 1) / kt, blocks = nt * ((n_rows + MR - 1) / MR);
@@ -436,6 +480,15 @@ AINLINE void sm_panel(int NW, int tiled, const float *x, int n_rows, int64_t n, 
             const char *p = pf < pf_end ? pf : NULL;
             const float *xs = x + (int64_t)s0 * n;
             float *ys = y + (int64_t)s0 * rows, *as = acc + (int64_t)s0 * NW * 16;
+            if (d && s0 == 0) {
+                switch (mr) {
+                case 1: smd_rows(1, N, d, xs, panel, ld, ys, rows, p, step); break;
+                case 2: smd_rows(2, N, d, xs, panel, ld, ys, rows, p, step); break;
+                default: smd_rows(3, N, d, xs, panel, ld, ys, rows, p, step); break;
+                }
+                pf += chunks * step;
+                continue;
+            }
             switch (mr) {
             case 1: sm_rows(NW, 1, xs, n, k0, k1, panel, ld, as, ys, rows, nb, p, step); break;
             case 2: sm_rows(NW, 2, xs, n, k0, k1, panel, ld, as, ys, rows, nb, p, step); break;
@@ -571,6 +624,8 @@ static VBMI void smallm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, co
      * ahead, ran 3-12 % slower, and no prefetch 4-8 % slower. */
     const int64_t rb = dsv4_mat_bytes(w) / (rows > 0 ? rows : 1);
     const char *wbase = (const char *)w->w;
+    /* FP4 with ue8m0 scales, the expert widths: the first block decodes each full panel */
+    const int smd = w->fmt == DSV4_WF_FP4 && !w->scale_is_f32 && (n == 512 || n == 1024);
     for (int64_t o = smallm_fp4_fused(c, w, x, n_rows, y, o0, o1); o < o1;) {
         /* 8 weight rows a panel, 4 for a task's last few (a short task pads less) */
         const int NW = o1 - o > 4 ? 8 : 4;
@@ -578,12 +633,20 @@ static VBMI void smallm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, co
         /* the next panel's weights while this one computes (not past the task's rows) */
         const int64_t pe = o + nb + LIN_SMALLM_NB < o1 ? o + nb + LIN_SMALLM_NB : o1;
         const char *pf = wbase + (o + nb) * rb, *pf_end = wbase + pe * rb;
+        if (smd && nb == 8) { /* the first row block decodes the panel */
+            const smd_src d = {(const uint8_t *)w->w + o * (n / 2), (const uint8_t *)w->scale + o * (n / 32),
+                               c->tab->fp4x16};
+            if (n == 512) sm_panel(8, 0, 512, &d, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
+            else sm_panel(8, 0, 1024, &d, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
+            o += nb;
+            continue;
+        }
         for (int j = 0; j < nb; j++) sm_decode_row(c, &t, w, o + j, panel + j * ld);
         for (int j = nb; j < NW; j++) memset(panel + j * ld, 0, sizeof(float) * (size_t)ld);
-        if (kt < n && NW == 8) sm_panel(8, 1, x, n_rows, n, kt, panel, ld, acc, y + o, rows, nb, pf, pf_end);
-        else if (kt < n) sm_panel(4, 1, x, n_rows, n, kt, panel, ld, acc, y + o, rows, nb, pf, pf_end);
-        else if (NW == 8) sm_panel(8, 0, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
-        else sm_panel(4, 0, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
+        if (kt < n && NW == 8) sm_panel(8, 1, 0, NULL, x, n_rows, n, kt, panel, ld, acc, y + o, rows, nb, pf, pf_end);
+        else if (kt < n) sm_panel(4, 1, 0, NULL, x, n_rows, n, kt, panel, ld, acc, y + o, rows, nb, pf, pf_end);
+        else if (NW == 8) sm_panel(8, 0, 0, NULL, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
+        else sm_panel(4, 0, 0, NULL, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
         o += nb;
     }
 }

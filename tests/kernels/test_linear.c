@@ -496,6 +496,23 @@ static void check_smallm_fused(int level) {
            "%lld differ in any bit\n", dsv4_simd_name(level), (long long)total, (long long)bad);
 }
 
+/* Small-M's FP4 panels whose first row block decodes them (avx512vbmi: ue8m0 scales, widths
+ * 512 and 1024, full 8-row panels, which need tasks of 8 or more outputs: taller matrices
+ * than check_smallm_fused's), at every row count small-M takes (1..64), forced on 1..3
+ * threads, against the GEMM forced on one: every output's bits. 140 rows end in a 4-row
+ * panel, which decodes apart. */
+static void check_smallm_panel_decode(int level) {
+    static const int64_t shapes[][2] = {{200, 512}, {140, 1024}};
+    int64_t bad = 0, total = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        tmat t = make_mat(DSV4_WF_FP4, SC_E8M0, shapes[si][0], shapes[si][1]);
+        smallm_against_gemm(level, &t, LIN_SMALLM_MAX_ROWS, "fp4", &bad, &total);
+        free_mat(&t);
+    }
+    printf("level %s: fp4 small-M's full panels forced (1..%d rows, 1..3 threads) against the GEMM: %lld outputs, "
+           "%lld differ in any bit\n", dsv4_simd_name(level), LIN_SMALLM_MAX_ROWS, (long long)total, (long long)bad);
+}
+
 /* Level avx512vbmi's FP4 rows take small-M's fused path from 5 rows, where it ran 1.2-1.3x
  * the FP4 GEMV on a prefill's streamed experts (bench_linear --experts; BENCHMARKS.md,
  * "Session 16, smk"), and the GEMV up to 4, where the GEMV ran faster. */
@@ -815,6 +832,7 @@ int main(void) {
         if (level > DSV4_SIMD_SCALAR) check_paths_agree(level);
         if (level > DSV4_SIMD_SCALAR) check_smallm_blocks(level);
         if (level > DSV4_SIMD_SCALAR) check_smallm_fused(level);
+        if (level > DSV4_SIMD_SCALAR) check_smallm_panel_decode(level);
         check_here_and_views(level);
         check_strided(level);
         /* a batch larger than one accumulator block (LIN_MB rows) */
