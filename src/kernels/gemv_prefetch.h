@@ -93,11 +93,13 @@ static inline __attribute__((always_inline)) void pf_runs_line(const void *pos, 
  * q = (o1 - o0) / R rows, or none (0: adjacent rows) unless the task is the whole matrix
  * and q >= min_q (runs of 4-8 KB read no faster than adjacent rows: session 11 "cold"). A whole-matrix task is one
  * call of dsv4_linear_here (moe_one's row views: each thread's half of an expert matrix,
- * 128 KB, then another matrix); there the runs took 0.98-0.99x the batch-1 step's time of
- * 4 adjacent rows (in step, BENCHMARKS.md session 16 far4). A pool task of a larger matrix
- * keeps adjacent rows: the same thread's next task then holds the following rows, and one
- * linear stream runs on into them, where runs restart 4 streams a task (batch 16, whose
- * expert tasks are 64-128 KB: the runs took 1.04x the step's time). With runs, the first
+ * 128 KB, then another matrix; the runs took 0.98-0.99x the batch-1 step's time of 4
+ * adjacent rows, in step, BENCHMARKS.md session 16 far4) or a pool task that the planner
+ * gives a whole FP4 matrix (linear_fast.c dsv4_lin_gemv_per: batch 16's routed experts,
+ * 272 KB each; 0.96-0.98x the step's time, session 17 fp4g). A pool task of part of a
+ * matrix keeps adjacent rows: the same thread's next task then holds the following rows,
+ * and one linear stream runs on into them, where runs restart 4 streams a task (batch 16's
+ * expert matrices cut in tasks of 128 KB: the runs took 1.04x the step's time). With runs, the first
  * GEMV_PF_FP4_RUN bytes of each run's weights (rb bytes a row from wt) and as many rows'
  * scale bytes (nsb a row from sc; NULL: F32 scales, not prefetched) are prefetched. */
 static inline __attribute__((always_inline)) int64_t pf_fp4_runs(const uint8_t *wt, const uint8_t *sc, int64_t rb,

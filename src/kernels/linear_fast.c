@@ -266,12 +266,25 @@ int dsv4_linear_path_of(struct dsv4_kctx *k, const dsv4_mat *w, int n_rows) {
     return lin_pick(k, w, n_rows, 1, &kn);
 }
 
+int64_t dsv4_lin_gemv_per(const dsv4_mat *w, int n_rows, int gemv, int64_t target_macs, int64_t whole_elems) {
+    const int64_t rows = w->rows, n = w->cols;
+    if (target_macs == 0) return rows; /* the kernels take any count of outputs from a multiple of 4 */
+    /* FP4 GEMV: a whole matrix within the job's share is one task, so that it reads its rows
+     * as far runs (gemv_prefetch.h pf_fp4_runs); tasks of 256 rows restarted them half way
+     * (batch-16 routed experts, 1-3 rows each: 0.96-0.98x the step's time, in step, BENCHMARKS.md
+     * session 17 fp4g) */
+    if (gemv && w->fmt == DSV4_WF_FP4 && rows * n <= whole_elems) return rows;
+    int64_t per = target_macs / (n * n_rows);
+    per &= ~(int64_t)3;
+    return per < 4 ? 4 : per > LIN_GEMV_NB ? LIN_GEMV_NB : per;
+}
+
 /* target_macs: the multiply-adds a GEMV task should carry (the job's total over about 8
- * tasks per thread, so that threads finish together; 0: one task for all outputs). x and y
- * rows ldx and ldy floats apart: only the GEMM takes rows that are not dense, so a strided
- * op is planned as a GEMM. */
-static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs, int64_t ldx, int64_t ldy,
-                        lin_plan *pl) {
+ * tasks per thread, so that threads finish together; 0: one task for all outputs);
+ * whole_elems: see dsv4_lin_gemv_per. x and y rows ldx and ldy floats apart: only the GEMM
+ * takes rows that are not dense, so a strided op is planned as a GEMM. */
+static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs, int64_t whole_elems, int64_t ldx,
+                        int64_t ldy, lin_plan *pl) {
     const dsv4_mat *w = op->w;
     const int64_t rows = w->rows, n = w->cols;
     memset(pl, 0, sizeof *pl);
@@ -284,15 +297,8 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
     pl->smallm = path == DSV4_LIN_SMALLM;
     pl->gemv = path == DSV4_LIN_GEMV;
     /* GEMV and small-M: 4..LIN_GEMV_NB outputs per task (a multiple of 4: the kernels take
-     * rows in fours); the split never changes a result */
-    pl->per = LIN_NB;
-    if ((pl->gemv || pl->smallm) && target_macs == 0) {
-        pl->per = rows; /* the kernels take any count of outputs from a multiple of 4 */
-    } else if (pl->gemv || pl->smallm) {
-        int64_t per = target_macs / (n * op->n_rows);
-        per &= ~(int64_t)3;
-        pl->per = per < 4 ? 4 : per > LIN_GEMV_NB ? LIN_GEMV_NB : per;
-    }
+     * rows in fours) or the whole matrix; the split never changes a result */
+    pl->per = pl->gemv || pl->smallm ? dsv4_lin_gemv_per(w, op->n_rows, pl->gemv, target_macs, whole_elems) : LIN_NB;
     pl->call.tab = dsv4_kctx_lin_tables(k);
     pl->call.ldx = ldx;
     pl->call.ldy = ldy;
@@ -351,9 +357,12 @@ void dsv4_linear_batch_strided(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, 
     for (int b0 = 0; b0 < n_ops; b0 += LIN_BATCH_MAX) {
         const int nb = n_ops - b0 < LIN_BATCH_MAX ? n_ops - b0 : LIN_BATCH_MAX;
         lin_plan plan[LIN_BATCH_MAX];
-        int64_t macs = 0;
+        int64_t macs = 0, elems = 0;
         for (int i = b0; i < b0 + nb; i++)
-            if (ops[i].n_rows > 0) macs += ops[i].w->rows * ops[i].w->cols * ops[i].n_rows;
+            if (ops[i].n_rows > 0) {
+                macs += ops[i].w->rows * ops[i].w->cols * ops[i].n_rows;
+                elems += ops[i].w->rows * ops[i].w->cols;
+            }
         /* about 8 tasks a thread, so that threads finish together; a job of one-row products
          * (batch-1 decode) 2: its GEMV reads each task's rows as 4 sequential runs
          * (linear_avx512.c gemv1_dense), which the hardware prefetchers follow better the
@@ -363,11 +372,12 @@ void dsv4_linear_batch_strided(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, 
         int one_row = 1;
         for (int i = b0; i < b0 + nb; i++) one_row &= ops[i].n_rows <= 1;
         const int64_t target = macs / ((one_row ? 2 : 8) * (int64_t)dsv4_kctx_threads(k));
+        const int64_t whole = elems / (2 * (int64_t)dsv4_kctx_threads(k)); /* at least 2 such matrices a thread */
         int n = 0, n_tasks = 0;
         for (int i = b0; i < b0 + nb; i++) {
             const int64_t lx = ldx ? ldx : ops[i].w->cols, ly = ldy ? ldy : ops[i].w->rows;
             if (lin_trivial(k, &ops[i], lx, ly)) continue;
-            lin_plan_op(k, &ops[i], target, lx, ly, &plan[n]);
+            lin_plan_op(k, &ops[i], target, whole, lx, ly, &plan[n]);
             plan[n].task0 = n_tasks;
             n_tasks += plan[n].n_tasks;
             n++;
@@ -391,7 +401,7 @@ void dsv4_linear_here(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
         const int64_t lx = ops[i].w->cols, ly = ops[i].w->rows; /* dense rows */
         if (lin_trivial(k, &ops[i], lx, ly)) continue;
         lin_plan plan;
-        lin_plan_op(k, &ops[i], 0, lx, ly, &plan);
+        lin_plan_op(k, &ops[i], 0, 0, lx, ly, &plan);
         lin_job job = {k, &plan, 1};
         for (int t = 0; t < plan.n_tasks; t++) lin_task(&job, t, tid);
     }

@@ -178,6 +178,11 @@ struct dsv4_kctx;
 /* The path (dsv4_lin_path, kctx.h) dsv4_linear plans for n_rows dense rows of w on k, at its
  * level and forced path: for the tests of the levels' row thresholds. */
 int dsv4_linear_path_of(struct dsv4_kctx *k, const dsv4_mat *w, int n_rows);
+/* Outputs a task takes of a GEMV (gemv 1) or small-M product of w at n_rows rows: all of
+ * them at target_macs 0 (one task), else about target_macs multiply-adds in 4..LIN_GEMV_NB
+ * outputs (a multiple of 4), except that an FP4 GEMV of at most whole_elems weights is one
+ * task (the planner's rule, exposed for its tests) */
+int64_t dsv4_lin_gemv_per(const dsv4_mat *w, int n_rows, int gemv, int64_t target_macs, int64_t whole_elems);
 float *dsv4_kctx_lin_scratch(struct dsv4_kctx *k, int tid);
 const dsv4_lin_tables *dsv4_kctx_lin_tables(const struct dsv4_kctx *k);
 

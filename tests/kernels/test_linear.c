@@ -716,6 +716,68 @@ static void check_fp4_far_runs(int level) {
            dsv4_simd_name(level), (long long)total, (long long)bad);
 }
 
+/* The planner's task split of a GEMV (dsv4_lin_gemv_per): an FP4 GEMV whose weights are
+ * within the job's whole-matrix share is one task (so that its rows are read as far runs),
+ * a larger one, another format or the small-M path are cut into 4..LIN_GEMV_NB outputs a
+ * task, a multiple of 4, about the target's multiply-adds; target 0 is one task. */
+static void check_gemv_split(void) {
+    const dsv4_mat w13 = {.fmt = DSV4_WF_FP4, .rows = 512, .cols = 1024};
+    const dsv4_mat bf = {.fmt = DSV4_WF_BF16, .rows = 512, .cols = 1024};
+    const int64_t e = 512 * 1024, target = (int64_t)100 * 1024; /* ~100 rows at one x row */
+    for (int nr = 1; nr <= 4; nr++) {
+        CHECK_MSG(dsv4_lin_gemv_per(&w13, nr, 1, target, e) == 512 && dsv4_lin_gemv_per(&w13, nr, 1, target, 4 * e) == 512,
+                  "n_rows %d: an FP4 GEMV within the share is not one task", nr);
+        const int64_t cut[3] = {dsv4_lin_gemv_per(&w13, nr, 1, target, e - 1), dsv4_lin_gemv_per(&w13, nr, 0, target, e),
+                                dsv4_lin_gemv_per(&bf, nr, 1, target, e)};
+        for (int i = 0; i < 3; i++)
+            CHECK_MSG(cut[i] >= 4 && cut[i] <= LIN_GEMV_NB && cut[i] % 4 == 0 && cut[i] <= 100 / nr,
+                      "n_rows %d case %d: %lld outputs a task, not a cut of about the target", nr, i, (long long)cut[i]);
+        CHECK(dsv4_lin_gemv_per(&bf, nr, 1, 0, 0) == 512 && dsv4_lin_gemv_per(&w13, nr, 0, 0, 0) == 512);
+    }
+}
+
+/* A job of FP4 products as a decode step's expert phase hands them over (dsv4_linear_batch:
+ * many matrices of 1..4 activation rows, most within the whole-matrix share, one larger
+ * one cut into tasks): every output must be the bits of the GEMM path (forced) on 1, 2
+ * and 3 threads, row counts with 0..3 rows left over a run, both scale kinds. Outputs start
+ * as NaN, so a row no task took shows. */
+static void check_fp4_job(int level) {
+    enum { NOPS = 13 };
+    static const int64_t rows_set[] = {64, 67, 130, 257, 515, 96};
+    int64_t bad = 0, total = 0;
+    for (int sc = 0; sc < 2; sc++) {
+        tmat t[NOPS];
+        float *x[NOPS], *y[NOPS], *yg[NOPS];
+        dsv4_lin_op ops[NOPS];
+        for (int i = 0; i < NOPS; i++) {
+            const int64_t rows = i == NOPS - 1 ? 2048 : rows_set[i % 6], cols = i % 3 ? 288 : 1024;
+            const int nr = 1 + i % 4;
+            t[i] = make_mat(DSV4_WF_FP4, sc, rows, cols);
+            x[i] = rand_vec(nr * cols), y[i] = malloc(sizeof(float) * nr * rows), yg[i] = malloc(sizeof(float) * nr * rows);
+            dsv4_kctx_set_simd(kc[1], level);
+            linear_forced(kc[1], DSV4_LIN_GEMM, &t[i].m, x[i], nr, yg[i]);
+            ops[i] = (dsv4_lin_op){&t[i].m, x[i], nr, y[i]};
+        }
+        for (int th = 1; th <= 3; th++) {
+            dsv4_kctx_set_simd(kc[th], level);
+            for (int i = 0; i < NOPS; i++)
+                for (int64_t j = 0; j < ops[i].n_rows * t[i].m.rows; j++) y[i][j] = NAN;
+            dsv4_linear_batch(kc[th], ops, NOPS);
+            for (int i = 0; i < NOPS; i++) {
+                const int64_t b = bits_differ(yg[i], y[i], ops[i].n_rows * t[i].m.rows);
+                CHECK_MSG(b == 0, "%s level %d, %d threads, op %d (%lldx%lld, %d rows): %lld outputs differ from the GEMM",
+                          fmt_name(DSV4_WF_FP4, sc), level, th, i, (long long)t[i].m.rows, (long long)t[i].m.cols,
+                          ops[i].n_rows, (long long)b);
+                bad += b;
+                total += ops[i].n_rows * t[i].m.rows;
+            }
+        }
+        for (int i = 0; i < NOPS; i++) free(x[i]), free(y[i]), free(yg[i]), free_mat(&t[i]);
+    }
+    printf("level %s: a job of FP4 GEMVs on 1..3 threads against the GEMM: %lld outputs, %lld differ in any bit\n",
+           dsv4_simd_name(level), (long long)total, (long long)bad);
+}
+
 /* FP8 NaN codes: one rule at every level and on every path. Rows holding a 0x7F or 0xFF
  * byte (at the start, in the middle, in a partial last block) must give NaN for every
  * activation row, whatever x is (x = 0 included: 0 * NaN is NaN); every other row must be
@@ -829,6 +891,7 @@ int main(void) {
         check_fp8_nan(level);
         check_guard_pages(level);
         if (level > DSV4_SIMD_SCALAR) check_fp4_far_runs(level);
+        check_fp4_job(level);
         if (level > DSV4_SIMD_SCALAR) check_paths_agree(level);
         if (level > DSV4_SIMD_SCALAR) check_smallm_blocks(level);
         if (level > DSV4_SIMD_SCALAR) check_smallm_fused(level);
@@ -846,6 +909,7 @@ int main(void) {
         printf("level %s: %.2f s cpu\n", dsv4_simd_name(level), (double)(clock() - t0) / CLOCKS_PER_SEC);
     }
     check_edges();
+    check_gemv_split();
     if (best >= DSV4_SIMD_AVX512VBMI) {
         check_vbmi_matches_avx512(DSV4_WF_FP8);
         check_vbmi_matches_avx512(DSV4_WF_FP4);
