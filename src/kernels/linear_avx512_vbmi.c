@@ -541,10 +541,7 @@ AINLINE VBMI void smf_block(int MR, int64_t N, const float *x, int64_t n, const 
         for (int h = 0; h < 2; h++) {
             __m512 wv[SMF_NO];
             for (int j = 0; j < SMF_NO; j++) {
-                int64_t u;
-                memcpy(&u, wp + j * rb + 16 * b + 8 * h, 8);
-                wv[j] = _mm512_permutexvar_ps(_mm512_multishift_epi64_epi8(ctl, _mm512_set1_epi64(u)),
-                                              _mm512_load_ps(tab[sc[j * nsb + b]]));
+                wv[j] = dec_fp4n(wp + j * rb + 16 * b + 8 * h, ctl, _mm512_load_ps(tab[sc[j * nsb + b]]));
                 __asm__("" : "+v"(wv[j])); /* decoded once, used MR times (as sm_rows' panel loads) */
             }
             for (int s = 0; s < MR; s++) {
