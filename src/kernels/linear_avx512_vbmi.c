@@ -168,27 +168,77 @@ AINLINE VBMI void gemv1_fp8v_pre(int pre, const fp8_tab *t, const dsv4_mat *w, c
                          * LIN_GEMV_NB = 256 rows spans at most 3 bands; dsv4_linear_here's
                          * one task of a whole tall matrix may not fit */
 
-/* a[r] += xs[r] . w[r] over the m (<= 64) columns from i of rows p + r * step */
-AINLINE VBMI void fp8v1_step_xs(int R, const fp8_tab *t, const uint8_t *p, int64_t step, const float *const xs[G1_R],
-                                int64_t i, int m, __m512 a[G1_R]) {
+/* ---- AMD cores: e4m3 by bit shifts against the same buffer, for rows of any width ------------
+ * The table decode's vpermi2b and the per-row x * scale multiplies compete with the FMAs
+ * for the same two pipes on Zen 5 (an FMA next to a vpermi2b, a vpternlogd or a merge-masked
+ * op: ~2.2 of them a cycle together; next to a shift or an and: ~4.3), and that bounds the
+ * one-row loop (~7 cycles per 64 weights a row from L1, about as many from DRAM).
+ * linear_avx2.c's prescaled decode is 3 cheap ops per 16 weights: sign-extend, shift the 7
+ * magnitude bits to 20..26, keep the sign: exactly e4m3 * 2^-120 (e4m3 subnormals land on
+ * F32 subnormals). Against x * 2^120 * scale = x * 2^(b - 7) in the buffer (zero or a
+ * normal float, else the task takes the paths above) the FMA's exact product is x * (e4m3
+ * * scale), the table path's: same bits. Without the multiplies the buffer pays at every
+ * width here (session 13's table-decode form lost at 1024-2048 columns): from DRAM, 2
+ * threads, 1.16-1.21x the loop above at 1024-2048 columns, 1.06x the table buffer at 256.
+ * The NaN codes 0x7F/0xFF decode finite, so a byte scan of each row block (b + b is 0xFE
+ * for them only, as linear_avx512.h's) sends a block that holds one to the table path,
+ * which carries the NaN. Only where F32 subnormal FMA operands cost nothing: AMD cores
+ * (Intel cores take a microcode assist per such FMA, linear_avx2.c; Zen 5 ran all-subnormal
+ * weights as fast as random ones). BENCHMARKS.md, session 18 fp8x. */
+
+#define G1_XB_MAX 6144 /* floats of x * 2^(b - 7) a task keeps, 24 KB of stack: 3 bands (a
+                        * pool task's most) of up to 2048 columns */
+
+/* 64 e4m3 bytes at p (m < 64: the first m, zero past them) -> w[q] = e4m3 * 2^-120 of
+ * columns 16q .. 16q + 15; the bytes' b + b folded into *scan by unsigned max */
+AINLINE void dec_fp8x64_bits(const uint8_t *p, int m, __m512i *scan, __m512 w[4]) {
+    const __m512i keep = _mm512_set1_epi32((int)0x87FFFFFF); /* the sign, exponent bits 23..26, mantissa */
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        const int mq = m - 16 * q;
+        if (mq <= 0) { /* past the row: not read by the FMAs */
+            w[q] = _mm512_setzero_ps();
+            continue;
+        }
+        const __m128i b = mq >= 16 ? _mm_loadu_si128((const __m128i *)(p + 16 * q))
+                                   : _mm_maskz_loadu_epi8((__mmask16)((1u << mq) - 1u), p + 16 * q);
+        w[q] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(b), 20), keep));
+    }
+    const __m512i b = m == 64 ? _mm512_loadu_si512((const void *)p) : _mm512_maskz_loadu_epi8((~(__mmask64)0) >> (64 - m), p);
+    *scan = _mm512_max_epu8(*scan, _mm512_add_epi8(b, b));
+}
+
+/* a[r] += xs[r] . w[r] over the m (<= 64) columns from i of rows p + r * step, the weights
+ * by the tables (bits = 0, xs = x * scale) or the bit decode (bits = 1, xs = x * 2^(b - 7)) */
+AINLINE VBMI void fp8v1_step_xs(int R, int bits, const fp8_tab *t, const uint8_t *p, int64_t step,
+                                const float *const xs[G1_R], int64_t i, int m, __m512 a[G1_R], __m512i *scan) {
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         __m512 w[4];
-        dec_fp8x64_raw(t, p + r * step, m, w);
+        if (bits) dec_fp8x64_bits(p + r * step, m, scan, w);
+        else dec_fp8x64_raw(t, p + r * step, m, w);
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++)
             if (16 * q < m) a[r] = _mm512_fmadd_ps(_mm512_load_ps(xs[r] + i + 16 * q), w[q], a[r]);
     }
 }
 
-/* R rows o + r * rs (far apart, as gemv1_fp8v_rows), xs: (bands, ld) x * scale of the task's
- * bands from band0, zero past the row's cols; the same chunks, in the same order, as there */
-AINLINE VBMI void gemv1_fp8v_rows_xs(int R, const fp8_tab *t, const dsv4_mat *w, const float *xs, int64_t band0,
-                                     int64_t ld, float *y, int64_t o, int64_t rs) {
+/* a row block that holds a NaN code, again by the table path (kept out of the hot loop) */
+static VBMI __attribute__((noinline)) void gemv1_fp8v_nan_rows(int R, const fp8_tab *t, const dsv4_mat *w,
+                                                               const float *x, float *y, int64_t o, int64_t rs) {
+    if (R == G1_R) gemv1_fp8v_rows(G1_R, 0, t, w, x, y, o, rs);
+    else gemv1_fp8v_rows(1, 0, t, w, x, y, o, 0);
+}
+
+/* R rows o + r * rs (far apart, as gemv1_fp8v_rows), xs: (bands, ld) the task's bands from
+ * band0, zero past the row's cols; the same chunks, in the same order, as there */
+AINLINE VBMI void gemv1_fp8v_rows_xs(int R, int bits, const fp8_tab *t, const dsv4_mat *w, const float *x,
+                                     const float *xs, int64_t band0, int64_t ld, float *y, int64_t o, int64_t rs) {
     const int64_t n = w->cols, step = rs * n;
     const uint8_t *p = (const uint8_t *)w->w + o * n;
     const float *xr[G1_R];
     __m512 a[G1_R];
+    __m512i scan = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         a[r] = _mm512_setzero_ps();
@@ -197,40 +247,66 @@ AINLINE VBMI void gemv1_fp8v_rows_xs(int R, const fp8_tab *t, const dsv4_mat *w,
     for (int64_t i = 0; i < n; i += 64) {
         const int m = n - i >= 64 ? 64 : (int)(n - i);
         pf_runs_line(p + i, step, R, GEMV_PF_FP8 / G1_R);
-        if (m == 64) fp8v1_step_xs(R, t, p + i, step, xr, i, 64, a);
-        else fp8v1_step_xs(R, t, p + i, step, xr, i, m, a);
+        if (m == 64) fp8v1_step_xs(R, bits, t, p + i, step, xr, i, 64, a, &scan);
+        else fp8v1_step_xs(R, bits, t, p + i, step, xr, i, m, a, &scan);
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) y[o + r * rs] = hsum16(a[r]);
+    if (bits && _mm512_cmpeq_epi8_mask(scan, _mm512_set1_epi8((char)0xFE))) gemv1_fp8v_nan_rows(R, t, w, x, y, o, rs);
 }
 
-/* 0 when the rows are too long or the task's bands do not fit G1_XS_MAX (nothing done) */
-static VBMI int gemv1_fp8v_xs(const fp8_tab *t, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
-    const int64_t n = w->cols, nsb = (n + 127) / 128, ld = (n + 15) & ~(int64_t)15;
-    const int64_t band0 = o0 / 128, nb = (o1 - 1) / 128 - band0 + 1;
-    if (n > G1_XS_COLS || nb * ld > G1_XS_MAX) return 0;
-    _Alignas(64) float xs[G1_XS_MAX]; /* (nb, ld) */
+/* xs (nb, ld) = x * f * scale of bands band0 .. band0 + nb - 1, x zero-padded as the
+ * per-step path loads it; nonzero when some nonzero x gives a product that is not a normal
+ * float (inf or NaN included) */
+static VBMI __mmask16 gemv1_fp8v_fill(const dsv4_mat *w, const float *x, int64_t band0, int64_t nb, int64_t ld,
+                                      float f, float *xs) {
+    const int64_t n = w->cols, nsb = (n + 127) / 128;
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff);
+    __mmask16 bad = 0;
     for (int64_t bi = 0; bi < nb; bi++)
         for (int64_t b = 0; b < nsb; b++) {
-            const __m512 s = _mm512_set1_ps(scale_at(w, (band0 + bi) * nsb + b));
+            const __m512 s = _mm512_set1_ps(scale_at(w, (band0 + bi) * nsb + b) * f); /* exact: powers of two */
             const int64_t i1 = (b + 1) * 128 < n ? (b + 1) * 128 : n;
-            for (int64_t i = b * 128; i < i1; i += 16) { /* x zero-padded, as the per-step path loads it */
+            for (int64_t i = b * 128; i < i1; i += 16) {
                 const __m512 xv = i1 - i >= 16 ? _mm512_loadu_ps(x + i) : _mm512_maskz_loadu_ps(mask16((int)(i1 - i)), x + i);
-                _mm512_store_ps(xs + bi * ld + i, _mm512_mul_ps(xv, s));
+                const __m512 v = _mm512_mul_ps(xv, s);
+                _mm512_store_ps(xs + bi * ld + i, v);
+                const __m512i av = _mm512_and_si512(_mm512_castps_si512(v), absm);
+                const __mmask16 nz = _mm512_test_epi32_mask(_mm512_castps_si512(xv), absm);
+                bad |= _mm512_cmpge_epu32_mask(av, _mm512_set1_epi32(0x7f800000)) |
+                       _mm512_mask_cmplt_epu32_mask(nz, av, _mm512_set1_epi32(0x00800000));
             }
         }
+    return bad;
+}
+
+/* 0 when the rows are too long (tables), the task's bands do not fit, or (bits) some x *
+ * 2^(b - 7) is not zero or a normal float (nothing written to y) */
+AINLINE VBMI int gemv1_fp8v_xs(int bits, const fp8_tab *t, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+                               int64_t o1) {
+    const int64_t n = w->cols, ld = (n + 15) & ~(int64_t)15;
+    const int64_t band0 = o0 / 128, nb = (o1 - 1) / 128 - band0 + 1;
+    if (bits ? nb * ld > G1_XB_MAX : n > G1_XS_COLS || nb * ld > G1_XS_MAX) return 0;
+    _Alignas(64) float xs[G1_XB_MAX]; /* (nb, ld) */
+    /* the tables' x * scale is exact by dsv4_lin_call.fp8_prescale; 2^(b - 7) is inf past
+     * b = 134, and every product then fails the test */
+    if (gemv1_fp8v_fill(w, x, band0, nb, ld, bits ? 0x1p120f : 1.0f, xs) && bits) return 0;
     const int64_t q = (o1 - o0) / G1_R; /* rows per run */
     pf_runs_start((const uint8_t *)w->w + o0 * n, q * n, G1_R, q * n, GEMV_PF_FP8 / G1_R);
-    for (int64_t k = 0; k < q; k++) gemv1_fp8v_rows_xs(G1_R, t, w, xs, band0, ld, y, o0 + k, q);
-    for (int64_t o = o0 + G1_R * q; o < o1; o++) gemv1_fp8v_rows_xs(1, t, w, xs, band0, ld, y, o, 0);
+    for (int64_t k = 0; k < q; k++) gemv1_fp8v_rows_xs(G1_R, bits, t, w, x, xs, band0, ld, y, o0 + k, q);
+    for (int64_t o = o0 + G1_R * q; o < o1; o++) gemv1_fp8v_rows_xs(1, bits, t, w, x, xs, band0, ld, y, o, 0);
     return 1;
 }
+
+/* F32 subnormal operands at full speed (libgcc's cached cpuid: cpuid itself traps in a VM) */
+static int fp8_bits_fast(void) { return __builtin_cpu_is("amd"); }
 
 static VBMI void gemv1_fp8v(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
                             int64_t o1) {
     const fp8_tab t = fp8_tab_load(c->tab);
     if (c->fp8_prescale) {
-        if (!gemv1_fp8v_xs(&t, w, x, y, o0, o1)) gemv1_fp8v_pre(1, &t, w, x, y, o0, o1);
+        if (fp8_bits_fast() && gemv1_fp8v_xs(1, &t, w, x, y, o0, o1)) return;
+        if (!gemv1_fp8v_xs(0, &t, w, x, y, o0, o1)) gemv1_fp8v_pre(1, &t, w, x, y, o0, o1);
     } else {
         gemv1_fp8v_pre(0, &t, w, x, y, o0, o1);
     }

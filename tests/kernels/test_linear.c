@@ -394,6 +394,58 @@ static void check_fp8_one_row_bands(void) {
     printf("fp8 one row, many bands: %lld outputs, %lld differ in any bit\n", (long long)total, (long long)bad);
 }
 
+/* The one-row FP8 GEMV of level avx512vbmi on AMD cores decodes e4m3 by bit shifts against
+ * x * 2^(b - 7) kept per task (linear_avx512_vbmi.c gemv1_fp8v_bits): its bits against level
+ * avx512's (the F16 decode, another code path) at the decode step's widths (256 .. 2048
+ * columns: 1, 2 and 3 bands a pool task, the 3-band buffer full at 2048), odd widths with a
+ * masked last chunk, a width whose 3-band tasks overflow the buffer (2085), row counts that
+ * leave 1..3 rows past the runs, on 1..3 threads and in one dsv4_linear_here task. Inputs:
+ * random, one huge x (x * 2^(b - 7) overflows: the task falls back), and NaN codes in a
+ * few rows (those outputs NaN at both levels, every other output the same bits). */
+static void check_fp8_one_row_bits(void) {
+    static const int64_t shapes[][2] = {{1100, 256}, {517, 1024}, {300, 2048}, {263, 512},
+                                        {130, 133}, {261, 520}, {387, 2085}, {6, 1056}};
+    int64_t bad = 0, total = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int v = 0; v < 3; v++) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
+            float *x = rand_vec(cols), *ya = malloc(sizeof(float) * rows), *yv = malloc(sizeof(float) * rows);
+            uint8_t *p = t.w;
+            const int64_t nan_rows[3] = {0, rows / 2, rows - 1};
+            if (v == 1) x[cols / 3] = 1e30f; /* 2^(b - 7) * 1e30 past 2^127; x * scale still normal */
+            if (v == 2) /* a NaN code in three rows: the first, a middle one, the last */
+                p[nan_rows[0] * cols + cols - 1] = 0x7F, p[nan_rows[1] * cols + cols / 2] = 0xFF,
+                p[nan_rows[2] * cols] = 0x7F;
+            CHECK(dsv4_lin_kernels_avx512vbmi()->fp8_prescale(&t.m, x, 1) == 1);
+            dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512);
+            dsv4_linear(kc[1], &t.m, x, 1, ya);
+            for (int th = 1; th <= 4; th++) {
+                for (int64_t i = 0; i < rows; i++) yv[i] = -1.0f; /* every output written again */
+                if (th <= 3) {
+                    dsv4_kctx_set_simd(kc[th], DSV4_SIMD_AVX512VBMI);
+                    dsv4_linear(kc[th], &t.m, x, 1, yv);
+                } else {
+                    const dsv4_lin_op op = {&t.m, x, 1, yv};
+                    dsv4_kctx_set_simd(kc[2], DSV4_SIMD_AVX512VBMI);
+                    dsv4_linear_here(kc[2], &op, 1);
+                }
+                for (int64_t o = 0; o < rows; o++) {
+                    const int want_nan = v == 2 && (o == nan_rows[0] || o == nan_rows[1] || o == nan_rows[2]);
+                    if (want_nan) bad += !isnan(ya[o]) || !isnan(yv[o]);
+                    else bad += memcmp(&ya[o], &yv[o], sizeof(float)) != 0;
+                }
+                total += rows;
+            }
+            free(x); free(ya); free(yv);
+            free_mat(&t);
+        }
+    CHECK_MSG(bad == 0, "fp8 one row, bit decode: %lld of %lld outputs differ between avx512 and avx512vbmi",
+              (long long)bad, (long long)total);
+    printf("fp8 one row, bit decode: %lld outputs, %lld differ in any bit (NaN rows: NaN at both)\n",
+           (long long)total, (long long)bad);
+}
+
 /* Every path a level has (GEMV, small-M, GEMM; forced with dsv4_kctx_set_lin_path) gives
  * the same bits as the path the thresholds pick, at every row count each path takes, on
  * the expert shapes and odd ones (partial scale blocks, a masked last chunk, a short
@@ -914,6 +966,7 @@ int main(void) {
         check_vbmi_matches_avx512(DSV4_WF_FP8);
         check_vbmi_matches_avx512(DSV4_WF_FP4);
         check_fp8_one_row_bands();
+        check_fp8_one_row_bits();
         check_fp4_smallm_rows();
     } else {
         printf("SKIPPED: avx512vbmi vs avx512 (this CPU or build lacks VBMI)\n");
