@@ -154,58 +154,109 @@ static void gemv_fp8(const dsv4_mat *w, const float *x, int nx, float *y, int64_
  * driver). */
 #define FP4_XP_FLOATS 8192 /* permuted x on the stack: 32 KB (2 rows of 4096 columns) */
 
-/* R weight rows o + r * rs (rs 1: adjacent; else far apart, see gemv_fp4_task), NX
- * activation rows. xpre: x is (NX, cols) in fp4_perm order (else natural, permuted here per
- * chunk); e8m0: ue8m0 scales (a table load; else a runtime choice per block,
- * fp4_block_table). All three constant after inlining. */
-AINLINE void gemv_fp4_rows(int R, int NX, int xpre, int e8m0, int far, const dsv4_lin_tables *tab,
+/* Weight rows a block of far runs: 8 at one activation row, as 2 adjacent rows of each of
+ * the 4 runs (gemv_fp4_pairs), else GEMV_R's 4 (one row of each run). At one row 4 rows
+ * give 4 FMA chains, which bind the loop (4 dependent FMAs of latency ~4 per 4 x 16
+ * weights: 1.20-1.26 cycles per 16 weights in L1, 1.14-1.18 with 8 rows, where the 2
+ * vector loads a cycle bind next); 2 rows of a run keep the 4 sequential streams (8 far
+ * runs did not pay in the step, BENCHMARKS.md session 17 fp4g). Registers: 8 accumulators
+ * and 16 decoded halves. */
+#define FP4_R_MAX 8
+
+/* row r of a block, counted from its first row o: r * rs (one row of each far run, or
+ * adjacent rows when rs is 1), or with pair (r / 2) * rs + r % 2 (2 adjacent rows of each) */
+AINLINE int64_t fp4_row(int pair, int r, int64_t rs) { return pair ? (r >> 1) * rs + (r & 1) : r * rs; }
+
+/* R weight rows o + fp4_row(pair, r, rs) (rs 1: adjacent; else far apart, see gemv_fp4_task),
+ * NX activation rows. xpre: x is (NX, cols) in fp4_perm order (else natural, permuted here
+ * per chunk); e8m0: ue8m0 scales (a table load; else a runtime choice per block,
+ * fp4_block_table). All constant after inlining. */
+AINLINE void gemv_fp4_cols(int R, int NX, int xpre, int e8m0, int far, int pair, int64_t cn, const dsv4_lin_tables *tab,
                            const dsv4_mat *w, const float *x, float *y, int64_t o, int64_t rs, const gemv_pf *pf) {
-    const int64_t n = w->cols, nsb = n / 32, rows = w->rows, rb = n / 2;
-    const int64_t step = rs * rb; /* bytes between the R rows */
+    const int64_t n = cn ? cn : w->cols, nsb = n / 32, rows = w->rows, rb = n / 2;
+    const int RR = pair ? R / 2 : R; /* prefetch streams: one per run */
+    const int64_t step = rs * rb;    /* bytes between the runs */
     const __m512i perm = _mm512_loadu_si512((const void *)fp4_perm);
-    const uint8_t *p = (const uint8_t *)w->w + o * rb;       /* row r at p + r * step */
-    const uint8_t *sc = (const uint8_t *)w->scale + o * nsb; /* row r's (nsb) ue8m0 at sc + r * rs * nsb */
-    __m512 a[GEMV_R_MAX][GEMV_NX_MAX];
-#pragma GCC unroll 4
+    const uint8_t *p = (const uint8_t *)w->w + o * rb;       /* row r at p + fp4_row(pair, r, rs) * rb */
+    const uint8_t *sc = (const uint8_t *)w->scale + o * nsb; /* row r's (nsb) ue8m0 at sc + fp4_row(..) * nsb */
+    __m512 a[FP4_R_MAX][GEMV_NX_MAX];
+#pragma GCC unroll 8
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
         for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
-    if (far && e8m0) pf_runs_line(sc, rs * nsb, R, GEMV_PF_FP4_RUN / 16); /* each run's scales, as far ahead */
+    if (far && e8m0) { /* each run's scales, as far ahead */
+        pf_runs_line(sc, rs * nsb, RR, GEMV_PF_FP4_RUN / 16);
+        if (pair) pf_runs_line(sc + nsb, rs * nsb, RR, GEMV_PF_FP4_RUN / 16);
+    }
     for (int64_t b = 0; b < nsb; b++) {
         if (!far) pf_step(pf, p, R * b * 16, R * 16);
-        else if ((b & 3) == 0) pf_runs_line(p + b * 16, step, R, GEMV_PF_FP4_RUN);
-        __m512 w0[GEMV_R_MAX], w1[GEMV_R_MAX];
-#pragma GCC unroll 4
+        else if ((b & 3) == 0) {
+            pf_runs_line(p + b * 16, step, RR, GEMV_PF_FP4_RUN);
+            if (pair) pf_runs_line(p + rb + b * 16, step, RR, GEMV_PF_FP4_RUN);
+        }
+        __m512 w0[FP4_R_MAX], w1[FP4_R_MAX];
+#pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
-            const __m512 t = e8m0 ? _mm512_load_ps(tab->fp4x16[sc[r * rs * nsb + b]])
-                                  : fp4_block_table(tab, w, (o + r * rs) * nsb + b);
-            w0[r] = dec_fp4(p + r * step + b * 16, t);
-            w1[r] = dec_fp4(p + r * step + b * 16 + 8, t);
+            /* pair: row r is row r % 2 of run r / 2's block; else row r of the block */
+            const int j = pair ? r >> 1 : r, h = pair ? r & 1 : 0;
+            const uint8_t *wr = p + j * step + b * 16, *sb = sc + j * rs * nsb + b;
+            const __m512 t = e8m0 ? _mm512_load_ps(tab->fp4x16[sb[h * nsb]])
+                                  : fp4_block_table(tab, w, (o + fp4_row(pair, r, rs)) * nsb + b);
+            w0[r] = dec_fp4(wr + h * rb, t);
+            w1[r] = dec_fp4(wr + h * rb + 8, t);
         }
         const float *xb = x + b * 32;
 #pragma GCC unroll 8
         for (int s = 0; s < NX; s++) { /* columns 0..15 of the block, then 16..31 */
             const __m512 xv = xpre ? _mm512_load_ps(xb + s * n) : _mm512_permutexvar_ps(perm, _mm512_loadu_ps(xb + s * n));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, w0[r], a[r][s]);
         }
 #pragma GCC unroll 8
         for (int s = 0; s < NX; s++) {
             const __m512 xv = xpre ? _mm512_load_ps(xb + s * n + 16)
                                    : _mm512_permutexvar_ps(perm, _mm512_loadu_ps(xb + s * n + 16));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, w1[r], a[r][s]);
         }
     }
     const __m512i unperm = _mm512_loadu_si512((const void *)fp4_unperm);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
-        for (int s = 0; s < NX; s++) y[s * rows + o + r * rs] = hsum16(_mm512_permutexvar_ps(unperm, a[r][s]));
+        for (int s = 0; s < NX; s++)
+            y[s * rows + o + fp4_row(pair, r, rs)] = hsum16(_mm512_permutexvar_ps(unperm, a[r][s]));
+}
+
+/* the same, w->cols columns */
+AINLINE void gemv_fp4_rows(int R, int NX, int xpre, int e8m0, int far, int pair, const dsv4_lin_tables *tab,
+                           const dsv4_mat *w, const float *x, float *y, int64_t o, int64_t rs, const gemv_pf *pf) {
+    gemv_fp4_cols(R, NX, xpre, e8m0, far, pair, 0, tab, w, x, y, o, rs, pf);
+}
+
+/* Blocks of 2 rows of each of the 4 far runs (q rows a run) at one activation row: rows k
+ * and k + 1 of each run for k = 0, 2, .. < q - 1. Returns the rows a run it took (0: none).
+ * Only the experts' widths (flash_quarter: 512, 1024 columns), compiled as constants: a
+ * pair's second row is then a constant offset from its first and the 8 rows' pointers fit
+ * the general registers (6 stack reloads a block); at run-time widths 13-16 pointers were
+ * reloaded every block, and other widths keep the 4-row blocks. */
+AINLINE int64_t gemv_fp4_pairs(int xpre, int e8m0, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x,
+                               float *y, int64_t o0, int64_t q, const gemv_pf *pf) {
+    const int64_t q2 = q & ~(int64_t)1;
+    if (w->cols == 512)
+        for (int64_t k = 0; k < q2; k += 2)
+            gemv_fp4_cols(FP4_R_MAX, 1, xpre, e8m0, 1, 1, 512, tab, w, x, y, o0 + k, q, pf);
+    else if (w->cols == 1024)
+        for (int64_t k = 0; k < q2; k += 2)
+            gemv_fp4_cols(FP4_R_MAX, 1, xpre, e8m0, 1, 1, 1024, tab, w, x, y, o0 + k, q, pf);
+    else
+        return 0;
+    return q2;
 }
 
 /* A task's rows [o0, o1): with at most GEMV_FP4_FAR_NX activation rows, as R far-apart
- * runs where pf_fp4_runs says so (block k takes row k of each run, as gemv1_dense; each run's
+ * runs where pf_fp4_runs says so (block k takes row k of each run, as gemv1_dense, or at one
+ * activation row rows k and k + 1 of each (FP4_R_MAX); each run's
  * weights and scale bytes prefetched GEMV_PF_FP4_RUN bytes ahead of its own reads; the last
  * (o1 - o0) % R rows one by one after them), else R adjacent rows a block and the task's
  * bytes prefetched as one stream. Which rows share a block changes no result: each row
@@ -222,13 +273,16 @@ AINLINE void gemv_fp4_task(int NX, int xpre, int e8m0, const dsv4_lin_tables *ta
     const gemv_pf pf = q ? (gemv_pf){GEMV_PF_FP4} : pf_start(wt, wt + (o1 - o0) * rb, GEMV_PF_FP4);
     int64_t o = o0;
     if (q) {
-        for (int64_t k = 0; k < q; k++) gemv_fp4_rows(R, NX, xpre, e8m0, 1, tab, w, x, y, o0 + k, q, &pf);
+        int64_t k = 0;
+        /* at one row 2 rows of each run a block; an odd q's last row of each run after them */
+        if (NX == 1) k = gemv_fp4_pairs(xpre, e8m0, tab, w, x, y, o0, q, &pf);
+        for (; k < q; k++) gemv_fp4_rows(R, NX, xpre, e8m0, 1, 0, tab, w, x, y, o0 + k, q, &pf);
         o = o0 + R * q;
     } else {
         if (e8m0) pf_start(sc, sc + (o1 - o0) * nsb, 4096); /* the task's ue8m0 scales */
-        for (; o + R <= o1; o += R) gemv_fp4_rows(R, NX, xpre, e8m0, 0, tab, w, x, y, o, 1, &pf);
+        for (; o + R <= o1; o += R) gemv_fp4_rows(R, NX, xpre, e8m0, 0, 0, tab, w, x, y, o, 1, &pf);
     }
-    for (; o < o1; o++) gemv_fp4_rows(1, NX, xpre, e8m0, 0, tab, w, x, y, o, 1, &pf);
+    for (; o < o1; o++) gemv_fp4_rows(1, NX, xpre, e8m0, 0, 0, tab, w, x, y, o, 1, &pf);
 }
 
 AINLINE void gemv_fp4_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o0,

@@ -722,15 +722,17 @@ static void check_guard_pages(int level) {
 
 /* The FP4 GEMV of a task that is a whole matrix (dsv4_linear_here: moe_one's row views)
  * reads its rows as 4 far-apart runs of q = rows / 4 rows at level avx512 and up (from 16
- * rows a run; the last rows % 4 one by one); every output must be the bits of the GEMM path
- * (forced) at every level, for 1..4
- * activation rows, both scale kinds, runs of 15 (adjacent rows instead), 16 and more rows,
- * 0..3 rows left over, with the weights and scales against a guard page (each run's
+ * rows a run; the last rows % 4 one by one; at one activation row 2 adjacent rows of each
+ * run a block, an odd q's last row of each run after them); every output must be the bits
+ * of the GEMM path (forced) at every level, for 1..4
+ * activation rows, both scale kinds, runs of 15 (adjacent rows instead), 16 and more rows
+ * (odd and even), 0..3 rows left over, the widths the one-row blocks compile as constants
+ * (512, 1024) and others, with the weights and scales against a guard page (each run's
  * prefetch runs on past the matrix's end and must stay a prefetch). Outputs start as NaN,
  * so a row left out shows. */
 static void check_fp4_far_runs(int level) {
-    static const int64_t rows_set[] = {60, 64, 67, 130, 257, 515};
-    static const int64_t cols_set[] = {32, 288, 1024};
+    static const int64_t rows_set[] = {60, 64, 67, 68, 130, 135, 257, 515};
+    static const int64_t cols_set[] = {32, 288, 512, 1024};
     int64_t bad = 0, total = 0;
     for (int sc = 0; sc < 2; sc++)
         for (size_t ri = 0; ri < sizeof rows_set / sizeof rows_set[0]; ri++)
