@@ -178,13 +178,20 @@ static void sub_in(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *c, 
     sub_in_job j = {c, b, sub, dsv4_kctx_simd(k), h, bb->x, bb->post, bb->comb, nm,
                     sub_in_parts(c, R, T), bb->dots, bb->left, bb->fn_f64, R, 4};
     if (R >= 4 * T && dsv4_hc_rows_blocked(c, j.simd)) {
-        /* rows in blocks of 4 (several tasks per thread). Every block reads all of fn:
+        /* rows in blocks of 4 (several tasks per thread), or 8 below. Every block reads all of fn:
          * from 64 rows widening it once (mix rows of hc*D doubles, a job of its own) costs
          * less than the conversions it saves; below, each block widens fn slab by slab
          * (Zen 5, one thread, hc*D = 4096: 16 rows 0.82x the time of widen + blocks, 8
          * rows 0.69x, 32 rows 0.93x, 64 rows 1.01x) and the widen job is gone */
-        if (R < HC_WIDEN_MIN_ROWS) j.fn_f64 = NULL;
-        else dsv4_kctx_parallel(k, dsv4_cfg_mix(c), sub_in_widen, &j);
+        if (R < HC_WIDEN_MIN_ROWS) {
+            j.fn_f64 = NULL;
+            /* a batched decode step: fn comes from memory, so a thread's rows run as one
+             * block of 8 (the kernel's largest: fn read once for 8 rows) when every
+             * thread gets one */
+            if (R >= 8 * T) j.block = 8;
+        } else {
+            dsv4_kctx_parallel(k, dsv4_cfg_mix(c), sub_in_widen, &j);
+        }
         dsv4_kctx_parallel(k, (R + j.block - 1) / j.block, sub_in_block, &j);
         return;
     }

@@ -112,8 +112,14 @@ __attribute__((target("avx512f"))) static void post_inplace_avx512(int hc, int D
  * widened once into hw, then every dot runs over the slab in a tile of up to HC_ROWS rows x
  * 2 fn rows, its 16 lanes in two registers kept between slabs in acc. Lane l of a dot
  * still sums the products i ≡ l (mod 16) in ascending i (each product exact in double),
- * and the tail and the tree are dsv4_dot_f64_finish's: the bits of dsv4_hc_dots. */
-#define HC_ROWS 4
+ * and the tail and the tree are dsv4_dot_f64_finish's: the bits of dsv4_hc_dots.
+ *
+ * A block of 8 rows runs each slab's fn rows against two tiles of 4 rows, so a batched
+ * decode step's thread reads fn (which comes from memory: 384 KB a call at flash_quarter)
+ * once for its 8 rows instead of once per 4; its slabs are half as long, so that the 8
+ * widened rows, the accumulators and the slab's fn stay in L1. */
+#define HC_ROWS 8      /* rows of a block, at most */
+#define HC_TILE_ROWS 4 /* rows of a tile */
 #define HC_SLAB 256
 #define HC_DOTS_MAX 32 /* mix + 1 of the blocked kernel: hc <= 4 */
 
@@ -129,7 +135,7 @@ HC_TILE __m512d fn_hi(const double *f64, const float *f32, int c) { return fn_lo
  * the floats g0, g1, widened here) x rows r < RB of hw over len columns; F == 1: row m only. */
 HC_TILE void dots_tile(__m512d acc[][HC_DOTS_MAX][2], int m, const double *f0, const double *f1, const float *g0,
                        const float *g1, double (*hw)[HC_SLAB], int len, const int RB, const int F) {
-    __m512d a[HC_ROWS][2][2];
+    __m512d a[HC_TILE_ROWS][2][2];
     for (int r = 0; r < RB; r++)
         for (int k = 0; k < F; k++) {
             a[r][k][0] = acc[r][m + k][0];
@@ -169,30 +175,41 @@ HC_TILE void self_tile(__m512d acc[][HC_DOTS_MAX][2], int m, double (*hw)[HC_SLA
     }
 }
 
+/* fn rows [m, m + F) x rows [0, RB) over a slab: tiles of up to HC_TILE_ROWS rows. */
+HC_TILE void dots_tiles(__m512d acc[][HC_DOTS_MAX][2], int m, const double *f0, const double *f1, const float *g0,
+                        const float *g1, double (*hw)[HC_SLAB], int len, const int RB, const int F) {
+    if (RB > HC_TILE_ROWS) {
+        dots_tile(acc, m, f0, f1, g0, g1, hw, len, HC_TILE_ROWS, F);
+        dots_tile(acc + HC_TILE_ROWS, m, f0, f1, g0, g1, hw + HC_TILE_ROWS, len, RB - HC_TILE_ROWS, F);
+    } else {
+        dots_tile(acc, m, f0, f1, g0, g1, hw, len, RB, F);
+    }
+}
+
 /* dots (RB, n_mix + 1) of rows h (RB, n) against fn (n_mix, n), read from fn_f64 (the same,
  * widened) or, when that is NULL, widened here slab by slab (the same doubles). */
 HC_TILE void dots_rows_block(const float *h, int64_t n, const float *fn, const double *fn_f64, int n_mix,
                              double *dots, const int RB) {
     __m512d acc[HC_ROWS][HC_DOTS_MAX][2]; /* (rows, mix + 1, lanes 0-7 | 8-15) */
     double hw[HC_ROWS][HC_SLAB] __attribute__((aligned(64))); /* (rows, slab) h widened */
-    const int nd = n_mix + 1;
+    const int nd = n_mix + 1, slab = RB > HC_TILE_ROWS ? HC_SLAB / 2 : HC_SLAB; /* a multiple of 16 */
     for (int r = 0; r < RB; r++)
         for (int m = 0; m < nd; m++) acc[r][m][0] = acc[r][m][1] = _mm512_setzero_pd();
     const int64_t nv = n / 16 * 16;
-    for (int64_t s0 = 0; s0 < nv; s0 += HC_SLAB) {
-        const int len = (int)(nv - s0 < HC_SLAB ? nv - s0 : HC_SLAB);
+    for (int64_t s0 = 0; s0 < nv; s0 += slab) {
+        const int len = (int)(nv - s0 < slab ? nv - s0 : slab);
         for (int r = 0; r < RB; r++)
             for (int c = 0; c < len; c += 8)
                 _mm512_store_pd(hw[r] + c, _mm512_cvtps_pd(_mm256_loadu_ps(h + r * n + s0 + c)));
         int m = 0;
         if (fn_f64) {
             for (; m + 2 <= n_mix; m += 2)
-                dots_tile(acc, m, fn_f64 + m * n + s0, fn_f64 + (m + 1) * n + s0, NULL, NULL, hw, len, RB, 2);
-            if (m < n_mix) dots_tile(acc, m, fn_f64 + m * n + s0, NULL, NULL, NULL, hw, len, RB, 1);
+                dots_tiles(acc, m, fn_f64 + m * n + s0, fn_f64 + (m + 1) * n + s0, NULL, NULL, hw, len, RB, 2);
+            if (m < n_mix) dots_tiles(acc, m, fn_f64 + m * n + s0, NULL, NULL, NULL, hw, len, RB, 1);
         } else {
             for (; m + 2 <= n_mix; m += 2)
-                dots_tile(acc, m, NULL, NULL, fn + m * n + s0, fn + (m + 1) * n + s0, hw, len, RB, 2);
-            if (m < n_mix) dots_tile(acc, m, NULL, NULL, fn + m * n + s0, NULL, hw, len, RB, 1);
+                dots_tiles(acc, m, NULL, NULL, fn + m * n + s0, fn + (m + 1) * n + s0, hw, len, RB, 2);
+            if (m < n_mix) dots_tiles(acc, m, NULL, NULL, fn + m * n + s0, NULL, hw, len, RB, 1);
         }
         self_tile(acc, n_mix, hw, len, RB);
     }
@@ -206,11 +223,13 @@ HC_TILE void dots_rows_block(const float *h, int64_t n, const float *fn, const d
         }
 }
 
+/* Blocks of 8 rows, then of 4, then the rest. */
 __attribute__((target("avx512f"))) static void dots_rows_avx512(const float *h, int n_rows, int64_t n,
                                                                 const float *fn, const double *fn_f64,
                                                                 int n_mix, double *dots) {
     const int nd = n_mix + 1;
     int i = 0;
+    for (; i + 8 <= n_rows; i += 8) dots_rows_block(h + i * n, n, fn, fn_f64, n_mix, dots + i * nd, 8);
     for (; i + 4 <= n_rows; i += 4) dots_rows_block(h + i * n, n, fn, fn_f64, n_mix, dots + i * nd, 4);
     switch (n_rows - i) {
     case 3: dots_rows_block(h + i * n, n, fn, fn_f64, n_mix, dots + i * nd, 3); break;

@@ -197,11 +197,12 @@ static void run_levels(const hc_case *t) {
     free(h); free(fn); free(y); free(hr); free(hl); free(x0); free(x1);
 }
 
-/* hc_pre's dots of 1..9 rows at once (dsv4_hc_dots_rows, fn widened or as floats) at every level,
- * against dsv4_hc_dots row by row at the portable level: the same bits. Rows hold huge
- * and cancelling values as in run_levels, and the widths leave tails past the sixteens. */
+/* hc_pre's dots of 1..13 rows at once (dsv4_hc_dots_rows: blocks of 8, of 4 and the rest; fn
+ * widened or as floats) at every level, against dsv4_hc_dots row by row at the portable
+ * level: the same bits. Rows hold huge and cancelling values as in run_levels, and the
+ * widths leave tails past the sixteens. */
 static void run_rows(const hc_case *t) {
-    const int hc = t->hc, D = t->D, n = hc * D, mix = (2 + hc) * hc, R = 9, nd = mix + 1;
+    const int hc = t->hc, D = t->D, n = hc * D, mix = (2 + hc) * hc, R = 13, nd = mix + 1;
     dsv4_config c = make_cfg(t);
     float *h = malloc(sizeof(float) * R * n), *fn = malloc(sizeof(float) * mix * n);
     double *fn_f64 = malloc(sizeof(double) * mix * n);
