@@ -288,6 +288,10 @@ enum {
  * "F1,F3" (case-insensitive, no spaces). Returns 0, or DSV4_ERR_ARG with a message. */
 DSV4_API int dsv4_fidelity_parse(const char *s, unsigned *items, dsv4_err *err);
 
+/* The floating-point environment: on x86, dsv4_engine_create, dsv4_forward,
+ * dsv4_mtp_forward(_out) and the dsv4_lm_head* calls run under the default MXCSR (round to
+ * nearest, no flush-to-zero, no denormals-are-zero) whatever the caller's, and give the
+ * caller its own back, so a program built with -ffast-math gets the same bits. */
 DSV4_API int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_engine **out,
                                 dsv4_err *err);
 

@@ -15,6 +15,7 @@
 #include "util/numa.h"
 #include "util/sha256.h"
 #include "util/err.h"
+#include "util/fpenv.h"
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
@@ -91,8 +92,8 @@ void dsv4_engine_cache_opts(const dsv4_engine_opts *o, dsv4_cache_opts *co) {
         co->row_bytes_per_value = co->idx_bytes_per_value = -1;
 }
 
-int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_engine **out,
-                       dsv4_err *err) {
+static int engine_create_body(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_engine **out,
+                              dsv4_err *err) {
     *out = NULL;
     const dsv4_config *c = &m->cfg;
     dsv4_engine *e = calloc(1, sizeof *e);
@@ -169,6 +170,15 @@ int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_e
     }
     *out = e;
     return DSV4_OK;
+}
+
+/* under the default MXCSR too: create computes tables (RoPE, decode tables) the forwards use */
+int dsv4_engine_create(const dsv4_model *m, const dsv4_engine_opts *opts, dsv4_engine **out,
+                       dsv4_err *err) {
+    const dsv4_fpenv f = dsv4_fpenv_enter(); /* util/fpenv.h */
+    const int rc = engine_create_body(m, opts, out, err);
+    dsv4_fpenv_leave(f);
+    return rc;
 }
 
 void dsv4_engine_free(dsv4_engine *e) {
@@ -279,9 +289,16 @@ void dsv4_engine_trim(dsv4_engine *e, int seq) {
     dsv4_cache_trim(e->cache, seq, keep);
 }
 
-int dsv4_lm_head(dsv4_engine *e, const float *hidden, int n_rows, float *logits, dsv4_err *err) {
+static int lm_head_body(dsv4_engine *e, const float *hidden, int n_rows, float *logits, dsv4_err *err) {
     if (n_rows < 0 || (n_rows > 0 && (!hidden || !logits)))
         return dsv4_fail(err, DSV4_ERR_ARG, "lm_head: bad arguments (n_rows = %d)", n_rows);
     dsv4_linear(e->k, &e->model->head, hidden, n_rows, logits);
     return DSV4_OK;
+}
+
+int dsv4_lm_head(dsv4_engine *e, const float *hidden, int n_rows, float *logits, dsv4_err *err) {
+    const dsv4_fpenv f = dsv4_fpenv_enter(); /* util/fpenv.h */
+    const int rc = lm_head_body(e, hidden, n_rows, logits, err);
+    dsv4_fpenv_leave(f);
+    return rc;
 }

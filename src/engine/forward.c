@@ -18,6 +18,7 @@
 #include "hc/hc.h"
 #include "kernels/ops.h"
 #include "util/err.h"
+#include "util/fpenv.h"
 
 /* Checks one span against the engine state; nothing is modified. */
 static int validate_span(const dsv4_engine *e, const dsv4_span *sp, int idx, dsv4_err *err) {
@@ -181,8 +182,8 @@ static void embed_row(void *arg, int i, int tid) {
     for (int s = 1; s < j->hc; s++) memcpy(hi + (size_t)s * j->D, hi, (size_t)j->D * sizeof(float));
 }
 
-int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
-                 float *streams, dsv4_err *err) {
+static int forward_body(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
+                        float *streams, dsv4_err *err) {
     const dsv4_config *c = e->cfg;
     const int D = c->hidden_size, hc = c->hc_mult;
     int R = 0;
@@ -273,5 +274,13 @@ int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hid
     for (int i = 0; i < n_spans; i++) commit_span(e, &spans[i]);
 done:
     dsv4_arena_release(&e->scratch, mark);
+    return rc;
+}
+
+int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden, float *streams,
+                 dsv4_err *err) {
+    const dsv4_fpenv f = dsv4_fpenv_enter(); /* util/fpenv.h */
+    const int rc = forward_body(e, spans, n_spans, hidden, streams, err);
+    dsv4_fpenv_leave(f);
     return rc;
 }

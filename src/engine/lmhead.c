@@ -9,6 +9,7 @@
 #include "dist/dist.h"
 #include "engine/engine.h"
 #include "util/err.h"
+#include "util/fpenv.h"
 
 void dsv4_lm_head_shard_range(int vocab, int shard, int n_shards, int *lo, int *hi) {
     const int64_t per = n_shards > 0 ? ((int64_t)vocab + n_shards - 1) / n_shards : vocab;
@@ -118,8 +119,8 @@ int dsv4_lmhead_logits_range(dsv4_kctx *k, dsv4_arena *scratch, const dsv4_mat *
     return DSV4_OK;
 }
 
-int dsv4_lm_head_shard(dsv4_engine *e, const float *hidden, int n_rows, int shard, int n_shards,
-                       float *logits, dsv4_err *err) {
+static int lm_head_shard_body(dsv4_engine *e, const float *hidden, int n_rows, int shard, int n_shards,
+                              float *logits, dsv4_err *err) {
     const int V = e->cfg->vocab_size;
     if (n_shards < 1 || shard < 0 || shard >= n_shards)
         return dsv4_fail(err, DSV4_ERR_ARG, "lm_head: shard %d of %d", shard, n_shards);
@@ -128,6 +129,14 @@ int dsv4_lm_head_shard(dsv4_engine *e, const float *hidden, int n_rows, int shar
     int lo, hi;
     dsv4_lm_head_shard_range(V, shard, n_shards, &lo, &hi);
     return dsv4_lmhead_logits_range(e->k, &e->scratch, &e->model->head, hidden, n_rows, lo, hi, logits, err);
+}
+
+int dsv4_lm_head_shard(dsv4_engine *e, const float *hidden, int n_rows, int shard, int n_shards,
+                       float *logits, dsv4_err *err) {
+    const dsv4_fpenv f = dsv4_fpenv_enter(); /* util/fpenv.h */
+    const int rc = lm_head_shard_body(e, hidden, n_rows, shard, n_shards, logits, err);
+    dsv4_fpenv_leave(f);
+    return rc;
 }
 
 #ifdef DSV4_HAVE_MPI
@@ -211,8 +220,7 @@ static int group_begin(dsv4_engine *e, const float *hidden, int n_rows, int logi
     return DSV4_OK;
 }
 
-int dsv4_lm_head_dist(dsv4_engine *e, const float *hidden, int n_rows, float *logits,
-                      dsv4_err *err) {
+static int lm_head_dist_body(dsv4_engine *e, const float *hidden, int n_rows, float *logits, dsv4_err *err) {
     if (!e->group) return dsv4_lm_head(e, hidden, n_rows, logits, err);
     dsv4_dist *d = e->group;
     const int V = e->cfg->vocab_size, D = e->cfg->hidden_size, P = d->size, home = d->rank == 0;
@@ -247,6 +255,14 @@ int dsv4_lm_head_dist(dsv4_engine *e, const float *hidden, int n_rows, float *lo
         r0 += n;
     } while (!rc && r0 < n_rows);
     dsv4_arena_release(&e->scratch, mark);
+    return rc;
+}
+
+int dsv4_lm_head_dist(dsv4_engine *e, const float *hidden, int n_rows, float *logits,
+                      dsv4_err *err) {
+    const dsv4_fpenv f = dsv4_fpenv_enter(); /* util/fpenv.h */
+    const int rc = lm_head_dist_body(e, hidden, n_rows, logits, err);
+    dsv4_fpenv_leave(f);
     return rc;
 }
 
@@ -301,8 +317,8 @@ static int group_argmax(dsv4_engine *e, const float *hidden, int n_rows, int32_t
 
 #endif
 
-int dsv4_lm_head_argmax(dsv4_engine *e, const float *hidden, int n_rows, int32_t *ids,
-                        float *values, dsv4_err *err) {
+static int lm_head_argmax_body(dsv4_engine *e, const float *hidden, int n_rows, int32_t *ids,
+                               float *values, dsv4_err *err) {
     const int V = e->cfg->vocab_size;
     /* the same arguments on every rank, so a refusal here is collective too */
     if (n_rows < 0 || (n_rows > 0 && !ids))
@@ -329,4 +345,12 @@ int dsv4_lm_head_argmax(dsv4_engine *e, const float *hidden, int n_rows, int32_t
     /* a group: every rank's shard, reduced (a local failure is reported through the
      * agreement of its first chunk) */
     return group_argmax(e, hidden, n_rows, ids, values, err);
+}
+
+int dsv4_lm_head_argmax(dsv4_engine *e, const float *hidden, int n_rows, int32_t *ids,
+                        float *values, dsv4_err *err) {
+    const dsv4_fpenv f = dsv4_fpenv_enter(); /* util/fpenv.h */
+    const int rc = lm_head_argmax_body(e, hidden, n_rows, ids, values, err);
+    dsv4_fpenv_leave(f);
+    return rc;
 }

@@ -15,6 +15,7 @@
 #include "hc/hc.h"
 #include "kernels/ops.h"
 #include "util/err.h"
+#include "util/fpenv.h"
 
 /* The call's own buffers for R rows in n_spans spans. */
 typedef struct mtp_bufs {
@@ -115,8 +116,8 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
     return dsv4_mtp_forward_out(e, spans, n_spans, NULL, hidden, err);
 }
 
-int dsv4_mtp_forward_out(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, const int *out,
-                         float *hidden, dsv4_err *err) {
+static int mtp_forward_body(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, const int *out,
+                            float *hidden, dsv4_err *err) {
     const dsv4_config *c = e->cfg;
     const int D = c->hidden_size, hc = c->hc_mult;
     const float eps = (float)c->rms_norm_eps;
@@ -205,5 +206,13 @@ int dsv4_mtp_forward_out(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans
     }
 done:
     dsv4_arena_release(&e->scratch, mark);
+    return rc;
+}
+
+int dsv4_mtp_forward_out(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, const int *out,
+                         float *hidden, dsv4_err *err) {
+    const dsv4_fpenv f = dsv4_fpenv_enter(); /* util/fpenv.h */
+    const int rc = mtp_forward_body(e, spans, n_spans, out, hidden, err);
+    dsv4_fpenv_leave(f);
     return rc;
 }
