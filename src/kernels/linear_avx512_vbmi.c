@@ -190,7 +190,7 @@ AINLINE VBMI void gemv1_fp8v_pre(int pre, const fp8_tab *t, const dsv4_mat *w, c
                         * pool task's most) of up to 2048 columns */
 
 /* 64 e4m3 bytes at p (m < 64: the first m, zero past them) -> w[q] = e4m3 * 2^-120 of
- * columns 16q .. 16q + 15; the bytes' b + b folded into *scan by unsigned max */
+ * columns 16q .. 16q + 15; the bytes folded into *scan (fp8_nan_scan) */
 AINLINE void dec_fp8x64_bits(const uint8_t *p, int m, __m512i *scan, __m512 w[4]) {
     const __m512i keep = _mm512_set1_epi32((int)0x87FFFFFF); /* the sign, exponent bits 23..26, mantissa */
 #pragma GCC unroll 4
@@ -204,8 +204,7 @@ AINLINE void dec_fp8x64_bits(const uint8_t *p, int m, __m512i *scan, __m512 w[4]
                                    : _mm_maskz_loadu_epi8((__mmask16)((1u << mq) - 1u), p + 16 * q);
         w[q] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(b), 20), keep));
     }
-    const __m512i b = m == 64 ? _mm512_loadu_si512((const void *)p) : _mm512_maskz_loadu_epi8((~(__mmask64)0) >> (64 - m), p);
-    *scan = _mm512_max_epu8(*scan, _mm512_add_epi8(b, b));
+    *scan = fp8_nan_scan(*scan, p, m);
 }
 
 /* a[r] += xs[r] . w[r] over the m (<= 64) columns from i of rows p + r * step, the weights
@@ -252,7 +251,7 @@ AINLINE VBMI void gemv1_fp8v_rows_xs(int R, int bits, const fp8_tab *t, const ds
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) y[o + r * rs] = hsum16(a[r]);
-    if (bits && _mm512_cmpeq_epi8_mask(scan, _mm512_set1_epi8((char)0xFE))) gemv1_fp8v_nan_rows(R, t, w, x, y, o, rs);
+    if (bits && fp8_nan_seen(scan)) gemv1_fp8v_nan_rows(R, t, w, x, y, o, rs);
 }
 
 /* xs (nb, ld) = x * f * scale of bands band0 .. band0 + nb - 1, x zero-padded as the
@@ -298,14 +297,11 @@ AINLINE VBMI int gemv1_fp8v_xs(int bits, const fp8_tab *t, const dsv4_mat *w, co
     return 1;
 }
 
-/* F32 subnormal operands at full speed (libgcc's cached cpuid: cpuid itself traps in a VM) */
-static int fp8_bits_fast(void) { return __builtin_cpu_is("amd"); }
-
 static VBMI void gemv1_fp8v(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
                             int64_t o1) {
     const fp8_tab t = fp8_tab_load(c->tab);
     if (c->fp8_prescale) {
-        if (fp8_bits_fast() && gemv1_fp8v_xs(1, &t, w, x, y, o0, o1)) return;
+        if (c->tab->subnormal_fma_fast && gemv1_fp8v_xs(1, &t, w, x, y, o0, o1)) return;
         if (!gemv1_fp8v_xs(0, &t, w, x, y, o0, o1)) gemv1_fp8v_pre(1, &t, w, x, y, o0, o1);
     } else {
         gemv1_fp8v_pre(0, &t, w, x, y, o0, o1);

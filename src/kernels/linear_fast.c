@@ -91,6 +91,11 @@ void dsv4_lin_tables_init(dsv4_lin_tables *t) {
         t->e4m3_bf16_hi[m] = (uint8_t)(bits >> 24);
         t->e4m3_bf16_lo[m] = (uint8_t)(bits >> 16);
     }
+#if defined(__x86_64__) || defined(__i386__)
+    t->subnormal_fma_fast = __builtin_cpu_is("amd"); /* libgcc's cached cpuid, read once here */
+#else
+    t->subnormal_fma_fast = 0;
+#endif
 }
 
 /* ---- portable level ------------------------------------------------------------------ */

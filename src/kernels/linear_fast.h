@@ -91,6 +91,10 @@ typedef struct dsv4_lin_tables {
      * vpermi2b tables, linear_avx512.h) */
     _Alignas(64) uint8_t e4m3_bf16_hi[128];
     _Alignas(64) uint8_t e4m3_bf16_lo[128];
+    /* F32 subnormal FMA operands run at full speed: AMD cores (Intel cores take a microcode
+     * assist per such FMA), so the one-row FP8 GEMV may decode e4m3 by bit shifts
+     * (linear_avx512_vbmi.c); the bits are the same either way */
+    int subnormal_fma_fast;
 } dsv4_lin_tables;
 
 void dsv4_lin_tables_init(dsv4_lin_tables *t);
