@@ -27,7 +27,9 @@
  *           from at most 1 MB of copies called in turn, so the weights are in the cores' L2
  *           ("cache":"hot"): the kernel's own speed, against which the DRAM figure shows
  *           what the memory side costs.
- *           --shape S: only the shapes whose name contains S.
+ *           --shape S: only the shapes whose name contains S. The Flash checkpoint's
+ *           widths (flash.wq_a, flash.wkv, flash.w13, flash.w2, flash.wq_b, flash.wo_b)
+ *           run only when S names them, e.g. --shape flash.
  *   "experts" (--experts, only the probes and these): a prefill's routed experts, the FP4
  *           w13 (512x1024) and w2 (1024x512) shapes at each --rows count, through every
  *           path dsv4_linear has for it (auto, gemv, smallm, gemm; dsv4_kctx_set_lin_path):
@@ -150,6 +152,15 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads,
         {"wo_b", 1024, 2048},       /* output LoRA up */
         {"router", 256, 1024},      /* the router (BF16 in the model) */
         {"head", 8192, 1024},       /* the LM head (BF16 in the model) */
+        /* the Flash checkpoint's widths (hidden 4096, experts 2048, q / o LoRA 1024): run only
+         * when --shape names them ("flash."), since kernels tuned on the bench model's
+         * widths need not win at these */
+        {"flash.wq_a", 1024, 4096}, /* q LoRA down */
+        {"flash.wkv", 512, 4096},   /* kv projection */
+        {"flash.w13", 2048, 4096},  /* the experts' w1 / w3 */
+        {"flash.w2", 4096, 2048},   /* the experts' w2 */
+        {"flash.wq_b", 32768, 1024},/* q LoRA up */
+        {"flash.wo_b", 4096, 8192}, /* output LoRA up */
     };
     const dsv4_wfmt fmts[3] = {DSV4_WF_FP8, DSV4_WF_FP4, DSV4_WF_BF16};
     /* a sweep reads 96 MB of weights; cold: that many distinct copies, past the usable L3,
@@ -159,6 +170,7 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads,
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const decode_shape *sh = &shapes[si];
         if (only && !strstr(sh->name, only)) continue;
+        if (!strncmp(sh->name, "flash.", 6) && !(only && strstr(only, "flash."))) continue;
         for (int fi = 0; fi < 3; fi++) {
             const dsv4_wfmt f = fmts[fi];
             dsv4_mat m0 = make_mat(f, sh->rows, sh->cols);
