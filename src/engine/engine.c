@@ -9,6 +9,7 @@
 #include "dist/dist.h"
 #include "dist/ep.h"
 #include "engine/fidelity_prep.h"
+#include "engine/lmhead.h"
 #include "engine/prefix.h"
 #include "engine/w8a8_prep.h"
 #include "kernels/cpu.h"
@@ -292,8 +293,7 @@ void dsv4_engine_trim(dsv4_engine *e, int seq) {
 static int lm_head_body(dsv4_engine *e, const float *hidden, int n_rows, float *logits, dsv4_err *err) {
     if (n_rows < 0 || (n_rows > 0 && (!hidden || !logits)))
         return dsv4_fail(err, DSV4_ERR_ARG, "lm_head: bad arguments (n_rows = %d)", n_rows);
-    dsv4_linear(e->k, &e->model->head, hidden, n_rows, logits);
-    return DSV4_OK;
+    return dsv4_lmhead_local(e->k, &e->scratch, &e->model->head, hidden, n_rows, logits, err);
 }
 
 int dsv4_lm_head(dsv4_engine *e, const float *hidden, int n_rows, float *logits, dsv4_err *err) {

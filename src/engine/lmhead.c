@@ -2,6 +2,7 @@
  * lmhead.h, spec/serving.md §b). */
 #include "engine/lmhead.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,7 @@ size_t dsv4_lmhead_scratch_bytes(int64_t V, int64_t D, int P) {
     float *l;
     dsv4_argmax *best;
     head_take(&m, DSV4_LMHEAD_ROWS, V, &l, &best); /* the FP8 superset is at most V wide too */
+    dsv4_arena_take_n(&m, DSV4_LMHEAD_ROWS * D, sizeof(float)); /* dsv4_lmhead_local's aligned rows */
     size_t most = m.peak;
     int lo, hi; /* shard 0 is the widest */
     dsv4_lm_head_shard_range((int)V, 0, P, &lo, &hi);
@@ -115,6 +117,26 @@ int dsv4_lmhead_logits_range(dsv4_kctx *k, dsv4_arena *scratch, const dsv4_mat *
         for (int r = 0; r < nr; r++)
             memcpy(logits + (int64_t)(r0 + r) * n, tmp + (int64_t)r * w + (lo - a), (size_t)n * sizeof(float));
     }
+    dsv4_arena_release(scratch, mark);
+    return DSV4_OK;
+}
+
+int dsv4_lmhead_local(dsv4_kctx *k, dsv4_arena *scratch, const dsv4_mat *head, const float *hidden, int n_rows,
+                      float *logits, dsv4_err *err) {
+    const int64_t D = head->cols;
+    if (((uintptr_t)hidden & (DSV4_ARENA_ALIGN - 1)) == 0 || n_rows <= 0 || n_rows > DSV4_LMHEAD_ROWS) {
+        dsv4_linear(k, head, hidden, n_rows, logits);
+        return DSV4_OK;
+    }
+    const size_t mark = dsv4_arena_mark(scratch);
+    float *h = dsv4_arena_take_n(scratch, (int64_t)n_rows * D, sizeof(float)); /* (n_rows, D), aligned */
+    if (!h) {
+        dsv4_arena_release(scratch, mark);
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "lm_head: scratch arena too small for %d rows of %lld", n_rows,
+                         (long long)D);
+    }
+    memcpy(h, hidden, sizeof(float) * (size_t)(n_rows * D));
+    dsv4_linear(k, head, h, n_rows, logits);
     dsv4_arena_release(scratch, mark);
     return DSV4_OK;
 }

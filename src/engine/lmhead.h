@@ -49,6 +49,15 @@ int dsv4_lmhead_logits_range(dsv4_kctx *k, dsv4_arena *scratch, const dsv4_mat *
                              const float *hidden, int n_rows, int lo, int hi, float *logits,
                              dsv4_err *err);
 
+/* logits (n_rows, V) = hidden (n_rows, D) . head^T on this process, the values of
+ * dsv4_linear. Up to DSV4_LMHEAD_ROWS hidden rows (a decode step's) off a 64-byte line (a
+ * caller's malloc: 16 bytes off one) are copied into scratch first: the GEMV loads x 64
+ * bytes at a time for every pair of weight rows, and a split line on each load took the
+ * BF16 head at 16 rows 1.27x the time hot (BENCHMARKS.md, session 19 b16). More rows take
+ * the tile GEMM, which packs x itself. */
+int dsv4_lmhead_local(dsv4_kctx *k, dsv4_arena *scratch, const dsv4_mat *head, const float *hidden, int n_rows,
+                      float *logits, dsv4_err *err);
+
 /* Rows a head call buffers at a time (the unaligned FP8 slice, the greedy argmax's logits,
  * a group's broadcast, shards and gather), and the scratch bytes that takes for vocabulary
  * V, hidden size D and a group of P ranks (1: none; engine/scratch.c sizes the engine's

@@ -5,7 +5,9 @@
  *     leaves the other sequences intact; out of slots likewise;
  *   - freeing twice or using a freed handle is an error, not a crash;
  *   - create reports the progress of its W8A8 weight preparation, and only of that;
- *   - the NUMA option parses, resolves to what the machine allows and changes no result.
+ *   - the NUMA option parses, resolves to what the machine allows and changes no result;
+ *   - the head's logits and greedy ids do not depend on the hidden rows' alignment (up to
+ *     DSV4_LMHEAD_ROWS rows off a cache line go through an aligned copy in scratch).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -246,6 +248,44 @@ static void test_numa(void) {
     free(buf);
 }
 
+/* dsv4_lm_head and dsv4_lm_head_argmax over hidden rows on a cache line and 16 bytes off
+ * one, at 1, 7, 16 rows (the copy) and 37 (no copy; the argmax's chunks of 16 copy): the
+ * same bits. */
+static void test_head_alignment(void) {
+    dsv4_engine_opts eo = {.max_context = 64, .max_seqs = 1};
+    dsv4_engine *e;
+    dsv4_err err = {0};
+    CHECK(dsv4_engine_create(M, &eo, &e, &err) == 0);
+    enum { ROWS = 37 };
+    float *base = aligned_alloc(64, (size_t)(ROWS * D + 16) * sizeof(float));
+    float *ref = malloc((size_t)ROWS * V * sizeof(float)), *got = malloc((size_t)ROWS * V * sizeof(float));
+    int32_t ids_ref[ROWS], ids_got[ROWS];
+    uint32_t r = 12345u;
+    for (int i = 0; i < ROWS * D + 16; i++) {
+        r = r * 1664525u + 1013904223u;
+        base[i] = (float)((int)(r >> 9) % 2001 - 1000) * 1e-3f;
+    }
+    static const int counts[] = {1, 7, 16, ROWS};
+    for (int c = 0; c < 4; c++) {
+        const int n = counts[c];
+        float *off = base + 4; /* 16 bytes off the line */
+        memmove(off, base, (size_t)n * D * sizeof(float));
+        CHECK(dsv4_lm_head(e, off, n, got, &err) == 0);
+        CHECK(dsv4_lm_head_argmax(e, off, n, ids_got, NULL, &err) == 0);
+        memmove(base, off, (size_t)n * D * sizeof(float));
+        CHECK(dsv4_lm_head(e, base, n, ref, &err) == 0);
+        CHECK(dsv4_lm_head_argmax(e, base, n, ids_ref, NULL, &err) == 0);
+        CHECK_MSG(memcmp(ref, got, (size_t)n * V * sizeof(float)) == 0,
+                  "%d rows: the logits of unaligned hidden rows differ from the aligned ones'", n);
+        CHECK_MSG(memcmp(ids_ref, ids_got, (size_t)n * sizeof(int32_t)) == 0,
+                  "%d rows: the greedy ids of unaligned hidden rows differ", n);
+    }
+    free(base);
+    free(ref);
+    free(got);
+    dsv4_engine_free(e);
+}
+
 int main(void) {
     char buf[1024];
     dsv4_err err = {0};
@@ -261,6 +301,7 @@ int main(void) {
     test_exhaustion();
     test_progress();
     test_numa();
+    test_head_alignment();
     dsv4_model_close(M);
     return test_report();
 }
