@@ -36,6 +36,7 @@
 #include "moe/moe.h"             /* bench_linear --moe: a decode step's expert phase */
 #include "model/safetensors.h"
 #include "model/scan.h"          /* dsv4 info --check: the full non-finite scan */
+#include "util/argmax.h"           /* dsv4 bench: the greedy ids, as dsv4_argmax */
 #include "util/file.h"
 #include "util/file_write.h"    /* output files: checked, fsync'd, atomic */
 

@@ -9,6 +9,7 @@
 
 #include "dist/dist.h"
 #include "engine/engine.h"
+#include "util/argmax.h"
 #include "util/err.h"
 #include "util/fpenv.h"
 
@@ -24,13 +25,11 @@ void dsv4_lm_head_shard_range(int vocab, int shard, int n_shards, int *lo, int *
 void dsv4_argmax_rows(const float *logits, int n_rows, int n_cols, int32_t id0, dsv4_argmax *out) {
     for (int r = 0; r < n_rows; r++) {
         const float *row = logits + (int64_t)r * n_cols;
-        dsv4_argmax best = DSV4_ARGMAX_NONE;
-        /* ascending ids: a later equal value never displaces an earlier one */
-        for (int j = 0; j < n_cols; j++) {
-            const dsv4_argmax c = {row[j], id0 + j};
-            if (dsv4_argmax_better(c, best)) best = c;
-        }
-        out[r] = best;
+        /* dsv4_argmax_index's order is dsv4_argmax_better's: the largest non-NaN value, ties to
+         * the lowest id; a row of NaN only ranks its first NaN best */
+        const int32_t j = dsv4_argmax_index(row, n_cols);
+        out[r] = j >= 0 ? (dsv4_argmax){row[j], id0 + j}
+                        : n_cols > 0 ? (dsv4_argmax){row[0], id0} : DSV4_ARGMAX_NONE;
     }
 }
 

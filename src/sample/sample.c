@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/argmax.h"
 #include "util/err.h"
 
 /* A candidate token and its unnormalized probability exp(z - z_max). */
@@ -188,13 +189,7 @@ static int top_p_cut(const cand *c, int n, int id_ordered, float top_p, double *
     return end;
 }
 
-int32_t dsv4_argmax(const float *x, int n) {
-    int32_t best = -1;
-    float bv = 0;
-    for (int i = 0; i < n; i++)
-        if (!isnan(x[i]) && (best < 0 || x[i] > bv)) { best = i; bv = x[i]; }
-    return best;
-}
+int32_t dsv4_argmax(const float *x, int n) { return dsv4_argmax_index(x, n); }
 
 /* ---- sampling ------------------------------------------------------------------------ */
 

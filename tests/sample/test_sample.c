@@ -387,8 +387,53 @@ static void test_errors(void) {
     dsv4_sampler_free(s);
 }
 
+/* the one-pass scan dsv4_argmax replaced: ties to the lowest id, NaN never wins */
+static int32_t argmax_ref(const float *x, int n) {
+    int32_t best = -1;
+    float bv = 0;
+    for (int i = 0; i < n; i++)
+        if (!isnan(x[i]) && (best < 0 || x[i] > bv)) { best = i; bv = x[i]; }
+    return best;
+}
+
+/* dsv4_argmax (two passes, 16 lanes and a tail) against the one-pass scan: lengths 0..70
+ * around the 16-wide blocks, the winner at every position, ties, +0 / -0, -inf, NaN
+ * anywhere and all NaN. */
+static void test_argmax_edges(void) {
+    enum { N = 70 };
+    float x[N];
+    int bad = 0;
+    for (int n = 0; n <= N; n++) {
+        for (int w = 0; w < n || (n == 0 && w == 0); w++) {
+            for (int kind = 0; kind < 9; kind++) {
+                for (int i = 0; i < n; i++) x[i] = (float)((i * 37 + n * 11) % 23) - 30.0f; /* < 0 */
+                if (n == 0) { bad += dsv4_argmax(x, 0) != -1; continue; }
+                switch (kind) {
+                case 0: x[w] = 1; break;                                   /* one winner at w */
+                case 1: x[w] = 1; x[n - 1] = 1; break;                     /* a tie: w first */
+                case 2: x[w] = 1; for (int i = 0; i < w; i++) x[i] = NAN; break; /* NaN before */
+                case 3: for (int i = 0; i < n; i++) x[i] = NAN; break;     /* all NaN: -1 */
+                case 4: for (int i = 0; i < n; i++) x[i] = i == w ? -INFINITY : NAN; break;
+                case 5: for (int i = 0; i < n; i++) x[i] = -INFINITY; x[w] = NAN; break;
+                case 6: x[w] = -0.0f; x[n - 1] = 0.0f; break;              /* ±0: the first */
+                case 7: x[w] = INFINITY; x[(w + 1) % n] = NAN; break;
+                default: x[w] = 1; for (int i = w + 1; i < n; i++) if ((i - w) % 4 == 0) x[i] = NAN; /* NaN in w's lanes after it */
+                    break;
+                }
+                const int32_t got = dsv4_argmax(x, n), want = argmax_ref(x, n);
+                if (got != want) {
+                    if (bad < 5) fprintf(stderr, "argmax n %d w %d kind %d: %d, want %d\n", n, w, kind, got, want);
+                    bad++;
+                }
+            }
+        }
+    }
+    CHECK(bad == 0);
+}
+
 int main(void) {
     test_greedy();
+    test_argmax_edges();
     test_seed();
     test_distributions();
     test_large_vocab();

@@ -172,13 +172,12 @@ static void progress_done(const bench *b) {
     if (b->tty) fprintf(stderr, "\r\033[K");
 }
 
+/* the greedy ids, as a server samples them (dsv4_argmax_index, dsv4_argmax's: ties to the lowest id, NaN never
+ * wins; a row of NaN only, which the forward's finite check rules out, gives token 0) */
 static void argmax_rows(const float *logits, int n, int V, int32_t *ids) {
     for (int r = 0; r < n; r++) {
-        const float *l = logits + (size_t)r * V;
-        int best = 0;
-        for (int v = 1; v < V; v++)
-            if (l[v] > l[best]) best = v;
-        ids[r] = best;
+        const int32_t best = dsv4_argmax_index(logits + (size_t)r * V, V);
+        ids[r] = best < 0 ? 0 : best;
     }
 }
 
