@@ -43,7 +43,7 @@ static void test_rmsnorm_eps(void) {
 }
 
 /* The rows form: each row's bits of dsv4_rmsnorm, weighted or not (unweighted: a row's q
- * heads), for row counts within and around the blocks (8 portable, 16 AVX-512) and their
+ * heads), for row counts within and around the blocks (8 portable, 16 then 8 AVX-512) and their
  * tails, row lengths around the 8-column steps, at every level: below AVX-512 the eight-row
  * loop takes all rows, so an AVX-512 machine tests it too. */
 static void test_rmsnorm_rows(void) {
