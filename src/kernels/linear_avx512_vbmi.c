@@ -186,8 +186,11 @@ AINLINE VBMI void gemv1_fp8v_pre(int pre, const fp8_tab *t, const dsv4_mat *w, c
  * (Intel cores take a microcode assist per such FMA, linear_avx2.c; Zen 5 ran all-subnormal
  * weights as fast as random ones). BENCHMARKS.md, session 18 fp8x. */
 
-#define G1_XB_MAX 6144 /* floats of x * 2^(b - 7) a task keeps, 24 KB of stack: 3 bands (a
-                        * pool task's most) of up to 2048 columns */
+#ifndef G1_XB_MAX
+#define G1_XB_MAX 8192 /* floats of x * 2^(b - 7) a piece of a task keeps, 32 KB of stack: one
+                        * band of the checkpoint's widest FP8 rows (wo_b, 8192 columns), 2 of
+                        * 4096 (wq_a, wkv, the shared expert), 4 of 2048 (a pool task's 3) */
+#endif
 
 /* 64 e4m3 bytes at p (m < 64: the first m, zero past them) -> w[q] = e4m3 * 2^-120 of
  * columns 16q .. 16q + 15; the bytes folded into *scan (fp8_nan_scan) */
@@ -297,11 +300,30 @@ AINLINE VBMI int gemv1_fp8v_xs(int bits, const fp8_tab *t, const dsv4_mat *w, co
     return 1;
 }
 
+/* the bit decode of a task [o0, o1): one piece when its bands' buffer fits (a pool task at up
+ * to 2048 columns), else (the checkpoint's 4096- and 8192-column rows; dsv4_linear_here's
+ * whole-matrix tasks) pieces of whole scale bands that fit, each one's 4 far runs over its own
+ * rows; a piece whose x * 2^(b - 7) fails takes the table paths. Every output is one row's dot product in the same order
+ * whichever piece computes it: the same bits. 0 when not one band fits (rows past G1_XB_MAX
+ * columns: the table paths for the task). */
+AINLINE VBMI int gemv1_fp8v_bits_pieces(const fp8_tab *t, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+                                        int64_t o1) {
+    const int64_t nbmax = G1_XB_MAX / ((w->cols + 15) & ~(int64_t)15); /* bands a piece */
+    if (nbmax == 0) return 0;
+    for (int64_t s0 = o0; s0 < o1;) {
+        const int64_t end = (s0 / 128 + nbmax) * 128, s1 = end < o1 ? end : o1; /* s0, s1 multiples of 4 but o1 */
+        if (!gemv1_fp8v_xs(1, t, w, x, y, s0, s1) && !gemv1_fp8v_xs(0, t, w, x, y, s0, s1))
+            gemv1_fp8v_pre(1, t, w, x, y, s0, s1);
+        s0 = s1;
+    }
+    return 1;
+}
+
 static VBMI void gemv1_fp8v(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
                             int64_t o1) {
     const fp8_tab t = fp8_tab_load(c->tab);
     if (c->fp8_prescale) {
-        if (c->tab->subnormal_fma_fast && gemv1_fp8v_xs(1, &t, w, x, y, o0, o1)) return;
+        if (c->tab->subnormal_fma_fast && gemv1_fp8v_bits_pieces(&t, w, x, y, o0, o1)) return;
         if (!gemv1_fp8v_xs(0, &t, w, x, y, o0, o1)) gemv1_fp8v_pre(1, &t, w, x, y, o0, o1);
     } else {
         gemv1_fp8v_pre(0, &t, w, x, y, o0, o1);

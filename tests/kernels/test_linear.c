@@ -395,25 +395,33 @@ static void check_fp8_one_row_bands(void) {
 }
 
 /* The one-row FP8 GEMV of level avx512vbmi on AMD cores decodes e4m3 by bit shifts against
- * x * 2^(b - 7) kept per task (linear_avx512_vbmi.c gemv1_fp8v_bits): its bits against level
- * avx512's (the F16 decode, another code path) at the decode step's widths (256 .. 2048
- * columns: 1, 2 and 3 bands a pool task, the 3-band buffer full at 2048), odd widths with a
- * masked last chunk, a width whose 3-band tasks overflow the buffer (2085), row counts that
- * leave 1..3 rows past the runs, on 1..3 threads and in one dsv4_linear_here task. Inputs:
- * random, one huge x (x * 2^(b - 7) overflows: the task falls back), and NaN codes in a
- * few rows (those outputs NaN at both levels, every other output the same bits). */
+ * x * 2^(b - 7) kept per piece of a task (linear_avx512_vbmi.c gemv1_fp8v_bits_pieces): its
+ * bits against level avx512's (the F16 decode, another code path) at the decode step's widths
+ * (256 .. 2048 columns: 1, 2 and 3 bands a pool task), odd widths with a masked last chunk,
+ * the checkpoint's 4096 and 8192 columns and widths between (tasks cut in pieces of 2 or 1
+ * bands), one past the buffer (8200: the table paths), row counts that leave 1..3 rows past
+ * the runs, on 1..3 threads and in one dsv4_linear_here task (the whole matrix: pieces at
+ * every width from 1024). Inputs: random, one huge x (x * 2^(b - 7) overflows: every piece
+ * falls back), the same x overflowing in the odd bands only (those pieces fall back, the
+ * others not), and NaN codes in a few rows (those outputs NaN at both levels, every other
+ * output the same bits). */
 static void check_fp8_one_row_bits(void) {
     static const int64_t shapes[][2] = {{1100, 256}, {517, 1024}, {300, 2048}, {263, 512},
-                                        {130, 133}, {261, 520}, {387, 2085}, {6, 1056}};
+                                        {130, 133}, {261, 520}, {387, 2085}, {6, 1056},
+                                        {300, 4096}, {263, 8192}, {140, 5000}, {9, 8200}};
     int64_t bad = 0, total = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int v = 0; v < 3; v++) {
-            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+        for (int v = 0; v < 4; v++) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1], nsb = (cols + 127) / 128;
             tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
             float *x = rand_vec(cols), *ya = malloc(sizeof(float) * rows), *yv = malloc(sizeof(float) * rows);
-            uint8_t *p = t.w;
+            uint8_t *p = t.w, *sc = t.scale;
             const int64_t nan_rows[3] = {0, rows / 2, rows - 1};
             if (v == 1) x[cols / 3] = 1e30f; /* 2^(b - 7) * 1e30 past 2^127; x * scale still normal */
+            if (v == 3) { /* 2^10 * 2^(125 - 7) = 2^128 overflows in the odd bands, 2^(10 + 111) not */
+                x[cols / 3] = 0x1p10f;
+                for (int64_t b = 0; b < (rows + 127) / 128; b++) sc[b * nsb + cols / 3 / 128] = b % 2 ? 125 : 118;
+            }
             if (v == 2) /* a NaN code in three rows: the first, a middle one, the last */
                 p[nan_rows[0] * cols + cols - 1] = 0x7F, p[nan_rows[1] * cols + cols / 2] = 0xFF,
                 p[nan_rows[2] * cols] = 0x7F;
