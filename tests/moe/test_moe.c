@@ -591,6 +591,39 @@ static void test_one_row_job(void) {
     tfree_all();
 }
 
+/* dsv4_moe_combine (16 columns a register on AVX-512) against its contract's order, bit for
+ * bit: y = ((o_idx[0] + o_idx[1]) + ...) + shared per element, at widths around 16 (the
+ * masked tail) and the checkpoints' 1024 and 4096, K 1-8; sources of mixed magnitudes so
+ * that another order rounds differently; the floats past y[D] stay untouched. */
+static void test_combine(void) {
+    const int Ds[] = {1, 7, 15, 16, 17, 24, 33, 1024, 1029, 4096};
+    enum { RMAX = 12, GUARD = 16 };
+    int bad = 0, guard_bad = 0, cases = 0;
+    for (size_t di = 0; di < sizeof Ds / sizeof Ds[0]; di++)
+        for (int K = 1; K <= 8; K++) {
+            const int D = Ds[di];
+            float *rows = talloc(sizeof(float) * RMAX * D), *sh = talloc(sizeof(float) * D);
+            float *y = talloc(sizeof(float) * (D + GUARD)), *ref = talloc(sizeof(float) * D);
+            for (int i = 0; i < RMAX * D; i++) rows[i] = (float)(urand() * (i % 3 == 0 ? 1e6 : i % 3 == 1 ? 1.0 : 1e-6));
+            for (int i = 0; i < D; i++) sh[i] = (float)(urand() * 1e3);
+            int idx[8];
+            for (int kk = 0; kk < K; kk++) idx[kk] = (kk * 5 + 3) % RMAX; /* distinct, out of order */
+            for (int i = 0; i < D + GUARD; i++) y[i] = -7.0f;
+            for (int d = 0; d < D; d++) {
+                float a = rows[(int64_t)idx[0] * D + d];
+                for (int kk = 1; kk < K; kk++) a += rows[(int64_t)idx[kk] * D + d];
+                ref[d] = a + sh[d];
+            }
+            dsv4_moe_combine(D, K, rows, idx, sh, y);
+            bad += memcmp(y, ref, sizeof(float) * D) != 0;
+            for (int i = D; i < D + GUARD; i++) guard_bad += y[i] != -7.0f;
+            cases++;
+        }
+    CHECK_MSG(bad == 0 && guard_bad == 0, "combine: %d of %d cases differ from the k-order sums, %d guard floats written",
+              bad, cases, guard_bad);
+    tfree_all();
+}
+
 /* moe_one's cut at the shipped item size: with Flash-quarter's shapes (D 1024, I 512, E 256)
  * on 2 threads every product is two items, one contiguous half a thread (the batch-1 step's
  * long runs; 128 KB items cut an FP4 expert in 6 + 6). Shapes only: no weights are read. */
@@ -634,6 +667,7 @@ int main(void) {
     test_hash_and_errors();
     test_one_row_job();
     test_one_row_items();
+    test_combine();
     dsv4_kctx_free(kctx);
     return test_report();
 }
