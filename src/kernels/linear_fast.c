@@ -281,7 +281,13 @@ int64_t dsv4_lin_gemv_per(const dsv4_mat *w, int n_rows, int gemv, int64_t targe
     if (gemv && w->fmt == DSV4_WF_FP4 && rows * n <= whole_elems) return rows;
     int64_t per = target_macs / (n * n_rows);
     per &= ~(int64_t)3;
-    return per < 4 ? 4 : per > LIN_GEMV_NB ? LIN_GEMV_NB : per;
+    int64_t cap = LIN_GEMV_NB;
+    if (gemv && n_rows == 1) { /* far runs of up to LIN_GEMV1_TASK_BYTES / 4 each */
+        const int64_t row_bytes = dsv4_mat_bytes(w) / rows;
+        const int64_t by_bytes = LIN_GEMV1_TASK_BYTES / (row_bytes > 0 ? row_bytes : 1) & ~(int64_t)3;
+        cap = by_bytes > cap ? by_bytes : cap;
+    }
+    return per < 4 ? 4 : per > cap ? cap : per;
 }
 
 /* target_macs: the multiply-adds a GEMV task should carry (the job's total over about 8

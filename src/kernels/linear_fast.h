@@ -53,6 +53,14 @@
  * matrices at 1 and 16 rows were the same or faster at 256 (wq_b 8192 x 256 at one row
  * 0.7x the time), a few slower at 512 (too few tasks) */
 #define LIN_GEMV_NB 256
+/* ... except a one-activation-row GEMV task (batch-1 decode), which may take up to this many
+ * bytes of weights when LIN_GEMV_NB rows are fewer: its 4 far runs (linear_avx512*.c gemv1_*)
+ * then read as long streams as the planner's 2 tasks a thread allow. Zen 5, bench_linear
+ * --threads 2 --decode --rows 1, in process: wq_b 8192 x 256 (2048 rows a task, not 256) FP8
+ * 0.86-0.88x the time, BF16 0.87x; the tasks of 512 KB that LIN_GEMV_NB rows give already
+ * at 2 KB rows (the LM head, flash.w2) gained nothing past it, and flash.w2 FP8 lost 1.11x at
+ * 1 MB (BENCHMARKS.md, session 19 runs) */
+#define LIN_GEMV1_TASK_BYTES (512 * 1024)
 #define LIN_GEMV_MAX_ROWS 16 /* no level takes the GEMV path for more rows (tests cover the edge) */
 #define LIN_SMALLM_MAX_ROWS 64 /* no level takes the small-M path for more rows */
 /* Past 32 rows the small-M path is taken only while x, read once per panel of weight rows,
@@ -184,8 +192,9 @@ struct dsv4_kctx;
 int dsv4_linear_path_of(struct dsv4_kctx *k, const dsv4_mat *w, int n_rows);
 /* Outputs a task takes of a GEMV (gemv 1) or small-M product of w at n_rows rows: all of
  * them at target_macs 0 (one task), else about target_macs multiply-adds in 4..LIN_GEMV_NB
- * outputs (a multiple of 4), except that an FP4 GEMV of at most whole_elems weights is one
- * task (the planner's rule, exposed for its tests) */
+ * outputs (a multiple of 4; a one-row GEMV up to LIN_GEMV1_TASK_BYTES of weights where that
+ * is more), except that an FP4 GEMV of at most whole_elems weights is one task (the
+ * planner's rule, exposed for its tests) */
 int64_t dsv4_lin_gemv_per(const dsv4_mat *w, int n_rows, int gemv, int64_t target_macs, int64_t whole_elems);
 float *dsv4_kctx_lin_scratch(struct dsv4_kctx *k, int tid);
 const dsv4_lin_tables *dsv4_kctx_lin_tables(const struct dsv4_kctx *k);

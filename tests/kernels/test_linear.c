@@ -408,7 +408,8 @@ static void check_fp8_one_row_bands(void) {
 static void check_fp8_one_row_bits(void) {
     static const int64_t shapes[][2] = {{1100, 256}, {517, 1024}, {300, 2048}, {263, 512},
                                         {130, 133}, {261, 520}, {387, 2085}, {6, 1056},
-                                        {300, 4096}, {263, 8192}, {140, 5000}, {9, 8200}};
+                                        {300, 4096}, {263, 8192}, {140, 5000}, {9, 8200},
+                                        {4102, 256}}; /* pool tasks of 1024 / 680 rows */
     int64_t bad = 0, total = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int v = 0; v < 4; v++) {
@@ -796,6 +797,18 @@ static void check_gemv_split(void) {
                       "n_rows %d case %d: %lld outputs a task, not a cut of about the target", nr, i, (long long)cut[i]);
         CHECK(dsv4_lin_gemv_per(&bf, nr, 1, 0, 0) == 512 && dsv4_lin_gemv_per(&w13, nr, 0, 0, 0) == 512);
     }
+    /* a one-row GEMV task takes up to LIN_GEMV1_TASK_BYTES of weights where LIN_GEMV_NB rows
+     * are fewer bytes (wq_b: 256-byte FP8 rows, 2048 a task), never more than the target,
+     * and LIN_GEMV_NB rows where those are already more (2 KB BF16 rows); not at 2 rows, not
+     * the small-M path */
+    const dsv4_mat wqb = {.fmt = DSV4_WF_FP8, .rows = 8192, .cols = 256};
+    const dsv4_mat head = {.fmt = DSV4_WF_BF16, .rows = 8192, .cols = 1024};
+    const int64_t big = (int64_t)1 << 40;
+    CHECK_MSG(dsv4_lin_gemv_per(&wqb, 1, 1, big, 0) == LIN_GEMV1_TASK_BYTES / 256,
+              "one-row FP8 8192 x 256: %lld rows a task", (long long)dsv4_lin_gemv_per(&wqb, 1, 1, big, 0));
+    CHECK(dsv4_lin_gemv_per(&wqb, 1, 1, (int64_t)600 * 256, 0) == 600);
+    CHECK(dsv4_lin_gemv_per(&head, 1, 1, big, 0) == LIN_GEMV_NB);
+    CHECK(dsv4_lin_gemv_per(&wqb, 2, 1, big, 0) == LIN_GEMV_NB && dsv4_lin_gemv_per(&wqb, 1, 0, big, 0) == LIN_GEMV_NB);
 }
 
 /* A job of FP4 products as a decode step's expert phase hands them over (dsv4_linear_batch:
