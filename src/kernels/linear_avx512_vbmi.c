@@ -300,19 +300,21 @@ AINLINE VBMI int gemv1_fp8v_xs(int bits, const fp8_tab *t, const dsv4_mat *w, co
     return 1;
 }
 
-/* the bit decode of a task [o0, o1): one piece when its bands' buffer fits (a pool task at up
+/* the bit decode (bits; else the tables' x * scale buffer, rows up to G1_XS_COLS) of a task
+ * [o0, o1): one piece when its bands' buffer fits (a pool task at up
  * to 2048 columns), else (the checkpoint's 4096- and 8192-column rows; dsv4_linear_here's
  * whole-matrix tasks) pieces of whole scale bands that fit, each one's 4 far runs over its own
  * rows; a piece whose x * 2^(b - 7) fails takes the table paths. Every output is one row's dot product in the same order
  * whichever piece computes it: the same bits. 0 when not one band fits (rows past G1_XB_MAX
  * columns: the table paths for the task). */
-AINLINE VBMI int gemv1_fp8v_bits_pieces(const fp8_tab *t, const dsv4_mat *w, const float *x, float *y, int64_t o0,
-                                        int64_t o1) {
-    const int64_t nbmax = G1_XB_MAX / ((w->cols + 15) & ~(int64_t)15); /* bands a piece */
+AINLINE VBMI int gemv1_fp8v_bits_pieces(int bits, const fp8_tab *t, const dsv4_mat *w, const float *x, float *y,
+                                        int64_t o0, int64_t o1) {
+    const int64_t ld = (w->cols + 15) & ~(int64_t)15;
+    const int64_t nbmax = bits ? G1_XB_MAX / ld : w->cols > G1_XS_COLS ? 0 : G1_XS_MAX / ld; /* bands a piece */
     if (nbmax == 0) return 0;
     for (int64_t s0 = o0; s0 < o1;) {
         const int64_t end = (s0 / 128 + nbmax) * 128, s1 = end < o1 ? end : o1; /* s0, s1 multiples of 4 but o1 */
-        if (!gemv1_fp8v_xs(1, t, w, x, y, s0, s1) && !gemv1_fp8v_xs(0, t, w, x, y, s0, s1))
+        if (!(bits && gemv1_fp8v_xs(1, t, w, x, y, s0, s1)) && !gemv1_fp8v_xs(0, t, w, x, y, s0, s1))
             gemv1_fp8v_pre(1, t, w, x, y, s0, s1);
         s0 = s1;
     }
@@ -323,8 +325,10 @@ static VBMI void gemv1_fp8v(const dsv4_lin_call *c, const dsv4_mat *w, const flo
                             int64_t o1) {
     const fp8_tab t = fp8_tab_load(c->tab);
     if (c->fp8_prescale) {
-        if (c->tab->subnormal_fma_fast && gemv1_fp8v_bits_pieces(&t, w, x, y, o0, o1)) return;
-        if (!gemv1_fp8v_xs(0, &t, w, x, y, o0, o1)) gemv1_fp8v_pre(1, &t, w, x, y, o0, o1);
+        /* the table path in pieces too (Intel): one-row tasks of up to LIN_GEMV1_TASK_BYTES
+         * (wq_b's 2048 rows, 16 bands) outgrow its 8 KB buffer */
+        if (gemv1_fp8v_bits_pieces(c->tab->subnormal_fma_fast, &t, w, x, y, o0, o1)) return;
+        gemv1_fp8v_pre(1, &t, w, x, y, o0, o1);
     } else {
         gemv1_fp8v_pre(0, &t, w, x, y, o0, o1);
     }

@@ -404,13 +404,16 @@ static void check_fp8_one_row_bands(void) {
  * every width from 1024). Inputs: random, one huge x (x * 2^(b - 7) overflows: every piece
  * falls back), the same x overflowing in the odd bands only (those pieces fall back, the
  * others not), and NaN codes in a few rows (those outputs NaN at both levels, every other
- * output the same bits). */
+ * output the same bits). Each case twice: with the machine's choice of decode (bits on AMD
+ * cores) and with the tables' x * scale buffer forced (Intel's: one-row tasks of 2048 rows
+ * in pieces of the bands that fit its 8 KB). */
 static void check_fp8_one_row_bits(void) {
     static const int64_t shapes[][2] = {{1100, 256}, {517, 1024}, {300, 2048}, {263, 512},
                                         {130, 133}, {261, 520}, {387, 2085}, {6, 1056},
                                         {300, 4096}, {263, 8192}, {140, 5000}, {9, 8200},
                                         {4102, 256}}; /* pool tasks of 1024 / 680 rows */
     int64_t bad = 0, total = 0;
+    const int amd = dsv4_kctx_lin_tables(kc[1])->subnormal_fma_fast; /* the machine's choice */
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int v = 0; v < 4; v++) {
             const int64_t rows = shapes[si][0], cols = shapes[si][1], nsb = (cols + 127) / 128;
@@ -429,11 +432,19 @@ static void check_fp8_one_row_bits(void) {
             CHECK(dsv4_lin_kernels_avx512vbmi()->fp8_prescale(&t.m, x, 1) == 1);
             dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512);
             dsv4_linear(kc[1], &t.m, x, 1, ya);
-            for (int th = 1; th <= 4; th++) {
+            for (int th = 1; th <= 8; th++) {
+                /* th 5..8: the same with the tables' x * scale buffer (Intel cores), its tasks
+                 * in pieces of the bands that fit: the tables are the test's kctx's own */
+                dsv4_lin_tables *tabs[4];
+                for (int k = 1; k <= 3; k++) {
+                    tabs[k] = (dsv4_lin_tables *)dsv4_kctx_lin_tables(kc[k]);
+                    if (th == 1 || th == 5) tabs[k]->subnormal_fma_fast = th == 1 ? amd : 0;
+                }
                 for (int64_t i = 0; i < rows; i++) yv[i] = -1.0f; /* every output written again */
-                if (th <= 3) {
-                    dsv4_kctx_set_simd(kc[th], DSV4_SIMD_AVX512VBMI);
-                    dsv4_linear(kc[th], &t.m, x, 1, yv);
+                if ((th - 1) % 4 + 1 <= 3) {
+                    const int tk = (th - 1) % 4 + 1;
+                    dsv4_kctx_set_simd(kc[tk], DSV4_SIMD_AVX512VBMI);
+                    dsv4_linear(kc[tk], &t.m, x, 1, yv);
                 } else {
                     const dsv4_lin_op op = {&t.m, x, 1, yv};
                     dsv4_kctx_set_simd(kc[2], DSV4_SIMD_AVX512VBMI);
@@ -446,6 +457,7 @@ static void check_fp8_one_row_bits(void) {
                 }
                 total += rows;
             }
+            for (int k = 1; k <= 3; k++) ((dsv4_lin_tables *)dsv4_kctx_lin_tables(kc[k]))->subnormal_fma_fast = amd;
             free(x); free(ya); free(yv);
             free_mat(&t);
         }
