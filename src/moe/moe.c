@@ -399,18 +399,15 @@ void dsv4_moe_combine(int D, int K, const float *rows, const int *idx, const flo
         return;
     }
 #endif
-    /* 32 columns a block, their sums in a local (in L1, not y's K + 1 passes) */
-    for (int d0 = 0; d0 < D; d0 += 32) {
-        const int nb = D - d0 < 32 ? D - d0 : 32;
-        float a[32];
-        const float *o = rows + (int64_t)idx[0] * D + d0;
-        for (int i = 0; i < nb; i++) a[i] = o[i];
-        for (int kk = 1; kk < K; kk++) {
-            o = rows + (int64_t)idx[kk] * D + d0;
-            for (int i = 0; i < nb; i++) a[i] += o[i];
-        }
-        for (int i = 0; i < nb; i++) y[d0 + i] = a[i] + shared[d0 + i];
+    /* the reference order, a pass over y per source row (unmeasured without AVX-512, so
+     * left as it was) */
+    const float *o = rows + (int64_t)idx[0] * D;
+    for (int d = 0; d < D; d++) y[d] = o[d];
+    for (int kk = 1; kk < K; kk++) {
+        o = rows + (int64_t)idx[kk] * D;
+        for (int d = 0; d < D; d++) y[d] += o[d];
     }
+    for (int d = 0; d < D; d++) y[d] += shared[d];
 }
 
 /* The copies around the experts, spread over the pool by rows (each row's own bytes). */
