@@ -601,15 +601,21 @@ AINLINE VBMI void sm_panel(int NW, int tiled, int64_t N, const smd_src *d, const
 /* ---- small-M, FP4 at up to SMF_ROWS activation rows: the decode fused into the FMA loop ----
  * The panel path decodes a weight once per call but pays the decode apart from the FMAs (a
  * store and a reload a chunk; the two parts add up: BENCHMARKS.md, "Session 15, psm"). Here
- * each 16-weight chunk of SMF_NO weight rows is decoded in registers (dec_fp4n, the table a
- * memory operand of its vpermps) right before the SMF_NO x MR FMAs that use it, so the
- * decode's shuffles issue beside the FMAs. Rows go in balanced blocks of at most SMF_MR
- * (4 x 6 accumulators, 4 weights, the control: 29 of the 32 registers); each block decodes
- * the chunk again, so the path ends where a third block would make it dearer than the
- * panel (SMF_ROWS). The same chunks of 16 in ascending order per lane and sm_store4's tree:
- * the panel path's bits. In process (Zen 5, FP4 512x1024 / 1024x512, GFLOP/s a thread
- * against the panel path): 2 threads streaming 256 MB of experts 1.15-1.26x at 9 rows,
- * 1.05-1.09x at 12; one thread hot 1.06-1.12x at 8-9 rows, 0.98-1.03x at 12. */
+ * each 16-weight chunk of SMF_NO weight rows is decoded in registers right before the
+ * SMF_NO x MR FMAs that use it, so the decode's shuffles issue beside the FMAs. Rows go in
+ * balanced blocks of at most SMF_MR (4 x 6 accumulators, 4 weights, the shift counts: 29 of
+ * the 32 registers); each block decodes the chunk again, so the path ends where a third
+ * block would make it dearer than the panel (SMF_ROWS).
+ * The decode is dec_fp4's (vpbroadcastq, vpsrlvd, vpermps: the lanes in fp4_perm order), not
+ * dec_fp4n's natural-order vpmultishiftqb: on Zen 5 vpmultishiftqb issues on the FMA pipes
+ * (24 FMAs with 4 of them ran ~14.3 cycles against 12.3, with 4 vpsrlvd 12.25), and the block
+ * with it ran 0.68-0.73 of the FMA peak where the same block with vpsrlvd runs 0.85-0.92
+ * (one thread, an L2-resident expert, 6-12 rows; bench_linear --experts, 2 threads, 5-12
+ * rows: 1.17-1.22x as fast, BENCHMARKS.md, "Session 20, pfp4"). So x
+ * goes into the scratch in fp4_perm order once a call (as the GEMV's xpre), lane l of every
+ * accumulator sums column 16c + fp4_perm[l] over the chunks c in ascending order, and one
+ * vpermps by fp4_unperm puts each accumulator back in natural lane order before sm_store4's
+ * tree: the same products, sums and tree as the panel path, so its bits. */
 
 #define SMF_NO 4    /* weight rows a group */
 #define SMF_MR 6    /* activation rows of the largest register block */
@@ -622,13 +628,14 @@ AINLINE VBMI void sm_panel(int NW, int tiled, int64_t N, const smd_src *d, const
  * 0.695 against 0.678 / 0.657. */
 #define SMF_MIN_ROWS 5
 
-/* MR activation rows from x (stride n) against the SMF_NO weight rows from wp (n / 2 bytes
- * apart, their ue8m0 scales from sc, n / 32 apart): y (MR, rows), SMF_NO outputs a row. N:
- * n as a constant (0: not), so the rows' addresses are constant offsets (with n in a
- * register GCC spent general registers on row pointers: 0.91-0.93x at 12 rows). pf: the
- * group SMF_PD ahead, a line per 32 columns (without it 0.77x at 12 rows, streamed), or NULL */
+/* MR activation rows from x (stride n, fp4_perm order) against the SMF_NO weight rows from wp
+ * (n / 2 bytes apart, their ue8m0 scales from sc, n / 32 apart): y (MR, rows), SMF_NO
+ * outputs a row. N: n as a constant (0: not), so the rows' addresses are constant offsets
+ * (with n in a register GCC spent general registers on row pointers: 0.91-0.93x at 12 rows).
+ * sh: dec_fp4's shift counts. pf: the group SMF_PD ahead, a line per 32 columns (without it
+ * 0.77x at 12 rows, streamed), or NULL */
 AINLINE VBMI void smf_block(int MR, int64_t N, const float *x, int64_t n, const uint8_t *wp, const uint8_t *sc,
-                            const float (*tab)[16], __m512i ctl, float *y, int64_t rows, const char *pf) {
+                            const float (*tab)[16], __m512i sh, float *y, int64_t rows, const char *pf) {
     if (N) n = N;
     const int64_t nsb = n / 32, rb = n / 2;
     __m512 a[SMF_MR][SMF_NO];
@@ -639,23 +646,30 @@ AINLINE VBMI void smf_block(int MR, int64_t N, const float *x, int64_t n, const 
         for (int h = 0; h < 2; h++) {
             __m512 wv[SMF_NO];
             for (int j = 0; j < SMF_NO; j++) {
-                wv[j] = dec_fp4n(wp + j * rb + 16 * b + 8 * h, ctl, _mm512_load_ps(tab[sc[j * nsb + b]]));
+                int64_t u;
+                memcpy(&u, wp + j * rb + 16 * b + 8 * h, 8);
+                wv[j] = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_set1_epi64(u), sh),
+                                              _mm512_load_ps(tab[sc[j * nsb + b]]));
                 __asm__("" : "+v"(wv[j])); /* decoded once, used MR times (as sm_rows' panel loads) */
             }
             for (int s = 0; s < MR; s++) {
-                const __m512 xv = _mm512_loadu_ps(x + s * n + 32 * b + 16 * h);
+                const __m512 xv = _mm512_load_ps(x + s * n + 32 * b + 16 * h);
                 for (int j = 0; j < SMF_NO; j++) a[s][j] = _mm512_fmadd_ps(xv, wv[j], a[s][j]);
             }
         }
     }
-    for (int s = 0; s < MR; s++) sm_store4(a[s], SMF_NO, y + s * rows);
+    const __m512i unperm = _mm512_loadu_si512((const void *)fp4_unperm);
+    for (int s = 0; s < MR; s++) {
+        for (int j = 0; j < SMF_NO; j++) a[s][j] = _mm512_permutexvar_ps(unperm, a[s][j]); /* natural lanes */
+        sm_store4(a[s], SMF_NO, y + s * rows);
+    }
 }
 
-/* outputs [o0, o0 + 4 * groups) of all n_rows (<= SMF_ROWS) activation rows */
+/* outputs [o0, o0 + 4 * groups) of all n_rows (<= SMF_ROWS) activation rows, x in fp4_perm order */
 AINLINE VBMI void smf_groups(int64_t N, const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
                              int64_t o0, int64_t groups) {
     const int64_t n = N ? N : w->cols, rows = w->rows, nsb = n / 32, gb = SMF_NO * (n / 2);
-    const __m512i ctl = _mm512_load_si512((const void *)fp4n_ctl);
+    const __m512i sh = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28); /* dec_fp4's */
     const float(*tab)[16] = c->tab->fp4x16;
     const uint8_t *wb = (const uint8_t *)w->w + o0 * (n / 2), *sb = (const uint8_t *)w->scale + o0 * nsb;
     const int nblk = (n_rows + SMF_MR - 1) / SMF_MR;
@@ -668,12 +682,12 @@ AINLINE VBMI void smf_groups(int64_t N, const dsv4_lin_call *c, const dsv4_mat *
             float *ys = y + (int64_t)s0 * rows + o0 + g * SMF_NO;
             const char *p = k == 0 ? pf : NULL;
             switch (mr) {
-            case 1: smf_block(1, N, xs, n, wp, sc, tab, ctl, ys, rows, p); break;
-            case 2: smf_block(2, N, xs, n, wp, sc, tab, ctl, ys, rows, p); break;
-            case 3: smf_block(3, N, xs, n, wp, sc, tab, ctl, ys, rows, p); break;
-            case 4: smf_block(4, N, xs, n, wp, sc, tab, ctl, ys, rows, p); break;
-            case 5: smf_block(5, N, xs, n, wp, sc, tab, ctl, ys, rows, p); break;
-            default: smf_block(6, N, xs, n, wp, sc, tab, ctl, ys, rows, p); break;
+            case 1: smf_block(1, N, xs, n, wp, sc, tab, sh, ys, rows, p); break;
+            case 2: smf_block(2, N, xs, n, wp, sc, tab, sh, ys, rows, p); break;
+            case 3: smf_block(3, N, xs, n, wp, sc, tab, sh, ys, rows, p); break;
+            case 4: smf_block(4, N, xs, n, wp, sc, tab, sh, ys, rows, p); break;
+            case 5: smf_block(5, N, xs, n, wp, sc, tab, sh, ys, rows, p); break;
+            default: smf_block(6, N, xs, n, wp, sc, tab, sh, ys, rows, p); break;
             }
             s0 += mr;
         }
@@ -681,17 +695,23 @@ AINLINE VBMI void smf_groups(int64_t N, const dsv4_lin_call *c, const dsv4_mat *
 }
 
 /* the outputs [o0, o0 + 4 * floor((o1 - o0) / 4)) when the fused path takes the call (FP4,
- * ue8m0 scales, at most SMF_ROWS rows); returns the first output it left */
+ * ue8m0 scales, at most SMF_ROWS rows, x in fp4_perm order fits the scratch: xp, 64-byte
+ * aligned); returns the first output it left */
 static VBMI int64_t smallm_fp4_fused(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
-                                     int64_t o0, int64_t o1) {
-    if (w->fmt != DSV4_WF_FP4 || w->scale_is_f32 || n_rows > SMF_ROWS) return o0;
-    const int64_t groups = (o1 - o0) / SMF_NO;
-    switch (w->cols) { /* the expert widths as constants */
-    case 512: smf_groups(512, c, w, x, n_rows, y, o0, groups); break;
-    case 1024: smf_groups(1024, c, w, x, n_rows, y, o0, groups); break;
-    case 2048: smf_groups(2048, c, w, x, n_rows, y, o0, groups); break;
-    case 4096: smf_groups(4096, c, w, x, n_rows, y, o0, groups); break;
-    default: smf_groups(0, c, w, x, n_rows, y, o0, groups); break;
+                                     int64_t o0, int64_t o1, float *xp) {
+    const int64_t n = w->cols, groups = (o1 - o0) / SMF_NO;
+    if (w->fmt != DSV4_WF_FP4 || w->scale_is_f32 || n_rows > SMF_ROWS || groups == 0 ||
+        n_rows * n > LIN_SCRATCH_FLOATS)
+        return o0;
+    const __m512i perm = _mm512_loadu_si512((const void *)fp4_perm);
+    for (int64_t i = 0; i < n_rows * n; i += 16) /* cols % 32 == 0 (checked by the driver) */
+        _mm512_store_ps(xp + i, _mm512_permutexvar_ps(perm, _mm512_loadu_ps(x + i)));
+    switch (n) { /* the expert widths as constants */
+    case 512: smf_groups(512, c, w, xp, n_rows, y, o0, groups); break;
+    case 1024: smf_groups(1024, c, w, xp, n_rows, y, o0, groups); break;
+    case 2048: smf_groups(2048, c, w, xp, n_rows, y, o0, groups); break;
+    case 4096: smf_groups(4096, c, w, xp, n_rows, y, o0, groups); break;
+    default: smf_groups(0, c, w, xp, n_rows, y, o0, groups); break;
     }
     return o0 + groups * SMF_NO;
 }
@@ -721,7 +741,9 @@ static VBMI void smallm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, co
     const char *wbase = (const char *)w->w;
     /* FP4 with ue8m0 scales, the expert widths: the first block decodes each full panel */
     const int smd = w->fmt == DSV4_WF_FP4 && !w->scale_is_f32 && (n == 512 || n == 1024);
-    for (int64_t o = smallm_fp4_fused(c, w, x, n_rows, y, o0, o1); o < o1;) {
+    /* the fused path's x in fp4_perm order takes the panel's place (the panel path below runs
+     * after it, on the task's last (o1 - o0) % 4 outputs) */
+    for (int64_t o = smallm_fp4_fused(c, w, x, n_rows, y, o0, o1, panel); o < o1;) {
         /* 8 weight rows a panel, 4 for a task's last few (a short task pads less) */
         const int NW = o1 - o > 4 ? 8 : 4;
         const int nb = o1 - o < NW ? (int)(o1 - o) : NW;

@@ -553,11 +553,13 @@ static void check_smallm_blocks(int level) {
 
 /* Small-M's fused FP4 path (avx512vbmi: ue8m0 scales, up to 12 rows, groups of 4 weight
  * rows, balanced blocks of up to 6 activation rows, the widths 512/1024/2048/4096 compiled as
- * constants) and the panel path past it, at every row count 1..32, forced on 1..3 threads,
- * against the GEMM forced on one: every output's bits. Row counts not a multiple of 4 leave
- * a task's last outputs to the panel path. */
+ * constants, x in fp4_perm order in the scratch, the lanes put back before the tree) and the
+ * panel path past it, at every row count 1..32, forced on 1..3 threads, against the GEMM
+ * forced on one: every output's bits. Row counts not a multiple of 4 leave a task's last
+ * outputs to the panel path; at 8224 columns x in fp4_perm order outgrows the scratch from
+ * 12 rows, which then take the panel path. */
 static void check_smallm_fused(int level) {
-    static const int64_t shapes[][2] = {{13, 512}, {9, 1024}, {6, 2048}, {5, 4096}, {10, 96}, {16, 64}};
+    static const int64_t shapes[][2] = {{13, 512}, {9, 1024}, {6, 2048}, {5, 4096}, {10, 96}, {16, 64}, {4, 8224}};
     int64_t bad = 0, total = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int64_t rows = shapes[si][0], cols = shapes[si][1];
@@ -565,7 +567,7 @@ static void check_smallm_fused(int level) {
         smallm_against_gemm(level, &t, 32, "fp4", &bad, &total);
         free_mat(&t);
     }
-    printf("level %s: fp4 small-M forced (1..32 rows, 1..3 threads, widths 64..4096) against the GEMM: %lld outputs, "
+    printf("level %s: fp4 small-M forced (1..32 rows, 1..3 threads, widths 64..8224) against the GEMM: %lld outputs, "
            "%lld differ in any bit\n", dsv4_simd_name(level), (long long)total, (long long)bad);
 }
 
