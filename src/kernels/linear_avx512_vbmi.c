@@ -1,7 +1,7 @@
 /* linear_avx512_vbmi.c — level avx512vbmi of dsv4_linear: the AVX-512 kernels plus the VBMI
  * byte permutes where the CPU has them. FP8 GEMVs decode through byte tables (linear_avx512.h),
  * batch 1 has its own one-row FP8 GEMV, and 8..64 activation rows take the small-M kernel,
- * which decodes each weight once per call into a panel (FP4 at up to 12 rows: in registers,
+ * which decodes each weight once per call into a panel (FP4 at up to 24 rows: in registers,
  * once per block of rows, inside the FMA loop; past that, the panel's first row block
  * decodes it). Every other case is level avx512's. */
 #include "kernels/linear_avx512.h"
@@ -604,8 +604,7 @@ AINLINE VBMI void sm_panel(int NW, int tiled, int64_t N, const smd_src *d, const
  * each 16-weight chunk of SMF_NO weight rows is decoded in registers right before the
  * SMF_NO x MR FMAs that use it, so the decode's shuffles issue beside the FMAs. Rows go in
  * balanced blocks of at most SMF_MR (4 x 6 accumulators, 4 weights, the shift counts: 29 of
- * the 32 registers); each block decodes the chunk again, so the path ends where a third
- * block would make it dearer than the panel (SMF_ROWS).
+ * the 32 registers); each block decodes the chunk again (SMF_ROWS: where that stops paying).
  * The decode is dec_fp4's (vpbroadcastq, vpsrlvd, vpermps: the lanes in fp4_perm order), not
  * dec_fp4n's natural-order vpmultishiftqb: on Zen 5 vpmultishiftqb issues on the FMA pipes
  * (24 FMAs with 4 of them ran ~14.3 cycles against 12.3, with 4 vpsrlvd 12.25), and the block
@@ -619,7 +618,15 @@ AINLINE VBMI void sm_panel(int NW, int tiled, int64_t N, const smd_src *d, const
 
 #define SMF_NO 4    /* weight rows a group */
 #define SMF_MR 6    /* activation rows of the largest register block */
-#define SMF_ROWS 12 /* the most activation rows that take it: two blocks */
+/* The most activation rows that take it: four blocks. With the vpsrlvd decode the blocks'
+ * decodes cost less than the panel path's first block, whose 8 stores a chunk take the FMA
+ * pipes too (24 FMAs with 4 zmm stores: ~16.3 cycles against 12.3), and the tiled panels of
+ * the checkpoint's widths have no decoding block at all: against the panel path,
+ * bench_linear --experts (512 / 1024 columns) 13-16 rows 1.14-1.20x, 17-24 rows 1.05-1.23x,
+ * 28-32 rows 1.04-1.12x (not taken: the gain thins, and 32 rows of x in fp4_perm order at
+ * 4096 columns outgrow the scratch); --decode --shape flash.w13 / flash.w2 (2048 / 4096
+ * columns) 13-24 rows 1.2-1.56x (BENCHMARKS.md, "Session 20, pfp4"). */
+#define SMF_ROWS 24
 #define SMF_PD 2    /* groups ahead that the first block prefetches, a line a 32 columns */
 /* FP4 takes small-M from 5 rows (the GEMV below): the fused path against the FP4 GEMV on a
  * prefill's streamed experts (bench_linear --experts --threads 2, fraction of the FMA probe,

@@ -551,7 +551,7 @@ static void check_smallm_blocks(int level) {
            dsv4_simd_name(level), (long long)total, (long long)bad);
 }
 
-/* Small-M's fused FP4 path (avx512vbmi: ue8m0 scales, up to 12 rows, groups of 4 weight
+/* Small-M's fused FP4 path (avx512vbmi: ue8m0 scales, up to 24 rows, groups of 4 weight
  * rows, balanced blocks of up to 6 activation rows, the widths 512/1024/2048/4096 compiled as
  * constants, x in fp4_perm order in the scratch, the lanes put back before the tree) and the
  * panel path past it, at every row count 1..32, forced on 1..3 threads, against the GEMM
