@@ -239,7 +239,12 @@ AINLINE void gemv_fp4_rows(int R, int NX, int xpre, int e8m0, int far, int pair,
  * Only the experts' widths (flash_quarter: 512, 1024 columns), compiled as constants: a
  * pair's second row is then a constant offset from its first and the 8 rows' pointers fit
  * the general registers (6 stack reloads a block); at run-time widths 13-16 pointers were
- * reloaded every block, and other widths keep the 4-row blocks. */
+ * reloaded every block, and other widths keep the 4-row blocks. At 2048 and 4096 columns
+ * (the checkpoint's experts) pairs read no faster than the 4-row blocks, in process or in
+ * step (BENCHMARKS.md session 20 fp4w). A width added here also needs its prefetch in the
+ * run's order: each row's line GEMV_PF_FP4_RUN ahead lands in the run's next pair only where
+ * that distance is a multiple of 2 rows (512, 1024 columns); at 2048 / 4096 it fell on the
+ * pair's other row, and the pairs lost 0.76-0.83x for that alone. */
 AINLINE int64_t gemv_fp4_pairs(int xpre, int e8m0, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x,
                                float *y, int64_t o0, int64_t q, const gemv_pf *pf) {
     const int64_t q2 = q & ~(int64_t)1;
