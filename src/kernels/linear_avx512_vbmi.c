@@ -731,8 +731,188 @@ static VBMI int64_t smallm_fp4_fused(const dsv4_lin_call *c, const dsv4_mat *w, 
  * 1.06-1.14x). */
 #define SM_KT 1024 /* columns a tile (a multiple of 16), and the longest row of one tile */
 
+/* ---- small-M, FP8 on AMD cores: the bit decode in registers, x prescaled per scale band -------
+ * The panel path decodes a weight once per call, but by the tables (vpermi2b, vpternlogd and a
+ * multiply by the scale: on Zen 5 the FMA pipes' work) and in a pass of its own that the FMAs
+ * do not overlap: ~20 % of a 16-row call (BENCHMARKS.md, "Session 15, psm"; session 20). Here,
+ * as the one-row GEMV's bit decode (above), the weights are e4m3 * 2^-120 by a sign-extend, a
+ * shift and an and (off the FMA pipes), decoded in registers right before the FMAs that use
+ * them, and x is prescaled once per scale band of a task: xs = x * 2^(b - 7) per 128-column
+ * block (zero or a normal float, else the band takes the table path), so FMA(xs, e4m3 *
+ * 2^-120) rounds the exact product x * (e4m3 * scale) as the table path's FMA(x, e4m3 * scale)
+ * does. Register blocks of SMB_R weight rows x up to SMB_NX activation rows (24 accumulators,
+ * one x load and SMB_R decodes per SMB_R * SMB_NX FMAs), each activation row pass decoding the
+ * weights again; chunks of 16 in ascending order, sm_sum4's (hsum16's) tree: the bits of every
+ * other path. A band whose weights hold an NaN code (which the shifts make finite) takes the
+ * table path, which carries the NaN. Only where F32 subnormal FMA operands cost nothing (AMD:
+ * dsv4_lin_tables.subnormal_fma_fast). In process, 2 threads, the batch-16 step's FP8 products
+ * at 16 rows with its task sizes, against the panel path: cold 0.84-0.97x the time, hot
+ * 0.84-0.93x (wo_b's 2048 columns gain most: their panel outgrew L1). */
+
+#define SMB_R 3  /* weight rows a register block */
+#define SMB_NX 8 /* activation rows a pass */
+/* xs (n_rows, cols) in the thread's scratch (all of it: the panel path's use ends before) */
+#define SMB_XS_FLOATS (LIN_SCRATCH_GEMM_FLOATS - 16)
+
+/* the 4 sums of a0..a3, each in hsum16's tree, in lanes 0..3 (sm_store4 without the store) */
+AINLINE __m128 sm_sum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    const __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xEE));
+    const __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xEE));
+    const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, 0x88), _mm512_shuffle_f32x4(t01, t23, 0xDD));
+    const __m512 z = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));
+    const __m512 r = _mm512_add_ps(z, _mm512_permute_ps(z, 0xB1));
+    return _mm512_castps512_ps128(
+        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), r));
+}
+
+/* xs (n_rows, n) = x * 2^(b - 7) for the column blocks of scale band `band` (n % 16 == 0); 0
+ * when x is not finite or some nonzero x gives a product that is not a normal float (then xs
+ * is not used). The range is checked on x's extremes per block: x * 2^e is exact for every x
+ * between them when it is for both. */
+static VBMI int smb_fill(const dsv4_mat *w, const float *x, int n_rows, int64_t band, float *xs) {
+    const int64_t n = w->cols, nsb = (n + 127) / 128;
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff), one = _mm512_set1_epi32(1);
+    const uint8_t *sc = (const uint8_t *)w->scale + band * nsb;
+    for (int64_t b = 0; b < nsb; b++) {
+        const int e = (int)sc[b] - 7; /* 2^120 * 2^(b - 127) */
+        if (e > 127) return 0;
+        const __m512 f = _mm512_set1_ps(ldexpf(1.0f, e));
+        const int64_t i1 = (b + 1) * 128 < n ? (b + 1) * 128 : n;
+        /* |x| as integers: the largest, and the smallest nonzero (0 - 1 wraps to the top) */
+        __m512i vmax = _mm512_setzero_si512(), vmin = _mm512_set1_epi32(-1);
+        for (int s = 0; s < n_rows; s++) {
+            const float *xr = x + (int64_t)s * n;
+            float *xo = xs + (int64_t)s * n;
+            for (int64_t i = b * 128; i < i1; i += 16) {
+                const __m512 xv = _mm512_loadu_ps(xr + i);
+                const __m512i a = _mm512_and_si512(_mm512_castps_si512(xv), absm);
+                vmax = _mm512_max_epu32(vmax, a);
+                vmin = _mm512_min_epu32(vmin, _mm512_sub_epi32(a, one));
+                _mm512_store_ps(xo + i, _mm512_mul_ps(xv, f));
+            }
+        }
+        const uint32_t amax = (uint32_t)_mm512_reduce_max_epu32(vmax), amin1 = (uint32_t)_mm512_reduce_min_epu32(vmin);
+        if (amax >= 0x7f800000u) return 0; /* inf or NaN */
+        if (amax == 0) continue;           /* all zeros */
+        const double xmin = dsv4_bits_to_f32(amin1 + 1), xmax = dsv4_bits_to_f32(amax);
+        if (!(ldexp(xmin, e) >= 0x1p-126 && ldexp(xmax, e) < 0x1p127)) return 0;
+    }
+    return 1;
+}
+
+/* 1 when no byte of [p, p + len) is an FP8 NaN code (the pass also brings the band's weights
+ * in for the row passes) */
+static VBMI int smb_no_nan(const uint8_t *p, int64_t len) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+    int64_t i = 0;
+    for (; i + 128 <= len; i += 128) {
+        const __m512i v0 = _mm512_loadu_si512((const void *)(p + i)), v1 = _mm512_loadu_si512((const void *)(p + i + 64));
+        a0 = _mm512_max_epu8(a0, _mm512_add_epi8(v0, v0));
+        a1 = _mm512_max_epu8(a1, _mm512_add_epi8(v1, v1));
+    }
+    return !fp8_nan_seen(fp8_nan_scan(_mm512_max_epu8(a0, a1), p + i, (int)(len - i)));
+}
+
+/* R weight rows from wp (n bytes apart, one band) against NX rows of xs (n apart): y (NX,
+ * rows) at the block's first output */
+AINLINE VBMI void smb_rows(int R, int NX, const uint8_t *wp, int64_t n, const float *xs, float *y, int64_t rows) {
+    const __m512i keep = _mm512_set1_epi32((int)0x87F00000); /* the sign, exponent bits 23..26, mantissa */
+    __m512 a[SMB_R][SMB_NX];
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        __m512 wv[SMB_R];
+        for (int r = 0; r < R; r++) {
+            const __m128i b = _mm_loadu_si128((const __m128i *)(wp + r * n + i));
+            wv[r] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(b), 20), keep));
+            __asm__("" : "+v"(wv[r])); /* decoded once, used NX times */
+        }
+        for (int s = 0; s < NX; s++) {
+            __m512 xv = _mm512_load_ps(xs + s * n + i);
+            /* one load per x vector: folded into every FMA it ran out of load ports */
+            if (R > 1) __asm__("" : "+v"(xv));
+            for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, wv[r], a[r][s]);
+        }
+    }
+    /* the R * NX sums four at a time (output k = s * R + r; the last group padded with
+     * copies), then into y */
+    float t[SMB_R * SMB_NX + 3];
+    for (int g = 0; g < R * NX; g += 4) {
+        __m512 v[4];
+        for (int q = 0; q < 4; q++) {
+            const int k = g + q < R * NX ? g + q : R * NX - 1;
+            v[q] = a[k % R][k / R];
+        }
+        _mm_storeu_ps(t + g, sm_sum4(v[0], v[1], v[2], v[3]));
+    }
+    for (int s = 0; s < NX; s++)
+        for (int r = 0; r < R; r++) y[(int64_t)s * rows + r] = t[s * R + r];
+}
+
+AINLINE VBMI void smb_band_nx(int NX, const dsv4_mat *w, const float *xs, float *y, int64_t o0, int64_t o1) {
+    const int64_t n = w->cols, rows = w->rows;
+    const uint8_t *wb = (const uint8_t *)w->w;
+    int64_t o = o0;
+    for (; o + SMB_R <= o1; o += SMB_R) smb_rows(SMB_R, NX, wb + o * n, n, xs, y + o, rows);
+    if (o1 - o == 2) smb_rows(2, NX, wb + o * n, n, xs, y + o, rows);
+    else if (o1 - o == 1) smb_rows(1, NX, wb + o * n, n, xs, y + o, rows);
+}
+
+/* outputs [o0, o1) of one scale band, all n_rows rows of xs, in passes of up to SMB_NX rows
+ * (as even as they go: 13 = 7 + 6) */
+static VBMI void smb_band(const dsv4_mat *w, const float *xs, int n_rows, float *y, int64_t o0, int64_t o1) {
+    const int64_t n = w->cols, rows = w->rows;
+    const int passes = (n_rows + SMB_NX - 1) / SMB_NX;
+    for (int k = 0, s0 = 0; k < passes; k++) {
+        const int nx = (n_rows - s0 + (passes - k) - 1) / (passes - k);
+        const float *xr = xs + (int64_t)s0 * n;
+        float *yr = y + (int64_t)s0 * rows;
+        switch (nx) {
+        case 1: smb_band_nx(1, w, xr, yr, o0, o1); break;
+        case 2: smb_band_nx(2, w, xr, yr, o0, o1); break;
+        case 3: smb_band_nx(3, w, xr, yr, o0, o1); break;
+        case 4: smb_band_nx(4, w, xr, yr, o0, o1); break;
+        case 5: smb_band_nx(5, w, xr, yr, o0, o1); break;
+        case 6: smb_band_nx(6, w, xr, yr, o0, o1); break;
+        case 7: smb_band_nx(7, w, xr, yr, o0, o1); break;
+        default: smb_band_nx(SMB_NX, w, xr, yr, o0, o1); break;
+        }
+        s0 += nx;
+    }
+}
+
+/* the panel path (below) for the outputs [o0, o1), o0 a multiple of 4 */
+static VBMI void smallm_panels(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
+                               int64_t o0, int64_t o1, float *scratch);
+
+/* FP8 with ue8m0 scales on AMD cores, rows of whole 16-column chunks, xs within the scratch:
+ * each scale band of [o0, o1) by the bit decode, or (an NaN code, an x the prescale cannot take)
+ * the panel path; 0 when the call is not the bit decode's */
+static VBMI int smallm_fp8_bits(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
+                                int64_t o0, int64_t o1, float *scratch) {
+    const int64_t n = w->cols;
+    if (w->fmt != DSV4_WF_FP8 || w->scale_is_f32 || !c->tab->subnormal_fma_fast || n % 16 != 0 ||
+        (int64_t)n_rows * n > SMB_XS_FLOATS)
+        return 0;
+    float *xs = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63); /* (n_rows, n) */
+    for (int64_t s0 = o0; s0 < o1;) {
+        const int64_t band = s0 / 128, s1 = (band + 1) * 128 < o1 ? (band + 1) * 128 : o1;
+        if (smb_no_nan((const uint8_t *)w->w + s0 * n, (s1 - s0) * n) && smb_fill(w, x, n_rows, band, xs))
+            smb_band(w, xs, n_rows, y, s0, s1);
+        else
+            smallm_panels(c, w, x, n_rows, y, s0, s1, scratch); /* s0: o0 or a band's first row */
+        s0 = s1;
+    }
+    return 1;
+}
+
 static VBMI void smallm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
                                    int64_t o0, int64_t o1, float *scratch) {
+    if (!smallm_fp8_bits(c, w, x, n_rows, y, o0, o1, scratch)) smallm_panels(c, w, x, n_rows, y, o0, o1, scratch);
+}
+
+static VBMI void smallm_panels(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
+                               int64_t o0, int64_t o1, float *scratch) {
     const int64_t n = w->cols, rows = w->rows, ld = (n + 15) & ~(int64_t)15;
     float *panel = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63); /* (LIN_SMALLM_NB, ld) */
     float *acc = panel + LIN_SMALLM_NB * ld;                                /* (n_rows, 8, 16) */

@@ -467,6 +467,69 @@ static void check_fp8_one_row_bits(void) {
            (long long)total, (long long)bad);
 }
 
+/* Small-M's FP8 bit decode (avx512vbmi, ue8m0 scales, AMD cores: x prescaled per scale band
+ * of a task, 3 weight rows x up to 8 activation rows a register block) against the GEMM forced
+ * on one thread, small-M forced on 1..3 threads at row counts of every pass split and block
+ * remainder: several bands and a partial last one, odd task splits, rows of 256..8192 columns
+ * (8192 at 21+ rows outgrows the scratch: the panel path), widths not a multiple of 16 (the
+ * panel path). Four cases: plain; an x past what 2^(b - 7) can scale in every band (the panel
+ * path everywhere); NaN codes in three rows (those bands by the panel path, their outputs NaN,
+ * the other bands' the same bits); an x that overflows in the odd bands only. Each with the
+ * machine's choice and with the tables' (Intel's) panel path forced. */
+static void check_smallm_fp8_bits(void) {
+    static const int64_t shapes[][2] = {{300, 1024}, {130, 2048}, {261, 256}, {44, 4096}, {24, 8192}, {20, 200}};
+    static const int nrs[] = {1, 2, 3, 5, 8, 9, 13, 16, 17, 21, 24, 32, 33, 48};
+    int64_t bad = 0, total = 0;
+    const int amd = dsv4_kctx_lin_tables(kc[1])->subnormal_fma_fast;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int v = 0; v < 4; v++) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1], nsb = (cols + 127) / 128;
+            tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
+            uint8_t *p = t.w, *sc = t.scale;
+            const int64_t nan_rows[3] = {0, rows / 2, rows - 1};
+            if (v == 2)
+                p[nan_rows[0] * cols + cols - 1] = 0x7F, p[nan_rows[1] * cols + cols / 2] = 0xFF,
+                p[nan_rows[2] * cols] = 0x7F;
+            if (v == 3) /* x = 2^10: 2^(10 + 125 - 7) overflows in the odd bands, 2^(10 + 118 - 7) not */
+                for (int64_t b = 0; b < (rows + 127) / 128; b++) sc[b * nsb + cols / 3 / 128] = b % 2 ? 125 : 118;
+            for (size_t ni = 0; ni < sizeof nrs / sizeof nrs[0]; ni++) {
+                const int nr = nrs[ni];
+                if (sanitized && nr > 17) continue;
+                float *x = rand_vec((int64_t)nr * cols);
+                float *yg = malloc(sizeof(float) * nr * rows), *ys = malloc(sizeof(float) * nr * rows);
+                if (v == 1) x[(int64_t)(nr - 1) * cols + cols / 2] = 1e30f;
+                if (v == 3) x[(int64_t)(nr / 2) * cols + cols / 3] = 0x1p10f;
+                dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512VBMI);
+                linear_forced(kc[1], DSV4_LIN_GEMM, &t.m, x, nr, yg);
+                for (int th = 1; th <= 6; th++) {
+                    const int tk = (th - 1) % 3 + 1;
+                    dsv4_lin_tables *tab = (dsv4_lin_tables *)dsv4_kctx_lin_tables(kc[tk]);
+                    tab->subnormal_fma_fast = th <= 3 ? amd : 0;
+                    for (int64_t i = 0; i < (int64_t)nr * rows; i++) ys[i] = -1.0f;
+                    dsv4_kctx_set_simd(kc[tk], DSV4_SIMD_AVX512VBMI);
+                    linear_forced(kc[tk], DSV4_LIN_SMALLM, &t.m, x, nr, ys);
+                    tab->subnormal_fma_fast = amd;
+                    int64_t b = 0;
+                    for (int s = 0; s < nr; s++)
+                        for (int64_t o = 0; o < rows; o++) {
+                            const int64_t i = (int64_t)s * rows + o;
+                            const int want_nan = v == 2 && (o == nan_rows[0] || o == nan_rows[1] || o == nan_rows[2]);
+                            if (want_nan) b += !isnan(yg[i]) || !isnan(ys[i]);
+                            else b += memcmp(&yg[i], &ys[i], sizeof(float)) != 0;
+                        }
+                    CHECK_MSG(b == 0, "fp8 small-M bits %lldx%lld case %d n_rows %d, %d threads%s: %lld outputs differ",
+                              (long long)rows, (long long)cols, v, nr, tk, th <= 3 ? "" : " (tables)", (long long)b);
+                    bad += b;
+                    total += (int64_t)nr * rows;
+                }
+                free(x), free(yg), free(ys);
+            }
+            free_mat(&t);
+        }
+    printf("fp8 small-M, bit decode: %lld outputs, %lld differ in any bit (NaN rows: NaN on both paths)\n",
+           (long long)total, (long long)bad);
+}
+
 /* Every path a level has (GEMV, small-M, GEMM; forced with dsv4_kctx_set_lin_path) gives
  * the same bits as the path the thresholds pick, at every row count each path takes, on
  * the expert shapes and odd ones (partial scale blocks, a masked last chunk, a short
@@ -1004,6 +1067,7 @@ int main(void) {
         check_vbmi_matches_avx512(DSV4_WF_FP4);
         check_fp8_one_row_bands();
         check_fp8_one_row_bits();
+        check_smallm_fp8_bits();
         check_fp4_smallm_rows();
     } else {
         printf("SKIPPED: avx512vbmi vs avx512 (this CPU or build lacks VBMI)\n");
