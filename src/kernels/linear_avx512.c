@@ -162,6 +162,14 @@ static void gemv_fp8(const dsv4_mat *w, const float *x, int nx, float *y, int64_
  * runs did not pay in the step, BENCHMARKS.md session 17 fp4g). Registers: 8 accumulators
  * and 16 decoded halves. */
 #define FP4_R_MAX 8
+/* ... and the same 8 rows a block at 2 activation rows (batch 16's 2-row experts): 16
+ * accumulators, each row decoded and used at once (the x chunks loaded first), so that no
+ * decoded half waits in a register. Zen 5, whole expert matrices hot in L2: 0.391-0.397 ns
+ * per 16 weights against 0.436-0.451 with 4 rows; in the batch-16 step 0.457 against
+ * 0.508-0.522 (BENCHMARKS.md, session 20 s16fp4). At 3 rows (24 accumulators) 0.515 against
+ * 0.550 hot, but 4 rows then ran 0.70 against 0.66 (the function's code laid out anew): not
+ * taken. */
+#define FP4_PAIR_NX 2
 
 /* row r of a block, counted from its first row o: r * rs (one row of each far run, or
  * adjacent rows when rs is 1), or with pair (r / 2) * rs + r % 2 (2 adjacent rows of each) */
@@ -194,6 +202,32 @@ AINLINE void gemv_fp4_cols(int R, int NX, int xpre, int e8m0, int far, int pair,
             pf_runs_line(p + b * 16, step, RR, GEMV_PF_FP4_RUN);
             if (pair) pf_runs_line(p + rb + b * 16, step, RR, GEMV_PF_FP4_RUN);
         }
+        const float *xb = x + b * 32;
+        if (NX >= 2) { /* x's chunks once a block, then row by row: each row's two decoded
+                        * halves go straight into its FMAs (R x NX accumulators, 2 NX x
+                        * chunks; 3 rows: 0.550 against 0.566 ns per 16 weights hot) */
+            __m512 x0[GEMV_NX_MAX], x1[GEMV_NX_MAX];
+#pragma GCC unroll 8
+            for (int s = 0; s < NX; s++) {
+                x0[s] = xpre ? _mm512_load_ps(xb + s * n) : _mm512_permutexvar_ps(perm, _mm512_loadu_ps(xb + s * n));
+                x1[s] = xpre ? _mm512_load_ps(xb + s * n + 16)
+                             : _mm512_permutexvar_ps(perm, _mm512_loadu_ps(xb + s * n + 16));
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const int j = pair ? r >> 1 : r, h = pair ? r & 1 : 0;
+                const uint8_t *wr = p + j * step + b * 16, *sb = sc + j * rs * nsb + b;
+                const __m512 t = e8m0 ? _mm512_load_ps(tab->fp4x16[sb[h * nsb]])
+                                      : fp4_block_table(tab, w, (o + fp4_row(pair, r, rs)) * nsb + b);
+                const __m512 v0 = dec_fp4(wr + h * rb, t);
+#pragma GCC unroll 8
+                for (int s = 0; s < NX; s++) a[r][s] = _mm512_fmadd_ps(x0[s], v0, a[r][s]);
+                const __m512 v1 = dec_fp4(wr + h * rb + 8, t);
+#pragma GCC unroll 8
+                for (int s = 0; s < NX; s++) a[r][s] = _mm512_fmadd_ps(x1[s], v1, a[r][s]);
+            }
+            continue;
+        }
         __m512 w0[FP4_R_MAX], w1[FP4_R_MAX];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
@@ -205,7 +239,6 @@ AINLINE void gemv_fp4_cols(int R, int NX, int xpre, int e8m0, int far, int pair,
             w0[r] = dec_fp4(wr + h * rb, t);
             w1[r] = dec_fp4(wr + h * rb + 8, t);
         }
-        const float *xb = x + b * 32;
 #pragma GCC unroll 8
         for (int s = 0; s < NX; s++) { /* columns 0..15 of the block, then 16..31 */
             const __m512 xv = xpre ? _mm512_load_ps(xb + s * n) : _mm512_permutexvar_ps(perm, _mm512_loadu_ps(xb + s * n));
@@ -234,8 +267,8 @@ AINLINE void gemv_fp4_rows(int R, int NX, int xpre, int e8m0, int far, int pair,
     gemv_fp4_cols(R, NX, xpre, e8m0, far, pair, 0, tab, w, x, y, o, rs, pf);
 }
 
-/* Blocks of 2 rows of each of the 4 far runs (q rows a run) at one activation row: rows k
- * and k + 1 of each run for k = 0, 2, .. < q - 1. Returns the rows a run it took (0: none).
+/* Blocks of 2 rows of each of the 4 far runs (q rows a run) at NX <= FP4_PAIR_NX activation
+ * rows: rows k and k + 1 of each run for k = 0, 2, .. < q - 1. Returns the rows a run it took (0: none).
  * Only the experts' widths (flash_quarter: 512, 1024 columns), compiled as constants: a
  * pair's second row is then a constant offset from its first and the 8 rows' pointers fit
  * the general registers (6 stack reloads a block); at run-time widths 13-16 pointers were
@@ -245,15 +278,15 @@ AINLINE void gemv_fp4_rows(int R, int NX, int xpre, int e8m0, int far, int pair,
  * run's order: each row's line GEMV_PF_FP4_RUN ahead lands in the run's next pair only where
  * that distance is a multiple of 2 rows (512, 1024 columns); at 2048 / 4096 it fell on the
  * pair's other row, and the pairs lost 0.76-0.83x for that alone. */
-AINLINE int64_t gemv_fp4_pairs(int xpre, int e8m0, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x,
+AINLINE int64_t gemv_fp4_pairs(int NX, int xpre, int e8m0, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x,
                                float *y, int64_t o0, int64_t q, const gemv_pf *pf) {
     const int64_t q2 = q & ~(int64_t)1;
     if (w->cols == 512)
         for (int64_t k = 0; k < q2; k += 2)
-            gemv_fp4_cols(FP4_R_MAX, 1, xpre, e8m0, 1, 1, 512, tab, w, x, y, o0 + k, q, pf);
+            gemv_fp4_cols(FP4_R_MAX, NX, xpre, e8m0, 1, 1, 512, tab, w, x, y, o0 + k, q, pf);
     else if (w->cols == 1024)
         for (int64_t k = 0; k < q2; k += 2)
-            gemv_fp4_cols(FP4_R_MAX, 1, xpre, e8m0, 1, 1, 1024, tab, w, x, y, o0 + k, q, pf);
+            gemv_fp4_cols(FP4_R_MAX, NX, xpre, e8m0, 1, 1, 1024, tab, w, x, y, o0 + k, q, pf);
     else
         return 0;
     return q2;
@@ -279,8 +312,8 @@ AINLINE void gemv_fp4_task(int NX, int xpre, int e8m0, const dsv4_lin_tables *ta
     int64_t o = o0;
     if (q) {
         int64_t k = 0;
-        /* at one row 2 rows of each run a block; an odd q's last row of each run after them */
-        if (NX == 1) k = gemv_fp4_pairs(xpre, e8m0, tab, w, x, y, o0, q, &pf);
+        /* at 1-2 rows 2 rows of each run a block; an odd q's last row of each run after them */
+        if (NX <= FP4_PAIR_NX) k = gemv_fp4_pairs(NX, xpre, e8m0, tab, w, x, y, o0, q, &pf);
         for (; k < q; k++) gemv_fp4_rows(R, NX, xpre, e8m0, 1, 0, tab, w, x, y, o0 + k, q, &pf);
         o = o0 + R * q;
     } else {
