@@ -323,8 +323,9 @@ static int one_row_ok(const dsv4_numerics *nm, const dsv4_moe_group *s, int ng) 
     return 1;
 }
 
-void dsv4_moe_experts(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg,
-                      const dsv4_moe_group *gr, int n_groups) {
+/* Slices of MOE_SLICE groups: W1/W3 of the slice in one linear job, SwiGLU, W2 in another. */
+static void experts_sliced(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_moe_group *gr,
+                           int n_groups) {
     const int64_t I = cfg->moe_intermediate_size;
     for (int g0 = 0; g0 < n_groups; g0 += MOE_SLICE) {
         const int ng = n_groups - g0 < MOE_SLICE ? n_groups - g0 : MOE_SLICE;
@@ -350,6 +351,80 @@ void dsv4_moe_experts(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *
         for (int i = 0; i < ng; i++) ops[i] = (dsv4_lin_op){s[i].w2, s[i].g, s[i].n, s[i].out};
         nm->linear(nm, k, ops, ng);
     }
+}
+
+/* ---- a batched decode step's few-row experts: one task each ----------------------------
+ * At batch 16 a layer routes ~75 experts of 1-4 rows; as slices of three jobs each (W1/W3,
+ * SwiGLU, W2: 9 jobs a layer) every job ended with a thread idle up to a task, ~200 us of
+ * thread time a layer (BENCHMARKS.md, session 20 s16fp4). Here each such expert is one task
+ * of one job: W1 and W3 (dsv4_linear_here: one whole-matrix GEMV each, as the planner gives
+ * them at batch 16), its SwiGLU, W2, on one thread. The threads claim the tasks in turn,
+ * most rows first, so the job ends on the cheapest experts. Same products, same bits. */
+#define MOE_FEW_ROWS 4      /* experts of up to this many rows take a task each */
+#define MOE_FEW_MAX 1024    /* groups a call may have for it (more: the sliced path) */
+#define MOE_MANY_MAX 2      /* and with at most this many other groups (the shared expert) */
+
+typedef struct {
+    dsv4_kctx *k;
+    const dsv4_config *cfg;
+    dsv4_swiglu_fn fn; /* the kernel level's loop: the same bits at every level */
+    const dsv4_moe_group *gr;
+    const int *order; /* (n) group indices, most rows first */
+    int n;
+    atomic_int next;  /* the next position of order to claim */
+} few_job;
+
+static void few_expert(const few_job *j, const dsv4_moe_group *g) {
+    const float limit = j->cfg->swiglu_limit > 0 ? (float)j->cfg->swiglu_limit : 0.0f;
+    const dsv4_lin_op up[2] = {{g->w1, g->x, g->n, g->g}, {g->w3, g->x, g->n, g->u}};
+    dsv4_linear_here(j->k, up, 2);
+    j->fn(g->g, g->u, g->w, g->n, j->cfg->moe_intermediate_size, limit, g->g);
+    const dsv4_lin_op down = {g->w2, g->g, g->n, g->out};
+    dsv4_linear_here(j->k, &down, 1);
+}
+
+static void few_task(void *arg, int t, int tid) {
+    (void)t, (void)tid;
+    few_job *j = arg;
+    for (int i; (i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n;)
+        few_expert(j, &j->gr[j->order[i]]);
+}
+
+/* The few-row groups of gr in one job, most rows first (a counting sort: equal rows keep
+ * their order). */
+static void experts_few(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group *gr, const int *few, int n_few) {
+    int order[MOE_FEW_MAX], at[MOE_FEW_ROWS + 2] = {0};
+    for (int i = 0; i < n_few; i++) at[MOE_FEW_ROWS - gr[few[i]].n + 1]++;
+    for (int r = 0; r <= MOE_FEW_ROWS; r++) at[r + 1] += at[r];
+    for (int i = 0; i < n_few; i++) order[at[MOE_FEW_ROWS - gr[few[i]].n]++] = few[i];
+    few_job j = {k, cfg, dsv4_kctx_swiglu(k), gr, order, n_few, 0};
+    atomic_init(&j.next, 0);
+    dsv4_kctx_parallel(k, dsv4_kctx_threads(k), few_task, &j);
+}
+
+void dsv4_moe_experts(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg,
+                      const dsv4_moe_group *gr, int n_groups) {
+    /* a batched decode step: few-row experts (and at most MOE_MANY_MAX others) under the
+     * exact numerics, not all of one row (moe_one.c's case) */
+    int few[MOE_FEW_MAX], n_few = 0, n_one = 0;
+    dsv4_moe_group many[MOE_MANY_MAX];
+    int n_many = 0;
+    if (nm == dsv4_numerics_exact() && n_groups > 1 && n_groups <= MOE_FEW_MAX) {
+        for (int i = 0; i < n_groups && n_many <= MOE_MANY_MAX; i++) {
+            if (gr[i].n >= 1 && gr[i].n <= MOE_FEW_ROWS) {
+                few[n_few++] = i;
+                n_one += gr[i].n == 1;
+            } else if (n_many++ < MOE_MANY_MAX) {
+                many[n_many - 1] = gr[i];
+            }
+        }
+    }
+    if (n_few < 2 || n_many > MOE_MANY_MAX || (n_many == 0 && n_one == n_groups)) {
+        experts_sliced(k, nm, cfg, gr, n_groups);
+        return;
+    }
+    experts_few(k, cfg, gr, few, n_few);
+    if (n_many) experts_sliced(k, nm, cfg, many, n_many);
 }
 
 void dsv4_moe_expert(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_mat *w1,

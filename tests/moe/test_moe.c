@@ -644,6 +644,56 @@ static void test_one_row_items(void) {
     CHECK(dsv4_moe_one_item_rows(&s2, 1, 1 << 20, 2) == 1024);
 }
 
+/* dsv4_moe_experts' few-row job (a batched decode step's experts of 1-4 rows, one task each,
+ * most rows first) against each group alone (dsv4_moe_expert), bit for bit, on 1 and 3
+ * threads: few-row groups alone, beside one and two larger groups (the shared expert's
+ * place), beside three (the sliced path for all), and all of one row (the one-row job).
+ * Outputs start as NaN, so a group left out shows. */
+static void test_few_row_job(void) {
+    const moe_case t = {"few-row job", 48, 40, 16, 4, 40, 5, 2, DSV4_SCORE_SQRTSOFTPLUS, 0.5, 1.5, 0, 1, 1};
+    fake f;
+    make_fake(&f, &t);
+    enum { NG = 12, RMAX = 16, NC = 5 };
+    static const int rows[NC][NG] = {{1, 2, 3, 4, 1, 1, 2, 1, 3, 1, 4, 2},  {1, 2, 3, 4, 1, 16, 2, 1, 3, 1, 4, 2},
+                                     {5, 2, 3, 4, 1, 1, 2, 1, 3, 1, 4, 9},  {5, 2, 3, 6, 1, 1, 2, 1, 3, 1, 4, 9},
+                                     {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}};
+    const int D = t.D, I = t.I, E = t.E;
+    float *x = talloc(sizeof(float) * NG * RMAX * D), *w = talloc(sizeof(float) * NG * RMAX);
+    float *out = talloc(sizeof(float) * NG * RMAX * D), *ref = talloc(sizeof(float) * NG * RMAX * D);
+    float *g = talloc(sizeof(float) * NG * RMAX * I), *u = talloc(sizeof(float) * NG * RMAX * I);
+    for (int i = 0; i < NG * RMAX * D; i++) x[i] = (float)(1.5 * urand());
+    for (int i = 0; i < NG * RMAX; i++) w[i] = (float)(0.5 + 0.5 * urand());
+    dsv4_err err;
+    dsv4_kctx *k3;
+    CHECK(dsv4_kctx_create(3, 256, &k3, &err) == DSV4_OK);
+    int bad = 0, cases = 0;
+    for (int c = 0; c < NC; c++) {
+        dsv4_moe_group gr[NG];
+        for (int i = 0; i < NG; i++) {
+            const int e = (5 * i + c) % E, off = i * RMAX;
+            const int shared = rows[c][i] == 16; /* the shared expert: weight 1 */
+            gr[i] = (dsv4_moe_group){shared ? &f.b.sh_w1 : &f.b.w1[e], shared ? &f.b.sh_w3 : &f.b.w3[e],
+                                     shared ? &f.b.sh_w2 : &f.b.w2[e], x + (int64_t)off * D, shared ? NULL : w + off,
+                                     rows[c][i], ref + (int64_t)off * D, g + (int64_t)off * I, u + (int64_t)off * I};
+        }
+        memset(ref, 0xff, sizeof(float) * NG * RMAX * D);
+        for (int i = 0; i < NG; i++) /* each alone */
+            dsv4_moe_expert(kctx, dsv4_numerics_exact(), &f.cfg, gr[i].w1, gr[i].w3, gr[i].w2, gr[i].x, gr[i].w,
+                            gr[i].n, gr[i].out, gr[i].g, gr[i].u);
+        for (int i = 0; i < NG; i++) gr[i].out = out + (int64_t)i * RMAX * D;
+        for (int th = 0; th < 2; th++) {
+            memset(out, 0xff, sizeof(float) * NG * RMAX * D);
+            dsv4_moe_experts(th ? k3 : kctx, dsv4_numerics_exact(), &f.cfg, gr, NG);
+            for (int i = 0; i < NG; i++)
+                bad += memcmp(out + (int64_t)i * RMAX * D, ref + (int64_t)i * RMAX * D, sizeof(float) * rows[c][i] * D) != 0;
+            cases += NG;
+        }
+    }
+    CHECK_MSG(bad == 0, "few-row job: %d of %d groups differ from the group alone", bad, cases);
+    dsv4_kctx_free(k3);
+    tfree_all();
+}
+
 int main(void) {
     dsv4_err err;
     if (dsv4_kctx_create(1, 256, &kctx, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
@@ -667,6 +717,7 @@ int main(void) {
     test_hash_and_errors();
     test_one_row_job();
     test_one_row_items();
+    test_few_row_job();
     test_combine();
     dsv4_kctx_free(kctx);
     return test_report();
