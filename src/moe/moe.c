@@ -358,8 +358,11 @@ static void experts_sliced(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_con
  * SwiGLU, W2: 9 jobs a layer) every job ended with a thread idle up to a task, ~200 us of
  * thread time a layer (BENCHMARKS.md, session 20 s16fp4). Here each such expert is one task
  * of one job: W1 and W3 (dsv4_linear_here: one whole-matrix GEMV each, as the planner gives
- * them at batch 16), its SwiGLU, W2, on one thread. The threads claim the tasks in turn,
- * most rows first, so the job ends on the cheapest experts. Same products, same bits. */
+ * them at batch 16), its SwiGLU, W2, on one thread; the shared expert (16 rows, small-M) is
+ * the job's first task, on one thread while the other starts the routed ones (its own three
+ * jobs took ~35 us a layer more than its work). The threads claim the tasks in turn, the
+ * routed ones most rows first, so the job ends on the cheapest experts (~20 us of thread
+ * time idle a layer). Same products, same bits. */
 #define MOE_FEW_ROWS 4      /* experts of up to this many rows take a task each */
 #define MOE_FEW_MAX 1024    /* groups a call may have for it (more: the sliced path) */
 #define MOE_MANY_MAX 2      /* and with at most this many other groups (the shared expert) */
@@ -390,14 +393,17 @@ static void few_task(void *arg, int t, int tid) {
         few_expert(j, &j->gr[j->order[i]]);
 }
 
-/* The few-row groups of gr in one job, most rows first (a counting sort: equal rows keep
- * their order). */
-static void experts_few(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group *gr, const int *few, int n_few) {
-    int order[MOE_FEW_MAX], at[MOE_FEW_ROWS + 2] = {0};
+/* The groups many (n_many, larger) and few (n_few, few-row) of gr in one job: the larger
+ * first (the shared expert, on one thread while the other takes the routed ones), then the
+ * few-row ones most rows first (a counting sort: equal rows keep their order). */
+static void experts_few(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group *gr, const int *many, int n_many,
+                        const int *few, int n_few) {
+    int order[MOE_MANY_MAX + MOE_FEW_MAX], at[MOE_FEW_ROWS + 2] = {0};
+    for (int i = 0; i < n_many; i++) order[i] = many[i];
     for (int i = 0; i < n_few; i++) at[MOE_FEW_ROWS - gr[few[i]].n + 1]++;
     for (int r = 0; r <= MOE_FEW_ROWS; r++) at[r + 1] += at[r];
-    for (int i = 0; i < n_few; i++) order[at[MOE_FEW_ROWS - gr[few[i]].n]++] = few[i];
-    few_job j = {k, cfg, dsv4_kctx_swiglu(k), gr, order, n_few, 0};
+    for (int i = 0; i < n_few; i++) order[n_many + at[MOE_FEW_ROWS - gr[few[i]].n]++] = few[i];
+    few_job j = {k, cfg, dsv4_kctx_swiglu(k), gr, order, n_many + n_few, 0};
     atomic_init(&j.next, 0);
     dsv4_kctx_parallel(k, dsv4_kctx_threads(k), few_task, &j);
 }
@@ -406,16 +412,14 @@ void dsv4_moe_experts(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *
                       const dsv4_moe_group *gr, int n_groups) {
     /* a batched decode step: few-row experts (and at most MOE_MANY_MAX others) under the
      * exact numerics, not all of one row (moe_one.c's case) */
-    int few[MOE_FEW_MAX], n_few = 0, n_one = 0;
-    dsv4_moe_group many[MOE_MANY_MAX];
-    int n_many = 0;
+    int few[MOE_FEW_MAX], many[MOE_MANY_MAX + 1], n_few = 0, n_many = 0, n_one = 0;
     if (nm == dsv4_numerics_exact() && n_groups > 1 && n_groups <= MOE_FEW_MAX) {
         for (int i = 0; i < n_groups && n_many <= MOE_MANY_MAX; i++) {
             if (gr[i].n >= 1 && gr[i].n <= MOE_FEW_ROWS) {
                 few[n_few++] = i;
                 n_one += gr[i].n == 1;
-            } else if (n_many++ < MOE_MANY_MAX) {
-                many[n_many - 1] = gr[i];
+            } else {
+                many[n_many++] = i;
             }
         }
     }
@@ -423,8 +427,7 @@ void dsv4_moe_experts(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *
         experts_sliced(k, nm, cfg, gr, n_groups);
         return;
     }
-    experts_few(k, cfg, gr, few, n_few);
-    if (n_many) experts_sliced(k, nm, cfg, many, n_many);
+    experts_few(k, cfg, gr, many, n_many, few, n_few);
 }
 
 void dsv4_moe_expert(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_mat *w1,

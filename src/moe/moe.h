@@ -54,8 +54,9 @@ typedef struct dsv4_moe_group {
 
 /* Several experts at once: W1 and W3 of every group in one thread-pool job, then W2 of
  * every group in another (a decode step's six experts and the shared one cost two
- * hand-offs instead of 21); a batched decode step's experts of 1-4 rows (beside at most two
- * larger groups) instead one task each, W1/W3, SwiGLU and W2 on one thread, in one job.
+ * hand-offs instead of 21); a batched decode step's experts of 1-4 rows and at most two
+ * larger groups (the shared expert) instead one task each, W1/W3, SwiGLU and W2 on one
+ * thread, in one job.
  * Each group gets exactly dsv4_moe_expert's bits. No buffer of one group may overlap
  * another's. */
 void dsv4_moe_experts(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg,
