@@ -46,15 +46,18 @@ int dsv4_moe_route_row(const dsv4_config *cfg, const dsv4_block_w *b, const floa
 #define DSV4_MOE_ONE_MAX_GROUPS 32 /* expert groups one job takes */
 /* Weight bytes of a W1/W3 item (both matrices) and of a router item; W2 items take half.
  * Large, so that each item's GEMV streams long runs: with Flash-quarter's experts at 2
- * threads every product is cut in two, one contiguous half a thread (an FP4 expert's
- * W1/W3 557 KB -> 2 items, W2 279 KB -> 2; the FP8 shared expert 2, 2; the router 2). The
- * threads still end close together, each on its own half of the last W2. 128 KB items (6
+ * threads every product is cut in two, one contiguous half a thread (the FP8 shared expert
+ * 2, 2; the router 2), and so would an FP4 expert's W1/W3 557 KB and W2 279 KB be; those
+ * are then taken whole, one expert a thread (dsv4_moe_one_routed_rows). 128 KB items (6
  * and 6 an FP4 expert) took 1.03-1.06x the batch-1 step (BENCHMARKS.md, session 15 ovl). */
 #define DSV4_MOE_ONE_ITEM_BYTES ((int64_t)512 << 10)
 
 /* Rows per item of w (and n_mats - 1 matrices of the same format beside it) for items of
  * about `bytes`, T threads (moe_one.c's cut). */
 int64_t dsv4_moe_one_item_rows(const dsv4_mat *w, int n_mats, int64_t bytes, int T);
+/* ... and of a routed expert's matrix, K routed experts a row: the whole matrix where that
+ * cut is at most one item a thread and T divides K (each expert on one thread), else the cut. */
+int64_t dsv4_moe_one_routed_rows(const dsv4_mat *w, int n_mats, int64_t bytes, int T, int K);
 
 /* The router stage of a one-row job: logits = x gate^T, then the token's routing; the
  * routed groups' buffers. */

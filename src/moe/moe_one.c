@@ -15,7 +15,8 @@
  * W1/W3 items. An item waits only for items before it, each already claimed by a thread
  * that is running it, so the job cannot deadlock, and run on one thread (or nested) the
  * list simply runs in order. Items are cut by bytes (DSV4_MOE_ONE_ITEM_BYTES of weights, the
- * W2 items half that since the job ends on them).
+ * W2 items half that since the job ends on them); a routed expert's matrices that this cuts
+ * in one item a thread are taken whole instead (dsv4_moe_one_routed_rows).
  *
  * Each product runs on row views through dsv4_linear_here, whose outputs do not depend on
  * how the rows are cut (linear_fast.h): every value is the one the general path computes.
@@ -74,6 +75,20 @@ int64_t dsv4_moe_one_item_rows(const dsv4_mat *w, int n_mats, int64_t bytes, int
         r = ((rows + items - 1) / items + 3) & ~(int64_t)3;
     }
     return r < rows ? r : rows;
+}
+
+/* Rows per item of a routed expert's matrix w: whole (one item, one call a matrix) when the
+ * T-thread cut above would give each thread one item of it and the K routed experts share
+ * evenly among the threads, else that cut. Whole matrices put each routed expert on one
+ * thread instead of half of each on every thread: at Flash-quarter's widths (FP4 W1/W3 557 KB,
+ * W2 279 KB, 6 experts, 2 threads) the calls read 278 KB in runs of 64 KB, not 139 KB in runs
+ * of 32 KB, and the routed products took 0.90-0.93x the time in the batch-1 step (BENCHMARKS.md,
+ * session 21 b1q). The job still ends balanced: every routed item is the same size and
+ * K % T == 0. Larger experts (the checkpoint's: 8.9 MB W1/W3) keep the cut, whose items a
+ * thread already claims as one contiguous stretch. */
+int64_t dsv4_moe_one_routed_rows(const dsv4_mat *w, int n_mats, int64_t bytes, int T, int K) {
+    const int64_t r = dsv4_moe_one_item_rows(w, n_mats, bytes, T), rows = w->rows > 0 ? w->rows : 1;
+    return T > 1 && K % T == 0 && (rows + r - 1) / r <= T ? rows : r;
 }
 
 static int span_add(one_span *s, int first, int64_t rows, int64_t per) {
@@ -200,10 +215,12 @@ int dsv4_moe_one_run(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group 
      * format (else the job reports an unsliced view) */
     for (int g = 0; g < j.ng; g++)
         n = span_add(&j.up[g], n, I,
-                     dsv4_moe_one_item_rows(g < ng ? gr[g].w1 : &rt->b->w1[0], 2, item_bytes, j.T));
+                     g < ng ? dsv4_moe_one_item_rows(gr[g].w1, 2, item_bytes, j.T)
+                            : dsv4_moe_one_routed_rows(&rt->b->w1[0], 2, item_bytes, j.T, K));
     for (int g = 0; g < j.ng; g++) /* W2 items half the size: the job ends on them */
         n = span_add(&j.down[g], n, D,
-                     dsv4_moe_one_item_rows(g < ng ? gr[g].w2 : &rt->b->w2[0], 1, item_bytes / 2, j.T));
+                     g < ng ? dsv4_moe_one_item_rows(gr[g].w2, 1, item_bytes / 2, j.T)
+                            : dsv4_moe_one_routed_rows(&rt->b->w2[0], 1, item_bytes / 2, j.T, K));
     j.n_items = n;
     atomic_init(&j.router_left, j.router.count);
     atomic_init(&j.unrouted, 1);

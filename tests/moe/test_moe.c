@@ -535,8 +535,9 @@ static void test_hash_and_errors(void) {
     tfree_all();
 }
 
-/* The one-row job (moe_one.c) on 3 threads, its products cut into many small items (the
- * router, W1/W3 and W2 in 4-row pieces), into a few, or whole: every row's output and
+/* The one-row job (moe_one.c) on 3 and 2 threads, its products cut into many small items (the
+ * router, W1/W3 and W2 in 4-row pieces), into a few, or whole (on 2 threads, K = 4, the
+ * routed experts' matrices one item each: one expert a thread): every row's output and
  * selection are bitwise the general path's (the row inside a batch). A routing that fails
  * is reported (the items waiting for it do not hang), and by dsv4_moe_forward as an error. */
 static void test_one_row_job(void) {
@@ -556,21 +557,24 @@ static void test_one_row_job(void) {
     for (int kk = 0; kk < K; kk++) idx[kk] = kk;
     dsv4_err err;
     CHECK(moe_fwd(&f.cfg, &f.b, x, tok, S, y, sel, &err) == DSV4_OK); /* the general path, 1 thread */
-    dsv4_kctx *k1 = kctx, *k3;
+    dsv4_kctx *k1 = kctx, *k3, *k2;
     CHECK(dsv4_kctx_create(3, 256, &k3, &err) == DSV4_OK);
+    CHECK(dsv4_kctx_create(2, 256, &k2, &err) == DSV4_OK);
+    CHECK(dsv4_moe_one_routed_rows(&f.b.w1[0], 2, DSV4_MOE_ONE_ITEM_BYTES, 2, K) == I); /* whole on k2 */
+    CHECK(dsv4_moe_one_routed_rows(&f.b.w1[0], 2, DSV4_MOE_ONE_ITEM_BYTES, 3, K) < I);  /* cut on k3 */
     const int64_t bytes[3] = {256, 4096, DSV4_MOE_ONE_ITEM_BYTES};
     int bad = 0, failed = 0;
     for (int r = 0; r < S; r++)
-        for (int bi = 0; bi < 3; bi++) {
+        for (int bi = 0; bi < 6; bi++) {
             const dsv4_moe_group shg = {&f.b.sh_w1, &f.b.sh_w3, &f.b.sh_w2, x + r * D, NULL, 1, sh, g + K * I, u + K * I};
             const dsv4_moe_one_route rt = {&f.b, tok[r], logits, s, sel1, wk, og, g, u};
             memset(og, 0xff, sizeof(float) * K * D); /* NaN: a part never written shows */
-            failed += dsv4_moe_one_run(k3, &f.cfg, &shg, 1, x + r * D, &rt, bytes[bi]) != 0;
+            failed += dsv4_moe_one_run(bi < 3 ? k3 : k2, &f.cfg, &shg, 1, x + r * D, &rt, bytes[bi % 3]) != 0;
             dsv4_moe_combine(D, K, og, idx, sh, y1);
             bad += memcmp(y1, y + r * D, sizeof(float) * D) != 0 || memcmp(sel1, sel + r * K, sizeof(int) * K) != 0;
         }
     CHECK_MSG(failed == 0 && bad == 0, "one-row job: %d runs failed, %d of %d differ from the general path", failed, bad,
-              3 * S);
+              6 * S);
     /* dsv4_moe_forward of one row on 3 threads takes the job */
     kctx = k3;
     bad = 0;
@@ -588,6 +592,7 @@ static void test_one_row_job(void) {
     CHECK_ERR(err, DSV4_ERR_ARG, "routes by hash but has no tid2eid");
     kctx = k1;
     dsv4_kctx_free(k3);
+    dsv4_kctx_free(k2);
     tfree_all();
 }
 
@@ -642,6 +647,20 @@ static void test_one_row_items(void) {
     CHECK(dsv4_moe_one_item_rows(&w13, 2, 128 << 10, 3) == 88);
     CHECK(dsv4_moe_one_item_rows(&s13, 2, 128 << 10, 2) == 64);
     CHECK(dsv4_moe_one_item_rows(&s2, 1, 1 << 20, 2) == 1024);
+    /* a routed expert's matrices whole (one expert a thread) where that cut is one item a
+     * thread and the threads divide K; else the cut. The checkpoint's experts (I 2048, D
+     * 4096) keep it. */
+    CHECK(dsv4_moe_one_routed_rows(&w13, 2, B, 2, 6) == 512);
+    CHECK(dsv4_moe_one_routed_rows(&w2, 1, B / 2, 2, 6) == 1024);
+    CHECK(dsv4_moe_one_routed_rows(&w13, 2, B, 3, 6) == 512);
+    CHECK(dsv4_moe_one_routed_rows(&w13, 2, B, 4, 6) == 128); /* 6 experts on 4 threads */
+    CHECK(dsv4_moe_one_routed_rows(&w13, 2, B, 4, 8) == 512);
+    CHECK(dsv4_moe_one_routed_rows(&w13, 2, 128 << 10, 2, 6) == 88);
+    CHECK(dsv4_moe_one_routed_rows(&w13, 2, B, 1, 6) == 256); /* one thread: the cut */
+    const dsv4_mat f13 = {DSV4_WF_FP4, 2048, 4096, NULL, NULL, 0}, f2 = {DSV4_WF_FP4, 4096, 2048, NULL, NULL, 0};
+    CHECK(dsv4_moe_one_routed_rows(&f13, 2, B, 2, 6) == dsv4_moe_one_item_rows(&f13, 2, B, 2));
+    CHECK(dsv4_moe_one_routed_rows(&f2, 1, B / 2, 2, 6) == dsv4_moe_one_item_rows(&f2, 1, B / 2, 2));
+    CHECK(dsv4_moe_one_item_rows(&f13, 2, B, 2) < 2048);
 }
 
 /* dsv4_moe_experts' few-row job (a batched decode step's experts of 1-4 rows, one task each,
