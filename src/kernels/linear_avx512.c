@@ -337,17 +337,38 @@ AINLINE void gemv_fp4_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, 
     }
 }
 
+/* Each activation row count its own function (not inlined into one switch): as one function
+ * the 8 cases' code shared one frame and layout, and a change to one case moved another's
+ * speed (pairs at 3 rows made 4 rows 0.70 against 0.66 ns per 16 weights, BENCHMARKS.md
+ * session 20 s16fp4). Apart, every case ran faster on Zen 5: whole 512 x 1024 expert
+ * matrices hot in L2, one thread, NX 1 0.291-0.308 against 0.328-0.349 ns per 16 weights,
+ * NX 3 0.51-0.54 against 0.55-0.59; in the batch-16 step NX 1 0.36-0.44 against 0.39-0.49
+ * (6 of 6 timeline pairs; BENCHMARKS.md session 21 moe16). Same code, same bits. */
+#define GEMV_FP4_NX_FN(NX)                                                                                       \
+    static __attribute__((noinline)) void gemv_fp4_n##NX(const dsv4_lin_tables *tab, const dsv4_mat *w,         \
+                                                         const float *x, float *y, int64_t o0, int64_t o1) {     \
+        gemv_fp4_nx(NX, tab, w, x, y, o0, o1);                                                                    \
+    }
+GEMV_FP4_NX_FN(1)
+GEMV_FP4_NX_FN(2)
+GEMV_FP4_NX_FN(3)
+GEMV_FP4_NX_FN(4)
+GEMV_FP4_NX_FN(5)
+GEMV_FP4_NX_FN(6)
+GEMV_FP4_NX_FN(7)
+GEMV_FP4_NX_FN(8)
+
 static void gemv_fp4(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
                      int64_t o1) {
     switch (nx) {
-    case 1: gemv_fp4_nx(1, c->tab, w, x, y, o0, o1); break;
-    case 2: gemv_fp4_nx(2, c->tab, w, x, y, o0, o1); break;
-    case 3: gemv_fp4_nx(3, c->tab, w, x, y, o0, o1); break;
-    case 4: gemv_fp4_nx(4, c->tab, w, x, y, o0, o1); break;
-    case 5: gemv_fp4_nx(5, c->tab, w, x, y, o0, o1); break;
-    case 6: gemv_fp4_nx(6, c->tab, w, x, y, o0, o1); break;
-    case 7: gemv_fp4_nx(7, c->tab, w, x, y, o0, o1); break;
-    default: gemv_fp4_nx(8, c->tab, w, x, y, o0, o1); break;
+    case 1: gemv_fp4_n1(c->tab, w, x, y, o0, o1); break;
+    case 2: gemv_fp4_n2(c->tab, w, x, y, o0, o1); break;
+    case 3: gemv_fp4_n3(c->tab, w, x, y, o0, o1); break;
+    case 4: gemv_fp4_n4(c->tab, w, x, y, o0, o1); break;
+    case 5: gemv_fp4_n5(c->tab, w, x, y, o0, o1); break;
+    case 6: gemv_fp4_n6(c->tab, w, x, y, o0, o1); break;
+    case 7: gemv_fp4_n7(c->tab, w, x, y, o0, o1); break;
+    default: gemv_fp4_n8(c->tab, w, x, y, o0, o1); break;
     }
 }
 
