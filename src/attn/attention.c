@@ -59,10 +59,19 @@ static void group_out_task(void *arg, int i, int tid) {
                (size_t)j->o_lora * sizeof(float));
 }
 
+/* Whether the grouped projection of R rows goes through group-major copies of its input
+ * and output (else the products read and write the rows in place: see grouped_linear). */
+static int grouped_copies(const dsv4_numerics *nm, int R) {
+    return R > 1 && !(R >= DSV4_LIN_STRIDED_MIN_ROWS && nm->linear_strided);
+}
+
 /* y (R, G*o_lora) = grouped projection: row block g of w (o_lora rows) applied to the g-th
- * contiguous slice (width in_g) of u (R, G*in_g); the G products run as one job. */
+ * contiguous slice (width in_g) of u (R, G*in_g); the G products run as one job. ug_in,
+ * when not NULL (and grouped_copies), holds u already group-major (G, R, in_g): the
+ * attention's row tasks wrote it there, so there is no copy job. */
 static int grouped_linear(const dsv4_numerics *nm, dsv4_kctx *k, dsv4_arena *a, const dsv4_mat *w,
-                          int G, const float *u, int R, int in_g, int o_lora, float *y, dsv4_err *err) {
+                          int G, const float *u, const float *ug_in, int R, int in_g, int o_lora, float *y,
+                          dsv4_err *err) {
     const size_t mark = dsv4_arena_mark(a);
     grouped_bufs gb;
     int rc = DSV4_OK;
@@ -76,14 +85,15 @@ static int grouped_linear(const dsv4_numerics *nm, dsv4_kctx *k, dsv4_arena *a, 
      * prefill copied per layer, and the 4 MB of y. Other row counts go through group-major
      * copies */
     const int strided = R >= DSV4_LIN_STRIDED_MIN_ROWS && nm->linear_strided;
-    const int direct = R == 1 || strided;
+    const int direct = !grouped_copies(nm, R);
+    const float *ug = ug_in && !direct ? ug_in : gb.ug;
     for (int g = 0; g < G; g++) {
         if (dsv4_mat_rows(w, (int64_t)g * o_lora, o_lora, &gb.wg[g]) != 0) {
             rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "wo_a: cannot slice group %d", g);
             goto done;
         }
         gb.ops[g] = direct ? (dsv4_lin_op){&gb.wg[g], u + (size_t)g * in_g, R, y + (size_t)g * o_lora}
-                           : (dsv4_lin_op){&gb.wg[g], gb.ug + (size_t)g * R * in_g, R, gb.vg + (size_t)g * R * o_lora};
+                           : (dsv4_lin_op){&gb.wg[g], ug + (size_t)g * R * in_g, R, gb.vg + (size_t)g * R * o_lora};
     }
     if (strided) {
         nm->linear_strided(nm, k, gb.ops, G, (int64_t)G * in_g, (int64_t)G * o_lora);
@@ -95,7 +105,7 @@ static int grouped_linear(const dsv4_numerics *nm, dsv4_kctx *k, dsv4_arena *a, 
     }
     /* the slices in, the products, the outputs back: the copies by rows over the pool */
     group_copy_job cj = {G, R, in_g, o_lora, u, gb.ug, gb.vg, y};
-    dsv4_kctx_parallel_from(k, R, DSV4_KCTX_ROW_COPY_MIN_TASKS, group_in_task, &cj);
+    if (ug != ug_in) dsv4_kctx_parallel_from(k, R, DSV4_KCTX_ROW_COPY_MIN_TASKS, group_in_task, &cj);
     nm->linear(nm, k, gb.ops, G);
     dsv4_kctx_parallel_from(k, R, DSV4_KCTX_ROW_COPY_MIN_TASKS, group_out_task, &cj);
 done:
@@ -111,17 +121,23 @@ static int output_take(dsv4_arena *a, const dsv4_config *cfg, int R, float **v, 
     return *v && ok; /* both taken even when the first fails: a measuring arena counts them */
 }
 
-int dsv4_attn_output(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const float *o, int R, float *y,
-                     dsv4_err *err) {
+/* dsv4_attn_output, with o's group-major copy ug (G, R, in_g) when the caller made it (or NULL). */
+static int attn_output(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const float *o, const float *ug, int R,
+                       float *y, dsv4_err *err) {
     const dsv4_config *cfg = ctx->cfg;
     const int G = cfg->o_groups, ol = cfg->o_lora_rank, in_g = cfg->num_attention_heads * cfg->head_dim / G;
     const size_t mark = dsv4_arena_mark(ctx->scratch);
     float *v = dsv4_arena_take_n(ctx->scratch, (long long)R * G * ol, sizeof(float)); /* (R, G*o_lora) */
-    int rc = v ? grouped_linear(ctx->num, ctx->k, ctx->scratch, &b->wo_a, G, o, R, in_g, ol, v, err)
+    int rc = v ? grouped_linear(ctx->num, ctx->k, ctx->scratch, &b->wo_a, G, o, ug, R, in_g, ol, v, err)
                : dsv4_fail(err, DSV4_ERR_NOMEM, "output projection: scratch arena too small (%d rows)", R);
     if (!rc) dsv4_num_linear(ctx->num, ctx->k, &b->wo_b, v, R, y);
     dsv4_arena_release(ctx->scratch, mark);
     return rc;
+}
+
+int dsv4_attn_output(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const float *o, int R, float *y,
+                     dsv4_err *err) {
+    return attn_output(ctx, b, o, NULL, R, y, err);
 }
 
 /* ---- the cache as history source ----------------------------------------------------- */
@@ -378,7 +394,12 @@ typedef struct attend_job {
     const void **ickeys;      /* (threads, max_entries) */
     float *probs;             /* (threads, H * n_kv_max) */
     float *o;                 /* (R, H, hd) */
+    float *ug;                /* (G, R, in_g) o group-major for the output projection, or NULL */
+    int store;                /* each row's task stores its window and ring rows (attn_store_row) */
 } attend_job;
+
+static void attn_store_row(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
+                           const dsv4_attn_work *w, int si, int i);
 
 /* The packed row of attending row k (blocks run over the attending rows). */
 static int job_row(const attend_job *j, int k) { return j->q_rows ? j->q_rows[k] : k; }
@@ -435,6 +456,7 @@ static void gather_task(void *arg, int bi, int tid) {
                                   .fbuf = j->ifbuf + per, .cidx = j->icidx + per, .ckeys = j->ickeys + per};
     }
     j->n_kv[bi] = dsv4_attn_row_keys(&q, scores, knorm, keys, &sb, j->rows + (size_t)bi * j->n_kv_max);
+    if (j->store) attn_store_row(j->ctx, j->b, j->batch, j->w, j->row_span[q.i], q.i);
 }
 
 /* Step 4: one group of heads of one row. */
@@ -443,10 +465,15 @@ static void heads_task(void *arg, int task, int tid) {
     const int H = j->ctx->cfg->num_attention_heads, hd = j->ctx->cfg->head_dim;
     const int bi = task / j->groups, h0 = (task % j->groups) * j->group_heads;
     const dsv4_attn_query q = job_query(j, j->r0 + bi);
-    dsv4_attn_row_heads(&q, j->rows + (size_t)bi * j->n_kv_max, j->n_kv[bi], h0, j->group_heads,
-                        j->frows ? j->frows + (size_t)tid * j->n_kv_max : NULL,
-                        j->stage ? j->stage + (size_t)tid * j->n_kv_max * hd : NULL,
-                        j->probs + (size_t)tid * H * j->n_kv_max, j->o + (size_t)q.i * H * hd);
+    /* the row's heads to o (R, H, hd), or straight to the output projection's group-major
+     * input (G, R, hg * hd) */
+    const int hg = j->ug ? H / j->ctx->cfg->o_groups : H;
+    const int64_t gs = j->ug ? (int64_t)j->batch->n_rows * hg * hd : 0;
+    float *o = j->ug ? j->ug + (size_t)q.i * hg * hd : j->o + (size_t)q.i * H * hd;
+    dsv4_attn_row_heads_to(&q, j->rows + (size_t)bi * j->n_kv_max, j->n_kv[bi], h0, j->group_heads,
+                           j->frows ? j->frows + (size_t)tid * j->n_kv_max : NULL,
+                           j->stage ? j->stage + (size_t)tid * j->n_kv_max * hd : NULL,
+                           j->probs + (size_t)tid * H * j->n_kv_max, o, hg, gs);
 }
 
 /* Steps 3 and 4 of one row, all heads in one group (groups == 1). */
@@ -467,10 +494,12 @@ typedef struct attend_dims {
     int64_t block_scores;  /* B * max_entries */
     int64_t block_rows;    /* B * n_kv_max */
     int64_t block_tasks;   /* B * score tasks per row */
+    int ug;                /* o's group-major copy is taken (attend_job.ug) */
 } attend_dims;
 
 typedef struct attend_bufs {
     float *o;              /* (R, H, hd) */
+    float *ug;             /* (R, H, hd) as (G, R, in_g) when d->ug */
     int *row_span;         /* (R) */
     int64_t *ikey_off;     /* (n_spans) */
     const void **ikeys;    /* (n_keys) */
@@ -503,6 +532,10 @@ static int attend_take(dsv4_arena *a, const dsv4_config *cfg, const attend_dims 
     ab->probs = dsv4_arena_take_n(a, d->T * H * d->n_kv_max, sizeof(float));
     int ok = ab->o && ab->row_span && ab->ikey_off && ab->ikeys && ab->key_tasks &&
              ab->rows && ab->n_kv && ab->probs;
+    if (d->ug) {
+        ab->ug = dsv4_arena_take_n(a, (int64_t)d->R * H * cfg->head_dim, sizeof(float));
+        ok = ok && ab->ug;
+    }
     if (d->stage_rows) {
         ab->frows = dsv4_arena_take_n(a, d->T * d->n_kv_max, sizeof(float *));
         ab->stage = dsv4_arena_take_n(a, d->T * d->n_kv_max * cfg->head_dim, sizeof(float));
@@ -530,8 +563,10 @@ static int64_t attend_block_rows(int R, int64_t per_row) {
     return R < b_max ? R : b_max;
 }
 
-int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
-                     const dsv4_attn_work *w, const dsv4_attn_src *src, float *y, dsv4_err *err) {
+/* dsv4_attn_attend; with `store` (every row attends) each row's task also stores the row's
+ * window and ring rows (dsv4_attn_store's writes, which no read of this phase touches). */
+static int attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
+                  const dsv4_attn_work *w, const dsv4_attn_src *src, int store, float *y, dsv4_err *err) {
     const dsv4_config *cfg = ctx->cfg;
     const int R = batch->n_rows, H = cfg->num_attention_heads;
     const int win = cfg->sliding_window;
@@ -542,8 +577,11 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
 
     /* the most compressed entries any row of the batch can see; the indexer keys of the
      * spans where some row sees more than topk (the others select without scoring) */
+    /* the rows' outputs group-major from their tasks when the output projection would copy
+     * them so (all rows attend: no compaction) */
     attend_dims d = {.R = R, .n_spans = batch->n_spans, .T = T, .csa = csa,
-                     .stage_rows = dsv4_attn_stages_rows(src->row_fmt)};
+                     .stage_rows = dsv4_attn_stages_rows(src->row_fmt),
+                     .ug = !ctx->q_rows && grouped_copies(ctx->num, R) && H % cfg->o_groups == 0};
     for (int si = 0; si < batch->n_spans; si++) {
         int64_t e = r ? (batch->spans[si].start + batch->spans[si].n) / r : 0;
         if (e > d.max_entries) d.max_entries = e;
@@ -595,7 +633,7 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
                       .rows = ab.rows, .n_kv = ab.n_kv, .frows = ab.frows, .stage = ab.stage,
                       .iknorm = ab.iknorm, .iorder = ab.iorder, .isel = ab.isel,
                       .ifbuf = ab.ifbuf, .icidx = ab.icidx, .ickeys = ab.ickeys,
-                      .probs = ab.probs, .o = ab.o};
+                      .probs = ab.probs, .o = ab.o, .ug = ab.ug, .store = store && !ctx->q_rows};
     if (NQ) dsv4_kctx_parallel(ctx->k, nkt, keys_task, &job);
     for (int r0 = 0; r0 < NQ; r0 += B) {
         const int nb = NQ - r0 < B ? NQ - r0 : B;
@@ -660,42 +698,49 @@ int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4
     for (int k = 0; ctx->q_rows && k < NQ; k++)
         if (ctx->q_rows[k] != k) memcpy(ab.o + k * Hhd, ab.o + ctx->q_rows[k] * Hhd, (size_t)Hhd * sizeof(float));
     /* grouped output projection: v_g = o_g wo_a_g^T, y = v wo_b^T */
-    if (NQ) rc = dsv4_attn_output(ctx, b, ab.o, NQ, y, err);
+    if (NQ) rc = attn_output(ctx, b, ab.o, ab.ug, NQ, y, err);
 
 done:
     dsv4_arena_release(ctx->scratch, mark);
     return rc;
 }
 
-/* ---- phase 4: cache writes -------------------------------------------------------------- */
+int dsv4_attn_attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
+                     const dsv4_attn_work *w, const dsv4_attn_src *src, float *y, dsv4_err *err) {
+    return attend(ctx, b, batch, w, src, 0, y, err);
+}
+
+/* Row i of span si to the cache: its window row if later calls can still see it (position
+ * >= end - win + 1), in its storage format; its ring rows [a | b] if among the last L
+ * positions. Distinct rows write distinct places (window pages by position, a ring slot
+ * per position mod L), so rows may be stored in any order or concurrently. */
+static void attn_store_row(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
+                           const dsv4_attn_work *w, int si, int i) {
+    const dsv4_config *cfg = ctx->cfg;
+    const int hd = cfg->head_dim, win = cfg->sliding_window, layer = b->layer_id, r = b->ratio;
+    const dsv4_batch_span *sp = &batch->spans[si];
+    const int64_t end = sp->start + sp->n, p = batch->pos[i];
+    if (p >= end - win + 1) {
+        void *dst = dsv4_cache_win_row(ctx->cache, sp->seq, layer, p);
+        const int64_t row_bytes = dsv4_row_bytes(dsv4_row_fmt(ctx->row_fmt), hd, cfg->qk_rope_head_dim);
+        if (w->kv_st) memcpy(dst, w->kv_st + (size_t)i * row_bytes, (size_t)row_bytes);
+        else memcpy(dst, w->kv + (size_t)i * hd, (size_t)hd * sizeof(float));
+    }
+    /* after all pooling: each ring keeps the last L positions as [a | b] */
+    const int L = r ? dsv4_cache_get_plan(ctx->cache)->ring_len[layer] : 0;
+    for (int ix = 0; r && p >= end - L && ix < (r == 4 ? 2 : 1); ix++) {
+        const int W = ix ? 2 * cfg->index_head_dim : dsv4_cfg_coff(r) * hd;
+        float *ring = dsv4_cache_ring_row(ctx->cache, sp->seq, layer, ix, p);
+        memcpy(ring, w->pa[ix] + (size_t)i * W, (size_t)W * sizeof(float));
+        memcpy(ring + W, w->pb[ix] + (size_t)i * W, (size_t)W * sizeof(float));
+    }
+}
 
 void dsv4_attn_store(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
                      const dsv4_attn_work *w) {
-    const dsv4_config *cfg = ctx->cfg;
-    const int hd = cfg->head_dim, win = cfg->sliding_window, layer = b->layer_id, r = b->ratio;
-    const int L = r ? dsv4_cache_get_plan(ctx->cache)->ring_len[layer] : 0;
-    const int64_t row_bytes = dsv4_row_bytes(dsv4_row_fmt(ctx->row_fmt), hd, cfg->qk_rope_head_dim);
-    for (int si = 0; si < batch->n_spans; si++) {
-        const dsv4_batch_span *sp = &batch->spans[si];
-        const int64_t end = sp->start + sp->n;
-        /* the window rows later calls can still see, in their storage format */
-        for (int64_t p = end - win + 1 > sp->start ? end - win + 1 : sp->start; p < end; p++) {
-            const size_t row = (size_t)(sp->row0 + (p - sp->start));
-            void *dst = dsv4_cache_win_row(ctx->cache, sp->seq, layer, p);
-            if (w->kv_st) memcpy(dst, w->kv_st + row * row_bytes, (size_t)row_bytes);
-            else memcpy(dst, w->kv + row * hd, (size_t)hd * sizeof(float));
-        }
-        /* after all pooling: each ring keeps the last L positions as [a | b] */
-        for (int ix = 0; r && ix < (r == 4 ? 2 : 1); ix++) {
-            const int W = ix ? 2 * cfg->index_head_dim : dsv4_cfg_coff(r) * hd;
-            for (int64_t p = end - L > sp->start ? end - L : sp->start; p < end; p++) {
-                const size_t row = (size_t)(sp->row0 + (p - sp->start));
-                float *ring = dsv4_cache_ring_row(ctx->cache, sp->seq, layer, ix, p);
-                memcpy(ring, w->pa[ix] + row * W, (size_t)W * sizeof(float));
-                memcpy(ring + W, w->pb[ix] + row * W, (size_t)W * sizeof(float));
-            }
-        }
-    }
+    for (int si = 0; si < batch->n_spans; si++)
+        for (int i = batch->spans[si].row0; i < batch->spans[si].row0 + batch->spans[si].n; i++)
+            attn_store_row(ctx, b, batch, w, si, i);
 }
 
 int dsv4_attention(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
@@ -704,8 +749,9 @@ int dsv4_attention(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
     const dsv4_attn_src src = dsv4_attn_src_cache(ctx->cache);
     const size_t mark = dsv4_arena_mark(ctx->scratch);
     int rc = dsv4_attn_project(ctx, b, batch, x, &w, err);
+    /* with every row attending, each row's task stores its rows (no serial pass after) */
     if (!rc && !(rc = dsv4_attn_pool(ctx, b, batch, &w, &src, err)) &&
-        !(rc = dsv4_attn_attend(ctx, b, batch, &w, &src, y, err)))
+        !(rc = attend(ctx, b, batch, &w, &src, 1, y, err)) && ctx->q_rows)
         dsv4_attn_store(ctx, b, batch, &w);
     dsv4_arena_release(ctx->scratch, mark);
     return rc;
@@ -740,6 +786,7 @@ size_t dsv4_attn_scratch_bytes(const dsv4_config *cfg, int ratio, int R, int n_s
     if (block > one_block) block = one_block;
     attend_dims d = {.R = R, .n_spans = n_spans, .T = threads, .csa = csa,
                      .stage_rows = dsv4_attn_stages_rows(row_fmt),
+                     .ug = R > 1, /* attend's group-major copy of o (the call's mode decides) */
                      .n_keys = csa && E > topk ? (int64_t)n_spans * E : 0,
                      .n_key_tasks = csa && E > topk ? (int64_t)n_spans * ((E + ATTEND_KEY_CHUNK - 1) / ATTEND_KEY_CHUNK) : 0,
                      .n_kv_max = n_kv_max, .max_entries = E, .B = R, .block_scores = block,

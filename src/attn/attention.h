@@ -196,6 +196,10 @@ int dsv4_attn_row_keys(const dsv4_attn_query *q, const float *scores, const floa
  * only then (dsv4_attn_stages_rows). probs (nh, n_kv) scratch. */
 void dsv4_attn_row_heads(const dsv4_attn_query *q, const void *const *rows, int n_kv, int h0, int nh,
                          const float **frows, float *stage, float *probs, float *o);
+/* The same with head h's output at o + (h / hg) * gs + (h % hg) * hd (the output
+ * projection's group-major input: hg heads a group, gs = R * hg * hd, o at the row). */
+void dsv4_attn_row_heads_to(const dsv4_attn_query *q, const void *const *rows, int n_kv, int h0, int nh,
+                            const float **frows, float *stage, float *probs, float *o, int hg, int64_t gs);
 /* True when rows in format fmt (0 = F32) go through dsv4_attn_row_heads' F32 stage. */
 int dsv4_attn_stages_rows(int fmt);
 /* All four steps of one row, serially: pools the windows t closes (indexer's, then main),
@@ -288,5 +292,12 @@ void dsv4_sparse_attn_row(const dsv4_attn_ops *ops, const float *q, const float 
 void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const void *const *rows, int fmt,
                             int n_kv, int nh, int hd, const float *sink, float scale, float *o,
                             float *probs, const dsv4_numerics *nm, dsv4_expf_rows_fn ex);
+/* The same with the heads' outputs laid out in groups: local head l (global h = h0 + l) to
+ * o + (h / hg) * gs + (h % hg) * hd, o the output of global head 0 (hg > 0; with hg >=
+ * h0 + nh and any gs: o + h * hd, dsv4_sparse_attn_heads' layout from o + h0 * hd). The
+ * same bits per head. */
+void dsv4_sparse_attn_heads_to(const dsv4_attn_ops *ops, const float *q, const void *const *rows, int fmt,
+                               int n_kv, int nh, int hd, const float *sink, float scale, float *o, int h0, int hg,
+                               int64_t gs, float *probs, const dsv4_numerics *nm, dsv4_expf_rows_fn ex);
 
 #endif

@@ -127,21 +127,27 @@ int dsv4_attn_row_keys(const dsv4_attn_query *q, const float *scores, const floa
     return n_kv;
 }
 
-void dsv4_attn_row_heads(const dsv4_attn_query *q, const void *const *rows, int n_kv, int h0, int nh,
-                         const float **frows, float *stage, float *probs, float *o) {
+void dsv4_attn_row_heads_to(const dsv4_attn_query *q, const void *const *rows, int n_kv, int h0, int nh,
+                            const float **frows, float *stage, float *probs, float *o, int hg, int64_t gs) {
     const dsv4_config *cfg = q->ctx->cfg;
     const int H = cfg->num_attention_heads, hd = cfg->head_dim;
     const dsv4_rope *rope = q->b->ratio ? q->ctx->rope_cmp : q->ctx->rope_main;
-    float *oh = o + (size_t)h0 * hd;
     int fmt = dsv4_row_fmt(q->src->row_fmt);
     if (dsv4_attn_stages_rows(fmt)) {
         unpack_rows(fmt, rows, n_kv, hd, cfg->qk_rope_head_dim, stage, frows);
         rows = (const void *const *)frows;
         fmt = DSV4_ROW_F32;
     }
-    dsv4_sparse_attn_heads(q->ops, q->w->q + ((size_t)q->i * H + h0) * hd, rows, fmt, n_kv, nh, hd,
-                           q->b->attn_sink + h0, 1.0f / sqrtf((float)hd), oh, probs, q->ctx->num, q->expf_rows);
-    for (int h = 0; h < nh; h++) dsv4_rope_apply(rope, oh + (size_t)h * hd, hd, q->t, 1);
+    dsv4_sparse_attn_heads_to(q->ops, q->w->q + ((size_t)q->i * H + h0) * hd, rows, fmt, n_kv, nh, hd,
+                              q->b->attn_sink + h0, 1.0f / sqrtf((float)hd), o, h0, hg, gs, probs, q->ctx->num,
+                              q->expf_rows);
+    for (int h = h0; h < h0 + nh; h++)
+        dsv4_rope_apply(rope, o + (int64_t)(h / hg) * gs + (int64_t)(h % hg) * hd, hd, q->t, 1);
+}
+
+void dsv4_attn_row_heads(const dsv4_attn_query *q, const void *const *rows, int n_kv, int h0, int nh,
+                         const float **frows, float *stage, float *probs, float *o) {
+    dsv4_attn_row_heads_to(q, rows, n_kv, h0, nh, frows, stage, probs, o, q->ctx->cfg->num_attention_heads, 0);
 }
 
 int dsv4_attn_sel_take(dsv4_arena *a, int64_t n_score, int64_t n_vis, int topk, dsv4_attn_sel_bufs *sb) {

@@ -30,9 +30,9 @@ static float raw_max(const float *x, int n) {
     return m;
 }
 
-void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const void *const *rows, int fmt,
-                            int n_kv, int nh, int hd, const float *sink, float scale, float *o,
-                            float *probs, const dsv4_numerics *nm, dsv4_expf_rows_fn ex) {
+void dsv4_sparse_attn_heads_to(const dsv4_attn_ops *ops, const float *q, const void *const *rows, int fmt,
+                               int n_kv, int nh, int hd, const float *sink, float scale, float *o, int h0, int hg,
+                               int64_t gs, float *probs, const dsv4_numerics *nm, dsv4_expf_rows_fn ex) {
     /* raw scores q_h . R_j into probs (nh, n_kv) */
     ops->dot_rows(q, (size_t)hd, nh, rows, fmt, n_kv, hd, probs, (size_t)n_kv);
     for (int h0 = 0; h0 < nh; h0 += SOFTMAX_GROUP) {
@@ -83,8 +83,26 @@ void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const void
             nm->round(nm, DSV4_ACT_PROBS, ph[l], n_kv); /* the P.V weights; Z stays as summed */
         }
     }
-    /* o_h = sum_j p_hj R_j, rows in ascending j */
-    ops->wsum(o, (size_t)hd, nh, probs, (size_t)n_kv, rows, fmt, n_kv, hd);
+    /* o_h = sum_j p_hj R_j, rows in ascending j: one call for heads at a stride of hd, else
+     * one per head position r in a group (its heads gs apart); a head's sum is its own */
+    if ((h0 + nh - 1) / hg == h0 / hg) {
+        ops->wsum(o + (int64_t)(h0 / hg) * gs + (int64_t)(h0 % hg) * hd, (size_t)hd, nh, probs, (size_t)n_kv, rows,
+                  fmt, n_kv, hd);
+        return;
+    }
+    for (int r = 0; r < hg; r++) {
+        const int l0 = ((r - h0 % hg) % hg + hg) % hg; /* the first head l of position r */
+        if (l0 >= nh) continue;
+        const int h = h0 + l0;
+        ops->wsum(o + (int64_t)(h / hg) * gs + (int64_t)r * hd, (size_t)gs, (nh - l0 + hg - 1) / hg,
+                  probs + (size_t)l0 * n_kv, (size_t)hg * n_kv, rows, fmt, n_kv, hd);
+    }
+}
+
+void dsv4_sparse_attn_heads(const dsv4_attn_ops *ops, const float *q, const void *const *rows, int fmt,
+                            int n_kv, int nh, int hd, const float *sink, float scale, float *o,
+                            float *probs, const dsv4_numerics *nm, dsv4_expf_rows_fn ex) {
+    dsv4_sparse_attn_heads_to(ops, q, rows, fmt, n_kv, nh, hd, sink, scale, o, 0, nh, 0, probs, nm, ex);
 }
 
 void dsv4_sparse_attn_row(const dsv4_attn_ops *ops, const float *q, const float *const *rows,

@@ -79,6 +79,32 @@ static void test_attn(int H, int hd, int n_kv) {
                       n_kv, l, gh);
         }
 
+    /* the heads straight into a group-major layout (the output projection's input: hg heads
+     * a group, row 1 of 3, the groups gs apart), from any first head and group of heads:
+     * each head the bits of its row-major output */
+    for (int l = 0; l < nl; l++)
+        for (int hg = 1; hg <= H; hg = hg < 3 ? hg + 1 : 2 * hg)
+            for (int gh = 1; gh <= H; gh += (gh < 3 ? 1 : 5)) {
+                const int G = (H + hg - 1) / hg;
+                const int64_t gs = (int64_t)3 * hg * hd;
+                float *og = malloc(sizeof(float) * (size_t)(G * gs));
+                for (int64_t i = 0; i < G * gs; i++) og[i] = NAN;
+                float *base = og + (size_t)hg * hd;
+                for (int h0 = 0; h0 < H; h0 += gh) {
+                    const int nh = H - h0 < gh ? H - h0 : gh;
+                    dsv4_sparse_attn_heads_to(ops[l], q + (size_t)h0 * hd, (const void *const *)rows, DSV4_ROW_F32,
+                                              n_kv, nh, hd, sink + h0, scale, base, h0, hg, gs, probs,
+                                              dsv4_numerics_exact(), (gh + l) & 1 ? dsv4_expf_x512() : NULL);
+                }
+                int same = 1;
+                for (int h = 0; h < H; h++)
+                    same &= memcmp(base + (h / hg) * gs + (int64_t)(h % hg) * hd, o + (size_t)h * hd,
+                                   sizeof(float) * hd) == 0;
+                CHECK_MSG(same, "attention H=%d hd=%d n_kv=%d: level %d, %d heads a group, %d per call: the "
+                          "group-major layout differs", H, hd, n_kv, l, hg, gh);
+                free(og);
+            }
+
     /* the rows rounded to BF16: read as stored (2 bytes a value) they give the bits of
      * their F32 copies, on every level */
     uint8_t *packed = malloc((size_t)n_kv * hd * 2 + 2);
