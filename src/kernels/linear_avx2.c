@@ -546,7 +546,8 @@ static void reduce_row8(const float *acc, int nb, float *y) {
 }
 
 /* 3-row micro-kernels: 12 accumulators, 3 x and a weight in the 16 registers */
-static const dsv4_lin_tile_level avx2_tiles = {8, 3, 4, dequant_row, {micro1, micro2, micro3, NULL}, reduce_row8};
+static const dsv4_lin_tile_level avx2_tiles = {8, 3, 4, dequant_row, {micro1, micro2, micro3, NULL}, reduce_row8,
+                                              NULL};
 
 static void gemm_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                       float *scratch) {

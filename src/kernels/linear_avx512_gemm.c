@@ -112,27 +112,79 @@ AINLINE void micro_rt(int RT, const float *x, int64_t ldx, const float *wt, int 
     _mm512_store_ps(acc + (2 * LIN_NB + j) * 16, M4_ACC(2, j));        \
     _mm512_store_ps(acc + (3 * LIN_NB + j) * 16, M4_ACC(3, j));
 
+/* No software prefetch of the next window's x rows: on Zen 5 the 4 prefetches a chunk (rows
+ * 4..7, the same L1 set as rows 0..3 when the row stride is 4 or 8 KB) made the task 1.2x
+ * slower at K = 1024 and 2048 (in-process, one thread, 512 rows); the hardware prefetcher
+ * follows the 4 row streams. The last chunk's x is zero-padded (the tile's weights are). */
+#define M4_LOOP                                                                                                  \
+    const int nf = kb & ~15;                                                                                     \
+    for (int c = 0; c < nf; c += 16) {                                                                           \
+        const __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + ldx + c);                             \
+        const __m512 x2 = _mm512_loadu_ps(x + 2 * ldx + c), x3 = _mm512_loadu_ps(x + 3 * ldx + c);               \
+        M4_EACH(M4_FMA)                                                                                          \
+    }                                                                                                            \
+    if (nf < kb) {                                                                                               \
+        const int c = nf;                                                                                        \
+        const __mmask16 m = mask16(kb - nf);                                                                     \
+        const __m512 x0 = _mm512_maskz_loadu_ps(m, x + c), x1 = _mm512_maskz_loadu_ps(m, x + ldx + c);           \
+        const __m512 x2 = _mm512_maskz_loadu_ps(m, x + 2 * ldx + c), x3 = _mm512_maskz_loadu_ps(m, x + 3 * ldx + c); \
+        M4_EACH(M4_FMA)                                                                                          \
+    }
+
 static void micro4(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
     M4_EACH(M4_DECL)
     M4_EACH(M4_INIT)
-    const int nf = kb & ~15;
-    /* No software prefetch of the next window's x rows: on Zen 5 the 4 prefetches a chunk
-     * (rows 4..7, the same L1 set as rows 0..3 when the row stride is 4 or 8 KB) made the
-     * task 1.2x slower at K = 1024 and 2048 (in-process, one thread, 512 rows); the
-     * hardware prefetcher follows the 4 row streams. */
-    for (int c = 0; c < nf; c += 16) {
-        const __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + ldx + c);
-        const __m512 x2 = _mm512_loadu_ps(x + 2 * ldx + c), x3 = _mm512_loadu_ps(x + 3 * ldx + c);
-        M4_EACH(M4_FMA)
-    }
-    if (nf < kb) { /* the zero-padded last chunk (the tile's weights are padded already) */
-        const int c = nf;
-        const __mmask16 m = mask16(kb - nf);
-        const __m512 x0 = _mm512_maskz_loadu_ps(m, x + c), x1 = _mm512_maskz_loadu_ps(m, x + ldx + c);
-        const __m512 x2 = _mm512_maskz_loadu_ps(m, x + 2 * ldx + c), x3 = _mm512_maskz_loadu_ps(m, x + 3 * ldx + c);
-        M4_EACH(M4_FMA)
-    }
+    M4_LOOP
     M4_EACH(M4_STORE)
+}
+
+/* The levels of hsum16's tree (reduce_row16's), each adding two vectors that hold parts of
+ * several outputs side by side. red_pair: lanes 0-7 a's l + (l + 8), lanes 8-15 b's; red_quad
+ * (of two red_pairs): quarter q the q-th output's l + (l + 4); red_oct (of two red_quads):
+ * in each quarter two lanes of the first vector's output, two of the second's, l + (l + 2);
+ * red_last: lane p of a quarter the sum of its lanes 2p, 2p + 1 (z0's: p 0, 1; z1's: 2, 3). */
+AINLINE __m512 red_pair(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_mask_blend_ps(0xFF00, a, b), _mm512_shuffle_f32x4(a, b, 0x4E));
+}
+AINLINE __m512 red_quad(__m512 t0, __m512 t1) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(t0, t1, 0x88), _mm512_shuffle_f32x4(t0, t1, 0xDD));
+}
+AINLINE __m512 red_oct(__m512 u0, __m512 u1) {
+    return _mm512_add_ps(_mm512_shuffle_ps(u0, u1, 0x44), _mm512_shuffle_ps(u0, u1, 0xEE));
+}
+AINLINE __m512 red_last(__m512 z0, __m512 z1) {
+    return _mm512_add_ps(_mm512_shuffle_ps(z0, z1, 0x88), _mm512_shuffle_ps(z0, z1, 0xDD));
+}
+
+/* micro4 on a row's last column tile, its 24 sums reduced in registers and stored in y (4
+ * rows ldy apart, nv outputs each) instead of stored in acc for reduce_row16's pass over the
+ * (LIN_MB, LIN_NB, 16) block (147 KB: out of L1, ~17 % of a K = 256 product's time on Zen 5
+ * went to that pass). The same tree per output as reduce_row16, so the same bits. */
+static void micro4_last(const float *x, int64_t ldx, const float *wt, int kb, const float *acc, int init, float *y,
+                        int64_t ldy, int nv) {
+    M4_EACH(M4_DECL)
+    M4_EACH(M4_INIT)
+    M4_LOOP
+    /* row r's outputs 0-3: quarters of u_r; outputs 4, 5 of rows 0, 1 in u45a, of rows 2, 3 in u45b */
+    const __m512 u0 = red_quad(red_pair(a00, a01), red_pair(a02, a03));
+    const __m512 u1 = red_quad(red_pair(a10, a11), red_pair(a12, a13));
+    const __m512 u2 = red_quad(red_pair(a20, a21), red_pair(a22, a23));
+    const __m512 u3 = red_quad(red_pair(a30, a31), red_pair(a32, a33));
+    const __m512 u45a = red_quad(red_pair(a04, a05), red_pair(a14, a15)); /* r0 o4, r0 o5, r1 o4, r1 o5 */
+    const __m512 u45b = red_quad(red_pair(a24, a25), red_pair(a34, a35)); /* r2 o4, r2 o5, r3 o4, r3 o5 */
+    /* r: lane 4q + s is row s's output q (q < 4); r45: lane 0 r0 o4, 1 r2 o4, 4 r0 o5, 5 r2 o5,
+     * 8 r1 o4, 9 r3 o4, 12 r1 o5, 13 r3 o5 */
+    const __m512 r = red_last(red_oct(u0, u1), red_oct(u2, u3));
+    const __m512 z45 = red_oct(u45a, u45b);
+    const __m512 r45 = red_last(z45, z45);
+    /* rows 0 and 2 in lanes 0-5, rows 1 and 3 in lanes 8-13 (16 + i: r45's lane i) */
+    const __m512 v01 = _mm512_permutex2var_ps(r, _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 0, 0, 1, 5, 9, 13, 24, 28, 0, 0), r45);
+    const __m512 v23 = _mm512_permutex2var_ps(r, _mm512_setr_epi32(2, 6, 10, 14, 17, 21, 0, 0, 3, 7, 11, 15, 25, 29, 0, 0), r45);
+    const __mmask8 m = (__mmask8)((1u << nv) - 1u);
+    _mm256_mask_storeu_ps(y, m, _mm512_castps512_ps256(v01));
+    _mm256_mask_storeu_ps(y + ldy, m, _mm512_extractf32x8_ps(v01, 1));
+    _mm256_mask_storeu_ps(y + 2 * ldy, m, _mm512_castps512_ps256(v23));
+    _mm256_mask_storeu_ps(y + 3 * ldy, m, _mm512_extractf32x8_ps(v23, 1));
 }
 
 static void micro3(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
@@ -176,7 +228,7 @@ static void reduce_row16(const float *acc, int nb, float *y) {
 }
 
 static const dsv4_lin_tile_level avx512_tiles = {16, 4, MICRO_OUTS, dequant_row, {micro1, micro2, micro3, micro4},
-                                                 reduce_row16};
+                                                 reduce_row16, micro4_last};
 
 void dsv4_lin_avx512_gemm(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                           float *scratch) {
@@ -207,11 +259,15 @@ static VBMI void dequant_row_vbmi(const dsv4_lin_tables *tab, const dsv4_mat *w,
 }
 
 static const dsv4_lin_tile_level avx512vbmi_tiles = {16, 4, MICRO_OUTS, dequant_row_vbmi,
-                                                     {micro1, micro2, micro3, micro4}, reduce_row16};
+                                                     {micro1, micro2, micro3, micro4}, reduce_row16, micro4_last};
 
 void dsv4_lin_avx512vbmi_gemm(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
                               int64_t o0, float *scratch) {
     dsv4_lin_gemm_tiled(&avx512vbmi_tiles, c, w, x, n_rows, y, o0, scratch);
 }
+
+/* Layout: 48 bytes after this file's functions, so that micro4_last's 1488 leave the kernels
+ * linked after it (small-M, the GEMVs) at their offsets mod 64 (see linear_tile.c's) */
+__asm__(".pushsection .text, 1\n\t.skip 48, 0xcc\n\t.popsection");
 
 #endif

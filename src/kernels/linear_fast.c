@@ -178,7 +178,7 @@ static void reduce_row_scalar(const float *acc, int nb, float *y) {
 }
 
 static const dsv4_lin_tile_level scalar_tiles = {8, 1, 4, dequant_tile_row, {micro_scalar, NULL, NULL, NULL},
-                                                 reduce_row_scalar};
+                                                 reduce_row_scalar, NULL};
 
 static void gemm_scalar(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                         float *scratch) {

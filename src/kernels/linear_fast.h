@@ -167,6 +167,11 @@ const dsv4_lin_kernels *dsv4_lin_kernels_avx512vbmi(void); /* NULL when not comp
  * in the level's fixed tree, j < nb <= 16 (one activation row's outputs: one indirect call
  * per row and 16 outputs, the tree inlined). */
 typedef void (*dsv4_lin_micro_fn)(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init);
+/* micro[micro_rows - 1] on a row's last column tile, the lanes reduced in registers instead
+ * of stored for reduce_row: the same sums and tree, so the same bits. y: the window's first
+ * output of row 0 (row stride ldy); nv (1 .. micro_outs): the outputs stored a row. */
+typedef void (*dsv4_lin_micro_last_fn)(const float *x, int64_t ldx, const float *wt, int kb, const float *acc,
+                                       int init, float *y, int64_t ldy, int nv);
 typedef struct dsv4_lin_tile_level {
     int lanes;      /* 8 or 16 (<= LIN_LANES_MAX) */
     int micro_rows; /* activation rows of the largest micro-kernel */
@@ -174,6 +179,7 @@ typedef struct dsv4_lin_tile_level {
     void (*dequant_row)(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb, float *dst);
     dsv4_lin_micro_fn micro[4];
     void (*reduce_row)(const float *acc, int nb, float *y);
+    dsv4_lin_micro_last_fn micro_last; /* NULL: every row through reduce_row */
 } dsv4_lin_tile_level;
 
 /* Outputs [o0, min(o0 + LIN_NB, rows)) for all n_rows rows (at most LIN_MB when called by

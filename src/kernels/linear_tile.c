@@ -30,9 +30,12 @@ void dsv4_lin_gemm_tiled(const dsv4_lin_tile_level *lv, const dsv4_lin_call *c, 
     const int whole = n <= LIN_PANEL_TILES * LIN_KB; /* every tile in the panel */
     for (int r0 = 0; r0 < n_rows; r0 += LIN_MB) {
         const int mb = n_rows - r0 < LIN_MB ? n_rows - r0 : LIN_MB;
+        /* rows [0, mfull) of the block go in whole micro_rows groups: on the last column tile
+         * micro_last reduces their lanes in registers; the rest through acc and reduce_row */
+        const int mfull = lv->micro_last ? mb / lv->micro_rows * lv->micro_rows : 0;
         /* slots the reduction reads but no window writes: zeros, never stored */
         if (nr > nj)
-            for (int s = 0; s < mb; s++) memset(acc + ((int64_t)s * LIN_NB + nj) * L, 0, sizeof(float) * (size_t)(nr - nj) * L);
+            for (int s = mfull; s < mb; s++) memset(acc + ((int64_t)s * LIN_NB + nj) * L, 0, sizeof(float) * (size_t)(nr - nj) * L);
         for (int64_t k0 = 0; k0 < n; k0 += LIN_KB) {
             const int kb = n - k0 < LIN_KB ? (int)(n - k0) : LIN_KB;
             const int kpad = (kb + L - 1) / L * L; /* kb zero-padded to whole lane chunks */
@@ -46,16 +49,28 @@ void dsv4_lin_gemm_tiled(const dsv4_lin_tile_level *lv, const dsv4_lin_call *c, 
                     else memset(wt + j * LIN_KB, 0, sizeof(float) * (size_t)kpad);
                 }
             const float *xb = x + (int64_t)r0 * ldx + k0;
+            const int last = k0 + kb >= n;
             for (int j = 0; j < nj; j += J)
                 for (int s = 0; s < mb; s += lv->micro_rows) {
                     const int rt = mb - s < lv->micro_rows ? mb - s : lv->micro_rows;
-                    lv->micro[rt - 1](xb + (int64_t)s * ldx, ldx, wt + j * LIN_KB, kb,
-                                      acc + ((int64_t)s * LIN_NB + j) * L, k0 == 0);
+                    if (last && s < mfull)
+                        lv->micro_last(xb + (int64_t)s * ldx, ldx, wt + j * LIN_KB, kb,
+                                       acc + ((int64_t)s * LIN_NB + j) * L, k0 == 0, y + (int64_t)(r0 + s) * ldy + o0 + j,
+                                       ldy, nb - j < J ? nb - j : J);
+                    else
+                        lv->micro[rt - 1](xb + (int64_t)s * ldx, ldx, wt + j * LIN_KB, kb,
+                                          acc + ((int64_t)s * LIN_NB + j) * L, k0 == 0);
                 }
         }
-        for (int s = 0; s < mb; s++)
+        for (int s = mfull; s < mb; s++)
             for (int g = 0; g < nb; g += 16)
                 lv->reduce_row(acc + ((int64_t)s * LIN_NB + g) * L, nb - g < 16 ? nb - g : 16,
                                y + (int64_t)(r0 + s) * ldy + o0 + g);
     }
 }
+
+/* Layout: 48 bytes of padding, so that the code linked after this file (the attention,
+ * small-M and GEMV kernels) keeps the offsets mod 64 it had before micro_last's call grew
+ * the driver by 336 bytes (a 16-byte shift of every hot kernel moved the batch-1 and
+ * batch-16 steps in alternated pairs, 0.94 / 0.98: BENCHMARKS.md, "Session 21, pfp"). */
+__asm__(".pushsection .text, 1\n\t.skip 48, 0xcc\n\t.popsection"); /* after the functions */
