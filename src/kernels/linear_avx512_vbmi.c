@@ -849,11 +849,28 @@ AINLINE VBMI void smb_rows(int R, int NX, const uint8_t *wp, int64_t n, const fl
         for (int r = 0; r < R; r++) y[(int64_t)s * rows + r] = t[s * R + r];
 }
 
-AINLINE VBMI void smb_band_nx(int NX, const dsv4_mat *w, const float *xs, float *y, int64_t o0, int64_t o1) {
+/* What the first pass over a band prefetches where a band's weights are at most SMB_PF_BYTES
+ * (wq_b's 256 columns: 32 KB): the 128 rows that follow the band's rows [o0, o1) (not past the
+ * matrix), a slice before each register block (pf_slice). The band's NaN scan (smb_no_nan)
+ * streams its weights in at the band's start while the FMAs wait; at these widths a band is
+ * too short for the stream to ramp up, and the prefetched rows are the next band's (of this
+ * task, or of the same thread's next task: threads.c hands each thread a contiguous range),
+ * whose scan then reads them from cache. wq_b 8192 x 256 at 16 rows, cold, 2 threads, tasks of
+ * 256 rows: 0.89-0.91x the time. Wider rows keep the scan alone: the next 32 KB there took
+ * 0.97-1.02x (harness) and lost in step at wo_b's 2048 columns; the next whole band
+ * 1.02-1.05x, two 1.14x at 2048. BENCHMARKS.md, session 21 fp816. */
+#define SMB_PF_BYTES 32768
+
+AINLINE VBMI void smb_band_nx(int NX, int pf, const dsv4_mat *w, const float *xs, float *y, int64_t o0, int64_t o1) {
     const int64_t n = w->cols, rows = w->rows;
     const uint8_t *wb = (const uint8_t *)w->w;
+    const int64_t pe = 128 * n > SMB_PF_BYTES ? o1 : o1 + 128 < rows ? o1 + 128 : rows;
+    const int64_t nblk = (o1 - o0) / SMB_R > 0 ? (o1 - o0) / SMB_R : 1;
     int64_t o = o0;
-    for (; o + SMB_R <= o1; o += SMB_R) smb_rows(SMB_R, NX, wb + o * n, n, xs, y + o, rows);
+    for (; o + SMB_R <= o1; o += SMB_R) {
+        if (pf && pe > o1) pf_slice((const char *)(wb + o1 * n), (const char *)(wb + pe * n), (o - o0) / SMB_R, nblk);
+        smb_rows(SMB_R, NX, wb + o * n, n, xs, y + o, rows);
+    }
     if (o1 - o == 2) smb_rows(2, NX, wb + o * n, n, xs, y + o, rows);
     else if (o1 - o == 1) smb_rows(1, NX, wb + o * n, n, xs, y + o, rows);
 }
@@ -868,14 +885,14 @@ static VBMI void smb_band(const dsv4_mat *w, const float *xs, int n_rows, float 
         const float *xr = xs + (int64_t)s0 * n;
         float *yr = y + (int64_t)s0 * rows;
         switch (nx) {
-        case 1: smb_band_nx(1, w, xr, yr, o0, o1); break;
-        case 2: smb_band_nx(2, w, xr, yr, o0, o1); break;
-        case 3: smb_band_nx(3, w, xr, yr, o0, o1); break;
-        case 4: smb_band_nx(4, w, xr, yr, o0, o1); break;
-        case 5: smb_band_nx(5, w, xr, yr, o0, o1); break;
-        case 6: smb_band_nx(6, w, xr, yr, o0, o1); break;
-        case 7: smb_band_nx(7, w, xr, yr, o0, o1); break;
-        default: smb_band_nx(SMB_NX, w, xr, yr, o0, o1); break;
+        case 1: smb_band_nx(1, k == 0, w, xr, yr, o0, o1); break;
+        case 2: smb_band_nx(2, k == 0, w, xr, yr, o0, o1); break;
+        case 3: smb_band_nx(3, k == 0, w, xr, yr, o0, o1); break;
+        case 4: smb_band_nx(4, k == 0, w, xr, yr, o0, o1); break;
+        case 5: smb_band_nx(5, k == 0, w, xr, yr, o0, o1); break;
+        case 6: smb_band_nx(6, k == 0, w, xr, yr, o0, o1); break;
+        case 7: smb_band_nx(7, k == 0, w, xr, yr, o0, o1); break;
+        default: smb_band_nx(SMB_NX, k == 0, w, xr, yr, o0, o1); break;
         }
         s0 += nx;
     }

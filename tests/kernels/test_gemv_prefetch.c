@@ -109,8 +109,37 @@ static void check_fp4_runs(const char *w, const char *sc) {
               bad, bad_sc);
 }
 
+/* pf_slice: [lo, hi) in nblk slices (small-M's FP8 band: the 128 rows past a band, one slice a
+ * register block of 3 rows) covers every line of the range exactly once, none outside it, and
+ * no slice takes more than its share rounded up to a line */
+static void check_slices(const char *w, int64_t len, int64_t nblk) {
+    static int seen[MAX_LINES];
+    memset(seen, 0, sizeof seen);
+    int bad = 0, big = 0;
+    const int64_t share = (len / nblk + 64) & ~(int64_t)63;
+    for (int64_t k = 0; k < nblk; k++) {
+        const int before = n_lines;
+        pf_slice(w, w + len, k, nblk);
+        big += (n_lines - before) * 64 > share;
+    }
+    count(w, 0, len, seen, &bad);
+    int once = 1;
+    for (int64_t i = 0; i < (len + 63) / 64; i++) once &= seen[i] == 1;
+    CHECK_MSG(once && bad == 0 && big == 0, "pf_slice %lld bytes in %lld: once %d, %d stray, %d slices too big",
+              (long long)len, (long long)nblk, once, bad, big);
+    n_lines = 0;
+}
+
 int main(void) {
     static _Alignas(64) char w[1 << 20];
+    /* wq_b's 256 columns (42 blocks of 3 rows a band; 43 for a band's odd split), 20 rows at
+     * the matrix's end, a range of a few lines over more blocks, one block, an odd length */
+    check_slices(w, 32768, 42);
+    check_slices(w, 32768, 43);
+    check_slices(w, 256 * 20, 42);
+    check_slices(w, 192, 42);
+    check_slices(w, 32768, 1);
+    check_slices(w, 4096 + 64, 7);
     static _Alignas(64) char sc[1 << 16];
     check_fp4_runs(w, sc);
     /* moe_one's FP4 items at 2 threads (Flash-quarter: a thread's half of a 512x1024 W1,
