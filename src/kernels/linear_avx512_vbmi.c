@@ -300,6 +300,23 @@ AINLINE VBMI int gemv1_fp8v_xs(int bits, const fp8_tab *t, const dsv4_mat *w, co
     return 1;
 }
 
+/* The one-row paths each their own function, out of gemv1_fp8v: inlined into it, the bit
+ * decode's loop (the AMD cores' path), the tables' x * scale loop and the per-row prescale
+ * shared one ~24 KB function and its frame, and a change to one moved the others (as
+ * gemv_fp4's activation-row cases did, linear_avx512.c). Same code, same bits. */
+static VBMI __attribute__((noinline)) int gemv1_fp8v_xs_bits(const fp8_tab *t, const dsv4_mat *w, const float *x,
+                                                             float *y, int64_t o0, int64_t o1) {
+    return gemv1_fp8v_xs(1, t, w, x, y, o0, o1);
+}
+static VBMI __attribute__((noinline)) int gemv1_fp8v_xs_tab(const fp8_tab *t, const dsv4_mat *w, const float *x,
+                                                            float *y, int64_t o0, int64_t o1) {
+    return gemv1_fp8v_xs(0, t, w, x, y, o0, o1);
+}
+static VBMI __attribute__((noinline)) void gemv1_fp8v_pre1(const fp8_tab *t, const dsv4_mat *w, const float *x,
+                                                           float *y, int64_t o0, int64_t o1) {
+    gemv1_fp8v_pre(1, t, w, x, y, o0, o1);
+}
+
 /* the bit decode (bits; else the tables' x * scale buffer, rows up to G1_XS_COLS) of a task
  * [o0, o1): one piece when its bands' buffer fits (a pool task at up
  * to 2048 columns), else (the checkpoint's 4096- and 8192-column rows; dsv4_linear_here's
@@ -314,8 +331,8 @@ AINLINE VBMI int gemv1_fp8v_bits_pieces(int bits, const fp8_tab *t, const dsv4_m
     if (nbmax == 0) return 0;
     for (int64_t s0 = o0; s0 < o1;) {
         const int64_t end = (s0 / 128 + nbmax) * 128, s1 = end < o1 ? end : o1; /* s0, s1 multiples of 4 but o1 */
-        if (!(bits && gemv1_fp8v_xs(1, t, w, x, y, s0, s1)) && !gemv1_fp8v_xs(0, t, w, x, y, s0, s1))
-            gemv1_fp8v_pre(1, t, w, x, y, s0, s1);
+        if (!(bits && gemv1_fp8v_xs_bits(t, w, x, y, s0, s1)) && !gemv1_fp8v_xs_tab(t, w, x, y, s0, s1))
+            gemv1_fp8v_pre1(t, w, x, y, s0, s1);
         s0 = s1;
     }
     return 1;
@@ -328,7 +345,7 @@ static VBMI void gemv1_fp8v(const dsv4_lin_call *c, const dsv4_mat *w, const flo
         /* the table path in pieces too (Intel): one-row tasks of up to LIN_GEMV1_TASK_BYTES
          * (wq_b's 2048 rows, 16 bands) outgrow its 8 KB buffer */
         if (gemv1_fp8v_bits_pieces(c->tab->subnormal_fma_fast, &t, w, x, y, o0, o1)) return;
-        gemv1_fp8v_pre(1, &t, w, x, y, o0, o1);
+        gemv1_fp8v_pre1(&t, w, x, y, o0, o1);
     } else {
         gemv1_fp8v_pre(0, &t, w, x, y, o0, o1);
     }
