@@ -52,6 +52,8 @@ typedef struct dsv4_block_w {
     dsv4_mat gate;             /* (E, D)  ffn.gate.weight */
     const float *gate_bias;    /* (E)     score-routed layers, else NULL */
     const int32_t *tid2eid;    /* (V, K)  hash layers (layer_id < num_hash_layers), else NULL */
+    const double *route_tab;   /* the router's score bounds on a fixed grid (dsv4_moe_bound_table),
+                                * set by the engine on its copies; NULL: each row its own grid */
     dsv4_mat *w1, *w2, *w3;    /* [E] each: w1,w3 (I, D); w2 (D, I) */
     dsv4_mat sh_w1, sh_w3;     /* (I, D)  shared_experts */
     dsv4_mat sh_w2;            /* (D, I) */

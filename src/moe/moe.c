@@ -97,7 +97,7 @@ int dsv4_moe_route_row(const dsv4_config *cfg, const dsv4_block_w *b, const floa
      * logit's (not softmax) */
     /* a router without hash: the exact scores of the experts that can be chosen, when
      * the bounds apply (route_bound.c), else of all */
-    const int chosen = !hash && dsv4_moe_topk_bounded(cfg, logits, b->gate_bias, s, sel);
+    const int chosen = !hash && dsv4_moe_topk_bounded(cfg, logits, b->gate_bias, b->route_tab, s, sel);
     if (!chosen && (!hash || cfg->scoring_func == DSV4_SCORE_SOFTMAX)) moe_scores(cfg, logits, s);
     if (hash) {
         /* Hash layer: the token's stored expert list, in stored order. */

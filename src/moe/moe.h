@@ -10,6 +10,15 @@
 #include "model/numerics.h"
 #include "util/arena.h"
 
+/* The score-routed router's bounds on a fixed grid of logits (moe/route_bound.c): z_j =
+ * j / STEP - ZMAX, j < DSV4_MOE_TAB_N; tab (2 * DSV4_MOE_TAB_N) holds score(z_j) less and
+ * plus its margin, for cfg's scoring function. The engine makes it at create
+ * (dsv4_block_w.route_tab); rows with a logit outside [-ZMAX, ZMAX) take the row's own grid. */
+#define DSV4_MOE_TAB_STEP 32
+#define DSV4_MOE_TAB_ZMAX 32
+#define DSV4_MOE_TAB_N (2 * DSV4_MOE_TAB_ZMAX * DSV4_MOE_TAB_STEP + 1)
+void dsv4_moe_bound_table(const dsv4_config *cfg, double *tab);
+
 /* Router for one token: sel (K) expert ids in k order, w (K) final weights
  * (normalised unless softmax, times routed_scaling_factor). */
 void dsv4_moe_route(const dsv4_config *cfg, const dsv4_block_w *b, const float *x,

@@ -33,9 +33,20 @@ double dsv4_moe_score(const dsv4_config *cfg, double z);
  * among them. Returns 0, having chosen nothing, where it does not apply: softmax, E
  * outside [DSV4_MOE_BOUND_MIN_E, DSV4_MOE_BOUND_MAX_E], a logit or bias not finite, all
  * logits equal. */
+/* The fixed grid's interval of logit z (moe.h, DSV4_MOE_TAB_*): the j with z_j <= z < z_j+1
+ * for z in [-ZMAX, ZMAX), else a j in [0, N - 2]. j = floor(z * STEP) + ZMAX * STEP: z * STEP
+ * is exact (a power of 2), its truncation too, less one where that rounded a negative up. */
+static inline int dsv4_moe_tab_at(float z) {
+    const double u = (double)z * DSV4_MOE_TAB_STEP, m = DSV4_MOE_TAB_ZMAX * DSV4_MOE_TAB_STEP;
+    const double uc = u < -m ? -m : u < m ? u : 0.0; /* above the span or NaN: 0 */
+    const int t = (int)uc;
+    return t - (uc < t) + DSV4_MOE_TAB_ZMAX * DSV4_MOE_TAB_STEP;
+}
+
 #define DSV4_MOE_BOUND_MIN_E 64
 #define DSV4_MOE_BOUND_MAX_E 4096
-int dsv4_moe_topk_bounded(const dsv4_config *cfg, const float *logits, const float *bias, double *s, int *sel);
+int dsv4_moe_topk_bounded(const dsv4_config *cfg, const float *logits, const float *bias, const double *tab,
+                          double *s, int *sel);
 
 /* Selection sel (K) and weights w (K) of one token from its gate logits (E). s: scratch (E). */
 int dsv4_moe_route_row(const dsv4_config *cfg, const dsv4_block_w *b, const float *logits, int32_t token, int *sel,

@@ -435,21 +435,29 @@ static void test_route_bounded(void) {
     static dsv4_config c;
     static dsv4_block_w b;
     static float logits[300], bias[300];
-    static double s[300], sr[300];
-    int sel[8], rsel[8], bad = 0, n = 0, expect = 0;
+    static double s[300], sr[300], tabs[2][2 * DSV4_MOE_TAB_N], poison[2 * DSV4_MOE_TAB_N];
+    int sel[8], rsel[8], bad = 0, n = 0, expect = 0, n_tab = 0, expect_tab = 0;
     float w[8];
     c.num_hash_layers = 0;
     c.routed_scaling_factor = 2.5;
     b.layer_id = 3;
+    c.scoring_func = DSV4_SCORE_SQRTSOFTPLUS;
+    dsv4_moe_bound_table(&c, tabs[0]);
+    c.scoring_func = DSV4_SCORE_SIGMOID;
+    dsv4_moe_bound_table(&c, tabs[1]);
+    for (int j = 0; j < 2 * DSV4_MOE_TAB_N; j++) poison[j] = j % 2 ? -1e300 : 1e300; /* no candidate at all */
     const int Es[] = {64, 256, 300}, Ks[] = {1, 6, 8};
-    for (int it = 0; it < 3000; it++) {
-        const int E = Es[it % 3], K = Ks[(it / 3) % 3], kind = (it / 9) % 9;
+    for (int it = 0; it < 6000; it++) {
+        const int E = Es[it % 3], K = Ks[(it / 3) % 3], kind = (it / 9) % 12;
         c.n_routed_experts = E;
         c.num_experts_per_tok = K;
         c.scoring_func = it % 5 == 4 ? DSV4_SCORE_SIGMOID : DSV4_SCORE_SQRTSOFTPLUS;
         for (int e = 0; e < E; e++) {
             const double u = urand();
             switch (kind) {
+            case 9: logits[e] = (float)((int)(64 * u) - 32) / 4; break;      /* on the fixed grid */
+            case 10: logits[e] = (float)((u - 0.5) * 1e-5); break;           /* around 0, tiny */
+            case 11: logits[e] = (float)(64 * u - 32 - (e == 3)); break;     /* to the fixed grid's ends */
             case 0: logits[e] = (float)(3 * u); break;                       /* spread */
             case 1: logits[e] = (float)(int)(4 * u) * 0.5f; break;           /* many ties */
             case 2: logits[e] = (float)(20 + 0.2 * u); break;                /* across 20 */
@@ -466,9 +474,18 @@ static void test_route_bounded(void) {
         const int bad_bias = it % 31 == 5;
         if (bad_bias) bias[(it / 31) % E] = it % 2 ? NAN : (it % 3 ? INFINITY : -INFINITY);
         b.gate_bias = it % 4 == 3 ? NULL : bias;
-        expect += kind != 5 && kind != 6 && kind != 7 && !(bad_bias && b.gate_bias);
+        /* the model's fixed grid on every other row (else each row's own) */
+        b.route_tab = (it / 2) % 2 ? tabs[c.scoring_func == DSV4_SCORE_SIGMOID] : NULL;
+        const int applies = kind != 5 && kind != 6 && kind != 7 && !(bad_bias && b.gate_bias);
+        expect += applies;
         CHECK(dsv4_moe_route_row(&c, &b, logits, 0, sel, w, s, NULL) == DSV4_OK);
-        n += dsv4_moe_topk_bounded(&c, logits, b.gate_bias, sr, rsel);
+        n += dsv4_moe_topk_bounded(&c, logits, b.gate_bias, b.route_tab, sr, rsel);
+        if (b.route_tab && applies) { /* the fixed grid's path runs where every logit is in its span */
+            float lo = logits[0], hi = logits[0];
+            for (int e = 0; e < E; e++) lo = logits[e] < lo ? logits[e] : lo, hi = logits[e] > hi ? logits[e] : hi;
+            expect_tab += lo >= -DSV4_MOE_TAB_ZMAX && hi < DSV4_MOE_TAB_ZMAX;
+            n_tab += !dsv4_moe_topk_bounded(&c, logits, b.gate_bias, poison, sr, rsel);
+        }
         for (int e = 0; e < E; e++) sr[e] = dsv4_moe_score(&c, logits[e]);
         dsv4_moe_topk(sr, b.gate_bias, E, K, rsel);
         double sum = 0.0;
@@ -480,6 +497,29 @@ static void test_route_bounded(void) {
     }
     CHECK(bad == 0);
     CHECK(n == expect); /* the bounded path ran exactly where it applies */
+    CHECK(n_tab == expect_tab && expect_tab > 1000); /* ... on the fixed grid where its span holds the row */
+}
+
+/* The fixed grid's interval of a logit: z_j <= z < z_j+1 (z_j = j / STEP - ZMAX) for logits
+ * across the span, negative and positive, tiny, on the grid's points and a float below them. */
+static void test_route_tab_at(void) {
+    int bad = 0;
+    for (int it = 0; it < 200000; it++) {
+        const double u = 0.5 * (urand() + 1.0); /* [0, 1) */
+        float z;
+        switch (it % 4) {
+        case 0: z = (float)(63.99 * u - 32); break; /* below 32 after rounding */
+        case 1: z = (float)((u - 0.5) * 1e-6); break;
+        case 2: z = (float)((int)(2048 * u) % 2048 - 1024) / DSV4_MOE_TAB_STEP; break;
+        default: z = nextafterf((float)((int)(2048 * u) % 2048 - 1023) / DSV4_MOE_TAB_STEP, -INFINITY); break;
+        }
+        const int j = dsv4_moe_tab_at(z);
+        const double zj = (double)j / DSV4_MOE_TAB_STEP - DSV4_MOE_TAB_ZMAX;
+        bad += !(j >= 0 && j <= DSV4_MOE_TAB_N - 2 && zj <= z && z < zj + 1.0 / DSV4_MOE_TAB_STEP);
+    }
+    CHECK(bad == 0);
+    CHECK(dsv4_moe_tab_at(-DSV4_MOE_TAB_ZMAX) == 0 && dsv4_moe_tab_at(nextafterf(DSV4_MOE_TAB_ZMAX, 0)) == DSV4_MOE_TAB_N - 2);
+    CHECK(dsv4_moe_tab_at(NAN) >= 0 && dsv4_moe_tab_at(1e30f) <= DSV4_MOE_TAB_N - 2 && dsv4_moe_tab_at(-1e30f) == 0);
 }
 
 static void test_hash_and_errors(void) {
@@ -733,6 +773,7 @@ int main(void) {
     test_ties();
     test_topk();
     test_route_bounded();
+    test_route_tab_at();
     test_hash_and_errors();
     test_one_row_job();
     test_one_row_items();
