@@ -135,8 +135,14 @@ static void sub_in_block(void *arg, int t, int tid) {
     const int i0 = t * j->block, n = j->R - i0 < j->block ? j->R - i0 : j->block, nd = dsv4_cfg_mix(j->c) + 1;
     const int64_t row = (int64_t)j->c->hc_mult * j->c->hidden_size;
     dsv4_hc_dots_rows(j->c, j->simd, j->h + i0 * row, n, sub_fn(j), j->fn_f64, nd - 1, j->dots + (int64_t)i0 * nd);
-    const int D = j->c->hidden_size;
-    for (int i = i0; i < i0 + n; i++) sub_in_collapse(j, i, j->dots + (int64_t)i * nd);
+    const dsv4_config *c = j->c;
+    const int D = c->hidden_size, hc = c->hc_mult;
+    /* the block's rows finished together (their Sinkhorns side by side), then rounded */
+    dsv4_hc_pre_finish_rows(c, j->simd, j->h + i0 * row, n, j->dots + (int64_t)i0 * nd,
+                            j->sub ? j->b->hc_ffn_base : j->b->hc_attn_base,
+                            j->sub ? j->b->hc_ffn_scale : j->b->hc_attn_scale, j->x + (size_t)i0 * D,
+                            j->post + (size_t)i0 * hc, j->comb + (size_t)i0 * hc * hc);
+    for (int i = i0; i < i0 + n; i++) j->nm->round(j->nm, DSV4_ACT_COLLAPSE, j->x + (size_t)i * D, D);
     /* the block's norms side by side (each row's sum its own chain, as dsv4_rmsnorm) */
     dsv4_rmsnorm_rows(j->simd, j->x + (size_t)i0 * D, sub_norm(j), D, (float)j->c->rms_norm_eps, n);
     for (int i = i0; i < i0 + n; i++) j->nm->round(j->nm, DSV4_ACT_NORM, j->x + (size_t)i * D, D);
@@ -387,3 +393,9 @@ static int local_trace(void *u, const dsv4_block_w *b, const dsv4_batch *batch, 
 dsv4_block_step dsv4_engine_local_step(dsv4_engine *e) {
     return (dsv4_block_step){local_attention, local_trace, e};
 }
+
+/* Layout: 48 bytes after this file's functions, so that with hc.c's 16 the code linked
+ * after it (the GEMV and small-M kernels) keeps its offsets mod 64 (see hc.c's) */
+#if defined(__x86_64__) && defined(__GNUC__)
+__asm__(".pushsection .text, 1\n\t.skip 48, 0xcc\n\t.popsection");
+#endif

@@ -34,6 +34,11 @@ void dsv4_hc_dots(const dsv4_config *cfg, int simd, const float *h, const float 
 /* dsv4_hc_pre from its dots (mix + 1 of them: n_mix = dsv4_cfg_mix). */
 void dsv4_hc_pre_finish(const dsv4_config *cfg, int simd, const float *h, const double *dots,
                         const float *base, const float *scale, float *x, float *post, float *comb);
+/* dsv4_hc_pre_finish of n rows: row i's h at h + i hc D, dots at dots + i (mix + 1), outputs at
+ * x + i D, post + i hc, comb + i hc hc; the same bits as n calls. At DSV4_SIMD_AVX512 and hc <= 4
+ * the Sinkhorn iterations of up to 8 rows run side by side, one row a lane. */
+void dsv4_hc_pre_finish_rows(const dsv4_config *cfg, int simd, const float *h, int n, const double *dots,
+                             const float *base, const float *scale, float *x, float *post, float *comb);
 void dsv4_hc_pre_at(const dsv4_config *cfg, int simd, const float *h, const float *fn, const float *base,
                     const float *scale, float *x, float *post, float *comb);
 /* dsv4_hc_post with h_out = h_in = h (hc, D), updated in place. */

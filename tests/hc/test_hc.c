@@ -231,6 +231,43 @@ static void run_rows(const hc_case *t) {
     free(h); free(fn); free(fn_f64); free(want); free(got);
 }
 
+/* hc_pre's finish of 1..13 rows at once (dsv4_hc_pre_finish_rows: the Sinkhorns of up to 8
+ * rows side by side, then the rest) at every level, against dsv4_hc_pre_finish row by row at
+ * the portable level: the same bits of x, post and comb. The bases spread the logits so that
+ * every row's matrix differs and the Sinkhorn moves it; row 2 holds huge values. */
+static void run_finish_rows(const hc_case *t) {
+    const int hc = t->hc, D = t->D, n = hc * D, mix = (2 + hc) * hc, R = 13, nd = mix + 1;
+    dsv4_config c = make_cfg(t);
+    float *h = malloc(sizeof(float) * R * n), *fn = malloc(sizeof(float) * mix * n);
+    float *x0 = malloc(sizeof(float) * R * D), *x1 = malloc(sizeof(float) * R * D);
+    float *post0 = malloc(sizeof(float) * R * hc), *post1 = malloc(sizeof(float) * R * hc);
+    float *comb0 = malloc(sizeof(float) * R * hc * hc), *comb1 = malloc(sizeof(float) * R * hc * hc);
+    double *dots = malloc(sizeof(double) * R * nd);
+    float base[(2 + 16) * 16], scale[3];
+    for (int i = 0; i < R * n; i++) h[i] = (float)(2 * urand());
+    for (int i = 0; i < n; i += 2) h[2 * n + i] *= 3e7f;
+    for (int i = 0; i < mix * n; i++) fn[i] = (float)(urand() * 3.0 / sqrt(n));
+    for (int i = 0; i < mix; i++) base[i] = (float)(urand() * (i >= 2 * hc ? 3.0 : 0.8));
+    for (int i = 0; i < 3; i++) scale[i] = (float)(1.0 + 0.5 * urand());
+    for (int i = 0; i < R; i++) dsv4_hc_dots(&c, DSV4_SIMD_SCALAR, h + (size_t)i * n, fn, mix, 0, nd, dots + i * nd);
+    for (int i = 0; i < R; i++)
+        dsv4_hc_pre_finish(&c, DSV4_SIMD_SCALAR, h + (size_t)i * n, dots + i * nd, base, scale, x0 + (size_t)i * D,
+                           post0 + i * hc, comb0 + i * hc * hc);
+    /* the rows' combs differ (each lane must keep its own row) */
+    if (hc > 1) CHECK_MSG(memcmp(comb0, comb0 + hc * hc, sizeof(float) * hc * hc), "hc=%d: rows 0 and 1 alike", hc);
+    for (int level = 0; level <= (int)dsv4_cpu_simd(); level++)
+        for (int rows = 1; rows <= R; rows++) {
+            memset(x1, 0xff, sizeof(float) * R * D);
+            memset(post1, 0xff, sizeof(float) * R * hc);
+            memset(comb1, 0xff, sizeof(float) * R * hc * hc);
+            dsv4_hc_pre_finish_rows(&c, level, h, rows, dots, base, scale, x1, post1, comb1);
+            CHECK_MSG(!memcmp(x0, x1, sizeof(float) * rows * D) && !memcmp(post0, post1, sizeof(float) * rows * hc) &&
+                          !memcmp(comb0, comb1, sizeof(float) * rows * hc * hc),
+                      "hc=%d D=%d iters=%d level %d: finish of %d rows differs", hc, D, t->iters, level, rows);
+        }
+    free(h); free(fn); free(x0); free(x1); free(post0); free(post1); free(comb0); free(comb1); free(dots);
+}
+
 /* The collapse rounds each product pre[j] * h[j] to double before adding it; a fused
  * multiply-add would not, and with random data the difference almost never survives the
  * final rounding to float. Here it does: with h = (1, 1 - 2^-24) and pre = (1, p), p a
@@ -309,6 +346,10 @@ int main(void) {
     const hc_case rows[] = {{4, 1024, 20, 1e-6, 1e-6}, {4, 37, 20, 1e-6, 1e-6}, {3, 71, 5, 1e-6, 1e-3},
                             {4, 100, 1, 1e-6, 1e-6}, {2, 7, 20, 1e-6, 1e-6}, {16, 24, 3, 1e-6, 1e-6}};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) run_rows(&rows[i]);
+    const hc_case fin[] = {{4, 64, 20, 1e-6, 1e-6}, {4, 37, 3, 1e-6, 1e-2}, {3, 40, 20, 1e-6, 1e-3},
+                           {2, 24, 20, 1e-6, 1e-6}, {1, 17, 5, 1e-6, 1e-6}, {16, 24, 3, 1e-6, 1e-6},
+                           {4, 16, 0, 1e-6, 1e-6}};
+    for (size_t i = 0; i < sizeof fin / sizeof fin[0]; i++) run_finish_rows(&fin[i]);
     printf("hc levels checked: portable .. %d (this CPU)\n", (int)dsv4_cpu_simd());
     test_hand();
     test_collapse_rounding();
