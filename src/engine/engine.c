@@ -21,6 +21,15 @@
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* One list for everything the engine makes at create, freed in dsv4_engine_free. */
+int dsv4_engine_own(dsv4_engine *e, void *p) {
+    void **owned = realloc(e->owned, (size_t)(e->n_owned + 1) * sizeof(void *));
+    if (!owned) return -1;
+    e->owned = owned;
+    e->owned[e->n_owned++] = p;
+    return 0;
+}
+
 /* wo_a runs per output group on row blocks of o_lora rows; an FP8 matrix can only be
  * sliced at multiples of its 128-row scale blocks, so otherwise the engine keeps an exact
  * F32 copy (only small test models hit this: Flash has o_lora = 1024). */
@@ -33,14 +42,10 @@ static int prepare_wo_a(dsv4_engine *e, dsv4_block_w *b, dsv4_err *err) {
     if (ok) return DSV4_OK;
     const int64_t rows = b->wo_a.rows, cols = b->wo_a.cols;
     float *copy = malloc((size_t)(rows * cols) * sizeof(float)); /* (G*o_lora, H*hd/G) */
-    float **owned = realloc(e->owned, (size_t)(e->n_owned + 1) * sizeof(float *));
-    if (!copy || !owned) {
+    if (!copy || dsv4_engine_own(e, copy)) {
         free(copy);
-        if (owned) e->owned = owned;
         return dsv4_fail(err, DSV4_ERR_NOMEM, "wo_a copy: out of memory");
     }
-    e->owned = owned;
-    e->owned[e->n_owned++] = copy;
     for (int64_t o = 0; o < rows; o++) dsv4_mat_row(&b->wo_a, o, copy + o * cols);
     b->wo_a.fmt = DSV4_WF_F32;
     b->wo_a.w = copy;
@@ -54,15 +59,11 @@ static int prepare_wo_a(dsv4_engine *e, dsv4_block_w *b, dsv4_err *err) {
  * division per expert otherwise, ~1.5x the routing's time). */
 static int prepare_route_tab(dsv4_engine *e, int n_blocks, dsv4_err *err) {
     if (e->cfg->scoring_func == DSV4_SCORE_SOFTMAX) return DSV4_OK;
-    double *tab = malloc(2 * DSV4_MOE_TAB_N * sizeof(double));
-    float **owned = realloc(e->owned, (size_t)(e->n_owned + 1) * sizeof(float *));
-    if (!tab || !owned) {
+    double *tab = malloc(2 * DSV4_MOE_TAB_N * sizeof(double)); /* (DSV4_MOE_TAB_N, 2) */
+    if (!tab || dsv4_engine_own(e, tab)) {
         free(tab);
-        if (owned) e->owned = owned;
         return dsv4_fail(err, DSV4_ERR_NOMEM, "router table: out of memory");
     }
-    e->owned = owned;
-    e->owned[e->n_owned++] = (float *)(void *)tab;
     dsv4_moe_bound_table(e->cfg, tab);
     for (int l = 0; l < n_blocks; l++) e->blocks[l].route_tab = tab;
     return DSV4_OK;

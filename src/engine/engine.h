@@ -34,7 +34,8 @@ struct dsv4_engine {
     dsv4_rope rope_main;             /* rope_theta, no YaRN */
     dsv4_rope rope_cmp;              /* compress_rope_theta, YaRN */
     dsv4_block_w *blocks;            /* (n_layers + n_mtp) shallow copies of the model's */
-    float **owned;                   /* dequantized matrices the engine had to make */
+    void **owned;                    /* memory the engine made at create (dequantized matrices,
+                                      * INT8 weights, the router table): dsv4_engine_own */
     int n_owned;
     dsv4_seq_state *seqs;            /* (max_seqs) indexed by cache slot */
     dsv4_arena scratch;              /* every buffer of a forward, MTP or head call, sized at
@@ -143,6 +144,9 @@ int dsv4_engine_agree_mtp(dsv4_engine *e, int rc, const dsv4_mtp_span *spans, in
 
 /* Frees window pages no later call of seq can read. */
 void dsv4_engine_trim(dsv4_engine *e, int seq);
+/* Takes p (malloc'd at create) into e->owned, freed with the engine; -1 when the list
+ * cannot grow (p is then still the caller's). */
+int dsv4_engine_own(dsv4_engine *e, void *p);
 
 /* The defaults of dsv4_engine_opts filled in (max_context, max_seqs, c_max), and the cache
  * options the engine plans its pools with: engine create and the memory fit

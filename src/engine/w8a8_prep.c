@@ -34,14 +34,6 @@ static void add(conv_item *items, int *n, dsv4_mat *m, const char *prefix, const
     (*n)++;
 }
 
-static int own(dsv4_engine *e, void *p) {
-    float **owned = realloc(e->owned, (size_t)(e->n_owned + 1) * sizeof(float *));
-    if (!owned) return -1;
-    e->owned = owned;
-    e->owned[e->n_owned++] = p;
-    return 0;
-}
-
 /* Progress over the whole preparation: INT8 bytes written of all blocks'. */
 typedef struct prep_progress {
     dsv4_progress_fn fn;
@@ -113,7 +105,7 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int e0, int e1, prep_p
 
     const int64_t bytes = block_bytes(e, b, items, n_fixed, e0, e1);
     char *mem = bytes > 0 ? aligned_alloc(64, (size_t)bytes) : NULL;
-    if (bytes > 0 && (!mem || own(e, mem))) {
+    if (bytes > 0 && (!mem || dsv4_engine_own(e, mem))) {
         free(mem);
         free(items);
         return dsv4_fail(err, DSV4_ERR_NOMEM, "w8a8 %s: out of memory for %lld bytes of INT8 weights",

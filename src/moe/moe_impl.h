@@ -28,11 +28,6 @@ static inline void dsv4_moe_topk_push(double *top, int *ids, int *n, int K, doub
 /* The score of an elementwise router (sigmoid, sqrtsoftplus) for logit z, in double. */
 double dsv4_moe_score(const dsv4_config *cfg, double z);
 
-/* Flash's router: sel (K) as dsv4_moe_topk over the scores of every expert, from the
- * exact scores of fewer (route_bound.c); s (E) holds those of the candidates, the chosen
- * among them. Returns 0, having chosen nothing, where it does not apply: softmax, E
- * outside [DSV4_MOE_BOUND_MIN_E, DSV4_MOE_BOUND_MAX_E], a logit or bias not finite, all
- * logits equal. */
 /* The fixed grid's interval of logit z (moe.h, DSV4_MOE_TAB_*): the j with z_j <= z < z_j+1
  * for z in [-ZMAX, ZMAX), else a j in [0, N - 2]. j = floor(z * STEP) + ZMAX * STEP: z * STEP
  * is exact (a power of 2), its truncation too, less one where that rounded a negative up. */
@@ -45,6 +40,11 @@ static inline int dsv4_moe_tab_at(float z) {
 
 #define DSV4_MOE_BOUND_MIN_E 64
 #define DSV4_MOE_BOUND_MAX_E 4096
+/* Flash's router: sel (K) as dsv4_moe_topk over the scores of every expert, from the
+ * exact scores of fewer (route_bound.c); s (E) holds those of the candidates, the chosen
+ * among them. Returns 0, having chosen nothing, where it does not apply: softmax, E
+ * outside [DSV4_MOE_BOUND_MIN_E, DSV4_MOE_BOUND_MAX_E], a logit or bias not finite, all
+ * logits equal. tab: the fixed grid (dsv4_moe_bound_table), or NULL for the row's own. */
 int dsv4_moe_topk_bounded(const dsv4_config *cfg, const float *logits, const float *bias, const double *tab,
                           double *s, int *sel);
 
