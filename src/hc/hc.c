@@ -15,6 +15,7 @@
 
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
+#include "util/hot.h"
 
 static double sigmoid_f64(double z) { return 1.0 / (1.0 + exp(-z)); }
 
@@ -64,6 +65,7 @@ static void post_ref(int hc, int D, const float *y, const float *h_in, const flo
 
 /* collapse_ref, eight columns at a time: acc starts at +0.0 and adds each rounded product
  * in j order, like the scalar loop (which also decides the sign of a zero sum). */
+DSV4_HOT_AT(collapse_avx512, 0xaf0)
 __attribute__((target("avx512f"))) static void collapse_avx512(int hc, int D, const float *h, const double *pre,
                                                                float *x) {
     int d = 0;
@@ -79,6 +81,7 @@ __attribute__((target("avx512f"))) static void collapse_avx512(int hc, int D, co
 
 /* post_ref in place, sixteen columns at a time: every input stream's chunk is loaded
  * before any output chunk is stored. */
+DSV4_HOT_AT(post_inplace_avx512, 0xd50)
 __attribute__((target("avx512f"))) static void post_inplace_avx512(int hc, int D, const float *y, float *h,
                                                                    const float *post, const float *comb) {
     __m512 in[DSV4_HC_MAX];
@@ -224,6 +227,7 @@ HC_TILE void dots_rows_block(const float *h, int64_t n, const float *fn, const d
 }
 
 /* Blocks of 8 rows, then of 4, then the rest. */
+DSV4_HOT_AT(dots_rows_avx512, 0x670)
 __attribute__((target("avx512f"))) static void dots_rows_avx512(const float *h, int n_rows, int64_t n,
                                                                 const float *fn, const double *fn_f64,
                                                                 int n_mix, double *dots) {

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "kernels/attn_x512.h"
+#include "util/hot.h"
 
 /* ---- scores, previous layout (two key rows per register) -------------------------------- */
 
@@ -205,6 +206,7 @@ X512_INLINE void dot_rows_fmt(const float *q, size_t qs, int nq, const void *con
     }
 }
 
+DSV4_HOT_AT(dsv4_attn_dot_rows_x512, 0xd20)
 X512_FN void dsv4_attn_dot_rows_x512(const float *q, size_t qs, int nq, const void *const *rows, int fmt,
                                      int n_rows, int n, float *out, size_t os) {
     if (fmt == DSV4_ROW_BF16) dot_rows_fmt(q, qs, nq, rows, DSV4_ROW_BF16, n_rows, n, out, os);
@@ -302,6 +304,7 @@ X512_INLINE void wsum_fmt(float *o, size_t os, int nh, const float *p, size_t ps
     }
 }
 
+DSV4_HOT_AT(dsv4_attn_wsum_x512, 0x6d0)
 X512_FN void dsv4_attn_wsum_x512(float *o, size_t os, int nh, const float *p, size_t ps, const void *const *rows,
                                  int fmt, int n_rows, int n) {
     if (fmt == DSV4_ROW_BF16) wsum_fmt(o, os, nh, p, ps, rows, DSV4_ROW_BF16, n_rows, n);

@@ -90,6 +90,7 @@ const uint64_t dsv4_exp_tab[256] = {
 
 #if defined(DSV4_HAVE_AVX512) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include "kernels/attn_x512.h"
+#include "util/hot.h"
 
 /* exp of 8 doubles on the main path (2^-54 <= |x| < 512); other lanes' results are garbage */
 X512_INLINE __m512d exp8_main(__m512d x) {
@@ -144,6 +145,7 @@ X512_FN static void exp_rows_x512(const double *x, long n, double *y) {
 /* pool_core's arithmetic on 8 columns a step: the float max by bj > m (max_ps returns its
  * second operand unless the first is greater, NaN included), then the double sums in j
  * order, a product then a sum (no fusing, as compressor.c, built without FMA) */
+DSV4_HOT_AT(pool_cols_x512, 0x7f0)
 X512_FN static int pool_cols_x512(const float *const *ra, const float *const *rb, int n, int c0, int c1,
                                   float *out) {
     int c = c0;

@@ -2,12 +2,14 @@
 #include "kernels/linear.h"
 
 #include "kernels/codec.h"
+#include "util/hot.h"
 
 static float scale_at(const dsv4_mat *w, int64_t idx) {
     if (w->scale_is_f32) return ((const float *)w->scale)[idx];
     return dsv4_e8m0_to_f32(((const uint8_t *)w->scale)[idx]);
 }
 
+DSV4_HOT_AT(dsv4_mat_row, 0xd70)
 void dsv4_mat_row(const dsv4_mat *w, int64_t o, float *out) {
     const int64_t n = w->cols;
     switch (w->fmt) {

@@ -3,6 +3,7 @@
  * Built with the AVX-512 flags (top CMakeLists.txt) and only called after cpu.c has confirmed
  * the CPU and OS support them. */
 #include "kernels/linear_avx512.h"
+#include "util/hot.h"
 
 #ifdef DSV4_LIN_AVX512
 
@@ -343,20 +344,22 @@ AINLINE void gemv_fp4_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, 
  * session 20 s16fp4). Apart, every case ran faster on Zen 5: whole 512 x 1024 expert
  * matrices hot in L2, one thread, NX 1 0.291-0.308 against 0.328-0.349 ns per 16 weights,
  * NX 3 0.51-0.54 against 0.55-0.59; in the batch-16 step NX 1 0.36-0.44 against 0.39-0.49
- * (6 of 6 timeline pairs; BENCHMARKS.md session 21 moe16). Same code, same bits. */
-#define GEMV_FP4_NX_FN(NX)                                                                                       \
+ * (6 of 6 timeline pairs; BENCHMARKS.md session 21 moe16). Same code, same bits. OFF: the
+ * function's offset in a 4 KB page (util/hot.h). */
+#define GEMV_FP4_NX_FN(NX, OFF)                                                                                  \
+    DSV4_HOT_AT(gemv_fp4_n##NX, OFF)                                                                             \
     static __attribute__((noinline)) void gemv_fp4_n##NX(const dsv4_lin_tables *tab, const dsv4_mat *w,         \
                                                          const float *x, float *y, int64_t o0, int64_t o1) {     \
         gemv_fp4_nx(NX, tab, w, x, y, o0, o1);                                                                    \
     }
-GEMV_FP4_NX_FN(1)
-GEMV_FP4_NX_FN(2)
-GEMV_FP4_NX_FN(3)
-GEMV_FP4_NX_FN(4)
-GEMV_FP4_NX_FN(5)
-GEMV_FP4_NX_FN(6)
-GEMV_FP4_NX_FN(7)
-GEMV_FP4_NX_FN(8)
+GEMV_FP4_NX_FN(1, 0x6a0)
+GEMV_FP4_NX_FN(2, 0xb0)
+GEMV_FP4_NX_FN(3, 0x9a0)
+GEMV_FP4_NX_FN(4, 0x3a0)
+GEMV_FP4_NX_FN(5, 0x5a0)
+GEMV_FP4_NX_FN(6, 0xbe0)
+GEMV_FP4_NX_FN(7, 0x610)
+GEMV_FP4_NX_FN(8, 0x3e0)
 
 static void gemv_fp4(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
                      int64_t o1) {
@@ -429,6 +432,7 @@ static void gemv_f32(const dsv4_mat *w, const float *x, int nx, float *y, int64_
 static void gemv_f16(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
     gemv_dense(DSV4_WF_F16, w, x, nx, y, o0, o1);
 }
+DSV4_HOT_AT(gemv_bf16, 0xe90)
 static void gemv_bf16(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
     if (nx == 1) gemv1_dense(DSV4_WF_BF16, w, x, y, o0, o1);
     else gemv_dense(DSV4_WF_BF16, w, x, nx, y, o0, o1);

@@ -2,12 +2,14 @@
  * driver (linear_tile.c): each (LIN_NB, LIN_KB) weight tile dequantized exactly, then a 4 x 6
  * register-blocked micro-kernel and a 16-output reduction in hsum16's tree. */
 #include "kernels/linear_avx512.h"
+#include "util/hot.h"
 
 #ifdef DSV4_LIN_AVX512
 
 /* ---- GEMM: dequantize a (LIN_NB, LIN_KB) tile, then a 4x6 register-blocked kernel -------- */
 
 /* Row o, columns [k0, k0 + kb), into dst, zero-padded to a multiple of 16. */
+DSV4_HOT_AT(dequant_row, 0x6d0)
 static void dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb, float *dst) {
     const int64_t n = w->cols;
     for (int l = kb; l < ((kb + 15) & ~15); l++) dst[l] = 0.0f; /* what the 8-wide fallback leaves */
@@ -131,6 +133,7 @@ AINLINE void micro_rt(int RT, const float *x, int64_t ldx, const float *wt, int 
         M4_EACH(M4_FMA)                                                                                          \
     }
 
+DSV4_HOT_AT(micro4, 0x290)
 static void micro4(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
     M4_EACH(M4_DECL)
     M4_EACH(M4_INIT)
@@ -160,6 +163,7 @@ AINLINE __m512 red_last(__m512 z0, __m512 z1) {
  * rows ldy apart, nv outputs each) instead of stored in acc for reduce_row16's pass over the
  * (LIN_MB, LIN_NB, 16) block (147 KB: out of L1, ~17 % of a K = 256 product's time on Zen 5
  * went to that pass). The same tree per output as reduce_row16, so the same bits. */
+DSV4_HOT_AT(micro4_last, 0xf40)
 static void micro4_last(const float *x, int64_t ldx, const float *wt, int kb, const float *acc, int init, float *y,
                         int64_t ldy, int nv) {
     M4_EACH(M4_DECL)
@@ -236,6 +240,7 @@ void dsv4_lin_avx512_gemm(const dsv4_lin_call *c, const dsv4_mat *w, const float
 }
 
 /* level avx512vbmi's tiles: FP8 rows through the byte tables (no NaN scan, no fallback) */
+DSV4_HOT_AT(dequant_row_vbmi, 0xd60)
 static VBMI void dequant_row_vbmi(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb,
                                   float *dst) {
     if (w->fmt != DSV4_WF_FP8) {

@@ -5,6 +5,7 @@
  * once per block of rows, inside the FMA loop; past that, the panel's first row block
  * decodes it). Every other case is level avx512's. */
 #include "kernels/linear_avx512.h"
+#include "util/hot.h"
 
 #ifdef DSV4_LIN_AVX512
 
@@ -260,6 +261,7 @@ AINLINE VBMI void gemv1_fp8v_rows_xs(int R, int bits, const fp8_tab *t, const ds
 /* xs (nb, ld) = x * f * scale of bands band0 .. band0 + nb - 1, x zero-padded as the
  * per-step path loads it; nonzero when some nonzero x gives a product that is not a normal
  * float (inf or NaN included) */
+DSV4_HOT_AT(gemv1_fp8v_fill, 0xe60)
 static VBMI __mmask16 gemv1_fp8v_fill(const dsv4_mat *w, const float *x, int64_t band0, int64_t nb, int64_t ld,
                                       float f, float *xs) {
     const int64_t n = w->cols, nsb = (n + 127) / 128;
@@ -304,10 +306,12 @@ AINLINE VBMI int gemv1_fp8v_xs(int bits, const fp8_tab *t, const dsv4_mat *w, co
  * decode's loop (the AMD cores' path), the tables' x * scale loop and the per-row prescale
  * shared one ~24 KB function and its frame, and a change to one moved the others (as
  * gemv_fp4's activation-row cases did, linear_avx512.c). Same code, same bits. */
+DSV4_HOT_AT(gemv1_fp8v_xs_bits, 0x270)
 static VBMI __attribute__((noinline)) int gemv1_fp8v_xs_bits(const fp8_tab *t, const dsv4_mat *w, const float *x,
                                                              float *y, int64_t o0, int64_t o1) {
     return gemv1_fp8v_xs(1, t, w, x, y, o0, o1);
 }
+DSV4_HOT_AT(gemv1_fp8v_xs_tab, 0x90)
 static VBMI __attribute__((noinline)) int gemv1_fp8v_xs_tab(const fp8_tab *t, const dsv4_mat *w, const float *x,
                                                             float *y, int64_t o0, int64_t o1) {
     return gemv1_fp8v_xs(0, t, w, x, y, o0, o1);
@@ -338,6 +342,7 @@ AINLINE VBMI int gemv1_fp8v_bits_pieces(int bits, const fp8_tab *t, const dsv4_m
     return 1;
 }
 
+DSV4_HOT_AT(gemv1_fp8v, 0xeb0)
 static VBMI void gemv1_fp8v(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y, int64_t o0,
                             int64_t o1) {
     const fp8_tab t = fp8_tab_load(c->tab);
@@ -721,6 +726,7 @@ AINLINE VBMI void smf_groups(int64_t N, const dsv4_lin_call *c, const dsv4_mat *
 /* the outputs [o0, o0 + 4 * floor((o1 - o0) / 4)) when the fused path takes the call (FP4,
  * ue8m0 scales, at most SMF_ROWS rows, x in fp4_perm order fits the scratch: xp, 64-byte
  * aligned); returns the first output it left */
+DSV4_HOT_AT(smallm_fp4_fused, 0xc40)
 static VBMI int64_t smallm_fp4_fused(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
                                      int64_t o0, int64_t o1, float *xp) {
     const int64_t n = w->cols, groups = (o1 - o0) / SMF_NO;
@@ -894,6 +900,7 @@ AINLINE VBMI void smb_band_nx(int NX, int pf, const dsv4_mat *w, const float *xs
 
 /* outputs [o0, o1) of one scale band, all n_rows rows of xs, in passes of up to SMB_NX rows
  * (as even as they go: 13 = 7 + 6) */
+DSV4_HOT_AT(smb_band, 0x170)
 static VBMI void smb_band(const dsv4_mat *w, const float *xs, int n_rows, float *y, int64_t o0, int64_t o1) {
     const int64_t n = w->cols, rows = w->rows;
     const int passes = (n_rows + SMB_NX - 1) / SMB_NX;
@@ -940,11 +947,13 @@ static VBMI int smallm_fp8_bits(const dsv4_lin_call *c, const dsv4_mat *w, const
     return 1;
 }
 
+DSV4_HOT_AT(smallm_avx512vbmi, 0x940)
 static VBMI void smallm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
                                    int64_t o0, int64_t o1, float *scratch) {
     if (!smallm_fp8_bits(c, w, x, n_rows, y, o0, o1, scratch)) smallm_panels(c, w, x, n_rows, y, o0, o1, scratch);
 }
 
+DSV4_HOT_AT(smallm_panels, 0xf40)
 static VBMI void smallm_panels(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
                                int64_t o0, int64_t o1, float *scratch) {
     const int64_t n = w->cols, rows = w->rows, ld = (n + 15) & ~(int64_t)15;

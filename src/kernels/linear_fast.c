@@ -14,6 +14,7 @@
 #include "kernels/codec.h"
 #include "kernels/cpu.h"
 #include "kernels/kctx.h"
+#include "util/hot.h"
 
 /* Below this many multiply-adds a call runs on the caller's thread: waking the pool
  * costs more than the work. */
@@ -331,6 +332,7 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
     pl->n_tasks = (int)((rows + pl->per - 1) / pl->per) * pl->row_blocks;
 }
 
+DSV4_HOT_AT(lin_task, 0xe0)
 static void lin_task(void *arg, int t, int tid) {
     const lin_job *j = arg;
     int i = 0;
@@ -406,6 +408,7 @@ void dsv4_linear_batch_strided(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, 
 
 void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) { dsv4_linear_batch_strided(k, ops, n_ops, 0, 0); }
 
+DSV4_HOT_AT(dsv4_linear_here, 0x10)
 void dsv4_linear_here(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
     const int tid = dsv4_kctx_tid(k);
     for (int i = 0; i < n_ops; i++) {

@@ -17,7 +17,9 @@
 #include <string.h>
 
 #include "kernels/linear_fast.h"
+#include "util/hot.h"
 
+DSV4_HOT_AT(dsv4_lin_gemm_tiled, 0x2b0)
 void dsv4_lin_gemm_tiled(const dsv4_lin_tile_level *lv, const dsv4_lin_call *c, const dsv4_mat *w, const float *x,
                          int n_rows, float *y, int64_t o0, float *scratch) {
     const int L = lv->lanes, J = lv->micro_outs;

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "kernels/cpu.h"
+#include "util/hot.h"
 
 /* r = 1 / sqrt(ss / n + eps), rounded to float: the one scale of a row from its sum of
  * squares, shared by every form below so that they keep dsv4_rmsnorm's bits. */
@@ -43,6 +44,7 @@ static void scale_rows(float *x, const float *w, int rows, int n, float eps, con
     }
 }
 
+DSV4_HOT_AT(dsv4_rmsnorm_rows, 0x80)
 void dsv4_rmsnorm_rows(int simd, float *x, const float *w, int n, float eps, int rows) {
     /* the rows it did: 16 at a time, then 8 */
     int r0 = simd >= DSV4_SIMD_AVX512 ? rmsnorm_rows_x512(x, w, n, eps, rows) : 0;
@@ -86,6 +88,7 @@ double dsv4_dot_f64_finish(double *s, const float *a, const float *b, int64_t i,
     return reduce16(s);
 }
 
+DSV4_HOT_AT(dsv4_dot_f64_portable, 0xb30)
 double dsv4_dot_f64_portable(const float *a, const float *b, int64_t n) {
     double s[16] = {0};
     int64_t i = 0;
@@ -120,6 +123,7 @@ __attribute__((target("avx2,fma"))) static double dot_f64_avx2(const float *a, c
 #define DOT_F64_PF 8192
 
 /* Lanes 0-7 and 8-15 in two registers: the portable loop's chains again. */
+DSV4_HOT_AT(dot_f64_avx512, 0xdb0)
 __attribute__((target("avx512f"))) static double dot_f64_avx512(const float *a, const float *b, int64_t n) {
     __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
     int64_t i = 0;
@@ -159,6 +163,7 @@ __attribute__((target("avx512f"))) static inline void transpose8(__m256 r[8]) {
  * eight rows' 8 x 8 block, so each lane adds its row's squares in the portable order.
  * The scalar loop it replaces paid a load, a widening, a multiply and an add per value
  * (~2.5 us for q's 16 x 512 of a row at Flash; a 512-token prefill has 2048 such rows). */
+DSV4_HOT_AT(rows16_x512, 0x160)
 __attribute__((target("avx512f"))) static int rows16_x512(float *x, const float *w, int rows, int n, float eps) {
     int r0 = 0;
     for (; r0 + 16 <= rows; r0 += 16) {
@@ -195,6 +200,7 @@ __attribute__((target("avx512f"))) static int rows16_x512(float *x, const float 
 /* The same for 8 rows (rows8 below 16: hc_pre's blocks of 8 at a batched decode step, a
  * thread's 8 rows of D): one chain of eight, a transpose a column step. The scalar
  * 8-row loop took ~9 us for 8 x 1024 there (145 us of thread time a batch-16 step). */
+DSV4_HOT_AT(rows8_x512, 0xa40)
 __attribute__((target("avx512f"))) static void rows8_x512(float *x, const float *w, int n, float eps) {
     __m512d a = _mm512_setzero_pd();
     int i = 0;

@@ -54,6 +54,7 @@ const uint64_t dsv4_expf_tab[32] = {
 
 #if defined(DSV4_HAVE_AVX512) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include "kernels/attn_x512.h"
+#include "util/hot.h"
 
 typedef struct {
     __m512d t0, t1, t2, t3; /* the table, entries 8j..8j+7 */
@@ -109,6 +110,7 @@ X512_INLINE __m512 expf16(__m512 x, const expf_tab *tb) {
     return y;
 }
 
+DSV4_HOT_AT(expf_rows_x512, 0x6e0)
 X512_FN static void expf_rows_x512(const float *x, long n, float *y) {
     const expf_tab tb = expf_tab_load();
     for (long i = 0; i < n; i += 16) {
@@ -117,6 +119,7 @@ X512_FN static void expf_rows_x512(const float *x, long n, float *y) {
     }
 }
 
+DSV4_HOT_AT(swiglu_rows_x512, 0xcb0)
 X512_FN static void swiglu_rows_x512(const float *g, const float *u, const float *w, int n, int I, float limit,
                                      float *h) {
     const expf_tab tb = expf_tab_load();

@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include "util/err.h"
+#include "util/hot.h"
 
 /* How long an idle worker (or the waiting caller) polls before sleeping (yielding). Jobs
  * in a decode step come every few microseconds; a futex wake costs tens of them. */
@@ -124,6 +125,7 @@ static int steal_half(_Atomic uint64_t *slot, uint32_t job, int *lo, int *hi) {
  * counts its finished tasks into `done` at once. One add a thread and job, not one a task:
  * every add moves done's cache line between the cores (the caller polls it), which cost
  * ~0.1-0.2 us a task (Zen 5, 2 threads: an empty job of 8 tasks 1.26 us a round trip). */
+DSV4_HOT_AT(run_tasks, 0xc10)
 static void run_tasks(dsv4_pool *p, uint32_t job, int tid) {
     _Atomic uint64_t *own = &p->slots[tid].v;
     int ran = 0;
@@ -161,6 +163,7 @@ static uint32_t wait_job(dsv4_pool *p, uint32_t seen) {
     return j;
 }
 
+DSV4_HOT_AT(worker_main, 0xd70)
 static void *worker_main(void *v) {
     struct worker *w = v;
     dsv4_pool *p = w->pool;
@@ -275,6 +278,7 @@ int dsv4_pool_pin(dsv4_pool *p, dsv4_err *err) {
 
 int dsv4_pool_tid(const dsv4_pool *p) { return tl_pool == p ? tl_tid : 0; }
 
+DSV4_HOT_AT(dsv4_pool_run, 0x360)
 void dsv4_pool_run(dsv4_pool *p, int n_tasks, dsv4_task_fn fn, void *arg) {
     if (n_tasks <= 0) return;
     if (tl_pool == p || p->n_started == 0 || n_tasks == 1) {

@@ -20,6 +20,7 @@
 #include "kernels/swiglu.h"
 #include "moe/moe_impl.h"
 #include "util/err.h"
+#include "util/hot.h"
 
 /* Bound on the (rows, K, D) gathered-input and expert-output buffers of one pass; larger
  * calls are processed in passes of consecutive rows (Flash: 1365 rows per pass). */
@@ -386,6 +387,7 @@ static void few_expert(const few_job *j, const dsv4_moe_group *g) {
     dsv4_linear_here(j->k, &down, 1);
 }
 
+DSV4_HOT_AT(few_task, 0xc50)
 static void few_task(void *arg, int t, int tid) {
     (void)t, (void)tid;
     few_job *j = arg;
@@ -446,6 +448,7 @@ void dsv4_moe_expert(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *c
  * baseline build's 4-wide vectors): a 512-token prefill's combine (512 rows, K 6, D 1024,
  * one thread) 1.7-2.9 ms a layer against 0.40-0.76 here (Zen 5; BENCHMARKS.md, "Session
  * 19, pf"), ~1 % of the prefill's thread time before. */
+DSV4_HOT_AT(combine_x512, 0xd80)
 __attribute__((target("avx512f"))) static void combine_x512(int D, int K, const float *rows, const int *idx,
                                                             const float *shared, float *y) {
     const float *o0 = rows + (int64_t)idx[0] * D;

@@ -27,6 +27,7 @@
 #include "kernels/kctx.h"
 #include "kernels/linear.h"
 #include "moe/moe_impl.h"
+#include "util/hot.h"
 
 /* A run of items over the rows of a product: items [first, first + count), `rows` rows each
  * (the last one fewer). */
@@ -190,6 +191,7 @@ static void run_item(one_job *j, int it) {
     product_rows(j, gp->w2, gp->g, gp->out, r0, D - r0 < j->down[g].rows ? D - r0 : j->down[g].rows, 1, NULL, NULL);
 }
 
+DSV4_HOT_AT(one_task, 0x20)
 static void one_task(void *arg, int t, int tid) {
     (void)t, (void)tid;
     one_job *j = arg;

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "moe/moe_impl.h"
+#include "util/hot.h"
 
 #define BOUND_G 32 /* grid intervals: G + 1 exact scores instead of E */
 
@@ -71,6 +72,7 @@ static int topk_table(const dsv4_config *cfg, const float *logits, const float *
     return n == K;
 }
 
+DSV4_HOT_AT(dsv4_moe_topk_bounded, 0xe0)
 int dsv4_moe_topk_bounded(const dsv4_config *cfg, const float *logits, const float *bias, const double *tab,
                           double *s, int *sel) {
     const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
