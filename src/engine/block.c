@@ -393,9 +393,3 @@ static int local_trace(void *u, const dsv4_block_w *b, const dsv4_batch *batch, 
 dsv4_block_step dsv4_engine_local_step(dsv4_engine *e) {
     return (dsv4_block_step){local_attention, local_trace, e};
 }
-
-/* Layout: 48 bytes after this file's functions, so that with hc.c's 16 the code linked
- * after it (the GEMV and small-M kernels) keeps its offsets mod 64 (see hc.c's) */
-#if defined(__x86_64__) && defined(__GNUC__)
-__asm__(".pushsection .text, 1\n\t.skip 48, 0xcc\n\t.popsection");
-#endif

@@ -550,11 +550,3 @@ void dsv4_hc_dots_rows(const dsv4_config *cfg, int simd, const float *h, int n_r
     (void)fn_f64;
     for (int i = 0; i < n_rows; i++) dsv4_hc_dots(cfg, simd, h + i * n, fn, n_mix, 0, n_mix + 1, dots + i * (n_mix + 1));
 }
-
-/* Layout: 32 bytes after this file's functions, so that the code linked after it (the
- * norms, SwiGLU, the routing, moe_one, the attention's softmax) keeps its offsets mod 64
- * from before the Sinkhorn kernels above and engine.c's dsv4_engine_own (see
- * linear_avx512_gemm.c's) */
-#if defined(__x86_64__) && defined(__GNUC__)
-__asm__(".pushsection .text, 1\n\t.skip 32, 0xcc\n\t.popsection");
-#endif

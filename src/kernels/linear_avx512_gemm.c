@@ -271,8 +271,4 @@ void dsv4_lin_avx512vbmi_gemm(const dsv4_lin_call *c, const dsv4_mat *w, const f
     dsv4_lin_gemm_tiled(&avx512vbmi_tiles, c, w, x, n_rows, y, o0, scratch);
 }
 
-/* Layout: 48 bytes after this file's functions, so that micro4_last's 1488 leave the kernels
- * linked after it (small-M, the GEMVs) at their offsets mod 64 (see linear_tile.c's) */
-__asm__(".pushsection .text, 1\n\t.skip 48, 0xcc\n\t.popsection");
-
 #endif

@@ -70,9 +70,3 @@ void dsv4_lin_gemm_tiled(const dsv4_lin_tile_level *lv, const dsv4_lin_call *c, 
                                y + (int64_t)(r0 + s) * ldy + o0 + g);
     }
 }
-
-/* Layout: 48 bytes of padding, so that the code linked after this file (the attention,
- * small-M and GEMV kernels) keeps the offsets mod 64 it had before micro_last's call grew
- * the driver by 336 bytes (a 16-byte shift of every hot kernel moved the batch-1 and
- * batch-16 steps in alternated pairs, 0.94 / 0.98: BENCHMARKS.md, "Session 21, pfp"). */
-__asm__(".pushsection .text, 1\n\t.skip 48, 0xcc\n\t.popsection"); /* after the functions */
