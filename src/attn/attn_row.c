@@ -29,6 +29,7 @@
 #include "kernels/idx_scores.h"
 #include "kernels/kv_rows.h"
 #include "util/err.h"
+#include "util/hot.h"
 
 int64_t dsv4_attn_visible(int ratio, int64_t t) {
     return ratio ? (t + 1) / ratio : 0; /* including the entry t itself closed */
@@ -98,6 +99,7 @@ static int select_entries(const dsv4_attn_query *q, const float *scores, const f
                                         sb->sel);
 }
 
+DSV4_HOT_AT(dsv4_attn_row_keys, 0xc90)
 int dsv4_attn_row_keys(const dsv4_attn_query *q, const float *scores, const float *knorm,
                        const void *const *keys, const dsv4_attn_sel_bufs *sb, const void **rows) {
     const dsv4_config *cfg = q->ctx->cfg;

@@ -17,6 +17,7 @@
 #include "kernels/kv_rows.h"
 #include "kernels/ops.h"
 #include "util/err.h"
+#include "util/hot.h"
 
 /* out[c] for c in [c0, c1): the softmax pool of column c over the candidates j < n_cand,
  * whose values and scores are rows ra[j], rb[j] (when ra is given) or a + j*stride,
@@ -58,6 +59,7 @@ int dsv4_compress_ops(const dsv4_block_w *b, int indexer, const float *x, int R,
     return 2;
 }
 
+DSV4_HOT_AT(dsv4_compress_add_ape_row, 0x8c0)
 void dsv4_compress_add_ape_row(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int indexer,
                                const dsv4_batch *batch, int i, float *bb) {
     const int r = indexer ? 4 : b->ratio;

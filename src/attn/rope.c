@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "util/err.h"
+#include "util/hot.h"
 
 void dsv4_rope_freqs(const dsv4_config *cfg, int compress, float *f) {
     const int rd = cfg->qk_rope_head_dim, half = rd / 2;
@@ -93,6 +94,7 @@ void dsv4_rope_free(dsv4_rope *r) {
     r->n_pos = 0;
 }
 
+DSV4_HOT_AT(dsv4_rope_apply, 0x880)
 void dsv4_rope_apply(const dsv4_rope *r, float *v, int n, int64_t pos, int inverse) {
     const int half = r->rd / 2;
     float *p = v + (n - r->rd); /* layout [nope | rope]: pairs (2i, 2i+1) of the tail */

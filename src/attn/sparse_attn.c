@@ -10,6 +10,7 @@
 
 #include "attn/attention.h"
 #include "kernels/kv_rows.h"
+#include "util/hot.h"
 
 /* Heads per group of the softmax: their running max and sum are separate chains, so
  * interleaving them over j pays an add's latency once per group, not per head (the sum
@@ -18,6 +19,7 @@
 
 /* The largest of x[0, n) by x > max (NaNs never win), -inf when there is none: 16
  * running maxima side by side, so the compiler keeps them in vector registers. */
+DSV4_HOT_AT(raw_max, 0xed0)
 static float raw_max(const float *x, int n) {
     float mp[16];
     for (int k = 0; k < 16; k++) mp[k] = -INFINITY;
@@ -30,6 +32,7 @@ static float raw_max(const float *x, int n) {
     return m;
 }
 
+DSV4_HOT_AT(dsv4_sparse_attn_heads_to, 0x2e0)
 void dsv4_sparse_attn_heads_to(const dsv4_attn_ops *ops, const float *q, const void *const *rows, int fmt,
                                int n_kv, int nh, int hd, const float *sink, float scale, float *o, int h0, int hg,
                                int64_t gs, float *probs, const dsv4_numerics *nm, dsv4_expf_rows_fn ex) {

@@ -16,6 +16,7 @@
 #include "cache/cache.h"
 #include "cache/geom.h"
 #include "util/err.h"
+#include "util/hot.h"
 
 /* ---- 64-bit arithmetic with overflow checks (check 5) --------------------------------- */
 
@@ -140,6 +141,7 @@ int dsv4_cache_check_w_live(int win, int win_block, int c_max, int delta, int ke
 
 /* ---- check 3: ring safety -------------------------------------------------------------- */
 
+DSV4_HOT_AT(dsv4_cache_check_ring, 0x710)
 int dsv4_cache_check_ring(int r, int coff, int ring_len, int c_max, int d_max, dsv4_err *err) {
     const int64_t L = ring_len;
     if (L < 1)

@@ -17,6 +17,7 @@
 #include "cache/geom.h"
 #include "cache/pool_impl.h"
 #include "util/err.h"
+#include "util/hot.h"
 
 /* ---- storage helpers ------------------------------------------------------------------- */
 
@@ -420,6 +421,7 @@ void *dsv4_cache_win_row(dsv4_cache *c, int seq, int layer, int64_t pos) {
     return dsv4_pool_win_page(c, layer, pg) + (pos % c->plan.win_block) * c->plan.win_row_bytes;
 }
 
+DSV4_HOT_AT(dsv4_cache_cmp_row, 0x390)
 void *dsv4_cache_cmp_row(dsv4_cache *c, int seq, int layer, int64_t entry) {
     if (!seq_ok(c, seq) || layer < 0 || layer >= c->plan.n_layers || entry < 0) return NULL;
     const int pool = c->plan.cmp_pool[layer];

@@ -270,6 +270,7 @@ void dsv4_hc_collapse_at(int simd, int hc, int D, const float *h, const double *
 }
 
 /* pre, post and the Sinkhorn's starting matrix C (hc, hc) of one row from its dots (mix + 1). */
+DSV4_HOT_AT(pre_start, 0x190)
 static void pre_start(const dsv4_config *cfg, const double *dots, const float *base, const float *scale,
                       double *pre, float *post, double *C) {
     const int hc = cfg->hc_mult, mix = dsv4_cfg_mix(cfg);
@@ -341,6 +342,7 @@ static inline __attribute__((always_inline, target("avx512f"))) void sinkhorn_la
 
 /* C (n, 4 * 4), row r's matrix (hc, hc) at C[r], n <= HC_LANES, in place: lanes past n
  * hold ones (and are dropped). */
+DSV4_HOT_AT(sinkhorn_rows_avx512, 0xcf0)
 __attribute__((target("avx512f"))) static void sinkhorn_rows_avx512(int hc, int iters, double eps,
                                                                     double (*C)[4 * 4], int n) {
     const int hh = hc * hc;
@@ -423,6 +425,7 @@ static int pre_bad(const dsv4_config *cfg, int n, float *x, float *post, float *
     return 1;
 }
 
+DSV4_HOT_AT(dsv4_hc_pre_finish, 0x6b0)
 void dsv4_hc_pre_finish(const dsv4_config *cfg, int simd, const float *h, const double *dots,
                         const float *base, const float *scale, float *x, float *post, float *comb) {
     const int hc = cfg->hc_mult;
@@ -434,6 +437,7 @@ void dsv4_hc_pre_finish(const dsv4_config *cfg, int simd, const float *h, const 
     pre_end(cfg, simd, h, pre, C, x, comb);
 }
 
+DSV4_HOT_AT(dsv4_hc_pre_finish_rows, 0xca0)
 void dsv4_hc_pre_finish_rows(const dsv4_config *cfg, int simd, const float *h, int n, const double *dots,
                              const float *base, const float *scale, float *x, float *post, float *comb) {
     const int hc = cfg->hc_mult, D = cfg->hidden_size, nd = dsv4_cfg_mix(cfg) + 1;
@@ -533,6 +537,7 @@ int dsv4_hc_rows_blocked(const dsv4_config *cfg, int simd) {
 #endif
 }
 
+DSV4_HOT_AT(dsv4_hc_widen, 0x180)
 void dsv4_hc_widen(const dsv4_config *cfg, const float *fn, int m0, int m1, double *fn_f64) {
     const int64_t n = (int64_t)cfg->hc_mult * cfg->hidden_size;
     for (int64_t i = m0 * n; i < m1 * n; i++) fn_f64[i] = fn[i];

@@ -9,6 +9,8 @@
 
 #include <math.h>
 
+#include "util/hot.h"
+
 /* Rounds |y| to the nearest multiple of the step of its binade (2^(e - mbits) for
  * |y| in [2^e, 2^(e+1)), e >= emin; 2^(emin - mbits) below 2^emin: the subnormals), ties
  * to even, then saturates at vmax. */
@@ -65,6 +67,7 @@ void dsv4_fid_fp4_rt(float *x, int64_t n) {
     }
 }
 
+DSV4_HOT_AT(dsv4_fid_bf16, 0xbf0)
 void dsv4_fid_bf16(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = dsv4_fid_bf16_1(x[i]);
 }

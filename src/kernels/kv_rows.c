@@ -12,6 +12,7 @@
 
 #include "kernels/codec.h"
 #include "kernels/fidelity.h"
+#include "util/hot.h"
 
 #define FP8_BLOCK 64
 
@@ -51,6 +52,7 @@ static void unpack_bf16(float *x, const uint8_t *src, int n) {
     }
 }
 
+DSV4_HOT_AT(dsv4_row_pack, 0x490)
 void dsv4_row_pack(int fmt, void *dst, const float *x, int n, int rd) {
     uint8_t *d = dst;
     if (fmt == DSV4_ROW_F32) {

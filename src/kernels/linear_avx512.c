@@ -361,6 +361,7 @@ GEMV_FP4_NX_FN(6, 0xbe0)
 GEMV_FP4_NX_FN(7, 0x610)
 GEMV_FP4_NX_FN(8, 0x3e0)
 
+DSV4_HOT_AT(gemv_fp4, 0x530)
 static void gemv_fp4(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
                      int64_t o1) {
     switch (nx) {

@@ -383,6 +383,7 @@ static int fp8v_prescale(const dsv4_mat *w, const float *x, int nx) {
     return ldexp(xmin, bmin - 127) >= 0x1p-126 && ldexp(xmax, bmax - 127) < 0x1p127;
 }
 
+DSV4_HOT_AT(gemv_avx512vbmi, 0x410)
 static void gemv_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
                             int64_t o1) {
     if (w->fmt == DSV4_WF_FP8 && nx == 1) gemv1_fp8v(c, w, x, y, o0, o1);

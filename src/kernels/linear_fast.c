@@ -295,6 +295,7 @@ int64_t dsv4_lin_gemv_per(const dsv4_mat *w, int n_rows, int gemv, int64_t targe
  * tasks per thread, so that threads finish together; 0: one task for all outputs);
  * whole_elems: see dsv4_lin_gemv_per. x and y rows ldx and ldy floats apart: only the GEMM
  * takes rows that are not dense, so a strided op is planned as a GEMM. */
+DSV4_HOT_AT(lin_plan_op, 0x2a0)
 static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs, int64_t whole_elems, int64_t ldx,
                         int64_t ldy, lin_plan *pl) {
     const dsv4_mat *w = op->w;
@@ -421,6 +422,7 @@ void dsv4_linear_here(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
     }
 }
 
+DSV4_HOT_AT(dsv4_linear, 0x280)
 void dsv4_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, float *y) {
     const dsv4_lin_op op = {w, x, n_rows, y};
     dsv4_linear_batch(k, &op, 1);

@@ -26,6 +26,7 @@ static void rms_apply(const float *x, const float *w, int n, float r, float *y) 
     }
 }
 
+DSV4_HOT_AT(dsv4_rmsnorm, 0xdd0)
 void dsv4_rmsnorm(const float *x, const float *w, int n, float eps, float *y) {
     /* The mean of squares is summed in double: for D = 4096 an FP32 running sum loses
      * about 12 bits, and everything downstream is scaled by this one number. */

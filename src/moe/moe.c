@@ -90,6 +90,7 @@ void dsv4_moe_topk(const double *s, const float *bias, int E, int K, int *sel) {
 }
 
 /* Selection and weights of one token from its gate logits (E). s: scratch (E). */
+DSV4_HOT_AT(dsv4_moe_route_row, 0x750)
 int dsv4_moe_route_row(const dsv4_config *cfg, const dsv4_block_w *b, const float *logits, int32_t token, int *sel,
                        float *w, double *s, dsv4_err *err) {
     const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
