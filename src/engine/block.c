@@ -325,7 +325,8 @@ int dsv4_engine_moe(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *bat
     int *sel = NULL; /* (R, K) with the choice hook on */
     if (e->choice && batch->n_rows && !(sel = dsv4_arena_take_n(&e->scratch, (int64_t)batch->n_rows * K, sizeof(int))))
         return dsv4_fail(err, DSV4_ERR_NOMEM, "moe choices: scratch arena too small");
-    int rc = dsv4_moe_forward(e->k, e->num, e->cfg, b, x, batch->tokens, batch->n_rows, y, sel, &e->scratch, err);
+    int rc = (e->moe_checked ? dsv4_moe_forward_checked : dsv4_moe_forward)(e->k, e->num, e->cfg, b, x, batch->tokens,
+                                                                          batch->n_rows, y, sel, &e->scratch, err);
     if (!rc && sel) report_choices(e, batch, NULL, 0, b->layer_id, DSV4_CHOICE_EXPERTS, sel, K);
     dsv4_arena_release(&e->scratch, mark);
     return rc;

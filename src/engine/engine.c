@@ -33,6 +33,20 @@ int dsv4_engine_own(dsv4_engine *e, void *p) {
 /* wo_a runs per output group on row blocks of o_lora rows; an FP8 matrix can only be
  * sliced at multiples of its 128-row scale blocks, so otherwise the engine keeps an exact
  * F32 copy (only small test models hit this: Flash has o_lora = 1024). */
+/* 1 when every block's routed experts pass dsv4_moe_check_experts (after the weight
+ * preparation: W8A8 replaces matrices in place); a model that fails keeps the per-call check,
+ * which then reports the bad matrix at the first MoE call, as before. Not with EP, whose
+ * ranks check their own experts per call. */
+static int moe_experts_ok(const dsv4_engine *e, int n_blocks) {
+    dsv4_err ignored = {0};
+    if (e->ep) return 0;
+    for (int l = 0; l < n_blocks; l++)
+        if (dsv4_moe_check_shared(e->cfg, &e->blocks[l], &ignored) ||
+            dsv4_moe_check_experts(e->cfg, &e->blocks[l], 0, e->cfg->n_routed_experts, &ignored))
+            return 0;
+    return 1;
+}
+
 static int prepare_wo_a(dsv4_engine *e, dsv4_block_w *b, dsv4_err *err) {
     const dsv4_config *c = e->cfg;
     dsv4_mat view;
@@ -179,6 +193,7 @@ static int engine_create_body(const dsv4_model *m, const dsv4_engine_opts *opts,
     e->num = dsv4_numerics_exact();
     if (!rc) rc = dsv4_engine_prepare_w8a8(e, err);
     if (!rc) rc = dsv4_engine_prepare_fidelity(e, err);
+    if (!rc) e->moe_checked = moe_experts_ok(e, n_blocks);
     if (!rc) rc = dsv4_arena_init(&e->scratch, dsv4_engine_scratch_bytes(e), err);
     if (!rc && grouped && !(e->call_hash = dsv4_sha256_new(err))) rc = DSV4_ERR_NOMEM;
     if (grouped) {

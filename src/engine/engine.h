@@ -34,6 +34,11 @@ struct dsv4_engine {
     dsv4_rope rope_main;             /* rope_theta, no YaRN */
     dsv4_rope rope_cmp;              /* compress_rope_theta, YaRN */
     dsv4_block_w *blocks;            /* (n_layers + n_mtp) shallow copies of the model's */
+    int moe_checked;                 /* 1: every block's routed experts passed
+                                      * dsv4_moe_check_experts at create (the blocks do not
+                                      * change after it), so the MoE calls check only the
+                                      * shared matrices (dsv4_moe_forward_checked); 0: every
+                                      * call checks them all, and reports a bad one */
     void **owned;                    /* memory the engine made at create (dequantized matrices,
                                       * INT8 weights, the router table): dsv4_engine_own */
     int n_owned;

@@ -591,11 +591,11 @@ static int moe_pass(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cf
     return DSV4_OK;
 }
 
-int dsv4_moe_forward(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_block_w *b,
-                     const float *x, const int32_t *tokens, int S, float *y, int *sel_out,
-                     dsv4_arena *scratch, dsv4_err *err) {
+int dsv4_moe_forward_checked(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_block_w *b,
+                             const float *x, const int32_t *tokens, int S, float *y, int *sel_out,
+                             dsv4_arena *scratch, dsv4_err *err) {
     if (S < 0) return dsv4_fail(err, DSV4_ERR_ARG, "moe: row count %d < 0", S);
-    int rc = check_weights(cfg, b, err);
+    int rc = dsv4_moe_check_shared(cfg, b, err);
     if (rc) return rc;
     if (S == 0) return DSV4_OK;
     const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
@@ -615,4 +615,11 @@ int dsv4_moe_forward(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *c
     }
     dsv4_arena_release(scratch, mark);
     return rc;
+}
+
+int dsv4_moe_forward(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_block_w *b,
+                     const float *x, const int32_t *tokens, int S, float *y, int *sel_out,
+                     dsv4_arena *scratch, dsv4_err *err) {
+    const int rc = S < 0 ? DSV4_OK : check_weights(cfg, b, err); /* a bad count first, as always */
+    return rc ? rc : dsv4_moe_forward_checked(k, nm, cfg, b, x, tokens, S, y, sel_out, scratch, err);
 }

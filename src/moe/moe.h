@@ -32,6 +32,14 @@ void dsv4_moe_route(const dsv4_config *cfg, const dsv4_block_w *b, const float *
 int dsv4_moe_forward(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_block_w *b,
                      const float *x, const int32_t *tokens, int S, float *y, int *sel_out,
                      dsv4_arena *scratch, dsv4_err *err);
+/* dsv4_moe_forward for a caller that has checked b's routed experts (dsv4_moe_check_experts
+ * over all of them, the engine at create) and not changed them since: only the shared
+ * matrices are checked per call. The check of 3 x 256 expert matrices read their cold
+ * descriptors every call, 1.75 us of serial time a layer in the batch-1 step (BENCHMARKS.md,
+ * session 23 b1p). */
+int dsv4_moe_forward_checked(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_block_w *b,
+                             const float *x, const int32_t *tokens, int S, float *y, int *sel_out,
+                             dsv4_arena *scratch, dsv4_err *err);
 size_t dsv4_moe_scratch_bytes(const dsv4_config *cfg, int S);
 
 /* ---- pieces of the forward, shared with the expert-parallel path (dist/ep.c) ---------

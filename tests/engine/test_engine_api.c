@@ -286,6 +286,31 @@ static void test_head_alignment(void) {
     dsv4_engine_free(e);
 }
 
+/* The routed experts are checked once at create (e->moe_checked) instead of every MoE call;
+ * a model with a bad expert matrix keeps the per-call check, so its first forward still
+ * fails naming the matrix, and a create after the fix checks again. */
+static void test_moe_checked(void) {
+    dsv4_engine_opts eo = {.max_context = 64, .max_seqs = 1};
+    dsv4_engine *e;
+    dsv4_err err = {0};
+    int s;
+    float *h = malloc((size_t)D * sizeof(float));
+    dsv4_mat *w2 = &M->layers[1].w2[3];
+    const int64_t cols = w2->cols;
+    for (int bad = 1; bad >= 0; bad--) {
+        w2->cols = bad ? cols + 1 : cols;
+        CHECK(dsv4_engine_create(M, &eo, &e, &err) == 0);
+        CHECK_MSG(e->moe_checked == !bad, "%s model: moe_checked %d", bad ? "a bad" : "the", e->moe_checked);
+        CHECK(dsv4_seq_create(e, &s, &err) == 0);
+        dsv4_span sp = {.seq = s, .start = 0, .n_tokens = 4, .tokens = toks, .n_hidden = 1};
+        const int rc = dsv4_forward(e, &sp, 1, h, NULL, &err);
+        CHECK_MSG(rc == (bad ? DSV4_ERR_ARG : 0), "%s model: forward %d (%s)", bad ? "a bad" : "the", rc, err.msg);
+        if (bad) CHECK_ERR(err, DSV4_ERR_ARG, "experts.3.w2");
+        dsv4_engine_free(e);
+    }
+    free(h);
+}
+
 int main(void) {
     char buf[1024];
     dsv4_err err = {0};
@@ -302,6 +327,7 @@ int main(void) {
     test_progress();
     test_numa();
     test_head_alignment();
+    test_moe_checked();
     dsv4_model_close(M);
     return test_report();
 }
