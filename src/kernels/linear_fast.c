@@ -272,7 +272,10 @@ int dsv4_linear_path_of(struct dsv4_kctx *k, const dsv4_mat *w, int n_rows) {
     return lin_pick(k, w, n_rows, 1, &kn);
 }
 
-int64_t dsv4_lin_gemv_per(const dsv4_mat *w, int n_rows, int gemv, int64_t target_macs, int64_t whole_elems) {
+/* dsv4_lin_gemv_per with a one-row task's byte cap task_bytes (LIN_GEMV1_TASK_BYTES, or half
+ * of it where the planner evens a job's tasks out over the threads) */
+static int64_t gemv_per(const dsv4_mat *w, int n_rows, int gemv, int64_t target_macs, int64_t whole_elems,
+                        int64_t task_bytes) {
     const int64_t rows = w->rows, n = w->cols;
     if (target_macs == 0) return rows; /* the kernels take any count of outputs from a multiple of 4 */
     /* FP4 GEMV: a whole matrix within the job's share is one task, so that it reads its rows
@@ -283,12 +286,16 @@ int64_t dsv4_lin_gemv_per(const dsv4_mat *w, int n_rows, int gemv, int64_t targe
     int64_t per = target_macs / (n * n_rows);
     per &= ~(int64_t)3;
     int64_t cap = LIN_GEMV_NB;
-    if (gemv && n_rows == 1) { /* far runs of up to LIN_GEMV1_TASK_BYTES / 4 each */
+    if (gemv && n_rows == 1) { /* far runs of up to task_bytes / 4 each */
         const int64_t row_bytes = dsv4_mat_bytes(w) / rows;
-        const int64_t by_bytes = LIN_GEMV1_TASK_BYTES / (row_bytes > 0 ? row_bytes : 1) & ~(int64_t)3;
+        const int64_t by_bytes = task_bytes / (row_bytes > 0 ? row_bytes : 1) & ~(int64_t)3;
         cap = by_bytes > cap ? by_bytes : cap;
     }
     return per < 4 ? 4 : per > cap ? cap : per;
+}
+
+int64_t dsv4_lin_gemv_per(const dsv4_mat *w, int n_rows, int gemv, int64_t target_macs, int64_t whole_elems) {
+    return gemv_per(w, n_rows, gemv, target_macs, whole_elems, LIN_GEMV1_TASK_BYTES);
 }
 
 /* target_macs: the multiply-adds a GEMV task should carry (the job's total over about 8
@@ -297,7 +304,7 @@ int64_t dsv4_lin_gemv_per(const dsv4_mat *w, int n_rows, int gemv, int64_t targe
  * takes rows that are not dense, so a strided op is planned as a GEMM. */
 DSV4_HOT_AT(lin_plan_op, 0x2a0)
 static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs, int64_t whole_elems, int64_t ldx,
-                        int64_t ldy, lin_plan *pl) {
+                        int64_t ldy, int64_t task_bytes, lin_plan *pl) {
     const dsv4_mat *w = op->w;
     const int64_t rows = w->rows, n = w->cols;
     memset(pl, 0, sizeof *pl);
@@ -311,7 +318,7 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
     pl->gemv = path == DSV4_LIN_GEMV;
     /* GEMV and small-M: 4..LIN_GEMV_NB outputs per task (a multiple of 4: the kernels take
      * rows in fours) or the whole matrix; the split never changes a result */
-    pl->per = pl->gemv || pl->smallm ? dsv4_lin_gemv_per(w, op->n_rows, pl->gemv, target_macs, whole_elems) : LIN_NB;
+    pl->per = pl->gemv || pl->smallm ? gemv_per(w, op->n_rows, pl->gemv, target_macs, whole_elems, task_bytes) : LIN_NB;
     pl->call.tab = dsv4_kctx_lin_tables(k);
     pl->call.ldx = ldx;
     pl->call.ldy = ldy;
@@ -366,36 +373,68 @@ _Static_assert(DSV4_LIN_STRIDED_MIN_ROWS > LIN_SMALLM_MAX_ROWS && DSV4_LIN_STRID
 /* Up to this many products are planned on the stack; longer lists go in slices. */
 #define LIN_BATCH_MAX 64
 
+/* Plans ops[0..nb) (nb <= LIN_BATCH_MAX; ldx, ldy 0: each op's dense rows) into plan; returns
+ * the plans made (trivial products are done here and get none), their tasks in *n_tasks and
+ * their multiply-adds in *macs. */
+static int lin_plan_job(dsv4_kctx *k, const dsv4_lin_op *ops, int nb, int64_t ldx, int64_t ldy, lin_plan *plan,
+                        int *n_tasks, int64_t *macs_out) {
+    int64_t macs = 0, elems = 0;
+    for (int i = 0; i < nb; i++)
+        if (ops[i].n_rows > 0) {
+            macs += ops[i].w->rows * ops[i].w->cols * ops[i].n_rows;
+            elems += ops[i].w->rows * ops[i].w->cols;
+        }
+    /* about 8 tasks a thread, so that threads finish together; a job of one-row products
+     * (batch-1 decode) 2: its GEMV reads each task's rows as 4 sequential runs
+     * (linear_avx512.c gemv1_dense), which the hardware prefetchers follow better the
+     * longer they are (256-1024 KB matrices at 2 threads: 0.73-0.90x the time of 8 a
+     * thread, BENCHMARKS.md session 11 "cold"); a late thread's tasks are still stolen
+     * by halves (threads.c) */
+    const int threads = dsv4_kctx_threads(k);
+    int one_row = 1;
+    for (int i = 0; i < nb; i++) one_row &= ops[i].n_rows <= 1;
+    const int64_t target = macs / ((one_row ? 2 : 8) * (int64_t)threads);
+    const int64_t whole = elems / (2 * (int64_t)threads); /* at least 2 such matrices a thread */
+    int n = 0;
+    *n_tasks = 0;
+    for (int i = 0; i < nb; i++) {
+        const int64_t lx = ldx ? ldx : ops[i].w->cols, ly = ldy ? ldy : ops[i].w->rows;
+        if (lin_trivial(k, &ops[i], lx, ly)) continue;
+        lin_plan_op(k, &ops[i], target, whole, lx, ly, LIN_GEMV1_TASK_BYTES, &plan[n]);
+        plan[n].task0 = *n_tasks;
+        *n_tasks += plan[n].n_tasks;
+        n++;
+    }
+    /* A one-row job of fewer than 4 tasks a thread that do not divide evenly over the threads
+     * is planned again with tasks of half the bytes (LIN_GEMV1_TASK_BYTES / 2; with more
+     * tasks the one left over is a small part of the job: the Flash checkpoint's wq_b, 65
+     * tasks, keeps its 512 KB runs): stealing (threads.c) moves whole
+     * tasks, so 5 tasks of 512 KB on 2 threads left one thread idle for a task's time, 11-18
+     * us of batch 1's CSA wq_b + indexer wq_b job; as 10 of 256 KB it took 1.6-6.2 us less
+     * a call in 20 of 20 (two holds), though 2-3 us more in 6 of 6 of a noisier one where
+     * the threads ran at different speeds (BENCHMARKS.md session 22 b1g, session 23 b1p).
+     * The split never changes a result. */
+    if (one_row && threads > 1 && *n_tasks % threads && *n_tasks < 4 * threads) {
+        *n_tasks = 0;
+        for (int j = 0; j < n; j++) {
+            const dsv4_lin_op op = {plan[j].w, plan[j].x, plan[j].n_rows, plan[j].y};
+            lin_plan_op(k, &op, target, whole, plan[j].call.ldx, plan[j].call.ldy, LIN_GEMV1_TASK_BYTES / 2, &plan[j]);
+            plan[j].task0 = *n_tasks;
+            *n_tasks += plan[j].n_tasks;
+        }
+    }
+    *macs_out = macs;
+    return n;
+}
+
 /* ldx, ldy 0: each op's dense rows (dsv4_linear_batch) */
 void dsv4_linear_batch_strided(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, int64_t ldx, int64_t ldy) {
     for (int b0 = 0; b0 < n_ops; b0 += LIN_BATCH_MAX) {
         const int nb = n_ops - b0 < LIN_BATCH_MAX ? n_ops - b0 : LIN_BATCH_MAX;
         lin_plan plan[LIN_BATCH_MAX];
-        int64_t macs = 0, elems = 0;
-        for (int i = b0; i < b0 + nb; i++)
-            if (ops[i].n_rows > 0) {
-                macs += ops[i].w->rows * ops[i].w->cols * ops[i].n_rows;
-                elems += ops[i].w->rows * ops[i].w->cols;
-            }
-        /* about 8 tasks a thread, so that threads finish together; a job of one-row products
-         * (batch-1 decode) 2: its GEMV reads each task's rows as 4 sequential runs
-         * (linear_avx512.c gemv1_dense), which the hardware prefetchers follow better the
-         * longer they are (256-1024 KB matrices at 2 threads: 0.73-0.90x the time of 8 a
-         * thread, BENCHMARKS.md session 11 "cold"); a late thread's tasks are still stolen
-         * by halves (threads.c) */
-        int one_row = 1;
-        for (int i = b0; i < b0 + nb; i++) one_row &= ops[i].n_rows <= 1;
-        const int64_t target = macs / ((one_row ? 2 : 8) * (int64_t)dsv4_kctx_threads(k));
-        const int64_t whole = elems / (2 * (int64_t)dsv4_kctx_threads(k)); /* at least 2 such matrices a thread */
-        int n = 0, n_tasks = 0;
-        for (int i = b0; i < b0 + nb; i++) {
-            const int64_t lx = ldx ? ldx : ops[i].w->cols, ly = ldy ? ldy : ops[i].w->rows;
-            if (lin_trivial(k, &ops[i], lx, ly)) continue;
-            lin_plan_op(k, &ops[i], target, whole, lx, ly, &plan[n]);
-            plan[n].task0 = n_tasks;
-            n_tasks += plan[n].n_tasks;
-            n++;
-        }
+        int n_tasks;
+        int64_t macs;
+        const int n = lin_plan_job(k, ops + b0, nb, ldx, ldy, plan, &n_tasks, &macs);
         if (n == 0) continue;
         lin_job job = {k, plan, n};
         if (macs < LIN_SERIAL_MACS) {
@@ -407,6 +446,14 @@ void dsv4_linear_batch_strided(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, 
     }
 }
 
+int dsv4_lin_job_tasks(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
+    lin_plan plan[LIN_BATCH_MAX];
+    int n_tasks = 0;
+    int64_t macs;
+    if (n_ops > 0 && n_ops <= LIN_BATCH_MAX) lin_plan_job(k, ops, n_ops, 0, 0, plan, &n_tasks, &macs);
+    return n_tasks;
+}
+
 void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) { dsv4_linear_batch_strided(k, ops, n_ops, 0, 0); }
 
 DSV4_HOT_AT(dsv4_linear_here, 0x10)
@@ -416,7 +463,7 @@ void dsv4_linear_here(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
         const int64_t lx = ops[i].w->cols, ly = ops[i].w->rows; /* dense rows */
         if (lin_trivial(k, &ops[i], lx, ly)) continue;
         lin_plan plan;
-        lin_plan_op(k, &ops[i], 0, 0, lx, ly, &plan);
+        lin_plan_op(k, &ops[i], 0, 0, lx, ly, LIN_GEMV1_TASK_BYTES, &plan);
         lin_job job = {k, &plan, 1};
         for (int t = 0; t < plan.n_tasks; t++) lin_task(&job, t, tid);
     }

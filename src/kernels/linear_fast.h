@@ -204,6 +204,10 @@ int dsv4_linear_path_of(struct dsv4_kctx *k, const dsv4_mat *w, int n_rows);
  * is more), except that an FP4 GEMV of at most whole_elems weights is one task (the
  * planner's rule, exposed for its tests) */
 int64_t dsv4_lin_gemv_per(const dsv4_mat *w, int n_rows, int gemv, int64_t target_macs, int64_t whole_elems);
+/* The tasks dsv4_linear_batch plans for ops[0..n_ops) (at most 64 products, dense rows) on k;
+ * trivial products are done as it would (for the planner's tests) */
+struct dsv4_lin_op;
+int dsv4_lin_job_tasks(struct dsv4_kctx *k, const struct dsv4_lin_op *ops, int n_ops);
 float *dsv4_kctx_lin_scratch(struct dsv4_kctx *k, int tid);
 const dsv4_lin_tables *dsv4_kctx_lin_tables(const struct dsv4_kctx *k);
 

@@ -888,6 +888,41 @@ static void check_gemv_split(void) {
     CHECK(dsv4_lin_gemv_per(&wqb, 2, 1, big, 0) == LIN_GEMV_NB && dsv4_lin_gemv_per(&wqb, 1, 0, big, 0) == LIN_GEMV_NB);
 }
 
+/* A one-row job of fewer than 4 tasks a thread of LIN_GEMV1_TASK_BYTES that do not divide
+ * evenly over the threads is planned with tasks of half the bytes (batch 1's CSA wq_b 8192 x
+ * 256 and indexer wq_b 2048 x 256, FP8: 4 + 1 tasks of 512 KB, 10 of 256 KB); an even job, a
+ * job of 4 or more tasks a thread, a job on one thread and a job of 2-row products keep
+ * their tasks; every output is the bits of the one-task product. */
+static void check_one_row_halves(void) {
+    tmat wq = make_mat(DSV4_WF_FP8, SC_E8M0, 8192, 256), wi = make_mat(DSV4_WF_FP8, SC_E8M0, 2048, 256);
+    float *x = rand_vec(2 * 256), *y = malloc(sizeof(float) * 2 * 10240), *r = malloc(sizeof(float) * 2 * 10240);
+    if (dsv4_linear_path_of(kc[2], &wq.m, 1) != DSV4_LIN_GEMV) {
+        printf("SKIPPED: one-row task halves (no one-row GEMV at this level)\n");
+    } else {
+        const dsv4_lin_op odd[2] = {{&wq.m, x, 1, y}, {&wi.m, x, 1, y + 8192}};
+        const dsv4_lin_op two[2] = {{&wq.m, x, 2, y}, {&wi.m, x, 2, y + 2 * 8192}};
+        CHECK_MSG(dsv4_lin_job_tasks(kc[2], odd, 2) == 10, "2 threads, 4 + 1 tasks of 512 KB: %d tasks, not 10",
+                  dsv4_lin_job_tasks(kc[2], odd, 2));
+        CHECK(dsv4_lin_job_tasks(kc[1], odd, 2) == 5);
+        CHECK_MSG(dsv4_lin_job_tasks(kc[2], odd, 1) == 4, "an even job: %d tasks, not 4", dsv4_lin_job_tasks(kc[2], odd, 1));
+        CHECK(dsv4_lin_job_tasks(kc[2], two, 2) == 40); /* 256 rows a task at 2 rows */
+        const dsv4_lin_op many[3] = {{&wq.m, x, 1, y}, {&wq.m, x, 1, y}, {&wi.m, x, 1, y}}; /* 4 + 4 + 1 */
+        CHECK_MSG(dsv4_lin_job_tasks(kc[2], many, 3) == 9, "2 threads, 9 tasks of 512 KB: %d tasks, not 9",
+                  dsv4_lin_job_tasks(kc[2], many, 3));
+        for (int th = 1; th <= 3; th++) {
+            for (int i = 0; i < 10240; i++) y[i] = r[i] = NAN;
+            dsv4_linear_batch(kc[th], odd, 2);
+            const dsv4_lin_op ref[2] = {{&wq.m, x, 1, r}, {&wi.m, x, 1, r + 8192}};
+            dsv4_linear_here(kc[1], ref, 2);
+            int64_t bad = 0;
+            for (int i = 0; i < 10240; i++) bad += memcmp(&y[i], &r[i], sizeof(float)) != 0;
+            CHECK_MSG(bad == 0, "%d threads: %lld one-row outputs differ from the one-task product", th, (long long)bad);
+        }
+    }
+    free(x), free(y), free(r);
+    free_mat(&wq), free_mat(&wi);
+}
+
 /* A job of FP4 products as a decode step's expert phase hands them over (dsv4_linear_batch:
  * many matrices of 1..4 activation rows, most within the whole-matrix share, one larger
  * one cut into tasks): every output must be the bits of the GEMM path (forced) on 1, 2
@@ -1062,6 +1097,7 @@ int main(void) {
     }
     check_edges();
     check_gemv_split();
+    check_one_row_halves();
     if (best >= DSV4_SIMD_AVX512VBMI) {
         check_vbmi_matches_avx512(DSV4_WF_FP8);
         check_vbmi_matches_avx512(DSV4_WF_FP4);
