@@ -948,10 +948,118 @@ static VBMI int smallm_fp8_bits(const dsv4_lin_call *c, const dsv4_mat *w, const
     return 1;
 }
 
+/* ---- small-M, BF16 and F32 weights: decoded in registers, no panel ------------------------
+ * A BF16 weight is its F32 value by a zero-extend and a 16-bit shift (F32: a load), so the
+ * panel path's decode pass (a store and a reload per chunk beside the FMAs) buys nothing:
+ * here each register block decodes SMD_R weight rows right before the SMD_R x SMB_NX FMAs
+ * that use them (24 accumulators, one x load and SMD_R decodes per SMD_R * SMB_NX FMAs, as
+ * the FP8 bit decode's blocks above), in passes of up to SMB_NX activation rows over the
+ * task's rows (each pass decodes the weights again: the second finds them in L2). The first
+ * pass prefetches the task's weights GEMV_PF_DENSE bytes ahead, as the GEMV does. Chunks of 16
+ * in ascending order, the last one's x and weights zero-padded, sm_sum4's (hsum16's) tree: the
+ * bits of every other path. */
+#define SMD_R 3 /* weight rows a register block */
+
+/* R weight rows from wp (rb bytes apart) against NX rows of x (n floats apart): y (NX, rows)
+ * at the block's first output; pf: prefetch the task's stream (dist bytes ahead) */
+AINLINE VBMI void smd_dense_rows(int fmt, int R, int NX, const char *wp, int64_t rb, int64_t n, const float *x,
+                                 float *y, int64_t rows, int64_t pf) {
+    const int esz = fmt == DSV4_WF_F32 ? 4 : 2;
+    __m512 a[SMD_R][SMB_NX];
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
+    const int64_t nf = n & ~(int64_t)15;
+    for (int64_t i = 0; i < nf; i += 16) {
+        /* the rows are adjacent: R * i * esz bytes of the block consumed, the GEMV's pf_step */
+        if (pf > 0)
+            for (int64_t b = 0; b < R * 16 * esz; b += 64) GEMV_PF_TOUCH(wp + pf + R * i * esz + b);
+        __m512 wv[SMD_R];
+        for (int r = 0; r < R; r++) {
+            wv[r] = dec_dense(fmt, wp + r * rb, i, 16);
+            __asm__("" : "+v"(wv[r])); /* decoded once, used NX times */
+        }
+        for (int s = 0; s < NX; s++) {
+            __m512 xv = _mm512_loadu_ps(x + s * n + i);
+            if (R > 1) __asm__("" : "+v"(xv)); /* one load per x vector */
+            for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, wv[r], a[r][s]);
+        }
+    }
+    if (nf < n) { /* the zero-padded last chunk */
+        const int m = (int)(n - nf);
+        __m512 wv[SMD_R];
+        for (int r = 0; r < R; r++) wv[r] = dec_dense(fmt, wp + r * rb, nf, m);
+        for (int s = 0; s < NX; s++) {
+            const __m512 xv = _mm512_maskz_loadu_ps(mask16(m), x + s * n + nf);
+            for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, wv[r], a[r][s]);
+        }
+    }
+    /* the R * NX sums four at a time (output k = s * R + r), as smb_rows */
+    float t[SMD_R * SMB_NX + 3];
+    for (int g = 0; g < R * NX; g += 4) {
+        __m512 v[4];
+        for (int q = 0; q < 4; q++) {
+            const int k = g + q < R * NX ? g + q : R * NX - 1;
+            v[q] = a[k % R][k / R];
+        }
+        _mm_storeu_ps(t + g, sm_sum4(v[0], v[1], v[2], v[3]));
+    }
+    for (int s = 0; s < NX; s++)
+        for (int r = 0; r < R; r++) y[(int64_t)s * rows + r] = t[s * R + r];
+}
+
+/* outputs [o0, o1), NX rows of x: blocks of SMD_R weight rows; the last 1-2 rows by the GEMV
+ * (the same lanes, chunks and tree; a third of the code of their own blocks) */
+AINLINE VBMI void smd_dense_nx(int fmt, int NX, const dsv4_lin_call *c, const dsv4_mat *w, const float *x, float *y,
+                               int64_t o0, int64_t o1, int first) {
+    const int64_t n = w->cols, rows = w->rows, rb = n * (fmt == DSV4_WF_F32 ? 4 : 2);
+    const char *wb = (const char *)w->w;
+    int64_t pf = 0;
+    if (first) pf = pf_start(wb + o0 * rb, wb + o1 * rb, GEMV_PF_DENSE).dist;
+    int64_t o = o0;
+    for (; o + SMD_R <= o1; o += SMD_R) smd_dense_rows(fmt, SMD_R, NX, wb + o * rb, rb, n, x, y + o, rows, pf);
+    if (o < o1) dsv4_lin_avx512_gemv(c, w, x, NX, y, o, o1);
+}
+
+#define SMD_CASE(F, NX) \
+    case NX: smd_dense_nx(F, NX, c, w, xr, yr, o0, o1, k == 0); break;
+#define SMD_FN(NAME, F)                                                                                     \
+    static VBMI void NAME(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,   \
+                          int64_t o0, int64_t o1) {                                                         \
+        const int64_t n = w->cols, rows = w->rows;                                                          \
+        const int passes = (n_rows + SMB_NX - 1) / SMB_NX;                                                  \
+        for (int k = 0, s0 = 0; k < passes; k++) {                                                          \
+            const int nx = (n_rows - s0 + (passes - k) - 1) / (passes - k);                                 \
+            const float *xr = x + (int64_t)s0 * n;                                                          \
+            float *yr = y + (int64_t)s0 * rows;                                                             \
+            switch (nx) {                                                                                   \
+                SMD_CASE(F, 1) SMD_CASE(F, 2) SMD_CASE(F, 3) SMD_CASE(F, 4) SMD_CASE(F, 5) SMD_CASE(F, 6)   \
+                SMD_CASE(F, 7) default : smd_dense_nx(F, SMB_NX, c, w, xr, yr, o0, o1, k == 0);             \
+                break;                                                                                      \
+            }                                                                                               \
+            s0 += nx;                                                                                       \
+        }                                                                                                   \
+    }
+/* all n_rows rows in passes of up to SMB_NX (as even as they go: 13 = 7 + 6), one function a
+ * format (its own frame and layout) */
+DSV4_HOT_AT(smallm_bf16, 0x0)
+SMD_FN(smallm_bf16, DSV4_WF_BF16)
+SMD_FN(smallm_f32, DSV4_WF_F32)
+
+/* noinline: it keeps its own section and offset (util/hot.h) */
 DSV4_HOT_AT(smallm_avx512vbmi, 0x940)
-static VBMI void smallm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
-                                   int64_t o0, int64_t o1, float *scratch) {
+static VBMI __attribute__((noinline)) void smallm_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x,
+                                                             int n_rows, float *y, int64_t o0, int64_t o1,
+                                                             float *scratch) {
     if (!smallm_fp8_bits(c, w, x, n_rows, y, o0, o1, scratch)) smallm_panels(c, w, x, n_rows, y, o0, o1, scratch);
+}
+
+/* the level's small-M: BF16 and F32 in registers, the rest above */
+DSV4_HOT_AT(smallm_vbmi, 0x0)
+static VBMI void smallm_vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
+                             int64_t o0, int64_t o1, float *scratch) {
+    if (w->fmt == DSV4_WF_BF16) smallm_bf16(c, w, x, n_rows, y, o0, o1);
+    else if (w->fmt == DSV4_WF_F32) smallm_f32(c, w, x, n_rows, y, o0, o1);
+    else smallm_avx512vbmi(c, w, x, n_rows, y, o0, o1, scratch);
 }
 
 DSV4_HOT_AT(smallm_panels, 0xf40)
@@ -1006,15 +1114,19 @@ static VBMI void smallm_panels(const dsv4_lin_call *c, const dsv4_mat *w, const 
  * load then feeds a single FMA. */
 static const dsv4_lin_kernels avx512vbmi_kernels = {
     GEMV_NX_MAX, 16, 16, gemv_avx512vbmi, dsv4_lin_avx512vbmi_gemm, fp8v_prescale,
-    /* small-M from 8 rows for FP8 (FP4 5: SMF_MIN_ROWS), 17 for the dense formats, up to 32 (the GEMM
+    /* small-M from 8 rows for FP8 (FP4 5: SMF_MIN_ROWS), 17 for F16, up to 32 (the GEMM
      * before): against two 8-row GEMV passes on the decode shapes at 16 rows it ran FP8
-     * 1.0-2.1x, FP4 1.05-1.8x, BF16 0.71-1.35x (the head 0.71); at 8 rows FP8 0.94-1.6x,
-     * FP4 1.0-2.2x but the 8192-row head 0.70x, BF16 0.54-0.95x; at 32 rows, against the
-     * tile GEMM, 1.16-2.6x for all three (bench_linear --decode --rows 4,8,16,32,
-     * BENCHMARKS.md); up to 64 rows where x is at most LIN_SMALLM_BIG_X_FLOATS
-     * (linear_fast.h) */
-    {[DSV4_WF_F32] = 17, [DSV4_WF_F16] = 17, [DSV4_WF_BF16] = 17, [DSV4_WF_FP8] = 8, [DSV4_WF_FP4] = SMF_MIN_ROWS},
-    smallm_avx512vbmi};
+     * 1.0-2.1x, FP4 1.05-1.8x, the panel path for BF16 0.71-1.35x (the head 0.71); at 8 rows
+     * FP8 0.94-1.6x, FP4 1.0-2.2x but the 8192-row head 0.70x; at 32 rows, against the tile
+     * GEMM, 1.16-2.6x for all three (bench_linear --decode --rows 4,8,16,32, BENCHMARKS.md);
+     * up to 64 rows where x is at most LIN_SMALLM_BIG_X_FLOATS (linear_fast.h). BF16 and F32
+     * decode in registers (smallm_bf16 / smallm_f32): in process, 2 threads, cold, against
+     * the GEMV, BF16 at 16 rows 0.82-0.93x the time (256..8192 x 1024 and x 4096), at 8 rows
+     * 0.84-0.98x, at 4 rows 0.92-0.97x at 1024 columns but 1.07-1.13x at 4096: from 8; F32
+     * 0.77-0.93x from 2 rows; at 17-32 rows 0.39-0.71x the tile GEMM's (BENCHMARKS.md,
+     * "Session 23, bf16m") */
+    {[DSV4_WF_F32] = 2, [DSV4_WF_F16] = 17, [DSV4_WF_BF16] = 8, [DSV4_WF_FP8] = 8, [DSV4_WF_FP4] = SMF_MIN_ROWS},
+    smallm_vbmi};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512vbmi(void) { return &avx512vbmi_kernels; }
 

@@ -665,6 +665,53 @@ static void check_fp4_smallm_rows(void) {
     free_mat(&t);
 }
 
+/* Small-M's BF16 and F32 rows decoded in registers (avx512vbmi: blocks of 3 weight rows, the
+ * last 1-2 apart, passes of up to 8 activation rows as even as they go, a masked last chunk)
+ * at the row counts it takes and the edges of its passes, forced on 1..3 threads, against
+ * the GEMM forced on one: every output's bits; and the rows where the picker takes it (BF16
+ * from 8, F32 from 2; below, the GEMV). */
+static void check_smallm_dense_bits(void) {
+    static const int64_t shapes[][2] = {{300, 1024}, {131, 133}, {7, 1}, {8, 37}, {65, 4096}, {10, 16}, {4, 2085}};
+    static const int nrs[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 24, 25, 32, 33, 48, 64};
+    const dsv4_wfmt fmts[2] = {DSV4_WF_BF16, DSV4_WF_F32};
+    int64_t bad = 0, total = 0;
+    for (int fi = 0; fi < 2; fi++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            tmat t = make_mat(fmts[fi], SC_E8M0, rows, cols);
+            for (size_t ni = 0; ni < sizeof nrs / sizeof nrs[0]; ni++) {
+                const int nr = nrs[ni];
+                if (sanitized && nr > 17) continue;
+                float *x = rand_vec((int64_t)nr * cols);
+                float *yg = malloc(sizeof(float) * nr * rows), *ys = malloc(sizeof(float) * nr * rows);
+                dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512VBMI);
+                linear_forced(kc[1], DSV4_LIN_GEMM, &t.m, x, nr, yg);
+                for (int th = 1; th <= 3; th++) {
+                    dsv4_kctx_set_simd(kc[th], DSV4_SIMD_AVX512VBMI);
+                    const int64_t b = forced_differs(kc[th], DSV4_LIN_SMALLM, &t.m, x, nr, yg, ys);
+                    CHECK_MSG(b == 0, "%s small-M in registers %lldx%lld n_rows %d, %d threads: %lld outputs differ",
+                              fmt_name(fmts[fi], SC_E8M0), (long long)rows, (long long)cols, nr, th, (long long)b);
+                    bad += b;
+                    total += (int64_t)nr * rows;
+                }
+                free(x), free(yg), free(ys);
+            }
+            free_mat(&t);
+        }
+    printf("bf16 / f32 small-M in registers: %lld outputs, %lld differ in any bit\n", (long long)total, (long long)bad);
+    dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512VBMI);
+    dsv4_kctx_set_lin_path(kc[1], DSV4_LIN_AUTO);
+    for (int fi = 0; fi < 2; fi++) {
+        tmat t = make_mat(fmts[fi], SC_E8M0, 512, 1024);
+        const int from = fmts[fi] == DSV4_WF_BF16 ? 8 : 2;
+        for (int nr = 1; nr <= 32; nr++) {
+            const int want = nr < from ? DSV4_LIN_GEMV : DSV4_LIN_SMALLM, got = dsv4_linear_path_of(kc[1], &t.m, nr);
+            CHECK_MSG(got == want, "%s 512x1024 at %d rows: path %d, want %d", fmt_name(fmts[fi], SC_E8M0), nr, got, want);
+        }
+        free_mat(&t);
+    }
+}
+
 /* dsv4_linear_here (one product on the calling thread, one kernel call) gives dsv4_linear's
  * bits, on whole matrices and on row views; an FP8 view is made where it starts a scale
  * band or lies inside one, and refused where it would straddle one. */
@@ -1050,7 +1097,7 @@ int main(void) {
                     }
             /* the other few-row widths: the GEMV's passes (AVX2: 4 rows a pass, up to 8;
              * AVX-512: 8 rows a pass, up to 16), the small-M kernel (avx512vbmi: from 8 rows
-             * for FP8/FP4, 17 for the rest, up to LIN_SMALLM_MAX_ROWS), the edges between
+             * for FP8 and BF16, 5 for FP4, 2 for F32, 17 for F16, up to LIN_SMALLM_MAX_ROWS), the edges between
              * them and the first GEMM width past every level's GEMV and small-M */
             const int64_t few_rows[2] = {7, 129}, few_cols[3] = {96, 133, 1056};
             const int few_nr[10] = {2, 4, 5, 8, 9, 12, LIN_GEMV_MAX_ROWS, LIN_GEMV_MAX_ROWS + 1, 23, LIN_SMALLM_MAX_ROWS};
@@ -1104,6 +1151,7 @@ int main(void) {
         check_fp8_one_row_bands();
         check_fp8_one_row_bits();
         check_smallm_fp8_bits();
+        check_smallm_dense_bits();
         check_fp4_smallm_rows();
     } else {
         printf("SKIPPED: avx512vbmi vs avx512 (this CPU or build lacks VBMI)\n");
