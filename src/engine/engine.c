@@ -30,9 +30,6 @@ int dsv4_engine_own(dsv4_engine *e, void *p) {
     return 0;
 }
 
-/* wo_a runs per output group on row blocks of o_lora rows; an FP8 matrix can only be
- * sliced at multiples of its 128-row scale blocks, so otherwise the engine keeps an exact
- * F32 copy (only small test models hit this: Flash has o_lora = 1024). */
 /* 1 when every block's routed experts pass dsv4_moe_check_experts (after the weight
  * preparation: W8A8 replaces matrices in place); a model that fails keeps the per-call check,
  * which then reports the bad matrix at the first MoE call, as before. Not with EP, whose
@@ -47,6 +44,9 @@ static int moe_experts_ok(const dsv4_engine *e, int n_blocks) {
     return 1;
 }
 
+/* wo_a runs per output group on row blocks of o_lora rows; an FP8 matrix can only be
+ * sliced at multiples of its 128-row scale blocks, so otherwise the engine keeps an exact
+ * F32 copy (only small test models hit this: Flash has o_lora = 1024). */
 static int prepare_wo_a(dsv4_engine *e, dsv4_block_w *b, dsv4_err *err) {
     const dsv4_config *c = e->cfg;
     dsv4_mat view;
