@@ -837,6 +837,23 @@ static VBMI int smb_no_nan(const uint8_t *p, int64_t len) {
     return !fp8_nan_seen(fp8_nan_scan(_mm512_max_epu8(a0, a1), p + i, (int)(len - i)));
 }
 
+/* A register block's R x NX accumulators (a[r][s]: weight row r, activation row s) summed
+ * four at a time by sm_sum4's tree (output k = s * R + r; the last group padded with copies),
+ * then into y (NX, rows) at the block's first output */
+AINLINE VBMI void smb_store_sums(int R, int NX, __m512 a[][SMB_NX], float *y, int64_t rows) {
+    float t[SMB_R * SMB_NX + 3];
+    for (int g = 0; g < R * NX; g += 4) {
+        __m512 v[4];
+        for (int q = 0; q < 4; q++) {
+            const int k = g + q < R * NX ? g + q : R * NX - 1;
+            v[q] = a[k % R][k / R];
+        }
+        _mm_storeu_ps(t + g, sm_sum4(v[0], v[1], v[2], v[3]));
+    }
+    for (int s = 0; s < NX; s++)
+        for (int r = 0; r < R; r++) y[(int64_t)s * rows + r] = t[s * R + r];
+}
+
 /* R weight rows from wp (n bytes apart, one band) against NX rows of xs (n apart): y (NX,
  * rows) at the block's first output */
 AINLINE VBMI void smb_rows(int R, int NX, const uint8_t *wp, int64_t n, const float *xs, float *y, int64_t rows) {
@@ -858,19 +875,7 @@ AINLINE VBMI void smb_rows(int R, int NX, const uint8_t *wp, int64_t n, const fl
             for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, wv[r], a[r][s]);
         }
     }
-    /* the R * NX sums four at a time (output k = s * R + r; the last group padded with
-     * copies), then into y */
-    float t[SMB_R * SMB_NX + 3];
-    for (int g = 0; g < R * NX; g += 4) {
-        __m512 v[4];
-        for (int q = 0; q < 4; q++) {
-            const int k = g + q < R * NX ? g + q : R * NX - 1;
-            v[q] = a[k % R][k / R];
-        }
-        _mm_storeu_ps(t + g, sm_sum4(v[0], v[1], v[2], v[3]));
-    }
-    for (int s = 0; s < NX; s++)
-        for (int r = 0; r < R; r++) y[(int64_t)s * rows + r] = t[s * R + r];
+    smb_store_sums(R, NX, a, y, rows);
 }
 
 /* What the first pass over a band prefetches where a band's weights are at most SMB_PF_BYTES
@@ -958,7 +963,7 @@ static VBMI int smallm_fp8_bits(const dsv4_lin_call *c, const dsv4_mat *w, const
  * pass prefetches the task's weights GEMV_PF_DENSE bytes ahead, as the GEMV does. Chunks of 16
  * in ascending order, the last one's x and weights zero-padded, sm_sum4's (hsum16's) tree: the
  * bits of every other path. */
-#define SMD_R 3 /* weight rows a register block */
+#define SMD_R SMB_R /* weight rows a register block (smb_store_sums takes SMB_R) */
 
 /* R weight rows from wp (rb bytes apart) against NX rows of x (n floats apart): y (NX, rows)
  * at the block's first output; pf: prefetch the task's stream (dist bytes ahead) */
@@ -993,18 +998,7 @@ AINLINE VBMI void smd_dense_rows(int fmt, int R, int NX, const char *wp, int64_t
             for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, wv[r], a[r][s]);
         }
     }
-    /* the R * NX sums four at a time (output k = s * R + r), as smb_rows */
-    float t[SMD_R * SMB_NX + 3];
-    for (int g = 0; g < R * NX; g += 4) {
-        __m512 v[4];
-        for (int q = 0; q < 4; q++) {
-            const int k = g + q < R * NX ? g + q : R * NX - 1;
-            v[q] = a[k % R][k / R];
-        }
-        _mm_storeu_ps(t + g, sm_sum4(v[0], v[1], v[2], v[3]));
-    }
-    for (int s = 0; s < NX; s++)
-        for (int r = 0; r < R; r++) y[(int64_t)s * rows + r] = t[s * R + r];
+    smb_store_sums(R, NX, a, y, rows);
 }
 
 /* outputs [o0, o1), NX rows of x: blocks of SMD_R weight rows; the last 1-2 rows by the GEMV
