@@ -69,18 +69,12 @@ static int prepare_wo_a(dsv4_engine *e, dsv4_block_w *b, dsv4_err *err) {
 }
 
 /* The score-routed router's bounds on a fixed grid of logits, one table for every block
- * (moe/route_bound.c: 2049 libm scores once, 32 KB; each row's own 33 grid scores and a
- * division per expert otherwise, ~1.5x the routing's time). */
-static int prepare_route_tab(dsv4_engine *e, int n_blocks, dsv4_err *err) {
-    if (e->cfg->scoring_func == DSV4_SCORE_SOFTMAX) return DSV4_OK;
-    double *tab = malloc(2 * DSV4_MOE_TAB_N * sizeof(double)); /* (DSV4_MOE_TAB_N, 2) */
-    if (!tab || dsv4_engine_own(e, tab)) {
-        free(tab);
-        return dsv4_fail(err, DSV4_ERR_NOMEM, "router table: out of memory");
-    }
-    dsv4_moe_bound_table(e->cfg, tab);
-    for (int l = 0; l < n_blocks; l++) e->blocks[l].route_tab = tab;
-    return DSV4_OK;
+ * (moe/route_bound.c: 2049 libm scores once, in the engine; each row's own 33 grid scores and
+ * a division per expert otherwise, ~1.5x the routing's time). */
+static void prepare_route_tab(dsv4_engine *e, int n_blocks) {
+    if (e->cfg->scoring_func == DSV4_SCORE_SOFTMAX) return;
+    dsv4_moe_bound_table(e->cfg, e->route_tab);
+    for (int l = 0; l < n_blocks; l++) e->blocks[l].route_tab = e->route_tab;
 }
 
 /* The process group (serving.md §c, §d): with opts.parallel over more than one rank, rank
@@ -187,7 +181,7 @@ static int engine_create_body(const dsv4_model *m, const dsv4_engine_opts *opts,
         e->blocks[l] = l < c->num_hidden_layers ? m->layers[l] : m->mtp[l - c->num_hidden_layers];
         rc = prepare_wo_a(e, &e->blocks[l], err);
     }
-    if (!rc) rc = prepare_route_tab(e, n_blocks, err);
+    if (!rc) prepare_route_tab(e, n_blocks);
     /* the numeric path: exact unless an option asks for P2 or P3 (each prepares the
      * weights its way) */
     e->num = dsv4_numerics_exact();

@@ -10,6 +10,7 @@
 #include "kernels/kctx.h"
 #include "model/model.h"
 #include "model/numerics.h"
+#include "moe/moe.h"
 #include "util/arena.h"
 
 typedef struct dsv4_seq_state {
@@ -40,7 +41,7 @@ struct dsv4_engine {
                                       * shared matrices (dsv4_moe_forward_checked); 0: every
                                       * call checks them all, and reports a bad one */
     void **owned;                    /* memory the engine made at create (dequantized matrices,
-                                      * INT8 weights, the router table): dsv4_engine_own */
+                                      * INT8 weights): dsv4_engine_own */
     int n_owned;
     dsv4_seq_state *seqs;            /* (max_seqs) indexed by cache slot */
     dsv4_arena scratch;              /* every buffer of a forward, MTP or head call, sized at
@@ -69,6 +70,9 @@ struct dsv4_engine {
                                       * here (engine/forward_cp.h; benchmarks), else NULL */
     dsv4_attn_stats *attn_stats;     /* optional, caller-owned: what the single-process
                                       * attention sub-blocks computed (tests), else NULL */
+    double route_tab[2 * DSV4_MOE_TAB_N]; /* the router's bounds on a fixed grid
+                                           * (dsv4_moe_bound_table), shared by every block; last,
+                                           * so that its 32 KB leave the other fields' offsets short */
 };
 
 /* Scratch bytes of the calls' own buffers for R rows in n_spans spans (forward.c, mtp.c)
