@@ -1,7 +1,8 @@
 /* linear_avx512.h — the AVX-512 (F/BW/VL/DQ) kernels' shared decoders (private to them).
  *
  * The kernels: linear_avx512.c (the GEMV, level avx512), linear_avx512_vbmi.c (level
- * avx512vbmi: the FP8 table GEMVs and the small-M kernel) and linear_avx512_gemm.c (the
+ * avx512vbmi: the FP8 table GEMVs), linear_avx512_vbmi_smallm.c (its small-M kernels) and
+ * linear_avx512_gemm.c (the
  * GEMM tiles of both levels). The decoders live here so that every path decodes a weight
  * to the same exact value by the same code.
  *
@@ -216,6 +217,16 @@ void dsv4_lin_avx512_gemm(const dsv4_lin_call *c, const dsv4_mat *w, const float
                           float *scratch);
 void dsv4_lin_avx512vbmi_gemm(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
                               int64_t o0, float *scratch);
+/* level avx512vbmi's small-M (linear_avx512_vbmi_smallm.c): outputs [o0, o1) of n_rows rows
+ * of x, scratch the thread's LIN_SCRATCH_FLOATS */
+VBMI void dsv4_lin_avx512vbmi_smallm(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
+                                     int64_t o0, int64_t o1, float *scratch);
+/* FP4 takes small-M from 5 rows: its fused path (linear_avx512_vbmi_smallm.c) against the FP4
+ * GEMV on a prefill's streamed experts (bench_linear --experts --threads 2, fraction of the FMA probe,
+ * w13 / w2) at 5 rows 0.706 / 0.690 against 0.567 / 0.530, 6 rows 0.679 / 0.680 against
+ * 0.536 / 0.512, 7 rows 0.624 / 0.656 against 0.538 / 0.528; at 4 rows the GEMV 0.734 /
+ * 0.695 against 0.678 / 0.657. */
+#define SMF_MIN_ROWS 5
 
 #endif
 #endif
