@@ -115,7 +115,7 @@ static inline __attribute__((always_inline)) int64_t pf_fp4_runs(const uint8_t *
 /* The bytes [lo, hi) prefetched in nblk slices, slice k (0 <= k < nblk) while the caller works
  * on its k-th block: slice k covers the 64-byte lines from lo + k * ceil(len / nblk) rounded up
  * to a line (each line of [lo, hi) once over the nblk slices, none past hi's line).
- * Small-M's FP8 bit decode (linear_avx512_vbmi.c) spreads the 128 rows past a scale band of
+ * Small-M's FP8 bit decode (linear_avx512_vbmi_smallm.c) spreads the 128 rows past a scale band of
  * at most 32 KB over the band's first pass this way. */
 static inline __attribute__((always_inline)) void pf_slice(const char *lo, const char *hi, int64_t k, int64_t nblk) {
     const int64_t step = ((hi - lo) / nblk + 64) & ~(int64_t)63;

@@ -80,7 +80,7 @@
 _Static_assert(LIN_SCRATCH_ACC_ROWS >= LIN_MB, "the accumulator block must fit the scratch");
 #define LIN_SCRATCH_ACC ((int64_t)LIN_SCRATCH_ACC_ROWS * LIN_NB * LIN_LANES_MAX)
 /* what the small-M kernels' panel path may use of a thread's scratch (its panel and lanes);
- * level avx512vbmi's FP8 bit decode (linear_avx512_vbmi.c) prescales x into all of it
+ * level avx512vbmi's FP8 bit decode (linear_avx512_vbmi_smallm.c) prescales x into all of it
  * (LIN_SCRATCH_GEMM_FLOATS), between its uses of the panel path */
 #define LIN_SCRATCH_FLOATS (LIN_SCRATCH_WTILE + LIN_SCRATCH_ACC)
 /* a thread's scratch: the GEMM's lanes then its panel of LIN_PANEL_TILES tiles */

@@ -3,7 +3,7 @@
  * Every result is defined under the default MXCSR: round to nearest, subnormals neither
  * flushed to zero (FTZ) nor read as zero (DAZ). Some kernels rely on subnormals on purpose
  * (the prescaled FP8 decodes make e4m3's subnormal codes F32 subnormals: linear_avx2.c,
- * linear_avx512_vbmi.c), and a caller built with -ffast-math runs with FTZ | DAZ set,
+ * linear_avx512_vbmi*.c), and a caller built with -ffast-math runs with FTZ | DAZ set,
  * which would silently change those products; round-toward-zero would change every sum.
  * So the public compute entry points (dsv4_engine_create, which also starts the pool's
  * workers: they inherit its MXCSR, dsv4_forward, dsv4_mtp_forward_out and the heads) run
