@@ -465,19 +465,14 @@ AINLINE VBMI void smb_store_sums(int R, int NX, __m512 a[][SMB_NX], float *y, in
         for (int r = 0; r < R; r++) y[(int64_t)s * rows + r] = t[s * R + r];
 }
 
-/* R weight rows from wp (n bytes apart, one band) against NX rows of xs (n apart) over the
- * columns [i0, i1): the accumulators start at zero (i0 == 0) or from acc (the same block's
- * earlier columns), and go back to acc (i1 < n) or are summed into y (NX, rows) at the
- * block's first output. acc: R * NX vectors; the lanes' sums of the same chunks in the same
- * order either way (F32 stores and loads are exact), so the split does not change a bit. */
-AINLINE VBMI void smb_rows_cols(int R, int NX, const uint8_t *wp, int64_t n, const float *xs, float *y, int64_t rows,
-                                int64_t i0, int64_t i1, float *acc) {
+/* R weight rows from wp (n bytes apart, one band) against NX rows of xs (n apart): y (NX,
+ * rows) at the block's first output */
+AINLINE VBMI void smb_rows(int R, int NX, const uint8_t *wp, int64_t n, const float *xs, float *y, int64_t rows) {
     const __m512i keep = _mm512_set1_epi32((int)0x87F00000); /* the sign, exponent bits 23..26, mantissa */
     __m512 a[SMB_R][SMB_NX];
     for (int r = 0; r < R; r++)
-        for (int s = 0; s < NX; s++)
-            a[r][s] = i0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc + 16 * (r * NX + s));
-    for (int64_t i = i0; i < i1; i += 16) {
+        for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
         __m512 wv[SMB_R];
         for (int r = 0; r < R; r++) {
             const __m128i b = _mm_loadu_si128((const __m128i *)(wp + r * n + i));
@@ -491,17 +486,7 @@ AINLINE VBMI void smb_rows_cols(int R, int NX, const uint8_t *wp, int64_t n, con
             for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, wv[r], a[r][s]);
         }
     }
-    if (i1 < n) {
-        for (int r = 0; r < R; r++)
-            for (int s = 0; s < NX; s++) _mm512_store_ps(acc + 16 * (r * NX + s), a[r][s]);
-        return;
-    }
     smb_store_sums(R, NX, a, y, rows);
-}
-
-/* the same over whole rows: y (NX, rows) at the block's first output */
-AINLINE VBMI void smb_rows(int R, int NX, const uint8_t *wp, int64_t n, const float *xs, float *y, int64_t rows) {
-    smb_rows_cols(R, NX, wp, n, xs, y, rows, 0, n, NULL);
 }
 
 /* What the first pass over a band prefetches where a band's weights are at most SMB_PF_BYTES
@@ -515,21 +500,6 @@ AINLINE VBMI void smb_rows(int R, int NX, const uint8_t *wp, int64_t n, const fl
  * 0.97-1.02x (harness) and lost in step at wo_b's 2048 columns; the next whole band
  * 1.02-1.05x, two 1.14x at 2048. BENCHMARKS.md, session 21 fp816. */
 #define SMB_PF_BYTES 32768
-
-/* Rows of 4096 columns (the Flash checkpoint's wq_a, wkv, shared w13) run in column tiles of
- * SMB_KT: every block of the band's outputs over one tile, then over the next, the blocks'
- * accumulators kept in acc between tiles (1.5 KB a block), so that the tile's x (SMB_NX rows
- * x SMB_KT floats, 32 KB) stays in L1 across the blocks, where whole rows re-read the pass's
- * 128 KB of x from L2 for every block. Only while the band's weights and x (128 + 4 * n_rows
- * bytes a column) stay in L2 (1 MB): the tiles read each block's rows in pieces, n bytes
- * apart. Cold, 2 threads, 16 rows: 1024 x 4096 0.935-0.94x the time, 2048 x 4096 0.955x;
- * 4096 x 8192 (a 1 MB band) 1.02x tiled, 2048 columns 1.01-1.02x: not tiled. BENCHMARKS.md,
- * sessions 22 and 24 fp8t / fp8s. */
-#define SMB_KT 1024
-#define SMB_KT_MIN_COLS 4096 /* the narrowest rows tiled */
-#define SMB_KT_L2 (1 << 20)  /* the band's weights and x within this */
-/* acc's floats: a band's blocks (SMB_R rows, 2 at the end) */
-#define SMB_ACC_FLOATS ((128 / SMB_R + 1) * SMB_R * SMB_NX * 16)
 
 AINLINE VBMI void smb_band_nx(int NX, int pf, const dsv4_mat *w, const float *xs, float *y, int64_t o0, int64_t o1) {
     const int64_t n = w->cols, rows = w->rows;
@@ -545,72 +515,28 @@ AINLINE VBMI void smb_band_nx(int NX, int pf, const dsv4_mat *w, const float *xs
     else if (o1 - o == 1) smb_rows(1, NX, wb + o * n, n, xs, y + o, rows);
 }
 
-/* the same in column tiles of SMB_KT, the blocks' accumulators in acc between them (rows this
- * wide take no prefetch: 128 * n > SMB_PF_BYTES) */
-AINLINE VBMI void smb_band_nx_kt(int NX, const dsv4_mat *w, const float *xs, float *y, int64_t o0, int64_t o1,
-                                 float *acc) {
-    const int64_t n = w->cols, rows = w->rows;
-    const uint8_t *wb = (const uint8_t *)w->w;
-    for (int64_t i0 = 0; i0 < n; i0 += SMB_KT) {
-        const int64_t i1 = i0 + SMB_KT < n ? i0 + SMB_KT : n;
-        float *ab = acc;
-        int64_t o = o0;
-        for (; o + SMB_R <= o1; o += SMB_R, ab += SMB_R * NX * 16)
-            smb_rows_cols(SMB_R, NX, wb + o * n, n, xs, y + o, rows, i0, i1, ab);
-        if (o1 - o == 2) smb_rows_cols(2, NX, wb + o * n, n, xs, y + o, rows, i0, i1, ab);
-        else if (o1 - o == 1) smb_rows_cols(1, NX, wb + o * n, n, xs, y + o, rows, i0, i1, ab);
-    }
-}
-
 /* outputs [o0, o1) of one scale band, all n_rows rows of xs, in passes of up to SMB_NX rows
- * (as even as they go: 13 = 7 + 6); acc: column tiles (smb_band_nx_kt), NULL: whole rows */
-AINLINE VBMI void smb_band_passes(const dsv4_mat *w, const float *xs, int n_rows, float *y, int64_t o0, int64_t o1,
-                                  float *acc) {
+ * (as even as they go: 13 = 7 + 6) */
+DSV4_HOT_AT(smb_band, 0x170)
+static VBMI void smb_band(const dsv4_mat *w, const float *xs, int n_rows, float *y, int64_t o0, int64_t o1) {
     const int64_t n = w->cols, rows = w->rows;
     const int passes = (n_rows + SMB_NX - 1) / SMB_NX;
-#define SMB_PASS(NX)                                                                                                   \
-    (acc ? smb_band_nx_kt(NX, w, xr, yr, o0, o1, acc) : smb_band_nx(NX, k == 0, w, xr, yr, o0, o1))
     for (int k = 0, s0 = 0; k < passes; k++) {
         const int nx = (n_rows - s0 + (passes - k) - 1) / (passes - k);
         const float *xr = xs + (int64_t)s0 * n;
         float *yr = y + (int64_t)s0 * rows;
         switch (nx) {
-        case 1: SMB_PASS(1); break;
-        case 2: SMB_PASS(2); break;
-        case 3: SMB_PASS(3); break;
-        case 4: SMB_PASS(4); break;
-        case 5: SMB_PASS(5); break;
-        case 6: SMB_PASS(6); break;
-        case 7: SMB_PASS(7); break;
-        default: SMB_PASS(SMB_NX); break;
+        case 1: smb_band_nx(1, k == 0, w, xr, yr, o0, o1); break;
+        case 2: smb_band_nx(2, k == 0, w, xr, yr, o0, o1); break;
+        case 3: smb_band_nx(3, k == 0, w, xr, yr, o0, o1); break;
+        case 4: smb_band_nx(4, k == 0, w, xr, yr, o0, o1); break;
+        case 5: smb_band_nx(5, k == 0, w, xr, yr, o0, o1); break;
+        case 6: smb_band_nx(6, k == 0, w, xr, yr, o0, o1); break;
+        case 7: smb_band_nx(7, k == 0, w, xr, yr, o0, o1); break;
+        default: smb_band_nx(SMB_NX, k == 0, w, xr, yr, o0, o1); break;
         }
         s0 += nx;
     }
-#undef SMB_PASS
-}
-
-/* smb_band in column tiles (smb_tiled), acc the scratch after xs; at a declared offset of its
- * own (util/hot.h) so that the code linked after it does not move */
-DSV4_HOT_AT(smb_band_kt, 0x100)
-static VBMI __attribute__((noinline)) void smb_band_kt(const dsv4_mat *w, const float *xs, int n_rows, float *y,
-                                                       int64_t o0, int64_t o1, float *acc) {
-    smb_band_passes(w, xs, n_rows, y, o0, o1, acc);
-}
-
-DSV4_HOT_AT(smb_band, 0x170)
-static VBMI void smb_band(const dsv4_mat *w, const float *xs, int n_rows, float *y, int64_t o0, int64_t o1) {
-    smb_band_passes(w, xs, n_rows, y, o0, o1, NULL);
-}
-
-/* 1 when rows of n columns at n_rows rows run in column tiles: SMB_KT_MIN_COLS and more, from
- * SMB_KT_MIN_ROWS rows, while the band fits SMB_KT_L2, and acc (the scratch after xs; n % 16
- * == 0 keeps it aligned) fits. 1024 x 4096, cold, 2 threads, tiles / whole rows: 16 rows
- * 0.93-0.96x, 32 rows 0.95x, but 9 rows (passes of 5 + 4) 1.015x, 13 (7 + 6) 1.00x, and 2
- * rows 1.20x (their x stays in L1 anyway). BENCHMARKS.md, session 24 fp8s. */
-#define SMB_KT_MIN_ROWS 16
-static inline int smb_tiled(int64_t n, int n_rows) {
-    return n >= SMB_KT_MIN_COLS && n_rows >= SMB_KT_MIN_ROWS && n * (128 + 4 * (int64_t)n_rows) <= SMB_KT_L2 &&
-           (int64_t)n_rows * n + SMB_ACC_FLOATS <= SMB_XS_FLOATS;
 }
 
 /* the panel path (below) for the outputs [o0, o1), o0 a multiple of 4 */
@@ -627,13 +553,11 @@ static VBMI int smallm_fp8_bits(const dsv4_lin_call *c, const dsv4_mat *w, const
         (int64_t)n_rows * n > SMB_XS_FLOATS)
         return 0;
     float *xs = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63); /* (n_rows, n) */
-    const int tiled = smb_tiled(n, n_rows);
     for (int64_t s0 = o0; s0 < o1;) {
         const int64_t band = s0 / 128, s1 = (band + 1) * 128 < o1 ? (band + 1) * 128 : o1;
-        if (smb_no_nan((const uint8_t *)w->w + s0 * n, (s1 - s0) * n) && smb_fill(w, x, n_rows, band, xs)) {
-            if (tiled) smb_band_kt(w, xs, n_rows, y, s0, s1, xs + (int64_t)n_rows * n);
-            else smb_band(w, xs, n_rows, y, s0, s1);
-        } else
+        if (smb_no_nan((const uint8_t *)w->w + s0 * n, (s1 - s0) * n) && smb_fill(w, x, n_rows, band, xs))
+            smb_band(w, xs, n_rows, y, s0, s1);
+        else
             smallm_panels(c, w, x, n_rows, y, s0, s1, scratch); /* s0: o0 or a band's first row */
         s0 = s1;
     }
