@@ -32,12 +32,11 @@ static float raw_max(const float *x, int n) {
     return m;
 }
 
-DSV4_HOT_AT(dsv4_sparse_attn_heads_to, 0x2e0)
-void dsv4_sparse_attn_heads_to(const dsv4_attn_ops *ops, const float *q, const void *const *rows, int fmt,
-                               int n_kv, int nh, int hd, const float *sink, float scale, float *o, int h0, int hg,
-                               int64_t gs, float *probs, const dsv4_numerics *nm, dsv4_expf_rows_fn ex) {
-    /* raw scores q_h . R_j into probs (nh, n_kv) */
-    ops->dot_rows(q, (size_t)hd, nh, rows, fmt, n_kv, hd, probs, (size_t)n_kv);
+/* The softmax of heads [0, nh) of probs (nh, n_kv) in place, in groups of SOFTMAX_GROUP
+ * heads (attn_ops.h's softmax computes the same values in a level's lanes). */
+static inline __attribute__((always_inline)) void softmax_groups(float *probs, int n_kv, int nh, const float *sink,
+                                                                 float scale, const dsv4_numerics *nm,
+                                                                 dsv4_expf_rows_fn ex) {
     for (int h0 = 0; h0 < nh; h0 += SOFTMAX_GROUP) {
         const int G = nh - h0 < SOFTMAX_GROUP ? nh - h0 : SOFTMAX_GROUP;
         float *ph[SOFTMAX_GROUP], m[SOFTMAX_GROUP], Z[SOFTMAX_GROUP];
@@ -85,6 +84,20 @@ void dsv4_sparse_attn_heads_to(const dsv4_attn_ops *ops, const float *q, const v
             for (int j = 0; j < n_kv; j++) ph[l][j] *= inv;
             nm->round(nm, DSV4_ACT_PROBS, ph[l], n_kv); /* the P.V weights; Z stays as summed */
         }
+    }
+}
+
+DSV4_HOT_AT(dsv4_sparse_attn_heads_to, 0x2e0)
+void dsv4_sparse_attn_heads_to(const dsv4_attn_ops *ops, const float *q, const void *const *rows, int fmt,
+                               int n_kv, int nh, int hd, const float *sink, float scale, float *o, int h0, int hg,
+                               int64_t gs, float *probs, const dsv4_numerics *nm, dsv4_expf_rows_fn ex) {
+    /* raw scores q_h . R_j into probs (nh, n_kv) */
+    ops->dot_rows(q, (size_t)hd, nh, rows, fmt, n_kv, hd, probs, (size_t)n_kv);
+    if (ops->softmax && ex && scale > 0 && scale < INFINITY) { /* the same values in lanes */
+        ops->softmax(probs, n_kv, nh, sink, scale, ex);
+        for (int l = 0; l < nh; l++) nm->round(nm, DSV4_ACT_PROBS, probs + (size_t)l * n_kv, n_kv);
+    } else {
+        softmax_groups(probs, n_kv, nh, sink, scale, nm, ex);
     }
     /* o_h = sum_j p_hj R_j, rows in ascending j: one call for heads at a stride of hd, else
      * one per head position r in a group (its heads gs apart); a head's sum is its own */

@@ -76,7 +76,7 @@ static void wsum_scalar(float *o, size_t os, int nh, const float *p, size_t ps, 
         }
 }
 
-static const dsv4_attn_ops scalar_ops = {dotn_scalar, axpyn_scalar, dot_rows_scalar, wsum_scalar};
+static const dsv4_attn_ops scalar_ops = {dotn_scalar, axpyn_scalar, dot_rows_scalar, wsum_scalar, NULL};
 
 /* ---- AVX2 level ------------------------------------------------------------------------ */
 
@@ -249,7 +249,7 @@ AVX2_FN static void wsum_avx2(float *o, size_t os, int nh, const float *p, size_
     else wsum_fmt(o, os, nh, p, ps, rows, DSV4_ROW_F32, n_rows, n);
 }
 
-static const dsv4_attn_ops avx2_ops = {dotn_avx2, axpyn_avx2, dot_rows_avx2, wsum_avx2};
+static const dsv4_attn_ops avx2_ops = {dotn_avx2, axpyn_avx2, dot_rows_avx2, wsum_avx2, NULL};
 #define HAVE_AVX2_OPS 1
 #endif
 
@@ -260,7 +260,8 @@ static const dsv4_attn_ops avx2_ops = {dotn_avx2, axpyn_avx2, dot_rows_avx2, wsu
 
 /* single-key dots and the axpy are the AVX2 code: they serve only the portable-shaped
  * paths (the indexer's one-query reference, tests) */
-static const dsv4_attn_ops x512_ops = {dotn_avx2, axpyn_avx2, dsv4_attn_dot_rows_x512, dsv4_attn_wsum_x512};
+static const dsv4_attn_ops x512_ops = {dotn_avx2, axpyn_avx2, dsv4_attn_dot_rows_x512, dsv4_attn_wsum_x512,
+                                        dsv4_attn_softmax_x512};
 #define HAVE_X512_OPS 1
 #endif
 

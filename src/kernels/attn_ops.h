@@ -20,6 +20,8 @@
 
 #include <stddef.h>
 
+#include "kernels/swiglu.h"
+
 typedef struct dsv4_attn_ops {
     /* out[h * os] = dot(q + h * qs, k, n) for h in [0, nq) */
     void (*dotn)(const float *q, size_t qs, int nq, const float *k, int n, float *out, size_t os);
@@ -36,6 +38,12 @@ typedef struct dsv4_attn_ops {
      * attention's value sum) */
     void (*wsum)(float *o, size_t os, int nh, const float *p, size_t ps, const void *const *rows, int fmt,
                  int n_rows, int n);
+    /* The attention's softmax of heads [0, nh) of p (nh, n) in place, sink (nh), up to the
+     * normalisation (sparse_attn.c's order, each value as there): m = max(sink, the largest
+     * raw score x > m, times scale), Z = expf(sink - m) + the sum over ascending j of e_j =
+     * ex((p_j * scale) - m), p_j = e_j * (1 / Z). Only for a finite positive scale and a
+     * non-NULL ex (libm's expf in lanes); NULL in levels that leave it to sparse_attn.c. */
+    void (*softmax)(float *p, int n, int nh, const float *sink, float scale, dsv4_expf_rows_fn ex);
 } dsv4_attn_ops;
 
 /* The kernels of a dsv4_simd level (kernels/cpu.h): the highest compiled-in level not

@@ -25,6 +25,7 @@
 #include "kernels/attn_ops.h"
 
 #if defined(DSV4_HAVE_AVX512) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <math.h>
 #include <string.h>
 
 #include "kernels/attn_x512.h"
@@ -309,6 +310,88 @@ X512_FN void dsv4_attn_wsum_x512(float *o, size_t os, int nh, const float *p, si
                                  int fmt, int n_rows, int n) {
     if (fmt == DSV4_ROW_BF16) wsum_fmt(o, os, nh, p, ps, rows, DSV4_ROW_BF16, n_rows, n);
     else wsum_fmt(o, os, nh, p, ps, rows, DSV4_ROW_F32, n_rows, n);
+}
+
+/* ---- softmax ----------------------------------------------------------------------------- */
+
+/* r[k] <- column k of the 16 x 16 block r (r[i] lane k = row i, column k in; r[k] lane i
+ * out): unpacks, then in-lane shuffles, then two rounds of 128-bit lane shuffles. */
+X512_INLINE void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16], v[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]); /* per 128-bit lane q: a(4q) b(4q) a(4q+1) b(4q+1) */
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) { /* u[i + c] lane q: rows i..i+3 of column 4q + c */
+        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int h = 0; h < 16; h += 8) /* v[h + c]: columns c, c + 8 of rows h..h+7; v[h + 4 + c]: c + 4, c + 12 */
+        for (int c = 0; c < 4; c++) {
+            v[h + c] = _mm512_shuffle_f32x4(u[h + c], u[h + 4 + c], 0x88);
+            v[h + 4 + c] = _mm512_shuffle_f32x4(u[h + c], u[h + 4 + c], 0xdd);
+        }
+    for (int c = 0; c < 8; c++) {
+        r[c] = _mm512_shuffle_f32x4(v[c], v[8 + c], 0x88);     /* columns 0-3, 4-7 */
+        r[c + 8] = _mm512_shuffle_f32x4(v[c], v[8 + c], 0xdd); /* columns 8-11, 12-15 */
+    }
+}
+
+/* Z[l] += p[l * n + j] for j = 0, 1, .. n-1 in order, heads l < G (<= 16) in lanes: blocks
+ * of 16 values of every head transposed so that each j's values of all heads are one add.
+ * Lanes past G add zeros (not read), as do values past n (not added: the block stops). */
+X512_INLINE __m512 softmax_sums(const float *p, int n, int G, __m512 Z) {
+    for (int j0 = 0; j0 < n; j0 += 16) {
+        const int w = n - j0 < 16 ? n - j0 : 16;
+        const __mmask16 m = (__mmask16)((1u << w) - 1);
+        __m512 r[16];
+        for (int l = 0; l < 16; l++) r[l] = l < G ? _mm512_maskz_loadu_ps(m, p + (size_t)l * n + j0) : _mm512_setzero_ps();
+        transpose16(r);
+        for (int k = 0; k < w; k++) Z = _mm512_add_ps(Z, r[k]);
+    }
+    return Z;
+}
+
+/* The softmax of sparse_attn.c for heads in groups of 16: per head the largest raw score
+ * by vector maxima (max(x, acc) is x > acc ? x : acc, NaNs never win; the lanes' order only
+ * picks among zeros of either sign, which z - m does not tell apart), the sink's term by
+ * libm, z - m and the exponentials in lanes, then the sums and the normalisation. */
+DSV4_HOT_AT(dsv4_attn_softmax_x512, 0x9f0)
+X512_FN void dsv4_attn_softmax_x512(float *p, int n, int nh, const float *sink, float scale, dsv4_expf_rows_fn ex) {
+    const __m512 sc = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
+    for (int h0 = 0; h0 < nh; h0 += 16) {
+        const int G = nh - h0 < 16 ? nh - h0 : 16;
+        float Z[16] = {0}, m[16];
+        for (int l = 0; l < G; l++) {
+            float *ph = p + (size_t)(h0 + l) * n;
+            __m512 mx = ninf;
+            for (int j = 0; j < n; j += 16) {
+                const __mmask16 k = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+                mx = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, k, ph + j), mx);
+            }
+            const float mz = _mm512_reduce_max_ps(mx) * scale;
+            m[l] = mz > sink[h0 + l] ? mz : sink[h0 + l];
+            Z[l] = expf(sink[h0 + l] - m[l]);
+            const __m512 mv = _mm512_set1_ps(m[l]);
+            for (int j = 0; j < n; j += 16) { /* z rounded before the difference */
+                const __mmask16 k = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+                _mm512_mask_storeu_ps(ph + j, k, _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, ph + j), sc), mv));
+            }
+            ex(ph, n, ph);
+        }
+        float *pg = p + (size_t)h0 * n;
+        _mm512_storeu_ps(Z, softmax_sums(pg, n, G, _mm512_loadu_ps(Z)));
+        for (int l = 0; l < G; l++) {
+            float *ph = pg + (size_t)l * n;
+            const __m512 inv = _mm512_set1_ps(1.0f / Z[l]);
+            for (int j = 0; j < n; j += 16) {
+                const __mmask16 k = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+                _mm512_mask_storeu_ps(ph + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, ph + j), inv));
+            }
+        }
+    }
 }
 
 #endif

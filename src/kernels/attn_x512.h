@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "kernels/kv_rows.h"
+#include "kernels/swiglu.h"
 
 #define X512 "avx512f,avx512dq,avx512vl,avx512bw"
 #define X512_FN __attribute__((target(X512)))
@@ -76,5 +77,7 @@ X512_FN void dsv4_attn_dot_rows_x512(const float *q, size_t qs, int nq, const vo
                                      int n_rows, int n, float *out, size_t os);
 X512_FN void dsv4_attn_wsum_x512(float *o, size_t os, int nh, const float *p, size_t ps, const void *const *rows,
                                  int fmt, int n_rows, int n);
+/* attn_ops.h's softmax at this level (attn_ops_x512.c). */
+X512_FN void dsv4_attn_softmax_x512(float *p, int n, int nh, const float *sink, float scale, dsv4_expf_rows_fn ex);
 
 #endif

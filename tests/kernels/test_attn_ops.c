@@ -269,6 +269,71 @@ static void test_special(const dsv4_attn_ops *ops, const char *name) {
     }
 }
 
+/* libm's expf per value: the exponentials the softmax's ex argument must give (the library
+ * passes its AVX-512 expf, which equals libm's where it is used). */
+static void expf_each(const float *x, long n, float *y) {
+    for (long i = 0; i < n; i++) y[i] = expf(x[i]);
+}
+
+/* The softmax of attn_ops.h, written out: per head m = max(sink, the largest raw * scale),
+ * Z = expf(sink - m) + e_0 + e_1 + .. in order, e_j = expf(raw_j * scale - m), p_j = e_j *
+ * (1 / Z). */
+static void softmax_ref(const float *raw, int n, const float *sink, float scale, float *p) {
+    float m = sink[0];
+    for (int j = 0; j < n; j++) {
+        const float z = raw[j] * scale;
+        if (z > m) m = z;
+    }
+    float Z = expf(sink[0] - m);
+    for (int j = 0; j < n; j++) {
+        const float z = raw[j] * scale;
+        p[j] = expf(z - m);
+        Z += p[j];
+    }
+    const float inv = 1.0f / Z;
+    for (int j = 0; j < n; j++) p[j] *= inv;
+}
+
+/* The level's softmax (where it has one) against softmax_ref bit for bit: head counts
+ * across its 16-head groups, lengths across its 16-value blocks and tails, ties, infinities,
+ * a sink above every score, and NaN scores (which never win the max). */
+static void test_softmax(const dsv4_attn_ops *ops, const char *name) {
+    if (!ops->softmax) return;
+    enum { NH = 33, N = 300 };
+    static float raw[NH * N], got[NH * N], ref[N];
+    float sink[NH];
+    const int nhs[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33}, ns[] = {1, 2, 15, 16, 17, 31, 33, 128, 132, 264, 300};
+    const float scales[] = {0.04419417f, 1.0f};
+    int bad = 0, cases = 0;
+    for (int a = 0; a < (int)(sizeof nhs / sizeof nhs[0]); a++)
+        for (int b = 0; b < (int)(sizeof ns / sizeof ns[0]); b++)
+            for (int c = 0; c < 2; c++)
+                for (int v = 0; v < 3; v++) { /* v 1: ties and infinities; v 2: NaNs, sinks on top */
+                    const int nh = nhs[a], n = ns[b];
+                    for (int h = 0; h < nh; h++) {
+                        sink[h] = (float)(3.0 * urand()) + (v == 2 && h % 3 == 0 ? 500.0f : 0.0f);
+                        for (int j = 0; j < n; j++) {
+                            float x = (float)(40.0 * urand());
+                            if (v == 1 && j % 5 == 2) x = raw[h * n + j - 1];
+                            if (v == 1 && j % 11 == 3) x = j % 2 ? -INFINITY : 0.0f;
+                            if (v == 2 && j % 13 == 4) x = NAN;
+                            raw[h * n + j] = x;
+                        }
+                    }
+                    memcpy(got, raw, sizeof(float) * nh * n);
+                    ops->softmax(got, n, nh, sink, scales[c], expf_each);
+                    for (int h = 0; h < nh; h++) {
+                        softmax_ref(raw + h * n, n, sink + h, scales[c], ref);
+                        for (int j = 0; j < n; j++) {
+                            const float g = got[h * n + j], r = ref[j];
+                            if (memcmp(&g, &r, 4) != 0 && !(isnan(g) && isnan(r))) bad++;
+                        }
+                    }
+                    cases++;
+                }
+    CHECK_MSG(bad == 0, "%s softmax: %d probabilities not the plain loop's bits (%d cases)", name, bad, cases);
+}
+
 int main(void) {
     const dsv4_attn_ops *ops[3];
     const char *names[3];
@@ -281,6 +346,7 @@ int main(void) {
         test_axpyn(ops[l], names[l]);
         test_wsum(ops[l], names[l]);
         test_special(ops[l], names[l]);
+        test_softmax(ops[l], names[l]);
     }
     /* unknown or higher levels fall back to the best compiled one */
     CHECK(dsv4_attn_ops_for(-1) == ops[0]);
