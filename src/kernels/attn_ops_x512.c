@@ -356,14 +356,15 @@ X512_INLINE __m512 softmax_sums(const float *p, int n, int G, __m512 Z) {
 
 /* The softmax of sparse_attn.c for heads in groups of 16: per head the largest raw score
  * by vector maxima (max(x, acc) is x > acc ? x : acc, NaNs never win; the lanes' order only
- * picks among zeros of either sign, which z - m does not tell apart), the sink's term by
- * libm, z - m and the exponentials in lanes, then the sums and the normalisation. */
+ * picks among zeros of either sign, which z - m does not tell apart), z - m and the
+ * exponentials in lanes (the sinks' terms too: ex gives libm's expf bits), then the sums
+ * and the normalisation. */
 DSV4_HOT_AT(dsv4_attn_softmax_x512, 0x9f0)
 X512_FN void dsv4_attn_softmax_x512(float *p, int n, int nh, const float *sink, float scale, dsv4_expf_rows_fn ex) {
     const __m512 sc = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
     for (int h0 = 0; h0 < nh; h0 += 16) {
         const int G = nh - h0 < 16 ? nh - h0 : 16;
-        float Z[16] = {0}, m[16];
+        float Z[16] = {0}, m[16], d[16];
         for (int l = 0; l < G; l++) {
             float *ph = p + (size_t)(h0 + l) * n;
             __m512 mx = ninf;
@@ -373,7 +374,7 @@ X512_FN void dsv4_attn_softmax_x512(float *p, int n, int nh, const float *sink, 
             }
             const float mz = _mm512_reduce_max_ps(mx) * scale;
             m[l] = mz > sink[h0 + l] ? mz : sink[h0 + l];
-            Z[l] = expf(sink[h0 + l] - m[l]);
+            d[l] = sink[h0 + l] - m[l];
             const __m512 mv = _mm512_set1_ps(m[l]);
             for (int j = 0; j < n; j += 16) { /* z rounded before the difference */
                 const __mmask16 k = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
@@ -381,6 +382,7 @@ X512_FN void dsv4_attn_softmax_x512(float *p, int n, int nh, const float *sink, 
             }
             ex(ph, n, ph);
         }
+        ex(d, G, Z); /* the sinks' terms expf(sink - m), all heads in one call */
         float *pg = p + (size_t)h0 * n;
         _mm512_storeu_ps(Z, softmax_sums(pg, n, G, _mm512_loadu_ps(Z)));
         for (int l = 0; l < G; l++) {
