@@ -2,6 +2,7 @@
  * dsv4_linear itself lives in linear_fast.c. */
 #include "kernels/kctx.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,9 @@ struct dsv4_kctx {
     dsv4_lin_path lin_path; /* dsv4_linear's path: AUTO unless a bench or test forces one */
     int64_t max_cols;
     int64_t stride;       /* floats per thread in `scratch`, a multiple of 16 */
-    float *scratch;       /* (n_threads, stride): LIN_SCRATCH_GEMM_FLOATS then max_cols */
+    float *scratch;       /* (n_threads, stride): the thread's dsv4_lin_xs_key in LIN_SCRATCH_KEY_FLOATS,
+                           * LIN_SCRATCH_GEMM_FLOATS, then max_cols */
+    _Atomic uint64_t lin_jobs; /* dsv4_kctx_lin_job's last number */
     dsv4_pool *pool;
     dsv4_lin_tables *tables; /* read-only after create */
     void *w8_buf;         /* the W8A8 activation buffer of the calling thread, or NULL */
@@ -37,7 +40,7 @@ int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err 
     if (!k) return dsv4_fail(err, DSV4_ERR_NOMEM, "kernel context: out of memory");
     k->n_threads = n_threads;
     k->max_cols = max_cols > 0 ? max_cols : 1;
-    k->stride = round16(LIN_SCRATCH_GEMM_FLOATS) + round16(k->max_cols);
+    k->stride = LIN_SCRATCH_KEY_FLOATS + round16(LIN_SCRATCH_GEMM_FLOATS) + round16(k->max_cols);
     const size_t bytes = sizeof(float) * (size_t)k->stride * (size_t)n_threads;
     k->scratch = aligned_alloc(64, bytes); /* bytes is a multiple of 64 */
     if (!k->scratch) {
@@ -51,6 +54,9 @@ int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err 
         return dsv4_fail(err, DSV4_ERR_NOMEM, "kernel tables: out of memory");
     }
     dsv4_lin_tables_init(k->tables);
+    for (int t = 0; t < n_threads; t++) /* every key empty */
+        memset(k->scratch + (int64_t)t * k->stride, 0, LIN_SCRATCH_KEY_FLOATS * sizeof(float));
+    atomic_init(&k->lin_jobs, 0);
     int cpu = dsv4_cpu_simd(), build = dsv4_build_simd();
     k->simd_max = cpu < build ? cpu : build;
     k->simd = k->simd_max;
@@ -136,10 +142,14 @@ void dsv4_kctx_parallel_from(dsv4_kctx *k, int n_tasks, int min_tasks, dsv4_task
 
 int dsv4_kctx_tid(const dsv4_kctx *k) { return dsv4_pool_tid(k->pool); }
 
-float *dsv4_kctx_lin_scratch(dsv4_kctx *k, int tid) { return k->scratch + (int64_t)tid * k->stride; }
+float *dsv4_kctx_lin_scratch(dsv4_kctx *k, int tid) {
+    return k->scratch + (int64_t)tid * k->stride + LIN_SCRATCH_KEY_FLOATS;
+}
+
+uint64_t dsv4_kctx_lin_job(dsv4_kctx *k) { return atomic_fetch_add_explicit(&k->lin_jobs, 1, memory_order_relaxed) + 1; }
 
 float *dsv4_kctx_scratch(dsv4_kctx *k, int tid) {
-    return k->scratch + (int64_t)tid * k->stride + round16(LIN_SCRATCH_GEMM_FLOATS);
+    return k->scratch + (int64_t)tid * k->stride + LIN_SCRATCH_KEY_FLOATS + round16(LIN_SCRATCH_GEMM_FLOATS);
 }
 
 const dsv4_lin_tables *dsv4_kctx_lin_tables(const dsv4_kctx *k) { return k->tables; }

@@ -553,12 +553,19 @@ static VBMI int smallm_fp8_bits(const dsv4_lin_call *c, const dsv4_mat *w, const
         (int64_t)n_rows * n > SMB_XS_FLOATS)
         return 0;
     float *xs = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63); /* (n_rows, n) */
+    /* xs from this thread's previous task of the plan, when it ended in this task's first
+     * band (linear_fast.h dsv4_lin_xs_key) */
+    dsv4_lin_xs_key *key = c->job ? (dsv4_lin_xs_key *)(scratch - LIN_SCRATCH_KEY_FLOATS) : NULL;
     for (int64_t s0 = o0; s0 < o1;) {
         const int64_t band = s0 / 128, s1 = (band + 1) * 128 < o1 ? (band + 1) * 128 : o1;
-        if (smb_no_nan((const uint8_t *)w->w + s0 * n, (s1 - s0) * n) && smb_fill(w, x, n_rows, band, xs))
+        const int have = key && key->job == c->job && key->band == band;
+        if (smb_no_nan((const uint8_t *)w->w + s0 * n, (s1 - s0) * n) && (have || smb_fill(w, x, n_rows, band, xs))) {
             smb_band(w, xs, n_rows, y, s0, s1);
-        else
+            if (key) *key = (dsv4_lin_xs_key){c->job, band};
+        } else {
+            if (key) key->job = 0; /* the panels take the scratch */
             smallm_panels(c, w, x, n_rows, y, s0, s1, scratch); /* s0: o0 or a band's first row */
+        }
         s0 = s1;
     }
     return 1;

@@ -320,6 +320,7 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
      * rows in fours) or the whole matrix; the split never changes a result */
     pl->per = pl->gemv || pl->smallm ? gemv_per(w, op->n_rows, pl->gemv, target_macs, whole_elems, task_bytes) : LIN_NB;
     pl->call.tab = dsv4_kctx_lin_tables(k);
+    pl->call.job = dsv4_kctx_lin_job(k);
     pl->call.ldx = ldx;
     pl->call.ldy = ldy;
     if (pl->gemv && kn->fp8_prescale && w->fmt == DSV4_WF_FP8)
@@ -347,6 +348,9 @@ static void lin_task(void *arg, int t, int tid) {
     while (i + 1 < j->n_ops && t >= j->ops[i + 1].task0) i++;
     const lin_plan *p = &j->ops[i];
     const int64_t o0 = (int64_t)((t - p->task0) / p->row_blocks) * p->per;
+    /* what the scratch holds from another plan is not this one's (dsv4_lin_xs_key) */
+    dsv4_lin_xs_key *key = (dsv4_lin_xs_key *)(dsv4_kctx_lin_scratch(j->k, tid) - LIN_SCRATCH_KEY_FLOATS);
+    if (key->job != p->call.job) key->job = 0;
     if (p->smallm) {
         const int64_t o1 = o0 + p->per < p->w->rows ? o0 + p->per : p->w->rows;
         p->kn->smallm(&p->call, p->w, p->x, p->n_rows, p->y, o0, o1, dsv4_kctx_lin_scratch(j->k, tid));

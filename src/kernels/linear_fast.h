@@ -124,7 +124,26 @@ typedef struct dsv4_lin_call {
     /* GEMM: floats from one activation row of x to the next, and of y (the product's cols
      * and rows when dense; larger for column slices of wider arrays) */
     int64_t ldx, ldy;
+    /* not 0: a number of this op's plan, new at every plan (dsv4_kctx_lin_job), and the
+     * scratch a kernel gets is dsv4_kctx_lin_scratch's, with the thread's dsv4_lin_xs_key
+     * below it; 0 (a kernel called on its own scratch): no key */
+    uint64_t job;
 } dsv4_lin_call;
+
+/* What a thread's lin scratch holds from the small-M FP8 bit decode (smallm_fp8_bits in
+ * linear_avx512_vbmi_smallm.c): x scaled for scale band `band` of plan `job`, or nothing
+ * (job 0). It lies in the LIN_SCRATCH_KEY_FLOATS just below the thread's lin scratch, which
+ * no kernel writes; a task of another plan clears it (lin_task) before it can use the
+ * scratch, so a task that goes on in the band of the thread's previous task of the same
+ * plan finds x scaled and skips the pass over x (16 x 2048 floats at batch 16's wo_b,
+ * ~1.3-2.5 us: tasks of 64 rows split each 128-row band in two; BENCHMARKS.md, session 24
+ * gap16). */
+typedef struct dsv4_lin_xs_key {
+    uint64_t job;
+    int64_t band;
+} dsv4_lin_xs_key;
+#define LIN_SCRATCH_KEY_FLOATS 16 /* 64 bytes: the scratch after it stays on a 64-byte line */
+_Static_assert(sizeof(dsv4_lin_xs_key) <= LIN_SCRATCH_KEY_FLOATS * sizeof(float), "the key fits below the scratch");
 
 /* One level's kernels. gemv: y[s, o] for o in [o0, o1) and the n_rows <= gemv_rows
  * activation rows, weights decoded in registers; NULL means the level runs everything
@@ -209,6 +228,8 @@ int64_t dsv4_lin_gemv_per(const dsv4_mat *w, int n_rows, int gemv, int64_t targe
 struct dsv4_lin_op;
 int dsv4_lin_job_tasks(struct dsv4_kctx *k, const struct dsv4_lin_op *ops, int n_ops);
 float *dsv4_kctx_lin_scratch(struct dsv4_kctx *k, int tid);
+/* a new number for a plan's dsv4_lin_call.job (never 0; any thread) */
+uint64_t dsv4_kctx_lin_job(struct dsv4_kctx *k);
 const dsv4_lin_tables *dsv4_kctx_lin_tables(const struct dsv4_kctx *k);
 
 #endif

@@ -530,6 +530,58 @@ static void check_smallm_fp8_bits(void) {
            (long long)total, (long long)bad);
 }
 
+/* The FP8 bit decode's scaled x kept across a thread's tasks (linear_fast.h dsv4_lin_xs_key):
+ * tasks that split a 128-row scale band (one band of 128 rows; 1024 rows in tasks of 128 /
+ * threads) give the GEMM's bits; so do a second call on the same x buffer with new values,
+ * and two products of one matrix on two x in one job (where a key that named only the band,
+ * not the plan, would hand the second product the first one's x). */
+static void check_fp8_xs_kept(void) {
+    static const int64_t shapes[][2] = {{128, 256}, {1024, 512}, {384, 2048}};
+    const int amd = dsv4_kctx_lin_tables(kc[1])->subnormal_fma_fast;
+    if (!amd) {
+        printf("SKIPPED: fp8 small-M scaled x kept (the bit decode runs on AMD cores only)\n");
+        return;
+    }
+    int64_t bad = 0, total = 0;
+    const int nr = 16;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t rows = shapes[si][0], cols = shapes[si][1];
+        tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
+        float *x1 = rand_vec((int64_t)nr * cols), *x2 = rand_vec((int64_t)nr * cols);
+        float *xb = malloc(sizeof(float) * nr * cols);
+        float *g1 = malloc(sizeof(float) * nr * rows), *g2 = malloc(sizeof(float) * nr * rows);
+        float *y1 = malloc(sizeof(float) * nr * rows), *y2 = malloc(sizeof(float) * nr * rows);
+        dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512VBMI);
+        linear_forced(kc[1], DSV4_LIN_GEMM, &t.m, x1, nr, g1);
+        linear_forced(kc[1], DSV4_LIN_GEMM, &t.m, x2, nr, g2);
+        for (int tk = 1; tk <= 3; tk++) {
+            dsv4_kctx_set_simd(kc[tk], DSV4_SIMD_AVX512VBMI);
+            dsv4_kctx_set_lin_path(kc[tk], DSV4_LIN_SMALLM);
+            /* one buffer, two calls: x1's values, then x2's */
+            memcpy(xb, x1, sizeof(float) * nr * cols);
+            dsv4_linear(kc[tk], &t.m, xb, nr, y1);
+            memcpy(xb, x2, sizeof(float) * nr * cols);
+            dsv4_linear(kc[tk], &t.m, xb, nr, y2);
+            int64_t b = memcmp(y1, g1, sizeof(float) * nr * rows) != 0;
+            b += memcmp(y2, g2, sizeof(float) * nr * rows) != 0;
+            /* one job: the matrix on x1 and on x2 */
+            const dsv4_lin_op ops[2] = {{&t.m, x1, nr, y1}, {&t.m, x2, nr, y2}};
+            dsv4_linear_batch(kc[tk], ops, 2);
+            b += memcmp(y1, g1, sizeof(float) * nr * rows) != 0;
+            b += memcmp(y2, g2, sizeof(float) * nr * rows) != 0;
+            dsv4_kctx_set_lin_path(kc[tk], DSV4_LIN_AUTO);
+            CHECK_MSG(b == 0, "fp8 small-M scaled x kept: %lldx%lld, %d threads: %lld of 4 products differ",
+                      (long long)rows, (long long)cols, tk, (long long)b);
+            bad += b;
+            total += 4;
+        }
+        free(x1), free(x2), free(xb), free(g1), free(g2), free(y1), free(y2);
+        free_mat(&t);
+    }
+    printf("fp8 small-M, scaled x kept across tasks: %lld products, %lld differ from the GEMM\n", (long long)total,
+           (long long)bad);
+}
+
 /* Every path a level has (GEMV, small-M, GEMM; forced with dsv4_kctx_set_lin_path) gives
  * the same bits as the path the thresholds pick, at every row count each path takes, on
  * the expert shapes and odd ones (partial scale blocks, a masked last chunk, a short
@@ -1151,6 +1203,7 @@ int main(void) {
         check_fp8_one_row_bands();
         check_fp8_one_row_bits();
         check_smallm_fp8_bits();
+        check_fp8_xs_kept();
         check_smallm_dense_bits();
         check_fp4_smallm_rows();
     } else {
