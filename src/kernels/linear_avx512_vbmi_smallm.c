@@ -632,6 +632,101 @@ AINLINE VBMI void smd_dense_nx(int fmt, int NX, const dsv4_lin_call *c, const ds
     if (o < o1) dsv4_lin_avx512_gemv(c, w, x, NX, y, o, o1);
 }
 
+/* ---- small-M BF16 at wide rows: column tiles, every pass a band at a time -------------------
+ * From SMD_TILE_MIN_COLS columns a pass's x (SMB_NX rows of 8-16 KB) outgrows L1 and is read
+ * again from L2 for every register block, and a task's weights (256 rows of 4-8 KB) outgrow L2
+ * before its second pass (4096 x 2048 and 2048 x 4096 BF16 at 16 rows ran 0.72x the speed of
+ * 8192 x 1024, BENCHMARKS.md session 24 lmh). There each band of SMD_BAND weight rows runs
+ * all its passes, each tile by tile: the tile's x (SMB_NX x SMD_TILE floats, 8 KB) stays in
+ * L1 across the band's blocks, each block's accumulators go to the scratch between tiles
+ * (exact, the same lanes and chunk order: the same bits), and the band's weights (96-192 KB)
+ * stay in L2 for its next pass. While a band runs, the next band's weights stream into L2
+ * (T1) at an even pace over all its passes (without: 1.13-1.3x the time cold). */
+#define SMD_TILE 256  /* columns a tile (512: 1.02-1.04x its time cold, 1024: 1.03-1.08x) */
+#define SMD_BAND 24   /* weight rows a band: 8 blocks of SMD_R, 8 x 24 accumulators (12 KB) */
+#define SMD_TILE_MIN_COLS 2048 /* at 1024 columns (x's 8 rows in 32 KB) the tiles ran 1.07-1.4x */
+_Static_assert(SMD_BAND % SMD_R == 0 && (SMD_BAND / SMD_R) * SMD_R * SMB_NX * 16 + 16 <= LIN_SCRATCH_FLOATS,
+               "a band's accumulators fit the scratch");
+#define SMD_TILED(n) ((n) >= SMD_TILE_MIN_COLS && (n) % SMD_TILE == 0)
+
+/* SMD_R weight rows from wp (rb bytes apart), columns [i0, i1) (whole chunks), against NX rows
+ * of x (n floats apart): the accumulators from acc (zero at the first tile), back to acc, or
+ * at the last tile summed into y (NX, rows) at the block's first output; far: the next
+ * band's stream position for this block and tile (NULL: none) */
+AINLINE VBMI void smd_tile_rows(int fmt, int NX, const char *wp, int64_t rb, const float *x, int64_t n, int64_t i0,
+                                int64_t i1, float *acc, int first, int last, float *y, int64_t rows,
+                                const char *far, int64_t far_step) {
+    __m512 a[SMD_R][SMB_NX];
+    for (int r = 0; r < SMD_R; r++)
+        for (int s = 0; s < NX; s++) a[r][s] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + (r * SMB_NX + s) * 16);
+    for (int64_t i = i0; i < i1; i += 16) {
+        if (far) _mm_prefetch(far + (i - i0) / 16 * far_step, _MM_HINT_T1);
+        __m512 wv[SMD_R];
+        for (int r = 0; r < SMD_R; r++) {
+            wv[r] = dec_dense(fmt, wp + r * rb, i, 16);
+            __asm__("" : "+v"(wv[r])); /* decoded once, used NX times */
+        }
+        for (int s = 0; s < NX; s++) {
+            __m512 xv = _mm512_loadu_ps(x + s * n + i);
+            __asm__("" : "+v"(xv)); /* one load per x vector */
+            for (int r = 0; r < SMD_R; r++) a[r][s] = _mm512_fmadd_ps(xv, wv[r], a[r][s]);
+        }
+    }
+    if (last) smb_store_sums(SMD_R, NX, a, y, rows);
+    else
+        for (int r = 0; r < SMD_R; r++)
+            for (int s = 0; s < NX; s++) _mm512_store_ps(acc + (r * SMB_NX + s) * 16, a[r][s]);
+}
+
+/* one pass (NX rows of x at xr, y at yr) over the band's blocks [b0, b1), tile by tile; far:
+ * the next band's first byte, far_step bytes a chunk (0: no stream) */
+AINLINE VBMI void smd_tile_pass(int fmt, int NX, const dsv4_mat *w, const float *xr, float *yr, int64_t b0, int64_t b1,
+                                float *acc, const char *far, int64_t far_step) {
+    const int64_t n = w->cols, rows = w->rows, rb = n * (fmt == DSV4_WF_F32 ? 4 : 2);
+    const char *wb = (const char *)w->w;
+    const int64_t nt = n / SMD_TILE, nb = (b1 - b0) / SMD_R, cpt = SMD_TILE / 16; /* tiles, blocks, chunks a tile */
+    for (int64_t t = 0; t < nt; t++)
+        for (int64_t b = 0; b < nb; b++) {
+            const char *f = far_step ? far + ((t * nb + b) * cpt) * far_step : NULL;
+            smd_tile_rows(fmt, NX, wb + (b0 + b * SMD_R) * rb, rb, xr, n, t * SMD_TILE, (t + 1) * SMD_TILE,
+                          acc + b * SMD_R * SMB_NX * 16, t == 0, t == nt - 1, yr + b0 + b * SMD_R, rows, f, far_step);
+        }
+}
+
+#define SMD_TCASE(F, NX) \
+    case NX: smd_tile_pass(F, NX, w, xr, yr, b0, b1, acc, far, step); break;
+/* outputs [o0, o1) tiled: bands of whole blocks, every pass a band; the last 1-2 rows by the GEMV */
+#define SMD_TFN(NAME, F)                                                                                    \
+    static VBMI __attribute__((noinline)) void NAME(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, \
+                                                    int n_rows, float *y, int64_t o0, int64_t o1, float *scratch) { \
+        const int64_t n = w->cols, rows = w->rows, rb = n * (F == DSV4_WF_F32 ? 4 : 2);                     \
+        const int passes = (n_rows + SMB_NX - 1) / SMB_NX;                                                  \
+        const int64_t oe = o0 + (o1 - o0) / SMD_R * SMD_R;                                                  \
+        float *acc = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);                                 \
+        for (int64_t b0 = o0; b0 < oe; b0 += SMD_BAND) {                                                    \
+            const int64_t b1 = b0 + SMD_BAND < oe ? b0 + SMD_BAND : oe;                                     \
+            /* the next band's SMD_BAND rows over this band's chunks (all passes): its bytes */             \
+            const int64_t chunks = (int64_t)passes * (n / 16) * ((b1 - b0) / SMD_R);                        \
+            const int64_t step = SMD_BAND * rb / chunks; /* bytes a chunk, a line or less */                \
+            for (int k = 0, s0 = 0; k < passes; k++) {                                                      \
+                const int nx = (n_rows - s0 + (passes - k) - 1) / (passes - k);                             \
+                const float *xr = x + (int64_t)s0 * n;                                                      \
+                float *yr = y + (int64_t)s0 * rows;                                                         \
+                const char *far = (const char *)w->w + b1 * rb + k * (chunks / passes) * step;              \
+                switch (nx) {                                                                               \
+                    SMD_TCASE(F, 1) SMD_TCASE(F, 2) SMD_TCASE(F, 3) SMD_TCASE(F, 4) SMD_TCASE(F, 5)         \
+                    SMD_TCASE(F, 6) SMD_TCASE(F, 7) default : smd_tile_pass(F, SMB_NX, w, xr, yr, b0, b1, acc, far, step); \
+                    break;                                                                                  \
+                }                                                                                           \
+                s0 += nx;                                                                                   \
+            }                                                                                               \
+        }                                                                                                   \
+        for (int s0 = 0; oe < o1 && s0 < n_rows; s0 += SMB_NX) /* passes of up to SMB_NX rows */            \
+            dsv4_lin_avx512_gemv(c, w, x + (int64_t)s0 * n, n_rows - s0 < SMB_NX ? n_rows - s0 : SMB_NX,   \
+                                 y + (int64_t)s0 * rows, oe, o1);                                             \
+    }
+SMD_TFN(smallm_bf16_tiled, DSV4_WF_BF16)
+
 #define SMD_CASE(F, NX) \
     case NX: smd_dense_nx(F, NX, c, w, xr, yr, o0, o1, k == 0); break;
 #define SMD_FN(NAME, F)                                                                                     \
@@ -669,7 +764,8 @@ static VBMI __attribute__((noinline)) void smallm_avx512vbmi(const dsv4_lin_call
 DSV4_HOT_AT(dsv4_lin_avx512vbmi_smallm, 0x0)
 VBMI void dsv4_lin_avx512vbmi_smallm(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
                              int64_t o0, int64_t o1, float *scratch) {
-    if (w->fmt == DSV4_WF_BF16) smallm_bf16(c, w, x, n_rows, y, o0, o1);
+    if (w->fmt == DSV4_WF_BF16 && SMD_TILED(w->cols)) smallm_bf16_tiled(c, w, x, n_rows, y, o0, o1, scratch);
+    else if (w->fmt == DSV4_WF_BF16) smallm_bf16(c, w, x, n_rows, y, o0, o1);
     else if (w->fmt == DSV4_WF_F32) smallm_f32(c, w, x, n_rows, y, o0, o1);
     else smallm_avx512vbmi(c, w, x, n_rows, y, o0, o1, scratch);
 }

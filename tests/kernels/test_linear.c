@@ -719,11 +719,14 @@ static void check_fp4_smallm_rows(void) {
 
 /* Small-M's BF16 and F32 rows decoded in registers (avx512vbmi: blocks of 3 weight rows, the
  * last 1-2 apart, passes of up to 8 activation rows as even as they go, a masked last chunk)
- * at the row counts it takes and the edges of its passes, forced on 1..3 threads, against
+ * at the row counts it takes and the edges of its passes; from 2048 columns (BF16) in column
+ * tiles of 256 with the accumulators carried between them, bands of 24 weight rows (2048 and
+ * 2304 columns: bands cut short by a task's end, 9 tiles; 2085: not tiled), forced on 1..3 threads, against
  * the GEMM forced on one: every output's bits; and the rows where the picker takes it (BF16
  * from 8, F32 from 2; below, the GEMV). */
 static void check_smallm_dense_bits(void) {
-    static const int64_t shapes[][2] = {{300, 1024}, {131, 133}, {7, 1}, {8, 37}, {65, 4096}, {10, 16}, {4, 2085}};
+    static const int64_t shapes[][2] = {{300, 1024}, {131, 133}, {7, 1}, {8, 37}, {65, 4096}, {10, 16}, {4, 2085},
+                                        {100, 2048}, {53, 2304}};
     static const int nrs[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 24, 25, 32, 33, 48, 64};
     const dsv4_wfmt fmts[2] = {DSV4_WF_BF16, DSV4_WF_F32};
     int64_t bad = 0, total = 0;
