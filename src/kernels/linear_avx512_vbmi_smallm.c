@@ -583,6 +583,22 @@ static VBMI int smallm_fp8_bits(const dsv4_lin_call *c, const dsv4_mat *w, const
  * bits of every other path. */
 #define SMD_R SMB_R /* weight rows a register block (smb_store_sums takes SMB_R) */
 
+/* One whole chunk (columns i .. i + 15) of R weight rows from wp (rb bytes apart) into the
+ * R x NX accumulators a: each row decoded once, each x vector loaded once */
+AINLINE VBMI void smd_chunk(int fmt, int R, int NX, const char *wp, int64_t rb, const float *x, int64_t n, int64_t i,
+                            __m512 a[SMD_R][SMB_NX]) {
+    __m512 wv[SMD_R];
+    for (int r = 0; r < R; r++) {
+        wv[r] = dec_dense(fmt, wp + r * rb, i, 16);
+        __asm__("" : "+v"(wv[r])); /* decoded once, used NX times */
+    }
+    for (int s = 0; s < NX; s++) {
+        __m512 xv = _mm512_loadu_ps(x + s * n + i);
+        if (R > 1) __asm__("" : "+v"(xv)); /* one load per x vector */
+        for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, wv[r], a[r][s]);
+    }
+}
+
 /* R weight rows from wp (rb bytes apart) against NX rows of x (n floats apart): y (NX, rows)
  * at the block's first output; pf: prefetch the task's stream (dist bytes ahead) */
 AINLINE VBMI void smd_dense_rows(int fmt, int R, int NX, const char *wp, int64_t rb, int64_t n, const float *x,
@@ -596,16 +612,7 @@ AINLINE VBMI void smd_dense_rows(int fmt, int R, int NX, const char *wp, int64_t
         /* the rows are adjacent: R * i * esz bytes of the block consumed, the GEMV's pf_step */
         if (pf > 0)
             for (int64_t b = 0; b < R * 16 * esz; b += 64) GEMV_PF_TOUCH(wp + pf + R * i * esz + b);
-        __m512 wv[SMD_R];
-        for (int r = 0; r < R; r++) {
-            wv[r] = dec_dense(fmt, wp + r * rb, i, 16);
-            __asm__("" : "+v"(wv[r])); /* decoded once, used NX times */
-        }
-        for (int s = 0; s < NX; s++) {
-            __m512 xv = _mm512_loadu_ps(x + s * n + i);
-            if (R > 1) __asm__("" : "+v"(xv)); /* one load per x vector */
-            for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, wv[r], a[r][s]);
-        }
+        smd_chunk(fmt, R, NX, wp, rb, x, n, i, a);
     }
     if (nf < n) { /* the zero-padded last chunk */
         const int m = (int)(n - nf);
@@ -661,16 +668,7 @@ AINLINE VBMI void smd_tile_rows(int fmt, int NX, const char *wp, int64_t rb, con
         for (int s = 0; s < NX; s++) a[r][s] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + (r * SMB_NX + s) * 16);
     for (int64_t i = i0; i < i1; i += 16) {
         if (far) _mm_prefetch(far + (i - i0) / 16 * far_step, _MM_HINT_T1);
-        __m512 wv[SMD_R];
-        for (int r = 0; r < SMD_R; r++) {
-            wv[r] = dec_dense(fmt, wp + r * rb, i, 16);
-            __asm__("" : "+v"(wv[r])); /* decoded once, used NX times */
-        }
-        for (int s = 0; s < NX; s++) {
-            __m512 xv = _mm512_loadu_ps(x + s * n + i);
-            __asm__("" : "+v"(xv)); /* one load per x vector */
-            for (int r = 0; r < SMD_R; r++) a[r][s] = _mm512_fmadd_ps(xv, wv[r], a[r][s]);
-        }
+        smd_chunk(fmt, SMD_R, NX, wp, rb, x, n, i, a);
     }
     if (last) smb_store_sums(SMD_R, NX, a, y, rows);
     else
