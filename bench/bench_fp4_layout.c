@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "bench_util.h"
-#include "kernels/cpu.h"
+#include "dsv4_internal.h" /* dsv4_cpu_simd */
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
