@@ -691,39 +691,38 @@ AINLINE VBMI void smd_tile_pass(int fmt, int NX, const dsv4_mat *w, const float 
         }
 }
 
-#define SMD_TCASE(F, NX) \
-    case NX: smd_tile_pass(F, NX, w, xr, yr, b0, b1, acc, far, step); break;
-/* outputs [o0, o1) tiled: bands of whole blocks, every pass a band; the last 1-2 rows by the GEMV */
-#define SMD_TFN(NAME, F)                                                                                    \
-    static VBMI __attribute__((noinline)) void NAME(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, \
-                                                    int n_rows, float *y, int64_t o0, int64_t o1, float *scratch) { \
-        const int64_t n = w->cols, rows = w->rows, rb = n * (F == DSV4_WF_F32 ? 4 : 2);                     \
-        const int passes = (n_rows + SMB_NX - 1) / SMB_NX;                                                  \
-        const int64_t oe = o0 + (o1 - o0) / SMD_R * SMD_R;                                                  \
-        float *acc = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);                                 \
-        for (int64_t b0 = o0; b0 < oe; b0 += SMD_BAND) {                                                    \
-            const int64_t b1 = b0 + SMD_BAND < oe ? b0 + SMD_BAND : oe;                                     \
-            /* the next band's SMD_BAND rows over this band's chunks (all passes): its bytes */             \
-            const int64_t chunks = (int64_t)passes * (n / 16) * ((b1 - b0) / SMD_R);                        \
-            const int64_t step = SMD_BAND * rb / chunks; /* bytes a chunk, a line or less */                \
-            for (int k = 0, s0 = 0; k < passes; k++) {                                                      \
-                const int nx = (n_rows - s0 + (passes - k) - 1) / (passes - k);                             \
-                const float *xr = x + (int64_t)s0 * n;                                                      \
-                float *yr = y + (int64_t)s0 * rows;                                                         \
-                const char *far = (const char *)w->w + b1 * rb + k * (chunks / passes) * step;              \
-                switch (nx) {                                                                               \
-                    SMD_TCASE(F, 1) SMD_TCASE(F, 2) SMD_TCASE(F, 3) SMD_TCASE(F, 4) SMD_TCASE(F, 5)         \
-                    SMD_TCASE(F, 6) SMD_TCASE(F, 7) default : smd_tile_pass(F, SMB_NX, w, xr, yr, b0, b1, acc, far, step); \
-                    break;                                                                                  \
-                }                                                                                           \
-                s0 += nx;                                                                                   \
-            }                                                                                               \
-        }                                                                                                   \
-        for (int s0 = 0; oe < o1 && s0 < n_rows; s0 += SMB_NX) /* passes of up to SMB_NX rows */            \
-            dsv4_lin_avx512_gemv(c, w, x + (int64_t)s0 * n, n_rows - s0 < SMB_NX ? n_rows - s0 : SMB_NX,   \
-                                 y + (int64_t)s0 * rows, oe, o1);                                             \
+#define SMD_TCASE(NX) \
+    case NX: smd_tile_pass(DSV4_WF_BF16, NX, w, xr, yr, b0, b1, acc, far, step); break;
+/* BF16 outputs [o0, o1) tiled: bands of whole blocks, every pass a band (passes of up to
+ * SMB_NX rows as even as they go, as smallm_bf16's); the last 1-2 rows by the GEMV */
+static VBMI __attribute__((noinline)) void smallm_bf16_tiled(const dsv4_lin_call *c, const dsv4_mat *w, const float *x,
+                                                             int n_rows, float *y, int64_t o0, int64_t o1,
+                                                             float *scratch) {
+    const int64_t n = w->cols, rows = w->rows, rb = n * 2;
+    const int passes = (n_rows + SMB_NX - 1) / SMB_NX;
+    const int64_t oe = o0 + (o1 - o0) / SMD_R * SMD_R;
+    float *acc = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    for (int64_t b0 = o0; b0 < oe; b0 += SMD_BAND) {
+        const int64_t b1 = b0 + SMD_BAND < oe ? b0 + SMD_BAND : oe;
+        /* the next band's SMD_BAND rows over this band's chunks (all passes): its bytes */
+        const int64_t chunks = (int64_t)passes * (n / 16) * ((b1 - b0) / SMD_R);
+        const int64_t step = SMD_BAND * rb / chunks; /* bytes a chunk, a line or less */
+        for (int k = 0, s0 = 0; k < passes; k++) {
+            const int nx = (n_rows - s0 + (passes - k) - 1) / (passes - k);
+            const float *xr = x + (int64_t)s0 * n;
+            float *yr = y + (int64_t)s0 * rows;
+            const char *far = (const char *)w->w + b1 * rb + k * (chunks / passes) * step;
+            switch (nx) {
+                SMD_TCASE(1) SMD_TCASE(2) SMD_TCASE(3) SMD_TCASE(4) SMD_TCASE(5) SMD_TCASE(6) SMD_TCASE(7)
+            default: smd_tile_pass(DSV4_WF_BF16, SMB_NX, w, xr, yr, b0, b1, acc, far, step); break;
+            }
+            s0 += nx;
+        }
     }
-SMD_TFN(smallm_bf16_tiled, DSV4_WF_BF16)
+    for (int s0 = 0; oe < o1 && s0 < n_rows; s0 += SMB_NX) /* passes of up to SMB_NX rows */
+        dsv4_lin_avx512_gemv(c, w, x + (int64_t)s0 * n, n_rows - s0 < SMB_NX ? n_rows - s0 : SMB_NX,
+                             y + (int64_t)s0 * rows, oe, o1);
+}
 
 #define SMD_CASE(F, NX) \
     case NX: smd_dense_nx(F, NX, c, w, xr, yr, o0, o1, k == 0); break;
