@@ -345,7 +345,7 @@ X512_INLINE void transpose16(__m512 r[16]) {
 X512_INLINE __m512 softmax_sums(const float *p, int n, int G, __m512 Z) {
     for (int j0 = 0; j0 < n; j0 += 16) {
         const int w = n - j0 < 16 ? n - j0 : 16;
-        const __mmask16 m = (__mmask16)((1u << w) - 1);
+        const __mmask16 m = x512_mask16(w);
         __m512 r[16];
         for (int l = 0; l < 16; l++) r[l] = l < G ? _mm512_maskz_loadu_ps(m, p + (size_t)l * n + j0) : _mm512_setzero_ps();
         transpose16(r);
@@ -369,7 +369,7 @@ X512_FN void dsv4_attn_softmax_x512(float *p, int n, int nh, const float *sink, 
             float *ph = p + (size_t)(h0 + l) * n;
             __m512 mx = ninf;
             for (int j = 0; j < n; j += 16) {
-                const __mmask16 k = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+                const __mmask16 k = x512_mask16(n - j);
                 mx = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, k, ph + j), mx);
             }
             const float mz = _mm512_reduce_max_ps(mx) * scale;
@@ -377,7 +377,7 @@ X512_FN void dsv4_attn_softmax_x512(float *p, int n, int nh, const float *sink, 
             d[l] = sink[h0 + l] - m[l];
             const __m512 mv = _mm512_set1_ps(m[l]);
             for (int j = 0; j < n; j += 16) { /* z rounded before the difference */
-                const __mmask16 k = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+                const __mmask16 k = x512_mask16(n - j);
                 _mm512_mask_storeu_ps(ph + j, k, _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, ph + j), sc), mv));
             }
             ex(ph, n, ph);
@@ -389,7 +389,7 @@ X512_FN void dsv4_attn_softmax_x512(float *p, int n, int nh, const float *sink, 
             float *ph = pg + (size_t)l * n;
             const __m512 inv = _mm512_set1_ps(1.0f / Z[l]);
             for (int j = 0; j < n; j += 16) {
-                const __mmask16 k = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+                const __mmask16 k = x512_mask16(n - j);
                 _mm512_mask_storeu_ps(ph + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, ph + j), inv));
             }
         }

@@ -19,6 +19,9 @@
 #define X512_INLINE static inline __attribute__((always_inline, target(X512)))
 
 /* 8 BF16 values (bits in 16-bit lanes) as FP32: shifted into the upper halves, exact. */
+/* lanes [0, min(w, 16)) of a 16-lane mask (w >= 1) */
+X512_INLINE __mmask16 x512_mask16(int w) { return w >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << w) - 1); }
+
 X512_INLINE __m256 x512_bf16x8(__m128i h) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
