@@ -92,11 +92,12 @@ static int check_finite(dsv4_engine *e, const dsv4_span *spans, int n_spans, con
         const char *what = "hidden";
         /* the common case in one branch-free pass each; the element loops find the first
          * bad value only when there is one */
-        const int ok = (nh == 0 || dsv4_all_finite(hidden + oh, nh)) && (ns == 0 || dsv4_all_finite(streams + os, ns));
-        for (int64_t k = 0; k < nh && !bad && !ok; k++)
-            if (!isfinite(hidden[oh + k])) bad = hidden + oh + k;
-        for (int64_t k = 0; k < ns && !bad && !ok; k++)
-            if (!isfinite(streams[os + k])) { bad = streams + os + k; what = "stream"; }
+        if (!((nh == 0 || dsv4_all_finite(hidden + oh, nh)) && (ns == 0 || dsv4_all_finite(streams + os, ns)))) {
+            for (int64_t k = 0; k < nh && !bad; k++)
+                if (!isfinite(hidden[oh + k])) bad = hidden + oh + k;
+            for (int64_t k = 0; k < ns && !bad; k++)
+                if (!isfinite(streams[os + k])) { bad = streams + os + k; what = "stream"; }
+        }
         oh += nh;
         os += ns;
         if (!bad) continue;
