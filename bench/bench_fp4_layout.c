@@ -60,8 +60,6 @@ static void repack(probe *p) {
                     }
 }
 
-F512 static inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
-
 /* today's layout: y[r] = sum over columns in lane order */
 F512 __attribute__((noinline)) static void run_today(const probe *p, int64_t gi, int fixed, float *y) {
     const int64_t rb = p->n / 2, nsb = p->n / 32;
@@ -90,7 +88,7 @@ F512 __attribute__((noinline)) static void run_today(const probe *p, int64_t gi,
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) a[r] = _mm512_fmadd_ps(x1, w1[r], a[r]);
     }
-    for (int r = 0; r < R; r++) y[r] = hsum(a[r]);
+    for (int r = 0; r < R; r++) y[r] = _mm512_reduce_add_ps(a[r]);
 }
 
 /* the repacked layout: one 64-byte load per 4 blocks of a row; the rows interleaved per
@@ -123,7 +121,7 @@ F512 __attribute__((noinline)) static void run_repacked(const probe *p, int64_t 
             }
         }
     }
-    for (int r = 0; r < R; r++) y[r] = hsum(a[r]);
+    for (int r = 0; r < R; r++) y[r] = _mm512_reduce_add_ps(a[r]);
 }
 
 typedef void (*run_fn)(const probe *, int64_t, int, float *);
