@@ -19,7 +19,12 @@ typedef enum {
     DSV4_WF_FP4,      /* packed e2m1 + per-32 scales */
     DSV4_WF_I8,       /* int8 [out, in] + F32 per-output scales: P2 W8A8's weights
                        * (kernels/w8a8.h, whose products also quantize the activations) */
+    DSV4_WF_FP4L,     /* packed e2m1 in the lanes layout (kernels/fp4_lanes.h) + per-32
+                       * scales: the FP4 of a checkpoint repacked at load */
 } dsv4_wfmt;
+
+/* packed FP4 in either layout: same bytes, scales and products */
+static inline int dsv4_wf_is_fp4(dsv4_wfmt f) { return f == DSV4_WF_FP4 || f == DSV4_WF_FP4L; }
 
 typedef struct dsv4_mat {
     dsv4_wfmt fmt;
