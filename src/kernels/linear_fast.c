@@ -253,7 +253,7 @@ static dsv4_lin_path lin_pick(dsv4_kctx *k, const dsv4_mat *w, int n_rows, int d
         kn = dsv4_lin_kernels_avx2();
     *kn_out = kn;
     const int64_t panel = LIN_SMALLM_NB * ((n + 15) & ~(int64_t)15) + 16; /* floats, aligned */
-    const int sm_min = w->fmt <= DSV4_WF_FP4 ? kn->smallm_min_rows[w->fmt] : 0;
+    const int sm_min = w->fmt <= DSV4_WF_FP4L ? kn->smallm_min_rows[w->fmt] : 0;
     const int can_smallm = kn->smallm && n_rows <= LIN_SMALLM_MAX_ROWS && panel <= LIN_SCRATCH_FLOATS;
     const int can_gemv = kn->gemv && n_rows <= LIN_GEMV_MAX_ROWS;
     const dsv4_lin_path force = dense ? dsv4_kctx_lin_path(k) : DSV4_LIN_GEMM;

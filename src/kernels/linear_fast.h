@@ -165,7 +165,7 @@ typedef struct dsv4_lin_kernels {
      * (LIN_SMALLM_NB x cols rounded up to 16, plus 16 floats to align it: the driver checks
      * that it fits LIN_SCRATCH_FLOATS), and run every activation row against the panel;
      * outputs [o0, o1), o0 a multiple of 4. Same bits as the gemv. NULL: never. */
-    int smallm_min_rows[DSV4_WF_FP4 + 1];
+    int smallm_min_rows[DSV4_WF_FP4L + 1];
     void (*smallm)(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                    int64_t o1, float *scratch);
 } dsv4_lin_kernels;
