@@ -2,6 +2,7 @@
 #include "kernels/linear.h"
 
 #include "kernels/codec.h"
+#include "kernels/fp4_lanes.h"
 #include "util/hot.h"
 
 static float scale_at(const dsv4_mat *w, int64_t idx) {
@@ -45,6 +46,15 @@ void dsv4_mat_row(const dsv4_mat *w, int64_t o, float *out) {
         }
         break;
     }
+    case DSV4_WF_FP4L: {
+        /* rows of whole 128-column lines; no other width has the layout (such a matrix is
+         * malformed: zeros, as an absent one, here and in dsv4_linear) */
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
+        const int64_t scols = n / 32;
+        for (int64_t i = 0; i < n; i++)
+            out[i] = n % DSV4_FP4L_COLS ? 0.0f : dsv4_e2m1_to_f32(dsv4_fp4l_code(p, i)) * scale_at(w, o * scols + i / 32);
+        break;
+    }
     case DSV4_WF_I8: {
         const int8_t *p = (const int8_t *)w->w + o * n;
         const float s = ((const float *)w->scale)[o];
@@ -79,7 +89,8 @@ int64_t dsv4_mat_bytes(const dsv4_mat *w) {
         int64_t s = ((r + 127) / 128) * ((c + 127) / 128);
         return r * c + s * (w->scale_is_f32 ? 4 : 1);
     }
-    case DSV4_WF_FP4: {
+    case DSV4_WF_FP4:
+    case DSV4_WF_FP4L: {
         int64_t s = r * (c / 32);
         return r * c / 2 + s * (w->scale_is_f32 ? 4 : 1);
     }
@@ -105,7 +116,8 @@ int dsv4_mat_rows(const dsv4_mat *w, int64_t r0, int64_t n, dsv4_mat *view) {
         view->scale = (const uint8_t *)w->scale + (r0 / 128) * scols * (w->scale_is_f32 ? 4 : 1);
         return 0;
     }
-    case DSV4_WF_FP4: {
+    case DSV4_WF_FP4:
+    case DSV4_WF_FP4L: { /* rows are whole lines in both layouts */
         const int64_t scols = c / 32;
         view->w = (const uint8_t *)w->w + r0 * (c / 2);
         view->scale = (const uint8_t *)w->scale + r0 * scols * (w->scale_is_f32 ? 4 : 1);

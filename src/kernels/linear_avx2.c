@@ -24,6 +24,13 @@
  *          scales). Then (lane << 28) holds the whole nibble in bits 28..31 and nothing
  *          else, and xoring it into T'[k] cancels the k << 28 and leaves the sign bit:
  *          4 instructions per 8 weights, no sign branch.
+ *   FP4L   (the lanes layout, fp4_lanes.h) a 64-byte line holds 128 columns, word i nibble
+ *          k = column 16k + i: its words 0..7 (resp. 8..15) shifted right by 4k hold in lane
+ *          l's bits 0..3 the code of column 16k + l (resp. 16k + 8 + l), natural order. The
+ *          table lookup and the sign xor are FP4's, on that index: per 8 weights one
+ *          immediate shift (none at k = 0) in place of the broadcast and variable shift, and
+ *          one 32-byte load per 64 weights. The same values in the same lanes and chunks as
+ *          FP4: the same bits.
  *   FP8 NaN codes 0x7F/0xFF, which both bit tricks make finite (+-480 * scale), are found
  *          by a byte scan of each 128-column block: b + b (mod 256) is 0xFE for them and at
  *          most 0xFC for every other byte. The GEMV then stores NaN for that weight row's
@@ -160,6 +167,13 @@ AINLINE __m256 dec_fp4(const uint8_t *p, __m256 table) {
     memcpy(&u, p, 4);
     __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(u), shifts);
     __m256 v = _mm256_permutevar8x32_ps(table, idx);
+    return _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+}
+
+/* 8 weights of a lanes-layout line: half (words 0..7 or 8..15 of the line), nibble k */
+AINLINE __m256 dec_fp4l(__m256i half, int k, __m256 table) {
+    const __m256i idx = _mm256_srli_epi32(half, 4 * k); /* k is a constant after unrolling */
+    const __m256 v = _mm256_permutevar8x32_ps(table, idx);
     return _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
 }
 
@@ -411,6 +425,67 @@ static void gemv_fp4(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, 
     }
 }
 
+/* The same for FP4L: per 128-column line, scale block b = k / 2 of the line covers nibbles 2b
+ * and 2b + 1 of both halves, i.e. its columns in natural order are (k = 2b, words 0..7),
+ * (2b, 8..15), (2b + 1, 0..7), (2b + 1, 8..15). cols % 128 == 0 (linear_fast.c lin_trivial) */
+AINLINE void gemv_fp4l_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y,
+                            int64_t o, const gemv_pf *pf) {
+    const int64_t n = w->cols, nsb = n / 32, nl = n / 128, rows = w->rows;
+    const uint8_t *p[4];
+    int64_t sb[4];
+    __m256 a[4][4];
+    for (int r = 0; r < R; r++) {
+        p[r] = (const uint8_t *)w->w + (o + r) * (n / 2);
+        sb[r] = (o + r) * nsb;
+        for (int s = 0; s < NX; s++) a[r][s] = _mm256_setzero_ps();
+    }
+    for (int64_t l = 0; l < nl; l++) {
+        pf_step(pf, p[0], R * l * 64, R * 64);
+        __m256i h[4][2];
+        for (int r = 0; r < R; r++) {
+            h[r][0] = _mm256_loadu_si256((const __m256i *)(p[r] + l * 64));
+            h[r][1] = _mm256_loadu_si256((const __m256i *)(p[r] + l * 64 + 32));
+        }
+        for (int b = 0; b < 4; b++) {
+            const float *xb = x + l * 128 + b * 32;
+            __m256 t[4];
+            for (int r = 0; r < R; r++) t[r] = fp4_block_table(tab, w, sb[r] + 4 * l + b);
+            for (int q = 0; q < 4; q++) {
+                __m256 xv[4];
+                for (int s = 0; s < NX; s++) xv[s] = _mm256_loadu_ps(xb + s * n + 8 * q);
+                for (int r = 0; r < R; r++) {
+                    const __m256 wv = dec_fp4l(h[r][q & 1], 2 * b + (q >> 1), t[r]);
+                    for (int s = 0; s < NX; s++) a[r][s] = _mm256_fmadd_ps(xv[s], wv, a[r][s]);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < NX; s++) y[s * rows + o + r] = hsum8(a[r][s]);
+}
+
+AINLINE void gemv_fp4l_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y,
+                          int64_t o0, int64_t o1) {
+    const int R = GEMV_R(NX);
+    const int64_t rb = w->cols / 2; /* bytes per row */
+    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * rb, (const uint8_t *)w->w + o1 * rb, GEMV_PF_FP4);
+    if (!w->scale_is_f32)
+        pf_start((const uint8_t *)w->scale + o0 * (rb / 16), (const uint8_t *)w->scale + o1 * (rb / 16), 4096);
+    int64_t o = o0;
+    for (; o + R <= o1; o += R) gemv_fp4l_rows(R, NX, tab, w, x, y, o, &pf);
+    for (; o < o1; o++) gemv_fp4l_rows(1, NX, tab, w, x, y, o, &pf);
+}
+
+static void gemv_fp4l(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
+                      int64_t o1) {
+    switch (nx) {
+    case 1: gemv_fp4l_nx(1, c->tab, w, x, y, o0, o1); break;
+    case 2: gemv_fp4l_nx(2, c->tab, w, x, y, o0, o1); break;
+    case 3: gemv_fp4l_nx(3, c->tab, w, x, y, o0, o1); break;
+    default: gemv_fp4l_nx(4, c->tab, w, x, y, o0, o1); break;
+    }
+}
+
 static void gemv_f32(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
     gemv_dense(DSV4_WF_F32, w, x, nx, y, o0, o1);
 }
@@ -429,6 +504,7 @@ static void gemv_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x,
     case DSV4_WF_BF16: gemv_bf16(w, x, nx, y, o0, o1); break;
     case DSV4_WF_FP8: gemv_fp8(c, w, x, nx, y, o0, o1); break;
     case DSV4_WF_FP4: gemv_fp4(c, w, x, nx, y, o0, o1); break;
+    case DSV4_WF_FP4L: gemv_fp4l(c, w, x, nx, y, o0, o1); break;
     default: break;
     }
 }
@@ -499,6 +575,23 @@ static void dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o
         }
         break;
     }
+    case DSV4_WF_FP4L: { /* cols, k0 and kb are multiples of 128: whole lines */
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2) + k0 / 2;
+        const int64_t sb = o * (n / 32) + k0 / 32;
+        for (int c = 0; c < kb; c += 128) {
+            const __m256i lo = _mm256_loadu_si256((const __m256i *)(p + c / 2));
+            const __m256i hi = _mm256_loadu_si256((const __m256i *)(p + c / 2 + 32));
+            for (int b = 0; b < 4; b++) {
+                const __m256 t = fp4_block_table(tab, w, sb + c / 32 + b);
+                float *d = dst + c + 32 * b;
+                _mm256_store_ps(d, dec_fp4l(lo, 2 * b, t));
+                _mm256_store_ps(d + 8, dec_fp4l(hi, 2 * b, t));
+                _mm256_store_ps(d + 16, dec_fp4l(lo, 2 * b + 1, t));
+                _mm256_store_ps(d + 24, dec_fp4l(hi, 2 * b + 1, t));
+            }
+        }
+        break;
+    }
     default: break;
     }
 }
@@ -546,8 +639,8 @@ static void reduce_row8(const float *acc, int nb, float *y) {
 }
 
 /* 3-row micro-kernels: 12 accumulators, 3 x and a weight in the 16 registers */
-static const dsv4_lin_tile_level avx2_tiles = {8, 3, 4, dequant_row, {micro1, micro2, micro3, NULL}, reduce_row8,
-                                              NULL};
+static const dsv4_lin_tile_level avx2_tiles = {8,    3, 4, dequant_row, {micro1, micro2, micro3, NULL}, reduce_row8,
+                                              NULL, 1};
 
 static void gemm_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                       float *scratch) {
@@ -596,7 +689,7 @@ static int fp8_prescale(const dsv4_mat *w, const float *x, int nx) {
 
 /* 4 rows a GEMV call, up to 8 in two passes (16 in four measured 4% slower than the GEMM
  * at batch 16 on Zen 3) */
-static const dsv4_lin_kernels avx2_kernels = {4, 8, 8, gemv_avx2, gemm_avx2, fp8_prescale, {0}, NULL};
+static const dsv4_lin_kernels avx2_kernels = {4, 8, 8, gemv_avx2, gemm_avx2, fp8_prescale, {0}, NULL, 1};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx2(void) { return &avx2_kernels; }
 

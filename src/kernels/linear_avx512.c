@@ -457,7 +457,8 @@ void dsv4_lin_avx512_gemv(const dsv4_lin_call *c, const dsv4_mat *w, const float
  * passes beat the tile GEMM 1.4-2.3x for BF16 and 1.0-1.7x for FP4, but FP8 ran at
  * 0.7-1.15x (bench_linear --decode --rows 16, BENCHMARKS.md). No prescaled FP8. */
 static const dsv4_lin_kernels avx512_kernels = {GEMV_NX_MAX,          16,   GEMV_NX_MAX, dsv4_lin_avx512_gemv,
-                                                dsv4_lin_avx512_gemm, NULL, {0},         NULL};
+                                                dsv4_lin_avx512_gemm, NULL, {0},         NULL,
+                                                0 /* no FP4L gemv yet: the GEMM takes it */};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512(void) { return &avx512_kernels; }
 

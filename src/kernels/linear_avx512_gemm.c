@@ -232,7 +232,7 @@ static void reduce_row16(const float *acc, int nb, float *y) {
 }
 
 static const dsv4_lin_tile_level avx512_tiles = {16, 4, MICRO_OUTS, dequant_row, {micro1, micro2, micro3, micro4},
-                                                 reduce_row16, micro4_last};
+                                                 reduce_row16, micro4_last, 0 /* FP4L: the portable decoder */};
 
 void dsv4_lin_avx512_gemm(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                           float *scratch) {
@@ -264,7 +264,8 @@ static VBMI void dequant_row_vbmi(const dsv4_lin_tables *tab, const dsv4_mat *w,
 }
 
 static const dsv4_lin_tile_level avx512vbmi_tiles = {16, 4, MICRO_OUTS, dequant_row_vbmi,
-                                                     {micro1, micro2, micro3, micro4}, reduce_row16, micro4_last};
+                                                     {micro1, micro2, micro3, micro4}, reduce_row16, micro4_last,
+                                                     0 /* FP4L: the portable decoder */};
 
 void dsv4_lin_avx512vbmi_gemm(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
                               int64_t o0, float *scratch) {

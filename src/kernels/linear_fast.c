@@ -13,6 +13,7 @@
 
 #include "kernels/codec.h"
 #include "kernels/cpu.h"
+#include "kernels/fp4_lanes.h"
 #include "kernels/kctx.h"
 #include "util/hot.h"
 
@@ -62,6 +63,12 @@ void dsv4_lin_dequant8(const dsv4_mat *w, int64_t o, int64_t i, float out[8]) {
         }
         break;
     }
+    case DSV4_WF_FP4L: { /* cols % 128 == 0 (lin_trivial) */
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
+        const float s = scale_at(w, o * (n / 32) + i / 32);
+        for (int l = 0; l < m; l++) out[l] = dsv4_e2m1_to_f32(dsv4_fp4l_code(p, i + l)) * s;
+        break;
+    }
     default: /* dsv4_mat_row gives zeros for an absent matrix */
         for (int l = 0; l < m; l++) out[l] = 0.0f;
     }
@@ -99,6 +106,29 @@ void dsv4_lin_tables_init(dsv4_lin_tables *t) {
 #endif
 }
 
+/* The 16 signed e2m1 values (dsv4_e2m1_to_f32 of each code) */
+static const float e2m1_tab[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+void dsv4_lin_dequant_fp4l(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb,
+                           float *dst) {
+    (void)tab;
+    const int64_t n = w->cols;
+    const uint8_t *p = (const uint8_t *)w->w + o * (n / 2) + k0 / 2; /* k0 % 128 == 0: a line start */
+    const int64_t sb = o * (n / 32) + k0 / 32;
+    for (int c0 = 0; c0 < kb; c0 += DSV4_FP4L_COLS) {
+        const uint8_t *line = p + c0 / 2;
+        float s[4]; /* the line's 4 scale blocks */
+        for (int b = 0; b < 4; b++) s[b] = scale_at(w, sb + c0 / 32 + b);
+        /* word i, nibble k: column 16k + i of the line (fp4_lanes.h) */
+        for (int i = 0; i < 16; i++) {
+            uint32_t v = (uint32_t)line[4 * i] | (uint32_t)line[4 * i + 1] << 8 | (uint32_t)line[4 * i + 2] << 16 |
+                         (uint32_t)line[4 * i + 3] << 24;
+            for (int k = 0; k < 8; k++, v >>= 4) dst[c0 + 16 * k + i] = e2m1_tab[v & 15] * s[k >> 1];
+        }
+    }
+}
+
 /* ---- portable level ------------------------------------------------------------------ */
 
 static float reduce8(const float *a) {
@@ -124,8 +154,7 @@ static void dequant_tile_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int6
     }
     case DSV4_WF_FP4: { /* k0 and cols are multiples of 32 here (else dsv4_lin_dequant8) */
         if (n % 32 != 0) goto generic;
-        static const float e2m1[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
-                                       -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+        const float *e2m1 = e2m1_tab;
         const uint8_t *p = (const uint8_t *)w->w + o * (n / 2) + k0 / 2;
         const int64_t sb = o * (n / 32) + k0 / 32;
         for (int c0 = 0; c0 < kb; c0 += 32) {
@@ -138,6 +167,7 @@ static void dequant_tile_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int6
         }
         break;
     }
+    case DSV4_WF_FP4L: dsv4_lin_dequant_fp4l(tab, w, o, k0, kb, dst); break;
     case DSV4_WF_F32: memcpy(dst, (const float *)w->w + o * n + k0, sizeof(float) * (size_t)kb); break;
     case DSV4_WF_BF16: {
         const uint16_t *p = (const uint16_t *)w->w + o * n + k0;
@@ -178,15 +208,15 @@ static void reduce_row_scalar(const float *acc, int nb, float *y) {
     for (int j = 0; j < nb; j++) y[j] = reduce8(acc + 8 * j);
 }
 
-static const dsv4_lin_tile_level scalar_tiles = {8, 1, 4, dequant_tile_row, {micro_scalar, NULL, NULL, NULL},
-                                                 reduce_row_scalar, NULL};
+static const dsv4_lin_tile_level scalar_tiles = {8,    1, 4, dequant_tile_row, {micro_scalar, NULL, NULL, NULL},
+                                                 reduce_row_scalar, NULL, 1};
 
 static void gemm_scalar(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                         float *scratch) {
     dsv4_lin_gemm_tiled(&scalar_tiles, c, w, x, n_rows, y, o0, scratch);
 }
 
-static const dsv4_lin_kernels scalar_kernels = {0, 0, 0, NULL, gemm_scalar, NULL, {0}, NULL};
+static const dsv4_lin_kernels scalar_kernels = {0, 0, 0, NULL, gemm_scalar, NULL, {0}, NULL, 0};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void) { return &scalar_kernels; }
 
@@ -230,8 +260,10 @@ static int lin_trivial(dsv4_kctx *k, const dsv4_lin_op *op, int64_t ldx, int64_t
             for (int s = 0; s < op->n_rows; s++) dsv4_linear_ref(w, op->x + s * ldx, 1, op->y + s * ldy, scratch);
         return 1;
     }
+    /* FP4L rows are whole 128-column lines (fp4_lanes.h); another width is malformed */
     const int known = w->fmt == DSV4_WF_F32 || w->fmt == DSV4_WF_F16 || w->fmt == DSV4_WF_BF16 ||
-                      w->fmt == DSV4_WF_FP8 || w->fmt == DSV4_WF_FP4;
+                      w->fmt == DSV4_WF_FP8 || w->fmt == DSV4_WF_FP4 ||
+                      (w->fmt == DSV4_WF_FP4L && w->cols % DSV4_FP4L_COLS == 0);
     if (w->cols <= 0 || !known) { /* empty sum, or an absent matrix: zeros, as the reference */
         for (int s = 0; s < op->n_rows; s++) memset(op->y + s * ldy, 0, sizeof(float) * (size_t)w->rows);
         return 1;
@@ -244,7 +276,7 @@ static dsv4_lin_path lin_pick(dsv4_kctx *k, const dsv4_mat *w, int n_rows, int d
     const int64_t n = w->cols;
     const dsv4_lin_kernels *kn = dsv4_lin_kernels_scalar();
     /* the x86 FP4 decoders walk whole 32-column scale blocks */
-    const int level = dsv4_kctx_simd(k), fp4_ok = w->fmt != DSV4_WF_FP4 || n % 32 == 0;
+    const int level = dsv4_kctx_simd(k), fp4_ok = !dsv4_wf_is_fp4(w->fmt) || n % 32 == 0;
     if (level >= DSV4_SIMD_AVX512VBMI && dsv4_lin_kernels_avx512vbmi() && fp4_ok)
         kn = dsv4_lin_kernels_avx512vbmi();
     else if (level >= DSV4_SIMD_AVX512 && dsv4_lin_kernels_avx512() && fp4_ok)
@@ -254,13 +286,15 @@ static dsv4_lin_path lin_pick(dsv4_kctx *k, const dsv4_mat *w, int n_rows, int d
     *kn_out = kn;
     const int64_t panel = LIN_SMALLM_NB * ((n + 15) & ~(int64_t)15) + 16; /* floats, aligned */
     const int sm_min = w->fmt <= DSV4_WF_FP4L ? kn->smallm_min_rows[w->fmt] : 0;
-    const int can_smallm = kn->smallm && n_rows <= LIN_SMALLM_MAX_ROWS && panel <= LIN_SCRATCH_FLOATS;
-    const int can_gemv = kn->gemv && n_rows <= LIN_GEMV_MAX_ROWS;
+    /* smallm_min_rows 0: the level's small-M kernel does not take the format (nor when forced) */
+    const int can_smallm = kn->smallm && sm_min > 0 && n_rows <= LIN_SMALLM_MAX_ROWS && panel <= LIN_SCRATCH_FLOATS;
+    /* a level whose gemv does not read FP4L takes the GEMM for it: the same bits */
+    const int can_gemv = kn->gemv && n_rows <= LIN_GEMV_MAX_ROWS && (w->fmt != DSV4_WF_FP4L || kn->gemv_fp4l);
     const dsv4_lin_path force = dense ? dsv4_kctx_lin_path(k) : DSV4_LIN_GEMM;
     if (force == DSV4_LIN_SMALLM && can_smallm) return DSV4_LIN_SMALLM;
     if (force == DSV4_LIN_GEMV && can_gemv) return DSV4_LIN_GEMV;
     if (force == DSV4_LIN_GEMM) return DSV4_LIN_GEMM;
-    if (can_smallm && sm_min > 0 && n_rows >= sm_min && (n_rows <= 32 || n_rows * n <= LIN_SMALLM_BIG_X_FLOATS))
+    if (can_smallm && n_rows >= sm_min && (n_rows <= 32 || n_rows * n <= LIN_SMALLM_BIG_X_FLOATS))
         return DSV4_LIN_SMALLM;
     if (can_gemv && n_rows <= (w->fmt == DSV4_WF_FP8 ? kn->gemv_max_rows_fp8 : kn->gemv_max_rows))
         return DSV4_LIN_GEMV;
@@ -282,7 +316,7 @@ static int64_t gemv_per(const dsv4_mat *w, int n_rows, int gemv, int64_t target_
      * as far runs (gemv_prefetch.h pf_fp4_runs); tasks of 256 rows restarted them half way
      * (batch-16 routed experts, 1-3 rows each: 0.96-0.98x the step's time, in step, BENCHMARKS.md
      * session 17 fp4g) */
-    if (gemv && w->fmt == DSV4_WF_FP4 && rows * n <= whole_elems) return rows;
+    if (gemv && dsv4_wf_is_fp4(w->fmt) && rows * n <= whole_elems) return rows;
     int64_t per = target_macs / (n * n_rows);
     per &= ~(int64_t)3;
     int64_t cap = LIN_GEMV_NB;

@@ -168,6 +168,9 @@ typedef struct dsv4_lin_kernels {
     int smallm_min_rows[DSV4_WF_FP4L + 1];
     void (*smallm)(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                    int64_t o1, float *scratch);
+    /* the gemv reads DSV4_WF_FP4L (0: the driver plans every FP4L product of the level as a
+     * GEMM, whose bits are the GEMV's: linear_fast.h's contract) */
+    int gemv_fp4l;
 } dsv4_lin_kernels;
 
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void);
@@ -199,6 +202,9 @@ typedef struct dsv4_lin_tile_level {
     dsv4_lin_micro_fn micro[4];
     void (*reduce_row)(const float *acc, int nb, float *y);
     dsv4_lin_micro_last_fn micro_last; /* NULL: every row through reduce_row */
+    /* dequant_row reads DSV4_WF_FP4L (0: the driver dequantizes FP4L rows with
+     * dsv4_lin_dequant_fp4l instead: the same values, so the same bits) */
+    int dequant_fp4l;
 } dsv4_lin_tile_level;
 
 /* Outputs [o0, min(o0 + LIN_NB, rows)) for all n_rows rows (at most LIN_MB when called by
@@ -211,6 +217,12 @@ void dsv4_lin_gemm_tiled(const dsv4_lin_tile_level *lv, const dsv4_lin_call *c, 
  * wide decoders' fallback for scales they cannot prescale and blocks with FP8 NaN codes)
  * so the dequantized values agree by construction. */
 void dsv4_lin_dequant8(const dsv4_mat *w, int64_t o, int64_t i, float out[8]);
+
+/* dequant_row of any level for a DSV4_WF_FP4L matrix (portable C, a 128-column line at a
+ * time): row o, columns [k0, k0 + kb) into dst, k0 and kb multiples of 128. The tile driver
+ * uses it at the levels whose dequant_row does not read the layout. */
+void dsv4_lin_dequant_fp4l(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb,
+                           float *dst);
 
 /* The kernel context's per-thread tile scratch and tables for dsv4_linear (kctx.c). */
 struct dsv4_kctx;

@@ -30,6 +30,10 @@ void dsv4_lin_gemm_tiled(const dsv4_lin_tile_level *lv, const dsv4_lin_call *c, 
     float *acc = scratch;                       /* (LIN_MB, LIN_NB, L) lane accumulators */
     float *panel = scratch + LIN_SCRATCH_ACC;   /* (LIN_PANEL_TILES, LIN_NB, LIN_KB) weights */
     const int whole = n <= LIN_PANEL_TILES * LIN_KB; /* every tile in the panel */
+    /* a level whose dequant_row does not read the lanes layout gets the portable decoder's
+     * values for it: the same, so the same bits */
+    void (*const dequant_row)(const dsv4_lin_tables *, const dsv4_mat *, int64_t, int64_t, int, float *) =
+        w->fmt == DSV4_WF_FP4L && !lv->dequant_fp4l ? dsv4_lin_dequant_fp4l : lv->dequant_row;
     for (int r0 = 0; r0 < n_rows; r0 += LIN_MB) {
         const int mb = n_rows - r0 < LIN_MB ? n_rows - r0 : LIN_MB;
         /* rows [0, mfull) of the block go in whole micro_rows groups: on the last column tile
@@ -47,7 +51,7 @@ void dsv4_lin_gemm_tiled(const dsv4_lin_tile_level *lv, const dsv4_lin_call *c, 
             float *wt = whole ? panel + k0 / LIN_KB * LIN_SCRATCH_WTILE : panel;
             if (r0 == 0 || !whole)
                 for (int j = 0; j < nj; j++) {
-                    if (j < nb) lv->dequant_row(c->tab, w, o0 + j, k0, kb, wt + j * LIN_KB);
+                    if (j < nb) dequant_row(c->tab, w, o0 + j, k0, kb, wt + j * LIN_KB);
                     else memset(wt + j * LIN_KB, 0, sizeof(float) * (size_t)kpad);
                 }
             const float *xb = x + (int64_t)r0 * ldx + k0;

@@ -30,6 +30,7 @@
 #include "kernels/codec.h"
 #include "kernels/cpu.h"
 #include "kernels/kctx.h"
+#include "kernels/linear_fast.h"
 #include "util/err.h"
 
 #if defined(DSV4_HAVE_AVX2) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -167,6 +168,8 @@ static void source_row(const dsv4_mat *m, int64_t o, float *out) {
                 out[b * 32 + 2 * i + 1] = tab[p[b * 16 + i] >> 4];
             }
         }
+    } else if (m->fmt == DSV4_WF_FP4L && n % 128 == 0) {
+        dsv4_lin_dequant_fp4l(NULL, m, o, 0, (int)n, out); /* the same products, a line at a time */
     } else if (m->fmt == DSV4_WF_FP8) {
         const uint8_t *p = (const uint8_t *)m->w + o * n;
         const int64_t scols = (n + 127) / 128;
