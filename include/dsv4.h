@@ -230,6 +230,9 @@ typedef struct dsv4_engine_opts {
                             * them. Results are the same either way. */
     int numa;              /* NUMA placement: DSV4_NUMA_*; 0 = DSV4_NUMA_AUTO. Results are the
                             * same either way; dsv4_engine_get_opts gives what was done. */
+    int fp4_layout;        /* in-memory layout of the packed FP4 weights (the routed experts):
+                            * DSV4_FP4_*; 0 = DSV4_FP4_AUTO. Results are the same bits either
+                            * way; dsv4_engine_get_opts gives what was done. */
 } dsv4_engine_opts;
 
 /* NUMA placement of the weights (dsv4_engine_opts.numa), for machines whose memory is in
@@ -253,6 +256,31 @@ DSV4_API int dsv4_numa_parse(const char *s, int *mode, dsv4_err *err);
 DSV4_API const char *dsv4_numa_name(int mode);
 /* Memory nodes this process may allocate on (1 without NUMA support in kernel or build). */
 DSV4_API int dsv4_numa_nodes(void);
+
+/* Layout of the packed FP4 (e2m1) weights in memory (dsv4_engine_opts.fp4_layout):
+ *   AUTO     NATURAL for now (the choice may become LANES at the AVX-512 levels where the
+ *            measurements say it pays)
+ *   NATURAL  the checkpoint's bytes, read in place from the mapped files: their pages stay
+ *            clean page cache, shared by every process (and engine) that maps them
+ *   LANES    each FP4 matrix whose width is a multiple of 128 repacked at engine create into
+ *            the engine's own memory (a 64-byte line holds 128 columns in the order the
+ *            AVX-512 decoder wants: fewer instructions a weight). Costs the repack at create
+ *            (a pass over every FP4 byte) and private memory as large as those weights: several
+ *            processes on one node no longer share the experts' pages, and the mapped file
+ *            pages, no longer read after create, stay in the page cache until the system
+ *            needs the memory. Experts another rank owns (expert parallelism) and matrices
+ *            made INT8 by w8a8 are not repacked. With NUMA interleaving the copies are
+ *            interleaved too.
+ * The same bits in every layout: only the speed differs. */
+enum {
+    DSV4_FP4_AUTO = 0,
+    DSV4_FP4_NATURAL = 1,
+    DSV4_FP4_LANES = 2,
+};
+/* "auto", "natural" or "lanes" -> DSV4_FP4_*; DSV4_ERR_ARG with a message otherwise. */
+DSV4_API int dsv4_fp4_layout_parse(const char *s, int *layout, dsv4_err *err);
+/* The name of a DSV4_FP4_* value, "?" when unknown. */
+DSV4_API const char *dsv4_fp4_layout_name(int layout);
 
 /* KV row storage (serving.md §a.1): window rows, compressed entries, indexer keys.
  *   F32   the reference: results as the spec's FP32 math (the golden tests use it)
@@ -328,6 +356,10 @@ DSV4_API void dsv4_engine_free(dsv4_engine *e);
 DSV4_API dsv4_engine_opts dsv4_engine_get_opts(const dsv4_engine *e);
 /* The memory nodes the engine saw at create (its NUMA decision: get_opts().numa). */
 DSV4_API int dsv4_engine_numa_nodes(const dsv4_engine *e);
+/* The FP4 matrices the engine reads in the lanes layout (repacked at create) and in the
+ * natural one (all of them with DSV4_FP4_NATURAL; with LANES those whose width is not a
+ * multiple of 128 and the experts another rank owns). Either pointer may be NULL. */
+DSV4_API void dsv4_engine_fp4_counts(const dsv4_engine *e, int64_t *lanes, int64_t *natural);
 DSV4_API const dsv4_model *dsv4_engine_model(const dsv4_engine *e);
 
 /* Sequences are small integer handles owned by the engine. */

@@ -47,6 +47,7 @@ typedef struct dsv4_server_opts {
     int threads;               /* 0 = all cores */
     int pin_threads;           /* dsv4_engine_opts.pin_threads */
     int kv_dtype;              /* dsv4_engine_opts.kv_dtype */
+    int fp4_layout;            /* dsv4_engine_opts.fp4_layout */
     uint64_t cache_bytes;      /* pool budget; 0 = enough for max_seqs x max_context */
     int max_queue;             /* requests waiting beyond max_seqs; 0 = 256 */
     size_t max_body;           /* request body limit in bytes; 0 = 8 MiB */

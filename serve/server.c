@@ -51,6 +51,7 @@ static int engine_opts(const dsv4_server_opts *o, const dsv4_model *m, dsv4_engi
     eo->threads = o->threads;
     eo->pin_threads = o->pin_threads;
     eo->kv_dtype = o->kv_dtype;
+    eo->fp4_layout = o->fp4_layout;
     eo->cache_bytes = o->cache_bytes;
     eo->dist = o->dist;
     eo->parallel = o->parallel;

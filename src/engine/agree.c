@@ -12,8 +12,8 @@
 static int put(dsv4_sha256 *h, int64_t v, dsv4_err *err) { return dsv4_sha256_u64(h, (uint64_t)v, err); }
 
 /* The options that change what a rank computes or how the group exchanges data: every
- * field of dsv4_engine_opts after defaults except threads, pin_threads and numa (results do
- * not depend on the split or the placement), the group pointer and the progress callback, plus
+ * field of dsv4_engine_opts after defaults except threads, pin_threads, numa and fp4_layout
+ * (results do not depend on the split, the placement or the weights' layout), the group pointer and the progress callback, plus
  * the kernel level in use. max_rows decides which calls a rank refuses, prefix_entries which
  * snapshots its prefix cache still holds: ranks that differ there would part ways later. */
 static int options_digest(const dsv4_engine *e, uint8_t out[32], dsv4_err *err) {

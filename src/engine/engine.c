@@ -186,6 +186,9 @@ static int engine_create_body(const dsv4_model *m, const dsv4_engine_opts *opts,
      * weights its way) */
     e->num = dsv4_numerics_exact();
     if (!rc) rc = dsv4_engine_prepare_w8a8(e, err);
+    /* after W8A8 (its INT8 copies need no repack), before fidelity (which knows the weights
+     * by their storage) */
+    if (!rc) rc = dsv4_engine_prepare_fp4(e, err);
     if (!rc) rc = dsv4_engine_prepare_fidelity(e, err);
     if (!rc) e->moe_checked = moe_experts_ok(e, n_blocks);
     if (!rc) rc = dsv4_arena_init(&e->scratch, dsv4_engine_scratch_bytes(e), err);

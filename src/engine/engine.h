@@ -66,6 +66,7 @@ struct dsv4_engine {
     struct dsv4_ep *ep;              /* expert-parallel exchange (DSV4_PAR_EP), else NULL */
     struct dsv4_prefix_cache *prefix; /* snapshots and the prefix cache (prefix.c) */
     int numa_nodes;                  /* memory nodes seen at create (opts.numa is the decision) */
+    int64_t fp4_lanes, fp4_natural;  /* FP4 matrices of the blocks in each layout (fp4_layout.c) */
     struct dsv4_cp_stats *cp_stats;  /* optional, caller-owned: CP prefill timings add up
                                       * here (engine/forward_cp.h; benchmarks), else NULL */
     dsv4_attn_stats *attn_stats;     /* optional, caller-owned: what the single-process
@@ -173,5 +174,11 @@ void dsv4_engine_cache_opts(const dsv4_engine_opts *o, dsv4_cache_opts *co);
  * restores it; *restore says whether there is one). */
 int dsv4_engine_numa_begin(dsv4_engine *e, void *saved, int *restore, dsv4_err *err);
 void dsv4_engine_numa_end(const void *saved, int restore);
+/* fp4_layout.c: opts.fp4_layout resolved (AUTO becomes what is done); with LANES every FP4
+ * matrix of e->blocks whose width is a multiple of 128 (routed experts: this rank's) is
+ * repacked into engine-owned memory (interleaved when opts.numa is) and bound as
+ * DSV4_WF_FP4L. Runs after the W8A8 copies and before the fidelity mode, which knows the
+ * weights by their storage. */
+int dsv4_engine_prepare_fp4(dsv4_engine *e, dsv4_err *err);
 
 #endif

@@ -1,10 +1,14 @@
 /* info.c — parameter and byte counts for `dsv4 info` (see info.h). */
 #include "model/info.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/fp4_lanes.h"
 #include "model/inventory.h"
+#include "model/model.h"
+#include "model/safetensors.h"
 
 const char *dsv4_layer_kind_name(dsv4_layer_kind k) {
     switch (k) {
@@ -117,4 +121,16 @@ int dsv4_count_release_bytes(const dsv4_config *cfg, dsv4_dtype_bytes *out,
     }
     free(specs);
     return DSV4_OK;
+}
+
+void dsv4_model_fp4_census(const struct dsv4_model *m, dsv4_fp4_census *out) {
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < m->n_specs; i++) {
+        const dsv4_tensor_spec *sp = &m->specs[i];
+        const dsv4_st_tensor *t = sp->kind == DSV4_TK_MAT ? dsv4_st_find(m->files, sp->name) : NULL;
+        if (!t || t->dtype != DSV4_ST_I8) continue; /* packed FP4 is stored I8 */
+        out->fp4++;
+        if (sp->shape[1] % DSV4_FP4L_COLS == 0) out->lanes_ok++;
+        else if (!out->first_natural[0]) snprintf(out->first_natural, sizeof out->first_natural, "%s", sp->name);
+    }
 }

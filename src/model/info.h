@@ -51,6 +51,16 @@ void dsv4_count_bytes(const dsv4_st_set *st, dsv4_dtype_bytes *out);
 /* Bytes of the routed experts among the files' tensors ("*.ffn.experts.*"). */
 uint64_t dsv4_count_routed_bytes(const dsv4_st_set *st);
 
+/* The packed FP4 matrices of a loaded model (headers suffice) and how many of them
+ * --fp4-layout lanes repacks: widths a multiple of 128 (kernels/fp4_lanes.h); the others
+ * stay natural. first_natural: the name of the first of those ("" when none). */
+struct dsv4_model;
+typedef struct dsv4_fp4_census {
+    int64_t fp4, lanes_ok;
+    char first_natural[96];
+} dsv4_fp4_census;
+void dsv4_model_fp4_census(const struct dsv4_model *m, dsv4_fp4_census *out);
+
 /* The same figures for the released checkpoint layout of a config, from the config alone
  * (spec/model.md §2.3): FP8 e4m3 matrices with 128x128 ue8m0 scales, routed experts as
  * packed FP4 with per-32 ue8m0 scales, other matrices BF16, vectors F32 or BF16, tid2eid

@@ -1,0 +1,158 @@
+/* test_fp4_layout.c — dsv4_engine_opts.fp4_layout (dsv4.h DSV4_FP4_*) through the public API:
+ *   - the option's names and its parse errors;
+ *   - an engine with LANES repacks exactly the FP4 matrices whose width is a multiple of 128
+ *     (dsv4_engine_fp4_counts against the model's census, model/info.h), the others stay
+ *     natural; NATURAL and AUTO (= natural for now) repack none; get_opts says what was done;
+ *   - hidden states, logits and the MTP block's hidden states of a prefill + decodes are the same bits in every
+ *     layout, at every kernel level this CPU and build run (DSV4_SIMD);
+ *   - the weights fingerprint is the same before and after a LANES engine (the model is not
+ *     touched: the copies are the engine's);
+ *   - an unknown fp4_layout value fails create with DSV4_ERR_ARG.
+ *
+ *   test_fp4_layout MODEL_DIR   (a checkpoint written with gen-model --dtype fp8: FP4 experts)
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsv4.h"
+#include "kernels/cpu.h"
+#include "model/info.h"
+#include "model/model.h"
+#include "test.h"
+
+enum { N = 60, P = 52 };
+
+typedef struct {
+    float *hidden, *logits, *mtp; /* (N, D), (N, V), (N - 1, D) MTP hidden */
+    float *streams;               /* (N, hc, D) last-block streams, the MTP block's input */
+    int64_t lanes, natural;
+    int layout; /* get_opts().fp4_layout */
+} run_out;
+
+/* a prefill of P tokens, then N - P one-token decodes; the MTP block over the same rows */
+static int run(const dsv4_model *m, int layout, const int32_t *toks, run_out *o) {
+    const dsv4_model_info info = dsv4_model_get_info(m);
+    dsv4_engine_opts eo = {.max_context = N + 2, .max_seqs = 1, .kv_dtype = DSV4_KV_F32, .fp4_layout = layout,
+                           .mtp = info.n_mtp > 0, .threads = 2};
+    dsv4_engine *e;
+    dsv4_err err = {0};
+    int s, rc = dsv4_engine_create(m, &eo, &e, &err);
+    if (rc) {
+        fprintf(stderr, "create: %s\n", err.msg);
+        return rc;
+    }
+    dsv4_engine_fp4_counts(e, &o->lanes, &o->natural);
+    o->layout = dsv4_engine_get_opts(e).fp4_layout;
+    rc = dsv4_seq_create(e, &s, &err);
+    const int D = info.hidden_size, V = info.vocab_size;
+    for (int t = 0; !rc && t < N; t += t < P ? P : 1) {
+        const int n = t < P ? P : 1;
+        dsv4_span sp = {.seq = s, .start = t, .n_tokens = n, .tokens = toks + t, .n_hidden = n, .n_streams = n};
+        rc = dsv4_forward(e, &sp, 1, o->hidden + (size_t)t * D, o->streams + (size_t)t * info.hc_mult * D, &err);
+        if (!rc) rc = dsv4_lm_head(e, o->hidden + (size_t)t * D, n, o->logits + (size_t)t * V, &err);
+    }
+    if (!rc && info.n_mtp) {
+        /* MTP row t: the streams of position t with token t + 1 */
+        dsv4_mtp_span ms = {.seq = s, .start = 0, .n = N - 1, .next_tokens = toks + 1, .streams = o->streams};
+        rc = dsv4_mtp_forward(e, &ms, 1, o->mtp, &err);
+    }
+    if (rc) fprintf(stderr, "run: %s\n", err.msg);
+    dsv4_engine_free(e);
+    return rc;
+}
+
+static int64_t bits_differ(const float *a, const float *b, int64_t n) {
+    int64_t d = 0;
+    for (int64_t i = 0; i < n; i++) d += memcmp(a + i, b + i, sizeof(float)) != 0;
+    return d;
+}
+
+static void check_parse(void) {
+    dsv4_err err = {0};
+    int v = -1;
+    CHECK(dsv4_fp4_layout_parse("auto", &v, &err) == DSV4_OK && v == DSV4_FP4_AUTO);
+    CHECK(dsv4_fp4_layout_parse("natural", &v, &err) == DSV4_OK && v == DSV4_FP4_NATURAL);
+    CHECK(dsv4_fp4_layout_parse("lanes", &v, &err) == DSV4_OK && v == DSV4_FP4_LANES);
+    CHECK(dsv4_fp4_layout_parse("Lanes", &v, &err) == DSV4_ERR_ARG);
+    CHECK_ERR(err, DSV4_ERR_ARG, "must be auto, natural or lanes");
+    CHECK(dsv4_fp4_layout_parse(NULL, &v, &err) == DSV4_ERR_ARG);
+    CHECK(!strcmp(dsv4_fp4_layout_name(DSV4_FP4_LANES), "lanes") && !strcmp(dsv4_fp4_layout_name(7), "?"));
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_fp4_layout MODEL_DIR\n");
+        return 2;
+    }
+    check_parse();
+    dsv4_model *m;
+    dsv4_err err = {0};
+    if (dsv4_model_open(argv[1], &m, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    dsv4_fp4_census census;
+    dsv4_model_fp4_census(m, &census);
+    printf("model %s: %lld FP4 matrices, %lld can take the lanes layout%s%s\n", argv[1], (long long)census.fp4,
+           (long long)census.lanes_ok, census.first_natural[0] ? "; first natural: " : "", census.first_natural);
+    CHECK_MSG(census.lanes_ok > 0, "the checkpoint has no FP4 matrix the lanes layout can hold");
+    uint8_t fp_before[32], fp_after[32];
+    CHECK(dsv4_model_fingerprint(m, 0, fp_before, &err) == DSV4_OK);
+
+    const dsv4_model_info info = dsv4_model_get_info(m);
+    const int D = info.hidden_size, V = info.vocab_size;
+    int32_t toks[N];
+    for (int i = 0; i < N; i++) toks[i] = (int32_t)((i * 2654435761u) % (unsigned)V);
+    run_out r[3];
+    for (int i = 0; i < 3; i++) {
+        r[i].hidden = malloc(sizeof(float) * (size_t)N * D);
+        r[i].logits = malloc(sizeof(float) * (size_t)N * V);
+        r[i].mtp = malloc(sizeof(float) * (size_t)N * D);
+        r[i].streams = malloc(sizeof(float) * (size_t)N * info.hc_mult * D);
+    }
+    const int best = (int)(dsv4_cpu_simd() < dsv4_build_simd() ? dsv4_cpu_simd() : dsv4_build_simd());
+    const int layouts[3] = {DSV4_FP4_NATURAL, DSV4_FP4_LANES, DSV4_FP4_AUTO};
+    for (int level = 0; level <= best; level++) {
+        setenv("DSV4_SIMD", dsv4_simd_name((dsv4_simd)level), 1);
+        int ok = 1;
+        for (int i = 0; i < 3; i++) ok &= run(m, layouts[i], toks, &r[i]) == 0;
+        CHECK_MSG(ok, "level %s: a run failed", dsv4_simd_name((dsv4_simd)level));
+        if (!ok) continue;
+        CHECK(r[0].layout == DSV4_FP4_NATURAL && r[1].layout == DSV4_FP4_LANES && r[2].layout == DSV4_FP4_NATURAL);
+        CHECK(r[0].lanes == 0 && r[0].natural == census.fp4 && r[2].lanes == 0 && r[2].natural == census.fp4);
+        CHECK_MSG(r[1].lanes == census.lanes_ok && r[1].natural == census.fp4 - census.lanes_ok,
+                  "lanes engine: %lld repacked, %lld natural; census %lld of %lld", (long long)r[1].lanes,
+                  (long long)r[1].natural, (long long)census.lanes_ok, (long long)census.fp4);
+        for (int i = 1; i < 3; i++) {
+            const int64_t dh = bits_differ(r[i].hidden, r[0].hidden, (int64_t)N * D);
+            const int64_t dl = bits_differ(r[i].logits, r[0].logits, (int64_t)N * V);
+            const int64_t dm = info.n_mtp ? bits_differ(r[i].mtp, r[0].mtp, (int64_t)(N - 1) * D) : 0;
+            CHECK_MSG(dh == 0 && dl == 0 && dm == 0,
+                      "level %s, %s against natural: %lld hidden, %lld logits, %lld MTP hidden differ in bits",
+                      dsv4_simd_name((dsv4_simd)level), dsv4_fp4_layout_name(layouts[i]), (long long)dh,
+                      (long long)dl, (long long)dm);
+        }
+        printf("level %s: lanes (%lld repacked, %lld natural) and auto give natural's bits: %d x %d hidden, "
+               "%d x %d logits%s\n", dsv4_simd_name((dsv4_simd)level), (long long)r[1].lanes,
+               (long long)r[1].natural, N, D, N, V, info.n_mtp ? ", MTP hidden" : "");
+    }
+    unsetenv("DSV4_SIMD");
+    CHECK(dsv4_model_fingerprint(m, 0, fp_after, &err) == DSV4_OK);
+    CHECK_MSG(!memcmp(fp_before, fp_after, 32), "the weights fingerprint changed after a lanes engine");
+
+    dsv4_engine_opts bad = {.max_context = 64, .max_seqs = 1, .fp4_layout = 7};
+    dsv4_engine *e = NULL;
+    CHECK(dsv4_engine_create(m, &bad, &e, &err) == DSV4_ERR_ARG && e == NULL);
+    CHECK_ERR(err, DSV4_ERR_ARG, "fp4_layout = 7");
+
+    for (int i = 0; i < 3; i++) {
+        free(r[i].hidden);
+        free(r[i].logits);
+        free(r[i].mtp);
+        free(r[i].streams);
+    }
+    dsv4_model_close(m);
+    return test_report();
+}
