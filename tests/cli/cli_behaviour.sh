@@ -42,6 +42,13 @@ for bad in "--threads nan" "--prefill 2.5" "--chunk -1"; do
 done
 "$BIN" info --model "$MODEL" --max-context 1e3 2>/dev/null; [ $? -eq 2 ] || fail "info --max-context 1e3 accepted"
 "$BIN" frobnicate 2>/dev/null; [ $? -eq 2 ] || fail "unknown command exit"
+# --fp4-layout on every command that creates an engine: an unknown value is refused, naming
+# the accepted ones
+for cmd in "generate -p x" chat "run --tokens 1 --dump $TMP/d" bench serve; do
+    # shellcheck disable=SC2086
+    "$BIN" $cmd --model "$MODEL" --fp4-layout wide 2> "$TMP/err"; [ $? -eq 2 ] || fail "$cmd --fp4-layout wide accepted"
+    grep -q "must be auto, natural or lanes" "$TMP/err" || fail "$cmd --fp4-layout wide: $(cat "$TMP/err")"
+done
 # serve refuses context parallelism with its reason (a step mixes decodes and prefill chunks)
 for p in cp cp+ep; do
     "$BIN" serve --model "$MODEL" --parallel $p 2> "$TMP/err"; [ $? -eq 2 ] || fail "serve --parallel $p accepted"

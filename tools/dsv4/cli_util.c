@@ -27,6 +27,13 @@ int cli_parse_numa(const char *v, void *dst, char *msg, size_t n) {
     return -1;
 }
 
+int cli_parse_fp4_layout(const char *v, void *dst, char *msg, size_t n) {
+    dsv4_err err = {0};
+    if (!dsv4_fp4_layout_parse(v, dst, &err)) return 0;
+    snprintf(msg, n, "%s", err.msg);
+    return -1;
+}
+
 int cli_parse_int(const char *s, long long lo, long long hi, long long *out) {
     int64_t v;
     if (cli_parse_i64(s, lo, hi, &v)) return -1;

@@ -440,7 +440,7 @@ int cmd_bench(int argc, char **argv) {
     const char *dir = NULL;
     int64_t prompt_len = 512, gen = 32, batch = 1, threads = 0, chunk = 0, reps = 2, probe_mb = 512, seed = 1;
     long long batches[MAX_LIST], contexts[MAX_LIST];
-    int n_batches = 0, n_contexts = 0, json = 0, mtp = 0, n_accept = 0, pin_threads = 0, kv_dtype = 0, numa = 0;
+    int n_batches = 0, n_contexts = 0, json = 0, mtp = 0, n_accept = 0, pin_threads = 0, kv_dtype = 0, numa = 0, fp4_layout = 0;
     double accept[BENCH_MTP_MAX_P];
     p_list accept_list = {accept, &n_accept};
     num_list batch_list = {batches, &n_batches, 1, 1024}, context_list = {contexts, &n_contexts, 1, 1 << 24};
@@ -452,6 +452,7 @@ int cmd_bench(int argc, char **argv) {
         CLI_I64_OPT("threads", 't', &threads, 0, 4096, "N", "worker threads", .def = "the cores this process may use"),
         CLI_FN_OPT("numa", 0, &numa, cli_parse_numa, "auto|none|interleave", "auto", "NUMA placement of the weights: interleave spreads their pages over the memory nodes; auto = interleave when there are several, none = the OS default"),
         CLI_FN_OPT("kv-dtype", 0, &kv_dtype, cli_parse_kv_dtype, "f32|bf16|fp8", "bf16", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys)"),
+        CLI_FP4_LAYOUT_OPT(&fp4_layout),
         CLI_FLAG_OPT("pin-threads", 0, &pin_threads, 1, "pin worker thread i to the i-th CPU of the affinity mask (CPU 0 stays with the calling thread)"),
         CLI_FN_OPT("batches", 0, &batch_list, parse_list_opt, "LIST", "", "decode at each of these batch sizes, e.g. 1,2,4,8,16 "
                    "(the top-level figures are those of --batch, added if missing)"),
@@ -547,11 +548,16 @@ int cmd_bench(int argc, char **argv) {
     eo.pin_threads = pin_threads;
     eo.kv_dtype = kv_dtype;
     eo.numa = numa;
+    eo.fp4_layout = fp4_layout;
+    const double t_create = cli_now_s();
     if (dsv4_engine_create(b.model, &eo, &b.eng, &b.err) || dsv4_step_weights_init(b.eng, &b.w, &b.err)) {
         progress_done(&b);
         fprintf(stderr, "dsv4 bench: %s\n", b.err.msg);
         goto out;
     }
+    const double create_s = cli_now_s() - t_create; /* with --fp4-layout lanes: the repack */
+    int64_t fp4_lanes, fp4_natural;
+    dsv4_engine_fp4_counts(b.eng, &fp4_lanes, &fp4_natural);
     const int T = dsv4_kctx_threads(b.eng->k);
     b.seqs = calloc((size_t)max_batch, sizeof *b.seqs);
     b.row_of_seq = calloc((size_t)max_batch, sizeof *b.row_of_seq);
@@ -655,6 +661,10 @@ int cmd_bench(int argc, char **argv) {
         /* what the engine did (on one node: none, whatever was asked) */
         cJSON_AddStringToObject(o, "numa", dsv4_numa_name(dsv4_engine_get_opts(b.eng).numa));
         cJSON_AddNumberToObject(o, "numa_nodes", dsv4_engine_numa_nodes(b.eng));
+        cJSON_AddStringToObject(o, "fp4_layout", dsv4_fp4_layout_name(dsv4_engine_get_opts(b.eng).fp4_layout));
+        cJSON_AddNumberToObject(o, "fp4_lanes", (double)fp4_lanes);
+        cJSON_AddNumberToObject(o, "fp4_natural", (double)fp4_natural);
+        cJSON_AddNumberToObject(o, "engine_create_s", create_s);
         cJSON_AddNumberToObject(o, "prompt_len", (double)prompt_len);
         cJSON_AddNumberToObject(o, "gen", (double)gen);
         cJSON_AddNumberToObject(o, "batch", (double)batch);
@@ -721,6 +731,9 @@ int cmd_bench(int argc, char **argv) {
                cpu, sysconf(_SC_NPROCESSORS_ONLN), l3s, load_start, load_end, T,
                dsv4_simd_name(dsv4_kctx_simd(b.eng->k)), dsv4_numa_name(dsv4_engine_get_opts(b.eng).numa),
                dsv4_engine_numa_nodes(b.eng), dsv4_engine_numa_nodes(b.eng) == 1 ? "" : "s");
+        printf("engine:  fp4 layout %s (%lld FP4 matrices in lanes, %lld natural), created in %.3f s\n",
+               dsv4_fp4_layout_name(dsv4_engine_get_opts(b.eng).fp4_layout), (long long)fp4_lanes,
+               (long long)fp4_natural, create_s);
         printf("model:   %s, %.1f MB of weights as run\n", dir, all_w / 1e6);
         printf("probes:  bandwidth %.1f GB/s (start %.1f, end %.1f), FMA peak %.1f GFLOP/s (%s)\n", bw,
                bw0.best, bw1.best, fma.best, dsv4_simd_name(fma.simd));

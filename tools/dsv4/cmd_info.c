@@ -107,7 +107,8 @@ static cJSON *plan_json(const dsv4_cache_plan *p) {
 static void fit_json(cJSON *j, const dsv4_mem_fit *f);
 
 static int print_json(const char *dir, const dsv4_config *c, const char *mwarn, const dsv4_param_counts *pc,
-                      const dsv4_dtype_bytes *db, const plan_pair *pp, const dsv4_mem_fit *fit) {
+                      const dsv4_dtype_bytes *db, const plan_pair *pp, const dsv4_mem_fit *fit,
+                      const dsv4_fp4_census *fc) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "model", dir);
     cJSON *cf = cJSON_AddObjectToObject(j, "config");
@@ -182,6 +183,13 @@ static int print_json(const char *dir, const dsv4_config *c, const char *mwarn, 
         s += k + (e ? 1 : 0);
     }
     fit_json(j, fit);
+    if (fc) { /* a model's files (not --config): its FP4 matrices and --fp4-layout lanes */
+        cJSON *f = cJSON_AddObjectToObject(j, "fp4_layout");
+        cJSON_AddNumberToObject(f, "fp4_matrices", (double)fc->fp4);
+        cJSON_AddNumberToObject(f, "lanes_ok", (double)fc->lanes_ok);
+        cJSON_AddNumberToObject(f, "stay_natural", (double)(fc->fp4 - fc->lanes_ok));
+        cJSON_AddStringToObject(f, "first_natural", fc->first_natural);
+    }
     char *txt = cJSON_Print(j);
     cJSON_Delete(j);
     if (!txt) {
@@ -366,7 +374,7 @@ int cmd_info(int argc, char **argv) {
         }
         plan_pair pp;
         make_plans(&cfg, max_context, max_seqs, c_max, &pp);
-        if (json) return print_json(config, &cfg, "", &pc, &db, &pp, &fit);
+        if (json) return print_json(config, &cfg, "", &pc, &db, &pp, &fit, NULL);
         print_text(config, &cfg, "", &pc, &db, &pp);
         print_fit(&fit, max_context, max_seqs);
         return 0;
@@ -392,9 +400,17 @@ int cmd_info(int argc, char **argv) {
         dsv4_model_close(m);
         return 1;
     }
-    if (json) rc = print_json(dir, &m->cfg, m->warnings, &pc, &db, &pp, &fit);
+    dsv4_fp4_census fc;
+    dsv4_model_fp4_census(m, &fc);
+    if (json) rc = print_json(dir, &m->cfg, m->warnings, &pc, &db, &pp, &fit, &fc);
     else {
         print_text(dir, &m->cfg, m->warnings, &pc, &db, &pp);
+        if (fc.fp4 && fc.lanes_ok == fc.fp4)
+            printf("fp4 layout: %lld packed FP4 matrices, all can take --fp4-layout lanes\n", (long long)fc.fp4);
+        else if (fc.fp4)
+            printf("fp4 layout: %lld packed FP4 matrices, %lld can take --fp4-layout lanes; %lld stay natural "
+                   "(width not a multiple of 128; first %s)\n", (long long)fc.fp4, (long long)fc.lanes_ok,
+                   (long long)(fc.fp4 - fc.lanes_ok), fc.first_natural);
         print_fit(&fit, max_context, max_seqs);
     }
     if (check) {

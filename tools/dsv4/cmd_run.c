@@ -309,7 +309,7 @@ int cmd_run(int argc, char **argv) {
     int64_t prefill = -1, peer_timeout = -1;
     int chunk = 0, threads = 0, ep_wave = 0, cp_granule = 0;
     int mtp = 0, layers = 0, parallel = 0, w8a8 = 0, choices = 0, verify_weights = 0, warmup = 0, pin = 0;
-    int pin_threads = 0, kv_dtype = 0, numa = 0;
+    int pin_threads = 0, kv_dtype = 0, numa = 0, fp4_layout = 0;
     unsigned fidelity = 0;
     const cli_opt opts[] = {
         CLI_STR_OPT("model", 'm', &model_dir, "DIR", "model directory"),
@@ -324,6 +324,7 @@ int cmd_run(int argc, char **argv) {
                     .def = "the cores this process may use"),
         CLI_FN_OPT("numa", 0, &numa, cli_parse_numa, "auto|none|interleave", "auto", "NUMA placement of the weights: interleave spreads their pages over the memory nodes; auto = interleave when there are several, none = the OS default"),
         CLI_FN_OPT("kv-dtype", 0, &kv_dtype, cli_parse_kv_dtype, "f32|bf16|fp8", "bf16", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys)"),
+        CLI_FP4_LAYOUT_OPT(&fp4_layout),
         CLI_FLAG_OPT("pin-threads", 0, &pin_threads, 1, "pin worker thread i to the i-th CPU of the affinity mask (CPU 0 stays with the calling thread)"),
         CLI_FLAG_OPT("dump-layers", 0, &layers, 1, "also the streams after every layer"),
         CLI_FLAG_OPT("dump-choices", 0, &choices, 1, "also routing_experts.bin (i32 [layers, N, K]) and the "
@@ -506,6 +507,7 @@ int cmd_run(int argc, char **argv) {
     eo.pin_threads = pin_threads;
     eo.kv_dtype = kv_dtype;
     eo.numa = numa;
+    eo.fp4_layout = fp4_layout;
     eo.dist = dist;
     eo.parallel = parallel;
     eo.ep_wave = (int)ep_wave;

@@ -59,6 +59,7 @@ void gen_flags_init(gen_flags *f, int max_tokens, int warmup) {
         CLI_FN_OPT("mtp", 0, &f->mtp, parse_mtp, "on|off", "on when the checkpoint has an MTP block", "MTP speculative decoding: the same tokens, fewer model steps"),
         CLI_FN_OPT("numa", 0, &f->numa, cli_parse_numa, "auto|none|interleave", "auto", "NUMA placement of the weights: interleave spreads their pages over the memory nodes; auto = interleave when there are several, none = the OS default"),
         CLI_FN_OPT("kv-dtype", 0, &f->kv_dtype, cli_parse_kv_dtype, "f32|bf16|fp8", "bf16", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys)"),
+        CLI_FP4_LAYOUT_OPT(&f->fp4_layout),
         CLI_FN_OPT("fidelity", 0, &f->fidelity, parse_fidelity, "SET", "none", "simulate the official model's FP8/BF16 roundings: official, none, or a comma list of F1..F5"),
         CLI_OPT_END,
     };
@@ -100,6 +101,7 @@ int gen_open(const gen_flags *f, const char *cmd, dsv4_model **model, dsv4_token
     eo.pin_threads = f->pin_threads;
     eo.kv_dtype = f->kv_dtype;
     eo.numa = f->numa;
+    eo.fp4_layout = f->fp4_layout;
     eo.w8a8 = f->w8a8;
     eo.fidelity = f->fidelity;
     const int has_mtp = dsv4_model_get_info(*model).n_mtp > 0;
