@@ -45,6 +45,12 @@
 #ifndef GEMV_FP4_FAR_ROWS
 #define GEMV_FP4_FAR_ROWS 16 /* and from this many rows a run */
 #endif
+#ifndef GEMV_PF_FP4L
+#define GEMV_PF_FP4L GEMV_PF_FP4 /* the lanes layout (linear_avx512.c gemv_fp4l_task) */
+#endif
+#ifndef GEMV_PF_FP4L_RUN
+#define GEMV_PF_FP4L_RUN GEMV_PF_FP4_RUN
+#endif
 #ifndef GEMV_PF_FP8
 #define GEMV_PF_FP8 8192
 #endif

@@ -3,6 +3,7 @@
  * Built with the AVX-512 flags (top CMakeLists.txt) and only called after cpu.c has confirmed
  * the CPU and OS support them. */
 #include "kernels/linear_avx512.h"
+#include "kernels/fp4_lanes.h"
 #include "util/hot.h"
 
 #ifdef DSV4_LIN_AVX512
@@ -377,6 +378,156 @@ static void gemv_fp4(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, 
     }
 }
 
+/* ---- FP4 GEMV on the lanes layout (DSV4_WF_FP4L, kernels/fp4_lanes.h) -------------------
+ * A row's 128-column line is one 64-byte load; its chunk k (columns 16k .. 16k + 15 of the
+ * line, k < 8) is the line's 16 words shifted right by 4k (none at k = 0) and looked up by
+ * vpermps in the table of the line's scale block k / 2: 16 weights in natural column order
+ * for one immediate shift and one vpermps, where the natural layout takes a broadcast load
+ * (a vector slot on Zen 5), a vpsrlvd and a vpermps in fp4_perm order. So x is used as it
+ * is, and accumulator lane i adds columns 16c + i in ascending c, which is what the natural
+ * path's lane fp4_perm^-1(i) adds (its unpermute puts it in lane i before the tree): same
+ * x, same weights, same FMA sequence per lane, same reduction, the same bits (checked
+ * bitwise by test_fp4l_gemv). Rows, runs, pairs, prefetch and tails as
+ * gemv_fp4_cols / gemv_fp4_task; cols % 128 == 0 (the format's). */
+
+/* the 16 weights of chunk k of a lanes line, from its scale block's table */
+AINLINE __m512 dec_fp4l(__m512i line, int k, __m512 table) {
+    return _mm512_permutexvar_ps(k ? _mm512_srli_epi32(line, 4 * k) : line, table);
+}
+
+/* R weight rows o + fp4_row(pair, r, rs), NX activation rows, cn columns (0: w->cols);
+ * e8m0: ue8m0 scales (a table load; else fp4_block_table per block). Constant after inlining. */
+AINLINE void gemv_fp4l_cols(int R, int NX, int e8m0, int far, int pair, int64_t cn, const dsv4_lin_tables *tab,
+                            const dsv4_mat *w, const float *x, float *y, int64_t o, int64_t rs, const gemv_pf *pf) {
+    const int64_t n = cn ? cn : w->cols, nsb = n / 32, rows = w->rows, rb = n / 2;
+    const int RR = pair ? R / 2 : R; /* prefetch streams: one per run */
+    const int64_t step = rs * rb;    /* bytes between the runs */
+    const uint8_t *p = (const uint8_t *)w->w + o * rb;       /* row r at p + fp4_row(pair, r, rs) * rb */
+    const uint8_t *sc = (const uint8_t *)w->scale + o * nsb; /* row r's (nsb) ue8m0 at sc + fp4_row(..) * nsb */
+    __m512 a[FP4_R_MAX][GEMV_NX_MAX];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
+    if (far && e8m0) { /* each run's scales, as far ahead */
+        pf_runs_line(sc, rs * nsb, RR, GEMV_PF_FP4L_RUN / 16);
+        if (pair) pf_runs_line(sc + nsb, rs * nsb, RR, GEMV_PF_FP4L_RUN / 16);
+    }
+#pragma GCC unroll 1
+    for (int64_t l = 0; l < n / DSV4_FP4L_COLS; l++) {
+        if (!far) pf_step(pf, p, R * l * 64, R * 64);
+        else {
+            pf_runs_line(p + l * 64, step, RR, GEMV_PF_FP4L_RUN);
+            if (pair) pf_runs_line(p + rb + l * 64, step, RR, GEMV_PF_FP4L_RUN);
+        }
+        const float *xl = x + l * DSV4_FP4L_COLS;
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) { /* scale block 4l + q: chunks 2q, 2q + 1 */
+            __m512 x0[GEMV_NX_MAX], x1[GEMV_NX_MAX];
+#pragma GCC unroll 8
+            for (int s = 0; s < NX; s++) {
+                x0[s] = _mm512_loadu_ps(xl + s * n + 32 * q);
+                x1[s] = _mm512_loadu_ps(xl + s * n + 32 * q + 16);
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) { /* each row's two chunks straight into its FMAs */
+                const int j = pair ? r >> 1 : r, h = pair ? r & 1 : 0;
+                /* the row's line loaded again each block (an L1 hit; the empty asm keeps GCC from
+                 * holding all R lines in registers across the blocks, which spilled them) */
+                const uint8_t *wr = p + j * step + h * rb + l * 64;
+                __asm__("" : "+r"(wr));
+                const __m512i line = _mm512_loadu_si512((const void *)wr);
+                const int64_t bi = 4 * l + q;
+                const __m512 t = e8m0 ? _mm512_load_ps(tab->fp4x16[sc[j * rs * nsb + h * nsb + bi]])
+                                      : fp4_block_table(tab, w, (o + fp4_row(pair, r, rs)) * nsb + bi);
+                const __m512 w0 = dec_fp4l(line, 2 * q, t), w1 = dec_fp4l(line, 2 * q + 1, t);
+#pragma GCC unroll 8
+                for (int s = 0; s < NX; s++) a[r][s] = _mm512_fmadd_ps(x0[s], w0, a[r][s]);
+#pragma GCC unroll 8
+                for (int s = 0; s < NX; s++) a[r][s] = _mm512_fmadd_ps(x1[s], w1, a[r][s]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int s = 0; s < NX; s++) y[s * rows + o + fp4_row(pair, r, rs)] = hsum16(a[r][s]);
+}
+
+/* gemv_fp4_pairs on the lanes layout: the same widths, the same reasons */
+AINLINE int64_t gemv_fp4l_pairs(int NX, int e8m0, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x,
+                                float *y, int64_t o0, int64_t q, const gemv_pf *pf) {
+    const int64_t q2 = q & ~(int64_t)1;
+    if (w->cols == 512)
+        for (int64_t k = 0; k < q2; k += 2)
+            gemv_fp4l_cols(FP4_R_MAX, NX, e8m0, 1, 1, 512, tab, w, x, y, o0 + k, q, pf);
+    else if (w->cols == 1024)
+        for (int64_t k = 0; k < q2; k += 2)
+            gemv_fp4l_cols(FP4_R_MAX, NX, e8m0, 1, 1, 1024, tab, w, x, y, o0 + k, q, pf);
+    else
+        return 0;
+    return q2;
+}
+
+/* gemv_fp4_task on the lanes layout: far runs where pf_fp4_runs says so, else adjacent rows */
+AINLINE void gemv_fp4l_task(int NX, int e8m0, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y,
+                            int64_t o0, int64_t o1) {
+    const int R = GEMV_R(NX);
+    const int64_t n = w->cols, nsb = n / 32, rb = n / 2;
+    const uint8_t *wt = (const uint8_t *)w->w + o0 * rb, *sc = (const uint8_t *)w->scale + o0 * nsb;
+    const int64_t q = NX <= GEMV_FP4_FAR_NX
+                          ? pf_fp4_runs(wt, e8m0 ? sc : NULL, rb, nsb, R, o0, o1, w->rows, GEMV_FP4_FAR_ROWS)
+                          : 0;
+    const gemv_pf pf = q ? (gemv_pf){GEMV_PF_FP4L} : pf_start(wt, wt + (o1 - o0) * rb, GEMV_PF_FP4L);
+    int64_t o = o0;
+    if (q) {
+        int64_t k = 0;
+        if (NX <= FP4_PAIR_NX) k = gemv_fp4l_pairs(NX, e8m0, tab, w, x, y, o0, q, &pf);
+        for (; k < q; k++) gemv_fp4l_cols(R, NX, e8m0, 1, 0, 0, tab, w, x, y, o0 + k, q, &pf);
+        o = o0 + R * q;
+    } else {
+        if (e8m0) pf_start(sc, sc + (o1 - o0) * nsb, 4096); /* the task's ue8m0 scales */
+        for (; o + R <= o1; o += R) gemv_fp4l_cols(R, NX, e8m0, 0, 0, 0, tab, w, x, y, o, 1, &pf);
+    }
+    for (; o < o1; o++) gemv_fp4l_cols(1, NX, e8m0, 0, 0, 0, tab, w, x, y, o, 1, &pf);
+}
+
+AINLINE void gemv_fp4l_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y,
+                          int64_t o0, int64_t o1) {
+    if (w->scale_is_f32) gemv_fp4l_task(NX, 0, tab, w, x, y, o0, o1);
+    else gemv_fp4l_task(NX, 1, tab, w, x, y, o0, o1); /* the model's case */
+}
+
+/* each activation row count its own function, as gemv_fp4_n* (and for the same reason) */
+#define GEMV_FP4L_NX_FN(NX, OFF)                                                                                 \
+    DSV4_HOT_AT(gemv_fp4l_n##NX, OFF)                                                                            \
+    static __attribute__((noinline)) void gemv_fp4l_n##NX(const dsv4_lin_tables *tab, const dsv4_mat *w,        \
+                                                          const float *x, float *y, int64_t o0, int64_t o1) {    \
+        gemv_fp4l_nx(NX, tab, w, x, y, o0, o1);                                                                   \
+    }
+GEMV_FP4L_NX_FN(1, 0x40)
+GEMV_FP4L_NX_FN(2, 0x40)
+GEMV_FP4L_NX_FN(3, 0x40)
+GEMV_FP4L_NX_FN(4, 0x40)
+GEMV_FP4L_NX_FN(5, 0x40)
+GEMV_FP4L_NX_FN(6, 0x40)
+GEMV_FP4L_NX_FN(7, 0x40)
+GEMV_FP4L_NX_FN(8, 0x40)
+
+static void gemv_fp4l(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
+                      int64_t o1) {
+    switch (nx) {
+    case 1: gemv_fp4l_n1(c->tab, w, x, y, o0, o1); break;
+    case 2: gemv_fp4l_n2(c->tab, w, x, y, o0, o1); break;
+    case 3: gemv_fp4l_n3(c->tab, w, x, y, o0, o1); break;
+    case 4: gemv_fp4l_n4(c->tab, w, x, y, o0, o1); break;
+    case 5: gemv_fp4l_n5(c->tab, w, x, y, o0, o1); break;
+    case 6: gemv_fp4l_n6(c->tab, w, x, y, o0, o1); break;
+    case 7: gemv_fp4l_n7(c->tab, w, x, y, o0, o1); break;
+    default: gemv_fp4l_n8(c->tab, w, x, y, o0, o1); break;
+    }
+}
+
 /* One activation row (batch-1 decode): 4 weight rows a block with their accumulators in
  * named registers (the generic kernel's [R][NX] array stays on the stack for NX = 1, and each
  * FMA then waits on a store and a reload: 2.3x slower from L2), every x chunk loaded once
@@ -448,6 +599,7 @@ void dsv4_lin_avx512_gemv(const dsv4_lin_call *c, const dsv4_mat *w, const float
     case DSV4_WF_BF16: gemv_bf16(w, x, nx, y, o0, o1); break;
     case DSV4_WF_FP8: gemv_fp8(w, x, nx, y, o0, o1); break;
     case DSV4_WF_FP4: gemv_fp4(c, w, x, nx, y, o0, o1); break;
+    case DSV4_WF_FP4L: gemv_fp4l(c, w, x, nx, y, o0, o1); break;
     default: break;
     }
 }
@@ -458,7 +610,7 @@ void dsv4_lin_avx512_gemv(const dsv4_lin_call *c, const dsv4_mat *w, const float
  * 0.7-1.15x (bench_linear --decode --rows 16, BENCHMARKS.md). No prescaled FP8. */
 static const dsv4_lin_kernels avx512_kernels = {GEMV_NX_MAX,          16,   GEMV_NX_MAX, dsv4_lin_avx512_gemv,
                                                 dsv4_lin_avx512_gemm, NULL, {0},         NULL,
-                                                0 /* no FP4L gemv yet: the GEMM takes it */};
+                                                1 /* gemv_fp4l: gemv_fp4l reads FP4L */};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512(void) { return &avx512_kernels; }
 
