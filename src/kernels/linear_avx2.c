@@ -425,6 +425,11 @@ static void gemv_fp4(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, 
     }
 }
 
+/* weight rows a step of the FP4L GEMV: the compiler keeps a line's 2 R halves in registers
+ * across its 4 blocks, so R 4 at NX 2 (8 halves, 8 accumulators, 4 tables) spilled: 1.4-1.6x
+ * the FP4 GEMV's time, in process */
+#define GEMV_R_FP4L(NX) ((NX) == 2 ? 2 : GEMV_R(NX))
+
 /* The same for FP4L: per 128-column line, scale block b = k / 2 of the line covers nibbles 2b
  * and 2b + 1 of both halves, i.e. its columns in natural order are (k = 2b, words 0..7),
  * (2b, 8..15), (2b + 1, 0..7), (2b + 1, 8..15). cols % 128 == 0 (linear_fast.c lin_trivial) */
@@ -441,11 +446,9 @@ AINLINE void gemv_fp4l_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv
     }
     for (int64_t l = 0; l < nl; l++) {
         pf_step(pf, p[0], R * l * 64, R * 64);
-        __m256i h[4][2];
-        for (int r = 0; r < R; r++) {
-            h[r][0] = _mm256_loadu_si256((const __m256i *)(p[r] + l * 64));
-            h[r][1] = _mm256_loadu_si256((const __m256i *)(p[r] + l * 64 + 32));
-        }
+        /* unrolled, so that every shift count 4k is an immediate (GCC kept the loop and
+         * shifted by a register count, 1.4-1.6x the FP4 GEMV's time at NX 2) */
+#pragma GCC unroll 4
         for (int b = 0; b < 4; b++) {
             const float *xb = x + l * 128 + b * 32;
             __m256 t[4];
@@ -454,7 +457,11 @@ AINLINE void gemv_fp4l_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv
                 __m256 xv[4];
                 for (int s = 0; s < NX; s++) xv[s] = _mm256_loadu_ps(xb + s * n + 8 * q);
                 for (int r = 0; r < R; r++) {
-                    const __m256 wv = dec_fp4l(h[r][q & 1], 2 * b + (q >> 1), t[r]);
+                    /* the half loaded again for every 8 weights (an L1 hit, folded into the
+                     * shift): the 2 R halves of a line held in registers spilled the
+                     * accumulators at NX 2 (1.5-1.7x the FP4 GEMV's time) */
+                    const __m256i half = _mm256_loadu_si256((const __m256i *)(p[r] + l * 64 + (q & 1) * 32));
+                    const __m256 wv = dec_fp4l(half, 2 * b + (q >> 1), t[r]);
                     for (int s = 0; s < NX; s++) a[r][s] = _mm256_fmadd_ps(xv[s], wv, a[r][s]);
                 }
             }
@@ -466,7 +473,7 @@ AINLINE void gemv_fp4l_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv
 
 AINLINE void gemv_fp4l_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y,
                           int64_t o0, int64_t o1) {
-    const int R = GEMV_R(NX);
+    const int R = GEMV_R_FP4L(NX);
     const int64_t rb = w->cols / 2; /* bytes per row */
     const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * rb, (const uint8_t *)w->w + o1 * rb, GEMV_PF_FP4);
     if (!w->scale_is_f32)
