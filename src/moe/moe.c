@@ -12,6 +12,7 @@
 #include "moe/moe.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -522,6 +523,138 @@ static void combine_task(void *arg, int r, int tid) {
     j->nm->round(j->nm, DSV4_ACT_MOE_OUT, yr, D);
 }
 
+/* Step 2 of a pass: the (row, k) slots grouped by expert (a counting sort, so within an
+ * expert the rows stay ascending), each slot's position and weight in that order. */
+static void group_slots(const dsv4_config *cfg, moe_scratch *m, int R) {
+    const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok;
+    memset(m->start, 0, (size_t)(E + 1) * sizeof(int));
+    for (int i = 0; i < R * K; i++) m->start[m->sel[i] + 1]++;
+    for (int e = 0; e < E; e++) m->start[e + 1] += m->start[e];
+    for (int i = 0; i < R * K; i++) m->list[m->start[m->sel[i]]++] = i;
+    for (int e = E; e > 0; e--) m->start[e] = m->start[e - 1]; /* undo the cursor advance */
+    m->start[0] = 0;
+    for (int p = 0; p < R * K; p++) {
+        const int slot = m->list[p];
+        m->at[slot] = p;
+        m->wg[p] = m->w[slot];
+    }
+}
+
+/* Step 3's groups: every expert with rows (at most R: experts are distinct within a row),
+ * into m->gr; returns their count. The shared expert is not among them. */
+static int routed_groups(const dsv4_config *cfg, const dsv4_block_w *b, moe_scratch *m) {
+    const int E = cfg->n_routed_experts, D = cfg->hidden_size, I = cfg->moe_intermediate_size;
+    int ng = 0;
+    for (int e = 0; e < E; e++) {
+        const int p0 = m->start[e], n = m->start[e + 1] - p0;
+        if (n == 0) continue;
+        m->gr[ng++] = (dsv4_moe_group){&b->w1[e], &b->w3[e], &b->w2[e], m->xg + (int64_t)p0 * D, m->wg + p0, n,
+                                       m->og + (int64_t)p0 * D, m->g + (int64_t)p0 * I, m->u + (int64_t)p0 * I};
+    }
+    return ng;
+}
+
+/* ---- a batched decode step's router beside its shared expert ----------------------------
+ * The shared expert does not read the routing. As three jobs before the expert job (the
+ * gate's product, the rows' routing, the gather) the router cost ~65-90 us of wall a
+ * batch-16 layer, each job ending in a join; here one job of two tasks: task 0 routes every
+ * row, groups the slots, gathers their rows and orders the routed experts (one thread,
+ * dsv4_linear_here: the same products, so the same bits), then takes routed experts; task 1
+ * runs the shared expert, waits for the routing (it finishes first: the shared expert at 16
+ * rows is ~2-3x its work) and takes routed experts too. Task 0 never waits, and a thread
+ * that holds both runs 0 first (the pool walks its tasks in order and steals back halves),
+ * so the wait always ends. Where the routed groups do not suit the few-row job, or a row's
+ * route fails, task 0 says so and the caller goes on (sliced path, or the error's rerun). */
+#define MOE_FUSED_MAX_ROWS 32 /* rows of a pass that takes it (more: a prefill's, whose router is
+                               * too large for one thread and whose groups are not few-row) */
+
+typedef struct fused_job {
+    few_job few;              /* the routed experts, ordered by task 0 into order */
+    int *order;               /* (MOE_FEW_MAX) few.order, written */
+    const dsv4_numerics *nm;
+    const dsv4_block_w *b;
+    const float *x;           /* (R, D) */
+    const int32_t *tokens;    /* (R) or NULL */
+    int R;
+    moe_scratch *m;
+    const dsv4_moe_group *shared;
+    int n_routed;             /* routed groups in m->gr (set by task 0) */
+    atomic_int state;         /* FUSED_*: task 0's outcome, published with release */
+} fused_job;
+
+enum { FUSED_ROUTING, FUSED_FEW, FUSED_OTHER, FUSED_FAILED };
+
+static void fused_route(fused_job *j, int tid) {
+    const dsv4_config *cfg = j->few.cfg;
+    const int E = cfg->n_routed_experts, K = cfg->num_experts_per_tok, D = cfg->hidden_size, R = j->R;
+    moe_scratch *m = j->m;
+    const dsv4_lin_op gate = {&j->b->gate, j->x, R, m->logits};
+    dsv4_linear_here(j->few.k, &gate, 1);
+    for (int r = 0; r < R; r++)
+        if (dsv4_moe_route_row(cfg, j->b, m->logits + (int64_t)r * E, j->tokens ? j->tokens[r] : -1,
+                               m->sel + (int64_t)r * K, m->w + (int64_t)r * K, m->s, NULL)) {
+            atomic_store_explicit(&j->state, FUSED_FAILED, memory_order_release);
+            return;
+        }
+    group_slots(cfg, m, R);
+    for (int p = 0; p < R * K; p++)
+        memcpy(m->xg + (int64_t)p * D, j->x + (int64_t)(m->list[p] / K) * D, (size_t)D * sizeof(float));
+    const int ng = routed_groups(cfg, j->b, m);
+    j->n_routed = ng;
+    /* experts_few's order without the shared expert: at most MOE_MANY_MAX - 1 larger groups
+     * (the shared expert is the other), first, then the few-row ones most rows first */
+    int *order = j->order, n_many = 0, n_few = 0, at[MOE_FEW_ROWS + 2] = {0};
+    for (int i = 0; i < ng; i++) {
+        if (m->gr[i].n > MOE_FEW_ROWS) {
+            if (n_many == MOE_MANY_MAX - 1) n_many = MOE_MANY_MAX; /* too many: not this job */
+            else order[n_many++] = i;
+        } else {
+            at[MOE_FEW_ROWS - m->gr[i].n + 1]++;
+            n_few++;
+        }
+    }
+    if (n_many >= MOE_MANY_MAX || n_few < 2) {
+        atomic_store_explicit(&j->state, FUSED_OTHER, memory_order_release);
+        return;
+    }
+    for (int r = 0; r <= MOE_FEW_ROWS; r++) at[r + 1] += at[r];
+    for (int i = 0; i < ng; i++)
+        if (m->gr[i].n <= MOE_FEW_ROWS) order[n_many + at[MOE_FEW_ROWS - m->gr[i].n]++] = i;
+    j->few.gr = m->gr;
+    j->few.n = ng;
+    atomic_store_explicit(&j->state, FUSED_FEW, memory_order_release);
+    few_task(&j->few, 0, tid);
+}
+
+static void fused_task(void *arg, int t, int tid) {
+    fused_job *j = arg;
+    if (t == 0) {
+        fused_route(j, tid);
+        return;
+    }
+    few_expert(&j->few, j->shared);
+    int st;
+    for (long i = 0; (st = atomic_load_explicit(&j->state, memory_order_acquire)) == FUSED_ROUTING; i++)
+        if (i > 4096) sched_yield(); /* the routing thread may have been descheduled */
+    if (st == FUSED_FEW) few_task(&j->few, 0, tid);
+}
+
+/* The router, the gather and the experts of a batched decode pass (exact numerics, more than
+ * one row) as fused_job; returns 1 if it routed, 0 if a row's route failed (nothing else
+ * ran but the shared expert). */
+static int moe_fused(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_block_w *b,
+                     const float *x, const int32_t *tokens, int R, moe_scratch *m, const dsv4_moe_group *shared) {
+    int order[MOE_FEW_MAX];
+    fused_job j = {{k, cfg, dsv4_kctx_swiglu(k), NULL, order, 0, 0}, order, nm, b, x, tokens, R, m, shared, 0, 0};
+    atomic_init(&j.few.next, 0);
+    atomic_init(&j.state, FUSED_ROUTING);
+    dsv4_kctx_parallel(k, 2, fused_task, &j);
+    const int st = atomic_load_explicit(&j.state, memory_order_acquire);
+    if (st == FUSED_FAILED) return 0;
+    if (st == FUSED_OTHER) experts_sliced(k, nm, cfg, m->gr, j.n_routed);
+    return 1;
+}
+
 /* MoE of R consecutive rows. */
 static int moe_pass(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_block_w *b,
                     const float *x, const int32_t *tokens, int R, float *y, int *sel_out,
@@ -551,40 +684,35 @@ static int moe_pass(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cf
         /* a weight that could not be sliced: the general path below */
     }
 
-    /* 1. Route every row. */
-    int rc = dsv4_moe_gate(k, cfg, b, x, tokens, R, m->sel, m->w, m->logits, m->s, err);
-    if (rc) return rc;
-    if (sel_out) memcpy(sel_out, m->sel, (size_t)R * K * sizeof(int));
-
-    /* 2. Group the (row, k) slots by expert: a counting sort, so within an expert the
-     * rows stay ascending; gather each slot's input row and weight in that order. */
-    memset(m->start, 0, (size_t)(E + 1) * sizeof(int));
-    for (int i = 0; i < R * K; i++) m->start[m->sel[i] + 1]++;
-    for (int e = 0; e < E; e++) m->start[e + 1] += m->start[e];
-    for (int i = 0; i < R * K; i++) m->list[m->start[m->sel[i]]++] = i;
-    for (int e = E; e > 0; e--) m->start[e] = m->start[e - 1]; /* undo the cursor advance */
-    m->start[0] = 0;
-    for (int p = 0; p < R * K; p++) {
-        const int slot = m->list[p];
-        m->at[slot] = p;
-        m->wg[p] = m->w[slot];
-    }
     moe_rows_job rj = {cfg, nm, m, x, y, R * K};
-    dsv4_kctx_parallel_from(k, (R * K + GATHER_SLOTS - 1) / GATHER_SLOTS, DSV4_KCTX_ROW_COPY_MIN_TASKS, gather_task, &rj);
-
-    /* 3. Every expert with rows, and the shared expert on all rows (weight 1), in one
-     * go: W1/W3, clamped SwiGLU times the routing weight, W2. Experts are distinct within
-     * a row, so an expert has at most R rows. */
-    int ng = 0;
-    for (int e = 0; e < E; e++) {
-        const int p0 = m->start[e], n = m->start[e + 1] - p0;
-        if (n == 0) continue;
-        m->gr[ng++] = (dsv4_moe_group){&b->w1[e], &b->w3[e], &b->w2[e], m->xg + (int64_t)p0 * D, m->wg + p0, n,
-                                       m->og + (int64_t)p0 * D, m->g + (int64_t)p0 * I, m->u + (int64_t)p0 * I};
-    }
     const int64_t sh0 = (int64_t)R * K * I;
-    m->gr[ng++] = (dsv4_moe_group){&b->sh_w1, &b->sh_w3, &b->sh_w2, x, NULL, R, m->sh, m->g + sh0, m->u + sh0};
-    dsv4_moe_experts(k, nm, cfg, m->gr, ng);
+    const dsv4_moe_group shared = {&b->sh_w1, &b->sh_w3, &b->sh_w2, x, NULL, R, m->sh, m->g + sh0, m->u + sh0};
+    if (nm == dsv4_numerics_exact() && R > MOE_FEW_ROWS && R <= MOE_FUSED_MAX_ROWS && E <= MOE_FEW_MAX &&
+        dsv4_kctx_threads(k) > 1) {
+        /* a batched decode step: the router beside the shared expert (fused_job) */
+        if (!moe_fused(k, nm, cfg, b, x, tokens, R, m, &shared)) { /* a route failed: again, for its message */
+            const int rc = dsv4_moe_gate(k, cfg, b, x, tokens, R, m->sel, m->w, m->logits, m->s, err);
+            return rc ? rc : dsv4_fail(err, DSV4_ERR_STATE, "moe: layer %d: the routing failed", b->layer_id);
+        }
+        if (sel_out) memcpy(sel_out, m->sel, (size_t)R * K * sizeof(int));
+    } else {
+        /* 1. Route every row. */
+        int rc = dsv4_moe_gate(k, cfg, b, x, tokens, R, m->sel, m->w, m->logits, m->s, err);
+        if (rc) return rc;
+        if (sel_out) memcpy(sel_out, m->sel, (size_t)R * K * sizeof(int));
+
+        /* 2. Group the (row, k) slots by expert; gather each slot's input row and weight
+         * in that order. */
+        group_slots(cfg, m, R);
+        dsv4_kctx_parallel_from(k, (R * K + GATHER_SLOTS - 1) / GATHER_SLOTS, DSV4_KCTX_ROW_COPY_MIN_TASKS,
+                                gather_task, &rj);
+
+        /* 3. Every expert with rows, and the shared expert on all rows (weight 1), in one
+         * go: W1/W3, clamped SwiGLU times the routing weight, W2. */
+        int ng = routed_groups(cfg, b, m);
+        m->gr[ng++] = shared;
+        dsv4_moe_experts(k, nm, cfg, m->gr, ng);
+    }
 
     /* 4. Per token: routed outputs in k order, shared last. */
     dsv4_kctx_parallel_from(k, R, DSV4_KCTX_ROW_COPY_MIN_TASKS, combine_task, &rj);

@@ -216,6 +216,9 @@ static int moe_fwd(const dsv4_config *cfg, const dsv4_block_w *b, const float *x
                    const int32_t *tok, int S, float *y, int *sel, dsv4_err *err) {
     dsv4_arena a;
     if (dsv4_arena_init(&a, dsv4_moe_scratch_bytes(cfg, S > 0 ? S : 0), err)) return err->code;
+    /* NaN everywhere: a value the call leaves out cannot be a previous call's (a freed
+     * arena's bytes come back from malloc) */
+    if (a.base) memset(a.base, 0xff, a.cap);
     int rc = dsv4_moe_forward(kctx, dsv4_numerics_exact(), cfg, b, x, tok, S, y, sel, &a, err);
     dsv4_arena_free(&a);
     return rc;
@@ -753,6 +756,62 @@ static void test_few_row_job(void) {
     tfree_all();
 }
 
+/* A batched decode pass (5..32 rows, exact numerics, 2 and 3 threads) routes beside the shared
+ * expert in one job (moe.c fused_job): the same bits and selections as on one thread, where the
+ * router, gather and experts are separate jobs. 16 experts of K 2: mostly few-row groups (the
+ * few-row job); 8 of K 3: larger groups (the sliced path after the job); 1 and 33 rows: the
+ * other paths. A row whose route fails (a token outside the hash table) fails the call with
+ * the one-thread error. */
+static void test_fused_router(void) {
+    const moe_case cs[] = {
+        {"fused few", 24, 12, 16, 2, 40, 5, 2, DSV4_SCORE_SQRTSOFTPLUS, 0.5, 1.5, 0, 1, 1},
+        {"fused sliced", 24, 12, 8, 3, 40, 5, 2, DSV4_SCORE_SIGMOID, 2.0, 2.5, 1, 0, 1},
+        {"fused hash", 16, 8, 16, 2, 12, 1, 3, DSV4_SCORE_SQRTSOFTPLUS, 1.0, 1.5, 1, 0, 0},
+    };
+    static const int rows[] = {1, 5, 6, 9, 16, 32, 33};
+    dsv4_err err;
+    dsv4_kctx *kt[2], *k1 = kctx;
+    CHECK(dsv4_kctx_create(2, 256, &kt[0], &err) == DSV4_OK);
+    CHECK(dsv4_kctx_create(3, 256, &kt[1], &err) == DSV4_OK);
+    int bad = 0, n = 0;
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        fake f;
+        make_fake(&f, &cs[c]);
+        const int D = cs[c].D, K = cs[c].K, SM = 33;
+        float *x = talloc(sizeof(float) * SM * D), *y1 = talloc(sizeof(float) * SM * D), *y = talloc(sizeof(float) * SM * D);
+        int32_t *tok = talloc(sizeof(int32_t) * SM);
+        int *sel1 = talloc(sizeof(int) * SM * K), *sel = talloc(sizeof(int) * SM * K);
+        for (int i = 0; i < SM * D; i++) x[i] = (float)(1.5 * urand());
+        for (int s = 0; s < SM; s++) tok[s] = (int32_t)((urand() + 1) / 2 * cs[c].V) % cs[c].V;
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+            const int S = rows[r];
+            kctx = k1;
+            CHECK(moe_fwd(&f.cfg, &f.b, x, tok, S, y1, sel1, &err) == DSV4_OK);
+            for (int t = 0; t < 2; t++) {
+                kctx = kt[t];
+                memset(y, 0xff, sizeof(float) * SM * D);
+                const int rc = moe_fwd(&f.cfg, &f.b, x, tok, S, y, sel, &err);
+                CHECK_MSG(rc == DSV4_OK, "%s: %d rows, %d threads: %s", cs[c].name, S, t + 2, err.msg);
+                bad += memcmp(y, y1, sizeof(float) * S * D) != 0 || memcmp(sel, sel1, sizeof(int) * S * K) != 0;
+                n++;
+            }
+        }
+        if (cs[c].layer_id < cs[c].n_hash) { /* a token outside the table: the call fails as on one thread */
+            tok[4] = 12;
+            for (int t = 0; t < 2; t++) {
+                kctx = kt[t];
+                CHECK(moe_fwd(&f.cfg, &f.b, x, tok, 16, y, NULL, &err) == DSV4_ERR_ARG);
+                CHECK_ERR(err, DSV4_ERR_ARG, "token id 12");
+            }
+        }
+        tfree_all();
+    }
+    kctx = k1;
+    CHECK_MSG(bad == 0, "fused router: %d of %d calls differ from one thread", bad, n);
+    dsv4_kctx_free(kt[0]);
+    dsv4_kctx_free(kt[1]);
+}
+
 int main(void) {
     dsv4_err err;
     if (dsv4_kctx_create(1, 256, &kctx, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
@@ -778,6 +837,7 @@ int main(void) {
     test_one_row_job();
     test_one_row_items();
     test_few_row_job();
+    test_fused_router();
     test_combine();
     dsv4_kctx_free(kctx);
     return test_report();
