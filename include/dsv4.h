@@ -270,7 +270,9 @@ DSV4_API int dsv4_numa_nodes(void);
  *            pages, no longer read after create, stay in the page cache until the system
  *            needs the memory. Experts another rank owns (expert parallelism) and matrices
  *            made INT8 by w8a8 are not repacked. With NUMA interleaving the copies are
- *            interleaved too.
+ *            interleaved too. dsv4_model_warmup before create makes the repack read from
+ *            memory; dsv4_model_mlock locks the mapped pages, which a LANES engine no longer
+ *            reads for those matrices (it would hold both).
  * The same bits in every layout: only the speed differs. */
 enum {
     DSV4_FP4_AUTO = 0,
