@@ -11,11 +11,12 @@
  *           >= 128 MB (4x the L3), GB/s of weight bytes (with scales) and the fraction of
  *           the stream roofline;
  *   "gemv_experts": 16 distinct FP4 2048x4096 matrices in turn (a decode step's routed
- *           experts: per-call overhead included);
+ *           experts: per-call overhead included), in the checkpoint's layout ("fp4") and the
+ *           lanes layout ("fp4l", kernels/fp4_lanes.h: random codes either way);
  *   "gemm": 512 rows x 4096x4096 per format, GFLOP/s and the fraction of the FMA peak;
  *   "gemv_decode": the bench model's decode-step matrices (256 KB .. 16 MB: wq_a, wkv,
  *           wq_b, wo_b, the experts' w1/w3 and w2, router, head), each shape in FP8, FP4
- *           and BF16, n_rows 1 and 2 (--rows: other counts, e.g. a batched decode step's;
+ *           (both layouts: "fp4", "fp4l") and BF16, n_rows 1 and 2 (--rows: other counts, e.g. a batched decode step's;
  *           "gflops" for the compute side). Enough distinct copies of the matrix to fill 96 MB
  *           are called in turn, so every call streams its weights from DRAM (on the VMs
  *           measured here the L3 reported is larger, but reads from 96 MiB up already run
@@ -69,7 +70,7 @@ static void fill_bytes(void *p, size_t n) {
 }
 
 static const char *fmt_name(dsv4_wfmt f) {
-    static const char *names[] = {"none", "f32", "f16", "bf16", "fp8", "fp4"};
+    static const char *names[] = {"none", "f32", "f16", "bf16", "fp8", "fp4", "i8", "fp4l"};
     return names[f];
 }
 
@@ -83,7 +84,8 @@ static dsv4_mat make_mat(dsv4_wfmt f, int64_t rows, int64_t cols) {
     case DSV4_WF_F16:
     case DSV4_WF_BF16: wbytes = (size_t)n * 2; break;
     case DSV4_WF_FP8: wbytes = (size_t)n; sbytes = (size_t)(((rows + 127) / 128) * ((cols + 127) / 128)); break;
-    case DSV4_WF_FP4: wbytes = (size_t)n / 2; sbytes = (size_t)(rows * (cols / 32)); break;
+    case DSV4_WF_FP4:
+    case DSV4_WF_FP4L: wbytes = (size_t)n / 2; sbytes = (size_t)(rows * (cols / 32)); break; /* random codes: either layout */
     default: break;
     }
     void *w = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
@@ -162,7 +164,8 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads,
         {"flash.wq_b", 32768, 1024},/* q LoRA up */
         {"flash.wo_b", 4096, 8192}, /* output LoRA up */
     };
-    const dsv4_wfmt fmts[3] = {DSV4_WF_FP8, DSV4_WF_FP4, DSV4_WF_BF16};
+    /* FP4 in both layouts, one after the other (the lanes layout: kernels/fp4_lanes.h) */
+    const dsv4_wfmt fmts[4] = {DSV4_WF_FP8, DSV4_WF_FP4, DSV4_WF_FP4L, DSV4_WF_BF16};
     /* a sweep reads 96 MB of weights; cold: that many distinct copies, past the usable L3,
      * so each call streams from DRAM; hot: copies of at most 1 MB in all, called in turn,
      * so each call finds its weights in the L2 of the cores */
@@ -171,7 +174,7 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads,
         const decode_shape *sh = &shapes[si];
         if (only && !strstr(sh->name, only)) continue;
         if (!strncmp(sh->name, "flash.", 6) && !(only && strstr(only, "flash."))) continue;
-        for (int fi = 0; fi < 3; fi++) {
+        for (int fi = 0; fi < 4; fi++) {
             const dsv4_wfmt f = fmts[fi];
             dsv4_mat m0 = make_mat(f, sh->rows, sh->cols);
             const int64_t mb = dsv4_mat_bytes(&m0);
@@ -476,11 +479,12 @@ int main(int argc, char **argv) {
     }
     dsv4_kctx_set_simd(k, best);
 
-    /* a decode step's routed experts: many mid-size FP4 matrices, each called once */
-    if (!gemm_only) {
+    /* a decode step's routed experts: many mid-size FP4 matrices, each called once; both layouts */
+    for (int lanes = 0; lanes < 2 && !gemm_only; lanes++) {
         enum { NE = 16 };
+        const dsv4_wfmt ef = lanes ? DSV4_WF_FP4L : DSV4_WF_FP4;
         dsv4_mat e[NE];
-        for (int i = 0; i < NE; i++) e[i] = make_mat(DSV4_WF_FP4, 2048, 4096);
+        for (int i = 0; i < NE; i++) e[i] = make_mat(ef, 2048, 4096);
         float *x = malloc(sizeof(float) * 4096), *y = malloc(sizeof(float) * 2048);
         for (int i = 0; i < 4096; i++) x[i] = (float)((int64_t)(rnd() % 2001) - 1000) * 1e-3f;
         const double bytes = (double)NE * dsv4_mat_bytes(&e[0]);
@@ -493,10 +497,10 @@ int main(int argc, char **argv) {
         }
         const double median = rounds_median(&rd), best_t = rd.best_t, sbw = rd.best_probe;
         const double gbps = bytes / best_t / 1e9;
-        printf("{\"bench\":\"gemv_experts\",\"simd\":\"%s\",\"fmt\":\"fp4\",\"rows\":2048,\"cols\":4096,\"mats\":%d,"
+        printf("{\"bench\":\"gemv_experts\",\"simd\":\"%s\",\"fmt\":\"%s\",\"rows\":2048,\"cols\":4096,\"mats\":%d,"
                "\"threads\":%d,\"us_per_call\":%.1f,\"gbps\":%.2f,\"stream_gbps\":%.2f,\"of_stream\":%.3f,"
                "\"of_stream_median\":%.3f}\n",
-               dsv4_simd_name(best), NE, threads, best_t / NE * 1e6, gbps, sbw, gbps / sbw, median);
+               dsv4_simd_name(best), fmt_name(ef), NE, threads, best_t / NE * 1e6, gbps, sbw, gbps / sbw, median);
         for (int i = 0; i < NE; i++) free_mat(&e[i]);
         free(x);
         free(y);
