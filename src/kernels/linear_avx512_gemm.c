@@ -60,6 +60,23 @@ static void dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o
         }
         break;
     }
+    case DSV4_WF_FP4L: { /* the lanes layout (kernels/fp4_lanes.h): cols, k0 and kb multiples of 128 */
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2) + k0 / 2;
+        const int64_t sb = o * (n / 32) + k0 / 32;
+        for (int c = 0; c < kb; c += 128) {
+            /* one line of 128 columns: word i's nibble k is column c + 16k + i, so the line
+             * shifted by 4k and looked up in the scale block's table (dec_fp4's values) gives
+             * columns c + 16k .. + 15 in natural order, no unpermute */
+            const __m512i v = _mm512_loadu_si512((const void *)(p + c / 2));
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) {
+                const __m512 t = fp4_block_table(tab, w, sb + c / 32 + q);
+                _mm512_store_ps(dst + c + 32 * q, _mm512_permutexvar_ps(q ? _mm512_srli_epi32(v, 8 * q) : v, t));
+                _mm512_store_ps(dst + c + 32 * q + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(v, 8 * q + 4), t));
+            }
+        }
+        break;
+    }
     default: break;
     }
 }
@@ -232,7 +249,7 @@ static void reduce_row16(const float *acc, int nb, float *y) {
 }
 
 static const dsv4_lin_tile_level avx512_tiles = {16, 4, MICRO_OUTS, dequant_row, {micro1, micro2, micro3, micro4},
-                                                 reduce_row16, micro4_last, 0 /* FP4L: the portable decoder */};
+                                                 reduce_row16, micro4_last, 1 /* dequant_row reads FP4L */};
 
 void dsv4_lin_avx512_gemm(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                           float *scratch) {
@@ -265,7 +282,7 @@ static VBMI void dequant_row_vbmi(const dsv4_lin_tables *tab, const dsv4_mat *w,
 
 static const dsv4_lin_tile_level avx512vbmi_tiles = {16, 4, MICRO_OUTS, dequant_row_vbmi,
                                                      {micro1, micro2, micro3, micro4}, reduce_row16, micro4_last,
-                                                     0 /* FP4L: the portable decoder */};
+                                                     1 /* dequant_row (by dequant_row_vbmi) reads FP4L */};
 
 void dsv4_lin_avx512vbmi_gemm(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
                               int64_t o0, float *scratch) {

@@ -407,7 +407,8 @@ static const dsv4_lin_kernels avx512vbmi_kernels = {
      * 0.84-0.98x, at 4 rows 0.92-0.97x at 1024 columns but 1.07-1.13x at 4096: from 8; F32
      * 0.77-0.93x from 2 rows; at 17-32 rows 0.39-0.71x the tile GEMM's (BENCHMARKS.md,
      * "Session 23, bf16m") */
-    {[DSV4_WF_F32] = 2, [DSV4_WF_F16] = 17, [DSV4_WF_BF16] = 8, [DSV4_WF_FP8] = 8, [DSV4_WF_FP4] = SMF_MIN_ROWS},
+    {[DSV4_WF_F32] = 2, [DSV4_WF_F16] = 17, [DSV4_WF_BF16] = 8, [DSV4_WF_FP8] = 8, [DSV4_WF_FP4] = SMF_MIN_ROWS,
+     [DSV4_WF_FP4L] = SMF_MIN_ROWS /* the lanes layout through the same paths (smallm.c): the same bits */},
     dsv4_lin_avx512vbmi_smallm, 0 /* no FP4L gemv yet: the GEMM takes it */};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512vbmi(void) { return &avx512vbmi_kernels; }

@@ -40,6 +40,25 @@ AINLINE VBMI __m512 dec_fp4n(const uint8_t *p, __m512i ctl, __m512 table) {
     return _mm512_permutexvar_ps(_mm512_multishift_epi64_epi8(ctl, _mm512_set1_epi64(u)), table);
 }
 
+/* FP4 in the lanes layout (kernels/fp4_lanes.h): word i of a row's 64-byte line l holds in its
+ * nibble k the code of column 128l + 16k + i, so the line's words shifted right by 4k, looked
+ * up by vpermps in the scale block's table (e2m1 * scale, as dec_fp4n's), give columns 128l +
+ * 16k .. + 15 in natural order. The shift is vpsrlvd by fp4l_cnt[k] (4k in every lane): with an
+ * immediate GCC folds the line's load into vpsrld (a 64-byte memory operand), and that form
+ * ran the fused block at ~1.25x the time of the natural layout's (Zen 5, in process). */
+#define C16(v) {v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v}
+static const _Alignas(64) int32_t fp4l_cnt[8][16] = {C16(0),  C16(4),  C16(8),  C16(12),
+                                                     C16(16), C16(20), C16(24), C16(28)};
+#undef C16
+
+/* columns 16k .. 16k + 15 of the line v (k < 8), table the scale block's */
+AINLINE __m512 dec_fp4l(__m512i v, int k, __m512 table) {
+    return _mm512_permutexvar_ps(_mm512_srlv_epi32(v, _mm512_load_si512((const void *)fp4l_cnt[k])), table);
+}
+
+/* a line of 128 lanes-layout columns at p (64 bytes, any alignment) */
+AINLINE __m512i fp4l_line(const uint8_t *p) { return _mm512_loadu_si512((const void *)p); }
+
 /* row o's columns [0, cols) decoded into dst (cols rounded up to 16, 64-byte aligned) */
 static VBMI void sm_decode_row(const dsv4_lin_call *c, const fp8_tab *t, const dsv4_mat *w, int64_t o, float *dst) {
     const int64_t n = w->cols;
@@ -72,6 +91,22 @@ static VBMI void sm_decode_row(const dsv4_lin_call *c, const fp8_tab *t, const d
             _mm512_store_ps(dst + 32 * b, dec_fp4n(p + b * 16, ctl, tb));
             _mm512_store_ps(dst + 32 * b + 16, dec_fp4n(p + b * 16 + 8, ctl, tb));
         }
+    } else if (w->fmt == DSV4_WF_FP4L) { /* cols % 128 == 0 (the layout's) */
+        const int64_t nsb = n / 32;
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
+        const int f32 = w->scale_is_f32; /* in locals, as the FP4 case's */
+        const uint8_t *sc8 = f32 ? NULL : (const uint8_t *)w->scale + o * nsb; /* (nsb) ue8m0 */
+        const float *sc32 = f32 ? (const float *)w->scale + o * nsb : NULL;    /* (nsb) F32 */
+        const float(*tab)[16] = c->tab->fp4x16;
+        for (int64_t l = 0; l < n / 128; l++)
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) { /* scale block 4l + q: chunks k = 2q, 2q + 1 */
+                const int64_t b = 4 * l + q;
+                const __m512 tb = f32 ? fp4_table_f32(sc32[b]) : _mm512_load_ps(tab[sc8[b]]);
+                const __m512i v = fp4l_line(p + 64 * l);
+                _mm512_store_ps(dst + 32 * b, dec_fp4l(v, 2 * q, tb));
+                _mm512_store_ps(dst + 32 * b + 16, dec_fp4l(v, 2 * q + 1, tb));
+            }
     } else { /* F32, F16, BF16 */
         const char *row = (const char *)w->w + o * n * (w->fmt == DSV4_WF_F32 ? 4 : 2);
         for (int64_t i = 0; i < n; i += 16) {
@@ -170,26 +205,41 @@ typedef struct {
     const float (*tab)[16];
 } smd_src;
 
+/* smd_rows' chunk of columns i .. i + 15: the 8 rows decoded (L: lanes layout, k = (i / 16) %
+ * 8 a constant; else dec_fp4n), stored into the panel, MR x 8 FMAs */
+AINLINE VBMI void smd_step(int MR, int L, int k, int64_t n, const smd_src *d, const float *x, float *panel,
+                           int64_t ld, int64_t i, __m512i ctl, __m512 a[SM_MR_MAX][LIN_SMALLM_NB], const char *pf,
+                           int64_t pf_step) {
+    const int64_t nsb = n / 32, rb = n / 2;
+    if (pf)
+        for (int64_t b = 0; b < pf_step; b += 64) _mm_prefetch(pf + i / 16 * pf_step + b, _MM_HINT_T0);
+    __m512 xv[SM_MR_MAX];
+    for (int s = 0; s < MR; s++) xv[s] = _mm512_loadu_ps(x + s * n + i);
+    for (int j = 0; j < LIN_SMALLM_NB; j++) {
+        const __m512 tb = _mm512_load_ps(d->tab[d->sc[j * nsb + i / 32]]);
+        __m512 wv = L ? dec_fp4l(fp4l_line(d->wp + j * rb + (i / 2 - 8 * k)), k, tb)
+                      : dec_fp4n(d->wp + j * rb + i / 2, ctl, tb);
+        __asm__("" : "+v"(wv)); /* decoded once, stored, used MR times */
+        _mm512_store_ps(panel + j * ld + i, wv);
+        for (int s = 0; s < MR; s++) a[s][j] = _mm512_fmadd_ps(xv[s], wv, a[s][j]);
+    }
+}
+
 /* sm_rows over all the columns of an untiled 8-row panel that it decodes first; N: n as a
- * constant (smf_block's reason: constant row offsets) */
-AINLINE VBMI void smd_rows(int MR, int64_t N, const smd_src *d, const float *x, float *panel, int64_t ld, float *y,
-                           int64_t rows, const char *pf, int64_t pf_step) {
-    const int64_t n = N, nsb = n / 32, rb = n / 2;
+ * constant (smf_block's reason: constant row offsets); L: the rows in the lanes layout */
+AINLINE VBMI void smd_rows(int MR, int L, int64_t N, const smd_src *d, const float *x, float *panel, int64_t ld,
+                           float *y, int64_t rows, const char *pf, int64_t pf_step) {
+    const int64_t n = N;
     const __m512i ctl = _mm512_load_si512((const void *)fp4n_ctl);
     __m512 a[SM_MR_MAX][LIN_SMALLM_NB];
     for (int s = 0; s < MR; s++)
         for (int j = 0; j < LIN_SMALLM_NB; j++) a[s][j] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += 16) {
-        if (pf)
-            for (int64_t b = 0; b < pf_step; b += 64) _mm_prefetch(pf + i / 16 * pf_step + b, _MM_HINT_T0);
-        __m512 xv[SM_MR_MAX];
-        for (int s = 0; s < MR; s++) xv[s] = _mm512_loadu_ps(x + s * n + i);
-        for (int j = 0; j < LIN_SMALLM_NB; j++) {
-            __m512 wv = dec_fp4n(d->wp + j * rb + i / 2, ctl, _mm512_load_ps(d->tab[d->sc[j * nsb + i / 32]]));
-            __asm__("" : "+v"(wv)); /* decoded once, stored, used MR times */
-            _mm512_store_ps(panel + j * ld + i, wv);
-            for (int s = 0; s < MR; s++) a[s][j] = _mm512_fmadd_ps(xv[s], wv, a[s][j]);
-        }
+    if (L) {
+        for (int64_t l = 0; l < n / 128; l++)
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) smd_step(MR, 1, k, n, d, x, panel, ld, 128 * l + 16 * k, ctl, a, pf, pf_step);
+    } else {
+        for (int64_t i = 0; i < n; i += 16) smd_step(MR, 0, 0, n, d, x, panel, ld, i, ctl, a, pf, pf_step);
     }
     for (int s = 0; s < MR; s++) {
         sm_store4(a[s], 4, y + s * rows);
@@ -202,7 +252,7 @@ AINLINE VBMI void smd_rows(int MR, int64_t N, const smd_src *d, const float *x, 
  * stays in L1 for every row block (acc: the lanes between tiles); while prefetching
  * [pf, pf_end): the next panel's weights, spread over the chunks of the first row blocks.
  * d (untiled 8-row panels only, N as smd_rows): the first block decodes the panel. */
-AINLINE VBMI void sm_panel(int NW, int tiled, int64_t N, const smd_src *d, const float *x, int n_rows, int64_t n,
+AINLINE VBMI void sm_panel(int NW, int tiled, int L, int64_t N, const smd_src *d, const float *x, int n_rows, int64_t n,
                            int64_t kt, float *panel, int64_t ld, float *acc, float *y, int64_t rows, int nb,
                            const char *pf, const char *pf_end) {
     if (!tiled) kt = n; /* a constant in the untiled copy: its loop as before the tiles */
@@ -220,9 +270,9 @@ AINLINE VBMI void sm_panel(int NW, int tiled, int64_t N, const smd_src *d, const
             float *ys = y + (int64_t)s0 * rows, *as = acc + (int64_t)s0 * NW * 16;
             if (d && s0 == 0) {
                 switch (mr) {
-                case 1: smd_rows(1, N, d, xs, panel, ld, ys, rows, p, step); break;
-                case 2: smd_rows(2, N, d, xs, panel, ld, ys, rows, p, step); break;
-                default: smd_rows(3, N, d, xs, panel, ld, ys, rows, p, step); break;
+                case 1: smd_rows(1, L, N, d, xs, panel, ld, ys, rows, p, step); break;
+                case 2: smd_rows(2, L, N, d, xs, panel, ld, ys, rows, p, step); break;
+                default: smd_rows(3, L, N, d, xs, panel, ld, ys, rows, p, step); break;
                 }
                 pf += chunks * step;
                 continue;
@@ -354,6 +404,105 @@ static VBMI int64_t smallm_fp4_fused(const dsv4_lin_call *c, const dsv4_mat *w, 
     case 2048: smf_groups(2048, c, w, xp, n_rows, y, o0, groups); break;
     case 4096: smf_groups(4096, c, w, xp, n_rows, y, o0, groups); break;
     default: smf_groups(0, c, w, xp, n_rows, y, o0, groups); break;
+    }
+    return o0 + groups * SMF_NO;
+}
+
+/* ---- small-M FP4 in the lanes layout (kernels/fp4_lanes.h): the fused blocks -----------------
+ * smf_block's blocks (SMF_NO weight rows x up to SMF_MR activation rows) on lanes-layout rows: x
+ * is read in natural order in place (no fp4_perm copy) and the accumulators need no unpermute:
+ * lane l sums column 16c + l over the chunks c in ascending order, as the natural layout's paths
+ * after their unpermute, so the same products, sums and tree: the same bits. A chunk decodes by
+ * a vpsrlvd and a vpermps a row (dec_fp4's broadcast, vpsrlvd, vpermps: one vector op less). Up
+ * to 5 activation rows a row's line is loaded once per 128 columns and kept in a register; at 6
+ * (24 accumulators) it is loaded at every chunk, and the tables always are (vpermps' operand):
+ * kept, GCC spilled accumulators and folded the x loads into the FMAs (1.2-1.6x the time). The
+ * natural block runs at 0.85-1.0 of the FMA peak hot, so the saved op buys nothing here: in
+ * process (Zen 5, one thread, one L2-resident expert) 0.99-1.09x its time (BENCHMARKS.md,
+ * session 25 lpanel). */
+
+/* smf_block on lanes-layout rows: MR activation rows from x (stride n, natural order) against
+ * the SMF_NO weight rows from wp (n / 2 bytes apart, ue8m0 scales from sc, n / 32 apart); N and
+ * pf as there (a line a 32 columns of the group SMF_PD ahead) */
+AINLINE VBMI void smfl_block(int MR, int64_t N, const float *x, int64_t n, const uint8_t *wp, const uint8_t *sc,
+                             const float (*tab)[16], float *y, int64_t rows, const char *pf) {
+    if (N) n = N;
+    const int64_t nsb = n / 32, rb = n / 2;
+    __m512 a[SMF_MR][SMF_NO];
+    for (int s = 0; s < MR; s++)
+        for (int j = 0; j < SMF_NO; j++) a[s][j] = _mm512_setzero_ps();
+    for (int64_t l = 0; l < n / 128; l++) {
+        __m512i lv[SMF_NO];
+        for (int j = 0; j < SMF_NO; j++) lv[j] = fp4l_line(wp + j * rb + 64 * l);
+        const int reload = MR == SMF_MR; /* 24 accumulators: the lines do not fit beside them */
+        for (int q = 0; q < 4; q++) { /* scale block b: chunks k = 2q, 2q + 1 of the line */
+            const int64_t b = 4 * l + q;
+            if (pf) _mm_prefetch(pf + 64 * b, _MM_HINT_T0); /* SMF_NO x 16 bytes a block: one line */
+            for (int h = 0; h < 2; h++) {
+                /* the tables from memory at each chunk (else GCC keeps them across h) */
+                const uint8_t *sk = sc, *wk = wp;
+                __asm__ volatile("" : "+r"(sk), "+r"(wk));
+                __m512 wv[SMF_NO];
+                for (int j = 0; j < SMF_NO; j++) {
+                    const __m512i v = reload ? fp4l_line(wk + j * rb + 64 * l) : lv[j];
+                    wv[j] = dec_fp4l(v, 2 * q + h, _mm512_load_ps(tab[sk[j * nsb + b]]));
+                    __asm__("" : "+v"(wv[j])); /* decoded once, used MR times */
+                }
+                for (int s = 0; s < MR; s++) {
+                    __m512 xv = _mm512_loadu_ps(x + s * n + 32 * b + 16 * h);
+                    /* one load per x vector: GCC folded it into all 4 FMAs (w2 at 24 rows: 1.4-1.6x
+                     * the time, out of load ports) */
+                    __asm__("" : "+v"(xv));
+                    for (int j = 0; j < SMF_NO; j++) a[s][j] = _mm512_fmadd_ps(xv, wv[j], a[s][j]);
+                }
+            }
+        }
+    }
+    for (int s = 0; s < MR; s++) sm_store4(a[s], SMF_NO, y + s * rows);
+}
+
+/* smf_groups on lanes-layout rows, x in natural order */
+AINLINE VBMI void smfl_groups(int64_t N, const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows,
+                              float *y, int64_t o0, int64_t groups) {
+    const int64_t n = N ? N : w->cols, rows = w->rows, nsb = n / 32, gb = SMF_NO * (n / 2);
+    const float(*tab)[16] = c->tab->fp4x16;
+    const uint8_t *wb = (const uint8_t *)w->w + o0 * (n / 2), *sb = (const uint8_t *)w->scale + o0 * nsb;
+    const int nblk = (n_rows + SMF_MR - 1) / SMF_MR;
+    for (int64_t g = 0; g < groups; g++) {
+        const uint8_t *wp = wb + g * gb, *sc = sb + g * SMF_NO * nsb;
+        const char *pf = g + SMF_PD < groups ? (const char *)(wp + SMF_PD * gb) : NULL;
+        for (int k = 0, s0 = 0; k < nblk; k++) {
+            const int mr = (n_rows - s0 + (nblk - k) - 1) / (nblk - k); /* balanced, as smf_groups */
+            const float *xs = x + (int64_t)s0 * n;
+            float *ys = y + (int64_t)s0 * rows + o0 + g * SMF_NO;
+            const char *p = k == 0 ? pf : NULL;
+            switch (mr) {
+            case 1: smfl_block(1, N, xs, n, wp, sc, tab, ys, rows, p); break;
+            case 2: smfl_block(2, N, xs, n, wp, sc, tab, ys, rows, p); break;
+            case 3: smfl_block(3, N, xs, n, wp, sc, tab, ys, rows, p); break;
+            case 4: smfl_block(4, N, xs, n, wp, sc, tab, ys, rows, p); break;
+            case 5: smfl_block(5, N, xs, n, wp, sc, tab, ys, rows, p); break;
+            default: smfl_block(6, N, xs, n, wp, sc, tab, ys, rows, p); break;
+            }
+            s0 += mr;
+        }
+    }
+}
+
+/* smallm_fp4_fused for lanes-layout FP4 (ue8m0 scales, at most SMF_ROWS rows): x is read in
+ * place, so no scratch bound; returns the first output it left */
+DSV4_HOT_AT(smallm_fp4l_fused, 0xc40)
+static VBMI __attribute__((noinline)) int64_t smallm_fp4l_fused(const dsv4_lin_call *c, const dsv4_mat *w,
+                                                                const float *x, int n_rows, float *y, int64_t o0,
+                                                                int64_t o1) {
+    const int64_t n = w->cols, groups = (o1 - o0) / SMF_NO;
+    if (w->fmt != DSV4_WF_FP4L || w->scale_is_f32 || n_rows > SMF_ROWS || groups == 0) return o0;
+    switch (n) { /* the expert widths as constants */
+    case 512: smfl_groups(512, c, w, x, n_rows, y, o0, groups); break;
+    case 1024: smfl_groups(1024, c, w, x, n_rows, y, o0, groups); break;
+    case 2048: smfl_groups(2048, c, w, x, n_rows, y, o0, groups); break;
+    case 4096: smfl_groups(4096, c, w, x, n_rows, y, o0, groups); break;
+    default: smfl_groups(0, c, w, x, n_rows, y, o0, groups); break;
     }
     return o0 + groups * SMF_NO;
 }
@@ -784,10 +933,13 @@ static VBMI void smallm_panels(const dsv4_lin_call *c, const dsv4_mat *w, const 
     const int64_t rb = dsv4_mat_bytes(w) / (rows > 0 ? rows : 1);
     const char *wbase = (const char *)w->w;
     /* FP4 with ue8m0 scales, the expert widths: the first block decodes each full panel */
-    const int smd = w->fmt == DSV4_WF_FP4 && !w->scale_is_f32 && (n == 512 || n == 1024);
+    const int smd = dsv4_wf_is_fp4(w->fmt) && !w->scale_is_f32 && (n == 512 || n == 1024);
+    const int lanes = w->fmt == DSV4_WF_FP4L;
     /* the fused path's x in fp4_perm order takes the panel's place (the panel path below runs
      * after it, on the task's last (o1 - o0) % 4 outputs) */
-    for (int64_t o = smallm_fp4_fused(c, w, x, n_rows, y, o0, o1, panel); o < o1;) {
+    const int64_t of = lanes ? smallm_fp4l_fused(c, w, x, n_rows, y, o0, o1)
+                             : smallm_fp4_fused(c, w, x, n_rows, y, o0, o1, panel);
+    for (int64_t o = of; o < o1;) {
         /* 8 weight rows a panel, 4 for a task's last few (a short task pads less) */
         const int NW = o1 - o > 4 ? 8 : 4;
         const int nb = o1 - o < NW ? (int)(o1 - o) : NW;
@@ -797,17 +949,19 @@ static VBMI void smallm_panels(const dsv4_lin_call *c, const dsv4_mat *w, const 
         if (smd && nb == 8) { /* the first row block decodes the panel */
             const smd_src d = {(const uint8_t *)w->w + o * (n / 2), (const uint8_t *)w->scale + o * (n / 32),
                                c->tab->fp4x16};
-            if (n == 512) sm_panel(8, 0, 512, &d, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
-            else sm_panel(8, 0, 1024, &d, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
+            if (lanes && n == 512) sm_panel(8, 0, 1, 512, &d, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
+            else if (lanes) sm_panel(8, 0, 1, 1024, &d, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
+            else if (n == 512) sm_panel(8, 0, 0, 512, &d, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
+            else sm_panel(8, 0, 0, 1024, &d, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
             o += nb;
             continue;
         }
         for (int j = 0; j < nb; j++) sm_decode_row(c, &t, w, o + j, panel + j * ld);
         for (int j = nb; j < NW; j++) memset(panel + j * ld, 0, sizeof(float) * (size_t)ld);
-        if (kt < n && NW == 8) sm_panel(8, 1, 0, NULL, x, n_rows, n, kt, panel, ld, acc, y + o, rows, nb, pf, pf_end);
-        else if (kt < n) sm_panel(4, 1, 0, NULL, x, n_rows, n, kt, panel, ld, acc, y + o, rows, nb, pf, pf_end);
-        else if (NW == 8) sm_panel(8, 0, 0, NULL, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
-        else sm_panel(4, 0, 0, NULL, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
+        if (kt < n && NW == 8) sm_panel(8, 1, 0, 0, NULL, x, n_rows, n, kt, panel, ld, acc, y + o, rows, nb, pf, pf_end);
+        else if (kt < n) sm_panel(4, 1, 0, 0, NULL, x, n_rows, n, kt, panel, ld, acc, y + o, rows, nb, pf, pf_end);
+        else if (NW == 8) sm_panel(8, 0, 0, 0, NULL, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
+        else sm_panel(4, 0, 0, 0, NULL, x, n_rows, n, n, panel, ld, acc, y + o, rows, nb, pf, pf_end);
         o += nb;
     }
 }
