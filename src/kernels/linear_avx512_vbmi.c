@@ -386,7 +386,7 @@ static void gemv_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const flo
                             int64_t o1) {
     if (w->fmt == DSV4_WF_FP8 && nx == 1) gemv1_fp8v(c, w, x, y, o0, o1);
     else if (w->fmt == DSV4_WF_FP8) gemv_fp8v(c, w, x, nx, y, o0, o1);
-    else dsv4_lin_avx512_gemv(c, w, x, nx, y, o0, o1); /* FP4 included: see gemv_fp4 (linear_avx512.c) */
+    else dsv4_lin_avx512_gemv(c, w, x, nx, y, o0, o1); /* FP4 and FP4L included: see gemv_fp4 (linear_avx512.c) */
 }
 
 /* 8 rows a GEMV call, up to 16 in two passes for every format: with the table decode the
@@ -409,7 +409,7 @@ static const dsv4_lin_kernels avx512vbmi_kernels = {
      * "Session 23, bf16m") */
     {[DSV4_WF_F32] = 2, [DSV4_WF_F16] = 17, [DSV4_WF_BF16] = 8, [DSV4_WF_FP8] = 8, [DSV4_WF_FP4] = SMF_MIN_ROWS,
      [DSV4_WF_FP4L] = SMF_MIN_ROWS /* the lanes layout through the same paths (smallm.c): the same bits */},
-    dsv4_lin_avx512vbmi_smallm, 0 /* no FP4L gemv yet: the GEMM takes it */};
+    dsv4_lin_avx512vbmi_smallm, 1 /* FP4L: gemv_avx512vbmi hands it to dsv4_lin_avx512_gemv (gemv_fp4l_*) */};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512vbmi(void) { return &avx512vbmi_kernels; }
 
