@@ -258,19 +258,22 @@ DSV4_API const char *dsv4_numa_name(int mode);
 DSV4_API int dsv4_numa_nodes(void);
 
 /* Layout of the packed FP4 (e2m1) weights in memory (dsv4_engine_opts.fp4_layout):
- *   AUTO     NATURAL for now (the choice may become LANES at the AVX-512 levels where the
- *            measurements say it pays)
+ *   AUTO     NATURAL
  *   NATURAL  the checkpoint's bytes, read in place from the mapped files: their pages stay
- *            clean page cache, shared by every process (and engine) that maps them
- *   LANES    each FP4 matrix whose width is a multiple of 128 repacked at engine create into
- *            the engine's own memory (a 64-byte line holds 128 columns in the order the
- *            AVX-512 decoder wants: fewer instructions a weight). Costs the repack at create
- *            (a pass over every FP4 byte) and private memory as large as those weights: several
- *            processes on one node no longer share the experts' pages, and the mapped file
- *            pages, no longer read after create, stay in the page cache until the system
- *            needs the memory. Experts another rank owns (expert parallelism) and matrices
- *            made INT8 by w8a8 are not repacked. With NUMA interleaving the copies are
- *            interleaved too. dsv4_model_warmup before create makes the repack read from
+ *            clean page cache (4 KB pages), shared by every process (and engine) that maps them
+ *   COPY     the same bytes copied at engine create into the engine's own memory, 2 MB aligned
+ *            with transparent huge pages where the system allows (fewer TLB misses for the
+ *            expert stream; a measurement tool for now: session 25's pairs did not resolve a
+ *            gain, BENCHMARKS.md)
+ *   LANES    as COPY, each FP4 matrix whose width is a multiple of 128 repacked on the way (a
+ *            64-byte line holds 128 columns in the order the AVX-512 decoder wants: ~4.5 % of
+ *            the one-row GEMV's thread time in process; in step against NATURAL batch 16
+ *            1.09x, batch 1 1.08x the speed, but no more than COPY within the pairs' spread)
+ * COPY and LANES cost a pass over every FP4 byte at create and private memory as large as
+ * those weights: several processes on one node no longer share the experts' pages, and the
+ * mapped file pages, no longer read after create, stay in the page cache until the system
+ * needs the memory. Experts another rank owns (expert parallelism) and matrices made INT8
+ * by w8a8 are not copied. With NUMA interleaving the copies are interleaved too. dsv4_model_warmup before create makes the repack read from
  *            memory; dsv4_model_mlock locks the mapped pages, which a LANES engine no longer
  *            reads for those matrices (it would hold both).
  * The same bits in every layout: only the speed differs. */
@@ -278,8 +281,9 @@ enum {
     DSV4_FP4_AUTO = 0,
     DSV4_FP4_NATURAL = 1,
     DSV4_FP4_LANES = 2,
+    DSV4_FP4_COPY = 3,
 };
-/* "auto", "natural" or "lanes" -> DSV4_FP4_*; DSV4_ERR_ARG with a message otherwise. */
+/* "auto", "natural", "copy" or "lanes" -> DSV4_FP4_*; DSV4_ERR_ARG with a message otherwise. */
 DSV4_API int dsv4_fp4_layout_parse(const char *s, int *layout, dsv4_err *err);
 /* The name of a DSV4_FP4_* value, "?" when unknown. */
 DSV4_API const char *dsv4_fp4_layout_name(int layout);
@@ -359,8 +363,9 @@ DSV4_API dsv4_engine_opts dsv4_engine_get_opts(const dsv4_engine *e);
 /* The memory nodes the engine saw at create (its NUMA decision: get_opts().numa). */
 DSV4_API int dsv4_engine_numa_nodes(const dsv4_engine *e);
 /* The FP4 matrices the engine reads in the lanes layout (repacked at create) and in the
- * natural one (all of them with DSV4_FP4_NATURAL; with LANES those whose width is not a
- * multiple of 128 and the experts another rank owns). Either pointer may be NULL. */
+ * natural one, mapped or copied (all of them with DSV4_FP4_NATURAL or COPY; with LANES those
+ * whose width is not a multiple of 128 and the experts another rank owns). Either pointer
+ * may be NULL. */
 DSV4_API void dsv4_engine_fp4_counts(const dsv4_engine *e, int64_t *lanes, int64_t *natural);
 DSV4_API const dsv4_model *dsv4_engine_model(const dsv4_engine *e);
 

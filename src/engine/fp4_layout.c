@@ -1,5 +1,7 @@
-/* fp4_layout.c — the FP4 layout option (dsv4.h DSV4_FP4_*): its names, and the repack of the
- * blocks' packed FP4 matrices into the lanes layout (kernels/fp4_lanes.h) at engine create.
+/* fp4_layout.c — the FP4 layout option (dsv4.h DSV4_FP4_*): its names, and at engine create
+ * the copy of the blocks' packed FP4 matrices into the engine's huge-page memory (COPY: the
+ * natural bytes) or their repack into the lanes layout (LANES, kernels/fp4_lanes.h); the
+ * default (AUTO) reads the mapped bytes (NATURAL).
  *
  * Where the copies live. The model is immutable and shared by engines (dsv4.h), and the
  * layout is an engine option, so the repacked bytes are the engine's: one allocation per
@@ -34,19 +36,20 @@
 
 int dsv4_fp4_layout_parse(const char *s, int *layout, dsv4_err *err) {
     static const struct { const char *name; int v; } names[] = {
-        {"auto", DSV4_FP4_AUTO}, {"natural", DSV4_FP4_NATURAL}, {"lanes", DSV4_FP4_LANES}};
+        {"auto", DSV4_FP4_AUTO}, {"natural", DSV4_FP4_NATURAL}, {"copy", DSV4_FP4_COPY}, {"lanes", DSV4_FP4_LANES}};
     for (size_t i = 0; s && i < sizeof names / sizeof *names; i++)
         if (!strcmp(s, names[i].name)) {
             *layout = names[i].v;
             return DSV4_OK;
         }
-    return dsv4_fail(err, DSV4_ERR_ARG, "fp4 layout '%s': must be auto, natural or lanes", s ? s : "(null)");
+    return dsv4_fail(err, DSV4_ERR_ARG, "fp4 layout '%s': must be auto, natural, copy or lanes", s ? s : "(null)");
 }
 
 const char *dsv4_fp4_layout_name(int layout) {
     switch (layout) {
     case DSV4_FP4_AUTO: return "auto";
     case DSV4_FP4_NATURAL: return "natural";
+    case DSV4_FP4_COPY: return "copy";
     case DSV4_FP4_LANES: return "lanes";
     default: return "?";
     }
@@ -62,6 +65,8 @@ static int64_t round64(int64_t v) { return (v + 63) & ~(int64_t)63; }
 static int is_fp4(const dsv4_mat *m) { return m->fmt == DSV4_WF_FP4 && m->w && m->rows > 0; }
 /* FP4 that the lanes layout can hold: whole 128-column lines */
 static int lanes_ok(const dsv4_mat *m) { return is_fp4(m) && m->cols % DSV4_FP4L_COLS == 0; }
+/* what the layout moves into the engine's memory: LANES the matrices it can hold, COPY every one */
+static int moved(int layout, const dsv4_mat *m) { return layout == DSV4_FP4_COPY ? is_fp4(m) : lanes_ok(m); }
 
 /* the block's matrices other than the routed experts (out has room for 16) */
 static int fixed_mats(dsv4_block_w *b, dsv4_mat **out) {
@@ -86,17 +91,23 @@ typedef struct {
 
 typedef struct {
     repack_item *items;
+    int lanes; /* 1: pack into the lanes layout; 0: copy the natural bytes */
 } repack_job;
 
 static void repack_task(void *arg, int t, int tid) {
     (void)tid;
-    const repack_item *it = &((const repack_job *)arg)->items[t];
+    const repack_job *j = arg;
+    const repack_item *it = &j->items[t];
     const int64_t rb = it->m->cols / 2; /* bytes a row */
     const uint8_t *src = it->m->w;
+    if (!j->lanes) {
+        memcpy(it->dst, src, (size_t)(it->m->rows * rb));
+        return;
+    }
     for (int64_t r = 0; r < it->m->rows; r++) dsv4_fp4l_pack_row(it->dst + r * rb, src + r * rb, it->m->cols);
 }
 
-static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int e0, int e1, dsv4_err *err) {
+static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int layout, int e0, int e1, dsv4_err *err) {
     const int E = e->cfg->n_routed_experts;
     dsv4_mat *fixed[32];
     const int n_fixed = fixed_mats(b, fixed);
@@ -104,14 +115,14 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int e0, int e1, dsv4_e
     /* what this block repacks, and what stays natural */
     int64_t n_items = 0, bytes = 0, n_exp = 0;
     for (int i = 0; i < n_fixed; i++) {
-        if (lanes_ok(fixed[i])) n_items++, bytes += round64(fixed[i]->rows * fixed[i]->cols / 2);
+        if (moved(layout, fixed[i])) n_items++, bytes += round64(fixed[i]->rows * fixed[i]->cols / 2);
         else e->fp4_natural++;
     }
     for (int x = 0; experts && x < E; x++) {
         const dsv4_mat *ms[3] = {&b->w1[x], &b->w3[x], &b->w2[x]};
         for (int j = 0; j < 3; j++) {
             if (!is_fp4(ms[j])) continue;
-            if (x >= e0 && x < e1 && lanes_ok(ms[j])) n_exp++, bytes += round64(ms[j]->rows * ms[j]->cols / 2);
+            if (x >= e0 && x < e1 && moved(layout, ms[j])) n_exp++, bytes += round64(ms[j]->rows * ms[j]->cols / 2);
             else e->fp4_natural++;
         }
     }
@@ -126,8 +137,8 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int e0, int e1, dsv4_e
     if (!mem || !items || dsv4_engine_own(e, mem)) {
         free(mem);
         free(items);
-        return dsv4_fail(err, DSV4_ERR_NOMEM, "fp4 layout lanes: out of memory for %lld bytes of layer %d's FP4 "
-                         "weights", (long long)bytes, b->layer_id);
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "fp4 layout %s: out of memory for %lld bytes of layer %d's FP4 "
+                         "weights", dsv4_fp4_layout_name(layout), (long long)bytes, b->layer_id);
     }
 #ifdef MADV_HUGEPAGE
     (void)madvise(mem, (size_t)bytes, MADV_HUGEPAGE); /* a hint: 4 KB pages work too */
@@ -151,33 +162,36 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int e0, int e1, dsv4_e
         for (int x = e0; x < e1; x++) {
             dsv4_mat *ms[3] = {&b->w1[x], &b->w3[x], &b->w2[x]};
             for (int j = 0; j < 3; j++)
-                if (lanes_ok(ms[j])) {
+                if (moved(layout, ms[j])) {
                     items[n++] = (repack_item){ms[j], mem + at};
                     at += round64(ms[j]->rows * ms[j]->cols / 2);
                 }
         }
     }
     for (int i = 0; i < n_fixed; i++)
-        if (lanes_ok(fixed[i])) {
+        if (moved(layout, fixed[i])) {
             items[n++] = (repack_item){fixed[i], mem + at};
             at += round64(fixed[i]->rows * fixed[i]->cols / 2);
         }
-    repack_job job = {items};
+    repack_job job = {items, layout == DSV4_FP4_LANES};
     dsv4_kctx_parallel(e->k, (int)n, repack_task, &job);
     for (int64_t i = 0; i < n; i++) {
         items[i].m->w = items[i].dst;
-        items[i].m->fmt = DSV4_WF_FP4L;
+        items[i].m->fmt = layout == DSV4_FP4_LANES ? DSV4_WF_FP4L : DSV4_WF_FP4;
     }
-    e->fp4_lanes += n;
+    if (layout == DSV4_FP4_LANES) e->fp4_lanes += n;
+    else e->fp4_natural += n;
     free(items);
     return DSV4_OK;
 }
 
 int dsv4_engine_prepare_fp4(dsv4_engine *e, dsv4_err *err) {
     int *layout = &e->opts.fp4_layout;
-    if (*layout != DSV4_FP4_AUTO && *layout != DSV4_FP4_NATURAL && *layout != DSV4_FP4_LANES)
-        return dsv4_fail(err, DSV4_ERR_ARG, "engine: fp4_layout = %d; must be DSV4_FP4_AUTO, _NATURAL or _LANES",
+    if (*layout != DSV4_FP4_AUTO && *layout != DSV4_FP4_NATURAL && *layout != DSV4_FP4_COPY && *layout != DSV4_FP4_LANES)
+        return dsv4_fail(err, DSV4_ERR_ARG, "engine: fp4_layout = %d; must be DSV4_FP4_AUTO, _NATURAL, _COPY or _LANES",
                          *layout);
+    /* AUTO: natural. Session 25's pairs (BENCHMARKS.md, lgemv) saw lanes 1.09x / 1.08x natural
+     * at batch 16 / 1 but neither the huge-page copy nor the layout alone resolved it */
     if (*layout == DSV4_FP4_AUTO) *layout = DSV4_FP4_NATURAL;
     const dsv4_config *c = e->cfg;
     const int n_blocks = c->num_hidden_layers + c->num_nextn_predict_layers;
@@ -195,7 +209,7 @@ int dsv4_engine_prepare_fp4(dsv4_engine *e, dsv4_err *err) {
     int e0 = 0, e1 = c->n_routed_experts;
     if (e->ep) dsv4_ep_local_range(e->ep, &e0, &e1);
     for (int l = 0; l < n_blocks; l++) {
-        const int rc = prepare_block(e, &e->blocks[l], e0, e1, err);
+        const int rc = prepare_block(e, &e->blocks[l], *layout, e0, e1, err);
         if (rc) return rc;
     }
     return DSV4_OK;

@@ -47,7 +47,7 @@ done
 for cmd in "generate -p x" chat "run --tokens 1 --dump $TMP/d" bench serve; do
     # shellcheck disable=SC2086
     "$BIN" $cmd --model "$MODEL" --fp4-layout wide 2> "$TMP/err"; [ $? -eq 2 ] || fail "$cmd --fp4-layout wide accepted"
-    grep -q "must be auto, natural or lanes" "$TMP/err" || fail "$cmd --fp4-layout wide: $(cat "$TMP/err")"
+    grep -q "must be auto, natural, copy or lanes" "$TMP/err" || fail "$cmd --fp4-layout wide: $(cat "$TMP/err")"
 done
 # serve refuses context parallelism with its reason (a step mixes decodes and prefill chunks)
 for p in cp cp+ep; do

@@ -2,7 +2,8 @@
  *   - the option's names and its parse errors;
  *   - an engine with LANES repacks exactly the FP4 matrices whose width is a multiple of 128
  *     (dsv4_engine_fp4_counts against the model's census, model/info.h), the others stay
- *     natural; NATURAL and AUTO (= natural for now) repack none; get_opts says what was done;
+ *     natural; NATURAL (and AUTO, which is NATURAL) reads the model's bytes; COPY reads every
+ *     FP4 matrix from the engine's own copy in the natural layout; get_opts says what was done;
  *   - hidden states, logits and the MTP block's hidden states of a prefill + decodes are the same bits in every
  *     layout, at every kernel level this CPU and build run (DSV4_SIMD);
  *   - the weights fingerprint is the same before and after a LANES engine (the model is not
@@ -17,6 +18,7 @@
 #include <string.h>
 
 #include "dsv4.h"
+#include "engine/engine.h"
 #include "kernels/cpu.h"
 #include "model/info.h"
 #include "model/model.h"
@@ -29,7 +31,22 @@ typedef struct {
     float *streams;               /* (N, hc, D) last-block streams, the MTP block's input */
     int64_t lanes, natural;
     int layout; /* get_opts().fp4_layout */
+    int64_t own_fp4; /* the engine's FP4 matrices (either layout) whose bytes are not the model's */
 } run_out;
+
+/* FP4 matrices of the engine's blocks stored outside the model's mapped bytes */
+static int64_t own_fp4(const dsv4_engine *e, const dsv4_model *m) {
+    const dsv4_config *c = &m->cfg;
+    int64_t n = 0;
+    for (int l = 0; l < c->num_hidden_layers + c->num_nextn_predict_layers; l++) {
+        const dsv4_block_w *eb = &e->blocks[l], *mb = l < c->num_hidden_layers ? &m->layers[l] : &m->mtp[l - c->num_hidden_layers];
+        for (int x = 0; eb->w1 && x < c->n_routed_experts; x++) {
+            const dsv4_mat *em[3] = {&eb->w1[x], &eb->w3[x], &eb->w2[x]}, *mm[3] = {&mb->w1[x], &mb->w3[x], &mb->w2[x]};
+            for (int j = 0; j < 3; j++) n += dsv4_wf_is_fp4(em[j]->fmt) && em[j]->w != mm[j]->w;
+        }
+    }
+    return n;
+}
 
 /* a prefill of P tokens, then N - P one-token decodes; the MTP block over the same rows */
 static int run(const dsv4_model *m, int layout, const int32_t *toks, run_out *o) {
@@ -45,6 +62,7 @@ static int run(const dsv4_model *m, int layout, const int32_t *toks, run_out *o)
     }
     dsv4_engine_fp4_counts(e, &o->lanes, &o->natural);
     o->layout = dsv4_engine_get_opts(e).fp4_layout;
+    o->own_fp4 = own_fp4(e, m);
     rc = dsv4_seq_create(e, &s, &err);
     const int D = info.hidden_size, V = info.vocab_size;
     for (int t = 0; !rc && t < N; t += t < P ? P : 1) {
@@ -75,10 +93,12 @@ static void check_parse(void) {
     CHECK(dsv4_fp4_layout_parse("auto", &v, &err) == DSV4_OK && v == DSV4_FP4_AUTO);
     CHECK(dsv4_fp4_layout_parse("natural", &v, &err) == DSV4_OK && v == DSV4_FP4_NATURAL);
     CHECK(dsv4_fp4_layout_parse("lanes", &v, &err) == DSV4_OK && v == DSV4_FP4_LANES);
+    CHECK(dsv4_fp4_layout_parse("copy", &v, &err) == DSV4_OK && v == DSV4_FP4_COPY);
     CHECK(dsv4_fp4_layout_parse("Lanes", &v, &err) == DSV4_ERR_ARG);
-    CHECK_ERR(err, DSV4_ERR_ARG, "must be auto, natural or lanes");
+    CHECK_ERR(err, DSV4_ERR_ARG, "must be auto, natural, copy or lanes");
     CHECK(dsv4_fp4_layout_parse(NULL, &v, &err) == DSV4_ERR_ARG);
-    CHECK(!strcmp(dsv4_fp4_layout_name(DSV4_FP4_LANES), "lanes") && !strcmp(dsv4_fp4_layout_name(7), "?"));
+    CHECK(!strcmp(dsv4_fp4_layout_name(DSV4_FP4_LANES), "lanes") && !strcmp(dsv4_fp4_layout_name(DSV4_FP4_COPY), "copy") &&
+          !strcmp(dsv4_fp4_layout_name(7), "?"));
 }
 
 int main(int argc, char **argv) {
@@ -105,27 +125,35 @@ int main(int argc, char **argv) {
     const int D = info.hidden_size, V = info.vocab_size;
     int32_t toks[N];
     for (int i = 0; i < N; i++) toks[i] = (int32_t)((i * 2654435761u) % (unsigned)V);
-    run_out r[3];
-    for (int i = 0; i < 3; i++) {
+    enum { NL = 4 };
+    run_out r[NL];
+    for (int i = 0; i < NL; i++) {
         r[i].hidden = malloc(sizeof(float) * (size_t)N * D);
         r[i].logits = malloc(sizeof(float) * (size_t)N * V);
         r[i].mtp = malloc(sizeof(float) * (size_t)N * D);
         r[i].streams = malloc(sizeof(float) * (size_t)N * info.hc_mult * D);
     }
     const int best = (int)(dsv4_cpu_simd() < dsv4_build_simd() ? dsv4_cpu_simd() : dsv4_build_simd());
-    const int layouts[3] = {DSV4_FP4_NATURAL, DSV4_FP4_LANES, DSV4_FP4_AUTO};
+    const int layouts[NL] = {DSV4_FP4_NATURAL, DSV4_FP4_LANES, DSV4_FP4_AUTO, DSV4_FP4_COPY};
     for (int level = 0; level <= best; level++) {
         setenv("DSV4_SIMD", dsv4_simd_name((dsv4_simd)level), 1);
         int ok = 1;
-        for (int i = 0; i < 3; i++) ok &= run(m, layouts[i], toks, &r[i]) == 0;
+        for (int i = 0; i < NL; i++) ok &= run(m, layouts[i], toks, &r[i]) == 0;
         CHECK_MSG(ok, "level %s: a run failed", dsv4_simd_name((dsv4_simd)level));
         if (!ok) continue;
-        CHECK(r[0].layout == DSV4_FP4_NATURAL && r[1].layout == DSV4_FP4_LANES && r[2].layout == DSV4_FP4_NATURAL);
+        CHECK(r[0].layout == DSV4_FP4_NATURAL && r[1].layout == DSV4_FP4_LANES && r[2].layout == DSV4_FP4_NATURAL &&
+              r[3].layout == DSV4_FP4_COPY);
         CHECK(r[0].lanes == 0 && r[0].natural == census.fp4 && r[2].lanes == 0 && r[2].natural == census.fp4);
+        CHECK(r[3].lanes == 0 && r[3].natural == census.fp4);
+        /* where the bytes are: the model's (natural), the engine's (copy: every routed expert;
+         * lanes: those it repacked) */
+        CHECK_MSG(r[0].own_fp4 == 0 && r[2].own_fp4 == 0 && r[3].own_fp4 > 0 && r[3].own_fp4 >= r[1].own_fp4 && r[1].own_fp4 > 0,
+                  "experts in the engine's memory: natural %lld, copy %lld, lanes %lld", (long long)r[0].own_fp4,
+                  (long long)r[3].own_fp4, (long long)r[1].own_fp4);
         CHECK_MSG(r[1].lanes == census.lanes_ok && r[1].natural == census.fp4 - census.lanes_ok,
                   "lanes engine: %lld repacked, %lld natural; census %lld of %lld", (long long)r[1].lanes,
                   (long long)r[1].natural, (long long)census.lanes_ok, (long long)census.fp4);
-        for (int i = 1; i < 3; i++) {
+        for (int i = 1; i < NL; i++) {
             const int64_t dh = bits_differ(r[i].hidden, r[0].hidden, (int64_t)N * D);
             const int64_t dl = bits_differ(r[i].logits, r[0].logits, (int64_t)N * V);
             const int64_t dm = info.n_mtp ? bits_differ(r[i].mtp, r[0].mtp, (int64_t)(N - 1) * D) : 0;
@@ -134,9 +162,10 @@ int main(int argc, char **argv) {
                       dsv4_simd_name((dsv4_simd)level), dsv4_fp4_layout_name(layouts[i]), (long long)dh,
                       (long long)dl, (long long)dm);
         }
-        printf("level %s: lanes (%lld repacked, %lld natural) and auto give natural's bits: %d x %d hidden, "
+        printf("level %s: lanes (%lld repacked, %lld natural), copy (%lld experts copied) and auto give natural's "
+               "bits: %d x %d hidden, "
                "%d x %d logits%s\n", dsv4_simd_name((dsv4_simd)level), (long long)r[1].lanes,
-               (long long)r[1].natural, N, D, N, V, info.n_mtp ? ", MTP hidden" : "");
+               (long long)r[1].natural, (long long)r[3].own_fp4, N, D, N, V, info.n_mtp ? ", MTP hidden" : "");
     }
     unsetenv("DSV4_SIMD");
     CHECK(dsv4_model_fingerprint(m, 0, fp_after, &err) == DSV4_OK);
@@ -147,7 +176,7 @@ int main(int argc, char **argv) {
     CHECK(dsv4_engine_create(m, &bad, &e, &err) == DSV4_ERR_ARG && e == NULL);
     CHECK_ERR(err, DSV4_ERR_ARG, "fp4_layout = 7");
 
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < NL; i++) {
         free(r[i].hidden);
         free(r[i].logits);
         free(r[i].mtp);

@@ -22,15 +22,15 @@ double cli_loadavg(void);
 int cli_parse_kv_dtype(const char *v, void *dst, char *msg, size_t n);
 /* --numa auto|none|interleave (dsv4_numa_parse) */
 int cli_parse_numa(const char *v, void *dst, char *msg, size_t n);
-/* --fp4-layout auto|natural|lanes (dsv4_fp4_layout_parse), and its row of every command
+/* --fp4-layout auto|natural|copy|lanes (dsv4_fp4_layout_parse), and its row of every command
  * that creates an engine */
 int cli_parse_fp4_layout(const char *v, void *dst, char *msg, size_t n);
 #define CLI_FP4_LAYOUT_OPT(dst)                                                                                      \
-    CLI_FN_OPT("fp4-layout", 0, dst, cli_parse_fp4_layout, "auto|natural|lanes", "auto",                           \
-               "in-memory layout of the FP4 expert weights: lanes repacks them at engine create into this "       \
-               "process's memory, in the order the AVX-512 decoder wants (the same results; costs the repack "     \
-               "and memory the size of those weights, no longer shared with other processes through the page "    \
-               "cache); natural reads the checkpoint's pages in place; auto = natural for now")
+    CLI_FN_OPT("fp4-layout", 0, dst, cli_parse_fp4_layout, "auto|natural|copy|lanes", "auto",                      \
+               "FP4 expert weights in memory: natural (auto) reads the checkpoint's pages in place; copy copies " \
+               "them at engine create into this process's huge-page memory, lanes also repacks them for the "    \
+               "AVX-512 decoder (both cost the copy and memory the size of those weights, no longer shared with "  \
+               "other processes through the page cache). Same results")
 
 int cli_parse_int(const char *s, long long lo, long long hi, long long *out);
 
