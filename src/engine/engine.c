@@ -30,6 +30,17 @@ int dsv4_engine_own(dsv4_engine *e, void *p) {
     return 0;
 }
 
+int64_t dsv4_engine_own_expert_arrays(dsv4_block_w *b, void *mem, int E) {
+    dsv4_mat *arr = (dsv4_mat *)mem; /* (3, E): w1, w3, w2 */
+    memcpy(arr, b->w1, sizeof(dsv4_mat) * (size_t)E);
+    memcpy(arr + E, b->w3, sizeof(dsv4_mat) * (size_t)E);
+    memcpy(arr + 2 * E, b->w2, sizeof(dsv4_mat) * (size_t)E);
+    b->w1 = arr;
+    b->w3 = arr + E;
+    b->w2 = arr + 2 * E;
+    return (3 * (int64_t)E * (int64_t)sizeof(dsv4_mat) + 63) & ~(int64_t)63;
+}
+
 /* 1 when every block's routed experts pass dsv4_moe_check_experts (after the weight
  * preparation: W8A8 replaces matrices in place); a model that fails keeps the per-call check,
  * which then reports the bad matrix at the first MoE call, as before. Not with EP, whose

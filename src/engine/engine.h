@@ -180,5 +180,9 @@ void dsv4_engine_numa_end(const void *saved, int restore);
  * DSV4_WF_FP4L. Runs after the W8A8 copies and before the fidelity mode, which knows the
  * weights by their storage. */
 int dsv4_engine_prepare_fp4(dsv4_engine *e, dsv4_err *err);
+/* The block's expert matrix arrays w1, w3, w2 (E each) copied to mem, (3, E) dsv4_mat, and the
+ * block pointed at the copies: an engine that rebinds experts (W8A8, the FP4 layouts) must not
+ * write into the model, which engines share. Returns the bytes used, rounded up to 64. */
+int64_t dsv4_engine_own_expert_arrays(dsv4_block_w *b, void *mem, int E);
 
 #endif

@@ -152,13 +152,7 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int layout, int e0, in
     }
     int64_t at = arr_bytes, n = 0;
     if (n_exp) {
-        dsv4_mat *arr = (dsv4_mat *)mem; /* (3, E): w1, w3, w2 */
-        memcpy(arr, b->w1, sizeof(dsv4_mat) * (size_t)E);
-        memcpy(arr + E, b->w3, sizeof(dsv4_mat) * (size_t)E);
-        memcpy(arr + 2 * E, b->w2, sizeof(dsv4_mat) * (size_t)E);
-        b->w1 = arr;
-        b->w3 = arr + E;
-        b->w2 = arr + 2 * E;
+        dsv4_engine_own_expert_arrays(b, mem, E); /* arr_bytes, laid out above */
         for (int x = e0; x < e1; x++) {
             dsv4_mat *ms[3] = {&b->w1[x], &b->w3[x], &b->w2[x]};
             for (int j = 0; j < 3; j++)

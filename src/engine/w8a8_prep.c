@@ -113,14 +113,7 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int e0, int e1, prep_p
     }
     int64_t at = 0;
     if (experts) {
-        dsv4_mat *arr = (dsv4_mat *)mem; /* (3, E): w1, w3, w2 */
-        memcpy(arr, b->w1, sizeof(dsv4_mat) * (size_t)E);
-        memcpy(arr + E, b->w3, sizeof(dsv4_mat) * (size_t)E);
-        memcpy(arr + 2 * E, b->w2, sizeof(dsv4_mat) * (size_t)E);
-        b->w1 = arr;
-        b->w3 = arr + E;
-        b->w2 = arr + 2 * E;
-        at = round64(3 * (int64_t)E * (int64_t)sizeof(dsv4_mat));
+        at = dsv4_engine_own_expert_arrays(b, mem, E);
         for (int x = e0; x < e1; x++) {
             char nm[48];
             snprintf(nm, sizeof nm, "ffn.experts.%d.w1", x);
