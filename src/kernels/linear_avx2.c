@@ -403,27 +403,6 @@ AINLINE void gemv_fp4_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv4
         for (int s = 0; s < NX; s++) y[s * rows + o + r] = hsum8(a[r][s]);
 }
 
-AINLINE void gemv_fp4_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y, int64_t o0,
-                         int64_t o1) {
-    const int R = GEMV_R(NX);
-    const int64_t rb = w->cols / 2; /* bytes per row */
-    const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * rb, (const uint8_t *)w->w + o1 * rb, GEMV_PF_FP4);
-    if (!w->scale_is_f32) /* the task's ue8m0 scales: cols / 32 bytes a row */
-        pf_start((const uint8_t *)w->scale + o0 * (rb / 16), (const uint8_t *)w->scale + o1 * (rb / 16), 4096);
-    int64_t o = o0;
-    for (; o + R <= o1; o += R) gemv_fp4_rows(R, NX, tab, w, x, y, o, &pf);
-    for (; o < o1; o++) gemv_fp4_rows(1, NX, tab, w, x, y, o, &pf);
-}
-
-static void gemv_fp4(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
-                     int64_t o1) {
-    switch (nx) {
-    case 1: gemv_fp4_nx(1, c->tab, w, x, y, o0, o1); break;
-    case 2: gemv_fp4_nx(2, c->tab, w, x, y, o0, o1); break;
-    case 3: gemv_fp4_nx(3, c->tab, w, x, y, o0, o1); break;
-    default: gemv_fp4_nx(4, c->tab, w, x, y, o0, o1); break;
-    }
-}
 
 /* weight rows a step of the FP4L GEMV: the compiler keeps a line's 2 R halves in registers
  * across its 4 blocks, so R 4 at NX 2 (8 halves, 8 accumulators, 4 tables) spilled: 1.4-1.6x
@@ -471,25 +450,30 @@ AINLINE void gemv_fp4l_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv
         for (int s = 0; s < NX; s++) y[s * rows + o + r] = hsum8(a[r][s]);
 }
 
-AINLINE void gemv_fp4l_nx(int NX, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y,
-                          int64_t o0, int64_t o1) {
-    const int R = GEMV_R_FP4L(NX);
+/* both FP4 layouts' GEMV (lanes: DSV4_WF_FP4L, gemv_fp4l_rows; constant after inlining) */
+AINLINE void gemv_fp4_nx(int NX, int lanes, const dsv4_lin_tables *tab, const dsv4_mat *w, const float *x, float *y,
+                         int64_t o0, int64_t o1) {
+    const int R = lanes ? GEMV_R_FP4L(NX) : GEMV_R(NX);
     const int64_t rb = w->cols / 2; /* bytes per row */
     const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * rb, (const uint8_t *)w->w + o1 * rb, GEMV_PF_FP4);
-    if (!w->scale_is_f32)
+    if (!w->scale_is_f32) /* the task's ue8m0 scales: cols / 32 bytes a row */
         pf_start((const uint8_t *)w->scale + o0 * (rb / 16), (const uint8_t *)w->scale + o1 * (rb / 16), 4096);
     int64_t o = o0;
-    for (; o + R <= o1; o += R) gemv_fp4l_rows(R, NX, tab, w, x, y, o, &pf);
-    for (; o < o1; o++) gemv_fp4l_rows(1, NX, tab, w, x, y, o, &pf);
+    for (; o + R <= o1; o += R)
+        if (lanes) gemv_fp4l_rows(R, NX, tab, w, x, y, o, &pf);
+        else gemv_fp4_rows(R, NX, tab, w, x, y, o, &pf);
+    for (; o < o1; o++)
+        if (lanes) gemv_fp4l_rows(1, NX, tab, w, x, y, o, &pf);
+        else gemv_fp4_rows(1, NX, tab, w, x, y, o, &pf);
 }
 
-static void gemv_fp4l(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
-                      int64_t o1) {
+AINLINE void gemv_fp4(const dsv4_lin_call *c, int lanes, const dsv4_mat *w, const float *x, int nx, float *y,
+                      int64_t o0, int64_t o1) {
     switch (nx) {
-    case 1: gemv_fp4l_nx(1, c->tab, w, x, y, o0, o1); break;
-    case 2: gemv_fp4l_nx(2, c->tab, w, x, y, o0, o1); break;
-    case 3: gemv_fp4l_nx(3, c->tab, w, x, y, o0, o1); break;
-    default: gemv_fp4l_nx(4, c->tab, w, x, y, o0, o1); break;
+    case 1: gemv_fp4_nx(1, lanes, c->tab, w, x, y, o0, o1); break;
+    case 2: gemv_fp4_nx(2, lanes, c->tab, w, x, y, o0, o1); break;
+    case 3: gemv_fp4_nx(3, lanes, c->tab, w, x, y, o0, o1); break;
+    default: gemv_fp4_nx(4, lanes, c->tab, w, x, y, o0, o1); break;
     }
 }
 
@@ -510,8 +494,8 @@ static void gemv_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x,
     case DSV4_WF_F16: gemv_f16(w, x, nx, y, o0, o1); break;
     case DSV4_WF_BF16: gemv_bf16(w, x, nx, y, o0, o1); break;
     case DSV4_WF_FP8: gemv_fp8(c, w, x, nx, y, o0, o1); break;
-    case DSV4_WF_FP4: gemv_fp4(c, w, x, nx, y, o0, o1); break;
-    case DSV4_WF_FP4L: gemv_fp4l(c, w, x, nx, y, o0, o1); break;
+    case DSV4_WF_FP4: gemv_fp4(c, 0, w, x, nx, y, o0, o1); break;
+    case DSV4_WF_FP4L: gemv_fp4(c, 1, w, x, nx, y, o0, o1); break;
     default: break;
     }
 }
