@@ -1,7 +1,15 @@
 /* fp4_layout.c — the FP4 layout option (dsv4.h DSV4_FP4_*): its names, and at engine create
  * the copy of the blocks' packed FP4 matrices into the engine's huge-page memory (COPY: the
  * natural bytes) or their repack into the lanes layout (LANES, kernels/fp4_lanes.h); the
- * default (AUTO) reads the mapped bytes (NATURAL).
+ * default (AUTO) makes the copy when the memory allows it (dsv4_fp4_auto_layout), and reads
+ * the mapped bytes (NATURAL) otherwise.
+ *
+ * Why the copy is the default. Session 26 alternated the two on odd and even forwards of one
+ * process (BENCHMARKS.md "Session 26, lead"): the mapped experts' step took 1.9 % (batch 1),
+ * 4.3 % (batch 16) and 1.5 % (prefill 512) longer than the copy's, against a parity bias of
+ * -1.9 / +1.7 / -0.8 % with no change; every run beside every A/A run. The 4 KB pages of the
+ * page cache cost a TLB walk every 4 KB and stop the hardware prefetchers at each page end;
+ * the copy's 2 MB pages do neither.
  *
  * Where the copies live. The model is immutable and shared by engines (dsv4.h), and the
  * layout is an engine option, so the repacked bytes are the engine's: one allocation per
@@ -28,10 +36,12 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "cache/cache.h"
 #include "dist/ep.h"
 #include "engine/engine.h"
 #include "kernels/fp4_lanes.h"
 #include "util/err.h"
+#include "util/machine.h"
 #include "util/numa.h"
 
 int dsv4_fp4_layout_parse(const char *s, int *layout, dsv4_err *err) {
@@ -179,16 +189,55 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int layout, int e0, in
     return DSV4_OK;
 }
 
+int dsv4_fp4_auto_layout(int64_t copy_bytes, int64_t other_bytes, uint64_t available, uint64_t ram,
+                         uint64_t locked) {
+    /* a process that pins memory pins the mapped weights (--mlock): a copy would hold both */
+    if (locked > 0 || copy_bytes <= 0 || available == 0) return DSV4_FP4_NATURAL;
+    /* the headroom of the fit check (fit.c): 5 % of the machine, at least 1 GiB */
+    const uint64_t gib = 1ull << 30, headroom = ram / 20 > gib ? ram / 20 : gib;
+    /* The copy is private memory the system cannot drop, and the cache and scratch, allocated
+     * but not yet touched, are not in `available` yet; the mapped pages the copy reads from
+     * are (clean page cache). A model larger than memory, read through the page cache, stays
+     * natural. */
+    const uint64_t need = (uint64_t)copy_bytes + (uint64_t)(other_bytes > 0 ? other_bytes : 0) + headroom;
+    return need <= available ? DSV4_FP4_COPY : DSV4_FP4_NATURAL;
+}
+
+/* Bytes COPY would move into the engine's memory (the FP4 matrices of every block, the routed
+ * experts of this rank's range). */
+static int64_t copy_bytes(const dsv4_engine *e, int n_blocks, int e0, int e1) {
+    int64_t bytes = 0;
+    for (int l = 0; l < n_blocks; l++) {
+        dsv4_block_w *b = &e->blocks[l];
+        dsv4_mat *fixed[32];
+        const int n_fixed = fixed_mats(b, fixed);
+        for (int i = 0; i < n_fixed; i++) bytes += round64(fixed[i]->rows * fixed[i]->cols / 2);
+        for (int x = e0; has_experts(e, b) && x < e1; x++) {
+            const dsv4_mat *ms[3] = {&b->w1[x], &b->w3[x], &b->w2[x]};
+            for (int j = 0; j < 3; j++)
+                if (is_fp4(ms[j])) bytes += round64(ms[j]->rows * ms[j]->cols / 2);
+        }
+    }
+    return bytes;
+}
+
 int dsv4_engine_prepare_fp4(dsv4_engine *e, dsv4_err *err) {
     int *layout = &e->opts.fp4_layout;
     if (*layout != DSV4_FP4_AUTO && *layout != DSV4_FP4_NATURAL && *layout != DSV4_FP4_COPY && *layout != DSV4_FP4_LANES)
         return dsv4_fail(err, DSV4_ERR_ARG, "engine: fp4_layout = %d; must be DSV4_FP4_AUTO, _NATURAL, _COPY or _LANES",
                          *layout);
-    /* AUTO: natural. Session 25's pairs (BENCHMARKS.md, lgemv) saw lanes 1.09x / 1.08x natural
-     * at batch 16 / 1 but neither the huge-page copy nor the layout alone resolved it */
-    if (*layout == DSV4_FP4_AUTO) *layout = DSV4_FP4_NATURAL;
     const dsv4_config *c = e->cfg;
     const int n_blocks = c->num_hidden_layers + c->num_nextn_predict_layers;
+    int e0 = 0, e1 = c->n_routed_experts;
+    if (e->ep) dsv4_ep_local_range(e->ep, &e0, &e1);
+    /* AUTO: COPY when the memory allows it (see the top of this file for why); LANES stays an
+     * option (session 25: its decode saves ~4.5 % of the one-row GEMV in process, no more
+     * than COPY in step, and costs prefill ~4 %) */
+    if (*layout == DSV4_FP4_AUTO) {
+        const int64_t other = dsv4_cache_get_plan(e->cache)->total_bytes + (int64_t)dsv4_engine_scratch_bytes(e);
+        *layout = dsv4_fp4_auto_layout(copy_bytes(e, n_blocks, e0, e1), other, dsv4_machine_available_bytes(),
+                                       dsv4_machine_ram_bytes(), dsv4_process_locked_bytes());
+    }
     e->fp4_lanes = e->fp4_natural = 0;
     if (*layout == DSV4_FP4_NATURAL) {
         for (int l = 0; l < n_blocks; l++) {
@@ -200,8 +249,6 @@ int dsv4_engine_prepare_fp4(dsv4_engine *e, dsv4_err *err) {
         }
         return DSV4_OK;
     }
-    int e0 = 0, e1 = c->n_routed_experts;
-    if (e->ep) dsv4_ep_local_range(e->ep, &e0, &e1);
     for (int l = 0; l < n_blocks; l++) {
         const int rc = prepare_block(e, &e->blocks[l], *layout, e0, e1, err);
         if (rc) return rc;

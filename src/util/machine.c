@@ -8,12 +8,16 @@
 #include "dsv4.h"
 #include "util/file.h"
 
-uint64_t dsv4_meminfo_total(const char *text) {
-    const char *p = text ? strstr(text, "MemTotal:") : NULL;
+uint64_t dsv4_meminfo_field(const char *text, const char *key) {
+    const char *p = text && key ? strstr(text, key) : NULL;
+    /* the key at the start of a line, not inside another one ("Active(file):" holds "file):") */
+    while (p && p != text && p[-1] != '\n') p = strstr(p + 1, key);
     unsigned long long kb = 0;
-    if (!p || sscanf(p + 9, "%llu", &kb) != 1) return 0;
+    if (!p || sscanf(p + strlen(key), "%llu", &kb) != 1) return 0;
     return (uint64_t)kb * 1024;
 }
+
+uint64_t dsv4_meminfo_total(const char *text) { return dsv4_meminfo_field(text, "MemTotal:"); }
 
 uint64_t dsv4_cgroup_mem_limit(const char *text) {
     unsigned long long v = 0;
@@ -41,4 +45,29 @@ uint64_t dsv4_machine_ram_bytes(void) {
         if (lim && (!ram || lim < ram)) ram = lim;
     }
     return ram;
+}
+
+uint64_t dsv4_machine_available_bytes(void) {
+    char *info = dsv4_read_file("/proc/meminfo", 1 << 16, NULL, NULL);
+    uint64_t avail = dsv4_meminfo_field(info, "MemAvailable:");
+    free(info);
+    /* a container's room: its limit less what it uses (v2, then v1) */
+    const char *lim_files[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    const char *use_files[] = {"/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory/memory.usage_in_bytes"};
+    for (int i = 0; i < 2; i++) {
+        const uint64_t lim = limit_file(lim_files[i]);
+        if (!lim) continue;
+        const uint64_t used = limit_file(use_files[i]); /* a plain number: the parse serves */
+        const uint64_t room = lim > used ? lim - used : 0;
+        if (!avail || room < avail) avail = room;
+        break;
+    }
+    return avail;
+}
+
+uint64_t dsv4_process_locked_bytes(void) {
+    char *status = dsv4_read_file("/proc/self/status", 1 << 16, NULL, NULL);
+    const uint64_t locked = dsv4_meminfo_field(status, "VmLck:");
+    free(status);
+    return locked;
 }

@@ -2,8 +2,10 @@
  *   - the option's names and its parse errors;
  *   - an engine with LANES repacks exactly the FP4 matrices whose width is a multiple of 128
  *     (dsv4_engine_fp4_counts against the model's census, model/info.h), the others stay
- *     natural; NATURAL (and AUTO, which is NATURAL) reads the model's bytes; COPY reads every
- *     FP4 matrix from the engine's own copy in the natural layout; get_opts says what was done;
+ *     natural; NATURAL reads the model's bytes; COPY reads every FP4 matrix from the engine's
+ *     own copy in the natural layout; AUTO does one of the two, as dsv4_fp4_auto_layout says
+ *     for this machine's memory (its rule checked on its own, case by case); get_opts says
+ *     what was done;
  *   - hidden states, logits and the MTP block's hidden states of a prefill + decodes are the same bits in every
  *     layout, at every kernel level this CPU and build run (DSV4_SIMD);
  *   - the weights fingerprint is the same before and after a LANES engine (the model is not
@@ -87,6 +89,26 @@ static int64_t bits_differ(const float *a, const float *b, int64_t n) {
     return d;
 }
 
+/* AUTO's rule: copy when the copy, the cache and scratch and the headroom (5 % of RAM, at
+ * least 1 GiB) fit in the available memory and nothing is locked */
+static void check_auto_rule(void) {
+    const uint64_t G = 1ull << 30, M = 1ull << 20;
+    /* 16 GiB machine: headroom 1 GiB */
+    CHECK(dsv4_fp4_auto_layout(768 * M, 256 * M, 8 * G, 16 * G, 0) == DSV4_FP4_COPY);
+    CHECK(dsv4_fp4_auto_layout(7 * G - 256 * M, 256 * M, 8 * G, 16 * G, 0) == DSV4_FP4_COPY); /* exactly fits */
+    CHECK(dsv4_fp4_auto_layout(7 * G - 256 * M + 1, 256 * M, 8 * G, 16 * G, 0) == DSV4_FP4_NATURAL);
+    CHECK(dsv4_fp4_auto_layout(6 * G, 2 * G, 8 * G, 16 * G, 0) == DSV4_FP4_NATURAL); /* cache + scratch count */
+    /* 1 TiB machine: headroom 5 % (51.2 GiB) */
+    CHECK(dsv4_fp4_auto_layout(150 * G, 10 * G, 220 * G, 1024 * G, 0) == DSV4_FP4_COPY);
+    CHECK(dsv4_fp4_auto_layout(150 * G, 10 * G, 200 * G, 1024 * G, 0) == DSV4_FP4_NATURAL);
+    /* a model larger than the memory, read through the page cache */
+    CHECK(dsv4_fp4_auto_layout(150 * G, 1 * G, 100 * G, 128 * G, 0) == DSV4_FP4_NATURAL);
+    /* locked memory (--mlock), nothing to copy, unknown memory */
+    CHECK(dsv4_fp4_auto_layout(768 * M, 0, 8 * G, 16 * G, 4096) == DSV4_FP4_NATURAL);
+    CHECK(dsv4_fp4_auto_layout(0, 0, 8 * G, 16 * G, 0) == DSV4_FP4_NATURAL);
+    CHECK(dsv4_fp4_auto_layout(768 * M, 0, 0, 16 * G, 0) == DSV4_FP4_NATURAL);
+}
+
 static void check_parse(void) {
     dsv4_err err = {0};
     int v = -1;
@@ -107,6 +129,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     check_parse();
+    check_auto_rule();
     dsv4_model *m;
     dsv4_err err = {0};
     if (dsv4_model_open(argv[1], &m, &err)) {
@@ -141,15 +164,22 @@ int main(int argc, char **argv) {
         for (int i = 0; i < NL; i++) ok &= run(m, layouts[i], toks, &r[i]) == 0;
         CHECK_MSG(ok, "level %s: a run failed", dsv4_simd_name((dsv4_simd)level));
         if (!ok) continue;
-        CHECK(r[0].layout == DSV4_FP4_NATURAL && r[1].layout == DSV4_FP4_LANES && r[2].layout == DSV4_FP4_NATURAL &&
-              r[3].layout == DSV4_FP4_COPY);
+        CHECK(r[0].layout == DSV4_FP4_NATURAL && r[1].layout == DSV4_FP4_LANES && r[3].layout == DSV4_FP4_COPY);
+        /* AUTO: what the rule said for the memory at its create (a tiny model: copy, unless
+         * this machine has under ~1 GiB to spare) */
+        CHECK_MSG(r[2].layout == DSV4_FP4_COPY || r[2].layout == DSV4_FP4_NATURAL, "auto became %s",
+                  dsv4_fp4_layout_name(r[2].layout));
         CHECK(r[0].lanes == 0 && r[0].natural == census.fp4 && r[2].lanes == 0 && r[2].natural == census.fp4);
         CHECK(r[3].lanes == 0 && r[3].natural == census.fp4);
         /* where the bytes are: the model's (natural), the engine's (copy: every routed expert;
-         * lanes: those it repacked) */
-        CHECK_MSG(r[0].own_fp4 == 0 && r[2].own_fp4 == 0 && r[3].own_fp4 > 0 && r[3].own_fp4 >= r[1].own_fp4 && r[1].own_fp4 > 0,
+         * lanes: those it repacked; auto: as the layout it became) */
+        CHECK_MSG(r[0].own_fp4 == 0 && r[3].own_fp4 > 0 && r[3].own_fp4 >= r[1].own_fp4 && r[1].own_fp4 > 0,
                   "experts in the engine's memory: natural %lld, copy %lld, lanes %lld", (long long)r[0].own_fp4,
                   (long long)r[3].own_fp4, (long long)r[1].own_fp4);
+        CHECK_MSG(r[2].own_fp4 == (r[2].layout == DSV4_FP4_COPY ? r[3].own_fp4 : 0),
+                  "auto (%s) has %lld experts in the engine's memory, copy %lld", dsv4_fp4_layout_name(r[2].layout),
+                  (long long)r[2].own_fp4, (long long)r[3].own_fp4);
+        if (level == 0) printf("auto became %s here\n", dsv4_fp4_layout_name(r[2].layout));
         CHECK_MSG(r[1].lanes == census.lanes_ok && r[1].natural == census.fp4 - census.lanes_ok,
                   "lanes engine: %lld repacked, %lld natural; census %lld of %lld", (long long)r[1].lanes,
                   (long long)r[1].natural, (long long)census.lanes_ok, (long long)census.fp4);

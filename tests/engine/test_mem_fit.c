@@ -99,5 +99,16 @@ int main(void) {
     CHECK(dsv4_cgroup_mem_limit("9223372036854771712\n") == 0);
     CHECK(dsv4_cgroup_mem_limit("2147483648\n") == 2147483648ull);
     CHECK(dsv4_cgroup_mem_limit(NULL) == 0);
+    /* a field by its key at a line's start (the fp4 layout's auto rule reads MemAvailable and
+     * VmLck): not inside another key, not a prefix of a longer one's value */
+    const char *mi = "MemTotal:       24683584 kB\nMemFree:  100 kB\nMemAvailable:   20000000 kB\n"
+                     "Active(file):  777 kB\nfile):  5 kB\n";
+    CHECK(dsv4_meminfo_field(mi, "MemAvailable:") == 20000000ull * 1024);
+    CHECK(dsv4_meminfo_field(mi, "file):") == 5ull * 1024); /* the line's own, not Active(file)'s */
+    CHECK(dsv4_meminfo_field(mi, "SwapTotal:") == 0 && dsv4_meminfo_field(NULL, "MemFree:") == 0);
+    CHECK(dsv4_meminfo_field("Name:\tdsv4\nVmLck:\t    1024 kB\nVmPin: 0 kB\n", "VmLck:") == 1024ull * 1024);
+    /* this process: something available, nothing locked (the suite never mlocks) */
+    CHECK(dsv4_machine_available_bytes() > 0);
+    CHECK(dsv4_process_locked_bytes() == 0);
     return test_report();
 }
