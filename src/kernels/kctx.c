@@ -142,6 +142,14 @@ void dsv4_kctx_parallel_from(dsv4_kctx *k, int n_tasks, int min_tasks, dsv4_task
 
 int dsv4_kctx_tid(const dsv4_kctx *k) { return dsv4_pool_tid(k->pool); }
 
+void dsv4_kctx_hint(dsv4_kctx *k, int tid, const void *ptr, int64_t len, int skip) {
+    dsv4_pool_hint(k->pool, tid, ptr, len, skip);
+}
+
+int dsv4_kctx_hint_get(const dsv4_kctx *k, int tid, int ahead, const void **ptr, int64_t *len) {
+    return dsv4_pool_hint_get(k->pool, tid, ahead, ptr, len);
+}
+
 float *dsv4_kctx_lin_scratch(dsv4_kctx *k, int tid) {
     return k->scratch + (int64_t)tid * k->stride + LIN_SCRATCH_KEY_FLOATS;
 }

@@ -55,6 +55,11 @@ dsv4_lin_path dsv4_kctx_lin_path(const dsv4_kctx *k);
  * tasks on the calling thread with its tid. One calling thread at a time per context. */
 void dsv4_kctx_parallel(dsv4_kctx *k, int n_tasks, dsv4_task_fn fn, void *arg);
 
+/* A prefetch hint for thread tid of k's pool (dsv4_pool_hint): never changes a result. */
+void dsv4_kctx_hint(dsv4_kctx *k, int tid, const void *ptr, int64_t len, int skip);
+/* The hint thread tid holds for the job `ahead` pool jobs on (dsv4_pool_hint_get). */
+int dsv4_kctx_hint_get(const dsv4_kctx *k, int tid, int ahead, const void **ptr, int64_t *len);
+
 /* dsv4_kctx_parallel from min_tasks tasks on; fewer run on the calling thread (short
  * per-row copies: waking the workers costs more than a few of them save). */
 void dsv4_kctx_parallel_from(dsv4_kctx *k, int n_tasks, int min_tasks, dsv4_task_fn fn, void *arg);
@@ -88,6 +93,15 @@ typedef struct dsv4_lin_op {
  * of once per matrix (each hand-off costs microseconds; a decode-sized matrix is tens of
  * them). Every y gets exactly dsv4_linear's bits. No y may overlap any x or another y. */
 void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops);
+/* Posts each of k's threads a prefetch hint (dsv4_kctx_hint) for the first `bytes` of weights
+ * its share of dsv4_linear_batch(k, ops, n_ops) will read (the planner's split; nothing runs,
+ * x and y may be NULL), for the job `skip` pool jobs after the next. Only jobs of one-row
+ * products of the planned formats (batch-1 decode, whose serial pieces leave a thread idle
+ * and the memory bus quiet) get one. Never changes a result. */
+void dsv4_lin_hint(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, int64_t bytes, int skip);
+/* A thread's hint: a quarter of its L2 (1 MB a core on Zen 4/5), so that the lines are
+ * still there when its job reads them, beside what the kernels stream meanwhile */
+#define DSV4_LIN_HINT_BYTES (256 * 1024)
 /* dsv4_linear_batch's products with x's rows ldx floats apart and y's ldy apart (each at
  * least every op's cols and rows: the ops read and write column slices of wider arrays, in
  * place of copies to and from dense ones; 0: each op's own dense rows, dsv4_linear_batch). Strided products take the GEMM path, which

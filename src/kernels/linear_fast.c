@@ -357,7 +357,7 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
     pl->call.job = dsv4_kctx_lin_job(k);
     pl->call.ldx = ldx;
     pl->call.ldy = ldy;
-    if (pl->gemv && kn->fp8_prescale && w->fmt == DSV4_WF_FP8)
+    if (pl->gemv && kn->fp8_prescale && w->fmt == DSV4_WF_FP8 && op->x) /* no x: a hint's plan */
         pl->call.fp8_prescale = kn->fp8_prescale(w, op->x, op->n_rows);
     /* GEMM: row blocks of at most LIN_MB rows, as even as whole fours allow (more tasks for
      * the small matrices, none of only a few rows); consecutive tasks share their weights */
@@ -511,4 +511,45 @@ DSV4_HOT_AT(dsv4_linear, 0x280)
 void dsv4_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, float *y) {
     const dsv4_lin_op op = {w, x, n_rows, y};
     dsv4_linear_batch(k, &op, 1);
+}
+
+/* Bytes of one output row of w's weights (scales apart), or 0 for a format not hinted. */
+static int64_t hint_row_bytes(const dsv4_mat *w) {
+    switch (w->fmt) {
+    case DSV4_WF_FP8: return w->cols;
+    case DSV4_WF_F16:
+    case DSV4_WF_BF16: return 2 * w->cols;
+    case DSV4_WF_F32: return 4 * w->cols;
+    case DSV4_WF_FP4:
+    case DSV4_WF_FP4L: return w->cols / 2;
+    default: return 0;
+    }
+}
+
+void dsv4_lin_hint(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, int64_t bytes, int skip) {
+    const int T = dsv4_kctx_threads(k);
+    if (T < 2 || n_ops < 1 || n_ops > LIN_BATCH_MAX || bytes <= 0) return;
+    for (int i = 0; i < n_ops; i++) /* one-row products of planned formats only: nothing runs here */
+        if (ops[i].n_rows != 1 || ops[i].w->rows <= 0 || ops[i].w->cols <= 0 || !hint_row_bytes(ops[i].w) ||
+            (dsv4_wf_is_fp4(ops[i].w->fmt) && ops[i].w->cols % DSV4_FP4L_COLS))
+            return;
+    lin_plan plan[LIN_BATCH_MAX];
+    int n_tasks;
+    int64_t macs;
+    const int n = lin_plan_job(k, ops, n_ops, 0, 0, plan, &n_tasks, &macs);
+    if (n == 0 || macs < LIN_SERIAL_MACS) return;
+    /* thread i starts on task n_tasks i / T (threads.c): its first product from there */
+    for (int tid = 0; tid < T; tid++) {
+        const int t0 = (int)((int64_t)n_tasks * tid / T), t1 = (int)((int64_t)n_tasks * (tid + 1) / T);
+        if (t0 >= t1) continue;
+        int j = 0;
+        while (j + 1 < n && t0 >= plan[j + 1].task0) j++;
+        const lin_plan *p = &plan[j];
+        const int te = j + 1 < n && plan[j + 1].task0 < t1 ? plan[j + 1].task0 : t1;
+        const int64_t o0 = (int64_t)((t0 - p->task0) / p->row_blocks) * p->per;
+        int64_t o1 = (int64_t)((te - p->task0 + p->row_blocks - 1) / p->row_blocks) * p->per;
+        if (o1 > p->w->rows) o1 = p->w->rows;
+        const int64_t rb = hint_row_bytes(p->w), len = (o1 - o0) * rb;
+        dsv4_kctx_hint(k, tid, (const char *)p->w->w + o0 * rb, len < bytes ? len : bytes, skip);
+    }
 }

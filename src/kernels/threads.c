@@ -25,6 +25,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "util/err.h"
@@ -51,6 +52,35 @@
 static _Thread_local const struct dsv4_pool *tl_pool;
 static _Thread_local int tl_tid;
 
+/* Prefetch hints (dsv4_pool_hint): a thread's hint names the weights its share of a coming
+ * job starts with and that job's number (the target). A thread waiting for job J (a worker
+ * between jobs, the caller for its job's last tasks) prefetches its hint for J + 1, then
+ * its hint for J + 2: the poster may name the job after next (say the product after the
+ * heads, before the heads run). HINT_SLOTS slots a thread, by target mod HINT_SLOTS, hold
+ * the hints of a few coming jobs side by side. Written by the caller only; the fields are
+ * atomics because the thread reads them while the caller may rewrite them (a torn hint
+ * only prefetches the wrong lines: a prefetch never faults). */
+#define HINT_SLOTS 4
+#define HINT_AHEAD 2
+struct hint_slot {
+    _Atomic uintptr_t ptr;
+    _Atomic int64_t len;
+    _Atomic uint32_t target; /* job number (20 bits) */
+    _Atomic uint32_t seq;    /* bumped last, with release: a new hint */
+};
+struct pool_hint {
+    _Alignas(64) struct hint_slot slot[HINT_SLOTS];
+};
+
+/* A thread's progress through its hints: one cursor a slot. */
+struct hint_pos {
+    uint32_t seq, target; /* the hint taken */
+    uintptr_t at, end;    /* the lines left to prefetch */
+};
+typedef struct {
+    struct hint_pos c[HINT_SLOTS];
+} hint_cursor;
+
 struct worker {
     struct dsv4_pool *pool;
     int tid;
@@ -67,11 +97,13 @@ struct dsv4_pool {
     atomic_int done;         /* tasks of the open job finished */
     atomic_int stop;
     uint32_t job;            /* caller only: number of the last job */
+    hint_cursor hint0;       /* caller only: its progress through its hints (tid 0) */
     /* the open job; written by the caller before the ticket is published */
     dsv4_task_fn fn;
     void *arg;
     int base;                /* task id of the job's first task */
     struct { _Alignas(64) _Atomic uint64_t v; } *slots; /* (n_threads) each thread's range */
+    struct pool_hint *hints; /* (n_threads) each thread's prefetch hint (dsv4_pool_hint) */
 };
 
 static inline void cpu_relax(void) {
@@ -141,14 +173,52 @@ static void run_tasks(dsv4_pool *p, uint32_t job, int tid) {
     if (ran) atomic_fetch_add_explicit(&p->done, ran, memory_order_release);
 }
 
+/* Lines a step of a hint's prefetch issues between two looks at the ticket (or done). */
+#define HINT_STEP_LINES 16
+
+/* Thread tid's hint slot for the job `ahead` (1 or 2) jobs after job `open`, or NULL when
+ * it holds none for that job; *target its number. */
+static struct hint_slot *hint_for(const dsv4_pool *p, int tid, uint32_t open, uint32_t ahead, uint32_t *target) {
+    *target = (open + ahead) & 0xfffffu;
+    struct hint_slot *h = &p->hints[tid].slot[*target % HINT_SLOTS];
+    return atomic_load_explicit(&h->target, memory_order_relaxed) == *target ? h : NULL;
+}
+
+/* One step of thread tid's hints while it waits: prefetches the next HINT_STEP_LINES lines
+ * of its hint for the job after the open one (or the one after that) into this core's
+ * cache, so the next job's first weights arrive while nothing else streams. Returns 0 when
+ * there is nothing to prefetch. */
+static int hint_step(dsv4_pool *p, int tid, hint_cursor *hc) {
+    const uint32_t open = TK_JOB(atomic_load_explicit(&p->ticket, memory_order_relaxed));
+    for (uint32_t d = 1; d <= HINT_AHEAD; d++) {
+        uint32_t target;
+        struct hint_slot *h = hint_for(p, tid, open, d, &target);
+        if (!h) continue;
+        const uint32_t seq = atomic_load_explicit(&h->seq, memory_order_acquire);
+        struct hint_pos *c = &hc->c[target % HINT_SLOTS];
+        if (c->seq != seq || c->target != target) {
+            c->seq = seq;
+            c->target = target;
+            c->at = atomic_load_explicit(&h->ptr, memory_order_relaxed);
+            const int64_t len = atomic_load_explicit(&h->len, memory_order_relaxed);
+            c->end = c->at + (uintptr_t)(len > 0 ? len : 0);
+        }
+        if (c->at >= c->end) continue;
+        for (int i = 0; i < HINT_STEP_LINES && c->at < c->end; i++, c->at += 64)
+            __builtin_prefetch((const void *)c->at, 0, 2);
+        return 1;
+    }
+    return 0;
+}
+
 /* Polls until the ticket names a job other than `seen` (or stop); returns its number. */
-static uint32_t wait_job(dsv4_pool *p, uint32_t seen) {
+static uint32_t wait_job(dsv4_pool *p, uint32_t seen, int tid, hint_cursor *hc) {
     uint32_t j;
     int64_t t0 = 0;
     for (int i = 0;; i++) {
         if ((j = TK_JOB(atomic_load_explicit(&p->ticket, memory_order_acquire))) != seen) return j;
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) return seen;
-        cpu_relax();
+        if (!hint_step(p, tid, hc)) cpu_relax();
         if ((i & 255) == 255) {
             const int64_t t = now_ns();
             if (!t0) t0 = t;
@@ -168,17 +238,19 @@ static void *worker_main(void *v) {
     struct worker *w = v;
     dsv4_pool *p = w->pool;
     uint32_t seen = 0;
+    hint_cursor hc;
+    memset(&hc, 0, sizeof hc);
     tl_pool = p;
     tl_tid = w->tid;
     for (;;) {
-        seen = wait_job(p, seen);
+        seen = wait_job(p, seen, w->tid, &hc);
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
         run_tasks(p, seen, w->tid);
     }
     return NULL;
 }
 
-/* The caller's wait for the n tasks of its job. */
+/* The caller's wait for the n tasks of its job (it prefetches its hint meanwhile). */
 static void wait_done(dsv4_pool *p, int n) {
     int64_t t0 = 0;
     for (int i = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n; i++) {
@@ -186,7 +258,7 @@ static void wait_done(dsv4_pool *p, int n) {
             sched_yield(); /* a worker holding a task may have been descheduled */
             continue;
         }
-        cpu_relax();
+        if (!hint_step(p, 0, &p->hint0)) cpu_relax();
         if ((i & 255) == 255 && !t0) t0 = now_ns();
     }
 }
@@ -216,6 +288,18 @@ int dsv4_pool_create(int n_threads, dsv4_pool **out, dsv4_err *err) {
         return dsv4_fail(err, DSV4_ERR_NOMEM, "thread pool: out of memory");
     }
     for (int i = 0; i < n_threads; i++) atomic_init(&p->slots[i].v, SL_MAKE(0, 0, 0));
+    p->hints = aligned_alloc(64, sizeof *p->hints * (size_t)n_threads);
+    if (!p->hints) {
+        dsv4_pool_free(p);
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "thread pool: out of memory");
+    }
+    for (int i = 0; i < n_threads; i++)
+        for (int k = 0; k < HINT_SLOTS; k++) {
+            atomic_init(&p->hints[i].slot[k].ptr, 0);
+            atomic_init(&p->hints[i].slot[k].len, 0);
+            atomic_init(&p->hints[i].slot[k].target, 0xffffffffu); /* no job's number */
+            atomic_init(&p->hints[i].slot[k].seq, 0);
+        }
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
         p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
@@ -249,6 +333,7 @@ void dsv4_pool_free(dsv4_pool *p) {
     free(p->threads);
     free(p->workers);
     free(p->slots);
+    free(p->hints);
     free(p);
 }
 
@@ -277,6 +362,20 @@ int dsv4_pool_pin(dsv4_pool *p, dsv4_err *err) {
 }
 
 int dsv4_pool_tid(const dsv4_pool *p) { return tl_pool == p ? tl_tid : 0; }
+
+void dsv4_pool_hint(dsv4_pool *p, int tid, const void *ptr, int64_t len, int skip) {
+    if (tid < 0 || tid >= p->n_threads || tl_pool == p || skip < 0 || skip > HINT_SLOTS - 2) return; /* nested: none */
+    const uint32_t target = (p->job + 1 + (uint32_t)skip) & 0xfffffu;
+    struct hint_slot *h = &p->hints[tid].slot[target % HINT_SLOTS];
+    if (atomic_load_explicit(&h->target, memory_order_relaxed) == target &&
+        atomic_load_explicit(&h->ptr, memory_order_relaxed) == (uintptr_t)ptr &&
+        atomic_load_explicit(&h->len, memory_order_relaxed) == len)
+        return; /* posted already: the thread goes on where it is */
+    atomic_store_explicit(&h->ptr, (uintptr_t)ptr, memory_order_relaxed);
+    atomic_store_explicit(&h->len, len, memory_order_relaxed);
+    atomic_store_explicit(&h->target, target, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->seq, 1, memory_order_release);
+}
 
 DSV4_HOT_AT(dsv4_pool_run, 0x360)
 void dsv4_pool_run(dsv4_pool *p, int n_tasks, dsv4_task_fn fn, void *arg) {
@@ -311,4 +410,15 @@ void dsv4_pool_run(dsv4_pool *p, int n_tasks, dsv4_task_fn fn, void *arg) {
     }
     tl_pool = prev_pool;
     tl_tid = prev_tid;
+}
+
+int dsv4_pool_hint_get(const dsv4_pool *p, int tid, int ahead, const void **ptr, int64_t *len) {
+    if (tid < 0 || tid >= p->n_threads || ahead < 1 || ahead > HINT_AHEAD) return 0;
+    uint32_t target;
+    const struct hint_slot *h =
+        hint_for(p, tid, TK_JOB(atomic_load_explicit(&p->ticket, memory_order_relaxed)), (uint32_t)ahead, &target);
+    if (!h) return 0;
+    *ptr = (const void *)atomic_load_explicit(&h->ptr, memory_order_relaxed);
+    *len = atomic_load_explicit(&h->len, memory_order_relaxed);
+    return 1;
 }

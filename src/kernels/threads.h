@@ -38,6 +38,19 @@ int dsv4_pool_pin(dsv4_pool *p, dsv4_err *err);
 /* Runs fn(arg, t, tid) for every t in [0, n_tasks) and returns when all have finished. */
 void dsv4_pool_run(dsv4_pool *p, int n_tasks, dsv4_task_fn fn, void *arg);
 
+/* A prefetch hint for thread tid: the first len bytes at ptr are the weights its share of a
+ * coming job starts with, the job `skip` (0..2) pool jobs after the next one started. While
+ * it waits for the job before that target or the one before (a worker between jobs, the
+ * caller for its job's last tasks) the thread prefetches them into its cache, a few lines
+ * between looks at the pool, so the memory bus works during the serial pieces of a step
+ * (batch-1 decode). A hint whose target has started is dropped. Only the caller posts hints,
+ * outside a job's tasks (a nested call posts none); a hint never changes a result. */
+void dsv4_pool_hint(dsv4_pool *p, int tid, const void *ptr, int64_t len, int skip);
+/* The hint thread tid holds for the job `ahead` (1: the next, 2: the one after) pool jobs
+ * after the last one started: 1 and its range, or 0 when none (the lookup the threads use;
+ * for tests, from the caller between jobs). */
+int dsv4_pool_hint_get(const dsv4_pool *p, int tid, int ahead, const void **ptr, int64_t *len);
+
 /* The calling thread's tid in p: its worker number inside one of p's tasks, else 0. */
 int dsv4_pool_tid(const dsv4_pool *p);
 

@@ -1025,6 +1025,45 @@ static void check_one_row_halves(void) {
     free_mat(&wq), free_mat(&wi);
 }
 
+/* dsv4_lin_hint names each thread the weights its share of a one-row job starts with, as the
+ * planner splits it (thread i from task n i / T): CSA's wq_b + indexer wq_b, 10 tasks of 256 KB
+ * on 2 threads, thread 1 from task 5 (row 5120 of wq_b) to the end of wq_b (task 8); capped at
+ * the bytes asked; the job after next with skip 1; none for 2-row products or one thread;
+ * the hint is gone once its job has started. */
+static void nop_task(void *arg, int t, int tid) { (void)arg, (void)t, (void)tid; }
+
+static void check_one_row_hints(void) {
+    tmat wq = make_mat(DSV4_WF_FP8, SC_E8M0, 8192, 256), wi = make_mat(DSV4_WF_FP8, SC_E8M0, 2048, 256);
+    if (dsv4_linear_path_of(kc[2], &wq.m, 1) != DSV4_LIN_GEMV) {
+        printf("SKIPPED: one-row hints (no one-row GEMV at this level)\n");
+        free_mat(&wq), free_mat(&wi);
+        return;
+    }
+    const char *w0 = wq.m.w;
+    const dsv4_lin_op odd[2] = {{&wq.m, NULL, 1, NULL}, {&wi.m, NULL, 1, NULL}};
+    const void *p;
+    int64_t n;
+    dsv4_lin_hint(kc[2], odd, 2, (int64_t)1 << 30, 0);
+    CHECK(dsv4_kctx_hint_get(kc[2], 0, 1, &p, &n) && p == w0 && n == 5 * 1024 * 256);
+    CHECK_MSG(dsv4_kctx_hint_get(kc[2], 1, 1, &p, &n) && p == w0 + 5120 * 256 && n == 3072 * 256,
+              "thread 1's hint: %td bytes into wq_b, %lld bytes (want %d, %d)", (const char *)p - w0, (long long)n,
+              5120 * 256, 3072 * 256);
+    CHECK(!dsv4_kctx_hint_get(kc[2], 1, 2, &p, &n));
+    dsv4_lin_hint(kc[2], odd, 2, 100000, 1); /* capped; the job after next */
+    CHECK(dsv4_kctx_hint_get(kc[2], 1, 2, &p, &n) && p == w0 + 5120 * 256 && n == 100000);
+    dsv4_kctx_parallel(kc[2], 4, nop_task, NULL); /* the first target starts: its hint is gone */
+    CHECK(!dsv4_kctx_hint_get(kc[2], 0, 2, &p, &n));
+    CHECK(dsv4_kctx_hint_get(kc[2], 0, 1, &p, &n) && p == w0 && n == 100000);
+    dsv4_kctx_parallel(kc[2], 4, nop_task, NULL);
+    CHECK(!dsv4_kctx_hint_get(kc[2], 0, 1, &p, &n) && !dsv4_kctx_hint_get(kc[2], 1, 1, &p, &n));
+    const dsv4_lin_op two[2] = {{&wq.m, NULL, 2, NULL}, {&wi.m, NULL, 2, NULL}};
+    dsv4_lin_hint(kc[2], two, 2, (int64_t)1 << 30, 0);
+    CHECK(!dsv4_kctx_hint_get(kc[2], 0, 1, &p, &n) && !dsv4_kctx_hint_get(kc[2], 1, 1, &p, &n));
+    dsv4_lin_hint(kc[1], odd, 2, (int64_t)1 << 30, 0);
+    CHECK(!dsv4_kctx_hint_get(kc[1], 0, 1, &p, &n));
+    free_mat(&wq), free_mat(&wi);
+}
+
 /* A job of FP4 products as a decode step's expert phase hands them over (dsv4_linear_batch:
  * many matrices of 1..4 activation rows, most within the whole-matrix share, one larger
  * one cut into tasks): every output must be the bits of the GEMM path (forced) on 1, 2
@@ -1200,6 +1239,7 @@ int main(void) {
     check_edges();
     check_gemv_split();
     check_one_row_halves();
+    check_one_row_hints();
     if (best >= DSV4_SIMD_AVX512VBMI) {
         check_vbmi_matches_avx512(DSV4_WF_FP8);
         check_vbmi_matches_avx512(DSV4_WF_FP4);

@@ -187,6 +187,74 @@ static void run_pinned(void) {
     dsv4_kctx_free(k);
 }
 
+/* Prefetch hints (dsv4_pool_hint): a hint is held for its target job (the next started, or
+ * the one after with skip 1) and dropped once that job starts; a task's own post is ignored;
+ * hints at any address (prefetches never fault) leave every job's results as they were. */
+typedef struct {
+    dsv4_kctx *k;
+    atomic_int posted;
+} hint_job;
+
+static void hint_inner(void *arg, int t, int tid) {
+    hint_job *j = arg;
+    (void)tid;
+    if (t == 0) { /* a nested post: ignored */
+        dsv4_kctx_hint(j->k, 0, (const void *)64, 4096, 0);
+        atomic_store(&j->posted, 1);
+    }
+}
+
+static void run_hints(void) {
+    dsv4_kctx *k;
+    dsv4_err err;
+    CHECK(dsv4_kctx_create(2, 16, &k, &err) == DSV4_OK);
+    static char buf[1 << 16];
+    const void *p;
+    int64_t n;
+    CHECK(!dsv4_kctx_hint_get(k, 0, 1, &p, &n) && !dsv4_kctx_hint_get(k, 1, 2, &p, &n));
+    dsv4_kctx_hint(k, 1, buf, sizeof buf, 0);
+    dsv4_kctx_hint(k, 0, buf + 64, 128, 1);
+    CHECK(dsv4_kctx_hint_get(k, 1, 1, &p, &n) && p == buf && n == (int64_t)sizeof buf);
+    CHECK(!dsv4_kctx_hint_get(k, 1, 2, &p, &n) && !dsv4_kctx_hint_get(k, 0, 1, &p, &n));
+    CHECK(dsv4_kctx_hint_get(k, 0, 2, &p, &n) && p == buf + 64 && n == 128);
+    hint_job j = {.k = k};
+    atomic_init(&j.posted, 0);
+    dsv4_kctx_parallel(k, 2, hint_inner, &j);
+    CHECK(atomic_load(&j.posted) == 1);
+    CHECK(!dsv4_kctx_hint_get(k, 1, 1, &p, &n)); /* its target started */
+    CHECK(dsv4_kctx_hint_get(k, 0, 1, &p, &n) && p == buf + 64); /* now the next job's */
+    CHECK(!dsv4_kctx_hint_get(k, 0, 2, &p, &n));
+    dsv4_kctx_parallel(k, 2, hint_inner, &j);
+    CHECK(!dsv4_kctx_hint_get(k, 0, 1, &p, &n) && !dsv4_kctx_hint_get(k, 0, 2, &p, &n));
+    CHECK(!dsv4_kctx_hint_get(k, 0, 3, &p, &n) && !dsv4_kctx_hint_get(k, 2, 1, &p, &n));
+    dsv4_kctx_hint(k, 0, buf, 64, 3); /* beyond the slots: none */
+    CHECK(!dsv4_kctx_hint_get(k, 0, 1, &p, &n) && !dsv4_kctx_hint_get(k, 0, 2, &p, &n));
+    dsv4_kctx_free(k);
+    /* jobs while both threads hold hints at unmapped and odd addresses, the worker waiting
+     * through them: every task's result as without */
+    CHECK(dsv4_kctx_create(2, 16, &k, &err) == DSV4_OK);
+    job jb = {.n_threads = 2};
+    enum { N = 64 };
+    jb.hits = calloc(N, sizeof *jb.hits);
+    jb.value = calloc(N, sizeof *jb.value);
+    atomic_init(&jb.bad_tid, 0);
+    int wrong = 0;
+    for (int r = 0; r < 2000; r++) {
+        dsv4_kctx_hint(k, 1, (const void *)(uintptr_t)(r * 4099), (int64_t)1 << 20, r & 1);
+        dsv4_kctx_hint(k, 0, (const void *)(uintptr_t)(-(intptr_t)(1 << 20)), (int64_t)1 << 20, 0);
+        if (r % 500 == 0) usleep(2000); /* the worker prefetching, then asleep */
+        const int nt = 1 + r % N;
+        for (int t = 0; t < nt; t++) atomic_store(&jb.hits[t], 0);
+        jb.round = r;
+        dsv4_kctx_parallel(k, nt, task, &jb);
+        for (int t = 0; t < nt; t++) wrong += atomic_load(&jb.hits[t]) != 1 || jb.value[t] != (int64_t)t * 1000003 + r;
+    }
+    CHECK_MSG(wrong == 0, "jobs beside hints: %d task results wrong", wrong);
+    free(jb.hits);
+    free(jb.value);
+    dsv4_kctx_free(k);
+}
+
 int main(void) {
     run_jobs(1, 50, 200, 0);
     run_jobs(2, 50, 3000, 0);
@@ -197,6 +265,7 @@ int main(void) {
     run_huge();
     run_nested();
     run_pinned();
+    run_hints();
     /* a pool created and freed without ever running a job */
     dsv4_kctx *k;
     dsv4_err err;
