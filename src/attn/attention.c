@@ -113,6 +113,14 @@ done:
     return rc;
 }
 
+/* Batch-1 decode: the pool's threads' hints for the one-row product of w (wo_a, wo_b), the
+ * job after the next (dsv4_lin_hint). */
+void dsv4_attn_hint_out(dsv4_kctx *k, const dsv4_block_w *b, const dsv4_mat *w) {
+    (void)b;
+    const dsv4_lin_op op = {w, NULL, 1, NULL};
+    dsv4_lin_hint(k, &op, 1, DSV4_LIN_HINT_BYTES, 1);
+}
+
 /* §5.11: v_g = u_g wo_a_g^T, y = v wo_b^T, u the rows' head outputs. v (R, G*o_lora). */
 static int output_take(dsv4_arena *a, const dsv4_config *cfg, int R, float **v, grouped_bufs *g) {
     const int G = cfg->o_groups;
@@ -128,6 +136,9 @@ static int attn_output(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const fl
     const int G = cfg->o_groups, ol = cfg->o_lora_rank, in_g = cfg->num_attention_heads * cfg->head_dim / G;
     const size_t mark = dsv4_arena_mark(ctx->scratch);
     float *v = dsv4_arena_take_n(ctx->scratch, (long long)R * G * ol, sizeof(float)); /* (R, G*o_lora) */
+    /* batch-1 decode: wo_b's weights behind wo_a's job (at one row the groups' products are
+     * one job, read in place) */
+    if (R == 1) dsv4_attn_hint_out(ctx->k, b, &b->wo_b);
     int rc = v ? grouped_linear(ctx->num, ctx->k, ctx->scratch, &b->wo_a, G, o, ug, R, in_g, ol, v, err)
                : dsv4_fail(err, DSV4_ERR_NOMEM, "output projection: scratch arena too small (%d rows)", R);
     if (!rc) dsv4_num_linear(ctx->num, ctx->k, &b->wo_b, v, R, y);
@@ -273,6 +284,27 @@ static void project_q_row(void *arg, int i, int tid) {
     }
 }
 
+/* The products of x (wq_a, wkv, the indexer's weights_proj, the compressors' wkv/wgate) as
+ * dsv4_attn_project runs them in one job, for R rows of x: nq of them query. */
+static int project_ops(const dsv4_block_w *b, const float *x, const float *xq, int R, int nq,
+                       const dsv4_attn_work *w, dsv4_lin_op ops[7]) {
+    const int r = b->ratio, csa = (r == 4);
+    int n_ops = 0;
+    ops[n_ops++] = (dsv4_lin_op){&b->wq_a, xq, nq, w ? w->qr : NULL};
+    ops[n_ops++] = (dsv4_lin_op){&b->wkv, x, R, w ? w->kv : NULL};
+    if (csa) ops[n_ops++] = (dsv4_lin_op){&b->idx_weights_proj, xq, nq, w ? w->wI : NULL};
+    if (csa) n_ops += dsv4_compress_ops(b, 1, x, R, w ? w->pa[1] : NULL, w ? w->pb[1] : NULL, ops + n_ops);
+    if (r) n_ops += dsv4_compress_ops(b, 0, x, R, w ? w->pa[0] : NULL, w ? w->pb[0] : NULL, ops + n_ops);
+    return n_ops;
+}
+
+void dsv4_attn_hint(dsv4_kctx *k, const dsv4_block_w *b, int R, int skip) {
+    if (R != 1) return;
+    dsv4_lin_op ops[7];
+    const int n_ops = project_ops(b, NULL, NULL, R, R, NULL, ops);
+    dsv4_lin_hint(k, ops, n_ops, DSV4_LIN_HINT_BYTES, skip);
+}
+
 int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
                       const float *x, dsv4_attn_work *w, dsv4_err *err) {
     const dsv4_config *cfg = ctx->cfg;
@@ -299,12 +331,15 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
     /* Every product of x in one job: wq_a, wkv, the indexer's weights_proj and both
      * compressors' wkv/wgate (§5.5, §5.8, §5.9); then the two of qr. */
     dsv4_lin_op ops[7];
-    int n_ops = 0;
-    ops[n_ops++] = (dsv4_lin_op){&b->wq_a, xq, nq, w->qr};
-    ops[n_ops++] = (dsv4_lin_op){&b->wkv, x, R, w->kv};
-    if (csa) ops[n_ops++] = (dsv4_lin_op){&b->idx_weights_proj, xq, nq, w->wI};
-    if (csa) n_ops += dsv4_compress_ops(b, 1, x, R, w->pa[1], w->pb[1], ops + n_ops);
-    if (r) n_ops += dsv4_compress_ops(b, 0, x, R, w->pa[0], w->pb[0], ops + n_ops);
+    int n_ops = project_ops(b, x, xq, R, nq, w, ops);
+    dsv4_lin_op ops2[2]; /* the second product: wq_b (and the indexer's) of qr */
+    int n_ops2 = 0;
+    ops2[n_ops2++] = (dsv4_lin_op){&b->wq_b, w->qr, nq, w->q};
+    if (csa) ops2[n_ops2++] = (dsv4_lin_op){&b->idx_wq_b, w->qr, nq, w->qI};
+    /* batch-1 decode: the thread that finishes its share of the first product first, and the
+     * worker through the rows' finish between them, bring in their shares of the second's
+     * weights (dsv4_lin_hint: project_kv_row runs inline at one row, no job between) */
+    if (R == 1) dsv4_lin_hint(ctx->k, ops2, n_ops2, DSV4_LIN_HINT_BYTES, 1);
     nm->linear(nm, ctx->k, ops, n_ops);
 
     /* qr = RMSNorm(x wq_a^T; q_norm); q = qr wq_b^T, per-head unweighted RMSNorm, RoPE;
@@ -313,10 +348,11 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
      * own arithmetic, so the rows are spread over the pool around the second product. */
     project_job pj = {ctx, b, batch, w, qrow, nq, rope};
     dsv4_kctx_parallel(ctx->k, R, project_kv_row, &pj);
-    n_ops = 0;
-    ops[n_ops++] = (dsv4_lin_op){&b->wq_b, w->qr, nq, w->q};
-    if (csa) ops[n_ops++] = (dsv4_lin_op){&b->idx_wq_b, w->qr, nq, w->qI};
-    nm->linear(nm, ctx->k, ops, n_ops);
+    nm->linear(nm, ctx->k, ops2, n_ops2);
+    /* then wo_a's, behind the heads' job, through the query rows' finish (inline at one row);
+     * a compressor or indexer job before the heads makes the hint miss its job: it is
+     * dropped (attend posts it again before the heads) */
+    if (R == 1) dsv4_attn_hint_out(ctx->k, b, &b->wo_a);
     dsv4_kctx_parallel(ctx->k, nq, project_q_row, &pj);
     if (qrow) { /* the querying rows to their packed indices, where the attend phase reads them */
         expand_rows(w->qr, ql, qrow, nq);
@@ -686,6 +722,8 @@ static int attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_ba
         if (groups == 1) { /* a row's list and its heads in one task: one job, one barrier */
             dsv4_kctx_parallel(ctx->k, nb, row_task, &job);
         } else {
+            /* batch-1 decode: wo_a's weights behind the heads' job (the gather inline) */
+            if (R == 1 && nb == 1) dsv4_attn_hint_out(ctx->k, b, &b->wo_a);
             dsv4_kctx_parallel(ctx->k, nb, gather_task, &job);
             dsv4_kctx_parallel(ctx->k, nb * groups, heads_task, &job);
         }

@@ -117,6 +117,14 @@ typedef struct dsv4_attn_work {
 
 /* Phase 1: takes w from ctx->scratch (the caller releases it after the last phase) and
  * fills it from x (R, D), the attention input (after attn_norm). */
+/* Batch-1 decode (R == 1): posts the pool's threads prefetch hints for their shares of the
+ * projections of x that dsv4_attn_project starts with (dsv4_lin_hint), the job `skip` pool
+ * jobs after the next; other R: nothing. Never changes a result. */
+void dsv4_attn_hint(struct dsv4_kctx *k, const dsv4_block_w *b, int R, int skip);
+/* Batch-1 decode: hints for the one-row product of w (b's wo_a or wo_b) as the job after
+ * the next. */
+void dsv4_attn_hint_out(struct dsv4_kctx *k, const dsv4_block_w *b, const dsv4_mat *w);
+
 int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
                       const float *x, dsv4_attn_work *w, dsv4_err *err);
 /* Phase 2: compressors (CSA: indexer's, then main; HCA: main). */

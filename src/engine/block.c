@@ -257,6 +257,58 @@ static int keep_rows(dsv4_arena *a, const dsv4_config *c, const dsv4_batch *batc
     return 1;
 }
 
+/* ---- batch-1 decode: the next weights named ahead (dsv4_pool_hint) ---------------------
+ * A one-row step's serial pieces (hc_pre's finish, hc_post, the query rows' finish, the
+ * gaps between jobs) leave one thread idle and the memory bus quiet; each thread is told
+ * the weights its share of the next product job starts with, which it prefetches while it
+ * waits. Only hints: no result depends on them. */
+
+/* hc_pre's one-row job (sub_in_part, parts tasks): thread t runs parts [t parts / T, (t + 1)
+ * parts / T), whose dots read rows [p n / parts, ..) of the sub-block's fn (mix, hc*D) F32:
+ * 384 KB at the quarter's widths, 1.5 MB at Flash's, read from memory at every step. */
+static void hint_sub_in(const dsv4_engine *e, const dsv4_block_w *b, int sub, int skip) {
+    const dsv4_config *c = e->cfg;
+    const int T = dsv4_kctx_threads(e->k), parts = sub_in_parts(c, 1, T), n = dsv4_cfg_mix(c) + 1;
+    if (T < 2 || parts < T) return;
+    const int64_t row = (int64_t)c->hc_mult * c->hidden_size * (int64_t)sizeof(float);
+    const char *fn = (const char *)(sub ? b->hc_ffn_fn : b->hc_attn_fn);
+    for (int t = 0; t < T; t++) {
+        const int p0 = t * parts / T, p1 = (t + 1) * parts / T;
+        const int m0 = p0 * n / parts, m1 = (p1 * n / parts < n - 1 ? p1 * n / parts : n - 1); /* the last dot reads h */
+        const int64_t len = (m1 - m0) * row;
+        if (len > 0) dsv4_kctx_hint(e->k, t, fn + m0 * row, len < DSV4_LIN_HINT_BYTES ? len : DSV4_LIN_HINT_BYTES, skip);
+    }
+}
+
+/* The MoE's one-row job (moe_one.c) claims its items in order: the router first (the
+ * caller, which starts the job, takes it), then the shared expert's W1/W3 rows. */
+static void hint_moe(const dsv4_engine *e, const dsv4_block_w *b) {
+    if (e->ep || dsv4_kctx_threads(e->k) < 2) return;
+    const dsv4_mat *first = b->gate.rows > 0 && b->gate.w ? &b->gate : &b->sh_w1;
+    const dsv4_mat *second = &b->sh_w1;
+    if (!first->w || !second->w) return;
+    const int64_t half = first == second ? dsv4_mat_bytes(second) / 2 : 0;
+    const int64_t n0 = dsv4_mat_bytes(first), n1 = dsv4_mat_bytes(second) - half;
+    /* skip 1: hc_pre's job runs first */
+    dsv4_kctx_hint(e->k, 0, first->w, n0 < DSV4_LIN_HINT_BYTES ? n0 : DSV4_LIN_HINT_BYTES, 1);
+    dsv4_kctx_hint(e->k, 1, (const char *)second->w + half, n1 < DSV4_LIN_HINT_BYTES ? n1 : DSV4_LIN_HINT_BYTES, 1);
+}
+
+/* Before block b's MoE (one job at one row): the next layer's projections, behind the MoE
+ * and the next hc_pre; after the last layer the LM head (the caller's logits: the hidden
+ * output between runs inline). */
+static void hint_next(const dsv4_engine *e, const dsv4_block_w *b) {
+    const int L = e->cfg->num_hidden_layers;
+    if (e->ep || b < e->blocks || b >= e->blocks + L) return; /* EP's exchange, an MTP block */
+    if (b + 1 < e->blocks + L) {
+        hint_sub_in(e, b + 1, 0, 1);
+        dsv4_attn_hint(e->k, b + 1, 1, 2);
+        return;
+    }
+    const dsv4_lin_op head = {&e->model->head, NULL, 1, NULL};
+    dsv4_lin_hint(e->k, &head, 1, DSV4_LIN_HINT_BYTES, 1);
+}
+
 int dsv4_engine_block(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
                       const dsv4_block_step *step, float *h, dsv4_err *err) {
     return dsv4_engine_block_keep(e, b, batch, step, h, NULL, 0, err);
@@ -275,10 +327,13 @@ int dsv4_engine_block_keep(dsv4_engine *e, const dsv4_block_w *b, const dsv4_bat
         rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "block: scratch arena too small"), 0);
         goto done;
     }
+    /* the first layer's projections behind its hc_pre (the others' come from the layer before) */
+    if (R == 1 && b == e->blocks) dsv4_attn_hint(e->k, b, R, 1);
     for (int sub = 0; sub < 2; sub++) {
         /* x, post, comb = hc_pre(h); x = RMSNorm(x; norm) */
         sub_in(e->k, e->num, c, b, sub, h, R, &bb);
         /* y = attention(x) (every row writes the cache, the kept rows attend) or MoE(x) */
+        if (sub == 1 && R == 1) hint_next(e, b);
         rc = sub == 0 ? step->attention(step->u, b, batch, keep, n_keep, bb.x, bb.y, err)
                       : dsv4_engine_moe(e, b, batch, bb.x, bb.y, err);
         if (rc) goto done;
@@ -290,6 +345,10 @@ int dsv4_engine_block_keep(dsv4_engine *e, const dsv4_block_w *b, const dsv4_bat
             }
             batch = &kept;
             R = n_keep;
+        }
+        if (R == 1 && sub == 0) {
+            hint_sub_in(e, b, 1, 0);
+            hint_moe(e, b);
         }
         /* h = hc_post(y, h, post, comb) */
         sub_out(e->k, e->num, c, bb.y, h, R, bb.post, bb.comb);

@@ -530,7 +530,7 @@ void dsv4_lin_hint(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, int64_t byte
     const int T = dsv4_kctx_threads(k);
     if (T < 2 || n_ops < 1 || n_ops > LIN_BATCH_MAX || bytes <= 0) return;
     for (int i = 0; i < n_ops; i++) /* one-row products of planned formats only: nothing runs here */
-        if (ops[i].n_rows != 1 || ops[i].w->rows <= 0 || ops[i].w->cols <= 0 || !hint_row_bytes(ops[i].w) ||
+        if (ops[i].n_rows != 1 || !ops[i].w->w || ops[i].w->rows <= 0 || ops[i].w->cols <= 0 || !hint_row_bytes(ops[i].w) ||
             (dsv4_wf_is_fp4(ops[i].w->fmt) && ops[i].w->cols % DSV4_FP4L_COLS))
             return;
     lin_plan plan[LIN_BATCH_MAX];
