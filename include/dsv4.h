@@ -257,7 +257,8 @@ DSV4_API const char *dsv4_numa_name(int mode);
 /* Memory nodes this process may allocate on (1 without NUMA support in kernel or build). */
 DSV4_API int dsv4_numa_nodes(void);
 
-/* Layout of the packed FP4 (e2m1) weights in memory (dsv4_engine_opts.fp4_layout):
+/* Where the weights sit in memory (dsv4_engine_opts.fp4_layout; named for the packed FP4
+ * (e2m1) experts, which it first moved):
  *   AUTO     COPY when the copy, the cache and scratch and a headroom (5 % of RAM, at least
  *            1 GiB) fit in the memory available at create (MemAvailable, within a cgroup's
  *            limit) and the process has no locked memory (dsv4_model_mlock); NATURAL otherwise
@@ -265,10 +266,13 @@ DSV4_API int dsv4_numa_nodes(void);
  *   NATURAL  the checkpoint's bytes, read in place from the mapped files: their pages stay
  *            clean page cache (4 KB pages), shared by every process (and engine) that maps them
  *   COPY     the same bytes copied at engine create into the engine's own memory, 2 MB aligned
- *            with transparent huge pages where the system allows (no TLB walk every 4 KB, and
- *            the prefetchers run past what were page ends: in one process, alternating forwards,
- *            the mapped experts' step took 1.9 % / 4.3 % / 1.5 % longer at batch 1 / batch 16 /
- *            prefill 512 on a Zen 5, BENCHMARKS.md session 26)
+ *            with transparent huge pages where the system allows: and with them every other
+ *            weight of the blocks (the dense FP8 / BF16 matrices, all scales, hc's mixing
+ *            matrices; not the embedding and the LM head). No TLB walk every 4 KB, and the
+ *            prefetchers run past what were page ends: on a Zen 5 (BENCHMARKS.md session 26)
+ *            alternating forwards in one process, mapped experts took 1.9 % / 4.3 % / 1.5 %
+ *            longer at batch 1 / batch 16 / prefill 512 than copied ones, and the other weights
+ *            mapped a further ~5-8 % / ~1.5-2.5 % at batch 1 / 16
  *   LANES    as COPY, each FP4 matrix whose width is a multiple of 128 repacked on the way (a
  *            64-byte line holds 128 columns in the order the AVX-512 decoder wants: ~4.5 % of
  *            the one-row GEMV's thread time in process; in step against NATURAL batch 16

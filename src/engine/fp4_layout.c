@@ -1,15 +1,24 @@
-/* fp4_layout.c — the FP4 layout option (dsv4.h DSV4_FP4_*): its names, and at engine create
- * the copy of the blocks' packed FP4 matrices into the engine's huge-page memory (COPY: the
- * natural bytes) or their repack into the lanes layout (LANES, kernels/fp4_lanes.h); the
- * default (AUTO) makes the copy when the memory allows it (dsv4_fp4_auto_layout), and reads
- * the mapped bytes (NATURAL) otherwise.
+/* fp4_layout.c — the weights' layout option (dsv4.h DSV4_FP4_*; named for the FP4 experts,
+ * which it first moved): its names, and at engine create the copy of every block's weights
+ * into the engine's huge-page memory (COPY: the checkpoint's bytes; LANES: the same, with the
+ * packed FP4 matrices repacked into the lanes layout, kernels/fp4_lanes.h). The default
+ * (AUTO) makes the copy when the memory allows it (dsv4_fp4_auto_layout), and reads the
+ * mapped bytes (NATURAL) otherwise.
  *
- * Why the copy is the default. Session 26 alternated the two on odd and even forwards of one
- * process (BENCHMARKS.md "Session 26, lead"): the mapped experts' step took 1.9 % (batch 1),
- * 4.3 % (batch 16) and 1.5 % (prefill 512) longer than the copy's, against a parity bias of
- * -1.9 / +1.7 / -0.8 % with no change; every run beside every A/A run. The 4 KB pages of the
- * page cache cost a TLB walk every 4 KB and stop the hardware prefetchers at each page end;
- * the copy's 2 MB pages do neither.
+ * What is copied: each block's weight matrices (the dense FP8 / BF16 / F32 ones, the routed
+ * experts of this rank's range), their scales, and hc's two mixing matrices: every weight a
+ * step reads in full. Not the embedding (a row a token), the norms and biases (a few KB), the
+ * LM head (the model's, read by the serving side), nor W8A8's INT8 copies (already the
+ * engine's).
+ *
+ * Why the copy is the default. Session 26 alternated mapped and copied weights on odd and
+ * even forwards of one process (BENCHMARKS.md "Session 26, lead" and "x26"). The FP4 experts
+ * alone: the mapped experts' forward took 1.9 % (batch 1), 4.3 % (batch 16) and 1.5 %
+ * (prefill 512) longer than the copy's, against a parity bias of -1.9 / +1.7 / -0.8 % with no
+ * change. Every other weight on top of that: the mapped forward took a further ~5-8 % at
+ * batch 1 and ~1.5-2.5 % at batch 16 (two independent sets of runs; ranges apart from their
+ * A/A runs). The page cache's 4 KB pages cost a TLB walk every 4 KB and stop the hardware
+ * prefetchers at each page's end; the copy's 2 MB pages do neither.
  *
  * Where the copies live. The model is immutable and shared by engines (dsv4.h), and the
  * layout is an engine option, so the repacked bytes are the engine's: one allocation per
@@ -18,8 +27,8 @@
  * private mapping (copy-on-write pages), would change the model under every other engine and
  * the bytes the weights fingerprint samples; a copy leaves the model, the fingerprint and
  * every persisted cache (keyed by it) as they are, and costs the same private memory (a
- * copy-on-write page is a private page too). The scales are not moved: both layouts share
- * them. The mapped file pages, read once here, stay clean page cache the system may drop.
+ * copy-on-write page is a private page too). The mapped file pages, read once here, stay
+ * clean page cache the system may drop.
  *
  * Pages: a block's allocation is 2 MB aligned and asks for transparent huge pages
  * (MADV_HUGEPAGE; where the system allows it): the repack's first touch of fresh memory
@@ -75,8 +84,6 @@ static int64_t round64(int64_t v) { return (v + 63) & ~(int64_t)63; }
 static int is_fp4(const dsv4_mat *m) { return m->fmt == DSV4_WF_FP4 && m->w && m->rows > 0; }
 /* FP4 that the lanes layout can hold: whole 128-column lines */
 static int lanes_ok(const dsv4_mat *m) { return is_fp4(m) && m->cols % DSV4_FP4L_COLS == 0; }
-/* what the layout moves into the engine's memory: LANES the matrices it can hold, COPY every one */
-static int moved(int layout, const dsv4_mat *m) { return layout == DSV4_FP4_COPY ? is_fp4(m) : lanes_ok(m); }
 
 /* the block's matrices other than the routed experts (out has room for 16) */
 static int fixed_mats(dsv4_block_w *b, dsv4_mat **out) {
@@ -93,62 +100,116 @@ static int has_experts(const dsv4_engine *e, const dsv4_block_w *b) {
     return b->w1 && b->w2 && b->w3 && e->cfg->n_routed_experts > 0;
 }
 
-/* one matrix to repack: src (natural rows) into dst, then m rebound */
-typedef struct {
-    dsv4_mat *m;
-    uint8_t *dst; /* (rows, cols / 2) */
-} repack_item;
+/* The bytes of a matrix's weights and of its scales (dsv4_mat_bytes, split); 0, 0 for a format
+ * the copy leaves where it is (I8: W8A8's own copies). */
+static void mat_parts(const dsv4_mat *m, int64_t *wb, int64_t *sb) {
+    const int64_t r = m->rows, c = m->cols, sc = m->scale_is_f32 ? 4 : 1;
+    *wb = *sb = 0;
+    if (!m->w || r <= 0) return;
+    switch (m->fmt) {
+    case DSV4_WF_F32: *wb = r * c * 4; break;
+    case DSV4_WF_F16:
+    case DSV4_WF_BF16: *wb = r * c * 2; break;
+    case DSV4_WF_FP8: *wb = r * c, *sb = ((r + 127) / 128) * ((c + 127) / 128) * sc; break;
+    case DSV4_WF_FP4: *wb = r * c / 2, *sb = r * (c / 32) * sc; break;
+    default: break;
+    }
+    if (!m->scale) *sb = 0;
+}
 
+/* One piece of the engine's copy: n bytes from src into dst, then the pointer that read src
+ * rebound to dst. A FP4 matrix's weights in the lanes layout are packed on the way (pack). */
 typedef struct {
-    repack_item *items;
-    int lanes; /* 1: pack into the lanes layout; 0: copy the natural bytes */
-} repack_job;
+    const void *src;
+    uint8_t *dst;
+    int64_t n;
+    const void **bind;   /* a matrix's w or scale */
+    const float **bindf; /* or one of hc's mixing matrices */
+    dsv4_mat *pack;      /* LANES: the FP4 matrix whose weights these are, else NULL */
+} copy_item;
 
-static void repack_task(void *arg, int t, int tid) {
+static void copy_task(void *arg, int t, int tid) {
     (void)tid;
-    const repack_job *j = arg;
-    const repack_item *it = &j->items[t];
-    const int64_t rb = it->m->cols / 2; /* bytes a row */
-    const uint8_t *src = it->m->w;
-    if (!j->lanes) {
-        memcpy(it->dst, src, (size_t)(it->m->rows * rb));
+    const copy_item *it = &((const copy_item *)arg)[t];
+    if (!it->pack) {
+        memcpy(it->dst, it->src, (size_t)it->n);
         return;
     }
-    for (int64_t r = 0; r < it->m->rows; r++) dsv4_fp4l_pack_row(it->dst + r * rb, src + r * rb, it->m->cols);
+    const int64_t rb = it->pack->cols / 2; /* bytes a row */
+    const uint8_t *src = it->src;
+    for (int64_t r = 0; r < it->pack->rows; r++) dsv4_fp4l_pack_row(it->dst + r * rb, src + r * rb, it->pack->cols);
+}
+
+/* A block's copy plan: counted first (items NULL: n and bytes only), then filled. */
+typedef struct {
+    copy_item *items;
+    int64_t n, bytes;
+    uint8_t *mem;
+    int layout;
+    int64_t lanes, fp4; /* FP4 matrices repacked into lanes / copied natural */
+} copy_plan;
+
+static void plan_add(copy_plan *p, const void *src, int64_t n, const void **bind, const float **bindf, dsv4_mat *pack) {
+    if (!src || n <= 0) return;
+    if (p->items) p->items[p->n] = (copy_item){src, p->mem + p->bytes, n, bind, bindf, pack};
+    p->n++;
+    p->bytes += round64(n);
+}
+
+/* a matrix's weights and scales; FP4 weights repacked when the layout is LANES and can hold them */
+static void plan_mat(copy_plan *p, dsv4_mat *m) {
+    int64_t wb, sb;
+    mat_parts(m, &wb, &sb);
+    if (!wb) return;
+    const int pack = p->layout == DSV4_FP4_LANES && lanes_ok(m);
+    plan_add(p, m->w, wb, &m->w, NULL, pack ? m : NULL);
+    plan_add(p, m->scale, sb, &m->scale, NULL, NULL);
+    if (is_fp4(m)) pack ? p->lanes++ : p->fp4++;
+}
+
+/* Everything of block b the copy moves: every weight matrix (the routed experts of [e0, e1)),
+ * their scales, and hc's two mixing matrices (the only other weights read in full every step). */
+static void plan_block(const dsv4_engine *e, dsv4_block_w *b, int e0, int e1, copy_plan *p) {
+    dsv4_mat *all[] = {&b->wq_a,  &b->wq_b,        &b->wkv,         &b->wo_a,      &b->wo_b,       &b->cmp.wkv,
+                       &b->cmp.wgate, &b->idx_wq_b, &b->idx_weights_proj, &b->idx_cmp.wkv, &b->idx_cmp.wgate, &b->gate,
+                       &b->sh_w1, &b->sh_w3,       &b->sh_w2,       &b->e_proj,    &b->h_proj};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) plan_mat(p, all[i]);
+    for (int x = e0; has_experts(e, b) && x < e1; x++) {
+        plan_mat(p, &b->w1[x]);
+        plan_mat(p, &b->w3[x]);
+        plan_mat(p, &b->w2[x]);
+    }
+    const int64_t fn = (int64_t)dsv4_cfg_mix(e->cfg) * e->cfg->hc_mult * e->cfg->hidden_size * (int64_t)sizeof(float);
+    plan_add(p, b->hc_attn_fn, fn, NULL, &b->hc_attn_fn, NULL);
+    plan_add(p, b->hc_ffn_fn, fn, NULL, &b->hc_ffn_fn, NULL);
 }
 
 static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int layout, int e0, int e1, dsv4_err *err) {
     const int E = e->cfg->n_routed_experts;
-    dsv4_mat *fixed[32];
-    const int n_fixed = fixed_mats(b, fixed);
     const int experts = has_experts(e, b);
-    /* what this block repacks, and what stays natural */
-    int64_t n_items = 0, bytes = 0, n_exp = 0;
-    for (int i = 0; i < n_fixed; i++) {
-        if (moved(layout, fixed[i])) n_items++, bytes += round64(fixed[i]->rows * fixed[i]->cols / 2);
-        else e->fp4_natural++;
+    /* the expert arrays become the engine's own (they are the model's, or W8A8's): first in
+     * the block's memory, so that the plan below points at the engine's matrices */
+    const int64_t arr_bytes = experts ? round64(3 * (int64_t)E * (int64_t)sizeof(dsv4_mat)) : 0;
+    copy_plan p = {.layout = layout};
+    plan_block(e, b, e0, e1, &p); /* count (on the model's arrays: the same sizes) */
+    /* FP4 matrices outside the copy (other ranks' experts) stay natural */
+    int64_t fp4_all = 0;
+    {
+        dsv4_mat *fixed[32];
+        fp4_all += fixed_mats(b, fixed);
+        for (int x = 0; experts && x < E; x++) fp4_all += is_fp4(&b->w1[x]) + is_fp4(&b->w3[x]) + is_fp4(&b->w2[x]);
     }
-    for (int x = 0; experts && x < E; x++) {
-        const dsv4_mat *ms[3] = {&b->w1[x], &b->w3[x], &b->w2[x]};
-        for (int j = 0; j < 3; j++) {
-            if (!is_fp4(ms[j])) continue;
-            if (x >= e0 && x < e1 && moved(layout, ms[j])) n_exp++, bytes += round64(ms[j]->rows * ms[j]->cols / 2);
-            else e->fp4_natural++;
-        }
-    }
-    n_items += n_exp;
-    if (n_items == 0) return DSV4_OK;
-    /* the expert arrays become the engine's own (they are the model's, or W8A8's) */
-    const int64_t arr_bytes = n_exp ? round64(3 * (int64_t)E * (int64_t)sizeof(dsv4_mat)) : 0;
-    const int64_t huge = 2 << 20;
-    bytes = (bytes + arr_bytes + huge - 1) / huge * huge; /* whole huge pages (aligned_alloc's size rule) */
+    e->fp4_natural += fp4_all - (p.lanes + p.fp4);
+    if (p.n == 0) return DSV4_OK;
+    const int64_t huge = 2 << 20, n_items = p.n;
+    const int64_t bytes = (arr_bytes + p.bytes + huge - 1) / huge * huge; /* whole huge pages (aligned_alloc's size rule) */
     uint8_t *mem = aligned_alloc((size_t)huge, (size_t)bytes);
-    repack_item *items = malloc(sizeof *items * (size_t)n_items);
+    copy_item *items = malloc(sizeof *items * (size_t)n_items);
     if (!mem || !items || dsv4_engine_own(e, mem)) {
         free(mem);
         free(items);
-        return dsv4_fail(err, DSV4_ERR_NOMEM, "fp4 layout %s: out of memory for %lld bytes of layer %d's FP4 "
-                         "weights", dsv4_fp4_layout_name(layout), (long long)bytes, b->layer_id);
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "fp4 layout %s: out of memory for %lld bytes of layer %d's weights",
+                         dsv4_fp4_layout_name(layout), (long long)bytes, b->layer_id);
     }
 #ifdef MADV_HUGEPAGE
     (void)madvise(mem, (size_t)bytes, MADV_HUGEPAGE); /* a hint: 4 KB pages work too */
@@ -160,31 +221,18 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int layout, int e0, in
             return rc;
         }
     }
-    int64_t at = arr_bytes, n = 0;
-    if (n_exp) {
-        dsv4_engine_own_expert_arrays(b, mem, E); /* arr_bytes, laid out above */
-        for (int x = e0; x < e1; x++) {
-            dsv4_mat *ms[3] = {&b->w1[x], &b->w3[x], &b->w2[x]};
-            for (int j = 0; j < 3; j++)
-                if (moved(layout, ms[j])) {
-                    items[n++] = (repack_item){ms[j], mem + at};
-                    at += round64(ms[j]->rows * ms[j]->cols / 2);
-                }
-        }
+    if (experts) dsv4_engine_own_expert_arrays(b, mem, E); /* arr_bytes, laid out above */
+    p = (copy_plan){.items = items, .mem = mem + arr_bytes, .layout = layout};
+    plan_block(e, b, e0, e1, &p); /* fill, on the engine's arrays */
+    dsv4_kctx_parallel(e->k, (int)p.n, copy_task, items);
+    for (int64_t i = 0; i < p.n; i++) {
+        copy_item *it = &items[i];
+        if (it->bind) *it->bind = it->dst;
+        if (it->bindf) *it->bindf = (const float *)it->dst;
+        if (it->pack) it->pack->fmt = DSV4_WF_FP4L;
     }
-    for (int i = 0; i < n_fixed; i++)
-        if (moved(layout, fixed[i])) {
-            items[n++] = (repack_item){fixed[i], mem + at};
-            at += round64(fixed[i]->rows * fixed[i]->cols / 2);
-        }
-    repack_job job = {items, layout == DSV4_FP4_LANES};
-    dsv4_kctx_parallel(e->k, (int)n, repack_task, &job);
-    for (int64_t i = 0; i < n; i++) {
-        items[i].m->w = items[i].dst;
-        items[i].m->fmt = layout == DSV4_FP4_LANES ? DSV4_WF_FP4L : DSV4_WF_FP4;
-    }
-    if (layout == DSV4_FP4_LANES) e->fp4_lanes += n;
-    else e->fp4_natural += n;
+    e->fp4_lanes += p.lanes;
+    e->fp4_natural += p.fp4;
     free(items);
     return DSV4_OK;
 }
@@ -203,20 +251,13 @@ int dsv4_fp4_auto_layout(int64_t copy_bytes, int64_t other_bytes, uint64_t avail
     return need <= available ? DSV4_FP4_COPY : DSV4_FP4_NATURAL;
 }
 
-/* Bytes COPY would move into the engine's memory (the FP4 matrices of every block, the routed
- * experts of this rank's range). */
+/* Bytes COPY would move into the engine's memory (plan_block's, every block). */
 static int64_t copy_bytes(const dsv4_engine *e, int n_blocks, int e0, int e1) {
     int64_t bytes = 0;
     for (int l = 0; l < n_blocks; l++) {
-        dsv4_block_w *b = &e->blocks[l];
-        dsv4_mat *fixed[32];
-        const int n_fixed = fixed_mats(b, fixed);
-        for (int i = 0; i < n_fixed; i++) bytes += round64(fixed[i]->rows * fixed[i]->cols / 2);
-        for (int x = e0; has_experts(e, b) && x < e1; x++) {
-            const dsv4_mat *ms[3] = {&b->w1[x], &b->w3[x], &b->w2[x]};
-            for (int j = 0; j < 3; j++)
-                if (is_fp4(ms[j])) bytes += round64(ms[j]->rows * ms[j]->cols / 2);
-        }
+        copy_plan p = {.layout = DSV4_FP4_COPY};
+        plan_block(e, &e->blocks[l], e0, e1, &p);
+        bytes += p.bytes;
     }
     return bytes;
 }

@@ -3,7 +3,8 @@
  *   - an engine with LANES repacks exactly the FP4 matrices whose width is a multiple of 128
  *     (dsv4_engine_fp4_counts against the model's census, model/info.h), the others stay
  *     natural; NATURAL reads the model's bytes; COPY reads every FP4 matrix from the engine's
- *     own copy in the natural layout; AUTO does one of the two, as dsv4_fp4_auto_layout says
+ *     own copy in the natural layout, and COPY and LANES the other weights (dense matrices and
+ *     their scales, the experts' scales, hc's mixing matrices) from the engine's copy too; AUTO does one of the two, as dsv4_fp4_auto_layout says
  *     for this machine's memory (its rule checked on its own, case by case); get_opts says
  *     what was done;
  *   - hidden states, logits and the MTP block's hidden states of a prefill + decodes are the same bits in every
@@ -34,6 +35,7 @@ typedef struct {
     int64_t lanes, natural;
     int layout; /* get_opts().fp4_layout */
     int64_t own_fp4; /* the engine's FP4 matrices (either layout) whose bytes are not the model's */
+    int64_t own_other, other_total; /* own_other() */
 } run_out;
 
 /* FP4 matrices of the engine's blocks stored outside the model's mapped bytes */
@@ -47,6 +49,27 @@ static int64_t own_fp4(const dsv4_engine *e, const dsv4_model *m) {
             for (int j = 0; j < 3; j++) n += dsv4_wf_is_fp4(em[j]->fmt) && em[j]->w != mm[j]->w;
         }
     }
+    return n;
+}
+
+/* the other weights of the engine's blocks read outside the model's mapped bytes: the dense
+ * matrices' weights and scales, the experts' scales, hc's mixing matrices */
+static int64_t own_other(const dsv4_engine *e, const dsv4_model *m, int64_t *total) {
+    const dsv4_config *c = &m->cfg;
+    int64_t n = 0, t = 0;
+    for (int l = 0; l < c->num_hidden_layers + c->num_nextn_predict_layers; l++) {
+        const dsv4_block_w *eb = &e->blocks[l], *mb = l < c->num_hidden_layers ? &m->layers[l] : &m->mtp[l - c->num_hidden_layers];
+        const dsv4_mat *em[] = {&eb->wq_a, &eb->wq_b, &eb->wkv, &eb->wo_b, &eb->gate, &eb->sh_w1, &eb->sh_w2};
+        const dsv4_mat *mm[] = {&mb->wq_a, &mb->wq_b, &mb->wkv, &mb->wo_b, &mb->gate, &mb->sh_w1, &mb->sh_w2};
+        for (size_t i = 0; i < sizeof em / sizeof *em; i++) {
+            n += (em[i]->w && em[i]->w != mm[i]->w) + (em[i]->scale && em[i]->scale != mm[i]->scale);
+            t += (em[i]->w != NULL) + (em[i]->scale != NULL);
+        }
+        for (int x = 0; eb->w1 && x < c->n_routed_experts; x++) n += eb->w1[x].scale != mb->w1[x].scale, t++;
+        n += (eb->hc_attn_fn != mb->hc_attn_fn) + (eb->hc_ffn_fn != mb->hc_ffn_fn);
+        t += 2;
+    }
+    *total = t;
     return n;
 }
 
@@ -65,6 +88,7 @@ static int run(const dsv4_model *m, int layout, const int32_t *toks, run_out *o)
     dsv4_engine_fp4_counts(e, &o->lanes, &o->natural);
     o->layout = dsv4_engine_get_opts(e).fp4_layout;
     o->own_fp4 = own_fp4(e, m);
+    o->own_other = own_other(e, m, &o->other_total);
     rc = dsv4_seq_create(e, &s, &err);
     const int D = info.hidden_size, V = info.vocab_size;
     for (int t = 0; !rc && t < N; t += t < P ? P : 1) {
@@ -176,6 +200,12 @@ int main(int argc, char **argv) {
         CHECK_MSG(r[0].own_fp4 == 0 && r[3].own_fp4 > 0 && r[3].own_fp4 >= r[1].own_fp4 && r[1].own_fp4 > 0,
                   "experts in the engine's memory: natural %lld, copy %lld, lanes %lld", (long long)r[0].own_fp4,
                   (long long)r[3].own_fp4, (long long)r[1].own_fp4);
+        /* the other weights: the model's in natural, the engine's in copy and lanes */
+        CHECK_MSG(r[0].own_other == 0 && r[3].own_other == r[3].other_total && r[1].own_other == r[3].own_other &&
+                      r[2].own_other == (r[2].layout == DSV4_FP4_COPY ? r[3].own_other : 0),
+                  "other weights in the engine's memory: natural %lld, lanes %lld, auto %lld, copy %lld",
+                  (long long)r[0].own_other, (long long)r[1].own_other, (long long)r[2].own_other,
+                  (long long)r[3].own_other);
         CHECK_MSG(r[2].own_fp4 == (r[2].layout == DSV4_FP4_COPY ? r[3].own_fp4 : 0),
                   "auto (%s) has %lld experts in the engine's memory, copy %lld", dsv4_fp4_layout_name(r[2].layout),
                   (long long)r[2].own_fp4, (long long)r[3].own_fp4);

@@ -27,11 +27,11 @@ int cli_parse_numa(const char *v, void *dst, char *msg, size_t n);
 int cli_parse_fp4_layout(const char *v, void *dst, char *msg, size_t n);
 #define CLI_FP4_LAYOUT_OPT(dst)                                                                                      \
     CLI_FN_OPT("fp4-layout", 0, dst, cli_parse_fp4_layout, "auto|natural|copy|lanes", "auto",                      \
-               "FP4 expert weights in memory: copy copies them at engine create into this process's huge-page " \
-               "memory (faster decode; costs the copy's time and private memory the size of those weights, no "   \
-               "longer shared through the page cache), natural reads the checkpoint's pages in place, lanes also " \
-               "repacks the copy for the AVX-512 decoder; auto = copy when memory allows and nothing is locked, "  \
-               "else natural. Same results")
+               "weights in memory: copy copies the layers' weights (FP4 experts, dense matrices, scales) at "     \
+               "engine create into this process's huge-page memory (faster; costs the copy's time and private "   \
+               "memory the size of those weights, no longer shared through the page cache), natural reads the "    \
+               "checkpoint's pages in place, lanes is copy with the FP4 experts repacked for the AVX-512 decoder; " \
+               "auto = copy when memory allows and nothing is locked, else natural. Same results")
 
 int cli_parse_int(const char *s, long long lo, long long hi, long long *out);
 
