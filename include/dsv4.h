@@ -277,7 +277,7 @@ DSV4_API int dsv4_numa_nodes(void);
  *            64-byte line holds 128 columns in the order the AVX-512 decoder wants: ~4.5 % of
  *            the one-row GEMV's thread time in process; in step against NATURAL batch 16
  *            1.09x, batch 1 1.08x the speed, but no more than COPY within the pairs' spread)
- * COPY and LANES cost a pass over every FP4 byte at create and private memory as large as
+ * COPY and LANES cost a pass over every copied byte at create and private memory as large as
  * those weights: several processes on one node no longer share the experts' pages, and the
  * mapped file pages, no longer read after create, stay in the page cache until the system
  * needs the memory. Experts another rank owns (expert parallelism) and matrices made INT8
