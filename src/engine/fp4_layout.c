@@ -85,36 +85,38 @@ static int is_fp4(const dsv4_mat *m) { return m->fmt == DSV4_WF_FP4 && m->w && m
 /* FP4 that the lanes layout can hold: whole 128-column lines */
 static int lanes_ok(const dsv4_mat *m) { return is_fp4(m) && m->cols % DSV4_FP4L_COLS == 0; }
 
-/* the block's matrices other than the routed experts (out has room for 16) */
-static int fixed_mats(dsv4_block_w *b, dsv4_mat **out) {
-    dsv4_mat *all[] = {&b->wq_a,  &b->wq_b,        &b->wkv,         &b->wo_a,      &b->wo_b,       &b->cmp.wkv,
-                       &b->cmp.wgate, &b->idx_wq_b, &b->idx_weights_proj, &b->idx_cmp.wkv, &b->idx_cmp.wgate, &b->gate,
-                       &b->sh_w1, &b->sh_w3,       &b->sh_w2,       &b->e_proj,    &b->h_proj};
-    int n = 0;
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        if (is_fp4(all[i])) out[n++] = all[i];
-    return n;
+/* The block's weight matrices other than the routed experts; returns their count (out has
+ * room for BLOCK_MATS). */
+#define BLOCK_MATS 17
+static int block_mats(dsv4_block_w *b, dsv4_mat **out) {
+    dsv4_mat *all[BLOCK_MATS] = {&b->wq_a,  &b->wq_b,  &b->wkv,   &b->wo_a,   &b->wo_b,    &b->cmp.wkv,
+                                 &b->cmp.wgate, &b->idx_wq_b, &b->idx_weights_proj, &b->idx_cmp.wkv,
+                                 &b->idx_cmp.wgate, &b->gate, &b->sh_w1, &b->sh_w3, &b->sh_w2, &b->e_proj, &b->h_proj};
+    memcpy(out, all, sizeof all);
+    return BLOCK_MATS;
 }
 
 static int has_experts(const dsv4_engine *e, const dsv4_block_w *b) {
     return b->w1 && b->w2 && b->w3 && e->cfg->n_routed_experts > 0;
 }
 
-/* The bytes of a matrix's weights and of its scales (dsv4_mat_bytes, split); 0, 0 for a format
- * the copy leaves where it is (I8: W8A8's own copies). */
+/* The block's packed FP4 matrices, routed experts included (every rank's). */
+static int64_t block_fp4(const dsv4_engine *e, dsv4_block_w *b) {
+    dsv4_mat *mats[BLOCK_MATS];
+    int64_t n = 0;
+    for (int i = block_mats(b, mats); i-- > 0;) n += is_fp4(mats[i]);
+    for (int x = 0; has_experts(e, b) && x < e->cfg->n_routed_experts; x++)
+        n += is_fp4(&b->w1[x]) + is_fp4(&b->w3[x]) + is_fp4(&b->w2[x]);
+    return n;
+}
+
+/* The bytes of a matrix's weights and of its scales (dsv4_mat_bytes, split); 0, 0 for what the
+ * copy leaves where it is (I8: W8A8's own copies; absent matrices). */
 static void mat_parts(const dsv4_mat *m, int64_t *wb, int64_t *sb) {
-    const int64_t r = m->rows, c = m->cols, sc = m->scale_is_f32 ? 4 : 1;
     *wb = *sb = 0;
-    if (!m->w || r <= 0) return;
-    switch (m->fmt) {
-    case DSV4_WF_F32: *wb = r * c * 4; break;
-    case DSV4_WF_F16:
-    case DSV4_WF_BF16: *wb = r * c * 2; break;
-    case DSV4_WF_FP8: *wb = r * c, *sb = ((r + 127) / 128) * ((c + 127) / 128) * sc; break;
-    case DSV4_WF_FP4: *wb = r * c / 2, *sb = r * (c / 32) * sc; break;
-    default: break;
-    }
-    if (!m->scale) *sb = 0;
+    if (!m->w || m->rows <= 0 || m->fmt == DSV4_WF_I8) return;
+    *sb = m->scale ? dsv4_mat_scale_bytes(m) : 0;
+    *wb = dsv4_mat_bytes(m) - dsv4_mat_scale_bytes(m);
 }
 
 /* One piece of the engine's copy: n bytes from src into dst, then the pointer that read src
@@ -170,10 +172,8 @@ static void plan_mat(copy_plan *p, dsv4_mat *m) {
 /* Everything of block b the copy moves: every weight matrix (the routed experts of [e0, e1)),
  * their scales, and hc's two mixing matrices (the only other weights read in full every step). */
 static void plan_block(const dsv4_engine *e, dsv4_block_w *b, int e0, int e1, copy_plan *p) {
-    dsv4_mat *all[] = {&b->wq_a,  &b->wq_b,        &b->wkv,         &b->wo_a,      &b->wo_b,       &b->cmp.wkv,
-                       &b->cmp.wgate, &b->idx_wq_b, &b->idx_weights_proj, &b->idx_cmp.wkv, &b->idx_cmp.wgate, &b->gate,
-                       &b->sh_w1, &b->sh_w3,       &b->sh_w2,       &b->e_proj,    &b->h_proj};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) plan_mat(p, all[i]);
+    dsv4_mat *mats[BLOCK_MATS];
+    for (int i = 0, n = block_mats(b, mats); i < n; i++) plan_mat(p, mats[i]);
     for (int x = e0; has_experts(e, b) && x < e1; x++) {
         plan_mat(p, &b->w1[x]);
         plan_mat(p, &b->w3[x]);
@@ -193,13 +193,7 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int layout, int e0, in
     copy_plan p = {.layout = layout};
     plan_block(e, b, e0, e1, &p); /* count (on the model's arrays: the same sizes) */
     /* FP4 matrices outside the copy (other ranks' experts) stay natural */
-    int64_t fp4_all = 0;
-    {
-        dsv4_mat *fixed[32];
-        fp4_all += fixed_mats(b, fixed);
-        for (int x = 0; experts && x < E; x++) fp4_all += is_fp4(&b->w1[x]) + is_fp4(&b->w3[x]) + is_fp4(&b->w2[x]);
-    }
-    e->fp4_natural += fp4_all - (p.lanes + p.fp4);
+    e->fp4_natural += block_fp4(e, b) - (p.lanes + p.fp4);
     if (p.n == 0) return DSV4_OK;
     const int64_t huge = 2 << 20, n_items = p.n;
     const int64_t bytes = (arr_bytes + p.bytes + huge - 1) / huge * huge; /* whole huge pages (aligned_alloc's size rule) */
@@ -281,13 +275,7 @@ int dsv4_engine_prepare_fp4(dsv4_engine *e, dsv4_err *err) {
     }
     e->fp4_lanes = e->fp4_natural = 0;
     if (*layout == DSV4_FP4_NATURAL) {
-        for (int l = 0; l < n_blocks; l++) {
-            dsv4_block_w *b = &e->blocks[l];
-            dsv4_mat *fixed[32];
-            e->fp4_natural += fixed_mats(b, fixed);
-            for (int x = 0; has_experts(e, b) && x < c->n_routed_experts; x++)
-                e->fp4_natural += is_fp4(&b->w1[x]) + is_fp4(&b->w3[x]) + is_fp4(&b->w2[x]);
-        }
+        for (int l = 0; l < n_blocks; l++) e->fp4_natural += block_fp4(e, &e->blocks[l]);
         return DSV4_OK;
     }
     for (int l = 0; l < n_blocks; l++) {

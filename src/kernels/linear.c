@@ -79,22 +79,27 @@ void dsv4_linear_ref(const dsv4_mat *w, const float *x, int n_rows, float *y, fl
     }
 }
 
+int64_t dsv4_mat_scale_bytes(const dsv4_mat *w) {
+    const int64_t r = w->rows, c = w->cols, sc = w->scale_is_f32 ? 4 : 1;
+    switch (w->fmt) {
+    case DSV4_WF_FP8: return ((r + 127) / 128) * ((c + 127) / 128) * sc;
+    case DSV4_WF_FP4:
+    case DSV4_WF_FP4L: return r * (c / 32) * sc;
+    case DSV4_WF_I8: return r * 4;
+    default: return 0;
+    }
+}
+
 int64_t dsv4_mat_bytes(const dsv4_mat *w) {
     const int64_t r = w->rows, c = w->cols;
     switch (w->fmt) {
     case DSV4_WF_F32: return r * c * 4;
     case DSV4_WF_F16:
     case DSV4_WF_BF16: return r * c * 2;
-    case DSV4_WF_FP8: {
-        int64_t s = ((r + 127) / 128) * ((c + 127) / 128);
-        return r * c + s * (w->scale_is_f32 ? 4 : 1);
-    }
+    case DSV4_WF_FP8:
+    case DSV4_WF_I8: return r * c + dsv4_mat_scale_bytes(w);
     case DSV4_WF_FP4:
-    case DSV4_WF_FP4L: {
-        int64_t s = r * (c / 32);
-        return r * c / 2 + s * (w->scale_is_f32 ? 4 : 1);
-    }
-    case DSV4_WF_I8: return r * c + r * 4;
+    case DSV4_WF_FP4L: return r * c / 2 + dsv4_mat_scale_bytes(w);
     default: return 0;
     }
 }
