@@ -115,8 +115,7 @@ done:
 
 /* Batch-1 decode: the pool's threads' hints for the one-row product of w (wo_a, wo_b), the
  * job after the next (dsv4_lin_hint). */
-void dsv4_attn_hint_out(dsv4_kctx *k, const dsv4_block_w *b, const dsv4_mat *w) {
-    (void)b;
+void dsv4_attn_hint_out(dsv4_kctx *k, const dsv4_mat *w) {
     const dsv4_lin_op op = {w, NULL, 1, NULL};
     dsv4_lin_hint(k, &op, 1, DSV4_LIN_HINT_BYTES, 1);
 }
@@ -138,7 +137,7 @@ static int attn_output(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const fl
     float *v = dsv4_arena_take_n(ctx->scratch, (long long)R * G * ol, sizeof(float)); /* (R, G*o_lora) */
     /* batch-1 decode: wo_b's weights behind wo_a's job (at one row the groups' products are
      * one job, read in place) */
-    if (R == 1) dsv4_attn_hint_out(ctx->k, b, &b->wo_b);
+    if (R == 1) dsv4_attn_hint_out(ctx->k, &b->wo_b);
     int rc = v ? grouped_linear(ctx->num, ctx->k, ctx->scratch, &b->wo_a, G, o, ug, R, in_g, ol, v, err)
                : dsv4_fail(err, DSV4_ERR_NOMEM, "output projection: scratch arena too small (%d rows)", R);
     if (!rc) dsv4_num_linear(ctx->num, ctx->k, &b->wo_b, v, R, y);
@@ -352,7 +351,7 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
     /* then wo_a's, behind the heads' job, through the query rows' finish (inline at one row);
      * a compressor or indexer job before the heads makes the hint miss its job: it is
      * dropped (attend posts it again before the heads) */
-    if (R == 1) dsv4_attn_hint_out(ctx->k, b, &b->wo_a);
+    if (R == 1) dsv4_attn_hint_out(ctx->k, &b->wo_a);
     dsv4_kctx_parallel(ctx->k, nq, project_q_row, &pj);
     if (qrow) { /* the querying rows to their packed indices, where the attend phase reads them */
         expand_rows(w->qr, ql, qrow, nq);
@@ -723,7 +722,7 @@ static int attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_ba
             dsv4_kctx_parallel(ctx->k, nb, row_task, &job);
         } else {
             /* batch-1 decode: wo_a's weights behind the heads' job (the gather inline) */
-            if (R == 1 && nb == 1) dsv4_attn_hint_out(ctx->k, b, &b->wo_a);
+            if (R == 1 && nb == 1) dsv4_attn_hint_out(ctx->k, &b->wo_a);
             dsv4_kctx_parallel(ctx->k, nb, gather_task, &job);
             dsv4_kctx_parallel(ctx->k, nb * groups, heads_task, &job);
         }

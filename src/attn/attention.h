@@ -121,9 +121,9 @@ typedef struct dsv4_attn_work {
  * projections of x that dsv4_attn_project starts with (dsv4_lin_hint), the job `skip` pool
  * jobs after the next; other R: nothing. Never changes a result. */
 void dsv4_attn_hint(struct dsv4_kctx *k, const dsv4_block_w *b, int R, int skip);
-/* Batch-1 decode: hints for the one-row product of w (b's wo_a or wo_b) as the job after
- * the next. */
-void dsv4_attn_hint_out(struct dsv4_kctx *k, const dsv4_block_w *b, const dsv4_mat *w);
+/* Batch-1 decode: hints for the one-row product of w (a block's wo_a or wo_b) as the job
+ * after the next. */
+void dsv4_attn_hint_out(struct dsv4_kctx *k, const dsv4_mat *w);
 
 int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
                       const float *x, dsv4_attn_work *w, dsv4_err *err);
