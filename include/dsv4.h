@@ -257,13 +257,13 @@ DSV4_API const char *dsv4_numa_name(int mode);
 /* Memory nodes this process may allocate on (1 without NUMA support in kernel or build). */
 DSV4_API int dsv4_numa_nodes(void);
 
-/* Where the weights sit in memory (dsv4_engine_opts.fp4_layout; named for the packed FP4
- * (e2m1) experts, which it first moved):
+/* Where the weights sit in memory (dsv4_engine_opts.fp4_layout, the CLI's --weights-memory;
+ * both named for the packed FP4 (e2m1) experts, which it first moved; the C names stay):
  *   AUTO     COPY when the copy, the cache and scratch and a headroom (5 % of RAM, at least
  *            1 GiB) fit in the memory available at create (MemAvailable, within a cgroup's
  *            limit) and the process has no locked memory (dsv4_model_mlock); NATURAL otherwise
  *            (a model larger than memory, read through the page cache, stays mapped)
- *   NATURAL  the checkpoint's bytes, read in place from the mapped files: their pages stay
+ *   NATURAL  ("mapped") the checkpoint's bytes, read in place from the mapped files: their pages stay
  *            clean page cache (4 KB pages), shared by every process (and engine) that maps them
  *   COPY     the same bytes copied at engine create into the engine's own memory, 2 MB aligned
  *            with transparent huge pages where the system allows: and with them every other
@@ -291,9 +291,10 @@ enum {
     DSV4_FP4_LANES = 2,
     DSV4_FP4_COPY = 3,
 };
-/* "auto", "natural", "copy" or "lanes" -> DSV4_FP4_*; DSV4_ERR_ARG with a message otherwise. */
+/* "auto", "mapped" (or its old name "natural"), "copy" or "lanes" -> DSV4_FP4_*; DSV4_ERR_ARG
+ * with a message otherwise. The CLI's --weights-memory (formerly --fp4-layout) takes these. */
 DSV4_API int dsv4_fp4_layout_parse(const char *s, int *layout, dsv4_err *err);
-/* The name of a DSV4_FP4_* value, "?" when unknown. */
+/* The name of a DSV4_FP4_* value ("mapped" for NATURAL), "?" when unknown. */
 DSV4_API const char *dsv4_fp4_layout_name(int layout);
 
 /* KV row storage (serving.md §a.1): window rows, compressed entries, indexer keys.

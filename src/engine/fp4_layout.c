@@ -55,19 +55,20 @@
 
 int dsv4_fp4_layout_parse(const char *s, int *layout, dsv4_err *err) {
     static const struct { const char *name; int v; } names[] = {
-        {"auto", DSV4_FP4_AUTO}, {"natural", DSV4_FP4_NATURAL}, {"copy", DSV4_FP4_COPY}, {"lanes", DSV4_FP4_LANES}};
+        {"auto", DSV4_FP4_AUTO},   {"mapped", DSV4_FP4_NATURAL}, {"natural", DSV4_FP4_NATURAL} /* the old name */,
+        {"copy", DSV4_FP4_COPY}, {"lanes", DSV4_FP4_LANES}};
     for (size_t i = 0; s && i < sizeof names / sizeof *names; i++)
         if (!strcmp(s, names[i].name)) {
             *layout = names[i].v;
             return DSV4_OK;
         }
-    return dsv4_fail(err, DSV4_ERR_ARG, "fp4 layout '%s': must be auto, natural, copy or lanes", s ? s : "(null)");
+    return dsv4_fail(err, DSV4_ERR_ARG, "weights memory '%s': must be auto, mapped, copy or lanes", s ? s : "(null)");
 }
 
 const char *dsv4_fp4_layout_name(int layout) {
     switch (layout) {
     case DSV4_FP4_AUTO: return "auto";
-    case DSV4_FP4_NATURAL: return "natural";
+    case DSV4_FP4_NATURAL: return "mapped";
     case DSV4_FP4_COPY: return "copy";
     case DSV4_FP4_LANES: return "lanes";
     default: return "?";
@@ -202,7 +203,7 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int layout, int e0, in
     if (!mem || !items || dsv4_engine_own(e, mem)) {
         free(mem);
         free(items);
-        return dsv4_fail(err, DSV4_ERR_NOMEM, "fp4 layout %s: out of memory for %lld bytes of layer %d's weights",
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "weights memory %s: out of memory for %lld bytes of layer %d's weights",
                          dsv4_fp4_layout_name(layout), (long long)bytes, b->layer_id);
     }
 #ifdef MADV_HUGEPAGE

@@ -1,6 +1,6 @@
 /* fp4_lanes.c — natural <-> lanes FP4 layout (see fp4_lanes.h). Load-time code: the unpack
  * one nibble at a time, written for clarity; the pack, which the engine runs over every FP4
- * weight at create with --fp4-layout lanes (~150 GB in Flash), 8 bytes at a time. */
+ * weight at create with --weights-memory lanes (~150 GB in Flash), 8 bytes at a time. */
 #include "kernels/fp4_lanes.h"
 
 #include <string.h>

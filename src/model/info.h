@@ -52,7 +52,7 @@ void dsv4_count_bytes(const dsv4_st_set *st, dsv4_dtype_bytes *out);
 uint64_t dsv4_count_routed_bytes(const dsv4_st_set *st);
 
 /* The packed FP4 matrices of a loaded model (headers suffice) and how many of them
- * --fp4-layout lanes repacks: widths a multiple of 128 (kernels/fp4_lanes.h); the others
+ * --weights-memory lanes repacks: widths a multiple of 128 (kernels/fp4_lanes.h); the others
  * stay natural. first_natural: the name of the first of those ("" when none). */
 struct dsv4_model;
 typedef struct dsv4_fp4_census {

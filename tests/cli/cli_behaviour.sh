@@ -42,13 +42,23 @@ for bad in "--threads nan" "--prefill 2.5" "--chunk -1"; do
 done
 "$BIN" info --model "$MODEL" --max-context 1e3 2>/dev/null; [ $? -eq 2 ] || fail "info --max-context 1e3 accepted"
 "$BIN" frobnicate 2>/dev/null; [ $? -eq 2 ] || fail "unknown command exit"
-# --fp4-layout on every command that creates an engine: an unknown value is refused, naming
-# the accepted ones
+# --weights-memory on every command that creates an engine, and its old name --fp4-layout
+# (hidden from --help): an unknown value is refused, naming the accepted ones
 for cmd in "generate -p x" chat "run --tokens 1 --dump $TMP/d" bench serve; do
+    for opt in weights-memory fp4-layout; do
+        # shellcheck disable=SC2086
+        "$BIN" $cmd --model "$MODEL" --$opt wide 2> "$TMP/err"; [ $? -eq 2 ] || fail "$cmd --$opt wide accepted"
+        grep -q "must be auto, mapped, copy or lanes" "$TMP/err" || fail "$cmd --$opt wide: $(cat "$TMP/err")"
+    done
     # shellcheck disable=SC2086
-    "$BIN" $cmd --model "$MODEL" --fp4-layout wide 2> "$TMP/err"; [ $? -eq 2 ] || fail "$cmd --fp4-layout wide accepted"
-    grep -q "must be auto, natural, copy or lanes" "$TMP/err" || fail "$cmd --fp4-layout wide: $(cat "$TMP/err")"
+    "$BIN" $cmd --help > "$TMP/help" 2>&1
+    grep -q -- "--weights-memory auto|mapped|copy|lanes" "$TMP/help" || fail "$cmd --help lacks --weights-memory"
+    if grep -Eq "^ +--fp4-layout" "$TMP/help"; then fail "$cmd --help lists the old name as an option"; fi
 done
+# both names and both spellings of mapped reach the engine: run's dump is the same bits
+"$BIN" run --model "$MODEL" --tokens 1,2,3 --dump "$TMP/wm" --weights-memory mapped 2>/dev/null || fail "--weights-memory mapped"
+"$BIN" run --model "$MODEL" --tokens 1,2,3 --dump "$TMP/fl" --fp4-layout natural 2>/dev/null || fail "--fp4-layout natural"
+diff -r "$TMP/wm" "$TMP/fl" >/dev/null || fail "--weights-memory mapped and --fp4-layout natural differ"
 # serve refuses context parallelism with its reason (a step mixes decodes and prefill chunks)
 for p in cp cp+ep; do
     "$BIN" serve --model "$MODEL" --parallel $p 2> "$TMP/err"; [ $? -eq 2 ] || fail "serve --parallel $p accepted"

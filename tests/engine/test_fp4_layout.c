@@ -137,14 +137,16 @@ static void check_parse(void) {
     dsv4_err err = {0};
     int v = -1;
     CHECK(dsv4_fp4_layout_parse("auto", &v, &err) == DSV4_OK && v == DSV4_FP4_AUTO);
+    CHECK(dsv4_fp4_layout_parse("mapped", &v, &err) == DSV4_OK && v == DSV4_FP4_NATURAL);
+    v = -1; /* the old name still parses */
     CHECK(dsv4_fp4_layout_parse("natural", &v, &err) == DSV4_OK && v == DSV4_FP4_NATURAL);
     CHECK(dsv4_fp4_layout_parse("lanes", &v, &err) == DSV4_OK && v == DSV4_FP4_LANES);
     CHECK(dsv4_fp4_layout_parse("copy", &v, &err) == DSV4_OK && v == DSV4_FP4_COPY);
     CHECK(dsv4_fp4_layout_parse("Lanes", &v, &err) == DSV4_ERR_ARG);
-    CHECK_ERR(err, DSV4_ERR_ARG, "must be auto, natural, copy or lanes");
+    CHECK_ERR(err, DSV4_ERR_ARG, "must be auto, mapped, copy or lanes");
     CHECK(dsv4_fp4_layout_parse(NULL, &v, &err) == DSV4_ERR_ARG);
     CHECK(!strcmp(dsv4_fp4_layout_name(DSV4_FP4_LANES), "lanes") && !strcmp(dsv4_fp4_layout_name(DSV4_FP4_COPY), "copy") &&
-          !strcmp(dsv4_fp4_layout_name(7), "?"));
+          !strcmp(dsv4_fp4_layout_name(DSV4_FP4_NATURAL), "mapped") && !strcmp(dsv4_fp4_layout_name(7), "?"));
 }
 
 int main(int argc, char **argv) {

@@ -555,7 +555,7 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "dsv4 bench: %s\n", b.err.msg);
         goto out;
     }
-    const double create_s = cli_now_s() - t_create; /* with --fp4-layout lanes: the repack */
+    const double create_s = cli_now_s() - t_create; /* with --weights-memory copy/lanes: the copy */
     int64_t fp4_lanes, fp4_natural;
     dsv4_engine_fp4_counts(b.eng, &fp4_lanes, &fp4_natural);
     const int T = dsv4_kctx_threads(b.eng->k);
@@ -661,6 +661,8 @@ int cmd_bench(int argc, char **argv) {
         /* what the engine did (on one node: none, whatever was asked) */
         cJSON_AddStringToObject(o, "numa", dsv4_numa_name(dsv4_engine_get_opts(b.eng).numa));
         cJSON_AddNumberToObject(o, "numa_nodes", dsv4_engine_numa_nodes(b.eng));
+        /* weights_memory: --weights-memory as run; fp4_layout: the same value under its old key */
+        cJSON_AddStringToObject(o, "weights_memory", dsv4_fp4_layout_name(dsv4_engine_get_opts(b.eng).fp4_layout));
         cJSON_AddStringToObject(o, "fp4_layout", dsv4_fp4_layout_name(dsv4_engine_get_opts(b.eng).fp4_layout));
         cJSON_AddNumberToObject(o, "fp4_lanes", (double)fp4_lanes);
         cJSON_AddNumberToObject(o, "fp4_natural", (double)fp4_natural);
@@ -731,7 +733,7 @@ int cmd_bench(int argc, char **argv) {
                cpu, sysconf(_SC_NPROCESSORS_ONLN), l3s, load_start, load_end, T,
                dsv4_simd_name(dsv4_kctx_simd(b.eng->k)), dsv4_numa_name(dsv4_engine_get_opts(b.eng).numa),
                dsv4_engine_numa_nodes(b.eng), dsv4_engine_numa_nodes(b.eng) == 1 ? "" : "s");
-        printf("engine:  fp4 layout %s (%lld FP4 matrices in lanes, %lld natural), created in %.3f s\n",
+        printf("engine:  weights memory %s (%lld FP4 matrices in lanes, %lld in natural order), created in %.3f s\n",
                dsv4_fp4_layout_name(dsv4_engine_get_opts(b.eng).fp4_layout), (long long)fp4_lanes,
                (long long)fp4_natural, create_s);
         printf("model:   %s, %.1f MB of weights as run\n", dir, all_w / 1e6);

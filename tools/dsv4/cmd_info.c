@@ -183,7 +183,7 @@ static int print_json(const char *dir, const dsv4_config *c, const char *mwarn, 
         s += k + (e ? 1 : 0);
     }
     fit_json(j, fit);
-    if (fc) { /* a model's files (not --config): its FP4 matrices and --fp4-layout lanes */
+    if (fc) { /* a model's files (not --config): its FP4 matrices and --weights-memory lanes */
         cJSON *f = cJSON_AddObjectToObject(j, "fp4_layout");
         cJSON_AddNumberToObject(f, "fp4_matrices", (double)fc->fp4);
         cJSON_AddNumberToObject(f, "lanes_ok", (double)fc->lanes_ok);
@@ -406,9 +406,9 @@ int cmd_info(int argc, char **argv) {
     else {
         print_text(dir, &m->cfg, m->warnings, &pc, &db, &pp);
         if (fc.fp4 && fc.lanes_ok == fc.fp4)
-            printf("fp4 layout: %lld packed FP4 matrices, all can take --fp4-layout lanes\n", (long long)fc.fp4);
+            printf("fp4 layout: %lld packed FP4 matrices, all can take --weights-memory lanes\n", (long long)fc.fp4);
         else if (fc.fp4)
-            printf("fp4 layout: %lld packed FP4 matrices, %lld can take --fp4-layout lanes; %lld stay natural "
+            printf("fp4 layout: %lld packed FP4 matrices, %lld can take --weights-memory lanes; %lld stay natural "
                    "(width not a multiple of 128; first %s)\n", (long long)fc.fp4, (long long)fc.lanes_ok,
                    (long long)(fc.fp4 - fc.lanes_ok), fc.first_natural);
         print_fit(&fit, max_context, max_seqs);

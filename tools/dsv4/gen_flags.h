@@ -21,7 +21,7 @@ typedef struct gen_flags {
     int kv_dtype;                /* --kv-dtype (dsv4_engine_opts.kv_dtype) */
     int pin_threads;             /* --pin-threads (dsv4_engine_opts.pin_threads) */
     int numa;                    /* --numa (dsv4_engine_opts.numa) */
-    int fp4_layout;              /* --fp4-layout (dsv4_engine_opts.fp4_layout) */
+    int fp4_layout;              /* --weights-memory (dsv4_engine_opts.fp4_layout) */
     int64_t max_context;
     int think;                   /* 1 --think, 0 --nothink */
     int w8a8;                    /* --w8a8: 1, --w8a8-all: 2 (dsv4_engine_opts.w8a8) */
