@@ -160,6 +160,17 @@ void dsv4_moe_route(const dsv4_config *cfg, const dsv4_block_w *b, const float *
 
 /* ---- experts -------------------------------------------------------------------------- */
 
+int dsv4_moe_w13(const dsv4_mat *w1, const dsv4_mat *w3, dsv4_mat *w13) {
+    if (!dsv4_wf_is_fp4(w1->fmt) || w3->fmt != w1->fmt || w3->cols != w1->cols || w3->scale_is_f32 != w1->scale_is_f32 ||
+        !w1->w || !w1->scale || w1->rows <= 0 || w3->rows <= 0)
+        return 0;
+    dsv4_mat end; /* where a row after W1's last would lie (FP4 rows always slice) */
+    if (dsv4_mat_rows(w1, w1->rows, 0, &end) || end.w != w3->w || end.scale != w3->scale) return 0;
+    *w13 = *w1;
+    w13->rows = w1->rows + w3->rows;
+    return 1;
+}
+
 /* e < 0: a matrix of the block; else of routed expert e. */
 static int check_mat(const dsv4_mat *m, int64_t rows, int64_t cols, const char *name, int e,
                      int layer, dsv4_err *err) {
@@ -216,8 +227,11 @@ typedef struct moe_scratch {
     int *at;         /* (R*K) position of slot s*K + k in list (list's inverse) */
     float *wg;       /* (R*K) routing weights in list order */
     float *xg;       /* (R*K, D) input rows in list order */
-    float *g, *u;    /* (R*K + R, I) gate and up projections: list order, then the shared
-                      * expert's R rows (g then holds the intermediate) */
+    float *gu;       /* (2 (R*K + R), I) gate and up projections by group: list order, then
+                      * the shared expert's R rows; a group of n rows from slot p0 has its
+                      * (n, I) gate rows at gu + 2 p0 I and its (n, I) up rows right after
+                      * them (g then holds the intermediate), so that a one-row group's gate
+                      * and up are one (2I) output row (dsv4_moe_w13) */
     float *og;       /* (R*K, D) routed expert outputs in list order */
     float *sh;       /* (R, D) shared expert output */
     dsv4_moe_group *gr; /* (E + 1) the pass's expert groups, the shared expert last */
@@ -234,13 +248,12 @@ static int scratch_take(dsv4_arena *a, moe_scratch *m, int R, int E, int K, int 
     m->at = dsv4_arena_take_n(a, RK, sizeof(int));
     m->wg = dsv4_arena_take_n(a, RK, sizeof(float));
     m->xg = dsv4_arena_take_n(a, RK * D, sizeof(float));
-    m->g = dsv4_arena_take_n(a, (RK + R) * I, sizeof(float));
-    m->u = dsv4_arena_take_n(a, (RK + R) * I, sizeof(float));
+    m->gu = dsv4_arena_take_n(a, 2 * (RK + R) * I, sizeof(float));
     m->og = dsv4_arena_take_n(a, RK * D, sizeof(float));
     m->sh = dsv4_arena_take_n(a, (long long)R * D, sizeof(float));
     m->gr = dsv4_arena_take_n(a, E + 1LL, sizeof(dsv4_moe_group));
     return m->logits && m->s && m->sel && m->w && m->start && m->list && m->at && m->wg && m->xg &&
-           m->g && m->u && m->og && m->sh && m->gr;
+           m->gu && m->og && m->sh && m->gr;
 }
 
 /* Rows per pass: the two (R*K, D) buffers, gathered inputs and expert outputs, bound it. */
@@ -382,9 +395,17 @@ typedef struct {
 
 static void few_expert(const few_job *j, const dsv4_moe_group *g) {
     const float limit = j->cfg->swiglu_limit > 0 ? (float)j->cfg->swiglu_limit : 0.0f;
-    const dsv4_lin_op up[2] = {{g->w1, g->x, g->n, g->g}, {g->w3, g->x, g->n, g->u}};
-    dsv4_linear_here(j->k, up, 2);
-    j->fn(g->g, g->u, g->w, g->n, j->cfg->moe_intermediate_size, limit, g->g);
+    const int I = j->cfg->moe_intermediate_size;
+    dsv4_mat w13;
+    if (g->n == 1 && g->u == g->g + I && dsv4_moe_w13(g->w1, g->w3, &w13)) {
+        /* W1 and W3 as one product: the (2I) output row is the gate, then the up row */
+        const dsv4_lin_op up = {&w13, g->x, 1, g->g};
+        dsv4_linear_here(j->k, &up, 1);
+    } else {
+        const dsv4_lin_op up[2] = {{g->w1, g->x, g->n, g->g}, {g->w3, g->x, g->n, g->u}};
+        dsv4_linear_here(j->k, up, 2);
+    }
+    j->fn(g->g, g->u, g->w, g->n, I, limit, g->g);
     const dsv4_lin_op down = {g->w2, g->g, g->n, g->out};
     dsv4_linear_here(j->k, &down, 1);
 }
@@ -548,8 +569,9 @@ static int routed_groups(const dsv4_config *cfg, const dsv4_block_w *b, moe_scra
     for (int e = 0; e < E; e++) {
         const int p0 = m->start[e], n = m->start[e + 1] - p0;
         if (n == 0) continue;
+        float *g = m->gu + 2 * (int64_t)p0 * I;
         m->gr[ng++] = (dsv4_moe_group){&b->w1[e], &b->w3[e], &b->w2[e], m->xg + (int64_t)p0 * D, m->wg + p0, n,
-                                       m->og + (int64_t)p0 * D, m->g + (int64_t)p0 * I, m->u + (int64_t)p0 * I};
+                                       m->og + (int64_t)p0 * D, g, g + (int64_t)n * I};
     }
     return ng;
 }
@@ -676,10 +698,10 @@ static int moe_pass(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cf
     /* One row (batch-1 decode): router, routing and experts in one job (moe_one.c), the
      * shared expert's items first. */
     if (R == 1 && nm == dsv4_numerics_exact()) {
-        const int64_t sh0 = (int64_t)K * I;
-        const dsv4_moe_group sh = {&b->sh_w1, &b->sh_w3, &b->sh_w2, x, NULL, 1, m->sh, m->g + sh0, m->u + sh0};
+        float *shg = m->gu + 2 * (int64_t)K * I; /* after the K routed experts' gate and up rows */
+        const dsv4_moe_group sh = {&b->sh_w1, &b->sh_w3, &b->sh_w2, x, NULL, 1, m->sh, shg, shg + I};
         const int32_t token = tokens ? tokens[0] : -1;
-        const dsv4_moe_one_route rt = {b, token, m->logits, m->s, m->sel, m->w, m->og, m->g, m->u};
+        const dsv4_moe_one_route rt = {b, token, m->logits, m->s, m->sel, m->w, m->og, m->gu};
         const int one = dsv4_moe_one_run(k, cfg, &sh, 1, x, &rt, DSV4_MOE_ONE_ITEM_BYTES);
         if (one == -1) { /* the routing failed: again, for its message */
             const int rc = dsv4_moe_route_row(cfg, b, m->logits, token, m->sel, m->w, m->s, err);
@@ -696,8 +718,8 @@ static int moe_pass(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cf
     }
 
     moe_rows_job rj = {cfg, nm, m, x, y, R * K};
-    const int64_t sh0 = (int64_t)R * K * I;
-    const dsv4_moe_group shared = {&b->sh_w1, &b->sh_w3, &b->sh_w2, x, NULL, R, m->sh, m->g + sh0, m->u + sh0};
+    float *shg = m->gu + 2 * (int64_t)R * K * I; /* after the routed slots' gate and up rows */
+    const dsv4_moe_group shared = {&b->sh_w1, &b->sh_w3, &b->sh_w2, x, NULL, R, m->sh, shg, shg + (int64_t)R * I};
     if (nm == dsv4_numerics_exact() && R > MOE_FEW_ROWS && R <= MOE_FUSED_MAX_ROWS && E <= MOE_FEW_MAX &&
         dsv4_kctx_threads(k) > 1) {
         /* a batched decode step: the router beside the shared expert (fused_job) */

@@ -59,7 +59,8 @@ int dsv4_moe_gate(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_block_w *b, c
 
 /* One expert's work in dsv4_moe_experts: out (n, D) = (w[r] * silu(min(x W1^T, L)) *
  * clip(x W3^T, -L, L)) W2^T per row r of x (n, D); w NULL = weight 1 (the shared expert).
- * Scratch g, u (n, I). */
+ * Scratch g, u (n, I); with u == g + n I (the forward's own scratch) and W1, W3 one matrix
+ * in memory (dsv4_moe_w13), W1 and W3 run as one product into g and u. */
 typedef struct dsv4_moe_group {
     const dsv4_mat *w1, *w3, *w2;
     const float *x;
@@ -84,6 +85,15 @@ void dsv4_moe_experts(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *
 void dsv4_moe_expert(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_mat *w1,
                      const dsv4_mat *w3, const dsv4_mat *w2, const float *x, const float *w,
                      int n, float *out, float *g, float *u);
+
+/* w13 (2 I rows) = an expert's W1 (I, D) rows then its W3 (I, D) rows as one matrix, where
+ * the memory holds them so: W3's weights right after W1's and W3's scales right after W1's
+ * (the engine's copy lays every routed expert out so, engine/fp4_layout.c). Then x w13^T is
+ * x W1^T then x W3^T, each row the same product as alone (kernels/linear_fast.h: a row's
+ * value does not depend on the rows beside it), in one call: one matrix start, one x
+ * permute and one stream instead of two. Packed FP4 only (either layout). Returns 1 and
+ * sets w13, else 0. */
+int dsv4_moe_w13(const dsv4_mat *w1, const dsv4_mat *w3, dsv4_mat *w13);
 
 /* y (D) = sum over k of rows[idx[k]] (each (D)), in k order, then + shared (D). */
 void dsv4_moe_combine(int D, int K, const float *rows, const int *idx, const float *shared,

@@ -80,7 +80,8 @@ typedef struct dsv4_moe_one_route {
     int *sel;      /* (K) */
     float *w;      /* (K) */
     float *og;     /* (K, D) routed expert outputs, k order */
-    float *g, *u;  /* (K, I) */
+    float *gu;     /* (K, 2, I) routed expert k's gate rows at gu + 2 k I, its up rows
+                    * right after them (one dsv4_moe_w13 product writes both) */
 } dsv4_moe_one_route;
 
 /* Every group of one activation row (n == 1, at most DSV4_MOE_ONE_MAX_GROUPS groups, exact

@@ -147,7 +147,7 @@ static void route(one_job *j) {
         const int e = rt->sel[kk];
         j->gr[j->n_fixed + kk] = (dsv4_moe_group){&rt->b->w1[e], &rt->b->w3[e], &rt->b->w2[e], j->x,
                                                   rt->w + kk, 1, rt->og + (int64_t)kk * D,
-                                                  rt->g + (int64_t)kk * I, rt->u + (int64_t)kk * I};
+                                                  rt->gu + 2 * (int64_t)kk * I, rt->gu + (2 * (int64_t)kk + 1) * I};
     }
     j->route_ok = 1;
     atomic_store_explicit(&j->unrouted, 0, memory_order_release);
@@ -176,8 +176,15 @@ static void run_item(one_job *j, int it) {
             const dsv4_moe_group *gp = &j->gr[g];
             const int64_t I = j->cfg->moe_intermediate_size, r0 = span_row0(&j->up[g], it, j->T);
             const int64_t n = I - r0 < j->up[g].rows ? I - r0 : j->up[g].rows;
-            if (!product_rows(j, gp->w1, gp->x, gp->g, r0, n, 2, gp->w3, gp->u))
+            dsv4_mat w13;
+            if (n == I && gp->u == gp->g + I && dsv4_moe_w13(gp->w1, gp->w3, &w13)) {
+                /* the whole expert, W1 and W3 one matrix: one product, the gate then the up row */
+                const dsv4_lin_op op = {&w13, gp->x, 1, gp->g};
+                dsv4_linear_here(j->k, &op, 1);
+                j->swiglu(gp->g, gp->u, gp->w, 1, (int)n, j->limit, gp->g);
+            } else if (!product_rows(j, gp->w1, gp->x, gp->g, r0, n, 2, gp->w3, gp->u)) {
                 j->swiglu(gp->g + r0, gp->u + r0, gp->w, 1, (int)n, j->limit, gp->g + r0);
+            }
         }
         atomic_fetch_sub_explicit(&j->up_left[g], 1, memory_order_release);
         return;

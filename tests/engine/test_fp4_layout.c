@@ -25,6 +25,7 @@
 #include "kernels/cpu.h"
 #include "model/info.h"
 #include "model/model.h"
+#include "moe/moe.h"
 #include "test.h"
 
 enum { N = 60, P = 52 };
@@ -36,6 +37,7 @@ typedef struct {
     int layout; /* get_opts().fp4_layout */
     int64_t own_fp4; /* the engine's FP4 matrices (either layout) whose bytes are not the model's */
     int64_t own_other, other_total; /* own_other() */
+    int64_t w13, experts; /* routed experts whose W1 and W3 are one matrix (dsv4_moe_w13); all of them */
 } run_out;
 
 /* FP4 matrices of the engine's blocks stored outside the model's mapped bytes */
@@ -49,6 +51,25 @@ static int64_t own_fp4(const dsv4_engine *e, const dsv4_model *m) {
             for (int j = 0; j < 3; j++) n += dsv4_wf_is_fp4(em[j]->fmt) && em[j]->w != mm[j]->w;
         }
     }
+    return n;
+}
+
+/* routed experts of the engine's blocks whose W1 and W3 are one matrix in memory, each checked
+ * against its own bytes: W1's weights then W3's, W1's scales then W3's (the copy's layout) */
+static int64_t w13_experts(const dsv4_engine *e, int64_t *total) {
+    const dsv4_config *c = e->cfg;
+    int64_t n = 0, t = 0;
+    for (int l = 0; l < c->num_hidden_layers + c->num_nextn_predict_layers; l++) {
+        const dsv4_block_w *b = &e->blocks[l];
+        for (int x = 0; b->w1 && x < c->n_routed_experts; x++, t++) {
+            dsv4_mat v;
+            const dsv4_mat *w1 = &b->w1[x], *w3 = &b->w3[x];
+            const int64_t wb = w1->rows * w1->cols / 2, sb = w1->rows * (w1->cols / 32);
+            n += dsv4_moe_w13(w1, w3, &v) && v.rows == w1->rows + w3->rows && (const uint8_t *)w3->w == (const uint8_t *)w1->w + wb &&
+                 (const uint8_t *)w3->scale == (const uint8_t *)w1->scale + sb && v.w == w1->w && v.scale == w1->scale;
+        }
+    }
+    *total = t;
     return n;
 }
 
@@ -89,6 +110,7 @@ static int run(const dsv4_model *m, int layout, const int32_t *toks, run_out *o)
     o->layout = dsv4_engine_get_opts(e).fp4_layout;
     o->own_fp4 = own_fp4(e, m);
     o->own_other = own_other(e, m, &o->other_total);
+    o->w13 = w13_experts(e, &o->experts);
     rc = dsv4_seq_create(e, &s, &err);
     const int D = info.hidden_size, V = info.vocab_size;
     for (int t = 0; !rc && t < N; t += t < P ? P : 1) {
@@ -212,6 +234,13 @@ int main(int argc, char **argv) {
                   "auto (%s) has %lld experts in the engine's memory, copy %lld", dsv4_fp4_layout_name(r[2].layout),
                   (long long)r[2].own_fp4, (long long)r[3].own_fp4);
         if (level == 0) printf("auto became %s here\n", dsv4_fp4_layout_name(r[2].layout));
+        /* copy and lanes: every routed expert's W1 and W3 one matrix (the bits below then show
+         * that the MoE's one product for both is the two products' values) */
+        CHECK_MSG(r[3].experts > 0 && r[3].w13 == r[3].experts && r[1].w13 == r[1].experts,
+                  "W1 and W3 one matrix: copy %lld of %lld experts, lanes %lld of %lld", (long long)r[3].w13,
+                  (long long)r[3].experts, (long long)r[1].w13, (long long)r[1].experts);
+        if (level == 0) printf("W1|W3 one matrix: natural %lld, copy %lld, lanes %lld of %lld experts\n", (long long)r[0].w13,
+                               (long long)r[3].w13, (long long)r[1].w13, (long long)r[3].experts);
         CHECK_MSG(r[1].lanes == census.lanes_ok && r[1].natural == census.fp4 - census.lanes_ok,
                   "lanes engine: %lld repacked, %lld natural; census %lld of %lld", (long long)r[1].lanes,
                   (long long)r[1].natural, (long long)census.lanes_ok, (long long)census.fp4);

@@ -5,6 +5,7 @@
  * invariance (a row's output is bitwise the same alone, in a batch, in any order). */
 #include <stdint.h>
 
+#include "kernels/cpu.h"
 #include "kernels/kctx.h"
 #include "moe/moe.h"
 #include "moe/moe_impl.h"
@@ -591,7 +592,7 @@ static void test_one_row_job(void) {
     const int D = t.D, I = t.I, E = t.E, K = t.K;
     float *x = talloc(sizeof(float) * S * D), *y = talloc(sizeof(float) * S * D), *y1 = talloc(sizeof(float) * D);
     float *logits = talloc(sizeof(float) * E), *og = talloc(sizeof(float) * K * D), *sh = talloc(sizeof(float) * D);
-    float *g = talloc(sizeof(float) * (K + 1) * I), *u = talloc(sizeof(float) * (K + 1) * I), wk[16];
+    float *gu = talloc(sizeof(float) * 2 * (K + 1) * I), wk[16]; /* (K + 1, 2, I): the shared expert's last */
     double *s = talloc(sizeof(double) * E);
     int32_t tok[S];
     int sel[S * 16], sel1[16], idx[16];
@@ -609,8 +610,9 @@ static void test_one_row_job(void) {
     int bad = 0, failed = 0;
     for (int r = 0; r < S; r++)
         for (int bi = 0; bi < 6; bi++) {
-            const dsv4_moe_group shg = {&f.b.sh_w1, &f.b.sh_w3, &f.b.sh_w2, x + r * D, NULL, 1, sh, g + K * I, u + K * I};
-            const dsv4_moe_one_route rt = {&f.b, tok[r], logits, s, sel1, wk, og, g, u};
+            const dsv4_moe_group shg = {&f.b.sh_w1, &f.b.sh_w3, &f.b.sh_w2, x + r * D, NULL, 1, sh, gu + 2 * K * I,
+                                        gu + (2 * K + 1) * I};
+            const dsv4_moe_one_route rt = {&f.b, tok[r], logits, s, sel1, wk, og, gu};
             memset(og, 0xff, sizeof(float) * K * D); /* NaN: a part never written shows */
             failed += dsv4_moe_one_run(bi < 3 ? k3 : k2, &f.cfg, &shg, 1, x + r * D, &rt, bytes[bi % 3]) != 0;
             dsv4_moe_combine(D, K, og, idx, sh, y1);
@@ -628,8 +630,8 @@ static void test_one_row_job(void) {
     CHECK_MSG(bad == 0, "one-row forward on 3 threads: %d of %d rows differ", bad, S);
     /* a hash layer without its table: the routing fails inside the job */
     f.b.layer_id = 0;
-    const dsv4_moe_group shg = {&f.b.sh_w1, &f.b.sh_w3, &f.b.sh_w2, x, NULL, 1, sh, g + K * I, u + K * I};
-    const dsv4_moe_one_route rt = {&f.b, tok[0], logits, s, sel1, wk, og, g, u};
+    const dsv4_moe_group shg = {&f.b.sh_w1, &f.b.sh_w3, &f.b.sh_w2, x, NULL, 1, sh, gu + 2 * K * I, gu + (2 * K + 1) * I};
+    const dsv4_moe_one_route rt = {&f.b, tok[0], logits, s, sel1, wk, og, gu};
     CHECK(dsv4_moe_one_run(k3, &f.cfg, &shg, 1, x, &rt, 256) == -1);
     CHECK(moe_fwd(&f.cfg, &f.b, x, tok, 1, y1, NULL, &err) == DSV4_ERR_ARG);
     CHECK_ERR(err, DSV4_ERR_ARG, "routes by hash but has no tid2eid");
@@ -812,6 +814,83 @@ static void test_fused_router(void) {
     dsv4_kctx_free(kt[1]);
 }
 
+/* An expert's W1 and W3 as one matrix (moe.h dsv4_moe_w13, the engine's copy's layout): FP4
+ * experts whose W1 and W3 lie one after the other (weights and scales) against the same bytes
+ * apart, at 1, 2, 3 and 16 rows on 1 and 2 threads, at every kernel level this CPU and build
+ * run: the same bits and selections (one-row experts fused take one product for both). The
+ * predicate says 1 for the adjacent pair (with 2I rows) and 0 for the apart one, for W1 and W3
+ * swapped, and for scales apart. */
+static uint8_t *aligned64(size_t n) { return (uint8_t *)(((uintptr_t)talloc(n + 64) + 63) & ~(uintptr_t)63); }
+
+static void test_w13_fused(void) {
+    const moe_case t = {"w13", 512, 64, 16, 2, 40, 5, 2, DSV4_SCORE_SQRTSOFTPLUS, 0.5, 1.5, 0, 0, 0};
+    fake f;
+    make_fake(&f, &t); /* its router and shared expert; 64 FP4 routed experts instead of its 16 */
+    const int D = t.D, I = t.I, E = 64, K = t.K;
+    f.cfg.n_routed_experts = E;
+    new_mat(&f.b.gate, E, D, 2.0 / sqrt(D), 0);
+    const int64_t wb = (int64_t)I * D / 2, sb = (int64_t)I * D / 32; /* a matrix's weight and scale bytes */
+    dsv4_block_w fb = f.b, ab = f.b; /* W1|W3 fused, apart */
+    fb.w1 = talloc(sizeof(dsv4_mat) * E), fb.w3 = talloc(sizeof(dsv4_mat) * E), fb.w2 = talloc(sizeof(dsv4_mat) * E);
+    ab.w1 = talloc(sizeof(dsv4_mat) * E), ab.w3 = talloc(sizeof(dsv4_mat) * E), ab.w2 = fb.w2;
+    int fused_ok = 1, apart_ok = 1;
+    for (int e = 0; e < E; e++) {
+        uint8_t *w = aligned64(2 * wb), *sc = aligned64(2 * sb), *wa = aligned64(2 * wb + 64), *sa = aligned64(2 * sb + 64);
+        for (int64_t i = 0; i < 2 * wb; i++) w[i] = (uint8_t)rng_next();
+        for (int64_t i = 0; i < 2 * sb; i++) sc[i] = (uint8_t)(122 + rng_next() % 8);
+        memcpy(wa, w, wb), memcpy(wa + wb + 64, w + wb, wb);
+        memcpy(sa, sc, sb), memcpy(sa + sb + 64, sc + sb, sb);
+        fb.w1[e] = (dsv4_mat){DSV4_WF_FP4, I, D, w, sc, 0};
+        fb.w3[e] = (dsv4_mat){DSV4_WF_FP4, I, D, w + wb, sc + sb, 0};
+        ab.w1[e] = (dsv4_mat){DSV4_WF_FP4, I, D, wa, sa, 0};
+        ab.w3[e] = (dsv4_mat){DSV4_WF_FP4, I, D, wa + wb + 64, sa + sb + 64, 0};
+        uint8_t *w2 = aligned64(wb), *s2 = aligned64(sb);
+        for (int64_t i = 0; i < wb; i++) w2[i] = (uint8_t)rng_next();
+        for (int64_t i = 0; i < sb; i++) s2[i] = (uint8_t)(122 + rng_next() % 8);
+        fb.w2[e] = (dsv4_mat){DSV4_WF_FP4, D, I, w2, s2, 0};
+        dsv4_mat v;
+        fused_ok &= dsv4_moe_w13(&fb.w1[e], &fb.w3[e], &v) == 1 && v.rows == 2 * I && v.w == w && v.scale == sc;
+        apart_ok &= !dsv4_moe_w13(&ab.w1[e], &ab.w3[e], &v) && !dsv4_moe_w13(&fb.w3[e], &fb.w1[e], &v);
+        dsv4_mat sx = fb.w3[e];
+        sx.scale = sa + sb + 64; /* weights adjacent, scales not */
+        apart_ok &= !dsv4_moe_w13(&fb.w1[e], &sx, &v);
+    }
+    CHECK_MSG(fused_ok && apart_ok, "dsv4_moe_w13: adjacent pairs %s, apart ones %s", fused_ok ? "fused" : "NOT fused",
+              apart_ok ? "not fused" : "FUSED");
+    enum { SM = 16 };
+    float *x = talloc(sizeof(float) * SM * D), *ya = talloc(sizeof(float) * SM * D), *yf = talloc(sizeof(float) * SM * D);
+    int32_t tok[SM];
+    int sela[SM * 2], self[SM * 2];
+    for (int i = 0; i < SM * D; i++) x[i] = (float)(1.5 * urand());
+    for (int r = 0; r < SM; r++) tok[r] = r;
+    dsv4_err err;
+    dsv4_kctx *k1 = kctx, *k2;
+    const int level0 = dsv4_kctx_simd(k1);
+    CHECK(dsv4_kctx_create(2, 256, &k2, &err) == DSV4_OK);
+    static const int rows[] = {1, 2, 3, 16};
+    int bad = 0, nonfinite = 0, n = 0;
+    for (int level = 0; level <= DSV4_SIMD_MAX; level++) {
+        if (dsv4_kctx_set_simd(k1, level) != level || dsv4_kctx_set_simd(k2, level) != level) continue; /* not here */
+        for (int th = 0; th < 2; th++)
+            for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+                const int S = rows[ri];
+                kctx = th ? k2 : k1;
+                int rc = moe_fwd(&f.cfg, &ab, x, tok, S, ya, sela, &err);
+                rc |= moe_fwd(&f.cfg, &fb, x, tok, S, yf, self, &err);
+                CHECK_MSG(rc == DSV4_OK, "w13: level %d, %d rows: %s", level, S, err.msg);
+                bad += memcmp(ya, yf, sizeof(float) * S * D) != 0 || memcmp(sela, self, sizeof(int) * S * K) != 0;
+                for (int i = 0; i < S * D; i++) nonfinite += !isfinite(yf[i]);
+                n++;
+            }
+    }
+    kctx = k1;
+    dsv4_kctx_set_simd(k1, level0);
+    CHECK_MSG(bad == 0 && nonfinite == 0 && n >= 8, "w13: %d of %d calls differ fused against apart (%d values not finite)",
+              bad, n, nonfinite);
+    dsv4_kctx_free(k2);
+    tfree_all();
+}
+
 int main(void) {
     dsv4_err err;
     if (dsv4_kctx_create(1, 256, &kctx, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
@@ -838,6 +917,7 @@ int main(void) {
     test_one_row_items();
     test_few_row_job();
     test_fused_router();
+    test_w13_fused();
     test_combine();
     dsv4_kctx_free(kctx);
     return test_report();
