@@ -117,10 +117,11 @@ __attribute__((target("avx512f"))) static void post_inplace_avx512(int hc, int D
  * still sums the products i ≡ l (mod 16) in ascending i (each product exact in double),
  * and the tail and the tree are dsv4_dot_f64_finish's: the bits of dsv4_hc_dots.
  *
- * A block of 8 rows runs each slab's fn rows against two tiles of 4 rows, so a batched
- * decode step's thread reads fn (which comes from memory: 384 KB a call at flash_quarter)
- * once for its 8 rows instead of once per 4; its slabs are half as long, so that the 8
- * widened rows, the accumulators and the slab's fn stay in L1. */
+ * A block of 8 rows runs each slab's fn rows against all 8 rows (fn as floats: dots_tile8;
+ * fn widened: two tiles of 4 rows), so a batched decode step's thread reads fn (which comes
+ * from memory: 384 KB a call at flash_quarter) once for its 8 rows instead of once per 4; its
+ * slabs are half as long, so that the 8 widened rows, the accumulators and the slab's fn stay
+ * in L1. */
 #define HC_ROWS 8      /* rows of a block, at most */
 #define HC_TILE_ROWS 4 /* rows of a tile */
 #define HC_SLAB 256
@@ -178,6 +179,37 @@ HC_TILE void self_tile(__m512d acc[][HC_DOTS_MAX][2], int m, double (*hw)[HC_SLA
     }
 }
 
+/* acc[r][m] += fn row m (the floats g, widened here) x rows r < 8 of hw over len columns, the
+ * next slab's lines of the row (pf, len floats; NULL at the last slab) prefetched meanwhile.
+ * One fn row against all 8 rows widens each fn value once (two 4-row tiles widened it twice),
+ * and the next slab is asked for while this one runs: fn comes from memory once per call, 24
+ * rows read a slab (512 bytes) at a time, too many short streams for the hardware prefetchers.
+ * The same FMAs into the same lanes in the same column order as dots_tile: the same bits.
+ * Zen 5, one thread, 8 rows x 4096, against the two tiles: hot 0.88-0.95x the time, fn from
+ * memory 0.81x; in step (batch 16, steps alternated) hc_pre's dots -130 us of thread time a
+ * step, its jobs -77 us of wall (BENCHMARKS.md session 27 dn27). */
+HC_TILE void dots_tile8(__m512d acc[][HC_DOTS_MAX][2], int m, const float *g, const float *pf,
+                        double (*hw)[HC_SLAB], int len) {
+    __m512d a[HC_ROWS][2];
+    for (int r = 0; r < HC_ROWS; r++) {
+        a[r][0] = acc[r][m][0];
+        a[r][1] = acc[r][m][1];
+    }
+    if (pf)
+        for (int c = 0; c < len; c += 16) _mm_prefetch((const char *)(pf + c), _MM_HINT_T0);
+    for (int c = 0; c < len; c += 16) {
+        const __m512d fl = fn_lo(NULL, g, c), fh = fn_hi(NULL, g, c);
+        for (int r = 0; r < HC_ROWS; r++) {
+            a[r][0] = _mm512_fmadd_pd(fl, _mm512_load_pd(hw[r] + c), a[r][0]);
+            a[r][1] = _mm512_fmadd_pd(fh, _mm512_load_pd(hw[r] + c + 8), a[r][1]);
+        }
+    }
+    for (int r = 0; r < HC_ROWS; r++) {
+        acc[r][m][0] = a[r][0];
+        acc[r][m][1] = a[r][1];
+    }
+}
+
 /* fn rows [m, m + F) x rows [0, RB) over a slab: tiles of up to HC_TILE_ROWS rows. */
 HC_TILE void dots_tiles(__m512d acc[][HC_DOTS_MAX][2], int m, const double *f0, const double *f1, const float *g0,
                         const float *g1, double (*hw)[HC_SLAB], int len, const int RB, const int F) {
@@ -205,7 +237,10 @@ HC_TILE void dots_rows_block(const float *h, int64_t n, const float *fn, const d
             for (int c = 0; c < len; c += 8)
                 _mm512_store_pd(hw[r] + c, _mm512_cvtps_pd(_mm256_loadu_ps(h + r * n + s0 + c)));
         int m = 0;
-        if (fn_f64) {
+        if (RB == HC_ROWS && !fn_f64) {
+            for (; m < n_mix; m++)
+                dots_tile8(acc, m, fn + m * n + s0, s0 + slab < nv ? fn + m * n + s0 + slab : NULL, hw, len);
+        } else if (fn_f64) {
             for (; m + 2 <= n_mix; m += 2)
                 dots_tiles(acc, m, fn_f64 + m * n + s0, fn_f64 + (m + 1) * n + s0, NULL, NULL, hw, len, RB, 2);
             if (m < n_mix) dots_tiles(acc, m, fn_f64 + m * n + s0, NULL, NULL, NULL, hw, len, RB, 1);
