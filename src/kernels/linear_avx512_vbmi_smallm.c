@@ -552,12 +552,18 @@ AINLINE __m128 sm_sum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 /* xs (n_rows, n) = x * 2^(b - 7) for the column blocks of scale band `band` (n % 16 == 0); 0
  * when x is not finite or some nonzero x gives a product that is not a normal float (then xs
  * is not used). The range is checked on x's extremes per block: x * 2^e is exact for every x
- * between them when it is for both. */
-static VBMI int smb_fill(const dsv4_mat *w, const float *x, int n_rows, int64_t band, float *xs) {
+ * between them when it is for both. prev_band >= 0: xs holds this x scaled (and checked) for
+ * that band, so a column block whose scale is the same there is left as it is (its values
+ * and its check depend only on x and the scale): a task's next band rewrites only the blocks
+ * whose scale changed (the bench model's FP8 scales repeat in ~half the blocks from one band
+ * to the next; BENCHMARKS.md session 27 dn27). */
+static VBMI int smb_fill(const dsv4_mat *w, const float *x, int n_rows, int64_t band, int64_t prev_band, float *xs) {
     const int64_t n = w->cols, nsb = (n + 127) / 128;
     const __m512i absm = _mm512_set1_epi32(0x7fffffff), one = _mm512_set1_epi32(1);
     const uint8_t *sc = (const uint8_t *)w->scale + band * nsb;
+    const uint8_t *pc = prev_band >= 0 ? (const uint8_t *)w->scale + prev_band * nsb : NULL;
     for (int64_t b = 0; b < nsb; b++) {
+        if (pc && pc[b] == sc[b]) continue;
         const int e = (int)sc[b] - 7; /* 2^120 * 2^(b - 127) */
         if (e > 127) return 0;
         const __m512 f = _mm512_set1_ps(ldexpf(1.0f, e));
@@ -707,8 +713,9 @@ static VBMI int smallm_fp8_bits(const dsv4_lin_call *c, const dsv4_mat *w, const
     dsv4_lin_xs_key *key = c->job ? (dsv4_lin_xs_key *)(scratch - LIN_SCRATCH_KEY_FLOATS) : NULL;
     for (int64_t s0 = o0; s0 < o1;) {
         const int64_t band = s0 / 128, s1 = (band + 1) * 128 < o1 ? (band + 1) * 128 : o1;
-        const int have = key && key->job == c->job && key->band == band;
-        if (smb_no_nan((const uint8_t *)w->w + s0 * n, (s1 - s0) * n) && (have || smb_fill(w, x, n_rows, band, xs))) {
+        const int64_t prev = key && key->job == c->job ? key->band : -1; /* the band xs holds */
+        if (smb_no_nan((const uint8_t *)w->w + s0 * n, (s1 - s0) * n) &&
+            (prev == band || smb_fill(w, x, n_rows, band, prev, xs))) {
             smb_band(w, xs, n_rows, y, s0, s1);
             if (key) *key = (dsv4_lin_xs_key){c->job, band};
         } else {

@@ -415,7 +415,7 @@ static void check_fp8_one_row_bits(void) {
     int64_t bad = 0, total = 0;
     const int amd = dsv4_kctx_lin_tables(kc[1])->subnormal_fma_fast; /* the machine's choice */
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int v = 0; v < 4; v++) {
+        for (int v = 0; v < 6; v++) {
             const int64_t rows = shapes[si][0], cols = shapes[si][1], nsb = (cols + 127) / 128;
             tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
             float *x = rand_vec(cols), *ya = malloc(sizeof(float) * rows), *yv = malloc(sizeof(float) * rows);
@@ -482,7 +482,7 @@ static void check_smallm_fp8_bits(void) {
     int64_t bad = 0, total = 0;
     const int amd = dsv4_kctx_lin_tables(kc[1])->subnormal_fma_fast;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int v = 0; v < 4; v++) {
+        for (int v = 0; v < 6; v++) {
             const int64_t rows = shapes[si][0], cols = shapes[si][1], nsb = (cols + 127) / 128;
             tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
             uint8_t *p = t.w, *sc = t.scale;
@@ -492,13 +492,19 @@ static void check_smallm_fp8_bits(void) {
                 p[nan_rows[2] * cols] = 0x7F;
             if (v == 3) /* x = 2^10: 2^(10 + 125 - 7) overflows in the odd bands, 2^(10 + 118 - 7) not */
                 for (int64_t b = 0; b < (rows + 127) / 128; b++) sc[b * nsb + cols / 3 / 128] = b % 2 ? 125 : 118;
+            /* v 4, 5: every block's scale the same from band to band but one (the scaled x of a band is
+             * kept where its block's scale repeats); 5: that block overflows x = 2^10 in the odd bands */
+            if (v >= 4)
+                for (int64_t b = 0; b < (rows + 127) / 128; b++)
+                    for (int64_t j = 0; j < nsb; j++)
+                        sc[b * nsb + j] = j != cols / 3 / 128 ? 120 : v == 4 ? 118 + b % 3 : b % 2 ? 125 : 118;
             for (size_t ni = 0; ni < sizeof nrs / sizeof nrs[0]; ni++) {
                 const int nr = nrs[ni];
                 if (sanitized && nr > 17) continue;
                 float *x = rand_vec((int64_t)nr * cols);
                 float *yg = malloc(sizeof(float) * nr * rows), *ys = malloc(sizeof(float) * nr * rows);
                 if (v == 1) x[(int64_t)(nr - 1) * cols + cols / 2] = 1e30f;
-                if (v == 3) x[(int64_t)(nr / 2) * cols + cols / 3] = 0x1p10f;
+                if (v == 3 || v == 5) x[(int64_t)(nr / 2) * cols + cols / 3] = 0x1p10f;
                 dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512VBMI);
                 linear_forced(kc[1], DSV4_LIN_GEMM, &t.m, x, nr, yg);
                 for (int th = 1; th <= 6; th++) {
