@@ -287,8 +287,9 @@ static void hint_moe(const dsv4_engine *e, const dsv4_block_w *b) {
     const dsv4_mat *first = b->gate.rows > 0 && b->gate.w ? &b->gate : &b->sh_w1;
     const dsv4_mat *second = &b->sh_w1;
     if (!first->w || !second->w) return;
-    const int64_t half = first == second ? dsv4_mat_bytes(second) / 2 : 0;
-    const int64_t n0 = dsv4_mat_bytes(first), n1 = dsv4_mat_bytes(second) - half;
+    /* weights only: the lengths run from w, the scales lie elsewhere */
+    const int64_t half = first == second ? dsv4_mat_weight_bytes(second) / 2 : 0;
+    const int64_t n0 = dsv4_mat_weight_bytes(first), n1 = dsv4_mat_weight_bytes(second) - half;
     /* skip 1: hc_pre's job runs first */
     dsv4_kctx_hint(e->k, 0, first->w, n0 < DSV4_LIN_HINT_BYTES ? n0 : DSV4_LIN_HINT_BYTES, 1);
     dsv4_kctx_hint(e->k, 1, (const char *)second->w + half, n1 < DSV4_LIN_HINT_BYTES ? n1 : DSV4_LIN_HINT_BYTES, 1);

@@ -117,7 +117,7 @@ static void mat_parts(const dsv4_mat *m, int64_t *wb, int64_t *sb) {
     *wb = *sb = 0;
     if (!m->w || m->rows <= 0 || m->fmt == DSV4_WF_I8) return;
     *sb = m->scale ? dsv4_mat_scale_bytes(m) : 0;
-    *wb = dsv4_mat_bytes(m) - dsv4_mat_scale_bytes(m);
+    *wb = dsv4_mat_weight_bytes(m);
 }
 
 /* One piece of the engine's copy: n bytes from src into dst, then the pointer that read src

@@ -90,6 +90,8 @@ int64_t dsv4_mat_scale_bytes(const dsv4_mat *w) {
     }
 }
 
+int64_t dsv4_mat_weight_bytes(const dsv4_mat *w) { return dsv4_mat_bytes(w) - dsv4_mat_scale_bytes(w); }
+
 int64_t dsv4_mat_bytes(const dsv4_mat *w) {
     const int64_t r = w->rows, c = w->cols;
     switch (w->fmt) {

@@ -48,6 +48,8 @@ void dsv4_linear_ref(const dsv4_mat *w, const float *x, int n_rows, float *y, fl
 int64_t dsv4_mat_bytes(const dsv4_mat *w);
 /* Bytes of its scales alone (FP8 block grid, FP4 per-32, I8 per-row F32; 0 for the dense formats). */
 int64_t dsv4_mat_scale_bytes(const dsv4_mat *w);
+/* Bytes of its weights alone (dsv4_mat_bytes less the scales): rows x the bytes of a row. */
+int64_t dsv4_mat_weight_bytes(const dsv4_mat *w);
 
 /* A view of rows [r0, r0 + n) of w (used for the per-group blocks of wo_a). Returns 0, or
  * -1 when the format cannot be sliced there (FP8 with r0 not a multiple of 128 and rows

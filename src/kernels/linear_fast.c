@@ -513,17 +513,10 @@ void dsv4_linear(dsv4_kctx *k, const dsv4_mat *w, const float *x, int n_rows, fl
     dsv4_linear_batch(k, &op, 1);
 }
 
-/* Bytes of one output row of w's weights (scales apart), or 0 for a format not hinted. */
+/* Bytes of one output row of w's weights (scales apart), or 0 for a format not hinted
+ * (W8A8's INT8 products, absent matrices). */
 static int64_t hint_row_bytes(const dsv4_mat *w) {
-    switch (w->fmt) {
-    case DSV4_WF_FP8: return w->cols;
-    case DSV4_WF_F16:
-    case DSV4_WF_BF16: return 2 * w->cols;
-    case DSV4_WF_F32: return 4 * w->cols;
-    case DSV4_WF_FP4:
-    case DSV4_WF_FP4L: return w->cols / 2;
-    default: return 0;
-    }
+    return w->fmt == DSV4_WF_I8 || w->rows <= 0 ? 0 : dsv4_mat_weight_bytes(w) / w->rows;
 }
 
 void dsv4_lin_hint(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, int64_t bytes, int skip) {
