@@ -180,8 +180,8 @@ void dsv4_engine_numa_end(const void *saved, int restore);
  * DSV4_WF_FP4L. Runs after the W8A8 copies and before the fidelity mode, which knows the
  * weights by their storage. */
 int dsv4_engine_prepare_fp4(dsv4_engine *e, dsv4_err *err);
-/* What dsv4_engine_opts.fp4_layout = AUTO becomes: DSV4_FP4_COPY when copy_bytes (the FP4
- * bytes a COPY engine would own) plus other_bytes (its cache and scratch) plus the fit check's
+/* What dsv4_engine_opts.fp4_layout = AUTO becomes: DSV4_FP4_COPY when copy_bytes (the layer
+ * weights a COPY engine would own) plus other_bytes (its cache and scratch) plus the fit check's
  * headroom fit in `available` bytes (dsv4_machine_available_bytes) and the process has
  * nothing locked in memory (`locked`), else DSV4_FP4_NATURAL. Pure, for the tests. */
 int dsv4_fp4_auto_layout(int64_t copy_bytes, int64_t other_bytes, uint64_t available, uint64_t ram,

@@ -34,30 +34,34 @@ static uint64_t limit_file(const char *path) {
     return v;
 }
 
+/* A "Key: N kB" field of a /proc file, in bytes; 0 if absent or unreadable. */
+static uint64_t proc_field(const char *path, const char *key) {
+    char *text = dsv4_read_file(path, 1 << 16, NULL, NULL);
+    const uint64_t v = dsv4_meminfo_field(text, key);
+    free(text);
+    return v;
+}
+
+/* A container's memory limit and usage, as the container sees its own cgroup: v2, then v1. */
+static const char *const cg_limit[2] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+static const char *const cg_usage[2] = {"/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory/memory.usage_in_bytes"};
+
 uint64_t dsv4_machine_ram_bytes(void) {
-    char *info = dsv4_read_file("/proc/meminfo", 1 << 16, NULL, NULL);
-    uint64_t ram = dsv4_meminfo_total(info);
-    free(info);
-    /* a container's limit, as the container sees its own cgroup (v2, then v1) */
-    const char *files[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    uint64_t ram = proc_field("/proc/meminfo", "MemTotal:");
     for (int i = 0; i < 2; i++) {
-        uint64_t lim = limit_file(files[i]);
+        const uint64_t lim = limit_file(cg_limit[i]);
         if (lim && (!ram || lim < ram)) ram = lim;
     }
     return ram;
 }
 
 uint64_t dsv4_machine_available_bytes(void) {
-    char *info = dsv4_read_file("/proc/meminfo", 1 << 16, NULL, NULL);
-    uint64_t avail = dsv4_meminfo_field(info, "MemAvailable:");
-    free(info);
-    /* a container's room: its limit less what it uses (v2, then v1) */
-    const char *lim_files[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
-    const char *use_files[] = {"/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory/memory.usage_in_bytes"};
+    uint64_t avail = proc_field("/proc/meminfo", "MemAvailable:");
+    /* a container's room: its limit less what it uses (the first cgroup version that has one) */
     for (int i = 0; i < 2; i++) {
-        const uint64_t lim = limit_file(lim_files[i]);
+        const uint64_t lim = limit_file(cg_limit[i]);
         if (!lim) continue;
-        const uint64_t used = limit_file(use_files[i]); /* a plain number: the parse serves */
+        const uint64_t used = limit_file(cg_usage[i]); /* a plain number: the parse serves */
         const uint64_t room = lim > used ? lim - used : 0;
         if (!avail || room < avail) avail = room;
         break;
@@ -65,9 +69,4 @@ uint64_t dsv4_machine_available_bytes(void) {
     return avail;
 }
 
-uint64_t dsv4_process_locked_bytes(void) {
-    char *status = dsv4_read_file("/proc/self/status", 1 << 16, NULL, NULL);
-    const uint64_t locked = dsv4_meminfo_field(status, "VmLck:");
-    free(status);
-    return locked;
-}
+uint64_t dsv4_process_locked_bytes(void) { return proc_field("/proc/self/status", "VmLck:"); }
