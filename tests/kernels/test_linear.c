@@ -8,131 +8,20 @@
  * AVX2 GEMV to the GEMM path); no load past the end of the weights or scales (they are
  * placed right before an inaccessible page: the GEMV's software prefetch runs up to there
  * and must stay a prefetch); FP8 NaN codes 0x7F/0xFF give NaN outputs at every level and
- * leave the other rows alone. */
+ * leave the other rows alone. The small-M kernel's and the one-row GEMV's own bit checks are in
+ * test_linear_smallm.c and test_linear_onerow.c; the shared fixture in linear_fixture.h. */
 #include <stdint.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "kernels/codec.h"
 #include "kernels/cpu.h"
-#include "kernels/kctx.h"
-#include "kernels/linear.h"
-#include "kernels/linear_fast.h"
+#include "linear_fixture.h"
 #include "test.h"
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static uint64_t rnd(void) {
-    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
-    return rng_state;
-}
-static float urand(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
-
-/* A weight matrix with owned storage. */
-typedef struct {
-    dsv4_mat m;
-    void *w, *scale;
-} tmat;
-
-enum { SC_E8M0, SC_F32 };
-
-static const char *fmt_name(dsv4_wfmt f, int sc) {
-    switch (f) {
-    case DSV4_WF_F32: return "f32";
-    case DSV4_WF_F16: return "f16";
-    case DSV4_WF_BF16: return "bf16";
-    case DSV4_WF_FP8: return sc == SC_F32 ? "fp8/f32-scale" : "fp8";
-    case DSV4_WF_FP4: return sc == SC_F32 ? "fp4/f32-scale" : "fp4";
-    default: return "?";
-    }
-}
-
-/* Random weights covering every code of the format (FP8: all but the NaN codes), with
- * scales spread over a few binades so blocks really differ. */
-static tmat make_mat(dsv4_wfmt f, int sc, int64_t rows, int64_t cols) {
-    tmat t = {0};
-    t.m.fmt = f;
-    t.m.rows = rows;
-    t.m.cols = cols;
-    t.m.scale_is_f32 = sc == SC_F32;
-    const int64_t n = rows * cols;
-    int64_t ns = 0;
-    switch (f) {
-    case DSV4_WF_F32: {
-        float *p = malloc(sizeof(float) * n);
-        for (int64_t i = 0; i < n; i++) p[i] = urand();
-        t.w = p;
-        break;
-    }
-    case DSV4_WF_F16:
-    case DSV4_WF_BF16: {
-        uint16_t *p = malloc(2 * n);
-        for (int64_t i = 0; i < n; i++) {
-            float v = 2.0f * urand();
-            p[i] = f == DSV4_WF_F16 ? dsv4_f32_to_f16(v) : dsv4_f32_to_bf16(v);
-        }
-        t.w = p;
-        break;
-    }
-    case DSV4_WF_FP8: {
-        uint8_t *p = malloc(n);
-        for (int64_t i = 0; i < n; i++) {
-            uint8_t b;
-            do b = (uint8_t)rnd(); while ((b & 0x7f) == 0x7f);
-            p[i] = b;
-        }
-        t.w = p;
-        ns = ((rows + 127) / 128) * ((cols + 127) / 128);
-        break;
-    }
-    case DSV4_WF_FP4: {
-        uint8_t *p = malloc(n / 2);
-        for (int64_t i = 0; i < n / 2; i++) p[i] = (uint8_t)rnd();
-        t.w = p;
-        ns = rows * (cols / 32);
-        break;
-    }
-    default: break;
-    }
-    if (ns) {
-        if (sc == SC_F32) {
-            float *s = malloc(sizeof(float) * ns);
-            for (int64_t i = 0; i < ns; i++) s[i] = (0.6f + 0.5f * urand()) * 0.01f; /* not powers of 2 */
-            t.scale = s;
-        } else {
-            uint8_t *s = malloc(ns);
-            for (int64_t i = 0; i < ns; i++) s[i] = (uint8_t)(118 + rnd() % 8);
-            t.scale = s;
-        }
-    }
-    t.m.w = t.w;
-    t.m.scale = t.scale;
-    return t;
-}
-
-static void free_mat(tmat *t) { free(t->w); free(t->scale); }
-
-static float *rand_vec(int64_t n) {
-    float *v = malloc(sizeof(float) * (n > 0 ? n : 1));
-    for (int64_t i = 0; i < n; i++) v[i] = urand();
-    return v;
-}
 
 /* worst figures per format, printed at the end */
 typedef struct { double max_abs, max_rel, max_rel_l2; int cases; } stat;
 static stat stats[DSV4_SIMD_MAX + 1][9]; /* [level][fmt + 3 if F32 scales] */
-
-static dsv4_kctx *kc[4]; /* 1, 2, 3 threads (index = threads) */
-
-static int same_bits(const float *a, const float *b, int64_t n) { return memcmp(a, b, sizeof(float) * n) == 0; }
-
-/* Under AddressSanitizer (a -O0 build) the portable level skips the few largest shapes:
- * they add minutes of plain arithmetic and no coverage the smaller ones lack. */
-#if defined(__SANITIZE_ADDRESS__)
-static const int sanitized = 1;
-#else
-static const int sanitized = 0;
-#endif
 
 /* One shape: reference vs fast at the given level, thread-count and batch invariance. */
 static void check_case(dsv4_wfmt f, int sc, int64_t rows, int64_t cols, int n_rows, int level) {
@@ -295,27 +184,6 @@ static void check_fp8_prescale_guard(int level) {
     }
 }
 
-/* outputs of y and y2 (n floats) whose bits differ */
-static int64_t bits_differ(const float *y, const float *y2, int64_t n) {
-    int64_t d = 0;
-    for (int64_t i = 0; i < n; i++) d += memcmp(&y[i], &y2[i], sizeof(float)) != 0;
-    return d;
-}
-
-/* y = x m^T on k with the path forced (then AUTO again) */
-static void linear_forced(dsv4_kctx *k, dsv4_lin_path path, const dsv4_mat *m, const float *x, int nr, float *y) {
-    dsv4_kctx_set_lin_path(k, path);
-    dsv4_linear(k, m, x, nr, y);
-    dsv4_kctx_set_lin_path(k, DSV4_LIN_AUTO);
-}
-
-/* linear_forced into y; the outputs whose bits differ from yref's */
-static int64_t forced_differs(dsv4_kctx *k, dsv4_lin_path path, const dsv4_mat *m, const float *x, int nr,
-                              const float *yref, float *y) {
-    linear_forced(k, path, m, x, nr, y);
-    return bits_differ(yref, y, (int64_t)nr * m->rows);
-}
-
 /* Level avx512vbmi decodes FP8 through byte tables and FP4 through word tables in natural
  * column order, avx512 through F16 conversions and permuted FP4 lanes: the weights are the
  * same exact values and every lane sums the same columns in the same order, so every
@@ -358,236 +226,6 @@ static void check_vbmi_matches_avx512(dsv4_wfmt f) {
            (long long)bad);
 }
 
-/* The one-row FP8 GEMV at level avx512vbmi takes rows of up to 512 columns with x * scale
- * computed once per task for every scale band the task spans (a stack buffer of 2048
- * floats; a task whose bands do not fit takes the per-step path). Both ways must give the
- * bits of level avx512 on 1..3 threads (pool tasks of at most 256 rows) and through
- * dsv4_linear_here (one task of all the rows: 1100 x 256 is 9 bands, too many for the
- * buffer, 300 x 288 fits): many 128-row bands with their own scales, a partial last band
- * and column block, and rows past 512 columns. */
-static void check_fp8_one_row_bands(void) {
-    static const int64_t shapes[][2] = {{1100, 256}, {300, 288}, {2100, 512}, {517, 133}, {260, 520}};
-    int64_t bad = 0, total = 0;
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        const int64_t rows = shapes[si][0], cols = shapes[si][1];
-        tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
-        float *x = rand_vec(cols), *ya = malloc(sizeof(float) * rows), *yv = malloc(sizeof(float) * rows);
-        CHECK(dsv4_lin_kernels_avx512vbmi()->fp8_prescale(&t.m, x, 1) == 1); /* the prescaled paths run */
-        dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512);
-        dsv4_linear(kc[1], &t.m, x, 1, ya);
-        for (int th = 1; th <= 3; th++) {
-            dsv4_kctx_set_simd(kc[th], DSV4_SIMD_AVX512VBMI);
-            dsv4_linear(kc[th], &t.m, x, 1, yv);
-            bad += bits_differ(ya, yv, rows);
-            total += rows;
-        }
-        const dsv4_lin_op op = {&t.m, x, 1, yv};
-        for (int64_t i = 0; i < rows; i++) yv[i] = NAN; /* every output written again */
-        dsv4_linear_here(kc[2], &op, 1);
-        bad += bits_differ(ya, yv, rows);
-        total += rows;
-        free(x); free(ya); free(yv);
-        free_mat(&t);
-    }
-    CHECK_MSG(bad == 0, "fp8 one row, many bands: %lld of %lld outputs differ between avx512 and avx512vbmi",
-              (long long)bad, (long long)total);
-    printf("fp8 one row, many bands: %lld outputs, %lld differ in any bit\n", (long long)total, (long long)bad);
-}
-
-/* The one-row FP8 GEMV of level avx512vbmi on AMD cores decodes e4m3 by bit shifts against
- * x * 2^(b - 7) kept per piece of a task (linear_avx512_vbmi.c gemv1_fp8v_bits_pieces): its
- * bits against level avx512's (the F16 decode, another code path) at the decode step's widths
- * (256 .. 2048 columns: 1, 2 and 3 bands a pool task), odd widths with a masked last chunk,
- * the checkpoint's 4096 and 8192 columns and widths between (tasks cut in pieces of 2 or 1
- * bands), one past the buffer (8200: the table paths), row counts that leave 1..3 rows past
- * the runs, on 1..3 threads and in one dsv4_linear_here task (the whole matrix: pieces at
- * every width from 1024). Inputs: random, one huge x (x * 2^(b - 7) overflows: every piece
- * falls back), the same x overflowing in the odd bands only (those pieces fall back, the
- * others not), and NaN codes in a few rows (those outputs NaN at both levels, every other
- * output the same bits). Each case twice: with the machine's choice of decode (bits on AMD
- * cores) and with the tables' x * scale buffer forced (Intel's: one-row tasks of 2048 rows
- * in pieces of the bands that fit its 8 KB). */
-static void check_fp8_one_row_bits(void) {
-    static const int64_t shapes[][2] = {{1100, 256}, {517, 1024}, {300, 2048}, {263, 512},
-                                        {130, 133}, {261, 520}, {387, 2085}, {6, 1056},
-                                        {300, 4096}, {263, 8192}, {140, 5000}, {9, 8200},
-                                        {4102, 256}}; /* pool tasks of 1024 / 680 rows */
-    int64_t bad = 0, total = 0;
-    const int amd = dsv4_kctx_lin_tables(kc[1])->subnormal_fma_fast; /* the machine's choice */
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int v = 0; v < 6; v++) {
-            const int64_t rows = shapes[si][0], cols = shapes[si][1], nsb = (cols + 127) / 128;
-            tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
-            float *x = rand_vec(cols), *ya = malloc(sizeof(float) * rows), *yv = malloc(sizeof(float) * rows);
-            uint8_t *p = t.w, *sc = t.scale;
-            const int64_t nan_rows[3] = {0, rows / 2, rows - 1};
-            if (v == 1) x[cols / 3] = 1e30f; /* 2^(b - 7) * 1e30 past 2^127; x * scale still normal */
-            if (v == 3) { /* 2^10 * 2^(125 - 7) = 2^128 overflows in the odd bands, 2^(10 + 111) not */
-                x[cols / 3] = 0x1p10f;
-                for (int64_t b = 0; b < (rows + 127) / 128; b++) sc[b * nsb + cols / 3 / 128] = b % 2 ? 125 : 118;
-            }
-            if (v == 2) /* a NaN code in three rows: the first, a middle one, the last */
-                p[nan_rows[0] * cols + cols - 1] = 0x7F, p[nan_rows[1] * cols + cols / 2] = 0xFF,
-                p[nan_rows[2] * cols] = 0x7F;
-            CHECK(dsv4_lin_kernels_avx512vbmi()->fp8_prescale(&t.m, x, 1) == 1);
-            dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512);
-            dsv4_linear(kc[1], &t.m, x, 1, ya);
-            for (int th = 1; th <= 8; th++) {
-                /* th 5..8: the same with the tables' x * scale buffer (Intel cores), its tasks
-                 * in pieces of the bands that fit: the tables are the test's kctx's own */
-                dsv4_lin_tables *tabs[4];
-                for (int k = 1; k <= 3; k++) {
-                    tabs[k] = (dsv4_lin_tables *)dsv4_kctx_lin_tables(kc[k]);
-                    if (th == 1 || th == 5) tabs[k]->subnormal_fma_fast = th == 1 ? amd : 0;
-                }
-                for (int64_t i = 0; i < rows; i++) yv[i] = -1.0f; /* every output written again */
-                if ((th - 1) % 4 + 1 <= 3) {
-                    const int tk = (th - 1) % 4 + 1;
-                    dsv4_kctx_set_simd(kc[tk], DSV4_SIMD_AVX512VBMI);
-                    dsv4_linear(kc[tk], &t.m, x, 1, yv);
-                } else {
-                    const dsv4_lin_op op = {&t.m, x, 1, yv};
-                    dsv4_kctx_set_simd(kc[2], DSV4_SIMD_AVX512VBMI);
-                    dsv4_linear_here(kc[2], &op, 1);
-                }
-                for (int64_t o = 0; o < rows; o++) {
-                    const int want_nan = v == 2 && (o == nan_rows[0] || o == nan_rows[1] || o == nan_rows[2]);
-                    if (want_nan) bad += !isnan(ya[o]) || !isnan(yv[o]);
-                    else bad += memcmp(&ya[o], &yv[o], sizeof(float)) != 0;
-                }
-                total += rows;
-            }
-            for (int k = 1; k <= 3; k++) ((dsv4_lin_tables *)dsv4_kctx_lin_tables(kc[k]))->subnormal_fma_fast = amd;
-            free(x); free(ya); free(yv);
-            free_mat(&t);
-        }
-    CHECK_MSG(bad == 0, "fp8 one row, bit decode: %lld of %lld outputs differ between avx512 and avx512vbmi",
-              (long long)bad, (long long)total);
-    printf("fp8 one row, bit decode: %lld outputs, %lld differ in any bit (NaN rows: NaN at both)\n",
-           (long long)total, (long long)bad);
-}
-
-/* Small-M's FP8 bit decode (avx512vbmi, ue8m0 scales, AMD cores: x prescaled per scale band
- * of a task, 3 weight rows x up to 8 activation rows a register block) against the GEMM forced
- * on one thread, small-M forced on 1..3 threads at row counts of every pass split and block
- * remainder: several bands and a partial last one, odd task splits, rows of 256..8192 columns
- * (8192 at 21+ rows outgrows the scratch: the panel path), widths not a multiple of 16 (the
- * panel path). Four cases: plain; an x past what 2^(b - 7) can scale in every band (the panel
- * path everywhere); NaN codes in three rows (those bands by the panel path, their outputs NaN,
- * the other bands' the same bits); an x that overflows in the odd bands only. Each with the
- * machine's choice and with the tables' (Intel's) panel path forced. */
-static void check_smallm_fp8_bits(void) {
-    static const int64_t shapes[][2] = {{300, 1024}, {130, 2048}, {261, 256}, {44, 4096}, {24, 8192}, {20, 200}};
-    static const int nrs[] = {1, 2, 3, 5, 8, 9, 13, 16, 17, 21, 24, 32, 33, 48};
-    int64_t bad = 0, total = 0;
-    const int amd = dsv4_kctx_lin_tables(kc[1])->subnormal_fma_fast;
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int v = 0; v < 6; v++) {
-            const int64_t rows = shapes[si][0], cols = shapes[si][1], nsb = (cols + 127) / 128;
-            tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
-            uint8_t *p = t.w, *sc = t.scale;
-            const int64_t nan_rows[3] = {0, rows / 2, rows - 1};
-            if (v == 2)
-                p[nan_rows[0] * cols + cols - 1] = 0x7F, p[nan_rows[1] * cols + cols / 2] = 0xFF,
-                p[nan_rows[2] * cols] = 0x7F;
-            if (v == 3) /* x = 2^10: 2^(10 + 125 - 7) overflows in the odd bands, 2^(10 + 118 - 7) not */
-                for (int64_t b = 0; b < (rows + 127) / 128; b++) sc[b * nsb + cols / 3 / 128] = b % 2 ? 125 : 118;
-            /* v 4, 5: every block's scale the same from band to band but one (the scaled x of a band is
-             * kept where its block's scale repeats); 5: that block overflows x = 2^10 in the odd bands */
-            if (v >= 4)
-                for (int64_t b = 0; b < (rows + 127) / 128; b++)
-                    for (int64_t j = 0; j < nsb; j++)
-                        sc[b * nsb + j] = j != cols / 3 / 128 ? 120 : v == 4 ? 118 + b % 3 : b % 2 ? 125 : 118;
-            for (size_t ni = 0; ni < sizeof nrs / sizeof nrs[0]; ni++) {
-                const int nr = nrs[ni];
-                if (sanitized && nr > 17) continue;
-                float *x = rand_vec((int64_t)nr * cols);
-                float *yg = malloc(sizeof(float) * nr * rows), *ys = malloc(sizeof(float) * nr * rows);
-                if (v == 1) x[(int64_t)(nr - 1) * cols + cols / 2] = 1e30f;
-                if (v == 3 || v == 5) x[(int64_t)(nr / 2) * cols + cols / 3] = 0x1p10f;
-                dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512VBMI);
-                linear_forced(kc[1], DSV4_LIN_GEMM, &t.m, x, nr, yg);
-                for (int th = 1; th <= 6; th++) {
-                    const int tk = (th - 1) % 3 + 1;
-                    dsv4_lin_tables *tab = (dsv4_lin_tables *)dsv4_kctx_lin_tables(kc[tk]);
-                    tab->subnormal_fma_fast = th <= 3 ? amd : 0;
-                    for (int64_t i = 0; i < (int64_t)nr * rows; i++) ys[i] = -1.0f;
-                    dsv4_kctx_set_simd(kc[tk], DSV4_SIMD_AVX512VBMI);
-                    linear_forced(kc[tk], DSV4_LIN_SMALLM, &t.m, x, nr, ys);
-                    tab->subnormal_fma_fast = amd;
-                    int64_t b = 0;
-                    for (int s = 0; s < nr; s++)
-                        for (int64_t o = 0; o < rows; o++) {
-                            const int64_t i = (int64_t)s * rows + o;
-                            const int want_nan = v == 2 && (o == nan_rows[0] || o == nan_rows[1] || o == nan_rows[2]);
-                            if (want_nan) b += !isnan(yg[i]) || !isnan(ys[i]);
-                            else b += memcmp(&yg[i], &ys[i], sizeof(float)) != 0;
-                        }
-                    CHECK_MSG(b == 0, "fp8 small-M bits %lldx%lld case %d n_rows %d, %d threads%s: %lld outputs differ",
-                              (long long)rows, (long long)cols, v, nr, tk, th <= 3 ? "" : " (tables)", (long long)b);
-                    bad += b;
-                    total += (int64_t)nr * rows;
-                }
-                free(x), free(yg), free(ys);
-            }
-            free_mat(&t);
-        }
-    printf("fp8 small-M, bit decode: %lld outputs, %lld differ in any bit (NaN rows: NaN on both paths)\n",
-           (long long)total, (long long)bad);
-}
-
-/* The FP8 bit decode's scaled x kept across a thread's tasks (linear_fast.h dsv4_lin_xs_key):
- * tasks that split a 128-row scale band (one band of 128 rows; 1024 rows in tasks of 128 /
- * threads) give the GEMM's bits; so do a second call on the same x buffer with new values,
- * and two products of one matrix on two x in one job (where a key that named only the band,
- * not the plan, would hand the second product the first one's x). */
-static void check_fp8_xs_kept(void) {
-    static const int64_t shapes[][2] = {{128, 256}, {1024, 512}, {384, 2048}};
-    const int amd = dsv4_kctx_lin_tables(kc[1])->subnormal_fma_fast;
-    if (!amd) {
-        printf("SKIPPED: fp8 small-M scaled x kept (the bit decode runs on AMD cores only)\n");
-        return;
-    }
-    int64_t bad = 0, total = 0;
-    const int nr = 16;
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        const int64_t rows = shapes[si][0], cols = shapes[si][1];
-        tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
-        float *x1 = rand_vec((int64_t)nr * cols), *x2 = rand_vec((int64_t)nr * cols);
-        float *xb = malloc(sizeof(float) * nr * cols);
-        float *g1 = malloc(sizeof(float) * nr * rows), *g2 = malloc(sizeof(float) * nr * rows);
-        float *y1 = malloc(sizeof(float) * nr * rows), *y2 = malloc(sizeof(float) * nr * rows);
-        dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512VBMI);
-        linear_forced(kc[1], DSV4_LIN_GEMM, &t.m, x1, nr, g1);
-        linear_forced(kc[1], DSV4_LIN_GEMM, &t.m, x2, nr, g2);
-        for (int tk = 1; tk <= 3; tk++) {
-            dsv4_kctx_set_simd(kc[tk], DSV4_SIMD_AVX512VBMI);
-            dsv4_kctx_set_lin_path(kc[tk], DSV4_LIN_SMALLM);
-            /* one buffer, two calls: x1's values, then x2's */
-            memcpy(xb, x1, sizeof(float) * nr * cols);
-            dsv4_linear(kc[tk], &t.m, xb, nr, y1);
-            memcpy(xb, x2, sizeof(float) * nr * cols);
-            dsv4_linear(kc[tk], &t.m, xb, nr, y2);
-            int64_t b = memcmp(y1, g1, sizeof(float) * nr * rows) != 0;
-            b += memcmp(y2, g2, sizeof(float) * nr * rows) != 0;
-            /* one job: the matrix on x1 and on x2 */
-            const dsv4_lin_op ops[2] = {{&t.m, x1, nr, y1}, {&t.m, x2, nr, y2}};
-            dsv4_linear_batch(kc[tk], ops, 2);
-            b += memcmp(y1, g1, sizeof(float) * nr * rows) != 0;
-            b += memcmp(y2, g2, sizeof(float) * nr * rows) != 0;
-            dsv4_kctx_set_lin_path(kc[tk], DSV4_LIN_AUTO);
-            CHECK_MSG(b == 0, "fp8 small-M scaled x kept: %lldx%lld, %d threads: %lld of 4 products differ",
-                      (long long)rows, (long long)cols, tk, (long long)b);
-            bad += b;
-            total += 4;
-        }
-        free(x1), free(x2), free(xb), free(g1), free(g2), free(y1), free(y2);
-        free_mat(&t);
-    }
-    printf("fp8 small-M, scaled x kept across tasks: %lld products, %lld differ from the GEMM\n", (long long)total,
-           (long long)bad);
-}
-
 /* Every path a level has (GEMV, small-M, GEMM; forced with dsv4_kctx_set_lin_path) gives
  * the same bits as the path the thresholds pick, at every row count each path takes, on
  * the expert shapes and odd ones (partial scale blocks, a masked last chunk, a short
@@ -626,151 +264,6 @@ static void check_paths_agree(int level) {
             }
     printf("level %s: GEMV / small-M / GEMM forced against auto: %lld outputs, %lld differ in any bit\n",
            dsv4_simd_name(level), (long long)total, (long long)bad);
-}
-
-/* Small-M forced on 1..3 threads against the GEMM forced on one, at 1..max_rows activation
- * rows of t: every output's bits; adds to *bad and *total. */
-static void smallm_against_gemm(int level, const tmat *t, int max_rows, const char *name, int64_t *bad,
-                                int64_t *total) {
-    const int64_t rows = t->m.rows, cols = t->m.cols;
-    for (int nr = 1; nr <= max_rows; nr++) {
-        float *x = rand_vec((int64_t)nr * cols);
-        float *yg = malloc(sizeof(float) * nr * rows), *ys = malloc(sizeof(float) * nr * rows);
-        dsv4_kctx_set_simd(kc[1], level);
-        linear_forced(kc[1], DSV4_LIN_GEMM, &t->m, x, nr, yg);
-        for (int th = 1; th <= 3; th++) {
-            dsv4_kctx_set_simd(kc[th], level);
-            const int64_t b = forced_differs(kc[th], DSV4_LIN_SMALLM, &t->m, x, nr, yg, ys);
-            CHECK_MSG(b == 0, "%s level %d %lldx%lld n_rows %d, %d threads: small-M differs from the GEMM in %lld outputs",
-                      name, level, (long long)rows, (long long)cols, nr, th, (long long)b);
-            *bad += b;
-            *total += (int64_t)nr * rows;
-        }
-        free(x), free(yg), free(ys);
-    }
-}
-
-/* The small-M kernel's register blocks (3-row blocks, the last 4 rows as 2 + 2, 4-row
- * blocks of a 4-row panel) at every row count 1..20, forced on 1..3 threads, against the
- * GEMM forced on one thread: odd shapes (panels of 8 and 4 rows, a masked last chunk),
- * ue8m0 and F32 scales, three formats. Every output's bits. */
-static void check_smallm_blocks(int level) {
-    static const int64_t shapes[][2] = {{68, 288}, {7, 133}, {21, 1056}, {12, 64}};
-    const dsv4_wfmt fmts[3] = {DSV4_WF_FP4, DSV4_WF_FP8, DSV4_WF_BF16};
-    int64_t bad = 0, total = 0;
-    for (int fi = 0; fi < 3; fi++)
-        for (int sc = 0; sc < 2; sc++)
-            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-                const dsv4_wfmt f = fmts[fi];
-                const int64_t rows = shapes[si][0], cols = shapes[si][1];
-                if ((f == DSV4_WF_FP4 && cols % 32) || (sc == SC_F32 && f == DSV4_WF_BF16)) continue;
-                tmat t = make_mat(f, sc, rows, cols);
-                smallm_against_gemm(level, &t, 20, fmt_name(f, sc), &bad, &total);
-                free_mat(&t);
-            }
-    printf("level %s: small-M forced (1..20 rows, 1..3 threads) against the GEMM: %lld outputs, %lld differ in any bit\n",
-           dsv4_simd_name(level), (long long)total, (long long)bad);
-}
-
-/* Small-M's fused FP4 path (avx512vbmi: ue8m0 scales, up to 24 rows, groups of 4 weight
- * rows, balanced blocks of up to 6 activation rows, the widths 512/1024/2048/4096 compiled as
- * constants, x in fp4_perm order in the scratch, the lanes put back before the tree) and the
- * panel path past it, at every row count 1..32, forced on 1..3 threads, against the GEMM
- * forced on one: every output's bits. Row counts not a multiple of 4 leave a task's last
- * outputs to the panel path; at 8224 columns x in fp4_perm order outgrows the scratch from
- * 12 rows, which then take the panel path. */
-static void check_smallm_fused(int level) {
-    static const int64_t shapes[][2] = {{13, 512}, {9, 1024}, {6, 2048}, {5, 4096}, {10, 96}, {16, 64}, {4, 8224}};
-    int64_t bad = 0, total = 0;
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        const int64_t rows = shapes[si][0], cols = shapes[si][1];
-        tmat t = make_mat(DSV4_WF_FP4, SC_E8M0, rows, cols);
-        smallm_against_gemm(level, &t, 32, "fp4", &bad, &total);
-        free_mat(&t);
-    }
-    printf("level %s: fp4 small-M forced (1..32 rows, 1..3 threads, widths 64..8224) against the GEMM: %lld outputs, "
-           "%lld differ in any bit\n", dsv4_simd_name(level), (long long)total, (long long)bad);
-}
-
-/* Small-M's FP4 panels whose first row block decodes them (avx512vbmi: ue8m0 scales, widths
- * 512 and 1024, full 8-row panels, which need tasks of 8 or more outputs: taller matrices
- * than check_smallm_fused's), at every row count small-M takes (1..64), forced on 1..3
- * threads, against the GEMM forced on one: every output's bits. 140 rows end in a 4-row
- * panel, which decodes apart. */
-static void check_smallm_panel_decode(int level) {
-    static const int64_t shapes[][2] = {{200, 512}, {140, 1024}};
-    int64_t bad = 0, total = 0;
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        tmat t = make_mat(DSV4_WF_FP4, SC_E8M0, shapes[si][0], shapes[si][1]);
-        smallm_against_gemm(level, &t, LIN_SMALLM_MAX_ROWS, "fp4", &bad, &total);
-        free_mat(&t);
-    }
-    printf("level %s: fp4 small-M's full panels forced (1..%d rows, 1..3 threads) against the GEMM: %lld outputs, "
-           "%lld differ in any bit\n", dsv4_simd_name(level), LIN_SMALLM_MAX_ROWS, (long long)total, (long long)bad);
-}
-
-/* Level avx512vbmi's FP4 rows take small-M's fused path from 5 rows, where it ran 1.2-1.3x
- * the FP4 GEMV on a prefill's streamed experts (bench_linear --experts; BENCHMARKS.md,
- * "Session 16, smk"), and the GEMV up to 4, where the GEMV ran faster. */
-static void check_fp4_smallm_rows(void) {
-    tmat t = make_mat(DSV4_WF_FP4, SC_E8M0, 512, 1024);
-    dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512VBMI);
-    dsv4_kctx_set_lin_path(kc[1], DSV4_LIN_AUTO);
-    for (int nr = 1; nr <= 12; nr++) {
-        const int want = nr <= 4 ? DSV4_LIN_GEMV : DSV4_LIN_SMALLM, got = dsv4_linear_path_of(kc[1], &t.m, nr);
-        CHECK_MSG(got == want, "fp4 512x1024 at %d rows: path %d, want %d", nr, got, want);
-    }
-    free_mat(&t);
-}
-
-/* Small-M's BF16 and F32 rows decoded in registers (avx512vbmi: blocks of 3 weight rows, the
- * last 1-2 apart, passes of up to 8 activation rows as even as they go, a masked last chunk)
- * at the row counts it takes and the edges of its passes; from 2048 columns (BF16) in column
- * tiles of 256 with the accumulators carried between them, bands of 24 weight rows (2048 and
- * 2304 columns: bands cut short by a task's end, 9 tiles; 2085: not tiled), forced on 1..3 threads, against
- * the GEMM forced on one: every output's bits; and the rows where the picker takes it (BF16
- * from 8, F32 from 2; below, the GEMV). */
-static void check_smallm_dense_bits(void) {
-    static const int64_t shapes[][2] = {{300, 1024}, {131, 133}, {7, 1}, {8, 37}, {65, 4096}, {10, 16}, {4, 2085},
-                                        {100, 2048}, {53, 2304}};
-    static const int nrs[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 24, 25, 32, 33, 48, 64};
-    const dsv4_wfmt fmts[2] = {DSV4_WF_BF16, DSV4_WF_F32};
-    int64_t bad = 0, total = 0;
-    for (int fi = 0; fi < 2; fi++)
-        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            const int64_t rows = shapes[si][0], cols = shapes[si][1];
-            tmat t = make_mat(fmts[fi], SC_E8M0, rows, cols);
-            for (size_t ni = 0; ni < sizeof nrs / sizeof nrs[0]; ni++) {
-                const int nr = nrs[ni];
-                if (sanitized && nr > 17) continue;
-                float *x = rand_vec((int64_t)nr * cols);
-                float *yg = malloc(sizeof(float) * nr * rows), *ys = malloc(sizeof(float) * nr * rows);
-                dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512VBMI);
-                linear_forced(kc[1], DSV4_LIN_GEMM, &t.m, x, nr, yg);
-                for (int th = 1; th <= 3; th++) {
-                    dsv4_kctx_set_simd(kc[th], DSV4_SIMD_AVX512VBMI);
-                    const int64_t b = forced_differs(kc[th], DSV4_LIN_SMALLM, &t.m, x, nr, yg, ys);
-                    CHECK_MSG(b == 0, "%s small-M in registers %lldx%lld n_rows %d, %d threads: %lld outputs differ",
-                              fmt_name(fmts[fi], SC_E8M0), (long long)rows, (long long)cols, nr, th, (long long)b);
-                    bad += b;
-                    total += (int64_t)nr * rows;
-                }
-                free(x), free(yg), free(ys);
-            }
-            free_mat(&t);
-        }
-    printf("bf16 / f32 small-M in registers: %lld outputs, %lld differ in any bit\n", (long long)total, (long long)bad);
-    dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512VBMI);
-    dsv4_kctx_set_lin_path(kc[1], DSV4_LIN_AUTO);
-    for (int fi = 0; fi < 2; fi++) {
-        tmat t = make_mat(fmts[fi], SC_E8M0, 512, 1024);
-        const int from = fmts[fi] == DSV4_WF_BF16 ? 8 : 2;
-        for (int nr = 1; nr <= 32; nr++) {
-            const int want = nr < from ? DSV4_LIN_GEMV : DSV4_LIN_SMALLM, got = dsv4_linear_path_of(kc[1], &t.m, nr);
-            CHECK_MSG(got == want, "%s 512x1024 at %d rows: path %d, want %d", fmt_name(fmts[fi], SC_E8M0), nr, got, want);
-        }
-        free_mat(&t);
-    }
 }
 
 /* dsv4_linear_here (one product on the calling thread, one kernel call) gives dsv4_linear's
@@ -964,112 +457,6 @@ static void check_fp4_far_runs(int level) {
            dsv4_simd_name(level), (long long)total, (long long)bad);
 }
 
-/* The planner's task split of a GEMV (dsv4_lin_gemv_per): an FP4 GEMV whose weights are
- * within the job's whole-matrix share is one task (so that its rows are read as far runs),
- * a larger one, another format or the small-M path are cut into 4..LIN_GEMV_NB outputs a
- * task, a multiple of 4, about the target's multiply-adds; target 0 is one task. */
-static void check_gemv_split(void) {
-    const dsv4_mat w13 = {.fmt = DSV4_WF_FP4, .rows = 512, .cols = 1024};
-    const dsv4_mat bf = {.fmt = DSV4_WF_BF16, .rows = 512, .cols = 1024};
-    const int64_t e = 512 * 1024, target = (int64_t)100 * 1024; /* ~100 rows at one x row */
-    for (int nr = 1; nr <= 4; nr++) {
-        CHECK_MSG(dsv4_lin_gemv_per(&w13, nr, 1, target, e) == 512 && dsv4_lin_gemv_per(&w13, nr, 1, target, 4 * e) == 512,
-                  "n_rows %d: an FP4 GEMV within the share is not one task", nr);
-        const int64_t cut[3] = {dsv4_lin_gemv_per(&w13, nr, 1, target, e - 1), dsv4_lin_gemv_per(&w13, nr, 0, target, e),
-                                dsv4_lin_gemv_per(&bf, nr, 1, target, e)};
-        for (int i = 0; i < 3; i++)
-            CHECK_MSG(cut[i] >= 4 && cut[i] <= LIN_GEMV_NB && cut[i] % 4 == 0 && cut[i] <= 100 / nr,
-                      "n_rows %d case %d: %lld outputs a task, not a cut of about the target", nr, i, (long long)cut[i]);
-        CHECK(dsv4_lin_gemv_per(&bf, nr, 1, 0, 0) == 512 && dsv4_lin_gemv_per(&w13, nr, 0, 0, 0) == 512);
-    }
-    /* a one-row GEMV task takes up to LIN_GEMV1_TASK_BYTES of weights where LIN_GEMV_NB rows
-     * are fewer bytes (wq_b: 256-byte FP8 rows, 2048 a task), never more than the target,
-     * and LIN_GEMV_NB rows where those are already more (2 KB BF16 rows); not at 2 rows, not
-     * the small-M path */
-    const dsv4_mat wqb = {.fmt = DSV4_WF_FP8, .rows = 8192, .cols = 256};
-    const dsv4_mat head = {.fmt = DSV4_WF_BF16, .rows = 8192, .cols = 1024};
-    const int64_t big = (int64_t)1 << 40;
-    CHECK_MSG(dsv4_lin_gemv_per(&wqb, 1, 1, big, 0) == LIN_GEMV1_TASK_BYTES / 256,
-              "one-row FP8 8192 x 256: %lld rows a task", (long long)dsv4_lin_gemv_per(&wqb, 1, 1, big, 0));
-    CHECK(dsv4_lin_gemv_per(&wqb, 1, 1, (int64_t)600 * 256, 0) == 600);
-    CHECK(dsv4_lin_gemv_per(&head, 1, 1, big, 0) == LIN_GEMV_NB);
-    CHECK(dsv4_lin_gemv_per(&wqb, 2, 1, big, 0) == LIN_GEMV_NB && dsv4_lin_gemv_per(&wqb, 1, 0, big, 0) == LIN_GEMV_NB);
-}
-
-/* A one-row job of fewer than 4 tasks a thread of LIN_GEMV1_TASK_BYTES that do not divide
- * evenly over the threads is planned with tasks of half the bytes (batch 1's CSA wq_b 8192 x
- * 256 and indexer wq_b 2048 x 256, FP8: 4 + 1 tasks of 512 KB, 10 of 256 KB); an even job, a
- * job of 4 or more tasks a thread, a job on one thread and a job of 2-row products keep
- * their tasks; every output is the bits of the one-task product. */
-static void check_one_row_halves(void) {
-    tmat wq = make_mat(DSV4_WF_FP8, SC_E8M0, 8192, 256), wi = make_mat(DSV4_WF_FP8, SC_E8M0, 2048, 256);
-    float *x = rand_vec(2 * 256), *y = malloc(sizeof(float) * 2 * 10240), *r = malloc(sizeof(float) * 2 * 10240);
-    if (dsv4_linear_path_of(kc[2], &wq.m, 1) != DSV4_LIN_GEMV) {
-        printf("SKIPPED: one-row task halves (no one-row GEMV at this level)\n");
-    } else {
-        const dsv4_lin_op odd[2] = {{&wq.m, x, 1, y}, {&wi.m, x, 1, y + 8192}};
-        const dsv4_lin_op two[2] = {{&wq.m, x, 2, y}, {&wi.m, x, 2, y + 2 * 8192}};
-        CHECK_MSG(dsv4_lin_job_tasks(kc[2], odd, 2) == 10, "2 threads, 4 + 1 tasks of 512 KB: %d tasks, not 10",
-                  dsv4_lin_job_tasks(kc[2], odd, 2));
-        CHECK(dsv4_lin_job_tasks(kc[1], odd, 2) == 5);
-        CHECK_MSG(dsv4_lin_job_tasks(kc[2], odd, 1) == 4, "an even job: %d tasks, not 4", dsv4_lin_job_tasks(kc[2], odd, 1));
-        CHECK(dsv4_lin_job_tasks(kc[2], two, 2) == 40); /* 256 rows a task at 2 rows */
-        const dsv4_lin_op many[3] = {{&wq.m, x, 1, y}, {&wq.m, x, 1, y}, {&wi.m, x, 1, y}}; /* 4 + 4 + 1 */
-        CHECK_MSG(dsv4_lin_job_tasks(kc[2], many, 3) == 9, "2 threads, 9 tasks of 512 KB: %d tasks, not 9",
-                  dsv4_lin_job_tasks(kc[2], many, 3));
-        for (int th = 1; th <= 3; th++) {
-            for (int i = 0; i < 10240; i++) y[i] = r[i] = NAN;
-            dsv4_linear_batch(kc[th], odd, 2);
-            const dsv4_lin_op ref[2] = {{&wq.m, x, 1, r}, {&wi.m, x, 1, r + 8192}};
-            dsv4_linear_here(kc[1], ref, 2);
-            int64_t bad = 0;
-            for (int i = 0; i < 10240; i++) bad += memcmp(&y[i], &r[i], sizeof(float)) != 0;
-            CHECK_MSG(bad == 0, "%d threads: %lld one-row outputs differ from the one-task product", th, (long long)bad);
-        }
-    }
-    free(x), free(y), free(r);
-    free_mat(&wq), free_mat(&wi);
-}
-
-/* dsv4_lin_hint names each thread the weights its share of a one-row job starts with, as the
- * planner splits it (thread i from task n i / T): CSA's wq_b + indexer wq_b, 10 tasks of 256 KB
- * on 2 threads, thread 1 from task 5 (row 5120 of wq_b) to the end of wq_b (task 8); capped at
- * the bytes asked; the job after next with skip 1; none for 2-row products or one thread;
- * the hint is gone once its job has started. */
-static void nop_task(void *arg, int t, int tid) { (void)arg, (void)t, (void)tid; }
-
-static void check_one_row_hints(void) {
-    tmat wq = make_mat(DSV4_WF_FP8, SC_E8M0, 8192, 256), wi = make_mat(DSV4_WF_FP8, SC_E8M0, 2048, 256);
-    if (dsv4_linear_path_of(kc[2], &wq.m, 1) != DSV4_LIN_GEMV) {
-        printf("SKIPPED: one-row hints (no one-row GEMV at this level)\n");
-        free_mat(&wq), free_mat(&wi);
-        return;
-    }
-    const char *w0 = wq.m.w;
-    const dsv4_lin_op odd[2] = {{&wq.m, NULL, 1, NULL}, {&wi.m, NULL, 1, NULL}};
-    const void *p;
-    int64_t n;
-    dsv4_lin_hint(kc[2], odd, 2, (int64_t)1 << 30, 0);
-    CHECK(dsv4_kctx_hint_get(kc[2], 0, 1, &p, &n) && p == w0 && n == 5 * 1024 * 256);
-    CHECK_MSG(dsv4_kctx_hint_get(kc[2], 1, 1, &p, &n) && p == w0 + 5120 * 256 && n == 3072 * 256,
-              "thread 1's hint: %td bytes into wq_b, %lld bytes (want %d, %d)", (const char *)p - w0, (long long)n,
-              5120 * 256, 3072 * 256);
-    CHECK(!dsv4_kctx_hint_get(kc[2], 1, 2, &p, &n));
-    dsv4_lin_hint(kc[2], odd, 2, 100000, 1); /* capped; the job after next */
-    CHECK(dsv4_kctx_hint_get(kc[2], 1, 2, &p, &n) && p == w0 + 5120 * 256 && n == 100000);
-    dsv4_kctx_parallel(kc[2], 4, nop_task, NULL); /* the first target starts: its hint is gone */
-    CHECK(!dsv4_kctx_hint_get(kc[2], 0, 2, &p, &n));
-    CHECK(dsv4_kctx_hint_get(kc[2], 0, 1, &p, &n) && p == w0 && n == 100000);
-    dsv4_kctx_parallel(kc[2], 4, nop_task, NULL);
-    CHECK(!dsv4_kctx_hint_get(kc[2], 0, 1, &p, &n) && !dsv4_kctx_hint_get(kc[2], 1, 1, &p, &n));
-    const dsv4_lin_op two[2] = {{&wq.m, NULL, 2, NULL}, {&wi.m, NULL, 2, NULL}};
-    dsv4_lin_hint(kc[2], two, 2, (int64_t)1 << 30, 0);
-    CHECK(!dsv4_kctx_hint_get(kc[2], 0, 1, &p, &n) && !dsv4_kctx_hint_get(kc[2], 1, 1, &p, &n));
-    dsv4_lin_hint(kc[1], odd, 2, (int64_t)1 << 30, 0);
-    CHECK(!dsv4_kctx_hint_get(kc[1], 0, 1, &p, &n));
-    free_mat(&wq), free_mat(&wi);
-}
-
 /* A job of FP4 products as a decode step's expert phase hands them over (dsv4_linear_batch:
  * many matrices of 1..4 activation rows, most within the whole-matrix share, one larger
  * one cut into tasks): every output must be the bits of the GEMM path (forced) on 1, 2
@@ -1167,16 +554,9 @@ static void check_edges(void) {
 }
 
 int main(void) {
-    dsv4_err err;
-    for (int th = 1; th <= 3; th++) CHECK(dsv4_kctx_create(th, 64, &kc[th], &err) == DSV4_OK);
-    CHECK(dsv4_kctx_threads(kc[3]) == 3);
-    const int best = dsv4_kctx_set_simd(kc[1], 99);
-    printf("kernel level: %s (cpu %s, build %s)\n", dsv4_simd_name(best), dsv4_simd_name(dsv4_cpu_simd()),
-           dsv4_simd_name(dsv4_build_simd()));
-    for (int level = best + 1; level <= DSV4_SIMD_MAX; level++)
-        printf("SKIPPED: level %s (this %s lacks it)\n", dsv4_simd_name(level),
-               (int)dsv4_cpu_simd() < level ? "CPU" : "build");
-    CHECK(dsv4_kctx_set_simd(kc[1], DSV4_SIMD_SCALAR) == DSV4_SIMD_SCALAR);
+    const int best = fixture_open();
+    CHECK(best >= 0);
+    if (best < 0) return test_report();
 
     const dsv4_wfmt fmts[5] = {DSV4_WF_F32, DSV4_WF_F16, DSV4_WF_BF16, DSV4_WF_FP8, DSV4_WF_FP4};
     const int64_t rows_set[4] = {1, 7, 129, 300};
@@ -1227,9 +607,6 @@ int main(void) {
         if (level > DSV4_SIMD_SCALAR) check_fp4_far_runs(level);
         check_fp4_job(level);
         if (level > DSV4_SIMD_SCALAR) check_paths_agree(level);
-        if (level > DSV4_SIMD_SCALAR) check_smallm_blocks(level);
-        if (level > DSV4_SIMD_SCALAR) check_smallm_fused(level);
-        if (level > DSV4_SIMD_SCALAR) check_smallm_panel_decode(level);
         check_here_and_views(level);
         check_strided(level);
         /* a batch larger than one accumulator block (LIN_MB rows) */
@@ -1243,18 +620,9 @@ int main(void) {
         printf("level %s: %.2f s cpu\n", dsv4_simd_name(level), (double)(clock() - t0) / CLOCKS_PER_SEC);
     }
     check_edges();
-    check_gemv_split();
-    check_one_row_halves();
-    check_one_row_hints();
     if (best >= DSV4_SIMD_AVX512VBMI) {
         check_vbmi_matches_avx512(DSV4_WF_FP8);
         check_vbmi_matches_avx512(DSV4_WF_FP4);
-        check_fp8_one_row_bands();
-        check_fp8_one_row_bits();
-        check_smallm_fp8_bits();
-        check_fp8_xs_kept();
-        check_smallm_dense_bits();
-        check_fp4_smallm_rows();
     } else {
         printf("SKIPPED: avx512vbmi vs avx512 (this CPU or build lacks VBMI)\n");
     }
@@ -1268,6 +636,7 @@ int main(void) {
                    "max|diff|/max(|ref|, |x.w|_2) %.3g\n", dsv4_simd_name(level),
                    fmt_name(f, k > 5 ? SC_F32 : SC_E8M0), st->cases, st->max_abs, st->max_rel, st->max_rel_l2);
         }
-    for (int th = 1; th <= 3; th++) dsv4_kctx_free(kc[th]);
+    fixture_close();
     return test_report();
 }
+

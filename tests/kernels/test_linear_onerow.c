@@ -1,0 +1,243 @@
+/* test_linear_onerow.c — the one-row GEMV (batch-1 decode): at level avx512vbmi the FP8
+ * GEMV's bands and bit decode against level avx512's bits; at every level the split of a
+ * one-row product into tasks and halves (the same bits however it is cut) and the pool's
+ * prefetch hints a one-row product posts for the next job. */
+#include <stdint.h>
+
+#include "kernels/cpu.h"
+#include "linear_fixture.h"
+#include "test.h"
+
+/* The one-row FP8 GEMV at level avx512vbmi takes rows of up to 512 columns with x * scale
+ * computed once per task for every scale band the task spans (a stack buffer of 2048
+ * floats; a task whose bands do not fit takes the per-step path). Both ways must give the
+ * bits of level avx512 on 1..3 threads (pool tasks of at most 256 rows) and through
+ * dsv4_linear_here (one task of all the rows: 1100 x 256 is 9 bands, too many for the
+ * buffer, 300 x 288 fits): many 128-row bands with their own scales, a partial last band
+ * and column block, and rows past 512 columns. */
+static void check_fp8_one_row_bands(void) {
+    static const int64_t shapes[][2] = {{1100, 256}, {300, 288}, {2100, 512}, {517, 133}, {260, 520}};
+    int64_t bad = 0, total = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t rows = shapes[si][0], cols = shapes[si][1];
+        tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
+        float *x = rand_vec(cols), *ya = malloc(sizeof(float) * rows), *yv = malloc(sizeof(float) * rows);
+        CHECK(dsv4_lin_kernels_avx512vbmi()->fp8_prescale(&t.m, x, 1) == 1); /* the prescaled paths run */
+        dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512);
+        dsv4_linear(kc[1], &t.m, x, 1, ya);
+        for (int th = 1; th <= 3; th++) {
+            dsv4_kctx_set_simd(kc[th], DSV4_SIMD_AVX512VBMI);
+            dsv4_linear(kc[th], &t.m, x, 1, yv);
+            bad += bits_differ(ya, yv, rows);
+            total += rows;
+        }
+        const dsv4_lin_op op = {&t.m, x, 1, yv};
+        for (int64_t i = 0; i < rows; i++) yv[i] = NAN; /* every output written again */
+        dsv4_linear_here(kc[2], &op, 1);
+        bad += bits_differ(ya, yv, rows);
+        total += rows;
+        free(x); free(ya); free(yv);
+        free_mat(&t);
+    }
+    CHECK_MSG(bad == 0, "fp8 one row, many bands: %lld of %lld outputs differ between avx512 and avx512vbmi",
+              (long long)bad, (long long)total);
+    printf("fp8 one row, many bands: %lld outputs, %lld differ in any bit\n", (long long)total, (long long)bad);
+}
+
+/* The one-row FP8 GEMV of level avx512vbmi on AMD cores decodes e4m3 by bit shifts against
+ * x * 2^(b - 7) kept per piece of a task (linear_avx512_vbmi.c gemv1_fp8v_bits_pieces): its
+ * bits against level avx512's (the F16 decode, another code path) at the decode step's widths
+ * (256 .. 2048 columns: 1, 2 and 3 bands a pool task), odd widths with a masked last chunk,
+ * the checkpoint's 4096 and 8192 columns and widths between (tasks cut in pieces of 2 or 1
+ * bands), one past the buffer (8200: the table paths), row counts that leave 1..3 rows past
+ * the runs, on 1..3 threads and in one dsv4_linear_here task (the whole matrix: pieces at
+ * every width from 1024). Inputs: random, one huge x (x * 2^(b - 7) overflows: every piece
+ * falls back), the same x overflowing in the odd bands only (those pieces fall back, the
+ * others not), and NaN codes in a few rows (those outputs NaN at both levels, every other
+ * output the same bits). Each case twice: with the machine's choice of decode (bits on AMD
+ * cores) and with the tables' x * scale buffer forced (Intel's: one-row tasks of 2048 rows
+ * in pieces of the bands that fit its 8 KB). */
+static void check_fp8_one_row_bits(void) {
+    static const int64_t shapes[][2] = {{1100, 256}, {517, 1024}, {300, 2048}, {263, 512},
+                                        {130, 133}, {261, 520}, {387, 2085}, {6, 1056},
+                                        {300, 4096}, {263, 8192}, {140, 5000}, {9, 8200},
+                                        {4102, 256}}; /* pool tasks of 1024 / 680 rows */
+    int64_t bad = 0, total = 0;
+    const int amd = dsv4_kctx_lin_tables(kc[1])->subnormal_fma_fast; /* the machine's choice */
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int v = 0; v < 6; v++) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1], nsb = (cols + 127) / 128;
+            tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
+            float *x = rand_vec(cols), *ya = malloc(sizeof(float) * rows), *yv = malloc(sizeof(float) * rows);
+            uint8_t *p = t.w, *sc = t.scale;
+            const int64_t nan_rows[3] = {0, rows / 2, rows - 1};
+            if (v == 1) x[cols / 3] = 1e30f; /* 2^(b - 7) * 1e30 past 2^127; x * scale still normal */
+            if (v == 3) { /* 2^10 * 2^(125 - 7) = 2^128 overflows in the odd bands, 2^(10 + 111) not */
+                x[cols / 3] = 0x1p10f;
+                for (int64_t b = 0; b < (rows + 127) / 128; b++) sc[b * nsb + cols / 3 / 128] = b % 2 ? 125 : 118;
+            }
+            if (v == 2) /* a NaN code in three rows: the first, a middle one, the last */
+                p[nan_rows[0] * cols + cols - 1] = 0x7F, p[nan_rows[1] * cols + cols / 2] = 0xFF,
+                p[nan_rows[2] * cols] = 0x7F;
+            CHECK(dsv4_lin_kernels_avx512vbmi()->fp8_prescale(&t.m, x, 1) == 1);
+            dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512);
+            dsv4_linear(kc[1], &t.m, x, 1, ya);
+            for (int th = 1; th <= 8; th++) {
+                /* th 5..8: the same with the tables' x * scale buffer (Intel cores), its tasks
+                 * in pieces of the bands that fit: the tables are the test's kctx's own */
+                dsv4_lin_tables *tabs[4];
+                for (int k = 1; k <= 3; k++) {
+                    tabs[k] = (dsv4_lin_tables *)dsv4_kctx_lin_tables(kc[k]);
+                    if (th == 1 || th == 5) tabs[k]->subnormal_fma_fast = th == 1 ? amd : 0;
+                }
+                for (int64_t i = 0; i < rows; i++) yv[i] = -1.0f; /* every output written again */
+                if ((th - 1) % 4 + 1 <= 3) {
+                    const int tk = (th - 1) % 4 + 1;
+                    dsv4_kctx_set_simd(kc[tk], DSV4_SIMD_AVX512VBMI);
+                    dsv4_linear(kc[tk], &t.m, x, 1, yv);
+                } else {
+                    const dsv4_lin_op op = {&t.m, x, 1, yv};
+                    dsv4_kctx_set_simd(kc[2], DSV4_SIMD_AVX512VBMI);
+                    dsv4_linear_here(kc[2], &op, 1);
+                }
+                for (int64_t o = 0; o < rows; o++) {
+                    const int want_nan = v == 2 && (o == nan_rows[0] || o == nan_rows[1] || o == nan_rows[2]);
+                    if (want_nan) bad += !isnan(ya[o]) || !isnan(yv[o]);
+                    else bad += memcmp(&ya[o], &yv[o], sizeof(float)) != 0;
+                }
+                total += rows;
+            }
+            for (int k = 1; k <= 3; k++) ((dsv4_lin_tables *)dsv4_kctx_lin_tables(kc[k]))->subnormal_fma_fast = amd;
+            free(x); free(ya); free(yv);
+            free_mat(&t);
+        }
+    CHECK_MSG(bad == 0, "fp8 one row, bit decode: %lld of %lld outputs differ between avx512 and avx512vbmi",
+              (long long)bad, (long long)total);
+    printf("fp8 one row, bit decode: %lld outputs, %lld differ in any bit (NaN rows: NaN at both)\n",
+           (long long)total, (long long)bad);
+}
+
+/* The planner's task split of a GEMV (dsv4_lin_gemv_per): an FP4 GEMV whose weights are
+ * within the job's whole-matrix share is one task (so that its rows are read as far runs),
+ * a larger one, another format or the small-M path are cut into 4..LIN_GEMV_NB outputs a
+ * task, a multiple of 4, about the target's multiply-adds; target 0 is one task. */
+static void check_gemv_split(void) {
+    const dsv4_mat w13 = {.fmt = DSV4_WF_FP4, .rows = 512, .cols = 1024};
+    const dsv4_mat bf = {.fmt = DSV4_WF_BF16, .rows = 512, .cols = 1024};
+    const int64_t e = 512 * 1024, target = (int64_t)100 * 1024; /* ~100 rows at one x row */
+    for (int nr = 1; nr <= 4; nr++) {
+        CHECK_MSG(dsv4_lin_gemv_per(&w13, nr, 1, target, e) == 512 && dsv4_lin_gemv_per(&w13, nr, 1, target, 4 * e) == 512,
+                  "n_rows %d: an FP4 GEMV within the share is not one task", nr);
+        const int64_t cut[3] = {dsv4_lin_gemv_per(&w13, nr, 1, target, e - 1), dsv4_lin_gemv_per(&w13, nr, 0, target, e),
+                                dsv4_lin_gemv_per(&bf, nr, 1, target, e)};
+        for (int i = 0; i < 3; i++)
+            CHECK_MSG(cut[i] >= 4 && cut[i] <= LIN_GEMV_NB && cut[i] % 4 == 0 && cut[i] <= 100 / nr,
+                      "n_rows %d case %d: %lld outputs a task, not a cut of about the target", nr, i, (long long)cut[i]);
+        CHECK(dsv4_lin_gemv_per(&bf, nr, 1, 0, 0) == 512 && dsv4_lin_gemv_per(&w13, nr, 0, 0, 0) == 512);
+    }
+    /* a one-row GEMV task takes up to LIN_GEMV1_TASK_BYTES of weights where LIN_GEMV_NB rows
+     * are fewer bytes (wq_b: 256-byte FP8 rows, 2048 a task), never more than the target,
+     * and LIN_GEMV_NB rows where those are already more (2 KB BF16 rows); not at 2 rows, not
+     * the small-M path */
+    const dsv4_mat wqb = {.fmt = DSV4_WF_FP8, .rows = 8192, .cols = 256};
+    const dsv4_mat head = {.fmt = DSV4_WF_BF16, .rows = 8192, .cols = 1024};
+    const int64_t big = (int64_t)1 << 40;
+    CHECK_MSG(dsv4_lin_gemv_per(&wqb, 1, 1, big, 0) == LIN_GEMV1_TASK_BYTES / 256,
+              "one-row FP8 8192 x 256: %lld rows a task", (long long)dsv4_lin_gemv_per(&wqb, 1, 1, big, 0));
+    CHECK(dsv4_lin_gemv_per(&wqb, 1, 1, (int64_t)600 * 256, 0) == 600);
+    CHECK(dsv4_lin_gemv_per(&head, 1, 1, big, 0) == LIN_GEMV_NB);
+    CHECK(dsv4_lin_gemv_per(&wqb, 2, 1, big, 0) == LIN_GEMV_NB && dsv4_lin_gemv_per(&wqb, 1, 0, big, 0) == LIN_GEMV_NB);
+}
+
+/* A one-row job of fewer than 4 tasks a thread of LIN_GEMV1_TASK_BYTES that do not divide
+ * evenly over the threads is planned with tasks of half the bytes (batch 1's CSA wq_b 8192 x
+ * 256 and indexer wq_b 2048 x 256, FP8: 4 + 1 tasks of 512 KB, 10 of 256 KB); an even job, a
+ * job of 4 or more tasks a thread, a job on one thread and a job of 2-row products keep
+ * their tasks; every output is the bits of the one-task product. */
+static void check_one_row_halves(void) {
+    tmat wq = make_mat(DSV4_WF_FP8, SC_E8M0, 8192, 256), wi = make_mat(DSV4_WF_FP8, SC_E8M0, 2048, 256);
+    float *x = rand_vec(2 * 256), *y = malloc(sizeof(float) * 2 * 10240), *r = malloc(sizeof(float) * 2 * 10240);
+    if (dsv4_linear_path_of(kc[2], &wq.m, 1) != DSV4_LIN_GEMV) {
+        printf("SKIPPED: one-row task halves (no one-row GEMV at this level)\n");
+    } else {
+        const dsv4_lin_op odd[2] = {{&wq.m, x, 1, y}, {&wi.m, x, 1, y + 8192}};
+        const dsv4_lin_op two[2] = {{&wq.m, x, 2, y}, {&wi.m, x, 2, y + 2 * 8192}};
+        CHECK_MSG(dsv4_lin_job_tasks(kc[2], odd, 2) == 10, "2 threads, 4 + 1 tasks of 512 KB: %d tasks, not 10",
+                  dsv4_lin_job_tasks(kc[2], odd, 2));
+        CHECK(dsv4_lin_job_tasks(kc[1], odd, 2) == 5);
+        CHECK_MSG(dsv4_lin_job_tasks(kc[2], odd, 1) == 4, "an even job: %d tasks, not 4", dsv4_lin_job_tasks(kc[2], odd, 1));
+        CHECK(dsv4_lin_job_tasks(kc[2], two, 2) == 40); /* 256 rows a task at 2 rows */
+        const dsv4_lin_op many[3] = {{&wq.m, x, 1, y}, {&wq.m, x, 1, y}, {&wi.m, x, 1, y}}; /* 4 + 4 + 1 */
+        CHECK_MSG(dsv4_lin_job_tasks(kc[2], many, 3) == 9, "2 threads, 9 tasks of 512 KB: %d tasks, not 9",
+                  dsv4_lin_job_tasks(kc[2], many, 3));
+        for (int th = 1; th <= 3; th++) {
+            for (int i = 0; i < 10240; i++) y[i] = r[i] = NAN;
+            dsv4_linear_batch(kc[th], odd, 2);
+            const dsv4_lin_op ref[2] = {{&wq.m, x, 1, r}, {&wi.m, x, 1, r + 8192}};
+            dsv4_linear_here(kc[1], ref, 2);
+            int64_t bad = 0;
+            for (int i = 0; i < 10240; i++) bad += memcmp(&y[i], &r[i], sizeof(float)) != 0;
+            CHECK_MSG(bad == 0, "%d threads: %lld one-row outputs differ from the one-task product", th, (long long)bad);
+        }
+    }
+    free(x), free(y), free(r);
+    free_mat(&wq), free_mat(&wi);
+}
+
+/* dsv4_lin_hint names each thread the weights its share of a one-row job starts with, as the
+ * planner splits it (thread i from task n i / T): CSA's wq_b + indexer wq_b, 10 tasks of 256 KB
+ * on 2 threads, thread 1 from task 5 (row 5120 of wq_b) to the end of wq_b (task 8); capped at
+ * the bytes asked; the job after next with skip 1; none for 2-row products or one thread;
+ * the hint is gone once its job has started. */
+static void nop_task(void *arg, int t, int tid) { (void)arg, (void)t, (void)tid; }
+
+static void check_one_row_hints(void) {
+    tmat wq = make_mat(DSV4_WF_FP8, SC_E8M0, 8192, 256), wi = make_mat(DSV4_WF_FP8, SC_E8M0, 2048, 256);
+    if (dsv4_linear_path_of(kc[2], &wq.m, 1) != DSV4_LIN_GEMV) {
+        printf("SKIPPED: one-row hints (no one-row GEMV at this level)\n");
+        free_mat(&wq), free_mat(&wi);
+        return;
+    }
+    const char *w0 = wq.m.w;
+    const dsv4_lin_op odd[2] = {{&wq.m, NULL, 1, NULL}, {&wi.m, NULL, 1, NULL}};
+    const void *p;
+    int64_t n;
+    dsv4_lin_hint(kc[2], odd, 2, (int64_t)1 << 30, 0);
+    CHECK(dsv4_kctx_hint_get(kc[2], 0, 1, &p, &n) && p == w0 && n == 5 * 1024 * 256);
+    CHECK_MSG(dsv4_kctx_hint_get(kc[2], 1, 1, &p, &n) && p == w0 + 5120 * 256 && n == 3072 * 256,
+              "thread 1's hint: %td bytes into wq_b, %lld bytes (want %d, %d)", (const char *)p - w0, (long long)n,
+              5120 * 256, 3072 * 256);
+    CHECK(!dsv4_kctx_hint_get(kc[2], 1, 2, &p, &n));
+    dsv4_lin_hint(kc[2], odd, 2, 100000, 1); /* capped; the job after next */
+    CHECK(dsv4_kctx_hint_get(kc[2], 1, 2, &p, &n) && p == w0 + 5120 * 256 && n == 100000);
+    dsv4_kctx_parallel(kc[2], 4, nop_task, NULL); /* the first target starts: its hint is gone */
+    CHECK(!dsv4_kctx_hint_get(kc[2], 0, 2, &p, &n));
+    CHECK(dsv4_kctx_hint_get(kc[2], 0, 1, &p, &n) && p == w0 && n == 100000);
+    dsv4_kctx_parallel(kc[2], 4, nop_task, NULL);
+    CHECK(!dsv4_kctx_hint_get(kc[2], 0, 1, &p, &n) && !dsv4_kctx_hint_get(kc[2], 1, 1, &p, &n));
+    const dsv4_lin_op two[2] = {{&wq.m, NULL, 2, NULL}, {&wi.m, NULL, 2, NULL}};
+    dsv4_lin_hint(kc[2], two, 2, (int64_t)1 << 30, 0);
+    CHECK(!dsv4_kctx_hint_get(kc[2], 0, 1, &p, &n) && !dsv4_kctx_hint_get(kc[2], 1, 1, &p, &n));
+    dsv4_lin_hint(kc[1], odd, 2, (int64_t)1 << 30, 0);
+    CHECK(!dsv4_kctx_hint_get(kc[1], 0, 1, &p, &n));
+    free_mat(&wq), free_mat(&wi);
+}
+
+int main(void) {
+    const int best = fixture_open();
+    CHECK(best >= 0);
+    if (best < 0) return test_report();
+    /* the one-row paths of the best level, on every context */
+    for (int th = 1; th <= 3; th++) CHECK(dsv4_kctx_set_simd(kc[th], best) == best);
+    check_gemv_split();
+    check_one_row_halves();
+    check_one_row_hints();
+    if (best >= DSV4_SIMD_AVX512VBMI) {
+        check_fp8_one_row_bands();
+        check_fp8_one_row_bits();
+    } else {
+        printf("SKIPPED: avx512vbmi's one-row FP8 checks (this CPU or build lacks VBMI)\n");
+    }
+    fixture_close();
+    return test_report();
+}
