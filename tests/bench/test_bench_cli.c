@@ -36,10 +36,56 @@ static double num(const cJSON *o, const char *key) {
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
+static double median3(double a, double b, double c) {
+    return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
+}
+
+/* Paired probes (on by default): each of a measurement's 3 repetitions against the probe
+ * marks around it. The medians must be what the listed repetitions and the step's bytes and
+ * FLOPs say, and the best repetition must be the headline's step time. */
+static void check_paired(const cJSON *o) {
+    CHECK(cJSON_IsTrue(cJSON_GetObjectItem(o, "paired_probes")));
+    const cJSON *pr = cJSON_GetObjectItem(o, "prefill_paired_reps");
+    CHECK_MSG(cJSON_GetArraySize(pr) == 3, "prefill_paired_reps: %d entries", cJSON_GetArraySize(pr));
+    if (cJSON_GetArraySize(pr) == 3) {
+        double v[3], best = 1e300;
+        for (int r = 0; r < 3; r++) {
+            const cJSON *e = cJSON_GetArrayItem(pr, r);
+            CHECK(num(e, "peak_gflops") > 0 && num(e, "seconds") > 0);
+            v[r] = num(o, "prefill_flops") / num(e, "seconds") / 1e9 / num(e, "peak_gflops");
+            if (num(e, "seconds") < best) best = num(e, "seconds");
+        }
+        CHECK_NEAR(num(o, "prefill_roofline_ratio_paired"), median3(v[0], v[1], v[2]), 1e-9);
+        CHECK_NEAR(best, num(o, "prefill_seconds"), 1e-12);
+    }
+    const cJSON *batches = cJSON_GetObjectItem(o, "batches"), *d;
+    cJSON_ArrayForEach(d, batches) {
+        const cJSON *p = cJSON_GetObjectItem(d, "paired"), *reps = cJSON_GetObjectItem(p, "reps");
+        CHECK_MSG(cJSON_GetArraySize(reps) == 3, "batch %g: %d paired repetitions", num(d, "batch"),
+                  cJSON_GetArraySize(reps));
+        if (cJSON_GetArraySize(reps) != 3) continue;
+        double roof[3], bound[3], best = 1e300;
+        const double bytes = num(d, "decode_bytes_per_step"), flops = num(d, "decode_flops_per_step");
+        for (int r = 0; r < 3; r++) {
+            const cJSON *e = cJSON_GetArrayItem(reps, r);
+            const double s = num(e, "ms_per_step") / 1e3, bw = num(e, "bandwidth_gbs") * 1e9, pk = num(e, "peak_gflops") * 1e9;
+            CHECK(s > 0 && bw > 0 && pk > 0);
+            roof[r] = bytes / s / bw;
+            bound[r] = (bytes / bw > flops / pk ? bytes / bw : flops / pk) / s;
+            if (num(e, "ms_per_step") < best) best = num(e, "ms_per_step");
+        }
+        CHECK_NEAR(num(p, "roofline_ratio_median"), median3(roof[0], roof[1], roof[2]), 1e-9);
+        CHECK_NEAR(num(p, "bound_ratio_median"), median3(bound[0], bound[1], bound[2]), 1e-9);
+        CHECK_NEAR(best, num(d, "decode_ms_per_step"), 1e-9);
+        if (num(d, "batch") == num(o, "batch"))
+            CHECK_NEAR(num(o, "decode_bound_ratio_paired"), num(p, "bound_ratio_median"), 0);
+    }
+}
+
 static void test_json(const char *model) {
     char args[2048], *out, *errs;
     snprintf(args, sizeof args,
-             "--model '%s' --json --prompt-len 40 --gen 4 --batch 2 --batches 1 --contexts 150 --reps 1 "
+             "--model '%s' --json --prompt-len 40 --gen 4 --batch 2 --batches 1 --contexts 150 --reps 3 "
              "--probe-mb 16 --threads 2",
              model);
     int st = run(args, &out, &errs);
@@ -91,6 +137,7 @@ static void test_json(const char *model) {
             CHECK(num(c0, "decode_cache_bytes_per_step") > num(b2, "decode_cache_bytes_per_step"));
             CHECK(num(c0, "prefill_tokens_per_s") > 0);
         }
+        check_paired(o);
         cJSON_Delete(o);
     }
     free(out);
@@ -175,6 +222,25 @@ static void test_summary(const char *model) {
     free(errs);
 }
 
+/* --paired-probes off: no marks, no paired figures */
+static void test_paired_off(const char *model) {
+    char args[2048], *out, *errs;
+    snprintf(args, sizeof args, "--model '%s' --json --prompt-len 8 --gen 2 --reps 2 --probe-mb 8 --paired-probes off",
+             model);
+    int st = run(args, &out, &errs);
+    CHECK_MSG(st == 0, "status %d, stderr '%s'", st, errs ? errs : "");
+    cJSON *o = out ? cJSON_Parse(out) : NULL;
+    CHECK(o != NULL);
+    if (o) {
+        CHECK(cJSON_IsFalse(cJSON_GetObjectItem(o, "paired_probes")));
+        CHECK(!cJSON_GetObjectItem(o, "decode_bound_ratio_paired") && !cJSON_GetObjectItem(o, "prefill_paired_reps"));
+        CHECK(!cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "batches"), 0), "paired"));
+        cJSON_Delete(o);
+    }
+    free(out);
+    free(errs);
+}
+
 static void expect(const char *args, int status, const char *msg) {
     char *out, *errs;
     int st = run(args, &out, &errs);
@@ -198,6 +264,7 @@ int main(void) {
     test_shared("golden/tiny_s0/model", model, sizeof model);
     test_json(model);
     test_summary(model);
+    test_paired_off(model);
     test_mtp(model);
     expect("", 2, "--model DIR is required");
     snprintf(args, sizeof args, "--model '%s' --accept 1", model);
@@ -210,6 +277,8 @@ int main(void) {
     expect(args, 2, "--batch needs a whole number");
     snprintf(args, sizeof args, "--model '%s' --batches 1,x", model);
     expect(args, 2, "--batches: needs");
+    snprintf(args, sizeof args, "--model '%s' --paired-probes maybe", model);
+    expect(args, 2, "--paired-probes");
     expect("--model /nonexistent/dsv4_model --gen 1", 1, "dsv4 bench:");
     expect("--model x --frobnicate", 2, "unknown option");
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

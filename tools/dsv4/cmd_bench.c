@@ -123,8 +123,51 @@ typedef struct bench {
     float *hidden;      /* (max_seqs, D) */
     float *logits;      /* (max_seqs, V) */
     uint64_t rng;
+    dsv4_probe *probe;  /* --paired-probes on: the passes taken beside each repetition; else NULL */
     dsv4_err err;
 } bench;
+
+/* The probes beside each repetition (--paired-probes). The host's bandwidth moves by up to
+ * +-25 % from one minute to the next (BENCHMARKS.md, session 27), so the run's best probe and
+ * its best repetition may come from different minutes, and the headline ratios then say more
+ * about the host than about the engine. A probe mark is taken before every repetition and
+ * after the last; each repetition is also compared with the better of the two marks around
+ * it, and the median over repetitions is reported beside the headline ratios (never instead
+ * of them). */
+typedef struct probe_mark {
+    double bw_gbs;      /* best of 3 streaming passes */
+    double peak_gflops; /* best of 2 FMA passes */
+} probe_mark;
+
+#define MAX_REPS 64
+
+static probe_mark probe_mark_take(dsv4_probe *p) {
+    probe_mark m = {0, 0};
+    for (int i = 0; i < 3; i++) {
+        const double v = dsv4_probe_stream(p);
+        if (v > m.bw_gbs) m.bw_gbs = v;
+    }
+    for (int i = 0; i < 2; i++) {
+        const double v = dsv4_probe_fma_pass(p);
+        if (v > m.peak_gflops) m.peak_gflops = v;
+    }
+    return m;
+}
+
+/* the better of the marks before and after repetition r */
+static probe_mark probe_mark_around(const probe_mark *marks, int r) {
+    const probe_mark a = marks[r], z = marks[r + 1];
+    return (probe_mark){a.bw_gbs > z.bw_gbs ? a.bw_gbs : z.bw_gbs, a.peak_gflops > z.peak_gflops ? a.peak_gflops : z.peak_gflops};
+}
+
+static double median_of(double *v, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            const double t = v[j];
+            v[j] = v[j - 1], v[j - 1] = t;
+        }
+    return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 /* one decode measurement */
 typedef struct decode_result {
@@ -140,6 +183,9 @@ typedef struct decode_result {
     int census_steps;
     double cache_bytes_per_step;
     double flops_per_step;   /* useful FLOPs of one step: every row's forward + the head */
+    int n_reps;              /* repetitions timed */
+    double rep_seconds[MAX_REPS];
+    probe_mark marks[MAX_REPS + 1]; /* with paired probes: before each repetition and after the last */
 } decode_result;
 
 /* one prefill measurement */
@@ -255,7 +301,7 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
     cs.streams = malloc((size_t)cs.max_steps * per_step);
     cs.tokens = malloc((size_t)cs.max_steps * n * sizeof(int32_t));
     dsv4_span *spans = malloc((size_t)n * sizeof *spans);
-    double times[64] = {0};
+    double times[MAX_REPS] = {0};
     int rc = 0, n_times = 0;
     if (!cs.streams || !cs.tokens || !spans) {
         snprintf(b->err.msg, sizeof b->err.msg, "decode: out of memory");
@@ -271,6 +317,7 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
     /* one untimed step: the first touch of this batch size's scratch */
     if ((rc = decode_step(b, n, spans))) goto out;
     double best_cpu = 0;
+    if (b->probe) res->marks[0] = probe_mark_take(b->probe);
     for (int r = 0; r < reps && !rc; r++) {
         const double t0 = cli_now_s(), c0 = cpu_s();
         for (int s = 0; s < gen && !rc; s++) {
@@ -284,6 +331,8 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
         }
         const double dt = cli_now_s() - t0, dc = cpu_s() - c0;
         if (rc) break;
+        if (b->probe) res->marks[r + 1] = probe_mark_take(b->probe);
+        res->rep_seconds[res->n_reps++] = dt;
         if (!n_times || dt < res->seconds) {
             res->seconds = dt;
             best_cpu = dc / (dt * threads);
@@ -349,7 +398,39 @@ static double decode_bound_s(const decode_result *d, double bw_gbs, double peak_
     return t_bw > t_fma ? t_bw : t_fma;
 }
 
-static cJSON *decode_json(const decode_result *d, double bw_gbs, double peak_gflops) {
+/* A decode's repetitions against the probe marks around each (paired probes): the medians
+ * over repetitions of the bandwidth ratio and of the bound ratio. */
+typedef struct paired_ratios { double roofline, bound; } paired_ratios;
+
+static paired_ratios decode_paired(const decode_result *d) {
+    double roof[MAX_REPS], bound[MAX_REPS];
+    for (int r = 0; r < d->n_reps; r++) {
+        const probe_mark m = probe_mark_around(d->marks, r);
+        const double steps_s = d->steps / d->rep_seconds[r];
+        roof[r] = d->bytes_per_step * steps_s / (m.bw_gbs * 1e9);
+        bound[r] = decode_bound_s(d, m.bw_gbs, m.peak_gflops) * steps_s;
+    }
+    return (paired_ratios){median_of(roof, d->n_reps), median_of(bound, d->n_reps)};
+}
+
+static cJSON *decode_paired_json(const decode_result *d) {
+    cJSON *o = cJSON_CreateObject();
+    const paired_ratios pr = decode_paired(d);
+    cJSON_AddNumberToObject(o, "roofline_ratio_median", pr.roofline);
+    cJSON_AddNumberToObject(o, "bound_ratio_median", pr.bound);
+    cJSON *reps = cJSON_AddArrayToObject(o, "reps");
+    for (int r = 0; r < d->n_reps; r++) {
+        const probe_mark m = probe_mark_around(d->marks, r);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "ms_per_step", 1e3 * d->rep_seconds[r] / d->steps);
+        cJSON_AddNumberToObject(e, "bandwidth_gbs", m.bw_gbs);
+        cJSON_AddNumberToObject(e, "peak_gflops", m.peak_gflops);
+        cJSON_AddItemToArray(reps, e);
+    }
+    return o;
+}
+
+static cJSON *decode_json(const decode_result *d, double bw_gbs, double peak_gflops, int paired) {
     cJSON *o = cJSON_CreateObject();
     const double tps = d->batch * d->steps / d->seconds;
     const double steps_s = d->steps / d->seconds;
@@ -378,10 +459,11 @@ static cJSON *decode_json(const decode_result *d, double bw_gbs, double peak_gfl
     cJSON_AddNumberToObject(o, "decode_bound_tokens_per_s", d->batch / decode_bound_s(d, bw_gbs, peak_gflops));
     cJSON_AddNumberToObject(o, "decode_bound_ratio", decode_bound_s(d, bw_gbs, peak_gflops) * steps_s);
     cJSON_AddNumberToObject(o, "decode_cpu_utilization", d->cpu_util);
+    if (paired) cJSON_AddItemToObject(o, "paired", decode_paired_json(d));
     return o;
 }
 
-static void print_decode(const decode_result *d, double bw_gbs, double peak_gflops) {
+static void print_decode(const decode_result *d, double bw_gbs, double peak_gflops, int paired) {
     const double steps_s = d->steps / d->seconds;
     printf("decode  batch %2d ctx %6lld: %8.1f tokens/s (%6.2f ms/step, median %.1f tokens/s), "
            "%.1f MB weights/step (%.1f experts/layer), %.1f GB/s = %.0f%% of roofline, "
@@ -391,6 +473,11 @@ static void print_decode(const decode_result *d, double bw_gbs, double peak_gflo
            d->bytes_per_step * steps_s / 1e9, 100 * d->bytes_per_step * steps_s / (bw_gbs * 1e9),
            d->flops_per_step * steps_s / 1e9, 100 * d->flops_per_step * steps_s / (peak_gflops * 1e9),
            100 * decode_bound_s(d, bw_gbs, peak_gflops) * steps_s, d->cache_bytes_per_step / 1e6, 100 * d->cpu_util);
+    if (paired) {
+        const paired_ratios pr = decode_paired(d);
+        printf("        paired probes: %.0f%% of roofline, %.0f%% of the bound (medians of %d repetitions, "
+               "each against the probes beside it)\n", 100 * pr.roofline, 100 * pr.bound, d->n_reps);
+    }
 }
 
 /* ---- the command ----------------------------------------------------------------------- */
@@ -440,7 +527,7 @@ int cmd_bench(int argc, char **argv) {
     const char *dir = NULL;
     int64_t prompt_len = 512, gen = 32, batch = 1, threads = 0, chunk = 0, reps = 2, probe_mb = 512, seed = 1;
     long long batches[MAX_LIST], contexts[MAX_LIST];
-    int n_batches = 0, n_contexts = 0, json = 0, mtp = 0, n_accept = 0, pin_threads = 0, kv_dtype = 0, numa = 0, fp4_layout = 0;
+    int n_batches = 0, n_contexts = 0, json = 0, mtp = 0, paired = 1, n_accept = 0, pin_threads = 0, kv_dtype = 0, numa = 0, fp4_layout = 0;
     double accept[BENCH_MTP_MAX_P];
     p_list accept_list = {accept, &n_accept};
     num_list batch_list = {batches, &n_batches, 1, 1024}, context_list = {contexts, &n_contexts, 1, 1 << 24};
@@ -461,6 +548,9 @@ int cmd_bench(int argc, char **argv) {
         CLI_I64_OPT("chunk", 0, &chunk, 0, 1 << 20, "N", "prefill chunk (the engine's c_max)", .def = "min(2048, longest)"),
         CLI_I64_OPT("reps", 0, &reps, 1, 64, "N", "timed repetitions of each measurement, best kept (MTP measurements: interleaved rounds, medians)"),
         CLI_I64_OPT("probe-mb", 0, &probe_mb, 1, 1 << 16, "N", "bandwidth probe buffer in MiB"),
+        CLI_FN_OPT("paired-probes", 0, &paired, parse_on_off, "on|off", "on", "also probe before every timed "
+                   "repetition and after the last, and report each measurement's median ratio against the "
+                   "probes beside each repetition (the host's minute), next to the run's best probes"),
         CLI_I64_OPT("seed", 's', &seed, 0, INT64_MAX, "N", "prompt token seed"),
         CLI_FLAG_OPT("json", 0, &json, 1, "one JSON object on stdout instead of the summary "
                      "(with --mtp on: one per measurement and line)"),
@@ -583,17 +673,28 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "dsv4 bench: %s\n", b.err.msg);
         goto out_free;
     }
+    /* paired probes: the same buffer size, FMA passes of 50 ms (one mark ~0.15 s) */
+    if (paired && dsv4_probe_create(b.eng->k, (size_t)probe_mb << 20, 0.05, &b.probe, &b.err)) {
+        progress_done(&b);
+        fprintf(stderr, "dsv4 bench: %s\n", b.err.msg);
+        goto out_free;
+    }
     progress_done(&b);
 
     /* 2. prefill: sequence 0, `reps` times from scratch, best kept; then the others once */
     prefill_result pf = {0};
-    int rc = 0;
+    int rc = 0, pf_reps = 0;
+    double pf_rep_s[MAX_REPS];
+    probe_mark pf_marks[MAX_REPS + 1];
+    if (b.probe) pf_marks[0] = probe_mark_take(b.probe);
     for (int r = 0; r < reps && !rc; r++) {
         if (r > 0 && (rc = dsv4_seq_free(b.eng, b.seqs[0], &b.err))) break;
         if ((rc = dsv4_seq_create(b.eng, &b.seqs[0], &b.err))) break;
         prefill_result one = {0};
         rc = prefill_to(&b, 1, prompt_len, (int)chunk, &one, "prefill");
         if (!rc && (r == 0 || one.seconds < pf.seconds)) pf = one;
+        if (!rc) pf_rep_s[pf_reps++] = one.seconds;
+        if (!rc && b.probe) pf_marks[r + 1] = probe_mark_take(b.probe);
     }
     for (int s = 1; s < max_batch && !rc; s++) rc = dsv4_seq_create(b.eng, &b.seqs[s], &b.err);
     if (!rc && max_batch > 1) {
@@ -634,6 +735,12 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < n_batches; i++)
         if (batches[i] == batch) top = &dec[i];
     const double pf_tps = pf.tokens / pf.seconds, pf_gflops = pf.flops / pf.seconds / 1e9;
+    double pf_paired = 0; /* the median over prefill repetitions against the FMA marks beside each */
+    if (b.probe) {
+        double v[MAX_REPS];
+        for (int r = 0; r < pf_reps; r++) v[r] = pf.flops / pf_rep_s[r] / 1e9 / probe_mark_around(pf_marks, r).peak_gflops;
+        pf_paired = median_of(v, pf_reps);
+    }
     const double dec_tps = top->batch * top->steps / top->seconds;
     const double dec_ratio = top->bytes_per_step * (top->steps / top->seconds) / (bw * 1e9);
     double all_w = (double)b.w.global + (double)b.V * b.w.embed_row;
@@ -701,6 +808,20 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "prefill_flops", pf.flops);
         cJSON_AddNumberToObject(o, "prefill_gflops", pf_gflops);
         cJSON_AddNumberToObject(o, "prefill_roofline_ratio", pf_gflops / fma.best);
+        cJSON_AddBoolToObject(o, "paired_probes", b.probe != NULL);
+        if (b.probe) {
+            cJSON_AddNumberToObject(o, "prefill_roofline_ratio_paired", pf_paired);
+            cJSON *pm = cJSON_AddArrayToObject(o, "prefill_paired_reps");
+            for (int r = 0; r < pf_reps; r++) {
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddNumberToObject(e, "seconds", pf_rep_s[r]);
+                cJSON_AddNumberToObject(e, "peak_gflops", probe_mark_around(pf_marks, r).peak_gflops);
+                cJSON_AddItemToArray(pm, e);
+            }
+            const paired_ratios pr = decode_paired(top);
+            cJSON_AddNumberToObject(o, "decode_roofline_ratio_paired", pr.roofline);
+            cJSON_AddNumberToObject(o, "decode_bound_ratio_paired", pr.bound);
+        }
         cJSON_AddNumberToObject(o, "decode_tokens_per_s", dec_tps);
         cJSON_AddNumberToObject(o, "decode_ms_per_step", 1e3 * top->seconds / top->steps);
         cJSON_AddNumberToObject(o, "decode_bytes_per_step", top->bytes_per_step);
@@ -709,10 +830,10 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "decode_roofline_tokens_per_s", top->batch * bw * 1e9 / top->bytes_per_step);
         cJSON_AddNumberToObject(o, "decode_roofline_ratio", dec_ratio);
         cJSON *arr = cJSON_AddArrayToObject(o, "batches");
-        for (int i = 0; i < n_batches; i++) cJSON_AddItemToArray(arr, decode_json(&dec[i], bw, fma.best));
+        for (int i = 0; i < n_batches; i++) cJSON_AddItemToArray(arr, decode_json(&dec[i], bw, fma.best, b.probe != NULL));
         arr = cJSON_AddArrayToObject(o, "contexts");
         for (int i = 0; i < n_contexts; i++) {
-            cJSON *d = decode_json(&dec[n_batches + i], bw, fma.best);
+            cJSON *d = decode_json(&dec[n_batches + i], bw, fma.best, b.probe != NULL);
             if (ctx_pf[i].seconds > 0) {
                 cJSON_AddNumberToObject(d, "prefill_from", (double)ctx_pf[i].start);
                 cJSON_AddNumberToObject(d, "prefill_tokens", (double)ctx_pf[i].total);
@@ -741,19 +862,26 @@ int cmd_bench(int argc, char **argv) {
                bw0.best, bw1.best, fma.best, dsv4_simd_name(fma.simd));
         printf("prefill: %lld tokens in %.3f s: %.1f tokens/s, %.1f GFLOP/s useful = %.0f%% of FMA peak\n",
                (long long)pf.tokens, pf.seconds, pf_tps, pf_gflops, 100 * pf_gflops / fma.best);
-        for (int i = 0; i < n_batches; i++) print_decode(&dec[i], bw, fma.best);
+        for (int i = 0; i < n_batches; i++) print_decode(&dec[i], bw, fma.best, b.probe != NULL);
         for (int i = 0; i < n_contexts; i++) {
             if (ctx_pf[i].seconds > 0)
                 printf("prefill %lld -> %lld: %.1f tokens/s, %.1f GFLOP/s\n", (long long)ctx_pf[i].start,
                        (long long)(ctx_pf[i].start + ctx_pf[i].tokens),
                        ctx_pf[i].total / ctx_pf[i].seconds, ctx_pf[i].flops / ctx_pf[i].seconds / 1e9);
-            print_decode(&dec[n_batches + i], bw, fma.best);
+            print_decode(&dec[n_batches + i], bw, fma.best, b.probe != NULL);
         }
         printf("roofline: decode %.0f%% of bandwidth (%.1f MB/token), prefill %.0f%% of FMA peak\n",
                100 * dec_ratio, top->bytes_per_step / top->batch / 1e6, 100 * pf_gflops / fma.best);
+        if (b.probe) {
+            const paired_ratios pr = decode_paired(top);
+            printf("paired:  decode %.0f%% of bandwidth, %.0f%% of the bound; prefill %.0f%% of FMA peak "
+                   "(medians over repetitions, each against the probes beside it)\n",
+                   100 * pr.roofline, 100 * pr.bound, 100 * pf_paired);
+        }
     }
     status = 0;
 out_free:
+    dsv4_probe_free(b.probe);
     free(dec);
     free(ctx_pf);
 out:
