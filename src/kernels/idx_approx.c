@@ -91,7 +91,7 @@ void dsv4_idx_approx_ref(const float *qI, size_t qs, const float *wI, size_t ws,
 #define AP_FN __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,fma")))
 #define AP_INLINE static inline __attribute__((always_inline, target("avx512f,avx512dq,avx512vl,avx512bw,fma")))
 
-/* The widest key the panel on the stack holds: (256, 16) floats, 16 KB (Flash: dI = 128). */
+/* The widest key a panel on the stack holds: (256, 16) floats, 16 KB a panel, two panels (Flash: dI = 128). */
 #define AP_MAX_DI 256
 
 /* r[j] = row j of a 16 x 16 block in, column j out: unpack pairs, then 4 x 4 blocks within
@@ -165,33 +165,87 @@ AP_INLINE __m512 heads_g(const float *qq, const float *wq, int h0, int dI, const
     return s;
 }
 
+/* heads_g for two panels (32 keys) at once: s0 += panel p0's, s1 += p1's. Each q value is
+ * broadcast once for 32 keys, so the loop issues 2 G FMAs per 2 panel loads and G
+ * broadcasts: hot ~0.93-0.97 of the FMA peak against ~0.7-0.85 for heads_g (G = 8, 128-wide
+ * keys; session 28's harness, BENCHMARKS.md). */
+AP_INLINE void heads_g2(const float *qq, const float *wq, int h0, int dI, const float *p0, const float *p1, __m512 *s0,
+                        __m512 *s1, const int G) {
+    __m512 a[8], b[8];
+    for (int g = 0; g < G; g++) a[g] = b[g] = _mm512_setzero_ps();
+    for (int d = 0; d < dI; d++) {
+        const __m512 k0 = _mm512_load_ps(p0 + (size_t)d * 16), k1 = _mm512_load_ps(p1 + (size_t)d * 16);
+        for (int g = 0; g < G; g++) {
+            const __m512 q = _mm512_set1_ps(qq[(size_t)(h0 + g) * dI + d]);
+            a[g] = _mm512_fmadd_ps(q, k0, a[g]);
+            b[g] = _mm512_fmadd_ps(q, k1, b[g]);
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        const __m512 wg = _mm512_set1_ps(wq[h0 + g]);
+        *s0 = _mm512_fmadd_ps(wg, _mm512_max_ps(a[g], _mm512_setzero_ps()), *s0);
+        *s1 = _mm512_fmadd_ps(wg, _mm512_max_ps(b[g], _mm512_setzero_ps()), *s1);
+    }
+}
+
+/* Keys [w, w + n) prefetched into L1, every line of their rows: issued before the current
+ * keys' FMAs, so the next panels' loads find them there. Without it the panel loads waited
+ * on the cache for ~a fifth of the kernel's time at 32K entries (perf, session 28). */
+AP_INLINE void prefetch_keys(const void *const *keys, int fmt, int64_t w, int n, int dI) {
+    const size_t bytes = (size_t)dI * (fmt == DSV4_ROW_BF16 ? 2 : 4);
+    for (int j = 0; j < n; j++) {
+        const char *r = (const char *)keys[w + j];
+        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(r + o, _MM_HINT_T0);
+        _mm_prefetch(r + bytes - 1, _MM_HINT_T0); /* a row that starts mid-line ends on one more */
+    }
+}
+
 AP_FN static void approx_avx512(const float *qI, size_t qs, const float *wI, size_t ws, int nq, const int64_t *lim,
                                 const void *const *keys, int fmt, int64_t w0, int64_t w1, int nI, int dI,
                                 float *scores, float *knorm, size_t ss) {
-    _Alignas(64) float panel[AP_MAX_DI * 16]; /* (dI, 16) */
-    int64_t wmax = w0;                         /* the keys any query of the block sees */
+    _Alignas(64) float panel[2][AP_MAX_DI * 16]; /* two (dI, 16) panels: keys [w, w + 16), [w + 16, w + 32) */
+    int64_t wmax = w0;                            /* the keys any query of the block sees */
     for (int q = 0; q < nq; q++) {
         const int64_t e = lim[q] < w1 ? lim[q] : w1;
         wmax = e > wmax ? e : wmax;
     }
-    for (int64_t w = w0; w < wmax; w += 16) {
-        const int nk = wmax - w < 16 ? (int)(wmax - w) : 16;
-        const __m512 kn = load_panel(keys, fmt, w, nk, dI, panel);
+    for (int64_t w = w0; w < wmax; w += 32) {
+        const int nk = wmax - w < 32 ? (int)(wmax - w) : 32; /* keys of this pass; a second panel from 17 */
+        const int nk0 = nk < 16 ? nk : 16, nk1 = nk - nk0;
+        const int64_t wn = w + 32;
+        if (wn < wmax) prefetch_keys(keys, fmt, wn, wmax - wn < 32 ? (int)(wmax - wn) : 32, dI);
+        const __m512 kn0 = load_panel(keys, fmt, w, nk0, dI, panel[0]);
+        const __m512 kn1 = nk1 > 0 ? load_panel(keys, fmt, w + 16, nk1, dI, panel[1]) : _mm512_setzero_ps();
         for (int q = 0; q < nq; q++) {
             const int64_t e = lim[q] < w1 ? lim[q] : w1;
             if (w >= e) continue;
             const float *qq = qI + (size_t)q * qs, *wq = wI + (size_t)q * ws;
-            __m512 s = _mm512_setzero_ps();
+            __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
             int h = 0;
-            for (; h + 8 <= nI; h += 8) s = heads_g(qq, wq, h, dI, panel, s, 8);
-            if (h + 4 <= nI) {
-                s = heads_g(qq, wq, h, dI, panel, s, 4);
-                h += 4;
+            if (nk1 > 0 && e - w > 16) { /* both panels */
+                for (; h + 8 <= nI; h += 8) heads_g2(qq, wq, h, dI, panel[0], panel[1], &s0, &s1, 8);
+                if (h + 4 <= nI) {
+                    heads_g2(qq, wq, h, dI, panel[0], panel[1], &s0, &s1, 4);
+                    h += 4;
+                }
+                for (; h < nI; h++) heads_g2(qq, wq, h, dI, panel[0], panel[1], &s0, &s1, 1);
+            } else { /* this query sees only the first panel's keys */
+                for (; h + 8 <= nI; h += 8) s0 = heads_g(qq, wq, h, dI, panel[0], s0, 8);
+                if (h + 4 <= nI) {
+                    s0 = heads_g(qq, wq, h, dI, panel[0], s0, 4);
+                    h += 4;
+                }
+                for (; h < nI; h++) s0 = heads_g(qq, wq, h, dI, panel[0], s0, 1);
             }
-            for (; h < nI; h++) s = heads_g(qq, wq, h, dI, panel, s, 1);
-            const __mmask16 m = (__mmask16)(e - w >= 16 ? 0xFFFFu : (1u << (e - w)) - 1u);
-            _mm512_mask_storeu_ps(scores + (size_t)q * ss + w, m, s);
-            _mm512_mask_storeu_ps(knorm + (size_t)q * ss + w, m, kn);
+            const int64_t v0 = e - w < 16 ? e - w : 16, v1 = e - w - 16; /* keys of each panel q sees */
+            const __mmask16 m0 = (__mmask16)(v0 >= 16 ? 0xFFFFu : (1u << v0) - 1u);
+            _mm512_mask_storeu_ps(scores + (size_t)q * ss + w, m0, s0);
+            _mm512_mask_storeu_ps(knorm + (size_t)q * ss + w, m0, kn0);
+            if (v1 > 0) {
+                const __mmask16 m1 = (__mmask16)(v1 >= 16 ? 0xFFFFu : (1u << v1) - 1u);
+                _mm512_mask_storeu_ps(scores + (size_t)q * ss + w + 16, m1, s1);
+                _mm512_mask_storeu_ps(knorm + (size_t)q * ss + w + 16, m1, kn1);
+            }
         }
     }
 }

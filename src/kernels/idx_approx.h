@@ -21,8 +21,9 @@
  * writes scores; knorm has the layout of scores (the norm repeated for every query), so
  * that a caller can give each query block its own rows and no two tasks write the same
  * float. Levels: a portable loop (also the tests' second opinion) and AVX-512 + FMA, which
- * transposes 16 keys into a (dI, 16) panel once per query block and runs every head of
- * every query against it with broadcast FMAs: no reductions, twice the work per
+ * transposes 32 keys into two (dI, 16) panels once per query block (prefetching the next
+ * 32 keys' rows meanwhile) and runs every head of every query against both with broadcast
+ * FMAs, each query value broadcast once for 32 keys: no reductions, twice the work per
  * instruction of the exact kernel.
  */
 #ifndef DSV4_KERNELS_IDX_APPROX_H
