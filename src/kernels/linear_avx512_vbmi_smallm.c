@@ -603,6 +603,16 @@ static VBMI int smb_no_nan(const uint8_t *p, int64_t len) {
     return !fp8_nan_seen(fp8_nan_scan(_mm512_max_epu8(a0, a1), p + i, (int)(len - i)));
 }
 
+/* Rows wider than SMB_SCAN_MAX_COLS (past those whose next band smb_band_nx prefetches, below)
+ * take no scan: the first pass checks the codes as it decodes them (a band with an NaN code is redone by the panel path, which writes
+ * every output again) and prefetches its own stream SMB_PF_AHEAD bytes ahead, so the weights
+ * arrive beside its FMAs. Without the prefetch the scan's fetch moves into the pass (sessions
+ * 21-27); with it, in step (batch 16, odd steps against even), the scan's ~0.75 ms of thread
+ * time a step went for ~0.25-0.3 ms more in the bands (8192 bytes ahead: +0.3; BENCHMARKS.md,
+ * session 28 fp828). */
+#define SMB_SCAN_MAX_COLS 256
+#define SMB_PF_AHEAD 4096
+
 /* A register block's R x NX accumulators (a[r][s]: weight row r, activation row s) summed
  * four at a time by sm_sum4's tree (output k = s * R + r; the last group padded with copies),
  * then into y (NX, rows) at the block's first output */
@@ -621,16 +631,21 @@ AINLINE VBMI void smb_store_sums(int R, int NX, __m512 a[][SMB_NX], float *y, in
 }
 
 /* R weight rows from wp (n bytes apart, one band) against NX rows of xs (n apart): y (NX,
- * rows) at the block's first output */
-AINLINE VBMI void smb_rows(int R, int NX, const uint8_t *wp, int64_t n, const float *xs, float *y, int64_t rows) {
+ * rows) at the block's first output. nan (a band's first pass past SMB_SCAN_MAX_COLS columns): the
+ * weights' codes max'd into it as fp8_nan_scan's, and the stream SMB_PF_AHEAD bytes ahead */
+AINLINE VBMI void smb_rows(int R, int NX, const uint8_t *wp, int64_t n, const float *xs, float *y, int64_t rows,
+                           __m128i *nan) {
     const __m512i keep = _mm512_set1_epi32((int)0x87F00000); /* the sign, exponent bits 23..26, mantissa */
     __m512 a[SMB_R][SMB_NX];
     for (int r = 0; r < R; r++)
         for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
+    __m128i nv = _mm_setzero_si128();
     for (int64_t i = 0; i < n; i += 16) {
+        if (nan) GEMV_PF_TOUCH(wp + SMB_PF_AHEAD + R * i); /* the block's R * n bytes as one stream */
         __m512 wv[SMB_R];
         for (int r = 0; r < R; r++) {
             const __m128i b = _mm_loadu_si128((const __m128i *)(wp + r * n + i));
+            if (nan) nv = _mm_max_epu8(nv, _mm_add_epi8(b, b));
             wv[r] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(b), 20), keep));
             __asm__("" : "+v"(wv[r])); /* decoded once, used NX times */
         }
@@ -641,6 +656,7 @@ AINLINE VBMI void smb_rows(int R, int NX, const uint8_t *wp, int64_t n, const fl
             for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, wv[r], a[r][s]);
         }
     }
+    if (nan) *nan = _mm_max_epu8(*nan, nv);
     smb_store_sums(R, NX, a, y, rows);
 }
 
@@ -656,7 +672,8 @@ AINLINE VBMI void smb_rows(int R, int NX, const uint8_t *wp, int64_t n, const fl
  * 1.02-1.05x, two 1.14x at 2048. BENCHMARKS.md, session 21 fp816. */
 #define SMB_PF_BYTES 32768
 
-AINLINE VBMI void smb_band_nx(int NX, int pf, const dsv4_mat *w, const float *xs, float *y, int64_t o0, int64_t o1) {
+AINLINE VBMI void smb_band_nx(int NX, int pf, const dsv4_mat *w, const float *xs, float *y, int64_t o0, int64_t o1,
+                              __m128i *nan) {
     const int64_t n = w->cols, rows = w->rows;
     const uint8_t *wb = (const uint8_t *)w->w;
     const int64_t pe = 128 * n > SMB_PF_BYTES ? o1 : o1 + 128 < rows ? o1 + 128 : rows;
@@ -664,34 +681,39 @@ AINLINE VBMI void smb_band_nx(int NX, int pf, const dsv4_mat *w, const float *xs
     int64_t o = o0;
     for (; o + SMB_R <= o1; o += SMB_R) {
         if (pf && pe > o1) pf_slice((const char *)(wb + o1 * n), (const char *)(wb + pe * n), (o - o0) / SMB_R, nblk);
-        smb_rows(SMB_R, NX, wb + o * n, n, xs, y + o, rows);
+        smb_rows(SMB_R, NX, wb + o * n, n, xs, y + o, rows, nan);
     }
-    if (o1 - o == 2) smb_rows(2, NX, wb + o * n, n, xs, y + o, rows);
-    else if (o1 - o == 1) smb_rows(1, NX, wb + o * n, n, xs, y + o, rows);
+    if (o1 - o == 2) smb_rows(2, NX, wb + o * n, n, xs, y + o, rows, nan);
+    else if (o1 - o == 1) smb_rows(1, NX, wb + o * n, n, xs, y + o, rows, nan);
 }
 
 /* outputs [o0, o1) of one scale band, all n_rows rows of xs, in passes of up to SMB_NX rows
- * (as even as they go: 13 = 7 + 6) */
+ * (as even as they go: 13 = 7 + 6); chk: the first pass checks the codes (0 back when it
+ * saw an NaN code: the outputs are then not the products) */
 DSV4_HOT_AT(smb_band, 0x170)
-static VBMI void smb_band(const dsv4_mat *w, const float *xs, int n_rows, float *y, int64_t o0, int64_t o1) {
+static VBMI int smb_band(const dsv4_mat *w, const float *xs, int n_rows, float *y, int64_t o0, int64_t o1, int chk) {
     const int64_t n = w->cols, rows = w->rows;
     const int passes = (n_rows + SMB_NX - 1) / SMB_NX;
+    __m128i nan = _mm_setzero_si128();
     for (int k = 0, s0 = 0; k < passes; k++) {
         const int nx = (n_rows - s0 + (passes - k) - 1) / (passes - k);
         const float *xr = xs + (int64_t)s0 * n;
         float *yr = y + (int64_t)s0 * rows;
+        __m128i *nv = chk && k == 0 ? &nan : NULL;
         switch (nx) {
-        case 1: smb_band_nx(1, k == 0, w, xr, yr, o0, o1); break;
-        case 2: smb_band_nx(2, k == 0, w, xr, yr, o0, o1); break;
-        case 3: smb_band_nx(3, k == 0, w, xr, yr, o0, o1); break;
-        case 4: smb_band_nx(4, k == 0, w, xr, yr, o0, o1); break;
-        case 5: smb_band_nx(5, k == 0, w, xr, yr, o0, o1); break;
-        case 6: smb_band_nx(6, k == 0, w, xr, yr, o0, o1); break;
-        case 7: smb_band_nx(7, k == 0, w, xr, yr, o0, o1); break;
-        default: smb_band_nx(SMB_NX, k == 0, w, xr, yr, o0, o1); break;
+        case 1: smb_band_nx(1, k == 0, w, xr, yr, o0, o1, nv); break;
+        case 2: smb_band_nx(2, k == 0, w, xr, yr, o0, o1, nv); break;
+        case 3: smb_band_nx(3, k == 0, w, xr, yr, o0, o1, nv); break;
+        case 4: smb_band_nx(4, k == 0, w, xr, yr, o0, o1, nv); break;
+        case 5: smb_band_nx(5, k == 0, w, xr, yr, o0, o1, nv); break;
+        case 6: smb_band_nx(6, k == 0, w, xr, yr, o0, o1, nv); break;
+        case 7: smb_band_nx(7, k == 0, w, xr, yr, o0, o1, nv); break;
+        default: smb_band_nx(SMB_NX, k == 0, w, xr, yr, o0, o1, nv); break;
         }
+        if (nv && _mm_cmpeq_epi8_mask(nan, _mm_set1_epi8((char)0xFE))) return 0; /* fp8_nan_seen's test */
         s0 += nx;
     }
+    return 1;
 }
 
 /* the panel path (below) for the outputs [o0, o1), o0 a multiple of 4 */
@@ -714,9 +736,9 @@ static VBMI int smallm_fp8_bits(const dsv4_lin_call *c, const dsv4_mat *w, const
     for (int64_t s0 = o0; s0 < o1;) {
         const int64_t band = s0 / 128, s1 = (band + 1) * 128 < o1 ? (band + 1) * 128 : o1;
         const int64_t prev = key && key->job == c->job ? key->band : -1; /* the band xs holds */
-        if (smb_no_nan((const uint8_t *)w->w + s0 * n, (s1 - s0) * n) &&
-            (prev == band || smb_fill(w, x, n_rows, band, prev, xs))) {
-            smb_band(w, xs, n_rows, y, s0, s1);
+        const int chk = n > SMB_SCAN_MAX_COLS; /* the first pass checks the codes, no scan */
+        if ((chk || smb_no_nan((const uint8_t *)w->w + s0 * n, (s1 - s0) * n)) &&
+            (prev == band || smb_fill(w, x, n_rows, band, prev, xs)) && smb_band(w, xs, n_rows, y, s0, s1, chk)) {
             if (key) *key = (dsv4_lin_xs_key){c->job, band};
         } else {
             if (key) key->job = 0; /* the panels take the scratch */
