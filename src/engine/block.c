@@ -59,6 +59,7 @@ typedef struct {
     atomic_int *left;    /* (R) split rows */
     double *fn_f64;      /* (mix, hc*D) blocked rows: sub_fn widened */
     int R, block;        /* blocked rows: rows, rows per task */
+    dsv4_exp_rows_fn ex; /* hc_pre's exps in lanes (libm's bits), or NULL */
 } sub_in_job;
 
 typedef struct {
@@ -82,7 +83,7 @@ static void sub_in_collapse(const sub_in_job *j, int i, const double *dots) {
     const float *scale = j->sub ? j->b->hc_ffn_scale : j->b->hc_attn_scale;
     float *xi = j->x + (size_t)i * D;
     dsv4_hc_pre_finish(c, j->simd, j->h + (size_t)i * hc * D, dots, base, scale, xi, j->post + (size_t)i * hc,
-                       j->comb + (size_t)i * hc * hc);
+                       j->comb + (size_t)i * hc * hc, j->ex);
     j->nm->round(j->nm, DSV4_ACT_COLLAPSE, xi, D);
 }
 
@@ -141,7 +142,7 @@ static void sub_in_block(void *arg, int t, int tid) {
     dsv4_hc_pre_finish_rows(c, j->simd, j->h + i0 * row, n, j->dots + (int64_t)i0 * nd,
                             j->sub ? j->b->hc_ffn_base : j->b->hc_attn_base,
                             j->sub ? j->b->hc_ffn_scale : j->b->hc_attn_scale, j->x + (size_t)i0 * D,
-                            j->post + (size_t)i0 * hc, j->comb + (size_t)i0 * hc * hc);
+                            j->post + (size_t)i0 * hc, j->comb + (size_t)i0 * hc * hc, j->ex);
     for (int i = i0; i < i0 + n; i++) j->nm->round(j->nm, DSV4_ACT_COLLAPSE, j->x + (size_t)i * D, D);
     /* the block's norms side by side (each row's sum its own chain, as dsv4_rmsnorm) */
     dsv4_rmsnorm_rows(j->simd, j->x + (size_t)i0 * D, sub_norm(j), D, (float)j->c->rms_norm_eps, n);
@@ -182,7 +183,10 @@ static void sub_in(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *c, 
                    int sub, const float *h, int R, block_bufs *bb) {
     const int T = dsv4_kctx_threads(k);
     sub_in_job j = {c, b, sub, dsv4_kctx_simd(k), h, bb->x, bb->post, bb->comb, nm,
-                    sub_in_parts(c, R, T), bb->dots, bb->left, bb->fn_f64, R, 4};
+                    sub_in_parts(c, R, T), bb->dots, bb->left, bb->fn_f64, R, 4, NULL};
+    /* the exp in lanes where the context found it equal to libm's at create: the condition
+     * under which it hands out the compressor's lane pool (kctx.h), which uses the same exp */
+    j.ex = dsv4_kctx_pool_cols(k) ? dsv4_exp_x512() : NULL;
     if (R >= 4 * T && dsv4_hc_rows_blocked(c, j.simd)) {
         /* rows in blocks of 4 (several tasks per thread), or 8 below. Every block reads all of fn:
          * from 64 rows widening it once (mix rows of hc*D doubles, a job of its own) costs

@@ -304,26 +304,47 @@ void dsv4_hc_collapse_at(int simd, int hc, int D, const float *h, const double *
     collapse(simd, hc, D, h, pre, x);
 }
 
-/* pre, post and the Sinkhorn's starting matrix C (hc, hc) of one row from its dots (mix + 1). */
+/* pre, post and the Sinkhorn's starting matrix C (hc, hc) of one row from its dots (mix + 1).
+ * ex (exp_f64.h: libm's exp bits in lanes, or NULL: libm per value) takes all 2 hc + hc^2
+ * exps of the row in one call (24 at hc 4, ~0.3 us of libm calls a row otherwise); the
+ * arithmetic around them is the reference's, in its order. */
 DSV4_HOT_AT(pre_start, 0x190)
 static void pre_start(const dsv4_config *cfg, const double *dots, const float *base, const float *scale,
-                      double *pre, float *post, double *C) {
+                      double *pre, float *post, double *C, dsv4_exp_rows_fn ex) {
     const int hc = cfg->hc_mult, mix = dsv4_cfg_mix(cfg);
     const double eps = cfg->hc_eps;
     double mixes[(2 + HC_MAX) * HC_MAX]; /* (mix) */
+    double e[(2 + HC_MAX) * HC_MAX];     /* (mix): exp's arguments, then its values */
     hc_mixes(cfg, dots, mix, mixes);
-    for (int j = 0; j < hc; j++) {
-        pre[j] = sigmoid_f64(mixes[j] * scale[0] + base[j]) + eps;
-        post[j] = (float)(2.0 * sigmoid_f64(mixes[hc + j] * scale[1] + base[hc + j]));
+    for (int j = 0; j < hc; j++) { /* sigmoid_f64(z) = 1 / (1 + exp(-z)) */
+        e[j] = -(mixes[j] * scale[0] + base[j]);
+        e[hc + j] = -(mixes[hc + j] * scale[1] + base[hc + j]);
     }
     /* Row softmax of the logits, then +eps everywhere. */
     for (int j = 0; j < hc; j++) {
-        double *row = C + j * hc, mx = -INFINITY, sum = 0.0;
+        double *row = C + j * hc, mx = -INFINITY;
         for (int k = 0; k < hc; k++) {
             row[k] = mixes[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k];
             if (row[k] > mx) mx = row[k];
         }
-        for (int k = 0; k < hc; k++) { row[k] = exp(row[k] - mx); sum += row[k]; }
+        for (int k = 0; k < hc; k++) e[2 * hc + j * hc + k] = row[k] - mx;
+    }
+    /* e[0, mix) are all written above (GCC cannot see that through the opaque call) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+    if (ex) {
+        ex(e, mix, e);
+    } else {
+        for (int i = 0; i < mix; i++) e[i] = exp(e[i]);
+    }
+#pragma GCC diagnostic pop
+    for (int j = 0; j < hc; j++) {
+        pre[j] = 1.0 / (1.0 + e[j]) + eps;
+        post[j] = (float)(2.0 * (1.0 / (1.0 + e[hc + j])));
+    }
+    for (int j = 0; j < hc; j++) {
+        double *row = C + j * hc, sum = 0.0;
+        for (int k = 0; k < hc; k++) { row[k] = e[2 * hc + j * hc + k]; sum += row[k]; }
         for (int k = 0; k < hc; k++) row[k] = row[k] / sum + eps;
     }
 }
@@ -462,19 +483,21 @@ static int pre_bad(const dsv4_config *cfg, int n, float *x, float *post, float *
 
 DSV4_HOT_AT(dsv4_hc_pre_finish, 0x6b0)
 void dsv4_hc_pre_finish(const dsv4_config *cfg, int simd, const float *h, const double *dots,
-                        const float *base, const float *scale, float *x, float *post, float *comb) {
+                        const float *base, const float *scale, float *x, float *post, float *comb,
+                        dsv4_exp_rows_fn ex) {
     const int hc = cfg->hc_mult;
     double pre[HC_MAX];        /* (hc) */
     double C[HC_MAX * HC_MAX]; /* (hc, hc) [j input][k output] */
     if (pre_bad(cfg, 1, x, post, comb)) return;
-    pre_start(cfg, dots, base, scale, pre, post, C);
+    pre_start(cfg, dots, base, scale, pre, post, C, ex);
     sinkhorn_at(simd, hc, cfg->hc_sinkhorn_iters, cfg->hc_eps, C);
     pre_end(cfg, simd, h, pre, C, x, comb);
 }
 
 DSV4_HOT_AT(dsv4_hc_pre_finish_rows, 0xca0)
 void dsv4_hc_pre_finish_rows(const dsv4_config *cfg, int simd, const float *h, int n, const double *dots,
-                             const float *base, const float *scale, float *x, float *post, float *comb) {
+                             const float *base, const float *scale, float *x, float *post, float *comb,
+                             dsv4_exp_rows_fn ex) {
     const int hc = cfg->hc_mult, D = cfg->hidden_size, nd = dsv4_cfg_mix(cfg) + 1;
     if (n < 1 || pre_bad(cfg, n, x, post, comb)) return;
 #if HC_AVX512
@@ -484,7 +507,7 @@ void dsv4_hc_pre_finish_rows(const dsv4_config *cfg, int simd, const float *h, i
             double pre[HC_LANES][4], C[HC_LANES][4 * 4]; /* (rows, hc), (rows, hc, hc) */
             for (int r = 0; r < nb; r++) {
                 const int i = i0 + r;
-                pre_start(cfg, dots + (int64_t)i * nd, base, scale, pre[r], post + (int64_t)i * hc, C[r]);
+                pre_start(cfg, dots + (int64_t)i * nd, base, scale, pre[r], post + (int64_t)i * hc, C[r], ex);
             }
             sinkhorn_rows_avx512(hc, cfg->hc_sinkhorn_iters, cfg->hc_eps, C, nb);
             for (int r = 0; r < nb; r++) {
@@ -498,7 +521,7 @@ void dsv4_hc_pre_finish_rows(const dsv4_config *cfg, int simd, const float *h, i
 #endif
     for (int i = 0; i < n; i++)
         dsv4_hc_pre_finish(cfg, simd, h + (int64_t)i * hc * D, dots + (int64_t)i * nd, base, scale,
-                           x + (int64_t)i * D, post + (int64_t)i * hc, comb + (int64_t)i * hc * hc);
+                           x + (int64_t)i * D, post + (int64_t)i * hc, comb + (int64_t)i * hc * hc, ex);
 }
 
 void dsv4_hc_pre_at(const dsv4_config *cfg, int simd, const float *h, const float *fn, const float *base,
@@ -506,7 +529,7 @@ void dsv4_hc_pre_at(const dsv4_config *cfg, int simd, const float *h, const floa
     double dots[(2 + HC_MAX) * HC_MAX + 1]; /* (mix + 1) */
     const int mix = dsv4_cfg_mix(cfg);
     if (cfg->hc_mult >= 1 && cfg->hc_mult <= HC_MAX) dsv4_hc_dots(cfg, simd, h, fn, mix, 0, mix + 1, dots);
-    dsv4_hc_pre_finish(cfg, simd, h, dots, base, scale, x, post, comb);
+    dsv4_hc_pre_finish(cfg, simd, h, dots, base, scale, x, post, comb, NULL);
 }
 
 void dsv4_hc_pre(const dsv4_config *cfg, const float *h, const float *fn, const float *base,

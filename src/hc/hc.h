@@ -3,6 +3,7 @@
 #ifndef DSV4_HC_HC_H
 #define DSV4_HC_HC_H
 
+#include "kernels/exp_f64.h"
 #include "model/config.h"
 
 /* These routines handle hc_mult up to DSV4_HC_MAX (model/config.h, which the loader
@@ -31,14 +32,18 @@ void dsv4_hc_head(const dsv4_config *cfg, const float *h, const float *fn, const
 /* dots[m] for m in [m0, m1), m <= n_mix. */
 void dsv4_hc_dots(const dsv4_config *cfg, int simd, const float *h, const float *fn, int n_mix, int m0,
                   int m1, double *dots);
-/* dsv4_hc_pre from its dots (mix + 1 of them: n_mix = dsv4_cfg_mix). */
+/* dsv4_hc_pre from its dots (mix + 1 of them: n_mix = dsv4_cfg_mix). ex: an exp over arrays with
+ * libm's bits (kernels/exp_f64.h; the caller's word that it agrees with libm here), or NULL: libm's
+ * exp per value. The same bits either way. */
 void dsv4_hc_pre_finish(const dsv4_config *cfg, int simd, const float *h, const double *dots,
-                        const float *base, const float *scale, float *x, float *post, float *comb);
+                        const float *base, const float *scale, float *x, float *post, float *comb,
+                        dsv4_exp_rows_fn ex);
 /* dsv4_hc_pre_finish of n rows: row i's h at h + i hc D, dots at dots + i (mix + 1), outputs at
  * x + i D, post + i hc, comb + i hc hc; the same bits as n calls. At DSV4_SIMD_AVX512 and hc <= 4
  * the Sinkhorn iterations of up to 8 rows run side by side, one row a lane. */
 void dsv4_hc_pre_finish_rows(const dsv4_config *cfg, int simd, const float *h, int n, const double *dots,
-                             const float *base, const float *scale, float *x, float *post, float *comb);
+                             const float *base, const float *scale, float *x, float *post, float *comb,
+                             dsv4_exp_rows_fn ex);
 void dsv4_hc_pre_at(const dsv4_config *cfg, int simd, const float *h, const float *fn, const float *base,
                     const float *scale, float *x, float *post, float *comb);
 /* dsv4_hc_post with h_out = h_in = h (hc, D), updated in place. */

@@ -15,6 +15,13 @@ static double urand(void) { /* uniform [-1, 1) */
 
 static double sigm(double z) { return 1.0 / (1.0 + exp(-z)); }
 
+/* the exp in lanes (kernels/exp_f64.h) where it agrees with this libm, else NULL (libm's) */
+static dsv4_exp_rows_fn lanes_exp(void) {
+    static int agrees = -1;
+    if (agrees < 0) agrees = dsv4_exp_x512_agrees();
+    return agrees ? dsv4_exp_x512() : NULL;
+}
+
 /* Reference hc_pre: mixes, pre, post, Sinkhorn-normalised comb, collapsed x. */
 static void ref_pre(int hc, int D, int iters, double eps, double hc_eps, const float *h,
                     const float *fn, const float *base, const float *scale, double *x,
@@ -182,9 +189,13 @@ static void run_levels(const hc_case *t) {
             memset(dots, 0, sizeof dots);
             for (int p = parts - 1; p >= 0; p--)
                 dsv4_hc_dots(&c, level, h, fn, mix, p * (mix + 1) / parts, (p + 1) * (mix + 1) / parts, dots);
-            dsv4_hc_pre_finish(&c, level, h, dots, base, scale, x1, post1, comb1);
-            CHECK_MSG(!memcmp(x0, x1, sizeof(float) * D) && !memcmp(comb0, comb1, sizeof(float) * hc * hc),
-                      "hc=%d D=%d level %d: hc_pre from %d parts differs", hc, D, level, parts);
+            for (int e = 0; e < 2; e++) { /* libm's exp, then the lanes' (when it agrees with libm) */
+                dsv4_hc_pre_finish(&c, level, h, dots, base, scale, x1, post1, comb1, e ? lanes_exp() : NULL);
+                CHECK_MSG(!memcmp(x0, x1, sizeof(float) * D) && !memcmp(post0, post1, sizeof(float) * hc) &&
+                              !memcmp(comb0, comb1, sizeof(float) * hc * hc),
+                          "hc=%d D=%d level %d: hc_pre from %d parts differs%s", hc, D, level, parts,
+                          e ? " (exp in lanes)" : "");
+            }
         }
         memcpy(hl, h, sizeof(float) * n);
         dsv4_hc_post_inplace(&c, level, y, hl, post0, comb0);
@@ -252,19 +263,21 @@ static void run_finish_rows(const hc_case *t) {
     for (int i = 0; i < R; i++) dsv4_hc_dots(&c, DSV4_SIMD_SCALAR, h + (size_t)i * n, fn, mix, 0, nd, dots + i * nd);
     for (int i = 0; i < R; i++)
         dsv4_hc_pre_finish(&c, DSV4_SIMD_SCALAR, h + (size_t)i * n, dots + i * nd, base, scale, x0 + (size_t)i * D,
-                           post0 + i * hc, comb0 + i * hc * hc);
+                           post0 + i * hc, comb0 + i * hc * hc, NULL);
     /* the rows' combs differ (each lane must keep its own row) */
     if (hc > 1) CHECK_MSG(memcmp(comb0, comb0 + hc * hc, sizeof(float) * hc * hc), "hc=%d: rows 0 and 1 alike", hc);
     for (int level = 0; level <= (int)dsv4_cpu_simd(); level++)
-        for (int rows = 1; rows <= R; rows++) {
-            memset(x1, 0xff, sizeof(float) * R * D);
-            memset(post1, 0xff, sizeof(float) * R * hc);
-            memset(comb1, 0xff, sizeof(float) * R * hc * hc);
-            dsv4_hc_pre_finish_rows(&c, level, h, rows, dots, base, scale, x1, post1, comb1);
-            CHECK_MSG(!memcmp(x0, x1, sizeof(float) * rows * D) && !memcmp(post0, post1, sizeof(float) * rows * hc) &&
-                          !memcmp(comb0, comb1, sizeof(float) * rows * hc * hc),
-                      "hc=%d D=%d iters=%d level %d: finish of %d rows differs", hc, D, t->iters, level, rows);
-        }
+        for (int rows = 1; rows <= R; rows++)
+            for (int e = 0; e < 2; e++) { /* libm's exp, then the lanes' */
+                memset(x1, 0xff, sizeof(float) * R * D);
+                memset(post1, 0xff, sizeof(float) * R * hc);
+                memset(comb1, 0xff, sizeof(float) * R * hc * hc);
+                dsv4_hc_pre_finish_rows(&c, level, h, rows, dots, base, scale, x1, post1, comb1, e ? lanes_exp() : NULL);
+                CHECK_MSG(!memcmp(x0, x1, sizeof(float) * rows * D) && !memcmp(post0, post1, sizeof(float) * rows * hc) &&
+                              !memcmp(comb0, comb1, sizeof(float) * rows * hc * hc),
+                          "hc=%d D=%d iters=%d level %d: finish of %d rows differs%s", hc, D, t->iters, level, rows,
+                          e ? " (exp in lanes)" : "");
+            }
     free(h); free(fn); free(x0); free(x1); free(post0); free(post1); free(comb0); free(comb1); free(dots);
 }
 
@@ -350,7 +363,8 @@ int main(void) {
                            {2, 24, 20, 1e-6, 1e-6}, {1, 17, 5, 1e-6, 1e-6}, {16, 24, 3, 1e-6, 1e-6},
                            {4, 16, 0, 1e-6, 1e-6}};
     for (size_t i = 0; i < sizeof fin / sizeof fin[0]; i++) run_finish_rows(&fin[i]);
-    printf("hc levels checked: portable .. %d (this CPU)\n", (int)dsv4_cpu_simd());
+    printf("hc levels checked: portable .. %d (this CPU); exp in lanes %s\n", (int)dsv4_cpu_simd(),
+           lanes_exp() ? "checked" : "not available (libm only)");
     test_hand();
     test_collapse_rounding();
     return test_report();
