@@ -217,6 +217,43 @@ void dsv4_lin_avx512_gemm(const dsv4_lin_call *c, const dsv4_mat *w, const float
                           float *scratch);
 void dsv4_lin_avx512vbmi_gemm(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
                               int64_t o0, float *scratch);
+/* The register blocks of level avx512vbmi's small-M in registers (the FP8 bit decode in
+ * linear_avx512_vbmi_smallm.c, BF16 and F32 in linear_avx512_vbmi_dense.c) */
+#define SMB_R 3  /* weight rows a register block */
+#define SMB_NX 8 /* activation rows a pass */
+
+/* the 4 sums of a0..a3, each in hsum16's tree, in lanes 0..3 (sm_store4 without the store) */
+AINLINE __m128 sm_sum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    const __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xEE));
+    const __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xEE));
+    const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, 0x88), _mm512_shuffle_f32x4(t01, t23, 0xDD));
+    const __m512 z = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));
+    const __m512 r = _mm512_add_ps(z, _mm512_permute_ps(z, 0xB1));
+    return _mm512_castps512_ps128(
+        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), r));
+}
+
+/* A register block's R x NX accumulators (a[r][s]: weight row r, activation row s) summed
+ * four at a time by sm_sum4's tree (output k = s * R + r; the last group padded with copies),
+ * then into y (NX, rows) at the block's first output */
+AINLINE VBMI void smb_store_sums(int R, int NX, __m512 a[][SMB_NX], float *y, int64_t rows) {
+    float t[SMB_R * SMB_NX + 3];
+    for (int g = 0; g < R * NX; g += 4) {
+        __m512 v[4];
+        for (int q = 0; q < 4; q++) {
+            const int k = g + q < R * NX ? g + q : R * NX - 1;
+            v[q] = a[k % R][k / R];
+        }
+        _mm_storeu_ps(t + g, sm_sum4(v[0], v[1], v[2], v[3]));
+    }
+    for (int s = 0; s < NX; s++)
+        for (int r = 0; r < R; r++) y[(int64_t)s * rows + r] = t[s * R + r];
+}
+
+/* level avx512vbmi's small-M for BF16 and F32 weights (linear_avx512_vbmi_dense.c): outputs [o0,
+ * o1) of n_rows rows of x, scratch the thread's LIN_SCRATCH_FLOATS */
+VBMI void dsv4_lin_avx512vbmi_dense(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
+                                   int64_t o0, int64_t o1, float *scratch);
 /* level avx512vbmi's small-M (linear_avx512_vbmi_smallm.c): outputs [o0, o1) of n_rows rows
  * of x, scratch the thread's LIN_SCRATCH_FLOATS */
 VBMI void dsv4_lin_avx512vbmi_smallm(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
