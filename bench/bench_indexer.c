@@ -11,7 +11,7 @@
  *            (exact rescoring of the entries near the boundary),
  * alternating the two over --reps rounds (default 5), and checks that they select the same
  * entries. Queries, weights and keys are uniform random: real rows have other score
- * distributions, so "candidates" (the entries rescored per query, mean) says how tight the
+ * distributions, so "candidates" (the entries rescored exactly per query, mean) says how tight the
  * bound was here. One JSON line per case: median microseconds per query both ways, their
  * ratio, the candidates. */
 #include <stdint.h>

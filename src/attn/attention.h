@@ -268,12 +268,17 @@ int dsv4_indexer_select(const float *scores, int n_cand, int topk, int *work, in
 /* The exact selection from approximate scores (kernels/idx_approx.h). approx and knorm
  * (n_cand): dsv4_idx_approx's scores and key norms for one query; the query and its keys
  * below. Every entry whose upper bound falls below the topk-th largest lower bound is out
- * (topk entries score at least that, strictly more than it can); the rest, topk and the
- * few near the boundary, are scored exactly and selected among themselves: the same
- * entries as dsv4_indexer_select over the exact scores of all n_cand, ascending. Where a
+ * (topk entries score at least that, strictly more than it can); of the rest (topk and the
+ * few near the boundary), those whose lower bound exceeds all but topk of their upper
+ * bounds are in whatever the exact scores, and only the others are scored exactly and
+ * selected among themselves for the places left: the same entries as
+ * dsv4_indexer_select over the exact scores of all n_cand, ascending. Where a
  * bound does not hold (an input or score not finite, a dot that could overflow) it scores
  * all of them exactly instead. Scratch: fbuf (n_cand), cidx (n_cand), ckeys (n_cand),
- * work (n_cand), sel (topk). Returns the count, as dsv4_indexer_select. */
+ * work (n_cand), sel (topk). On return cidx[0, r) holds the r entries it scored exactly
+ * (ascending), followed by -1 when r < n_cand (bench_indexer and the tests count them),
+ * except where it scored all n_cand for want of a bound (cidx is then unspecified).
+ * Returns the count, as dsv4_indexer_select. */
 typedef struct dsv4_indexer_query {
     int simd;                  /* kernel level (kernels/cpu.h) */
     const dsv4_attn_ops *ops;  /* dot kernels of the portable path */

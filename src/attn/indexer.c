@@ -192,9 +192,9 @@ int dsv4_indexer_select_verified(const dsv4_indexer_query *iq, const float *appr
     }
     if (bad) return select_exact(iq, n_cand, topk, fbuf, work, sel);
     /* tau: the topk-th largest lower bound */
-    const int ns = dsv4_indexer_select(fbuf, n_cand, topk, work, sel);
+    const int nt = dsv4_indexer_select(fbuf, n_cand, topk, work, sel);
     float tau = fbuf[sel[0]];
-    for (int i = 1; i < ns; i++) tau = fbuf[sel[i]] < tau ? fbuf[sel[i]] : tau;
+    for (int i = 1; i < nt; i++) tau = fbuf[sel[i]] < tau ? fbuf[sel[i]] : tau;
     /* the candidates: every entry whose upper bound reaches tau, ascending */
     int nc = 0;
     for (int w = 0; w < n_cand; w++)
@@ -204,15 +204,47 @@ int dsv4_indexer_select_verified(const dsv4_indexer_query *iq, const float *appr
         }
     if (nc == topk) { /* no entry near the boundary: the candidates are the selection */
         memcpy(sel, cidx, sizeof(int) * (size_t)nc);
+        cidx[0] = -1; /* none scored exactly */
         return nc;
     }
-    const int64_t lim = nc;
-    dsv4_idx_scores(iq->simd, iq->ops, iq->qI, 0, iq->wI, 0, 1, &lim, ckeys, iq->key_fmt, 0, nc, iq->nI, iq->dI,
+    /* theta: the (topk + 1)-th largest upper bound among the candidates (nc > topk of them).
+     * A candidate whose lower bound exceeds theta is selected whatever the exact scores:
+     * at most topk upper bounds exceed theta, its own among them, so at most topk - 1 other
+     * entries can score as much as it does (entries outside the candidates score below tau
+     * <= theta). Only the others (the boundary's few) are scored exactly, and the rest of
+     * the selection is the best of them. */
+    int ns = 0, nu = 0;
+    for (int k = 0; k < nc; k++) {
+        fbuf[k] = approx[cidx[k]] + dsv4_idx_approx_bound(&b, knorm[cidx[k]]);
+        work[k] = k;
+    }
+    if (quickselect(work, nc, topk + 1, fbuf) == 0) {
+        const float theta = fbuf[work[topk]];
+        for (int k = 0; k < nc; k++) { /* sure ones into sel, the others compacted, both ascending */
+            const int w = cidx[k];
+            if (approx[w] - dsv4_idx_approx_bound(&b, knorm[w]) > theta) {
+                sel[ns++] = w;
+            } else {
+                cidx[nu] = w;
+                ckeys[nu++] = ckeys[k];
+            }
+        }
+    } else {
+        nu = nc; /* no theta (quickselect gave up): every candidate is scored */
+    }
+    if (nu < n_cand) cidx[nu] = -1; /* the callers' count of the entries scored exactly */
+    if (ns == topk) return ns;
+    const int64_t lim = nu;
+    dsv4_idx_scores(iq->simd, iq->ops, iq->qI, 0, iq->wI, 0, 1, &lim, ckeys, iq->key_fmt, 0, nu, iq->nI, iq->dI,
                     fbuf, 0);
-    /* their ascending order makes index ties in fbuf the entries' own ties */
-    const int n = dsv4_indexer_select(fbuf, nc, topk, work, sel);
-    for (int i = 0; i < n; i++) sel[i] = cidx[sel[i]];
-    return n;
+    /* the best topk - ns of them into sel after the sure ones (their ascending order makes
+     * index ties in fbuf the entries' own ties), then both runs merged ascending via work */
+    const int n = dsv4_indexer_select(fbuf, nu, topk - ns, work, sel + ns);
+    for (int i = 0; i < n; i++) sel[ns + i] = cidx[sel[ns + i]];
+    int a = 0, z = ns, m = 0;
+    while (a < ns || z < ns + n) work[m++] = z == ns + n || (a < ns && sel[a] < sel[z]) ? sel[a++] : sel[z++];
+    memcpy(sel, work, sizeof(int) * (size_t)m);
+    return m;
 }
 
 int dsv4_indexer_topk(const dsv4_attn_ops *ops, const float *qI, const float *wI,
