@@ -108,17 +108,57 @@ static void sub_in_row(void *arg, int i, int tid) {
     sub_in_finish(j, i, dots);
 }
 
-/* A share of one row's dots per task; whichever task finishes the row's last share
- * finishes the row (the dots are the same numbers whoever computes them). */
+/* The first dot of part p of a split row (sub_in_part; p = parts: mix + 1). Part 0 has the hc
+ * pre dots (and the norm dot again) and then the collapse and the norm, about as long as 2 hc + 2
+ * dots (Zen 5, flash_quarter, in step: with equal shares the thread holding part 0 ended ~1.9 us
+ * after the other); the parts are cut so that each carries an equal share of that work. */
+static int sub_in_first(const dsv4_config *c, int parts, int p) {
+    const int hc = c->hc_mult, mix = dsv4_cfg_mix(c), X = 2 * hc + 2, W = mix + 1 - hc + X;
+    if (p <= 0) return 0;
+    const int f = p * W / parts - X + hc;
+    return f < hc ? hc : f > mix + 1 ? mix + 1 : f;
+}
+
+/* One row over parts tasks (fewer rows than threads: decode). The finish's two halves need
+ * different dots (dsv4_hc_pre_finish_x / _pc), so part 0 computes the hc pre dots and the norm
+ * dot into its own array and runs the collapse and the norm at once, beside the others, while
+ * parts 1 .. parts - 1 share the dots [hc, mix] (the norm dot again among them) and whichever
+ * finishes the last share runs the Sinkhorn (post, comb): no thread waits for the collapse
+ * behind the Sinkhorn. Each dot is the same number whoever computes it. */
 static void sub_in_part(void *arg, int t, int tid) {
     (void)tid;
     const sub_in_job *j = arg;
-    const int i = t / j->parts, p = t % j->parts, n = dsv4_cfg_mix(j->c) + 1;
-    double *dots = j->dots + (size_t)i * n;
-    dsv4_hc_dots(j->c, j->simd, j->h + (size_t)i * j->c->hc_mult * j->c->hidden_size, sub_fn(j), n - 1,
-                 p * n / j->parts, (p + 1) * n / j->parts, dots);
+    const dsv4_config *c = j->c;
+    const int i = t / j->parts, p = t % j->parts, mix = dsv4_cfg_mix(c), hc = c->hc_mult, D = c->hidden_size;
+    const float *h = j->h + (size_t)i * hc * D;
+    const float *base = j->sub ? j->b->hc_ffn_base : j->b->hc_attn_base;
+    const float *scale = j->sub ? j->b->hc_ffn_scale : j->b->hc_attn_scale;
+    if (hc < 1 || hc > DSV4_HC_MAX) { /* every output NaN, as the whole finish gives */
+        if (p == 0) sub_in_finish(j, i, j->dots + (size_t)i * (mix + 1));
+        return;
+    }
+    if (p == 0) {
+        double dots[(2 + DSV4_HC_MAX) * DSV4_HC_MAX + 1] = {0}; /* (mix + 1): [0, hc) and [mix] */
+        dsv4_hc_dots(c, j->simd, h, sub_fn(j), mix, 0, hc, dots);
+        dsv4_hc_dots(c, j->simd, h, sub_fn(j), mix, mix, mix + 1, dots);
+        float *xi = j->x + (size_t)i * D;
+        dsv4_hc_pre_finish_x(c, j->simd, h, dots, base, scale, xi, j->ex);
+        j->nm->round(j->nm, DSV4_ACT_COLLAPSE, xi, D);
+        dsv4_rmsnorm(xi, sub_norm(j), D, (float)c->rms_norm_eps, xi);
+        j->nm->round(j->nm, DSV4_ACT_NORM, xi, D);
+        return;
+    }
+    /* the Sinkhorn's dots of part p */
+    const int n = mix + 1 - hc;
+    double *dots = j->dots + (size_t)i * (mix + 1);
+    dsv4_hc_dots(c, j->simd, h, sub_fn(j), mix, sub_in_first(c, j->parts, p), sub_in_first(c, j->parts, p + 1), dots);
     /* release our dots; the last one acquires everyone's */
-    if (atomic_fetch_sub_explicit(&j->left[i], 1, memory_order_acq_rel) == 1) sub_in_finish(j, i, dots);
+    if (atomic_fetch_sub_explicit(&j->left[i], 1, memory_order_acq_rel) == 1) {
+        double all[(2 + DSV4_HC_MAX) * DSV4_HC_MAX + 1] = {0}; /* (mix + 1): [hc, mix] from dots */
+        memcpy(all + hc, dots + hc, (size_t)n * sizeof(double));
+        dsv4_hc_pre_finish_pc(c, j->simd, all, base, scale, j->post + (size_t)i * hc,
+                              j->comb + (size_t)i * hc * hc, j->ex);
+    }
 }
 
 /* Blocked rows, first job: row t of fn widened. */
@@ -209,7 +249,7 @@ static void sub_in(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *c, 
         dsv4_kctx_parallel(k, R, sub_in_row, &j);
         return;
     }
-    for (int i = 0; i < R; i++) atomic_init(&bb->left[i], j.parts);
+    for (int i = 0; i < R; i++) atomic_init(&bb->left[i], j.parts - 1); /* part 0 is the collapse's */
     dsv4_kctx_parallel(k, R * j.parts, sub_in_part, &j);
 }
 
@@ -268,17 +308,19 @@ static int keep_rows(dsv4_arena *a, const dsv4_config *c, const dsv4_batch *batc
  * waits. Only hints: no result depends on them. */
 
 /* hc_pre's one-row job (sub_in_part, parts tasks): thread t runs parts [t parts / T, (t + 1)
- * parts / T), whose dots read rows [p n / parts, ..) of the sub-block's fn (mix, hc*D) F32:
+ * parts / T), whose dots read rows [sub_in_first(p), ..) of the sub-block's fn (mix, hc*D) F32:
  * 384 KB at the quarter's widths, 1.5 MB at Flash's, read from memory at every step. */
 static void hint_sub_in(const dsv4_engine *e, const dsv4_block_w *b, int sub, int skip) {
     const dsv4_config *c = e->cfg;
-    const int T = dsv4_kctx_threads(e->k), parts = sub_in_parts(c, 1, T), n = dsv4_cfg_mix(c) + 1;
+    const int T = dsv4_kctx_threads(e->k), parts = sub_in_parts(c, 1, T), mix = dsv4_cfg_mix(c), hc = c->hc_mult;
     if (T < 2 || parts < T) return;
     const int64_t row = (int64_t)c->hc_mult * c->hidden_size * (int64_t)sizeof(float);
     const char *fn = (const char *)(sub ? b->hc_ffn_fn : b->hc_attn_fn);
+    (void)hc;
     for (int t = 0; t < T; t++) {
         const int p0 = t * parts / T, p1 = (t + 1) * parts / T;
-        const int m0 = p0 * n / parts, m1 = (p1 * n / parts < n - 1 ? p1 * n / parts : n - 1); /* the last dot reads h */
+        const int e1 = sub_in_first(c, parts, p1);
+        const int m0 = sub_in_first(c, parts, p0), m1 = e1 < mix ? e1 : mix; /* the last dot reads h */
         const int64_t len = (m1 - m0) * row;
         if (len > 0) dsv4_kctx_hint(e->k, t, fn + m0 * row, len < DSV4_LIN_HINT_BYTES ? len : DSV4_LIN_HINT_BYTES, skip);
     }

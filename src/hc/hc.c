@@ -494,6 +494,32 @@ void dsv4_hc_pre_finish(const dsv4_config *cfg, int simd, const float *h, const 
     pre_end(cfg, simd, h, pre, C, x, comb);
 }
 
+/* The finish's two independent halves: pre_start computes every value from its own dots (the
+ * ones a half does not use may be anything finite), so each half runs the reference's
+ * arithmetic on the values it keeps: the bits of dsv4_hc_pre_finish. */
+void dsv4_hc_pre_finish_x(const dsv4_config *cfg, int simd, const float *h, const double *dots,
+                          const float *base, const float *scale, float *x, dsv4_exp_rows_fn ex) {
+    const int hc = cfg->hc_mult;
+    double pre[HC_MAX], C[HC_MAX * HC_MAX]; /* (hc), (hc, hc) */
+    float post[HC_MAX];                     /* (hc) not kept */
+    if (hc < 1 || hc > HC_MAX) { fill_nan(x, cfg->hidden_size); return; }
+    pre_start(cfg, dots, base, scale, pre, post, C, ex);
+    collapse(simd, hc, cfg->hidden_size, h, pre, x);
+}
+
+void dsv4_hc_pre_finish_pc(const dsv4_config *cfg, int simd, const double *dots, const float *base,
+                           const float *scale, float *post, float *comb, dsv4_exp_rows_fn ex) {
+    const int hc = cfg->hc_mult;
+    double pre[HC_MAX], C[HC_MAX * HC_MAX]; /* (hc) not kept, (hc, hc) */
+    if (hc < 1 || hc > HC_MAX) {
+        if (hc > 0) { fill_nan(post, hc); fill_nan(comb, (int64_t)hc * hc); }
+        return;
+    }
+    pre_start(cfg, dots, base, scale, pre, post, C, ex);
+    sinkhorn_at(simd, hc, cfg->hc_sinkhorn_iters, cfg->hc_eps, C);
+    for (int i = 0; i < hc * hc; i++) comb[i] = (float)C[i];
+}
+
 DSV4_HOT_AT(dsv4_hc_pre_finish_rows, 0xca0)
 void dsv4_hc_pre_finish_rows(const dsv4_config *cfg, int simd, const float *h, int n, const double *dots,
                              const float *base, const float *scale, float *x, float *post, float *comb,

@@ -38,6 +38,13 @@ void dsv4_hc_dots(const dsv4_config *cfg, int simd, const float *h, const float 
 void dsv4_hc_pre_finish(const dsv4_config *cfg, int simd, const float *h, const double *dots,
                         const float *base, const float *scale, float *x, float *post, float *comb,
                         dsv4_exp_rows_fn ex);
+/* dsv4_hc_pre_finish in two halves that need different dots, for one row split over threads:
+ * _x the collapse x, from dots [0, hc) and [n_mix]; _pc post and comb, from dots [hc, n_mix]. The
+ * other entries of dots must be finite (their values do not matter); the same bits as the whole. */
+void dsv4_hc_pre_finish_x(const dsv4_config *cfg, int simd, const float *h, const double *dots,
+                          const float *base, const float *scale, float *x, dsv4_exp_rows_fn ex);
+void dsv4_hc_pre_finish_pc(const dsv4_config *cfg, int simd, const double *dots, const float *base,
+                           const float *scale, float *post, float *comb, dsv4_exp_rows_fn ex);
 /* dsv4_hc_pre_finish of n rows: row i's h at h + i hc D, dots at dots + i (mix + 1), outputs at
  * x + i D, post + i hc, comb + i hc hc; the same bits as n calls. At DSV4_SIMD_AVX512 and hc <= 4
  * the Sinkhorn iterations of up to 8 rows run side by side, one row a lane. */

@@ -197,6 +197,23 @@ static void run_levels(const hc_case *t) {
                           e ? " (exp in lanes)" : "");
             }
         }
+        /* the finish's two halves (one row split over threads), each from only the dots it
+         * uses, the others zero: x from [0, hc) and the norm dot, post and comb from [hc, mix] */
+        for (int e = 0; e < 2; e++) {
+            double dx[(2 + 16) * 16 + 1] = {0}, dp[(2 + 16) * 16 + 1] = {0};
+            memcpy(dx, dots, sizeof(double) * hc);
+            dx[mix] = dots[mix];
+            memcpy(dp + hc, dots + hc, sizeof(double) * (mix + 1 - hc));
+            memset(x1, 0xff, sizeof(float) * D);
+            memset(post1, 0xff, sizeof(float) * hc);
+            memset(comb1, 0xff, sizeof(float) * hc * hc);
+            dsv4_hc_pre_finish_x(&c, level, h, dx, base, scale, x1, e ? lanes_exp() : NULL);
+            dsv4_hc_pre_finish_pc(&c, level, dp, base, scale, post1, comb1, e ? lanes_exp() : NULL);
+            CHECK_MSG(!memcmp(x0, x1, sizeof(float) * D), "hc=%d D=%d level %d: hc_pre's x half differs%s", hc, D,
+                      level, e ? " (exp in lanes)" : "");
+            CHECK_MSG(!memcmp(post0, post1, sizeof(float) * hc) && !memcmp(comb0, comb1, sizeof(float) * hc * hc),
+                      "hc=%d D=%d level %d: hc_pre's post/comb half differs%s", hc, D, level, e ? " (exp in lanes)" : "");
+        }
         memcpy(hl, h, sizeof(float) * n);
         dsv4_hc_post_inplace(&c, level, y, hl, post0, comb0);
         CHECK_MSG(!memcmp(hr, hl, sizeof(float) * n), "hc=%d D=%d level %d: hc_post in place differs", hc, D, level);
