@@ -224,9 +224,7 @@ static void sub_in(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *c, 
     const int T = dsv4_kctx_threads(k);
     sub_in_job j = {c, b, sub, dsv4_kctx_simd(k), h, bb->x, bb->post, bb->comb, nm,
                     sub_in_parts(c, R, T), bb->dots, bb->left, bb->fn_f64, R, 4, NULL};
-    /* the exp in lanes where the context found it equal to libm's at create: the condition
-     * under which it hands out the compressor's lane pool (kctx.h), which uses the same exp */
-    j.ex = dsv4_kctx_pool_cols(k) ? dsv4_exp_x512() : NULL;
+    j.ex = dsv4_kctx_exp(k); /* the exp in lanes where it equals libm's (kctx.h), else NULL */
     if (R >= 4 * T && dsv4_hc_rows_blocked(c, j.simd)) {
         /* rows in blocks of 4 (several tasks per thread), or 8 below. Every block reads all of fn:
          * from 64 rows widening it once (mix rows of hc*D doubles, a job of its own) costs

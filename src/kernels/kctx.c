@@ -123,6 +123,10 @@ dsv4_pool_cols_fn dsv4_kctx_pool_cols(const dsv4_kctx *k) {
     return k->simd >= DSV4_SIMD_AVX512 && k->exp_x512 ? dsv4_pool_cols_x512() : NULL;
 }
 
+dsv4_exp_rows_fn dsv4_kctx_exp(const dsv4_kctx *k) {
+    return k->simd >= DSV4_SIMD_AVX512 && k->exp_x512 ? dsv4_exp_x512() : NULL;
+}
+
 void dsv4_kctx_set_lin_path(dsv4_kctx *k, dsv4_lin_path path) { k->lin_path = path; }
 
 dsv4_lin_path dsv4_kctx_lin_path(const dsv4_kctx *k) { return k->lin_path; }

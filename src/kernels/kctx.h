@@ -38,6 +38,9 @@ dsv4_expf_rows_fn dsv4_kctx_expf(const dsv4_kctx *k);
 /* The compressor's column pool with glibc's exp eight lanes at a time (exp_f64.h), at the
  * level in use when its exp agreed with libm's at create, else NULL (libm per value) */
 dsv4_pool_cols_fn dsv4_kctx_pool_cols(const dsv4_kctx *k);
+/* glibc's exp over an array of doubles in lanes (exp_f64.h) under the same condition, else
+ * NULL (the caller then calls libm per value): hc_pre's finish */
+dsv4_exp_rows_fn dsv4_kctx_exp(const dsv4_kctx *k);
 
 /* Which dsv4_linear path a call takes: chosen per call by the level's row thresholds
  * (AUTO, the default), or forced by benchmarks and tests that compare the paths on one

@@ -142,9 +142,9 @@ int main(void) {
     dsv4_err err = {0};
     CHECK(dsv4_kctx_create(1, 64, &k, &err) == DSV4_OK);
     if (k) {
-        if (dsv4_kctx_simd(k) >= DSV4_SIMD_AVX512) CHECK(dsv4_kctx_pool_cols(k) == pool);
+        if (dsv4_kctx_simd(k) >= DSV4_SIMD_AVX512) CHECK(dsv4_kctx_pool_cols(k) == pool && dsv4_kctx_exp(k) == ex);
         dsv4_kctx_set_simd(k, DSV4_SIMD_AVX2);
-        CHECK(dsv4_kctx_pool_cols(k) == NULL);
+        CHECK(dsv4_kctx_pool_cols(k) == NULL && dsv4_kctx_exp(k) == NULL);
         dsv4_kctx_free(k);
     }
     return test_report();
