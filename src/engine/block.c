@@ -115,6 +115,8 @@ static void sub_in_row(void *arg, int i, int tid) {
 static int sub_in_first(const dsv4_config *c, int parts, int p) {
     const int hc = c->hc_mult, mix = dsv4_cfg_mix(c), X = 2 * hc + 2, W = mix + 1 - hc + X;
     if (p <= 0) return 0;
+    if (p == 1) return hc; /* part 1 starts right after the pre dots, whatever part 0's share: from hc 7
+                            * on, W / parts can exceed X and the dots [hc, f) would be nobody's */
     const int f = p * W / parts - X + hc;
     return f < hc ? hc : f > mix + 1 ? mix + 1 : f;
 }
@@ -310,11 +312,10 @@ static int keep_rows(dsv4_arena *a, const dsv4_config *c, const dsv4_batch *batc
  * 384 KB at the quarter's widths, 1.5 MB at Flash's, read from memory at every step. */
 static void hint_sub_in(const dsv4_engine *e, const dsv4_block_w *b, int sub, int skip) {
     const dsv4_config *c = e->cfg;
-    const int T = dsv4_kctx_threads(e->k), parts = sub_in_parts(c, 1, T), mix = dsv4_cfg_mix(c), hc = c->hc_mult;
+    const int T = dsv4_kctx_threads(e->k), parts = sub_in_parts(c, 1, T), mix = dsv4_cfg_mix(c);
     if (T < 2 || parts < T) return;
     const int64_t row = (int64_t)c->hc_mult * c->hidden_size * (int64_t)sizeof(float);
     const char *fn = (const char *)(sub ? b->hc_ffn_fn : b->hc_attn_fn);
-    (void)hc;
     for (int t = 0; t < T; t++) {
         const int p0 = t * parts / T, p1 = (t + 1) * parts / T;
         const int e1 = sub_in_first(c, parts, p1);
