@@ -27,16 +27,8 @@
 #include "kernels/linear.h"
 #include "kernels/linear_fast.h"
 #include "kernels/w8a8.h"
+#include "linear_fixture.h"
 #include "test.h"
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) {
-    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
-    return rng_state;
-}
-static float urand(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
-
-enum { SC_E8M0, SC_F32 };
 
 /* A natural FP4 matrix and its lanes-layout copy, sharing the scales. */
 typedef struct {
@@ -71,26 +63,12 @@ static pair make_pair(int sc, int64_t rows, int64_t cols, int wide) {
 
 static void free_pair(pair *p) { free(p->wn); free(p->wl); free(p->scale); }
 
-static float *rand_vec(int64_t n) {
-    float *v = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
-    for (int64_t i = 0; i < n; i++) v[i] = urand();
-    return v;
-}
-
 /* outputs whose bits differ; two NaNs count as equal when nan_eq */
-static int64_t bits_differ(const float *a, const float *b, int64_t n, int nan_eq) {
+static int64_t bits_differ_nan(const float *a, const float *b, int64_t n, int nan_eq) {
     int64_t d = 0;
     for (int64_t i = 0; i < n; i++)
         if (memcmp(&a[i], &b[i], sizeof(float)) && !(nan_eq && isnan(a[i]) && isnan(b[i]))) d++;
     return d;
-}
-
-static dsv4_kctx *kc[3]; /* 1 and 2 threads (index = threads) */
-
-static void linear_forced(dsv4_kctx *k, dsv4_lin_path path, const dsv4_mat *w, const float *x, int nr, float *y) {
-    dsv4_kctx_set_lin_path(k, path);
-    dsv4_linear(k, w, x, nr, y);
-    dsv4_kctx_set_lin_path(k, DSV4_LIN_AUTO);
 }
 
 static const char *path_name(dsv4_lin_path p) {
@@ -110,7 +88,7 @@ static void check_reference(void) {
             for (int64_t o = 0; o < rows; o++) {
                 dsv4_mat_row(&p.nat, o, a);
                 dsv4_mat_row(&p.lan, o, b);
-                bad += bits_differ(a, b, cols, 0);
+                bad += bits_differ_nan(a, b, cols, 0);
             }
             CHECK_MSG(bad == 0, "dsv4_mat_row %lldx%lld sc %d: %lld weights differ", (long long)rows, (long long)cols, sc,
                       (long long)bad);
@@ -123,7 +101,7 @@ static void check_reference(void) {
             for (int64_t o = 0; o < rows - 3; o++) {
                 dsv4_mat_row(&vn, o, a);
                 dsv4_mat_row(&vl, o, b);
-                bad += bits_differ(a, b, cols, 0);
+                bad += bits_differ_nan(a, b, cols, 0);
             }
             CHECK_MSG(bad == 0, "row views %lldx%lld: %lld weights differ", (long long)rows, (long long)cols, (long long)bad);
             const int nr = 3;
@@ -131,7 +109,7 @@ static void check_reference(void) {
                   *yl = malloc(sizeof(float) * (size_t)(nr * rows));
             dsv4_linear_ref(&p.nat, x, nr, yn, a);
             dsv4_linear_ref(&p.lan, x, nr, yl, b);
-            CHECK_MSG(bits_differ(yn, yl, nr * rows, 0) == 0, "dsv4_linear_ref %lldx%lld sc %d", (long long)rows,
+            CHECK_MSG(bits_differ_nan(yn, yl, nr * rows, 0) == 0, "dsv4_linear_ref %lldx%lld sc %d", (long long)rows,
                       (long long)cols, sc);
             free(x); free(yn); free(yl); free(a); free(b);
             free_pair(&p);
@@ -164,7 +142,7 @@ static void check_shape(int level, int sc, int64_t rows, int64_t cols, const int
                 for (int64_t i = 0; i < n_out; i++) yn[i] = NAN, yl[i] = -NAN; /* a kernel that skips an output fails */
                 linear_forced(kc[th], path, &p.nat, x, nr, yn);
                 linear_forced(kc[th], path, &p.lan, x, nr, yl);
-                const int64_t d = bits_differ(yn, yl, n_out, wide);
+                const int64_t d = bits_differ_nan(yn, yl, n_out, wide);
                 CHECK_MSG(d == 0, "%s %s level %s, %d thread(s), %s, %lldx%lld, %d rows: %lld of %lld outputs differ",
                           sc ? "f32-scale" : "ue8m0", wide ? "wide scales" : "", dsv4_simd_name(level), th,
                           path_name(path), (long long)rows, (long long)cols, nr, (long long)d, (long long)n_out);
@@ -243,7 +221,7 @@ static void check_job(int level) {
             dsv4_linear_batch(kc[th], on, NOPS);
             dsv4_linear_batch(kc[th], ol, NOPS);
             for (int i = 0; i < NOPS; i++)
-                CHECK_MSG(bits_differ(yn[i], yl[i], on[i].n_rows * p[i].nat.rows, 0) == 0,
+                CHECK_MSG(bits_differ_nan(yn[i], yl[i], on[i].n_rows * p[i].nat.rows, 0) == 0,
                           "job level %s, %d thread(s), op %d: outputs differ", dsv4_simd_name(level), th, i);
         }
         for (int i = 0; i < NOPS; i++) {
@@ -290,14 +268,9 @@ static void check_malformed(int level) {
 }
 
 int main(void) {
-    dsv4_err err;
-    for (int th = 1; th <= 2; th++) CHECK(dsv4_kctx_create(th, 64, &kc[th], &err) == DSV4_OK);
-    const int best = dsv4_kctx_set_simd(kc[1], 99);
-    printf("kernel level: %s (cpu %s, build %s)\n", dsv4_simd_name(best), dsv4_simd_name(dsv4_cpu_simd()),
-           dsv4_simd_name(dsv4_build_simd()));
-    for (int level = best + 1; level <= DSV4_SIMD_MAX; level++)
-        printf("SKIPPED: level %s (this %s lacks it)\n", dsv4_simd_name(level),
-               (int)dsv4_cpu_simd() < level ? "CPU" : "build");
+    const int best = fixture_open();
+    CHECK(best >= 0);
+    if (best < 0) return test_report();
     check_reference();
     check_w8a8();
 
@@ -342,6 +315,6 @@ int main(void) {
                dsv4_simd_name(level), (long long)t.outputs, (long long)t.differ, t.worst_rel, (long long)t.off_gate,
                (double)(clock() - t0) / CLOCKS_PER_SEC);
     }
-    for (int th = 1; th <= 2; th++) dsv4_kctx_free(kc[th]);
+    fixture_close();
     return test_report();
 }
