@@ -301,8 +301,7 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
     cs.streams = malloc((size_t)cs.max_steps * per_step);
     cs.tokens = malloc((size_t)cs.max_steps * n * sizeof(int32_t));
     dsv4_span *spans = malloc((size_t)n * sizeof *spans);
-    double times[MAX_REPS] = {0};
-    int rc = 0, n_times = 0;
+    int rc = 0;
     if (!cs.streams || !cs.tokens || !spans) {
         snprintf(b->err.msg, sizeof b->err.msg, "decode: out of memory");
         rc = 1;
@@ -332,21 +331,19 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
         const double dt = cli_now_s() - t0, dc = cpu_s() - c0;
         if (rc) break;
         if (b->probe) res->marks[r + 1] = probe_mark_take(b->probe);
-        res->rep_seconds[res->n_reps++] = dt;
-        if (!n_times || dt < res->seconds) {
+        if (!res->n_reps || dt < res->seconds) {
             res->seconds = dt;
             best_cpu = dc / (dt * threads);
         }
-        /* insertion into the sorted list of times, for the median */
-        int j = n_times++;
-        for (; j > 0 && times[j - 1] > dt; j--) times[j] = times[j - 1];
-        times[j] = dt;
+        res->rep_seconds[res->n_reps++] = dt;
     }
     cs.active = 0;
     dsv4_engine_set_trace(b->eng, NULL, NULL);
     progress_done(b);
     if (rc) goto out;
-    res->median_seconds = n_times % 2 ? times[n_times / 2] : 0.5 * (times[n_times / 2 - 1] + times[n_times / 2]);
+    double sorted[MAX_REPS]; /* median_of sorts in place; rep_seconds keeps the order the marks pair with */
+    memcpy(sorted, res->rep_seconds, sizeof(double) * (size_t)res->n_reps);
+    res->median_seconds = median_of(sorted, res->n_reps);
     res->cpu_util = best_cpu;
 
     /* routing of the captured steps -> bytes */
