@@ -151,24 +151,10 @@ AP_INLINE __m512 load_panel(const void *const *keys, int fmt, int64_t w, int nk,
 #undef AP_UP
 }
 
-/* s += sum over G heads from h0 of wq[h] * relu(qq[h] . panel) for 16 keys at once */
-AP_INLINE __m512 heads_g(const float *qq, const float *wq, int h0, int dI, const float *panel, __m512 s, const int G) {
-    __m512 acc[8];
-    for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
-    for (int d = 0; d < dI; d++) {
-        const __m512 kt = _mm512_load_ps(panel + (size_t)d * 16);
-        for (int g = 0; g < G; g++)
-            acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(qq[(size_t)(h0 + g) * dI + d]), kt, acc[g]);
-    }
-    for (int g = 0; g < G; g++)
-        s = _mm512_fmadd_ps(_mm512_set1_ps(wq[h0 + g]), _mm512_max_ps(acc[g], _mm512_setzero_ps()), s);
-    return s;
-}
-
-/* heads_g for two panels (32 keys) at once: s0 += panel p0's, s1 += p1's. Each q value is
- * broadcast once for 32 keys, so the loop issues 2 G FMAs per 2 panel loads and G
- * broadcasts: hot ~0.93-0.97 of the FMA peak against ~0.7-0.85 for heads_g (G = 8, 128-wide
- * keys; session 28's harness, BENCHMARKS.md). */
+/* s0 += sum over G heads from h0 of wq[h] * relu(qq[h] . p0) for panel p0's 16 keys, s1 the
+ * same for p1's. Each q value is broadcast once for 32 keys, so the loop issues 2 G FMAs per
+ * 2 panel loads and G broadcasts: hot ~0.93-0.97 of the FMA peak against ~0.7-0.85 for one
+ * panel (G = 8, 128-wide keys; session 28's harness, BENCHMARKS.md). */
 AP_INLINE void heads_g2(const float *qq, const float *wq, int h0, int dI, const float *p0, const float *p1, __m512 *s0,
                         __m512 *s1, const int G) {
     __m512 a[8], b[8];
@@ -215,28 +201,19 @@ AP_FN static void approx_avx512(const float *qI, size_t qs, const float *wI, siz
         const int64_t wn = w + 32;
         if (wn < wmax) prefetch_keys(keys, fmt, wn, wmax - wn < 32 ? (int)(wmax - wn) : 32, dI);
         const __m512 kn0 = load_panel(keys, fmt, w, nk0, dI, panel[0]);
-        const __m512 kn1 = nk1 > 0 ? load_panel(keys, fmt, w + 16, nk1, dI, panel[1]) : _mm512_setzero_ps();
+        const __m512 kn1 = load_panel(keys, fmt, w + 16, nk1, dI, panel[1]); /* zeros when nk1 is 0 */
         for (int q = 0; q < nq; q++) {
             const int64_t e = lim[q] < w1 ? lim[q] : w1;
             if (w >= e) continue;
             const float *qq = qI + (size_t)q * qs, *wq = wI + (size_t)q * ws;
             __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-            int h = 0;
-            if (nk1 > 0 && e - w > 16) { /* both panels */
-                for (; h + 8 <= nI; h += 8) heads_g2(qq, wq, h, dI, panel[0], panel[1], &s0, &s1, 8);
-                if (h + 4 <= nI) {
-                    heads_g2(qq, wq, h, dI, panel[0], panel[1], &s0, &s1, 4);
-                    h += 4;
-                }
-                for (; h < nI; h++) heads_g2(qq, wq, h, dI, panel[0], panel[1], &s0, &s1, 1);
-            } else { /* this query sees only the first panel's keys */
-                for (; h + 8 <= nI; h += 8) s0 = heads_g(qq, wq, h, dI, panel[0], s0, 8);
-                if (h + 4 <= nI) {
-                    s0 = heads_g(qq, wq, h, dI, panel[0], s0, 4);
-                    h += 4;
-                }
-                for (; h < nI; h++) s0 = heads_g(qq, wq, h, dI, panel[0], s0, 1);
+            int h = 0; /* both panels, whatever q sees: the stores below keep only its keys */
+            for (; h + 8 <= nI; h += 8) heads_g2(qq, wq, h, dI, panel[0], panel[1], &s0, &s1, 8);
+            if (h + 4 <= nI) {
+                heads_g2(qq, wq, h, dI, panel[0], panel[1], &s0, &s1, 4);
+                h += 4;
             }
+            for (; h < nI; h++) heads_g2(qq, wq, h, dI, panel[0], panel[1], &s0, &s1, 1);
             const int64_t v0 = e - w < 16 ? e - w : 16, v1 = e - w - 16; /* keys of each panel q sees */
             const __mmask16 m0 = (__mmask16)(v0 >= 16 ? 0xFFFFu : (1u << v0) - 1u);
             _mm512_mask_storeu_ps(scores + (size_t)q * ss + w, m0, s0);
