@@ -135,10 +135,7 @@ static void sub_in_part(void *arg, int t, int tid) {
     const float *h = j->h + (size_t)i * hc * D;
     const float *base = j->sub ? j->b->hc_ffn_base : j->b->hc_attn_base;
     const float *scale = j->sub ? j->b->hc_ffn_scale : j->b->hc_attn_scale;
-    if (hc < 1 || hc > DSV4_HC_MAX) { /* every output NaN, as the whole finish gives */
-        if (p == 0) sub_in_finish(j, i, j->dots + (size_t)i * (mix + 1));
-        return;
-    }
+    /* hc is in [1, DSV4_HC_MAX] here: sub_in_parts gives other hc one part (sub_in_row) */
     if (p == 0) {
         double dots[(2 + DSV4_HC_MAX) * DSV4_HC_MAX + 1] = {0}; /* (mix + 1): [0, hc) and [mix] */
         dsv4_hc_dots(c, j->simd, h, sub_fn(j), mix, 0, hc, dots);
