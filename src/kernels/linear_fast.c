@@ -237,6 +237,7 @@ typedef struct {
     int rows_per;
     int n_tasks;
     int task0;     /* first task of this op in the job */
+    int prescale_task; /* call.fp8_prescale is decided by each task (lin_task_call) */
     dsv4_lin_call call;
 } lin_plan;
 
@@ -357,8 +358,6 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
     pl->call.job = dsv4_kctx_lin_job(k);
     pl->call.ldx = ldx;
     pl->call.ldy = ldy;
-    if (pl->gemv && kn->fp8_prescale && w->fmt == DSV4_WF_FP8 && op->x) /* no x: a hint's plan */
-        pl->call.fp8_prescale = kn->fp8_prescale(w, op->x, op->n_rows);
     /* GEMM: row blocks of at most LIN_MB rows, as even as whole fours allow (more tasks for
      * the small matrices, none of only a few rows); consecutive tasks share their weights */
     pl->row_blocks = 1;
@@ -373,6 +372,29 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
         pl->row_blocks = (op->n_rows + pl->rows_per - 1) / pl->rows_per;
     }
     pl->n_tasks = (int)((rows + pl->per - 1) / pl->per) * pl->row_blocks;
+    /* The FP8 GEMV's prescale test (no x: a hint's plan) reads the scale grid and x, cold
+     * here: ~0.3 us an op on the caller while the other threads wait, 16.5 us of a batch-1
+     * step (wo_a alone 8 ops a layer; BENCHMARKS.md, session 29 idle29). A one-row op of at
+     * most one task a thread leaves it to its tasks (lin_task_call), in parallel and where
+     * the GEMV reads the same lines next; more tasks would repeat it. */
+    if (pl->gemv && kn->fp8_prescale && w->fmt == DSV4_WF_FP8 && op->x) {
+        if (op->n_rows == 1 && pl->n_tasks <= dsv4_kctx_threads(k)) pl->prescale_task = 1;
+        else pl->call.fp8_prescale = kn->fp8_prescale(w, op->x, op->n_rows);
+    }
+}
+
+/* p's call for its task of outputs [o0, o1): with prescale_task, fp8_prescale is the test on
+ * the scale bands these rows read (grid rows o0/128 .. (o1 - 1)/128, a view of w's grid):
+ * exactness for them is all the flag claims, and either path gives the same bits. */
+static const dsv4_lin_call *lin_task_call(const lin_plan *p, int64_t o0, int64_t o1, dsv4_lin_call *lc) {
+    if (!p->prescale_task) return &p->call;
+    dsv4_mat v = *p->w;
+    const int64_t b0 = o0 / 128, r = (((o1 - 1) / 128 - b0) + 1) * 128;
+    v.rows = r < v.rows - b0 * 128 ? r : v.rows - b0 * 128;
+    v.scale = (const uint8_t *)p->w->scale + b0 * ((v.cols + 127) / 128);
+    *lc = p->call;
+    lc->fp8_prescale = p->kn->fp8_prescale(&v, p->x, p->n_rows);
+    return lc;
 }
 
 DSV4_HOT_AT(lin_task, 0xe0)
@@ -393,9 +415,11 @@ static void lin_task(void *arg, int t, int tid) {
         /* passes of up to gemv_rows rows over the task's weights: the second pass finds
          * them in cache */
         const int pass = p->kn->gemv_rows;
+        dsv4_lin_call lc;
+        const dsv4_lin_call *c = lin_task_call(p, o0, o1, &lc);
         for (int s0 = 0; s0 < p->n_rows; s0 += pass) {
             const int ns = p->n_rows - s0 < pass ? p->n_rows - s0 : pass;
-            p->kn->gemv(&p->call, p->w, p->x + (int64_t)s0 * p->w->cols, ns, p->y + (int64_t)s0 * p->w->rows, o0, o1);
+            p->kn->gemv(c, p->w, p->x + (int64_t)s0 * p->w->cols, ns, p->y + (int64_t)s0 * p->w->rows, o0, o1);
         }
     } else {
         const int r0 = (t - p->task0) % p->row_blocks * p->rows_per;

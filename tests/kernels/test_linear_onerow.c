@@ -223,6 +223,59 @@ static void check_one_row_hints(void) {
     free_mat(&wq), free_mat(&wi);
 }
 
+/* A one-row FP8 product of at most one task a thread leaves the GEMV's prescale test to each
+ * task, on the scale bands its rows read (linear_fast.c lin_task_call). A job of two 256 x 300
+ * products, the first with band 0 at scale 2^0 and band 1 at 2^-127: at avx512vbmi (factor =
+ * the scale) x * 2^-127 is subnormal for |x| < 2 (here about 2^-137), so the whole matrix fails the test, band 0
+ * passes it, and band 1's task must not prescale (its x * scale would round). On 2 threads
+ * each product is 2 tasks of one band; on 1, one task of both; on 3, 4 tasks, tested once
+ * at the plan. Every output against the product alone through the GEMM path (never
+ * prescaled), at every level. */
+static void check_fp8_task_prescale(int best) {
+    const int64_t rows = 256, cols = 300, nbc = (cols + 127) / 128;
+    tmat a = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols), b = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
+    uint8_t *sc = a.scale; /* (2, 3) blocks */
+    for (int64_t i = 0; i < nbc; i++) sc[i] = 127, sc[nbc + i] = 0;
+    float *x = rand_vec(cols), *ra = malloc(sizeof(float) * rows), *rb = malloc(sizeof(float) * rows);
+    float *ya = malloc(sizeof(float) * rows), *yb = malloc(sizeof(float) * rows);
+    for (int64_t i = 0; i < cols; i++) x[i] *= 1e-3f; /* x * 2^-127 about 12 bits: a rounding that shows */
+    if (best >= DSV4_SIMD_AVX512VBMI && dsv4_lin_kernels_avx512vbmi()) {
+        dsv4_mat v0, v1;
+        CHECK(dsv4_mat_rows(&a.m, 0, 128, &v0) == 0 && dsv4_mat_rows(&a.m, 128, 128, &v1) == 0);
+        CHECK(dsv4_lin_kernels_avx512vbmi()->fp8_prescale(&a.m, x, 1) == 0);
+        CHECK(dsv4_lin_kernels_avx512vbmi()->fp8_prescale(&v0, x, 1) == 1);
+        CHECK(dsv4_lin_kernels_avx512vbmi()->fp8_prescale(&v1, x, 1) == 0);
+    }
+    int64_t bad = 0;
+    const int amd = dsv4_kctx_lin_tables(kc[1])->subnormal_fma_fast; /* the machine's choice */
+    for (int level = 0; level <= best; level++) {
+        dsv4_kctx_set_simd(kc[1], level);
+        linear_forced(kc[1], DSV4_LIN_GEMM, &a.m, x, 1, ra);
+        linear_forced(kc[1], DSV4_LIN_GEMM, &b.m, x, 1, rb);
+        /* th 4..6: the tables' x * scale (Intel cores), which trust the flag; AMD's bit
+         * decode checks x * 2^(b - 7) itself */
+        for (int th = 1; th <= 6; th++) {
+            dsv4_kctx *k = kc[(th - 1) % 3 + 1];
+            ((dsv4_lin_tables *)dsv4_kctx_lin_tables(k))->subnormal_fma_fast = th <= 3 ? amd : 0;
+            dsv4_kctx_set_simd(k, level);
+            const dsv4_lin_op ops[2] = {{&a.m, x, 1, ya}, {&b.m, x, 1, yb}};
+            for (int64_t i = 0; i < rows; i++) ya[i] = yb[i] = NAN;
+            dsv4_linear_batch(k, ops, 2);
+            ((dsv4_lin_tables *)dsv4_kctx_lin_tables(k))->subnormal_fma_fast = amd;
+            const int64_t d = bits_differ(ra, ya, rows) + bits_differ(rb, yb, rows);
+            CHECK_MSG(d == 0, "fp8 task prescale, level %s, %d threads%s: %lld outputs differ from the GEMM's",
+                      dsv4_simd_name(level), (th - 1) % 3 + 1, th > 3 ? " (tables)" : "", (long long)d);
+            bad += d;
+        }
+        dsv4_kctx_set_simd(kc[1], best);
+    }
+    for (int th = 1; th <= 3; th++) dsv4_kctx_set_simd(kc[th], best);
+    printf("fp8 task prescale: %lld outputs differ\n", (long long)bad);
+    free(x); free(ra); free(rb); free(ya); free(yb);
+    free_mat(&a);
+    free_mat(&b);
+}
+
 int main(void) {
     const int best = fixture_open();
     CHECK(best >= 0);
@@ -232,6 +285,7 @@ int main(void) {
     check_gemv_split();
     check_one_row_halves();
     check_one_row_hints();
+    check_fp8_task_prescale(best);
     if (best >= DSV4_SIMD_AVX512VBMI) {
         check_fp8_one_row_bands();
         check_fp8_one_row_bits();
