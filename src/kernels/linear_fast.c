@@ -384,16 +384,16 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
 }
 
 /* p's call for its task of outputs [o0, o1): with prescale_task, fp8_prescale is the test on
- * the scale bands these rows read (grid rows o0/128 .. (o1 - 1)/128, a view of w's grid):
- * exactness for them is all the flag claims, and either path gives the same bits. */
+ * the scale bands these rows read (the view of rows o0/128*128 .. the end of o1 - 1's band,
+ * which starts a band and so always slices; the whole matrix should it not): exactness for
+ * them is all the flag claims, and either path gives the same bits. */
 static const dsv4_lin_call *lin_task_call(const lin_plan *p, int64_t o0, int64_t o1, dsv4_lin_call *lc) {
     if (!p->prescale_task) return &p->call;
-    dsv4_mat v = *p->w;
-    const int64_t b0 = o0 / 128, r = (((o1 - 1) / 128 - b0) + 1) * 128;
-    v.rows = r < v.rows - b0 * 128 ? r : v.rows - b0 * 128;
-    v.scale = (const uint8_t *)p->w->scale + b0 * ((v.cols + 127) / 128);
+    const int64_t r0 = o0 / 128 * 128, r1 = ((o1 - 1) / 128 + 1) * 128;
+    dsv4_mat v;
+    const int sliced = dsv4_mat_rows(p->w, r0, (r1 < p->w->rows ? r1 : p->w->rows) - r0, &v) == 0;
     *lc = p->call;
-    lc->fp8_prescale = p->kn->fp8_prescale(&v, p->x, p->n_rows);
+    lc->fp8_prescale = p->kn->fp8_prescale(sliced ? &v : p->w, p->x, p->n_rows);
     return lc;
 }
 

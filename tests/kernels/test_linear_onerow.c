@@ -224,20 +224,25 @@ static void check_one_row_hints(void) {
 }
 
 /* A one-row FP8 product of at most one task a thread leaves the GEMV's prescale test to each
- * task, on the scale bands its rows read (linear_fast.c lin_task_call). A job of two 256 x 300
- * products, the first with band 0 at scale 2^0 and band 1 at 2^-127: at avx512vbmi (factor =
- * the scale) x * 2^-127 is subnormal for |x| < 2 (here about 2^-137), so the whole matrix fails the test, band 0
- * passes it, and band 1's task must not prescale (its x * scale would round). On 2 threads
- * each product is 2 tasks of one band; on 1, one task of both; on 3, 4 tasks, tested once
- * at the plan. Every output against the product alone through the GEMM path (never
- * prescaled), at every level. */
+ * task, on the scale bands its rows read (linear_fast.c lin_task_call). One job of three
+ * products of 300 columns: a, 256 rows, band 0 at scale 2^0 and band 1 at 2^-127 (at
+ * avx512vbmi, factor = the scale, x * 2^-127 is subnormal for |x| < 2, here about 2^-137: the
+ * whole matrix fails the test, band 0 passes it, and band 1's task must not prescale, its
+ * x * scale would round); b, 128 rows, plain; f, 128 rows with F32 scales (never prescaled;
+ * its band views step 4 bytes a scale). On 2 threads every task is one band (a: 2 tasks); on
+ * 1, one task a product; on 3, more tasks than threads, tested at the plan. Every output
+ * against the product alone through the GEMM path (never prescaled), at every level, with the
+ * machine's FP8 decode and the tables' (which trust the flag). */
 static void check_fp8_task_prescale(int best) {
     const int64_t rows = 256, cols = 300, nbc = (cols + 127) / 128;
-    tmat a = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols), b = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
+    /* 512 rows in all: on 2 threads 128-row tasks, so a's two tasks read one band each */
+    tmat a = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols), b = make_mat(DSV4_WF_FP8, SC_E8M0, rows / 2, cols);
+    tmat f = make_mat(DSV4_WF_FP8, SC_F32, rows / 2, cols);
     uint8_t *sc = a.scale; /* (2, 3) blocks */
     for (int64_t i = 0; i < nbc; i++) sc[i] = 127, sc[nbc + i] = 0;
     float *x = rand_vec(cols), *ra = malloc(sizeof(float) * rows), *rb = malloc(sizeof(float) * rows);
     float *ya = malloc(sizeof(float) * rows), *yb = malloc(sizeof(float) * rows);
+    float *rf = malloc(sizeof(float) * rows), *yf = malloc(sizeof(float) * rows);
     for (int64_t i = 0; i < cols; i++) x[i] *= 1e-3f; /* x * 2^-127 about 12 bits: a rounding that shows */
     if (best >= DSV4_SIMD_AVX512VBMI && dsv4_lin_kernels_avx512vbmi()) {
         dsv4_mat v0, v1;
@@ -252,17 +257,18 @@ static void check_fp8_task_prescale(int best) {
         dsv4_kctx_set_simd(kc[1], level);
         linear_forced(kc[1], DSV4_LIN_GEMM, &a.m, x, 1, ra);
         linear_forced(kc[1], DSV4_LIN_GEMM, &b.m, x, 1, rb);
+        linear_forced(kc[1], DSV4_LIN_GEMM, &f.m, x, 1, rf);
         /* th 4..6: the tables' x * scale (Intel cores), which trust the flag; AMD's bit
          * decode checks x * 2^(b - 7) itself */
         for (int th = 1; th <= 6; th++) {
             dsv4_kctx *k = kc[(th - 1) % 3 + 1];
             ((dsv4_lin_tables *)dsv4_kctx_lin_tables(k))->subnormal_fma_fast = th <= 3 ? amd : 0;
             dsv4_kctx_set_simd(k, level);
-            const dsv4_lin_op ops[2] = {{&a.m, x, 1, ya}, {&b.m, x, 1, yb}};
-            for (int64_t i = 0; i < rows; i++) ya[i] = yb[i] = NAN;
-            dsv4_linear_batch(k, ops, 2);
+            const dsv4_lin_op ops[3] = {{&a.m, x, 1, ya}, {&b.m, x, 1, yb}, {&f.m, x, 1, yf}};
+            for (int64_t i = 0; i < rows; i++) ya[i] = yb[i] = yf[i] = NAN;
+            dsv4_linear_batch(k, ops, 3);
             ((dsv4_lin_tables *)dsv4_kctx_lin_tables(k))->subnormal_fma_fast = amd;
-            const int64_t d = bits_differ(ra, ya, rows) + bits_differ(rb, yb, rows);
+            const int64_t d = bits_differ(ra, ya, rows) + bits_differ(rb, yb, rows / 2) + bits_differ(rf, yf, rows / 2);
             CHECK_MSG(d == 0, "fp8 task prescale, level %s, %d threads%s: %lld outputs differ from the GEMM's",
                       dsv4_simd_name(level), (th - 1) % 3 + 1, th > 3 ? " (tables)" : "", (long long)d);
             bad += d;
@@ -271,9 +277,10 @@ static void check_fp8_task_prescale(int best) {
     }
     for (int th = 1; th <= 3; th++) dsv4_kctx_set_simd(kc[th], best);
     printf("fp8 task prescale: %lld outputs differ\n", (long long)bad);
-    free(x); free(ra); free(rb); free(ya); free(yb);
+    free(x); free(ra); free(rb); free(ya); free(yb); free(rf); free(yf);
     free_mat(&a);
     free_mat(&b);
+    free_mat(&f);
 }
 
 int main(void) {
