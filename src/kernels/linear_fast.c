@@ -355,7 +355,11 @@ static void lin_plan_op(dsv4_kctx *k, const dsv4_lin_op *op, int64_t target_macs
      * rows in fours) or the whole matrix; the split never changes a result */
     pl->per = pl->gemv || pl->smallm ? gemv_per(w, op->n_rows, pl->gemv, target_macs, whole_elems, task_bytes) : LIN_NB;
     pl->call.tab = dsv4_kctx_lin_tables(k);
-    pl->call.job = dsv4_kctx_lin_job(k);
+    /* a plan number only where a kernel keys the thread's scratch by it (small-M's FP8 x
+     * scaled per band, dsv4_lin_xs_key); 0 elsewhere (no key). The counter is one line that
+     * both threads bump, and every one-row plan bumped it (the MoE items' too): ~3.6 + 2.5
+     * us of a batch-1 step's thread time in the fetch-add (BENCHMARKS.md, session 29 idle29) */
+    pl->call.job = pl->smallm ? dsv4_kctx_lin_job(k) : 0;
     pl->call.ldx = ldx;
     pl->call.ldy = ldy;
     /* GEMM: row blocks of at most LIN_MB rows, as even as whole fours allow (more tasks for

@@ -124,7 +124,7 @@ typedef struct dsv4_lin_call {
     /* GEMM: floats from one activation row of x to the next, and of y (the product's cols
      * and rows when dense; larger for column slices of wider arrays) */
     int64_t ldx, ldy;
-    /* not 0: a number of this op's plan, new at every plan (dsv4_kctx_lin_job), and the
+    /* not 0 (small-M plans): a number of this op's plan, new at every plan (dsv4_kctx_lin_job), and the
      * scratch a kernel gets is dsv4_kctx_lin_scratch's, with the thread's dsv4_lin_xs_key
      * below it; 0 (a kernel called on its own scratch): no key */
     uint64_t job;
