@@ -148,15 +148,14 @@ static void sub_in_part(void *arg, int t, int tid) {
         return;
     }
     /* the Sinkhorn's dots of part p */
-    const int n = mix + 1 - hc;
     double *dots = j->dots + (size_t)i * (mix + 1);
     dsv4_hc_dots(c, j->simd, h, sub_fn(j), mix, sub_in_first(c, j->parts, p), sub_in_first(c, j->parts, p + 1), dots);
-    /* release our dots; the last one acquires everyone's */
+    /* release our dots; the last one acquires everyone's. Dots [0, hc) are part 0's, kept in
+     * its own array: the finish only needs them finite, so it zeroes them here */
     if (atomic_fetch_sub_explicit(&j->left[i], 1, memory_order_acq_rel) == 1) {
-        double all[(2 + DSV4_HC_MAX) * DSV4_HC_MAX + 1] = {0}; /* (mix + 1): [hc, mix] from dots */
-        memcpy(all + hc, dots + hc, (size_t)n * sizeof(double));
-        dsv4_hc_pre_finish_pc(c, j->simd, all, base, scale, j->post + (size_t)i * hc,
-                              j->comb + (size_t)i * hc * hc, j->ex);
+        memset(dots, 0, (size_t)hc * sizeof(double));
+        dsv4_hc_pre_finish_pc(c, j->simd, dots, base, scale, j->post + (size_t)i * hc, j->comb + (size_t)i * hc * hc,
+                              j->ex);
     }
 }
 
