@@ -206,7 +206,7 @@ typedef struct {
 } smd_src;
 
 /* smd_rows' chunk of columns i .. i + 15: the 8 rows decoded (L: lanes layout, k = (i / 16) %
- * 8 a constant; else dec_fp4n), stored into the panel, MR x 8 FMAs */
+ * 8; else dec_fp4n), stored into the panel, MR x 8 FMAs */
 AINLINE VBMI void smd_step(int MR, int L, int k, int64_t n, const smd_src *d, const float *x, float *panel,
                            int64_t ld, int64_t i, __m512i ctl, __m512 a[SM_MR_MAX][LIN_SMALLM_NB], const char *pf,
                            int64_t pf_step) {
@@ -235,9 +235,12 @@ AINLINE VBMI void smd_rows(int MR, int L, int64_t N, const smd_src *d, const flo
     for (int s = 0; s < MR; s++)
         for (int j = 0; j < LIN_SMALLM_NB; j++) a[s][j] = _mm512_setzero_ps();
     if (L) {
-        for (int64_t l = 0; l < n / 128; l++)
-#pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) smd_step(MR, 1, k, n, d, x, panel, ld, 128 * l + 16 * k, ctl, a, pf, pf_step);
+        /* k = (i / 16) % 8 at run time: with the line's 8 chunks unrolled (k a constant) GCC kept
+         * the 24 accumulators on the stack, a load and a store each a chunk (25-64 rows:
+         * 1.03-1.23x the natural panel's time, 0.96-1.10x as a loop; BENCHMARKS.md, session 30
+         * lanes) */
+        for (int64_t i = 0; i < n; i += 16)
+            smd_step(MR, 1, (int)(i / 16) & 7, n, d, x, panel, ld, i, ctl, a, pf, pf_step);
     } else {
         for (int64_t i = 0; i < n; i += 16) smd_step(MR, 0, 0, n, d, x, panel, ld, i, ctl, a, pf, pf_step);
     }
