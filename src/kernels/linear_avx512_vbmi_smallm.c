@@ -412,17 +412,27 @@ static VBMI int64_t smallm_fp4_fused(const dsv4_lin_call *c, const dsv4_mat *w, 
 }
 
 /* ---- small-M FP4 in the lanes layout (kernels/fp4_lanes.h): the fused blocks -----------------
- * smf_block's blocks (SMF_NO weight rows x up to SMF_MR activation rows) on lanes-layout rows: x
- * is read in natural order in place (no fp4_perm copy) and the accumulators need no unpermute:
- * lane l sums column 16c + l over the chunks c in ascending order, as the natural layout's paths
- * after their unpermute, so the same products, sums and tree: the same bits. A chunk decodes by
- * a vpsrlvd and a vpermps a row (dec_fp4's broadcast, vpsrlvd, vpermps: one vector op less). Up
- * to 5 activation rows a row's line is loaded once per 128 columns and kept in a register; at 6
- * (24 accumulators) it is loaded at every chunk, and the tables always are (vpermps' operand):
- * kept, GCC spilled accumulators and folded the x loads into the FMAs (1.2-1.6x the time). The
- * natural block runs at 0.85-1.0 of the FMA peak hot, so the saved op buys nothing here: in
- * process (Zen 5, one thread, one L2-resident expert) 0.99-1.09x its time (BENCHMARKS.md,
- * session 25 lpanel). */
+ * smf_block's blocks (SMF_NO weight rows x up to SMFL_MR activation rows) on lanes-layout rows:
+ * x is read in place in natural order (no fp4_perm copy) and the accumulators need no
+ * unpermute: lane l sums column 16c + l over the chunks c in ascending order, as the natural
+ * layout's paths after their unpermute, so the same products, sums and tree: the same bits
+ * (which rows share a block, and in which order the blocks run, change no sum). A chunk decodes
+ * by a vpsrlvd and a vpermps a row (dec_fp4's broadcast, vpsrlvd, vpermps: one op less); a
+ * row's line is loaded once per 128 columns and kept in a register.
+ *
+ * How it is run decides its speed more than the decode: with every block size inlined into one
+ * function as smf_groups does (and 6-row blocks, whose 24 accumulators leave no room for the
+ * lines), GCC's registers went differently for each size and the block ran 1.01-1.35x the
+ * natural block's time (Zen 5, one thread, an L2-resident expert; BENCHMARKS.md, session 30
+ * lanes). So here each block size (and width) is a function of its own (smfl_pass_*, below),
+ * which runs its rows over every group of a stretch of the task (the blocks outermost: the
+ * block's x rows stay in L1 across the groups, and the stretch's weights, at most
+ * SMFL_PASS_BYTES, in L2 across the blocks), blocks of at most 5 rows. The MR 1-4 blocks then
+ * run at 0.93-1.01x the natural block's time, and a prefill's routed experts (the bench model's
+ * groups, 2 threads, in process) at 0.98-0.99x where they took 1.065x. */
+
+#define SMFL_MR 5                  /* activation rows of the largest lanes block */
+#define SMFL_PASS_BYTES (256 << 10) /* weight bytes of a stretch that every block runs over */
 
 /* smf_block on lanes-layout rows: MR activation rows from x (stride n, natural order) against
  * the SMF_NO weight rows from wp (n / 2 bytes apart, ue8m0 scales from sc, n / 32 apart); N and
@@ -431,24 +441,23 @@ AINLINE VBMI void smfl_block(int MR, int64_t N, const float *x, int64_t n, const
                              const float (*tab)[16], float *y, int64_t rows, const char *pf) {
     if (N) n = N;
     const int64_t nsb = n / 32, rb = n / 2;
-    __m512 a[SMF_MR][SMF_NO];
+    __m512 a[SMFL_MR][SMF_NO];
     for (int s = 0; s < MR; s++)
         for (int j = 0; j < SMF_NO; j++) a[s][j] = _mm512_setzero_ps();
     for (int64_t l = 0; l < n / 128; l++) {
         __m512i lv[SMF_NO];
         for (int j = 0; j < SMF_NO; j++) lv[j] = fp4l_line(wp + j * rb + 64 * l);
-        const int reload = MR == SMF_MR; /* 24 accumulators: the lines do not fit beside them */
         for (int q = 0; q < 4; q++) { /* scale block b: chunks k = 2q, 2q + 1 of the line */
             const int64_t b = 4 * l + q;
             if (pf) _mm_prefetch(pf + 64 * b, _MM_HINT_T0); /* SMF_NO x 16 bytes a block: one line */
             for (int h = 0; h < 2; h++) {
-                /* the tables from memory at each chunk (else GCC keeps them across h) */
-                const uint8_t *sk = sc, *wk = wp;
-                __asm__ volatile("" : "+r"(sk), "+r"(wk));
+                /* 5 rows (20 accumulators, 4 lines): the tables from memory at each chunk, else
+                 * GCC keeps them across h and spills (1.08-1.11x the time); fewer rows keep them */
+                const uint8_t *sk = sc;
+                if (MR == SMFL_MR) __asm__ volatile("" : "+r"(sk));
                 __m512 wv[SMF_NO];
                 for (int j = 0; j < SMF_NO; j++) {
-                    const __m512i v = reload ? fp4l_line(wk + j * rb + 64 * l) : lv[j];
-                    wv[j] = dec_fp4l(v, 2 * q + h, _mm512_load_ps(tab[sk[j * nsb + b]]));
+                    wv[j] = dec_fp4l(lv[j], 2 * q + h, _mm512_load_ps(tab[sk[j * nsb + b]]));
                     __asm__("" : "+v"(wv[j])); /* decoded once, used MR times */
                 }
                 for (int s = 0; s < MR; s++) {
@@ -464,48 +473,72 @@ AINLINE VBMI void smfl_block(int MR, int64_t N, const float *x, int64_t n, const
     for (int s = 0; s < MR; s++) sm_store4(a[s], SMF_NO, y + s * rows);
 }
 
-/* smf_groups on lanes-layout rows, x in natural order */
-AINLINE VBMI void smfl_groups(int64_t N, const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows,
-                              float *y, int64_t o0, int64_t groups) {
-    const int64_t n = N ? N : w->cols, rows = w->rows, nsb = n / 32, gb = SMF_NO * (n / 2);
-    const float(*tab)[16] = c->tab->fp4x16;
-    const uint8_t *wb = (const uint8_t *)w->w + o0 * (n / 2), *sb = (const uint8_t *)w->scale + o0 * nsb;
-    const int nblk = (n_rows + SMF_MR - 1) / SMF_MR;
-    for (int64_t g = 0; g < groups; g++) {
-        const uint8_t *wp = wb + g * gb, *sc = sb + g * SMF_NO * nsb;
-        const char *pf = g + SMF_PD < groups ? (const char *)(wp + SMF_PD * gb) : NULL;
-        for (int k = 0, s0 = 0; k < nblk; k++) {
-            const int mr = (n_rows - s0 + (nblk - k) - 1) / (nblk - k); /* balanced, as smf_groups */
-            const float *xs = x + (int64_t)s0 * n;
-            float *ys = y + (int64_t)s0 * rows + o0 + g * SMF_NO;
-            const char *p = k == 0 ? pf : NULL;
-            switch (mr) {
-            case 1: smfl_block(1, N, xs, n, wp, sc, tab, ys, rows, p); break;
-            case 2: smfl_block(2, N, xs, n, wp, sc, tab, ys, rows, p); break;
-            case 3: smfl_block(3, N, xs, n, wp, sc, tab, ys, rows, p); break;
-            case 4: smfl_block(4, N, xs, n, wp, sc, tab, ys, rows, p); break;
-            case 5: smfl_block(5, N, xs, n, wp, sc, tab, ys, rows, p); break;
-            default: smfl_block(6, N, xs, n, wp, sc, tab, ys, rows, p); break;
-            }
-            s0 += mr;
-        }
+/* One block of rows over `groups` groups: x the block's first row (stride n), wb / sb the first
+ * group's weights and scales, y the block's first output row at the first group's output; pf:
+ * prefetch each group SMF_PD ahead (the stretch's first block: the others find the weights in
+ * L2) */
+typedef struct {
+    const float *x;
+    const uint8_t *wb, *sb;
+    const float (*tab)[16];
+    float *y;
+    int64_t n, rows, groups;
+    int pf;
+} smfl_pass_args;
+
+/* the pass of MR rows at width NN (0: a->n), a function of its own (its registers allocated
+ * alone), in smallm_fp4l_fused's section so that it moves with that function only (util/hot.h) */
+#define SMFL_PASS(MR, NN)                                                                                   \
+    __attribute__((section(".text.sorted.dsv4.smallm_fp4l_fused.1"))) static VBMI __attribute__((noinline)) \
+    void smfl_pass_##MR##_##NN(const smfl_pass_args *a) {                                                   \
+        const int64_t n = NN ? NN : a->n, gb = SMF_NO * (n / 2), sg = SMF_NO * (n / 32);                    \
+        for (int64_t g = 0; g < a->groups; g++) {                                                           \
+            const uint8_t *wp = a->wb + g * gb;                                                             \
+            const char *pf = a->pf && g + SMF_PD < a->groups ? (const char *)(wp + SMF_PD * gb) : NULL;     \
+            smfl_block(MR, NN, a->x, n, wp, a->sb + g * sg, a->tab, a->y + g * SMF_NO, a->rows, pf);        \
+        }                                                                                                   \
     }
-}
+#define SMFL_PASSES(NN) SMFL_PASS(1, NN) SMFL_PASS(2, NN) SMFL_PASS(3, NN) SMFL_PASS(4, NN) SMFL_PASS(5, NN)
+SMFL_PASSES(512)
+SMFL_PASSES(1024)
+SMFL_PASSES(2048)
+SMFL_PASSES(4096)
+SMFL_PASSES(0)
+#undef SMFL_PASSES
+#undef SMFL_PASS
+
+typedef void (*smfl_pass_fn)(const smfl_pass_args *);
+#define SMFL_ROW(NN) {smfl_pass_1_##NN, smfl_pass_2_##NN, smfl_pass_3_##NN, smfl_pass_4_##NN, smfl_pass_5_##NN}
+/* [width: 512, 1024, 2048, 4096, other][MR - 1] */
+static const smfl_pass_fn smfl_passes[5][SMFL_MR] = {SMFL_ROW(512), SMFL_ROW(1024), SMFL_ROW(2048), SMFL_ROW(4096),
+                                                     SMFL_ROW(0)};
+#undef SMFL_ROW
 
 /* smallm_fp4_fused for lanes-layout FP4 (ue8m0 scales, at most SMF_ROWS rows): x is read in
- * place, so no scratch bound; returns the first output it left */
+ * place, so no scratch bound; the task's groups in stretches of at most SMFL_PASS_BYTES, each
+ * run by balanced blocks of at most SMFL_MR rows (13 = 5 + 4 + 4); returns the first output it
+ * left */
 DSV4_HOT_AT(smallm_fp4l_fused, 0xc40)
 static VBMI __attribute__((noinline)) int64_t smallm_fp4l_fused(const dsv4_lin_call *c, const dsv4_mat *w,
                                                                 const float *x, int n_rows, float *y, int64_t o0,
                                                                 int64_t o1) {
     const int64_t n = w->cols, groups = (o1 - o0) / SMF_NO;
     if (w->fmt != DSV4_WF_FP4L || w->scale_is_f32 || n_rows > SMF_ROWS || groups == 0) return o0;
-    switch (n) { /* the expert widths as constants */
-    case 512: smfl_groups(512, c, w, x, n_rows, y, o0, groups); break;
-    case 1024: smfl_groups(1024, c, w, x, n_rows, y, o0, groups); break;
-    case 2048: smfl_groups(2048, c, w, x, n_rows, y, o0, groups); break;
-    case 4096: smfl_groups(4096, c, w, x, n_rows, y, o0, groups); break;
-    default: smfl_groups(0, c, w, x, n_rows, y, o0, groups); break;
+    const int wi = n == 512 ? 0 : n == 1024 ? 1 : n == 2048 ? 2 : n == 4096 ? 3 : 4; /* smfl_passes' row */
+    const int64_t gb = SMF_NO * (n / 2), per = SMFL_PASS_BYTES / gb > 0 ? SMFL_PASS_BYTES / gb : 1;
+    const int nblk = (n_rows + SMFL_MR - 1) / SMFL_MR;
+    for (int64_t g0 = 0; g0 < groups; g0 += per) {
+        const int64_t o = o0 + g0 * SMF_NO;
+        smfl_pass_args a = {NULL, (const uint8_t *)w->w + o * (n / 2), (const uint8_t *)w->scale + o * (n / 32),
+                            c->tab->fp4x16, NULL, n, w->rows, groups - g0 < per ? groups - g0 : per, 1};
+        for (int k = 0, s0 = 0; k < nblk; k++) {
+            const int mr = (n_rows - s0 + (nblk - k) - 1) / (nblk - k); /* balanced: 12 = 4 + 4 + 4 */
+            a.x = x + (int64_t)s0 * n;
+            a.y = y + (int64_t)s0 * w->rows + o;
+            a.pf = k == 0;
+            smfl_passes[wi][mr - 1](&a);
+            s0 += mr;
+        }
     }
     return o0 + groups * SMF_NO;
 }

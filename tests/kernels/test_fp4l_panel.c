@@ -155,12 +155,14 @@ int main(void) {
     dsv4_lin_tables_init(tab);
     scratch = aligned_alloc(64, sizeof(float) * LIN_SCRATCH_GEMM_FLOATS);
 
-    /* every small-M row count: the fused blocks' 1..24 (one to four balanced blocks of up to
-     * 6), the panels' 25..64 (blocks of 3, the last 4 as 2 + 2) */
+    /* every small-M row count: the fused blocks' 1..24 (natural: one to four balanced blocks of
+     * up to 6; lanes: one to five of up to 5), the panels' 25..64 (blocks of 3, the last 4 as
+     * 2 + 2) */
     int all[64];
     for (int i = 0; i < 64; i++) all[i] = i + 1;
     static const int some[] = {1, 2, 5, 7, 12, 16, 24, 25, 31, 48, 64};
     static const int gemm_rows[] = {1, 3, 4, 5, 17, 48, 49, 100};
+    static const int fused_rows[] = {5, 9, 13, 24};
     const int n_some = (int)(sizeof some / sizeof *some), n_gemm = (int)(sizeof gemm_rows / sizeof *gemm_rows);
     for (int l = 0; l < nl; l++) {
         const level *lv = &levels[l];
@@ -177,6 +179,10 @@ int main(void) {
                 check_shape(lv, 19, 640, f32, some, n_some, 12, 0);
                 check_shape(lv, 10, 2048, f32, some, n_some, 10, 0);
                 check_shape(lv, 9, 4096, f32, some, n_some, 4, 0);
+                /* the lanes fused path runs a task in stretches of SMFL_PASS_BYTES of weights
+                 * (4096 columns: 32 groups, 128 outputs), every row block over each: one task
+                 * of 136 outputs runs two */
+                check_shape(lv, 136, 4096, f32, fused_rows, 4, 136, 0);
             }
             /* the GEMM tiles: column tiles of LIN_KB (512) with a short last one, windows of
              * LIN_NB outputs with a partial last one, row blocks of LIN_MB */
