@@ -433,6 +433,14 @@ static VBMI int64_t smallm_fp4_fused(const dsv4_lin_call *c, const dsv4_mat *w, 
 
 #define SMFL_MR 5                  /* activation rows of the largest lanes block */
 #define SMFL_PASS_BYTES (256 << 10) /* weight bytes of a stretch that every block runs over */
+/* The most activation rows the lanes blocks take at the expert widths (512, 1024 columns); wider
+ * rows stop at SMF_ROWS as the natural ones. Past 24 rows the natural layout goes to the panels
+ * (its x in fp4_perm order outgrows the scratch at 4096 columns); the lanes blocks read x in
+ * place and keep a block's x in L1, and against the panels (both layouts' panels: the same F32
+ * panel after the first block) took 0.95-0.99x the natural panel path's time at 25-64 rows (one
+ * thread, hot), 0.87-1.01x at 25-48 (2 threads, streamed experts; 64 rows of 512 columns
+ * 1.06x). BENCHMARKS.md, session 30 lanes. */
+#define SMFL_ROWS 48
 
 /* smf_block on lanes-layout rows: MR activation rows from x (stride n, natural order) against
  * the SMF_NO weight rows from wp (n / 2 bytes apart, ue8m0 scales from sc, n / 32 apart); N and
@@ -514,8 +522,8 @@ static const smfl_pass_fn smfl_passes[5][SMFL_MR] = {SMFL_ROW(512), SMFL_ROW(102
                                                      SMFL_ROW(0)};
 #undef SMFL_ROW
 
-/* smallm_fp4_fused for lanes-layout FP4 (ue8m0 scales, at most SMF_ROWS rows): x is read in
- * place, so no scratch bound; the task's groups in stretches of at most SMFL_PASS_BYTES, each
+/* smallm_fp4_fused for lanes-layout FP4 (ue8m0 scales, at most SMFL_ROWS rows at up to 1024
+ * columns, SMF_ROWS past that): x is read in place, so no scratch bound; the task's groups in stretches of at most SMFL_PASS_BYTES, each
  * run by balanced blocks of at most SMFL_MR rows (13 = 5 + 4 + 4); returns the first output it
  * left */
 DSV4_HOT_AT(smallm_fp4l_fused, 0xc40)
@@ -523,7 +531,8 @@ static VBMI __attribute__((noinline)) int64_t smallm_fp4l_fused(const dsv4_lin_c
                                                                 const float *x, int n_rows, float *y, int64_t o0,
                                                                 int64_t o1) {
     const int64_t n = w->cols, groups = (o1 - o0) / SMF_NO;
-    if (w->fmt != DSV4_WF_FP4L || w->scale_is_f32 || n_rows > SMF_ROWS || groups == 0) return o0;
+    if (w->fmt != DSV4_WF_FP4L || w->scale_is_f32 || n_rows > (n <= 1024 ? SMFL_ROWS : SMF_ROWS) || groups == 0)
+        return o0;
     const int wi = n == 512 ? 0 : n == 1024 ? 1 : n == 2048 ? 2 : n == 4096 ? 3 : 4; /* smfl_passes' row */
     const int64_t gb = SMF_NO * (n / 2), per = SMFL_PASS_BYTES / gb > 0 ? SMFL_PASS_BYTES / gb : 1;
     const int nblk = (n_rows + SMFL_MR - 1) / SMFL_MR;

@@ -2,8 +2,9 @@
  * (kernels/fp4_lanes.h) against the same kernels on the natural FP4 matrix it was packed from:
  * the same bits for every output (the layout contract), called directly (no planner), so every
  * path of the small-M kernel is reached by the row count, the task's outputs and the scales:
- * the fused blocks (ue8m0, 1..24 rows, tasks of whole fours and a 1-3 output tail), the panels
- * decoded by their first row block (ue8m0, 512 and 1024 columns, 25..64 rows), the plain panels
+ * the fused blocks (ue8m0, 1..24 rows, the lanes ones 1..48 at 512 and 1024 columns, tasks of
+ * whole fours and a 1-3 output tail), the panels decoded by their first row block (ue8m0, 512
+ * and 1024 columns, natural 25..64 rows, lanes 49..64), the plain panels
  * (F32 scales, other widths, column tiles past 1024 columns), and the GEMM's dequantized tiles
  * at both AVX-512 levels. The lanes weights lie right before an inaccessible page (a load past a
  * row's last line faults) and, in a second copy, 8 bytes off a 64-byte line; x is misaligned
@@ -156,8 +157,8 @@ int main(void) {
     scratch = aligned_alloc(64, sizeof(float) * LIN_SCRATCH_GEMM_FLOATS);
 
     /* every small-M row count: the fused blocks' 1..24 (natural: one to four balanced blocks of
-     * up to 6; lanes: one to five of up to 5), the panels' 25..64 (blocks of 3, the last 4 as
-     * 2 + 2) */
+     * up to 6; lanes: balanced blocks of up to 5, to 48 rows at 512 and 1024 columns), the
+     * panels' 25..64 (lanes 49..64; blocks of 3, the last 4 as 2 + 2) */
     int all[64];
     for (int i = 0; i < 64; i++) all[i] = i + 1;
     static const int some[] = {1, 2, 5, 7, 12, 16, 24, 25, 31, 48, 64};
