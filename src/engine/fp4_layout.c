@@ -2,8 +2,9 @@
  * which it first moved): its names, and at engine create the copy of every block's weights
  * into the engine's huge-page memory (COPY: the checkpoint's bytes; LANES: the same, with the
  * packed FP4 matrices repacked into the lanes layout, kernels/fp4_lanes.h). The default
- * (AUTO) makes the copy when the memory allows it (dsv4_fp4_auto_layout), and reads the
- * mapped bytes (NATURAL) otherwise.
+ * (AUTO) makes the copy when the memory allows it (dsv4_fp4_auto_layout), in the lanes layout
+ * where the kernel level is avx512vbmi (dsv4_fp4_copy_layout), and reads the mapped bytes
+ * (NATURAL) otherwise.
  *
  * What is copied: each block's weight matrices (the dense FP8 / BF16 / F32 ones, the routed
  * experts of this rank's range), their scales, and hc's two mixing matrices: every weight a
@@ -19,6 +20,14 @@
  * batch 1 and ~1.5-2.5 % at batch 16 (two independent sets of runs; ranges apart from their
  * A/A runs). The page cache's 4 KB pages cost a TLB walk every 4 KB and stop the hardware
  * prefetchers at each page's end; the copy's 2 MB pages do neither.
+ *
+ * Why that copy is LANES on avx512vbmi. The lanes layout's decode (one shift and one vpermps a
+ * 16 weights, the line's words in natural column order) gives the same bits as the natural
+ * layout's on every path. Session 30 (BENCHMARKS.md, "Session 30, lanes" and "fp4k") made its
+ * small-M blocks and one-row GEMV at least as fast as the natural ones on Zen 5: a 512-token
+ * prefill's routed experts 0.96x the time in process, prefill pairs against COPY 1.016 (8 of
+ * 12 above 1; paired fractions 1.027). Where the level is lower its kernels were not measured
+ * on lanes, so the copy stays natural there.
  *
  * Where the copies live. The model is immutable and shared by engines (dsv4.h), and the
  * layout is an engine option, so the repacked bytes are the engine's: one allocation per
@@ -48,6 +57,7 @@
 #include "cache/cache.h"
 #include "dist/ep.h"
 #include "engine/engine.h"
+#include "kernels/cpu.h"
 #include "kernels/fp4_lanes.h"
 #include "util/err.h"
 #include "util/machine.h"
@@ -252,6 +262,8 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int layout, int e0, in
     return DSV4_OK;
 }
 
+int dsv4_fp4_copy_layout(int simd) { return simd >= DSV4_SIMD_AVX512VBMI ? DSV4_FP4_LANES : DSV4_FP4_COPY; }
+
 int dsv4_fp4_auto_layout(int64_t copy_bytes, int64_t other_bytes, uint64_t available, uint64_t ram,
                          uint64_t locked) {
     /* a process that pins memory pins the mapped weights (--mlock): a copy would hold both */
@@ -286,13 +298,13 @@ int dsv4_engine_prepare_fp4(dsv4_engine *e, dsv4_err *err) {
     const int n_blocks = c->num_hidden_layers + c->num_nextn_predict_layers;
     int e0 = 0, e1 = c->n_routed_experts;
     if (e->ep) dsv4_ep_local_range(e->ep, &e0, &e1);
-    /* AUTO: COPY when the memory allows it (see the top of this file for why); LANES stays an
-     * option (session 25: its decode saves ~4.5 % of the one-row GEMV in process, no more
-     * than COPY in step, and costs prefill ~4 %) */
+    /* AUTO: the copy when the memory allows it, in the layout the kernel level reads best (see
+     * the top of this file for why) */
     if (*layout == DSV4_FP4_AUTO) {
         const int64_t other = dsv4_cache_get_plan(e->cache)->total_bytes + (int64_t)dsv4_engine_scratch_bytes(e);
         *layout = dsv4_fp4_auto_layout(copy_bytes(e, n_blocks, e0, e1), other, dsv4_machine_available_bytes(),
                                        dsv4_machine_ram_bytes(), dsv4_process_locked_bytes());
+        if (*layout == DSV4_FP4_COPY) *layout = dsv4_fp4_copy_layout(dsv4_kctx_simd(e->k));
     }
     e->fp4_lanes = e->fp4_natural = 0;
     if (*layout == DSV4_FP4_NATURAL) {

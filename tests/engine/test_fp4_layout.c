@@ -4,8 +4,9 @@
  *     (dsv4_engine_fp4_counts against the model's census, model/info.h), the others stay
  *     natural; NATURAL reads the model's bytes; COPY reads every FP4 matrix from the engine's
  *     own copy in the natural layout, and COPY and LANES the other weights (dense matrices and
- *     their scales, the experts' scales, hc's mixing matrices) from the engine's copy too; AUTO does one of the two, as dsv4_fp4_auto_layout says
- *     for this machine's memory (its rule checked on its own, case by case); get_opts says
+ *     their scales, the experts' scales, hc's mixing matrices) from the engine's copy too; AUTO does NATURAL or
+ *     the copy, as dsv4_fp4_auto_layout says for this machine's memory, the copy as LANES from
+ *     avx512vbmi up (dsv4_fp4_copy_layout) (its rule checked on its own, case by case); get_opts says
  *     what was done;
  *   - hidden states, logits and the MTP block's hidden states of a prefill + decodes are the same bits in every
  *     layout, at every kernel level this CPU and build run (DSV4_SIMD);
@@ -136,7 +137,8 @@ static int64_t bits_differ(const float *a, const float *b, int64_t n) {
 }
 
 /* AUTO's rule: copy when the copy, the cache and scratch and the headroom (5 % of RAM, at
- * least 1 GiB) fit in the available memory and nothing is locked */
+ * least 1 GiB) fit in the available memory and nothing is locked; the copy in lanes from
+ * avx512vbmi up */
 static void check_auto_rule(void) {
     const uint64_t G = 1ull << 30, M = 1ull << 20;
     /* 16 GiB machine: headroom 1 GiB */
@@ -153,6 +155,10 @@ static void check_auto_rule(void) {
     CHECK(dsv4_fp4_auto_layout(768 * M, 0, 8 * G, 16 * G, 4096) == DSV4_FP4_NATURAL);
     CHECK(dsv4_fp4_auto_layout(0, 0, 8 * G, 16 * G, 0) == DSV4_FP4_NATURAL);
     CHECK(dsv4_fp4_auto_layout(768 * M, 0, 0, 16 * G, 0) == DSV4_FP4_NATURAL);
+    /* the copy's layout by kernel level: lanes from avx512vbmi up */
+    CHECK(dsv4_fp4_copy_layout(DSV4_SIMD_SCALAR) == DSV4_FP4_COPY && dsv4_fp4_copy_layout(DSV4_SIMD_AVX2) == DSV4_FP4_COPY &&
+          dsv4_fp4_copy_layout(DSV4_SIMD_AVX512) == DSV4_FP4_COPY &&
+          dsv4_fp4_copy_layout(DSV4_SIMD_AVX512VBMI) == DSV4_FP4_LANES);
 }
 
 static void check_parse(void) {
@@ -213,11 +219,15 @@ int main(int argc, char **argv) {
         CHECK_MSG(ok, "level %s: a run failed", dsv4_simd_name((dsv4_simd)level));
         if (!ok) continue;
         CHECK(r[0].layout == DSV4_FP4_NATURAL && r[1].layout == DSV4_FP4_LANES && r[3].layout == DSV4_FP4_COPY);
-        /* AUTO: what the rule said for the memory at its create (a tiny model: copy, unless
-         * this machine has under ~1 GiB to spare) */
-        CHECK_MSG(r[2].layout == DSV4_FP4_COPY || r[2].layout == DSV4_FP4_NATURAL, "auto became %s",
-                  dsv4_fp4_layout_name(r[2].layout));
-        CHECK(r[0].lanes == 0 && r[0].natural == census.fp4 && r[2].lanes == 0 && r[2].natural == census.fp4);
+        /* AUTO: what the rule said for the memory at its create (a tiny model: the copy, unless
+         * this machine has under ~1 GiB to spare), in lanes from avx512vbmi up */
+        const int auto_copy = level >= DSV4_SIMD_AVX512VBMI ? DSV4_FP4_LANES : DSV4_FP4_COPY;
+        CHECK_MSG(r[2].layout == auto_copy || r[2].layout == DSV4_FP4_NATURAL, "level %s: auto became %s",
+                  dsv4_simd_name((dsv4_simd)level), dsv4_fp4_layout_name(r[2].layout));
+        const run_out *ra = r[2].layout == DSV4_FP4_LANES ? &r[1] : &r[3]; /* what auto's copy must equal */
+        CHECK(r[0].lanes == 0 && r[0].natural == census.fp4);
+        CHECK(r[2].layout == DSV4_FP4_NATURAL ? r[2].lanes == 0 && r[2].natural == census.fp4
+                                              : r[2].lanes == ra->lanes && r[2].natural == ra->natural);
         CHECK(r[3].lanes == 0 && r[3].natural == census.fp4);
         /* where the bytes are: the model's (natural), the engine's (copy: every routed expert;
          * lanes: those it repacked; auto: as the layout it became) */
@@ -226,14 +236,14 @@ int main(int argc, char **argv) {
                   (long long)r[3].own_fp4, (long long)r[1].own_fp4);
         /* the other weights: the model's in natural, the engine's in copy and lanes */
         CHECK_MSG(r[0].own_other == 0 && r[3].own_other == r[3].other_total && r[1].own_other == r[3].own_other &&
-                      r[2].own_other == (r[2].layout == DSV4_FP4_COPY ? r[3].own_other : 0),
+                      r[2].own_other == (r[2].layout != DSV4_FP4_NATURAL ? ra->own_other : 0),
                   "other weights in the engine's memory: natural %lld, lanes %lld, auto %lld, copy %lld",
                   (long long)r[0].own_other, (long long)r[1].own_other, (long long)r[2].own_other,
                   (long long)r[3].own_other);
-        CHECK_MSG(r[2].own_fp4 == (r[2].layout == DSV4_FP4_COPY ? r[3].own_fp4 : 0),
-                  "auto (%s) has %lld experts in the engine's memory, copy %lld", dsv4_fp4_layout_name(r[2].layout),
-                  (long long)r[2].own_fp4, (long long)r[3].own_fp4);
-        if (level == 0) printf("auto became %s here\n", dsv4_fp4_layout_name(r[2].layout));
+        CHECK_MSG(r[2].own_fp4 == (r[2].layout != DSV4_FP4_NATURAL ? ra->own_fp4 : 0),
+                  "auto (%s) has %lld experts in the engine's memory, its layout's engine %lld",
+                  dsv4_fp4_layout_name(r[2].layout), (long long)r[2].own_fp4, (long long)ra->own_fp4);
+        printf("level %s: auto became %s here\n", dsv4_simd_name((dsv4_simd)level), dsv4_fp4_layout_name(r[2].layout));
         /* copy and lanes: every routed expert's W1 and W3 one matrix (the bits below then show
          * that the MoE's one product for both is the two products' values) */
         CHECK_MSG(r[3].experts > 0 && r[3].w13 == r[3].experts && r[1].w13 == r[1].experts,
