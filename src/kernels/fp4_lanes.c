@@ -1,7 +1,8 @@
 /* fp4_lanes.c — natural <-> lanes FP4 layout (see fp4_lanes.h). Load-time code: the unpack
  * one nibble at a time, written for clarity; the pack, which the engine runs over every FP4
  * weight at create with --weights-memory lanes (~150 GB in Flash), a line at a time in SSE2
- * registers (8 bytes at a time where there is no SSE2). */
+ * registers, with the portable form (8 bytes at a time) as its reference and the fallback
+ * where there is no SSE2. */
 #include "kernels/fp4_lanes.h"
 
 #include <string.h>
@@ -41,7 +42,8 @@ static void pack_line(uint8_t dst[64], const uint8_t src[64]) {
     _mm_storeu_si128((__m128i *)(dst + 32), _mm_unpacklo_epi32(y1, y3)); /* 4, 5 */
     _mm_storeu_si128((__m128i *)(dst + 48), _mm_unpackhi_epi32(y1, y3)); /* 6, 7 */
 }
-#else
+#endif
+
 /* the little-endian 64-bit value of p[0..8) */
 static uint64_t le64(const uint8_t *p) {
     uint64_t v = 0;
@@ -49,7 +51,8 @@ static uint64_t le64(const uint8_t *p) {
     return v;
 }
 
-static void pack_line(uint8_t dst[64], const uint8_t src[64]) {
+/* the portable form of pack_line (the same bytes; its reference in test_fp4_lanes) */
+static void pack_line_portable(uint8_t dst[64], const uint8_t src[64]) {
     const uint64_t M = 0x0F0F0F0F0F0F0F0Full;
     for (int p = 0; p < 4; p++) {
         const uint64_t a = le64(src + 16 * p), c = le64(src + 16 * p + 8);
@@ -60,6 +63,9 @@ static void pack_line(uint8_t dst[64], const uint8_t src[64]) {
         }
     }
 }
+
+#if !defined(__SSE2__)
+#define pack_line pack_line_portable
 #endif
 
 static void unpack_line(uint8_t dst[64], const uint8_t src[64]) {
@@ -70,6 +76,10 @@ static void unpack_line(uint8_t dst[64], const uint8_t src[64]) {
 
 void dsv4_fp4l_pack_row(uint8_t *dst, const uint8_t *src, int64_t cols) {
     for (int64_t l = 0; l < cols / DSV4_FP4L_COLS; l++) pack_line(dst + l * 64, src + l * 64);
+}
+
+void dsv4_fp4l_pack_row_portable(uint8_t *dst, const uint8_t *src, int64_t cols) {
+    for (int64_t l = 0; l < cols / DSV4_FP4L_COLS; l++) pack_line_portable(dst + l * 64, src + l * 64);
 }
 
 void dsv4_fp4l_unpack_row(uint8_t *dst, const uint8_t *src, int64_t cols) {

@@ -41,6 +41,9 @@ static inline uint8_t dsv4_fp4n_code(const uint8_t *row, int64_t c) {
  * cols / 2 bytes each and must not overlap (a line at a time: the caller may go row by row
  * or line by line through a 64-byte buffer to repack in place). */
 void dsv4_fp4l_pack_row(uint8_t *dst, const uint8_t *src, int64_t cols);
+/* dsv4_fp4l_pack_row's portable form, 8 bytes at a time (what pack_row runs where there is
+ * no SSE2): the reference the vector pack is tested against */
+void dsv4_fp4l_pack_row_portable(uint8_t *dst, const uint8_t *src, int64_t cols);
 void dsv4_fp4l_unpack_row(uint8_t *dst, const uint8_t *src, int64_t cols);
 
 /* Every row of a (rows, cols) natural FP4 matrix at w repacked in place, a 64-byte line at a
