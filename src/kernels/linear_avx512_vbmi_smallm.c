@@ -523,9 +523,9 @@ static const smfl_pass_fn smfl_passes[5][SMFL_MR] = {SMFL_ROW(512), SMFL_ROW(102
 #undef SMFL_ROW
 
 /* smallm_fp4_fused for lanes-layout FP4 (ue8m0 scales, at most SMFL_ROWS rows at up to 1024
- * columns, SMF_ROWS past that): x is read in place, so no scratch bound; the task's groups in stretches of at most SMFL_PASS_BYTES, each
- * run by balanced blocks of at most SMFL_MR rows (13 = 5 + 4 + 4); returns the first output it
- * left */
+ * columns, SMF_ROWS past that): x is read in place, so no scratch bound; the task's groups in
+ * stretches of at most SMFL_PASS_BYTES, each run by balanced blocks of at most SMFL_MR rows
+ * (13 = 5 + 4 + 4); returns the first output it left */
 DSV4_HOT_AT(smallm_fp4l_fused, 0xc40)
 static VBMI __attribute__((noinline)) int64_t smallm_fp4l_fused(const dsv4_lin_call *c, const dsv4_mat *w,
                                                                 const float *x, int n_rows, float *y, int64_t o0,
