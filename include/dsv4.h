@@ -259,10 +259,11 @@ DSV4_API int dsv4_numa_nodes(void);
 
 /* Where the weights sit in memory (dsv4_engine_opts.fp4_layout, the CLI's --weights-memory;
  * both named for the packed FP4 (e2m1) experts, which it first moved; the C names stay):
- *   AUTO     COPY when the copy, the cache and scratch and a headroom (5 % of RAM, at least
+ *   AUTO     a copy when the copy, the cache and scratch and a headroom (5 % of RAM, at least
  *            1 GiB) fit in the memory available at create (MemAvailable, within a cgroup's
- *            limit) and the process has no locked memory (dsv4_model_mlock); NATURAL otherwise
- *            (a model larger than memory, read through the page cache, stays mapped)
+ *            limit) and the process has no locked memory (dsv4_model_mlock): LANES where the
+ *            kernel level is avx512vbmi, COPY below it; NATURAL otherwise (a model larger than
+ *            memory, read through the page cache, stays mapped)
  *   NATURAL  ("mapped") the checkpoint's bytes, read in place from the mapped files: their pages stay
  *            clean page cache (4 KB pages), shared by every process (and engine) that maps them
  *   COPY     the same bytes copied at engine create into the engine's own memory, 2 MB aligned
@@ -274,16 +275,17 @@ DSV4_API int dsv4_numa_nodes(void);
  *            longer at batch 1 / batch 16 / prefill 512 than copied ones, and the other weights
  *            mapped a further ~5-8 % / ~1.5-2.5 % at batch 1 / 16
  *   LANES    as COPY, each FP4 matrix whose width is a multiple of 128 repacked on the way (a
- *            64-byte line holds 128 columns in the order the AVX-512 decoder wants: ~4.5 % of
- *            the one-row GEMV's thread time in process; in step against NATURAL batch 16
- *            1.09x, batch 1 1.08x the speed, but no more than COPY within the pairs' spread)
+ *            64-byte line holds 128 columns in the order the AVX-512 decoder wants). On a Zen 5
+ *            (BENCHMARKS.md session 30), alternating forwards in one process, ~1 % faster than
+ *            COPY at batch 16 and prefill 512 and 0.3-2 % at batch 1; timed on Zen 5 only
  * COPY and LANES cost a pass over every copied byte at create and private memory as large as
  * those weights: several processes on one node no longer share the experts' pages, and the
  * mapped file pages, no longer read after create, stay in the page cache until the system
  * needs the memory. Experts another rank owns (expert parallelism) and matrices made INT8
- * by w8a8 are not copied. With NUMA interleaving the copies are interleaved too. dsv4_model_warmup before create makes the repack read from
- *            memory; dsv4_model_mlock locks the mapped pages, which a LANES engine no longer
- *            reads for those matrices (it would hold both).
+ * by w8a8 are not copied. With NUMA interleaving the copies are interleaved too.
+ * dsv4_model_warmup before create makes the copy read from memory; dsv4_model_mlock locks the
+ * mapped pages, which a COPY or LANES engine no longer reads for those matrices (it would hold
+ * both).
  * The same bits in every layout: only the speed differs. */
 enum {
     DSV4_FP4_AUTO = 0,
