@@ -195,7 +195,10 @@ double dsv4_forward_flops(const dsv4_config *c, int64_t start, int64_t n) {
         double keys = sum_min_t1(a, b, c->sliding_window);
         if (r == 4) {
             keys += sum_min_floor_div(a, b, 4, c->index_topk);
-            f += per_idx * sum_floor_div(a, b, 4);
+            /* a row scores its entries only past topk of them (attn_row.c, attention.c's spans):
+             * from t = 4 (topk + 1) - 1 on */
+            const int64_t s = 4 * ((int64_t)c->index_topk + 1) - 1;
+            if (b > s) f += per_idx * sum_floor_div(a > s ? a : s, b, 4);
         } else if (r > 0) {
             keys += sum_floor_div(a, b, r);
         }
@@ -217,7 +220,8 @@ double dsv4_decode_cache_bytes(const dsv4_config *c, int64_t t, int kv_dtype) {
         bytes += (double)win * row;
         if (r == 4) {
             const int64_t n_c = (t + 1) / 4;
-            bytes += (double)(n_c < c->index_topk ? n_c : c->index_topk) * row + (double)n_c * idx_row;
+            bytes += (double)(n_c < c->index_topk ? n_c : c->index_topk) * row;
+            if (n_c > c->index_topk) bytes += (double)n_c * idx_row; /* scored only past topk */
         } else if (r > 0) {
             bytes += (double)((t + 1) / r) * row;
         }

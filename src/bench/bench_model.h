@@ -64,7 +64,8 @@ double dsv4_step_weights_expected(const dsv4_step_weights *w, const dsv4_config 
  * embedding lookup and the LM head excluded) plus attention: per row at position t and
  * layer of ratio r, 4 H hd per key over min(t+1, win) window rows and the compressed
  * entries it attends (HCA: (t+1)/r; CSA: min(topk, (t+1)/4)), and for CSA the indexer's
- * 2 nI dI per candidate entry ((t+1)/4 of them). Compressor pooling, norms, RoPE,
+ * 2 nI dI per candidate entry ((t+1)/4 of them) where it scores them: only past topk
+ * entries (fewer are all kept unscored). Compressor pooling, norms, RoPE,
  * softmax and hc mixing other than its matrices are not counted. */
 double dsv4_forward_flops(const dsv4_config *c, int64_t start, int64_t n);
 
@@ -77,7 +78,8 @@ double dsv4_linear_flops_per_token(const dsv4_config *c);
 
 /* Cache bytes one decode row at position t (t previous positions cached) reads, with rows
  * stored as kv_dtype (DSV4_KV_*): window rows, the attended compressed entries, and for CSA
- * every indexer key it scores. An estimate from the geometry (compressor state not counted). */
+ * every indexer key it scores (all of them past topk entries, none before). An estimate from
+ * the geometry (compressor state not counted). */
 double dsv4_decode_cache_bytes(const dsv4_config *c, int64_t t, int kv_dtype);
 
 /* The routed experts a row of layer `layer` selects, recomputed outside the forward from

@@ -105,7 +105,7 @@ static double loop_attn_flops(const dsv4_config *c, int64_t a, int64_t b) {
             if (r == 4) {
                 const int64_t n_c = (t + 1) / 4;
                 keys += n_c < c->index_topk ? n_c : c->index_topk;
-                f += 2.0 * c->index_n_heads * c->index_head_dim * (double)n_c;
+                if (n_c > c->index_topk) f += 2.0 * c->index_n_heads * c->index_head_dim * (double)n_c;
             } else if (r > 0) {
                 keys += (t + 1) / r;
             }
@@ -137,18 +137,24 @@ static void test_flops(void) {
     }
     CHECK(dsv4_forward_flops(&c, 10, 0) == 0);
     /* a row at position t reads min(t+1, win) window rows and its compressed entries */
+    /* and its indexer keys only where it scores them (more than topk entries): topk 64 and
+     * 80 against the 75 entries of position 299 */
     c = model->cfg;
     const double row = 4.0 * c.head_dim, idx = 4.0 * c.index_head_dim;
-    double want = 0;
     const int64_t t = 299;
-    for (int l = 0; l < c.num_hidden_layers; l++) {
-        const int r = c.compress_ratios[l];
-        want += c.sliding_window * row;
-        if (r == 4) want += (double)(75 < c.index_topk ? 75 : c.index_topk) * row + 75 * idx;
-        else if (r > 0) want += (double)(300 / r) * row;
+    const int idx_topks[] = {64, 80};
+    for (int ti = 0; ti < 2; ti++) {
+        c.index_topk = idx_topks[ti];
+        double want = 0;
+        for (int l = 0; l < c.num_hidden_layers; l++) {
+            const int r = c.compress_ratios[l];
+            want += c.sliding_window * row;
+            if (r == 4) want += (double)(75 < c.index_topk ? 75 : c.index_topk) * row + (75 > c.index_topk ? 75 * idx : 0);
+            else if (r > 0) want += (double)(300 / r) * row;
+        }
+        CHECK_NEAR(dsv4_decode_cache_bytes(&c, t, DSV4_KV_F32), want, 0);
+        CHECK_NEAR(dsv4_decode_cache_bytes(&c, t, DSV4_KV_BF16), want / 2, 0);  /* 2 bytes a value */
     }
-    CHECK_NEAR(dsv4_decode_cache_bytes(&c, t, DSV4_KV_F32), want, 0);
-    CHECK_NEAR(dsv4_decode_cache_bytes(&c, t, DSV4_KV_BF16), want / 2, 0);  /* 2 bytes a value */
 }
 
 /* ---- routing census -------------------------------------------------------------------- */
