@@ -128,6 +128,9 @@ static void test_json(const char *model) {
             CHECK(num(b2, "decode_bytes_per_step") >= num(b1, "decode_bytes_per_step"));
             CHECK_NEAR(num(b2, "decode_tokens_per_s"), num(o, "decode_tokens_per_s"), 0);
             CHECK(num(b1, "decode_routing_steps_counted") == 4);
+            /* the timed repetitions follow the first-touch step and the untimed census
+             * repetition (4 steps): their context is the prompt's 40 + 1 + 4 */
+            CHECK_MSG(num(b1, "context") == 45, "batch 1 context %g", num(b1, "context"));
             CHECK_NEAR(num(b1, "decode_tokens_per_s"), 1e3 / num(b1, "decode_ms_per_step"),
                        1e-6 * num(b1, "decode_tokens_per_s"));
         }

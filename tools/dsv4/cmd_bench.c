@@ -9,8 +9,9 @@
  * decode steps of B sequences at once. Decode is compared with the bandwidth roofline:
  * the weight bytes a step reads (bench/bench_model.h), counted from the routing the steps
  * really made: the hc streams after each attention sub-block are captured through the
- * engine's trace hook during the first timed repetition (a copy per row and layer) and the
- * router is rerun on them afterwards. Prefill is compared with the FMA peak in useful
+ * engine's trace hook during an untimed repetition just before the timed ones (a copy per
+ * row and layer, which the timed steps should not carry) and the router is rerun on them
+ * afterwards. Prefill is compared with the FMA peak in useful
  * FLOPs. --batches runs the decode at several batch sizes, --contexts extends the
  * sequences to each length in turn and measures decode there. --mtp on measures MTP
  * speculative decoding against plain decoding instead (bench_mtp.c). */
@@ -273,20 +274,14 @@ static int decode_step(bench *b, int n, dsv4_span *spans) {
     return rc;
 }
 
-/* Decode of sequences [0, n) for `gen` steps, `reps` times; the first repetition also
- * captures the routing. */
+/* Decode of sequences [0, n) for `gen` steps, an untimed repetition that captures the
+ * routing, then `reps` timed ones. */
 static int decode_measure(bench *b, int n, int gen, int reps, int threads, decode_result *res) {
     memset(res, 0, sizeof *res);
     res->batch = n;
     res->steps = gen;
     const dsv4_config *c = b->cfg;
     const int L = c->num_hidden_layers, E = c->n_routed_experts, K = c->num_experts_per_tok;
-    double len = 0;
-    for (int i = 0; i < n; i++) len += (double)dsv4_seq_length(b->eng, b->seqs[i]);
-    res->context = (int64_t)(len / n + 0.5);
-    for (int i = 0; i < n; i++) res->cache_bytes_per_step += dsv4_decode_cache_bytes(c, dsv4_seq_length(b->eng, b->seqs[i]), b->kv_dtype);
-    for (int i = 0; i < n; i++) res->flops_per_step += dsv4_forward_flops(c, dsv4_seq_length(b->eng, b->seqs[i]), 1);
-    res->flops_per_step += dsv4_head_flops(c, n);
 
     /* the census: at most 256 MiB of streams */
     census cs = {0};
@@ -312,18 +307,34 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
      * pages stay untouched. */
     memset(cs.streams, 0xff, (size_t)cs.max_steps * per_step);
     for (int i = 0; i < n; i++) b->row_of_seq[b->seqs[i]] = i;
-    dsv4_engine_set_trace(b->eng, on_trace, &cs);
     /* one untimed step: the first touch of this batch size's scratch */
     if ((rc = decode_step(b, n, spans))) goto out;
+    /* the census repetition, untimed: gen steps with the trace hook copying the streams */
+    dsv4_engine_set_trace(b->eng, on_trace, &cs);
+    for (int s = 0; s < gen && !rc; s++) {
+        cs.active = cs.steps < cs.max_steps;
+        if (cs.active) memcpy(cs.tokens + (size_t)cs.steps * n, b->next, (size_t)n * sizeof(int32_t));
+        rc = decode_step(b, n, spans);
+        if (cs.active) cs.steps++;
+        if (b->tty && (s % 4 == 3 || s == gen - 1))
+            progress(b, "bench: decode batch %d: routing census, step %d/%d", n, s + 1, gen);
+    }
+    cs.active = 0;
+    dsv4_engine_set_trace(b->eng, NULL, NULL);
+    if (rc) goto out;
+    /* the timed repetitions start here: their context, cache reads and FLOPs */
+    double len = 0;
+    for (int i = 0; i < n; i++) len += (double)dsv4_seq_length(b->eng, b->seqs[i]);
+    res->context = (int64_t)(len / n + 0.5);
+    for (int i = 0; i < n; i++) res->cache_bytes_per_step += dsv4_decode_cache_bytes(c, dsv4_seq_length(b->eng, b->seqs[i]), b->kv_dtype);
+    for (int i = 0; i < n; i++) res->flops_per_step += dsv4_forward_flops(c, dsv4_seq_length(b->eng, b->seqs[i]), 1);
+    res->flops_per_step += dsv4_head_flops(c, n);
     double best_cpu = 0;
     if (b->probe) res->marks[0] = probe_mark_take(b->probe);
     for (int r = 0; r < reps && !rc; r++) {
         const double t0 = cli_now_s(), c0 = cpu_s();
         for (int s = 0; s < gen && !rc; s++) {
-            cs.active = r == 0 && cs.steps < cs.max_steps;
-            if (cs.active) memcpy(cs.tokens + (size_t)cs.steps * n, b->next, (size_t)n * sizeof(int32_t));
             rc = decode_step(b, n, spans);
-            if (cs.active) cs.steps++;
             if (b->tty && (s % 4 == 3 || s == gen - 1))
                 progress(b, "bench: decode batch %d, context %lld: rep %d/%d, step %d/%d", n,
                          (long long)res->context, r + 1, reps, s + 1, gen);
@@ -337,8 +348,6 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
         }
         res->rep_seconds[res->n_reps++] = dt;
     }
-    cs.active = 0;
-    dsv4_engine_set_trace(b->eng, NULL, NULL);
     progress_done(b);
     if (rc) goto out;
     double sorted[MAX_REPS]; /* median_of sorts in place; rep_seconds keeps the order the marks pair with */
@@ -543,7 +552,7 @@ int cmd_bench(int argc, char **argv) {
         CLI_FN_OPT("contexts", 0, &context_list, parse_list_opt, "LIST", "", "then extend the --batch sequences to each context "
                    "length (ascending, e.g. 1024,4096,16384) and decode there"),
         CLI_I64_OPT("chunk", 0, &chunk, 0, 1 << 20, "N", "prefill chunk (the engine's c_max)", .def = "min(2048, longest)"),
-        CLI_I64_OPT("reps", 0, &reps, 1, 64, "N", "timed repetitions of each measurement, best kept (MTP measurements: interleaved rounds, medians)"),
+        CLI_I64_OPT("reps", 0, &reps, 1, 64, "N", "timed repetitions of each measurement, best kept (decode: after an untimed one that records the routing; MTP measurements: interleaved rounds, medians)"),
         CLI_I64_OPT("probe-mb", 0, &probe_mb, 1, 1 << 16, "N", "bandwidth probe buffer in MiB"),
         CLI_FN_OPT("paired-probes", 0, &paired, parse_on_off, "on|off", "on", "also probe before every timed "
                    "repetition and after the last, and report each measurement's median ratio against the "
@@ -602,7 +611,7 @@ int cmd_bench(int argc, char **argv) {
     }
 
     /* the longest a sequence gets: prompt or last context, plus every decode step */
-    const long long steps_total = (gen * reps + 1) * (n_batches + n_contexts);
+    const long long steps_total = (gen * (reps + 1) + 1) * (n_batches + n_contexts);
     long long longest = prompt_len;
     if (n_contexts && contexts[n_contexts - 1] > longest) longest = contexts[n_contexts - 1];
     const long long max_context = longest + steps_total + 1;
