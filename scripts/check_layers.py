@@ -34,7 +34,7 @@ ALLOWED = {
     "dist": ["moe", "model"],
     "engine": ["attn", "moe", "hc", "cache", "dist"],
     "tok": ["util"],
-    "sample": ["util"],
+    "sample": ["kernels", "util"],
     "serve": ["engine", "tok", "sample"],
     "bench": ["engine"],
 }
