@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu.h"
 #include "kernels/swiglu.h"
 #include "util/argmax.h"
 #include "util/err.h"
@@ -57,6 +58,11 @@ int dsv4_sampler_create(const dsv4_sample_params *p, int vocab, dsv4_sampler **o
     if (p->n_logprobs < 0 || p->n_logprobs > DSV4_MAX_LOGPROBS)
         return dsv4_fail(err, DSV4_ERR_ARG, "sampler: n_logprobs %d must be in [0, %d]",
                          p->n_logprobs, DSV4_MAX_LOGPROBS);
+    /* DSV4_SIMD below avx512 keeps libm's expf, as the kernels do (the same q either way) */
+    const char *env = getenv("DSV4_SIMD");
+    const int level = env ? dsv4_simd_parse(env) : DSV4_SIMD_MAX;
+    if (level < 0)
+        return dsv4_fail(err, DSV4_ERR_ARG, "DSV4_SIMD=%s: unknown kernel level (portable, avx2 or avx512)", env);
     dsv4_sampler *s = calloc(1, sizeof *s);
     if (s) {
         s->z = malloc((size_t)vocab * sizeof *s->z);
@@ -73,7 +79,7 @@ int dsv4_sampler_create(const dsv4_sample_params *p, int vocab, dsv4_sampler **o
     s->p = *p;
     s->V = vocab;
     /* the same q either way (libm's expf bits): ~4K expf calls to check, once a sampler */
-    s->expf_rows = dsv4_expf_x512() && dsv4_expf_x512_agrees() ? dsv4_expf_x512() : NULL;
+    s->expf_rows = level >= DSV4_SIMD_AVX512 && dsv4_expf_x512() && dsv4_expf_x512_agrees() ? dsv4_expf_x512() : NULL;
     dsv4_sampler_seed(s, p->seed);
     *out = s;
     return 0;

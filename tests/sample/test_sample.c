@@ -360,6 +360,46 @@ static void test_logprobs(void) {
     dsv4_sampler_free(s);
 }
 
+/* The AVX-512 expf (where the CPU has it) against libm's (DSV4_SIMD=portable): the same
+ * tokens, log-probabilities and top lists, bit for bit, over Flash's vocabulary and the
+ * truncations; and an unknown DSV4_SIMD is an error. */
+static void test_levels(void) {
+    const int V = 129280, ROWS = 6;
+    float *x = malloc((size_t)V * ROWS * sizeof *x);
+    for (int i = 0; i < V * ROWS; i++) x[i] = (float)(3 * nrand());
+    for (int r = 0; r < ROWS; r++) x[(size_t)r * V + (r * 7919) % V] += 12.0f; /* a peak */
+    const dsv4_sample_params ps[] = {
+        {.n_logprobs = 20, .seed = 1},
+        {.temperature = 0.8f, .top_p = 0.9f, .n_logprobs = 5, .seed = 2},
+        {.temperature = 1.0f, .top_k = 40, .top_p = 0.95f, .seed = 3},
+        {.temperature = 1.3f, .min_p = 0.001f, .seed = 4},
+        {.temperature = 0.7f, .seed = 5}};
+    const char *had = getenv("DSV4_SIMD");
+    for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
+        setenv("DSV4_SIMD", "portable", 1);
+        dsv4_sampler *a = make(ps[k], V);
+        if (had) setenv("DSV4_SIMD", had, 1); else unsetenv("DSV4_SIMD");
+        dsv4_sampler *b = make(ps[k], V);
+        int same = 1;
+        for (int r = 0; r < ROWS * 4; r++) {
+            dsv4_sample_out oa, ob;
+            draw(a, x + (size_t)(r % ROWS) * V, &oa);
+            draw(b, x + (size_t)(r % ROWS) * V, &ob);
+            same &= oa.token == ob.token && memcmp(&oa.logprob, &ob.logprob, sizeof oa.logprob) == 0 &&
+                    oa.n_top == ob.n_top && memcmp(oa.top_ids, ob.top_ids, sizeof oa.top_ids) == 0 &&
+                    memcmp(oa.top_logprobs, ob.top_logprobs, sizeof oa.top_logprobs) == 0;
+        }
+        CHECK_MSG(same, "params %zu: the levels differ", k);
+        dsv4_sampler_free(a);
+        dsv4_sampler_free(b);
+    }
+    setenv("DSV4_SIMD", "avx9", 1);
+    dsv4_sampler *s = NULL;
+    CHECK(dsv4_sampler_create(&ps[0], V, &s, &err) == DSV4_ERR_ARG && s == NULL && strstr(err.msg, "DSV4_SIMD"));
+    if (had) setenv("DSV4_SIMD", had, 1); else unsetenv("DSV4_SIMD");
+    free(x);
+}
+
 static void test_errors(void) {
     dsv4_sampler *s = NULL;
     struct { dsv4_sample_params p; const char *msg; } bad[] = {
@@ -439,6 +479,7 @@ int main(void) {
     test_large_vocab();
     test_penalties();
     test_logprobs();
+    test_levels();
     test_errors();
     return test_report();
 }
