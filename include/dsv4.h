@@ -397,6 +397,13 @@ typedef struct dsv4_cache_stats {
 } dsv4_cache_stats;
 DSV4_API dsv4_cache_stats dsv4_engine_cache_stats(const dsv4_engine *e);
 
+/* Runs fn(arg, i) for every i in [0, n) on the engine's threads, the calling thread among
+ * them, and returns when every call has: the serving side's per-row work between forwards
+ * (a step's sampling, which would otherwise run on one thread while the others wait). Call
+ * it from the thread that runs the engine, between its calls; fn must not call the engine.
+ * n <= 0 does nothing. */
+DSV4_API void dsv4_engine_for_each(dsv4_engine *e, int n, void (*fn)(void *arg, int i), void *arg);
+
 /* ---- sharing and prefix cache (spec/serving.md §g) ----------------------------------- */
 
 /* A = lcm of the nonzero compress ratios (128 for Flash; 1 without compression): the

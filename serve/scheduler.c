@@ -49,6 +49,12 @@ struct srv_sched {
     int *mtp_drafts;              /* (max_seqs) 1: the span's last row drafts */
     int *mtp_out;                 /* (max_seqs) DSV4_MTP_OUT_* of each MTP span */
     float *forced_row;            /* (V) the logits of a forced token */
+    /* a step's draws, made on the engine's threads before its rows are taken in order */
+    int *span_draw;               /* (max_seqs) the span's draw, or -1: drawn in order */
+    int *draw_span, *draw_row;    /* (max_seqs) each draw's span and logits row */
+    int *draw_rc;                 /* (max_seqs) dsv4_gen_next's status */
+    dsv4_gen_token *draw_tok;     /* (max_seqs) */
+    dsv4_err *draw_err;           /* (max_seqs) */
     /* prefix cache (serving.md §g) */
     srv_pcache *pc;
     int *span_snap;               /* (max_seqs) SNAP_* of each span */
@@ -267,20 +273,26 @@ static int ctx_append(srv_req *r, int32_t tok) {
     return 0;
 }
 
-/* Samples r's next token from its logits row and hands it to the client. Returns 1 while
- * r runs on (0: it ended and may be gone), with the token in *t. */
-static int take_token(srv_sched *s, srv_req *r, const float *row, dsv4_gen_token *t_out) {
-    const int32_t forced = forced_token(r, r->n_sampled, s->eos);
-    if (forced >= 0) {
-        /* a forced token (prefix or test script): the only one possible, one sampler draw
-         * all the same */
-        for (int v = 0; v < s->V; v++) s->forced_row[v] = -INFINITY;
-        s->forced_row[forced] = 0.0f;
-        row = s->forced_row;
-    }
+/* Samples r's next token from its logits row (or takes draw d's, made ahead: -1 for none)
+ * and hands it to the client. Returns 1 while r runs on (0: it ended and may be gone), with
+ * the token in *t. */
+static int take_token(srv_sched *s, srv_req *r, const float *row, int d, dsv4_gen_token *t_out) {
     dsv4_gen_token t;
     dsv4_err err = {0};
-    if (dsv4_gen_next(r->gen, row, &t, &err)) { finish(s, r, SRV_END_ERROR, 0, err.msg); return 0; }
+    if (d >= 0) {
+        t = s->draw_tok[d];
+        if (s->draw_rc[d]) { finish(s, r, SRV_END_ERROR, 0, s->draw_err[d].msg); return 0; }
+    } else {
+        const int32_t forced = forced_token(r, r->n_sampled, s->eos);
+        if (forced >= 0) {
+            /* a forced token (prefix or test script): the only one possible, one sampler draw
+             * all the same */
+            for (int v = 0; v < s->V; v++) s->forced_row[v] = -INFINITY;
+            s->forced_row[forced] = 0.0f;
+            row = s->forced_row;
+        }
+        if (dsv4_gen_next(r->gen, row, &t, &err)) { finish(s, r, SRV_END_ERROR, 0, err.msg); return 0; }
+    }
     *t_out = t;
     double now = srv_now();
     srv_metrics_latency(s->met, r->n_sampled ? -1 : now - r->t_arrival,
@@ -312,7 +324,7 @@ static int take_verified(srv_sched *s, srv_req *r, const dsv4_span *sp, const fl
                          const float *streams) {
     dsv4_gen_token t;
     dsv4_err err = {0};
-    if (!take_token(s, r, rows, &t)) return 0;  /* ended: freeing the sequence drops the span */
+    if (!take_token(s, r, rows, -1, &t)) return 0;  /* ended: freeing the sequence drops the span */
     int k;
     if (dsv4_spec_verify_done(r->spec, t.token, t.feed, streams, &k, &err)) {
         finish(s, r, SRV_END_ERROR, 0, err.msg);
@@ -321,7 +333,7 @@ static int take_verified(srv_sched *s, srv_req *r, const dsv4_span *sp, const fl
     if (sp->speculative) srv_relay_committed(s->o.relay, r->seq, k);
     srv_metrics_mtp(s->met, sp->speculative, k == 2);
     r->n_done += k;
-    return k == 2 ? take_token(s, r, rows + s->V, &t) : 1;
+    return k == 2 ? take_token(s, r, rows + s->V, -1, &t) : 1;
 }
 
 /* The MTP rows of every MTP request that has some ready, in one dsv4_mtp_forward_out that
@@ -411,6 +423,36 @@ static void conv_snapshot(srv_sched *s, srv_req *r, int i) {
     srv_step_lap(&s->st, SRV_PH_SNAPSHOT);
 }
 
+/* Draw j: dsv4_gen_next of its request on its logits row (each request's own sampler, stop
+ * state and detokenizer: no two draws share one). */
+static void draw_task(void *arg, int j) {
+    srv_sched *s = arg;
+    const srv_req *r = s->span_req[s->draw_span[j]];
+    s->draw_rc[j] = dsv4_gen_next(r->gen, s->logits + (size_t)s->draw_row[j] * s->V, &s->draw_tok[j], &s->draw_err[j]);
+}
+
+/* The step's plain decode rows (not a verify span, no forced token) drawn on the engine's
+ * threads: their sampling and stop strings take a row ~0.3 ms at Flash's vocabulary, one
+ * row after another on this thread while the pool waited. The rows are then taken in span
+ * order as before, each with its draw: the same tokens, since each request's draws are its
+ * own and in its order. */
+static void draw_rows(srv_sched *s, int n_spans) {
+    int nd = 0;
+    for (int i = 0, k = 0; i < n_spans; i++) {
+        const srv_req *r = s->span_req[i];
+        const dsv4_span *sp = &s->spans[i];
+        s->span_draw[i] = -1;
+        if (s->span_snap[i] == SNAP_PROMPT) continue;
+        k += sp->n_hidden;
+        if (!sp->n_hidden || !r || s->span_verify[i] || forced_token(r, r->n_sampled, s->eos) >= 0) continue;
+        s->draw_span[nd] = i;
+        s->draw_row[nd] = k - sp->n_hidden;
+        s->span_draw[i] = nd++;
+    }
+    if (nd > 1) dsv4_engine_for_each(s->e, nd, draw_task, s);
+    else if (nd == 1) draw_task(s, 0);
+}
+
 /* One step; returns 0 when there was nothing to run. Its phases are lapped in s->st. */
 static int step(srv_sched *s) {
     int rows, decode, n_spans;
@@ -454,6 +496,7 @@ static int step(srv_sched *s) {
         return 1;
     }
     srv_step_lap(st, SRV_PH_HEAD);
+    draw_rows(s, n_spans);
     /* span_req[] stays valid while take_token ends requests: it is a copy of the plan (NULL
      * where a request already ended in this step) */
     for (int i = 0, k = 0, srow = 0; i < n_spans; i++) {
@@ -473,7 +516,7 @@ static int step(srv_sched *s) {
         } else {
             /* before the token: it may end the request and free the sequence */
             if (s->span_snap[i] == SNAP_CONV) conv_snapshot(s, r, i);
-            alive = take_token(s, r, row, &t);
+            alive = take_token(s, r, row, s->span_draw[i], &t);
         }
         /* the new pending token: its MTP row gives the next draft */
         if (alive && r->spec && r->n_ctx - r->n_done == 1) dsv4_spec_set_next(r->spec, r->ctx[r->n_done]);
@@ -577,12 +620,19 @@ int srv_sched_start(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *t
         if (!s->streams || !s->mtp_spans || !s->mtp_req || !s->mtp_drafts || !s->mtp_out) goto oom;
     }
     s->forced_row = malloc((size_t)s->V * sizeof(float));
+    s->span_draw = malloc(ns * sizeof *s->span_draw);
+    s->draw_span = malloc(ns * sizeof *s->draw_span);
+    s->draw_row = malloc(ns * sizeof *s->draw_row);
+    s->draw_rc = malloc(ns * sizeof *s->draw_rc);
+    s->draw_tok = malloc(ns * sizeof *s->draw_tok);
+    s->draw_err = malloc(ns * sizeof *s->draw_err);
     /* no prefix cache on a group: a restore would need the other ranks to restore the same
      * state, which the step messages cannot carry */
     int rc = srv_relay_grouped(o->relay) ? DSV4_OK : srv_pcache_create(e, o->kv_dir, o->kv_dir_bytes, &s->pc, err);
     if (rc) { srv_sched_free(s); return rc; }
     if (!s->wait || !s->run || !s->spans || !s->span_req || !s->hidden || !s->logits ||
-        !s->forced_row)
+        !s->forced_row || !s->span_draw || !s->draw_span || !s->draw_row || !s->draw_rc || !s->draw_tok ||
+        !s->draw_err)
         goto oom;
     if (pthread_create(&s->thread, NULL, sched_main, s)) {
         srv_sched_free(s);
@@ -665,6 +715,12 @@ void srv_sched_free(srv_sched *s) {
     free(s->hidden);
     free(s->logits);
     free(s->forced_row);
+    free(s->span_draw);
+    free(s->draw_span);
+    free(s->draw_row);
+    free(s->draw_rc);
+    free(s->draw_tok);
+    free(s->draw_err);
     free(s->span_snap);
     free(s->snap_hidden);
     free(s->snap_streams);

@@ -293,6 +293,23 @@ dsv4_cache_stats dsv4_engine_cache_stats(const dsv4_engine *e) {
                               u.slots_total};
 }
 
+typedef struct {
+    void (*fn)(void *arg, int i);
+    void *arg;
+} for_each_job;
+
+static void for_each_task(void *arg, int t, int tid) {
+    (void)tid;
+    const for_each_job *j = arg;
+    j->fn(j->arg, t);
+}
+
+void dsv4_engine_for_each(dsv4_engine *e, int n, void (*fn)(void *arg, int i), void *arg) {
+    if (n <= 0) return;
+    for_each_job j = {fn, arg};
+    dsv4_kctx_parallel(e->k, n, for_each_task, &j);
+}
+
 int64_t dsv4_seq_mtp_length(const dsv4_engine *e, int seq) {
     if (seq < 0 || seq >= e->opts.max_seqs || !e->seqs[seq].live) return -1;
     return e->seqs[seq].m;

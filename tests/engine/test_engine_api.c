@@ -9,6 +9,7 @@
  *   - the head's logits and greedy ids do not depend on the hidden rows' alignment (up to
  *     DSV4_LMHEAD_ROWS rows off a cache line go through an aligned copy in scratch).
  */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -311,6 +312,37 @@ static void test_moe_checked(void) {
     free(h);
 }
 
+/* dsv4_engine_for_each on a 3-thread engine: every index exactly once (the calls may
+ * overlap: atomic counts), nothing for n <= 0. */
+typedef struct {
+    _Atomic int hits[64];
+    _Atomic int calls;
+} for_each_seen;
+
+static void for_each_mark(void *arg, int i) {
+    for_each_seen *f = arg;
+    atomic_fetch_add(&f->calls, 1);
+    if (i >= 0 && i < 64) atomic_fetch_add(&f->hits[i], 1);
+}
+
+static void test_for_each(void) {
+    dsv4_engine_opts eo = {.max_context = 64, .max_seqs = 1, .threads = 3};
+    dsv4_engine *e;
+    dsv4_err err = {0};
+    CHECK_MSG(dsv4_engine_create(M, &eo, &e, &err) == 0, "%s", err.msg);
+    const int ns[] = {0, -3, 1, 2, 17, 64};
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        for_each_seen f;
+        memset(&f, 0, sizeof f);
+        dsv4_engine_for_each(e, ns[k], for_each_mark, &f);
+        int once = 1;
+        for (int i = 0; i < 64; i++) once &= atomic_load(&f.hits[i]) == (i < ns[k] ? 1 : 0);
+        CHECK_MSG(once && atomic_load(&f.calls) == (ns[k] > 0 ? ns[k] : 0), "n %d: %d calls", ns[k],
+                  atomic_load(&f.calls));
+    }
+    dsv4_engine_free(e);
+}
+
 int main(void) {
     char buf[1024];
     dsv4_err err = {0};
@@ -328,6 +360,7 @@ int main(void) {
     test_numa();
     test_head_alignment();
     test_moe_checked();
+    test_for_each();
     dsv4_model_close(M);
     return test_report();
 }
