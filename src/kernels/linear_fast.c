@@ -245,7 +245,24 @@ typedef struct {
     dsv4_kctx *k;
     lin_plan *ops;
     int n_ops;
+    /* tail split (lin_plan_tail): each of the T threads' ranges of the n planned tasks
+     * (threads.c: [i n / T, (i + 1) n / T)) ends in its last task cut in tail_m pieces of
+     * halving size (1/2, 1/4, ..., the last two equal); 0: none */
+    int tail_m, tail_t, tail_n;
 } lin_job;
+
+/* Job task t (of n + (tail_m - 1) T) as planned task *pt and piece index (-1: whole). */
+static inline void lin_tail_map(const lin_job *j, int t, int *pt, int *piece) {
+    const int m1 = j->tail_m - 1, T = j->tail_t, n = j->tail_n;
+    int i = (int)((int64_t)t * T / (n + m1 * T));
+    /* thread i's range starts at floor(i n / T) + i m1 */
+    while (i + 1 < T && t >= (int)((int64_t)(i + 1) * n / T) + (i + 1) * m1) i++;
+    while (i > 0 && t < (int)((int64_t)i * n / T) + i * m1) i--;
+    const int a = (int)((int64_t)i * n / T), b = (int)((int64_t)(i + 1) * n / T);
+    const int local = t - a - i * m1;
+    if (local < b - a - 1) *pt = a + local, *piece = -1;
+    else *pt = b - 1, *piece = local - (b - a - 1);
+}
 
 /* Zero-work cases and the formats the tiled kernels do not take, x and y rows ldx and ldy
  * floats apart. Returns 1 when the op is finished here. */
@@ -404,10 +421,12 @@ static const dsv4_lin_call *lin_task_call(const lin_plan *p, int64_t o0, int64_t
 DSV4_HOT_AT(lin_task, 0xe0)
 static void lin_task(void *arg, int t, int tid) {
     const lin_job *j = arg;
+    int piece = -1;
+    if (j->tail_m) lin_tail_map(j, t, &t, &piece);
     int i = 0;
     while (i + 1 < j->n_ops && t >= j->ops[i + 1].task0) i++;
     const lin_plan *p = &j->ops[i];
-    const int64_t o0 = (int64_t)((t - p->task0) / p->row_blocks) * p->per;
+    int64_t o0 = (int64_t)((t - p->task0) / p->row_blocks) * p->per;
     /* what the scratch holds from another plan is not this one's (dsv4_lin_xs_key) */
     dsv4_lin_xs_key *key = (dsv4_lin_xs_key *)(dsv4_kctx_lin_scratch(j->k, tid) - LIN_SCRATCH_KEY_FLOATS);
     if (key->job != p->call.job) key->job = 0;
@@ -415,7 +434,15 @@ static void lin_task(void *arg, int t, int tid) {
         const int64_t o1 = o0 + p->per < p->w->rows ? o0 + p->per : p->w->rows;
         p->kn->smallm(&p->call, p->w, p->x, p->n_rows, p->y, o0, o1, dsv4_kctx_lin_scratch(j->k, tid));
     } else if (p->gemv) {
-        const int64_t o1 = o0 + p->per < p->w->rows ? o0 + p->per : p->w->rows;
+        int64_t o1 = o0 + p->per < p->w->rows ? o0 + p->per : p->w->rows;
+        if (piece >= 0) { /* piece k of m: groups of 4 rows [G - G >> k, G - G >> (k + 1)), the last to G */
+            const int64_t G = (o1 - o0 + 3) / 4, a = G - (G >> piece);
+            const int64_t b = piece + 1 < j->tail_m ? G - (G >> (piece + 1)) : G;
+            const int64_t e = o0 + b * 4 < o1 ? o0 + b * 4 : o1;
+            o0 = o0 + a * 4 < o1 ? o0 + a * 4 : o1;
+            o1 = e;
+            if (o0 >= o1) return; /* a piece of a task of fewer groups than pieces */
+        }
         /* passes of up to gemv_rows rows over the task's weights: the second pass finds
          * them in cache */
         const int pass = p->kn->gemv_rows;
@@ -435,6 +462,51 @@ static void lin_task(void *arg, int t, int tid) {
 
 _Static_assert(DSV4_LIN_STRIDED_MIN_ROWS > LIN_SMALLM_MAX_ROWS && DSV4_LIN_STRIDED_MIN_ROWS > LIN_GEMV_MAX_ROWS,
                "from DSV4_LIN_STRIDED_MIN_ROWS rows every plan is a GEMM");
+
+/* The smallest piece of a tail split (lin_plan_tail): the thread that finishes a job first
+ * waits at most about this much of the other's stream. */
+#define LIN_GEMV1_PIECE_BYTES (128 * 1024)
+
+/* Tail split of a one-row GEMV job (plan[0..n), n_tasks tasks on T threads): returns how
+ * many pieces of halving size (1/2, 1/4, ..., the last two equal) the last task of each
+ * thread's range is cut in, or 0 for none: the largest such task in pieces of at least
+ * LIN_GEMV1_PIECE_BYTES (a smaller last task, the end of a product, in as many pieces:
+ * each thread's range must grow by the same count, threads.c splits by count).
+ * threads.c runs each thread's range front to back and lets a thread with nothing left take
+ * the back half of another's unclaimed tasks, but a running task cannot be split: with 2
+ * tasks of 512 KB a thread (wo_b 1024 x 2048, wq_b 8192 x 256, FP8) the faster thread waited
+ * up to a task's time at the job's end whenever the other ran slower, as the host runs one
+ * vCPU 25-35 % slower than the other for a whole process at times. With the last task in
+ * pieces the faster thread steals the other's small last pieces and the two end within about
+ * a piece, whichever core is slower; the front keeps its long far runs. The split never
+ * changes a result. */
+static int lin_plan_tail(const lin_plan *plan, int n, int n_tasks, int T) {
+    if (T < 2 || n_tasks < T) return 0;
+    for (int i = 0; i < n; i++)
+        if (!plan[i].gemv || plan[i].n_rows != 1 || plan[i].row_blocks != 1) return 0;
+    int64_t most = 0; /* the largest last task of a thread's range, bytes: the longest wait */
+    for (int i = 0; i < T; i++) {
+        const int t = (int)((int64_t)(i + 1) * n_tasks / T) - 1;
+        int o = 0;
+        while (o + 1 < n && t >= plan[o + 1].task0) o++;
+        const lin_plan *p = &plan[o];
+        const int64_t o0 = (int64_t)(t - p->task0) * p->per, o1 = o0 + p->per < p->w->rows ? o0 + p->per : p->w->rows;
+        const int64_t bytes = (o1 - o0) * (dsv4_mat_bytes(p->w) / p->w->rows);
+        if (bytes > most) most = bytes;
+    }
+    int m = 1;
+    while (m < 8 && (most >> m) >= LIN_GEMV1_PIECE_BYTES) m++;
+    return m >= 2 ? m : 0;
+}
+
+/* The tail split of job j of n_tasks planned tasks and macs multiply-adds, where it pays (a
+ * job that runs on the caller alone has no end to even out): returns the job's tasks. */
+static int lin_job_tail(lin_job *j, int n_tasks, int64_t macs) {
+    const int T = dsv4_kctx_threads(j->k), m = macs >= LIN_SERIAL_MACS ? lin_plan_tail(j->ops, j->n_ops, n_tasks, T) : 0;
+    if (!m) return n_tasks;
+    j->tail_m = m, j->tail_t = T, j->tail_n = n_tasks;
+    return n_tasks + (m - 1) * T;
+}
 
 /* Up to this many products are planned on the stack; longer lists go in slices. */
 #define LIN_BATCH_MAX 64
@@ -502,7 +574,8 @@ void dsv4_linear_batch_strided(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops, 
         int64_t macs;
         const int n = lin_plan_job(k, ops + b0, nb, ldx, ldy, plan, &n_tasks, &macs);
         if (n == 0) continue;
-        lin_job job = {k, plan, n};
+        lin_job job = {k, plan, n, 0, 0, 0};
+        n_tasks = lin_job_tail(&job, n_tasks, macs);
         if (macs < LIN_SERIAL_MACS) {
             const int tid = dsv4_kctx_tid(k); /* not 0 when called from a task on a worker */
             for (int t = 0; t < n_tasks; t++) lin_task(&job, t, tid);
@@ -516,8 +589,10 @@ int dsv4_lin_job_tasks(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
     lin_plan plan[LIN_BATCH_MAX];
     int n_tasks = 0;
     int64_t macs;
-    if (n_ops > 0 && n_ops <= LIN_BATCH_MAX) lin_plan_job(k, ops, n_ops, 0, 0, plan, &n_tasks, &macs);
-    return n_tasks;
+    if (n_ops < 1 || n_ops > LIN_BATCH_MAX) return 0;
+    const int n = lin_plan_job(k, ops, n_ops, 0, 0, plan, &n_tasks, &macs);
+    lin_job job = {k, plan, n, 0, 0, 0};
+    return n ? lin_job_tail(&job, n_tasks, macs) : 0;
 }
 
 void dsv4_linear_batch(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) { dsv4_linear_batch_strided(k, ops, n_ops, 0, 0); }
@@ -530,7 +605,7 @@ void dsv4_linear_here(dsv4_kctx *k, const dsv4_lin_op *ops, int n_ops) {
         if (lin_trivial(k, &ops[i], lx, ly)) continue;
         lin_plan plan;
         lin_plan_op(k, &ops[i], 0, 0, lx, ly, LIN_GEMV1_TASK_BYTES, &plan);
-        lin_job job = {k, &plan, 1};
+        lin_job job = {k, &plan, 1, 0, 0, 0};
         for (int t = 0; t < plan.n_tasks; t++) lin_task(&job, t, tid);
     }
 }

@@ -3,8 +3,10 @@
  * one-row product into tasks and halves (the same bits however it is cut) and the pool's
  * prefetch hints a one-row product posts for the next job. */
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/fp4_lanes.h"
 #include "linear_fixture.h"
 #include "test.h"
 
@@ -153,7 +155,9 @@ static void check_gemv_split(void) {
  * evenly over the threads is planned with tasks of half the bytes (batch 1's CSA wq_b 8192 x
  * 256 and indexer wq_b 2048 x 256, FP8: 4 + 1 tasks of 512 KB, 10 of 256 KB); an even job, a
  * job of 4 or more tasks a thread, a job on one thread and a job of 2-row products keep
- * their tasks; every output is the bits of the one-task product. */
+ * their tasks; every output is the bits of the one-task product. On 2 threads each thread's
+ * last task is then cut in pieces (check_one_row_tail): 2 more tasks a thread for a last
+ * task of 256 KB, 4 for one of 512 KB. */
 static void check_one_row_halves(void) {
     tmat wq = make_mat(DSV4_WF_FP8, SC_E8M0, 8192, 256), wi = make_mat(DSV4_WF_FP8, SC_E8M0, 2048, 256);
     float *x = rand_vec(2 * 256), *y = malloc(sizeof(float) * 2 * 10240), *r = malloc(sizeof(float) * 2 * 10240);
@@ -162,13 +166,14 @@ static void check_one_row_halves(void) {
     } else {
         const dsv4_lin_op odd[2] = {{&wq.m, x, 1, y}, {&wi.m, x, 1, y + 8192}};
         const dsv4_lin_op two[2] = {{&wq.m, x, 2, y}, {&wi.m, x, 2, y + 2 * 8192}};
-        CHECK_MSG(dsv4_lin_job_tasks(kc[2], odd, 2) == 10, "2 threads, 4 + 1 tasks of 512 KB: %d tasks, not 10",
+        CHECK_MSG(dsv4_lin_job_tasks(kc[2], odd, 2) == 12, "2 threads, 4 + 1 tasks of 512 KB: %d tasks, not 10 + 2",
                   dsv4_lin_job_tasks(kc[2], odd, 2));
         CHECK(dsv4_lin_job_tasks(kc[1], odd, 2) == 5);
-        CHECK_MSG(dsv4_lin_job_tasks(kc[2], odd, 1) == 4, "an even job: %d tasks, not 4", dsv4_lin_job_tasks(kc[2], odd, 1));
+        CHECK_MSG(dsv4_lin_job_tasks(kc[2], odd, 1) == 8, "an even job: %d tasks, not 4 + 4",
+                  dsv4_lin_job_tasks(kc[2], odd, 1));
         CHECK(dsv4_lin_job_tasks(kc[2], two, 2) == 40); /* 256 rows a task at 2 rows */
         const dsv4_lin_op many[3] = {{&wq.m, x, 1, y}, {&wq.m, x, 1, y}, {&wi.m, x, 1, y}}; /* 4 + 4 + 1 */
-        CHECK_MSG(dsv4_lin_job_tasks(kc[2], many, 3) == 9, "2 threads, 9 tasks of 512 KB: %d tasks, not 9",
+        CHECK_MSG(dsv4_lin_job_tasks(kc[2], many, 3) == 13, "2 threads, 9 tasks of 512 KB: %d tasks, not 9 + 4",
                   dsv4_lin_job_tasks(kc[2], many, 3));
         for (int th = 1; th <= 3; th++) {
             for (int i = 0; i < 10240; i++) y[i] = r[i] = NAN;
@@ -182,6 +187,89 @@ static void check_one_row_halves(void) {
     }
     free(x), free(y), free(r);
     free_mat(&wq), free_mat(&wi);
+}
+
+/* A one-row GEMV job ends each thread's range in its last task cut in pieces of halving
+ * size, none under 128 KB (linear_fast.c lin_plan_tail): wo_b's shape (FP8 1024 x 2048, 2 MB)
+ * is 4 tasks of 512 KB on one thread, 2 a thread on 2 with the second in 256 + 128 + 128 KB
+ * (8 tasks), 7 tasks on 3 (168 rows, the last 16: ranges of 2, 2, 3) with each range's
+ * last in halves (10); wq_b's (FP8 8192 x 256) likewise on 1 and 2 threads, on 3 as 8 tasks
+ * of 256 KB (11). Every output, at every level, on 1..3 threads, is the bits of the one-task
+ * product (dsv4_linear_here), for FP8 (rows a multiple of 4 and not), BF16, FP4 and FP4L
+ * alone and as a job of several products: a piece map that left rows out leaves their NaN,
+ * one that cut a task elsewhere still gives the same bits (any split does). */
+static void check_one_row_tail(int best) {
+    enum { NM = 6 };
+    tmat m[NM] = {make_mat(DSV4_WF_FP8, SC_E8M0, 1024, 2048), make_mat(DSV4_WF_FP8, SC_E8M0, 8192, 256),
+                  make_mat(DSV4_WF_FP8, SC_E8M0, 1030, 2048), make_mat(DSV4_WF_BF16, SC_E8M0, 2048, 1024),
+                  make_mat(DSV4_WF_FP4, SC_E8M0, 2048, 2048), make_mat(DSV4_WF_FP4, SC_E8M0, 1502, 1024)};
+    /* the FP4L copies of the FP4 matrices (the lanes layout, the same scales) */
+    dsv4_mat lan[2];
+    uint8_t *wl[2];
+    for (int i = 0; i < 2; i++) {
+        const dsv4_mat *nat = &m[4 + i].m;
+        wl[i] = malloc((size_t)(nat->rows * nat->cols / 2));
+        for (int64_t r = 0; r < nat->rows; r++)
+            dsv4_fp4l_pack_row(wl[i] + r * (nat->cols / 2), (const uint8_t *)nat->w + r * (nat->cols / 2), nat->cols);
+        lan[i] = *nat;
+        lan[i].fmt = DSV4_WF_FP4L;
+        lan[i].w = wl[i];
+    }
+    const dsv4_mat *w[NM + 2] = {&m[0].m, &m[1].m, &m[2].m, &m[3].m, &m[4].m, &m[5].m, &lan[0], &lan[1]};
+    float *x = rand_vec(8192), *y = malloc(sizeof(float) * 20000), *r = malloc(sizeof(float) * 20000);
+    if (dsv4_linear_path_of(kc[2], w[0], 1) == DSV4_LIN_GEMV) {
+        const dsv4_lin_op wob = {w[0], x, 1, y}, wqb = {w[1], x, 1, y};
+        const int want_o[4] = {0, 4, 8, 10}, want_q[4] = {0, 4, 8, 11};
+        for (int th = 1; th <= 3; th++)
+            CHECK_MSG(dsv4_lin_job_tasks(kc[th], &wob, 1) == want_o[th] && dsv4_lin_job_tasks(kc[th], &wqb, 1) == want_q[th],
+                      "%d threads: wo_b %d tasks, wq_b %d, not %d, %d", th, dsv4_lin_job_tasks(kc[th], &wob, 1),
+                      dsv4_lin_job_tasks(kc[th], &wqb, 1), want_o[th], want_q[th]);
+    } else {
+        printf("SKIPPED: one-row tail task counts (no one-row GEMV at this level)\n");
+    }
+    int64_t bad = 0;
+    for (int level = DSV4_SIMD_SCALAR; level <= best; level++) {
+        if (dsv4_kctx_set_simd(kc[1], level) != level) continue;
+        for (int th = 2; th <= 3; th++) dsv4_kctx_set_simd(kc[th], level);
+        for (int i = 0; i < NM + 2; i++) {
+            const dsv4_lin_op ref = {w[i], x, 1, r};
+            for (int64_t o = 0; o < w[i]->rows; o++) r[o] = NAN;
+            dsv4_linear_here(kc[1], &ref, 1);
+            for (int th = 1; th <= 3; th++) {
+                const dsv4_lin_op op = {w[i], x, 1, y};
+                for (int64_t o = 0; o < w[i]->rows; o++) y[o] = NAN;
+                dsv4_linear_batch(kc[th], &op, 1);
+                const int64_t b = bits_differ(y, r, w[i]->rows);
+                CHECK_MSG(b == 0, "level %s, %d threads, %s %lld x %lld: %lld outputs differ from the one-task product",
+                          dsv4_simd_name((dsv4_simd)level), th, w[i]->fmt == DSV4_WF_FP4L ? "FP4L" : fmt_name(w[i]->fmt, SC_E8M0),
+                          (long long)w[i]->rows, (long long)w[i]->cols, (long long)b);
+                bad += b;
+            }
+        }
+        /* all of them as one job (the pieces cut from tasks of different products) */
+        dsv4_lin_op job[NM + 2], ref[NM + 2];
+        int64_t off = 0;
+        for (int i = 0; i < NM + 2; i++) {
+            job[i] = (dsv4_lin_op){w[i], x, 1, y + off};
+            ref[i] = (dsv4_lin_op){w[i], x, 1, r + off};
+            off += w[i]->rows;
+        }
+        for (int64_t o = 0; o < off; o++) r[o] = NAN;
+        dsv4_linear_here(kc[1], ref, NM + 2);
+        for (int th = 1; th <= 3; th++) {
+            for (int64_t o = 0; o < off; o++) y[o] = NAN;
+            dsv4_linear_batch(kc[th], job, NM + 2);
+            const int64_t b = bits_differ(y, r, off);
+            CHECK_MSG(b == 0, "level %s, %d threads, a job of %d products: %lld outputs differ from the one-task products",
+                      dsv4_simd_name((dsv4_simd)level), th, NM + 2, (long long)b);
+            bad += b;
+        }
+    }
+    for (int th = 1; th <= 3; th++) dsv4_kctx_set_simd(kc[th], best);
+    CHECK(bad == 0);
+    free(x), free(y), free(r);
+    for (int i = 0; i < 2; i++) free(wl[i]);
+    for (int i = 0; i < NM; i++) free_mat(&m[i]);
 }
 
 /* dsv4_lin_hint names each thread the weights its share of a one-row job starts with, as the
@@ -291,6 +379,7 @@ int main(void) {
     for (int th = 1; th <= 3; th++) CHECK(dsv4_kctx_set_simd(kc[th], best) == best);
     check_gemv_split();
     check_one_row_halves();
+    check_one_row_tail(best);
     check_one_row_hints();
     check_fp8_task_prescale(best);
     if (best >= DSV4_SIMD_AVX512VBMI) {
