@@ -16,7 +16,8 @@
  * that is running it, so the job cannot deadlock, and run on one thread (or nested) the
  * list simply runs in order. Items are cut by bytes (DSV4_MOE_ONE_ITEM_BYTES of weights, the
  * W2 items half that since the job ends on them); a routed expert's matrices that this cuts
- * in one item a thread are taken whole instead (dsv4_moe_one_routed_rows).
+ * in one item a thread are taken whole instead (dsv4_moe_one_routed_rows), but for the last
+ * T routed W2 matrices, which are cut in halves so that the threads end within half a W2.
  *
  * Each product runs on row views through dsv4_linear_here, whose outputs do not depend on
  * how the rows are cut (linear_fast.h): every value is the one the general path computes.
@@ -226,10 +227,17 @@ int dsv4_moe_one_run(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_group 
         n = span_add(&j.up[g], n, I,
                      g < ng ? dsv4_moe_one_item_rows(gr[g].w1, 2, item_bytes, j.T)
                             : dsv4_moe_one_routed_rows(&rt->b->w1[0], 2, item_bytes, j.T, K));
-    for (int g = 0; g < j.ng; g++) /* W2 items half the size: the job ends on them */
-        n = span_add(&j.down[g], n, D,
-                     g < ng ? dsv4_moe_one_item_rows(gr[g].w2, 1, item_bytes / 2, j.T)
-                            : dsv4_moe_one_routed_rows(&rt->b->w2[0], 1, item_bytes / 2, j.T, K));
+    for (int g = 0; g < j.ng; g++) { /* W2 items half the size: the job ends on them */
+        int64_t per = g < ng ? dsv4_moe_one_item_rows(gr[g].w2, 1, item_bytes / 2, j.T)
+                             : dsv4_moe_one_routed_rows(&rt->b->w2[0], 1, item_bytes / 2, j.T, K);
+        /* the last T routed W2 matrices, whole, in halves: the threads end within half a W2
+         * (~6 us at Flash-quarter's 279 KB) whichever core runs slower, where a whole one
+         * left the other thread waiting up to a W2 (~12 us): the job's idle 31-39 -> 21-26 us
+         * a step, its wall -0.8 to -12.6 (6 runs, A/A -4.8 to +4.0; BENCHMARKS.md, session 31
+         * bal). Whole routed W2s before them keep their long runs (session 21 b1q). */
+        if (j.T > 1 && g >= ng && g >= j.ng - j.T && per == D) per = ((D + 1) / 2 + 3) & ~(int64_t)3;
+        n = span_add(&j.down[g], n, D, per);
+    }
     j.n_items = n;
     atomic_init(&j.router_left, j.router.count);
     atomic_init(&j.unrouted, 1);
