@@ -1,7 +1,8 @@
 /* test_threads.c — the parallel-for: every task runs exactly once per job, tids stay in
  * range, a job is complete when dsv4_kctx_parallel returns, many short jobs back to back
  * (the decode pattern), jobs after the workers have gone to sleep, more tasks than one
- * job can count, jobs started from inside tasks, and pinned workers. */
+ * job can count, jobs started from inside tasks, pinned workers, and sleeping workers
+ * woken for a job. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -255,6 +256,42 @@ static void run_hints(void) {
     dsv4_kctx_free(k);
 }
 
+/* Sleeping workers wake for a job: the caller's task 0 waits (up to a second) for a worker
+ * to start task 1, after a sleep longer than the workers' spin. publish takes the mutex and
+ * broadcasts only when a worker counts itself asleep; a lost wakeup would leave the caller to
+ * run every task itself, which the plain jobs above cannot tell from a worker that came. */
+typedef struct {
+    atomic_int started; /* task 1 begun (by a worker) */
+    atomic_int by_worker;
+} wake_job;
+
+static void wake_task(void *arg, int t, int tid) {
+    wake_job *j = arg;
+    if (t == 1) {
+        if (tid != 0) atomic_fetch_add(&j->by_worker, 1);
+        atomic_store(&j->started, 1);
+        return;
+    }
+    for (int i = 0; i < 100000 && !atomic_load(&j->started); i++) usleep(10);
+}
+
+static void run_wake(int n_threads) {
+    dsv4_kctx *k;
+    dsv4_err err;
+    CHECK(dsv4_kctx_create(n_threads, 16, &k, &err) == DSV4_OK);
+    int missed = 0;
+    for (int r = 0; r < 10; r++) {
+        usleep(2000); /* longer than the spin: every worker asleep on the condvar */
+        wake_job j;
+        atomic_init(&j.started, 0);
+        atomic_init(&j.by_worker, 0);
+        dsv4_kctx_parallel(k, 2, wake_task, &j);
+        missed += atomic_load(&j.by_worker) != 1;
+    }
+    CHECK_MSG(missed == 0, "%d threads: in %d of 10 jobs after a sleep no worker ran task 1", n_threads, missed);
+    dsv4_kctx_free(k);
+}
+
 int main(void) {
     run_jobs(1, 50, 200, 0);
     run_jobs(2, 50, 3000, 0);
@@ -262,6 +299,8 @@ int main(void) {
     run_jobs(4, 9, 3000, 0);
     run_jobs(2, 20, 20, 1);
     run_jobs(3, 20, 20, 1);
+    run_wake(2);
+    run_wake(3);
     run_huge();
     run_nested();
     run_pinned();
