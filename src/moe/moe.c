@@ -383,6 +383,8 @@ static void experts_sliced(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_con
 #define MOE_FEW_MAX 1024    /* groups a call may have for it (more: the sliced path) */
 #define MOE_MANY_MAX 2      /* and with at most this many other groups (the shared expert) */
 
+#define MOE_FEW_SPLIT_MAX 4 /* tail experts whose W2 is cut in halves, at most */
+
 typedef struct {
     dsv4_kctx *k;
     const dsv4_config *cfg;
@@ -390,10 +392,14 @@ typedef struct {
     const dsv4_moe_group *gr;
     const int *order; /* (n) group indices, most rows first */
     int n;
-    atomic_int next;  /* the next position of order to claim */
+    atomic_int next;  /* the next item to claim (few_task's list) */
+    /* the last `split` positions of order (one-row groups): their W1/W3 and SwiGLU as one
+     * item each, then their W2 as two items each (rows [0, half), [half, D)), after them */
+    int split, half;
+    atomic_int up_done[MOE_FEW_SPLIT_MAX]; /* split group s's SwiGLU written (release) */
 } few_job;
 
-static void few_expert(const few_job *j, const dsv4_moe_group *g) {
+static void few_expert_up(const few_job *j, const dsv4_moe_group *g) {
     const float limit = j->cfg->swiglu_limit > 0 ? (float)j->cfg->swiglu_limit : 0.0f;
     const int I = j->cfg->moe_intermediate_size;
     dsv4_mat w13;
@@ -406,16 +412,65 @@ static void few_expert(const few_job *j, const dsv4_moe_group *g) {
         dsv4_linear_here(j->k, up, 2);
     }
     j->fn(g->g, g->u, g->w, g->n, I, limit, g->g);
+}
+
+static void few_expert(const few_job *j, const dsv4_moe_group *g) {
+    few_expert_up(j, g);
     const dsv4_lin_op down = {g->w2, g->g, g->n, g->out};
     dsv4_linear_here(j->k, &down, 1);
 }
 
+/* Rows [r0, r0 + n) of a one-row group's W2 (few_split checked that they slice). */
+static void few_down_rows(const few_job *j, const dsv4_moe_group *g, int64_t r0, int64_t n) {
+    dsv4_mat v;
+    if (dsv4_mat_rows(g->w2, r0, n, &v)) return;
+    const dsv4_lin_op down = {&v, g->g, 1, g->out + r0};
+    dsv4_linear_here(j->k, &down, 1);
+}
+
+/* The job's items: the whole experts of order but the last `split`, then those one-row
+ * experts' W1/W3 and SwiGLU, then their W2 in halves. A W2 half waits for its SwiGLU, whose
+ * item was claimed before it (by a thread that is running it, or on one thread in order). */
 DSV4_HOT_AT(few_task, 0xc50)
 static void few_task(void *arg, int t, int tid) {
     (void)t, (void)tid;
     few_job *j = arg;
-    for (int i; (i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n;)
-        few_expert(j, &j->gr[j->order[i]]);
+    const int whole = j->n - j->split, items = j->n + 2 * j->split;
+    for (int i; (i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < items;) {
+        if (i < whole) {
+            few_expert(j, &j->gr[j->order[i]]);
+        } else if (i < j->n) {
+            few_expert_up(j, &j->gr[j->order[i]]);
+            atomic_store_explicit(&j->up_done[i - whole], 1, memory_order_release);
+        } else {
+            const int s = (i - j->n) / 2, h = (i - j->n) % 2, D = j->cfg->hidden_size;
+            for (long w = 0; !atomic_load_explicit(&j->up_done[s], memory_order_acquire); w++)
+                if (w > 4096) sched_yield(); /* the thread running its SwiGLU may be descheduled */
+            few_down_rows(j, &j->gr[j->order[whole + s]], h ? j->half : 0, h ? D - j->half : j->half);
+        }
+    }
+}
+
+/* The tail split of a few-row job over T threads: its last (up to T) experts, if they are
+ * one-row groups whose W2 slices at half its rows. The job ends on one-row experts (most rows
+ * first); with each a whole item the thread that runs out first waited up to a whole expert
+ * (~40 us of thread time, ~20 us a job on average at batch 16; 80-110 us of thread time a
+ * step, the one job end of batch 16 that stealing cannot shorten). The halves of a W2 give
+ * the bits of the whole (linear_fast.h: outputs do not depend on how rows are cut). */
+static void few_split(few_job *j) {
+    const int T = dsv4_kctx_threads(j->k), D = j->cfg->hidden_size;
+    j->split = 0;
+    j->half = ((D + 1) / 2 + 3) & ~3;
+    for (int s = 0; s < MOE_FEW_SPLIT_MAX; s++) atomic_init(&j->up_done[s], 0);
+    if (T < 2 || j->half >= D) return;
+    int s = 0;
+    dsv4_mat v;
+    while (s < T && s < MOE_FEW_SPLIT_MAX && s < j->n - 1) {
+        const dsv4_moe_group *g = &j->gr[j->order[j->n - 1 - s]];
+        if (g->n != 1 || dsv4_mat_rows(g->w2, 0, j->half, &v) || dsv4_mat_rows(g->w2, j->half, D - j->half, &v)) break;
+        s++;
+    }
+    j->split = s;
 }
 
 /* The groups many (n_many, larger) and few (n_few, few-row) of gr in one job: the larger
@@ -428,8 +483,9 @@ static void experts_few(dsv4_kctx *k, const dsv4_config *cfg, const dsv4_moe_gro
     for (int i = 0; i < n_few; i++) at[MOE_FEW_ROWS - gr[few[i]].n + 1]++;
     for (int r = 0; r <= MOE_FEW_ROWS; r++) at[r + 1] += at[r];
     for (int i = 0; i < n_few; i++) order[n_many + at[MOE_FEW_ROWS - gr[few[i]].n]++] = few[i];
-    few_job j = {k, cfg, dsv4_kctx_swiglu(k), gr, order, n_many + n_few, 0};
+    few_job j = {k, cfg, dsv4_kctx_swiglu(k), gr, order, n_many + n_few, 0, 0, 0, {0}};
     atomic_init(&j.next, 0);
+    few_split(&j);
     dsv4_kctx_parallel(k, dsv4_kctx_threads(k), few_task, &j);
 }
 
@@ -655,6 +711,7 @@ static void fused_route(fused_job *j, int tid) {
         if (m->gr[i].n <= MOE_FEW_ROWS) order[n_many + at[MOE_FEW_ROWS - m->gr[i].n]++] = i;
     j->few.gr = m->gr;
     j->few.n = ng;
+    few_split(&j->few);
     atomic_store_explicit(&j->state, FUSED_FEW, memory_order_release);
     few_task(&j->few, 0, tid);
 }
@@ -678,8 +735,9 @@ static void fused_task(void *arg, int t, int tid) {
 static int moe_fused(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cfg, const dsv4_block_w *b,
                      const float *x, const int32_t *tokens, int R, moe_scratch *m, const dsv4_moe_group *shared) {
     int order[MOE_FEW_MAX];
-    fused_job j = {{k, cfg, dsv4_kctx_swiglu(k), NULL, order, 0, 0}, order, nm, b, x, tokens, R, m, shared, 0, 0};
+    fused_job j = {{k, cfg, dsv4_kctx_swiglu(k), NULL, order, 0, 0, 0, 0, {0}}, order, nm, b, x, tokens, R, m, shared, 0, 0};
     atomic_init(&j.few.next, 0);
+    for (int s = 0; s < MOE_FEW_SPLIT_MAX; s++) atomic_init(&j.few.up_done[s], 0);
     atomic_init(&j.state, FUSED_ROUTING);
     dsv4_kctx_parallel(k, 2, fused_task, &j);
     const int st = atomic_load_explicit(&j.state, memory_order_acquire);
