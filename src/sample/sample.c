@@ -59,10 +59,8 @@ int dsv4_sampler_create(const dsv4_sample_params *p, int vocab, dsv4_sampler **o
         return dsv4_fail(err, DSV4_ERR_ARG, "sampler: n_logprobs %d must be in [0, %d]",
                          p->n_logprobs, DSV4_MAX_LOGPROBS);
     /* DSV4_SIMD below avx512 keeps libm's expf, as the kernels do (the same q either way) */
-    const char *env = getenv("DSV4_SIMD");
-    const int level = env ? dsv4_simd_parse(env) : DSV4_SIMD_MAX;
-    if (level < 0)
-        return dsv4_fail(err, DSV4_ERR_ARG, "DSV4_SIMD=%s: unknown kernel level (portable, avx2 or avx512)", env);
+    const int level = dsv4_simd_env(DSV4_SIMD_MAX, err);
+    if (level < 0) return DSV4_ERR_ARG;
     dsv4_sampler *s = calloc(1, sizeof *s);
     if (s) {
         s->z = malloc((size_t)vocab * sizeof *s->z);
@@ -79,7 +77,7 @@ int dsv4_sampler_create(const dsv4_sample_params *p, int vocab, dsv4_sampler **o
     s->p = *p;
     s->V = vocab;
     /* the same q either way (libm's expf bits): ~4K expf calls to check, once a sampler */
-    s->expf_rows = level >= DSV4_SIMD_AVX512 && dsv4_expf_x512() && dsv4_expf_x512_agrees() ? dsv4_expf_x512() : NULL;
+    s->expf_rows = dsv4_expf_at(level, level >= DSV4_SIMD_AVX512 && dsv4_expf_x512_agrees());
     dsv4_sampler_seed(s, p->seed);
     *out = s;
     return 0;
@@ -237,26 +235,14 @@ static int top_p_cut(const cand *c, int n, int id_ordered, float top_p, double *
     cum = 0;
     float theta = bitsf(key);
     /* Keep every q > theta, then the lowest ids among q == theta until the goal is met.
-     * Without a branch (about half the flat row's candidates pass, at random) and their
-     * mass in eight lanes (sum8's order): the branchy pass with one chain of adds was
-     * ~0.5 ms over 129280. */
+     * The compaction without a branch (about half the flat row's candidates pass, at random),
+     * the kept mass by sum8: the branchy pass with one chain of adds was ~0.5 ms over 129280. */
     int k = 0;
-    double lane[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) { /* q times 0 or 1: exact, and no branch for GCC to make */
-            const int keep = c[i + j].q > theta;
-            out[k] = c[i + j];
-            k += keep;
-            lane[j] += (double)c[i + j].q * (double)keep;
-        }
-    for (; i < n; i++) {
-        const int keep = c[i].q > theta;
+    for (int i = 0; i < n; i++) {
         out[k] = c[i];
-        k += keep;
-        lane[i & 7] += (double)c[i].q * (double)keep;
+        k += c[i].q > theta;
     }
-    cum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    cum = sum8(&out->q, sizeof *out, k);
     int ties = k;
     for (int i = 0; i < n; i++)
         if (c[i].q == theta) out[k++] = c[i];
