@@ -10,7 +10,10 @@
  */
 #include "kernels/cpu.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include "util/err.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -62,6 +65,14 @@ int dsv4_simd_parse(const char *s) {
         if (strcmp(s, num) == 0 || strcmp(s, dsv4_simd_name((dsv4_simd)l)) == 0) return l;
     }
     return -1;
+}
+
+int dsv4_simd_env(int dflt, struct dsv4_err *err) {
+    const char *env = getenv("DSV4_SIMD");
+    if (!env) return dflt;
+    const int level = dsv4_simd_parse(env);
+    if (level < 0) dsv4_fail(err, DSV4_ERR_ARG, "DSV4_SIMD=%s: unknown kernel level (portable, avx2 or avx512)", env);
+    return level;
 }
 
 dsv4_simd dsv4_build_simd(void) {

@@ -31,4 +31,10 @@ const char *dsv4_simd_name(dsv4_simd level);
  * "avx512vbmi") or number (0 .. 3). Returns the level, or -1 for anything else. */
 int dsv4_simd_parse(const char *s);
 
+/* The level the environment's DSV4_SIMD asks for, or dflt where it is unset; -1 with err set
+ * where it names no level (an error, not a silent fallback: a run with it must measure what
+ * it says). Whether the CPU runs that level is the caller's to check. */
+struct dsv4_err;
+int dsv4_simd_env(int dflt, struct dsv4_err *err);
+
 #endif

@@ -63,25 +63,19 @@ int dsv4_kctx_create(int n_threads, int64_t max_cols, dsv4_kctx **out, dsv4_err 
     k->expf_x512 = k->simd_max >= DSV4_SIMD_AVX512 && dsv4_expf_x512_agrees();
     k->exp_x512 = k->simd_max >= DSV4_SIMD_AVX512 && dsv4_exp_x512_agrees();
     /* DSV4_SIMD forces a level; a name it does not know, or a level this CPU or build
-     * cannot run, is an error rather than a silent fallback (a benchmark run with it must
-     * measure what it says) */
-    const char *env = getenv("DSV4_SIMD");
-    if (env) {
-        const int want = dsv4_simd_parse(env);
-        int rc = DSV4_OK;
-        if (want < 0)
-            rc = dsv4_fail(err, DSV4_ERR_ARG, "DSV4_SIMD=%s: unknown kernel level (portable, avx2 or avx512)", env);
-        else if (want > k->simd_max)
-            rc = dsv4_fail(err, DSV4_ERR_ARG, "DSV4_SIMD=%s: this %s runs at most the %s level", env,
-                           cpu < build ? "CPU" : "build", dsv4_simd_name((dsv4_simd)k->simd_max));
-        if (rc) {
-            free(k->tables);
-            free(k->scratch);
-            free(k);
-            return rc;
-        }
-        k->simd = want;
+     * cannot run, is an error rather than a silent fallback */
+    const int want = dsv4_simd_env(k->simd_max, err);
+    if (want < 0 || want > k->simd_max) {
+        const int rc = want < 0 ? DSV4_ERR_ARG
+                                : dsv4_fail(err, DSV4_ERR_ARG, "DSV4_SIMD=%s: this %s runs at most the %s level",
+                                            getenv("DSV4_SIMD"), cpu < build ? "CPU" : "build",
+                                            dsv4_simd_name((dsv4_simd)k->simd_max));
+        free(k->tables);
+        free(k->scratch);
+        free(k);
+        return rc;
     }
+    k->simd = want;
     int rc = dsv4_pool_create(n_threads, &k->pool, err);
     if (rc) {
         free(k->tables);
@@ -115,9 +109,7 @@ int dsv4_kctx_set_simd(dsv4_kctx *k, int level) {
 
 dsv4_swiglu_fn dsv4_kctx_swiglu(const dsv4_kctx *k) { return dsv4_swiglu_at(k->simd, k->expf_x512); }
 
-dsv4_expf_rows_fn dsv4_kctx_expf(const dsv4_kctx *k) {
-    return k->simd >= DSV4_SIMD_AVX512 && k->expf_x512 ? dsv4_expf_x512() : NULL;
-}
+dsv4_expf_rows_fn dsv4_kctx_expf(const dsv4_kctx *k) { return dsv4_expf_at(k->simd, k->expf_x512); }
 
 dsv4_pool_cols_fn dsv4_kctx_pool_cols(const dsv4_kctx *k) {
     return k->simd >= DSV4_SIMD_AVX512 && k->exp_x512 ? dsv4_pool_cols_x512() : NULL;

@@ -203,3 +203,7 @@ dsv4_swiglu_fn dsv4_swiglu_at(int simd, int expf_agrees) {
     if (simd >= DSV4_SIMD_AVX512 && expf_agrees && v) return v;
     return dsv4_swiglu_rows;
 }
+
+dsv4_expf_rows_fn dsv4_expf_at(int simd, int expf_agrees) {
+    return simd >= DSV4_SIMD_AVX512 && expf_agrees ? dsv4_expf_x512() : NULL;
+}

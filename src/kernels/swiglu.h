@@ -37,5 +37,7 @@ int dsv4_expf_x512_agrees(void);
 
 /* The SwiGLU for a kernel level (a dsv4_simd) given the agreement above. */
 dsv4_swiglu_fn dsv4_swiglu_at(int simd, int expf_agrees);
+/* The AVX-512 expf at a kernel level given the agreement above, or NULL: libm's expf then. */
+dsv4_expf_rows_fn dsv4_expf_at(int simd, int expf_agrees);
 
 #endif
