@@ -51,10 +51,7 @@ struct srv_sched {
     float *forced_row;            /* (V) the logits of a forced token */
     /* a step's draws, made on the engine's threads before its rows are taken in order */
     int *span_draw;               /* (max_seqs) the span's draw, or -1: drawn in order */
-    int *draw_span, *draw_row;    /* (max_seqs) each draw's span and logits row */
-    int *draw_rc;                 /* (max_seqs) dsv4_gen_next's status */
-    dsv4_gen_token *draw_tok;     /* (max_seqs) */
-    dsv4_err *draw_err;           /* (max_seqs) */
+    struct srv_draw *draws;       /* (max_seqs) */
     /* prefix cache (serving.md §g) */
     srv_pcache *pc;
     int *span_snap;               /* (max_seqs) SNAP_* of each span */
@@ -65,6 +62,13 @@ struct srv_sched {
     srv_step_times st;            /* the step running */
     double t0, prev_end;          /* the scheduler's start; the previous step's end */
     long long n_steps;
+};
+
+/* A row drawn ahead (draw_rows): its span and logits row, and dsv4_gen_next's result. */
+struct srv_draw {
+    int span, row, rc;
+    dsv4_gen_token tok;
+    dsv4_err err;
 };
 
 /* What a span leaves for the prefix cache: nothing, the prompt's snapshot point (its last
@@ -280,8 +284,8 @@ static int take_token(srv_sched *s, srv_req *r, const float *row, int d, dsv4_ge
     dsv4_gen_token t;
     dsv4_err err = {0};
     if (d >= 0) {
-        t = s->draw_tok[d];
-        if (s->draw_rc[d]) { finish(s, r, SRV_END_ERROR, 0, s->draw_err[d].msg); return 0; }
+        t = s->draws[d].tok;
+        if (s->draws[d].rc) { finish(s, r, SRV_END_ERROR, 0, s->draws[d].err.msg); return 0; }
     } else {
         const int32_t forced = forced_token(r, r->n_sampled, s->eos);
         if (forced >= 0) {
@@ -427,8 +431,8 @@ static void conv_snapshot(srv_sched *s, srv_req *r, int i) {
  * state and detokenizer: no two draws share one). */
 static void draw_task(void *arg, int j) {
     srv_sched *s = arg;
-    const srv_req *r = s->span_req[s->draw_span[j]];
-    s->draw_rc[j] = dsv4_gen_next(r->gen, s->logits + (size_t)s->draw_row[j] * s->V, &s->draw_tok[j], &s->draw_err[j]);
+    struct srv_draw *d = &s->draws[j];
+    d->rc = dsv4_gen_next(s->span_req[d->span]->gen, s->logits + (size_t)d->row * s->V, &d->tok, &d->err);
 }
 
 /* The step's plain decode rows (not a verify span, no forced token) drawn on the engine's
@@ -445,8 +449,8 @@ static void draw_rows(srv_sched *s, int n_spans) {
         if (s->span_snap[i] == SNAP_PROMPT) continue;
         k += sp->n_hidden;
         if (!sp->n_hidden || !r || s->span_verify[i] || forced_token(r, r->n_sampled, s->eos) >= 0) continue;
-        s->draw_span[nd] = i;
-        s->draw_row[nd] = k - sp->n_hidden;
+        s->draws[nd].span = i;
+        s->draws[nd].row = k - sp->n_hidden;
         s->span_draw[i] = nd++;
     }
     if (nd > 1) dsv4_engine_for_each(s->e, nd, draw_task, s);
@@ -621,18 +625,13 @@ int srv_sched_start(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *t
     }
     s->forced_row = malloc((size_t)s->V * sizeof(float));
     s->span_draw = malloc(ns * sizeof *s->span_draw);
-    s->draw_span = malloc(ns * sizeof *s->draw_span);
-    s->draw_row = malloc(ns * sizeof *s->draw_row);
-    s->draw_rc = malloc(ns * sizeof *s->draw_rc);
-    s->draw_tok = malloc(ns * sizeof *s->draw_tok);
-    s->draw_err = malloc(ns * sizeof *s->draw_err);
+    s->draws = malloc(ns * sizeof *s->draws);
     /* no prefix cache on a group: a restore would need the other ranks to restore the same
      * state, which the step messages cannot carry */
     int rc = srv_relay_grouped(o->relay) ? DSV4_OK : srv_pcache_create(e, o->kv_dir, o->kv_dir_bytes, &s->pc, err);
     if (rc) { srv_sched_free(s); return rc; }
     if (!s->wait || !s->run || !s->spans || !s->span_req || !s->hidden || !s->logits ||
-        !s->forced_row || !s->span_draw || !s->draw_span || !s->draw_row || !s->draw_rc || !s->draw_tok ||
-        !s->draw_err)
+        !s->forced_row || !s->span_draw || !s->draws)
         goto oom;
     if (pthread_create(&s->thread, NULL, sched_main, s)) {
         srv_sched_free(s);
@@ -716,11 +715,7 @@ void srv_sched_free(srv_sched *s) {
     free(s->logits);
     free(s->forced_row);
     free(s->span_draw);
-    free(s->draw_span);
-    free(s->draw_row);
-    free(s->draw_rc);
-    free(s->draw_tok);
-    free(s->draw_err);
+    free(s->draws);
     free(s->span_snap);
     free(s->snap_hidden);
     free(s->snap_streams);
