@@ -265,6 +265,11 @@ void dsv4_indexer_scores(const dsv4_attn_ops *ops, const float *qI, const float 
                          const float *const *keys, int w0, int w1, int nI, int dI,
                          float *scores);
 int dsv4_indexer_select(const float *scores, int n_cand, int topk, int *work, int *sel);
+/* The k-th largest of x[0, n) (1 <= k <= n, no NaN), as a value (of -0 and +0 either may
+ * come back: they compare equal): a radix select on the values' order-preserving bits in
+ * three passes (the top 11 bits of all n, the next 11 and the last 10 of those sharing the
+ * digits found so far), no comparison branches. work (n) scratch. */
+float dsv4_indexer_kth_largest(const float *x, int n, int k, int *work);
 /* The exact selection from approximate scores (kernels/idx_approx.h). approx and knorm
  * (n_cand): dsv4_idx_approx's scores and key norms for one query; the query and its keys
  * below. Every entry whose upper bound falls below the topk-th largest lower bound is out

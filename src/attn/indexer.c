@@ -170,6 +170,62 @@ int dsv4_indexer_select(const float *scores, int n_cand, int topk, int *work, in
     return n;
 }
 
+/* x's bits as an unsigned key in x's order: negative values flipped whole, positive ones
+ * with the sign bit set (-0 ranks just below +0; NaN is not given). */
+static inline uint32_t order_key(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u ^ ((uint32_t)((int32_t)u >> 31) | 0x80000000u);
+}
+
+/* The digit (nb bits from bit lo) of the k-th largest key among the n keys of x at idx (all
+ * n when idx is NULL) that share the digits above it; k becomes its rank among those with
+ * that digit. Two histograms, even and odd entries, so that runs of one digit do not make
+ * every increment wait on the one before. */
+static uint32_t radix_digit(const float *x, const int *idx, int n, int lo, int nb, int *k) {
+    uint32_t h[2][2048];
+    const uint32_t mask = (1u << nb) - 1;
+    memset(h, 0, sizeof h);
+    int i = 0;
+    for (; i + 2 <= n; i += 2) {
+        h[0][(order_key(x[idx ? idx[i] : i]) >> lo) & mask]++;
+        h[1][(order_key(x[idx ? idx[i + 1] : i + 1]) >> lo) & mask]++;
+    }
+    if (i < n) h[0][(order_key(x[idx ? idx[i] : i]) >> lo) & mask]++;
+    uint32_t d = mask, above = 0;
+    for (;; d--) { /* from the top digit down to the one holding rank k (one must: k <= n) */
+        const uint32_t c = h[0][d] + h[1][d];
+        if (above + c >= (uint32_t)*k || d == 0) break;
+        above += c;
+    }
+    *k -= (int)above;
+    return d;
+}
+
+float dsv4_indexer_kth_largest(const float *x, int n, int k, int *work) {
+    /* 11 + 11 + 10 bits; after each digit the entries sharing the prefix, compacted into
+     * work without a branch (work[m] is written for every entry, m advances on a match) */
+    const uint32_t d1 = radix_digit(x, NULL, n, 21, 11, &k);
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        work[m] = i;
+        m += (order_key(x[i]) >> 21) == d1;
+    }
+    const uint32_t d2 = radix_digit(x, work, m, 10, 11, &k);
+    int m2 = 0;
+    for (int i = 0; i < m; i++) {
+        const int w = work[i];
+        work[m2] = w;
+        m2 += ((order_key(x[w]) >> 10) & 2047u) == d2;
+    }
+    const uint32_t d3 = radix_digit(x, work, m2, 0, 10, &k);
+    uint32_t u = (d1 << 21) | (d2 << 10) | d3; /* back from the key to the bits */
+    u = (u & 0x80000000u) ? u ^ 0x80000000u : ~u;
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
 /* Exact scores of all n_cand entries into fbuf, then the selection over them. */
 static int select_exact(const dsv4_indexer_query *iq, int n_cand, int topk, float *fbuf, int *work, int *sel) {
     const int64_t lim = n_cand;
@@ -191,17 +247,19 @@ int dsv4_indexer_select_verified(const dsv4_indexer_query *iq, const float *appr
         fbuf[w] = a - dsv4_idx_approx_bound(&b, k);
     }
     if (bad) return select_exact(iq, n_cand, topk, fbuf, work, sel);
-    /* tau: the topk-th largest lower bound */
-    const int nt = dsv4_indexer_select(fbuf, n_cand, topk, work, sel);
-    float tau = fbuf[sel[0]];
-    for (int i = 1; i < nt; i++) tau = fbuf[sel[i]] < tau ? fbuf[sel[i]] : tau;
-    /* the candidates: every entry whose upper bound reaches tau, ascending */
+    /* tau: the topk-th largest lower bound, by the radix select (flash_quarter's CSA rows at
+     * 32K context, 8192 lower bounds: ~53 us by the sampled quickselect, ~20 by the radix; the
+     * selection runs inline while the other thread waits, and a CSA layer's took 105-113 us
+     * of a 3.7 ms step, 52-60 with both thresholds and the candidates below so) */
+    const float tau = dsv4_indexer_kth_largest(fbuf, n_cand, topk, work);
+    /* the candidates: every entry whose upper bound reaches tau, ascending (compacted without
+     * a branch: cidx[nc] and ckeys[nc] are written for every entry, nc < n_cand before) */
     int nc = 0;
-    for (int w = 0; w < n_cand; w++)
-        if (approx[w] + dsv4_idx_approx_bound(&b, knorm[w]) >= tau) {
-            cidx[nc] = w;
-            ckeys[nc++] = iq->keys[w];
-        }
+    for (int w = 0; w < n_cand; w++) {
+        cidx[nc] = w;
+        ckeys[nc] = iq->keys[w];
+        nc += approx[w] + dsv4_idx_approx_bound(&b, knorm[w]) >= tau;
+    }
     if (nc == topk) { /* no entry near the boundary: the candidates are the selection */
         memcpy(sel, cidx, sizeof(int) * (size_t)nc);
         cidx[0] = -1; /* none scored exactly */
@@ -214,23 +272,16 @@ int dsv4_indexer_select_verified(const dsv4_indexer_query *iq, const float *appr
      * <= theta). Only the others (the boundary's few) are scored exactly, and the rest of
      * the selection is the best of them. */
     int ns = 0, nu = 0;
-    for (int k = 0; k < nc; k++) {
-        fbuf[k] = approx[cidx[k]] + dsv4_idx_approx_bound(&b, knorm[cidx[k]]);
-        work[k] = k;
-    }
-    if (quickselect(work, nc, topk + 1, fbuf) == 0) {
-        const float theta = fbuf[work[topk]];
-        for (int k = 0; k < nc; k++) { /* sure ones into sel, the others compacted, both ascending */
-            const int w = cidx[k];
-            if (approx[w] - dsv4_idx_approx_bound(&b, knorm[w]) > theta) {
-                sel[ns++] = w;
-            } else {
-                cidx[nu] = w;
-                ckeys[nu++] = ckeys[k];
-            }
+    for (int k = 0; k < nc; k++) fbuf[k] = approx[cidx[k]] + dsv4_idx_approx_bound(&b, knorm[cidx[k]]);
+    const float theta = dsv4_indexer_kth_largest(fbuf, nc, topk + 1, work);
+    for (int k = 0; k < nc; k++) { /* sure ones into sel, the others compacted, both ascending */
+        const int w = cidx[k];
+        if (approx[w] - dsv4_idx_approx_bound(&b, knorm[w]) > theta) {
+            sel[ns++] = w;
+        } else {
+            cidx[nu] = w;
+            ckeys[nu++] = ckeys[k];
         }
-    } else {
-        nu = nc; /* no theta (quickselect gave up): every candidate is scored */
     }
     if (nu < n_cand) cidx[nu] = -1; /* the callers' count of the entries scored exactly */
     if (ns == topk) return ns;

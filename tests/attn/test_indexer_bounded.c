@@ -128,6 +128,9 @@ int main(void) {
             check(level, fmt, ADVERSARY, 16, 128, 2048, 64);
             check(level, fmt, SPREAD, 16, 128, 2048, 64);
             check(level, fmt, SPREAD, 5, 37, 257, 16);
+            /* a CSA row at 32K context (8192 entries, top 512): the thresholds' radix select at length */
+            check(level, fmt, RANDOM, 16, 128, 8192, 512);
+            check(level, fmt, SPREAD, 16, 128, 8192, 512);
             printf("level %d fmt %d, 2048 entries, top 64: %d rescored (random keys), %d (near copies)\n", level,
                    fmt, r, c);
             /* random keys: nearly every one of the top 64 is in by its bounds alone */
