@@ -99,6 +99,8 @@ typedef struct dsv4_attn_src {
 
 /* The single-process source: everything from the sequence's pages in `cache`. */
 dsv4_attn_src dsv4_attn_src_cache(dsv4_cache *cache);
+/* keys[k] = dsv4_cache_idx_row(c, seq, layer, k) for k in [k0, k1), one lookup per block. */
+void dsv4_attn_cache_keys(dsv4_cache *c, int seq, int layer, int64_t k0, int64_t k1, const void **keys);
 
 /* Per-row values of one layer for R rows, produced by dsv4_attn_project. With a query
  * subset (ctx->q_rows) qr, q, qI and wI hold the subset's rows only, at their packed
