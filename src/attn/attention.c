@@ -171,25 +171,32 @@ static void *cache_entry(void *u, const dsv4_batch_span *sp, int layer, int inde
                    : dsv4_cache_cmp_row(u, sp->seq, layer, w);
 }
 
-void dsv4_attn_cache_keys(dsv4_cache *c, int seq, int layer, int64_t k0, int64_t k1, const void **keys) {
-    /* one block-table lookup per block: a block's indexer keys of one layer are consecutive
-     * rows of its page (pool_impl.h, dsv4_pool_idx_page; test_attention checks it against
-     * dsv4_cache_idx_row on blocks mapped out of order). A lookup per key: the keys job of a
-     * CSA layer at 32K context (8192 keys, both threads) took 21 us of a ~3.4 ms step; by
-     * block 7.5. */
-    const dsv4_cache_plan *p = dsv4_cache_get_plan(c);
-    const int64_t per = p->block / 4, rb = p->idx_row_bytes;
+static const void *cache_key_run(void *u, const dsv4_batch_span *sp, int layer, int64_t w, int64_t *n_same,
+                                 int64_t *stride) {
+    return dsv4_cache_idx_run(u, sp->seq, layer, w, n_same, stride);
+}
+
+void dsv4_attn_src_keys(const dsv4_attn_src *src, const dsv4_batch_span *sp, int layer, int64_t k0, int64_t k1,
+                        const void **keys) {
+    if (!src->key_run) {
+        for (int64_t k = k0; k < k1; k++) keys[k] = src->entry(src->u, sp, layer, 1, k);
+        return;
+    }
+    /* a lookup per run (the cache: per block) instead of per key: the keys job of a CSA
+     * layer at 32K context (8192 keys, both threads) took 21 us of a ~3.4 ms step key by
+     * key, 7.5 by block */
     for (int64_t k = k0; k < k1;) {
-        const int64_t end = (k / per + 1) * per < k1 ? (k / per + 1) * per : k1; /* this block's last + 1 */
-        const uint8_t *row = dsv4_cache_idx_row(c, seq, layer, k);
-        for (; k < end; k++, row = row ? row + rb : NULL) keys[k] = row;
+        int64_t n = 1, stride = 0;
+        const uint8_t *row = src->key_run(src->u, sp, layer, k, &n, &stride);
+        const int64_t end = n < k1 - k ? k + n : k1;
+        for (int64_t i = 0; k < end; k++, i++) keys[k] = row ? row + i * stride : NULL;
     }
 }
 
 dsv4_attn_src dsv4_attn_src_cache(dsv4_cache *cache) {
     const dsv4_cache_plan *p = dsv4_cache_get_plan(cache);
     return (dsv4_attn_src){cache_win_row, cache_ring_row, cache_entry, cache,
-                           p->opts.row_bytes_per_value, p->opts.idx_bytes_per_value};
+                           p->opts.row_bytes_per_value, p->opts.idx_bytes_per_value, cache_key_run};
 }
 
 /* ---- phase 1: projections --------------------------------------------------------------- */
@@ -465,8 +472,8 @@ static int64_t row_entries(const attend_job *j, int k) {
 }
 
 /* Pointers to indexer keys [k0, k0 + ATTEND_KEY_CHUNK) of one span (a lookup walks the
- * block table: a few divisions; thousands of keys per layer at long context, so the
- * cache's go by block, dsv4_attn_cache_keys). */
+ * block table: a few divisions; thousands of keys per layer at long context, so they go
+ * by the source's runs, dsv4_attn_src_keys). */
 static void keys_task(void *arg, int task, int tid) {
     const attend_job *j = arg;
     const int si = (int)j->key_tasks[2 * task];
@@ -475,11 +482,7 @@ static void keys_task(void *arg, int task, int tid) {
     const int64_t e = (sp->start + sp->n) / j->b->ratio;
     const int64_t k1 = e - k0 < ATTEND_KEY_CHUNK ? e : k0 + ATTEND_KEY_CHUNK;
     const void **keys = j->ikeys + j->ikey_off[si];
-    if (j->src->entry == cache_entry) { /* the cache's keys by block */
-        dsv4_attn_cache_keys(j->src->u, sp->seq, j->b->layer_id, k0, k1, keys);
-        return;
-    }
-    for (int64_t k = k0; k < k1; k++) keys[k] = j->src->entry(j->src->u, sp, j->b->layer_id, 1, k);
+    dsv4_attn_src_keys(j->src, sp, j->b->layer_id, k0, k1, keys);
 }
 
 /* Step 2: indexer scores of entries [w0, w0 + idx_chunk) of up to DSV4_ATTN_SCORE_ROWS

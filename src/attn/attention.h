@@ -95,12 +95,18 @@ typedef struct dsv4_attn_src {
     void *(*entry)(void *u, const dsv4_batch_span *sp, int layer, int indexer, int64_t w);
     void *u;
     int row_fmt, key_fmt;
+    /* optional (NULL: entry, key by key): indexer key w and how many keys from it on lie
+     * *stride bytes apart (*n_same >= 1), for reading thousands of keys a layer at long context */
+    const void *(*key_run)(void *u, const dsv4_batch_span *sp, int layer, int64_t w, int64_t *n_same,
+                           int64_t *stride);
 } dsv4_attn_src;
 
 /* The single-process source: everything from the sequence's pages in `cache`. */
 dsv4_attn_src dsv4_attn_src_cache(dsv4_cache *cache);
-/* keys[k] = dsv4_cache_idx_row(c, seq, layer, k) for k in [k0, k1), one lookup per block. */
-void dsv4_attn_cache_keys(dsv4_cache *c, int seq, int layer, int64_t k0, int64_t k1, const void **keys);
+/* keys[k] = src's indexer key k of span sp's sequence, k in [k0, k1): by key_run's runs where
+ * the source has them, else key by key. */
+void dsv4_attn_src_keys(const dsv4_attn_src *src, const dsv4_batch_span *sp, int layer, int64_t k0, int64_t k1,
+                        const void **keys);
 
 /* Per-row values of one layer for R rows, produced by dsv4_attn_project. With a query
  * subset (ctx->q_rows) qr, q, qI and wI hold the subset's rows only, at their packed

@@ -102,6 +102,11 @@ void dsv4_cache_truncate(dsv4_cache *c, int seq, int64_t n);
 void *dsv4_cache_win_row(dsv4_cache *c, int seq, int layer, int64_t pos);
 void *dsv4_cache_cmp_row(dsv4_cache *c, int seq, int layer, int64_t entry);
 void *dsv4_cache_idx_row(dsv4_cache *c, int seq, int layer, int64_t entry);
+/* dsv4_cache_idx_row's row of `entry`, and in *n_same how many keys from it on (itself
+ * included) lie in the same block, rows *stride bytes apart: keys entry + i, i < *n_same, are
+ * at row + i * *stride (one block-table lookup for a block's keys). NULL (and *n_same 1)
+ * where dsv4_cache_idx_row gives NULL. */
+void *dsv4_cache_idx_run(dsv4_cache *c, int seq, int layer, int64_t entry, int64_t *n_same, int64_t *stride);
 /* Ring row of position pos: [a | b], each coff*d floats, slot pos mod L_r. */
 float *dsv4_cache_ring_row(dsv4_cache *c, int seq, int layer, int indexer, int64_t pos);
 

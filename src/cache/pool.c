@@ -446,6 +446,13 @@ void *dsv4_cache_idx_row(dsv4_cache *c, int seq, int layer, int64_t entry) {
     return dsv4_pool_idx_page(c, slot, b) + (entry % c->idx_rows) * c->plan.idx_row_bytes;
 }
 
+void *dsv4_cache_idx_run(dsv4_cache *c, int seq, int layer, int64_t entry, int64_t *n_same, int64_t *stride) {
+    void *row = dsv4_cache_idx_row(c, seq, layer, entry);
+    *stride = c->plan.idx_row_bytes;
+    *n_same = row ? c->idx_rows - entry % c->idx_rows : 1; /* a block's rows are consecutive in its page */
+    return row;
+}
+
 float *dsv4_cache_ring_row(dsv4_cache *c, int seq, int layer, int indexer, int64_t pos) {
     if (!seq_ok(c, seq) || layer < 0 || layer >= c->plan.n_layers || pos < 0) return NULL;
     const dsv4_cache_plan *p = &c->plan;

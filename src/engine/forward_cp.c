@@ -445,7 +445,7 @@ static int cp_attention(cp_call *cx, const dsv4_block_w *b, const float *x, floa
                                 plan->opts.row_bytes_per_value, plan->opts.idx_bytes_per_value, NULL, 0, NULL,
                                 DSV4_INDEXER_AUTO};
     /* the exchange buffers hold F32 rows (already rounded to the cache's formats) */
-    const dsv4_attn_src src = {cp_win_row, cp_ring_row, cp_entry, cx, DSV4_ROW_F32, DSV4_ROW_F32};
+    const dsv4_attn_src src = {cp_win_row, cp_ring_row, cp_entry, cx, DSV4_ROW_F32, DSV4_ROW_F32, NULL};
     const size_t scratch_mark = dsv4_arena_mark(&e->scratch);
     dsv4_attn_work w = {0};
     int rc = dsv4_attn_project(&actx, b, &cx->batch, x, &w, err);

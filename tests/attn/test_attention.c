@@ -296,7 +296,7 @@ static void run_q(const dsv4_attn_ctx *ctx0, const layer *L, const float *x, int
         for (int i = 0; i < n; i++) pos[i] = s0 + i;
         const dsv4_batch_span sp = {0, s0, n, 0};
         const dsv4_batch batch = {n, 1, &sp, pos, NULL};
-        const dsv4_attn_src src = {hist_win, hist_ring, hist_entry, h, fmt, fmt};
+        const dsv4_attn_src src = {hist_win, hist_ring, hist_entry, h, fmt, fmt, NULL};
         dsv4_attn_ctx ctx = *ctx0;
         ctx.csa_sel = b->ratio == 4 ? sel + (size_t)s0 * TOPK : NULL;
         ctx.row_fmt = ctx.key_fmt = fmt;

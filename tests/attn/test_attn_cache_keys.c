@@ -1,6 +1,7 @@
-/* test_attn_cache_keys.c — dsv4_attn_cache_keys (attn/attention.c), the attend phase's
- * indexer key pointers by block (one block-table lookup per block, then the block's rows at
- * the plan's idx_row_bytes), equals dsv4_cache_idx_row key by key: three sequences reserved
+/* test_attn_cache_keys.c — dsv4_attn_src_keys over the cache's source (attn/attention.c), the
+ * attend phase's indexer key pointers by the cache's runs (dsv4_cache_idx_run: one
+ * block-table lookup per block, then the block's rows at its stride), equals
+ * dsv4_cache_idx_row key by key, and so does a source without runs: three sequences reserved
  * in interleaved calls of odd sizes from a shuffled free list (so consecutive blocks of a
  * sequence are not consecutive ids), every CSA layer, ranges starting and ending inside,
  * at and across block edges; for a config whose block holds 2 keys (micro: block 8) and one
@@ -66,7 +67,7 @@ static void check_cfg(const dsv4_config *cfg, int64_t max_context, const char *n
     }
     const int64_t per = dsv4_cache_get_plan(c)->block / 4;
     const void **keys = malloc(sizeof(void *) * (size_t)(max_context / 4 + 1));
-    int checked = 0, bad = 0, jumps = 0;
+    int checked = 0, checked_runs = 0, bad = 0, jumps = 0;
     for (int q = 0; q < 3; q++) {
         const int64_t e_n = n[q] / 4; /* keys whose window closed */
         for (int64_t b = 1; b * per < e_n; b++)
@@ -79,7 +80,11 @@ static void check_cfg(const dsv4_config *cfg, int64_t max_context, const char *n
                 for (int64_t len = 1; r0[a] + len <= e_n; len = len * 3 + 1) {
                     const int64_t k0 = r0[a], k1 = k0 + len;
                     for (int64_t k = 0; k <= max_context / 4; k++) keys[k] = (const void *)&keys;
-                    dsv4_attn_cache_keys(c, seq[q], layer, k0, k1, keys);
+                    dsv4_attn_src src = dsv4_attn_src_cache(c);
+                    const dsv4_batch_span sp = {seq[q], 0, 1, 0};
+                    if (len % 2) src.key_run = NULL; /* key by key, the other path */
+                    else checked_runs++;
+                    dsv4_attn_src_keys(&src, &sp, layer, k0, k1, keys);
                     for (int64_t k = k0; k < k1; k++) bad += keys[k] != dsv4_cache_idx_row(c, seq[q], layer, k);
                     bad += k0 > 0 && keys[k0 - 1] != (const void *)&keys; /* nothing outside the range */
                     bad += keys[k1] != (const void *)&keys;
@@ -88,7 +93,7 @@ static void check_cfg(const dsv4_config *cfg, int64_t max_context, const char *n
         }
     }
     CHECK_MSG(bad == 0, "%s: %d pointers differ from dsv4_cache_idx_row (%d ranges)", name, bad, checked);
-    CHECK_MSG(checked > 20 && jumps > 0, "%s: %d ranges, %d block jumps: the layout was not exercised", name, checked,
+    CHECK_MSG(checked > 20 && checked_runs > 10 && jumps > 0, "%s: %d ranges, %d block jumps: the layout was not exercised", name, checked,
               jumps);
     free(keys);
     dsv4_cache_free(c);

@@ -103,7 +103,7 @@ static void run_spans(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, int index
         /* one span, its rows the positions [s0, s1) */
         const dsv4_batch_span sp = {0, s0, s1 - s0, 0};
         const dsv4_batch batch = {s1 - s0, 1, &sp, pos + s0, NULL};
-        const dsv4_attn_src src = {NULL, hist_ring_row, hist_entry, h, DSV4_ROW_F32, DSV4_ROW_F32};
+        const dsv4_attn_src src = {NULL, hist_ring_row, hist_entry, h, DSV4_ROW_F32, DSV4_ROW_F32, NULL};
         dsv4_err err = {0};
         CHECK_MSG(dsv4_compress_windows(ctx, b, indexer, &batch, h->pa + (int64_t)s0 * h->W,
                                         h->pb + (int64_t)s0 * h->W, &src, &err) == 0, "%s", err.msg);
