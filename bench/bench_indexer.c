@@ -1,6 +1,6 @@
 /* bench_indexer.c — the indexer's top-k for one query block, exact against bounded.
  *
- *   bench_indexer [--reps N] [--ns LIST] [--shapes quarter,flash]
+ *   bench_indexer [--reps N] [--ns LIST] [--shapes quarter,flash] [--kernels [--cold] [--nqs LIST]]
  *
  * One thread. For each shape (flash_quarter: 16 heads x 128, Flash: 64 x 128, top 512),
  * entry count n (default 2048,8192,32768,131072) and block size nq (1 = a decode row, 8 =
@@ -14,6 +14,7 @@
  * distributions, so "candidates" (the entries rescored exactly per query, mean) says how tight the
  * bound was here. One JSON line per case: median microseconds per query both ways, their
  * ratio, the candidates. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,8 +62,74 @@ static double run(int bounded, int simd, const float *qI, const float *wI, int n
     return now_s() - t0;
 }
 
+static volatile float sink;
+
+/* The approximate kernel alone; returns seconds. */
+static double run_kernel(int kernel, int simd, const float *qI, const float *wI, int nq, int nI, int dI,
+                         const void **keys, int n, float *scores, float *knorm, const float *flush, size_t nflush) {
+    int64_t lim[NQ_MAX];
+    for (int q = 0; q < nq; q++) lim[q] = n;
+    if (flush) {
+        float acc = 0.0f;
+        for (size_t i = 0; i < nflush; i += 16) acc += flush[i];
+        sink = acc;
+    }
+    const double t0 = now_s();
+    dsv4_idx_approx_kernel(simd, kernel, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys, DSV4_ROW_BF16, 0, n, nI,
+                           dI, scores, knorm, (size_t)n);
+    return now_s() - t0;
+}
+
+static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter, int flash, int cold, const int *nqs,
+                        int n_nqs, const float *qI, const float *wI, const void **keys, int nmax) {
+    const int dI = 128;
+    const size_t nflush = (size_t)16 << 20; /* 64 MB */
+    float *flush = cold ? malloc(sizeof(float) * nflush) : NULL;
+    float *sp = malloc(sizeof(float) * NQ_MAX * (size_t)nmax), *kp = malloc(sizeof(float) * NQ_MAX * (size_t)nmax);
+    float *sf = malloc(sizeof(float) * NQ_MAX * (size_t)nmax), *kf = malloc(sizeof(float) * NQ_MAX * (size_t)nmax);
+    if ((cold && !flush) || !sp || !kp || !sf || !kf) return 1;
+    if (flush)
+        for (size_t i = 0; i < nflush; i++) flush[i] = (float)(i & 7);
+    int rc = 0;
+    for (int shape = 0; shape < 2; shape++) {
+        if ((shape == 0 && !quarter) || (shape == 1 && !flash)) continue;
+        const int nI = shape ? 64 : 16;
+        for (int k = 0; k < n_ns; k++)
+            for (int a = 0; a < n_nqs; a++) {
+                const int n = ns[k], nq = nqs[a];
+                double tp[MAX_REPS], tf[MAX_REPS];
+                for (int r = 0; r < reps; r++) {
+                    tp[r] = run_kernel(DSV4_IDX_APPROX_PANEL, simd, qI, wI, nq, nI, dI, keys, n, sp, kp, flush, nflush);
+                    tf[r] = run_kernel(DSV4_IDX_APPROX_FEW, simd, qI, wI, nq, nI, dI, keys, n, sf, kf, flush, nflush);
+                }
+                int ok = 1;
+                for (int q = 0; q < nq; q++) {
+                    const dsv4_idx_bound b = dsv4_idx_approx_query(qI + (size_t)q * nI * dI, wI + (size_t)q * nI, nI, dI);
+                    for (int w = 0; w < n; w++) {
+                        const size_t at = (size_t)q * n + w;
+                        ok &= fabsf(sp[at] - sf[at]) <= dsv4_idx_approx_bound(&b, kp[at]) +
+                                                           dsv4_idx_approx_bound(&b, kf[at]);
+                    }
+                }
+                qsort(tp, (size_t)reps, sizeof(double), cmp_double);
+                qsort(tf, (size_t)reps, sizeof(double), cmp_double);
+                const double up = tp[reps / 2] * 1e6, uf = tf[reps / 2] * 1e6;
+                printf("{\"shape\": \"%s\", \"nI\": %d, \"n\": %d, \"nq\": %d, \"cache\": \"%s\", "
+                       "\"level\": \"%s\", \"panel_us\": %.1f, \"few_us\": %.1f, \"panel_over_few\": %.3f, "
+                       "\"panel_ns_per_key_query\": %.3f, \"few_ns_per_key_query\": %.3f, \"within_bounds\": %s}\n",
+                       shape ? "flash" : "flash_quarter", nI, n, nq, cold ? "cold" : "hot", dsv4_simd_name(simd), up,
+                       uf, up / uf, up * 1e3 / ((double)n * nq), uf * 1e3 / ((double)n * nq), ok ? "true" : "false");
+                fflush(stdout);
+                if (!ok) rc = 1;
+            }
+    }
+    free(flush); free(sp); free(kp); free(sf); free(kf);
+    return rc;
+}
+
 int main(int argc, char **argv) {
-    int reps = 5, ns[8] = {2048, 8192, 32768, 131072}, n_ns = 4, quarter = 1, flash = 1;
+    int reps = 5, ns[8] = {2048, 8192, 32768, 131072}, n_ns = 4, quarter = 1, flash = 1, kernels = 0, cold = 0;
+    int nqs[NQ_MAX] = {1, 2, 4, 8}, n_nqs = 4;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ns") && i + 1 < argc) {
@@ -71,8 +138,15 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) {
             quarter = strstr(argv[i + 1], "quarter") != NULL;
             flash = strstr(argv[++i], "flash") != NULL;
+        } else if (!strcmp(argv[i], "--kernels")) kernels = 1;
+        else if (!strcmp(argv[i], "--cold")) cold = 1;
+        else if (!strcmp(argv[i], "--nqs") && i + 1 < argc) {
+            n_nqs = 0;
+            for (char *s = strtok(argv[++i], ","); s && n_nqs < NQ_MAX; s = strtok(NULL, ","))
+                if (atoi(s) >= 1 && atoi(s) <= NQ_MAX) nqs[n_nqs++] = atoi(s);
         } else {
-            fprintf(stderr, "usage: bench_indexer [--reps N] [--ns LIST] [--shapes quarter,flash]\n");
+            fprintf(stderr, "usage: bench_indexer [--reps N] [--ns LIST] [--shapes quarter,flash] "
+                            "[--kernels [--cold] [--nqs LIST]]\n");
             return 2;
         }
     }
@@ -109,6 +183,13 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < NQ_MAX * nI_max * dI; i++) qI[i] = bench_urand(&rng);
     for (int i = 0; i < NQ_MAX * nI_max; i++) wI[i] = 0.05f + 0.5f * (bench_urand(&rng) + 1.0f);
+    if (kernels) {
+        const int rk = n_nqs ? kernels_main(simd, reps, ns, n_ns, quarter, flash, cold, nqs, n_nqs, qI, wI, keys, nmax)
+                             : 2;
+        free(pool); free(keys); free(qI); free(wI); free(b.scores); free(b.knorm); free(b.fbuf); free(b.work);
+        free(b.cidx); free(b.ckeys); free(sel_e); free(sel_b);
+        return rk;
+    }
     int rc = 0;
     for (int shape = 0; shape < 2; shape++) {
         if ((shape == 0 && !quarter) || (shape == 1 && !flash)) continue;

@@ -186,6 +186,203 @@ AP_INLINE void prefetch_keys(const void *const *keys, int fmt, int64_t w, int n,
     }
 }
 
+/* ---- few queries: heads in lanes -------------------------------------------------------
+ * At decode a span has one query, and approx_avx512's 32-key transposes (widening, 16x16
+ * shuffles, panel stores, double norms) serve only one query's heads: ~169 cycles a key in
+ * the lead's decode profile at 35.8K context against the 64 of its FMAs. Here the query is
+ * transposed instead, once a call, to (dI, V x 16) with V = nq x ceil(nI / 16) vectors of 16
+ * heads (zero rows past nI, zero weights: a padded head adds exactly 0), each key row is
+ * widened once into an F32 scratch row (BF16; F32 rows are read in place), and for each d one
+ * load of q's column serves J keys' broadcast values (an embedded-broadcast operand: a load,
+ * no shuffle), V x J accumulators in flight. relu and the weights in lanes, then one
+ * transpose-add of 16 keys' vectors gives 16 scores. No key transpose, no panel stores.
+ * The norms: squares summed in float with every rounding upward (embedded rounding) and the
+ * root rounded up, so each norm is at or above ||K|| with no error analysis (a sum of
+ * nonnegative terms rounded up never falls below the exact sum; squares below the
+ * subnormals count as up to 2^-149 each, so a tiny key's norm may read up to ~2^-70); a key
+ * whose squares overflow float is summed again in double. */
+
+/* The q transpose on the stack: V x 16 lanes x dI floats (32 KB: Flash's 64 heads x 128). */
+#define FQ_QT_FLOATS 8192
+/* The widest key (Flash: 128), and the widened rows' stride: a constant, so that the 16 keys'
+ * broadcasts address one base register plus displacements (pointers kept in vector registers
+ * cost a move each), one line more than a row so the rows spread over the L1 sets. */
+#define FQ_MAX_DI 128
+#define FQ_KS 144
+/* Keys prefetched one block ahead (two and three blocks measured the same with the keys out of
+ * cache: 1.33-1.38x the panel kernel at 32K entries, bench_indexer --kernels --cold) */
+#define FQ_PF 16
+#define FQ_RU (_MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)
+
+/* v[j] reduced: lane j of the result is the sum of v[j]'s 16 lanes (any order; ru: every add
+ * rounded upward). Four levels of adjacent pairs (256-bit halves, 128-bit lanes, 64-bit
+ * pairs, floats); the last permute puts vector j's sum in lane j. */
+AP_INLINE __m512 hsum16(__m512 v[16], const int ru) {
+#define FQ_ADD(a, b) (ru ? _mm512_add_round_ps((a), (b), FQ_RU) : _mm512_add_ps((a), (b)))
+    __m512 a[8], b[4], c[2];
+    for (int i = 0; i < 8; i++) /* lanes 0-7: v[2i]'s halves summed, 8-15: v[2i+1]'s */
+        a[i] = FQ_ADD(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                      _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; i++) /* 128-bit lanes: a[2i] (v 4i, 4i+1), a[2i+1] (v 4i+2, 4i+3) */
+        b[i] = FQ_ADD(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88),
+                      _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
+    for (int i = 0; i < 2; i++) /* 64-bit pairs within each 128-bit lane */
+        c[i] = FQ_ADD(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(b[2 * i]), _mm512_castps_pd(b[2 * i + 1]))),
+                      _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(b[2 * i]), _mm512_castps_pd(b[2 * i + 1]))));
+    const __m512 r = FQ_ADD(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
+#undef FQ_ADD
+    /* the levels leave vector j's sum in lane 4 (j % 4) + j / 4 (worked through lane by lane;
+     * the tests compare every level's scores with the portable loop's) */
+    const __m512i perm = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    return _mm512_permutexvar_ps(perm, r);
+}
+
+/* Where value d of a key sits in a widened row (and q's column d in qT): BF16 rows widen 32
+ * values at once without a shuffle, the even ones by a shift and the odd ones by a mask, so
+ * each 32 positions hold a chunk's 16 even values, then its 16 odd ones (the dot's order
+ * changes; the bound covers any order). F32 rows keep their order. */
+static inline int fq_pos(int bf16, int d) { return bf16 ? (d & ~31) + (d & 1) * 16 + ((d & 31) >> 1) : d; }
+
+/* The positions a widened row spans: dI rounded up to the chunk (32 BF16, 16 F32 values). */
+static inline int fq_span(int bf16, int dI) { return bf16 ? (dI + 31) & ~31 : (dI + 15) & ~15; }
+
+/* q's heads transposed: qT[pos(d) * V * 16 + v * 16 + l] = head 16 g + l of query qn (v = qn G
+ * + g) at d, zero past nI and at positions of no d; wv[v] the heads' weights, zero past nI. */
+AP_INLINE void fq_transpose_q(const float *qI, size_t qs, const float *wI, size_t ws, int nq, int nI, int dI, int G,
+                             int bf16, float *qT, __m512 *wv) {
+    const int V = nq * G, P = fq_span(bf16, dI);
+    if (P != dI) memset(qT, 0, sizeof(float) * (size_t)P * V * 16);
+    for (int qn = 0; qn < nq; qn++)
+        for (int g = 0; g < G; g++) {
+            const int v = qn * G + g, nh = nI - 16 * g < 16 ? nI - 16 * g : 16;
+            const __mmask16 hm = (__mmask16)((1u << nh) - 1u);
+            wv[v] = _mm512_maskz_loadu_ps(hm, wI + (size_t)qn * ws + 16 * g);
+            for (int c = 0; c < dI; c += 16) {
+                const int m = dI - c < 16 ? dI - c : 16;
+                const __mmask16 mk = (__mmask16)((1u << m) - 1u);
+                __m512 r[16];
+                for (int l = 0; l < 16; l++)
+                    r[l] = l < nh ? _mm512_maskz_loadu_ps(mk, qI + (size_t)qn * qs + (size_t)(16 * g + l) * dI + c)
+                                  : _mm512_setzero_ps();
+                transpose16(r);
+                for (int i = 0; i < m; i++) _mm512_store_ps(qT + ((size_t)fq_pos(bf16, c + i) * V + v) * 16, r[i]);
+            }
+        }
+}
+
+/* J keys' accumulators against V head vectors: acc[v * J + j] += qT[p][v] * kf[j][p] for p < P
+ * (kf rows FQ_KS apart). */
+AP_INLINE void fq_dots(const float *qT, const float *kf, int dI, const int V, const int J, __m512 *acc) {
+    for (int i = 0; i < V * J; i++) acc[i] = _mm512_setzero_ps();
+    for (int d = 0; d < dI; d++) {
+        __m512 qv[4];
+        for (int v = 0; v < V; v++) qv[v] = _mm512_load_ps(qT + ((size_t)d * V + v) * 16);
+        for (int j = 0; j < J; j++) {
+            const __m512 kb = _mm512_set1_ps(kf[j * FQ_KS + d]);
+            for (int v = 0; v < V; v++) acc[v * J + j] = _mm512_fmadd_ps(qv[v], kb, acc[v * J + j]);
+        }
+    }
+}
+
+AP_INLINE void fq_run(const float *qT, const __m512 *wv, size_t ss, int nq, const int64_t *lim,
+                      const void *const *keys, int fmt, int64_t w0, int64_t wmax, int64_t w1, int dI, int G,
+                      float *scores, float *knorm, const int V, const int J) {
+    _Alignas(64) float kf[16 * FQ_KS]; /* (16, FQ_KS) the block's keys as F32 at fq_pos, zeros in the span */
+    const int P = fq_span(fmt == DSV4_ROW_BF16, dI);
+    for (int64_t w = w0; w < wmax; w += 16) {
+        const int nk = wmax - w < 16 ? (int)(wmax - w) : 16;
+        if (w + FQ_PF < wmax) prefetch_keys(keys, fmt, w + FQ_PF, wmax - w - FQ_PF < 16 ? (int)(wmax - w - FQ_PF) : 16, dI);
+        __m512 n2[16];
+        for (int j = 0; j < 16; j++) {
+            __m512 acc = _mm512_setzero_ps();
+            float *kr = kf + j * FQ_KS;
+            if (j < nk && fmt == DSV4_ROW_BF16) {
+                const uint16_t *row = keys[w + j];
+                for (int c = 0; c < P; c += 32) {
+                    const __mmask32 mk = dI - c >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << (dI - c)) - 1u);
+                    const __m512i x = _mm512_maskz_loadu_epi16(mk, row + c);
+                    const __m512 ev = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+                    const __m512 od = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xFFFF0000u)));
+                    _mm512_store_ps(kr + c, ev);
+                    _mm512_store_ps(kr + c + 16, od);
+                    acc = _mm512_fmadd_round_ps(ev, ev, acc, FQ_RU);
+                    acc = _mm512_fmadd_round_ps(od, od, acc, FQ_RU);
+                }
+            } else if (j < nk) {
+                for (int c = 0; c < P; c += 16) {
+                    const __mmask16 mk = dI - c >= 16 ? (__mmask16)0xFFFFu : (__mmask16)((1u << (dI - c)) - 1u);
+                    const __m512 r = _mm512_maskz_loadu_ps(mk, (const float *)keys[w + j] + c);
+                    _mm512_store_ps(kr + c, r);
+                    acc = _mm512_fmadd_round_ps(r, r, acc, FQ_RU);
+                }
+            } else { /* past the range (the last block): zeros, dotted but not stored */
+                for (int c = 0; c < P; c += 16) _mm512_store_ps(kr + c, _mm512_setzero_ps());
+            }
+            n2[j] = acc;
+        }
+        __m512 kn = _mm512_sqrt_round_ps(hsum16(n2, 1), FQ_RU);
+        const __mmask16 big = _mm512_cmp_ps_mask(kn, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ) & (__mmask16)((1u << nk) - 1u);
+        if (big) { /* squares past FLT_MAX (|K_i| > ~1.8e19): those norms in double, as the panel kernel */
+            _Alignas(64) float t[16];
+            _mm512_store_ps(t, kn);
+            for (int j = 0; j < nk; j++)
+                if (big >> j & 1) {
+                    double s2 = 0.0;
+                    for (int i = 0; i < P; i++) s2 += (double)kf[j * FQ_KS + i] * kf[j * FQ_KS + i];
+                    t[j] = up(sqrt(s2));
+                }
+            kn = _mm512_load_ps(t);
+        }
+        /* per query: tq[qn][j] = sum over its groups of w * relu(dots), lanes = heads */
+        __m512 tq[4 * 16];
+        for (int j0 = 0; j0 < 16; j0 += J) {
+            __m512 acc[16];
+            fq_dots(qT, kf + j0 * FQ_KS, P, V, J, acc);
+            for (int v = 0; v < V; v++) { /* query v / G, its group v % G */
+                __m512 *t = tq + (v / G) * 16 + j0;
+                for (int j = 0; j < J; j++) {
+                    const __m512 r = _mm512_max_ps(acc[v * J + j], _mm512_setzero_ps());
+                    t[j] = v % G ? _mm512_fmadd_ps(wv[v], r, t[j]) : _mm512_mul_ps(wv[v], r);
+                }
+            }
+        }
+        for (int qn = 0; qn < nq; qn++) {
+            const int64_t e = lim[qn] < w1 ? lim[qn] : w1;
+            if (w >= e) continue;
+            const int64_t v = e - w < 16 ? e - w : 16;
+            const __mmask16 m = (__mmask16)(v >= 16 ? 0xFFFFu : (1u << v) - 1u);
+            _mm512_mask_storeu_ps(scores + (size_t)qn * ss + w, m, hsum16(tq + qn * 16, 0));
+            _mm512_mask_storeu_ps(knorm + (size_t)qn * ss + w, m, kn);
+        }
+    }
+}
+
+/* V head vectors in all (nq x ceil(nI / 16), at most 4), J keys a pass: V J <= 16 accumulators. */
+AP_FN static void approx_few_avx512(const float *qI, size_t qs, const float *wI, size_t ws, int nq,
+                                    const int64_t *lim, const void *const *keys, int fmt, int64_t w0, int64_t w1,
+                                    int nI, int dI, float *scores, float *knorm, size_t ss) {
+    _Alignas(64) float qT[FQ_QT_FLOATS]; /* (dI, V, 16) */
+    __m512 wv[4];
+    const int G = (nI + 15) / 16, V = nq * G;
+    int64_t wmax = w0;
+    for (int q = 0; q < nq; q++) {
+        const int64_t e = lim[q] < w1 ? lim[q] : w1;
+        wmax = e > wmax ? e : wmax;
+    }
+    if (wmax <= w0) return;
+    fq_transpose_q(qI, qs, wI, ws, nq, nI, dI, G, fmt == DSV4_ROW_BF16, qT, wv);
+    if (V == 1) fq_run(qT, wv, ss, nq, lim, keys, fmt, w0, wmax, w1, dI, G, scores, knorm, 1, 16);
+    else if (V == 2) fq_run(qT, wv, ss, nq, lim, keys, fmt, w0, wmax, w1, dI, G, scores, knorm, 2, 8);
+    else if (V == 3) fq_run(qT, wv, ss, nq, lim, keys, fmt, w0, wmax, w1, dI, G, scores, knorm, 3, 4);
+    else fq_run(qT, wv, ss, nq, lim, keys, fmt, w0, wmax, w1, dI, G, scores, knorm, 4, 4);
+}
+
+/* Whether the few-query kernel takes this call: at most 4 head vectors, q's transpose on the stack. */
+static int few_fits(int nq, int nI, int dI) {
+    const int V = nq * ((nI + 15) / 16);
+    return nq >= 1 && V <= 4 && dI >= 1 && dI <= FQ_MAX_DI && (size_t)V * 16 * dI <= FQ_QT_FLOATS;
+}
+
 AP_FN static void approx_avx512(const float *qI, size_t qs, const float *wI, size_t ws, int nq, const int64_t *lim,
                                 const void *const *keys, int fmt, int64_t w0, int64_t w1, int nI, int dI,
                                 float *scores, float *knorm, size_t ss) {
@@ -228,15 +425,25 @@ AP_FN static void approx_avx512(const float *qI, size_t qs, const float *wI, siz
 }
 #endif
 
-void dsv4_idx_approx(int simd, const float *qI, size_t qs, const float *wI, size_t ws, int nq, const int64_t *lim,
-                     const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI, int dI, float *scores,
-                     float *knorm, size_t ss) {
+void dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
+                            const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
+                            int dI, float *scores, float *knorm, size_t ss) {
 #ifdef HAVE_AVX512_APPROX
     if (simd >= DSV4_SIMD_AVX512 && dI >= 1 && dI <= AP_MAX_DI) {
-        approx_avx512(qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores, knorm, ss);
+        if (kernel != DSV4_IDX_APPROX_PANEL && few_fits(nq, nI, dI) &&
+            (kernel == DSV4_IDX_APPROX_FEW || nq <= DSV4_IDX_APPROX_FEW_MAX_NQ))
+            approx_few_avx512(qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores, knorm, ss);
+        else approx_avx512(qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores, knorm, ss);
         return;
     }
 #endif
-    (void)simd;
+    (void)simd, (void)kernel;
     dsv4_idx_approx_ref(qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores, knorm, ss);
+}
+
+void dsv4_idx_approx(int simd, const float *qI, size_t qs, const float *wI, size_t ws, int nq, const int64_t *lim,
+                     const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI, int dI, float *scores,
+                     float *knorm, size_t ss) {
+    dsv4_idx_approx_kernel(simd, DSV4_IDX_APPROX_AUTO, qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores,
+                           knorm, ss);
 }

@@ -37,6 +37,16 @@ void dsv4_idx_approx(int simd, const float *qI, size_t qs, const float *wI, size
                      const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI, int dI, float *scores,
                      float *knorm, size_t ss);
 
+/* Which AVX-512 kernel (bench_indexer's old against new, the tests' both kernels at every nq):
+ * AUTO as dsv4_idx_approx chooses, PANEL the key-panel kernel, FEW the heads-in-lanes kernel
+ * where it fits (at most 4 vectors of 16 heads in all: nq x ceil(nI / 16) <= 4), else PANEL.
+ * AUTO takes FEW for nq <= DSV4_IDX_APPROX_FEW_MAX_NQ. Other levels ignore it. */
+enum { DSV4_IDX_APPROX_AUTO, DSV4_IDX_APPROX_PANEL, DSV4_IDX_APPROX_FEW };
+#define DSV4_IDX_APPROX_FEW_MAX_NQ 4
+void dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
+                            const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
+                            int dI, float *scores, float *knorm, size_t ss);
+
 /* The portable level alone. */
 void dsv4_idx_approx_ref(const float *qI, size_t qs, const float *wI, size_t ws, int nq, const int64_t *lim,
                          const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI, int dI, float *scores,

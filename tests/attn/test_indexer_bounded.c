@@ -131,6 +131,12 @@ int main(void) {
             /* a CSA row at 32K context (8192 entries, top 512): the thresholds' radix select at length */
             check(level, fmt, RANDOM, 16, 128, 8192, 512);
             check(level, fmt, SPREAD, 16, 128, 8192, 512);
+            /* Flash's indexer (64 heads) at decode: one query, top 512 of a few thousand, through
+             * the few-query kernel at the AVX-512 level */
+            check(level, fmt, RANDOM, 64, 128, 3000, 512);
+            check(level, fmt, NEAR_COPIES, 64, 128, 1500, 512);
+            check(level, fmt, ADVERSARY, 64, 128, 1500, 512);
+            check(level, fmt, RELU_ZEROS, 64, 128, 1500, 512);
             printf("level %d fmt %d, 2048 entries, top 64: %d rescored (random keys), %d (near copies)\n", level,
                    fmt, r, c);
             /* random keys: nearly every one of the top 64 is in by its bounds alone */

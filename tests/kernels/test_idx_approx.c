@@ -21,7 +21,7 @@ static double urand(void) { /* uniform [-1, 1) */
     return (double)(rng >> 11) / (double)(1ull << 52) - 1.0;
 }
 
-static void check(int level, int fmt, int nI, int dI, int nk, int nq, double kscale) {
+static void check_k(int level, int kernel, int fmt, int nI, int dI, int nk, int nq, double kscale) {
     const dsv4_attn_ops *ops = dsv4_attn_ops_for(DSV4_SIMD_SCALAR);
     const size_t qs = (size_t)nI * dI + 1, ws = (size_t)nI + 2, ss = (size_t)nk + 3;
     float *qI = malloc(sizeof(float) * qs * nq), *wI = malloc(sizeof(float) * ws * nq);
@@ -35,6 +35,8 @@ static void check(int level, int fmt, int nI, int dI, int nk, int nq, double ksc
         for (int c = 0; c < dI; c++) k[c] = (float)(kscale * urand());
         if (w % 9 == 4) /* a near-copy of the previous key: near-tied scores */
             for (int c = 0; c < dI; c++) k[c] = w ? k[c - dI] * (1.0f + 0x1p-20f) : k[c];
+        if (w % 13 == 7) /* a zero key: score 0, norm 0 (or the norm's tiny slack) */
+            for (int c = 0; c < dI; c++) k[c] = 0.0f;
         if (fmt == DSV4_ROW_BF16) {
             dsv4_row_round(fmt, k, dI, 0);
             dsv4_row_pack(fmt, packed + 2 + (size_t)w * 2 * dI, k, dI, 0);
@@ -43,16 +45,16 @@ static void check(int level, int fmt, int nI, int dI, int nk, int nq, double ksc
             keys[w] = k;
         }
     }
-    int64_t lim[8];
-    for (int q = 0; q < nq; q++) lim[q] = nk - (nq - 1 - q) * (nk / 5);
+    int64_t lim[16];
+    for (int q = 0; q < nq; q++) lim[q] = nk - (nq - 1 - q) * (nk / (nq + 2));
     float *exact = malloc(sizeof(float) * ss * nq), *approx = malloc(sizeof(float) * ss * nq);
     float *knorm = malloc(sizeof(float) * ss * nq);
     for (size_t i = 0; i < ss * nq; i++) approx[i] = knorm[i] = -7.0f;
     dsv4_idx_scores(level, ops, qI, qs, wI, ws, nq, lim, keys, fmt, 0, nk, nI, dI, exact, ss);
     /* two ranges, the second from an odd start */
     const int cut = nk / 3 | 1;
-    dsv4_idx_approx(level, qI, qs, wI, ws, nq, lim, keys, fmt, 0, cut, nI, dI, approx, knorm, ss);
-    dsv4_idx_approx(level, qI, qs, wI, ws, nq, lim, keys, fmt, cut, nk, nI, dI, approx, knorm, ss);
+    dsv4_idx_approx_kernel(level, kernel, qI, qs, wI, ws, nq, lim, keys, fmt, 0, cut, nI, dI, approx, knorm, ss);
+    dsv4_idx_approx_kernel(level, kernel, qI, qs, wI, ws, nq, lim, keys, fmt, cut, nk, nI, dI, approx, knorm, ss);
     double worst = 0.0, worst_norm = 0.0;
     int out = 0;
     for (int q = 0; q < nq; q++) {
@@ -67,15 +69,24 @@ static void check(int level, int fmt, int nI, int dI, int nk, int nq, double ksc
             worst = fmax(worst, err / bound);
             double n2 = 0;
             for (int c = 0; c < dI; c++) n2 += (double)kb[(size_t)w * dI + c] * kb[(size_t)w * dI + c];
-            worst_norm = fmax(worst_norm, fabs(knorm[at] - sqrt(n2)) / (sqrt(n2) + 1e-300));
+            /* within 1e-5 relative, or 2^-70 absolute: the few-query kernel sums the squares in
+             * float rounded upward, so squares below the subnormals count as up to 2^-149 each */
+            worst_norm = fmax(worst_norm, fabs(knorm[at] - sqrt(n2)) / (sqrt(n2) + 0x1p-70 * 1e5));
             CHECK(knorm[at] >= sqrt(n2)); /* rounded up: the bound never reads a norm low */
         }
         for (size_t w = (size_t)lim[q]; w < ss; w++) CHECK(approx[q * ss + w] == -7.0f && knorm[q * ss + w] == -7.0f);
     }
-    CHECK_MSG(out == 0, "level %d fmt %d nI %d dI %d: %d scores outside their bound (worst err/bound %.3g)", level,
-              fmt, nI, dI, out, worst);
+    CHECK_MSG(out == 0, "level %d kernel %d fmt %d nI %d dI %d nq %d: %d scores outside their bound (worst err/bound %.3g)", level,
+              kernel, fmt, nI, dI, nq, out, worst);
     CHECK_MSG(worst_norm < 1e-5, "level %d nI %d dI %d: key norms off by %.3g", level, nI, dI, worst_norm);
     free(qI); free(wI); free(kb); free(packed); free(keys); free(exact); free(approx); free(knorm);
+}
+
+/* Every AVX-512 kernel (the key-panel one and the heads-in-lanes one for few queries, each
+ * forced, and the choice) at that level; the others have one kernel. */
+static void check(int level, int fmt, int nI, int dI, int nk, int nq, double kscale) {
+    for (int kernel = DSV4_IDX_APPROX_AUTO; kernel <= (level >= DSV4_SIMD_AVX512 ? DSV4_IDX_APPROX_FEW : 0); kernel++)
+        check_k(level, kernel, fmt, nI, dI, nk, nq, kscale);
 }
 
 /* The bound's size: scale / Q within (1e-6, 1e-3) for Flash's shape (eps ~ 4e-5), so that
@@ -122,6 +133,16 @@ int main(void) {
             check(level, fmt, 64, 128, 40, 2, 1e-3);  /* Flash's, small keys */
             check(level, fmt, 4, 64, 50, 1, 1e20);    /* large keys */
             check(level, fmt, 4, 64, 50, 1, 1e-25);   /* keys near the subnormals */
+            /* decode's shapes (one query a span, or a few) over a few thousand keys: both
+             * indexer widths, keys of ordinary, tiny and huge norms */
+            for (int nq = 1; nq <= 8; nq++) {
+                check(level, fmt, 16, 128, nq < 3 ? 2500 : 300, nq, 1.0);
+                check(level, fmt, 64, 128, nq < 2 ? 2500 : 100, nq, 1.0);
+            }
+            check(level, fmt, 16, 128, 500, 1, 1e-30);
+            check(level, fmt, 64, 128, 300, 1, 1e-30);
+            check(level, fmt, 16, 128, 500, 1, 1e25);
+            check(level, fmt, 64, 128, 300, 2, 1e25);
         }
     check_terms();
     return test_report();
