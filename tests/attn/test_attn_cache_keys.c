@@ -12,19 +12,11 @@
 
 #include "attn/attention.h"
 #include "cache/cache.h"
+#include "cache/fixtures.h"
 #include "test.h"
 
 static void cfg_base(dsv4_config *c, int layers, const int *ratios, int hd, int rd, int win, int nI, int dI) {
-    memset(c, 0, sizeof *c);
-    c->num_key_value_heads = 1;
-    c->n_shared_experts = 1;
-    c->rope_theta = 10000;
-    c->compress_rope_theta = 160000;
-    c->max_position_embeddings = 1048576;
-    c->hc_mult = 4;
-    c->hc_sinkhorn_iters = 20;
-    c->rms_norm_eps = 1e-6;
-    c->num_nextn_predict_layers = 1;
+    fx_base(c); /* the cache tests' plausible rest */
     c->vocab_size = 64;
     c->hidden_size = 16;
     c->num_hidden_layers = layers;
