@@ -68,8 +68,7 @@ static void sort_ints(int *a, int n) {
 
 /* The old-style selection: a heap of the topk best rooted at the worst of them, then the
  * kept indices sorted. heap (topk). Used when a score is NaN (no total order: the result
- * then depends on the visiting order, and this keeps it what it always was) and as the
- * fallback of quickselect. */
+ * then depends on the visiting order, and this keeps it what it always was). */
 static int select_heap(const float *scores, int n_cand, int topk, int *heap, int *sel) {
     int n = 0;
     for (int w = 0; w < n_cand; w++) {
@@ -87,58 +86,6 @@ static int select_heap(const float *scores, int n_cand, int topk, int *heap, int
     return n;
 }
 
-/* Quickselect on idx[0..n) under ranks_before (a strict total order without NaN: ties
- * in score are ordered by index, so all entries are distinct): afterwards idx[k-1] is
- * the entry of rank k and idx[0..k-1) rank before it. Returns 0, or -1 after too many
- * rounds (adversarial orders; the caller then uses the heap, which picks the same set). */
-static int quickselect(int *idx, int n, int k, const float *score) {
-    int lo = 0, hi = n - 1;
-    for (int rounds = 0; lo < hi; rounds++) {
-        if (rounds > 96) return -1;
-        /* median of three as the pivot */
-        int a = idx[lo], b = idx[lo + (hi - lo) / 2], c = idx[hi], piv;
-        if (ranks_before(score, a, b)) piv = ranks_before(score, b, c) ? b : ranks_before(score, a, c) ? c : a;
-        else piv = ranks_before(score, a, c) ? a : ranks_before(score, b, c) ? c : b;
-        /* Hoare partition: [lo, j] rank before or at piv, [i, hi] at or after it */
-        int i = lo, j = hi;
-        while (i <= j) {
-            while (ranks_before(score, idx[i], piv)) i++;
-            while (ranks_before(score, piv, idx[j])) j--;
-            if (i <= j) {
-                int t = idx[i]; idx[i] = idx[j]; idx[j] = t;
-                i++; j--;
-            }
-        }
-        if (k - 1 <= j) hi = j;
-        else if (k - 1 >= i) lo = i;
-        else break; /* k-1 sits between: the pivot itself, in its final place */
-    }
-    return 0;
-}
-
-/* Candidates for the selection when n_cand is much larger than topk: every entry scoring
- * at least a threshold t estimated from a strided sample, chosen so that about twice topk
- * entries pass. The top topk all pass whenever at least topk entries do (an entry below t
- * ranks after every one at or above it), so the selection among them is the selection.
- * Writes them ascending to cand and returns their count, or 0 when too few or more than
- * cap passed (the caller then selects over every entry). */
-#define SELECT_SAMPLE 1024
-static int select_candidates(const float *scores, int n_cand, int topk, int cap, int *cand) {
-    int sample[SELECT_SAMPLE];
-    for (int i = 0; i < SELECT_SAMPLE; i++) sample[i] = (int)((int64_t)i * n_cand / SELECT_SAMPLE);
-    /* rank of t in the sample: twice the expected rank of the topk-th entry, plus a margin */
-    int r = (int)((int64_t)2 * topk * SELECT_SAMPLE / n_cand) + 8;
-    if (r >= SELECT_SAMPLE || quickselect(sample, SELECT_SAMPLE, r + 1, scores)) return 0;
-    const float t = scores[sample[r]];
-    int n = 0;
-    for (int w = 0; w < n_cand; w++)
-        if (scores[w] >= t) {
-            if (n == cap) return 0;
-            cand[n++] = w;
-        }
-    return n >= topk ? n : 0;
-}
-
 int dsv4_indexer_select(const float *scores, int n_cand, int topk, int *work, int *sel) {
     if (n_cand <= topk) {
         for (int w = 0; w < n_cand; w++) sel[w] = w;
@@ -147,25 +94,17 @@ int dsv4_indexer_select(const float *scores, int n_cand, int topk, int *work, in
     if (topk <= 0) return 0;
     for (int w = 0; w < n_cand; w++)
         if (scores[w] != scores[w]) return select_heap(scores, n_cand, topk, work, sel);
-    /* long rows: quickselect over the candidates past a sampled threshold (ascending in
-     * work[0, nc), a copy for the quickselect behind them), not over every entry */
-    int nc = n_cand >= 8 * topk ? select_candidates(scores, n_cand, topk, n_cand / 2, work) : 0;
-    const int *cand = work;
-    int *order = work + nc;
-    if (!nc) { /* every entry is a candidate */
-        nc = n_cand;
-        cand = NULL;
-        order = work;
-    }
-    for (int k = 0; k < nc; k++) order[k] = cand ? cand[k] : k;
-    if (quickselect(order, nc, topk, scores)) return select_heap(scores, n_cand, topk, work, sel);
-    /* the entry of rank topk, then every candidate ranking at or before it in ascending
-     * index order: the selection, already sorted */
-    const int kth = order[topk - 1];
-    int n = 0;
-    for (int k = 0; k < nc; k++) {
-        const int w = cand ? cand[k] : k;
-        if (w == kth || ranks_before(scores, w, kth)) sel[n++] = w;
+    /* the topk-th largest score by the radix select (dsv4_indexer_kth_largest, as the
+     * bounded path's thresholds), then every score above it and the lowest-index ties at it
+     * (ranks_before's order): the selection, already ascending */
+    const float v = dsv4_indexer_kth_largest(scores, n_cand, topk, work);
+    int above = 0;
+    for (int w = 0; w < n_cand; w++) above += scores[w] > v;
+    int n = 0, ties = topk - above;
+    for (int w = 0; w < n_cand; w++) {
+        const int tie = scores[w] == v && ties > 0;
+        if (scores[w] > v || tie) sel[n++] = w;
+        ties -= tie;
     }
     return n;
 }
