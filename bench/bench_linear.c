@@ -1,7 +1,7 @@
 /* bench_linear.c — dsv4_linear throughput against this machine's own roofline.
  *
  *   bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--gemm] [--experts] [--rows N,..]
- *                [--hot] [--shape S] [--moe]
+ *                [--hot] [--shape S] [--moe] [--fmt F] [--path P]
  *
  * Measured in the same run, one JSON line each, the probes being the library's
  * (kernels/probe.h, the same ones `dsv4 bench` uses):
@@ -30,7 +30,9 @@
  *           what the memory side costs.
  *           --shape S: only the shapes whose name contains S. The Flash checkpoint's
  *           widths (flash.wq_a, flash.wkv, flash.w13, flash.w2, flash.wq_b, flash.wo_b)
- *           run only when S names them, e.g. --shape flash.
+ *           run only when S names them, e.g. --shape flash. --fmt F: only format F (fp8,
+ *           fp4, fp4l, bf16). --path P: every call through path P (gemv, smallm, gemm;
+ *           dsv4_kctx_set_lin_path; a path the level lacks for the case falls back as there).
  *   "experts" (--experts, only the probes and these): a prefill's routed experts, the FP4
  *           w13 (512x1024) and w2 (1024x512) shapes at each --rows count, through every
  *           path dsv4_linear has for it (auto, gemv, smallm, gemm; dsv4_kctx_set_lin_path):
@@ -145,7 +147,7 @@ typedef struct {
 } decode_shape;
 
 static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads, const int *nrows, int n_nrows,
-                         int hot, const char *only) {
+                         int hot, const char *only, const char *fmt_only, int path) {
     static const decode_shape shapes[] = {
         {"wq_a", 256, 1024},        /* q LoRA down */
         {"wkv|w13", 512, 1024},     /* kv projection; the experts' w1 / w3 */
@@ -176,6 +178,7 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads,
         if (!strncmp(sh->name, "flash.", 6) && !(only && strstr(only, "flash."))) continue;
         for (int fi = 0; fi < 4; fi++) {
             const dsv4_wfmt f = fmts[fi];
+            if (fmt_only && strcmp(fmt_name(f), fmt_only)) continue;
             dsv4_mat m0 = make_mat(f, sh->rows, sh->cols);
             const int64_t mb = dsv4_mat_bytes(&m0);
             int nc = (int)((sweep_bytes + mb - 1) / mb); /* calls a sweep */
@@ -195,6 +198,7 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads,
                 const double bytes = (double)nc * (double)mb;
                 rounds rd = rounds_start();
                 int n_call = 0;
+                dsv4_kctx_set_lin_path(k, (dsv4_lin_path)path); /* --path (AUTO unless given) */
                 /* every call's own time too: its median shrugs off the preemptions of a
                  * shared machine that a whole sweep of calls rarely escapes */
                 double *call_t = malloc(sizeof(double) * (size_t)nc * (size_t)reps);
@@ -211,6 +215,7 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads,
                     if (r > 0) rounds_add(&rd, tc - t0, sg, bytes); /* round 0: warm-up */
                 }
                 const double median = rounds_median(&rd), best_t = rd.best_t, sbw = rd.best_probe;
+                dsv4_kctx_set_lin_path(k, DSV4_LIN_AUTO);
                 qsort(call_t, (size_t)n_call, sizeof(double), cmp_double);
                 const double med_call = call_t[n_call / 2];
                 free(call_t);
@@ -371,6 +376,8 @@ int main(int argc, char **argv) {
     int threads = 0, reps = 5, scalar = 0, quick = 0, decode_only = 0, gemm_only = 0, experts_only = 0, hot = 0;
     int moe_only = 0;
     const char *only = NULL; /* --shape */
+    const char *fmt_only = NULL; /* --fmt: only this weight format in the decode shapes */
+    int path = DSV4_LIN_AUTO;    /* --path: the decode shapes' dsv4_linear path (auto, gemv, smallm, gemm) */
     int nrows[16] = {1, 2}, n_nrows = 2; /* --rows: activation rows of the decode shapes */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
@@ -383,6 +390,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--hot")) hot = 1;
         else if (!strcmp(argv[i], "--moe")) moe_only = 1;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--fmt") && i + 1 < argc) fmt_only = argv[++i];
+        else if (!strcmp(argv[i], "--path") && i + 1 < argc) {
+            const char *v = argv[++i];
+            path = !strcmp(v, "gemv") ? DSV4_LIN_GEMV : !strcmp(v, "smallm") ? DSV4_LIN_SMALLM : !strcmp(v, "gemm") ? DSV4_LIN_GEMM : DSV4_LIN_AUTO;
+        }
         else if (!strcmp(argv[i], "--rows") && i + 1 < argc) {
             n_nrows = 0;
             for (char *t = strtok(argv[++i], ","); t && n_nrows < 16; t = strtok(NULL, ",")) {
@@ -395,7 +407,7 @@ int main(int argc, char **argv) {
             }
             if (n_nrows == 0) return 2;
         } else {
-            fprintf(stderr, "usage: bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--gemm] [--experts] [--moe] [--rows N,..] [--hot] [--shape S]\n");
+            fprintf(stderr, "usage: bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--gemm] [--experts] [--moe] [--rows N,..] [--hot] [--shape S] [--fmt F] [--path P]\n");
             return 2;
         }
     }
@@ -432,7 +444,7 @@ int main(int argc, char **argv) {
         dsv4_kctx_free(k);
         return 0;
     }
-    if (!gemm_only) bench_decode(k, probe, reps, threads, nrows, n_nrows, hot, only);
+    if (!gemm_only) bench_decode(k, probe, reps, threads, nrows, n_nrows, hot, only, fmt_only, path);
     if (decode_only) {
         dsv4_probe_free(probe);
         dsv4_kctx_free(k);
