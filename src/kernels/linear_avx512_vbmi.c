@@ -354,6 +354,181 @@ static VBMI void gemv1_fp8v(const dsv4_lin_call *c, const dsv4_mat *w, const flo
     }
 }
 
+/* ---- 2..8 activation rows on AMD cores: the bit decode, 4 far runs, x * 2^(b - 7) per row ---
+ * The generic kernel above (gemv_fp8v) at 2..7 rows decodes by the tables and multiplies
+ * every weight by its scale (the FMA pipes' work on Zen 5), keeps its [R][NX] accumulators
+ * where GCC puts them (the stack, unless unrolled) and reads R adjacent rows in step (which the
+ * hardware prefetchers follow at ~0.6 of the stream): wo_b 1024 x 2048 at 4 rows 2.7x the
+ * one-row time, 5..7 rows slower than 8 through small-M. Here, as the one-row bit decode
+ * (gemv1_fp8v_rows_xs): each weight row is e4m3 * 2^-120 by a sign-extend, a shift and an and,
+ * decoded once for all activation rows, against each row's x * 2^(b - 7) kept per scale band
+ * in a stack buffer (zero or a normal float, else the piece takes gemv_fp8v); 4 far-apart runs
+ * a block (one stream each); every accumulator a named register (unrolled), the activation
+ * rows in groups of at most 4 (16 accumulators), a group a pass over the block's columns (the
+ * block's 4 rows, 4 x cols bytes, stay in L1 for the next group's pass). Each accumulator adds
+ * the same chunks in the same order and hsum16's tree: the one-row kernel's bits, row by row
+ * (FMA(x * 2^(b - 7), e4m3 * 2^-120) rounds the exact product x * (e4m3 * scale), as
+ * FMA(x, e4m3 * scale) does). A row block with an NaN code is redone by gemv_fp8v's rows.
+ * The 4 runs are cut per scale band (4 runs of 32 rows of a 128-row band), so a block's 4 rows
+ * share x * 2^(b - 7) and each x chunk is loaded once for their 4 FMAs: with one run per
+ * quarter of the task (rows of 2 bands a block) every FMA took its own x load and the loop ran
+ * out of load ports (wo_b at 4 rows 83 us against 69, cold). Only where the driver routes it
+ * (dsv4_lin_kernels.fp8_few_gemv_cols: small-M's bit decode won at narrower rows). */
+
+#define GN_XB_MAX 16384 /* floats of x * 2^(b - 7) a piece keeps, 64 KB of stack: (NX, nb, ld) */
+
+/* a[r][s] += xs + s * xstep . w[r], r < R, s < G, over the m (<= 64) columns from i: chunk by
+ * chunk, the R rows' 16 weights decoded, then each x chunk loaded once for the R rows' FMAs
+ * (the R rows share a scale band, so x * 2^(b - 7) is theirs) */
+AINLINE VBMI void fp8n_step(int R, int G, const uint8_t *p, int64_t step, const float *xs, int64_t xstep, int64_t i,
+                            int m, __m512 a[G1_R][4], __m512i *scan) {
+    const __m512i keep = _mm512_set1_epi32((int)0x87FFFFFF); /* as dec_fp8x64_bits */
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        const int mq = m - 16 * q;
+        if (mq <= 0) break;
+        __m512 w[G1_R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *pr = p + r * step + 16 * q;
+            const __m128i b = mq >= 16 ? _mm_loadu_si128((const __m128i *)pr)
+                                       : _mm_maskz_loadu_epi8((__mmask16)((1u << mq) - 1u), pr);
+            w[r] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(b), 20), keep));
+        }
+#pragma GCC unroll 4
+        for (int s = 0; s < G; s++) {
+            __m512 xv = _mm512_load_ps(xs + s * xstep + i + 16 * q);
+            if (R > 1) __asm__("" : "+v"(xv)); /* one load for the R FMAs (smb_rows) */
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) a[r][s] = _mm512_fmadd_ps(xv, w[r], a[r][s]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) *scan = fp8_nan_scan(*scan, p + r * step, m);
+}
+
+/* rows o + r * rs (r < R, one scale band) against activation rows s0 .. s0 + G - 1 of xs
+ * ((NX, nb, ld) from band0, row s at xs + s * nb * ld); pf: this pass prefetches the runs */
+AINLINE VBMI void gemvn_fp8v_pass(int R, int G, int pf, const dsv4_mat *w, const float *xs, int64_t band0,
+                                  int64_t nb, int64_t ld, int s0, float *y, int64_t o, int64_t rs, __m512i *scan) {
+    const int64_t n = w->cols, step = rs * n, xstep = nb * ld, rows = w->rows;
+    const uint8_t *p = (const uint8_t *)w->w + o * n;
+    const float *xr = xs + s0 * xstep + (o / 128 - band0) * ld;
+    __m512 a[G1_R][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int s = 0; s < G; s++) a[r][s] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 64) {
+        const int m = n - i >= 64 ? 64 : (int)(n - i);
+        if (pf) pf_runs_line(p + i, step, R, GEMV_PF_FP8 / G1_R);
+        if (m == 64) fp8n_step(R, G, p + i, step, xr, xstep, i, 64, a, scan);
+        else fp8n_step(R, G, p + i, step, xr, xstep, i, m, a, scan);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int s = 0; s < G; s++) y[(int64_t)(s0 + s) * rows + o + r * rs] = hsum16(a[r][s]);
+}
+
+/* a row block that holds an NaN code, again by the table path (kept out of the hot loop) */
+static VBMI __attribute__((noinline)) void gemvn_fp8v_nan_rows(int R, int NX, const fp8_tab *t, const dsv4_mat *w,
+                                                               const float *x, float *y, int64_t o, int64_t rs) {
+    for (int r = 0; r < R; r++) {
+        switch (NX) {
+        case 2: gemv_fp8v_rows(1, 2, t, w, x, y, o + r * rs, &(gemv_pf){0}); break;
+        case 3: gemv_fp8v_rows(1, 3, t, w, x, y, o + r * rs, &(gemv_pf){0}); break;
+        case 4: gemv_fp8v_rows(1, 4, t, w, x, y, o + r * rs, &(gemv_pf){0}); break;
+        case 5: gemv_fp8v_rows(1, 5, t, w, x, y, o + r * rs, &(gemv_pf){0}); break;
+        case 6: gemv_fp8v_rows(1, 6, t, w, x, y, o + r * rs, &(gemv_pf){0}); break;
+        case 7: gemv_fp8v_rows(1, 7, t, w, x, y, o + r * rs, &(gemv_pf){0}); break;
+        default: gemv_fp8v_rows(1, 8, t, w, x, y, o + r * rs, &(gemv_pf){0}); break;
+        }
+    }
+}
+
+/* activation rows in groups of at most 4, as even as they go (5 = 3 + 2, 7 = 4 + 3) */
+#define GN_G0(NX) ((NX) <= 4 ? (NX) : ((NX) + 1) / 2)
+
+/* rows o + r * rs, r < R, all NX activation rows, group by group */
+AINLINE VBMI void gemvn_fp8v_rows(int R, int NX, const fp8_tab *t, const dsv4_mat *w, const float *x,
+                                  const float *xs, int64_t band0, int64_t nb, int64_t ld, float *y, int64_t o,
+                                  int64_t rs) {
+    const int G0 = GN_G0(NX), G1 = NX - G0;
+    __m512i scan = _mm512_setzero_si512();
+    gemvn_fp8v_pass(R, G0, 1, w, xs, band0, nb, ld, 0, y, o, rs, &scan);
+    if (G1 > 0) {
+        __m512i scan1 = _mm512_setzero_si512(); /* the codes were scanned in the first pass */
+        gemvn_fp8v_pass(R, G1, 0, w, xs, band0, nb, ld, G0, y, o, rs, &scan1);
+    }
+    if (fp8_nan_seen(scan)) gemvn_fp8v_nan_rows(R, NX, t, w, x, y, o, rs);
+}
+
+/* one piece [o0, o1) of whole bands whose (NX, nb, ld) buffer fits; 0 when some x * 2^(b - 7)
+ * is not zero or a normal float (nothing written to y) */
+AINLINE VBMI int gemvn_fp8v_piece(int NX, const fp8_tab *t, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+                                  int64_t o1) {
+    const int64_t n = w->cols, ld = (n + 15) & ~(int64_t)15;
+    const int64_t band0 = o0 / 128, nb = (o1 - 1) / 128 - band0 + 1;
+    _Alignas(64) float xs[GN_XB_MAX]; /* (NX, nb, ld) */
+    for (int s = 0; s < NX; s++)
+        if (gemv1_fp8v_fill(w, x + s * n, band0, nb, ld, 0x1p120f, xs + s * nb * ld)) return 0;
+    /* band by band, each as 4 far runs: a block's 4 rows share the band's x * 2^(b - 7) */
+    for (int64_t b0 = o0; b0 < o1;) {
+        const int64_t b1 = (b0 / 128 + 1) * 128 < o1 ? (b0 / 128 + 1) * 128 : o1;
+        const int64_t q = (b1 - b0) / G1_R; /* rows per run */
+        pf_runs_start((const uint8_t *)w->w + b0 * n, q * n, G1_R, q * n, GEMV_PF_FP8 / G1_R);
+        for (int64_t k = 0; k < q; k++) gemvn_fp8v_rows(G1_R, NX, t, w, x, xs, band0, nb, ld, y, b0 + k, q);
+        for (int64_t o = b0 + G1_R * q; o < b1; o++) gemvn_fp8v_rows(1, NX, t, w, x, xs, band0, nb, ld, y, o, 0);
+        b0 = b1;
+    }
+    return 1;
+}
+
+/* a task [o0, o1) at NX (2..8) rows in pieces of whole bands (the last may end inside one);
+ * 0 when not one band's buffer fits (then gemv_fp8v for the task) */
+AINLINE VBMI int gemvn_fp8v(int NX, const fp8_tab *t, const dsv4_mat *w, const float *x, float *y, int64_t o0,
+                            int64_t o1) {
+    const int64_t ld = (w->cols + 15) & ~(int64_t)15, nbmax = GN_XB_MAX / (NX * ld); /* bands a piece */
+    if (nbmax == 0) return 0;
+    for (int64_t s0 = o0; s0 < o1;) {
+        const int64_t end = (s0 / 128 + nbmax) * 128, s1 = end < o1 ? end : o1;
+        if (!gemvn_fp8v_piece(NX, t, w, x, y, s0, s1)) gemv_fp8v_nx(NX, t, w, x, y, s0, s1);
+        s0 = s1;
+    }
+    return 1;
+}
+
+/* each row count its own function (as gemv_fp4_n*, linear_avx512.c) */
+#define GEMVN_FP8V_FN(NX)                                                                                        \
+    static VBMI __attribute__((noinline)) int gemvn_fp8v_n##NX(const fp8_tab *t, const dsv4_mat *w,            \
+                                                                const float *x, float *y, int64_t o0, int64_t o1) { \
+        return gemvn_fp8v(NX, t, w, x, y, o0, o1);                                                               \
+    }
+GEMVN_FP8V_FN(2)
+GEMVN_FP8V_FN(3)
+GEMVN_FP8V_FN(4)
+GEMVN_FP8V_FN(5)
+GEMVN_FP8V_FN(6)
+GEMVN_FP8V_FN(7)
+GEMVN_FP8V_FN(8)
+
+/* 0 when the call is not the bit decode's (Intel, F32 scales, rows too long for one band) */
+static VBMI int gemvn_fp8v_bits(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y,
+                                int64_t o0, int64_t o1) {
+    if (!c->tab->subnormal_fma_fast || w->scale_is_f32 || nx < 2 || nx > 8) return 0;
+    const fp8_tab t = fp8_tab_load(c->tab);
+    switch (nx) {
+    case 2: return gemvn_fp8v_n2(&t, w, x, y, o0, o1);
+    case 3: return gemvn_fp8v_n3(&t, w, x, y, o0, o1);
+    case 4: return gemvn_fp8v_n4(&t, w, x, y, o0, o1);
+    case 5: return gemvn_fp8v_n5(&t, w, x, y, o0, o1);
+    case 6: return gemvn_fp8v_n6(&t, w, x, y, o0, o1);
+    case 7: return gemvn_fp8v_n7(&t, w, x, y, o0, o1);
+    default: return gemvn_fp8v_n8(&t, w, x, y, o0, o1);
+    }
+}
+
 /* dsv4_lin_call.fp8_prescale at level avx512vbmi: one activation row (the batch-1 GEMV),
  * ue8m0 scales, every block's scale byte <= 246 (so e4m3 * scale is finite, and exact for
  * every code: the smallest, 2^-9 * 2^-127, is an F32 subnormal with one significant bit),
@@ -385,7 +560,9 @@ DSV4_HOT_AT(gemv_avx512vbmi, 0x410)
 static void gemv_avx512vbmi(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
                             int64_t o1) {
     if (w->fmt == DSV4_WF_FP8 && nx == 1) gemv1_fp8v(c, w, x, y, o0, o1);
-    else if (w->fmt == DSV4_WF_FP8) gemv_fp8v(c, w, x, nx, y, o0, o1);
+    else if (w->fmt == DSV4_WF_FP8) {
+        if (!gemvn_fp8v_bits(c, w, x, nx, y, o0, o1)) gemv_fp8v(c, w, x, nx, y, o0, o1);
+    }
     else dsv4_lin_avx512_gemv(c, w, x, nx, y, o0, o1); /* FP4 and FP4L included: see gemv_fp4 (linear_avx512.c) */
 }
 
@@ -409,7 +586,15 @@ static const dsv4_lin_kernels avx512vbmi_kernels = {
      * "Session 23, bf16m") */
     {[DSV4_WF_F32] = 2, [DSV4_WF_F16] = 17, [DSV4_WF_BF16] = 8, [DSV4_WF_FP8] = 8, [DSV4_WF_FP4] = SMF_MIN_ROWS,
      [DSV4_WF_FP4L] = SMF_MIN_ROWS /* the lanes layout through the same paths (smallm.c): the same bits */},
-    dsv4_lin_avx512vbmi_smallm, 1 /* FP4L: gemv_avx512vbmi hands it to dsv4_lin_avx512_gemv (gemv_fp4l_*) */};
+    dsv4_lin_avx512vbmi_smallm, 1 /* FP4L: gemv_avx512vbmi hands it to dsv4_lin_avx512_gemv (gemv_fp4l_*) */,
+    /* FP8 at 2..7 rows on AMD cores: small-M's bit decode (smallm_fp8_bits) took 0.55-0.85x the
+     * time of this GEMV's table kernel (gemv_fp8v) on every decode shape, cold, 2 threads (wo_b
+     * 1024 x 2048 at 4 rows 79 against 118-189 us; wkv 512 x 1024 at 4 rows 21 against 31-52),
+     * except rows of 2048+ columns at 2..4 rows, where gemvn_fp8v's far runs read the stream
+     * faster (wo_b 54 / 60 / 69 us at 2 / 3 / 4 rows against small-M's 67 / 75 / 79; the head's
+     * 8192 x 1024 went small-M: it is BF16 in the model). bench_linear --decode --fmt fp8,
+     * BENCHMARKS.md session 33 fewm. */
+    1, 2048, 4};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512vbmi(void) { return &avx512vbmi_kernels; }
 

@@ -216,7 +216,7 @@ static void gemm_scalar(const dsv4_lin_call *c, const dsv4_mat *w, const float *
     dsv4_lin_gemm_tiled(&scalar_tiles, c, w, x, n_rows, y, o0, scratch);
 }
 
-static const dsv4_lin_kernels scalar_kernels = {0, 0, 0, NULL, gemm_scalar, NULL, {0}, NULL, 0};
+static const dsv4_lin_kernels scalar_kernels = {0, 0, 0, NULL, gemm_scalar, NULL, {0}, NULL, 0, 0, 0, 0};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void) { return &scalar_kernels; }
 
@@ -313,6 +313,10 @@ static dsv4_lin_path lin_pick(dsv4_kctx *k, const dsv4_mat *w, int n_rows, int d
     if (force == DSV4_LIN_GEMV && can_gemv) return DSV4_LIN_GEMV;
     if (force == DSV4_LIN_GEMM) return DSV4_LIN_GEMM;
     if (can_smallm && n_rows >= sm_min && (n_rows <= 32 || n_rows * n <= LIN_SMALLM_BIG_X_FLOATS))
+        return DSV4_LIN_SMALLM;
+    if (can_smallm && kn->fp8_few_smallm && w->fmt == DSV4_WF_FP8 && !w->scale_is_f32 && n_rows >= 2 &&
+        dsv4_kctx_lin_tables(k)->subnormal_fma_fast &&
+        !(n >= kn->fp8_few_gemv_cols && n_rows <= kn->fp8_few_gemv_rows))
         return DSV4_LIN_SMALLM;
     if (can_gemv && n_rows <= (w->fmt == DSV4_WF_FP8 ? kn->gemv_max_rows_fp8 : kn->gemv_max_rows))
         return DSV4_LIN_GEMV;

@@ -171,6 +171,13 @@ typedef struct dsv4_lin_kernels {
     /* the gemv reads DSV4_WF_FP4L (0: the driver plans every FP4L product of the level as a
      * GEMM, whose bits are the GEMV's: linear_fast.h's contract) */
     int gemv_fp4l;
+    /* FP8 with ue8m0 scales where F32 subnormal FMA operands cost nothing
+     * (dsv4_lin_tables.subnormal_fma_fast: AMD cores): calls of 2 .. smallm_min_rows[FP8] - 1
+     * rows take the small-M path (its bit decode in registers) unless the rows have at least
+     * fp8_few_gemv_cols columns and the call at most fp8_few_gemv_rows rows (the GEMV's own
+     * few-row bit decode, linear_avx512_vbmi.c gemvn_fp8v); 0: the thresholds above alone */
+    int fp8_few_smallm;
+    int fp8_few_gemv_cols, fp8_few_gemv_rows;
 } dsv4_lin_kernels;
 
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void);
