@@ -578,6 +578,63 @@ AINLINE void gemv1_dense(int fmt, const dsv4_mat *w, const float *x, float *y, i
     for (int64_t o = o0 + G1_DENSE_R * q; o < o1; o++) gemv1_dense_rows(fmt, 1, w, x, y, o, 0, dist);
 }
 
+/* ---- 2..4 activation rows, BF16: 4 far runs as gemv1_dense --------------------------------
+ * gemv_dense reads R adjacent rows in step, which the hardware prefetchers follow at ~0.6 of
+ * the stream: the LM head (8192 x 1024 BF16) at 2-4 rows took 1.6x its one-row time, cold,
+ * with FMAs to spare. Here a task's rows go as gemv1_dense's 4 far runs (one sequential
+ * stream each), each 16 weights decoded once for the NX activation rows; every accumulator a
+ * named register (4 x NX <= 16), chunks in ascending order, hsum16's tree: each row's bits
+ * are its one-row call's. bench_linear --decode --fmt bf16, cold, 2 threads: the head at 2 /
+ * 3 / 4 rows 250 / 266 / 275 us against 438 / 433 / 421 (one row 279), wo_b 1024 x 2048 66 /
+ * 72 / 78 against 136 / 143 / 138; hot in L2 1.0-1.15x the adjacent rows' time (the DRAM case
+ * is decode's). In step (timeline, odd steps against even, batch 2 / 4): the head's job 0.61 /
+ * 0.72x the time (A/A 0.99 / 1.00), the step 0.92 / 0.94x (A/A 0.99 / 0.98). BENCHMARKS.md
+ * session 33 fewm. */
+/* ... for tasks of at least this many rows: runs of 16+ rows. The router's 256 x 1024 at 2
+ * rows is cut in tasks of 16 rows (4 runs of 4 rows), where the far runs took 1.10x the adjacent
+ * rows' time in step (their odd steps against the even, beside an A/A's 1.04) */
+#define GN_DENSE_MIN_ROWS 64
+
+AINLINE void gemvn_dense_rows(int fmt, int R, int NX, const dsv4_mat *w, const float *x, float *y, int64_t o,
+                              int64_t rs, int64_t dist) {
+    const int64_t n = w->cols, rows = w->rows;
+    const int esz = fmt == DSV4_WF_F32 ? 4 : 2;
+    const int64_t step = rs * n * (int64_t)esz;
+    const char *p = (const char *)w->w + o * n * (int64_t)esz;
+    __m512 a[G1_DENSE_R][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const int m = n - i >= 16 ? 16 : (int)(n - i);
+        if (((i * esz) & 63) == 0) pf_runs_line(p + i * esz, step, R, dist);
+        __m512 xv[4];
+#pragma GCC unroll 4
+        for (int s = 0; s < NX; s++)
+            xv[s] = m == 16 ? _mm512_loadu_ps(x + s * n + i) : _mm512_maskz_loadu_ps(mask16(m), x + s * n + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512 wv = m == 16 ? dec_dense(fmt, p + r * step, i, 16) : dec_dense(fmt, p + r * step, i, m);
+#pragma GCC unroll 4
+            for (int s = 0; s < NX; s++) a[r][s] = _mm512_fmadd_ps(xv[s], wv, a[r][s]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int s = 0; s < NX; s++) y[s * rows + o + r * rs] = hsum16(a[r][s]);
+}
+
+AINLINE void gemvn_dense(int fmt, int NX, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    const int64_t rb = w->cols * (fmt == DSV4_WF_F32 ? 4 : 2);
+    const int64_t q = (o1 - o0) / G1_DENSE_R;
+    const int64_t dist = GEMV_PF_DENSE / G1_DENSE_R;
+    pf_runs_start((const char *)w->w + o0 * rb, q * rb, G1_DENSE_R, q * rb, dist);
+    for (int64_t k = 0; k < q; k++) gemvn_dense_rows(fmt, G1_DENSE_R, NX, w, x, y, o0 + k, q, dist);
+    for (int64_t o = o0 + G1_DENSE_R * q; o < o1; o++) gemvn_dense_rows(fmt, 1, NX, w, x, y, o, 0, dist);
+}
+
 static void gemv_f32(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
     if (nx == 1) gemv1_dense(DSV4_WF_F32, w, x, y, o0, o1);
     else gemv_dense(DSV4_WF_F32, w, x, nx, y, o0, o1);
@@ -588,6 +645,10 @@ static void gemv_f16(const dsv4_mat *w, const float *x, int nx, float *y, int64_
 DSV4_HOT_AT(gemv_bf16, 0xe90)
 static void gemv_bf16(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
     if (nx == 1) gemv1_dense(DSV4_WF_BF16, w, x, y, o0, o1);
+    else if (nx <= 4 && o1 - o0 < GN_DENSE_MIN_ROWS) gemv_dense(DSV4_WF_BF16, w, x, nx, y, o0, o1);
+    else if (nx == 2) gemvn_dense(DSV4_WF_BF16, 2, w, x, y, o0, o1);
+    else if (nx == 3) gemvn_dense(DSV4_WF_BF16, 3, w, x, y, o0, o1);
+    else if (nx == 4) gemvn_dense(DSV4_WF_BF16, 4, w, x, y, o0, o1);
     else gemv_dense(DSV4_WF_BF16, w, x, nx, y, o0, o1);
 }
 
