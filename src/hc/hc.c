@@ -221,38 +221,50 @@ HC_TILE void dots_tiles(__m512d acc[][HC_DOTS_MAX][2], int m, const double *f0, 
     }
 }
 
-/* dots (RB, n_mix + 1) of rows h (RB, n) against fn (n_mix, n), read from fn_f64 (the same,
- * widened) or, when that is NULL, widened here slab by slab (the same doubles). */
-HC_TILE void dots_rows_block(const float *h, int64_t n, const float *fn, const double *fn_f64, int n_mix,
-                             double *dots, const int RB) {
+/* dots [m0, m1) (of n_mix + 1: m = n_mix is h . h) of rows h (RB, n) against fn (n_mix, n), read
+ * from fn_f64 (the same, widened) or, when that is NULL, widened here slab by slab (the same
+ * doubles), into dots (RB, n_mix + 1). Each dot's lanes take the same products in the same
+ * order whatever [m0, m1) is: any split of the dots gives the bits of the whole. */
+HC_TILE void dots_rows_block(const float *h, int64_t n, const float *fn, const double *fn_f64, int n_mix, int m0,
+                             int m1, double *dots, const int RB) {
     __m512d acc[HC_ROWS][HC_DOTS_MAX][2]; /* (rows, mix + 1, lanes 0-7 | 8-15) */
     double hw[HC_ROWS][HC_SLAB] __attribute__((aligned(64))); /* (rows, slab) h widened */
     const int nd = n_mix + 1, slab = RB > HC_TILE_ROWS ? HC_SLAB / 2 : HC_SLAB; /* a multiple of 16 */
+    const int me = m1 < n_mix ? m1 : n_mix; /* the fn rows' end */
     for (int r = 0; r < RB; r++)
-        for (int m = 0; m < nd; m++) acc[r][m][0] = acc[r][m][1] = _mm512_setzero_pd();
+        for (int m = m0; m < m1; m++) acc[r][m][0] = acc[r][m][1] = _mm512_setzero_pd();
     const int64_t nv = n / 16 * 16;
     for (int64_t s0 = 0; s0 < nv; s0 += slab) {
         const int len = (int)(nv - s0 < slab ? nv - s0 : slab);
         for (int r = 0; r < RB; r++)
             for (int c = 0; c < len; c += 8)
                 _mm512_store_pd(hw[r] + c, _mm512_cvtps_pd(_mm256_loadu_ps(h + r * n + s0 + c)));
-        int m = 0;
+        int m = m0;
         if (RB == HC_ROWS && !fn_f64) {
-            for (; m < n_mix; m++)
+            for (; m < me; m++)
                 dots_tile8(acc, m, fn + m * n + s0, s0 + slab < nv ? fn + m * n + s0 + slab : NULL, hw, len);
         } else if (fn_f64) {
-            for (; m + 2 <= n_mix; m += 2)
+            for (; m + 2 <= me; m += 2)
                 dots_tiles(acc, m, fn_f64 + m * n + s0, fn_f64 + (m + 1) * n + s0, NULL, NULL, hw, len, RB, 2);
-            if (m < n_mix) dots_tiles(acc, m, fn_f64 + m * n + s0, NULL, NULL, NULL, hw, len, RB, 1);
+            if (m < me) dots_tiles(acc, m, fn_f64 + m * n + s0, NULL, NULL, NULL, hw, len, RB, 1);
         } else {
-            for (; m + 2 <= n_mix; m += 2)
+            /* the next slab of this block's fn rows asked for now, as dots_tile8 does: 1 KB of
+             * each of up to 24 rows a slab are too many short streams for the hardware
+             * prefetchers (Zen 5, flash_quarter, in step: hc_pre's jobs -10 / -25 / -38 us a
+             * step at batch 2 / 4 / 8, 48-50 of 63 pairs) */
+            if (s0 + slab < nv) {
+                const int64_t nx = nv - s0 - slab < slab ? nv - s0 - slab : slab;
+                for (int q = m; q < me; q++)
+                    for (int64_t c = 0; c < nx; c += 16) _mm_prefetch((const char *)(fn + q * n + s0 + slab + c), _MM_HINT_T0);
+            }
+            for (; m + 2 <= me; m += 2)
                 dots_tiles(acc, m, NULL, NULL, fn + m * n + s0, fn + (m + 1) * n + s0, hw, len, RB, 2);
-            if (m < n_mix) dots_tiles(acc, m, NULL, NULL, fn + m * n + s0, NULL, hw, len, RB, 1);
+            if (m < me) dots_tiles(acc, m, NULL, NULL, fn + m * n + s0, NULL, hw, len, RB, 1);
         }
-        self_tile(acc, n_mix, hw, len, RB);
+        if (m1 > n_mix) self_tile(acc, n_mix, hw, len, RB);
     }
     for (int r = 0; r < RB; r++)
-        for (int m = 0; m < nd; m++) {
+        for (int m = m0; m < m1; m++) {
             double s[16];
             _mm512_storeu_pd(s, acc[r][m][0]);
             _mm512_storeu_pd(s + 8, acc[r][m][1]);
@@ -265,15 +277,15 @@ HC_TILE void dots_rows_block(const float *h, int64_t n, const float *fn, const d
 DSV4_HOT_AT(dots_rows_avx512, 0x670)
 __attribute__((target("avx512f"))) static void dots_rows_avx512(const float *h, int n_rows, int64_t n,
                                                                 const float *fn, const double *fn_f64,
-                                                                int n_mix, double *dots) {
+                                                                int n_mix, int m0, int m1, double *dots) {
     const int nd = n_mix + 1;
     int i = 0;
-    for (; i + 8 <= n_rows; i += 8) dots_rows_block(h + i * n, n, fn, fn_f64, n_mix, dots + i * nd, 8);
-    for (; i + 4 <= n_rows; i += 4) dots_rows_block(h + i * n, n, fn, fn_f64, n_mix, dots + i * nd, 4);
+    for (; i + 8 <= n_rows; i += 8) dots_rows_block(h + i * n, n, fn, fn_f64, n_mix, m0, m1, dots + i * nd, 8);
+    for (; i + 4 <= n_rows; i += 4) dots_rows_block(h + i * n, n, fn, fn_f64, n_mix, m0, m1, dots + i * nd, 4);
     switch (n_rows - i) {
-    case 3: dots_rows_block(h + i * n, n, fn, fn_f64, n_mix, dots + i * nd, 3); break;
-    case 2: dots_rows_block(h + i * n, n, fn, fn_f64, n_mix, dots + i * nd, 2); break;
-    case 1: dots_rows_block(h + i * n, n, fn, fn_f64, n_mix, dots + i * nd, 1); break;
+    case 3: dots_rows_block(h + i * n, n, fn, fn_f64, n_mix, m0, m1, dots + i * nd, 3); break;
+    case 2: dots_rows_block(h + i * n, n, fn, fn_f64, n_mix, m0, m1, dots + i * nd, 2); break;
+    case 1: dots_rows_block(h + i * n, n, fn, fn_f64, n_mix, m0, m1, dots + i * nd, 1); break;
     default: break;
     }
 }
@@ -627,15 +639,23 @@ void dsv4_hc_widen(const dsv4_config *cfg, const float *fn, int m0, int m1, doub
     for (int64_t i = m0 * n; i < m1 * n; i++) fn_f64[i] = fn[i];
 }
 
-void dsv4_hc_dots_rows(const dsv4_config *cfg, int simd, const float *h, int n_rows, const float *fn,
-                       const double *fn_f64, int n_mix, double *dots) {
+void dsv4_hc_dots_rows_part(const dsv4_config *cfg, int simd, const float *h, int n_rows, const float *fn,
+                            const double *fn_f64, int n_mix, int m0, int m1, double *dots) {
     const int64_t n = (int64_t)cfg->hc_mult * cfg->hidden_size;
+    if (m0 < 0) m0 = 0;
+    if (m1 > n_mix + 1) m1 = n_mix + 1;
+    if (m0 >= m1) return;
 #if HC_AVX512
     if (dsv4_hc_rows_blocked(cfg, simd) && n_mix + 1 <= HC_DOTS_MAX) {
-        dots_rows_avx512(h, n_rows, n, fn, fn_f64, n_mix, dots);
+        dots_rows_avx512(h, n_rows, n, fn, fn_f64, n_mix, m0, m1, dots);
         return;
     }
 #endif
     (void)fn_f64;
-    for (int i = 0; i < n_rows; i++) dsv4_hc_dots(cfg, simd, h + i * n, fn, n_mix, 0, n_mix + 1, dots + i * (n_mix + 1));
+    for (int i = 0; i < n_rows; i++) dsv4_hc_dots(cfg, simd, h + i * n, fn, n_mix, m0, m1, dots + i * (n_mix + 1));
+}
+
+void dsv4_hc_dots_rows(const dsv4_config *cfg, int simd, const float *h, int n_rows, const float *fn,
+                       const double *fn_f64, int n_mix, double *dots) {
+    dsv4_hc_dots_rows_part(cfg, simd, h, n_rows, fn, fn_f64, n_mix, 0, n_mix + 1, dots);
 }

@@ -75,5 +75,9 @@ int dsv4_hc_rows_blocked(const dsv4_config *cfg, int simd);
 void dsv4_hc_widen(const dsv4_config *cfg, const float *fn, int m0, int m1, double *fn_f64);
 void dsv4_hc_dots_rows(const dsv4_config *cfg, int simd, const float *h, int n_rows, const float *fn,
                        const double *fn_f64, int n_mix, double *dots);
+/* The dots [m0, m1) of the same (m = n_mix: h . h), each the same bits as from
+ * dsv4_hc_dots_rows: a block's dots split into parts over threads. The others untouched. */
+void dsv4_hc_dots_rows_part(const dsv4_config *cfg, int simd, const float *h, int n_rows, const float *fn,
+                            const double *fn_f64, int n_mix, int m0, int m1, double *dots);
 
 #endif

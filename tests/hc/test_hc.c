@@ -254,6 +254,34 @@ static void run_rows(const hc_case *t) {
                           hc, D, level, rows, w ? " (fn widened)" : " (fn as floats)");
             }
     }
+    /* the same dots by ranges (dsv4_hc_dots_rows_part: a batched decode step's few rows split
+     * over threads by dot, block.c sub_in_few): the norm dot first, then the pre dots, then the
+     * rest; two halves cut at an odd dot (the kernel pairs fn rows from the range's start); each
+     * dot alone. Every cut gives each dot the bits of the whole, and writes nothing else. */
+    const int odd = mix / 2 + 1;
+    const int cuts[3][8] = {{mix, nd, 0, hc, hc, mix, -1}, {0, odd, odd, nd, -1}, {-1}};
+    for (int level = 0; level <= (int)dsv4_cpu_simd(); level++)
+        for (int rows = 1; rows <= R; rows++)
+            for (int w = 0; w < 2; w++)
+                for (int k = 0; k < 3; k++) {
+                    memset(got, 0xff, sizeof(double) * R * nd);
+                    if (k < 2)
+                        for (int q = 0; cuts[k][q] >= 0; q += 2)
+                            dsv4_hc_dots_rows_part(&c, level, h, rows, fn, w ? fn_f64 : NULL, mix, cuts[k][q],
+                                                   cuts[k][q + 1], got);
+                    else
+                        for (int m = nd - 1; m >= 0; m--)
+                            dsv4_hc_dots_rows_part(&c, level, h, rows, fn, w ? fn_f64 : NULL, mix, m, m + 1, got);
+                    CHECK_MSG(!memcmp(want, got, sizeof(double) * rows * nd),
+                              "hc=%d D=%d level %d: dots of %d rows in parts (cut %d)%s differ", hc, D, level, rows, k,
+                              w ? " (fn widened)" : " (fn as floats)");
+                    /* past the rows: untouched */
+                    const unsigned char *tail = (const unsigned char *)(got + rows * nd);
+                    int clean = 1;
+                    for (size_t b = 0; b < sizeof(double) * (size_t)(R - rows) * nd; b++) clean &= tail[b] == 0xff;
+                    CHECK_MSG(clean, "hc=%d D=%d level %d: dots of %d rows in parts wrote past the rows", hc, D, level,
+                              rows);
+                }
     /* hc <= 4 and an AVX-512 CPU: the blocked kernel ran */
     if (hc <= 4 && dsv4_cpu_simd() >= DSV4_SIMD_AVX512) CHECK_MSG(blocked, "hc=%d: the blocked kernel never ran", hc);
     free(h); free(fn); free(fn_f64); free(want); free(got);
