@@ -28,7 +28,8 @@ typedef struct block_bufs {
     float *y;       /* (R, D) sub-block output */
     float *post;    /* (R, hc) */
     float *comb;    /* (R, hc, hc) */
-    double *dots;   /* (R, mix + 1) hc_pre's dots, when a row's are split over threads */
+    double *dots;   /* (2, R, mix + 1) hc_pre's dots, when a row's are split over threads (the
+                     * second half: the collapse part's of a few rows' split) */
     atomic_int *left; /* (R) the row's dot tasks not finished yet */
     double *fn_f64; /* (mix, hc*D) the sub-block's fn widened, for rows in blocks */
 } block_bufs;
@@ -39,7 +40,7 @@ static int block_take(dsv4_arena *a, const dsv4_config *c, int R, block_bufs *bb
     bb->y = dsv4_arena_take_n(a, (int64_t)R * D, sizeof(float));
     bb->post = dsv4_arena_take_n(a, (int64_t)R * hc, sizeof(float));
     bb->comb = dsv4_arena_take_n(a, (int64_t)R * hc * hc, sizeof(float));
-    bb->dots = dsv4_arena_take_n(a, (int64_t)R * (dsv4_cfg_mix(c) + 1), sizeof(double));
+    bb->dots = dsv4_arena_take_n(a, (int64_t)2 * R * (dsv4_cfg_mix(c) + 1), sizeof(double));
     bb->left = dsv4_arena_take_n(a, R, sizeof(atomic_int));
     bb->fn_f64 = dsv4_arena_take_n(a, (int64_t)dsv4_cfg_mix(c) * hc * D, sizeof(double));
     return bb->x && bb->y && bb->post && bb->comb && bb->dots && bb->left && bb->fn_f64;
@@ -55,7 +56,7 @@ typedef struct {
     float *post, *comb;  /* (R, hc), (R, hc, hc) */
     const dsv4_numerics *nm;
     int parts;           /* dot tasks per row (split rows) */
-    double *dots;        /* (R, mix + 1) split rows, blocked rows */
+    double *dots;        /* (R, mix + 1) split rows, blocked rows; few rows (2, R, mix + 1) */
     atomic_int *left;    /* (R) split rows */
     double *fn_f64;      /* (mix, hc*D) blocked rows: sub_fn widened */
     int R, block;        /* blocked rows: rows, rows per task */
@@ -159,6 +160,49 @@ static void sub_in_part(void *arg, int t, int tid) {
     }
 }
 
+/* A few rows (2 .. SUB_IN_FEW_MAX) over parts tasks, the dots of all rows split by range:
+ * part p runs the dots [sub_in_first(p), sub_in_first(p + 1)) of every row together
+ * (dsv4_hc_dots_rows_part: fn's rows read once for all the rows, where a task a row read all
+ * of fn once a row, 384 KB at flash_quarter, from memory at every step). As one row's split
+ * (sub_in_part): part 0 runs the hc pre dots and the norm dot of every row into the second
+ * half of dots, then the rows' collapses and norms; parts 1 .. parts - 1 share the dots [hc,
+ * mix] and whichever finishes the last runs the rows' Sinkhorns. Each dot the bits of
+ * dsv4_hc_dots, whoever computes it and beside whichever others. */
+static void sub_in_few(void *arg, int p, int tid) {
+    (void)tid;
+    const sub_in_job *j = arg;
+    const dsv4_config *c = j->c;
+    const int R = j->R, mix = dsv4_cfg_mix(c), nd = mix + 1, hc = c->hc_mult, D = c->hidden_size;
+    const int64_t row = (int64_t)hc * D;
+    const float *base = j->sub ? j->b->hc_ffn_base : j->b->hc_attn_base;
+    const float *scale = j->sub ? j->b->hc_ffn_scale : j->b->hc_attn_scale;
+    if (p == 0) {
+        double *dots = j->dots + (size_t)R * nd; /* (R, mix + 1): [0, hc) and [mix] */
+        dsv4_hc_dots_rows_part(c, j->simd, j->h, R, sub_fn(j), NULL, mix, 0, hc, dots);
+        dsv4_hc_dots_rows_part(c, j->simd, j->h, R, sub_fn(j), NULL, mix, mix, nd, dots);
+        for (int i = 0; i < R; i++) {
+            float *xi = j->x + (size_t)i * D;
+            double *di = dots + (size_t)i * nd;
+            for (int m = hc; m < mix; m++) di[m] = 0; /* finite; the collapse reads [0, hc) and [mix] */
+            dsv4_hc_pre_finish_x(c, j->simd, j->h + i * row, di, base, scale, xi, j->ex);
+            j->nm->round(j->nm, DSV4_ACT_COLLAPSE, xi, D);
+            dsv4_rmsnorm(xi, sub_norm(j), D, (float)c->rms_norm_eps, xi);
+            j->nm->round(j->nm, DSV4_ACT_NORM, xi, D);
+        }
+        return;
+    }
+    dsv4_hc_dots_rows_part(c, j->simd, j->h, R, sub_fn(j), NULL, mix, sub_in_first(c, j->parts, p),
+                           sub_in_first(c, j->parts, p + 1), j->dots);
+    /* release our dots; the last part acquires everyone's and runs the Sinkhorns */
+    if (atomic_fetch_sub_explicit(&j->left[0], 1, memory_order_acq_rel) != 1) return;
+    for (int i = 0; i < R; i++) {
+        double *di = j->dots + (size_t)i * nd;
+        memset(di, 0, (size_t)hc * sizeof(double)); /* finite; part 0 has the real ones */
+        dsv4_hc_pre_finish_pc(c, j->simd, di, base, scale, j->post + (size_t)i * hc, j->comb + (size_t)i * hc * hc,
+                              j->ex);
+    }
+}
+
 /* Blocked rows, first job: row t of fn widened. */
 static void sub_in_widen(void *arg, int t, int tid) {
     (void)tid;
@@ -201,6 +245,12 @@ static void sub_out_row(void *arg, int i, int tid) {
 /* Rows from which hc_pre's blocked dots read fn widened once per call (sub_in). */
 #define HC_WIDEN_MIN_ROWS 64
 
+/* Rows up to which a batched decode step's hc_pre splits all its rows' dots by range
+ * (sub_in_few) instead of a task a row (or a block). */
+#ifndef SUB_IN_FEW_MAX
+#define SUB_IN_FEW_MAX 7
+#endif
+
 /* Dot tasks per row of hc_pre: with fewer rows than threads (decode) one row's mix + 1
  * dots over hc*D values (24 x 16K at Flash: 1.6 MB of fn read per row) are the serial
  * part, so they are shared out, about two tasks per thread; else a row is a task. */
@@ -223,6 +273,12 @@ static void sub_in(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *c, 
     sub_in_job j = {c, b, sub, dsv4_kctx_simd(k), h, bb->x, bb->post, bb->comb, nm,
                     sub_in_parts(c, R, T), bb->dots, bb->left, bb->fn_f64, R, 4, NULL};
     j.ex = dsv4_kctx_exp(k); /* the exp in lanes where it equals libm's (kctx.h), else NULL */
+    if (R >= 2 && R <= SUB_IN_FEW_MAX && T >= 2 && dsv4_hc_rows_blocked(c, j.simd)) {
+        j.parts = sub_in_parts(c, 1, T);
+        atomic_init(&bb->left[0], j.parts - 1); /* part 0 is the collapse's */
+        dsv4_kctx_parallel(k, j.parts, sub_in_few, &j);
+        return;
+    }
     if (R >= 4 * T && dsv4_hc_rows_blocked(c, j.simd)) {
         /* rows in blocks of 4 (several tasks per thread), or 8 below. Every block reads all of fn:
          * from 64 rows widening it once (mix rows of hc*D doubles, a job of its own) costs
