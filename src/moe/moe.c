@@ -645,6 +645,11 @@ static int routed_groups(const dsv4_config *cfg, const dsv4_block_w *b, moe_scra
  * route fails, task 0 says so and the caller goes on (sliced path, or the error's rerun). */
 #define MOE_FUSED_MAX_ROWS 32 /* rows of a pass that takes it (more: a prefill's, whose router is
                                * too large for one thread and whose groups are not few-row) */
+/* From 2 rows on: at 2-4 rows (where the shared expert is itself a few-row group) the router
+ * ran as the gate's product job, the routing job and the gather before experts_few, ~20 us
+ * of joins and serial work a layer; fused, the serial gaps fell by 18 / 31 / 32 us a step
+ * at batch 2 / 3 / 4, the gate's jobs' 71-86 us of wall went and the MoE job grew by 36-42
+ * (Zen 5, flash_quarter, steps alternated in one process: 45-58 of 63 pairs). */
 
 typedef struct fused_job {
     few_job few;              /* the routed experts, ordered by task 0 into order */
@@ -778,7 +783,7 @@ static int moe_pass(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *cf
     moe_rows_job rj = {cfg, nm, m, x, y, R * K};
     float *shg = m->gu + 2 * (int64_t)R * K * I; /* after the routed slots' gate and up rows */
     const dsv4_moe_group shared = {&b->sh_w1, &b->sh_w3, &b->sh_w2, x, NULL, R, m->sh, shg, shg + (int64_t)R * I};
-    if (nm == dsv4_numerics_exact() && R > MOE_FEW_ROWS && R <= MOE_FUSED_MAX_ROWS && E <= MOE_FEW_MAX &&
+    if (nm == dsv4_numerics_exact() && R >= 2 && R <= MOE_FUSED_MAX_ROWS && E <= MOE_FEW_MAX &&
         dsv4_kctx_threads(k) > 1) {
         /* a batched decode step: the router beside the shared expert (fused_job) */
         if (!moe_fused(k, nm, cfg, b, x, tokens, R, m, &shared)) { /* a route failed: again, for its message */

@@ -760,7 +760,7 @@ static void test_few_row_job(void) {
     tfree_all();
 }
 
-/* A batched decode pass (5..32 rows, exact numerics, 2 and 3 threads) routes beside the shared
+/* A batched decode pass (2..32 rows, exact numerics, 2 and 3 threads) routes beside the shared
  * expert in one job (moe.c fused_job): the same bits and selections as on one thread, where the
  * router, gather and experts are separate jobs. 16 experts of K 2: mostly few-row groups (the
  * few-row job); 8 of K 3: larger groups (the sliced path after the job); 1 and 33 rows: the
@@ -772,7 +772,7 @@ static void test_fused_router(void) {
         {"fused sliced", 24, 12, 8, 3, 40, 5, 2, DSV4_SCORE_SIGMOID, 2.0, 2.5, 1, 0, 1},
         {"fused hash", 16, 8, 16, 2, 12, 1, 3, DSV4_SCORE_SQRTSOFTPLUS, 1.0, 1.5, 1, 0, 0},
     };
-    static const int rows[] = {1, 5, 6, 9, 16, 32, 33};
+    static const int rows[] = {1, 2, 3, 4, 5, 6, 9, 16, 32, 33};
     dsv4_err err;
     dsv4_kctx *kt[2], *k1 = kctx;
     CHECK(dsv4_kctx_create(2, 256, &kt[0], &err) == DSV4_OK);
@@ -801,12 +801,13 @@ static void test_fused_router(void) {
             }
         }
         if (cs[c].layer_id < cs[c].n_hash) { /* a token outside the table: the call fails as on one thread */
-            tok[4] = 12;
-            for (int t = 0; t < 2; t++) {
-                kctx = kt[t];
-                CHECK(moe_fwd(&f.cfg, &f.b, x, tok, 16, y, NULL, &err) == DSV4_ERR_ARG);
-                CHECK_ERR(err, DSV4_ERR_ARG, "token id 12");
-            }
+            tok[1] = 12;
+            for (int t = 0; t < 2; t++)
+                for (int S = 3; S <= 16; S += 13) {
+                    kctx = kt[t];
+                    CHECK(moe_fwd(&f.cfg, &f.b, x, tok, S, y, NULL, &err) == DSV4_ERR_ARG);
+                    CHECK_ERR(err, DSV4_ERR_ARG, "token id 12");
+                }
         }
         tfree_all();
     }
