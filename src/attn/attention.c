@@ -8,6 +8,8 @@
  * row computes is in attn_row.c; here the rows are split into thread-pool tasks.
  */
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -418,6 +420,9 @@ int dsv4_attn_pool(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
 #define ATTEND_IDX_MAX_CHUNK 1024
 #define ATTEND_BLOCK_BUDGET ((int64_t)1 << 20)
 #define ATTEND_MIN_GROUP_HEADS 2
+#define ATTEND_SPLIT_MAX 8 /* rows of a block split in halves of their heads (split_task), at most */
+#define ATTEND_SPLIT_ROWS 8 /* blocks of fewer rows than this many a thread take it (a decode step's;
+                             * a prefill's blocks even out by stealing, a row of many a thread) */
 
 typedef struct attend_job {
     const dsv4_attn_ctx *ctx;
@@ -453,6 +458,8 @@ typedef struct attend_job {
     float *o;                 /* (R, H, hd) */
     float *ug;                /* (G, R, in_g) o group-major for the output projection, or NULL */
     int store;                /* each row's task stores its window and ring rows (attn_store_row) */
+    int n_whole, n_split;     /* split_task: rows [0, n_whole) whole, the next n_split in two halves */
+    atomic_int *split_done;   /* (n_split) the split row's list gathered (release) */
 } attend_job;
 
 static void attn_store_row(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_batch *batch,
@@ -517,27 +524,57 @@ static void gather_task(void *arg, int bi, int tid) {
     if (j->store) attn_store_row(j->ctx, j->b, j->batch, j->w, j->row_span[q.i], q.i);
 }
 
-/* Step 4: one group of heads of one row. */
-static void heads_task(void *arg, int task, int tid) {
-    const attend_job *j = arg;
+/* Step 4: heads [h0, h0 + nh) of row bi of the block. */
+static void row_heads(const attend_job *j, int bi, int h0, int nh, int tid) {
     const int H = j->ctx->cfg->num_attention_heads, hd = j->ctx->cfg->head_dim;
-    const int bi = task / j->groups, h0 = (task % j->groups) * j->group_heads;
     const dsv4_attn_query q = job_query(j, j->r0 + bi);
     /* the row's heads to o (R, H, hd), or straight to the output projection's group-major
      * input (G, R, hg * hd) */
     const int hg = j->ug ? H / j->ctx->cfg->o_groups : H;
     const int64_t gs = j->ug ? (int64_t)j->batch->n_rows * hg * hd : 0;
     float *o = j->ug ? j->ug + (size_t)q.i * hg * hd : j->o + (size_t)q.i * H * hd;
-    dsv4_attn_row_heads_to(&q, j->rows + (size_t)bi * j->n_kv_max, j->n_kv[bi], h0, j->group_heads,
+    dsv4_attn_row_heads_to(&q, j->rows + (size_t)bi * j->n_kv_max, j->n_kv[bi], h0, nh,
                            j->frows ? j->frows + (size_t)tid * j->n_kv_max : NULL,
                            j->stage ? j->stage + (size_t)tid * j->n_kv_max * hd : NULL,
                            j->probs + (size_t)tid * H * j->n_kv_max, o, hg, gs);
+}
+
+/* Step 4: one group of heads of one row. */
+static void heads_task(void *arg, int task, int tid) {
+    const attend_job *j = arg;
+    row_heads(j, task / j->groups, (task % j->groups) * j->group_heads, j->group_heads, tid);
 }
 
 /* Steps 3 and 4 of one row, all heads in one group (groups == 1). */
 static void row_task(void *arg, int bi, int tid) {
     gather_task(arg, bi, tid);
     heads_task(arg, bi, tid);
+}
+
+/* Steps 3 and 4 of a block whose rows do not divide among the threads (a batched decode
+ * step of 3, 5, 7 rows on 2 threads): rows [0, n_whole) a task each, the last n_split rows
+ * in two halves of their heads (as batch 1 runs a row). Tasks: the split rows' first halves
+ * (each with its row's list), then the whole rows, then the split rows' second halves, which
+ * wait for their list: every task that waits comes after every task that gathers, and a
+ * thread walks its tasks in order, so whoever holds an unfinished gather is running it or
+ * will before any wait of its own. With a task a row, 3 rows on 2 threads took the time of
+ * 2 rows, one thread idle for a row (~15 us at 512 context a layer, ~35 at 4K on a CSA
+ * layer: Zen 5, flash_quarter). Each head's result is its own: the bits of any split. */
+static void split_task(void *arg, int t, int tid) {
+    const attend_job *j = arg;
+    const int H = j->ctx->cfg->num_attention_heads, half = H / 2, s = j->n_split, nw = j->n_whole;
+    if (t < s) {
+        gather_task(arg, nw + t, tid);
+        atomic_store_explicit(&j->split_done[t], 1, memory_order_release);
+        row_heads(j, nw + t, 0, half, tid);
+    } else if (t < s + nw) {
+        row_task(arg, t - s, tid);
+    } else {
+        const int k = t - s - nw;
+        for (long w = 0; !atomic_load_explicit(&j->split_done[k], memory_order_acquire); w++)
+            if (w > 4096) sched_yield(); /* the gathering thread may have been descheduled */
+        row_heads(j, nw + k, half, H - half, tid);
+    }
 }
 
 /* The sizes attend's scratch depends on: those of a call, or bounds on them (sizing). */
@@ -741,7 +778,17 @@ static int attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_ba
             groups *= 2;
         job.groups = groups;
         job.group_heads = H / groups;
-        if (groups == 1) { /* a row's list and its heads in one task: one job, one barrier */
+        const int n_split = T >= 2 && nb < ATTEND_SPLIT_ROWS * T ? nb % T : 0;
+        if (groups == 1 && n_split && (nb + n_split) % T == 0 && n_split <= ATTEND_SPLIT_MAX && H % 2 == 0 &&
+            H / 2 >= ATTEND_MIN_GROUP_HEADS) {
+            /* the rows do not divide among the threads: the last n_split rows in halves */
+            atomic_int split_done[ATTEND_SPLIT_MAX];
+            for (int k = 0; k < n_split; k++) atomic_init(&split_done[k], 0);
+            job.n_whole = nb - n_split;
+            job.n_split = n_split;
+            job.split_done = split_done;
+            dsv4_kctx_parallel(ctx->k, nb + n_split, split_task, &job);
+        } else if (groups == 1) { /* a row's list and its heads in one task: one job, one barrier */
             dsv4_kctx_parallel(ctx->k, nb, row_task, &job);
         } else {
             /* batch-1 decode: wo_a's weights behind the heads' job (the gather inline) */
