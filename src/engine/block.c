@@ -246,10 +246,10 @@ static void sub_out_row(void *arg, int i, int tid) {
 #define HC_WIDEN_MIN_ROWS 64
 
 /* Rows up to which a batched decode step's hc_pre splits all its rows' dots by range
- * (sub_in_few) instead of a task a row (or a block). */
-#ifndef SUB_IN_FEW_MAX
+ * (sub_in_few) instead of a task a row (or a block). At 8 rows part 0's 8 collapses and
+ * norms made the job end on one thread (Zen 5, flash_quarter, in step: idle +74 us a step,
+ * the wall -19 against the blocked path's -38 with the prefetch alone). */
 #define SUB_IN_FEW_MAX 7
-#endif
 
 /* Dot tasks per row of hc_pre: with fewer rows than threads (decode) one row's mix + 1
  * dots over hc*D values (24 x 16K at Flash: 1.6 MB of fn read per row) are the serial
