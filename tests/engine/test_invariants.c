@@ -30,6 +30,7 @@ typedef struct outputs {
 } outputs;
 
 static int V, D, HC, N, REFERENCE;
+static int THREADS; /* dsv4_engine_opts.threads of run_one's engines (0: every core) */
 static unsigned FIDELITY; /* dsv4_engine_opts.fidelity of every engine */
 static int32_t *tokens;
 
@@ -113,7 +114,7 @@ static int run_drivers(dsv4_engine *e, driver *ds, int n, dsv4_err *err) {
 
 static int run_one(dsv4_model *m, const int *chunks, int n_chunks, int mtp_chunk, outputs *o) {
     dsv4_engine_opts eo = {.max_context = N, .max_seqs = 4, .mtp = 1, .reference = REFERENCE,
-                           .fidelity = FIDELITY, .kv_dtype = test_kv_dtype()};
+                           .fidelity = FIDELITY, .kv_dtype = test_kv_dtype(), .threads = THREADS};
     dsv4_engine *e;
     dsv4_err err = {0};
     if (dsv4_engine_create(m, &eo, &e, &err)) { fprintf(stderr, "%s\n", err.msg); return -1; }
@@ -201,6 +202,27 @@ int main(int argc, char **argv) {
         same(&o, &ref, "random chunk schedule");
         free(sched);
     }
+
+    /* 2b. calls of 2-7 rows (a batched decode step's sizes: hc_pre's dots split by range over all
+     * the rows, the rows job's odd row in halves of its heads, the router beside the shared
+     * expert) on 1, 3 and 4 threads: the bits of the one-shot prefill on the default threads */
+    if (!fidelity)
+        for (int t = 1; t <= 4; t++) {
+            if (t == 2) continue;
+            THREADS = t;
+            const int few[] = {2, 3, 5, 6, 7};
+            for (size_t i = 0; i < sizeof few / sizeof few[0]; i++) {
+                if (t == 1 && few[i] != 3) continue; /* one thread: every path's serial form */
+                int *sched = malloc((size_t)N * sizeof(int));
+                for (int j = 0; j < N; j++) sched[j] = few[i];
+                CHECK(run_one(m, sched, N, 0, &o) == 0);
+                char what[64];
+                snprintf(what, sizeof what, "chunks of %d on %d threads", few[i], t);
+                same(&o, &ref, what);
+                free(sched);
+            }
+            THREADS = 0;
+        }
 
     /* 3 + 6. a ragged batch in an engine whose slots were used before: three sequences with
      * different schedules run together; the middle one must match the reference */
