@@ -595,7 +595,7 @@ AINLINE void gemv1_dense(int fmt, const dsv4_mat *w, const float *x, float *y, i
  * rows' time in step (their odd steps against the even, beside an A/A's 1.04) */
 #define GN_DENSE_MIN_ROWS 64
 
-AINLINE void gemvn_dense_rows(int fmt, int R, int NX, const dsv4_mat *w, const float *x, float *y, int64_t o,
+AINLINE void gemvn_dense_rows(int fmt, int R, int NX, int pf, const dsv4_mat *w, const float *x, float *y, int64_t o,
                               int64_t rs, int64_t dist) {
     const int64_t n = w->cols, rows = w->rows;
     const int esz = fmt == DSV4_WF_F32 ? 4 : 2;
@@ -608,7 +608,7 @@ AINLINE void gemvn_dense_rows(int fmt, int R, int NX, const dsv4_mat *w, const f
         for (int s = 0; s < NX; s++) a[r][s] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 16) {
         const int m = n - i >= 16 ? 16 : (int)(n - i);
-        if (((i * esz) & 63) == 0) pf_runs_line(p + i * esz, step, R, dist);
+        if (pf && ((i * esz) & 63) == 0) pf_runs_line(p + i * esz, step, R, dist);
         __m512 xv[4];
 #pragma GCC unroll 4
         for (int s = 0; s < NX; s++)
@@ -630,9 +630,20 @@ AINLINE void gemvn_dense(int fmt, int NX, const dsv4_mat *w, const float *x, flo
     const int64_t rb = w->cols * (fmt == DSV4_WF_F32 ? 4 : 2);
     const int64_t q = (o1 - o0) / G1_DENSE_R;
     const int64_t dist = GEMV_PF_DENSE / G1_DENSE_R;
+    /* 8 rows as two groups of 4 (16 accumulators), the second pass over the block's 4 rows
+     * from L1 */
+    const int G0 = NX <= 4 ? NX : NX / 2, G1 = NX - G0;
+    const float *x1 = x + G0 * w->cols;
+    float *y1 = y + G0 * w->rows;
     pf_runs_start((const char *)w->w + o0 * rb, q * rb, G1_DENSE_R, q * rb, dist);
-    for (int64_t k = 0; k < q; k++) gemvn_dense_rows(fmt, G1_DENSE_R, NX, w, x, y, o0 + k, q, dist);
-    for (int64_t o = o0 + G1_DENSE_R * q; o < o1; o++) gemvn_dense_rows(fmt, 1, NX, w, x, y, o, 0, dist);
+    for (int64_t k = 0; k < q; k++) {
+        gemvn_dense_rows(fmt, G1_DENSE_R, G0, 1, w, x, y, o0 + k, q, dist);
+        if (G1 > 0) gemvn_dense_rows(fmt, G1_DENSE_R, G1, 0, w, x1, y1, o0 + k, q, dist);
+    }
+    for (int64_t o = o0 + G1_DENSE_R * q; o < o1; o++) {
+        gemvn_dense_rows(fmt, 1, G0, 1, w, x, y, o, 0, dist);
+        if (G1 > 0) gemvn_dense_rows(fmt, 1, G1, 0, w, x1, y1, o, 0, dist);
+    }
 }
 
 static void gemv_f32(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
@@ -645,10 +656,11 @@ static void gemv_f16(const dsv4_mat *w, const float *x, int nx, float *y, int64_
 DSV4_HOT_AT(gemv_bf16, 0xe90)
 static void gemv_bf16(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
     if (nx == 1) gemv1_dense(DSV4_WF_BF16, w, x, y, o0, o1);
-    else if (nx <= 4 && o1 - o0 < GN_DENSE_MIN_ROWS) gemv_dense(DSV4_WF_BF16, w, x, nx, y, o0, o1);
+    else if ((nx <= 4 || nx == 8) && o1 - o0 < GN_DENSE_MIN_ROWS) gemv_dense(DSV4_WF_BF16, w, x, nx, y, o0, o1);
     else if (nx == 2) gemvn_dense(DSV4_WF_BF16, 2, w, x, y, o0, o1);
     else if (nx == 3) gemvn_dense(DSV4_WF_BF16, 3, w, x, y, o0, o1);
     else if (nx == 4) gemvn_dense(DSV4_WF_BF16, 4, w, x, y, o0, o1);
+    else if (nx == 8) gemvn_dense(DSV4_WF_BF16, 8, w, x, y, o0, o1); /* 5..7: the adjacent rows ran as fast in step */
     else gemv_dense(DSV4_WF_BF16, w, x, nx, y, o0, o1);
 }
 

@@ -17,6 +17,9 @@
 #include "kernels/kctx.h"
 #include "util/hot.h"
 
+#define LIN_BF16_GEMV8_NX 8          /* see lin_pick */
+#define LIN_BF16_GEMV8_MIN_ROWS 1024
+
 /* Below this many multiply-adds a call runs on the caller's thread: waking the pool
  * costs more than the work. */
 #define LIN_SERIAL_MACS (1 << 16)
@@ -312,6 +315,13 @@ static dsv4_lin_path lin_pick(dsv4_kctx *k, const dsv4_mat *w, int n_rows, int d
     if (force == DSV4_LIN_SMALLM && can_smallm) return DSV4_LIN_SMALLM;
     if (force == DSV4_LIN_GEMV && can_gemv) return DSV4_LIN_GEMV;
     if (force == DSV4_LIN_GEMM) return DSV4_LIN_GEMM;
+    /* BF16 at 8 rows, tall matrices (the LM head): the GEMV's far runs in two groups of 4
+     * (linear_avx512.c gemvn_dense) against small-M's adjacent rows, in step (timeline, batch 8,
+     * odd steps against even) the head's job 0.86x the time (A/A 1.01). Shorter matrices (the
+     * router's 256 rows) are cut in tasks too small for far runs and keep small-M. */
+    if (w->fmt == DSV4_WF_BF16 && n_rows == LIN_BF16_GEMV8_NX && w->rows >= LIN_BF16_GEMV8_MIN_ROWS && can_gemv &&
+        kn->gemv_rows >= LIN_BF16_GEMV8_NX && force == DSV4_LIN_AUTO)
+        return DSV4_LIN_GEMV;
     if (can_smallm && n_rows >= sm_min && (n_rows <= 32 || n_rows * n <= LIN_SMALLM_BIG_X_FLOATS))
         return DSV4_LIN_SMALLM;
     if (can_smallm && kn->fp8_few_smallm && w->fmt == DSV4_WF_FP8 && !w->scale_is_f32 && n_rows >= 2 &&

@@ -6,7 +6,8 @@
  * gemvn_fp8v at wide rows) and with the GEMV forced (gemvn_fp8v at every width), on 1..3
  * threads. FP8 (ue8m0 and F32 scales), BF16 and both FP4 layouts; shapes with several scale
  * bands and a partial last one, odd output counts (rows past the 4 far runs), a masked last
- * column chunk, the decode step's widths 256 .. 2048 and Flash's 4096. Inputs: random; x
+ * column chunk, the decode step's widths 256 .. 2048 and Flash's 4096, a tall BF16 matrix (1030 rows: 8-row calls take
+ * the GEMV's far runs, lin_pick). Inputs: random; x
  * with zeros and subnormals; one activation row huge (x * 2^(b - 7) overflows: that piece
  * falls back to the table path); NaN codes in three weight rows (their outputs NaN in both
  * calls, every other output the same bits). */
@@ -55,7 +56,7 @@ static void check_rows(const tmat *t, const float *x, int nr, int level, const c
 }
 
 static void check_level(int level) {
-    static const int64_t shapes[][2] = {{300, 2048}, {261, 1024}, {517, 256}, {130, 4096}, {67, 2100}, {9, 133}};
+    static const int64_t shapes[][2] = {{300, 2048}, {261, 1024}, {517, 256}, {1030, 256}, {130, 4096}, {67, 2100}, {9, 133}};
     const dsv4_wfmt fmts[4] = {DSV4_WF_FP8, DSV4_WF_BF16, DSV4_WF_FP4L, DSV4_WF_FP4};
     for (int fi = 0; fi < 4; fi++)
         for (int sc = 0; sc < 2; sc++)
