@@ -653,14 +653,23 @@ static void gemv_f32(const dsv4_mat *w, const float *x, int nx, float *y, int64_
 static void gemv_f16(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
     gemv_dense(DSV4_WF_F16, w, x, nx, y, o0, o1);
 }
+/* the far runs at 2..4 and 8 rows, out of gemv_bf16 (noinline): inlined there they grew the
+ * hot-placed function from 18 to 28 KB around the batch-1 head's loop (as gemv_fp4_n*) */
+static __attribute__((noinline)) void gemvn_bf16(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
+                                                 int64_t o1) {
+    switch (nx) {
+    case 2: gemvn_dense(DSV4_WF_BF16, 2, w, x, y, o0, o1); break;
+    case 3: gemvn_dense(DSV4_WF_BF16, 3, w, x, y, o0, o1); break;
+    case 4: gemvn_dense(DSV4_WF_BF16, 4, w, x, y, o0, o1); break;
+    default: gemvn_dense(DSV4_WF_BF16, 8, w, x, y, o0, o1); break;
+    }
+}
+
 DSV4_HOT_AT(gemv_bf16, 0xe90)
 static void gemv_bf16(const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0, int64_t o1) {
     if (nx == 1) gemv1_dense(DSV4_WF_BF16, w, x, y, o0, o1);
-    else if ((nx <= 4 || nx == 8) && o1 - o0 < GN_DENSE_MIN_ROWS) gemv_dense(DSV4_WF_BF16, w, x, nx, y, o0, o1);
-    else if (nx == 2) gemvn_dense(DSV4_WF_BF16, 2, w, x, y, o0, o1);
-    else if (nx == 3) gemvn_dense(DSV4_WF_BF16, 3, w, x, y, o0, o1);
-    else if (nx == 4) gemvn_dense(DSV4_WF_BF16, 4, w, x, y, o0, o1);
-    else if (nx == 8) gemvn_dense(DSV4_WF_BF16, 8, w, x, y, o0, o1); /* 5..7: the adjacent rows ran as fast in step */
+    /* 5..7: the adjacent rows ran as fast in step */
+    else if ((nx <= 4 || nx == 8) && o1 - o0 >= GN_DENSE_MIN_ROWS) gemvn_bf16(w, x, nx, y, o0, o1);
     else gemv_dense(DSV4_WF_BF16, w, x, nx, y, o0, o1);
 }
 
