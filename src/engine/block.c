@@ -76,15 +76,17 @@ static const float *sub_fn(const sub_in_job *j) { return j->sub ? j->b->hc_ffn_f
 
 static const float *sub_norm(const sub_in_job *j) { return j->sub ? j->b->ffn_norm : j->b->attn_norm; }
 
+static const float *sub_base(const sub_in_job *j) { return j->sub ? j->b->hc_ffn_base : j->b->hc_attn_base; }
+
+static const float *sub_scale(const sub_in_job *j) { return j->sub ? j->b->hc_ffn_scale : j->b->hc_attn_scale; }
+
 /* hc_pre of row i from its dots (the collapse, rounded as nm keeps it). */
 static void sub_in_collapse(const sub_in_job *j, int i, const double *dots) {
     const dsv4_config *c = j->c;
     const int D = c->hidden_size, hc = c->hc_mult;
-    const float *base = j->sub ? j->b->hc_ffn_base : j->b->hc_attn_base;
-    const float *scale = j->sub ? j->b->hc_ffn_scale : j->b->hc_attn_scale;
     float *xi = j->x + (size_t)i * D;
-    dsv4_hc_pre_finish(c, j->simd, j->h + (size_t)i * hc * D, dots, base, scale, xi, j->post + (size_t)i * hc,
-                       j->comb + (size_t)i * hc * hc, j->ex);
+    dsv4_hc_pre_finish(c, j->simd, j->h + (size_t)i * hc * D, dots, sub_base(j), sub_scale(j), xi,
+                       j->post + (size_t)i * hc, j->comb + (size_t)i * hc * hc, j->ex);
     j->nm->round(j->nm, DSV4_ACT_COLLAPSE, xi, D);
 }
 
@@ -107,6 +109,28 @@ static void sub_in_row(void *arg, int i, int tid) {
         dsv4_hc_dots(j->c, j->simd, j->h + (size_t)i * j->c->hc_mult * j->c->hidden_size, sub_fn(j), mix, 0,
                      mix + 1, dots);
     sub_in_finish(j, i, dots);
+}
+
+/* A split row's collapse half: x of row i from its hc pre dots and norm dot (dots [0, hc)
+ * and [mix]; the others unread), then the norm. */
+static void sub_in_split_x(const sub_in_job *j, int i, const double *dots) {
+    const dsv4_config *c = j->c;
+    const int D = c->hidden_size;
+    float *xi = j->x + (size_t)i * D;
+    dsv4_hc_pre_finish_x(c, j->simd, j->h + (size_t)i * c->hc_mult * D, dots, sub_base(j), sub_scale(j), xi, j->ex);
+    j->nm->round(j->nm, DSV4_ACT_COLLAPSE, xi, D);
+    dsv4_rmsnorm(xi, sub_norm(j), D, (float)c->rms_norm_eps, xi);
+    j->nm->round(j->nm, DSV4_ACT_NORM, xi, D);
+}
+
+/* A split row's Sinkhorn half: post and comb of row i from its dots [hc, mix]. Dots [0, hc)
+ * are the collapse half's, kept apart: the finish only needs them finite, so they are zeroed
+ * here. */
+static void sub_in_split_pc(const sub_in_job *j, int i, double *dots) {
+    const int hc = j->c->hc_mult;
+    memset(dots, 0, (size_t)hc * sizeof(double));
+    dsv4_hc_pre_finish_pc(j->c, j->simd, dots, sub_base(j), sub_scale(j), j->post + (size_t)i * hc,
+                          j->comb + (size_t)i * hc * hc, j->ex);
 }
 
 /* The first dot of part p of a split row (sub_in_part; p = parts: mix + 1). Part 0 has the hc
@@ -134,30 +158,19 @@ static void sub_in_part(void *arg, int t, int tid) {
     const dsv4_config *c = j->c;
     const int i = t / j->parts, p = t % j->parts, mix = dsv4_cfg_mix(c), hc = c->hc_mult, D = c->hidden_size;
     const float *h = j->h + (size_t)i * hc * D;
-    const float *base = j->sub ? j->b->hc_ffn_base : j->b->hc_attn_base;
-    const float *scale = j->sub ? j->b->hc_ffn_scale : j->b->hc_attn_scale;
     /* hc is in [1, DSV4_HC_MAX] here: sub_in_parts gives other hc one part (sub_in_row) */
     if (p == 0) {
         double dots[(2 + DSV4_HC_MAX) * DSV4_HC_MAX + 1] = {0}; /* (mix + 1): [0, hc) and [mix] */
         dsv4_hc_dots(c, j->simd, h, sub_fn(j), mix, 0, hc, dots);
         dsv4_hc_dots(c, j->simd, h, sub_fn(j), mix, mix, mix + 1, dots);
-        float *xi = j->x + (size_t)i * D;
-        dsv4_hc_pre_finish_x(c, j->simd, h, dots, base, scale, xi, j->ex);
-        j->nm->round(j->nm, DSV4_ACT_COLLAPSE, xi, D);
-        dsv4_rmsnorm(xi, sub_norm(j), D, (float)c->rms_norm_eps, xi);
-        j->nm->round(j->nm, DSV4_ACT_NORM, xi, D);
+        sub_in_split_x(j, i, dots);
         return;
     }
     /* the Sinkhorn's dots of part p */
     double *dots = j->dots + (size_t)i * (mix + 1);
     dsv4_hc_dots(c, j->simd, h, sub_fn(j), mix, sub_in_first(c, j->parts, p), sub_in_first(c, j->parts, p + 1), dots);
-    /* release our dots; the last one acquires everyone's. Dots [0, hc) are part 0's, kept in
-     * its own array: the finish only needs them finite, so it zeroes them here */
-    if (atomic_fetch_sub_explicit(&j->left[i], 1, memory_order_acq_rel) == 1) {
-        memset(dots, 0, (size_t)hc * sizeof(double));
-        dsv4_hc_pre_finish_pc(c, j->simd, dots, base, scale, j->post + (size_t)i * hc, j->comb + (size_t)i * hc * hc,
-                              j->ex);
-    }
+    /* release our dots; the last one acquires everyone's */
+    if (atomic_fetch_sub_explicit(&j->left[i], 1, memory_order_acq_rel) == 1) sub_in_split_pc(j, i, dots);
 }
 
 /* A few rows (2 .. SUB_IN_FEW_MAX) over parts tasks, the dots of all rows split by range:
@@ -172,22 +185,15 @@ static void sub_in_few(void *arg, int p, int tid) {
     (void)tid;
     const sub_in_job *j = arg;
     const dsv4_config *c = j->c;
-    const int R = j->R, mix = dsv4_cfg_mix(c), nd = mix + 1, hc = c->hc_mult, D = c->hidden_size;
-    const int64_t row = (int64_t)hc * D;
-    const float *base = j->sub ? j->b->hc_ffn_base : j->b->hc_attn_base;
-    const float *scale = j->sub ? j->b->hc_ffn_scale : j->b->hc_attn_scale;
+    const int R = j->R, mix = dsv4_cfg_mix(c), nd = mix + 1, hc = c->hc_mult;
     if (p == 0) {
         double *dots = j->dots + (size_t)R * nd; /* (R, mix + 1): [0, hc) and [mix] */
         dsv4_hc_dots_rows_part(c, j->simd, j->h, R, sub_fn(j), NULL, mix, 0, hc, dots);
         dsv4_hc_dots_rows_part(c, j->simd, j->h, R, sub_fn(j), NULL, mix, mix, nd, dots);
         for (int i = 0; i < R; i++) {
-            float *xi = j->x + (size_t)i * D;
             double *di = dots + (size_t)i * nd;
             for (int m = hc; m < mix; m++) di[m] = 0; /* finite; the collapse reads [0, hc) and [mix] */
-            dsv4_hc_pre_finish_x(c, j->simd, j->h + i * row, di, base, scale, xi, j->ex);
-            j->nm->round(j->nm, DSV4_ACT_COLLAPSE, xi, D);
-            dsv4_rmsnorm(xi, sub_norm(j), D, (float)c->rms_norm_eps, xi);
-            j->nm->round(j->nm, DSV4_ACT_NORM, xi, D);
+            sub_in_split_x(j, i, di);
         }
         return;
     }
@@ -195,12 +201,7 @@ static void sub_in_few(void *arg, int p, int tid) {
                            sub_in_first(c, j->parts, p + 1), j->dots);
     /* release our dots; the last part acquires everyone's and runs the Sinkhorns */
     if (atomic_fetch_sub_explicit(&j->left[0], 1, memory_order_acq_rel) != 1) return;
-    for (int i = 0; i < R; i++) {
-        double *di = j->dots + (size_t)i * nd;
-        memset(di, 0, (size_t)hc * sizeof(double)); /* finite; part 0 has the real ones */
-        dsv4_hc_pre_finish_pc(c, j->simd, di, base, scale, j->post + (size_t)i * hc, j->comb + (size_t)i * hc * hc,
-                              j->ex);
-    }
+    for (int i = 0; i < R; i++) sub_in_split_pc(j, i, j->dots + (size_t)i * nd);
 }
 
 /* Blocked rows, first job: row t of fn widened. */
@@ -221,10 +222,8 @@ static void sub_in_block(void *arg, int t, int tid) {
     const dsv4_config *c = j->c;
     const int D = c->hidden_size, hc = c->hc_mult;
     /* the block's rows finished together (their Sinkhorns side by side), then rounded */
-    dsv4_hc_pre_finish_rows(c, j->simd, j->h + i0 * row, n, j->dots + (int64_t)i0 * nd,
-                            j->sub ? j->b->hc_ffn_base : j->b->hc_attn_base,
-                            j->sub ? j->b->hc_ffn_scale : j->b->hc_attn_scale, j->x + (size_t)i0 * D,
-                            j->post + (size_t)i0 * hc, j->comb + (size_t)i0 * hc * hc, j->ex);
+    dsv4_hc_pre_finish_rows(c, j->simd, j->h + i0 * row, n, j->dots + (int64_t)i0 * nd, sub_base(j), sub_scale(j),
+                            j->x + (size_t)i0 * D, j->post + (size_t)i0 * hc, j->comb + (size_t)i0 * hc * hc, j->ex);
     for (int i = i0; i < i0 + n; i++) j->nm->round(j->nm, DSV4_ACT_COLLAPSE, j->x + (size_t)i * D, D);
     /* the block's norms side by side (each row's sum its own chain, as dsv4_rmsnorm) */
     dsv4_rmsnorm_rows(j->simd, j->x + (size_t)i0 * D, sub_norm(j), D, (float)j->c->rms_norm_eps, n);
