@@ -10,6 +10,7 @@
  */
 #include "kernels/cpu.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,7 +72,15 @@ int dsv4_simd_env(int dflt, struct dsv4_err *err) {
     const char *env = getenv("DSV4_SIMD");
     if (!env) return dflt;
     const int level = dsv4_simd_parse(env);
-    if (level < 0) dsv4_fail(err, DSV4_ERR_ARG, "DSV4_SIMD=%s: unknown kernel level (portable, avx2 or avx512)", env);
+    if (level < 0) { /* the names from the table, so a new level cannot be left out of the message */
+        char names[96] = "";
+        for (int l = DSV4_SIMD_SCALAR; l <= DSV4_SIMD_MAX; l++) {
+            const size_t u = strlen(names);
+            snprintf(names + u, sizeof names - u, "%s%s", l == DSV4_SIMD_SCALAR ? "" : l == DSV4_SIMD_MAX ? " or " : ", ",
+                     dsv4_simd_name((dsv4_simd)l));
+        }
+        dsv4_fail(err, DSV4_ERR_ARG, "DSV4_SIMD=%s: unknown kernel level (%s)", env, names);
+    }
     return level;
 }
 

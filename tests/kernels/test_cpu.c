@@ -75,6 +75,9 @@ int main(void) {
     CHECK(level_under("0", &err) == DSV4_SIMD_SCALAR);
     CHECK(level_under("sse", &err) == -1);
     CHECK_ERR(err, DSV4_ERR_ARG, "DSV4_SIMD=sse: unknown kernel level");
+    for (int l = DSV4_SIMD_SCALAR; l <= DSV4_SIMD_MAX; l++) /* the message lists every level a user may set */
+        CHECK_MSG(strstr(err.msg, dsv4_simd_name((dsv4_simd)l)) != NULL, "the message \"%s\" omits %s", err.msg,
+                  dsv4_simd_name((dsv4_simd)l));
     CHECK(level_under("", &err) == -1);
     CHECK_ERR(err, DSV4_ERR_ARG, "unknown kernel level");
     return test_report();
