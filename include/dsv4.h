@@ -191,7 +191,8 @@ typedef struct dsv4_engine_opts {
     int c_max;             /* most rows of one span; 0 = 2048 */
     int max_rows;          /* most rows of one call, all its spans together (a server's step
                             * budget); sizes the scratch arena made at create, so no call
-                            * allocates. 0 = max_seqs x c_max */
+                            * allocates (its pages are written at create: resident memory from
+                            * then on, no page faults in a call). 0 = max_seqs x c_max */
     int mtp;               /* 1: keep MTP caches (D_max = 1) */
     int threads;           /* worker threads; 0 = dsv4_available_cores() */
     uint64_t cache_bytes;  /* byte budget for compressed pools; 0 = enough for max_seqs x max_context */

@@ -1,8 +1,11 @@
 /* test_mem_fit.c — the memory fit check (dsv4_mem_fit_*): the released Flash checkpoint's
  * bytes computed from its config alone against the published figures (spec/model.md §2.1:
  * total_size 159,609,485,896 bytes in 69,187 tensors), the cache figure against the
- * planner, the verdict's arithmetic, and the machine-memory parsers. */
+ * planner, the verdict's arithmetic, the scratch arena resident from create, and the
+ * machine-memory parsers. */
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "cache/cache.h"
 #include "dsv4.h"
@@ -10,6 +13,7 @@
 #include "model/config.h"
 #include "model/info.h"
 #include "test.h"
+#include "util/arena.h"
 #include "util/machine.h"
 
 int main(void) {
@@ -70,7 +74,8 @@ int main(void) {
     CHECK(strstr(err.msg, "/nonexistent/config.json") != NULL);
 
     /* the scratch figure is the arena a real engine makes with these options (threads
-     * included: attention keeps per-thread buffers) */
+     * included: attention keeps per-thread buffers), and every page of it is resident after
+     * create (util/arena.h: the forward does not fault it in) */
     FILE *shared = fopen(test_shared_root(), "r");
     if (shared) {
         fclose(shared);
@@ -87,9 +92,44 @@ int main(void) {
             CHECK_MSG(e && f4.scratch_bytes == dsv4_engine_scratch_bytes(e) && e->scratch.cap >= f4.scratch_bytes,
                       "fit says %llu scratch bytes, the engine made %zu", (unsigned long long)f4.scratch_bytes,
                       e ? e->scratch.cap : 0);
+            if (e) {
+                const size_t pg = 4096, n_pg = (e->scratch.cap + pg - 1) / pg;
+                unsigned char *in = malloc(n_pg);
+                size_t out = 0;
+                const int mc = in ? mincore(e->scratch.base, e->scratch.cap, in) : -1;
+                for (size_t i = 0; mc == 0 && i < n_pg; i++) out += !(in[i] & 1);
+                CHECK_MSG(mc == 0 && out == 0 && (uintptr_t)e->scratch.base % (2u << 20) == 0,
+                          "scratch arena: mincore %d, %zu of %zu pages not resident after create", mc, out, n_pg);
+                free(in);
+            }
             dsv4_engine_free(e);
             dsv4_model_close(m);
         }
+    }
+
+    /* the arena's parts: part 1 of 3 of 7 huge pages writes huge pages [2, 4) and nothing else;
+     * the three parts together are the whole arena */
+    {
+        const size_t H = (size_t)2 << 20, pg = 4096, n_pg = 7 * H / pg;
+        dsv4_arena a;
+        unsigned char *in = malloc(n_pg);
+        CHECK(in && dsv4_arena_init_huge(&a, 7 * H - 100, &err) == 0 && a.cap == 7 * H);
+        if (in && a.base) {
+            dsv4_arena_populate(&a, 1, 3);
+            size_t wrong = 0;
+            CHECK(mincore(a.base, a.cap, in) == 0);
+            /* from page 1: an allocator may write the first (ASan fills an allocation's first 4 KB) */
+            for (size_t i = 1; i < n_pg; i++) wrong += (in[i] & 1) != (i >= 2 * H / pg && i < 4 * H / pg);
+            CHECK_MSG(wrong == 0, "part 1 of 3: %zu of %zu pages resident or not where they should", wrong, n_pg);
+            dsv4_arena_populate(&a, 0, 3);
+            dsv4_arena_populate(&a, 2, 3);
+            wrong = 0;
+            CHECK(mincore(a.base, a.cap, in) == 0);
+            for (size_t i = 0; i < n_pg; i++) wrong += !(in[i] & 1);
+            CHECK_MSG(wrong == 0, "three parts: %zu of %zu pages not resident", wrong, n_pg);
+        }
+        free(in);
+        dsv4_arena_free(&a);
     }
 
     /* machine memory parsers */
