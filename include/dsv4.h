@@ -191,8 +191,7 @@ typedef struct dsv4_engine_opts {
     int c_max;             /* most rows of one span; 0 = 2048 */
     int max_rows;          /* most rows of one call, all its spans together (a server's step
                             * budget); sizes the scratch arena made at create, so no call
-                            * allocates (its pages are written at create: resident memory from
-                            * then on, no page faults in a call). 0 = max_seqs x c_max */
+                            * allocates. 0 = max_seqs x c_max */
     int mtp;               /* 1: keep MTP caches (D_max = 1) */
     int threads;           /* worker threads; 0 = dsv4_available_cores() */
     uint64_t cache_bytes;  /* byte budget for compressed pools; 0 = enough for max_seqs x max_context */
@@ -234,6 +233,12 @@ typedef struct dsv4_engine_opts {
     int fp4_layout;        /* in-memory layout of the packed FP4 weights (the routed experts):
                             * DSV4_FP4_*; 0 = DSV4_FP4_AUTO. Results are the same bits either
                             * way; dsv4_engine_get_opts gives what was done. */
+    int scratch_resident;  /* 1: the scratch arena in 2 MB pages, every page written at create
+                            * (on the engine's threads): no call pays its page faults, and its
+                            * whole size (dsv4_mem_fit's scratch_bytes) is resident from create.
+                            * 0: lazy 4 KB pages, resident as calls first touch them (a
+                            * 2048-row chunk of flash_quarter touched 275 MB of its 1.63 GB).
+                            * A server's choice (dsv4 serve and bench set it); same bits. */
 } dsv4_engine_opts;
 
 /* NUMA placement of the weights (dsv4_engine_opts.numa), for machines whose memory is in

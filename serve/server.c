@@ -52,6 +52,7 @@ static int engine_opts(const dsv4_server_opts *o, const dsv4_model *m, dsv4_engi
     eo->pin_threads = o->pin_threads;
     eo->kv_dtype = o->kv_dtype;
     eo->fp4_layout = o->fp4_layout;
+    eo->scratch_resident = 1; /* no request pays the arena's page faults */
     eo->cache_bytes = o->cache_bytes;
     eo->dist = o->dist;
     eo->parallel = o->parallel;

@@ -212,11 +212,13 @@ static int engine_create_body(const dsv4_model *m, const dsv4_engine_opts *opts,
     if (!rc) rc = dsv4_engine_prepare_fp4(e, err);
     if (!rc) rc = dsv4_engine_prepare_fidelity(e, err);
     if (!rc) e->moe_checked = moe_experts_ok(e, n_blocks);
-    /* resident from here on, in huge pages: a forward that first-touched it paid a fault a 4 KB
-     * page (util/arena.h). Written in parts of up to 32 MB on every thread: 1.6 GB of memory the
-     * host had not yet backed took 1.5 s on one thread of a 2-vCPU VM, 0.8 s on two */
-    if (!rc) rc = dsv4_arena_init_huge(&e->scratch, dsv4_engine_scratch_bytes(e), err);
-    if (!rc) {
+    /* scratch_resident: resident from here on, in huge pages (a forward that first-touched it
+     * paid a fault a 4 KB page, util/arena.h), written in parts of up to 32 MB on every thread:
+     * 1.6 GB of memory the host had not yet backed took 1.5 s on one thread of a 2-vCPU VM,
+     * 0.8 s on two. Else lazy 4 KB pages: only what calls touch becomes resident. */
+    if (!rc && !o->scratch_resident) rc = dsv4_arena_init(&e->scratch, dsv4_engine_scratch_bytes(e), err);
+    else if (!rc) rc = dsv4_arena_init_huge(&e->scratch, dsv4_engine_scratch_bytes(e), err);
+    if (!rc && o->scratch_resident) {
         populate_job j = {&e->scratch, (int)(e->scratch.cap / ((size_t)32 << 20)) + 1};
         dsv4_engine_for_each(e, j.parts, populate_part, &j);
     }

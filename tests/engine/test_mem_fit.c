@@ -74,7 +74,7 @@ int main(void) {
     CHECK(strstr(err.msg, "/nonexistent/config.json") != NULL);
 
     /* the scratch figure is the arena a real engine makes with these options (threads
-     * included: attention keeps per-thread buffers), and every page of it is resident after
+     * included: attention keeps per-thread buffers), and with scratch_resident every page of it is resident after
      * create (util/arena.h: the forward does not fault it in) */
     FILE *shared = fopen(test_shared_root(), "r");
     if (shared) {
@@ -84,7 +84,8 @@ int main(void) {
         dsv4_model *m = NULL;
         dsv4_engine *e = NULL;
         for (int threads = 1; threads <= 3; threads += 2) {
-            dsv4_engine_opts eo4 = {.max_context = 600, .max_seqs = 3, .c_max = 100, .threads = threads, .mtp = 1};
+            dsv4_engine_opts eo4 = {.max_context = 600, .max_seqs = 3, .c_max = 100, .threads = threads, .mtp = 1,
+                                    .scratch_resident = 1};
             dsv4_mem_fit f4;
             CHECK(dsv4_model_open(dir, &m, &err) == 0);
             CHECK(dsv4_mem_fit_model(m, &eo4, &f4, &err) == 0);

@@ -555,6 +555,7 @@ int bench_mtp(const bench_mtp_opts *o) {
     eo.max_rows = chunk > 2 * max_b ? chunk : 2 * max_b;
     eo.mtp = 1;
     eo.threads = (int)o->threads;
+    eo.scratch_resident = 1; /* as dsv4 serve and bench */
     if (dsv4_engine_create(b.model, &eo, &b.eng, &b.err) || dsv4_step_weights_init(b.eng, &b.w, &b.err)) {
         fprintf(stderr, "dsv4 bench: %s\n", b.err.msg);
         goto out;
