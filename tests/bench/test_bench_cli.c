@@ -126,6 +126,18 @@ static void test_json(const char *model) {
             CHECK_NEAR(num(b1, "decode_experts_per_layer"), 2.0, 1e-12);
             CHECK(num(b2, "decode_experts_per_layer") >= 2.0 && num(b2, "decode_experts_per_layer") <= 4.0);
             CHECK(num(b2, "decode_bytes_per_step") >= num(b1, "decode_bytes_per_step"));
+            /* experts by the rows that chose them: at batch 1 all K by one row; at batch 2 they sum to
+             * the distinct experts and, weighted by rows, to the batch's B x K choices */
+            const cJSON *r1 = cJSON_GetObjectItem(b1, "decode_expert_rows"), *r2 = cJSON_GetObjectItem(b2, "decode_expert_rows");
+            CHECK(cJSON_GetArraySize(r1) == 1 && cJSON_GetArraySize(r2) >= 1 && cJSON_GetArraySize(r2) <= 2);
+            if (cJSON_GetArraySize(r1) == 1) CHECK_NEAR(cJSON_GetArrayItem(r1, 0)->valuedouble, 2.0, 1e-12);
+            double n_exp = 0, n_rows = 0;
+            for (int r = 0; r < cJSON_GetArraySize(r2); r++) {
+                n_exp += cJSON_GetArrayItem(r2, r)->valuedouble;
+                n_rows += (r + 1) * cJSON_GetArrayItem(r2, r)->valuedouble;
+            }
+            CHECK_NEAR(n_exp, num(b2, "decode_experts_per_layer"), 1e-9);
+            CHECK_NEAR(n_rows, 2 * 2.0, 1e-9);
             CHECK_NEAR(num(b2, "decode_tokens_per_s"), num(o, "decode_tokens_per_s"), 0);
             CHECK(num(b1, "decode_routing_steps_counted") == 4);
             /* the timed repetitions follow the first-touch step and the untimed census

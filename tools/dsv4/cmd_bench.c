@@ -141,6 +141,7 @@ typedef struct probe_mark {
 } probe_mark;
 
 #define MAX_REPS 64
+#define BENCH_MAX_BATCH 1024 /* --batch and --batches allow up to this many sequences */
 
 static probe_mark probe_mark_take(dsv4_probe *p) {
     probe_mark m = {0, 0};
@@ -181,6 +182,10 @@ typedef struct decode_result {
     double bytes_per_step;   /* from the captured routing */
     double bytes_expected;   /* from K/E with uniform routing */
     double experts_per_layer, experts_expected;
+    /* expert_rows[r - 1]: experts a layer that r of the step's rows chose (mean over the census
+     * steps and layers; sums to experts_per_layer, and r-weighted to batch x K): how far a
+     * step's expert work is from one-row GEMVs */
+    double expert_rows[BENCH_MAX_BATCH];
     int census_steps;
     double cache_bytes_per_step;
     double flops_per_step;   /* useful FLOPs of one step: every row's forward + the head */
@@ -358,9 +363,10 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
     /* routing of the captured steps -> bytes */
     {
         uint8_t *used = malloc((size_t)L * E);
+        uint16_t *rows = malloc((size_t)L * E * sizeof *rows); /* (L, E) rows of the step that chose it */
         int *sel = malloc((size_t)n * K * sizeof(int));
-        if (!used || !sel) {
-            free(used); free(sel);
+        if (!used || !rows || !sel) {
+            free(used); free(rows); free(sel);
             snprintf(b->err.msg, sizeof b->err.msg, "census: out of memory");
             rc = 1;
             goto out;
@@ -368,17 +374,26 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
         double bytes = 0, distinct = 0;
         for (int s = 0; s < cs.steps && !rc; s++) {
             memset(used, 0, (size_t)L * E);
+            memset(rows, 0, (size_t)L * E * sizeof *rows);
             for (int l = 0; l < L && !rc; l++) {
                 const float *st = cs.streams + ((size_t)s * L + l) * n * cs.width;
                 rc = dsv4_route_from_streams(b->eng, l, st, cs.tokens + (size_t)s * n, n, sel, &b->err);
-                for (int i = 0; !rc && i < n * K; i++) used[(size_t)l * E + sel[i]] = 1;
+                for (int i = 0; !rc && i < n * K; i++) {
+                    used[(size_t)l * E + sel[i]] = 1;
+                    rows[(size_t)l * E + sel[i]]++;
+                }
             }
-            for (size_t i = 0; i < (size_t)L * E; i++) distinct += used[i];
+            for (size_t i = 0; i < (size_t)L * E; i++) {
+                distinct += used[i];
+                if (rows[i] >= 1 && rows[i] <= BENCH_MAX_BATCH) res->expert_rows[rows[i] - 1] += 1;
+            }
             bytes += dsv4_step_weights_bytes(&b->w, c, n, used);
         }
         free(used);
+        free(rows);
         free(sel);
         if (rc) goto out;
+        for (int r = 0; r < BENCH_MAX_BATCH; r++) res->expert_rows[r] /= (double)cs.steps * L;
         res->census_steps = cs.steps;
         res->bytes_per_step = bytes / cs.steps;
         res->experts_per_layer = distinct / ((double)cs.steps * L);
@@ -436,6 +451,14 @@ static cJSON *decode_paired_json(const decode_result *d) {
     return o;
 }
 
+/* the last r - 1 with experts chosen by r rows (0 when none) */
+static int expert_rows_last(const decode_result *d) {
+    int last = 0;
+    for (int r = 0; r < BENCH_MAX_BATCH && r < d->batch; r++)
+        if (d->expert_rows[r] > 0) last = r;
+    return last;
+}
+
 static cJSON *decode_json(const decode_result *d, double bw_gbs, double peak_gflops, int paired) {
     cJSON *o = cJSON_CreateObject();
     const double tps = d->batch * d->steps / d->seconds;
@@ -451,6 +474,9 @@ static cJSON *decode_json(const decode_result *d, double bw_gbs, double peak_gfl
     cJSON_AddNumberToObject(o, "decode_bytes_per_step_expected", d->bytes_expected);
     cJSON_AddNumberToObject(o, "decode_experts_per_layer", d->experts_per_layer);
     cJSON_AddNumberToObject(o, "decode_experts_per_layer_expected", d->experts_expected);
+    cJSON *er = cJSON_AddArrayToObject(o, "decode_expert_rows"); /* [r - 1]: experts a layer chosen by r rows */
+    for (int r = 0, last = expert_rows_last(d); er && r <= last; r++)
+        cJSON_AddItemToArray(er, cJSON_CreateNumber(d->expert_rows[r]));
     cJSON_AddNumberToObject(o, "decode_routing_steps_counted", d->census_steps);
     cJSON_AddNumberToObject(o, "decode_weight_gbs", d->bytes_per_step * steps_s / 1e9);
     cJSON_AddNumberToObject(o, "decode_roofline_tokens_per_s", d->batch * bw_gbs * 1e9 / d->bytes_per_step);
@@ -479,6 +505,11 @@ static void print_decode(const decode_result *d, double bw_gbs, double peak_gflo
            d->bytes_per_step * steps_s / 1e9, 100 * d->bytes_per_step * steps_s / (bw_gbs * 1e9),
            d->flops_per_step * steps_s / 1e9, 100 * d->flops_per_step * steps_s / (peak_gflops * 1e9),
            100 * decode_bound_s(d, bw_gbs, peak_gflops) * steps_s, d->cache_bytes_per_step / 1e6, 100 * d->cpu_util);
+    if (d->batch > 1 && d->census_steps > 0) { /* what the experts' kernels see: rows an expert */
+        printf("        experts a layer by the rows that chose them:");
+        for (int r = 0, last = expert_rows_last(d); r <= last; r++) printf(" %d: %.1f", r + 1, d->expert_rows[r]);
+        printf("\n");
+    }
     if (paired) {
         const paired_ratios pr = decode_paired(d);
         printf("        paired probes: %.0f%% of roofline, %.0f%% of the bound (medians of %d repetitions, "
@@ -536,12 +567,12 @@ int cmd_bench(int argc, char **argv) {
     int n_batches = 0, n_contexts = 0, json = 0, mtp = 0, paired = 1, n_accept = 0, pin_threads = 0, kv_dtype = 0, numa = 0, fp4_layout = 0;
     double accept[BENCH_MTP_MAX_P];
     p_list accept_list = {accept, &n_accept};
-    num_list batch_list = {batches, &n_batches, 1, 1024}, context_list = {contexts, &n_contexts, 1, 1 << 24};
+    num_list batch_list = {batches, &n_batches, 1, BENCH_MAX_BATCH}, context_list = {contexts, &n_contexts, 1, 1 << 24};
     const cli_opt opts[] = {
         CLI_STR_OPT("model", 'm', &dir, "DIR", "model directory"),
         CLI_I64_OPT("prompt-len", 0, &prompt_len, 1, 1 << 24, "N", "prompt tokens per sequence"),
         CLI_I64_OPT("gen", 0, &gen, 1, 1 << 20, "N", "decode steps per measurement"),
-        CLI_I64_OPT("batch", 0, &batch, 1, 1024, "B", "sequences decoded together"),
+        CLI_I64_OPT("batch", 0, &batch, 1, BENCH_MAX_BATCH, "B", "sequences decoded together"),
         CLI_I64_OPT("threads", 't', &threads, 0, 4096, "N", "worker threads", .def = "the cores this process may use"),
         CLI_FN_OPT("numa", 0, &numa, cli_parse_numa, "auto|none|interleave", "auto", "NUMA placement of the weights: interleave spreads their pages over the memory nodes; auto = interleave when there are several, none = the OS default"),
         CLI_FN_OPT("kv-dtype", 0, &kv_dtype, cli_parse_kv_dtype, "f32|bf16|fp8", "bf16", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys)"),
