@@ -680,7 +680,7 @@ static int fp8_prescale(const dsv4_mat *w, const float *x, int nx) {
 
 /* 4 rows a GEMV call, up to 8 in two passes (16 in four measured 4% slower than the GEMM
  * at batch 16 on Zen 3) */
-static const dsv4_lin_kernels avx2_kernels = {4, 8, 8, gemv_avx2, gemm_avx2, fp8_prescale, {0}, NULL, 1, 0, 0, 0};
+static const dsv4_lin_kernels avx2_kernels = {4, 8, 8, gemv_avx2, gemm_avx2, fp8_prescale, {0}, NULL, 1, 0, 0, 0, 0};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx2(void) { return &avx2_kernels; }
 

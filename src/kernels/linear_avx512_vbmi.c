@@ -594,7 +594,12 @@ static const dsv4_lin_kernels avx512vbmi_kernels = {
      * faster (wo_b 54 / 60 / 69 us at 2 / 3 / 4 rows against small-M's 67 / 75 / 79; the head's
      * 8192 x 1024 went small-M: it is BF16 in the model). bench_linear --decode --fmt fp8,
      * BENCHMARKS.md session 33 fewm. */
-    1, 2048, 4};
+    1, 2048, 4,
+    /* BF16 at 8 rows on matrices of 1024+ rows (the LM head): the GEMV's far runs in two
+     * groups of 4 against small-M's adjacent rows, in step (timeline, batch 8, odd steps
+     * against even) the head's job 0.86x the time (A/A 1.01). Shorter matrices (the router's
+     * 256 rows) are cut in tasks too small for far runs and keep small-M (session 33 fewm). */
+    1024};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512vbmi(void) { return &avx512vbmi_kernels; }
 

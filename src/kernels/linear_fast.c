@@ -17,9 +17,6 @@
 #include "kernels/kctx.h"
 #include "util/hot.h"
 
-#define LIN_BF16_GEMV8_NX 8          /* see lin_pick */
-#define LIN_BF16_GEMV8_MIN_ROWS 1024
-
 /* Below this many multiply-adds a call runs on the caller's thread: waking the pool
  * costs more than the work. */
 #define LIN_SERIAL_MACS (1 << 16)
@@ -219,7 +216,7 @@ static void gemm_scalar(const dsv4_lin_call *c, const dsv4_mat *w, const float *
     dsv4_lin_gemm_tiled(&scalar_tiles, c, w, x, n_rows, y, o0, scratch);
 }
 
-static const dsv4_lin_kernels scalar_kernels = {0, 0, 0, NULL, gemm_scalar, NULL, {0}, NULL, 0, 0, 0, 0};
+static const dsv4_lin_kernels scalar_kernels = {0, 0, 0, NULL, gemm_scalar, NULL, {0}, NULL, 0, 0, 0, 0, 0};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void) { return &scalar_kernels; }
 
@@ -315,12 +312,8 @@ static dsv4_lin_path lin_pick(dsv4_kctx *k, const dsv4_mat *w, int n_rows, int d
     if (force == DSV4_LIN_SMALLM && can_smallm) return DSV4_LIN_SMALLM;
     if (force == DSV4_LIN_GEMV && can_gemv) return DSV4_LIN_GEMV;
     if (force == DSV4_LIN_GEMM) return DSV4_LIN_GEMM;
-    /* BF16 at 8 rows, tall matrices (the LM head): the GEMV's far runs in two groups of 4
-     * (linear_avx512.c gemvn_dense) against small-M's adjacent rows, in step (timeline, batch 8,
-     * odd steps against even) the head's job 0.86x the time (A/A 1.01). Shorter matrices (the
-     * router's 256 rows) are cut in tasks too small for far runs and keep small-M. */
-    if (w->fmt == DSV4_WF_BF16 && n_rows == LIN_BF16_GEMV8_NX && w->rows >= LIN_BF16_GEMV8_MIN_ROWS && can_gemv &&
-        kn->gemv_rows >= LIN_BF16_GEMV8_NX && force == DSV4_LIN_AUTO)
+    if (kn->bf16_gemv8_min_rows && w->fmt == DSV4_WF_BF16 && n_rows == 8 && w->rows >= kn->bf16_gemv8_min_rows &&
+        can_gemv)
         return DSV4_LIN_GEMV;
     if (can_smallm && n_rows >= sm_min && (n_rows <= 32 || n_rows * n <= LIN_SMALLM_BIG_X_FLOATS))
         return DSV4_LIN_SMALLM;

@@ -178,6 +178,10 @@ typedef struct dsv4_lin_kernels {
      * few-row bit decode, linear_avx512_vbmi.c gemvn_fp8v); 0: the thresholds above alone */
     int fp8_few_smallm;
     int fp8_few_gemv_cols, fp8_few_gemv_rows;
+    /* BF16 calls of exactly 8 rows on matrices of at least this many weight rows (the LM head)
+     * take the GEMV (its far runs in two groups of 4, linear_avx512.c gemvn_dense) where
+     * smallm_min_rows[BF16] would send them to small-M; 0: the thresholds above alone */
+    int bf16_gemv8_min_rows;
 } dsv4_lin_kernels;
 
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void);
