@@ -216,8 +216,8 @@ static int engine_create_body(const dsv4_model *m, const dsv4_engine_opts *opts,
      * paid a fault a 4 KB page, util/arena.h), written in parts of up to 32 MB on every thread:
      * 1.6 GB of memory the host had not yet backed took 1.5 s on one thread of a 2-vCPU VM,
      * 0.8 s on two. Else lazy 4 KB pages: only what calls touch becomes resident. */
-    if (!rc && !o->scratch_resident) rc = dsv4_arena_init(&e->scratch, dsv4_engine_scratch_bytes(e), err);
-    else if (!rc) rc = dsv4_arena_init_huge(&e->scratch, dsv4_engine_scratch_bytes(e), err);
+    if (!rc)
+        rc = (o->scratch_resident ? dsv4_arena_init_huge : dsv4_arena_init)(&e->scratch, dsv4_engine_scratch_bytes(e), err);
     if (!rc && o->scratch_resident) {
         populate_job j = {&e->scratch, (int)(e->scratch.cap / ((size_t)32 << 20)) + 1};
         dsv4_engine_for_each(e, j.parts, populate_part, &j);

@@ -8,30 +8,30 @@
 
 #include "util/err.h"
 
-int dsv4_arena_init(dsv4_arena *a, size_t bytes, dsv4_err *err) {
+/* cap bytes (a multiple of align) at an align-aligned base; large blocks come from mmap: lazy pages */
+static int arena_alloc(dsv4_arena *a, size_t bytes, size_t align, dsv4_err *err) {
     *a = dsv4_arena_measuring();
-    const size_t cap = dsv4_arena_round(bytes ? bytes : 1);
-    if (cap < bytes) return dsv4_fail(err, DSV4_ERR_NOMEM, "scratch arena: %zu bytes is too many", bytes);
-    a->base = aligned_alloc(DSV4_ARENA_ALIGN, cap); /* large blocks come from mmap: lazy pages */
+    const size_t want = bytes ? bytes : 1;
+    const size_t cap = (want + align - 1) / align * align;
+    if (cap < want) return dsv4_fail(err, DSV4_ERR_NOMEM, "scratch arena: %zu bytes is too many", bytes);
+    a->base = aligned_alloc(align, cap);
     if (!a->base) return dsv4_fail(err, DSV4_ERR_NOMEM, "scratch arena: out of memory (%zu bytes)", cap);
     a->cap = cap;
     return DSV4_OK;
 }
 
+int dsv4_arena_init(dsv4_arena *a, size_t bytes, dsv4_err *err) {
+    return arena_alloc(a, bytes, DSV4_ARENA_ALIGN, err);
+}
+
 #define ARENA_HUGE ((size_t)2 << 20)
 
 int dsv4_arena_init_huge(dsv4_arena *a, size_t bytes, dsv4_err *err) {
-    *a = dsv4_arena_measuring();
-    const size_t want = bytes ? bytes : 1;
-    const size_t cap = (want + ARENA_HUGE - 1) / ARENA_HUGE * ARENA_HUGE; /* whole huge pages */
-    if (cap < want) return dsv4_fail(err, DSV4_ERR_NOMEM, "scratch arena: %zu bytes is too many", bytes);
-    a->base = aligned_alloc(ARENA_HUGE, cap);
-    if (!a->base) return dsv4_fail(err, DSV4_ERR_NOMEM, "scratch arena: out of memory (%zu bytes)", cap);
-    a->cap = cap;
+    const int rc = arena_alloc(a, bytes, ARENA_HUGE, err); /* whole huge pages */
 #ifdef MADV_HUGEPAGE
-    (void)madvise(a->base, cap, MADV_HUGEPAGE); /* a hint: 4 KB pages work too */
+    if (!rc) (void)madvise(a->base, a->cap, MADV_HUGEPAGE); /* a hint: 4 KB pages work too */
 #endif
-    return DSV4_OK;
+    return rc;
 }
 
 /* Every 4 KB page of part `part` written: MADV_POPULATE_WRITE (Linux 5.14) in one call, else a
