@@ -373,19 +373,16 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
         }
         double bytes = 0, distinct = 0;
         for (int s = 0; s < cs.steps && !rc; s++) {
-            memset(used, 0, (size_t)L * E);
             memset(rows, 0, (size_t)L * E * sizeof *rows);
             for (int l = 0; l < L && !rc; l++) {
                 const float *st = cs.streams + ((size_t)s * L + l) * n * cs.width;
                 rc = dsv4_route_from_streams(b->eng, l, st, cs.tokens + (size_t)s * n, n, sel, &b->err);
-                for (int i = 0; !rc && i < n * K; i++) {
-                    used[(size_t)l * E + sel[i]] = 1;
-                    rows[(size_t)l * E + sel[i]]++;
-                }
+                for (int i = 0; !rc && i < n * K; i++) rows[(size_t)l * E + sel[i]]++;
             }
-            for (size_t i = 0; i < (size_t)L * E; i++) {
+            for (size_t i = 0; i < (size_t)L * E; i++) { /* used: the flags dsv4_step_weights_bytes reads */
+                used[i] = rows[i] > 0;
                 distinct += used[i];
-                if (rows[i] >= 1 && rows[i] <= BENCH_MAX_BATCH) res->expert_rows[rows[i] - 1] += 1;
+                if (used[i] && rows[i] <= BENCH_MAX_BATCH) res->expert_rows[rows[i] - 1] += 1;
             }
             bytes += dsv4_step_weights_bytes(&b->w, c, n, used);
         }
