@@ -135,6 +135,13 @@ void linear_forced(dsv4_kctx *k, dsv4_lin_path path, const dsv4_mat *m, const fl
     dsv4_kctx_set_lin_path(k, DSV4_LIN_AUTO);
 }
 
+dsv4_lin_path forced_path_of(dsv4_kctx *k, dsv4_lin_path path, const dsv4_mat *m, int nr) {
+    dsv4_kctx_set_lin_path(k, path);
+    const dsv4_lin_path taken = (dsv4_lin_path)dsv4_linear_path_of(k, m, nr);
+    dsv4_kctx_set_lin_path(k, DSV4_LIN_AUTO);
+    return taken;
+}
+
 int64_t forced_differs(dsv4_kctx *k, dsv4_lin_path path, const dsv4_mat *m, const float *x, int nr,
                               const float *yref, float *y) {
     linear_forced(k, path, m, x, nr, y);

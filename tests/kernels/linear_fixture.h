@@ -52,6 +52,10 @@ int same_bits(const float *a, const float *b, int64_t n);
 int64_t bits_differ(const float *y, const float *y2, int64_t n); /* outputs whose bits differ */
 /* y = x m^T on k with the path forced (then AUTO again) */
 void linear_forced(dsv4_kctx *k, dsv4_lin_path path, const dsv4_mat *m, const float *x, int nr, float *y);
+/* The path dsv4_linear takes for nr rows of m on k with path forced (AUTO: the thresholds'
+ * own); a forced path the level cannot take falls back to another. Two forcings that take the
+ * same path run the same plan, so a test that compares forced paths skips the repeats. */
+dsv4_lin_path forced_path_of(dsv4_kctx *k, dsv4_lin_path path, const dsv4_mat *m, int nr);
 /* linear_forced into y; the outputs whose bits differ from yref's */
 int64_t forced_differs(dsv4_kctx *k, dsv4_lin_path path, const dsv4_mat *m, const float *x, int nr, const float *yref,
                        float *y);

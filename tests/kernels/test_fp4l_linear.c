@@ -120,7 +120,8 @@ static void check_reference(void) {
 
 #define MAX_NR 40
 
-typedef struct { int64_t outputs, differ, off_gate; double worst_rel; } tally;
+/* forced: outputs of forcings that took other paths than auto's (the repeats are skipped) */
+typedef struct { int64_t outputs, differ, off_gate, forced; double worst_rel; } tally;
 
 /* One matrix pair against the reference at every path, thread count and row count in nrs */
 static void check_shape(int level, int sc, int64_t rows, int64_t cols, const int *nrs, int n_nrs, int wide, tally *t) {
@@ -134,10 +135,16 @@ static void check_shape(int level, int sc, int64_t rows, int64_t cols, const int
     for (int64_t i = 0; i < (int64_t)MAX_NR * rows; i++) amax = fmax(amax, fabs(ref[i]));
     for (int th = 1; th <= 2; th++) {
         dsv4_kctx_set_simd(kc[th], level);
+        unsigned done[MAX_NR + 1] = {0}; /* by row count: the (natural, lanes) path pairs run */
         for (int pi = 0; pi < 4; pi++) {
             const dsv4_lin_path path = (dsv4_lin_path)pi;
             for (int ni = 0; ni < n_nrs; ni++) {
                 const int nr = nrs[ni];
+                /* a forcing that takes the paths an earlier one took runs the same plans */
+                const unsigned pair = 1u << (4 * forced_path_of(kc[th], path, &p.nat, nr) +
+                                             forced_path_of(kc[th], path, &p.lan, nr));
+                if (done[nr] & pair) continue;
+                done[nr] |= pair;
                 const int64_t n_out = (int64_t)nr * rows;
                 for (int64_t i = 0; i < n_out; i++) yn[i] = NAN, yl[i] = -NAN; /* a kernel that skips an output fails */
                 linear_forced(kc[th], path, &p.nat, x, nr, yn);
@@ -148,6 +155,7 @@ static void check_shape(int level, int sc, int64_t rows, int64_t cols, const int
                           path_name(path), (long long)rows, (long long)cols, nr, (long long)d, (long long)n_out);
                 t->differ += d;
                 t->outputs += n_out;
+                t->forced += pi ? n_out : 0;
                 if (wide) continue; /* overflowing products: no gate to keep */
                 double dmax = 0;
                 for (int64_t i = 0; i < n_out; i++) dmax = fmax(dmax, fabs((double)yl[i] - ref[i]));
@@ -307,6 +315,8 @@ int main(void) {
             printf("level %s, FP4L 64x1024 paths (forced: rows->taken):%s\n", dsv4_simd_name(level), line);
             free_pair(&p);
         }
+        CHECK_MSG(level == DSV4_SIMD_SCALAR || t.forced > 0, "level %s: no forced path other than auto's ran",
+                  dsv4_simd_name(level));
         check_exact(level);
         check_job(level);
         check_malformed(level);
