@@ -241,6 +241,19 @@ static void expand_rows(float *v, int64_t n_per, const int *to, int n) {
         if (to[k] != k) memcpy(v + to[k] * n_per, v + k * n_per, (size_t)n_per * sizeof(float));
 }
 
+/* Fewest heads a head group of the attend phase holds. */
+#define ATTEND_MIN_GROUP_HEADS 2
+
+/* Head groups a block of nb attending rows runs as (a task for every thread when the block
+ * is small, but no fewer than ATTEND_MIN_GROUP_HEADS heads per group). */
+static int attend_groups(const dsv4_config *cfg, int nb, int T) {
+    const int H = cfg->num_attention_heads;
+    int groups = 1;
+    while ((int64_t)nb * groups < T && H % (2 * groups) == 0 && H / (2 * groups) >= ATTEND_MIN_GROUP_HEADS)
+        groups *= 2;
+    return groups;
+}
+
 /* The per-row work of the projections, one row per task. */
 typedef struct project_job {
     const dsv4_attn_ctx *ctx;
@@ -277,25 +290,36 @@ static void project_kv_row(void *arg, int i, int tid) {
     if (w->kv_st) dsv4_row_pack(row_fmt, w->kv_st + (size_t)i * dsv4_row_bytes(row_fmt, hd, rd), ki, hd, rd);
 }
 
+/* Heads [h0, h0 + nh) of compact querying row i of q at position t: each head normed (its
+ * own unweighted RMSNorm, heads side by side), rounded, rotated and rounded as q. A head's
+ * values are its own, so any split of the heads gives the same bits. */
+static void q_heads_finish(const dsv4_attn_ctx *ctx, const dsv4_rope *rope, const dsv4_attn_work *w, int i,
+                           int64_t t, int h0, int nh) {
+    const dsv4_config *cfg = ctx->cfg;
+    const dsv4_numerics *nm = ctx->num;
+    const int H = cfg->num_attention_heads, hd = cfg->head_dim;
+    float *q0 = w->q + ((size_t)i * H + h0) * hd;
+    dsv4_rmsnorm_rows(dsv4_kctx_simd(ctx->k), q0, NULL, hd, (float)cfg->rms_norm_eps, nh);
+    for (int h = 0; h < nh; h++) {
+        float *qh = q0 + (size_t)h * hd;
+        nm->round(nm, DSV4_ACT_NORM, qh, hd);
+        dsv4_rope_apply(rope, qh, hd, t, 0);
+    }
+    nm->round(nm, DSV4_ACT_Q, q0, (int64_t)nh * hd);
+}
+
 /* After the second product, compact querying row i: its heads normed, rounded, rotated
- * and rounded as q; CSA: the indexer query heads rotated and rounded, the weights scaled. */
+ * and rounded as q (unless w->q_heads leaves them to the head groups); CSA: the indexer
+ * query heads rotated and rounded, the weights scaled. */
 static void project_q_row(void *arg, int i, int tid) {
     (void)tid;
     const project_job *j = arg;
     const dsv4_config *cfg = j->ctx->cfg;
     const dsv4_numerics *nm = j->ctx->num;
     const dsv4_attn_work *w = j->w;
-    const int H = cfg->num_attention_heads, hd = cfg->head_dim, nI = cfg->index_n_heads, dI = cfg->index_head_dim;
-    const float eps = (float)cfg->rms_norm_eps;
+    const int H = cfg->num_attention_heads, nI = cfg->index_n_heads, dI = cfg->index_head_dim;
     const int64_t t = j->batch->pos[j->qrow ? j->qrow[i] : i];
-    float *qi = w->q + (size_t)i * H * hd;
-    dsv4_rmsnorm_rows(dsv4_kctx_simd(j->ctx->k), qi, NULL, hd, eps, H); /* each head's own norm, heads side by side */
-    for (int h = 0; h < H; h++) {
-        float *qh = qi + (size_t)h * hd;
-        nm->round(nm, DSV4_ACT_NORM, qh, hd);
-        dsv4_rope_apply(j->rope, qh, hd, t, 0);
-    }
-    nm->round(nm, DSV4_ACT_Q, qi, (int64_t)H * hd);
+    if (!w->q_heads) q_heads_finish(j->ctx, j->rope, w, i, t, 0, H);
     if (j->b->ratio == 4) {
         const float wscale = 1.0f / sqrtf((float)dI) / sqrtf((float)nI);
         for (int h = 0; h < nI; h++) {
@@ -370,13 +394,16 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
      * idx_wq_b^T) per head, weights wI (§5.9). Compressor gates + ape (§5.8). Each row's
      * own arithmetic, so the rows are spread over the pool around the second product. */
     project_job pj = {ctx, b, batch, w, qrow, nq, rope};
+    /* batch-1 decode: q's heads are finished by the attend phase's head groups, each its own
+     * heads beside the others, instead of all 16 on the caller while the worker waits */
+    w->q_heads = R == 1 && nq == 1 && !qrow && attend_groups(cfg, 1, dsv4_kctx_threads(ctx->k)) > 1;
     dsv4_kctx_parallel(ctx->k, R, project_kv_row, &pj);
     nm->linear(nm, ctx->k, ops2, n_ops2);
     /* then wo_a's, behind the heads' job, through the query rows' finish (inline at one row);
      * a compressor or indexer job before the heads makes the hint miss its job: it is
      * dropped (attend posts it again before the heads) */
     if (R == 1) dsv4_attn_hint_out(ctx->k, &b->wo_a);
-    dsv4_kctx_parallel(ctx->k, nq, project_q_row, &pj);
+    if (!w->q_heads || csa) dsv4_kctx_parallel(ctx->k, nq, project_q_row, &pj);
     if (qrow) { /* the querying rows to their packed indices, where the attend phase reads them */
         expand_rows(w->qr, ql, qrow, nq);
         expand_rows(w->q, (int64_t)H * hd, qrow, nq);
@@ -419,7 +446,6 @@ int dsv4_attn_pool(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
 #define ATTEND_KEY_CHUNK 512       /* indexer key pointers fetched per task */
 #define ATTEND_IDX_MAX_CHUNK 1024
 #define ATTEND_BLOCK_BUDGET ((int64_t)1 << 20)
-#define ATTEND_MIN_GROUP_HEADS 2
 #define ATTEND_SPLIT_MAX 8 /* rows of a block split in halves of their heads (split_task), at most */
 #define ATTEND_SPLIT_ROWS 8 /* blocks of fewer rows than this many a thread take it (a decode step's;
                              * a prefill's blocks even out by stealing, a row of many a thread) */
@@ -441,6 +467,7 @@ typedef struct attend_job {
     int idx_chunk;            /* entries per scoring task in this block */
     const int *score_tasks;   /* (n_tasks, 3): first row in block, rows, first entry of the range */
     int groups, group_heads;  /* head groups per row and heads per group */
+    int q_heads;              /* heads_task finishes its heads of q first (dsv4_attn_work.q_heads) */
     /* per row of the block */
     float *iscores;           /* (B, max_entries) approximate indexer scores */
     float *iknorm;            /* (B, max_entries) their keys' norms */
@@ -539,10 +566,16 @@ static void row_heads(const attend_job *j, int bi, int h0, int nh, int tid) {
                            j->probs + (size_t)tid * H * j->n_kv_max, o, hg, gs);
 }
 
-/* Step 4: one group of heads of one row. */
+/* Step 4: one group of heads of one row (first their q's finish, when left to them). */
 static void heads_task(void *arg, int task, int tid) {
     const attend_job *j = arg;
-    row_heads(j, task / j->groups, (task % j->groups) * j->group_heads, j->group_heads, tid);
+    const int bi = task / j->groups, h0 = (task % j->groups) * j->group_heads;
+    if (j->q_heads) {
+        const int i = job_row(j, j->r0 + bi);
+        q_heads_finish(j->ctx, j->b->ratio ? j->ctx->rope_cmp : j->ctx->rope_main, j->w, i, j->batch->pos[i], h0,
+                       j->group_heads);
+    }
+    row_heads(j, bi, h0, j->group_heads, tid);
 }
 
 /* Steps 3 and 4 of one row, all heads in one group (groups == 1). */
@@ -770,13 +803,16 @@ static int attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_ba
             }
             dsv4_kctx_parallel(ctx->k, n_tasks, score_task, &job);
         }
-        /* head groups: a task for every thread when the block is small, but no fewer
-         * than ATTEND_MIN_GROUP_HEADS heads per group */
-        int groups = 1;
-        while ((int64_t)nb * groups < T && H % (2 * groups) == 0 &&
-               H / (2 * groups) >= ATTEND_MIN_GROUP_HEADS)
-            groups *= 2;
+        const int groups = attend_groups(cfg, nb, T);
         job.groups = groups;
+        /* q's heads left by dsv4_attn_project (one row): its head groups finish their own
+         * (heads_task), or here when the block runs as one group */
+        job.q_heads = w->q_heads && groups > 1;
+        if (w->q_heads && groups == 1)
+            for (int bi = 0; bi < nb; bi++) {
+                const int i = job_row(&job, r0 + bi);
+                q_heads_finish(ctx, b->ratio ? ctx->rope_cmp : ctx->rope_main, w, i, batch->pos[i], 0, H);
+            }
         job.group_heads = H / groups;
         const int n_split = T >= 2 && nb < ATTEND_SPLIT_ROWS * T ? nb % T : 0;
         if (groups == 1 && n_split && (nb + n_split) % T == 0 && n_split <= ATTEND_SPLIT_MAX && H % 2 == 0 &&

@@ -121,6 +121,8 @@ typedef struct dsv4_attn_work {
     float *wI;      /* (R, nI) CSA only, scaled by dI^-0.5 nI^-0.5 */
     float *pa[2];   /* compressor a_t: [0] main (R, coff*hd), [1] indexer (R, 2*dI) */
     float *pb[2];   /* compressor b_t (+ ape), same shapes */
+    int q_heads;    /* 1: q's heads still want their norm and RoPE, which the attend phase's head
+                     * groups run, each on its own heads (batch-1 decode: dsv4_attn_project) */
 } dsv4_attn_work;
 
 /* Phase 1: takes w from ctx->scratch (the caller releases it after the last phase) and
