@@ -449,6 +449,7 @@ int dsv4_attn_pool(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
 #define ATTEND_SPLIT_MAX 8 /* rows of a block split in halves of their heads (split_task), at most */
 #define ATTEND_SPLIT_ROWS 8 /* blocks of fewer rows than this many a thread take it (a decode step's;
                              * a prefill's blocks even out by stealing, a row of many a thread) */
+#define ATTEND_PF_MIN_ROWS 64 /* blocks of at least this many rows (a prefill's) prefetch (row_task) */
 
 typedef struct attend_job {
     const dsv4_attn_ctx *ctx;
@@ -464,6 +465,7 @@ typedef struct attend_job {
     int64_t max_entries;      /* compressed entries a row can see, at most */
     int64_t n_kv_max;         /* K=V rows of one query, at most */
     int r0;                   /* first row of the current block */
+    int pf_rows;              /* row_task: rows of the block when it prefetches the next row's, else 0 */
     int idx_chunk;            /* entries per scoring task in this block */
     const int *score_tasks;   /* (n_tasks, 3): first row in block, rows, first entry of the range */
     int groups, group_heads;  /* head groups per row and heads per group */
@@ -578,8 +580,32 @@ static void heads_task(void *arg, int task, int tid) {
     row_heads(j, bi, h0, j->group_heads, tid);
 }
 
+/* The next row's q (H x hd floats, read cold by its heads: the projections wrote every row
+ * of the chunk long before) and its output rows (written by its heads: each write-allocates a
+ * cold line) toward L2 while this row computes. A thread runs its range of rows front to
+ * back (threads.c), so the next row is most likely its own next task; a stolen one is only
+ * a wasted hint. A 4K prefill (flash_quarter, 2 threads): 12 % of dot_rows' samples sat on
+ * the q loads of its head packing; with both hints dot_rows + wsum took ~4.5 % fewer
+ * samples against the GEMMs' (BENCHMARKS.md, session 35 pf4). Nothing computed changes. */
+static void row_prefetch_next(const attend_job *j, int bi) {
+    const dsv4_attn_query q = job_query(j, j->r0 + bi + 1);
+    const int H = j->ctx->cfg->num_attention_heads, hd = j->ctx->cfg->head_dim;
+    const char *qr = (const char *)(q.w->q + (size_t)q.i * H * hd); /* (H, hd) */
+    for (int64_t b = 0; b < (int64_t)H * hd * (int64_t)sizeof(float); b += 64) __builtin_prefetch(qr + b, 0, 2);
+    /* row_heads' o: H / hg runs of hg * hd floats, gs apart (one run when not group-major) */
+    const int hg = j->ug ? H / j->ctx->cfg->o_groups : H;
+    const int64_t gs = j->ug ? (int64_t)j->batch->n_rows * hg * hd : 0;
+    const float *o = j->ug ? j->ug + (size_t)q.i * hg * hd : j->o + (size_t)q.i * H * hd;
+    for (int g = 0; g < H / hg; g++) {
+        const char *run = (const char *)(o + g * gs);
+        for (int64_t b = 0; b < (int64_t)hg * hd * (int64_t)sizeof(float); b += 64) __builtin_prefetch(run + b, 1, 2);
+    }
+}
+
 /* Steps 3 and 4 of one row, all heads in one group (groups == 1). */
 static void row_task(void *arg, int bi, int tid) {
+    const attend_job *j = arg;
+    if (bi + 1 < j->pf_rows) row_prefetch_next(j, bi);
     gather_task(arg, bi, tid);
     heads_task(arg, bi, tid);
 }
@@ -815,6 +841,7 @@ static int attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_ba
             }
         job.group_heads = H / groups;
         const int n_split = T >= 2 && nb < ATTEND_SPLIT_ROWS * T ? nb % T : 0;
+        job.pf_rows = nb >= ATTEND_PF_MIN_ROWS ? nb : 0; /* row_task's hints: a prefill's blocks */
         if (groups == 1 && n_split && (nb + n_split) % T == 0 && n_split <= ATTEND_SPLIT_MAX && H % 2 == 0 &&
             H / 2 >= ATTEND_MIN_GROUP_HEADS) {
             /* the rows do not divide among the threads: the last n_split rows in halves */
