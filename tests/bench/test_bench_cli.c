@@ -9,6 +9,7 @@
  * plain run's tokens, and a speculative step reads more bytes than a plain one; with two
  * interleaved rounds the gain is the mean of the rounds' paired ratios. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -79,6 +80,36 @@ static void check_paired(const cJSON *o) {
         CHECK_NEAR(best, num(d, "decode_ms_per_step"), 1e-9);
         if (num(d, "batch") == num(o, "batch"))
             CHECK_NEAR(num(o, "decode_bound_ratio_paired"), num(p, "bound_ratio_median"), 0);
+    }
+}
+
+/* a count of events: a whole number, not negative */
+static int is_count(double v) { return v >= 0 && v == floor(v) && isfinite(v); }
+
+/* The page faults and system time of the timed spans (getrusage, every thread): per prefill
+ * repetition in the order run, with the same seconds as the paired list; per decode
+ * measurement a mean over its timed steps. Diagnostics of first touches, whose counts depend
+ * on the machine, so only their form and their agreement with the other figures are checked. */
+static void check_faults(const cJSON *o) {
+    const cJSON *fr = cJSON_GetObjectItem(o, "prefill_reps"), *pr = cJSON_GetObjectItem(o, "prefill_paired_reps");
+    CHECK_MSG(cJSON_GetArraySize(fr) == 3, "prefill_reps: %d entries", cJSON_GetArraySize(fr));
+    for (int r = 0; r < cJSON_GetArraySize(fr) && r < cJSON_GetArraySize(pr); r++) {
+        const cJSON *e = cJSON_GetArrayItem(fr, r);
+        CHECK_MSG(is_count(num(e, "minor_faults")) && is_count(num(e, "major_faults")),
+                  "prefill rep %d: faults %g / %g", r, num(e, "minor_faults"), num(e, "major_faults"));
+        CHECK_MSG(num(e, "system_seconds") >= 0, "prefill rep %d: system %g s", r, num(e, "system_seconds"));
+        CHECK_NEAR(num(e, "seconds"), num(cJSON_GetArrayItem(pr, r), "seconds"), 0);
+    }
+    const cJSON *d;
+    cJSON_ArrayForEach(d, cJSON_GetObjectItem(o, "batches")) {
+        /* a mean over steps x 3 repetitions: a count times 1 / (3 steps) */
+        const double steps = 3 * num(d, "steps");
+        const double mi = num(d, "decode_minor_faults_per_step"), ma = num(d, "decode_major_faults_per_step");
+        CHECK_MSG(is_count(round(mi * steps)) && fabs(mi * steps - round(mi * steps)) < 1e-6 &&
+                      is_count(round(ma * steps)) && fabs(ma * steps - round(ma * steps)) < 1e-6,
+                  "batch %g: faults a step %g / %g over %g steps", num(d, "batch"), mi, ma, steps);
+        CHECK_MSG(num(d, "decode_system_ms_per_step") >= 0, "batch %g: system %g ms a step", num(d, "batch"),
+                  num(d, "decode_system_ms_per_step"));
     }
 }
 
@@ -153,6 +184,7 @@ static void test_json(const char *model) {
             CHECK(num(c0, "prefill_tokens_per_s") > 0);
         }
         check_paired(o);
+        check_faults(o);
         cJSON_Delete(o);
     }
     free(out);

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "bench_mtp.h"
@@ -40,6 +41,20 @@ static double cpu_s(void) {
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+/* The process's page faults and system time so far (every thread's): a timed span that
+ * faults pays the kernel for first touches, which a warm server does not (the scratch
+ * arena's pages cost an engine's first prefill 1.34x, BENCHMARKS.md session 34 pf). */
+typedef struct ru_mark { double minflt, majflt, sys_s; } ru_mark;
+
+static ru_mark ru_now(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru)) return (ru_mark){0, 0, 0};
+    return (ru_mark){(double)ru.ru_minflt, (double)ru.ru_majflt, (double)ru.ru_stime.tv_sec + 1e-6 * ru.ru_stime.tv_usec};
+}
+
+/* what a span between marks a and z added */
+static ru_mark ru_since(ru_mark a, ru_mark z) { return (ru_mark){z.minflt - a.minflt, z.majflt - a.majflt, z.sys_s - a.sys_s}; }
 
 static void cpu_model(char *out, size_t n) {
     snprintf(out, n, "unknown");
@@ -178,6 +193,7 @@ typedef struct decode_result {
     double seconds;          /* best repetition, gen steps */
     double median_seconds;
     double cpu_util;         /* process CPU time / (wall x threads) in the best repetition */
+    ru_mark ru;              /* faults and system time over every timed repetition */
     int steps;
     double bytes_per_step;   /* from the captured routing */
     double bytes_expected;   /* from K/E with uniform routing */
@@ -200,6 +216,7 @@ typedef struct prefill_result {
     int64_t total;           /* tokens over all sequences */
     int seqs;
     double seconds, flops;
+    ru_mark ru;              /* faults and system time of the timed forwards */
 } prefill_result;
 
 static uint64_t next_rand(bench *b) {
@@ -242,6 +259,7 @@ static int prefill_to(bench *b, int n_seqs, int64_t to, int chunk, prefill_resul
     for (int s = 0; s < n_seqs && !rc; s++) {
         int64_t n = dsv4_seq_length(b->eng, b->seqs[s]);
         const int64_t from = n;
+        const ru_mark r0 = ru_now();
         const double t0 = cli_now_s();
         while (n < to && !rc) {
             const int c = (int)(to - n < chunk ? to - n : chunk);
@@ -256,6 +274,8 @@ static int prefill_to(bench *b, int n_seqs, int64_t to, int chunk, prefill_resul
                      (long long)(n - from), (long long)(to - from));
         }
         res->seconds += cli_now_s() - t0;
+        const ru_mark d = ru_since(r0, ru_now());
+        res->ru.minflt += d.minflt, res->ru.majflt += d.majflt, res->ru.sys_s += d.sys_s;
         res->tokens = to - from;
         res->total += to - from;
         res->start = from;
@@ -337,6 +357,7 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
     double best_cpu = 0;
     if (b->probe) res->marks[0] = probe_mark_take(b->probe);
     for (int r = 0; r < reps && !rc; r++) {
+        const ru_mark r0 = ru_now();
         const double t0 = cli_now_s(), c0 = cpu_s();
         for (int s = 0; s < gen && !rc; s++) {
             rc = decode_step(b, n, spans);
@@ -345,6 +366,8 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
                          (long long)res->context, r + 1, reps, s + 1, gen);
         }
         const double dt = cli_now_s() - t0, dc = cpu_s() - c0;
+        const ru_mark d = ru_since(r0, ru_now());
+        res->ru.minflt += d.minflt, res->ru.majflt += d.majflt, res->ru.sys_s += d.sys_s;
         if (rc) break;
         if (b->probe) res->marks[r + 1] = probe_mark_take(b->probe);
         if (!res->n_reps || dt < res->seconds) {
@@ -488,6 +511,10 @@ static cJSON *decode_json(const decode_result *d, double bw_gbs, double peak_gfl
     cJSON_AddNumberToObject(o, "decode_bound_tokens_per_s", d->batch / decode_bound_s(d, bw_gbs, peak_gflops));
     cJSON_AddNumberToObject(o, "decode_bound_ratio", decode_bound_s(d, bw_gbs, peak_gflops) * steps_s);
     cJSON_AddNumberToObject(o, "decode_cpu_utilization", d->cpu_util);
+    const double timed_steps = (double)d->steps * (d->n_reps > 0 ? d->n_reps : 1);
+    cJSON_AddNumberToObject(o, "decode_minor_faults_per_step", d->ru.minflt / timed_steps);
+    cJSON_AddNumberToObject(o, "decode_major_faults_per_step", d->ru.majflt / timed_steps);
+    cJSON_AddNumberToObject(o, "decode_system_ms_per_step", 1e3 * d->ru.sys_s / timed_steps);
     if (paired) cJSON_AddItemToObject(o, "paired", decode_paired_json(d));
     return o;
 }
@@ -507,6 +534,10 @@ static void print_decode(const decode_result *d, double bw_gbs, double peak_gflo
         for (int r = 0, last = expert_rows_last(d); r <= last; r++) printf(" %d: %.1f", r + 1, d->expert_rows[r]);
         printf("\n");
     }
+    const double timed_steps = (double)d->steps * (d->n_reps > 0 ? d->n_reps : 1);
+    if (d->ru.minflt + d->ru.majflt > 0) /* first touches in a warm engine's steps: worth a look */
+        printf("        page faults in the timed steps: %.2f a step (%.2f ms system time a step)\n",
+               (d->ru.minflt + d->ru.majflt) / timed_steps, 1e3 * d->ru.sys_s / timed_steps);
     if (paired) {
         const paired_ratios pr = decode_paired(d);
         printf("        paired probes: %.0f%% of roofline, %.0f%% of the bound (medians of %d repetitions, "
@@ -720,6 +751,7 @@ int cmd_bench(int argc, char **argv) {
     prefill_result pf = {0};
     int rc = 0, pf_reps = 0;
     double pf_rep_s[MAX_REPS];
+    ru_mark pf_rep_ru[MAX_REPS]; /* each repetition's faults and system time */
     probe_mark pf_marks[MAX_REPS + 1];
     if (b.probe) pf_marks[0] = probe_mark_take(b.probe);
     for (int r = 0; r < reps && !rc; r++) {
@@ -728,7 +760,7 @@ int cmd_bench(int argc, char **argv) {
         prefill_result one = {0};
         rc = prefill_to(&b, 1, prompt_len, (int)chunk, &one, "prefill");
         if (!rc && (r == 0 || one.seconds < pf.seconds)) pf = one;
-        if (!rc) pf_rep_s[pf_reps++] = one.seconds;
+        if (!rc) pf_rep_ru[pf_reps] = one.ru, pf_rep_s[pf_reps++] = one.seconds;
         if (!rc && b.probe) pf_marks[r + 1] = probe_mark_take(b.probe);
     }
     for (int s = 1; s < max_batch && !rc; s++) rc = dsv4_seq_create(b.eng, &b.seqs[s], &b.err);
@@ -843,6 +875,15 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "prefill_flops", pf.flops);
         cJSON_AddNumberToObject(o, "prefill_gflops", pf_gflops);
         cJSON_AddNumberToObject(o, "prefill_roofline_ratio", pf_gflops / fma.best);
+        cJSON *prr = cJSON_AddArrayToObject(o, "prefill_reps"); /* in order: the engine's first prefill first */
+        for (int r = 0; r < pf_reps; r++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "seconds", pf_rep_s[r]);
+            cJSON_AddNumberToObject(e, "minor_faults", pf_rep_ru[r].minflt);
+            cJSON_AddNumberToObject(e, "major_faults", pf_rep_ru[r].majflt);
+            cJSON_AddNumberToObject(e, "system_seconds", pf_rep_ru[r].sys_s);
+            cJSON_AddItemToArray(prr, e);
+        }
         cJSON_AddBoolToObject(o, "paired_probes", b.probe != NULL);
         if (b.probe) {
             cJSON_AddNumberToObject(o, "prefill_roofline_ratio_paired", pf_paired);
@@ -897,6 +938,11 @@ int cmd_bench(int argc, char **argv) {
                bw0.best, bw1.best, fma.best, dsv4_simd_name(fma.simd));
         printf("prefill: %lld tokens in %.3f s: %.1f tokens/s, %.1f GFLOP/s useful = %.0f%% of FMA peak\n",
                (long long)pf.tokens, pf.seconds, pf_tps, pf_gflops, 100 * pf_gflops / fma.best);
+        printf("         repetitions (the engine's first first):");
+        for (int r = 0; r < pf_reps; r++)
+            printf("%s %.3f s (%.0f page faults, %.3f s system)", r ? "," : "", pf_rep_s[r],
+                   pf_rep_ru[r].minflt + pf_rep_ru[r].majflt, pf_rep_ru[r].sys_s);
+        printf("\n");
         for (int i = 0; i < n_batches; i++) print_decode(&dec[i], bw, fma.best, b.probe != NULL);
         for (int i = 0; i < n_contexts; i++) {
             if (ctx_pf[i].seconds > 0)
