@@ -53,8 +53,11 @@ static ru_mark ru_now(void) {
     return (ru_mark){(double)ru.ru_minflt, (double)ru.ru_majflt, (double)ru.ru_stime.tv_sec + 1e-6 * ru.ru_stime.tv_usec};
 }
 
-/* what a span between marks a and z added */
-static ru_mark ru_since(ru_mark a, ru_mark z) { return (ru_mark){z.minflt - a.minflt, z.majflt - a.majflt, z.sys_s - a.sys_s}; }
+/* adds to *acc what the process did since mark r0 */
+static void ru_add_since(ru_mark *acc, ru_mark r0) {
+    const ru_mark z = ru_now();
+    acc->minflt += z.minflt - r0.minflt, acc->majflt += z.majflt - r0.majflt, acc->sys_s += z.sys_s - r0.sys_s;
+}
 
 static void cpu_model(char *out, size_t n) {
     snprintf(out, n, "unknown");
@@ -274,8 +277,7 @@ static int prefill_to(bench *b, int n_seqs, int64_t to, int chunk, prefill_resul
                      (long long)(n - from), (long long)(to - from));
         }
         res->seconds += cli_now_s() - t0;
-        const ru_mark d = ru_since(r0, ru_now());
-        res->ru.minflt += d.minflt, res->ru.majflt += d.majflt, res->ru.sys_s += d.sys_s;
+        ru_add_since(&res->ru, r0);
         res->tokens = to - from;
         res->total += to - from;
         res->start = from;
@@ -366,8 +368,7 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
                          (long long)res->context, r + 1, reps, s + 1, gen);
         }
         const double dt = cli_now_s() - t0, dc = cpu_s() - c0;
-        const ru_mark d = ru_since(r0, ru_now());
-        res->ru.minflt += d.minflt, res->ru.majflt += d.majflt, res->ru.sys_s += d.sys_s;
+        ru_add_since(&res->ru, r0);
         if (rc) break;
         if (b->probe) res->marks[r + 1] = probe_mark_take(b->probe);
         if (!res->n_reps || dt < res->seconds) {
@@ -471,6 +472,9 @@ static cJSON *decode_paired_json(const decode_result *d) {
     return o;
 }
 
+/* the steps the timed repetitions ran (what d->ru covers) */
+static double timed_steps(const decode_result *d) { return (double)d->steps * (d->n_reps > 0 ? d->n_reps : 1); }
+
 /* the last r - 1 with experts chosen by r rows (0 when none) */
 static int expert_rows_last(const decode_result *d) {
     int last = 0;
@@ -511,10 +515,9 @@ static cJSON *decode_json(const decode_result *d, double bw_gbs, double peak_gfl
     cJSON_AddNumberToObject(o, "decode_bound_tokens_per_s", d->batch / decode_bound_s(d, bw_gbs, peak_gflops));
     cJSON_AddNumberToObject(o, "decode_bound_ratio", decode_bound_s(d, bw_gbs, peak_gflops) * steps_s);
     cJSON_AddNumberToObject(o, "decode_cpu_utilization", d->cpu_util);
-    const double timed_steps = (double)d->steps * (d->n_reps > 0 ? d->n_reps : 1);
-    cJSON_AddNumberToObject(o, "decode_minor_faults_per_step", d->ru.minflt / timed_steps);
-    cJSON_AddNumberToObject(o, "decode_major_faults_per_step", d->ru.majflt / timed_steps);
-    cJSON_AddNumberToObject(o, "decode_system_ms_per_step", 1e3 * d->ru.sys_s / timed_steps);
+    cJSON_AddNumberToObject(o, "decode_minor_faults_per_step", d->ru.minflt / timed_steps(d));
+    cJSON_AddNumberToObject(o, "decode_major_faults_per_step", d->ru.majflt / timed_steps(d));
+    cJSON_AddNumberToObject(o, "decode_system_ms_per_step", 1e3 * d->ru.sys_s / timed_steps(d));
     if (paired) cJSON_AddItemToObject(o, "paired", decode_paired_json(d));
     return o;
 }
@@ -534,10 +537,9 @@ static void print_decode(const decode_result *d, double bw_gbs, double peak_gflo
         for (int r = 0, last = expert_rows_last(d); r <= last; r++) printf(" %d: %.1f", r + 1, d->expert_rows[r]);
         printf("\n");
     }
-    const double timed_steps = (double)d->steps * (d->n_reps > 0 ? d->n_reps : 1);
     if (d->ru.minflt + d->ru.majflt > 0) /* first touches in a warm engine's steps: worth a look */
         printf("        page faults in the timed steps: %.2f a step (%.2f ms system time a step)\n",
-               (d->ru.minflt + d->ru.majflt) / timed_steps, 1e3 * d->ru.sys_s / timed_steps);
+               (d->ru.minflt + d->ru.majflt) / timed_steps(d), 1e3 * d->ru.sys_s / timed_steps(d));
     if (paired) {
         const paired_ratios pr = decode_paired(d);
         printf("        paired probes: %.0f%% of roofline, %.0f%% of the bound (medians of %d repetitions, "
@@ -750,8 +752,7 @@ int cmd_bench(int argc, char **argv) {
     /* 2. prefill: sequence 0, `reps` times from scratch, best kept; then the others once */
     prefill_result pf = {0};
     int rc = 0, pf_reps = 0;
-    double pf_rep_s[MAX_REPS];
-    ru_mark pf_rep_ru[MAX_REPS]; /* each repetition's faults and system time */
+    prefill_result pf_rep[MAX_REPS]; /* each repetition, in the order run */
     probe_mark pf_marks[MAX_REPS + 1];
     if (b.probe) pf_marks[0] = probe_mark_take(b.probe);
     for (int r = 0; r < reps && !rc; r++) {
@@ -760,7 +761,7 @@ int cmd_bench(int argc, char **argv) {
         prefill_result one = {0};
         rc = prefill_to(&b, 1, prompt_len, (int)chunk, &one, "prefill");
         if (!rc && (r == 0 || one.seconds < pf.seconds)) pf = one;
-        if (!rc) pf_rep_ru[pf_reps] = one.ru, pf_rep_s[pf_reps++] = one.seconds;
+        if (!rc) pf_rep[pf_reps++] = one;
         if (!rc && b.probe) pf_marks[r + 1] = probe_mark_take(b.probe);
     }
     for (int s = 1; s < max_batch && !rc; s++) rc = dsv4_seq_create(b.eng, &b.seqs[s], &b.err);
@@ -805,7 +806,7 @@ int cmd_bench(int argc, char **argv) {
     double pf_paired = 0; /* the median over prefill repetitions against the FMA marks beside each */
     if (b.probe) {
         double v[MAX_REPS];
-        for (int r = 0; r < pf_reps; r++) v[r] = pf.flops / pf_rep_s[r] / 1e9 / probe_mark_around(pf_marks, r).peak_gflops;
+        for (int r = 0; r < pf_reps; r++) v[r] = pf.flops / pf_rep[r].seconds / 1e9 / probe_mark_around(pf_marks, r).peak_gflops;
         pf_paired = median_of(v, pf_reps);
     }
     const double dec_tps = top->batch * top->steps / top->seconds;
@@ -878,10 +879,10 @@ int cmd_bench(int argc, char **argv) {
         cJSON *prr = cJSON_AddArrayToObject(o, "prefill_reps"); /* in order: the engine's first prefill first */
         for (int r = 0; r < pf_reps; r++) {
             cJSON *e = cJSON_CreateObject();
-            cJSON_AddNumberToObject(e, "seconds", pf_rep_s[r]);
-            cJSON_AddNumberToObject(e, "minor_faults", pf_rep_ru[r].minflt);
-            cJSON_AddNumberToObject(e, "major_faults", pf_rep_ru[r].majflt);
-            cJSON_AddNumberToObject(e, "system_seconds", pf_rep_ru[r].sys_s);
+            cJSON_AddNumberToObject(e, "seconds", pf_rep[r].seconds);
+            cJSON_AddNumberToObject(e, "minor_faults", pf_rep[r].ru.minflt);
+            cJSON_AddNumberToObject(e, "major_faults", pf_rep[r].ru.majflt);
+            cJSON_AddNumberToObject(e, "system_seconds", pf_rep[r].ru.sys_s);
             cJSON_AddItemToArray(prr, e);
         }
         cJSON_AddBoolToObject(o, "paired_probes", b.probe != NULL);
@@ -890,7 +891,7 @@ int cmd_bench(int argc, char **argv) {
             cJSON *pm = cJSON_AddArrayToObject(o, "prefill_paired_reps");
             for (int r = 0; r < pf_reps; r++) {
                 cJSON *e = cJSON_CreateObject();
-                cJSON_AddNumberToObject(e, "seconds", pf_rep_s[r]);
+                cJSON_AddNumberToObject(e, "seconds", pf_rep[r].seconds);
                 cJSON_AddNumberToObject(e, "peak_gflops", probe_mark_around(pf_marks, r).peak_gflops);
                 cJSON_AddItemToArray(pm, e);
             }
@@ -940,8 +941,8 @@ int cmd_bench(int argc, char **argv) {
                (long long)pf.tokens, pf.seconds, pf_tps, pf_gflops, 100 * pf_gflops / fma.best);
         printf("         repetitions (the engine's first first):");
         for (int r = 0; r < pf_reps; r++)
-            printf("%s %.3f s (%.0f page faults, %.3f s system)", r ? "," : "", pf_rep_s[r],
-                   pf_rep_ru[r].minflt + pf_rep_ru[r].majflt, pf_rep_ru[r].sys_s);
+            printf("%s %.3f s (%.0f page faults, %.3f s system)", r ? "," : "", pf_rep[r].seconds,
+                   pf_rep[r].ru.minflt + pf_rep[r].ru.majflt, pf_rep[r].ru.sys_s);
         printf("\n");
         for (int i = 0; i < n_batches; i++) print_decode(&dec[i], bw, fma.best, b.probe != NULL);
         for (int i = 0; i < n_contexts; i++) {
