@@ -155,8 +155,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     for (int k = 0; k < n_ns; k++)
-        if (ns[k] < 1024 || ns[k] > (1 << 20)) {
-            fprintf(stderr, "bench_indexer: every n in [1024, 1048576]\n");
+        if (ns[k] < 513 || ns[k] > (1 << 20)) {
+            fprintf(stderr, "bench_indexer: every n in [513, 1048576]\n");
             return 2;
         }
     const int simd = dsv4_cpu_simd() < dsv4_build_simd() ? dsv4_cpu_simd() : dsv4_build_simd(), topk = 512, dI = 128;

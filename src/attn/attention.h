@@ -59,13 +59,15 @@ typedef struct dsv4_attn_ctx {
 enum { DSV4_INDEXER_AUTO = 0, DSV4_INDEXER_EXACT = 1, DSV4_INDEXER_BOUNDED = 2 };
 /* AUTO bounds the scores of a row that sees at least DSV4_INDEXER_BOUNDED_MIN_RATIO times
  * index_topk entries, where an exact score costs at least DSV4_INDEXER_BOUNDED_MIN_MACS
- * multiply-adds (index_n_heads * index_head_dim). Below either, the exact rescoring of the
- * topk best and a few more, the second selection and the key panel's transposition cost
- * about what the cheaper scores save. bench_indexer, exact time over bounded (top 512,
- * one thread, 1 / 8 queries a block): Flash's 64 x 128 at 2K entries 1.32 / 1.33, at 32K
- * 2.26 / 1.86; flash_quarter's 16 x 128 at 2K 0.97 / 1.22, at 32K 1.16 / 1.72. */
+ * multiply-adds (index_n_heads * index_head_dim). Below the MACs, the exact rescoring of the
+ * topk best and a few more and the second selection cost about what the cheaper scores save.
+ * Past topk entries the bounded path pays at any count since the one-query kernel and the
+ * radix thresholds (session 32): bench_indexer, exact time over bounded (flash_quarter's
+ * 16 x 128, top 512, one thread, 1 / 8 queries a block): 544 entries 1.62 / 1.89, 1024
+ * 1.45-1.57 / 1.65-1.86, 2048 1.44 / 1.86, 8192 1.54 / 2.08; a CSA row at 4K context (1088
+ * entries) took the exact scores under the old ratio 4 (BENCHMARKS.md, session 36 iscore). */
 #define DSV4_INDEXER_BOUNDED_MIN_MACS 1024
-#define DSV4_INDEXER_BOUNDED_MIN_RATIO 4
+#define DSV4_INDEXER_BOUNDED_MIN_RATIO 1
 
 /* Whether ctx's indexer bounds the scores of a row that sees n_vis entries (see above);
  * every row of a scoring block must give the same answer. */

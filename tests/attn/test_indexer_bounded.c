@@ -112,7 +112,22 @@ static int check(int level, int fmt, int kind, int nI, int dI, int n, int topk) 
     return rescored;
 }
 
+/* AUTO's choice (attention.h): a flash_quarter CSA row bounds its scores from topk entries up
+ * (a 4K-context row's 1088 among them), an indexer of fewer MACs a score than the minimum never. */
+static void check_auto(void) {
+    dsv4_config cfg = {0};
+    cfg.index_n_heads = 16, cfg.index_head_dim = 128, cfg.index_topk = 512;
+    dsv4_attn_ctx ctx = {0};
+    ctx.cfg = &cfg, ctx.indexer_mode = DSV4_INDEXER_AUTO;
+    CHECK_MSG(dsv4_attn_indexer_bounded(&ctx, 513) && dsv4_attn_indexer_bounded(&ctx, 1088) &&
+                  dsv4_attn_indexer_bounded(&ctx, 8192),
+              "AUTO: a flash_quarter CSA row past topk entries takes exact scores");
+    cfg.index_n_heads = 4; /* 512 MACs a score */
+    CHECK_MSG(!dsv4_attn_indexer_bounded(&ctx, 8192), "AUTO: bounds an indexer under the MACs' minimum");
+}
+
 int main(void) {
+    check_auto();
     const int best = dsv4_cpu_simd() < dsv4_build_simd() ? dsv4_cpu_simd() : dsv4_build_simd();
     printf("kernel level: %s\n", dsv4_simd_name(best));
     for (int level = 0; level <= best; level++)
@@ -128,6 +143,13 @@ int main(void) {
             check(level, fmt, ADVERSARY, 16, 128, 2048, 64);
             check(level, fmt, SPREAD, 16, 128, 2048, 64);
             check(level, fmt, SPREAD, 5, 37, 257, 16);
+            /* CSA rows at 2K-4K context (flash_quarter: 513-1088 entries, top 512), which AUTO
+             * bounds too: the boundary among nearly all the entries */
+            for (int kind = RANDOM; kind <= SPREAD; kind++)
+                if (kind < NAN_KEY || kind > HUGE_KEYS) {
+                    check(level, fmt, kind, 16, 128, 513, 512);
+                    check(level, fmt, kind, 16, 128, 1088, 512);
+                }
             /* a CSA row at 32K context (8192 entries, top 512): the thresholds' radix select at length */
             check(level, fmt, RANDOM, 16, 128, 8192, 512);
             check(level, fmt, SPREAD, 16, 128, 8192, 512);
