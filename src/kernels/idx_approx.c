@@ -210,7 +210,11 @@ AP_INLINE void prefetch_keys(const void *const *keys, int fmt, int64_t w, int n,
 #define FQ_MAX_DI 128
 #define FQ_KS 144
 /* Keys prefetched one block ahead (two and three blocks measured the same with the keys out of
- * cache: 1.33-1.38x the panel kernel at 32K entries, bench_indexer --kernels --cold) */
+ * cache: 1.33-1.38x the panel kernel at 32K entries, bench_indexer --kernels --cold). The next
+ * block's 64-80 lines go out one a d of the dots, not in a burst before them: a burst fills the
+ * core's miss buffers and the prefetches wait there (a 4K batch-16 step's perf: 23 % of this
+ * kernel's samples on the instruction after the burst); spread, 90.3 -> 72.7 cycles a key in
+ * step (session 36 iscore, blocks of steps alternated in one process). */
 #define FQ_PF 16
 #define FQ_RU (_MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)
 
@@ -271,10 +275,12 @@ AP_INLINE void fq_transpose_q(const float *qI, size_t qs, const float *wI, size_
 }
 
 /* J keys' accumulators against V head vectors: acc[v * J + j] += qT[p][v] * kf[j][p] for p < P
- * (kf rows FQ_KS apart). */
-AP_INLINE void fq_dots(const float *qT, const float *kf, int dI, const int V, const int J, __m512 *acc) {
+ * (kf rows FQ_KS apart); the npf lines at pf prefetched, one a d (the rest after the loop). */
+AP_INLINE void fq_dots(const float *qT, const float *kf, int dI, const int V, const int J, __m512 *acc,
+                       const char *const *pf, int npf) {
     for (int i = 0; i < V * J; i++) acc[i] = _mm512_setzero_ps();
     for (int d = 0; d < dI; d++) {
+        if (d < npf) _mm_prefetch(pf[d], _MM_HINT_T0);
         __m512 qv[4];
         for (int v = 0; v < V; v++) qv[v] = _mm512_load_ps(qT + ((size_t)d * V + v) * 16);
         for (int j = 0; j < J; j++) {
@@ -282,6 +288,7 @@ AP_INLINE void fq_dots(const float *qT, const float *kf, int dI, const int V, co
             for (int v = 0; v < V; v++) acc[v * J + j] = _mm512_fmadd_ps(qv[v], kb, acc[v * J + j]);
         }
     }
+    for (int d = dI; d < npf; d++) _mm_prefetch(pf[d], _MM_HINT_T0);
 }
 
 AP_INLINE void fq_run(const float *qT, const __m512 *wv, size_t ss, int nq, const int64_t *lim,
@@ -289,9 +296,16 @@ AP_INLINE void fq_run(const float *qT, const __m512 *wv, size_t ss, int nq, cons
                       float *scores, float *knorm, const int V, const int J) {
     _Alignas(64) float kf[16 * FQ_KS]; /* (16, FQ_KS) the block's keys as F32 at fq_pos, zeros in the span */
     const int P = fq_span(fmt == DSV4_ROW_BF16, dI);
+    const size_t row_bytes = (size_t)dI * (fmt == DSV4_ROW_BF16 ? 2 : 4);
+    const char *pf[16 * (FQ_MAX_DI * 4 / 64 + 1)]; /* the next block's lines, issued one a d by the dots */
     for (int64_t w = w0; w < wmax; w += 16) {
         const int nk = wmax - w < 16 ? (int)(wmax - w) : 16;
-        if (w + FQ_PF < wmax) prefetch_keys(keys, fmt, w + FQ_PF, wmax - w - FQ_PF < 16 ? (int)(wmax - w - FQ_PF) : 16, dI);
+        int npf = 0;
+        for (int64_t k = w + FQ_PF; k < w + FQ_PF + 16 && k < wmax; k++) {
+            const char *r = keys[k];
+            for (size_t o = 0; o < row_bytes; o += 64) pf[npf++] = r + o;
+            if (((uintptr_t)r & 63) + row_bytes > ((row_bytes + 63) & ~(size_t)63)) pf[npf++] = r + row_bytes - 1;
+        }
         __m512 n2[16];
         for (int j = 0; j < 16; j++) {
             __m512 acc = _mm512_setzero_ps();
@@ -337,7 +351,9 @@ AP_INLINE void fq_run(const float *qT, const __m512 *wv, size_t ss, int nq, cons
         __m512 tq[4 * 16];
         for (int j0 = 0; j0 < 16; j0 += J) {
             __m512 acc[16];
-            fq_dots(qT, kf + j0 * FQ_KS, P, V, J, acc);
+            /* pass j0 / J of 16 / J issues its share of the lines */
+            const int p0 = npf * j0 / 16, p1 = npf * (j0 + J) / 16;
+            fq_dots(qT, kf + j0 * FQ_KS, P, V, J, acc, pf + p0, p1 - p0);
             for (int v = 0; v < V; v++) { /* query v / G, its group v % G */
                 __m512 *t = tq + (v / G) * 16 + j0;
                 for (int j = 0; j < J; j++) {
