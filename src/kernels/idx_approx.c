@@ -274,13 +274,18 @@ AP_INLINE void fq_transpose_q(const float *qI, size_t qs, const float *wI, size_
         }
 }
 
+/* One prefetched line of the next block's keys (a test redefines it to record the lines). */
+#ifndef FQ_PF_TOUCH
+#define FQ_PF_TOUCH(a) _mm_prefetch((const char *)(a), _MM_HINT_T0)
+#endif
+
 /* J keys' accumulators against V head vectors: acc[v * J + j] += qT[p][v] * kf[j][p] for p < P
  * (kf rows FQ_KS apart); the npf lines at pf prefetched, one a d (the rest after the loop). */
 AP_INLINE void fq_dots(const float *qT, const float *kf, int dI, const int V, const int J, __m512 *acc,
                        const char *const *pf, int npf) {
     for (int i = 0; i < V * J; i++) acc[i] = _mm512_setzero_ps();
     for (int d = 0; d < dI; d++) {
-        if (d < npf) _mm_prefetch(pf[d], _MM_HINT_T0);
+        if (d < npf) FQ_PF_TOUCH(pf[d]);
         __m512 qv[4];
         for (int v = 0; v < V; v++) qv[v] = _mm512_load_ps(qT + ((size_t)d * V + v) * 16);
         for (int j = 0; j < J; j++) {
@@ -288,7 +293,7 @@ AP_INLINE void fq_dots(const float *qT, const float *kf, int dI, const int V, co
             for (int v = 0; v < V; v++) acc[v * J + j] = _mm512_fmadd_ps(qv[v], kb, acc[v * J + j]);
         }
     }
-    for (int d = dI; d < npf; d++) _mm_prefetch(pf[d], _MM_HINT_T0);
+    for (int d = dI; d < npf; d++) FQ_PF_TOUCH(pf[d]);
 }
 
 AP_INLINE void fq_run(const float *qT, const __m512 *wv, size_t ss, int nq, const int64_t *lim,
