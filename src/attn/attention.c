@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "attn/attention.h"
+#include "attn/rows_l2.h"
 #include "util/arena.h"
 #include "kernels/kv_rows.h"
 #include "kernels/ops.h"
@@ -562,7 +563,12 @@ static void row_heads(const attend_job *j, int bi, int h0, int nh, int tid) {
     const int hg = j->ug ? H / j->ctx->cfg->o_groups : H;
     const int64_t gs = j->ug ? (int64_t)j->batch->n_rows * hg * hd : 0;
     float *o = j->ug ? j->ug + (size_t)q.i * hg * hd : j->o + (size_t)q.i * H * hd;
-    dsv4_attn_row_heads_to(&q, j->rows + (size_t)bi * j->n_kv_max, j->n_kv[bi], h0, nh,
+    const void *const *rows = j->rows + (size_t)bi * j->n_kv_max;
+    const int fmt = dsv4_row_fmt(q.src->row_fmt);
+    if (!j->pf_rows) /* a decode row's list toward L2 (a prefill's rows are warm: neighbours share them) */
+        dsv4_rows_to_l2(rows, j->n_kv[bi], dsv4_row_bytes(fmt, hd, j->ctx->cfg->qk_rope_head_dim),
+                        dsv4_attn_stages_rows(fmt));
+    dsv4_attn_row_heads_to(&q, rows, j->n_kv[bi], h0, nh,
                            j->frows ? j->frows + (size_t)tid * j->n_kv_max : NULL,
                            j->stage ? j->stage + (size_t)tid * j->n_kv_max * hd : NULL,
                            j->probs + (size_t)tid * H * j->n_kv_max, o, hg, gs);

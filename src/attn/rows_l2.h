@@ -1,0 +1,38 @@
+/* rows_l2.h — internal: a decode row's K=V list toward L2 before its heads (attention.c,
+ * row_heads). Hints only: no value is read or changed.
+ *
+ * Why: a decode row's K=V rows are cold (the step's weights streamed through the caches since
+ * the last step read them) and scattered over the pool; the scores' own prefetch, two rows
+ * ahead, keeps few lines in flight, and in step the value sum, which re-reads the rows, then
+ * still found some outside L2. One loop of hints over the whole list, issued before the
+ * scores, lets the memory system work on all of it at once, and both passes find it in L2
+ * (640 rows of 1 KB in a 1 MB L2). Zen 5, flash_quarter, one process alternating blocks of 32
+ * calls with and without: batch 16 at 4K, a CSA row's 16 heads 148.6 -> 125.4 us a call
+ * (scores 66.6 -> 63.6, value sum 78.8 -> 58.6); batch 1 at 32K, 8 heads 114.4 -> 103.3.
+ * Lists of 256-511 rows at batch 1 took ~1.7 us a call longer with them, hence the threshold
+ * (BENCHMARKS.md, session 36 heads). */
+#ifndef DSV4_ATTN_ROWS_L2_H
+#define DSV4_ATTN_ROWS_L2_H
+
+#include <stdint.h>
+
+/* lists shorter than this are left to the scores' own prefetch */
+#define DSV4_ROWS_L2_MIN 512
+
+/* the hint for one line; a test defines it to record the lines instead */
+#ifndef ROWS_L2_TOUCH
+#define ROWS_L2_TOUCH(a) __builtin_prefetch((const void *)(a), 0, 2)
+#endif
+
+/* Every 64-byte line holding a byte of rows[0, n_kv) (row_bytes each, at any alignment),
+ * toward L2, when the list has at least DSV4_ROWS_L2_MIN rows and its rows are read in place
+ * (staged: the rows are unpacked to F32 first, which reads them anyway: none). */
+static inline void dsv4_rows_to_l2(const void *const *rows, int n_kv, int64_t row_bytes, int staged) {
+    if (staged || n_kv < DSV4_ROWS_L2_MIN) return;
+    for (int j = 0; j < n_kv; j++) {
+        const uintptr_t a = (uintptr_t)rows[j];
+        for (uintptr_t p = a & ~(uintptr_t)63; p < a + (uintptr_t)row_bytes; p += 64) ROWS_L2_TOUCH(p);
+    }
+}
+
+#endif
