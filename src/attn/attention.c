@@ -554,15 +554,23 @@ static void gather_task(void *arg, int bi, int tid) {
     if (j->store) attn_store_row(j->ctx, j->b, j->batch, j->w, j->row_span[q.i], q.i);
 }
 
+/* Where packed row i's heads go: o (R, H, hd), or straight to the output projection's
+ * group-major input (G, R, hg * hd); *hg heads a run, the runs *gs floats apart (one run
+ * when not group-major). */
+static float *row_out(const attend_job *j, int i, int *hg, int64_t *gs) {
+    const int H = j->ctx->cfg->num_attention_heads, hd = j->ctx->cfg->head_dim;
+    *hg = j->ug ? H / j->ctx->cfg->o_groups : H;
+    *gs = j->ug ? (int64_t)j->batch->n_rows * *hg * hd : 0;
+    return j->ug ? j->ug + (size_t)i * *hg * hd : j->o + (size_t)i * H * hd;
+}
+
 /* Step 4: heads [h0, h0 + nh) of row bi of the block. */
 static void row_heads(const attend_job *j, int bi, int h0, int nh, int tid) {
     const int H = j->ctx->cfg->num_attention_heads, hd = j->ctx->cfg->head_dim;
     const dsv4_attn_query q = job_query(j, j->r0 + bi);
-    /* the row's heads to o (R, H, hd), or straight to the output projection's group-major
-     * input (G, R, hg * hd) */
-    const int hg = j->ug ? H / j->ctx->cfg->o_groups : H;
-    const int64_t gs = j->ug ? (int64_t)j->batch->n_rows * hg * hd : 0;
-    float *o = j->ug ? j->ug + (size_t)q.i * hg * hd : j->o + (size_t)q.i * H * hd;
+    int hg;
+    int64_t gs;
+    float *o = row_out(j, q.i, &hg, &gs);
     const void *const *rows = j->rows + (size_t)bi * j->n_kv_max;
     const int fmt = dsv4_row_fmt(q.src->row_fmt);
     if (!j->pf_rows) /* a decode row's list toward L2 (a prefill's rows are warm: neighbours share them) */
@@ -594,14 +602,14 @@ static void heads_task(void *arg, int task, int tid) {
  * the q loads of its head packing; with both hints dot_rows + wsum took ~4.5 % fewer
  * samples against the GEMMs' (BENCHMARKS.md, session 35 pf4). Nothing computed changes. */
 static void row_prefetch_next(const attend_job *j, int bi) {
-    const dsv4_attn_query q = job_query(j, j->r0 + bi + 1);
+    const int i = job_row(j, j->r0 + bi + 1);
     const int H = j->ctx->cfg->num_attention_heads, hd = j->ctx->cfg->head_dim;
-    const char *qr = (const char *)(q.w->q + (size_t)q.i * H * hd); /* (H, hd) */
+    const char *qr = (const char *)(j->w->q + (size_t)i * H * hd); /* (H, hd) */
     for (int64_t b = 0; b < (int64_t)H * hd * (int64_t)sizeof(float); b += 64) __builtin_prefetch(qr + b, 0, 2);
-    /* row_heads' o: H / hg runs of hg * hd floats, gs apart (one run when not group-major) */
-    const int hg = j->ug ? H / j->ctx->cfg->o_groups : H;
-    const int64_t gs = j->ug ? (int64_t)j->batch->n_rows * hg * hd : 0;
-    const float *o = j->ug ? j->ug + (size_t)q.i * hg * hd : j->o + (size_t)q.i * H * hd;
+    /* row_heads' o: H / hg runs of hg * hd floats, gs apart */
+    int hg;
+    int64_t gs;
+    const float *o = row_out(j, i, &hg, &gs);
     for (int g = 0; g < H / hg; g++) {
         const char *run = (const char *)(o + g * gs);
         for (int64_t b = 0; b < (int64_t)hg * hd * (int64_t)sizeof(float); b += 64) __builtin_prefetch(run + b, 1, 2);

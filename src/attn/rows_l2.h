@@ -16,6 +16,8 @@
 
 #include <stdint.h>
 
+#include "util/lines.h"
+
 /* lists shorter than this are left to the scores' own prefetch */
 #define DSV4_ROWS_L2_MIN 512
 
@@ -30,8 +32,8 @@
 static inline void dsv4_rows_to_l2(const void *const *rows, int n_kv, int64_t row_bytes, int staged) {
     if (staged || n_kv < DSV4_ROWS_L2_MIN) return;
     for (int j = 0; j < n_kv; j++) {
-        const uintptr_t a = (uintptr_t)rows[j];
-        for (uintptr_t p = a & ~(uintptr_t)63; p < a + (uintptr_t)row_bytes; p += 64) ROWS_L2_TOUCH(p);
+        const char *l = dsv4_line_of(rows[j]);
+        for (int64_t k = 0, m = dsv4_lines_in(rows[j], row_bytes); k < m; k++) ROWS_L2_TOUCH(l + 64 * k);
     }
 }
 

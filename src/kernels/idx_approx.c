@@ -11,6 +11,7 @@
 
 #include "kernels/cpu.h"
 #include "kernels/kv_rows.h"
+#include "util/lines.h"
 
 /* gamma_n = n u / (1 - n u), u = 2^-24: the relative error bound of an n-term inner product */
 static double gamma_n(int n) { return n * 0x1p-24 / (1.0 - n * 0x1p-24); }
@@ -178,11 +179,10 @@ AP_INLINE void heads_g2(const float *qq, const float *wq, int h0, int dI, const 
  * keys' FMAs, so the next panels' loads find them there. Without it the panel loads waited
  * on the cache for ~a fifth of the kernel's time at 32K entries (perf, session 28). */
 AP_INLINE void prefetch_keys(const void *const *keys, int fmt, int64_t w, int n, int dI) {
-    const size_t bytes = (size_t)dI * (fmt == DSV4_ROW_BF16 ? 2 : 4);
+    const int64_t bytes = dsv4_row_bytes(fmt, dI, 0);
     for (int j = 0; j < n; j++) {
-        const char *r = (const char *)keys[w + j];
-        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(r + o, _MM_HINT_T0);
-        _mm_prefetch(r + bytes - 1, _MM_HINT_T0); /* a row that starts mid-line ends on one more */
+        const char *l = dsv4_line_of(keys[w + j]);
+        for (int64_t k = 0, m = dsv4_lines_in(keys[w + j], bytes); k < m; k++) _mm_prefetch(l + 64 * k, _MM_HINT_T0);
     }
 }
 
@@ -301,15 +301,14 @@ AP_INLINE void fq_run(const float *qT, const __m512 *wv, size_t ss, int nq, cons
                       float *scores, float *knorm, const int V, const int J) {
     _Alignas(64) float kf[16 * FQ_KS]; /* (16, FQ_KS) the block's keys as F32 at fq_pos, zeros in the span */
     const int P = fq_span(fmt == DSV4_ROW_BF16, dI);
-    const size_t row_bytes = (size_t)dI * (fmt == DSV4_ROW_BF16 ? 2 : 4);
+    const int64_t row_bytes = dsv4_row_bytes(fmt, dI, 0);
     const char *pf[16 * (FQ_MAX_DI * 4 / 64 + 1)]; /* the next block's lines, issued one a d by the dots */
     for (int64_t w = w0; w < wmax; w += 16) {
         const int nk = wmax - w < 16 ? (int)(wmax - w) : 16;
         int npf = 0;
         for (int64_t k = w + FQ_PF; k < w + FQ_PF + 16 && k < wmax; k++) {
-            const char *r = keys[k];
-            for (size_t o = 0; o < row_bytes; o += 64) pf[npf++] = r + o;
-            if (((uintptr_t)r & 63) + row_bytes > ((row_bytes + 63) & ~(size_t)63)) pf[npf++] = r + row_bytes - 1;
+            const char *l = dsv4_line_of(keys[k]);
+            for (int64_t i = 0, m = dsv4_lines_in(keys[k], row_bytes); i < m; i++) pf[npf++] = l + 64 * i;
         }
         __m512 n2[16];
         for (int j = 0; j < 16; j++) {
