@@ -19,6 +19,7 @@
 #include "kernels/kv_rows.h"
 #include "kernels/ops.h"
 #include "util/err.h"
+#include "util/prefetch.h"
 
 /* Scratch of the grouped output projection for R rows. */
 typedef struct grouped_bufs {
@@ -605,14 +606,14 @@ static void row_prefetch_next(const attend_job *j, int bi) {
     const int i = job_row(j, j->r0 + bi + 1);
     const int H = j->ctx->cfg->num_attention_heads, hd = j->ctx->cfg->head_dim;
     const char *qr = (const char *)(j->w->q + (size_t)i * H * hd); /* (H, hd) */
-    for (int64_t b = 0; b < (int64_t)H * hd * (int64_t)sizeof(float); b += 64) __builtin_prefetch(qr + b, 0, 2);
+    for (int64_t b = 0; b < (int64_t)H * hd * (int64_t)sizeof(float); b += 64) DSV4_PREFETCH(qr + b, 0, 2);
     /* row_heads' o: H / hg runs of hg * hd floats, gs apart */
     int hg;
     int64_t gs;
     const float *o = row_out(j, i, &hg, &gs);
     for (int g = 0; g < H / hg; g++) {
         const char *run = (const char *)(o + g * gs);
-        for (int64_t b = 0; b < (int64_t)hg * hd * (int64_t)sizeof(float); b += 64) __builtin_prefetch(run + b, 1, 2);
+        for (int64_t b = 0; b < (int64_t)hg * hd * (int64_t)sizeof(float); b += 64) DSV4_PREFETCH(run + b, 1, 2);
     }
 }
 

@@ -17,13 +17,14 @@
 #include <stdint.h>
 
 #include "util/lines.h"
+#include "util/prefetch.h"
 
 /* lists shorter than this are left to the scores' own prefetch */
 #define DSV4_ROWS_L2_MIN 512
 
 /* the hint for one line; a test defines it to record the lines instead */
 #ifndef ROWS_L2_TOUCH
-#define ROWS_L2_TOUCH(a) __builtin_prefetch((const void *)(a), 0, 2)
+#define ROWS_L2_TOUCH(a) DSV4_PREFETCH(a, 0, 2)
 #endif
 
 /* Every 64-byte line holding a byte of rows[0, n_kv) (row_bytes each, at any alignment),

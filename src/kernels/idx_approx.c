@@ -12,6 +12,7 @@
 #include "kernels/cpu.h"
 #include "kernels/kv_rows.h"
 #include "util/lines.h"
+#include "util/prefetch.h"
 
 /* gamma_n = n u / (1 - n u), u = 2^-24: the relative error bound of an n-term inner product */
 static double gamma_n(int n) { return n * 0x1p-24 / (1.0 - n * 0x1p-24); }
@@ -182,7 +183,7 @@ AP_INLINE void prefetch_keys(const void *const *keys, int fmt, int64_t w, int n,
     const int64_t bytes = dsv4_row_bytes(fmt, dI, 0);
     for (int j = 0; j < n; j++) {
         const char *l = dsv4_line_of(keys[w + j]);
-        for (int64_t k = 0, m = dsv4_lines_in(keys[w + j], bytes); k < m; k++) _mm_prefetch(l + 64 * k, _MM_HINT_T0);
+        for (int64_t k = 0, m = dsv4_lines_in(keys[w + j], bytes); k < m; k++) DSV4_PREFETCH(l + 64 * k, 0, 3);
     }
 }
 

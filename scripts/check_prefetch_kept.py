@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""check_prefetch_kept.py LIB: the hint loops made only of prefetches are in the built code.
+
+A loop whose only statements are prefetches computes no value, so no test of results can see
+it go, and GCC 12 at -O2 deletes such loops when it can work out their trip count
+(src/util/prefetch.h): 77a2bab's rewrite of attention.c's two left that object without a
+single prefetch instruction while every test passed. This reads LIB's objects (objdump -d)
+and checks that each function named below holds at least its count of prefetch
+instructions. A function renamed, split or inlined elsewhere fails too: update the table
+with the code. Exit 1 with the reasons otherwise."""
+import re
+import shutil
+import subprocess
+import sys
+
+# (object, function, prefetch instructions at least, what they are)
+MUST = [
+    ('attention.c.o', 'row_heads', 1, "a decode row's K=V list toward L2 (attn/rows_l2.h)"),
+    ('attention.c.o', 'row_task', 2, "the next prefill row's q and output rows (row_prefetch_next)"),
+    ('idx_approx.c.o', 'approx_avx512', 1, "the next 32 indexer keys toward L1 (prefetch_keys)"),
+    ('idx_approx.c.o', 'approx_few_avx512', 1, "the next block's key lines, one a dot (fq_run)"),
+]
+
+
+def prefetches(lib):
+    """(object, function) -> prefetch instructions in it."""
+    out = subprocess.run(['objdump', '-d', '--no-show-raw-insn', lib], capture_output=True, text=True,
+                         check=True).stdout
+    n, obj, fn = {}, None, None
+    for line in out.splitlines():
+        m = re.match(r'^(\S+\.o):\s+file format', line)
+        if m:
+            obj = m.group(1)
+            continue
+        m = re.match(r'^[0-9a-f]+ <([^>]+)>:$', line)
+        if m:
+            fn = m.group(1)
+            n.setdefault((obj, fn), 0)
+            continue
+        if fn and re.search(r'\bprefetch\w*\s', line):
+            n[(obj, fn)] += 1
+    return n
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__.splitlines()[0])
+        return 2
+    if shutil.which('objdump') is None:
+        print('SKIP: no objdump on PATH (binutils), nothing checked')
+        return 0
+    n = prefetches(sys.argv[1])
+    bad = []
+    for obj, fn, least, what in MUST:
+        got = n.get((obj, fn))
+        if got is None:
+            bad.append(f'{obj}: no function {fn} ({what})')
+        elif got < least:
+            bad.append(f'{obj}: {fn} holds {got} prefetch instructions, at least {least} expected ({what})')
+        else:
+            print(f'{obj} {fn}: {got} prefetch instructions (>= {least}: {what})')
+    for b in bad:
+        print('FAIL', b)
+    return 1 if bad else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
