@@ -452,6 +452,14 @@ int dsv4_attn_pool(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
 #define ATTEND_SPLIT_ROWS 8 /* blocks of fewer rows than this many a thread take it (a decode step's;
                              * a prefill's blocks even out by stealing, a row of many a thread) */
 #define ATTEND_PF_MIN_ROWS 64 /* blocks of at least this many rows (a prefill's) prefetch (row_task) */
+#define ATTEND_CUT_PARTS_PER_THREAD 2 /* a lone decode row's selection parts (cut_task) a thread */
+/* Entries from which a lone decode row's selection runs in parts. The parts cost the score
+ * tasks their lower bounds and histograms and a job of their own, against the serial passes
+ * they take off the caller: flash_quarter, both CSA layers of a batch-1 step, in one process
+ * with the parts on alternate steps (Zen 5, 2 threads): at 8192 entries (32K context) the
+ * scores +24 us, the cut +13, the serial gather -31 (no gain); at 32768 (128K) +36, +32,
+ * -139 (-71 us a step of ~4.1 ms) */
+#define ATTEND_CUT_MIN_ENTRIES 16384
 
 typedef struct attend_job {
     const dsv4_attn_ctx *ctx;
@@ -485,6 +493,14 @@ typedef struct attend_job {
     float *ifbuf;             /* (threads, max_entries) exact rescoring near the top-k boundary */
     int *icidx;               /* (threads, max_entries) */
     const void **ickeys;      /* (threads, max_entries) */
+    /* a lone decode row's bounded selection in parts (dsv4_indexer_cut; see attend) */
+    dsv4_indexer_cut *icut;   /* NULL: the row selects on one thread */
+    float *ilb;               /* (max_entries) the row's lower bounds */
+    uint32_t *ihist;          /* (threads, 2, DSV4_INDEXER_HIST) their top digits, a thread's own counts */
+    int *ibad;                /* (threads) a bound did not hold in that thread's ranges */
+    int *icut_c;              /* (max_entries) the parts' lists */
+    int *icut_part0;          /* (ATTEND_CUT_PARTS_PER_THREAD threads + 1) */
+    int *icut_n;              /* (ATTEND_CUT_PARTS_PER_THREAD threads) the lists' lengths */
     float *probs;             /* (threads, H * n_kv_max) */
     float *o;                 /* (R, H, hd) */
     float *ug;                /* (G, R, in_g) o group-major for the output projection, or NULL */
@@ -529,10 +545,23 @@ static void score_task(void *arg, int task, int tid) {
     const attend_job *j = arg;
     const int *t = j->score_tasks + 3 * task, bi = t[0], nq = t[1], w0 = t[2];
     const dsv4_attn_query q = job_query(j, j->r0 + bi);
-    (void)tid;
-    dsv4_attn_row_scores(&q, nq, j->ikeys + j->ikey_off[j->row_span[q.i]], w0, w0 + j->idx_chunk,
-                         j->iscores + (size_t)bi * j->max_entries, j->iknorm + (size_t)bi * j->max_entries,
+    float *scores = j->iscores + (size_t)bi * j->max_entries, *knorm = j->iknorm + (size_t)bi * j->max_entries;
+    dsv4_attn_row_scores(&q, nq, j->ikeys + j->ikey_off[j->row_span[q.i]], w0, w0 + j->idx_chunk, scores, knorm,
                          (size_t)j->max_entries);
+    if (j->icut) { /* the lone row's lower bounds and their digits, while its scores are in L1 */
+        const int64_t n = row_entries(j, j->r0 + bi), w1 = w0 + j->idx_chunk < n ? w0 + j->idx_chunk : n;
+        j->ibad[tid] |= dsv4_indexer_bounds_part(&j->icut->b, scores, knorm, w0, (int)w1, j->ilb,
+                                                 j->ihist + (size_t)tid * 2 * DSV4_INDEXER_HIST);
+    }
+}
+
+/* Step 3 of a lone decode row, in parts: part p's entries whose upper bound may reach tau
+ * (dsv4_indexer_cut_part). */
+static void cut_task(void *arg, int p, int tid) {
+    (void)tid;
+    const attend_job *j = arg;
+    const int *p0 = j->icut_part0;
+    dsv4_indexer_cut_part(j->icut, j->iscores, j->iknorm, p0[p], p0[p + 1], j->icut_c + p0[p], j->icut_n + p);
 }
 
 /* Step 3: the K=V list of one row. */
@@ -549,7 +578,8 @@ static void gather_task(void *arg, int bi, int tid) {
         knorm = j->iknorm + row;
         keys = j->ikeys + j->ikey_off[j->row_span[q.i]];
         sb = (dsv4_attn_sel_bufs){.work = j->iorder + per, .sel = j->isel + (size_t)tid * j->ctx->cfg->index_topk,
-                                  .fbuf = j->ifbuf + per, .cidx = j->icidx + per, .ckeys = j->ickeys + per};
+                                  .fbuf = j->ifbuf + per, .cidx = j->icidx + per, .ckeys = j->ickeys + per,
+                                  .cut = j->icut, .lb = j->ilb};
     }
     j->n_kv[bi] = dsv4_attn_row_keys(&q, scores, knorm, keys, &sb, j->rows + (size_t)bi * j->n_kv_max);
     if (j->store) attn_store_row(j->ctx, j->b, j->batch, j->w, j->row_span[q.i], q.i);
@@ -686,6 +716,13 @@ typedef struct attend_bufs {
     int *icidx;            /* CSA: (T, max_entries) */
     const void **ickeys;   /* CSA: (T, max_entries) */
     int *score_tasks;      /* CSA: (block_tasks, 3) */
+    dsv4_indexer_cut *icut; /* CSA: one */
+    float *ilb;            /* CSA: (max_entries) */
+    uint32_t *ihist;       /* CSA: (T, 2, DSV4_INDEXER_HIST) */
+    int *ibad;             /* CSA: (T) */
+    int *icut_c;           /* CSA: (max_entries) */
+    int *icut_part0;       /* CSA: (ATTEND_CUT_PARTS_PER_THREAD T + 1) */
+    int *icut_n;           /* CSA: (ATTEND_CUT_PARTS_PER_THREAD T) */
 } attend_bufs;
 
 static int attend_take(dsv4_arena *a, const dsv4_config *cfg, const attend_dims *d, attend_bufs *ab) {
@@ -721,6 +758,15 @@ static int attend_take(dsv4_arena *a, const dsv4_config *cfg, const attend_dims 
         ab->score_tasks = dsv4_arena_take_n(a, 3 * d->block_tasks, sizeof(int));
         ok = ok && ab->iscores && ab->iknorm && ab->iorder && ab->isel && ab->ifbuf && ab->icidx && ab->ickeys &&
              ab->score_tasks;
+        const int64_t parts = (int64_t)ATTEND_CUT_PARTS_PER_THREAD * d->T;
+        ab->icut = dsv4_arena_take_n(a, 1, sizeof(dsv4_indexer_cut));
+        ab->ilb = dsv4_arena_take_n(a, d->max_entries, sizeof(float));
+        ab->ihist = dsv4_arena_take_n(a, d->T * 2 * DSV4_INDEXER_HIST, sizeof(uint32_t));
+        ab->ibad = dsv4_arena_take_n(a, d->T, sizeof(int));
+        ab->icut_c = dsv4_arena_take_n(a, d->max_entries, sizeof(int));
+        ab->icut_part0 = dsv4_arena_take_n(a, parts + 1, sizeof(int));
+        ab->icut_n = dsv4_arena_take_n(a, parts, sizeof(int));
+        ok = ok && ab->icut && ab->ilb && ab->ihist && ab->ibad && ab->icut_c && ab->icut_part0 && ab->icut_n;
     }
     return ok;
 }
@@ -802,6 +848,8 @@ static int attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_ba
                       .rows = ab.rows, .n_kv = ab.n_kv, .frows = ab.frows, .stage = ab.stage,
                       .iknorm = ab.iknorm, .iorder = ab.iorder, .isel = ab.isel,
                       .ifbuf = ab.ifbuf, .icidx = ab.icidx, .ickeys = ab.ickeys,
+                      .ilb = ab.ilb, .ihist = ab.ihist, .ibad = ab.ibad, .icut_c = ab.icut_c,
+                      .icut_part0 = ab.icut_part0, .icut_n = ab.icut_n,
                       .probs = ab.probs, .o = ab.o, .ug = ab.ug, .store = store && !ctx->q_rows};
     if (NQ) dsv4_kctx_parallel(ctx->k, nkt, keys_task, &job);
     for (int r0 = 0; r0 < NQ; r0 += B) {
@@ -842,7 +890,39 @@ static int attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_ba
                 }
                 bi += nq;
             }
+            /* a lone row that selects from bounded scores among many entries (a batch-1 decode
+             * step's at long context): its selection's passes over every entry go to the
+             * threads (dsv4_indexer_cut: the lower bounds and their digits in the score tasks,
+             * the candidates' lists in cut_task) instead of running on one while the others
+             * wait (flash_quarter at 128K context, 32768 entries: ~100 us a CSA layer) */
+            job.icut = NULL;
+            const int64_t cut_min = ctx->cut_min_entries ? ctx->cut_min_entries : ATTEND_CUT_MIN_ENTRIES;
+            if (nb == 1 && T > 1 && n_tasks > 0 && row_entries(&job, r0) >= cut_min &&
+                dsv4_attn_indexer_bounded(ctx, row_entries(&job, r0))) {
+                const int i = job_row(&job, r0), nI = cfg->index_n_heads, dI = cfg->index_head_dim;
+                ab.icut->b = dsv4_idx_approx_query(w->qI + (size_t)i * nI * dI, w->wI + (size_t)i * nI, nI, dI);
+                if (ab.icut->b.valid) {
+                    job.icut = ab.icut;
+                    memset(ab.ihist, 0, sizeof(uint32_t) * (size_t)T * 2 * DSV4_INDEXER_HIST);
+                    memset(ab.ibad, 0, sizeof(int) * (size_t)T);
+                }
+            }
             dsv4_kctx_parallel(ctx->k, n_tasks, score_task, &job);
+            if (job.icut) {
+                dsv4_indexer_cut *cut = job.icut;
+                const int64_t n = row_entries(&job, r0);
+                cut->bad = 0;
+                for (int t = 0; t < T; t++) cut->bad |= ab.ibad[t];
+                cut->n_parts = ATTEND_CUT_PARTS_PER_THREAD * T;
+                for (int p = 0; p <= cut->n_parts; p++) ab.icut_part0[p] = (int)(n * p / cut->n_parts);
+                cut->part0 = ab.icut_part0;
+                cut->nc = ab.icut_n;
+                cut->c = ab.icut_c;
+                if (!cut->bad) { /* else the selection scores every entry exactly */
+                    dsv4_indexer_cut_digit(ab.ihist, 2 * T, topk, cut);
+                    dsv4_kctx_parallel(ctx->k, cut->n_parts, cut_task, &job);
+                }
+            }
         }
         const int groups = attend_groups(cfg, nb, T);
         job.groups = groups;

@@ -24,6 +24,7 @@
 #include "attn/rope.h"
 #include "cache/cache.h"
 #include "kernels/attn_ops.h"
+#include "kernels/idx_approx.h"
 #include "kernels/kctx.h"
 #include "model/model.h"
 #include "model/numerics.h"
@@ -54,6 +55,9 @@ typedef struct dsv4_attn_ctx {
      * (0), _EXACT (every score exact) or _BOUNDED (approximate scores with an error bound,
      * exact ones near the boundary; dsv4_indexer_select_verified). */
     int indexer_mode;
+    /* a lone decode row's bounded selection runs in parts over the threads (dsv4_indexer_cut)
+     * from this many entries; 0: attention.c's default (the tests set 1) */
+    int64_t cut_min_entries;
 } dsv4_attn_ctx;
 
 enum { DSV4_INDEXER_AUTO = 0, DSV4_INDEXER_EXACT = 1, DSV4_INDEXER_BOUNDED = 2 };
@@ -200,6 +204,8 @@ typedef struct dsv4_attn_sel_bufs {
     float *fbuf;
     int *cidx;
     const void **ckeys;
+    const struct dsv4_indexer_cut *cut; /* a bounded row's selection in parts (dsv4_indexer_select_cut), or NULL */
+    const float *lb;             /* (visible) its lower bounds, with cut */
 } dsv4_attn_sel_bufs;
 /* Takes them from a (n_score: visible when the row scores, else 0); 0 when it is full. */
 int dsv4_attn_sel_take(dsv4_arena *a, int64_t n_score, int64_t n_vis, int topk, dsv4_attn_sel_bufs *sb);
@@ -306,6 +312,43 @@ typedef struct dsv4_indexer_query {
 } dsv4_indexer_query;
 int dsv4_indexer_select_verified(const dsv4_indexer_query *iq, const float *approx, const float *knorm, int n_cand,
                                  int topk, float *fbuf, int *cidx, const void **ckeys, int *work, int *sel);
+/* The same selection with its passes over all n_cand entries split by ranges of entries
+ * (attention.c: a decode row's, shared by the step's threads), in three steps:
+ *   1. dsv4_indexer_bounds_part for each range [w0, w1) (any split, any order, on any
+ *      thread): the lower bounds lb[w] (n_cand floats in all) and counts of their top
+ *      digits into hist (two histograms of DSV4_INDEXER_HIST counts, zeroed before; a
+ *      thread may keep its own, the counts add up the same); nonzero when a bound does not
+ *      hold for one entry;
+ *   2. dsv4_indexer_cut_digit over the histograms (n_hist of them, one after another: two
+ *      a hist given to step 1): the
+ *      digit of the topk-th largest lower bound (cut->d1, cut->k); then for each part p of
+ *      a split of [0, n_cand) into ascending ranges part0[p] .. part0[p + 1],
+ *      dsv4_indexer_cut_part lists at c + part0[p] the range's entries whose upper bound
+ *      could reach tau (nc[p] of them; every entry whose lower bound has that digit too);
+ *   3. dsv4_indexer_select_cut: tau and the candidates from the c lists, then
+ *      as dsv4_indexer_select_verified (scratch and cidx alike). cut->b: the query's bound
+ *      (dsv4_idx_approx_query), cut->bad: step 1 said a bound does not hold (then, or when
+ *      b is not valid, it scores all n_cand exactly).
+ * The result is dsv4_indexer_select_verified's, bit for bit, for any split. */
+#define DSV4_INDEXER_HIST 2048 /* the radix select's first digit: the top 11 bits */
+typedef struct dsv4_indexer_cut {
+    dsv4_idx_bound b;
+    int bad;
+    uint32_t d1;      /* the top digit of the topk-th largest lower bound */
+    int k;            /* its rank among the lower bounds of that digit */
+    int n_parts;
+    const int *part0; /* (n_parts + 1) */
+    const int *nc;    /* (n_parts) */
+    const int *c;     /* (n_cand) */
+} dsv4_indexer_cut;
+int dsv4_indexer_bounds_part(const dsv4_idx_bound *b, const float *approx, const float *knorm, int w0, int w1,
+                             float *lb, uint32_t *hist);
+void dsv4_indexer_cut_digit(const uint32_t *hist, int n_hist, int topk, dsv4_indexer_cut *cut);
+void dsv4_indexer_cut_part(const dsv4_indexer_cut *cut, const float *approx, const float *knorm, int w0, int w1,
+                           int *c, int *nc);
+int dsv4_indexer_select_cut(const dsv4_indexer_query *iq, const float *approx, const float *knorm, const float *lb,
+                            const dsv4_indexer_cut *cut, int n_cand, int topk, float *fbuf, int *cidx,
+                            const void **ckeys, int *work, int *sel);
 
 /* Attention of one query row over n_kv F32 rows of width hd (K = V) with a per-head sink:
  * q (H, hd), o (H, hd), probs (H, n_kv) scratch. rows[j] points to row j. */

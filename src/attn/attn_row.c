@@ -95,6 +95,9 @@ static int select_entries(const dsv4_attn_query *q, const float *scores, const f
     const dsv4_indexer_query iq = {.simd = dsv4_kctx_simd(q->ctx->k), .ops = q->ops,
                                    .qI = q->w->qI + (size_t)q->i * nI * dI, .wI = q->w->wI + (size_t)q->i * nI,
                                    .nI = nI, .dI = dI, .keys = keys, .key_fmt = dsv4_row_fmt(q->src->key_fmt)};
+    if (sb->cut)
+        return dsv4_indexer_select_cut(&iq, scores, knorm, sb->lb, sb->cut, (int)n_vis, topk, sb->fbuf, sb->cidx,
+                                       sb->ckeys, sb->work, sb->sel);
     return dsv4_indexer_select_verified(&iq, scores, knorm, (int)n_vis, topk, sb->fbuf, sb->cidx, sb->ckeys, sb->work,
                                         sb->sel);
 }
@@ -158,6 +161,8 @@ int dsv4_attn_sel_take(dsv4_arena *a, int64_t n_score, int64_t n_vis, int topk, 
     sb->fbuf = dsv4_arena_take_n(a, n_score, sizeof(float));
     sb->cidx = dsv4_arena_take_n(a, n_score, sizeof(int));
     sb->ckeys = dsv4_arena_take_n(a, n_score, sizeof(void *));
+    sb->cut = NULL;
+    sb->lb = NULL;
     return sb->work && sb->sel && sb->fbuf && sb->cidx && sb->ckeys;
 }
 

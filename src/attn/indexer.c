@@ -141,15 +141,9 @@ static uint32_t radix_digit(const float *x, const int *idx, int n, int lo, int n
     return d;
 }
 
-float dsv4_indexer_kth_largest(const float *x, int n, int k, int *work) {
-    /* 11 + 11 + 10 bits; after each digit the entries sharing the prefix, compacted into
-     * work without a branch (work[m] is written for every entry, m advances on a match) */
-    const uint32_t d1 = radix_digit(x, NULL, n, 21, 11, &k);
-    int m = 0;
-    for (int i = 0; i < n; i++) {
-        work[m] = i;
-        m += (order_key(x[i]) >> 21) == d1;
-    }
+/* The k-th largest of the m entries of x listed in work (all of them sharing top digit d1;
+ * k their rank there) from the second digit on; work is overwritten. */
+static float kth_tail(const float *x, int *work, int m, uint32_t d1, int k) {
     const uint32_t d2 = radix_digit(x, work, m, 10, 11, &k);
     int m2 = 0;
     for (int i = 0; i < m; i++) {
@@ -165,6 +159,18 @@ float dsv4_indexer_kth_largest(const float *x, int n, int k, int *work) {
     return v;
 }
 
+float dsv4_indexer_kth_largest(const float *x, int n, int k, int *work) {
+    /* 11 + 11 + 10 bits; after each digit the entries sharing the prefix, compacted into
+     * work without a branch (work[m] is written for every entry, m advances on a match) */
+    const uint32_t d1 = radix_digit(x, NULL, n, 21, 11, &k);
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        work[m] = i;
+        m += (order_key(x[i]) >> 21) == d1;
+    }
+    return kth_tail(x, work, m, d1, k);
+}
+
 /* Exact scores of all n_cand entries into fbuf, then the selection over them. */
 static int select_exact(const dsv4_indexer_query *iq, int n_cand, int topk, float *fbuf, int *work, int *sel) {
     const int64_t lim = n_cand;
@@ -173,32 +179,13 @@ static int select_exact(const dsv4_indexer_query *iq, int n_cand, int topk, floa
     return dsv4_indexer_select(fbuf, n_cand, topk, work, sel);
 }
 
-int dsv4_indexer_select_verified(const dsv4_indexer_query *iq, const float *approx, const float *knorm, int n_cand,
-                                 int topk, float *fbuf, int *cidx, const void **ckeys, int *work, int *sel) {
-    if (n_cand <= topk || topk <= 0) return dsv4_indexer_select(approx, n_cand, topk, work, sel);
-    const dsv4_idx_bound b = dsv4_idx_approx_query(iq->qI, iq->wI, iq->nI, iq->dI);
-    if (!b.valid) return select_exact(iq, n_cand, topk, fbuf, work, sel);
-    /* the lower bounds (and whether every bound holds: NaN fails both tests) */
-    int bad = 0;
-    for (int w = 0; w < n_cand; w++) {
-        const float a = approx[w], k = knorm[w];
-        bad |= !(fabsf(a) <= FLT_MAX) | !(k <= b.kmax);
-        fbuf[w] = a - dsv4_idx_approx_bound(&b, k);
-    }
-    if (bad) return select_exact(iq, n_cand, topk, fbuf, work, sel);
-    /* tau: the topk-th largest lower bound, by the radix select (flash_quarter's CSA rows at
-     * 32K context, 8192 lower bounds: ~53 us by the sampled quickselect, ~20 by the radix; the
-     * selection runs inline while the other thread waits, and a CSA layer's took 105-113 us
-     * of a 3.7 ms step, 52-60 with both thresholds and the candidates below so) */
-    const float tau = dsv4_indexer_kth_largest(fbuf, n_cand, topk, work);
-    /* the candidates: every entry whose upper bound reaches tau, ascending (compacted without
-     * a branch: cidx[nc] and ckeys[nc] are written for every entry, nc < n_cand before) */
-    int nc = 0;
-    for (int w = 0; w < n_cand; w++) {
-        cidx[nc] = w;
-        ckeys[nc] = iq->keys[w];
-        nc += approx[w] + dsv4_idx_approx_bound(&b, knorm[w]) >= tau;
-    }
+/* From the nc candidates (cidx, ckeys: every entry whose upper bound reaches tau, the
+ * topk-th largest lower bound, ascending) to the selection: dsv4_indexer_select_verified's
+ * second half, shared with dsv4_indexer_select_cut. */
+static int select_candidates(const dsv4_indexer_query *iq, const float *approx, const float *knorm,
+                             const dsv4_idx_bound *bp, int nc, int n_cand, int topk, float *fbuf, int *cidx,
+                             const void **ckeys, int *work, int *sel) {
+    const dsv4_idx_bound b = *bp;
     if (nc == topk) { /* no entry near the boundary: the candidates are the selection */
         memcpy(sel, cidx, sizeof(int) * (size_t)nc);
         cidx[0] = -1; /* none scored exactly */
@@ -235,6 +222,124 @@ int dsv4_indexer_select_verified(const dsv4_indexer_query *iq, const float *appr
     while (a < ns || z < ns + n) work[m++] = z == ns + n || (a < ns && sel[a] < sel[z]) ? sel[a++] : sel[z++];
     memcpy(sel, work, sizeof(int) * (size_t)m);
     return m;
+}
+
+int dsv4_indexer_select_verified(const dsv4_indexer_query *iq, const float *approx, const float *knorm, int n_cand,
+                                 int topk, float *fbuf, int *cidx, const void **ckeys, int *work, int *sel) {
+    if (n_cand <= topk || topk <= 0) return dsv4_indexer_select(approx, n_cand, topk, work, sel);
+    const dsv4_idx_bound b = dsv4_idx_approx_query(iq->qI, iq->wI, iq->nI, iq->dI);
+    if (!b.valid) return select_exact(iq, n_cand, topk, fbuf, work, sel);
+    /* the lower bounds (and whether every bound holds: NaN fails both tests) */
+    int bad = 0;
+    for (int w = 0; w < n_cand; w++) {
+        const float a = approx[w], k = knorm[w];
+        bad |= !(fabsf(a) <= FLT_MAX) | !(k <= b.kmax);
+        fbuf[w] = a - dsv4_idx_approx_bound(&b, k);
+    }
+    if (bad) return select_exact(iq, n_cand, topk, fbuf, work, sel);
+    /* tau: the topk-th largest lower bound, by the radix select (flash_quarter's CSA rows at
+     * 32K context, 8192 lower bounds: ~53 us by the sampled quickselect, ~20 by the radix; the
+     * selection runs inline while the other thread waits, and a CSA layer's took 105-113 us
+     * of a 3.7 ms step, 52-60 with both thresholds and the candidates below so) */
+    const float tau = dsv4_indexer_kth_largest(fbuf, n_cand, topk, work);
+    /* the candidates: every entry whose upper bound reaches tau, ascending (compacted without
+     * a branch: cidx[nc] and ckeys[nc] are written for every entry, nc < n_cand before) */
+    int nc = 0;
+    for (int w = 0; w < n_cand; w++) {
+        cidx[nc] = w;
+        ckeys[nc] = iq->keys[w];
+        nc += approx[w] + dsv4_idx_approx_bound(&b, knorm[w]) >= tau;
+    }
+    return select_candidates(iq, approx, knorm, &b, nc, n_cand, topk, fbuf, cidx, ckeys, work, sel);
+}
+
+/* ---- the bounded selection in parts (a decode row's, attention.c) ---------------------
+ * dsv4_indexer_select_verified's passes over all n_cand entries (the lower bounds, tau's
+ * first digit, the candidates) are split by ranges of entries so that a decode step's
+ * threads share them: the lower bounds and a histogram of their top digits in the score
+ * tasks (dsv4_indexer_bounds_part, a histogram a thread), the digit found by the caller
+ * (dsv4_indexer_cut_digit), the entries of that digit and a superset of the candidates
+ * listed by range (dsv4_indexer_cut_part), the rest from those lists on one thread
+ * (dsv4_indexer_select_cut). Counts are integers and the lists keep the entries' order, so
+ * tau, the candidates and the selection are those of dsv4_indexer_select_verified, however
+ * the entries were split or which thread counted them. */
+
+int dsv4_indexer_bounds_part(const dsv4_idx_bound *b, const float *approx, const float *knorm, int w0, int w1,
+                             float *lb, uint32_t *hist) {
+    int bad = 0;
+    for (int w = w0; w < w1; w++) { /* no histogram in this loop: it vectorizes */
+        const float a = approx[w], k = knorm[w];
+        bad |= !(fabsf(a) <= FLT_MAX) | !(k <= b->kmax);
+        lb[w] = a - dsv4_idx_approx_bound(b, k);
+    }
+    /* two histograms, even and odd entries, as radix_digit (neighbours share digits; NaN
+     * keys too: 11 bits index any of them) */
+    uint32_t *h0 = hist, *h1 = hist + DSV4_INDEXER_HIST;
+    int w = w0;
+    for (; w + 2 <= w1; w += 2) {
+        h0[order_key(lb[w]) >> 21]++;
+        h1[order_key(lb[w + 1]) >> 21]++;
+    }
+    if (w < w1) h0[order_key(lb[w]) >> 21]++;
+    return bad;
+}
+
+void dsv4_indexer_cut_digit(const uint32_t *hist, int n_hist, int topk, dsv4_indexer_cut *cut) {
+    uint32_t above = 0, d = DSV4_INDEXER_HIST - 1;
+    for (;; d--) { /* as radix_digit: from the top digit down to the one holding rank topk */
+        uint32_t c = 0;
+        for (int t = 0; t < n_hist; t++) c += hist[(size_t)t * DSV4_INDEXER_HIST + d];
+        if (above + c >= (uint32_t)topk || d == 0) break;
+        above += c;
+    }
+    cut->d1 = d;
+    cut->k = topk - (int)above;
+}
+
+void dsv4_indexer_cut_part(const dsv4_indexer_cut *cut, const float *approx, const float *knorm, int w0, int w1,
+                           int *c, int *nc) {
+    /* c: every entry whose upper bound can reach tau. tau's key has top digit d1, and the
+     * keys order the floats as >= does except -0 below +0; an upper bound approx + bound is
+     * never -0 (bound >= +0, and a sum with a +0 or positive term is not -0), so one that
+     * reaches tau has a key at or above tau's, thus at or above d1's first */
+    const uint32_t lo = cut->d1 << 21;
+    int n = 0;
+    for (int w = w0; w < w1; w++) {
+        const float ub = approx[w] + dsv4_idx_approx_bound(&cut->b, knorm[w]);
+        c[n] = w;
+        n += order_key(ub) >= lo;
+    }
+    *nc = n;
+}
+
+int dsv4_indexer_select_cut(const dsv4_indexer_query *iq, const float *approx, const float *knorm, const float *lb,
+                            const dsv4_indexer_cut *cut, int n_cand, int topk, float *fbuf, int *cidx,
+                            const void **ckeys, int *work, int *sel) {
+    if (n_cand <= topk || topk <= 0) return dsv4_indexer_select(approx, n_cand, topk, work, sel);
+    if (!cut->b.valid || cut->bad) return select_exact(iq, n_cand, topk, fbuf, work, sel);
+    /* tau from the entries of digit d1, found among the parts' lists: a lower bound of
+     * digit d1 has its upper bound (never -0, never below it) at or above d1's first key */
+    int m = 0;
+    for (int p = 0; p < cut->n_parts; p++) {
+        const int *cp = cut->c + cut->part0[p];
+        for (int i = 0; i < cut->nc[p]; i++) {
+            work[m] = cp[i];
+            m += (order_key(lb[cp[i]]) >> 21) == cut->d1;
+        }
+    }
+    const float tau = kth_tail(lb, work, m, cut->d1, cut->k);
+    /* the candidates among the parts' supersets, ascending; then their keys */
+    int nc = 0;
+    for (int p = 0; p < cut->n_parts; p++) {
+        const int *cp = cut->c + cut->part0[p];
+        for (int i = 0; i < cut->nc[p]; i++) {
+            const int w = cp[i];
+            cidx[nc] = w;
+            nc += approx[w] + dsv4_idx_approx_bound(&cut->b, knorm[w]) >= tau;
+        }
+    }
+    for (int i = 0; i < nc; i++) ckeys[i] = iq->keys[cidx[i]];
+    return select_candidates(iq, approx, knorm, &cut->b, nc, n_cand, topk, fbuf, cidx, ckeys, work, sel);
 }
 
 int dsv4_indexer_topk(const dsv4_attn_ops *ops, const float *qI, const float *wI,

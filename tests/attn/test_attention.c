@@ -13,7 +13,9 @@
  *   - the phases split over the thread pool (dsv4_attn_pool, dsv4_attn_attend) give the
  *     serial per-row function's bits (dsv4_attn_row, row by row, then dsv4_attn_output),
  *     outputs and compressed entries, on 1 and 3 threads, with the sequence cut into calls
- *     [0, 11), [11, 12), [12, N) that read earlier positions from a history source; with
+ *     [0, 11), [11, 12), [12, 27), [27, 28), [28, N) that read earlier positions from a
+ *     history source (the one-row call at 27, past TOPK entries, is a decode row whose
+ *     selection runs in parts on 3 threads: dsv4_indexer_cut); with
  *     rows and keys stored in F32 and in BF16 (kernels/kv_rows.h);
  *   - a query-row subset (ctx->q_rows: runs of 3 attending rows, 2 skipped, one call
  *     with none) gives the attending rows' outputs and CSA selections bit for bit, and
@@ -287,10 +289,10 @@ static int attends(int t) { return t % 5 != 1 && t % 5 != 2; }
  * only); the other rows of y and sel are left as they were. */
 static void run_q(const dsv4_attn_ctx *ctx0, const layer *L, const float *x, int serial, int fmt, int subset,
                   history *h, float *y, int *sel) {
-    const int cuts[4] = {0, 11, 12, N};
+    const int cuts[6] = {0, 11, 12, 27, 28, N};
     const dsv4_block_w *b = &L->b;
     memset(h, 0, sizeof *h);
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < 5; c++) {
         const int s0 = cuts[c], n = cuts[c + 1] - s0;
         int64_t pos[N];
         for (int i = 0; i < n; i++) pos[i] = s0 + i;
@@ -406,7 +408,7 @@ static void check_layer(const dsv4_config *c, const dsv4_attn_ctx *ctx1, const d
         n_scored += (t + 1) / 4 > TOPK;
         for (int k = 0; k < TOPK; k++) sel_diff += sel_par[t * TOPK + k] != sel_ref[t * TOPK + k];
     }
-    printf("attention %s (N=%d, calls [0,11) [11,12) [12,%d)): y max-abs %.3g, max-rel %.3g", kind, N, N,
+    printf("attention %s (N=%d, calls [0,11) [11,12) [12,27) [27,28) [28,%d)): y max-abs %.3g, max-rel %.3g", kind, N, N,
            max_abs, max_abs / max_ref);
     if (ratio == 4) printf("; %d rows chose top-%d by score, %d selection entries differ", n_scored, TOPK, sel_diff);
     printf("\n");
@@ -446,9 +448,10 @@ int main(void) {
     CHECK(dsv4_kctx_create(3, 64, &k3, &err) == 0);
     CHECK(dsv4_arena_init(&scratch, 1 << 20, &err) == 0);
     dsv4_attn_ctx ctx1 = {&c, k1, dsv4_numerics_exact(), NULL, &main_rope, &cmp_rope, NULL, &scratch, 0, 0, NULL, 0,
-                          NULL, DSV4_INDEXER_EXACT};
+                          NULL, DSV4_INDEXER_EXACT, 0};
     dsv4_attn_ctx ctx3 = ctx1;
     ctx3.k = k3;
+    ctx3.cut_min_entries = 1; /* the one-row calls' selections in parts, as at long context */
     check_layer(&c, &ctx1, &ctx3, 0, "SWA");
     check_layer(&c, &ctx1, &ctx3, 4, "CSA");
     /* the indexer's bounded path: the same selections and bits (also against the exact one) */

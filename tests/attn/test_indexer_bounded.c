@@ -11,6 +11,7 @@
  * not rescored) and cover the boundary for near copies. */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "attn/attention.h"
 #include "kernels/cpu.h"
@@ -28,6 +29,84 @@ static double urand(void) { /* uniform [-1, 1) */
 enum { RANDOM, NEAR_COPIES, DUPLICATES, RELU_ZEROS, NAN_KEY, INF_KEY, NAN_WEIGHT, HUGE_KEYS, ADVERSARY, SPREAD };
 static const char *const kinds[] = {"random",       "near copies", "duplicates", "relu zeros", "NaN key",
                                     "infinite key", "NaN weight",  "huge keys",  "adversary",  "spread"};
+
+/* The same selection in parts (dsv4_indexer_select_cut, as attention.c splits a decode
+ * row's) for three splits: the bounds in ranges of 1, 37 and all entries, counted into 1, 2
+ * and 3 histograms (ranges dealt round-robin, as threads take score tasks), the lists in 1,
+ * 3 and 7 parts of uneven lengths (some empty): the entries and, where the bound holds, the
+ * very entries rescored (cidx) must be select_verified's. */
+static void check_cut(const dsv4_indexer_query *iq, const float *approx, const float *knorm, int n, int topk,
+                      const int *sel_ref, int n_ref, const int *cidx_ref, int rescored_ref, const char *kind) {
+    static const int chunk[3] = {1, 37, 1 << 30}, n_hist[3] = {1, 2, 3}, n_parts[3] = {1, 3, 7};
+    uint32_t *hist = malloc(sizeof(uint32_t) * 6 * DSV4_INDEXER_HIST);
+    float *lb = malloc(sizeof(float) * n), *fbuf = malloc(sizeof(float) * n);
+    int *c = malloc(sizeof(int) * n), *work = malloc(sizeof(int) * n);
+    int *cidx = malloc(sizeof(int) * n), *sel = malloc(sizeof(int) * topk);
+    const void **ckeys = malloc(sizeof(void *) * n);
+    for (int s = 0; s < 3; s++) {
+        dsv4_indexer_cut cut = {0};
+        int part0[8], cnt[7];
+        cut.b = dsv4_idx_approx_query(iq->qI, iq->wI, iq->nI, iq->dI);
+        memset(hist, 0, sizeof(uint32_t) * 6 * DSV4_INDEXER_HIST);
+        for (int w0 = 0, t = 0; cut.b.valid && w0 < n; w0 += chunk[s], t++)
+            cut.bad |= dsv4_indexer_bounds_part(&cut.b, approx, knorm, w0, n - w0 < chunk[s] ? n : w0 + chunk[s], lb,
+                                                hist + (size_t)(t % n_hist[s]) * 2 * DSV4_INDEXER_HIST);
+        const int np = n_parts[s];
+        for (int p = 0; p <= np; p++) part0[p] = (int)((int64_t)n * p * p / (np * np)); /* uneven, ascending */
+        if (np == 7) part0[2] = part0[1]; /* an empty part */
+        cut.n_parts = np, cut.part0 = part0, cut.nc = cnt, cut.c = c;
+        if (cut.b.valid && !cut.bad) {
+            dsv4_indexer_cut_digit(hist, 2 * n_hist[s], topk, &cut);
+            for (int p = 0; p < np; p++)
+                dsv4_indexer_cut_part(&cut, approx, knorm, part0[p], part0[p + 1], c + part0[p], cnt + p);
+        }
+        for (int i = 0; i < n; i++) cidx[i] = -1;
+        const int n_got = dsv4_indexer_select_cut(iq, approx, knorm, lb, &cut, n, topk, fbuf, cidx, ckeys, work, sel);
+        CHECK_MSG(n_got == n_ref && memcmp(sel, sel_ref, sizeof(int) * (size_t)n_ref) == 0,
+                  "level %d fmt %d %s nI %d dI %d n %d topk %d, split %d: the selection in parts differs", iq->simd,
+                  iq->key_fmt, kind, iq->nI, iq->dI, n, topk, s);
+        int rescored = 0;
+        while (rescored < n && cidx[rescored] >= 0) rescored++;
+        CHECK_MSG(!cut.b.valid || cut.bad ||
+                      (rescored == rescored_ref && memcmp(cidx, cidx_ref, sizeof(int) * (size_t)rescored) == 0),
+                  "level %d fmt %d %s n %d topk %d, split %d: %d entries rescored in parts, %d whole", iq->simd,
+                  iq->key_fmt, kind, n, topk, s, rescored, rescored_ref);
+    }
+    free(hist); free(lb); free(fbuf); free(c); free(work); free(cidx); free(sel); free(ckeys);
+}
+
+/* dsv4_indexer_cut_part's lists hold every entry whose upper bound reaches tau at the edges of
+ * tau's digit: tau the lowest value of its digit (1.0f: the low 21 bits of its key zero) with
+ * entries equal to it, and tau +0 with -0 entries (equal as floats, their keys on either side
+ * of the digit's edge; their upper bounds -0 + 0 are +0). A zero bound (scale and add 0)
+ * makes the upper bounds the scores. */
+static void check_cut_edges(void) {
+    enum { N = 64, K = 16 };
+    for (int edge = 0; edge < 2; edge++) {
+        float approx[N], knorm[N], lb[N];
+        uint32_t hist[2 * DSV4_INDEXER_HIST] = {0};
+        for (int w = 0; w < N; w++) {
+            const int r = (w * 37) % N; /* a shuffle of the ranks */
+            approx[w] = r < K - 1 ? 3.0f : r < K + 2 ? (edge ? (r % 2 ? -0.0f : 0.0f) : 1.0f) : -0.5f;
+            if (edge && r == K - 1) approx[w] = 0.0f; /* the K-th largest a +0 */
+            knorm[w] = 1.0f;
+        }
+        dsv4_indexer_cut cut = {0};
+        cut.b = (dsv4_idx_bound){.valid = 1, .scale = 0.0f, .add = 0.0f, .kmax = INFINITY};
+        const int bad = dsv4_indexer_bounds_part(&cut.b, approx, knorm, 0, N, lb, hist);
+        dsv4_indexer_cut_digit(hist, 2, K, &cut);
+        int c[N], nc, work[N];
+        dsv4_indexer_cut_part(&cut, approx, knorm, 0, N, c, &nc);
+        const float tau = dsv4_indexer_kth_largest(lb, N, K, work);
+        int missing = 0;
+        for (int w = 0, i = 0; w < N; w++) {
+            while (i < nc && c[i] < w) i++;
+            missing += approx[w] >= tau && !(i < nc && c[i] == w);
+        }
+        CHECK_MSG(!bad && missing == 0, "tau %g (%s): %d entries reaching it left out of the candidates' lists",
+                  (double)tau, edge ? "+0 beside -0" : "its digit's lowest value", missing);
+    }
+}
 
 /* Returns how many entries the bounded path scored exactly (fbuf's use, from cidx). */
 static int check(int level, int fmt, int kind, int nI, int dI, int n, int topk) {
@@ -107,6 +186,7 @@ static int check(int level, int fmt, int kind, int nI, int dI, int n, int topk) 
               n, topk);
     int rescored = 0;
     while (rescored < n && cidx[rescored] >= 0) rescored++;
+    check_cut(&iq, approx, knorm, n, topk, sel_ref, n_ref, cidx, rescored, kinds[kind]);
     free(qI); free(wI); free(kb); free(packed); free(keys); free(ckeys); free(exact); free(approx); free(knorm);
     free(fbuf); free(work); free(cidx); free(sel_ref); free(sel);
     return rescored;
@@ -128,6 +208,7 @@ static void check_auto(void) {
 
 int main(void) {
     check_auto();
+    check_cut_edges();
     const int best = dsv4_cpu_simd() < dsv4_build_simd() ? dsv4_cpu_simd() : dsv4_build_simd();
     printf("kernel level: %s\n", dsv4_simd_name(best));
     for (int level = 0; level <= best; level++)
