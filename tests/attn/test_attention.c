@@ -13,9 +13,9 @@
  *   - the phases split over the thread pool (dsv4_attn_pool, dsv4_attn_attend) give the
  *     serial per-row function's bits (dsv4_attn_row, row by row, then dsv4_attn_output),
  *     outputs and compressed entries, on 1 and 3 threads, with the sequence cut into calls
- *     [0, 11), [11, 12), [12, 27), [27, 28), [28, N) that read earlier positions from a
- *     history source (the one-row call at 27, past TOPK entries, is a decode row whose
- *     selection runs in parts on 3 threads: dsv4_indexer_cut); with
+ *     [0, 11), [11, 12), [12, 20), then one row a call from 20 to N, that read earlier
+ *     positions from a history source (the one-row calls, past TOPK entries, are decode rows
+ *     whose selection runs in parts on 3 threads: dsv4_indexer_cut); with
  *     rows and keys stored in F32 and in BF16 (kernels/kv_rows.h);
  *   - a query-row subset (ctx->q_rows: runs of 3 attending rows, 2 skipped, one call
  *     with none) gives the attending rows' outputs and CSA selections bit for bit, and
@@ -289,10 +289,12 @@ static int attends(int t) { return t % 5 != 1 && t % 5 != 2; }
  * only); the other rows of y and sel are left as they were. */
 static void run_q(const dsv4_attn_ctx *ctx0, const layer *L, const float *x, int serial, int fmt, int subset,
                   history *h, float *y, int *sel) {
-    const int cuts[6] = {0, 11, 12, 27, 28, N};
+    /* then one-row calls from 20 on: decode rows past TOPK entries whose selection runs in
+     * parts, with the first entry of each score task in the top TOPK at some of them */
+    const int cuts[] = {0, 11, 12, 20, 21, 22, 23, 24, 25, 26, 27, 28, N}, n_cuts = sizeof cuts / sizeof cuts[0];
     const dsv4_block_w *b = &L->b;
     memset(h, 0, sizeof *h);
-    for (int c = 0; c < 5; c++) {
+    for (int c = 0; c + 1 < n_cuts; c++) {
         const int s0 = cuts[c], n = cuts[c + 1] - s0;
         int64_t pos[N];
         for (int i = 0; i < n; i++) pos[i] = s0 + i;
@@ -408,7 +410,7 @@ static void check_layer(const dsv4_config *c, const dsv4_attn_ctx *ctx1, const d
         n_scored += (t + 1) / 4 > TOPK;
         for (int k = 0; k < TOPK; k++) sel_diff += sel_par[t * TOPK + k] != sel_ref[t * TOPK + k];
     }
-    printf("attention %s (N=%d, calls [0,11) [11,12) [12,27) [27,28) [28,%d)): y max-abs %.3g, max-rel %.3g", kind, N, N,
+    printf("attention %s (N=%d, calls [0,11) [11,12) [12,20), one row a call to %d): y max-abs %.3g, max-rel %.3g", kind, N, N,
            max_abs, max_abs / max_ref);
     if (ratio == 4) printf("; %d rows chose top-%d by score, %d selection entries differ", n_scored, TOPK, sel_diff);
     printf("\n");
