@@ -897,8 +897,8 @@ static int attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_ba
              * wait (flash_quarter at 128K context, 32768 entries: ~100 us a CSA layer) */
             job.icut = NULL;
             const int64_t cut_min = ctx->cut_min_entries ? ctx->cut_min_entries : ATTEND_CUT_MIN_ENTRIES;
-            if (nb == 1 && T > 1 && n_tasks > 0 && row_entries(&job, r0) >= cut_min &&
-                dsv4_attn_indexer_bounded(ctx, row_entries(&job, r0))) {
+            const int64_t n_lone = nb == 1 ? row_entries(&job, r0) : 0; /* the lone row's entries */
+            if (T > 1 && n_tasks > 0 && n_lone >= cut_min && dsv4_attn_indexer_bounded(ctx, n_lone)) {
                 const int i = job_row(&job, r0), nI = cfg->index_n_heads, dI = cfg->index_head_dim;
                 ab.icut->b = dsv4_idx_approx_query(w->qI + (size_t)i * nI * dI, w->wI + (size_t)i * nI, nI, dI);
                 if (ab.icut->b.valid) {
@@ -910,11 +910,10 @@ static int attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_ba
             dsv4_kctx_parallel(ctx->k, n_tasks, score_task, &job);
             if (job.icut) {
                 dsv4_indexer_cut *cut = job.icut;
-                const int64_t n = row_entries(&job, r0);
                 cut->bad = 0;
                 for (int t = 0; t < T; t++) cut->bad |= ab.ibad[t];
                 cut->n_parts = ATTEND_CUT_PARTS_PER_THREAD * T;
-                for (int p = 0; p <= cut->n_parts; p++) ab.icut_part0[p] = (int)(n * p / cut->n_parts);
+                for (int p = 0; p <= cut->n_parts; p++) ab.icut_part0[p] = (int)(n_lone * p / cut->n_parts);
                 cut->part0 = ab.icut_part0;
                 cut->nc = ab.icut_n;
                 cut->c = ab.icut_c;

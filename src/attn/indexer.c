@@ -117,28 +117,43 @@ static inline uint32_t order_key(float x) {
     return u ^ ((uint32_t)((int32_t)u >> 31) | 0x80000000u);
 }
 
-/* The digit (nb bits from bit lo) of the k-th largest key among the n keys of x at idx (all
- * n when idx is NULL) that share the digits above it; k becomes its rank among those with
- * that digit. Two histograms, even and odd entries, so that runs of one digit do not make
- * every increment wait on the one before. */
-static uint32_t radix_digit(const float *x, const int *idx, int n, int lo, int nb, int *k) {
-    uint32_t h[2][2048];
-    const uint32_t mask = (1u << nb) - 1;
-    memset(h, 0, sizeof h);
+/* Counts the digits ((key >> lo) & mask) of the n keys of x at idx (all n when idx is NULL)
+ * into two histograms, even entries to h0 and odd to h1, so that runs of one digit do not
+ * make every increment wait on the one before. */
+static inline void count_digits(const float *x, const int *idx, int n, int lo, uint32_t mask, uint32_t *h0,
+                                uint32_t *h1) {
     int i = 0;
     for (; i + 2 <= n; i += 2) {
-        h[0][(order_key(x[idx ? idx[i] : i]) >> lo) & mask]++;
-        h[1][(order_key(x[idx ? idx[i + 1] : i + 1]) >> lo) & mask]++;
+        h0[(order_key(x[idx ? idx[i] : i]) >> lo) & mask]++;
+        h1[(order_key(x[idx ? idx[i + 1] : i + 1]) >> lo) & mask]++;
     }
-    if (i < n) h[0][(order_key(x[idx ? idx[i] : i]) >> lo) & mask]++;
+    if (i < n) h0[(order_key(x[idx ? idx[i] : i]) >> lo) & mask]++;
+}
+
+/* The digit holding rank k (from the largest) over n_hist histograms of digits 0..mask, one
+ * every stride counts: from the top digit down (one must hold it: k <= the counts' sum); k
+ * becomes its rank among the keys with that digit. */
+static inline uint32_t rank_digit(const uint32_t *hist, int n_hist, size_t stride, uint32_t mask, int *k) {
     uint32_t d = mask, above = 0;
-    for (;; d--) { /* from the top digit down to the one holding rank k (one must: k <= n) */
-        const uint32_t c = h[0][d] + h[1][d];
+    for (;; d--) {
+        uint32_t c = 0;
+        for (int t = 0; t < n_hist; t++) c += hist[(size_t)t * stride + d];
         if (above + c >= (uint32_t)*k || d == 0) break;
         above += c;
     }
     *k -= (int)above;
     return d;
+}
+
+/* The digit (nb bits from bit lo) of the k-th largest key among the n keys of x at idx (all
+ * n when idx is NULL) that share the digits above it; k becomes its rank among those with
+ * that digit. */
+static uint32_t radix_digit(const float *x, const int *idx, int n, int lo, int nb, int *k) {
+    uint32_t h[2][2048];
+    const uint32_t mask = (1u << nb) - 1;
+    memset(h, 0, sizeof h);
+    count_digits(x, idx, n, lo, mask, h[0], h[1]);
+    return rank_digit(&h[0][0], 2, 2048, mask, k);
 }
 
 /* The k-th largest of the m entries of x listed in work (all of them sharing top digit d1;
@@ -272,28 +287,15 @@ int dsv4_indexer_bounds_part(const dsv4_idx_bound *b, const float *approx, const
         bad |= !(fabsf(a) <= FLT_MAX) | !(k <= b->kmax);
         lb[w] = a - dsv4_idx_approx_bound(b, k);
     }
-    /* two histograms, even and odd entries, as radix_digit (neighbours share digits; NaN
-     * keys too: 11 bits index any of them) */
-    uint32_t *h0 = hist, *h1 = hist + DSV4_INDEXER_HIST;
-    int w = w0;
-    for (; w + 2 <= w1; w += 2) {
-        h0[order_key(lb[w]) >> 21]++;
-        h1[order_key(lb[w + 1]) >> 21]++;
-    }
-    if (w < w1) h0[order_key(lb[w]) >> 21]++;
+    /* the top digits in two histograms, even and odd entries, as radix_digit (NaN keys too:
+     * 11 bits index any of them) */
+    count_digits(lb + w0, NULL, w1 - w0, 21, DSV4_INDEXER_HIST - 1, hist, hist + DSV4_INDEXER_HIST);
     return bad;
 }
 
 void dsv4_indexer_cut_digit(const uint32_t *hist, int n_hist, int topk, dsv4_indexer_cut *cut) {
-    uint32_t above = 0, d = DSV4_INDEXER_HIST - 1;
-    for (;; d--) { /* as radix_digit: from the top digit down to the one holding rank topk */
-        uint32_t c = 0;
-        for (int t = 0; t < n_hist; t++) c += hist[(size_t)t * DSV4_INDEXER_HIST + d];
-        if (above + c >= (uint32_t)topk || d == 0) break;
-        above += c;
-    }
-    cut->d1 = d;
-    cut->k = topk - (int)above;
+    cut->k = topk;
+    cut->d1 = rank_digit(hist, n_hist, DSV4_INDEXER_HIST, DSV4_INDEXER_HIST - 1, &cut->k);
 }
 
 void dsv4_indexer_cut_part(const dsv4_indexer_cut *cut, const float *approx, const float *knorm, int w0, int w1,
