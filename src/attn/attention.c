@@ -2,10 +2,10 @@
  *
  * Reads top to bottom like the spec: projections, compressors (indexer's and main), indexer
  * top-k, sparse attention over window rows + compressed entries with the sink, inverse
- * RoPE, grouped output projection, then the window rows and rings go to the cache. The
- * phases are separate functions (attention.h) so that the CP forward can exchange rows
- * between them; dsv4_attention runs them back to back against the cache. What one query
- * row computes is in attn_row.c; here the rows are split into thread-pool tasks.
+ * RoPE, grouped output projection (attn_output.c), then the window rows and rings go to the
+ * cache. The phases are separate functions (attention.h) so that the CP forward can exchange
+ * rows between them; dsv4_attention runs them back to back against the cache. What one
+ * query row computes is in attn_row.c; here the rows are split into thread-pool tasks.
  */
 #include <math.h>
 #include <sched.h>
@@ -20,139 +20,6 @@
 #include "kernels/ops.h"
 #include "util/err.h"
 #include "util/prefetch.h"
-
-/* Scratch of the grouped output projection for R rows. */
-typedef struct grouped_bufs {
-    float *ug;        /* (G, R, in_g) the slices of u, group-major */
-    float *vg;        /* (G, R, o_lora) */
-    dsv4_mat *wg;     /* (G) row blocks of w */
-    dsv4_lin_op *ops; /* (G) */
-} grouped_bufs;
-
-static int grouped_take(dsv4_arena *a, int G, int R, int in_g, int o_lora, grouped_bufs *g) {
-    g->ug = dsv4_arena_take_n(a, (long long)G * R * in_g, sizeof(float));
-    g->vg = dsv4_arena_take_n(a, (long long)G * R * o_lora, sizeof(float));
-    g->wg = dsv4_arena_take_n(a, G, sizeof(dsv4_mat));
-    g->ops = dsv4_arena_take_n(a, G, sizeof(dsv4_lin_op));
-    return g->ug && g->vg && g->wg && g->ops;
-}
-
-/* The grouped projection's copies of row i: its G slices of u to group-major ug, or its
- * G outputs from vg to y. */
-typedef struct group_copy_job {
-    int G, R, in_g, o_lora;
-    const float *u;  /* (R, G*in_g) */
-    float *ug;       /* (G, R, in_g) */
-    const float *vg; /* (G, R, o_lora) */
-    float *y;        /* (R, G*o_lora) */
-} group_copy_job;
-
-static void group_in_task(void *arg, int i, int tid) {
-    (void)tid;
-    const group_copy_job *j = arg;
-    for (int g = 0; g < j->G; g++)
-        memcpy(j->ug + ((size_t)g * j->R + i) * j->in_g, j->u + ((size_t)i * j->G + g) * j->in_g,
-               (size_t)j->in_g * sizeof(float));
-}
-
-static void group_out_task(void *arg, int i, int tid) {
-    (void)tid;
-    const group_copy_job *j = arg;
-    for (int g = 0; g < j->G; g++)
-        memcpy(j->y + ((size_t)i * j->G + g) * j->o_lora, j->vg + ((size_t)g * j->R + i) * j->o_lora,
-               (size_t)j->o_lora * sizeof(float));
-}
-
-/* Whether the grouped projection of R rows goes through group-major copies of its input
- * and output (else the products read and write the rows in place: see grouped_linear). */
-static int grouped_copies(const dsv4_numerics *nm, int R) {
-    return R > 1 && !(R >= DSV4_LIN_STRIDED_MIN_ROWS && nm->linear_strided);
-}
-
-/* y (R, G*o_lora) = grouped projection: row block g of w (o_lora rows) applied to the g-th
- * contiguous slice (width in_g) of u (R, G*in_g); the G products run as one job. ug_in,
- * when not NULL (and grouped_copies), holds u already group-major (G, R, in_g): the
- * attention's row tasks wrote it there, so there is no copy job. */
-static int grouped_linear(const dsv4_numerics *nm, dsv4_kctx *k, dsv4_arena *a, const dsv4_mat *w,
-                          int G, const float *u, const float *ug_in, int R, int in_g, int o_lora, float *y,
-                          dsv4_err *err) {
-    const size_t mark = dsv4_arena_mark(a);
-    grouped_bufs gb;
-    int rc = DSV4_OK;
-    if (!grouped_take(a, G, R, in_g, o_lora, &gb)) {
-        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "output projection: scratch arena too small (%d rows)", R);
-        goto done;
-    }
-    /* one row (decode): its g-th slice of u and of y are already group g's rows, so the
-     * products read and write them in place; so do many rows (a prefill) where the mode
-     * takes strided rows (their GEMM path anyway): the 16 MB of u a 512-row Flash-quarter
-     * prefill copied per layer, and the 4 MB of y. Other row counts go through group-major
-     * copies */
-    const int strided = R >= DSV4_LIN_STRIDED_MIN_ROWS && nm->linear_strided;
-    const int direct = !grouped_copies(nm, R);
-    const float *ug = ug_in && !direct ? ug_in : gb.ug;
-    for (int g = 0; g < G; g++) {
-        if (dsv4_mat_rows(w, (int64_t)g * o_lora, o_lora, &gb.wg[g]) != 0) {
-            rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "wo_a: cannot slice group %d", g);
-            goto done;
-        }
-        gb.ops[g] = direct ? (dsv4_lin_op){&gb.wg[g], u + (size_t)g * in_g, R, y + (size_t)g * o_lora}
-                           : (dsv4_lin_op){&gb.wg[g], ug + (size_t)g * R * in_g, R, gb.vg + (size_t)g * R * o_lora};
-    }
-    if (strided) {
-        nm->linear_strided(nm, k, gb.ops, G, (int64_t)G * in_g, (int64_t)G * o_lora);
-        goto done;
-    }
-    if (direct) {
-        nm->linear(nm, k, gb.ops, G);
-        goto done;
-    }
-    /* the slices in, the products, the outputs back: the copies by rows over the pool */
-    group_copy_job cj = {G, R, in_g, o_lora, u, gb.ug, gb.vg, y};
-    if (ug != ug_in) dsv4_kctx_parallel_from(k, R, DSV4_KCTX_ROW_COPY_MIN_TASKS, group_in_task, &cj);
-    nm->linear(nm, k, gb.ops, G);
-    dsv4_kctx_parallel_from(k, R, DSV4_KCTX_ROW_COPY_MIN_TASKS, group_out_task, &cj);
-done:
-    dsv4_arena_release(a, mark);
-    return rc;
-}
-
-/* Batch-1 decode: the pool's threads' hints for the one-row product of w (wo_a, wo_b), the
- * job after the next (dsv4_lin_hint). */
-void dsv4_attn_hint_out(dsv4_kctx *k, const dsv4_mat *w) {
-    const dsv4_lin_op op = {w, NULL, 1, NULL};
-    dsv4_lin_hint(k, &op, 1, DSV4_LIN_HINT_BYTES, 1);
-}
-
-/* §5.11: v_g = u_g wo_a_g^T, y = v wo_b^T, u the rows' head outputs. v (R, G*o_lora). */
-static int output_take(dsv4_arena *a, const dsv4_config *cfg, int R, float **v, grouped_bufs *g) {
-    const int G = cfg->o_groups;
-    *v = dsv4_arena_take_n(a, (long long)R * G * cfg->o_lora_rank, sizeof(float));
-    const int ok = grouped_take(a, G, R, cfg->num_attention_heads * cfg->head_dim / G, cfg->o_lora_rank, g);
-    return *v && ok; /* both taken even when the first fails: a measuring arena counts them */
-}
-
-/* dsv4_attn_output, with o's group-major copy ug (G, R, in_g) when the caller made it (or NULL). */
-static int attn_output(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const float *o, const float *ug, int R,
-                       float *y, dsv4_err *err) {
-    const dsv4_config *cfg = ctx->cfg;
-    const int G = cfg->o_groups, ol = cfg->o_lora_rank, in_g = cfg->num_attention_heads * cfg->head_dim / G;
-    const size_t mark = dsv4_arena_mark(ctx->scratch);
-    float *v = dsv4_arena_take_n(ctx->scratch, (long long)R * G * ol, sizeof(float)); /* (R, G*o_lora) */
-    /* batch-1 decode: wo_b's weights behind wo_a's job (at one row the groups' products are
-     * one job, read in place) */
-    if (R == 1) dsv4_attn_hint_out(ctx->k, &b->wo_b);
-    int rc = v ? grouped_linear(ctx->num, ctx->k, ctx->scratch, &b->wo_a, G, o, ug, R, in_g, ol, v, err)
-               : dsv4_fail(err, DSV4_ERR_NOMEM, "output projection: scratch arena too small (%d rows)", R);
-    if (!rc) dsv4_num_linear(ctx->num, ctx->k, &b->wo_b, v, R, y);
-    dsv4_arena_release(ctx->scratch, mark);
-    return rc;
-}
-
-int dsv4_attn_output(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const float *o, int R, float *y,
-                     dsv4_err *err) {
-    return attn_output(ctx, b, o, NULL, R, y, err);
-}
 
 /* ---- the cache as history source ----------------------------------------------------- */
 
@@ -796,7 +663,7 @@ static int attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_ba
      * them so (all rows attend: no compaction) */
     attend_dims d = {.R = R, .n_spans = batch->n_spans, .T = T, .csa = csa,
                      .stage_rows = dsv4_attn_stages_rows(src->row_fmt),
-                     .ug = !ctx->q_rows && grouped_copies(ctx->num, R) && H % cfg->o_groups == 0};
+                     .ug = !ctx->q_rows && dsv4_attn_output_copies(ctx->num, R) && H % cfg->o_groups == 0};
     for (int si = 0; si < batch->n_spans; si++) {
         int64_t e = r ? (batch->spans[si].start + batch->spans[si].n) / r : 0;
         if (e > d.max_entries) d.max_entries = e;
@@ -962,7 +829,7 @@ static int attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_ba
     for (int k = 0; ctx->q_rows && k < NQ; k++)
         if (ctx->q_rows[k] != k) memcpy(ab.o + k * Hhd, ab.o + ctx->q_rows[k] * Hhd, (size_t)Hhd * sizeof(float));
     /* grouped output projection: v_g = o_g wo_a_g^T, y = v wo_b^T */
-    if (NQ) rc = attn_output(ctx, b, ab.o, ab.ug, NQ, y, err);
+    if (NQ) rc = dsv4_attn_output_ug(ctx, b, ab.o, ab.ug, NQ, y, err);
 
 done:
     dsv4_arena_release(ctx->scratch, mark);
@@ -1057,8 +924,6 @@ size_t dsv4_attn_scratch_bytes(const dsv4_config *cfg, int ratio, int R, int n_s
                      .block_rows = block, .block_tasks = block / ATTEND_IDX_MIN_CHUNK + R};
     attend_bufs ab;
     attend_take(&m, cfg, &d, &ab);
-    float *v;
-    grouped_bufs gb;
-    output_take(&m, cfg, R, &v, &gb);
+    dsv4_attn_output_take(&m, cfg, R);
     return m.peak;
 }

@@ -237,6 +237,15 @@ int dsv4_attn_row(const dsv4_attn_query *q, float *o, dsv4_err *err);
 /* §5.11's grouped output projection: y (R, D) from the rows' head outputs o (R, H, hd). */
 int dsv4_attn_output(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const float *o, int R, float *y,
                      dsv4_err *err);
+/* The same with o's group-major copy ug (G, R, H / G * hd) when the caller made it (or NULL;
+ * attn_output.c). */
+int dsv4_attn_output_ug(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const float *o, const float *ug, int R,
+                        float *y, dsv4_err *err);
+/* Whether the projection of R rows goes through group-major copies of its input and output
+ * (then a caller that writes o group-major saves the input's copy). */
+int dsv4_attn_output_copies(const dsv4_numerics *nm, int R);
+/* Takes from a what the projection of R rows takes (for a measuring arena); 0 when full. */
+int dsv4_attn_output_take(dsv4_arena *a, const dsv4_config *cfg, int R);
 
 /* ---- pieces, exposed for unit tests and the CP forward ------------------------------ */
 
