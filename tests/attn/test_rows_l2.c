@@ -1,9 +1,9 @@
 /* test_rows_l2.c — the hints that send a decode row's K=V list toward L2 (attn/rows_l2.h).
  * A hint changes no value, so the attention's bit tests cannot see it: here each hint
  * records its line instead, and the test checks that a list of at least DSV4_ROWS_L2_MIN
- * rows names every 64-byte line holding a byte of every listed row (rows at any alignment,
- * so a row may span one line more than its size) and no other line, and that shorter lists
- * and staged rows name none. */
+ * rows names, of the 64-byte lines holding a byte of a listed row (rows at any alignment, so a
+ * row may span one line more than its size), its first and every DSV4_ROWS_L2_STRIDE-th after
+ * it, and no other line, and that shorter lists and staged rows name none. */
 #include <stdint.h>
 #include <string.h>
 
@@ -27,7 +27,7 @@ static void check_list(int n, int64_t row_bytes, int64_t off, int64_t stride, in
     for (int j = 0; j < n; j++) {
         const int64_t at = off + stride * ((j * 7919) % n); /* a permutation of [0, n): 7919 is prime */
         rows[j] = pool + at;
-        for (int64_t b = at / 64; b <= (at + row_bytes - 1) / 64; b++) want[b] = 1;
+        for (int64_t b = at / 64; b <= (at + row_bytes - 1) / 64; b += DSV4_ROWS_L2_STRIDE) want[b] = 1;
     }
     n_lines = 0;
     dsv4_rows_to_l2(rows, n, row_bytes, staged);
@@ -41,7 +41,7 @@ static void check_list(int n, int64_t row_bytes, int64_t off, int64_t stride, in
     for (int64_t b = 0; b < POOL / 64; b++) missing += want[b] && !seen[b];
     if (hinted)
         CHECK_MSG(stray == 0 && missing == 0,
-                  "%d rows of %lld bytes from %lld, %lld apart: %d stray lines, %d lines of the rows not named", n,
+                  "%d rows of %lld bytes from %lld, %lld apart: %d stray lines, %d of the rows' lines not named", n,
                   (long long)row_bytes, (long long)off, (long long)stride, stray, missing);
     else
         CHECK_MSG(n_lines == 0, "%d rows (staged %d): %d lines named, none expected", n, staged, n_lines);
