@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 /* latency bucket upper bounds in seconds */
 static const double kBounds[SRV_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
@@ -38,6 +39,11 @@ void srv_metrics_step(srv_metrics *m, const srv_step_times *t) {
     m->steps_by_decode_rows[b]++;
     hist_add(&m->step_time, srv_step_total(t));
     for (int i = 0; i < SRV_PH_N; i++) m->phase_s[i] += t->ph[i];
+    if (t->decode > 0 && t->spans == t->decode) {  /* an admission always adds a prefill span */
+        m->dec_steps++;
+        m->dec_rows += (uint64_t)t->decode;
+        m->dec_s += t->wait + srv_step_total(t);
+    }
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -147,6 +153,16 @@ char *srv_metrics_render(srv_metrics *m) {
             "# TYPE dsv4_decode_rows_total counter\ndsv4_decode_rows_total %llu\n",
         (unsigned long long)m->steps, (unsigned long long)m->step_rows,
         (unsigned long long)m->decode_rows);
+    srv_buf_printf(&b, "# HELP dsv4_decode_steps_total steps that ran decode rows only (no prefill "
+            "chunk, no admission)\n# TYPE dsv4_decode_steps_total counter\ndsv4_decode_steps_total %llu\n"
+            "# HELP dsv4_decode_step_rows_total decode rows of those steps (one a sequence: an MTP "
+            "verify span counts once)\n"
+            "# TYPE dsv4_decode_step_rows_total counter\ndsv4_decode_step_rows_total %llu\n"
+            "# HELP dsv4_decode_step_seconds_total wall time of those steps, each with the "
+            "scheduler's time since the step before it (rows / seconds: the steady decode rate "
+            "the server delivers)\n# TYPE dsv4_decode_step_seconds_total counter\n"
+            "dsv4_decode_step_seconds_total %.6f\n",
+        (unsigned long long)m->dec_steps, (unsigned long long)m->dec_rows, m->dec_s);
     srv_buf_printf(&b, "# HELP dsv4_step_decode_rows steps by their number of decode rows\n"
             "# TYPE dsv4_step_decode_rows histogram\n");
     uint64_t cum = 0;
@@ -200,6 +216,14 @@ char *srv_metrics_render(srv_metrics *m) {
         (long long)(m->prefix.host_bytes + m->prefix.pool_bytes), (long long)pc->disk_bytes,
         (long long)pc->disk_files, (long long)pc->disk_loads, (long long)pc->disk_saves,
         (long long)pc->disk_bad);
+    /* the whole process (engine, scheduler, connection threads): beside a load client's own
+     * CPU time, what serving a level cost this machine */
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        srv_buf_printf(&b, "# HELP process_cpu_seconds_total user and system CPU time of the server "
+                "process\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total %.6f\n",
+            (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec));
     put_hist(&b, "dsv4_time_to_first_token_seconds", "arrival to first sampled token", &m->ttft);
     put_hist(&b, "dsv4_inter_token_latency_seconds", "time between sampled tokens", &m->itl);
     put_hist(&b, "dsv4_step_seconds", "wall time of one engine step, all phases", &m->step_time);

@@ -32,6 +32,10 @@ typedef struct srv_metrics {
     srv_hist ttft, itl;             /* seconds */
     srv_hist step_time;             /* seconds per engine step, all phases */
     double phase_s[SRV_PH_N];       /* seconds per step phase, summed over steps */
+    uint64_t dec_steps, dec_rows;   /* steps of decode spans only (no prefill, no admission),
+                                     * their decode spans */
+    double dec_s;                   /* their wall time and the scheduler's time between the
+                                     * step before and them: decode as the server delivers it */
     uint64_t mtp_steps, mtp_drafts, mtp_accepted;  /* MTP decoding steps, drafts verified,
                                                     * drafts accepted */
     dsv4_prefix_stats prefix;       /* the engine's prefix cache (entries, evictions, bytes) */

@@ -2,7 +2,9 @@
 // 1. --trace-steps FILE writes one JSON line per engine step, and /metrics agrees with it:
 //    as many lines as dsv4_steps_total, their rows and decode rows add up to the step
 //    counters, the phases of a line add up to its total, dsv4_step_seconds counts every
-//    step and dsv4_step_phase_seconds_total sums the lines' phases.
+//    step and dsv4_step_phase_seconds_total sums the lines' phases; the decode-only steps'
+//    counters (dsv4_decode_steps_total, _rows_total, _seconds_total with each step's wait)
+//    are the lines' with only decode rows and no admission.
 // 2. Streaming clients queued behind a running request (--max-seqs 1), waiting for their
 //    first token, sleep: their connection threads use under 0.05 s of CPU per second.
 //    (They used to spin on the request's mutex until the first token, which took the
@@ -64,6 +66,17 @@ async function traceAgreesWithMetrics() {
   assert(lines.some((l) => l.rows > l.decode && l.decode > 0), 'no step mixed decode rows and prefill:\n' +
     lines.map((l) => JSON.stringify(l)).join('\n'));
   assert(sum((l) => l.admitted) === 3, 'three admissions');
+  // the decode-only steps (the first request alone once the others are done): their count,
+  // decode rows and seconds (each with the wait before it) are the lines' where every span
+  // is a decode span (MTP: a verify span of 1-2 rows) and nothing was admitted
+  const dec = lines.filter((l) => l.decode > 0 && l.spans === l.decode && !l.admitted);
+  assert(dec.length > 0 && dec.length < lines.length, `${dec.length} decode-only steps of ${lines.length}`);
+  assert.strictEqual(m.dsv4_decode_steps_total, dec.length);
+  assert.strictEqual(m.dsv4_decode_step_rows_total, dec.reduce((s, l) => s + l.decode, 0));
+  const decS = dec.reduce((s, l) => s + l.wait_ms + l.total_ms, 0) / 1000;
+  assert(Math.abs(m.dsv4_decode_step_seconds_total - decS) < 1e-5 * dec.length + 1e-6,
+    `decode-only seconds ${m.dsv4_decode_step_seconds_total} vs the lines' ${decS}`);
+  assert(m.process_cpu_seconds_total > 0, 'process_cpu_seconds_total');
   lines.forEach((l, i) => {
     assert.strictEqual(l.step, i);
     assert(l.rows <= 32 && l.decode <= l.rows && l.head_rows <= l.rows && l.spans <= 4, JSON.stringify(l));
