@@ -10,6 +10,7 @@
  * number is capped (--max-connections). */
 #include "serve/http.h"
 
+#include <errno.h>
 #include <microhttpd.h>
 #include <poll.h>
 #include <stdio.h>
@@ -49,15 +50,18 @@ static int conn_fd(struct MHD_Connection *c) {
 }
 
 /* Waits (in slices of 100 ms) until r has news beyond what j has written, or ended.
- * Returns -1 when the client hung up first. Called and returns with r->mu held. */
+ * Returns -1 when the client hung up first. Called and returns with r->mu held. The socket
+ * is looked at when a slice passes without news, not at every wake: a streamed token woke
+ * this thread for a poll() of its own beside MHD's, and on the bench VM every system call
+ * of a connection thread is taken from the engine's two cores. A client gone while tokens
+ * flow fails MHD's next send instead, which ends the response (stream_free cancels). */
 static int wait_news(srv_req *r, const srv_job *j, int fd, int need_end) {
     while (!r->end && (need_end || r->n_ev <= j->ev_sent)) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 100 * 1000000L;
         if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
-        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-        if (client_gone(fd)) return -1;
+        if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT && client_gone(fd)) return -1;
     }
     return 0;
 }

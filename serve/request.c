@@ -82,6 +82,14 @@ static int put_text(srv_req *r, const char *text, size_t len) {
     return 0;
 }
 
+/* The scheduler wakes the request's connection thread after it unlocks r->mu, not before.
+ * Woken while the scheduler still held the mutex, the connection thread (which takes the
+ * scheduler thread's core: both cores run the engine) blocked at once on that mutex, and
+ * the unlock woke it a second time, inside the step's sampling phase (one stream, 256
+ * tokens, sched_switch trace: the connection thread left its core 458 times, 229 of them
+ * preempted; 302 and 50 with the wake after the unlock). The waiters re-check their
+ * condition under the mutex (wait_news), so a wake after the unlock loses nothing; r
+ * outlives the call (the scheduler drops its reference only after it). */
 int srv_req_push(srv_req *r, const dsv4_gen_token *t) {
     pthread_mutex_lock(&r->mu);
     int rc = -1;
@@ -101,8 +109,8 @@ int srv_req_push(srv_req *r, const dsv4_gen_token *t) {
     r->n_ev++;
     rc = 0;
 out:
-    pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    pthread_cond_broadcast(&r->cv);  /* after the unlock: see above */
     return rc;
 }
 
@@ -112,8 +120,8 @@ int srv_req_push_text(srv_req *r, const char *text, size_t len) {
     int rc = put_text(r, text, len);
     /* held-back text released at the end belongs to the last token's event */
     if (!rc && r->n_ev) r->ev[r->n_ev - 1].text_len += len;
-    pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    pthread_cond_broadcast(&r->cv);
     return rc;
 }
 
@@ -122,6 +130,6 @@ void srv_req_end(srv_req *r, int end, int finish, const char *errmsg) {
     r->end = end;
     r->finish = finish;
     if (errmsg) snprintf(r->errmsg, sizeof r->errmsg, "%s", errmsg);
-    pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    pthread_cond_broadcast(&r->cv);
 }

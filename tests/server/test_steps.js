@@ -127,7 +127,36 @@ async function queuedStreamsSleep() {
   await srv.stop();
 }
 
+// 3. A streamed token reaches its client when it is made: the scheduler wakes the request's
+//    connection thread at every token (serve/request.c, after its unlock). Without the wake
+//    the thread finds a token only when its 100 ms wait slice ends (wait_news) or the request
+//    ends: a stream's first token, made a few ms after the request on this model, came
+//    ~100 ms late (200 tokens take longer than a slice). The median of five must be < 75 ms.
+async function tokensFlow() {
+  const srv = await start([]);
+  const ttft = [];
+  for (let i = 0; i < 5; i++) {
+    const t0 = performance.now();
+    const res = await fetch(srv.url + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', prompt: `tokens as they come ${i}`, max_tokens: 200, temperature: 0, stream: true, ...ban }) });
+    assert.strictEqual(res.status, 200);
+    const dec = new TextDecoder();
+    let text = '', first = null;
+    for await (const chunk of res.body) {  // a token's event is the one with "finish_reason":null
+      text += dec.decode(chunk, { stream: true });
+      if (first === null && text.includes('"finish_reason":null')) first = performance.now() - t0;
+    }
+    ttft.push(first);
+    assert.strictEqual(text.split('"finish_reason":null').length - 1, 200, '200 token events');
+  }
+  await srv.stop();
+  ttft.sort((x, y) => x - y);
+  console.log(`streams: first tokens after ${ttft.map((t) => t.toFixed(1)).join(', ')} ms`);
+  assert(ttft[2] < 75, `first tokens after ${ttft.map((t) => t.toFixed(1)).join(', ')} ms: the connection thread is not woken per token`);
+}
+
 run('server_steps', async () => {
   await traceAgreesWithMetrics();
+  await tokensFlow();
   await queuedStreamsSleep();
 });
