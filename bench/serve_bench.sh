@@ -68,7 +68,8 @@ if [ "${SKIP_RUN:-0}" != 1 ]; then
 fi
 
 # one row per level (by concurrency; a level measured twice: its last line): concurrency
-# gen_tok_s decode_tok_s ttft_p50 itl_p50 itl_p99 steady_decode ttft_p99
+# gen_tok_s decode_tok_s ttft_p50 itl_p50 itl_p99 steady_decode (every wave's, else the first
+# wave's) ttft_p99
 node -e '
 const fs = require("fs");
 const rows = new Map();
@@ -76,7 +77,7 @@ for (const l of fs.readFileSync(process.argv[1], "utf8").trim().split("\n")) {
   const j = JSON.parse(l);
   if (j.serial) continue;
   rows.set(j.concurrency, [j.concurrency, j.gen_tok_s, j.decode_tok_s, j.ttft_p50_ms, j.itl_p50_ms,
-    j.itl_p99_ms, j.steady_decode_tok_s ?? "NaN", j.ttft_p99_ms].join(" "));
+    j.itl_p99_ms, j.steady_decode_all_tok_s ?? j.steady_decode_tok_s ?? "NaN", j.ttft_p99_ms].join(" "));
 }
 console.log([...rows.keys()].sort((a, b) => a - b).map((c) => rows.get(c)).join("\n"));
 ' "$out/serve_load.jsonl" > "$out/serve_load.dat"

@@ -1,30 +1,38 @@
 #!/usr/bin/env node
 // serve_load.js — load generator for `dsv4 serve`: throughput, time to first token and
-// inter-token latency against concurrency. Plain node (>= 18, built-in fetch), no packages.
+// inter-token latency against concurrency. Plain node (>= 18), no packages.
 //
 //   node bench/serve_load.js --url http://127.0.0.1:8080 [--levels 1,2,4,8,16,32]
 //        [--requests-per-level N] [--prompt-len 128] [--gen 64] [--key KEY] [--vocab 8192]
-//        [--eos 1] [--seed 1] [--serial C]
+//        [--eos 1] [--seed 1] [--serial C] [--client http|fetch] [--warmup 1]
 //
 // Each level keeps `c` streaming /v1/completions requests in flight (prompts of
 // --prompt-len random token ids below --vocab, greedy, --gen tokens, the EOS id --eos banned
 // through logit_bias so every request runs its full length) until N requests (default 2c,
 // at least 8) are done. --serial C adds one line (serial: true) after the levels: the
 // workload of level C (its request count, the same prompt lengths) served one request at a
-// time.
+// time. --warmup W requests (16 tokens) go first, unreported. --client http (node:http, a
+// chunk's bytes searched, only the last events parsed) costs this process ~0.5 ms of CPU a
+// token on the bench VM, fetch (web streams, a JSON.parse an event: the old client) ~0.65:
+// on the server's machine that CPU is taken from the engine (session 38, srv).
 // One JSON line per level on stdout:
 //   concurrency, requests, gen_tokens, wall_s, gen_tok_s (generated tokens / wall),
 //   decode_tok_s (tokens after each request's first / time from the first first-token to
 //   the last token), steady_decode_tok_s (tokens per second while the first c requests all
-//   decode and no prefill runs), ttft_p50_ms, ttft_p99_ms, itl_p50_ms, itl_p99_ms,
+//   decode and no prefill runs: one wave, ~64 tokens at c = 1, a noisy figure),
+//   steady_decode_all_tok_s (the same over every stretch in which c requests decode, all
+//   waves; steady_decode_all_s their seconds), server_steady_decode_tok_s (the server's
+//   decode-only steps: their rows / their seconds with the scheduler's time before each,
+//   from /metrics), ttft_p50_ms, ttft_p99_ms, itl_p50_ms, itl_p99_ms,
 //   server_steps, server_decode_rows_per_step, server_step_s (the steps' wall time),
 //   server_forward_s, server_phase_s (seconds per step phase) (from /metrics), loadavg_1m
-//   (the machine's 1-minute load average when the level started)
+//   (the machine's 1-minute load average when the level started), client_cpu_s and
+//   client_cpu_ms_per_token (this process), server_cpu_s (the server process, /metrics)
 'use strict';
 
 function args() {
   const a = { url: 'http://127.0.0.1:8080', levels: '1,2,4,8,16,32', 'prompt-len': 128, gen: 64,
-    'requests-per-level': 0, key: '', eos: 1, seed: 1, vocab: 8192, serial: 0 };
+    'requests-per-level': 0, key: '', eos: 1, seed: 1, vocab: 8192, serial: 0, client: 'http', warmup: 1 };
   const v = process.argv.slice(2);
   for (let i = 0; i < v.length; i += 2) {
     const k = v[i].replace(/^--/, '');
@@ -54,8 +62,60 @@ async function metrics(url) {
 let rng = 1;
 const rand = () => { rng = (rng * 1103515245 + 12345) % 2147483648; return rng; };
 
+// One streaming request over node:http (no web streams, no TextDecoder: a chunk is a
+// Buffer, an event is found by its bytes and only the last ones are parsed); resolves
+// {t0, first, last, n, gaps}.
+const http = require('http');
+const agent = new http.Agent({ keepAlive: true });
+function oneHttp(a, vocab) {
+  const prompt = Array.from({ length: a['prompt-len'] }, () => 2 + (rand() % (vocab - 2)));
+  const body = JSON.stringify({ model: 'm', prompt, max_tokens: a.gen, temperature: 0, stream: true,
+    stream_options: { include_usage: true }, logit_bias: { [String(a.eos)]: -100 } });
+  const u = new URL(a.url + '/v1/completions');
+  const headers = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) };
+  if (a.key) headers.authorization = 'Bearer ' + a.key;
+  return new Promise((resolve, reject) => {
+    const t0 = performance.now();
+    const req = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST', headers, agent }, (res) => {
+      let buf = '', first = null, last = null, n = 0, err = null;
+      const gaps = [];
+      res.setEncoding('utf8');
+      res.on('data', (chunk) => {
+        const now = performance.now();
+        buf += chunk;
+        let k;
+        while ((k = buf.indexOf('\n\n')) >= 0) {
+          const ev = buf.slice(0, k);
+          buf = buf.slice(k + 2);
+          if (res.statusCode !== 200 || !ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
+          // a token's chunk has "finish_reason":null; the finish, usage and error ones are parsed
+          if (!ev.includes('"finish_reason":null')) {
+            const j = JSON.parse(ev.slice(6));
+            if (j.error) err = new Error(`server error event: ${j.error.message}`);
+            if (j.usage) n = j.usage.completion_tokens;
+            continue;
+          }
+          if (first === null) first = now;
+          else gaps.push(now - last);
+          last = now;
+        }
+      });
+      res.on('end', () => {
+        if (res.statusCode !== 200) return reject(new Error(`HTTP ${res.statusCode}: ${buf}`));
+        if (err) return reject(err);
+        if (n !== a.gen) return reject(new Error(`a request ended after ${n} of ${a.gen} tokens`));
+        resolve({ t0, first, last, n, gaps });
+      });
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
 // One streaming request; resolves {t0, first, last, n, gaps}.
 async function one(a, vocab) {
+  if (a.client === 'http') return oneHttp(a, vocab);
   const prompt = Array.from({ length: a['prompt-len'] }, () => 2 + (rand() % (vocab - 2)));
   const body = { model: 'm', prompt, max_tokens: a.gen, temperature: 0, stream: true,
     stream_options: { include_usage: true }, logit_bias: { [String(a.eos)]: -100 } };
@@ -96,6 +156,7 @@ async function level(a, c, vocab, serial = 0) {
   const total = a['requests-per-level'] || Math.max(8, 2 * (serial || c));
   const load = require('os').loadavg()[0];
   const m0 = await metrics(a.url);
+  const cpu0 = process.cpuUsage();
   const out = [];
   let next = 0;
   const t0 = performance.now();
@@ -103,6 +164,7 @@ async function level(a, c, vocab, serial = 0) {
     while (next < total) { const i = next++; out[i] = await one(a, vocab); }  // in start order
   }));
   const wall = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(cpu0);
   const m1 = await metrics(a.url);
   const gen = out.reduce((s, r) => s + r.n, 0);
   const firstFirst = Math.min(...out.map((r) => r.first));
@@ -114,6 +176,17 @@ async function level(a, c, vocab, serial = 0) {
   const from = Math.max(...out.slice(0, c).map((r) => r.first));
   const to = Math.min(...out.slice(0, c).map((r) => r.last));
   const inWindow = times.reduce((s, ts) => s + ts.filter((t) => t > from && t <= to).length, 0);
+  // the same over every wave: each stretch in which c requests decode (from the moment the
+  // c-th has its first token to the moment the next one finishes), tokens (t_from, t_to]
+  const edges = out.flatMap((r) => [[r.first, 1], [r.last, -1]]).sort((x, y) => x[0] - y[0] || x[1] - y[1]);
+  let active = 0, allTok = 0, allS = 0;
+  for (let i = 0; i < edges.length; i++) {
+    active += edges[i][1];
+    if (active !== c || i + 1 === edges.length) continue;
+    const f = edges[i][0], t = edges[i + 1][0];
+    allS += (t - f) / 1000;
+    allTok += times.reduce((s, ts) => s + ts.filter((x) => x > f && x <= t).length, 0);
+  }
   const phase = (p) => m1[`dsv4_step_phase_seconds_total{phase="${p}"}`] - m0[`dsv4_step_phase_seconds_total{phase="${p}"}`];
   return {
     concurrency: c, ...(serial ? { serial: true } : {}), requests: total, prompt_len: a['prompt-len'], gen: a.gen,
@@ -121,6 +194,13 @@ async function level(a, c, vocab, serial = 0) {
     wall_s: +wall.toFixed(3), gen_tok_s: +(gen / wall).toFixed(2),
     decode_tok_s: +((gen - out.length) / ((lastLast - firstFirst) / 1000)).toFixed(2),
     steady_decode_tok_s: to > from ? +(inWindow / ((to - from) / 1000)).toFixed(2) : null,
+    steady_decode_all_tok_s: allS > 0 ? +(allTok / allS).toFixed(2) : null,
+    steady_decode_all_s: +allS.toFixed(3),
+    // the server's own count: its decode-only steps' rows over their seconds (null before
+    // the server had dsv4_decode_steps_total)
+    server_steady_decode_tok_s: m1.dsv4_decode_step_seconds_total === undefined ? null
+      : +((m1.dsv4_decode_step_rows_total - m0.dsv4_decode_step_rows_total) /
+          (m1.dsv4_decode_step_seconds_total - m0.dsv4_decode_step_seconds_total)).toFixed(2),
     ttft_p50_ms: +pct(out.map((r) => r.first - r.t0), 50).toFixed(1),
     ttft_p99_ms: +pct(out.map((r) => r.first - r.t0), 99).toFixed(1),
     itl_p50_ms: +pct(out.flatMap((r) => r.gaps), 50).toFixed(1),
@@ -131,11 +211,22 @@ async function level(a, c, vocab, serial = 0) {
     server_forward_s: +phase('forward').toFixed(3),
     server_phase_s: Object.fromEntries(PHASES.map((p) => [p, +phase(p).toFixed(4)])),
     loadavg_1m: +load.toFixed(2),
+    // CPU seconds of this load client and of the server process over the level, and per
+    // generated token in ms: on one machine the client's share is taken from the engine
+    client_cpu_s: +((cpu.user + cpu.system) / 1e6).toFixed(3),
+    client_cpu_ms_per_token: +((cpu.user + cpu.system) / 1e3 / gen).toFixed(4),
+    server_cpu_s: m1.process_cpu_seconds_total === undefined ? null
+      : +(m1.process_cpu_seconds_total - m0.process_cpu_seconds_total).toFixed(3),
   };
 }
 
 (async () => {
   const a = args();
+  rng = a.seed;
+  // warm-up requests, not reported: the first request after a server's start and this
+  // client's own first (its JIT) ran slow (a level's first wave at 342 tok/s, the next ones
+  // 450-507, in one server's trace)
+  for (let i = 0; i < a.warmup; i++) await one({ ...a, gen: Math.min(a.gen, 16) }, a.vocab);
   rng = a.seed;
   for (const c of String(a.levels).split(',').map(Number)) console.log(JSON.stringify(await level(a, c, a.vocab)));
   if (a.serial) console.log(JSON.stringify(await level(a, 1, a.vocab, a.serial)));

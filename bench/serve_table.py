@@ -26,21 +26,26 @@ def main():
                     serial = j
                 else:
                     levels[j["concurrency"]] = j
-    print("| c | requests | generated / wall | decode | steady decode | x raw | TTFT p50 / p99 | "
-          "ITL p50 / p99 | decode rows / step | forward / wall | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| c | requests | generated / wall | decode | steady decode | server | x raw | TTFT p50 / p99 | "
+          "ITL p50 / p99 | decode rows / step | forward / wall | CPU client / server | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
     def row(name, j):
         b = j["concurrency"]
-        steady = j.get("steady_decode_tok_s")
-        ratio = f"{steady / raw[b]:.2f}" if steady and b in raw and not j.get("serial") else "-"
+        steady = j.get("steady_decode_all_tok_s") or j.get("steady_decode_tok_s")
+        srv = j.get("server_steady_decode_tok_s")
+        best = srv or steady
+        ratio = f"{best / raw[b]:.2f}" if best and b in raw and not j.get("serial") else "-"
+        cpu = "-"
+        if j.get("client_cpu_s") is not None and j.get("server_cpu_s") is not None:
+            cpu = f"{1e3 * j['client_cpu_s'] / j['gen_tokens']:.2f} / {1e3 * j['server_cpu_s'] / j['gen_tokens']:.2f} ms"
         fwd = j.get("server_forward_s")
         share = f"{fwd / j['wall_s']:.2f}" if fwd is not None else "-"
         print(f"| {name} | {j['requests']} | {j['gen_tok_s']:.1f} tok/s | {j['decode_tok_s']:.1f} | "
-              f"{steady if steady is not None else '-'} | {ratio} | "
+              f"{steady if steady is not None else '-'} | {srv if srv is not None else '-'} | {ratio} | "
               f"{j['ttft_p50_ms'] / 1000:.2f} / {j['ttft_p99_ms'] / 1000:.2f} s | "
               f"{j['itl_p50_ms']:.0f} / {j['itl_p99_ms']:.0f} ms | {j['server_decode_rows_per_step']} | "
-              f"{share} | {j.get('loadavg_1m', '-')} |")
+              f"{share} | {cpu} | {j.get('loadavg_1m', '-')} |")
 
     for c in sorted(levels):
         row(str(c), levels[c])
