@@ -49,17 +49,18 @@ static int conn_fd(struct MHD_Connection *c) {
     return ci ? ci->connect_fd : -1;
 }
 
-/* Waits (in slices of 100 ms) until r has news beyond what j has written, or ended.
- * Returns -1 when the client hung up first. Called and returns with r->mu held. The socket
+/* Waits (in slices of slice_ms, --hangup-check-ms) until r has news beyond what j has
+ * written, or ended. Returns -1 when the client hung up first. Called and returns with r->mu held. The socket
  * is looked at when a slice passes without news, not at every wake: a streamed token woke
  * this thread for a poll() of its own beside MHD's, and on the bench VM every system call
  * of a connection thread is taken from the engine's two cores. A client gone while tokens
  * flow fails MHD's next send instead, which ends the response (stream_free cancels). */
-static int wait_news(srv_req *r, const srv_job *j, int fd, int need_end) {
+static int wait_news(srv_req *r, const srv_job *j, int fd, int need_end, int slice_ms) {
     while (!r->end && (need_end || r->n_ev <= j->ev_sent)) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L;
+        ts.tv_sec += slice_ms / 1000;
+        ts.tv_nsec += (long)(slice_ms % 1000) * 1000000L;
         if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
         if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT && client_gone(fd)) return -1;
     }
@@ -113,7 +114,7 @@ static ssize_t stream_read(void *cls, uint64_t at, char *buf, size_t max) {
          * makes the stream function write its last event; should one not, end here rather
          * than spin.) A client gone meanwhile: the free callback cancels. */
         const int idle = st->out.n == 0 && !st->finished;
-        const int fail = idle && (r->end || wait_news(r, st->job, st->fd, 0));
+        const int fail = idle && (r->end || wait_news(r, st->job, st->fd, 0, st->s->o.hangup_ms));
         pthread_mutex_unlock(&r->mu);
         if (fail || st->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
@@ -256,7 +257,7 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     srv_req *r = rep.job->r;
     int fd = conn_fd(c);
     pthread_mutex_lock(&r->mu);
-    if (wait_news(r, rep.job, fd, 1)) {
+    if (wait_news(r, rep.job, fd, 1, s->o.hangup_ms)) {
         pthread_mutex_unlock(&r->mu);
         srv_sched_cancel(s->sched, r);
         srv_job_free(rep.job);

@@ -76,6 +76,7 @@ static int fill_opts(dsv4_server_opts *so, dsv4_err *err) {
     if (so->max_queue <= 0) so->max_queue = 256;
     if (!so->max_body) so->max_body = 8u << 20;
     if (so->max_connections <= 0) so->max_connections = 512;
+    if (so->hangup_ms <= 0) so->hangup_ms = 100;
     if (so->step_tokens < so->max_seqs)
         return srv_fail(err, DSV4_ERR_ARG, "serve: step tokens (%d) must be at least max seqs (%d): "
                         "every running sequence decodes each step", so->step_tokens, so->max_seqs);

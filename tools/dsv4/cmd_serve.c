@@ -130,6 +130,7 @@ int cmd_serve(int argc, char **argv) {
         CLI_INT_OPT("max-queue", 0, &so.max_queue, 1, 1 << 20, "N", "requests waiting beyond max-seqs before 503"),
         CLI_FN_OPT("max-body", 0, &so.max_body, body_bytes_opt, "N", "8M", "request body limit in bytes; suffixes K, M"),
         CLI_I64_OPT("grace", 0, &grace, 0, 3600, "S", "seconds in-flight requests get at SIGTERM"),
+        CLI_INT_OPT("hangup-check-ms", 0, &so.hangup_ms, 1, 3600000, "MS", "a connection thread waiting for its request's tokens looks this often whether its client hung up (each token wakes it at once)", .def = "100"),
         CLI_FN_OPT("mtp", 0, &so.mtp, mtp_opt, "on|off", "on when the checkpoint has an MTP block", "MTP speculative decoding; the tokens are the same either way"),
         CLI_STR_OPT("kv-dir", 0, &so.kv_dir, "DIR", "keep prompt and conversation prefixes (KV snapshots) in DIR across restarts (not with --parallel)", .def = "memory only"),
         CLI_FN_OPT("kv-dir-bytes", 0, &so.kv_dir_bytes, cache_bytes_opt, "N", "unlimited", "byte budget of --kv-dir (least recently used files go first); suffixes K, M, G"),
