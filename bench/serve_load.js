@@ -39,6 +39,8 @@ function args() {
     if (!(k in a) || v[i + 1] === undefined) { console.error(`unknown option or missing value ${v[i]}`); process.exit(2); }
     a[k] = typeof a[k] === 'number' ? Number(v[i + 1]) : v[i + 1];
   }
+  // a misspelt client would otherwise run the fetch one and mislabel the figures
+  if (!['http', 'fetch'].includes(a.client)) { console.error(`--client ${a.client}: must be http or fetch`); process.exit(2); }
   return a;
 }
 
