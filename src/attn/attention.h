@@ -329,8 +329,8 @@ int dsv4_indexer_select_verified(const dsv4_indexer_query *iq, const float *appr
  *      thread may keep its own, the counts add up the same); nonzero when a bound does not
  *      hold for one entry;
  *   2. dsv4_indexer_cut_digit over the histograms (n_hist of them, one after another: two
- *      a hist given to step 1): the
- *      digit of the topk-th largest lower bound (cut->d1, cut->k); then for each part p of
+ *      for each hist given to step 1): the digit of the topk-th largest lower bound
+ *      (cut->d1, cut->k); then for each part p of
  *      a split of [0, n_cand) into ascending ranges part0[p] .. part0[p + 1],
  *      dsv4_indexer_cut_part lists at c + part0[p] the range's entries whose upper bound
  *      could reach tau (nc[p] of them; every entry whose lower bound has that digit too);

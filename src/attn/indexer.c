@@ -194,6 +194,20 @@ static int select_exact(const dsv4_indexer_query *iq, int n_cand, int topk, floa
     return dsv4_indexer_select(fbuf, n_cand, topk, work, sel);
 }
 
+/* The lower bounds lb[w] = approx[w] - bound for w in [w0, w1); nonzero when a bound does
+ * not hold for one of them (an approximate score not finite or a key norm past kmax: NaN
+ * fails both tests). The first pass of dsv4_indexer_select_verified and of its parts. */
+static inline int lower_bounds(const dsv4_idx_bound *b, const float *approx, const float *knorm, int w0, int w1,
+                               float *lb) {
+    int bad = 0;
+    for (int w = w0; w < w1; w++) {
+        const float a = approx[w], k = knorm[w];
+        bad |= !(fabsf(a) <= FLT_MAX) | !(k <= b->kmax);
+        lb[w] = a - dsv4_idx_approx_bound(b, k);
+    }
+    return bad;
+}
+
 /* From the nc candidates (cidx, ckeys: every entry whose upper bound reaches tau, the
  * topk-th largest lower bound, ascending) to the selection: dsv4_indexer_select_verified's
  * second half, shared with dsv4_indexer_select_cut. */
@@ -244,14 +258,7 @@ int dsv4_indexer_select_verified(const dsv4_indexer_query *iq, const float *appr
     if (n_cand <= topk || topk <= 0) return dsv4_indexer_select(approx, n_cand, topk, work, sel);
     const dsv4_idx_bound b = dsv4_idx_approx_query(iq->qI, iq->wI, iq->nI, iq->dI);
     if (!b.valid) return select_exact(iq, n_cand, topk, fbuf, work, sel);
-    /* the lower bounds (and whether every bound holds: NaN fails both tests) */
-    int bad = 0;
-    for (int w = 0; w < n_cand; w++) {
-        const float a = approx[w], k = knorm[w];
-        bad |= !(fabsf(a) <= FLT_MAX) | !(k <= b.kmax);
-        fbuf[w] = a - dsv4_idx_approx_bound(&b, k);
-    }
-    if (bad) return select_exact(iq, n_cand, topk, fbuf, work, sel);
+    if (lower_bounds(&b, approx, knorm, 0, n_cand, fbuf)) return select_exact(iq, n_cand, topk, fbuf, work, sel);
     /* tau: the topk-th largest lower bound, by the radix select (flash_quarter's CSA rows at
      * 32K context, 8192 lower bounds: ~53 us by the sampled quickselect, ~20 by the radix; the
      * selection runs inline while the other thread waits, and a CSA layer's took 105-113 us
@@ -281,12 +288,7 @@ int dsv4_indexer_select_verified(const dsv4_indexer_query *iq, const float *appr
 
 int dsv4_indexer_bounds_part(const dsv4_idx_bound *b, const float *approx, const float *knorm, int w0, int w1,
                              float *lb, uint32_t *hist) {
-    int bad = 0;
-    for (int w = w0; w < w1; w++) { /* no histogram in this loop: it vectorizes */
-        const float a = approx[w], k = knorm[w];
-        bad |= !(fabsf(a) <= FLT_MAX) | !(k <= b->kmax);
-        lb[w] = a - dsv4_idx_approx_bound(b, k);
-    }
+    const int bad = lower_bounds(b, approx, knorm, w0, w1, lb); /* apart from the histogram: it vectorizes */
     /* the top digits in two histograms, even and odd entries, as radix_digit (NaN keys too:
      * 11 bits index any of them) */
     count_digits(lb + w0, NULL, w1 - w0, 21, DSV4_INDEXER_HIST - 1, hist, hist + DSV4_INDEXER_HIST);
