@@ -431,6 +431,44 @@ static void cut_task(void *arg, int p, int tid) {
     dsv4_indexer_cut_part(j->icut, j->iscores, j->iknorm, p0[p], p0[p + 1], j->icut_c + p0[p], j->icut_n + p);
 }
 
+/* A lone row that selects from bounded scores among many entries (a batch-1 decode step's at
+ * long context): its selection's passes over every entry go to the threads (dsv4_indexer_cut:
+ * the lower bounds and their digits in the score tasks, the candidates' lists in cut_task)
+ * instead of running on one while the others wait (flash_quarter at 128K context, 32768
+ * entries: ~100 us a CSA layer). Returns cut with the row's bound and the threads' counts
+ * zeroed when block [r0, r0 + nb) is such a row, else NULL (the row selects on one thread). */
+static dsv4_indexer_cut *lone_cut_begin(const attend_job *j, dsv4_indexer_cut *cut, int r0, int nb, int n_tasks,
+                                        int T) {
+    const dsv4_attn_ctx *ctx = j->ctx;
+    const int64_t cut_min = ctx->cut_min_entries ? ctx->cut_min_entries : ATTEND_CUT_MIN_ENTRIES;
+    const int64_t n_lone = nb == 1 ? row_entries(j, r0) : 0;
+    if (T < 2 || n_tasks == 0 || n_lone < cut_min || !dsv4_attn_indexer_bounded(ctx, n_lone)) return NULL;
+    const int i = job_row(j, r0), nI = ctx->cfg->index_n_heads, dI = ctx->cfg->index_head_dim;
+    cut->b = dsv4_idx_approx_query(j->w->qI + (size_t)i * nI * dI, j->w->wI + (size_t)i * nI, nI, dI);
+    if (!cut->b.valid) return NULL;
+    memset(j->ihist, 0, sizeof(uint32_t) * (size_t)T * 2 * DSV4_INDEXER_HIST);
+    memset(j->ibad, 0, sizeof(int) * (size_t)T);
+    return cut;
+}
+
+/* After the score tasks: the lone row's parts, the digit of its tau from the threads' counts,
+ * then the candidates' lists on the threads (cut_task); when a bound did not hold the row's
+ * selection scores every entry exactly instead. */
+static void lone_cut_lists(attend_job *j, int r0, int T, int topk) {
+    dsv4_indexer_cut *cut = j->icut;
+    const int64_t n_lone = row_entries(j, r0);
+    cut->bad = 0;
+    for (int t = 0; t < T; t++) cut->bad |= j->ibad[t];
+    cut->n_parts = ATTEND_CUT_PARTS_PER_THREAD * T;
+    for (int p = 0; p <= cut->n_parts; p++) j->icut_part0[p] = (int)(n_lone * p / cut->n_parts);
+    cut->part0 = j->icut_part0;
+    cut->nc = j->icut_n;
+    cut->c = j->icut_c;
+    if (cut->bad) return;
+    dsv4_indexer_cut_digit(j->ihist, 2 * T, topk, cut);
+    dsv4_kctx_parallel(j->ctx->k, cut->n_parts, cut_task, j);
+}
+
 /* Step 3: the K=V list of one row. */
 static void gather_task(void *arg, int bi, int tid) {
     const attend_job *j = arg;
@@ -757,38 +795,9 @@ static int attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_ba
                 }
                 bi += nq;
             }
-            /* a lone row that selects from bounded scores among many entries (a batch-1 decode
-             * step's at long context): its selection's passes over every entry go to the
-             * threads (dsv4_indexer_cut: the lower bounds and their digits in the score tasks,
-             * the candidates' lists in cut_task) instead of running on one while the others
-             * wait (flash_quarter at 128K context, 32768 entries: ~100 us a CSA layer) */
-            job.icut = NULL;
-            const int64_t cut_min = ctx->cut_min_entries ? ctx->cut_min_entries : ATTEND_CUT_MIN_ENTRIES;
-            const int64_t n_lone = nb == 1 ? row_entries(&job, r0) : 0; /* the lone row's entries */
-            if (T > 1 && n_tasks > 0 && n_lone >= cut_min && dsv4_attn_indexer_bounded(ctx, n_lone)) {
-                const int i = job_row(&job, r0), nI = cfg->index_n_heads, dI = cfg->index_head_dim;
-                ab.icut->b = dsv4_idx_approx_query(w->qI + (size_t)i * nI * dI, w->wI + (size_t)i * nI, nI, dI);
-                if (ab.icut->b.valid) {
-                    job.icut = ab.icut;
-                    memset(ab.ihist, 0, sizeof(uint32_t) * (size_t)T * 2 * DSV4_INDEXER_HIST);
-                    memset(ab.ibad, 0, sizeof(int) * (size_t)T);
-                }
-            }
+            job.icut = lone_cut_begin(&job, ab.icut, r0, nb, n_tasks, T);
             dsv4_kctx_parallel(ctx->k, n_tasks, score_task, &job);
-            if (job.icut) {
-                dsv4_indexer_cut *cut = job.icut;
-                cut->bad = 0;
-                for (int t = 0; t < T; t++) cut->bad |= ab.ibad[t];
-                cut->n_parts = ATTEND_CUT_PARTS_PER_THREAD * T;
-                for (int p = 0; p <= cut->n_parts; p++) ab.icut_part0[p] = (int)(n_lone * p / cut->n_parts);
-                cut->part0 = ab.icut_part0;
-                cut->nc = ab.icut_n;
-                cut->c = ab.icut_c;
-                if (!cut->bad) { /* else the selection scores every entry exactly */
-                    dsv4_indexer_cut_digit(ab.ihist, 2 * T, topk, cut);
-                    dsv4_kctx_parallel(ctx->k, cut->n_parts, cut_task, &job);
-                }
-            }
+            if (job.icut) lone_cut_lists(&job, r0, T, topk);
         }
         const int groups = attend_groups(cfg, nb, T);
         job.groups = groups;
