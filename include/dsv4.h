@@ -438,6 +438,13 @@ DSV4_API int dsv4_snapshot_take(dsv4_engine *e, int seq, const int32_t *tokens, 
  * (DSV4_ERR_CACHE_FULL) leaves nothing allocated. */
 DSV4_API int dsv4_snapshot_restore(dsv4_engine *e, const dsv4_snapshot *s, int *seq, float *hidden,
                                    float *streams, dsv4_err *err);
+/* On a follower rank of an expert-parallel group (one that holds no caches: its forwards
+ * only join the MoE exchange, serving.md §d): a new sequence in the state a restored
+ * snapshot of length n leaves (length n; MTP length n - 1 with MTP caches, else 0), for
+ * when the home rank restored one (dsv4_snapshot_restore, dsv4_prefix_start), so that the
+ * group's later calls agree on the sequence. n: a positive multiple of the alignment.
+ * DSV4_ERR_UNSUPPORTED on a rank that holds caches (one process, the home rank). */
+DSV4_API int dsv4_seq_mirror(dsv4_engine *e, int64_t n, int *seq, dsv4_err *err);
 DSV4_API void dsv4_snapshot_free(dsv4_engine *e, dsv4_snapshot *s);
 DSV4_API int64_t dsv4_snapshot_length(const dsv4_snapshot *s);
 DSV4_API const int32_t *dsv4_snapshot_tokens(const dsv4_snapshot *s);

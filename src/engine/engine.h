@@ -131,6 +131,11 @@ int dsv4_engine_moe(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *bat
  * still takes part in every expert-parallel exchange (no-op without EP). On a failure the
  * group agreed on, *changed says whether the failing rank had changed state (its
  * sequences are then broken, and this rank must mark them so too). */
+/* Whether this rank holds its sequences' caches whole (prefix.c): one process, or the home
+ * rank of an expert-parallel group (the followers are idle: no rows, no caches of non-CP
+ * spans). Context parallelism spreads a long prompt's cache over the ranks. Snapshots,
+ * restores, forks and KV loads need it. */
+int dsv4_engine_holds_caches(const dsv4_engine *e);
 int dsv4_engine_idle_layers(dsv4_engine *e, int l0, int l1, int *changed, dsv4_err *err);
 
 /* A rank that failed before reaching the next MoE sub-block of a call reports the failure

@@ -267,7 +267,9 @@ static int build_snapshot(dsv4_engine *e, const dsv4_kv_view *v, dsv4_snapshot *
 int dsv4_snapshot_load(dsv4_engine *e, const char *path, dsv4_snapshot **out, dsv4_err *err) {
     if (!path || !out) return dsv4_fail(err, DSV4_ERR_ARG, "KV load: NULL argument");
     *out = NULL;
-    if (e->group) return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "KV load: not with a process group");
+    if (!dsv4_engine_holds_caches(e))
+        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "KV load: not on this rank (a follower of a "
+                         "group, or context parallelism, holds no whole caches)");
     dsv4_kv_geom *g = malloc(sizeof *g);
     dsv4_kv_view *v = malloc(sizeof *v);
     uint8_t *buf = NULL;

@@ -33,6 +33,10 @@ static uint64_t chain_step(uint64_t prev, const int32_t *tok, int64_t count) {
     return h;
 }
 
+int dsv4_engine_holds_caches(const dsv4_engine *e) {
+    return !e->group || (!e->idle && !(e->opts.parallel & DSV4_PAR_CP));
+}
+
 static uint64_t chain_key(const int32_t *tok, int64_t n, int A) {
     uint64_t k = 0;
     for (int64_t i = 0; i < n / A; i++) k = chain_step(k, tok + i * A, A);
@@ -59,9 +63,9 @@ static int snapshot_make(dsv4_engine *e, int seq, const int32_t *tokens, const f
     const dsv4_config *c = e->cfg;
     const int A = dsv4_engine_alignment(e);
     *out = NULL;
-    if (e->group)
-        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "snapshot: not with a process group (the "
-                         "caches of CP/EP engines are spread over ranks)");
+    if (!dsv4_engine_holds_caches(e))
+        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "snapshot: not on this rank (a follower of "
+                         "a group, or context parallelism, holds no whole caches)");
     if (seq < 0 || seq >= e->opts.max_seqs || !e->seqs[seq].live)
         return dsv4_fail(err, DSV4_ERR_ARG, "snapshot: sequence %d is not live", seq);
     const dsv4_seq_state *q = &e->seqs[seq];
@@ -130,8 +134,9 @@ int dsv4_snapshot_take(dsv4_engine *e, int seq, const int32_t *tokens, const flo
 int dsv4_snapshot_restore(dsv4_engine *e, const dsv4_snapshot *s, int *seq, float *hidden,
                           float *streams, dsv4_err *err) {
     if (!s || !seq) return dsv4_fail(err, DSV4_ERR_ARG, "snapshot restore: NULL argument");
-    if (e->group)
-        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "snapshot restore: not with a process group");
+    if (!dsv4_engine_holds_caches(e))
+        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "snapshot restore: not on this rank (a "
+                         "follower of a group, or context parallelism, holds no whole caches)");
     int rc = dsv4_seq_create(e, seq, err);
     if (rc) return rc;
     if ((rc = dsv4_cache_snap_restore(e->cache, s->cs, *seq, err))) {
@@ -147,6 +152,25 @@ int dsv4_snapshot_restore(dsv4_engine *e, const dsv4_snapshot *s, int *seq, floa
     return DSV4_OK;
 }
 
+int dsv4_seq_mirror(dsv4_engine *e, int64_t n, int *seq, dsv4_err *err) {
+    if (!seq) return dsv4_fail(err, DSV4_ERR_ARG, "seq mirror: NULL output");
+    *seq = -1;
+    if (!e->idle)
+        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "seq mirror: only on a follower rank of a "
+                         "group (this rank holds caches: restore the snapshot instead)");
+    const int A = dsv4_engine_alignment(e);
+    if (n < 1 || n % A || n > e->opts.max_context)
+        return dsv4_fail(err, DSV4_ERR_ARG, "seq mirror: length %lld is not a positive multiple of "
+                         "the alignment %d within max_context %lld", (long long)n, A,
+                         (long long)e->opts.max_context);
+    int rc = dsv4_seq_create(e, seq, err);
+    if (rc) return rc;
+    /* a snapshot's lengths (snapshot_make): m = n - 1 with MTP caches, else 0 */
+    e->seqs[*seq].n = n;
+    e->seqs[*seq].m = e->opts.mtp ? n - 1 : 0;
+    return DSV4_OK;
+}
+
 void dsv4_snapshot_free(dsv4_engine *e, dsv4_snapshot *s) {
     if (e && s) snapshot_destroy(e, s);
 }
@@ -157,7 +181,9 @@ const int32_t *dsv4_snapshot_tokens(const dsv4_snapshot *s) { return s ? s->toke
 int dsv4_seq_fork(dsv4_engine *e, int src, int *dst, dsv4_err *err) {
     if (!dst) return dsv4_fail(err, DSV4_ERR_ARG, "fork: NULL output");
     *dst = -1;
-    if (e->group) return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "fork: not with a process group");
+    if (!dsv4_engine_holds_caches(e))
+        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "fork: not on this rank (a follower of a group, "
+                         "or context parallelism, holds no whole caches)");
     if (src < 0 || src >= e->opts.max_seqs || !e->seqs[src].live)
         return dsv4_fail(err, DSV4_ERR_ARG, "fork: sequence %d is not live", src);
     const dsv4_seq_state q = e->seqs[src];

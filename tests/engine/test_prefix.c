@@ -8,7 +8,8 @@
  *   3. a fork at an unaligned length (mid-window, open block) continues like its source;
  *   4. eviction under pressure: a pool sized for one full sequence serves a stream of
  *      requests with distinct prefixes, each inserting snapshots, without a failed call;
- *   5. bad calls are refused with a message: unaligned length, MTP not caught up;
+ *   5. bad calls are refused with a message: unaligned length, MTP not caught up, a
+ *      follower's mirror of a restore on a rank that holds caches;
  *   6. dsv4_spec_resume: MTP speculative decoding picks up a restored sequence exactly.
  *
  *   test_prefix MODEL_DIR [reference]
@@ -112,6 +113,10 @@ static void test_hit_exact(const dsv4_model *m, int mtp) {
     /* 5: refusals */
     CHECK(dsv4_prefix_insert(e, sc, tokens, h, s, &err) == DSV4_ERR_ARG);
     CHECK_ERR(err, DSV4_ERR_ARG, "not a positive multiple of the alignment");
+    /* a rank that holds caches restores snapshots: mirroring is a follower's (step_msg.h) */
+    int sm = 0;
+    CHECK(dsv4_seq_mirror(e, A, &sm, &err) == DSV4_ERR_UNSUPPORTED && sm == -1);
+    CHECK_ERR(err, DSV4_ERR_UNSUPPORTED, "only on a follower rank");
     check_cache(e, "at the end");
 
     run_free(&ra); run_free(&rb); run_free(&rf);
