@@ -54,8 +54,10 @@ typedef struct dsv4_server_opts {
     int max_connections;       /* 0 = 512 */
     int mtp;                   /* MTP speculative decoding: 1 on, -1 off, 0 = on when the
                                 * checkpoint has an MTP block */
+    int prefix_entries;        /* snapshots the prefix cache keeps in memory (LRU); 0 = 64,
+                                * < 0 = no prefix cache (every request starts cold) */
     const char *kv_dir;        /* prefix snapshots on disk across restarts; NULL = memory only
-                                * (no prefix cache at all under parallel) */
+                                * (also under parallel: rank 0 keeps the cache and the files) */
     uint64_t kv_dir_bytes;     /* its byte budget (LRU); 0 = unlimited */
     dsv4_dist *dist;           /* process group, NULL = one process */
     int parallel;              /* 0, or DSV4_PAR_EP with dist (context parallelism is

@@ -33,8 +33,10 @@ typedef struct srv_pcache_stats {
 
 /* dir: NULL = memory only; dir_bytes: the directory's budget (0 = unlimited). Creates the
  * directory if missing, deletes the NAME.tmp.PID files of interrupted saves, indexes the
- * *.kv files. Every call below also takes NULL, no cache (serving under MPI): no snapshot
- * points, nothing kept (srv_pcache_start is then not to be called). */
+ * *.kv files. Every call below also takes NULL, no cache (--prefix-entries 0): no snapshot
+ * points, nothing kept (srv_pcache_start is then not to be called). Under MPI the cache is
+ * rank 0's alone: the followers hold no caches and only mirror the lengths it restores
+ * (step_msg.h). */
 int srv_pcache_create(dsv4_engine *e, const char *dir, uint64_t dir_bytes, srv_pcache **out,
                       dsv4_err *err);
 void srv_pcache_free(srv_pcache *pc);

@@ -234,10 +234,15 @@ static int plan_step(srv_sched *s, int *rows, int *decode) {
         srv_req *r = s->wait[0];
         dsv4_err err = {0};
         int64_t n_cached = 0;
-        /* under MPI there is no prefix cache (s->pc NULL): a restore would need the other
-         * ranks to restore the same state */
+        /* the prefix cache is rank 0's (step_msg.h): the followers start the sequence at
+         * the length restored here */
         if (s->pc ? srv_pcache_start(s->pc, r->ctx, r->n_ctx, &r->seq, &n_cached, s->restored, &err)
-                  : srv_relay_seq_create(s->o.relay, &r->seq, &err)) {
+                  : dsv4_seq_create(s->e, &r->seq, &err)) {
+            r->seq = -1;
+            break;
+        }
+        if (srv_relay_started(s->o.relay, r->seq, n_cached, &err)) {
+            dsv4_seq_free(s->e, r->seq, NULL);
             r->seq = -1;
             break;
         }
@@ -626,9 +631,8 @@ int srv_sched_start(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *t
     s->forced_row = malloc((size_t)s->V * sizeof(float));
     s->span_draw = malloc(ns * sizeof *s->span_draw);
     s->draws = malloc(ns * sizeof *s->draws);
-    /* no prefix cache on a group: a restore would need the other ranks to restore the same
-     * state, which the step messages cannot carry */
-    int rc = srv_relay_grouped(o->relay) ? DSV4_OK : srv_pcache_create(e, o->kv_dir, o->kv_dir_bytes, &s->pc, err);
+    /* on a group too: the cache is rank 0's, the followers mirror what it restores */
+    int rc = o->no_prefix_cache ? DSV4_OK : srv_pcache_create(e, o->kv_dir, o->kv_dir_bytes, &s->pc, err);
     if (rc) { srv_sched_free(s); return rc; }
     if (!s->wait || !s->run || !s->spans || !s->span_req || !s->hidden || !s->logits ||
         !s->forced_row || !s->span_draw || !s->draws)

@@ -26,6 +26,7 @@ typedef struct srv_sched_opts {
     int max_seqs;             /* the engine's sequence slots */
     int64_t max_context;      /* the engine's max_context */
     int max_queue;            /* most requests waiting beyond max_seqs (then "busy") */
+    int no_prefix_cache;      /* 1: every request starts cold, nothing is kept */
     const char *kv_dir;       /* snapshots on disk (prefix_cache.h); NULL = memory only */
     uint64_t kv_dir_bytes;    /* its budget; 0 = unlimited */
     srv_relay *relay;         /* every call that changes a sequence goes through it (to the

@@ -56,6 +56,7 @@ static int engine_opts(const dsv4_server_opts *o, const dsv4_model *m, dsv4_engi
     eo->cache_bytes = o->cache_bytes;
     eo->dist = o->dist;
     eo->parallel = o->parallel;
+    eo->prefix_entries = o->prefix_entries > 0 ? o->prefix_entries : 0;
     if (o->mtp > 0 && !mi.n_mtp) return srv_fail(err, DSV4_ERR_ARG, "serve: --mtp on: the model has no MTP block");
     eo->mtp = o->mtp == 0 ? mi.n_mtp > 0 : o->mtp > 0;
     if (eo->mtp) {
@@ -80,9 +81,9 @@ static int fill_opts(dsv4_server_opts *so, dsv4_err *err) {
     if (so->step_tokens < so->max_seqs)
         return srv_fail(err, DSV4_ERR_ARG, "serve: step tokens (%d) must be at least max seqs (%d): "
                         "every running sequence decodes each step", so->step_tokens, so->max_seqs);
-    if (so->parallel && so->kv_dir)
-        return srv_fail(err, DSV4_ERR_ARG, "serve: --kv-dir: there is no prefix cache under --parallel "
-                        "(a restored prefix would have to be restored on every rank)");
+    if (so->prefix_entries < 0 && so->kv_dir)
+        return srv_fail(err, DSV4_ERR_ARG, "serve: --kv-dir needs the prefix cache (--prefix-entries 0 "
+                        "turns it off)");
     return dsv4_server_check_parallel(so->parallel, err);
 }
 
@@ -152,7 +153,8 @@ int dsv4_server_load(dsv4_server *s, const dsv4_model *m, dsv4_err *err) {
         return srv_fail(err, DSV4_ERR_IO, "serve: --trace-steps %s: %s", o->trace_steps, strerror(errno));
     srv_sched_opts so = {.step_tokens = o->step_tokens, .c_max = eo.c_max, .max_seqs = o->max_seqs,
                          .max_context = o->max_context, .max_queue = o->max_queue,
-                         .kv_dir = o->kv_dir, .kv_dir_bytes = o->kv_dir_bytes, .relay = s->relay,
+                         .no_prefix_cache = o->prefix_entries < 0, .kv_dir = o->kv_dir,
+                         .kv_dir_bytes = o->kv_dir_bytes, .relay = s->relay,
                          .trace = s->trace};
     if ((rc = srv_sched_start(s->e, s->m, s->tok, &so, &s->met, &s->sched, err))) return rc;
     atomic_store(&s->ready, 1);

@@ -5,7 +5,9 @@
  * which engine create's agreement checks): a header {magic, body bytes} broadcast first,
  * for which a follower waits without a deadline, then the body under the peer timeout.
  * The body is a list of ops, each an int32 kind followed by its fields:
- *   CREATE  seq                         dsv4_seq_create, which must return seq
+ *   START   seq n(i64)                  n = 0: dsv4_seq_create; else dsv4_seq_mirror(n)
+ *                                       (rank 0 restored a prefix of n); either must
+ *                                       return seq
  *   FREE    seq                         dsv4_seq_free
  *   COMMIT  seq k                       dsv4_seq_commit
  *   FORWARD n_spans, per span: seq start(i64) n_tokens n_hidden n_streams speculative
@@ -22,7 +24,7 @@
 
 #include "serve/util.h"
 
-enum { OP_CREATE = 1, OP_FREE, OP_COMMIT, OP_FORWARD, OP_MTP, OP_STOP };
+enum { OP_START = 1, OP_FREE, OP_COMMIT, OP_FORWARD, OP_MTP, OP_STOP };
 
 #define MSG_MAGIC 0x44535634u /* "DSV4" */
 #define MSG_MAX (1u << 30)    /* a body larger than this is not a step message */
@@ -90,22 +92,19 @@ int srv_relay_create(dsv4_engine *e, dsv4_dist *d, srv_relay **out, dsv4_err *er
     return DSV4_OK;
 }
 
-int srv_relay_grouped(const srv_relay *rl) { return rl && rl->d; }
-
 void srv_relay_free(srv_relay *rl) {
     if (!rl) return;
     free(rl->msg);
     free(rl);
 }
 
-int srv_relay_seq_create(srv_relay *rl, int *seq, dsv4_err *err) {
-    if (rl->d && rl->failed) return group_failed(rl, err);
-    int rc = dsv4_seq_create(rl->e, seq, err);
-    if (!rc && rl->d) {
-        put_i32(rl, OP_CREATE);
-        put_i32(rl, *seq);
-    }
-    return rc;
+int srv_relay_started(srv_relay *rl, int seq, int64_t n, dsv4_err *err) {
+    if (!rl->d) return DSV4_OK;
+    if (rl->failed) return group_failed(rl, err);
+    put_i32(rl, OP_START);
+    put_i32(rl, seq);
+    put_i64(rl, n);
+    return DSV4_OK;
 }
 
 int srv_relay_seq_free(srv_relay *rl, int seq, dsv4_err *err) {
@@ -283,13 +282,16 @@ static int replay(follower *f, reader *r, int *stop, dsv4_err *err) {
     while (r->p < r->end) {
         const int op = get_i32(r);
         int seq, n;
+        int64_t len;
         switch (op) {
-        case OP_CREATE:
+        case OP_START:
             seq = get_i32(r);
+            len = get_i64(r);
             if (r->bad) break;
-            if (dsv4_seq_create(f->e, &n, &why)) return diverged(err, "create", seq, &why);
+            if (len ? dsv4_seq_mirror(f->e, len, &n, &why) : dsv4_seq_create(f->e, &n, &why))
+                return diverged(err, len ? "restore" : "create", seq, &why);
             if (n != seq)
-                return srv_fail(err, DSV4_ERR_STATE, "follower: rank 0 created sequence %d, this rank %d: "
+                return srv_fail(err, DSV4_ERR_STATE, "follower: rank 0 started sequence %d, this rank %d: "
                                 "the ranks' engines differ", seq, n);
             break;
         case OP_FREE:

@@ -19,11 +19,15 @@ typedef struct srv_relay srv_relay;
 /* A relay for the calls rank 0 makes on e, over group d (NULL: no group). */
 int srv_relay_create(dsv4_engine *e, dsv4_dist *d, srv_relay **out, dsv4_err *err);
 void srv_relay_free(srv_relay *rl);
-/* 1 when the calls go to other ranks too. */
-int srv_relay_grouped(const srv_relay *rl);
 
 /* The engine calls, recorded for the followers. */
-int srv_relay_seq_create(srv_relay *rl, int *seq, dsv4_err *err);
+/* Rank 0 started seq at length n: empty (n = 0, dsv4_seq_create) or from a snapshot it
+ * restored (dsv4_prefix_start, dsv4_snapshot_restore: n aligned). The followers hold no
+ * caches (their forwards only join the MoE exchange), so they need no snapshot: they start
+ * the same slot at the same lengths (dsv4_seq_mirror). The prefix cache itself (inserts,
+ * evictions, the KV directory) lives on rank 0 alone and is never relayed. Fails, creating
+ * nothing on the followers, when the group cannot serve any more. */
+int srv_relay_started(srv_relay *rl, int seq, int64_t n, dsv4_err *err);
 int srv_relay_seq_free(srv_relay *rl, int seq, dsv4_err *err);
 int srv_relay_forward(srv_relay *rl, const dsv4_span *spans, int n_spans, float *hidden,
                       float *streams, dsv4_err *err);

@@ -4,13 +4,28 @@
 // are accepted so the followers replay commits) gives identical outputs. The followers
 // wait for the next step without a deadline: with a 6 s peer timeout the group sits idle
 // for 7 s and then serves again. SIGTERM to rank 0 stops every rank, mpirun exits 0.
+// The prefix cache on the group (step_msg.h: rank 0's, the followers start a restored
+// sequence at its length): a multi-turn chat and two users of its long system prompt hit
+// it, with 2 entries kept (evictions on every server) and the group reading the --kv-dir
+// the one-process server wrote; every answer equals the one-process server's with the
+// cache and the one computed cold (--prefix-entries 0).
 'use strict';
 const assert = require('assert');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
 const OpenAI = require('openai').default;
 const { start, metrics, run } = require('./harness');
 
+const A = 128;  // the model's alignment: prefixes are kept at multiples of it
+const NAMES = 'amber birch cedar dune ember fjord grove heath inlet juniper'.split(' ');
+const SYS = 'You answer briefly. ' + Array.from({ length: 240 }, (_, k) => NAMES[(k * 7) % 10]).join(' ');
+
 const WORDS = 'one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen';
 const SCRIPT = [{ match: 'MPI_SCRIPT_3', text: `${WORDS} ${WORDS}` }];
+
+// the usage less its cached tokens (the group reads the one-process server's --kv-dir)
+const tokens = (u) => ({ prompt: u.prompt_tokens, completion: u.completion_tokens, total: u.total_tokens });
 
 async function ask(client, i) {
   const sampled = i % 2 === 1;
@@ -33,33 +48,80 @@ async function ask(client, i) {
   const r = await client.chat.completions.create({ ...common, logprobs: true, top_logprobs: 2,
     messages: [{ role: 'user', content }] });
   return { text: r.choices[0].message.content, finish: r.choices[0].finish_reason,
-    lp: r.choices[0].logprobs.content, usage: r.usage };
+    lp: r.choices[0].logprobs.content, usage: tokens(r.usage) };
 }
 
-async function answers(mpi) {
-  const args = ['--max-seqs', '4', '--step-tokens', '32', '--max-context', '512', '--no-warmup'];
+// A chat of two turns, then two users of the same system prompt at once, then the first
+// turn again; each answer with its logprobs and the prompt tokens restored.
+async function turns(client) {
+  const chat = async (messages, extra = {}) => {
+    const r = await client.chat.completions.create({ model: 'm', max_tokens: 8, temperature: 0,
+      logprobs: true, messages, ...extra });
+    return { text: r.choices[0].message.content, lp: r.choices[0].logprobs.content,
+      cached: r.usage.prompt_tokens_details.cached_tokens, n: r.usage.prompt_tokens };
+  };
+  const m1 = [{ role: 'system', content: SYS }, { role: 'user', content: 'What comes first?' }];
+  const t1 = await chat(m1);
+  const t2 = await chat([...m1, { role: 'assistant', content: t1.text }, { role: 'user', content: 'And then?' }]);
+  const users = await Promise.all(['alpha', 'beta'].map((q, i) => chat([{ role: 'system', content: SYS },
+    { role: 'user', content: `Tell me about ${q}.` }], { temperature: 0.9, top_p: 0.9, seed: 40 + i })));
+  return [t1, t2, ...users, await chat(m1)];
+}
+
+// opts: mpi (ranks), kvDir, cold (no prefix cache: only the turns)
+async function answers({ mpi = 0, kvDir, cold = false } = {}) {
+  const args = ['--max-seqs', '4', '--step-tokens', '32', '--max-context', '512', '--no-warmup',
+    '--prefix-entries', cold ? '0' : '2'];
   if (mpi) args.push('--peer-timeout', '6');  // 1 s and 3 s: a loaded machine (load 15-20) missed them inside a step
+  if (kvDir) args.push('--kv-dir', kvDir);
   const srv = await start(args, { script: SCRIPT, mpi });
   const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
-  const out = await Promise.all([0, 1, 2, 3, 4, 5].map((i) => ask(client, i)));
+  const out = cold ? [] : await Promise.all([0, 1, 2, 3, 4, 5].map((i) => ask(client, i)));
+  const chat = await turns(client);
   if (mpi) {
     await new Promise((r) => setTimeout(r, 7000));  // idle past the peer timeout
     out.push(await ask(client, 0));
   }
   const m = await metrics(srv.url);
   await srv.stop();
-  return { out, m };
+  return { out, chat, m };
 }
 
+const strip = (t) => ({ text: t.text, lp: t.lp });
+
 run('server_mpi', async () => {
-  const one = await answers(0);
-  const two = await answers(2);
+  const kvDir = fs.mkdtempSync(path.join(os.tmpdir(), 'dsv4-mpi-kv-'));
+  const one = await answers({ kvDir });
+  const cold = await answers({ cold: true });
+  const two = await answers({ mpi: 2, kvDir });
+  fs.rmSync(kvDir, { recursive: true, force: true });
   for (let i = 0; i < 6; i++) assert.deepStrictEqual(two.out[i], one.out[i], `request ${i} differs under MPI`);
   assert.deepStrictEqual(two.out[6], one.out[0], 'the request after the idle wait differs');
   assert(one.out[4].text.length > 0 && one.out[1].text !== one.out[0].text);
   // the scripted drafts were accepted (about every other of its 15 tokens): rank 1
   // replayed speculative commits of 2 rows
   assert(two.m.dsv4_mtp_accepted_total >= 5, `accepted drafts: ${two.m.dsv4_mtp_accepted_total}`);
+
+  // the prefix cache: the same answers with it (one process, the group) and without
+  for (let i = 0; i < cold.chat.length; i++) {
+    assert.deepStrictEqual(strip(one.chat[i]), strip(cold.chat[i]), `turn ${i}: one process, cached vs cold`);
+    assert.deepStrictEqual(strip(two.chat[i]), strip(cold.chat[i]), `turn ${i}: MPI, cached vs cold`);
+    assert.strictEqual(cold.chat[i].cached, 0);
+  }
+  const [t1, t2, u1, u2] = two.chat;
+  assert(t1.n > 2 * A && t1.text.length > 0 && u1.text !== u2.text);
+  // rank 0 read the first turn's prompt from the one-process server's file; the second
+  // turn and both users restored at least the system prompt's aligned part
+  assert.strictEqual(t1.cached, Math.floor((t1.n - 1) / A) * A, 'MPI: the first turn did not load its prefix');
+  for (const t of [t2, u1, u2]) assert(t.cached >= 2 * A, `MPI: ${t.cached} tokens restored`);
+  assert(one.chat[1].cached >= 2 * A, 'one process: the second turn restored nothing');
+  const reused = two.chat.reduce((n, t) => n + t.cached, 0);
+  assert(two.m.dsv4_prefix_reused_tokens_total >= reused);  // the mix's long prompts hit the files too
+  assert(two.m.dsv4_prefix_hits_total >= 4 && two.m.dsv4_prefix_disk_loads_total >= 1);
+  assert(two.m.dsv4_prefix_evictions_total > 0, 'no eviction with 2 entries kept');
+  assert.strictEqual(cold.m.dsv4_prefix_hits_total, 0);
   console.log(`MPI: ${two.m.dsv4_mtp_accepted_total} accepted drafts, ` +
-    `${two.m.dsv4_mtp_steps_total} MTP steps`);
+    `${two.m.dsv4_mtp_steps_total} MTP steps; prefix: ${two.m.dsv4_prefix_hits_total} hits, ` +
+    `${reused} tokens reused, ${two.m.dsv4_prefix_evictions_total} evictions, ` +
+    `${two.m.dsv4_prefix_disk_loads_total} disk loads`);
 }, { limitMs: 120000 });
