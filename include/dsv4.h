@@ -154,7 +154,15 @@ DSV4_API uint64_t dsv4_machine_ram_bytes(void);
  * with one rank) it has size 1 and everything runs locally. */
 typedef struct dsv4_dist dsv4_dist;
 
-enum { DSV4_PAR_NONE = 0, DSV4_PAR_CP = 1, DSV4_PAR_EP = 2 };
+/* DSV4_PAR_DP (only with DSV4_PAR_EP, not with CP): data-parallel attention (serving.md
+ * §d). Every rank is the home rank of its own sequences: it creates them, holds their
+ * caches and calls dsv4_forward / dsv4_mtp_forward with its own spans (any number, zero
+ * included); only the MoE sub-blocks exchange rows. The ranks still make the same sequence
+ * of forward and MTP calls (one each per step, a rank without rows passes none), and a
+ * refusal on any rank (bad spans, a full cache) is the same clean error on every rank with
+ * nothing changed anywhere. Each rank's outputs are bitwise what one process computes for
+ * its spans. Without DP, rank 0 is the home rank of every sequence and the others idle. */
+enum { DSV4_PAR_NONE = 0, DSV4_PAR_CP = 1, DSV4_PAR_EP = 2, DSV4_PAR_DP = 4 };
 
 /* Initialises MPI (MPI_Init_thread) if this build has it and wraps MPI_COMM_WORLD. */
 DSV4_API int dsv4_dist_init(int *argc, char ***argv, dsv4_dist **out, dsv4_err *err);
@@ -199,7 +207,9 @@ typedef struct dsv4_engine_opts {
     int win_block;         /* B_w: window page size in positions; 0 = 64 */
     int reference;         /* 1: portable scalar kernels only (no SIMD) */
     dsv4_dist *dist;       /* process group, NULL = single process */
-    int parallel;          /* DSV4_PAR_CP | DSV4_PAR_EP; every rank makes the same calls */
+    int parallel;          /* DSV4_PAR_CP | DSV4_PAR_EP; every rank makes the same calls
+                            * (with DSV4_PAR_EP | DSV4_PAR_DP: calls of the same kind, each
+                            * rank with its own spans) */
     int ep_wave;           /* EP: rows per rank per exchange wave (T_w); 0 = min(256, rows of
                             * the largest call); larger calls run several waves */
     int cp_granule;        /* CP: granule G in positions (serving.md §c); 0 = the smallest
@@ -590,7 +600,9 @@ DSV4_API int dsv4_lm_head_shard(dsv4_engine *e, const float *hidden, int n_rows,
  *   dsv4_lm_head_dist:   logits [n_rows, V] gathered on the home rank (valid only there).
  *   dsv4_lm_head_argmax: greedy ids [n_rows] (and values, may be NULL) on every rank,
  *                        reduced with MPI_Allreduce (larger value, then lower id): equal to
- *                        the argmax of the full logits, ties to the lowest token id. */
+ *                        the argmax of the full logits, ties to the lowest token id.
+ * Under DSV4_PAR_DP every rank is the home rank of its own rows: both run locally on the
+ * full head (not collective; each rank its own n_rows). */
 DSV4_API int dsv4_lm_head_dist(dsv4_engine *e, const float *hidden, int n_rows, float *logits,
                                dsv4_err *err);
 DSV4_API int dsv4_lm_head_argmax(dsv4_engine *e, const float *hidden, int n_rows, int32_t *ids,

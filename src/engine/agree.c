@@ -105,3 +105,14 @@ int dsv4_engine_agree_mtp(dsv4_engine *e, int rc, const dsv4_mtp_span *spans, in
     static const char *const names[] = {"call (MTP spans: sequences, starts, next tokens)"};
     return dsv4_dist_agree(e->group, rc, 1, (const uint8_t(*)[32])dig, names, DSV4_ERR_ARG, "mtp_forward", err);
 }
+
+int dsv4_engine_agree_dp(dsv4_engine *e, int rc, int kind, dsv4_err *err) {
+    /* the kind as the digest: a rank in a forward next to one in an MTP call would walk
+     * other MoE exchanges and pair the wrong collectives */
+    uint8_t dig[1][32];
+    memset(dig, 0, sizeof dig);
+    dig[0][0] = (uint8_t)kind;
+    static const char *const names[] = {"kind of call (forward or MTP forward)"};
+    return dsv4_dist_agree(e->group, rc, 1, (const uint8_t(*)[32])dig, names, DSV4_ERR_ARG,
+                           kind == DSV4_DP_CALL_MTP ? "mtp_forward" : "forward", err);
+}

@@ -89,17 +89,24 @@ static void prepare_route_tab(dsv4_engine *e, int n_blocks) {
 }
 
 /* The process group (serving.md §c, §d): with opts.parallel over more than one rank, rank
- * 0 is the home rank and the others idle through non-CP spans; EP splits the routed
- * experts. One rank, or no parallel flags, is the single-process engine. */
+ * 0 is the home rank and the others idle through non-CP spans, or with DP every rank is
+ * the home rank of its own sequences; EP splits the routed experts. One rank, or no
+ * parallel flags, is the single-process engine. */
 static int setup_parallel(dsv4_engine *e, dsv4_err *err) {
     const dsv4_engine_opts *o = &e->opts;
-    if (o->parallel & ~(DSV4_PAR_CP | DSV4_PAR_EP))
+    if (o->parallel & ~(DSV4_PAR_CP | DSV4_PAR_EP | DSV4_PAR_DP))
         return dsv4_fail(err, DSV4_ERR_ARG, "engine: unknown parallel flags 0x%x", (unsigned)o->parallel);
+    /* data-parallel attention needs the MoE exchange; a CP prefill spreads one sequence's
+     * cache over the ranks, which DP's per-rank sequences do not provide for */
+    if ((o->parallel & DSV4_PAR_DP) && (o->parallel & (DSV4_PAR_EP | DSV4_PAR_CP)) != DSV4_PAR_EP)
+        return dsv4_fail(err, DSV4_ERR_ARG, "engine: data-parallel attention (DSV4_PAR_DP) needs "
+                         "expert parallelism (DSV4_PAR_EP) and not context parallelism");
     if (o->ep_wave < 0) return dsv4_fail(err, DSV4_ERR_ARG, "engine: ep_wave %d < 0", o->ep_wave);
     if (!o->parallel || !o->dist || dsv4_dist_size(o->dist) < 2) return DSV4_OK;
     e->group = o->dist;
     e->rank = dsv4_dist_rank(o->dist);
-    e->idle = e->rank != 0;
+    e->dp = (o->parallel & DSV4_PAR_DP) != 0;
+    e->idle = e->rank != 0 && !e->dp;
     if (!(o->parallel & DSV4_PAR_EP)) return DSV4_OK;
     /* the largest call: every sequence with a full span */
     int64_t rows = (int64_t)o->max_seqs * o->c_max;
@@ -362,6 +369,10 @@ int dsv4_seq_mtp_off(dsv4_engine *e, int seq, dsv4_err *err) {
 int dsv4_seq_pending(const dsv4_engine *e, int seq) {
     if (seq < 0 || seq >= e->opts.max_seqs || !e->seqs[seq].live) return -1;
     return e->seqs[seq].pending;
+}
+
+void dsv4_engine_unreserve(dsv4_engine *e, const int *seqs, int n) {
+    for (int i = 0; i < n; i++) dsv4_cache_truncate(e->cache, seqs[i], e->seqs[seqs[i]].n);
 }
 
 void dsv4_engine_trim(dsv4_engine *e, int seq) {

@@ -63,6 +63,9 @@ struct dsv4_engine {
     int idle;                        /* 1 on a non-home rank of a group: it holds no rows of
                                       * non-CP spans and no caches for them, and only walks
                                       * the layers to take part in the MoE collectives */
+    int dp;                          /* 1 in a group with DSV4_PAR_DP: every rank is the home
+                                      * rank of its own sequences (no rank idle); the ranks
+                                      * agree per call on its kind and status, not its spans */
     struct dsv4_ep *ep;              /* expert-parallel exchange (DSV4_PAR_EP), else NULL */
     struct dsv4_prefix_cache *prefix; /* snapshots and the prefix cache (prefix.c) */
     int numa_nodes;                  /* memory nodes seen at create (opts.numa is the decision) */
@@ -156,7 +159,14 @@ static inline int dsv4_wanted_row(const int *rows, int n_wanted, int n_tokens, i
 int dsv4_engine_agree_create(dsv4_engine *e, int rc, dsv4_err *err);
 int dsv4_engine_agree_spans(dsv4_engine *e, int rc, const dsv4_span *spans, int n_spans, dsv4_err *err);
 int dsv4_engine_agree_mtp(dsv4_engine *e, int rc, const dsv4_mtp_span *spans, int n_spans, dsv4_err *err);
+/* Under DSV4_PAR_DP: every rank makes a call of the same kind (DSV4_DP_CALL_*: the MoE
+ * exchanges it walks) and none refused it; each rank's spans are its own. */
+enum { DSV4_DP_CALL_FORWARD = 1, DSV4_DP_CALL_MTP = 2 };
+int dsv4_engine_agree_dp(dsv4_engine *e, int rc, int kind, dsv4_err *err);
 
+/* Gives back the pages a refused call reserved for seqs[0 .. n) (those at or beyond each
+ * sequence's length, dsv4_cache_truncate): the pools as before the call. */
+void dsv4_engine_unreserve(dsv4_engine *e, const int *seqs, int n);
 /* Frees window pages no later call of seq can read. */
 void dsv4_engine_trim(dsv4_engine *e, int seq);
 /* Takes p (malloc'd at create) into e->owned, freed with the engine; -1 when the list

@@ -117,7 +117,9 @@ static int check_finite(dsv4_engine *e, const dsv4_span *spans, int n_spans, con
 /* Every check of a call's arguments; *R = its rows. */
 static int validate_call(const dsv4_engine *e, const dsv4_span *spans, int n_spans, const float *hidden,
                          const float *streams, int *R, dsv4_err *err) {
-    if (n_spans < 1 || !spans) return dsv4_fail(err, DSV4_ERR_ARG, "forward: no spans");
+    /* under DP a rank without rows still makes the call: it joins the MoE exchanges */
+    if (n_spans < (e->dp ? 0 : 1) || (n_spans && !spans))
+        return dsv4_fail(err, DSV4_ERR_ARG, "forward: no spans");
     int want_h = 0, want_s = 0;
     *R = 0;
     for (int i = 0; i < n_spans; i++) {
@@ -166,6 +168,26 @@ size_t dsv4_forward_scratch_bytes(const dsv4_config *c, int R, int n_spans) {
     forward_bufs f;
     forward_take(&m, c, R, n_spans, &f);
     return m.peak;
+}
+
+/* The call's buffers taken from the scratch arena, the batch packed into them and every
+ * page the call writes reserved (all or nothing): what can fail before the first write. */
+static int forward_pack(dsv4_engine *e, const dsv4_span *spans, int n_spans, int R, forward_bufs *f,
+                        dsv4_err *err) {
+    if (!forward_take(&e->scratch, e->cfg, R, n_spans, f))
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "forward: scratch arena too small");
+    int row = 0;
+    for (int i = 0; i < n_spans; i++) {
+        f->bs[i] = (dsv4_batch_span){spans[i].seq, spans[i].start, spans[i].n_tokens, row};
+        f->seqs[i] = spans[i].seq;
+        f->starts[i] = spans[i].start;
+        f->counts[i] = spans[i].n_tokens;
+        for (int j = 0; j < spans[i].n_tokens; j++, row++) {
+            f->pos[row] = spans[i].start + j;
+            f->tok[row] = spans[i].tokens[j];
+        }
+    }
+    return dsv4_cache_reserve(e->cache, n_spans, f->seqs, f->starts, f->counts, 1, err);
 }
 
 /* Row i of the streams from its token's embedding row: a prefill's 512 rows write 8 MB
@@ -219,65 +241,56 @@ static int forward_body(dsv4_engine *e, const dsv4_span *spans, int n_spans, flo
     const dsv4_config *c = e->cfg;
     const int D = c->hidden_size, hc = c->hc_mult;
     int R = 0;
-    {
-        int rc = validate_call(e, spans, n_spans, hidden, streams, &R, err);
+    int rc = validate_call(e, spans, n_spans, hidden, streams, &R, err);
+    const size_t mark = dsv4_arena_mark(&e->scratch);
+    forward_bufs f;
+    int packed = 0; /* f filled and the call's pages reserved */
+    if (e->dp) {
+        /* data-parallel attention: the spans are this rank's own, so the group agrees on the
+         * call's kind and every rank's status; a rank's pages are reserved before that, so a
+         * rank short of pages refuses the call on every rank before any rank writes a cache
+         * (its reservation then goes back) */
+        if (!rc && R > 0) packed = !(rc = forward_pack(e, spans, n_spans, R, &f, err));
+        rc = dsv4_engine_agree_dp(e, rc, DSV4_DP_CALL_FORWARD, err);
+        if (rc && packed) dsv4_engine_unreserve(e, f.seqs, n_spans);
+    } else if (e->group) {
         /* a group agrees on the call (every rank valid, the same spans) before anything
          * collective, so a refusal or a mismatch is the same clean error on every rank */
-        if (e->group) rc = dsv4_engine_agree_spans(e, rc, spans, n_spans, err);
-        if (rc) return rc;
+        rc = dsv4_engine_agree_spans(e, rc, spans, n_spans, err);
     }
+    if (rc) goto done;
 
     /* a long prompt over a CP group: every rank runs its segments (dist/cp.h); a
      * speculative span is never long enough to qualify */
-    if (!spans[0].speculative && dsv4_cp_eligible(e, spans, n_spans))
-    {
-        int rc = dsv4_forward_cp(e, spans, n_spans, hidden, streams, err);
+    if (dsv4_cp_eligible(e, spans, n_spans) && !spans[0].speculative) {
+        rc = dsv4_forward_cp(e, spans, n_spans, hidden, streams, err);
         /* the outputs are on the home rank */
         if (!rc && !e->idle) rc = check_finite(e, spans, n_spans, hidden, streams, err);
-        return rc;
+        goto done;
     }
 
-    if (e->idle) {
-        /* non-home rank: the home rank (rank 0) computes these spans and keeps their caches */
-        int changed, rc = dsv4_engine_idle_layers(e, 0, c->num_hidden_layers, &changed, err);
+    if (e->idle || R == 0) {
+        /* no rows here: a non-home rank (rank 0 computes these spans and keeps their caches),
+         * or a DP rank without spans this call */
+        int changed;
+        rc = dsv4_engine_idle_layers(e, 0, c->num_hidden_layers, &changed, err);
         for (int i = 0; i < n_spans; i++) {
             if (rc && changed) e->seqs[spans[i].seq].broken = 1;
             else if (!rc) commit_span(e, &spans[i]);
         }
-        return rc;
-    }
-
-    int rc = DSV4_OK;
-    const size_t mark = dsv4_arena_mark(&e->scratch);
-    forward_bufs f;
-    if (!forward_take(&e->scratch, c, R, n_spans, &f)) {
-        rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "forward: scratch arena too small"), 1);
         goto done;
     }
-    dsv4_batch_span *bs = f.bs;
-    int64_t *pos = f.pos, *starts = f.starts;
-    int32_t *tok = f.tok;
-    int *seqs = f.seqs, *counts = f.counts;
-    float *h = f.h;
-    int row = 0;
-    for (int i = 0; i < n_spans; i++) {
-        bs[i] = (dsv4_batch_span){spans[i].seq, spans[i].start, spans[i].n_tokens, row};
-        seqs[i] = spans[i].seq;
-        starts[i] = spans[i].start;
-        counts[i] = spans[i].n_tokens;
-        for (int j = 0; j < spans[i].n_tokens; j++, row++) {
-            pos[row] = spans[i].start + j;
-            tok[row] = spans[i].tokens[j];
-        }
-    }
-    dsv4_batch batch = {R, n_spans, bs, pos, tok};
-    if ((rc = dsv4_cache_reserve(e->cache, n_spans, seqs, starts, counts, 1, err))) {
+
+    if (!packed && (rc = forward_pack(e, spans, n_spans, R, &f, err))) {
         dsv4_engine_fail_collective(e, rc, 1);
         goto done;
     }
+    const dsv4_batch_span *bs = f.bs;
+    float *h = f.h;
+    dsv4_batch batch = {R, n_spans, f.bs, f.pos, f.tok};
 
     /* h[i][j] = embed[token_i] for every stream j (§5.1), rows over the pool */
-    embed_job ej = {&e->model->embed, tok, h, D, hc};
+    embed_job ej = {&e->model->embed, f.tok, h, D, hc};
     dsv4_kctx_parallel_from(e->k, R, DSV4_KCTX_ROW_COPY_MIN_TASKS, embed_row, &ej);
     const dsv4_block_step local = dsv4_engine_local_step(e);
     for (int l = 0; l < c->num_hidden_layers; l++)

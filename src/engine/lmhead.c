@@ -242,7 +242,8 @@ static int group_begin(dsv4_engine *e, const float *hidden, int n_rows, int logi
 }
 
 static int lm_head_dist_body(dsv4_engine *e, const float *hidden, int n_rows, float *logits, dsv4_err *err) {
-    if (!e->group) return dsv4_lm_head(e, hidden, n_rows, logits, err);
+    /* under DP the rows are this rank's own: the full head, locally */
+    if (!e->group || e->dp) return dsv4_lm_head(e, hidden, n_rows, logits, err);
     dsv4_dist *d = e->group;
     const int V = e->cfg->vocab_size, D = e->cfg->hidden_size, P = d->size, home = d->rank == 0;
     const size_t mark = dsv4_arena_mark(&e->scratch);
@@ -344,7 +345,8 @@ static int lm_head_argmax_body(dsv4_engine *e, const float *hidden, int n_rows, 
     /* the same arguments on every rank, so a refusal here is collective too */
     if (n_rows < 0 || (n_rows > 0 && !ids))
         return dsv4_fail(err, DSV4_ERR_ARG, "lm_head: bad arguments (n_rows = %d)", n_rows);
-    if (!e->group) { /* DSV4_LMHEAD_ROWS rows at a time through the engine's scratch */
+    if (!e->group || e->dp) { /* DSV4_LMHEAD_ROWS rows at a time through the engine's scratch
+                                * (under DP this rank's own rows) */
         const size_t mark = dsv4_arena_mark(&e->scratch);
         const int chunk = n_rows < DSV4_LMHEAD_ROWS ? n_rows : DSV4_LMHEAD_ROWS;
         float *l;          /* (chunk, V) */

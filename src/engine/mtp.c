@@ -64,7 +64,9 @@ static int validate_mtp(const dsv4_engine *e, const dsv4_mtp_span *spans, int n_
     const dsv4_config *c = e->cfg;
     if (!e->opts.mtp)
         return dsv4_fail(err, DSV4_ERR_STATE, "mtp_forward: engine created without MTP (opts.mtp = 0)");
-    if (n_spans < 1 || !spans) return dsv4_fail(err, DSV4_ERR_ARG, "mtp_forward: no spans");
+    /* under DP a rank without rows still makes the call: it joins the MoE exchange */
+    if (n_spans < (e->dp ? 0 : 1) || (n_spans && !spans))
+        return dsv4_fail(err, DSV4_ERR_ARG, "mtp_forward: no spans");
     int R = 0, wanted = 0;
     for (int i = 0; i < n_spans; i++) {
         const dsv4_mtp_span *sp = &spans[i];
@@ -116,65 +118,79 @@ int dsv4_mtp_forward(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, fl
     return dsv4_mtp_forward_out(e, spans, n_spans, NULL, hidden, err);
 }
 
+/* The call's buffers from the scratch arena, the batch packed into them (streams normed
+ * later in place; the kept rows, *n_keep of them) and every page it writes reserved: what
+ * can fail before the first write. */
+static int mtp_pack(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, const int *out, int R,
+                    mtp_bufs *f, int *n_keep, dsv4_err *err) {
+    const dsv4_config *c = e->cfg;
+    const int D = c->hidden_size, hc = c->hc_mult;
+    if (!mtp_take(&e->scratch, c, R, n_spans, f))
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "mtp_forward: scratch arena too small");
+    int row = 0;
+    *n_keep = 0;
+    for (int i = 0; i < n_spans; i++) {
+        const int o = out ? out[i] : DSV4_MTP_OUT_ALL;
+        for (int j = 0; j < spans[i].n; j++)
+            if (o == DSV4_MTP_OUT_ALL || (o == DSV4_MTP_OUT_LAST && j == spans[i].n - 1)) f->keep[(*n_keep)++] = row + j;
+        f->bs[i] = (dsv4_batch_span){spans[i].seq, spans[i].start, spans[i].n, row};
+        f->seqs[i] = spans[i].seq;
+        f->starts[i] = spans[i].start;
+        f->counts[i] = spans[i].n;
+        for (int j = 0; j < spans[i].n; j++, row++) {
+            f->pos[row] = spans[i].start + j;
+            f->tok[row] = spans[i].next_tokens[j];
+            memcpy(f->hn + (size_t)row * hc * D, spans[i].streams + (size_t)j * hc * D,
+                   (size_t)hc * D * sizeof(float));
+        }
+    }
+    const dsv4_block_w *b = &e->blocks[c->num_hidden_layers];
+    return dsv4_cache_reserve(e->cache, n_spans, f->seqs, f->starts, f->counts, b->ratio > 0, err);
+}
+
 static int mtp_forward_body(dsv4_engine *e, const dsv4_mtp_span *spans, int n_spans, const int *out,
                             float *hidden, dsv4_err *err) {
     const dsv4_config *c = e->cfg;
     const int D = c->hidden_size, hc = c->hc_mult;
     const float eps = (float)c->rms_norm_eps;
     int R = 0;
-    {
-        /* out is the home rank's own business: the group does not agree on it */
-        int rc = validate_mtp(e, spans, n_spans, out, hidden, &R, err);
-        /* the group agrees on the call first (see dsv4_forward) */
-        if (e->group) rc = dsv4_engine_agree_mtp(e, rc, spans, n_spans, err);
-        if (rc) return rc;
+    int rc = validate_mtp(e, spans, n_spans, out, hidden, &R, err);
+    const size_t mark = dsv4_arena_mark(&e->scratch);
+    mtp_bufs f;
+    int packed = 0, n_keep = 0; /* f filled and the call's pages reserved */
+    if (e->dp) {
+        /* this rank's own spans: agree on the kind and status only (see dsv4_forward) */
+        if (!rc && R > 0) packed = !(rc = mtp_pack(e, spans, n_spans, out, R, &f, &n_keep, err));
+        rc = dsv4_engine_agree_dp(e, rc, DSV4_DP_CALL_MTP, err);
+        if (rc && packed) dsv4_engine_unreserve(e, f.seqs, n_spans);
+    } else if (e->group) {
+        /* the group agrees on the call first (see dsv4_forward); out is the home rank's own
+         * business: the group does not agree on it */
+        rc = dsv4_engine_agree_mtp(e, rc, spans, n_spans, err);
     }
+    if (rc) goto done;
 
-    if (e->idle) {
-        /* non-home rank: only the MTP block's MoE exchange (see forward.c) */
-        int changed, rc = dsv4_engine_idle_layers(e, c->num_hidden_layers, c->num_hidden_layers + 1,
-                                                  &changed, err);
+    if (e->idle || R == 0) {
+        /* no rows here (a non-home rank, or a DP rank without spans): only the MTP block's
+         * MoE exchange (see forward.c) */
+        int changed;
+        rc = dsv4_engine_idle_layers(e, c->num_hidden_layers, c->num_hidden_layers + 1, &changed, err);
         for (int i = 0; i < n_spans; i++) {
             if (rc && changed) e->seqs[spans[i].seq].broken = 1;
             else if (!rc) e->seqs[spans[i].seq].m += spans[i].n;
         }
-        return rc;
+        goto done;
     }
 
     const dsv4_block_w *b = &e->blocks[c->num_hidden_layers];
-    int rc = DSV4_OK;
-    const size_t mark = dsv4_arena_mark(&e->scratch);
-    mtp_bufs f;
-    if (!mtp_take(&e->scratch, c, R, n_spans, &f)) {
-        rc = dsv4_engine_fail_collective(e, dsv4_fail(err, DSV4_ERR_NOMEM, "mtp_forward: scratch arena too small"), 1);
-        goto done;
-    }
-    dsv4_batch_span *bs = f.bs;
-    int64_t *pos = f.pos, *starts = f.starts;
-    int32_t *tok = f.tok;
-    int *seqs = f.seqs, *counts = f.counts, *keep = f.keep;
-    float *en = f.en, *ep = f.ep, *hn = f.hn, *z = f.z, *y = f.y;
-    int row = 0, n_keep = 0;
-    for (int i = 0; i < n_spans; i++) {
-        const int o = out ? out[i] : DSV4_MTP_OUT_ALL;
-        for (int j = 0; j < spans[i].n; j++)
-            if (o == DSV4_MTP_OUT_ALL || (o == DSV4_MTP_OUT_LAST && j == spans[i].n - 1)) keep[n_keep++] = row + j;
-        bs[i] = (dsv4_batch_span){spans[i].seq, spans[i].start, spans[i].n, row};
-        seqs[i] = spans[i].seq;
-        starts[i] = spans[i].start;
-        counts[i] = spans[i].n;
-        for (int j = 0; j < spans[i].n; j++, row++) {
-            pos[row] = spans[i].start + j;
-            tok[row] = spans[i].next_tokens[j];
-            memcpy(hn + (size_t)row * hc * D, spans[i].streams + (size_t)j * hc * D,
-                   (size_t)hc * D * sizeof(float));
-        }
-    }
-    dsv4_batch batch = {R, n_spans, bs, pos, tok};
-    if ((rc = dsv4_cache_reserve(e->cache, n_spans, seqs, starts, counts, b->ratio > 0, err))) {
+    if (!packed && (rc = mtp_pack(e, spans, n_spans, out, R, &f, &n_keep, err))) {
         dsv4_engine_fail_collective(e, rc, 1);
         goto done;
     }
+    const int32_t *tok = f.tok;
+    const int *keep = f.keep;
+    float *en = f.en, *ep = f.ep, *hn = f.hn, *z = f.z, *y = f.y;
+    dsv4_batch batch = {R, n_spans, f.bs, f.pos, f.tok};
 
     /* z_k = RMSNorm(embed[x_{t+1}]; enorm) e_proj^T + RMSNorm(h_t[k]; hnorm) h_proj^T */
     for (int i = 0; i < R; i++) {

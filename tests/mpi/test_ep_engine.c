@@ -13,21 +13,12 @@
  *
  *   mpirun -np EP test_ep_engine MODEL_DIR
  */
-#include <stdint.h>
-
-#include "cache/cache.h"
-#include "dist/dist.h"
-#include "dsv4.h"
-#include "engine/engine.h"
-#include "test.h"
+#include "ep_fixture.h"
 
 enum { NSEQ = 3, MAXC = 256 };
 
 typedef struct world {
-    dsv4_dist *d;
-    int rank, size;
-    const dsv4_model *m;
-    int V, D, hc, L;
+    ep_world g;
     int32_t tok[NSEQ][MAXC];
 } world;
 
@@ -49,7 +40,7 @@ static uint32_t urand32(void) {
 static int both_forward(world *w, pair *p, dsv4_span *sp, int n, const char *what) {
     int rows_h = 0, rows_s = 0;
     for (int i = 0; i < n; i++) { rows_h += sp[i].n_hidden; rows_s += sp[i].n_streams; }
-    const size_t nh = (size_t)rows_h * w->D, ns = (size_t)rows_s * w->hc * w->D;
+    const size_t nh = (size_t)rows_h * w->g.D, ns = (size_t)rows_s * w->g.hc * w->g.D;
     float *h1 = calloc(nh + 1, sizeof(float)), *s1 = calloc(ns + 1, sizeof(float));
     float *h2 = calloc(nh + 1, sizeof(float)), *s2 = calloc(ns + 1, sizeof(float));
     dsv4_span loc[NSEQ];
@@ -57,10 +48,10 @@ static int both_forward(world *w, pair *p, dsv4_span *sp, int n, const char *wha
     int rc = dsv4_forward(p->ep, sp, n, h1, s1, &err);
     /* every rank must have the same verdict */
     int lo, hi;
-    MPI_Allreduce(&rc, &lo, 1, MPI_INT, MPI_MIN, w->d->comm);
-    MPI_Allreduce(&rc, &hi, 1, MPI_INT, MPI_MAX, w->d->comm);
-    CHECK_MSG(lo == hi, "%s: ranks disagree on the result (%d..%d; rank %d: %s)", what, lo, hi, w->rank, err.msg);
-    if (w->rank == 0) {
+    MPI_Allreduce(&rc, &lo, 1, MPI_INT, MPI_MIN, w->g.d->comm);
+    MPI_Allreduce(&rc, &hi, 1, MPI_INT, MPI_MAX, w->g.d->comm);
+    CHECK_MSG(lo == hi, "%s: ranks disagree on the result (%d..%d; rank %d: %s)", what, lo, hi, w->g.rank, err.msg);
+    if (w->g.rank == 0) {
         for (int i = 0; i < n; i++) {
             loc[i] = sp[i];
             for (int j = 0; j < NSEQ; j++) if (sp[i].seq == p->hs[j]) loc[i].seq = p->hl[j];
@@ -75,7 +66,7 @@ static int both_forward(world *w, pair *p, dsv4_span *sp, int n, const char *wha
         /* greedy over the sharded head (collective) vs the local head */
         int32_t *ids = malloc(sizeof(int32_t) * rows_h), *ids2 = malloc(sizeof(int32_t) * rows_h);
         CHECK(dsv4_lm_head_argmax(p->ep, h1, rows_h, ids, NULL, &err) == 0);
-        if (w->rank == 0) {
+        if (w->g.rank == 0) {
             CHECK(dsv4_lm_head_argmax(p->loc, h2, rows_h, ids2, NULL, &err) == 0);
             CHECK_MSG(memcmp(ids, ids2, sizeof(int32_t) * rows_h) == 0, "%s: greedy ids differ", what);
         }
@@ -87,14 +78,14 @@ static int both_forward(world *w, pair *p, dsv4_span *sp, int n, const char *wha
 
 /* MTP rows [start, start + n) of sequence i, streams from the local engine (rank 0). */
 static void both_mtp(world *w, pair *p, int i, int64_t start, int n, const float *streams, const char *what) {
-    float *h1 = calloc((size_t)n * w->D, sizeof(float)), *h2 = calloc((size_t)n * w->D, sizeof(float));
+    float *h1 = calloc((size_t)n * w->g.D, sizeof(float)), *h2 = calloc((size_t)n * w->g.D, sizeof(float));
     dsv4_mtp_span sp = {p->hs[i], start, n, w->tok[i] + start + 1, streams};
     dsv4_err err = {0};
     CHECK_MSG(dsv4_mtp_forward(p->ep, &sp, 1, h1, &err) == 0, "%s: %s", what, err.msg);
-    if (w->rank == 0) {
+    if (w->g.rank == 0) {
         sp.seq = p->hl[i];
         CHECK(dsv4_mtp_forward(p->loc, &sp, 1, h2, &err) == 0);
-        CHECK_MSG(memcmp(h1, h2, (size_t)n * w->D * sizeof(float)) == 0, "%s: MTP hidden differs", what);
+        CHECK_MSG(memcmp(h1, h2, (size_t)n * w->g.D * sizeof(float)) == 0, "%s: MTP hidden differs", what);
     }
     free(h1); free(h2);
 }
@@ -104,11 +95,11 @@ static void lengths_agree(world *w, pair *p, const char *what) {
         const int64_t n = dsv4_seq_length(p->ep, p->hs[i]), m = dsv4_seq_mtp_length(p->ep, p->hs[i]);
         const int64_t broken = n >= 0 && p->ep->seqs[p->hs[i]].broken;
         int64_t mine[3] = {n, m, broken}, lo[3], hi[3];
-        MPI_Allreduce(mine, lo, 3, MPI_INT64_T, MPI_MIN, w->d->comm);
-        MPI_Allreduce(mine, hi, 3, MPI_INT64_T, MPI_MAX, w->d->comm);
+        MPI_Allreduce(mine, lo, 3, MPI_INT64_T, MPI_MIN, w->g.d->comm);
+        MPI_Allreduce(mine, hi, 3, MPI_INT64_T, MPI_MAX, w->g.d->comm);
         CHECK_MSG(lo[0] == hi[0] && lo[1] == hi[1] && lo[2] == hi[2] && hi[2] == 0,
                   "%s: ranks disagree on sequence %d (or it broke)", what, i);
-        if (w->rank == 0)
+        if (w->g.rank == 0)
             CHECK(n == dsv4_seq_length(p->loc, p->hl[i]) && m == dsv4_seq_mtp_length(p->loc, p->hl[i]));
     }
 }
@@ -119,37 +110,19 @@ static void make_pair(world *w, pair *p, uint64_t cache_bytes, int adversarial) 
     dsv4_err err = {0};
     memset(p, 0, sizeof *p);
     dsv4_engine_opts oe = o;
-    oe.dist = w->d;
+    oe.dist = w->g.d;
     oe.parallel = DSV4_PAR_EP;
     oe.ep_wave = 7;
-    CHECK(dsv4_engine_create(w->m, &oe, &p->ep, &err) == 0);
-    CHECK(p->ep && p->ep->idle == (w->rank != 0) && p->ep->ep != NULL);
-    if (w->rank == 0) CHECK(dsv4_engine_create(w->m, &o, &p->loc, &err) == 0);
+    CHECK(dsv4_engine_create(w->g.m, &oe, &p->ep, &err) == 0);
+    CHECK(p->ep && p->ep->idle == (w->g.rank != 0) && p->ep->ep != NULL);
+    if (w->g.rank == 0) CHECK(dsv4_engine_create(w->g.m, &o, &p->loc, &err) == 0);
     for (int i = 0; i < NSEQ; i++) {
         CHECK(dsv4_seq_create(p->ep, &p->hs[i], &err) == 0);
         if (p->loc) CHECK(dsv4_seq_create(p->loc, &p->hl[i], &err) == 0);
     }
     if (!adversarial) return;
-    /* every route it can to the last rank, in both engines (the blocks are the engine's
-     * own shallow copies) */
-    const dsv4_config *c = &w->m->cfg;
-    const int E = c->n_routed_experts, K = c->num_experts_per_tok, E_loc = E / w->size;
-    const int target = w->size - 1;
-    /* (E) and (V, K), kept by the pair: the engines' blocks point at them */
-    float *bias = p->bias = malloc(sizeof(float) * E);
-    int32_t *table = p->table = malloc(sizeof(int32_t) * c->vocab_size * K);
-    for (int e = 0; e < E; e++) bias[e] = e / E_loc == target ? 1000.0f : 0.0f;
-    for (int t = 0; t < c->vocab_size; t++)
-        for (int k = 0; k < K; k++)
-            table[t * K + k] = k < E_loc ? target * E_loc + (t + k) % E_loc : ((target + 1) * E_loc + k - E_loc) % E;
-    for (int l = 0; l < c->num_hidden_layers + c->num_nextn_predict_layers; l++) {
-        dsv4_engine *es[2] = {p->ep, p->loc};
-        for (int j = 0; j < 2; j++) {
-            if (!es[j]) continue;
-            if (es[j]->blocks[l].gate_bias) es[j]->blocks[l].gate_bias = bias;
-            if (es[j]->blocks[l].tid2eid) es[j]->blocks[l].tid2eid = table;
-        }
-    }
+    dsv4_engine *es[2] = {p->ep, p->loc};
+    ep_fixture_adversarial(w->g.m, w->g.size, es, 2, &p->bias, &p->table);
 }
 
 static void free_pair(pair *p) {
@@ -165,7 +138,7 @@ static void script(world *w, int adversarial) {
     const char *what = adversarial ? "adversarial" : "mixed";
     pair p;
     make_pair(w, &p, 0, adversarial);
-    const int hcD = w->hc * w->D;
+    const int hcD = w->g.hc * w->g.D;
     float *streams = calloc((size_t)NSEQ * MAXC * hcD, sizeof(float)); /* (NSEQ, MAXC, hc, D), rank 0 */
     dsv4_err err = {0};
     /* call 1: two prefills, A wants every row's hidden and streams, B its last row */
@@ -175,11 +148,11 @@ static void script(world *w, int adversarial) {
     };
     ok = both_forward(w, &p, sp, 2, what) == 0;
     /* streams of A for the MTP, from the local engine (rank 0 only; others pass zeros) */
-    if (w->rank == 0) {
+    if (w->g.rank == 0) {
         dsv4_engine_opts o = {.max_context = MAXC, .max_seqs = 1, .mtp = 1, .threads = 1};
         dsv4_engine *e2;
         int s;
-        CHECK(dsv4_engine_create(w->m, &o, &e2, &err) == 0 && dsv4_seq_create(e2, &s, &err) == 0);
+        CHECK(dsv4_engine_create(w->g.m, &o, &e2, &err) == 0 && dsv4_seq_create(e2, &s, &err) == 0);
         dsv4_span a = {.seq = s, .start = 0, .n_tokens = 60, .tokens = w->tok[0], .n_streams = 60};
         CHECK(dsv4_forward(e2, &a, 1, NULL, streams, &err) == 0);
         dsv4_engine_free(e2);
@@ -214,17 +187,13 @@ static void failures(world *w) {
     dsv4_err err = {0};
     pair p;
     make_pair(w, &p, 0, 0);
-    const dsv4_cache_plan *plan = dsv4_cache_get_plan(p.ep->cache);
-    /* the smallest budget the planner admits: T_cap = max_context positions in all */
-    const int64_t spare = (MAXC + plan->block - 1) / plan->block;
-    const uint64_t budget = (uint64_t)(plan->opts.max_seqs * plan->seq_fixed_bytes +
-                                       (plan->opts.max_seqs + spare) * plan->block_bytes);
+    const uint64_t budget = ep_fixture_min_budget(p.ep, NULL, (dsv4_engine_opts){0});
     free_pair(&p);
     make_pair(w, &p, budget, 0);
 
-    int32_t bad[3] = {1, w->V, 2};
+    int32_t bad[3] = {1, w->g.V, 2};
     dsv4_span sp = {.seq = p.hs[0], .start = 0, .n_tokens = 3, .tokens = bad, .n_hidden = 1};
-    float *h = calloc((size_t)64 * w->D, sizeof(float));
+    float *h = calloc((size_t)64 * w->g.D, sizeof(float));
     CHECK(dsv4_forward(p.ep, &sp, 1, h, NULL, &err) == DSV4_ERR_ARG && strstr(err.msg, "token id"));
     lengths_agree(w, &p, "bad input");
 
@@ -260,27 +229,12 @@ static void failures(world *w) {
 }
 
 int main(int argc, char **argv) {
-    world w = {0};
-    dsv4_err err = {0};
-    if (dsv4_dist_init(&argc, &argv, &w.d, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-    w.rank = dsv4_dist_rank(w.d);
-    w.size = dsv4_dist_size(w.d);
-    dsv4_model *m = NULL;
-    if (argc < 2 || dsv4_model_open(argv[1], &m, &err)) {
-        fprintf(stderr, "usage: test_ep_engine MODEL_DIR (%s)\n", err.msg);
-        dsv4_dist_abort(w.d, 1);
-        return 1;
-    }
-    w.m = m;
-    const dsv4_model_info info = dsv4_model_get_info(m);
-    w.V = info.vocab_size; w.D = info.hidden_size; w.hc = info.hc_mult; w.L = info.n_layers;
+    world w;
+    if (ep_world_open(&argc, &argv, "test_ep_engine", &w.g)) return 1;
     for (int i = 0; i < NSEQ; i++)
-        for (int j = 0; j < MAXC; j++) w.tok[i][j] = (int32_t)(urand32() % (uint32_t)w.V);
+        for (int j = 0; j < MAXC; j++) w.tok[i][j] = (int32_t)(urand32() % (uint32_t)w.g.V);
     script(&w, 0);
     script(&w, 1);
     failures(&w);
-    dsv4_model_close(m);
-    int rc = test_report();
-    dsv4_dist_finalize(w.d);
-    return rc;
+    return ep_world_close(&w.g);
 }

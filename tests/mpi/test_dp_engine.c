@@ -1,0 +1,298 @@
+/* test_dp_engine.c — data-parallel attention over an expert-parallel group (DSV4_PAR_EP |
+ * DSV4_PAR_DP, spec/serving.md §d): every rank is the home rank of its own sequences, and
+ * each rank's results are bitwise those of a single-process engine running the same calls.
+ *  - each rank its own two sequences (other tokens, other prompt lengths and chunk sizes per
+ *    rank), prefill chunks and decode rows mixed, some steps with no rows on a rank, MTP
+ *    calls (all rows, the last row only, or none kept; some ranks with no MTP rows), small
+ *    exchange waves so that ranks run different numbers of waves: hidden states, streams,
+ *    MTP hidden states and greedy ids equal to the local engine's, lengths equal;
+ *  - the same with adversarial routing (every route it can to the last rank);
+ *  - refusals: one rank's bad token, one rank's full cache, ranks in different kinds of
+ *    call: the same clean error on every rank, no sequence changed or broken, every rank's
+ *    pool usage as before (a rank's reservation goes back), later calls work;
+ *  - DP needs EP and refuses CP, on every rank at create.
+ *
+ *   mpirun -np N test_dp_engine MODEL_DIR        (N divides the routed experts)
+ */
+#include "ep_fixture.h"
+
+enum { NSEQ = 3, MAXC = 256, STEPS = 9 };
+
+typedef struct world {
+    ep_world g;
+    int32_t tok[NSEQ][MAXC + 1]; /* this rank's sequences: other tokens on every rank */
+} world;
+
+/* The group's engine and this rank's single-process reference. */
+typedef struct pair {
+    dsv4_engine *dp, *loc;
+    int sd[NSEQ], sl[NSEQ]; /* sequence handles in each */
+    float *bias;            /* adversarial gate bias (E), or NULL */
+    int32_t *table;         /* adversarial tid2eid (V, K), or NULL */
+} pair;
+
+static uint64_t rng;
+static uint32_t urand32(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+
+/* Every rank reaches the same verdict. */
+static void same_verdict(world *w, int rc, const char *what, const dsv4_err *err) {
+    int lo, hi;
+    MPI_Allreduce(&rc, &lo, 1, MPI_INT, MPI_MIN, w->g.d->comm);
+    MPI_Allreduce(&rc, &hi, 1, MPI_INT, MPI_MAX, w->g.d->comm);
+    CHECK_MSG(lo == hi, "%s: ranks disagree on the result (%d..%d; rank %d: %s)", what, lo, hi, w->g.rank,
+              err->msg);
+}
+
+static dsv4_engine_opts base_opts(uint64_t cache_bytes) {
+    return (dsv4_engine_opts){.max_context = MAXC, .max_seqs = NSEQ, .c_max = 64, .mtp = 1, .threads = 1,
+                              .cache_bytes = cache_bytes};
+}
+
+static void make_pair(world *w, pair *p, uint64_t cache_bytes, int adversarial) {
+    dsv4_engine_opts o = base_opts(cache_bytes), od = o;
+    dsv4_err err = {0};
+    memset(p, 0, sizeof *p);
+    od.dist = w->g.d;
+    od.parallel = DSV4_PAR_EP | DSV4_PAR_DP;
+    od.ep_wave = 5;
+    CHECK_MSG(dsv4_engine_create(w->g.m, &od, &p->dp, &err) == 0, "create: %s", err.msg);
+    CHECK(dsv4_engine_create(w->g.m, &o, &p->loc, &err) == 0);
+    CHECK(p->dp && p->dp->dp && !p->dp->idle && p->dp->ep);
+    for (int i = 0; i < NSEQ; i++) {
+        CHECK(dsv4_seq_create(p->dp, &p->sd[i], &err) == 0);
+        CHECK(dsv4_seq_create(p->loc, &p->sl[i], &err) == 0);
+    }
+    if (!adversarial) return;
+    dsv4_engine *es[2] = {p->dp, p->loc};
+    ep_fixture_adversarial(w->g.m, w->g.size, es, 2, &p->bias, &p->table);
+}
+
+/* Which of the pair's sequences a group handle is. */
+static int seq_index(const pair *p, int seq) {
+    int i = 0;
+    while (i + 1 < NSEQ && p->sd[i] != seq) i++;
+    return i;
+}
+
+static void free_pair(pair *p) {
+    dsv4_engine_free(p->dp);
+    dsv4_engine_free(p->loc);
+    free(p->bias);
+    free(p->table);
+}
+
+/* One forward of this rank's spans (n may be 0) on the group engine, the same on the local
+ * one, outputs compared bitwise; greedy ids from the (local under DP) head too. A span's
+ * streams (the last n_streams rows) go to keep (NSEQ, MAXC, hc, D) at their positions. */
+static int both_forward(world *w, pair *p, const dsv4_span *sp, int n, float *keep, const char *what) {
+    int rows_h = 0, rows_s = 0;
+    for (int i = 0; i < n; i++) { rows_h += sp[i].n_hidden; rows_s += sp[i].n_streams; }
+    const size_t nh = (size_t)rows_h * w->g.D, ns = (size_t)rows_s * w->g.hc * w->g.D;
+    float *buf = calloc(2 * (nh + ns) + 1, sizeof(float)); /* hidden and streams, group then local */
+    float *h1 = buf, *s1 = h1 + nh, *h2 = s1 + ns, *s2 = h2 + nh;
+    dsv4_span loc[NSEQ];
+    dsv4_err err = {0};
+    const int rc = dsv4_forward(p->dp, n ? sp : NULL, n, h1, s1, &err);
+    same_verdict(w, rc, what, &err);
+    if (rc == 0 && n > 0) {
+        for (int i = 0; i < n; i++) {
+            loc[i] = sp[i];
+            for (int j = 0; j < NSEQ; j++) if (sp[i].seq == p->sd[j]) loc[i].seq = p->sl[j];
+        }
+        dsv4_err err2 = {0};
+        CHECK_MSG(dsv4_forward(p->loc, loc, n, h2, s2, &err2) == 0, "%s: local: %s", what, err2.msg);
+        CHECK_MSG(memcmp(h1, h2, nh * sizeof(float)) == 0, "%s: rank %d: hidden rows differ", what, w->g.rank);
+        CHECK_MSG(memcmp(s1, s2, ns * sizeof(float)) == 0, "%s: rank %d: streams differ", what, w->g.rank);
+        for (int i = 0, os = 0; i < n && keep; os += sp[i].n_streams, i++) {
+            const int q = seq_index(p, sp[i].seq);
+            const int64_t at = sp[i].start + sp[i].n_tokens - sp[i].n_streams;
+            memcpy(keep + ((size_t)q * MAXC + at) * w->g.hc * w->g.D, s1 + (size_t)os * w->g.hc * w->g.D,
+                   (size_t)sp[i].n_streams * w->g.hc * w->g.D * sizeof(float));
+        }
+        if (rows_h) {
+            int32_t *ids = malloc(sizeof(int32_t) * rows_h), *ids2 = malloc(sizeof(int32_t) * rows_h);
+            CHECK(dsv4_lm_head_argmax(p->dp, h1, rows_h, ids, NULL, &err) == 0);
+            CHECK(dsv4_lm_head_argmax(p->loc, h2, rows_h, ids2, NULL, &err) == 0);
+            CHECK_MSG(memcmp(ids, ids2, sizeof(int32_t) * rows_h) == 0, "%s: greedy ids differ", what);
+            free(ids); free(ids2);
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+/* One MTP call of this rank's spans (n may be 0) with out[] on both engines, compared. */
+static int both_mtp(world *w, pair *p, const dsv4_mtp_span *sp, const int *out, int n, const char *what) {
+    int rows = 0;
+    for (int i = 0; i < n; i++) rows += out[i] == DSV4_MTP_OUT_ALL ? sp[i].n : out[i] == DSV4_MTP_OUT_LAST;
+    float *h1 = calloc((size_t)rows * w->g.D + 1, sizeof(float)), *h2 = calloc((size_t)rows * w->g.D + 1, sizeof(float));
+    dsv4_err err = {0};
+    const int rc = dsv4_mtp_forward_out(p->dp, n ? sp : NULL, n, n ? out : NULL, h1, &err);
+    same_verdict(w, rc, what, &err);
+    if (rc == 0 && n > 0) {
+        dsv4_mtp_span loc[NSEQ];
+        for (int i = 0; i < n; i++) {
+            loc[i] = sp[i];
+            for (int j = 0; j < NSEQ; j++) if (sp[i].seq == p->sd[j]) loc[i].seq = p->sl[j];
+        }
+        CHECK_MSG(dsv4_mtp_forward_out(p->loc, loc, n, out, h2, &err) == 0, "%s: local MTP: %s", what, err.msg);
+        CHECK_MSG(memcmp(h1, h2, (size_t)rows * w->g.D * sizeof(float)) == 0, "%s: rank %d: MTP hidden differs",
+                  what, w->g.rank);
+    }
+    free(h1); free(h2);
+    return rc;
+}
+
+/* This rank's lengths in both engines, nothing broken. */
+static void lengths_match(pair *p, const int64_t *n, const char *what) {
+    for (int i = 0; i < NSEQ; i++) {
+        CHECK_MSG(dsv4_seq_length(p->dp, p->sd[i]) == n[i] && dsv4_seq_length(p->loc, p->sl[i]) == n[i] &&
+                  dsv4_seq_mtp_length(p->dp, p->sd[i]) == dsv4_seq_mtp_length(p->loc, p->sl[i]) &&
+                  !p->dp->seqs[p->sd[i]].broken, "%s: sequence %d: length %lld, expected %lld", what, i,
+                  (long long)dsv4_seq_length(p->dp, p->sd[i]), (long long)n[i]);
+    }
+}
+
+/* The steps: rank r's sequence i has a prompt of 19 + 13 r + 9 i tokens, prefilled in chunks
+ * of 6 + 5 r, then decodes; sequence 1 starts at step r; rank r has no rows at the steps
+ * where (step + r) % 3 == 2 and no MTP rows where (step + r) % 4 == 3. */
+static void script(world *w, int adversarial) {
+    const char *what = adversarial ? "adversarial" : "mixed";
+    const int r = w->g.rank, hcD = w->g.hc * w->g.D;
+    pair p;
+    make_pair(w, &p, 0, adversarial);
+    float *streams = calloc((size_t)NSEQ * MAXC * hcD, sizeof(float)); /* (NSEQ, MAXC, hc, D) */
+    int64_t n[NSEQ] = {0}, m[NSEQ] = {0}, rows_here = 0;
+    int ok = 1;
+    for (int step = 0; step < STEPS; step++) {
+        dsv4_span sp[NSEQ];
+        int ns = 0;
+        for (int i = 0; i < NSEQ && (step + r) % 3 != 2; i++) {
+            if (step < i * (r + 1)) continue; /* sequence i starts at step i (r + 1) */
+            const int64_t prompt = 19 + 13 * r + 9 * i;
+            int cnt = n[i] < prompt ? (int)(prompt - n[i] < 6 + 5 * r ? prompt - n[i] : 6 + 5 * r) : 1;
+            sp[ns++] = (dsv4_span){.seq = p.sd[i], .start = n[i], .n_tokens = cnt, .tokens = w->tok[i] + n[i],
+                                   .n_hidden = cnt < 3 ? cnt : 3, .n_streams = cnt};
+        }
+        char label[64];
+        snprintf(label, sizeof label, "%s step %d", what, step);
+        ok &= both_forward(w, &p, sp, ns, streams, label) == 0;
+        for (int k = 0; k < ns; k++) {
+            n[seq_index(&p, sp[k].seq)] += sp[k].n_tokens;
+            rows_here += sp[k].n_tokens;
+        }
+        /* MTP: every position with its next token, m .. n - 2 (position n - 1 needs token n) */
+        dsv4_mtp_span ms[NSEQ];
+        int out[NSEQ], nm = 0;
+        for (int i = 0; i < NSEQ && (step + r) % 4 != 3; i++) {
+            const int64_t upto = n[i] - 1;
+            if (upto <= m[i]) continue;
+            const int cnt = (int)(upto - m[i] < 64 ? upto - m[i] : 64);
+            out[nm] = (step + i + r) % 3; /* ALL, LAST, NONE in turn */
+            ms[nm++] = (dsv4_mtp_span){p.sd[i], m[i], cnt, w->tok[i] + m[i] + 1, streams + ((size_t)i * MAXC + m[i]) * hcD};
+            m[i] += cnt;
+        }
+        snprintf(label, sizeof label, "%s MTP step %d", what, step);
+        ok &= both_mtp(w, &p, ms, out, nm, label) == 0;
+    }
+    CHECK_MSG(ok, "%s: a call failed", what);
+    CHECK_MSG(rows_here > 0, "rank %d computed no rows", r);
+    lengths_match(&p, n, what);
+    free(streams);
+    free_pair(&p);
+}
+
+static int same_usage(const dsv4_engine *e, const dsv4_cache_stats *before) {
+    const dsv4_cache_stats now = dsv4_engine_cache_stats(e);
+    return memcmp(&now, before, sizeof now) == 0;
+}
+
+/* One rank's refusal is every rank's, and changes nothing anywhere. */
+static void failures(world *w) {
+    const int r = w->g.rank, last = w->g.size - 1;
+    dsv4_err err = {0};
+    pair p;
+    make_pair(w, &p, ep_fixture_min_budget(NULL, w->g.m, base_opts(0)), 0);
+    int64_t n[NSEQ] = {0};
+
+    /* the last rank's bad token: the others had reserved their pages, which go back */
+    int32_t toks[4];
+    memcpy(toks, w->tok[2], sizeof toks);
+    if (r == last) toks[1] = w->g.V;
+    dsv4_span sp = {.seq = p.sd[2], .start = 0, .n_tokens = 4, .tokens = toks, .n_hidden = 1};
+    dsv4_cache_stats before = dsv4_engine_cache_stats(p.dp);
+    int rc = both_forward(w, &p, &sp, 1, NULL, "bad token");
+    CHECK_MSG(rc == DSV4_ERR_ARG, "bad token: rc %d", rc);
+    CHECK(same_usage(p.dp, &before));
+    lengths_match(&p, n, "bad token");
+    sp.tokens = w->tok[2];
+    CHECK(both_forward(w, &p, &sp, 1, NULL, "after bad token") == 0);
+    n[2] = 4;
+
+    /* rank 0 prefills until its pool is full while the others decode: the others return
+     * its error before any rank writes, their sequences and pools as before */
+    int full = 0;
+    for (int call = 0; call < 11 && !full; call++) {
+        /* rank 0: sequences 0, 1 in 4 chunks of 64, then 2 (at 4) in 3; the others: sequence
+         * 0 a row a call */
+        const int q = r == 0 ? call / 4 : 0, cnt = r == 0 ? 64 : 1;
+        dsv4_span c = {.seq = p.sd[q], .start = n[q], .n_tokens = cnt, .tokens = w->tok[q] + n[q], .n_hidden = 1};
+        before = dsv4_engine_cache_stats(p.dp);
+        rc = both_forward(w, &p, &c, 1, NULL, "fill");
+        if (!rc) {
+            n[q] += cnt;
+            continue;
+        }
+        full = 1;
+        CHECK_MSG(rc == DSV4_ERR_CACHE_FULL, "fill: rc %d", rc);
+        CHECK_MSG(same_usage(p.dp, &before), "rank %d: a refused call changed the pools", r);
+        lengths_match(&p, n, "cache full");
+        /* rank 0 makes room (sequence 0 freed, made again) and decodes; the others' call
+         * runs again */
+        if (r == 0) {
+            CHECK(dsv4_seq_free(p.dp, p.sd[0], &err) == 0 && dsv4_seq_free(p.loc, p.sl[0], &err) == 0);
+            CHECK(dsv4_seq_create(p.dp, &p.sd[0], &err) == 0 && dsv4_seq_create(p.loc, &p.sl[0], &err) == 0);
+            n[0] = 0;
+            c = (dsv4_span){.seq = p.sd[q], .start = n[q], .n_tokens = 1, .tokens = w->tok[q] + n[q], .n_hidden = 1};
+        }
+        CHECK(both_forward(w, &p, &c, 1, NULL, "after cache full") == 0);
+        n[q] += 1;
+        lengths_match(&p, n, "after cache full");
+    }
+    CHECK_MSG(full, "rank 0's pool never ran full");
+
+    /* a rank in an MTP call while the others run a forward: refused everywhere */
+    before = dsv4_engine_cache_stats(p.dp);
+    rc = r == 0 ? dsv4_mtp_forward(p.dp, NULL, 0, NULL, &err) : dsv4_forward(p.dp, NULL, 0, NULL, NULL, &err);
+    same_verdict(w, rc, "call kinds", &err);
+    CHECK_ERR(err, DSV4_ERR_ARG, "ranks disagree");
+    CHECK(same_usage(p.dp, &before));
+    lengths_match(&p, n, "call kinds");
+    free_pair(&p);
+
+    /* DP needs EP and excludes CP, refused on every rank at create */
+    const int bad[2] = {DSV4_PAR_DP, DSV4_PAR_DP | DSV4_PAR_EP | DSV4_PAR_CP};
+    for (int k = 0; k < 2; k++) {
+        dsv4_engine_opts o = base_opts(0);
+        o.dist = w->g.d;
+        o.parallel = bad[k];
+        dsv4_engine *e = NULL;
+        CHECK(dsv4_engine_create(w->g.m, &o, &e, &err) != 0 && !e);
+        CHECK_MSG(strstr(err.msg, "DSV4_PAR_DP") || strstr(err.msg, "rank"), "create: %s", err.msg);
+    }
+}
+
+int main(int argc, char **argv) {
+    world w;
+    if (ep_world_open(&argc, &argv, "test_dp_engine", &w.g)) return 1;
+    rng = 0x853c49e6748fea9bull + 0x9e3779b97f4a7c15ull * (uint64_t)(w.g.rank + 1); /* other tokens per rank */
+    for (int i = 0; i < NSEQ; i++)
+        for (int j = 0; j <= MAXC; j++) w.tok[i][j] = (int32_t)(urand32() % (uint32_t)w.g.V);
+    script(&w, 0);
+    script(&w, 1);
+    failures(&w);
+    return ep_world_close(&w.g);
+}
