@@ -3,10 +3,14 @@
  * rank = the single-process engine):
  *
  *   mpirun -np EP bench_ep MODEL_DIR [--seqs B] [--prefill P] [--steps S] [--threads T]
- *                                    [--wave W]
+ *                                    [--wave W] [--dp 0|1]
  *
  * B sequences prefill P random tokens in one batched call, then S greedy decode steps of
  * B rows each (forward, greedy token through the vocabulary-sharded head, next step).
+ * With --dp 1 (data-parallel attention, DSV4_PAR_DP) rank r is the home rank of sequences
+ * [r B / EP, (r + 1) B / EP) of the same B: it prefills and decodes those alone (greedy
+ * through its full head), so the group's attention runs on every rank; without it rank 0
+ * is the home rank of all B and the others only join the MoE exchanges.
  * Prints one JSON line on rank 0: decode tokens/s and ms per step, and per MoE layer and
  * decode step the rows dispatched and the bytes every rank together hands to MPI
  * (dispatch rows: D+4 floats, results: D floats; own-rank rows included); where the home
@@ -32,14 +36,17 @@ int main(int argc, char **argv) {
     const int rank = dsv4_dist_rank(d), size = dsv4_dist_size(d);
     const int B = arg_int(argc, argv, "--seqs", 8), P = arg_int(argc, argv, "--prefill", 64);
     const int S = arg_int(argc, argv, "--steps", 32), T = arg_int(argc, argv, "--threads", 1);
-    const int W = arg_int(argc, argv, "--wave", 0);
+    const int W = arg_int(argc, argv, "--wave", 0), DP = arg_int(argc, argv, "--dp", 0) != 0;
+    /* this rank's sequences [i0, i0 + nb) of the B; every rank agrees on max_seqs */
+    const int i0 = DP ? rank * B / size : 0, nb = DP ? (rank + 1) * B / size - i0 : B;
+    const int max_seqs = DP ? (B + size - 1) / size : B;
     dsv4_model *m = NULL;
     dsv4_engine *e = NULL;
     int status = 1;
     if (dsv4_model_open(argv[1], &m, &err)) goto fail;
     const dsv4_model_info info = dsv4_model_get_info(m);
-    dsv4_engine_opts o = {.max_context = P + S + 1, .max_seqs = B, .c_max = P, .threads = T,
-                          .dist = d, .parallel = size > 1 ? DSV4_PAR_EP : 0, .ep_wave = W};
+    dsv4_engine_opts o = {.max_context = P + S + 1, .max_seqs = max_seqs, .c_max = P, .threads = T, .dist = d,
+                          .parallel = size > 1 ? DSV4_PAR_EP | (DP ? DSV4_PAR_DP : 0) : 0, .ep_wave = W};
     if (dsv4_engine_create(m, &o, &e, &err)) goto fail;
 
     int *seq = malloc(sizeof(int) * B);
@@ -51,24 +58,28 @@ int main(int argc, char **argv) {
         r ^= r << 13; r ^= r >> 7; r ^= r << 17;
         toks[i] = (int32_t)(r % (uint64_t)info.vocab_size);
     }
-    for (int i = 0; i < B; i++) {
+    for (int i = 0; i < nb; i++) {
         if (dsv4_seq_create(e, &seq[i], &err)) goto fail;
-        sp[i] = (dsv4_span){.seq = seq[i], .start = 0, .n_tokens = P, .tokens = toks + (size_t)i * P, .n_hidden = 1};
+        sp[i] = (dsv4_span){.seq = seq[i], .start = 0, .n_tokens = P, .tokens = toks + (size_t)(i0 + i) * P, .n_hidden = 1};
     }
     double t0 = MPI_Wtime();
-    if (dsv4_forward(e, sp, B, hid, NULL, &err)) goto fail;
-    if (dsv4_lm_head_argmax(e, hid, B, next, NULL, &err)) goto fail;
+    if (dsv4_forward(e, sp, nb, hid, NULL, &err)) goto fail;
+    if (dsv4_lm_head_argmax(e, hid, nb, next, NULL, &err)) goto fail;
     const double prefill_s = MPI_Wtime() - t0;
     if (e->ep) dsv4_ep_reset_stats(e->ep);
 
     MPI_Barrier(d->comm);
     t0 = MPI_Wtime();
+    uint64_t digest = 0; /* of every sequence's greedy tokens, the same with and without --dp */
     for (int s = 0; s < S; s++) {
-        for (int i = 0; i < B; i++)
+        for (int i = 0; i < nb; i++)
             sp[i] = (dsv4_span){.seq = seq[i], .start = P + s, .n_tokens = 1, .tokens = next + i, .n_hidden = 1};
-        if (dsv4_forward(e, sp, B, hid, NULL, &err)) goto fail;
-        /* the greedy ids come back on every rank, so every rank feeds the same tokens */
-        if (dsv4_lm_head_argmax(e, hid, B, next, NULL, &err)) goto fail;
+        if (dsv4_forward(e, sp, nb, hid, NULL, &err)) goto fail;
+        /* the greedy ids come back on every rank, so every rank feeds the same tokens (under
+         * DP each rank its own sequences' ids) */
+        if (dsv4_lm_head_argmax(e, hid, nb, next, NULL, &err)) goto fail;
+        for (int i = 0; i < nb && (DP || rank == 0); i++)
+            digest += (uint64_t)(next[i] + 1) * 0x9e3779b97f4a7c15ull * (uint64_t)((i0 + i + 1) * 65537 + s);
     }
     MPI_Barrier(d->comm);
     const double decode_s = MPI_Wtime() - t0;
@@ -77,21 +88,23 @@ int main(int argc, char **argv) {
     if (e->ep) st = dsv4_ep_get_stats(e->ep);
     int64_t mine[3] = {st.bytes_sent, st.rows_sent, st.waves}, sum[3];
     MPI_Reduce(mine, sum, 3, MPI_INT64_T, MPI_SUM, 0, d->comm);
+    uint64_t digest_all = 0;
+    MPI_Reduce(&digest, &digest_all, 1, MPI_UINT64_T, MPI_SUM, 0, d->comm);
     double peer_expert = rank ? st.expert_s : 0.0, max_peer_expert = 0.0;
     MPI_Reduce(&peer_expert, &max_peer_expert, 1, MPI_DOUBLE, MPI_MAX, 0, d->comm);
     const int moe_layers = info.n_layers; /* the MTP block does not run here */
     if (rank == 0) {
         const double steps_layers = (double)S * moe_layers;
-        printf("{\"bench\":\"ep_decode\",\"model\":\"%s\",\"ep\":%d,\"seqs\":%d,\"prefill\":%d,\"steps\":%d,"
+        printf("{\"bench\":\"ep_decode\",\"model\":\"%s\",\"ep\":%d,\"dp\":%d,\"seqs\":%d,\"prefill\":%d,\"steps\":%d,"
                "\"threads_per_rank\":%d,\"hidden\":%d,\"experts\":%d,\"moe_layers\":%d,"
                "\"prefill_s\":%.4f,\"decode_s\":%.4f,\"decode_tok_s\":%.2f,\"ms_per_step\":%.3f,"
                "\"rows_per_layer_step\":%.2f,\"bytes_per_layer_step\":%.0f,\"bytes_per_layer_token\":%.0f,"
                "\"waves_per_layer_step\":%.2f,\"home_moe_mpi_s\":%.4f,\"home_expert_s\":%.4f,"
-               "\"max_peer_expert_s\":%.4f}\n",
-               argv[1], size, B, P, S, T, info.hidden_size, m->cfg.n_routed_experts, moe_layers, prefill_s,
+               "\"max_peer_expert_s\":%.4f,\"tokens_digest\":\"%016llx\"}\n",
+               argv[1], size, DP, B, P, S, T, info.hidden_size, m->cfg.n_routed_experts, moe_layers, prefill_s,
                decode_s, (double)B * S / decode_s, 1e3 * decode_s / S, sum[1] / steps_layers,
                sum[0] / steps_layers, sum[0] / steps_layers / B, sum[2] / steps_layers / size, st.comm_s,
-               st.expert_s, max_peer_expert);
+               st.expert_s, max_peer_expert, (unsigned long long)digest_all);
     }
     status = 0;
     free(seq); free(toks); free(next); free(hid); free(sp);
