@@ -10,6 +10,7 @@
  *  - refusals: one rank's bad token, one rank's full cache, ranks in different kinds of
  *    call: the same clean error on every rank, no sequence changed or broken, every rank's
  *    pool usage as before (a rank's reservation goes back), later calls work;
+ *  - every rank has its own prefix cache (dsv4_prefix_start) and no follower mirror;
  *  - DP needs EP and refuses CP, on every rank at create.
  *
  *   mpirun -np N test_dp_engine MODEL_DIR        (N divides the routed experts)
@@ -271,6 +272,15 @@ static void failures(world *w) {
     CHECK_ERR(err, DSV4_ERR_ARG, "ranks disagree");
     CHECK(same_usage(p.dp, &before));
     lengths_match(&p, n, "call kinds");
+
+    /* every DP rank holds its sequences' caches whole: the prefix cache is its own (a miss
+     * starts an empty sequence), and the followers' mirror does not apply */
+    int s2 = -1;
+    int64_t cached = -1;
+    CHECK(dsv4_seq_free(p.dp, p.sd[2], &err) == 0);
+    CHECK_MSG(dsv4_prefix_start(p.dp, w->tok[2], 8, &s2, &cached, NULL, NULL, &err) == 0 && s2 >= 0 && cached == 0,
+              "prefix start on rank %d: %s", r, err.msg);
+    CHECK(dsv4_seq_mirror(p.dp, 128, &s2, &err) == DSV4_ERR_UNSUPPORTED);
     free_pair(&p);
 
     /* DP needs EP and excludes CP, refused on every rank at create */
