@@ -107,6 +107,29 @@ int dsv4_dist_complete(dsv4_dist *d, int mrc, MPI_Request *req, const char *what
                      what, n_silent > 1 ? "s" : "", silent, d->timeout_s, d->rank);
 }
 
+/* After the gather showed rank `first` (the lowest) failing with code peer: its message
+ * reaches every rank in a second collective, only on this failure path, so that a refusal
+ * on one rank names its cause everywhere ("rank 1 failed (invalid argument): span 0: start
+ * 5 != sequence length 4"). The failing ranks keep their own error. */
+static int failed_rank(dsv4_dist *d, int local_rc, int first, int32_t peer, const char *what, dsv4_err *err) {
+    char msg[sizeof err->msg]; /* the first failing rank's message, then untrusted text */
+    memset(msg, 0, sizeof msg);
+    if (d->rank == first && err) memcpy(msg, err->msg, sizeof msg);
+    MPI_Request rq;
+    dsv4_err lost = {0};
+    const int brc = dsv4_dist_complete(d, MPI_Ibcast(msg, (int)sizeof msg, MPI_CHAR, first, d->comm, &rq), &rq,
+                                       what, &lost);
+    if (local_rc) return local_rc;
+    if (brc) return dsv4_fail(err, brc, "%s: rank %d failed, and then: %s", what, first, lost.msg);
+    msg[sizeof msg - 1] = 0;
+    for (char *c = msg; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+    /* the peer's code is untrusted: name it only if it is one */
+    const int code = peer > 0 && peer <= DSV4_ERR_NUMERIC ? peer : DSV4_ERR_STATE;
+    return dsv4_fail(err, code, "%s: rank %d failed (%s)%s%s", what, first, dsv4_strerror(code), msg[0] ? ": " : "",
+                     msg);
+}
+
 int dsv4_dist_agree(dsv4_dist *d, int local_rc, int n, const uint8_t (*digests)[32],
                     const char *const *names, int mismatch_code, const char *what, dsv4_err *err) {
     if (!d || d->size < 2) return local_rc;
@@ -126,15 +149,10 @@ int dsv4_dist_agree(dsv4_dist *d, int local_rc, int n, const uint8_t (*digests)[
     int rc = dsv4_dist_complete(d, MPI_Iallgather(mine, (int)row, MPI_BYTE, all, (int)row, MPI_BYTE, d->comm, &rq),
                                 &rq, what, err);
     if (rc) return local_rc ? local_rc : rc;
-    if (local_rc) return local_rc;
     for (size_t r = 0; r < P; r++) {
         int32_t peer;
         memcpy(&peer, all + row * r, 4);
-        if (peer) {
-            /* the peer's code is untrusted: name it only if it is one */
-            const int code = peer > 0 && peer <= DSV4_ERR_NUMERIC ? peer : DSV4_ERR_STATE;
-            return dsv4_fail(err, code, "%s: rank %zu failed (%s)", what, r, dsv4_strerror(code));
-        }
+        if (peer) return failed_rank(d, local_rc, (int)r, peer, what, err);
     }
     char msg[768];
     size_t k = 0;

@@ -35,7 +35,9 @@ struct dsv4_dist {
  * every rank (names[i] says what digest i covers, for the message). Returns 0 on every
  * rank when all statuses are 0 and every digest equals rank 0's; otherwise the same
  * failure on every rank: a rank's own failure keeps its message, the others get
- * "<what>: rank R failed (<reason>)" or "<what>: ranks disagree: rank R has another
+ * "<what>: rank R failed (<reason>): <rank R's message>" (R the lowest failing rank; its
+ * message travels in a second collective on this failure path only) or "<what>: ranks
+ * disagree: rank R has another
  * <names[i]> than rank 0" with code mismatch_code. A group broken by a peer timeout
  * fails at once. Without MPI or with one rank: returns local_rc. n <= DSV4_DIST_AGREE_MAX
  * (every rank passes the same n: a larger one fails on every rank without a collective). */

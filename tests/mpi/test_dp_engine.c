@@ -33,6 +33,7 @@ typedef struct pair {
 } pair;
 
 static uint64_t rng;
+static dsv4_err last_err; /* the group engine's error of the last both_forward */
 static uint32_t urand32(void) {
     rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
     return (uint32_t)(rng >> 32);
@@ -97,6 +98,7 @@ static int both_forward(world *w, pair *p, const dsv4_span *sp, int n, float *ke
     dsv4_span loc[NSEQ];
     dsv4_err err = {0};
     const int rc = dsv4_forward(p->dp, n ? sp : NULL, n, h1, s1, &err);
+    last_err = err;
     same_verdict(w, rc, what, &err);
     if (rc == 0 && n > 0) {
         for (int i = 0; i < n; i++) {
@@ -227,6 +229,9 @@ static void failures(world *w) {
     dsv4_cache_stats before = dsv4_engine_cache_stats(p.dp);
     int rc = both_forward(w, &p, &sp, 1, NULL, "bad token");
     CHECK_MSG(rc == DSV4_ERR_ARG, "bad token: rc %d", rc);
+    /* the refusing rank's own words reach the others */
+    CHECK_MSG(strstr(last_err.msg, "token id") != NULL, "rank %d: '%s'", r, last_err.msg);
+    if (r == 0) printf("bad token on rank %d, rank 0 reads: %s\n", last, last_err.msg);
     CHECK(same_usage(p.dp, &before));
     lengths_match(&p, n, "bad token");
     sp.tokens = w->tok[2];
@@ -248,7 +253,9 @@ static void failures(world *w) {
             continue;
         }
         full = 1;
-        CHECK_MSG(rc == DSV4_ERR_CACHE_FULL, "fill: rc %d", rc);
+        CHECK_MSG(rc == DSV4_ERR_CACHE_FULL && strstr(last_err.msg, "pool") != NULL, "fill: rc %d '%s'", rc,
+                  last_err.msg);
+        if (r == 1) printf("rank 0's cache full, rank 1 reads: %s\n", last_err.msg);
         CHECK_MSG(same_usage(p.dp, &before), "rank %d: a refused call changed the pools", r);
         lengths_match(&p, n, "cache full");
         /* rank 0 makes room (sequence 0 freed, made again) and decodes; the others' call
