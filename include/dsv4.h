@@ -161,7 +161,9 @@ typedef struct dsv4_dist dsv4_dist;
  * of forward and MTP calls (one each per step, a rank without rows passes none), and a
  * refusal on any rank (bad spans, a full cache) is the same clean error on every rank with
  * nothing changed anywhere. Each rank's outputs are bitwise what one process computes for
- * its spans. Without DP, rank 0 is the home rank of every sequence and the others idle. */
+ * its spans; a non-finite output (DSV4_ERR_NUMERIC, found after the compute) fails the call
+ * only on the rank whose rows it is, and breaks only that rank's sequences of the call.
+ * Without DP, rank 0 is the home rank of every sequence and the others idle. */
 enum { DSV4_PAR_NONE = 0, DSV4_PAR_CP = 1, DSV4_PAR_EP = 2, DSV4_PAR_DP = 4 };
 
 /* Initialises MPI (MPI_Init_thread) if this build has it and wraps MPI_COMM_WORLD. */
