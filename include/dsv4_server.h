@@ -64,9 +64,9 @@ typedef struct dsv4_server_opts {
                                 * refused: see dsv4_server_check_parallel) */
     const char *trace_steps;   /* one JSON line per engine step (rows, seconds per phase) to
                                 * this file; NULL = none */
-    int hangup_ms;             /* a connection thread waiting for its request's news sleeps
-                                * this long before it looks whether its client hung up (a
-                                * token wakes it at once); 0 = 100 */
+    int hangup_ms;             /* how often the server looks whether the clients of the
+                                * connections waiting for their requests' news hung up (a
+                                * token wakes its connection at once); 0 = 100 */
     const dsv4_server_script *script;  /* test-only, NULL normally */
 } dsv4_server_opts;
 

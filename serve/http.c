@@ -1,16 +1,22 @@
 /* http.c — the HTTP side on libmicrohttpd: routes, authentication, body limits, and moving
  * answers to the client (one JSON body, or an SSE stream fed by the scheduler).
  *
- * Threading: MHD runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION). A
- * generation answer waits on the scheduler for seconds, and a stream trickles out token by
- * token; with a thread per connection the content callback can simply block on the
- * request's condition variable (in slices, checking whether the client hung up), where an
- * event-loop mode would need suspend/resume bookkeeping per connection. The engine runs on
- * the scheduler thread only; connection threads parse, enqueue and copy bytes, and their
- * number is capped (--max-connections). */
+ * Threading: one MHD thread runs every connection (an internal poll() loop). A generation
+ * answer never blocks it: with nothing new to send, the connection is suspended
+ * (MHD_suspend_connection) and leaves a one-shot waker on its request (srv_req_wait), which
+ * the scheduler calls when it pushes the next token (MHD_resume_connection); the thread
+ * sends every stream resumed meanwhile its chunk in one pass. (Until session 39 MHD ran a
+ * thread per connection blocked on the request's condition variable: a thread switch, a
+ * futex pair and MHD's poll before the send, every token: ~70 us of CPU a token at 16
+ * streams on the bench VM, on the engine's cores; the one thread takes ~33.) A client
+ * that hangs up while its connection is suspended is noticed by the watcher thread, which
+ * polls the suspended sockets every --hangup-check-ms and cancels their requests; one gone
+ * while tokens flow fails MHD's next send. A slow reader stalls only its own connection (MHD
+ * asks for its next chunk when its socket takes bytes); what waits for it is its request's
+ * events, bounded by the request's length. The engine runs on the scheduler thread only;
+ * connections are capped by --max-connections. */
 #include "serve/http.h"
 
-#include <errno.h>
 #include <microhttpd.h>
 #include <poll.h>
 #include <stdio.h>
@@ -20,10 +26,37 @@
 
 #include "serve/srv.h"
 
-/* Per-connection request state: the body as it arrives. */
+/* A suspended connection waiting for its request's news; linked in srv_http's list while
+ * suspended (a suspended connection is never closed, so its socket stays valid there). */
+typedef struct waiter {
+    struct srv_http *h;
+    struct MHD_Connection *c;
+    srv_req *r;
+    int fd;                      /* the client's socket */
+    struct waiter *prev, *next;
+} waiter;
+
+/* The HTTP side's state beside the daemon. Lock order: a request's mu, then mu. */
+struct srv_http {
+    srv *s;
+    pthread_mutex_t mu;          /* guards the list, stop */
+    pthread_cond_t cv;           /* the watcher's sleep between looks, cut by stop */
+    waiter *head;                /* suspended connections */
+    int n, cap;                  /* in the list; the watcher's arrays' size (max_connections) */
+    struct pollfd *fds;          /* (cap) the watcher's poll set */
+    srv_req **gone;              /* (cap) requests whose client hung up, one look's */
+    int stop;
+    pthread_t watcher;
+    int watching;                /* the watcher thread was started */
+};
+
+/* Per-request state: the body as it arrives; a JSON answer's job while it runs. */
 typedef struct conn {
     srv_buf body;
     int too_large;
+    srv_job *job;                /* a submitted non-stream request, answered at its end */
+    srv_final_fn final;
+    waiter w;
 } conn;
 
 /* An SSE answer in progress. */
@@ -34,37 +67,82 @@ typedef struct stream {
     srv_buf out;     /* bytes formatted, not yet handed to MHD */
     size_t pos;
     int finished;
-    int fd;          /* the client's socket, to notice a hang-up while waiting */
+    waiter w;
 } stream;
-
-/* 1 if the peer closed its side of the socket. */
-static int client_gone(int fd) {
-    if (fd < 0) return 0;
-    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
-}
 
 static int conn_fd(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     return ci ? ci->connect_fd : -1;
 }
 
-/* Waits (in slices of slice_ms, --hangup-check-ms) until r has news beyond what j has
- * written, or ended. Returns -1 when the client hung up first. Called and returns with r->mu held. The socket
- * is looked at when a slice passes without news, not at every wake: a streamed token woke
- * this thread for a poll() of its own beside MHD's, and on the bench VM every system call
- * of a connection thread is taken from the engine's two cores. A client gone while tokens
- * flow fails MHD's next send instead, which ends the response (stream_free cancels). */
-static int wait_news(srv_req *r, const srv_job *j, int fd, int need_end, int slice_ms) {
-    while (!r->end && (need_end || r->n_ev <= j->ev_sent)) {
+static void waiter_init(waiter *w, srv *s, struct MHD_Connection *c, srv_req *r) {
+    *w = (waiter){.h = s->http, .c = c, .r = r, .fd = conn_fd(c)};
+}
+
+/* The waker (the scheduler's thread, r->mu not held): out of the list, then resumed. */
+static void wake_waiter(void *arg) {
+    waiter *w = arg;
+    struct srv_http *h = w->h;
+    pthread_mutex_lock(&h->mu);
+    if (w->prev) w->prev->next = w->next;
+    else h->head = w->next;
+    if (w->next) w->next->prev = w->prev;
+    h->n--;
+    pthread_mutex_unlock(&h->mu);
+    MHD_resume_connection(w->c);
+}
+
+/* Suspends w's connection until its request has news (end_only: until it ended, a JSON
+ * answer's). Called on the MHD thread from one of its callbacks, with w->r->mu held, having
+ * found nothing new: the waker cannot fire before the suspension, it needs that mutex. */
+static void suspend(waiter *w, int end_only) {
+    struct srv_http *h = w->h;
+    srv_req_wait(w->r, wake_waiter, w, end_only);
+    pthread_mutex_lock(&h->mu);
+    w->prev = NULL;
+    w->next = h->head;
+    if (h->head) h->head->prev = w;
+    h->head = w;
+    h->n++;
+    pthread_mutex_unlock(&h->mu);
+    MHD_suspend_connection(w->c);
+}
+
+/* Every --hangup-check-ms: the suspended sockets polled at once; a client gone cancels its
+ * request (whose end then wakes and closes the connection). The cancels go after the list's
+ * unlock (a request's mu is never taken under it), each request held by a reference. */
+static void *watch_main(void *arg) {
+    struct srv_http *h = arg;
+    const int ms = h->s->o.hangup_ms;
+    pthread_mutex_lock(&h->mu);
+    while (!h->stop) {
+        int n = 0, m = 0;
+        for (waiter *w = h->head; w && n < h->cap; w = w->next)
+            h->fds[n++] = (struct pollfd){.fd = w->fd, .events = POLLRDHUP};
+        if (n && poll(h->fds, (nfds_t)n, 0) > 0) {
+            int i = 0;
+            for (waiter *w = h->head; w && i < n; w = w->next, i++)
+                if (h->fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
+                    atomic_fetch_add(&w->r->refs, 1);
+                    h->gone[m++] = w->r;
+                }
+        }
+        pthread_mutex_unlock(&h->mu);
+        for (int i = 0; i < m; i++) {
+            srv_sched_cancel(h->s->sched, h->gone[i]);
+            srv_req_release(h->gone[i]);
+        }
+        pthread_mutex_lock(&h->mu);
+        if (h->stop) break;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += slice_ms / 1000;
-        ts.tv_nsec += (long)(slice_ms % 1000) * 1000000L;
+        ts.tv_sec += ms / 1000;
+        ts.tv_nsec += (long)(ms % 1000) * 1000000L;
         if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
-        if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT && client_gone(fd)) return -1;
+        pthread_cond_timedwait(&h->cv, &h->mu, &ts);
     }
-    return 0;
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
 }
 
 static enum MHD_Result send_body(srv *s, struct MHD_Connection *c, int status, const char *type,
@@ -95,12 +173,12 @@ static enum MHD_Result send_error(srv *s, struct MHD_Connection *c, int api, int
 
 /* ---- streaming -------------------------------------------------------------------------- */
 
-/* Formats what is new in the request (the opening chunk at the first call) and, while that
- * is nothing, waits for news: a stream waiting for its first token, or for a token whose
- * text is held back, sleeps on the request's condition variable. (It used to wait only once
- * the opening chunk was out, and a completion stream has none: every client queued for its
- * first token spun here on the request's mutex, taking the cores from the engine; 16 such
- * clients made prefill steps 5-10x slower.) */
+/* Formats what is new in the request (the opening chunk at the first call); when that is
+ * nothing, suspends the connection until the request has news and returns 0 (MHD's
+ * contract: 0 only with the connection suspended, else it calls again at once). A stream
+ * waiting for its first token, or for a token whose text is held back, costs nothing while
+ * it waits. (A connection thread spinning here on the request's mutex once made 16 queued
+ * clients slow prefill steps 5-10x.) */
 static ssize_t stream_read(void *cls, uint64_t at, char *buf, size_t max) {
     (void)at;
     stream *st = cls;
@@ -112,11 +190,15 @@ static ssize_t stream_read(void *cls, uint64_t at, char *buf, size_t max) {
         st->fn(st->s, st->job, &st->out, &st->finished);
         /* nothing to send: wait for the request's next event. (An ended request always
          * makes the stream function write its last event; should one not, end here rather
-         * than spin.) A client gone meanwhile: the free callback cancels. */
-        const int idle = st->out.n == 0 && !st->finished;
-        const int fail = idle && (r->end || wait_news(r, st->job, st->fd, 0, st->s->o.hangup_ms));
+         * than spin.) */
+        const int idle = st->out.n == 0 && !st->finished && !st->out.oom;
+        if (idle && !r->end) {
+            suspend(&st->w, 0);
+            pthread_mutex_unlock(&r->mu);
+            return 0;
+        }
         pthread_mutex_unlock(&r->mu);
-        if (fail || st->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (idle || st->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
     size_t n = st->out.n - st->pos < max ? st->out.n - st->pos : max;
     memcpy(buf, st->out.s + st->pos, n);
@@ -143,7 +225,7 @@ static enum MHD_Result send_stream(srv *s, struct MHD_Connection *c, srv_reply *
     st->s = s;
     st->job = rep->job;
     st->fn = rep->stream;
-    st->fd = conn_fd(c);
+    waiter_init(&st->w, s, c, rep->job->r);
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
     if (!resp) { stream_free(st); return MHD_NO; }
@@ -219,6 +301,27 @@ static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, const char *p
     return rc;
 }
 
+/* A non-stream answer: sent once its request ended; until then the connection is
+ * suspended (MHD calls on_request again when it resumes). */
+static enum MHD_Result json_answer(srv *s, struct MHD_Connection *c, conn *cc) {
+    srv_req *r = cc->job->r;
+    pthread_mutex_lock(&r->mu);
+    if (!r->end) {
+        suspend(&cc->w, 1);
+        pthread_mutex_unlock(&r->mu);
+        return MHD_YES;
+    }
+    srv_reply rep = {0};
+    int status = 500;
+    cc->final(s, cc->job, &rep.body, &status);
+    pthread_mutex_unlock(&r->mu);
+    srv_job_free(cc->job);
+    cc->job = NULL;
+    enum MHD_Result rc = send_json(s, c, status, &rep.body);
+    srv_buf_free(&rep.body);
+    return rc;
+}
+
 static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *url,
                                 const char *method, conn *cc) {
     const struct route *rt = NULL;
@@ -253,23 +356,10 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
         return rc;
     }
     if (rep.job->stream) return send_stream(s, c, &rep);
-    /* one JSON answer: wait for the end, or cancel when the client hangs up */
-    srv_req *r = rep.job->r;
-    int fd = conn_fd(c);
-    pthread_mutex_lock(&r->mu);
-    if (wait_news(r, rep.job, fd, 1, s->o.hangup_ms)) {
-        pthread_mutex_unlock(&r->mu);
-        srv_sched_cancel(s->sched, r);
-        srv_job_free(rep.job);
-        return MHD_NO;
-    }
-    int status = 500;
-    rep.final(s, rep.job, &rep.body, &status);
-    pthread_mutex_unlock(&r->mu);
-    srv_job_free(rep.job);
-    enum MHD_Result rc = send_json(s, c, status, &rep.body);
-    srv_buf_free(&rep.body);
-    return rc;
+    cc->job = rep.job;
+    cc->final = rep.final;
+    waiter_init(&cc->w, s, c, rep.job->r);
+    return json_answer(s, c, cc);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -295,22 +385,57 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    if (cc->job) return json_answer(s, c, cc);  /* resumed: its request ended */
     return dispatch(s, c, url, method, cc);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode code) {
-    (void)cls; (void)c; (void)code;
+    (void)c; (void)code;
+    srv *s = cls;
     conn *cc = *con_cls;
     if (!cc) return;
+    if (cc->job) {  /* closed before its answer: the request is dropped */
+        srv_sched_cancel(s->sched, cc->job->r);
+        srv_job_free(cc->job);
+    }
     srv_buf_free(&cc->body);
     free(cc);
     *con_cls = NULL;
 }
 
+static void http_free(struct srv_http *h) {
+    if (!h) return;
+    if (h->watching) {
+        pthread_mutex_lock(&h->mu);
+        h->stop = 1;
+        pthread_cond_signal(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+        pthread_join(h->watcher, NULL);
+    }
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    free(h->fds);
+    free(h->gone);
+    free(h);
+}
+
 int srv_http_start(srv *s, const struct sockaddr *addr, dsv4_err *err) {
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_POLL | MHD_USE_ITC;
+    struct srv_http *h = calloc(1, sizeof *h);
+    if (!h) return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory");
+    h->s = s;
+    h->cap = s->o.max_connections;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    h->fds = calloc((size_t)h->cap, sizeof *h->fds);
+    h->gone = calloc((size_t)h->cap, sizeof *h->gone);
+    s->http = h;
+    if (!h->fds || !h->gone) return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory");
+    if (pthread_create(&h->watcher, NULL, watch_main, h))
+        return srv_fail(err, DSV4_ERR_IO, "serve: cannot start a thread");
+    h->watching = 1;
+    /* poll(), not epoll: a suspension would cost an epoll_ctl pair a token */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME;
     if (addr->sa_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
                             MHD_OPTION_SOCK_ADDR, addr,
@@ -332,7 +457,11 @@ void srv_http_quiesce(srv *s) {
     if (s->d) MHD_quiesce_daemon(s->d);
 }
 
+/* After the scheduler stopped: every request ended, so every suspended connection was
+ * resumed (MHD refuses to stop with one suspended). */
 void srv_http_stop(srv *s) {
     if (s->d) MHD_stop_daemon(s->d);
     s->d = NULL;
+    http_free(s->http);
+    s->http = NULL;
 }

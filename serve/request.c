@@ -14,9 +14,8 @@ srv_req *srv_req_new(const int32_t *prompt, int n_prompt) {
     r->n_prompt = n_prompt;
     r->seq = -1;
     r->stop_index = -1;
-    r->refs = 2;
+    atomic_init(&r->refs, 2);
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
     return r;
 }
 
@@ -47,10 +46,7 @@ int srv_req_set_bias(srv_req *r, const int32_t *ids, const float *bias, int n) {
 
 void srv_req_release(srv_req *r) {
     if (!r) return;
-    pthread_mutex_lock(&r->mu);
-    int left = --r->refs;
-    pthread_mutex_unlock(&r->mu);
-    if (left > 0) return;
+    if (atomic_fetch_sub(&r->refs, 1) > 1) return;
     for (int i = 0; i < r->gp.n_stop; i++) free(r->stops[i]);
     free(r->stops);
     free(r->bias_ids);
@@ -62,7 +58,6 @@ void srv_req_release(srv_req *r) {
     free(r->ctx);
     dsv4_gen_free(r->gen);
     pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->cv);
     free(r);
 }
 
@@ -82,14 +77,18 @@ static int put_text(srv_req *r, const char *text, size_t len) {
     return 0;
 }
 
-/* The scheduler wakes the request's connection thread after it unlocks r->mu, not before.
- * Woken while the scheduler still held the mutex, the connection thread (which takes the
- * scheduler thread's core: both cores run the engine) blocked at once on that mutex, and
- * the unlock woke it a second time, inside the step's sampling phase (one stream, 256
- * tokens, sched_switch trace: the connection thread left its core 458 times, 229 of them
- * preempted; 302 and 50 with the wake after the unlock). The waiters re-check their
- * condition under the mutex (wait_news), so a wake after the unlock loses nothing; r
- * outlives the call (the scheduler drops its reference only after it). */
+/* The waker taken under r->mu (so it fires once) and called after the unlock: called under
+ * it, the HTTP side woken would block at once on the mutex the scheduler still holds (a
+ * connection thread did, session 38: the wake then came twice). r outlives the call: the
+ * scheduler drops its reference only after it, and a waiting HTTP side holds its own. */
+static void unlock_wake(srv_req *r) {
+    void (*fn)(void *) = r->wake_end && !r->end ? NULL : r->wake;
+    void *arg = r->wake_arg;
+    if (fn) r->wake = NULL;
+    pthread_mutex_unlock(&r->mu);
+    if (fn) fn(arg);
+}
+
 int srv_req_push(srv_req *r, const dsv4_gen_token *t) {
     pthread_mutex_lock(&r->mu);
     int rc = -1;
@@ -109,8 +108,7 @@ int srv_req_push(srv_req *r, const dsv4_gen_token *t) {
     r->n_ev++;
     rc = 0;
 out:
-    pthread_mutex_unlock(&r->mu);
-    pthread_cond_broadcast(&r->cv);  /* after the unlock: see above */
+    unlock_wake(r);
     return rc;
 }
 
@@ -120,8 +118,7 @@ int srv_req_push_text(srv_req *r, const char *text, size_t len) {
     int rc = put_text(r, text, len);
     /* held-back text released at the end belongs to the last token's event */
     if (!rc && r->n_ev) r->ev[r->n_ev - 1].text_len += len;
-    pthread_mutex_unlock(&r->mu);
-    pthread_cond_broadcast(&r->cv);
+    unlock_wake(r);
     return rc;
 }
 
@@ -130,6 +127,11 @@ void srv_req_end(srv_req *r, int end, int finish, const char *errmsg) {
     r->end = end;
     r->finish = finish;
     if (errmsg) snprintf(r->errmsg, sizeof r->errmsg, "%s", errmsg);
-    pthread_mutex_unlock(&r->mu);
-    pthread_cond_broadcast(&r->cv);
+    unlock_wake(r);
+}
+
+void srv_req_wait(srv_req *r, void (*fn)(void *), void *arg, int end_only) {
+    r->wake = fn;
+    r->wake_arg = arg;
+    r->wake_end = end_only;
 }

@@ -1,15 +1,17 @@
 /* request.h — one generation request as the HTTP side and the scheduler share it.
  *
- * The HTTP thread fills the immutable part (prompt ids, generation parameters), submits it,
+ * The HTTP side fills the immutable part (prompt ids, generation parameters), submits it,
  * then reads the events the scheduler appends (one per sampled token) under the request's
- * mutex until `done`. The scheduler-private part (sequence, context tokens, gen state) is
- * touched only by the scheduler thread. Two references (HTTP side, scheduler); the last
+ * mutex until `end`. It never blocks for them: with nothing new it leaves a one-shot waker
+ * (srv_req_wait) that the scheduler calls when news arrive. The scheduler-private part
+ * (sequence, context tokens, gen state) is touched only by the scheduler thread. Two references (HTTP side, scheduler); the last
  * srv_req_release frees it.
  */
 #ifndef DSV4_SERVE_REQUEST_H
 #define DSV4_SERVE_REQUEST_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,7 +47,9 @@ struct srv_req {
 
     /* ---- shared, under mu ---- */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    void (*wake)(void *arg);        /* the HTTP side's one-shot waker, NULL when none waits */
+    void *wake_arg;
+    int wake_end;                   /* the waker waits for the end only (a JSON answer) */
     srv_event *ev;                  /* (n_ev) */
     int n_ev, cap_ev;
     char *text;                     /* (text_len) all released text */
@@ -58,7 +62,7 @@ struct srv_req {
     int cancel;                     /* set by the HTTP side: the client went away */
     int n_cached;                   /* prompt tokens restored from the prefix cache at the
                                      * first admission (their forward was skipped) */
-    int refs;
+    atomic_int refs;                /* atomic: the hang-up watcher takes one without mu */
 
     /* ---- scheduler-private ---- */
     dsv4_gen *gen;
@@ -83,9 +87,16 @@ int srv_req_set_stops(srv_req *r, const char *const *stops, int n);
 int srv_req_set_bias(srv_req *r, const int32_t *ids, const float *bias, int n);
 void srv_req_release(srv_req *r);
 
-/* Scheduler side, under r->mu: append one token's event / end the request. 0 or -1 (oom). */
+/* Scheduler side, each under r->mu and waking the HTTP side's waiter (if any) after the
+ * unlock: append one token's event, held-back text released at the end, end the request. 0
+ * or -1 (oom). */
 int srv_req_push(srv_req *r, const dsv4_gen_token *t);
 int srv_req_push_text(srv_req *r, const char *text, size_t len);
 void srv_req_end(srv_req *r, int end, int finish, const char *errmsg);
+
+/* HTTP side, with r->mu held, when it found nothing new: fn(arg) is called once, without
+ * r->mu, at the next push (unless end_only) or at the end. Not once r has ended (the caller
+ * looks first, under the same hold). */
+void srv_req_wait(srv_req *r, void (*fn)(void *), void *arg, int end_only);
 
 #endif

@@ -25,6 +25,7 @@ struct dsv4_server {
     FILE *trace;                 /* o.trace_steps opened, or NULL */
     srv_metrics met;
     struct MHD_Daemon *d;
+    struct srv_http *http;       /* http.c's state: suspended connections, the watcher */
     int port;
     atomic_int ready;            /* model loaded, scheduler running */
     long long started;           /* unix seconds */

@@ -130,7 +130,7 @@ int cmd_serve(int argc, char **argv) {
         CLI_INT_OPT("max-queue", 0, &so.max_queue, 1, 1 << 20, "N", "requests waiting beyond max-seqs before 503"),
         CLI_FN_OPT("max-body", 0, &so.max_body, body_bytes_opt, "N", "8M", "request body limit in bytes; suffixes K, M"),
         CLI_I64_OPT("grace", 0, &grace, 0, 3600, "S", "seconds in-flight requests get at SIGTERM"),
-        CLI_INT_OPT("hangup-check-ms", 0, &so.hangup_ms, 1, 3600000, "MS", "a connection thread waiting for its request's tokens looks this often whether its client hung up (each token wakes it at once)", .def = "100"),
+        CLI_INT_OPT("hangup-check-ms", 0, &so.hangup_ms, 1, 3600000, "MS", "how often the clients of connections waiting for their requests' tokens are checked for a hang-up (each token wakes its connection at once)", .def = "100"),
         CLI_FN_OPT("mtp", 0, &so.mtp, mtp_opt, "on|off", "on when the checkpoint has an MTP block", "MTP speculative decoding; the tokens are the same either way"),
         CLI_INT_OPT("prefix-entries", 0, &prefix_entries, 0, 1 << 20, "N", "prompt and conversation prefixes (KV snapshots) the prefix cache keeps in memory, least recently used dropped first (also when the pools run short); 0 = no prefix cache, every request computes its whole prompt", .def = "64"),
         CLI_STR_OPT("kv-dir", 0, &so.kv_dir, "DIR", "keep prompt and conversation prefixes (KV snapshots) in DIR across restarts (under --parallel rank 0 reads and writes it)", .def = "memory only"),
