@@ -61,7 +61,7 @@ if [ "${SKIP_RUN:-0}" != 1 ]; then
   [ "${APPEND:-0}" = 1 ] || : > "$out/serve_load.jsonl"
   node "$here/serve_load.js" --url "http://127.0.0.1:$port" --levels "$levels" \
     --prompt-len "$prompt" --gen "$gen" --vocab 8192 ${REQS:+--requests-per-level $REQS} \
-    --serial "$serial" >> "$out/serve_load.jsonl"
+    --serial "$serial" --server-pid "$pid" >> "$out/serve_load.jsonl"
   kill -TERM $pid
   wait $pid
   trap - EXIT

@@ -4,7 +4,7 @@
 //
 //   node bench/serve_load.js --url http://127.0.0.1:8080 [--levels 1,2,4,8,16,32]
 //        [--requests-per-level N] [--prompt-len 128] [--gen 64] [--key KEY] [--vocab 8192]
-//        [--eos 1] [--seed 1] [--serial C] [--client http|fetch] [--warmup 1]
+//        [--eos 1] [--seed 1] [--serial C] [--client http|fetch] [--warmup 1] [--server-pid P]
 //
 // Each level keeps `c` streaming /v1/completions requests in flight (prompts of
 // --prompt-len random token ids below --vocab, greedy, --gen tokens, the EOS id --eos banned
@@ -27,12 +27,17 @@
 //   server_steps, server_decode_rows_per_step, server_step_s (the steps' wall time),
 //   server_forward_s, server_phase_s (seconds per step phase) (from /metrics), loadavg_1m
 //   (the machine's 1-minute load average when the level started), client_cpu_s and
-//   client_cpu_ms_per_token (this process), server_cpu_s (the server process, /metrics)
+//   client_cpu_ms_per_token (this process), server_cpu_s (the server process, /metrics);
+//   with --server-pid (a server on this machine): server_http_cpu_s and
+//   server_http_cpu_ms_per_token, the server's CPU outside its engine's threads (the
+//   process's, /proc/P/stat, less that of its threads not named MHD-*: the HTTP threads',
+//   live or exited)
 'use strict';
 
 function args() {
   const a = { url: 'http://127.0.0.1:8080', levels: '1,2,4,8,16,32', 'prompt-len': 128, gen: 64,
-    'requests-per-level': 0, key: '', eos: 1, seed: 1, vocab: 8192, serial: 0, client: 'http', warmup: 1 };
+    'requests-per-level': 0, key: '', eos: 1, seed: 1, vocab: 8192, serial: 0, client: 'http', warmup: 1,
+    'server-pid': 0 };
   const v = process.argv.slice(2);
   for (let i = 0; i < v.length; i += 2) {
     const k = v[i].replace(/^--/, '');
@@ -152,12 +157,31 @@ async function one(a, vocab) {
 
 const PHASES = ['admit', 'forward', 'head', 'sample', 'snapshot', 'mtp'];
 
+// CPU seconds of process pid so far: all its threads' (exited ones too) and those of its
+// live threads not named MHD-* (the engine's: scheduler, pool workers; main, watcher idle).
+let clkTck = 0;
+function serverCpu(pid) {
+  if (!pid) return null;
+  if (!clkTck) clkTck = Number(require('child_process').execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }));
+  const fs = require('fs');
+  const ticks = (st) => { const f = st.slice(st.lastIndexOf(')') + 2).split(' '); return Number(f[11]) + Number(f[12]); };
+  let engine = 0;
+  for (const tid of fs.readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const st = fs.readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      if (!st.slice(st.indexOf('(') + 1, st.lastIndexOf(')')).startsWith('MHD-')) engine += ticks(st);
+    } catch (e) { /* the thread ended meanwhile */ }
+  }
+  return { total: ticks(fs.readFileSync(`/proc/${pid}/stat`, 'utf8')) / clkTck, engine: engine / clkTck };
+}
+
 // One level: `c` clients until `total` requests are done (serial: c = 1 with the request
 // count of level `serial`).
 async function level(a, c, vocab, serial = 0) {
   const total = a['requests-per-level'] || Math.max(8, 2 * (serial || c));
   const load = require('os').loadavg()[0];
   const m0 = await metrics(a.url);
+  const s0 = serverCpu(a['server-pid']);
   const cpu0 = process.cpuUsage();
   const out = [];
   let next = 0;
@@ -167,7 +191,9 @@ async function level(a, c, vocab, serial = 0) {
   }));
   const wall = (performance.now() - t0) / 1000;
   const cpu = process.cpuUsage(cpu0);
+  const s1 = serverCpu(a['server-pid']);
   const m1 = await metrics(a.url);
+  const http = s0 && s1 ? (s1.total - s0.total) - (s1.engine - s0.engine) : null;
   const gen = out.reduce((s, r) => s + r.n, 0);
   const firstFirst = Math.min(...out.map((r) => r.first));
   const lastLast = Math.max(...out.map((r) => r.last));
@@ -219,6 +245,8 @@ async function level(a, c, vocab, serial = 0) {
     client_cpu_ms_per_token: +((cpu.user + cpu.system) / 1e3 / gen).toFixed(4),
     server_cpu_s: m1.process_cpu_seconds_total === undefined ? null
       : +(m1.process_cpu_seconds_total - m0.process_cpu_seconds_total).toFixed(3),
+    ...(http === null ? {} : { server_http_cpu_s: +http.toFixed(3),
+      server_http_cpu_ms_per_token: +(1000 * http / gen).toFixed(4) }),
   };
 }
 
