@@ -193,6 +193,7 @@ static ssize_t stream_read(void *cls, uint64_t at, char *buf, size_t max) {
          * than spin.) */
         const int idle = st->out.n == 0 && !st->finished && !st->out.oom;
         if (idle && !r->end) {
+            srv_metrics_stream_wait(&st->s->met);
             suspend(&st->w, 0);
             pthread_mutex_unlock(&r->mu);
             return 0;

@@ -99,6 +99,12 @@ void srv_metrics_event(srv_metrics *m, int cancelled, int preempted) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void srv_metrics_stream_wait(srv_metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    m->stream_waits++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static void put_hist(srv_buf *b, const char *name, const char *help, const srv_hist *h) {
     srv_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
@@ -122,6 +128,10 @@ char *srv_metrics_render(srv_metrics *m) {
     srv_buf_printf(&b, "# HELP dsv4_requests_cancelled_total generations cancelled (client gone)\n"
             "# TYPE dsv4_requests_cancelled_total counter\n"
             "dsv4_requests_cancelled_total %llu\n", (unsigned long long)m->cancelled);
+    srv_buf_printf(&b, "# HELP dsv4_stream_waits_total times a stream had nothing new to send and "
+            "its connection waited, suspended, for its request's next token or end (about one a "
+            "token)\n# TYPE dsv4_stream_waits_total counter\ndsv4_stream_waits_total %llu\n",
+        (unsigned long long)m->stream_waits);
     srv_buf_printf(&b, "# HELP dsv4_preemptions_total sequences freed and requeued when the pools ran out\n"
             "# TYPE dsv4_preemptions_total counter\ndsv4_preemptions_total %llu\n",
         (unsigned long long)m->preemptions);

@@ -1,4 +1,4 @@
-/* metrics.h — the server's counters and histograms, written by the HTTP threads and the
+/* metrics.h — the server's counters and histograms, written by the HTTP thread and the
  * scheduler, read as Prometheus text at GET /metrics. One mutex; every update is a few
  * additions. */
 #ifndef DSV4_SERVE_METRICS_H
@@ -24,6 +24,7 @@ typedef struct srv_metrics {
     pthread_mutex_t mu;
     uint64_t requests[6];           /* by status class: 2xx, 400, 401, 404/405, 413, 5xx */
     uint64_t cancelled, preemptions;
+    uint64_t stream_waits;          /* a stream found nothing new and its connection waited */
     uint64_t prompt_tokens, gen_tokens;
     uint64_t steps, step_rows, decode_rows;
     uint64_t steps_by_decode_rows[SRV_ROWS_BUCKETS + 1];  /* decode rows 1, 2, 3-4, 5-8, ... */
@@ -53,6 +54,8 @@ void srv_metrics_load(srv_metrics *m, int64_t queued, int64_t running, dsv4_cach
 void srv_metrics_tokens(srv_metrics *m, int64_t prompt, int64_t gen);
 void srv_metrics_latency(srv_metrics *m, double ttft, double itl);  /* < 0: skip that one */
 void srv_metrics_event(srv_metrics *m, int cancelled, int preempted);
+/* A stream's read callback found nothing new: its connection waits, suspended. */
+void srv_metrics_stream_wait(srv_metrics *m);
 /* One MTP decoding step of a sequence: drafted (a draft was verified), accepted. */
 void srv_metrics_mtp(srv_metrics *m, int drafted, int accepted);
 /* The prefix cache's gauges and counters (published with the load after each step). */
