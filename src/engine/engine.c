@@ -114,6 +114,12 @@ static int setup_parallel(dsv4_engine *e, dsv4_err *err) {
     return dsv4_ep_create(e->cfg, o->dist, wave, &e->ep, err);
 }
 
+int dsv4_engine_need_caches(const dsv4_engine *e, const char *what, dsv4_err *err) {
+    if (!e->group || (!e->idle && !(e->opts.parallel & DSV4_PAR_CP))) return DSV4_OK;
+    return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "%s: not on this rank (a follower of a group, or "
+                     "context parallelism, holds no whole caches)", what);
+}
+
 void dsv4_engine_opts_resolve(dsv4_engine_opts *o) {
     if (o->max_context <= 0) o->max_context = 4096;
     if (o->max_seqs <= 0) o->max_seqs = 4;

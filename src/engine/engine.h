@@ -130,15 +130,17 @@ int dsv4_engine_block_keep(dsv4_engine *e, const dsv4_block_w *b, const dsv4_bat
 int dsv4_engine_moe(dsv4_engine *e, const dsv4_block_w *b, const dsv4_batch *batch,
                     const float *x, float *y, dsv4_err *err);
 
+/* Snapshots, restores, forks and KV loads need this rank to hold its sequences' caches
+ * whole: one process, the home rank of an expert-parallel group, or any rank of a DP group
+ * (not a follower, which holds no caches of non-CP spans, nor under context parallelism,
+ * which spreads a long prompt's cache over the ranks). DSV4_OK, else DSV4_ERR_UNSUPPORTED
+ * naming what (the call) and why. */
+int dsv4_engine_need_caches(const dsv4_engine *e, const char *what, dsv4_err *err);
+
 /* The MoE sub-blocks of blocks [l0, l1) with zero rows: a rank without rows of a call
  * still takes part in every expert-parallel exchange (no-op without EP). On a failure the
  * group agreed on, *changed says whether the failing rank had changed state (its
  * sequences are then broken, and this rank must mark them so too). */
-/* Whether this rank holds its sequences' caches whole (prefix.c): one process, or the home
- * rank of an expert-parallel group (the followers are idle: no rows, no caches of non-CP
- * spans). Context parallelism spreads a long prompt's cache over the ranks. Snapshots,
- * restores, forks and KV loads need it. */
-int dsv4_engine_holds_caches(const dsv4_engine *e);
 int dsv4_engine_idle_layers(dsv4_engine *e, int l0, int l1, int *changed, dsv4_err *err);
 
 /* A rank that failed before reaching the next MoE sub-block of a call reports the failure

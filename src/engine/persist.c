@@ -267,14 +267,13 @@ static int build_snapshot(dsv4_engine *e, const dsv4_kv_view *v, dsv4_snapshot *
 int dsv4_snapshot_load(dsv4_engine *e, const char *path, dsv4_snapshot **out, dsv4_err *err) {
     if (!path || !out) return dsv4_fail(err, DSV4_ERR_ARG, "KV load: NULL argument");
     *out = NULL;
-    if (!dsv4_engine_holds_caches(e))
-        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "KV load: not on this rank (a follower of a "
-                         "group, or context parallelism, holds no whole caches)");
+    int rc = dsv4_engine_need_caches(e, "KV load", err);
+    if (rc) return rc;
     dsv4_kv_geom *g = malloc(sizeof *g);
     dsv4_kv_view *v = malloc(sizeof *v);
     uint8_t *buf = NULL;
     size_t len = 0;
-    int rc = !g || !v ? dsv4_fail(err, DSV4_ERR_NOMEM, "KV load: out of memory") : engine_geom(e, g, err);
+    rc = !g || !v ? dsv4_fail(err, DSV4_ERR_NOMEM, "KV load: out of memory") : engine_geom(e, g, err);
     if (!rc) rc = read_image(path, g, &buf, &len, err);
     if (!rc) rc = dsv4_kv_parse(buf, len, g, v, err);
     if (!rc && e->opts.mtp && !(v->h.flags & DSV4_KV_F_MTP))

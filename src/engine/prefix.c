@@ -33,10 +33,6 @@ static uint64_t chain_step(uint64_t prev, const int32_t *tok, int64_t count) {
     return h;
 }
 
-int dsv4_engine_holds_caches(const dsv4_engine *e) {
-    return !e->group || (!e->idle && !(e->opts.parallel & DSV4_PAR_CP));
-}
-
 static uint64_t chain_key(const int32_t *tok, int64_t n, int A) {
     uint64_t k = 0;
     for (int64_t i = 0; i < n / A; i++) k = chain_step(k, tok + i * A, A);
@@ -63,9 +59,8 @@ static int snapshot_make(dsv4_engine *e, int seq, const int32_t *tokens, const f
     const dsv4_config *c = e->cfg;
     const int A = dsv4_engine_alignment(e);
     *out = NULL;
-    if (!dsv4_engine_holds_caches(e))
-        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "snapshot: not on this rank (a follower of "
-                         "a group, or context parallelism, holds no whole caches)");
+    int rc = dsv4_engine_need_caches(e, "snapshot", err);
+    if (rc) return rc;
     if (seq < 0 || seq >= e->opts.max_seqs || !e->seqs[seq].live)
         return dsv4_fail(err, DSV4_ERR_ARG, "snapshot: sequence %d is not live", seq);
     const dsv4_seq_state *q = &e->seqs[seq];
@@ -90,8 +85,7 @@ static int snapshot_make(dsv4_engine *e, int seq, const int32_t *tokens, const f
             return dsv4_fail(err, DSV4_ERR_ARG, "snapshot: token id %d at %lld is outside [0, %d)",
                              tokens[t], (long long)t, c->vocab_size);
     dsv4_cache_snap *cs;
-    int rc = dsv4_cache_snap_take(e->cache, seq, q->n, q->m, &cs, err);
-    if (rc) return rc;
+    if ((rc = dsv4_cache_snap_take(e->cache, seq, q->n, q->m, &cs, err))) return rc;
     return dsv4_snapshot_wrap(e, cs, tokens, hidden, streams, cached, out, err);
 }
 
@@ -134,11 +128,8 @@ int dsv4_snapshot_take(dsv4_engine *e, int seq, const int32_t *tokens, const flo
 int dsv4_snapshot_restore(dsv4_engine *e, const dsv4_snapshot *s, int *seq, float *hidden,
                           float *streams, dsv4_err *err) {
     if (!s || !seq) return dsv4_fail(err, DSV4_ERR_ARG, "snapshot restore: NULL argument");
-    if (!dsv4_engine_holds_caches(e))
-        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "snapshot restore: not on this rank (a "
-                         "follower of a group, or context parallelism, holds no whole caches)");
-    int rc = dsv4_seq_create(e, seq, err);
-    if (rc) return rc;
+    int rc = dsv4_engine_need_caches(e, "snapshot restore", err);
+    if (rc || (rc = dsv4_seq_create(e, seq, err))) return rc;
     if ((rc = dsv4_cache_snap_restore(e->cache, s->cs, *seq, err))) {
         dsv4_seq_free(e, *seq, NULL);
         *seq = -1;
@@ -181,9 +172,8 @@ const int32_t *dsv4_snapshot_tokens(const dsv4_snapshot *s) { return s ? s->toke
 int dsv4_seq_fork(dsv4_engine *e, int src, int *dst, dsv4_err *err) {
     if (!dst) return dsv4_fail(err, DSV4_ERR_ARG, "fork: NULL output");
     *dst = -1;
-    if (!dsv4_engine_holds_caches(e))
-        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "fork: not on this rank (a follower of a group, "
-                         "or context parallelism, holds no whole caches)");
+    int rc = dsv4_engine_need_caches(e, "fork", err);
+    if (rc) return rc;
     if (src < 0 || src >= e->opts.max_seqs || !e->seqs[src].live)
         return dsv4_fail(err, DSV4_ERR_ARG, "fork: sequence %d is not live", src);
     const dsv4_seq_state q = e->seqs[src];
@@ -193,8 +183,7 @@ int dsv4_seq_fork(dsv4_engine *e, int src, int *dst, dsv4_err *err) {
         return dsv4_fail(err, DSV4_ERR_STATE, "fork: sequence %d has a speculative span awaiting "
                          "dsv4_seq_commit", src);
     dsv4_cache_snap *cs;
-    int rc = dsv4_cache_snap_take(e->cache, src, q.n, q.m < q.n ? q.m : q.n, &cs, err);
-    if (rc) return rc;
+    if ((rc = dsv4_cache_snap_take(e->cache, src, q.n, q.m < q.n ? q.m : q.n, &cs, err))) return rc;
     if (!(rc = dsv4_seq_create(e, dst, err))) {
         if ((rc = dsv4_cache_snap_restore(e->cache, cs, *dst, err))) {
             dsv4_seq_free(e, *dst, NULL);

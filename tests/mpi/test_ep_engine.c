@@ -116,8 +116,21 @@ static void make_pair(world *w, pair *p, uint64_t cache_bytes, int adversarial) 
     CHECK(dsv4_engine_create(w->g.m, &oe, &p->ep, &err) == 0);
     CHECK(p->ep && p->ep->idle == (w->g.rank != 0) && p->ep->ep != NULL);
     if (w->g.rank == 0) CHECK(dsv4_engine_create(w->g.m, &o, &p->loc, &err) == 0);
+    CHECK(dsv4_seq_create(p->ep, &p->hs[0], &err) == 0);
+    /* a follower holds no caches: the calls that copy a sequence's state refuse there, and
+     * only there (the home rank forks, then frees the copy, before the other slots fill) */
+    int copy = -1;
+    const int fork_rc = dsv4_seq_fork(p->ep, p->hs[0], &copy, &err);
+    if (w->g.rank == 0) {
+        CHECK_MSG(fork_rc == 0, "fork on the home rank: %s", err.msg);
+        CHECK(dsv4_seq_free(p->ep, copy, &err) == 0);
+    } else {
+        CHECK(fork_rc == DSV4_ERR_UNSUPPORTED && strstr(err.msg, "fork: not on this rank"));
+        dsv4_snapshot *snap = NULL;
+        CHECK(dsv4_snapshot_load(p->ep, "/nonexistent.kv", &snap, &err) == DSV4_ERR_UNSUPPORTED && !snap);
+    }
     for (int i = 0; i < NSEQ; i++) {
-        CHECK(dsv4_seq_create(p->ep, &p->hs[i], &err) == 0);
+        if (i) CHECK(dsv4_seq_create(p->ep, &p->hs[i], &err) == 0);
         if (p->loc) CHECK(dsv4_seq_create(p->loc, &p->hl[i], &err) == 0);
     }
     if (!adversarial) return;
