@@ -453,6 +453,41 @@ DSV4_API void dsv4_stop_flush(dsv4_stop *s, const char **emit, size_t *emit_len)
 DSV4_API int dsv4_stop_matched(const dsv4_stop *s);
 DSV4_API int dsv4_stop_count(const dsv4_stop *s);
 
+/* ==== structured output (JSON) ========================================================= */
+
+/* A JSON Schema compiled to a byte automaton, for generation constrained to produce one JSON
+ * value valid under it (dsv4_gen_params.json_schema). Constrained sampling masks, before
+ * each draw, every token whose bytes cannot continue a valid value; end-of-sequence (and the
+ * request's stop tokens) only once the value is complete. Added/special tokens never appear
+ * inside the value. The value has no whitespace run longer than 32 bytes (so a model cannot
+ * loop on whitespace), no leading zero, strings are valid UTF-8 with JSON's escapes; a
+ * value may be preceded and followed by a bounded run of whitespace.
+ *
+ * The schema subset (anything else is refused, DSV4_ERR_UNSUPPORTED naming the keyword and
+ * where it is, e.g. `unsupported JSON Schema keyword "pattern" (at #/properties/id)`):
+ *   true (any value); "type": a name or an array of names (object, array, string, number,
+ *   integer, boolean, null); "properties" (at most 64) written IN THE ORDER GIVEN, each
+ *   once, the "required" ones always, the others optional; "additionalProperties": false,
+ *   or absent beside "properties" (the declared keys only, as in OpenAI's strict mode); an
+ *   object without "properties" takes any keys (strings) with values under
+ *   "additionalProperties" (absent or true: any value); "items" (a schema, true or false),
+ *   "prefixItems", "minItems", "maxItems"; "enum" / "const" (values written in their
+ *   compact JSON form, at most 64); "anyOf" (followed in parallel, at most 8 readings at
+ *   once); "$ref" to "#", "#/$defs/NAME" or "#/definitions/NAME" (recursion allowed, nesting
+ *   bounded by a depth of 32 frames). Annotations (title, description, default, examples,
+ *   $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored. JSON mode (any
+ *   object) is {"type": "object"}. */
+typedef struct dsv4_json_schema dsv4_json_schema;
+
+/* Compiles schema text (len bytes). DSV4_ERR_FORMAT: not JSON; DSV4_ERR_UNSUPPORTED: a
+ * keyword or combination outside the subset, or a schema no value satisfies. */
+DSV4_API int dsv4_json_schema_compile(const char *schema, size_t len, dsv4_json_schema **out,
+                                      dsv4_err *err);
+DSV4_API void dsv4_json_schema_free(dsv4_json_schema *s);
+/* 1 when text (len bytes) is one complete value the constraint lets through (valid JSON,
+ * valid under the schema, whitespace within the bounds), 0 if not, -1 out of memory. */
+DSV4_API int dsv4_json_schema_accepts(const dsv4_json_schema *s, const char *text, size_t len);
+
 /* ==== generation ======================================================================= */
 
 /* What one generation samples and when it stops. */
@@ -466,6 +501,11 @@ typedef struct dsv4_gen_params {
     const int32_t *bias_ids;          /* [n_bias] logit_bias: bias[i] is added to the logit */
     const float *bias;                /* of bias_ids[i] (finite; -inf bans) before sampling */
     int n_bias;
+    const char *json_schema;          /* structured output: NULL = none; else a JSON Schema
+                                       * (text, copied at create; see dsv4_json_schema) the
+                                       * generated text must be a value of */
+    int json_after_think;             /* 1: the constraint starts after the "</think>" token
+                                       * (thinking mode: the reasoning is free) */
 } dsv4_gen_params;
 
 /* One step's result. */
@@ -602,6 +642,8 @@ typedef struct dsv4_generation_opts {
     const int32_t *bias_ids;         /* [n_bias] logit_bias, as in dsv4_gen_params */
     const float *bias;
     int n_bias;
+    const char *json_schema;         /* structured output, as in dsv4_gen_params */
+    int json_after_think;
     dsv4_spec *spec;                 /* MTP speculative decoding of seq (dsv4_spec_create on
                                       * it, kept across the turns of a conversation); NULL =
                                       * one row per step (on an engine with MTP caches the

@@ -403,6 +403,7 @@ void srv_anthropic_messages(srv *s, const char *body, size_t len, srv_reply *out
     dsv4_tok_ids ids = {0};
     dsv4_err err = {0};
     srv_req *r = NULL;
+    char *schema = NULL; /* structured output (output_format): the schema's text */
     cJSON *msgs = cJSON_CreateArray(), *tools = NULL;
     int stream = 0;
     cJSON *j = cJSON_ParseWithLength(body, len);
@@ -445,10 +446,31 @@ void srv_anthropic_messages(srv *s, const char *body, size_t len, srv_reply *out
         co.thinking = !strcmp(ty->valuestring, "enabled");
     }
     if (srv_opt_bool(j, "stream", &stream, msg, MSG) < 0) goto bad;
+    const cJSON *shown = NULL;
+    const int json = srv_json_format(j, SRV_API_MESSAGES, &schema, &shown, msg, MSG);
+    if (json < 0) goto bad;
+    if (json && tools) {
+        snprintf(msg, MSG, "output_config.format: not supported together with tools");
+        goto bad;
+    }
+    if (json) {
+        /* the model sees the schema as in an OpenAI-style request (the template's section) */
+        cJSON *rf = cJSON_CreateObject(), *js = cJSON_AddObjectToObject(rf, "json_schema");
+        cJSON_AddStringToObject(rf, "type", "json_schema");
+        cJSON_AddStringToObject(js, "name", "output");
+        cJSON_AddItemToObject(js, "schema", cJSON_Duplicate(shown, 1));
+        cJSON *m2 = srv_messages_with_format(msgs, rf);
+        cJSON_Delete(rf);
+        if (!m2) { srv_reply_error(out, SRV_API_MESSAGES, 500, "out of memory"); goto done; }
+        cJSON_Delete(msgs);
+        msgs = m2;
+    }
     if (srv_chat_prompt(s, msgs, tools, &co, &ids, &err)) { snprintf(msg, MSG, "%s", err.msg); goto bad; }
     if (!(r = srv_req_new(ids.ids, (int)ids.n))) { srv_reply_error(out, SRV_API_MESSAGES, 500, "out of memory"); goto done; }
     if (srv_parse_sampling(s, j, r, "stop_sequences", msg, MSG)) goto bad;
     if (srv_force_tool_call(s, r, tools, tc, tc_name, co.thinking, msg, MSG)) goto bad;
+    if (json) srv_req_set_json(r, schema, co.thinking);
+    schema = NULL;
     srv_job *job = srv_submit(s, r, SRV_API_MESSAGES, body, out);
     r = NULL;
     if (job) {
@@ -465,6 +487,7 @@ bad:
 done:
     if (r) { srv_req_release(r); srv_req_release(r); }
     dsv4_tok_ids_free(&ids);
+    free(schema);
     cJSON_Delete(msgs);
     cJSON_Delete(tools);
     cJSON_Delete(j);

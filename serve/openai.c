@@ -345,6 +345,8 @@ void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {
     dsv4_tok_ids ids = {0};
     dsv4_err err = {0};
     srv_req *r = NULL;
+    char *schema = NULL;   /* structured output: the schema's text */
+    cJSON *fmsgs = NULL;   /* messages with the format shown to the model */
     cJSON *j = cJSON_ParseWithLength(body, len);
     if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
     const cJSON *messages = cJSON_GetObjectItemCaseSensitive(j, "messages");
@@ -371,6 +373,21 @@ void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {
     if (tc < 0) goto bad;
     if (!cJSON_IsArray(tools) || !tools->child || tc == SRV_TC_NONE) tools = NULL;
     if (chat_thinking(j, &co, msg)) goto bad;
+    const cJSON *shown = NULL;
+    const int json = srv_json_format(j, SRV_API_CHAT, &schema, &shown, msg, MSG);
+    if (json < 0) goto bad;
+    if (json && tools) {
+        /* a tool call is not a value of the schema: constraining only the content would
+         * still let the model answer outside it, so refuse rather than half apply it */
+        snprintf(msg, MSG, "'response_format' together with 'tools' is not supported (drop the "
+                 "tools or set 'tool_choice' to \"none\")");
+        goto bad;
+    }
+    if (json && !(fmsgs = srv_messages_with_format(messages, shown))) {
+        srv_reply_error(out, SRV_API_CHAT, 500, "out of memory");
+        goto done;
+    }
+    if (fmsgs) messages = fmsgs;
     if (srv_chat_prompt(s, messages, tools, &co, &ids, &err)) {
         snprintf(msg, MSG, "%s", err.msg);
         goto bad;
@@ -378,6 +395,8 @@ void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {
     if (!(r = srv_req_new(ids.ids, (int)ids.n))) { srv_reply_error(out, SRV_API_CHAT, 500, "out of memory"); goto done; }
     if (srv_parse_sampling(s, j, r, "stop", msg, MSG)) goto bad;
     if (srv_force_tool_call(s, r, tools, tc, tc_name, co.thinking, msg, MSG)) goto bad;
+    if (json) srv_req_set_json(r, schema, co.thinking);
+    schema = NULL;
     r->gp.sample.n_logprobs = tmp.logprobs ? (int)top : 0;
     srv_job *job = srv_submit(s, r, SRV_API_CHAT, body, out);
     r = NULL;
@@ -397,6 +416,8 @@ bad:
 done:
     if (r) { srv_req_release(r); srv_req_release(r); }
     dsv4_tok_ids_free(&ids);
+    free(schema);
+    cJSON_Delete(fmsgs);
     cJSON_Delete(j);
 }
 
@@ -535,6 +556,8 @@ void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out)
     srv_job tmp = {0};
     dsv4_tok_ids ids = {0};
     srv_req *r = NULL;
+    char *schema = NULL;
+    const cJSON *shown = NULL;
     double lp = -1;
     cJSON *j = cJSON_ParseWithLength(body, len);
     if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
@@ -543,9 +566,15 @@ void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out)
     if (srv_opt_bool(j, "echo", &echo, msg, MSG) < 0) goto bad;
     if (echo) { snprintf(msg, MSG, "'echo' is not supported"); goto bad; }
     if (srv_opt_num(j, "logprobs", 0, DSV4_MAX_LOGPROBS, &lp, msg, MSG) < 0) goto bad;
+    /* not in OpenAI's completions API: the chat field, accepted here too (a raw prompt:
+     * nothing is added to it, the prompt should ask for the JSON itself) */
+    const int json = srv_json_format(j, SRV_API_COMPLETION, &schema, &shown, msg, MSG);
+    if (json < 0) goto bad;
     if (completion_prompt(s, cJSON_GetObjectItemCaseSensitive(j, "prompt"), &ids, msg)) goto bad;
     if (!(r = srv_req_new(ids.ids, (int)ids.n))) { srv_reply_error(out, SRV_API_COMPLETION, 500, "out of memory"); goto done; }
     if (srv_parse_sampling(s, j, r, "stop", msg, MSG)) goto bad;
+    if (json) srv_req_set_json(r, schema, 0);
+    schema = NULL;
     r->gp.sample.n_logprobs = lp > 0 ? (int)lp : 0;
     srv_job *job = srv_submit(s, r, SRV_API_COMPLETION, body, out);
     r = NULL;
@@ -562,5 +591,6 @@ bad:
 done:
     if (r) { srv_req_release(r); srv_req_release(r); }
     dsv4_tok_ids_free(&ids);
+    free(schema);
     cJSON_Delete(j);
 }

@@ -51,6 +51,7 @@ void srv_req_release(srv_req *r) {
     free(r->stops);
     free(r->bias_ids);
     free(r->bias);
+    free(r->json_schema);
     free(r->prompt);
     free(r->prefix);
     free(r->ev);

@@ -77,6 +77,19 @@ enum { SRV_TC_AUTO = 0, SRV_TC_NONE, SRV_TC_REQUIRED, SRV_TC_NAMED };
  * closes the reasoning first (no reasoning then). Returns 0, or -1 with a message. */
 int srv_force_tool_call(srv *s, srv_req *r, const cJSON *tools, int mode, const char *name,
                         int thinking, char *msg, size_t n);
+/* Structured output (structured.c). The request's format field (response_format, or
+ * output_config.format / output_format for SRV_API_MESSAGES): 0 when absent or free text, 1 when the answer must
+ * be JSON (*schema: the schema's compact text, malloc'ed; *shown: the object the prompt
+ * shows the model, inside body), -1 with a message (a schema outside the subset names the
+ * keyword). */
+int srv_json_format(const cJSON *body, int api, char **schema, const cJSON **shown, char *msg, size_t n);
+/* A copy of messages whose first system/developer message carries shown as its
+ * "response_format" (the template's Response Format section), or with such a system
+ * message put in front; a message that has its own is left alone. NULL when out of
+ * memory. */
+cJSON *srv_messages_with_format(const cJSON *messages, const cJSON *shown);
+/* Gives r the schema text (taken) as its constraint; after_think: thinking mode. */
+void srv_req_set_json(srv_req *r, char *schema, int after_think);
 /* Creates the job for r (taking the HTTP side's reference), applies the test script
  * (matched against the request body) and submits it; on failure out gets the error. */
 srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *out);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sample/json.h"
 #include "tok/tokenizer.h"
 #include "util/err.h"
 
@@ -30,6 +31,19 @@ struct dsv4_gen {
     int ended;              /* held-back text released: nothing more comes out */
     char *text;             /* (text_cap) text released by the last call */
     size_t text_len, text_cap;
+    int32_t *stops;         /* (n_stops) EOS and the caller's stop tokens */
+    int n_stops;
+    /* structured output (json.h), all sized at create: nothing is allocated per token */
+    dsv4_json_schema *schema; /* NULL: unconstrained */
+    const json_vocab *jv;   /* the tokenizer's vocabulary index (built once, shared) */
+    json_walk walk;
+    const dsv4_tokenizer *tok;
+    json_state *js;         /* (2) js[jcur]: the state after the value's bytes so far */
+    int jcur;
+    uint64_t *jbits;        /* (jv->words) the ids the state allows */
+    float *stop_row;        /* (n_stops) the stop tokens' row values before the mask */
+    int think;              /* >= 0: the constraint starts after the text's first "</think>",
+                             * of which `think` bytes are matched so far; -1: it runs */
 };
 
 /* (id, position in the request) pairs: a bias list sorted by id, stable */
@@ -79,6 +93,26 @@ static int append_text(dsv4_gen *g, const char *s, size_t n) {
     return 0;
 }
 
+static void *vocab_build(const dsv4_tokenizer *tok) { return json_vocab_build(tok); }
+static void vocab_drop(void *v) { json_vocab_free(v); }
+
+/* The compiled schema, the shared vocabulary index and the per-generation scratch. */
+static int json_setup(dsv4_gen *g, const dsv4_tokenizer *tok, const dsv4_gen_params *p, dsv4_err *err) {
+    g->think = p->json_after_think ? 0 : -1;
+    if (!p->json_schema) return DSV4_OK;
+    int rc = dsv4_json_schema_compile(p->json_schema, strlen(p->json_schema), &g->schema, err);
+    if (rc) return rc;
+    g->tok = tok;
+    g->jv = dsv4_tok_lazy(tok, vocab_build, vocab_drop);
+    g->js = g->jv ? malloc(2 * sizeof *g->js) : NULL;
+    g->jbits = g->jv ? malloc((size_t)g->jv->words * sizeof *g->jbits) : NULL;
+    g->stop_row = malloc((size_t)(g->n_stops + 1) * sizeof *g->stop_row);
+    if (!g->js || !g->jbits || !g->stop_row || json_walk_init(&g->walk, g->jv))
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
+    json_state_init(g->schema, &g->js[0]);
+    return DSV4_OK;
+}
+
 int dsv4_gen_create(const dsv4_model *m, const dsv4_tokenizer *tok, const dsv4_gen_params *p,
                     dsv4_gen **out, dsv4_err *err) {
     *out = NULL;
@@ -119,7 +153,9 @@ int dsv4_gen_create(const dsv4_model *m, const dsv4_tokenizer *tok, const dsv4_g
                                err)))
         goto fail;
     if ((rc = dsv4_tok_stream_new(tok, 0, &g->stream, err))) goto fail;
-    free(stops);
+    g->stops = stops, g->n_stops = n_stops;
+    stops = NULL;
+    if ((rc = json_setup(g, tok, p, err))) goto fail;
     *out = g;
     return DSV4_OK;
 fail:
@@ -138,7 +174,80 @@ void dsv4_gen_free(dsv4_gen *g) {
     free(g->bias_add);
     free(g->tokens);
     free(g->text);
+    free(g->stops);
+    dsv4_json_schema_free(g->schema);
+    json_walk_free(&g->walk);
+    free(g->js);
+    free(g->jbits);
+    free(g->stop_row);
     free(g);
+}
+
+/* Structured output: ids the JSON state refuses get -inf; the stop tokens keep their
+ * value only when the value is complete. */
+static void json_apply(dsv4_gen *g) {
+    for (int i = 0; i < g->n_stops; i++) g->stop_row[i] = g->stops[i] < g->V ? g->row[g->stops[i]] : 0;
+    json_mask(g->schema, g->jv, &g->walk, &g->js[g->jcur], g->jbits);
+    const int words = g->jv->words, V = g->V;
+    for (int w = 0; w < words && w * 64 < V; w++) {
+        uint64_t off = ~g->jbits[w];
+        for (; off; off &= off - 1) {
+            const int v = w * 64 + __builtin_ctzll(off);
+            if (v < V) g->row[v] = -INFINITY;
+        }
+    }
+    const int done = json_state_accepting(g->schema, &g->js[g->jcur]);
+    for (int i = 0; i < g->n_stops; i++)
+        if (g->stops[i] < V) g->row[g->stops[i]] = done ? g->stop_row[i] : -INFINITY;
+}
+
+/* Matches "</think>" over b[0..n) from `m` bytes matched: the bytes after the match (at
+ * *rest), or -1 with the new count in *m. ('<' occurs once in it: a mismatch restarts.) */
+static long think_end(const char *b, size_t n, int *m) {
+    static const char close[] = DSV4_CHAT_THINK_CLOSE;
+    for (size_t i = 0; i < n; i++) {
+        *m = b[i] == close[*m] ? *m + 1 : b[i] == '<';
+        if (*m == (int)sizeof close - 1) return (long)i + 1;
+    }
+    return -1;
+}
+
+/* Steps js[jcur] over n bytes (ping-pong with js[jcur ^ 1]); 0 once it dies. */
+static int json_feed(dsv4_gen *g, const char *b, size_t n) {
+    for (size_t i = 0; i < n; i++, g->jcur ^= 1)
+        if (!json_state_step(g->schema, &g->js[g->jcur], (uint8_t)b[i], &g->js[g->jcur ^ 1])) return 0;
+    return 1;
+}
+
+/* In the reasoning: a token that ends it may only go on with bytes that start the value. */
+static void think_apply(dsv4_gen *g) {
+    for (int k = 0; k < g->jv->n_gt; k++) {
+        const int32_t id = g->jv->gt[k];
+        size_t len = 0;
+        const char *b = dsv4_tok_id_bytes(g->tok, id, &len);
+        int m = g->think;
+        const long at = think_end(b, len, &m);
+        if (at < 0 || id >= g->V) continue;
+        json_state_init(g->schema, &g->js[g->jcur]);
+        if (!json_feed(g, b + at, len - (size_t)at)) g->row[id] = -INFINITY;
+    }
+    json_state_init(g->schema, &g->js[g->jcur]);
+}
+
+/* The JSON state after token tok joined the text (it was allowed: it cannot die). */
+static int json_advance(dsv4_gen *g, int32_t tok, dsv4_err *err) {
+    size_t len = 0;
+    const char *b = dsv4_tok_id_bytes(g->tok, tok, &len);
+    if (!b) len = 0;
+    if (g->think >= 0) {
+        const long at = think_end(b, len, &g->think);
+        if (at < 0) return DSV4_OK;
+        g->think = -1; /* the value starts right after "</think>" */
+        b += at, len -= (size_t)at;
+    }
+    if (!json_feed(g, b, len))
+        return dsv4_fail(err, DSV4_ERR_STATE, "gen: token %d leaves the JSON constraint", (int)tok);
+    return DSV4_OK;
 }
 
 /* Releases everything held back: the stream's incomplete character, then what the stop
@@ -170,8 +279,13 @@ int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_er
     for (int v = 0; v < n; v++) g->row[v] = logits[v] + g->mask[v];
     for (int v = n; v < g->V; v++) g->row[v] = logits[v] + -INFINITY;
     for (int j = 0; j < g->n_bias; j++) g->row[g->bias_id[j]] = logits[g->bias_id[j]] + g->bias_add[j];
+    if (g->schema) {
+        if (g->think < 0) json_apply(g);
+        else think_apply(g);
+    }
     g->text_len = 0;
     int rc = dsv4_sample(g->sampler, g->row, g->tokens, g->n, &out->sample, err);
+    if (rc && g->schema) dsv4_err_prefix(err, "gen: under the JSON constraint");
     if (rc) return rc;
     const int32_t tok = out->sample.token;
     g->tokens[g->n++] = tok;
@@ -182,6 +296,7 @@ int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_er
         /* the token joins the text: show what it completes, minus any stop string */
         const char *piece, *emit;
         size_t piece_len, emit_len;
+        if (g->schema && (rc = json_advance(g, tok, err))) return rc;
         if ((rc = dsv4_tok_stream_push(g->stream, tok, &piece, &piece_len, err))) return rc;
         int s = dsv4_stop_feed(g->stop, piece, piece_len, &emit, &emit_len);
         if (s < 0 || append_text(g, emit, emit_len))

@@ -578,7 +578,12 @@ int dsv4_tokenizer_load_json(const char *json, size_t len, dsv4_tokenizer **out,
         return dsv4_fail(err, DSV4_ERR_NOMEM, "out of memory");
     }
     t->cache = calloc(TOK_CACHE_SLOTS, sizeof *t->cache);
-    if (!t->cache || pthread_mutex_init(&t->cache_mu, NULL)) {
+    int mu = t->cache && !pthread_mutex_init(&t->cache_mu, NULL);
+    if (mu && pthread_mutex_init(&t->lazy_mu, NULL)) {
+        pthread_mutex_destroy(&t->cache_mu);
+        mu = 0;
+    }
+    if (!mu) {
         free(t->cache);
         free(t);
         cJSON_Delete(root);
@@ -615,6 +620,8 @@ void dsv4_tokenizer_free(dsv4_tokenizer *t) {
     if (!t) return;
     for (int i = 0; i < t->n_stages; i++) pcre2_code_free(t->stages[i].re);
     if (t->cache) pthread_mutex_destroy(&t->cache_mu);
+    if (t->cache) pthread_mutex_destroy(&t->lazy_mu);
+    if (t->lazy) t->lazy_drop(t->lazy);
     free(t->cache);
     free(t->flags);
     free(t->text_mask);
@@ -635,6 +642,15 @@ void dsv4_tokenizer_free(dsv4_tokenizer *t) {
 int dsv4_tok_vocab_size(const dsv4_tokenizer *t) { return t->n_ids; }
 
 const float *dsv4_tok_text_mask(const dsv4_tokenizer *t) { return t->text_mask; }
+
+void *dsv4_tok_lazy(const dsv4_tokenizer *t, void *(*build)(const dsv4_tokenizer *), void (*drop)(void *)) {
+    dsv4_tokenizer *w = (dsv4_tokenizer *)t; /* the slot is the one mutable part, under lazy_mu */
+    pthread_mutex_lock(&w->lazy_mu);
+    if (!w->lazy && (w->lazy = build(t))) w->lazy_drop = drop;
+    void *r = w->lazy;
+    pthread_mutex_unlock(&w->lazy_mu);
+    return r;
+}
 
 static inline int has_id(const dsv4_tokenizer *t, int32_t id) {
     return id >= 0 && id < t->n_ids && (t->flags[id] & TOK_HAS);

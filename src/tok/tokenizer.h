@@ -10,4 +10,10 @@
  * load, read-only after (any thread may read it), freed with the tokenizer. */
 const float *dsv4_tok_text_mask(const dsv4_tokenizer *t);
 
+/* An object derived from the tokenizer and kept with it (one slot: the JSON vocabulary
+ * index of structured output): built by build(t) on the first call (NULL when that
+ * fails: the next call tries again), then returned as is; drop frees it with the
+ * tokenizer. Thread-safe; read-only once built. */
+void *dsv4_tok_lazy(const dsv4_tokenizer *t, void *(*build)(const dsv4_tokenizer *), void (*drop)(void *));
+
 #endif

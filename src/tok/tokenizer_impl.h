@@ -95,6 +95,9 @@ struct dsv4_tokenizer {
     int n_stages;
 
     pthread_mutex_t cache_mu;   // guards cache; taken with trylock, a busy cache is skipped
+    pthread_mutex_t lazy_mu;    // guards lazy (dsv4_tok_lazy)
+    void *lazy;                 // built on first use by a layer above (the JSON vocab index)
+    void (*lazy_drop)(void *);
     tok_cache_entry *cache;     // (TOK_CACHE_SLOTS)
 };
 

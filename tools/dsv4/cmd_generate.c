@@ -1,7 +1,11 @@
 /* cmd_generate.c — `dsv4 generate`: text in, streamed text out.
  *
  *   dsv4 generate --model DIR (--prompt TEXT | --prompt-file F) [--chat] [--think|--nothink]
- *                 [--system TEXT] [-n N] [sampling flags]
+ *                 [--system TEXT] [--json | --json-schema FILE] [-n N] [sampling flags]
+ *
+ * --json / --json-schema constrain the reply to one JSON object / one value valid under the
+ * schema (structured output, dsv4_gen_params.json_schema); with --chat the system message
+ * also shows the model the format, as the server does for response_format.
  *
  * With --chat the prompt becomes one user turn of the DeepSeek-V4 chat template; without
  * it the text is continued as it is (after BOS). Ends with load time, token counts, time to
@@ -12,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <cjson/cJSON.h>
 
 #include "cli_opts.h"
 #include "cli_util.h"
@@ -92,17 +98,65 @@ static int prefill_only(dsv4_engine *eng, int seq, const int32_t *ids, int n, in
     return rc;
 }
 
+/* --json / --json-schema FILE: *schema = the schema's text (checked here, so that a schema
+ * outside the subset is refused before the model loads), NULL for neither. */
+static int json_format(int json, const char *file, char **schema) {
+    *schema = NULL;
+    if (json && file) {
+        fprintf(stderr, "dsv4 generate: give at most one of --json and --json-schema\n");
+        return -1;
+    }
+    size_t len = 0;
+    char why[512];
+    if (file && !(*schema = cli_read_input(file, CLI_TEXT_LIMIT, &len, why, sizeof why))) {
+        fprintf(stderr, "dsv4 generate: %s\n", why);
+        return -1;
+    }
+    if (json && !(*schema = strdup("{\"type\":\"object\"}"))) return -1;
+    dsv4_json_schema *c = NULL;
+    dsv4_err err = {0};
+    if (*schema && dsv4_json_schema_compile(*schema, strlen(*schema), &c, &err)) {
+        fprintf(stderr, "dsv4 generate: --json-schema %s: %s\n", file, err.msg);
+        free(*schema);
+        *schema = NULL;
+        return -1;
+    }
+    dsv4_json_schema_free(c);
+    return 0;
+}
+
+/* The system message (text may be NULL), carrying the reply's format when there is one:
+ * the template's Response Format section, as the server writes response_format. */
+static int add_system(dsv4_chat *conv, const char *text, const char *schema, dsv4_err *err) {
+    if (!schema) return text ? dsv4_chat_add(conv, "system", text, err) : 0;
+    cJSON *m = cJSON_CreateObject(), *rf = cJSON_AddObjectToObject(m, "response_format");
+    cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
+    cJSON *sc = cJSON_Parse(schema);
+    cJSON_AddStringToObject(m, "role", "system");
+    cJSON_AddStringToObject(m, "content", text ? text : "");
+    cJSON_AddStringToObject(rf, "type", "json_schema");
+    cJSON_AddStringToObject(js, "name", "output");
+    if (sc) cJSON_AddItemToObject(js, "schema", sc);
+    int rc = sc && js ? dsv4_chat_add_json(conv, m, err) : (err->code = DSV4_ERR_NOMEM);
+    if (rc == DSV4_ERR_NOMEM && !sc) snprintf(err->msg, sizeof err->msg, "out of memory");
+    cJSON_Delete(m);
+    return rc;
+}
+
 int cmd_generate(int argc, char **argv) {
     gen_flags f;
     gen_flags_init(&f, 256, 0);
     const char *prompt = NULL, *prompt_file = NULL, *system = NULL;
-    int chat = 0, no_bos = 0;
+    const char *schema_file = NULL;
+    int chat = 0, no_bos = 0, json = 0;
     const cli_opt own[] = {
         CLI_STR_OPT("prompt", 'p', &prompt, "TEXT", "the text to continue (or, with --chat, the question)"),
         CLI_FILE_OPT("prompt-file", 'f', &prompt_file, "FILE", "read the prompt from FILE"),
         CLI_FLAG_OPT("chat", 0, &chat, 1, "wrap the prompt in the chat template as one user turn"),
         CLI_STR_OPT("system", 0, &system, "TEXT", "system message (with --chat)"),
         CLI_FLAG_OPT("no-bos", 0, &no_bos, 1, "do not start a plain prompt with the BOS token"),
+        CLI_FLAG_OPT("json", 0, &json, 1, "the reply is one JSON object (JSON mode; ask for it in the prompt too)"),
+        CLI_FILE_OPT("json-schema", 0, &schema_file, "FILE", "the reply is one JSON value valid under the JSON Schema in FILE (the subset of README, Serving)"),
         CLI_OPT_END,
     };
     const cli_cmd cmd = {"generate", "--model DIR (--prompt TEXT | --prompt-file FILE) [options]",
@@ -117,12 +171,15 @@ int cmd_generate(int argc, char **argv) {
         cli_short_usage(&cmd, stderr);
         return 2;
     }
+    char *schema = NULL;
+    if (json_format(json, schema_file, &schema)) return 2;
     char *file_text = NULL;
     size_t prompt_len = prompt ? strlen(prompt) : 0;
     if (prompt_file) {
         char why[512];
         if (!(prompt = file_text = cli_read_input(prompt_file, CLI_TEXT_LIMIT, &prompt_len, why, sizeof why))) {
             fprintf(stderr, "dsv4 generate: %s\n", why);
+            free(schema);
             return 1;
         }
     }
@@ -134,6 +191,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "dsv4 generate: the prompt holds a NUL byte (byte %zu); --chat needs text\n",
                 (size_t)(nul - prompt) + 1);
         free(file_text);
+        free(schema);
         return 2;
     }
 
@@ -142,7 +200,7 @@ int cmd_generate(int argc, char **argv) {
     dsv4_tokenizer *tok;
     dsv4_engine *eng;
     int seq, status = 1;
-    if (gen_open(&f, "generate", &model, &tok, &eng, &seq)) { free(file_text); return 1; }
+    if (gen_open(&f, "generate", &model, &tok, &eng, &seq)) { free(file_text); free(schema); return 1; }
     const double t_loaded = cli_now_s();
     if (gen_spec_open(&f, "generate", eng, seq)) goto out;
     dsv4_model_info info = dsv4_model_get_info(model);
@@ -153,8 +211,7 @@ int cmd_generate(int argc, char **argv) {
         dsv4_chat_opts co = {.thinking = f.think == 1};
         dsv4_chat *conv = NULL;
         int reset;
-        if (dsv4_chat_create(&co, &conv, &err) ||
-            (system && dsv4_chat_add(conv, "system", system, &err)) ||
+        if (dsv4_chat_create(&co, &conv, &err) || add_system(conv, system, schema, &err) ||
             dsv4_chat_add(conv, "user", prompt, &err) ||
             dsv4_chat_next_ids(conv, tok, &ids, &reset, &err)) {
             fprintf(stderr, "dsv4 generate: %s\n", err.msg);
@@ -187,6 +244,8 @@ int cmd_generate(int argc, char **argv) {
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_sa);
+    f.gen.json_schema = schema;
+    f.gen.json_after_think = thinking;
     gen_run run = {tok, cli_now_s(), 0, {0}};
     gen_printer_start(&run.out, thinking && f.max_tokens != 0, &interrupted);
     dsv4_generation_result res = {0};
@@ -224,6 +283,7 @@ int cmd_generate(int argc, char **argv) {
     status = interrupted ? 130 : 0;
 out:
     free(file_text);
+    free(schema);
     dsv4_tok_ids_free(&ids);
     dsv4_spec_free(f.gen.spec);
     dsv4_engine_free(eng);

@@ -1,0 +1,109 @@
+/* structured.c — structured output requests: OpenAI's response_format (chat completions,
+ * and the same field on completions) and Anthropic's output_config.format (or the older
+ * output_format), turned into the JSON
+ * Schema text that constrains sampling (dsv4_gen_params.json_schema). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/srv.h"
+
+/* Checks the schema compiles (the refusal names the keyword) and keeps its compact text. */
+static int schema_text(const cJSON *schema, const char *dflt, const char *field, char **out, char *msg,
+                       size_t n) {
+    char *t = schema ? cJSON_PrintUnformatted(schema) : strdup(dflt);
+    if (!t) { snprintf(msg, n, "out of memory"); return -1; }
+    dsv4_json_schema *c = NULL;
+    dsv4_err err = {0};
+    if (dsv4_json_schema_compile(t, strlen(t), &c, &err)) {
+        snprintf(msg, n, "'%s': %s", field, err.msg);
+        free(t);
+        return -1;
+    }
+    dsv4_json_schema_free(c);
+    *out = t;
+    return 1;
+}
+
+int srv_json_format(const cJSON *body, int api, char **schema, const cJSON **shown, char *msg, size_t n) {
+    *schema = NULL;
+    *shown = NULL;
+    const char *key = api == SRV_API_MESSAGES ? "output_format" : "response_format";
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(body, key);
+    const cJSON *oc = api == SRV_API_MESSAGES ? cJSON_GetObjectItemCaseSensitive(body, "output_config") : NULL;
+    if (cJSON_IsObject(oc) && cJSON_GetObjectItemCaseSensitive(oc, "format")) {
+        /* Anthropic's current form, output_config.format (output_format is the older one) */
+        rf = cJSON_GetObjectItemCaseSensitive(oc, "format");
+        key = "output_config.format";
+    }
+    if (!rf || cJSON_IsNull(rf)) return 0;
+    const cJSON *ty = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+    const char *t = cJSON_IsString(ty) ? ty->valuestring : "";
+    if (api == SRV_API_MESSAGES) {
+        /* {"type": "json_schema", "schema": {...}} */
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(rf, "schema");
+        if (strcmp(t, "json_schema") || !(cJSON_IsObject(sc) || cJSON_IsBool(sc))) {
+            snprintf(msg, n, "%s: must be {\"type\": \"json_schema\", \"schema\": {...}}", key);
+            return -1;
+        }
+        *shown = sc;
+        return schema_text(sc, NULL, key, schema, msg, n);
+    }
+    if (!strcmp(t, "text")) return 0;
+    *shown = rf;
+    if (!strcmp(t, "json_object")) return schema_text(NULL, "{\"type\":\"object\"}", key, schema, msg, n);
+    if (strcmp(t, "json_schema")) {
+        snprintf(msg, n, "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+        return -1;
+    }
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name");
+    const cJSON *strict = cJSON_GetObjectItemCaseSensitive(js, "strict");
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(js, "schema");
+    if (!cJSON_IsObject(js) || !cJSON_IsString(name)) {
+        snprintf(msg, n, "'response_format.json_schema' must be an object with a string 'name'");
+        return -1;
+    }
+    if (strict && !cJSON_IsNull(strict) && !cJSON_IsBool(strict)) {
+        snprintf(msg, n, "'response_format.json_schema.strict' must be a boolean");
+        return -1;
+    }
+    if (sc && !cJSON_IsNull(sc) && !cJSON_IsObject(sc) && !cJSON_IsBool(sc)) {
+        snprintf(msg, n, "'response_format.json_schema.schema' must be an object");
+        return -1;
+    }
+    /* no schema: any JSON value. strict false is enforced all the same: the subset
+     * refuses what it would not enforce */
+    return schema_text(cJSON_IsNull(sc) ? NULL : sc, "true", "response_format.json_schema.schema", schema, msg, n);
+}
+
+cJSON *srv_messages_with_format(const cJSON *messages, const cJSON *shown) {
+    cJSON *m = cJSON_Duplicate(messages, 1);
+    cJSON *rf = cJSON_Duplicate(shown, 1);
+    if (!m || !rf) { cJSON_Delete(m); cJSON_Delete(rf); return NULL; }
+    cJSON *first = m->child;
+    const cJSON *role = first ? cJSON_GetObjectItemCaseSensitive(first, "role") : NULL;
+    const int sys = cJSON_IsString(role) && (!strcmp(role->valuestring, "system") || !strcmp(role->valuestring, "developer"));
+    if (sys && !cJSON_GetObjectItemCaseSensitive(first, "response_format")) {
+        cJSON_AddItemToObject(first, "response_format", rf);
+        return m;
+    }
+    if (sys) { cJSON_Delete(rf); return m; } /* the client's own per-message section stays */
+    cJSON *s = cJSON_CreateObject();
+    if (!s || !cJSON_AddStringToObject(s, "role", "system") || !cJSON_AddStringToObject(s, "content", "") ||
+        !cJSON_InsertItemInArray(m, 0, s)) {
+        cJSON_Delete(s);
+        cJSON_Delete(rf);
+        cJSON_Delete(m);
+        return NULL;
+    }
+    cJSON_AddItemToObject(s, "response_format", rf);
+    return m;
+}
+
+void srv_req_set_json(srv_req *r, char *schema, int after_think) {
+    free(r->json_schema);
+    r->json_schema = schema;
+    r->gp.json_schema = schema;
+    r->gp.json_after_think = after_think;
+}

@@ -1,0 +1,156 @@
+/* json.h — structured output: a JSON Schema (the subset below) compiled to a byte-level
+ * pushdown automaton, and the per-step token mask over a vocabulary (json_vocab).
+ *
+ * Compiled schema (json_schema.c): a graph of nodes. A node is one of
+ *   TYPED: a set of JSON types, with the object part (properties in order, or free keys
+ *          whose values follow `additional`) and the array part (prefixItems, items,
+ *          minItems, maxItems); "any JSON value" is TYPED with every type;
+ *   LIT:   enum / const: the values' compact JSON texts, matched byte for byte;
+ *   ANYOF: alternatives, followed in parallel (one stack each) until the bytes decide.
+ *
+ * Automaton state (json_match.c): a set of at most JSON_MAX_STACKS stacks of frames, each
+ * at most JSON_MAX_DEPTH deep. A byte advances every stack; a stack that cannot take it
+ * dies; the state is dead when no stack is left. Whitespace between tokens is allowed in
+ * runs of at most JSON_MAX_WS bytes (so a constrained model cannot loop on whitespace).
+ * The state is plain data of bounded size: copying it is how the vocabulary walk tries a
+ * token's bytes, and nothing is allocated per byte or per token.
+ */
+#ifndef DSV4_SAMPLE_JSON_H
+#define DSV4_SAMPLE_JSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsv4_text.h"
+
+#define JSON_MAX_STACKS 8
+#define JSON_MAX_DEPTH 32
+#define JSON_MAX_WS 32
+#define JSON_MAX_PROPS 64 /* per object (a candidate bitmask) */
+#define JSON_MAX_LITS 64  /* per enum */
+#define JSON_MAX_NODES 4096
+
+/* Node kinds and type bits */
+enum { JN_TYPED = 0, JN_LIT, JN_ANYOF };
+enum { JT_OBJ = 1, JT_ARR = 2, JT_STR = 4, JT_NUM = 8, JT_INT = 16, JT_BOOL = 32, JT_NULL = 64 };
+
+typedef struct json_prop {
+    char *key;      /* the name as a JSON string, quotes included ("\"name\"") */
+    int key_len;
+    int node;       /* the value's schema */
+    int required;
+} json_prop;
+
+typedef struct json_lit {
+    char *text;     /* a value's compact JSON text (cJSON_PrintUnformatted) */
+    int len;
+} json_lit;
+
+typedef struct json_node {
+    uint8_t kind;           /* JN_* */
+    uint8_t types;          /* JT_* (TYPED) */
+    int props, n_props;     /* [props, props + n_props) of json_schema.props, in order */
+    int additional;         /* free-key objects: the values' node; -1: declared keys only */
+    int prefix, n_prefix;   /* prefixItems: [prefix, prefix + n_prefix) of json_schema.kids */
+    int items;              /* items past the prefix: node, or -1 (items: false) */
+    int min_items, max_items; /* max -1: none */
+    int lits, n_lits;       /* LIT: [lits, lits + n_lits) of json_schema.lits */
+    int alts, n_alts;       /* ANYOF: [alts, alts + n_alts) of json_schema.kids */
+} json_node;
+
+struct dsv4_json_schema {
+    json_node *nodes;       /* (n_nodes); node 0 is the root */
+    int n_nodes, cap_nodes;
+    json_prop *props;       /* (n_props) */
+    int n_props, cap_props;
+    int *kids;              /* (n_kids) prefixItems and anyOf lists */
+    int n_kids, cap_kids;
+    json_lit *lits;         /* (n_lits) */
+    int n_lits, cap_lits;
+    int bool_node, null_node; /* LIT nodes of true/false and null */
+};
+
+/* ---- automaton ---- */
+
+typedef struct json_frame {
+    uint16_t node;
+    uint8_t kind;           /* F_* (json_match.c) */
+    uint8_t phase;
+    uint8_t ws;             /* whitespace bytes in the current run */
+    uint8_t pad[3];
+    uint32_t a;             /* offset (KEY, LIT), item count (ARR), next property (OBJ),
+                             * UTF-8 state (STR) */
+    uint32_t pad2;
+    uint64_t b;             /* candidate bitmask (KEY, LIT), current property (OBJ) */
+} json_frame;
+
+typedef struct json_state {
+    int n;                               /* live stacks; 0 = dead */
+    int depth[JSON_MAX_STACKS];
+    json_frame f[JSON_MAX_STACKS][JSON_MAX_DEPTH];
+} json_state;
+
+/* The start state: the root value is next. */
+void json_state_init(const dsv4_json_schema *s, json_state *st);
+/* dst = src advanced by byte c (dst != src). Returns 1 if alive, 0 if dead. */
+int json_state_step(const dsv4_json_schema *s, const json_state *src, uint8_t c, json_state *dst);
+/* 1 when the bytes so far are one complete value (EOS may come now). */
+int json_state_accepting(const dsv4_json_schema *s, const json_state *st);
+/* 1 when the state is inside a plain string, between characters or inside a UTF-8
+ * character (*utf8: json_match.c's UTF-8 state, 0..7): then a token whose bytes have no
+ * '"', '\\' or control byte stays inside the string, valid iff its UTF-8 is. */
+int json_state_in_string(const json_state *st, int *utf8);
+/* The UTF-8 state after byte c inside a string from state u, or -1 if c is not allowed
+ * there (a '"', '\\' or control byte counts as not allowed). */
+int json_utf8_next(int u, uint8_t c);
+
+/* ---- the vocabulary index (json_vocab.c) ---- */
+
+/* A trie node in preorder: its byte, its depth (1 = a first byte), the index just past its
+ * subtree, and the id whose bytes end here (-1: none; more ids with the same bytes follow
+ * through json_vocab.dup). */
+typedef struct json_trie {
+    uint32_t skip;
+    int32_t tok;
+    uint16_t depth;
+    uint8_t byte;
+} json_trie;
+
+typedef struct json_vocab {
+    int V;                  /* ids: the tokenizer's vocabulary size */
+    int words;              /* 64-bit words of a mask of V bits */
+    int max_len;            /* longest token, bytes */
+    json_trie *all;         /* (n_all) every id with text that is not an added token */
+    int n_all;
+    json_trie *spec;        /* (n_spec) those with a '"', '\\' or control byte */
+    int n_spec;
+    int32_t *dup;           /* (V) next id with the same bytes, -1 */
+    uint64_t *safe;         /* [8][words]: ids that stay inside a string from UTF-8 state u */
+    int32_t *gt;            /* (n_gt) ids whose bytes hold a '>' (added tokens too): the
+                             * only ones that can end a "</think>" */
+    int n_gt;
+} json_vocab;
+
+/* Builds the index of a tokenizer's vocabulary (~0.1 s for 129K ids); NULL when out of
+ * memory. */
+json_vocab *json_vocab_build(const dsv4_tokenizer *tok);
+void json_vocab_free(json_vocab *v);
+
+/* Per-generation scratch for json_mask: the walk's states, one per trie depth. */
+typedef struct json_walk {
+    json_state *st;         /* (max_len + 1) */
+    int n_st;
+} json_walk;
+
+int json_walk_init(json_walk *w, const json_vocab *v);
+void json_walk_free(json_walk *w);
+
+/* bits [words]: bit v set iff id v's bytes can follow state st (the ids of the trie only:
+ * no added token, no end of sequence). Returns the number of trie nodes stepped. */
+long json_mask(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, const json_state *st,
+               uint64_t *bits);
+/* The same by brute force: every id's bytes run through the automaton (tests). */
+void json_mask_brute(const dsv4_json_schema *s, const dsv4_tokenizer *tok, const json_state *st,
+                     uint64_t *bits, int words);
+
+#endif

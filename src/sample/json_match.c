@@ -1,0 +1,374 @@
+/* json_match.c — the byte automaton of a compiled schema (json.h): a set of stacks of
+ * frames, each stack one reading of the bytes so far (anyOf alternatives that the bytes
+ * have not told apart yet). A frame is one JSON construct being read; it takes a byte, or
+ * hands it to its parent when it is complete (a number ends at the first byte that cannot
+ * continue it). */
+#include "sample/json.h"
+
+#include <string.h>
+
+enum { F_END, F_VALUE, F_OBJ, F_KEY, F_STR, F_NUM, F_LIT, F_ARR };
+/* what a frame did with the byte */
+enum { R_DEAD, R_EAT, R_EAT_POP, R_PASS, R_REFEED };
+/* F_OBJ phases */
+enum { O_OPEN, O_KEY, O_COLON, O_VALUE, O_AFTER, O_COMMA };
+/* F_ARR phases */
+enum { A_OPEN, A_VALUE, A_AFTER };
+/* F_NUM phases */
+enum { N_START, N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
+
+static json_frame frame(int kind, int node) { return (json_frame){.node = (uint16_t)node, .kind = (uint8_t)kind}; }
+
+static int is_ws(uint8_t c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+static int is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+
+/* one more whitespace byte in the frame's current run, within the bound */
+static int ws(json_frame *t) {
+    if (t->ws >= JSON_MAX_WS) return R_DEAD;
+    t->ws++;
+    return R_EAT;
+}
+
+int json_utf8_next(int u, uint8_t c) {
+    /* RFC 3629's well-formed sequences: states 1, 2: that many continuation bytes left;
+     * 3 (after E0): A0-BF; 4 (after ED): 80-9F; 5 (after F0): 90-BF; 6 (after F1-F3):
+     * 80-BF; 7 (after F4): 80-8F, each then 1 (3, 4) or 2 (5, 6, 7) more */
+    static const uint8_t lo[8] = {0, 0x80, 0x80, 0xA0, 0x80, 0x90, 0x80, 0x80};
+    static const uint8_t hi[8] = {0, 0xBF, 0xBF, 0xBF, 0x9F, 0xBF, 0xBF, 0x8F};
+    static const int8_t next[8] = {0, 0, 1, 1, 1, 2, 2, 2};
+    if (u) return c >= lo[u] && c <= hi[u] ? next[u] : -1;
+    if (c < 0x20 || c == '"' || c == '\\') return -1;
+    if (c < 0x80) return 0;
+    if (c >= 0xC2 && c <= 0xDF) return 1;
+    if (c == 0xE0) return 3;
+    if (c == 0xED) return 4;
+    if (c >= 0xE1 && c <= 0xEF) return 2;
+    if (c == 0xF0) return 5;
+    if (c >= 0xF1 && c <= 0xF3) return 6;
+    if (c == 0xF4) return 7;
+    return -1;
+}
+
+static int push(json_frame *f, int *d, json_frame x) {
+    if (*d >= JSON_MAX_DEPTH) return 0;
+    f[(*d)++] = x;
+    return 1;
+}
+
+/* ---- objects ---- */
+
+static int required_left(const dsv4_json_schema *s, const json_node *n, uint32_t pos) {
+    for (int i = (int)pos; i < n->n_props; i++)
+        if (s->props[n->props + i].required) return 1;
+    return 0;
+}
+
+/* keys that may come at pos: the next ones up to and including the first required one */
+static uint64_t key_candidates(const dsv4_json_schema *s, const json_node *n, uint32_t pos) {
+    uint64_t m = 0;
+    for (int i = (int)pos; i < n->n_props; i++) {
+        m |= 1ull << i;
+        if (s->props[n->props + i].required) break;
+    }
+    return m;
+}
+
+static int start_key(const dsv4_json_schema *s, json_frame *f, int *d) {
+    json_frame *t = &f[*d - 1];
+    const json_node *n = &s->nodes[t->node];
+    json_frame k;
+    if (n->n_props == 0) {
+        if (n->additional < 0) return R_DEAD;
+        k = frame(F_STR, t->node);
+    } else {
+        k = frame(F_KEY, t->node);
+        k.a = 1; /* the opening quote, taken here */
+        if (!(k.b = key_candidates(s, n, t->a))) return R_DEAD;
+    }
+    t->phase = O_KEY, t->ws = 0;
+    return push(f, d, k) ? R_EAT : R_DEAD;
+}
+
+static int obj_feed(const dsv4_json_schema *s, json_frame *f, int *d, uint8_t c) {
+    json_frame *t = &f[*d - 1];
+    const json_node *n = &s->nodes[t->node];
+    if (is_ws(c)) return ws(t);
+    switch (t->phase) {
+    case O_OPEN:
+        if (c == '}') return required_left(s, n, t->a) ? R_DEAD : R_EAT_POP;
+        return c == '"' ? start_key(s, f, d) : R_DEAD;
+    case O_COMMA:
+        return c == '"' ? start_key(s, f, d) : R_DEAD;
+    case O_COLON: {
+        if (c != ':') return R_DEAD;
+        const int v = n->n_props ? s->props[n->props + (int)t->b].node : n->additional;
+        t->phase = O_VALUE, t->ws = 0;
+        return push(f, d, frame(F_VALUE, v)) ? R_EAT : R_DEAD;
+    }
+    case O_AFTER:
+        if (c == '}') return required_left(s, n, t->a) ? R_DEAD : R_EAT_POP;
+        if (c != ',' || (n->n_props ? (int)t->a >= n->n_props : n->additional < 0)) return R_DEAD;
+        t->phase = O_COMMA, t->ws = 0;
+        return R_EAT;
+    }
+    return R_DEAD;
+}
+
+static int key_feed(const dsv4_json_schema *s, json_frame *t, uint8_t c) {
+    const json_node *n = &s->nodes[t->node];
+    uint64_t keep = 0;
+    for (uint64_t m = t->b; m; m &= m - 1) {
+        const json_prop *p = &s->props[n->props + __builtin_ctzll(m)];
+        if ((int)t->a < p->key_len && (uint8_t)p->key[t->a] == c) keep |= m & -m;
+    }
+    if (!keep) return R_DEAD;
+    t->a++, t->b = keep;
+    /* quoted keys are prefix-free: a complete one is the only candidate left */
+    const json_prop *p = &s->props[n->props + __builtin_ctzll(keep)];
+    return (int)t->a == p->key_len ? R_EAT_POP : R_EAT;
+}
+
+/* ---- scalars ---- */
+
+static int str_feed(json_frame *t, uint8_t c) {
+    if (t->phase == 0) {
+        if (t->a == 0 && c == '"') return R_EAT_POP;
+        if (t->a == 0 && c == '\\') { t->phase = 1; return R_EAT; }
+        const int u = json_utf8_next((int)t->a, c);
+        if (u < 0) return R_DEAD;
+        t->a = (uint32_t)u;
+        return R_EAT;
+    }
+    if (t->phase == 1) {
+        if (c == 'u') t->phase = 2;
+        else if (strchr("\"\\/bfnrt", c) && c) t->phase = 0;
+        else return R_DEAD;
+        return R_EAT;
+    }
+    /* \uXXXX: phases 2..5 */
+    const int hex = is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    if (!hex) return R_DEAD;
+    t->phase = t->phase == 5 ? 0 : t->phase + 1;
+    return R_EAT;
+}
+
+static int num_ends(const json_frame *t) {
+    return t->phase == N_ZERO || t->phase == N_INT || t->phase == N_FRAC || t->phase == N_EXP;
+}
+
+static int num_feed(const dsv4_json_schema *s, json_frame *t, uint8_t c) {
+    const int real = (s->nodes[t->node].types & JT_NUM) != 0; /* else integers only */
+    int to = -1;
+    switch (t->phase) {
+    case N_START: to = c == '-' ? N_MINUS : c == '0' ? N_ZERO : is_digit(c) ? N_INT : -1; break;
+    case N_MINUS: to = c == '0' ? N_ZERO : is_digit(c) ? N_INT : -1; break;
+    case N_ZERO:
+    case N_INT:
+        if (t->phase == N_INT && is_digit(c)) to = N_INT;
+        else if (real && c == '.') to = N_DOT;
+        else if (real && (c == 'e' || c == 'E')) to = N_E;
+        break;
+    case N_DOT: to = is_digit(c) ? N_FRAC : -1; break;
+    case N_FRAC: to = is_digit(c) ? N_FRAC : (c == 'e' || c == 'E') ? N_E : -1; break;
+    case N_E: to = (c == '+' || c == '-') ? N_ESIGN : is_digit(c) ? N_EXP : -1; break;
+    case N_ESIGN:
+    case N_EXP: to = is_digit(c) ? N_EXP : -1; break;
+    }
+    if (to >= 0) { t->phase = (uint8_t)to; return R_EAT; }
+    return num_ends(t) ? R_PASS : R_DEAD;
+}
+
+static int lit_ends(const dsv4_json_schema *s, const json_frame *t) {
+    const json_node *n = &s->nodes[t->node];
+    for (uint64_t m = t->b; m; m &= m - 1)
+        if (s->lits[n->lits + __builtin_ctzll(m)].len == (int)t->a) return 1;
+    return 0;
+}
+
+static int lit_feed(const dsv4_json_schema *s, json_frame *t, uint8_t c) {
+    const json_node *n = &s->nodes[t->node];
+    uint64_t keep = 0;
+    int longer = 0;
+    for (uint64_t m = t->b; m; m &= m - 1) {
+        const json_lit *l = &s->lits[n->lits + __builtin_ctzll(m)];
+        if ((int)t->a < l->len && (uint8_t)l->text[t->a] == c) {
+            keep |= m & -m;
+            longer |= l->len > (int)t->a + 1;
+        }
+    }
+    /* a complete value that another one continues (numbers: 1 and 12) ends at the first
+     * byte neither takes; every other literal delimits itself */
+    if (!keep) return lit_ends(s, t) ? R_PASS : R_DEAD;
+    t->a++, t->b = keep;
+    return longer ? R_EAT : R_EAT_POP;
+}
+
+/* ---- arrays ---- */
+
+/* the schema of item i, or -1 when there may be no item i */
+static int item_node(const dsv4_json_schema *s, const json_node *n, uint32_t i) {
+    if (n->max_items >= 0 && i >= (uint32_t)n->max_items) return -1;
+    if (i < (uint32_t)n->n_prefix) return s->kids[n->prefix + (int)i];
+    return n->items;
+}
+
+static int arr_feed(const dsv4_json_schema *s, json_frame *f, int *d, uint8_t c) {
+    json_frame *t = &f[*d - 1];
+    const json_node *n = &s->nodes[t->node];
+    if (is_ws(c)) return ws(t);
+    if (c == ']') return t->a >= (uint32_t)n->min_items ? R_EAT_POP : R_DEAD;
+    const int it = item_node(s, n, t->a);
+    if (it < 0) return R_DEAD;
+    if (t->phase == A_AFTER) {
+        if (c != ',') return R_DEAD;
+        t->phase = A_VALUE, t->ws = 0;
+        return push(f, d, frame(F_VALUE, it)) ? R_EAT : R_DEAD;
+    }
+    /* A_OPEN: the first item starts with this byte */
+    t->phase = A_VALUE, t->ws = 0;
+    return push(f, d, frame(F_VALUE, it)) ? R_REFEED : R_DEAD;
+}
+
+/* ---- values ---- */
+
+static void feed(const dsv4_json_schema *s, const json_frame *src, int depth, uint8_t c, json_state *dst);
+
+static int value_feed(const dsv4_json_schema *s, json_state *st, int k, uint8_t c) {
+    json_frame *t = &st->f[k][st->depth[k] - 1];
+    const json_node *n = &s->nodes[t->node];
+    if (is_ws(c)) return ws(t);
+    if (n->kind == JN_ANYOF) {
+        /* one stack per alternative: the others as copies, the first in place */
+        for (int i = n->n_alts - 1; i >= 1; i--) {
+            t->node = (uint16_t)s->kids[n->alts + i];
+            feed(s, st->f[k], st->depth[k], c, st);
+        }
+        t->node = (uint16_t)s->kids[n->alts];
+        return R_REFEED;
+    }
+    if (n->kind == JN_LIT) {
+        *t = frame(F_LIT, t->node);
+        t->b = n->n_lits == 64 ? ~0ull : (1ull << n->n_lits) - 1;
+        return R_REFEED;
+    }
+    const int ty = n->types, node = t->node;
+    if (c == '{' && (ty & JT_OBJ)) { *t = frame(F_OBJ, node); return R_EAT; }
+    if (c == '[' && (ty & JT_ARR)) { *t = frame(F_ARR, node); return R_EAT; }
+    if (c == '"' && (ty & JT_STR)) { *t = frame(F_STR, node); return R_EAT; }
+    if ((c == '-' || is_digit(c)) && (ty & (JT_NUM | JT_INT))) { *t = frame(F_NUM, node); return R_REFEED; }
+    if ((c == 't' || c == 'f') && (ty & JT_BOOL)) { *t = frame(F_LIT, s->bool_node); t->b = 3; return R_REFEED; }
+    if (c == 'n' && (ty & JT_NULL)) { *t = frame(F_LIT, s->null_node); t->b = 1; return R_REFEED; }
+    return R_DEAD;
+}
+
+/* the top frame is complete: pop it and move its parent on */
+static void pop_done(json_frame *f, int *d) {
+    const json_frame done = f[--*d];
+    json_frame *p = &f[*d - 1];
+    p->ws = 0;
+    switch (p->kind) {
+    case F_END: p->phase = 1; break;
+    case F_OBJ:
+        if (p->phase == O_KEY) {
+            p->phase = O_COLON;
+            if (done.kind == F_KEY) {
+                p->b = (uint64_t)__builtin_ctzll(done.b); /* the property whose value follows */
+                p->a = (uint32_t)p->b + 1;                 /* the next one that may come */
+            }
+        } else {
+            p->phase = O_AFTER;
+        }
+        break;
+    case F_ARR:
+        p->phase = A_AFTER;
+        if (p->a != UINT32_MAX) p->a++;
+        break;
+    }
+}
+
+/* stack k of st takes byte c; 0 when it dies */
+static int run(const dsv4_json_schema *s, json_state *st, int k, uint8_t c) {
+    json_frame *f = st->f[k];
+    int *d = &st->depth[k];
+    for (;;) {
+        json_frame *t = &f[*d - 1];
+        int r = R_DEAD;
+        switch (t->kind) {
+        case F_END: r = t->phase == 1 && is_ws(c) ? ws(t) : R_DEAD; break;
+        case F_VALUE: r = value_feed(s, st, k, c); break;
+        case F_OBJ: r = obj_feed(s, f, d, c); break;
+        case F_KEY: r = key_feed(s, t, c); break;
+        case F_STR: r = str_feed(t, c); break;
+        case F_NUM: r = num_feed(s, t, c); break;
+        case F_LIT: r = lit_feed(s, t, c); break;
+        case F_ARR: r = arr_feed(s, f, d, c); break;
+        }
+        switch (r) {
+        case R_EAT: return 1;
+        case R_EAT_POP: pop_done(f, d); return 1;
+        case R_PASS: pop_done(f, d); continue;
+        case R_REFEED: continue;
+        default: return 0;
+        }
+    }
+}
+
+/* a copy of stack src (depth frames) takes byte c, appended to dst if it lives (stacks
+ * past JSON_MAX_STACKS are dropped: what is left still only accepts valid values) */
+static void feed(const dsv4_json_schema *s, const json_frame *src, int depth, uint8_t c, json_state *dst) {
+    if (dst->n >= JSON_MAX_STACKS) return;
+    const int k = dst->n++;
+    memcpy(dst->f[k], src, (size_t)depth * sizeof *src);
+    dst->depth[k] = depth;
+    if (run(s, dst, k, c)) return;
+    /* dead: the last stack (a fork made on the way, or k itself) takes its place */
+    const int last = --dst->n;
+    if (last != k) {
+        memcpy(dst->f[k], dst->f[last], (size_t)dst->depth[last] * sizeof *src);
+        dst->depth[k] = dst->depth[last];
+    }
+}
+
+void json_state_init(const dsv4_json_schema *s, json_state *st) {
+    (void)s;
+    st->n = 1;
+    st->depth[0] = 2;
+    st->f[0][0] = frame(F_END, 0);
+    st->f[0][1] = frame(F_VALUE, 0);
+}
+
+int json_state_step(const dsv4_json_schema *s, const json_state *src, uint8_t c, json_state *dst) {
+    dst->n = 0;
+    for (int i = 0; i < src->n; i++) feed(s, src->f[i], src->depth[i], c, dst);
+    /* readings that became the same go on as one */
+    for (int i = 1; i < dst->n; i++)
+        for (int j = 0; j < i; j++)
+            if (dst->depth[i] == dst->depth[j] &&
+                !memcmp(dst->f[i], dst->f[j], (size_t)dst->depth[i] * sizeof(json_frame))) {
+                const int last = --dst->n;
+                if (last != i) {
+                    memcpy(dst->f[i], dst->f[last], (size_t)dst->depth[last] * sizeof(json_frame));
+                    dst->depth[i] = dst->depth[last];
+                }
+                i--;
+                break;
+            }
+    return dst->n > 0;
+}
+
+int json_state_accepting(const dsv4_json_schema *s, const json_state *st) {
+    for (int i = 0; i < st->n; i++) {
+        const json_frame *t = &st->f[i][st->depth[i] - 1];
+        if (st->depth[i] == 1 && t->phase == 1) return 1;
+        if (st->depth[i] == 2 && ((t->kind == F_NUM && num_ends(t)) || (t->kind == F_LIT && lit_ends(s, t)))) return 1;
+    }
+    return 0;
+}
+
+int json_state_in_string(const json_state *st, int *utf8) {
+    if (st->n != 1) return 0;
+    const json_frame *t = &st->f[0][st->depth[0] - 1];
+    if (t->kind != F_STR || t->phase != 0) return 0;
+    *utf8 = (int)t->a;
+    return 1;
+}

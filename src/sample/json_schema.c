@@ -1,0 +1,412 @@
+/* json_schema.c — a JSON Schema (the subset documented in dsv4_text.h) compiled to the node
+ * graph the automaton walks (json.h). Anything the automaton would not enforce is refused
+ * by name: a schema is never half applied. */
+#include "sample/json.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/err.h"
+
+#define MAX_NEST 64 /* schema nesting (not $ref chains, which are memoized) */
+
+typedef struct memo { const cJSON *def; int node; } memo;
+
+typedef struct ctx {
+    dsv4_json_schema *s;
+    const cJSON *root;
+    memo *m;                 /* (n_m) $ref targets compiled so far */
+    int n_m, cap_m;
+    int any;                 /* the shared "any value" node, -1 until needed */
+    dsv4_err *err;
+} ctx;
+
+static int grow(void **p, int *cap, int need, size_t size) {
+    if (need <= *cap) return 0;
+    int c = *cap ? *cap * 2 : 16;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, (size_t)c * size);
+    if (!q) return -1;
+    *p = q, *cap = c;
+    return 0;
+}
+
+static int oom(ctx *c) { return dsv4_fail(c->err, DSV4_ERR_NOMEM, "json_schema: out of memory"), -1; }
+
+static int new_node(ctx *c, int kind) {
+    dsv4_json_schema *s = c->s;
+    if (s->n_nodes >= JSON_MAX_NODES)
+        return dsv4_fail(c->err, DSV4_ERR_UNSUPPORTED, "json_schema: more than %d schema nodes",
+                         JSON_MAX_NODES), -1;
+    if (grow((void **)&s->nodes, &s->cap_nodes, s->n_nodes + 1, sizeof *s->nodes)) return oom(c);
+    json_node *n = &s->nodes[s->n_nodes];
+    memset(n, 0, sizeof *n);
+    n->kind = (uint8_t)kind;
+    n->additional = n->items = -1;
+    n->max_items = -1;
+    return s->n_nodes++;
+}
+
+static int add_lit(ctx *c, const char *text) {
+    dsv4_json_schema *s = c->s;
+    if (grow((void **)&s->lits, &s->cap_lits, s->n_lits + 1, sizeof *s->lits)) return oom(c);
+    char *t = strdup(text);
+    if (!t) return oom(c);
+    s->lits[s->n_lits] = (json_lit){t, (int)strlen(t)};
+    return s->n_lits++;
+}
+
+/* "any JSON value": every type, free-key objects and arrays of any values */
+static int any_node(ctx *c) {
+    if (c->any >= 0) return c->any;
+    int n = new_node(c, JN_TYPED);
+    if (n < 0) return -1;
+    json_node *a = &c->s->nodes[n];
+    a->types = JT_OBJ | JT_ARR | JT_STR | JT_NUM | JT_INT | JT_BOOL | JT_NULL;
+    a->additional = a->items = n;
+    return c->any = n;
+}
+
+static const char *const ANNOTATIONS[] = {"title", "description", "$schema", "$id", "$comment",
+                                          "default", "examples", "deprecated", "readOnly",
+                                          "writeOnly", "$defs", "definitions", NULL};
+static const char *const STRUCTURAL[] = {"type", "properties", "required", "additionalProperties",
+                                         "items", "prefixItems", "minItems", "maxItems", "enum",
+                                         "const", "anyOf", "$ref", NULL};
+
+static int in(const char *k, const char *const *list) {
+    for (int i = 0; list[i]; i++)
+        if (!strcmp(k, list[i])) return 1;
+    return 0;
+}
+
+/* The first structural keyword of j other than those in `allowed`, or NULL. */
+static const char *other_key(const cJSON *j, const char *const *allowed) {
+    for (const cJSON *k = j->child; k; k = k->next)
+        if (in(k->string, STRUCTURAL) && !in(k->string, allowed)) return k->string;
+    return NULL;
+}
+
+static int compile(ctx *c, const cJSON *j, const char *path, int nest);
+
+static int fail(ctx *c, const char *path, const char *fmt, const char *a) {
+    char m[512];
+    snprintf(m, sizeof m, fmt, a);
+    return dsv4_fail(c->err, DSV4_ERR_UNSUPPORTED, "json_schema: %s (at %s)", m, path), -1;
+}
+
+/* The node of a $ref ("#", "#/$defs/NAME", "#/definitions/NAME"), compiled once. */
+static int ref_node(ctx *c, const char *ref, const char *path, int nest) {
+    const cJSON *t = NULL;
+    if (!strcmp(ref, "#")) t = c->root;
+    else if (!strncmp(ref, "#/$defs/", 8))
+        t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c->root, "$defs"), ref + 8);
+    else if (!strncmp(ref, "#/definitions/", 14))
+        t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c->root, "definitions"), ref + 14);
+    if (!t) return fail(c, path, "'$ref' \"%s\" does not name \"#\", #/$defs/NAME or #/definitions/NAME", ref);
+    for (int i = 0; i < c->n_m; i++)
+        if (c->m[i].def == t) return c->m[i].node;
+    /* a placeholder ANYOF of one alternative, filled after the target compiled: the
+     * target may refer back to itself */
+    int n = new_node(c, JN_ANYOF);
+    if (n < 0) return -1;
+    if (grow((void **)&c->m, &c->cap_m, c->n_m + 1, sizeof *c->m)) return oom(c);
+    c->m[c->n_m++] = (memo){t, n};
+    int k = compile(c, t, ref, nest + 1);
+    if (k < 0) return -1;
+    if (grow((void **)&c->s->kids, &c->s->cap_kids, c->s->n_kids + 1, sizeof *c->s->kids)) return oom(c);
+    c->s->kids[c->s->n_kids] = k;
+    c->s->nodes[n].alts = c->s->n_kids++;
+    c->s->nodes[n].n_alts = 1;
+    return n;
+}
+
+static int type_bit(const char *t) {
+    static const char *const names[] = {"object", "array", "string", "number", "integer", "boolean", "null"};
+    for (int i = 0; i < 7; i++)
+        if (!strcmp(t, names[i])) return 1 << i;
+    return 0;
+}
+
+static int value_types(const cJSON *v) {
+    if (cJSON_IsObject(v)) return JT_OBJ;
+    if (cJSON_IsArray(v)) return JT_ARR;
+    if (cJSON_IsString(v)) return JT_STR;
+    if (cJSON_IsBool(v)) return JT_BOOL;
+    if (cJSON_IsNull(v)) return JT_NULL;
+    if (cJSON_IsNumber(v)) return v->valuedouble == floor(v->valuedouble) ? JT_NUM | JT_INT : JT_NUM;
+    return 0;
+}
+
+/* A list of child schemas into json_schema.kids (compiled first: kids must be contiguous). */
+static int kid_list(ctx *c, const cJSON *arr, const char *key, const char *path, int nest, int *first) {
+    int n = cJSON_GetArraySize(arr), k = 0;
+    int *tmp = malloc(sizeof *tmp * (size_t)(n ? n : 1));
+    if (!tmp) return oom(c);
+    char sub[300];
+    for (const cJSON *x = arr->child; x; x = x->next, k++) {
+        snprintf(sub, sizeof sub, "%.200s/%s/%d", path, key, k);
+        if ((tmp[k] = compile(c, x, sub, nest + 1)) < 0) { free(tmp); return -1; }
+    }
+    dsv4_json_schema *s = c->s;
+    if (grow((void **)&s->kids, &s->cap_kids, s->n_kids + n, sizeof *s->kids)) { free(tmp); return oom(c); }
+    *first = s->n_kids;
+    memcpy(s->kids + s->n_kids, tmp, sizeof *tmp * (size_t)n);
+    s->n_kids += n;
+    free(tmp);
+    return n;
+}
+
+static int opt_count(ctx *c, const cJSON *j, const char *key, const char *path, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1e9 ||
+        v->valuedouble != floor(v->valuedouble))
+        return fail(c, path, "'%s' must be a non-negative integer", key);
+    *out = (int)v->valuedouble;
+    return 0;
+}
+
+static int compile_lit(ctx *c, const cJSON *j, int types, const char *path) {
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "enum");
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "const");
+    if (e && k) return fail(c, path, "'%s' and 'const' together", "enum");
+    if (e && (!cJSON_IsArray(e) || !e->child)) return fail(c, path, "'%s' must be a non-empty array", "enum");
+    int n = new_node(c, JN_LIT);
+    if (n < 0) return -1;
+    c->s->nodes[n].lits = c->s->n_lits;
+    for (const cJSON *v = e ? e->child : k; v; v = e ? v->next : NULL) {
+        if (types && !(value_types(v) & types))
+            return fail(c, path, "an '%s' value does not have the schema's 'type'", e ? "enum" : "const");
+        char *t = cJSON_PrintUnformatted(v);
+        if (!t) return oom(c);
+        int dup = 0;
+        for (int i = c->s->nodes[n].lits; i < c->s->n_lits; i++) dup |= !strcmp(c->s->lits[i].text, t);
+        int rc = dup ? 0 : add_lit(c, t);
+        free(t);
+        if (rc < 0) return -1;
+    }
+    json_node *nd = &c->s->nodes[n];
+    nd->n_lits = c->s->n_lits - nd->lits;
+    if (nd->n_lits > JSON_MAX_LITS) return fail(c, path, "more than 64 '%s' values", "enum");
+    return n;
+}
+
+static int compile_object(ctx *c, const cJSON *j, int n, const char *path, int nest) {
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(j, "properties");
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(j, "required");
+    const cJSON *add = cJSON_GetObjectItemCaseSensitive(j, "additionalProperties");
+    char sub[300];
+    if (props && !cJSON_IsObject(props)) return fail(c, path, "'%s' must be an object", "properties");
+    if (req && !cJSON_IsArray(req)) return fail(c, path, "'%s' must be an array", "required");
+    int np = props ? cJSON_GetArraySize(props) : 0;
+    if (np > JSON_MAX_PROPS) return fail(c, path, "more than 64 '%s'", "properties");
+    int *kid = malloc(sizeof *kid * (size_t)(np ? np : 1));
+    if (!kid) return oom(c);
+    int k = 0;
+    for (const cJSON *p = props ? props->child : NULL; p; p = p->next, k++) {
+        for (const cJSON *q = props->child; q != p; q = q->next)
+            if (!strcmp(q->string, p->string)) { free(kid); return fail(c, path, "property \"%s\" appears twice", p->string); }
+        snprintf(sub, sizeof sub, "%.200s/properties/%.60s", path, p->string);
+        if ((kid[k] = compile(c, p, sub, nest + 1)) < 0) { free(kid); return -1; }
+    }
+    dsv4_json_schema *s = c->s;
+    if (grow((void **)&s->props, &s->cap_props, s->n_props + np, sizeof *s->props)) { free(kid); return oom(c); }
+    const int first = s->n_props;
+    k = 0;
+    for (const cJSON *p = props ? props->child : NULL; p; p = p->next, k++) {
+        cJSON *name = cJSON_CreateString(p->string);
+        char *t = name ? cJSON_PrintUnformatted(name) : NULL;
+        cJSON_Delete(name);
+        if (!t) { free(kid); return oom(c); }
+        s->props[s->n_props++] = (json_prop){t, (int)strlen(t), kid[k], 0};
+    }
+    free(kid);
+    for (const cJSON *r = req ? req->child : NULL; r; r = r->next) {
+        int hit = 0;
+        for (int i = 0; cJSON_IsString(r) && i < np; i++)
+            if (!strcmp(cJSON_GetArrayItem(props, i)->string, r->valuestring)) s->props[first + i].required = hit = 1;
+        if (!hit) return fail(c, path, "'required' names \"%s\", which is not in 'properties'",
+                              cJSON_IsString(r) ? r->valuestring : "(not a string)");
+    }
+    int additional = -1;
+    if (!add ? np == 0 : !cJSON_IsFalse(add)) {
+        /* free keys: only without declared properties (absent beside 'properties' means
+         * false, as in strict mode: the declared keys only) */
+        if (np) return fail(c, path, "'%s' beside 'properties' is not supported (declare every "
+                            "property, or leave it out or false)", "additionalProperties");
+        snprintf(sub, sizeof sub, "%.200s/additionalProperties", path);
+        if ((additional = add ? compile(c, add, sub, nest + 1) : any_node(c)) < 0) return -1;
+    }
+    json_node *nd = &s->nodes[n];
+    nd->props = first, nd->n_props = np, nd->additional = additional;
+    return 0;
+}
+
+static int compile_array(ctx *c, const cJSON *j, int n, const char *path, int nest) {
+    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(j, "prefixItems");
+    const cJSON *items = cJSON_GetObjectItemCaseSensitive(j, "items");
+    char sub[300];
+    int first = 0, np = 0, it, mn = 0, mx = -1;
+    if (pre && !cJSON_IsArray(pre)) return fail(c, path, "'%s' must be an array", "prefixItems");
+    if (pre && (np = kid_list(c, pre, "prefixItems", path, nest, &first)) < 0) return -1;
+    snprintf(sub, sizeof sub, "%.200s/items", path);
+    if (cJSON_IsFalse(items)) it = -1;
+    else if ((it = items ? compile(c, items, sub, nest + 1) : any_node(c)) < 0) return -1;
+    if (opt_count(c, j, "minItems", path, &mn) || opt_count(c, j, "maxItems", path, &mx)) return -1;
+    if (it < 0 && (mx < 0 || mx > np)) mx = np;
+    if (mx >= 0 && mn > mx) return fail(c, path, "%s: minItems above maxItems (or the items allowed)", "array");
+    json_node *nd = &c->s->nodes[n];
+    nd->prefix = first, nd->n_prefix = np, nd->items = it, nd->min_items = mn, nd->max_items = mx;
+    return 0;
+}
+
+static int compile(ctx *c, const cJSON *j, const char *path, int nest) {
+    if (nest > MAX_NEST) return fail(c, path, "%s nested too deep", "schema");
+    if (cJSON_IsTrue(j)) return any_node(c);
+    if (!cJSON_IsObject(j)) return fail(c, path, "%s must be an object or true", "a schema");
+    for (const cJSON *k = j->child; k; k = k->next)
+        if (!in(k->string, ANNOTATIONS) && !in(k->string, STRUCTURAL))
+            return fail(c, path, "unsupported JSON Schema keyword \"%s\"", k->string);
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(j, "$ref");
+    if (ref) {
+        static const char *const only[] = {"$ref", NULL};
+        const char *o = other_key(j, only);
+        if (o) return fail(c, path, "keyword \"%s\" beside '$ref' is not supported", o);
+        if (!cJSON_IsString(ref)) return fail(c, path, "'%s' must be a string", "$ref");
+        return ref_node(c, ref->valuestring, path, nest);
+    }
+    const cJSON *any = cJSON_GetObjectItemCaseSensitive(j, "anyOf");
+    if (any) {
+        static const char *const only[] = {"anyOf", NULL};
+        const char *o = other_key(j, only);
+        if (o) return fail(c, path, "keyword \"%s\" beside 'anyOf' is not supported", o);
+        if (!cJSON_IsArray(any) || !any->child) return fail(c, path, "'%s' must be a non-empty array", "anyOf");
+        int first, na = kid_list(c, any, "anyOf", path, nest, &first);
+        if (na < 0) return -1;
+        int n = new_node(c, JN_ANYOF);
+        if (n < 0) return -1;
+        c->s->nodes[n].alts = first, c->s->nodes[n].n_alts = na;
+        return n;
+    }
+    int types = 0;
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(j, "type");
+    if (cJSON_IsString(ty)) {
+        if (!(types = type_bit(ty->valuestring))) return fail(c, path, "unknown type \"%s\"", ty->valuestring);
+    } else if (cJSON_IsArray(ty) && ty->child) {
+        for (const cJSON *t = ty->child; t; t = t->next) {
+            int b = cJSON_IsString(t) ? type_bit(t->valuestring) : 0;
+            if (!b) return fail(c, path, "%s: 'type' lists an unknown type", "schema");
+            types |= b;
+        }
+    } else if (ty) {
+        return fail(c, path, "'%s' must be a type name or a non-empty array of them", "type");
+    }
+    if (cJSON_GetObjectItemCaseSensitive(j, "enum") || cJSON_GetObjectItemCaseSensitive(j, "const")) {
+        static const char *const only[] = {"enum", "const", "type", NULL};
+        const char *o = other_key(j, only);
+        if (o) return fail(c, path, "keyword \"%s\" beside 'enum'/'const' is not supported", o);
+        return compile_lit(c, j, types, path);
+    }
+    static const char *const obj_keys[] = {"properties", "required", "additionalProperties", NULL};
+    static const char *const arr_keys[] = {"items", "prefixItems", "minItems", "maxItems", NULL};
+    int has_obj = 0, has_arr = 0;
+    for (const cJSON *k = j->child; k; k = k->next) {
+        has_obj |= in(k->string, obj_keys);
+        has_arr |= in(k->string, arr_keys);
+    }
+    if (!types) types = (has_obj ? JT_OBJ : 0) | (has_arr ? JT_ARR : 0);
+    if (!types) return any_node(c);
+    if (has_obj && !(types & JT_OBJ)) return fail(c, path, "object keywords without type %s", "\"object\"");
+    if (has_arr && !(types & JT_ARR)) return fail(c, path, "array keywords without type %s", "\"array\"");
+    int n = new_node(c, JN_TYPED);
+    if (n < 0) return -1;
+    c->s->nodes[n].types = (uint8_t)types;
+    if ((types & JT_OBJ) && compile_object(c, j, n, path, nest)) return -1;
+    if ((types & JT_ARR) && compile_array(c, j, n, path, nest)) return -1;
+    return n;
+}
+
+/* an anyOf / $ref chain that comes back to itself before any byte ({"$ref": "#"}) */
+static int anyof_cycle(const dsv4_json_schema *s, int n, uint8_t *color) {
+    const json_node *nd = &s->nodes[n];
+    if (nd->kind != JN_ANYOF || color[n] == 2) return 0;
+    if (color[n] == 1) return 1;
+    color[n] = 1;
+    for (int i = 0; i < nd->n_alts; i++)
+        if (anyof_cycle(s, s->kids[nd->alts + i], color)) return 1;
+    color[n] = 2;
+    return 0;
+}
+
+void dsv4_json_schema_free(dsv4_json_schema *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_props; i++) free(s->props[i].key);
+    for (int i = 0; i < s->n_lits; i++) free(s->lits[i].text);
+    free(s->nodes);
+    free(s->props);
+    free(s->kids);
+    free(s->lits);
+    free(s);
+}
+
+int dsv4_json_schema_compile(const char *text, size_t len, dsv4_json_schema **out, dsv4_err *err) {
+    dsv4_err local;
+    if (!err) err = &local;
+    *out = NULL;
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    if (!j) return dsv4_fail(err, DSV4_ERR_FORMAT, "json_schema: the schema is not valid JSON");
+    dsv4_json_schema *s = calloc(1, sizeof *s);
+    ctx c = {.s = s, .root = j, .any = -1, .err = err};
+    int rc = DSV4_OK;
+    if (!s) { rc = dsv4_fail(err, DSV4_ERR_NOMEM, "json_schema: out of memory"); goto done; }
+    /* node 0 is the root: an ANYOF of one alternative, as for a $ref ("#" refers to it) */
+    if (new_node(&c, JN_ANYOF) < 0 || grow((void **)&c.m, &c.cap_m, 1, sizeof *c.m)) { rc = err->code; goto done; }
+    c.m[c.n_m++] = (memo){j, 0};
+    int r = compile(&c, j, "#", 0);
+    if (r < 0 || grow((void **)&s->kids, &s->cap_kids, s->n_kids + 1, sizeof *s->kids)) {
+        rc = r < 0 ? err->code : dsv4_fail(err, DSV4_ERR_NOMEM, "json_schema: out of memory");
+        goto done;
+    }
+    s->kids[s->n_kids] = r;
+    s->nodes[0].alts = s->n_kids++, s->nodes[0].n_alts = 1;
+    uint8_t *color = calloc((size_t)s->n_nodes, 1);
+    if (!color) { rc = dsv4_fail(err, DSV4_ERR_NOMEM, "json_schema: out of memory"); goto done; }
+    for (int i = 0; i < s->n_nodes && !rc; i++)
+        if (anyof_cycle(s, i, color))
+            rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "json_schema: a '$ref' / 'anyOf' cycle that never reads a value");
+    free(color);
+    if (rc) goto done;
+    /* the literals true/false and null, for the boolean and null types */
+    static const char *const lit[] = {"true", "false", "null"};
+    for (int i = 0; i < 2 && !rc; i++) {
+        int n = new_node(&c, JN_LIT);
+        if (n < 0) { rc = err->code; break; }
+        s->nodes[n].lits = s->n_lits;
+        for (int k = i ? 2 : 0; k < (i ? 3 : 2); k++)
+            if (add_lit(&c, lit[k]) < 0) { rc = err->code; break; }
+        s->nodes[n].n_lits = s->n_lits - s->nodes[n].lits;
+        if (i) s->null_node = n;
+        else s->bool_node = n;
+    }
+done:
+    free(c.m);
+    cJSON_Delete(j);
+    if (rc) dsv4_json_schema_free(s);
+    else *out = s;
+    return rc;
+}
+
+int dsv4_json_schema_accepts(const dsv4_json_schema *s, const char *text, size_t len) {
+    json_state *a = malloc(2 * sizeof *a);
+    if (!a) return -1;
+    json_state_init(s, &a[0]);
+    int cur = 0, ok = 1;
+    for (size_t i = 0; ok && i < len; i++, cur ^= 1) ok = json_state_step(s, &a[cur], (uint8_t)text[i], &a[cur ^ 1]);
+    ok = ok && json_state_accepting(s, &a[cur]);
+    free(a);
+    return ok;
+}

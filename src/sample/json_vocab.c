@@ -1,0 +1,187 @@
+/* json_vocab.c — the token mask of a JSON automaton state over a whole vocabulary.
+ *
+ * The vocabulary's byte strings form a trie, stored in preorder (json_trie): the walk
+ * steps the state once per trie node and skips a whole subtree at the first byte the state
+ * refuses, so shared prefixes are stepped once and dead ones never. Inside a string (most
+ * of a JSON value's tokens) almost every token is plain text that keeps the string open:
+ * those are precomputed per UTF-8 state (json_vocab.safe), and only the tokens holding a
+ * '"', '\\' or control byte (the `spec` trie, a few percent) are walked. */
+#include "sample/json.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct tok_ref { const uint8_t *b; int len; int32_t id; } tok_ref;
+
+static int by_bytes(const void *x, const void *y) {
+    const tok_ref *a = x, *b = y;
+    const int n = a->len < b->len ? a->len : b->len;
+    const int c = memcmp(a->b, b->b, (size_t)n);
+    if (c) return c;
+    if (a->len != b->len) return a->len < b->len ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+/* Preorder trie of the sorted refs; *n_out nodes. dup links ids with equal bytes. */
+static json_trie *build_trie(const tok_ref *r, int n, int max_len, int32_t *dup, int *n_out) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (size_t)r[i].len;
+    json_trie *t = malloc((total ? total : 1) * sizeof *t);
+    int *path = malloc((size_t)(max_len + 1) * sizeof *path); /* node index at each depth */
+    if (!t || !path) { free(t); free(path); return NULL; }
+    int nt = 0, depth = 0; /* nodes on the current path */
+    for (int i = 0; i < n; i++) {
+        int common = 0;
+        if (i) {
+            const int m = r[i - 1].len < r[i].len ? r[i - 1].len : r[i].len;
+            while (common < m && common < depth && r[i - 1].b[common] == r[i].b[common]) common++;
+        }
+        if (i && common == r[i].len && r[i].len == r[i - 1].len) {
+            /* the same bytes as the previous id: chain it */
+            int32_t *at = &t[path[depth - 1]].tok;
+            while (dup[*at] >= 0) at = &dup[*at];
+            dup[*at] = r[i].id;
+            continue;
+        }
+        while (depth > common) t[path[--depth]].skip = (uint32_t)nt;
+        for (; depth < r[i].len; depth++) {
+            t[nt] = (json_trie){0, -1, (uint16_t)(depth + 1), r[i].b[depth]};
+            path[depth] = nt++;
+        }
+        t[path[depth - 1]].tok = r[i].id;
+    }
+    while (depth > 0) t[path[--depth]].skip = (uint32_t)nt;
+    free(path);
+    *n_out = nt;
+    return t;
+}
+
+json_vocab *json_vocab_build(const dsv4_tokenizer *tok) {
+    const int V = dsv4_tok_vocab_size(tok);
+    json_vocab *v = calloc(1, sizeof *v);
+    tok_ref *r = malloc((size_t)(V ? V : 1) * sizeof *r);
+    tok_ref *sp = malloc((size_t)(V ? V : 1) * sizeof *sp);
+    if (!v || !r || !sp) goto fail;
+    v->V = V;
+    v->words = (V + 63) / 64;
+    v->dup = malloc((size_t)(V ? V : 1) * sizeof *v->dup);
+    v->safe = calloc((size_t)8 * (size_t)v->words, sizeof *v->safe);
+    v->gt = malloc((size_t)(V ? V : 1) * sizeof *v->gt);
+    if (!v->dup || !v->safe || !v->gt) goto fail;
+    int n = 0, ns = 0;
+    for (int id = 0; id < V; id++) {
+        v->dup[id] = -1;
+        size_t len = 0;
+        const char *b = dsv4_tok_id_bytes(tok, id, &len);
+        if (b && memchr(b, '>', len)) v->gt[v->n_gt++] = id;
+        /* added tokens (control tokens and their kin) never appear inside a JSON value */
+        if (!b || !len || len > 65535 || dsv4_tok_is_added(tok, id)) continue;
+        r[n++] = (tok_ref){(const uint8_t *)b, (int)len, id};
+        if ((int)len > v->max_len) v->max_len = (int)len;
+        /* which UTF-8 states inside a string it keeps the string open from */
+        int special = 0;
+        for (size_t i = 0; i < len; i++) special |= json_utf8_next(0, (uint8_t)b[i]) < 0 && (uint8_t)b[i] < 0x80;
+        if (special) { sp[ns++] = r[n - 1]; continue; }
+        for (int u0 = 0; u0 < 8; u0++) {
+            int u = u0;
+            for (size_t i = 0; u >= 0 && i < len; i++) u = json_utf8_next(u, (uint8_t)b[i]);
+            if (u >= 0) v->safe[(size_t)u0 * (size_t)v->words + (size_t)(id >> 6)] |= 1ull << (id & 63);
+        }
+    }
+    qsort(r, (size_t)n, sizeof *r, by_bytes);
+    qsort(sp, (size_t)ns, sizeof *sp, by_bytes);
+    if (!(v->all = build_trie(r, n, v->max_len, v->dup, &v->n_all))) goto fail;
+    int32_t *dup2 = malloc((size_t)(V ? V : 1) * sizeof *dup2); /* spec's duplicates are in dup already */
+    if (!dup2) goto fail;
+    for (int i = 0; i < V; i++) dup2[i] = -1;
+    v->spec = build_trie(sp, ns, v->max_len, dup2, &v->n_spec);
+    free(dup2);
+    if (!v->spec) goto fail;
+    free(r);
+    free(sp);
+    return v;
+fail:
+    free(r);
+    free(sp);
+    json_vocab_free(v);
+    return NULL;
+}
+
+void json_vocab_free(json_vocab *v) {
+    if (!v) return;
+    free(v->all);
+    free(v->spec);
+    free(v->dup);
+    free(v->safe);
+    free(v->gt);
+    free(v);
+}
+
+int json_walk_init(json_walk *w, const json_vocab *v) {
+    w->n_st = v->max_len + 1;
+    w->st = malloc((size_t)w->n_st * sizeof *w->st);
+    return w->st ? 0 : -1;
+}
+
+void json_walk_free(json_walk *w) {
+    free(w->st);
+    w->st = NULL;
+}
+
+static void set_id(const json_vocab *v, uint64_t *bits, int32_t id) {
+    for (; id >= 0; id = v->dup[id]) bits[id >> 6] |= 1ull << (id & 63);
+}
+
+static long walk(const dsv4_json_schema *s, const json_vocab *v, const json_trie *t, int n, json_walk *w,
+                 uint64_t *bits) {
+    long steps = 0;
+    for (int i = 0; i < n;) {
+        const int d = t[i].depth;
+        steps++;
+        if (json_state_step(s, &w->st[d - 1], t[i].byte, &w->st[d])) {
+            if (t[i].tok >= 0) set_id(v, bits, t[i].tok);
+            i++;
+        } else {
+            i = (int)t[i].skip;
+        }
+    }
+    return steps;
+}
+
+static void copy_state(json_state *dst, const json_state *src) {
+    dst->n = src->n;
+    for (int i = 0; i < src->n; i++) {
+        dst->depth[i] = src->depth[i];
+        memcpy(dst->f[i], src->f[i], (size_t)src->depth[i] * sizeof(json_frame));
+    }
+}
+
+long json_mask(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, const json_state *st,
+               uint64_t *bits) {
+    copy_state(&w->st[0], st);
+    int u;
+    if (json_state_in_string(st, &u)) {
+        memcpy(bits, v->safe + (size_t)u * (size_t)v->words, (size_t)v->words * sizeof *bits);
+        return walk(s, v, v->spec, v->n_spec, w, bits);
+    }
+    memset(bits, 0, (size_t)v->words * sizeof *bits);
+    return walk(s, v, v->all, v->n_all, w, bits);
+}
+
+void json_mask_brute(const dsv4_json_schema *s, const dsv4_tokenizer *tok, const json_state *st,
+                     uint64_t *bits, int words) {
+    json_state *a = malloc(2 * sizeof *a);
+    memset(bits, 0, (size_t)words * sizeof *bits);
+    if (!a) return;
+    const int V = dsv4_tok_vocab_size(tok);
+    for (int id = 0; id < V && id < words * 64; id++) {
+        size_t len = 0;
+        const char *b = dsv4_tok_id_bytes(tok, id, &len);
+        if (!b || !len || dsv4_tok_is_added(tok, id)) continue;
+        copy_state(&a[0], st);
+        int cur = 0, ok = 1;
+        for (size_t i = 0; ok && i < len; i++, cur ^= 1) ok = json_state_step(s, &a[cur], (uint8_t)b[i], &a[cur ^ 1]);
+        if (ok) bits[id >> 6] |= 1ull << (id & 63);
+    }
+    free(a);
+}

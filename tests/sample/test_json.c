@@ -1,0 +1,248 @@
+/* test_json.c — structured output: the schema subset's accepted and refused texts, schemas
+ * refused with the keyword named, and the vocabulary mask (json_vocab.c's trie walk with the
+ * in-string shortcut) equal to a brute-force mask (every id's bytes through the automaton)
+ * on states reached by random walks over the real tokenizer; the mask and the state's
+ * advance allocate nothing (the library's allocator calls are counted through
+ * -Wl,--wrap, as in test_no_alloc).
+ *   test_json    (needs shared/tokenizer/tokenizer.json for the mask part) */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sample/json.h"
+#include "test.h"
+
+static atomic_int counting;
+static atomic_long n_calls;
+static void count(void) { if (atomic_load(&counting)) atomic_fetch_add(&n_calls, 1); }
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t m);
+void *__real_realloc(void *p, size_t n);
+void __real_free(void *p);
+void *__wrap_malloc(size_t n) { count(); return __real_malloc(n); }
+void *__wrap_calloc(size_t n, size_t m) { count(); return __real_calloc(n, m); }
+void *__wrap_realloc(void *p, size_t n) { count(); return __real_realloc(p, n); }
+void __wrap_free(void *p) { if (p) count(); __real_free(p); }
+
+static dsv4_json_schema *compile(const char *schema) {
+    dsv4_json_schema *s = NULL;
+    dsv4_err err = {0};
+    CHECK_MSG(dsv4_json_schema_compile(schema, strlen(schema), &s, &err) == 0, "%s: %s", schema, err.msg);
+    return s;
+}
+
+static void expect(const dsv4_json_schema *s, const char *text, int want) {
+    CHECK_MSG(dsv4_json_schema_accepts(s, text, strlen(text)) == want, "%s '%s'",
+              want ? "should accept" : "should refuse", text);
+}
+
+#define PERSON "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"}," \
+    "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",1,12]},\"minItems\":1,\"maxItems\":3}," \
+    "\"ok\":{\"type\":[\"boolean\",\"null\"]},\"w\":{\"type\":\"number\"}},\"required\":[\"name\",\"tags\"]," \
+    "\"additionalProperties\":false,\"title\":\"P\"}"
+#define TREE "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"number\"}," \
+    "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"}}},\"required\":[\"v\"]}}," \
+    "\"anyOf\":[{\"$ref\":\"#/$defs/node\"},{\"type\":\"object\",\"properties\":{\"v\":{\"const\":\"leaf\"}}," \
+    "\"required\":[\"v\"]},{\"type\":\"null\"}]}"
+#define OBJ "{\"type\":\"object\"}"
+#define PAIR "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"integer\"}],\"items\":false}"
+
+static void test_accepts(void) {
+    dsv4_json_schema *p = compile(PERSON);
+    expect(p, "{\"name\":\"x\",\"tags\":[\"a\"]}", 1);
+    expect(p, " {\"name\": \"\xc3\xa9\\u00e9\\n\\\"\", \"age\": -12, \"tags\": [1, 12, \"b\"], \"ok\": null}\n", 1);
+    expect(p, "{\"name\":\"x\",\"tags\":[\"a\"],\"ok\":true,\"w\":-0.5e+3}", 1);
+    expect(p, "{\"tags\":[\"a\"],\"name\":\"x\"}", 0);        /* properties in order */
+    expect(p, "{\"name\":\"x\"}", 0);                         /* required */
+    expect(p, "{\"name\":\"x\",\"tags\":[]}", 0);             /* minItems */
+    expect(p, "{\"name\":\"x\",\"tags\":[1,1,1,1]}", 0);      /* maxItems */
+    expect(p, "{\"name\":\"x\",\"tags\":[\"a\"],\"zz\":1}", 0); /* no additional properties */
+    expect(p, "{\"name\":\"x\",\"age\":1.5,\"tags\":[1]}", 0); /* integer */
+    expect(p, "{\"name\":\"x\",\"age\":012,\"tags\":[1]}", 0); /* leading zero */
+    expect(p, "{\"name\":\"x\",\"tags\":[13]}", 0);           /* enum */
+    expect(p, "{\"name\":\"x\",\"tags\":[123]}", 0);
+    expect(p, "{\"name\":\"x\",\"tags\":[\"a\"],\"ok\":\"yes\"}", 0); /* type array */
+    expect(p, "{\"name\":\"x\",\"tags\":[\"a\"]", 0);         /* incomplete */
+    expect(p, "{\"name\":\"\x01\",\"tags\":[\"a\"]}", 0);     /* control byte in a string */
+    expect(p, "{\"name\":\"\xc0\xaf\",\"tags\":[\"a\"]}", 0); /* overlong UTF-8 */
+    expect(p, "{\"name\":\"\xed\xa0\x80\",\"tags\":[\"a\"]}", 0); /* a surrogate in UTF-8 */
+    expect(p, "{\"name\":\"\\x\",\"tags\":[\"a\"]}", 0);      /* bad escape */
+    dsv4_json_schema_free(p);
+
+    dsv4_json_schema *t = compile(TREE);
+    expect(t, "{\"v\":1.5e3,\"kids\":[{\"v\":2},{\"v\":-0.5,\"kids\":[]}]}", 1);
+    expect(t, "{\"v\":\"leaf\"}", 1);
+    expect(t, "null", 1);
+    expect(t, "{\"v\":\"x\"}", 0);
+    expect(t, "{\"kids\":[]}", 0);
+    expect(t, "{\"v\":1,\"kids\":[{\"v\":\"leaf\"}]}", 0);    /* kids are nodes */
+    dsv4_json_schema_free(t);
+
+    dsv4_json_schema *o = compile(OBJ);
+    expect(o, "{\"a\":[1,{\"b\":null}],\"c\":\"\\ud83d\\ude00\",\"a\":true}", 1);
+    expect(o, "{}", 1);
+    expect(o, "[1]", 0);
+    expect(o, "{\"a\":1,}", 0);
+    expect(o, "{a:1}", 0);
+    char ws[80] = "{";
+    memset(ws + 1, ' ', 32);
+    strcpy(ws + 33, "}");
+    expect(o, ws, 1);                                         /* 32 whitespace bytes */
+    memset(ws + 1, ' ', 33);
+    strcpy(ws + 34, "}");
+    expect(o, ws, 0);                                         /* 33: over the bound */
+    char deep[128];
+    for (int levels = 20; levels <= 40; levels += 20) {
+        strcpy(deep, "{\"a\":");
+        for (int i = 0; i < levels; i++) strcat(deep, "[");
+        for (int i = 0; i < levels; i++) strcat(deep, "]");
+        expect(o, strcat(deep, "}"), levels == 20);           /* nesting bounded */
+    }
+    dsv4_json_schema_free(o);
+
+    dsv4_json_schema *q = compile(PAIR);
+    expect(q, "[\"a\",1]", 1);
+    expect(q, "[\"a\"]", 1);
+    expect(q, "[]", 1);
+    expect(q, "[\"a\",1,2]", 0);
+    expect(q, "[1]", 0);
+    dsv4_json_schema_free(q);
+
+    dsv4_json_schema *e = compile("{\"enum\":[1,12,{\"a\":[1,2]}]}");
+    expect(e, "1", 1);
+    expect(e, "12 ", 1);
+    expect(e, "{\"a\":[1,2]}", 1);
+    expect(e, "{\"a\": [1,2]}", 0);                           /* literals: compact form only */
+    expect(e, "123", 0);
+    expect(e, "2", 0);
+    dsv4_json_schema_free(e);
+
+    dsv4_json_schema *m = compile("{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}");
+    expect(m, "{\"x\":1,\"y\":2}", 1);
+    expect(m, "{\"x\":\"1\"}", 0);
+    dsv4_json_schema_free(m);
+}
+
+static void refused(const char *schema, int code, const char *what) {
+    dsv4_json_schema *s = NULL;
+    dsv4_err err = {0};
+    CHECK_MSG(dsv4_json_schema_compile(schema, strlen(schema), &s, &err) == code && s == NULL,
+              "%s: code %d", schema, err.code);
+    CHECK_MSG(strstr(err.msg, what) != NULL, "%s: message '%s' lacks '%s'", schema, err.msg, what);
+}
+
+static void test_refused(void) {
+    refused("{\"type\":\"string\",\"pattern\":\"a+\"}", DSV4_ERR_UNSUPPORTED, "\"pattern\"");
+    refused("{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"}}}",
+            DSV4_ERR_UNSUPPORTED, "\"format\" (at #/properties/d)");
+    refused("{\"type\":\"string\",\"minLength\":1}", DSV4_ERR_UNSUPPORTED, "\"minLength\"");
+    refused("{\"oneOf\":[{\"type\":\"string\"}]}", DSV4_ERR_UNSUPPORTED, "\"oneOf\"");
+    refused("{\"allOf\":[{\"type\":\"string\"}]}", DSV4_ERR_UNSUPPORTED, "\"allOf\"");
+    refused("{\"type\":\"integer\",\"minimum\":0}", DSV4_ERR_UNSUPPORTED, "\"minimum\"");
+    refused("{\"properties\":{\"a\":{}},\"additionalProperties\":true}", DSV4_ERR_UNSUPPORTED, "additionalProperties");
+    refused("{\"properties\":{\"a\":{}},\"required\":[\"b\"]}", DSV4_ERR_UNSUPPORTED, "\"b\"");
+    refused("{\"$ref\":\"#/x\"}", DSV4_ERR_UNSUPPORTED, "$ref");
+    refused("{\"$ref\":\"#\"}", DSV4_ERR_UNSUPPORTED, "cycle");
+    refused("{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", DSV4_ERR_UNSUPPORTED, "minItems");
+    refused("{\"type\":\"foo\"}", DSV4_ERR_UNSUPPORTED, "\"foo\"");
+    refused("{\"type\":\"string\",\"enum\":[1]}", DSV4_ERR_UNSUPPORTED, "enum");
+    refused("{\"anyOf\":[{}],\"type\":\"string\"}", DSV4_ERR_UNSUPPORTED, "\"type\" beside 'anyOf'");
+    refused("{\"type\":", DSV4_ERR_FORMAT, "not valid JSON");
+    refused("false", DSV4_ERR_UNSUPPORTED, "schema");
+}
+
+/* ---- the mask against brute force over the real vocabulary ---- */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t next_rand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return rng;
+}
+
+/* a random allowed id: half the time any, half the time a short one (to leave strings
+ * and reach structure) */
+static int32_t pick(const dsv4_tokenizer *tok, const uint64_t *bits, int V) {
+    int n = 0, ns = 0;
+    for (int v = 0; v < V; v++)
+        if (bits[v >> 6] >> (v & 63) & 1) {
+            size_t len;
+            dsv4_tok_id_bytes(tok, v, &len);
+            n++, ns += len <= 2;
+        }
+    if (!n) return -1;
+    const int shortp = ns && (next_rand() & 1);
+    int k = (int)(next_rand() % (uint64_t)(shortp ? ns : n));
+    for (int v = 0; v < V; v++)
+        if (bits[v >> 6] >> (v & 63) & 1) {
+            size_t len;
+            dsv4_tok_id_bytes(tok, v, &len);
+            if ((!shortp || len <= 2) && k-- == 0) return v;
+        }
+    return -1;
+}
+
+static void test_mask(const dsv4_tokenizer *tok, const json_vocab *jv, const char *schema, int steps, int every) {
+    dsv4_json_schema *s = compile(schema);
+    if (!s) return;
+    json_walk w;
+    CHECK(json_walk_init(&w, jv) == 0);
+    json_state *st = malloc(2 * sizeof *st);
+    uint64_t *bits = malloc((size_t)jv->words * sizeof *bits), *brute = malloc((size_t)jv->words * sizeof *bits);
+    json_state_init(s, &st[0]);
+    int cur = 0, compared = 0;
+    for (int i = 0; i < steps; i++) {
+        atomic_store(&counting, 1);
+        json_mask(s, jv, &w, &st[cur], bits);
+        atomic_store(&counting, 0);
+        if (i % every == 0) {
+            json_mask_brute(s, tok, &st[cur], brute, jv->words);
+            int diff = 0;
+            for (int k = 0; k < jv->words; k++) diff += __builtin_popcountll(bits[k] ^ brute[k]);
+            CHECK_MSG(diff == 0, "%s: step %d: the mask differs from brute force in %d ids", schema, i, diff);
+            compared++;
+        }
+        const int32_t t = pick(tok, bits, jv->V);
+        if (t < 0) {
+            CHECK_MSG(json_state_accepting(s, &st[cur]), "%s: step %d: nothing allowed, not complete", schema, i);
+            break;
+        }
+        size_t len;
+        const char *b = dsv4_tok_id_bytes(tok, t, &len);
+        atomic_store(&counting, 1);
+        for (size_t k = 0; k < len; k++, cur ^= 1) CHECK(json_state_step(s, &st[cur], (uint8_t)b[k], &st[cur ^ 1]));
+        atomic_store(&counting, 0);
+    }
+    CHECK(compared > 0);
+    CHECK_MSG(atomic_load(&n_calls) == 0, "%ld allocator calls in mask/step", atomic_load(&n_calls));
+    json_walk_free(&w);
+    free(st), free(bits), free(brute);
+    dsv4_json_schema_free(s);
+}
+
+int main(void) {
+    test_accepts();
+    test_refused();
+    test_require_shared();
+    char path[512];
+    dsv4_tokenizer *tok = NULL;
+    dsv4_err err = {0};
+    if (dsv4_tokenizer_load(test_shared("tokenizer/tokenizer.json", path, sizeof path), &tok, &err)) {
+        fprintf(stderr, "tokenizer: %s\n", err.msg);
+        return 1;
+    }
+    json_vocab *jv = json_vocab_build(tok);
+    CHECK(jv != NULL);
+    if (jv) {
+        printf("vocab %d ids: trie %d nodes, string-special trie %d nodes, longest %d bytes\n", jv->V, jv->n_all,
+               jv->n_spec, jv->max_len);
+        test_mask(tok, jv, PERSON, 40, 5);
+        test_mask(tok, jv, TREE, 40, 5);
+        test_mask(tok, jv, OBJ, 40, 5);
+        test_mask(tok, jv, "{\"enum\":[\"red\",\"green\",\"gr\\u00fcn\",12,1]}", 6, 1);
+    }
+    json_vocab_free(jv);
+    dsv4_tokenizer_free(tok);
+    return test_report();
+}

@@ -1,0 +1,151 @@
+// test_structured.js — structured output through the official clients on the random-weight
+// model: response_format json_schema / json_object (chat, streaming and not; completions),
+// Anthropic's output_config.format. Every answer that ends ("stop") parses and validates under its
+// schema (a validator of the subset below); constrained and unconstrained requests, greedy
+// and seeded, give the same answers one by one on a server without MTP as all at once on a
+// server with MTP; schemas outside the subset, and response_format with tools, are 400s
+// naming the reason.
+'use strict';
+const assert = require('assert');
+const OpenAI = require('openai').default;
+const Anthropic = require('@anthropic-ai/sdk').default;
+const { start, http, run } = require('./harness');
+
+// The schema subset of include/dsv4_text.h, checked on a parsed value (key order too: the
+// properties come in the order declared).
+function valid(schema, v, root = schema) {
+  if (schema === true) return true;
+  if (schema.$ref) return valid(schema.$ref === '#' ? root : root.$defs[schema.$ref.split('/').pop()], v, root);
+  if (schema.anyOf) return schema.anyOf.some((s) => valid(s, v, root));
+  const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+  if ('const' in schema) return same(schema.const, v);
+  if (schema.enum) return schema.enum.some((e) => same(e, v));
+  const type = v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v === 'object' ? 'object'
+    : typeof v === 'number' ? (Number.isInteger(v) ? 'integer' : 'number') : typeof v;
+  const types = [].concat(schema.type || []);
+  if (types.length && !types.includes(type) && !(type === 'integer' && types.includes('number'))) return false;
+  if (type === 'object' && schema.properties) {
+    const names = Object.keys(schema.properties), keys = Object.keys(v);
+    let at = -1;
+    for (const k of keys) {
+      const i = names.indexOf(k);
+      if (i <= at) return false;  // unknown, repeated or out of order
+      at = i;
+      if (!valid(schema.properties[k], v[k], root)) return false;
+    }
+    return (schema.required || []).every((k) => keys.includes(k));
+  }
+  if (type === 'object' && schema.additionalProperties !== undefined && schema.additionalProperties !== true)
+    return Object.values(v).every((x) => valid(schema.additionalProperties, x, root));
+  if (type === 'array') {
+    if (v.length < (schema.minItems || 0) || v.length > (schema.maxItems ?? Infinity)) return false;
+    const pre = schema.prefixItems || [];
+    return v.every((x, i) => (i < pre.length ? valid(pre[i], x, root) : valid(schema.items ?? true, x, root)));
+  }
+  return true;
+}
+
+// Finite schemas: a random-weight model completes them in a few dozen tokens.
+const ORDER = {
+  type: 'object', additionalProperties: false, required: ['size', 'extras'],
+  properties: {
+    size: { enum: ['small', 'large', 12] },
+    hot: { type: ['boolean', 'null'] },
+    extras: { type: 'array', items: { $ref: '#/$defs/extra' }, maxItems: 2 },
+    note: { const: 'ok' },
+  },
+  $defs: { extra: { anyOf: [{ enum: ['milk', 'sugar'] }, { type: 'object', properties: { shots: { enum: [1, 2] } },
+    required: ['shots'] }] } },
+};
+const PAIR = { type: 'array', prefixItems: [{ type: 'boolean' }, { enum: ['x', 'y'] }], items: false, minItems: 2 };
+const fmt = (schema) => ({ type: 'json_schema', json_schema: { name: 'out', schema, strict: true } });
+const WORDS = 'tell me about the weather in paris and what to wear today please'.split(' ');
+const say = (i) => [{ role: 'user', content: WORDS.slice(0, 3 + (i % 9)).join(' ') }];
+
+// One request of the mix: {text, finish, n}; kinds cycle through constrained chat (schema,
+// JSON mode, streaming), unconstrained chat and constrained completions.
+async function ask(client, i) {
+  const sampled = i % 2 === 1;
+  const base = { model: 'm', max_tokens: 96, temperature: sampled ? 0.8 : 0, ...(sampled ? { seed: 50 + i } : {}) };
+  const k = i % 6;
+  if (k === 5) {
+    const r = await client.completions.create({ ...base, prompt: WORDS.slice(0, 4 + i).join(' '), response_format: fmt(PAIR) });
+    return { schema: PAIR, text: r.choices[0].text, finish: r.choices[0].finish_reason, n: r.usage.completion_tokens };
+  }
+  const schema = k === 2 ? { type: 'object' } : k === 4 ? null : k === 1 ? PAIR : ORDER;
+  const req = { ...base, messages: say(i),
+    ...(k === 4 ? {} : { response_format: k === 2 ? { type: 'json_object' } : fmt(schema) }) };
+  if (k !== 3) {
+    const r = await client.chat.completions.create(req);
+    return { schema, text: r.choices[0].message.content, finish: r.choices[0].finish_reason, n: r.usage.completion_tokens };
+  }
+  const out = { schema, text: '', finish: null, n: null };
+  for await (const ch of await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } })) {
+    if (ch.usage) out.n = ch.usage.completion_tokens;
+    const c = ch.choices[0];
+    if (!c) continue;
+    out.text += c.delta.content || '';
+    if (c.finish_reason) out.finish = c.finish_reason;
+  }
+  return out;
+}
+
+run('server_structured', async () => {
+  const N = 12;
+  // one by one, without MTP
+  let srv = await start(['--mtp', 'off', '--max-context', '1024']);
+  let client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
+  const solo = [];
+  for (let i = 0; i < N; i++) solo.push(await ask(client, i));
+  let ended = 0;
+  for (const [i, r] of solo.entries()) {
+    if (!r.schema) continue;
+    assert(r.finish === 'stop' || r.finish === 'length', `request ${i}: finish ${r.finish}`);
+    if (r.finish === 'length') continue;  // cut short: a valid beginning, as OpenAI's
+    ended++;
+    const v = JSON.parse(r.text);
+    assert(valid(r.schema, v), `request ${i}: ${r.text} does not validate`);
+  }
+  console.log(`${ended} constrained answers ended and validate; e.g. ${solo[0].text.trim()} | ${solo[1].text.trim()}`);
+  assert(ended >= 6, 'too few constrained answers ended');
+
+  // the schema reaches the model: the template's Response Format section (prompt tokens)
+  const plain = await client.chat.completions.create({ model: 'm', max_tokens: 1, messages: say(0) });
+  const shown = await client.chat.completions.create({ model: 'm', max_tokens: 1, messages: say(0), response_format: fmt(PAIR) });
+  assert(shown.usage.prompt_tokens > plain.usage.prompt_tokens + 20, 'the schema is not in the prompt');
+
+  // refusals
+  const bad = async (body, what) => {
+    const r = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', messages: say(0), max_tokens: 4, ...body } });
+    assert.strictEqual(r.status, 400, r.body);
+    assert(r.json.error.message.includes(what), `${r.json.error.message} lacks ${what}`);
+  };
+  await bad({ response_format: fmt({ type: 'string', pattern: '^a' }) }, '"pattern"');
+  await bad({ response_format: fmt({ type: 'object', properties: { d: { type: 'string', format: 'date' } } }) },
+    '"format" (at #/properties/d)');
+  await bad({ response_format: { type: 'yaml' } }, 'response_format.type');
+  await bad({ response_format: { type: 'json_schema', json_schema: { schema: {} } } }, "'name'");
+  await bad({ response_format: { type: 'json_object' }, tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] },
+    'tools');
+  await srv.stop();
+
+  // all at once, with MTP: the same answers
+  srv = await start(['--mtp', 'on', '--max-seqs', '16', '--max-context', '1024']);
+  client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
+  const together = await Promise.all(Array.from({ length: N }, (_, i) => ask(client, i)));
+  for (let i = 0; i < N; i++) assert.deepStrictEqual(together[i], solo[i], `request ${i} differs batched with MTP`);
+
+  // Anthropic's output_config.format (the SDK turns the older output_format into it)
+  const an = new Anthropic({ apiKey: 'x', baseURL: srv.url, maxRetries: 0 });
+  let done = 0;
+  for (let i = 0; i < 4; i++) {
+    const m = await an.messages.create({ model: 'm', max_tokens: 200, temperature: 0, messages: say(i),
+      output_config: { format: { type: 'json_schema', schema: ORDER } } });
+    assert(m.stop_reason === 'end_turn' || m.stop_reason === 'max_tokens', m.stop_reason);
+    if (m.stop_reason === 'max_tokens') continue;
+    assert(valid(ORDER, JSON.parse(m.content[0].text)), m.content[0].text);
+    done++;
+  }
+  assert(done > 0, 'no Anthropic answer ended');
+  await srv.stop();
+});
