@@ -26,6 +26,13 @@ int dsv4_dist_agree(dsv4_dist *d, int local_rc, int n, const uint8_t (*digests)[
     return local_rc;
 }
 
+int dsv4_dist_agree_share(dsv4_dist *d, int local_rc, int n, const int32_t *mine, int32_t *all,
+                          const char *what, dsv4_err *err) {
+    (void)d; (void)what; (void)err;
+    if (!local_rc && n > 0) memcpy(all, mine, (size_t)n * sizeof *mine);
+    return local_rc;
+}
+
 #else
 
 #define TAG_TIMEOUT 0x7d54 /* "I timed out too": point-to-point beside the collectives */
@@ -130,21 +137,15 @@ static int failed_rank(dsv4_dist *d, int local_rc, int first, int32_t peer, cons
                      msg);
 }
 
-int dsv4_dist_agree(dsv4_dist *d, int local_rc, int n, const uint8_t (*digests)[32],
-                    const char *const *names, int mismatch_code, const char *what, dsv4_err *err) {
-    if (!d || d->size < 2) return local_rc;
-    if (d->broken)
-        return dsv4_fail(err, DSV4_ERR_STATE, "%s: the process group is unusable after a peer "
-                         "timeout; end the job", what);
-    if (n < 0 || n > DSV4_DIST_AGREE_MAX)
-        return dsv4_fail(err, DSV4_ERR_ARG, "%s: %d digests to agree on (at most %d)", what, n,
-                         DSV4_DIST_AGREE_MAX);
-    const size_t row = 4 + (size_t)n * 32, P = (size_t)d->size;
+/* The shared start of an agreement: d->agreed's last row (row bytes, the status first) is
+ * filled; every rank's row is gathered into d->agreed and every status checked. 0, or the
+ * same failure on every rank. */
+static int agree_gather(dsv4_dist *d, int local_rc, size_t row, const char *what, dsv4_err *err) {
+    const size_t P = (size_t)d->size;
     uint8_t *all = d->agreed; /* (P + 1, row): own row last */
     uint8_t *mine = all + row * P;
     const int32_t rc32 = local_rc;
     memcpy(mine, &rc32, 4);
-    for (int i = 0; i < n; i++) memcpy(mine + 4 + (size_t)i * 32, digests[i], 32);
     MPI_Request rq;
     int rc = dsv4_dist_complete(d, MPI_Iallgather(mine, (int)row, MPI_BYTE, all, (int)row, MPI_BYTE, d->comm, &rq),
                                 &rq, what, err);
@@ -154,6 +155,42 @@ int dsv4_dist_agree(dsv4_dist *d, int local_rc, int n, const uint8_t (*digests)[
         memcpy(&peer, all + row * r, 4);
         if (peer) return failed_rank(d, local_rc, (int)r, peer, what, err);
     }
+    return DSV4_OK;
+}
+
+/* A group that cannot agree: broken by a timeout, or asked for more than a row holds. */
+static int agree_refused(dsv4_dist *d, int n, int most, const char *items, const char *what, dsv4_err *err) {
+    if (d->broken)
+        return dsv4_fail(err, DSV4_ERR_STATE, "%s: the process group is unusable after a peer "
+                         "timeout; end the job", what);
+    if (n < 0 || n > most) return dsv4_fail(err, DSV4_ERR_ARG, "%s: %d %s to agree on (at most %d)", what, n, items, most);
+    return DSV4_OK;
+}
+
+int dsv4_dist_agree_share(dsv4_dist *d, int local_rc, int n, const int32_t *mine, int32_t *all,
+                          const char *what, dsv4_err *err) {
+    if (!d || d->size < 2) {
+        if (!local_rc && n > 0) memcpy(all, mine, (size_t)n * sizeof *mine);
+        return local_rc;
+    }
+    int rc = agree_refused(d, n, DSV4_DIST_SHARE_MAX, "values", what, err);
+    if (rc) return rc;
+    const size_t row = 4 + (size_t)n * 4, P = (size_t)d->size;
+    memcpy(d->agreed + row * P + 4, mine, (size_t)n * 4);
+    if ((rc = agree_gather(d, local_rc, row, what, err))) return rc;
+    for (size_t r = 0; r < P; r++) memcpy(all + r * (size_t)n, d->agreed + row * r + 4, (size_t)n * 4);
+    return DSV4_OK;
+}
+
+int dsv4_dist_agree(dsv4_dist *d, int local_rc, int n, const uint8_t (*digests)[32],
+                    const char *const *names, int mismatch_code, const char *what, dsv4_err *err) {
+    if (!d || d->size < 2) return local_rc;
+    int rc = agree_refused(d, n, DSV4_DIST_AGREE_MAX, "digests", what, err);
+    if (rc) return rc;
+    const size_t row = 4 + (size_t)n * 32, P = (size_t)d->size;
+    uint8_t *all = d->agreed; /* (P + 1, row): own row last */
+    for (int i = 0; i < n; i++) memcpy(all + row * P + 4 + (size_t)i * 32, digests[i], 32);
+    if ((rc = agree_gather(d, local_rc, row, what, err))) return rc;
     char msg[768];
     size_t k = 0;
     int bad = 0;

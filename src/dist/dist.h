@@ -44,6 +44,15 @@ struct dsv4_dist {
 int dsv4_dist_agree(dsv4_dist *d, int local_rc, int n, const uint8_t (*digests)[32],
                     const char *const *names, int mismatch_code, const char *what, dsv4_err *err);
 
+/* dsv4_dist_agree without digests, sharing values instead: every rank passes its status and
+ * n int32 values (the same n everywhere, n <= DSV4_DIST_SHARE_MAX), and on success every
+ * rank's values are in all (size, n), rank after rank, on every rank. They are the peers'
+ * word, to be checked before use. Failures as dsv4_dist_agree's (all is then unset).
+ * Without MPI or with one rank: all = mine (when local_rc is 0), returns local_rc. */
+#define DSV4_DIST_SHARE_MAX (32 * DSV4_DIST_AGREE_MAX / 4)
+int dsv4_dist_agree_share(dsv4_dist *d, int local_rc, int n, const int32_t *mine, int32_t *all,
+                          const char *what, dsv4_err *err);
+
 #ifdef DSV4_HAVE_MPI
 /* Completes a non-blocking collective that MPI_I... started (mrc is that call's result)
  * within the peer timeout: 0, or DSV4_ERR_IO with "<what>: <MPI error>" or, after the
