@@ -163,8 +163,11 @@ typedef struct dsv4_dist dsv4_dist;
  * nothing changed anywhere. Each rank's outputs are bitwise what one process computes for
  * its spans; a non-finite output (DSV4_ERR_NUMERIC, found after the compute) fails the call
  * only on the rank whose rows it is, and breaks only that rank's sequences of the call.
- * Without DP, rank 0 is the home rank of every sequence and the others idle. */
-enum { DSV4_PAR_NONE = 0, DSV4_PAR_CP = 1, DSV4_PAR_EP = 2, DSV4_PAR_DP = 4 };
+ * Without DP, rank 0 is the home rank of every sequence and the others idle.
+ * DSV4_PAR_DP_HEAD (only with DSV4_PAR_DP): the LM head of a DP group sharded over the
+ * vocabulary: each rank reads 1/K of the head a call for every rank's rows instead of the
+ * whole head for its own (dsv4_lm_head_dist / _argmax: collective then; see there). */
+enum { DSV4_PAR_NONE = 0, DSV4_PAR_CP = 1, DSV4_PAR_EP = 2, DSV4_PAR_DP = 4, DSV4_PAR_DP_HEAD = 8 };
 
 /* Initialises MPI (MPI_Init_thread) if this build has it and wraps MPI_COMM_WORLD. */
 DSV4_API int dsv4_dist_init(int *argc, char ***argv, dsv4_dist **out, dsv4_err *err);
@@ -603,8 +606,15 @@ DSV4_API int dsv4_lm_head_shard(dsv4_engine *e, const float *hidden, int n_rows,
  *   dsv4_lm_head_argmax: greedy ids [n_rows] (and values, may be NULL) on every rank,
  *                        reduced with MPI_Allreduce (larger value, then lower id): equal to
  *                        the argmax of the full logits, ties to the lowest token id.
- * Under DSV4_PAR_DP every rank is the home rank of its own rows: both run locally on the
- * full head (not collective; each rank its own n_rows). */
+ * Under DSV4_PAR_DP every rank is the home rank of its own rows (each its own n_rows, zero
+ * allowed) and gets the results of those rows only: logits [n_rows, V] from _dist, ids and
+ * values [n_rows] from _argmax, bitwise what the full head gives. Without DSV4_PAR_DP_HEAD
+ * both run locally on the full head (not collective). With it they are collective: every
+ * rank makes the same number of head calls in the same order, each call on a rank either
+ * kind (one rank's _dist may meet another's _argmax), and each rank computes its
+ * vocabulary shard for every rank's rows (the rows allgathered, the shards' logits or
+ * argmax pairs sent back to their home rank); a refusal or failure on any rank fails the
+ * call on every rank with that rank's message, and the peer timeout applies. */
 DSV4_API int dsv4_lm_head_dist(dsv4_engine *e, const float *hidden, int n_rows, float *logits,
                                dsv4_err *err);
 DSV4_API int dsv4_lm_head_argmax(dsv4_engine *e, const float *hidden, int n_rows, int32_t *ids,

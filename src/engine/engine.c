@@ -94,18 +94,22 @@ static void prepare_route_tab(dsv4_engine *e, int n_blocks) {
  * parallel flags, is the single-process engine. */
 static int setup_parallel(dsv4_engine *e, dsv4_err *err) {
     const dsv4_engine_opts *o = &e->opts;
-    if (o->parallel & ~(DSV4_PAR_CP | DSV4_PAR_EP | DSV4_PAR_DP))
+    if (o->parallel & ~(DSV4_PAR_CP | DSV4_PAR_EP | DSV4_PAR_DP | DSV4_PAR_DP_HEAD))
         return dsv4_fail(err, DSV4_ERR_ARG, "engine: unknown parallel flags 0x%x", (unsigned)o->parallel);
     /* data-parallel attention needs the MoE exchange; a CP prefill spreads one sequence's
      * cache over the ranks, which DP's per-rank sequences do not provide for */
     if ((o->parallel & DSV4_PAR_DP) && (o->parallel & (DSV4_PAR_EP | DSV4_PAR_CP)) != DSV4_PAR_EP)
         return dsv4_fail(err, DSV4_ERR_ARG, "engine: data-parallel attention (DSV4_PAR_DP) needs "
                          "expert parallelism (DSV4_PAR_EP) and not context parallelism");
+    if ((o->parallel & DSV4_PAR_DP_HEAD) && !(o->parallel & DSV4_PAR_DP))
+        return dsv4_fail(err, DSV4_ERR_ARG, "engine: the sharded DP head (DSV4_PAR_DP_HEAD) needs "
+                         "data-parallel attention (DSV4_PAR_DP)");
     if (o->ep_wave < 0) return dsv4_fail(err, DSV4_ERR_ARG, "engine: ep_wave %d < 0", o->ep_wave);
     if (!o->parallel || !o->dist || dsv4_dist_size(o->dist) < 2) return DSV4_OK;
     e->group = o->dist;
     e->rank = dsv4_dist_rank(o->dist);
     e->dp = (o->parallel & DSV4_PAR_DP) != 0;
+    e->dp_head = (o->parallel & DSV4_PAR_DP_HEAD) != 0;
     e->idle = e->rank != 0 && !e->dp;
     if (!(o->parallel & DSV4_PAR_EP)) return DSV4_OK;
     /* the largest call: every sequence with a full span */

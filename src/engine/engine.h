@@ -66,6 +66,8 @@ struct dsv4_engine {
     int dp;                          /* 1 in a group with DSV4_PAR_DP: every rank is the home
                                       * rank of its own sequences (no rank idle); the ranks
                                       * agree per call on its kind and status, not its spans */
+    int dp_head;                     /* 1 with DSV4_PAR_DP_HEAD: the DP group's head calls are
+                                      * collective, sharded over the vocabulary (lmhead_dp.c) */
     struct dsv4_ep *ep;              /* expert-parallel exchange (DSV4_PAR_EP), else NULL */
     struct dsv4_prefix_cache *prefix; /* snapshots and the prefix cache (prefix.c) */
     int numa_nodes;                  /* memory nodes seen at create (opts.numa is the decision) */

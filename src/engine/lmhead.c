@@ -82,7 +82,8 @@ size_t dsv4_lmhead_scratch_bytes(int64_t V, int64_t D, int P) {
         head_take(&m, DSV4_LMHEAD_ROWS, hi - lo + 127 < V ? hi - lo + 127 : V, &l, NULL);
         if (m.peak > most) most = m.peak;
     }
-    return most;
+    const size_t dp = dsv4_lmhead_dp_scratch_bytes(V, D, P);
+    return dp > most ? dp : most;
 }
 
 int dsv4_lmhead_logits_range(dsv4_kctx *k, dsv4_arena *scratch, const dsv4_mat *head,
@@ -242,6 +243,7 @@ static int group_begin(dsv4_engine *e, const float *hidden, int n_rows, int logi
 }
 
 static int lm_head_dist_body(dsv4_engine *e, const float *hidden, int n_rows, float *logits, dsv4_err *err) {
+    if (e->dp_head) return dsv4_lmhead_dp(e, hidden, n_rows, DSV4_DP_HEAD_LOGITS, logits, NULL, NULL, err);
     /* under DP the rows are this rank's own: the full head, locally */
     if (!e->group || e->dp) return dsv4_lm_head(e, hidden, n_rows, logits, err);
     dsv4_dist *d = e->group;
@@ -342,6 +344,8 @@ static int group_argmax(dsv4_engine *e, const float *hidden, int n_rows, int32_t
 static int lm_head_argmax_body(dsv4_engine *e, const float *hidden, int n_rows, int32_t *ids,
                                float *values, dsv4_err *err) {
     const int V = e->cfg->vocab_size;
+    /* a DP group's sharded head checks its rank's arguments inside its agreement */
+    if (e->dp_head) return dsv4_lmhead_dp(e, hidden, n_rows, DSV4_DP_HEAD_ARGMAX, NULL, ids, values, err);
     /* the same arguments on every rank, so a refusal here is collective too */
     if (n_rows < 0 || (n_rows > 0 && !ids))
         return dsv4_fail(err, DSV4_ERR_ARG, "lm_head: bad arguments (n_rows = %d)", n_rows);

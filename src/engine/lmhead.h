@@ -65,4 +65,14 @@ int dsv4_lmhead_local(dsv4_kctx *k, dsv4_arena *scratch, const dsv4_mat *head, c
 #define DSV4_LMHEAD_ROWS 16
 size_t dsv4_lmhead_scratch_bytes(int64_t V, int64_t D, int P);
 
+/* A DP group's head with DSV4_PAR_DP_HEAD (lmhead_dp.c): collective over e->group, every
+ * rank its own n_rows (zero allowed) and either kind; kind DSV4_DP_HEAD_LOGITS fills logits
+ * (n_rows, V), DSV4_DP_HEAD_ARGMAX ids (n_rows) and values (n_rows, may be NULL), bitwise
+ * the full head's. Each rank computes its vocabulary shard for every rank's rows. */
+enum { DSV4_DP_HEAD_LOGITS = 0, DSV4_DP_HEAD_ARGMAX = 1 };
+int dsv4_lmhead_dp(dsv4_engine *e, const float *hidden, int n_rows, int kind, float *logits, int32_t *ids,
+                   float *values, dsv4_err *err);
+/* Its scratch bytes for a group of P ranks (0 for one). */
+size_t dsv4_lmhead_dp_scratch_bytes(int64_t V, int64_t D, int P);
+
 #endif

@@ -6,6 +6,8 @@
  *    calls (all rows, the last row only, or none kept; some ranks with no MTP rows), small
  *    exchange waves so that ranks run different numbers of waves: hidden states, streams,
  *    MTP hidden states and greedy ids equal to the local engine's, lengths equal;
+ *  - the same with the head sharded over the vocabulary (DSV4_PAR_DP_HEAD: every rank calls
+ *    it after every call, with its rows or none; the MTP drafts' logits too);
  *  - the same with adversarial routing (every route it can to the last rank);
  *  - refusals: one rank's bad token, one rank's full cache, ranks in different kinds of
  *    call: the same clean error on every rank, no sequence changed or broken, every rank's
@@ -13,7 +15,8 @@
  *  - every rank has its own prefix cache (dsv4_prefix_start) and no follower mirror;
  *  - DP needs EP and refuses CP, on every rank at create.
  *
- *   mpirun -np N test_dp_engine MODEL_DIR        (N divides the routed experts)
+ *   mpirun -np N test_dp_engine MODEL_DIR        (N divides the routed experts: the goldens'
+ *                                                 8 and 16 at 2 and 4, the generated e12 at 3)
  */
 #include "ep_fixture.h"
 
@@ -53,12 +56,14 @@ static dsv4_engine_opts base_opts(uint64_t cache_bytes) {
                               .cache_bytes = cache_bytes};
 }
 
-static void make_pair(world *w, pair *p, uint64_t cache_bytes, int adversarial) {
+/* head_shard: the group's head sharded over the vocabulary (DSV4_PAR_DP_HEAD): every rank
+ * then calls the head after every successful call, with no rows too */
+static void make_pair(world *w, pair *p, uint64_t cache_bytes, int adversarial, int head_shard) {
     dsv4_engine_opts o = base_opts(cache_bytes), od = o;
     dsv4_err err = {0};
     memset(p, 0, sizeof *p);
     od.dist = w->g.d;
-    od.parallel = DSV4_PAR_EP | DSV4_PAR_DP;
+    od.parallel = DSV4_PAR_EP | DSV4_PAR_DP | (head_shard ? DSV4_PAR_DP_HEAD : 0);
     od.ep_wave = 5;
     CHECK_MSG(dsv4_engine_create(w->g.m, &od, &p->dp, &err) == 0, "create: %s", err.msg);
     CHECK(dsv4_engine_create(w->g.m, &o, &p->loc, &err) == 0);
@@ -84,6 +89,26 @@ static void free_pair(pair *p) {
     dsv4_engine_free(p->loc);
     free(p->bias);
     free(p->table);
+}
+
+/* The group's head on this rank's rows h1 (n, D) against the local head on h2: greedy ids
+ * (argmax) or logits. A sharded head is collective: called on every rank, rows or not. */
+static void head_check(world *w, pair *p, const float *h1, const float *h2, int n, int argmax, const char *what) {
+    if (n == 0 && !p->dp->dp_head) return;
+    const int V = w->g.V;
+    int32_t *ids = malloc(sizeof(int32_t) * (n + 1)), *ids2 = malloc(sizeof(int32_t) * (n + 1));
+    float *lg = malloc(sizeof(float) * ((size_t)n * V + 1)), *lg2 = malloc(sizeof(float) * ((size_t)n * V + 1));
+    dsv4_err err = {0};
+    const int rc = argmax ? dsv4_lm_head_argmax(p->dp, h1, n, ids, NULL, &err) : dsv4_lm_head_dist(p->dp, h1, n, lg, &err);
+    CHECK_MSG(rc == 0, "%s: rank %d: head: %s", what, w->g.rank, err.msg);
+    if (rc == 0 && n > 0 && argmax) {
+        CHECK(dsv4_lm_head_argmax(p->loc, h2, n, ids2, NULL, &err) == 0);
+        CHECK_MSG(memcmp(ids, ids2, sizeof(int32_t) * n) == 0, "%s: greedy ids differ", what);
+    } else if (rc == 0 && n > 0) {
+        CHECK(dsv4_lm_head(p->loc, h2, n, lg2, &err) == 0);
+        CHECK_MSG(memcmp(lg, lg2, sizeof(float) * n * V) == 0, "%s: rank %d: logits differ", what, w->g.rank);
+    }
+    free(ids); free(ids2); free(lg); free(lg2);
 }
 
 /* One forward of this rank's spans (n may be 0) on the group engine, the same on the local
@@ -115,14 +140,8 @@ static int both_forward(world *w, pair *p, const dsv4_span *sp, int n, float *ke
             memcpy(keep + ((size_t)q * MAXC + at) * w->g.hc * w->g.D, s1 + (size_t)os * w->g.hc * w->g.D,
                    (size_t)sp[i].n_streams * w->g.hc * w->g.D * sizeof(float));
         }
-        if (rows_h) {
-            int32_t *ids = malloc(sizeof(int32_t) * rows_h), *ids2 = malloc(sizeof(int32_t) * rows_h);
-            CHECK(dsv4_lm_head_argmax(p->dp, h1, rows_h, ids, NULL, &err) == 0);
-            CHECK(dsv4_lm_head_argmax(p->loc, h2, rows_h, ids2, NULL, &err) == 0);
-            CHECK_MSG(memcmp(ids, ids2, sizeof(int32_t) * rows_h) == 0, "%s: greedy ids differ", what);
-            free(ids); free(ids2);
-        }
     }
+    if (rc == 0) head_check(w, p, h1, h2, rows_h, 1, what);
     free(buf);
     return rc;
 }
@@ -145,6 +164,8 @@ static int both_mtp(world *w, pair *p, const dsv4_mtp_span *sp, const int *out, 
         CHECK_MSG(memcmp(h1, h2, (size_t)rows * w->g.D * sizeof(float)) == 0, "%s: rank %d: MTP hidden differs",
                   what, w->g.rank);
     }
+    /* the drafts' logits, as a server samples them (a sharded head: on every rank) */
+    if (rc == 0 && p->dp->dp_head) head_check(w, p, h1, h2, rows, 0, what);
     free(h1); free(h2);
     return rc;
 }
@@ -162,11 +183,11 @@ static void lengths_match(pair *p, const int64_t *n, const char *what) {
 /* The steps: rank r's sequence i has a prompt of 19 + 13 r + 9 i tokens, prefilled in chunks
  * of 6 + 5 r, then decodes; sequence 1 starts at step r; rank r has no rows at the steps
  * where (step + r) % 3 == 2 and no MTP rows where (step + r) % 4 == 3. */
-static void script(world *w, int adversarial) {
-    const char *what = adversarial ? "adversarial" : "mixed";
+static void script(world *w, int adversarial, int head_shard) {
+    const char *what = adversarial ? "adversarial" : head_shard ? "mixed, sharded head" : "mixed";
     const int r = w->g.rank, hcD = w->g.hc * w->g.D;
     pair p;
-    make_pair(w, &p, 0, adversarial);
+    make_pair(w, &p, 0, adversarial, head_shard);
     float *streams = calloc((size_t)NSEQ * MAXC * hcD, sizeof(float)); /* (NSEQ, MAXC, hc, D) */
     int64_t n[NSEQ] = {0}, m[NSEQ] = {0}, rows_here = 0;
     int ok = 1;
@@ -218,7 +239,7 @@ static void failures(world *w) {
     const int r = w->g.rank, last = w->g.size - 1;
     dsv4_err err = {0};
     pair p;
-    make_pair(w, &p, ep_fixture_min_budget(NULL, w->g.m, base_opts(0)), 0);
+    make_pair(w, &p, ep_fixture_min_budget(NULL, w->g.m, base_opts(0)), 0, 0);
     int64_t n[NSEQ] = {0};
 
     /* the last rank's bad token: the others had reserved their pages, which go back */
@@ -308,8 +329,9 @@ int main(int argc, char **argv) {
     rng = 0x853c49e6748fea9bull + 0x9e3779b97f4a7c15ull * (uint64_t)(w.g.rank + 1); /* other tokens per rank */
     for (int i = 0; i < NSEQ; i++)
         for (int j = 0; j <= MAXC; j++) w.tok[i][j] = (int32_t)(urand32() % (uint32_t)w.g.V);
-    script(&w, 0);
-    script(&w, 1);
+    script(&w, 0, 0);
+    script(&w, 0, 1);
+    script(&w, 1, 0);
     failures(&w);
     return ep_world_close(&w.g);
 }
