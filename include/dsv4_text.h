@@ -608,8 +608,9 @@ DSV4_API int dsv4_spec_fed(dsv4_spec *s, const int32_t *tokens, int n, const flo
                            dsv4_err *err);
 /* The next token x_n: sampled, not run yet. */
 DSV4_API void dsv4_spec_set_next(dsv4_spec *s, int32_t token);
-/* The MTP rows ready to run (*ms->n may be 0: nothing to run); *drafts = 1 when the last
- * row is n - 1, whose logits give the next draft. Only that row's hidden state is ever
+/* The MTP rows ready to run (*ms->n may be 0: nothing to run), at most the engine's c_max
+ * (the rest run at the next call); *drafts = 1 when the last row is n - 1, whose logits give
+ * the next draft. Only that row's hidden state is ever
  * read: run the span with dsv4_mtp_forward_out and DSV4_MTP_OUT_LAST when drafting, else
  * DSV4_MTP_OUT_NONE. The span points into s (valid until the next call on s). */
 DSV4_API void dsv4_spec_mtp_span(dsv4_spec *s, dsv4_mtp_span *ms, int *drafts);

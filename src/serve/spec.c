@@ -17,6 +17,7 @@ struct dsv4_spec {
     int seq;
     int64_t row_floats;     /* hc * D */
     int64_t max_ctx;
+    int c_max;              /* the engine's most rows of one span */
     int64_t n;              /* main length */
     int64_t hs;             /* first position whose MTP row has not run (= m) */
     float *h;               /* (cap, hc, D) streams of positions [hs, n) */
@@ -82,6 +83,7 @@ static int spec_new(dsv4_engine *e, int seq, int64_t n, int64_t hs, const float 
     s->seq = seq;
     s->row_floats = (int64_t)info.hc_mult * info.hidden_size;
     s->max_ctx = dsv4_engine_get_opts(e).max_context;
+    s->c_max = dsv4_engine_get_opts(e).c_max;
     s->n = n;
     s->hs = hs;
     s->draft = -1;
@@ -152,10 +154,14 @@ void dsv4_spec_set_next(dsv4_spec *s, int32_t token) {
 }
 
 void dsv4_spec_mtp_span(dsv4_spec *s, dsv4_mtp_span *ms, int *drafts) {
-    int64_t rows = s->n - s->hs - (s->has_next ? 0 : 1);
-    if (rows < 0) rows = 0;
+    const int64_t ready = s->n - s->hs - (s->has_next ? 0 : 1);
+    int64_t rows = ready < 0 ? 0 : ready;
+    /* A whole chunk and the row that waited for its token can be ready at once (a scheduler
+     * that draws the first token in the step of the prompt's last chunk): one span holds at
+     * most c_max rows, so the rest, and with them the draft, wait for the next call. */
+    if (rows > s->c_max) rows = s->c_max;
     s->mtp_rows = rows;
-    s->mtp_drafts = s->has_next && rows > 0;
+    s->mtp_drafts = s->has_next && rows > 0 && rows == ready;
     *ms = (dsv4_mtp_span){s->seq, s->hs, (int)rows, s->x, s->h};
     *drafts = s->mtp_drafts;
 }

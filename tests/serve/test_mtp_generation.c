@@ -33,10 +33,13 @@ static int32_t prompt[40];
 static int32_t eos_id[1];
 static const float eos_ban[1] = {-INFINITY};
 static const int P = 37;  /* prompt length: decoding starts off every boundary */
+/* the engine's span limit; sequence 2's 40-token prompt is two full chunks of it, so its
+ * first MTP call after the prompt would be the row that waited plus a whole chunk */
+enum { C_MAX = 20 };
 
 static dsv4_engine *engine(int mtp, int max_seqs) {
     dsv4_engine_opts eo = {.max_context = P + N + 16, .max_seqs = max_seqs, .mtp = mtp,
-                           .win_block = WIN_BLOCK, .c_max = 64, .reference = REFERENCE};
+                           .win_block = WIN_BLOCK, .c_max = C_MAX, .reference = REFERENCE};
     dsv4_engine *e = NULL;
     dsv4_err err = {0};
     if (dsv4_engine_create(M, &eo, &e, &err)) { fprintf(stderr, "%s\n", err.msg); exit(1); }
@@ -274,12 +277,13 @@ static void test_batched(const dsv4_sample_params *sp, const char *what) {
         na[i] = (int)r.gen_tokens;
         dsv4_engine_free(e);
     }
-    /* together: 0 with MTP and half its drafts right, 1 without MTP, 2 with MTP joining at
-     * step 5 with prefill chunks of 7 rows */
+    /* together: 0 with MTP and half its drafts right, in prefill chunks of 7 rows; 1 without
+     * MTP; 2 with MTP joining at step 5, its prompt two chunks of C_MAX rows (its first token
+     * is drawn in the step of the last chunk, before that chunk's MTP rows ran) */
     dsv4_engine *e = engine(1, 3);
-    bseq s[3] = {{.use_mtp = 1, .prompt = prompt, .n_prompt = P, .chunk = 64},
-                 {.use_mtp = 0, .prompt = p2, .n_prompt = 29, .chunk = 64},
-                 {.use_mtp = 1, .prompt = p3, .n_prompt = 40, .chunk = 7, .start_step = 5}};
+    bseq s[3] = {{.use_mtp = 1, .prompt = prompt, .n_prompt = P, .chunk = 7},
+                 {.use_mtp = 0, .prompt = p2, .n_prompt = 29, .chunk = C_MAX},
+                 {.use_mtp = 1, .prompt = p3, .n_prompt = 2 * C_MAX, .chunk = C_MAX, .start_step = 5}};
     forcing h = {alone[0], na[0], 1, 0x1234567ull, 0, 0};
     s[0].hook = &h;
     run_batched(e, s, 3, sp);
