@@ -193,6 +193,14 @@ DSV4_API void dsv4_dist_abort(dsv4_dist *d, int status);
  * next step while the server is idle); the waiting rank sleeps between polls instead of
  * spinning. Like every collective it is made by one thread of each rank at a time. */
 DSV4_API int dsv4_dist_bcast(dsv4_dist *d, void *buf, size_t n, int wait_forever, dsv4_err *err);
+/* Every rank's n bytes (the same n everywhere) to every rank: all [size, n], rank r's at
+ * r * n (with one rank: mine copied). Under the peer timeout. */
+DSV4_API int dsv4_dist_allgather(dsv4_dist *d, const void *mine, size_t n, void *all, dsv4_err *err);
+/* Each rank's n bytes to rank 0, packed in rank order into all; counts[r] (read on rank 0
+ * only, counts[0] = n there) is rank r's n, which rank 0 knows beforehand (e.g. from a
+ * dsv4_dist_allgather of the sizes). Under the peer timeout. */
+DSV4_API int dsv4_dist_gatherv(dsv4_dist *d, const void *mine, size_t n, void *all, const size_t *counts,
+                               dsv4_err *err);
 
 /* ---- engine ------------------------------------------------------------------------- */
 
