@@ -11,7 +11,10 @@
  * Under MPI (opts.parallel = DSV4_PAR_EP, opts.dist with more than one rank) rank 0 runs
  * the server and the scheduler; every other rank calls dsv4_server_follow, which creates
  * the same engine and replays rank 0's engine calls, step by step, until rank 0's server
- * stops. Every rank passes the same options.
+ * stops. With DSV4_PAR_EP | DSV4_PAR_DP (data-parallel attention, serve/dp.h) every rank
+ * runs a scheduler of its own over the requests rank 0 places on it (their attention,
+ * head, sampling and prefix cache) and rank 0 streams what each reports. Every rank passes
+ * the same options.
  */
 #ifndef DSV4_SERVER_H
 #define DSV4_SERVER_H
@@ -57,11 +60,13 @@ typedef struct dsv4_server_opts {
     int prefix_entries;        /* snapshots the prefix cache keeps in memory (LRU); 0 = 64,
                                 * < 0 = no prefix cache (every request starts cold) */
     const char *kv_dir;        /* prefix snapshots on disk across restarts; NULL = memory only
-                                * (also under parallel: rank 0 keeps the cache and the files) */
+                                * (also under parallel: rank 0 keeps the cache and the files;
+                                * with DSV4_PAR_DP rank r > 0 keeps its own in kv_dir/rank-r) */
     uint64_t kv_dir_bytes;     /* its byte budget (LRU); 0 = unlimited */
     dsv4_dist *dist;           /* process group, NULL = one process */
-    int parallel;              /* 0, or DSV4_PAR_EP with dist (context parallelism is
-                                * refused: see dsv4_server_check_parallel) */
+    int parallel;              /* 0, or DSV4_PAR_EP with dist, | DSV4_PAR_DP for data-parallel
+                                * attention (context parallelism is refused: see
+                                * dsv4_server_check_parallel) */
     const char *trace_steps;   /* one JSON line per engine step (rows, seconds per phase) to
                                 * this file; NULL = none */
     int hangup_ms;             /* how often the server looks whether the clients of the

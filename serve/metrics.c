@@ -99,6 +99,57 @@ void srv_metrics_event(srv_metrics *m, int cancelled, int preempted) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void srv_metrics_rank(srv_metrics *m, int r, int n, const srv_rank_load *l) {
+    if (r < 0 || r >= SRV_MAX_RANKS) return;
+    pthread_mutex_lock(&m->mu);
+    m->n_ranks = n < SRV_MAX_RANKS ? n : SRV_MAX_RANKS;
+    m->rank[r] = *l;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* The other ranks' cumulative counters added to rank 0's (data-parallel attention). */
+static void add_ranks(const srv_metrics *m, uint64_t *mtp, int64_t *preempt, srv_pcache_stats *pc,
+                      dsv4_prefix_stats *pf) {
+    for (int r = 1; r < m->n_ranks; r++) {
+        const srv_rank_load *l = &m->rank[r];
+        mtp[0] += (uint64_t)l->mtp_steps;
+        mtp[1] += (uint64_t)l->mtp_drafts;
+        mtp[2] += (uint64_t)l->mtp_accepted;
+        *preempt += l->preemptions;
+        pc->hits += l->pcache.hits;
+        pc->misses += l->pcache.misses;
+        pc->reused_tokens += l->pcache.reused_tokens;
+        pc->disk_files += l->pcache.disk_files;
+        pc->disk_bytes += l->pcache.disk_bytes;
+        pc->disk_loads += l->pcache.disk_loads;
+        pc->disk_saves += l->pcache.disk_saves;
+        pc->disk_bad += l->pcache.disk_bad;
+        pf->evictions += l->prefix.evictions;
+        pf->entries += l->prefix.entries;
+        pf->host_bytes += l->prefix.host_bytes;
+        pf->pool_bytes += l->prefix.pool_bytes;
+    }
+}
+
+/* Each rank's gauges (data-parallel attention). */
+static void put_ranks(srv_buf *b, const srv_metrics *m) {
+    static const char *const names[][2] = {
+        {"dsv4_rank_requests_total", "requests placed on each rank (their home) since the start"},
+        {"dsv4_rank_running_sequences", "sequences in the engine of each rank (its own requests)"},
+        {"dsv4_rank_queue_depth", "requests placed on each rank and waiting for a sequence there"},
+        {"dsv4_rank_step_rows", "rows of each rank's latest step"},
+        {"dsv4_rank_cache_pages_free", "free window cache pages of each rank"}};
+    for (int k = 0; k < 5; k++) {
+        srv_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", names[k][0], names[k][1], names[k][0],
+                       k ? "gauge" : "counter");
+        for (int r = 0; r < m->n_ranks; r++) {
+            const srv_rank_load *l = &m->rank[r];
+            const int64_t v[5] = {l->requests, l->running, l->waiting, l->rows, l->pages_free};
+            srv_buf_printf(b, "%s{rank=\"%d\"} %lld\n", names[k][0], r, (long long)v[k]);
+        }
+    }
+}
+
 void srv_metrics_stream_wait(srv_metrics *m) {
     pthread_mutex_lock(&m->mu);
     m->stream_waits++;
@@ -120,6 +171,11 @@ static void put_hist(srv_buf *b, const char *name, const char *help, const srv_h
 char *srv_metrics_render(srv_metrics *m) {
     srv_buf b = {0};
     pthread_mutex_lock(&m->mu);
+    uint64_t mtp[3] = {m->mtp_steps, m->mtp_drafts, m->mtp_accepted};
+    int64_t preempt = (int64_t)m->preemptions;
+    srv_pcache_stats pcs = m->pcache;
+    dsv4_prefix_stats pfs = m->prefix;
+    add_ranks(m, mtp, &preempt, &pcs, &pfs);
     srv_buf_printf(&b, "# HELP dsv4_requests_total HTTP requests answered, by status\n"
             "# TYPE dsv4_requests_total counter\n");
     for (int i = 0; i < 6; i++)
@@ -133,8 +189,8 @@ char *srv_metrics_render(srv_metrics *m) {
             "token)\n# TYPE dsv4_stream_waits_total counter\ndsv4_stream_waits_total %llu\n",
         (unsigned long long)m->stream_waits);
     srv_buf_printf(&b, "# HELP dsv4_preemptions_total sequences freed and requeued when the pools ran out\n"
-            "# TYPE dsv4_preemptions_total counter\ndsv4_preemptions_total %llu\n",
-        (unsigned long long)m->preemptions);
+            "# TYPE dsv4_preemptions_total counter\ndsv4_preemptions_total %lld\n",
+        (long long)preempt);
     srv_buf_printf(&b, "# HELP dsv4_prompt_tokens_total prompt tokens admitted\n"
             "# TYPE dsv4_prompt_tokens_total counter\ndsv4_prompt_tokens_total %llu\n",
         (unsigned long long)m->prompt_tokens);
@@ -194,11 +250,10 @@ char *srv_metrics_render(srv_metrics *m) {
             "# TYPE dsv4_mtp_acceptance_ratio gauge\ndsv4_mtp_acceptance_ratio %.6f\n"
             "# HELP dsv4_mtp_tokens_per_step tokens committed per MTP decoding step since start\n"
             "# TYPE dsv4_mtp_tokens_per_step gauge\ndsv4_mtp_tokens_per_step %.6f\n",
-        (unsigned long long)m->mtp_steps, (unsigned long long)m->mtp_drafts,
-        (unsigned long long)m->mtp_accepted,
-        m->mtp_drafts ? (double)m->mtp_accepted / (double)m->mtp_drafts : 0.0,
-        m->mtp_steps ? (double)(m->mtp_steps + m->mtp_accepted) / (double)m->mtp_steps : 0.0);
-    const srv_pcache_stats *pc = &m->pcache;
+        (unsigned long long)mtp[0], (unsigned long long)mtp[1], (unsigned long long)mtp[2],
+        mtp[1] ? (double)mtp[2] / (double)mtp[1] : 0.0,
+        mtp[0] ? (double)(mtp[0] + mtp[2]) / (double)mtp[0] : 0.0);
+    const srv_pcache_stats *pc = &pcs;
     srv_buf_printf(&b, "# HELP dsv4_prefix_hits_total admissions that restored a cached prefix\n"
             "# TYPE dsv4_prefix_hits_total counter\ndsv4_prefix_hits_total %lld\n"
             "# HELP dsv4_prefix_misses_total admissions that restored nothing\n"
@@ -222,10 +277,11 @@ char *srv_metrics_render(srv_metrics *m) {
             "# HELP dsv4_prefix_disk_bad_total snapshot files that failed validation (set aside)\n"
             "# TYPE dsv4_prefix_disk_bad_total counter\ndsv4_prefix_disk_bad_total %lld\n",
         (long long)pc->hits, (long long)pc->misses, (long long)pc->reused_tokens,
-        (long long)m->prefix.evictions, (long long)m->prefix.entries,
-        (long long)(m->prefix.host_bytes + m->prefix.pool_bytes), (long long)pc->disk_bytes,
+        (long long)pfs.evictions, (long long)pfs.entries,
+        (long long)(pfs.host_bytes + pfs.pool_bytes), (long long)pc->disk_bytes,
         (long long)pc->disk_files, (long long)pc->disk_loads, (long long)pc->disk_saves,
         (long long)pc->disk_bad);
+    if (m->n_ranks > 1) put_ranks(&b, m);
     /* the whole process (engine, scheduler, connection threads): beside a load client's own
      * CPU time, what serving a level cost this machine */
     struct rusage ru;

@@ -20,6 +20,19 @@ typedef struct srv_hist {
     uint64_t n;
 } srv_hist;
 
+/* One rank's load and cumulative counters under data-parallel attention (dp.h): rank 0
+ * fills its own and takes the others' from their step reports. */
+#define SRV_MAX_RANKS 64
+typedef struct srv_rank_load {
+    int64_t requests;               /* requests placed on it since the start */
+    int64_t running, waiting;       /* its requests holding a sequence / queued there */
+    int64_t rows;                   /* rows of its latest step */
+    int64_t pages_free, pages_total;  /* its window pool */
+    int64_t mtp_steps, mtp_drafts, mtp_accepted, preemptions;
+    srv_pcache_stats pcache;
+    dsv4_prefix_stats prefix;
+} srv_rank_load;
+
 typedef struct srv_metrics {
     pthread_mutex_t mu;
     uint64_t requests[6];           /* by status class: 2xx, 400, 401, 404/405, 413, 5xx */
@@ -41,6 +54,9 @@ typedef struct srv_metrics {
                                                     * drafts accepted */
     dsv4_prefix_stats prefix;       /* the engine's prefix cache (entries, evictions, bytes) */
     srv_pcache_stats pcache;        /* the server's lookups and the KV directory */
+    int n_ranks;                    /* > 1: data-parallel attention; the totals above are rank
+                                     * 0's, and rank[1..] are added to them when rendered */
+    srv_rank_load rank[SRV_MAX_RANKS];
 } srv_metrics;
 
 void srv_metrics_init(srv_metrics *m);
@@ -60,6 +76,8 @@ void srv_metrics_stream_wait(srv_metrics *m);
 void srv_metrics_mtp(srv_metrics *m, int drafted, int accepted);
 /* The prefix cache's gauges and counters (published with the load after each step). */
 void srv_metrics_prefix(srv_metrics *m, dsv4_prefix_stats engine, srv_pcache_stats server);
+/* Rank r's load under data-parallel attention (n ranks in all). */
+void srv_metrics_rank(srv_metrics *m, int r, int n, const srv_rank_load *l);
 /* The Prometheus text exposition (malloc'ed), or NULL when out of memory. */
 char *srv_metrics_render(srv_metrics *m);
 

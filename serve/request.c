@@ -54,6 +54,7 @@ void srv_req_release(srv_req *r) {
     free(r->json_schema);
     free(r->prompt);
     free(r->prefix);
+    free(r->forced_own);
     free(r->ev);
     free(r->text);
     free(r->ctx);

@@ -44,7 +44,9 @@ struct srv_req {
     const int32_t *forced;          /* test script: tokens to emit instead of sampling (after
                                      * the prefix), then EOS */
     int n_forced;
+    int32_t *forced_own;            /* the copy `forced` points at on a follower rank (owned) */
     double t_arrival;               /* seconds, monotonic */
+    int home;                       /* the rank whose scheduler runs it (dp.h); 0 = this one */
 
     /* ---- shared, under mu ---- */
     pthread_mutex_t mu;
@@ -79,6 +81,11 @@ struct srv_req {
     int n_sampled;
     double t_last;                  /* latest token, for the inter-token latency histogram */
     srv_req *next;                  /* in the scheduler's waiting or running list */
+    /* data-parallel attention (dp.h): on the home rank, what its reports carried so far */
+    int dp_sent_ev;
+    size_t dp_sent_text;
+    int dp_sent_cached;
+    int dp_cancel_sent;             /* rank 0: the cancel went to the home rank */
 };
 
 /* A new request with its prompt copied and two references; NULL when out of memory. */

@@ -7,69 +7,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "serve/dp.h"
 #include "serve/prefix_cache.h"
+#include "serve/sched_int.h"
 #include "serve/util.h"
-
-struct srv_sched {
-    dsv4_engine *e;
-    const dsv4_model *m;
-    const dsv4_tokenizer *tok;
-    srv_sched_opts o;
-    srv_metrics *met;
-    int V, D, HC;
-    int32_t eos;
-    int mtp;                      /* the engine keeps MTP caches: every request decodes with
-                                   * MTP drafts (serving.md §e) */
-
-    pthread_t thread;
-    int started;
-    /* ---- shared, under mu ---- */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    srv_req *in_head, *in_tail;   /* submitted, not yet seen by the thread */
-    int stopping;
-    int64_t next_id;
-    double deadline;              /* when stopping: cancel what is left after this */
-    int n_live;                   /* submitted and not ended */
-
-    /* ---- scheduler thread only ---- */
-    srv_req **wait;               /* (n_wait) by id: not admitted (new or preempted) */
-    srv_req **run;                /* (n_run) by id: holding a sequence */
-    int n_wait, n_run;
-    int admit_hold;               /* after a preemption: admit nothing until pages are freed */
-    dsv4_span *spans;             /* (max_seqs) one step */
-    srv_req **span_req;           /* (max_seqs) */
-    int *span_verify;             /* (max_seqs) 1: the span is an MTP verify span */
-    float *hidden;                /* (2 max_seqs, D) rows that need logits */
-    float *logits;                /* (2 max_seqs, V) */
-    /* with MTP */
-    float *streams;               /* (rows_cap, hc, D) last-block streams of MTP requests */
-    dsv4_mtp_span *mtp_spans;     /* (max_seqs) */
-    srv_req **mtp_req;            /* (max_seqs) */
-    int *mtp_drafts;              /* (max_seqs) 1: the span's last row drafts */
-    int *mtp_out;                 /* (max_seqs) DSV4_MTP_OUT_* of each MTP span */
-    float *forced_row;            /* (V) the logits of a forced token */
-    /* a step's draws, made on the engine's threads before its rows are taken in order */
-    int *span_draw;               /* (max_seqs) the span's draw, or -1: drawn in order */
-    struct srv_draw *draws;       /* (max_seqs) */
-    /* prefix cache (serving.md §g) */
-    srv_pcache *pc;
-    int *span_snap;               /* (max_seqs) SNAP_* of each span */
-    float *snap_hidden;           /* (max_seqs, D) the snapshot row of each span */
-    float *snap_streams;          /* (max_seqs, hc, D) */
-    float *restored;              /* (hc, D) streams of a restored prefix's last position */
-    /* where each step's time goes (step_trace.h) */
-    srv_step_times st;            /* the step running */
-    double t0, prev_end;          /* the scheduler's start; the previous step's end */
-    long long n_steps;
-};
-
-/* A row drawn ahead (draw_rows): its span and logits row, and dsv4_gen_next's result. */
-struct srv_draw {
-    int span, row, rc;
-    dsv4_gen_token tok;
-    dsv4_err err;
-};
 
 /* What a span leaves for the prefix cache: nothing, the prompt's snapshot point (its last
  * row's hidden state is not a logits row), or a conversation's aligned length (a decode
@@ -97,7 +38,7 @@ static void list_remove(srv_req **list, int *n, srv_req *r) {
 /* ---- ending requests -------------------------------------------------------------------- */
 
 /* Frees r's sequence (if any), takes it off both lists, ends it, drops our reference. */
-static void finish(srv_sched *s, srv_req *r, int end, int fin, const char *msg) {
+void srv_sched_finish(srv_sched *s, srv_req *r, int end, int fin, const char *msg) {
     dsv4_spec_free(r->spec);
     r->spec = NULL;
     /* the conversation's aligned prefix: kept (and saved when it ended normally) */
@@ -290,7 +231,7 @@ static int take_token(srv_sched *s, srv_req *r, const float *row, int d, dsv4_ge
     dsv4_err err = {0};
     if (d >= 0) {
         t = s->draws[d].tok;
-        if (s->draws[d].rc) { finish(s, r, SRV_END_ERROR, 0, s->draws[d].err.msg); return 0; }
+        if (s->draws[d].rc) { srv_sched_finish(s, r, SRV_END_ERROR, 0, s->draws[d].err.msg); return 0; }
     } else {
         const int32_t forced = forced_token(r, r->n_sampled, s->eos);
         if (forced >= 0) {
@@ -300,7 +241,7 @@ static int take_token(srv_sched *s, srv_req *r, const float *row, int d, dsv4_ge
             s->forced_row[forced] = 0.0f;
             row = s->forced_row;
         }
-        if (dsv4_gen_next(r->gen, row, &t, &err)) { finish(s, r, SRV_END_ERROR, 0, err.msg); return 0; }
+        if (dsv4_gen_next(r->gen, row, &t, &err)) { srv_sched_finish(s, r, SRV_END_ERROR, 0, err.msg); return 0; }
     }
     *t_out = t;
     double now = srv_now();
@@ -308,20 +249,20 @@ static int take_token(srv_sched *s, srv_req *r, const float *row, int d, dsv4_ge
                         r->n_sampled ? now - r->t_last : -1);
     r->t_last = now;
     r->n_sampled++;
-    if (srv_req_push(r, &t)) { finish(s, r, SRV_END_ERROR, 0, "out of memory"); return 0; }
+    if (srv_req_push(r, &t)) { srv_sched_finish(s, r, SRV_END_ERROR, 0, "out of memory"); return 0; }
     if (t.finish) {
         r->stop_index = dsv4_gen_stop_matched(r->gen);
-        finish(s, r, SRV_END_FINISHED, t.finish, NULL);
+        srv_sched_finish(s, r, SRV_END_FINISHED, t.finish, NULL);
         return 0;
     }
-    if (t.feed && ctx_append(r, t.token)) { finish(s, r, SRV_END_ERROR, 0, "out of memory"); return 0; }
+    if (t.feed && ctx_append(r, t.token)) { srv_sched_finish(s, r, SRV_END_ERROR, 0, "out of memory"); return 0; }
     if (r->n_ctx >= s->o.max_context) {
         /* the context is full: the last token is shown but cannot run */
         const char *txt = NULL;
         size_t n = 0;
         dsv4_gen_end(r->gen, &txt, &n);
         srv_req_push_text(r, txt, n);
-        finish(s, r, SRV_END_FINISHED, DSV4_FINISH_LENGTH, NULL);
+        srv_sched_finish(s, r, SRV_END_FINISHED, DSV4_FINISH_LENGTH, NULL);
         return 0;
     }
     return 1;
@@ -336,13 +277,20 @@ static int take_verified(srv_sched *s, srv_req *r, const dsv4_span *sp, const fl
     if (!take_token(s, r, rows, -1, &t)) return 0;  /* ended: freeing the sequence drops the span */
     int k;
     if (dsv4_spec_verify_done(r->spec, t.token, t.feed, streams, &k, &err)) {
-        finish(s, r, SRV_END_ERROR, 0, err.msg);
+        srv_sched_finish(s, r, SRV_END_ERROR, 0, err.msg);
         return 0;
     }
     if (sp->speculative) srv_relay_committed(s->o.relay, r->seq, k);
     srv_metrics_mtp(s->met, sp->speculative, k == 2);
     r->n_done += k;
     return k == 2 ? take_token(s, r, rows + s->V, -1, &t) : 1;
+}
+
+/* The LM head over n packed hidden rows: under data-parallel attention on every rank at
+ * every step, with no rows too (dsv4_lm_head_dist may be collective over the group). */
+static int head(srv_sched *s, int n, dsv4_err *err) {
+    return s->dp ? dsv4_lm_head_dist(s->e, s->hidden, n, s->logits, err)
+                 : dsv4_lm_head(s->e, s->hidden, n, s->logits, err);
 }
 
 /* The MTP rows of every MTP request that has some ready, in one dsv4_mtp_forward_out that
@@ -360,14 +308,25 @@ static void run_mtp(srv_sched *s) {
         n_d += s->mtp_drafts[n];
         s->mtp_req[n++] = r;
     }
-    if (!n) return;
+    if (!n && !s->dp) return;
     /* the drafting rows' hidden states, packed in span order (hidden is free again after
      * the step's head) */
-    if (srv_relay_mtp_forward(s->o.relay, s->mtp_spans, n, s->mtp_out, s->hidden, &err) ||
-        (n_d && dsv4_lm_head(s->e, s->hidden, n_d, s->logits, &err))) {
-        for (int i = 0; i < n; i++) finish(s, s->mtp_req[i], SRV_END_ERROR, 0, err.msg);
+    int rc;
+    while ((rc = srv_relay_mtp_forward(s->o.relay, s->mtp_spans, n, s->mtp_out, s->hidden, &err))) {
+        /* data-parallel attention: another rank's refusal: every rank calls again */
+        if (s->dp && srv_dp_refused_elsewhere(s->dp, "mtp_forward", &err)) continue;
+        for (int i = 0; i < n; i++) srv_sched_finish(s, s->mtp_req[i], SRV_END_ERROR, 0, err.msg);
+        const int again = s->dp && n > 0 && srv_dp_refusal(rc, &err);
+        n = n_d = 0;
+        if (!again) break;
+    }
+    /* under data-parallel attention the head runs on every rank even after a failure of
+     * this rank's alone (it may be collective) */
+    if ((n_d || s->dp) && head(s, rc ? 0 : n_d, &err) && !rc) {
+        for (int i = 0; i < n; i++) srv_sched_finish(s, s->mtp_req[i], SRV_END_ERROR, 0, err.msg);
         return;
     }
+    if (rc) return;
     for (int i = 0, j = 0; i < n; i++)
         dsv4_spec_mtp_done(s->mtp_req[i]->spec,
                            s->mtp_drafts[i] ? dsv4_argmax(s->logits + (size_t)j++ * s->V, s->V) : -1);
@@ -467,17 +426,28 @@ static int step(srv_sched *s) {
     int rows, decode, n_spans;
     dsv4_err err = {0};
     srv_step_times *st = &s->st;
+    int planned = 0;
     for (;;) {
         n_spans = plan_step(s, &rows, &decode);
         srv_step_lap(st, SRV_PH_ADMIT);
-        if (n_spans == 0) return 0;
+        planned |= n_spans > 0;
+        /* under data-parallel attention every rank makes the group's calls, with no rows too */
+        if (n_spans == 0 && !s->dp) return 0;
         int rc = srv_relay_forward(s->o.relay, s->spans, n_spans, s->hidden, s->streams, &err);
         srv_step_lap(st, SRV_PH_FORWARD);
         if (rc == DSV4_OK) break;
+        /* another rank refused the call (nothing changed anywhere): it requeues or fails its
+         * own requests, and every rank calls again */
+        if (s->dp && srv_dp_refused_elsewhere(s->dp, "forward", &err)) continue;
         if (rc == DSV4_ERR_CACHE_FULL && s->n_run > 1) { preempt_newest(s); continue; }
         /* alone and still too big for the pools, or an engine error: those requests fail */
-        for (int i = 0; i < n_spans; i++) finish(s, s->span_req[i], SRV_END_ERROR, 0, err.msg);
-        return 1;
+        for (int i = 0; i < n_spans; i++) srv_sched_finish(s, s->span_req[i], SRV_END_ERROR, 0, err.msg);
+        if (!s->dp) return 1;
+        /* a refusal of this rank's (the others call again) or a failure after the compute,
+         * this rank's alone (the others go on): the step goes on here without rows */
+        if (n_spans > 0 && srv_dp_refusal(rc, &err)) continue;
+        n_spans = 0;
+        break;
     }
     st->rows = rows;
     st->decode = decode;
@@ -492,17 +462,18 @@ static int step(srv_sched *s) {
         r->n_done += sp->n_tokens;
         if (r->spec && dsv4_spec_fed(r->spec, sp->tokens, sp->n_tokens,
                                      s->streams + (size_t)srow * s->HC * s->D, &err)) {
-            finish(s, r, SRV_END_ERROR, 0, err.msg);
+            srv_sched_finish(s, r, SRV_END_ERROR, 0, err.msg);
             s->span_req[i] = NULL;  /* ended: r may be gone */
         }
         srow += sp->n_streams;
     }
     srv_step_lap(st, SRV_PH_MTP);
-    if (n_rows && dsv4_lm_head(s->e, s->hidden, n_rows, s->logits, &err)) {
+    if ((n_rows || s->dp) && head(s, n_rows, &err)) {
         for (int i = 0; i < n_spans; i++)
             if (s->spans[i].n_hidden && s->span_snap[i] != SNAP_PROMPT && s->span_req[i])
-                finish(s, s->span_req[i], SRV_END_ERROR, 0, err.msg);
-        return 1;
+                srv_sched_finish(s, s->span_req[i], SRV_END_ERROR, 0, err.msg);
+        if (!s->dp) return 1;
+        n_spans = 0;  /* the group's MTP call still runs */
     }
     srv_step_lap(st, SRV_PH_HEAD);
     draw_rows(s, n_spans);
@@ -535,7 +506,7 @@ static int step(srv_sched *s) {
     srv_step_lap(st, SRV_PH_MTP);
     keep_prompts(s, n_spans);
     srv_step_lap(st, SRV_PH_SNAPSHOT);
-    return 1;
+    return planned;
 }
 
 static void publish_load(srv_sched *s) {
@@ -545,11 +516,36 @@ static void publish_load(srv_sched *s) {
 
 /* ---- the thread ------------------------------------------------------------------------- */
 
+void srv_sched_enqueue(srv_sched *s, srv_req *r) { list_insert(s->wait, &s->n_wait, r); }
+
+void srv_sched_sweep(srv_sched *s, int expired) {
+    for (int i = s->n_run - 1; i >= 0; i--)
+        if (expired || cancelled(s->run[i]))
+            srv_sched_finish(s, s->run[i], SRV_END_CANCELLED, 0, expired ? "server shutting down" : NULL);
+    for (int i = s->n_wait - 1; i >= 0; i--)
+        if (expired || cancelled(s->wait[i]))
+            srv_sched_finish(s, s->wait[i], SRV_END_CANCELLED, 0, expired ? "server shutting down" : NULL);
+}
+
+int srv_sched_step(srv_sched *s) {
+    srv_step_begin(&s->st, s->prev_end);
+    const int ran = step(s);
+    if (ran) {
+        /* recorded before the gauges: once /metrics shows nothing running, every step
+         * that ran is counted and traced */
+        srv_metrics_step(s->met, &s->st);
+        srv_step_write(s->o.trace, s->n_steps++, s->t0, &s->st);
+        s->prev_end = s->st.t_lap;
+    }
+    publish_load(s);
+    return ran;
+}
+
 static void *sched_main(void *arg) {
     srv_sched *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (!s->in_head && !s->n_run && !s->n_wait && !s->stopping)
+        while (!s->in_head && !s->n_run && !s->n_wait && !(s->dp && srv_dp_remote(s->dp)) && !s->stopping)
             pthread_cond_wait(&s->cv, &s->mu);
         srv_req *in = s->in_head;
         s->in_head = s->in_tail = NULL;
@@ -559,32 +555,27 @@ static void *sched_main(void *arg) {
         while (in) {
             srv_req *next = in->next;
             in->next = NULL;
-            list_insert(s->wait, &s->n_wait, in);
+            /* data-parallel attention: each request on its home rank */
+            if (!s->dp || srv_dp_place(s->dp, in) == 0) list_insert(s->wait, &s->n_wait, in);
             in = next;
         }
-        for (int i = s->n_run - 1; i >= 0; i--)
-            if (expired || cancelled(s->run[i]))
-                finish(s, s->run[i], SRV_END_CANCELLED, 0, expired ? "server shutting down" : NULL);
-        for (int i = s->n_wait - 1; i >= 0; i--)
-            if (expired || cancelled(s->wait[i]))
-                finish(s, s->wait[i], SRV_END_CANCELLED, 0, expired ? "server shutting down" : NULL);
-        if (stopping && !s->n_run && !s->n_wait) break;
-        srv_step_begin(&s->st, s->prev_end);
-        if (step(s)) {
-            /* recorded before the gauges: once /metrics shows nothing running, every step
-             * that ran is counted and traced */
-            srv_metrics_step(s->met, &s->st);
-            srv_step_write(s->o.trace, s->n_steps++, s->t0, &s->st);
-            s->prev_end = s->st.t_lap;
+        srv_sched_sweep(s, expired);
+        if (stopping && !s->n_run && !s->n_wait && !(s->dp && srv_dp_remote(s->dp))) break;
+        if (s->dp) {
+            dsv4_err err = {0};
+            srv_dp_begin(s->dp, expired, &err);  /* a failed group ended its remote requests */
         }
-        publish_load(s);
+        srv_sched_step(s);
+        if (s->dp) srv_dp_end(s->dp);
     }
+    /* every request has ended: the followers return (srv_dp_follow) */
+    if (s->dp) s->stop_rc = srv_dp_stop(s->dp, &s->stop_err);
     return NULL;
 }
 
-int srv_sched_start(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *tok,
-                    const srv_sched_opts *o, srv_metrics *metrics, srv_sched **out,
-                    dsv4_err *err) {
+int srv_sched_create(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *tok,
+                     const srv_sched_opts *o, srv_metrics *metrics, srv_sched **out,
+                     dsv4_err *err) {
     *out = NULL;
     srv_sched *s = calloc(1, sizeof *s);
     if (!s) goto oom;
@@ -637,11 +628,7 @@ int srv_sched_start(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *t
     if (!s->wait || !s->run || !s->spans || !s->span_req || !s->hidden || !s->logits ||
         !s->forced_row || !s->span_draw || !s->draws)
         goto oom;
-    if (pthread_create(&s->thread, NULL, sched_main, s)) {
-        srv_sched_free(s);
-        return srv_fail(err, DSV4_ERR_NOMEM, "serve: cannot start the scheduler thread");
-    }
-    s->started = 1;
+    if (o->dp_group && (rc = srv_dp_create(o->dp_group, s, &s->dp, err))) { srv_sched_free(s); return rc; }
     *out = s;
     return DSV4_OK;
 oom:
@@ -649,7 +636,32 @@ oom:
     return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory");
 }
 
-int srv_sched_submit(srv_sched *s, srv_req *r, dsv4_err *err) {
+int srv_sched_group_stopped(const srv_sched *s, dsv4_err *err) {
+    if (s && s->stop_rc && err) *err = s->stop_err;
+    return s ? s->stop_rc : DSV4_OK;
+}
+
+int srv_sched_follow(srv_sched *s, dsv4_err *err) {
+    if (!s->dp) return srv_fail(err, DSV4_ERR_STATE, "serve: a follower without a group");
+    return srv_dp_follow(s->dp, err);
+}
+
+int srv_sched_start(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *tok,
+                    const srv_sched_opts *o, srv_metrics *metrics, srv_sched **out,
+                    dsv4_err *err) {
+    srv_sched *s;
+    int rc = srv_sched_create(e, m, tok, o, metrics, &s, err);
+    if (rc) return rc;
+    if (pthread_create(&s->thread, NULL, sched_main, s)) {
+        srv_sched_free(s);
+        return srv_fail(err, DSV4_ERR_NOMEM, "serve: cannot start the scheduler thread");
+    }
+    s->started = 1;
+    *out = s;
+    return DSV4_OK;
+}
+
+int srv_sched_prepare(srv_sched *s, srv_req *r, dsv4_err *err) {
     int rc = dsv4_gen_create(s->m, s->tok, &r->gp, &r->gen, err);
     if (rc) return rc;
     r->cap_ctx = r->n_prompt + 64;
@@ -661,8 +673,16 @@ int srv_sched_submit(srv_sched *s, srv_req *r, dsv4_err *err) {
     memcpy(r->ctx, r->prompt, (size_t)r->n_prompt * sizeof *r->ctx);
     r->n_ctx = r->n_prompt;
     r->t_arrival = srv_now();
+    return DSV4_OK;
+}
+
+int srv_sched_submit(srv_sched *s, srv_req *r, dsv4_err *err) {
+    int rc = srv_sched_prepare(s, r, err);
+    if (rc) return rc;
+    /* under data-parallel attention every rank has max_seqs slots */
+    const int slots = s->o.max_seqs * (s->dp ? srv_dp_ranks(s->dp) : 1);
     pthread_mutex_lock(&s->mu);
-    if (s->stopping || s->n_live >= s->o.max_seqs + s->o.max_queue) {
+    if (s->stopping || s->n_live >= slots + s->o.max_queue) {
         rc = s->stopping ? srv_fail(err, DSV4_ERR_STATE, "the server is shutting down")
                          : srv_fail(err, DSV4_ERR_CACHE_FULL, "server busy: %d requests queued",
                                     s->o.max_queue);
@@ -725,5 +745,6 @@ void srv_sched_free(srv_sched *s) {
     free(s->snap_streams);
     free(s->restored);
     srv_pcache_free(s->pc);
+    srv_dp_free(s->dp);
     free(s);
 }

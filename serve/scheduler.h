@@ -32,6 +32,8 @@ typedef struct srv_sched_opts {
     srv_relay *relay;         /* every call that changes a sequence goes through it (to the
                                * follower ranks under MPI) */
     FILE *trace;              /* one JSON line per step (step_trace.h); NULL = none */
+    dsv4_dist *dp_group;      /* data-parallel attention over this group (dp.h): every rank
+                               * the home rank of its own requests; NULL = none */
 } srv_sched_opts;
 
 /* Starts the scheduler thread; until srv_sched_free it is the only user of the engine (the
@@ -39,6 +41,15 @@ typedef struct srv_sched_opts {
 int srv_sched_start(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *tok,
                     const srv_sched_opts *o, srv_metrics *metrics, srv_sched **out,
                     dsv4_err *err);
+/* A scheduler without its thread, for a follower rank under data-parallel attention
+ * (o->dp_group set): srv_sched_follow runs rank 0's group steps on it until the stop. */
+int srv_sched_create(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *tok,
+                     const srv_sched_opts *o, srv_metrics *metrics, srv_sched **out,
+                     dsv4_err *err);
+int srv_sched_follow(srv_sched *s, dsv4_err *err);
+/* After srv_sched_stop under data-parallel attention: the error of the group's stop (the
+ * stop message failed, or the group had failed before; the followers may still wait). */
+int srv_sched_group_stopped(const srv_sched *s, dsv4_err *err);
 /* Hands a request to the scheduler (which then holds one reference); creates its
  * generation state first: DSV4_ERR_ARG (bad parameters) or DSV4_ERR_STATE (shutting
  * down) leave the request untouched and the reference with the caller. */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -94,8 +95,42 @@ int dsv4_server_check_parallel(int parallel, dsv4_err *err) {
                         "decode rows and prefill chunks; serve with --parallel ep (the policy the "
                         "server would need, running a long prompt's chunks as CP calls of their own "
                         "with the decodes waiting at most one such call, is not implemented)");
-    if (parallel & ~DSV4_PAR_EP) return srv_fail(err, DSV4_ERR_ARG, "serve: unknown parallel mode %d", parallel);
+    if (parallel & ~(DSV4_PAR_EP | DSV4_PAR_DP))
+        return srv_fail(err, DSV4_ERR_ARG, "serve: unknown parallel mode %d", parallel);
+    if ((parallel & DSV4_PAR_DP) && !(parallel & DSV4_PAR_EP))
+        return srv_fail(err, DSV4_ERR_ARG, "serve: data-parallel attention needs --parallel ep");
     return DSV4_OK;
+}
+
+/* Data-parallel attention on a group of more than one rank (dp.h): o->dist then. */
+static dsv4_dist *dp_group(const dsv4_server_opts *o) {
+    return (o->parallel & DSV4_PAR_DP) && dsv4_dist_size(o->dist) > 1 ? o->dist : NULL;
+}
+
+/* The scheduler's options; under data-parallel attention each rank keeps its own KV
+ * directory: rank 0 the directory given, rank r its subdirectory rank-R (one owner of each
+ * directory's files and budget). path: room for it. */
+static srv_sched_opts sched_opts(const dsv4_server_opts *o, const dsv4_engine_opts *eo, FILE *trace,
+                                 srv_relay *relay, char *path, size_t path_n) {
+    const char *kv = o->kv_dir;
+    const int rank = dsv4_dist_rank(o->dist);
+    if (kv && dp_group(o) && rank > 0) {
+        snprintf(path, path_n, "%s/rank-%d", kv, rank);
+        kv = path;
+        mkdir(o->kv_dir, 0777);  /* its parent; an error shows at the subdirectory's create */
+    }
+    return (srv_sched_opts){.step_tokens = o->step_tokens, .c_max = eo->c_max, .max_seqs = o->max_seqs,
+                            .max_context = o->max_context, .max_queue = o->max_queue,
+                            .no_prefix_cache = o->prefix_entries < 0, .kv_dir = kv,
+                            .kv_dir_bytes = o->kv_dir_bytes, .relay = relay, .trace = trace,
+                            .dp_group = dp_group(o)};
+}
+
+static int load_tokenizer(const dsv4_server_opts *o, dsv4_tokenizer **tok, dsv4_err *err) {
+    char path[4200];
+    if (o->tokenizer) snprintf(path, sizeof path, "%s", o->tokenizer);
+    else snprintf(path, sizeof path, "%s/tokenizer.json", o->model_dir);
+    return dsv4_tokenizer_load(path, tok, err);
 }
 
 int dsv4_server_start(const dsv4_server_opts *o, dsv4_server **out, dsv4_err *err) {
@@ -140,10 +175,10 @@ int dsv4_server_load(dsv4_server *s, const dsv4_model *m, dsv4_err *err) {
     if ((rc = engine_opts(o, m, &eo, err))) return rc;
     /* the engine first: its create is collective with the followers' */
     if ((rc = dsv4_engine_create(m, &eo, &s->e, err))) return rc;
-    if ((rc = srv_relay_create(s->e, o->parallel ? o->dist : NULL, &s->relay, err))) return rc;
-    if (o->tokenizer) snprintf(path, sizeof path, "%s", o->tokenizer);
-    else snprintf(path, sizeof path, "%s/tokenizer.json", o->model_dir);
-    if ((rc = dsv4_tokenizer_load(path, &s->tok, err))) return rc;
+    /* rank-0-home: the engine calls go to the followers; data-parallel attention: every
+     * rank makes its own (dp.h) */
+    if ((rc = srv_relay_create(s->e, o->parallel && !dp_group(o) ? o->dist : NULL, &s->relay, err))) return rc;
+    if ((rc = load_tokenizer(o, &s->tok, err))) return rc;
     dsv4_model_info mi = dsv4_model_get_info(m);
     s->V = mi.vocab_size;
     s->bos = mi.bos_token_id;
@@ -151,14 +186,34 @@ int dsv4_server_load(dsv4_server *s, const dsv4_model *m, dsv4_err *err) {
     if ((rc = tokenize_script(s, err))) return rc;
     if (o->trace_steps && !(s->trace = fopen(o->trace_steps, "w")))
         return srv_fail(err, DSV4_ERR_IO, "serve: --trace-steps %s: %s", o->trace_steps, strerror(errno));
-    srv_sched_opts so = {.step_tokens = o->step_tokens, .c_max = eo.c_max, .max_seqs = o->max_seqs,
-                         .max_context = o->max_context, .max_queue = o->max_queue,
-                         .no_prefix_cache = o->prefix_entries < 0, .kv_dir = o->kv_dir,
-                         .kv_dir_bytes = o->kv_dir_bytes, .relay = s->relay,
-                         .trace = s->trace};
+    const srv_sched_opts so = sched_opts(o, &eo, s->trace, s->relay, path, sizeof path);
     if ((rc = srv_sched_start(s->e, s->m, s->tok, &so, &s->met, &s->sched, err))) return rc;
     atomic_store(&s->ready, 1);
     return DSV4_OK;
+}
+
+/* A follower under data-parallel attention: its own scheduler (no thread, no HTTP) runs
+ * the requests rank 0 places here, step by step with the group (dp.h). */
+static int follow_dp(const dsv4_server_opts *o, const dsv4_engine_opts *eo, const dsv4_model *m,
+                     dsv4_engine *e, dsv4_err *err) {
+    char path[4200];
+    dsv4_tokenizer *tok = NULL;
+    srv_sched *sched = NULL;
+    srv_relay *relay = NULL;
+    srv_metrics met;
+    srv_metrics_init(&met);
+    int rc = load_tokenizer(o, &tok, err);
+    if (!rc) rc = srv_relay_create(e, NULL, &relay, err);
+    if (!rc) {
+        const srv_sched_opts so = sched_opts(o, eo, NULL, relay, path, sizeof path);
+        rc = srv_sched_create(e, m, tok, &so, &met, &sched, err);
+    }
+    if (!rc) rc = srv_sched_follow(sched, err);
+    srv_sched_free(sched);
+    srv_relay_free(relay);
+    dsv4_tokenizer_free(tok);
+    srv_metrics_destroy(&met);
+    return rc;
 }
 
 int dsv4_server_follow(const dsv4_server_opts *o, const dsv4_model *m, dsv4_err *err) {
@@ -170,7 +225,7 @@ int dsv4_server_follow(const dsv4_server_opts *o, const dsv4_model *m, dsv4_err 
     if (!rc) rc = engine_opts(&so, m, &eo, err);
     if (!rc) rc = dsv4_engine_create(m, &eo, &e, err);
     if (rc) return rc;
-    rc = srv_follow(e, so.dist, err);
+    rc = dp_group(&so) ? follow_dp(&so, &eo, m, e, err) : srv_follow(e, so.dist, err);
     dsv4_engine_free(e);
     return rc;
 }
@@ -183,7 +238,8 @@ int dsv4_server_stop(dsv4_server *s, double grace_s, dsv4_err *err) {
     srv_sched_stop(s->sched, grace_s);  /* every request ends: streams finish, waits return */
     /* the scheduler thread is gone: this thread makes the group's last call */
     dsv4_err mine = {0};
-    const int rc = srv_relay_stop(s->relay, &mine);
+    int rc = srv_relay_stop(s->relay, &mine);
+    if (!rc) rc = srv_sched_group_stopped(s->sched, &mine);
     srv_http_stop(s);
     srv_sched_free(s->sched);
     if (s->trace) fclose(s->trace);

@@ -19,8 +19,8 @@ process.on('exit', () => { for (const p of children) if (p.exitCode === null) p.
 // Starts `dsv4 serve --model MODEL --port 0 ...args`; resolves to {url, port, proc, stop}.
 // mpi: N runs it under `mpirun -np N` (DSV4_MPIEXEC) with --parallel ep; stop() then sends
 // SIGTERM to rank 0 (its pid is in the ready line), whose stop message ends the others,
-// and expects mpirun to exit 0.
-function start(args = [], { script, mpi } = {}) {
+// and expects mpirun to exit 0. dp: with data-parallel attention (--attention dp).
+function start(args = [], { script, mpi, dp } = {}) {
   const extra = [];
   if (script) {
     const f = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'dsv4-script-')), 'script.json');
@@ -32,7 +32,8 @@ function start(args = [], { script, mpi } = {}) {
   if (mpi) {
     assert(process.env.DSV4_MPIEXEC, 'DSV4_MPIEXEC must be set for an MPI server');
     bin = process.env.DSV4_MPIEXEC;
-    argv = ['--allow-run-as-root', '--oversubscribe', '-np', String(mpi), BIN, ...argv, '--parallel', 'ep'];
+    argv = ['--allow-run-as-root', '--oversubscribe', '-np', String(mpi), BIN, ...argv, '--parallel', 'ep',
+      ...(dp ? ['--attention', 'dp'] : [])];
   }
   const proc = spawn(bin, argv, { stdio: ['ignore', 'inherit', 'pipe'],
     env: { ...process.env, OMPI_MCA_mpi_yield_when_idle: '1' } });
@@ -49,7 +50,7 @@ function start(args = [], { script, mpi } = {}) {
         clearTimeout(timer);
         const url = `http://127.0.0.1:${m[2]}`;
         resolve({
-          url, port: Number(m[2]), proc,
+          url, port: Number(m[2]), proc, pid: Number(m[3]),  // pid: rank 0's under mpirun
           // SIGTERM; the server must exit 0 within the bound
           async stop(boundMs = 20000) {
             if (mpi) process.kill(Number(m[3]), 'SIGTERM');

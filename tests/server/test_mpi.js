@@ -16,10 +16,8 @@ const os = require('os');
 const path = require('path');
 const OpenAI = require('openai').default;
 const { start, metrics, run } = require('./harness');
+const { A, turns } = require('./common');
 
-const A = 128;  // the model's alignment: prefixes are kept at multiples of it
-const NAMES = 'amber birch cedar dune ember fjord grove heath inlet juniper'.split(' ');
-const SYS = 'You answer briefly. ' + Array.from({ length: 240 }, (_, k) => NAMES[(k * 7) % 10]).join(' ');
 
 const WORDS = 'one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen';
 const SCRIPT = [{ match: 'MPI_SCRIPT_3', text: `${WORDS} ${WORDS}` }];
@@ -51,30 +49,13 @@ async function ask(client, i) {
     lp: r.choices[0].logprobs.content, usage: tokens(r.usage) };
 }
 
-// A chat of two turns, then two users of the same system prompt at once, then the first
-// turn again; each answer with its logprobs and the prompt tokens restored.
-async function turns(client) {
-  const chat = async (messages, extra = {}) => {
-    const r = await client.chat.completions.create({ model: 'm', max_tokens: 8, temperature: 0,
-      logprobs: true, messages, ...extra });
-    return { text: r.choices[0].message.content, lp: r.choices[0].logprobs.content,
-      cached: r.usage.prompt_tokens_details.cached_tokens, n: r.usage.prompt_tokens };
-  };
-  const m1 = [{ role: 'system', content: SYS }, { role: 'user', content: 'What comes first?' }];
-  const t1 = await chat(m1);
-  const t2 = await chat([...m1, { role: 'assistant', content: t1.text }, { role: 'user', content: 'And then?' }]);
-  const users = await Promise.all(['alpha', 'beta'].map((q, i) => chat([{ role: 'system', content: SYS },
-    { role: 'user', content: `Tell me about ${q}.` }], { temperature: 0.9, top_p: 0.9, seed: 40 + i })));
-  return [t1, t2, ...users, await chat(m1)];
-}
-
 // opts: mpi (ranks), kvDir, cold (no prefix cache: only the turns)
-async function answers({ mpi = 0, kvDir, cold = false } = {}) {
+async function answers({ mpi = 0, kvDir, cold = false, dp = false } = {}) {
   const args = ['--max-seqs', '4', '--step-tokens', '32', '--max-context', '512', '--no-warmup',
     '--prefix-entries', cold ? '0' : '2'];
   if (mpi) args.push('--peer-timeout', '6');  // 1 s and 3 s: a loaded machine (load 15-20) missed them inside a step
   if (kvDir) args.push('--kv-dir', kvDir);
-  const srv = await start(args, { script: SCRIPT, mpi });
+  const srv = await start(args, { script: SCRIPT, mpi, dp });
   const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
   const out = cold ? [] : await Promise.all([0, 1, 2, 3, 4, 5].map((i) => ask(client, i)));
   const chat = await turns(client);

@@ -6,7 +6,8 @@
  *   mpirun -np K dsv4 serve --model DIR --parallel ep ...
  *
  * The listener is up first, answering /health with 503 "loading" while the weights are
- * read. Under MPI rank 0 serves; the other ranks follow its steps (dsv4_server_follow) and
+ * read. Under MPI rank 0 serves; the other ranks follow its steps (dsv4_server_follow; with
+ * --attention dp each runs the requests rank 0 places on it) and
  * exit when it stops. SIGINT/SIGTERM matter on rank 0 only: the others ignore them and
  * wait for its stop message.
  */
@@ -62,6 +63,13 @@ static int mtp_opt(const char *v, void *dst, char *msg, size_t n) {
     return 0;
 }
 
+static int attention_opt(const char *v, void *dst, char *msg, size_t n) {
+    if (!strcmp(v, "dp")) *(int *)dst = 1;
+    else if (!strcmp(v, "home")) *(int *)dst = 0;
+    else { snprintf(msg, n, "needs dp or home, not '%s'", v); return -1; }
+    return 0;
+}
+
 static int parallel_opt(const char *v, void *dst, char *msg, size_t n) {
     int p = !strcmp(v, "ep") ? DSV4_PAR_EP : !strcmp(v, "cp") ? DSV4_PAR_CP
           : !strcmp(v, "cp+ep") || !strcmp(v, "ep+cp") ? DSV4_PAR_CP | DSV4_PAR_EP : -1;
@@ -111,7 +119,7 @@ int cmd_serve(int argc, char **argv) {
     if (so.api_key && !*so.api_key) so.api_key = NULL;
     const char *script_path = NULL;
     int64_t grace = 10, peer_timeout = -1;
-    int warmup = 1, pin = 0, prefix_entries = 64;
+    int warmup = 1, pin = 0, prefix_entries = 64, attention = -1;
     const cli_opt opts[] = {
         CLI_STR_OPT("model", 'm', &so.model_dir, "DIR", "model directory (config.json, safetensors, tokenizer.json)"),
         CLI_STR_OPT("tokenizer", 0, &so.tokenizer, "FILE", "tokenizer.json", .def = "DIR/tokenizer.json"),
@@ -133,12 +141,13 @@ int cmd_serve(int argc, char **argv) {
         CLI_INT_OPT("hangup-check-ms", 0, &so.hangup_ms, 1, 3600000, "MS", "how often the clients of connections waiting for their requests' tokens are checked for a hang-up (each token wakes its connection at once)", .def = "100"),
         CLI_FN_OPT("mtp", 0, &so.mtp, mtp_opt, "on|off", "on when the checkpoint has an MTP block", "MTP speculative decoding; the tokens are the same either way"),
         CLI_INT_OPT("prefix-entries", 0, &prefix_entries, 0, 1 << 20, "N", "prompt and conversation prefixes (KV snapshots) the prefix cache keeps in memory, least recently used dropped first (also when the pools run short); 0 = no prefix cache, every request computes its whole prompt", .def = "64"),
-        CLI_STR_OPT("kv-dir", 0, &so.kv_dir, "DIR", "keep prompt and conversation prefixes (KV snapshots) in DIR across restarts (under --parallel rank 0 reads and writes it)", .def = "memory only"),
+        CLI_STR_OPT("kv-dir", 0, &so.kv_dir, "DIR", "keep prompt and conversation prefixes (KV snapshots) in DIR across restarts (under --parallel rank 0 reads and writes it; with --attention dp rank r > 0 keeps its own in DIR/rank-r)", .def = "memory only"),
         CLI_FN_OPT("kv-dir-bytes", 0, &so.kv_dir_bytes, cache_bytes_opt, "N", "unlimited", "byte budget of --kv-dir (least recently used files go first); suffixes K, M, G"),
         CLI_FLAG_OPT("warmup", 0, &warmup, 1, "read all weights into memory before serving, with progress (/health says loading meanwhile)", .def = "on"),
         CLI_FLAG_OPT("no-warmup", 0, &warmup, 0, "let the weights page in as the first requests use them"),
         CLI_FLAG_OPT("mlock", 0, &pin, 1, "pin the weights in memory (needs `ulimit -l` as large as the weights)"),
         CLI_FN_OPT("parallel", 0, &so.parallel, parallel_opt, "ep", "one process", "under mpirun: expert-parallel MoE over all ranks; rank 0 serves HTTP and keeps the prefix cache (the other ranks hold no KV: they start a restored sequence at its length) (cp and cp+ep are refused: a step mixes decode rows and prefill chunks, and context parallelism needs one long prompt per call)"),
+        CLI_FN_OPT("attention", 0, &attention, attention_opt, "dp|home", "home", "with --parallel ep: dp = data-parallel attention, every rank the home rank of its own requests (placed at admission by cached prefix, then load; each rank runs their attention, head, sampling and prefix cache; --kv-dir: rank r > 0 keeps DIR/rank-r); home = rank 0 runs every request's attention and the others only the experts"),
         CLI_I64_OPT("peer-timeout", 0, &peer_timeout, 0, 1 << 24, "SEC", "with --parallel: a collective inside a step that a peer does not join within SEC seconds fails; 0 = wait forever (an idle server's ranks wait for the next step without limit either way)", .def = "300"),
         CLI_STR_OPT("trace-steps", 0, &so.trace_steps, "FILE", "write one JSON line per engine step to FILE: rows, decode rows, admissions and milliseconds per phase (admit, forward, head, sample, snapshot, mtp)", .def = "none"),
         CLI_STR_OPT("test-script", 0, &script_path, "FILE", "scripted answers (tests only)", .hidden = 1),
@@ -162,6 +171,11 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "dsv4 serve: --peer-timeout needs --parallel\n");
         return 2;
     }
+    if (attention >= 0 && !(so.parallel & DSV4_PAR_EP)) {
+        fprintf(stderr, "dsv4 serve: --attention needs --parallel ep\n");
+        return 2;
+    }
+    if (attention == 1) so.parallel |= DSV4_PAR_DP;
     if (so.api_key && !*so.api_key) so.api_key = NULL;
     so.prefix_entries = prefix_entries ? prefix_entries : -1;
     cli_warn_threads("serve", so.threads);

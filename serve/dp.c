@@ -1,0 +1,453 @@
+/* dp.c — a process group serving with data-parallel attention (dp.h): rank 0's placement,
+ * step messages and the reports it gathers; a follower's loop.
+ *
+ * The step message (rank 0 to all, a header {magic, body bytes} for which a follower
+ * waits without a deadline, then the body under the peer timeout) is a list of ops:
+ *   NEW home request (dp_wire.h)   CANCEL id(i64)   EXPIRE   STOP
+ * The report (every rank to rank 0, its size first in an allgather, then a gather):
+ *   load (srv_rank_load) n_news news[n_news] (dp_wire.h)
+ */
+#include "serve/dp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/dp_wire.h"
+#include "serve/sched_int.h"
+#include "serve/util.h"
+
+enum { OP_NEW = 1, OP_CANCEL, OP_EXPIRE, OP_STOP };
+
+#define DP_MAGIC 0x44505331u   /* "DPS1" */
+#define DP_MAX (1u << 30)      /* a larger body is not a step message */
+#define SHADOW 4096            /* prefix hashes rank 0 remembers per rank (a ring) */
+
+struct srv_dp {
+    dsv4_dist *d;
+    srv_sched *s;
+    int rank, K;
+    srv_buf msg;               /* rank 0: the step message being recorded */
+    uint8_t *in;               /* (in_cap) a follower: the step message received */
+    size_t in_cap;
+    srv_buf rep;               /* this rank's report */
+    int failed;                /* rank 0: the group cannot serve any more */
+    char why[sizeof ((dsv4_err *)0)->msg];
+    /* rank 0 */
+    srv_req **remote;          /* (n_remote) placed on other ranks, not ended */
+    int n_remote, cap_remote;
+    int *live;                 /* (K) requests placed on each rank, not ended (rank 0's: unused) */
+    int64_t *placed;           /* (K) requests placed on each rank since the start */
+    srv_rank_load *load;       /* (K) the latest reports */
+    uint64_t *shadow;          /* (K, SHADOW) hashes of the aligned prompt prefixes placed on
+                                * each rank: where its prefix cache most likely holds them */
+    int *shadow_at;            /* (K) the ring's next slot */
+    uint64_t *sizes;           /* (K) report bytes */
+    size_t *counts;            /* (K) */
+    uint8_t *all;              /* (all_cap) the gathered reports */
+    size_t all_cap;
+    /* a follower */
+    srv_req **mine;            /* (n_mine) its requests, one reference each, until reported ended */
+    int n_mine, cap_mine;
+};
+
+int srv_dp_ranks(const srv_dp *dp) { return dp->K; }
+
+int srv_dp_create(dsv4_dist *d, srv_sched *s, srv_dp **out, dsv4_err *err) {
+    srv_dp *dp = calloc(1, sizeof *dp);
+    if (!dp) return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory");
+    dp->d = d;
+    dp->s = s;
+    dp->rank = dsv4_dist_rank(d);
+    dp->K = dsv4_dist_size(d);
+    const size_t K = (size_t)dp->K;
+    dp->live = calloc(K, sizeof *dp->live);
+    dp->placed = calloc(K, sizeof *dp->placed);
+    dp->load = calloc(K, sizeof *dp->load);
+    dp->shadow = calloc(K * SHADOW, sizeof *dp->shadow);
+    dp->shadow_at = calloc(K, sizeof *dp->shadow_at);
+    dp->sizes = calloc(K, sizeof *dp->sizes);
+    dp->counts = calloc(K, sizeof *dp->counts);
+    *out = dp;
+    if (!dp->live || !dp->placed || !dp->load || !dp->shadow || !dp->shadow_at || !dp->sizes || !dp->counts)
+        return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory");
+    if (dp->K > SRV_MAX_RANKS)
+        return srv_fail(err, DSV4_ERR_ARG, "serve: at most %d ranks with data-parallel attention", SRV_MAX_RANKS);
+    return DSV4_OK;
+}
+
+void srv_dp_free(srv_dp *dp) {
+    if (!dp) return;
+    for (int i = 0; i < dp->n_mine; i++) srv_req_release(dp->mine[i]);
+    free(dp->mine);
+    free(dp->remote);
+    free(dp->live);
+    free(dp->placed);
+    free(dp->load);
+    free(dp->shadow);
+    free(dp->shadow_at);
+    free(dp->sizes);
+    free(dp->counts);
+    free(dp->all);
+    free(dp->in);
+    srv_buf_free(&dp->msg);
+    srv_buf_free(&dp->rep);
+    free(dp);
+}
+
+int srv_dp_refused_elsewhere(const srv_dp *dp, const char *what, const dsv4_err *err) {
+    const size_t n = strlen(what);
+    int r = -1, used = 0;
+    if (strncmp(err->msg, what, n) != 0) return 0;
+    if (sscanf(err->msg + n, ": rank %d failed%n", &r, &used) != 1 || !used) return 0;
+    return r >= 0 && r != dp->rank;
+}
+
+int srv_dp_refusal(int rc, const dsv4_err *err) {
+    return (rc == DSV4_ERR_CACHE_FULL || rc == DSV4_ERR_ARG || rc == DSV4_ERR_STATE) &&
+           !strstr(err->msg, "unusable");
+}
+
+/* ---- placement (rank 0) ------------------------------------------------------------------ */
+
+static int shadow_has(const srv_dp *dp, int q, uint64_t h) {
+    const uint64_t *t = dp->shadow + (size_t)q * SHADOW;
+    for (int i = 0; i < SHADOW; i++)
+        if (t[i] == h) return 1;
+    return 0;
+}
+
+/* A probe of rank q's shadow with one request's prompt. */
+typedef struct probe {
+    srv_dp *dp;
+    int q;
+    int64_t found;  /* the longest aligned prefix seen placed on q */
+} probe;
+
+/* Calls fn for each aligned prefix length k of r's prompt that a prefix cache could hold
+ * (k < n_prompt) with the hash of its tokens (a chain: each covers the whole prefix);
+ * stops when fn returns 0. */
+static void each_prefix(probe *p, const srv_req *r, int (*fn)(probe *, uint64_t, int64_t)) {
+    const srv_pcache *pc = p->dp->s->pc;
+    if (!pc) return;
+    uint64_t h = 1469598103934665603ull;  /* FNV-1a over the token ids; never 0 below */
+    for (int64_t k = 1; k < r->n_prompt; k++) {
+        h = (h ^ (uint32_t)r->prompt[k - 1]) * 1099511628211ull;
+        if (srv_pcache_aligned(pc, k) && !fn(p, h | 1, k)) return;
+    }
+}
+
+static int found_fn(probe *p, uint64_t h, int64_t k) {
+    if (!shadow_has(p->dp, p->q, h)) return 0;
+    p->found = k;
+    return 1;
+}
+
+static int insert_fn(probe *p, uint64_t h, int64_t k) {
+    (void)k;
+    srv_dp *dp = p->dp;
+    if (shadow_has(dp, p->q, h)) return 1;
+    dp->shadow[(size_t)p->q * SHADOW + (size_t)dp->shadow_at[p->q]] = h;
+    dp->shadow_at[p->q] = (dp->shadow_at[p->q] + 1) % SHADOW;
+    return 1;
+}
+
+/* Live requests of rank q. */
+static int live_on(const srv_dp *dp, int q) { return q == 0 ? dp->s->n_run + dp->s->n_wait : dp->live[q]; }
+
+int srv_dp_place(srv_dp *dp, srv_req *r) {
+    if (dp->failed) return 0;
+    int least = live_on(dp, 0);
+    for (int q = 1; q < dp->K; q++) least = live_on(dp, q) < least ? live_on(dp, q) : least;
+    /* the longest cached prefix among the ranks within one request of the least loaded
+     * (a shared system prompt then spreads over every rank instead of piling on one), else
+     * the fewest live requests, then the most free pages, then the lowest rank */
+    int best = -1;
+    int64_t best_k = -1;
+    for (int q = 0; q < dp->K; q++) {
+        if (live_on(dp, q) > least + 1) continue;
+        probe p = {dp, q, 0};
+        each_prefix(&p, r, found_fn);
+        const int64_t k = p.found;
+        int better = best < 0 || k > best_k;
+        if (!better && k == best_k) {
+            const int a = live_on(dp, q), b = live_on(dp, best);
+            better = a < b || (a == b && dp->load[q].pages_free > dp->load[best].pages_free);
+        }
+        if (better) { best = q; best_k = k; }
+    }
+    probe p = {dp, best, 0};
+    each_prefix(&p, r, insert_fn);
+    r->home = best;
+    dp->placed[best]++;
+    if (best == 0) return 0;
+    if (dp->n_remote == dp->cap_remote) {
+        const int cap = dp->cap_remote ? 2 * dp->cap_remote : 64;
+        srv_req **a = realloc(dp->remote, (size_t)cap * sizeof *a);
+        if (!a) { r->home = 0; return 0; }  /* served here then */
+        dp->remote = a;
+        dp->cap_remote = cap;
+    }
+    dp->remote[dp->n_remote++] = r;
+    dp->live[best]++;
+    srv_wr_i32(&dp->msg, OP_NEW);
+    srv_wr_i32(&dp->msg, best);
+    srv_wire_put_req(&dp->msg, r);
+    return best;
+}
+
+int srv_dp_remote(const srv_dp *dp) { return dp->n_remote; }
+
+/* Remote request i ended (reported, or the group failed): off the list, the scheduler's
+ * reference dropped. */
+static void remote_done(srv_dp *dp, int i) {
+    srv_req *r = dp->remote[i];
+    dp->live[r->home]--;
+    dp->remote[i] = dp->remote[--dp->n_remote];
+    srv_req_release(r);
+    pthread_mutex_lock(&dp->s->mu);
+    dp->s->n_live--;
+    pthread_mutex_unlock(&dp->s->mu);
+}
+
+/* The group failed: every remote request ends with the reason; this rank serves alone. */
+static void group_failed(srv_dp *dp, const dsv4_err *e) {
+    if (!dp->failed) memcpy(dp->why, e->msg, sizeof dp->why);
+    dp->failed = 1;
+    char msg[sizeof ((srv_req *)0)->errmsg];
+    snprintf(msg, sizeof msg, "the process group cannot serve any more; restart the server (%.180s)", dp->why);
+    while (dp->n_remote > 0) {
+        srv_req *r = dp->remote[dp->n_remote - 1];
+        srv_metrics_tokens(dp->s->met, r->n_prompt, r->n_sampled);
+        srv_req_end(r, SRV_END_ERROR, 0, msg);
+        remote_done(dp, dp->n_remote - 1);
+    }
+}
+
+/* Broadcasts the recorded message (rank 0) or receives one (a follower: into in, *n bytes). */
+static int exchange_msg(srv_dp *dp, size_t *n, dsv4_err *err) {
+    uint32_t hdr[2] = {DP_MAGIC, (uint32_t)dp->msg.n};
+    if (dp->rank == 0 && dp->msg.oom) return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory for the step message");
+    /* a follower waits for the next step without a deadline: the server may idle */
+    int rc = dsv4_dist_bcast(dp->d, hdr, sizeof hdr, dp->rank != 0, err);
+    if (rc) return rc;
+    if (hdr[0] != DP_MAGIC || hdr[1] > DP_MAX)
+        return srv_fail(err, DSV4_ERR_STATE, "follower: not a step message from rank 0");
+    *n = hdr[1];
+    if (dp->rank == 0) return dsv4_dist_bcast(dp->d, dp->msg.s, hdr[1], 0, err);
+    if (hdr[1] > dp->in_cap) {
+        uint8_t *m = realloc(dp->in, hdr[1]);
+        /* this rank cannot join the body's broadcast: the group is lost */
+        if (!m) return srv_fail(err, DSV4_ERR_NOMEM, "follower: out of memory for a %u-byte step message", hdr[1]);
+        dp->in = m;
+        dp->in_cap = hdr[1];
+    }
+    return dsv4_dist_bcast(dp->d, dp->in, hdr[1], 0, err);
+}
+
+int srv_dp_begin(srv_dp *dp, int expired, dsv4_err *err) {
+    if (dp->failed) return srv_fail(err, DSV4_ERR_STATE, "the process group cannot serve any more (%s)", dp->why);
+    for (int i = 0; i < dp->n_remote; i++) {
+        srv_req *r = dp->remote[i];
+        pthread_mutex_lock(&r->mu);
+        const int c = r->cancel && !r->dp_cancel_sent;
+        r->dp_cancel_sent |= c;
+        pthread_mutex_unlock(&r->mu);
+        if (c) {
+            srv_wr_i32(&dp->msg, OP_CANCEL);
+            srv_wr_i64(&dp->msg, r->id);
+        }
+    }
+    if (expired) srv_wr_i32(&dp->msg, OP_EXPIRE);
+    size_t n;
+    const int rc = exchange_msg(dp, &n, err);
+    dp->msg.n = 0;
+    if (rc) group_failed(dp, err);
+    return rc;
+}
+
+/* ---- reports ---------------------------------------------------------------------------- */
+
+static void own_load(srv_dp *dp, srv_rank_load *l) {
+    const srv_sched *s = dp->s;
+    const dsv4_cache_stats c = dsv4_engine_cache_stats(s->e);
+    pthread_mutex_lock(&s->met->mu);
+    *l = (srv_rank_load){.running = s->n_run, .waiting = s->n_wait, .rows = s->st.rows,
+                         .pages_free = c.win_total - c.win_used, .pages_total = c.win_total,
+                         .mtp_steps = (int64_t)s->met->mtp_steps, .mtp_drafts = (int64_t)s->met->mtp_drafts,
+                         .mtp_accepted = (int64_t)s->met->mtp_accepted,
+                         .preemptions = (int64_t)s->met->preemptions, .pcache = s->met->pcache,
+                         .prefix = s->met->prefix};
+    pthread_mutex_unlock(&s->met->mu);
+}
+
+/* This rank's report: its load, and on a follower its requests' news (an ended request is
+ * reported once, then released). */
+static void build_report(srv_dp *dp) {
+    srv_rank_load l;
+    own_load(dp, &l);
+    dp->rep.n = 0;
+    srv_buf_put(&dp->rep, (const char *)&l, sizeof l);
+    const size_t count_at = dp->rep.n;
+    int32_t n = 0;
+    srv_wr_i32(&dp->rep, 0);
+    for (int i = 0; i < dp->n_mine;) {
+        const size_t before = dp->rep.n;
+        const int ended = srv_wire_put_news(&dp->rep, dp->mine[i]);
+        n += dp->rep.n > before;
+        if (ended) {
+            srv_req_release(dp->mine[i]);
+            dp->mine[i] = dp->mine[--dp->n_mine];
+        } else {
+            i++;
+        }
+    }
+    if (!dp->rep.oom) memcpy(dp->rep.s + count_at, &n, sizeof n);
+}
+
+static srv_req *remote_by_id(const srv_dp *dp, int64_t id, int *at) {
+    for (int i = 0; i < dp->n_remote; i++)
+        if (dp->remote[i]->id == id) { *at = i; return dp->remote[i]; }
+    return NULL;
+}
+
+/* Rank 0: rank q's report. 0, or -1 when it is malformed. */
+static int apply_report(srv_dp *dp, int q, srv_rd *rd) {
+    srv_rank_load l;
+    srv_rd_bytes(rd, &l, sizeof l);
+    if (rd->bad) return -1;
+    l.requests = dp->placed[q];
+    dp->load[q] = l;
+    srv_metrics_rank(dp->s->met, q, dp->K, &l);
+    const int n = srv_rd_i32(rd);
+    for (int i = 0; i < n && !rd->bad; i++) {
+        int at;
+        srv_req *r = remote_by_id(dp, srv_wire_news_id(rd), &at);
+        if (!r || r->home != q) return -1;
+        if (srv_wire_apply_news(rd, r, dp->s->met)) remote_done(dp, at);
+    }
+    return rd->bad ? -1 : 0;
+}
+
+/* Every rank's report to rank 0 (sizes first). */
+static int gather_reports(srv_dp *dp, dsv4_err *err) {
+    if (dp->rep.oom) return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory for a step report");
+    const uint64_t mine = dp->rep.n;
+    int rc = dsv4_dist_allgather(dp->d, &mine, sizeof mine, dp->sizes, err);
+    if (rc) return rc;
+    size_t total = 0;
+    for (int q = 0; q < dp->K; q++) total += dp->counts[q] = (size_t)dp->sizes[q];
+    if (dp->rank == 0 && total > dp->all_cap) {
+        uint8_t *a = realloc(dp->all, total);
+        /* this rank cannot take part in the gather: the group is lost either way */
+        if (!a) return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory for %zu bytes of reports", total);
+        dp->all = a;
+        dp->all_cap = total;
+    }
+    return dsv4_dist_gatherv(dp->d, dp->rep.s, dp->rep.n, dp->all, dp->counts, err);
+}
+
+void srv_dp_end(srv_dp *dp) {
+    if (dp->failed) return;
+    dsv4_err err = {0};
+    build_report(dp);
+    srv_rank_load l;
+    own_load(dp, &l);
+    l.requests = dp->placed[0];
+    dp->load[0] = l;
+    srv_metrics_rank(dp->s->met, 0, dp->K, &l);
+    if (gather_reports(dp, &err)) { group_failed(dp, &err); return; }
+    size_t off = dp->counts[0];
+    for (int q = 1; q < dp->K; q++) {
+        srv_rd rd = {dp->all + off, dp->all + off + dp->counts[q], 0};
+        off += dp->counts[q];
+        if (apply_report(dp, q, &rd)) {
+            err.code = DSV4_ERR_STATE;
+            snprintf(err.msg, sizeof err.msg, "a malformed step report from rank %d", q);
+            group_failed(dp, &err);
+            return;
+        }
+    }
+}
+
+int srv_dp_stop(srv_dp *dp, dsv4_err *err) {
+    if (dp->failed)
+        return srv_fail(err, DSV4_ERR_STATE, "the process group failed while serving (%.200s)", dp->why);
+    dp->msg.n = 0;
+    srv_wr_i32(&dp->msg, OP_STOP);
+    size_t n;
+    const int rc = exchange_msg(dp, &n, err);
+    if (!rc) snprintf(dp->why, sizeof dp->why, "stopped");
+    dp->failed = 1;
+    return rc;
+}
+
+/* ---- a follower ------------------------------------------------------------------------- */
+
+/* A request rank 0 placed here: its generation state made, queued. A request that cannot
+ * start is reported ended with the reason. */
+static int take_new(srv_dp *dp, srv_rd *rd, dsv4_err *err) {
+    const int home = srv_rd_i32(rd);
+    srv_req *r = srv_wire_get_req(rd);
+    if (!r) return rd->bad ? -1 : srv_fail(err, DSV4_ERR_NOMEM, "follower: out of memory for a request");
+    if (home != dp->rank) rd->bad = 1;
+    if (dp->n_mine == dp->cap_mine) {
+        const int cap = dp->cap_mine ? 2 * dp->cap_mine : 64;
+        srv_req **a = realloc(dp->mine, (size_t)cap * sizeof *a);
+        if (!a) {
+            srv_req_release(r);
+            srv_req_release(r);
+            return srv_fail(err, DSV4_ERR_NOMEM, "follower: out of memory for a request");
+        }
+        dp->mine = a;
+        dp->cap_mine = cap;
+    }
+    dp->mine[dp->n_mine++] = r;
+    r->home = dp->rank;
+    dsv4_err why = {0};
+    if (srv_sched_prepare(dp->s, r, &why)) {
+        srv_req_end(r, SRV_END_ERROR, 0, why.msg);
+        srv_req_release(r);  /* the scheduler's */
+        return DSV4_OK;
+    }
+    pthread_mutex_lock(&dp->s->mu);
+    dp->s->n_live++;
+    pthread_mutex_unlock(&dp->s->mu);
+    srv_sched_enqueue(dp->s, r);
+    return DSV4_OK;
+}
+
+static void cancel_mine(srv_dp *dp, int64_t id) {
+    for (int i = 0; i < dp->n_mine; i++)
+        if (dp->mine[i]->id == id) {
+            pthread_mutex_lock(&dp->mine[i]->mu);
+            dp->mine[i]->cancel = 1;
+            pthread_mutex_unlock(&dp->mine[i]->mu);
+        }
+}
+
+int srv_dp_follow(srv_dp *dp, dsv4_err *err) {
+    for (;;) {
+        size_t n;
+        int rc = exchange_msg(dp, &n, err);
+        if (rc) return rc;
+        srv_rd rd = {dp->in, dp->in + n, 0};
+        int expired = 0;
+        while (!rd.bad && rd.p < rd.end) {
+            switch (srv_rd_i32(&rd)) {
+            case OP_NEW:
+                if ((rc = take_new(dp, &rd, err))) return rc;
+                break;
+            case OP_CANCEL: cancel_mine(dp, srv_rd_i64(&rd)); break;
+            case OP_EXPIRE: expired = 1; break;
+            case OP_STOP: return DSV4_OK;
+            default: rd.bad = 1;
+            }
+        }
+        if (rd.bad) return srv_fail(err, DSV4_ERR_STATE, "follower: a malformed step message from rank 0");
+        srv_sched_sweep(dp->s, expired);
+        srv_sched_step(dp->s);
+        build_report(dp);
+        if ((rc = gather_reports(dp, err))) return rc;
+    }
+}

@@ -1,0 +1,227 @@
+/* dp_wire.c — a request to its home rank and its news back (dp_wire.h).
+ *
+ * A request: id(i64) n_prompt prompt[n] sample(dsv4_sample_params) max_tokens
+ *   n_stop {len bytes}[n_stop] n_bias bias_ids[n] bias[n] n_prefix prefix[n]
+ *   n_forced (-1: none) forced[n]
+ * News of a request: id(i64) n_cached (-1: not admitted yet) n_items
+ *   {EV token sample(dsv4_sample_out) len text[len] | TXT len text[len]}[n_items]
+ *   end (SRV_END_*, 0: runs on) [finish stop_index len errmsg[len]]
+ * The text of the events and TXT items, in order, is the home rank's text exactly, so the
+ * client-facing request gets the same events with the same text offsets.
+ */
+#include "serve/dp_wire.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { ITEM_EV = 1, ITEM_TXT };
+
+void srv_wr_i32(srv_buf *b, int32_t v) { srv_buf_put(b, (const char *)&v, sizeof v); }
+void srv_wr_i64(srv_buf *b, int64_t v) { srv_buf_put(b, (const char *)&v, sizeof v); }
+
+const void *srv_rd_view(srv_rd *r, size_t n) {
+    if (r->bad || (size_t)(r->end - r->p) < n) {
+        r->bad = 1;
+        return NULL;
+    }
+    const void *v = r->p;
+    r->p += n;
+    return v;
+}
+
+void srv_rd_bytes(srv_rd *r, void *out, size_t n) {
+    const void *v = srv_rd_view(r, n);
+    if (v) memcpy(out, v, n);
+    else memset(out, 0, n);
+}
+
+int32_t srv_rd_i32(srv_rd *r) { int32_t v; srv_rd_bytes(r, &v, sizeof v); return v; }
+int64_t srv_rd_i64(srv_rd *r) { int64_t v; srv_rd_bytes(r, &v, sizeof v); return v; }
+
+static void wr_ids(srv_buf *b, const int32_t *ids, int n) {
+    srv_wr_i32(b, n);
+    if (n > 0) srv_buf_put(b, (const char *)ids, (size_t)n * sizeof *ids);
+}
+
+/* A count read back: within [lo, cap] or the message is bad. */
+static int rd_count(srv_rd *r, int lo, int cap) {
+    const int n = srv_rd_i32(r);
+    if (n < lo || n > cap) r->bad = 1;
+    return r->bad ? 0 : n;
+}
+
+/* n ids (at most the bytes left) into a new array; NULL when n = 0 or bad. */
+static int32_t *rd_ids(srv_rd *r, int n) {
+    if (n <= 0 || r->bad) return NULL;
+    const void *v = srv_rd_view(r, (size_t)n * sizeof(int32_t));
+    int32_t *ids = v ? malloc((size_t)n * sizeof *ids) : NULL;
+    if (ids) memcpy(ids, v, (size_t)n * sizeof *ids);
+    else r->bad = 1;
+    return ids;
+}
+
+void srv_wire_put_req(srv_buf *b, const srv_req *r) {
+    srv_wr_i64(b, r->id);
+    wr_ids(b, r->prompt, r->n_prompt);
+    srv_buf_put(b, (const char *)&r->gp.sample, sizeof r->gp.sample);
+    srv_wr_i32(b, r->gp.max_tokens);
+    srv_wr_i32(b, r->gp.n_stop);
+    for (int i = 0; i < r->gp.n_stop; i++) {
+        const size_t n = strlen(r->gp.stop_strings[i]);
+        srv_wr_i32(b, (int32_t)n);
+        srv_buf_put(b, r->gp.stop_strings[i], n);
+    }
+    wr_ids(b, r->gp.bias_ids, r->gp.n_bias);
+    if (r->gp.n_bias > 0) srv_buf_put(b, (const char *)r->gp.bias, (size_t)r->gp.n_bias * sizeof(float));
+    wr_ids(b, r->prefix, r->n_prefix);
+    if (r->forced) wr_ids(b, r->forced, r->n_forced);
+    else srv_wr_i32(b, -1);
+}
+
+srv_req *srv_wire_get_req(srv_rd *rd) {
+    const int64_t id = srv_rd_i64(rd);
+    const int n_prompt = rd_count(rd, 1, 1 << 30);
+    const void *prompt = srv_rd_view(rd, (size_t)n_prompt * sizeof(int32_t));
+    if (rd->bad) return NULL;
+    srv_req *r = srv_req_new(prompt, n_prompt);
+    if (!r) return NULL;
+    r->id = id;
+    srv_rd_bytes(rd, &r->gp.sample, sizeof r->gp.sample);
+    r->gp.max_tokens = srv_rd_i32(rd);
+    const int n_stop = rd_count(rd, 0, 1 << 16);
+    char **stops = calloc((size_t)n_stop + 1, sizeof *stops);
+    int oom = !stops;
+    for (int i = 0; stops && i < n_stop && !rd->bad; i++) {
+        const int n = rd_count(rd, 0, 1 << 24);
+        const char *t = srv_rd_view(rd, (size_t)n);
+        if (t && !(stops[i] = strndup(t, (size_t)n))) oom = 1;
+    }
+    if (!rd->bad && !oom && srv_req_set_stops(r, (const char *const *)stops, n_stop)) oom = 1;
+    for (int i = 0; stops && i < n_stop; i++) free(stops[i]);
+    free(stops);
+    const int n_bias = rd_count(rd, 0, 1 << 24);
+    int32_t *ids = rd_ids(rd, n_bias);
+    const void *bias = srv_rd_view(rd, (size_t)n_bias * sizeof(float));
+    if (!rd->bad && n_bias && srv_req_set_bias(r, ids, bias, n_bias)) oom = 1;
+    free(ids);
+    r->n_prefix = rd_count(rd, 0, 1 << 24);
+    r->prefix = rd_ids(rd, r->n_prefix);
+    const int n_forced = rd_count(rd, -1, 1 << 24);
+    if (n_forced >= 0) {
+        /* an empty script is a script too: EOS right after the prefix */
+        r->forced_own = n_forced ? rd_ids(rd, n_forced) : malloc(sizeof(int32_t));
+        r->forced = r->forced_own;
+        r->n_forced = n_forced;
+        if (!r->forced_own) oom = 1;
+    }
+    if (rd->bad || oom) {
+        srv_req_release(r);
+        srv_req_release(r);
+        return NULL;
+    }
+    return r;
+}
+
+int srv_wire_put_news(srv_buf *b, srv_req *r) {
+    pthread_mutex_lock(&r->mu);
+    const int cached = r->admitted && !r->dp_sent_cached;
+    if (r->n_ev == r->dp_sent_ev && r->text_len == r->dp_sent_text && !r->end && !cached) {
+        pthread_mutex_unlock(&r->mu);
+        return 0;
+    }
+    srv_wr_i64(b, r->id);
+    srv_wr_i32(b, cached ? r->n_cached : -1);
+    r->dp_sent_cached |= cached;
+    /* the events, each after the text released before it, then the text after them */
+    size_t at = r->dp_sent_text;
+    int n_items = 0;
+    const size_t count_at = b->n;
+    srv_wr_i32(b, 0);
+    for (int i = r->dp_sent_ev; i < r->n_ev; i++) {
+        const srv_event *e = &r->ev[i];
+        if (e->text_off > at) {
+            srv_wr_i32(b, ITEM_TXT);
+            srv_wr_i64(b, (int64_t)(e->text_off - at));
+            srv_buf_put(b, r->text + at, e->text_off - at);
+            n_items++;
+        }
+        srv_wr_i32(b, ITEM_EV);
+        srv_wr_i32(b, e->token);
+        srv_buf_put(b, (const char *)&e->sample, sizeof e->sample);
+        srv_wr_i64(b, (int64_t)e->text_len);
+        srv_buf_put(b, r->text + e->text_off, e->text_len);
+        at = e->text_off + e->text_len;
+        n_items++;
+    }
+    if (r->text_len > at) {
+        srv_wr_i32(b, ITEM_TXT);
+        srv_wr_i64(b, (int64_t)(r->text_len - at));
+        srv_buf_put(b, r->text + at, r->text_len - at);
+        n_items++;
+    }
+    if (!b->oom) memcpy(b->s + count_at, &n_items, sizeof n_items);
+    r->dp_sent_ev = r->n_ev;
+    r->dp_sent_text = r->text_len;
+    const int end = r->end;
+    srv_wr_i32(b, end);
+    if (end) {
+        srv_wr_i32(b, r->finish);
+        srv_wr_i32(b, r->stop_index);
+        const size_t n = strnlen(r->errmsg, sizeof r->errmsg);
+        srv_wr_i32(b, (int32_t)n);
+        srv_buf_put(b, r->errmsg, n);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return end != 0;
+}
+
+int64_t srv_wire_news_id(srv_rd *rd) { return srv_rd_i64(rd); }
+
+int srv_wire_apply_news(srv_rd *rd, srv_req *r, srv_metrics *met) {
+    const int cached = srv_rd_i32(rd);
+    if (cached >= 0) {
+        pthread_mutex_lock(&r->mu);
+        r->n_cached = cached;
+        pthread_mutex_unlock(&r->mu);
+    }
+    const int n_items = rd_count(rd, 0, 1 << 30);
+    for (int i = 0; i < n_items && !rd->bad; i++) {
+        const int kind = srv_rd_i32(rd);
+        dsv4_gen_token t = {0};
+        if (kind == ITEM_EV) {
+            t.token = srv_rd_i32(rd);
+            srv_rd_bytes(rd, &t.sample, sizeof t.sample);
+        } else if (kind != ITEM_TXT) {
+            rd->bad = 1;
+            break;
+        }
+        const int64_t n = srv_rd_i64(rd);
+        const char *text = n >= 0 ? srv_rd_view(rd, (size_t)n) : NULL;
+        if (!text && n) rd->bad = 1;
+        if (rd->bad) break;
+        if (kind == ITEM_TXT) {
+            srv_req_push_text(r, text, (size_t)n);
+            continue;
+        }
+        t.text = text;
+        t.text_len = (size_t)n;
+        const double now = srv_now();
+        srv_metrics_latency(met, r->n_sampled ? -1 : now - r->t_arrival, r->n_sampled ? now - r->t_last : -1);
+        r->t_last = now;
+        r->n_sampled++;
+        srv_req_push(r, &t);
+    }
+    const int end = srv_rd_i32(rd);
+    if (rd->bad) return 0;
+    if (!end) return 0;
+    const int finish = srv_rd_i32(rd);
+    r->stop_index = srv_rd_i32(rd);
+    char msg[sizeof r->errmsg];
+    const int n = rd_count(rd, 0, (int)sizeof msg - 1);
+    srv_rd_bytes(rd, msg, (size_t)n);
+    msg[n] = 0;
+    srv_metrics_tokens(met, r->n_prompt, r->n_sampled);
+    if (end == SRV_END_CANCELLED) srv_metrics_event(met, 1, 0);
+    srv_req_end(r, end, finish, n ? msg : NULL);
+    return 1;
+}

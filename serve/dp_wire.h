@@ -1,0 +1,46 @@
+/* dp_wire.h — the bytes of data-parallel serving (dp.h): a request as rank 0 sends it to its
+ * home rank, and a request's news as the home rank reports them back. Native byte order
+ * and struct layouts: the ranks of a group run one build on one kind of host (engine
+ * create's agreement checks it). */
+#ifndef DSV4_SERVE_DP_WIRE_H
+#define DSV4_SERVE_DP_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "serve/metrics.h"
+#include "serve/request.h"
+#include "serve/util.h"
+
+/* Reading a received message: every read past the end sets bad and yields zeros. */
+typedef struct srv_rd {
+    const uint8_t *p, *end;
+    int bad;
+} srv_rd;
+
+void srv_wr_i32(srv_buf *b, int32_t v);
+void srv_wr_i64(srv_buf *b, int64_t v);
+int32_t srv_rd_i32(srv_rd *r);
+int64_t srv_rd_i64(srv_rd *r);
+void srv_rd_bytes(srv_rd *r, void *out, size_t n);
+/* n bytes in place (NULL when bad): valid while the message is. */
+const void *srv_rd_view(srv_rd *r, size_t n);
+
+/* r's prompt and everything its generation state is made of (sampling parameters and seed,
+ * stop strings, logit bias, forced prefix, test script). */
+void srv_wire_put_req(srv_buf *b, const srv_req *r);
+/* A new request from those bytes (two references; id set), or NULL (bad bytes: r->bad
+ * set; or out of memory). */
+srv_req *srv_wire_get_req(srv_rd *rd);
+
+/* Home rank: r's news since the last report (events, text released without a token, the
+ * prompt tokens restored, the end), when there are any; call on the scheduler's thread.
+ * Returns 1 when r has ended and its end is now written. */
+int srv_wire_put_news(srv_buf *b, srv_req *r);
+/* Rank 0: the id of the next news record (then srv_wire_apply_news with the request). */
+int64_t srv_wire_news_id(srv_rd *rd);
+/* Applies one record's news to r (the client-facing request), with the latencies and
+ * token counts in met as rank 0 sees them. Returns 1 when r ended (srv_req_end called). */
+int srv_wire_apply_news(srv_rd *rd, srv_req *r, srv_metrics *met);
+
+#endif

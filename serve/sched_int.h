@@ -1,0 +1,92 @@
+/* sched_int.h — the scheduler's state, shared by scheduler.c (one rank's continuous
+ * batching) and dp.c (a process group serving with data-parallel attention, where every
+ * rank runs its own scheduler over the requests it is the home rank of). Internal to
+ * those two files. */
+#ifndef DSV4_SERVE_SCHED_INT_H
+#define DSV4_SERVE_SCHED_INT_H
+
+#include <pthread.h>
+
+#include "serve/dp.h"
+#include "serve/prefix_cache.h"
+#include "serve/scheduler.h"
+
+struct srv_sched {
+    dsv4_engine *e;
+    const dsv4_model *m;
+    const dsv4_tokenizer *tok;
+    srv_sched_opts o;
+    srv_dp *dp;                   /* data-parallel attention (dp.h), NULL: this rank alone
+                                   * (one process, or rank 0 of a rank-0-home group) */
+    int stop_rc;                  /* the group's stop message (rank 0 under dp) */
+    dsv4_err stop_err;
+    srv_metrics *met;
+    int V, D, HC;
+    int32_t eos;
+    int mtp;                      /* the engine keeps MTP caches: every request decodes with
+                                   * MTP drafts (serving.md §e) */
+
+    pthread_t thread;
+    int started;
+    /* ---- shared, under mu ---- */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    srv_req *in_head, *in_tail;   /* submitted, not yet seen by the thread */
+    int stopping;
+    int64_t next_id;
+    double deadline;              /* when stopping: cancel what is left after this */
+    int n_live;                   /* submitted and not ended */
+
+    /* ---- scheduler thread only ---- */
+    srv_req **wait;               /* (n_wait) by id: not admitted (new or preempted) */
+    srv_req **run;                /* (n_run) by id: holding a sequence */
+    int n_wait, n_run;
+    int admit_hold;               /* after a preemption: admit nothing until pages are freed */
+    dsv4_span *spans;             /* (max_seqs) one step */
+    srv_req **span_req;           /* (max_seqs) */
+    int *span_verify;             /* (max_seqs) 1: the span is an MTP verify span */
+    float *hidden;                /* (2 max_seqs, D) rows that need logits */
+    float *logits;                /* (2 max_seqs, V) */
+    /* with MTP */
+    float *streams;               /* (rows_cap, hc, D) last-block streams of MTP requests */
+    dsv4_mtp_span *mtp_spans;     /* (max_seqs) */
+    srv_req **mtp_req;            /* (max_seqs) */
+    int *mtp_drafts;              /* (max_seqs) 1: the span's last row drafts */
+    int *mtp_out;                 /* (max_seqs) DSV4_MTP_OUT_* of each MTP span */
+    float *forced_row;            /* (V) the logits of a forced token */
+    /* a step's draws, made on the engine's threads before its rows are taken in order */
+    int *span_draw;               /* (max_seqs) the span's draw, or -1: drawn in order */
+    struct srv_draw *draws;       /* (max_seqs) */
+    /* prefix cache (serving.md §g) */
+    srv_pcache *pc;
+    int *span_snap;               /* (max_seqs) SNAP_* of each span */
+    float *snap_hidden;           /* (max_seqs, D) the snapshot row of each span */
+    float *snap_streams;          /* (max_seqs, hc, D) */
+    float *restored;              /* (hc, D) streams of a restored prefix's last position */
+    /* where each step's time goes (step_trace.h) */
+    srv_step_times st;            /* the step running */
+    double t0, prev_end;          /* the scheduler's start; the previous step's end */
+    long long n_steps;
+};
+
+/* A row drawn ahead (draw_rows): its span and logits row, and dsv4_gen_next's result. */
+struct srv_draw {
+    int span, row, rc;
+    dsv4_gen_token tok;
+    dsv4_err err;
+};
+
+/* Ends r (frees its sequence, takes it off the lists, drops the scheduler's reference). */
+void srv_sched_finish(srv_sched *s, srv_req *r, int end, int fin, const char *msg);
+/* The requests that were cancelled (or all when expired) end. */
+void srv_sched_sweep(srv_sched *s, int expired);
+/* One step over this rank's requests, with its metrics, trace and load published. Under
+ * data-parallel attention it runs (with no rows when there are none) whenever the group
+ * steps. Returns 0 when there was nothing to run. */
+int srv_sched_step(srv_sched *s);
+/* Into the waiting list (the scheduler thread, or a follower's loop). */
+void srv_sched_enqueue(srv_sched *s, srv_req *r);
+/* dsv4_gen_create and the context of r (as at submit). */
+int srv_sched_prepare(srv_sched *s, srv_req *r, dsv4_err *err);
+
+#endif

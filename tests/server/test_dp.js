@@ -1,0 +1,181 @@
+// test_dp.js — `mpirun -np 2 dsv4 serve --parallel ep --attention dp` (serve/dp.h): every
+// rank the home rank of its own requests, which it runs from admission to the end
+// (attention, head, sampler, MTP, prefix cache) while rank 0 serves HTTP.
+//  1. A concurrent mix spread over both ranks (greedy and seeded chats with logprobs,
+//     streamed completions and chats, a scripted answer whose MTP drafts are accepted, a stop
+//     string, logit_bias, a tool call, a forced tool_choice, a thinking split) and a chat
+//     on a long system prompt (two turns, two users at once): every answer byte-identical to
+//     one process, and the system prompt's later users restore it from their home rank's
+//     prefix cache (cached_tokens).
+//  2. Pool pressure on both ranks (4 sequences a rank in pools of 6 blocks): each rank's
+//     refusals preempt its own requests while the other rank calls again; the answers are
+//     those each request gives alone.
+//  3. Rank 1 stopped mid-request (SIGSTOP, peer timeout 3 s): the clients of both ranks'
+//     requests get an error, not a hang, and the job ends.
+'use strict';
+const assert = require('assert');
+const { execFileSync } = require('child_process');
+const OpenAI = require('openai').default;
+const { start, metrics, run } = require('./harness');
+const { SCRIPT, WEATHER_TOOL, A, turns } = require('./common');
+
+const WORDS = 'one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen';
+const SCRIPTS = [...SCRIPT, { match: 'DP_COUNT', text: `${WORDS} ${WORDS}` }];
+const ARGS = ['--max-seqs', '4', '--step-tokens', '32', '--max-context', '512', '--no-warmup', '--prefix-entries', '4'];
+
+const chatOut = (r) => ({ text: r.choices[0].message.content, finish: r.choices[0].finish_reason,
+  calls: r.choices[0].message.tool_calls, reasoning: r.choices[0].message.reasoning_content,
+  lp: r.choices[0].logprobs && r.choices[0].logprobs.content,
+  usage: [r.usage.prompt_tokens, r.usage.completion_tokens] });
+
+async function ask(client, i) {
+  const sampled = i % 2 === 1;
+  const base = { model: 'm', max_tokens: 10 + i, temperature: sampled ? 0.9 : 0, ...(sampled ? { seed: 30 + i, top_p: 0.9 } : {}) };
+  const msg = (content) => [{ role: 'user', content }];
+  const words = `tell me about item ${i} `.repeat(1 + i * 3);
+  switch (i) {
+  case 2: {  // completions, streamed
+    let text = '';
+    for await (const ch of await client.completions.create({ ...base, prompt: words, stream: true }))
+      text += ch.choices[0] ? ch.choices[0].text : '';
+    return { text };
+  }
+  case 5: {  // chat, streamed
+    let text = '';
+    for await (const ch of await client.chat.completions.create({ ...base, stream: true, messages: msg(words) }))
+      text += (ch.choices[0] && ch.choices[0].delta.content) || '';
+    return { text };
+  }
+  case 3:  // scripted: the drafts of its tokens are accepted
+    return chatOut(await client.chat.completions.create({ ...base, max_tokens: 40, messages: msg('DP_COUNT please') }));
+  case 4:  // a stop string inside the scripted answer
+    return chatOut(await client.chat.completions.create({ ...base, max_tokens: 40, stop: ['seven'],
+      messages: msg('DP_COUNT and stop') }));
+  case 6:  // a tool call, parsed on rank 0 from the home rank's tokens
+    return chatOut(await client.chat.completions.create({ ...base, max_tokens: 80, tools: [WEATHER_TOOL],
+      messages: msg('TOOLCALL_TEST weather in Paris?') }));
+  case 7:  // the forced opening of a required call, then sampling
+    return chatOut(await client.chat.completions.create({ ...base, max_tokens: 24, tools: [WEATHER_TOOL],
+      tool_choice: 'required', messages: msg('the weather, please') }));
+  case 8:  // logit_bias
+    return chatOut(await client.chat.completions.create({ ...base, logit_bias: { 1000: 100 }, messages: msg(words) }));
+  case 9:  // the thinking split
+    return chatOut(await client.chat.completions.create({ ...base, max_tokens: 40, thinking: { type: 'enabled' },
+      messages: msg('THINK_TEST hello') }));
+  default:
+    return chatOut(await client.chat.completions.create({ ...base, logprobs: true, top_logprobs: 2, messages: msg(words) }));
+  }
+}
+
+async function answers(opts) {
+  const srv = await start(ARGS, { script: SCRIPTS, ...opts });
+  const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
+  const out = await Promise.all(Array.from({ length: 10 }, (_, i) => ask(client, i)));
+  const chat = await turns(client);
+  const m = await metrics(srv.url);
+  await srv.stop();
+  return { out, chat, m };
+}
+
+// test_preempt.js's pools per rank, for 4 sequences a rank: 6 blocks of 128 positions
+const CACHE = 4 * 137216 + 6 * 6272;
+const preq = (i) => {
+  const words = Array.from({ length: 100 + 2 * i }, (_, k) => ['alpha', 'beta', 'gamma', 'delta'][(k + i) % 4]);
+  return { model: 'm', prompt: words.join(' '), max_tokens: 40, temperature: i % 2 ? 0.8 : 0, seed: 7 + i, logprobs: 1 };
+};
+
+async function pressure() {
+  const srv = await start(['--max-seqs', '4', '--max-context', '256', '--step-tokens', '64', '--cache-bytes', String(CACHE),
+    '--kv-dtype', 'f32', '--prefix-entries', '0'], { mpi: 2, dp: true });
+  const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
+  const shape = (r) => ({ text: r.choices[0].text, finish: r.choices[0].finish_reason, lp: r.choices[0].logprobs.token_logprobs });
+  const solo = [];
+  for (let i = 0; i < 8; i++) solo.push(shape(await client.completions.create(preq(i))));
+  const m0 = await metrics(srv.url);
+  const together = await Promise.all(solo.map((_, i) => client.completions.create(preq(i)).then(shape)));
+  const m1 = await metrics(srv.url);
+  await srv.stop();
+  for (let i = 0; i < 8; i++) assert.deepStrictEqual(together[i], solo[i], `request ${i} differs under preemption (DP)`);
+  const pre = m1.dsv4_preemptions_total - m0.dsv4_preemptions_total;
+  assert(pre > 0, 'the pools never ran out: the test does not exercise preemption');
+  assert.strictEqual(m1['dsv4_requests_total{status="5xx"}'], 0);
+  for (const r of [0, 1]) assert(m1[`dsv4_rank_requests_total{rank="${r}"}`] - m0[`dsv4_rank_requests_total{rank="${r}"}`] >= 3);
+  return pre;
+}
+
+// The group's processes under mpirun: rank 0 (pid printed when ready) and the other.
+function otherRank(mpirunPid, rank0) {
+  const ps = execFileSync('ps', ['-eo', 'pid=,ppid=,args=']).toString().trim().split('\n')
+    .map((l) => l.trim().split(/\s+/)).map((f) => ({ pid: Number(f[0]), ppid: Number(f[1]), args: f.slice(2).join(' ') }));
+  const below = new Set([mpirunPid]);
+  for (let grew = true; grew;) {
+    grew = false;
+    for (const p of ps) if (below.has(p.ppid) && !below.has(p.pid)) { below.add(p.pid); grew = true; }
+  }
+  const ranks = ps.filter((p) => below.has(p.pid) && /(^|\/)dsv4$/.test(p.args.split(' ')[0]) && p.pid !== rank0);
+  assert.strictEqual(ranks.length, 1, `the other rank: ${JSON.stringify(ranks)}`);
+  return ranks[0].pid;
+}
+
+async function stoppedRank() {
+  // answers far longer than the time to stop rank 1 (4,000 tokens: seconds of decode)
+  const srv = await start(['--max-seqs', '4', '--step-tokens', '32', '--max-context', '4096', '--no-warmup',
+    '--peer-timeout', '3'], { mpi: 2, dp: true });
+  const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
+  // two long answers, one on each rank, streamed: the first tokens arrive, then rank 1 stops
+  const seen = [0, 0];
+  const streams = [0, 1].map(async (i) => {
+    try {
+      for await (const ch of await client.chat.completions.create({ model: 'm', max_tokens: 4000, temperature: 0, stream: true,
+        messages: [{ role: 'user', content: `a long answer ${i}` }] })) {
+        if (ch.choices[0] && ch.choices[0].delta.content) seen[i]++;
+      }
+      return { n: seen[i], error: null };
+    } catch (e) {
+      return { n: seen[i], error: String(e.message || e) };
+    }
+  });
+  while (seen[0] < 3 || seen[1] < 3) await new Promise((r) => setTimeout(r, 20));
+  const other = otherRank(srv.proc.pid, srv.pid);
+  process.kill(other, 'SIGSTOP');
+  const t0 = Date.now();
+  const res = await Promise.all(streams);
+  const waited = Date.now() - t0;
+  process.kill(other, 'SIGKILL');
+  const exit = await new Promise((resolve) => {
+    const t = setTimeout(() => { srv.proc.kill('SIGKILL'); resolve('hung'); }, 20000);
+    srv.proc.on('exit', (code) => { clearTimeout(t); resolve(code); });
+    if (srv.proc.exitCode !== null) { clearTimeout(t); resolve(srv.proc.exitCode); }
+  });
+  for (const r of res) assert(r.error || r.n < 4000, `a request finished normally past the stopped rank: ${JSON.stringify(r)}`);
+  assert(res.some((r) => r.error), `no client saw an error: ${JSON.stringify(res)}`);
+  assert.notStrictEqual(exit, 'hung', 'the job did not end after its rank died');
+  return { res, waited, exit };
+}
+
+run('server_dp', async () => {
+  const one = await answers({});
+  const dp = await answers({ mpi: 2, dp: true });
+  for (let i = 0; i < one.out.length; i++) assert.deepStrictEqual(dp.out[i], one.out[i], `request ${i} differs under DP`);
+  for (let i = 0; i < one.chat.length; i++) {
+    const strip = (t) => ({ text: t.text, lp: t.lp, n: t.n });
+    assert.deepStrictEqual(strip(dp.chat[i]), strip(one.chat[i]), `turn ${i} differs under DP`);
+  }
+  assert.strictEqual(one.out[4].finish, 'stop');
+  assert(one.out[6].calls && one.out[6].calls.length === 1, 'the tool call was not parsed');
+  assert(one.out[9].reasoning, 'no reasoning split');
+  // both ranks were home ranks, and the scripted drafts were accepted on theirs
+  const placed = [0, 1].map((r) => dp.m[`dsv4_rank_requests_total{rank="${r}"}`]);
+  assert(placed[0] >= 3 && placed[1] >= 3, `requests placed: ${placed}`);
+  assert(dp.m.dsv4_mtp_accepted_total >= 5, `accepted drafts: ${dp.m.dsv4_mtp_accepted_total}`);
+  // the second turn and both users restored the system prompt on the rank that held it
+  const [t1, t2, u1, u2, again] = dp.chat;
+  assert(t1.n > 2 * A && u1.text !== u2.text);
+  for (const t of [t2, u1, u2, again]) assert(t.cached >= 2 * A, `DP: ${t.cached} tokens restored`);
+  assert.strictEqual(dp.m['dsv4_requests_total{status="5xx"}'], 0);
+  const pre = await pressure();
+  const dead = await stoppedRank();
+  console.log(`DP: placed ${placed}, ${dp.m.dsv4_mtp_accepted_total} accepted drafts, ` +
+    `${dp.m.dsv4_prefix_hits_total} prefix hits; pressure: ${pre} preemptions; stopped rank: errors after ` +
+    `${dead.waited} ms (${JSON.stringify(dead.res)}), exit ${dead.exit}`);
+}, { limitMs: 150000 });
