@@ -19,7 +19,7 @@ process.on('exit', () => { for (const p of children) if (p.exitCode === null) p.
 // Starts `dsv4 serve --model MODEL --port 0 ...args`; resolves to {url, port, proc, stop}.
 // mpi: N runs it under `mpirun -np N` (DSV4_MPIEXEC) with --parallel ep; stop() then sends
 // SIGTERM to rank 0 (its pid is in the ready line), whose stop message ends the others,
-// and expects mpirun to exit 0. dp: with data-parallel attention (--attention dp).
+// and expects mpirun to exit 0. dp: data-parallel attention (--attention dp), else home.
 function start(args = [], { script, mpi, dp } = {}) {
   const extra = [];
   if (script) {
@@ -33,7 +33,7 @@ function start(args = [], { script, mpi, dp } = {}) {
     assert(process.env.DSV4_MPIEXEC, 'DSV4_MPIEXEC must be set for an MPI server');
     bin = process.env.DSV4_MPIEXEC;
     argv = ['--allow-run-as-root', '--oversubscribe', '-np', String(mpi), BIN, ...argv, '--parallel', 'ep',
-      ...(dp ? ['--attention', 'dp'] : [])];
+      '--attention', dp ? 'dp' : 'home'];
   }
   const proc = spawn(bin, argv, { stdio: ['ignore', 'inherit', 'pipe'],
     env: { ...process.env, OMPI_MCA_mpi_yield_when_idle: '1' } });

@@ -1,4 +1,5 @@
-// test_mpi.js — `mpirun -np 2 dsv4 serve --parallel ep` answers exactly like one process:
+// test_mpi.js — `mpirun -np 2 dsv4 serve --parallel ep --attention home` (rank 0 the home of every request;
+// test_dp.js covers the default, --attention dp) answers exactly like one process:
 // the same concurrent mix (chat and completions, greedy and seeded, streaming, logprobs, a
 // prompt long enough to prefill in chunks beside decodes, a scripted answer whose MTP drafts
 // are accepted so the followers replay commits) gives identical outputs. The followers

@@ -146,8 +146,8 @@ int cmd_serve(int argc, char **argv) {
         CLI_FLAG_OPT("warmup", 0, &warmup, 1, "read all weights into memory before serving, with progress (/health says loading meanwhile)", .def = "on"),
         CLI_FLAG_OPT("no-warmup", 0, &warmup, 0, "let the weights page in as the first requests use them"),
         CLI_FLAG_OPT("mlock", 0, &pin, 1, "pin the weights in memory (needs `ulimit -l` as large as the weights)"),
-        CLI_FN_OPT("parallel", 0, &so.parallel, parallel_opt, "ep", "one process", "under mpirun: expert-parallel MoE over all ranks; rank 0 serves HTTP and keeps the prefix cache (the other ranks hold no KV: they start a restored sequence at its length) (cp and cp+ep are refused: a step mixes decode rows and prefill chunks, and context parallelism needs one long prompt per call)"),
-        CLI_FN_OPT("attention", 0, &attention, attention_opt, "dp|home", "home", "with --parallel ep: dp = data-parallel attention, every rank the home rank of its own requests (placed at admission by cached prefix, then load; each rank runs their attention, head, sampling and prefix cache; --kv-dir: rank r > 0 keeps DIR/rank-r); home = rank 0 runs every request's attention and the others only the experts"),
+        CLI_FN_OPT("parallel", 0, &so.parallel, parallel_opt, "ep", "one process", "under mpirun: expert-parallel MoE over all ranks; rank 0 serves HTTP (see --attention for where each request's attention, sampling and prefix cache run) (cp and cp+ep are refused: a step mixes decode rows and prefill chunks, and context parallelism needs one long prompt per call)"),
+        CLI_FN_OPT("attention", 0, &attention, attention_opt, "dp|home", "dp", "with --parallel ep: dp = data-parallel attention, every rank the home rank of its own requests (placed at admission by cached prefix, then load; each rank runs their attention, head, sampling and prefix cache; --kv-dir: rank r > 0 keeps DIR/rank-r); home = rank 0 runs every request's attention, head and sampling, the others only the experts"),
         CLI_I64_OPT("peer-timeout", 0, &peer_timeout, 0, 1 << 24, "SEC", "with --parallel: a collective inside a step that a peer does not join within SEC seconds fails; 0 = wait forever (an idle server's ranks wait for the next step without limit either way)", .def = "300"),
         CLI_STR_OPT("trace-steps", 0, &so.trace_steps, "FILE", "write one JSON line per engine step to FILE: rows, decode rows, admissions and milliseconds per phase (admit, forward, head, sample, snapshot, mtp)", .def = "none"),
         CLI_STR_OPT("test-script", 0, &script_path, "FILE", "scripted answers (tests only)", .hidden = 1),
@@ -175,7 +175,9 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "dsv4 serve: --attention needs --parallel ep\n");
         return 2;
     }
-    if (attention == 1) so.parallel |= DSV4_PAR_DP;
+    /* data-parallel attention by default: a group then serves at every rank's attention
+     * rate (BENCHMARKS.md, session 40 dps) */
+    if (attention != 0 && (so.parallel & DSV4_PAR_EP)) so.parallel |= DSV4_PAR_DP;
     if (so.api_key && !*so.api_key) so.api_key = NULL;
     so.prefix_entries = prefix_entries ? prefix_entries : -1;
     cli_warn_threads("serve", so.threads);
