@@ -10,7 +10,8 @@
  * A step of the group:
  *   1. rank 0 broadcasts the step message: the requests placed on other ranks since the
  *      last one (prompt and everything their generation state is made of: sampling
- *      parameters with the seed, stop strings, logit bias, forced prefix, test script),
+ *      parameters with the seed, stop strings, logit bias, forced prefix, test script, the
+ *      structured output's schema),
  *      the ids of remote requests the client cancelled, the shutdown's expiry, or the stop;
  *   2. every rank runs its scheduler's step: one dsv4_forward with its own spans, the head
  *      on its rows and its own requests' sampling, one dsv4_mtp_forward (with the MTP

@@ -2,7 +2,7 @@
  *
  * A request: id(i64) n_prompt prompt[n] sample(dsv4_sample_params) max_tokens
  *   n_stop {len bytes}[n_stop] n_bias bias_ids[n] bias[n] n_prefix prefix[n]
- *   n_forced (-1: none) forced[n]
+ *   n_forced (-1: none) forced[n] n_schema (-1: none) json_schema[n] json_after_think
  * News of a request: id(i64) n_cached (-1: not admitted yet) n_items
  *   {EV token sample(dsv4_sample_out) len text[len] | TXT len text[len]}[n_items]
  *   end (SRV_END_*, 0: runs on) [finish stop_index len errmsg[len]]
@@ -13,6 +13,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "serve/srv.h"
 
 enum { ITEM_EV = 1, ITEM_TXT };
 
@@ -76,6 +78,11 @@ void srv_wire_put_req(srv_buf *b, const srv_req *r) {
     wr_ids(b, r->prefix, r->n_prefix);
     if (r->forced) wr_ids(b, r->forced, r->n_forced);
     else srv_wr_i32(b, -1);
+    /* structured output: the schema's text (the home rank's dsv4_gen compiles it) */
+    const size_t n_schema = r->gp.json_schema ? strlen(r->gp.json_schema) : 0;
+    srv_wr_i32(b, r->gp.json_schema ? (int32_t)n_schema : -1);
+    srv_buf_put(b, r->gp.json_schema, n_schema);
+    srv_wr_i32(b, r->gp.json_after_think);
 }
 
 srv_req *srv_wire_get_req(srv_rd *rd) {
@@ -113,6 +120,14 @@ srv_req *srv_wire_get_req(srv_rd *rd) {
         r->forced = r->forced_own;
         r->n_forced = n_forced;
         if (!r->forced_own) oom = 1;
+    }
+    const int n_schema = rd_count(rd, -1, 1 << 30);
+    const char *schema = n_schema > 0 ? srv_rd_view(rd, (size_t)n_schema) : "";
+    const int after_think = srv_rd_i32(rd);
+    if (!rd->bad && n_schema >= 0) {
+        char *t = strndup(schema, (size_t)n_schema);
+        if (t) srv_req_set_json(r, t, after_think);
+        else oom = 1;
     }
     if (rd->bad || oom) {
         srv_req_release(r);

@@ -27,7 +27,8 @@ void srv_rd_bytes(srv_rd *r, void *out, size_t n);
 const void *srv_rd_view(srv_rd *r, size_t n);
 
 /* r's prompt and everything its generation state is made of (sampling parameters and seed,
- * stop strings, logit bias, forced prefix, test script). */
+ * stop strings, logit bias, forced prefix, test script, the structured output's schema). A
+ * new dsv4_gen_params field must travel here too. */
 void srv_wire_put_req(srv_buf *b, const srv_req *r);
 /* A new request from those bytes (two references; id set), or NULL (bad bytes: r->bad
  * set; or out of memory). */

@@ -3,7 +3,8 @@
 // (attention, head, sampler, MTP, prefix cache) while rank 0 serves HTTP.
 //  1. A concurrent mix spread over both ranks (greedy and seeded chats with logprobs,
 //     streamed completions and chats, a scripted answer whose MTP drafts are accepted, a stop
-//     string, logit_bias, a tool call, a forced tool_choice, a thinking split) and a chat
+//     string, logit_bias, a tool call, a forced tool_choice, a thinking split, two structured
+//     outputs under a JSON Schema) and a chat
 //     on a long system prompt (two turns, two users at once): every answer byte-identical to
 //     one process, and the system prompt's later users restore it from their home rank's
 //     prefix cache (cached_tokens).
@@ -71,6 +72,13 @@ async function answers(opts) {
   const srv = await start(ARGS, { script: SCRIPTS, ...opts });
   const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
   const out = await Promise.all(Array.from({ length: 10 }, (_, i) => ask(client, i)));
+  // structured output, two at once (the second placed on rank 1, the less loaded): the
+  // schema is constrained by the sampler on the home rank
+  const json = await Promise.all(['a cat', 'a dog'].map((q) => client.chat.completions.create({ model: 'm',
+    max_tokens: 24, temperature: 0, response_format: { type: 'json_schema', json_schema: { name: 'pet',
+      schema: { type: 'object', properties: { name: { type: 'string' } }, required: ['name'] } } },
+    messages: [{ role: 'user', content: `describe ${q}` }] }).then(chatOut)));
+  out.push(...json);
   const chat = await turns(client);
   const m = await metrics(srv.url);
   await srv.stop();
@@ -164,6 +172,7 @@ run('server_dp', async () => {
   assert.strictEqual(one.out[4].finish, 'stop');
   assert(one.out[6].calls && one.out[6].calls.length === 1, 'the tool call was not parsed');
   assert(one.out[9].reasoning, 'no reasoning split');
+  for (const j of one.out.slice(10)) assert(j.finish === 'length' || typeof JSON.parse(j.text).name === 'string', j.text);
   // both ranks were home ranks, and the scripted drafts were accepted on theirs
   const placed = [0, 1].map((r) => dp.m[`dsv4_rank_requests_total{rank="${r}"}`]);
   assert(placed[0] >= 3 && placed[1] >= 3, `requests placed: ${placed}`);
