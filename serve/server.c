@@ -57,6 +57,10 @@ static int engine_opts(const dsv4_server_opts *o, const dsv4_model *m, dsv4_engi
     eo->cache_bytes = o->cache_bytes;
     eo->dist = o->dist;
     eo->parallel = o->parallel;
+    /* data-parallel attention: the LM head sharded over the vocabulary (each rank reads
+     * 1/K of it a step, every rank's rows in one pass), which the scheduler's calls fit:
+     * every rank calls dsv4_lm_head_dist each step, with no rows too */
+    if (o->parallel & DSV4_PAR_DP) eo->parallel |= DSV4_PAR_DP_HEAD;
     eo->prefix_entries = o->prefix_entries > 0 ? o->prefix_entries : 0;
     if (o->mtp > 0 && !mi.n_mtp) return srv_fail(err, DSV4_ERR_ARG, "serve: --mtp on: the model has no MTP block");
     eo->mtp = o->mtp == 0 ? mi.n_mtp > 0 : o->mtp > 0;
