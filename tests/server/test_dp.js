@@ -7,7 +7,8 @@
 //     outputs under a JSON Schema) and a chat
 //     on a long system prompt (two turns, two users at once): every answer byte-identical to
 //     one process, and the system prompt's later users restore it from their home rank's
-//     prefix cache (cached_tokens).
+//     prefix cache (cached_tokens); with --kv-dir each rank writes its own files (rank 1:
+//     DIR/rank-1).
 //  2. Pool pressure on both ranks (4 sequences a rank in pools of 6 blocks): each rank's
 //     refusals preempt its own requests while the other rank calls again; the answers are
 //     those each request gives alone.
@@ -16,6 +17,9 @@
 'use strict';
 const assert = require('assert');
 const { execFileSync } = require('child_process');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
 const OpenAI = require('openai').default;
 const { start, metrics, run } = require('./harness');
 const { SCRIPT, WEATHER_TOOL, A, turns } = require('./common');
@@ -68,8 +72,8 @@ async function ask(client, i) {
   }
 }
 
-async function answers(opts) {
-  const srv = await start(ARGS, { script: SCRIPTS, ...opts });
+async function answers({ kvDir, ...opts }) {
+  const srv = await start([...ARGS, ...(kvDir ? ['--kv-dir', kvDir] : [])], { script: SCRIPTS, ...opts });
   const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
   const out = await Promise.all(Array.from({ length: 10 }, (_, i) => ask(client, i)));
   // structured output, two at once (the second placed on rank 1, the less loaded): the
@@ -163,7 +167,13 @@ async function stoppedRank() {
 
 run('server_dp', async () => {
   const one = await answers({});
-  const dp = await answers({ mpi: 2, dp: true });
+  const kvDir = fs.mkdtempSync(path.join(os.tmpdir(), 'dsv4-dp-kv-'));
+  const dp = await answers({ mpi: 2, dp: true, kvDir });
+  // each rank wrote its own snapshots: rank 0 into the directory, rank 1 into rank-1/
+  const kv = (d) => fs.readdirSync(d).filter((f) => f.endsWith('.kv')).length;
+  const files = [kv(kvDir), kv(path.join(kvDir, 'rank-1'))];
+  fs.rmSync(kvDir, { recursive: true, force: true });
+  assert(files[0] > 0 && files[1] > 0, `snapshot files by rank: ${files}`);
   for (let i = 0; i < one.out.length; i++) assert.deepStrictEqual(dp.out[i], one.out[i], `request ${i} differs under DP`);
   for (let i = 0; i < one.chat.length; i++) {
     const strip = (t) => ({ text: t.text, lp: t.lp, n: t.n });
@@ -184,7 +194,7 @@ run('server_dp', async () => {
   assert.strictEqual(dp.m['dsv4_requests_total{status="5xx"}'], 0);
   const pre = await pressure();
   const dead = await stoppedRank();
-  console.log(`DP: placed ${placed}, ${dp.m.dsv4_mtp_accepted_total} accepted drafts, ` +
+  console.log(`DP: placed ${placed}, kv files ${files}, ${dp.m.dsv4_mtp_accepted_total} accepted drafts, ` +
     `${dp.m.dsv4_prefix_hits_total} prefix hits; pressure: ${pre} preemptions; stopped rank: errors after ` +
     `${dead.waited} ms (${JSON.stringify(dead.res)}), exit ${dead.exit}`);
 }, { limitMs: 150000 });
