@@ -594,7 +594,10 @@ int srv_sched_create(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     const size_t ns = (size_t)o->max_seqs;
-    s->wait = calloc(ns + (size_t)o->max_queue, sizeof *s->wait);  /* submit bounds n_live */
+    /* submit bounds n_live (under data-parallel attention the group's, which placement
+     * may put on one rank) */
+    const size_t group = o->dp_group ? (size_t)dsv4_dist_size(o->dp_group) : 1;
+    s->wait = calloc(ns * group + (size_t)o->max_queue, sizeof *s->wait);
     s->run = calloc(ns, sizeof *s->run);
     s->spans = calloc(ns, sizeof *s->spans);
     s->span_req = calloc(ns, sizeof *s->span_req);
