@@ -5,6 +5,7 @@
 //   node bench/serve_load.js --url http://127.0.0.1:8080 [--levels 1,2,4,8,16,32]
 //        [--requests-per-level N] [--prompt-len 128] [--gen 64] [--key KEY] [--vocab 8192]
 //        [--eos 1] [--seed 1] [--serial C] [--client http|fetch] [--warmup 1] [--server-pid P]
+//        [--response-format JSON]
 //
 // Each level keeps `c` streaming /v1/completions requests in flight (prompts of
 // --prompt-len random token ids below --vocab, greedy, --gen tokens, the EOS id --eos banned
@@ -34,10 +35,13 @@
 //   live or exited)
 'use strict';
 
+// --response-format JSON: structured output on every request (the object as given)
+function format(a) { return a['response-format'] ? { response_format: JSON.parse(a['response-format']) } : {}; }
+
 function args() {
   const a = { url: 'http://127.0.0.1:8080', levels: '1,2,4,8,16,32', 'prompt-len': 128, gen: 64,
     'requests-per-level': 0, key: '', eos: 1, seed: 1, vocab: 8192, serial: 0, client: 'http', warmup: 1,
-    'server-pid': 0 };
+    'server-pid': 0, 'response-format': '' };
   const v = process.argv.slice(2);
   for (let i = 0; i < v.length; i += 2) {
     const k = v[i].replace(/^--/, '');
@@ -77,7 +81,7 @@ const agent = new http.Agent({ keepAlive: true });
 function oneHttp(a, vocab) {
   const prompt = Array.from({ length: a['prompt-len'] }, () => 2 + (rand() % (vocab - 2)));
   const body = JSON.stringify({ model: 'm', prompt, max_tokens: a.gen, temperature: 0, stream: true,
-    stream_options: { include_usage: true }, logit_bias: { [String(a.eos)]: -100 } });
+    stream_options: { include_usage: true }, logit_bias: { [String(a.eos)]: -100 }, ...format(a) });
   const u = new URL(a.url + '/v1/completions');
   const headers = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) };
   if (a.key) headers.authorization = 'Bearer ' + a.key;
@@ -125,7 +129,7 @@ async function one(a, vocab) {
   if (a.client === 'http') return oneHttp(a, vocab);
   const prompt = Array.from({ length: a['prompt-len'] }, () => 2 + (rand() % (vocab - 2)));
   const body = { model: 'm', prompt, max_tokens: a.gen, temperature: 0, stream: true,
-    stream_options: { include_usage: true }, logit_bias: { [String(a.eos)]: -100 } };
+    stream_options: { include_usage: true }, logit_bias: { [String(a.eos)]: -100 }, ...format(a) };
   const headers = { 'content-type': 'application/json' };
   if (a.key) headers.authorization = 'Bearer ' + a.key;
   const t0 = performance.now();

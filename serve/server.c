@@ -134,7 +134,11 @@ static int load_tokenizer(const dsv4_server_opts *o, dsv4_tokenizer **tok, dsv4_
     char path[4200];
     if (o->tokenizer) snprintf(path, sizeof path, "%s", o->tokenizer);
     else snprintf(path, sizeof path, "%s/tokenizer.json", o->model_dir);
-    return dsv4_tokenizer_load(path, tok, err);
+    int rc = dsv4_tokenizer_load(path, tok, err);
+    /* structured output's vocabulary index (~0.1 s, ~5 MB at 129K ids): at load, on every
+     * rank that samples, not in the first constrained request, whose build would stall
+     * every stream's step or send */
+    return rc ? rc : dsv4_json_vocab_prepare(*tok, err);
 }
 
 int dsv4_server_start(const dsv4_server_opts *o, dsv4_server **out, dsv4_err *err) {

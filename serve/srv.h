@@ -81,7 +81,7 @@ int srv_force_tool_call(srv *s, srv_req *r, const cJSON *tools, int mode, const 
  * output_config.format / output_format for SRV_API_MESSAGES): 0 when absent or free text, 1 when the answer must
  * be JSON (*schema: the schema's compact text, malloc'ed; *shown: the object the prompt
  * shows the model, inside body), -1 with a message (a schema outside the subset names the
- * keyword). */
+ * keyword). The vocabulary index the mask walks is built at load (dsv4_server_load). */
 int srv_json_format(const cJSON *body, int api, char **schema, const cJSON **shown, char *msg, size_t n);
 /* A copy of messages whose first system/developer message carries shown as its
  * "response_format" (the template's Response Format section), or with such a system

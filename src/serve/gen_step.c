@@ -96,6 +96,11 @@ static int append_text(dsv4_gen *g, const char *s, size_t n) {
 static void *vocab_build(const dsv4_tokenizer *tok) { return json_vocab_build(tok); }
 static void vocab_drop(void *v) { json_vocab_free(v); }
 
+int dsv4_json_vocab_prepare(const dsv4_tokenizer *tok, dsv4_err *err) {
+    return dsv4_tok_lazy(tok, vocab_build, vocab_drop) ? DSV4_OK
+                                                      : dsv4_fail(err, DSV4_ERR_NOMEM, "json: out of memory for the vocabulary index");
+}
+
 /* The compiled schema, the shared vocabulary index and the per-generation scratch. */
 static int json_setup(dsv4_gen *g, const dsv4_tokenizer *tok, const dsv4_gen_params *p, dsv4_err *err) {
     g->think = p->json_after_think ? 0 : -1;
@@ -190,10 +195,18 @@ static void json_apply(dsv4_gen *g) {
     json_mask(g->schema, g->jv, &g->walk, &g->js[g->jcur], g->jbits);
     const int words = g->jv->words, V = g->V;
     for (int w = 0; w < words && w * 64 < V; w++) {
-        uint64_t off = ~g->jbits[w];
-        for (; off; off &= off - 1) {
-            const int v = w * 64 + __builtin_ctzll(off);
-            if (v < V) g->row[v] = -INFINITY;
+        const uint64_t on = g->jbits[w];
+        float *r = g->row + (size_t)w * 64;
+        if (on == ~0ull) continue;
+        if (w * 64 + 64 > V) { /* the last, partial word */
+            for (int i = 0; w * 64 + i < V; i++) if (!(on >> i & 1)) r[i] = -INFINITY;
+        } else if (__builtin_popcountll(on) >= 32) { /* inside a string: a few banned ids */
+            for (uint64_t off = ~on; off; off &= off - 1) r[__builtin_ctzll(off)] = -INFINITY;
+        } else {  /* outside: a few allowed ids, kept while the word is filled */
+            float keep[64];
+            for (uint64_t m = on; m; m &= m - 1) keep[__builtin_ctzll(m)] = r[__builtin_ctzll(m)];
+            for (int i = 0; i < 64; i++) r[i] = -INFINITY;
+            for (uint64_t m = on; m; m &= m - 1) r[__builtin_ctzll(m)] = keep[__builtin_ctzll(m)];
         }
     }
     const int done = json_state_accepting(g->schema, &g->js[g->jcur]);
@@ -285,7 +298,9 @@ int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_er
     }
     g->text_len = 0;
     int rc = dsv4_sample(g->sampler, g->row, g->tokens, g->n, &out->sample, err);
-    if (rc && g->schema) dsv4_err_prefix(err, "gen: under the JSON constraint");
+    /* only when the caller banned (logit_bias -inf) every id the value can go on with: an
+     * alive state can always be completed (json.h) */
+    if (rc && g->schema) dsv4_err_prefix(err, "gen: no token the JSON constraint allows has a finite logit");
     if (rc) return rc;
     const int32_t tok = out->sample.token;
     g->tokens[g->n++] = tok;
