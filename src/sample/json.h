@@ -56,6 +56,13 @@ typedef struct json_node {
     int min_items, max_items; /* max -1: none */
     int lits, n_lits;       /* LIT: [lits, lits + n_lits) of json_schema.lits */
     int alts, n_alts;       /* ANYOF: [alts, alts + n_alts) of json_schema.kids */
+    /* The fewest frames above a value's own that completing it needs (its cheapest way
+     * out: the required properties, minItems items), as an object / array / at all. The
+     * automaton starts an object, array, property or item only when that fits under
+     * JSON_MAX_DEPTH, so a state that is alive can always be completed: the mask is never
+     * empty before the value is complete (given single-byte tokens for ASCII, which every
+     * byte-level vocabulary has), and EOS is allowed once it is. */
+    int need, need_obj, need_arr;
 } json_node;
 
 struct dsv4_json_schema {

@@ -63,11 +63,17 @@ static int required_left(const dsv4_json_schema *s, const json_node *n, uint32_t
     return 0;
 }
 
-/* keys that may come at pos: the next ones up to and including the first required one */
-static uint64_t key_candidates(const dsv4_json_schema *s, const json_node *n, uint32_t pos) {
+/* a value of node v fits pushed above depth d: it can be completed under the bound */
+static int fits(const dsv4_json_schema *s, int v, int d) { return d + 1 + s->nodes[v].need <= JSON_MAX_DEPTH; }
+
+/* keys that may come at pos in an object at depth d: the next ones up to and including the
+ * first required one, those whose values fit (a required one always does: need_obj).
+ * Free-key objects: bit 0 when their values fit. */
+static uint64_t key_candidates(const dsv4_json_schema *s, const json_node *n, uint32_t pos, int d) {
+    if (n->n_props == 0) return n->additional >= 0 && fits(s, n->additional, d);
     uint64_t m = 0;
     for (int i = (int)pos; i < n->n_props; i++) {
-        m |= 1ull << i;
+        if (fits(s, s->props[n->props + i].node, d)) m |= 1ull << i;
         if (s->props[n->props + i].required) break;
     }
     return m;
@@ -77,13 +83,14 @@ static int start_key(const dsv4_json_schema *s, json_frame *f, int *d) {
     json_frame *t = &f[*d - 1];
     const json_node *n = &s->nodes[t->node];
     json_frame k;
+    const uint64_t cand = key_candidates(s, n, t->a, *d);
+    if (!cand) return R_DEAD;
     if (n->n_props == 0) {
-        if (n->additional < 0) return R_DEAD;
         k = frame(F_STR, t->node);
     } else {
         k = frame(F_KEY, t->node);
         k.a = 1; /* the opening quote, taken here */
-        if (!(k.b = key_candidates(s, n, t->a))) return R_DEAD;
+        k.b = cand;
     }
     t->phase = O_KEY, t->ws = 0;
     return push(f, d, k) ? R_EAT : R_DEAD;
@@ -107,7 +114,7 @@ static int obj_feed(const dsv4_json_schema *s, json_frame *f, int *d, uint8_t c)
     }
     case O_AFTER:
         if (c == '}') return required_left(s, n, t->a) ? R_DEAD : R_EAT_POP;
-        if (c != ',' || (n->n_props ? (int)t->a >= n->n_props : n->additional < 0)) return R_DEAD;
+        if (c != ',' || !key_candidates(s, n, t->a, *d)) return R_DEAD;
         t->phase = O_COMMA, t->ws = 0;
         return R_EAT;
     }
@@ -218,7 +225,7 @@ static int arr_feed(const dsv4_json_schema *s, json_frame *f, int *d, uint8_t c)
     if (is_ws(c)) return ws(t);
     if (c == ']') return t->a >= (uint32_t)n->min_items ? R_EAT_POP : R_DEAD;
     const int it = item_node(s, n, t->a);
-    if (it < 0) return R_DEAD;
+    if (it < 0 || !fits(s, it, *d)) return R_DEAD; /* only ']' then (minItems fit: need_arr) */
     if (t->phase == A_AFTER) {
         if (c != ',') return R_DEAD;
         t->phase = A_VALUE, t->ws = 0;
@@ -251,9 +258,10 @@ static int value_feed(const dsv4_json_schema *s, json_state *st, int k, uint8_t 
         t->b = n->n_lits == 64 ? ~0ull : (1ull << n->n_lits) - 1;
         return R_REFEED;
     }
-    const int ty = n->types, node = t->node;
-    if (c == '{' && (ty & JT_OBJ)) { *t = frame(F_OBJ, node); return R_EAT; }
-    if (c == '[' && (ty & JT_ARR)) { *t = frame(F_ARR, node); return R_EAT; }
+    const int ty = n->types, node = t->node, d = st->depth[k];
+    /* an object or array only when its cheapest completion fits under the bound */
+    if (c == '{' && (ty & JT_OBJ) && d + n->need_obj <= JSON_MAX_DEPTH) { *t = frame(F_OBJ, node); return R_EAT; }
+    if (c == '[' && (ty & JT_ARR) && d + n->need_arr <= JSON_MAX_DEPTH) { *t = frame(F_ARR, node); return R_EAT; }
     if (c == '"' && (ty & JT_STR)) { *t = frame(F_STR, node); return R_EAT; }
     if ((c == '-' || is_digit(c)) && (ty & (JT_NUM | JT_INT))) { *t = frame(F_NUM, node); return R_REFEED; }
     if ((c == 't' || c == 'f') && (ty & JT_BOOL)) { *t = frame(F_LIT, s->bool_node); t->b = 3; return R_REFEED; }

@@ -154,7 +154,7 @@ static int kid_list(ctx *c, const cJSON *arr, const char *key, const char *path,
     dsv4_json_schema *s = c->s;
     if (grow((void **)&s->kids, &s->cap_kids, s->n_kids + n, sizeof *s->kids)) { free(tmp); return oom(c); }
     *first = s->n_kids;
-    memcpy(s->kids + s->n_kids, tmp, sizeof *tmp * (size_t)n);
+    if (n) memcpy(s->kids + s->n_kids, tmp, sizeof *tmp * (size_t)n);
     s->n_kids += n;
     free(tmp);
     return n;
@@ -342,6 +342,47 @@ static int anyof_cycle(const dsv4_json_schema *s, int n, uint8_t *color) {
     return 0;
 }
 
+/* json_node.need*: a fixpoint from "never" down, over the graph ($ref cycles included) */
+enum { NEVER = 1 << 20 };
+
+static int min2(int a, int b) { return a < b ? a : b; }
+static int max2(int a, int b) { return a > b ? a : b; }
+
+static void needs(dsv4_json_schema *s) {
+    for (int i = 0; i < s->n_nodes; i++) s->nodes[i].need = s->nodes[i].need_obj = s->nodes[i].need_arr = NEVER;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < s->n_nodes; i++) {
+            json_node *n = &s->nodes[i];
+            int ob = NEVER, ar = NEVER, all = NEVER;
+            if (n->kind == JN_LIT) {
+                all = 0;
+            } else if (n->kind == JN_ANYOF) {
+                for (int k = 0; k < n->n_alts; k++) all = min2(all, s->nodes[s->kids[n->alts + k]].need);
+            } else {
+                if (n->types & JT_OBJ) {
+                    ob = 0;
+                    for (int k = 0; k < n->n_props; k++)
+                        if (s->props[n->props + k].required) ob = max2(ob, 1 + s->nodes[s->props[n->props + k].node].need);
+                }
+                if (n->types & JT_ARR) {
+                    ar = 0;
+                    for (int k = 0; k < n->min_items; k++) {
+                        const int it = k < n->n_prefix ? s->kids[n->prefix + k] : n->items;
+                        ar = max2(ar, it < 0 ? NEVER : 1 + s->nodes[it].need);
+                    }
+                }
+                all = n->types & (JT_STR | JT_NUM | JT_INT | JT_BOOL | JT_NULL) ? 0 : min2(ob, ar);
+            }
+            ob = min2(ob, NEVER), ar = min2(ar, NEVER), all = min2(all, NEVER);
+            if (ob < n->need_obj || ar < n->need_arr || all < n->need) {
+                n->need_obj = min2(ob, n->need_obj), n->need_arr = min2(ar, n->need_arr), n->need = min2(all, n->need);
+                changed = 1;
+            }
+        }
+    }
+}
+
 void dsv4_json_schema_free(dsv4_json_schema *s) {
     if (!s) return;
     for (int i = 0; i < s->n_props; i++) free(s->props[i].key);
@@ -357,7 +398,13 @@ int dsv4_json_schema_compile(const char *text, size_t len, dsv4_json_schema **ou
     dsv4_err local;
     if (!err) err = &local;
     *out = NULL;
-    cJSON *j = cJSON_ParseWithLength(text, len);
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    while (j && end < text + len && (*end == ' ' || *end == '\n' || *end == '\t' || *end == '\r')) end++;
+    if (j && end != text + len) {
+        cJSON_Delete(j);
+        j = NULL;
+    }
     if (!j) return dsv4_fail(err, DSV4_ERR_FORMAT, "json_schema: the schema is not valid JSON");
     dsv4_json_schema *s = calloc(1, sizeof *s);
     ctx c = {.s = s, .root = j, .any = -1, .err = err};
@@ -379,6 +426,14 @@ int dsv4_json_schema_compile(const char *text, size_t len, dsv4_json_schema **ou
         if (anyof_cycle(s, i, color))
             rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "json_schema: a '$ref' / 'anyOf' cycle that never reads a value");
     free(color);
+    if (rc) goto done;
+    needs(s);
+    if (s->nodes[0].need >= NEVER)
+        rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "json_schema: no finite JSON value satisfies the schema "
+                       "(a required property or item that recurses without end)");
+    else if (2 + s->nodes[0].need > JSON_MAX_DEPTH)
+        rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "json_schema: its values nest deeper than %d levels",
+                       JSON_MAX_DEPTH - 2);
     if (rc) goto done;
     /* the literals true/false and null, for the boolean and null types */
     static const char *const lit[] = {"true", "false", "null"};

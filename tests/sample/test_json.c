@@ -150,7 +150,12 @@ static void test_refused(void) {
     refused("{\"type\":\"string\",\"enum\":[1]}", DSV4_ERR_UNSUPPORTED, "enum");
     refused("{\"anyOf\":[{}],\"type\":\"string\"}", DSV4_ERR_UNSUPPORTED, "\"type\" beside 'anyOf'");
     refused("{\"type\":", DSV4_ERR_FORMAT, "not valid JSON");
+    refused("{\"type\":\"object\"} x", DSV4_ERR_FORMAT, "not valid JSON");      /* trailing bytes */
+    refused("{\"type\":\"array\",\"prefixItems\":[],\"items\":false,\"minItems\":1}", DSV4_ERR_UNSUPPORTED,
+            "minItems");                                                     /* fuzz_json_schema's find */
     refused("false", DSV4_ERR_UNSUPPORTED, "schema");
+    refused("{\"$defs\":{\"a\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/a\"},\"minItems\":1}},"
+            "\"$ref\":\"#/$defs/a\"}", DSV4_ERR_UNSUPPORTED, "no finite JSON value");
 }
 
 /* ---- the mask against brute force over the real vocabulary ---- */
@@ -221,6 +226,43 @@ static void test_mask(const dsv4_tokenizer *tok, const json_vocab *jv, const cha
     dsv4_json_schema_free(s);
 }
 
+/* Alive means completable: along a text that nests as deep as the schema lets it, every
+ * state the automaton keeps has a token to go on with or is complete (the depth bound is
+ * checked before an object, array, property or item starts, not found too late). */
+/* some allowed id has a byte that is not whitespace (whitespace alone, in bounded runs,
+ * can only postpone a dead end) */
+static int goes_on(const dsv4_tokenizer *tok, const uint64_t *bits, int V) {
+    for (int v = 0; v < V; v++)
+        if (bits[v >> 6] >> (v & 63) & 1) {
+            size_t len;
+            const char *b = dsv4_tok_id_bytes(tok, v, &len);
+            for (size_t i = 0; i < len; i++)
+                if (!strchr(" \t\n\r", b[i])) return 1;
+        }
+    return 0;
+}
+
+static void test_deep(const dsv4_tokenizer *tok, const json_vocab *jv, const char *schema, const char *unit, int times) {
+    dsv4_json_schema *s = compile(schema);
+    json_walk w;
+    json_state *st = malloc(2 * sizeof *st);
+    uint64_t *bits = malloc((size_t)jv->words * sizeof *bits);
+    if (!s || !st || !bits || json_walk_init(&w, jv)) return;
+    json_state_init(s, &st[0]);
+    int cur = 0, alive = 1, steps = 0;
+    for (int r = 0; r < times && alive; r++)
+        for (const char *c = unit; *c && alive; c++, cur ^= 1, steps++) {
+            json_mask(s, jv, &w, &st[cur], bits);
+            CHECK_MSG(goes_on(tok, bits, jv->V) || json_state_accepting(s, &st[cur]),
+                      "%s: a dead end (whitespace at most) after %d bytes", schema, steps);
+            alive = json_state_step(s, &st[cur], (uint8_t)*c, &st[cur ^ 1]);
+        }
+    CHECK_MSG(!alive, "%s: the nesting was not bounded", schema);
+    json_walk_free(&w);
+    free(st), free(bits);
+    dsv4_json_schema_free(s);
+}
+
 int main(void) {
     test_accepts();
     test_refused();
@@ -241,6 +283,10 @@ int main(void) {
         test_mask(tok, jv, TREE, 40, 5);
         test_mask(tok, jv, OBJ, 40, 5);
         test_mask(tok, jv, "{\"enum\":[\"red\",\"green\",\"gr\\u00fcn\",12,1]}", 6, 1);
+        test_deep(tok, jv, "{\"type\":\"object\",\"properties\":{\"k\":{\"$ref\":\"#\"},\"v\":{\"type\":\"integer\"}},"
+                  "\"required\":[\"v\"]}", "{\"k\":", 40);
+        test_deep(tok, jv, "{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":{\"$ref\":\"#\"},\"minItems\":1}}", "[[", 40);
+        test_deep(tok, jv, "{\"type\":\"object\"}", "{\"a\":[", 40);
     }
     json_vocab_free(jv);
     dsv4_tokenizer_free(tok);
