@@ -3,14 +3,16 @@
  * rank = the single-process engine):
  *
  *   mpirun -np EP bench_ep MODEL_DIR [--seqs B] [--prefill P] [--steps S] [--threads T]
- *                                    [--wave W] [--dp 0|1]
+ *                                    [--wave W] [--dp 0|1] [--dp-head 0|1]
  *
  * B sequences prefill P random tokens in one batched call, then S greedy decode steps of
  * B rows each (forward, greedy token through the vocabulary-sharded head, next step).
  * With --dp 1 (data-parallel attention, DSV4_PAR_DP) rank r is the home rank of sequences
  * [r B / EP, (r + 1) B / EP) of the same B: it prefills and decodes those alone (greedy
  * through its full head), so the group's attention runs on every rank; without it rank 0
- * is the home rank of all B and the others only join the MoE exchanges.
+ * is the home rank of all B and the others only join the MoE exchanges. --dp-head 1 (with
+ * --dp 1) shards the DP head over the vocabulary (DSV4_PAR_DP_HEAD): each rank computes its
+ * shard of every rank's rows and gets its own rows' greedy ids back.
  * Prints one JSON line on rank 0: decode tokens/s and ms per step, and per MoE layer and
  * decode step the rows dispatched and the bytes every rank together hands to MPI
  * (dispatch rows: D+4 floats, results: D floats; own-rank rows included); where the home
@@ -30,13 +32,15 @@
 int main(int argc, char **argv) {
     dsv4_dist *d = NULL;
     const int start = bench_mpi_start(&argc, &argv,
-                                      "mpirun -np EP bench_ep MODEL_DIR [--seqs B] [--prefill P] [--steps S] [--threads T] [--wave W]", &d);
+                                      "mpirun -np EP bench_ep MODEL_DIR [--seqs B] [--prefill P] [--steps S] [--threads T] [--wave W] "
+                                      "[--dp 0|1] [--dp-head 0|1]", &d);
     if (start) return start;
     dsv4_err err = {0};
     const int rank = dsv4_dist_rank(d), size = dsv4_dist_size(d);
     const int B = arg_int(argc, argv, "--seqs", 8), P = arg_int(argc, argv, "--prefill", 64);
     const int S = arg_int(argc, argv, "--steps", 32), T = arg_int(argc, argv, "--threads", 1);
     const int W = arg_int(argc, argv, "--wave", 0), DP = arg_int(argc, argv, "--dp", 0) != 0;
+    const int DPH = DP && arg_int(argc, argv, "--dp-head", 0) != 0;
     /* this rank's sequences [i0, i0 + nb) of the B; every rank agrees on max_seqs */
     const int i0 = DP ? rank * B / size : 0, nb = DP ? (rank + 1) * B / size - i0 : B;
     const int max_seqs = DP ? (B + size - 1) / size : B;
@@ -46,7 +50,8 @@ int main(int argc, char **argv) {
     if (dsv4_model_open(argv[1], &m, &err)) goto fail;
     const dsv4_model_info info = dsv4_model_get_info(m);
     dsv4_engine_opts o = {.max_context = P + S + 1, .max_seqs = max_seqs, .c_max = P, .threads = T, .dist = d,
-                          .parallel = size > 1 ? DSV4_PAR_EP | (DP ? DSV4_PAR_DP : 0) : 0, .ep_wave = W};
+                          .parallel = size > 1 ? DSV4_PAR_EP | (DP ? DSV4_PAR_DP : 0) | (DPH ? DSV4_PAR_DP_HEAD : 0) : 0,
+                          .ep_wave = W};
     if (dsv4_engine_create(m, &o, &e, &err)) goto fail;
 
     int *seq = malloc(sizeof(int) * B);
@@ -70,6 +75,7 @@ int main(int argc, char **argv) {
 
     MPI_Barrier(d->comm);
     t0 = MPI_Wtime();
+    double head_s = 0; /* this rank's time in the head calls (a sharded head's waits included) */
     uint64_t digest = 0; /* of every sequence's greedy tokens, the same with and without --dp */
     for (int s = 0; s < S; s++) {
         for (int i = 0; i < nb; i++)
@@ -77,7 +83,9 @@ int main(int argc, char **argv) {
         if (dsv4_forward(e, sp, nb, hid, NULL, &err)) goto fail;
         /* the greedy ids come back on every rank, so every rank feeds the same tokens (under
          * DP each rank its own sequences' ids) */
+        const double th = MPI_Wtime();
         if (dsv4_lm_head_argmax(e, hid, nb, next, NULL, &err)) goto fail;
+        head_s += MPI_Wtime() - th;
         for (int i = 0; i < nb && (DP || rank == 0); i++)
             digest += (uint64_t)(next[i] + 1) * 0x9e3779b97f4a7c15ull * (uint64_t)((i0 + i + 1) * 65537 + s);
     }
@@ -92,19 +100,22 @@ int main(int argc, char **argv) {
     MPI_Reduce(&digest, &digest_all, 1, MPI_UINT64_T, MPI_SUM, 0, d->comm);
     double peer_expert = rank ? st.expert_s : 0.0, max_peer_expert = 0.0;
     MPI_Reduce(&peer_expert, &max_peer_expert, 1, MPI_DOUBLE, MPI_MAX, 0, d->comm);
+    double max_head = 0.0;
+    MPI_Reduce(&head_s, &max_head, 1, MPI_DOUBLE, MPI_MAX, 0, d->comm);
     const int moe_layers = info.n_layers; /* the MTP block does not run here */
     if (rank == 0) {
         const double steps_layers = (double)S * moe_layers;
-        printf("{\"bench\":\"ep_decode\",\"model\":\"%s\",\"ep\":%d,\"dp\":%d,\"seqs\":%d,\"prefill\":%d,\"steps\":%d,"
+        printf("{\"bench\":\"ep_decode\",\"model\":\"%s\",\"ep\":%d,\"dp\":%d,\"dp_head\":%d,\"seqs\":%d,\"prefill\":%d,\"steps\":%d,"
                "\"threads_per_rank\":%d,\"hidden\":%d,\"experts\":%d,\"moe_layers\":%d,"
                "\"prefill_s\":%.4f,\"decode_s\":%.4f,\"decode_tok_s\":%.2f,\"ms_per_step\":%.3f,"
                "\"rows_per_layer_step\":%.2f,\"bytes_per_layer_step\":%.0f,\"bytes_per_layer_token\":%.0f,"
                "\"waves_per_layer_step\":%.2f,\"home_moe_mpi_s\":%.4f,\"home_expert_s\":%.4f,"
-               "\"max_peer_expert_s\":%.4f,\"tokens_digest\":\"%016llx\"}\n",
-               argv[1], size, DP, B, P, S, T, info.hidden_size, m->cfg.n_routed_experts, moe_layers, prefill_s,
+               "\"max_peer_expert_s\":%.4f,\"head_ms_per_step\":%.3f,\"max_head_ms_per_step\":%.3f,"
+               "\"tokens_digest\":\"%016llx\"}\n",
+               argv[1], size, DP, DPH, B, P, S, T, info.hidden_size, m->cfg.n_routed_experts, moe_layers, prefill_s,
                decode_s, (double)B * S / decode_s, 1e3 * decode_s / S, sum[1] / steps_layers,
                sum[0] / steps_layers, sum[0] / steps_layers / B, sum[2] / steps_layers / size, st.comm_s,
-               st.expert_s, max_peer_expert, (unsigned long long)digest_all);
+               st.expert_s, max_peer_expert, 1e3 * head_s / S, 1e3 * max_head / S, (unsigned long long)digest_all);
     }
     status = 0;
     free(seq); free(toks); free(next); free(hid); free(sp);
