@@ -26,8 +26,9 @@
 #include "util/err.h"
 
 /* Rows a shard's kernel call takes: the BF16 head at exactly 8 rows takes the GEMV of the
- * LM head (linear_fast.h bf16_gemv8_min_rows); 16 gathered rows in one call took 1.2x the
- * time of two 8-row calls at Flash width (bench_head, BENCHMARKS.md session 40 dph). */
+ * LM head (linear_fast.h bf16_gemv8_min_rows); at Flash width, 2 ranks x 8 rows, the 16
+ * gathered rows in one call took 87-92 ms a step, in two 8-row calls 79 ms (bench_head,
+ * BENCHMARKS.md session 40 dph). */
 #define DP_KERNEL_ROWS 8
 
 /* Own rows a rank brings to one round, and the most rows a round gathers. */
