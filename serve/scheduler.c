@@ -311,6 +311,11 @@ static void run_mtp(srv_sched *s) {
     if (!n && !s->dp) return;
     /* the drafting rows' hidden states, packed in span order (hidden is free again after
      * the step's head) */
+    /* No preemption here: the MTP call cannot run short of pages. Its compressed blocks lie
+     * inside the range the step's main forward of the same sequence reserved (an MTP span
+     * ends at or before the committed length), and the WIN pool holds w_live pages for every
+     * sequence slot (cache plan: max_seqs x w_live, w_live sized with the MTP cache lag of one), the most
+     * one sequence holds in any call. A failure here is an error of those requests. */
     int rc;
     while ((rc = srv_relay_mtp_forward(s->o.relay, s->mtp_spans, n, s->mtp_out, s->hidden, &err))) {
         /* data-parallel attention: another rank's refusal: every rank calls again */
