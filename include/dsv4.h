@@ -187,6 +187,15 @@ DSV4_API int dsv4_dist_set_timeout(dsv4_dist *d, double seconds, dsv4_err *err);
 /* Ends every rank (MPI_Abort) after a failure on one of them, so none hangs in a
  * collective; in a single process it returns and the caller exits normally. */
 DSV4_API void dsv4_dist_abort(dsv4_dist *d, int status);
+/* How the group's last agreement ended on this rank. An agreement is the check every rank
+ * makes before a collective call (a forward, an MTP forward, a sharded head) computes; when
+ * a rank's status fails it, every rank returns an error and nothing changed anywhere.
+ * DSV4_DIST_PASSED: no rank's status refused it (it passed, or failed otherwise: ranks that
+ * disagree, a broken group, a timed-out exchange);
+ * DSV4_DIST_REFUSED_HERE: this rank's own status refused it; DSV4_DIST_REFUSED_ELSEWHERE:
+ * only other ranks refused it, so this rank may make the same call again as it is. */
+enum { DSV4_DIST_PASSED = 0, DSV4_DIST_REFUSED_HERE = 1, DSV4_DIST_REFUSED_ELSEWHERE = 2 };
+DSV4_API int dsv4_dist_last_refusal(const dsv4_dist *d);
 /* Broadcasts n bytes of buf from rank 0 to every rank (every rank passes the same n; a
  * no-op with one rank). wait_forever = 0: the peer timeout applies; 1: no deadline, for a
  * rank that waits between calls for the next one (a served model's followers wait for the

@@ -95,18 +95,11 @@ void srv_dp_free(srv_dp *dp) {
     free(dp);
 }
 
-int srv_dp_refused_elsewhere(const srv_dp *dp, const char *what, const dsv4_err *err) {
-    const size_t n = strlen(what);
-    int r = -1, used = 0;
-    if (strncmp(err->msg, what, n) != 0) return 0;
-    if (sscanf(err->msg + n, ": rank %d failed%n", &r, &used) != 1 || !used) return 0;
-    return r >= 0 && r != dp->rank;
+int srv_dp_refused_elsewhere(const srv_dp *dp) {
+    return dsv4_dist_last_refusal(dp->d) == DSV4_DIST_REFUSED_ELSEWHERE;
 }
 
-int srv_dp_refusal(int rc, const dsv4_err *err) {
-    return (rc == DSV4_ERR_CACHE_FULL || rc == DSV4_ERR_ARG || rc == DSV4_ERR_STATE) &&
-           !strstr(err->msg, "unusable");
-}
+int srv_dp_refusal(const srv_dp *dp) { return dsv4_dist_last_refusal(dp->d) == DSV4_DIST_REFUSED_HERE; }
 
 /* ---- placement (rank 0) ------------------------------------------------------------------ */
 

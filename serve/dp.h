@@ -45,14 +45,13 @@ int srv_dp_create(dsv4_dist *d, srv_sched *s, srv_dp **out, dsv4_err *err);
 void srv_dp_free(srv_dp *dp);
 int srv_dp_ranks(const srv_dp *dp);
 
-/* After a failed collective call `what` ("forward", "mtp_forward"): 1 when the refusal is
- * another rank's (the engine names it: "forward: rank 1 failed (...)"), so nothing changed
- * here and this rank calls again as it is. */
-int srv_dp_refused_elsewhere(const srv_dp *dp, const char *what, const dsv4_err *err);
-/* 1 when a failure of this rank's own is a refusal the group agreed on before computing
- * (the others read it and call again), 0 for a failure after the compute (this rank's
- * alone) or of the group itself. */
-int srv_dp_refusal(int rc, const dsv4_err *err);
+/* After a failed collective call (a forward, an MTP forward), from the group's agreement
+ * (dsv4_dist_last_refusal): 1 when only other ranks refused it, so nothing changed here and
+ * this rank calls again as it is. */
+int srv_dp_refused_elsewhere(const srv_dp *dp);
+/* 1 when this rank's own status refused it before any rank computed (the others call
+ * again); 0 for a failure after the compute (this rank's alone) or of the group itself. */
+int srv_dp_refusal(const srv_dp *dp);
 
 /* ---- rank 0, on its scheduler thread ---- */
 

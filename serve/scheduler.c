@@ -319,9 +319,9 @@ static void run_mtp(srv_sched *s) {
     int rc;
     while ((rc = srv_relay_mtp_forward(s->o.relay, s->mtp_spans, n, s->mtp_out, s->hidden, &err))) {
         /* data-parallel attention: another rank's refusal: every rank calls again */
-        if (s->dp && srv_dp_refused_elsewhere(s->dp, "mtp_forward", &err)) continue;
+        if (s->dp && srv_dp_refused_elsewhere(s->dp)) continue;
         for (int i = 0; i < n; i++) srv_sched_finish(s, s->mtp_req[i], SRV_END_ERROR, 0, err.msg);
-        const int again = s->dp && n > 0 && srv_dp_refusal(rc, &err);
+        const int again = s->dp && n > 0 && srv_dp_refusal(s->dp);
         n = n_d = 0;
         if (!again) break;
     }
@@ -443,14 +443,14 @@ static int step(srv_sched *s) {
         if (rc == DSV4_OK) break;
         /* another rank refused the call (nothing changed anywhere): it requeues or fails its
          * own requests, and every rank calls again */
-        if (s->dp && srv_dp_refused_elsewhere(s->dp, "forward", &err)) continue;
+        if (s->dp && srv_dp_refused_elsewhere(s->dp)) continue;
         if (rc == DSV4_ERR_CACHE_FULL && s->n_run > 1) { preempt_newest(s); continue; }
         /* alone and still too big for the pools, or an engine error: those requests fail */
         for (int i = 0; i < n_spans; i++) srv_sched_finish(s, s->span_req[i], SRV_END_ERROR, 0, err.msg);
         if (!s->dp) return 1;
         /* a refusal of this rank's (the others call again) or a failure after the compute,
          * this rank's alone (the others go on): the step goes on here without rows */
-        if (n_spans > 0 && srv_dp_refusal(rc, &err)) continue;
+        if (n_spans > 0 && srv_dp_refusal(s->dp)) continue;
         n_spans = 0;
         break;
     }

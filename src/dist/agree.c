@@ -153,13 +153,17 @@ static int agree_gather(dsv4_dist *d, int local_rc, size_t row, const char *what
     for (size_t r = 0; r < P; r++) {
         int32_t peer;
         memcpy(&peer, all + row * r, 4);
-        if (peer) return failed_rank(d, local_rc, (int)r, peer, what, err);
+        if (peer) {
+            d->last_refusal = local_rc ? DSV4_DIST_REFUSED_HERE : DSV4_DIST_REFUSED_ELSEWHERE;
+            return failed_rank(d, local_rc, (int)r, peer, what, err);
+        }
     }
     return DSV4_OK;
 }
 
 /* A group that cannot agree: broken by a timeout, or asked for more than a row holds. */
 static int agree_refused(dsv4_dist *d, int n, int most, const char *items, const char *what, dsv4_err *err) {
+    d->last_refusal = DSV4_DIST_PASSED; /* every agreement starts here */
     if (d->broken)
         return dsv4_fail(err, DSV4_ERR_STATE, "%s: the process group is unusable after a peer "
                          "timeout; end the job", what);

@@ -62,6 +62,7 @@ void dsv4_dist_finalize(dsv4_dist *d) {
 
 int dsv4_dist_rank(const dsv4_dist *d) { return d ? d->rank : 0; }
 int dsv4_dist_size(const dsv4_dist *d) { return d ? d->size : 1; }
+int dsv4_dist_last_refusal(const dsv4_dist *d) { return d ? d->last_refusal : DSV4_DIST_PASSED; }
 
 void dsv4_dist_abort(dsv4_dist *d, int status) {
 #ifdef DSV4_HAVE_MPI

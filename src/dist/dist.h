@@ -16,6 +16,7 @@ struct dsv4_dist {
     int owns_mpi;        /* dsv4_dist_init called MPI_Init */
     double timeout_s;    /* peer timeout of one collective inside a call; <= 0: none */
     int broken;          /* a collective timed out: the group cannot be used again */
+    int last_refusal;    /* DSV4_DIST_* of the last agreement (dsv4_dist_last_refusal) */
 #ifdef DSV4_HAVE_MPI
     MPI_Comm comm;       /* a duplicate of MPI_COMM_WORLD: library traffic stays apart */
     unsigned char *agreed; /* (size + 1, DSV4_DIST_AGREE_ROW) dsv4_dist_agree's gather, made

@@ -253,10 +253,15 @@ static void failures(world *w) {
     /* the refusing rank's own words reach the others */
     CHECK_MSG(strstr(last_err.msg, "token id") != NULL, "rank %d: '%s'", r, last_err.msg);
     if (r == 0) printf("bad token on rank %d, rank 0 reads: %s\n", last, last_err.msg);
+    /* whose refusal it was, as a scheduler reads it (the refusing rank handles it, the others
+     * call again) */
+    CHECK_MSG(dsv4_dist_last_refusal(w->g.d) == (r == last ? DSV4_DIST_REFUSED_HERE : DSV4_DIST_REFUSED_ELSEWHERE),
+              "bad token: rank %d reads refusal %d", r, dsv4_dist_last_refusal(w->g.d));
     CHECK(same_usage(p.dp, &before));
     lengths_match(&p, n, "bad token");
     sp.tokens = w->tok[2];
     CHECK(both_forward(w, &p, &sp, 1, NULL, "after bad token") == 0);
+    CHECK(dsv4_dist_last_refusal(w->g.d) == DSV4_DIST_PASSED);
     n[2] = 4;
 
     /* rank 0 prefills until its pool is full while the others decode: the others return
@@ -277,6 +282,8 @@ static void failures(world *w) {
         CHECK_MSG(rc == DSV4_ERR_CACHE_FULL && strstr(last_err.msg, "pool") != NULL, "fill: rc %d '%s'", rc,
                   last_err.msg);
         if (r == 1) printf("rank 0's cache full, rank 1 reads: %s\n", last_err.msg);
+        CHECK_MSG(dsv4_dist_last_refusal(w->g.d) == (r == 0 ? DSV4_DIST_REFUSED_HERE : DSV4_DIST_REFUSED_ELSEWHERE),
+                  "cache full: rank %d reads refusal %d", r, dsv4_dist_last_refusal(w->g.d));
         CHECK_MSG(same_usage(p.dp, &before), "rank %d: a refused call changed the pools", r);
         lengths_match(&p, n, "cache full");
         /* rank 0 makes room (sequence 0 freed, made again) and decodes; the others' call
@@ -298,6 +305,7 @@ static void failures(world *w) {
     rc = r == 0 ? dsv4_mtp_forward(p.dp, NULL, 0, NULL, &err) : dsv4_forward(p.dp, NULL, 0, NULL, NULL, &err);
     same_verdict(w, rc, "call kinds", &err);
     CHECK_ERR(err, DSV4_ERR_ARG, "ranks disagree");
+    CHECK(dsv4_dist_last_refusal(w->g.d) == DSV4_DIST_PASSED);  /* no rank's status refused it */
     CHECK(same_usage(p.dp, &before));
     lengths_match(&p, n, "call kinds");
 
