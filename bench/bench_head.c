@@ -25,16 +25,12 @@
 #include <string.h>
 
 #include "bench_mpi.h"
+#include "bench_util.h"
 #include "dsv4.h"
 
 /* 64-byte aligned, as the engine's arena gives the head its rows (a split line a load costs
  * the BF16 GEMV ~1.27x, lmhead.h) */
 static void *amalloc(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
-
-static int cmp_d(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 enum { FULL, FULL2, DP, DP_LG, FULL_LG, N_MODES };
 static const char *const mode_names[N_MODES] = {"full", "full2", "dp", "dp_lg", "full_lg"};
@@ -92,8 +88,6 @@ int main(int argc, char **argv) {
     }
     int bad_all = 0;
     MPI_Allreduce(&bad, &bad_all, 1, MPI_INT, MPI_SUM, comm);
-    int n0 = N;
-    MPI_Bcast(&n0, 1, MPI_INT, 0, comm);
     double *t = malloc(sizeof(double) * R);
     for (int u = 0; u < U; u++) {
         for (int i = 0; i < N_MODES; i++) {
@@ -106,12 +100,12 @@ int main(int argc, char **argv) {
                 MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, comm);
                 t[r] = mx;
             }
-            qsort(t, R, sizeof *t, cmp_d);
+            qsort(t, R, sizeof *t, cmp_double);
             if (rank == 0)
                 printf("{\"bench\":\"dp_head\",\"model\":\"%s\",\"ranks\":%d,\"threads_per_rank\":%d,\"vocab\":%d,"
                        "\"hidden\":%d,\"rows_rank0\":%d,\"rows_per_rank\":%d,\"round\":%d,\"mode\":\"%s\",\"reps\":%d,"
                        "\"ms_median\":%.3f,\"ms_min\":%.3f,\"exact\":%d}\n",
-                       argv[1], K, T, V, D, n0, arg_int(argc, argv, "--rows", 1), u, mode_names[md], R,
+                       argv[1], K, T, V, D, N, arg_int(argc, argv, "--rows", 1), u, mode_names[md], R,
                        1e3 * t[R / 2], 1e3 * t[0], bad_all == 0);
             fflush(stdout);
         }

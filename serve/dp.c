@@ -266,7 +266,7 @@ static void own_load(srv_dp *dp, srv_rank_load *l) {
     const dsv4_cache_stats c = dsv4_engine_cache_stats(s->e);
     pthread_mutex_lock(&s->met->mu);
     *l = (srv_rank_load){.running = s->n_run, .waiting = s->n_wait, .rows = s->st.rows,
-                         .pages_free = c.win_total - c.win_used, .pages_total = c.win_total,
+                         .pages_free = c.win_total - c.win_used,
                          .mtp_steps = (int64_t)s->met->mtp_steps, .mtp_drafts = (int64_t)s->met->mtp_drafts,
                          .mtp_accepted = (int64_t)s->met->mtp_accepted,
                          .preemptions = (int64_t)s->met->preemptions, .pcache = s->met->pcache,
@@ -274,13 +274,12 @@ static void own_load(srv_dp *dp, srv_rank_load *l) {
     pthread_mutex_unlock(&s->met->mu);
 }
 
-/* This rank's report: its load, and on a follower its requests' news (an ended request is
- * reported once, then released). */
-static void build_report(srv_dp *dp) {
-    srv_rank_load l;
-    own_load(dp, &l);
+/* This rank's report: its load (also left in *l), and on a follower its requests' news (an
+ * ended request is reported once, then released). */
+static void build_report(srv_dp *dp, srv_rank_load *l) {
+    own_load(dp, l);
     dp->rep.n = 0;
-    srv_buf_put(&dp->rep, (const char *)&l, sizeof l);
+    srv_buf_put(&dp->rep, (const char *)l, sizeof *l);
     const size_t count_at = dp->rep.n;
     int32_t n = 0;
     srv_wr_i32(&dp->rep, 0);
@@ -343,9 +342,8 @@ static int gather_reports(srv_dp *dp, dsv4_err *err) {
 void srv_dp_end(srv_dp *dp) {
     if (dp->failed) return;
     dsv4_err err = {0};
-    build_report(dp);
     srv_rank_load l;
-    own_load(dp, &l);
+    build_report(dp, &l);
     l.requests = dp->placed[0];
     dp->load[0] = l;
     srv_metrics_rank(dp->s->met, 0, dp->K, &l);
@@ -440,7 +438,8 @@ int srv_dp_follow(srv_dp *dp, dsv4_err *err) {
         if (rd.bad) return srv_fail(err, DSV4_ERR_STATE, "follower: a malformed step message from rank 0");
         srv_sched_sweep(dp->s, expired);
         srv_sched_step(dp->s);
-        build_report(dp);
+        srv_rank_load l;
+        build_report(dp, &l);
         if ((rc = gather_reports(dp, err))) return rc;
     }
 }

@@ -42,7 +42,7 @@ struct srv_http {
     pthread_mutex_t mu;          /* guards the list, stop */
     pthread_cond_t cv;           /* the watcher's sleep between looks, cut by stop */
     waiter *head;                /* suspended connections */
-    int n, cap;                  /* in the list; the watcher's arrays' size (max_connections) */
+    int cap;                     /* the watcher's arrays' size (max_connections) */
     struct pollfd *fds;          /* (cap) the watcher's poll set */
     srv_req **gone;              /* (cap) requests whose client hung up, one look's */
     int stop;
@@ -87,7 +87,6 @@ static void wake_waiter(void *arg) {
     if (w->prev) w->prev->next = w->next;
     else h->head = w->next;
     if (w->next) w->next->prev = w->prev;
-    h->n--;
     pthread_mutex_unlock(&h->mu);
     MHD_resume_connection(w->c);
 }
@@ -103,7 +102,6 @@ static void suspend(waiter *w, int end_only) {
     w->next = h->head;
     if (h->head) h->head->prev = w;
     h->head = w;
-    h->n++;
     pthread_mutex_unlock(&h->mu);
     MHD_suspend_connection(w->c);
 }

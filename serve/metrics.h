@@ -27,7 +27,7 @@ typedef struct srv_rank_load {
     int64_t requests;               /* requests placed on it since the start */
     int64_t running, waiting;       /* its requests holding a sequence / queued there */
     int64_t rows;                   /* rows of its latest step */
-    int64_t pages_free, pages_total;  /* its window pool */
+    int64_t pages_free;               /* free pages of its window pool */
     int64_t mtp_steps, mtp_drafts, mtp_accepted, preemptions;
     srv_pcache_stats pcache;
     dsv4_prefix_stats prefix;

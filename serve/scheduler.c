@@ -326,12 +326,11 @@ static void run_mtp(srv_sched *s) {
         if (!again) break;
     }
     /* under data-parallel attention the head runs on every rank even after a failure of
-     * this rank's alone (it may be collective) */
-    if ((n_d || s->dp) && head(s, rc ? 0 : n_d, &err) && !rc) {
+     * this rank's alone (it may be collective); a failure left n = n_d = 0 */
+    if ((n_d || s->dp) && head(s, n_d, &err)) {
         for (int i = 0; i < n; i++) srv_sched_finish(s, s->mtp_req[i], SRV_END_ERROR, 0, err.msg);
         return;
     }
-    if (rc) return;
     for (int i = 0, j = 0; i < n; i++)
         dsv4_spec_mtp_done(s->mtp_req[i]->spec,
                            s->mtp_drafts[i] ? dsv4_argmax(s->logits + (size_t)j++ * s->V, s->V) : -1);

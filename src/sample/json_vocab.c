@@ -22,7 +22,8 @@ static int by_bytes(const void *x, const void *y) {
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
-/* Preorder trie of the sorted refs; *n_out nodes. dup links ids with equal bytes. */
+/* Preorder trie of the sorted refs; *n_out nodes. dup links ids with equal bytes (NULL: the
+ * duplicates are linked elsewhere already). */
 static json_trie *build_trie(const tok_ref *r, int n, int max_len, int32_t *dup, int *n_out) {
     size_t total = 0;
     for (int i = 0; i < n; i++) total += (size_t)r[i].len;
@@ -38,9 +39,11 @@ static json_trie *build_trie(const tok_ref *r, int n, int max_len, int32_t *dup,
         }
         if (i && common == r[i].len && r[i].len == r[i - 1].len) {
             /* the same bytes as the previous id: chain it */
-            int32_t *at = &t[path[depth - 1]].tok;
-            while (dup[*at] >= 0) at = &dup[*at];
-            dup[*at] = r[i].id;
+            if (dup) {
+                int32_t *at = &t[path[depth - 1]].tok;
+                while (dup[*at] >= 0) at = &dup[*at];
+                dup[*at] = r[i].id;
+            }
             continue;
         }
         while (depth > common) t[path[--depth]].skip = (uint32_t)nt;
@@ -91,12 +94,8 @@ json_vocab *json_vocab_build(const dsv4_tokenizer *tok) {
     qsort(r, (size_t)n, sizeof *r, by_bytes);
     qsort(sp, (size_t)ns, sizeof *sp, by_bytes);
     if (!(v->all = build_trie(r, n, v->max_len, v->dup, &v->n_all))) goto fail;
-    int32_t *dup2 = malloc((size_t)(V ? V : 1) * sizeof *dup2); /* spec's duplicates are in dup already */
-    if (!dup2) goto fail;
-    for (int i = 0; i < V; i++) dup2[i] = -1;
-    v->spec = build_trie(sp, ns, v->max_len, dup2, &v->n_spec);
-    free(dup2);
-    if (!v->spec) goto fail;
+    /* the spec ids are a subset of all: their duplicates are chained in v->dup already */
+    if (!(v->spec = build_trie(sp, ns, v->max_len, NULL, &v->n_spec))) goto fail;
     free(r);
     free(sp);
     return v;
