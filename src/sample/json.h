@@ -103,6 +103,9 @@ void json_state_init(const dsv4_json_schema *s, json_state *st);
 int json_state_step(const dsv4_json_schema *s, const json_state *src, uint8_t c, json_state *dst);
 /* 1 when the bytes so far are one complete value (EOS may come now). */
 int json_state_accepting(const dsv4_json_schema *s, const json_state *st);
+/* Steps st[*cur] over n bytes, ping-pong with st[*cur ^ 1] (*cur then names the state after
+ * them); 0 once a byte kills it. */
+int json_state_feed(const dsv4_json_schema *s, json_state st[2], int *cur, const uint8_t *b, size_t n);
 /* 1 when the state is inside a plain string, between characters or inside a UTF-8
  * character (*utf8: json_match.c's UTF-8 state, 0..7): then a token whose bytes have no
  * '"', '\\' or control byte stays inside the string, valid iff its UTF-8 is. */

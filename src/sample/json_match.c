@@ -380,3 +380,9 @@ int json_state_in_string(const json_state *st, int *utf8) {
     *utf8 = (int)t->a;
     return 1;
 }
+
+int json_state_feed(const dsv4_json_schema *s, json_state st[2], int *cur, const uint8_t *b, size_t n) {
+    for (size_t i = 0; i < n; i++, *cur ^= 1)
+        if (!json_state_step(s, &st[*cur], b[i], &st[*cur ^ 1])) return 0;
+    return 1;
+}

@@ -459,9 +459,8 @@ int dsv4_json_schema_accepts(const dsv4_json_schema *s, const char *text, size_t
     json_state *a = malloc(2 * sizeof *a);
     if (!a) return -1;
     json_state_init(s, &a[0]);
-    int cur = 0, ok = 1;
-    for (size_t i = 0; ok && i < len; i++, cur ^= 1) ok = json_state_step(s, &a[cur], (uint8_t)text[i], &a[cur ^ 1]);
-    ok = ok && json_state_accepting(s, &a[cur]);
+    int cur = 0;
+    const int ok = json_state_feed(s, a, &cur, (const uint8_t *)text, len) && json_state_accepting(s, &a[cur]);
     free(a);
     return ok;
 }

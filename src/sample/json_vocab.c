@@ -178,9 +178,8 @@ void json_mask_brute(const dsv4_json_schema *s, const dsv4_tokenizer *tok, const
         const char *b = dsv4_tok_id_bytes(tok, id, &len);
         if (!b || !len || dsv4_tok_is_added(tok, id)) continue;
         copy_state(&a[0], st);
-        int cur = 0, ok = 1;
-        for (size_t i = 0; ok && i < len; i++, cur ^= 1) ok = json_state_step(s, &a[cur], (uint8_t)b[i], &a[cur ^ 1]);
-        if (ok) bits[id >> 6] |= 1ull << (id & 63);
+        int cur = 0;
+        if (json_state_feed(s, a, &cur, (const uint8_t *)b, len)) bits[id >> 6] |= 1ull << (id & 63);
     }
     free(a);
 }

@@ -41,7 +41,6 @@ struct dsv4_gen {
     json_state *js;         /* (2) js[jcur]: the state after the value's bytes so far */
     int jcur;
     uint64_t *jbits;        /* (jv->words) the ids the state allows */
-    float *stop_row;        /* (n_stops) the stop tokens' row values before the mask */
     int think;              /* >= 0: the constraint starts after the text's first "</think>",
                              * of which `think` bytes are matched so far; -1: it runs */
 };
@@ -111,8 +110,7 @@ static int json_setup(dsv4_gen *g, const dsv4_tokenizer *tok, const dsv4_gen_par
     g->jv = dsv4_tok_lazy(tok, vocab_build, vocab_drop);
     g->js = g->jv ? malloc(2 * sizeof *g->js) : NULL;
     g->jbits = g->jv ? malloc((size_t)g->jv->words * sizeof *g->jbits) : NULL;
-    g->stop_row = malloc((size_t)(g->n_stops + 1) * sizeof *g->stop_row);
-    if (!g->js || !g->jbits || !g->stop_row || json_walk_init(&g->walk, g->jv))
+    if (!g->js || !g->jbits || json_walk_init(&g->walk, g->jv))
         return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
     json_state_init(g->schema, &g->js[0]);
     return DSV4_OK;
@@ -184,16 +182,22 @@ void dsv4_gen_free(dsv4_gen *g) {
     json_walk_free(&g->walk);
     free(g->js);
     free(g->jbits);
-    free(g->stop_row);
     free(g);
 }
 
 /* Structured output: ids the JSON state refuses get -inf; the stop tokens keep their
  * value only when the value is complete. */
 static void json_apply(dsv4_gen *g) {
-    for (int i = 0; i < g->n_stops; i++) g->stop_row[i] = g->stops[i] < g->V ? g->row[g->stops[i]] : 0;
     json_mask(g->schema, g->jv, &g->walk, &g->js[g->jcur], g->jbits);
     const int words = g->jv->words, V = g->V;
+    /* the stop tokens (EOS too) are allowed exactly when the value is complete */
+    const int done = json_state_accepting(g->schema, &g->js[g->jcur]);
+    for (int i = 0; i < g->n_stops; i++) {
+        const int32_t t = g->stops[i];
+        if (t >= V) continue;
+        if (t < words * 64) g->jbits[t >> 6] = done ? g->jbits[t >> 6] | 1ull << (t & 63) : g->jbits[t >> 6] & ~(1ull << (t & 63));
+        else if (!done) g->row[t] = -INFINITY;
+    }
     for (int w = 0; w < words && w * 64 < V; w++) {
         const uint64_t on = g->jbits[w];
         float *r = g->row + (size_t)w * 64;
@@ -209,9 +213,6 @@ static void json_apply(dsv4_gen *g) {
             for (uint64_t m = on; m; m &= m - 1) r[__builtin_ctzll(m)] = keep[__builtin_ctzll(m)];
         }
     }
-    const int done = json_state_accepting(g->schema, &g->js[g->jcur]);
-    for (int i = 0; i < g->n_stops; i++)
-        if (g->stops[i] < V) g->row[g->stops[i]] = done ? g->stop_row[i] : -INFINITY;
 }
 
 /* Matches "</think>" over b[0..n) from `m` bytes matched: the bytes after the match (at
@@ -225,11 +226,9 @@ static long think_end(const char *b, size_t n, int *m) {
     return -1;
 }
 
-/* Steps js[jcur] over n bytes (ping-pong with js[jcur ^ 1]); 0 once it dies. */
+/* Steps js[jcur] over n bytes; 0 once it dies. */
 static int json_feed(dsv4_gen *g, const char *b, size_t n) {
-    for (size_t i = 0; i < n; i++, g->jcur ^= 1)
-        if (!json_state_step(g->schema, &g->js[g->jcur], (uint8_t)b[i], &g->js[g->jcur ^ 1])) return 0;
-    return 1;
+    return json_state_feed(g->schema, g->js, &g->jcur, (const uint8_t *)b, n);
 }
 
 /* In the reasoning: a token that ends it may only go on with bytes that start the value. */
