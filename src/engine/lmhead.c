@@ -269,17 +269,21 @@ static int lm_head_dist_body(dsv4_engine *e, const float *hidden, int n_rows, fl
         MPI_Request rq;
         rc = done(d, MPI_Igatherv(g.l, n * (hi - lo), MPI_FLOAT, g.all, cnt, dsp, MPI_FLOAT, 0, d->comm, &rq),
                   &rq, "logits gather", err);
-        for (int q = 0; !rc && home && q < P; q++) {
-            int a, b;
-            dsv4_lm_head_shard_range(V, q, P, &a, &b);
-            const int w = b > a ? b - a : 0;
-            for (int r = 0; r < n && w; r++)
-                memcpy(logits + (int64_t)(r0 + r) * V + a, g.all + dsp[q] + (int64_t)r * w, (size_t)w * sizeof(float));
-        }
+        if (!rc && home) dsv4_lmhead_place_shards(logits + (int64_t)r0 * V, V, P, g.all, n);
         r0 += n;
     } while (!rc && r0 < n_rows);
     dsv4_arena_release(&e->scratch, mark);
     return rc;
+}
+
+void dsv4_lmhead_place_shards(float *logits, int V, int P, const float *blocks, int n) {
+    for (int q = 0; q < P; q++) {
+        int lo, hi;
+        dsv4_lm_head_shard_range(V, q, P, &lo, &hi);
+        const int w = hi > lo ? hi - lo : 0;
+        for (int r = 0; r < n && w; r++)
+            memcpy(logits + (int64_t)r * V + lo, blocks + (int64_t)n * lo + (int64_t)r * w, (size_t)w * sizeof(float));
+    }
 }
 
 int dsv4_lm_head_dist(dsv4_engine *e, const float *hidden, int n_rows, float *logits,

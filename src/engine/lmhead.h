@@ -72,6 +72,9 @@ size_t dsv4_lmhead_scratch_bytes(int64_t V, int64_t D, int P);
 enum { DSV4_DP_HEAD_LOGITS = 0, DSV4_DP_HEAD_ARGMAX = 1 };
 int dsv4_lmhead_dp(dsv4_engine *e, const float *hidden, int n_rows, int kind, float *logits, int32_t *ids,
                    float *values, dsv4_err *err);
+/* Rows [0, n) of logits (V columns) from P vocabulary shards' blocks laid shard after shard
+ * (shard q's (n, width) block at blocks + n * lo_q, dsv4_lm_head_shard_range's [lo_q, hi_q)). */
+void dsv4_lmhead_place_shards(float *logits, int V, int P, const float *blocks, int n);
 /* Its scratch bytes for a group of P ranks (0 for one). */
 size_t dsv4_lmhead_dp_scratch_bytes(int64_t V, int64_t D, int P);
 

@@ -137,14 +137,7 @@ static int dp_round(dsv4_engine *e, const dp_bufs *b, int t, const float *hidden
     if (crc) return *comm_failed = 1, crc;
     if (rc || a_me == 0) return rc;
     if (kind == DSV4_DP_HEAD_LOGITS) {
-        for (int q = 0; q < P; q++) { /* shard q's (a_me, qw) block into columns [ql, qh) */
-            int ql, qh;
-            dsv4_lm_head_shard_range(V, q, P, &ql, &qh);
-            const int qw = qh > ql ? qh - ql : 0;
-            for (int r = 0; r < a_me && qw; r++)
-                memcpy(logits + (int64_t)(r0 + r) * V + ql, b->recv + (int64_t)a_me * ql + (int64_t)r * qw,
-                       (size_t)qw * sizeof(float));
-        }
+        dsv4_lmhead_place_shards(logits + (int64_t)r0 * V, V, P, b->recv, a_me);
         return DSV4_OK;
     }
     const dsv4_argmax *got = (const dsv4_argmax *)(const void *)b->recv; /* (P, a_me) */
