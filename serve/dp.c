@@ -191,16 +191,13 @@ int srv_dp_place(srv_dp *dp, srv_req *r) {
 
 int srv_dp_remote(const srv_dp *dp) { return dp->n_remote; }
 
-/* Remote request i ended (reported, or the group failed): off the list, the scheduler's
- * reference dropped. */
-static void remote_done(srv_dp *dp, int i) {
+/* Remote request i ended (reported, or the group failed): off the list, and ended for its
+ * client as a local one is (srv_sched_ended). */
+static void remote_done(srv_dp *dp, int i, int end, int fin, const char *msg) {
     srv_req *r = dp->remote[i];
     dp->live[r->home]--;
     dp->remote[i] = dp->remote[--dp->n_remote];
-    srv_req_release(r);
-    pthread_mutex_lock(&dp->s->mu);
-    dp->s->n_live--;
-    pthread_mutex_unlock(&dp->s->mu);
+    srv_sched_ended(dp->s, r, end, fin, msg);
 }
 
 /* The group failed: every remote request ends with the reason; this rank serves alone. */
@@ -209,12 +206,7 @@ static void group_failed(srv_dp *dp, const dsv4_err *e) {
     dp->failed = 1;
     char msg[sizeof ((srv_req *)0)->errmsg];
     snprintf(msg, sizeof msg, "the process group cannot serve any more; restart the server (%.180s)", dp->why);
-    while (dp->n_remote > 0) {
-        srv_req *r = dp->remote[dp->n_remote - 1];
-        srv_metrics_tokens(dp->s->met, r->n_prompt, r->n_sampled);
-        srv_req_end(r, SRV_END_ERROR, 0, msg);
-        remote_done(dp, dp->n_remote - 1);
-    }
+    while (dp->n_remote > 0) remote_done(dp, dp->n_remote - 1, SRV_END_ERROR, 0, msg);
 }
 
 /* Broadcasts the recorded message (rank 0) or receives one (a follower: into in, *n bytes). */
@@ -316,7 +308,9 @@ static int apply_report(srv_dp *dp, int q, srv_rd *rd) {
         int at;
         srv_req *r = remote_by_id(dp, srv_wire_news_id(rd), &at);
         if (!r || r->home != q) return -1;
-        if (srv_wire_apply_news(rd, r, dp->s->met)) remote_done(dp, at);
+        int end, fin;
+        char msg[sizeof r->errmsg];
+        if (srv_wire_apply_news(rd, r, dp->s->met, &end, &fin, msg)) remote_done(dp, at, end, fin, msg[0] ? msg : NULL);
     }
     return rd->bad ? -1 : 0;
 }

@@ -192,7 +192,7 @@ int srv_wire_put_news(srv_buf *b, srv_req *r) {
 
 int64_t srv_wire_news_id(srv_rd *rd) { return srv_rd_i64(rd); }
 
-int srv_wire_apply_news(srv_rd *rd, srv_req *r, srv_metrics *met) {
+int srv_wire_apply_news(srv_rd *rd, srv_req *r, srv_metrics *met, int *end_out, int *fin_out, char *msg) {
     const int cached = srv_rd_i32(rd);
     if (cached >= 0) {
         pthread_mutex_lock(&r->mu);
@@ -229,14 +229,11 @@ int srv_wire_apply_news(srv_rd *rd, srv_req *r, srv_metrics *met) {
     const int end = srv_rd_i32(rd);
     if (rd->bad) return 0;
     if (!end) return 0;
-    const int finish = srv_rd_i32(rd);
+    *end_out = end;
+    *fin_out = srv_rd_i32(rd);
     r->stop_index = srv_rd_i32(rd);
-    char msg[sizeof r->errmsg];
-    const int n = rd_count(rd, 0, (int)sizeof msg - 1);
+    const int n = rd_count(rd, 0, (int)sizeof r->errmsg - 1);
     srv_rd_bytes(rd, msg, (size_t)n);
     msg[n] = 0;
-    srv_metrics_tokens(met, r->n_prompt, r->n_sampled);
-    if (end == SRV_END_CANCELLED) srv_metrics_event(met, 1, 0);
-    srv_req_end(r, end, finish, n ? msg : NULL);
     return 1;
 }

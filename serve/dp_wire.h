@@ -40,8 +40,9 @@ srv_req *srv_wire_get_req(srv_rd *rd);
 int srv_wire_put_news(srv_buf *b, srv_req *r);
 /* Rank 0: the id of the next news record (then srv_wire_apply_news with the request). */
 int64_t srv_wire_news_id(srv_rd *rd);
-/* Applies one record's news to r (the client-facing request), with the latencies and
- * token counts in met as rank 0 sees them. Returns 1 when r ended (srv_req_end called). */
-int srv_wire_apply_news(srv_rd *rd, srv_req *r, srv_metrics *met);
+/* Applies one record's news to r (the client-facing request), with the latencies in met as
+ * rank 0 sees them. Returns 1 when r ended: its end, finish and message (msg: room for
+ * r->errmsg's bytes, "" for none) are then in the out-arguments, for srv_sched_ended. */
+int srv_wire_apply_news(srv_rd *rd, srv_req *r, srv_metrics *met, int *end, int *fin, char *msg);
 
 #endif

@@ -78,6 +78,9 @@ struct srv_draw {
 
 /* Ends r (frees its sequence, takes it off the lists, drops the scheduler's reference). */
 void srv_sched_finish(srv_sched *s, srv_req *r, int end, int fin, const char *msg);
+/* r's end as the client and /metrics see it, and the scheduler's reference dropped: the tail
+ * of srv_sched_finish, and rank 0's for a remote request whose home reported its end. */
+void srv_sched_ended(srv_sched *s, srv_req *r, int end, int fin, const char *msg);
 /* The requests that were cancelled (or all when expired) end. */
 void srv_sched_sweep(srv_sched *s, int expired);
 /* One step over this rank's requests, with its metrics, trace and load published. Under

@@ -59,6 +59,10 @@ void srv_sched_finish(srv_sched *s, srv_req *r, int end, int fin, const char *ms
         dsv4_gen_end(r->gen, &t, &n);
         srv_req_push_text(r, t, n);
     }
+    srv_sched_ended(s, r, end, fin, msg);
+}
+
+void srv_sched_ended(srv_sched *s, srv_req *r, int end, int fin, const char *msg) {
     srv_metrics_tokens(s->met, r->n_prompt, r->n_sampled);
     if (end == SRV_END_CANCELLED) srv_metrics_event(s->met, 1, 0);
     srv_req_end(r, end, fin, msg);
