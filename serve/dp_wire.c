@@ -18,28 +18,6 @@
 
 enum { ITEM_EV = 1, ITEM_TXT };
 
-void srv_wr_i32(srv_buf *b, int32_t v) { srv_buf_put(b, (const char *)&v, sizeof v); }
-void srv_wr_i64(srv_buf *b, int64_t v) { srv_buf_put(b, (const char *)&v, sizeof v); }
-
-const void *srv_rd_view(srv_rd *r, size_t n) {
-    if (r->bad || (size_t)(r->end - r->p) < n) {
-        r->bad = 1;
-        return NULL;
-    }
-    const void *v = r->p;
-    r->p += n;
-    return v;
-}
-
-void srv_rd_bytes(srv_rd *r, void *out, size_t n) {
-    const void *v = srv_rd_view(r, n);
-    if (v) memcpy(out, v, n);
-    else memset(out, 0, n);
-}
-
-int32_t srv_rd_i32(srv_rd *r) { int32_t v; srv_rd_bytes(r, &v, sizeof v); return v; }
-int64_t srv_rd_i64(srv_rd *r) { int64_t v; srv_rd_bytes(r, &v, sizeof v); return v; }
-
 static void wr_ids(srv_buf *b, const int32_t *ids, int n) {
     srv_wr_i32(b, n);
     if (n > 0) srv_buf_put(b, (const char *)ids, (size_t)n * sizeof *ids);

@@ -12,20 +12,6 @@
 #include "serve/request.h"
 #include "serve/util.h"
 
-/* Reading a received message: every read past the end sets bad and yields zeros. */
-typedef struct srv_rd {
-    const uint8_t *p, *end;
-    int bad;
-} srv_rd;
-
-void srv_wr_i32(srv_buf *b, int32_t v);
-void srv_wr_i64(srv_buf *b, int64_t v);
-int32_t srv_rd_i32(srv_rd *r);
-int64_t srv_rd_i64(srv_rd *r);
-void srv_rd_bytes(srv_rd *r, void *out, size_t n);
-/* n bytes in place (NULL when bad): valid while the message is. */
-const void *srv_rd_view(srv_rd *r, size_t n);
-
 /* r's prompt and everything its generation state is made of (sampling parameters and seed,
  * stop strings, logit bias, forced prefix, test script, the structured output's schema). A
  * new dsv4_gen_params field must travel here too. */

@@ -186,24 +186,6 @@ int srv_relay_stop(srv_relay *rl, dsv4_err *err) {
 
 /* ---- replaying (the other ranks) ------------------------------------------------------- */
 
-typedef struct reader {
-    const uint8_t *p, *end;
-    int bad;
-} reader;
-
-static void get(reader *r, void *out, size_t n) {
-    if (r->bad || (size_t)(r->end - r->p) < n) {
-        r->bad = 1;
-        memset(out, 0, n);
-        return;
-    }
-    memcpy(out, r->p, n);
-    r->p += n;
-}
-
-static int32_t get_i32(reader *r) { int32_t v; get(r, &v, sizeof v); return v; }
-static int64_t get_i64(reader *r) { int64_t v; get(r, &v, sizeof v); return v; }
-
 /* What a follower holds to replay calls: spans pointing into its own arrays. */
 typedef struct follower {
     dsv4_engine *e;
@@ -223,32 +205,32 @@ static int diverged(dsv4_err *err, const char *what, int seq, const dsv4_err *wh
                     "here (%s): the ranks' engines differ", what, seq, why->msg);
 }
 
-static int read_forward(follower *f, reader *r, int *n_spans) {
-    int n = get_i32(r), rows = 0, wanted = 0;
+static int read_forward(follower *f, srv_rd *r, int *n_spans) {
+    int n = srv_rd_i32(r), rows = 0, wanted = 0;
     if (n < 1 || n > f->max_seqs) return -1;
     for (int i = 0; i < n && !r->bad; i++) {
         dsv4_span *sp = &f->spans[i];
         memset(sp, 0, sizeof *sp);
-        sp->seq = get_i32(r);
-        sp->start = get_i64(r);
-        sp->n_tokens = get_i32(r);
-        sp->n_hidden = get_i32(r);
-        sp->n_streams = get_i32(r);
-        sp->speculative = get_i32(r);
-        const int has_h = get_i32(r), has_s = get_i32(r);
+        sp->seq = srv_rd_i32(r);
+        sp->start = srv_rd_i64(r);
+        sp->n_tokens = srv_rd_i32(r);
+        sp->n_hidden = srv_rd_i32(r);
+        sp->n_streams = srv_rd_i32(r);
+        sp->speculative = srv_rd_i32(r);
+        const int has_h = srv_rd_i32(r), has_s = srv_rd_i32(r);
         if (sp->n_tokens < 1 || sp->n_tokens > f->max_rows - rows || sp->n_hidden < 0 ||
             sp->n_hidden > sp->n_tokens || sp->n_streams < 0 || sp->n_streams > sp->n_tokens)
             return -1;
-        get(r, f->tok + rows, (size_t)sp->n_tokens * sizeof(int32_t));
+        srv_rd_bytes(r, f->tok + rows, (size_t)sp->n_tokens * sizeof(int32_t));
         sp->tokens = f->tok + rows;
         rows += sp->n_tokens;
         if (has_h) {
-            get(r, f->rows + wanted, (size_t)sp->n_hidden * sizeof(int));
+            srv_rd_bytes(r, f->rows + wanted, (size_t)sp->n_hidden * sizeof(int));
             sp->hidden_rows = f->rows + wanted;
             wanted += sp->n_hidden;
         }
         if (has_s) {
-            get(r, f->rows + wanted, (size_t)sp->n_streams * sizeof(int));
+            srv_rd_bytes(r, f->rows + wanted, (size_t)sp->n_streams * sizeof(int));
             sp->stream_rows = f->rows + wanted;
             wanted += sp->n_streams;
         }
@@ -257,17 +239,17 @@ static int read_forward(follower *f, reader *r, int *n_spans) {
     return r->bad ? -1 : 0;
 }
 
-static int read_mtp(follower *f, reader *r, int *n_spans) {
-    int n = get_i32(r), rows = 0;
+static int read_mtp(follower *f, srv_rd *r, int *n_spans) {
+    int n = srv_rd_i32(r), rows = 0;
     if (n < 1 || n > f->max_seqs) return -1;
     for (int i = 0; i < n && !r->bad; i++) {
         dsv4_mtp_span *sp = &f->mspans[i];
-        sp->seq = get_i32(r);
-        sp->start = get_i64(r);
-        sp->n = get_i32(r);
-        f->mout[i] = get_i32(r);  /* the call checks it, on every rank alike */
+        sp->seq = srv_rd_i32(r);
+        sp->start = srv_rd_i64(r);
+        sp->n = srv_rd_i32(r);
+        f->mout[i] = srv_rd_i32(r);  /* the call checks it, on every rank alike */
         if (sp->n < 1 || sp->n > f->max_rows - rows) return -1;
-        get(r, f->tok + rows, (size_t)sp->n * sizeof(int32_t));
+        srv_rd_bytes(r, f->tok + rows, (size_t)sp->n * sizeof(int32_t));
         sp->next_tokens = f->tok + rows;
         sp->streams = f->streams;
         rows += sp->n;
@@ -277,16 +259,16 @@ static int read_mtp(follower *f, reader *r, int *n_spans) {
 }
 
 /* Replays one message; *stop = 1 after the stop op. */
-static int replay(follower *f, reader *r, int *stop, dsv4_err *err) {
+static int replay(follower *f, srv_rd *r, int *stop, dsv4_err *err) {
     dsv4_err why = {0};
     while (r->p < r->end) {
-        const int op = get_i32(r);
+        const int op = srv_rd_i32(r);
         int seq, n;
         int64_t len;
         switch (op) {
         case OP_START:
-            seq = get_i32(r);
-            len = get_i64(r);
+            seq = srv_rd_i32(r);
+            len = srv_rd_i64(r);
             if (r->bad) break;
             if (len ? dsv4_seq_mirror(f->e, len, &n, &why) : dsv4_seq_create(f->e, &n, &why))
                 return diverged(err, len ? "restore" : "create", seq, &why);
@@ -295,12 +277,12 @@ static int replay(follower *f, reader *r, int *stop, dsv4_err *err) {
                                 "the ranks' engines differ", seq, n);
             break;
         case OP_FREE:
-            seq = get_i32(r);
+            seq = srv_rd_i32(r);
             if (!r->bad && dsv4_seq_free(f->e, seq, &why)) return diverged(err, "free", seq, &why);
             break;
         case OP_COMMIT:
-            seq = get_i32(r);
-            n = get_i32(r);
+            seq = srv_rd_i32(r);
+            n = srv_rd_i32(r);
             if (!r->bad && dsv4_seq_commit(f->e, seq, n, &why)) return diverged(err, "commit", seq, &why);
             break;
         case OP_FORWARD:
@@ -360,7 +342,7 @@ int srv_follow(dsv4_engine *e, dsv4_dist *d, dsv4_err *err) {
             cap = hdr[1];
         }
         if ((rc = dsv4_dist_bcast(d, msg, hdr[1], 0, err))) break;
-        reader r = {msg, msg + hdr[1], 0};
+        srv_rd r = {msg, msg + hdr[1], 0};
         rc = replay(&f, &r, &stop, err);
     }
     free(msg);

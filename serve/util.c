@@ -104,3 +104,25 @@ size_t srv_partial_tail(const char *t, size_t n, const char *m) {
         if (!memcmp(t + n - l, m, l)) return l;
     return 0;
 }
+
+void srv_wr_i32(srv_buf *b, int32_t v) { srv_buf_put(b, (const char *)&v, sizeof v); }
+void srv_wr_i64(srv_buf *b, int64_t v) { srv_buf_put(b, (const char *)&v, sizeof v); }
+
+const void *srv_rd_view(srv_rd *r, size_t n) {
+    if (r->bad || (size_t)(r->end - r->p) < n) {
+        r->bad = 1;
+        return NULL;
+    }
+    const void *v = r->p;
+    r->p += n;
+    return v;
+}
+
+void srv_rd_bytes(srv_rd *r, void *out, size_t n) {
+    const void *v = srv_rd_view(r, n);
+    if (v) memcpy(out, v, n);
+    else memset(out, 0, n);
+}
+
+int32_t srv_rd_i32(srv_rd *r) { int32_t v; srv_rd_bytes(r, &v, sizeof v); return v; }
+int64_t srv_rd_i64(srv_rd *r) { int64_t v; srv_rd_bytes(r, &v, sizeof v); return v; }

@@ -4,6 +4,7 @@
 #define DSV4_SERVE_UTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "dsv4.h"
 
@@ -31,6 +32,22 @@ void srv_buf_put_utf8(srv_buf *b, const char *s, size_t n);
 
 /* Offset of the first m in t[from..n), or n. */
 size_t srv_find(const char *t, size_t n, size_t from, const char *m);
+/* Messages between ranks (step messages, DP requests and reports): native values appended to
+ * a srv_buf, and read back. */
+/* Reading a received message (native byte order: the ranks run one build): every read past the end sets bad and yields zeros. */
+typedef struct srv_rd {
+    const uint8_t *p, *end;
+    int bad;
+} srv_rd;
+
+void srv_wr_i32(srv_buf *b, int32_t v);
+void srv_wr_i64(srv_buf *b, int64_t v);
+int32_t srv_rd_i32(srv_rd *r);
+int64_t srv_rd_i64(srv_rd *r);
+void srv_rd_bytes(srv_rd *r, void *out, size_t n);
+/* n bytes in place (NULL when bad): valid while the message is. */
+const void *srv_rd_view(srv_rd *r, size_t n);
+
 /* Length of the longest tail of t[0..n) that is a proper beginning of m: bytes to hold back
  * while a marker may still be arriving. */
 size_t srv_partial_tail(const char *t, size_t n, const char *m);
