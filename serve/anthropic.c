@@ -397,15 +397,96 @@ static void messages_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
 
 /* ---- the handler ------------------------------------------------------------------------ */
 
+/* A request's prompt as /v1/messages renders it (system, messages, tools, tool_choice,
+ * thinking, output format), shared with /v1/messages/count_tokens so that the count is the
+ * usage.input_tokens of the same request. */
+typedef struct prompt {
+    dsv4_chat_opts co;
+    dsv4_tok_ids ids;
+    cJSON *tools;         /* OpenAI-style tools, or NULL (none, or tool_choice none) */
+    int tc;               /* SRV_TC_* */
+    const char *tc_name;  /* in the request's JSON */
+    int json;             /* structured output */
+    char *schema;         /* its schema's text (malloc'ed) */
+} prompt;
+
+static void prompt_free(prompt *p) {
+    dsv4_tok_ids_free(&p->ids);
+    cJSON_Delete(p->tools);
+    free(p->schema);
+}
+
+/* Returns 0, 400 (msg written) or 500 (out of memory). */
+static int build_prompt(srv *s, const cJSON *j, prompt *p, char *msg) {
+    dsv4_err err = {0};
+    int rc = 400;
+    cJSON *msgs = cJSON_CreateArray();
+    if (!msgs) { snprintf(msg, MSG, "out of memory"); return 500; }
+    const cJSON *system = cJSON_GetObjectItemCaseSensitive(j, "system");
+    if (system && !cJSON_IsNull(system)) {
+        char *t = block_text(system, "system", msg);
+        if (!t) goto out;
+        add_text_msg(msgs, "system", t);
+        free(t);
+    }
+    const cJSON *messages = cJSON_GetObjectItemCaseSensitive(j, "messages");
+    if (!cJSON_IsArray(messages) || !messages->child) {
+        snprintf(msg, MSG, "messages: must be a non-empty array");
+        goto out;
+    }
+    int idx = 0;
+    for (const cJSON *m = messages->child; m; m = m->next, idx++)
+        if (convert_message(m, idx, msgs, msg)) goto out;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tools");
+    p->tc = tool_choice(cJSON_GetObjectItemCaseSensitive(j, "tool_choice"), &p->tc_name, msg);
+    if (p->tc < 0) goto out;
+    if (t && !cJSON_IsNull(t) && !cJSON_IsArray(t)) { snprintf(msg, MSG, "tools: must be an array"); goto out; }
+    if (cJSON_IsArray(t) && t->child && p->tc != SRV_TC_NONE)
+        if (!(p->tools = convert_tools(t, msg))) goto out;
+    const cJSON *th = cJSON_GetObjectItemCaseSensitive(j, "thinking");
+    if (th && !cJSON_IsNull(th)) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(th, "type");
+        if (!cJSON_IsObject(th) || !cJSON_IsString(ty)) {
+            snprintf(msg, MSG, "thinking: must be {\"type\": \"enabled\" | \"disabled\"}");
+            goto out;
+        }
+        p->co.thinking = !strcmp(ty->valuestring, "enabled");
+    }
+    const cJSON *shown = NULL;
+    p->json = srv_json_format(j, SRV_API_MESSAGES, &p->schema, &shown, msg, MSG);
+    if (p->json < 0) goto out;
+    if (p->json && p->tools) {
+        snprintf(msg, MSG, "output_config.format: not supported together with tools");
+        goto out;
+    }
+    if (p->json) {
+        /* the model sees the schema as in an OpenAI-style request (the template's section) */
+        cJSON *rf = cJSON_CreateObject(), *js = cJSON_AddObjectToObject(rf, "json_schema");
+        cJSON_AddStringToObject(rf, "type", "json_schema");
+        cJSON_AddStringToObject(js, "name", "output");
+        cJSON_AddItemToObject(js, "schema", cJSON_Duplicate(shown, 1));
+        cJSON *m2 = srv_messages_with_format(msgs, rf);
+        cJSON_Delete(rf);
+        if (!m2) { snprintf(msg, MSG, "out of memory"); rc = 500; goto out; }
+        cJSON_Delete(msgs);
+        msgs = m2;
+    }
+    if (srv_chat_prompt(s, msgs, p->tools, &p->co, &p->ids, &err)) {
+        snprintf(msg, MSG, "%s", err.msg);
+        rc = err.code == DSV4_ERR_NOMEM ? 500 : 400;
+        goto out;
+    }
+    rc = 0;
+out:
+    cJSON_Delete(msgs);
+    return rc;
+}
+
 void srv_anthropic_messages(srv *s, const char *body, size_t len, srv_reply *out) {
     char msg[MSG];
-    dsv4_chat_opts co = {0};
-    dsv4_tok_ids ids = {0};
-    dsv4_err err = {0};
+    prompt p = {0};
     srv_req *r = NULL;
-    char *schema = NULL; /* structured output (output_format): the schema's text */
-    cJSON *msgs = cJSON_CreateArray(), *tools = NULL;
-    int stream = 0;
+    int stream = 0, rc = 400;
     cJSON *j = cJSON_ParseWithLength(body, len);
     if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
     double mt;
@@ -414,81 +495,49 @@ void srv_anthropic_messages(srv *s, const char *body, size_t len, srv_reply *out
         if (!k) snprintf(msg, MSG, "max_tokens: field required");
         goto bad;
     }
-    const cJSON *system = cJSON_GetObjectItemCaseSensitive(j, "system");
-    if (system && !cJSON_IsNull(system)) {
-        char *t = block_text(system, "system", msg);
-        if (!t) goto bad;
-        add_text_msg(msgs, "system", t);
-        free(t);
-    }
-    const cJSON *messages = cJSON_GetObjectItemCaseSensitive(j, "messages");
-    if (!cJSON_IsArray(messages) || !messages->child) {
-        snprintf(msg, MSG, "messages: must be a non-empty array");
-        goto bad;
-    }
-    int idx = 0;
-    for (const cJSON *m = messages->child; m; m = m->next, idx++)
-        if (convert_message(m, idx, msgs, msg)) goto bad;
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tools");
-    const char *tc_name = NULL;
-    const int tc = tool_choice(cJSON_GetObjectItemCaseSensitive(j, "tool_choice"), &tc_name, msg);
-    if (tc < 0) goto bad;
-    if (t && !cJSON_IsNull(t) && !cJSON_IsArray(t)) { snprintf(msg, MSG, "tools: must be an array"); goto bad; }
-    if (cJSON_IsArray(t) && t->child && tc != SRV_TC_NONE)
-        if (!(tools = convert_tools(t, msg))) goto bad;
-    const cJSON *th = cJSON_GetObjectItemCaseSensitive(j, "thinking");
-    if (th && !cJSON_IsNull(th)) {
-        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(th, "type");
-        if (!cJSON_IsObject(th) || !cJSON_IsString(ty)) {
-            snprintf(msg, MSG, "thinking: must be {\"type\": \"enabled\" | \"disabled\"}");
-            goto bad;
-        }
-        co.thinking = !strcmp(ty->valuestring, "enabled");
-    }
+    if ((rc = build_prompt(s, j, &p, msg))) goto bad;
+    rc = 400;
     if (srv_opt_bool(j, "stream", &stream, msg, MSG) < 0) goto bad;
-    const cJSON *shown = NULL;
-    const int json = srv_json_format(j, SRV_API_MESSAGES, &schema, &shown, msg, MSG);
-    if (json < 0) goto bad;
-    if (json && tools) {
-        snprintf(msg, MSG, "output_config.format: not supported together with tools");
-        goto bad;
-    }
-    if (json) {
-        /* the model sees the schema as in an OpenAI-style request (the template's section) */
-        cJSON *rf = cJSON_CreateObject(), *js = cJSON_AddObjectToObject(rf, "json_schema");
-        cJSON_AddStringToObject(rf, "type", "json_schema");
-        cJSON_AddStringToObject(js, "name", "output");
-        cJSON_AddItemToObject(js, "schema", cJSON_Duplicate(shown, 1));
-        cJSON *m2 = srv_messages_with_format(msgs, rf);
-        cJSON_Delete(rf);
-        if (!m2) { srv_reply_error(out, SRV_API_MESSAGES, 500, "out of memory"); goto done; }
-        cJSON_Delete(msgs);
-        msgs = m2;
-    }
-    if (srv_chat_prompt(s, msgs, tools, &co, &ids, &err)) { snprintf(msg, MSG, "%s", err.msg); goto bad; }
-    if (!(r = srv_req_new(ids.ids, (int)ids.n))) { srv_reply_error(out, SRV_API_MESSAGES, 500, "out of memory"); goto done; }
+    if (!(r = srv_req_new(p.ids.ids, (int)p.ids.n))) { srv_reply_error(out, SRV_API_MESSAGES, 500, "out of memory"); goto done; }
     if (srv_parse_sampling(s, j, r, "stop_sequences", msg, MSG)) goto bad;
-    if (srv_force_tool_call(s, r, tools, tc, tc_name, co.thinking, msg, MSG)) goto bad;
-    if (json) srv_req_set_json(r, schema, co.thinking);
-    schema = NULL;
+    if (srv_force_tool_call(s, r, p.tools, p.tc, p.tc_name, p.co.thinking, msg, MSG)) goto bad;
+    if (p.json) srv_req_set_json(r, p.schema, p.co.thinking);
+    p.schema = NULL;
     srv_job *job = srv_submit(s, r, SRV_API_MESSAGES, body, out);
     r = NULL;
     if (job) {
         job->stream = stream;
-        job->thinking = co.thinking;
-        job->tools = tools != NULL;
-        srv_split_init(&job->split, co.thinking, tools != NULL);
+        job->thinking = p.co.thinking;
+        job->tools = p.tools != NULL;
+        srv_split_init(&job->split, p.co.thinking, p.tools != NULL);
         out->stream = messages_stream;
         out->final = messages_final;
     }
     goto done;
 bad:
-    srv_reply_error(out, SRV_API_MESSAGES, 400, msg);
+    srv_reply_error(out, SRV_API_MESSAGES, rc, msg);
 done:
     if (r) { srv_req_release(r); srv_req_release(r); }
-    dsv4_tok_ids_free(&ids);
-    free(schema);
-    cJSON_Delete(msgs);
-    cJSON_Delete(tools);
+    prompt_free(&p);
+    cJSON_Delete(j);
+}
+
+/* POST /v1/messages/count_tokens: {"input_tokens": N}, N the prompt's tokens exactly as
+ * /v1/messages renders the same body (its usage.input_tokens with nothing cached). No
+ * max_tokens needed; the sampling fields are not read. */
+void srv_anthropic_count_tokens(srv *s, const char *body, size_t len, srv_reply *out) {
+    char msg[MSG];
+    prompt p = {0};
+    int rc = 400;
+    cJSON *j = cJSON_ParseWithLength(body, len);
+    if (!cJSON_IsObject(j)) snprintf(msg, MSG, "the request body is not a JSON object");
+    else rc = build_prompt(s, j, &p, msg);
+    if (rc) {
+        srv_reply_error(out, SRV_API_MESSAGES, rc, msg);
+    } else {
+        out->status = 200;
+        srv_buf_printf(&out->body, "{\"input_tokens\":%zu}", p.ids.n);
+    }
+    prompt_free(&p);
     cJSON_Delete(j);
 }

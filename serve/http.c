@@ -259,16 +259,37 @@ typedef void (*api_fn)(srv *s, const char *body, size_t len, srv_reply *out);
 static const struct route {
     const char *path, *method;
     api_fn fn;          /* NULL: a GET answered in place */
-    int api;
+    int api;            /* the shape of its errors */
     int open;           /* no key needed */
 } kRoutes[] = {
     {"/v1/chat/completions", "POST", srv_openai_chat, SRV_API_CHAT, 0},
     {"/v1/completions", "POST", srv_openai_completion, SRV_API_COMPLETION, 0},
     {"/v1/messages", "POST", srv_anthropic_messages, SRV_API_MESSAGES, 0},
+    {"/v1/messages/count_tokens", "POST", srv_anthropic_count_tokens, SRV_API_MESSAGES, 0},
+    {"/tokenize", "POST", srv_tokenize, SRV_API_CHAT, 0},
+    {"/detokenize", "POST", srv_detokenize, SRV_API_CHAT, 0},
     {"/v1/models", "GET", NULL, SRV_API_CHAT, 0},
+    {"/v1/models/*", "GET", NULL, SRV_API_CHAT, 0},  /* one model by its id */
     {"/health", "GET", NULL, SRV_API_CHAT, 1},
     {"/metrics", "GET", NULL, SRV_API_CHAT, 1},
 };
+
+/* url is rt's path, or (a path ending in '*') has its prefix and something after it */
+static int route_matches(const struct route *rt, const char *url) {
+    size_t n = strlen(rt->path);
+    if (rt->path[n - 1] != '*') return !strcmp(url, rt->path);
+    return !strncmp(url, rt->path, n - 1) && url[n - 1];
+}
+
+static cJSON *model_object(const srv *s) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", s->model_name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)s->started);
+    cJSON_AddStringToObject(m, "owned_by", "dsv4");
+    cJSON_AddNumberToObject(m, "max_model_len", (double)s->o.max_context);
+    return m;
+}
 
 static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, const char *path) {
     int ready = atomic_load(&s->ready);
@@ -283,18 +304,21 @@ static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, const char *p
         free(t);
         return rc;
     }
-    /* /v1/models */
     srv_buf b = {0};
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", s->model_name);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", (double)s->started);
-    cJSON_AddStringToObject(m, "owned_by", "dsv4");
-    cJSON_AddNumberToObject(m, "max_model_len", (double)s->o.max_context);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
-    srv_put_json(&b, o);
+    const char *id = path + strlen("/v1/models");
+    if (*id == '/') {  /* /v1/models/{id} (MHD decoded the URL's escapes) */
+        if (strcmp(id + 1, s->model_name)) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "The model '%.200s' does not exist", id + 1);
+            return send_error(s, c, SRV_API_CHAT, 404, msg);
+        }
+        srv_put_json(&b, model_object(s));
+    } else {  /* /v1/models */
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "object", "list");
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), model_object(s));
+        srv_put_json(&b, o);
+    }
     enum MHD_Result rc = send_json(s, c, 200, &b);
     srv_buf_free(&b);
     return rc;
@@ -325,12 +349,13 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
                                 const char *method, conn *cc) {
     const struct route *rt = NULL;
     int path_known = 0;
+    int api = SRV_API_CHAT;
     for (size_t i = 0; i < sizeof kRoutes / sizeof kRoutes[0]; i++)
-        if (!strcmp(url, kRoutes[i].path)) {
+        if (route_matches(&kRoutes[i], url)) {
             path_known = 1;
+            api = kRoutes[i].api == SRV_API_MESSAGES ? SRV_API_MESSAGES : SRV_API_CHAT;
             if (!strcmp(method, kRoutes[i].method)) rt = &kRoutes[i];
         }
-    int api = !strcmp(url, "/v1/messages") ? SRV_API_MESSAGES : SRV_API_CHAT;
     if (!rt) {
         char msg[160];
         snprintf(msg, sizeof msg, path_known ? "method %.16s is not allowed on %.100s"

@@ -262,8 +262,8 @@ static void chat_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
 
 /* thinking: DeepSeek's "thinking" (bool or {"type": "enabled"|"disabled"}),
  * "reasoning_effort" (low|medium|high|max turn it on), vLLM's chat_template_kwargs.thinking.
- * Default off. */
-static int chat_thinking(const cJSON *body, dsv4_chat_opts *co, char *msg) {
+ * Default off. (msg: MSG bytes) */
+int srv_chat_thinking(const cJSON *body, dsv4_chat_opts *co, char *msg) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(body, "thinking");
     const cJSON *kw = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs");
     const cJSON *kt = cJSON_IsObject(kw) ? cJSON_GetObjectItemCaseSensitive(kw, "thinking") : NULL;
@@ -372,7 +372,7 @@ void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {
     const int tc = tool_choice(cJSON_GetObjectItemCaseSensitive(j, "tool_choice"), &tc_name, msg);
     if (tc < 0) goto bad;
     if (!cJSON_IsArray(tools) || !tools->child || tc == SRV_TC_NONE) tools = NULL;
-    if (chat_thinking(j, &co, msg)) goto bad;
+    if (srv_chat_thinking(j, &co, msg)) goto bad;
     const cJSON *shown = NULL;
     const int json = srv_json_format(j, SRV_API_CHAT, &schema, &shown, msg, MSG);
     if (json < 0) goto bad;

@@ -52,6 +52,10 @@ typedef struct srv_reply {
 void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out);
 void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out);
 void srv_anthropic_messages(srv *s, const char *body, size_t len, srv_reply *out);
+void srv_anthropic_count_tokens(srv *s, const char *body, size_t len, srv_reply *out);
+/* vLLM's /tokenize and /detokenize (tokenize.c). */
+void srv_tokenize(srv *s, const char *body, size_t len, srv_reply *out);
+void srv_detokenize(srv *s, const char *body, size_t len, srv_reply *out);
 
 /* Error bodies in each API's shape. */
 void srv_openai_error(srv_buf *b, int status, const char *msg);
@@ -68,6 +72,9 @@ int srv_parse_sampling(srv *s, const cJSON *body, srv_req *r, const char *stop_k
  * template, message content as plain text. */
 int srv_chat_prompt(srv *s, const cJSON *messages, const cJSON *tools,
                     const dsv4_chat_opts *co, dsv4_tok_ids *ids, dsv4_err *err);
+/* The chat request's thinking mode (DeepSeek's "thinking", "reasoning_effort", vLLM's
+ * chat_template_kwargs.thinking) into co; -1 with a message (msg: 1200 bytes). */
+int srv_chat_thinking(const cJSON *body, dsv4_chat_opts *co, char *msg);
 /* tool_choice in either API's form (OpenAI "none" | "auto" | "required" | a named function;
  * Anthropic none | auto | any | tool) */
 enum { SRV_TC_AUTO = 0, SRV_TC_NONE, SRV_TC_REQUIRED, SRV_TC_NAMED };

@@ -16,7 +16,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const OpenAI = require('openai').default;
-const { start, metrics, run } = require('./harness');
+const { start, metrics, http, run } = require('./harness');
 const { A, turns } = require('./common');
 
 
@@ -60,13 +60,17 @@ async function answers({ mpi = 0, kvDir, cold = false, dp = false } = {}) {
   const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
   const out = cold ? [] : await Promise.all([0, 1, 2, 3, 4, 5].map((i) => ask(client, i)));
   const chat = await turns(client);
+  // the endpoints that only tokenize answer on rank 0 as on one process
+  const hi = [{ role: 'user', content: 'count me' }];
+  const tok = [(await http(srv.url + '/tokenize', { body: { messages: hi } })).json,
+    (await http(srv.url + '/v1/messages/count_tokens', { body: { model: 'm', messages: hi } })).json];
   if (mpi) {
     await new Promise((r) => setTimeout(r, 7000));  // idle past the peer timeout
     out.push(await ask(client, 0));
   }
   const m = await metrics(srv.url);
   await srv.stop();
-  return { out, chat, m };
+  return { out, chat, m, tok };
 }
 
 const strip = (t) => ({ text: t.text, lp: t.lp });
@@ -79,6 +83,8 @@ run('server_mpi', async () => {
   fs.rmSync(kvDir, { recursive: true, force: true });
   for (let i = 0; i < 6; i++) assert.deepStrictEqual(two.out[i], one.out[i], `request ${i} differs under MPI`);
   assert.deepStrictEqual(two.out[6], one.out[0], 'the request after the idle wait differs');
+  assert.deepStrictEqual(two.tok, one.tok);
+  assert(one.tok[0].count > 3 && one.tok[0].count === one.tok[1].input_tokens, JSON.stringify(one.tok));
   assert(one.out[4].text.length > 0 && one.out[1].text !== one.out[0].text);
   // the scripted drafts were accepted (about every other of its 15 tokens): rank 1
   // replayed speculative commits of 2 rows
