@@ -154,7 +154,7 @@ DSV4_API uint64_t dsv4_machine_ram_bytes(void);
  * with one rank) it has size 1 and everything runs locally. */
 typedef struct dsv4_dist dsv4_dist;
 
-/* DSV4_PAR_DP (only with DSV4_PAR_EP, not with CP): data-parallel attention (serving.md
+/* DSV4_PAR_DP (only with DSV4_PAR_EP): data-parallel attention (serving.md
  * §d). Every rank is the home rank of its own sequences: it creates them, holds their
  * caches and calls dsv4_forward / dsv4_mtp_forward with its own spans (any number, zero
  * included); only the MoE sub-blocks exchange rows. The ranks still make the same sequence
@@ -163,6 +163,13 @@ typedef struct dsv4_dist dsv4_dist;
  * nothing changed anywhere. Each rank's outputs are bitwise what one process computes for
  * its spans; a non-finite output (DSV4_ERR_NUMERIC, found after the compute) fails the call
  * only on the rank whose rows it is, and breaks only that rank's sequences of the call.
+ * DSV4_PAR_DP | DSV4_PAR_CP: in every dsv4_forward, each rank's longest non-speculative
+ * span that touches at least 2 granules per rank (cp_granule; the first of equals) runs as
+ * a context-parallel prefill over the whole group with that rank as its home, before the
+ * rest of the call runs as above: the caller sees no difference (the same outputs, bitwise,
+ * in the same places, the cache on the home rank), only a long chunk spread over every
+ * rank's cores. The call's agreement carries each rank's CP span (one gather, as without
+ * CP); the CP prefills run in rank order, then the other spans. MTP calls are unchanged.
  * Without DP, rank 0 is the home rank of every sequence and the others idle.
  * DSV4_PAR_DP_HEAD (only with DSV4_PAR_DP): the LM head of a DP group sharded over the
  * vocabulary: each rank reads 1/K of the head a call for every rank's rows instead of the
@@ -230,8 +237,8 @@ typedef struct dsv4_engine_opts {
     int reference;         /* 1: portable scalar kernels only (no SIMD) */
     dsv4_dist *dist;       /* process group, NULL = single process */
     int parallel;          /* DSV4_PAR_CP | DSV4_PAR_EP; every rank makes the same calls
-                            * (with DSV4_PAR_EP | DSV4_PAR_DP: calls of the same kind, each
-                            * rank with its own spans) */
+                            * (with DSV4_PAR_EP | DSV4_PAR_DP, CP or not: calls of the same
+                            * kind, each rank with its own spans) */
     int ep_wave;           /* EP: rows per rank per exchange wave (T_w); 0 = min(256, rows of
                             * the largest call); larger calls run several waves */
     int cp_granule;        /* CP: granule G in positions (serving.md §c); 0 = the smallest
@@ -553,7 +560,9 @@ typedef struct dsv4_span {
  * sequence at most once). Outputs are packed in span order, then row order:
  *   hidden  [sum n_hidden, D]       final RMSNorm output
  *   streams [sum n_streams, hc, D]  last-block streams
- * Validation happens before any state changes; on error no sequence is modified. */
+ * Validation happens before any state changes; on error no sequence is modified.
+ * Under DSV4_PAR_DP each rank passes its own spans (see there; with DSV4_PAR_CP a rank's
+ * long prefill span runs over the whole group, transparently). */
 DSV4_API int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
                           float *streams, dsv4_err *err);
 

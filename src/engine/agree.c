@@ -5,6 +5,7 @@
 
 #include "dist/dist.h"
 #include "engine/engine.h"
+#include "engine/forward_cp.h"
 #include "util/err.h"
 #include "util/sha256.h"
 
@@ -106,13 +107,47 @@ int dsv4_engine_agree_mtp(dsv4_engine *e, int rc, const dsv4_mtp_span *spans, in
     return dsv4_dist_agree(e->group, rc, 1, (const uint8_t(*)[32])dig, names, DSV4_ERR_ARG, "mtp_forward", err);
 }
 
-int dsv4_engine_agree_dp(dsv4_engine *e, int rc, int kind, dsv4_err *err) {
-    /* the kind as the digest: a rank in a forward next to one in an MTP call would walk
-     * other MoE exchanges and pair the wrong collectives */
-    uint8_t dig[1][32];
-    memset(dig, 0, sizeof dig);
-    dig[0][0] = (uint8_t)kind;
-    static const char *const names[] = {"kind of call (forward or MTP forward)"};
-    return dsv4_dist_agree(e->group, rc, 1, (const uint8_t(*)[32])dig, names, DSV4_ERR_ARG,
-                           kind == DSV4_DP_CALL_MTP ? "mtp_forward" : "forward", err);
+/* Rank r's CP span from the shared values, checked as a peer's word: what a CP prefill of
+ * this engine can run (the home validated it against its sequence). */
+static int dp_cp_decode(const dsv4_engine *e, const int32_t *v, dsv4_dp_cp *out) {
+    out->seq = v[1];
+    out->start = (int64_t)(uint32_t)v[2] | (int64_t)v[3] << 32;
+    out->n_tokens = v[4];
+    out->n_hidden = v[5];
+    out->n_streams = v[6];
+    if (!out->n_tokens) return 1;
+    return out->n_tokens > 0 && out->n_tokens <= e->opts.c_max && out->start >= 0 &&
+           out->start + out->n_tokens <= e->opts.max_context && out->n_hidden >= 0 &&
+           out->n_hidden <= out->n_tokens && out->n_streams >= 0 && out->n_streams <= out->n_tokens &&
+           dsv4_cp_long_enough(e, out->start, out->n_tokens);
+}
+
+int dsv4_engine_dp_cp(const dsv4_engine *e, int r, dsv4_dp_cp *out) {
+    if (!e->dp_share) {
+        memset(out, 0, sizeof *out);
+        return 1;
+    }
+    return dp_cp_decode(e, e->dp_share + (size_t)r * DSV4_DP_SHARE_N, out);
+}
+
+int dsv4_engine_agree_dp(dsv4_engine *e, int rc, int kind, const dsv4_span *cp, dsv4_err *err) {
+    /* the kind: a rank in a forward next to one in an MTP call would walk other MoE
+     * exchanges and pair the wrong collectives; under CP every rank's CP span too */
+    const int64_t s0 = cp ? cp->start : 0;
+    const int32_t mine[DSV4_DP_SHARE_N] = {kind, cp ? cp->seq : 0, (int32_t)(uint32_t)s0,
+                                           (int32_t)(s0 >> 32), cp ? cp->n_tokens : 0,
+                                           cp ? cp->n_hidden : 0, cp ? cp->n_streams : 0};
+    const char *what = kind == DSV4_DP_CALL_MTP ? "mtp_forward" : "forward";
+    if ((rc = dsv4_dist_agree_share(e->group, rc, DSV4_DP_SHARE_N, mine, e->dp_share, what, err))) return rc;
+    for (int r = 0; r < e->group->size; r++) {
+        const int32_t *v = e->dp_share + (size_t)r * DSV4_DP_SHARE_N;
+        dsv4_dp_cp sp;
+        if (v[0] != e->dp_share[0])
+            return dsv4_fail(err, DSV4_ERR_ARG, "%s: ranks disagree: rank %d makes another kind of call "
+                             "(forward or MTP forward) than rank 0", what, r);
+        if (!dp_cp_decode(e, v, &sp) || (sp.n_tokens && kind != DSV4_DP_CALL_FORWARD))
+            return dsv4_fail(err, DSV4_ERR_STATE, "%s: rank %d shared a CP span this engine cannot run "
+                             "(start %lld, %d tokens)", what, r, (long long)sp.start, sp.n_tokens);
+    }
+    return DSV4_OK;
 }

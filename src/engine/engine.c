@@ -96,11 +96,11 @@ static int setup_parallel(dsv4_engine *e, dsv4_err *err) {
     const dsv4_engine_opts *o = &e->opts;
     if (o->parallel & ~(DSV4_PAR_CP | DSV4_PAR_EP | DSV4_PAR_DP | DSV4_PAR_DP_HEAD))
         return dsv4_fail(err, DSV4_ERR_ARG, "engine: unknown parallel flags 0x%x", (unsigned)o->parallel);
-    /* data-parallel attention needs the MoE exchange; a CP prefill spreads one sequence's
-     * cache over the ranks, which DP's per-rank sequences do not provide for */
-    if ((o->parallel & DSV4_PAR_DP) && (o->parallel & (DSV4_PAR_EP | DSV4_PAR_CP)) != DSV4_PAR_EP)
+    /* data-parallel attention needs the MoE exchange (with CP too: a rank's long prompt
+     * then runs as a CP prefill over the group, forward.c) */
+    if ((o->parallel & DSV4_PAR_DP) && !(o->parallel & DSV4_PAR_EP))
         return dsv4_fail(err, DSV4_ERR_ARG, "engine: data-parallel attention (DSV4_PAR_DP) needs "
-                         "expert parallelism (DSV4_PAR_EP) and not context parallelism");
+                         "expert parallelism (DSV4_PAR_EP)");
     if ((o->parallel & DSV4_PAR_DP_HEAD) && !(o->parallel & DSV4_PAR_DP))
         return dsv4_fail(err, DSV4_ERR_ARG, "engine: the sharded DP head (DSV4_PAR_DP_HEAD) needs "
                          "data-parallel attention (DSV4_PAR_DP)");
@@ -111,6 +111,14 @@ static int setup_parallel(dsv4_engine *e, dsv4_err *err) {
     e->dp = (o->parallel & DSV4_PAR_DP) != 0;
     e->dp_head = (o->parallel & DSV4_PAR_DP_HEAD) != 0;
     e->idle = e->rank != 0 && !e->dp;
+    if (e->dp) {
+        const size_t n = (size_t)dsv4_dist_size(o->dist) * DSV4_DP_SHARE_N;
+        if (!(e->dp_share = calloc(n, sizeof(int32_t))) || dsv4_engine_own(e, e->dp_share)) {
+            free(e->dp_share);
+            e->dp_share = NULL;
+            return dsv4_fail(err, DSV4_ERR_NOMEM, "engine: out of memory for the DP agreement");
+        }
+    }
     if (!(o->parallel & DSV4_PAR_EP)) return DSV4_OK;
     /* the largest call: every sequence with a full span */
     int64_t rows = (int64_t)o->max_seqs * o->c_max;
@@ -119,7 +127,8 @@ static int setup_parallel(dsv4_engine *e, dsv4_err *err) {
 }
 
 int dsv4_engine_need_caches(const dsv4_engine *e, const char *what, dsv4_err *err) {
-    if (!e->group || (!e->idle && !(e->opts.parallel & DSV4_PAR_CP))) return DSV4_OK;
+    /* a DP rank's CP prefills leave their whole caches on the home rank */
+    if (!e->group || (!e->idle && (e->dp || !(e->opts.parallel & DSV4_PAR_CP)))) return DSV4_OK;
     return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "%s: not on this rank (a follower of a group, or "
                      "context parallelism, holds no whole caches)", what);
 }
@@ -288,7 +297,7 @@ const dsv4_model *dsv4_engine_model(const dsv4_engine *e) { return e->model; }
 void dsv4_engine_set_trace(dsv4_engine *e, dsv4_trace_fn fn, void *user) {
     e->trace = fn;
     e->trace_user = user;
-    const int cp_home = e->group && (e->opts.parallel & DSV4_PAR_CP) && e->group->rank == 0;
+    const int cp_home = e->group && (e->opts.parallel & DSV4_PAR_CP) && (e->group->rank == 0 || e->dp);
     if (fn && cp_home && !e->trace_gather) /* NULL: a traced CP prefill fails out of memory */
         e->trace_gather = malloc((size_t)e->opts.max_rows * e->cfg->hc_mult * e->cfg->hidden_size * sizeof(float));
     if (!fn) {

@@ -66,6 +66,9 @@ struct dsv4_engine {
     int dp;                          /* 1 in a group with DSV4_PAR_DP: every rank is the home
                                       * rank of its own sequences (no rank idle); the ranks
                                       * agree per call on its kind and status, not its spans */
+    int32_t *dp_share;               /* under DP: (size, DSV4_DP_SHARE_N) the last call's
+                                      * agreement, every rank's kind and CP span (agree.c);
+                                      * made at create */
     int dp_head;                     /* 1 with DSV4_PAR_DP_HEAD: the DP group's head calls are
                                       * collective, sharded over the vocabulary (lmhead_dp.c) */
     struct dsv4_ep *ep;              /* expert-parallel exchange (DSV4_PAR_EP), else NULL */
@@ -81,9 +84,10 @@ struct dsv4_engine {
                                            * so that its 32 KB leave the other fields' offsets short */
 };
 
-/* Scratch bytes of the calls' own buffers for R rows in n_spans spans (forward.c, mtp.c)
- * and of one block's (forward.c); the sub-blocks' come on top (engine/scratch.c). */
-size_t dsv4_forward_scratch_bytes(const dsv4_config *c, int R, int n_spans);
+/* Scratch bytes of the calls' own buffers for R rows in n_spans spans (forward.c, mtp.c;
+ * *held: the part a forward holds while its CP prefills run, under DP) and of one block's
+ * (forward.c); the sub-blocks' come on top (engine/scratch.c). */
+size_t dsv4_forward_scratch_bytes(const dsv4_config *c, int R, int n_spans, size_t *held);
 size_t dsv4_mtp_scratch_bytes(const dsv4_config *c, int R, int n_spans);
 size_t dsv4_block_scratch_bytes(const dsv4_config *c, int R); /* block.c */
 /* The most bytes any call takes from e->scratch at e->opts' limits. */
@@ -164,9 +168,21 @@ int dsv4_engine_agree_create(dsv4_engine *e, int rc, dsv4_err *err);
 int dsv4_engine_agree_spans(dsv4_engine *e, int rc, const dsv4_span *spans, int n_spans, dsv4_err *err);
 int dsv4_engine_agree_mtp(dsv4_engine *e, int rc, const dsv4_mtp_span *spans, int n_spans, dsv4_err *err);
 /* Under DSV4_PAR_DP: every rank makes a call of the same kind (DSV4_DP_CALL_*: the MoE
- * exchanges it walks) and none refused it; each rank's spans are its own. */
+ * exchanges it walks) and none refused it; each rank's spans are its own. One gather of
+ * DSV4_DP_SHARE_N values a rank into e->dp_share: the kind and, under DSV4_PAR_CP, the
+ * rank's CP span (cp: the span dsv4_cp_pick chose, validated, or NULL), which every rank
+ * reads back with dsv4_engine_dp_cp; a kind that differs or a CP span no CP prefill of
+ * this engine can run is the same error on every rank. */
 enum { DSV4_DP_CALL_FORWARD = 1, DSV4_DP_CALL_MTP = 2 };
-int dsv4_engine_agree_dp(dsv4_engine *e, int rc, int kind, dsv4_err *err);
+enum { DSV4_DP_SHARE_N = 7 }; /* kind, seq, start (low, high 32 bits), n_tokens, n_hidden, n_streams */
+int dsv4_engine_agree_dp(dsv4_engine *e, int rc, int kind, const dsv4_span *cp, dsv4_err *err);
+/* Rank r's CP span of the last agreed DP call (n_tokens 0: none); 0 when its values are
+ * not a span this engine can run. */
+typedef struct dsv4_dp_cp {
+    int seq, n_tokens, n_hidden, n_streams;
+    int64_t start;
+} dsv4_dp_cp;
+int dsv4_engine_dp_cp(const dsv4_engine *e, int r, dsv4_dp_cp *out);
 
 /* Gives back the pages a refused call reserved for seqs[0 .. n) (those at or beyond each
  * sequence's length, dsv4_cache_truncate): the pools as before the call. */

@@ -141,53 +141,82 @@ static int validate_call(const dsv4_engine *e, const dsv4_span *spans, int n_spa
     return DSV4_OK;
 }
 
-/* The call's own buffers: the packed batch and the streams of its R rows. */
+/* The call's own buffers: the reservation of all its spans, then the packed batch and the
+ * streams of the R rows it runs here (under DP|CP, without its CP span's, taken after the
+ * CP prefills so that both never hold the arena together). */
 typedef struct forward_bufs {
-    dsv4_batch_span *bs;  /* (n_spans) */
-    int64_t *pos;         /* (R) */
-    int32_t *tok;         /* (R) */
     int *seqs;            /* (n_spans) */
     int64_t *starts;      /* (n_spans) */
     int *counts;          /* (n_spans) */
+    dsv4_span *rest;      /* (n_spans) the spans that run here, in call order */
+    dsv4_batch_span *bs;  /* (n_spans) */
+    int64_t *pos;         /* (R) */
+    int32_t *tok;         /* (R) */
     float *h;             /* (R, hc, D) streams */
 } forward_bufs;
 
-static int forward_take(dsv4_arena *a, const dsv4_config *c, int R, int n_spans, forward_bufs *f) {
-    f->bs = dsv4_arena_take_n(a, n_spans, sizeof *f->bs);
-    f->pos = dsv4_arena_take_n(a, R, sizeof *f->pos);
-    f->tok = dsv4_arena_take_n(a, R, sizeof *f->tok);
+static int forward_take_spans(dsv4_arena *a, int n_spans, forward_bufs *f) {
     f->seqs = dsv4_arena_take_n(a, n_spans, sizeof *f->seqs);
     f->starts = dsv4_arena_take_n(a, n_spans, sizeof *f->starts);
     f->counts = dsv4_arena_take_n(a, n_spans, sizeof *f->counts);
-    f->h = dsv4_arena_take_n(a, (int64_t)R * c->hc_mult * c->hidden_size, sizeof(float));
-    return f->bs && f->pos && f->tok && f->seqs && f->starts && f->counts && f->h;
+    f->rest = dsv4_arena_take_n(a, n_spans, sizeof *f->rest);
+    return f->seqs && f->starts && f->counts && f->rest;
 }
 
-size_t dsv4_forward_scratch_bytes(const dsv4_config *c, int R, int n_spans) {
+static int forward_take_rows(dsv4_arena *a, const dsv4_config *c, int R, int n_spans, forward_bufs *f) {
+    f->bs = dsv4_arena_take_n(a, n_spans, sizeof *f->bs);
+    f->pos = dsv4_arena_take_n(a, R, sizeof *f->pos);
+    f->tok = dsv4_arena_take_n(a, R, sizeof *f->tok);
+    f->h = dsv4_arena_take_n(a, (int64_t)R * c->hc_mult * c->hidden_size, sizeof(float));
+    return f->bs && f->pos && f->tok && f->h;
+}
+
+size_t dsv4_forward_scratch_bytes(const dsv4_config *c, int R, int n_spans, size_t *held) {
     dsv4_arena m = dsv4_arena_measuring();
     forward_bufs f;
-    forward_take(&m, c, R, n_spans, &f);
+    forward_take_spans(&m, n_spans, &f);
+    *held = m.peak;
+    forward_take_rows(&m, c, R, n_spans, &f);
     return m.peak;
 }
 
-/* The call's buffers taken from the scratch arena, the batch packed into them and every
- * page the call writes reserved (all or nothing): what can fail before the first write. */
-static int forward_pack(dsv4_engine *e, const dsv4_span *spans, int n_spans, int R, forward_bufs *f,
-                        dsv4_err *err) {
-    if (!forward_take(&e->scratch, e->cfg, R, n_spans, f))
+/* Every page the call writes reserved (all or nothing): what can fail before the first
+ * write. The buffers stay taken for the rest of the call. */
+static int forward_reserve(dsv4_engine *e, const dsv4_span *spans, int n_spans, forward_bufs *f,
+                           dsv4_err *err) {
+    if (!forward_take_spans(&e->scratch, n_spans, f))
         return dsv4_fail(err, DSV4_ERR_NOMEM, "forward: scratch arena too small");
-    int row = 0;
     for (int i = 0; i < n_spans; i++) {
-        f->bs[i] = (dsv4_batch_span){spans[i].seq, spans[i].start, spans[i].n_tokens, row};
         f->seqs[i] = spans[i].seq;
         f->starts[i] = spans[i].start;
         f->counts[i] = spans[i].n_tokens;
-        for (int j = 0; j < spans[i].n_tokens; j++, row++) {
-            f->pos[row] = spans[i].start + j;
-            f->tok[row] = spans[i].tokens[j];
-        }
     }
     return dsv4_cache_reserve(e->cache, n_spans, f->seqs, f->starts, f->counts, 1, err);
+}
+
+/* The spans that run here (all but span skip, -1 = none) into f->rest, their R rows
+ * packed into the batch buffers. */
+static int forward_pack(dsv4_engine *e, const dsv4_span *spans, int n_spans, int skip, int *n_rest,
+                        forward_bufs *f, dsv4_err *err) {
+    int R = 0, n = 0;
+    for (int i = 0; i < n_spans; i++)
+        if (i != skip) {
+            f->rest[n++] = spans[i];
+            R += spans[i].n_tokens;
+        }
+    *n_rest = n;
+    if (!forward_take_rows(&e->scratch, e->cfg, R, n, f))
+        return dsv4_fail(err, DSV4_ERR_NOMEM, "forward: scratch arena too small");
+    int row = 0;
+    for (int i = 0; i < n; i++) {
+        const dsv4_span *sp = &f->rest[i];
+        f->bs[i] = (dsv4_batch_span){sp->seq, sp->start, sp->n_tokens, row};
+        for (int j = 0; j < sp->n_tokens; j++, row++) {
+            f->pos[row] = sp->start + j;
+            f->tok[row] = sp->tokens[j];
+        }
+    }
+    return DSV4_OK;
 }
 
 /* Row i of the streams from its token's embedding row: a prefill's 512 rows write 8 MB
@@ -216,8 +245,9 @@ typedef struct {
     const dsv4_span *spans;
     const dsv4_batch_span *bs;
     int n_spans, simd;
+    int gap, gap_h; /* spans from gap on: their rows come gap_h rows later (a CP span's) */
     const float *h; /* (R, hc * D) */
-    float *hidden;  /* (n_hidden rows over all spans, D) */
+    float *hidden;  /* (n_hidden rows over all spans of the call, D) */
 } head_out_job;
 
 static void head_out_row(void *arg, int t, int tid) {
@@ -230,10 +260,40 @@ static void head_out_row(void *arg, int t, int tid) {
     while (k >= j->spans[i].n_hidden) k -= j->spans[i++].n_hidden;
     const dsv4_span *sp = &j->spans[i];
     const int r = j->bs[i].row0 + dsv4_wanted_row(sp->hidden_rows, sp->n_hidden, sp->n_tokens, k);
-    float *out = j->hidden + (size_t)t * D;
+    float *out = j->hidden + (size_t)(t + (i >= j->gap ? j->gap_h : 0)) * D;
     dsv4_hc_head_at(c, j->simd, j->h + (size_t)r * hc * D, m->hc_head_fn, m->hc_head_base, m->hc_head_scale, out);
     dsv4_rmsnorm(out, m->norm, D, (float)c->rms_norm_eps, out);
     j->e->num->round(j->e->num, DSV4_ACT_NORM, out, D);
+}
+
+/* Under DP|CP: every rank's CP span, in rank order, as a CP prefill with that rank as its
+ * home; this rank's (spans[cpi]) writes its outputs where the call's order puts them, the
+ * others' come as the agreement shared them. *mine: this rank's began. */
+static int dp_cp_prefills(dsv4_engine *e, const dsv4_span *spans, int cpi, float *hidden, float *streams,
+                          int *mine, dsv4_err *err) {
+    const int D = e->cfg->hidden_size, hcD = e->cfg->hc_mult * D;
+    for (int r = 0; r < dsv4_dist_size(e->group); r++) {
+        dsv4_dp_cp p;
+        dsv4_engine_dp_cp(e, r, &p);
+        if (!p.n_tokens) continue;
+        int rc;
+        if (r == e->rank) {
+            size_t oh = 0, os = 0;
+            for (int i = 0; i < cpi; i++) {
+                oh += (size_t)spans[i].n_hidden;
+                os += (size_t)spans[i].n_streams;
+            }
+            *mine = 1;
+            rc = dsv4_forward_cp_at(e, &spans[cpi], r, hidden ? hidden + oh * D : NULL,
+                                    streams ? streams + os * hcD : NULL, err);
+        } else {
+            const dsv4_span sp = {.seq = p.seq, .start = p.start, .n_tokens = p.n_tokens,
+                                  .n_hidden = p.n_hidden, .n_streams = p.n_streams};
+            rc = dsv4_forward_cp_at(e, &sp, r, NULL, NULL, err);
+        }
+        if (rc) return rc;
+    }
+    return DSV4_OK;
 }
 
 static int forward_body(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
@@ -244,15 +304,26 @@ static int forward_body(dsv4_engine *e, const dsv4_span *spans, int n_spans, flo
     int rc = validate_call(e, spans, n_spans, hidden, streams, &R, err);
     const size_t mark = dsv4_arena_mark(&e->scratch);
     forward_bufs f;
-    int packed = 0; /* f filled and the call's pages reserved */
+    int reserved = 0; /* the call's pages reserved (f's span arrays taken) */
+    int cpi = -1;     /* under DP|CP: this rank's span that ran as a CP prefill over the group */
     if (e->dp) {
         /* data-parallel attention: the spans are this rank's own, so the group agrees on the
          * call's kind and every rank's status; a rank's pages are reserved before that, so a
          * rank short of pages refuses the call on every rank before any rank writes a cache
-         * (its reservation then goes back) */
-        if (!rc && R > 0) packed = !(rc = forward_pack(e, spans, n_spans, R, &f, err));
-        rc = dsv4_engine_agree_dp(e, rc, DSV4_DP_CALL_FORWARD, err);
-        if (rc && packed) dsv4_engine_unreserve(e, f.seqs, n_spans);
+         * (its reservation then goes back). Under CP every rank's longest prefill span also
+         * travels in that agreement, and each runs first as a CP prefill over the group. */
+        if (!rc) cpi = dsv4_cp_pick(e, spans, n_spans);
+        if (!rc && R > 0) reserved = !(rc = forward_reserve(e, spans, n_spans, &f, err));
+        rc = dsv4_engine_agree_dp(e, rc, DSV4_DP_CALL_FORWARD, cpi >= 0 ? &spans[cpi] : NULL, err);
+        if (rc && reserved) dsv4_engine_unreserve(e, f.seqs, n_spans);
+        int mine = 0;
+        if (!rc && (rc = dp_cp_prefills(e, spans, cpi, hidden, streams, &mine, err))) {
+            /* the group stopped together (the CP prefill's agreements): the other spans were
+             * not written, this rank's CP span may have been */
+            if (mine) e->seqs[spans[cpi].seq].broken = 1;
+            if (reserved) dsv4_engine_unreserve(e, f.seqs, n_spans);
+            goto done;
+        }
     } else if (e->group) {
         /* a group agrees on the call (every rank valid, the same spans) before anything
          * collective, so a refusal or a mismatch is the same clean error on every rank */
@@ -269,29 +340,36 @@ static int forward_body(dsv4_engine *e, const dsv4_span *spans, int n_spans, flo
         goto done;
     }
 
-    if (e->idle || R == 0) {
+    const int R_here = R - (cpi >= 0 ? spans[cpi].n_tokens : 0);
+    if (e->idle || R_here == 0) {
         /* no rows here: a non-home rank (rank 0 computes these spans and keeps their caches),
-         * or a DP rank without spans this call */
+         * or a DP rank without spans this call (or only its CP span, already done) */
         int changed;
         rc = dsv4_engine_idle_layers(e, 0, c->num_hidden_layers, &changed, err);
         for (int i = 0; i < n_spans; i++) {
-            if (rc && changed) e->seqs[spans[i].seq].broken = 1;
-            else if (!rc) commit_span(e, &spans[i]);
+            if (rc && (changed || i == cpi)) e->seqs[spans[i].seq].broken = 1;
+            else if (!rc && i != cpi) commit_span(e, &spans[i]);
         }
+        if (!rc && cpi >= 0) rc = check_finite(e, spans, n_spans, hidden, streams, err);
         goto done;
     }
 
-    if (!packed && (rc = forward_pack(e, spans, n_spans, R, &f, err))) {
-        dsv4_engine_fail_collective(e, rc, 1);
+    int n_run = 0; /* the spans that run here: f.rest */
+    if ((!reserved && (rc = forward_reserve(e, spans, n_spans, &f, err))) ||
+        (rc = forward_pack(e, spans, n_spans, cpi, &n_run, &f, err))) {
+        if (reserved) dsv4_engine_unreserve(e, f.seqs, n_spans);
+        if (cpi >= 0) e->seqs[spans[cpi].seq].broken = 1;
+        dsv4_engine_fail_collective(e, rc, cpi < 0);
         goto done;
     }
+    const dsv4_span *run = f.rest;
     const dsv4_batch_span *bs = f.bs;
     float *h = f.h;
-    dsv4_batch batch = {R, n_spans, f.bs, f.pos, f.tok};
+    dsv4_batch batch = {R_here, n_run, f.bs, f.pos, f.tok};
 
     /* h[i][j] = embed[token_i] for every stream j (§5.1), rows over the pool */
     embed_job ej = {&e->model->embed, f.tok, h, D, hc};
-    dsv4_kctx_parallel_from(e->k, R, DSV4_KCTX_ROW_COPY_MIN_TASKS, embed_row, &ej);
+    dsv4_kctx_parallel_from(e->k, R_here, DSV4_KCTX_ROW_COPY_MIN_TASKS, embed_row, &ej);
     const dsv4_block_step local = dsv4_engine_local_step(e);
     for (int l = 0; l < c->num_hidden_layers; l++)
         if ((rc = dsv4_engine_block(e, &e->blocks[l], &batch, &local, h, err))) {
@@ -299,20 +377,24 @@ static int forward_body(dsv4_engine *e, const dsv4_span *spans, int n_spans, flo
             goto done;
         }
 
-    /* outputs: streams as they are, hidden = RMSNorm(hc_head(h); norm) (§5.13) */
+    /* outputs: streams as they are, hidden = RMSNorm(hc_head(h); norm) (§5.13), each at
+     * its place in the call's order (after a CP span's, gap) */
+    const int gap = cpi >= 0 ? cpi : n_run;
     int oh = 0, os = 0;
-    for (int i = 0; i < n_spans; i++) {
-        const dsv4_span *sp = &spans[i];
+    for (int i = 0; i < n_run; i++) {
+        const dsv4_span *sp = &run[i];
+        if (i == gap) os += spans[cpi].n_streams;
         for (int j = 0; j < sp->n_streams; j++, os++) {
             const int r = bs[i].row0 + dsv4_wanted_row(sp->stream_rows, sp->n_streams, sp->n_tokens, j);
             memcpy(streams + (size_t)os * hc * D, h + (size_t)r * hc * D, (size_t)hc * D * sizeof(float));
         }
         oh += sp->n_hidden;
     }
-    head_out_job hj = {e, spans, bs, n_spans, dsv4_kctx_simd(e->k), h, hidden};
+    head_out_job hj = {e, run, bs, n_run, dsv4_kctx_simd(e->k), gap, cpi >= 0 ? spans[cpi].n_hidden : 0, h,
+                       hidden};
     dsv4_kctx_parallel_from(e->k, oh, DSV4_KCTX_ROW_COPY_MIN_TASKS, head_out_row, &hj);
     if ((rc = check_finite(e, spans, n_spans, hidden, streams, err))) goto done;
-    for (int i = 0; i < n_spans; i++) commit_span(e, &spans[i]);
+    for (int i = 0; i < n_run; i++) commit_span(e, &run[i]);
 done:
     dsv4_arena_release(&e->scratch, mark);
     return rc;

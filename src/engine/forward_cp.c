@@ -48,17 +48,30 @@ static int64_t granule_of(const dsv4_engine *e) {
 }
 #endif
 
-int dsv4_cp_eligible(const dsv4_engine *e, const dsv4_span *spans, int n_spans) {
+int dsv4_cp_long_enough(const dsv4_engine *e, int64_t s0, int64_t n) {
 #ifdef DSV4_HAVE_MPI
     const dsv4_dist *d = e->group; /* set when opts.parallel spans more than one rank */
-    if (!d || !(e->opts.parallel & DSV4_PAR_CP) || n_spans != 1 || !spans) return 0;
-    const int64_t G = granule_of(e), s0 = spans[0].start, n = spans[0].n_tokens;
+    if (!d || !(e->opts.parallel & DSV4_PAR_CP)) return 0;
+    const int64_t G = granule_of(e);
     const int64_t q = (s0 + n + G - 1) / G - s0 / G;
     return q >= 2 * (int64_t)d->size;
 #else
-    (void)e; (void)spans; (void)n_spans;
+    (void)e; (void)s0; (void)n;
     return 0;
 #endif
+}
+
+int dsv4_cp_eligible(const dsv4_engine *e, const dsv4_span *spans, int n_spans) {
+    return !e->dp && n_spans == 1 && spans && dsv4_cp_long_enough(e, spans[0].start, spans[0].n_tokens);
+}
+
+int dsv4_cp_pick(const dsv4_engine *e, const dsv4_span *spans, int n_spans) {
+    int best = -1;
+    for (int i = 0; e->dp && i < n_spans; i++)
+        if (!spans[i].speculative && dsv4_cp_long_enough(e, spans[i].start, spans[i].n_tokens) &&
+            (best < 0 || spans[i].n_tokens > spans[best].n_tokens))
+            best = i;
+    return best;
 }
 
 #ifndef DSV4_HAVE_MPI
@@ -66,6 +79,12 @@ int dsv4_cp_eligible(const dsv4_engine *e, const dsv4_span *spans, int n_spans) 
 int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
                     float *streams, dsv4_err *err) {
     (void)e; (void)spans; (void)n_spans; (void)hidden; (void)streams;
+    return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "context parallelism needs an MPI build");
+}
+
+int dsv4_forward_cp_at(dsv4_engine *e, const dsv4_span *span, int home, float *hidden, float *streams,
+                       dsv4_err *err) {
+    (void)e; (void)span; (void)home; (void)hidden; (void)streams;
     return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "context parallelism needs an MPI build");
 }
 
@@ -92,7 +111,10 @@ typedef struct cp_call {
     dsv4_engine *e;
     const dsv4_config *c;
     MPI_Comm comm;
-    int rank, cp, seq;
+    int rank, cp, seq;            /* rank: (MPI rank - home) mod cp, the rank in the partition
+                                   * (cp.h: 0 the home, owner of the first and last segment) */
+    int home, me;                 /* the home's MPI rank and this one's: collectives' roots and
+                                   * counts/displs are by MPI rank (M below) */
     int64_t s0, end;
     dsv4_cp_plan plan;
     /* local rows: this rank's segments in position order, as the spans of one batch */
@@ -113,7 +135,12 @@ typedef struct cp_call {
     float *cmp, *idx;
     MPI_Datatype t_hd, t_dI, t_D;
     dsv4_cp_stats *stats;         /* e->cp_stats: optional timings */
+    int bad_span;                 /* a non-home rank got a bad span from the home (its ids
+                                   * replaced by 0): fails the first layer's agreement */
 } cp_call;
+
+/* MPI rank of partition rank v. */
+static int M(const cp_call *cx, int v) { return (v + cx->home) % cx->cp; }
 
 /* ---- optional timings (dsv4_cp_stats) --------------------------------------------------- */
 
@@ -143,7 +170,7 @@ static void comm_done(cp_call *cx, cp_mark m, int64_t floats_in) {
 static int64_t gathered_in(const cp_call *cx, int64_t width) {
     int64_t n = 0;
     for (int r = 0; r < cx->cp; r++)
-        if (r != cx->rank) n += cx->counts[r];
+        if (r != cx->me) n += cx->counts[r];
     return n * width;
 }
 
@@ -192,14 +219,14 @@ static int64_t lay_make(cp_call *cx, int r) {
         const cp_lay *early = &cx->lay[rho], *late = &cx->lay[2 * cx->cp - 1 - rho];
         const int64_t n = early->floats + late->floats;
         if (n > INT_MAX || total > INT_MAX) return -1;
-        cx->counts[rho] = (int)n;
-        cx->displs[rho] = (int)total;
+        cx->counts[M(cx, rho)] = (int)n;
+        cx->displs[M(cx, rho)] = (int)total;
         total += n;
     }
     for (int i = 0; i < p->n_seg; i++) {
         cp_lay *L = &cx->lay[i];
         const int rho = p->seg[i].owner;
-        L->off = cx->displs[rho] + (i < cx->cp ? 0 : cx->lay[rho].floats);
+        L->off = cx->displs[M(cx, rho)] + (i < cx->cp ? 0 : cx->lay[rho].floats);
         for (int ix = 0; ix < 2; ix++) L->off_st[ix] += L->off;
     }
     return total;
@@ -297,13 +324,13 @@ static int bcast_state(cp_call *cx, const dsv4_block_w *b, dsv4_err *err) {
     }
     const cp_mark t = mark(cx);
     MPI_Request rq;
-    int rc = cp_done(cx, MPI_Ibcast(cx->bc, (int)cx->bc_floats, MPI_FLOAT, 0, cx->comm, &rq), &rq,
+    int rc = cp_done(cx, MPI_Ibcast(cx->bc, (int)cx->bc_floats, MPI_FLOAT, cx->home, cx->comm, &rq), &rq,
                      "state broadcast", l, err);
     if (!rc && r && cx->s0 / r > 0)
-        rc = cp_done(cx, MPI_Ibcast(cx->cmp, (int)(cx->s0 / r), cx->t_hd, 0, cx->comm, &rq), &rq,
+        rc = cp_done(cx, MPI_Ibcast(cx->cmp, (int)(cx->s0 / r), cx->t_hd, cx->home, cx->comm, &rq), &rq,
                      "entry broadcast", l, err);
     if (!rc && r == 4 && cx->s0 / 4 > 0)
-        rc = cp_done(cx, MPI_Ibcast(cx->idx, (int)(cx->s0 / 4), cx->t_dI, 0, cx->comm, &rq), &rq,
+        rc = cp_done(cx, MPI_Ibcast(cx->idx, (int)(cx->s0 / 4), cx->t_dI, cx->home, cx->comm, &rq), &rq,
                      "indexer key broadcast", l, err);
     comm_done(cx, t, cx->rank ? cx->bc_floats + (r ? cx->s0 / r * hd : 0) +
                                 (r == 4 ? cx->s0 / 4 * dI : 0) : 0);
@@ -337,7 +364,7 @@ static int exchange_a(cp_call *cx, const dsv4_block_w *b, const dsv4_attn_work *
     }
     const cp_mark t = mark(cx);
     MPI_Request rq;
-    int rc = cp_done(cx, MPI_Iallgatherv(cx->a_send, cx->counts[cx->rank], MPI_FLOAT, cx->a_recv, cx->counts,
+    int rc = cp_done(cx, MPI_Iallgatherv(cx->a_send, cx->counts[cx->me], MPI_FLOAT, cx->a_recv, cx->counts,
                                          cx->displs, MPI_FLOAT, cx->comm, &rq), &rq, "exchange A", b->layer_id, err);
     comm_done(cx, t, gathered_in(cx, 1));
     return rc;
@@ -354,8 +381,8 @@ static int exchange_b(cp_call *cx, const dsv4_block_w *b, dsv4_err *err) {
         for (int late = 0; late < 2; late++) {
             for (int rho = 0; rho < cx->cp; rho++) {
                 const dsv4_cp_seg *s = &cx->plan.seg[late ? 2 * cx->cp - 1 - rho : rho];
-                cx->counts[rho] = (int)(s->end / rr - s->start / rr);
-                cx->displs[rho] = (int)(s->start / rr);
+                cx->counts[M(cx, rho)] = (int)(s->end / rr - s->start / rr);
+                cx->displs[M(cx, rho)] = (int)(s->start / rr);
             }
             const cp_mark t = mark(cx);
             MPI_Request rq;
@@ -449,6 +476,8 @@ static int cp_attention(cp_call *cx, const dsv4_block_w *b, const float *x, floa
     const size_t scratch_mark = dsv4_arena_mark(&e->scratch);
     dsv4_attn_work w = {0};
     int rc = dsv4_attn_project(&actx, b, &cx->batch, x, &w, err);
+    if (!rc && cx->bad_span)
+        rc = dsv4_fail(err, DSV4_ERR_STATE, "CP prefill: rank %d sent a bad span", cx->home);
     if (!rc && lay_make(cx, b->ratio) < 0)
         rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "CP prefill: exchange A of layer %d exceeds "
                        "INT_MAX floats", l);
@@ -470,18 +499,18 @@ static int cp_trace(cp_call *cx, int layer, int kind, const float *h, float *all
     const int hc = cx->c->hc_mult;
     for (int rho = 0; rho < cx->cp; rho++) {
         const dsv4_cp_seg *a = &cx->plan.seg[rho], *b = &cx->plan.seg[2 * cx->cp - 1 - rho];
-        cx->counts[rho] = (int)((a->end - a->start + b->end - b->start) * hc);
-        cx->displs[rho] = rho ? cx->displs[rho - 1] + cx->counts[rho - 1] : 0;
+        cx->counts[M(cx, rho)] = (int)((a->end - a->start + b->end - b->start) * hc);
+        cx->displs[M(cx, rho)] = rho ? cx->displs[M(cx, rho - 1)] + cx->counts[M(cx, rho - 1)] : 0;
     }
     MPI_Request rq;
-    int rc = cp_done(cx, MPI_Igatherv(h, cx->R * hc, cx->t_D, all, cx->counts, cx->displs, cx->t_D, 0,
+    int rc = cp_done(cx, MPI_Igatherv(h, cx->R * hc, cx->t_D, all, cx->counts, cx->displs, cx->t_D, cx->home,
                                       cx->comm, &rq), &rq, "trace gather", layer, err);
     if (rc) return rc;
     if (cx->rank != 0) return DSV4_OK;
     for (int i = 0; i < cx->plan.n_seg; i++) {
         const dsv4_cp_seg *s = &cx->plan.seg[i];
         const int rho = s->owner, early = i < cx->cp;
-        int64_t at = cx->displs[rho] / hc;
+        int64_t at = cx->displs[M(cx, rho)] / hc;
         if (!early) at += cx->plan.seg[rho].end - cx->plan.seg[rho].start;
         for (int64_t p = s->start; p < s->end; p++, at++)
             e->trace(e->trace_user, cx->seq, p, layer, kind, all + at * hc * cx->c->hidden_size);
@@ -567,6 +596,7 @@ size_t dsv4_forward_cp_scratch_bytes(const dsv4_config *c, int P, int R, int64_t
     float *h, *mine, *all, *yh;
     layout_take(&m, P, &seg, &cx);
     rows_take(&m, c, R, 2 * seg_floats, 2LL * P * seg_floats, bc, n_cmp, n_idx, &cx, &h);
+    dsv4_arena_take_n(&m, 3LL * R, sizeof(int32_t)); /* under DP: the span from its home */
     const size_t call = m.peak;
     /* after the layers: the rows asked for, hidden (D) and streams (hc x D) each */
     dsv4_arena_take_n(&m, 4LL * P, sizeof(int));
@@ -615,12 +645,12 @@ static int cp_outputs(cp_call *cx, const dsv4_span *sp, const float *h, float *h
             rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "CP outputs: too many rows to gather");
             goto done;
         }
-        cx->counts[rho] = (int)n;
-        cx->displs[rho] = (int)total;
+        cx->counts[M(cx, rho)] = (int)n;
+        cx->displs[M(cx, rho)] = (int)total;
         total += n;
     }
     float *mine, *all, *yh;
-    if (!outputs_take(a, cx->rank == 0, cx->counts[cx->rank], total, D, &mine, &all, &yh)) {
+    if (!outputs_take(a, cx->rank == 0, cx->counts[cx->me], total, D, &mine, &all, &yh)) {
         rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP outputs: scratch arena too small (%lld rows)", (long long)total);
         goto done;
     }
@@ -643,19 +673,19 @@ static int cp_outputs(cp_call *cx, const dsv4_span *sp, const float *h, float *h
     }
     const cp_mark t = mark(cx);
     MPI_Request rq;
-    rc = cp_done(cx, MPI_Igatherv(mine, cx->counts[cx->rank], cx->t_D, all, cx->counts, cx->displs,
-                                  cx->t_D, 0, cx->comm, &rq), &rq, "output gather", -1, err);
+    rc = cp_done(cx, MPI_Igatherv(mine, cx->counts[cx->me], cx->t_D, all, cx->counts, cx->displs,
+                                  cx->t_D, cx->home, cx->comm, &rq), &rq, "output gather", -1, err);
     comm_done(cx, t, cx->rank ? 0 : gathered_in(cx, D));
     if (!rc && cx->rank == 0) {
         /* rank rho's part: its hidden rows, then its stream rows, each in request order */
         for (int j = 0; j < sp->n_hidden; j++) {
             const int rho = cx->plan.seg[dsv4_cp_seg_of(&cx->plan, s0 + dsv4_wanted_row(sp->hidden_rows, sp->n_hidden, sp->n_tokens, j))].owner;
-            memcpy(hidden + (size_t)j * D, all + ((size_t)cx->displs[rho] + take_h[rho]++) * D,
+            memcpy(hidden + (size_t)j * D, all + ((size_t)cx->displs[M(cx, rho)] + take_h[rho]++) * D,
                    (size_t)D * sizeof(float));
         }
         for (int j = 0; j < sp->n_streams; j++) {
             const int rho = cx->plan.seg[dsv4_cp_seg_of(&cx->plan, s0 + dsv4_wanted_row(sp->stream_rows, sp->n_streams, sp->n_tokens, j))].owner;
-            const size_t at = (size_t)cx->displs[rho] + n_h[rho] + (size_t)take_s[rho]++ * hc;
+            const size_t at = (size_t)cx->displs[M(cx, rho)] + n_h[rho] + (size_t)take_s[rho]++ * hc;
             memcpy(streams + (size_t)j * hc * D, all + at * D, (size_t)hc * D * sizeof(float));
         }
     }
@@ -668,16 +698,51 @@ done:
 
 int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
                     float *streams, dsv4_err *err) {
-    const dsv4_config *c = e->cfg;
-    const dsv4_span *sp = &spans[0];
-    const int D = c->hidden_size, hc = c->hc_mult, hd = c->head_dim, dI = c->index_head_dim;
     if (n_spans != 1) return dsv4_fail(err, DSV4_ERR_ARG, "CP prefill takes one span, got %d", n_spans);
+    return dsv4_forward_cp_at(e, &spans[0], 0, hidden, streams, err);
+}
+
+/* Under DP the span travels from its home, which alone has it: its tokens, then the rows
+ * asked for as explicit indices (*sp's arrays then point into buf, 3 n_tokens ints). */
+static int bcast_span(cp_call *cx, dsv4_span *sp, int32_t *buf, dsv4_err *err) {
+    const int n = sp->n_tokens, nh = sp->n_hidden, ns = sp->n_streams;
+    if (cx->rank == 0) {
+        memcpy(buf, sp->tokens, (size_t)n * sizeof(int32_t));
+        for (int j = 0; j < nh; j++) buf[n + j] = dsv4_wanted_row(sp->hidden_rows, nh, n, j);
+        for (int j = 0; j < ns; j++) buf[n + nh + j] = dsv4_wanted_row(sp->stream_rows, ns, n, j);
+    }
+    MPI_Request rq;
+    int rc = cp_done(cx, MPI_Ibcast(buf, n + nh + ns, MPI_INT32_T, cx->home, cx->comm, &rq), &rq,
+                     "span broadcast", -1, err);
+    sp->tokens = buf;
+    sp->hidden_rows = buf + n;
+    sp->stream_rows = buf + n + nh;
+    /* a peer's word: a bad id must not index the embedding or the outputs; the failure
+     * waits for the first layer's agreement, where every rank stops */
+    for (int j = 0; !rc && j < n + nh + ns; j++)
+        if (buf[j] < 0 || buf[j] >= (j < n ? cx->c->vocab_size : n)) {
+            buf[j] = 0;
+            cx->bad_span = 1;
+        }
+    return rc;
+}
+
+int dsv4_forward_cp_at(dsv4_engine *e, const dsv4_span *span, int home, float *hidden, float *streams,
+                       dsv4_err *err) {
+    const dsv4_config *c = e->cfg;
+    const int D = c->hidden_size, hc = c->hc_mult, hd = c->head_dim, dI = c->index_head_dim;
+    dsv4_span spc = *span, *sp = &spc; /* under DP, filled by the home's broadcast */
     cp_call cxs = {0}, *cx = &cxs;
     cx->e = e;
     cx->c = c;
     cx->comm = e->group->comm;
-    cx->rank = e->group->rank;
+    cx->me = e->group->rank;
     cx->cp = e->group->size;
+    cx->home = home;
+    cx->rank = (cx->me - home + cx->cp) % cx->cp;
+    /* without DP every rank holds the sequence's handle (rank 0 its cache); under DP only
+     * the home knows the sequence: the others never touch their own of that id */
+    const int owner = !e->dp || cx->rank == 0;
     cx->seq = sp->seq;
     cx->s0 = sp->start;
     cx->end = sp->start + sp->n_tokens;
@@ -717,7 +782,7 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
                 break;
             }
             if (a > max_a) max_a = a;
-            if (cx->counts[cx->rank] > max_send) max_send = cx->counts[cx->rank];
+            if (cx->counts[cx->me] > max_send) max_send = cx->counts[cx->me];
             if (cx->s0 > 0) {
                 bc_make(cx, r);
                 if (cx->bc_floats > max_bc) max_bc = cx->bc_floats;
@@ -733,7 +798,12 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
             rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP prefill: out of memory for the trace hook's gather "
                            "(made when the hook was set)");
     }
-    if (!rc && cx->rank == 0) {
+    int32_t *span_buf = NULL; /* (n_tokens + n_hidden + n_streams) under DP */
+    if (!rc && e->dp && !(span_buf = dsv4_arena_take_n(&e->scratch, (int64_t)sp->n_tokens + sp->n_hidden +
+                                                       sp->n_streams, sizeof(int32_t))))
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "CP prefill: scratch arena too small for the span");
+    /* under DP the home reserved its pages before the call's agreement (forward.c) */
+    if (!rc && cx->rank == 0 && !e->dp) {
         const int64_t start = sp->start;
         const int count = sp->n_tokens;
         rc = dsv4_cache_reserve(e->cache, 1, &sp->seq, &start, &count, 1, err);
@@ -752,6 +822,7 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
             rc = dsv4_fail(err, worst, "CP prefill: another rank refused the call (%s)",
                            dsv4_strerror(worst));
     }
+    if (!rc && e->dp) rc = bcast_span(cx, sp, span_buf, err);
     if (rc) goto done;
     MPI_Type_contiguous(hd, MPI_FLOAT, &cx->t_hd);
     MPI_Type_contiguous(dI > 0 ? dI : 1, MPI_FLOAT, &cx->t_dI);
@@ -776,17 +847,20 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
     const dsv4_block_step step = {cp_attention_step, cp_trace_step, cx};
     for (int l = 0; l < c->num_hidden_layers; l++)
         if ((rc = dsv4_engine_block(e, &e->blocks[l], &cx->batch, &step, h, err))) {
-            e->seqs[sp->seq].broken = 1;
+            if (owner) e->seqs[sp->seq].broken = 1;
             goto done;
         }
 
-    /* 4. outputs on the home rank; every rank commits (the others hold no pages) */
+    /* 4. outputs on the home rank; every rank that knows the sequence commits (the others
+     *    hold no pages) */
     if ((rc = cp_outputs(cx, sp, h, hidden, streams, err))) {
-        e->seqs[sp->seq].broken = 1;
+        if (owner) e->seqs[sp->seq].broken = 1;
         goto done;
     }
-    e->seqs[sp->seq].n += sp->n_tokens;
-    dsv4_engine_trim(e, sp->seq);
+    if (owner) {
+        e->seqs[sp->seq].n += sp->n_tokens;
+        dsv4_engine_trim(e, sp->seq);
+    }
 
 done:
     if (cx->stats) {

@@ -23,6 +23,8 @@ typedef struct dsv4_cp_stats {
 /* 1 when dsv4_forward should hand this call to dsv4_forward_cp: a process group of more
  * than one rank with DSV4_PAR_CP, a single span, and at least 2 CP granules. */
 int dsv4_cp_eligible(const dsv4_engine *e, const dsv4_span *spans, int n_spans);
+/* 1 when positions [s0, s0 + n) touch 2 granules per rank of a CP group. */
+int dsv4_cp_long_enough(const dsv4_engine *e, int64_t s0, int64_t n);
 
 /* The scratch a CP prefill takes on P ranks for calls of at most R rows, positions below
  * max_context: returns the call's own buffers (held while the blocks run, whose scratch
@@ -35,5 +37,20 @@ size_t dsv4_forward_cp_scratch_bytes(const dsv4_config *c, int P, int R, int64_t
  * Hidden and stream rows are returned on the home rank (rank 0) only. */
 int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
                     float *streams, dsv4_err *err);
+
+/* The same with `home` (an MPI rank) as the home rank: the partition is rank 0's
+ * relabelled by (rank - home) mod size, so the home owns the first and last segments,
+ * keeps the cache and gets the outputs. Without DP every rank passes the same span. Under
+ * DSV4_PAR_DP (forward.c) only the home has it, validated and its pages reserved; the
+ * others pass its seq, start, n_tokens, n_hidden and n_streams as agreed (no arrays,
+ * hidden and streams NULL) and get the tokens and rows from the home; they never touch
+ * their own sequence of that id. Every rank of the group calls it. */
+int dsv4_forward_cp_at(dsv4_engine *e, const dsv4_span *span, int home, float *hidden, float *streams,
+                       dsv4_err *err);
+
+/* Under DSV4_PAR_DP | DSV4_PAR_CP: the index of this rank's span that runs as a CP prefill
+ * over the group (its longest non-speculative span of at least 2 granules per rank; the
+ * first of equals), or -1. */
+int dsv4_cp_pick(const dsv4_engine *e, const dsv4_span *spans, int n_spans);
 
 #endif

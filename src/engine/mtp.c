@@ -161,7 +161,7 @@ static int mtp_forward_body(dsv4_engine *e, const dsv4_mtp_span *spans, int n_sp
     if (e->dp) {
         /* this rank's own spans: agree on the kind and status only (see dsv4_forward) */
         if (!rc && R > 0) packed = !(rc = mtp_pack(e, spans, n_spans, out, R, &f, &n_keep, err));
-        rc = dsv4_engine_agree_dp(e, rc, DSV4_DP_CALL_MTP, err);
+        rc = dsv4_engine_agree_dp(e, rc, DSV4_DP_CALL_MTP, NULL, err);
         if (rc && packed) dsv4_engine_unreserve(e, f.seqs, n_spans);
     } else if (e->group) {
         /* the group agrees on the call first (see dsv4_forward); out is the home rank's own

@@ -30,11 +30,12 @@ size_t dsv4_scratch_plan_bytes(const dsv4_config *c, const dsv4_engine_opts *o, 
         if (!seen) sub = maxz(sub, dsv4_attn_scratch_bytes(c, r, R, S, max_pos, threads, row_fmt, key_fmt));
     }
     const int P = o->parallel && o->dist ? dsv4_dist_size(o->dist) : 1;
-    size_t call = maxz(dsv4_forward_scratch_bytes(c, R, S), o->mtp ? dsv4_mtp_scratch_bytes(c, R, S) : 0);
+    size_t held; /* what a forward holds while its CP prefills run (under DP) */
+    size_t call = maxz(dsv4_forward_scratch_bytes(c, R, S, &held), o->mtp ? dsv4_mtp_scratch_bytes(c, R, S) : 0);
     size_t after = 0; /* a CP prefill's output gather, after its blocks */
     if ((o->parallel & DSV4_PAR_CP) && P > 1) {
         size_t outputs;
-        const size_t cp = dsv4_forward_cp_scratch_bytes(c, P, R, o->max_context, &outputs);
+        const size_t cp = held + dsv4_forward_cp_scratch_bytes(c, P, R, o->max_context, &outputs);
         call = maxz(call, cp);
         after = cp + outputs;
     }

@@ -13,12 +13,14 @@
  *
  * Under mpirun, modes ep and cp run the same schedule on every rank of an expert-parallel
  * or context-parallel engine (cp: granule 4, so the one-sequence prefills split over the
- * ranks), plus the group head calls (dsv4_lm_head_dist, the sharded argmax): the exchange
+ * ranks; dpcp: data-parallel attention with CP, every rank its own sequences, so the long
+ * chunks of every rank run as CP prefills homed on it, several a call), plus the group head
+ * calls (dsv4_lm_head_dist, the sharded argmax): the exchange
  * buffers, the sharded head's broadcast, shards and gather and the rank agreements come
  * from memory made at create too (what Open MPI allocates inside its own library is not
  * counted: only the calls this binary and libdsv4 make are wrapped).
  *
- *   test_no_alloc MODEL_DIR [exact|reference|w8a8|fidelity|ep|cp]   (fidelity: every P3 item)
+ *   test_no_alloc MODEL_DIR [exact|reference|w8a8|fidelity|ep|cp|dpcp]   (fidelity: every P3 item)
  */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -142,7 +144,9 @@ static void run_schedule(dsv4_model *m, const char *mode) {
                            .threads = 2, .reference = !strcmp(mode, "reference"),
                            .w8a8 = !strcmp(mode, "w8a8"),
                            .fidelity = !strcmp(mode, "fidelity") ? DSV4_FID_OFFICIAL : 0,
-                           .dist = group, .parallel = !group ? 0 : !strcmp(mode, "ep") ? DSV4_PAR_EP : DSV4_PAR_CP,
+                           .dist = group, .parallel = !group ? 0 : !strcmp(mode, "ep") ? DSV4_PAR_EP
+                                               : !strcmp(mode, "dpcp") ? DSV4_PAR_EP | DSV4_PAR_DP | DSV4_PAR_CP
+                                               : DSV4_PAR_CP,
                            .cp_granule = 4};
     dsv4_engine *e;
     dsv4_err err = {0};
@@ -208,7 +212,7 @@ int main(int argc, char **argv) {
     const char *mode = argc > 2 ? argv[2] : "exact";
     dsv4_model *m;
     dsv4_err err = {0};
-    if (!strcmp(mode, "ep") || !strcmp(mode, "cp")) {
+    if (!strcmp(mode, "ep") || !strcmp(mode, "cp") || !strcmp(mode, "dpcp")) {
         if (dsv4_dist_init(&argc, &argv, &group, &err) || dsv4_dist_size(group) < 2) {
             fprintf(stderr, "test_no_alloc %s: needs an MPI build and mpirun -np 2 or more (%s)\n", mode, err.msg);
             return 1;

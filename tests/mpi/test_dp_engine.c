@@ -13,11 +13,19 @@
  *    call: the same clean error on every rank, no sequence changed or broken, every rank's
  *    pool usage as before (a rank's reservation goes back), later calls work;
  *  - every rank has its own prefix cache (dsv4_prefix_start) and no follower mirror;
- *  - DP needs EP and refuses CP, on every rank at create.
+ *  - DP needs EP, refused on every rank at create.
+ * With --cp the group engine adds DSV4_PAR_CP with a granule of 2 positions, so that many
+ * prefill chunks (of 6 + 5 r tokens) run as CP prefills over the group with their rank as
+ * home: at the first chunk and later ones (s0 > 0), several ranks' in one call, next to
+ * other ranks' decode rows or none, MTP after them; a bad token on one rank while the others
+ * pass CP spans, and rank 0's CP chunks of 64 filling its pool, refuse cleanly everywhere.
+ * Every rank's outputs and the decode steps after stay bitwise the local engine's, and the
+ * CP prefills are counted (dsv4_cp_stats).
  *
- *   mpirun -np N test_dp_engine MODEL_DIR        (N divides the routed experts: the goldens'
+ *   mpirun -np N test_dp_engine MODEL_DIR [--cp]  (N divides the routed experts: the goldens'
  *                                                 8 and 16 at 2 and 4, the generated e12 at 3)
  */
+#include "engine/forward_cp.h"
 #include "ep_fixture.h"
 
 enum { NSEQ = 3, MAXC = 256, STEPS = 9 };
@@ -36,6 +44,8 @@ typedef struct pair {
 } pair;
 
 static uint64_t rng;
+static int with_cp;            /* --cp: DSV4_PAR_CP on the group engine */
+static dsv4_cp_stats cp_stats; /* the group engines' CP prefills (with_cp) */
 static dsv4_err last_err; /* the group engine's error of the last both_forward */
 static uint32_t urand32(void) {
     rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
@@ -63,9 +73,11 @@ static void make_pair(world *w, pair *p, uint64_t cache_bytes, int adversarial, 
     dsv4_err err = {0};
     memset(p, 0, sizeof *p);
     od.dist = w->g.d;
-    od.parallel = DSV4_PAR_EP | DSV4_PAR_DP | (head_shard ? DSV4_PAR_DP_HEAD : 0);
+    od.parallel = DSV4_PAR_EP | DSV4_PAR_DP | (head_shard ? DSV4_PAR_DP_HEAD : 0) | (with_cp ? DSV4_PAR_CP : 0);
     od.ep_wave = 5;
+    od.cp_granule = 2;
     CHECK_MSG(dsv4_engine_create(w->g.m, &od, &p->dp, &err) == 0, "create: %s", err.msg);
+    p->dp->cp_stats = &cp_stats;
     CHECK(dsv4_engine_create(w->g.m, &o, &p->loc, &err) == 0);
     CHECK(p->dp && p->dp->dp && !p->dp->idle && p->dp->ep);
     for (int i = 0; i < NSEQ; i++) {
@@ -243,11 +255,13 @@ static void failures(world *w) {
     int64_t n[NSEQ] = {0};
 
     /* the last rank's bad token: the others had reserved their pages, which go back */
-    int32_t toks[4];
+    int32_t toks[16]; /* under --cp the other ranks' spans are CP prefills */
+    const int nb = with_cp ? 16 : 4;
     memcpy(toks, w->tok[2], sizeof toks);
     if (r == last) toks[1] = w->g.V;
-    dsv4_span sp = {.seq = p.sd[2], .start = 0, .n_tokens = 4, .tokens = toks, .n_hidden = 1};
+    dsv4_span sp = {.seq = p.sd[2], .start = 0, .n_tokens = nb, .tokens = toks, .n_hidden = 1};
     dsv4_cache_stats before = dsv4_engine_cache_stats(p.dp);
+    const int64_t cp_before = cp_stats.calls;
     int rc = both_forward(w, &p, &sp, 1, NULL, "bad token");
     CHECK_MSG(rc == DSV4_ERR_ARG, "bad token: rc %d", rc);
     /* the refusing rank's own words reach the others */
@@ -258,11 +272,13 @@ static void failures(world *w) {
     CHECK_MSG(dsv4_dist_last_refusal(w->g.d) == (r == last ? DSV4_DIST_REFUSED_HERE : DSV4_DIST_REFUSED_ELSEWHERE),
               "bad token: rank %d reads refusal %d", r, dsv4_dist_last_refusal(w->g.d));
     CHECK(same_usage(p.dp, &before));
+    CHECK(cp_stats.calls == cp_before); /* no CP prefill began */
     lengths_match(&p, n, "bad token");
     sp.tokens = w->tok[2];
     CHECK(both_forward(w, &p, &sp, 1, NULL, "after bad token") == 0);
     CHECK(dsv4_dist_last_refusal(w->g.d) == DSV4_DIST_PASSED);
-    n[2] = 4;
+    CHECK(cp_stats.calls == cp_before + (with_cp ? w->g.size : 0)); /* every rank's span, on every rank */
+    n[2] = nb;
 
     /* rank 0 prefills until its pool is full while the others decode: the others return
      * its error before any rank writes, their sequences and pools as before */
@@ -319,8 +335,8 @@ static void failures(world *w) {
     CHECK(dsv4_seq_mirror(p.dp, 128, &s2, &err) == DSV4_ERR_UNSUPPORTED);
     free_pair(&p);
 
-    /* DP needs EP and excludes CP, refused on every rank at create */
-    const int bad[2] = {DSV4_PAR_DP, DSV4_PAR_DP | DSV4_PAR_EP | DSV4_PAR_CP};
+    /* DP needs EP, refused on every rank at create */
+    const int bad[2] = {DSV4_PAR_DP, DSV4_PAR_DP | DSV4_PAR_CP};
     for (int k = 0; k < 2; k++) {
         dsv4_engine_opts o = base_opts(0);
         o.dist = w->g.d;
@@ -334,6 +350,7 @@ static void failures(world *w) {
 int main(int argc, char **argv) {
     world w;
     if (ep_world_open(&argc, &argv, "test_dp_engine", &w.g)) return 1;
+    with_cp = argc > 2 && !strcmp(argv[2], "--cp");
     rng = 0x853c49e6748fea9bull + 0x9e3779b97f4a7c15ull * (uint64_t)(w.g.rank + 1); /* other tokens per rank */
     for (int i = 0; i < NSEQ; i++)
         for (int j = 0; j <= MAXC; j++) w.tok[i][j] = (int32_t)(urand32() % (uint32_t)w.g.V);
@@ -341,5 +358,7 @@ int main(int argc, char **argv) {
     script(&w, 0, 1);
     script(&w, 1, 0);
     failures(&w);
+    if (with_cp && w.g.rank == 0) printf("CP prefills: %lld on rank 0\n", (long long)cp_stats.calls);
+    CHECK_MSG(!with_cp || cp_stats.calls > 0, "no CP prefill ran");
     return ep_world_close(&w.g);
 }
