@@ -5,7 +5,8 @@
  *
  * For each case (a schema and a document valid under it, as a model would write it) the
  * document is tokenized and replayed token by token:
- *   mask:     json_mask alone (the trie walk; the in-string bitset and its small trie);
+ *   mask:     json_mask alone (the trie walk; the in-string bitset and its small trie; in a
+ *             constrained string the whole trie with the string's frame);
  *   gen_next: dsv4_gen_next on a logits row whose best id is the document's next token,
  *             greedy, with the constraint and without it (same rows, alternated per token),
  *             so their difference is what the constraint adds to a step: the mask, the
@@ -24,6 +25,11 @@
 #include "dsv4_text.h"
 
 typedef struct bcase { const char *name, *schema, *doc; } bcase;
+
+#define RECORD "{\"id\": \"AB-123\", \"name\": \"John Smith\", \"email\": \"john.smith@example.com\", " \
+    "\"born\": \"1982-03-14\", \"updated\": \"2024-05-01T10:30:00Z\", \"uuid\": " \
+    "\"123e4567-e89b-12d3-a456-426614174000\", \"bio\": \"Enjoys long walks, short programs and the " \
+    "quiet of early mornings; writes C for fun and reads history at night.\"}"
 
 static const bcase CASES[] = {
     {"json_object", "{\"type\":\"object\"}",
@@ -55,6 +61,18 @@ static const bcase CASES[] = {
      "\"count\":{\"type\":\"integer\"}},\"required\":[\"color\",\"size\",\"count\"]},\"maxItems\":8}",
      "[{\"color\": \"red\", \"size\": \"M\", \"count\": 3}, {\"color\": \"blue\", \"size\": \"XL\", \"count\": 12}, "
      "{\"color\": \"purple\", \"size\": \"S\", \"count\": 1}]"},
+    /* the same record with free strings and with constrained ones (pattern, format, lengths:
+     * the mask walks the whole trie with the string's frame, not the in-string bitset) */
+    {"record_free_strings", "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"name\":"
+     "{\"type\":\"string\"},\"email\":{\"type\":\"string\"},\"born\":{\"type\":\"string\"},\"updated\":"
+     "{\"type\":\"string\"},\"uuid\":{\"type\":\"string\"},\"bio\":{\"type\":\"string\"}},\"required\":[\"id\","
+     "\"name\",\"email\",\"born\",\"updated\",\"uuid\",\"bio\"]}", RECORD},
+    {"record_constrained", "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"pattern\":"
+     "\"^[A-Z]{2}-\\\\d{3}$\"},\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":64},\"email\":"
+     "{\"type\":\"string\",\"format\":\"email\"},\"born\":{\"type\":\"string\",\"format\":\"date\"},"
+     "\"updated\":{\"type\":\"string\",\"format\":\"date-time\"},\"uuid\":{\"type\":\"string\",\"format\":"
+     "\"uuid\"},\"bio\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z ,;.']+$\",\"maxLength\":300}},"
+     "\"required\":[\"id\",\"name\",\"email\",\"born\",\"updated\",\"uuid\",\"bio\"]}", RECORD},
 };
 
 static int cmp_d(const void *a, const void *b) { return cmp_double(a, b); }
@@ -111,16 +129,18 @@ int main(int argc, char **argv) {
         double *rm = malloc(sizeof *rm * (size_t)reps), *rf = malloc(sizeof *rf * (size_t)reps),
                *rj = malloc(sizeof *rj * (size_t)reps);
         long nodes = 0;
-        int in_str = 0;
+        int in_str = 0, in_cstr = 0;
         double best_med = INFINITY;
         for (int r = 0; r < reps; r++) {
             /* the mask alone, replaying the document */
             json_state_init(s, &st[0]);
             int cur = 0;
-            nodes = 0, in_str = 0;
+            nodes = 0, in_str = 0, in_cstr = 0;
             for (int i = 0; i < n; i++) {
                 int u;
+                json_frame top;
                 in_str += json_state_in_string(&st[cur], &u);
+                in_cstr += json_state_in_cstr(&st[cur], &top);
                 double a = now_s();
                 nodes += json_mask(s, jv, &w, &st[cur], bits);
                 tm[i] = now_s() - a;
@@ -163,10 +183,10 @@ int main(int argc, char **argv) {
         }
         static double p90, mx;
         p90 = best[(int)(0.9 * (n - 1))], mx = best[n - 1];
-        printf("{\"bench\":\"json_mask\",\"case\":\"%s\",\"tokens\":%d,\"in_string\":%d,\"reps\":%d,"
+        printf("{\"bench\":\"json_mask\",\"case\":\"%s\",\"tokens\":%d,\"in_string\":%d,\"in_constrained\":%d,\"reps\":%d,"
                "\"mask_us_median\":%.1f,\"mask_us_p90\":%.1f,\"mask_us_max\":%.1f,\"trie_steps_per_token\":%.0f,"
                "\"gen_next_us_free\":%.1f,\"gen_next_us_json\":%.1f}\n",
-               k->name, n, in_str, reps, median(rm, reps) * 1e6, p90 * 1e6, mx * 1e6, (double)nodes / n,
+               k->name, n, in_str, in_cstr, reps, median(rm, reps) * 1e6, p90 * 1e6, mx * 1e6, (double)nodes / n,
                median(rf, reps) * 1e6, median(rj, reps) * 1e6);
         fflush(stdout);
         free(tm), free(tf), free(tj), free(best), free(rm), free(rf), free(rj);

@@ -464,7 +464,7 @@ DSV4_API int dsv4_stop_count(const dsv4_stop *s);
  * value may be preceded and followed by a bounded run of whitespace.
  *
  * The schema subset (anything else is refused, DSV4_ERR_UNSUPPORTED naming the keyword and
- * where it is, e.g. `unsupported JSON Schema keyword "pattern" (at #/properties/id)`):
+ * where it is, e.g. `unsupported JSON Schema keyword "oneOf" (at #/properties/id)`):
  *   true (any value); "type": a name or an array of names (object, array, string, number,
  *   integer, boolean, null); "properties" (at most 64) written IN THE ORDER GIVEN, each
  *   once, the "required" ones always, the others optional; "additionalProperties": false,
@@ -474,7 +474,12 @@ DSV4_API int dsv4_stop_count(const dsv4_stop *s);
  *   "prefixItems", "minItems", "maxItems"; "enum" / "const" (values written in their
  *   compact JSON form, at most 64); "anyOf" (followed in parallel, at most 8 readings at
  *   once); "$ref" to "#", "#/$defs/NAME" or "#/definitions/NAME" (recursion allowed, nesting
- *   bounded by a depth of 32 frames). Annotations (title, description, default, examples,
+ *   bounded by a depth of 32 frames); strings: "minLength" / "maxLength" (code points after
+ *   unescaping), "pattern" (an ECMA-262 subset, unanchored as JSON Schema says: literals and
+ *   escapes, \d \w \s and their negations, classes, '.', groups, '|', * + ? {m,n} greedy or
+ *   lazy, ^ $; backreferences, lookaround, \b, \p{..} are refused), "format" (date-time,
+ *   date, time, uuid, email, hostname, ipv4, duration; any other is refused); inside such a
+ *   string a character is not written as a \u surrogate pair (UTF-8 instead). Annotations (title, description, default, examples,
  *   $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored. JSON mode (any
  *   object) is {"type": "object"}. */
 typedef struct dsv4_json_schema dsv4_json_schema;

@@ -5,6 +5,7 @@
  *   TYPED: a set of JSON types, with the object part (properties in order, or free keys
  *          whose values follow `additional`) and the array part (prefixItems, items,
  *          minItems, maxItems); "any JSON value" is TYPED with every type;
+ *          and the string part (json_strc: minLength, maxLength, pattern, format);
  *   LIT:   enum / const: the values' compact JSON texts, matched byte for byte;
  *   ANYOF: alternatives, followed in parallel (one stack each) until the bytes decide.
  *
@@ -29,6 +30,7 @@
 #define JSON_MAX_PROPS 64 /* per object (a candidate bitmask) */
 #define JSON_MAX_LITS 64  /* per enum */
 #define JSON_MAX_NODES 4096
+#define JSON_MAX_DFA 1024 /* states of a pattern's DFA */
 
 /* Node kinds and type bits */
 enum { JN_TYPED = 0, JN_LIT, JN_ANYOF };
@@ -46,6 +48,39 @@ typedef struct json_lit {
     int len;
 } json_lit;
 
+/* A DFA over Unicode code points (json_regex.c): a pattern, a format, or both. State 0
+ * starts; -1 is the dead state (json_strc.ok says which live ones can still accept). */
+typedef struct json_dfa {
+    int n_states, n_classes;  /* n_states 0: no DFA (any characters) */
+    uint32_t *lo;             /* (n_classes) class k is the code points [lo[k], lo[k + 1]) */
+    uint16_t ascii[128];      /* the class of each ASCII code point */
+    int16_t *next;            /* (n_states * n_classes) the next state, -1: none */
+    uint8_t *accept;          /* (n_states) */
+} json_dfa;
+
+/* A constrained string (minLength, maxLength, pattern, format): its code points (after JSON
+ * unescaping) counted and run through the DFA. ok says, for a DFA state q and a count n,
+ * whether some continuation still closes the string within the bounds (an accepting state,
+ * min <= count <= max): a string is alive only while it is, so "alive => completable"
+ * holds with the lengths too. Counts saturate at cap when there is no maxLength. */
+typedef struct json_strc {
+    int min, max;             /* code points; max -1: none */
+    int cap;                  /* max, or min when there is no max */
+    json_dfa dfa;
+    uint64_t *ok;             /* bits [dfa.n_states][cap + 1]; NULL without a DFA (then every
+                               * count up to max can close) */
+} json_strc;
+
+/* Compiles a pattern (UTF-8, len bytes; unanchored, as JSON Schema says) to a DFA; -1 with
+ * why (e.g. "uses a lookahead (?=") when it is outside the subset or over a bound. */
+int json_regex_compile(const char *pattern, size_t len, json_dfa *out, char *why, size_t why_len);
+/* out: the strings both a and b accept */
+int json_dfa_intersect(const json_dfa *a, const json_dfa *b, json_dfa *out, char *why, size_t why_len);
+int json_dfa_class(const json_dfa *d, uint32_t cp);
+void json_dfa_free(json_dfa *d);
+/* sets sc->cap and builds sc->ok from min, max and dfa; -1 with why over the size bound */
+int json_strc_lengths(json_strc *sc, char *why, size_t why_len);
+
 typedef struct json_node {
     uint8_t kind;           /* JN_* */
     uint8_t types;          /* JT_* (TYPED) */
@@ -54,6 +89,7 @@ typedef struct json_node {
     int prefix, n_prefix;   /* prefixItems: [prefix, prefix + n_prefix) of json_schema.kids */
     int items;              /* items past the prefix: node, or -1 (items: false) */
     int min_items, max_items; /* max -1: none */
+    int strc;               /* strings: json_schema.strcs index, -1: any string */
     int lits, n_lits;       /* LIT: [lits, lits + n_lits) of json_schema.lits */
     int alts, n_alts;       /* ANYOF: [alts, alts + n_alts) of json_schema.kids */
     /* The fewest frames above a value's own that completing it needs (its cheapest way
@@ -74,6 +110,8 @@ struct dsv4_json_schema {
     int n_kids, cap_kids;
     json_lit *lits;         /* (n_lits) */
     int n_lits, cap_lits;
+    json_strc *strcs;       /* (n_strcs) */
+    int n_strcs, cap_strcs;
     int bool_node, null_node; /* LIT nodes of true/false and null */
 };
 
@@ -86,9 +124,11 @@ typedef struct json_frame {
     uint8_t ws;             /* whitespace bytes in the current run */
     uint8_t pad[3];
     uint32_t a;             /* offset (KEY, LIT), item count (ARR), next property (OBJ),
-                             * UTF-8 state (STR) */
-    uint32_t pad2;
-    uint64_t b;             /* candidate bitmask (KEY, LIT), current property (OBJ) */
+                             * UTF-8 state (STR); CSTR: UTF-8 state in bits 0-2, the code
+                             * point so far (UTF-8 or \\u digits) from bit 8 */
+    uint32_t q;             /* DFA state (CSTR) */
+    uint64_t b;             /* candidate bitmask (KEY, LIT), current property (OBJ), code
+                             * points so far (CSTR) */
 } json_frame;
 
 typedef struct json_state {
@@ -110,6 +150,13 @@ int json_state_feed(const dsv4_json_schema *s, json_state st[2], int *cur, const
  * character (*utf8: json_match.c's UTF-8 state, 0..7): then a token whose bytes have no
  * '"', '\\' or control byte stays inside the string, valid iff its UTF-8 is. */
 int json_state_in_string(const json_state *st, int *utf8);
+/* 1 when the state is inside a constrained string (json_strc) between characters or inside
+ * a UTF-8 character, not in an escape: then a token without '"', '\\' or control bytes
+ * stays inside the string, and json_cstr_step on a copy of *top (the string's frame) steps
+ * it exactly as json_state_step would. */
+int json_state_in_cstr(const json_state *st, json_frame *top);
+/* the string frame t after byte c (not '"', '\\' or a control byte): 1 alive, 0 dead */
+int json_cstr_step(const dsv4_json_schema *s, json_frame *t, uint8_t c);
 /* The UTF-8 state after byte c inside a string from state u, or -1 if c is not allowed
  * there (a '"', '\\' or control byte counts as not allowed). */
 int json_utf8_next(int u, uint8_t c);
@@ -149,6 +196,7 @@ void json_vocab_free(json_vocab *v);
 /* Per-generation scratch for json_mask: the walk's states, one per trie depth. */
 typedef struct json_walk {
     json_state *st;         /* (max_len + 1) */
+    json_frame *fr;         /* (max_len + 1) a constrained string's frame at each depth */
     int n_st;
 } json_walk;
 

@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-enum { F_END, F_VALUE, F_OBJ, F_KEY, F_STR, F_NUM, F_LIT, F_ARR };
+enum { F_END, F_VALUE, F_OBJ, F_KEY, F_STR, F_NUM, F_LIT, F_ARR, F_CSTR };
 /* what a frame did with the byte */
 enum { R_DEAD, R_EAT, R_EAT_POP, R_PASS, R_REFEED };
 /* F_OBJ phases */
@@ -159,6 +159,105 @@ static int str_feed(json_frame *t, uint8_t c) {
     return R_EAT;
 }
 
+/* ---- constrained strings (json_strc) ---- */
+
+static int strc_ok(const json_strc *sc, uint32_t q, uint64_t n) {
+    if (sc->max >= 0 && n > (uint64_t)sc->max) return 0;
+    if (!sc->ok) return 1;
+    const size_t i = (size_t)q * ((size_t)sc->cap + 1) + (size_t)n;
+    return sc->ok[i >> 6] >> (i & 63) & 1;
+}
+
+/* the string's count and DFA state after code point cp, if it can still close */
+static int strc_take(const json_strc *sc, json_frame *t, uint32_t cp) {
+    uint32_t q = 0;
+    if (sc->dfa.n_states) {
+        const int nq = sc->dfa.next[(size_t)t->q * (size_t)sc->dfa.n_classes + (size_t)json_dfa_class(&sc->dfa, cp)];
+        if (nq < 0) return R_DEAD;
+        q = (uint32_t)nq;
+    }
+    uint64_t n = t->b + 1;
+    if (sc->max < 0 && n > (uint64_t)sc->cap) n = (uint64_t)sc->cap;
+    if (!strc_ok(sc, q, n)) return R_DEAD;
+    t->q = q, t->b = n;
+    return R_EAT;
+}
+
+/* some code point in [lo, hi] (surrogates aside) can come next: a character begun (UTF-8
+ * lead byte, an escape's first digits) is kept only if some way to finish it is */
+static int strc_range(const json_strc *sc, const json_frame *t, uint32_t lo, uint32_t hi) {
+    const uint64_t n = sc->max < 0 && t->b + 1 > (uint64_t)sc->cap ? (uint64_t)sc->cap : t->b + 1;
+    const json_dfa *d = &sc->dfa;
+    if (!d->n_states) return strc_ok(sc, 0, n);
+    for (int k = json_dfa_class(d, lo); k < d->n_classes && d->lo[k] <= hi; k++) {
+        const uint32_t a = d->lo[k] > lo ? d->lo[k] : lo;
+        const uint32_t e = k + 1 < d->n_classes && d->lo[k + 1] - 1 < hi ? d->lo[k + 1] - 1 : hi;
+        if (a >= 0xD800 && e <= 0xDFFF) continue;
+        const int nq = d->next[(size_t)t->q * (size_t)d->n_classes + (size_t)k];
+        if (nq >= 0 && strc_ok(sc, (uint32_t)nq, n)) return 1;
+    }
+    return 0;
+}
+
+static int cstr_feed(const dsv4_json_schema *s, json_frame *t, uint8_t c) {
+    const json_strc *sc = &s->strcs[s->nodes[t->node].strc];
+    const int u = (int)(t->a & 7);
+    uint32_t cp = t->a >> 8;
+    if (t->phase == 0) {
+        if (u == 0 && c == '"') {
+            const int closes = t->b >= (uint64_t)sc->min && (!sc->dfa.n_states || sc->dfa.accept[t->q]);
+            return closes ? R_EAT_POP : R_DEAD;
+        }
+        if (u == 0 && c == '\\') {
+            t->phase = 1;
+            return strc_range(sc, t, 0, 0xFFFF) ? R_EAT : R_DEAD; /* every escape is in the BMP */
+        }
+        const int nu = json_utf8_next(u, c);
+        if (nu < 0) return R_DEAD;
+        cp = u ? cp << 6 | (c & 0x3Fu) : c < 0x80 ? c : c < 0xE0 ? c & 0x1Fu : c < 0xF0 ? c & 0x0Fu : c & 0x07u;
+        if (nu == 0) {
+            t->a = 0;
+            return strc_take(sc, t, cp);
+        }
+        /* continuation bytes left in UTF-8 state nu (json_utf8_next), and the code points
+         * they can make: after E0 at least U+0800, after ED below the surrogates, after F0
+         * at least U+10000, after F4 at most U+10FFFF */
+        static const int8_t left[8] = {0, 1, 2, 2, 2, 3, 3, 3};
+        uint32_t lo = cp << (6 * left[nu]), hi = lo | ((1u << (6 * left[nu])) - 1);
+        if (nu == 3 && lo < 0x800) lo = 0x800;
+        if (nu == 4 && hi > 0xD7FF) hi = 0xD7FF;
+        if (nu == 5 && lo < 0x10000) lo = 0x10000;
+        if (nu == 7 && hi > 0x10FFFF) hi = 0x10FFFF;
+        t->a = cp << 8 | (uint32_t)nu;
+        return strc_range(sc, t, lo, hi) ? R_EAT : R_DEAD;
+    }
+    if (t->phase == 1) {
+        static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+        if (c == 'u') {
+            t->phase = 2, t->a = 0;
+            return R_EAT; /* strc_range(0, 0xFFFF) held at the backslash */
+        }
+        const char *at = c ? strchr(from, c) : NULL;
+        if (!at) return R_DEAD;
+        t->phase = 0;
+        return strc_take(sc, t, (uint8_t)to[at - from]);
+    }
+    /* \uXXXX: phases 2..5 read digits 1..4; a surrogate escape never starts (strc_range
+     * leaves the surrogates out: such a character is written as UTF-8 instead), so a code
+     * point is whole after four digits */
+    const int h = is_digit(c) ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10 : -1;
+    if (h < 0) return R_DEAD;
+    cp = cp << 4 | (uint32_t)h;
+    const int rem = 5 - t->phase;
+    if (rem == 0) {
+        t->phase = 0, t->a = 0;
+        return strc_take(sc, t, cp);
+    }
+    t->phase++, t->a = cp << 8;
+    const uint32_t lo = cp << (4 * rem);
+    return strc_range(sc, t, lo, lo | ((1u << (4 * rem)) - 1)) ? R_EAT : R_DEAD;
+}
+
 static int num_ends(const json_frame *t) {
     return t->phase == N_ZERO || t->phase == N_INT || t->phase == N_FRAC || t->phase == N_EXP;
 }
@@ -262,7 +361,7 @@ static int value_feed(const dsv4_json_schema *s, json_state *st, int k, uint8_t 
     /* an object or array only when its cheapest completion fits under the bound */
     if (c == '{' && (ty & JT_OBJ) && d + n->need_obj <= JSON_MAX_DEPTH) { *t = frame(F_OBJ, node); return R_EAT; }
     if (c == '[' && (ty & JT_ARR) && d + n->need_arr <= JSON_MAX_DEPTH) { *t = frame(F_ARR, node); return R_EAT; }
-    if (c == '"' && (ty & JT_STR)) { *t = frame(F_STR, node); return R_EAT; }
+    if (c == '"' && (ty & JT_STR)) { *t = frame(n->strc >= 0 ? F_CSTR : F_STR, node); return R_EAT; }
     if ((c == '-' || is_digit(c)) && (ty & (JT_NUM | JT_INT))) { *t = frame(F_NUM, node); return R_REFEED; }
     if ((c == 't' || c == 'f') && (ty & JT_BOOL)) { *t = frame(F_LIT, s->bool_node); t->b = 3; return R_REFEED; }
     if (c == 'n' && (ty & JT_NULL)) { *t = frame(F_LIT, s->null_node); t->b = 1; return R_REFEED; }
@@ -307,6 +406,7 @@ static int run(const dsv4_json_schema *s, json_state *st, int k, uint8_t c) {
         case F_OBJ: r = obj_feed(s, f, d, c); break;
         case F_KEY: r = key_feed(s, t, c); break;
         case F_STR: r = str_feed(t, c); break;
+        case F_CSTR: r = cstr_feed(s, t, c); break;
         case F_NUM: r = num_feed(s, t, c); break;
         case F_LIT: r = lit_feed(s, t, c); break;
         case F_ARR: r = arr_feed(s, f, d, c); break;
@@ -380,6 +480,16 @@ int json_state_in_string(const json_state *st, int *utf8) {
     *utf8 = (int)t->a;
     return 1;
 }
+
+int json_state_in_cstr(const json_state *st, json_frame *top) {
+    if (st->n != 1) return 0;
+    const json_frame *t = &st->f[0][st->depth[0] - 1];
+    if (t->kind != F_CSTR || t->phase != 0) return 0;
+    *top = *t;
+    return 1;
+}
+
+int json_cstr_step(const dsv4_json_schema *s, json_frame *t, uint8_t c) { return cstr_feed(s, t, c) == R_EAT; }
 
 int json_state_feed(const dsv4_json_schema *s, json_state st[2], int *cur, const uint8_t *b, size_t n) {
     for (size_t i = 0; i < n; i++, *cur ^= 1)

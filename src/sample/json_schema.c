@@ -47,6 +47,7 @@ static int new_node(ctx *c, int kind) {
     n->kind = (uint8_t)kind;
     n->additional = n->items = -1;
     n->max_items = -1;
+    n->strc = -1;
     return s->n_nodes++;
 }
 
@@ -75,7 +76,8 @@ static const char *const ANNOTATIONS[] = {"title", "description", "$schema", "$i
                                           "writeOnly", "$defs", "definitions", NULL};
 static const char *const STRUCTURAL[] = {"type", "properties", "required", "additionalProperties",
                                          "items", "prefixItems", "minItems", "maxItems", "enum",
-                                         "const", "anyOf", "$ref", NULL};
+                                         "const", "anyOf", "$ref", "minLength", "maxLength", "pattern",
+                                         "format", NULL};
 
 static int in(const char *k, const char *const *list) {
     for (int i = 0; list[i]; i++)
@@ -264,6 +266,81 @@ static int compile_array(ctx *c, const cJSON *j, int n, const char *path, int ne
     return 0;
 }
 
+/* "format": built-in patterns (anchored) and the length the format bounds. email: the
+ * dot-atom local part of RFC 5321 (no quoted local parts, no IP literal domains), a domain
+ * of two labels or more; hostname: RFC 1123 labels of at most 63 characters. */
+#define DATE "\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|02-(?:0[1-9]|[12]\\d))"
+#define TIME "(?:[01]\\d|2[0-3]):[0-5]\\d:(?:[0-5]\\d|60)(?:\\.\\d+)?(?:[Zz]|[+-](?:[01]\\d|2[0-3]):[0-5]\\d)"
+#define LABEL "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+#define ATOM "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+#define OCTET "(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"
+#define DUR_TIME "T(?:\\d+H(?:\\d+M(?:\\d+S)?)?|\\d+M(?:\\d+S)?|\\d+S)"
+static const struct { const char *name, *pattern; int max; } FORMATS[] = {
+    {"date", "^" DATE "$", -1},
+    {"time", "^" TIME "$", -1},
+    {"date-time", "^" DATE "[Tt]" TIME "$", -1},
+    {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", -1},
+    {"email", "^" ATOM "(?:\\." ATOM ")*@" LABEL "(?:\\." LABEL ")+$", 254},
+    {"hostname", "^" LABEL "(?:\\." LABEL ")*$", 253},
+    {"ipv4", "^" OCTET "(?:\\." OCTET "){3}$", -1},
+    {"duration", "^P(?:(?:\\d+D|\\d+M(?:\\d+D)?|\\d+Y(?:\\d+M(?:\\d+D)?)?)(?:" DUR_TIME ")?|" DUR_TIME "|\\d+W)$", -1},
+};
+
+static int fail_why(ctx *c, const char *path, const char *key, const char *why) {
+    char m[300];
+    snprintf(m, sizeof m, "'%s' %s", key, why);
+    return fail(c, path, "%s", m);
+}
+
+/* minLength, maxLength, pattern, format: node n's json_strc (none when all are absent) */
+static int compile_string(ctx *c, const cJSON *j, int n, const char *path) {
+    json_strc sc = {.min = 0, .max = -1};
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(j, "pattern");
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
+    char why[200];
+    if (opt_count(c, j, "minLength", path, &sc.min) || opt_count(c, j, "maxLength", path, &sc.max)) return -1;
+    if (!pat && !fmt && sc.min == 0 && sc.max < 0) return 0;
+    if (pat && !cJSON_IsString(pat)) return fail(c, path, "'%s' must be a string", "pattern");
+    if (fmt && !cJSON_IsString(fmt)) return fail(c, path, "'%s' must be a string", "format");
+    if (pat && json_regex_compile(pat->valuestring, strlen(pat->valuestring), &sc.dfa, why, sizeof why))
+        return fail_why(c, path, "pattern", why);
+    if (fmt) {
+        int f = 0;
+        while (f < (int)(sizeof FORMATS / sizeof *FORMATS) && strcmp(FORMATS[f].name, fmt->valuestring)) f++;
+        if (f == (int)(sizeof FORMATS / sizeof *FORMATS)) {
+            json_dfa_free(&sc.dfa);
+            return fail(c, path, "unsupported 'format' \"%s\"", fmt->valuestring);
+        }
+        json_dfa d, both;
+        if (json_regex_compile(FORMATS[f].pattern, strlen(FORMATS[f].pattern), &d, why, sizeof why)) {
+            json_dfa_free(&sc.dfa);
+            return fail_why(c, path, "format", why); /* out of memory */
+        }
+        if (sc.dfa.n_states) {
+            const int rc = json_dfa_intersect(&sc.dfa, &d, &both, why, sizeof why);
+            json_dfa_free(&sc.dfa), json_dfa_free(&d);
+            if (rc) return fail_why(c, path, "pattern", why);
+            d = both;
+        }
+        sc.dfa = d;
+        if (FORMATS[f].max >= 0 && (sc.max < 0 || sc.max > FORMATS[f].max)) sc.max = FORMATS[f].max;
+    }
+    const char *bad = sc.max >= 0 && sc.min > sc.max ? "is above maxLength (or the format's length)" : NULL;
+    if (!bad && json_strc_lengths(&sc, why, sizeof why)) bad = why;
+    if (!bad && sc.ok && !(sc.ok[0] & 1)) bad = "leaves no string that satisfies it (with pattern/format/maxLength)";
+    dsv4_json_schema *s = c->s;
+    if (!bad && grow((void **)&s->strcs, &s->cap_strcs, s->n_strcs + 1, sizeof *s->strcs)) bad = "";
+    if (bad) {
+        json_dfa_free(&sc.dfa);
+        free(sc.ok);
+        const char *key = sc.max >= 0 && sc.min > sc.max ? "minLength" : pat ? "pattern" : fmt ? "format" : "minLength";
+        return *bad ? fail_why(c, path, key, bad) : oom(c);
+    }
+    s->strcs[s->n_strcs] = sc;
+    s->nodes[n].strc = s->n_strcs++;
+    return 0;
+}
+
 static int compile(ctx *c, const cJSON *j, const char *path, int nest) {
     if (nest > MAX_NEST) return fail(c, path, "%s nested too deep", "schema");
     if (cJSON_IsTrue(j)) return any_node(c);
@@ -313,20 +390,24 @@ static int compile(ctx *c, const cJSON *j, const char *path, int nest) {
     }
     static const char *const obj_keys[] = {"properties", "required", "additionalProperties", NULL};
     static const char *const arr_keys[] = {"items", "prefixItems", "minItems", "maxItems", NULL};
-    int has_obj = 0, has_arr = 0;
+    static const char *const str_keys[] = {"minLength", "maxLength", "pattern", "format", NULL};
+    int has_obj = 0, has_arr = 0, has_str = 0;
     for (const cJSON *k = j->child; k; k = k->next) {
         has_obj |= in(k->string, obj_keys);
         has_arr |= in(k->string, arr_keys);
+        has_str |= in(k->string, str_keys);
     }
-    if (!types) types = (has_obj ? JT_OBJ : 0) | (has_arr ? JT_ARR : 0);
+    if (!types) types = (has_obj ? JT_OBJ : 0) | (has_arr ? JT_ARR : 0) | (has_str ? JT_STR : 0);
     if (!types) return any_node(c);
     if (has_obj && !(types & JT_OBJ)) return fail(c, path, "object keywords without type %s", "\"object\"");
     if (has_arr && !(types & JT_ARR)) return fail(c, path, "array keywords without type %s", "\"array\"");
+    if (has_str && !(types & JT_STR)) return fail(c, path, "string keywords without type %s", "\"string\"");
     int n = new_node(c, JN_TYPED);
     if (n < 0) return -1;
     c->s->nodes[n].types = (uint8_t)types;
     if ((types & JT_OBJ) && compile_object(c, j, n, path, nest)) return -1;
     if ((types & JT_ARR) && compile_array(c, j, n, path, nest)) return -1;
+    if ((types & JT_STR) && compile_string(c, j, n, path)) return -1;
     return n;
 }
 
@@ -387,6 +468,11 @@ void dsv4_json_schema_free(dsv4_json_schema *s) {
     if (!s) return;
     for (int i = 0; i < s->n_props; i++) free(s->props[i].key);
     for (int i = 0; i < s->n_lits; i++) free(s->lits[i].text);
+    for (int i = 0; i < s->n_strcs; i++) {
+        json_dfa_free(&s->strcs[i].dfa);
+        free(s->strcs[i].ok);
+    }
+    free(s->strcs);
     free(s->nodes);
     free(s->props);
     free(s->kids);

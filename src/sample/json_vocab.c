@@ -119,12 +119,17 @@ void json_vocab_free(json_vocab *v) {
 int json_walk_init(json_walk *w, const json_vocab *v) {
     w->n_st = v->max_len + 1;
     w->st = malloc((size_t)w->n_st * sizeof *w->st);
-    return w->st ? 0 : -1;
+    w->fr = malloc((size_t)w->n_st * sizeof *w->fr);
+    if (w->st && w->fr) return 0;
+    json_walk_free(w);
+    return -1;
 }
 
 void json_walk_free(json_walk *w) {
     free(w->st);
+    free(w->fr);
     w->st = NULL;
+    w->fr = NULL;
 }
 
 static void set_id(const json_vocab *v, uint64_t *bits, int32_t id) {
@@ -138,6 +143,26 @@ static long walk(const dsv4_json_schema *s, const json_vocab *v, const json_trie
         const int d = t[i].depth;
         steps++;
         if (json_state_step(s, &w->st[d - 1], t[i].byte, &w->st[d])) {
+            if (t[i].tok >= 0) set_id(v, bits, t[i].tok);
+            i++;
+        } else {
+            i = (int)t[i].skip;
+        }
+    }
+    return steps;
+}
+
+/* Inside a constrained string: the whole trie with only the string's frame (json_cstr_step),
+ * a subtree cut at its first '"', '\\' or control byte (the spec trie has those ids). */
+static long walk_cstr(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, uint64_t *bits) {
+    const json_trie *t = v->all;
+    long steps = 0;
+    for (int i = 0; i < v->n_all;) {
+        const int d = t[i].depth;
+        const uint8_t c = t[i].byte;
+        steps++;
+        w->fr[d] = w->fr[d - 1];
+        if (c >= 0x20 && c != '"' && c != '\\' && json_cstr_step(s, &w->fr[d], c)) {
             if (t[i].tok >= 0) set_id(v, bits, t[i].tok);
             i++;
         } else {
@@ -162,6 +187,10 @@ long json_mask(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, con
     if (json_state_in_string(st, &u)) {
         memcpy(bits, v->safe + (size_t)u * (size_t)v->words, (size_t)v->words * sizeof *bits);
         return walk(s, v, v->spec, v->n_spec, w, bits);
+    }
+    if (json_state_in_cstr(st, &w->fr[0])) {
+        memset(bits, 0, (size_t)v->words * sizeof *bits);
+        return walk_cstr(s, v, w, bits) + walk(s, v, v->spec, v->n_spec, w, bits);
     }
     memset(bits, 0, (size_t)v->words * sizeof *bits);
     return walk(s, v, v->all, v->n_all, w, bits);

@@ -4,7 +4,8 @@
 // schema (a validator of the subset below); constrained and unconstrained requests, greedy
 // and seeded, give the same answers one by one on a server without MTP as all at once on a
 // server with MTP; schemas outside the subset, and response_format with tools, are 400s
-// naming the reason.
+// naming the reason. A schema with pattern, format, minLength and maxLength (TICKET) is
+// served and its answers checked with V8's RegExp and the formats' own rules.
 'use strict';
 const assert = require('assert');
 const OpenAI = require('openai').default;
@@ -37,6 +38,12 @@ function valid(schema, v, root = schema) {
   }
   if (type === 'object' && schema.additionalProperties !== undefined && schema.additionalProperties !== true)
     return Object.values(v).every((x) => valid(schema.additionalProperties, x, root));
+  if (type === 'string') {
+    const n = [...v].length;  // code points
+    if (n < (schema.minLength || 0) || n > (schema.maxLength ?? Infinity)) return false;
+    if (schema.pattern && !new RegExp(schema.pattern, 'u').test(v)) return false;
+    if (schema.format && !FORMATS[schema.format](v)) return false;
+  }
   if (type === 'array') {
     if (v.length < (schema.minItems || 0) || v.length > (schema.maxItems ?? Infinity)) return false;
     const pre = schema.prefixItems || [];
@@ -44,6 +51,15 @@ function valid(schema, v, root = schema) {
   }
   return true;
 }
+
+// the formats TICKET uses, from their RFCs (RFC 3339 full-date; an address with a dotted domain)
+const FORMATS = {
+  date: (s) => {
+    const m = /^(\d{4})-(\d\d)-(\d\d)$/.exec(s);
+    return !!m && m[2] >= 1 && m[2] <= 12 && m[3] >= 1 && m[3] <= [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][m[2] - 1];
+  },
+  email: (s) => /^[^@\s"]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$/.test(s),
+};
 
 // Finite schemas: a random-weight model completes them in a few dozen tokens.
 const ORDER = {
@@ -57,6 +73,15 @@ const ORDER = {
   $defs: { extra: { anyOf: [{ enum: ['milk', 'sugar'] }, { type: 'object', properties: { shots: { enum: [1, 2] } },
     required: ['shots'] }] } },
 };
+const TICKET = {
+  type: 'object', additionalProperties: false, required: ['id', 'day', 'tag', 'mail'],
+  properties: {
+    id: { type: 'string', pattern: '^[A-Z]{2}-\\d{3}$' },
+    day: { type: 'string', format: 'date' },
+    tag: { type: 'string', minLength: 2, maxLength: 6 },
+    mail: { type: 'string', format: 'email', maxLength: 24 },
+  },
+};
 const PAIR = { type: 'array', prefixItems: [{ type: 'boolean' }, { enum: ['x', 'y'] }], items: false, minItems: 2 };
 const fmt = (schema) => ({ type: 'json_schema', json_schema: { name: 'out', schema, strict: true } });
 const WORDS = 'tell me about the weather in paris and what to wear today please'.split(' ');
@@ -66,13 +91,13 @@ const say = (i) => [{ role: 'user', content: WORDS.slice(0, 3 + (i % 9)).join(' 
 // JSON mode, streaming), unconstrained chat and constrained completions.
 async function ask(client, i) {
   const sampled = i % 2 === 1;
-  const base = { model: 'm', max_tokens: 96, temperature: sampled ? 0.8 : 0, ...(sampled ? { seed: 50 + i } : {}) };
+  const base = { model: 'm', max_tokens: i >= 6 && i % 6 <= 1 ? 200 : 96, temperature: sampled ? 0.8 : 0, ...(sampled ? { seed: 50 + i } : {}) };
   const k = i % 6;
   if (k === 5) {
     const r = await client.completions.create({ ...base, prompt: WORDS.slice(0, 4 + i).join(' '), response_format: fmt(PAIR) });
     return { schema: PAIR, text: r.choices[0].text, finish: r.choices[0].finish_reason, n: r.usage.completion_tokens };
   }
-  const schema = k === 2 ? { type: 'object' } : k === 4 ? null : k === 1 ? PAIR : ORDER;
+  const schema = k === 2 ? { type: 'object' } : k === 4 ? null : k <= 1 && i >= 6 ? TICKET : k === 1 ? PAIR : ORDER;
   const req = { ...base, messages: say(i),
     ...(k === 4 ? {} : { response_format: k === 2 ? { type: 'json_object' } : fmt(schema) }) };
   if (k !== 3) {
@@ -108,6 +133,9 @@ run('server_structured', async () => {
   }
   console.log(`${ended} constrained answers ended and validate; e.g. ${solo[0].text.trim()} | ${solo[1].text.trim()}`);
   assert(ended >= 6, 'too few constrained answers ended');
+  const tickets = solo.filter((r) => r.schema === TICKET && r.finish === 'stop');
+  console.log(`TICKET (pattern, format, lengths): ${tickets.map((r) => JSON.stringify(JSON.parse(r.text))).join(' | ')}`);
+  assert(tickets.length >= 1, 'no TICKET answer ended');
 
   // the schema reaches the model: the template's Response Format section (prompt tokens)
   const plain = await client.chat.completions.create({ model: 'm', max_tokens: 1, messages: say(0) });
@@ -120,9 +148,10 @@ run('server_structured', async () => {
     assert.strictEqual(r.status, 400, r.body);
     assert(r.json.error.message.includes(what), `${r.json.error.message} lacks ${what}`);
   };
-  await bad({ response_format: fmt({ type: 'string', pattern: '^a' }) }, '"pattern"');
-  await bad({ response_format: fmt({ type: 'object', properties: { d: { type: 'string', format: 'date' } } }) },
-    '"format" (at #/properties/d)');
+  await bad({ response_format: fmt({ type: 'string', pattern: '(?<=a)b' }) }, "'pattern' uses a lookbehind");
+  await bad({ response_format: fmt({ type: 'object', properties: { d: { type: 'string', format: 'uri' } } }) },
+    '\'format\' "uri" (at #/properties/d)');
+  await bad({ response_format: fmt({ type: 'integer', minimum: 0 }) }, '"minimum"');
   await bad({ response_format: { type: 'yaml' } }, 'response_format.type');
   await bad({ response_format: { type: 'json_schema', json_schema: { schema: {} } } }, "'name'");
   await bad({ response_format: { type: 'json_object' }, tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] },
