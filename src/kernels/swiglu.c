@@ -92,13 +92,20 @@ X512_INLINE __m256 expf8_main(__m256 x, const expf_tab *tb) {
 }
 
 /* expf of 16 floats: the main path, then libm for the lanes with |x| ≥ 88, inf or NaN
- * (glibc's test: the top 12 bits of |x| at or past 88.0f's). */
+ * (glibc's test: the top 12 bits of |x| at or past 88.0f's), except -inf: 0 in the vector.
+ * -inf is common (the sampler's banned ids: a JSON constraint bans nearly a whole row), and
+ * libm one lane at a time costs ~20 ns each. */
 X512_INLINE __m512 expf16(__m512 x, const expf_tab *tb) {
     const __m256 lo = expf8_main(_mm512_castps512_ps256(x), tb);
     const __m256 hi = expf8_main(_mm512_extractf32x8_ps(x, 1), tb);
     __m512 y = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
     const __m512i top = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(x), 20), _mm512_set1_epi32(0x7ff));
-    const __mmask16 sp = _mm512_cmpge_epu32_mask(top, _mm512_set1_epi32(0x42b));
+    __mmask16 sp = _mm512_cmpge_epu32_mask(top, _mm512_set1_epi32(0x42b));
+    if (sp) {
+        const __mmask16 ninf = _mm512_cmpeq_epi32_mask(_mm512_castps_si512(x), _mm512_set1_epi32((int)0xff800000u));
+        y = _mm512_mask_mov_ps(y, ninf, _mm512_setzero_ps());
+        sp &= (__mmask16)~ninf;
+    }
     if (sp) {
         float xs[16], ys[16];
         _mm512_storeu_ps(xs, x);

@@ -275,29 +275,6 @@ static void apply_penalties(dsv4_sampler *s, const int32_t *hist, int n) {
     }
 }
 
-/* q[0..V) = expf(q) through the vector expf, whose lanes at -inf (ids banned: `banned` of
- * them) take libm's scalar path: ~20 ns each, 0.3 ms a draw when a JSON constraint bans
- * nearly all of a row. A few go as they are; most of a row banned: the runs between them
- * (a constraint allows few ids, in few runs); many scattered (inside a JSON string): as
- * expf(0), zeroed after (z: the processed logits, -inf where banned). expf(-inf) = 0 either way: the same bits. */
-static void expf_banned(dsv4_expf_rows_fn f, const float *z, float *q, int V, int banned) {
-    if (banned < 2048) {
-        f(q, V, q);
-    } else if (banned > V / 2) {
-        for (int i = 0; i < V;) {
-            if (q[i] == -INFINITY) { q[i++] = 0.0f; continue; }
-            int j = i + 1;
-            while (j < V && q[j] != -INFINITY) j++;
-            f(q + i, j - i, q + i);
-            i = j;
-        }
-    } else {
-        for (int i = 0; i < V; i++) q[i] = z[i] == -INFINITY ? 0.0f : q[i];
-        f(q, V, q);
-        for (int i = 0; i < V; i++) q[i] = z[i] == -INFINITY ? 0.0f : q[i];
-    }
-}
-
 /* log-softmax of one processed logit; with a +inf logit all mass sits on the +inf ones. */
 static float logprob(float z, float zmax, double lse) {
     if (isinf(zmax)) return z == zmax ? 0.0f : -INFINITY;
@@ -342,12 +319,9 @@ int dsv4_sample(dsv4_sampler *s, const float *logits, const int32_t *history, in
          * lanes where the AVX-512 expf gives libm's bits) and the sum, instead of one pass
          * of libm calls chained by the sum: 0.48 ms a greedy call over 129280 logits */
         float *q = s->q;
-        int banned = 0; /* -inf: ids a constraint's mask, a bias or the text mask ban */
-        for (int i = 0; i < V; i++) {
-            q[i] = z[i] - zmax;
-            banned += z[i] == -INFINITY;
-        }
-        if (s->expf_rows) expf_banned(s->expf_rows, z, q, V, banned);
+        for (int i = 0; i < V; i++) q[i] = z[i] - zmax;
+        /* banned ids (a constraint's mask, a bias, the text mask) are -inf: 0 either way */
+        if (s->expf_rows) s->expf_rows(q, V, q);
         else
             for (int i = 0; i < V; i++) q[i] = expf(q[i]);
         sum = sum8(q, sizeof *q, V);
