@@ -1,8 +1,9 @@
 /* dp.c — a process group serving with data-parallel attention (dp.h): rank 0's placement,
  * step messages and the reports it gathers; a follower's loop.
  *
- * The step message (rank 0 to all, a header {magic, body bytes} for which a follower
- * waits without a deadline, then the body under the peer timeout) is a list of ops:
+ * The step message (rank 0 to all, framed by srv_frame_send: a header {magic, body bytes} for
+ * which a follower waits without a deadline, then the body under the peer timeout) is a list
+ * of ops:
  *   NEW home request (dp_wire.h)   CANCEL id(i64)   EXPIRE   STOP
  * The report (every rank to rank 0, its size first in an allgather, then a gather):
  *   load (srv_rank_load) n_news news[n_news] (dp_wire.h)
@@ -20,7 +21,6 @@
 enum { OP_NEW = 1, OP_CANCEL, OP_EXPIRE, OP_STOP };
 
 #define DP_MAGIC 0x44505331u   /* "DPS1" */
-#define DP_MAX (1u << 30)      /* a larger body is not a step message */
 #define SHADOW 4096            /* prefix hashes rank 0 remembers per rank (a ring) */
 
 struct srv_dp {
@@ -211,23 +211,10 @@ static void group_failed(srv_dp *dp, const dsv4_err *e) {
 
 /* Broadcasts the recorded message (rank 0) or receives one (a follower: into in, *n bytes). */
 static int exchange_msg(srv_dp *dp, size_t *n, dsv4_err *err) {
-    uint32_t hdr[2] = {DP_MAGIC, (uint32_t)dp->msg.n};
-    if (dp->rank == 0 && dp->msg.oom) return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory for the step message");
-    /* a follower waits for the next step without a deadline: the server may idle */
-    int rc = dsv4_dist_bcast(dp->d, hdr, sizeof hdr, dp->rank != 0, err);
-    if (rc) return rc;
-    if (hdr[0] != DP_MAGIC || hdr[1] > DP_MAX)
-        return srv_fail(err, DSV4_ERR_STATE, "follower: not a step message from rank 0");
-    *n = hdr[1];
-    if (dp->rank == 0) return dsv4_dist_bcast(dp->d, dp->msg.s, hdr[1], 0, err);
-    if (hdr[1] > dp->in_cap) {
-        uint8_t *m = realloc(dp->in, hdr[1]);
-        /* this rank cannot join the body's broadcast: the group is lost */
-        if (!m) return srv_fail(err, DSV4_ERR_NOMEM, "follower: out of memory for a %u-byte step message", hdr[1]);
-        dp->in = m;
-        dp->in_cap = hdr[1];
-    }
-    return dsv4_dist_bcast(dp->d, dp->in, hdr[1], 0, err);
+    if (dp->rank != 0) return srv_frame_recv(dp->d, DP_MAGIC, &dp->in, &dp->in_cap, n, err);
+    if (dp->msg.oom) return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory for the step message");
+    *n = dp->msg.n;
+    return srv_frame_send(dp->d, DP_MAGIC, dp->msg.s, dp->msg.n, err);
 }
 
 int srv_dp_begin(srv_dp *dp, int expired, dsv4_err *err) {

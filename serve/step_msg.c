@@ -2,8 +2,9 @@
  * (step_msg.h).
  *
  * Wire format (native byte order: the ranks of a group run one build on one kind of host,
- * which engine create's agreement checks): a header {magic, body bytes} broadcast first,
- * for which a follower waits without a deadline, then the body under the peer timeout.
+ * which engine create's agreement checks): framed by srv_frame_send (util.h), a header
+ * {magic, body bytes} for which a follower waits without a deadline, then the body under
+ * the peer timeout.
  * The body is a list of ops, each an int32 kind followed by its fields:
  *   START   seq n(i64)                  n = 0: dsv4_seq_create; else dsv4_seq_mirror(n)
  *                                       (rank 0 restored a prefix of n); either must
@@ -27,13 +28,11 @@
 enum { OP_START = 1, OP_FREE, OP_COMMIT, OP_FORWARD, OP_MTP, OP_STOP };
 
 #define MSG_MAGIC 0x44535634u /* "DSV4" */
-#define MSG_MAX (1u << 30)    /* a body larger than this is not a step message */
 
 struct srv_relay {
     dsv4_engine *e;
     dsv4_dist *d;       /* NULL: no group, the calls pass straight through */
-    uint8_t *msg;       /* (n) the message being recorded */
-    size_t n, cap;
+    srv_buf msg;        /* the message being recorded (oom: a call could not be recorded) */
     int failed;         /* DSV4_ERR_* once the group is unusable (a broadcast failed, or a
                          * call could not be recorded): every later call fails */
     char why[sizeof ((dsv4_err *)0)->msg];
@@ -42,39 +41,33 @@ struct srv_relay {
 
 /* ---- recording (rank 0) ---------------------------------------------------------------- */
 
-static void put(srv_relay *rl, const void *p, size_t n) {
-    if (rl->failed) return;
-    if (rl->n + n > rl->cap) {
-        size_t cap = rl->cap * 2 > rl->n + n ? rl->cap * 2 : rl->n + n + 256;
-        uint8_t *m = realloc(rl->msg, cap);
-        if (!m) {
-            rl->failed = DSV4_ERR_NOMEM;
-            snprintf(rl->why, sizeof rl->why, "out of memory for the step message");
-            return;
-        }
-        rl->msg = m;
-        rl->cap = cap;
-    }
-    memcpy(rl->msg + rl->n, p, n);
-    rl->n += n;
-}
-
-static void put_i32(srv_relay *rl, int32_t v) { put(rl, &v, sizeof v); }
-static void put_i64(srv_relay *rl, int64_t v) { put(rl, &v, sizeof v); }
+static void put(srv_relay *rl, const void *p, size_t n) { srv_buf_put(&rl->msg, p, n); }
+static void put_i32(srv_relay *rl, int32_t v) { srv_wr_i32(&rl->msg, v); }
+static void put_i64(srv_relay *rl, int64_t v) { srv_wr_i64(&rl->msg, v); }
 
 static int group_failed(const srv_relay *rl, dsv4_err *err) {
     return srv_fail(err, rl->failed, "the process group cannot serve any more (%s); restart the server",
                     rl->why);
 }
 
-/* Broadcasts the recorded message (header, then body) and starts a new one. */
+/* Whether the group can still serve; a call that could not be recorded fails it. */
+static int usable(srv_relay *rl) {
+    if (!rl->failed && rl->msg.oom) {
+        rl->failed = DSV4_ERR_NOMEM;
+        snprintf(rl->why, sizeof rl->why, "out of memory for the step message");
+    }
+    return !rl->failed;
+}
+
+/* Broadcasts the recorded message (srv_frame_send) and starts a new one. */
 static int send_msg(srv_relay *rl, dsv4_err *err) {
-    if (rl->failed) return group_failed(rl, err);
-    uint32_t hdr[2] = {MSG_MAGIC, (uint32_t)rl->n};
+    if (!usable(rl)) {
+        rl->msg.n = 0;  /* what was recorded since goes nowhere */
+        return group_failed(rl, err);
+    }
     dsv4_err e2 = {0};
-    int rc = dsv4_dist_bcast(rl->d, hdr, sizeof hdr, 0, &e2);
-    if (!rc) rc = dsv4_dist_bcast(rl->d, rl->msg, rl->n, 0, &e2);
-    rl->n = 0;
+    const int rc = srv_frame_send(rl->d, MSG_MAGIC, rl->msg.s, rl->msg.n, &e2);
+    rl->msg.n = 0;
     if (rc) {
         rl->failed = rc;
         snprintf(rl->why, sizeof rl->why, "%s", e2.msg);
@@ -94,13 +87,13 @@ int srv_relay_create(dsv4_engine *e, dsv4_dist *d, srv_relay **out, dsv4_err *er
 
 void srv_relay_free(srv_relay *rl) {
     if (!rl) return;
-    free(rl->msg);
+    srv_buf_free(&rl->msg);
     free(rl);
 }
 
 int srv_relay_started(srv_relay *rl, int seq, int64_t n, dsv4_err *err) {
     if (!rl->d) return DSV4_OK;
-    if (rl->failed) return group_failed(rl, err);
+    if (!usable(rl)) return group_failed(rl, err);
     put_i32(rl, OP_START);
     put_i32(rl, seq);
     put_i64(rl, n);
@@ -175,10 +168,10 @@ int srv_relay_mtp_forward(srv_relay *rl, const dsv4_mtp_span *spans, int n_spans
 int srv_relay_stop(srv_relay *rl, dsv4_err *err) {
     if (!rl || !rl->d || rl->stopped) return DSV4_OK;
     rl->stopped = 1;
-    if (rl->failed == DSV4_ERR_NOMEM) {
+    if (!usable(rl) && rl->failed == DSV4_ERR_NOMEM) {
         /* a call went unrecorded: the followers may differ, but they can still stop */
         rl->failed = 0;
-        rl->n = 0;
+        srv_buf_free(&rl->msg);
     }
     put_i32(rl, OP_STOP);
     return send_msg(rl, err);
@@ -325,24 +318,9 @@ int srv_follow(dsv4_engine *e, dsv4_dist *d, dsv4_err *err) {
     if (!f.spans || !f.mspans || !f.mout || !f.tok || !f.rows || !f.hidden || !f.streams)
         rc = srv_fail(err, DSV4_ERR_NOMEM, "follower: out of memory");
     while (!rc && !stop) {
-        uint32_t hdr[2];
-        if ((rc = dsv4_dist_bcast(d, hdr, sizeof hdr, 1, err))) break;
-        if (hdr[0] != MSG_MAGIC || hdr[1] > MSG_MAX) {
-            rc = srv_fail(err, DSV4_ERR_STATE, "follower: not a step message from rank 0");
-            break;
-        }
-        if (hdr[1] > cap) {
-            uint8_t *m = realloc(msg, hdr[1]);
-            if (!m) {
-                /* this rank cannot join the body's broadcast: the group is lost */
-                rc = srv_fail(err, DSV4_ERR_NOMEM, "follower: out of memory for a %u-byte step message", hdr[1]);
-                break;
-            }
-            msg = m;
-            cap = hdr[1];
-        }
-        if ((rc = dsv4_dist_bcast(d, msg, hdr[1], 0, err))) break;
-        srv_rd r = {msg, msg + hdr[1], 0};
+        size_t n;
+        if ((rc = srv_frame_recv(d, MSG_MAGIC, &msg, &cap, &n, err))) break;
+        srv_rd r = {msg, msg + n, 0};
         rc = replay(&f, &r, &stop, err);
     }
     free(msg);

@@ -126,3 +126,28 @@ void srv_rd_bytes(srv_rd *r, void *out, size_t n) {
 
 int32_t srv_rd_i32(srv_rd *r) { int32_t v; srv_rd_bytes(r, &v, sizeof v); return v; }
 int64_t srv_rd_i64(srv_rd *r) { int64_t v; srv_rd_bytes(r, &v, sizeof v); return v; }
+
+int srv_frame_send(dsv4_dist *d, uint32_t magic, const void *body, size_t n, dsv4_err *err) {
+    const uint32_t hdr[2] = {magic, n > SRV_FRAME_MAX ? UINT32_MAX : (uint32_t)n};
+    int rc = dsv4_dist_bcast(d, (void *)hdr, sizeof hdr, 0, err);
+    if (rc) return rc;
+    if (n > SRV_FRAME_MAX) return srv_fail(err, DSV4_ERR_NOMEM, "serve: a %zu-byte step message is over the limit", n);
+    return dsv4_dist_bcast(d, (void *)body, n, 0, err);
+}
+
+int srv_frame_recv(dsv4_dist *d, uint32_t magic, uint8_t **buf, size_t *cap, size_t *n, dsv4_err *err) {
+    uint32_t hdr[2];
+    int rc = dsv4_dist_bcast(d, hdr, sizeof hdr, 1, err);
+    if (rc) return rc;
+    if (hdr[0] != magic || hdr[1] > SRV_FRAME_MAX)
+        return srv_fail(err, DSV4_ERR_STATE, "follower: not a step message from rank 0");
+    if (hdr[1] > *cap) {
+        uint8_t *m = realloc(*buf, hdr[1]);
+        /* this rank cannot join the body's broadcast: the group is lost */
+        if (!m) return srv_fail(err, DSV4_ERR_NOMEM, "follower: out of memory for a %u-byte step message", hdr[1]);
+        *buf = m;
+        *cap = hdr[1];
+    }
+    *n = hdr[1];
+    return dsv4_dist_bcast(d, *buf, hdr[1], 0, err);
+}

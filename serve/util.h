@@ -48,6 +48,17 @@ void srv_rd_bytes(srv_rd *r, void *out, size_t n);
 /* n bytes in place (NULL when bad): valid while the message is. */
 const void *srv_rd_view(srv_rd *r, size_t n);
 
+/* A framed message from rank 0 to the other ranks of d (the step messages of both group
+ * protocols, step_msg.c and dp.c): a header {magic, body bytes} broadcast first, for which
+ * the others wait without a deadline (the server may idle), then the body under the peer
+ * timeout. A body over SRV_FRAME_MAX bytes fails on every rank after the header (rank 0
+ * sends one no rank accepts). */
+#define SRV_FRAME_MAX (1u << 30)
+int srv_frame_send(dsv4_dist *d, uint32_t magic, const void *body, size_t n, dsv4_err *err);
+/* The other ranks: the next message into *buf (grown as needed; *cap its bytes), *n = its
+ * size. Fails when the header is not magic's (rank 0 sent another protocol's, or none). */
+int srv_frame_recv(dsv4_dist *d, uint32_t magic, uint8_t **buf, size_t *cap, size_t *n, dsv4_err *err);
+
 /* Length of the longest tail of t[0..n) that is a proper beginning of m: bytes to hold back
  * while a marker may still be arriving. */
 size_t srv_partial_tail(const char *t, size_t n, const char *m);
