@@ -39,9 +39,12 @@ struct srv_dp {
     int *live;                 /* (K) requests placed on each rank, not ended (rank 0's: unused) */
     int64_t *placed;           /* (K) requests placed on each rank since the start */
     srv_rank_load *load;       /* (K) the latest reports */
-    uint64_t *shadow;          /* (K, SHADOW) hashes of the aligned prompt prefixes placed on
-                                * each rank: where its prefix cache most likely holds them */
+    uint64_t *shadow;          /* (K, SHADOW) chain keys (| 1) of the aligned prompt prefixes
+                                * placed on each rank: where its prefix cache most likely
+                                * holds them */
     int *shadow_at;            /* (K) the ring's next slot */
+    uint64_t *keys;            /* (cap_keys) the placed prompt's prefix keys (srv_pcache_keys) */
+    int64_t cap_keys;
     uint64_t *sizes;           /* (K) report bytes */
     size_t *counts;            /* (K) */
     uint8_t *all;              /* (all_cap) the gathered reports */
@@ -86,6 +89,7 @@ void srv_dp_free(srv_dp *dp) {
     free(dp->load);
     free(dp->shadow);
     free(dp->shadow_at);
+    free(dp->keys);
     free(dp->sizes);
     free(dp->counts);
     free(dp->all);
@@ -110,39 +114,20 @@ static int shadow_has(const srv_dp *dp, int q, uint64_t h) {
     return 0;
 }
 
-/* A probe of rank q's shadow with one request's prompt. */
-typedef struct probe {
-    srv_dp *dp;
-    int q;
-    int64_t found;  /* the longest aligned prefix seen placed on q */
-} probe;
+/* The longest run of keys[0, nb) from the start seen placed on rank q: how many. */
+static int64_t placed_prefix(const srv_dp *dp, int q, int64_t nb) {
+    int64_t i = 0;
+    while (i < nb && shadow_has(dp, q, dp->keys[i] | 1)) i++;  /* | 1: never an empty slot's 0 */
+    return i;
+}
 
-/* Calls fn for each aligned prefix length k of r's prompt that a prefix cache could hold
- * (k < n_prompt) with the hash of its tokens (a chain: each covers the whole prefix);
- * stops when fn returns 0. */
-static void each_prefix(probe *p, const srv_req *r, int (*fn)(probe *, uint64_t, int64_t)) {
-    const srv_pcache *pc = p->dp->s->pc;
-    if (!pc) return;
-    uint64_t h = 1469598103934665603ull;  /* FNV-1a over the token ids; never 0 below */
-    for (int64_t k = 1; k < r->n_prompt; k++) {
-        h = (h ^ (uint32_t)r->prompt[k - 1]) * 1099511628211ull;
-        if (srv_pcache_aligned(pc, k) && !fn(p, h | 1, k)) return;
+/* Remembers keys[from, nb) as placed on rank q. keys[0, from) are there already; a later key
+ * is there only if keys[from] was evicted since, and then a second copy costs only a slot. */
+static void shadow_add(srv_dp *dp, int q, int64_t from, int64_t nb) {
+    for (int64_t i = from; i < nb; i++) {
+        dp->shadow[(size_t)q * SHADOW + (size_t)dp->shadow_at[q]] = dp->keys[i] | 1;
+        dp->shadow_at[q] = (dp->shadow_at[q] + 1) % SHADOW;
     }
-}
-
-static int found_fn(probe *p, uint64_t h, int64_t k) {
-    if (!shadow_has(p->dp, p->q, h)) return 0;
-    p->found = k;
-    return 1;
-}
-
-static int insert_fn(probe *p, uint64_t h, int64_t k) {
-    (void)k;
-    srv_dp *dp = p->dp;
-    if (shadow_has(dp, p->q, h)) return 1;
-    dp->shadow[(size_t)p->q * SHADOW + (size_t)dp->shadow_at[p->q]] = h;
-    dp->shadow_at[p->q] = (dp->shadow_at[p->q] + 1) % SHADOW;
-    return 1;
 }
 
 /* Live requests of rank q. */
@@ -152,6 +137,10 @@ int srv_dp_place(srv_dp *dp, srv_req *r) {
     if (dp->failed) return 0;
     int least = live_on(dp, 0);
     for (int q = 1; q < dp->K; q++) least = live_on(dp, q) < least ? live_on(dp, q) : least;
+    /* the keys of the prompt's aligned prefixes a prefix cache could hold (shorter than the
+     * prompt), hashed once; none when out of memory (placed by load alone then) */
+    int64_t nb = r->n_prompt > 1 ? srv_pcache_keys(dp->s->pc, r->prompt, r->n_prompt - 1, &dp->keys, &dp->cap_keys) : 0;
+    nb = nb < 0 ? 0 : nb;
     /* the longest cached prefix among the ranks within one request of the least loaded
      * (a shared system prompt then spreads over every rank instead of piling on one), else
      * the fewest live requests, then the most free pages, then the lowest rank */
@@ -159,9 +148,7 @@ int srv_dp_place(srv_dp *dp, srv_req *r) {
     int64_t best_k = -1;
     for (int q = 0; q < dp->K; q++) {
         if (live_on(dp, q) > least + 1) continue;
-        probe p = {dp, q, 0};
-        each_prefix(&p, r, found_fn);
-        const int64_t k = p.found;
+        const int64_t k = placed_prefix(dp, q, nb);
         int better = best < 0 || k > best_k;
         if (!better && k == best_k) {
             const int a = live_on(dp, q), b = live_on(dp, best);
@@ -169,8 +156,7 @@ int srv_dp_place(srv_dp *dp, srv_req *r) {
         }
         if (better) { best = q; best_k = k; }
     }
-    probe p = {dp, best, 0};
-    each_prefix(&p, r, insert_fn);
+    shadow_add(dp, best, best_k, nb);
     r->home = best;
     dp->placed[best]++;
     if (best == 0) return 0;

@@ -207,17 +207,22 @@ static void save(srv_pcache *pc, const dsv4_snapshot *snap) {
     trim_dir(pc);
 }
 
+int64_t srv_pcache_keys(const srv_pcache *pc, const int32_t *tokens, int64_t n, uint64_t **keys, int64_t *cap) {
+    const int64_t nb = pc && n > 0 ? n / pc->A : 0;
+    if (nb > *cap) {
+        uint64_t *k = realloc(*keys, (size_t)nb * sizeof *k);
+        if (!k) return -1;
+        *keys = k;
+        *cap = nb;
+    }
+    for (int64_t i = 0; i < nb; i++) (*keys)[i] = chain_step(i ? (*keys)[i - 1] : 0, tokens + i * pc->A, pc->A);
+    return nb;
+}
+
 /* The longest file holding a prefix of tokens[0, n) longer than `than`, or NULL. */
 static kv_file *longest_file(srv_pcache *pc, const int32_t *tokens, int64_t n, int64_t than) {
-    const int64_t nb = n / pc->A;
-    if (!pc->dir || !pc->n_files || nb * pc->A <= than) return NULL;
-    if (nb > pc->cap_keys) {
-        uint64_t *k = realloc(pc->keys, (size_t)nb * sizeof *k);
-        if (!k) return NULL;
-        pc->keys = k;
-        pc->cap_keys = nb;
-    }
-    for (int64_t i = 0; i < nb; i++) pc->keys[i] = chain_step(i ? pc->keys[i - 1] : 0, tokens + i * pc->A, pc->A);
+    if (!pc->dir || !pc->n_files || n / pc->A * pc->A <= than) return NULL;
+    const int64_t nb = srv_pcache_keys(pc, tokens, n, &pc->keys, &pc->cap_keys);
     for (int64_t i = nb - 1; i >= 0 && (i + 1) * pc->A > than; i--) {
         kv_file *f = find_file(pc, pc->keys[i], (i + 1) * pc->A);
         if (f) return f;

@@ -47,6 +47,11 @@ void srv_pcache_free(srv_pcache *pc);
 int64_t srv_pcache_prompt_point(const srv_pcache *pc, int64_t n);
 /* Whether length n is aligned (a snapshot can be taken there). */
 int srv_pcache_aligned(const srv_pcache *pc, int64_t n);
+/* The chain keys of tokens[0, n)'s aligned prefixes, in *keys (grown as needed; *cap
+ * entries): keys[i] names the prefix of (i + 1) A tokens (the KV directory's file names
+ * hold it) and depends on every one of them. Returns how many, n / A (0 without a cache),
+ * or -1 when out of memory. */
+int64_t srv_pcache_keys(const srv_pcache *pc, const int32_t *tokens, int64_t n, uint64_t **keys, int64_t *cap);
 
 /* Starts a sequence for a context of n tokens: restores the longest cached prefix of its
  * first n - 1 tokens, from memory or from the directory (*n_cached = its length, streams
