@@ -4,7 +4,8 @@
  * The step message (rank 0 to all, framed by srv_frame_send: a header {magic, body bytes} for
  * which a follower waits without a deadline, then the body under the peer timeout) is a list
  * of ops:
- *   NEW home request (dp_wire.h)   CANCEL id(i64)   EXPIRE   STOP
+ *   NEW home bytes(i64) request (dp_wire.h: `bytes` long; every follower gets every rank's
+ *       NEW, and the others skip it)   CANCEL id(i64)   EXPIRE   STOP
  * The report (every rank to rank 0, its size first in an allgather, then a gather):
  *   load (srv_rank_load) n_news news[n_news] (dp_wire.h)
  */
@@ -171,7 +172,11 @@ int srv_dp_place(srv_dp *dp, srv_req *r) {
     dp->live[best]++;
     srv_wr_i32(&dp->msg, OP_NEW);
     srv_wr_i32(&dp->msg, best);
+    const size_t at = dp->msg.n;
+    srv_wr_i64(&dp->msg, 0);
     srv_wire_put_req(&dp->msg, r);
+    const int64_t bytes = (int64_t)(dp->msg.n - at - sizeof bytes);
+    if (!dp->msg.oom) memcpy(dp->msg.s + at, &bytes, sizeof bytes);
     return best;
 }
 
@@ -342,13 +347,23 @@ int srv_dp_stop(srv_dp *dp, dsv4_err *err) {
 
 /* ---- a follower ------------------------------------------------------------------------- */
 
-/* A request rank 0 placed here: its generation state made, queued. A request that cannot
- * start is reported ended with the reason. */
+/* A request rank 0 placed (on any follower: the message goes to all): when here, its
+ * generation state made, queued; a request that cannot start is reported ended with the
+ * reason. */
 static int take_new(srv_dp *dp, srv_rd *rd, dsv4_err *err) {
     const int home = srv_rd_i32(rd);
-    srv_req *r = srv_wire_get_req(rd);
-    if (!r) return rd->bad ? -1 : srv_fail(err, DSV4_ERR_NOMEM, "follower: out of memory for a request");
-    if (home != dp->rank) rd->bad = 1;
+    const int64_t bytes = srv_rd_i64(rd);
+    const uint8_t *at = srv_rd_view(rd, bytes >= 0 ? (size_t)bytes : SIZE_MAX);
+    rd->bad |= !at || home < 1 || home >= dp->K;
+    if (rd->bad || home != dp->rank) return DSV4_OK;  /* malformed (the caller says so), or another follower's */
+    srv_rd one = {at, at + bytes, 0};
+    srv_req *r = srv_wire_get_req(&one);
+    if (!r && !one.bad) return srv_fail(err, DSV4_ERR_NOMEM, "follower: out of memory for a request");
+    if (!r || one.p != one.end) {
+        if (r) { srv_req_release(r); srv_req_release(r); }
+        rd->bad = 1;
+        return DSV4_OK;
+    }
     if (dp->n_mine == dp->cap_mine) {
         const int cap = dp->cap_mine ? 2 * dp->cap_mine : 64;
         srv_req **a = realloc(dp->mine, (size_t)cap * sizeof *a);

@@ -14,6 +14,10 @@
 //     those each request gives alone.
 //  3. Rank 1 stopped mid-request (SIGSTOP, peer timeout 3 s): the clients of both ranks'
 //     requests get an error, not a hang, and the job ends.
+//  4. The mix of 1 on four ranks (one routed expert a rank): byte-identical again, every rank
+//     the home of some.
+// DSV4_DP_PARTS (the sanitizer build's, CMakeLists.txt) names the parts to run: all of them
+// by default.
 'use strict';
 const assert = require('assert');
 const { execFileSync } = require('child_process');
@@ -165,36 +169,52 @@ async function stoppedRank() {
   return { res, waited, exit };
 }
 
-run('server_dp', async () => {
-  const one = await answers({});
-  const kvDir = fs.mkdtempSync(path.join(os.tmpdir(), 'dsv4-dp-kv-'));
-  const dp = await answers({ mpi: 2, dp: true, kvDir });
-  // each rank wrote its own snapshots: rank 0 into the directory, rank 1 into rank-1/
-  const kv = (d) => fs.readdirSync(d).filter((f) => f.endsWith('.kv')).length;
-  const files = [kv(kvDir), kv(path.join(kvDir, 'rank-1'))];
-  fs.rmSync(kvDir, { recursive: true, force: true });
-  assert(files[0] > 0 && files[1] > 0, `snapshot files by rank: ${files}`);
-  for (let i = 0; i < one.out.length; i++) assert.deepStrictEqual(dp.out[i], one.out[i], `request ${i} differs under DP`);
+// The mix of part 1 under DP on np ranks, against one process's answers: identical, every
+// rank the home of at least `least` requests. Returns the metrics.
+async function sameAsOne(one, np, least, kvDir) {
+  const dp = await answers({ mpi: np, dp: true, kvDir });
+  for (let i = 0; i < one.out.length; i++) assert.deepStrictEqual(dp.out[i], one.out[i], `request ${i} differs under DP on ${np} ranks`);
   for (let i = 0; i < one.chat.length; i++) {
     const strip = (t) => ({ text: t.text, lp: t.lp, n: t.n });
-    assert.deepStrictEqual(strip(dp.chat[i]), strip(one.chat[i]), `turn ${i} differs under DP`);
+    assert.deepStrictEqual(strip(dp.chat[i]), strip(one.chat[i]), `turn ${i} differs under DP on ${np} ranks`);
   }
+  const placed = Array.from({ length: np }, (_, r) => dp.m[`dsv4_rank_requests_total{rank="${r}"}`]);
+  assert(placed.every((n) => n >= least), `requests placed on ${np} ranks: ${placed}`);
+  // the second turn and both users restored the system prompt on the rank that held it
+  const [t1, t2, u1, u2, again] = dp.chat;
+  assert(t1.n > 2 * A && u1.text !== u2.text);
+  for (const t of [t2, u1, u2, again]) assert(t.cached >= 2 * A, `DP on ${np} ranks: ${t.cached} tokens restored`);
+  assert.strictEqual(dp.m['dsv4_requests_total{status="5xx"}'], 0);
+  return { ...dp, placed };
+}
+
+const PARTS = (process.env.DSV4_DP_PARTS || 'mix,pressure,stopped,four').split(',');
+
+run('server_dp', async () => {
+  const one = await answers({});
   assert.strictEqual(one.out[4].finish, 'stop');
   assert(one.out[6].calls && one.out[6].calls.length === 1, 'the tool call was not parsed');
   assert(one.out[9].reasoning, 'no reasoning split');
   for (const j of one.out.slice(10)) assert(j.finish === 'length' || typeof JSON.parse(j.text).name === 'string', j.text);
-  // both ranks were home ranks, and the scripted drafts were accepted on theirs
-  const placed = [0, 1].map((r) => dp.m[`dsv4_rank_requests_total{rank="${r}"}`]);
-  assert(placed[0] >= 3 && placed[1] >= 3, `requests placed: ${placed}`);
-  assert(dp.m.dsv4_mtp_accepted_total >= 5, `accepted drafts: ${dp.m.dsv4_mtp_accepted_total}`);
-  // the second turn and both users restored the system prompt on the rank that held it
-  const [t1, t2, u1, u2, again] = dp.chat;
-  assert(t1.n > 2 * A && u1.text !== u2.text);
-  for (const t of [t2, u1, u2, again]) assert(t.cached >= 2 * A, `DP: ${t.cached} tokens restored`);
-  assert.strictEqual(dp.m['dsv4_requests_total{status="5xx"}'], 0);
-  const pre = await pressure();
-  const dead = await stoppedRank();
-  console.log(`DP: placed ${placed}, kv files ${files}, ${dp.m.dsv4_mtp_accepted_total} accepted drafts, ` +
-    `${dp.m.dsv4_prefix_hits_total} prefix hits; pressure: ${pre} preemptions; stopped rank: errors after ` +
-    `${dead.waited} ms (${JSON.stringify(dead.res)}), exit ${dead.exit}`);
+  const said = [];
+  if (PARTS.includes('mix')) {
+    const kvDir = fs.mkdtempSync(path.join(os.tmpdir(), 'dsv4-dp-kv-'));
+    const dp = await sameAsOne(one, 2, 3, kvDir);
+    // each rank wrote its own snapshots: rank 0 into the directory, rank 1 into rank-1/
+    const kv = (d) => fs.readdirSync(d).filter((f) => f.endsWith('.kv')).length;
+    const files = [kv(kvDir), kv(path.join(kvDir, 'rank-1'))];
+    fs.rmSync(kvDir, { recursive: true, force: true });
+    assert(files[0] > 0 && files[1] > 0, `snapshot files by rank: ${files}`);
+    // the scripted drafts were accepted on their home ranks
+    assert(dp.m.dsv4_mtp_accepted_total >= 5, `accepted drafts: ${dp.m.dsv4_mtp_accepted_total}`);
+    said.push(`DP: placed ${dp.placed}, kv files ${files}, ${dp.m.dsv4_mtp_accepted_total} accepted drafts, ` +
+      `${dp.m.dsv4_prefix_hits_total} prefix hits`);
+  }
+  if (PARTS.includes('pressure')) said.push(`pressure: ${await pressure()} preemptions`);
+  if (PARTS.includes('stopped')) {
+    const dead = await stoppedRank();
+    said.push(`stopped rank: errors after ${dead.waited} ms (${JSON.stringify(dead.res)}), exit ${dead.exit}`);
+  }
+  if (PARTS.includes('four')) said.push(`4 ranks: placed ${(await sameAsOne(one, 4, 2)).placed}`);
+  console.log(said.join('; '));
 }, { limitMs: 150000 });
