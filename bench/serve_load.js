@@ -5,7 +5,7 @@
 //   node bench/serve_load.js --url http://127.0.0.1:8080 [--levels 1,2,4,8,16,32]
 //        [--requests-per-level N] [--prompt-len 128] [--gen 64] [--key KEY] [--vocab 8192]
 //        [--eos 1] [--seed 1] [--serial C] [--client http|fetch] [--warmup 1] [--server-pid P]
-//        [--response-format JSON]
+//        [--response-format JSON] [--arrival-body FILE] [--arrival-path P] [--arrival-ms T]
 //
 // Each level keeps `c` streaming /v1/completions requests in flight (prompts of
 // --prompt-len random token ids below --vocab, greedy, --gen tokens, the EOS id --eos banned
@@ -35,13 +35,23 @@
 //   live or exited)
 'use strict';
 
+// --arrival-body FILE: while each level runs, one more client POSTs FILE's bytes to
+// --arrival-path (default /v1/chat/completions) every --arrival-ms (default 1000; the next
+// one goes when the last was answered and at least that long after the last was sent): long
+// prompts arriving beside the streams, whatever their answer (an over-long one's 400 costs
+// the server its parse, template and tokenization, no engine work). Adds arrivals,
+// arrival_status ({status: count}), arrival_ms_p50 (send to answer). Every level also reports
+// itl_max_ms, and steady_itl_p50_ms / _p90 / _p99 / _p999 / _max_ms: the gaps that end while c requests
+// decode (steady_decode_all's stretches: no prefill beside them).
+//
 // --response-format JSON: structured output on every request (the object as given)
 function format(a) { return a['response-format'] ? { response_format: JSON.parse(a['response-format']) } : {}; }
 
 function args() {
   const a = { url: 'http://127.0.0.1:8080', levels: '1,2,4,8,16,32', 'prompt-len': 128, gen: 64,
     'requests-per-level': 0, key: '', eos: 1, seed: 1, vocab: 8192, serial: 0, client: 'http', warmup: 1,
-    'server-pid': 0, 'response-format': '' };
+    'server-pid': 0, 'response-format': '', 'arrival-body': '', 'arrival-path': '/v1/chat/completions',
+    'arrival-ms': 1000 };
   const v = process.argv.slice(2);
   for (let i = 0; i < v.length; i += 2) {
     const k = v[i].replace(/^--/, '');
@@ -159,10 +169,37 @@ async function one(a, vocab) {
   return { t0, first, last, n, gaps };
 }
 
+// The arrival client (--arrival-body) until stop() is true; resolves {n, status, ms}.
+async function arrivals(a, stop) {
+  const out = { n: 0, status: {}, ms: [] };
+  if (!a['arrival-body']) return out;
+  const body = require('fs').readFileSync(a['arrival-body']);
+  const u = new URL(a.url + a['arrival-path']);
+  const headers = { 'content-type': 'application/json', 'content-length': body.length };
+  if (a.key) headers.authorization = 'Bearer ' + a.key;
+  while (!stop()) {
+    const t0 = performance.now();
+    const status = await new Promise((resolve, reject) => {
+      const req = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST', headers, agent },
+        (res) => { res.resume(); res.on('end', () => resolve(res.statusCode)); res.on('error', reject); });
+      req.on('error', reject);
+      req.end(body);
+    });
+    const t1 = performance.now();
+    out.n++;
+    out.status[status] = (out.status[status] || 0) + 1;
+    out.ms.push(t1 - t0);
+    const wait = a['arrival-ms'] - (t1 - t0);
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  }
+  return out;
+}
+
 const PHASES = ['admit', 'forward', 'head', 'sample', 'snapshot', 'mtp'];
 
 // CPU seconds of process pid so far: all its threads' (exited ones too) and those of its
-// live threads not named MHD-* (the engine's: scheduler, pool workers; main, watcher idle).
+// live threads not named MHD-* or dsv4-intake (the engine's: scheduler, pool workers; main,
+// watcher idle).
 let clkTck = 0;
 function serverCpu(pid) {
   if (!pid) return null;
@@ -173,7 +210,8 @@ function serverCpu(pid) {
   for (const tid of fs.readdirSync(`/proc/${pid}/task`)) {
     try {
       const st = fs.readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
-      if (!st.slice(st.indexOf('(') + 1, st.lastIndexOf(')')).startsWith('MHD-')) engine += ticks(st);
+      const name = st.slice(st.indexOf('(') + 1, st.lastIndexOf(')'));
+      if (!name.startsWith('MHD-') && name !== 'dsv4-intake') engine += ticks(st);
     } catch (e) { /* the thread ended meanwhile */ }
   }
   return { total: ticks(fs.readFileSync(`/proc/${pid}/stat`, 'utf8')) / clkTck, engine: engine / clkTck };
@@ -190,10 +228,14 @@ async function level(a, c, vocab, serial = 0) {
   const out = [];
   let next = 0;
   const t0 = performance.now();
+  let done = false;
+  const arr = arrivals(a, () => done);
   await Promise.all(Array.from({ length: c }, async () => {
     while (next < total) { const i = next++; out[i] = await one(a, vocab); }  // in start order
   }));
   const wall = (performance.now() - t0) / 1000;
+  done = true;
+  const ar = await arr;
   const cpu = process.cpuUsage(cpu0);
   const s1 = serverCpu(a['server-pid']);
   const m1 = await metrics(a.url);
@@ -212,12 +254,15 @@ async function level(a, c, vocab, serial = 0) {
   // c-th has its first token to the moment the next one finishes), tokens (t_from, t_to]
   const edges = out.flatMap((r) => [[r.first, 1], [r.last, -1]]).sort((x, y) => x[0] - y[0] || x[1] - y[1]);
   let active = 0, allTok = 0, allS = 0;
+  const steadyGaps = [];  // the gaps that end in those stretches: no prefill beside them
   for (let i = 0; i < edges.length; i++) {
     active += edges[i][1];
     if (active !== c || i + 1 === edges.length) continue;
     const f = edges[i][0], t = edges[i + 1][0];
     allS += (t - f) / 1000;
     allTok += times.reduce((s, ts) => s + ts.filter((x) => x > f && x <= t).length, 0);
+    for (const ts of times)
+      for (let k = 1; k < ts.length; k++) if (ts[k] > f && ts[k] <= t) steadyGaps.push(ts[k] - ts[k - 1]);
   }
   const phase = (p) => m1[`dsv4_step_phase_seconds_total{phase="${p}"}`] - m0[`dsv4_step_phase_seconds_total{phase="${p}"}`];
   return {
@@ -237,6 +282,14 @@ async function level(a, c, vocab, serial = 0) {
     ttft_p99_ms: +pct(out.map((r) => r.first - r.t0), 99).toFixed(1),
     itl_p50_ms: +pct(out.flatMap((r) => r.gaps), 50).toFixed(1),
     itl_p99_ms: +pct(out.flatMap((r) => r.gaps), 99).toFixed(1),
+    itl_max_ms: +Math.max(...out.flatMap((r) => r.gaps)).toFixed(1),
+    steady_itl_p50_ms: steadyGaps.length ? +pct(steadyGaps, 50).toFixed(1) : null,
+    steady_itl_p90_ms: steadyGaps.length ? +pct(steadyGaps, 90).toFixed(1) : null,
+    steady_itl_p99_ms: steadyGaps.length ? +pct(steadyGaps, 99).toFixed(1) : null,
+    steady_itl_p999_ms: steadyGaps.length ? +pct(steadyGaps, 99.9).toFixed(1) : null,
+    steady_itl_max_ms: steadyGaps.length ? +Math.max(...steadyGaps).toFixed(1) : null,
+    ...(a['arrival-body'] ? { arrivals: ar.n, arrival_status: ar.status,
+      arrival_ms_p50: +pct(ar.ms, 50).toFixed(1) } : {}),
     server_steps: steps,
     server_decode_rows_per_step: +((m1.dsv4_decode_rows_total - m0.dsv4_decode_rows_total) / steps).toFixed(2),
     server_step_s: +(m1.dsv4_step_seconds_sum - m0.dsv4_step_seconds_sum).toFixed(3),
