@@ -14,7 +14,18 @@
  * while tokens flow fails MHD's next send. A slow reader stalls only its own connection (MHD
  * asks for its next chunk when its socket takes bytes); what waits for it is its request's
  * events, bounded by the request's length. The engine runs on the scheduler thread only;
- * connections are capped by --max-connections. */
+ * connections are capped by --max-connections.
+ *
+ * Intake: the MHD thread does not parse, render or tokenize a request's body (a 430 KB
+ * prompt, ~100K tokens, takes it ~45 ms, every stream's tokens waiting meanwhile). A POST
+ * whose body is complete, authorized and within the limit is queued for the intake thread
+ * and its connection suspended; the intake thread runs the route's handler (parse,
+ * validate, template, tokenize, submit) and resumes the connection, whose next callback on
+ * the MHD thread sends the error or starts the answer as before. Queued requests are taken
+ * in arrival order. A client that hangs up while queued is seen by the watcher (its waiter
+ * has no request yet: marked gone) and its body is never tokenized. At shutdown the intake
+ * thread drains its queue (the scheduler refuses the submissions: 503) before MHD stops;
+ * a request that arrives after that is handled on the MHD thread. */
 #include "serve/http.h"
 
 #include <microhttpd.h>
@@ -31,12 +42,16 @@
 typedef struct waiter {
     struct srv_http *h;
     struct MHD_Connection *c;
-    srv_req *r;
+    srv_req *r;                  /* NULL: queued at the intake, no request yet */
     int fd;                      /* the client's socket */
+    int gone;                    /* (intake) the client hung up; guarded by the list's mu */
     struct waiter *prev, *next;
 } waiter;
 
-/* The HTTP side's state beside the daemon. Lock order: a request's mu, then mu. */
+struct conn;
+
+/* The HTTP side's state beside the daemon. Lock order: a request's mu, then mu; qmu, then
+ * mu. */
 struct srv_http {
     srv *s;
     pthread_mutex_t mu;          /* guards the list, stop */
@@ -48,12 +63,26 @@ struct srv_http {
     int stop;
     pthread_t watcher;
     int watching;                /* the watcher thread was started */
+    pthread_mutex_t qmu;         /* guards the intake queue, qstop, and conns' stage */
+    pthread_cond_t qcv;          /* the intake thread's sleep, cut by a request or qstop */
+    struct conn *qhead, *qtail;  /* requests waiting for the intake thread, oldest first */
+    int qstop;                   /* the intake thread drains its queue and ends */
+    pthread_t intake;
+    int taking;                  /* the intake thread was started */
 };
 
-/* Per-request state: the body as it arrives; a JSON answer's job while it runs. */
+/* Where a POST is: its body arriving, queued at the intake, handled (rep set), answered. */
+enum { ST_NEW = 0, ST_QUEUED, ST_HANDLED, ST_GONE, ST_ANSWERED };
+
+/* Per-request state: the body as it arrives; the intake's answer; a JSON answer's job
+ * while it runs. */
 typedef struct conn {
     srv_buf body;
     int too_large;
+    const struct route *rt;      /* the POST's route, for the intake */
+    int stage;                   /* ST_*; guarded by qmu while the intake may touch it */
+    srv_reply rep;               /* the handler's answer (ST_HANDLED) */
+    struct conn *qnext;
     srv_job *job;                /* a submitted non-stream request, answered at its end */
     srv_final_fn final;
     waiter w;
@@ -91,12 +120,10 @@ static void wake_waiter(void *arg) {
     MHD_resume_connection(w->c);
 }
 
-/* Suspends w's connection until its request has news (end_only: until it ended, a JSON
- * answer's). Called on the MHD thread from one of its callbacks, with w->r->mu held, having
- * found nothing new: the waker cannot fire before the suspension, it needs that mutex. */
-static void suspend(waiter *w, int end_only) {
+/* Links w into the list (the watcher looks at its socket from now on) and suspends its
+ * connection. */
+static void list_and_suspend(waiter *w) {
     struct srv_http *h = w->h;
-    srv_req_wait(w->r, wake_waiter, w, end_only);
     pthread_mutex_lock(&h->mu);
     w->prev = NULL;
     w->next = h->head;
@@ -104,6 +131,14 @@ static void suspend(waiter *w, int end_only) {
     h->head = w;
     pthread_mutex_unlock(&h->mu);
     MHD_suspend_connection(w->c);
+}
+
+/* Suspends w's connection until its request has news (end_only: until it ended, a JSON
+ * answer's). Called on the MHD thread from one of its callbacks, with w->r->mu held, having
+ * found nothing new: the waker cannot fire before the suspension, it needs that mutex. */
+static void suspend(waiter *w, int end_only) {
+    srv_req_wait(w->r, wake_waiter, w, end_only);
+    list_and_suspend(w);
 }
 
 /* Every --hangup-check-ms: the suspended sockets polled at once; a client gone cancels its
@@ -121,6 +156,7 @@ static void *watch_main(void *arg) {
             int i = 0;
             for (waiter *w = h->head; w && i < n; w = w->next, i++)
                 if (h->fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
+                    if (!w->r) { w->gone = 1; continue; }  /* queued: never handled */
                     atomic_fetch_add(&w->r->refs, 1);
                     h->gone[m++] = w->r;
                 }
@@ -345,6 +381,57 @@ static enum MHD_Result json_answer(srv *s, struct MHD_Connection *c, conn *cc) {
     return rc;
 }
 
+/* The route's handler on the body: parse, validate, render, tokenize, submit. */
+static void run_handler(srv *s, conn *cc) {
+    cc->rt->fn(s, cc->body.s ? cc->body.s : "", cc->body.n, &cc->rep);
+}
+
+/* On the MHD thread, the handler's answer (cc->rep) out: an error body, a stream, or a
+ * JSON answer waited for. */
+static enum MHD_Result answer(srv *s, struct MHD_Connection *c, conn *cc) {
+    srv_reply rep = cc->rep;
+    cc->rep = (srv_reply){0};
+    cc->stage = ST_ANSWERED;
+    if (!rep.job) {
+        enum MHD_Result rc = send_json(s, c, rep.status, &rep.body);
+        srv_buf_free(&rep.body);
+        return rc;
+    }
+    if (rep.job->stream) return send_stream(s, c, &rep);
+    cc->job = rep.job;
+    cc->final = rep.final;
+    waiter_init(&cc->w, s, c, rep.job->r);
+    return json_answer(s, c, cc);
+}
+
+/* The intake thread: each queued request's handler, oldest first (one whose client hung up
+ * is skipped), then its connection resumed. Ends when qstop is set and the queue is
+ * empty. */
+static void *intake_main(void *arg) {
+    struct srv_http *h = arg;
+    pthread_mutex_lock(&h->qmu);
+    for (;;) {
+        while (!h->qhead && !h->qstop) pthread_cond_wait(&h->qcv, &h->qmu);
+        conn *cc = h->qhead;
+        if (!cc) break;
+        h->qhead = cc->qnext;
+        if (!h->qhead) h->qtail = NULL;
+        pthread_mutex_unlock(&h->qmu);
+        pthread_mutex_lock(&h->mu);
+        const int gone = cc->w.gone;
+        pthread_mutex_unlock(&h->mu);
+        if (!gone) run_handler(h->s, cc);
+        srv_metrics_intake(&h->s->met, gone);
+        pthread_mutex_lock(&h->qmu);
+        cc->stage = gone ? ST_GONE : ST_HANDLED;
+        pthread_mutex_unlock(&h->qmu);
+        wake_waiter(&cc->w);  /* cc may be freed from here on */
+        pthread_mutex_lock(&h->qmu);
+    }
+    pthread_mutex_unlock(&h->qmu);
+    return NULL;
+}
+
 static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *url,
                                 const char *method, conn *cc) {
     const struct route *rt = NULL;
@@ -371,19 +458,26 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     }
     if (!rt->fn) return get_route(s, c, url);
     if (!atomic_load(&s->ready)) return send_error(s, c, api, 503, "the model is loading");
-
-    srv_reply rep = {0};
-    rt->fn(s, cc->body.s ? cc->body.s : "", cc->body.n, &rep);
-    if (!rep.job) {
-        enum MHD_Result rc = send_json(s, c, rep.status, &rep.body);
-        srv_buf_free(&rep.body);
-        return rc;
+    cc->rt = rt;
+    struct srv_http *h = s->http;
+    pthread_mutex_lock(&h->qmu);
+    if (!h->qstop) {
+        /* suspended under qmu: the intake thread cannot resume it before */
+        cc->stage = ST_QUEUED;
+        cc->qnext = NULL;
+        if (h->qtail) h->qtail->qnext = cc;
+        else h->qhead = cc;
+        h->qtail = cc;
+        waiter_init(&cc->w, s, c, NULL);
+        srv_metrics_intake_queued(&s->met);
+        list_and_suspend(&cc->w);
+        pthread_cond_signal(&h->qcv);
+        pthread_mutex_unlock(&h->qmu);
+        return MHD_YES;
     }
-    if (rep.job->stream) return send_stream(s, c, &rep);
-    cc->job = rep.job;
-    cc->final = rep.final;
-    waiter_init(&cc->w, s, c, rep.job->r);
-    return json_answer(s, c, cc);
+    pthread_mutex_unlock(&h->qmu);
+    run_handler(s, cc);  /* shutting down: the intake thread is gone */
+    return answer(s, c, cc);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -410,6 +504,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (cc->job) return json_answer(s, c, cc);  /* resumed: its request ended */
+    if (cc->stage != ST_NEW) {  /* resumed by the intake thread */
+        pthread_mutex_lock(&s->http->qmu);
+        const int stage = cc->stage;
+        pthread_mutex_unlock(&s->http->qmu);
+        if (stage == ST_HANDLED) return answer(s, c, cc);
+        return MHD_NO;  /* ST_GONE: the client hung up while queued */
+    }
     return dispatch(s, c, url, method, cc);
 }
 
@@ -423,9 +524,25 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         srv_sched_cancel(s->sched, cc->job->r);
         srv_job_free(cc->job);
     }
+    if (cc->rep.job) {  /* handled by the intake, closed before it was answered */
+        srv_sched_cancel(s->sched, cc->rep.job->r);
+        srv_job_free(cc->rep.job);
+    }
+    srv_buf_free(&cc->rep.body);
     srv_buf_free(&cc->body);
     free(cc);
     *con_cls = NULL;
+}
+
+/* Drains the intake queue and joins its thread; requests arriving later are handled on the
+ * MHD thread. */
+static void intake_stop(struct srv_http *h) {
+    pthread_mutex_lock(&h->qmu);
+    h->qstop = 1;
+    pthread_cond_signal(&h->qcv);
+    pthread_mutex_unlock(&h->qmu);
+    if (h->taking) pthread_join(h->intake, NULL);
+    h->taking = 0;
 }
 
 static void http_free(struct srv_http *h) {
@@ -439,6 +556,8 @@ static void http_free(struct srv_http *h) {
     }
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->qmu);
+    pthread_cond_destroy(&h->qcv);
     free(h->fds);
     free(h->gone);
     free(h);
@@ -451,6 +570,8 @@ int srv_http_start(srv *s, const struct sockaddr *addr, dsv4_err *err) {
     h->cap = s->o.max_connections;
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
+    pthread_mutex_init(&h->qmu, NULL);
+    pthread_cond_init(&h->qcv, NULL);
     h->fds = calloc((size_t)h->cap, sizeof *h->fds);
     h->gone = calloc((size_t)h->cap, sizeof *h->gone);
     s->http = h;
@@ -458,6 +579,10 @@ int srv_http_start(srv *s, const struct sockaddr *addr, dsv4_err *err) {
     if (pthread_create(&h->watcher, NULL, watch_main, h))
         return srv_fail(err, DSV4_ERR_IO, "serve: cannot start a thread");
     h->watching = 1;
+    if (pthread_create(&h->intake, NULL, intake_main, h))
+        return srv_fail(err, DSV4_ERR_IO, "serve: cannot start a thread");
+    h->taking = 1;
+    pthread_setname_np(h->intake, "dsv4-intake");
     /* poll(), not epoll: a suspension would cost an epoll_ctl pair a token */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME;
     if (addr->sa_family == AF_INET6) flags |= MHD_USE_IPv6;
@@ -482,8 +607,9 @@ void srv_http_quiesce(srv *s) {
 }
 
 /* After the scheduler stopped: every request ended, so every suspended connection was
- * resumed (MHD refuses to stop with one suspended). */
+ * resumed once the intake's queue is drained (MHD refuses to stop with one suspended). */
 void srv_http_stop(srv *s) {
+    if (s->http) intake_stop(s->http);
     if (s->d) MHD_stop_daemon(s->d);
     s->d = NULL;
     http_free(s->http);

@@ -156,6 +156,19 @@ void srv_metrics_stream_wait(srv_metrics *m) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void srv_metrics_intake(srv_metrics *m, int gone) {
+    pthread_mutex_lock(&m->mu);
+    m->intake[gone ? 1 : 0]++;
+    m->intake_depth--;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_intake_queued(srv_metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    m->intake_depth++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static void put_hist(srv_buf *b, const char *name, const char *help, const srv_hist *h) {
     srv_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
@@ -188,6 +201,14 @@ char *srv_metrics_render(srv_metrics *m) {
             "its connection waited, suspended, for its request's next token or end (about one a "
             "token)\n# TYPE dsv4_stream_waits_total counter\ndsv4_stream_waits_total %llu\n",
         (unsigned long long)m->stream_waits);
+    srv_buf_printf(&b, "# HELP dsv4_intake_total requests the intake thread took off the HTTP "
+            "thread: handled (parsed, rendered, tokenized, submitted or refused), gone (the client "
+            "hung up while queued: never tokenized)\n# TYPE dsv4_intake_total counter\n"
+            "dsv4_intake_total{outcome=\"handled\"} %llu\ndsv4_intake_total{outcome=\"gone\"} %llu\n",
+        (unsigned long long)m->intake[0], (unsigned long long)m->intake[1]);
+    srv_buf_printf(&b, "# HELP dsv4_intake_depth requests queued at the intake thread or in its "
+            "handler\n# TYPE dsv4_intake_depth gauge\ndsv4_intake_depth %lld\n",
+        (long long)m->intake_depth);
     srv_buf_printf(&b, "# HELP dsv4_preemptions_total sequences freed and requeued when the pools ran out\n"
             "# TYPE dsv4_preemptions_total counter\ndsv4_preemptions_total %lld\n",
         (long long)preempt);

@@ -38,6 +38,9 @@ typedef struct srv_metrics {
     uint64_t requests[6];           /* by status class: 2xx, 400, 401, 404/405, 413, 5xx */
     uint64_t cancelled, preemptions;
     uint64_t stream_waits;          /* a stream found nothing new and its connection waited */
+    uint64_t intake[2];             /* requests the intake thread took: handled, gone (the
+                                     * client hung up while queued) */
+    int64_t intake_depth;           /* requests queued at the intake or in its handler */
     uint64_t prompt_tokens, gen_tokens;
     uint64_t steps, step_rows, decode_rows;
     uint64_t steps_by_decode_rows[SRV_ROWS_BUCKETS + 1];  /* decode rows 1, 2, 3-4, 5-8, ... */
@@ -72,6 +75,8 @@ void srv_metrics_latency(srv_metrics *m, double ttft, double itl);  /* < 0: skip
 void srv_metrics_event(srv_metrics *m, int cancelled, int preempted);
 /* A stream's read callback found nothing new: its connection waits, suspended. */
 void srv_metrics_stream_wait(srv_metrics *m);
+void srv_metrics_intake(srv_metrics *m, int gone);  /* one taken: depth - 1 */
+void srv_metrics_intake_queued(srv_metrics *m);      /* one queued: depth + 1 */
 /* One MTP decoding step of a sequence: drafted (a draft was verified), accepted. */
 void srv_metrics_mtp(srv_metrics *m, int drafted, int accepted);
 /* The prefix cache's gauges and counters (published with the load after each step). */
