@@ -131,6 +131,7 @@ int main(int argc, char **argv) {
         long nodes = 0;
         int in_str = 0, in_cstr = 0;
         double best_med = INFINITY;
+        json_walk_reset(&w);
         for (int r = 0; r < reps; r++) {
             /* the mask alone, replaying the document */
             json_state_init(s, &st[0]);

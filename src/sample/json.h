@@ -69,6 +69,10 @@ typedef struct json_strc {
     json_dfa dfa;
     uint64_t *ok;             /* bits [dfa.n_states][cap + 1]; NULL without a DFA (then every
                                * count up to max can close) */
+    /* Where counts do not matter (json_mask caches the mask there): without max, counts
+     * from flat on (ok's columns flat..cap are the same, and counts saturate); with max,
+     * counts 0..flat (columns 0..flat the same). */
+    int flat;
 } json_strc;
 
 /* Compiles a pattern (UTF-8, len bytes; unanchored, as JSON Schema says) to a DFA; -1 with
@@ -173,6 +177,8 @@ typedef struct json_trie {
     uint8_t byte;
 } json_trie;
 
+typedef struct json_tok { const uint8_t *b; int32_t len, id; } json_tok;
+
 typedef struct json_vocab {
     int V;                  /* ids: the tokenizer's vocabulary size */
     int words;              /* 64-bit words of a mask of V bits */
@@ -186,6 +192,8 @@ typedef struct json_vocab {
     int32_t *gt;            /* (n_gt) ids whose bytes hold a '>' (added tokens too): the
                              * only ones that can end a "</think>" */
     int n_gt;
+    json_tok *plain;        /* (n_plain) the ids of all but not spec, longest first */
+    int n_plain;
 } json_vocab;
 
 /* Builds the index of a tokenizer's vocabulary (~0.1 s for 129K ids); NULL when out of
@@ -193,14 +201,22 @@ typedef struct json_vocab {
 json_vocab *json_vocab_build(const dsv4_tokenizer *tok);
 void json_vocab_free(json_vocab *v);
 
-/* Per-generation scratch for json_mask: the walk's states, one per trie depth. */
+/* Per-generation scratch for json_mask: the walk's states, one per trie depth, and the
+ * masks of the plain ids inside constrained strings, kept by (string, DFA state, UTF-8
+ * state): where counts do not matter (json_strc.flat) the walk is done once per key. */
+#define JSON_WALK_CACHE 4
 typedef struct json_walk {
     json_state *st;         /* (max_len + 1) */
     json_frame *fr;         /* (max_len + 1) a constrained string's frame at each depth */
     int n_st;
+    uint64_t *cache;        /* [JSON_WALK_CACHE][words] */
+    struct { int strc; uint32_t q, a; } key[JSON_WALK_CACHE]; /* strc -1: empty */
+    int next;               /* the slot the next miss takes */
 } json_walk;
 
+/* A walk serves one schema: json_walk_reset before it serves another. */
 int json_walk_init(json_walk *w, const json_vocab *v);
+void json_walk_reset(json_walk *w);
 void json_walk_free(json_walk *w);
 
 /* bits [words]: bit v set iff id v's bytes can follow state st (the ids of the trie only:

@@ -712,6 +712,7 @@ int json_dfa_intersect(const json_dfa *a, const json_dfa *b, json_dfa *out, char
 /* json_strc.ok: from the last count down (see json.h) */
 int json_strc_lengths(json_strc *sc, char *why, size_t why_len) {
     sc->cap = sc->max >= 0 ? sc->max : sc->min;
+    sc->flat = sc->max >= 0 ? sc->max : 0;
     const json_dfa *d = &sc->dfa;
     if (!d->n_states) return 0; /* any characters: every count up to max can still close */
     rx r = {.why = why, .why_len = why_len};
@@ -762,6 +763,15 @@ int json_strc_lengths(json_strc *sc, char *why, size_t why_len) {
             for (int e = first[q]; e < first[q + 1] && !y; e++) y = (int)OK_AT(succ[e], n + 1);
             if (y) OK_SET(q, n);
         }
+    /* json_strc.flat: the run of equal columns at the saturated end (no max) or from 0 */
+    const size_t ref = sc->max < 0 ? cap : 0;
+    size_t f = ref;
+    for (int same = 1; same && (sc->max < 0 ? f > 0 : f < cap);) {
+        const size_t n = sc->max < 0 ? f - 1 : f + 1;
+        for (int q = 0; q < Q && same; q++) same = OK_AT(q, n) == OK_AT(q, ref);
+        if (same) f = n;
+    }
+    sc->flat = (int)f;
 #undef OK_AT
 #undef OK_SET
     free(first), free(succ);

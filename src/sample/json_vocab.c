@@ -11,7 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct tok_ref { const uint8_t *b; int len; int32_t id; } tok_ref;
+typedef json_tok tok_ref;
+
+static int by_len_desc(const void *x, const void *y) {
+    const tok_ref *a = x, *b = y;
+    return a->len != b->len ? (a->len > b->len ? -1 : 1) : (a->id > b->id) - (a->id < b->id);
+}
 
 static int by_bytes(const void *x, const void *y) {
     const tok_ref *a = x, *b = y;
@@ -70,7 +75,8 @@ json_vocab *json_vocab_build(const dsv4_tokenizer *tok) {
     v->dup = malloc((size_t)(V ? V : 1) * sizeof *v->dup);
     v->safe = calloc((size_t)8 * (size_t)v->words, sizeof *v->safe);
     v->gt = malloc((size_t)(V ? V : 1) * sizeof *v->gt);
-    if (!v->dup || !v->safe || !v->gt) goto fail;
+    v->plain = malloc((size_t)(V ? V : 1) * sizeof *v->plain);
+    if (!v->dup || !v->safe || !v->gt || !v->plain) goto fail;
     int n = 0, ns = 0;
     for (int id = 0; id < V; id++) {
         v->dup[id] = -1;
@@ -85,12 +91,14 @@ json_vocab *json_vocab_build(const dsv4_tokenizer *tok) {
         int special = 0;
         for (size_t i = 0; i < len; i++) special |= json_utf8_next(0, (uint8_t)b[i]) < 0 && (uint8_t)b[i] < 0x80;
         if (special) { sp[ns++] = r[n - 1]; continue; }
+        v->plain[v->n_plain++] = r[n - 1];
         for (int u0 = 0; u0 < 8; u0++) {
             int u = u0;
             for (size_t i = 0; u >= 0 && i < len; i++) u = json_utf8_next(u, (uint8_t)b[i]);
             if (u >= 0) v->safe[(size_t)u0 * (size_t)v->words + (size_t)(id >> 6)] |= 1ull << (id & 63);
         }
     }
+    qsort(v->plain, (size_t)v->n_plain, sizeof *v->plain, by_len_desc);
     qsort(r, (size_t)n, sizeof *r, by_bytes);
     qsort(sp, (size_t)ns, sizeof *sp, by_bytes);
     if (!(v->all = build_trie(r, n, v->max_len, v->dup, &v->n_all))) goto fail;
@@ -113,6 +121,7 @@ void json_vocab_free(json_vocab *v) {
     free(v->dup);
     free(v->safe);
     free(v->gt);
+    free(v->plain);
     free(v);
 }
 
@@ -120,16 +129,25 @@ int json_walk_init(json_walk *w, const json_vocab *v) {
     w->n_st = v->max_len + 1;
     w->st = malloc((size_t)w->n_st * sizeof *w->st);
     w->fr = malloc((size_t)w->n_st * sizeof *w->fr);
-    if (w->st && w->fr) return 0;
+    w->cache = malloc((size_t)JSON_WALK_CACHE * (size_t)v->words * sizeof *w->cache);
+    json_walk_reset(w);
+    if (w->st && w->fr && w->cache) return 0;
     json_walk_free(w);
     return -1;
+}
+
+void json_walk_reset(json_walk *w) {
+    for (int i = 0; i < JSON_WALK_CACHE; i++) w->key[i].strc = -1;
+    w->next = 0;
 }
 
 void json_walk_free(json_walk *w) {
     free(w->st);
     free(w->fr);
+    free(w->cache);
     w->st = NULL;
     w->fr = NULL;
+    w->cache = NULL;
 }
 
 static void set_id(const json_vocab *v, uint64_t *bits, int32_t id) {
@@ -172,6 +190,60 @@ static long walk_cstr(const dsv4_json_schema *s, const json_vocab *v, json_walk 
     return steps;
 }
 
+/* The plain ids' part of the mask inside a constrained string (frame w->fr[0]). Where the
+ * count does not matter (json_strc.flat) it comes from the walk's cache: without max once
+ * the count is in the flat run; with max, walked at count 0, it holds for the ids whose
+ * bytes (at most that many code points) keep the count within 0..flat, and the longer ids
+ * are stepped one by one (when they are few). Elsewhere the whole walk. */
+static long mask_cstr(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, uint64_t *bits) {
+    const json_frame top = w->fr[0];
+    const int si = s->nodes[top.node].strc;
+    const json_strc *sc = &s->strcs[si];
+    int k = 0; /* the first k of v->plain are stepped one by one */
+    if (sc->max < 0 ? top.b < (uint64_t)sc->flat : top.b > (uint64_t)sc->flat) k = -1;
+    else if (sc->max >= 0) {
+        const int room = sc->flat - (int)top.b; /* ids longer than this: one by one */
+        int lo = 0, hi = v->n_plain;
+        while (lo < hi) {
+            const int m = (lo + hi) / 2;
+            if (v->plain[m].len > room) lo = m + 1;
+            else hi = m;
+        }
+        k = lo <= v->n_plain / 8 ? lo : -1;
+    }
+    const size_t bytes = (size_t)v->words * sizeof *bits;
+    if (k < 0) {
+        memset(bits, 0, bytes);
+        return walk_cstr(s, v, w, bits);
+    }
+    long steps = 0;
+    int slot = 0;
+    while (slot < JSON_WALK_CACHE && !(w->key[slot].strc == si && w->key[slot].q == top.q && w->key[slot].a == top.a))
+        slot++;
+    uint64_t *c;
+    if (slot == JSON_WALK_CACHE) {
+        slot = w->next, w->next = (w->next + 1) % JSON_WALK_CACHE;
+        c = w->cache + (size_t)slot * (size_t)v->words;
+        memset(c, 0, bytes);
+        if (sc->max >= 0) w->fr[0].b = 0;
+        steps = walk_cstr(s, v, w, c);
+        w->fr[0] = top;
+        w->key[slot].strc = si, w->key[slot].q = top.q, w->key[slot].a = top.a;
+    }
+    c = w->cache + (size_t)slot * (size_t)v->words;
+    memcpy(bits, c, bytes);
+    for (int i = 0; i < k; i++) {
+        json_frame f = top;
+        const json_tok *t = &v->plain[i];
+        int ok = 1;
+        for (int j = 0; j < t->len && ok; j++) ok = json_cstr_step(s, &f, t->b[j]);
+        steps += t->len;
+        if (ok) bits[t->id >> 6] |= 1ull << (t->id & 63);
+        else bits[t->id >> 6] &= ~(1ull << (t->id & 63));
+    }
+    return steps;
+}
+
 static void copy_state(json_state *dst, const json_state *src) {
     dst->n = src->n;
     for (int i = 0; i < src->n; i++) {
@@ -188,10 +260,8 @@ long json_mask(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, con
         memcpy(bits, v->safe + (size_t)u * (size_t)v->words, (size_t)v->words * sizeof *bits);
         return walk(s, v, v->spec, v->n_spec, w, bits);
     }
-    if (json_state_in_cstr(st, &w->fr[0])) {
-        memset(bits, 0, (size_t)v->words * sizeof *bits);
-        return walk_cstr(s, v, w, bits) + walk(s, v, v->spec, v->n_spec, w, bits);
-    }
+    if (json_state_in_cstr(st, &w->fr[0]))
+        return mask_cstr(s, v, w, bits) + walk(s, v, v->spec, v->n_spec, w, bits);
     memset(bits, 0, (size_t)v->words * sizeof *bits);
     return walk(s, v, v->all, v->n_all, w, bits);
 }

@@ -92,6 +92,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!err.msg[0] || err.code != rc || s) __builtin_trap();
         return 0;
     }
+    json_walk_reset(&walk); /* a new schema */
     static json_state st[2];
     static uint64_t bits[64], brute[64];
     json_state_init(s, &st[0]);

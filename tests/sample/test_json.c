@@ -231,6 +231,32 @@ static void test_mask(const dsv4_tokenizer *tok, const json_vocab *jv, const cha
     dsv4_json_schema_free(s);
 }
 
+/* The mask against brute force after each prefix of text whose length is in at[n]: a string
+ * schema met twice (the walk's cache keyed without the count must hold for the second
+ * string too). */
+static void test_mask_at(const dsv4_tokenizer *tok, const json_vocab *jv, const char *schema, const char *text,
+                         const int *at, int n) {
+    dsv4_json_schema *s = compile(schema);
+    json_walk w;
+    json_state *st = malloc(2 * sizeof *st);
+    uint64_t *bits = malloc((size_t)jv->words * sizeof *bits), *brute = malloc((size_t)jv->words * sizeof *bits);
+    if (!s || !st || !bits || !brute || json_walk_init(&w, jv)) return;
+    json_state_init(s, &st[0]);
+    int cur = 0, done = 0;
+    for (int i = 0; i < n; i++) {
+        CHECK(json_state_feed(s, st, &cur, (const uint8_t *)text + done, (size_t)(at[i] - done)));
+        done = at[i];
+        json_mask(s, jv, &w, &st[cur], bits);
+        json_mask_brute(s, tok, &st[cur], brute, jv->words);
+        int diff = 0;
+        for (int k = 0; k < jv->words; k++) diff += __builtin_popcountll(bits[k] ^ brute[k]);
+        CHECK_MSG(diff == 0, "%s: after %d bytes: the mask differs from brute force in %d ids", schema, at[i], diff);
+    }
+    json_walk_free(&w);
+    free(st), free(bits), free(brute);
+    dsv4_json_schema_free(s);
+}
+
 /* Alive means completable: along a text that nests as deep as the schema lets it, every
  * state the automaton keeps has a token to go on with or is complete (the depth bound is
  * checked before an object, array, property or item starts, not found too late). */
@@ -288,6 +314,13 @@ int main(void) {
         test_mask(tok, jv, TREE, 40, 5);
         test_mask(tok, jv, OBJ, 40, 5);
         for (int r = 0; r < 3; r++) test_mask(tok, jv, STRS, 60, 3); /* constrained strings: the whole trie walked */
+        /* the cached masks: with max (ids longer than the room stepped one by one), without */
+        test_mask(tok, jv, "{\"type\":\"string\",\"pattern\":\"^[a-z ]+$\",\"maxLength\":60}", 30, 2);
+        test_mask(tok, jv, "{\"type\":\"string\",\"minLength\":40}", 20, 2);
+        static const int at[] = {3, 42, 46, 47};
+        test_mask_at(tok, jv, "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"pattern\":\"^[a-z ]+$\","
+                     "\"maxLength\":60}}", "[\"abcdefghijabcdefghijabcdefghijabcdefghij\",\"ab", at, 4);
+        test_mask(tok, jv, "{\"type\":\"string\",\"pattern\":\"^[^0-9]*$\",\"minLength\":10}", 20, 2);
         test_mask(tok, jv, "{\"enum\":[\"red\",\"green\",\"gr\\u00fcn\",12,1]}", 6, 1);
         test_deep(tok, jv, "{\"type\":\"object\",\"properties\":{\"k\":{\"$ref\":\"#\"},\"v\":{\"type\":\"integer\"}},"
                   "\"required\":[\"v\"]}", "{\"k\":", 40);
