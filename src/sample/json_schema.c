@@ -484,6 +484,12 @@ int dsv4_json_schema_compile(const char *text, size_t len, dsv4_json_schema **ou
     dsv4_err local;
     if (!err) err = &local;
     *out = NULL;
+    /* cJSON ends a string at a \u0000 escape: a pattern, name or literal holding one would
+     * be cut short silently, so such a schema is refused (an escaped backslash before "u0000"
+     * is refused too: rare, and never applied wrongly) */
+    for (size_t i = 0; i + 6 <= len; i++)
+        if (!memcmp(text + i, "\\u0000", 6))
+            return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "json_schema: a \\u0000 escape in a string is not supported");
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     while (j && end < text + len && (*end == ' ' || *end == '\n' || *end == '\t' || *end == '\r')) end++;

@@ -225,6 +225,8 @@ static void test_strings(void) {
     refused("{\"type\":\"string\",\"minLength\":-1}", "minLength");
     refused("{\"type\":\"string\",\"pattern\":\"^[a-z]{0,500}x$\",\"maxLength\":100000}", "too large");
     refused("{\"enum\":[\"a\"],\"pattern\":\"a\"}", "beside 'enum'");
+    refused("{\"type\":\"string\",\"pattern\":\"^a\\u0000b$\"}", "\\u0000");  /* cJSON would cut it to ^a */
+    refused("{\"const\":\"a\\u0000b\"}", "\\u0000");
 }
 
 int main(void) {
