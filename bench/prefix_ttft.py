@@ -4,7 +4,7 @@ token of a long prompt cold, repeated, and with the same prefix and another tail
 `dsv4 serve` (one process, or `mpirun -np N ... --parallel ep`).
 
   python3 bench/prefix_ttft.py --bin build/dsv4 --model DIR --tokenizer FILE \
-      [--np 2 [--attention dp|home]] [--threads 1] [--prefix 2048] [--tail 64] [--rounds 3] [--tag T] >> OUT.jsonl
+      [--np 2 [--attention dp|home] [--cp on|off]] [--step-tokens N] [--threads 1] [--prefix 2048] [--tail 64] [--rounds 3] [--tag T] >> OUT.jsonl
 
 Each round has its own random prefix of --prefix token ids (a new first token, so no round
 hits another's), then three completions of one token (greedy, max_tokens 1: the request's
@@ -45,13 +45,19 @@ def main():
     ap.add_argument('--vocab', type=int, default=8192)
     ap.add_argument('--tag', default='')
     ap.add_argument('--attention', default='', help='with --np: dp or home (dsv4 serve --attention)')
+    ap.add_argument('--cp', default='', help='with --attention dp: on or off (dsv4 serve --cp)')
+    ap.add_argument('--step-tokens', type=int, default=0, help='dsv4 serve --step-tokens (0: its default)')
     a = ap.parse_args()
     serve = [a.bin, 'serve', '--model', a.model, '--tokenizer', a.tokenizer, '--port', '0',
              '--threads', str(a.threads), '--max-seqs', '2', '--max-context', str(a.prefix + 2 * a.tail + 64)]
+    if a.step_tokens:
+        serve += ['--step-tokens', str(a.step_tokens)]
     if a.np:
         serve = ['mpirun', '--allow-run-as-root', '--oversubscribe', '-np', str(a.np)] + serve + ['--parallel', 'ep']
         if a.attention:
             serve += ['--attention', a.attention]
+        if a.cp:
+            serve += ['--cp', a.cp]
     proc = subprocess.Popen(serve, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, 'OMPI_MCA_mpi_yield_when_idle': '1'})
     port = pid = None
@@ -73,8 +79,8 @@ def main():
                 s, out = post(url + '/v1/completions', {'model': 'm', 'prompt': prompt, 'max_tokens': 1,
                                                         'temperature': 0})
                 u = out['usage']
-                print(json.dumps({'tag': a.tag, 'np': a.np, 'attention': a.attention, 'threads': a.threads,
-                                  'round': rnd, 'kind': kind,
+                print(json.dumps({'tag': a.tag, 'np': a.np, 'attention': a.attention, 'cp': a.cp,
+                                  'step_tokens': a.step_tokens, 'threads': a.threads, 'round': rnd, 'kind': kind,
                                   'seconds': round(s, 4), 'prompt_tokens': u['prompt_tokens'],
                                   'cached_tokens': u['prompt_tokens_details']['cached_tokens'],
                                   'text': out['choices'][0]['text']}), flush=True)

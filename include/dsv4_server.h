@@ -65,8 +65,8 @@ typedef struct dsv4_server_opts {
     uint64_t kv_dir_bytes;     /* its byte budget (LRU); 0 = unlimited */
     dsv4_dist *dist;           /* process group, NULL = one process */
     int parallel;              /* 0, or DSV4_PAR_EP with dist, | DSV4_PAR_DP for data-parallel
-                                * attention (context parallelism is refused: see
-                                * dsv4_server_check_parallel) */
+                                * attention, | DSV4_PAR_CP (with DP only) for each rank's long
+                                * prefill chunks as CP prefills over the group (dsv4.h) */
     const char *trace_steps;   /* one JSON line per engine step (rows, seconds per phase) to
                                 * this file; NULL = none */
     int hangup_ms;             /* how often the server looks whether the clients of the
@@ -78,8 +78,9 @@ typedef struct dsv4_server_opts {
 typedef struct dsv4_server dsv4_server;
 
 /* DSV4_ERR_ARG with the reason when the server cannot run with `parallel` (DSV4_PAR_*):
- * context parallelism needs one long span per call, which a step of mixed decode rows and
- * prefill chunks does not have. */
+ * context parallelism only with DSV4_PAR_EP | DSV4_PAR_DP (there the engine runs a rank's
+ * long span as a CP prefill inside the step's call; a plain CP call needs one long prompt
+ * span alone, which a step of mixed decode rows and prefill chunks does not have). */
 int dsv4_server_check_parallel(int parallel, dsv4_err *err);
 
 /* Binds the address and starts the HTTP threads; nothing is served until

@@ -78,7 +78,12 @@ static int fill_opts(dsv4_server_opts *so, dsv4_err *err) {
     if (!so->host) so->host = "127.0.0.1";
     if (so->max_seqs <= 0) so->max_seqs = 16;
     if (so->max_context <= 0) so->max_context = 4096;
-    if (so->step_tokens <= 0) so->step_tokens = 256;
+    /* with CP inside a DP group a long prompt's chunk is shared by the K ranks: K x 256
+     * rows keep each rank's share of it at one process's 256 (and reach the 2 K granules a
+     * CP prefill needs on Flash, G = 128); a cold 4K prompt on 2 ranks: 5.75 s at 256
+     * without CP, 3.87 s at 512 with it (BENCHMARKS.md, session 41 cps) */
+    const int k = (so->parallel & DSV4_PAR_CP) && so->dist ? dsv4_dist_size(so->dist) : 1;
+    if (so->step_tokens <= 0) so->step_tokens = 256 * k;
     if (so->max_queue <= 0) so->max_queue = 256;
     if (!so->max_body) so->max_body = 8u << 20;
     if (so->max_connections <= 0) so->max_connections = 512;
@@ -93,13 +98,12 @@ static int fill_opts(dsv4_server_opts *so, dsv4_err *err) {
 }
 
 int dsv4_server_check_parallel(int parallel, dsv4_err *err) {
-    if (parallel & DSV4_PAR_CP)
-        return srv_fail(err, DSV4_ERR_ARG, "serve: context parallelism (cp, cp+ep) is not served: a CP "
-                        "call needs one long prompt span alone, while every step of the server mixes "
-                        "decode rows and prefill chunks; serve with --parallel ep (the policy the "
-                        "server would need, running a long prompt's chunks as CP calls of their own "
-                        "with the decodes waiting at most one such call, is not implemented)");
-    if (parallel & ~(DSV4_PAR_EP | DSV4_PAR_DP))
+    if ((parallel & DSV4_PAR_CP) && !(parallel & DSV4_PAR_DP))
+        return srv_fail(err, DSV4_ERR_ARG, "serve: context parallelism is served only inside a "
+                        "data-parallel group (--parallel ep --attention dp --cp on): a step of the "
+                        "rank-0-home server mixes decode rows and prefill chunks in one call, while "
+                        "a plain CP call needs one long prompt span alone");
+    if (parallel & ~(DSV4_PAR_EP | DSV4_PAR_DP | DSV4_PAR_CP))
         return srv_fail(err, DSV4_ERR_ARG, "serve: unknown parallel mode %d", parallel);
     if ((parallel & DSV4_PAR_DP) && !(parallel & DSV4_PAR_EP))
         return srv_fail(err, DSV4_ERR_ARG, "serve: data-parallel attention needs --parallel ep");

@@ -59,11 +59,14 @@ done
 "$BIN" run --model "$MODEL" --tokens 1,2,3 --dump "$TMP/wm" --weights-memory mapped 2>/dev/null || fail "--weights-memory mapped"
 "$BIN" run --model "$MODEL" --tokens 1,2,3 --dump "$TMP/fl" --fp4-layout natural 2>/dev/null || fail "--fp4-layout natural"
 diff -r "$TMP/wm" "$TMP/fl" >/dev/null || fail "--weights-memory mapped and --fp4-layout natural differ"
-# serve refuses context parallelism with its reason (a step mixes decodes and prefill chunks)
+# serve refuses context parallelism outside a DP group with its reason (a step mixes decodes
+# and prefill chunks), and --cp without data-parallel attention
 for p in cp cp+ep; do
     "$BIN" serve --model "$MODEL" --parallel $p 2> "$TMP/err"; [ $? -eq 2 ] || fail "serve --parallel $p accepted"
     grep -q "context parallelism.*--parallel ep" "$TMP/err" || fail "serve --parallel $p: $(cat "$TMP/err")"
 done
+"$BIN" serve --model "$MODEL" --cp on 2> "$TMP/err"; [ $? -eq 2 ] || fail "serve --cp on accepted without --parallel"
+grep -q -- "--cp needs --parallel ep with --attention dp" "$TMP/err" || fail "serve --cp on: $(cat "$TMP/err")"
 
 # --model=DIR and --model DIR; --prompt-file - reads stdin
 g() { "$BIN" generate "$@" --temperature 0 -n 6 2>/dev/null; }

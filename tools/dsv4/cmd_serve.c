@@ -56,7 +56,8 @@ static int body_bytes_opt(const char *v, void *dst, char *msg, size_t n) {
     return -1;
 }
 
-static int mtp_opt(const char *v, void *dst, char *msg, size_t n) {
+/* on = 1, off = -1 (0: not given) */
+static int on_off_opt(const char *v, void *dst, char *msg, size_t n) {
     if (!strcmp(v, "on")) *(int *)dst = 1;
     else if (!strcmp(v, "off")) *(int *)dst = -1;
     else { snprintf(msg, n, "needs on or off, not '%s'", v); return -1; }
@@ -112,14 +113,13 @@ int cmd_serve(int argc, char **argv) {
     so.port = 8080;
     so.max_seqs = 16;
     so.max_context = 4096;
-    so.step_tokens = 256;
     so.max_queue = 256;
     so.max_body = 8u << 20;
     so.api_key = getenv("DSV4_API_KEY");
     if (so.api_key && !*so.api_key) so.api_key = NULL;
     const char *script_path = NULL;
     int64_t grace = 10, peer_timeout = -1;
-    int warmup = 1, pin = 0, prefix_entries = 64, attention = -1;
+    int warmup = 1, pin = 0, prefix_entries = 64, attention = -1, cp = 0;
     const cli_opt opts[] = {
         CLI_STR_OPT("model", 'm', &so.model_dir, "DIR", "model directory (config.json, safetensors, tokenizer.json)"),
         CLI_STR_OPT("tokenizer", 0, &so.tokenizer, "FILE", "tokenizer.json", .def = "DIR/tokenizer.json"),
@@ -129,7 +129,7 @@ int cmd_serve(int argc, char **argv) {
         CLI_STR_OPT("api-key", 0, &so.api_key, "KEY", "require 'Authorization: Bearer KEY' or 'x-api-key: KEY'", .def = "$DSV4_API_KEY if set, else no key"),
         CLI_INT_OPT("max-seqs", 0, &so.max_seqs, 1, 4096, "N", "concurrent sequences"),
         CLI_I64_OPT("max-context", 'c', &so.max_context, 16, 1 << 30, "N", "longest sequence in tokens"),
-        CLI_INT_OPT("step-tokens", 0, &so.step_tokens, 1, 1 << 20, "N", "rows per engine step, decode + prefill chunks"),
+        CLI_INT_OPT("step-tokens", 0, &so.step_tokens, 1, 1 << 20, "N", "rows per engine step, decode + prefill chunks (per rank under data-parallel attention)", .def = "256; 256 x ranks with context-parallel prefill"),
         CLI_INT_OPT("threads", 't', &so.threads, 0, 1024, "N", "worker threads (per rank under --parallel: give each rank its share)", .def = "the cores this process may use"),
         CLI_FN_OPT("kv-dtype", 0, &so.kv_dtype, cli_parse_kv_dtype, "f32|bf16|fp8", "bf16", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys)"),
         CLI_FP4_LAYOUT_OPT(&so.fp4_layout),
@@ -139,15 +139,16 @@ int cmd_serve(int argc, char **argv) {
         CLI_FN_OPT("max-body", 0, &so.max_body, body_bytes_opt, "N", "8M", "request body limit in bytes; suffixes K, M"),
         CLI_I64_OPT("grace", 0, &grace, 0, 3600, "S", "seconds in-flight requests get at SIGTERM"),
         CLI_INT_OPT("hangup-check-ms", 0, &so.hangup_ms, 1, 3600000, "MS", "how often the clients of connections waiting for their requests' tokens are checked for a hang-up (each token wakes its connection at once)", .def = "100"),
-        CLI_FN_OPT("mtp", 0, &so.mtp, mtp_opt, "on|off", "on when the checkpoint has an MTP block", "MTP speculative decoding; the tokens are the same either way"),
+        CLI_FN_OPT("mtp", 0, &so.mtp, on_off_opt, "on|off", "on when the checkpoint has an MTP block", "MTP speculative decoding; the tokens are the same either way"),
         CLI_INT_OPT("prefix-entries", 0, &prefix_entries, 0, 1 << 20, "N", "prompt and conversation prefixes (KV snapshots) the prefix cache keeps in memory, least recently used dropped first (also when the pools run short); 0 = no prefix cache, every request computes its whole prompt", .def = "64"),
         CLI_STR_OPT("kv-dir", 0, &so.kv_dir, "DIR", "keep prompt and conversation prefixes (KV snapshots) in DIR across restarts (under --parallel rank 0 reads and writes it; with --attention dp rank r > 0 keeps its own in DIR/rank-r)", .def = "memory only"),
         CLI_FN_OPT("kv-dir-bytes", 0, &so.kv_dir_bytes, cache_bytes_opt, "N", "unlimited", "byte budget of --kv-dir (least recently used files go first); suffixes K, M, G"),
         CLI_FLAG_OPT("warmup", 0, &warmup, 1, "read all weights into memory before serving, with progress (/health says loading meanwhile)", .def = "on"),
         CLI_FLAG_OPT("no-warmup", 0, &warmup, 0, "let the weights page in as the first requests use them"),
         CLI_FLAG_OPT("mlock", 0, &pin, 1, "pin the weights in memory (needs `ulimit -l` as large as the weights)"),
-        CLI_FN_OPT("parallel", 0, &so.parallel, parallel_opt, "ep", "one process", "under mpirun: expert-parallel MoE over all ranks; rank 0 serves HTTP (see --attention for where each request's attention, sampling and prefix cache run) (cp and cp+ep are refused: a step mixes decode rows and prefill chunks, and context parallelism needs one long prompt per call)"),
+        CLI_FN_OPT("parallel", 0, &so.parallel, parallel_opt, "ep", "one process", "under mpirun: expert-parallel MoE over all ranks; rank 0 serves HTTP (see --attention for where each request's attention, sampling and prefix cache run) (cp and cp+ep are refused: context parallelism is served inside data-parallel attention, see --cp)"),
         CLI_FN_OPT("attention", 0, &attention, attention_opt, "dp|home", "dp", "with --parallel ep: dp = data-parallel attention, every rank the home rank of its own requests (placed at admission by cached prefix, then load; each rank runs their attention, head, sampling and prefix cache; --kv-dir: rank r > 0 keeps DIR/rank-r); home = rank 0 runs every request's attention, head and sampling, the others only the experts"),
+        CLI_FN_OPT("cp", 0, &cp, on_off_opt, "on|off", "on", "with --attention dp: a rank's long prefill chunk (one touching 2 x ranks granules of 128 positions on Flash: --step-tokens then defaults to 256 x ranks) runs as a context-parallel prefill over the whole group with that rank as home, the other ranks computing shares of its attention and projections (a long prompt's first token comes sooner; the tokens are the same either way); off = each rank computes its own chunks alone"),
         CLI_I64_OPT("peer-timeout", 0, &peer_timeout, 0, 1 << 24, "SEC", "with --parallel: a collective inside a step that a peer does not join within SEC seconds fails; 0 = wait forever (an idle server's ranks wait for the next step without limit either way)", .def = "300"),
         CLI_STR_OPT("trace-steps", 0, &so.trace_steps, "FILE", "write one JSON line per engine step to FILE: rows, decode rows, admissions and milliseconds per phase (admit, forward, head, sample, snapshot, mtp)", .def = "none"),
         CLI_STR_OPT("test-script", 0, &script_path, "FILE", "scripted answers (tests only)", .hidden = 1),
@@ -178,6 +179,13 @@ int cmd_serve(int argc, char **argv) {
     /* data-parallel attention by default: a group then serves at every rank's attention
      * rate (BENCHMARKS.md, session 40 dps) */
     if (attention != 0 && (so.parallel & DSV4_PAR_EP)) so.parallel |= DSV4_PAR_DP;
+    if (cp && !(so.parallel & DSV4_PAR_DP)) {
+        fprintf(stderr, "dsv4 serve: --cp needs --parallel ep with --attention dp\n");
+        return 2;
+    }
+    /* and context-parallel prefill inside it: a long prompt's chunks then take the whole
+     * group's cores instead of its home rank's (BENCHMARKS.md, session 41 cps) */
+    if (cp >= 0 && (so.parallel & DSV4_PAR_DP)) so.parallel |= DSV4_PAR_CP;
     if (so.api_key && !*so.api_key) so.api_key = NULL;
     so.prefix_entries = prefix_entries ? prefix_entries : -1;
     cli_warn_threads("serve", so.threads);
