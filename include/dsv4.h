@@ -441,6 +441,9 @@ typedef struct dsv4_cache_stats {
     int seqs_used, seqs_total;
 } dsv4_cache_stats;
 DSV4_API dsv4_cache_stats dsv4_engine_cache_stats(const dsv4_engine *e);
+/* Context-parallel prefills this rank was the home of and that completed (DSV4_PAR_CP,
+ * also inside a DP group), for a server's metrics: 0 where CP never ran. */
+DSV4_API int64_t dsv4_engine_cp_prefills(const dsv4_engine *e);
 
 /* Runs fn(arg, i) for every i in [0, n) on the engine's threads, the calling thread among
  * them, and returns when every call has: the serving side's per-row work between forwards

@@ -332,6 +332,8 @@ int64_t dsv4_seq_length(const dsv4_engine *e, int seq) {
     return e->seqs[seq].n;
 }
 
+int64_t dsv4_engine_cp_prefills(const dsv4_engine *e) { return e->cp_prefills; }
+
 dsv4_cache_stats dsv4_engine_cache_stats(const dsv4_engine *e) {
     dsv4_cache_usage u = dsv4_cache_get_usage(e->cache);
     return (dsv4_cache_stats){u.win_used, u.win_total, u.blk_used, u.blk_total, u.slots_used,

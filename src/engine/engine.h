@@ -75,6 +75,8 @@ struct dsv4_engine {
     struct dsv4_prefix_cache *prefix; /* snapshots and the prefix cache (prefix.c) */
     int numa_nodes;                  /* memory nodes seen at create (opts.numa is the decision) */
     int64_t fp4_lanes, fp4_natural;  /* FP4 matrices of the blocks in each layout (fp4_layout.c) */
+    int64_t cp_prefills;             /* CP prefills this rank was the home of, completed
+                                      * (dsv4_engine_cp_prefills) */
     struct dsv4_cp_stats *cp_stats;  /* optional, caller-owned: CP prefill timings add up
                                       * here (engine/forward_cp.h; benchmarks), else NULL */
     dsv4_attn_stats *attn_stats;     /* optional, caller-owned: what the single-process

@@ -861,6 +861,7 @@ int dsv4_forward_cp_at(dsv4_engine *e, const dsv4_span *span, int home, float *h
         e->seqs[sp->seq].n += sp->n_tokens;
         dsv4_engine_trim(e, sp->seq);
     }
+    if (cx->rank == 0) e->cp_prefills++;
 
 done:
     if (cx->stats) {

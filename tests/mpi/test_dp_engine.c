@@ -278,6 +278,9 @@ static void failures(world *w) {
     CHECK(both_forward(w, &p, &sp, 1, NULL, "after bad token") == 0);
     CHECK(dsv4_dist_last_refusal(w->g.d) == DSV4_DIST_PASSED);
     CHECK(cp_stats.calls == cp_before + (with_cp ? w->g.size : 0)); /* every rank's span, on every rank */
+    /* the public count: this rank's own CP prefill (home), none when CP is off */
+    CHECK_MSG(dsv4_engine_cp_prefills(p.dp) == (with_cp ? 1 : 0), "rank %d: %lld CP prefills as home", r,
+              (long long)dsv4_engine_cp_prefills(p.dp));
     n[2] = nb;
 
     /* rank 0 prefills until its pool is full while the others decode: the others return
