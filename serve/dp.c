@@ -236,7 +236,7 @@ static void own_load(srv_dp *dp, srv_rank_load *l) {
     const dsv4_cache_stats c = dsv4_engine_cache_stats(s->e);
     pthread_mutex_lock(&s->met->mu);
     *l = (srv_rank_load){.running = s->n_run, .waiting = s->n_wait, .rows = s->st.rows,
-                         .pages_free = c.win_total - c.win_used,
+                         .pages_free = c.win_total - c.win_used, .cp_prefills = dsv4_engine_cp_prefills(s->e),
                          .mtp_steps = (int64_t)s->met->mtp_steps, .mtp_drafts = (int64_t)s->met->mtp_drafts,
                          .mtp_accepted = (int64_t)s->met->mtp_accepted,
                          .preemptions = (int64_t)s->met->preemptions, .pcache = s->met->pcache,

@@ -138,13 +138,15 @@ static void put_ranks(srv_buf *b, const srv_metrics *m) {
         {"dsv4_rank_running_sequences", "sequences in the engine of each rank (its own requests)"},
         {"dsv4_rank_queue_depth", "requests placed on each rank and waiting for a sequence there"},
         {"dsv4_rank_step_rows", "rows of each rank's latest step"},
-        {"dsv4_rank_cache_pages_free", "free window cache pages of each rank"}};
-    for (int k = 0; k < 5; k++) {
+        {"dsv4_rank_cache_pages_free", "free window cache pages of each rank"},
+        {"dsv4_rank_cp_prefills_total", "prompt chunks each rank was the home of that ran context-parallel "
+                                        "over the group (--cp on)"}};
+    for (int k = 0; k < 6; k++) {
         srv_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", names[k][0], names[k][1], names[k][0],
-                       k ? "gauge" : "counter");
+                       k == 0 || k == 5 ? "counter" : "gauge");
         for (int r = 0; r < m->n_ranks; r++) {
             const srv_rank_load *l = &m->rank[r];
-            const int64_t v[5] = {l->requests, l->running, l->waiting, l->rows, l->pages_free};
+            const int64_t v[6] = {l->requests, l->running, l->waiting, l->rows, l->pages_free, l->cp_prefills};
             srv_buf_printf(b, "%s{rank=\"%d\"} %lld\n", names[k][0], r, (long long)v[k]);
         }
     }

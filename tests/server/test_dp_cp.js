@@ -5,8 +5,8 @@
 // --step-tokens 512, each touching 4 granules of 128: CP prefills) is placed on rank 1, then
 // a longer prompt that shares its beginning restores it from rank 1's prefix cache and
 // computes the cold rest (CP again), MTP on throughout: every answer, logprobs included,
-// byte-identical to one process; the restored tokens counted. (The engine counts no CP
-// prefill publicly: that they run here is shown by a mutation of the CP path failing this.)
+// byte-identical to one process; the restored tokens counted; the CP prefills counted per
+// home rank in /metrics (dsv4_rank_cp_prefills_total), and none with --cp off.
 'use strict';
 const assert = require('assert');
 const OpenAI = require('openai').default;
@@ -62,6 +62,18 @@ run('server_dp_cp', async () => {
   assert(dp.longer.cached >= 1024, `DP + CP: ${dp.longer.cached} tokens restored`);
   assert(dp.m['dsv4_rank_requests_total{rank="1"}'] >= 2, 'the long prompts were not placed on rank 1');
   assert.strictEqual(dp.m['dsv4_requests_total{status="5xx"}'], 0);
+  // the chunks at 0 and 512 of the long prompt and at 1,152 of the longer one, all homed on
+  // rank 1; the decoders' short prompts none
+  assert.strictEqual(dp.m['dsv4_rank_cp_prefills_total{rank="1"}'], 3, 'CP prefills homed on rank 1');
+  assert.strictEqual(dp.m['dsv4_rank_cp_prefills_total{rank="0"}'], 0, 'CP prefills homed on rank 0');
+  // --cp off: the same answer, no CP prefill anywhere
+  const off = await start(ARGS.concat(['--cp', 'off']), { mpi: 2, dp: true });
+  const r = await new OpenAI({ apiKey: 'x', baseURL: off.url + '/v1', maxRetries: 0 }).completions.create({
+    model: 'm', prompt: LONG, max_tokens: 8, temperature: 0, logprobs: 2 });
+  const mo = await metrics(off.url);
+  await off.stop();
+  assert.deepStrictEqual(r.choices[0].logprobs, one.long.lp, 'the long prompt differs under DP with --cp off');
+  for (let k = 0; k < 2; k++) assert.strictEqual(mo[`dsv4_rank_cp_prefills_total{rank="${k}"}`], 0, `--cp off: rank ${k}`);
   console.log(`DP + CP: prompts ${one.long.n} and ${one.longer.n} tokens (${dp.longer.cached} restored), ` +
     `${dp.m.dsv4_mtp_accepted_total} accepted drafts`);
 }, { limitMs: 120000 });
