@@ -38,6 +38,15 @@ int srv_opt_bool(const cJSON *o, const char *key, int *v, char *msg, size_t n) {
 
 static int is_int(double x) { return x == floor(x); }
 
+/* The range first: a cast of a double outside int32_t (1e20, NaN) is undefined. */
+int srv_token_id(const srv *s, const cJSON *x, int32_t *id) {
+    if (!cJSON_IsNumber(x)) return -1;
+    const double v = x->valuedouble;
+    if (!(v >= 0 && v < (double)s->V) || v != floor(v)) return -1;
+    *id = (int32_t)v;
+    return 0;
+}
+
 /* splitmix64: seeds for requests that give none, distinct per request */
 static uint64_t next_seed(srv *s) {
     pthread_mutex_lock(&s->mu);
@@ -169,9 +178,15 @@ void srv_openai_error(srv_buf *b, int status, const char *msg) {
     const char *type = status == 401 ? "authentication_error"
                        : status == 404 ? "not_found_error"
                        : status >= 500 ? "server_error" : "invalid_request_error";
+    srv_openai_error_code(b, type, NULL, msg);
+}
+
+void srv_openai_error_code(srv_buf *b, const char *type, const char *code, const char *msg) {
     srv_buf_puts(b, "{\"error\":{\"message\":");
     json_string(b, msg);
-    srv_buf_printf(b, ",\"type\":\"%s\",\"param\":null,\"code\":null}}", type);
+    srv_buf_printf(b, ",\"type\":\"%s\",\"param\":null,\"code\":", type);
+    if (code) srv_buf_printf(b, "\"%s\"}}", code);
+    else srv_buf_puts(b, "null}}");
 }
 
 void srv_anthropic_error(srv_buf *b, int status, const char *msg) {

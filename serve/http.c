@@ -196,6 +196,18 @@ static enum MHD_Result send_json(srv *s, struct MHD_Connection *c, int status, c
     return send_body(s, c, status, "application/json", b->s, b->n);
 }
 
+/* The client's text t for an error message: valid UTF-8 (a bad byte becomes U+FFFD, so the
+ * JSON body stays valid), cut to at most cap - 1 bytes on a character boundary, into out. */
+static void client_text(char *out, size_t cap, const char *t) {
+    srv_buf b = {0};
+    srv_buf_put_utf8(&b, t, strlen(t));
+    size_t k = b.s ? (b.n < cap - 1 ? b.n : cap - 1) : 0;
+    while (k > 0 && k < b.n && ((unsigned char)b.s[k] & 0xc0) == 0x80) k--;
+    if (k) memcpy(out, b.s, k);
+    out[k] = 0;
+    srv_buf_free(&b);
+}
+
 static enum MHD_Result send_error(srv *s, struct MHD_Connection *c, int api, int status,
                                   const char *msg) {
     srv_reply rep = {0};
@@ -344,9 +356,15 @@ static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, const char *p
     const char *id = path + strlen("/v1/models");
     if (*id == '/') {  /* /v1/models/{id} (MHD decoded the URL's escapes) */
         if (strcmp(id + 1, s->model_name)) {
-            char msg[300];
-            snprintf(msg, sizeof msg, "The model '%.200s' does not exist", id + 1);
-            return send_error(s, c, SRV_API_CHAT, 404, msg);
+            /* OpenAI's answer for a model it does not serve */
+            char msg[300], name[201];
+            client_text(name, sizeof name, id + 1);
+            snprintf(msg, sizeof msg, "The model `%s` does not exist or you do not have access to it.",
+                     name);
+            srv_openai_error_code(&b, "invalid_request_error", "model_not_found", msg);
+            enum MHD_Result rc = send_json(s, c, 404, &b);
+            srv_buf_free(&b);
+            return rc;
         }
         srv_put_json(&b, model_object(s));
     } else {  /* /v1/models */
@@ -444,9 +462,11 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
             if (!strcmp(method, kRoutes[i].method)) rt = &kRoutes[i];
         }
     if (!rt) {
-        char msg[160];
-        snprintf(msg, sizeof msg, path_known ? "method %.16s is not allowed on %.100s"
-                                             : "no route %.16s %.100s", method, url);
+        char msg[160], m[17], u[101];
+        client_text(m, sizeof m, method);
+        client_text(u, sizeof u, url);
+        snprintf(msg, sizeof msg, path_known ? "method %s is not allowed on %s" : "no route %s %s",
+                 m, u);
         return send_error(s, c, api, path_known ? 405 : 404, msg);
     }
     if (!rt->open && !authorized(s, c))

@@ -338,65 +338,83 @@ static int tool_choice(const cJSON *c, const char **name, char *msg) {
     return -1;
 }
 
-void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {
-    char msg[MSG];
-    srv_job tmp = {0};
-    dsv4_chat_opts co = {0};
-    dsv4_tok_ids ids = {0};
+/* A chat request's prompt as /v1/chat/completions renders it (messages, tools after
+ * tool_choice, thinking, response_format shown to the model), shared with /tokenize so
+ * that its count is the chat's usage.prompt_tokens. Returns 0, 400 (msg written) or 500. */
+int srv_openai_chat_prompt(srv *s, const cJSON *j, srv_chat *c, char *msg) {
     dsv4_err err = {0};
-    srv_req *r = NULL;
-    char *schema = NULL;   /* structured output: the schema's text */
     cJSON *fmsgs = NULL;   /* messages with the format shown to the model */
-    cJSON *j = cJSON_ParseWithLength(body, len);
-    if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
+    int rc = 400;
     const cJSON *messages = cJSON_GetObjectItemCaseSensitive(j, "messages");
     if (!cJSON_IsArray(messages) || !messages->child) {
         snprintf(msg, MSG, "'messages' must be a non-empty array");
-        goto bad;
+        return 400;
     }
     for (const cJSON *m = messages->child; m; m = m->next)
         if (!cJSON_IsObject(m) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "role"))) {
             snprintf(msg, MSG, "every message must be an object with a string 'role'");
-            goto bad;
+            return 400;
         }
-    if (common_fields(j, &tmp, msg)) goto bad;
-    if (srv_opt_bool(j, "logprobs", &tmp.logprobs, msg, MSG) < 0) goto bad;
-    double top = 0;
-    if (srv_opt_num(j, "top_logprobs", 0, DSV4_MAX_LOGPROBS, &top, msg, MSG) < 0) goto bad;
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools");
     if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) {
         snprintf(msg, MSG, "'tools' must be an array");
-        goto bad;
+        return 400;
     }
-    const char *tc_name = NULL;
-    const int tc = tool_choice(cJSON_GetObjectItemCaseSensitive(j, "tool_choice"), &tc_name, msg);
-    if (tc < 0) goto bad;
-    if (!cJSON_IsArray(tools) || !tools->child || tc == SRV_TC_NONE) tools = NULL;
-    if (srv_chat_thinking(j, &co, msg)) goto bad;
+    c->tc = tool_choice(cJSON_GetObjectItemCaseSensitive(j, "tool_choice"), &c->tc_name, msg);
+    if (c->tc < 0) return 400;
+    if (!cJSON_IsArray(tools) || !tools->child || c->tc == SRV_TC_NONE) tools = NULL;
+    c->tools = tools;
+    if (srv_chat_thinking(j, &c->co, msg)) return 400;
     const cJSON *shown = NULL;
-    const int json = srv_json_format(j, SRV_API_CHAT, &schema, &shown, msg, MSG);
-    if (json < 0) goto bad;
-    if (json && tools) {
+    c->json = srv_json_format(j, SRV_API_CHAT, &c->schema, &shown, msg, MSG);
+    if (c->json < 0) return 400;
+    if (c->json && tools) {
         /* a tool call is not a value of the schema: constraining only the content would
          * still let the model answer outside it, so refuse rather than half apply it */
         snprintf(msg, MSG, "'response_format' together with 'tools' is not supported (drop the "
                  "tools or set 'tool_choice' to \"none\")");
-        goto bad;
+        return 400;
     }
-    if (json && !(fmsgs = srv_messages_with_format(messages, shown))) {
-        srv_reply_error(out, SRV_API_CHAT, 500, "out of memory");
-        goto done;
+    if (c->json && !(fmsgs = srv_messages_with_format(messages, shown))) {
+        snprintf(msg, MSG, "out of memory");
+        return 500;
     }
-    if (fmsgs) messages = fmsgs;
-    if (srv_chat_prompt(s, messages, tools, &co, &ids, &err)) {
+    if (srv_chat_prompt(s, fmsgs ? fmsgs : messages, tools, &c->co, &c->ids, &err)) {
         snprintf(msg, MSG, "%s", err.msg);
-        goto bad;
+        rc = err.code == DSV4_ERR_NOMEM ? 500 : 400;
+    } else {
+        rc = 0;
     }
-    if (!(r = srv_req_new(ids.ids, (int)ids.n))) { srv_reply_error(out, SRV_API_CHAT, 500, "out of memory"); goto done; }
+    cJSON_Delete(fmsgs);
+    return rc;
+}
+
+void srv_chat_free(srv_chat *c) {
+    dsv4_tok_ids_free(&c->ids);
+    free(c->schema);
+    c->schema = NULL;
+}
+
+void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {
+    char msg[MSG];
+    srv_job tmp = {0};
+    srv_chat c = {0};
+    srv_req *r = NULL;
+    int rc = 400;
+    cJSON *j = cJSON_ParseWithLength(body, len);
+    if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
+    if (common_fields(j, &tmp, msg)) goto bad;
+    if (srv_opt_bool(j, "logprobs", &tmp.logprobs, msg, MSG) < 0) goto bad;
+    double top = 0;
+    if (srv_opt_num(j, "top_logprobs", 0, DSV4_MAX_LOGPROBS, &top, msg, MSG) < 0) goto bad;
+    if ((rc = srv_openai_chat_prompt(s, j, &c, msg))) goto bad;
+    const cJSON *tools = c.tools;
+    const dsv4_chat_opts co = c.co;
+    if (!(r = srv_req_new(c.ids.ids, (int)c.ids.n))) { srv_reply_error(out, SRV_API_CHAT, 500, "out of memory"); goto done; }
     if (srv_parse_sampling(s, j, r, "stop", msg, MSG)) goto bad;
-    if (srv_force_tool_call(s, r, tools, tc, tc_name, co.thinking, msg, MSG)) goto bad;
-    if (json) srv_req_set_json(r, schema, co.thinking);
-    schema = NULL;
+    if (srv_force_tool_call(s, r, tools, c.tc, c.tc_name, co.thinking, msg, MSG)) goto bad;
+    if (c.json) srv_req_set_json(r, c.schema, co.thinking);
+    c.schema = NULL;
     r->gp.sample.n_logprobs = tmp.logprobs ? (int)top : 0;
     srv_job *job = srv_submit(s, r, SRV_API_CHAT, body, out);
     r = NULL;
@@ -412,12 +430,10 @@ void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {
     }
     goto done;
 bad:
-    srv_reply_error(out, SRV_API_CHAT, 400, msg);
+    srv_reply_error(out, SRV_API_CHAT, rc == 500 ? 500 : 400, msg);
 done:
     if (r) { srv_req_release(r); srv_req_release(r); }
-    dsv4_tok_ids_free(&ids);
-    free(schema);
-    cJSON_Delete(fmsgs);
+    srv_chat_free(&c);
     cJSON_Delete(j);
 }
 
@@ -538,12 +554,11 @@ static int completion_prompt(srv *s, const cJSON *p, dsv4_tok_ids *ids, char *ms
         }
         ids->cap = (size_t)n;
         for (const cJSON *x = p->child; x; x = x->next, k++) {
-            if (!cJSON_IsNumber(x) || x->valuedouble != (double)(int32_t)x->valuedouble ||
-                x->valuedouble < 0 || x->valuedouble >= s->V) {
+            if (srv_token_id(s, x, &ids->ids[ids->n])) {
                 snprintf(msg, MSG, "prompt[%d] is not a token id in [0, %d)", k, s->V);
                 return -1;
             }
-            ids->ids[ids->n++] = (int32_t)x->valuedouble;
+            ids->n++;
         }
         return 0;
     }

@@ -59,6 +59,9 @@ void srv_detokenize(srv *s, const char *body, size_t len, srv_reply *out);
 
 /* Error bodies in each API's shape. */
 void srv_openai_error(srv_buf *b, int status, const char *msg);
+/* OpenAI's error with its type and code (NULL: null) named, e.g. a model that is not
+ * served: "invalid_request_error", "model_not_found" (404). */
+void srv_openai_error_code(srv_buf *b, const char *type, const char *code, const char *msg);
 void srv_anthropic_error(srv_buf *b, int status, const char *msg);
 
 /* ---- shared by the handlers (api.c) --------------------------------------------------- */
@@ -95,6 +98,21 @@ int srv_json_format(const cJSON *body, int api, char **schema, const cJSON **sho
  * message put in front; a message that has its own is left alone. NULL when out of
  * memory. */
 cJSON *srv_messages_with_format(const cJSON *messages, const cJSON *shown);
+/* A chat request's prompt as /v1/chat/completions renders it (openai.c), shared with
+ * /tokenize so that its count is the chat's usage.prompt_tokens. */
+typedef struct srv_chat {
+    dsv4_chat_opts co;
+    dsv4_tok_ids ids;     /* the prompt */
+    const cJSON *tools;   /* in the request; NULL when none or tool_choice "none" */
+    int tc;               /* SRV_TC_* */
+    const char *tc_name;  /* in the request's JSON */
+    int json;             /* structured output */
+    char *schema;         /* its schema's text (malloc'ed) */
+} srv_chat;
+/* Reads messages, tools, tool_choice, thinking and response_format from the request j
+ * into c. Returns 0, 400 (msg written, 1200 bytes) or 500; srv_chat_free(c) either way. */
+int srv_openai_chat_prompt(srv *s, const cJSON *j, srv_chat *c, char *msg);
+void srv_chat_free(srv_chat *c);
 /* Gives r the schema text (taken) as its constraint; after_think: thinking mode. */
 void srv_req_set_json(srv_req *r, char *schema, int after_think);
 /* Creates the job for r (taking the HTTP side's reference), applies the test script
@@ -107,6 +125,8 @@ void srv_reply_error(srv_reply *out, int api, int status, const char *msg);
 int srv_opt_num(const cJSON *o, const char *key, double lo, double hi, double *v, char *msg,
                 size_t n);
 int srv_opt_bool(const cJSON *o, const char *key, int *v, char *msg, size_t n);
+/* x as a token id in [0, V): 0 (*id set), or -1 when it is not a whole number there. */
+int srv_token_id(const srv *s, const cJSON *x, int32_t *id);
 /* Text of token id as JSON-safe UTF-8 (its bytes, repaired). */
 void srv_token_text(const srv *s, int32_t id, srv_buf *b);
 /* A JSON string of n bytes of valid UTF-8. */

@@ -5,7 +5,8 @@
  *
  *   /tokenize   {"prompt": S, "add_special_tokens": true}             (a raw prompt, as
  *               /v1/completions reads it: BOS, then S with its control-token strings live)
- *               {"messages": [...], "tools": [...], "add_generation_prompt": true,
+ *               {"messages": [...], "tools": [...], "tool_choice", "response_format",
+ *                "add_generation_prompt": true,
  *                "thinking" / "reasoning_effort" / "chat_template_kwargs"}  (a chat, as
  *               /v1/chat/completions renders it: the count is its usage.prompt_tokens)
  *               + "return_token_strs": false
@@ -23,17 +24,6 @@
 /* A chat's ids. add_generation_prompt false leaves out the assistant turn's opening
  * ("<｜Assistant｜>" and the think tag) the template puts after a final user turn. */
 static int chat_ids(srv *s, const cJSON *j, dsv4_tok_ids *ids, char *msg) {
-    const cJSON *messages = cJSON_GetObjectItemCaseSensitive(j, "messages");
-    if (!cJSON_IsArray(messages) || !messages->child) {
-        snprintf(msg, MSG, "'messages' must be a non-empty array");
-        return 400;
-    }
-    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools");
-    if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) {
-        snprintf(msg, MSG, "'tools' must be an array");
-        return 400;
-    }
-    if (!cJSON_IsArray(tools) || !tools->child) tools = NULL;
     int gen = 1, cont = 0;
     if (srv_opt_bool(j, "add_generation_prompt", &gen, msg, MSG) < 0) return 400;
     if (srv_opt_bool(j, "continue_final_message", &cont, msg, MSG) < 0) return 400;
@@ -41,13 +31,14 @@ static int chat_ids(srv *s, const cJSON *j, dsv4_tok_ids *ids, char *msg) {
         snprintf(msg, MSG, "'continue_final_message' is not supported");
         return 400;
     }
-    dsv4_chat_opts co = {0};
-    if (srv_chat_thinking(j, &co, msg)) return 400;
+    srv_chat c = {0};
+    const int rc = srv_openai_chat_prompt(s, j, &c, msg);
+    const dsv4_chat_opts co = c.co;
+    *ids = c.ids;   /* taken */
+    c.ids = (dsv4_tok_ids){0};
+    srv_chat_free(&c);
+    if (rc) return rc;
     dsv4_err err = {0};
-    if (srv_chat_prompt(s, messages, tools, &co, ids, &err)) {
-        snprintf(msg, MSG, "%s", err.msg);
-        return err.code == DSV4_ERR_NOMEM ? 500 : 400;
-    }
     if (gen) return 0;
     dsv4_tok_ids open = {0};
     const char *t = co.thinking ? DSV4_CHAT_ASSISTANT DSV4_CHAT_THINK_OPEN
@@ -148,12 +139,9 @@ void srv_detokenize(srv *s, const char *body, size_t len, srv_reply *out) {
         goto done;
     }
     for (const cJSON *x = t->child; x; x = x->next, n++)
-        if (!cJSON_IsNumber(x) || x->valuedouble != (double)(int32_t)x->valuedouble ||
-            x->valuedouble < 0 || x->valuedouble >= s->V) {
+        if (srv_token_id(s, x, &ids[n])) {
             snprintf(msg, MSG, "tokens[%zu] is not a token id in [0, %d)", n, s->V);
             goto bad;
-        } else {
-            ids[n] = (int32_t)x->valuedouble;
         }
     dsv4_err err = {0};
     if (dsv4_detokenize(s->tok, ids, n, 0, &text, &tn, &err)) {

@@ -55,7 +55,23 @@ run('server_endpoints', async () => {
   const got = await oc.models.retrieve(listed.id);
   assert.deepStrictEqual(got, listed);
   await assert.rejects(oc.models.retrieve('no-such-model'),
-    (e) => e.status === 404 && e.error.type === 'not_found_error' && /no-such-model/.test(e.error.message));
+    (e) => e.status === 404 && e.error.type === 'invalid_request_error' && e.error.code === 'model_not_found' &&
+      /no-such-model/.test(e.error.message));
+  // a client's bytes echoed in a message come back as valid UTF-8 (a bad byte U+FFFD), cut
+  // on a character boundary (the raw bytes decoded strictly)
+  const strict = async (path) => {
+    const r = await fetch(srv.url + path, { headers: auth });
+    return [r.status, JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(await r.arrayBuffer()))];
+  };
+  const [s1, j1] = await strict('/v1/models/a%ffb');
+  assert.strictEqual(s1, 404);
+  assert.strictEqual(j1.error.message, 'The model `a\ufffdb` does not exist or you do not have access to it.');
+  const [s2, j2] = await strict('/v1/models/%ff' + '%C3%A9'.repeat(150));
+  assert.strictEqual(s2, 404);
+  assert.match(j2.error.message, /^The model `\ufffd(é)+` does not exist/);
+  const [s3, j3] = await strict('/v1/n%ffo' + '%C3%A9'.repeat(80));
+  assert.strictEqual(s3, 404);
+  assert.match(j3.error.message, /^no route GET \/v1\/n\ufffdo(é)+$/);
   assert.strictEqual((await http(srv.url + '/v1/models/' + listed.id, { method: 'GET' })).status, 401);
 
   // /tokenize a chat: the count is /v1/chat/completions's prompt_tokens
@@ -78,6 +94,25 @@ run('server_endpoints', async () => {
   const ot = await oc.chat.completions.create({ model: 'dsv4', max_tokens: 1, messages: chat, reasoning_effort: 'high' });
   assert.strictEqual(th.json.count, ot.usage.prompt_tokens);
   assert.notDeepStrictEqual(th.json.tokens, tk.json.tokens);
+  // tool_choice and response_format change the chat's prompt (tools dropped for "none", the
+  // format shown to the model): /tokenize renders them as chat does, and refuses what it refuses
+  const otools = [{ type: 'function', function: { name: TOOL.name, description: TOOL.description, parameters: TOOL.input_schema } }];
+  const pet = { type: 'object', properties: { name: { type: 'string' } }, required: ['name'] };
+  for (const q of [{ tools: otools, tool_choice: 'none' }, { tools: otools },
+    { response_format: { type: 'json_object' } },
+    { response_format: { type: 'json_schema', json_schema: { name: 'pet', schema: pet } } },
+    { tools: otools, tool_choice: 'none', response_format: { type: 'json_object' } }]) {
+    const t = await http(srv.url + '/tokenize', { body: { messages: chat, ...q }, headers: auth });
+    assert.strictEqual(t.status, 200, t.body);
+    const u = await oc.chat.completions.create({ model: 'dsv4', max_tokens: 1, messages: chat, ...q });
+    assert.strictEqual(t.json.count, u.usage.prompt_tokens, JSON.stringify(q));
+  }
+  const both = { messages: chat, tools: otools, response_format: { type: 'json_object' } };
+  const tb = await http(srv.url + '/tokenize', { body: both, headers: auth });
+  const cb = await http(srv.url + '/v1/chat/completions', { body: { model: 'dsv4', max_tokens: 1, ...both }, headers: auth });
+  assert.strictEqual(cb.status, 400);
+  assert.strictEqual(tb.status, 400);
+  assert.strictEqual(tb.body, cb.body);
   // a raw prompt: /v1/completions's tokens (BOS first), token strings on request
   const tp = await http(srv.url + '/tokenize', { body: { prompt: 'Hello world', return_token_strs: true }, headers: auth });
   const oc1 = await oc.completions.create({ model: 'dsv4', max_tokens: 1, prompt: 'Hello world' });
@@ -105,6 +140,8 @@ run('server_endpoints', async () => {
     ['/detokenize', { tokens: [1, 99999999] }, /tokens\[1\] is not a token id/],
     ['/detokenize', { tokens: [-1] }, /tokens\[0\]/],
     ['/detokenize', { tokens: [1.5] }, /tokens\[0\]/],
+    ['/detokenize', { tokens: [2, 1e20] }, /tokens\[1\]/],
+    ['/detokenize', { tokens: [-1e20] }, /tokens\[0\]/],
     ['/detokenize', [1, 2], /not a JSON object/],
     ['/tokenize', 'not json', /not a JSON object/],
   ];
