@@ -139,13 +139,16 @@ int dsv4_engine_agree_dp(dsv4_engine *e, int rc, int kind, const dsv4_span *cp, 
                                            cp ? cp->n_hidden : 0, cp ? cp->n_streams : 0};
     const char *what = kind == DSV4_DP_CALL_MTP ? "mtp_forward" : "forward";
     if ((rc = dsv4_dist_agree_share(e->group, rc, DSV4_DP_SHARE_N, mine, e->dp_share, what, err))) return rc;
+    /* every rank reads the same shared values in the same order and so returns the same
+     * error: the kinds first (against rank 0's, never this rank's), then the CP spans */
+    for (int r = 0; r < e->group->size; r++)
+        if (e->dp_share[(size_t)r * DSV4_DP_SHARE_N] != e->dp_share[0])
+            return dsv4_fail(err, DSV4_ERR_ARG, "%s: ranks disagree: rank %d makes another kind of call "
+                             "(forward or MTP forward) than rank 0", what, r);
     for (int r = 0; r < e->group->size; r++) {
         const int32_t *v = e->dp_share + (size_t)r * DSV4_DP_SHARE_N;
         dsv4_dp_cp sp;
-        if (v[0] != e->dp_share[0])
-            return dsv4_fail(err, DSV4_ERR_ARG, "%s: ranks disagree: rank %d makes another kind of call "
-                             "(forward or MTP forward) than rank 0", what, r);
-        if (!dp_cp_decode(e, v, &sp) || (sp.n_tokens && kind != DSV4_DP_CALL_FORWARD))
+        if (!dp_cp_decode(e, v, &sp) || (sp.n_tokens && v[0] != DSV4_DP_CALL_FORWARD))
             return dsv4_fail(err, DSV4_ERR_STATE, "%s: rank %d shared a CP span this engine cannot run "
                              "(start %lld, %d tokens)", what, r, (long long)sp.start, sp.n_tokens);
     }

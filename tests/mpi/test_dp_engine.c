@@ -18,7 +18,9 @@
  * prefill chunks (of 6 + 5 r tokens) run as CP prefills over the group with their rank as
  * home: at the first chunk and later ones (s0 > 0), several ranks' in one call, next to
  * other ranks' decode rows or none, MTP after them; a bad token on one rank while the others
- * pass CP spans, and rank 0's CP chunks of 64 filling its pool, refuse cleanly everywhere.
+ * pass CP spans, rank 0's CP chunks of 64 filling its pool, and rank 0 passing a CP span in
+ * a forward while the others make an MTP call, refuse cleanly everywhere (the same words on
+ * every rank).
  * Every rank's outputs and the decode steps after stay bitwise the local engine's, and the
  * CP prefills are counted (dsv4_cp_stats).
  *
@@ -327,6 +329,26 @@ static void failures(world *w) {
     CHECK(dsv4_dist_last_refusal(w->g.d) == DSV4_DIST_PASSED);  /* no rank's status refused it */
     CHECK(same_usage(p.dp, &before));
     lengths_match(&p, n, "call kinds");
+    if (with_cp) {
+        /* rank 0 a forward with a CP span (16 tokens on its emptied sequence 0), the others an
+         * MTP call: the same kind error on every rank, its words after the call's name too
+         * (each once checked a CP span against its own kind: rank 0 read the kinds, the
+         * others the span) */
+        dsv4_span c = {.seq = p.sd[0], .start = n[0], .n_tokens = 16, .tokens = w->tok[0] + n[0]};
+        before = dsv4_engine_cache_stats(p.dp);
+        rc = r == 0 ? dsv4_forward(p.dp, &c, 1, NULL, NULL, &err) : dsv4_mtp_forward(p.dp, NULL, 0, NULL, &err);
+        same_verdict(w, rc, "call kinds, CP span", &err);
+        CHECK_ERR(err, DSV4_ERR_ARG, "rank 1 makes another kind");
+        char msg0[sizeof err.msg];
+        memcpy(msg0, err.msg, sizeof msg0);
+        MPI_Bcast(msg0, (int)sizeof msg0, MPI_CHAR, 0, w->g.d->comm);
+        /* after the name of the rank's own call (forward, mtp_forward) */
+        const char *mine = strchr(err.msg, ':'), *zero = strchr(msg0, ':');
+        CHECK_MSG(mine && zero && !strcmp(mine, zero), "call kinds, CP span: rank %d reads '%s', rank 0 '%s'", r,
+                  err.msg, msg0);
+        CHECK(same_usage(p.dp, &before));
+        lengths_match(&p, n, "call kinds, CP span");
+    }
 
     /* every DP rank holds its sequences' caches whole: the prefix cache is its own (a miss
      * starts an empty sequence), and the followers' mirror does not apply */
