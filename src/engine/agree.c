@@ -108,16 +108,19 @@ int dsv4_engine_agree_mtp(dsv4_engine *e, int rc, const dsv4_mtp_span *spans, in
 }
 
 /* Rank r's CP span from the shared values, checked as a peer's word: what a CP prefill of
- * this engine can run (the home validated it against its sequence). */
+ * this engine can run (the home validated it against its sequence). The start is put
+ * together unsigned (a negative high word shifted is undefined), its end tested without an
+ * overflow, and the tokens bounded by max_rows too: the CP arena is sized for that. */
 static int dp_cp_decode(const dsv4_engine *e, const int32_t *v, dsv4_dp_cp *out) {
     out->seq = v[1];
-    out->start = (int64_t)(uint32_t)v[2] | (int64_t)v[3] << 32;
+    out->start = (int64_t)((uint64_t)(uint32_t)v[2] | (uint64_t)(uint32_t)v[3] << 32);
     out->n_tokens = v[4];
     out->n_hidden = v[5];
     out->n_streams = v[6];
     if (!out->n_tokens) return 1;
-    return out->n_tokens > 0 && out->n_tokens <= e->opts.c_max && out->start >= 0 &&
-           out->start + out->n_tokens <= e->opts.max_context && out->n_hidden >= 0 &&
+    const int most = e->opts.c_max < e->opts.max_rows ? e->opts.c_max : e->opts.max_rows;
+    return out->n_tokens > 0 && out->n_tokens <= most && out->start >= 0 &&
+           out->start <= e->opts.max_context - out->n_tokens && out->n_hidden >= 0 &&
            out->n_hidden <= out->n_tokens && out->n_streams >= 0 && out->n_streams <= out->n_tokens &&
            dsv4_cp_long_enough(e, out->start, out->n_tokens);
 }

@@ -21,6 +21,8 @@
  * pass CP spans, rank 0's CP chunks of 64 filling its pool, and rank 0 passing a CP span in
  * a forward while the others make an MTP call, refuse cleanly everywhere (the same words on
  * every rank).
+ * A peer's CP span out of range (negative or overflowing start, past max_context or
+ * max_rows) is refused by its decode.
  * Every rank's outputs and the decode steps after stay bitwise the local engine's, and the
  * CP prefills are counted (dsv4_cp_stats).
  *
@@ -348,6 +350,30 @@ static void failures(world *w) {
                   err.msg, msg0);
         CHECK(same_usage(p.dp, &before));
         lengths_match(&p, n, "call kinds, CP span");
+
+        /* a peer's CP span as this rank decodes it (local, no collective): this rank's row of
+         * the shared values rewritten, then put back */
+        int32_t *v = p.dp->dp_share + (size_t)r * DSV4_DP_SHARE_N, saved[DSV4_DP_SHARE_N];
+        memcpy(saved, v, sizeof saved);
+        static const struct { uint32_t lo, hi; int n, max_rows, ok; } dec[] = {
+            {0, 0, 16, 0, 1},                            /* a span it runs */
+            {0, 0xffffffffu, 16, 0, 0},                  /* a negative start (high word) */
+            {0xfffffff7u, 0x7fffffffu, 16, 0, 0},        /* start + n_tokens past INT64_MAX */
+            {MAXC - 15, 0, 16, 0, 0},                    /* past max_context */
+            {0, 0, 16, 8, 0},                            /* more tokens than max_rows */
+        };
+        const int max_rows = p.dp->opts.max_rows;
+        for (int k = 0; k < (int)(sizeof dec / sizeof dec[0]); k++) {
+            const int32_t row[DSV4_DP_SHARE_N] = {DSV4_DP_CALL_FORWARD, p.sd[0], (int32_t)dec[k].lo,
+                                                  (int32_t)dec[k].hi, dec[k].n, 1, 0};
+            memcpy(v, row, sizeof row);
+            if (dec[k].max_rows) p.dp->opts.max_rows = dec[k].max_rows;
+            dsv4_dp_cp got;
+            CHECK_MSG(dsv4_engine_dp_cp(p.dp, r, &got) == dec[k].ok, "CP span decode %d: not %s", k,
+                      dec[k].ok ? "taken" : "refused");
+            p.dp->opts.max_rows = max_rows;
+        }
+        memcpy(v, saved, sizeof saved);
     }
 
     /* every DP rank holds its sequences' caches whole: the prefix cache is its own (a miss
