@@ -65,7 +65,8 @@ struct dsv4_engine {
                                       * the layers to take part in the MoE collectives */
     int dp;                          /* 1 in a group with DSV4_PAR_DP: every rank is the home
                                       * rank of its own sequences (no rank idle); the ranks
-                                      * agree per call on its kind and status, not its spans */
+                                      * agree per call on its kind and status and, under
+                                      * DSV4_PAR_CP, on each rank's CP span (not its others) */
     int32_t *dp_share;               /* under DP: (size, DSV4_DP_SHARE_N) the last call's
                                       * agreement, every rank's kind and CP span (agree.c);
                                       * made at create */

@@ -14,7 +14,7 @@
  *                holds all entries w < (s0+n)/r of the layer
  *   attend       local: indexer top-k over all visible keys with the full index_topk,
  *                sparse attention, output projection
- *   home store   rank 0 writes what a single-rank prefill would have left in its cache:
+ *   home store   the home writes what a single-rank prefill would have left in its cache:
  *                window rows of the last win-1 positions, all new entries and keys, and
  *                the ring rows of the final compressor state
  *   MoE          dsv4_engine_moe on the local rows (expert-parallel when EP is on: every
@@ -300,7 +300,7 @@ static int bcast_state(cp_call *cx, const dsv4_block_w *b, dsv4_err *err) {
     const int l = b->layer_id, r = b->ratio, hd = c->head_dim, dI = c->index_head_dim;
     dsv4_cache *cache = cx->e->cache;
     bc_make(cx, r);
-    if (cx->rank == 0) {
+    if (cx->rank == 0) { /* the home */
         /* the exchange buffers are F32: stored rows unpack exactly (they were rounded to
          * their format when produced, kernels/kv_rows.h) */
         const dsv4_cache_plan *pl = dsv4_cache_get_plan(cache);
@@ -703,7 +703,8 @@ int dsv4_forward_cp(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *
 }
 
 /* Under DP the span travels from its home, which alone has it: its tokens, then the rows
- * asked for as explicit indices (*sp's arrays then point into buf, 3 n_tokens ints). */
+ * asked for as explicit indices (*sp's arrays then point into buf: n_tokens + n_hidden +
+ * n_streams ints). */
 static int bcast_span(cp_call *cx, dsv4_span *sp, int32_t *buf, dsv4_err *err) {
     const int n = sp->n_tokens, nh = sp->n_hidden, ns = sp->n_streams;
     if (cx->rank == 0) {
@@ -740,7 +741,7 @@ int dsv4_forward_cp_at(dsv4_engine *e, const dsv4_span *span, int home, float *h
     cx->cp = e->group->size;
     cx->home = home;
     cx->rank = (cx->me - home + cx->cp) % cx->cp;
-    /* without DP every rank holds the sequence's handle (rank 0 its cache); under DP only
+    /* without DP every rank holds the sequence's handle (the home its cache); under DP only
      * the home knows the sequence: the others never touch their own of that id */
     const int owner = !e->dp || cx->rank == 0;
     cx->seq = sp->seq;

@@ -15,16 +15,16 @@
  *  - every rank has its own prefix cache (dsv4_prefix_start) and no follower mirror;
  *  - DP needs EP, refused on every rank at create.
  * With --cp the group engine adds DSV4_PAR_CP with a granule of 2 positions, so that many
- * prefill chunks (of 6 + 5 r tokens) run as CP prefills over the group with their rank as
- * home: at the first chunk and later ones (s0 > 0), several ranks' in one call, next to
- * other ranks' decode rows or none, MTP after them; a bad token on one rank while the others
- * pass CP spans, rank 0's CP chunks of 64 filling its pool, and rank 0 passing a CP span in
- * a forward while the others make an MTP call, refuse cleanly everywhere (the same words on
- * every rank).
- * A peer's CP span out of range (negative or overflowing start, past max_context or
+ * prefill chunks (of 11 + 5 r tokens) run as CP prefills over the group with their rank as
+ * home (every rank at some steps, rank 0 too): at the first chunk and later ones (s0 > 0),
+ * several ranks' in one call, next to other ranks' decode rows or none, MTP after them; a
+ * bad token on one rank while the others pass CP spans, rank 0's CP chunks of 64 filling its
+ * pool, and rank 0 passing a CP span in a forward while the others make an MTP call, refuse
+ * cleanly everywhere (the same words on every rank). Every rank's outputs and the decode
+ * steps after stay bitwise the local engine's; each step's CP prefills as home
+ * (dsv4_engine_cp_prefills) are the ones the granule rule, computed in the test, predicts;
+ * a peer's CP span out of range (negative or overflowing start, past max_context or
  * max_rows) is refused by its decode.
- * Every rank's outputs and the decode steps after stay bitwise the local engine's, and the
- * CP prefills are counted (dsv4_cp_stats).
  *
  *   mpirun -np N test_dp_engine MODEL_DIR [--cp]  (N divides the routed experts: the goldens'
  *                                                 8 and 16 at 2 and 4, the generated e12 at 3)
@@ -196,8 +196,20 @@ static void lengths_match(pair *p, const int64_t *n, const char *what) {
     }
 }
 
+/* Whether this rank's call runs a CP prefill with it as home (once a call: its longest
+ * span that may), by the granule rule computed here: a non-speculative span touching at
+ * least 2 P granules of the test's 2 positions. */
+static int cp_expected(const world *w, const dsv4_span *sp, int n) {
+    const int64_t G = 2;
+    for (int i = 0; with_cp && i < n; i++)
+        if (!sp[i].speculative &&
+            (sp[i].start + sp[i].n_tokens + G - 1) / G - sp[i].start / G >= 2 * (int64_t)w->g.size)
+            return 1;
+    return 0;
+}
+
 /* The steps: rank r's sequence i has a prompt of 19 + 13 r + 9 i tokens, prefilled in chunks
- * of 6 + 5 r, then decodes; sequence 1 starts at step r; rank r has no rows at the steps
+ * of 11 + 5 r (at P <= 3 the first always a CP prefill, later ones not all), then decodes; sequence 1 starts at step r; rank r has no rows at the steps
  * where (step + r) % 3 == 2 and no MTP rows where (step + r) % 4 == 3. */
 static void script(world *w, int adversarial, int head_shard) {
     const char *what = adversarial ? "adversarial" : head_shard ? "mixed, sharded head" : "mixed";
@@ -205,7 +217,7 @@ static void script(world *w, int adversarial, int head_shard) {
     pair p;
     make_pair(w, &p, 0, adversarial, head_shard);
     float *streams = calloc((size_t)NSEQ * MAXC * hcD, sizeof(float)); /* (NSEQ, MAXC, hc, D) */
-    int64_t n[NSEQ] = {0}, m[NSEQ] = {0}, rows_here = 0;
+    int64_t n[NSEQ] = {0}, m[NSEQ] = {0}, rows_here = 0, homes = 0;
     int ok = 1;
     for (int step = 0; step < STEPS; step++) {
         dsv4_span sp[NSEQ];
@@ -213,13 +225,19 @@ static void script(world *w, int adversarial, int head_shard) {
         for (int i = 0; i < NSEQ && (step + r) % 3 != 2; i++) {
             if (step < i * (r + 1)) continue; /* sequence i starts at step i (r + 1) */
             const int64_t prompt = 19 + 13 * r + 9 * i;
-            int cnt = n[i] < prompt ? (int)(prompt - n[i] < 6 + 5 * r ? prompt - n[i] : 6 + 5 * r) : 1;
+            int cnt = n[i] < prompt ? (int)(prompt - n[i] < 11 + 5 * r ? prompt - n[i] : 11 + 5 * r) : 1;
             sp[ns++] = (dsv4_span){.seq = p.sd[i], .start = n[i], .n_tokens = cnt, .tokens = w->tok[i] + n[i],
                                    .n_hidden = cnt < 3 ? cnt : 3, .n_streams = cnt};
         }
         char label[64];
         snprintf(label, sizeof label, "%s step %d", what, step);
-        ok &= both_forward(w, &p, sp, ns, streams, label) == 0;
+        const int64_t cp0 = dsv4_engine_cp_prefills(p.dp);
+        const int rc = both_forward(w, &p, sp, ns, streams, label);
+        ok &= rc == 0;
+        const int cp_want = rc == 0 ? cp_expected(w, sp, ns) : 0;
+        CHECK_MSG(dsv4_engine_cp_prefills(p.dp) - cp0 == cp_want, "%s: rank %d: %lld CP prefills as home, "
+                  "expected %d", label, r, (long long)(dsv4_engine_cp_prefills(p.dp) - cp0), cp_want);
+        homes += cp_want;
         for (int k = 0; k < ns; k++) {
             n[seq_index(&p, sp[k].seq)] += sp[k].n_tokens;
             rows_here += sp[k].n_tokens;
@@ -240,6 +258,7 @@ static void script(world *w, int adversarial, int head_shard) {
     }
     CHECK_MSG(ok, "%s: a call failed", what);
     CHECK_MSG(rows_here > 0, "rank %d computed no rows", r);
+    CHECK_MSG(!with_cp || homes > 0, "%s: rank %d was never a CP prefill's home", what, r);
     lengths_match(&p, n, what);
     free(streams);
     free_pair(&p);
