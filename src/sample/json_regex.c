@@ -28,6 +28,7 @@
 #define MAX_CLASSES 1024
 #define MAX_REPEAT 1000
 #define MAX_NEST 64
+#define MAX_NODES (2 * MAX_NFA) /* every leaf costs at least 2 NFA states: a larger tree cannot compile */
 #define CP_MAX 0x10FFFFu
 
 typedef struct iv { uint32_t lo, hi; } iv;
@@ -73,7 +74,11 @@ static int grow(rx *r, void **p, int *cap, int need, size_t size) {
     return 0;
 }
 
+/* capped here, while parsing: build() recurses down a sequence's left-deep chain of
+ * concatenations before it makes a state, so an unbounded tree would overflow the stack
+ * (a 90 KB pattern did) before nnew()'s cap could fire */
 static int node(rx *r, int kind, int a, int b) {
+    if (r->n_x >= MAX_NODES) return fail(r, "has more than %d terms (a shorter pattern)", MAX_NODES);
     if (grow(r, (void **)&r->x, &r->cap_x, r->n_x + 1, sizeof *r->x)) return -1;
     r->x[r->n_x] = (xnode){kind, a, b, 0, 0};
     return r->n_x++;

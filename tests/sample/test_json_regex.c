@@ -100,6 +100,19 @@ static void test_ecma(void) {
                   REFUSED[i].s);
         if (!rc) json_dfa_free(&d);
     }
+    /* long patterns are refused while parsing (they overflowed the stack in build(): a
+     * 90 KB pattern crashed the server); mutation: no cap in node() -> SIGSEGV here */
+    const size_t big = 200000;
+    char *p = malloc(big + 1);
+    for (int alt = 0; p && alt < 2; alt++) {
+        for (size_t i = 0; i < big; i++) p[i] = alt && i % 2 ? '|' : 'a'; /* aaa... or a|a|... (100K) */
+        p[big] = 0;
+        why[0] = 0;
+        const int rc = json_regex_compile(p, big, &d, why, sizeof why);
+        CHECK_MSG(rc != 0 && strstr(why, "more than 8192 terms"), "200 KB pattern %d: rc %d '%s'", alt, rc, why);
+        if (!rc) json_dfa_free(&d);
+    }
+    free(p);
 }
 
 static dsv4_json_schema *compile(const char *schema) {
