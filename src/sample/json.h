@@ -75,15 +75,29 @@ typedef struct json_strc {
     int flat;
 } json_strc;
 
+/* One schema's compile budget, shared by all its patterns, formats and length tables (the
+ * compile runs on the server's intake thread: one request must not hold it for seconds or
+ * take a gigabyte): work in units of about one 64-bit word operation (closure and subset
+ * steps, table fills) and bytes of the DFA and length tables kept. Past either, the compile
+ * is refused. NULL to the functions below: a fresh budget for that call alone. */
+typedef struct json_budget {
+    int64_t work, bytes;
+} json_budget;
+#define JSON_BUDGET_WORK 200000000  /* ~0.1-0.3 s of this code on one core */
+#define JSON_BUDGET_BYTES (64 << 20)
+
 /* Compiles a pattern (UTF-8, len bytes; unanchored, as JSON Schema says) to a DFA; -1 with
  * why (e.g. "uses a lookahead (?=") when it is outside the subset or over a bound. */
-int json_regex_compile(const char *pattern, size_t len, json_dfa *out, char *why, size_t why_len);
+int json_regex_compile(const char *pattern, size_t len, json_dfa *out, json_budget *b, char *why, size_t why_len);
 /* out: the strings both a and b accept */
-int json_dfa_intersect(const json_dfa *a, const json_dfa *b, json_dfa *out, char *why, size_t why_len);
+int json_dfa_intersect(const json_dfa *a, const json_dfa *b, json_dfa *out, json_budget *bud, char *why,
+                       size_t why_len);
+/* out: a copy of d (charged to b's bytes) */
+int json_dfa_copy(const json_dfa *d, json_dfa *out, json_budget *b, char *why, size_t why_len);
 int json_dfa_class(const json_dfa *d, uint32_t cp);
 void json_dfa_free(json_dfa *d);
 /* sets sc->cap and builds sc->ok from min, max and dfa; -1 with why over the size bound */
-int json_strc_lengths(json_strc *sc, char *why, size_t why_len);
+int json_strc_lengths(json_strc *sc, json_budget *b, char *why, size_t why_len);
 
 typedef struct json_node {
     uint8_t kind;           /* JN_* */

@@ -48,6 +48,7 @@ typedef struct rx {
     int n_sets, cap_sets;
     nst *nfa;                   /* (n_nfa) */
     int n_nfa, cap_nfa;
+    json_budget *bud;           /* the schema's budget, charged as the work is done */
     char *why;
     size_t why_len;
     int failed;
@@ -62,6 +63,18 @@ static int fail(rx *r, const char *fmt, ...) {
     }
     r->failed = 1;
     return -1;
+}
+
+/* charges the budget; -1 (refused) once either part is spent */
+static int spend(rx *r, int64_t work, int64_t bytes) {
+    r->bud->work -= work, r->bud->bytes -= bytes;
+    if (r->bud->work < 0)
+        return fail(r, "exceeds the schema's compile budget of %d work units (fewer or simpler patterns, "
+                    "formats or lengths)", JSON_BUDGET_WORK);
+    if (r->bud->bytes < 0)
+        return fail(r, "exceeds the schema's compile budget of %d MB of tables (fewer or simpler patterns, "
+                    "formats or lengths)", JSON_BUDGET_BYTES >> 20);
+    return 0;
 }
 
 static int grow(rx *r, void **p, int *cap, int need, size_t size) {
@@ -495,10 +508,12 @@ typedef struct sub {
     int *stack;             /* (n_nfa) */
 } sub;
 
-static void closure(const rx *r, sub *u, uint64_t *set, int bol, int eol) {
-    int top = 0;
-    for (int i = 0; i < r->n_nfa; i++)
-        if (set[i >> 6] >> (i & 63) & 1) u->stack[top++] = i;
+/* set's epsilon closure (in place), charged to the budget: the words scanned, the states pushed */
+static int closure(rx *r, sub *u, uint64_t *set, int bol, int eol) {
+    int top = 0, pushed = 0;
+    for (int w = 0; w < u->nw; w++)
+        for (uint64_t m = set[w]; m; m &= m - 1) u->stack[top++] = w * 64 + __builtin_ctzll(m);
+    pushed = top;
     while (top) {
         const nst *n = &r->nfa[u->stack[--top]];
         if (n->kind == N_SET || (n->kind == N_BOL && !bol) || (n->kind == N_EOL && !eol)) continue;
@@ -507,8 +522,10 @@ static void closure(const rx *r, sub *u, uint64_t *set, int bol, int eol) {
             if (out[k] >= 0 && !(set[out[k] >> 6] >> (out[k] & 63) & 1)) {
                 set[out[k] >> 6] |= 1ull << (out[k] & 63);
                 u->stack[top++] = out[k];
+                pushed++;
             }
     }
+    return spend(r, u->nw + pushed, 0);
 }
 
 static uint64_t hash_set(const uint64_t *s, int nw) {
@@ -568,10 +585,23 @@ static int make_classes(rx *r, json_dfa *d, uint32_t *bound, int nb) {
     return 0;
 }
 
-static int alloc_dfa(json_dfa *d, int states) {
+static int64_t dfa_bytes(const json_dfa *d, int states) {
+    return (int64_t)states * ((int64_t)d->n_classes * (int64_t)sizeof *d->next + 1) + (int64_t)d->n_classes * 4;
+}
+
+/* room for `states` states (charged to the budget: dfa_shrink refunds what goes unused) */
+static int alloc_dfa(rx *r, json_dfa *d, int states) {
+    if (spend(r, 0, dfa_bytes(d, states))) return -1;
     d->next = malloc((size_t)states * (size_t)d->n_classes * sizeof *d->next);
     d->accept = calloc((size_t)states, 1);
-    return d->next && d->accept ? 0 : -1;
+    return d->next && d->accept ? 0 : fail(r, "out of memory");
+}
+
+/* the tables cut to the states made (kept for the schema's life: 8 MB at the class bound) */
+static void dfa_shrink(rx *r, json_dfa *d) {
+    r->bud->bytes += dfa_bytes(d, JSON_MAX_DFA) - dfa_bytes(d, d->n_states);
+    int16_t *n = realloc(d->next, (size_t)(d->n_states ? d->n_states : 1) * (size_t)d->n_classes * sizeof *n);
+    if (n) d->next = n;
 }
 
 static int subset(rx *r, int start, int final, json_dfa *d) {
@@ -598,8 +628,8 @@ static int subset(rx *r, int start, int final, json_dfa *d) {
     u.sets = malloc((size_t)JSON_MAX_DFA * (size_t)u.nw * 8);
     u.hash = calloc((size_t)u.hcap, sizeof *u.hash);
     u.stack = malloc((size_t)r->n_nfa * sizeof *u.stack);
-    int ok = member && tgt && acc && u.sets && u.hash && u.stack && !alloc_dfa(d, JSON_MAX_DFA);
-    if (!ok) fail(r, "out of memory");
+    int ok = member && tgt && acc && u.sets && u.hash && u.stack ? 1 : fail(r, "out of memory") + 1;
+    if (ok && alloc_dfa(r, d, JSON_MAX_DFA)) ok = 0;
     for (int i = 0; ok && i < r->n_sets; i++)
         for (int k = 0, j = 0; k < C; k++) {
             const cset *s = &r->sets[i];
@@ -611,34 +641,38 @@ static int subset(rx *r, int start, int final, json_dfa *d) {
         d->n_states = 1;
         memset(u.sets, 0, (size_t)u.nw * 8);
         u.sets[start >> 6] |= 1ull << (start & 63);
-        closure(r, &u, u.sets, 1, 0);
+        if (closure(r, &u, u.sets, 1, 0)) ok = 0;
     }
     for (int q = 0; ok && q < d->n_states; q++) {
         const uint64_t *S = u.sets + (size_t)q * (size_t)u.nw;
         memcpy(acc, S, (size_t)u.nw * 8);
-        closure(r, &u, acc, q == 0, 1);
+        if (closure(r, &u, acc, q == 0, 1) || spend(r, (int64_t)C * u.nw * 2, 0)) {
+            ok = 0;
+            break;
+        }
         d->accept[q] = (uint8_t)(acc[final >> 6] >> (final & 63) & 1);
         memset(tgt, 0, (size_t)C * (size_t)u.nw * 8);
-        for (int i = 0; i < r->n_nfa; i++) {
-            if (!(S[i >> 6] >> (i & 63) & 1) || r->nfa[i].kind != N_SET) continue;
-            const uint64_t *m = member + (size_t)r->nfa[i].set * (size_t)cw;
-            const int to = r->nfa[i].out0;
-            for (int k = 0; k < C; k++)
-                if (m[k >> 6] >> (k & 63) & 1) tgt[(size_t)k * (size_t)u.nw + (size_t)(to >> 6)] |= 1ull << (to & 63);
-        }
+        for (int w = 0; w < u.nw && ok; w++)
+            for (uint64_t bits = S[w]; bits && ok; bits &= bits - 1) {
+                const int i = w * 64 + __builtin_ctzll(bits);
+                if (r->nfa[i].kind != N_SET) continue;
+                if (spend(r, C, 0)) ok = 0;
+                const uint64_t *m = member + (size_t)r->nfa[i].set * (size_t)cw;
+                const int to = r->nfa[i].out0;
+                for (int k = 0; k < C; k++)
+                    if (m[k >> 6] >> (k & 63) & 1) tgt[(size_t)k * (size_t)u.nw + (size_t)(to >> 6)] |= 1ull << (to & 63);
+            }
         for (int k = 0; k < C && ok; k++) {
             uint64_t *T = tgt + (size_t)k * (size_t)u.nw;
             int any = 0;
             for (int w = 0; w < u.nw; w++) any |= T[w] != 0;
             int t = -1;
-            if (any) {
-                closure(r, &u, T, 0, 0);
-                if ((t = dfa_state(r, &u, d, T)) < 0) ok = 0;
-            }
+            if (any && (closure(r, &u, T, 0, 0) || (t = dfa_state(r, &u, d, T)) < 0)) ok = 0;
             d->next[(size_t)q * (size_t)C + (size_t)k] = (int16_t)t;
         }
     }
     free(member), free(tgt), free(acc), free(u.sets), free(u.hash), free(u.stack);
+    if (ok) dfa_shrink(r, d);
     return ok ? 0 : -1;
 }
 
@@ -649,9 +683,11 @@ void json_dfa_free(json_dfa *d) {
     memset(d, 0, sizeof *d);
 }
 
-int json_regex_compile(const char *pattern, size_t len, json_dfa *out, char *why, size_t why_len) {
+int json_regex_compile(const char *pattern, size_t len, json_dfa *out, json_budget *b, char *why, size_t why_len) {
     memset(out, 0, sizeof *out);
-    rx r = {.p = (const uint8_t *)pattern, .end = (const uint8_t *)pattern + len, .why = why, .why_len = why_len};
+    json_budget fresh = {JSON_BUDGET_WORK, JSON_BUDGET_BYTES};
+    rx r = {.p = (const uint8_t *)pattern, .end = (const uint8_t *)pattern + len, .bud = b ? b : &fresh,
+            .why = why, .why_len = why_len};
     int root = parse_alt(&r, 0);
     if (root >= 0 && r.p < r.end) root = fail(&r, "has an unbalanced ')'");
     /* unanchored: .*(?:P).* with any code point */
@@ -670,9 +706,31 @@ int json_regex_compile(const char *pattern, size_t len, json_dfa *out, char *why
 }
 
 /* both DFAs at once: the strings both accept (pattern and format together) */
-int json_dfa_intersect(const json_dfa *a, const json_dfa *b, json_dfa *out, char *why, size_t why_len) {
+int json_dfa_copy(const json_dfa *d, json_dfa *out, json_budget *b, char *why, size_t why_len) {
+    json_budget fresh = {JSON_BUDGET_WORK, JSON_BUDGET_BYTES};
+    rx r = {.bud = b ? b : &fresh, .why = why, .why_len = why_len};
+    *out = *d;
+    out->lo = NULL, out->next = NULL, out->accept = NULL;
+    const int64_t bytes = dfa_bytes(d, d->n_states);
+    if (spend(&r, bytes / 8, bytes)) return -1;
+    out->lo = malloc((size_t)d->n_classes * sizeof *out->lo);
+    out->next = malloc((size_t)d->n_states * (size_t)d->n_classes * sizeof *out->next);
+    out->accept = malloc((size_t)d->n_states);
+    if (!out->lo || !out->next || !out->accept) {
+        json_dfa_free(out);
+        return fail(&r, "out of memory");
+    }
+    memcpy(out->lo, d->lo, (size_t)d->n_classes * sizeof *out->lo);
+    memcpy(out->next, d->next, (size_t)d->n_states * (size_t)d->n_classes * sizeof *out->next);
+    memcpy(out->accept, d->accept, (size_t)d->n_states);
+    return 0;
+}
+
+int json_dfa_intersect(const json_dfa *a, const json_dfa *b, json_dfa *out, json_budget *bud, char *why,
+                       size_t why_len) {
     memset(out, 0, sizeof *out);
-    rx r = {.why = why, .why_len = why_len};
+    json_budget fresh = {JSON_BUDGET_WORK, JSON_BUDGET_BYTES};
+    rx r = {.bud = bud ? bud : &fresh, .why = why, .why_len = why_len};
     uint32_t *bound = malloc((size_t)(a->n_classes + b->n_classes + 1) * sizeof *bound);
     int *pair = malloc((size_t)a->n_states * (size_t)b->n_states * sizeof *pair); /* [na][nb] state + 1 */
     int *qa = malloc(JSON_MAX_DFA * sizeof *qa), *qb = malloc(JSON_MAX_DFA * sizeof *qb);
@@ -682,7 +740,7 @@ int json_dfa_intersect(const json_dfa *a, const json_dfa *b, json_dfa *out, char
         memcpy(bound + a->n_classes, b->lo, (size_t)b->n_classes * sizeof *bound);
         rc = make_classes(&r, out, bound, a->n_classes + b->n_classes);
     }
-    if (!rc && alloc_dfa(out, JSON_MAX_DFA)) rc = fail(&r, "out of memory");
+    if (!rc && (spend(&r, (int64_t)a->n_states * b->n_states / 2, 0) || alloc_dfa(&r, out, JSON_MAX_DFA))) rc = -1;
     if (!rc) {
         memset(pair, 0, (size_t)a->n_states * (size_t)b->n_states * sizeof *pair);
         pair[0] = 1, qa[0] = qb[0] = 0, out->n_states = 1;
@@ -690,6 +748,10 @@ int json_dfa_intersect(const json_dfa *a, const json_dfa *b, json_dfa *out, char
     const int C = out->n_classes;
     for (int q = 0; !rc && q < out->n_states; q++) {
         out->accept[q] = a->accept[qa[q]] && b->accept[qb[q]];
+        if (spend(&r, 4 * C, 0)) {
+            rc = -1;
+            break;
+        }
         for (int k = 0; k < C && !rc; k++) {
             const int ta = a->next[(size_t)qa[q] * (size_t)a->n_classes + (size_t)json_dfa_class(a, out->lo[k])];
             const int tb = b->next[(size_t)qb[q] * (size_t)b->n_classes + (size_t)json_dfa_class(b, out->lo[k])];
@@ -710,17 +772,19 @@ int json_dfa_intersect(const json_dfa *a, const json_dfa *b, json_dfa *out, char
         }
     }
     free(bound), free(pair), free(qa), free(qb);
+    if (!rc) dfa_shrink(&r, out);
     if (rc) json_dfa_free(out);
     return rc;
 }
 
 /* json_strc.ok: from the last count down (see json.h) */
-int json_strc_lengths(json_strc *sc, char *why, size_t why_len) {
+int json_strc_lengths(json_strc *sc, json_budget *b, char *why, size_t why_len) {
     sc->cap = sc->max >= 0 ? sc->max : sc->min;
     sc->flat = sc->max >= 0 ? sc->max : 0;
     const json_dfa *d = &sc->dfa;
     if (!d->n_states) return 0; /* any characters: every count up to max can still close */
-    rx r = {.why = why, .why_len = why_len};
+    json_budget fresh = {JSON_BUDGET_WORK, JSON_BUDGET_BYTES};
+    rx r = {.bud = b ? b : &fresh, .why = why, .why_len = why_len};
     const size_t row = (size_t)sc->cap + 1, nbits = (size_t)d->n_states * row;
     const int Q = d->n_states, C = d->n_classes;
     int *first = malloc(((size_t)Q + 1) * sizeof *first), *succ = malloc((size_t)Q * (size_t)C * sizeof *succ);
@@ -744,6 +808,11 @@ int json_strc_lengths(json_strc *sc, char *why, size_t why_len) {
     if (nbits > (1u << 24) || row * ((size_t)E + (size_t)Q) > (1u << 27)) {
         free(first), free(succ);
         return fail(&r, "with a length bound of %d needs too large a table (a smaller maxLength/minLength)", sc->cap);
+    }
+    /* the fill below: every count through every edge (and the flat scan); the table is kept */
+    if (spend(&r, (int64_t)Q * C + (int64_t)row * ((int64_t)E + 2 * Q), (int64_t)(nbits + 63) / 64 * 8)) {
+        free(first), free(succ);
+        return -1;
     }
     uint64_t *ok = calloc((nbits + 63) / 64, 8);
     if (!ok) {

@@ -80,7 +80,7 @@ static void test_ecma(void) {
     char why[200];
     for (size_t i = 0; i < sizeof ECMA / sizeof *ECMA; i++) {
         json_dfa d;
-        if (json_regex_compile(ECMA[i].p, strlen(ECMA[i].p), &d, why, sizeof why)) {
+        if (json_regex_compile(ECMA[i].p, strlen(ECMA[i].p), &d, NULL, why, sizeof why)) {
             CHECK_MSG(0, "/%s/: %s", ECMA[i].p, why);
             continue;
         }
@@ -90,12 +90,12 @@ static void test_ecma(void) {
     }
     /* Annex B's literal braces and brackets (a syntax error only in Unicode mode) */
     json_dfa d;
-    CHECK(json_regex_compile("^a{,3}}]$", 9, &d, why, sizeof why) == 0);
+    CHECK(json_regex_compile("^a{,3}}]$", 9, &d, NULL, why, sizeof why) == 0);
     if (d.n_states) CHECK(dfa_matches(&d, "a{,3}}]"));
     json_dfa_free(&d);
     for (size_t i = 0; i < sizeof REFUSED / sizeof *REFUSED; i++) {
         why[0] = 0;
-        const int rc = json_regex_compile(REFUSED[i].p, strlen(REFUSED[i].p), &d, why, sizeof why);
+        const int rc = json_regex_compile(REFUSED[i].p, strlen(REFUSED[i].p), &d, NULL, why, sizeof why);
         CHECK_MSG(rc != 0 && strstr(why, REFUSED[i].s), "/%s/: rc %d, '%s' lacks '%s'", REFUSED[i].p, rc, why,
                   REFUSED[i].s);
         if (!rc) json_dfa_free(&d);
@@ -108,7 +108,7 @@ static void test_ecma(void) {
         for (size_t i = 0; i < big; i++) p[i] = alt && i % 2 ? '|' : 'a'; /* aaa... or a|a|... (100K) */
         p[big] = 0;
         why[0] = 0;
-        const int rc = json_regex_compile(p, big, &d, why, sizeof why);
+        const int rc = json_regex_compile(p, big, &d, NULL, why, sizeof why);
         CHECK_MSG(rc != 0 && strstr(why, "more than 8192 terms"), "200 KB pattern %d: rc %d '%s'", alt, rc, why);
         if (!rc) json_dfa_free(&d);
     }
@@ -242,8 +242,71 @@ static void test_strings(void) {
     refused("{\"const\":\"a\\u0000b\"}", "\\u0000");
 }
 
+/* a schema of n string properties, each `field` (a JSON object's text), 63 to an object
+ * (an object holds 64 at most) */
+static char *many(int n, const char *field) {
+    const size_t cap = (size_t)n * (strlen(field) + 16) + (size_t)n / 63 * 64 + 64 + 64;
+    char *s = malloc(cap);
+    size_t k = (size_t)snprintf(s, cap, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < n; i++) {
+        if (i % 63 == 0) k += (size_t)snprintf(s + k, cap - k, "%s\"o%d\":{\"type\":\"object\",\"properties\":{",
+                                               i ? "}}," : "", i / 63);
+        k += (size_t)snprintf(s + k, cap - k, "%s\"p%d\":%s", i % 63 ? "," : "", i, field);
+    }
+    snprintf(s + k, cap - k, "}}}}");
+    return s;
+}
+
+/* compiles without printing the (large) schema: the code, and the message */
+static dsv4_json_schema *compile_big(const char *schema, const char *what) {
+    dsv4_json_schema *s = NULL;
+    dsv4_err err = {0};
+    const int rc = dsv4_json_schema_compile(schema, strlen(schema), &s, &err);
+    CHECK_MSG(rc == 0, "%s: %s", what, err.msg);
+    return s;
+}
+
+static void refused_big(const char *schema, const char *what) {
+    dsv4_json_schema *s = NULL;
+    dsv4_err err = {0};
+    const int rc = dsv4_json_schema_compile(schema, strlen(schema), &s, &err);
+    CHECK_MSG(rc == DSV4_ERR_UNSUPPORTED && !s && strstr(err.msg, what), "rc %d '%s' lacks '%s'", rc, err.msg, what);
+    dsv4_json_schema_free(s);
+}
+
+/* One schema's compile is bounded in work and bytes (it runs on the server's intake thread).
+ * Each case took seconds (or a gigabyte) before the budget. Mutation: spend() never refusing
+ * -> the two refusals below compile (49 s and 1.2 GB for the length tables). */
+static void test_budget(void) {
+    /* 1000 alternatives, 1000 classes: compiles within the budget (5.0 s before the closure
+     * walked set words and charged them) */
+    char *p = malloc(16 + 6 * 1000 * 2);
+    size_t k = (size_t)sprintf(p, "{\"type\":\"string\",\"pattern\":\"^(?:");
+    for (int c = 0x100; c < 0x100 + 1000; c++) k += (size_t)sprintf(p + k, "%s\\\\u%04x", c > 0x100 ? "|" : "", c);
+    sprintf(p + k, ")$\"}");
+    dsv4_json_schema *s = compile_big(p, "1000 alternatives");
+    if (s) CHECK(dsv4_json_schema_accepts(s, "\"\\u0101\"", 8) && !dsv4_json_schema_accepts(s, "\"a\"", 3));
+    dsv4_json_schema_free(s);
+    free(p);
+    /* length tables: 1000 x 2M-count tables (~16M units each) pass the work budget */
+    p = many(1000, "{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":2000000}");
+    refused_big(p, "compile budget of 200000000 work units");
+    free(p);
+    /* a format compiled once per schema and copied: 300 email fields fit; 4000 (28 s and
+     * 151 MB before) spend the budget on their length tables and are refused */
+    p = many(300, "{\"type\":\"string\",\"format\":\"email\"}");
+    s = compile_big(p, "300 emails");
+    if (s) CHECK(s->n_strcs == 300);
+    dsv4_json_schema_free(s);
+    free(p);
+    p = many(4000, "{\"type\":\"string\",\"format\":\"email\"}");
+    refused_big(p, "compile budget of 200000000 work units");
+    free(p);
+}
+
 int main(void) {
     test_ecma();
     test_strings();
+    test_budget();
     return test_report();
 }
