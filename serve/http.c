@@ -399,13 +399,30 @@ static enum MHD_Result json_answer(srv *s, struct MHD_Connection *c, conn *cc) {
     return rc;
 }
 
-/* The route's handler on the body: parse, validate, render, tokenize, submit. */
-/* stopping: the server is shutting down, so the request could not be submitted anyway:
+/* 1 when a JSON body holds a \u0000 escape (a backslash escape consumes the character after
+ * it, so "\\u0000" is the text \u0000, not a NUL) */
+static int has_nul_escape(const char *b, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++)
+        if (b[i] == '\\') {
+            if (b[i + 1] == 'u' && i + 6 <= n && !memcmp(b + i + 2, "0000", 4)) return 1;
+            i++;
+        }
+    return 0;
+}
+
+/* The route's handler on the body: parse, validate, render, tokenize, submit. cJSON ends
+ * every string at a \u0000 escape, so a body holding one would be served silently changed
+ * (a pattern "^a\u0000b$" as "^a", a prompt cut short): refused for every route.
+ * stopping: the server is shutting down, so the request could not be submitted anyway:
  * its 503 without parsing or tokenizing its body (22 queued 6 MB prompts took 6.7 s from
  * SIGTERM to exit under --grace 0 when each was tokenized first). */
 static void run_handler(srv *s, conn *cc, int stopping) {
+    const char *body = cc->body.s ? cc->body.s : "";
     if (stopping) srv_reply_error(&cc->rep, cc->rt->api, 503, "the server is shutting down");
-    else cc->rt->fn(s, cc->body.s ? cc->body.s : "", cc->body.n, &cc->rep);
+    else if (has_nul_escape(body, cc->body.n))
+        srv_reply_error(&cc->rep, cc->rt->api, 400,
+                        "the request body holds a \\u0000 escape (U+0000), which is not supported");
+    else cc->rt->fn(s, body, cc->body.n, &cc->rep);
 }
 
 /* On the MHD thread, the handler's answer (cc->rep) out: an error body, a stream, or a

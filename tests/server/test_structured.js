@@ -156,6 +156,13 @@ run('server_structured', async () => {
   await bad({ response_format: { type: 'json_schema', json_schema: { schema: {} } } }, "'name'");
   await bad({ response_format: { type: 'json_object' }, tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] },
     'tools');
+  // a \u0000 escape anywhere in a body is a 400 (cJSON would end the string there: the pattern
+  // served as "^a", the prompt cut short); an escaped backslash before u0000 is text, served
+  await bad({ response_format: fmt({ type: 'string', pattern: '^a\u0000b$' }) }, '\\u0000 escape');
+  await bad({ messages: [{ role: 'user', content: 'tell me\u0000about paris' }] }, '\\u0000 escape');
+  const lit = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', max_tokens: 1,
+    messages: [{ role: 'user', content: 'the text \\u0000 is six characters' }] } });
+  assert.strictEqual(lit.status, 200, lit.body);
   await srv.stop();
 
   // all at once, with MTP: the same answers
