@@ -133,6 +133,9 @@ struct dsv4_json_schema {
     int bool_node, null_node; /* LIT nodes of true/false and null */
 };
 
+/* A hex digit's value, or -1 (json_regex.c; also the string escapes' \u digits). */
+int json_hexval(int c);
+
 /* ---- automaton ---- */
 
 typedef struct json_frame {

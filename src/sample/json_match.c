@@ -153,7 +153,7 @@ static int str_feed(json_frame *t, uint8_t c) {
         return R_EAT;
     }
     /* \uXXXX: phases 2..5 */
-    const int hex = is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    const int hex = json_hexval(c) >= 0;
     if (!hex) return R_DEAD;
     t->phase = t->phase == 5 ? 0 : t->phase + 1;
     return R_EAT;
@@ -245,7 +245,7 @@ static int cstr_feed(const dsv4_json_schema *s, json_frame *t, uint8_t c) {
     /* \uXXXX: phases 2..5 read digits 1..4; a surrogate escape never starts (strc_range
      * leaves the surrogates out: such a character is written as UTF-8 instead), so a code
      * point is whole after four digits */
-    const int h = is_digit(c) ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10 : -1;
+    const int h = json_hexval(c);
     if (h < 0) return R_DEAD;
     cp = cp << 4 | (uint32_t)h;
     const int rem = 5 - t->phase;

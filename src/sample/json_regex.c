@@ -185,7 +185,7 @@ static int take_cp(rx *r, uint32_t *cp) {
     return 0;
 }
 
-static int hexval(int c) {
+int json_hexval(int c) {
     return c >= '0' && c <= '9' ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10 : -1;
 }
 
@@ -194,7 +194,7 @@ static long hex_n(rx *r, int n) {
     if (r->end - r->p < n) return -1;
     long v = 0;
     for (int i = 0; i < n; i++) {
-        const int h = hexval(r->p[i]);
+        const int h = json_hexval(r->p[i]);
         if (h < 0) return -1;
         v = v << 4 | h;
     }
