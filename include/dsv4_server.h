@@ -72,6 +72,9 @@ typedef struct dsv4_server_opts {
     int hangup_ms;             /* how often the server looks whether the clients of the
                                 * connections waiting for their requests' news hung up (a
                                 * token wakes its connection at once); 0 = 100 */
+    uint64_t responses_bytes;  /* byte budget of the stored /v1/responses (their items, for
+                                * previous_response_id and GET; least recently used dropped
+                                * first); 0 = 64 MiB */
     const dsv4_server_script *script;  /* test-only, NULL normally */
 } dsv4_server_opts;
 

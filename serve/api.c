@@ -254,8 +254,17 @@ srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *ou
     pthread_mutex_lock(&s->mu);
     unsigned long long no = ++s->n_jobs;
     pthread_mutex_unlock(&s->mu);
-    snprintf(j->id, sizeof j->id, "%s%llu",
-             api == SRV_API_CHAT ? "chatcmpl-" : api == SRV_API_COMPLETION ? "cmpl-" : "msg_", no);
+    if (api == SRV_API_RESPONSES) {
+        /* a stored response is found by its id: unique across restarts and not the next
+         * number (splitmix64 of the server's random salt and the number) */
+        uint64_t z = s->id_salt + no * 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        snprintf(j->id, sizeof j->id, "resp_%016llx%llu", (unsigned long long)(z ^ (z >> 31)), no);
+    } else {
+        snprintf(j->id, sizeof j->id, "%s%llu",
+                 api == SRV_API_CHAT ? "chatcmpl-" : api == SRV_API_COMPLETION ? "cmpl-" : "msg_", no);
+    }
     const dsv4_server_script *sc = s->o.script;
     for (int i = 0; sc && i < sc->n; i++)
         if (strstr(body, sc->match[i])) {
@@ -298,6 +307,7 @@ void srv_job_free(srv_job *j) {
     if (!j) return;
     srv_req_release(j->r);
     srv_tool_stream_free(&j->calls);
+    srv_resp_free(j->resp);
     free(j);
 }
 

@@ -196,18 +196,6 @@ static enum MHD_Result send_json(srv *s, struct MHD_Connection *c, int status, c
     return send_body(s, c, status, "application/json", b->s, b->n);
 }
 
-/* The client's text t for an error message: valid UTF-8 (a bad byte becomes U+FFFD, so the
- * JSON body stays valid), cut to at most cap - 1 bytes on a character boundary, into out. */
-static void client_text(char *out, size_t cap, const char *t) {
-    srv_buf b = {0};
-    srv_buf_put_utf8(&b, t, strlen(t));
-    size_t k = b.s ? (b.n < cap - 1 ? b.n : cap - 1) : 0;
-    while (k > 0 && k < b.n && ((unsigned char)b.s[k] & 0xc0) == 0x80) k--;
-    if (k) memcpy(out, b.s, k);
-    out[k] = 0;
-    srv_buf_free(&b);
-}
-
 static enum MHD_Result send_error(srv *s, struct MHD_Connection *c, int api, int status,
                                   const char *msg) {
     srv_reply rep = {0};
@@ -314,6 +302,9 @@ static const struct route {
     {"/v1/completions", "POST", srv_openai_completion, SRV_API_COMPLETION, 0},
     {"/v1/messages", "POST", srv_anthropic_messages, SRV_API_MESSAGES, 0},
     {"/v1/messages/count_tokens", "POST", srv_anthropic_count_tokens, SRV_API_MESSAGES, 0},
+    {"/v1/responses", "POST", srv_responses_create, SRV_API_RESPONSES, 0},
+    {"/v1/responses/*", "GET", NULL, SRV_API_RESPONSES, 0},     /* a stored response */
+    {"/v1/responses/*", "DELETE", NULL, SRV_API_RESPONSES, 0},
     {"/tokenize", "POST", srv_tokenize, SRV_API_CHAT, 0},
     {"/detokenize", "POST", srv_detokenize, SRV_API_CHAT, 0},
     {"/v1/models", "GET", NULL, SRV_API_CHAT, 0},
@@ -339,7 +330,9 @@ static cJSON *model_object(const srv *s) {
     return m;
 }
 
-static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, const char *path) {
+/* The GET routes (and DELETE /v1/responses/{id}), answered in place. */
+static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, const char *path,
+                                 const char *method) {
     int ready = atomic_load(&s->ready);
     if (!strcmp(path, "/health")) {
         const char *b = ready ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}";
@@ -353,12 +346,18 @@ static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, const char *p
         return rc;
     }
     srv_buf b = {0};
+    if (!strncmp(path, "/v1/responses/", 14)) {  /* the store: a lock and a copy */
+        const int status = srv_responses_lookup(s, method, path + 14, &b);
+        enum MHD_Result rc = send_json(s, c, status, &b);
+        srv_buf_free(&b);
+        return rc;
+    }
     const char *id = path + strlen("/v1/models");
     if (*id == '/') {  /* /v1/models/{id} (MHD decoded the URL's escapes) */
         if (strcmp(id + 1, s->model_name)) {
             /* OpenAI's answer for a model it does not serve */
             char msg[300], name[201];
-            client_text(name, sizeof name, id + 1);
+            srv_client_text(name, sizeof name, id + 1);
             snprintf(msg, sizeof msg, "The model `%s` does not exist or you do not have access to it.",
                      name);
             srv_openai_error_code(&b, "invalid_request_error", "model_not_found", msg);
@@ -485,8 +484,8 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
         }
     if (!rt) {
         char msg[160], m[17], u[101];
-        client_text(m, sizeof m, method);
-        client_text(u, sizeof u, url);
+        srv_client_text(m, sizeof m, method);
+        srv_client_text(u, sizeof u, url);
         snprintf(msg, sizeof msg, path_known ? "method %s is not allowed on %s" : "no route %s %s",
                  m, u);
         return send_error(s, c, api, path_known ? 405 : 404, msg);
@@ -498,7 +497,7 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
         snprintf(msg, sizeof msg, "request body larger than %zu bytes", s->o.max_body);
         return send_error(s, c, api, 413, msg);
     }
-    if (!rt->fn) return get_route(s, c, url);
+    if (!rt->fn) return get_route(s, c, url, method);
     if (!atomic_load(&s->ready)) return send_error(s, c, api, 503, "the model is loading");
     cc->rt = rt;
     struct srv_http *h = s->http;

@@ -15,7 +15,9 @@
 typedef struct dsv4_server srv;
 typedef struct srv_job srv_job;
 
-enum { SRV_API_CHAT = 0, SRV_API_COMPLETION, SRV_API_MESSAGES };
+enum { SRV_API_CHAT = 0, SRV_API_COMPLETION, SRV_API_MESSAGES, SRV_API_RESPONSES };
+
+struct srv_resp;  /* responses.c: a /v1/responses job's own state */
 
 struct srv_job {
     int api;                 /* SRV_API_* */
@@ -37,6 +39,7 @@ struct srv_job {
     srv_split split;
     srv_tool_stream calls;   /* the tool call deltas sent (chat: tool_calls; messages:
                               * tool_use blocks and input_json_delta) */
+    struct srv_resp *resp;   /* /v1/responses: the response's fields, items, store flag */
 };
 
 /* Writes the SSE text for everything new in j->r (call with j->r->mu held); *finished
@@ -47,5 +50,6 @@ typedef void (*srv_stream_fn)(srv *s, srv_job *j, srv_buf *out, int *finished);
 typedef void (*srv_final_fn)(srv *s, srv_job *j, srv_buf *out, int *status);
 
 void srv_job_free(srv_job *j);
+void srv_resp_free(struct srv_resp *x);
 
 #endif

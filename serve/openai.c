@@ -119,16 +119,20 @@ static void add_tool_call_ids(const srv_job *j, cJSON *calls) {
     }
 }
 
+int srv_final_error(const srv_job *j, srv_buf *out, int *status) {
+    const srv_req *r = j->r;
+    if (r->end == SRV_END_FINISHED) return 0;
+    /* an engine error, or cancelled by the shutdown's deadline */
+    *status = r->end == SRV_END_ERROR ? 500 : 503;
+    srv_openai_error(out, *status, r->errmsg[0] ? r->errmsg : "cancelled");
+    return 1;
+}
+
 /* ---- chat completions ------------------------------------------------------------------ */
 
 static void chat_final(srv *s, srv_job *j, srv_buf *out, int *status) {
     srv_req *r = j->r;
-    if (r->end != SRV_END_FINISHED) {
-        /* an engine error, or cancelled by the shutdown's deadline */
-        *status = r->end == SRV_END_ERROR ? 500 : 503;
-        srv_openai_error(out, *status, r->errmsg[0] ? r->errmsg : "cancelled");
-        return;
-    }
+    if (srv_final_error(j, out, status)) return;
     dsv4_parsed p;
     srv_parse_answer(j, &p);
     cJSON *o = head(s, j, "chat.completion");
@@ -395,45 +399,58 @@ void srv_chat_free(srv_chat *c) {
     c->schema = NULL;
 }
 
+srv_job *srv_chat_submit(srv *s, const cJSON *j, int api, const char *body, int n_logprobs,
+                         srv_reply *out) {
+    char msg[MSG];
+    srv_chat c = {0};
+    srv_req *r = NULL;
+    srv_job *job = NULL;
+    int rc = srv_openai_chat_prompt(s, j, &c, msg);
+    if (rc) goto bad;
+    if (!(r = srv_req_new(c.ids.ids, (int)c.ids.n))) { srv_reply_error(out, api, 500, "out of memory"); goto done; }
+    rc = 400;
+    if (srv_parse_sampling(s, j, r, "stop", msg, MSG)) goto bad;
+    if (srv_force_tool_call(s, r, c.tools, c.tc, c.tc_name, c.co.thinking, msg, MSG)) goto bad;
+    if (c.json) srv_req_set_json(r, c.schema, c.co.thinking);
+    c.schema = NULL;
+    r->gp.sample.n_logprobs = n_logprobs;
+    job = srv_submit(s, r, api, body, out);
+    r = NULL;
+    if (job) {
+        job->thinking = c.co.thinking;
+        job->tools = c.tools != NULL;
+        srv_split_init(&job->split, c.co.thinking, c.tools != NULL);
+    }
+    goto done;
+bad:
+    srv_reply_error(out, api, rc == 500 ? 500 : 400, msg);
+done:
+    if (r) { srv_req_release(r); srv_req_release(r); }
+    srv_chat_free(&c);
+    return job;
+}
+
 void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {
     char msg[MSG];
     srv_job tmp = {0};
-    srv_chat c = {0};
-    srv_req *r = NULL;
-    int rc = 400;
     cJSON *j = cJSON_ParseWithLength(body, len);
+    double top = 0;
     if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
     if (common_fields(j, &tmp, msg)) goto bad;
     if (srv_opt_bool(j, "logprobs", &tmp.logprobs, msg, MSG) < 0) goto bad;
-    double top = 0;
     if (srv_opt_num(j, "top_logprobs", 0, DSV4_MAX_LOGPROBS, &top, msg, MSG) < 0) goto bad;
-    if ((rc = srv_openai_chat_prompt(s, j, &c, msg))) goto bad;
-    const cJSON *tools = c.tools;
-    const dsv4_chat_opts co = c.co;
-    if (!(r = srv_req_new(c.ids.ids, (int)c.ids.n))) { srv_reply_error(out, SRV_API_CHAT, 500, "out of memory"); goto done; }
-    if (srv_parse_sampling(s, j, r, "stop", msg, MSG)) goto bad;
-    if (srv_force_tool_call(s, r, tools, c.tc, c.tc_name, co.thinking, msg, MSG)) goto bad;
-    if (c.json) srv_req_set_json(r, c.schema, co.thinking);
-    c.schema = NULL;
-    r->gp.sample.n_logprobs = tmp.logprobs ? (int)top : 0;
-    srv_job *job = srv_submit(s, r, SRV_API_CHAT, body, out);
-    r = NULL;
+    srv_job *job = srv_chat_submit(s, j, SRV_API_CHAT, body, tmp.logprobs ? (int)top : 0, out);
     if (job) {
         job->stream = tmp.stream;
         job->include_usage = tmp.include_usage;
         job->logprobs = tmp.logprobs;
-        job->thinking = co.thinking;
-        job->tools = tools != NULL;
-        srv_split_init(&job->split, co.thinking, tools != NULL);
         out->stream = chat_stream;
         out->final = chat_final;
     }
     goto done;
 bad:
-    srv_reply_error(out, SRV_API_CHAT, rc == 500 ? 500 : 400, msg);
+    srv_reply_error(out, SRV_API_CHAT, 400, msg);
 done:
-    if (r) { srv_req_release(r); srv_req_release(r); }
-    srv_chat_free(&c);
     cJSON_Delete(j);
 }
 
@@ -477,12 +494,7 @@ static cJSON *completion_choice(srv *s, srv_job *j, const char *text, size_t n, 
 
 static void completion_final(srv *s, srv_job *j, srv_buf *out, int *status) {
     srv_req *r = j->r;
-    if (r->end != SRV_END_FINISHED) {
-        /* an engine error, or cancelled by the shutdown's deadline */
-        *status = r->end == SRV_END_ERROR ? 500 : 503;
-        srv_openai_error(out, *status, r->errmsg[0] ? r->errmsg : "cancelled");
-        return;
-    }
+    if (srv_final_error(j, out, status)) return;
     cJSON *o = head(s, j, "text_completion");
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
                          completion_choice(s, j, r->text ? r->text : "", r->text_len, 0, r->n_ev,

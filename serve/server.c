@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -88,6 +89,7 @@ static int fill_opts(dsv4_server_opts *so, dsv4_err *err) {
     if (!so->max_body) so->max_body = 8u << 20;
     if (so->max_connections <= 0) so->max_connections = 512;
     if (so->hangup_ms <= 0) so->hangup_ms = 100;
+    if (!so->responses_bytes) so->responses_bytes = 64u << 20;
     if (so->step_tokens < so->max_seqs)
         return srv_fail(err, DSV4_ERR_ARG, "serve: step tokens (%d) must be at least max seqs (%d): "
                         "every running sequence decodes each step", so->step_tokens, so->max_seqs);
@@ -154,10 +156,13 @@ int dsv4_server_start(const dsv4_server_opts *o, dsv4_server **out, dsv4_err *er
     srv_metrics_init(&s->met);
     pthread_mutex_init(&s->mu, NULL);
     s->seed_state = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+    if (getrandom(&s->id_salt, sizeof s->id_salt, 0) != (ssize_t)sizeof s->id_salt)
+        s->id_salt = s->seed_state ^ 0x5bd1e9955bd1e995ull;
     s->started = srv_unix_time();
     s->model_name = s->o.model_name ? strdup(s->o.model_name) : dir_name(s->o.model_dir);
     int rc = fill_opts(&s->o, err);
-    if (!rc && !s->model_name) rc = srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory");
+    if (!rc) s->rstore = srv_rstore_create(s->o.responses_bytes);
+    if (!rc && (!s->model_name || !s->rstore)) rc = srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory");
     if (rc) goto fail;
     char port[16];
     snprintf(port, sizeof port, "%d", s->o.port);
@@ -262,6 +267,7 @@ int dsv4_server_stop(dsv4_server *s, double grace_s, dsv4_err *err) {
     dsv4_engine_free(s->e);
     dsv4_tokenizer_free(s->tok);
     srv_metrics_destroy(&s->met);
+    srv_rstore_free(s->rstore);
     pthread_mutex_destroy(&s->mu);
     free(s->model_name);
     free(s);

@@ -14,6 +14,8 @@
 #include "serve/scheduler.h"
 #include "serve/step_msg.h"
 
+typedef struct srv_rstore srv_rstore;  /* responses.c */
+
 struct dsv4_server {
     dsv4_server_opts o;          /* defaults filled in */
     char *model_name;
@@ -34,6 +36,8 @@ struct dsv4_server {
     pthread_mutex_t mu;          /* guards the two below */
     uint64_t seed_state;         /* seeds for requests that give none */
     uint64_t n_jobs;             /* ids of answers */
+    uint64_t id_salt;            /* random at start: the responses' ids (api.c) */
+    srv_rstore *rstore;          /* /v1/responses' stored responses */
     int32_t **script_ids;        /* (o.script->n) tokenized scripted answers */
     int *script_len;
 };
@@ -53,6 +57,15 @@ void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out);
 void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out);
 void srv_anthropic_messages(srv *s, const char *body, size_t len, srv_reply *out);
 void srv_anthropic_count_tokens(srv *s, const char *body, size_t len, srv_reply *out);
+/* OpenAI's Responses API (responses.c): POST /v1/responses, and GET / DELETE
+ * /v1/responses/{id} answered from the store in place (the HTTP status; out: the body). */
+void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out);
+int srv_responses_lookup(srv *s, const char *method, const char *id, srv_buf *out);
+/* The stored responses (input and output items, for previous_response_id, and the response
+ * object, for GET): an LRU under a byte cap, its own mutex (a leaf lock: taken under a
+ * request's mu by the stream and final functions, and by the intake thread). */
+srv_rstore *srv_rstore_create(size_t cap);
+void srv_rstore_free(srv_rstore *st);
 /* vLLM's /tokenize and /detokenize (tokenize.c). */
 void srv_tokenize(srv *s, const char *body, size_t len, srv_reply *out);
 void srv_detokenize(srv *s, const char *body, size_t len, srv_reply *out);
@@ -113,6 +126,13 @@ typedef struct srv_chat {
  * into c. Returns 0, 400 (msg written, 1200 bytes) or 500; srv_chat_free(c) either way. */
 int srv_openai_chat_prompt(srv *s, const cJSON *j, srv_chat *c, char *msg);
 void srv_chat_free(srv_chat *c);
+/* A chat request j (messages, tools, tool_choice, thinking, response_format and the
+ * sampling fields, as /v1/chat/completions reads them) rendered, its request made and
+ * submitted as api's job (thinking, tools and split set; body: for the test script). NULL
+ * when it failed (out holds the error). The chat endpoint's and /v1/responses' (which
+ * turns its request into a chat request first) one path. */
+srv_job *srv_chat_submit(srv *s, const cJSON *j, int api, const char *body, int n_logprobs,
+                         srv_reply *out);
 /* Gives r the schema text (taken) as its constraint; after_think: thinking mode. */
 void srv_req_set_json(srv_req *r, char *schema, int after_think);
 /* Creates the job for r (taking the HTTP side's reference), applies the test script
@@ -135,6 +155,9 @@ cJSON *srv_json_str_n(const char *s, size_t n);
 void srv_sse(srv_buf *out, const char *event, cJSON *data);
 /* Appends the JSON text and deletes j. */
 void srv_put_json(srv_buf *out, cJSON *j);
+/* A final answer's error when j's request did not finish (an engine error: 500; cancelled
+ * by the shutdown's deadline: 503) in OpenAI's shape: 1 (*status set), else 0. */
+int srv_final_error(const srv_job *j, srv_buf *out, int *status);
 /* OpenAI finish_reason of an ended request: length, tool_calls or stop. */
 const char *srv_finish_reason(const srv_req *r, int n_calls);
 /* The answer's text split into reasoning, content and tool calls; malformed DSML leaves

@@ -151,3 +151,15 @@ int srv_frame_recv(dsv4_dist *d, uint32_t magic, uint8_t **buf, size_t *cap, siz
     *n = hdr[1];
     return dsv4_dist_bcast(d, *buf, hdr[1], 0, err);
 }
+
+/* The client's text t for an error message: valid UTF-8 (a bad byte becomes U+FFFD, so the
+ * JSON body stays valid), cut to at most cap - 1 bytes on a character boundary, into out. */
+void srv_client_text(char *out, size_t cap, const char *t) {
+    srv_buf b = {0};
+    srv_buf_put_utf8(&b, t, strlen(t));
+    size_t k = b.s ? (b.n < cap - 1 ? b.n : cap - 1) : 0;
+    while (k > 0 && k < b.n && ((unsigned char)b.s[k] & 0xc0) == 0x80) k--;
+    if (k) memcpy(out, b.s, k);
+    out[k] = 0;
+    srv_buf_free(&b);
+}

@@ -30,6 +30,9 @@ void srv_buf_free(srv_buf *b);
  * token's bytes may hold part of a character; JSON text must be valid UTF-8). */
 void srv_buf_put_utf8(srv_buf *b, const char *s, size_t n);
 
+/* The client's text t for an error message: valid UTF-8 (a bad byte becomes U+FFFD), cut to
+ * at most cap - 1 bytes on a character boundary, into out. */
+void srv_client_text(char *out, size_t cap, const char *t);
 /* Offset of the first m in t[from..n), or n. */
 size_t srv_find(const char *t, size_t n, size_t from, const char *m);
 /* Messages between ranks (step messages, DP requests and reports): native values appended to

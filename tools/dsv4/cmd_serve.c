@@ -143,6 +143,7 @@ int cmd_serve(int argc, char **argv) {
         CLI_INT_OPT("prefix-entries", 0, &prefix_entries, 0, 1 << 20, "N", "prompt and conversation prefixes (KV snapshots) the prefix cache keeps in memory, least recently used dropped first (also when the pools run short); 0 = no prefix cache, every request computes its whole prompt", .def = "64"),
         CLI_STR_OPT("kv-dir", 0, &so.kv_dir, "DIR", "keep prompt and conversation prefixes (KV snapshots) in DIR across restarts (under --parallel rank 0 reads and writes it; with --attention dp rank r > 0 keeps its own in DIR/rank-r)", .def = "memory only"),
         CLI_FN_OPT("kv-dir-bytes", 0, &so.kv_dir_bytes, cache_bytes_opt, "N", "unlimited", "byte budget of --kv-dir (least recently used files go first); suffixes K, M, G"),
+        CLI_FN_OPT("responses-store-bytes", 0, &so.responses_bytes, cache_bytes_opt, "N", "64M", "byte budget of the responses /v1/responses keeps (store: true) for previous_response_id and GET /v1/responses/{id}, least recently used dropped first; suffixes K, M, G"),
         CLI_FLAG_OPT("warmup", 0, &warmup, 1, "read all weights into memory before serving, with progress (/health says loading meanwhile)", .def = "on"),
         CLI_FLAG_OPT("no-warmup", 0, &warmup, 0, "let the weights page in as the first requests use them"),
         CLI_FLAG_OPT("mlock", 0, &pin, 1, "pin the weights in memory (needs `ulimit -l` as large as the weights)"),

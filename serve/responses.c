@@ -1,0 +1,1001 @@
+/* responses.c — OpenAI's Responses API: POST /v1/responses, GET and DELETE
+ * /v1/responses/{id}.
+ *
+ * A request is turned into a chat request (its input items, and the stored conversation
+ * of previous_response_id, as OpenAI-style messages; tools, tool_choice, text.format,
+ * reasoning.effort and the sampling fields in the chat endpoint's form) and goes the chat
+ * endpoint's one path (srv_chat_submit): the same prompt, sampling, forced tool call and
+ * structured output, so its usage is the chat's for the same conversation. The answer is
+ * split as the chat stream splits it (srv_split, srv_tool_stream) into output items:
+ * reasoning, a message with one output_text part, function calls; a stream sends them as
+ * OpenAI's typed events, each with its sequence_number.
+ *
+ * store (default true, as OpenAI's): a finished response is kept in the server's store
+ * (srv_rstore, an LRU under --responses-store-bytes) as its response object and its
+ * conversation (the input items, previous ones included, then the output items), so that
+ * previous_response_id continues it (the same rendered prefix: the prefix cache restores
+ * its KV) and GET returns it. Like OpenAI, a follow-up does not carry the previous
+ * request's instructions over. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/srv.h"
+
+#define MSG 1200
+
+/* ---- the store ------------------------------------------------------------------------- */
+
+#define RS_BUCKETS 1024
+
+typedef struct rs_entry {
+    char *id;
+    char *resp;                    /* the response object's JSON text */
+    char *conv;                    /* its conversation: a JSON array of items */
+    size_t bytes;
+    struct rs_entry *prev, *next;  /* most recently used first */
+    struct rs_entry *hnext;        /* in its bucket */
+} rs_entry;
+
+struct srv_rstore {
+    pthread_mutex_t mu;
+    size_t cap, used;
+    rs_entry *head, *tail;
+    rs_entry *bucket[RS_BUCKETS];
+};
+
+static unsigned rs_hash(const char *id) {
+    unsigned h = 2166136261u;  /* FNV-1a */
+    for (; *id; id++) h = (h ^ (unsigned char)*id) * 16777619u;
+    return h % RS_BUCKETS;
+}
+
+srv_rstore *srv_rstore_create(size_t cap) {
+    srv_rstore *st = calloc(1, sizeof *st);
+    if (!st) return NULL;
+    pthread_mutex_init(&st->mu, NULL);
+    st->cap = cap;
+    return st;
+}
+
+static void rs_entry_free(rs_entry *e) {
+    free(e->id);
+    free(e->resp);
+    free(e->conv);
+    free(e);
+}
+
+void srv_rstore_free(srv_rstore *st) {
+    if (!st) return;
+    for (rs_entry *e = st->head, *n; e; e = n) {
+        n = e->next;
+        rs_entry_free(e);
+    }
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+/* The link that points at id's entry (or at NULL, the bucket's end). Under mu. */
+static rs_entry **rs_link(srv_rstore *st, const char *id) {
+    rs_entry **l = &st->bucket[rs_hash(id)];
+    while (*l && strcmp((*l)->id, id)) l = &(*l)->hnext;
+    return l;
+}
+
+static void lru_unlink(srv_rstore *st, rs_entry *e) {
+    if (e->prev) e->prev->next = e->next;
+    else st->head = e->next;
+    if (e->next) e->next->prev = e->prev;
+    else st->tail = e->prev;
+    e->prev = e->next = NULL;
+}
+
+static void lru_front(srv_rstore *st, rs_entry *e) {
+    e->next = st->head;
+    if (st->head) st->head->prev = e;
+    st->head = e;
+    if (!st->tail) st->tail = e;
+}
+
+/* Out of the table and the list, freed. Under mu. */
+static void rs_drop(srv_rstore *st, rs_entry **link) {
+    rs_entry *e = *link;
+    *link = e->hnext;
+    lru_unlink(st, e);
+    st->used -= e->bytes;
+    rs_entry_free(e);
+}
+
+/* Keeps (id, resp, conv), taking the two texts; the least recently used go until it fits.
+ * One larger than the cap is not kept. */
+static void rs_put(srv_rstore *st, const char *id, char *resp, char *conv) {
+    rs_entry *e = calloc(1, sizeof *e);
+    if (!e || !(e->id = strdup(id))) {
+        free(e);
+        free(resp);
+        free(conv);
+        return;
+    }
+    e->resp = resp;
+    e->conv = conv;
+    e->bytes = sizeof *e + strlen(id) + strlen(resp) + strlen(conv) + 3;
+    pthread_mutex_lock(&st->mu);
+    rs_entry **l = rs_link(st, id);
+    if (*l) rs_drop(st, l);
+    if (e->bytes > st->cap) {
+        pthread_mutex_unlock(&st->mu);
+        rs_entry_free(e);
+        return;
+    }
+    while (st->used + e->bytes > st->cap) rs_drop(st, rs_link(st, st->tail->id));
+    l = rs_link(st, id);
+    *l = e;
+    lru_front(st, e);
+    st->used += e->bytes;
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* A copy of id's response object (conv = 0) or conversation (1), the entry made the most
+ * recently used; NULL when there is none (or out of memory: *oom = 1). */
+static char *rs_get(srv_rstore *st, const char *id, int conv, int *oom) {
+    char *t = NULL;
+    *oom = 0;
+    pthread_mutex_lock(&st->mu);
+    rs_entry *e = *rs_link(st, id);
+    if (e) {
+        lru_unlink(st, e);
+        lru_front(st, e);
+        if (!(t = strdup(conv ? e->conv : e->resp))) *oom = 1;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return t;
+}
+
+static int rs_del(srv_rstore *st, const char *id) {
+    pthread_mutex_lock(&st->mu);
+    rs_entry **l = rs_link(st, id);
+    const int found = *l != NULL;
+    if (found) rs_drop(st, l);
+    pthread_mutex_unlock(&st->mu);
+    return found;
+}
+
+/* ---- a job's state ---------------------------------------------------------------------- */
+
+enum { OPEN_NONE = 0, OPEN_REASONING, OPEN_MESSAGE, OPEN_CALL };
+
+struct srv_resp {
+    cJSON *echo;      /* the request's fields every response object repeats */
+    cJSON *conv;      /* the conversation's items so far: previous, then this input */
+    int store;
+    /* streaming */
+    int seq;          /* the next sequence_number */
+    int n_out;        /* output items opened so far (the next output_index) */
+    int open;         /* OPEN_*: the item being streamed */
+    int call;         /* the open function call's index in the tool stream */
+    srv_buf text;     /* the open item's text (arguments of a call) so far */
+    srv_buf name;     /* the open call's name */
+    cJSON *items;     /* the output items done */
+};
+
+void srv_resp_free(struct srv_resp *x) {
+    if (!x) return;
+    cJSON_Delete(x->echo);
+    cJSON_Delete(x->conv);
+    cJSON_Delete(x->items);
+    srv_buf_free(&x->text);
+    srv_buf_free(&x->name);
+    free(x);
+}
+
+/* ---- request: input items -> OpenAI-style messages --------------------------------------- */
+
+/* The text of a content field: a string, or its text parts (input_text, output_text, the
+ * text of reasoning_text / summary_text) joined by "\n\n" (the chat encoding's rule for
+ * parts). NULL with a message for another part or a wrong type. */
+static char *parts_text(const cJSON *c, const char *where, char *msg) {
+    if (cJSON_IsString(c)) return strdup(c->valuestring);
+    if (!cJSON_IsArray(c)) { snprintf(msg, MSG, "%s must be a string or a list of parts", where); return NULL; }
+    srv_buf b = {0};
+    srv_buf_puts(&b, "");
+    int k = 0;
+    for (const cJSON *x = c->child; x; x = x->next, k++) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(x, "type");
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(x, "text");
+        const char *tn = cJSON_IsString(ty) ? ty->valuestring : "";
+        if ((strcmp(tn, "input_text") && strcmp(tn, "output_text") && strcmp(tn, "reasoning_text") &&
+             strcmp(tn, "summary_text")) || !cJSON_IsString(t)) {
+            snprintf(msg, MSG, "%s[%d]: only text parts (input_text, output_text) are supported, "
+                     "each with a string 'text'", where, k);
+            srv_buf_free(&b);
+            return NULL;
+        }
+        if (k) srv_buf_puts(&b, "\n\n");
+        srv_buf_puts(&b, t->valuestring);
+    }
+    if (b.oom) { srv_buf_free(&b); snprintf(msg, MSG, "out of memory"); return NULL; }
+    return b.s;
+}
+
+static const char *str_field(const cJSON *o, const char *key) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+/* The last message of msgs when it is an assistant's (function calls of the same turn join
+ * it: the model wrote its content and its calls as one answer). */
+static cJSON *last_assistant(cJSON *msgs) {
+    cJSON *m = cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 1);
+    const char *r = m ? str_field(m, "role") : NULL;
+    return r && !strcmp(r, "assistant") ? m : NULL;
+}
+
+/* One input item appended to msgs; *reasoning: a reasoning item's text waiting for the
+ * assistant message it belongs to. 0, or -1 with a message. */
+static int item_message(const cJSON *x, int k, cJSON *msgs, char **reasoning, char *msg) {
+    char where[64];
+    snprintf(where, sizeof where, "input[%d]", k);
+    if (!cJSON_IsObject(x)) { snprintf(msg, MSG, "%s must be an object", where); return -1; }
+    const cJSON *tyj = cJSON_GetObjectItemCaseSensitive(x, "type");
+    if (tyj && !cJSON_IsString(tyj)) { snprintf(msg, MSG, "%s.type must be a string", where); return -1; }
+    const char *ty = tyj ? tyj->valuestring : "message";
+    cJSON *m = NULL;
+    char *text = NULL;
+    if (!strcmp(ty, "message")) {
+        const char *role = str_field(x, "role");
+        if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system") &&
+                      strcmp(role, "developer"))) {
+            snprintf(msg, MSG, "%s: a message needs role \"user\", \"assistant\", \"system\" or "
+                     "\"developer\"", where);
+            return -1;
+        }
+        snprintf(where + strlen(where), sizeof where - strlen(where), ".content");
+        if (!(text = parts_text(cJSON_GetObjectItemCaseSensitive(x, "content"), where, msg))) return -1;
+        m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", role);
+        cJSON_AddStringToObject(m, "content", text);
+        if (!strcmp(role, "assistant") && *reasoning) cJSON_AddStringToObject(m, "reasoning_content", *reasoning);
+    } else if (!strcmp(ty, "function_call")) {
+        const char *id = str_field(x, "call_id"), *name = str_field(x, "name"), *args = str_field(x, "arguments");
+        if (!id || !name || !args) {
+            snprintf(msg, MSG, "%s: a function_call needs string 'call_id', 'name' and 'arguments'", where);
+            return -1;
+        }
+        cJSON *a = *reasoning ? NULL : last_assistant(msgs);
+        if (!a) {
+            m = a = cJSON_CreateObject();
+            cJSON_AddStringToObject(a, "role", "assistant");
+            cJSON_AddStringToObject(a, "content", "");
+            if (*reasoning) cJSON_AddStringToObject(a, "reasoning_content", *reasoning);
+        }
+        cJSON *calls = cJSON_GetObjectItemCaseSensitive(a, "tool_calls");
+        if (!calls) calls = cJSON_AddArrayToObject(a, "tool_calls");
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "id", id);
+        cJSON_AddStringToObject(c, "type", "function");
+        cJSON *fn = cJSON_AddObjectToObject(c, "function");
+        cJSON_AddStringToObject(fn, "name", name);
+        cJSON_AddStringToObject(fn, "arguments", args);
+        cJSON_AddItemToArray(calls, c);
+    } else if (!strcmp(ty, "function_call_output")) {
+        const char *id = str_field(x, "call_id");
+        snprintf(where + strlen(where), sizeof where - strlen(where), ".output");
+        if (!id) { snprintf(msg, MSG, "input[%d]: a function_call_output needs a string 'call_id'", k); return -1; }
+        if (!(text = parts_text(cJSON_GetObjectItemCaseSensitive(x, "output"), where, msg))) return -1;
+        m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "tool");
+        cJSON_AddStringToObject(m, "tool_call_id", id);
+        cJSON_AddStringToObject(m, "content", text);
+    } else if (!strcmp(ty, "reasoning")) {
+        /* its text (content, else the summary) goes with the assistant turn after it */
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(x, "content");
+        const cJSON *sm = cJSON_GetObjectItemCaseSensitive(x, "summary");
+        const cJSON *src = cJSON_GetArraySize(c) ? c : sm;
+        snprintf(where + strlen(where), sizeof where - strlen(where), ".%s", src == c ? "content" : "summary");
+        if (!(text = src ? parts_text(src, where, msg) : strdup(""))) return -1;
+        free(*reasoning);
+        *reasoning = text;
+        return 0;
+    } else {
+        char t[41];
+        srv_client_text(t, sizeof t, ty);
+        snprintf(msg, MSG, "%s: item type '%s' is not supported (message, function_call, "
+                 "function_call_output, reasoning)", where, t);
+        return -1;
+    }
+    free(text);
+    if (m) cJSON_AddItemToArray(msgs, m);
+    free(*reasoning);
+    *reasoning = NULL;
+    return 0;
+}
+
+/* The conversation's items as messages, after the instructions (a system message). */
+static cJSON *conv_messages(const cJSON *conv, const char *instructions, char *msg) {
+    cJSON *msgs = cJSON_CreateArray();
+    char *reasoning = NULL;
+    int k = 0;
+    if (instructions) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "system");
+        cJSON_AddStringToObject(m, "content", instructions);
+        cJSON_AddItemToArray(msgs, m);
+    }
+    for (const cJSON *x = conv->child; x; x = x->next, k++)
+        if (item_message(x, k, msgs, &reasoning, msg)) {
+            cJSON_Delete(msgs);
+            msgs = NULL;
+            break;
+        }
+    free(reasoning);
+    return msgs;
+}
+
+/* ---- request: the other fields in the chat endpoint's form ------------------------------- */
+
+/* tools [{type: "function", name, description, parameters, strict}] as chat tools. */
+static int chat_tools(const cJSON *tools, cJSON *chat, char *msg) {
+    if (!tools || cJSON_IsNull(tools)) return 0;
+    if (!cJSON_IsArray(tools)) { snprintf(msg, MSG, "'tools' must be an array"); return -1; }
+    cJSON *out = cJSON_AddArrayToObject(chat, "tools");
+    int k = 0;
+    for (const cJSON *t = tools->child; t; t = t->next, k++) {
+        const char *ty = str_field(t, "type"), *name = str_field(t, "name");
+        if (!ty || strcmp(ty, "function")) {
+            char t[41];
+            srv_client_text(t, sizeof t, ty ? ty : "");
+            snprintf(msg, MSG, "tools[%d]: tool type '%s' is not supported (only \"function\")", k, t);
+            return -1;
+        }
+        if (!name) { snprintf(msg, MSG, "tools[%d] needs a string 'name'", k); return -1; }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "type", "function");
+        cJSON *fn = cJSON_AddObjectToObject(o, "function");
+        for (const cJSON *f = t->child; f; f = f->next)
+            if (strcmp(f->string, "type")) cJSON_AddItemToObject(fn, f->string, cJSON_Duplicate(f, 1));
+        cJSON_AddItemToArray(out, o);
+    }
+    return 0;
+}
+
+static int chat_tool_choice(const cJSON *tc, cJSON *chat, char *msg) {
+    if (!tc || cJSON_IsNull(tc)) return 0;
+    if (cJSON_IsString(tc)) {
+        cJSON_AddItemToObject(chat, "tool_choice", cJSON_Duplicate(tc, 0));
+        return 0;  /* the chat endpoint checks the word */
+    }
+    const char *ty = str_field(tc, "type"), *name = str_field(tc, "name");
+    if (!ty || strcmp(ty, "function") || !name) {
+        snprintf(msg, MSG, "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                 "{\"type\": \"function\", \"name\": ...}");
+        return -1;
+    }
+    cJSON *o = cJSON_AddObjectToObject(chat, "tool_choice");
+    cJSON_AddStringToObject(o, "type", "function");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "function"), "name", name);
+    return 0;
+}
+
+/* The optional object field key of j and its optional member sub (a string when str, else
+ * an object): *out the member, NULL when either is absent or null; -1 with a message for
+ * a wrong type. */
+static int member(const cJSON *j, const char *key, const char *sub, int str, const cJSON **out, char *msg) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, key);
+    const cJSON *m = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, sub) : NULL;
+    *out = NULL;
+    if ((o && !cJSON_IsNull(o) && !cJSON_IsObject(o)) ||
+        (m && !cJSON_IsNull(m) && !(str ? cJSON_IsString(m) : cJSON_IsObject(m)))) {
+        snprintf(msg, MSG, "'%s' must be an object and '%s.%s' %s", key, key, sub, str ? "a string" : "an object");
+        return -1;
+    }
+    if (m && !cJSON_IsNull(m)) *out = m;
+    return 0;
+}
+
+/* text.format {type: text | json_object | json_schema (name, schema, strict, description)}
+ * as the chat's response_format. */
+static int chat_format(const cJSON *j, cJSON *chat, char *msg) {
+    const cJSON *f;
+    if (member(j, "text", "format", 0, &f, msg)) return -1;
+    if (!f) return 0;
+    const char *ty = str_field(f, "type");
+    if (!ty || (strcmp(ty, "text") && strcmp(ty, "json_object") && strcmp(ty, "json_schema"))) {
+        snprintf(msg, MSG, "'text.format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+        return -1;
+    }
+    cJSON *rf = cJSON_AddObjectToObject(chat, "response_format");
+    cJSON_AddStringToObject(rf, "type", ty);
+    if (strcmp(ty, "json_schema")) return 0;
+    if (!str_field(f, "name")) {
+        snprintf(msg, MSG, "'text.format' of type json_schema needs a string 'name'");
+        return -1;
+    }
+    cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
+    for (const cJSON *x = f->child; x; x = x->next)
+        if (strcmp(x->string, "type")) cJSON_AddItemToObject(js, x->string, cJSON_Duplicate(x, 1));
+    return 0;
+}
+
+/* reasoning.effort: none / minimal: thinking off; low, medium, high (and "max", DeepSeek's)
+ * on, as the chat's reasoning_effort. */
+static int chat_reasoning(const cJSON *j, cJSON *chat, char *msg) {
+    const cJSON *e;
+    if (member(j, "reasoning", "effort", 1, &e, msg)) return -1;
+    if (!e) return 0;
+    const char *v = e->valuestring;
+    if (!strcmp(v, "none") || !strcmp(v, "minimal")) {
+        cJSON_AddFalseToObject(chat, "thinking");
+        return 0;
+    }
+    if (strcmp(v, "low") && strcmp(v, "medium") && strcmp(v, "high") && strcmp(v, "max")) {
+        snprintf(msg, MSG, "'reasoning.effort' must be none, minimal, low, medium, high or max");
+        return -1;
+    }
+    cJSON_AddStringToObject(chat, "reasoning_effort", v);
+    return 0;
+}
+
+/* Fields OpenAI has that this server does not serve: a 400 rather than a silent change of
+ * what was asked (background mode, server-side conversations, prompt templates). */
+static int refused_fields(const cJSON *j, char *msg) {
+    static const char *const no[] = {"conversation", "prompt"};
+    int bg = 0;
+    if (srv_opt_bool(j, "background", &bg, msg, MSG) < 0) return -1;
+    if (bg) { snprintf(msg, MSG, "'background' mode is not supported"); return -1; }
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, no[i]);
+        if (x && !cJSON_IsNull(x)) { snprintf(msg, MSG, "'%s' is not supported", no[i]); return -1; }
+    }
+    return 0;
+}
+
+/* An optional field that must be a string (or an object, want_obj) when present. */
+static int opt_type(const cJSON *j, const char *key, int want_obj, char *msg) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!x || cJSON_IsNull(x) || (want_obj ? cJSON_IsObject(x) : cJSON_IsString(x))) return 0;
+    snprintf(msg, MSG, "'%s' must be %s", key, want_obj ? "an object" : "a string");
+    return -1;
+}
+
+/* metadata: at most 16 string values (OpenAI's limits: keys 64, values 512 characters). */
+static int check_metadata(const cJSON *md, char *msg) {
+    if (!md || cJSON_IsNull(md)) return 0;
+    int k = 0;
+    for (const cJSON *x = cJSON_IsObject(md) ? md->child : NULL; x; x = x->next, k++)
+        if (!cJSON_IsString(x) || strlen(x->string) > 64 || strlen(x->valuestring) > 512) k = 99;
+    if (!cJSON_IsObject(md) || k > 16) {
+        snprintf(msg, MSG, "'metadata' must be an object of at most 16 strings (keys up to 64, "
+                 "values up to 512 characters)");
+        return -1;
+    }
+    return 0;
+}
+
+/* The response object's fields that repeat the request (null when not given). */
+static cJSON *echo_fields(const cJSON *j, int store) {
+    static const char *const keys[] = {"instructions", "max_output_tokens", "metadata",
+                                       "parallel_tool_calls", "previous_response_id", "reasoning",
+                                       "temperature", "text", "tool_choice", "tools", "top_p", "user"};
+    cJSON *e = cJSON_CreateObject();
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
+        cJSON_AddItemToObject(e, keys[i], x ? cJSON_Duplicate(x, 1) : cJSON_CreateNull());
+    }
+    /* OpenAI's defaults where the request gave none */
+    static const struct { const char *key; double v; } dflt[] = {{"temperature", 1}, {"top_p", 1}};
+    for (size_t i = 0; i < 2; i++)
+        if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, dflt[i].key)))
+            cJSON_ReplaceItemInObjectCaseSensitive(e, dflt[i].key, cJSON_CreateNumber(dflt[i].v));
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, "parallel_tool_calls")))
+        cJSON_ReplaceItemInObjectCaseSensitive(e, "parallel_tool_calls", cJSON_CreateTrue());
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, "tool_choice")))
+        cJSON_ReplaceItemInObjectCaseSensitive(e, "tool_choice", cJSON_CreateString("auto"));
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, "tools")))
+        cJSON_ReplaceItemInObjectCaseSensitive(e, "tools", cJSON_CreateArray());
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, "text"))) {
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(t, "format"), "type", "text");
+        cJSON_ReplaceItemInObjectCaseSensitive(e, "text", t);
+    }
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, "metadata")))
+        cJSON_ReplaceItemInObjectCaseSensitive(e, "metadata", cJSON_CreateObject());
+    cJSON_AddBoolToObject(e, "store", store);
+    cJSON_AddStringToObject(e, "truncation", "disabled");
+    return e;
+}
+
+/* The conversation this request continues (previous_response_id's stored items) with its
+ * input appended, or NULL: *status 400 / 404 / 500 with a message. */
+static cJSON *conversation(srv *s, const cJSON *j, int *status, char *msg) {
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(j, "input");
+    const char *prev = str_field(j, "previous_response_id");
+    const cJSON *pj = cJSON_GetObjectItemCaseSensitive(j, "previous_response_id");
+    *status = 400;
+    if (pj && !cJSON_IsNull(pj) && !prev) { snprintf(msg, MSG, "'previous_response_id' must be a string"); return NULL; }
+    if (!cJSON_IsString(in) && !cJSON_IsArray(in)) {
+        snprintf(msg, MSG, "'input' must be a string or a list of items");
+        return NULL;
+    }
+    cJSON *conv = NULL;
+    if (prev) {
+        int oom = 0;
+        char *t = rs_get(s->rstore, prev, 1, &oom);
+        if (!t) {
+            char name[201];
+            srv_client_text(name, sizeof name, prev);
+            *status = oom ? 500 : 404;
+            snprintf(msg, MSG, oom ? "out of memory" : "Previous response with id '%s' not found.", name);
+            return NULL;
+        }
+        conv = cJSON_Parse(t);
+        free(t);
+    } else {
+        conv = cJSON_CreateArray();
+    }
+    if (!conv) { *status = 500; snprintf(msg, MSG, "out of memory"); return NULL; }
+    if (cJSON_IsString(in)) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "type", "message");
+        cJSON_AddStringToObject(m, "role", "user");
+        cJSON_AddStringToObject(m, "content", in->valuestring);
+        cJSON_AddItemToArray(conv, m);
+    } else {
+        for (const cJSON *x = in->child; x; x = x->next) cJSON_AddItemToArray(conv, cJSON_Duplicate(x, 1));
+    }
+    return conv;
+}
+
+/* The chat request of a Responses request j (conv: its conversation). NULL with a message. */
+static cJSON *chat_request(srv *s, const cJSON *j, const cJSON *conv, char *msg) {
+    static const char *const sampling[] = {"temperature", "top_p", "top_k", "min_p", "seed",
+                                           "presence_penalty", "frequency_penalty", "repetition_penalty"};
+    cJSON *chat = cJSON_CreateObject();
+    double mo = 0;
+    int k;
+    if (opt_type(j, "instructions", 0, msg)) goto bad;
+    cJSON *msgs = conv_messages(conv, str_field(j, "instructions"), msg);
+    if (!msgs) goto bad;
+    cJSON_AddItemToObject(chat, "messages", msgs);
+    if (!msgs->child) { snprintf(msg, MSG, "'input' holds no message"); goto bad; }
+    if (chat_tools(cJSON_GetObjectItemCaseSensitive(j, "tools"), chat, msg)) goto bad;
+    if (chat_tool_choice(cJSON_GetObjectItemCaseSensitive(j, "tool_choice"), chat, msg)) goto bad;
+    if (chat_format(j, chat, msg) || chat_reasoning(j, chat, msg)) goto bad;
+    for (size_t i = 0; i < sizeof sampling / sizeof sampling[0]; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, sampling[i]);
+        if (x) cJSON_AddItemToObject(chat, sampling[i], cJSON_Duplicate(x, 1));
+    }
+    if ((k = srv_opt_num(j, "max_output_tokens", 1, (double)s->o.max_context, &mo, msg, MSG)) < 0) goto bad;
+    if (k && mo != (double)(long long)mo) { snprintf(msg, MSG, "'max_output_tokens' must be an integer"); goto bad; }
+    if (k) cJSON_AddNumberToObject(chat, "max_tokens", mo);
+    return chat;
+bad:
+    cJSON_Delete(chat);
+    return NULL;
+}
+
+/* ---- answer: output items, the response object ------------------------------------------- */
+
+static void item_id(const srv_job *j, const char *prefix, int k, char *id, size_t n) {
+    snprintf(id, n, "%s_%s_%d", prefix, j->id + strlen("resp_"), k);
+}
+
+static cJSON *reasoning_item(const srv_job *j, int k, const char *text) {
+    char id[80];
+    item_id(j, "rs", k, id, sizeof id);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "type", "reasoning");
+    cJSON_AddArrayToObject(o, "summary");
+    if (text) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "type", "reasoning_text");
+        cJSON_AddStringToObject(p, "text", text);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "content"), p);
+    }
+    return o;
+}
+
+static cJSON *text_part(const char *text) {
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "type", "output_text");
+    cJSON_AddStringToObject(p, "text", text);
+    cJSON_AddArrayToObject(p, "annotations");
+    cJSON_AddArrayToObject(p, "logprobs");
+    return p;
+}
+
+/* text NULL: the opening (no parts yet, in progress) */
+static cJSON *message_item(const srv_job *j, int k, const char *text, const char *status) {
+    char id[80];
+    item_id(j, "msg", k, id, sizeof id);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "type", "message");
+    cJSON_AddStringToObject(o, "status", status);
+    cJSON_AddStringToObject(o, "role", "assistant");
+    cJSON *c = cJSON_AddArrayToObject(o, "content");
+    if (text) cJSON_AddItemToArray(c, text_part(text));
+    return o;
+}
+
+/* call i of the answer (its call_id is the chat's "call_<id>_<i>") */
+static cJSON *call_item(const srv_job *j, int k, int i, const char *name, const char *args,
+                        const char *status) {
+    char id[80], cid[80];
+    item_id(j, "fc", k, id, sizeof id);
+    snprintf(cid, sizeof cid, "call_%s_%d", j->id, i);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "type", "function_call");
+    cJSON_AddStringToObject(o, "status", status);
+    cJSON_AddStringToObject(o, "call_id", cid);
+    cJSON_AddStringToObject(o, "name", name);
+    cJSON_AddStringToObject(o, "arguments", args);
+    return o;
+}
+
+/* Tokens of the answer inside its reasoning (the text before "</think>"). */
+static int reasoning_tokens(const srv_job *j) {
+    const srv_req *r = j->r;
+    if (!j->thinking || !r->text) return 0;
+    const size_t end = srv_find(r->text, r->text_len, 0, DSV4_CHAT_THINK_CLOSE);
+    int n = 0;
+    for (int i = 0; i < r->n_ev; i++) n += r->ev[i].text_off + r->ev[i].text_len <= end && r->ev[i].text_len;
+    return n;
+}
+
+static cJSON *usage_json(const srv_job *j) {
+    const srv_req *r = j->r;
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "input_tokens", r->n_prompt);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "input_tokens_details"), "cached_tokens", r->n_cached);
+    cJSON_AddNumberToObject(u, "output_tokens", r->n_ev);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "output_tokens_details"), "reasoning_tokens",
+                            reasoning_tokens(j));
+    cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_ev);
+    return u;
+}
+
+static int incomplete(const srv_req *r) { return r->end && r->finish == DSV4_FINISH_LENGTH; }
+
+/* The response object: status, output (taken; NULL: empty), usage once ended. */
+static cJSON *response_object(srv *s, const srv_job *j, const char *status, cJSON *output,
+                              const char *error) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", j->id);
+    cJSON_AddStringToObject(o, "object", "response");
+    cJSON_AddNumberToObject(o, "created_at", (double)j->created);
+    cJSON_AddStringToObject(o, "status", status);
+    if (error) {
+        cJSON *e = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "code", "server_error");
+        cJSON_AddStringToObject(e, "message", error);
+    } else {
+        cJSON_AddNullToObject(o, "error");
+    }
+    if (!strcmp(status, "incomplete"))
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "incomplete_details"), "reason", "max_output_tokens");
+    else
+        cJSON_AddNullToObject(o, "incomplete_details");
+    cJSON_AddStringToObject(o, "model", s->model_name);
+    cJSON_AddItemToObject(o, "output", output ? output : cJSON_CreateArray());
+    for (const cJSON *x = j->resp->echo->child; x; x = x->next)
+        cJSON_AddItemToObject(o, x->string, cJSON_Duplicate(x, 1));
+    if (strcmp(status, "in_progress") && !error) cJSON_AddItemToObject(o, "usage", usage_json(j));
+    else cJSON_AddNullToObject(o, "usage");
+    return o;
+}
+
+/* The finished response (output taken): kept in the store when asked, returned. */
+static cJSON *finish(srv *s, srv_job *j, cJSON *output) {
+    cJSON *o = response_object(s, j, incomplete(j->r) ? "incomplete" : "completed", output, NULL);
+    if (!j->resp->store) return o;
+    cJSON *conv = cJSON_Duplicate(j->resp->conv, 1);
+    for (const cJSON *x = output ? output->child : NULL; conv && x; x = x->next)
+        cJSON_AddItemToArray(conv, cJSON_Duplicate(x, 1));
+    char *ct = conv ? cJSON_PrintUnformatted(conv) : NULL;
+    char *rt = ct ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(conv);
+    if (ct && rt) rs_put(s->rstore, j->id, rt, ct);  /* else not kept (out of memory) */
+    else { free(ct); free(rt); }
+    return o;
+}
+
+static void responses_final(srv *s, srv_job *j, srv_buf *out, int *status) {
+    srv_req *r = j->r;
+    if (srv_final_error(j, out, status)) return;
+    dsv4_parsed p;
+    srv_parse_answer(j, &p);
+    const char *st = incomplete(r) ? "incomplete" : "completed";
+    cJSON *output = cJSON_CreateArray();
+    int k = 0;
+    if (p.reasoning && *p.reasoning) cJSON_AddItemToArray(output, reasoning_item(j, k++, p.reasoning));
+    if (*p.content || !p.n_calls) cJSON_AddItemToArray(output, message_item(j, k++, p.content, st));
+    for (int i = 0; i < p.n_calls; i++)
+        cJSON_AddItemToArray(output, call_item(j, k++, i, p.calls[i].name, p.calls[i].arguments, "completed"));
+    dsv4_parsed_free(&p);
+    *status = 200;
+    srv_put_json(out, finish(s, j, output));
+}
+
+/* ---- streaming --------------------------------------------------------------------------- */
+
+/* A new event's data {type, ...}; sent by emit. */
+static cJSON *ev(const char *type) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", type);
+    return o;
+}
+
+static void emit(srv_job *j, srv_buf *out, cJSON *o) {
+    cJSON_AddNumberToObject(o, "sequence_number", j->resp->seq++);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "type");
+    char type[64];
+    snprintf(type, sizeof type, "%s", cJSON_IsString(t) ? t->valuestring : "");
+    srv_sse(out, type, o);
+}
+
+/* An event about the open item: {type, item_id, output_index[, content_index]}. */
+static cJSON *item_ev(srv_job *j, const char *type, const char *prefix, int content) {
+    char id[80];
+    item_id(j, prefix, j->resp->n_out, id, sizeof id);
+    cJSON *o = ev(type);
+    cJSON_AddStringToObject(o, "item_id", id);
+    cJSON_AddNumberToObject(o, "output_index", j->resp->n_out);
+    if (content) cJSON_AddNumberToObject(o, "content_index", 0);
+    return o;
+}
+
+static void item_added(srv_job *j, srv_buf *out, cJSON *item) {
+    cJSON *o = ev("response.output_item.added");
+    cJSON_AddNumberToObject(o, "output_index", j->resp->n_out);
+    cJSON_AddItemToObject(o, "item", item);
+    emit(j, out, o);
+}
+
+static void item_done(srv_job *j, srv_buf *out, cJSON *item) {
+    struct srv_resp *R = j->resp;
+    cJSON *o = ev("response.output_item.done");
+    cJSON_AddNumberToObject(o, "output_index", R->n_out);
+    cJSON_AddItemToObject(o, "item", cJSON_Duplicate(item, 1));
+    emit(j, out, o);
+    cJSON_AddItemToArray(R->items, item);
+    R->n_out++;
+    R->open = OPEN_NONE;
+    R->text.n = 0;
+}
+
+static const char *text_of(const srv_buf *b) { return b->s && b->n ? b->s : ""; }
+
+/* The open item's closing events; it joins the items done. */
+static void close_open(srv_job *j, srv_buf *out) {
+    struct srv_resp *R = j->resp;
+    const char *st = incomplete(j->r) ? "incomplete" : "completed";
+    if (R->text.s) R->text.s[R->text.n] = 0;
+    const char *t = text_of(&R->text);
+    if (R->open == OPEN_REASONING) {
+        cJSON *o = item_ev(j, "response.reasoning_text.done", "rs", 1);
+        cJSON_AddStringToObject(o, "text", t);
+        emit(j, out, o);
+        item_done(j, out, reasoning_item(j, R->n_out, t));
+    } else if (R->open == OPEN_MESSAGE) {
+        cJSON *o = item_ev(j, "response.output_text.done", "msg", 1);
+        cJSON_AddStringToObject(o, "text", t);
+        cJSON_AddArrayToObject(o, "logprobs");
+        emit(j, out, o);
+        o = item_ev(j, "response.content_part.done", "msg", 1);
+        cJSON_AddItemToObject(o, "part", text_part(t));
+        emit(j, out, o);
+        item_done(j, out, message_item(j, R->n_out, t, st));
+    } else if (R->open == OPEN_CALL) {
+        cJSON *o = item_ev(j, "response.function_call_arguments.done", "fc", 0);
+        cJSON_AddStringToObject(o, "arguments", t);
+        emit(j, out, o);
+        /* cut by max_output_tokens: the arguments so far (the non-streamed answer leaves out
+         * a call that did not close) */
+        item_done(j, out, call_item(j, R->n_out, R->call, text_of(&R->name), t, st));
+    }
+}
+
+/* Opens a reasoning or message item unless it is the open one. */
+static void open_text(srv_job *j, srv_buf *out, int kind) {
+    struct srv_resp *R = j->resp;
+    if (R->open == kind) return;
+    close_open(j, out);
+    R->open = kind;
+    if (kind == OPEN_REASONING) {
+        item_added(j, out, reasoning_item(j, R->n_out, NULL));
+        return;
+    }
+    item_added(j, out, message_item(j, R->n_out, NULL, "in_progress"));
+    cJSON *o = item_ev(j, "response.content_part.added", "msg", 1);
+    cJSON_AddItemToObject(o, "part", text_part(""));
+    emit(j, out, o);
+}
+
+/* The reasoning and content of the text up to `upto` as deltas. */
+static void stream_text(srv_job *j, srv_buf *out, size_t upto, int done) {
+    struct srv_resp *R = j->resp;
+    int part;
+    size_t off, n;
+    while (srv_split_next(&j->split, j->r->text, upto, done, &part, &off, &n)) {
+        const int reasoning = part == SRV_PART_REASONING;
+        open_text(j, out, reasoning ? OPEN_REASONING : OPEN_MESSAGE);
+        cJSON *o = item_ev(j, reasoning ? "response.reasoning_text.delta" : "response.output_text.delta",
+                           reasoning ? "rs" : "msg", 1);
+        cJSON_AddItemToObject(o, "delta", srv_json_str_n(j->r->text + off, n));
+        if (!reasoning) cJSON_AddArrayToObject(o, "logprobs");
+        emit(j, out, o);
+        srv_buf_put(&R->text, j->r->text + off, n);
+    }
+}
+
+/* Tool-call deltas in the chat's form (srv_tool_stream; taken) as function_call items and
+ * their arguments' deltas. A fragment for a call already closed (only a malformed block's
+ * repair can make one) is left out. */
+static void stream_calls(srv_job *j, srv_buf *out, cJSON *deltas) {
+    struct srv_resp *R = j->resp;
+    for (const cJSON *d = deltas ? deltas->child : NULL; d; d = d->next) {
+        const cJSON *ix = cJSON_GetObjectItemCaseSensitive(d, "index");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(d, "function");
+        const char *name = str_field(fn, "name"), *args = str_field(fn, "arguments");
+        const int i = cJSON_IsNumber(ix) ? ix->valueint : -1;
+        if (name) {
+            close_open(j, out);
+            R->open = OPEN_CALL;
+            R->call = i;
+            R->name.n = 0;
+            srv_buf_puts(&R->name, name);
+            item_added(j, out, call_item(j, R->n_out, i, name, "", "in_progress"));
+        }
+        if (R->open != OPEN_CALL || R->call != i || !args || !*args) continue;
+        cJSON *o = item_ev(j, "response.function_call_arguments.delta", "fc", 0);
+        cJSON_AddStringToObject(o, "delta", args);
+        emit(j, out, o);
+        srv_buf_puts(&R->text, args);
+    }
+    cJSON_Delete(deltas);
+}
+
+static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
+    srv_req *r = j->r;
+    struct srv_resp *R = j->resp;
+    if (!j->began) {
+        cJSON *o = ev("response.created");
+        cJSON_AddItemToObject(o, "response", response_object(s, j, "in_progress", NULL, NULL));
+        emit(j, out, o);
+        o = ev("response.in_progress");
+        cJSON_AddItemToObject(o, "response", response_object(s, j, "in_progress", NULL, NULL));
+        emit(j, out, o);
+        j->began = 1;
+    }
+    for (; j->ev_sent < r->n_ev; j->ev_sent++) {
+        const srv_event *e = &r->ev[j->ev_sent];
+        stream_text(j, out, e->text_off + e->text_len, 0);
+        stream_calls(j, out, srv_tool_stream_text(&j->calls, &j->split, r->text, e->text_off + e->text_len, 0, j->id));
+    }
+    if (!r->end) return;
+    if (r->end != SRV_END_FINISHED) {
+        cJSON *o = ev("response.failed");
+        cJSON_AddItemToObject(o, "response", response_object(s, j, "failed", cJSON_Duplicate(R->items, 1),
+                                                              r->errmsg[0] ? r->errmsg : "cancelled"));
+        emit(j, out, o);
+        *finished = 1;
+        return;
+    }
+    stream_text(j, out, r->text_len, 1);
+    if (j->split.part == SRV_PART_TOOLS) {
+        stream_calls(j, out, srv_tool_stream_text(&j->calls, &j->split, r->text, r->text_len, 1, j->id));
+        dsv4_parsed p;
+        srv_parse_answer(j, &p);
+        if (p.n_calls) {
+            stream_calls(j, out, srv_tool_stream_finish(&j->calls, &p, j->id));
+        } else {
+            /* a malformed block: its raw text is the content, nothing is lost */
+            const char *from = strstr(r->text, "<" DSV4_DSML "tool_calls>");
+            if (from) {
+                open_text(j, out, OPEN_MESSAGE);
+                cJSON *o = item_ev(j, "response.output_text.delta", "msg", 1);
+                cJSON_AddStringToObject(o, "delta", from);
+                cJSON_AddArrayToObject(o, "logprobs");
+                emit(j, out, o);
+                srv_buf_puts(&R->text, from);
+            }
+        }
+        dsv4_parsed_free(&p);
+    }
+    /* an answer with no message and no call still has its (empty) message, as the
+     * non-streamed one */
+    int any = R->open == OPEN_MESSAGE || R->open == OPEN_CALL;
+    for (const cJSON *x = R->items->child; x; x = x->next)
+        if (strcmp(str_field(x, "type"), "reasoning")) any = 1;
+    if (!any) open_text(j, out, OPEN_MESSAGE);
+    close_open(j, out);
+    cJSON *fin = finish(s, j, cJSON_Duplicate(R->items, 1));
+    cJSON *o = ev(incomplete(r) ? "response.incomplete" : "response.completed");
+    cJSON_AddItemToObject(o, "response", fin);
+    emit(j, out, o);
+    *finished = 1;
+}
+
+/* ---- the routes -------------------------------------------------------------------------- */
+
+void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) {
+    char msg[MSG];
+    int status = 400, stream = 0, store = 1;
+    cJSON *chat = NULL, *conv = NULL;
+    struct srv_resp *R = NULL;
+    cJSON *j = cJSON_ParseWithLength(body, len);
+    if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
+    if (refused_fields(j, msg)) goto bad;
+    if (srv_opt_bool(j, "stream", &stream, msg, MSG) < 0 || srv_opt_bool(j, "store", &store, msg, MSG) < 0 ||
+        srv_opt_bool(j, "parallel_tool_calls", &(int){0}, msg, MSG) < 0)
+        goto bad;
+    if (opt_type(j, "user", 0, msg) || opt_type(j, "model", 0, msg) ||
+        check_metadata(cJSON_GetObjectItemCaseSensitive(j, "metadata"), msg))
+        goto bad;
+    if (!(conv = conversation(s, j, &status, msg))) goto bad;
+    status = 400;
+    if (!(chat = chat_request(s, j, conv, msg))) goto bad;
+    if (!(R = calloc(1, sizeof *R)) || !(R->items = cJSON_CreateArray())) {
+        status = 500;
+        snprintf(msg, MSG, "out of memory");
+        goto bad;
+    }
+    R->store = store;
+    R->conv = conv;
+    conv = NULL;
+    R->echo = echo_fields(j, store);
+    srv_job *job = srv_chat_submit(s, chat, SRV_API_RESPONSES, body, 0, out);
+    if (job) {
+        job->stream = stream;
+        job->resp = R;
+        R = NULL;
+        out->stream = responses_stream;
+        out->final = responses_final;
+    }
+    goto done;
+bad:
+    if (status == 404) {
+        out->status = 404;
+        srv_buf_free(&out->body);
+        srv_openai_error_code(&out->body, "invalid_request_error", NULL, msg);
+    } else {
+        srv_reply_error(out, SRV_API_RESPONSES, status, msg);
+    }
+done:
+    srv_resp_free(R);
+    cJSON_Delete(conv);
+    cJSON_Delete(chat);
+    cJSON_Delete(j);
+}
+
+int srv_responses_lookup(srv *s, const char *method, const char *id, srv_buf *out) {
+    int oom = 0;
+    if (!strcmp(method, "DELETE")) {
+        if (rs_del(s->rstore, id)) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "id", id);
+            cJSON_AddStringToObject(o, "object", "response.deleted");
+            cJSON_AddTrueToObject(o, "deleted");
+            srv_put_json(out, o);
+            return 200;
+        }
+    } else {
+        char *t = rs_get(s->rstore, id, 0, &oom);
+        if (t) {
+            srv_buf_puts(out, t);
+            free(t);
+            return 200;
+        }
+    }
+    if (oom) {
+        srv_openai_error(out, 500, "out of memory");
+        return 500;
+    }
+    char msg[300], name[201];
+    srv_client_text(name, sizeof name, id);
+    snprintf(msg, sizeof msg, "Response with id '%s' not found.", name);
+    srv_openai_error_code(out, "invalid_request_error", NULL, msg);
+    return 404;
+}

@@ -1,0 +1,214 @@
+// test_responses.js — OpenAI's Responses API (/v1/responses) through the official client
+// (openai 4.95.0: client.responses.create, .stream, .retrieve, .del) on the random-weight model,
+// tool calls and reasoning on scripted answers:
+//  - text, non-streamed and streamed: the same answer and usage as /v1/chat/completions for
+//    the same conversation; the typed events in OpenAI's order with sequence_number 0, 1, ...;
+//    the client's stream helper accumulates the non-streamed response;
+//  - max_output_tokens -> status "incomplete" (reason max_output_tokens);
+//  - reasoning.effort -> thinking mode: a reasoning item, then the message; reasoning_tokens;
+//  - a forced function call (tool_choice named, a strict tool), streamed and not; its
+//    function_call_output sent back by previous_response_id: the stored conversation is
+//    rebuilt (input_tokens = the chat's for the same messages) and the prefix cache restores
+//    its KV (cached_tokens > 0);
+//  - text.format json_schema: the output parses and follows the schema;
+//  - GET / DELETE /v1/responses/{id}, store false, an evicted or unknown id: 404 in
+//    OpenAI's error shape; bad requests: 400 naming the field.
+'use strict';
+const assert = require('assert');
+const OpenAI = require('openai').default;
+const { start, http, run } = require('./harness');
+const { SYS } = require('./common');
+
+const D = '｜DSML｜';
+const P = (name, str, v) => `<${D}parameter name="${name}" string="${str}">${v}</${D}parameter>`;
+const SCRIPT = [
+  { match: 'WEATHER_RESULT_42', text: 'It is sunny in Paris.' },
+  // after the forced `...<invoke name="get_weather">\n` of a named choice
+  { match: 'NAMED_CALL', text: `${P('city', 'true', 'Paris')}\n${P('days', 'false', '3')}\n</${D}invoke>\n</${D}tool_calls>` },
+  { match: 'THINK_TEST', text: 'I should greet.</think>Hello there!' },
+  { match: 'ALL_ITEMS', text: `Check it.</think>Let me check.\n\n<${D}tool_calls>\n<${D}invoke name="get_weather">\n` +
+    `${P('city', 'true', 'Paris')}\n${P('days', 'false', '3')}\n</${D}invoke>\n</${D}tool_calls>` },
+];
+const WEATHER = { type: 'function', name: 'get_weather', description: 'Weather forecast for a city', strict: true,
+  parameters: { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer' } },
+    required: ['city', 'days'], additionalProperties: false } };
+const TEXT_EVENTS = ['response.created', 'response.in_progress', 'response.output_item.added',
+  'response.content_part.added', 'response.output_text.delta', 'response.output_text.done',
+  'response.content_part.done', 'response.output_item.done'];
+
+// event types with runs of deltas collapsed to one
+const squeeze = (types) => types.filter((t, i) => !(t.endsWith('.delta') && types[i - 1] === t));
+
+async function events(client, req) {
+  const out = [];
+  for await (const e of await client.responses.create({ ...req, stream: true })) out.push(e);
+  out.forEach((e, i) => assert.strictEqual(e.sequence_number, i, `event ${i} (${e.type}): sequence_number`));
+  return out;
+}
+
+run('server_responses', async () => {
+  const srv = await start(['--max-context', '1024', '--mtp', 'off', '--responses-store-bytes', '64K'], { script: SCRIPT });
+  const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
+  const model = 'm';
+
+  // text: the chat endpoint's answer and usage for the same conversation
+  const req = { model, instructions: 'Be brief.', input: 'Name a colour.', temperature: 0, max_output_tokens: 6 };
+  const r = await client.responses.create(req);
+  const chat = await client.chat.completions.create({ model, temperature: 0, max_tokens: 6,
+    messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Name a colour.' }] });
+  assert.match(r.id, /^resp_[0-9a-f]{16}\d+$/);
+  assert.strictEqual(r.object, 'response');
+  assert.strictEqual(r.output_text, chat.choices[0].message.content);
+  assert.deepStrictEqual(r.usage, { input_tokens: chat.usage.prompt_tokens, input_tokens_details: { cached_tokens: 0 },
+    output_tokens: chat.usage.completion_tokens, output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: chat.usage.total_tokens });
+  assert.strictEqual(r.status, chat.choices[0].finish_reason === 'length' ? 'incomplete' : 'completed');
+  assert.strictEqual(r.instructions, 'Be brief.');
+
+  // streamed: OpenAI's event order; the helper's final response is the non-streamed one
+  const ev = await events(client, req);
+  const last = ev[ev.length - 1];
+  assert.deepStrictEqual(squeeze(ev.map((e) => e.type)), [...TEXT_EVENTS, `response.${r.status}`]);
+  assert.strictEqual(ev.filter((e) => e.type === 'response.output_text.delta').map((e) => e.delta).join(''), r.output_text);
+  const strip = (x) => ({ ...x, id: 0, created_at: 0, output: x.output.map((o) => ({ ...o, id: 0, ...(o.call_id && { call_id: 0 }) })) });
+  const { output_text: _, ...plain } = r;  // the client's convenience field
+  assert.deepStrictEqual(strip(last.response), strip(plain));
+  const helper = await client.responses.stream(req).finalResponse();
+  assert.strictEqual(helper.output[0].content[0].text, r.output_text);
+
+  // max_output_tokens -> incomplete
+  const inc = await client.responses.create({ ...req, max_output_tokens: 1, instructions: undefined });
+  assert.strictEqual(inc.status, 'incomplete');
+  assert.deepStrictEqual(inc.incomplete_details, { reason: 'max_output_tokens' });
+  assert.strictEqual(inc.output[0].status, 'incomplete');
+  assert.strictEqual(inc.usage.output_tokens, 1);
+
+  // reasoning.effort: thinking mode, a reasoning item before the message
+  const th = await client.responses.create({ model, input: 'Hi THINK_TEST', reasoning: { effort: 'high' } });
+  assert.deepStrictEqual(th.output.map((o) => o.type), ['reasoning', 'message']);
+  assert.strictEqual(th.output[0].content[0].text, 'I should greet.');
+  assert.strictEqual(th.output_text, 'Hello there!');
+  const rt = th.usage.output_tokens_details.reasoning_tokens;
+  assert(rt > 0 && rt < th.usage.output_tokens, `reasoning_tokens ${rt} of ${th.usage.output_tokens}`);
+  const thev = await events(client, { model, input: 'Hi THINK_TEST', reasoning: { effort: 'high' } });
+  assert.deepStrictEqual(squeeze(thev.map((e) => e.type)).slice(2, 6), ['response.output_item.added',
+    'response.reasoning_text.delta', 'response.reasoning_text.done', 'response.output_item.done']);
+
+  // a forced function call; its output sent back through previous_response_id
+  const call = { model, instructions: SYS, input: 'Weather in Paris? NAMED_CALL', tools: [WEATHER],
+    tool_choice: { type: 'function', name: 'get_weather' }, temperature: 0 };
+  const fc = await client.responses.create(call);
+  assert.strictEqual(fc.status, 'completed');
+  const item = fc.output.find((o) => o.type === 'function_call');
+  assert.strictEqual(item.name, 'get_weather');
+  assert.match(item.call_id, /^call_resp_/);
+  const args = JSON.parse(item.arguments);
+  assert.deepStrictEqual(Object.keys(args), WEATHER.parameters.required);
+  assert.strictEqual(typeof args.city, 'string');
+  assert(Number.isInteger(args.days));
+  const fcev = await events(client, call);
+  const types = squeeze(fcev.map((e) => e.type));
+  assert.deepStrictEqual(types.slice(-5), ['response.output_item.added', 'response.function_call_arguments.delta',
+    'response.function_call_arguments.done', 'response.output_item.done', 'response.completed']);
+  assert.strictEqual(fcev.filter((e) => e.type === 'response.function_call_arguments.delta').map((e) => e.delta).join(''),
+    item.arguments);
+  const fin = await client.responses.stream(call).finalResponse();
+  assert.strictEqual(fin.output.find((o) => o.type === 'function_call').arguments, item.arguments);
+
+  const back = await client.responses.create({ model, previous_response_id: fc.id, tools: [WEATHER], temperature: 0,
+    instructions: SYS, input: [{ type: 'function_call_output', call_id: item.call_id, output: 'WEATHER_RESULT_42: sunny' }] });
+  assert.strictEqual(back.output_text, 'It is sunny in Paris.');
+  assert(back.usage.input_tokens_details.cached_tokens > 0, 'the follow-up restored no prefix');
+  const msgs = [{ role: 'system', content: SYS }, { role: 'user', content: call.input },
+    { role: 'assistant', content: fc.output_text, tool_calls: [{ id: item.call_id, type: 'function',
+      function: { name: item.name, arguments: item.arguments } }] },
+    { role: 'tool', tool_call_id: item.call_id, content: 'WEATHER_RESULT_42: sunny' }];
+  const chat2 = await client.chat.completions.create({ model, messages: msgs, max_tokens: 1, temperature: 0,
+    tools: [{ type: 'function', function: { ...WEATHER, type: undefined } }] });
+  assert.strictEqual(back.usage.input_tokens, chat2.usage.prompt_tokens, 'the stored conversation was not rebuilt');
+
+  // reasoning, a message and a call in one answer: the stream's items in order; the
+  // follow-up rebuilds that turn as one assistant message (reasoning kept: tools are present)
+  const all = { model, input: 'Weather? ALL_ITEMS', tools: [WEATHER], reasoning: { effort: 'high' }, temperature: 0 };
+  const ai = await client.responses.create(all);
+  assert.deepStrictEqual(ai.output.map((o) => o.type), ['reasoning', 'message', 'function_call']);
+  const aiev = await events(client, all);
+  const item3 = ['response.output_item.added', 'response.output_item.done'];
+  assert.deepStrictEqual(squeeze(aiev.map((e) => e.type)), ['response.created', 'response.in_progress',
+    item3[0], 'response.reasoning_text.delta', 'response.reasoning_text.done', item3[1],
+    ...TEXT_EVENTS.slice(2), item3[0], 'response.function_call_arguments.delta',
+    'response.function_call_arguments.done', item3[1], 'response.completed']);
+  assert.deepStrictEqual(strip(aiev[aiev.length - 1].response).output, strip(ai).output);
+  const aiCall = ai.output[2];
+  const aiBack = await client.responses.create({ model, previous_response_id: ai.id, tools: [WEATHER],
+    reasoning: { effort: 'high' }, max_output_tokens: 1,
+    input: [{ type: 'function_call_output', call_id: aiCall.call_id, output: 'rain' }] });
+  const aiChat = await client.chat.completions.create({ model, max_tokens: 1, reasoning_effort: 'high',
+    tools: [{ type: 'function', function: { ...WEATHER, type: undefined } }],
+    messages: [{ role: 'user', content: all.input }, { role: 'assistant', content: 'Let me check.',
+      reasoning_content: 'Check it.', tool_calls: [{ id: aiCall.call_id, type: 'function',
+        function: { name: 'get_weather', arguments: aiCall.arguments } }] },
+    { role: 'tool', tool_call_id: aiCall.call_id, content: 'rain' }] });
+  assert.strictEqual(aiBack.usage.input_tokens, aiChat.usage.prompt_tokens, 'the turn was not rebuilt as one message');
+
+  // text.format json_schema
+  const schema = { type: 'object', properties: { ok: { type: 'boolean' }, level: { enum: ['low', 'high'] } },
+    required: ['ok', 'level'], additionalProperties: false };
+  const js = await client.responses.create({ model, input: 'Rate it.', max_output_tokens: 64, temperature: 0,
+    text: { format: { type: 'json_schema', name: 'rating', schema, strict: true } } });
+  assert.strictEqual(js.status, 'completed');
+  const v = JSON.parse(js.output_text);
+  assert.deepStrictEqual(Object.keys(v), ['ok', 'level']);
+  assert(typeof v.ok === 'boolean' && ['low', 'high'].includes(v.level), js.output_text);
+
+  // GET, DELETE, store false, unknown ids
+  const got = await client.responses.retrieve(fc.id);
+  assert.deepStrictEqual(got.output, fc.output);
+  assert.deepStrictEqual(got.usage, fc.usage);
+  const del = await http(`${srv.url}/v1/responses/${fc.id}`, { method: 'DELETE' });
+  assert.deepStrictEqual([del.status, del.json], [200, { id: fc.id, object: 'response.deleted', deleted: true }]);
+  for (const id of [fc.id, 'resp_nope']) {
+    const g = await http(`${srv.url}/v1/responses/${id}`, { method: 'GET' });
+    assert.strictEqual(g.status, 404);
+    assert.strictEqual(g.json.error.type, 'invalid_request_error');
+    assert.match(g.json.error.message, new RegExp(id));
+  }
+  await assert.rejects(client.responses.create({ model, previous_response_id: fc.id, input: 'again' }),
+    (e) => e.status === 404 && /not found/.test(e.message));
+  const ns = await client.responses.create({ ...req, store: false });
+  assert.strictEqual((await http(`${srv.url}/v1/responses/${ns.id}`, { method: 'GET' })).status, 404);
+  // the store's byte cap (64K): a run of responses evicts the oldest
+  let newest;
+  for (let i = 0; i < 16; i++) newest = await client.responses.create({ model, input: SYS + SYS + i, max_output_tokens: 1 });
+  for (const id of [r.id, back.id])
+    assert.strictEqual((await http(`${srv.url}/v1/responses/${id}`, { method: 'GET' })).status, 404, 'not evicted');
+  assert.strictEqual((await client.responses.retrieve(newest.id)).id, newest.id);
+
+  // bad requests
+  const bad = [
+    [{ model, input: [{ type: 'bogus' }] }, /input\[0\]: item type 'bogus'/],
+    [{ model, input: [{ type: 'message', role: 'robot', content: 'x' }] }, /role/],
+    [{ model, input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] }, /input\[0\]\.content\[0\]/],
+    [{ model, input: [{ type: 'function_call', name: 'f' }] }, /call_id/],
+    [{ model }, /'input'/],
+    [{ model, input: 7 }, /'input'/],
+    [{ model, input: 'x', temperature: 'hot' }, /'temperature'/],
+    [{ model, input: 'x', max_output_tokens: 0 }, /'max_output_tokens'/],
+    [{ model, input: 'x', store: 'yes' }, /'store'/],
+    [{ model, input: 'x', tools: {} }, /'tools'/],
+    [{ model, input: 'x', tools: [{ type: 'web_search' }] }, /tool type 'web_search'/],
+    [{ model, input: 'x', tool_choice: { type: 'function' } }, /'tool_choice'/],
+    [{ model, input: 'x', text: { format: { type: 'xml' } } }, /'text.format.type'/],
+    [{ model, input: 'x', reasoning: { effort: 'extreme' } }, /'reasoning.effort'/],
+    [{ model, input: 'x', background: true }, /'background'/],
+    [{ model, input: 'x', previous_response_id: 5 }, /'previous_response_id'/],
+    [{ model, input: 'x', metadata: { a: 1 } }, /'metadata'/],
+  ];
+  for (const [body, re] of bad) {
+    const b = await http(`${srv.url}/v1/responses`, { body });
+    assert.strictEqual(b.status, 400, JSON.stringify(body) + ' -> ' + b.body);
+    assert.match(b.json.error.message, re);
+    assert.strictEqual(b.json.error.type, 'invalid_request_error');
+  }
+  await srv.stop();
+});
