@@ -131,6 +131,9 @@ static void add_ranks(const srv_metrics *m, uint64_t *mtp, int64_t *preempt, srv
     }
 }
 
+/* Appended to the step figures' help under data-parallel attention: they count rank 0's steps. */
+#define RANK0_NOTE "; under data-parallel attention rank 0's steps only (each rank steps its own rows)"
+
 /* Each rank's gauges (data-parallel attention). */
 static void put_ranks(srv_buf *b, const srv_metrics *m) {
     static const char *const names[][2] = {
@@ -234,26 +237,29 @@ char *srv_metrics_render(srv_metrics *m) {
             "dsv4_cache_pages{pool=\"block\",state=\"free\"} %lld\n",
         (long long)c->win_used, (long long)(c->win_total - c->win_used), (long long)c->blk_used,
         (long long)(c->blk_total - c->blk_used));
-    srv_buf_printf(&b, "# HELP dsv4_steps_total engine steps (one forward each)\n"
+    /* under data-parallel attention every rank steps its own rows; only rank 0's steps are
+     * counted here (the reports carry each rank's latest step rows: dsv4_rank_step_rows) */
+    const char *r0 = m->n_ranks > 1 ? RANK0_NOTE : "";
+    srv_buf_printf(&b, "# HELP dsv4_steps_total engine steps (one forward each)%s\n"
             "# TYPE dsv4_steps_total counter\ndsv4_steps_total %llu\n"
-            "# HELP dsv4_step_rows_total rows over all steps\n"
+            "# HELP dsv4_step_rows_total rows over all steps%s\n"
             "# TYPE dsv4_step_rows_total counter\ndsv4_step_rows_total %llu\n"
-            "# HELP dsv4_decode_rows_total decode rows over all steps\n"
+            "# HELP dsv4_decode_rows_total decode rows over all steps%s\n"
             "# TYPE dsv4_decode_rows_total counter\ndsv4_decode_rows_total %llu\n",
-        (unsigned long long)m->steps, (unsigned long long)m->step_rows,
+        r0, (unsigned long long)m->steps, r0, (unsigned long long)m->step_rows, r0,
         (unsigned long long)m->decode_rows);
     srv_buf_printf(&b, "# HELP dsv4_decode_steps_total steps that ran decode rows only (no prefill "
-            "chunk, no admission)\n# TYPE dsv4_decode_steps_total counter\ndsv4_decode_steps_total %llu\n"
+            "chunk, no admission)%s\n# TYPE dsv4_decode_steps_total counter\ndsv4_decode_steps_total %llu\n"
             "# HELP dsv4_decode_step_rows_total decode rows of those steps (one a sequence: an MTP "
-            "verify span counts once)\n"
+            "verify span counts once)%s\n"
             "# TYPE dsv4_decode_step_rows_total counter\ndsv4_decode_step_rows_total %llu\n"
             "# HELP dsv4_decode_step_seconds_total wall time of those steps, each with the "
             "scheduler's time since the step before it (rows / seconds: the steady decode rate "
-            "the server delivers)\n# TYPE dsv4_decode_step_seconds_total counter\n"
+            "the server delivers)%s\n# TYPE dsv4_decode_step_seconds_total counter\n"
             "dsv4_decode_step_seconds_total %.6f\n",
-        (unsigned long long)m->dec_steps, (unsigned long long)m->dec_rows, m->dec_s);
-    srv_buf_printf(&b, "# HELP dsv4_step_decode_rows steps by their number of decode rows\n"
-            "# TYPE dsv4_step_decode_rows histogram\n");
+        r0, (unsigned long long)m->dec_steps, r0, (unsigned long long)m->dec_rows, r0, m->dec_s);
+    srv_buf_printf(&b, "# HELP dsv4_step_decode_rows steps by their number of decode rows%s\n"
+            "# TYPE dsv4_step_decode_rows histogram\n", r0);
     uint64_t cum = 0;
     for (int i = 0; i < SRV_ROWS_BUCKETS; i++) {
         cum += m->steps_by_decode_rows[i];
@@ -315,10 +321,11 @@ char *srv_metrics_render(srv_metrics *m) {
                 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec));
     put_hist(&b, "dsv4_time_to_first_token_seconds", "arrival to first sampled token", &m->ttft);
     put_hist(&b, "dsv4_inter_token_latency_seconds", "time between sampled tokens", &m->itl);
-    put_hist(&b, "dsv4_step_seconds", "wall time of one engine step, all phases", &m->step_time);
+    put_hist(&b, "dsv4_step_seconds", m->n_ranks > 1 ? "wall time of one engine step, all phases" RANK0_NOTE
+                                                     : "wall time of one engine step, all phases", &m->step_time);
     srv_buf_printf(&b, "# HELP dsv4_step_phase_seconds_total wall time of the engine steps by phase "
-            "(admit, forward, head, sample, snapshot, mtp)\n"
-            "# TYPE dsv4_step_phase_seconds_total counter\n");
+            "(admit, forward, head, sample, snapshot, mtp)%s\n"
+            "# TYPE dsv4_step_phase_seconds_total counter\n", r0);
     for (int i = 0; i < SRV_PH_N; i++)
         srv_buf_printf(&b, "dsv4_step_phase_seconds_total{phase=\"%s\"} %.6f\n", srv_phase_names[i],
             m->phase_s[i]);
