@@ -563,9 +563,19 @@ typedef struct dsv4_span {
  * sequence at most once). Outputs are packed in span order, then row order:
  *   hidden  [sum n_hidden, D]       final RMSNorm output
  *   streams [sum n_streams, hc, D]  last-block streams
- * Validation happens before any state changes; on error no sequence is modified.
+ * Validation happens before any state changes; on error no sequence is modified, with one
+ * exception: a failure after the compute began (out of memory between layers, a peer's
+ * exchange failing or timing out) marks the call's written sequences broken (every later
+ * call on them fails with DSV4_ERR_STATE: free them).
  * Under DSV4_PAR_DP each rank passes its own spans (see there; with DSV4_PAR_CP a rank's
- * long prefill span runs over the whole group, transparently). */
+ * long prefill span runs over the whole group, transparently). Under DSV4_PAR_DP |
+ * DSV4_PAR_CP the ranks' CP spans run first, one after another in rank order, each
+ * committed when it completes: when one of them fails midway, the call fails on every rank,
+ * and every rank whose CP span had begun (completed and committed ones included) finds its
+ * CP span's sequence broken; the call's other spans were not run (unchanged). A caller frees
+ * the broken sequences (dsv4_serve ends those requests with the error). Rolling a completed
+ * CP prefill back is not offered: its compressor rings keep only D_max rows past the
+ * committed length (see dsv4_span). */
 DSV4_API int dsv4_forward(dsv4_engine *e, const dsv4_span *spans, int n_spans, float *hidden,
                           float *streams, dsv4_err *err);
 

@@ -274,7 +274,10 @@ static int dp_cp_prefills(dsv4_engine *e, const dsv4_span *spans, int cpi, float
     const int D = e->cfg->hidden_size, hcD = e->cfg->hc_mult * D;
     for (int r = 0; r < dsv4_dist_size(e->group); r++) {
         dsv4_dp_cp p;
-        dsv4_engine_dp_cp(e, r, &p);
+        /* the agreement checked every rank's span (dsv4_engine_agree_dp); every rank reads
+         * the same shared values, so a bad one stops every rank here alike */
+        if (!dsv4_engine_dp_cp(e, r, &p))
+            return dsv4_fail(err, DSV4_ERR_STATE, "forward: rank %d's CP span is not one this engine can run", r);
         if (!p.n_tokens) continue;
         int rc;
         if (r == e->rank) {

@@ -447,7 +447,8 @@ static void home_store(cp_call *cx, const dsv4_block_w *b, const dsv4_attn_work 
 /* ---- one block over the local rows ------------------------------------------------------ */
 
 /* Before a collective: every rank learns whether any rank failed (MPI_MAX of the codes),
- * so that all of them stop at the same point instead of one waiting in an exchange. */
+ * so that all of them stop at the same point instead of one waiting in an exchange. layer
+ * -1: the call's start, where a failure is a refusal (nothing written yet). */
 static int agree(cp_call *cx, int rc, int layer, dsv4_err *err) {
     int worst = rc;
     const cp_mark t = mark(cx);
@@ -458,6 +459,8 @@ static int agree(cp_call *cx, int rc, int layer, dsv4_err *err) {
     comm_done(cx, t, 0);
     if (crc) return rc ? rc : crc;
     if (worst < 0 || worst > DSV4_ERR_NUMERIC) worst = DSV4_ERR_STATE; /* a peer's code: input */
+    if (worst && !rc && layer < 0)
+        return dsv4_fail(err, worst, "CP prefill: another rank refused the call (%s)", dsv4_strerror(worst));
     if (worst && !rc)
         return dsv4_fail(err, worst, "CP prefill: another rank failed (%s) at layer %d",
                          dsv4_strerror(worst), layer);
@@ -809,20 +812,7 @@ int dsv4_forward_cp_at(dsv4_engine *e, const dsv4_span *span, int home, float *h
         const int count = sp->n_tokens;
         rc = dsv4_cache_reserve(e->cache, 1, &sp->seq, &start, &count, 1, err);
     }
-    {
-        int worst = rc;
-        const cp_mark t = mark(cx);
-        MPI_Request rq;
-        dsv4_err cerr;
-        int crc = cp_done(cx, MPI_Iallreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, cx->comm, &rq), &rq,
-                          "agreement", -1, rc ? &cerr : err);
-        comm_done(cx, t, 0);
-        if (worst < 0 || worst > DSV4_ERR_NUMERIC) worst = DSV4_ERR_STATE; /* a peer's code: input */
-        if (crc) rc = rc ? rc : crc;
-        else if (worst && !rc)
-            rc = dsv4_fail(err, worst, "CP prefill: another rank refused the call (%s)",
-                           dsv4_strerror(worst));
-    }
+    rc = agree(cx, rc, -1, err);
     if (!rc && e->dp) rc = bcast_span(cx, sp, span_buf, err);
     if (rc) goto done;
     MPI_Type_contiguous(hd, MPI_FLOAT, &cx->t_hd);
