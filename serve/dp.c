@@ -33,6 +33,8 @@ struct srv_dp {
     size_t in_cap;
     srv_buf rep;               /* this rank's report */
     int failed;                /* rank 0: the group cannot serve any more */
+    int stopped;               /* rank 0: the followers were sent the stop (they returned) */
+    int oom_next;              /* rank 0: the next message fails as out of memory (tests) */
     char why[sizeof ((dsv4_err *)0)->msg];
     /* rank 0 */
     srv_req **remote;          /* (n_remote) placed on other ranks, not ended */
@@ -200,13 +202,35 @@ static void group_failed(srv_dp *dp, const dsv4_err *e) {
     while (dp->n_remote > 0) remote_done(dp, dp->n_remote - 1, SRV_END_ERROR, 0, msg);
 }
 
-/* Broadcasts the recorded message (rank 0) or receives one (a follower: into in, *n bytes). */
+/* The stop, from memory of its own (the message's buffer may be what ran out). */
+static int send_stop(srv_dp *dp, dsv4_err *err) {
+    const int32_t stop = OP_STOP;
+    const int rc = srv_frame_send(dp->d, DP_MAGIC, &stop, sizeof stop, err);
+    dp->stopped = !rc;
+    return rc;
+}
+
+/* Broadcasts the recorded message (rank 0) or receives one (a follower: into in, *n bytes).
+ * A message that could not be recorded (out of memory: a request or cancel missing) must not
+ * run on the followers, who would otherwise wait for it without a deadline: they get the
+ * stop instead and return, and the group serves no more. */
 static int exchange_msg(srv_dp *dp, size_t *n, dsv4_err *err) {
     if (dp->rank != 0) return srv_frame_recv(dp->d, DP_MAGIC, &dp->in, &dp->in_cap, n, err);
-    if (dp->msg.oom) return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory for the step message");
+    if (dp->msg.oom || dp->oom_next) {
+        dp->oom_next = 0;
+        srv_buf_free(&dp->msg);
+        dsv4_err e2 = {0};
+        send_stop(dp, &e2);
+        return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory for the step message (the group was "
+                        "stopped%s%s)", dp->stopped ? "" : ": ", dp->stopped ? "" : e2.msg);
+    }
     *n = dp->msg.n;
     return srv_frame_send(dp->d, DP_MAGIC, dp->msg.s, dp->msg.n, err);
 }
+
+void srv_dp_inject_oom(srv_dp *dp) { dp->oom_next = 1; }
+
+int srv_dp_failed(const srv_dp *dp) { return dp->failed; }
 
 int srv_dp_begin(srv_dp *dp, int expired, dsv4_err *err) {
     if (dp->failed) return srv_fail(err, DSV4_ERR_STATE, "the process group cannot serve any more (%s)", dp->why);
@@ -328,18 +352,18 @@ void srv_dp_end(srv_dp *dp) {
             err.code = DSV4_ERR_STATE;
             snprintf(err.msg, sizeof err.msg, "a malformed step report from rank %d", q);
             group_failed(dp, &err);
+            dsv4_err e2 = {0};
+            send_stop(dp, &e2);  /* the gather completed: the followers wait for a message */
             return;
         }
     }
 }
 
 int srv_dp_stop(srv_dp *dp, dsv4_err *err) {
+    if (dp->stopped) return DSV4_OK;  /* the followers returned already (a failed message) */
     if (dp->failed)
         return srv_fail(err, DSV4_ERR_STATE, "the process group failed while serving (%.200s)", dp->why);
-    dp->msg.n = 0;
-    srv_wr_i32(&dp->msg, OP_STOP);
-    size_t n;
-    const int rc = exchange_msg(dp, &n, err);
+    const int rc = send_stop(dp, err);
     if (!rc) snprintf(dp->why, sizeof dp->why, "stopped");
     dp->failed = 1;
     return rc;

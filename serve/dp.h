@@ -61,18 +61,27 @@ int srv_dp_place(srv_dp *dp, srv_req *r);
 /* Remote requests not ended yet. */
 int srv_dp_remote(const srv_dp *dp);
 /* Starts a group step: the cancelled remote requests, the expiry (every remote request
- * then ends), the message broadcast. An error means the group cannot serve any more: every
- * remote request has then ended with it, and later steps run this rank alone. */
+ * then ends), the message broadcast. An error means the group cannot serve any more
+ * (srv_dp_failed): every remote request has then ended with it, and the step must not run
+ * (its engine calls are collective over a group that is gone); the caller ends this rank's
+ * requests instead. A message that could not be recorded for memory is not sent: the
+ * followers get the stop in its place and return. */
 int srv_dp_begin(srv_dp *dp, int expired, dsv4_err *err);
+/* 1 once the group cannot serve any more (or was stopped). */
+int srv_dp_failed(const srv_dp *dp);
+/* Tests: the next step message fails as when out of memory. */
+void srv_dp_inject_oom(srv_dp *dp);
 /* Ends a group step (after srv_sched_step on every rank): the reports gathered and handed
  * to the remote requests' clients. */
 void srv_dp_end(srv_dp *dp);
-/* The last message: every follower returns from srv_dp_follow. */
+/* The last message: every follower returns from srv_dp_follow. 0 also when the followers
+ * were stopped already (a message failed for memory); an error when the group failed. */
 int srv_dp_stop(srv_dp *dp, dsv4_err *err);
 
 /* ---- a follower rank ---- */
 
-/* Runs rank 0's group steps on this rank's scheduler until the stop. Returns 0 then; an
+/* Runs rank 0's group steps on this rank's scheduler until the stop. Returns 0 then (the
+ * caller ends what this rank still runs: after a failed message the stop comes early); an
  * error when the group failed. */
 int srv_dp_follow(srv_dp *dp, dsv4_err *err);
 

@@ -18,6 +18,7 @@ struct srv_sched {
     srv_sched_opts o;
     srv_dp *dp;                   /* data-parallel attention (dp.h), NULL: this rank alone
                                    * (one process, or rank 0 of a rank-0-home group) */
+    char group_why[sizeof ((dsv4_err *)0)->msg];  /* rank 0 under dp: why the group is gone */
     int stop_rc;                  /* the group's stop message (rank 0 under dp) */
     dsv4_err stop_err;
     srv_metrics *met;

@@ -549,6 +549,17 @@ int srv_sched_step(srv_sched *s) {
     return ran;
 }
 
+/* Under data-parallel attention, once the group cannot serve: this rank's requests end with
+ * the reason (err: the failure, when it happened just now). */
+static void group_gone(srv_sched *s, const dsv4_err *err) {
+    if (err->msg[0]) snprintf(s->group_why, sizeof s->group_why, "the process group cannot serve any more; "
+                              "restart the server (%.180s)", err->msg);
+    else if (!s->group_why[0]) snprintf(s->group_why, sizeof s->group_why, "the process group cannot serve any more");
+    for (int i = s->n_run - 1; i >= 0; i--) srv_sched_finish(s, s->run[i], SRV_END_ERROR, 0, s->group_why);
+    for (int i = s->n_wait - 1; i >= 0; i--) srv_sched_finish(s, s->wait[i], SRV_END_ERROR, 0, s->group_why);
+    publish_load(s);
+}
+
 static void *sched_main(void *arg) {
     srv_sched *s = arg;
     for (;;) {
@@ -571,7 +582,12 @@ static void *sched_main(void *arg) {
         if (stopping && !s->n_run && !s->n_wait && !(s->dp && srv_dp_remote(s->dp))) break;
         if (s->dp) {
             dsv4_err err = {0};
-            srv_dp_begin(s->dp, expired, &err);  /* a failed group ended its remote requests */
+            /* a failed group ended its remote requests; this rank cannot step without the
+             * others (every step's calls are collective): its own end with the reason */
+            if (srv_dp_failed(s->dp) || srv_dp_begin(s->dp, expired, &err)) {
+                group_gone(s, &err);
+                continue;
+            }
         }
         srv_sched_step(s);
         if (s->dp) srv_dp_end(s->dp);
@@ -654,7 +670,9 @@ int srv_sched_group_stopped(const srv_sched *s, dsv4_err *err) {
 
 int srv_sched_follow(srv_sched *s, dsv4_err *err) {
     if (!s->dp) return srv_fail(err, DSV4_ERR_STATE, "serve: a follower without a group");
-    return srv_dp_follow(s->dp, err);
+    const int rc = srv_dp_follow(s->dp, err);
+    srv_sched_sweep(s, 1);  /* a stop that came early (rank 0 could not record a step) */
+    return rc;
 }
 
 int srv_sched_start(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *tok,
