@@ -166,13 +166,7 @@ void srv_reply_error(srv_reply *out, int api, int status, const char *msg) {
     else srv_openai_error(&out->body, status, msg);
 }
 
-static void json_string(srv_buf *b, const char *s) {
-    cJSON *j = cJSON_CreateString(s);
-    char *t = j ? cJSON_PrintUnformatted(j) : NULL;
-    srv_buf_puts(b, t ? t : "\"\"");
-    free(t);
-    cJSON_Delete(j);
-}
+static void json_string(srv_buf *b, const char *s) { srv_buf_json_str(b, s, strlen(s)); }
 
 void srv_openai_error(srv_buf *b, int status, const char *msg) {
     const char *type = status == 401 ? "authentication_error"

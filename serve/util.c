@@ -91,6 +91,25 @@ void srv_buf_put_utf8(srv_buf *b, const char *s, size_t n) {
     }
 }
 
+void srv_buf_json_str(srv_buf *b, const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    srv_buf_put(b, "\"", 1);
+    size_t i = 0, run = 0;  /* s[i - run, i): bytes copied as they are, not yet put */
+    while (i < n) {
+        const size_t k = u[i] < 0x80 ? (u[i] >= 0x20 && u[i] != '"' && u[i] != '\\') : utf8_char(u + i, n - i);
+        if (k) { i += k; run += k; continue; }
+        srv_buf_put(b, s + i - run, run);
+        run = 0;
+        if (u[i] == '"') srv_buf_put(b, "\\\"", 2);
+        else if (u[i] == '\\') srv_buf_put(b, "\\\\", 2);
+        else if (u[i] < 0x20) srv_buf_printf(b, "\\u%04x", u[i]);
+        else srv_buf_put(b, "\xef\xbf\xbd", 3);  /* not UTF-8: U+FFFD */
+        i++;
+    }
+    srv_buf_put(b, s + i - run, run);
+    srv_buf_put(b, "\"", 1);
+}
+
 size_t srv_find(const char *t, size_t n, size_t from, const char *m) {
     size_t k = strlen(m);
     for (size_t i = from; i + k <= n; i++)

@@ -33,6 +33,12 @@ void srv_buf_put_utf8(srv_buf *b, const char *s, size_t n);
 /* The client's text t for an error message: valid UTF-8 (a bad byte becomes U+FFFD), cut to
  * at most cap - 1 bytes on a character boundary, into out. */
 void srv_client_text(char *out, size_t cap, const char *t);
+
+/* Appends s[0, n) as a JSON string literal (quoted; '"', '\\' and control bytes escaped,
+ * invalid UTF-8 repaired as srv_buf_put_utf8 does): large answers written without a cJSON
+ * tree. */
+void srv_buf_json_str(srv_buf *b, const char *s, size_t n);
+
 /* Offset of the first m in t[from..n), or n. */
 size_t srv_find(const char *t, size_t n, size_t from, const char *m);
 /* Messages between ranks (step messages, DP requests and reports): native values appended to

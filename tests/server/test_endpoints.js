@@ -120,6 +120,17 @@ run('server_endpoints', async () => {
   assert.strictEqual(tp.json.token_strs.length, tp.json.count);
   const tn = await http(srv.url + '/tokenize', { body: { prompt: 'Hello world', add_special_tokens: false }, headers: auth });
   assert.deepStrictEqual(tn.json.tokens, tp.json.tokens.slice(1));
+  // the answer is written without cJSON: quotes and backslashes escaped (control bytes are
+  // byte-level symbols in token strings), one string an id; an empty list is []
+  const odd = 'say "hi" \\ \u0001\ttab é \\"';
+  const to = await http(srv.url + '/tokenize', { body: { prompt: odd, return_token_strs: true, add_special_tokens: false }, headers: auth });
+  assert.strictEqual(to.status, 200, to.body);
+  assert(to.json, `not JSON: ${to.body}`);
+  assert.strictEqual(to.json.token_strs.length, to.json.count);
+  assert.strictEqual(to.json.tokens.length, to.json.count);
+  assert(to.json.token_strs.some((t) => t.includes('"')) && to.json.token_strs.some((t) => t.includes('\\')), to.body);
+  const te = await http(srv.url + '/tokenize', { body: { prompt: '', add_special_tokens: false, return_token_strs: true }, headers: auth });
+  assert.deepStrictEqual(te.json, { count: 0, max_model_len: te.json.max_model_len, tokens: [], token_strs: [] });
 
   // /detokenize inverts it
   const dt = await http(srv.url + '/detokenize', { body: { tokens: tn.json.tokens }, headers: auth });
