@@ -45,6 +45,7 @@ typedef struct waiter {
     srv_req *r;                  /* NULL: queued at the intake, no request yet */
     int fd;                      /* the client's socket */
     int gone;                    /* (intake) the client hung up; guarded by the list's mu */
+    int begun;                   /* its answer began (a stream: status and headers sent) */
     struct waiter *prev, *next;
 } waiter;
 
@@ -61,6 +62,8 @@ struct srv_http {
     struct pollfd *fds;          /* (cap) the watcher's poll set */
     srv_req **gone;              /* (cap) requests whose client hung up, one look's */
     int stop;
+    int inflight;                /* requests begun (on_request) and not completed; guarded by mu */
+    pthread_cond_t done_cv;      /* signalled when inflight drops */
     pthread_t watcher;
     int watching;                /* the watcher thread was started */
     pthread_mutex_t qmu;         /* guards the intake queue, qstop, and conns' stage */
@@ -70,6 +73,9 @@ struct srv_http {
     pthread_t intake;
     int taking;                  /* the intake thread was started */
 };
+
+/* At shutdown, the most seconds MHD_stop_daemon waits for answers still being written. */
+#define SRV_STOP_FLUSH_S 2
 
 /* Where a POST is: its body arriving, queued at the intake, handled (rep set), answered. */
 enum { ST_NEW = 0, ST_QUEUED, ST_HANDLED, ST_GONE, ST_ANSWERED };
@@ -141,6 +147,21 @@ static void suspend(waiter *w, int end_only) {
     list_and_suspend(w);
 }
 
+/* Whether a suspended connection's client is gone, from its socket's poll events: it reset
+ * or closed both sides (POLLHUP, POLLERR), or, while its answer has not begun (queued at the
+ * intake, or a non-stream answer being generated), it shut its write side (POLLRDHUP).
+ * A client that half-closes after its request (HTTP/1.0 clients, `curl -N` behind some
+ * proxies) cannot be told from one that closed by its FIN, and libmicrohttpd (0.9.75) reads
+ * a connection whose answer it has not started, closing it at the end of file: such a
+ * client's request could not be answered anyway, so it is dropped at once (never tokenized
+ * if still queued, its generation cancelled). Once a stream has begun, MHD only writes, so a
+ * half-closed stream client reads every event to the end: a FIN alone does not cancel it;
+ * a stream client that closed is found when a write fails (its next event). */
+static int client_gone(const waiter *w, short ev) {
+    if (ev & (POLLHUP | POLLERR | POLLNVAL)) return 1;
+    return (ev & POLLRDHUP) && !w->begun;
+}
+
 /* Every --hangup-check-ms: the suspended sockets polled at once; a client gone cancels its
  * request (whose end then wakes and closes the connection). The cancels go after the list's
  * unlock (a request's mu is never taken under it), each request held by a reference. */
@@ -155,7 +176,7 @@ static void *watch_main(void *arg) {
         if (n && poll(h->fds, (nfds_t)n, 0) > 0) {
             int i = 0;
             for (waiter *w = h->head; w && i < n; w = w->next, i++)
-                if (h->fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
+                if (client_gone(w, h->fds[i].revents)) {
                     if (!w->r) { w->gone = 1; continue; }  /* queued: never handled */
                     atomic_fetch_add(&w->r->refs, 1);
                     h->gone[m++] = w->r;
@@ -261,6 +282,7 @@ static enum MHD_Result send_stream(srv *s, struct MHD_Connection *c, srv_reply *
     st->job = rep->job;
     st->fn = rep->stream;
     waiter_init(&st->w, s, c, rep->job->r);
+    st->w.begun = 1;  /* MHD sends the status and headers with the first read */
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
     if (!resp) { stream_free(st); return MHD_NO; }
@@ -530,6 +552,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cc) {
         if (!(cc = calloc(1, sizeof *cc))) return MHD_NO;
         *con_cls = cc;
+        pthread_mutex_lock(&s->http->mu);
+        s->http->inflight++;
+        pthread_mutex_unlock(&s->http->mu);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > s->o.max_body) cc->too_large = 1;
         return MHD_YES;
@@ -573,6 +598,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     srv_buf_free(&cc->body);
     free(cc);
     *con_cls = NULL;
+    pthread_mutex_lock(&s->http->mu);
+    s->http->inflight--;
+    pthread_cond_broadcast(&s->http->done_cv);
+    pthread_mutex_unlock(&s->http->mu);
 }
 
 /* Drains the intake queue and joins its thread; requests arriving later are handled on the
@@ -597,6 +626,7 @@ static void http_free(struct srv_http *h) {
     }
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
+    pthread_cond_destroy(&h->done_cv);
     pthread_mutex_destroy(&h->qmu);
     pthread_cond_destroy(&h->qcv);
     free(h->fds);
@@ -611,6 +641,7 @@ int srv_http_start(srv *s, const struct sockaddr *addr, dsv4_err *err) {
     h->cap = s->o.max_connections;
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
+    pthread_cond_init(&h->done_cv, NULL);
     pthread_mutex_init(&h->qmu, NULL);
     pthread_cond_init(&h->qcv, NULL);
     h->fds = calloc((size_t)h->cap, sizeof *h->fds);
@@ -655,10 +686,25 @@ void srv_http_quiesce(srv *s) {
     }
 }
 
+/* Waits until every request begun has completed (its answer written, or its connection
+ * closed), at most SRV_STOP_FLUSH_S: MHD_stop_daemon closes every connection, and a queued
+ * client's 503 or a stream's last event resumed just before would be lost. A client that
+ * does not read its answer holds the stop for the bound at most. */
+static void wait_answers(struct srv_http *h) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += SRV_STOP_FLUSH_S;
+    pthread_mutex_lock(&h->mu);
+    while (h->inflight > 0 && pthread_cond_timedwait(&h->done_cv, &h->mu, &ts) == 0) {}
+    pthread_mutex_unlock(&h->mu);
+}
+
 /* After the scheduler stopped: every request ended, so every suspended connection was
- * resumed once the intake's queue is drained (MHD refuses to stop with one suspended). */
+ * resumed once the intake's queue is drained (MHD refuses to stop with one suspended); their
+ * answers are written before MHD stops (wait_answers). */
 void srv_http_stop(srv *s) {
     if (s->http) intake_stop(s->http);
+    if (s->http && s->d) wait_answers(s->http);
     if (s->d) MHD_stop_daemon(s->d);
     s->d = NULL;
     http_free(s->http);
