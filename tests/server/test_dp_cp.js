@@ -46,8 +46,9 @@ async function answers(opts) {
   const longer = await one(LONGER, { temperature: 0.8, seed: 5 });  // its prefix, restored on rank 1
   const dec = await Promise.all(decoders);
   const m = await metrics(srv.url);
+  const help = (await (await fetch(srv.url + '/metrics')).text()).split('\n').find((l) => l.startsWith('# HELP dsv4_steps_total '));
   await srv.stop();
-  return { long, longer, dec, m };
+  return { long, longer, dec, m, help };
 }
 
 run('server_dp_cp', async () => {
@@ -66,6 +67,9 @@ run('server_dp_cp', async () => {
   // rank 1; the decoders' short prompts none
   assert.strictEqual(dp.m['dsv4_rank_cp_prefills_total{rank="1"}'], 3, 'CP prefills homed on rank 1');
   assert.strictEqual(dp.m['dsv4_rank_cp_prefills_total{rank="0"}'], 0, 'CP prefills homed on rank 0');
+  // the step figures are rank 0's under DP, and their help says so (one process: no note)
+  assert.match(dp.help, /rank 0's steps only/, dp.help);
+  assert.doesNotMatch(one.help, /rank 0/, one.help);
   // --cp off: the same answer, no CP prefill anywhere
   const off = await start(ARGS.concat(['--cp', 'off']), { mpi: 2, dp: true });
   const r = await new OpenAI({ apiKey: 'x', baseURL: off.url + '/v1', maxRetries: 0 }).completions.create({
