@@ -31,6 +31,8 @@ typedef struct bcase { const char *name, *schema, *doc; } bcase;
     "\"123e4567-e89b-12d3-a456-426614174000\", \"bio\": \"Enjoys long walks, short programs and the " \
     "quiet of early mornings; writes C for fun and reads history at night.\"}"
 
+#define NUMBERS "{\"age\": 42, \"score\": 87.25, \"rating\": 4, \"price\": 1299.99, \"qty\": 120000}"
+
 static const bcase CASES[] = {
     {"json_object", "{\"type\":\"object\"}",
      "{\n  \"title\": \"Quarterly report\",\n  \"year\": 2024,\n  \"ok\": true,\n  \"score\": -12.5e-3,\n"
@@ -73,6 +75,15 @@ static const bcase CASES[] = {
      "\"updated\":{\"type\":\"string\",\"format\":\"date-time\"},\"uuid\":{\"type\":\"string\",\"format\":"
      "\"uuid\"},\"bio\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z ,;.']+$\",\"maxLength\":300}},"
      "\"required\":[\"id\",\"name\",\"email\",\"born\",\"updated\",\"uuid\",\"bio\"]}", RECORD},
+    /* the same numbers free and bounded (minimum, maximum, exclusive, multipleOf: a digit DFA) */
+    {"numbers_free", "{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\"},\"score\":{\"type\":"
+     "\"number\"},\"rating\":{\"type\":\"integer\"},\"price\":{\"type\":\"number\"},\"qty\":{\"type\":\"integer\"}},"
+     "\"required\":[\"age\",\"score\",\"rating\",\"price\",\"qty\"]}", NUMBERS},
+    {"numbers_bounded", "{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":"
+     "150},\"score\":{\"type\":\"number\",\"minimum\":0,\"maximum\":100},\"rating\":{\"type\":\"integer\",\"minimum\""
+     ":1,\"maximum\":5},\"price\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"multipleOf\":0.01},\"qty\":{\"type\":"
+     "\"integer\",\"minimum\":1,\"maximum\":1000000}},\"required\":[\"age\",\"score\",\"rating\",\"price\",\"qty\"]}",
+     NUMBERS},
 };
 
 static int cmp_d(const void *a, const void *b) { return cmp_double(a, b); }

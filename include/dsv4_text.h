@@ -479,7 +479,11 @@ DSV4_API int dsv4_stop_count(const dsv4_stop *s);
  *   escapes, \d \w \s and their negations, classes, '.', groups, '|', * + ? {m,n} greedy or
  *   lazy, ^ $; backreferences, lookaround, \b, \p{..} are refused), "format" (date-time,
  *   date, time, uuid, email, hostname, ipv4, duration; any other is refused); inside such a
- *   string a character is not written as a \u surrogate pair (UTF-8 instead). Annotations (title, description, default, examples,
+ *   string a character is not written as a \u surrogate pair (UTF-8 instead); numbers
+ *   (type integer or number): "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"
+ *   (a number, or draft 4's boolean beside minimum / maximum) and "multipleOf", exact as
+ *   decimals (0.1 is 1/10); a bounded number is written without exponent and not as
+ *   negative zero (every value in range still can be), an empty range is refused. Annotations (title, description, default, examples,
  *   $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored. JSON mode (any
  *   object) is {"type": "object"}. */
 typedef struct dsv4_json_schema dsv4_json_schema;

@@ -5,7 +5,8 @@
  *   TYPED: a set of JSON types, with the object part (properties in order, or free keys
  *          whose values follow `additional`) and the array part (prefixItems, items,
  *          minItems, maxItems); "any JSON value" is TYPED with every type;
- *          and the string part (json_strc: minLength, maxLength, pattern, format);
+ *          the string part (json_strc: minLength, maxLength, pattern, format);
+ *          and the number part (bounds and multipleOf: a DFA, json_num_spec);
  *   LIT:   enum / const: the values' compact JSON texts, matched byte for byte;
  *   ANYOF: alternatives, followed in parallel (one stack each) until the bytes decide.
  *
@@ -99,6 +100,31 @@ void json_dfa_free(json_dfa *d);
 /* sets sc->cap and builds sc->ok from min, max and dfa; -1 with why over the size bound */
 int json_strc_lengths(json_strc *sc, json_budget *b, char *why, size_t why_len);
 
+/* A bounded number (json_number.c): minimum, maximum, exclusiveMinimum, exclusiveMaximum
+ * (each a bound and its comparison) and multipleOf, compiled to a DFA over the number's
+ * bytes (ASCII classes: '-', '.', each digit, the rest) that accepts exactly the number
+ * texts whose value satisfies them all. Exact: the value is compared as a decimal with each
+ * bound's shortest decimal (the number as the schema wrote it, e.g. 0.1 is 1/10, not the
+ * double below it), and multipleOf m holds when value / m is an integer, both decimals.
+ * The form of a bounded number is restricted, every value in range staying expressible:
+ * no exponent (1e3 is written 1000) and no negative zero ("-0", "-0.0"; 0 is "0"); digits
+ * past the point are free otherwise ("1.50"), an integer has none. Every live state can
+ * still be completed to an accepted number: the DFA keeps only states from which an
+ * accepting one is reachable (no dead-end prefix such as "-" under minimum 0, or "1" under
+ * exclusiveMaximum 1 with integers), and a range with no number in it is refused. Bounds
+ * must be finite with at most 40 digits before and after the point; multipleOf positive, at
+ * most 6 digits written out; at most 32000 states. */
+enum { JSON_NUM_GE, JSON_NUM_GT, JSON_NUM_LE, JSON_NUM_LT };
+typedef struct json_num_spec {
+    int integer;            /* 1: integers only (no point) */
+    int n_bounds;           /* at most 4 */
+    double bound[4];
+    int op[4];              /* JSON_NUM_*: value op bound */
+    const char *name[4];    /* the keywords, for messages */
+    double multiple;        /* multipleOf; 0: none */
+} json_num_spec;
+int json_number_compile(const json_num_spec *sp, json_dfa *out, json_budget *b, char *why, size_t why_len);
+
 typedef struct json_node {
     uint8_t kind;           /* JN_* */
     uint8_t types;          /* JT_* (TYPED) */
@@ -108,6 +134,7 @@ typedef struct json_node {
     int items;              /* items past the prefix: node, or -1 (items: false) */
     int min_items, max_items; /* max -1: none */
     int strc;               /* strings: json_schema.strcs index, -1: any string */
+    int numc;               /* numbers: json_schema.nums index (a bounded number), -1: any number */
     int lits, n_lits;       /* LIT: [lits, lits + n_lits) of json_schema.lits */
     int alts, n_alts;       /* ANYOF: [alts, alts + n_alts) of json_schema.kids */
     /* The fewest frames above a value's own that completing it needs (its cheapest way
@@ -130,6 +157,8 @@ struct dsv4_json_schema {
     int n_lits, cap_lits;
     json_strc *strcs;       /* (n_strcs) */
     int n_strcs, cap_strcs;
+    json_dfa *nums;         /* (n_nums) bounded numbers' DFAs (json_number_compile) */
+    int n_nums, cap_nums;
     int bool_node, null_node; /* LIT nodes of true/false and null */
 };
 
@@ -147,7 +176,7 @@ typedef struct json_frame {
     uint32_t a;             /* offset (KEY, LIT), item count (ARR), next property (OBJ),
                              * UTF-8 state (STR); CSTR: UTF-8 state in bits 0-2, the code
                              * point so far (UTF-8 or \\u digits) from bit 8 */
-    uint32_t q;             /* DFA state (CSTR) */
+    uint32_t q;             /* DFA state (CSTR; NUM of a bounded number) */
     uint64_t b;             /* candidate bitmask (KEY, LIT), current property (OBJ), code
                              * points so far (CSTR) */
 } json_frame;

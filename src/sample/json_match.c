@@ -258,11 +258,21 @@ static int cstr_feed(const dsv4_json_schema *s, json_frame *t, uint8_t c) {
     return strc_range(sc, t, lo, lo | ((1u << (4 * rem)) - 1)) ? R_EAT : R_DEAD;
 }
 
-static int num_ends(const json_frame *t) {
+static int num_ends(const dsv4_json_schema *s, const json_frame *t) {
+    const int nc = s->nodes[t->node].numc;
+    if (nc >= 0) return s->nums[nc].accept[t->q];
     return t->phase == N_ZERO || t->phase == N_INT || t->phase == N_FRAC || t->phase == N_EXP;
 }
 
 static int num_feed(const dsv4_json_schema *s, json_frame *t, uint8_t c) {
+    const int nc = s->nodes[t->node].numc;
+    if (nc >= 0) {
+        /* a bounded number: its DFA (only live states kept: alive => completable) */
+        const json_dfa *d = &s->nums[nc];
+        const int nq = c < 128 ? d->next[(size_t)t->q * (size_t)d->n_classes + d->ascii[c]] : -1;
+        if (nq >= 0) { t->q = (uint32_t)nq; return R_EAT; }
+        return d->accept[t->q] ? R_PASS : R_DEAD;
+    }
     const int real = (s->nodes[t->node].types & JT_NUM) != 0; /* else integers only */
     int to = -1;
     switch (t->phase) {
@@ -281,7 +291,7 @@ static int num_feed(const dsv4_json_schema *s, json_frame *t, uint8_t c) {
     case N_EXP: to = is_digit(c) ? N_EXP : -1; break;
     }
     if (to >= 0) { t->phase = (uint8_t)to; return R_EAT; }
-    return num_ends(t) ? R_PASS : R_DEAD;
+    return num_ends(s, t) ? R_PASS : R_DEAD;
 }
 
 static int lit_ends(const dsv4_json_schema *s, const json_frame *t) {
@@ -468,7 +478,7 @@ int json_state_accepting(const dsv4_json_schema *s, const json_state *st) {
     for (int i = 0; i < st->n; i++) {
         const json_frame *t = &st->f[i][st->depth[i] - 1];
         if (st->depth[i] == 1 && t->phase == 1) return 1;
-        if (st->depth[i] == 2 && ((t->kind == F_NUM && num_ends(t)) || (t->kind == F_LIT && lit_ends(s, t)))) return 1;
+        if (st->depth[i] == 2 && ((t->kind == F_NUM && num_ends(s, t)) || (t->kind == F_LIT && lit_ends(s, t)))) return 1;
     }
     return 0;
 }

@@ -49,7 +49,7 @@ static int new_node(ctx *c, int kind) {
     n->kind = (uint8_t)kind;
     n->additional = n->items = -1;
     n->max_items = -1;
-    n->strc = -1;
+    n->strc = n->numc = -1;
     return s->n_nodes++;
 }
 
@@ -79,7 +79,8 @@ static const char *const ANNOTATIONS[] = {"title", "description", "$schema", "$i
 static const char *const STRUCTURAL[] = {"type", "properties", "required", "additionalProperties",
                                          "items", "prefixItems", "minItems", "maxItems", "enum",
                                          "const", "anyOf", "$ref", "minLength", "maxLength", "pattern",
-                                         "format", NULL};
+                                         "format", "minimum", "maximum", "exclusiveMinimum",
+                                         "exclusiveMaximum", "multipleOf", NULL};
 
 static int in(const char *k, const char *const *list) {
     for (int i = 0; list[i]; i++)
@@ -348,6 +349,47 @@ static int compile_string(ctx *c, const cJSON *j, int n, const char *path) {
     return 0;
 }
 
+/* minimum, maximum, exclusiveMinimum, exclusiveMaximum (a number; or, as in draft 4, a
+ * boolean that makes minimum / maximum exclusive), multipleOf: node n's number DFA */
+static int compile_number(ctx *c, const cJSON *j, int n, const char *path) {
+    static const char *const key[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    static const int op[4] = {JSON_NUM_GE, JSON_NUM_GT, JSON_NUM_LE, JSON_NUM_LT};
+    const int types = c->s->nodes[n].types;
+    json_num_spec sp = {.integer = !(types & JT_NUM)};
+    for (int k = 0; k < 4; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key[k]);
+        if (!v) continue;
+        if (cJSON_IsBool(v) && (k & 1)) {
+            /* draft 4: exclusiveMinimum true makes minimum exclusive */
+            const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, key[k - 1]);
+            if (cJSON_IsTrue(v) && !m) return fail(c, path, "'%s': true without the bound it qualifies", key[k]);
+            continue;
+        }
+        if (!cJSON_IsNumber(v)) return fail(c, path, "'%s' must be a number", key[k]);
+        const cJSON *x = (k & 1) ? NULL : cJSON_GetObjectItemCaseSensitive(j, key[k + 1]);
+        sp.bound[sp.n_bounds] = v->valuedouble;
+        sp.op[sp.n_bounds] = cJSON_IsTrue(x) ? op[k + 1] : op[k];
+        sp.name[sp.n_bounds++] = key[k];
+    }
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "multipleOf");
+    if (m && !cJSON_IsNumber(m)) return fail(c, path, "'%s' must be a number", "multipleOf");
+    if (m) sp.multiple = m->valuedouble;
+    if (m && !(sp.multiple > 0)) return fail(c, path, "'%s' must be greater than 0", "multipleOf");
+    if (!sp.n_bounds && !m) return 0;
+    dsv4_json_schema *s = c->s;
+    char why[200];
+    json_dfa d;
+    if (grow((void **)&s->nums, &s->cap_nums, s->n_nums + 1, sizeof *s->nums)) return oom(c);
+    if (json_number_compile(&sp, &d, &c->bud, why, sizeof why)) {
+        char m2[300];
+        snprintf(m2, sizeof m2, "the number's bounds/multipleOf: %s", why);
+        return fail(c, path, "%s", m2);
+    }
+    s->nums[s->n_nums] = d;
+    s->nodes[n].numc = s->n_nums++;
+    return 0;
+}
+
 static int compile(ctx *c, const cJSON *j, const char *path, int nest) {
     if (nest > MAX_NEST) return fail(c, path, "%s nested too deep", "schema");
     if (cJSON_IsTrue(j)) return any_node(c);
@@ -398,23 +440,30 @@ static int compile(ctx *c, const cJSON *j, const char *path, int nest) {
     static const char *const obj_keys[] = {"properties", "required", "additionalProperties", NULL};
     static const char *const arr_keys[] = {"items", "prefixItems", "minItems", "maxItems", NULL};
     static const char *const str_keys[] = {"minLength", "maxLength", "pattern", "format", NULL};
-    int has_obj = 0, has_arr = 0, has_str = 0;
+    static const char *const num_keys[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                           "multipleOf", NULL};
+    int has_obj = 0, has_arr = 0, has_str = 0, has_num = 0;
     for (const cJSON *k = j->child; k; k = k->next) {
         has_obj |= in(k->string, obj_keys);
         has_arr |= in(k->string, arr_keys);
         has_str |= in(k->string, str_keys);
+        has_num |= in(k->string, num_keys);
     }
-    if (!types) types = (has_obj ? JT_OBJ : 0) | (has_arr ? JT_ARR : 0) | (has_str ? JT_STR : 0);
+    if (!types)
+        types = (has_obj ? JT_OBJ : 0) | (has_arr ? JT_ARR : 0) | (has_str ? JT_STR : 0) | (has_num ? JT_NUM : 0);
     if (!types) return any_node(c);
     if (has_obj && !(types & JT_OBJ)) return fail(c, path, "object keywords without type %s", "\"object\"");
     if (has_arr && !(types & JT_ARR)) return fail(c, path, "array keywords without type %s", "\"array\"");
     if (has_str && !(types & JT_STR)) return fail(c, path, "string keywords without type %s", "\"string\"");
+    if (has_num && !(types & (JT_NUM | JT_INT)))
+        return fail(c, path, "number keywords without type %s", "\"number\" or \"integer\"");
     int n = new_node(c, JN_TYPED);
     if (n < 0) return -1;
     c->s->nodes[n].types = (uint8_t)types;
     if ((types & JT_OBJ) && compile_object(c, j, n, path, nest)) return -1;
     if ((types & JT_ARR) && compile_array(c, j, n, path, nest)) return -1;
     if ((types & JT_STR) && compile_string(c, j, n, path)) return -1;
+    if ((types & (JT_NUM | JT_INT)) && compile_number(c, j, n, path)) return -1;
     return n;
 }
 
@@ -480,6 +529,8 @@ void dsv4_json_schema_free(dsv4_json_schema *s) {
         free(s->strcs[i].ok);
     }
     free(s->strcs);
+    for (int i = 0; i < s->n_nums; i++) json_dfa_free(&s->nums[i]);
+    free(s->nums);
     free(s->nodes);
     free(s->props);
     free(s->kids);

@@ -52,6 +52,11 @@ static void expect(const dsv4_json_schema *s, const char *text, int want) {
     "\"n\":{\"type\":\"string\",\"minLength\":3,\"maxLength\":5},\"t\":{\"type\":\"string\",\"pattern\":\"\xc3\xa9|\xe4\xb8\xad\"," \
     "\"maxLength\":4},\"w\":{\"type\":\"string\",\"pattern\":\"^\\\\w+( \\\\w+)*$\",\"maxLength\":24}}," \
     "\"required\":[\"id\",\"d\",\"e\",\"n\",\"t\",\"w\"]}"
+/* bounded numbers (test_json_number checks their texts exhaustively; here their masks) */
+#define NUMS "{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\"," \
+    "\"minimum\":0,\"maximum\":150},\"score\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1}," \
+    "\"step\":{\"type\":\"integer\",\"multipleOf\":5,\"exclusiveMaximum\":100},\"t\":{\"type\":\"number\"," \
+    "\"minimum\":-2.5,\"maximum\":-0.25}},\"required\":[\"age\",\"score\",\"step\",\"t\"]},\"minItems\":1}"
 #define PAIR "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"integer\"}],\"items\":false}"
 
 static void test_accepts(void) {
@@ -145,8 +150,32 @@ static void test_refused(void) {
     refused("{\"type\":\"string\",\"contentEncoding\":\"base64\"}", DSV4_ERR_UNSUPPORTED, "\"contentEncoding\"");
     refused("{\"oneOf\":[{\"type\":\"string\"}]}", DSV4_ERR_UNSUPPORTED, "\"oneOf\"");
     refused("{\"allOf\":[{\"type\":\"string\"}]}", DSV4_ERR_UNSUPPORTED, "\"allOf\"");
-    refused("{\"type\":\"integer\",\"minimum\":0}", DSV4_ERR_UNSUPPORTED, "\"minimum\"");
-    refused("{\"properties\":{\"a\":{}},\"additionalProperties\":true}", DSV4_ERR_UNSUPPORTED, "additionalProperties");
+    /* bounded numbers (test_json_number): empty ranges, bounds out of range, misuse */
+    refused("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", DSV4_ERR_UNSUPPORTED, "leaves no number");
+    refused("{\"type\":\"integer\",\"exclusiveMinimum\":1,\"exclusiveMaximum\":2}", DSV4_ERR_UNSUPPORTED,
+            "leaves no number");
+    refused("{\"type\":\"integer\",\"minimum\":0.2,\"maximum\":0.8}", DSV4_ERR_UNSUPPORTED, "leaves no number");
+    refused("{\"type\":\"number\",\"exclusiveMinimum\":1,\"maximum\":1}", DSV4_ERR_UNSUPPORTED, "leaves no number");
+    refused("{\"type\":\"integer\",\"minimum\":1,\"maximum\":4,\"multipleOf\":5}", DSV4_ERR_UNSUPPORTED,
+            "leaves no number");
+    refused("{\"type\":\"number\",\"minimum\":1e300}", DSV4_ERR_UNSUPPORTED,
+            "'minimum' is outside the supported range");
+    refused("{\"type\":\"number\",\"maximum\":1e-50}", DSV4_ERR_UNSUPPORTED,
+            "'maximum' is outside the supported range");
+    refused("{\"type\":\"number\",\"maximum\":1e999}", DSV4_ERR_UNSUPPORTED,
+            "'maximum' is outside the supported range");
+    refused("{\"type\":\"integer\",\"multipleOf\":0}", DSV4_ERR_UNSUPPORTED, "'multipleOf' must be greater than 0");
+    refused("{\"type\":\"integer\",\"multipleOf\":-2}", DSV4_ERR_UNSUPPORTED, "'multipleOf' must be greater than 0");
+    refused("{\"type\":\"number\",\"multipleOf\":1e-7}", DSV4_ERR_UNSUPPORTED,
+            "'multipleOf' must be a positive number of at most 6 digits");
+    refused("{\"type\":\"integer\",\"multipleOf\":99991}", DSV4_ERR_UNSUPPORTED, "more than 32000 automaton states");
+    refused("{\"type\":\"integer\",\"minimum\":\"0\"}", DSV4_ERR_UNSUPPORTED, "'minimum' must be a number");
+    refused("{\"type\":\"string\",\"minimum\":0}", DSV4_ERR_UNSUPPORTED, "number keywords without type");
+    refused("{\"type\":\"integer\",\"exclusiveMaximum\":true}", DSV4_ERR_UNSUPPORTED,
+            "'exclusiveMaximum': true without");
+    refused("{\"enum\":[1,2],\"minimum\":0}", DSV4_ERR_UNSUPPORTED, "\"minimum\" beside 'enum'");
+    refused("{\"properties\":{\"a\":{}},\"additionalProperties\":true}", DSV4_ERR_UNSUPPORTED,
+            "additionalProperties");
     refused("{\"properties\":{\"a\":{}},\"required\":[\"b\"]}", DSV4_ERR_UNSUPPORTED, "\"b\"");
     refused("{\"$ref\":\"#/x\"}", DSV4_ERR_UNSUPPORTED, "$ref");
     refused("{\"$ref\":\"#\"}", DSV4_ERR_UNSUPPORTED, "cycle");
@@ -313,6 +342,14 @@ int main(void) {
         test_mask(tok, jv, PERSON, 40, 5);
         test_mask(tok, jv, TREE, 40, 5);
         test_mask(tok, jv, OBJ, 40, 5);
+        /* bounded numbers: the mask after each byte of a document's numbers, and random walks */
+        static const char nums_doc[] = "[{\"age\":150,\"score\":0.75,\"step\":95,\"t\":-1.125},{\"age\":7,\"score\":1,";
+        int nums_at[64], n_at = 0, k = 0;
+        for (int i = 1; nums_doc[i - 1] && n_at < 64; i++) /* every other byte of a number, and each one's start */
+            if (nums_doc[i - 1] == ':' || (strchr("-0123456789.", nums_doc[i - 1]) && k++ % 2)) nums_at[n_at++] = i;
+        test_mask_at(tok, jv, NUMS, nums_doc, nums_at, n_at);
+        for (int r = 0; r < 2; r++)
+            test_mask(tok, jv, "{\"type\":\"number\",\"exclusiveMinimum\":-2.5,\"maximum\":1000,\"multipleOf\":0.125}", 10, 2);
         for (int r = 0; r < 3; r++) test_mask(tok, jv, STRS, 60, 3); /* constrained strings: the whole trie walked */
         /* the cached masks: with max (ids longer than the room stepped one by one), without */
         test_mask(tok, jv, "{\"type\":\"string\",\"pattern\":\"^[a-z ]+$\",\"maxLength\":60}", 30, 2);

@@ -151,7 +151,7 @@ run('server_structured', async () => {
   await bad({ response_format: fmt({ type: 'string', pattern: '(?<=a)b' }) }, "'pattern' uses a lookbehind");
   await bad({ response_format: fmt({ type: 'object', properties: { d: { type: 'string', format: 'uri' } } }) },
     '\'format\' "uri" (at #/properties/d)');
-  await bad({ response_format: fmt({ type: 'integer', minimum: 0 }) }, '"minimum"');
+  await bad({ response_format: fmt({ type: 'integer', minimum: 5, maximum: 4 }) }, 'leaves no number');
   await bad({ response_format: { type: 'yaml' } }, 'response_format.type');
   await bad({ response_format: { type: 'json_schema', json_schema: { schema: {} } } }, "'name'");
   await bad({ response_format: { type: 'json_object' }, tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] },
