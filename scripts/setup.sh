@@ -5,7 +5,8 @@
 #   sh scripts/setup.sh          what building and running need (the demo, generate, chat)
 #   sh scripts/setup.sh --test   also what the test suite needs: clang with its sanitizer and
 #                                fuzzer runtime, Open MPI (multi-rank tests; the build uses it
-#                                when present), python3 + numpy (test scripts, oracle checks)
+#                                when present), python3 + numpy (test scripts, oracle checks),
+#                                ninja (test.sh's build trees)
 #
 # Supported: Debian 12 (bookworm), Ubuntu 22.04 (jammy) and 24.04 (noble). Elsewhere it stops
 # with the list of packages to install by other means (unless they are all installed).
@@ -17,7 +18,7 @@
 #   DSV4_OS_RELEASE  the os-release file to read (default /etc/os-release; for tests)
 set -e
 RUN="build-essential cmake pkg-config libcjson-dev libpcre2-dev libssl-dev libmicrohttpd-dev libedit-dev libnuma-dev"
-TEST="clang libopenmpi-dev openmpi-bin python3 python3-numpy util-linux"
+TEST="clang libopenmpi-dev openmpi-bin python3 python3-numpy util-linux ninja-build"
 
 OS_RELEASE=${DSV4_OS_RELEASE:-/etc/os-release}
 # shellcheck disable=SC1090

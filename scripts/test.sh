@@ -11,7 +11,14 @@ sh scripts/setup.sh --test
 
 sh scripts/fuzz.sh
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDSV4_WERROR=ON >/dev/null
+# Ninja (setup.sh --test installs it) for the trees this script creates: it builds a list of
+# targets in parallel, where make builds one target after another, and it compiles a test's
+# sources while the library still links. A tree configured before keeps its generator.
+gen() { # build dir -> the -G option for a new tree
+    if [ ! -f "$1/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then echo "-GNinja"; fi
+}
+# shellcheck disable=SC2046 # gen prints one word or nothing
+cmake $(gen build) -S . -B build -DCMAKE_BUILD_TYPE=Release -DDSV4_WERROR=ON >/dev/null
 cmake --build build -j "$JOBS"
 # one test more than the CPUs: a few tests mostly wait (peer timeouts, a pty, an idle
 # server), and the others use the CPU meanwhile
@@ -19,8 +26,18 @@ cmake --build build -j "$JOBS"
 
 # -g1 (line tables, enough for the sanitizers' stack traces) instead of -g: the full debug
 # info of the inlined SIMD kernels took a third of this build's compile and link time.
-cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG=-g1 -DDSV4_SANITIZE=ON >/dev/null
-cmake --build build-san -j "$JOBS"
+# The npm clients come from the Release tree's install (the same lock file), not a second one.
+# shellcheck disable=SC2046
+cmake $(gen build-san) -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG=-g1 -DDSV4_SANITIZE=ON \
+    "-DDSV4_NPM_DIR=$PWD/build/tests/server/npm" >/dev/null
+# Only the programs and libraries that its tests run (scripts/test_targets.py); make would build
+# a target list one target at a time, so without Ninja the whole tree.
+if [ "$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' build-san/CMakeCache.txt)" = Ninja ]; then
+    # shellcheck disable=SC2046 # one target name a line
+    cmake --build build-san -j "$JOBS" --target $(python3 scripts/test_targets.py build-san "fast|golden")
+else
+    cmake --build build-san -j "$JOBS"
+fi
 (cd build-san && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --output-on-failure -j "$JOBS" -L "fast|golden")
 
@@ -29,7 +46,8 @@ cmake --build build-san -j "$JOBS"
 # about 30 s. MPI is off in this tree, which also checks that the library and these
 # tests build without it.
 TSAN_TESTS="test_threads test_ops test_codec test_cpu test_attn_ops test_fidelity test_cores test_moe test_no_alloc"
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
+# shellcheck disable=SC2046
+cmake $(gen build-tsan) -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
     -DDSV4_TSAN=ON -DDSV4_MPI=OFF >/dev/null
 # shellcheck disable=SC2086 # the list is word-split on purpose
 cmake --build build-tsan -j "$JOBS" --target $TSAN_TESTS
