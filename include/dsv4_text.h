@@ -464,7 +464,7 @@ DSV4_API int dsv4_stop_count(const dsv4_stop *s);
  * value may be preceded and followed by a bounded run of whitespace.
  *
  * The schema subset (anything else is refused, DSV4_ERR_UNSUPPORTED naming the keyword and
- * where it is, e.g. `unsupported JSON Schema keyword "oneOf" (at #/properties/id)`):
+ * where it is, e.g. `unsupported JSON Schema keyword "not" (at #/properties/id)`):
  *   true (any value); "type": a name or an array of names (object, array, string, number,
  *   integer, boolean, null); "properties" (at most 64) written IN THE ORDER GIVEN, each
  *   once, the "required" ones always, the others optional; "additionalProperties": false,
@@ -472,8 +472,12 @@ DSV4_API int dsv4_stop_count(const dsv4_stop *s);
  *   object without "properties" takes any keys (strings) with values under
  *   "additionalProperties" (absent or true: any value); "items" (a schema, true or false),
  *   "prefixItems", "minItems", "maxItems"; "enum" / "const" (values written in their
- *   compact JSON form, at most 64); "anyOf" (followed in parallel, at most 8 readings at
- *   once); "$ref" to "#", "#/$defs/NAME" or "#/definitions/NAME" (recursion allowed, nesting
+ *   compact JSON form, at most 64; both: the const, one of the enum's); "anyOf" (followed in
+ *   parallel, at most 8 readings at once); "oneOf" as "anyOf" (a value matching two branches
+ *   is accepted: exact for discriminated unions, whose branches exclude each other);
+ *   "allOf" merged into one schema (properties and required joined, types intersected, the
+ *   tightest bounds; any other keyword in two parts must be equal); "$ref" as a JSON pointer
+ *   into the schema ("#", "#/$defs/NAME", "#/properties/a", ...; recursion allowed, nesting
  *   bounded by a depth of 32 frames); strings: "minLength" / "maxLength" (code points after
  *   unescaping), "pattern" (an ECMA-262 subset, unanchored as JSON Schema says: literals and
  *   escapes, \d \w \s and their negations, classes, '.', groups, '|', * + ? {m,n} greedy or
@@ -484,7 +488,7 @@ DSV4_API int dsv4_stop_count(const dsv4_stop *s);
  *   (a number, or draft 4's boolean beside minimum / maximum) and "multipleOf", exact as
  *   decimals (0.1 is 1/10); a bounded number is written without exponent and not as
  *   negative zero (every value in range still can be), an empty range is refused. Annotations (title, description, default, examples,
- *   $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored. JSON mode (any
+ *   $schema, $id, $comment, deprecated, readOnly, writeOnly, discriminator) are ignored. JSON mode (any
  *   object) is {"type": "object"}. */
 typedef struct dsv4_json_schema dsv4_json_schema;
 

@@ -9,6 +9,19 @@
  *          and the number part (bounds and multipleOf: a DFA, json_num_spec);
  *   LIT:   enum / const: the values' compact JSON texts, matched byte for byte;
  *   ANYOF: alternatives, followed in parallel (one stack each) until the bytes decide.
+ * "oneOf" is compiled as "anyOf": a value that satisfies two or more of its branches is
+ * accepted, though oneOf forbids that. The two agree when no value satisfies two branches:
+ * distinct "const"/"enum" values of a required property (a discriminated union: Pydantic's
+ * oneOf + discriminator), distinct types, disjoint bounds; they differ on overlapping
+ * branches such as oneOf [integer, number] (1 accepted) or two objects that each allow the
+ * other's value. "discriminator" is an annotation (the branches' own consts enforce it).
+ * "allOf" is merged into one schema before it is compiled (json_schema.c): properties
+ * joined in order (a property in several parts: the allOf of its schemas), required joined,
+ * types intersected, minimum/minLength/minItems the largest and maximum/maxLength/maxItems
+ * the smallest; any other keyword set by several parts must be equal (else refused); a
+ * $ref part merges its target. Objects therefore merge as zod's .and() and Pydantic v1's
+ * allOf mean, not as JSON Schema's allOf with additionalProperties false would (which
+ * forbids the other part's properties).
  *
  * Automaton state (json_match.c): a set of at most JSON_MAX_STACKS stacks of frames, each
  * at most JSON_MAX_DEPTH deep. A byte advances every stack; a stack that cannot take it

@@ -168,6 +168,11 @@ static int strc_ok(const json_strc *sc, uint32_t q, uint64_t n) {
     return sc->ok[i >> 6] >> (i & 63) & 1;
 }
 
+/* the count after one more code point: saturating at cap without maxLength */
+static uint64_t strc_count(const json_strc *sc, uint64_t b) {
+    return sc->max < 0 && b + 1 > (uint64_t)sc->cap ? (uint64_t)sc->cap : b + 1;
+}
+
 /* the string's count and DFA state after code point cp, if it can still close */
 static int strc_take(const json_strc *sc, json_frame *t, uint32_t cp) {
     uint32_t q = 0;
@@ -176,8 +181,7 @@ static int strc_take(const json_strc *sc, json_frame *t, uint32_t cp) {
         if (nq < 0) return R_DEAD;
         q = (uint32_t)nq;
     }
-    uint64_t n = t->b + 1;
-    if (sc->max < 0 && n > (uint64_t)sc->cap) n = (uint64_t)sc->cap;
+    const uint64_t n = strc_count(sc, t->b);
     if (!strc_ok(sc, q, n)) return R_DEAD;
     t->q = q, t->b = n;
     return R_EAT;
@@ -186,7 +190,7 @@ static int strc_take(const json_strc *sc, json_frame *t, uint32_t cp) {
 /* some code point in [lo, hi] (surrogates aside) can come next: a character begun (UTF-8
  * lead byte, an escape's first digits) is kept only if some way to finish it is */
 static int strc_range(const json_strc *sc, const json_frame *t, uint32_t lo, uint32_t hi) {
-    const uint64_t n = sc->max < 0 && t->b + 1 > (uint64_t)sc->cap ? (uint64_t)sc->cap : t->b + 1;
+    const uint64_t n = strc_count(sc, t->b);
     const json_dfa *d = &sc->dfa;
     if (!d->n_states) return strc_ok(sc, 0, n);
     for (int k = json_dfa_class(d, lo); k < d->n_classes && d->lo[k] <= hi; k++) {

@@ -793,12 +793,15 @@ int json_strc_lengths(json_strc *sc, json_budget *b, char *why, size_t why_len) 
         free(first), free(succ), free(mark);
         return fail(&r, "out of memory");
     }
-    /* each state's distinct successors */
+    /* each state's distinct successors, over the classes a string can hold: a class of
+     * surrogates only is never read (UTF-8 has none, and a \u escape of one never starts),
+     * so a pattern that needs one leaves no string (refused, not an empty mask) */
     int E = 0;
     for (int q = 0; q < Q; q++) mark[q] = -1;
     for (int q = 0; q < Q; q++) {
         first[q] = E;
         for (int k = 0; k < C; k++) {
+            if (d->lo[k] >= 0xD800 && (k + 1 < C ? d->lo[k + 1] - 1 : CP_MAX) <= 0xDFFF) continue;
             const int t = d->next[(size_t)q * (size_t)C + (size_t)k];
             if (t >= 0 && mark[t] != q) mark[t] = q, succ[E++] = t;
         }

@@ -75,10 +75,10 @@ static int any_node(ctx *c) {
 
 static const char *const ANNOTATIONS[] = {"title", "description", "$schema", "$id", "$comment",
                                           "default", "examples", "deprecated", "readOnly",
-                                          "writeOnly", "$defs", "definitions", NULL};
+                                          "writeOnly", "$defs", "definitions", "discriminator", NULL};
 static const char *const STRUCTURAL[] = {"type", "properties", "required", "additionalProperties",
                                          "items", "prefixItems", "minItems", "maxItems", "enum",
-                                         "const", "anyOf", "$ref", "minLength", "maxLength", "pattern",
+                                         "const", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern",
                                          "format", "minimum", "maximum", "exclusiveMinimum",
                                          "exclusiveMaximum", "multipleOf", NULL};
 
@@ -103,15 +103,41 @@ static int fail(ctx *c, const char *path, const char *fmt, const char *a) {
     return dsv4_fail(c->err, DSV4_ERR_UNSUPPORTED, "json_schema: %s (at %s)", m, path), -1;
 }
 
-/* The node of a $ref ("#", "#/$defs/NAME", "#/definitions/NAME"), compiled once. */
+/* The value a $ref's JSON pointer ("#", "#/$defs/NAME", "#/properties/a/items", with ~0
+ * and ~1 escapes) names inside the schema, or NULL. */
+static const cJSON *pointer(const cJSON *root, const char *ref) {
+    if (*ref++ != '#') return NULL;
+    const cJSON *t = root;
+    char tok[256];
+    while (t && *ref == '/') {
+        int n = 0;
+        for (ref++; *ref && *ref != '/'; ref++) {
+            char ch = *ref;
+            if (ch == '~') {
+                if (ref[1] != '0' && ref[1] != '1') return NULL;
+                ch = *++ref == '0' ? '~' : '/';
+            }
+            if (n >= (int)sizeof tok - 1) return NULL;
+            tok[n++] = ch;
+        }
+        tok[n] = 0;
+        if (cJSON_IsObject(t)) {
+            t = cJSON_GetObjectItemCaseSensitive(t, tok);
+        } else if (cJSON_IsArray(t)) {
+            char *end;
+            const long i = strtol(tok, &end, 10);
+            t = n && n < 10 && !*end && tok[0] >= '0' && tok[0] <= '9' ? cJSON_GetArrayItem(t, (int)i) : NULL;
+        } else {
+            t = NULL;
+        }
+    }
+    return *ref ? NULL : t;
+}
+
+/* The node of a $ref (a JSON pointer into this schema), compiled once. */
 static int ref_node(ctx *c, const char *ref, const char *path, int nest) {
-    const cJSON *t = NULL;
-    if (!strcmp(ref, "#")) t = c->root;
-    else if (!strncmp(ref, "#/$defs/", 8))
-        t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c->root, "$defs"), ref + 8);
-    else if (!strncmp(ref, "#/definitions/", 14))
-        t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c->root, "definitions"), ref + 14);
-    if (!t) return fail(c, path, "'$ref' \"%s\" does not name \"#\", #/$defs/NAME or #/definitions/NAME", ref);
+    const cJSON *t = pointer(c->root, ref);
+    if (!t) return fail(c, path, "'$ref' \"%s\" does not point into this schema (\"#\", \"#/$defs/NAME\", a JSON pointer)", ref);
     for (int i = 0; i < c->n_m; i++)
         if (c->m[i].def == t) return c->m[i].node;
     /* a placeholder ANYOF of one alternative, filled after the target compiled: the
@@ -178,8 +204,14 @@ static int opt_count(ctx *c, const cJSON *j, const char *key, const char *path, 
 static int compile_lit(ctx *c, const cJSON *j, int types, const char *path) {
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "enum");
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "const");
-    if (e && k) return fail(c, path, "'%s' and 'const' together", "enum");
     if (e && (!cJSON_IsArray(e) || !e->child)) return fail(c, path, "'%s' must be a non-empty array", "enum");
+    if (e && k) {
+        /* both (Pydantic's Literal): the const, which must be one of the enum's values */
+        int hit = 0;
+        for (const cJSON *v = e->child; v && !hit; v = v->next) hit = cJSON_Compare(v, k, 1);
+        if (!hit) return fail(c, path, "'%s' is not one of the 'enum' values", "const");
+        e = NULL;
+    }
     int n = new_node(c, JN_LIT);
     if (n < 0) return -1;
     c->s->nodes[n].lits = c->s->n_lits;
@@ -390,6 +422,110 @@ static int compile_number(ctx *c, const cJSON *j, int n, const char *path) {
     return 0;
 }
 
+/* ---- allOf: the subschemas merged into one ---- */
+
+static const char *const LOWER[] = {"minimum", "exclusiveMinimum", "minLength", "minItems", NULL};
+static const char *const UPPER[] = {"maximum", "exclusiveMaximum", "maxLength", "maxItems", NULL};
+
+/* the type names of v as bits, integers inside numbers (all bits when absent) */
+static int type_bits(const cJSON *v) {
+    int b = 0;
+    if (!v) return 127;
+    if (cJSON_IsString(v)) b = type_bit(v->valuestring);
+    for (const cJSON *t = cJSON_IsArray(v) ? v->child : NULL; t; t = t->next) b |= cJSON_IsString(t) ? type_bit(t->valuestring) : 0;
+    return b & JT_NUM ? b | JT_INT : b;
+}
+
+static int merge_into(ctx *c, cJSON *out, const cJSON *part, const char *path, int nest, int *types);
+
+/* one allOf part: true adds nothing; a $ref merges its target; a nested allOf its parts */
+static int merge_part(ctx *c, cJSON *out, const cJSON *part, const char *path, int nest, int *types) {
+    if (nest > MAX_NEST) return fail(c, path, "%s nested too deep", "allOf");
+    if (cJSON_IsTrue(part)) return 0;
+    if (!cJSON_IsObject(part)) return fail(c, path, "an '%s' subschema must be an object or true", "allOf");
+    return merge_into(c, out, part, path, nest, types);
+}
+
+static int merge_into(ctx *c, cJSON *out, const cJSON *part, const char *path, int nest, int *types) {
+    for (const cJSON *k = part->child; k; k = k->next) {
+        const char *name = k->string;
+        if (!in(name, ANNOTATIONS) && !in(name, STRUCTURAL))
+            return fail(c, path, "unsupported JSON Schema keyword \"%s\"", name);
+        if (in(name, ANNOTATIONS)) continue;
+        if (!strcmp(name, "$ref")) {
+            const cJSON *t = cJSON_IsString(k) ? pointer(c->root, k->valuestring) : NULL;
+            if (!t) return fail(c, path, "'$ref' \"%s\" inside 'allOf' does not point into this schema",
+                                cJSON_IsString(k) ? k->valuestring : "");
+            if (merge_part(c, out, t, path, nest + 1, types)) return -1;
+        } else if (!strcmp(name, "allOf")) {
+            if (!cJSON_IsArray(k) || !k->child) return fail(c, path, "'%s' must be a non-empty array", "allOf");
+            for (const cJSON *x = k->child; x; x = x->next)
+                if (merge_part(c, out, x, path, nest + 1, types)) return -1;
+        } else if (!strcmp(name, "type")) {
+            *types &= type_bits(k);
+        } else if (!strcmp(name, "properties") && cJSON_IsObject(k)) {
+            /* joined in order; a property in both: the allOf of its two schemas */
+            cJSON *props = cJSON_GetObjectItemCaseSensitive(out, "properties");
+            if (!props && !(props = cJSON_AddObjectToObject(out, "properties"))) return oom(c);
+            for (const cJSON *p = k->child; p; p = p->next) {
+                const cJSON *had = cJSON_GetObjectItemCaseSensitive(props, p->string);
+                cJSON *v = had ? cJSON_CreateObject() : cJSON_Duplicate(p, 1);
+                cJSON *list = had && v ? cJSON_AddArrayToObject(v, "allOf") : NULL;
+                if (list) cJSON_AddItemToArray(list, cJSON_Duplicate(had, 1)), cJSON_AddItemToArray(list, cJSON_Duplicate(p, 1));
+                if (!v || (had && (!list || cJSON_GetArraySize(list) != 2))) { cJSON_Delete(v); return oom(c); }
+                if (had ? !cJSON_ReplaceItemInObjectCaseSensitive(props, p->string, v)
+                        : !cJSON_AddItemToObject(props, p->string, v))
+                    return oom(c);
+            }
+        } else if (!strcmp(name, "required") && cJSON_IsArray(k)) {
+            cJSON *req = cJSON_GetObjectItemCaseSensitive(out, "required");
+            if (!req && !(req = cJSON_AddArrayToObject(out, "required"))) return oom(c);
+            for (const cJSON *r = k->child; r; r = r->next) {
+                int dup = 0;
+                for (const cJSON *q = req->child; q && !dup; q = q->next) dup = cJSON_Compare(q, r, 1);
+                if (!dup) cJSON_AddItemToArray(req, cJSON_Duplicate(r, 1));
+            }
+        } else {
+            /* the tightest bound; any other keyword only where the parts agree */
+            cJSON *had = cJSON_GetObjectItemCaseSensitive(out, name);
+            const int lower = in(name, LOWER), upper = in(name, UPPER);
+            if (had && cJSON_IsNumber(had) && cJSON_IsNumber(k) && (lower || upper)) {
+                if (lower ? k->valuedouble > had->valuedouble : k->valuedouble < had->valuedouble)
+                    cJSON_SetNumberValue(had, k->valuedouble);
+            } else if (had && !cJSON_Compare(had, k, 1)) {
+                return fail(c, path, "'allOf' subschemas set \"%s\" differently (only properties, required, type and "
+                            "bounds merge)", name);
+            } else if (!had && !cJSON_AddItemToObject(out, name, cJSON_Duplicate(k, 1))) {
+                return oom(c);
+            }
+        }
+    }
+    return 0;
+}
+
+/* j's allOf (and the keywords beside it) as one schema (the caller deletes it), or NULL */
+static cJSON *merge_all(ctx *c, const cJSON *j, const char *path, int nest) {
+    const cJSON *all = cJSON_GetObjectItemCaseSensitive(j, "allOf");
+    if (!cJSON_IsArray(all) || !all->child) return fail(c, path, "'%s' must be a non-empty array", "allOf"), NULL;
+    cJSON *out = cJSON_CreateObject();
+    if (!out) return oom(c), NULL;
+    int types = 127;
+    if (merge_part(c, out, j, path, nest, &types)) { cJSON_Delete(out); return NULL; }
+    if (types != 127) {
+        static const char *const names[] = {"object", "array", "string", "number", "integer", "boolean", "null"};
+        if (!types) {
+            cJSON_Delete(out);
+            return fail(c, path, "'allOf' subschemas' types have %s in common", "nothing"), NULL;
+        }
+        if (types & JT_NUM) types &= ~JT_INT;
+        cJSON *ty = cJSON_AddArrayToObject(out, "type");
+        for (int i = 0; ty && i < 7; i++)
+            if (types & (1 << i)) cJSON_AddItemToArray(ty, cJSON_CreateString(names[i]));
+        if (!ty) { cJSON_Delete(out); return oom(c), NULL; }
+    }
+    return out;
+}
+
 static int compile(ctx *c, const cJSON *j, const char *path, int nest) {
     if (nest > MAX_NEST) return fail(c, path, "%s nested too deep", "schema");
     if (cJSON_IsTrue(j)) return any_node(c);
@@ -405,13 +541,25 @@ static int compile(ctx *c, const cJSON *j, const char *path, int nest) {
         if (!cJSON_IsString(ref)) return fail(c, path, "'%s' must be a string", "$ref");
         return ref_node(c, ref->valuestring, path, nest);
     }
+    if (cJSON_GetObjectItemCaseSensitive(j, "allOf")) {
+        cJSON *m = merge_all(c, j, path, nest);
+        if (!m) return -1;
+        char sub[300];
+        snprintf(sub, sizeof sub, "%.200s/allOf", path);
+        const int n = compile(c, m, sub, nest + 1);
+        cJSON_Delete(m);
+        return n;
+    }
+    /* oneOf as anyOf (json.h says when that differs) */
     const cJSON *any = cJSON_GetObjectItemCaseSensitive(j, "anyOf");
+    const char *akey = "anyOf";
+    if (!any && (any = cJSON_GetObjectItemCaseSensitive(j, "oneOf"))) akey = "oneOf";
     if (any) {
-        static const char *const only[] = {"anyOf", NULL};
+        const char *const only[] = {akey, NULL};
         const char *o = other_key(j, only);
-        if (o) return fail(c, path, "keyword \"%s\" beside 'anyOf' is not supported", o);
-        if (!cJSON_IsArray(any) || !any->child) return fail(c, path, "'%s' must be a non-empty array", "anyOf");
-        int first, na = kid_list(c, any, "anyOf", path, nest, &first);
+        if (o) return fail(c, path, "keyword \"%s\" beside 'anyOf'/'oneOf' is not supported", o);
+        if (!cJSON_IsArray(any) || !any->child) return fail(c, path, "'%s' must be a non-empty array", akey);
+        int first, na = kid_list(c, any, akey, path, nest, &first);
         if (na < 0) return -1;
         int n = new_node(c, JN_ANYOF);
         if (n < 0) return -1;

@@ -18,6 +18,7 @@ function valid(schema, v, root = schema) {
   if (schema === true) return true;
   if (schema.$ref) return valid(schema.$ref === '#' ? root : root.$defs[schema.$ref.split('/').pop()], v, root);
   if (schema.anyOf) return schema.anyOf.some((s) => valid(s, v, root));
+  if (schema.oneOf) return schema.oneOf.filter((s) => valid(s, v, root)).length === 1;  // exactly one
   const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
   if ('const' in schema) return same(schema.const, v);
   if (schema.enum) return schema.enum.some((e) => same(e, v));
@@ -38,6 +39,11 @@ function valid(schema, v, root = schema) {
   }
   if (type === 'object' && schema.additionalProperties !== undefined && schema.additionalProperties !== true)
     return Object.values(v).every((x) => valid(schema.additionalProperties, x, root));
+  if (type === 'integer' || type === 'number') {
+    if (v < (schema.minimum ?? -Infinity) || v > (schema.maximum ?? Infinity)) return false;
+    if (v <= (schema.exclusiveMinimum ?? -Infinity) || v >= (schema.exclusiveMaximum ?? Infinity)) return false;
+    if (schema.multipleOf && Math.abs(v / schema.multipleOf - Math.round(v / schema.multipleOf)) > 1e-9) return false;
+  }
   if (type === 'string') {
     const n = [...v].length;  // code points
     if (n < (schema.minLength || 0) || n > (schema.maxLength ?? Infinity)) return false;
@@ -81,6 +87,30 @@ const TICKET = {
     tag: { type: 'string', minLength: 2, maxLength: 6 },
     mail: { type: 'string', format: 'email', maxLength: 24 },
   },
+};
+// Pydantic v2's model_json_schema() of
+//   class Color(str, Enum): red = 'red'; green = 'green'
+//   class Cat(BaseModel): pet_type: Literal['cat']; meows: int = Field(ge=0, le=10)
+//   class Dog(BaseModel): pet_type: Literal['dog']; barks: int = Field(gt=0, lt=5)
+//   class Order(BaseModel): qty: int = Field(ge=1, le=99); color: Color = Field(description='the color')
+//     note: Optional[str] = Field(None, max_length=8); pet: Union[Cat, Dog] = Field(discriminator='pet_type')
+// (bounds, an enum $ref with a sibling, an Optional field, a oneOf discriminated union)
+const PYD = {
+  $defs: {
+    Color: { enum: ['red', 'green'], title: 'Color', type: 'string' },
+    Cat: { properties: { pet_type: { const: 'cat', enum: ['cat'], title: 'Pet Type', type: 'string' },
+      meows: { maximum: 10, minimum: 0, title: 'Meows', type: 'integer' } }, required: ['pet_type', 'meows'], title: 'Cat', type: 'object' },
+    Dog: { properties: { pet_type: { const: 'dog', title: 'Pet Type', type: 'string' },
+      barks: { exclusiveMaximum: 5, exclusiveMinimum: 0, title: 'Barks', type: 'integer' } }, required: ['pet_type', 'barks'], title: 'Dog', type: 'object' },
+  },
+  properties: {
+    qty: { maximum: 99, minimum: 1, title: 'Qty', type: 'integer' },
+    color: { $ref: '#/$defs/Color', description: 'the color' },
+    note: { anyOf: [{ maxLength: 8, type: 'string' }, { type: 'null' }], default: null, title: 'Note' },
+    pet: { discriminator: { mapping: { cat: '#/$defs/Cat', dog: '#/$defs/Dog' }, propertyName: 'pet_type' },
+      oneOf: [{ $ref: '#/$defs/Cat' }, { $ref: '#/$defs/Dog' }], title: 'Pet' },
+  },
+  required: ['qty', 'color', 'pet'], title: 'Order', type: 'object',
 };
 const PAIR = { type: 'array', prefixItems: [{ type: 'boolean' }, { enum: ['x', 'y'] }], items: false, minItems: 2 };
 const fmt = (schema) => ({ type: 'json_schema', json_schema: { name: 'out', schema, strict: true } });
@@ -136,6 +166,21 @@ run('server_structured', async () => {
   const tickets = solo.filter((r) => r.schema === TICKET && r.finish === 'stop');
   console.log(`TICKET (pattern, format, lengths): ${tickets.map((r) => JSON.stringify(JSON.parse(r.text))).join(' | ')}`);
   assert(tickets.length >= 1, 'no TICKET answer ended');
+
+  // the Pydantic-shaped schema: served, and every answer that ends validates (bounds, the enum,
+  // exactly one branch of the union)
+  const pyd = [];
+  for (let i = 0; i < 4; i++) {
+    const r = await client.chat.completions.create({ model: 'm', max_tokens: 200, messages: say(i + 3),
+      temperature: i < 2 ? 0 : 0.8, ...(i < 2 ? {} : { seed: 7 + i }), response_format: fmt(PYD) });
+    const c = r.choices[0];
+    assert(c.finish_reason === 'stop' || c.finish_reason === 'length', c.finish_reason);
+    if (c.finish_reason === 'length') continue;
+    assert(valid(PYD, JSON.parse(c.message.content)), `${c.message.content} does not validate`);
+    pyd.push(JSON.stringify(JSON.parse(c.message.content)));
+  }
+  console.log(`PYD (ge/le, enum $ref, Optional, oneOf union): ${pyd.join(' | ')}`);
+  assert(pyd.length >= 1, 'no PYD answer ended');
 
   // the schema reaches the model: the template's Response Format section (prompt tokens)
   const plain = await client.chat.completions.create({ model: 'm', max_tokens: 1, messages: say(0) });
