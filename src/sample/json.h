@@ -125,7 +125,8 @@ int json_strc_lengths(json_strc *sc, json_budget *b, char *why, size_t why_len);
  * still be completed to an accepted number: the DFA keeps only states from which an
  * accepting one is reachable (no dead-end prefix such as "-" under minimum 0, or "1" under
  * exclusiveMaximum 1 with integers), and a range with no number in it is refused. Bounds
- * must be finite with at most 40 digits before and after the point; multipleOf positive, at
+ * must be finite with at most 40 digits before and after the point and at most 15
+ * significant digits (so the double cJSON read is the decimal written); multipleOf positive, at
  * most 6 digits written out; at most 32000 states. */
 enum { JSON_NUM_GE, JSON_NUM_GT, JSON_NUM_LE, JSON_NUM_LT };
 typedef struct json_num_spec {

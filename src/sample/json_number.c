@@ -29,17 +29,22 @@ typedef struct dec {
     char i[MAX_DIGITS + 1], f[MAX_DIGITS + 1];
 } dec;
 
-/* v's shortest decimal that reads back as v (the number as the schema wrote it); -1 when
- * it is not finite or has more than MAX_DIGITS digits on a side of the point */
+/* v's shortest decimal that reads back as v: the number as the schema wrote it when that
+ * had at most 15 (DBL_DIG) significant digits (two such decimals are never the same double).
+ * -1 when it is not finite or has more than MAX_DIGITS digits on a side of the point; -2
+ * when it needs more than 15 significant digits (then what was written, 9007199254740993
+ * say, may not be the double's decimal: refused rather than compared inexactly). */
 static int dec_of(double v, dec *d) {
     memset(d, 0, sizeof *d);
     if (!isfinite(v)) return -1;
     if (v == 0) return 0;
     char buf[40];
-    for (int p = 1; p <= 17; p++) {
+    int p = 1;
+    for (; p <= 17; p++) {
         snprintf(buf, sizeof buf, "%.*e", p - 1, v);
         if (strtod(buf, NULL) == v) break;
     }
+    if (p > 15) return -2;
     d->neg = v < 0;
     char m[20];
     int nm = 0;
@@ -168,7 +173,12 @@ int json_number_compile(const json_num_spec *sp, json_dfa *out, json_budget *bud
     if (!bud) bud = &fresh;
     nb n = {.sp = sp, .a = 1};
     for (int b = 0; b < sp->n_bounds; b++) {
-        if (dec_of(sp->bound[b], &n.b[b])) {
+        const int rc = dec_of(sp->bound[b], &n.b[b]);
+        if (rc == -2) {
+            snprintf(why, why_len, "'%s' has more than 15 significant digits (not exact as a double)", sp->name[b]);
+            return -1;
+        }
+        if (rc) {
             snprintf(why, why_len, "'%s' is outside the supported range (a finite number with at most %d digits "
                      "before and after the point)", sp->name[b], MAX_DIGITS);
             return -1;

@@ -166,6 +166,7 @@ static void test_accepts(void) {
 #define V1REF "{\"allOf\":[{\"$ref\":\"#/definitions/P\"}],\"description\":\"v1\",\"definitions\":" \
     "{\"P\":{\"type\":\"integer\",\"exclusiveMinimum\":0}}}"
 #define SURR "{\"type\":\"string\",\"pattern\":\"^(?:a|[^" NOT_SURROGATES "])b$\"}"
+#define BIG "{\"type\":\"number\",\"maximum\":999999999999999,\"minimum\":-0.00000000000001}"
 #define ONEOF "{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\",\"maximum\":2}]}"
 
 static const struct { const char *schema, *text; int ok; } COMBINED[] = {
@@ -189,6 +190,10 @@ static const struct { const char *schema, *text; int ok; } COMBINED[] = {
     {V1REF, "0", 0},
     {SURR, "\"ab\"", 1},
     {SURR, "\"b\"", 0},
+    {BIG, "999999999999999", 1},                                   /* 15 digits: exact */
+    {BIG, "1000000000000000", 0},
+    {BIG, "-0.00000000000001", 1},
+    {BIG, "-0.000000000000011", 0},
     {ONEOF, "1", 1},
     {ONEOF, "2.5", 0},
     {ONEOF, "7", 1},
@@ -232,6 +237,8 @@ static const struct { const char *schema, *what; } REFUSED[] = {
     {"{\"type\":\"number\",\"minimum\":1e300}", "'minimum' is outside the supported range"},
     {"{\"type\":\"number\",\"maximum\":1e-50}", "'maximum' is outside the supported range"},
     {"{\"type\":\"number\",\"maximum\":1e999}", "'maximum' is outside the supported range"},
+    {"{\"type\":\"integer\",\"minimum\":9007199254740993}", "'minimum' has more than 15 significant digits"},
+    {"{\"type\":\"number\",\"maximum\":0.12345678901234567890}", "'maximum' has more than 15 significant digits"},
     {"{\"type\":\"integer\",\"multipleOf\":0}", "'multipleOf' must be greater than 0"},
     {"{\"type\":\"integer\",\"multipleOf\":-2}", "'multipleOf' must be greater than 0"},
     {"{\"type\":\"number\",\"multipleOf\":1e-7}", "'multipleOf' must be a positive number of at most 6 digits"},
