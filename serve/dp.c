@@ -359,8 +359,9 @@ void srv_dp_end(srv_dp *dp) {
     }
 }
 
+/* A group that failed is not a clean stop, even when its followers were stopped already (a
+ * message that failed for memory, a malformed report): the server then exits 1. */
 int srv_dp_stop(srv_dp *dp, dsv4_err *err) {
-    if (dp->stopped) return DSV4_OK;  /* the followers returned already (a failed message) */
     if (dp->failed)
         return srv_fail(err, DSV4_ERR_STATE, "the process group failed while serving (%.200s)", dp->why);
     const int rc = send_stop(dp, err);

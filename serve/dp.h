@@ -74,8 +74,9 @@ void srv_dp_inject_oom(srv_dp *dp);
 /* Ends a group step (after srv_sched_step on every rank): the reports gathered and handed
  * to the remote requests' clients. */
 void srv_dp_end(srv_dp *dp);
-/* The last message: every follower returns from srv_dp_follow. 0 also when the followers
- * were stopped already (a message failed for memory); an error when the group failed. */
+/* The last message: every follower returns from srv_dp_follow. An error (the recorded
+ * failure) when the group failed, also when its followers were stopped already then (a
+ * message failed for memory, a malformed report). */
 int srv_dp_stop(srv_dp *dp, dsv4_err *err);
 
 /* ---- a follower rank ---- */

@@ -357,6 +357,16 @@ static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, const char *p
                                  const char *method) {
     int ready = atomic_load(&s->ready);
     if (!strcmp(path, "/health")) {
+        const char *why = ready ? srv_sched_group_failed(s->sched) : NULL;
+        if (why) {  /* a DP group that failed serves no more: not healthy */
+            srv_buf f = {0};
+            srv_buf_puts(&f, "{\"status\":\"failed\",\"error\":");
+            srv_buf_json_str(&f, why, strlen(why));
+            srv_buf_puts(&f, "}");
+            enum MHD_Result rc = send_json(s, c, 503, &f);
+            srv_buf_free(&f);
+            return rc;
+        }
         const char *b = ready ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}";
         return send_body(s, c, ready ? 200 : 503, "application/json", b, strlen(b));
     }

@@ -6,6 +6,7 @@
 #define DSV4_SERVE_SCHED_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "serve/dp.h"
 #include "serve/prefix_cache.h"
@@ -18,7 +19,9 @@ struct srv_sched {
     srv_sched_opts o;
     srv_dp *dp;                   /* data-parallel attention (dp.h), NULL: this rank alone
                                    * (one process, or rank 0 of a rank-0-home group) */
-    char group_why[sizeof ((dsv4_err *)0)->msg];  /* rank 0 under dp: why the group is gone */
+    char group_why[sizeof ((dsv4_err *)0)->msg];  /* rank 0 under dp: why the group is gone
+                                                   * (written once, before group_failed) */
+    atomic_int group_failed;      /* group_why is final: /health answers 503 (the HTTP side) */
     int stop_rc;                  /* the group's stop message (rank 0 under dp) */
     dsv4_err stop_err;
     srv_metrics *met;

@@ -552,9 +552,12 @@ int srv_sched_step(srv_sched *s) {
 /* Under data-parallel attention, once the group cannot serve: this rank's requests end with
  * the reason (err: the failure, when it happened just now). */
 static void group_gone(srv_sched *s, const dsv4_err *err) {
-    if (err->msg[0]) snprintf(s->group_why, sizeof s->group_why, "the process group cannot serve any more; "
-                              "restart the server (%.180s)", err->msg);
-    else if (!s->group_why[0]) snprintf(s->group_why, sizeof s->group_why, "the process group cannot serve any more");
+    if (!atomic_load(&s->group_failed)) {
+        if (err->msg[0]) snprintf(s->group_why, sizeof s->group_why, "the process group cannot serve any more; "
+                                  "restart the server (%.180s)", err->msg);
+        else snprintf(s->group_why, sizeof s->group_why, "the process group cannot serve any more");
+        atomic_store(&s->group_failed, 1);
+    }
     for (int i = s->n_run - 1; i >= 0; i--) srv_sched_finish(s, s->run[i], SRV_END_ERROR, 0, s->group_why);
     for (int i = s->n_wait - 1; i >= 0; i--) srv_sched_finish(s, s->wait[i], SRV_END_ERROR, 0, s->group_why);
     publish_load(s);
@@ -661,6 +664,10 @@ int srv_sched_create(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *
 oom:
     srv_sched_free(s);
     return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory");
+}
+
+const char *srv_sched_group_failed(srv_sched *s) {
+    return s && atomic_load(&s->group_failed) ? s->group_why : NULL;
 }
 
 int srv_sched_group_stopped(const srv_sched *s, dsv4_err *err) {

@@ -50,6 +50,9 @@ int srv_sched_follow(srv_sched *s, dsv4_err *err);
 /* After srv_sched_stop under data-parallel attention: the error of the group's stop (the
  * stop message failed, or the group had failed before; the followers may still wait). */
 int srv_sched_group_stopped(const srv_sched *s, dsv4_err *err);
+/* Any thread: under data-parallel attention, once the group failed (its requests end with
+ * this reason), the reason; else NULL. */
+const char *srv_sched_group_failed(srv_sched *s);
 /* Hands a request to the scheduler (which then holds one reference); creates its
  * generation state first: DSV4_ERR_ARG (bad parameters) or DSV4_ERR_STATE (shutting
  * down) leave the request untouched and the reference with the caller. */

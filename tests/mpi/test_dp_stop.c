@@ -1,7 +1,8 @@
 /* test_dp_stop.c — the DP server's group after rank 0 could not record a step message for
  * memory (serve/dp.c): the followers get the stop in its place and return (they neither
  * wait for it without a deadline nor run a step rank 0 did not), rank 0 refuses every later
- * step without a collective, and its stop at shutdown is then a clean no-op. The two ranks
+ * step without a collective, and its stop at shutdown sends nothing and returns the failure
+ * (the server exits 1). The two ranks
  * meet in one more collective after that: the proof that no frame is left half exchanged.
  * Drives srv_dp alone (no scheduler: a follower that gets the stop first never steps).
  *
@@ -33,7 +34,9 @@ int main(int argc, char **argv) {
         rc = srv_dp_begin(dp, 0, &e2);  /* no collective: the followers are gone */
         CHECK_ERR(e2, DSV4_ERR_STATE, "cannot serve any more");
         dsv4_err e3 = {0};
-        CHECK_MSG(srv_dp_stop(dp, &e3) == 0, "stop after the early stop: %s", e3.msg);
+        /* the stop sends nothing (the followers returned) and reports the failure */
+        CHECK(srv_dp_stop(dp, &e3) == DSV4_ERR_STATE);
+        CHECK_ERR(e3, DSV4_ERR_STATE, "failed while serving (serve: out of memory for the step message");
         if (test_failed_) {
             test_report();
             dsv4_dist_abort(d, 1);  /* the followers may wait for a frame that never comes */
