@@ -221,8 +221,10 @@ static int exchange_msg(srv_dp *dp, size_t *n, dsv4_err *err) {
         srv_buf_free(&dp->msg);
         dsv4_err e2 = {0};
         send_stop(dp, &e2);
-        return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory for the step message (the group was "
-                        "stopped%s%s)", dp->stopped ? "" : ": ", dp->stopped ? "" : e2.msg);
+        if (dp->stopped)
+            return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory for the step message (the group was stopped)");
+        return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory for the step message (the stop could not be "
+                        "sent either: %.150s)", e2.msg);
     }
     *n = dp->msg.n;
     return srv_frame_send(dp->d, DP_MAGIC, dp->msg.s, dp->msg.n, err);
@@ -230,7 +232,10 @@ static int exchange_msg(srv_dp *dp, size_t *n, dsv4_err *err) {
 
 void srv_dp_inject_oom(srv_dp *dp) { dp->oom_next = 1; }
 
-int srv_dp_failed(const srv_dp *dp) { return dp->failed; }
+int srv_dp_failed(const srv_dp *dp, dsv4_err *err) {
+    if (dp->failed && err) srv_fail(err, DSV4_ERR_STATE, "%s", dp->why);
+    return dp->failed;
+}
 
 int srv_dp_begin(srv_dp *dp, int expired, dsv4_err *err) {
     if (dp->failed) return srv_fail(err, DSV4_ERR_STATE, "the process group cannot serve any more (%s)", dp->why);

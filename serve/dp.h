@@ -67,8 +67,9 @@ int srv_dp_remote(const srv_dp *dp);
  * requests instead. A message that could not be recorded for memory is not sent: the
  * followers get the stop in its place and return. */
 int srv_dp_begin(srv_dp *dp, int expired, dsv4_err *err);
-/* 1 once the group cannot serve any more (or was stopped). */
-int srv_dp_failed(const srv_dp *dp);
+/* 1 once the group cannot serve any more (or was stopped), err (if not NULL) then set to
+ * the recorded reason. */
+int srv_dp_failed(const srv_dp *dp, dsv4_err *err);
 /* Tests: the next step message fails as when out of memory. */
 void srv_dp_inject_oom(srv_dp *dp);
 /* Ends a group step (after srv_sched_step on every rank): the reports gathered and handed

@@ -586,14 +586,20 @@ static void *sched_main(void *arg) {
         if (s->dp) {
             dsv4_err err = {0};
             /* a failed group ended its remote requests; this rank cannot step without the
-             * others (every step's calls are collective): its own end with the reason */
-            if (srv_dp_failed(s->dp) || srv_dp_begin(s->dp, expired, &err)) {
+             * others (every step's calls are collective): its own end with the reason (the
+             * recorded one when the group failed in an earlier srv_dp_end) */
+            if (srv_dp_failed(s->dp, &err) || srv_dp_begin(s->dp, expired, &err)) {
                 group_gone(s, &err);
                 continue;
             }
         }
         srv_sched_step(s);
-        if (s->dp) srv_dp_end(s->dp);
+        if (s->dp) {
+            srv_dp_end(s->dp);
+            dsv4_err err = {0};
+            /* failed in the gather or a report: gone now (/health), not at the next work */
+            if (srv_dp_failed(s->dp, &err)) group_gone(s, &err);
+        }
     }
     /* every request has ended: the followers return (srv_dp_follow) */
     if (s->dp) s->stop_rc = srv_dp_stop(s->dp, &s->stop_err);

@@ -29,7 +29,10 @@ int main(int argc, char **argv) {
         srv_dp_inject_oom(dp);
         int rc = srv_dp_begin(dp, 0, &err);
         CHECK_ERR(err, DSV4_ERR_NOMEM, "out of memory for the step message (the group was stopped)");
-        CHECK(rc == DSV4_ERR_NOMEM && srv_dp_failed(dp));
+        CHECK(rc == DSV4_ERR_NOMEM && srv_dp_failed(dp, NULL));
+        dsv4_err e1 = {0};
+        CHECK(srv_dp_failed(dp, &e1));  /* the reason, for the requests ended later */
+        CHECK_ERR(e1, DSV4_ERR_STATE, "out of memory for the step message (the group was stopped)");
         dsv4_err e2 = {0};
         rc = srv_dp_begin(dp, 0, &e2);  /* no collective: the followers are gone */
         CHECK_ERR(e2, DSV4_ERR_STATE, "cannot serve any more");
