@@ -23,6 +23,7 @@
 #include "serve/srv.h"
 
 #define MSG 1200
+#define TOOLS_TAG "<" DSV4_DSML "tool_calls>"
 
 /* ---- the store ------------------------------------------------------------------------- */
 
@@ -168,6 +169,7 @@ struct srv_resp {
     cJSON *echo;      /* the request's fields every response object repeats */
     cJSON *conv;      /* the conversation's items so far: previous, then this input */
     int store;
+    int n_calls;      /* the most calls an answer keeps: 1 under parallel_tool_calls false */
     /* streaming */
     int seq;          /* the next sequence_number */
     int n_out;        /* output items opened so far (the next output_index) */
@@ -176,6 +178,8 @@ struct srv_resp {
     srv_buf text;     /* the open item's text (arguments of a call) so far */
     srv_buf name;     /* the open call's name */
     cJSON *items;     /* the output items done */
+    cJSON *held;      /* calls whose arguments ended, held until the block parses: a
+                       * malformed block makes them no calls at all */
 };
 
 void srv_resp_free(struct srv_resp *x) {
@@ -183,6 +187,7 @@ void srv_resp_free(struct srv_resp *x) {
     cJSON_Delete(x->echo);
     cJSON_Delete(x->conv);
     cJSON_Delete(x->items);
+    cJSON_Delete(x->held);
     srv_buf_free(&x->text);
     srv_buf_free(&x->name);
     free(x);
@@ -504,8 +509,12 @@ static cJSON *echo_fields(const cJSON *j, int store) {
     return e;
 }
 
+/* *status of an unknown previous_response_id: a 400 with OpenAI's code and param (proxies
+ * and agents look for the code) */
+#define PREV_NOT_FOUND 4001
+
 /* The conversation this request continues (previous_response_id's stored items) with its
- * input appended, or NULL: *status 400 / 404 / 500 with a message. */
+ * input appended, or NULL: *status 400 / PREV_NOT_FOUND / 500 with a message. */
 static cJSON *conversation(srv *s, const cJSON *j, int *status, char *msg) {
     const cJSON *in = cJSON_GetObjectItemCaseSensitive(j, "input");
     const char *prev = str_field(j, "previous_response_id");
@@ -523,7 +532,7 @@ static cJSON *conversation(srv *s, const cJSON *j, int *status, char *msg) {
         if (!t) {
             char name[201];
             srv_client_text(name, sizeof name, prev);
-            *status = oom ? 500 : 404;
+            *status = oom ? 500 : PREV_NOT_FOUND;
             snprintf(msg, MSG, oom ? "out of memory" : "Previous response with id '%s' not found.", name);
             return NULL;
         }
@@ -710,8 +719,21 @@ static void responses_final(srv *s, srv_job *j, srv_buf *out, int *status) {
     cJSON *output = cJSON_CreateArray();
     int k = 0;
     if (p.reasoning && *p.reasoning) cJSON_AddItemToArray(output, reasoning_item(j, k++, p.reasoning));
-    if (*p.content || !p.n_calls) cJSON_AddItemToArray(output, message_item(j, k++, p.content, st));
-    for (int i = 0; i < p.n_calls; i++)
+    /* a malformed block: its raw text is a message of its own after the content, as the
+     * stream sends it (the content's message closed when the block began) */
+    const char *raw = !p.n_calls && j->tools && r->text ? strstr(r->text, TOOLS_TAG) : NULL;
+    if (raw) {
+        const char *in = strstr(p.content, TOOLS_TAG);  /* the parse may keep it in the content */
+        size_t n = in ? (size_t)(in - p.content) : strlen(p.content);
+        if (in && n >= 2 && !strncmp(in - 2, "\n\n", 2)) n -= 2;
+        char *head = n ? strndup(p.content, n) : NULL;
+        if (head) cJSON_AddItemToArray(output, message_item(j, k++, head, st));
+        free(head);
+        cJSON_AddItemToArray(output, message_item(j, k++, raw, st));
+    } else if (*p.content || !p.n_calls) {
+        cJSON_AddItemToArray(output, message_item(j, k++, p.content, st));
+    }
+    for (int i = 0; i < p.n_calls && i < j->resp->n_calls; i++)
         cJSON_AddItemToArray(output, call_item(j, k++, i, p.calls[i].name, p.calls[i].arguments, "completed"));
     dsv4_parsed_free(&p);
     *status = 200;
@@ -788,13 +810,44 @@ static void close_open(srv_job *j, srv_buf *out) {
         emit(j, out, o);
         item_done(j, out, message_item(j, R->n_out, t, st));
     } else if (R->open == OPEN_CALL) {
-        cJSON *o = item_ev(j, "response.function_call_arguments.done", "fc", 0);
-        cJSON_AddStringToObject(o, "arguments", t);
-        emit(j, out, o);
-        /* cut by max_output_tokens: the arguments so far (the non-streamed answer leaves out
-         * a call that did not close) */
-        item_done(j, out, call_item(j, R->n_out, R->call, text_of(&R->name), t, st));
+        /* held: only a block that parses makes it a call (release_calls) */
+        cJSON_AddItemToArray(R->held, call_item(j, R->n_out, R->call, text_of(&R->name), t, "completed"));
+        R->n_out++;
+        R->open = OPEN_NONE;
+        R->text.n = 0;
     }
+}
+
+/* The first n held calls' closing events (the block parsed into n calls); they join the
+ * items done. The others (cut by max_output_tokens: the parse leaves them out) are dropped. */
+static void release_calls(srv_job *j, srv_buf *out, int n) {
+    struct srv_resp *R = j->resp;
+    const int first = R->n_out - cJSON_GetArraySize(R->held);
+    R->n_out = first;
+    for (cJSON *c; n-- > 0 && (c = cJSON_DetachItemFromArray(R->held, 0));) {
+        const int k = R->n_out++;
+        cJSON *o = ev("response.function_call_arguments.done");
+        cJSON_AddStringToObject(o, "item_id", str_field(c, "id"));
+        cJSON_AddNumberToObject(o, "output_index", k);
+        cJSON_AddStringToObject(o, "arguments", str_field(c, "arguments"));
+        emit(j, out, o);
+        o = ev("response.output_item.done");
+        cJSON_AddNumberToObject(o, "output_index", k);
+        cJSON_AddItemToObject(o, "item", cJSON_Duplicate(c, 1));
+        emit(j, out, o);
+        cJSON_AddItemToArray(R->items, c);
+    }
+    cJSON_Delete(R->held);
+    R->held = cJSON_CreateArray();
+}
+
+/* The held calls dropped (a malformed block, a failed answer): their output indexes go to
+ * what follows. */
+static void drop_calls(srv_job *j) {
+    struct srv_resp *R = j->resp;
+    R->n_out -= cJSON_GetArraySize(R->held);
+    cJSON_Delete(R->held);
+    R->held = cJSON_CreateArray();  /* NULL (out of memory): cJSON's calls take it as empty */
 }
 
 /* Opens a reasoning or message item unless it is the open one. */
@@ -840,6 +893,7 @@ static void stream_calls(srv_job *j, srv_buf *out, cJSON *deltas) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(d, "function");
         const char *name = str_field(fn, "name"), *args = str_field(fn, "arguments");
         const int i = cJSON_IsNumber(ix) ? ix->valueint : -1;
+        if (i >= R->n_calls) continue;  /* parallel_tool_calls false: the first call only */
         if (name) {
             close_open(j, out);
             R->open = OPEN_CALL;
@@ -876,6 +930,8 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
     }
     if (!r->end) return;
     if (r->end != SRV_END_FINISHED) {
+        if (R->open == OPEN_CALL) close_open(j, out);
+        drop_calls(j);
         cJSON *o = ev("response.failed");
         cJSON_AddItemToObject(o, "response", response_object(s, j, "failed", cJSON_Duplicate(R->items, 1),
                                                               r->errmsg[0] ? r->errmsg : "cancelled"));
@@ -890,9 +946,14 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
         srv_parse_answer(j, &p);
         if (p.n_calls) {
             stream_calls(j, out, srv_tool_stream_finish(&j->calls, &p, j->id));
+            close_open(j, out);
+            release_calls(j, out, p.n_calls < R->n_calls ? p.n_calls : R->n_calls);
         } else {
-            /* a malformed block: its raw text is the content, nothing is lost */
-            const char *from = strstr(r->text, "<" DSV4_DSML "tool_calls>");
+            /* a malformed block: no call (those announced are dropped: their
+             * output_item.done never went out); its raw text is a message, nothing is lost */
+            const char *from = strstr(r->text, TOOLS_TAG);
+            if (R->open == OPEN_CALL) close_open(j, out);
+            drop_calls(j);
             if (from) {
                 open_text(j, out, OPEN_MESSAGE);
                 cJSON *o = item_ev(j, "response.output_text.delta", "msg", 1);
@@ -922,14 +983,14 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
 
 void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) {
     char msg[MSG];
-    int status = 400, stream = 0, store = 1;
+    int status = 400, stream = 0, store = 1, parallel = 1;
     cJSON *chat = NULL, *conv = NULL;
     struct srv_resp *R = NULL;
     cJSON *j = cJSON_ParseWithLength(body, len);
     if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
     if (refused_fields(j, msg)) goto bad;
     if (srv_opt_bool(j, "stream", &stream, msg, MSG) < 0 || srv_opt_bool(j, "store", &store, msg, MSG) < 0 ||
-        srv_opt_bool(j, "parallel_tool_calls", &(int){0}, msg, MSG) < 0)
+        srv_opt_bool(j, "parallel_tool_calls", &parallel, msg, MSG) < 0)
         goto bad;
     if (opt_type(j, "user", 0, msg) || opt_type(j, "model", 0, msg) ||
         check_metadata(cJSON_GetObjectItemCaseSensitive(j, "metadata"), msg))
@@ -937,12 +998,13 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     if (!(conv = conversation(s, j, &status, msg))) goto bad;
     status = 400;
     if (!(chat = chat_request(s, j, conv, msg))) goto bad;
-    if (!(R = calloc(1, sizeof *R)) || !(R->items = cJSON_CreateArray())) {
+    if (!(R = calloc(1, sizeof *R)) || !(R->items = cJSON_CreateArray()) || !(R->held = cJSON_CreateArray())) {
         status = 500;
         snprintf(msg, MSG, "out of memory");
         goto bad;
     }
     R->store = store;
+    R->n_calls = parallel ? 1 << 30 : 1;
     R->conv = conv;
     conv = NULL;
     R->echo = echo_fields(j, store);
@@ -956,10 +1018,15 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     }
     goto done;
 bad:
-    if (status == 404) {
-        out->status = 404;
+    if (status == PREV_NOT_FOUND) {
+        cJSON *e = cJSON_CreateObject(), *eo = cJSON_AddObjectToObject(e, "error");
+        cJSON_AddStringToObject(eo, "message", msg);
+        cJSON_AddStringToObject(eo, "type", "invalid_request_error");
+        cJSON_AddStringToObject(eo, "param", "previous_response_id");
+        cJSON_AddStringToObject(eo, "code", "previous_response_not_found");
+        out->status = 400;
         srv_buf_free(&out->body);
-        srv_openai_error_code(&out->body, "invalid_request_error", NULL, msg);
+        srv_put_json(&out->body, e);
     } else {
         srv_reply_error(out, SRV_API_RESPONSES, status, msg);
     }
@@ -976,7 +1043,7 @@ int srv_responses_lookup(srv *s, const char *method, const char *id, srv_buf *ou
         if (rs_del(s->rstore, id)) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "id", id);
-            cJSON_AddStringToObject(o, "object", "response.deleted");
+            cJSON_AddStringToObject(o, "object", "response");
             cJSON_AddTrueToObject(o, "deleted");
             srv_put_json(out, o);
             return 200;

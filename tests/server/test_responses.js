@@ -28,6 +28,10 @@ const SCRIPT = [
   { match: 'THINK_TEST', text: 'I should greet.</think>Hello there!' },
   { match: 'ALL_ITEMS', text: `Check it.</think>Let me check.\n\n<${D}tool_calls>\n<${D}invoke name="get_weather">\n` +
     `${P('city', 'true', 'Paris')}\n${P('days', 'false', '3')}\n</${D}invoke>\n</${D}tool_calls>` },
+  { match: 'TWO_CALLS', text: `<${D}tool_calls>\n<${D}invoke name="get_weather">\n${P('city', 'true', 'Paris')}\n` +
+    `</${D}invoke>\n<${D}invoke name="get_weather">\n${P('city', 'true', 'Rome')}\n</${D}invoke>\n</${D}tool_calls>` },
+  // a block that never closes
+  { match: 'MALFORMED', text: `Hmm.\n\n<${D}tool_calls>\n<${D}invoke name="get_weather">\n<${D}parameter name="city" string="true">Par` },
 ];
 const WEATHER = { type: 'function', name: 'get_weather', description: 'Weather forecast for a city', strict: true,
   parameters: { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer' } },
@@ -75,6 +79,13 @@ run('server_responses', async () => {
   assert.deepStrictEqual(strip(last.response), strip(plain));
   const helper = await client.responses.stream(req).finalResponse();
   assert.strictEqual(helper.output[0].content[0].text, r.output_text);
+
+  // a message of two input_text parts: the chat's parts rule (joined by "\n\n")
+  const parts = await client.responses.create({ model, max_output_tokens: 1, input: [{ role: 'user',
+    content: [{ type: 'input_text', text: 'Name' }, { type: 'input_text', text: 'a colour.' }] }] });
+  const partsChat = await client.chat.completions.create({ model, max_tokens: 1,
+    messages: [{ role: 'user', content: 'Name\n\na colour.' }] });
+  assert.strictEqual(parts.usage.input_tokens, partsChat.usage.prompt_tokens);
 
   // max_output_tokens -> incomplete
   const inc = await client.responses.create({ ...req, max_output_tokens: 1, instructions: undefined });
@@ -151,6 +162,34 @@ run('server_responses', async () => {
     { role: 'tool', tool_call_id: aiCall.call_id, content: 'rain' }] });
   assert.strictEqual(aiBack.usage.input_tokens, aiChat.usage.prompt_tokens, 'the turn was not rebuilt as one message');
 
+  // a malformed block (never closes): no function call, streamed or not (a client would run
+  // it); its raw text a message of its own after the content, in both
+  const mal = { model, input: 'MALFORMED', tools: [{ type: 'function', name: 'get_weather' }] };
+  const mr = await client.responses.create(mal);
+  const raw = SCRIPT.find((x) => x.match === 'MALFORMED').text.slice('Hmm.\n\n'.length);
+  assert.deepStrictEqual(mr.output.map((o) => [o.type, o.content[0].text]), [['message', 'Hmm.'], ['message', raw]]);
+  const mev = await events(client, mal);
+  const fcDone = (evs) => evs.filter((e) => e.type === 'response.output_item.done' && e.item.type === 'function_call');
+  assert.deepStrictEqual(fcDone(mev), []);
+  assert.deepStrictEqual(strip(mev[mev.length - 1].response).output, strip(mr).output);
+  assert.deepStrictEqual(mev.filter((e) => e.type === 'response.output_item.done').map((e) => e.output_index), [0, 1]);
+
+  // two calls: each its own output_index and call_id, streamed as not; parallel_tool_calls
+  // false keeps the first only
+  const two = { model, input: 'TWO_CALLS', tools: [WEATHER] };
+  const tr = await client.responses.create(two);
+  const cities = (o) => o.filter((x) => x.type === 'function_call').map((x) => JSON.parse(x.arguments).city);
+  assert.deepStrictEqual(cities(tr.output), ['Paris', 'Rome']);
+  assert.notStrictEqual(tr.output[0].call_id, tr.output[1].call_id);
+  const tev = await events(client, two);
+  assert.deepStrictEqual(fcDone(tev).map((e) => [e.output_index, e.item.call_id.split('_').pop()]), [[0, '0'], [1, '1']]);
+  assert.deepStrictEqual(strip(tev[tev.length - 1].response).output, strip(tr).output);
+  const one = { ...two, parallel_tool_calls: false };
+  assert.deepStrictEqual(cities((await client.responses.create(one)).output), ['Paris']);
+  const oev = await events(client, one);
+  assert.deepStrictEqual(cities(oev[oev.length - 1].response.output), ['Paris']);
+  assert.strictEqual(oev.filter((e) => e.type === 'response.output_item.added').length, 1);
+
   // text.format json_schema
   const schema = { type: 'object', properties: { ok: { type: 'boolean' }, level: { enum: ['low', 'high'] } },
     required: ['ok', 'level'], additionalProperties: false };
@@ -166,20 +205,28 @@ run('server_responses', async () => {
   assert.deepStrictEqual(got.output, fc.output);
   assert.deepStrictEqual(got.usage, fc.usage);
   const del = await http(`${srv.url}/v1/responses/${fc.id}`, { method: 'DELETE' });
-  assert.deepStrictEqual([del.status, del.json], [200, { id: fc.id, object: 'response.deleted', deleted: true }]);
+  assert.deepStrictEqual([del.status, del.json], [200, { id: fc.id, object: 'response', deleted: true }]);
   for (const id of [fc.id, 'resp_nope']) {
     const g = await http(`${srv.url}/v1/responses/${id}`, { method: 'GET' });
     assert.strictEqual(g.status, 404);
     assert.strictEqual(g.json.error.type, 'invalid_request_error');
     assert.match(g.json.error.message, new RegExp(id));
   }
-  await assert.rejects(client.responses.create({ model, previous_response_id: fc.id, input: 'again' }),
-    (e) => e.status === 404 && /not found/.test(e.message));
+  // an unknown previous_response_id: OpenAI's 400 with its code (proxies look for it)
+  const pnf = await http(`${srv.url}/v1/responses`, { body: { model, previous_response_id: fc.id, input: 'again' } });
+  assert.strictEqual(pnf.status, 400);
+  assert.deepStrictEqual([pnf.json.error.code, pnf.json.error.param, pnf.json.error.type],
+    ['previous_response_not_found', 'previous_response_id', 'invalid_request_error']);
+  assert.match(pnf.json.error.message, /not found/);
   const ns = await client.responses.create({ ...req, store: false });
   assert.strictEqual((await http(`${srv.url}/v1/responses/${ns.id}`, { method: 'GET' })).status, 404);
   // the store's byte cap (64K): a run of responses evicts the oldest
   let newest;
-  for (let i = 0; i < 16; i++) newest = await client.responses.create({ model, input: SYS + SYS + i, max_output_tokens: 1 });
+  // (th, older than back, is read between them: a GET makes it the most recently used)
+  for (let i = 0; i < 16; i++) {
+    newest = await client.responses.create({ model, input: SYS + SYS + i, max_output_tokens: 1 });
+    assert.strictEqual((await client.responses.retrieve(th.id)).id, th.id);
+  }
   for (const id of [r.id, back.id])
     assert.strictEqual((await http(`${srv.url}/v1/responses/${id}`, { method: 'GET' })).status, 404, 'not evicted');
   assert.strictEqual((await client.responses.retrieve(newest.id)).id, newest.id);
@@ -203,6 +250,7 @@ run('server_responses', async () => {
     [{ model, input: 'x', background: true }, /'background'/],
     [{ model, input: 'x', previous_response_id: 5 }, /'previous_response_id'/],
     [{ model, input: 'x', metadata: { a: 1 } }, /'metadata'/],
+    [{ model, input: 'x', metadata: Object.fromEntries([...Array(17).keys()].map((i) => [`k${i}`, 'v'])) }, /'metadata'/],
   ];
   for (const [body, re] of bad) {
     const b = await http(`${srv.url}/v1/responses`, { body });
