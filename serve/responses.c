@@ -315,11 +315,12 @@ static int item_message(const cJSON *x, int k, cJSON *msgs, char **reasoning, ch
     return 0;
 }
 
-/* The conversation's items as messages, after the instructions (a system message). */
-static cJSON *conv_messages(const cJSON *conv, const char *instructions, char *msg) {
+/* The conversation's items as messages, after the instructions (a system message). Its first
+ * n_prev items are the stored ones: an error names the client's input[k - n_prev]. */
+static cJSON *conv_messages(const cJSON *conv, int n_prev, const char *instructions, char *msg) {
     cJSON *msgs = cJSON_CreateArray();
     char *reasoning = NULL;
-    int k = 0;
+    int k = -n_prev;
     if (instructions) {
         cJSON *m = cJSON_CreateObject();
         cJSON_AddStringToObject(m, "role", "system");
@@ -515,7 +516,7 @@ static cJSON *echo_fields(const cJSON *j, int store) {
 
 /* The conversation this request continues (previous_response_id's stored items) with its
  * input appended, or NULL: *status 400 / PREV_NOT_FOUND / 500 with a message. */
-static cJSON *conversation(srv *s, const cJSON *j, int *status, char *msg) {
+static cJSON *conversation(srv *s, const cJSON *j, int *n_prev, int *status, char *msg) {
     const cJSON *in = cJSON_GetObjectItemCaseSensitive(j, "input");
     const char *prev = str_field(j, "previous_response_id");
     const cJSON *pj = cJSON_GetObjectItemCaseSensitive(j, "previous_response_id");
@@ -538,6 +539,7 @@ static cJSON *conversation(srv *s, const cJSON *j, int *status, char *msg) {
         }
         conv = cJSON_Parse(t);
         free(t);
+        *n_prev = cJSON_GetArraySize(conv);
     } else {
         conv = cJSON_CreateArray();
     }
@@ -555,14 +557,14 @@ static cJSON *conversation(srv *s, const cJSON *j, int *status, char *msg) {
 }
 
 /* The chat request of a Responses request j (conv: its conversation). NULL with a message. */
-static cJSON *chat_request(srv *s, const cJSON *j, const cJSON *conv, char *msg) {
+static cJSON *chat_request(srv *s, const cJSON *j, const cJSON *conv, int n_prev, char *msg) {
     static const char *const sampling[] = {"temperature", "top_p", "top_k", "min_p", "seed",
                                            "presence_penalty", "frequency_penalty", "repetition_penalty"};
     cJSON *chat = cJSON_CreateObject();
     double mo = 0;
     int k;
     if (opt_type(j, "instructions", 0, msg)) goto bad;
-    cJSON *msgs = conv_messages(conv, str_field(j, "instructions"), msg);
+    cJSON *msgs = conv_messages(conv, n_prev, str_field(j, "instructions"), msg);
     if (!msgs) goto bad;
     cJSON_AddItemToObject(chat, "messages", msgs);
     if (!msgs->child) { snprintf(msg, MSG, "'input' holds no message"); goto bad; }
@@ -983,7 +985,7 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
 
 void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) {
     char msg[MSG];
-    int status = 400, stream = 0, store = 1, parallel = 1;
+    int status = 400, stream = 0, store = 1, parallel = 1, n_prev = 0;
     cJSON *chat = NULL, *conv = NULL;
     struct srv_resp *R = NULL;
     cJSON *j = cJSON_ParseWithLength(body, len);
@@ -995,9 +997,9 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     if (opt_type(j, "user", 0, msg) || opt_type(j, "model", 0, msg) ||
         check_metadata(cJSON_GetObjectItemCaseSensitive(j, "metadata"), msg))
         goto bad;
-    if (!(conv = conversation(s, j, &status, msg))) goto bad;
+    if (!(conv = conversation(s, j, &n_prev, &status, msg))) goto bad;
     status = 400;
-    if (!(chat = chat_request(s, j, conv, msg))) goto bad;
+    if (!(chat = chat_request(s, j, conv, n_prev, msg))) goto bad;
     if (!(R = calloc(1, sizeof *R)) || !(R->items = cJSON_CreateArray()) || !(R->held = cJSON_CreateArray())) {
         status = 500;
         snprintf(msg, MSG, "out of memory");

@@ -234,6 +234,8 @@ run('server_responses', async () => {
   // bad requests
   const bad = [
     [{ model, input: [{ type: 'bogus' }] }, /input\[0\]: item type 'bogus'/],
+    // after a stored conversation: the client's own index
+    [{ model, previous_response_id: newest.id, input: [{ type: 'bogus' }] }, /^input\[0\]: item type 'bogus'/],
     [{ model, input: [{ type: 'message', role: 'robot', content: 'x' }] }, /role/],
     [{ model, input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] }, /input\[0\]\.content\[0\]/],
     [{ model, input: [{ type: 'function_call', name: 'f' }] }, /call_id/],
