@@ -23,6 +23,8 @@ typedef struct ctx {
     int any;                 /* the shared "any value" node, -1 until needed */
     json_budget bud;         /* the compile's budget: all patterns, formats and lengths */
     json_dfa *fmt;           /* (N_FORMATS) each format compiled once, on first use (n_states 0: not yet) */
+    json_num_spec *num;      /* (s->n_nums) each bounded number's spec: an identical one shares its DFA */
+    int cap_num;
     dsv4_err *err;
 } ctx;
 
@@ -409,6 +411,13 @@ static int compile_number(ctx *c, const cJSON *j, int n, const char *path) {
     if (m && !(sp.multiple > 0)) return fail(c, path, "'%s' must be greater than 0", "multipleOf");
     if (!sp.n_bounds && !m) return 0;
     dsv4_json_schema *s = c->s;
+    for (int i = 0; i < s->n_nums; i++) {
+        const json_num_spec *o = &c->num[i];
+        int same = o->integer == sp.integer && o->n_bounds == sp.n_bounds && o->multiple == sp.multiple;
+        for (int b = 0; same && b < sp.n_bounds; b++) same = o->bound[b] == sp.bound[b] && o->op[b] == sp.op[b];
+        if (same) return s->nodes[n].numc = i, 0;
+    }
+    if (grow((void **)&c->num, &c->cap_num, s->n_nums + 1, sizeof *c->num)) return oom(c);
     char why[200];
     json_dfa d;
     if (grow((void **)&s->nums, &s->cap_nums, s->n_nums + 1, sizeof *s->nums)) return oom(c);
@@ -417,6 +426,7 @@ static int compile_number(ctx *c, const cJSON *j, int n, const char *path) {
         snprintf(m2, sizeof m2, "the number's bounds/multipleOf: %s", why);
         return fail(c, path, "%s", m2);
     }
+    c->num[s->n_nums] = sp;
     s->nums[s->n_nums] = d;
     s->nodes[n].numc = s->n_nums++;
     return 0;
@@ -749,6 +759,7 @@ int dsv4_json_schema_compile(const char *text, size_t len, dsv4_json_schema **ou
 done:
     for (int f = 0; c.fmt && f < N_FORMATS; f++) json_dfa_free(&c.fmt[f]);
     free(c.fmt);
+    free(c.num);
     free(c.m);
     cJSON_Delete(j);
     if (rc) dsv4_json_schema_free(s);
