@@ -1,0 +1,111 @@
+/* tool_match.h — strict tool calls: the DSML tool_calls block (tok/dsml.c) of a request's
+ * tools as a byte automaton, on top of the JSON automaton (json.h) for the values.
+ *
+ * The block is written the way the chat template's encoder writes it
+ * (dsv4_dsml_encode_calls), which is what the model was trained on:
+ *
+ *   "\n\n" <tool_calls> "\n"
+ *   <invoke name="NAME"> "\n"
+ *     { <parameter name="KEY" string="true|false"> VALUE </parameter> "\n" }
+ *   </invoke> "\n"
+ *   [ <invoke ...> ... </invoke> "\n" ]          (not with `single`)
+ *   </tool_calls>
+ *
+ * NAME is one of the tools. A strict tool (function.strict true) takes its declared
+ * parameters only, each at most once, in any order, the required ones all before
+ * </invoke>; a value is string="true" (raw text, the string's characters) when its schema
+ * allows strings only, string="false" (JSON text) when it allows no string, either when
+ * both; either way it is a value of the property's schema (the raw text runs through the
+ * JSON automaton as the JSON string it stands for). A tool that is not strict takes any
+ * parameter names (no '"', '<' or control byte) with any values (JSON for string="false").
+ * No value holds "</｜DSML｜parameter>" (the parser would end it there); a JSON value has
+ * no whitespace between its tokens but single spaces (as the encoder writes it).
+ *
+ * Two modes: REQUIRED (the text is the block, from its first byte), AUTO (free text until
+ * it writes "<｜DSML｜tool_calls>", then the rest of the block). The end of the text (EOS)
+ * is allowed once the block is closed (and in AUTO's free text). As with json.h, an alive
+ * state can always be completed: every alternative taken is checked to lead somewhere
+ * (the JSON automaton guarantees it inside values). */
+#ifndef DSV4_SAMPLE_TOOL_MATCH_H
+#define DSV4_SAMPLE_TOOL_MATCH_H
+
+#include <stdint.h>
+
+#include "sample/json.h"
+
+enum { TM_REQUIRED = 1, TM_AUTO = 2 };
+/* phases: AUTO's free text, a set of alternatives, a free tool's parameter name, a value,
+ * the block closed */
+enum { TP_FREE, TP_ALT, TP_FNAME, TP_VALUE, TP_DONE };
+#define TM_MAX_TOOLS 1024
+#define TM_MAX_PARAMS 64      /* a strict tool's properties (a bitmask) */
+
+/* a set of alternative literals, sorted (the ones sharing a prefix are a range) */
+typedef struct tm_alt {
+    char *s;
+    int len;
+    int idx;     /* what the alternative means (a tool, a property, a branch) */
+} tm_alt;
+
+typedef struct tm_set {
+    tm_alt *a;
+    int n;
+} tm_set;
+
+typedef struct tm_tool {
+    dsv4_json_schema *schema; /* strict: the parameters (root: an object of declared keys);
+                               * NULL: free */
+    tm_set pnames;            /* strict: KEY + '"' of each property (idx: its index) */
+    int root;                 /* the parameters' object node */
+    uint64_t required, can_str, str_only, all; /* bits by property index */
+} tm_tool;
+
+typedef struct tm_tools tm_tools;
+
+/* The state: plain data, copied by the vocabulary walk (js only in a value). */
+typedef struct tm_state {
+    uint8_t phase;     /* TP_* */
+    uint8_t is_str;    /* the value is string="true" */
+    uint8_t ws;        /* VALUE: the last byte was whitespace between JSON tokens */
+    uint16_t k;        /* FREE: bytes of the opener matched; VALUE: bytes of
+                        * "</｜DSML｜parameter>" pending (not fed to js) */
+    int16_t set;       /* ALT: which set */
+    int16_t prop;      /* the property being written, -1 in a free tool */
+    int32_t off, lo, hi; /* ALT: bytes matched, the candidates [lo, hi) */
+    int32_t tool;      /* the invoke's tool */
+    int32_t n_inv;
+    uint64_t used;     /* properties given in this invoke */
+    json_state js;     /* VALUE: the value's bytes so far (as JSON) */
+} tm_state;
+
+/* Compiles the request's tools (JSON text: an array of OpenAI chat tools, {"type":
+ * "function", "function": {"name", "parameters", "strict"}}). DSV4_ERR_UNSUPPORTED
+ * naming the tool for a strict tool whose parameters the subset cannot enforce;
+ * DSV4_ERR_FORMAT for a malformed list. */
+int tm_compile(const char *tools, size_t len, int mode, int single, tm_tools **out, dsv4_err *err);
+void tm_free(tm_tools *t);
+/* 1 when some tool is strict (the constraint is worth applying) */
+int tm_any_strict(const tm_tools *t);
+
+void tm_state_init(const tm_tools *t, tm_state *st);
+/* dst = src after byte c (dst != src); 1 alive, 0 dead */
+int tm_state_step(const tm_tools *t, const tm_state *src, uint8_t c, tm_state *dst);
+/* steps st[*cur] over n bytes, ping-pong with st[*cur ^ 1]; 0 once dead */
+int tm_state_feed(const tm_tools *t, tm_state st[2], int *cur, const uint8_t *b, size_t n);
+/* 1 when the text may end here (EOS) */
+int tm_state_accepting(const tm_tools *t, const tm_state *st);
+/* 1 in AUTO's free text (before the opener): every token goes but those holding a '>'
+ * that completes the opener, which must go on with a valid block */
+int tm_state_free(const tm_state *st);
+
+typedef struct tm_walk {
+    tm_state *st;      /* (max_len + 1) */
+    int n_st;
+} tm_walk;
+int tm_walk_init(tm_walk *w, const json_vocab *v);
+void tm_walk_free(tm_walk *w);
+/* bits [words]: bit v set iff id v's bytes can follow st (trie ids only: no added token,
+ * no EOS). Returns the trie nodes stepped. */
+long tm_mask(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state *st, uint64_t *bits);
+
+#endif

@@ -1,0 +1,329 @@
+/* test_tool_match.c — strict tool calls (tool_match.h) over the real tokenizer:
+ *   - random walks over the allowed tokens (tm_mask) from the start of a required block,
+ *     and from the opener in free text: each walk ends (the mask never empties before the
+ *     block is closed) in text that dsv4_dsml_parse reads as calls of the tools whose
+ *     arguments are values of their parameters schema (keys in any order: reordered to
+ *     the schema's before dsv4_json_schema_accepts); the mask equals brute force (every
+ *     id's bytes through the automaton) at some states;
+ *   - fixed texts: the rules one by one (names, each parameter once, the required ones,
+ *     string="true" only where a string fits, "</｜DSML｜parameter>" only as the end,
+ *     one call with single, a free tool);
+ *   - refusals name the strict tool; a tool that is not strict is not compiled.
+ *   test_tool_match    (needs shared/tokenizer/tokenizer.json) */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "sample/tool_match.h"
+#include "test.h"
+
+#define DS "｜DSML｜"
+#define WEATHER "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"strict\":true,\"parameters\":" \
+    "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":12}," \
+    "\"unit\":{\"enum\":[\"c\",\"f\"]},\"days\":{\"type\":\"integer\"}," \
+    "\"where\":{\"type\":\"object\",\"properties\":{\"lat\":{\"type\":\"number\"},\"tag\":{\"type\":\"string\",\"maxLength\":4}}," \
+    "\"required\":[\"lat\"],\"additionalProperties\":false},\"note\":{\"type\":[\"string\",\"null\"],\"maxLength\":6}}," \
+    "\"required\":[\"city\",\"unit\",\"days\",\"where\"],\"additionalProperties\":false}}}"
+#define CLOCK "{\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"strict\":true,\"parameters\":" \
+    "{\"type\":\"object\",\"properties\":{\"zone\":{\"enum\":[\"utc\",\"cet\"]},\"label\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":10}}," \
+    "\"required\":[],\"additionalProperties\":false}}}"
+#define FREE "{\"type\":\"function\",\"function\":{\"name\":\"search\",\"parameters\":{\"type\":\"object\"," \
+    "\"properties\":{\"q\":{\"type\":\"string\",\"pattern\":\"(?=x)\"}}}}}"
+
+static const dsv4_tokenizer *T;
+static const json_vocab *JV;
+
+static tm_tools *compile(const char *tools, int mode, int single) {
+    tm_tools *t = NULL;
+    dsv4_err err = {0};
+    CHECK_MSG(tm_compile(tools, strlen(tools), mode, single, &t, &err) == 0, "%s", err.msg);
+    return t;
+}
+
+/* 1 when text (bytes) runs through the automaton from the start, and it then accepts
+ * (want_end) or is merely alive */
+static int runs(const tm_tools *t, const char *text, int want_end) {
+    tm_state *st = malloc(2 * sizeof *st);
+    tm_state_init(t, &st[0]);
+    int cur = 0;
+    int ok = tm_state_feed(t, st, &cur, (const uint8_t *)text, strlen(text));
+    if (ok && want_end) ok = tm_state_accepting(t, &st[cur]);
+    free(st);
+    return ok;
+}
+
+static void test_rules(void) {
+    tm_tools *t = compile("[" WEATHER "," CLOCK "," FREE "]", TM_REQUIRED, 0);
+    if (!t) return;
+    CHECK(tm_any_strict(t));
+    const char *open = "\n\n<" DS "tool_calls>\n<" DS "invoke name=\"";
+    const char *w = "get_weather\">\n";
+    char buf[2048];
+#define CALL(body) (snprintf(buf, sizeof buf, "%s%s%s</" DS "invoke>\n</" DS "tool_calls>", open, w, body), buf)
+#define PART(body) (snprintf(buf, sizeof buf, "%s%s%s", open, w, body), buf)
+#define PO(k, s, v) "<" DS "parameter name=\"" k "\" string=\"" s "\">" v
+#define P(k, s, v) PO(k, s, v) "</" DS "parameter>\n"
+    const char *where = P("where", "false", "{\"lat\": 1.5}");
+    char full[1024];
+    snprintf(full, sizeof full, P("days", "false", "3") P("city", "true", "Oslo \"x\"\n") "%s" P("unit", "true", "c"), where);
+    CHECK(runs(t, CALL(full), 1));
+    /* a required parameter missing: </invoke> cannot come */
+    snprintf(full, sizeof full, P("days", "false", "3") P("city", "true", "Oslo") "%s", where);
+    CHECK(runs(t, PART(full), 0));
+    CHECK(!runs(t, CALL(full), 0));
+    /* a parameter twice, an undeclared one, an enum value outside, a string as an integer */
+    CHECK(!runs(t, PART(P("days", "false", "3") P("days", "false", "4")), 0));
+    CHECK(!runs(t, PART(P("dayz", "false", "3")), 0));
+    CHECK(!runs(t, PART(P("unit", "true", "k")), 0));
+    CHECK(!runs(t, PART(P("days", "true", "3")), 0));
+    CHECK(!runs(t, PART(P("city", "false", "\"Oslo\"")), 0)); /* strings only: string="true" */
+    CHECK(!runs(t, PART(P("city", "true", "Oslo-Oslo-Oslo")), 0)); /* maxLength 12 */
+    /* JSON values compact: one space at a time between tokens, any inside strings */
+    CHECK(runs(t, PART(P("where", "false", "{\"lat\": 1, \"tag\": \"a  b\"}") "<"), 0));
+    CHECK(runs(t, PART(PO("where", "false", "{\"lat\": 1")), 0));
+    CHECK(!runs(t, PART(PO("where", "false", "{\"lat\":  1")), 0));
+    CHECK(!runs(t, PART(PO("where", "false", "{\n")), 0));
+    /* the closing tag inside an unfinished value: not an end */
+    CHECK(!runs(t, PART(P("note", "false", "\"ab")), 0));
+    CHECK(!runs(t, PART(P("where", "false", "{\"lat\": 1, \"tag\": \"a")), 0));
+    CHECK(runs(t, PART(P("note", "false", "\"ab\"")), 0));
+    snprintf(full, sizeof full, "%sget_time\">\n" P("label", "true", "a"), open);
+    CHECK(!runs(t, full, 0)); /* minLength 2 */
+    snprintf(full, sizeof full, "%sget_time\">\n" P("label", "true", "ab"), open);
+    CHECK(runs(t, full, 0));
+    /* both kinds where the schema takes a string or null */
+    CHECK(runs(t, PART(P("note", "true", "hi") "<"), 0));
+    CHECK(runs(t, PART(P("note", "false", "null") "<"), 0));
+    /* the closing tag inside a value ends it; a prefix of it that goes on is text */
+    CHECK(runs(t, PART(P("city", "true", "a</" DS "x") "<"), 0));
+    CHECK(!runs(t, PART(P("city", "true", "ab</" DS "xyz")), 0)); /* its 13 characters: maxLength 12 */
+    /* a tool that is not one of them; two calls; the tool without required parameters */
+    snprintf(buf, sizeof buf, "%sget_wind\">", open);
+    CHECK(!runs(t, buf, 0));
+    snprintf(buf, sizeof buf, "%sget_time\">\n</" DS "invoke>\n<" DS "invoke name=\"get_time\">\n"
+             P("zone", "true", "utc") "</" DS "invoke>\n</" DS "tool_calls>", open);
+    CHECK(runs(t, buf, 1));
+    CHECK(!runs(t, "\n\n<" DS "tool_calls>\n<" DS "invoke name=\"get_time\">\n</" DS "invoke>\n</" DS "tool_calls>\n", 0));
+    /* the free tool: any names and values (its schema is not compiled: the lookahead) */
+    snprintf(buf, sizeof buf, "%ssearch\">\n" P("anything", "true", "x<y") P("n", "false", "[1, {\"a\": null}]")
+             "</" DS "invoke>\n</" DS "tool_calls>", open);
+    CHECK(runs(t, buf, 1));
+    CHECK(!runs(t, "\n\n<" DS "tool_calls>\n<" DS "invoke name=\"search\">\n" P("n", "false", "[1,") "</", 0));
+    tm_free(t);
+    /* single: one call */
+    t = compile("[" CLOCK "]", TM_REQUIRED, 1);
+    CHECK(runs(t, "\n\n<" DS "tool_calls>\n<" DS "invoke name=\"get_time\">\n</" DS "invoke>\n</" DS "tool_calls>", 1));
+    CHECK(!runs(t, "\n\n<" DS "tool_calls>\n<" DS "invoke name=\"get_time\">\n</" DS "invoke>\n<" DS "invoke", 0));
+    tm_free(t);
+    /* auto: free text, then the block */
+    t = compile("[" CLOCK "]", TM_AUTO, 0);
+    CHECK(runs(t, "Hello <b> there", 1));
+    CHECK(runs(t, "Hi.\n\n<" DS "tool_calls>\n<" DS "invoke name=\"get_time\">\n</" DS "invoke>\n</" DS "tool_calls>", 1));
+    CHECK(!runs(t, "Hi.\n\n<" DS "tool_calls>\n<" DS "invoke name=\"get_tim\">", 0));
+    CHECK(!runs(t, "Hi <" DS "tool", 1)); /* the text may not end inside the opener */
+    tm_free(t);
+#undef CALL
+#undef PART
+#undef P
+#undef PO
+}
+
+static void refused(const char *tools, const char *what) {
+    tm_tools *t = NULL;
+    dsv4_err err = {0};
+    CHECK_MSG(tm_compile(tools, strlen(tools), TM_REQUIRED, 0, &t, &err) != 0 && strstr(err.msg, what),
+              "%s: '%s' (want '%s')", tools, err.msg, what);
+    tm_free(t);
+}
+
+static void test_refused(void) {
+    refused("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,\"parameters\":{\"type\":\"object\","
+            "\"properties\":{\"q\":{\"type\":\"string\",\"pattern\":\"(?=x)\"}}}}}]", "strict tool 'f'");
+    refused("[{\"type\":\"function\",\"function\":{\"name\":\"g\",\"strict\":true,\"parameters\":{\"type\":\"string\"}}}]",
+            "strict tool 'g': parameters must be an object");
+    refused("[{\"type\":\"function\",\"function\":{\"name\":\"h\",\"strict\":true,\"parameters\":{\"type\":\"object\","
+            "\"properties\":{\"a<b\":{}}}}}]", "strict tool 'h': property name");
+    refused("[{\"type\":\"function\",\"function\":{\"name\":\"a\\\"b\"}}]", "cannot be written");
+    refused("[" CLOCK "," CLOCK "]", "two tools");
+    refused("{}", "array");
+    tm_tools *t = compile("[" FREE "]", TM_REQUIRED, 0);
+    CHECK(t && !tm_any_strict(t));
+    tm_free(t);
+}
+
+/* ---- random walks ---- */
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static double mask_s, pick_s; /* where the time goes (printed, not asserted) */
+static long n_masks;
+static double now(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec; }
+static uint64_t next_rand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return rng;
+}
+
+static int is_close(const tm_state *st, int32_t v) {
+    static const char close[] = "</" DS "parameter>";
+    size_t len;
+    const char *b = dsv4_tok_id_bytes(T, v, &len);
+    return st->phase == TP_VALUE && st->k + len <= sizeof close - 1 && !memcmp(b, close + st->k, len);
+}
+
+static int structural(int32_t v) {
+    size_t len;
+    const char *b = dsv4_tok_id_bytes(T, v, &len);
+    for (size_t i = 0; i < len; i++)
+        if (strchr("\"}],", b[i])) return 1;
+    return 0;
+}
+
+/* a random allowed id; in a value, mostly one that heads for its end (a '<' where the
+ * value may end, the next bytes of the closing tag), so that walks finish */
+static int32_t pick(const tm_state *st, const uint64_t *bits) {
+    int n = 0, nc = 0;
+    for (int v = 0; v < JV->V; v++)
+        if (bits[v >> 6] >> (v & 63) & 1) n++, nc += is_close(st, v);
+    if (!n) return -1;
+    if (!nc && st->phase == TP_VALUE && next_rand() % 2) { /* inside a JSON value: towards its end */
+        int ns = 0;
+        for (int v = 0; v < JV->V; v++)
+            if (bits[v >> 6] >> (v & 63) & 1) ns += structural(v);
+        int k = ns ? (int)(next_rand() % (uint64_t)ns) : -1;
+        for (int v = 0; v < JV->V && k >= 0; v++)
+            if ((bits[v >> 6] >> (v & 63) & 1) && structural(v) && k-- == 0) return v;
+    }
+    const int closing = nc && next_rand() % 4;
+    int k = (int)(next_rand() % (uint64_t)(closing ? nc : n));
+    for (int v = 0; v < JV->V; v++)
+        if ((bits[v >> 6] >> (v & 63) & 1) && (!closing || is_close(st, v)) && k-- == 0) return v;
+    return -1;
+}
+
+/* the arguments (JSON text) valid under the tool's parameters: keys in the schema's order */
+static int valid_args(const tm_tools *t, const char *tools, const char *name, const char *args) {
+    cJSON *all = cJSON_Parse(tools), *a = cJSON_Parse(args);
+    int ok = 0;
+    for (cJSON *x = all ? all->child : NULL; x; x = x->next) {
+        cJSON *fn = cJSON_GetObjectItemCaseSensitive(x, "function");
+        if (strcmp(cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring, name)) continue;
+        cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        cJSON *props = cJSON_GetObjectItemCaseSensitive(params, "properties");
+        cJSON *ordered = cJSON_CreateObject();
+        int n = 0;
+        for (cJSON *p = props ? props->child : NULL; p; p = p->next) {
+            cJSON *v = cJSON_GetObjectItemCaseSensitive(a, p->string);
+            if (v) cJSON_AddItemToObject(ordered, p->string, cJSON_Duplicate(v, 1)), n++;
+        }
+        char *text = cJSON_PrintUnformatted(ordered), *ptext = cJSON_PrintUnformatted(params);
+        dsv4_json_schema *s = NULL;
+        dsv4_err err = {0};
+        ok = cJSON_IsObject(a) && n == cJSON_GetArraySize(a) &&
+             dsv4_json_schema_compile(ptext, strlen(ptext), &s, &err) == 0 &&
+             dsv4_json_schema_accepts(s, text, strlen(text)) == 1;
+        dsv4_json_schema_free(s);
+        free(text), free(ptext);
+        cJSON_Delete(ordered);
+    }
+    (void)t;
+    cJSON_Delete(all), cJSON_Delete(a);
+    return ok;
+}
+
+static void brute(const tm_tools *t, const tm_state *st, uint64_t *bits, tm_state *a) {
+    memset(bits, 0, (size_t)JV->words * sizeof *bits);
+    for (int id = 0; id < JV->V; id++) {
+        size_t len = 0;
+        const char *b = dsv4_tok_id_bytes(T, id, &len);
+        if (!b || !len || dsv4_tok_is_added(T, id)) continue;
+        a[0] = *st;
+        int cur = 0;
+        if (tm_state_feed(t, a, &cur, (const uint8_t *)b, len)) bits[id >> 6] |= 1ull << (id & 63);
+    }
+}
+
+/* walks from text `start` (fed first); returns 1 when a walk closed the block */
+static int walk(const char *tools, int mode, int single, const char *start, int check_brute) {
+    tm_tools *t = compile(tools, mode, single);
+    if (!t) return 0;
+    tm_walk w;
+    CHECK(tm_walk_init(&w, JV) == 0);
+    tm_state *st = malloc(4 * sizeof *st);
+    uint64_t *bits = malloc((size_t)JV->words * sizeof *bits), *bb = malloc((size_t)JV->words * sizeof *bits);
+    char text[8192];
+    size_t n = strlen(start);
+    memcpy(text, start, n);
+    tm_state_init(t, &st[0]);
+    int cur = 0, done = 0;
+    CHECK(tm_state_feed(t, st, &cur, (const uint8_t *)start, n));
+    for (int step = 0; step < 400 && !done; step++) {
+        double t0 = now();
+        tm_mask(t, JV, &w, &st[cur], bits);
+        mask_s += now() - t0, n_masks++;
+        if (check_brute && step % 12 == 3) {
+            brute(t, &st[cur], bb, st + 2);
+            int diff = 0;
+            for (int k = 0; k < JV->words; k++) diff += __builtin_popcountll(bits[k] ^ bb[k]);
+            CHECK_MSG(diff == 0, "step %d: the mask differs from brute force in %d ids", step, diff);
+        }
+        t0 = now();
+        const int32_t id = pick(&st[cur], bits);
+        pick_s += now() - t0;
+        if (id < 0) {
+            CHECK_MSG(tm_state_accepting(t, &st[cur]), "step %d: nothing allowed before the block closed: '%.*s'",
+                      step, (int)n, text);
+            done = 1;
+            break;
+        }
+        size_t len;
+        const char *b = dsv4_tok_id_bytes(T, id, &len);
+        if (n + len >= sizeof text) break;
+        memcpy(text + n, b, len);
+        n += len;
+        CHECK(tm_state_feed(t, st, &cur, (const uint8_t *)b, len));
+    }
+    if (done) {
+        dsv4_parsed p;
+        dsv4_err err = {0};
+        CHECK_MSG(dsv4_dsml_parse(text, n, 0, &p, &err) == 0 && !p.truncated, "'%.*s': %s", (int)n, text, err.msg);
+        CHECK(p.n_calls >= 1 && (!single || p.n_calls == 1));
+        for (int i = 0; i < p.n_calls; i++)
+            CHECK_MSG(valid_args(t, tools, p.calls[i].name, p.calls[i].arguments), "%s(%s) not valid: '%.*s'",
+                      p.calls[i].name, p.calls[i].arguments, (int)n, text);
+        dsv4_parsed_free(&p);
+    }
+    tm_walk_free(&w);
+    free(st), free(bits), free(bb);
+    tm_free(t);
+    return done;
+}
+
+int main(void) {
+    test_require_shared();
+    dsv4_tokenizer *tok = NULL;
+    dsv4_err err = {0};
+    char path[512];
+    const char *file = test_shared("tokenizer/tokenizer.json", path, sizeof path);
+    CHECK_MSG(dsv4_tokenizer_load(file, &tok, &err) == 0, "tokenizer: %s", err.msg);
+    if (!tok) return test_report();
+    T = tok;
+    json_vocab *jv = json_vocab_build(tok);
+    JV = jv;
+    CHECK(jv != NULL);
+    test_rules();
+    test_refused();
+    if (jv) {
+        int done = 0;
+        done += walk("[" WEATHER "," CLOCK "]", TM_REQUIRED, 0, "", 1);
+        for (int i = 0; i < 3; i++) done += walk("[" WEATHER "," CLOCK "]", TM_REQUIRED, i & 1, "", 0);
+        done += walk("[" WEATHER "]", TM_AUTO, 1, "Let me check.\n\n<" DS "tool_calls>", 0);
+        CHECK_MSG(done >= 4, "%d of 5 walks closed the block", done);
+        printf("walks: %ld masks, %.3f ms each; picks %.3f s\n", n_masks, 1e3 * mask_s / (double)n_masks, pick_s);
+    }
+    json_vocab_free(jv);
+    dsv4_tokenizer_free(tok);
+    return test_report();
+}
