@@ -506,6 +506,22 @@ DSV4_API int dsv4_json_vocab_prepare(const dsv4_tokenizer *tok, dsv4_err *err);
  * valid under the schema, whitespace within the bounds), 0 if not, -1 out of memory. */
 DSV4_API int dsv4_json_schema_accepts(const dsv4_json_schema *s, const char *text, size_t len);
 
+/* ==== strict tool calls ================================================================ */
+
+/* A tool_calls block (DSML, as dsv4_dsml_parse reads it) constrained by the request's
+ * tools: an array of OpenAI chat tools, {"type": "function", "function": {"name",
+ * "parameters", "strict"}}. Invoke names are the tools'; a strict tool's arguments are
+ * its declared parameters (an object schema of "properties", "additionalProperties"
+ * false, the subset of dsv4_json_schema), each at most once in any order, the required
+ * ones all, each value valid under its schema (string="true" raw text when the schema
+ * takes strings only, JSON when it takes none, either when both); a tool that is not
+ * strict takes any parameters. */
+enum { DSV4_TOOLS_REQUIRED = 1, DSV4_TOOLS_AUTO = 2 };
+/* Compiles the tools (and drops them): 0 with *strict = 1 when some tool is strict (the
+ * constraint applies); DSV4_ERR_UNSUPPORTED naming the tool whose parameters the subset
+ * cannot enforce, DSV4_ERR_FORMAT for a malformed list. */
+DSV4_API int dsv4_tools_check(const char *tools, size_t len, int *strict, dsv4_err *err);
+
 /* ==== generation ======================================================================= */
 
 /* What one generation samples and when it stops. */
@@ -523,7 +539,16 @@ typedef struct dsv4_gen_params {
                                        * (text, copied at create; see dsv4_json_schema) the
                                        * generated text must be a value of */
     int json_after_think;             /* 1: the constraint starts after the "</think>" token
-                                       * (thinking mode: the reasoning is free) */
+                                       * (thinking mode: the reasoning is free); the same
+                                       * for tools */
+    const char *tools;                /* strict tool calls: NULL = none; else the request's
+                                       * tools (JSON text, see dsv4_tools_check; copied at
+                                       * create): the tool_calls block is constrained, each
+                                       * strict tool's arguments by its parameters schema */
+    int tools_mode;                   /* DSV4_TOOLS_REQUIRED: the answer is the block;
+                                       * DSV4_TOOLS_AUTO: free text, then the block once the
+                                       * text opens it */
+    int tools_single;                 /* 1: one call (parallel_tool_calls false) */
 } dsv4_gen_params;
 
 /* One step's result. */

@@ -5,10 +5,12 @@
 #include "serve/gen.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sample/json.h"
+#include "sample/tool_match.h"
 #include "tok/tokenizer.h"
 #include "util/err.h"
 
@@ -41,6 +43,11 @@ struct dsv4_gen {
     json_state *js;         /* (2) js[jcur]: the state after the value's bytes so far */
     int jcur;
     uint64_t *jbits;        /* (jv->words) the ids the state allows */
+    /* strict tool calls (tool_match.h), the same way; the constraint is the schema's or
+     * the tools' (never both) */
+    tm_tools *tools;        /* NULL: none */
+    tm_walk twalk;
+    tm_state *ts;           /* (2) ts[jcur] */
     int think;              /* >= 0: the constraint starts after the text's first "</think>",
                              * of which `think` bytes are matched so far; -1: it runs */
 };
@@ -100,17 +107,38 @@ int dsv4_json_vocab_prepare(const dsv4_tokenizer *tok, dsv4_err *err) {
                                                       : dsv4_fail(err, DSV4_ERR_NOMEM, "json: out of memory for the vocabulary index");
 }
 
-/* The compiled schema, the shared vocabulary index and the per-generation scratch. */
+int dsv4_tools_check(const char *tools, size_t len, int *strict, dsv4_err *err) {
+    tm_tools *t = NULL;
+    int rc = tm_compile(tools, len, TM_REQUIRED, 0, &t, err);
+    *strict = !rc && tm_any_strict(t);
+    tm_free(t);
+    return rc;
+}
+
+/* The compiled schema (or tools), the shared vocabulary index and the per-generation
+ * scratch. */
 static int json_setup(dsv4_gen *g, const dsv4_tokenizer *tok, const dsv4_gen_params *p, dsv4_err *err) {
     g->think = p->json_after_think ? 0 : -1;
-    if (!p->json_schema) return DSV4_OK;
-    int rc = dsv4_json_schema_compile(p->json_schema, strlen(p->json_schema), &g->schema, err);
+    if (!p->json_schema && !p->tools) return DSV4_OK;
+    if (p->json_schema && p->tools) return dsv4_fail(err, DSV4_ERR_ARG, "gen: a JSON schema and tools together");
+    if (p->tools && p->tools_mode != DSV4_TOOLS_REQUIRED && p->tools_mode != DSV4_TOOLS_AUTO)
+        return dsv4_fail(err, DSV4_ERR_ARG, "gen: tools_mode must be DSV4_TOOLS_REQUIRED or DSV4_TOOLS_AUTO");
+    int rc = p->json_schema ? dsv4_json_schema_compile(p->json_schema, strlen(p->json_schema), &g->schema, err)
+                            : tm_compile(p->tools, strlen(p->tools), p->tools_mode == DSV4_TOOLS_AUTO ? TM_AUTO : TM_REQUIRED,
+                                         p->tools_single != 0, &g->tools, err);
     if (rc) return rc;
     g->tok = tok;
     g->jv = dsv4_tok_lazy(tok, vocab_build, vocab_drop);
-    g->js = g->jv ? malloc(2 * sizeof *g->js) : NULL;
     g->jbits = g->jv ? malloc((size_t)g->jv->words * sizeof *g->jbits) : NULL;
-    if (!g->js || !g->jbits || json_walk_init(&g->walk, g->jv))
+    if (!g->jbits) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
+    if (g->tools) {
+        g->ts = malloc(2 * sizeof *g->ts);
+        if (!g->ts || tm_walk_init(&g->twalk, g->jv)) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
+        tm_state_init(g->tools, &g->ts[0]);
+        return DSV4_OK;
+    }
+    g->js = malloc(2 * sizeof *g->js);
+    if (!g->js || json_walk_init(&g->walk, g->jv))
         return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
     json_state_init(g->schema, &g->js[0]);
     return DSV4_OK;
@@ -181,17 +209,54 @@ void dsv4_gen_free(dsv4_gen *g) {
     dsv4_json_schema_free(g->schema);
     json_walk_free(&g->walk);
     free(g->js);
+    tm_free(g->tools);
+    tm_walk_free(&g->twalk);
+    free(g->ts);
     free(g->jbits);
     free(g);
 }
 
+static int json_feed(dsv4_gen *g, const char *b, size_t n);
+static void tools_apply(dsv4_gen *g);
+static void bits_apply(dsv4_gen *g, int done);
+
 /* Structured output: ids the JSON state refuses get -inf; the stop tokens keep their
  * value only when the value is complete. */
 static void json_apply(dsv4_gen *g) {
+    if (g->tools) { tools_apply(g); return; }
     json_mask(g->schema, g->jv, &g->walk, &g->js[g->jcur], g->jbits);
-    const int words = g->jv->words, V = g->V;
     /* the stop tokens (EOS too) are allowed exactly when the value is complete */
-    const int done = json_state_accepting(g->schema, &g->js[g->jcur]);
+    bits_apply(g, json_state_accepting(g->schema, &g->js[g->jcur]));
+}
+
+/* Strict tool calls: in AUTO's free text only the ids that complete the opener are
+ * checked (the block must go on from there); in the block, the mask as above. */
+static void tools_apply(dsv4_gen *g) {
+    const tm_state *st = &g->ts[g->jcur];
+    if (!tm_state_free(st)) {
+        tm_mask(g->tools, g->jv, &g->twalk, st, g->jbits);
+        bits_apply(g, tm_state_accepting(g->tools, st));
+        return;
+    }
+    tm_state *a = g->twalk.st; /* scratch: the walk is not running */
+    for (int k = 0; k < g->jv->n_gt; k++) {
+        const int32_t id = g->jv->gt[k];
+        size_t len = 0;
+        const char *b = dsv4_tok_id_bytes(g->tok, id, &len);
+        if (id >= g->V || !b) continue;
+        memcpy(&a[0], st, offsetof(tm_state, js)); /* free text has no value state */
+        int c = 0;
+        if (!tm_state_feed(g->tools, a, &c, (const uint8_t *)b, len)) g->row[id] = -INFINITY;
+    }
+    /* EOS: not in the middle of the opener */
+    if (!tm_state_accepting(g->tools, st))
+        for (int i = 0; i < g->n_stops; i++)
+            if (g->stops[i] < g->V) g->row[g->stops[i]] = -INFINITY;
+}
+
+/* g->jbits onto the row; the stop tokens (EOS too) only when done */
+static void bits_apply(dsv4_gen *g, int done) {
+    const int words = g->jv->words, V = g->V;
     for (int i = 0; i < g->n_stops; i++) {
         const int32_t t = g->stops[i];
         if (t >= V) continue;
@@ -228,7 +293,14 @@ static long think_end(const char *b, size_t n, int *m) {
 
 /* Steps js[jcur] over n bytes; 0 once it dies. */
 static int json_feed(dsv4_gen *g, const char *b, size_t n) {
+    if (g->tools) return tm_state_feed(g->tools, g->ts, &g->jcur, (const uint8_t *)b, n);
     return json_state_feed(g->schema, g->js, &g->jcur, (const uint8_t *)b, n);
+}
+
+/* the constraint's start state */
+static void json_restart(dsv4_gen *g) {
+    if (g->tools) tm_state_init(g->tools, &g->ts[g->jcur]);
+    else json_state_init(g->schema, &g->js[g->jcur]);
 }
 
 /* In the reasoning: a token that ends it may only go on with bytes that start the value. */
@@ -240,10 +312,10 @@ static void think_apply(dsv4_gen *g) {
         int m = g->think;
         const long at = think_end(b, len, &m);
         if (at < 0 || id >= g->V) continue;
-        json_state_init(g->schema, &g->js[g->jcur]);
+        json_restart(g);
         if (!json_feed(g, b + at, len - (size_t)at)) g->row[id] = -INFINITY;
     }
-    json_state_init(g->schema, &g->js[g->jcur]);
+    json_restart(g);
 }
 
 /* The JSON state after token tok joined the text (it was allowed: it cannot die). */
@@ -291,7 +363,7 @@ int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_er
     for (int v = 0; v < n; v++) g->row[v] = logits[v] + g->mask[v];
     for (int v = n; v < g->V; v++) g->row[v] = logits[v] + -INFINITY;
     for (int j = 0; j < g->n_bias; j++) g->row[g->bias_id[j]] = logits[g->bias_id[j]] + g->bias_add[j];
-    if (g->schema) {
+    if (g->schema || g->tools) {
         if (g->think < 0) json_apply(g);
         else think_apply(g);
     }
@@ -299,7 +371,7 @@ int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_er
     int rc = dsv4_sample(g->sampler, g->row, g->tokens, g->n, &out->sample, err);
     /* only when the caller banned (logit_bias -inf) every id the value can go on with: an
      * alive state can always be completed (json.h) */
-    if (rc && g->schema) dsv4_err_prefix(err, "gen: no token the JSON constraint allows has a finite logit");
+    if (rc && (g->schema || g->tools)) dsv4_err_prefix(err, "gen: no token the JSON constraint allows has a finite logit");
     if (rc) return rc;
     const int32_t tok = out->sample.token;
     g->tokens[g->n++] = tok;
@@ -310,7 +382,7 @@ int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_er
         /* the token joins the text: show what it completes, minus any stop string */
         const char *piece, *emit;
         size_t piece_len, emit_len;
-        if (g->schema && (rc = json_advance(g, tok, err))) return rc;
+        if ((g->schema || g->tools) && (rc = json_advance(g, tok, err))) return rc;
         if ((rc = dsv4_tok_stream_push(g->stream, tok, &piece, &piece_len, err))) return rc;
         int s = dsv4_stop_feed(g->stop, piece, piece_len, &emit, &emit_len);
         if (s < 0 || append_text(g, emit, emit_len))
