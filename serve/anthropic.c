@@ -142,6 +142,8 @@ static cJSON *convert_tools(const cJSON *tools, char *msg) {
         if (cJSON_IsString(desc)) cJSON_AddStringToObject(fn, "description", desc->valuestring);
         cJSON_AddItemToObject(fn, "parameters", cJSON_IsObject(schema) ? cJSON_Duplicate(schema, 1)
                                                                        : cJSON_CreateObject());
+        /* strict tool use: the input follows input_schema (srv_strict_tools) */
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "strict"))) cJSON_AddTrueToObject(fn, "strict");
         cJSON_AddItemToArray(out, o);
     }
     return out;
@@ -501,6 +503,9 @@ void srv_anthropic_messages(srv *s, const char *body, size_t len, srv_reply *out
     if (!(r = srv_req_new(p.ids.ids, (int)p.ids.n))) { srv_reply_error(out, SRV_API_MESSAGES, 500, "out of memory"); goto done; }
     if (srv_parse_sampling(s, j, r, "stop_sequences", msg, MSG)) goto bad;
     if (srv_force_tool_call(s, r, p.tools, p.tc, p.tc_name, p.co.thinking, msg, MSG)) goto bad;
+    const cJSON *tcj = cJSON_GetObjectItemCaseSensitive(j, "tool_choice");
+    const int single = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tcj, "disable_parallel_tool_use"));
+    if (srv_strict_tools(r, p.tools, p.tc, p.tc_name, p.co.thinking, single, msg, MSG)) goto bad;
     if (p.json) srv_req_set_json(r, p.schema, p.co.thinking);
     p.schema = NULL;
     srv_job *job = srv_submit(s, r, SRV_API_MESSAGES, body, out);

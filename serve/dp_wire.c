@@ -3,6 +3,7 @@
  * A request: id(i64) n_prompt prompt[n] sample(dsv4_sample_params) max_tokens
  *   n_stop {len bytes}[n_stop] n_bias bias_ids[n] bias[n] n_prefix prefix[n]
  *   n_forced (-1: none) forced[n] n_schema (-1: none) json_schema[n] json_after_think
+ *   n_tools (-1: none) tools[n] tools_mode tools_single
  * News of a request: id(i64) n_cached (-1: not admitted yet) n_items
  *   {EV token sample(dsv4_sample_out) len text[len] | TXT len text[len]}[n_items]
  *   end (SRV_END_*, 0: runs on) [finish stop_index len errmsg[len]]
@@ -61,6 +62,12 @@ void srv_wire_put_req(srv_buf *b, const srv_req *r) {
     srv_wr_i32(b, r->gp.json_schema ? (int32_t)n_schema : -1);
     srv_buf_put(b, r->gp.json_schema, n_schema);
     srv_wr_i32(b, r->gp.json_after_think);
+    /* strict tool calls: the tools' text, the mode */
+    const size_t n_tools = r->gp.tools ? strlen(r->gp.tools) : 0;
+    srv_wr_i32(b, r->gp.tools ? (int32_t)n_tools : -1);
+    srv_buf_put(b, r->gp.tools, n_tools);
+    srv_wr_i32(b, r->gp.tools_mode);
+    srv_wr_i32(b, r->gp.tools_single);
 }
 
 srv_req *srv_wire_get_req(srv_rd *rd) {
@@ -105,6 +112,14 @@ srv_req *srv_wire_get_req(srv_rd *rd) {
     if (!rd->bad && n_schema >= 0) {
         char *t = strndup(schema, (size_t)n_schema);
         if (t) srv_req_set_json(r, t, after_think);
+        else oom = 1;
+    }
+    const int n_tools = rd_count(rd, -1, 1 << 30);
+    const char *tools = n_tools > 0 ? srv_rd_view(rd, (size_t)n_tools) : "";
+    const int tools_mode = srv_rd_i32(rd), tools_single = srv_rd_i32(rd);
+    if (!rd->bad && n_tools >= 0) {
+        char *t = strndup(tools, (size_t)n_tools);
+        if (t) srv_req_set_tools(r, t, tools_mode, tools_single, after_think);
         else oom = 1;
     }
     if (rd->bad || oom) {

@@ -411,6 +411,9 @@ srv_job *srv_chat_submit(srv *s, const cJSON *j, int api, const char *body, int 
     rc = 400;
     if (srv_parse_sampling(s, j, r, "stop", msg, MSG)) goto bad;
     if (srv_force_tool_call(s, r, c.tools, c.tc, c.tc_name, c.co.thinking, msg, MSG)) goto bad;
+    int parallel = 1;
+    if (srv_opt_bool(j, "parallel_tool_calls", &parallel, msg, MSG) < 0) goto bad;
+    if (srv_strict_tools(r, c.tools, c.tc, c.tc_name, c.co.thinking, !parallel, msg, MSG)) goto bad;
     if (c.json) srv_req_set_json(r, c.schema, c.co.thinking);
     c.schema = NULL;
     r->gp.sample.n_logprobs = n_logprobs;

@@ -52,6 +52,7 @@ void srv_req_release(srv_req *r) {
     free(r->bias_ids);
     free(r->bias);
     free(r->json_schema);
+    free(r->tools);
     free(r->prompt);
     free(r->prefix);
     free(r->forced_own);

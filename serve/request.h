@@ -38,6 +38,7 @@ struct srv_req {
     int32_t *bias_ids;              /* (gp.n_bias) */
     float *bias;                    /* (gp.n_bias) */
     char *json_schema;              /* gp.json_schema's text (structured output), or NULL */
+    char *tools;                    /* gp.tools' text (strict tool calls), or NULL */
     int32_t *prefix;                /* (n_prefix) owned: the answer's first tokens, forced (a
                                      * tool_choice that demands a call), then sampling */
     int n_prefix;

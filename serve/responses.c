@@ -570,6 +570,8 @@ static cJSON *chat_request(srv *s, const cJSON *j, const cJSON *conv, int n_prev
     if (!msgs->child) { snprintf(msg, MSG, "'input' holds no message"); goto bad; }
     if (chat_tools(cJSON_GetObjectItemCaseSensitive(j, "tools"), chat, msg)) goto bad;
     if (chat_tool_choice(cJSON_GetObjectItemCaseSensitive(j, "tool_choice"), chat, msg)) goto bad;
+    const cJSON *ptc = cJSON_GetObjectItemCaseSensitive(j, "parallel_tool_calls");
+    if (cJSON_IsBool(ptc)) cJSON_AddItemToObject(chat, "parallel_tool_calls", cJSON_Duplicate(ptc, 0));
     if (chat_format(j, chat, msg) || chat_reasoning(j, chat, msg)) goto bad;
     for (size_t i = 0; i < sizeof sampling / sizeof sampling[0]; i++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, sampling[i]);

@@ -135,6 +135,14 @@ srv_job *srv_chat_submit(srv *s, const cJSON *j, int api, const char *body, int 
                          srv_reply *out);
 /* Gives r the schema text (taken) as its constraint; after_think: thinking mode. */
 void srv_req_set_json(srv_req *r, char *schema, int after_think);
+/* strict tool calls: r's gp.tools (owning text), mode DSV4_TOOLS_* */
+void srv_req_set_tools(srv_req *r, char *tools, int mode, int single, int after_think);
+/* Constrains r's tool calls when some tool is strict (tools: the request's OpenAI-style
+ * tools after tool_choice; tc SRV_TC_*, name the named tool; single: parallel_tool_calls
+ * false; a named choice: one call). 0, or -1 with a message (a strict tool the constraint
+ * cannot enforce: 400). */
+int srv_strict_tools(srv_req *r, const cJSON *tools, int tc, const char *name, int thinking, int single,
+                     char *msg, size_t n);
 /* Creates the job for r (taking the HTTP side's reference), applies the test script
  * (matched against the request body) and submits it; on failure out gets the error. */
 srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *out);

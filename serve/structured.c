@@ -101,6 +101,47 @@ cJSON *srv_messages_with_format(const cJSON *messages, const cJSON *shown) {
     return m;
 }
 
+void srv_req_set_tools(srv_req *r, char *tools, int mode, int single, int after_think) {
+    free(r->tools);
+    r->tools = tools;
+    r->gp.tools = tools;
+    r->gp.tools_mode = mode;
+    r->gp.tools_single = single;
+    r->gp.json_after_think = after_think;
+}
+
+int srv_strict_tools(srv_req *r, const cJSON *tools, int tc, const char *name, int thinking, int single,
+                     char *msg, size_t n) {
+    if (!cJSON_IsArray(tools) || !tools->child || tc == SRV_TC_NONE) return 0;
+    cJSON *named = NULL;
+    if (tc == SRV_TC_NAMED) {
+        /* the named tool alone (srv_force_tool_call checked it is one of them) */
+        named = cJSON_CreateArray();
+        for (const cJSON *t = tools->child; named && t; t = t->next) {
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "name");
+            if (cJSON_IsString(nm) && !strcmp(nm->valuestring, name)) {
+                cJSON_AddItemToArray(named, cJSON_Duplicate(t, 1));
+                break;
+            }
+        }
+    }
+    char *text = cJSON_PrintUnformatted(named ? named : tools);
+    cJSON_Delete(named);
+    if (!text) { snprintf(msg, n, "out of memory"); return -1; }
+    int strict = 0;
+    dsv4_err err = {0};
+    if (dsv4_tools_check(text, strlen(text), &strict, &err)) {
+        snprintf(msg, n, "'tools': %s", err.msg);
+        free(text);
+        return -1;
+    }
+    if (!strict) { free(text); return 0; }
+    /* a named choice calls that tool once */
+    srv_req_set_tools(r, text, tc == SRV_TC_AUTO ? DSV4_TOOLS_AUTO : DSV4_TOOLS_REQUIRED, single || tc == SRV_TC_NAMED,
+                      thinking);
+    return 0;
+}
+
 void srv_req_set_json(srv_req *r, char *schema, int after_think) {
     free(r->json_schema);
     r->json_schema = schema;

@@ -157,5 +157,53 @@ run('server_tools', async () => {
   const counts = Object.values(afrag);
   console.log(`tool_use streamed: input in ${counts.join(' and ')} fragments`);
   assert(counts.length === 2 && counts[0] >= 10 && counts[1] >= 2, `input fragments ${counts}`);
+
+  // strict tools: the arguments follow the schema even from random weights (free output is
+  // noise), on every seed; tool_choice required, named, parallel_tool_calls false, auto
+  const BOOK = { type: 'function', function: { name: 'book', strict: true, parameters: { type: 'object',
+    properties: { room: { enum: ['red', 'blue'] }, nights: { type: 'integer', enum: [1, 2, 3, 14] },
+      guest: { type: 'object', properties: { name: { type: 'string', maxLength: 6 }, vip: { type: 'boolean' } },
+        required: ['name', 'vip'], additionalProperties: false },
+      note: { type: 'string', maxLength: 8 } },
+    required: ['room', 'nights', 'guest', 'note'], additionalProperties: false } } };
+  const validBook = (a) => {
+    const keys = (o) => Object.keys(o).sort().join();
+    return keys(a) === 'guest,nights,note,room' && ['red', 'blue'].includes(a.room) && [1, 2, 3, 14].includes(a.nights) &&
+      typeof a.note === 'string' && [...a.note].length <= 8 && a.guest && typeof a.guest === 'object' &&
+      keys(a.guest) === 'name,vip' && typeof a.guest.name === 'string' && [...a.guest.name].length <= 6 &&
+      typeof a.guest.vip === 'boolean';
+  };
+  // (a tool that is not strict, TIME_TOOL, takes any arguments: noise would not end them)
+  const strictAsk = (seed, extra) => ask('book a room', { tools: [BOOK], temperature: 1, seed,
+    max_tokens: 600, ...extra });
+  const callsOf = (r) => r.choices[0].message.tool_calls || [];
+  for (const [seed, extra] of [[1, { tool_choice: 'required' }], [2, { tool_choice: 'required' }],
+    [3, { tool_choice: 'required', parallel_tool_calls: false }],
+    [4, { tool_choice: { type: 'function', function: { name: 'book' } }, tools: [TIME_TOOL, BOOK] }]]) {
+    const r = await client.chat.completions.create(strictAsk(seed, extra));
+    assert.strictEqual(r.choices[0].finish_reason, 'tool_calls', `seed ${seed}: ${JSON.stringify(r.choices[0])}`);
+    const calls = callsOf(r);
+    if (extra.parallel_tool_calls === false || typeof extra.tool_choice === 'object') assert.strictEqual(calls.length, 1);
+    for (const c of calls) {
+      assert.strictEqual(c.function.name, 'book');
+      assert(validBook(JSON.parse(c.function.arguments)), `seed ${seed}: ${c.function.arguments}`);
+    }
+    console.log(`strict, seed ${seed}: ${calls.map((c) => c.function.name + c.function.arguments).join(' ')}`);
+  }
+  // auto: free text, and any call the model opens is valid
+  for (const seed of [5, 6]) {
+    const r = await client.chat.completions.create(strictAsk(seed, { tool_choice: 'auto', max_tokens: 40 }));
+    for (const c of callsOf(r)) assert(validBook(JSON.parse(c.function.arguments)), c.function.arguments);
+  }
+  // a strict tool whose schema the constraint cannot enforce: 400 naming it
+  await assert.rejects(client.chat.completions.create(ask('x', { tools: [{ type: 'function', function: {
+    name: 'grep', strict: true, parameters: { type: 'object', properties: { re: { type: 'string', pattern: '(?=a)' } } } } }] })),
+  (e) => e.status === 400 && /strict tool 'grep'/.test(e.message), 'a bad strict schema');
+  // Anthropic: strict tool use the same way
+  const ab = await ac.messages.create({ model, max_tokens: 600, temperature: 1, tool_choice: { type: 'any' },
+    tools: [{ name: 'book', strict: true, input_schema: BOOK.function.parameters }],
+    messages: [{ role: 'user', content: 'book a room' }] });
+  assert.strictEqual(ab.stop_reason, 'tool_use');
+  for (const b of ab.content.filter((x) => x.type === 'tool_use')) assert(validBook(b.input), JSON.stringify(b.input));
   await srv.stop();
 });
