@@ -161,14 +161,14 @@ run('server_tools', async () => {
   // strict tools: the arguments follow the schema even from random weights (free output is
   // noise), on every seed; tool_choice required, named, parallel_tool_calls false, auto
   const BOOK = { type: 'function', function: { name: 'book', strict: true, parameters: { type: 'object',
-    properties: { room: { enum: ['red', 'blue'] }, nights: { type: 'integer', enum: [1, 2, 3, 14] },
+    properties: { room: { enum: ['red', 'blue'] }, nights: { type: 'integer', minimum: 1, maximum: 30 },
       guest: { type: 'object', properties: { name: { type: 'string', maxLength: 6 }, vip: { type: 'boolean' } },
         required: ['name', 'vip'], additionalProperties: false },
       note: { type: 'string', maxLength: 8 } },
     required: ['room', 'nights', 'guest', 'note'], additionalProperties: false } } };
   const validBook = (a) => {
     const keys = (o) => Object.keys(o).sort().join();
-    return keys(a) === 'guest,nights,note,room' && ['red', 'blue'].includes(a.room) && [1, 2, 3, 14].includes(a.nights) &&
+    return keys(a) === 'guest,nights,note,room' && ['red', 'blue'].includes(a.room) && Number.isInteger(a.nights) && a.nights >= 1 && a.nights <= 30 &&
       typeof a.note === 'string' && [...a.note].length <= 8 && a.guest && typeof a.guest === 'object' &&
       keys(a.guest) === 'name,vip' && typeof a.guest.name === 'string' && [...a.guest.name].length <= 6 &&
       typeof a.guest.vip === 'boolean';
