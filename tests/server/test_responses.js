@@ -28,8 +28,10 @@ const SCRIPT = [
   { match: 'THINK_TEST', text: 'I should greet.</think>Hello there!' },
   { match: 'ALL_ITEMS', text: `Check it.</think>Let me check.\n\n<${D}tool_calls>\n<${D}invoke name="get_weather">\n` +
     `${P('city', 'true', 'Paris')}\n${P('days', 'false', '3')}\n</${D}invoke>\n</${D}tool_calls>` },
+  // (both calls valid under the strict tool: its arguments are constrained, script or not)
   { match: 'TWO_CALLS', text: `<${D}tool_calls>\n<${D}invoke name="get_weather">\n${P('city', 'true', 'Paris')}\n` +
-    `</${D}invoke>\n<${D}invoke name="get_weather">\n${P('city', 'true', 'Rome')}\n</${D}invoke>\n</${D}tool_calls>` },
+    `${P('days', 'false', '1')}\n</${D}invoke>\n<${D}invoke name="get_weather">\n${P('city', 'true', 'Rome')}\n` +
+    `${P('days', 'false', '2')}\n</${D}invoke>\n</${D}tool_calls>` },
   // a block that never closes
   { match: 'MALFORMED', text: `Hmm.\n\n<${D}tool_calls>\n<${D}invoke name="get_weather">\n<${D}parameter name="city" string="true">Par` },
 ];
@@ -184,7 +186,8 @@ run('server_responses', async () => {
   const tev = await events(client, two);
   assert.deepStrictEqual(fcDone(tev).map((e) => [e.output_index, e.item.call_id.split('_').pop()]), [[0, '0'], [1, '1']]);
   assert.deepStrictEqual(strip(tev[tev.length - 1].response).output, strip(tr).output);
-  const one = { ...two, parallel_tool_calls: false };
+  // (a tool that is not strict: a strict one would not let the script write a second call)
+  const one = { ...two, tools: [{ ...WEATHER, strict: false }], parallel_tool_calls: false };
   assert.deepStrictEqual(cities((await client.responses.create(one)).output), ['Paris']);
   const oev = await events(client, one);
   assert.deepStrictEqual(cities(oev[oev.length - 1].response.output), ['Paris']);
