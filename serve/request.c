@@ -133,6 +133,11 @@ void srv_req_end(srv_req *r, int end, int finish, const char *errmsg) {
     unlock_wake(r);
 }
 
+void srv_req_kick(srv_req *r) {
+    pthread_mutex_lock(&r->mu);
+    unlock_wake(r);
+}
+
 void srv_req_wait(srv_req *r, void (*fn)(void *), void *arg, int end_only) {
     r->wake = fn;
     r->wake_arg = arg;

@@ -108,4 +108,8 @@ void srv_req_end(srv_req *r, int end, int finish, const char *errmsg);
  * looks first, under the same hold). */
 void srv_req_wait(srv_req *r, void (*fn)(void *), void *arg, int end_only);
 
+/* HTTP side (the hang-up watcher), r->mu not held: calls the waiter's fn now, as a push
+ * would (a stream's, to write its probe); nothing when none waits. */
+void srv_req_kick(srv_req *r);
+
 #endif
