@@ -63,7 +63,7 @@ function hangUp(port, body) {
 }
 
 run('server_intake', async () => {
-  const srv = await start(['--max-context', '256', '--max-seqs', '1', '--hangup-check-ms', '2', '--max-body', '16M', '--no-warmup']);
+  const srv = await start(['--max-context', '256', '--hangup-check-ms', '2', '--max-body', '16M', '--no-warmup']);
   const m0 = await metrics(srv.url);
 
   // a 6 MB prompt (~0.3 s of tokenizing on the bench VM); /metrics, answered by the HTTP
@@ -99,27 +99,32 @@ run('server_intake', async () => {
   assert.match(hs.text, /data: \[DONE\]/, `the half-closed stream was cut: ${hs.text.slice(-200)}`);
   assert.strictEqual((await metrics(srv.url)).dsv4_requests_cancelled_total - m0.dsv4_requests_cancelled_total, 0);
 
-  // a stream queued behind a running request (--max-seqs 1: its headers and first event are
-  // sent, then it waits) whose client closes (an SDK's abort: a FIN, no reset) is cancelled
-  // while the request before it still runs, not at its own first token (the probe's reset)
-  const m2 = await metrics(srv.url);
-  let aDone = false;
-  const a = http(srv.url + '/v1/chat/completions', { body: chat('long one', { max_tokens: 160 }) })
-    .then((r) => { aDone = true; return r; });
-  while ((await metrics(srv.url)).dsv4_generated_tokens_total === m2.dsv4_generated_tokens_total && !aDone);
-  await new Promise((resolve, reject) => {
-    const b = Buffer.from(JSON.stringify(chat('aborted', { stream: true, max_tokens: 8 })));
-    const s = net.connect(srv.port, '127.0.0.1', () => s.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n` +
-      `Content-Type: application/json\r\nContent-Length: ${b.length}\r\n\r\n${b}`));
-    let got = '';
-    s.on('data', (d) => { got += d; if (got.includes('data:')) { s.destroy(); resolve(); } });
-    s.on('error', reject);
-  });
-  while ((await metrics(srv.url)).dsv4_requests_cancelled_total === m2.dsv4_requests_cancelled_total && !aDone);
-  assert(!aDone, 'the closed stream was cancelled only after the request before it ended');
-  const ra = await a;
-  assert.strictEqual(ra.status, 200, ra.body);
-  console.log(`closed queued stream cancelled while the request ahead ran (${ra.json.usage.completion_tokens} tokens)`);
+  // a stream queued behind a running request (a server of its own with --max-seqs 1: the
+  // stream's headers are sent, then it waits) whose client closes (an SDK's abort: a FIN, no
+  // reset) is cancelled while the request before it still runs, not at its own first token
+  // (the probe's reset)
+  {
+    const q = await start(['--max-context', '1024', '--max-seqs', '1', '--hangup-check-ms', '2', '--no-warmup']);
+    const m2 = await metrics(q.url);
+    let aDone = false;
+    const a = http(q.url + '/v1/chat/completions', { body: chat('long one', { max_tokens: 300, ignore_eos: true }) })
+      .then((r) => { aDone = true; return r; });
+    await new Promise((r) => setTimeout(r, 100));
+    await new Promise((resolve, reject) => {
+      const b = Buffer.from(JSON.stringify(chat('aborted', { stream: true, max_tokens: 8 })));
+      const s = net.connect(q.port, '127.0.0.1', () => s.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${b.length}\r\n\r\n${b}`));
+      let got = '';
+      s.on('data', (d) => { got += d; if (got.includes('\r\n\r\n')) { s.destroy(); resolve(); } });
+      s.on('error', reject);
+    });
+    while ((await metrics(q.url)).dsv4_requests_cancelled_total === m2.dsv4_requests_cancelled_total && !aDone);
+    assert(!aDone, 'the closed stream was cancelled only after the request before it ended');
+    const ra = await a;
+    assert.strictEqual(ra.status, 200, ra.body);
+    console.log(`closed queued stream cancelled while the request ahead ran (${ra.json.usage.completion_tokens} tokens)`);
+    await q.stop();
+  }
 
   // SIGTERM with prompts queued (the depth counts the one being tokenized): the queue drains
   // and the server exits 0; only the prompt being tokenized at the SIGTERM may get its 400,
