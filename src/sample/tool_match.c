@@ -449,28 +449,46 @@ int tm_state_free(const tm_state *st) { return st->phase == TP_FREE; }
 
 /* ---- the vocabulary walk ----------------------------------------------------------------- */
 
-int tm_walk_init(tm_walk *w, const json_vocab *v) {
+int tm_walk_init(tm_walk *w, const json_vocab *v, const dsv4_tokenizer *tok) {
     w->n_st = v->max_len + 1;
-    w->st = malloc((size_t)w->n_st * sizeof *w->st);
-    return w->st ? 0 : -1;
+    w->st = malloc((size_t)(w->n_st + 1) * sizeof *w->st);
+    w->close = NULL;
+    w->n_close = 0;
+    if (!w->st) return -1;
+    /* the ids that hold the whole closing tag (the fast path leaves them to tm_state_feed) */
+    for (int pass = 0; pass < 2; pass++) {
+        int n = 0;
+        for (int id = 0; id < v->V; id++) {
+            size_t len = 0;
+            const char *b = dsv4_tok_id_bytes(tok, id, &len);
+            if (!b || len < (size_t)PC_LEN || dsv4_tok_is_added(tok, id)) continue;
+            int hit = 0;
+            for (size_t i = 0; i + (size_t)PC_LEN <= len && !hit; i++) hit = !memcmp(b + i, PAR_CLOSE, (size_t)PC_LEN);
+            if (hit && pass) w->close[n] = id;
+            n += hit;
+        }
+        if (!pass && n && !(w->close = malloc((size_t)n * sizeof *w->close))) return -1;
+        w->n_close = n;
+    }
+    return 0;
 }
 
 void tm_walk_free(tm_walk *w) {
     free(w->st);
+    free(w->close);
     w->st = NULL;
+    w->close = NULL;
 }
 
 static void set_id(const json_vocab *v, uint64_t *bits, int32_t id) {
     for (; id >= 0; id = v->dup[id]) bits[id >> 6] |= 1ull << (id & 63);
 }
 
-long tm_mask(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state *st, uint64_t *bits) {
-    memcpy(&w->st[0], st, offsetof(tm_state, js));
-    if (st->phase == TP_VALUE) js_copy(&w->st[0].js, &st->js);
-    memset(bits, 0, (size_t)v->words * sizeof *bits);
-    const json_trie *tr = v->all;
+/* sets the ids of trie nodes tr[from..to) (whole subtrees) whose bytes can follow w->st[0] */
+static long walk(const tm_tools *t, const json_vocab *v, tm_walk *w, const json_trie *tr, int from, int to,
+                 uint64_t *bits) {
     long steps = 0;
-    for (int i = 0; i < v->n_all;) {
+    for (int i = from; i < to;) {
         const int d = tr[i].depth;
         steps++;
         if (tm_state_step(t, &w->st[d - 1], tr[i].byte, &w->st[d])) {
@@ -481,4 +499,66 @@ long tm_mask(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state 
         }
     }
     return steps;
+}
+
+static void load(tm_walk *w, const tm_state *st) {
+    memcpy(&w->st[0], st, offsetof(tm_state, js));
+    if (st->phase == TP_VALUE) js_copy(&w->st[0].js, &st->js);
+}
+
+static long mask_k0(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state *st, uint64_t *bits,
+                    const dsv4_tokenizer *tok);
+
+long tm_mask(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state *st, uint64_t *bits,
+             const dsv4_tokenizer *tok) {
+    if (st->phase != TP_VALUE || st->k == 0) return mask_k0(t, v, w, st, bits, tok);
+    /* k bytes of the closing tag pending: the ids that go on with it (its next byte first)
+     * step from st; all the others first flush the pending bytes into the value, so they
+     * step from the flushed state, k = 0 (its mask, fast where that is a plain string) */
+    const json_trie *tr = v->all;
+    const uint8_t next = (uint8_t)PAR_CLOSE[st->k];
+    int i = 0;
+    while (i < v->n_all && tr[i].byte != next) i = (int)tr[i].skip; /* the depth-1 nodes */
+    const int end = i < v->n_all ? (int)tr[i].skip : i;
+    long steps = 0;
+    tm_state *f = &w->st[w->n_st]; /* the flushed state (a slot of its own) */
+    memcpy(f, st, offsetof(tm_state, js));
+    f->k = 0;
+    if (feed_raw(t, st, &st->js, (const uint8_t *)PAR_CLOSE, st->k, &f->js)) {
+        steps += mask_k0(t, v, w, f, bits, tok);
+        for (int j = i; j < end; j++) /* the ids under `next` are st's: cleared here */
+            for (int32_t id = tr[j].tok; id >= 0; id = v->dup[id]) bits[id >> 6] &= ~(1ull << (id & 63));
+    } else {
+        memset(bits, 0, (size_t)v->words * sizeof *bits);
+    }
+    load(w, st);
+    if (i < end) steps += walk(t, v, w, tr, i, end, bits);
+    return steps;
+}
+
+static long mask_k0(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state *st, uint64_t *bits,
+                    const dsv4_tokenizer *tok) {
+    load(w, st);
+    int u;
+    if (st->phase == TP_VALUE && st->k == 0 && json_state_in_string(&st->js, &u)) {
+        /* Inside a plain string (raw or JSON): an id without '"', '\\' or a control byte
+         * stays in it exactly when its UTF-8 is valid from u (json_vocab's bitset), a '<' in
+         * it too (what follows is a prefix of the closing tag, pending, or the string's
+         * text); the ids with the whole closing tag end the value: stepped one by one, as
+         * the ids with a '"', '\\' or control byte are walked. */
+        memcpy(bits, v->safe + (size_t)u * (size_t)v->words, (size_t)v->words * sizeof *bits);
+        for (int i = 0; i < w->n_close; i++) bits[w->close[i] >> 6] &= ~(1ull << (w->close[i] & 63));
+        long steps = walk(t, v, w, v->spec, 0, v->n_spec, bits);
+        for (int i = 0; i < w->n_close; i++) {
+            size_t len = 0;
+            const uint8_t *b = (const uint8_t *)dsv4_tok_id_bytes(tok, w->close[i], &len);
+            int cur = 0;
+            if (tm_state_feed(t, w->st, &cur, b, len)) bits[w->close[i] >> 6] |= 1ull << (w->close[i] & 63);
+            load(w, st);
+            steps += (long)len;
+        }
+        return steps;
+    }
+    memset(bits, 0, (size_t)v->words * sizeof *bits);
+    return walk(t, v, w, v->all, 0, v->n_all, bits);
 }

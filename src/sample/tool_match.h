@@ -99,13 +99,17 @@ int tm_state_accepting(const tm_tools *t, const tm_state *st);
 int tm_state_free(const tm_state *st);
 
 typedef struct tm_walk {
-    tm_state *st;      /* (max_len + 1) */
+    tm_state *st;      /* (n_st + 1): the walk's states by depth, then a flushed state */
     int n_st;
+    int32_t *close;    /* (n_close) the ids whose bytes hold "</｜DSML｜parameter>" */
+    int n_close;
 } tm_walk;
-int tm_walk_init(tm_walk *w, const json_vocab *v);
+int tm_walk_init(tm_walk *w, const json_vocab *v, const dsv4_tokenizer *tok);
 void tm_walk_free(tm_walk *w);
 /* bits [words]: bit v set iff id v's bytes can follow st (trie ids only: no added token,
- * no EOS). Returns the trie nodes stepped. */
-long tm_mask(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state *st, uint64_t *bits);
+ * no EOS). Inside a plain string, json_vocab's in-string bitset and its small trie (the
+ * rest of the walk is the whole trie, pruned). Returns the trie nodes stepped. */
+long tm_mask(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state *st, uint64_t *bits,
+             const dsv4_tokenizer *tok);
 
 #endif

@@ -133,7 +133,7 @@ static int json_setup(dsv4_gen *g, const dsv4_tokenizer *tok, const dsv4_gen_par
     if (!g->jbits) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
     if (g->tools) {
         g->ts = malloc(2 * sizeof *g->ts);
-        if (!g->ts || tm_walk_init(&g->twalk, g->jv)) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
+        if (!g->ts || tm_walk_init(&g->twalk, g->jv, tok)) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
         tm_state_init(g->tools, &g->ts[0]);
         return DSV4_OK;
     }
@@ -234,7 +234,7 @@ static void json_apply(dsv4_gen *g) {
 static void tools_apply(dsv4_gen *g) {
     const tm_state *st = &g->ts[g->jcur];
     if (!tm_state_free(st)) {
-        tm_mask(g->tools, g->jv, &g->twalk, st, g->jbits);
+        tm_mask(g->tools, g->jv, &g->twalk, st, g->jbits, g->tok);
         bits_apply(g, tm_state_accepting(g->tools, st));
         return;
     }

@@ -26,7 +26,8 @@
     "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":12}," \
     "\"unit\":{\"enum\":[\"c\",\"f\"]},\"days\":{\"type\":\"integer\"}," \
     "\"where\":{\"type\":\"object\",\"properties\":{\"lat\":{\"type\":\"number\"},\"tag\":{\"type\":\"string\",\"maxLength\":4}}," \
-    "\"required\":[\"lat\"],\"additionalProperties\":false},\"note\":{\"type\":[\"string\",\"null\"],\"maxLength\":6}}," \
+    "\"required\":[\"lat\"],\"additionalProperties\":false},\"note\":{\"type\":[\"string\",\"null\"],\"maxLength\":6}," \
+    "\"memo\":{\"type\":\"string\"},\"meta\":{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"string\"}}}}," \
     "\"required\":[\"city\",\"unit\",\"days\",\"where\"],\"additionalProperties\":false}}}"
 #define CLOCK "{\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"strict\":true,\"parameters\":" \
     "{\"type\":\"object\",\"properties\":{\"zone\":{\"enum\":[\"utc\",\"cet\"]},\"label\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":10}}," \
@@ -158,48 +159,73 @@ static void test_refused(void) {
 /* ---- random walks ---- */
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
-static double mask_s, pick_s; /* where the time goes (printed, not asserted) */
-static long n_masks;
+static double mask_s, pick_s, cat_s[3]; /* where the time goes (printed, not asserted) */
+static long n_masks, cat_n[3];
 static double now(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec; }
 static uint64_t next_rand(void) {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return rng;
 }
 
-static int is_close(const tm_state *st, int32_t v) {
-    static const char close[] = "</" DS "parameter>";
-    size_t len;
-    const char *b = dsv4_tok_id_bytes(T, v, &len);
-    return st->phase == TP_VALUE && st->k + len <= sizeof close - 1 && !memcmp(b, close + st->k, len);
+static const char CLOSE[] = "</" DS "parameter>";
+static int32_t *closers, *structs; /* ids whose bytes occur in CLOSE; ids with a '"', '}', ']' or ',' */
+static int n_closers, n_structs;
+
+static void lists(void) {
+    closers = malloc((size_t)JV->V * sizeof *closers);
+    structs = malloc((size_t)JV->V * sizeof *structs);
+    for (int v = 0; v < JV->V; v++) {
+        size_t len;
+        const char *b = dsv4_tok_id_bytes(T, v, &len);
+        if (!b || !len || dsv4_tok_is_added(T, v)) continue;
+        int in = 0, st = 0;
+        for (size_t o = 0; o + len < sizeof CLOSE && !in; o++) in = !memcmp(b, CLOSE + o, len);
+        for (size_t i = 0; i < len && !st; i++) st = strchr("\"}],", b[i]) != NULL && b[i];
+        if (in) closers[n_closers++] = v;
+        if (st) structs[n_structs++] = v;
+    }
 }
 
-static int structural(int32_t v) {
+static int allowed(const uint64_t *bits, int32_t v) { return bits[v >> 6] >> (v & 63) & 1; }
+
+static int is_close(const tm_state *st, int32_t v) {
     size_t len;
     const char *b = dsv4_tok_id_bytes(T, v, &len);
-    for (size_t i = 0; i < len; i++)
-        if (strchr("\"}],", b[i])) return 1;
-    return 0;
+    return st->k + len <= sizeof CLOSE - 1 && !memcmp(b, CLOSE + st->k, len);
+}
+
+/* a random one of list[n] that is allowed and passes f (NULL: any); -1 if none */
+static int32_t pick_in(const tm_state *st, const uint64_t *bits, const int32_t *list, int n,
+                       int (*f)(const tm_state *, int32_t)) {
+    int m = 0;
+    for (int i = 0; i < n; i++) m += allowed(bits, list[i]) && (!f || f(st, list[i]));
+    if (!m) return -1;
+    int k = (int)(next_rand() % (uint64_t)m);
+    for (int i = 0; i < n; i++)
+        if (allowed(bits, list[i]) && (!f || f(st, list[i])) && k-- == 0) return list[i];
+    return -1;
 }
 
 /* a random allowed id; in a value, mostly one that heads for its end (a '<' where the
- * value may end, the next bytes of the closing tag), so that walks finish */
+ * value may end, the next bytes of the closing tag; else a '"', '}', ']' or ','), so that
+ * walks finish */
 static int32_t pick(const tm_state *st, const uint64_t *bits) {
-    int n = 0, nc = 0;
-    for (int v = 0; v < JV->V; v++)
-        if (bits[v >> 6] >> (v & 63) & 1) n++, nc += is_close(st, v);
-    if (!n) return -1;
-    if (!nc && st->phase == TP_VALUE && next_rand() % 2) { /* inside a JSON value: towards its end */
-        int ns = 0;
-        for (int v = 0; v < JV->V; v++)
-            if (bits[v >> 6] >> (v & 63) & 1) ns += structural(v);
-        int k = ns ? (int)(next_rand() % (uint64_t)ns) : -1;
-        for (int v = 0; v < JV->V && k >= 0; v++)
-            if ((bits[v >> 6] >> (v & 63) & 1) && structural(v) && k-- == 0) return v;
+    if (st->phase == TP_VALUE && next_rand() % 8) {
+        int32_t id = pick_in(st, bits, closers, n_closers, is_close);
+        if (id < 0 && next_rand() % 2) id = pick_in(st, bits, structs, n_structs, NULL);
+        if (id >= 0) return id;
     }
-    const int closing = nc && next_rand() % 4;
-    int k = (int)(next_rand() % (uint64_t)(closing ? nc : n));
-    for (int v = 0; v < JV->V; v++)
-        if ((bits[v >> 6] >> (v & 63) & 1) && (!closing || is_close(st, v)) && k-- == 0) return v;
+    int n = 0;
+    for (int w = 0; w < JV->words; w++) n += __builtin_popcountll(bits[w]);
+    if (!n) return -1;
+    int k = (int)(next_rand() % (uint64_t)n);
+    for (int w = 0; w < JV->words; w++) {
+        const int c = __builtin_popcountll(bits[w]);
+        if (k >= c) { k -= c; continue; }
+        uint64_t x = bits[w];
+        while (k--) x &= x - 1;
+        return w * 64 + __builtin_ctzll(x);
+    }
     return -1;
 }
 
@@ -250,20 +276,51 @@ static int walk(const char *tools, int mode, int single, const char *start, int 
     tm_tools *t = compile(tools, mode, single);
     if (!t) return 0;
     tm_walk w;
-    CHECK(tm_walk_init(&w, JV) == 0);
+    CHECK(tm_walk_init(&w, JV, T) == 0);
+    if (check_brute) printf("ids holding the whole closing tag: %d\n", w.n_close);
     tm_state *st = malloc(4 * sizeof *st);
     uint64_t *bits = malloc((size_t)JV->words * sizeof *bits), *bb = malloc((size_t)JV->words * sizeof *bits);
     char text[8192];
     size_t n = strlen(start);
     memcpy(text, start, n);
     tm_state_init(t, &st[0]);
-    int cur = 0, done = 0;
+    int cur = 0, done = 0, n_plain = 0, n_brute = 0;
     CHECK(tm_state_feed(t, st, &cur, (const uint8_t *)start, n));
-    for (int step = 0; step < 400 && !done; step++) {
+    if (check_brute) {
+        /* from inside strings too: a raw one, a JSON one, each near a '<', and in the closing
+         * tag (">" would end the JSON value inside its string: refused) */
+        static const char *const at[] = {"<" DS "parameter name=\"memo\" string=\"true\">a <b> </",
+                                         "<" DS "parameter name=\"meta\" string=\"false\">{\"k\": \"x</" DS,
+                                         "<" DS "parameter name=\"meta\" string=\"false\">{\"k\": \"x</" DS "parameter"};
+        for (int i = 0; i < 3; i++) {
+            for (int cut = 0; cut < 3; cut++) { /* the state, then 2 and 4 bytes back */
+                static const char *const head = "\n\n<" DS "tool_calls>\n<" DS "invoke name=\"get_weather\">\n";
+                tm_state *b = malloc(2 * sizeof *b);
+                tm_state_init(t, &b[0]);
+                int cb = 0;
+                const int len = (int)strlen(at[i]) - 2 * cut;
+                CHECK(tm_state_feed(t, b, &cb, (const uint8_t *)head, strlen(head)) &&
+                      tm_state_feed(t, b, &cb, (const uint8_t *)at[i], (size_t)len));
+                tm_mask(t, JV, &w, &b[cb], bits, T);
+                brute(t, &b[cb], bb, st + 2);
+                int diff = 0;
+                for (int k = 0; k < JV->words; k++) diff += __builtin_popcountll(bits[k] ^ bb[k]);
+                CHECK_MSG(diff == 0, "'%.*s': the mask differs from brute force in %d ids", len, at[i], diff);
+                free(b);
+            }
+        }
+    }
+    for (int step = 0; step < 800 && !done; step++) {
         double t0 = now();
-        tm_mask(t, JV, &w, &st[cur], bits);
-        mask_s += now() - t0, n_masks++;
-        if (check_brute && step % 12 == 3) {
+        tm_mask(t, JV, &w, &st[cur], bits, T);
+        const double dt = now() - t0;
+        mask_s += dt, n_masks++;
+        int u;
+        json_frame fr;
+        const int plain = st[cur].phase == TP_VALUE && st[cur].k == 0 && json_state_in_string(&st[cur].js, &u);
+        const int cat = plain ? 0 : st[cur].phase == TP_VALUE && json_state_in_cstr(&st[cur].js, &fr) ? 1 : 2;
+        cat_s[cat] += dt, cat_n[cat]++;
+        if (check_brute && ((step % 12 == 3 && n_brute++ < 6) || (plain && n_plain++ < 4))) {
             brute(t, &st[cur], bb, st + 2);
             int diff = 0;
             for (int k = 0; k < JV->words; k++) diff += __builtin_popcountll(bits[k] ^ bb[k]);
@@ -285,6 +342,7 @@ static int walk(const char *tools, int mode, int single, const char *start, int 
         n += len;
         CHECK(tm_state_feed(t, st, &cur, (const uint8_t *)b, len));
     }
+    if (!done) printf("walk not closed: ...%.*s\n", (int)(n < 300 ? n : 300), text + (n < 300 ? 0 : n - 300));
     if (done) {
         dsv4_parsed p;
         dsv4_err err = {0};
@@ -316,13 +374,18 @@ int main(void) {
     test_rules();
     test_refused();
     if (jv) {
+        lists();
         int done = 0;
         done += walk("[" WEATHER "," CLOCK "]", TM_REQUIRED, 0, "", 1);
-        for (int i = 0; i < 3; i++) done += walk("[" WEATHER "," CLOCK "]", TM_REQUIRED, i & 1, "", 0);
+        for (int i = 0; i < 2; i++) done += walk("[" WEATHER "," CLOCK "]", TM_REQUIRED, i & 1, "", 0);
         done += walk("[" WEATHER "]", TM_AUTO, 1, "Let me check.\n\n<" DS "tool_calls>", 0);
-        CHECK_MSG(done >= 4, "%d of 5 walks closed the block", done);
-        printf("walks: %ld masks, %.3f ms each; picks %.3f s\n", n_masks, 1e3 * mask_s / (double)n_masks, pick_s);
+        CHECK_MSG(done >= 3, "%d of 4 walks closed the block", done);
+        printf("walks: %ld masks, %.3f ms each (in plain strings %ld, %.3f ms; in constrained strings %ld, %.3f ms; "
+               "elsewhere %ld, %.3f ms); picks %.3f s\n", n_masks, 1e3 * mask_s / (double)n_masks,
+               cat_n[0], cat_n[0] ? 1e3 * cat_s[0] / (double)cat_n[0] : 0, cat_n[1], cat_n[1] ? 1e3 * cat_s[1] / (double)cat_n[1] : 0,
+               cat_n[2], cat_n[2] ? 1e3 * cat_s[2] / (double)cat_n[2] : 0, pick_s);
     }
+    free(closers), free(structs);
     json_vocab_free(jv);
     dsv4_tokenizer_free(tok);
     return test_report();
