@@ -113,6 +113,12 @@ void srv_req_set_tools(srv_req *r, char *tools, int mode, int single, int after_
 int srv_strict_tools(srv_req *r, const cJSON *tools, int tc, const char *name, int thinking, int single,
                      char *msg, size_t n) {
     if (!cJSON_IsArray(tools) || !tools->child || tc == SRV_TC_NONE) return 0;
+    /* no strict tool: nothing to constrain, and none of the strict compile's refusals (two
+     * tools of one name, a name DSML cannot write, over 1,024 tools) applies to the request */
+    int any_strict = 0;
+    for (const cJSON *t = tools->child; t && !any_strict; t = t->next)
+        any_strict = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "strict"));
+    if (!any_strict) return 0;
     cJSON *named = NULL;
     if (tc == SRV_TC_NAMED) {
         /* the named tool alone (srv_force_tool_call checked it is one of them) */
