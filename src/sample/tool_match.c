@@ -140,6 +140,14 @@ static int compile_strict(tm_tool *tt, const char *name, const cJSON *params, ds
         tt->all |= bit;
         if (p->required) tt->required |= bit;
         if (str_only(s, p->node, 0)) tt->str_only |= bit;
+        /* a value the block cannot carry: its text holds the closing tag (the parser would
+         * end it there); only enum / const values are checked (not patterns) */
+        for (int n = 0; n < s->n_lits; n++)
+            if (strstr(s->lits[n].text, PAR_CLOSE)) {
+                free(a);
+                return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "strict tool '%.100s': an enum or const value holds "
+                                 "\"%s\", which ends a parameter", name, PAR_CLOSE);
+            }
         js_init_at(s, p->node, &a[0]);
         if (json_state_step(s, &a[0], '"', &a[1])) tt->can_str |= bit;
     }

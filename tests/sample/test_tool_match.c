@@ -151,6 +151,8 @@ static void test_refused(void) {
     refused("[{\"type\":\"function\",\"function\":{\"name\":\"a\\\"b\"}}]", "cannot be written");
     refused("[" CLOCK "," CLOCK "]", "two tools");
     refused("{}", "array");
+    refused("[{\"type\":\"function\",\"function\":{\"name\":\"c\",\"strict\":true,\"parameters\":{\"type\":\"object\","
+            "\"properties\":{\"v\":{\"const\":\"</" DS "parameter>\"}},\"required\":[\"v\"]}}}]", "strict tool 'c': an enum");
     tm_tools *t = compile("[" FREE "]", TM_REQUIRED, 0);
     CHECK(t && !tm_any_strict(t));
     tm_free(t);
