@@ -519,9 +519,8 @@ static cJSON *echo_fields(const cJSON *j, int store) {
 static cJSON *conversation(srv *s, const cJSON *j, int *n_prev, int *status, char *msg) {
     const cJSON *in = cJSON_GetObjectItemCaseSensitive(j, "input");
     const char *prev = str_field(j, "previous_response_id");
-    const cJSON *pj = cJSON_GetObjectItemCaseSensitive(j, "previous_response_id");
     *status = 400;
-    if (pj && !cJSON_IsNull(pj) && !prev) { snprintf(msg, MSG, "'previous_response_id' must be a string"); return NULL; }
+    if (opt_type(j, "previous_response_id", 0, msg)) return NULL;
     if (!cJSON_IsString(in) && !cJSON_IsArray(in)) {
         snprintf(msg, MSG, "'input' must be a string or a list of items");
         return NULL;
