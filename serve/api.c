@@ -177,13 +177,17 @@ void srv_openai_error(srv_buf *b, int status, const char *msg) {
     const char *type = status == 401 ? "authentication_error"
                        : status == 404 ? "not_found_error"
                        : status >= 500 ? "server_error" : "invalid_request_error";
-    srv_openai_error_code(b, type, NULL, msg);
+    srv_openai_error_code(b, type, NULL, NULL, msg);
 }
 
-void srv_openai_error_code(srv_buf *b, const char *type, const char *code, const char *msg) {
+void srv_openai_error_code(srv_buf *b, const char *type, const char *param, const char *code,
+                           const char *msg) {
     srv_buf_puts(b, "{\"error\":{\"message\":");
     json_string(b, msg);
-    srv_buf_printf(b, ",\"type\":\"%s\",\"param\":null,\"code\":", type);
+    srv_buf_printf(b, ",\"type\":\"%s\",\"param\":", type);
+    if (param) srv_buf_printf(b, "\"%s\"", param);
+    else srv_buf_puts(b, "null");
+    srv_buf_puts(b, ",\"code\":");
     if (code) srv_buf_printf(b, "\"%s\"}}", code);
     else srv_buf_puts(b, "null}}");
 }

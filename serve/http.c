@@ -421,7 +421,7 @@ static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, const char *p
             srv_client_text(name, sizeof name, id + 1);
             snprintf(msg, sizeof msg, "The model `%s` does not exist or you do not have access to it.",
                      name);
-            srv_openai_error_code(&b, "invalid_request_error", "model_not_found", msg);
+            srv_openai_error_code(&b, "invalid_request_error", NULL, "model_not_found", msg);
             enum MHD_Result rc = send_json(s, c, 404, &b);
             srv_buf_free(&b);
             return rc;

@@ -1022,14 +1022,10 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     goto done;
 bad:
     if (status == PREV_NOT_FOUND) {
-        cJSON *e = cJSON_CreateObject(), *eo = cJSON_AddObjectToObject(e, "error");
-        cJSON_AddStringToObject(eo, "message", msg);
-        cJSON_AddStringToObject(eo, "type", "invalid_request_error");
-        cJSON_AddStringToObject(eo, "param", "previous_response_id");
-        cJSON_AddStringToObject(eo, "code", "previous_response_not_found");
         out->status = 400;
         srv_buf_free(&out->body);
-        srv_put_json(&out->body, e);
+        srv_openai_error_code(&out->body, "invalid_request_error", "previous_response_id",
+                              "previous_response_not_found", msg);
     } else {
         srv_reply_error(out, SRV_API_RESPONSES, status, msg);
     }
@@ -1066,6 +1062,6 @@ int srv_responses_lookup(srv *s, const char *method, const char *id, srv_buf *ou
     char msg[300], name[201];
     srv_client_text(name, sizeof name, id);
     snprintf(msg, sizeof msg, "Response with id '%s' not found.", name);
-    srv_openai_error_code(out, "invalid_request_error", NULL, msg);
+    srv_openai_error_code(out, "invalid_request_error", NULL, NULL, msg);
     return 404;
 }

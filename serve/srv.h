@@ -72,9 +72,10 @@ void srv_detokenize(srv *s, const char *body, size_t len, srv_reply *out);
 
 /* Error bodies in each API's shape. */
 void srv_openai_error(srv_buf *b, int status, const char *msg);
-/* OpenAI's error with its type and code (NULL: null) named, e.g. a model that is not
- * served: "invalid_request_error", "model_not_found" (404). */
-void srv_openai_error_code(srv_buf *b, const char *type, const char *code, const char *msg);
+/* OpenAI's error with its type, param and code (NULL: null) named, e.g. a model that is not
+ * served: "invalid_request_error", NULL, "model_not_found" (404). */
+void srv_openai_error_code(srv_buf *b, const char *type, const char *param, const char *code,
+                           const char *msg);
 void srv_anthropic_error(srv_buf *b, int status, const char *msg);
 
 /* ---- shared by the handlers (api.c) --------------------------------------------------- */
