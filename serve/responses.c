@@ -844,10 +844,11 @@ static void release_calls(srv_job *j, srv_buf *out, int n) {
     R->held = cJSON_CreateArray();
 }
 
-/* The held calls dropped (a malformed block, a failed answer): their output indexes go to
- * what follows. */
-static void drop_calls(srv_job *j) {
+/* The held calls, and an open one, dropped (a malformed block, a failed answer): their
+ * output indexes go to what follows. */
+static void drop_calls(srv_job *j, srv_buf *out) {
     struct srv_resp *R = j->resp;
+    if (R->open == OPEN_CALL) close_open(j, out);
     R->n_out -= cJSON_GetArraySize(R->held);
     cJSON_Delete(R->held);
     R->held = cJSON_CreateArray();  /* NULL (out of memory): cJSON's calls take it as empty */
@@ -933,8 +934,7 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
     }
     if (!r->end) return;
     if (r->end != SRV_END_FINISHED) {
-        if (R->open == OPEN_CALL) close_open(j, out);
-        drop_calls(j);
+        drop_calls(j, out);
         cJSON *o = ev("response.failed");
         cJSON_AddItemToObject(o, "response", response_object(s, j, "failed", cJSON_Duplicate(R->items, 1),
                                                               r->errmsg[0] ? r->errmsg : "cancelled"));
@@ -955,8 +955,7 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
             /* a malformed block: no call (those announced are dropped: their
              * output_item.done never went out); its raw text is a message, nothing is lost */
             const char *from = strstr(r->text, TOOLS_TAG);
-            if (R->open == OPEN_CALL) close_open(j, out);
-            drop_calls(j);
+            drop_calls(j, out);
             if (from) {
                 open_text(j, out, OPEN_MESSAGE);
                 cJSON *o = item_ev(j, "response.output_text.delta", "msg", 1);
