@@ -870,21 +870,23 @@ static void open_text(srv_job *j, srv_buf *out, int kind) {
     emit(j, out, o);
 }
 
+/* t[0, n) as a delta of the reasoning or message item, opened unless it is the open one. */
+static void text_delta(srv_job *j, srv_buf *out, int reasoning, const char *t, size_t n) {
+    open_text(j, out, reasoning ? OPEN_REASONING : OPEN_MESSAGE);
+    cJSON *o = item_ev(j, reasoning ? "response.reasoning_text.delta" : "response.output_text.delta",
+                       reasoning ? "rs" : "msg", 1);
+    cJSON_AddItemToObject(o, "delta", srv_json_str_n(t, n));
+    if (!reasoning) cJSON_AddArrayToObject(o, "logprobs");
+    emit(j, out, o);
+    srv_buf_put(&j->resp->text, t, n);
+}
+
 /* The reasoning and content of the text up to `upto` as deltas. */
 static void stream_text(srv_job *j, srv_buf *out, size_t upto, int done) {
-    struct srv_resp *R = j->resp;
     int part;
     size_t off, n;
-    while (srv_split_next(&j->split, j->r->text, upto, done, &part, &off, &n)) {
-        const int reasoning = part == SRV_PART_REASONING;
-        open_text(j, out, reasoning ? OPEN_REASONING : OPEN_MESSAGE);
-        cJSON *o = item_ev(j, reasoning ? "response.reasoning_text.delta" : "response.output_text.delta",
-                           reasoning ? "rs" : "msg", 1);
-        cJSON_AddItemToObject(o, "delta", srv_json_str_n(j->r->text + off, n));
-        if (!reasoning) cJSON_AddArrayToObject(o, "logprobs");
-        emit(j, out, o);
-        srv_buf_put(&R->text, j->r->text + off, n);
-    }
+    while (srv_split_next(&j->split, j->r->text, upto, done, &part, &off, &n))
+        text_delta(j, out, part == SRV_PART_REASONING, j->r->text + off, n);
 }
 
 /* Tool-call deltas in the chat's form (srv_tool_stream; taken) as function_call items and
@@ -956,14 +958,7 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
              * output_item.done never went out); its raw text is a message, nothing is lost */
             const char *from = strstr(r->text, TOOLS_TAG);
             drop_calls(j, out);
-            if (from) {
-                open_text(j, out, OPEN_MESSAGE);
-                cJSON *o = item_ev(j, "response.output_text.delta", "msg", 1);
-                cJSON_AddStringToObject(o, "delta", from);
-                cJSON_AddArrayToObject(o, "logprobs");
-                emit(j, out, o);
-                srv_buf_puts(&R->text, from);
-            }
+            if (from) text_delta(j, out, 0, from, strlen(from));
         }
         dsv4_parsed_free(&p);
     }
