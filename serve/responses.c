@@ -477,6 +477,12 @@ static int check_metadata(const cJSON *md, char *msg) {
     return 0;
 }
 
+/* e's field key, when null, becomes v (else v is freed): OpenAI's default. */
+static void default_field(cJSON *e, const char *key, cJSON *v) {
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, key))) cJSON_ReplaceItemInObjectCaseSensitive(e, key, v);
+    else cJSON_Delete(v);
+}
+
 /* The response object's fields that repeat the request (null when not given). */
 static cJSON *echo_fields(const cJSON *j, int store) {
     static const char *const keys[] = {"instructions", "max_output_tokens", "metadata",
@@ -488,23 +494,13 @@ static cJSON *echo_fields(const cJSON *j, int store) {
         cJSON_AddItemToObject(e, keys[i], x ? cJSON_Duplicate(x, 1) : cJSON_CreateNull());
     }
     /* OpenAI's defaults where the request gave none */
-    static const struct { const char *key; double v; } dflt[] = {{"temperature", 1}, {"top_p", 1}};
-    for (size_t i = 0; i < 2; i++)
-        if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, dflt[i].key)))
-            cJSON_ReplaceItemInObjectCaseSensitive(e, dflt[i].key, cJSON_CreateNumber(dflt[i].v));
-    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, "parallel_tool_calls")))
-        cJSON_ReplaceItemInObjectCaseSensitive(e, "parallel_tool_calls", cJSON_CreateTrue());
-    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, "tool_choice")))
-        cJSON_ReplaceItemInObjectCaseSensitive(e, "tool_choice", cJSON_CreateString("auto"));
-    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, "tools")))
-        cJSON_ReplaceItemInObjectCaseSensitive(e, "tools", cJSON_CreateArray());
-    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, "text"))) {
-        cJSON *t = cJSON_CreateObject();
-        cJSON_AddStringToObject(cJSON_AddObjectToObject(t, "format"), "type", "text");
-        cJSON_ReplaceItemInObjectCaseSensitive(e, "text", t);
-    }
-    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, "metadata")))
-        cJSON_ReplaceItemInObjectCaseSensitive(e, "metadata", cJSON_CreateObject());
+    default_field(e, "temperature", cJSON_CreateNumber(1));
+    default_field(e, "top_p", cJSON_CreateNumber(1));
+    default_field(e, "parallel_tool_calls", cJSON_CreateTrue());
+    default_field(e, "tool_choice", cJSON_CreateString("auto"));
+    default_field(e, "tools", cJSON_CreateArray());
+    default_field(e, "text", cJSON_Parse("{\"format\":{\"type\":\"text\"}}"));
+    default_field(e, "metadata", cJSON_CreateObject());
     cJSON_AddBoolToObject(e, "store", store);
     cJSON_AddStringToObject(e, "truncation", "disabled");
     return e;
