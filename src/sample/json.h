@@ -205,6 +205,8 @@ typedef struct json_state {
 void json_state_init(const dsv4_json_schema *s, json_state *st);
 /* dst = src advanced by byte c (dst != src). Returns 1 if alive, 0 if dead. */
 int json_state_step(const dsv4_json_schema *s, const json_state *src, uint8_t c, json_state *dst);
+/* dst = src, copying only the live stacks' frames (dst != src). */
+void json_state_copy(json_state *dst, const json_state *src);
 /* 1 when the bytes so far are one complete value (EOS may come now). */
 int json_state_accepting(const dsv4_json_schema *s, const json_state *st);
 /* Steps st[*cur] over n bytes, ping-pong with st[*cur ^ 1] (*cur then names the state after

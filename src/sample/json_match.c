@@ -478,6 +478,14 @@ int json_state_step(const dsv4_json_schema *s, const json_state *src, uint8_t c,
     return dst->n > 0;
 }
 
+void json_state_copy(json_state *dst, const json_state *src) {
+    dst->n = src->n;
+    for (int i = 0; i < src->n; i++) {
+        dst->depth[i] = src->depth[i];
+        memcpy(dst->f[i], src->f[i], (size_t)src->depth[i] * sizeof(json_frame));
+    }
+}
+
 int json_state_accepting(const dsv4_json_schema *s, const json_state *st) {
     for (int i = 0; i < st->n; i++) {
         const json_frame *t = &st->f[i][st->depth[i] - 1];

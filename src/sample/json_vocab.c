@@ -244,17 +244,9 @@ static long mask_cstr(const dsv4_json_schema *s, const json_vocab *v, json_walk 
     return steps;
 }
 
-static void copy_state(json_state *dst, const json_state *src) {
-    dst->n = src->n;
-    for (int i = 0; i < src->n; i++) {
-        dst->depth[i] = src->depth[i];
-        memcpy(dst->f[i], src->f[i], (size_t)src->depth[i] * sizeof(json_frame));
-    }
-}
-
 long json_mask(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, const json_state *st,
                uint64_t *bits) {
-    copy_state(&w->st[0], st);
+    json_state_copy(&w->st[0], st);
     int u;
     if (json_state_in_string(st, &u)) {
         memcpy(bits, v->safe + (size_t)u * (size_t)v->words, (size_t)v->words * sizeof *bits);
@@ -276,7 +268,7 @@ void json_mask_brute(const dsv4_json_schema *s, const dsv4_tokenizer *tok, const
         size_t len = 0;
         const char *b = dsv4_tok_id_bytes(tok, id, &len);
         if (!b || !len || dsv4_tok_is_added(tok, id)) continue;
-        copy_state(&a[0], st);
+        json_state_copy(&a[0], st);
         int cur = 0;
         if (json_state_feed(s, a, &cur, (const uint8_t *)b, len)) bits[id >> 6] |= 1ull << (id & 63);
     }

@@ -240,17 +240,9 @@ static const dsv4_json_schema *val_schema(const tm_tools *t, const tm_state *st)
     return st->prop >= 0 ? t->tools[st->tool].schema : t->any;
 }
 
-static void js_copy(json_state *dst, const json_state *src) {
-    dst->n = src->n;
-    for (int i = 0; i < src->n; i++) {
-        dst->depth[i] = src->depth[i];
-        memcpy(dst->f[i], src->f[i], (size_t)src->depth[i] * sizeof(json_frame));
-    }
-}
-
 /* out = in after n bytes (out may not be in); 0 once dead. n may be 0 (a copy). */
 static int js_feed(const dsv4_json_schema *s, const json_state *in, const uint8_t *b, int n, json_state *out) {
-    if (n == 0) { js_copy(out, in); return 1; }
+    if (n == 0) { json_state_copy(out, in); return 1; }
     if (n == 1) return json_state_step(s, in, b[0], out);
     json_state tmp;
     const json_state *src = in;
@@ -395,7 +387,7 @@ static int value_step(const tm_tools *t, const tm_state *src, uint8_t c, tm_stat
             return 1;
         }
         dst->k = (uint16_t)(k + 1);
-        js_copy(&dst->js, &src->js);
+        json_state_copy(&dst->js, &src->js);
         if (can_end(t, src, &src->js)) return 1;
         json_state a;
         return feed_raw(t, src, &src->js, pc, k + 1, &a);
@@ -511,7 +503,7 @@ static long walk(const tm_tools *t, const json_vocab *v, tm_walk *w, const json_
 
 static void load(tm_walk *w, const tm_state *st) {
     memcpy(&w->st[0], st, offsetof(tm_state, js));
-    if (st->phase == TP_VALUE) js_copy(&w->st[0].js, &st->js);
+    if (st->phase == TP_VALUE) json_state_copy(&w->st[0].js, &st->js);
 }
 
 static long mask_k0(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state *st, uint64_t *bits,
