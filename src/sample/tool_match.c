@@ -455,20 +455,17 @@ int tm_walk_init(tm_walk *w, const json_vocab *v, const dsv4_tokenizer *tok) {
     w->close = NULL;
     w->n_close = 0;
     if (!w->st) return -1;
-    /* the ids that hold the whole closing tag (the fast path leaves them to tm_state_feed) */
-    for (int pass = 0; pass < 2; pass++) {
-        int n = 0;
-        for (int id = 0; id < v->V; id++) {
-            size_t len = 0;
-            const char *b = dsv4_tok_id_bytes(tok, id, &len);
-            if (!b || len < (size_t)PC_LEN || dsv4_tok_is_added(tok, id)) continue;
-            int hit = 0;
-            for (size_t i = 0; i + (size_t)PC_LEN <= len && !hit; i++) hit = !memcmp(b + i, PAR_CLOSE, (size_t)PC_LEN);
-            if (hit && pass) w->close[n] = id;
-            n += hit;
-        }
-        if (!pass && n && !(w->close = malloc((size_t)n * sizeof *w->close))) return -1;
-        w->n_close = n;
+    /* the ids that hold the whole closing tag (the fast path leaves them to tm_state_feed):
+     * among those with a '>' (json_vocab.gt, in id order) */
+    if (v->n_gt && !(w->close = malloc((size_t)v->n_gt * sizeof *w->close))) return -1;
+    for (int k = 0; k < v->n_gt; k++) {
+        const int32_t id = v->gt[k];
+        size_t len = 0;
+        const char *b = dsv4_tok_id_bytes(tok, id, &len);
+        if (!b || len < (size_t)PC_LEN || dsv4_tok_is_added(tok, id)) continue;
+        int hit = 0;
+        for (size_t i = 0; i + (size_t)PC_LEN <= len && !hit; i++) hit = !memcmp(b + i, PAR_CLOSE, (size_t)PC_LEN);
+        if (hit) w->close[w->n_close++] = id;
     }
     return 0;
 }
