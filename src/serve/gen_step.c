@@ -216,7 +216,6 @@ void dsv4_gen_free(dsv4_gen *g) {
     free(g);
 }
 
-static int json_feed(dsv4_gen *g, const char *b, size_t n);
 static void tools_apply(dsv4_gen *g);
 static void bits_apply(dsv4_gen *g, int done);
 
