@@ -30,11 +30,14 @@ extern "C" {
 
 /* Test-only: scripted answers. A request whose prompt text contains match[i] produces
  * exactly text[i] (then EOS) instead of sampling, so tests exercise tool calls and
- * reasoning on random weights. */
+ * reasoning on random weights. error[i] (error NULL, or an entry NULL: none): after
+ * text[i] the request fails with that message as an engine error would end it (a
+ * failure mid-answer on demand; one process only). */
 typedef struct dsv4_server_script {
     int n;
     const char *const *match;  /* (n) */
     const char *const *text;   /* (n) */
+    const char *const *error;  /* (n) or NULL */
 } dsv4_server_script;
 
 typedef struct dsv4_server_opts {

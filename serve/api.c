@@ -271,6 +271,7 @@ srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *ou
         if (strstr(body, sc->match[i])) {
             r->forced = s->script_ids[i];
             r->n_forced = s->script_len[i];
+            r->forced_error = sc->error ? sc->error[i] : NULL;
             break;
         }
     /* a tokenizer larger than the model's head can make ids the engine would refuse in the

@@ -45,6 +45,9 @@ struct srv_req {
     const int32_t *forced;          /* test script: tokens to emit instead of sampling (after
                                      * the prefix), then EOS */
     int n_forced;
+    const char *forced_error;       /* test script: after the forced tokens the request fails
+                                     * with this message, as an engine error would end it,
+                                     * instead of EOS (one process only: not on the DP wire) */
     int32_t *forced_own;            /* the copy `forced` points at on a follower rank (owned) */
     double t_arrival;               /* seconds, monotonic */
     int home;                       /* the rank whose scheduler runs it (dp.h); 0 = this one */

@@ -81,10 +81,11 @@ static int parallel_opt(const char *v, void *dst, char *msg, size_t n) {
     return 0;
 }
 
-/* Test-only scripted answers: a JSON array of {"match": "...", "text": "..."}. The text
- * and strings live as long as the returned cJSON. */
+/* Test-only scripted answers: a JSON array of {"match": "...", "text": "..."[, "error":
+ * "..."]} (error: the request then fails with it). The strings live as long as the
+ * returned cJSON. */
 static cJSON *load_script(const char *path, dsv4_server_script *sc, const char **match,
-                          const char **text, int cap) {
+                          const char **text, const char **error, int cap) {
     char why[512];
     char *buf = cli_read_input(path, CLI_TEXT_LIMIT, NULL, why, sizeof why);
     cJSON *j = buf ? cJSON_Parse(buf) : NULL;
@@ -94,12 +95,18 @@ static cJSON *load_script(const char *path, dsv4_server_script *sc, const char *
     for (const cJSON *e = j->child; e && sc->n < cap; e = e->next) {
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "match");
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "text");
-        if (!cJSON_IsString(m) || !cJSON_IsString(t) || !*m->valuestring) { cJSON_Delete(j); return NULL; }
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(e, "error");
+        if (!cJSON_IsString(m) || !cJSON_IsString(t) || !*m->valuestring || (x && !cJSON_IsString(x))) {
+            cJSON_Delete(j);
+            return NULL;
+        }
         match[sc->n] = m->valuestring;
+        error[sc->n] = x ? x->valuestring : NULL;
         text[sc->n++] = t->valuestring;
     }
     sc->match = match;
     sc->text = text;
+    sc->error = error;
     return j;
 }
 
@@ -191,11 +198,11 @@ int cmd_serve(int argc, char **argv) {
     so.prefix_entries = prefix_entries ? prefix_entries : -1;
     cli_warn_threads("serve", so.threads);
     dsv4_server_script script = {0};
-    const char *match[64], *text[64];
+    const char *match[64], *text[64], *error[64];
     cJSON *script_json = NULL;
     if (script_path) {
-        if (!(script_json = load_script(script_path, &script, match, text, 64))) {
-            fprintf(stderr, "dsv4 serve: --test-script %s: not an array of {match, text}\n", script_path);
+        if (!(script_json = load_script(script_path, &script, match, text, error, 64))) {
+            fprintf(stderr, "dsv4 serve: --test-script %s: not an array of {match, text[, error]}\n", script_path);
             return 2;
         }
         so.script = &script;
