@@ -399,36 +399,42 @@ void srv_chat_free(srv_chat *c) {
     c->schema = NULL;
 }
 
+srv_job *srv_chat_submit_rendered(srv *s, const cJSON *j, srv_chat *c, int api, const char *body,
+                                  int n_logprobs, srv_reply *out) {
+    char msg[MSG];
+    srv_job *job = NULL;
+    srv_req *r = srv_req_new(c->ids.ids, (int)c->ids.n);
+    if (!r) { srv_reply_error(out, api, 500, "out of memory"); return NULL; }
+    if (srv_parse_sampling(s, j, r, "stop", msg, MSG)) goto bad;
+    if (srv_force_tool_call(s, r, c->tools, c->tc, c->tc_name, c->co.thinking, msg, MSG)) goto bad;
+    int parallel = 1;
+    if (srv_opt_bool(j, "parallel_tool_calls", &parallel, msg, MSG) < 0) goto bad;
+    if (srv_strict_tools(r, c->tools, c->tc, c->tc_name, c->co.thinking, !parallel, msg, MSG)) goto bad;
+    if (c->json) srv_req_set_json(r, c->schema, c->co.thinking);
+    c->schema = NULL;
+    r->gp.sample.n_logprobs = n_logprobs;
+    job = srv_submit(s, r, api, body, out);
+    if (job) {
+        job->thinking = c->co.thinking;
+        job->tools = c->tools != NULL;
+        srv_split_init(&job->split, c->co.thinking, c->tools != NULL);
+    }
+    return job;
+bad:
+    srv_reply_error(out, api, 400, msg);
+    srv_req_release(r);
+    srv_req_release(r);
+    return NULL;
+}
+
 srv_job *srv_chat_submit(srv *s, const cJSON *j, int api, const char *body, int n_logprobs,
                          srv_reply *out) {
     char msg[MSG];
     srv_chat c = {0};
-    srv_req *r = NULL;
     srv_job *job = NULL;
-    int rc = srv_openai_chat_prompt(s, j, &c, msg);
-    if (rc) goto bad;
-    if (!(r = srv_req_new(c.ids.ids, (int)c.ids.n))) { srv_reply_error(out, api, 500, "out of memory"); goto done; }
-    rc = 400;
-    if (srv_parse_sampling(s, j, r, "stop", msg, MSG)) goto bad;
-    if (srv_force_tool_call(s, r, c.tools, c.tc, c.tc_name, c.co.thinking, msg, MSG)) goto bad;
-    int parallel = 1;
-    if (srv_opt_bool(j, "parallel_tool_calls", &parallel, msg, MSG) < 0) goto bad;
-    if (srv_strict_tools(r, c.tools, c.tc, c.tc_name, c.co.thinking, !parallel, msg, MSG)) goto bad;
-    if (c.json) srv_req_set_json(r, c.schema, c.co.thinking);
-    c.schema = NULL;
-    r->gp.sample.n_logprobs = n_logprobs;
-    job = srv_submit(s, r, api, body, out);
-    r = NULL;
-    if (job) {
-        job->thinking = c.co.thinking;
-        job->tools = c.tools != NULL;
-        srv_split_init(&job->split, c.co.thinking, c.tools != NULL);
-    }
-    goto done;
-bad:
-    srv_reply_error(out, api, rc == 500 ? 500 : 400, msg);
-done:
-    if (r) { srv_req_release(r); srv_req_release(r); }
+    const int rc = srv_openai_chat_prompt(s, j, &c, msg);
+    if (rc) srv_reply_error(out, api, rc == 500 ? 500 : 400, msg);
+    else job = srv_chat_submit_rendered(s, j, &c, api, body, n_logprobs, out);
     srv_chat_free(&c);
     return job;
 }

@@ -134,6 +134,11 @@ void srv_chat_free(srv_chat *c);
  * turns its request into a chat request first) one path. */
 srv_job *srv_chat_submit(srv *s, const cJSON *j, int api, const char *body, int n_logprobs,
                          srv_reply *out);
+/* Its second half: the request j already rendered into c (srv_openai_chat_prompt), made and
+ * submitted (c stays the caller's to free; its schema is taken). /v1/responses renders
+ * first: truncation and the context check need the prompt's length. */
+srv_job *srv_chat_submit_rendered(srv *s, const cJSON *j, srv_chat *c, int api, const char *body,
+                                  int n_logprobs, srv_reply *out);
 /* Gives r the schema text (taken) as its constraint; after_think: thinking mode. */
 void srv_req_set_json(srv_req *r, char *schema, int after_think);
 /* strict tool calls: r's gp.tools (owning text), mode DSV4_TOOLS_* */
