@@ -354,7 +354,7 @@ static const struct route {
     {"/v1/messages", "POST", srv_anthropic_messages, SRV_API_MESSAGES, 0},
     {"/v1/messages/count_tokens", "POST", srv_anthropic_count_tokens, SRV_API_MESSAGES, 0},
     {"/v1/responses", "POST", srv_responses_create, SRV_API_RESPONSES, 0},
-    {"/v1/responses/*", "GET", NULL, SRV_API_RESPONSES, 0},     /* a stored response */
+    {"/v1/responses/*", "GET", NULL, SRV_API_RESPONSES, 0},     /* a stored response, its input_items */
     {"/v1/responses/*", "DELETE", NULL, SRV_API_RESPONSES, 0},
     {"/tokenize", "POST", srv_tokenize, SRV_API_CHAT, 0},
     {"/detokenize", "POST", srv_detokenize, SRV_API_CHAT, 0},
@@ -408,7 +408,12 @@ static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, const char *p
     }
     srv_buf b = {0};
     if (!strncmp(path, "/v1/responses/", 14)) {  /* the store: a lock and a copy */
-        const int status = srv_responses_lookup(s, method, path + 14, &b);
+        const srv_list_query q = {
+            MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after"),
+            MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before"),
+            MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit"),
+            MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order")};
+        const int status = srv_responses_lookup(s, method, path + 14, &q, &b);
         enum MHD_Result rc = send_json(s, c, status, &b);
         srv_buf_free(&b);
         return rc;

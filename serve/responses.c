@@ -1,5 +1,5 @@
 /* responses.c — OpenAI's Responses API: POST /v1/responses, GET and DELETE
- * /v1/responses/{id}.
+ * /v1/responses/{id}, GET /v1/responses/{id}/input_items.
  *
  * A request is turned into a chat request (its input items, and the stored conversation
  * of previous_response_id, as OpenAI-style messages; tools, tool_choice, text.format,
@@ -8,7 +8,9 @@
  * structured output, so its usage is the chat's for the same conversation. The answer is
  * split as the chat stream splits it (srv_split, srv_tool_stream) into output items:
  * reasoning, a message with one output_text part, function calls; a stream sends them as
- * OpenAI's typed events, each with its sequence_number.
+ * OpenAI's typed events, each with its sequence_number. An answer the engine fails midway is
+ * a failed response (the stream closes its open items first, then response.failed).
+ * truncation "auto" drops the conversation's oldest items until its prompt leaves room.
  *
  * store (default true, as OpenAI's): a finished response is kept in the server's store
  * (srv_rstore, an LRU under --responses-store-bytes) as its response object and its
@@ -28,11 +30,16 @@
 /* ---- the store ------------------------------------------------------------------------- */
 
 #define RS_BUCKETS 1024
+/* One entry takes at most this share of the byte cap: a huge conversation is not kept
+ * rather than evicting every other (the store then holds at least this many of the
+ * largest; at the default 64 MiB an entry of 8 MiB still holds a 1M-token context's text). */
+#define RS_ENTRY_SHARE 8
 
 typedef struct rs_entry {
     char *id;
     char *resp;                    /* the response object's JSON text */
     char *conv;                    /* its conversation: a JSON array of items */
+    int n_in;                      /* conv's first n_in items were its input (input_items) */
     size_t bytes;
     struct rs_entry *prev, *next;  /* most recently used first */
     struct rs_entry *hnext;        /* in its bucket */
@@ -107,9 +114,10 @@ static void rs_drop(srv_rstore *st, rs_entry **link) {
     rs_entry_free(e);
 }
 
-/* Keeps (id, resp, conv), taking the two texts; the least recently used go until it fits.
- * One larger than the cap is not kept. */
-static void rs_put(srv_rstore *st, const char *id, char *resp, char *conv) {
+/* Keeps (id, resp, conv, n_in), taking the two texts; the least recently used go until it
+ * fits. One larger than the cap's RS_ENTRY_SHARE-th part is not kept (an older one of that
+ * id goes all the same: it is not this response). */
+static void rs_put(srv_rstore *st, const char *id, char *resp, char *conv, int n_in) {
     rs_entry *e = calloc(1, sizeof *e);
     if (!e || !(e->id = strdup(id))) {
         free(e);
@@ -119,11 +127,12 @@ static void rs_put(srv_rstore *st, const char *id, char *resp, char *conv) {
     }
     e->resp = resp;
     e->conv = conv;
+    e->n_in = n_in;
     e->bytes = sizeof *e + strlen(id) + strlen(resp) + strlen(conv) + 3;
     pthread_mutex_lock(&st->mu);
     rs_entry **l = rs_link(st, id);
     if (*l) rs_drop(st, l);
-    if (e->bytes > st->cap) {
+    if (e->bytes > st->cap / RS_ENTRY_SHARE) {
         pthread_mutex_unlock(&st->mu);
         rs_entry_free(e);
         return;
@@ -136,9 +145,10 @@ static void rs_put(srv_rstore *st, const char *id, char *resp, char *conv) {
     pthread_mutex_unlock(&st->mu);
 }
 
-/* A copy of id's response object (conv = 0) or conversation (1), the entry made the most
- * recently used; NULL when there is none (or out of memory: *oom = 1). */
-static char *rs_get(srv_rstore *st, const char *id, int conv, int *oom) {
+/* A copy of id's response object (conv = 0) or conversation (1; *n_in: its input items,
+ * when n_in is not NULL), the entry made the most recently used; NULL when there is none
+ * (or out of memory: *oom = 1). */
+static char *rs_get(srv_rstore *st, const char *id, int conv, int *n_in, int *oom) {
     char *t = NULL;
     *oom = 0;
     pthread_mutex_lock(&st->mu);
@@ -147,6 +157,7 @@ static char *rs_get(srv_rstore *st, const char *id, int conv, int *oom) {
         lru_unlink(st, e);
         lru_front(st, e);
         if (!(t = strdup(conv ? e->conv : e->resp))) *oom = 1;
+        if (n_in) *n_in = e->n_in;
     }
     pthread_mutex_unlock(&st->mu);
     return t;
@@ -316,8 +327,10 @@ static int item_message(const cJSON *x, int k, cJSON *msgs, char **reasoning, ch
 }
 
 /* The conversation's items as messages, after the instructions (a system message). Its first
- * n_prev items are the stored ones: an error names the client's input[k - n_prev]. */
-static cJSON *conv_messages(const cJSON *conv, int n_prev, const char *instructions, char *msg) {
+ * n_prev items are the stored ones: an error names the client's input[k - n_prev]. src
+ * (room for the items + 1): the item that made each message (its index in conv; -1: the
+ * instructions), for the chat path's errors. */
+static cJSON *conv_messages(const cJSON *conv, int n_prev, const char *instructions, int *src, char *msg) {
     cJSON *msgs = cJSON_CreateArray();
     char *reasoning = NULL;
     int k = -n_prev;
@@ -326,13 +339,17 @@ static cJSON *conv_messages(const cJSON *conv, int n_prev, const char *instructi
         cJSON_AddStringToObject(m, "role", "system");
         cJSON_AddStringToObject(m, "content", instructions);
         cJSON_AddItemToArray(msgs, m);
+        src[0] = -1;
     }
-    for (const cJSON *x = conv->child; x; x = x->next, k++)
+    for (const cJSON *x = conv->child; x; x = x->next, k++) {
+        const int n = cJSON_GetArraySize(msgs);
         if (item_message(x, k, msgs, &reasoning, msg)) {
             cJSON_Delete(msgs);
             msgs = NULL;
             break;
         }
+        if (cJSON_GetArraySize(msgs) > n) src[n] = k + n_prev;
+    }
     free(reasoning);
     return msgs;
 }
@@ -483,8 +500,17 @@ static void default_field(cJSON *e, const char *key, cJSON *v) {
     else cJSON_Delete(v);
 }
 
+/* truncation: "disabled" (the default: an input over the context is a 400) or "auto". */
+static int truncation(const cJSON *j, int *is_auto, char *msg) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "truncation");
+    *is_auto = cJSON_IsString(t) && !strcmp(t->valuestring, "auto");
+    if (!t || cJSON_IsNull(t) || *is_auto || (cJSON_IsString(t) && !strcmp(t->valuestring, "disabled"))) return 0;
+    snprintf(msg, MSG, "'truncation' must be \"auto\" or \"disabled\"");
+    return -1;
+}
+
 /* The response object's fields that repeat the request (null when not given). */
-static cJSON *echo_fields(const cJSON *j, int store) {
+static cJSON *echo_fields(const cJSON *j, int store, int trunc_auto) {
     static const char *const keys[] = {"instructions", "max_output_tokens", "metadata",
                                        "parallel_tool_calls", "previous_response_id", "reasoning",
                                        "temperature", "text", "tool_choice", "tools", "top_p", "user"};
@@ -502,7 +528,7 @@ static cJSON *echo_fields(const cJSON *j, int store) {
     default_field(e, "text", cJSON_Parse("{\"format\":{\"type\":\"text\"}}"));
     default_field(e, "metadata", cJSON_CreateObject());
     cJSON_AddBoolToObject(e, "store", store);
-    cJSON_AddStringToObject(e, "truncation", "disabled");
+    cJSON_AddStringToObject(e, "truncation", trunc_auto ? "auto" : "disabled");
     return e;
 }
 
@@ -524,7 +550,7 @@ static cJSON *conversation(srv *s, const cJSON *j, int *n_prev, int *status, cha
     cJSON *conv = NULL;
     if (prev) {
         int oom = 0;
-        char *t = rs_get(s->rstore, prev, 1, &oom);
+        char *t = rs_get(s->rstore, prev, 1, NULL, &oom);
         if (!t) {
             char name[201];
             srv_client_text(name, sizeof name, prev);
@@ -551,15 +577,16 @@ static cJSON *conversation(srv *s, const cJSON *j, int *n_prev, int *status, cha
     return conv;
 }
 
-/* The chat request of a Responses request j (conv: its conversation). NULL with a message. */
-static cJSON *chat_request(srv *s, const cJSON *j, const cJSON *conv, int n_prev, char *msg) {
+/* The chat request of a Responses request j (conv: its conversation; src: conv_messages').
+ * NULL with a message. */
+static cJSON *chat_request(srv *s, const cJSON *j, const cJSON *conv, int n_prev, int *src, char *msg) {
     static const char *const sampling[] = {"temperature", "top_p", "top_k", "min_p", "seed",
                                            "presence_penalty", "frequency_penalty", "repetition_penalty"};
     cJSON *chat = cJSON_CreateObject();
     double mo = 0;
     int k;
     if (opt_type(j, "instructions", 0, msg)) goto bad;
-    cJSON *msgs = conv_messages(conv, n_prev, str_field(j, "instructions"), msg);
+    cJSON *msgs = conv_messages(conv, n_prev, str_field(j, "instructions"), src, msg);
     if (!msgs) goto bad;
     cJSON_AddItemToObject(chat, "messages", msgs);
     if (!msgs->child) { snprintf(msg, MSG, "'input' holds no message"); goto bad; }
@@ -579,6 +606,148 @@ static cJSON *chat_request(srv *s, const cJSON *j, const cJSON *conv, int n_prev
 bad:
     cJSON_Delete(chat);
     return NULL;
+}
+
+/* ---- request: the prompt, its terms, truncation ----------------------------------------- */
+
+/* The chat path's field names in the Responses request's terms (a message's prefix). */
+static const char *const kTerms[][2] = {
+    {"'response_format.json_schema.schema'", "'text.format.schema'"},
+    {"'response_format.json_schema.strict'", "'text.format.strict'"},
+    {"'response_format.json_schema'", "'text.format'"},
+    {"'response_format'", "'text.format'"},
+    {"'max_tokens'", "'max_output_tokens'"},
+    {"'messages'", "'input'"},
+};
+
+/* msg, an error of the chat path, in the Responses request's terms: "messages[K]" becomes
+ * the item that made message K (src: conv_messages'; shift 1: a system message carrying
+ * text.format went in front of them), a chat field its Responses name. */
+static void responses_terms(char *msg, const int *src, int n_msgs, int n_prev, int shift) {
+    char t[MSG];
+    const char *rest = NULL;
+    int k = 0;
+    t[0] = 0;
+    if (!strncmp(msg, "messages[", 9)) {
+        char *end;
+        const long m = strtol(msg + 9, &end, 10) - shift;
+        if (*end != ']' || m >= n_msgs) return;
+        rest = end + 1;
+        if (m < 0) snprintf(t, sizeof t, "text.format");
+        else if (src[m] < 0) snprintf(t, sizeof t, "instructions");
+        else if (src[m] >= n_prev) snprintf(t, sizeof t, "input[%d]", src[m] - n_prev);
+        else snprintf(t, sizeof t, "previous_response_id's conversation[%d]", src[m]);
+    }
+    for (size_t i = 0; !rest && i < sizeof kTerms / sizeof kTerms[0]; i++)
+        if (!strncmp(msg, kTerms[i][0], strlen(kTerms[i][0]))) {
+            rest = msg + strlen(kTerms[i][0]);
+            snprintf(t, sizeof t, "%s", kTerms[i][1]);
+        }
+    if (!rest) return;
+    k = (int)strlen(t);
+    snprintf(t + k, sizeof t - (size_t)k, "%s", rest);
+    snprintf(msg, MSG, "%s", t);
+}
+
+static const char *item_type(const cJSON *x) {
+    const char *t = str_field(x, "type");
+    return t ? t : "message";
+}
+
+/* A system or developer message: instructions, never dropped by truncation. */
+static int instruction_item(const cJSON *x) {
+    const char *r = str_field(x, "role");
+    return !strcmp(item_type(x), "message") && r && (!strcmp(r, "system") || !strcmp(r, "developer"));
+}
+
+/* j's chat request for conv (its first n_prev items the stored ones) into *chat, rendered
+ * into c (both replaced). 0, or 400 / 500 with a message in the Responses request's terms. */
+static int render(srv *s, const cJSON *j, const cJSON *conv, int n_prev, cJSON **chat, srv_chat *c,
+                  char *msg) {
+    cJSON_Delete(*chat);
+    srv_chat_free(c);
+    memset(c, 0, sizeof *c);
+    int *src = malloc(((size_t)cJSON_GetArraySize(conv) + 1) * sizeof *src);
+    if (!src) { *chat = NULL; snprintf(msg, MSG, "out of memory"); return 500; }
+    if (!(*chat = chat_request(s, j, conv, n_prev, src, msg))) { free(src); return 400; }
+    const int rc = srv_openai_chat_prompt(s, *chat, c, msg);
+    if (rc) {
+        const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(*chat, "messages");
+        const cJSON *rf = cJSON_GetObjectItemCaseSensitive(*chat, "response_format");
+        const char *fty = str_field(rf, "type");
+        int shift = fty && strcmp(fty, "text");  /* srv_messages_with_format's own message */
+        for (const cJSON *m = msgs->child; m; m = m->next) {
+            const char *r = str_field(m, "role");
+            if (r && (!strcmp(r, "system") || !strcmp(r, "developer"))) shift = 0;
+        }
+        responses_terms(msg, src, cJSON_GetArraySize(msgs), n_prev, shift);
+    }
+    free(src);
+    return rc;
+}
+
+/* *status of an input over the context (truncation disabled, or nothing left to drop): a
+ * 400 with OpenAI's code */
+#define TOO_LONG 4002
+
+static int too_long(srv *s, const srv_chat *c, int truncated, char *msg) {
+    snprintf(msg, MSG, "the input renders to %lld tokens (instructions, tools and items%s) and this "
+             "server's context is %lld: no room to generate%s", (long long)c->ids.n,
+             truncated ? ", the items truncation may drop dropped" : "", (long long)s->o.max_context,
+             truncated ? "" : " (truncation \"auto\" drops the conversation's oldest items to fit)");
+    return TOO_LONG;
+}
+
+/* conv without the items at pos[0, k) (ascending indexes) into *cut, *np its stored items
+ * left of n_prev, rendered as render does. */
+static int render_cut(srv *s, const cJSON *j, const cJSON *conv, int n_prev, const int *pos, int k,
+                      cJSON **cut, int *np, cJSON **chat, srv_chat *c, char *msg) {
+    cJSON_Delete(*cut);
+    *cut = cJSON_Duplicate(conv, 1);
+    for (int i = k - 1; *cut && i >= 0; i--) cJSON_DeleteItemFromArray(*cut, pos[i]);
+    if (!*cut) { snprintf(msg, MSG, "out of memory"); return 500; }
+    *np = n_prev;
+    for (int i = 0; i < k; i++) *np -= pos[i] < n_prev;
+    return render(s, j, *cut, *np, chat, c, msg);
+}
+
+/* truncation "auto" for a conversation whose prompt leaves no room: the fewest whole items
+ * dropped from its start (never a system or developer message; a cut leaves no
+ * function_call_output first without its call, and keeps the last item) for the prompt to
+ * leave room, found by bisection (dropping more never lengthens it). *conv, *n_prev, *chat
+ * and c become the cut conversation's. 0, or a status with a message. */
+static int truncate_conv(srv *s, const cJSON *j, cJSON **conv, int *n_prev, cJSON **chat, srv_chat *c,
+                         char *msg) {
+    const int n = cJSON_GetArraySize(*conv);
+    int *pos = malloc(((size_t)n + 1) * sizeof *pos), *cuts = malloc(((size_t)n + 1) * sizeof *cuts);
+    int nd = 0, nc = 0, rc = 0, k = 0, np = 0;
+    cJSON *cut = NULL;
+    if (!pos || !cuts) { rc = 500; snprintf(msg, MSG, "out of memory"); goto done; }
+    for (const cJSON *x = (*conv)->child; x; x = x->next, k++)
+        if (!instruction_item(x)) pos[nd++] = k;
+    for (int i = 1; i < nd; i++)
+        if (strcmp(item_type(cJSON_GetArrayItem(*conv, pos[i])), "function_call_output")) cuts[nc++] = i;
+    int lo = 0, hi = nc - 1, best = -1, last = -1;
+    while (lo <= hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if ((rc = render_cut(s, j, *conv, *n_prev, pos, cuts[mid], &cut, &np, chat, c, msg))) goto done;
+        last = mid;
+        if ((int64_t)c->ids.n < s->o.max_context) { best = mid; hi = mid - 1; }
+        else lo = mid + 1;
+    }
+    /* none fits: c holds the most cut (the last tried), or nothing could be dropped */
+    if (best < 0) { rc = too_long(s, c, 1, msg); goto done; }
+    if (last != best && (rc = render_cut(s, j, *conv, *n_prev, pos, cuts[best], &cut, &np, chat, c, msg)))
+        goto done;
+    cJSON_Delete(*conv);
+    *conv = cut;
+    cut = NULL;
+    *n_prev = np;
+done:
+    cJSON_Delete(cut);
+    free(pos);
+    free(cuts);
+    return rc;
 }
 
 /* ---- answer: output items, the response object ------------------------------------------- */
@@ -666,6 +835,18 @@ static cJSON *usage_json(const srv_job *j) {
 
 static int incomplete(const srv_req *r) { return r->end && r->finish == DSV4_FINISH_LENGTH; }
 
+/* The error of an answer that ended without finishing (an engine error, cancelled), or NULL. */
+static const char *failure(const srv_req *r) {
+    if (!r->end || r->end == SRV_END_FINISHED) return NULL;
+    return r->errmsg[0] ? r->errmsg : "cancelled";
+}
+
+/* An output item's status at its end: incomplete when the answer was cut short
+ * (max_output_tokens) or failed. */
+static const char *item_status(const srv_req *r) {
+    return incomplete(r) || failure(r) ? "incomplete" : "completed";
+}
+
 /* The response object: status, output (taken; NULL: empty), usage once ended. */
 static cJSON *response_object(srv *s, const srv_job *j, const char *status, cJSON *output,
                               const char *error) {
@@ -694,27 +875,52 @@ static cJSON *response_object(srv *s, const srv_job *j, const char *status, cJSO
     return o;
 }
 
-/* The finished response (output taken): kept in the store when asked, returned. */
+/* The conversation's items that have no id (this request's input, unless the client gave
+ * them one) get one, for input_items' cursors: <prefix>_<the response's>_in<k>. */
+static void input_ids(const srv_job *j, cJSON *conv) {
+    static const char *const prefix[][2] = {{"message", "msg"}, {"function_call", "fc"},
+                                            {"function_call_output", "fco"}, {"reasoning", "rs"}};
+    int k = 0;
+    for (cJSON *x = conv->child; x; x = x->next, k++) {
+        if (str_field(x, "id")) continue;
+        const char *p = "item", *t = item_type(x);
+        for (size_t i = 0; i < sizeof prefix / sizeof prefix[0]; i++)
+            if (!strcmp(t, prefix[i][0])) p = prefix[i][1];
+        char id[96];
+        snprintf(id, sizeof id, "%s_%s_in%d", p, j->id + strlen("resp_"), k);
+        cJSON_DeleteItemFromObjectCaseSensitive(x, "id");
+        cJSON_AddStringToObject(x, "id", id);
+    }
+}
+
+/* The ended response (output taken): completed, incomplete or failed (with its error); kept
+ * in the store when asked, returned. */
 static cJSON *finish(srv *s, srv_job *j, cJSON *output) {
-    cJSON *o = response_object(s, j, incomplete(j->r) ? "incomplete" : "completed", output, NULL);
+    const char *err = failure(j->r);
+    cJSON *o = response_object(s, j, err ? "failed" : incomplete(j->r) ? "incomplete" : "completed", output, err);
     if (!j->resp->store) return o;
     cJSON *conv = cJSON_Duplicate(j->resp->conv, 1);
+    const int n_in = cJSON_GetArraySize(conv);
+    if (conv) input_ids(j, conv);
     for (const cJSON *x = output ? output->child : NULL; conv && x; x = x->next)
         cJSON_AddItemToArray(conv, cJSON_Duplicate(x, 1));
     char *ct = conv ? cJSON_PrintUnformatted(conv) : NULL;
     char *rt = ct ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(conv);
-    if (ct && rt) rs_put(s->rstore, j->id, rt, ct);  /* else not kept (out of memory) */
+    if (ct && rt) rs_put(s->rstore, j->id, rt, ct, n_in);  /* else not kept (out of memory) */
     else { free(ct); free(rt); }
     return o;
 }
 
 static void responses_final(srv *s, srv_job *j, srv_buf *out, int *status) {
     srv_req *r = j->r;
-    if (srv_final_error(j, out, status)) return;
+    /* cancelled (the shutdown's deadline): the HTTP error (503); an engine error: a failed
+     * response (what the answer held, its items incomplete), as the stream ends */
+    if (r->end == SRV_END_CANCELLED && srv_final_error(j, out, status)) return;
+    const int failed = failure(r) != NULL;
     dsv4_parsed p;
     srv_parse_answer(j, &p);
-    const char *st = incomplete(r) ? "incomplete" : "completed";
+    const char *st = item_status(r);
     cJSON *output = cJSON_CreateArray();
     int k = 0;
     if (p.reasoning && *p.reasoning) cJSON_AddItemToArray(output, reasoning_item(j, k++, p.reasoning));
@@ -729,11 +935,12 @@ static void responses_final(srv *s, srv_job *j, srv_buf *out, int *status) {
         if (head) cJSON_AddItemToArray(output, message_item(j, k++, head, st));
         free(head);
         cJSON_AddItemToArray(output, message_item(j, k++, raw, st));
-    } else if (*p.content || !p.n_calls) {
+    } else if (*p.content || (!p.n_calls && !failed)) {
         cJSON_AddItemToArray(output, message_item(j, k++, p.content, st));
     }
     for (int i = 0; i < p.n_calls && i < j->resp->n_calls; i++)
-        cJSON_AddItemToArray(output, call_item(j, k++, i, p.calls[i].name, p.calls[i].arguments, "completed"));
+        cJSON_AddItemToArray(output, call_item(j, k++, i, p.calls[i].name, p.calls[i].arguments,
+                                               failed ? "incomplete" : "completed"));
     dsv4_parsed_free(&p);
     *status = 200;
     srv_put_json(out, finish(s, j, output));
@@ -791,7 +998,7 @@ static const char *text_of(const srv_buf *b) { return b->s && b->n ? b->s : ""; 
 /* The open item's closing events; it joins the items done. */
 static void close_open(srv_job *j, srv_buf *out) {
     struct srv_resp *R = j->resp;
-    const char *st = incomplete(j->r) ? "incomplete" : "completed";
+    const char *st = item_status(j->r);
     if (R->text.s) R->text.s[R->text.n] = 0;
     const char *t = text_of(&R->text);
     if (R->open == OPEN_REASONING) {
@@ -817,14 +1024,16 @@ static void close_open(srv_job *j, srv_buf *out) {
     }
 }
 
-/* The first n held calls' closing events (the block parsed into n calls); they join the
- * items done. The others (cut by max_output_tokens: the parse leaves them out) are dropped. */
-static void release_calls(srv_job *j, srv_buf *out, int n) {
+/* The first n held calls' closing events with their status (the block parsed into n calls:
+ * completed; the answer failed: incomplete); they join the items done. The others (cut by
+ * max_output_tokens: the parse leaves them out) are dropped. */
+static void release_calls(srv_job *j, srv_buf *out, int n, const char *status) {
     struct srv_resp *R = j->resp;
     const int first = R->n_out - cJSON_GetArraySize(R->held);
     R->n_out = first;
     for (cJSON *c; n-- > 0 && (c = cJSON_DetachItemFromArray(R->held, 0));) {
         const int k = R->n_out++;
+        cJSON_ReplaceItemInObjectCaseSensitive(c, "status", cJSON_CreateString(status));
         cJSON *o = ev("response.function_call_arguments.done");
         cJSON_AddStringToObject(o, "item_id", str_field(c, "id"));
         cJSON_AddNumberToObject(o, "output_index", k);
@@ -840,8 +1049,8 @@ static void release_calls(srv_job *j, srv_buf *out, int n) {
     R->held = cJSON_CreateArray();
 }
 
-/* The held calls, and an open one, dropped (a malformed block, a failed answer): their
- * output indexes go to what follows. */
+/* The held calls, and an open one, dropped (a malformed block): their output indexes go to
+ * what follows. */
 static void drop_calls(srv_job *j, srv_buf *out) {
     struct srv_resp *R = j->resp;
     if (R->open == OPEN_CALL) close_open(j, out);
@@ -931,11 +1140,14 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
         stream_calls(j, out, srv_tool_stream_text(&j->calls, &j->split, r->text, e->text_off + e->text_len, 0, j->id));
     }
     if (!r->end) return;
-    if (r->end != SRV_END_FINISHED) {
-        drop_calls(j, out);
+    if (failure(r)) {
+        /* what the split held back goes out, then every open item closes (incomplete), the
+         * calls announced too: each output_item.added has its done before response.failed */
+        if (j->split.part != SRV_PART_TOOLS) stream_text(j, out, r->text_len, 1);
+        close_open(j, out);
+        release_calls(j, out, cJSON_GetArraySize(R->held), "incomplete");
         cJSON *o = ev("response.failed");
-        cJSON_AddItemToObject(o, "response", response_object(s, j, "failed", cJSON_Duplicate(R->items, 1),
-                                                              r->errmsg[0] ? r->errmsg : "cancelled"));
+        cJSON_AddItemToObject(o, "response", finish(s, j, cJSON_Duplicate(R->items, 1)));
         emit(j, out, o);
         *finished = 1;
         return;
@@ -948,7 +1160,7 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
         if (p.n_calls) {
             stream_calls(j, out, srv_tool_stream_finish(&j->calls, &p, j->id));
             close_open(j, out);
-            release_calls(j, out, p.n_calls < R->n_calls ? p.n_calls : R->n_calls);
+            release_calls(j, out, p.n_calls < R->n_calls ? p.n_calls : R->n_calls, "completed");
         } else {
             /* a malformed block: no call (those announced are dropped: their
              * output_item.done never went out); its raw text is a message, nothing is lost */
@@ -976,8 +1188,9 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
 
 void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) {
     char msg[MSG];
-    int status = 400, stream = 0, store = 1, parallel = 1, n_prev = 0;
+    int status = 400, stream = 0, store = 1, parallel = 1, n_prev = 0, trunc_auto = 0;
     cJSON *chat = NULL, *conv = NULL;
+    srv_chat c = {0};
     struct srv_resp *R = NULL;
     cJSON *j = cJSON_ParseWithLength(body, len);
     if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
@@ -988,9 +1201,12 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     if (opt_type(j, "user", 0, msg) || opt_type(j, "model", 0, msg) ||
         check_metadata(cJSON_GetObjectItemCaseSensitive(j, "metadata"), msg))
         goto bad;
+    if (truncation(j, &trunc_auto, msg)) goto bad;
     if (!(conv = conversation(s, j, &n_prev, &status, msg))) goto bad;
-    status = 400;
-    if (!(chat = chat_request(s, j, conv, n_prev, msg))) goto bad;
+    if ((status = render(s, j, conv, n_prev, &chat, &c, msg))) goto bad;
+    if ((int64_t)c.ids.n >= s->o.max_context &&
+        (status = trunc_auto ? truncate_conv(s, j, &conv, &n_prev, &chat, &c, msg) : too_long(s, &c, 0, msg)))
+        goto bad;
     if (!(R = calloc(1, sizeof *R)) || !(R->items = cJSON_CreateArray()) || !(R->held = cJSON_CreateArray())) {
         status = 500;
         snprintf(msg, MSG, "out of memory");
@@ -1000,8 +1216,8 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     R->n_calls = parallel ? 1 << 30 : 1;
     R->conv = conv;
     conv = NULL;
-    R->echo = echo_fields(j, store);
-    srv_job *job = srv_chat_submit(s, chat, SRV_API_RESPONSES, body, 0, out);
+    R->echo = echo_fields(j, store, trunc_auto);
+    srv_job *job = srv_chat_submit_rendered(s, chat, &c, SRV_API_RESPONSES, body, 0, out);
     if (job) {
         job->stream = stream;
         job->resp = R;
@@ -1016,42 +1232,184 @@ bad:
         srv_buf_free(&out->body);
         srv_openai_error_code(&out->body, "invalid_request_error", "previous_response_id",
                               "previous_response_not_found", msg);
+    } else if (status == TOO_LONG) {
+        out->status = 400;
+        srv_buf_free(&out->body);
+        srv_openai_error_code(&out->body, "invalid_request_error", "input", "context_length_exceeded", msg);
     } else {
         srv_reply_error(out, SRV_API_RESPONSES, status, msg);
     }
 done:
+    srv_chat_free(&c);
     srv_resp_free(R);
     cJSON_Delete(conv);
     cJSON_Delete(chat);
     cJSON_Delete(j);
 }
 
-int srv_responses_lookup(srv *s, const char *method, const char *id, srv_buf *out) {
-    int oom = 0;
-    if (!strcmp(method, "DELETE")) {
+/* An input item as input_items lists it: a message's string content as one text part
+ * (input_text, output_text for an assistant's), type and status filled in. */
+static cJSON *listed_item(const cJSON *x) {
+    cJSON *o = cJSON_Duplicate(x, 1);
+    if (!o) return NULL;
+    const char *t = item_type(o);
+    if (!cJSON_GetObjectItemCaseSensitive(o, "type")) cJSON_AddStringToObject(o, "type", "message");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "content");
+    if (!strcmp(t, "message") && cJSON_IsString(c)) {
+        const char *r = str_field(o, "role");
+        cJSON *part = r && !strcmp(r, "assistant") ? text_part(c->valuestring) : cJSON_CreateObject();
+        if (!(r && !strcmp(r, "assistant"))) {
+            cJSON_AddStringToObject(part, "type", "input_text");
+            cJSON_AddStringToObject(part, "text", c->valuestring);
+        }
+        cJSON *parts = cJSON_CreateArray();
+        cJSON_AddItemToArray(parts, part);
+        cJSON_ReplaceItemInObjectCaseSensitive(o, "content", parts);
+    }
+    if (strcmp(t, "reasoning") && !cJSON_GetObjectItemCaseSensitive(o, "status"))
+        cJSON_AddStringToObject(o, "status", "completed");
+    return o;
+}
+
+/* The position of the item called id in list, or -1. */
+static int item_at(const cJSON *list, const char *id) {
+    int k = 0;
+    for (const cJSON *x = list->child; x; x = x->next, k++) {
+        const char *xi = str_field(x, "id");
+        if (xi && !strcmp(xi, id)) return k;
+    }
+    return -1;
+}
+
+/* A query parameter's error: 400 in OpenAI's shape, naming it. */
+static int bad_param(srv_buf *out, const char *param, const char *msg) {
+    srv_openai_error_code(out, "invalid_request_error", param, NULL, msg);
+    return 400;
+}
+
+/* GET /v1/responses/{id}/input_items: the items the response was made from (the stored
+ * conversation before its output: previous_response_id's items too, truncation's cut
+ * applied) as OpenAI's list object, a page of q->limit (1-100, default 20) in q->order (desc,
+ * the default: the newest first; asc), after or before an item id of that order. With
+ * before alone the page is the items nearest before it (has_more: more lie before them);
+ * else the first after `after` (has_more: more lie after them, before `before`). */
+static int input_items(srv *s, const char *id, const srv_list_query *q, srv_buf *out, int *oom) {
+    char msg[300];
+    long limit = 20;
+    if (q->limit) {
+        char *end;
+        limit = strtol(q->limit, &end, 10);
+        if (end == q->limit || *end || limit < 1 || limit > 100)
+            return bad_param(out, "limit", "'limit' must be an integer from 1 to 100");
+    }
+    const int asc = q->order && !strcmp(q->order, "asc");
+    if (q->order && !asc && strcmp(q->order, "desc"))
+        return bad_param(out, "order", "'order' must be \"asc\" or \"desc\"");
+    int n_in = 0;
+    char *t = rs_get(s->rstore, id, 1, &n_in, oom);
+    if (!t) return 404;
+    cJSON *conv = cJSON_Parse(t), *list = cJSON_CreateArray();
+    free(t);
+    /* the items in the order asked */
+    int k = 0;
+    for (cJSON *x = conv ? conv->child : NULL; list && x && k < n_in; x = x->next, k++) {
+        cJSON *o = listed_item(x);
+        if (asc || !list->child) cJSON_AddItemToArray(list, o);
+        else cJSON_InsertItemInArray(list, 0, o);
+    }
+    cJSON_Delete(conv);
+    if (!conv || !list) {
+        cJSON_Delete(list);
+        *oom = 1;
+        return 500;
+    }
+    const int n = cJSON_GetArraySize(list);
+    int lo = 0, hi = n, from, to;
+    const int lim = (int)limit;
+    const char *const cursor[2] = {q->after, q->before};
+    for (int c = 0; c < 2; c++) {
+        if (!cursor[c]) continue;
+        const int at = item_at(list, cursor[c]);
+        if (at < 0) {
+            char name[201];
+            srv_client_text(name, sizeof name, cursor[c]);
+            snprintf(msg, sizeof msg, "'%s': no input item '%s' in this response", c ? "before" : "after", name);
+            cJSON_Delete(list);
+            return bad_param(out, c ? "before" : "after", msg);
+        }
+        if (c) hi = at;
+        else lo = at + 1;
+    }
+    if (hi < lo) hi = lo;
+    if (q->before && !q->after) {
+        from = hi - lim > lo ? hi - lim : lo;
+        to = hi;
+    } else {
+        from = lo;
+        to = lo + lim < hi ? lo + lim : hi;
+    }
+    const int more = q->before && !q->after ? from > lo : to < hi;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    for (int i = from; i < to; i++) cJSON_AddItemToArray(data, cJSON_DetachItemFromArray(list, from));
+    const char *first = str_field(data->child, "id");
+    const char *last = str_field(cJSON_GetArrayItem(data, to - from - 1), "id");
+    cJSON_AddItemToObject(o, "first_id", first ? cJSON_CreateString(first) : cJSON_CreateNull());
+    cJSON_AddItemToObject(o, "last_id", last ? cJSON_CreateString(last) : cJSON_CreateNull());
+    cJSON_AddBoolToObject(o, "has_more", more);
+    cJSON_Delete(list);
+    srv_put_json(out, o);
+    return 200;
+}
+
+int srv_responses_lookup(srv *s, const char *method, const char *path, const srv_list_query *q,
+                         srv_buf *out) {
+    int oom = 0, status = 404;
+    const char *slash = strchr(path, '/');
+    if (slash && (strcmp(slash, "/input_items") || strcmp(method, "GET"))) {
+        srv_openai_error(out, 404, "no such route");
+        return 404;
+    }
+    char *id = strndup(path, slash ? (size_t)(slash - path) : strlen(path));
+    if (!id) {
+        srv_openai_error(out, 500, "out of memory");
+        return 500;
+    }
+    if (slash) {
+        status = input_items(s, id, q, out, &oom);
+        if (status != 404 && !oom) goto done;
+    } else if (!strcmp(method, "DELETE")) {
         if (rs_del(s->rstore, id)) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "id", id);
             cJSON_AddStringToObject(o, "object", "response");
             cJSON_AddTrueToObject(o, "deleted");
             srv_put_json(out, o);
-            return 200;
+            status = 200;
+            goto done;
         }
     } else {
-        char *t = rs_get(s->rstore, id, 0, &oom);
+        char *t = rs_get(s->rstore, id, 0, NULL, &oom);
         if (t) {
             srv_buf_puts(out, t);
             free(t);
-            return 200;
+            status = 200;
+            goto done;
         }
     }
     if (oom) {
+        srv_buf_free(out);
         srv_openai_error(out, 500, "out of memory");
-        return 500;
+        status = 500;
+    } else {
+        char msg[300], name[201];
+        srv_client_text(name, sizeof name, id);
+        snprintf(msg, sizeof msg, "Response with id '%s' not found.", name);
+        srv_openai_error_code(out, "invalid_request_error", NULL, NULL, msg);
+        status = 404;
     }
-    char msg[300], name[201];
-    srv_client_text(name, sizeof name, id);
-    snprintf(msg, sizeof msg, "Response with id '%s' not found.", name);
-    srv_openai_error_code(out, "invalid_request_error", NULL, NULL, msg);
-    return 404;
+done:
+    free(id);
+    return status;
 }

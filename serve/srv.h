@@ -57,10 +57,17 @@ void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out);
 void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out);
 void srv_anthropic_messages(srv *s, const char *body, size_t len, srv_reply *out);
 void srv_anthropic_count_tokens(srv *s, const char *body, size_t len, srv_reply *out);
+/* A list route's query parameters (NULL: not given). */
+typedef struct srv_list_query {
+    const char *after, *before, *limit, *order;
+} srv_list_query;
 /* OpenAI's Responses API (responses.c): POST /v1/responses, and GET / DELETE
- * /v1/responses/{id} answered from the store in place (the HTTP status; out: the body). */
+ * /v1/responses/{id} and GET /v1/responses/{id}/input_items (path: what follows
+ * /v1/responses/; q: the list's query) answered from the store in place (the HTTP status;
+ * out: the body). */
 void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out);
-int srv_responses_lookup(srv *s, const char *method, const char *id, srv_buf *out);
+int srv_responses_lookup(srv *s, const char *method, const char *path, const srv_list_query *q,
+                         srv_buf *out);
 /* The stored responses (input and output items, for previous_response_id, and the response
  * object, for GET): an LRU under a byte cap, its own mutex (a leaf lock: taken under a
  * request's mu by the stream and final functions, and by the intake thread). */

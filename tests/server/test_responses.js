@@ -12,7 +12,16 @@
 //    its KV (cached_tokens > 0);
 //  - text.format json_schema: the output parses and follows the schema;
 //  - GET / DELETE /v1/responses/{id}, store false, an evicted or unknown id: 404 in
-//    OpenAI's error shape; bad requests: 400 naming the field.
+//    OpenAI's error shape; bad requests: 400 naming the field (in the Responses API's terms,
+//    also where the chat path found the error);
+//  - GET /v1/responses/{id}/input_items: OpenAI's list object, order, limit, after / before,
+//    the client's auto-pagination;
+//  - a request the engine fails mid-answer (the test script's error): the stream closes each
+//    open item (incomplete) and ends with response.failed; the non-streamed answer is the
+//    same failed response; it is stored;
+//  - truncation: disabled -> 400 context_length_exceeded; auto drops the fewest oldest items;
+//  - the store's per-entry cap: a response over an eighth of the store is not kept, the
+//    others stay.
 'use strict';
 const assert = require('assert');
 const OpenAI = require('openai').default;
@@ -34,6 +43,11 @@ const SCRIPT = [
     `${P('days', 'false', '2')}\n</${D}invoke>\n</${D}tool_calls>` },
   // a block that never closes
   { match: 'MALFORMED', text: `Hmm.\n\n<${D}tool_calls>\n<${D}invoke name="get_weather">\n<${D}parameter name="city" string="true">Par` },
+  // the engine fails the request after the text: in a message, in the reasoning, in a call
+  { match: 'FAIL_TEXT', text: 'Partial answer', error: 'injected failure' },
+  { match: 'FAIL_THINK', text: 'Half a thought', error: 'injected failure' },
+  { match: 'FAIL_CALL', text: `Calling.\n\n<${D}tool_calls>\n<${D}invoke name="get_weather">\n${P('city', 'true', 'Paris')}\n` +
+    `<${D}parameter name="days" string="false">`, error: 'injected failure' },
 ];
 const WEATHER = { type: 'function', name: 'get_weather', description: 'Weather forecast for a city', strict: true,
   parameters: { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer' } },
@@ -203,6 +217,116 @@ run('server_responses', async () => {
   assert.deepStrictEqual(Object.keys(v), ['ok', 'level']);
   assert(typeof v.ok === 'boolean' && ['low', 'high'].includes(v.level), js.output_text);
 
+  // input_items: the items back was made from (fc's input and output, then its own input)
+  const listed = await http(`${srv.url}/v1/responses/${back.id}/input_items?order=asc&limit=100`, { method: 'GET' });
+  assert.strictEqual(listed.status, 200, listed.body);
+  const items = listed.json.data;
+  assert.deepStrictEqual(items.map((x) => x.type), ['message', ...fc.output.map((o) => o.type), 'function_call_output']);
+  assert.deepStrictEqual(items[0], { type: 'message', role: 'user', content: [{ type: 'input_text', text: call.input }],
+    id: items[0].id, status: 'completed' });
+  assert.match(items[0].id, /^msg_/);
+  assert.deepStrictEqual(items.slice(1, -1), fc.output);
+  assert.deepStrictEqual([items[items.length - 1].call_id, items[items.length - 1].output], [item.call_id, 'WEATHER_RESULT_42: sunny']);
+  assert.match(items[items.length - 1].id, /^fco_/);
+  assert.deepStrictEqual([listed.json.object, listed.json.first_id, listed.json.last_id, listed.json.has_more],
+    ['list', items[0].id, items[items.length - 1].id, false]);
+  const ids = items.map((x) => x.id);
+  // desc by default; a page of limit; after / before an id of that order
+  const page = async (q) => (await http(`${srv.url}/v1/responses/${back.id}/input_items${q}`, { method: 'GET' })).json;
+  const pg = (l) => [l.data.map((x) => x.id), l.first_id, l.last_id, l.has_more];
+  assert.deepStrictEqual(pg(await page('')), [[...ids].reverse(), ids[ids.length - 1], ids[0], false]);
+  assert.deepStrictEqual(pg(await page('?limit=1')), [[ids[ids.length - 1]], ids[ids.length - 1], ids[ids.length - 1], true]);
+  assert.deepStrictEqual(pg(await page(`?order=asc&after=${ids[0]}&limit=1`)), [[ids[1]], ids[1], ids[1], true]);
+  assert.deepStrictEqual(pg(await page(`?order=asc&before=${ids[ids.length - 1]}&limit=1`)),
+    [[ids[ids.length - 2]], ids[ids.length - 2], ids[ids.length - 2], true]);
+  assert.deepStrictEqual(pg(await page(`?order=desc&after=${ids[1]}`)), [[ids[0]], ids[0], ids[0], false]);
+  assert.deepStrictEqual(pg(await page(`?after=${ids[0]}`)), [[], null, null, false]);
+  // the client walks the pages (after = the last id of each)
+  const walked = [];
+  for await (const x of client.responses.inputItems.list(back.id, { order: 'asc', limit: 1 })) walked.push(x.id);
+  assert.deepStrictEqual(walked, ids);
+  for (const [q, param] of [['?limit=0', 'limit'], ['?limit=101', 'limit'], ['?limit=2x', 'limit'],
+    ['?order=up', 'order'], ['?after=msg_nope', 'after'], ['?before=msg_nope', 'before']]) {
+    const b = await http(`${srv.url}/v1/responses/${back.id}/input_items${q}`, { method: 'GET' });
+    assert.deepStrictEqual([b.status, b.json.error.type, b.json.error.param], [400, 'invalid_request_error', param], q);
+  }
+  const nf = await http(`${srv.url}/v1/responses/resp_nope/input_items`, { method: 'GET' });
+  assert.deepStrictEqual([nf.status, nf.json.error.type], [404, 'invalid_request_error']);
+
+  // the engine fails the request mid-answer: the stream closes the open item (incomplete)
+  // and ends with response.failed; the non-streamed answer is the same failed response,
+  // stored
+  const failed = { code: 'server_error', message: 'injected failure' };
+  const stripFail = (x) => ({ ...strip(x), error: x.error, usage: x.usage, status: x.status });
+  const expectFail = async (req, types, output) => {
+    const nr = await http(`${srv.url}/v1/responses`, { body: req });
+    assert.strictEqual(nr.status, 200, nr.body);
+    assert.deepStrictEqual([nr.json.status, nr.json.error, nr.json.usage], ['failed', failed, null]);
+    assert.deepStrictEqual(nr.json.output.map((o) => [o.type, o.status, (o.content || [{}])[0].text]), output);
+    const fev = await events(client, req);
+    assert.deepStrictEqual(squeeze(fev.map((e) => e.type)), types);
+    assert.deepStrictEqual(stripFail(fev[fev.length - 1].response), stripFail(nr.json));
+    // every item added is done, at its index
+    const idx = (t) => fev.filter((e) => e.type === t).map((e) => e.output_index);
+    assert.deepStrictEqual(idx('response.output_item.done'), idx('response.output_item.added'));
+    const got = await client.responses.retrieve(nr.json.id);
+    assert.deepStrictEqual([got.status, got.error], ['failed', failed]);
+    return fev;
+  };
+  await expectFail({ model, input: 'FAIL_TEXT' }, [...TEXT_EVENTS, 'response.failed'],
+    [['message', 'incomplete', 'Partial answer']]);
+  await expectFail({ model, input: 'FAIL_THINK', reasoning: { effort: 'high' } }, ['response.created',
+    'response.in_progress', 'response.output_item.added', 'response.reasoning_text.delta',
+    'response.reasoning_text.done', 'response.output_item.done', 'response.failed'],
+  [['reasoning', undefined, 'Half a thought']]);
+  // in a call's arguments: the call announced closes incomplete with its arguments so far
+  // (the non-streamed answer never announced one: the block's raw text is a message)
+  const fxReq = { model, input: 'FAIL_CALL', tools: [{ ...WEATHER, strict: false }] };
+  const fxev = await events(client, fxReq);
+  const fxTypes = squeeze(fxev.map((e) => e.type));
+  assert.deepStrictEqual(fxTypes.slice(-5), ['response.output_item.added', 'response.function_call_arguments.delta',
+    'response.function_call_arguments.done', 'response.output_item.done', 'response.failed']);
+  const fxItem = fxev.find((e) => e.type === 'response.output_item.done' && e.item.type === 'function_call').item;
+  assert.strictEqual(fxItem.status, 'incomplete');
+  assert.strictEqual(fxev.filter((e) => e.type === 'response.function_call_arguments.delta').map((e) => e.delta).join(''),
+    fxItem.arguments);
+  const fxLast = fxev[fxev.length - 1].response;
+  assert.deepStrictEqual([fxLast.status, fxLast.error], ['failed', failed]);
+  // (the message ended where the block began: completed)
+  assert.deepStrictEqual(fxLast.output.map((o) => [o.type, o.status]), [['message', 'completed'], ['function_call', 'incomplete']]);
+
+  // truncation: a conversation over the context (1,024): disabled (the default) is a 400
+  // with OpenAI's code; auto drops the fewest items from its start (t1's input here)
+  const words = (w, n) => Array(n).fill(w).join(' ');
+  const t1 = await client.responses.create({ model, input: words('cat', 380), max_output_tokens: 1, temperature: 0 });
+  const t2 = await client.responses.create({ model, previous_response_id: t1.id, input: words('dog', 380),
+    max_output_tokens: 1, temperature: 0 });
+  const t3 = { model, previous_response_id: t2.id, input: words('owl', 380), max_output_tokens: 1, temperature: 0 };
+  for (const truncation of [undefined, 'disabled']) {
+    const b = await http(`${srv.url}/v1/responses`, { body: { ...t3, truncation } });
+    assert.strictEqual(b.status, 400, b.body);
+    assert.deepStrictEqual([b.json.error.code, b.json.error.param, b.json.error.type],
+      ['context_length_exceeded', 'input', 'invalid_request_error']);
+  }
+  const ta = await client.responses.create({ ...t3, truncation: 'auto' });
+  assert.strictEqual(ta.truncation, 'auto');
+  assert.strictEqual(t1.truncation, 'disabled');
+  const kept = [{ role: 'assistant', content: t1.output_text }, { role: 'user', content: words('dog', 380) },
+    { role: 'assistant', content: t2.output_text }, { role: 'user', content: words('owl', 380) }];
+  const count = async (messages) => (await http(`${srv.url}/tokenize`, { body: { model, messages } })).json.count;
+  assert.strictEqual(ta.usage.input_tokens, await count(kept));
+  assert(await count([{ role: 'user', content: words('cat', 380) }, ...kept]) >= 1024, 'dropped more than needed');
+  const taItems = (await http(`${srv.url}/v1/responses/${ta.id}/input_items?order=asc`, { method: 'GET' })).json.data;
+  assert.deepStrictEqual(taItems.map((x) => x.role), ['assistant', 'user', 'assistant', 'user']);
+  assert.strictEqual(taItems[0].id, t1.output[0].id);
+
+  // the store's per-entry cap (an eighth of 64K): a response this large is not kept, and
+  // evicts nothing
+  const huge = await client.responses.create({ model, input: 'big', max_output_tokens: 1,
+    metadata: Object.fromEntries([...Array(16).keys()].map((i) => [`k${i}`, 'x'.repeat(512)])) });
+  assert.strictEqual((await http(`${srv.url}/v1/responses/${huge.id}`, { method: 'GET' })).status, 404, 'kept');
+  for (const x of [t1, t2, ta]) assert.strictEqual((await client.responses.retrieve(x.id)).id, x.id);
+
   // GET, DELETE, store false, unknown ids
   const got = await client.responses.retrieve(fc.id);
   assert.deepStrictEqual(got.output, fc.output);
@@ -256,6 +380,15 @@ run('server_responses', async () => {
     [{ model, input: 'x', previous_response_id: 5 }, /'previous_response_id'/],
     [{ model, input: 'x', metadata: { a: 1 } }, /'metadata'/],
     [{ model, input: 'x', metadata: Object.fromEntries([...Array(17).keys()].map((i) => [`k${i}`, 'v'])) }, /'metadata'/],
+    [{ model, input: 'x', truncation: 'middle' }, /'truncation'/],
+    // found by the chat path, named in this API's terms
+    [{ model, instructions: 'Be brief.', input: [{ role: 'user', content: 'x' }, { role: 'developer', content: '' }] },
+      /^input\[1\]: a developer message needs content/],
+    [{ model, input: 'x', text: { format: { type: 'json_schema', name: 'n', schema: {}, strict: 'yes' } } },
+      /^'text\.format\.strict' must be a boolean/],
+    [{ model, input: 'x', text: { format: { type: 'json_schema', name: 'n', schema: { not: {} } } } },
+      /^'text\.format\.schema': /],
+    [{ model, input: 'x', tools: [WEATHER], text: { format: { type: 'json_object' } } }, /^'text\.format' together with 'tools'/],
   ];
   for (const [body, re] of bad) {
     const b = await http(`${srv.url}/v1/responses`, { body });
