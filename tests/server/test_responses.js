@@ -45,7 +45,8 @@ const SCRIPT = [
   { match: 'MALFORMED', text: `Hmm.\n\n<${D}tool_calls>\n<${D}invoke name="get_weather">\n<${D}parameter name="city" string="true">Par` },
   // the engine fails the request after the text: in a message, in the reasoning, in a call
   { match: 'FAIL_TEXT', text: 'Partial answer', error: 'injected failure' },
-  { match: 'FAIL_THINK', text: 'Half a thought', error: 'injected failure' },
+  // (its last byte could begin "</think>": the split holds it back until the end)
+  { match: 'FAIL_THINK', text: 'Half a thought <', error: 'injected failure' },
   { match: 'FAIL_CALL', text: `Calling.\n\n<${D}tool_calls>\n<${D}invoke name="get_weather">\n${P('city', 'true', 'Paris')}\n` +
     `<${D}parameter name="days" string="false">`, error: 'injected failure' },
 ];
@@ -278,7 +279,7 @@ run('server_responses', async () => {
   await expectFail({ model, input: 'FAIL_THINK', reasoning: { effort: 'high' } }, ['response.created',
     'response.in_progress', 'response.output_item.added', 'response.reasoning_text.delta',
     'response.reasoning_text.done', 'response.output_item.done', 'response.failed'],
-  [['reasoning', undefined, 'Half a thought']]);
+  [['reasoning', undefined, 'Half a thought <']]);
   // in a call's arguments: the call announced closes incomplete with its arguments so far
   // (the non-streamed answer never announced one: the block's raw text is a message)
   const fxReq = { model, input: 'FAIL_CALL', tools: [{ ...WEATHER, strict: false }] };
@@ -296,14 +297,20 @@ run('server_responses', async () => {
   assert.deepStrictEqual(fxLast.output.map((o) => [o.type, o.status]), [['message', 'completed'], ['function_call', 'incomplete']]);
 
   // truncation: a conversation over the context (1,024): disabled (the default) is a 400
-  // with OpenAI's code; auto drops the fewest items from its start (t1's input here)
+  // with OpenAI's code; auto drops the fewest items from its start: not the developer
+  // message; the long function_call, and its output with it (a cut leaves no output first)
   const words = (w, n) => Array(n).fill(w).join(' ');
-  const t1 = await client.responses.create({ model, input: words('cat', 380), max_output_tokens: 1, temperature: 0 });
+  const dev = { role: 'developer', content: 'Keep it short.' };
+  const fcArgs = JSON.stringify({ city: words('cat', 380) });
+  const t1 = await client.responses.create({ model, max_output_tokens: 1, temperature: 0, input: [dev,
+    { type: 'function_call', call_id: 'call_t', name: 'get_weather', arguments: fcArgs },
+    { type: 'function_call_output', call_id: 'call_t', output: 'sunny' }, { role: 'user', content: 'Go on.' }] });
   const t2 = await client.responses.create({ model, previous_response_id: t1.id, input: words('dog', 380),
     max_output_tokens: 1, temperature: 0 });
   const t3 = { model, previous_response_id: t2.id, input: words('owl', 380), max_output_tokens: 1, temperature: 0 };
-  for (const truncation of [undefined, 'disabled']) {
-    const b = await http(`${srv.url}/v1/responses`, { body: { ...t3, truncation } });
+  // (auto keeps the last item: one too long alone is a 400 as well)
+  for (const [body, truncation] of [[t3, undefined], [t3, 'disabled'], [{ model, input: words('cat', 1100) }, 'auto']]) {
+    const b = await http(`${srv.url}/v1/responses`, { body: { ...body, truncation } });
     assert.strictEqual(b.status, 400, b.body);
     assert.deepStrictEqual([b.json.error.code, b.json.error.param, b.json.error.type],
       ['context_length_exceeded', 'input', 'invalid_request_error']);
@@ -311,14 +318,18 @@ run('server_responses', async () => {
   const ta = await client.responses.create({ ...t3, truncation: 'auto' });
   assert.strictEqual(ta.truncation, 'auto');
   assert.strictEqual(t1.truncation, 'disabled');
-  const kept = [{ role: 'assistant', content: t1.output_text }, { role: 'user', content: words('dog', 380) },
-    { role: 'assistant', content: t2.output_text }, { role: 'user', content: words('owl', 380) }];
+  const kept = [{ role: 'user', content: 'Go on.' }, { role: 'assistant', content: t1.output_text },
+    { role: 'user', content: words('dog', 380) }, { role: 'assistant', content: t2.output_text },
+    { role: 'user', content: words('owl', 380) }];
   const count = async (messages) => (await http(`${srv.url}/tokenize`, { body: { model, messages } })).json.count;
-  assert.strictEqual(ta.usage.input_tokens, await count(kept));
-  assert(await count([{ role: 'user', content: words('cat', 380) }, ...kept]) >= 1024, 'dropped more than needed');
+  assert.strictEqual(ta.usage.input_tokens, await count([dev, ...kept]));
+  const call1 = { role: 'assistant', content: '', tool_calls: [{ id: 'call_t', type: 'function',
+    function: { name: 'get_weather', arguments: fcArgs } }] };
+  assert(await count([dev, call1, { role: 'tool', tool_call_id: 'call_t', content: 'sunny' }, ...kept]) >= 1024,
+    'dropped more than needed');
   const taItems = (await http(`${srv.url}/v1/responses/${ta.id}/input_items?order=asc`, { method: 'GET' })).json.data;
-  assert.deepStrictEqual(taItems.map((x) => x.role), ['assistant', 'user', 'assistant', 'user']);
-  assert.strictEqual(taItems[0].id, t1.output[0].id);
+  assert.deepStrictEqual(taItems.map((x) => x.role), ['developer', 'user', 'assistant', 'user', 'assistant', 'user']);
+  assert.strictEqual(taItems[2].id, t1.output[0].id);
 
   // the store's per-entry cap (an eighth of 64K): a response this large is not kept, and
   // evicts nothing
