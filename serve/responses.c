@@ -116,14 +116,14 @@ static void rs_drop(srv_rstore *st, rs_entry **link) {
 
 /* Keeps (id, resp, conv, n_in), taking the two texts; the least recently used go until it
  * fits. One larger than the cap's RS_ENTRY_SHARE-th part is not kept (an older one of that
- * id goes all the same: it is not this response). */
-static void rs_put(srv_rstore *st, const char *id, char *resp, char *conv, int n_in) {
+ * id goes all the same: it is not this response). 1 when kept. */
+static int rs_put(srv_rstore *st, const char *id, char *resp, char *conv, int n_in) {
     rs_entry *e = calloc(1, sizeof *e);
     if (!e || !(e->id = strdup(id))) {
         free(e);
         free(resp);
         free(conv);
-        return;
+        return 0;
     }
     e->resp = resp;
     e->conv = conv;
@@ -135,7 +135,7 @@ static void rs_put(srv_rstore *st, const char *id, char *resp, char *conv, int n
     if (e->bytes > st->cap / RS_ENTRY_SHARE) {
         pthread_mutex_unlock(&st->mu);
         rs_entry_free(e);
-        return;
+        return 0;
     }
     while (st->used + e->bytes > st->cap) rs_drop(st, rs_link(st, st->tail->id));
     l = rs_link(st, id);
@@ -143,6 +143,7 @@ static void rs_put(srv_rstore *st, const char *id, char *resp, char *conv, int n
     lru_front(st, e);
     st->used += e->bytes;
     pthread_mutex_unlock(&st->mu);
+    return 1;
 }
 
 /* A copy of id's response object (conv = 0) or conversation (1; *n_in: its input items,
@@ -894,7 +895,8 @@ static void input_ids(const srv_job *j, cJSON *conv) {
 }
 
 /* The ended response (output taken): completed, incomplete or failed (with its error); kept
- * in the store when asked, returned. */
+ * in the store when asked, returned (its store false when it could not be kept: over the
+ * per-entry cap, or out of memory). */
 static cJSON *finish(srv *s, srv_job *j, cJSON *output) {
     const char *err = failure(j->r);
     cJSON *o = response_object(s, j, err ? "failed" : incomplete(j->r) ? "incomplete" : "completed", output, err);
@@ -907,8 +909,10 @@ static cJSON *finish(srv *s, srv_job *j, cJSON *output) {
     char *ct = conv ? cJSON_PrintUnformatted(conv) : NULL;
     char *rt = ct ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(conv);
-    if (ct && rt) rs_put(s->rstore, j->id, rt, ct, n_in);  /* else not kept (out of memory) */
+    int kept = 0;
+    if (ct && rt) kept = rs_put(s->rstore, j->id, rt, ct, n_in);
     else { free(ct); free(rt); }
+    if (!kept) cJSON_ReplaceItemInObjectCaseSensitive(o, "store", cJSON_CreateFalse());
     return o;
 }
 

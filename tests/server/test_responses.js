@@ -20,8 +20,8 @@
 //    open item (incomplete) and ends with response.failed; the non-streamed answer is the
 //    same failed response; it is stored;
 //  - truncation: disabled -> 400 context_length_exceeded; auto drops the fewest oldest items;
-//  - the store's per-entry cap: a response over an eighth of the store is not kept, the
-//    others stay.
+//  - the store's per-entry cap: a response over an eighth of the store is not kept (its
+//    store false), the others stay.
 'use strict';
 const assert = require('assert');
 const OpenAI = require('openai').default;
@@ -336,6 +336,7 @@ run('server_responses', async () => {
   const huge = await client.responses.create({ model, input: 'big', max_output_tokens: 1,
     metadata: Object.fromEntries([...Array(16).keys()].map((i) => [`k${i}`, 'x'.repeat(512)])) });
   assert.strictEqual((await http(`${srv.url}/v1/responses/${huge.id}`, { method: 'GET' })).status, 404, 'kept');
+  assert.strictEqual(huge.store, false, 'not kept, but its store says true');
   for (const x of [t1, t2, ta]) assert.strictEqual((await client.responses.retrieve(x.id)).id, x.id);
 
   // GET, DELETE, store false, unknown ids
