@@ -643,6 +643,10 @@ DSV4_API int dsv4_spec_create(dsv4_engine *e, int seq, dsv4_spec **out, dsv4_err
  * restore returned). Its MTP row n - 1 runs once x_n is known, as after dsv4_spec_fed. */
 DSV4_API int dsv4_spec_resume(dsv4_engine *e, int seq, const float *streams, dsv4_spec **out,
                               dsv4_err *err);
+/* For seq, a fork of src's sequence (dsv4_seq_fork, no call on either since): a copy of
+ * src's MTP side (its pending streams, tokens, next token and draft; zero counters, no
+ * hook). DSV4_ERR_STATE when seq is not at src's lengths. */
+DSV4_API int dsv4_spec_fork(const dsv4_spec *src, int seq, dsv4_spec **out, dsv4_err *err);
 DSV4_API void dsv4_spec_free(dsv4_spec *s);
 
 /* Reports a plain span of n rows that just ran on the sequence (tokens [n], streams

@@ -242,6 +242,29 @@ int srv_force_tool_call(srv *s, srv_req *r, const cJSON *tools, int mode, const 
 }
 
 srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *out) {
+    return srv_submit_n(s, r, 1, api, body, out);
+}
+
+/* Choices 1..n-1 of r's job: clones of r, choice i seeded with r's seed + i. 0 or -1. */
+static int add_choices(srv_job *j, int n) {
+    srv_req *r = j->r;
+    if (n <= 1) return 0;
+    if (!(j->more = calloc((size_t)n - 1, sizeof *j->more))) return -1;
+    for (int i = 1; i < n; i++) {
+        srv_job *c = &j->more[i - 1];
+        *c = *j;
+        c->more = NULL;
+        c->index = i;
+        if (!(c->r = srv_req_clone(r))) return -1;
+        j->n_more = i;
+        c->r->gp.sample.seed = r->gp.sample.seed + (uint64_t)i;
+        atomic_fetch_add(&r->refs, 1);
+        c->r->lead = r;
+    }
+    return 0;
+}
+
+srv_job *srv_submit_n(srv *s, srv_req *r, int n, int api, const char *body, srv_reply *out) {
     srv_job *j = calloc(1, sizeof *j);
     if (!j) {
         srv_req_release(r);
@@ -291,8 +314,20 @@ srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *ou
         srv_reply_error(out, api, 400, msg);
         goto fail;
     }
+    if (add_choices(j, n)) {
+        srv_reply_error(out, api, 500, "out of memory");
+        goto fail;
+    }
+    srv_req *one[1] = {r}, **reqs = j->n_more ? malloc((size_t)(1 + j->n_more) * sizeof *reqs) : one;
+    if (!reqs) {
+        srv_reply_error(out, api, 500, "out of memory");
+        goto fail;
+    }
+    reqs[0] = r;
+    for (int i = 0; i < j->n_more; i++) reqs[i + 1] = j->more[i].r;
     dsv4_err err = {0};
-    int rc = srv_sched_submit(s->sched, r, &err);
+    int rc = srv_sched_submit_n(s->sched, reqs, 1 + j->n_more, &err);
+    if (reqs != one) free(reqs);
     if (rc) {
         srv_reply_error(out, api, rc == DSV4_ERR_ARG ? 400 : 503, err.msg);
         goto fail;
@@ -300,15 +335,35 @@ srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *ou
     out->job = j;
     return j;
 fail:
-    srv_req_release(r);  /* the scheduler's reference, never handed over */
+    /* the scheduler's references, never handed over */
+    srv_req_release(r);
+    for (int i = 0; i < j->n_more; i++) srv_req_release(j->more[i].r);
     srv_job_free(j);
     return NULL;
 }
 
-void srv_job_free(srv_job *j) {
-    if (!j) return;
+int srv_job_ended(const srv_job *j) {
+    if (!j->r->end) return 0;
+    for (int i = 0; i < j->n_more; i++) {
+        srv_req *r = j->more[i].r;
+        pthread_mutex_lock(&r->mu);
+        const int end = r->end;
+        pthread_mutex_unlock(&r->mu);
+        if (!end) return 0;
+    }
+    return 1;
+}
+
+static void job_parts_free(srv_job *j) {
     srv_req_release(j->r);
     srv_tool_stream_free(&j->calls);
+}
+
+void srv_job_free(srv_job *j) {
+    if (!j) return;
+    job_parts_free(j);
+    for (int i = 0; i < j->n_more; i++) job_parts_free(&j->more[i]);
+    free(j->more);
     srv_resp_free(j->resp);
     free(j);
 }

@@ -271,12 +271,14 @@ static ssize_t stream_read(void *cls, uint64_t at, char *buf, size_t max) {
             srv_buf_puts(&st->out, ": \n\n");
             atomic_store(&st->w.probe, PROBE_SENT);
         }
+        /* looked at first: the other choices (n > 1) may end while the function runs */
+        const int ended = srv_job_ended(st->job);
         st->fn(st->s, st->job, &st->out, &st->finished);
         /* nothing to send: wait for the request's next event. (An ended request always
          * makes the stream function write its last event; should one not, end here rather
          * than spin.) */
         const int idle = st->out.n == 0 && !st->finished && !st->out.oom;
-        if (idle && !r->end) {
+        if (idle && !ended) {
             srv_metrics_stream_wait(&st->s->met);
             suspend(&st->w, 0);
             pthread_mutex_unlock(&r->mu);
@@ -448,7 +450,7 @@ static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, const char *p
 static enum MHD_Result json_answer(srv *s, struct MHD_Connection *c, conn *cc) {
     srv_req *r = cc->job->r;
     pthread_mutex_lock(&r->mu);
-    if (!r->end) {
+    if (!srv_job_ended(cc->job)) {  /* every choice (n > 1: their ends wake it too) */
         suspend(&cc->w, 1);
         pthread_mutex_unlock(&r->mu);
         return MHD_YES;

@@ -40,6 +40,13 @@ struct srv_job {
     srv_tool_stream calls;   /* the tool call deltas sent (chat: tool_calls; messages:
                               * tool_use blocks and input_json_delta) */
     struct srv_resp *resp;   /* /v1/responses: the response's fields, items, store flag */
+    /* OpenAI's n > 1: choice `index`; choice 0's job holds the others' (n_more = n - 1,
+     * each with its own request, whose lead is r, and its own streaming progress) */
+    int index;
+    int done;                /* stream: this choice's last chunk is out */
+    int best_n;              /* completions' best_of: the n choices answered; 0: all */
+    srv_job *more;
+    int n_more;
 };
 
 /* Writes the SSE text for everything new in j->r (call with j->r->mu held); *finished
@@ -50,6 +57,8 @@ typedef void (*srv_stream_fn)(srv *s, srv_job *j, srv_buf *out, int *finished);
 typedef void (*srv_final_fn)(srv *s, srv_job *j, srv_buf *out, int *status);
 
 void srv_job_free(srv_job *j);
+/* Whether every choice of j has ended (call with j->r->mu held; takes the others' mu). */
+int srv_job_ended(const srv_job *j);
 void srv_resp_free(struct srv_resp *x);
 
 #endif

@@ -99,6 +99,13 @@ void srv_metrics_event(srv_metrics *m, int cancelled, int preempted) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void srv_metrics_fork(srv_metrics *m, int64_t n) {
+    pthread_mutex_lock(&m->mu);
+    m->forks++;
+    m->fork_tokens += (uint64_t)n;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void srv_metrics_rank(srv_metrics *m, int r, int n, const srv_rank_load *l) {
     if (r < 0 || r >= SRV_MAX_RANKS) return;
     pthread_mutex_lock(&m->mu);
@@ -220,6 +227,12 @@ char *srv_metrics_render(srv_metrics *m) {
     srv_buf_printf(&b, "# HELP dsv4_prompt_tokens_total prompt tokens admitted\n"
             "# TYPE dsv4_prompt_tokens_total counter\ndsv4_prompt_tokens_total %llu\n",
         (unsigned long long)m->prompt_tokens);
+    srv_buf_printf(&b, "# HELP dsv4_choices_forked_total choices (n > 1) started as forks of their "
+            "choice 0's prompt\n# TYPE dsv4_choices_forked_total counter\ndsv4_choices_forked_total %llu\n"
+            "# HELP dsv4_prompt_tokens_forked_total prompt positions those forks shared instead of "
+            "computing\n# TYPE dsv4_prompt_tokens_forked_total counter\n"
+            "dsv4_prompt_tokens_forked_total %llu\n",
+        (unsigned long long)m->forks, (unsigned long long)m->fork_tokens);
     srv_buf_printf(&b, "# HELP dsv4_generated_tokens_total tokens sampled\n"
             "# TYPE dsv4_generated_tokens_total counter\ndsv4_generated_tokens_total %llu\n",
         (unsigned long long)m->gen_tokens);

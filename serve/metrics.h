@@ -43,6 +43,8 @@ typedef struct srv_metrics {
                                      * client hung up while queued) */
     int64_t intake_depth;           /* requests queued at the intake or in its handler */
     uint64_t prompt_tokens, gen_tokens;
+    uint64_t forks, fork_tokens;    /* choices (n > 1) started as forks of choice 0's prompt,
+                                     * and the prompt positions they shared, not computed */
     uint64_t steps, step_rows, decode_rows;
     uint64_t steps_by_decode_rows[SRV_ROWS_BUCKETS + 1];  /* decode rows 1, 2, 3-4, 5-8, ... */
     int64_t queue_depth, running;
@@ -74,6 +76,8 @@ void srv_metrics_load(srv_metrics *m, int64_t queued, int64_t running, dsv4_cach
 void srv_metrics_tokens(srv_metrics *m, int64_t prompt, int64_t gen);
 void srv_metrics_latency(srv_metrics *m, double ttft, double itl);  /* < 0: skip that one */
 void srv_metrics_event(srv_metrics *m, int cancelled, int preempted);
+/* A choice started as a fork of choice 0's prompt of n tokens. */
+void srv_metrics_fork(srv_metrics *m, int64_t n);
 /* A stream's read callback found nothing new: its connection waits, suspended. */
 void srv_metrics_stream_wait(srv_metrics *m);
 void srv_metrics_intake(srv_metrics *m, int gone);  /* one taken: depth - 1 */

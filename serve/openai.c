@@ -80,11 +80,46 @@ static cJSON *chat_logprob(const srv *s, const srv_event *e) {
     return o;
 }
 
-static cJSON *usage_json(const srv_req *r) {
+/* ---- n > 1: the choices of one job -------------------------------------------------------
+ * Choice 0 is the job itself, choice k its more[k - 1]; the stream and final functions run
+ * with choice 0's mu held and take each other choice's around its part. */
+
+static srv_job *choice(srv_job *j, int k) { return k ? &j->more[k - 1] : j; }
+static void choice_lock(srv_job *j, int k) { if (k) pthread_mutex_lock(&j->more[k - 1].r->mu); }
+static void choice_unlock(srv_job *j, int k) { if (k) pthread_mutex_unlock(&j->more[k - 1].r->mu); }
+
+/* The choices' sampled tokens together (OpenAI's completion_tokens). */
+static int choices_tokens(srv_job *j) {
+    int n = 0;
+    for (int k = 0; k <= j->n_more; k++) {
+        choice_lock(j, k);
+        n += choice(j, k)->r->n_ev;
+        choice_unlock(j, k);
+    }
+    return n;
+}
+
+/* What a job's handler set on choice 0, on every choice. */
+static void spread(srv_job *j) {
+    for (int k = 0; k < j->n_more; k++) {
+        srv_job *c = &j->more[k];
+        c->stream = j->stream;
+        c->include_usage = j->include_usage;
+        c->logprobs = j->logprobs;
+        c->thinking = j->thinking;
+        c->tools = j->tools;
+        c->split = j->split;
+    }
+}
+
+/* The prompt counted once, the tokens of every choice. */
+static cJSON *usage_json(srv_job *j) {
+    const srv_req *r = j->r;
+    const int n_gen = choices_tokens(j);
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", r->n_ev);
-    cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_ev);
+    cJSON_AddNumberToObject(u, "completion_tokens", n_gen);
+    cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + n_gen);
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", r->n_cached);
     return u;
@@ -121,6 +156,8 @@ static void add_tool_call_ids(const srv_job *j, cJSON *calls) {
 
 int srv_final_error(const srv_job *j, srv_buf *out, int *status) {
     const srv_req *r = j->r;
+    /* n > 1: the first choice that did not finish (the caller holds every choice's mu) */
+    for (int k = 0; k < j->n_more && r->end == SRV_END_FINISHED; k++) r = j->more[k].r;
     if (r->end == SRV_END_FINISHED) return 0;
     /* an engine error, or cancelled by the shutdown's deadline */
     *status = r->end == SRV_END_ERROR ? 500 : 503;
@@ -130,15 +167,12 @@ int srv_final_error(const srv_job *j, srv_buf *out, int *status) {
 
 /* ---- chat completions ------------------------------------------------------------------ */
 
-static void chat_final(srv *s, srv_job *j, srv_buf *out, int *status) {
+static cJSON *chat_choice(srv *s, srv_job *j) {
     srv_req *r = j->r;
-    if (srv_final_error(j, out, status)) return;
     dsv4_parsed p;
     srv_parse_answer(j, &p);
-    cJSON *o = head(s, j, "chat.completion");
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", j->index);
     cJSON *m = dsv4_parsed_to_json(&p);
     if (m) add_tool_call_ids(j, cJSON_GetObjectItemCaseSensitive(m, "tool_calls"));
     cJSON_AddItemToObject(c, "message", m ? m : cJSON_CreateNull());
@@ -150,11 +184,23 @@ static void chat_final(srv *s, srv_job *j, srv_buf *out, int *status) {
         cJSON_AddNullToObject(c, "logprobs");
     }
     cJSON_AddStringToObject(c, "finish_reason", srv_finish_reason(r, p.n_calls));
-    cJSON_AddItemToArray(choices, c);
-    cJSON_AddItemToObject(o, "usage", usage_json(r));
     dsv4_parsed_free(&p);
-    *status = 200;
-    srv_put_json(out, o);
+    return c;
+}
+
+static void chat_final(srv *s, srv_job *j, srv_buf *out, int *status) {
+    for (int k = 1; k <= j->n_more; k++) choice_lock(j, k);
+    if (!srv_final_error(j, out, status)) {
+        cJSON *o = head(s, j, "chat.completion");
+        cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+        for (int k = 0; k <= j->n_more; k++) cJSON_AddItemToArray(choices, chat_choice(s, choice(j, k)));
+        for (int k = j->n_more; k >= 1; k--) choice_unlock(j, k);
+        cJSON_AddItemToObject(o, "usage", usage_json(j));
+        *status = 200;
+        srv_put_json(out, o);
+        return;
+    }
+    for (int k = j->n_more; k >= 1; k--) choice_unlock(j, k);
 }
 
 /* One chunk: delta {key: text}, optional logprobs entry, finish reason. */
@@ -162,7 +208,7 @@ static void chat_chunk(srv *s, srv_job *j, srv_buf *out, cJSON *delta, cJSON *lp
                        const char *finish) {
     cJSON *o = head(s, j, "chat.completion.chunk");
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", j->index);
     cJSON_AddItemToObject(c, "delta", delta);
     if (lp) {
         cJSON *l = cJSON_AddObjectToObject(c, "logprobs");
@@ -203,7 +249,49 @@ static void chat_calls(srv *s, srv_job *j, srv_buf *out, size_t upto, int done) 
     chat_chunk(s, j, out, d, NULL, NULL);
 }
 
-static void chat_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
+/* The SSE error event of a request that failed. */
+static void stream_error(const srv_req *r, srv_buf *out) {
+    cJSON *e = cJSON_CreateObject();
+    cJSON *ee = cJSON_AddObjectToObject(e, "error");
+    cJSON_AddStringToObject(ee, "message", r->errmsg);
+    cJSON_AddStringToObject(ee, "type", "server_error");
+    srv_sse(out, NULL, e);
+}
+
+/* The stream of every choice (one_fn: one choice's new chunks up to its finish chunk,
+ * j->done set then): once all are done, the usage chunk (include_usage) and [DONE]. A
+ * choice that failed ends the stream with its error and cancels the others (choice 0's
+ * cancel is theirs: the scheduler's sweep, which runs while they do). */
+static void stream_choices(srv *s, srv_job *j, srv_buf *out, int *finished, const char *object,
+                           void (*one_fn)(srv *, srv_job *, srv_buf *)) {
+    int all = 1, failed = 0;
+    for (int k = 0; k <= j->n_more && !failed; k++) {
+        srv_job *c = choice(j, k);
+        choice_lock(j, k);
+        if (!c->done) one_fn(s, c, out);
+        if (c->r->end == SRV_END_ERROR) {
+            stream_error(c->r, out);
+            failed = 1;
+        }
+        all &= c->done;
+        choice_unlock(j, k);
+    }
+    if (failed) {
+        j->r->cancel = 1;
+    } else {
+        if (!all) return;
+        if (j->include_usage) {
+            cJSON *o = head(s, j, object);
+            cJSON_AddArrayToObject(o, "choices");
+            cJSON_AddItemToObject(o, "usage", usage_json(j));
+            srv_sse(out, NULL, o);
+        }
+    }
+    srv_buf_puts(out, "data: [DONE]\n\n");
+    *finished = 1;
+}
+
+static void chat_stream_one(srv *s, srv_job *j, srv_buf *out) {
     srv_req *r = j->r;
     if (!j->began) {
         cJSON *d = cJSON_CreateObject();
@@ -217,51 +305,41 @@ static void chat_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
         chat_text(s, j, out, e->text_off + e->text_len, 0, j->logprobs ? chat_logprob(s, e) : NULL);
         chat_calls(s, j, out, e->text_off + e->text_len, 0);
     }
-    if (!r->end) return;
-    if (r->end == SRV_END_ERROR) {
-        cJSON *e = cJSON_CreateObject();
-        cJSON *ee = cJSON_AddObjectToObject(e, "error");
-        cJSON_AddStringToObject(ee, "message", r->errmsg);
-        cJSON_AddStringToObject(ee, "type", "server_error");
-        srv_sse(out, NULL, e);
-    } else {
-        chat_text(s, j, out, r->text_len, 1, NULL);
-        int n_calls = 0;
-        if (j->split.part == SRV_PART_TOOLS) {
-            chat_calls(s, j, out, r->text_len, 1);
-            dsv4_parsed p;
-            srv_parse_answer(j, &p);
-            n_calls = p.n_calls;
-            if (n_calls) {
-                /* what the scan did not send yet (nothing when the block was well formed) */
-                cJSON *rest = srv_tool_stream_finish(&j->calls, &p, j->id);
-                if (rest) {
-                    cJSON *d = cJSON_CreateObject();
-                    cJSON_AddItemToObject(d, "tool_calls", rest);
-                    chat_chunk(s, j, out, d, NULL, NULL);
-                }
-            } else {
-                /* malformed block: its raw text goes out as content, nothing is lost (calls
-                 * already announced stay as they are, finish_reason says "stop") */
-                const char *from = strstr(r->text, "<｜DSML｜tool_calls>");
-                if (from) {
-                    cJSON *d = cJSON_CreateObject();
-                    cJSON_AddStringToObject(d, "content", from);
-                    chat_chunk(s, j, out, d, NULL, NULL);
-                }
+    /* an error is the group's (stream_choices) */
+    if (r->end != SRV_END_FINISHED && r->end != SRV_END_CANCELLED) return;
+    chat_text(s, j, out, r->text_len, 1, NULL);
+    int n_calls = 0;
+    if (j->split.part == SRV_PART_TOOLS) {
+        chat_calls(s, j, out, r->text_len, 1);
+        dsv4_parsed p;
+        srv_parse_answer(j, &p);
+        n_calls = p.n_calls;
+        if (n_calls) {
+            /* what the scan did not send yet (nothing when the block was well formed) */
+            cJSON *rest = srv_tool_stream_finish(&j->calls, &p, j->id);
+            if (rest) {
+                cJSON *d = cJSON_CreateObject();
+                cJSON_AddItemToObject(d, "tool_calls", rest);
+                chat_chunk(s, j, out, d, NULL, NULL);
             }
-            dsv4_parsed_free(&p);
+        } else {
+            /* malformed block: its raw text goes out as content, nothing is lost (calls
+             * already announced stay as they are, finish_reason says "stop") */
+            const char *from = strstr(r->text, "<｜DSML｜tool_calls>");
+            if (from) {
+                cJSON *d = cJSON_CreateObject();
+                cJSON_AddStringToObject(d, "content", from);
+                chat_chunk(s, j, out, d, NULL, NULL);
+            }
         }
-        chat_chunk(s, j, out, cJSON_CreateObject(), NULL, srv_finish_reason(r, n_calls));
-        if (j->include_usage) {
-            cJSON *o = head(s, j, "chat.completion.chunk");
-            cJSON_AddArrayToObject(o, "choices");
-            cJSON_AddItemToObject(o, "usage", usage_json(r));
-            srv_sse(out, NULL, o);
-        }
+        dsv4_parsed_free(&p);
     }
-    srv_buf_puts(out, "data: [DONE]\n\n");
-    *finished = 1;
+    chat_chunk(s, j, out, cJSON_CreateObject(), NULL, srv_finish_reason(r, n_calls));
+    j->done = 1;
+}
+
+static void chat_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
+    stream_choices(s, j, out, finished, "chat.completion.chunk", chat_stream_one);
 }
 
 /* thinking: DeepSeek's "thinking" (bool or {"type": "enabled"|"disabled"}),
@@ -299,18 +377,41 @@ int srv_chat_thinking(const cJSON *body, dsv4_chat_opts *co, char *msg) {
     return 0;
 }
 
-/* Fields both endpoints check the same way: n, stream, stream_options. */
-static int common_fields(const cJSON *body, srv_job *tmp, char *msg) {
-    double x;
-    int k;
-    if ((k = srv_opt_num(body, "n", 1, 1, &x, msg, MSG)) < 0) {
-        snprintf(msg, MSG, "only 'n' = 1 is supported");
+/* The most choices of one request (n, best_of): every choice is a sequence, so at most
+ * --max-seqs of them (SRV_MAX_CHOICES at most in any case). */
+static int choices_cap(const srv *s) {
+    return s->o.max_seqs < SRV_MAX_CHOICES ? s->o.max_seqs : SRV_MAX_CHOICES;
+}
+
+/* A count of choices (n, best_of): absent 1, else a whole number in [1, the cap]. Under
+ * data-parallel attention only 1: the choices would need one home rank to share the
+ * prompt (dp.c places each request on its own). */
+static int choices_field(const srv *s, const cJSON *body, const char *key, int *n, char *msg) {
+    double x = 1;
+    const int cap = choices_cap(s);
+    int k = srv_opt_num(body, key, 1, cap, &x, msg, MSG);
+    if (k > 0 && x != (double)(int)x) k = -1;
+    if (k < 0) {
+        snprintf(msg, MSG, "'%s' must be a whole number from 1 to %d (the server's --max-seqs: "
+                 "each choice is a sequence)", key, cap);
         return -1;
     }
-    if ((k = srv_opt_num(body, "best_of", 1, 1, &x, msg, MSG)) < 0) {
-        snprintf(msg, MSG, "only 'best_of' = 1 is supported");
+    *n = (int)x;
+    if (*n > 1 && (s->o.parallel & DSV4_PAR_DP)) {
+        snprintf(msg, MSG, "'%s' > 1 is not supported under data-parallel attention "
+                 "(--attention dp): send the choices as separate requests", key);
         return -1;
     }
+    return 0;
+}
+
+/* Fields both endpoints check the same way: n, stream, stream_options. *param: the field
+ * at fault, for the error's "param" (NULL: none named). */
+static int common_fields(const srv *s, const cJSON *body, srv_job *tmp, int *n, const char **param,
+                         char *msg) {
+    *param = "n";
+    if (choices_field(s, body, "n", n, msg)) return -1;
+    *param = NULL;
     if (srv_opt_bool(body, "stream", &tmp->stream, msg, MSG) < 0) return -1;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(body, "stream_options");
     if (so && !cJSON_IsNull(so)) {
@@ -399,8 +500,9 @@ void srv_chat_free(srv_chat *c) {
     c->schema = NULL;
 }
 
-srv_job *srv_chat_submit_rendered(srv *s, const cJSON *j, srv_chat *c, int api, const char *body,
-                                  int n_logprobs, srv_reply *out) {
+/* srv_chat_submit_rendered of n choices (srv_submit_n). */
+static srv_job *chat_submit_rendered(srv *s, const cJSON *j, srv_chat *c, int api, const char *body,
+                                     int n_logprobs, int n, srv_reply *out) {
     char msg[MSG];
     srv_job *job = NULL;
     srv_req *r = srv_req_new(c->ids.ids, (int)c->ids.n);
@@ -413,11 +515,12 @@ srv_job *srv_chat_submit_rendered(srv *s, const cJSON *j, srv_chat *c, int api, 
     if (c->json) srv_req_set_json(r, c->schema, c->co.thinking);
     c->schema = NULL;
     r->gp.sample.n_logprobs = n_logprobs;
-    job = srv_submit(s, r, api, body, out);
+    job = srv_submit_n(s, r, n, api, body, out);
     if (job) {
         job->thinking = c->co.thinking;
         job->tools = c->tools != NULL;
         srv_split_init(&job->split, c->co.thinking, c->tools != NULL);
+        spread(job);
     }
     return job;
 bad:
@@ -427,16 +530,28 @@ bad:
     return NULL;
 }
 
-srv_job *srv_chat_submit(srv *s, const cJSON *j, int api, const char *body, int n_logprobs,
+srv_job *srv_chat_submit_rendered(srv *s, const cJSON *j, srv_chat *c, int api, const char *body,
+                                  int n_logprobs, srv_reply *out) {
+    return chat_submit_rendered(s, j, c, api, body, n_logprobs, 1, out);
+}
+
+srv_job *srv_chat_submit(srv *s, const cJSON *j, int api, const char *body, int n_logprobs, int n,
                          srv_reply *out) {
     char msg[MSG];
     srv_chat c = {0};
     srv_job *job = NULL;
     const int rc = srv_openai_chat_prompt(s, j, &c, msg);
     if (rc) srv_reply_error(out, api, rc == 500 ? 500 : 400, msg);
-    else job = srv_chat_submit_rendered(s, j, &c, api, body, n_logprobs, out);
+    else job = chat_submit_rendered(s, j, &c, api, body, n_logprobs, n, out);
     srv_chat_free(&c);
     return job;
+}
+
+/* A 400 in OpenAI's shape naming the field at fault (param; NULL: none). */
+static void bad_field(srv_reply *out, const char *param, const char *msg) {
+    out->status = 400;
+    srv_buf_free(&out->body);
+    srv_openai_error_code(&out->body, "invalid_request_error", param, NULL, msg);
 }
 
 void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {
@@ -444,21 +559,24 @@ void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {
     srv_job tmp = {0};
     cJSON *j = cJSON_ParseWithLength(body, len);
     double top = 0;
+    int n = 1;
+    const char *param = NULL;
     if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
-    if (common_fields(j, &tmp, msg)) goto bad;
+    if (common_fields(s, j, &tmp, &n, &param, msg)) goto bad;
     if (srv_opt_bool(j, "logprobs", &tmp.logprobs, msg, MSG) < 0) goto bad;
     if (srv_opt_num(j, "top_logprobs", 0, DSV4_MAX_LOGPROBS, &top, msg, MSG) < 0) goto bad;
-    srv_job *job = srv_chat_submit(s, j, SRV_API_CHAT, body, tmp.logprobs ? (int)top : 0, out);
+    srv_job *job = srv_chat_submit(s, j, SRV_API_CHAT, body, tmp.logprobs ? (int)top : 0, n, out);
     if (job) {
         job->stream = tmp.stream;
         job->include_usage = tmp.include_usage;
         job->logprobs = tmp.logprobs;
+        spread(job);
         out->stream = chat_stream;
         out->final = chat_final;
     }
     goto done;
 bad:
-    srv_reply_error(out, SRV_API_CHAT, 400, msg);
+    bad_field(out, param, msg);
 done:
     cJSON_Delete(j);
 }
@@ -489,11 +607,11 @@ static cJSON *completion_logprobs(srv *s, const srv_req *r, int from, int to) {
     return lp;
 }
 
-static cJSON *completion_choice(srv *s, srv_job *j, const char *text, size_t n, int from, int to,
-                                const char *finish) {
+static cJSON *completion_choice(srv *s, srv_job *j, int index, const char *text, size_t n, int from,
+                                int to, const char *finish) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddItemToObject(c, "text", srv_json_str_n(text, n));
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", index);
     if (j->logprobs) cJSON_AddItemToObject(c, "logprobs", completion_logprobs(s, j->r, from, to));
     else cJSON_AddNullToObject(c, "logprobs");
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
@@ -501,50 +619,67 @@ static cJSON *completion_choice(srv *s, srv_job *j, const char *text, size_t n, 
     return c;
 }
 
-static void completion_final(srv *s, srv_job *j, srv_buf *out, int *status) {
-    srv_req *r = j->r;
-    if (srv_final_error(j, out, status)) return;
-    cJSON *o = head(s, j, "text_completion");
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
-                         completion_choice(s, j, r->text ? r->text : "", r->text_len, 0, r->n_ev,
-                                           srv_finish_reason(r, 0)));
-    cJSON_AddItemToObject(o, "usage", usage_json(r));
-    *status = 200;
-    srv_put_json(out, o);
+/* A choice's cumulative log-probability: its sampled tokens' logprobs summed (best_of). */
+static double cumulative_logprob(const srv_req *r) {
+    double sum = 0;
+    for (int i = 0; i < r->n_ev; i++) sum += r->ev[i].sample.logprob;
+    return sum;
 }
 
-static void completion_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
+/* The answer: every choice in index order, or with best_of (j->best_of choices generated)
+ * the n of the highest cumulative log-probability, best first (ties: the lower index),
+ * numbered 0..n-1 in that order. usage counts every choice generated, as OpenAI's does. */
+static void completion_final(srv *s, srv_job *j, srv_buf *out, int *status) {
+    for (int k = 1; k <= j->n_more; k++) choice_lock(j, k);
+    if (!srv_final_error(j, out, status)) {
+        const int n_all = 1 + j->n_more, n = j->best_n ? j->best_n : n_all;
+        int order[SRV_MAX_CHOICES];
+        double score[SRV_MAX_CHOICES];
+        for (int k = 0; k < n_all; k++) {
+            score[k] = j->best_n ? cumulative_logprob(choice(j, k)->r) : 0;
+            int i = k;
+            for (; i > 0 && score[order[i - 1]] < score[k]; i--) order[i] = order[i - 1];
+            order[i] = k;
+        }
+        cJSON *o = head(s, j, "text_completion");
+        cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+        for (int i = 0; i < n; i++) {
+            srv_job *c = choice(j, order[i]);
+            const srv_req *r = c->r;
+            cJSON_AddItemToArray(choices, completion_choice(s, c, i, r->text ? r->text : "", r->text_len,
+                                                            0, r->n_ev, srv_finish_reason(r, 0)));
+        }
+        for (int k = j->n_more; k >= 1; k--) choice_unlock(j, k);
+        cJSON_AddItemToObject(o, "usage", usage_json(j));
+        *status = 200;
+        srv_put_json(out, o);
+        return;
+    }
+    for (int k = j->n_more; k >= 1; k--) choice_unlock(j, k);
+}
+
+static void completion_stream_one(srv *s, srv_job *j, srv_buf *out) {
     srv_req *r = j->r;
     for (; j->ev_sent < r->n_ev; j->ev_sent++) {
         const srv_event *e = &r->ev[j->ev_sent];
         cJSON *o = head(s, j, "text_completion");
         cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
-                             completion_choice(s, j, r->text + e->text_off, e->text_len,
+                             completion_choice(s, j, j->index, r->text + e->text_off, e->text_len,
                                                j->ev_sent, j->ev_sent + 1, NULL));
         srv_sse(out, NULL, o);
         j->began = 1;
     }
-    if (!r->end) return;
-    if (r->end == SRV_END_ERROR) {
-        cJSON *e = cJSON_CreateObject();
-        cJSON *ee = cJSON_AddObjectToObject(e, "error");
-        cJSON_AddStringToObject(ee, "message", r->errmsg);
-        cJSON_AddStringToObject(ee, "type", "server_error");
-        srv_sse(out, NULL, e);
-    } else {
-        cJSON *o = head(s, j, "text_completion");
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
-                             completion_choice(s, j, "", 0, 0, 0, srv_finish_reason(r, 0)));
-        srv_sse(out, NULL, o);
-        if (j->include_usage) {
-            o = head(s, j, "text_completion");
-            cJSON_AddArrayToObject(o, "choices");
-            cJSON_AddItemToObject(o, "usage", usage_json(r));
-            srv_sse(out, NULL, o);
-        }
-    }
-    srv_buf_puts(out, "data: [DONE]\n\n");
-    *finished = 1;
+    /* an error is the group's (stream_choices) */
+    if (r->end != SRV_END_FINISHED && r->end != SRV_END_CANCELLED) return;
+    cJSON *o = head(s, j, "text_completion");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
+                         completion_choice(s, j, j->index, "", 0, 0, 0, srv_finish_reason(r, 0)));
+    srv_sse(out, NULL, o);
+    j->done = 1;
+}
+
+static void completion_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
+    stream_choices(s, j, out, finished, "text_completion", completion_stream_one);
 }
 
 /* prompt: a string (BOS + its tokens; a raw prompt, so special-token strings in it are
@@ -595,9 +730,27 @@ void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out)
     char *schema = NULL;
     const cJSON *shown = NULL;
     double lp = -1;
+    int n = 1, best_of = 0;
+    const char *param = NULL;
     cJSON *j = cJSON_ParseWithLength(body, len);
     if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
-    if (common_fields(j, &tmp, msg)) goto bad;
+    if (common_fields(s, j, &tmp, &n, &param, msg)) goto bad;
+    /* best_of: that many choices generated, the n of the highest cumulative log-probability
+     * answered (OpenAI's; not with stream, at least n) */
+    const cJSON *bo = cJSON_GetObjectItemCaseSensitive(j, "best_of");
+    if (bo && !cJSON_IsNull(bo)) {
+        param = "best_of";
+        if (choices_field(s, j, "best_of", &best_of, msg)) goto bad;
+        if (best_of < n) {
+            snprintf(msg, MSG, "'best_of' (%d) must be at least 'n' (%d)", best_of, n);
+            goto bad;
+        }
+        if (best_of > 1 && tmp.stream) {
+            snprintf(msg, MSG, "'best_of' > 1 cannot be streamed (the best choices are known at the end)");
+            goto bad;
+        }
+        param = NULL;
+    }
     int echo = 0;
     if (srv_opt_bool(j, "echo", &echo, msg, MSG) < 0) goto bad;
     if (echo) { snprintf(msg, MSG, "'echo' is not supported"); goto bad; }
@@ -612,18 +765,20 @@ void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out)
     if (json) srv_req_set_json(r, schema, 0);
     schema = NULL;
     r->gp.sample.n_logprobs = lp > 0 ? (int)lp : 0;
-    srv_job *job = srv_submit(s, r, SRV_API_COMPLETION, body, out);
+    srv_job *job = srv_submit_n(s, r, best_of > n ? best_of : n, SRV_API_COMPLETION, body, out);
     r = NULL;
     if (job) {
         job->stream = tmp.stream;
         job->include_usage = tmp.include_usage;
         job->logprobs = lp >= 0;
+        job->best_n = best_of > n ? n : 0;
+        spread(job);
         out->stream = completion_stream;
         out->final = completion_final;
     }
     goto done;
 bad:
-    srv_reply_error(out, SRV_API_COMPLETION, 400, msg);
+    bad_field(out, param, msg);
 done:
     if (r) { srv_req_release(r); srv_req_release(r); }
     dsv4_tok_ids_free(&ids);

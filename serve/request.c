@@ -44,9 +44,42 @@ int srv_req_set_bias(srv_req *r, const int32_t *ids, const float *bias, int n) {
     return 0;
 }
 
+static char *dup_or_null(const char *t, int *oom) {
+    char *d = t ? strdup(t) : NULL;
+    if (t && !d) *oom = 1;
+    return d;
+}
+
+srv_req *srv_req_clone(const srv_req *r) {
+    srv_req *c = srv_req_new(r->prompt, r->n_prompt);
+    if (!c) return NULL;
+    int oom = srv_req_set_stops(c, r->gp.stop_strings, r->gp.n_stop) ||
+              srv_req_set_bias(c, r->gp.bias_ids, r->gp.bias, r->gp.n_bias);
+    const dsv4_gen_params gp = c->gp;  /* stops and bias: the copies */
+    c->gp = r->gp;
+    c->gp.stop_strings = gp.stop_strings;
+    c->gp.n_stop = gp.n_stop;
+    c->gp.bias_ids = gp.bias_ids;
+    c->gp.bias = gp.bias;
+    c->gp.n_bias = gp.n_bias;
+    c->gp.json_schema = c->json_schema = dup_or_null(r->json_schema, &oom);
+    c->gp.tools = c->tools = dup_or_null(r->tools, &oom);
+    if (r->n_prefix > 0) {
+        if ((c->prefix = malloc((size_t)r->n_prefix * sizeof *c->prefix)))
+            memcpy(c->prefix, r->prefix, (size_t)r->n_prefix * sizeof *c->prefix);
+        else oom = 1;
+        c->n_prefix = r->n_prefix;
+    }
+    c->forced = r->forced;  /* the server's script, not owned */
+    c->n_forced = r->n_forced;
+    if (oom) { srv_req_release(c); srv_req_release(c); return NULL; }
+    return c;
+}
+
 void srv_req_release(srv_req *r) {
     if (!r) return;
     if (atomic_fetch_sub(&r->refs, 1) > 1) return;
+    srv_req_release(r->lead);
     for (int i = 0; i < r->gp.n_stop; i++) free(r->stops[i]);
     free(r->stops);
     free(r->bias_ids);
@@ -87,8 +120,19 @@ static int put_text(srv_req *r, const char *text, size_t len) {
 static void unlock_wake(srv_req *r) {
     void (*fn)(void *) = r->wake_end && !r->end ? NULL : r->wake;
     void *arg = r->wake_arg;
+    srv_req *lead = r->lead;
+    const int ended = r->end != SRV_END_NONE;
     if (fn) r->wake = NULL;
     pthread_mutex_unlock(&r->mu);
+    if (fn) fn(arg);
+    if (!lead) return;
+    /* another choice's news go to the waiter on choice 0 (the HTTP side waits there for
+     * them all); a waiter for the end only, at a choice's end once choice 0 ended too */
+    pthread_mutex_lock(&lead->mu);
+    fn = lead->wake_end && !(lead->end && ended) ? NULL : lead->wake;
+    arg = lead->wake_arg;
+    if (fn) lead->wake = NULL;
+    pthread_mutex_unlock(&lead->mu);
     if (fn) fn(arg);
 }
 

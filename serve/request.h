@@ -51,6 +51,10 @@ struct srv_req {
     int32_t *forced_own;            /* the copy `forced` points at on a follower rank (owned) */
     double t_arrival;               /* seconds, monotonic */
     int home;                       /* the rank whose scheduler runs it (dp.h); 0 = this one */
+    srv_req *lead;                  /* choices 1..n-1 of a request with n > 1 (OpenAI's `n`):
+                                     * choice 0's request, a reference held; NULL otherwise.
+                                     * Its cancel is theirs, their news wake its waiter, and
+                                     * the scheduler forks its prompt into them (scheduler.h) */
 
     /* ---- shared, under mu ---- */
     pthread_mutex_t mu;
@@ -80,6 +84,8 @@ struct srv_req {
     int n_done;                     /* tokens of ctx already in the sequence */
     int admitted;                   /* admitted at least once (n_cached is set) */
     int prompt_kept;                /* the prompt's snapshot is in the prefix cache */
+    int forkable;                   /* choice 0 of n > 1: its choices wait for its prompt's
+                                     * end to fork it (cleared then, or when it cannot) */
     dsv4_snapshot *conv;            /* the conversation at its latest aligned length (a
                                      * private snapshot, to the prefix cache at the end) */
     int n_sampled;
@@ -94,6 +100,10 @@ struct srv_req {
 
 /* A new request with its prompt copied and two references; NULL when out of memory. */
 srv_req *srv_req_new(const int32_t *prompt, int n_prompt);
+/* A copy of r's set-before-submit part (prompt, generation parameters and what they point
+ * at, forced prefix, test script) with two references: another choice of the same
+ * request. NULL when out of memory. */
+srv_req *srv_req_clone(const srv_req *r);
 /* Copies stop strings and logit bias into the request and points gp at them; 0 or -1 (oom). */
 int srv_req_set_stops(srv_req *r, const char *const *stops, int n);
 int srv_req_set_bias(srv_req *r, const int32_t *ids, const float *bias, int n);

@@ -39,6 +39,7 @@ static void list_remove(srv_req **list, int *n, srv_req *r) {
 
 /* Frees r's sequence (if any), takes it off both lists, ends it, drops our reference. */
 void srv_sched_finish(srv_sched *s, srv_req *r, int end, int fin, const char *msg) {
+    r->forkable = 0;  /* its other choices compute the prompt themselves */
     dsv4_spec_free(r->spec);
     r->spec = NULL;
     /* the conversation's aligned prefix: kept (and saved when it ended normally) */
@@ -76,6 +77,7 @@ static int cancelled(srv_req *r) {
     pthread_mutex_lock(&r->mu);
     int c = r->cancel;
     pthread_mutex_unlock(&r->mu);
+    if (r->lead && !c) return cancelled(r->lead);  /* a client gone cancels every choice */
     return c;
 }
 
@@ -175,8 +177,10 @@ static int plan_step(srv_sched *s, int *rows, int *decode) {
     for (int i = 0; i < s->n_run && budget > 0; i++)
         if (s->run[i]->n_ctx - s->run[i]->n_done > 1)
             budget -= add_span(s, &n_spans, s->run[i], budget);
-    while (budget > 0 && s->n_wait > 0 && !s->admit_hold && s->n_run < s->o.max_seqs) {
-        srv_req *r = s->wait[0];
+    for (int w = 0; budget > 0 && w < s->n_wait && !s->admit_hold && s->n_run < s->o.max_seqs;) {
+        srv_req *r = s->wait[w];
+        /* a choice waiting for choice 0's prompt to fork it */
+        if (r->lead && r->lead->forkable && !r->admitted) { w++; continue; }
         dsv4_err err = {0};
         int64_t n_cached = 0;
         /* the prefix cache is rank 0's (step_msg.h): the followers start the sequence at
@@ -275,6 +279,43 @@ static int take_token(srv_sched *s, srv_req *r, const float *row, int d, dsv4_ge
         return 0;
     }
     return 1;
+}
+
+/* r (choice 0 of n > 1) has run its whole prompt, row holding its first token's logits:
+ * its other choices still waiting start as forks of its sequence (the prompt's KV computed
+ * once, shared: dsv4_seq_fork) and each samples its first token from the same row with its
+ * own sampler, as a request of its own would from its own prompt's last row (with MTP its
+ * MTP side forked too: dsv4_spec_fork). A choice that
+ * cannot fork now (no sequence slot free, the pools short) is admitted later like any
+ * request, computing the prompt (what the prefix cache holds of it restored). Before r's
+ * own token, which may end r and free its sequence. */
+static void fork_choices(srv_sched *s, srv_req *r, const float *row) {
+    r->forkable = 0;
+    for (int i = 0; i < s->n_wait && s->n_run < s->o.max_seqs;) {
+        srv_req *c = s->wait[i];
+        dsv4_err err = {0};
+        if (c->lead != r || c->admitted) { i++; continue; }
+        if (dsv4_seq_fork(s->e, r->seq, &c->seq, &err)) { c->seq = -1; break; }
+        if (r->spec && dsv4_spec_fork(r->spec, c->seq, &c->spec, &err)) {
+            dsv4_seq_free(s->e, c->seq, NULL);
+            c->seq = -1;
+            break;
+        }
+        if (c->spec && (c->forced || c->prefix)) dsv4_spec_set_draft_hook(c->spec, forced_draft, c);
+        c->n_done = r->n_done;
+        c->admitted = 1;
+        c->prompt_kept = 1;  /* r keeps the prompt's snapshot */
+        pthread_mutex_lock(&c->mu);
+        c->n_cached = c->n_prompt;
+        pthread_mutex_unlock(&c->mu);
+        list_remove(s->wait, &s->n_wait, c);
+        list_insert(s->run, &s->n_run, c);
+        s->st.admitted++;
+        srv_metrics_fork(s->met, c->n_prompt);
+        dsv4_gen_token t;
+        if (take_token(s, c, row, -1, &t) && c->spec && c->n_ctx - c->n_done == 1)
+            dsv4_spec_set_next(c->spec, c->ctx[c->n_done]);
+    }
 }
 
 /* r's verify span ran: its first token, the commit of the rows accepted (serving.md §e),
@@ -509,6 +550,7 @@ static int step(srv_sched *s) {
         } else {
             /* before the token: it may end the request and free the sequence */
             if (s->span_snap[i] == SNAP_CONV) conv_snapshot(s, r, i);
+            if (r->forkable && r->n_sampled == 0 && r->n_done == r->n_prompt) fork_choices(s, r, row);
             alive = take_token(s, r, row, s->span_draw[i], &t);
         }
         /* the new pending token: its MTP row gives the next draft */
@@ -724,24 +766,34 @@ int srv_sched_prepare(srv_sched *s, srv_req *r, dsv4_err *err) {
 }
 
 int srv_sched_submit(srv_sched *s, srv_req *r, dsv4_err *err) {
-    int rc = srv_sched_prepare(s, r, err);
-    if (rc) return rc;
+    return srv_sched_submit_n(s, &r, 1, err);
+}
+
+int srv_sched_submit_n(srv_sched *s, srv_req *const *r, int n, dsv4_err *err) {
+    int rc;
+    for (int i = 0; i < n; i++)
+        if ((rc = srv_sched_prepare(s, r[i], err))) return rc;
+    /* the choices share choice 0's prompt by forking its sequence: not under a group (the
+     * fork is no relayed call) */
+    r[0]->forkable = n > 1 && !s->dp && !srv_relay_grouped(s->o.relay);
     /* under data-parallel attention every rank has max_seqs slots */
     const int slots = s->o.max_seqs * (s->dp ? srv_dp_ranks(s->dp) : 1);
     pthread_mutex_lock(&s->mu);
-    if (s->stopping || s->n_live >= slots + s->o.max_queue) {
+    if (s->stopping || s->n_live + n > slots + s->o.max_queue) {
         rc = s->stopping ? srv_fail(err, DSV4_ERR_STATE, "the server is shutting down")
                          : srv_fail(err, DSV4_ERR_CACHE_FULL, "server busy: %d requests queued",
                                     s->o.max_queue);
         pthread_mutex_unlock(&s->mu);
         return rc;
     }
-    r->id = s->next_id++;
-    s->n_live++;
-    r->next = NULL;
-    if (s->in_tail) s->in_tail->next = r;
-    else s->in_head = r;
-    s->in_tail = r;
+    for (int i = 0; i < n; i++) {
+        r[i]->id = s->next_id++;
+        r[i]->next = NULL;
+        if (s->in_tail) s->in_tail->next = r[i];
+        else s->in_head = r[i];
+        s->in_tail = r[i];
+    }
+    s->n_live += n;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return DSV4_OK;

@@ -138,8 +138,8 @@ void srv_chat_free(srv_chat *c);
  * sampling fields, as /v1/chat/completions reads them) rendered, its request made and
  * submitted as api's job (thinking, tools and split set; body: for the test script). NULL
  * when it failed (out holds the error). The chat endpoint's and /v1/responses' (which
- * turns its request into a chat request first) one path. */
-srv_job *srv_chat_submit(srv *s, const cJSON *j, int api, const char *body, int n_logprobs,
+ * turns its request into a chat request first) one path. n: OpenAI's n (srv_submit_n). */
+srv_job *srv_chat_submit(srv *s, const cJSON *j, int api, const char *body, int n_logprobs, int n,
                          srv_reply *out);
 /* Its second half: the request j already rendered into c (srv_openai_chat_prompt), made and
  * submitted (c stays the caller's to free; its schema is taken). /v1/responses renders
@@ -159,6 +159,11 @@ int srv_strict_tools(srv_req *r, const cJSON *tools, int tc, const char *name, i
 /* Creates the job for r (taking the HTTP side's reference), applies the test script
  * (matched against the request body) and submits it; on failure out gets the error. */
 srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *out);
+/* The most choices of one request (OpenAI's n and best_of; also at most --max-seqs). */
+#define SRV_MAX_CHOICES 128
+/* srv_submit of n choices (OpenAI's n): choice i is a copy of r seeded with r's seed + i
+ * (mod 2^64), the job's more[i - 1]; all are submitted at once (srv_sched_submit_n). */
+srv_job *srv_submit_n(srv *s, srv_req *r, int n, int api, const char *body, srv_reply *out);
 /* Sets out to an error in the API's shape. */
 void srv_reply_error(srv_reply *out, int api, int status, const char *msg);
 /* Optional field of a type: 0 absent (or null), 1 read, -1 wrong type or out of range

@@ -91,6 +91,8 @@ void srv_relay_free(srv_relay *rl) {
     free(rl);
 }
 
+int srv_relay_grouped(const srv_relay *rl) { return rl && rl->d; }
+
 int srv_relay_started(srv_relay *rl, int seq, int64_t n, dsv4_err *err) {
     if (!rl->d) return DSV4_OK;
     if (!usable(rl)) return group_failed(rl, err);

@@ -20,6 +20,10 @@ typedef struct srv_relay srv_relay;
 int srv_relay_create(dsv4_engine *e, dsv4_dist *d, srv_relay **out, dsv4_err *err);
 void srv_relay_free(srv_relay *rl);
 
+/* 1 when the calls go to follower ranks (a group): the calls with no relay (dsv4_seq_fork)
+ * are not to be made then. */
+int srv_relay_grouped(const srv_relay *rl);
+
 /* The engine calls, recorded for the followers. */
 /* Rank 0 started seq at length n: empty (n = 0, dsv4_seq_create) or from a snapshot it
  * restored (dsv4_prefix_start, dsv4_snapshot_restore: n aligned). The followers hold no

@@ -123,6 +123,28 @@ int dsv4_spec_create(dsv4_engine *e, int seq, dsv4_spec **out, dsv4_err *err) {
     return spec_new(e, seq, n, n, NULL, out, err);
 }
 
+int dsv4_spec_fork(const dsv4_spec *src, int seq, dsv4_spec **out, dsv4_err *err) {
+    *out = NULL;
+    if (!src) return dsv4_fail(err, DSV4_ERR_ARG, "spec fork: NULL source");
+    if (dsv4_seq_length(src->e, seq) != src->n || dsv4_seq_mtp_length(src->e, seq) != src->hs ||
+        dsv4_seq_pending(src->e, seq))
+        return dsv4_fail(err, DSV4_ERR_STATE, "spec fork: sequence %d is not at the source's "
+                         "n = %lld, m = %lld (fork it with dsv4_seq_fork first)", seq,
+                         (long long)src->n, (long long)src->hs);
+    dsv4_spec *s;
+    int rc = spec_new(src->e, seq, src->n, src->hs, NULL, &s, err);
+    if (rc) return rc;
+    const int64_t rows = src->n - src->hs;
+    if ((rc = reserve(s, rows + 1, err))) { dsv4_spec_free(s); return rc; }
+    memcpy(s->h, src->h, (size_t)(rows * s->row_floats) * sizeof(float));
+    memcpy(s->x, src->x, (size_t)rows * sizeof *s->x);
+    s->has_next = src->has_next;
+    s->next = src->next;
+    s->draft = src->draft;
+    *out = s;
+    return DSV4_OK;
+}
+
 void dsv4_spec_free(dsv4_spec *s) {
     if (!s) return;
     free(s->h);

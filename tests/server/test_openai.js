@@ -173,7 +173,7 @@ run('server_openai', async () => {
     ['/v1/chat/completions', '{"messages": [', 400],
     ['/v1/chat/completions', { messages: msgs, temperature: 'hot' }, 400],
     ['/v1/chat/completions', { messages: 'hello' }, 400],
-    ['/v1/chat/completions', { messages: msgs, n: 2 }, 400],
+    ['/v1/chat/completions', { messages: msgs, n: 1000 }, 400],
     ['/v1/chat/completions', { messages: msgs, max_tokens: -1 }, 400],
     ['/v1/chat/completions', { messages: msgs, stop: [1, 2] }, 400],
     ['/v1/chat/completions', { messages: msgs, logit_bias: { abc: 1 } }, 400],

@@ -1,0 +1,128 @@
+// test_choices.js — OpenAI's `n` (several choices of one prompt) and best_of: choice i samples
+// with seed + i, so it equals the n = 1 request with that seed (the choices fork choice 0's
+// prompt: /metrics counts the forks); the stream, reassembled by index, equals the JSON
+// answer; usage counts the prompt once and every choice's tokens; stop ends one choice, not
+// the others; n over --max-seqs and best_of with stream are 400s naming the field; a
+// client gone mid-stream cancels every choice (the sequences free again).
+'use strict';
+const assert = require('assert');
+const OpenAI = require('openai').default;
+const { start, http, metrics, run } = require('./harness');
+
+const SEED = 4242;
+const msgs = [{ role: 'user', content: 'Name three colours of the rainbow and say why the sky looks blue.' }];
+
+run('server_choices', async () => {
+  const srv = await start(['--max-seqs', '4', '--hangup-check-ms', '2']);
+  const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
+  const req = { model: 'm', messages: msgs, temperature: 1.0, max_tokens: 10, seed: SEED, logprobs: true };
+
+  // n = 1 with the seeds choice i derives: seed + i
+  const solo = [];
+  for (let i = 0; i < 3; i++) solo.push(await client.chat.completions.create({ ...req, seed: SEED + i }));
+  const m0 = await metrics(srv.url);
+
+  const r = await client.chat.completions.create({ ...req, n: 3 });
+  assert.deepStrictEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  for (let i = 0; i < 3; i++) {
+    assert.strictEqual(r.choices[i].message.content, solo[i].choices[0].message.content, `choice ${i}`);
+    assert.deepStrictEqual(r.choices[i].logprobs, solo[i].choices[0].logprobs, `choice ${i}'s logprobs`);
+    assert.strictEqual(r.choices[i].finish_reason, solo[i].choices[0].finish_reason);
+  }
+  assert(new Set(r.choices.map((c) => c.message.content)).size > 1, 'the choices are all the same');
+  assert.strictEqual(r.usage.prompt_tokens, solo[0].usage.prompt_tokens);
+  assert.strictEqual(r.usage.completion_tokens, solo.reduce((a, s) => a + s.usage.completion_tokens, 0));
+  // the prompt ran once: the two other choices forked it
+  const m1 = await metrics(srv.url);
+  assert.strictEqual(m1.dsv4_choices_forked_total - m0.dsv4_choices_forked_total, 2);
+  assert.strictEqual(m1.dsv4_prompt_tokens_forked_total - m0.dsv4_prompt_tokens_forked_total, 2 * r.usage.prompt_tokens);
+
+  // the stream: every chunk one choice's, each choice one finish_reason, one usage chunk last
+  const st = { text: ['', '', ''], finish: [null, null, null], lp: [[], [], []], usage: null, after: 0 };
+  for await (const ch of await client.chat.completions.create({ ...req, n: 3, stream: true,
+    stream_options: { include_usage: true } })) {
+    if (ch.usage) { st.usage = ch.usage; assert.strictEqual(ch.choices.length, 0); continue; }
+    assert.strictEqual(st.usage, null, 'a chunk after the usage');
+    assert.strictEqual(ch.choices.length, 1);
+    const c = ch.choices[0];
+    st.text[c.index] += c.delta.content || '';
+    if (c.logprobs) st.lp[c.index].push(...c.logprobs.content);
+    if (c.finish_reason) {
+      assert.strictEqual(st.finish[c.index], null, `choice ${c.index} finished twice`);
+      st.finish[c.index] = c.finish_reason;
+    }
+  }
+  for (let i = 0; i < 3; i++) {
+    assert.strictEqual(st.text[i], r.choices[i].message.content, `streamed choice ${i}`);
+    assert.deepStrictEqual(st.lp[i], r.choices[i].logprobs.content);
+    assert.strictEqual(st.finish[i], r.choices[i].finish_reason);
+  }
+  assert.deepStrictEqual(st.usage, r.usage);
+
+  // a stop string ends the choice that wrote it, the others go on (each as alone)
+  const sreq = { model: 'm', prompt: 'Once upon a time', temperature: 1.0, max_tokens: 24, seed: SEED, stop: ['e'] };
+  const sc = await client.completions.create({ ...sreq, n: 3 });
+  const lens = [];
+  for (let i = 0; i < 3; i++) {
+    const one = await client.completions.create({ ...sreq, seed: SEED + i });
+    assert.strictEqual(sc.choices[i].text, one.choices[0].text, `stop choice ${i}`);
+    assert.strictEqual(sc.choices[i].finish_reason, one.choices[0].finish_reason);
+    lens.push(one.usage.completion_tokens);
+  }
+  assert.strictEqual(sc.usage.completion_tokens, lens.reduce((a, b) => a + b, 0));
+
+  // best_of 3, n 2: the two of the highest cumulative logprob, best first
+  const breq = { model: 'm', prompt: 'Once upon a time', temperature: 1.0, max_tokens: 6, seed: SEED, logprobs: 0 };
+  const cands = [];
+  for (let i = 0; i < 3; i++) {
+    const one = await client.completions.create({ ...breq, seed: SEED + i });
+    cands.push({ text: one.choices[0].text, sum: one.choices[0].logprobs.token_logprobs.reduce((a, b) => a + b, 0) });
+  }
+  cands.sort((a, b) => b.sum - a.sum);
+  const b = await client.completions.create({ ...breq, n: 2, best_of: 3 });
+  assert.deepStrictEqual(b.choices.map((c) => [c.index, c.text]), [[0, cands[0].text], [1, cands[1].text]]);
+  assert.strictEqual(b.usage.completion_tokens, 18);
+
+  // n beyond --max-seqs, best_of below n or streamed: 400s naming the field
+  for (const [route, body, param] of [
+    ['/v1/chat/completions', { messages: msgs, n: 5 }, 'n'],
+    ['/v1/chat/completions', { messages: msgs, n: 1.5 }, 'n'],
+    ['/v1/completions', { prompt: 'x', n: 0 }, 'n'],
+    ['/v1/completions', { prompt: 'x', n: 3, best_of: 2 }, 'best_of'],
+    ['/v1/completions', { prompt: 'x', best_of: 2, stream: true }, 'best_of'],
+  ]) {
+    const e = await http(srv.url + route, { body });
+    assert.strictEqual(e.status, 400, `${JSON.stringify(body)}: ${e.body}`);
+    assert.strictEqual(e.json.error.param, param, e.body);
+    assert.strictEqual(e.json.error.type, 'invalid_request_error');
+  }
+
+  // a client gone mid-stream: all its choices are cancelled, their sequences free
+  const m2 = await metrics(srv.url);
+  const ctl = new AbortController();
+  const res = await fetch(srv.url + '/v1/chat/completions', { method: 'POST', signal: ctl.signal,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: msgs, n: 3, temperature: 1.0, ignore_eos: true, stream: true }) });
+  assert.strictEqual(res.status, 200);
+  const rd = res.body.getReader();
+  // every choice generating (its opening chunk and a few tokens out)
+  const seen = [0, 0, 0];
+  for (let got = ''; Math.min(...seen) < 4;) {
+    const { value, done } = await rd.read();
+    assert(!done, 'the stream ended: ' + got);
+    got += Buffer.from(value).toString();
+    seen.fill(0);
+    for (const m of got.matchAll(/"index":(\d)/g)) seen[m[1]]++;
+  }
+  ctl.abort();
+  let m;
+  for (let i = 0; i < 500; i++) {
+    m = await metrics(srv.url);
+    if (m.dsv4_requests_cancelled_total - m2.dsv4_requests_cancelled_total >= 3 &&
+        m.dsv4_running_sequences === 0 && m.dsv4_queue_depth === 0) break;
+    await new Promise((ok) => setTimeout(ok, 20));
+  }
+  assert.strictEqual(m.dsv4_running_sequences, 0, 'choices still running after the client left');
+  assert.strictEqual(m.dsv4_requests_cancelled_total - m2.dsv4_requests_cancelled_total, 3);
+  await srv.stop();
+});
