@@ -32,6 +32,25 @@ def post(url, body):
     return time.perf_counter() - t0, out
 
 
+def start_server(cmd):
+    """Starts `dsv4 serve` (cmd); returns (process, the ready line's pid, base url)."""
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, 'OMPI_MCA_mpi_yield_when_idle': '1'})
+    for line in proc.stderr:
+        m = re.search(r'ready on http://[^:]+:(\d+) \(pid (\d+)', line)
+        if m:
+            return proc, int(m.group(2)), f'http://127.0.0.1:{m.group(1)}'
+    sys.exit('the server did not start')
+
+
+def stop_server(proc, pid):
+    """SIGTERM to the server (rank 0 under mpirun), its log drained, waited for."""
+    os.kill(pid, signal.SIGTERM)
+    for _ in proc.stderr:
+        pass
+    proc.wait()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--bin', required=True)
@@ -58,17 +77,7 @@ def main():
             serve += ['--attention', a.attention]
         if a.cp:
             serve += ['--cp', a.cp]
-    proc = subprocess.Popen(serve, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, 'OMPI_MCA_mpi_yield_when_idle': '1'})
-    port = pid = None
-    for line in proc.stderr:
-        m = re.search(r'ready on http://[^:]+:(\d+) \(pid (\d+)', line)
-        if m:
-            port, pid = int(m.group(1)), int(m.group(2))
-            break
-    if not port:
-        sys.exit('the server did not start')
-    url = f'http://127.0.0.1:{port}'
+    proc, pid, url = start_server(serve)
     rng = random.Random(1234)
     try:
         for rnd in range(a.rounds):
@@ -88,10 +97,7 @@ def main():
             met = {k: float(v) for k, v in re.findall(r'^(dsv4_prefix_\w+) (\S+)$', r.read().decode(), re.M)}
         print(json.dumps({'tag': a.tag, 'np': a.np, 'metrics': met}), flush=True)
     finally:
-        os.kill(pid, signal.SIGTERM)
-        for _ in proc.stderr:
-            pass
-        proc.wait()
+        stop_server(proc, pid)
 
 
 if __name__ == '__main__':

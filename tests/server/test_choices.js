@@ -102,7 +102,7 @@ run('server_choices', async () => {
   const ctl = new AbortController();
   const res = await fetch(srv.url + '/v1/chat/completions', { method: 'POST', signal: ctl.signal,
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ messages: msgs, n: 3, temperature: 1.0, ignore_eos: true, stream: true }) });
+    body: JSON.stringify({ messages: msgs, n: 3, max_tokens: 4000, temperature: 1.0, stream: true }) });
   assert.strictEqual(res.status, 200);
   const rd = res.body.getReader();
   // every choice generating (its opening chunk and a few tokens out)
