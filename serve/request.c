@@ -72,6 +72,7 @@ srv_req *srv_req_clone(const srv_req *r) {
     }
     c->forced = r->forced;  /* the server's script, not owned */
     c->n_forced = r->n_forced;
+    c->forced_error = r->forced_error;  /* the script's too */
     if (oom) { srv_req_release(c); srv_req_release(c); return NULL; }
     return c;
 }
