@@ -25,7 +25,9 @@
  *
  * Automaton state (json_match.c): a set of at most JSON_MAX_STACKS stacks of frames, each
  * at most JSON_MAX_DEPTH deep. A byte advances every stack; a stack that cannot take it
- * dies; the state is dead when no stack is left. Whitespace between tokens is allowed in
+ * dies; the state is dead when no stack is left. A schema whose anyOf branches could need
+ * more stacks at once is refused at compile (json_readings names the anyOf), so no reading
+ * is ever dropped. Whitespace between tokens is allowed in
  * runs of at most JSON_MAX_WS bytes (so a constrained model cannot loop on whitespace).
  * The state is plain data of bounded size: copying it is how the vocabulary walk tries a
  * token's bytes, and nothing is allocated per byte or per token.
@@ -38,7 +40,7 @@
 
 #include "dsv4_text.h"
 
-#define JSON_MAX_STACKS 8
+#define JSON_MAX_STACKS 32 /* stacks a step may hold: json_readings bounds them (json_reads.c) */
 #define JSON_MAX_DEPTH 32
 #define JSON_MAX_WS 32
 #define JSON_MAX_PROPS 64 /* per object (a candidate bitmask) */
@@ -100,12 +102,29 @@ typedef struct json_budget {
 #define JSON_BUDGET_WORK 200000000  /* ~0.1-0.3 s of this code on one core */
 #define JSON_BUDGET_BYTES (64 << 20)
 
+/* dsv4_json_schema_compile, where no value may hold the text `forbid` (a strict tool's
+ * "</｜DSML｜parameter>", which would end the value early): a const / enum value or a
+ * property name holding it is refused, and every pattern / format is cut to the strings
+ * without it (one that then leaves no string is refused); forbid_why ends the messages.
+ * (Plain strings need no cut: the tool automaton ends the value there or flushes.) */
+int json_schema_compile_without(const char *text, size_t len, const char *forbid, const char *forbid_why,
+                                dsv4_json_schema **out, dsv4_err *err);
+
+/* The most stacks json_match.c can hold during a step of this schema's automaton (the
+ * readings at once, bounded at compile time, plus those being expanded: json_reads.c);
+ * dsv4_json_schema_compile refuses a schema past JSON_MAX_STACKS, naming *worst (the
+ * innermost anyOf node past it; 0 when it is the root). -1 out of memory, -2 over the
+ * budget's work. */
+int json_readings(const dsv4_json_schema *s, json_budget *bud, int *worst);
+
 /* Compiles a pattern (UTF-8, len bytes; unanchored, as JSON Schema says) to a DFA; -1 with
  * why (e.g. "uses a lookahead (?=") when it is outside the subset or over a bound. */
 int json_regex_compile(const char *pattern, size_t len, json_dfa *out, json_budget *b, char *why, size_t why_len);
 /* out: the strings both a and b accept */
 int json_dfa_intersect(const json_dfa *a, const json_dfa *b, json_dfa *out, json_budget *bud, char *why,
                        size_t why_len);
+/* out: the strings that do not hold w (UTF-8, at most 32 code points) */
+int json_dfa_without(const char *w, size_t len, json_dfa *out, json_budget *b, char *why, size_t why_len);
 /* out: a copy of d (charged to b's bytes) */
 int json_dfa_copy(const json_dfa *d, json_dfa *out, json_budget *b, char *why, size_t why_len);
 int json_dfa_class(const json_dfa *d, uint32_t cp);
@@ -197,6 +216,7 @@ typedef struct json_frame {
 
 typedef struct json_state {
     int n;                               /* live stacks; 0 = dead */
+    int over;                            /* a step needed more than JSON_MAX_STACKS (dead) */
     int depth[JSON_MAX_STACKS];
     json_frame f[JSON_MAX_STACKS][JSON_MAX_DEPTH];
 } json_state;
@@ -212,9 +232,10 @@ int json_state_accepting(const dsv4_json_schema *s, const json_state *st);
 /* Steps st[*cur] over n bytes, ping-pong with st[*cur ^ 1] (*cur then names the state after
  * them); 0 once a byte kills it. */
 int json_state_feed(const dsv4_json_schema *s, json_state st[2], int *cur, const uint8_t *b, size_t n);
-/* 1 when the state is inside a plain string, between characters or inside a UTF-8
- * character (*utf8: json_match.c's UTF-8 state, 0..7): then a token whose bytes have no
- * '"', '\\' or control byte stays inside the string, valid iff its UTF-8 is. */
+/* 1 when every reading of the state is inside a plain string, between characters or
+ * inside a UTF-8 character, the same for all (*utf8: json_match.c's UTF-8 state, 0..7):
+ * then a token whose bytes have no '"', '\\' or control byte stays inside the strings
+ * (every reading lives), valid iff its UTF-8 is. */
 int json_state_in_string(const json_state *st, int *utf8);
 /* 1 when the state is inside a constrained string (json_strc) between characters or inside
  * a UTF-8 character, not in an escape: then a token without '"', '\\' or control bytes

@@ -435,10 +435,16 @@ static int run(const dsv4_json_schema *s, json_state *st, int k, uint8_t c) {
     }
 }
 
-/* a copy of stack src (depth frames) takes byte c, appended to dst if it lives (stacks
- * past JSON_MAX_STACKS are dropped: what is left still only accepts valid values) */
+/* a copy of stack src (depth frames) takes byte c, appended to dst if it lives. No reading
+ * is ever dropped: the compile bounded the stacks a step can hold (json_readings), and
+ * should one not fit anyway the whole step fails (dst->over: the state is dead), so the
+ * automaton never narrows the schema's meaning. */
 static void feed(const dsv4_json_schema *s, const json_frame *src, int depth, uint8_t c, json_state *dst) {
-    if (dst->n >= JSON_MAX_STACKS) return;
+    if (dst->over) return;
+    if (dst->n >= JSON_MAX_STACKS) {
+        dst->over = 1;
+        return;
+    }
     const int k = dst->n++;
     memcpy(dst->f[k], src, (size_t)depth * sizeof *src);
     dst->depth[k] = depth;
@@ -453,15 +459,19 @@ static void feed(const dsv4_json_schema *s, const json_frame *src, int depth, ui
 
 void json_state_init(const dsv4_json_schema *s, json_state *st) {
     (void)s;
-    st->n = 1;
+    st->n = 1, st->over = 0;
     st->depth[0] = 2;
     st->f[0][0] = frame(F_END, 0);
     st->f[0][1] = frame(F_VALUE, 0);
 }
 
 int json_state_step(const dsv4_json_schema *s, const json_state *src, uint8_t c, json_state *dst) {
-    dst->n = 0;
+    dst->n = 0, dst->over = 0;
     for (int i = 0; i < src->n; i++) feed(s, src->f[i], src->depth[i], c, dst);
+    if (dst->over) {
+        dst->n = 0;
+        return 0;
+    }
     /* readings that became the same go on as one */
     for (int i = 1; i < dst->n; i++)
         for (int j = 0; j < i; j++)
@@ -479,7 +489,7 @@ int json_state_step(const dsv4_json_schema *s, const json_state *src, uint8_t c,
 }
 
 void json_state_copy(json_state *dst, const json_state *src) {
-    dst->n = src->n;
+    dst->n = src->n, dst->over = src->over;
     for (int i = 0; i < src->n; i++) {
         dst->depth[i] = src->depth[i];
         memcpy(dst->f[i], src->f[i], (size_t)src->depth[i] * sizeof(json_frame));
@@ -496,10 +506,15 @@ int json_state_accepting(const dsv4_json_schema *s, const json_state *st) {
 }
 
 int json_state_in_string(const json_state *st, int *utf8) {
-    if (st->n != 1) return 0;
-    const json_frame *t = &st->f[0][st->depth[0] - 1];
-    if (t->kind != F_STR || t->phase != 0) return 0;
-    *utf8 = (int)t->a;
+    /* every reading (anyOf branches not told apart yet, e.g. all inside the same property's
+     * string) in a plain string at the same UTF-8 state: such a token keeps all of them */
+    if (st->n < 1) return 0;
+    const uint32_t a = st->f[0][st->depth[0] - 1].a;
+    for (int i = 0; i < st->n; i++) {
+        const json_frame *t = &st->f[i][st->depth[i] - 1];
+        if (t->kind != F_STR || t->phase != 0 || t->a != a) return 0;
+    }
+    *utf8 = (int)a;
     return 1;
 }
 

@@ -705,6 +705,51 @@ int json_regex_compile(const char *pattern, size_t len, json_dfa *out, json_budg
     return rc;
 }
 
+/* The strings of code points that do not hold w (UTF-8, at most 32 code points): the
+ * matcher of w's prefixes (state q: the longest prefix of w the string ends with; w
+ * whole: dead), every state accepting. */
+int json_dfa_without(const char *w, size_t len, json_dfa *out, json_budget *b, char *why, size_t why_len) {
+    memset(out, 0, sizeof *out);
+    json_budget fresh = {JSON_BUDGET_WORK, JSON_BUDGET_BYTES};
+    rx r = {.bud = b ? b : &fresh, .why = why, .why_len = why_len};
+    uint32_t cp[32], bound[64];
+    int L = 0;
+    for (size_t i = 0; i < len; L++) {
+        const uint8_t c = (uint8_t)w[i];
+        const int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+        if (L == 32 || i + (size_t)n > len) return fail(&r, "is too long a string to leave out");
+        uint32_t v = n == 1 ? c : c & (0x7Fu >> n);
+        for (int k = 1; k < n; k++) v = v << 6 | ((uint8_t)w[i + (size_t)k] & 0x3Fu);
+        cp[L] = v, i += (size_t)n;
+    }
+    if (!L) return fail(&r, "is an empty string to leave out");
+    int nb = 0;
+    for (int i = 0; i < L; i++) {
+        bound[nb++] = cp[i];
+        if (cp[i] < CP_MAX) bound[nb++] = cp[i] + 1;
+    }
+    if (make_classes(&r, out, bound, nb) || alloc_dfa(&r, out, L)) {
+        json_dfa_free(out);
+        return -1;
+    }
+    out->n_states = L;
+    for (int q = 0; q < L; q++) {
+        out->accept[q] = 1;
+        for (int k = 0; k < out->n_classes; k++) {
+            /* the longest prefix of w that w[0..q) + c ends with (c: the class's first code point) */
+            const uint32_t c = out->lo[k];
+            int t = q + 1;
+            for (; t > 0; t--) {
+                int m = cp[t - 1] == c;
+                for (int i = 0; m && i < t - 1; i++) m = cp[i] == cp[q - (t - 1) + i];
+                if (m) break;
+            }
+            out->next[(size_t)q * (size_t)out->n_classes + (size_t)k] = (int16_t)(t == L ? -1 : t);
+        }
+    }
+    return 0;
+}
+
 /* both DFAs at once: the strings both accept (pattern and format together) */
 int json_dfa_copy(const json_dfa *d, json_dfa *out, json_budget *b, char *why, size_t why_len) {
     json_budget fresh = {JSON_BUDGET_WORK, JSON_BUDGET_BYTES};

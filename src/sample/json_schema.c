@@ -25,6 +25,11 @@ typedef struct ctx {
     json_dfa *fmt;           /* (N_FORMATS) each format compiled once, on first use (n_states 0: not yet) */
     json_num_spec *num;      /* (s->n_nums) each bounded number's spec: an identical one shares its DFA */
     int cap_num;
+    struct { int node; char *path; } *ap; /* (n_ap) each anyOf / oneOf of several branches: where it is */
+    int n_ap, cap_ap;
+    const char *forbid;      /* NULL, or a text no value may hold (json_schema_compile_without) */
+    const char *forbid_why;
+    json_dfa without;        /* forbid's complement: every pattern / format is cut to it */
     dsv4_err *err;
 } ctx;
 
@@ -203,6 +208,13 @@ static int opt_count(ctx *c, const cJSON *j, const char *key, const char *path, 
     return 0;
 }
 
+/* a literal, key or pattern that can only be met by holding c->forbid */
+static int forbidden(ctx *c, const char *path, const char *what) {
+    char m[400];
+    snprintf(m, sizeof m, "%s holds \"%s\"%s", what, c->forbid, c->forbid_why);
+    return fail(c, path, "%s", m);
+}
+
 static int compile_lit(ctx *c, const cJSON *j, int types, const char *path) {
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "enum");
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "const");
@@ -222,6 +234,10 @@ static int compile_lit(ctx *c, const cJSON *j, int types, const char *path) {
             return fail(c, path, "an '%s' value does not have the schema's 'type'", e ? "enum" : "const");
         char *t = cJSON_PrintUnformatted(v);
         if (!t) return oom(c);
+        if (c->forbid && strstr(t, c->forbid)) {
+            free(t);
+            return forbidden(c, path, e ? "an 'enum' value" : "the 'const' value");
+        }
         int dup = 0;
         for (int i = c->s->nodes[n].lits; i < c->s->n_lits; i++) dup |= !strcmp(c->s->lits[i].text, t);
         int rc = dup ? 0 : add_lit(c, t);
@@ -249,6 +265,7 @@ static int compile_object(ctx *c, const cJSON *j, int n, const char *path, int n
     for (const cJSON *p = props ? props->child : NULL; p; p = p->next, k++) {
         for (const cJSON *q = props->child; q != p; q = q->next)
             if (!strcmp(q->string, p->string)) { free(kid); return fail(c, path, "property \"%s\" appears twice", p->string); }
+        if (c->forbid && strstr(p->string, c->forbid)) { free(kid); return forbidden(c, path, "a property name"); }
         snprintf(sub, sizeof sub, "%.200s/properties/%.60s", path, p->string);
         if ((kid[k] = compile(c, p, sub, nest + 1)) < 0) { free(kid); return -1; }
     }
@@ -326,7 +343,7 @@ static const struct { const char *name, *pattern; int max; } FORMATS[] = {
 #define N_FORMATS ((int)(sizeof FORMATS / sizeof *FORMATS))
 
 static int fail_why(ctx *c, const char *path, const char *key, const char *why) {
-    char m[300];
+    char m[512];
     snprintf(m, sizeof m, "'%s' %s", key, why);
     return fail(c, path, "%s", m);
 }
@@ -370,6 +387,25 @@ static int compile_string(ctx *c, const cJSON *j, int n, const char *path) {
     const char *bad = sc.max >= 0 && sc.min > sc.max ? "is above maxLength (or the format's length)" : NULL;
     if (!bad && json_strc_lengths(&sc, &c->bud, why, sizeof why)) bad = why;
     if (!bad && sc.ok && !(sc.ok[0] & 1)) bad = "leaves no string that satisfies it (with pattern/format/maxLength)";
+    /* a text no value may hold: the DFA cut to the strings without it, so that a pattern
+     * that needs it leaves no string (refused here) and one that needs it on some branch
+     * loses that branch (alive => completable still holds) */
+    char cut[300];
+    if (!bad && c->forbid && sc.dfa.n_states) {
+        json_dfa both;
+        if (json_dfa_intersect(&sc.dfa, &c->without, &both, &c->bud, why, sizeof why)) {
+            bad = why;
+        } else {
+            json_dfa_free(&sc.dfa);
+            free(sc.ok);
+            sc.ok = NULL, sc.dfa = both;
+            if (json_strc_lengths(&sc, &c->bud, why, sizeof why)) bad = why;
+            else if (!(sc.ok[0] & 1)) {
+                snprintf(cut, sizeof cut, "can only be met by a string that holds \"%s\"%s", c->forbid, c->forbid_why);
+                bad = cut;
+            }
+        }
+    }
     dsv4_json_schema *s = c->s;
     if (!bad && grow((void **)&s->strcs, &s->cap_strcs, s->n_strcs + 1, sizeof *s->strcs)) bad = "";
     if (bad) {
@@ -574,6 +610,13 @@ static int compile(ctx *c, const cJSON *j, const char *path, int nest) {
         int n = new_node(c, JN_ANYOF);
         if (n < 0) return -1;
         c->s->nodes[n].alts = first, c->s->nodes[n].n_alts = na;
+        if (na > 1) {
+            char sub[300];
+            snprintf(sub, sizeof sub, "%.200s/%s", path, akey);
+            if (grow((void **)&c->ap, &c->cap_ap, c->n_ap + 1, sizeof *c->ap) || !(c->ap[c->n_ap].path = strdup(sub)))
+                return oom(c);
+            c->ap[c->n_ap++].node = n;
+        }
         return n;
     }
     int types = 0;
@@ -697,6 +740,11 @@ void dsv4_json_schema_free(dsv4_json_schema *s) {
 }
 
 int dsv4_json_schema_compile(const char *text, size_t len, dsv4_json_schema **out, dsv4_err *err) {
+    return json_schema_compile_without(text, len, NULL, NULL, out, err);
+}
+
+int json_schema_compile_without(const char *text, size_t len, const char *forbid, const char *forbid_why,
+                                dsv4_json_schema **out, dsv4_err *err) {
     dsv4_err local;
     if (!err) err = &local;
     *out = NULL;
@@ -716,9 +764,15 @@ int dsv4_json_schema_compile(const char *text, size_t len, dsv4_json_schema **ou
     if (!j) return dsv4_fail(err, DSV4_ERR_FORMAT, "json_schema: the schema is not valid JSON");
     dsv4_json_schema *s = calloc(1, sizeof *s);
     ctx c = {.s = s, .root = j, .any = -1, .bud = {JSON_BUDGET_WORK, JSON_BUDGET_BYTES},
-             .fmt = calloc(N_FORMATS, sizeof *c.fmt), .err = err};
+             .fmt = calloc(N_FORMATS, sizeof *c.fmt), .forbid = forbid, .forbid_why = forbid_why ? forbid_why : "",
+             .err = err};
     int rc = DSV4_OK;
+    char why[200];
     if (!s || !c.fmt) { rc = dsv4_fail(err, DSV4_ERR_NOMEM, "json_schema: out of memory"); goto done; }
+    if (forbid && json_dfa_without(forbid, strlen(forbid), &c.without, &c.bud, why, sizeof why)) {
+        rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "json_schema: \"%s\" %s", forbid, why);
+        goto done;
+    }
     /* node 0 is the root: an ANYOF of one alternative, as for a $ref ("#" refers to it) */
     if (new_node(&c, JN_ANYOF) < 0 || grow((void **)&c.m, &c.cap_m, 1, sizeof *c.m)) { rc = err->code; goto done; }
     c.m[c.n_m++] = (memo){j, 0};
@@ -744,6 +798,25 @@ int dsv4_json_schema_compile(const char *text, size_t len, dsv4_json_schema **ou
         rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "json_schema: its values nest deeper than %d levels",
                        JSON_MAX_DEPTH - 2);
     if (rc) goto done;
+    /* the readings the automaton can hold at once: within JSON_MAX_STACKS, or refused here
+     * by the anyOf that outgrows it (json_reads.c) */
+    int worst = 0;
+    const int reads = json_readings(s, &c.bud, &worst);
+    if (reads == -1) {
+        rc = dsv4_fail(err, DSV4_ERR_NOMEM, "json_schema: out of memory");
+    } else if (reads == -2) {
+        rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "json_schema: its 'anyOf'/'oneOf' branches are too many to bound "
+                       "within the compile's budget");
+    } else if (reads > JSON_MAX_STACKS) {
+        const char *at = "#";
+        for (int i = 0; i < c.n_ap; i++)
+            if (c.ap[i].node == worst) at = c.ap[i].path;
+        rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "json_schema: the 'anyOf'/'oneOf' at %s can leave more branches "
+                       "open at once than the %d readings the automaton keeps (branches its bytes have not told apart "
+                       "yet, nested unions multiplied); a required 'const' property first in each object branch (a "
+                       "discriminator) tells them apart early", at, JSON_MAX_STACKS - 2);
+    }
+    if (rc) goto done;
     /* the literals true/false and null, for the boolean and null types */
     static const char *const lit[] = {"true", "false", "null"};
     for (int i = 0; i < 2 && !rc; i++) {
@@ -758,9 +831,12 @@ int dsv4_json_schema_compile(const char *text, size_t len, dsv4_json_schema **ou
     }
 done:
     for (int f = 0; c.fmt && f < N_FORMATS; f++) json_dfa_free(&c.fmt[f]);
+    json_dfa_free(&c.without);
     free(c.fmt);
     free(c.num);
     free(c.m);
+    for (int i = 0; i < c.n_ap; i++) free(c.ap[i].path);
+    free(c.ap);
     cJSON_Delete(j);
     if (rc) dsv4_json_schema_free(s);
     else *out = s;

@@ -280,6 +280,58 @@ static void test_refused(void) {
             "\"$ref\":\"#/$defs/a\"}", DSV4_ERR_UNSUPPORTED, "no finite JSON value");
 }
 
+/* ---- how many readings an anyOf may leave open (json_reads.c) ---- */
+
+/* an anyOf of n object branches, all alive through "a" (a string), told apart only by "k"
+ * (const i) after it; into buf */
+static const char *union_of(char *buf, size_t cap, int n, const char *at) {
+    size_t o = (size_t)snprintf(buf, cap, "{\"type\":\"object\",\"properties\":{\"u\":{\"%s\":[", at);
+    for (int i = 0; i < n && o < cap; i++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},"
+                              "\"k\":{\"const\":%d}},\"required\":[\"a\",\"k\"],\"additionalProperties\":false}",
+                              i ? "," : "", i);
+    snprintf(buf + o, cap - o, "]}},\"required\":[\"u\"]}");
+    return buf;
+}
+
+#define EXPR(tag) "{\"$defs\":{\"e\":{\"anyOf\":[" \
+    "{\"type\":\"object\",\"properties\":{" tag("add") ",\"l\":{\"$ref\":\"#/$defs/e\"},\"r\":{\"$ref\":\"#/$defs/e\"}},\"required\":[\"op\",\"l\",\"r\"]}," \
+    "{\"type\":\"object\",\"properties\":{" tag("mul") ",\"l\":{\"$ref\":\"#/$defs/e\"},\"r\":{\"$ref\":\"#/$defs/e\"}},\"required\":[\"op\",\"l\",\"r\"]}," \
+    "{\"type\":\"object\",\"properties\":{" tag("num") ",\"v\":{\"type\":\"number\"}},\"required\":[\"op\",\"v\"]}]}}," \
+    "\"$ref\":\"#/$defs/e\"}"
+#define OP_CONST(x) "\"op\":{\"const\":\"" x "\"}"
+#define OP_ENUM(x) "\"op\":{\"enum\":[\"" x "\",\"any\"]}"
+
+static void test_readings(void) {
+    char buf[8192];
+    /* 12 branches: each document fits one branch alone, and every reading is kept to the
+     * end (JSON_MAX_STACKS 8 dropped 4 of them at the '{': those documents were refused) */
+    dsv4_json_schema *s = compile(union_of(buf, sizeof buf, 12, "oneOf"));
+    for (int k = 0; s && k <= 12; k++) {
+        char doc[64];
+        snprintf(doc, sizeof doc, "{\"u\":{\"a\":\"x\",\"k\":%d}}", k);
+        expect(s, doc, k < 12);
+    }
+    dsv4_json_schema_free(s);
+    s = compile(union_of(buf, sizeof buf, JSON_MAX_STACKS - 2, "anyOf")); /* the most that fit */
+    if (s) expect(s, "{\"u\":{\"a\":\"\",\"k\":29}}", JSON_MAX_STACKS - 2 > 29);
+    dsv4_json_schema_free(s);
+    /* one more is refused at compile, naming the anyOf */
+    refused(union_of(buf, sizeof buf, JSON_MAX_STACKS - 1, "anyOf"), DSV4_ERR_UNSUPPORTED,
+            "'anyOf'/'oneOf' at #/properties/u/anyOf can leave more branches open");
+    /* a discriminated recursive union (an expression tree: "op" first, a const) has 3 readings
+     * at most; the same with "op" an enum that every branch shares ("any") multiplies its
+     * readings by 2 a level: refused */
+    s = compile(EXPR(OP_CONST));
+    if (s) {
+        expect(s, "{\"op\":\"add\",\"l\":{\"op\":\"num\",\"v\":1},\"r\":{\"op\":\"mul\",\"l\":{\"op\":\"num\",\"v\":2},"
+                  "\"r\":{\"op\":\"num\",\"v\":3}}}", 1);
+        expect(s, "{\"op\":\"add\",\"l\":{\"op\":\"num\",\"v\":1}}", 0);
+    }
+    dsv4_json_schema_free(s);
+    refused(EXPR(OP_ENUM), DSV4_ERR_UNSUPPORTED, "'anyOf'/'oneOf' at #/$defs/e/anyOf");
+}
+
 /* ---- the mask against brute force over the real vocabulary ---- */
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -415,6 +467,7 @@ int main(void) {
     test_accepts();
     test_refused();
     test_combinators();
+    test_readings();
     test_require_shared();
     char path[512];
     dsv4_tokenizer *tok = NULL;
@@ -432,6 +485,11 @@ int main(void) {
         test_mask(tok, jv, TREE, 40, 5);
         test_mask(tok, jv, OBJ, 40, 5);
         test_mask(tok, jv, PYD, 40, 4);
+        /* 12 readings inside the same string (the in-string bitset serves them all), then at
+         * the key that tells them apart */
+        char ubuf[8192];
+        static const int u_at[] = {6, 13, 15, 17, 22, 23};
+        test_mask_at(tok, jv, union_of(ubuf, sizeof ubuf, 12, "anyOf"), "{\"u\":{\"a\":\"x y\\n\",\"k\":1", u_at, 6);
         /* bounded numbers: the mask after each byte of a document's numbers, and random walks */
         static const char nums_doc[] = "[{\"age\":150,\"score\":0.75,\"step\":95,\"t\":-1.125},{\"age\":7,\"score\":1,";
         int nums_at[64], n_at = 0, k = 0;
