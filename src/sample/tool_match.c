@@ -104,7 +104,11 @@ static void js_init_at(const dsv4_json_schema *s, int node, json_state *st) {
 static int compile_strict(tm_tool *tt, const char *name, const cJSON *params, dsv4_err *err) {
     char *text = params ? cJSON_PrintUnformatted(params) : strdup("{\"type\":\"object\",\"properties\":{}}");
     if (!text) return dsv4_fail(err, DSV4_ERR_NOMEM, "tools: out of memory");
-    int rc = dsv4_json_schema_compile(text, strlen(text), &tt->schema, err);
+    /* no value may hold the closing tag (the parser would end the value there): a const,
+     * enum value or property name holding it is refused, every pattern cut to the strings
+     * without it (json_schema_compile_without), so that no value can run into a dead end */
+    int rc = json_schema_compile_without(text, strlen(text), PAR_CLOSE, " (a tool call's value cannot: it ends the parameter)",
+                                         &tt->schema, err);
     free(text);
     if (rc) {
         dsv4_err_prefix(err, "strict tool '%.100s': parameters", name);
@@ -140,14 +144,6 @@ static int compile_strict(tm_tool *tt, const char *name, const cJSON *params, ds
         tt->all |= bit;
         if (p->required) tt->required |= bit;
         if (str_only(s, p->node, 0)) tt->str_only |= bit;
-        /* a value the block cannot carry: its text holds the closing tag (the parser would
-         * end it there); only enum / const values are checked (not patterns) */
-        for (int n = 0; n < s->n_lits; n++)
-            if (strstr(s->lits[n].text, PAR_CLOSE)) {
-                free(a);
-                return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "strict tool '%.100s': an enum or const value holds "
-                                 "\"%s\", which ends a parameter", name, PAR_CLOSE);
-            }
         js_init_at(s, p->node, &a[0]);
         if (json_state_step(s, &a[0], '"', &a[1])) tt->can_str |= bit;
     }

@@ -151,11 +151,39 @@ static void test_refused(void) {
     refused("[{\"type\":\"function\",\"function\":{\"name\":\"a\\\"b\"}}]", "cannot be written");
     refused("[" CLOCK "," CLOCK "]", "two tools");
     refused("{}", "array");
-    refused("[{\"type\":\"function\",\"function\":{\"name\":\"c\",\"strict\":true,\"parameters\":{\"type\":\"object\","
-            "\"properties\":{\"v\":{\"const\":\"</" DS "parameter>\"}},\"required\":[\"v\"]}}}]", "strict tool 'c': an enum");
+    /* a value that would have to hold the closing tag: refused at compile, by its path (a
+     * const, an enum value inside an object, a nested property name, a pattern that needs it
+     * anchored or not) */
+#define TAGGED(props) "[{\"type\":\"function\",\"function\":{\"name\":\"c\",\"strict\":true,\"parameters\":" \
+    "{\"type\":\"object\",\"properties\":" props ",\"additionalProperties\":false}}}]"
+    refused(TAGGED("{\"v\":{\"const\":\"</" DS "parameter>\"}}"),
+            "strict tool 'c': parameters: json_schema: the 'const' value holds \"</" DS "parameter>\"");
+    refused(TAGGED("{\"v\":{\"enum\":[1,{\"a\":\"x</" DS "parameter>\"}]}}"), "an 'enum' value holds");
+    refused(TAGGED("{\"v\":{\"type\":\"object\",\"properties\":{\"</" DS "parameter>\":{}}}}"),
+            "a property name holds \"</" DS "parameter>\" (a tool call's value cannot: it ends the parameter) (at "
+            "#/properties/v)");
+    refused(TAGGED("{\"v\":{\"type\":\"string\",\"pattern\":\"^</" DS "parameter>$\"}}"),
+            "'pattern' can only be met by a string that holds \"</" DS "parameter>\"");
+    refused(TAGGED("{\"v\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"pattern\":\"x</" DS "parameter>\"}}}"),
+            "(at #/properties/v/items)");
     tm_tools *t = compile("[" FREE "]", TM_REQUIRED, 0);
     CHECK(t && !tm_any_strict(t));
     tm_free(t);
+    /* a pattern that needs the tag on one branch only: that branch is cut (it would be a dead
+     * end, the mask empty, mid-value), the other stays; a plain string may hold it where the
+     * value may end (it ends there) */
+    t = compile(TAGGED("{\"v\":{\"type\":\"string\",\"pattern\":\"^(ab|b</" DS "parameter>x)$\"},"
+                       "\"w\":{\"type\":\"string\"}}"), TM_REQUIRED, 0);
+    if (t) {
+#define OPEN_C "\n\n<" DS "tool_calls>\n<" DS "invoke name=\"c\">\n<" DS "parameter name="
+        CHECK(runs(t, OPEN_C "\"v\" string=\"true\">ab</" DS "parameter>\n</" DS "invoke>\n</" DS "tool_calls>", 1));
+        CHECK(runs(t, OPEN_C "\"v\" string=\"true\">a", 0));
+        CHECK(!runs(t, OPEN_C "\"v\" string=\"true\">b", 0));
+        CHECK(runs(t, OPEN_C "\"w\" string=\"true\">b</" DS "parameter>\n</" DS "invoke>\n</" DS "tool_calls>", 1));
+#undef OPEN_C
+    }
+    tm_free(t);
+#undef TAGGED
 }
 
 /* ---- random walks ---- */
