@@ -86,6 +86,28 @@ static const bcase CASES[] = {
      NUMBERS},
 };
 
+/* anyOf / oneOf unions of n object branches (the document is the last one's), built at run
+ * time: "union_disc_N" is Pydantic's discriminated union (a const "kind" first: the
+ * branches are told apart after a few bytes); "union_late_N" keeps all N readings alive
+ * through a long string ("note") and tells them apart only by "k" after it (the most
+ * readings at once, the longest). */
+#define UNION_TEXT "Enjoys long walks, short programs and the quiet of early mornings; writes C for fun."
+static bcase union_case(int n, int late, char *name, char *schema, size_t cap, char *doc) {
+    size_t o = (size_t)snprintf(schema, cap, "{\"oneOf\":[");
+    for (int i = 0; i < n; i++)
+        o += (size_t)snprintf(schema + o, cap - o, late ?
+            "%s{\"type\":\"object\",\"properties\":{\"note\":{\"type\":\"string\"},\"k\":{\"const\":%d},"
+            "\"v\":{\"type\":\"number\"}},\"required\":[\"note\",\"k\",\"v\"],\"additionalProperties\":false}" :
+            "%s{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"variant_%d\"},\"note\":{\"type\":"
+            "\"string\"},\"v\":{\"type\":\"number\"}},\"required\":[\"kind\",\"note\",\"v\"],"
+            "\"additionalProperties\":false}", i ? "," : "", i);
+    snprintf(schema + o, cap - o, "]}");
+    if (late) snprintf(doc, 512, "{\"note\": \"" UNION_TEXT "\", \"k\": %d, \"v\": 2.5}", n - 1);
+    else snprintf(doc, 512, "{\"kind\": \"variant_%d\", \"note\": \"" UNION_TEXT "\", \"v\": 2.5}", n - 1);
+    snprintf(name, 32, "union_%s_%d", late ? "late" : "disc", n);
+    return (bcase){name, schema, doc};
+}
+
 static int cmp_d(const void *a, const void *b) { return cmp_double(a, b); }
 
 static double median(double *x, int n) {
@@ -125,8 +147,15 @@ int main(int argc, char **argv) {
     if (!row || !bits || !st || json_walk_init(&w, jv)) return 1;
     uint64_t rs = 7;
     for (int v = 0; v < V; v++) row[v] = bench_urand(&rs);
-    for (size_t c = 0; c < sizeof CASES / sizeof *CASES; c++) {
-        const bcase *k = &CASES[c];
+    enum { N_FIXED = sizeof CASES / sizeof *CASES, N_UNION = 6 };
+    static const int UNION_N[N_UNION / 2] = {8, 16, 30};
+    static char u_name[N_UNION][32], u_schema[N_UNION][16384], u_doc[N_UNION][512];
+    bcase all[N_FIXED + N_UNION];
+    memcpy(all, CASES, sizeof CASES);
+    for (int u = 0; u < N_UNION; u++)
+        all[N_FIXED + u] = union_case(UNION_N[u % 3], u / 3, u_name[u], u_schema[u], sizeof u_schema[u], u_doc[u]);
+    for (size_t c = 0; c < N_FIXED + N_UNION; c++) {
+        const bcase *k = &all[c];
         dsv4_json_schema *s = NULL;
         dsv4_tok_ids ids = {0};
         if (dsv4_json_schema_compile(k->schema, strlen(k->schema), &s, &err) ||
