@@ -369,8 +369,11 @@ int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_er
     g->text_len = 0;
     int rc = dsv4_sample(g->sampler, g->row, g->tokens, g->n, &out->sample, err);
     /* only when the caller banned (logit_bias -inf) every id the value can go on with: an
-     * alive state can always be completed (json.h) */
-    if (rc && (g->schema || g->tools)) dsv4_err_prefix(err, "gen: no token the JSON constraint allows has a finite logit");
+     * alive state can always be completed (json.h, tool_match.h: what would empty the mask
+     * mid-value is refused at compile), so this names the request's own ban */
+    if (rc && (g->schema || g->tools))
+        dsv4_err_prefix(err, "gen: the output constraint (%s) allows no token here that logit_bias leaves possible "
+                        "(after %d tokens)", g->tools ? "strict tools" : "the JSON schema", g->n);
     if (rc) return rc;
     const int32_t tok = out->sample.token;
     g->tokens[g->n++] = tok;

@@ -6,7 +6,8 @@
  *     (greedy and seeded) every text is a valid value when it ends, and the tokens depend
  *     only on the rows (two runs give the same ids);
  *   - thinking: the reasoning is free; the constraint starts right after "</think>";
- *   - a schema outside the subset is refused at create, naming the keyword.
+ *   - a schema outside the subset is refused at create, naming the keyword;
+ *   - strict tools in auto mode: free text, then a block whose arguments obey the schema.
  *   test_gen_json MODEL_DIR (with tokenizer.json)
  */
 #include <math.h>
@@ -151,12 +152,113 @@ static void test_think(void) {
     dsv4_gen_free(g);
 }
 
+/* The only way the mask can leave nothing: the request's logit_bias bans every id the value
+ * can go on with (here every id that starts with '"', after "\"a" under pattern ^a$): the
+ * step fails with that reason, no crash. */
+static void test_banned(void) {
+    const int n_tok = dsv4_tok_vocab_size(T);
+    int32_t *ban = malloc((size_t)n_tok * sizeof *ban);
+    float *bias = malloc((size_t)n_tok * sizeof *bias);
+    int n = 0;
+    for (int32_t id = 0; ban && bias && id < n_tok && id < V; id++) {
+        size_t len = 0;
+        const char *b = dsv4_tok_id_bytes(T, id, &len);
+        if (b && len && b[0] == '"') ban[n] = id, bias[n++] = -INFINITY;
+    }
+    dsv4_gen_params p = {.json_schema = "{\"type\":\"string\",\"pattern\":\"^a$\"}", .bias_ids = ban, .bias = bias,
+                         .n_bias = n};
+    dsv4_gen *g = NULL;
+    dsv4_err err = {0};
+    CHECK_MSG(dsv4_gen_create(M, T, &p, &g, &err) == 0, "%s", err.msg);
+    if (g) {
+        dsv4_gen_token t;
+        char text[64] = "";
+        int fin;
+        CHECK(step(g, prefer(one_id(" \""), -1), text, sizeof text, &fin) == one_id(" \"")); /* not banned */
+        CHECK(step(g, prefer(single['a'], -1), text, sizeof text, &fin) == single['a']);
+        CHECK(dsv4_gen_next(g, prefer(single['"'], EOS), &t, &err) != 0);
+        CHECK_ERR(err, DSV4_ERR_ARG, "the output constraint (the JSON schema) allows no token here that logit_bias");
+    }
+    dsv4_gen_free(g);
+    free(ban), free(bias);
+}
+
 static void test_refused(void) {
     dsv4_gen_params p = {.json_schema = "{\"type\":\"string\",\"format\":\"iri-reference\"}"};
     dsv4_gen *g = NULL;
     dsv4_err err = {0};
     CHECK(dsv4_gen_create(M, T, &p, &g, &err) == DSV4_ERR_UNSUPPORTED && g == NULL);
     CHECK_ERR(err, DSV4_ERR_UNSUPPORTED, "'format' \"iri-reference\"");
+}
+
+/* Strict tools in auto mode (dsv4_gen_params.tools, DSV4_TOOLS_AUTO): free text is free
+ * (a token no block could start with is drawn), the forced opener starts the block, and
+ * from there random rows that favour bytes a value cannot take (digits out of range, words)
+ * still end in a block whose calls' arguments are values of the tool's schema. */
+#define LEVEL_PROPS(a, b) "{\"type\":\"object\",\"properties\":{" a "," b "},\"required\":[\"level\",\"mode\"]," \
+    "\"additionalProperties\":false}"
+#define LEVEL "\"level\":{\"type\":\"integer\",\"minimum\":2,\"maximum\":7}"
+#define MODE "\"mode\":{\"enum\":[\"low\",\"high\"]}"
+
+static int args_ok(const char *args) {
+    /* the block takes the parameters in any order: either order of the schema's */
+    int ok = 0;
+    const char *schemas[2] = {LEVEL_PROPS(LEVEL, MODE), LEVEL_PROPS(MODE, LEVEL)};
+    for (int k = 0; k < 2 && !ok; k++) {
+        dsv4_json_schema *s = NULL;
+        dsv4_err err = {0};
+        if (dsv4_json_schema_compile(schemas[k], strlen(schemas[k]), &s, &err) == 0)
+            ok = dsv4_json_schema_accepts(s, args, strlen(args)) == 1;
+        dsv4_json_schema_free(s);
+    }
+    return ok;
+}
+
+static void test_tools_auto(void) {
+    static const char tools[] = "[{\"type\":\"function\",\"function\":{\"name\":\"set_level\",\"strict\":true,"
+                                "\"parameters\":" LEVEL_PROPS(LEVEL, MODE) "}}]";
+    for (int run = 0; run < 3; run++) {
+        dsv4_gen_params p = {.tools = tools, .tools_mode = DSV4_TOOLS_AUTO};
+        dsv4_gen *g = NULL;
+        dsv4_err err = {0};
+        CHECK_MSG(dsv4_gen_create(M, T, &p, &g, &err) == 0, "%s", err.msg);
+        if (!g) return;
+        static char text[1 << 14];
+        text[0] = 0;
+        int fin = 0;
+        /* free text: words no block starts with */
+        CHECK(step(g, prefer(one_id("abc"), EOS), text, sizeof text, &fin) == one_id("abc"));
+        CHECK(step(g, prefer(one_id(" {"), -1), text, sizeof text, &fin) == one_id(" {"));
+        /* the opener, token by token */
+        dsv4_tok_ids ids = {0};
+        static const char open[] = "\n\n<" DSV4_DSML "tool_calls>";
+        CHECK(dsv4_tokenize(T, open, strlen(open), &ids, &err) == 0);
+        for (size_t i = 0; i < ids.n; i++)
+            CHECK_MSG(step(g, prefer(ids.ids[i], -1), text, sizeof text, &fin) == ids.ids[i], "opener token %zu", i);
+        dsv4_tok_ids_free(&ids);
+        /* the block: bytes a value cannot take are likely, EOS always */
+        int n = 0;
+        while (!fin && n++ < 500) {
+            for (int v = 0; v < V; v++) row[v] = -20;
+            for (int k = 0; k < 64; k++) row[(int)(urand() * (float)(V - 1))] = 8 * urand();
+            for (int k = 0; k < 128; k++) row[single[k]] = 4 + 4 * urand();
+            row[single['0' + run]] = row[single['8' + run % 2]] = 9.5f; /* 0, 1, 2 (2 is in range), 8, 9 */
+            row[one_id("abc")] = 9.5f;
+            row[EOS] = 9;
+            step(g, row, text, sizeof text, &fin);
+        }
+        CHECK_MSG(fin == DSV4_FINISH_STOP_TOKEN, "no end in %d tokens: %s", n, text);
+        dsv4_parsed pr = {0};
+        CHECK_MSG(dsv4_dsml_parse(text, strlen(text), 0, &pr, &err) == 0, "%s: %s", err.msg, text);
+        CHECK_MSG(!strncmp(pr.content, "abc {", 5), "content '%s'", pr.content);
+        CHECK_MSG(pr.n_calls >= 1, "no call: %s", text);
+        for (int c = 0; c < pr.n_calls; c++) {
+            CHECK(!strcmp(pr.calls[c].name, "set_level"));
+            CHECK_MSG(args_ok(pr.calls[c].arguments), "arguments %s", pr.calls[c].arguments);
+        }
+        dsv4_parsed_free(&pr);
+        dsv4_gen_free(g);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -181,6 +283,8 @@ int main(int argc, char **argv) {
     test_random();
     test_think();
     test_refused();
+    test_banned();
+    test_tools_auto();
     free(row);
     dsv4_tokenizer_free(T);
     dsv4_model_close(M);
