@@ -357,6 +357,32 @@ static cJSON *conv_messages(const cJSON *conv, int n_prev, const char *instructi
 
 /* ---- request: the other fields in the chat endpoint's form ------------------------------- */
 
+/* A function tool without "strict" (or null): strict when its parameters compile as a
+ * strict tool's, else not. OpenAI's Responses API defaults `strict` to true (it normalizes
+ * the schema into strict mode; Chat Completions stays non-strict); a schema our subset
+ * cannot enforce is served best-effort instead of refused, as only an explicit
+ * `strict: true` is (a 400 naming it). */
+static void strict_default(cJSON *fn) {
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(fn, "strict");
+    if (st && !cJSON_IsNull(st)) return;
+    cJSON_DeleteItemFromObjectCaseSensitive(fn, "strict");
+    cJSON_AddTrueToObject(fn, "strict");
+    cJSON *one = cJSON_CreateArray(), *o = cJSON_CreateObject();
+    char *text = NULL;
+    if (one && o) {
+        cJSON_AddItemToArray(one, o);
+        cJSON_AddStringToObject(o, "type", "function");
+        cJSON_AddItemReferenceToObject(o, "function", fn);
+        text = cJSON_PrintUnformatted(one);
+    }
+    int strict = 0;
+    dsv4_err err = {0};
+    if (!text || dsv4_tools_check(text, strlen(text), &strict, &err) || !strict)
+        cJSON_ReplaceItemInObjectCaseSensitive(fn, "strict", cJSON_CreateFalse());
+    free(text);
+    cJSON_Delete(one);
+}
+
 /* tools [{type: "function", name, description, parameters, strict}] as chat tools. */
 static int chat_tools(const cJSON *tools, cJSON *chat, char *msg) {
     if (!tools || cJSON_IsNull(tools)) return 0;
@@ -377,6 +403,7 @@ static int chat_tools(const cJSON *tools, cJSON *chat, char *msg) {
         cJSON *fn = cJSON_AddObjectToObject(o, "function");
         for (const cJSON *f = t->child; f; f = f->next)
             if (strcmp(f->string, "type")) cJSON_AddItemToObject(fn, f->string, cJSON_Duplicate(f, 1));
+        strict_default(fn);
         cJSON_AddItemToArray(out, o);
     }
     return 0;

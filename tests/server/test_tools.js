@@ -8,7 +8,9 @@
 //    so even unscripted random weights open a call; bad choices are 400s;
 //  - Anthropic's tool_choice {"type": "tool"} the same way;
 //  - a streamed Anthropic answer's tool_use input arrives as many input_json_delta
-//    fragments adding up to the non-streamed input.
+//    fragments adding up to the non-streamed input;
+//  - strict tools (chat, Anthropic, Responses where `strict` defaults to true): valid
+//    arguments from random weights.
 'use strict';
 const assert = require('assert');
 const OpenAI = require('openai').default;
@@ -213,5 +215,22 @@ run('server_tools', async () => {
   const uses = ab.content.filter((x) => x.type === 'tool_use');
   assert.strictEqual(uses.length, 1);
   assert(validBook(uses[0].input), JSON.stringify(uses[0].input));
+  // Responses: a function tool without `strict` is strict (OpenAI's Responses default), so
+  // random weights still write valid arguments; `strict: false` opts out; a schema outside
+  // the subset is then served non-strict (200), where `strict: true` is a 400
+  const rtool = (extra) => ({ type: 'function', name: 'book', parameters: BOOK.function.parameters, ...extra });
+  const rr = await client.responses.create({ model, input: 'book a room', temperature: 0, max_output_tokens: 600,
+    tool_choice: 'required', parallel_tool_calls: false, tools: [rtool({})] });
+  const rcalls = rr.output.filter((x) => x.type === 'function_call');
+  assert.strictEqual(rcalls.length, 1, JSON.stringify(rr.output));
+  assert(validBook(JSON.parse(rcalls[0].arguments)), rcalls[0].arguments);
+  console.log(`responses, strict by default: ${rcalls[0].arguments}`);
+  const grep = { type: 'object', properties: { re: { type: 'string', pattern: '(?=a)' } } };
+  const rl = await client.responses.create({ model, input: 'x', max_output_tokens: 2,
+    tools: [rtool({ strict: false }), { type: 'function', name: 'grep', parameters: grep }] });
+  assert.strictEqual(rl.object, 'response');
+  await assert.rejects(client.responses.create({ model, input: 'x', max_output_tokens: 2,
+    tools: [{ type: 'function', name: 'grep', parameters: grep, strict: true }] }),
+  (e) => e.status === 400 && /strict tool 'grep'/.test(e.message), 'a bad strict schema (responses)');
   await srv.stop();
 });
