@@ -104,7 +104,7 @@ bg build fuzz_tokenizer_json $TOK_SRC $TOK_LIBS
 # shellcheck disable=SC2086
 bg build fuzz_chat src/tok/chat.c src/tok/dsml.c src/tok/pyjson.c src/tok/textbuf.c $TOK_SRC $TOK_LIBS
 # shellcheck disable=SC2086
-bg build fuzz_json_schema src/sample/json_schema.c src/sample/json_match.c src/sample/json_number.c src/sample/json_regex.c src/sample/json_vocab.c $TOK_SRC $TOK_LIBS
+bg build fuzz_json_schema src/sample/json_schema.c src/sample/json_match.c src/sample/json_number.c src/sample/json_regex.c src/sample/json_reads.c src/sample/json_vocab.c $TOK_SRC $TOK_LIBS
 # shellcheck disable=SC2086
 [ $have_tok -eq 0 ] || bg build fuzz_tokenizer $TOK_SRC $TOK_LIBS
 drain

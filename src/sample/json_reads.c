@@ -260,7 +260,7 @@ static int eval(const rd *r, const int *R, int v) {
     m = max2(m, arr);
     if (p->n_obj > JSON_MAX_STACKS) return JSON_MAX_STACKS + 1;
     int obj = p->n_obj;
-    const int *c = r->ids + p->code0;
+    const int *c = p->n_keys ? r->ids + p->code0 : NULL; /* (no ids at all: NULL) */
     for (int k = 0; k < p->n_keys; k++) {
         int sum = 0, big = 0;
         for (int u = *c++; u > 0; u--) sum += R[*c++];
