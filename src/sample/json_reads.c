@@ -57,31 +57,25 @@ typedef struct rd {
     json_budget *bud;
 } rd;
 
-static int push_id(rd *r, int v) {
-    if (r->n_ids == r->cap_ids) {
-        const int cap = r->cap_ids ? 2 * r->cap_ids : 256;
-        int *q = realloc(r->ids, (size_t)cap * sizeof *q);
+/* appends x to the growing list (*a, *n, *cap); -1 out of memory */
+static int push_int(int **a, int *n, int *cap, int x) {
+    if (*n == *cap) {
+        const int c = *cap ? 2 * *cap : 64;
+        int *q = realloc(*a, (size_t)c * sizeof *q);
         if (!q) return -1;
-        r->ids = q, r->cap_ids = cap;
+        *a = q, *cap = c;
     }
-    r->ids[r->n_ids++] = v;
+    (*a)[(*n)++] = x;
     return 0;
 }
+
+static int push_id(rd *r, int v) { return push_int(&r->ids, &r->n_ids, &r->cap_ids, v); }
 
 /* the branches of anyOf v that are not anyOfs (the nesting has no cycle: json_schema.c
  * refused those), into r->leaf */
 static int flatten(rd *r, int v) {
     const json_node *n = &r->s->nodes[v];
-    if (n->kind != JN_ANYOF) {
-        if (r->n_leaf == r->cap_leaf) {
-            const int cap = r->cap_leaf ? 2 * r->cap_leaf : 64;
-            int *q = realloc(r->leaf, (size_t)cap * sizeof *q);
-            if (!q) return -1;
-            r->leaf = q, r->cap_leaf = cap;
-        }
-        r->leaf[r->n_leaf++] = v;
-        return 0;
-    }
+    if (n->kind != JN_ANYOF) return push_int(&r->leaf, &r->n_leaf, &r->cap_leaf, v);
     for (int i = 0; i < n->n_alts; i++)
         if (flatten(r, r->s->kids[n->alts + i])) return -1;
     return 0;
