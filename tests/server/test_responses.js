@@ -180,8 +180,9 @@ run('server_responses', async () => {
   assert.strictEqual(aiBack.usage.input_tokens, aiChat.usage.prompt_tokens, 'the turn was not rebuilt as one message');
 
   // a malformed block (never closes): no function call, streamed or not (a client would run
-  // it); its raw text a message of its own after the content, in both
-  const mal = { model, input: 'MALFORMED', tools: [{ type: 'function', name: 'get_weather' }] };
+  // it); its raw text a message of its own after the content, in both (a tool that opts out
+  // of strict: without `strict` a Responses tool is strict, and its block always closes)
+  const mal = { model, input: 'MALFORMED', tools: [{ type: 'function', name: 'get_weather', strict: false }] };
   const mr = await client.responses.create(mal);
   const raw = SCRIPT.find((x) => x.match === 'MALFORMED').text.slice('Hmm.\n\n'.length);
   assert.deepStrictEqual(mr.output.map((o) => [o.type, o.content[0].text]), [['message', 'Hmm.'], ['message', raw]]);
