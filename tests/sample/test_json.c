@@ -488,8 +488,8 @@ int main(void) {
         /* 12 readings inside the same string (the in-string bitset serves them all), then at
          * the key that tells them apart */
         char ubuf[8192];
-        static const int u_at[] = {6, 13, 15, 17, 22, 23};
-        test_mask_at(tok, jv, union_of(ubuf, sizeof ubuf, 12, "anyOf"), "{\"u\":{\"a\":\"x y\\n\",\"k\":1", u_at, 6);
+        static const int u_at[] = {13, 22};
+        test_mask_at(tok, jv, union_of(ubuf, sizeof ubuf, 12, "anyOf"), "{\"u\":{\"a\":\"x y\\n\",\"k\":1", u_at, 2);
         /* bounded numbers: the mask after each byte of a document's numbers, and random walks */
         static const char nums_doc[] = "[{\"age\":150,\"score\":0.75,\"step\":95,\"t\":-1.125},{\"age\":7,\"score\":1,";
         int nums_at[64], n_at = 0, k = 0;
