@@ -2,7 +2,6 @@
  * dist/dist.h). Peer input is untrusted: a rank's digests are only compared, never used. */
 #include <limits.h>
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,8 +56,9 @@ static int name_silent(dsv4_dist *d, char *out, size_t n) {
             sent[r] = MPI_REQUEST_NULL;
     double grace = d->timeout_s / 2;
     if (grace > 5) grace = 5;
-    const double end = MPI_Wtime() + grace;
-    while (MPI_Wtime() < end) {
+    const double start = MPI_Wtime(), end = start + grace;
+    dsv4_dist_backoff bo = {0};
+    for (double now = start; now < end; now = MPI_Wtime()) {
         int flag = 0;
         MPI_Status st;
         if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_TIMEOUT, d->comm, &flag, &st) == MPI_SUCCESS && flag) {
@@ -66,7 +66,7 @@ static int name_silent(dsv4_dist *d, char *out, size_t n) {
             MPI_Recv(&who, 1, MPI_INT, st.MPI_SOURCE, TAG_TIMEOUT, d->comm, MPI_STATUS_IGNORE);
             if (st.MPI_SOURCE >= 0 && st.MPI_SOURCE < P) heard[st.MPI_SOURCE] = 1;
         } else {
-            sched_yield();
+            dsv4_dist_pause(&bo, now - start, DSV4_DIST_NAP_MAX_S);
         }
     }
     int count = 0;
@@ -93,14 +93,15 @@ int dsv4_dist_complete(dsv4_dist *d, int mrc, MPI_Request *req, const char *what
     }
     const double t0 = MPI_Wtime();
     const double deadline = d->timeout_s > 0 ? t0 + d->timeout_s : INFINITY;
-    for (unsigned i = 0;; i++) {
+    dsv4_dist_backoff bo = {0};
+    for (;;) {
         int done = 0;
         mrc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (mrc != MPI_SUCCESS) return dsv4_dist_complete(d, mrc, req, what, err);
         if (done) return DSV4_OK;
-        /* the clock every 64 polls; yield the core like Open MPI's yield_when_idle */
-        if ((i & 63) == 63 && MPI_Wtime() > deadline) break;
-        sched_yield();
+        const double now = MPI_Wtime();
+        if (now > deadline) break;
+        dsv4_dist_pause(&bo, now - t0, DSV4_DIST_NAP_MAX_S);
     }
     d->broken = 1;
     char silent[512];

@@ -3,10 +3,8 @@
  * the gathers that bring each rank's step results back (serving with data-parallel
  * attention, serve/dp.h). */
 #include <limits.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "dist/dist.h"
 #include "util/err.h"
@@ -33,11 +31,10 @@ int dsv4_dist_gatherv(dsv4_dist *d, const void *mine, size_t n, void *all, const
 
 #else
 
-/* The first IDLE_SPIN_S seconds of a wait yield the core between polls (a step message
- * arrives within a step's time); after that the waiting rank sleeps POLL_SLEEP_NS between
- * polls, so an idle server's followers use no CPU. */
-#define IDLE_SPIN_S 0.002
-#define POLL_SLEEP_NS 250000L
+/* A follower waits for the next step however long (an idle server): after the first
+ * DSV4_DIST_SPIN_S it sleeps up to IDLE_NAP_S between polls (dsv4_dist_pause), so an idle
+ * server's followers use no CPU and pick up a new step within a quarter of a millisecond. */
+#define IDLE_NAP_S 250e-6
 
 int dsv4_dist_bcast(dsv4_dist *d, void *buf, size_t n, int wait_forever, dsv4_err *err) {
     if (!d || d->size < 2) return DSV4_OK;
@@ -50,14 +47,13 @@ int dsv4_dist_bcast(dsv4_dist *d, void *buf, size_t n, int wait_forever, dsv4_er
     const int mrc = MPI_Ibcast(buf, (int)n, MPI_BYTE, 0, d->comm, &rq);
     if (!wait_forever || mrc != MPI_SUCCESS) return dsv4_dist_complete(d, mrc, &rq, "broadcast", err);
     const double t0 = MPI_Wtime();
-    const struct timespec nap = {0, POLL_SLEEP_NS};
+    dsv4_dist_backoff bo = {0};
     for (;;) {
         int done = 0;
         const int trc = MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
         if (trc != MPI_SUCCESS) return dsv4_dist_complete(d, trc, &rq, "broadcast", err);
         if (done) return DSV4_OK;
-        if (MPI_Wtime() - t0 < IDLE_SPIN_S) sched_yield();
-        else nanosleep(&nap, NULL);
+        dsv4_dist_pause(&bo, MPI_Wtime() - t0, IDLE_NAP_S);
     }
 }
 

@@ -62,6 +62,22 @@ int dsv4_dist_agree_share(dsv4_dist *d, int local_rc, int n, const int32_t *mine
  * others are named; the group is then marked broken (the pending operation cannot be
  * cancelled): the caller must end the job (dsv4_dist_abort). */
 int dsv4_dist_complete(dsv4_dist *d, int mrc, MPI_Request *req, const char *what, dsv4_err *err);
+
+/* Between two polls of a wait that has lasted `waited` seconds (wait.c): for the first
+ * DSV4_DIST_BUSY_S the next poll follows at once, then up to DSV4_DIST_SPIN_S the core is
+ * yielded between polls (a step's waits on a dedicated machine end within these and cost what
+ * they did); after that the rank sleeps a sixteenth of the time waited, at most nap_max_s,
+ * each nap followed by DSV4_DIST_QUICK_POLLS polls that only yield (an exchange that started
+ * during the nap moves on only while this rank polls). b starts zeroed, one for each wait.
+ * In-step waits (dsv4_dist_complete) nap at most DSV4_DIST_NAP_MAX_S. */
+typedef struct {
+    int quick; /* polls left that yield instead of sleeping */
+} dsv4_dist_backoff;
+#define DSV4_DIST_BUSY_S 300e-6
+#define DSV4_DIST_SPIN_S 2e-3
+#define DSV4_DIST_NAP_MAX_S 1e-3
+#define DSV4_DIST_QUICK_POLLS 4
+void dsv4_dist_pause(dsv4_dist_backoff *b, double waited, double nap_max_s);
 #endif
 
 #endif

@@ -7,13 +7,15 @@
  *  - calls with other tokens, another prefill length, another MTP token, another LM-head
  *    row count on rank 1: the same error on every rank and no sequence changes; the next
  *    matching call works;
- *  - --stopped: rank 1 stops answering inside a call; with a 1 s peer timeout the others
- *    fail within a bounded time with a message naming rank 1, and rank 1 sleeping between
- *    calls for longer than the timeout is not an error (idle ranks are not timed out).
+ *  - --stopped: rank 1 stops answering inside a call; with a 3 s peer timeout the others
+ *    fail within a bounded time with a message naming rank 1, using little CPU while they
+ *    wait (they sleep between polls), and rank 1 sleeping between calls for longer than the
+ *    timeout is not an error (idle ranks are not timed out).
  *
  *   mpirun -np N test_agree TINY_MODEL SMALL_MODEL [--stopped]
  */
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dist/dist.h"
@@ -196,7 +198,15 @@ static void test_calls(const char *tiny) {
     dsv4_model_close(m);
 }
 
-/* Rank 1 stops inside a call; the others must fail in bounded time naming it. */
+/* CPU seconds of the calling thread. */
+static double thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Rank 1 stops inside a call; the others must fail in bounded time naming it, without
+ * spending the wait on its CPU. */
 static void test_stopped(const char *tiny) {
     dsv4_model *m = open_model(tiny);
     dsv4_err err = {0};
@@ -224,15 +234,18 @@ static void test_stopped(const char *tiny) {
         sleep(60); /* killed by the others' abort long before */
         return;
     }
-    const double t0 = MPI_Wtime();
+    const double t0 = MPI_Wtime(), cpu0 = thread_cpu();
     rc = dsv4_forward(e, &sp, 1, hid, NULL, &err);
-    const double waited = MPI_Wtime() - t0;
+    const double waited = MPI_Wtime() - t0, cpu = thread_cpu() - cpu0;
     CHECK_MSG(rc == DSV4_ERR_IO && strstr(err.msg, "no answer from rank 1") && strstr(err.msg, "peer timeout of 3 s"),
               "rank %d: rc %d msg '%s'", g_rank, rc, err.msg);
     /* every other rank named, and only rank 1 (ranks >= 2 answered the probe) */
     CHECK_MSG(!strstr(err.msg, "ranks"), "rank %d named more than rank 1: %s", g_rank, err.msg);
     CHECK_MSG(waited >= 3.0 && waited < 20.0, "rank %d waited %.2f s", g_rank, waited);
-    printf("rank %d: %s (after %.2f s)\n", g_rank, err.msg, waited);
+    /* a long wait sleeps between its polls (dist/wait.c): the timeout and the grace after it
+     * (~4.5 s) took ~0.1 s of this thread's CPU, where polling throughout took all of it */
+    CHECK_MSG(cpu < 0.5, "rank %d used %.2f s of CPU in a wait of %.2f s", g_rank, cpu, waited);
+    printf("rank %d: %s (after %.2f s, %.3f s of CPU)\n", g_rank, err.msg, waited, cpu);
     /* the group is unusable now: later calls fail at once */
     sp.start = 0;
     rc = dsv4_forward(e, &sp, 1, hid, NULL, &err);
