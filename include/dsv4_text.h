@@ -473,7 +473,9 @@ DSV4_API int dsv4_stop_count(const dsv4_stop *s);
  *   "additionalProperties" (absent or true: any value); "items" (a schema, true or false),
  *   "prefixItems", "minItems", "maxItems"; "enum" / "const" (values written in their
  *   compact JSON form, at most 64; both: the const, one of the enum's); "anyOf" (followed in
- *   parallel, at most 8 readings at once); "oneOf" as "anyOf" (a value matching two branches
+ *   parallel; a schema whose branches could leave more than 30 open at once, counting nested
+ *   unions multiplied and object branches apart once an earlier required const differs, is
+ *   refused naming the anyOf: no branch is ever dropped); "oneOf" as "anyOf" (a value matching two branches
  *   is accepted: exact for discriminated unions, whose branches exclude each other);
  *   "allOf" merged into one schema (properties and required joined, types intersected, the
  *   tightest bounds; any other keyword in two parts must be equal); "$ref" as a JSON pointer
