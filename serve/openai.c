@@ -144,11 +144,20 @@ void srv_parse_answer(const srv_job *j, dsv4_parsed *p) {
                          j->tools ? 0 : DSV4_DSML_TEXT_ONLY, p, &err);
 }
 
+/* The stem of a choice's tool call ids: the answer's id, with "-k" for choice k > 0 (the ids
+ * stay unique across the choices of n > 1). buf: 64 bytes. */
+static const char *call_stem(const srv_job *j, char *buf) {
+    if (!j->index) return j->id;
+    snprintf(buf, 64, "%s-%d", j->id, j->index);
+    return buf;
+}
+
 static void add_tool_call_ids(const srv_job *j, cJSON *calls) {
     int i = 0;
+    char stem[64];
     for (cJSON *c = calls ? calls->child : NULL; c; c = c->next, i++) {
-        char id[80];
-        snprintf(id, sizeof id, "call_%s_%d", j->id, i);
+        char id[96];
+        snprintf(id, sizeof id, "call_%s_%d", call_stem(j, stem), i);
         cJSON_DeleteItemFromObjectCaseSensitive(c, "id");
         cJSON_AddStringToObject(c, "id", id);
     }
@@ -242,7 +251,8 @@ static void chat_text(srv *s, srv_job *j, srv_buf *out, size_t upto, int done, c
  * complete). Called per token, so the deltas do not depend on how often the connection's
  * thread wakes. */
 static void chat_calls(srv *s, srv_job *j, srv_buf *out, size_t upto, int done) {
-    cJSON *calls = srv_tool_stream_text(&j->calls, &j->split, j->r->text, upto, done, j->id);
+    char stem[64];
+    cJSON *calls = srv_tool_stream_text(&j->calls, &j->split, j->r->text, upto, done, call_stem(j, stem));
     if (!calls) return;
     cJSON *d = cJSON_CreateObject();
     cJSON_AddItemToObject(d, "tool_calls", calls);
@@ -316,7 +326,8 @@ static void chat_stream_one(srv *s, srv_job *j, srv_buf *out) {
         n_calls = p.n_calls;
         if (n_calls) {
             /* what the scan did not send yet (nothing when the block was well formed) */
-            cJSON *rest = srv_tool_stream_finish(&j->calls, &p, j->id);
+            char stem[64];
+            cJSON *rest = srv_tool_stream_finish(&j->calls, &p, call_stem(j, stem));
             if (rest) {
                 cJSON *d = cJSON_CreateObject();
                 cJSON_AddItemToObject(d, "tool_calls", rest);

@@ -8,12 +8,13 @@
 const assert = require('assert');
 const OpenAI = require('openai').default;
 const { start, http, metrics, run } = require('./harness');
+const { SCRIPT, WEATHER_TOOL } = require('./common');
 
 const SEED = 4242;
 const msgs = [{ role: 'user', content: 'Name three colours of the rainbow and say why the sky looks blue.' }];
 
 run('server_choices', async () => {
-  const srv = await start(['--max-seqs', '4', '--hangup-check-ms', '2']);
+  const srv = await start(['--max-seqs', '4', '--hangup-check-ms', '2'], { script: SCRIPT });
   const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
   const req = { model: 'm', messages: msgs, temperature: 1.0, max_tokens: 10, seed: SEED, logprobs: true };
 
@@ -82,6 +83,17 @@ run('server_choices', async () => {
   const b = await client.completions.create({ ...breq, n: 2, best_of: 3 });
   assert.deepStrictEqual(b.choices.map((c) => [c.index, c.text]), [[0, cands[0].text], [1, cands[1].text]]);
   assert.strictEqual(b.usage.completion_tokens, 18);
+
+  // tool calls per choice (scripted: both call), their ids unique across the choices
+  const treq = { model: 'm', messages: [{ role: 'user', content: 'TOOLCALL_TEST weather?' }], tools: [WEATHER_TOOL], n: 2 };
+  const tc = await client.chat.completions.create(treq);
+  const ids = tc.choices.map((c) => { assert.strictEqual(c.finish_reason, 'tool_calls'); return c.message.tool_calls[0].id; });
+  assert.deepStrictEqual(tc.choices.map((c) => c.message.tool_calls[0].function.arguments), ['{"city": "Paris", "days": 3}', '{"city": "Paris", "days": 3}']);
+  assert.notStrictEqual(ids[0], ids[1]);
+  const sids = [[], []];
+  for await (const ch of await client.chat.completions.create({ ...treq, stream: true }))
+    for (const c of ch.choices) for (const t of c.delta.tool_calls || []) if (t.id) sids[c.index].push(t.id);
+  assert(sids[0].length === 1 && sids[1].length === 1 && sids[0][0] !== sids[1][0], JSON.stringify(sids));
 
   // n beyond --max-seqs, best_of below n or streamed: 400s naming the field
   for (const [route, body, param] of [
