@@ -237,16 +237,17 @@ static int ctx_append(srv_req *r, int32_t tok) {
 static int take_token(srv_sched *s, srv_req *r, const float *row, int d, dsv4_gen_token *t_out) {
     dsv4_gen_token t;
     dsv4_err err = {0};
+    if (r->forced_error && r->n_sampled - r->n_prefix == r->n_forced) {
+        /* the test script's failure after its text, where its EOS would come (an empty
+         * script's row may have been drawn: the draw goes unused) */
+        srv_sched_finish(s, r, SRV_END_ERROR, 0, r->forced_error);
+        return 0;
+    }
     if (d >= 0) {
         t = s->draws[d].tok;
         if (s->draws[d].rc) { srv_sched_finish(s, r, SRV_END_ERROR, 0, s->draws[d].err.msg); return 0; }
     } else {
         const int32_t forced = forced_token(r, r->n_sampled, s->eos);
-        if (r->forced_error && r->n_sampled - r->n_prefix == r->n_forced) {
-            /* the test script's failure after its text, where its EOS would come */
-            srv_sched_finish(s, r, SRV_END_ERROR, 0, r->forced_error);
-            return 0;
-        }
         if (forced >= 0) {
             /* a forced token (prefix or test script): the only one possible, one sampler draw
              * all the same */
