@@ -242,16 +242,17 @@ static const char *str_field(const cJSON *o, const char *key) {
 /* The last message of msgs when it is an assistant's (function calls of the same turn join
  * it: the model wrote its content and its calls as one answer). */
 static cJSON *last_assistant(cJSON *msgs) {
-    cJSON *m = cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 1);
+    cJSON *m = msgs->child ? msgs->child->prev : NULL;  /* cJSON keeps the last in child->prev */
     const char *r = m ? str_field(m, "role") : NULL;
     return r && !strcmp(r, "assistant") ? m : NULL;
 }
 
 /* One input item appended to msgs; *reasoning: a reasoning item's text waiting for the
  * assistant message it belongs to. 0, or -1 with a message. */
-static int item_message(const cJSON *x, int k, cJSON *msgs, char **reasoning, char *msg) {
-    char where[64];
-    snprintf(where, sizeof where, "input[%d]", k);
+static int item_message(const cJSON *x, int k, int n_prev, cJSON *msgs, char **reasoning, char *msg) {
+    char where[80];
+    if (k >= 0) snprintf(where, sizeof where, "input[%d]", k);
+    else snprintf(where, sizeof where, "previous_response_id's conversation[%d]", k + n_prev);
     if (!cJSON_IsObject(x)) { snprintf(msg, MSG, "%s must be an object", where); return -1; }
     const cJSON *tyj = cJSON_GetObjectItemCaseSensitive(x, "type");
     if (tyj && !cJSON_IsString(tyj)) { snprintf(msg, MSG, "%s.type must be a string", where); return -1; }
@@ -274,8 +275,15 @@ static int item_message(const cJSON *x, int k, cJSON *msgs, char **reasoning, ch
         if (!strcmp(role, "assistant") && *reasoning) cJSON_AddStringToObject(m, "reasoning_content", *reasoning);
     } else if (!strcmp(ty, "function_call")) {
         const char *id = str_field(x, "call_id"), *name = str_field(x, "name"), *args = str_field(x, "arguments");
+        const char *st = str_field(x, "status");
         if (!id || !name || !args) {
             snprintf(msg, MSG, "%s: a function_call needs string 'call_id', 'name' and 'arguments'", where);
+            return -1;
+        }
+        if (st && !strcmp(st, "incomplete")) {
+            /* a failed answer's call, cut midway: its arguments are not what the model meant */
+            snprintf(msg, MSG, "%s: an incomplete function_call (its answer failed midway, its arguments "
+                     "unfinished) cannot be part of a conversation; leave it out", where);
             return -1;
         }
         cJSON *a = *reasoning ? NULL : last_assistant(msgs);
@@ -342,14 +350,15 @@ static cJSON *conv_messages(const cJSON *conv, int n_prev, const char *instructi
         cJSON_AddItemToArray(msgs, m);
         src[0] = -1;
     }
+    int n = instructions ? 1 : 0;  /* messages so far (a count: cJSON's is a walk) */
     for (const cJSON *x = conv->child; x; x = x->next, k++) {
-        const int n = cJSON_GetArraySize(msgs);
-        if (item_message(x, k, msgs, &reasoning, msg)) {
+        const cJSON *last = msgs->child ? msgs->child->prev : NULL;
+        if (item_message(x, k, n_prev, msgs, &reasoning, msg)) {
             cJSON_Delete(msgs);
             msgs = NULL;
             break;
         }
-        if (cJSON_GetArraySize(msgs) > n) src[n] = k + n_prev;
+        if (msgs->child && msgs->child->prev != last) src[n++] = k + n_prev;
     }
     free(reasoning);
     return msgs;
@@ -703,11 +712,9 @@ static int render(srv *s, const cJSON *j, const cJSON *conv, int n_prev, cJSON *
         const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(*chat, "messages");
         const cJSON *rf = cJSON_GetObjectItemCaseSensitive(*chat, "response_format");
         const char *fty = str_field(rf, "type");
-        int shift = fty && strcmp(fty, "text");  /* srv_messages_with_format's own message */
-        for (const cJSON *m = msgs->child; m; m = m->next) {
-            const char *r = str_field(m, "role");
-            if (r && (!strcmp(r, "system") || !strcmp(r, "developer"))) shift = 0;
-        }
+        /* srv_messages_with_format puts a system message in front unless the first is one */
+        const char *r0 = str_field(msgs->child, "role");
+        const int shift = fty && strcmp(fty, "text") && !(r0 && (!strcmp(r0, "system") || !strcmp(r0, "developer")));
         responses_terms(msg, src, cJSON_GetArraySize(msgs), n_prev, shift);
     }
     free(src);
@@ -726,46 +733,82 @@ static int too_long(srv *s, const srv_chat *c, int truncated, char *msg) {
     return TOO_LONG;
 }
 
-/* conv without the items at pos[0, k) (ascending indexes) into *cut, *np its stored items
- * left of n_prev, rendered as render does. */
-static int render_cut(srv *s, const cJSON *j, const cJSON *conv, int n_prev, const int *pos, int k,
+/* conv without its first k droppable items (drop[x]: item x is droppable) into *cut, in one
+ * pass; *np its stored items left of n_prev; rendered as render does. */
+static int render_cut(srv *s, const cJSON *j, const cJSON *conv, int n_prev, const char *drop, int k,
                       cJSON **cut, int *np, cJSON **chat, srv_chat *c, char *msg) {
     cJSON_Delete(*cut);
-    *cut = cJSON_Duplicate(conv, 1);
-    for (int i = k - 1; *cut && i >= 0; i--) cJSON_DeleteItemFromArray(*cut, pos[i]);
-    if (!*cut) { snprintf(msg, MSG, "out of memory"); return 500; }
+    *cut = cJSON_CreateArray();
     *np = n_prev;
-    for (int i = 0; i < k; i++) *np -= pos[i] < n_prev;
+    int x = 0, d = 0;
+    for (const cJSON *it = conv->child; *cut && it; it = it->next, x++) {
+        if (drop[x] && d++ < k) {
+            *np -= x < n_prev;
+            continue;
+        }
+        cJSON *dup = cJSON_Duplicate(it, 1);
+        if (!dup || !cJSON_AddItemToArray(*cut, dup)) { cJSON_Delete(dup); cJSON_Delete(*cut); *cut = NULL; }
+    }
+    if (!*cut) { snprintf(msg, MSG, "out of memory"); return 500; }
     return render(s, j, *cut, *np, chat, c, msg);
 }
 
+typedef struct { const char *id; int d; } call_at;  /* a function_call's call_id, droppable index */
+
+static int call_cmp(const void *a, const void *b) {
+    return strcmp(((const call_at *)a)->id, ((const call_at *)b)->id);
+}
+
 /* truncation "auto" for a conversation whose prompt leaves no room: the fewest whole items
- * dropped from its start (never a system or developer message; a cut leaves no
- * function_call_output first without its call, and keeps the last item) for the prompt to
- * leave room, found by bisection (dropping more never lengthens it). *conv, *n_prev, *chat
- * and c become the cut conversation's. 0, or a status with a message. */
+ * dropped from its start (never a system or developer message; no function_call_output kept
+ * whose function_call is dropped; the last item kept) for the prompt to leave room, found by
+ * bisection (dropping more never lengthens it). *conv, *n_prev, *chat and c become the cut
+ * conversation's. 0, or a status with a message. Linear in the items but for the renders. */
 static int truncate_conv(srv *s, const cJSON *j, cJSON **conv, int *n_prev, cJSON **chat, srv_chat *c,
                          char *msg) {
     const int n = cJSON_GetArraySize(*conv);
-    int *pos = malloc(((size_t)n + 1) * sizeof *pos), *cuts = malloc(((size_t)n + 1) * sizeof *cuts);
-    int nd = 0, nc = 0, rc = 0, k = 0, np = 0;
+    char *drop = calloc((size_t)n + 1, 1);
+    int *bad = calloc((size_t)n + 2, sizeof *bad), *cuts = malloc(((size_t)n + 1) * sizeof *cuts);
+    call_at *calls = malloc(((size_t)n + 1) * sizeof *calls);
+    int nd = 0, nc = 0, ncall = 0, rc = 0, x = 0, np = 0;
     cJSON *cut = NULL;
-    if (!pos || !cuts) { rc = 500; snprintf(msg, MSG, "out of memory"); goto done; }
-    for (const cJSON *x = (*conv)->child; x; x = x->next, k++)
-        if (!instruction_item(x)) pos[nd++] = k;
-    for (int i = 1; i < nd; i++)
-        if (strcmp(item_type(cJSON_GetArrayItem(*conv, pos[i])), "function_call_output")) cuts[nc++] = i;
+    if (!drop || !bad || !cuts || !calls) { rc = 500; snprintf(msg, MSG, "out of memory"); goto done; }
+    for (const cJSON *it = (*conv)->child; it; it = it->next, x++) {
+        if (instruction_item(it)) continue;
+        drop[x] = 1;
+        const char *id = str_field(it, "call_id");
+        if (id && !strcmp(item_type(it), "function_call")) calls[ncall++] = (call_at){id, nd};
+        nd++;
+    }
+    qsort(calls, (size_t)ncall, sizeof *calls, call_cmp);
+    /* a cut k (drops droppable items [0, k)) splits a call at p from its output at q > p when
+     * p < k <= q: bad[k] counts such pairs (a difference array) */
+    x = 0;
+    int d = 0;
+    for (const cJSON *it = (*conv)->child; it; it = it->next, x++) {
+        if (!drop[x]) continue;
+        const char *id = str_field(it, "call_id");
+        if (id && !strcmp(item_type(it), "function_call_output")) {
+            const call_at key = {id, 0}, *f = bsearch(&key, calls, (size_t)ncall, sizeof *calls, call_cmp);
+            if (f && f->d < d) { bad[f->d + 1]++; bad[d + 1]--; }
+        }
+        d++;
+    }
+    for (int k = 1, run = bad[0]; k < nd; k++) {
+        run += bad[k];
+        if (!run) cuts[nc++] = k;
+    }
     int lo = 0, hi = nc - 1, best = -1, last = -1;
     while (lo <= hi) {
         const int mid = lo + (hi - lo) / 2;
-        if ((rc = render_cut(s, j, *conv, *n_prev, pos, cuts[mid], &cut, &np, chat, c, msg))) goto done;
+        if ((rc = render_cut(s, j, *conv, *n_prev, drop, cuts[mid], &cut, &np, chat, c, msg))) goto done;
         last = mid;
         if ((int64_t)c->ids.n < s->o.max_context) { best = mid; hi = mid - 1; }
         else lo = mid + 1;
     }
     /* none fits: c holds the most cut (the last tried), or nothing could be dropped */
     if (best < 0) { rc = too_long(s, c, 1, msg); goto done; }
-    if (last != best && (rc = render_cut(s, j, *conv, *n_prev, pos, cuts[best], &cut, &np, chat, c, msg)))
+    if (last != best && (rc = render_cut(s, j, *conv, *n_prev, drop, cuts[best], &cut, &np, chat, c, msg)))
         goto done;
     cJSON_Delete(*conv);
     *conv = cut;
@@ -773,8 +816,10 @@ static int truncate_conv(srv *s, const cJSON *j, cJSON **conv, int *n_prev, cJSO
     *n_prev = np;
 done:
     cJSON_Delete(cut);
-    free(pos);
+    free(drop);
+    free(bad);
     free(cuts);
+    free(calls);
     return rc;
 }
 
