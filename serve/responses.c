@@ -943,7 +943,7 @@ static cJSON *response_object(srv *s, const srv_job *j, const char *status, cJSO
     cJSON_AddItemToObject(o, "output", output ? output : cJSON_CreateArray());
     for (const cJSON *x = j->resp->echo->child; x; x = x->next)
         cJSON_AddItemToObject(o, x->string, cJSON_Duplicate(x, 1));
-    if (strcmp(status, "in_progress") && !error) cJSON_AddItemToObject(o, "usage", usage_json(j));
+    if (strcmp(status, "in_progress")) cJSON_AddItemToObject(o, "usage", usage_json(j));
     else cJSON_AddNullToObject(o, "usage");
     return o;
 }
@@ -988,12 +988,21 @@ static cJSON *finish(srv *s, srv_job *j, cJSON *output) {
     return o;
 }
 
+static cJSON *failed_end(srv *s, srv_job *j, srv_buf *out);
+
 static void responses_final(srv *s, srv_job *j, srv_buf *out, int *status) {
     srv_req *r = j->r;
-    /* cancelled (the shutdown's deadline): the HTTP error (503); an engine error: a failed
-     * response (what the answer held, its items incomplete), as the stream ends */
+    /* cancelled (the shutdown's deadline): the HTTP error (503); an engine error: the failed
+     * response the stream ends with (its items incomplete) */
     if (r->end == SRV_END_CANCELLED && srv_final_error(j, out, status)) return;
-    const int failed = failure(r) != NULL;
+    if (failure(r)) {
+        srv_buf scratch = {0};
+        cJSON *o = failed_end(s, j, &scratch);
+        srv_buf_free(&scratch);
+        *status = 200;
+        srv_put_json(out, o);
+        return;
+    }
     dsv4_parsed p;
     srv_parse_answer(j, &p);
     const char *st = item_status(r);
@@ -1008,15 +1017,14 @@ static void responses_final(srv *s, srv_job *j, srv_buf *out, int *status) {
         size_t n = in ? (size_t)(in - p.content) : strlen(p.content);
         if (in && n >= 2 && !strncmp(in - 2, "\n\n", 2)) n -= 2;
         char *head = n ? strndup(p.content, n) : NULL;
-        if (head) cJSON_AddItemToArray(output, message_item(j, k++, head, st));
+        if (head) cJSON_AddItemToArray(output, message_item(j, k++, head, "completed"));  /* ended at the block */
         free(head);
         cJSON_AddItemToArray(output, message_item(j, k++, raw, st));
-    } else if (*p.content || (!p.n_calls && !failed)) {
+    } else if (*p.content || !p.n_calls) {
         cJSON_AddItemToArray(output, message_item(j, k++, p.content, st));
     }
     for (int i = 0; i < p.n_calls && i < j->resp->n_calls; i++)
-        cJSON_AddItemToArray(output, call_item(j, k++, i, p.calls[i].name, p.calls[i].arguments,
-                                               failed ? "incomplete" : "completed"));
+        cJSON_AddItemToArray(output, call_item(j, k++, i, p.calls[i].name, p.calls[i].arguments, "completed"));
     dsv4_parsed_free(&p);
     *status = 200;
     srv_put_json(out, finish(s, j, output));
@@ -1072,9 +1080,11 @@ static void item_done(srv_job *j, srv_buf *out, cJSON *item) {
 static const char *text_of(const srv_buf *b) { return b->s && b->n ? b->s : ""; }
 
 /* The open item's closing events; it joins the items done. */
-static void close_open(srv_job *j, srv_buf *out) {
+static void close_open(srv_job *j, srv_buf *out, int at_end) {
     struct srv_resp *R = j->resp;
-    const char *st = item_status(j->r);
+    /* an item closed because the next began ended whole; at the answer's end its status is
+     * the answer's (so it does not depend on when the stream caught up) */
+    const char *st = at_end ? item_status(j->r) : "completed";
     if (R->text.s) R->text.s[R->text.n] = 0;
     const char *t = text_of(&R->text);
     if (R->open == OPEN_REASONING) {
@@ -1129,7 +1139,7 @@ static void release_calls(srv_job *j, srv_buf *out, int n, const char *status) {
  * what follows. */
 static void drop_calls(srv_job *j, srv_buf *out) {
     struct srv_resp *R = j->resp;
-    if (R->open == OPEN_CALL) close_open(j, out);
+    if (R->open == OPEN_CALL) close_open(j, out, 1);
     R->n_out -= cJSON_GetArraySize(R->held);
     cJSON_Delete(R->held);
     R->held = cJSON_CreateArray();  /* NULL (out of memory): cJSON's calls take it as empty */
@@ -1139,7 +1149,7 @@ static void drop_calls(srv_job *j, srv_buf *out) {
 static void open_text(srv_job *j, srv_buf *out, int kind) {
     struct srv_resp *R = j->resp;
     if (R->open == kind) return;
-    close_open(j, out);
+    close_open(j, out, 0);
     R->open = kind;
     if (kind == OPEN_REASONING) {
         item_added(j, out, reasoning_item(j, R->n_out, NULL));
@@ -1182,7 +1192,7 @@ static void stream_calls(srv_job *j, srv_buf *out, cJSON *deltas) {
         const int i = cJSON_IsNumber(ix) ? ix->valueint : -1;
         if (i >= R->n_calls) continue;  /* parallel_tool_calls false: the first call only */
         if (name) {
-            close_open(j, out);
+            close_open(j, out, 0);
             R->open = OPEN_CALL;
             R->call = i;
             R->name.n = 0;
@@ -1198,6 +1208,29 @@ static void stream_calls(srv_job *j, srv_buf *out, cJSON *deltas) {
     cJSON_Delete(deltas);
 }
 
+/* The items' events of the answer's tokens not sent yet. */
+static void stream_events(srv_job *j, srv_buf *out) {
+    const srv_req *r = j->r;
+    for (; j->ev_sent < r->n_ev; j->ev_sent++) {
+        const srv_event *e = &r->ev[j->ev_sent];
+        stream_text(j, out, e->text_off + e->text_len, 0);
+        stream_calls(j, out, srv_tool_stream_text(&j->calls, &j->split, r->text, e->text_off + e->text_len, 0, j->id));
+    }
+}
+
+/* A failed answer's end, streamed or not (the non-streamed answer runs the stream's events
+ * into a scratch buffer: the same items either way): what the split held back goes out,
+ * then every open item closes (incomplete), the calls announced too, so each
+ * output_item.added has its done. Returns the failed response (stored). */
+static cJSON *failed_end(srv *s, srv_job *j, srv_buf *out) {
+    struct srv_resp *R = j->resp;
+    stream_events(j, out);
+    if (j->split.part != SRV_PART_TOOLS) stream_text(j, out, j->r->text_len, 1);
+    close_open(j, out, 1);
+    release_calls(j, out, cJSON_GetArraySize(R->held), "incomplete");
+    return finish(s, j, cJSON_Duplicate(R->items, 1));
+}
+
 static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
     srv_req *r = j->r;
     struct srv_resp *R = j->resp;
@@ -1210,20 +1243,11 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
         emit(j, out, o);
         j->began = 1;
     }
-    for (; j->ev_sent < r->n_ev; j->ev_sent++) {
-        const srv_event *e = &r->ev[j->ev_sent];
-        stream_text(j, out, e->text_off + e->text_len, 0);
-        stream_calls(j, out, srv_tool_stream_text(&j->calls, &j->split, r->text, e->text_off + e->text_len, 0, j->id));
-    }
+    stream_events(j, out);
     if (!r->end) return;
     if (failure(r)) {
-        /* what the split held back goes out, then every open item closes (incomplete), the
-         * calls announced too: each output_item.added has its done before response.failed */
-        if (j->split.part != SRV_PART_TOOLS) stream_text(j, out, r->text_len, 1);
-        close_open(j, out);
-        release_calls(j, out, cJSON_GetArraySize(R->held), "incomplete");
         cJSON *o = ev("response.failed");
-        cJSON_AddItemToObject(o, "response", finish(s, j, cJSON_Duplicate(R->items, 1)));
+        cJSON_AddItemToObject(o, "response", failed_end(s, j, out));
         emit(j, out, o);
         *finished = 1;
         return;
@@ -1235,7 +1259,7 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
         srv_parse_answer(j, &p);
         if (p.n_calls) {
             stream_calls(j, out, srv_tool_stream_finish(&j->calls, &p, j->id));
-            close_open(j, out);
+            close_open(j, out, 1);
             release_calls(j, out, p.n_calls < R->n_calls ? p.n_calls : R->n_calls, "completed");
         } else {
             /* a malformed block: no call (those announced are dropped: their
@@ -1252,7 +1276,7 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
     for (const cJSON *x = R->items->child; x; x = x->next)
         if (strcmp(str_field(x, "type"), "reasoning")) any = 1;
     if (!any) open_text(j, out, OPEN_MESSAGE);
-    close_open(j, out);
+    close_open(j, out, 1);
     cJSON *fin = finish(s, j, cJSON_Duplicate(R->items, 1));
     cJSON *o = ev(incomplete(r) ? "response.incomplete" : "response.completed");
     cJSON_AddItemToObject(o, "response", fin);
@@ -1375,7 +1399,7 @@ static int input_items(srv *s, const char *id, const srv_list_query *q, srv_buf 
     if (q->limit) {
         char *end;
         limit = strtol(q->limit, &end, 10);
-        if (end == q->limit || *end || limit < 1 || limit > 100)
+        if (!strchr("0123456789", q->limit[0]) || !q->limit[0] || *end || limit < 1 || limit > 100)
             return bad_param(out, "limit", "'limit' must be an integer from 1 to 100");
     }
     const int asc = q->order && !strcmp(q->order, "asc");

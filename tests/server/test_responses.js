@@ -45,6 +45,7 @@ const SCRIPT = [
   { match: 'MALFORMED', text: `Hmm.\n\n<${D}tool_calls>\n<${D}invoke name="get_weather">\n<${D}parameter name="city" string="true">Par` },
   // the engine fails the request after the text: in a message, in the reasoning, in a call
   { match: 'FAIL_TEXT', text: 'Partial answer', error: 'injected failure' },
+  { match: 'FAIL_EMPTY', text: '', error: 'injected failure' },
   // (its last byte could begin "</think>": the split holds it back until the end)
   { match: 'FAIL_THINK', text: 'Half a thought <', error: 'injected failure' },
   { match: 'FAIL_CALL', text: `Calling.\n\n<${D}tool_calls>\n<${D}invoke name="get_weather">\n${P('city', 'true', 'Paris')}\n` +
@@ -247,7 +248,8 @@ run('server_responses', async () => {
   const walked = [];
   for await (const x of client.responses.inputItems.list(back.id, { order: 'asc', limit: 1 })) walked.push(x.id);
   assert.deepStrictEqual(walked, ids);
-  for (const [q, param] of [['?limit=0', 'limit'], ['?limit=101', 'limit'], ['?limit=2x', 'limit'],
+  for (const [q, param] of [['?limit=0', 'limit'], ['?limit=101', 'limit'], ['?limit=2x', 'limit'], ['?limit=+5', 'limit'],
+    ['?limit=%205', 'limit'],
     ['?order=up', 'order'], ['?after=msg_nope', 'after'], ['?before=msg_nope', 'before']]) {
     const b = await http(`${srv.url}/v1/responses/${back.id}/input_items${q}`, { method: 'GET' });
     assert.deepStrictEqual([b.status, b.json.error.type, b.json.error.param], [400, 'invalid_request_error', param], q);
@@ -263,7 +265,8 @@ run('server_responses', async () => {
   const expectFail = async (req, types, output) => {
     const nr = await http(`${srv.url}/v1/responses`, { body: req });
     assert.strictEqual(nr.status, 200, nr.body);
-    assert.deepStrictEqual([nr.json.status, nr.json.error, nr.json.usage], ['failed', failed, null]);
+    assert.deepStrictEqual([nr.json.status, nr.json.error], ['failed', failed]);
+    assert(nr.json.usage.input_tokens > 0 && nr.json.usage.output_tokens === nr.json.usage.total_tokens - nr.json.usage.input_tokens);
     assert.deepStrictEqual(nr.json.output.map((o) => [o.type, o.status, (o.content || [{}])[0].text]), output);
     const fev = await events(client, req);
     assert.deepStrictEqual(squeeze(fev.map((e) => e.type)), types);
@@ -281,8 +284,10 @@ run('server_responses', async () => {
     'response.in_progress', 'response.output_item.added', 'response.reasoning_text.delta',
     'response.reasoning_text.done', 'response.output_item.done', 'response.failed'],
   [['reasoning', undefined, 'Half a thought <']]);
-  // in a call's arguments: the call announced closes incomplete with its arguments so far
-  // (the non-streamed answer never announced one: the block's raw text is a message)
+  const empty = await http(`${srv.url}/v1/responses`, { body: { model, input: 'FAIL_EMPTY' } });
+  assert.deepStrictEqual([empty.json.status, empty.json.error, empty.json.output], ['failed', failed, []]);
+  // in a call's arguments: the call announced closes incomplete with its arguments so far,
+  // streamed or not (the same response); sent back, it is a 400 (its arguments are unfinished)
   const fxReq = { model, input: 'FAIL_CALL', tools: [{ ...WEATHER, strict: false }] };
   const fxev = await events(client, fxReq);
   const fxTypes = squeeze(fxev.map((e) => e.type));
@@ -296,6 +301,11 @@ run('server_responses', async () => {
   assert.deepStrictEqual([fxLast.status, fxLast.error], ['failed', failed]);
   // (the message ended where the block began: completed)
   assert.deepStrictEqual(fxLast.output.map((o) => [o.type, o.status]), [['message', 'completed'], ['function_call', 'incomplete']]);
+  const fxr = await http(`${srv.url}/v1/responses`, { body: fxReq });
+  assert.deepStrictEqual(stripFail(fxr.json), stripFail(fxLast));
+  const fxBack = await http(`${srv.url}/v1/responses`, { body: { model, previous_response_id: fxr.json.id, input: 'go on' } });
+  assert.strictEqual(fxBack.status, 400);
+  assert.match(fxBack.json.error.message, /^previous_response_id's conversation\[2\]: an incomplete function_call/);
 
   // truncation: a conversation over the context (1,024): disabled (the default) is a 400
   // with OpenAI's code; auto drops the fewest items from its start: not the developer
@@ -331,6 +341,15 @@ run('server_responses', async () => {
   const taItems = (await http(`${srv.url}/v1/responses/${ta.id}/input_items?order=asc`, { method: 'GET' })).json.data;
   assert.deepStrictEqual(taItems.map((x) => x.role), ['developer', 'user', 'assistant', 'user', 'assistant', 'user']);
   assert.strictEqual(taItems[2].id, t1.output[0].id);
+  // a cut keeps no output whose call it drops: [user, call A (long), call B, output A, output B,
+  // user] keeps the last user message alone (dropping two items would fit, but split B)
+  const fcPair = (id, args) => [{ type: 'function_call', call_id: id, name: 'get_weather', arguments: args },
+    { type: 'function_call_output', call_id: id, output: 'ok' }];
+  const [callA, outA] = fcPair('call_a', fcArgs), [callB, outB] = fcPair('call_b', '{}');
+  const tb = await client.responses.create({ model, max_output_tokens: 1, temperature: 0, truncation: 'auto',
+    input: [{ role: 'user', content: 'Q' }, callA, callB, outA, outB, { role: 'user', content: words('owl', 700) }] });
+  const tbItems = (await http(`${srv.url}/v1/responses/${tb.id}/input_items`, { method: 'GET' })).json.data;
+  assert.deepStrictEqual(tbItems.map((x) => [x.type, x.role]), [['message', 'user']]);
 
   // the store's per-entry cap (an eighth of 64K): a response this large is not kept, and
   // evicts nothing
@@ -402,6 +421,11 @@ run('server_responses', async () => {
     [{ model, input: 'x', text: { format: { type: 'json_schema', name: 'n', schema: { not: {} } } } },
       /^'text\.format\.schema': /],
     [{ model, input: 'x', tools: [WEATHER], text: { format: { type: 'json_object' } } }, /^'text\.format' together with 'tools'/],
+    // (text.format's system message goes in front unless the first message is one)
+    [{ model, text: { format: { type: 'json_object' } }, input: [{ role: 'user', content: 'x' },
+      { role: 'developer', content: '' }, { role: 'user', content: 'y' }] }, /^input\[1\]: a developer message/],
+    [{ model, text: { format: { type: 'json_object' } }, input: [{ role: 'user', content: 'x' },
+      { role: 'user', content: 'y' }, { role: 'developer', content: '' }] }, /^input\[2\]: a developer message/],
   ];
   for (const [body, re] of bad) {
     const b = await http(`${srv.url}/v1/responses`, { body });
