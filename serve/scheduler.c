@@ -37,6 +37,18 @@ static void list_remove(srv_req **list, int *n, srv_req *r) {
 
 /* ---- ending requests -------------------------------------------------------------------- */
 
+/* r failed: when it is one of n > 1 choices, the others are cancelled at once (choice 0's
+ * cancel is theirs), as the stream does, rather than run to their end before the 500. */
+static void cancel_choices(srv_sched *s, srv_req *r) {
+    srv_req *lead = r->lead;
+    for (int i = 0; i < s->n_run && !lead; i++) lead = s->run[i]->lead == r ? r : NULL;
+    for (int i = 0; i < s->n_wait && !lead; i++) lead = s->wait[i]->lead == r ? r : NULL;
+    if (!lead) return;
+    pthread_mutex_lock(&lead->mu);
+    lead->cancel = 1;
+    pthread_mutex_unlock(&lead->mu);
+}
+
 /* Frees r's sequence (if any), takes it off both lists, ends it, drops our reference. */
 void srv_sched_finish(srv_sched *s, srv_req *r, int end, int fin, const char *msg) {
     r->forkable = 0;  /* its other choices compute the prompt themselves */
@@ -60,6 +72,7 @@ void srv_sched_finish(srv_sched *s, srv_req *r, int end, int fin, const char *ms
         dsv4_gen_end(r->gen, &t, &n);
         srv_req_push_text(r, t, n);
     }
+    if (end == SRV_END_ERROR) cancel_choices(s, r);
     srv_sched_ended(s, r, end, fin, msg);
 }
 
@@ -161,6 +174,9 @@ static int add_verify(srv_sched *s, int *n_spans, srv_req *r) {
     return s->spans[*n_spans - 1].n_tokens;
 }
 
+/* 1 for a choice waiting in the queue for its choice 0's prompt, to fork it. */
+static int fork_waits(const srv_req *r) { return r->lead && r->lead->forkable && !r->admitted; }
+
 /* The step's spans: every running decode row first (they never wait), then prefill chunks
  * of running requests, then newly admitted requests, oldest first, within step_tokens rows.
  * All admission and prefill chunking happens here. Returns the span count; *rows and
@@ -177,10 +193,14 @@ static int plan_step(srv_sched *s, int *rows, int *decode) {
     for (int i = 0; i < s->n_run && budget > 0; i++)
         if (s->run[i]->n_ctx - s->run[i]->n_done > 1)
             budget -= add_span(s, &n_spans, s->run[i], budget);
-    for (int w = 0; budget > 0 && w < s->n_wait && !s->admit_hold && s->n_run < s->o.max_seqs;) {
+    /* the choices waiting to fork a running choice 0 hold their slots (fork_choices needs
+     * them free): admitting the next request into them made the choices compute the prompt */
+    int held = 0;
+    for (int w = 0; w < s->n_wait; w++) held += fork_waits(s->wait[w]) && s->wait[w]->lead->seq >= 0;
+    for (int w = 0; budget > 0 && w < s->n_wait && !s->admit_hold && s->n_run + held < s->o.max_seqs;) {
         srv_req *r = s->wait[w];
         /* a choice waiting for choice 0's prompt to fork it */
-        if (r->lead && r->lead->forkable && !r->admitted) { w++; continue; }
+        if (fork_waits(r)) { w++; continue; }
         dsv4_err err = {0};
         int64_t n_cached = 0;
         /* the prefix cache is rank 0's (step_msg.h): the followers start the sequence at
@@ -213,6 +233,8 @@ static int plan_step(srv_sched *s, int *rows, int *decode) {
         list_remove(s->wait, &s->n_wait, r);
         list_insert(s->run, &s->n_run, r);
         s->st.admitted++;
+        if (r->forkable)
+            for (int k = w; k < s->n_wait; k++) held += fork_waits(s->wait[k]) && s->wait[k]->lead == r;
         budget -= add_span(s, &n_spans, r, budget);
     }
     *rows = s->o.step_tokens - budget;
@@ -282,6 +304,31 @@ static int take_token(srv_sched *s, srv_req *r, const float *row, int d, dsv4_ge
     return 1;
 }
 
+/* Before r's forks: r's MTP rows that need no sampled token (all but the prompt's last,
+ * whose x_n is each choice's own first token) run now, r alone, so the forks copy one
+ * pending row and compute it once each, not r's whole last span each (n x span rows in one
+ * MTP call passed max_rows). Returns nonzero when they could not run: then nothing forks
+ * (the choices compute the prompt when admitted) and r goes on as a request alone. */
+static int mtp_settle(srv_sched *s, srv_req *r) {
+    int rc = 0;
+    srv_step_lap(&s->st, SRV_PH_SAMPLE);
+    for (int64_t done = -1;;) {
+        dsv4_mtp_span ms;
+        int drafts, out = DSV4_MTP_OUT_NONE;
+        dsv4_err err = {0};
+        dsv4_spec_mtp_span(r->spec, &ms, &drafts);
+        if (!ms.n) break;
+        /* a draft is not reached (the first token is not drawn yet); a span that did not
+         * move on means the call did not take */
+        if (drafts || ms.start == done ||
+            srv_relay_mtp_forward(s->o.relay, &ms, 1, &out, s->hidden, &err)) { rc = -1; break; }
+        done = ms.start;
+        dsv4_spec_mtp_done(r->spec, -1);
+    }
+    srv_step_lap(&s->st, SRV_PH_MTP);
+    return rc;
+}
+
 /* r (choice 0 of n > 1) has run its whole prompt, row holding its first token's logits:
  * its other choices still waiting start as forks of its sequence (the prompt's KV computed
  * once, shared: dsv4_seq_fork) and each samples its first token from the same row with its
@@ -296,6 +343,7 @@ static void fork_choices(srv_sched *s, srv_req *r, const float *row) {
         srv_req *c = s->wait[i];
         dsv4_err err = {0};
         if (c->lead != r || c->admitted) { i++; continue; }
+        if (r->spec && mtp_settle(s, r)) break;
         if (dsv4_seq_fork(s->e, r->seq, &c->seq, &err)) { c->seq = -1; break; }
         if (r->spec && dsv4_spec_fork(r->spec, c->seq, &c->spec, &err)) {
             dsv4_seq_free(s->e, c->seq, NULL);
@@ -344,6 +392,29 @@ static int head(srv_sched *s, int n, dsv4_err *err) {
                  : dsv4_lm_head(s->e, s->hidden, n, s->logits, err);
 }
 
+/* After a failed MTP call of n > 1 requests: one call each, in order, the drafting rows
+ * packed as before; a request whose own call fails ends, the others stay (compacted in
+ * place). Returns the drafting rows; *n becomes the requests kept. */
+static int mtp_alone(srv_sched *s, int *n) {
+    const size_t hd = (size_t)s->D;
+    int kept = 0, n_d = 0;
+    for (int i = 0; i < *n; i++) {
+        dsv4_err err = {0};
+        if (srv_relay_mtp_forward(s->o.relay, &s->mtp_spans[i], 1, &s->mtp_out[i],
+                                  s->hidden + n_d * hd, &err)) {
+            srv_sched_finish(s, s->mtp_req[i], SRV_END_ERROR, 0, err.msg);
+            continue;
+        }
+        s->mtp_spans[kept] = s->mtp_spans[i];
+        s->mtp_out[kept] = s->mtp_out[i];
+        s->mtp_drafts[kept] = s->mtp_drafts[i];
+        s->mtp_req[kept++] = s->mtp_req[i];
+        n_d += s->mtp_drafts[i];
+    }
+    *n = kept;
+    return n_d;
+}
+
 /* The MTP rows of every MTP request that has some ready, in one dsv4_mtp_forward_out that
  * computes only the drafting rows to the end (the rest fill the MTP cache), and the drafts
  * from those rows' logits (one dsv4_lm_head). */
@@ -371,6 +442,9 @@ static void run_mtp(srv_sched *s) {
     while ((rc = srv_relay_mtp_forward(s->o.relay, s->mtp_spans, n, s->mtp_out, s->hidden, &err))) {
         /* data-parallel attention: another rank's refusal: every rank calls again */
         if (s->dp && srv_dp_refused_elsewhere(s->dp)) continue;
+        /* one rank: each request alone, so a failure (a refusal: nothing ran) ends only the
+         * requests whose own rows fail */
+        if (!s->dp && n > 1) { n_d = mtp_alone(s, &n); break; }
         for (int i = 0; i < n; i++) srv_sched_finish(s, s->mtp_req[i], SRV_END_ERROR, 0, err.msg);
         const int again = s->dp && n > 0 && srv_dp_refusal(s->dp);
         n = n_d = 0;

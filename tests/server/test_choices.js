@@ -95,6 +95,27 @@ run('server_choices', async () => {
     for (const c of ch.choices) for (const t of c.delta.tool_calls || []) if (t.id) sids[c.index].push(t.id);
   assert(sids[0].length === 1 && sids[1].length === 1 && sids[0][0] !== sids[1][0], JSON.stringify(sids));
 
+  // n = 4 on a ~100-token prompt with MTP (the model has the block): the forks copy no
+  // pending MTP rows, so the MTP call stays within max_rows; a bystander n = 1 decoding in
+  // the same steps answers its own text
+  const long = { model: 'm', messages: [{ role: 'user', content: 'word '.repeat(96) }], max_tokens: 5, temperature: 0 };
+  const by = { model: 'm', prompt: 'Once upon a time', max_tokens: 40, temperature: 0 };
+  const bySolo = await http(srv.url + '/v1/completions', { body: by });
+  const [byRes, longRes] = await Promise.all([http(srv.url + '/v1/completions', { body: by }),
+    new Promise((ok) => setTimeout(ok, 30)).then(() => http(srv.url + '/v1/chat/completions', { body: { ...long, n: 4 } }))]);
+  assert.strictEqual(byRes.status, 200, byRes.body);
+  assert.strictEqual(byRes.json.choices[0].text, bySolo.json.choices[0].text);
+  assert.strictEqual(longRes.status, 200, longRes.body);
+  assert(longRes.json.usage.prompt_tokens >= 97, longRes.body);
+  assert.strictEqual(longRes.json.choices.length, 4);
+
+  // under load the waiting choices hold their slots: three n = 2 at once on 4 slots fork all
+  const m3 = await metrics(srv.url);
+  const two = await Promise.all([0, 1, 2].map((k) => http(srv.url + '/v1/completions',
+    { body: { model: 'm', prompt: `w${k} `.repeat(20), n: 2, max_tokens: 8, temperature: 1 } })));
+  for (const t of two) assert.strictEqual(t.status, 200, t.body);
+  assert.strictEqual((await metrics(srv.url)).dsv4_choices_forked_total - m3.dsv4_choices_forked_total, 3);
+
   // n beyond --max-seqs, best_of below n or streamed: 400s naming the field
   for (const [route, body, param] of [
     ['/v1/chat/completions', { messages: msgs, n: 5 }, 'n'],
@@ -102,6 +123,7 @@ run('server_choices', async () => {
     ['/v1/completions', { prompt: 'x', n: 0 }, 'n'],
     ['/v1/completions', { prompt: 'x', n: 3, best_of: 2 }, 'best_of'],
     ['/v1/completions', { prompt: 'x', best_of: 2, stream: true }, 'best_of'],
+    ['/v1/chat/completions', { messages: msgs, best_of: 2 }, 'best_of'],
   ]) {
     const e = await http(srv.url + route, { body });
     assert.strictEqual(e.status, 400, `${JSON.stringify(body)}: ${e.body}`);
