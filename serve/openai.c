@@ -165,7 +165,10 @@ static void add_tool_call_ids(const srv_job *j, cJSON *calls) {
 
 int srv_final_error(const srv_job *j, srv_buf *out, int *status) {
     const srv_req *r = j->r;
-    /* n > 1: the first choice that did not finish (the caller holds every choice's mu) */
+    /* n > 1: the first choice that failed, else the first that did not finish (one failed
+     * choice cancels the others) (the caller holds every choice's mu) */
+    for (int k = 0; k < j->n_more && r->end != SRV_END_ERROR; k++)
+        if (j->more[k].r->end == SRV_END_ERROR) r = j->more[k].r;
     for (int k = 0; k < j->n_more && r->end == SRV_END_FINISHED; k++) r = j->more[k].r;
     if (r->end == SRV_END_FINISHED) return 0;
     /* an engine error, or cancelled by the shutdown's deadline */
@@ -574,6 +577,14 @@ void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {
     const char *param = NULL;
     if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
     if (common_fields(s, j, &tmp, &n, &param, msg)) goto bad;
+    /* OpenAI's chat has no best_of (completions only): refused, not ignored */
+    const cJSON *bo = cJSON_GetObjectItemCaseSensitive(j, "best_of");
+    if (bo && !cJSON_IsNull(bo) && !(cJSON_IsNumber(bo) && bo->valuedouble == 1)) {
+        param = "best_of";
+        snprintf(msg, MSG, "'best_of' is not a chat completions field (use 'n', or best_of on "
+                 "/v1/completions)");
+        goto bad;
+    }
     if (srv_opt_bool(j, "logprobs", &tmp.logprobs, msg, MSG) < 0) goto bad;
     if (srv_opt_num(j, "top_logprobs", 0, DSV4_MAX_LOGPROBS, &top, msg, MSG) < 0) goto bad;
     srv_job *job = srv_chat_submit(s, j, SRV_API_CHAT, body, tmp.logprobs ? (int)top : 0, n, out);
