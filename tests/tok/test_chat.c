@@ -70,7 +70,7 @@ static void test_fixtures(void) {
         dsv4_err err = {0};
         int rc = dsv4_chat_encode_json(in, in_len, &o, &got, &got_len, &err);
         CHECK_MSG(rc == 0, "fixture %d: %s", i, err.msg);
-        char what[32];
+        char what[64]; /* "fixture %d (mode in JSON)" with any int: -Wformat-truncation at -O0 */
         snprintf(what, sizeof what, "fixture %d", i);
         check_text(what, got, want);
         CHECK(got_len == want_len);
