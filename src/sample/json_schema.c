@@ -812,9 +812,9 @@ int json_schema_compile_without(const char *text, size_t len, const char *forbid
         for (int i = 0; i < c.n_ap; i++)
             if (c.ap[i].node == worst) at = c.ap[i].path;
         rc = dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "json_schema: the 'anyOf'/'oneOf' at %s can leave more branches "
-                       "open at once than the %d readings the automaton keeps (branches its bytes have not told apart "
-                       "yet, nested unions multiplied); a required 'const' property first in each object branch (a "
-                       "discriminator) tells them apart early", at, JSON_MAX_STACKS - 2);
+                       "open at once than the automaton keeps: at most %d branches can be open at once (every object "
+                       "branch is open at an object's '{', until a key or value tells it apart; nested unions "
+                       "multiply)", at, JSON_MAX_STACKS - 2);
     }
     if (rc) goto done;
     /* the literals true/false and null, for the boolean and null types */
