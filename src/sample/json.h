@@ -242,6 +242,15 @@ int json_state_in_string(const json_state *st, int *utf8);
  * stays inside the string, and json_cstr_step on a copy of *top (the string's frame) steps
  * it exactly as json_state_step would. */
 int json_state_in_cstr(const json_state *st, json_frame *top);
+/* n > 0 when every one of the state's n readings is inside a string, plain or constrained,
+ * between characters or inside a UTF-8 character, not in an escape (tops[0..n): each
+ * reading's string frame); 0 otherwise. A token without '"', '\\' or control bytes then
+ * moves each reading's string frame alone and keeps the readings whose frame takes it: it
+ * is valid iff it is for one of the frames (json_mask ORs theirs). */
+int json_state_in_strings(const json_state *st, json_frame *tops);
+/* 1 for a constrained string's frame (json_cstr_step), 0 for a plain string's (its UTF-8
+ * state in a) */
+int json_frame_is_cstr(const json_frame *t);
 /* the string frame t after byte c (not '"', '\\' or a control byte): 1 alive, 0 dead */
 int json_cstr_step(const dsv4_json_schema *s, json_frame *t, uint8_t c);
 /* The UTF-8 state after byte c inside a string from state u, or -1 if c is not allowed
@@ -287,12 +296,14 @@ void json_vocab_free(json_vocab *v);
 /* Per-generation scratch for json_mask: the walk's states, one per trie depth, and the
  * masks of the plain ids inside constrained strings, kept by (string, DFA state, UTF-8
  * state): where counts do not matter (json_strc.flat) the walk is done once per key. */
-#define JSON_WALK_CACHE 4
+#define JSON_WALK_CACHE JSON_MAX_STACKS /* a slot for each reading's string (16 KB each at 129K ids) */
 typedef struct json_walk {
     json_state *st;         /* (max_len + 1) */
     json_frame *fr;         /* (max_len + 1) a constrained string's frame at each depth */
     int n_st;
     uint64_t *cache;        /* [JSON_WALK_CACHE][words] */
+    uint64_t *one;          /* [words]: one string frame's mask, ORed into the union's */
+    json_frame tops[JSON_MAX_STACKS]; /* the readings' string frames (json_state_in_strings) */
     struct { int strc; uint32_t q, a; } key[JSON_WALK_CACHE]; /* strc -1: empty */
     int next;               /* the slot the next miss takes */
 } json_walk;

@@ -526,6 +526,17 @@ int json_state_in_cstr(const json_state *st, json_frame *top) {
     return 1;
 }
 
+int json_state_in_strings(const json_state *st, json_frame *tops) {
+    for (int i = 0; i < st->n; i++) {
+        const json_frame *t = &st->f[i][st->depth[i] - 1];
+        if ((t->kind != F_STR && t->kind != F_CSTR) || t->phase != 0) return 0;
+        tops[i] = *t;
+    }
+    return st->n;
+}
+
+int json_frame_is_cstr(const json_frame *t) { return t->kind == F_CSTR; }
+
 int json_cstr_step(const dsv4_json_schema *s, json_frame *t, uint8_t c) { return cstr_feed(s, t, c) == R_EAT; }
 
 int json_state_feed(const dsv4_json_schema *s, json_state st[2], int *cur, const uint8_t *b, size_t n) {

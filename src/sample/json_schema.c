@@ -348,6 +348,22 @@ static int fail_why(ctx *c, const char *path, const char *key, const char *why) 
     return fail(c, path, "%s", m);
 }
 
+/* a and b constrain strings alike (the same lengths and the same DFA, as the same pattern
+ * and format compile to) */
+static int strc_same(const json_strc *a, const json_strc *b, json_budget *bud) {
+    const json_dfa *x = &a->dfa, *y = &b->dfa;
+    bud->work--;
+    if (a->min != b->min || a->max != b->max || a->cap != b->cap || a->flat != b->flat ||
+        x->n_states != y->n_states || x->n_classes != y->n_classes)
+        return 0;
+    if (!x->n_states) return 1;
+    const size_t cells = (size_t)x->n_states * (size_t)x->n_classes;
+    bud->work -= (int64_t)cells;
+    return !memcmp(x->lo, y->lo, (size_t)x->n_classes * sizeof *x->lo) && !memcmp(x->ascii, y->ascii, sizeof x->ascii) &&
+           !memcmp(x->next, y->next, cells * sizeof *x->next) &&
+           !memcmp(x->accept, y->accept, (size_t)x->n_states * sizeof *x->accept);
+}
+
 /* minLength, maxLength, pattern, format: node n's json_strc (none when all are absent) */
 static int compile_string(ctx *c, const cJSON *j, int n, const char *path) {
     json_strc sc = {.min = 0, .max = -1};
@@ -407,6 +423,15 @@ static int compile_string(ctx *c, const cJSON *j, int n, const char *path) {
         }
     }
     dsv4_json_schema *s = c->s;
+    /* one the schema already has is shared (Pydantic repeats a Field in each branch of a
+     * union): readings inside such strings in the same state then take one mask (json_mask) */
+    for (int i = 0; !bad && i < s->n_strcs; i++) {
+        if (!strc_same(&s->strcs[i], &sc, &c->bud)) continue;
+        json_dfa_free(&sc.dfa);
+        free(sc.ok);
+        s->nodes[n].strc = i;
+        return 0;
+    }
     if (!bad && grow((void **)&s->strcs, &s->cap_strcs, s->n_strcs + 1, sizeof *s->strcs)) bad = "";
     if (bad) {
         json_dfa_free(&sc.dfa);

@@ -130,8 +130,9 @@ int json_walk_init(json_walk *w, const json_vocab *v) {
     w->st = malloc((size_t)w->n_st * sizeof *w->st);
     w->fr = malloc((size_t)w->n_st * sizeof *w->fr);
     w->cache = malloc((size_t)JSON_WALK_CACHE * (size_t)v->words * sizeof *w->cache);
+    w->one = malloc((size_t)v->words * sizeof *w->one);
     json_walk_reset(w);
-    if (w->st && w->fr && w->cache) return 0;
+    if (w->st && w->fr && w->cache && w->one) return 0;
     json_walk_free(w);
     return -1;
 }
@@ -145,9 +146,11 @@ void json_walk_free(json_walk *w) {
     free(w->st);
     free(w->fr);
     free(w->cache);
+    free(w->one);
     w->st = NULL;
     w->fr = NULL;
     w->cache = NULL;
+    w->one = NULL;
 }
 
 static void set_id(const json_vocab *v, uint64_t *bits, int32_t id) {
@@ -244,6 +247,39 @@ static long mask_cstr(const dsv4_json_schema *s, const json_vocab *v, json_walk 
     return steps;
 }
 
+/* the same string frame for the plain ids: a plain string's UTF-8 state, or a constrained
+ * string's (strc, DFA state, code point, count) */
+static int same_top(const dsv4_json_schema *s, const json_frame *x, const json_frame *y) {
+    if (json_frame_is_cstr(x) != json_frame_is_cstr(y) || x->a != y->a) return 0;
+    return !json_frame_is_cstr(x) ||
+           (s->nodes[x->node].strc == s->nodes[y->node].strc && x->q == y->q && x->b == y->b);
+}
+
+/* The plain ids' part of the mask where every reading is inside a string (w->tops[0..n)):
+ * the OR of each distinct frame's (readings in the same string state share one; a
+ * constrained one's comes from mask_cstr and its cache). */
+static long mask_strings(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, int n, uint64_t *bits) {
+    long steps = 0;
+    int first = 1;
+    for (int i = 0; i < n; i++) {
+        const json_frame *t = &w->tops[i];
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++) seen = same_top(s, t, &w->tops[j]);
+        if (seen) continue;
+        uint64_t *m = first ? bits : w->one;
+        if (json_frame_is_cstr(t)) {
+            w->fr[0] = *t;
+            steps += mask_cstr(s, v, w, m);
+        } else {
+            memcpy(m, v->safe + (size_t)t->a * (size_t)v->words, (size_t)v->words * sizeof *m);
+        }
+        if (!first)
+            for (int k = 0; k < v->words; k++) bits[k] |= m[k];
+        first = 0;
+    }
+    return steps;
+}
+
 long json_mask(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, const json_state *st,
                uint64_t *bits) {
     json_state_copy(&w->st[0], st);
@@ -252,8 +288,9 @@ long json_mask(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, con
         memcpy(bits, v->safe + (size_t)u * (size_t)v->words, (size_t)v->words * sizeof *bits);
         return walk(s, v, v->spec, v->n_spec, w, bits);
     }
-    if (json_state_in_cstr(st, &w->fr[0]))
-        return mask_cstr(s, v, w, bits) + walk(s, v, v->spec, v->n_spec, w, bits);
+    const int n = json_state_in_strings(st, w->tops);
+    if (n > 0)
+        return mask_strings(s, v, w, n, bits) + walk(s, v, v->spec, v->n_spec, w, bits);
     memset(bits, 0, (size_t)v->words * sizeof *bits);
     return walk(s, v, v->all, v->n_all, w, bits);
 }

@@ -427,6 +427,27 @@ static void test_mask_at(const dsv4_tokenizer *tok, const json_vocab *jv, const 
     dsv4_json_schema_free(s);
 }
 
+/* Readings alive inside strings of different kinds at once: the mask is the OR of each
+ * distinct string frame's (json_mask's mask_strings), against brute force. Constrained ones
+ * alone (two alike with maxLength 5 that share one json_strc, two patterns; no mask holds
+ * another's) at a string's start, within the lengths, where maxLength ends, inside a 2-byte
+ * UTF-8 character and past it; then with a plain string among them. */
+#define STR_BRANCH(S, K) "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"" S "},\"k\":" \
+    "{\"const\":" K "}},\"required\":[\"a\",\"k\"]}"
+#define STR_CONSTRAINED STR_BRANCH(",\"maxLength\":5", "1") "," STR_BRANCH(",\"maxLength\":5", "2") "," \
+    STR_BRANCH(",\"pattern\":\"^[a-z ]+$\",\"maxLength\":60", "3") "," \
+    STR_BRANCH(",\"pattern\":\"^[^0-9]*$\",\"minLength\":3", "4")
+static void test_strings_union(const dsv4_tokenizer *tok, const json_vocab *jv) {
+    static const char schema[] = "{\"anyOf\":[" STR_CONSTRAINED "]}";
+    static const char mixed[] = "{\"anyOf\":[" STR_CONSTRAINED "," STR_BRANCH("", "0") "]}";
+    dsv4_json_schema *s = compile(schema);
+    CHECK_MSG(s && s->n_strcs == 3, "the two maxLength 5 strings share one json_strc: %d", s ? s->n_strcs : -1);
+    dsv4_json_schema_free(s);
+    static const int at[] = {6, 7, 8, 10, 11, 12, 13, 15};
+    test_mask_at(tok, jv, schema, "{\"a\":\"ab cd\xc3\xa9xy", at, 8);
+    test_mask_at(tok, jv, mixed, "{\"a\":\"ab cd\xc3\xa9xy", at, 3);
+}
+
 /* Alive means completable: along a text that nests as deep as the schema lets it, every
  * state the automaton keeps has a token to go on with or is complete (the depth bound is
  * checked before an object, array, property or item starts, not found too late). */
@@ -491,6 +512,7 @@ int main(void) {
         char ubuf[8192];
         static const int u_at[] = {13, 22};
         test_mask_at(tok, jv, union_of(ubuf, sizeof ubuf, 12, "anyOf"), "{\"u\":{\"a\":\"x y\\n\",\"k\":1", u_at, 2);
+        test_strings_union(tok, jv);
         /* bounded numbers: the mask after each byte of a document's numbers, and random walks */
         static const char nums_doc[] = "[{\"age\":150,\"score\":0.75,\"step\":95,\"t\":-1.125},{\"age\":7,\"score\":1,";
         int nums_at[64], n_at = 0, k = 0;

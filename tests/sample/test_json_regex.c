@@ -296,7 +296,7 @@ static void test_budget(void) {
      * 151 MB before) spend the budget on their length tables and are refused */
     p = many(300, "{\"type\":\"string\",\"format\":\"email\"}");
     s = compile_big(p, "300 emails");
-    if (s) CHECK(s->n_strcs == 300);
+    if (s) CHECK(s->n_strcs == 1); /* alike: one json_strc shared by all 300 */
     dsv4_json_schema_free(s);
     free(p);
     p = many(4000, "{\"type\":\"string\",\"format\":\"email\"}");
