@@ -1,7 +1,8 @@
 /* bench_json.c — the cost of structured output a token, at the real vocabulary.
  *
- *   bench_json --model DIR [--reps N]     (DIR: a model with the real tokenizer and vocab,
- *                                          e.g. build/tests/serve/vocab_full)
+ *   bench_json --model DIR [--reps N] [--case SUBSTR]
+ *       (DIR: a model with the real tokenizer and vocab, e.g. build/tests/serve/vocab_full;
+ *       --case: only the cases whose name holds SUBSTR)
  *
  * For each case (a schema and a document valid under it, as a model would write it) the
  * document is tokenized and replayed token by token:
@@ -90,21 +91,35 @@ static const bcase CASES[] = {
  * time: "union_disc_N" is Pydantic's discriminated union (a const "kind" first: the
  * branches are told apart after a few bytes); "union_late_N" keeps all N readings alive
  * through a long string ("note") and tells them apart only by "k" after it (the most
- * readings at once, the longest). */
+ * readings at once, the longest); "union_cstr_N" is union_late with "note" a constrained
+ * string (maxLength 200 in every branch: Pydantic's Field(max_length=...)), and
+ * "union_cstrd_N" gives each branch its own maxLength (200 + i: no two strings alike), and
+ * "union_cstrp_N" its own pattern "^.{0,200 + i}$" (a DFA state a character: no mask is met
+ * twice, the most walks a token). */
 #define UNION_TEXT "Enjoys long walks, short programs and the quiet of early mornings; writes C for fun."
-static bcase union_case(int n, int late, char *name, char *schema, size_t cap, char *doc) {
+static bcase union_case(int n, int mode, char *name, char *schema, size_t cap, char *doc) {
+    static const char *const mode_name[] = {"disc", "late", "cstr", "cstrd", "cstrp"};
+    const int late = mode > 0;
+    char note[64] = "";
     size_t o = (size_t)snprintf(schema, cap, "{\"oneOf\":[");
-    for (int i = 0; i < n; i++)
-        o += (size_t)snprintf(schema + o, cap - o, late ?
-            "%s{\"type\":\"object\",\"properties\":{\"note\":{\"type\":\"string\"},\"k\":{\"const\":%d},"
-            "\"v\":{\"type\":\"number\"}},\"required\":[\"note\",\"k\",\"v\"],\"additionalProperties\":false}" :
+    for (int i = 0; i < n; i++) {
+        if (mode == 4) snprintf(note, sizeof note, ",\"pattern\":\"^.{0,%d}$\"", 200 + i);
+        else if (mode >= 2) snprintf(note, sizeof note, ",\"maxLength\":%d", 200 + (mode == 3 ? i : 0));
+        if (late)
+            o += (size_t)snprintf(schema + o, cap - o,
+            "%s{\"type\":\"object\",\"properties\":{\"note\":{\"type\":\"string\"%s},\"k\":{\"const\":%d},"
+            "\"v\":{\"type\":\"number\"}},\"required\":[\"note\",\"k\",\"v\"],\"additionalProperties\":false}",
+            i ? "," : "", note, i);
+        else
+            o += (size_t)snprintf(schema + o, cap - o,
             "%s{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"variant_%d\"},\"note\":{\"type\":"
             "\"string\"},\"v\":{\"type\":\"number\"}},\"required\":[\"kind\",\"note\",\"v\"],"
             "\"additionalProperties\":false}", i ? "," : "", i);
+    }
     snprintf(schema + o, cap - o, "]}");
     if (late) snprintf(doc, 512, "{\"note\": \"" UNION_TEXT "\", \"k\": %d, \"v\": 2.5}", n - 1);
     else snprintf(doc, 512, "{\"kind\": \"variant_%d\", \"note\": \"" UNION_TEXT "\", \"v\": 2.5}", n - 1);
-    snprintf(name, 32, "union_%s_%d", late ? "late" : "disc", n);
+    snprintf(name, 32, "union_%s_%d", mode_name[mode], n);
     return (bcase){name, schema, doc};
 }
 
@@ -118,12 +133,14 @@ static double median(double *x, int n) {
 int main(int argc, char **argv) {
     const char *dir = NULL;
     int reps = 5;
+    const char *only = NULL; /* --case: the cases whose name holds it */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else { fprintf(stderr, "usage: bench_json --model DIR [--reps N]\n"); return 2; }
+        else if (!strcmp(argv[i], "--case") && i + 1 < argc) only = argv[++i];
+        else { fprintf(stderr, "usage: bench_json --model DIR [--reps N] [--case SUBSTR]\n"); return 2; }
     }
-    if (!dir || reps < 1) { fprintf(stderr, "usage: bench_json --model DIR [--reps N]\n"); return 2; }
+    if (!dir || reps < 1) { fprintf(stderr, "usage: bench_json --model DIR [--reps N] [--case SUBSTR]\n"); return 2; }
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     dsv4_model *m = NULL;
@@ -147,7 +164,7 @@ int main(int argc, char **argv) {
     if (!row || !bits || !st || json_walk_init(&w, jv)) return 1;
     uint64_t rs = 7;
     for (int v = 0; v < V; v++) row[v] = bench_urand(&rs);
-    enum { N_FIXED = sizeof CASES / sizeof *CASES, N_UNION = 6 };
+    enum { N_FIXED = sizeof CASES / sizeof *CASES, N_UNION = 15 };
     static const int UNION_N[N_UNION / 2] = {8, 16, 30};
     static char u_name[N_UNION][32], u_schema[N_UNION][16384], u_doc[N_UNION][512];
     bcase all[N_FIXED + N_UNION];
@@ -156,6 +173,7 @@ int main(int argc, char **argv) {
         all[N_FIXED + u] = union_case(UNION_N[u % 3], u / 3, u_name[u], u_schema[u], sizeof u_schema[u], u_doc[u]);
     for (size_t c = 0; c < N_FIXED + N_UNION; c++) {
         const bcase *k = &all[c];
+        if (only && !strstr(k->name, only)) continue;
         dsv4_json_schema *s = NULL;
         dsv4_tok_ids ids = {0};
         if (dsv4_json_schema_compile(k->schema, strlen(k->schema), &s, &err) ||
