@@ -370,26 +370,30 @@ static cJSON *conv_messages(const cJSON *conv, int n_prev, const char *instructi
  * strict tool's, else not. OpenAI's Responses API defaults `strict` to true (it normalizes
  * the schema into strict mode; Chat Completions stays non-strict); a schema our subset
  * cannot enforce is served best-effort instead of refused, as only an explicit
- * `strict: true` is (a 400 naming it). */
-static void strict_default(cJSON *fn) {
+ * `strict: true` is (a 400 naming it). 0, or -1 out of memory. */
+static int strict_default(cJSON *fn) {
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(fn, "strict");
-    if (st && !cJSON_IsNull(st)) return;
+    if (st && !cJSON_IsNull(st)) return 0;
     cJSON_DeleteItemFromObjectCaseSensitive(fn, "strict");
-    cJSON_AddTrueToObject(fn, "strict");
+    cJSON *flag = cJSON_AddTrueToObject(fn, "strict");
+    if (!flag) return -1;
     cJSON *one = cJSON_CreateArray(), *o = cJSON_CreateObject();
-    char *text = NULL;
-    if (one && o) {
-        cJSON_AddItemToArray(one, o);
-        cJSON_AddStringToObject(o, "type", "function");
-        cJSON_AddItemReferenceToObject(o, "function", fn);
-        text = cJSON_PrintUnformatted(one);
+    if (!one || !o || !cJSON_AddItemToArray(one, o)) { /* (o is one's once added) */
+        cJSON_Delete(one), cJSON_Delete(o);
+        return -1;
     }
+    char *text = NULL;
+    if (cJSON_AddStringToObject(o, "type", "function") && cJSON_AddItemReferenceToObject(o, "function", fn))
+        text = cJSON_PrintUnformatted(one);
+    cJSON_Delete(one);
+    if (!text) return -1;
     int strict = 0;
     dsv4_err err = {0};
-    if (!text || dsv4_tools_check(text, strlen(text), &strict, &err) || !strict)
-        cJSON_ReplaceItemInObjectCaseSensitive(fn, "strict", cJSON_CreateFalse());
+    const int rc = dsv4_tools_check(text, strlen(text), &strict, &err);
     free(text);
-    cJSON_Delete(one);
+    if (rc == DSV4_ERR_NOMEM) return -1;
+    if (rc || !strict) flag->type = (flag->type & ~0xFF) | cJSON_False; /* in place: nothing to allocate */
+    return 0;
 }
 
 /* tools [{type: "function", name, description, parameters, strict}] as chat tools. */
@@ -408,12 +412,17 @@ static int chat_tools(const cJSON *tools, cJSON *chat, char *msg) {
         }
         if (!name) { snprintf(msg, MSG, "tools[%d] needs a string 'name'", k); return -1; }
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "type", "function");
-        cJSON *fn = cJSON_AddObjectToObject(o, "function");
-        for (const cJSON *f = t->child; f; f = f->next)
-            if (strcmp(f->string, "type")) cJSON_AddItemToObject(fn, f->string, cJSON_Duplicate(f, 1));
-        strict_default(fn);
-        cJSON_AddItemToArray(out, o);
+        cJSON *fn = o && cJSON_AddStringToObject(o, "type", "function") ? cJSON_AddObjectToObject(o, "function") : NULL;
+        for (const cJSON *f = t->child; fn && f; f = f->next) {
+            if (!strcmp(f->string, "type")) continue;
+            cJSON *d = cJSON_Duplicate(f, 1);
+            if (!d || !cJSON_AddItemToObject(fn, f->string, d)) cJSON_Delete(d), fn = NULL;
+        }
+        if (!fn || strict_default(fn) || !cJSON_AddItemToArray(out, o)) {
+            cJSON_Delete(o);
+            snprintf(msg, MSG, "out of memory");
+            return -1;
+        }
     }
     return 0;
 }
