@@ -118,23 +118,23 @@ static int put_text(srv_req *r, const char *text, size_t len) {
  * it, the HTTP side woken would block at once on the mutex the scheduler still holds (a
  * connection thread did, session 38: the wake then came twice). r outlives the call: the
  * scheduler drops its reference only after it, and a waiting HTTP side holds its own. */
+static void wake_unlock(srv_req *w, int ended) {
+    void (*fn)(void *) = w->wake_end && !ended ? NULL : w->wake;
+    void *arg = w->wake_arg;
+    if (fn) w->wake = NULL;
+    pthread_mutex_unlock(&w->mu);
+    if (fn) fn(arg);
+}
+
 static void unlock_wake(srv_req *r) {
-    void (*fn)(void *) = r->wake_end && !r->end ? NULL : r->wake;
-    void *arg = r->wake_arg;
     srv_req *lead = r->lead;
     const int ended = r->end != SRV_END_NONE;
-    if (fn) r->wake = NULL;
-    pthread_mutex_unlock(&r->mu);
-    if (fn) fn(arg);
+    wake_unlock(r, ended);
     if (!lead) return;
     /* another choice's news go to the waiter on choice 0 (the HTTP side waits there for
      * them all); a waiter for the end only, at a choice's end once choice 0 ended too */
     pthread_mutex_lock(&lead->mu);
-    fn = lead->wake_end && !(lead->end && ended) ? NULL : lead->wake;
-    arg = lead->wake_arg;
-    if (fn) lead->wake = NULL;
-    pthread_mutex_unlock(&lead->mu);
-    if (fn) fn(arg);
+    wake_unlock(lead, lead->end && ended);
 }
 
 int srv_req_push(srv_req *r, const dsv4_gen_token *t) {
