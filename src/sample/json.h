@@ -292,6 +292,10 @@ typedef struct json_vocab {
  * memory. */
 json_vocab *json_vocab_build(const dsv4_tokenizer *tok);
 void json_vocab_free(json_vocab *v);
+/* sets id and every id with the same bytes (v->dup's chain) in bits: a trie node's token */
+static inline void json_vocab_set_id(const json_vocab *v, uint64_t *bits, int32_t id) {
+    for (; id >= 0; id = v->dup[id]) bits[id >> 6] |= 1ull << (id & 63);
+}
 
 /* Per-generation scratch for json_mask: the walk's states, one per trie depth, and the
  * masks of the plain ids inside constrained strings, kept by (string, DFA state, UTF-8

@@ -153,10 +153,6 @@ void json_walk_free(json_walk *w) {
     w->one = NULL;
 }
 
-static void set_id(const json_vocab *v, uint64_t *bits, int32_t id) {
-    for (; id >= 0; id = v->dup[id]) bits[id >> 6] |= 1ull << (id & 63);
-}
-
 static long walk(const dsv4_json_schema *s, const json_vocab *v, const json_trie *t, int n, json_walk *w,
                  uint64_t *bits) {
     long steps = 0;
@@ -164,7 +160,7 @@ static long walk(const dsv4_json_schema *s, const json_vocab *v, const json_trie
         const int d = t[i].depth;
         steps++;
         if (json_state_step(s, &w->st[d - 1], t[i].byte, &w->st[d])) {
-            if (t[i].tok >= 0) set_id(v, bits, t[i].tok);
+            if (t[i].tok >= 0) json_vocab_set_id(v, bits, t[i].tok);
             i++;
         } else {
             i = (int)t[i].skip;
@@ -184,7 +180,7 @@ static long walk_cstr(const dsv4_json_schema *s, const json_vocab *v, json_walk 
         steps++;
         w->fr[d] = w->fr[d - 1];
         if (c >= 0x20 && c != '"' && c != '\\' && json_cstr_step(s, &w->fr[d], c)) {
-            if (t[i].tok >= 0) set_id(v, bits, t[i].tok);
+            if (t[i].tok >= 0) json_vocab_set_id(v, bits, t[i].tok);
             i++;
         } else {
             i = (int)t[i].skip;

@@ -473,10 +473,6 @@ void tm_walk_free(tm_walk *w) {
     w->close = NULL;
 }
 
-static void set_id(const json_vocab *v, uint64_t *bits, int32_t id) {
-    for (; id >= 0; id = v->dup[id]) bits[id >> 6] |= 1ull << (id & 63);
-}
-
 /* sets the ids of trie nodes tr[from..to) (whole subtrees) whose bytes can follow w->st[0] */
 static long walk(const tm_tools *t, const json_vocab *v, tm_walk *w, const json_trie *tr, int from, int to,
                  uint64_t *bits) {
@@ -485,7 +481,7 @@ static long walk(const tm_tools *t, const json_vocab *v, tm_walk *w, const json_
         const int d = tr[i].depth;
         steps++;
         if (tm_state_step(t, &w->st[d - 1], tr[i].byte, &w->st[d])) {
-            if (tr[i].tok >= 0) set_id(v, bits, tr[i].tok);
+            if (tr[i].tok >= 0) json_vocab_set_id(v, bits, tr[i].tok);
             i++;
         } else {
             i = (int)tr[i].skip;
