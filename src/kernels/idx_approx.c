@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/idx_scores.h"
 #include "kernels/kv_rows.h"
 #include "util/lines.h"
 #include "util/prefetch.h"
@@ -446,9 +447,30 @@ AP_FN static void approx_avx512(const float *qI, size_t qs, const float *wI, siz
 }
 #endif
 
+typedef struct {
+    int simd, kernel;
+    const float *qI, *wI;
+    size_t qs, ws, ss;
+    int nI, dI;
+    float *scores, *knorm;
+} fp4_approx_job;
+
+static void fp4_approx_run(void *user, int q0, int g, const int64_t *glim, const void *const *fkeys, int64_t c0,
+                           int64_t n) {
+    const fp4_approx_job *j = user;
+    const size_t at = (size_t)q0 * j->ss + (size_t)c0;
+    dsv4_idx_approx_kernel(j->simd, j->kernel, j->qI + (size_t)q0 * j->qs, j->qs, j->wI + (size_t)q0 * j->ws, j->ws,
+                           g, glim, fkeys, DSV4_ROW_F32, 0, n, j->nI, j->dI, j->scores + at, j->knorm + at, j->ss);
+}
+
 void dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
                             const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
                             int dI, float *scores, float *knorm, size_t ss) {
+    if (key_fmt == DSV4_ROW_FP4) { /* unpacked in runs (idx_scores.h), then as F32 */
+        fp4_approx_job j = {simd, kernel, qI, wI, qs, ws, ss, nI, dI, scores, knorm};
+        dsv4_idx_fp4_runs(lim, nq, keys, w0, w1, dI, fp4_approx_run, &j);
+        return;
+    }
 #ifdef HAVE_AVX512_APPROX
     if (simd >= DSV4_SIMD_AVX512 && dI >= 1 && dI <= AP_MAX_DI) {
         if (kernel != DSV4_IDX_APPROX_PANEL && few_fits(nq, nI, dI) &&

@@ -7,6 +7,7 @@
 #include "kernels/idx_scores.h"
 
 #include "kernels/cpu.h"
+#include "kernels/kv_rows.h"
 
 /* Heads whose dots one dot_rows call computes (bounds the stack). */
 #define IDX_HEAD_CHUNK 32
@@ -111,9 +112,64 @@ X512_FN static void idx_scores_avx512(const float *qI, size_t qs, const float *w
 }
 #endif
 
+/* ---- FP4 keys ---------------------------------------------------------------------------- */
+
+#define FP4_RUN_MAX 64   /* keys per run (the buffer holds fewer when dI > 128) */
+#define FP4_QGROUP 16    /* queries per call on one run */
+
+void dsv4_idx_fp4_runs(const int64_t *lim, int nq, const void *const *keys, int64_t w0, int64_t w1, int dI,
+                       dsv4_idx_run_fn fn, void *user) {
+    _Alignas(64) float buf[DSV4_IDX_FP4_RUN_FLOATS];
+    const void *fk[FP4_RUN_MAX];
+    int64_t glim[FP4_QGROUP];
+    int run = DSV4_IDX_FP4_RUN_FLOATS / (dI > 0 ? dI : 1);
+    if (run > FP4_RUN_MAX) run = FP4_RUN_MAX;
+    int64_t wmax = w0;
+    for (int q = 0; q < nq; q++) {
+        const int64_t e = lim[q] < w1 ? lim[q] : w1;
+        wmax = e > wmax ? e : wmax;
+    }
+    for (int64_t c0 = w0; c0 < wmax && run > 0; c0 += run) {
+        const int64_t n = wmax - c0 < run ? wmax - c0 : run;
+        for (int64_t j = 0; j < n; j++) {
+            dsv4_row_unpack(DSV4_ROW_FP4, buf + j * dI, keys[c0 + j], dI, 0);
+            fk[j] = buf + j * dI;
+        }
+        for (int q0 = 0; q0 < nq; q0 += FP4_QGROUP) {
+            const int g = nq - q0 < FP4_QGROUP ? nq - q0 : FP4_QGROUP;
+            for (int k = 0; k < g; k++) {
+                const int64_t e = (lim[q0 + k] < w1 ? lim[q0 + k] : w1) - c0;
+                glim[k] = e < 0 ? 0 : e; /* the kernels stop at the run's end themselves */
+            }
+            fn(user, q0, g, glim, fk, c0, n);
+        }
+    }
+}
+
+typedef struct {
+    int simd;
+    const dsv4_attn_ops *ops;
+    const float *qI, *wI;
+    size_t qs, ws, ss;
+    int nI, dI;
+    float *scores;
+} fp4_scores_job;
+
+static void fp4_scores_run(void *user, int q0, int g, const int64_t *glim, const void *const *fkeys, int64_t c0,
+                           int64_t n) {
+    const fp4_scores_job *j = user;
+    dsv4_idx_scores(j->simd, j->ops, j->qI + (size_t)q0 * j->qs, j->qs, j->wI + (size_t)q0 * j->ws, j->ws, g, glim,
+                    fkeys, DSV4_ROW_F32, 0, n, j->nI, j->dI, j->scores + (size_t)q0 * j->ss + c0, j->ss);
+}
+
 void dsv4_idx_scores(int simd, const dsv4_attn_ops *ops, const float *qI, size_t qs, const float *wI, size_t ws,
                      int nq, const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
                      int dI, float *scores, size_t ss) {
+    if (key_fmt == DSV4_ROW_FP4) {
+        fp4_scores_job j = {simd, ops, qI, wI, qs, ws, ss, nI, dI, scores};
+        dsv4_idx_fp4_runs(lim, nq, keys, w0, w1, dI, fp4_scores_run, &j);
+        return;
+    }
 #ifdef HAVE_AVX512_IDX
     if (simd >= DSV4_SIMD_AVX512 && dI >= 1 && dI <= IDX_MAX_DI) {
         idx_scores_avx512(qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores, ss);

@@ -9,7 +9,9 @@
  * gives the same bits, the bits of scoring one query at a time with dsv4_attn_ops.dot_rows,
  * and nothing depends on how queries and keys are blocked or which thread runs a block.
  * Keys are read in their storage format, F32 or BF16 (kernels/kv_rows.h; BF16 widened in
- * registers, exactly): a BF16 key gives the bits of its F32 copy.
+ * registers, exactly): a BF16 key gives the bits of its F32 copy. FP4 keys (DSV4_ROW_FP4,
+ * stored only under fidelity F3) are unpacked, exactly, in runs of keys into F32 on the
+ * stack (dsv4_idx_fp4_runs) and scored as F32: the bits of their F32 copies too.
  *
  * Levels: the portable one is that per-query loop over ops->dot_rows. The AVX-512 level puts
  * the 8 lanes of two keys' dots side by side in one 16-lane register: a key pair is
@@ -35,7 +37,21 @@ void dsv4_idx_scores(int simd, const dsv4_attn_ops *ops, const float *qI, size_t
                      int nq, const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI, int dI,
                      float *scores, size_t ss);
 
-/* The portable level alone (the reference of the tests). */
+/* FP4 keys as F32: keys [w0, wmax) (wmax: the last key any query sees) unpacked in runs of
+ * at most DSV4_IDX_FP4_RUN_FLOATS / dI keys into a stack buffer, and for each run and each
+ * group of at most 16 queries from q0, fn(user, q0, g, glim, fkeys, c0, n) with fkeys[0, n)
+ * the F32 keys c0 .. c0 + n - 1 and glim[k] = max(min(lim, w1) - c0, 0) for query q0 + k
+ * (the keys it sees from c0; the callers' kernels stop at n). They run their F32 kernel on
+ * keys [0, n) of the run, shifting
+ * their outputs by c0: the same bits as on F32 keys, since no result depends on how keys
+ * and queries are blocked. dI <= DSV4_IDX_FP4_RUN_FLOATS. */
+#define DSV4_IDX_FP4_RUN_FLOATS 8192
+typedef void (*dsv4_idx_run_fn)(void *user, int q0, int g, const int64_t *glim, const void *const *fkeys, int64_t c0,
+                                int64_t n);
+void dsv4_idx_fp4_runs(const int64_t *lim, int nq, const void *const *keys, int64_t w0, int64_t w1, int dI,
+                       dsv4_idx_run_fn fn, void *user);
+
+/* The portable level alone (the reference of the tests); F32 and BF16 keys. */
 void dsv4_idx_scores_ref(const dsv4_attn_ops *ops, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
                          const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
                          int dI, float *scores, size_t ss);

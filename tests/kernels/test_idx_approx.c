@@ -1,5 +1,5 @@
 /* test_idx_approx.c — the approximate indexer scores (kernels/idx_approx.h): at every level,
- * for F32 and BF16 keys, head counts around the 8-head groups and key widths around the
+ * for F32, BF16 and FP4 keys, head counts around the 8-head groups and key widths around the
  * 16-key panel's chunks (and past the panel, where the level falls back), every approximate
  * score lies within its bound of the exact kernel's score, the norms are the keys' norms,
  * (rounded up), nothing is written past a query's limit. Then the bound's terms: tight
@@ -26,7 +26,8 @@ static void check_k(int level, int kernel, int fmt, int nI, int dI, int nk, int 
     const size_t qs = (size_t)nI * dI + 1, ws = (size_t)nI + 2, ss = (size_t)nk + 3;
     float *qI = malloc(sizeof(float) * qs * nq), *wI = malloc(sizeof(float) * ws * nq);
     float *kb = malloc(sizeof(float) * (size_t)nk * dI);
-    uint8_t *packed = malloc((size_t)nk * 2 * dI + 2);
+    const size_t rb = fmt == DSV4_ROW_F32 ? 0 : (size_t)dsv4_row_bytes(fmt, dI, 0);
+    uint8_t *packed = malloc((size_t)nk * rb + 2);
     const void **keys = malloc(sizeof(void *) * nk);
     for (size_t i = 0; i < qs * nq; i++) qI[i] = (float)urand();
     for (size_t i = 0; i < ws * nq; i++) wI[i] = (float)(0.1 + fabs(urand()));
@@ -37,10 +38,10 @@ static void check_k(int level, int kernel, int fmt, int nI, int dI, int nk, int 
             for (int c = 0; c < dI; c++) k[c] = w ? k[c - dI] * (1.0f + 0x1p-20f) : k[c];
         if (w % 13 == 7) /* a zero key: score 0, norm 0 (or the norm's tiny slack) */
             for (int c = 0; c < dI; c++) k[c] = 0.0f;
-        if (fmt == DSV4_ROW_BF16) {
+        if (fmt != DSV4_ROW_F32) { /* BF16, or FP4 (F3's rule: the keys rounded first) */
             dsv4_row_round(fmt, k, dI, 0);
-            dsv4_row_pack(fmt, packed + 2 + (size_t)w * 2 * dI, k, dI, 0);
-            keys[w] = packed + 2 + (size_t)w * 2 * dI;
+            dsv4_row_pack(fmt, packed + 2 + (size_t)w * rb, k, dI, 0);
+            keys[w] = packed + 2 + (size_t)w * rb;
         } else {
             keys[w] = k;
         }
@@ -144,6 +145,16 @@ int main(void) {
             check(level, fmt, 16, 128, 500, 1, 1e25);
             check(level, fmt, 64, 128, 300, 2, 1e25);
         }
+    /* FP4 keys (unpacked in runs of keys, then the F32 kernels): the odd widths, Flash's
+     * shapes, a few queries past the runs' query groups, tiny and huge keys */
+    for (int level = 0; level <= best; level++) {
+        for (size_t b = 0; b < sizeof dIs / sizeof dIs[0]; b++) check(level, DSV4_ROW_FP4, 3, dIs[b], 37, 3, 1.0);
+        check(level, DSV4_ROW_FP4, 16, 128, 300, 1, 1.0);
+        check(level, DSV4_ROW_FP4, 64, 128, 200, 2, 1.0);
+        check(level, DSV4_ROW_FP4, 8, 128, 150, 16, 1.0);
+        check(level, DSV4_ROW_FP4, 16, 128, 200, 1, 1e-30);
+        check(level, DSV4_ROW_FP4, 16, 128, 200, 1, 1e25);
+    }
     check_terms();
     return test_report();
 }

@@ -1,7 +1,7 @@
 /* test_idx_scores.c — the indexer score kernel (kernels/idx_scores.h): at every level the
  * bits of the one-query reference on F32 keys, whatever the query block, key range and
- * per-query limits, with the keys read as F32 or as BF16 (rounded first; BF16 keys must give
- * the bits of their F32 copies); scores against the formula in double; relu zeros, signed
+ * per-query limits, with the keys read as F32, BF16 or FP4 (rounded first; BF16 and FP4 keys
+ * must give the bits of their F32 copies); scores against the formula in double; relu zeros, signed
  * zeros, NaN keys, head counts around the 8-head groups and key widths around the 8-lane
  * chunks. */
 #include <stdint.h>
@@ -37,22 +37,26 @@ static void check(int level, int fmt, int nI, int dI, int nk, int nq, int specia
         if (special && w % 7 == 3) kb[w][1] = NAN; /* every dot NaN: relu gives +0, score +0 */
         if (special && w % 11 == 4)
             for (int c = 0; c < dI; c++) kb[w][c + 1] = c % 2 ? 0.0f : -0.0f;
-        if (fmt == DSV4_ROW_BF16) dsv4_row_round(fmt, kb[w] + 1, dI, 0);
+        if (fmt != DSV4_ROW_F32) dsv4_row_round(fmt, kb[w] + 1, dI, 0); /* FP4: F3's rule */
         keys[w] = kb[w] + 1;
     }
-    /* the keys as the level reads them: BF16 copies at 2-byte offsets, or the F32 keys */
-    uint8_t *packed = malloc((size_t)nk * (2 * dI + 2));
+    /* the keys as the level reads them: BF16 or FP4 copies at odd offsets, or the F32 keys */
+    const size_t rb = (size_t)dsv4_row_bytes(fmt, dI, 0) + 3;
+    uint8_t *packed = malloc((size_t)nk * rb);
     const void **lkeys = malloc(sizeof(void *) * nk);
     for (int w = 0; w < nk; w++) {
         lkeys[w] = keys[w];
-        if (fmt == DSV4_ROW_BF16) {
-            uint8_t *at = packed + (size_t)w * (2 * dI + 2) + 2;
+        if (fmt != DSV4_ROW_F32) {
+            uint8_t *at = packed + (size_t)w * rb + 1 + (w & 1);
             dsv4_row_pack(fmt, at, keys[w], dI, 0);
             lkeys[w] = at;
         }
     }
-    int64_t lim[8];
-    for (int q = 0; q < nq; q++) lim[q] = nk - (nq - 1 - q) * (nk / 7); /* later rows see more */
+    int64_t lim[24];
+    for (int q = 0; q < nq; q++) {
+        lim[q] = nk - (nq - 1 - q) * (nk / 7); /* later rows see more */
+        if (lim[q] < 0) lim[q] = q % 3 ? nk / 2 + q : 0; /* many queries: some see none */
+    }
     float *ref = malloc(sizeof(float) * ss * nq), *got = malloc(sizeof(float) * ss * nq);
     for (size_t i = 0; i < ss * nq; i++) ref[i] = got[i] = -7.0f; /* unwritten stays -7 */
     /* reference: one query at a time, whole range */
@@ -116,5 +120,16 @@ int main(void) {
                 }
             check(level, fmt, 16, 128, 300, 8, 1); /* Flash's indexer shape */
         }
+    /* FP4 keys (F3-rounded, unpacked in runs of keys, then the F32 kernels): odd widths, runs
+     * of 64 keys and of 8 (dI 1024), more queries than one run's group of 16 */
+    for (int level = 0; level <= best; level++) {
+        for (size_t b = 0; b < sizeof dIs / sizeof dIs[0]; b++) {
+            check(level, DSV4_ROW_FP4, 3, dIs[b], 29, 1, 0);
+            check(level, DSV4_ROW_FP4, 8, dIs[b], 41, 5, 1);
+        }
+        check(level, DSV4_ROW_FP4, 16, 128, 300, 8, 1);
+        check(level, DSV4_ROW_FP4, 4, 128, 150, 21, 1);
+        check(level, DSV4_ROW_FP4, 2, 1024, 30, 3, 0);
+    }
     return test_report();
 }

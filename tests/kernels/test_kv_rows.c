@@ -1,5 +1,5 @@
 /* test_kv_rows.c — KV row storage formats (kernels/kv_rows.h) against a reference written
- * out here from serving.md §a.1 and model.md §6 F2: byte layout, unpack of every e4m3 and
+ * out here from serving.md §a.1 and model.md §6 F2 and F3 (FP4 keys): byte layout, unpack of every e4m3 and
  * BF16 pattern by formula, the rounding against the formulas (BF16 RNE; FP8 within half a
  * step of the block's scale), unpack(pack(x)) == round(x) bit for bit, round idempotent in
  * value, and a stored row unpacked and packed again keeps its bytes.
@@ -33,12 +33,24 @@ static float bf16_ref(float x) {
     return (float)(x < 0 ? -q : q);
 }
 
+/* e2m1 by formula: bias 1, 1 mantissa bit, subnormal 0.5 at exponent 0. */
+static float e2m1_ref(uint8_t c) {
+    const int e = (c >> 1) & 3, m = c & 1;
+    const double v = e ? ldexp(1.0 + m / 2.0, e - 1) : m * 0.5;
+    return (float)(c & 8 ? -v : v);
+}
+
+/* Modes 0-3 any format; 4 and 5 FP4's extremes: blocks of 32 at their own scale from
+ * subnormal (2^-140) to huge (2^120), and zero blocks of +0 or -0. */
 static void random_row(dsv4_rng *r, float *x, int n, int mode) {
+    static const int exps[] = {-140, -130, -126, -60, 0, 60, 120};
     for (int i = 0; i < n; i++) {
         float v = (float)(2 * dsv4_rng_unit(r) - 1) * 3.0f;
         if (mode == 1) v *= ldexpf(1.0f, (int)(dsv4_rng_unit(r) * 40) - 20); /* wide range */
         if (mode == 2) v *= 1e-6f;                                             /* below the floor */
         if (mode == 3 && i % 5 == 0) v = 0.0f;
+        if (mode == 4) v = ldexpf(v, exps[(i / 32 + (int)(dsv4_rng_unit(r) * 0.1)) % 7]);
+        if (mode == 5) v = (i / 32) % 3 == 1 ? ((i / 32) % 2 ? -0.0f : 0.0f) : ldexpf(v, exps[(i / 32) % 7]);
         x[i] = v;
     }
 }
@@ -51,8 +63,9 @@ static void check_format(int fmt, int n, int rd, const char *name) {
     uint8_t p[4096], q[4096];
     int bad_rt = 0, bad_idem = 0, bad_bytes = 0, bad_ref = 0;
     double max_rel = 0;
+    const int modes = fmt == DSV4_ROW_FP4 ? 6 : 4;
     for (int t = 0; t < 200; t++) {
-        random_row(&r, x, n, t % 4);
+        random_row(&r, x, n, t % modes);
         memcpy(y, x, sizeof(float) * (size_t)n);
         dsv4_row_round(fmt, y, n, rd);               /* y = round(x) */
         dsv4_row_pack(fmt, p, y, n, rd);
@@ -83,6 +96,20 @@ static void check_format(int fmt, int n, int rd, const char *name) {
                 const double a = fabs((double)x[i]) / s; /* in e4m3 units */
                 const double ulp = a < ldexp(1.0, -6) ? ldexp(1.0, -9) : ldexp(1.0, (int)floor(log2(a)) - 3);
                 bad_ref += err > 0.5 * ulp * s * (1 + 1e-12);
+            } else if (fmt == DSV4_ROW_FP4) {
+                /* F3: an e2m1 value times the block's power-of-two scale (the nibble and the
+                 * scale byte as stored), within half a step; the sign kept (a value that
+                 * rounds to zero is -0 when negative; F3 gives -0 itself +0) */
+                const int b0 = i / 32 * 32, b1 = b0 + 32 < n ? b0 + 32 : n;
+                float amax = 6.0f * 0x1p-126f;
+                for (int k = b0; k < b1; k++) amax = fmaxf(amax, fabsf(x[k]));
+                const double s = ldexp(1.0, (int)ceil(log2((double)(amax * (1.0f / 6.0f)))));
+                const uint8_t nib = (uint8_t)(p[i / 2] >> (4 * (i & 1)) & 15);
+                const double stored = (double)e2m1_ref(nib) * ldexp(1.0, (int)p[(n + 1) / 2 + i / 32] - 127);
+                bad_ref += (double)y[i] != stored || (x[i] != 0 && signbit(y[i]) != signbit(x[i]));
+                const double a = fabs((double)x[i]) / s; /* in e2m1 units, at most 6 */
+                const double ulp = a < 2 ? 0.5 : a < 4 ? 1.0 : 2.0;
+                bad_ref += fabs((double)y[i] - (double)x[i]) > 0.5 * ulp * s * (1 + 1e-12);
             }
             if (t % 4 == 0 && fabs(x[i]) > 1e-3) {  /* rows of one magnitude */
                 const double rel = fabs((double)y[i] - x[i]) / fabs((double)x[i]);
@@ -105,7 +132,12 @@ int main(void) {
     CHECK(dsv4_row_bytes(DSV4_ROW_FP8, 512, 64) == 584);
     CHECK(dsv4_row_bytes(DSV4_ROW_FP8, 128, 0) == 128 + 8);
     CHECK(dsv4_row_bytes(DSV4_ROW_FP8, 100, 4) == 0);   /* 96 nope channels: not blocks of 64 */
-    CHECK(dsv4_row_bytes(3, 16, 0) == 0);
+    CHECK(dsv4_row_bytes(5, 16, 0) == 0);
+    /* FP4 keys: dI/2 nibble bytes + dI/32 scale bytes (Flash 64 + 4), a short last block */
+    CHECK(dsv4_row_bytes(DSV4_ROW_FP4, 128, 0) == 68);
+    CHECK(dsv4_row_bytes(DSV4_ROW_FP4, 32, 0) == 17);
+    CHECK(dsv4_row_bytes(DSV4_ROW_FP4, 37, 0) == 19 + 2);
+    CHECK(dsv4_row_bytes(DSV4_ROW_FP4, 128, 4) == 0);   /* no rope channels in FP4 */
 
     /* every e4m3 byte and a sweep of BF16 patterns unpack to their formula values */
     int bad = 0;
@@ -144,7 +176,27 @@ int main(void) {
         CHECK(h == 0x3fc0);                                 /* x[130] = 1.5 in BF16 */
     }
 
+    /* the FP4 layout: value 2i in the low nibble of byte i, then one scale byte a block */
+    {
+        float x[40];
+        for (int i = 0; i < 40; i++) x[i] = 0.0f;
+        x[0] = 1.5f; x[1] = -6.0f; x[2] = -1e-3f; x[3] = 0.5f; /* block 0: amax 6 -> scale 2^0 */
+        x[32] = 0.25f; x[39] = -0.125f;                       /* block 1 (8 values): 0.25 / 6 -> 2^-4 */
+        dsv4_row_round(DSV4_ROW_FP4, x, 40, 0);
+        uint8_t p[20 + 2];
+        dsv4_row_pack(DSV4_ROW_FP4, p, x, 40, 0);
+        CHECK(p[0] == (0x3 | 0xf << 4) && p[1] == (0x8 | 0x1 << 4) && p[2] == 0);
+        CHECK(p[16] == 0x6 && p[19] == 0xc << 4);             /* 0.25 = 4 x 2^-4; -0.125 = -2 x 2^-4 */
+        CHECK(p[20] == 127 && p[21] == 127 - 4);
+        float z[40];
+        dsv4_row_unpack(DSV4_ROW_FP4, z, p, 40, 0);
+        CHECK(bits(z[2]) == 0x80000000u && z[1] == -6.0f && z[39] == -0.125f); /* -1e-3 stored as -0 */
+    }
+
     check_format(DSV4_ROW_F32, 512, 64, "f32");
+    check_format(DSV4_ROW_FP4, 128, 0, "fp4");
+    check_format(DSV4_ROW_FP4, 32, 0, "fp4");
+    check_format(DSV4_ROW_FP4, 37, 0, "fp4");
     check_format(DSV4_ROW_BF16, 512, 64, "bf16");
     check_format(DSV4_ROW_FP8, 512, 64, "fp8");
     check_format(DSV4_ROW_FP8, 128, 0, "fp8");
