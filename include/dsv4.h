@@ -349,14 +349,21 @@ DSV4_API const char *dsv4_fp4_layout_name(int layout);
  *   BF16  half the bytes; every row rounded to BF16 where it is produced
  *   FP8   FP8-split window/compressed rows (e4m3 nope channels per 64 with a ue8m0 scale,
  *         BF16 rope channels: fidelity item F2's rounding) and BF16 indexer keys
+ * Any of the three may add DSV4_KV_IDX_FP4 ("f32+fp4", "bf16+fp4", "fp8+fp4"): the indexer
+ * keys stored as FP4 instead (e2m1 per value with a ue8m0 scale per 32, dI/2 + dI/32 bytes:
+ * 68 for Flash, against 256 in BF16). Only with fidelity item F3 (engine create refuses it
+ * otherwise): F3 rounds every key to exactly those values, so FP4 keys are lossless there
+ * and the results are the bits of the same engine with F32 or BF16 keys.
  * The compressor state stays F32 in every mode. */
 enum {
     DSV4_KV_DEFAULT = 0, /* BF16 */
     DSV4_KV_F32 = 1,
     DSV4_KV_BF16 = 2,
     DSV4_KV_FP8 = 3,
+    DSV4_KV_IDX_FP4 = 0x10, /* a flag on F32 / BF16 / FP8 (not on DEFAULT): FP4 indexer keys */
 };
-/* "f32", "bf16" or "fp8" -> DSV4_KV_*; DSV4_ERR_ARG with a message otherwise. */
+/* "f32", "bf16", "fp8", each optionally with "+fp4" (DSV4_KV_IDX_FP4) -> DSV4_KV_*;
+ * DSV4_ERR_ARG with a message otherwise. */
 DSV4_API int dsv4_kv_dtype_parse(const char *s, int *dtype, dsv4_err *err);
 /* The name of a DSV4_KV_* value (DEFAULT resolved), "?" when unknown. */
 DSV4_API const char *dsv4_kv_dtype_name(int dtype);

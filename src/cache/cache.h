@@ -26,7 +26,10 @@ typedef struct dsv4_cache_opts {
     uint64_t budget_bytes; /* bytes for all pools; 0 = exactly enough for max_seqs full sequences */
     int row_bytes_per_value;  /* WIN/CMP storage (kernels/kv_rows.h DSV4_ROW_*): 4 = F32,
                                * 2 = BF16, 1 = FP8-split; 0 = F32 */
-    int idx_bytes_per_value;  /* IDX storage: 4 = F32, 2 = BF16 (1 = FP4: refused, needs F3) */
+    int idx_bytes_per_value;  /* IDX storage: 4 = F32, 2 = BF16, 3 = FP4 (DSV4_ROW_FP4; a code,
+                               * not a byte count: only with idx_fp4_lossless); 0 = F32 */
+    int idx_fp4_lossless;     /* 1: fidelity item F3 rounds every key to FP4, so FP4 IDX rows
+                               * are lossless and allowed (check 6) */
 } dsv4_cache_opts;
 
 typedef struct dsv4_cache_plan {

@@ -108,6 +108,7 @@ static const char *fmt_name(uint32_t code) {
     case DSV4_KV_FMT_F32: return "F32";
     case DSV4_KV_FMT_BF16: return "BF16";
     case DSV4_KV_FMT_FP8: return "FP8-split";
+    case DSV4_KV_FMT_FP4: return "FP4";
     default: return "unknown-format";
     }
 }

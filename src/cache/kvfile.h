@@ -41,7 +41,7 @@ enum { DSV4_KV_WIN = 1, DSV4_KV_CMP, DSV4_KV_IDX, DSV4_KV_RING, DSV4_KV_IRING, D
 enum { DSV4_KV_F_MTP = 1u << 0, DSV4_KV_F_LAST = 1u << 1 };
 #define DSV4_KV_MATH_MASK 0x0003ff00u   /* fidelity + w8a8: must match the engine */
 #define DSV4_KV_DTYPE_MASK 0xff000000u  /* storage formats: must match the engine */
-enum { DSV4_KV_FMT_F32 = 0, DSV4_KV_FMT_BF16 = 1, DSV4_KV_FMT_FP8 = 2 };
+enum { DSV4_KV_FMT_F32 = 0, DSV4_KV_FMT_BF16 = 1, DSV4_KV_FMT_FP8 = 2, DSV4_KV_FMT_FP4 = 3 /* keys only */ };
 #define DSV4_KV_DTYPE_FLAGS(row, key) ((uint32_t)(row) << 24 | (uint32_t)(key) << 28)
 
 /* What the running engine expects of a file. */

@@ -6,9 +6,9 @@
  * Storage codes (opts.row_bytes_per_value for WIN/CMP rows, idx_bytes_per_value for IDX;
  * kernels/kv_rows.h DSV4_ROW_*): 4 = F32, 2 = BF16, 1 = FP8-split (WIN/CMP: e4m3 nope
  *   channels + one ue8m0 byte per 64 nope channels padded to 8 + BF16 rope channels; the
- *   bytes are dsv4_row_bytes') or, for planning only, 1 = FP4 (IDX: dI/2 bytes + dI/32 ue8m0
- *   bytes, needs fidelity item F3, which no option enables yet, so it is always rejected by
- *   check 6).
+ *   bytes are dsv4_row_bytes'), 3 = FP4 (IDX only: ceil(dI/2) bytes of e2m1 nibbles +
+ *   ceil(dI/32) ue8m0 bytes; lossless only under fidelity item F3, so check 6 refuses it
+ *   unless opts.idx_fp4_lossless says F3 is on).
  */
 #include <stdint.h>
 #include <string.h>
@@ -217,20 +217,23 @@ static int win_cmp_row_bytes(const dsv4_config *cfg, int code, int64_t *out, dsv
     }
 }
 
-static int idx_row_bytes(const dsv4_config *cfg, int code, int64_t *out, dsv4_err *err) {
+static int idx_row_bytes(const dsv4_config *cfg, int code, int fp4_ok, int64_t *out, dsv4_err *err) {
     const int64_t dI = cfg->index_head_dim;
     switch (code) {
     case 4: *out = 4 * dI; return 0;
     case 2: *out = 2 * dI; return 0;
-    case 1:
-        return dsv4_fail(err, DSV4_ERR_ARG,
-                         "cache plan: FP4 IDX rows (idx_bytes_per_value = 1, %lld + %lld bytes "
-                         "per row) need fidelity item F3, which is not enabled",
-                         (long long)(dI / 2), (long long)(dI / 32));
+    case 3: /* FP4: dsv4_row_bytes' nibbles + block scales */
+        if (!fp4_ok)
+            return dsv4_fail(err, DSV4_ERR_ARG,
+                             "cache plan: FP4 IDX rows (idx_bytes_per_value = 3, %lld + %lld bytes "
+                             "per row) need fidelity item F3, which is not enabled",
+                             (long long)((dI + 1) / 2), (long long)((dI + 31) / 32));
+        *out = (dI + 1) / 2 + (dI + 31) / 32;
+        return 0;
     default:
         return dsv4_fail(err, DSV4_ERR_ARG,
                          "cache plan: idx_bytes_per_value = %d; must be 4 (F32), 2 (BF16) or "
-                         "1 (FP4)", code);
+                         "3 (FP4)", code);
     }
 }
 
@@ -345,11 +348,11 @@ int dsv4_cache_plan_make(const dsv4_config *cfg, const dsv4_cache_opts *opts_in,
     if ((rc = win_cmp_row_bytes(cfg, o.row_bytes_per_value, &p.win_row_bytes, err))) return rc;
     p.cmp_row_bytes = p.win_row_bytes;
     if (any_csa) {
-        if ((rc = idx_row_bytes(cfg, o.idx_bytes_per_value, &p.idx_row_bytes, err))) return rc;
-    } else if (o.idx_bytes_per_value < 1 || o.idx_bytes_per_value > 4 || o.idx_bytes_per_value == 3) {
+        if ((rc = idx_row_bytes(cfg, o.idx_bytes_per_value, o.idx_fp4_lossless, &p.idx_row_bytes, err))) return rc;
+    } else if (o.idx_bytes_per_value < 2 || o.idx_bytes_per_value > 4) {
         return dsv4_fail(err, DSV4_ERR_ARG,
                          "cache plan: idx_bytes_per_value = %d; must be 4 (F32), 2 (BF16) or "
-                         "1 (FP4)", o.idx_bytes_per_value);
+                         "3 (FP4)", o.idx_bytes_per_value);
     }
 
     /* -- layer placement and STATE rings (floats from the slot start) -- */

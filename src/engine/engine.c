@@ -13,6 +13,7 @@
 #include "engine/prefix.h"
 #include "engine/w8a8_prep.h"
 #include "kernels/cpu.h"
+#include "kernels/kv_rows.h"
 #include "moe/moe.h"
 #include "util/numa.h"
 #include "util/sha256.h"
@@ -157,6 +158,7 @@ void dsv4_engine_cache_opts(const dsv4_engine_opts *o, dsv4_cache_opts *co) {
     dsv4_err ignored;
     if (dsv4_kv_dtype_codes(o->kv_dtype, &co->row_bytes_per_value, &co->idx_bytes_per_value, &ignored))
         co->row_bytes_per_value = co->idx_bytes_per_value = -1;
+    co->idx_fp4_lossless = (o->fidelity & DSV4_FID_F3) != 0; /* F3 rounds every key to FP4 */
 }
 
 typedef struct {
@@ -189,6 +191,11 @@ static int engine_create_body(const dsv4_model *m, const dsv4_engine_opts *opts,
                        "(num_nextn_predict_layers = 0)");
     int row_code, idx_code;
     if (!rc) rc = dsv4_kv_dtype_codes(o->kv_dtype, &row_code, &idx_code, err);
+    if (!rc && idx_code == DSV4_ROW_FP4 && !(o->fidelity & DSV4_FID_F3))
+        rc = dsv4_fail(err, DSV4_ERR_ARG,
+                       "kv dtype %s: FP4 indexer keys need fidelity item F3 (--fidelity F3 or official), "
+                       "which rounds every key to FP4 values; without it they would change the results",
+                       dsv4_kv_dtype_name(o->kv_dtype));
     if (!rc) rc = setup_parallel(e, err);
     dsv4_cache_opts co;
     dsv4_engine_cache_opts(o, &co);

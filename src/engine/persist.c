@@ -50,7 +50,8 @@ static int engine_geom(dsv4_engine *e, dsv4_kv_geom *g, dsv4_err *err) {
     const int rf = p->opts.row_bytes_per_value, kf = p->opts.idx_bytes_per_value;
     g->dtype_flags = DSV4_KV_DTYPE_FLAGS(rf == DSV4_ROW_BF16 ? DSV4_KV_FMT_BF16 : rf == DSV4_ROW_FP8 ? DSV4_KV_FMT_FP8
                                                                                            : DSV4_KV_FMT_F32,
-                                         kf == DSV4_ROW_BF16 ? DSV4_KV_FMT_BF16 : DSV4_KV_FMT_F32);
+                                         kf == DSV4_ROW_BF16 ? DSV4_KV_FMT_BF16 : kf == DSV4_ROW_FP4 ? DSV4_KV_FMT_FP4
+                                                                                       : DSV4_KV_FMT_F32);
     g->row_bytes = (uint32_t)p->win_row_bytes;
     g->key_bytes = (uint32_t)p->idx_row_bytes;
     g->max_context = e->opts.max_context;

@@ -338,10 +338,15 @@ static void test_checks_fire(void) {
     o = flash_opts(); o.max_context = 4096; o.budget_bytes = 0; o.row_bytes_per_value = 1;
     dsv4_cache_plan_make(&t, &o, &p, &e);
     CHECK_ERR(e, DSV4_ERR_ARG, "FP8-split rows need (head_dim - qk_rope_head_dim) % 64 == 0; nope = 64 - 16 = 48");
-    o.row_bytes_per_value = 2; o.idx_bytes_per_value = 1;
+    o.row_bytes_per_value = 2; o.idx_bytes_per_value = 3;
     dsv4_cache_plan_make(&t, &o, &p, &e);
-    CHECK_ERR(e, DSV4_ERR_ARG, "FP4 IDX rows");
+    CHECK_ERR(e, DSV4_ERR_ARG, "FP4 IDX rows (idx_bytes_per_value = 3, 16 + 1 bytes");
     CHECK_ERR(e, DSV4_ERR_ARG, "need fidelity item F3");
+    o.idx_fp4_lossless = 1; /* under F3: dI/2 nibble bytes + dI/32 scale bytes */
+    CHECK(dsv4_cache_plan_make(&t, &o, &p, &e) == 0 && p.idx_row_bytes == 16 + 1);
+    o.idx_bytes_per_value = 1; /* no FP8 IDX rows */
+    dsv4_cache_plan_make(&t, &o, &p, &e);
+    CHECK_ERR(e, DSV4_ERR_ARG, "idx_bytes_per_value = 1; must be 4 (F32), 2 (BF16) or 3 (FP4)");
 
     /* plain option ranges */
     o = flash_opts(); o.max_seqs = 0;

@@ -13,6 +13,8 @@
  * `fidelity` runs fidelity mode P3 with every item on (spec/model.md §6; its roundings are
  * per row or per entry, so the invariants hold bitwise there too) over a few schedules of
  * each kind, after checking that its one-shot result differs from P0's (the mode is live).
+ * With FP4 indexer keys (DSV4_TEST_KV=...+fp4, F3 only) P0's run stores the keys as the
+ * rows, and the one-shot run with them so must give the FP4 run's bits.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -112,9 +114,14 @@ static int run_drivers(dsv4_engine *e, driver *ds, int n, dsv4_err *err) {
     return rc;
 }
 
+static int KEYS_AS_ROWS; /* 1: run_one drops DSV4_KV_IDX_FP4 from DSV4_TEST_KV (keys as the rows) */
+
 static int run_one(dsv4_model *m, const int *chunks, int n_chunks, int mtp_chunk, outputs *o) {
+    /* FP4 keys need F3: P0's run, and the comparison with the rows' key format, drop them */
+    int kv = test_kv_dtype();
+    if (KEYS_AS_ROWS || !(FIDELITY & DSV4_FID_F3)) kv &= ~DSV4_KV_IDX_FP4;
     dsv4_engine_opts eo = {.max_context = N, .max_seqs = 4, .mtp = 1, .reference = REFERENCE,
-                           .fidelity = FIDELITY, .kv_dtype = test_kv_dtype(), .threads = THREADS};
+                           .fidelity = FIDELITY, .kv_dtype = kv, .threads = THREADS};
     dsv4_engine *e;
     dsv4_err err = {0};
     if (dsv4_engine_create(m, &eo, &e, &err)) { fprintf(stderr, "%s\n", err.msg); return -1; }
@@ -167,6 +174,12 @@ int main(int argc, char **argv) {
                   "fidelity official gives P0's hidden states");
     }
     CHECK(run_one(m, whole, 1, 0, &ref) == 0);
+    if (fidelity && (test_kv_dtype() & DSV4_KV_IDX_FP4)) { /* F3's keys are FP4 values: no bit moves */
+        KEYS_AS_ROWS = 1;
+        CHECK(run_one(m, whole, 1, 0, &o) == 0);
+        same(&o, &ref, "the run with the rows' key format instead of FP4 keys");
+        KEYS_AS_ROWS = 0;
+    }
 
     /* the same run twice */
     CHECK(run_one(m, whole, 1, 0, &o) == 0);

@@ -73,14 +73,16 @@ typedef struct run {
     float *mtp;      /* (N, D) */
 } run;
 
-static int KV; /* DSV4_KV_* of the engines: DSV4_TEST_KV, F32 for the golden run */
+static int KV; /* DSV4_KV_* of the engines: DSV4_TEST_KV, F32 for the golden run (FP4 indexer
+                * keys, "+fp4": the engines run fidelity F3, which they need) */
 
 static int run_open(dsv4_model *m, dsv4_dist *dist, int parallel, int granule, int N, run *r,
                     dsv4_err *err) {
     memset(r, 0, sizeof *r);
     dsv4_engine_opts eo = {.max_context = N, .max_seqs = 2, .mtp = 1, .reference = REFERENCE,
                            .threads = 1, .dist = dist, .parallel = parallel,
-                           .cp_granule = granule, .kv_dtype = KV};
+                           .cp_granule = granule, .kv_dtype = KV,
+                           .fidelity = KV & DSV4_KV_IDX_FP4 ? DSV4_FID_F3 : 0};
     r->hidden = calloc((size_t)N * D, sizeof(float));
     r->streams = calloc((size_t)N * HC * D, sizeof(float));
     r->mtp = calloc((size_t)N * D, sizeof(float));

@@ -18,7 +18,7 @@ double cli_loadavg(void);
 
 /* Parses a decimal integer in [lo, hi] from s, strictly (cli_parse_i64); returns 0 on
  * success. */
-/* CLI_FN_OPT parser of --kv-dtype f32|bf16|fp8 into an int (DSV4_KV_*). */
+/* CLI_FN_OPT parser of --kv-dtype f32|bf16|fp8[+fp4] into an int (DSV4_KV_*). */
 int cli_parse_kv_dtype(const char *v, void *dst, char *msg, size_t n);
 /* --numa auto|none|interleave (dsv4_numa_parse) */
 int cli_parse_numa(const char *v, void *dst, char *msg, size_t n);

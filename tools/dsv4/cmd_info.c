@@ -26,10 +26,11 @@ static const char *human(double v, char *buf, size_t n, const char *unit) {
     return buf;
 }
 
-/* The cache plan at each KV storage: F32, BF16 (the engine default) and FP8-split rows with
- * BF16 indexer keys (fp8_ok = 0 where the shape does not allow it, fp8_err says why). */
+/* The cache plan at each KV storage: F32, BF16 (the engine default), FP8-split rows with
+ * BF16 indexer keys (fp8_ok = 0 where the shape does not allow it, fp8_err says why), and
+ * BF16 rows with FP4 indexer keys ("bf16+fp4", fidelity F3 only). */
 typedef struct plan_pair {
-    dsv4_cache_plan f32, bf16, fp8;
+    dsv4_cache_plan f32, bf16, fp8, fp4k; /* fp4k: BF16 rows, FP4 indexer keys (fidelity F3) */
     int ok, fp8_ok;
     char err[1024], fp8_err[1024];
 } plan_pair;
@@ -49,6 +50,12 @@ static void make_plans(const dsv4_config *c, int64_t max_context, int64_t max_se
         o.row_bytes_per_value = 2;
         o.idx_bytes_per_value = 2;
         p->ok = !dsv4_cache_plan_make(c, &o, &p->bf16, &err);
+    }
+    if (p->ok) {
+        dsv4_cache_opts k = o;
+        k.idx_bytes_per_value = 3; /* DSV4_ROW_FP4 */
+        k.idx_fp4_lossless = 1;
+        p->ok = !dsv4_cache_plan_make(c, &k, &p->fp4k, &err);
     }
     if (p->ok) {
         dsv4_err ferr = {0};
@@ -166,6 +173,7 @@ static int print_json(const char *dir, const dsv4_config *c, const char *mwarn, 
         cJSON_AddNumberToObject(oj, "d_max", o->d_max);
         cJSON_AddItemToObject(cc, "f32", plan_json(&pp->f32));
         cJSON_AddItemToObject(cc, "bf16", plan_json(&pp->bf16));
+        cJSON_AddItemToObject(cc, "bf16+fp4", plan_json(&pp->fp4k));
         if (pp->fp8_ok) cJSON_AddItemToObject(cc, "fp8", plan_json(&pp->fp8));
         else cJSON_AddStringToObject(cc, "fp8_error", pp->fp8_err);
         cJSON_AddStringToObject(cc, "default_kv_dtype", dsv4_kv_dtype_name(DSV4_KV_DEFAULT));
@@ -222,6 +230,10 @@ static void print_plan_text(const plan_pair *pp) {
         printf("%s\n", notes[i]);
     }
     if (!e) printf("    (fp8: %s)\n", pp->fp8_err);
+    if (pp->bf16.n_idx_layers)
+        printf("    indexer, FP4 keys %6.2f  (--kv-dtype ROWS+fp4, with --fidelity F3 only: %lld bytes a key, "
+               "%lld in BF16)\n", token_bytes(&pp->fp4k).indexer, (long long)pp->fp4k.idx_row_bytes,
+               (long long)pp->bf16.idx_row_bytes);
     f = h; /* pools and capacity below: the default storage */
     printf("  per sequence: compressor state %s, window pages up to %s (W_live %d)\n",
            human((double)f->slot_bytes, b1, sizeof b1, "B"),

@@ -138,7 +138,7 @@ int cmd_serve(int argc, char **argv) {
         CLI_I64_OPT("max-context", 'c', &so.max_context, 16, 1 << 30, "N", "longest sequence in tokens"),
         CLI_INT_OPT("step-tokens", 0, &so.step_tokens, 1, 1 << 20, "N", "rows per engine step, decode + prefill chunks (per rank under data-parallel attention)", .def = "256; 256 x ranks with context-parallel prefill"),
         CLI_INT_OPT("threads", 't', &so.threads, 0, 1024, "N", "worker threads (per rank under --parallel: give each rank its share)", .def = "the cores this process may use"),
-        CLI_FN_OPT("kv-dtype", 0, &so.kv_dtype, cli_parse_kv_dtype, "f32|bf16|fp8", "bf16", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys)"),
+        CLI_FN_OPT("kv-dtype", 0, &so.kv_dtype, cli_parse_kv_dtype, "f32|bf16|fp8[+fp4]", "bf16", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys); +fp4: FP4 indexer keys (with --fidelity F3 only)"),
         CLI_FP4_LAYOUT_OPT(&so.fp4_layout),
         CLI_FLAG_OPT("pin-threads", 0, &so.pin_threads, 1, "pin worker thread i to the i-th CPU of the affinity mask (CPU 0 stays with the calling thread)"),
         CLI_FN_OPT("cache-bytes", 0, &so.cache_bytes, cache_bytes_opt, "N", "enough for max-seqs x max-context", "byte budget of the cache pools; suffixes K, M, G"),

@@ -58,7 +58,7 @@ void gen_flags_init(gen_flags *f, int max_tokens, int warmup) {
         CLI_FLAG_OPT("w8a8-all", 0, &f->w8a8, 2, "the same for every projection"),
         CLI_FN_OPT("mtp", 0, &f->mtp, parse_mtp, "on|off", "on when the checkpoint has an MTP block", "MTP speculative decoding: the same tokens, fewer model steps"),
         CLI_FN_OPT("numa", 0, &f->numa, cli_parse_numa, "auto|none|interleave", "auto", "NUMA placement of the weights: interleave spreads their pages over the memory nodes; auto = interleave when there are several, none = the OS default"),
-        CLI_FN_OPT("kv-dtype", 0, &f->kv_dtype, cli_parse_kv_dtype, "f32|bf16|fp8", "bf16", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys)"),
+        CLI_FN_OPT("kv-dtype", 0, &f->kv_dtype, cli_parse_kv_dtype, "f32|bf16|fp8[+fp4]", "bf16", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys); +fp4: FP4 indexer keys (with --fidelity F3 only)"),
         CLI_FP4_LAYOUT_OPT(&f->fp4_layout),
         CLI_FN_OPT("fidelity", 0, &f->fidelity, parse_fidelity, "SET", "none", "simulate the official model's FP8/BF16 roundings: official, none, or a comma list of F1..F5"),
         CLI_OPT_END,
