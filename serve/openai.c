@@ -63,22 +63,24 @@ static cJSON *token_bytes(const srv *s, int32_t id) {
     return a;
 }
 
-/* chat logprobs entry of one token: {token, logprob, bytes, top_logprobs: [...]} */
-static cJSON *chat_logprob(const srv *s, const srv_event *e) {
+cJSON *srv_logprob_json(const srv *s, const srv_event *e, int bytes) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddItemToObject(o, "token", token_str(s, e->token));
     cJSON_AddNumberToObject(o, "logprob", e->sample.logprob);
-    cJSON_AddItemToObject(o, "bytes", token_bytes(s, e->token));
+    if (bytes) cJSON_AddItemToObject(o, "bytes", token_bytes(s, e->token));
     cJSON *top = cJSON_AddArrayToObject(o, "top_logprobs");
     for (int i = 0; i < e->sample.n_top; i++) {
         cJSON *t = cJSON_CreateObject();
         cJSON_AddItemToObject(t, "token", token_str(s, e->sample.top_ids[i]));
         cJSON_AddNumberToObject(t, "logprob", e->sample.top_logprobs[i]);
-        cJSON_AddItemToObject(t, "bytes", token_bytes(s, e->sample.top_ids[i]));
+        if (bytes) cJSON_AddItemToObject(t, "bytes", token_bytes(s, e->sample.top_ids[i]));
         cJSON_AddItemToArray(top, t);
     }
     return o;
 }
+
+/* chat logprobs entry of one token: {token, logprob, bytes, top_logprobs: [...]} */
+static cJSON *chat_logprob(const srv *s, const srv_event *e) { return srv_logprob_json(s, e, 1); }
 
 /* ---- n > 1: the choices of one job -------------------------------------------------------
  * Choice 0 is the job itself, choice k its more[k - 1]; the stream and final functions run

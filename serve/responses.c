@@ -178,6 +178,7 @@ static int rs_del(srv_rstore *st, const char *id) {
 enum { OPEN_NONE = 0, OPEN_REASONING, OPEN_MESSAGE, OPEN_CALL };
 
 struct srv_resp {
+    const srv *s;
     cJSON *echo;      /* the request's fields every response object repeats */
     cJSON *conv;      /* the conversation's items so far: previous, then this input */
     int store;
@@ -192,6 +193,9 @@ struct srv_resp {
     cJSON *items;     /* the output items done */
     cJSON *held;      /* calls whose arguments ended, held until the block parses: a
                        * malformed block makes them no calls at all */
+    /* include message.output_text.logprobs (the job's logprobs): a message's tokens */
+    int lp_next;      /* the next event not given to a message's delta yet */
+    cJSON *lps;       /* the open message's logprobs so far (the output_text part's shape) */
 };
 
 void srv_resp_free(struct srv_resp *x) {
@@ -200,6 +204,7 @@ void srv_resp_free(struct srv_resp *x) {
     cJSON_Delete(x->conv);
     cJSON_Delete(x->items);
     cJSON_Delete(x->held);
+    cJSON_Delete(x->lps);
     srv_buf_free(&x->text);
     srv_buf_free(&x->name);
     free(x);
@@ -518,6 +523,48 @@ static int refused_fields(const cJSON *j, char *msg) {
     return 0;
 }
 
+/* include: what the response should carry besides its default fields. This server honours
+ * message.output_text.logprobs (*logprobs = 1); a value naming a tool or an input it does not
+ * have, and reasoning.encrypted_content (it keeps no key: its reasoning items carry their
+ * text in the clear, and store + previous_response_id carries them over), are 400s naming
+ * the value rather than a silent answer without them. */
+static int includes(const cJSON *j, int *logprobs, char *msg) {
+    static const char *const absent[] = {"file_search_call.results", "web_search_call.results",
+                                         "web_search_call.action.sources", "code_interpreter_call.outputs",
+                                         "computer_call_output.output.image_url", "message.input_image.image_url"};
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(j, "include");
+    *logprobs = 0;
+    if (!in || cJSON_IsNull(in)) return 0;
+    if (!cJSON_IsArray(in)) { snprintf(msg, MSG, "'include' must be a list of strings"); return -1; }
+    int k = 0;
+    for (const cJSON *x = in->child; x; x = x->next, k++) {
+        if (!cJSON_IsString(x)) { snprintf(msg, MSG, "'include[%d]' must be a string", k); return -1; }
+        const char *v = x->valuestring;
+        char t[81];
+        srv_client_text(t, sizeof t, v);
+        if (!strcmp(v, "message.output_text.logprobs")) {
+            *logprobs = 1;
+            continue;
+        }
+        if (!strcmp(v, "reasoning.encrypted_content")) {
+            snprintf(msg, MSG, "'include[%d]': \"reasoning.encrypted_content\" is not supported: this "
+                     "server keeps no key to encrypt with; its reasoning items carry their text in the "
+                     "clear (send them back as they are, or use store and previous_response_id)", k);
+            return -1;
+        }
+        for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++)
+            if (!strcmp(v, absent[i])) {
+                snprintf(msg, MSG, "'include[%d]': \"%s\" cannot be included: this server has no such "
+                         "tool or input (only function tools and text)", k, t);
+                return -1;
+            }
+        snprintf(msg, MSG, "'include[%d]': unknown value \"%s\" (this server includes "
+                 "\"message.output_text.logprobs\")", k, t);
+        return -1;
+    }
+    return 0;
+}
+
 /* An optional field that must be a string (or an object, want_obj) when present. */
 static int opt_type(const cJSON *j, const char *key, int want_obj, char *msg) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
@@ -559,7 +606,8 @@ static int truncation(const cJSON *j, int *is_auto, char *msg) {
 static cJSON *echo_fields(const cJSON *j, int store, int trunc_auto) {
     static const char *const keys[] = {"instructions", "max_output_tokens", "metadata",
                                        "parallel_tool_calls", "previous_response_id", "reasoning",
-                                       "temperature", "text", "tool_choice", "tools", "top_p", "user"};
+                                       "temperature", "text", "tool_choice", "tools", "top_logprobs",
+                                       "top_p", "user"};
     cJSON *e = cJSON_CreateObject();
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
@@ -568,6 +616,7 @@ static cJSON *echo_fields(const cJSON *j, int store, int trunc_auto) {
     /* OpenAI's defaults where the request gave none */
     default_field(e, "temperature", cJSON_CreateNumber(1));
     default_field(e, "top_p", cJSON_CreateNumber(1));
+    default_field(e, "top_logprobs", cJSON_CreateNumber(0));
     default_field(e, "parallel_tool_calls", cJSON_CreateTrue());
     default_field(e, "tool_choice", cJSON_CreateString("auto"));
     default_field(e, "tools", cJSON_CreateArray());
@@ -854,17 +903,37 @@ static cJSON *reasoning_item(const srv_job *j, int k, const char *text) {
     return o;
 }
 
-static cJSON *text_part(const char *text) {
+/* lps: its tokens' logprobs (taken; NULL: none asked, []) */
+static cJSON *text_part(const char *text, cJSON *lps) {
     cJSON *p = cJSON_CreateObject();
     cJSON_AddStringToObject(p, "type", "output_text");
     cJSON_AddStringToObject(p, "text", text);
     cJSON_AddArrayToObject(p, "annotations");
-    cJSON_AddArrayToObject(p, "logprobs");
+    cJSON_AddItemToObject(p, "logprobs", lps ? lps : cJSON_CreateArray());
     return p;
 }
 
-/* text NULL: the opening (no parts yet, in progress) */
-static cJSON *message_item(const srv_job *j, int k, const char *text, const char *status) {
+/* Whether event e's token belongs to the answer's text [a, b): its text overlaps it, or (a
+ * token that released no text: EOS, a byte of a character not whole yet) it sits there, or
+ * at b when b is the answer's end (at_end). */
+static int ev_in(const srv_event *e, size_t a, size_t b, int at_end) {
+    if (e->text_len) return e->text_off < b && e->text_off + e->text_len > a;
+    return e->text_off >= a && (e->text_off < b || (at_end && e->text_off == b));
+}
+
+/* The logprobs of the tokens of text [a, b) (the output_text part's shape), or NULL when the
+ * request did not include them. */
+static cJSON *range_logprobs(const srv_job *j, size_t a, size_t b) {
+    if (!j->logprobs) return NULL;
+    const srv_req *r = j->r;
+    cJSON *l = cJSON_CreateArray();
+    for (int i = 0; l && i < r->n_ev; i++)
+        if (ev_in(&r->ev[i], a, b, b == r->text_len)) cJSON_AddItemToArray(l, srv_logprob_json(j->resp->s, &r->ev[i], 1));
+    return l;
+}
+
+/* text NULL: the opening (no parts yet, in progress); lps: the part's logprobs (taken) */
+static cJSON *message_item(const srv_job *j, int k, const char *text, const char *status, cJSON *lps) {
     char id[80];
     item_id(j, "msg", k, id, sizeof id);
     cJSON *o = cJSON_CreateObject();
@@ -873,7 +942,8 @@ static cJSON *message_item(const srv_job *j, int k, const char *text, const char
     cJSON_AddStringToObject(o, "status", status);
     cJSON_AddStringToObject(o, "role", "assistant");
     cJSON *c = cJSON_AddArrayToObject(o, "content");
-    if (text) cJSON_AddItemToArray(c, text_part(text));
+    if (text) cJSON_AddItemToArray(c, text_part(text, lps));
+    else cJSON_Delete(lps);
     return o;
 }
 
@@ -1021,16 +1091,24 @@ static void responses_final(srv *s, srv_job *j, srv_buf *out, int *status) {
     /* a malformed block: its raw text is a message of its own after the content, as the
      * stream sends it (the content's message closed when the block began) */
     const char *raw = !p.n_calls && j->tools && r->text ? strstr(r->text, TOOLS_TAG) : NULL;
+    /* the message's tokens (logprobs): after the reasoning, before a tool block */
+    const char *tag = j->tools && r->text ? strstr(r->text, TOOLS_TAG) : NULL;
+    size_t a = 0, b = tag ? (size_t)(tag - r->text) : r->text_len;
+    if (j->thinking) {
+        a = srv_find(r->text ? r->text : "", r->text_len, 0, DSV4_CHAT_THINK_CLOSE);
+        a = a < r->text_len ? a + strlen(DSV4_CHAT_THINK_CLOSE) : r->text_len;
+    }
     if (raw) {
         const char *in = strstr(p.content, TOOLS_TAG);  /* the parse may keep it in the content */
         size_t n = in ? (size_t)(in - p.content) : strlen(p.content);
         if (in && n >= 2 && !strncmp(in - 2, "\n\n", 2)) n -= 2;
         char *head = n ? strndup(p.content, n) : NULL;
-        if (head) cJSON_AddItemToArray(output, message_item(j, k++, head, "completed"));  /* ended at the block */
+        if (head)  /* ended at the block */
+            cJSON_AddItemToArray(output, message_item(j, k++, head, "completed", range_logprobs(j, a, b)));
         free(head);
-        cJSON_AddItemToArray(output, message_item(j, k++, raw, st));
+        cJSON_AddItemToArray(output, message_item(j, k++, raw, st, range_logprobs(j, b, r->text_len)));
     } else if (*p.content || !p.n_calls) {
-        cJSON_AddItemToArray(output, message_item(j, k++, p.content, st));
+        cJSON_AddItemToArray(output, message_item(j, k++, p.content, st, range_logprobs(j, a, b)));
     }
     for (int i = 0; i < p.n_calls && i < j->resp->n_calls; i++)
         cJSON_AddItemToArray(output, call_item(j, k++, i, p.calls[i].name, p.calls[i].arguments, "completed"));
@@ -1088,6 +1166,37 @@ static void item_done(srv_job *j, srv_buf *out, cJSON *item) {
 
 static const char *text_of(const srv_buf *b) { return b->s && b->n ? b->s : ""; }
 
+/* The logprobs of a message delta of text [a, b) (the streamed events' shape: no bytes):
+ * the tokens not given to a delta yet whose text begins before b, but for those wholly
+ * before a (the reasoning's); all: every token left (at the message's end: a token that
+ * released no text, EOS). They join the open message's (R->lps). [] when not included. */
+static cJSON *delta_logprobs(srv_job *j, size_t a, size_t b, int all) {
+    struct srv_resp *R = j->resp;
+    const srv_req *r = j->r;
+    cJSON *d = cJSON_CreateArray();
+    if (!j->logprobs || !d) return d;
+    if (!R->lps && !(R->lps = cJSON_CreateArray())) return d;
+    for (; R->lp_next < r->n_ev; R->lp_next++) {
+        const srv_event *e = &r->ev[R->lp_next];
+        if (!all && e->text_off >= b) break;
+        if (!all && (e->text_len ? e->text_off + e->text_len <= a : e->text_off < a)) continue;
+        cJSON_AddItemToArray(R->lps, srv_logprob_json(R->s, e, 1));
+        cJSON_AddItemToArray(d, srv_logprob_json(R->s, e, 0));
+    }
+    return d;
+}
+
+/* A copy of logprobs entries without their bytes (the streamed events' shape). */
+static cJSON *without_bytes(const cJSON *lps) {
+    cJSON *d = cJSON_Duplicate(lps, 1);
+    for (cJSON *x = d ? d->child : NULL; x; x = x->next) {
+        cJSON_DeleteItemFromObjectCaseSensitive(x, "bytes");
+        for (cJSON *t = cJSON_GetObjectItemCaseSensitive(x, "top_logprobs")->child; t; t = t->next)
+            cJSON_DeleteItemFromObjectCaseSensitive(t, "bytes");
+    }
+    return d ? d : cJSON_CreateArray();
+}
+
 /* The open item's closing events; it joins the items done. */
 static void close_open(srv_job *j, srv_buf *out, int at_end) {
     struct srv_resp *R = j->resp;
@@ -1102,14 +1211,25 @@ static void close_open(srv_job *j, srv_buf *out, int at_end) {
         emit(j, out, o);
         item_done(j, out, reasoning_item(j, R->n_out, t));
     } else if (R->open == OPEN_MESSAGE) {
-        cJSON *o = item_ev(j, "response.output_text.done", "msg", 1);
+        cJSON *o;
+        if (at_end && j->logprobs && R->lp_next < j->r->n_ev) {
+            /* tokens that released no text at the end (EOS) ride on an empty delta, as
+             * the chat stream's on an empty chunk */
+            o = item_ev(j, "response.output_text.delta", "msg", 1);
+            cJSON_AddStringToObject(o, "delta", "");
+            cJSON_AddItemToObject(o, "logprobs", delta_logprobs(j, 0, 0, 1));
+            emit(j, out, o);
+        }
+        cJSON *lps = j->logprobs ? R->lps : NULL;
+        R->lps = NULL;
+        o = item_ev(j, "response.output_text.done", "msg", 1);
         cJSON_AddStringToObject(o, "text", t);
-        cJSON_AddArrayToObject(o, "logprobs");
+        cJSON_AddItemToObject(o, "logprobs", lps ? without_bytes(lps) : cJSON_CreateArray());
         emit(j, out, o);
         o = item_ev(j, "response.content_part.done", "msg", 1);
-        cJSON_AddItemToObject(o, "part", text_part(t));
+        cJSON_AddItemToObject(o, "part", text_part(t, lps ? cJSON_Duplicate(lps, 1) : NULL));
         emit(j, out, o);
-        item_done(j, out, message_item(j, R->n_out, t, st));
+        item_done(j, out, message_item(j, R->n_out, t, st, lps));
     } else if (R->open == OPEN_CALL) {
         /* held: only a block that parses makes it a call (release_calls) */
         cJSON_AddItemToArray(R->held, call_item(j, R->n_out, R->call, text_of(&R->name), t, "completed"));
@@ -1164,9 +1284,11 @@ static void open_text(srv_job *j, srv_buf *out, int kind) {
         item_added(j, out, reasoning_item(j, R->n_out, NULL));
         return;
     }
-    item_added(j, out, message_item(j, R->n_out, NULL, "in_progress"));
+    item_added(j, out, message_item(j, R->n_out, NULL, "in_progress", NULL));
+    cJSON_Delete(R->lps);
+    R->lps = NULL;
     cJSON *o = item_ev(j, "response.content_part.added", "msg", 1);
-    cJSON_AddItemToObject(o, "part", text_part(""));
+    cJSON_AddItemToObject(o, "part", text_part("", NULL));
     emit(j, out, o);
 }
 
@@ -1176,7 +1298,10 @@ static void text_delta(srv_job *j, srv_buf *out, int reasoning, const char *t, s
     cJSON *o = item_ev(j, reasoning ? "response.reasoning_text.delta" : "response.output_text.delta",
                        reasoning ? "rs" : "msg", 1);
     cJSON_AddItemToObject(o, "delta", srv_json_str_n(t, n));
-    if (!reasoning) cJSON_AddArrayToObject(o, "logprobs");
+    if (!reasoning) {
+        const size_t a = (size_t)(t - j->r->text);
+        cJSON_AddItemToObject(o, "logprobs", delta_logprobs(j, a, a + n, 0));
+    }
     emit(j, out, o);
     srv_buf_put(&j->resp->text, t, n);
 }
@@ -1297,7 +1422,8 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
 
 void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) {
     char msg[MSG];
-    int status = 400, stream = 0, store = 1, parallel = 1, n_prev = 0, trunc_auto = 0;
+    int status = 400, stream = 0, store = 1, parallel = 1, n_prev = 0, trunc_auto = 0, logprobs = 0;
+    double top = 0;
     cJSON *chat = NULL, *conv = NULL;
     srv_chat c = {0};
     struct srv_resp *R = NULL;
@@ -1310,7 +1436,12 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     if (opt_type(j, "user", 0, msg) || opt_type(j, "model", 0, msg) ||
         check_metadata(cJSON_GetObjectItemCaseSensitive(j, "metadata"), msg))
         goto bad;
-    if (truncation(j, &trunc_auto, msg)) goto bad;
+    if (truncation(j, &trunc_auto, msg) || includes(j, &logprobs, msg)) goto bad;
+    /* (OpenAI's rule: the logprobs show only when include asks for them) */
+    if (srv_opt_num(j, "top_logprobs", 0, DSV4_MAX_LOGPROBS, &top, msg, MSG) < 0 || top != (double)(int)top) {
+        snprintf(msg, MSG, "'top_logprobs' must be a whole number from 0 to %d", DSV4_MAX_LOGPROBS);
+        goto bad;
+    }
     if (!(conv = conversation(s, j, &n_prev, &status, msg))) goto bad;
     if ((status = render(s, j, conv, n_prev, &chat, &c, msg))) goto bad;
     if ((int64_t)c.ids.n >= s->o.max_context &&
@@ -1321,14 +1452,16 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
         snprintf(msg, MSG, "out of memory");
         goto bad;
     }
+    R->s = s;
     R->store = store;
     R->n_calls = parallel ? 1 << 30 : 1;
     R->conv = conv;
     conv = NULL;
     R->echo = echo_fields(j, store, trunc_auto);
-    srv_job *job = srv_chat_submit_rendered(s, chat, &c, SRV_API_RESPONSES, body, 0, out);
+    srv_job *job = srv_chat_submit_rendered(s, chat, &c, SRV_API_RESPONSES, body, logprobs ? (int)top : 0, out);
     if (job) {
         job->stream = stream;
+        job->logprobs = logprobs;
         job->resp = R;
         R = NULL;
         out->stream = responses_stream;
@@ -1366,7 +1499,7 @@ static cJSON *listed_item(const cJSON *x) {
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "content");
     if (!strcmp(t, "message") && cJSON_IsString(c)) {
         const char *r = str_field(o, "role");
-        cJSON *part = r && !strcmp(r, "assistant") ? text_part(c->valuestring) : cJSON_CreateObject();
+        cJSON *part = r && !strcmp(r, "assistant") ? text_part(c->valuestring, NULL) : cJSON_CreateObject();
         if (!(r && !strcmp(r, "assistant"))) {
             cJSON_AddStringToObject(part, "type", "input_text");
             cJSON_AddStringToObject(part, "text", c->valuestring);

@@ -175,6 +175,10 @@ int srv_opt_bool(const cJSON *o, const char *key, int *v, char *msg, size_t n);
 int srv_token_id(const srv *s, const cJSON *x, int32_t *id);
 /* Text of token id as JSON-safe UTF-8 (its bytes, repaired). */
 void srv_token_text(const srv *s, int32_t id, srv_buf *b);
+/* One sampled token's logprobs entry: {token, logprob, bytes, top_logprobs: [{token, logprob,
+ * bytes}]} (the chat's, and the Responses API's output_text part), without the bytes when
+ * bytes is 0 (the Responses API's streamed events). */
+cJSON *srv_logprob_json(const srv *s, const srv_event *e, int bytes);
 /* A JSON string of n bytes of valid UTF-8. */
 cJSON *srv_json_str_n(const char *s, size_t n);
 /* Appends "[event: E\n]data: JSON\n\n" and deletes data. */

@@ -98,6 +98,35 @@ run('server_responses', async () => {
   const helper = await client.responses.stream(req).finalResponse();
   assert.strictEqual(helper.output[0].content[0].text, r.output_text);
 
+  // include message.output_text.logprobs: the chat endpoint's logprobs for the same prompt and
+  // seed, in the output_text part and (without bytes) on the streamed deltas, whose
+  // concatenation is the part's; output_text.done repeats them
+  const lpReq = { model, input: 'Name a colour.', temperature: 0.9, seed: 11, max_output_tokens: 8,
+    include: ['message.output_text.logprobs'], top_logprobs: 3 };
+  const lpChat = (await client.chat.completions.create({ model, messages: [{ role: 'user', content: lpReq.input }],
+    temperature: 0.9, seed: 11, max_tokens: 8, logprobs: true, top_logprobs: 3 })).choices[0].logprobs.content;
+  const lr = await client.responses.create(lpReq);
+  assert.strictEqual(lr.top_logprobs, 3);
+  assert.strictEqual(lpChat.length, lr.usage.output_tokens);
+  assert.strictEqual(lpChat[0].top_logprobs.length, 3);
+  assert.deepStrictEqual(lr.output[0].content[0].logprobs, lpChat);
+  const noBytes = (l) => l.map(({ bytes, ...x }) => ({ ...x, top_logprobs: x.top_logprobs.map(({ bytes: b, ...t }) => t) }));
+  const lev = await events(client, lpReq);
+  assert.deepStrictEqual(lev.filter((e) => e.type === 'response.output_text.delta').flatMap((e) => e.logprobs), noBytes(lpChat));
+  assert.deepStrictEqual(lev.find((e) => e.type === 'response.output_text.done').logprobs, noBytes(lpChat));
+  assert.deepStrictEqual(lev[lev.length - 1].response.output[0].content[0].logprobs, lpChat);
+  // (without the include: none, as OpenAI's)
+  assert.deepStrictEqual((await client.responses.create({ ...lpReq, include: undefined })).output[0].content[0].logprobs, []);
+  // thinking mode: the message's tokens only (the chat's after the reasoning's)
+  const lpThink = { model, input: 'Hi THINK_TEST', reasoning: { effort: 'high' }, include: ['message.output_text.logprobs'] };
+  const lt = (await client.responses.create(lpThink)).output[1].content[0].logprobs;
+  const ltChat = (await client.chat.completions.create({ model, messages: [{ role: 'user', content: lpThink.input }],
+    reasoning_effort: 'high', logprobs: true })).choices[0].logprobs.content;
+  assert.deepStrictEqual(lt.map((x) => x.token), ltChat.slice(ltChat.length - lt.length).map((x) => x.token));
+  assert.strictEqual(lt.map((x) => x.token).join('').replace(/<｜end▁of▁sentence｜>$/, ''), 'Hello there!');
+  const ltev = await events(client, lpThink);
+  assert.deepStrictEqual(ltev.filter((e) => e.type === 'response.output_text.delta').flatMap((e) => e.logprobs), noBytes(lt));
+
   // a message of two input_text parts: the chat's parts rule (joined by "\n\n")
   const parts = await client.responses.create({ model, max_output_tokens: 1, input: [{ role: 'user',
     content: [{ type: 'input_text', text: 'Name' }, { type: 'input_text', text: 'a colour.' }] }] });
@@ -413,6 +442,13 @@ run('server_responses', async () => {
     [{ model, input: 'x', metadata: { a: 1 } }, /'metadata'/],
     [{ model, input: 'x', metadata: Object.fromEntries([...Array(17).keys()].map((i) => [`k${i}`, 'v'])) }, /'metadata'/],
     [{ model, input: 'x', truncation: 'middle' }, /'truncation'/],
+    [{ model, input: 'x', include: 'message.output_text.logprobs' }, /'include' must be a list/],
+    [{ model, input: 'x', include: ['reasoning.encrypted_content'] }, /'include\[0\]': "reasoning.encrypted_content" is not supported/],
+    [{ model, input: 'x', include: ['message.output_text.logprobs', 'file_search_call.results'] },
+      /'include\[1\]': "file_search_call.results" cannot be included/],
+    [{ model, input: 'x', include: ['bogus'] }, /'include\[0\]': unknown value "bogus"/],
+    [{ model, input: 'x', top_logprobs: 21 }, /'top_logprobs'/],
+    [{ model, input: 'x', top_logprobs: 1.5 }, /'top_logprobs'/],
     // found by the chat path, named in this API's terms
     [{ model, instructions: 'Be brief.', input: [{ role: 'user', content: 'x' }, { role: 'developer', content: '' }] },
       /^input\[1\]: a developer message needs content/],
