@@ -358,6 +358,7 @@ static const struct route {
     {"/v1/responses", "POST", srv_responses_create, SRV_API_RESPONSES, 0},
     {"/v1/responses/*", "GET", NULL, SRV_API_RESPONSES, 0},     /* a stored response, its input_items */
     {"/v1/responses/*", "DELETE", NULL, SRV_API_RESPONSES, 0},
+    {"/v1/responses/*", "POST", NULL, SRV_API_RESPONSES, 0},    /* .../cancel: a flag and a copy */
     {"/tokenize", "POST", srv_tokenize, SRV_API_CHAT, 0},
     {"/detokenize", "POST", srv_detokenize, SRV_API_CHAT, 0},
     {"/v1/models", "GET", NULL, SRV_API_CHAT, 0},
@@ -383,7 +384,8 @@ static cJSON *model_object(const srv *s) {
     return m;
 }
 
-/* The GET routes (and DELETE /v1/responses/{id}), answered in place. */
+/* The GET routes (and DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel), answered in
+ * place. */
 static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, const char *path,
                                  const char *method) {
     int ready = atomic_load(&s->ready);
@@ -409,6 +411,17 @@ static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, const char *p
         return rc;
     }
     srv_buf b = {0};
+    const char *stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
+    if (!strncmp(path, "/v1/responses/", 14) && !strchr(path + 14, '/') && !strcmp(method, "GET") && stream &&
+        !strcmp(stream, "true")) {  /* a background stream resumed: its log's events, then live ones */
+        srv_reply rep = {0};
+        if (!srv_responses_follow(s, path + 14,
+                                  MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "starting_after"), &rep))
+            return send_stream(s, c, &rep);
+        enum MHD_Result rc = send_json(s, c, rep.status, &rep.body);
+        srv_buf_free(&rep.body);
+        return rc;
+    }
     if (!strncmp(path, "/v1/responses/", 14)) {  /* the store: a lock and a copy */
         const srv_list_query q = {
             MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after"),

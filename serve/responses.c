@@ -35,12 +35,45 @@
  * largest; at the default 64 MiB an entry of 8 MiB still holds a 1M-token context's text). */
 #define RS_ENTRY_SHARE 8
 
+/* The events of a background stream (their SSE text and where each begins), shared by its
+ * entry, its run and the streams that follow it (a reference each). Its mutex is a leaf
+ * taken under a following stream's request mu, never with the store's mu held. */
+typedef struct rs_log {
+    pthread_mutex_t mu;
+    atomic_int refs;
+    srv_buf text;
+    size_t *off;                   /* (n) where each event begins in text */
+    int n, cap;
+    int done;                      /* the last event is in */
+    int lost;                      /* outgrew its entry's share of the store: dropped */
+    srv_req **fol;                 /* (n_fol) the following streams' requests (a reference each) */
+    int n_fol, cap_fol;
+} rs_log;
+
+/* A background response while it runs: its job, driven by the store's worker thread (not
+ * by a connection). A reference each: its entry's (until its end), the worker's, a lookup's. */
+typedef struct rs_run {
+    atomic_int refs;
+    srv *s;
+    srv_job *job;
+    rs_log *log;                   /* (streamed) its log (a reference), else NULL */
+    struct rs_run *next;           /* in the worker's list (under the store's mu) */
+    int news;                      /* its request has news (under the store's mu) */
+} rs_run;
+
 typedef struct rs_entry {
     char *id;
-    char *resp;                    /* the response object's JSON text */
-    char *conv;                    /* its conversation: a JSON array of items */
+    char *resp;                    /* the response object's JSON text (NULL while running) */
+    char *conv;                    /* its conversation: a JSON array of items (while running:
+                                    * its input items) */
     int n_in;                      /* conv's first n_in items were its input (input_items) */
-    size_t bytes;
+    size_t bytes;                  /* all of it, log_bytes included */
+    int bg;                        /* created with background: true */
+    rs_run *run;                   /* a background response not ended (a reference): kept
+                                    * whatever the LRU says */
+    int streamed;                  /* created with stream: true too */
+    rs_log *log;                   /* (streamed) its events, NULL once lost */
+    size_t log_bytes;
     struct rs_entry *prev, *next;  /* most recently used first */
     struct rs_entry *hnext;        /* in its bucket */
 } rs_entry;
@@ -50,6 +83,12 @@ struct srv_rstore {
     size_t cap, used;
     rs_entry *head, *tail;
     rs_entry *bucket[RS_BUCKETS];
+    /* background responses: the worker thread that drives their jobs (started by the first) */
+    pthread_cond_t wcv;            /* the worker's sleep, cut by a run's news or the stop */
+    pthread_cond_t idle;           /* signalled when the last run ended */
+    rs_run *runs;                  /* running */
+    int worker_on, wstop;
+    pthread_t worker;
 };
 
 static unsigned rs_hash(const char *id) {
@@ -62,23 +101,48 @@ srv_rstore *srv_rstore_create(size_t cap) {
     srv_rstore *st = calloc(1, sizeof *st);
     if (!st) return NULL;
     pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->wcv, NULL);
+    pthread_cond_init(&st->idle, NULL);
     st->cap = cap;
     return st;
+}
+
+static void worker_end(srv_rstore *st);
+
+static void log_release(rs_log *l) {
+    if (!l || atomic_fetch_sub(&l->refs, 1) > 1) return;
+    srv_buf_free(&l->text);
+    free(l->off);
+    free(l->fol);  /* (empty: each follower holds a reference) */
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
+
+static void run_release(rs_run *x) {
+    if (!x || atomic_fetch_sub(&x->refs, 1) > 1) return;
+    log_release(x->log);
+    srv_job_free(x->job);
+    free(x);
 }
 
 static void rs_entry_free(rs_entry *e) {
     free(e->id);
     free(e->resp);
     free(e->conv);
+    run_release(e->run);
+    log_release(e->log);
     free(e);
 }
 
 void srv_rstore_free(srv_rstore *st) {
     if (!st) return;
+    worker_end(st);
     for (rs_entry *e = st->head, *n; e; e = n) {
         n = e->next;
         rs_entry_free(e);
     }
+    pthread_cond_destroy(&st->wcv);
+    pthread_cond_destroy(&st->idle);
     pthread_mutex_destroy(&st->mu);
     free(st);
 }
@@ -114,10 +178,28 @@ static void rs_drop(srv_rstore *st, rs_entry **link) {
     rs_entry_free(e);
 }
 
-/* Keeps (id, resp, conv, n_in), taking the two texts; the least recently used go until it
- * fits. One larger than the cap's RS_ENTRY_SHARE-th part is not kept (an older one of that
- * id goes all the same: it is not this response). 1 when kept. */
-static int rs_put(srv_rstore *st, const char *id, char *resp, char *conv, int n_in) {
+/* The least recently used entries go (but keep and running ones) until `more` bytes fit
+ * under the cap; 0 when they cannot. Under mu. */
+static int rs_room(srv_rstore *st, size_t more, const rs_entry *keep) {
+    rs_entry *e = st->tail;
+    while (st->used + more > st->cap && e) {
+        rs_entry *prev = e->prev;
+        if (e != keep && !e->run) rs_drop(st, rs_link(st, e->id));
+        e = prev;
+    }
+    return st->used + more <= st->cap;
+}
+
+/* The bytes of e but its log. */
+static size_t rs_base_bytes(const rs_entry *e) {
+    return sizeof *e + strlen(e->id) + (e->resp ? strlen(e->resp) : 0) + (e->conv ? strlen(e->conv) : 0) + 3;
+}
+
+/* Keeps (id, resp, conv, n_in), taking the two texts (resp NULL: a background response that
+ * starts running, run and log its own, a reference each taken); the least recently used
+ * go until it fits. One larger than the cap's RS_ENTRY_SHARE-th part is not kept (an older
+ * one of that id goes all the same: it is not this response). 1 when kept. */
+static int rs_put(srv_rstore *st, const char *id, char *resp, char *conv, int n_in, rs_run *run, rs_log *log) {
     rs_entry *e = calloc(1, sizeof *e);
     if (!e || !(e->id = strdup(id))) {
         free(e);
@@ -128,16 +210,23 @@ static int rs_put(srv_rstore *st, const char *id, char *resp, char *conv, int n_
     e->resp = resp;
     e->conv = conv;
     e->n_in = n_in;
-    e->bytes = sizeof *e + strlen(id) + strlen(resp) + strlen(conv) + 3;
+    e->bytes = rs_base_bytes(e);
     pthread_mutex_lock(&st->mu);
     rs_entry **l = rs_link(st, id);
-    if (*l) rs_drop(st, l);
-    if (e->bytes > st->cap / RS_ENTRY_SHARE) {
+    if (*l && !(*l)->run) rs_drop(st, l);
+    if (*l || e->bytes > st->cap / RS_ENTRY_SHARE || !rs_room(st, e->bytes, NULL)) {
         pthread_mutex_unlock(&st->mu);
         rs_entry_free(e);
         return 0;
     }
-    while (st->used + e->bytes > st->cap) rs_drop(st, rs_link(st, st->tail->id));
+    if (run) {
+        e->bg = 1;
+        atomic_fetch_add(&run->refs, 1);
+        e->run = run;
+        if (log) atomic_fetch_add(&log->refs, 1);
+        e->log = log;
+        e->streamed = log != NULL;
+    }
     l = rs_link(st, id);
     *l = e;
     lru_front(st, e);
@@ -148,12 +237,16 @@ static int rs_put(srv_rstore *st, const char *id, char *resp, char *conv, int n_
 
 /* A copy of id's response object (conv = 0) or conversation (1; *n_in: its input items,
  * when n_in is not NULL), the entry made the most recently used; NULL when there is none
- * (or out of memory: *oom = 1). */
+ * (or out of memory: *oom = 1; a background response still running: *oom = 2). */
 static char *rs_get(srv_rstore *st, const char *id, int conv, int *n_in, int *oom) {
     char *t = NULL;
     *oom = 0;
     pthread_mutex_lock(&st->mu);
     rs_entry *e = *rs_link(st, id);
+    if (e && (e->run && (!conv || !n_in))) {
+        *oom = 2;  /* (input_items, which asks n_in, may read a running one's input) */
+        e = NULL;
+    }
     if (e) {
         lru_unlink(st, e);
         lru_front(st, e);
@@ -164,11 +257,12 @@ static char *rs_get(srv_rstore *st, const char *id, int conv, int *n_in, int *oo
     return t;
 }
 
+/* 1 deleted, 0 none, -1 a background response still running (not deleted). */
 static int rs_del(srv_rstore *st, const char *id) {
     pthread_mutex_lock(&st->mu);
     rs_entry **l = rs_link(st, id);
-    const int found = *l != NULL;
-    if (found) rs_drop(st, l);
+    const int found = !*l ? 0 : (*l)->run ? -1 : 1;
+    if (found > 0) rs_drop(st, l);
     pthread_mutex_unlock(&st->mu);
     return found;
 }
@@ -196,10 +290,28 @@ struct srv_resp {
     /* include message.output_text.logprobs (the job's logprobs): a message's tokens */
     int lp_next;      /* the next event not given to a message's delta yet */
     cJSON *lps;       /* the open message's logprobs so far (the output_text part's shape) */
+    /* background */
+    int bg;           /* its end updates its running entry (rs_end) */
+    int cancel;       /* (bg) POST .../cancel asked: it ends cancelled (under the request's mu) */
+    int ended;        /* its final response is made (finish) */
+    /* a stream following a background response's log (GET ?stream=true, or the background
+     * POST's own stream): no job of its own, its request a doorbell the worker rings */
+    rs_log *flog;
+    srv_req *freq;    /* its request, as listed in the log's followers */
+    int cursor;       /* the next event of the log to send */
 };
 
 void srv_resp_free(struct srv_resp *x) {
     if (!x) return;
+    if (x->flog) {  /* out of the log's followers */
+        rs_log *l = x->flog;
+        pthread_mutex_lock(&l->mu);
+        for (int i = 0; i < l->n_fol; i++)
+            if (l->fol[i] == x->freq) l->fol[i] = l->fol[--l->n_fol];
+        pthread_mutex_unlock(&l->mu);
+        srv_req_release(x->freq);
+        log_release(l);
+    }
     cJSON_Delete(x->echo);
     cJSON_Delete(x->conv);
     cJSON_Delete(x->items);
@@ -510,12 +622,9 @@ static int chat_reasoning(const cJSON *j, cJSON *chat, char *msg) {
 }
 
 /* Fields OpenAI has that this server does not serve: a 400 rather than a silent change of
- * what was asked (background mode, server-side conversations, prompt templates). */
+ * what was asked (server-side conversations, prompt templates). */
 static int refused_fields(const cJSON *j, char *msg) {
     static const char *const no[] = {"conversation", "prompt"};
-    int bg = 0;
-    if (srv_opt_bool(j, "background", &bg, msg, MSG) < 0) return -1;
-    if (bg) { snprintf(msg, MSG, "'background' mode is not supported"); return -1; }
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, no[i]);
         if (x && !cJSON_IsNull(x)) { snprintf(msg, MSG, "'%s' is not supported", no[i]); return -1; }
@@ -603,7 +712,7 @@ static int truncation(const cJSON *j, int *is_auto, char *msg) {
 }
 
 /* The response object's fields that repeat the request (null when not given). */
-static cJSON *echo_fields(const cJSON *j, int store, int trunc_auto) {
+static cJSON *echo_fields(const cJSON *j, int store, int trunc_auto, int bg) {
     static const char *const keys[] = {"instructions", "max_output_tokens", "metadata",
                                        "parallel_tool_calls", "previous_response_id", "reasoning",
                                        "temperature", "text", "tool_choice", "tools", "top_logprobs",
@@ -623,6 +732,7 @@ static cJSON *echo_fields(const cJSON *j, int store, int trunc_auto) {
     default_field(e, "text", cJSON_Parse("{\"format\":{\"type\":\"text\"}}"));
     default_field(e, "metadata", cJSON_CreateObject());
     cJSON_AddBoolToObject(e, "store", store);
+    cJSON_AddBoolToObject(e, "background", bg);
     cJSON_AddStringToObject(e, "truncation", trunc_auto ? "auto" : "disabled");
     return e;
 }
@@ -630,6 +740,8 @@ static cJSON *echo_fields(const cJSON *j, int store, int trunc_auto) {
 /* *status of an unknown previous_response_id: a 400 with OpenAI's code and param (proxies
  * and agents look for the code) */
 #define PREV_NOT_FOUND 4001
+/* ... and of one still running in the background: a 400 naming previous_response_id */
+#define PREV_RUNNING 4003
 
 /* The conversation this request continues (previous_response_id's stored items) with its
  * input appended, or NULL: *status 400 / PREV_NOT_FOUND / 500 with a message. */
@@ -649,8 +761,10 @@ static cJSON *conversation(srv *s, const cJSON *j, int *n_prev, int *status, cha
         if (!t) {
             char name[201];
             srv_client_text(name, sizeof name, prev);
-            *status = oom ? 500 : PREV_NOT_FOUND;
-            snprintf(msg, MSG, oom ? "out of memory" : "Previous response with id '%s' not found.", name);
+            *status = oom == 1 ? 500 : oom ? PREV_RUNNING : PREV_NOT_FOUND;
+            snprintf(msg, MSG, oom == 1 ? "out of memory" : oom ? "Previous response with id '%s' is still "
+                     "in progress (a background response): wait for its end (GET polls it)" :
+                     "Previous response with id '%s' not found.", name);
             return NULL;
         }
         conv = cJSON_Parse(t);
@@ -1022,7 +1136,7 @@ static cJSON *response_object(srv *s, const srv_job *j, const char *status, cJSO
     cJSON_AddItemToObject(o, "output", output ? output : cJSON_CreateArray());
     for (const cJSON *x = j->resp->echo->child; x; x = x->next)
         cJSON_AddItemToObject(o, x->string, cJSON_Duplicate(x, 1));
-    if (strcmp(status, "in_progress")) cJSON_AddItemToObject(o, "usage", usage_json(j));
+    if (strcmp(status, "in_progress") && strcmp(status, "queued")) cJSON_AddItemToObject(o, "usage", usage_json(j));
     else cJSON_AddNullToObject(o, "usage");
     return o;
 }
@@ -1045,12 +1159,23 @@ static void input_ids(const srv_job *j, cJSON *conv) {
     }
 }
 
+static int rs_end(srv_rstore *st, const char *id, char *resp, char *conv, int n_in);
+
 /* The ended response (output taken): completed, incomplete or failed (with its error); kept
  * in the store when asked, returned (its store false when it could not be kept: over the
- * per-entry cap, or out of memory). */
+ * per-entry cap, or out of memory). A background response asked to cancel ends cancelled
+ * (OpenAI's: no output, no error), whatever its request did meanwhile; its running entry
+ * takes the end (rs_end). */
 static cJSON *finish(srv *s, srv_job *j, cJSON *output) {
     const char *err = failure(j->r);
-    cJSON *o = response_object(s, j, err ? "failed" : incomplete(j->r) ? "incomplete" : "completed", output, err);
+    j->resp->ended = 1;
+    if (j->resp->cancel) {
+        cJSON_Delete(output);
+        output = NULL;
+        err = NULL;
+    }
+    cJSON *o = response_object(s, j, j->resp->cancel ? "cancelled" : err ? "failed" : incomplete(j->r) ?
+                               "incomplete" : "completed", output, err);
     if (!j->resp->store) return o;
     cJSON *conv = cJSON_Duplicate(j->resp->conv, 1);
     const int n_in = cJSON_GetArraySize(conv);
@@ -1061,7 +1186,8 @@ static cJSON *finish(srv *s, srv_job *j, cJSON *output) {
     char *rt = ct ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(conv);
     int kept = 0;
-    if (ct && rt) kept = rs_put(s->rstore, j->id, rt, ct, n_in);
+    if (j->resp->bg) kept = rs_end(s->rstore, j->id, rt, ct, n_in);
+    else if (ct && rt) kept = rs_put(s->rstore, j->id, rt, ct, n_in, NULL, NULL);
     else { free(ct); free(rt); }
     if (!kept) cJSON_ReplaceItemInObjectCaseSensitive(o, "store", cJSON_CreateFalse());
     return o;
@@ -1365,12 +1491,18 @@ static cJSON *failed_end(srv *s, srv_job *j, srv_buf *out) {
     return finish(s, j, cJSON_Duplicate(R->items, 1));
 }
 
+static void follow_stream(srv_job *j, srv_buf *out, int *finished);
+
 static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
     srv_req *r = j->r;
     struct srv_resp *R = j->resp;
+    if (R->flog) {
+        follow_stream(j, out, finished);
+        return;
+    }
     if (!j->began) {
         cJSON *o = ev("response.created");
-        cJSON_AddItemToObject(o, "response", response_object(s, j, "in_progress", NULL, NULL));
+        cJSON_AddItemToObject(o, "response", response_object(s, j, R->bg ? "queued" : "in_progress", NULL, NULL));
         emit(j, out, o);
         o = ev("response.in_progress");
         cJSON_AddItemToObject(o, "response", response_object(s, j, "in_progress", NULL, NULL));
@@ -1379,7 +1511,7 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
     }
     stream_events(j, out);
     if (!r->end) return;
-    if (failure(r)) {
+    if (failure(r) || R->cancel) {
         cJSON *o = ev("response.failed");
         cJSON_AddItemToObject(o, "response", failed_end(s, j, out));
         emit(j, out, o);
@@ -1418,11 +1550,373 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
     *finished = 1;
 }
 
+/* ---- background responses ------------------------------------------------------------------
+ * background: true (with store): the POST answers at once (the response queued, or the
+ * stream of its events); the job runs without a connection, driven by the store's worker
+ * thread, which runs the stream function above on each batch of news (so a polled response
+ * has its items so far, and its end is the stream's), keeps the events of a streamed one in
+ * its log (GET ?stream=true&starting_after=N replays them after N, then follows live ones),
+ * and rings the following streams' doorbells. The entry stays in the store, outside the LRU,
+ * until the response ends; its log counts against the store's bytes. */
+
+/* The most streams that follow one background response at once. */
+#define RS_MAX_FOLLOW 64
+
+static rs_log *log_new(void) {
+    rs_log *l = calloc(1, sizeof *l);
+    if (!l) return NULL;
+    pthread_mutex_init(&l->mu, NULL);
+    atomic_init(&l->refs, 1);
+    return l;
+}
+
+/* Under l->mu: the log dropped (its events freed; the following streams end with an error). */
+static void log_lose(rs_log *l) {
+    l->lost = 1;
+    srv_buf_free(&l->text);
+    free(l->off);
+    l->off = NULL;
+    l->n = l->cap = 0;
+}
+
+/* A background response's end: its running entry gets its response and conversation (taken;
+ * NULL: out of memory, not kept) and leaves the running; kept as rs_put keeps one, its log
+ * dropped first when the whole is over the entry's share. Called under the job's request mu
+ * (finish): the entry's reference to the run is not the last (the worker holds one). 1 when
+ * kept. */
+static int rs_end(srv_rstore *st, const char *id, char *resp, char *conv, int n_in) {
+    rs_log *lost = NULL;
+    int kept = 0;
+    pthread_mutex_lock(&st->mu);
+    rs_entry **l = rs_link(st, id), *e = *l;
+    if (e && e->run) {
+        atomic_fetch_sub(&e->run->refs, 1);
+        e->run = NULL;
+        if (resp && conv) {
+            st->used -= e->bytes;
+            free(e->resp);
+            free(e->conv);
+            e->resp = resp;
+            e->conv = conv;
+            e->n_in = n_in;
+            resp = conv = NULL;
+            const size_t base = rs_base_bytes(e), share = st->cap / RS_ENTRY_SHARE;
+            if (e->log && base + e->log_bytes > share) {
+                lost = e->log;
+                e->log = NULL;
+                e->log_bytes = 0;
+            }
+            e->bytes = base + e->log_bytes;
+            kept = e->bytes <= share && rs_room(st, e->bytes, e);
+            st->used += e->bytes;
+        }
+        if (!kept) rs_drop(st, l);  /* (out of memory: not kept either) */
+    }
+    pthread_mutex_unlock(&st->mu);
+    free(resp);
+    free(conv);
+    if (lost) {
+        pthread_mutex_lock(&lost->mu);
+        log_lose(lost);
+        pthread_mutex_unlock(&lost->mu);
+        log_release(lost);
+    }
+    return kept;
+}
+
+/* The events of one step (their SSE text: each ends with a blank line, which JSON text never
+ * holds) appended to run x's log and counted in its entry's bytes (the least recently used
+ * entries go to make room). A log that would pass its entry's share, or that no room can be
+ * made for, is dropped: the streams following it end with an error event and a resume is
+ * refused, while the response runs on (GET polls it). done: the last events. The following
+ * streams are woken. */
+static void log_put(srv_rstore *st, rs_run *x, const srv_buf *ev, int done) {
+    rs_log *l = x->log;
+    int n = 0, lose = 0;
+    for (size_t i = 0; i + 1 < ev->n; i++)
+        if (ev->s[i] == '\n' && ev->s[i + 1] == '\n') n++, i++;
+    const size_t more = ev->n + (size_t)n * sizeof(size_t);
+    pthread_mutex_lock(&st->mu);
+    rs_entry *e = *rs_link(st, x->job->id);
+    if (!e || e->log != l) {
+        lose = 1;  /* not kept at its end, or lost already */
+    } else if (more) {
+        if (rs_base_bytes(e) + e->log_bytes + more > st->cap / RS_ENTRY_SHARE || !rs_room(st, more, e)) {
+            lose = 1;
+            st->used -= e->log_bytes;
+            e->bytes -= e->log_bytes;
+            e->log_bytes = 0;
+            e->log = NULL;
+            atomic_fetch_sub(&l->refs, 1);  /* the entry's (the run holds one) */
+        } else {
+            e->log_bytes += more;
+            e->bytes += more;
+            st->used += more;
+        }
+    }
+    pthread_mutex_unlock(&st->mu);
+    srv_req *kick[RS_MAX_FOLLOW];
+    pthread_mutex_lock(&l->mu);
+    if (lose && !l->lost) log_lose(l);
+    if (!l->lost && n) {
+        if (l->n + n > l->cap) {
+            const int cap = l->n + n > 2 * l->cap ? l->n + n : 2 * l->cap;
+            size_t *off = realloc(l->off, (size_t)cap * sizeof *off);
+            if (off) l->off = off, l->cap = cap;
+        }
+        const size_t at = l->text.n;
+        srv_buf_put(&l->text, ev->s, ev->n);
+        if (l->n + n > l->cap || l->text.oom) {
+            log_lose(l);
+        } else {
+            l->off[l->n++] = at;
+            for (size_t i = 0; i + 2 < ev->n; i++)
+                if (ev->s[i] == '\n' && ev->s[i + 1] == '\n') l->off[l->n++] = at + i + 2, i++;
+        }
+    }
+    l->done |= done;
+    const int nk = l->n_fol;
+    for (int i = 0; i < nk; i++) {
+        kick[i] = l->fol[i];
+        atomic_fetch_add(&kick[i]->refs, 1);
+    }
+    pthread_mutex_unlock(&l->mu);
+    for (int i = 0; i < nk; i++) {
+        srv_req_kick(kick[i]);
+        srv_req_release(kick[i]);
+    }
+}
+
+/* The waker of a run's request (the scheduler's thread): news for the worker. */
+static void run_wake(void *arg) {
+    rs_run *x = arg;
+    srv_rstore *st = x->s->rstore;
+    pthread_mutex_lock(&st->mu);
+    x->news = 1;
+    pthread_cond_signal(&st->wcv);
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* The run's news: its events formatted (the items kept for a poll), logged when streamed; 1
+ * once it ended (its response is in its entry). */
+static int run_step(srv_rstore *st, rs_run *x) {
+    srv_job *j = x->job;
+    srv_req *r = j->r;
+    srv_buf ev = {0};
+    int finished = 0;
+    pthread_mutex_lock(&r->mu);
+    responses_stream(x->s, j, &ev, &finished);
+    if (!finished) srv_req_wait(r, run_wake, x, 0);  /* (it has not ended: the stream ends with it) */
+    pthread_mutex_unlock(&r->mu);
+    if (x->log) log_put(st, x, &ev, finished);
+    srv_buf_free(&ev);
+    return finished;
+}
+
+/* The worker: runs with news, in turn (a run stepped goes to the list's end), until the stop
+ * finds none running (the scheduler's stop ended every request first). */
+static void *worker_main(void *arg) {
+    srv_rstore *st = arg;
+    pthread_mutex_lock(&st->mu);
+    for (;;) {
+        rs_run **p = &st->runs;
+        while (*p && !(*p)->news) p = &(*p)->next;
+        rs_run *x = *p;
+        if (!x) {
+            if (st->wstop && !st->runs) break;
+            pthread_cond_wait(&st->wcv, &st->mu);
+            continue;
+        }
+        *p = x->next;
+        x->next = NULL;
+        x->news = 0;
+        pthread_mutex_unlock(&st->mu);
+        const int finished = run_step(st, x);
+        pthread_mutex_lock(&st->mu);
+        if (finished) {
+            if (!st->runs) pthread_cond_broadcast(&st->idle);
+            pthread_mutex_unlock(&st->mu);
+            run_release(x);
+            pthread_mutex_lock(&st->mu);
+            continue;
+        }
+        for (p = &st->runs; *p; p = &(*p)->next) {}
+        *p = x;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return NULL;
+}
+
+void srv_rstore_stop(srv_rstore *st) {
+    if (!st) return;
+    pthread_mutex_lock(&st->mu);
+    while (st->runs) pthread_cond_wait(&st->idle, &st->mu);
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* The worker told to end once no run is left, and joined (srv_rstore_free: the intake, which
+ * may still hand it a run that its request's end made short, is gone). */
+static void worker_end(srv_rstore *st) {
+    pthread_mutex_lock(&st->mu);
+    st->wstop = 1;
+    pthread_cond_signal(&st->wcv);
+    const int on = st->worker_on;
+    st->worker_on = 0;
+    pthread_mutex_unlock(&st->mu);
+    if (on) pthread_join(st->worker, NULL);
+}
+
+/* A stream following log l from its event `cursor` (a job of its own: its request only a
+ * doorbell; the log holds a reference to it). NULL with *status and a message. */
+static srv_job *follower(const char *id, rs_log *l, int cursor, int *status, char *msg) {
+    srv_job *j = calloc(1, sizeof *j);
+    struct srv_resp *R = calloc(1, sizeof *R);
+    srv_req *r = srv_req_new(NULL, 0);
+    *status = 500;
+    snprintf(msg, MSG, "out of memory");
+    if (!j || !R || !r) goto fail;
+    pthread_mutex_lock(&l->mu);
+    if (l->n_fol == RS_MAX_FOLLOW) {
+        pthread_mutex_unlock(&l->mu);
+        *status = 429;
+        snprintf(msg, MSG, "%d streams follow this response already", RS_MAX_FOLLOW);
+        goto fail;
+    }
+    if (l->n_fol == l->cap_fol) {
+        const int cap = l->cap_fol ? 2 * l->cap_fol : 4;
+        srv_req **f = realloc(l->fol, (size_t)cap * sizeof *f);
+        if (!f) { pthread_mutex_unlock(&l->mu); goto fail; }
+        l->fol = f;
+        l->cap_fol = cap;
+    }
+    l->fol[l->n_fol++] = r;  /* r's second reference */
+    pthread_mutex_unlock(&l->mu);
+    atomic_fetch_add(&l->refs, 1);
+    R->flog = l;
+    R->freq = r;
+    R->cursor = cursor;
+    j->api = SRV_API_RESPONSES;
+    j->stream = 1;
+    j->r = r;
+    j->resp = R;
+    snprintf(j->id, sizeof j->id, "%s", id);
+    return j;
+fail:
+    if (r) { srv_req_release(r); srv_req_release(r); }
+    free(R);
+    free(j);
+    return NULL;
+}
+
+/* A following stream's news: the log's events from its cursor; done once the log's last is
+ * out. A lost log: an error event, then the end. */
+static void follow_stream(srv_job *j, srv_buf *out, int *finished) {
+    struct srv_resp *R = j->resp;
+    rs_log *l = R->flog;
+    pthread_mutex_lock(&l->mu);
+    if (l->lost) {
+        cJSON *o = ev("error");
+        cJSON_AddStringToObject(o, "code", "stream_lost");
+        cJSON_AddStringToObject(o, "message", "this background response's events outgrew its share of the "
+                                "server's response store (--responses-store-bytes): its stream ended here and "
+                                "cannot be resumed; GET /v1/responses/{id} polls the response");
+        cJSON_AddNullToObject(o, "param");
+        cJSON_AddNumberToObject(o, "sequence_number", R->cursor);
+        srv_sse(out, "error", o);
+        *finished = 1;
+    } else {
+        if (R->cursor < l->n) srv_buf_put(out, l->text.s + l->off[R->cursor], l->text.n - l->off[R->cursor]);
+        if (R->cursor < l->n) R->cursor = l->n;
+        if (l->done && R->cursor >= l->n) *finished = 1;
+    }
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Starts the worker unless it runs. Under mu. 0, or -1. */
+static int worker_start(srv_rstore *st) {
+    if (st->wstop) return -1;
+    if (st->worker_on) return 0;
+    if (pthread_create(&st->worker, NULL, worker_main, st)) return -1;
+    pthread_setname_np(st->worker, "dsv4-bg");
+    st->worker_on = 1;
+    return 0;
+}
+
+/* A submitted background job (taken) handed to the worker: its entry stored (running), and the
+ * POST's answer in out: the response queued, or (stream) a stream following its log from the
+ * start. 0, or a status with a message (the job cancelled). */
+static int bg_start(srv *s, srv_job *job, srv_reply *out, char *msg) {
+    srv_rstore *st = s->rstore;
+    const struct srv_resp *R = job->resp;
+    rs_run *x = calloc(1, sizeof *x);
+    rs_log *l = job->stream ? log_new() : NULL;
+    cJSON *in = cJSON_Duplicate(R->conv, 1);
+    if (in) input_ids(job, in);
+    char *conv = in ? cJSON_PrintUnformatted(in) : NULL;
+    const int n_in = cJSON_GetArraySize(in);
+    cJSON_Delete(in);
+    int status = 500;
+    snprintf(msg, MSG, "out of memory");
+    if (!x || (job->stream && !l) || !conv) goto fail;
+    atomic_init(&x->refs, 1);  /* the worker's */
+    x->s = s;
+    x->job = job;
+    x->log = l;
+    pthread_mutex_lock(&st->mu);
+    const int w = worker_start(st);
+    pthread_mutex_unlock(&st->mu);
+    if (w) {
+        status = 503;
+        snprintf(msg, MSG, "cannot start a thread");
+        goto fail_run;
+    }
+    if (!rs_put(st, job->id, NULL, conv, n_in, x, l)) {
+        conv = NULL;
+        status = 503;
+        snprintf(msg, MSG, "the response store (--responses-store-bytes) has no room for another "
+                 "background response: its running ones fill it");
+        goto fail_run;
+    }
+    conv = NULL;
+    srv_job *f = NULL;
+    if (job->stream) {
+        if (!(f = follower(job->id, l, 0, &status, msg)))
+            srv_sched_cancel(s->sched, job->r);  /* its entry ends failed (cancelled) */
+    } else {
+        out->status = 200;
+        srv_put_json(&out->body, response_object(s, job, "queued", NULL, NULL));
+    }
+    pthread_mutex_lock(&st->mu);
+    x->news = 1;
+    x->next = st->runs;
+    st->runs = x;
+    pthread_cond_signal(&st->wcv);
+    pthread_mutex_unlock(&st->mu);
+    if (job->stream && !f) return status;
+    if (f) {
+        out->job = f;
+        out->stream = responses_stream;
+    }
+    return 0;
+fail_run:
+    x->job = NULL;  /* (cancelled and freed below) */
+    run_release(x);
+    x = NULL;
+    l = NULL;  /* (the run's reference, released with it) */
+fail:
+    free(conv);
+    free(x);
+    log_release(l);
+    srv_sched_cancel(s->sched, job->r);
+    srv_job_free(job);
+    return status;
+}
+
 /* ---- the routes -------------------------------------------------------------------------- */
 
 void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) {
     char msg[MSG];
-    int status = 400, stream = 0, store = 1, parallel = 1, n_prev = 0, trunc_auto = 0, logprobs = 0;
+    int status = 400, stream = 0, store = 1, parallel = 1, n_prev = 0, trunc_auto = 0, logprobs = 0, bg = 0;
     double top = 0;
     cJSON *chat = NULL, *conv = NULL;
     srv_chat c = {0};
@@ -1431,8 +1925,14 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
     if (refused_fields(j, msg)) goto bad;
     if (srv_opt_bool(j, "stream", &stream, msg, MSG) < 0 || srv_opt_bool(j, "store", &store, msg, MSG) < 0 ||
-        srv_opt_bool(j, "parallel_tool_calls", &parallel, msg, MSG) < 0)
+        srv_opt_bool(j, "parallel_tool_calls", &parallel, msg, MSG) < 0 ||
+        srv_opt_bool(j, "background", &bg, msg, MSG) < 0)
         goto bad;
+    if (bg && !store) {  /* (OpenAI's rule: a background response lives in the store) */
+        snprintf(msg, MSG, "'background' requires 'store' true (a background response is kept in the store "
+                 "for GET to poll)");
+        goto bad;
+    }
     if (opt_type(j, "user", 0, msg) || opt_type(j, "model", 0, msg) ||
         check_metadata(cJSON_GetObjectItemCaseSensitive(j, "metadata"), msg))
         goto bad;
@@ -1457,7 +1957,8 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     R->n_calls = parallel ? 1 << 30 : 1;
     R->conv = conv;
     conv = NULL;
-    R->echo = echo_fields(j, store, trunc_auto);
+    R->echo = echo_fields(j, store, trunc_auto, bg);
+    R->bg = bg;
     srv_job *job = srv_chat_submit_rendered(s, chat, &c, SRV_API_RESPONSES, body, logprobs ? (int)top : 0, out);
     if (job) {
         job->stream = stream;
@@ -1466,6 +1967,12 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
         R = NULL;
         out->stream = responses_stream;
         out->final = responses_final;
+        if (bg) {  /* answered at once: the job runs on without this connection */
+            out->job = NULL;
+            out->stream = NULL;
+            out->final = NULL;
+            if ((status = bg_start(s, job, out, msg))) goto bad;
+        }
     }
     goto done;
 bad:
@@ -1474,6 +1981,10 @@ bad:
         srv_buf_free(&out->body);
         srv_openai_error_code(&out->body, "invalid_request_error", "previous_response_id",
                               "previous_response_not_found", msg);
+    } else if (status == PREV_RUNNING) {
+        out->status = 400;
+        srv_buf_free(&out->body);
+        srv_openai_error_code(&out->body, "invalid_request_error", "previous_response_id", NULL, msg);
     } else if (status == TOO_LONG) {
         out->status = 400;
         srv_buf_free(&out->body);
@@ -1605,11 +2116,170 @@ static int input_items(srv *s, const char *id, const srv_list_query *q, srv_buf 
     return 200;
 }
 
+/* id's entry, the most recently used now: a running background response's run (*run, a
+ * reference), else a copy of its response object (*resp) and whether it ran in the
+ * background (*bg). 0 when there is none (or out of memory: *oom). */
+static int rs_find(srv_rstore *st, const char *id, rs_run **run, char **resp, int *bg, int *oom) {
+    *run = NULL;
+    *resp = NULL;
+    pthread_mutex_lock(&st->mu);
+    rs_entry *e = *rs_link(st, id);
+    if (e) {
+        lru_unlink(st, e);
+        lru_front(st, e);
+        *bg = e->bg;
+        if (e->run) {
+            *run = e->run;
+            atomic_fetch_add(&e->run->refs, 1);
+        } else if (!(*resp = strdup(e->resp))) {
+            *oom = 1;
+        }
+    }
+    pthread_mutex_unlock(&st->mu);
+    return *run || *resp;
+}
+
+/* A running background response as a poll sees it (under its request's mu): queued until its
+ * first token, then in_progress with the items done so far and the one being written. */
+static cJSON *snapshot(srv *s, srv_job *j) {
+    const struct srv_resp *R = j->resp;
+    cJSON *out = cJSON_Duplicate(R->items, 1);
+    char *t = R->text.n ? strndup(R->text.s, R->text.n) : strdup("");
+    if (out && t && R->open == OPEN_MESSAGE)
+        cJSON_AddItemToArray(out, message_item(j, R->n_out, t, "in_progress", R->lps ? cJSON_Duplicate(R->lps, 1) : NULL));
+    else if (out && t && R->open == OPEN_REASONING)
+        cJSON_AddItemToArray(out, reasoning_item(j, R->n_out, t));
+    free(t);
+    return response_object(s, j, j->r->n_ev ? "in_progress" : "queued", out, NULL);
+}
+
+/* id's entry handed to one of two answers: ended (its response object's text; bg: made in the
+ * background) or running (under its job's request mu; *kill: cancel the request); one that
+ * ends meanwhile is looked up again. The HTTP status; 404 (500 out of memory: *oom). */
+static int with_entry(srv *s, const char *id, srv_buf *out, int *oom, int (*ended)(const char *t, int bg, srv_buf *out),
+                      cJSON *(*running)(srv *s, srv_job *j, int *kill)) {
+    for (int tries = 0; tries < 3; tries++) {
+        rs_run *x;
+        char *t;
+        int bg = 0, kill = 0;
+        if (!rs_find(s->rstore, id, &x, &t, &bg, oom)) return *oom ? 500 : 404;
+        if (t) {
+            const int status = ended(t, bg, out);
+            free(t);
+            return status;
+        }
+        srv_job *j = x->job;
+        pthread_mutex_lock(&j->r->mu);
+        cJSON *o = j->resp->ended ? NULL : running(s, j, &kill);
+        pthread_mutex_unlock(&j->r->mu);
+        if (kill) srv_sched_cancel(s->sched, j->r);
+        run_release(x);
+        if (o) {
+            srv_put_json(out, o);
+            return 200;
+        }
+    }
+    return 404;
+}
+
+/* GET: the stored response as it is. */
+static int got_ended(const char *t, int bg, srv_buf *out) {
+    (void)bg;
+    srv_buf_puts(out, t);
+    return 200;
+}
+
+static cJSON *got_running(srv *s, srv_job *j, int *kill) {
+    (void)kill;
+    return snapshot(s, j);
+}
+
+/* POST /v1/responses/{id}/cancel: a running background response is cancelled (its request
+ * ends at the scheduler's next step, its sequence and cache pages freed; it ends with status
+ * cancelled, no output) and answered so; one cancelled already answers the same again;
+ * another ended one, or one not made in the background, is a 400 (OpenAI's). */
+static int cancel_ended(const char *t, int bg, srv_buf *out) {
+    cJSON *o = cJSON_Parse(t);
+    const char *st = o ? str_field(o, "status") : NULL;
+    char msg[120];
+    int status = 400;
+    if (!bg) snprintf(msg, sizeof msg, "Cannot cancel a synchronous response (only one created with "
+                      "background: true).");
+    else if (st && !strcmp(st, "cancelled")) status = 200, srv_buf_puts(out, t);
+    else snprintf(msg, sizeof msg, "Cannot cancel a%s %s response.", st && *st == 'i' ? "n" : "",
+                  st ? st : "finished");
+    if (status != 200) srv_openai_error_code(out, "invalid_request_error", NULL, NULL, msg);
+    cJSON_Delete(o);
+    return status;
+}
+
+static cJSON *cancel_running(srv *s, srv_job *j, int *kill) {
+    j->resp->cancel = 1;
+    *kill = 1;
+    return response_object(s, j, "cancelled", NULL, NULL);
+}
+
+int srv_responses_follow(srv *s, const char *id, const char *starting_after, srv_reply *out) {
+    char msg[MSG];
+    long long after = -1;
+    int status = 400;
+    const char *param = "starting_after";
+    if (starting_after) {
+        char *end;
+        after = strtoll(starting_after, &end, 10);
+        if (!starting_after[0] || !strchr("0123456789", starting_after[0]) || *end || after > 1 << 30) {
+            snprintf(msg, MSG, "'starting_after' must be an event's sequence_number (a whole number)");
+            goto bad;
+        }
+    }
+    srv_rstore *st = s->rstore;
+    rs_log *l = NULL;
+    pthread_mutex_lock(&st->mu);
+    const rs_entry *e = *rs_link(st, id);
+    const int found = e != NULL, bg = e && e->bg, streamed = e && e->streamed;
+    if (e && e->log) atomic_fetch_add(&(l = e->log)->refs, 1);
+    pthread_mutex_unlock(&st->mu);
+    param = "stream";
+    if (!found) {
+        char name[201];
+        srv_client_text(name, sizeof name, id);
+        snprintf(msg, MSG, "Response with id '%s' not found.", name);
+        status = 404;
+        param = NULL;
+    } else if (!bg) {
+        snprintf(msg, MSG, "This response cannot be streamed because it was not created with background=true.");
+    } else if (!streamed) {
+        snprintf(msg, MSG, "This response cannot be streamed because it was not created with stream=true.");
+    } else if (!l) {
+        snprintf(msg, MSG, "This response's events outgrew its share of the server's response store "
+                 "(--responses-store-bytes): its stream cannot be resumed; GET without stream polls it.");
+    } else {
+        srv_job *f = follower(id, l, (int)(after + 1), &status, msg);
+        log_release(l);
+        if (f) {
+            out->job = f;
+            out->stream = responses_stream;
+            return 0;
+        }
+        if (status != 400) {
+            srv_reply_error(out, SRV_API_RESPONSES, status, msg);
+            return status;
+        }
+    }
+bad:
+    out->status = status;
+    srv_buf_free(&out->body);
+    srv_openai_error_code(&out->body, "invalid_request_error", param, NULL, msg);
+    return status;
+}
+
 int srv_responses_lookup(srv *s, const char *method, const char *path, const srv_list_query *q,
                          srv_buf *out) {
     int oom = 0, status = 404;
     const char *slash = strchr(path, '/');
-    if (slash && (strcmp(slash, "/input_items") || strcmp(method, "GET"))) {
+    const int cancel = slash && !strcmp(slash, "/cancel");
+    if ((cancel && strcmp(method, "POST")) || (!cancel && !strcmp(method, "POST")) ||
+        (slash && !cancel && (strcmp(slash, "/input_items") || strcmp(method, "GET")))) {
         srv_openai_error(out, 404, "no such route");
         return 404;
     }
@@ -1618,11 +2288,15 @@ int srv_responses_lookup(srv *s, const char *method, const char *path, const srv
         srv_openai_error(out, 500, "out of memory");
         return 500;
     }
-    if (slash) {
+    if (cancel) {
+        status = with_entry(s, id, out, &oom, cancel_ended, cancel_running);
+        if (status != 404 && !oom) goto done;
+    } else if (slash) {
         status = input_items(s, id, q, out, &oom);
         if (status != 404 && !oom) goto done;
     } else if (!strcmp(method, "DELETE")) {
-        if (rs_del(s->rstore, id)) {
+        const int d = rs_del(s->rstore, id);
+        if (d > 0) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "id", id);
             cJSON_AddStringToObject(o, "object", "response");
@@ -1631,14 +2305,16 @@ int srv_responses_lookup(srv *s, const char *method, const char *path, const srv
             status = 200;
             goto done;
         }
-    } else {
-        char *t = rs_get(s->rstore, id, 0, NULL, &oom);
-        if (t) {
-            srv_buf_puts(out, t);
-            free(t);
-            status = 200;
+        if (d < 0) {
+            srv_openai_error_code(out, "invalid_request_error", NULL, NULL,
+                                  "Cannot delete an in-flight response: cancel it first (POST "
+                                  "/v1/responses/{id}/cancel), or wait for its end.");
+            status = 400;
             goto done;
         }
+    } else {
+        status = with_entry(s, id, out, &oom, got_ended, got_running);
+        if (status == 200) goto done;
     }
     if (oom) {
         srv_buf_free(out);

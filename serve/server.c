@@ -253,6 +253,7 @@ int dsv4_server_stop(dsv4_server *s, double grace_s, dsv4_err *err) {
     if (!s) return DSV4_OK;
     srv_http_quiesce(s);
     srv_sched_stop(s->sched, grace_s);  /* every request ends: streams finish, waits return */
+    srv_rstore_stop(s->rstore);  /* background responses' ends written: the streams following them end */
     /* the scheduler thread is gone: this thread makes the group's last call */
     dsv4_err mine = {0};
     int rc = srv_relay_stop(s->relay, &mine);

@@ -62,16 +62,24 @@ typedef struct srv_list_query {
     const char *after, *before, *limit, *order;
 } srv_list_query;
 /* OpenAI's Responses API (responses.c): POST /v1/responses, and GET / DELETE
- * /v1/responses/{id} and GET /v1/responses/{id}/input_items (path: what follows
- * /v1/responses/; q: the list's query) answered from the store in place (the HTTP status;
- * out: the body). */
+ * /v1/responses/{id}, GET /v1/responses/{id}/input_items and POST
+ * /v1/responses/{id}/cancel (path: what follows /v1/responses/; q: the list's query)
+ * answered from the store in place (the HTTP status; out: the body). */
 void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out);
 int srv_responses_lookup(srv *s, const char *method, const char *path, const srv_list_query *q,
                          srv_buf *out);
+/* GET /v1/responses/{id}?stream=true&starting_after=N (N NULL: from the start): a background
+ * stream's events after N, replayed from its log, then followed live, as out's job and
+ * stream function (0); else out holds the error (its status returned). */
+int srv_responses_follow(srv *s, const char *id, const char *starting_after, srv_reply *out);
 /* The stored responses (input and output items, for previous_response_id, and the response
  * object, for GET): an LRU under a byte cap, its own mutex (a leaf lock: taken under a
  * request's mu by the stream and final functions, and by the intake thread). */
 srv_rstore *srv_rstore_create(size_t cap);
+/* After the scheduler stopped (every request ended): returns once the store's worker wrote
+ * every background response's end (the streams following them then end). srv_rstore_free
+ * ends the worker (joined). */
+void srv_rstore_stop(srv_rstore *st);
 void srv_rstore_free(srv_rstore *st);
 /* vLLM's /tokenize and /detokenize (tokenize.c). */
 void srv_tokenize(srv *s, const char *body, size_t len, srv_reply *out);

@@ -21,11 +21,16 @@
 //    same failed response; it is stored;
 //  - truncation: disabled -> 400 context_length_exceeded; auto drops the fewest oldest items;
 //  - the store's per-entry cap: a response over an eighth of the store is not kept (its
-//    store false), the others stay.
+//    store false), the others stay;
+//  - include message.output_text.logprobs: the chat's logprobs, streamed and not;
+//  - background: the POST answers queued, GET polls it to the foreground's answer; cancel
+//    mid-run (the sequence freed), and the cancel rules; a background stream replayed whole
+//    and after event N, resumed live after its client left; a log past its entry's share
+//    ends the streams following it (stream_lost); a shutdown with background work running.
 'use strict';
 const assert = require('assert');
 const OpenAI = require('openai').default;
-const { start, http, run } = require('./harness');
+const { start, http, metrics, run } = require('./harness');
 const { SYS } = require('./common');
 
 const D = '｜DSML｜';
@@ -57,6 +62,28 @@ const WEATHER = { type: 'function', name: 'get_weather', description: 'Weather f
 const TEXT_EVENTS = ['response.created', 'response.in_progress', 'response.output_item.added',
   'response.content_part.added', 'response.output_text.delta', 'response.output_text.done',
   'response.content_part.done', 'response.output_item.done'];
+
+// SSE text -> [{event, data}]
+const parseSse = (t) => t.split('\n\n').filter((b) => b).map((b) => ({ event: /^event: (.*)$/m.exec(b)[1],
+  data: JSON.parse(/^data: (.*)$/m.exec(b)[1]) }));
+async function sse(url, body) {
+  const res = await fetch(url, body === undefined ? {} : { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body) });
+  const text = await res.text();
+  return { status: res.status, text, events: res.status === 200 ? parseSse(text) : [], json: res.status === 200 ? null : JSON.parse(text) };
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// GET id until its status leaves queued / in_progress (bounded: a hang fails, not a slow run)
+async function poll(url, id, seen = []) {
+  for (let i = 0; i < 4000; i++) {
+    const g = await http(`${url}/v1/responses/${id}`, { method: 'GET' });
+    assert.strictEqual(g.status, 200, g.body);
+    seen.push(g.json.status);
+    if (g.json.status !== 'queued' && g.json.status !== 'in_progress') return g.json;
+    await sleep(5);
+  }
+  assert.fail(`${id} still running`);
+}
 
 // event types with runs of deltas collapsed to one
 const squeeze = (types) => types.filter((t, i) => !(t.endsWith('.delta') && types[i - 1] === t));
@@ -437,7 +464,7 @@ run('server_responses', async () => {
     [{ model, input: 'x', tool_choice: { type: 'function' } }, /'tool_choice'/],
     [{ model, input: 'x', text: { format: { type: 'xml' } } }, /'text.format.type'/],
     [{ model, input: 'x', reasoning: { effort: 'extreme' } }, /'reasoning.effort'/],
-    [{ model, input: 'x', background: true }, /'background'/],
+    [{ model, input: 'x', background: true, store: false }, /'background' requires 'store' true/],
     [{ model, input: 'x', previous_response_id: 5 }, /'previous_response_id'/],
     [{ model, input: 'x', metadata: { a: 1 } }, /'metadata'/],
     [{ model, input: 'x', metadata: Object.fromEntries([...Array(17).keys()].map((i) => [`k${i}`, 'v'])) }, /'metadata'/],
@@ -469,5 +496,136 @@ run('server_responses', async () => {
     assert.match(b.json.error.message, re);
     assert.strictEqual(b.json.error.type, 'invalid_request_error');
   }
+
+  // a background stream whose events outgrow its entry's share of the store (8K of 64K): the
+  // stream following it ends with an error event; a resume is refused; the response runs on
+  const capped = await sse(`${srv.url}/v1/responses`, { model, input: 'Tell a story.', max_output_tokens: 60,
+    temperature: 0, background: true, stream: true });
+  const capId = capped.events[0].data.response.id;
+  assert.deepStrictEqual(capped.events[capped.events.length - 1].event, 'error');
+  assert.strictEqual(capped.events[capped.events.length - 1].data.code, 'stream_lost');
+  assert(capped.events.length > 5);
+  // (lost while it ran: the events kept never passed the share)
+  assert(Buffer.byteLength(capped.text.slice(0, capped.text.lastIndexOf('event: error'))) < 8192);
+  const capEnd = await poll(srv.url, capId);
+  assert.strictEqual(capEnd.usage.output_tokens, 60);
+  const capResume = await http(`${srv.url}/v1/responses/${capId}?stream=true&starting_after=2`, { method: 'GET' });
+  assert.deepStrictEqual([capResume.status, capResume.json.error.param], [400, 'stream']);
+  assert.match(capResume.json.error.message, /outgrew/);
   await srv.stop();
+  await background();
 });
+
+// background mode on a server whose store holds a few hundred tokens' events per response
+async function background() {
+  const srv = await start(['--max-context', '2048', '--mtp', 'off', '--responses-store-bytes', '4M']);
+  const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
+  const model = 'm';
+  const url = `${srv.url}/v1/responses`;
+
+  // poll to completion: the POST answers at once (queued); the end is the foreground's answer
+  const req = { model, input: 'Name a colour.', temperature: 0, max_output_tokens: 12 };
+  const fg = await client.responses.create(req);
+  const q = await http(url, { body: { ...req, background: true } });
+  assert.strictEqual(q.status, 200, q.body);
+  assert.deepStrictEqual([q.json.status, q.json.background, q.json.output, q.json.usage, q.json.store],
+    ['queued', true, [], null, true]);
+  assert.strictEqual(fg.background, false);
+  const seen = [];
+  const done = await poll(srv.url, q.json.id, seen);
+  assert.strictEqual(done.status, fg.status);
+  assert.deepStrictEqual(done.output.map((o) => o.content[0].text), [fg.output_text]);
+  assert.strictEqual(done.usage.output_tokens, fg.usage.output_tokens);
+  assert(seen.every((x, i) => i === seen.length - 1 || x === 'queued' || x === 'in_progress'), seen.join());
+  // it continues like any stored response
+  const next = await client.responses.create({ model, previous_response_id: q.json.id, input: 'Another.', max_output_tokens: 1 });
+  assert(next.usage.input_tokens > fg.usage.input_tokens + fg.usage.output_tokens);
+
+  // cancel mid-run: the answer says cancelled; the run ends so (no output), its sequence and
+  // cache pages freed (a run that ended before the cancel came is tried again)
+  const m0 = await metrics(srv.url);
+  let cancelled = null, mid = null, lastRefusal = null;
+  for (let tries = 0; tries < 3 && !cancelled; tries++) {
+    const c0 = await http(url, { body: { model, input: 'Count to a thousand.', max_output_tokens: 1500, background: true } });
+    for (mid = c0.json; mid.status === 'queued'; await sleep(1))
+      mid = (await http(`${url}/${c0.json.id}`, { method: 'GET' })).json;
+    // (while it runs: not deletable, not a previous_response_id yet)
+    const del = await http(`${url}/${c0.json.id}`, { method: 'DELETE' });
+    const prev = await http(url, { body: { model, previous_response_id: c0.json.id, input: 'x' } });
+    const cz = await http(`${url}/${c0.json.id}/cancel`, { body: {} });
+    if (cz.status !== 200) { lastRefusal = cz.body; continue; }
+    assert.deepStrictEqual([del.status, del.json.error.message.startsWith('Cannot delete an in-flight response')], [400, true]);
+    assert.deepStrictEqual([prev.status, prev.json.error.param], [400, 'previous_response_id']);
+    assert.match(prev.json.error.message, /still in progress/);
+    assert.deepStrictEqual([cz.json.id, cz.json.status, cz.json.output, cz.json.error], [c0.json.id, 'cancelled', [], null]);
+    cancelled = c0.json.id;
+  }
+  assert(cancelled, `every try ended before its cancel: ${lastRefusal}`);
+  assert.strictEqual(mid.status, 'in_progress');
+  const cend = await poll(srv.url, cancelled);
+  assert.deepStrictEqual([cend.status, cend.output, cend.error], ['cancelled', [], null]);
+  assert(cend.usage.output_tokens < 1500, `ran to ${cend.usage.output_tokens} tokens`);
+  let m1;
+  for (let i = 0; i < 2000; i++) {
+    m1 = await metrics(srv.url);
+    if (m1.dsv4_running_sequences === 0) break;
+    await sleep(5);
+  }
+  assert.strictEqual(m1.dsv4_running_sequences, 0);
+  assert.strictEqual(m1['dsv4_cache_pages{pool="window",state="used"}'], m0['dsv4_cache_pages{pool="window",state="used"}']);
+  // cancelled again: the same; an ended response, a foreground one: OpenAI's 400s; unknown: 404
+  const again = await http(`${url}/${cancelled}/cancel`, { body: {} });
+  assert.deepStrictEqual([again.status, again.json.status], [200, 'cancelled']);
+  for (const [id, re] of [[q.json.id, /^Cannot cancel an? (completed|incomplete) response/], [fg.id, /synchronous/]]) {
+    const b = await http(`${url}/${id}/cancel`, { body: {} });
+    assert.deepStrictEqual([b.status, b.json.error.type], [400, 'invalid_request_error'], b.body);
+    assert.match(b.json.error.message, re);
+  }
+  assert.strictEqual((await http(`${url}/resp_nope/cancel`, { body: {} })).status, 404);
+  assert.strictEqual((await http(`${url}/${fg.id}/cancelx`, { body: {} })).status, 404);
+
+  // a background stream: sequence_numbers 0, 1, ...; GET ?stream=true replays it exactly, and
+  // after event N the events after N
+  const sreq = { model, input: 'Tell a story.', temperature: 0, max_output_tokens: 20, background: true, stream: true };
+  const s1 = await sse(url, sreq);
+  s1.events.forEach((e, i) => assert.strictEqual(e.data.sequence_number, i));
+  assert.deepStrictEqual([s1.events[0].event, s1.events[0].data.response.status], ['response.created', 'queued']);
+  const last = s1.events[s1.events.length - 1];
+  assert.strictEqual(last.data.response.status, fg.status);
+  const sid = s1.events[0].data.response.id;
+  assert.strictEqual((await sse(`${url}/${sid}?stream=true`)).text, s1.text);
+  for (const n of [0, 5, s1.events.length - 2, s1.events.length - 1, s1.events.length + 3])
+    assert.deepStrictEqual((await sse(`${url}/${sid}?stream=true&starting_after=${n}`)).events, s1.events.slice(n + 1), `after ${n}`);
+  // a stream the client left goes on; resumed after the last event seen, it follows live
+  const ac = new AbortController();
+  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, signal: ac.signal,
+    body: JSON.stringify({ ...sreq, input: 'Count to a thousand.', max_output_tokens: 150 }) });
+  const reader = res.body.getReader();
+  let got = '';
+  while ((got.match(/\n\n/g) || []).length < 6) got += Buffer.from((await reader.read()).value).toString();
+  ac.abort();
+  const head = parseSse(got.slice(0, got.lastIndexOf('\n\n') + 2));
+  const lid = head[0].data.response.id;
+  const rest = await sse(`${url}/${lid}?stream=true&starting_after=${head[head.length - 1].data.sequence_number}`);
+  const whole = await sse(`${url}/${lid}?stream=true`);
+  assert.deepStrictEqual([...head, ...rest.events], whole.events);
+  assert.strictEqual(whole.events[whole.events.length - 1].data.response.usage.output_tokens, 150);
+  // refusals: not background, not streamed, a bad cursor, unknown
+  const nb = await client.responses.create({ ...req, max_output_tokens: 1 });
+  for (const [u, status, param] of [[`${url}/${nb.id}?stream=true`, 400, 'stream'],
+    [`${url}/${q.json.id}?stream=true`, 400, 'stream'], [`${url}/${sid}?stream=true&starting_after=x`, 400, 'starting_after'],
+    [`${url}/${sid}?stream=true&starting_after=-1`, 400, 'starting_after'], [`${url}/resp_nope?stream=true`, 404, null]]) {
+    const b = await http(u, { method: 'GET' });
+    assert.deepStrictEqual([b.status, b.json.error.param], [status, param], u);
+  }
+
+  // shutdown with a background response running and a stream following it: a clean exit
+  // (the grace lets it end), the stream's last event its end
+  const bgRun = await http(url, { body: { model, input: 'Count to a thousand.', max_output_tokens: 100, background: true } });
+  const followP = http(url, { body: { ...sreq, max_output_tokens: 100 } });
+  for (let st = 'queued'; st === 'queued'; await sleep(1)) st = (await http(`${url}/${bgRun.json.id}`, { method: 'GET' })).json.status;
+  await srv.stop();
+  const follow = await followP;
+  assert.strictEqual(follow.status, 200);
+  assert.match(follow.body.slice(-3000), /event: response\.(completed|incomplete|failed)\n/);
+}
