@@ -1873,8 +1873,8 @@ static int bg_start(srv *s, srv_job *job, srv_reply *out, char *msg) {
     if (!rs_put(st, job->id, NULL, conv, n_in, x, l)) {
         conv = NULL;
         status = 503;
-        snprintf(msg, MSG, "the response store (--responses-store-bytes) has no room for another "
-                 "background response: its running ones fill it");
+        snprintf(msg, MSG, "the response store (--responses-store-bytes) cannot keep this background "
+                 "response (its input is over an eighth of the store, or running ones fill it)");
         goto fail_run;
     }
     conv = NULL;
