@@ -1,11 +1,12 @@
 /* bench_indexer.c — the indexer's top-k for one query block, exact against bounded.
  *
- *   bench_indexer [--reps N] [--ns LIST] [--shapes quarter,flash] [--kernels [--cold] [--nqs LIST]]
+ *   bench_indexer [--reps N] [--ns LIST] [--shapes quarter,flash] [--keys bf16|fp4] [--kernels [--cold] [--nqs LIST]]
  *
  * One thread. For each shape (flash_quarter: 16 heads x 128, Flash: 64 x 128, top 512),
  * entry count n (default 2048,8192,32768,131072) and block size nq (1 = a decode row, 8 =
  * a prefill block), it times the two ways the attention finds each query's top-k over the
- * same BF16 keys (the default cache format):
+ * same BF16 keys (the default cache format; --keys fp4: FP4 keys, as fidelity F3 stores them
+ * with --kv-dtype ...+fp4, the keys rounded by F3's rule):
  *   exact:   dsv4_idx_scores of the block, then dsv4_indexer_select per query;
  *   bounded: dsv4_idx_approx of the block, then dsv4_indexer_select_verified per query
  *            (exact rescoring of the entries near the boundary),
@@ -27,6 +28,8 @@
 #define MAX_REPS 21
 #define NQ_MAX 8
 
+static int KEY_FMT = DSV4_ROW_BF16; /* --keys */
+
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 typedef struct bufs {
     float *scores, *knorm, *fbuf;
@@ -41,14 +44,14 @@ static double run(int bounded, int simd, const float *qI, const float *wI, int n
     int64_t lim[NQ_MAX];
     for (int q = 0; q < nq; q++) lim[q] = n;
     const double t0 = now_s();
-    if (bounded) dsv4_idx_approx(simd, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys, DSV4_ROW_BF16, 0, n, nI, dI,
+    if (bounded) dsv4_idx_approx(simd, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys, KEY_FMT, 0, n, nI, dI,
                                  b->scores, b->knorm, (size_t)n);
-    else dsv4_idx_scores(simd, ops, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys, DSV4_ROW_BF16, 0, n, nI, dI,
+    else dsv4_idx_scores(simd, ops, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys, KEY_FMT, 0, n, nI, dI,
                          b->scores, (size_t)n);
     for (int q = 0; q < nq; q++) {
         if (bounded) {
             const dsv4_indexer_query iq = {simd, ops, qI + (size_t)q * nI * dI, wI + (size_t)q * nI, nI, dI, keys,
-                                           DSV4_ROW_BF16};
+                                           KEY_FMT};
             for (int i = 0; i < n; i++) b->cidx[i] = -1;
             dsv4_indexer_select_verified(&iq, b->scores + (size_t)q * n, b->knorm + (size_t)q * n, n, topk, b->fbuf,
                                          b->cidx, b->ckeys, b->work, sel + (size_t)q * topk);
@@ -75,7 +78,7 @@ static double run_kernel(int kernel, int simd, const float *qI, const float *wI,
         sink = acc;
     }
     const double t0 = now_s();
-    dsv4_idx_approx_kernel(simd, kernel, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys, DSV4_ROW_BF16, 0, n, nI,
+    dsv4_idx_approx_kernel(simd, kernel, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys, KEY_FMT, 0, n, nI,
                            dI, scores, knorm, (size_t)n);
     return now_s() - t0;
 }
@@ -114,10 +117,11 @@ static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter
                 qsort(tp, (size_t)reps, sizeof(double), cmp_double);
                 qsort(tf, (size_t)reps, sizeof(double), cmp_double);
                 const double up = tp[reps / 2] * 1e6, uf = tf[reps / 2] * 1e6;
-                printf("{\"shape\": \"%s\", \"nI\": %d, \"n\": %d, \"nq\": %d, \"cache\": \"%s\", "
+                printf("{\"shape\": \"%s\", \"keys\": \"%s\", \"nI\": %d, \"n\": %d, \"nq\": %d, \"cache\": \"%s\", "
                        "\"level\": \"%s\", \"panel_us\": %.1f, \"few_us\": %.1f, \"panel_over_few\": %.3f, "
                        "\"panel_ns_per_key_query\": %.3f, \"few_ns_per_key_query\": %.3f, \"within_bounds\": %s}\n",
-                       shape ? "flash" : "flash_quarter", nI, n, nq, cold ? "cold" : "hot", dsv4_simd_name(simd), up,
+                       shape ? "flash" : "flash_quarter", KEY_FMT == DSV4_ROW_FP4 ? "fp4" : "bf16", nI, n, nq,
+                       cold ? "cold" : "hot", dsv4_simd_name(simd), up,
                        uf, up / uf, up * 1e3 / ((double)n * nq), uf * 1e3 / ((double)n * nq), ok ? "true" : "false");
                 fflush(stdout);
                 if (!ok) rc = 1;
@@ -140,13 +144,14 @@ int main(int argc, char **argv) {
             flash = strstr(argv[++i], "flash") != NULL;
         } else if (!strcmp(argv[i], "--kernels")) kernels = 1;
         else if (!strcmp(argv[i], "--cold")) cold = 1;
+        else if (!strcmp(argv[i], "--keys") && i + 1 < argc) KEY_FMT = !strcmp(argv[++i], "fp4") ? DSV4_ROW_FP4 : DSV4_ROW_BF16;
         else if (!strcmp(argv[i], "--nqs") && i + 1 < argc) {
             n_nqs = 0;
             for (char *s = strtok(argv[++i], ","); s && n_nqs < NQ_MAX; s = strtok(NULL, ","))
                 if (atoi(s) >= 1 && atoi(s) <= NQ_MAX) nqs[n_nqs++] = atoi(s);
         } else {
             fprintf(stderr, "usage: bench_indexer [--reps N] [--ns LIST] [--shapes quarter,flash] "
-                            "[--kernels [--cold] [--nqs LIST]]\n");
+                            "[--keys bf16|fp4] [--kernels [--cold] [--nqs LIST]]\n");
             return 2;
         }
     }
@@ -163,7 +168,8 @@ int main(int argc, char **argv) {
     int nmax = 0;
     for (int k = 0; k < n_ns; k++) nmax = ns[k] > nmax ? ns[k] : nmax;
     const int nI_max = 64;
-    uint16_t *pool = malloc(sizeof(uint16_t) * (size_t)nmax * dI);
+    const size_t rb = (size_t)dsv4_row_bytes(KEY_FMT, dI, 0);
+    uint8_t *pool = malloc(rb * (size_t)nmax);
     const void **keys = malloc(sizeof(void *) * nmax);
     float *qI = malloc(sizeof(float) * NQ_MAX * nI_max * dI), *wI = malloc(sizeof(float) * NQ_MAX * nI_max);
     bufs b = {malloc(sizeof(float) * NQ_MAX * (size_t)nmax), malloc(sizeof(float) * NQ_MAX * (size_t)nmax),
@@ -178,8 +184,9 @@ int main(int argc, char **argv) {
     float row[128];
     for (int w = 0; w < nmax; w++) {
         for (int c = 0; c < dI; c++) row[c] = bench_urand(&rng);
-        dsv4_row_pack(DSV4_ROW_BF16, pool + (size_t)w * dI, row, dI, 0);
-        keys[w] = pool + (size_t)w * dI;
+        dsv4_row_round(KEY_FMT, row, dI, 0);
+        dsv4_row_pack(KEY_FMT, pool + (size_t)w * rb, row, dI, 0);
+        keys[w] = pool + (size_t)w * rb;
     }
     for (int i = 0; i < NQ_MAX * nI_max * dI; i++) qI[i] = bench_urand(&rng);
     for (int i = 0; i < NQ_MAX * nI_max; i++) wI[i] = 0.05f + 0.5f * (bench_urand(&rng) + 1.0f);
@@ -209,10 +216,11 @@ int main(int argc, char **argv) {
                 qsort(te, (size_t)reps, sizeof(double), cmp_double);
                 qsort(tb, (size_t)reps, sizeof(double), cmp_double);
                 const double ue = te[reps / 2] * 1e6 / nq, ub = tb[reps / 2] * 1e6 / nq;
-                printf("{\"shape\": \"%s\", \"nI\": %d, \"dI\": %d, \"topk\": %d, \"n\": %d, \"nq\": %d, "
+                printf("{\"shape\": \"%s\", \"keys\": \"%s\", \"nI\": %d, \"dI\": %d, \"topk\": %d, \"n\": %d, \"nq\": %d, "
                        "\"level\": \"%s\", \"exact_us_per_query\": %.1f, \"bounded_us_per_query\": %.1f, "
                        "\"exact_over_bounded\": %.3f, \"candidates\": %.1f, \"same_selection\": %s}\n",
-                       shape ? "flash" : "flash_quarter", nI, dI, topk, n, nq, dsv4_simd_name(simd), ue, ub, ue / ub,
+                       shape ? "flash" : "flash_quarter", KEY_FMT == DSV4_ROW_FP4 ? "fp4" : "bf16", nI, dI, topk, n, nq,
+                       dsv4_simd_name(simd), ue, ub, ue / ub,
                        (double)cand / nq, same ? "true" : "false");
                 fflush(stdout);
                 if (!same) rc = 1;

@@ -468,7 +468,7 @@ void dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, co
                             int dI, float *scores, float *knorm, size_t ss) {
     if (key_fmt == DSV4_ROW_FP4) { /* unpacked in runs (idx_scores.h), then as F32 */
         fp4_approx_job j = {simd, kernel, qI, wI, qs, ws, ss, nI, dI, scores, knorm};
-        dsv4_idx_fp4_runs(lim, nq, keys, w0, w1, dI, fp4_approx_run, &j);
+        dsv4_idx_fp4_runs(simd, lim, nq, keys, w0, w1, dI, fp4_approx_run, &j);
         return;
     }
 #ifdef HAVE_AVX512_APPROX

@@ -6,6 +6,7 @@
  */
 #include "kernels/idx_scores.h"
 
+#include "kernels/codec.h"
 #include "kernels/cpu.h"
 #include "kernels/kv_rows.h"
 
@@ -117,7 +118,40 @@ X512_FN static void idx_scores_avx512(const float *qI, size_t qs, const float *w
 #define FP4_RUN_MAX 64   /* keys per run (the buffer holds fewer when dI > 128) */
 #define FP4_QGROUP 16    /* queries per call on one run */
 
-void dsv4_idx_fp4_runs(const int64_t *lim, int nq, const void *const *keys, int64_t w0, int64_t w1, int dI,
+#ifdef HAVE_AVX512_IDX
+/* An FP4 key of dI values (dI % 32 == 0: whole blocks) into x, as dsv4_row_unpack: the two
+ * nibbles of each byte widened into a 64-bit lane (low nibble in its low dword, high in its
+ * high dword: the values' order), the 16 e2m1 values by one permute, times the block's
+ * scale (the same exact product as the scalar loop). */
+X512_FN static void unpack_fp4_x512(float *x, const uint8_t *src, int dI) {
+    const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
+                                      -2.0f, -3.0f, -4.0f, -6.0f);
+    const __m512i lo4 = _mm512_set1_epi64(15);
+    const uint8_t *scales = src + dI / 2;
+    for (int b = 0; b < dI / 32; b++) {
+        const __m512 s = _mm512_set1_ps(dsv4_e8m0_to_f32(scales[b]));
+        for (int h = 0; h < 2; h++) {
+            const __m512i y = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)(src + 16 * b + 8 * h)));
+            const __m512i z = _mm512_or_si512(_mm512_and_si512(y, lo4), _mm512_slli_epi64(_mm512_srli_epi64(y, 4), 32));
+            _mm512_store_ps(x + 32 * b + 16 * h, _mm512_mul_ps(_mm512_permutexvar_ps(z, tab), s));
+        }
+    }
+}
+#endif
+
+/* Key w of the run into x (64-byte aligned). */
+static void unpack_key(int simd, float *x, const void *key, int dI) {
+#ifdef HAVE_AVX512_IDX
+    if (simd >= DSV4_SIMD_AVX512 && dI % 32 == 0) {
+        unpack_fp4_x512(x, key, dI);
+        return;
+    }
+#endif
+    (void)simd;
+    dsv4_row_unpack(DSV4_ROW_FP4, x, key, dI, 0);
+}
+
+void dsv4_idx_fp4_runs(int simd, const int64_t *lim, int nq, const void *const *keys, int64_t w0, int64_t w1, int dI,
                        dsv4_idx_run_fn fn, void *user) {
     _Alignas(64) float buf[DSV4_IDX_FP4_RUN_FLOATS];
     const void *fk[FP4_RUN_MAX];
@@ -132,7 +166,7 @@ void dsv4_idx_fp4_runs(const int64_t *lim, int nq, const void *const *keys, int6
     for (int64_t c0 = w0; c0 < wmax && run > 0; c0 += run) {
         const int64_t n = wmax - c0 < run ? wmax - c0 : run;
         for (int64_t j = 0; j < n; j++) {
-            dsv4_row_unpack(DSV4_ROW_FP4, buf + j * dI, keys[c0 + j], dI, 0);
+            unpack_key(simd, buf + j * dI, keys[c0 + j], dI);
             fk[j] = buf + j * dI;
         }
         for (int q0 = 0; q0 < nq; q0 += FP4_QGROUP) {
@@ -167,7 +201,7 @@ void dsv4_idx_scores(int simd, const dsv4_attn_ops *ops, const float *qI, size_t
                      int dI, float *scores, size_t ss) {
     if (key_fmt == DSV4_ROW_FP4) {
         fp4_scores_job j = {simd, ops, qI, wI, qs, ws, ss, nI, dI, scores};
-        dsv4_idx_fp4_runs(lim, nq, keys, w0, w1, dI, fp4_scores_run, &j);
+        dsv4_idx_fp4_runs(simd, lim, nq, keys, w0, w1, dI, fp4_scores_run, &j);
         return;
     }
 #ifdef HAVE_AVX512_IDX

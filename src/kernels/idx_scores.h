@@ -37,7 +37,8 @@ void dsv4_idx_scores(int simd, const dsv4_attn_ops *ops, const float *qI, size_t
                      int nq, const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI, int dI,
                      float *scores, size_t ss);
 
-/* FP4 keys as F32: keys [w0, wmax) (wmax: the last key any query sees) unpacked in runs of
+/* FP4 keys as F32: keys [w0, wmax) (wmax: the last key any query sees) unpacked (level simd:
+ * the AVX-512 one by a permute per 16 values, the same bits) in runs of
  * at most DSV4_IDX_FP4_RUN_FLOATS / dI keys into a stack buffer, and for each run and each
  * group of at most 16 queries from q0, fn(user, q0, g, glim, fkeys, c0, n) with fkeys[0, n)
  * the F32 keys c0 .. c0 + n - 1 and glim[k] = max(min(lim, w1) - c0, 0) for query q0 + k
@@ -48,7 +49,7 @@ void dsv4_idx_scores(int simd, const dsv4_attn_ops *ops, const float *qI, size_t
 #define DSV4_IDX_FP4_RUN_FLOATS 8192
 typedef void (*dsv4_idx_run_fn)(void *user, int q0, int g, const int64_t *glim, const void *const *fkeys, int64_t c0,
                                 int64_t n);
-void dsv4_idx_fp4_runs(const int64_t *lim, int nq, const void *const *keys, int64_t w0, int64_t w1, int dI,
+void dsv4_idx_fp4_runs(int simd, const int64_t *lim, int nq, const void *const *keys, int64_t w0, int64_t w1, int dI,
                        dsv4_idx_run_fn fn, void *user);
 
 /* The portable level alone (the reference of the tests); F32 and BF16 keys. */
