@@ -20,6 +20,13 @@ int cli_parse_kv_dtype(const char *v, void *dst, char *msg, size_t n) {
     return -1;
 }
 
+int cli_parse_fidelity(const char *v, void *dst, char *msg, size_t n) {
+    dsv4_err err = {0};
+    if (!dsv4_fidelity_parse(v, dst, &err)) return 0;
+    snprintf(msg, n, "%s", err.msg);
+    return -1;
+}
+
 int cli_parse_numa(const char *v, void *dst, char *msg, size_t n) {
     dsv4_err err = {0};
     if (!dsv4_numa_parse(v, dst, &err)) return 0;

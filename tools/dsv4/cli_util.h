@@ -20,6 +20,8 @@ double cli_loadavg(void);
  * success. */
 /* CLI_FN_OPT parser of --kv-dtype f32|bf16|fp8[+fp4] into an int (DSV4_KV_*). */
 int cli_parse_kv_dtype(const char *v, void *dst, char *msg, size_t n);
+/* CLI_FN_OPT parser of --fidelity official|none|F1,F3,... into an unsigned (DSV4_FID_*). */
+int cli_parse_fidelity(const char *v, void *dst, char *msg, size_t n);
 /* --numa auto|none|interleave (dsv4_numa_parse) */
 int cli_parse_numa(const char *v, void *dst, char *msg, size_t n);
 /* --weights-memory auto|mapped|copy|lanes (dsv4_fp4_layout_parse), and its rows in every

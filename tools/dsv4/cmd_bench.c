@@ -595,6 +595,7 @@ int cmd_bench(int argc, char **argv) {
     int64_t prompt_len = 512, gen = 32, batch = 1, threads = 0, chunk = 0, reps = 2, probe_mb = 512, seed = 1;
     long long batches[MAX_LIST], contexts[MAX_LIST];
     int n_batches = 0, n_contexts = 0, json = 0, mtp = 0, paired = 1, n_accept = 0, pin_threads = 0, kv_dtype = 0, numa = 0, fp4_layout = 0;
+    unsigned fidelity = 0;
     double accept[BENCH_MTP_MAX_P];
     p_list accept_list = {accept, &n_accept};
     num_list batch_list = {batches, &n_batches, 1, BENCH_MAX_BATCH}, context_list = {contexts, &n_contexts, 1, 1 << 24};
@@ -607,6 +608,8 @@ int cmd_bench(int argc, char **argv) {
         CLI_FN_OPT("numa", 0, &numa, cli_parse_numa, "auto|none|interleave", "auto", "NUMA placement of the weights: interleave spreads their pages over the memory nodes; auto = interleave when there are several, none = the OS default"),
         CLI_FN_OPT("kv-dtype", 0, &kv_dtype, cli_parse_kv_dtype, "f32|bf16|fp8[+fp4]", "bf16", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys); +fp4: FP4 indexer keys (with --fidelity F3 only)"),
         CLI_FP4_LAYOUT_OPT(&fp4_layout),
+        CLI_FN_OPT("fidelity", 0, &fidelity, cli_parse_fidelity, "SET", "none", "the official model's roundings (official, none, "
+                   "or a comma list of F1..F5; F3 allows --kv-dtype ...+fp4)"),
         CLI_FLAG_OPT("pin-threads", 0, &pin_threads, 1, "pin worker thread i to the i-th CPU of the affinity mask (CPU 0 stays with the calling thread)"),
         CLI_FN_OPT("batches", 0, &batch_list, parse_list_opt, "LIST", "", "decode at each of these batch sizes, e.g. 1,2,4,8,16 "
                    "(the top-level figures are those of --batch, added if missing)"),
@@ -704,6 +707,7 @@ int cmd_bench(int argc, char **argv) {
     eo.threads = (int)threads;
     eo.pin_threads = pin_threads;
     eo.kv_dtype = kv_dtype;
+    eo.fidelity = fidelity;
     eo.numa = numa;
     eo.fp4_layout = fp4_layout;
     eo.scratch_resident = 1; /* as dsv4 serve: no timed call pays the arena's page faults */
@@ -833,6 +837,7 @@ int cmd_bench(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "threads", T);
         cJSON_AddStringToObject(o, "simd", dsv4_simd_name(dsv4_kctx_simd(b.eng->k)));
         cJSON_AddStringToObject(o, "kv_dtype", dsv4_kv_dtype_name(kv_dtype));
+        cJSON_AddNumberToObject(o, "fidelity", fidelity);
         /* what the engine did (on one node: none, whatever was asked) */
         cJSON_AddStringToObject(o, "numa", dsv4_numa_name(dsv4_engine_get_opts(b.eng).numa));
         cJSON_AddNumberToObject(o, "numa_nodes", dsv4_engine_numa_nodes(b.eng));

@@ -297,13 +297,6 @@ static int parse_parallel_opt(const char *v, void *dst, char *msg, size_t n) {
     return -1;
 }
 
-static int parse_fidelity_opt(const char *v, void *dst, char *msg, size_t n) {
-    dsv4_err err = {0};
-    if (!dsv4_fidelity_parse(v, dst, &err)) return 0;
-    snprintf(msg, n, "%s", err.msg);
-    return -1;
-}
-
 int cmd_run(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_arg = NULL, *tokens_file = NULL, *dump = NULL;
     int64_t prefill = -1, peer_timeout = -1;
@@ -339,7 +332,7 @@ int cmd_run(int argc, char **argv) {
         CLI_FLAG_OPT("mlock", 0, &pin, 1, "pin the weights in memory (needs `ulimit -l` as large as the weights)"),
         CLI_FLAG_OPT("w8a8", 0, &w8a8, 1, "faster, approximate: INT8 weights and activations for the large projections and the experts"),
         CLI_FLAG_OPT("w8a8-all", 0, &w8a8, 2, "the same for every projection"),
-        CLI_FN_OPT("fidelity", 0, &fidelity, parse_fidelity_opt, "SET", "none", "simulate the official model's FP8/BF16 roundings: "
+        CLI_FN_OPT("fidelity", 0, &fidelity, cli_parse_fidelity, "SET", "none", "simulate the official model's FP8/BF16 roundings: "
                    "official, none, or a comma list of F1..F5"),
         CLI_OPT_END,
     };

@@ -8,13 +8,6 @@
 
 #include "cli_util.h"
 
-static int parse_fidelity(const char *v, void *dst, char *msg, size_t n) {
-    dsv4_err err = {0};
-    if (!dsv4_fidelity_parse(v, dst, &err)) return 0;
-    snprintf(msg, n, "%s", err.msg);
-    return -1;
-}
-
 static int parse_mtp(const char *v, void *dst, char *msg, size_t n) {
     if (!strcmp(v, "on")) *(int *)dst = 1;
     else if (!strcmp(v, "off")) *(int *)dst = -1;
@@ -60,7 +53,7 @@ void gen_flags_init(gen_flags *f, int max_tokens, int warmup) {
         CLI_FN_OPT("numa", 0, &f->numa, cli_parse_numa, "auto|none|interleave", "auto", "NUMA placement of the weights: interleave spreads their pages over the memory nodes; auto = interleave when there are several, none = the OS default"),
         CLI_FN_OPT("kv-dtype", 0, &f->kv_dtype, cli_parse_kv_dtype, "f32|bf16|fp8[+fp4]", "bf16", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys); +fp4: FP4 indexer keys (with --fidelity F3 only)"),
         CLI_FP4_LAYOUT_OPT(&f->fp4_layout),
-        CLI_FN_OPT("fidelity", 0, &f->fidelity, parse_fidelity, "SET", "none", "simulate the official model's FP8/BF16 roundings: official, none, or a comma list of F1..F5"),
+        CLI_FN_OPT("fidelity", 0, &f->fidelity, cli_parse_fidelity, "SET", "none", "simulate the official model's FP8/BF16 roundings: official, none, or a comma list of F1..F5"),
         CLI_OPT_END,
     };
     _Static_assert(sizeof t / sizeof t[0] <= GEN_MAX_OPTS, "gen_flags: grow GEN_MAX_OPTS");
