@@ -193,7 +193,13 @@ struct dsv4_json_schema {
     json_dfa *nums;         /* (n_nums) bounded numbers' DFAs (json_number_compile) */
     int n_nums, cap_nums;
     int bool_node, null_node; /* LIT nodes of true/false and null */
+    int max_stacks;         /* the most stacks a step holds (json_readings, <= JSON_MAX_STACKS):
+                             * the capacity its states need (json_state_size) */
 };
+
+/* Grows the array *p of *cap elements of size bytes to hold need (doubling, from 16);
+ * -1 out of memory (*p and *cap unchanged). */
+int json_grow(void **p, int *cap, int need, size_t size);
 
 /* A hex digit's value, or -1 (json_regex.c; also the string escapes' \u digits). */
 int json_hexval(int c);

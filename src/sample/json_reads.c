@@ -59,12 +59,7 @@ typedef struct rd {
 
 /* appends x to the growing list (*a, *n, *cap); -1 out of memory */
 static int push_int(int **a, int *n, int *cap, int x) {
-    if (*n == *cap) {
-        const int c = *cap ? 2 * *cap : 64;
-        int *q = realloc(*a, (size_t)c * sizeof *q);
-        if (!q) return -1;
-        *a = q, *cap = c;
-    }
+    if (json_grow((void **)a, cap, *n + 1, sizeof **a)) return -1;
     (*a)[(*n)++] = x;
     return 0;
 }

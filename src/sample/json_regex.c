@@ -78,13 +78,7 @@ static int spend(rx *r, int64_t work, int64_t bytes) {
 }
 
 static int grow(rx *r, void **p, int *cap, int need, size_t size) {
-    if (need <= *cap) return 0;
-    int c = *cap ? *cap * 2 : 16;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, (size_t)c * size);
-    if (!q) return fail(r, "out of memory");
-    *p = q, *cap = c;
-    return 0;
+    return json_grow(p, cap, need, size) ? fail(r, "out of memory") : 0;
 }
 
 /* capped here, while parsing: build() recurses down a sequence's left-deep chain of

@@ -33,7 +33,7 @@ typedef struct ctx {
     dsv4_err *err;
 } ctx;
 
-static int grow(void **p, int *cap, int need, size_t size) {
+int json_grow(void **p, int *cap, int need, size_t size) {
     if (need <= *cap) return 0;
     int c = *cap ? *cap * 2 : 16;
     while (c < need) c *= 2;
@@ -50,7 +50,7 @@ static int new_node(ctx *c, int kind) {
     if (s->n_nodes >= JSON_MAX_NODES)
         return dsv4_fail(c->err, DSV4_ERR_UNSUPPORTED, "json_schema: more than %d schema nodes",
                          JSON_MAX_NODES), -1;
-    if (grow((void **)&s->nodes, &s->cap_nodes, s->n_nodes + 1, sizeof *s->nodes)) return oom(c);
+    if (json_grow((void **)&s->nodes, &s->cap_nodes, s->n_nodes + 1, sizeof *s->nodes)) return oom(c);
     json_node *n = &s->nodes[s->n_nodes];
     memset(n, 0, sizeof *n);
     n->kind = (uint8_t)kind;
@@ -62,7 +62,7 @@ static int new_node(ctx *c, int kind) {
 
 static int add_lit(ctx *c, const char *text) {
     dsv4_json_schema *s = c->s;
-    if (grow((void **)&s->lits, &s->cap_lits, s->n_lits + 1, sizeof *s->lits)) return oom(c);
+    if (json_grow((void **)&s->lits, &s->cap_lits, s->n_lits + 1, sizeof *s->lits)) return oom(c);
     char *t = strdup(text);
     if (!t) return oom(c);
     s->lits[s->n_lits] = (json_lit){t, (int)strlen(t)};
@@ -151,11 +151,11 @@ static int ref_node(ctx *c, const char *ref, const char *path, int nest) {
      * target may refer back to itself */
     int n = new_node(c, JN_ANYOF);
     if (n < 0) return -1;
-    if (grow((void **)&c->m, &c->cap_m, c->n_m + 1, sizeof *c->m)) return oom(c);
+    if (json_grow((void **)&c->m, &c->cap_m, c->n_m + 1, sizeof *c->m)) return oom(c);
     c->m[c->n_m++] = (memo){t, n};
     int k = compile(c, t, ref, nest + 1);
     if (k < 0) return -1;
-    if (grow((void **)&c->s->kids, &c->s->cap_kids, c->s->n_kids + 1, sizeof *c->s->kids)) return oom(c);
+    if (json_grow((void **)&c->s->kids, &c->s->cap_kids, c->s->n_kids + 1, sizeof *c->s->kids)) return oom(c);
     c->s->kids[c->s->n_kids] = k;
     c->s->nodes[n].alts = c->s->n_kids++;
     c->s->nodes[n].n_alts = 1;
@@ -190,7 +190,7 @@ static int kid_list(ctx *c, const cJSON *arr, const char *key, const char *path,
         if ((tmp[k] = compile(c, x, sub, nest + 1)) < 0) { free(tmp); return -1; }
     }
     dsv4_json_schema *s = c->s;
-    if (grow((void **)&s->kids, &s->cap_kids, s->n_kids + n, sizeof *s->kids)) { free(tmp); return oom(c); }
+    if (json_grow((void **)&s->kids, &s->cap_kids, s->n_kids + n, sizeof *s->kids)) { free(tmp); return oom(c); }
     *first = s->n_kids;
     if (n) memcpy(s->kids + s->n_kids, tmp, sizeof *tmp * (size_t)n);
     s->n_kids += n;
@@ -270,7 +270,7 @@ static int compile_object(ctx *c, const cJSON *j, int n, const char *path, int n
         if ((kid[k] = compile(c, p, sub, nest + 1)) < 0) { free(kid); return -1; }
     }
     dsv4_json_schema *s = c->s;
-    if (grow((void **)&s->props, &s->cap_props, s->n_props + np, sizeof *s->props)) { free(kid); return oom(c); }
+    if (json_grow((void **)&s->props, &s->cap_props, s->n_props + np, sizeof *s->props)) { free(kid); return oom(c); }
     const int first = s->n_props;
     k = 0;
     for (const cJSON *p = props ? props->child : NULL; p; p = p->next, k++) {
@@ -432,7 +432,7 @@ static int compile_string(ctx *c, const cJSON *j, int n, const char *path) {
         s->nodes[n].strc = i;
         return 0;
     }
-    if (!bad && grow((void **)&s->strcs, &s->cap_strcs, s->n_strcs + 1, sizeof *s->strcs)) bad = "";
+    if (!bad && json_grow((void **)&s->strcs, &s->cap_strcs, s->n_strcs + 1, sizeof *s->strcs)) bad = "";
     if (bad) {
         json_dfa_free(&sc.dfa);
         free(sc.ok);
@@ -478,10 +478,10 @@ static int compile_number(ctx *c, const cJSON *j, int n, const char *path) {
         for (int b = 0; same && b < sp.n_bounds; b++) same = o->bound[b] == sp.bound[b] && o->op[b] == sp.op[b];
         if (same) return s->nodes[n].numc = i, 0;
     }
-    if (grow((void **)&c->num, &c->cap_num, s->n_nums + 1, sizeof *c->num)) return oom(c);
+    if (json_grow((void **)&c->num, &c->cap_num, s->n_nums + 1, sizeof *c->num)) return oom(c);
     char why[200];
     json_dfa d;
-    if (grow((void **)&s->nums, &s->cap_nums, s->n_nums + 1, sizeof *s->nums)) return oom(c);
+    if (json_grow((void **)&s->nums, &s->cap_nums, s->n_nums + 1, sizeof *s->nums)) return oom(c);
     if (json_number_compile(&sp, &d, &c->bud, why, sizeof why)) {
         char m2[300];
         snprintf(m2, sizeof m2, "the number's bounds/multipleOf: %s", why);
@@ -638,7 +638,7 @@ static int compile(ctx *c, const cJSON *j, const char *path, int nest) {
         if (na > 1) {
             char sub[300];
             snprintf(sub, sizeof sub, "%.200s/%s", path, akey);
-            if (grow((void **)&c->ap, &c->cap_ap, c->n_ap + 1, sizeof *c->ap) || !(c->ap[c->n_ap].path = strdup(sub)))
+            if (json_grow((void **)&c->ap, &c->cap_ap, c->n_ap + 1, sizeof *c->ap) || !(c->ap[c->n_ap].path = strdup(sub)))
                 return oom(c);
             c->ap[c->n_ap++].node = n;
         }
@@ -799,10 +799,10 @@ int json_schema_compile_without(const char *text, size_t len, const char *forbid
         goto done;
     }
     /* node 0 is the root: an ANYOF of one alternative, as for a $ref ("#" refers to it) */
-    if (new_node(&c, JN_ANYOF) < 0 || grow((void **)&c.m, &c.cap_m, 1, sizeof *c.m)) { rc = err->code; goto done; }
+    if (new_node(&c, JN_ANYOF) < 0 || json_grow((void **)&c.m, &c.cap_m, 1, sizeof *c.m)) { rc = err->code; goto done; }
     c.m[c.n_m++] = (memo){j, 0};
     int r = compile(&c, j, "#", 0);
-    if (r < 0 || grow((void **)&s->kids, &s->cap_kids, s->n_kids + 1, sizeof *s->kids)) {
+    if (r < 0 || json_grow((void **)&s->kids, &s->cap_kids, s->n_kids + 1, sizeof *s->kids)) {
         rc = r < 0 ? err->code : dsv4_fail(err, DSV4_ERR_NOMEM, "json_schema: out of memory");
         goto done;
     }
