@@ -95,17 +95,26 @@ static const bcase CASES[] = {
  * string (maxLength 200 in every branch: Pydantic's Field(max_length=...)), and
  * "union_cstrd_N" gives each branch its own maxLength (200 + i: no two strings alike), and
  * "union_cstrp_N" its own pattern "^.{0,200 + i}$" (a DFA state a character: no mask is met
- * twice, the most walks a token). */
+ * twice, the most walks a token); "union_cstrpl_N" and "union_cstrdl_N" are cstrp and cstrd
+ * with a 215-character note (the strings near and past their ends: the masks of short rooms);
+ * "union_lit_N" is union_late with branch 0's note the note's text as an enum (a literal
+ * alive beside N - 1 strings through the whole note). */
 #define UNION_TEXT "Enjoys long walks, short programs and the quiet of early mornings; writes C for fun."
+#define UNION_LONG UNION_TEXT " Keeps a garden of herbs, mends old radios, bakes bread on Sundays, and answers every " \
+    "letter by hand within the week."
 static bcase union_case(int n, int mode, char *name, char *schema, size_t cap, char *doc) {
-    static const char *const mode_name[] = {"disc", "late", "cstr", "cstrd", "cstrp"};
-    const int late = mode > 0;
+    static const char *const mode_name[] = {"disc", "late", "cstr", "cstrd", "cstrp", "cstrpl", "cstrdl", "lit"};
+    const int late = mode > 0, longer = mode == 5 || mode == 6;
     char note[64] = "";
     size_t o = (size_t)snprintf(schema, cap, "{\"oneOf\":[");
     for (int i = 0; i < n; i++) {
-        if (mode == 4) snprintf(note, sizeof note, ",\"pattern\":\"^.{0,%d}$\"", 200 + i);
-        else if (mode >= 2) snprintf(note, sizeof note, ",\"maxLength\":%d", 200 + (mode == 3 ? i : 0));
-        if (late)
+        if (mode == 4 || mode == 5) snprintf(note, sizeof note, ",\"pattern\":\"^.{0,%d}$\"", 200 + i);
+        else if (mode >= 2 && mode <= 6) snprintf(note, sizeof note, ",\"maxLength\":%d", 200 + (mode != 2 ? i : 0));
+        if (mode == 7 && i == 0)
+            o += (size_t)snprintf(schema + o, cap - o,
+            "{\"type\":\"object\",\"properties\":{\"note\":{\"enum\":[\"" UNION_TEXT "\"]},\"k\":{\"const\":%d},"
+            "\"v\":{\"type\":\"number\"}},\"required\":[\"note\",\"k\",\"v\"],\"additionalProperties\":false}", i);
+        else if (late)
             o += (size_t)snprintf(schema + o, cap - o,
             "%s{\"type\":\"object\",\"properties\":{\"note\":{\"type\":\"string\"%s},\"k\":{\"const\":%d},"
             "\"v\":{\"type\":\"number\"}},\"required\":[\"note\",\"k\",\"v\"],\"additionalProperties\":false}",
@@ -117,7 +126,8 @@ static bcase union_case(int n, int mode, char *name, char *schema, size_t cap, c
             "\"additionalProperties\":false}", i ? "," : "", i);
     }
     snprintf(schema + o, cap - o, "]}");
-    if (late) snprintf(doc, 512, "{\"note\": \"" UNION_TEXT "\", \"k\": %d, \"v\": 2.5}", n - 1);
+    if (longer) snprintf(doc, 512, "{\"note\": \"" UNION_LONG "\", \"k\": %d, \"v\": 2.5}", n - 1);
+    else if (late) snprintf(doc, 512, "{\"note\": \"" UNION_TEXT "\", \"k\": %d, \"v\": 2.5}", n - 1);
     else snprintf(doc, 512, "{\"kind\": \"variant_%d\", \"note\": \"" UNION_TEXT "\", \"v\": 2.5}", n - 1);
     snprintf(name, 32, "union_%s_%d", mode_name[mode], n);
     return (bcase){name, schema, doc};
@@ -161,11 +171,11 @@ int main(int argc, char **argv) {
     uint64_t *bits = malloc((size_t)jv->words * sizeof *bits);
     json_state *st = malloc(2 * sizeof *st);
     json_walk w;
-    if (!row || !bits || !st || json_walk_init(&w, jv)) return 1;
+    if (!row || !bits || !st || json_walk_init(&w, jv, JSON_MAX_STACKS)) return 1;
     uint64_t rs = 7;
     for (int v = 0; v < V; v++) row[v] = bench_urand(&rs);
-    enum { N_FIXED = sizeof CASES / sizeof *CASES, N_UNION = 15 };
-    static const int UNION_N[N_UNION / 2] = {8, 16, 30};
+    enum { N_FIXED = sizeof CASES / sizeof *CASES, N_UNION = 24 };
+    static const int UNION_N[3] = {8, 16, 30};
     static char u_name[N_UNION][32], u_schema[N_UNION][16384], u_doc[N_UNION][512];
     bcase all[N_FIXED + N_UNION];
     memcpy(all, CASES, sizeof CASES);

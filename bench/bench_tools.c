@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
     const int n = (int)ids.n;
     double *best = malloc(sizeof *best * (size_t)n);
     int *cls = malloc(sizeof *cls * (size_t)n);
-    if (!jv || !st || !bits || !best || !cls || tm_walk_init(&w, jv, tok)) { fprintf(stderr, "bench_tools: out of memory\n"); return 1; }
+    if (!jv || !st || !bits || !best || !cls || tm_walk_init(&w, jv, tok, JSON_MAX_STACKS)) { fprintf(stderr, "bench_tools: out of memory\n"); return 1; }
     for (int i = 0; i < n; i++) best[i] = 1e9;
     for (int r = 0; r < reps; r++) {
         tm_state_init(t, &st[0]);

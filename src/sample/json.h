@@ -222,10 +222,20 @@ typedef struct json_frame {
 
 typedef struct json_state {
     int n;                               /* live stacks; 0 = dead */
-    int over;                            /* a step needed more than JSON_MAX_STACKS (dead) */
+    int over;                            /* a step needed more than the schema's max_stacks (dead) */
     int depth[JSON_MAX_STACKS];
-    json_frame f[JSON_MAX_STACKS][JSON_MAX_DEPTH];
+    json_frame f[JSON_MAX_STACKS][JSON_MAX_DEPTH]; /* last: see json_state_size */
 } json_state;
+
+/* The bytes of a state that holds at most cap stacks. A schema's steps never hold more than
+ * its max_stacks (a step past them fails whole: over), and the functions below touch only the
+ * stacks a state holds (f[0..n), never the whole struct), so a state used with one schema
+ * only may be allocated at json_state_size(s->max_stacks) bytes (1.7 KB for a schema without
+ * a union, 24.7 KB at JSON_MAX_STACKS): the vocabulary walks keep one per token byte. Such a
+ * state is never copied or assigned whole (json_state_copy). */
+static inline size_t json_state_size(int cap) {
+    return offsetof(json_state, f) + (size_t)cap * sizeof(json_frame[JSON_MAX_DEPTH]);
+}
 
 /* The start state: the root value is next. */
 void json_state_init(const dsv4_json_schema *s, json_state *st);
@@ -248,12 +258,13 @@ int json_state_in_string(const json_state *st, int *utf8);
  * stays inside the string, and json_cstr_step on a copy of *top (the string's frame) steps
  * it exactly as json_state_step would. */
 int json_state_in_cstr(const json_state *st, json_frame *top);
-/* n > 0 when every one of the state's n readings is inside a string, plain or constrained,
- * between characters or inside a UTF-8 character, not in an escape (tops[0..n): each
- * reading's string frame); 0 otherwise. A token without '"', '\\' or control bytes then
- * moves each reading's string frame alone and keeps the readings whose frame takes it: it
- * is valid iff it is for one of the frames (json_mask ORs theirs). */
-int json_state_in_strings(const json_state *st, json_frame *tops);
+/* The readings of st inside a string, plain or constrained, between characters or inside a
+ * UTF-8 character, not in an escape: their string frames in tops (returns how many), the
+ * other readings' stacks in rest (a state of as many stacks as st). A token without '"',
+ * '\\' or control bytes moves each string reading's frame alone and keeps the readings
+ * whose frame takes it: it is valid for those iff it is for one of their frames (json_mask
+ * ORs theirs), and for the others iff it is for rest (readings step apart). */
+int json_state_strings(const json_state *st, json_frame *tops, json_state *rest);
 /* 1 for a constrained string's frame (json_cstr_step), 0 for a plain string's (its UTF-8
  * state in a) */
 int json_frame_is_cstr(const json_frame *t);
@@ -303,25 +314,56 @@ static inline void json_vocab_set_id(const json_vocab *v, uint64_t *bits, int32_
     for (; id >= 0; id = v->dup[id]) bits[id >> 6] |= 1ull << (id & 63);
 }
 
-/* Per-generation scratch for json_mask: the walk's states, one per trie depth, and the
- * masks of the plain ids inside constrained strings, kept by (string, DFA state, UTF-8
- * state): where counts do not matter (json_strc.flat) the walk is done once per key. */
-#define JSON_WALK_CACHE JSON_MAX_STACKS /* a slot for each reading's string (16 KB each at 129K ids) */
+/* Per-generation scratch for json_mask: the walk's states, one per trie depth (each of
+ * json_state_size(cap) bytes), and the masks of the plain ids inside constrained strings,
+ * kept by (string, DFA state, UTF-8 state): where counts do not matter (json_strc.flat) the
+ * walk is done once per key. Several constrained strings that need a walk in one step
+ * (readings of a union, each in its own string) share one walk of the trie
+ * (json_cstr_walk_any), which keeps each string's frame along the current path. */
 typedef struct json_walk {
-    json_state *st;         /* (max_len + 1) */
-    json_frame *fr;         /* (max_len + 1) a constrained string's frame at each depth */
+    unsigned char *st;      /* (max_len + 1) states, stride bytes apart: json_walk_st */
+    size_t stride;
+    int cap;                /* stacks a state holds: serves schemas whose max_stacks fit */
     int n_st;
-    uint64_t *cache;        /* [JSON_WALK_CACHE][words] */
+    json_frame *fr;         /* (max_len + 1) a constrained string's frame at each depth */
+    uint64_t *cache;        /* [n_cache][words] */
     uint64_t *one;          /* [words]: one string frame's mask, ORed into the union's */
     json_frame tops[JSON_MAX_STACKS]; /* the readings' string frames (json_state_in_strings) */
-    struct { int strc; uint32_t q, a; } key[JSON_WALK_CACHE]; /* strc -1: empty */
+    struct { int strc; uint32_t q, a; } key[JSON_MAX_STACKS]; /* strc -1: empty */
+    int n_cache;            /* slots: cap, at least 4 (16 KB each at 129K ids) */
     int next;               /* the slot the next miss takes */
+    struct { int strc; uint32_t q, a; } prev[JSON_MAX_STACKS]; /* the last mask's string keys */
+    int n_prev;
+    /* json_cstr_walk_any: per string j, its frame (wf) at each depth of the current path
+     * and the trie node it took there (wn); the deepest one kept (wtop); where it died
+     * (wdead: a depth, wdeadn: the node); the trie node at each depth of the path; the
+     * first string alive at each depth (wit) */
+    json_frame *wf;         /* [cap][n_st] */
+    int32_t *wn;            /* [cap][n_st] */
+    int32_t *path, *wit;    /* (n_st) */
+    int wtop[JSON_MAX_STACKS], wdead[JSON_MAX_STACKS];
+    int32_t wdeadn[JSON_MAX_STACKS];
 } json_walk;
 
-/* A walk serves one schema: json_walk_reset before it serves another. */
-int json_walk_init(json_walk *w, const json_vocab *v);
+/* the walk's state at depth d */
+static inline json_state *json_walk_st(const json_walk *w, int d) {
+    return (json_state *)(void *)(w->st + (size_t)d * w->stride);
+}
+
+/* A walk serves schemas whose max_stacks are at most cap (JSON_MAX_STACKS: any schema);
+ * json_walk_reset before it serves another schema. */
+int json_walk_init(json_walk *w, const json_vocab *v, int cap);
 void json_walk_reset(json_walk *w);
 void json_walk_free(json_walk *w);
+
+/* The walks inside constrained strings (json_match.c): the ids of v's whole trie whose bytes
+ * (none a '"', '\\' or control byte) a string frame takes, set in bits. json_cstr_walk: the
+ * frame fr[0] (fr: max_len + 1 frames); json_cstr_walk_any: the ids some frame of
+ * w->wf[j * w->n_st], j < m, takes (the OR of their json_cstr_walks in one pass of the trie:
+ * a node is stepped with the first frame alive there, the next ones stepped along the path
+ * only when it dies). Return the frame steps. */
+long json_cstr_walk(const dsv4_json_schema *s, const json_vocab *v, json_frame *fr, uint64_t *bits);
+long json_cstr_walk_any(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, int m, uint64_t *bits);
 
 /* bits [words]: bit v set iff id v's bytes can follow state st (the ids of the trie only:
  * no added token, no end of sequence). Returns the number of trie nodes stepped. */

@@ -177,7 +177,8 @@ static uint64_t strc_count(const json_strc *sc, uint64_t b) {
 static int strc_take(const json_strc *sc, json_frame *t, uint32_t cp) {
     uint32_t q = 0;
     if (sc->dfa.n_states) {
-        const int nq = sc->dfa.next[(size_t)t->q * (size_t)sc->dfa.n_classes + (size_t)json_dfa_class(&sc->dfa, cp)];
+        const int k = cp < 128 ? sc->dfa.ascii[cp] : json_dfa_class(&sc->dfa, cp);
+        const int nq = sc->dfa.next[(size_t)t->q * (size_t)sc->dfa.n_classes + (size_t)k];
         if (nq < 0) return R_DEAD;
         q = (uint32_t)nq;
     }
@@ -203,8 +204,7 @@ static int strc_range(const json_strc *sc, const json_frame *t, uint32_t lo, uin
     return 0;
 }
 
-static int cstr_feed(const dsv4_json_schema *s, json_frame *t, uint8_t c) {
-    const json_strc *sc = &s->strcs[s->nodes[t->node].strc];
+static inline int cstr_feed_sc(const json_strc *sc, json_frame *t, uint8_t c) {
     const int u = (int)(t->a & 7);
     uint32_t cp = t->a >> 8;
     if (t->phase == 0) {
@@ -260,6 +260,10 @@ static int cstr_feed(const dsv4_json_schema *s, json_frame *t, uint8_t c) {
     t->phase++, t->a = cp << 8;
     const uint32_t lo = cp << (4 * rem);
     return strc_range(sc, t, lo, lo | ((1u << (4 * rem)) - 1)) ? R_EAT : R_DEAD;
+}
+
+static int cstr_feed(const dsv4_json_schema *s, json_frame *t, uint8_t c) {
+    return cstr_feed_sc(&s->strcs[s->nodes[t->node].strc], t, c);
 }
 
 static int num_ends(const dsv4_json_schema *s, const json_frame *t) {
@@ -436,12 +440,13 @@ static int run(const dsv4_json_schema *s, json_state *st, int k, uint8_t c) {
 }
 
 /* a copy of stack src (depth frames) takes byte c, appended to dst if it lives. No reading
- * is ever dropped: the compile bounded the stacks a step can hold (json_readings), and
+ * is ever dropped: the compile bounded the stacks a step can hold (json_readings: the
+ * schema's max_stacks, which is also the capacity dst may have: json_state_size), and
  * should one not fit anyway the whole step fails (dst->over: the state is dead), so the
  * automaton never narrows the schema's meaning. */
 static void feed(const dsv4_json_schema *s, const json_frame *src, int depth, uint8_t c, json_state *dst) {
     if (dst->over) return;
-    if (dst->n >= JSON_MAX_STACKS) {
+    if (dst->n >= s->max_stacks) {
         dst->over = 1;
         return;
     }
@@ -526,13 +531,20 @@ int json_state_in_cstr(const json_state *st, json_frame *top) {
     return 1;
 }
 
-int json_state_in_strings(const json_state *st, json_frame *tops) {
+int json_state_strings(const json_state *st, json_frame *tops, json_state *rest) {
+    int n = 0;
+    rest->n = 0, rest->over = 0;
     for (int i = 0; i < st->n; i++) {
         const json_frame *t = &st->f[i][st->depth[i] - 1];
-        if ((t->kind != F_STR && t->kind != F_CSTR) || t->phase != 0) return 0;
-        tops[i] = *t;
+        if ((t->kind == F_STR || t->kind == F_CSTR) && t->phase == 0) {
+            tops[n++] = *t;
+            continue;
+        }
+        const int k = rest->n++;
+        rest->depth[k] = st->depth[i];
+        memcpy(rest->f[k], st->f[i], (size_t)st->depth[i] * sizeof(json_frame));
     }
-    return st->n;
+    return n;
 }
 
 int json_frame_is_cstr(const json_frame *t) { return t->kind == F_CSTR; }
@@ -543,4 +555,98 @@ int json_state_feed(const dsv4_json_schema *s, json_state st[2], int *cur, const
     for (size_t i = 0; i < n; i++, *cur ^= 1)
         if (!json_state_step(s, &st[*cur], b[i], &st[*cur ^ 1])) return 0;
     return 1;
+}
+
+/* ---- the vocabulary walks inside constrained strings (json.h) ---- */
+
+/* a string frame (of string sc) takes one more byte of a plain id's (no '"', '\\' or
+ * control byte) */
+static inline int cstr_byte(const json_strc *sc, json_frame *t, uint8_t c) {
+    return c >= 0x20 && c != '"' && c != '\\' && cstr_feed_sc(sc, t, c) == R_EAT;
+}
+
+static const json_strc *strc_of(const dsv4_json_schema *s, const json_frame *t) {
+    return &s->strcs[s->nodes[t->node].strc];
+}
+
+long json_cstr_walk(const dsv4_json_schema *s, const json_vocab *v, json_frame *fr, uint64_t *bits) {
+    const json_trie *t = v->all;
+    const json_strc *sc = strc_of(s, &fr[0]);
+    long steps = 0;
+    for (int i = 0; i < v->n_all;) {
+        const int d = t[i].depth;
+        steps++;
+        fr[d] = fr[d - 1];
+        if (cstr_byte(sc, &fr[d], t[i].byte)) {
+            if (t[i].tok >= 0) json_vocab_set_id(v, bits, t[i].tok);
+            i++;
+        } else {
+            i = (int)t[i].skip;
+        }
+    }
+    return steps;
+}
+
+/* Frame j of the walk is at depth d - 1 of the current path, alive: from the deepest of its
+ * frames still on the path, stepped along it; 0 when it dies on the way (or died above). */
+static int any_reach(const json_strc *sc, const json_trie *t, json_walk *w, int j, int d, long *steps) {
+    json_frame *f = w->wf + (size_t)j * (size_t)w->n_st;
+    int32_t *fn = w->wn + (size_t)j * (size_t)w->n_st;
+    const int x = w->wdead[j];
+    if (x > 0 && x < d && w->path[x] == w->wdeadn[j]) return 0;
+    int e = w->wtop[j] < d - 1 ? w->wtop[j] : d - 1;
+    while (e > 0 && fn[e] != w->path[e]) e--;
+    for (; e < d - 1; e++) {
+        f[e + 1] = f[e];
+        ++*steps;
+        if (!cstr_byte(sc, &f[e + 1], t[w->path[e + 1]].byte)) {
+            w->wtop[j] = e, w->wdead[j] = e + 1, w->wdeadn[j] = w->path[e + 1];
+            return 0;
+        }
+        fn[e + 1] = w->path[e + 1];
+    }
+    w->wtop[j] = d - 1;
+    return 1;
+}
+
+long json_cstr_walk_any(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, int m, uint64_t *bits) {
+    const json_trie *t = v->all;
+    const size_t n = (size_t)w->n_st;
+    const json_strc *sc[JSON_MAX_STACKS];
+    long steps = 0;
+    for (int j = 0; j < m; j++) {
+        sc[j] = strc_of(s, &w->wf[(size_t)j * n]);
+        w->wn[(size_t)j * n] = -1;
+        w->wtop[j] = 0, w->wdead[j] = 0;
+    }
+    w->path[0] = -1, w->wit[0] = 0;
+    for (int i = 0; i < v->n_all;) {
+        const int d = t[i].depth;
+        w->path[d] = i;
+        /* the frames before the parent's first live one are dead there (and so here); that
+         * one is at the parent already but at the root */
+        int j = w->wit[d - 1];
+        for (; j < m; j++) {
+            json_frame *f = w->wf + (size_t)j * n;
+            if ((d == 1 || w->wtop[j] < d - 1 || w->wn[(size_t)j * n + (size_t)d - 1] != w->path[d - 1]) &&
+                !any_reach(sc[j], t, w, j, d, &steps))
+                continue;
+            f[d] = f[d - 1];
+            steps++;
+            w->wn[(size_t)j * n + (size_t)d] = i;
+            if (cstr_byte(sc[j], &f[d], t[i].byte)) {
+                w->wtop[j] = d;
+                break;
+            }
+            w->wtop[j] = d - 1, w->wdead[j] = d, w->wdeadn[j] = i;
+        }
+        if (j < m) {
+            w->wit[d] = j;
+            if (t[i].tok >= 0) json_vocab_set_id(v, bits, t[i].tok);
+            i++;
+        } else {
+            i = (int)t[i].skip;
+        }
+    }
+    return steps;
 }

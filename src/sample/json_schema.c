@@ -842,6 +842,7 @@ int json_schema_compile_without(const char *text, size_t len, const char *forbid
                        "multiply)", at, JSON_MAX_STACKS - 2);
     }
     if (rc) goto done;
+    s->max_stacks = reads;
     /* the literals true/false and null, for the boolean and null types */
     static const char *const lit[] = {"true", "false", "null"};
     for (int i = 0; i < 2 && !rc; i++) {

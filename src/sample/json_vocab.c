@@ -125,21 +125,29 @@ void json_vocab_free(json_vocab *v) {
     free(v);
 }
 
-int json_walk_init(json_walk *w, const json_vocab *v) {
+int json_walk_init(json_walk *w, const json_vocab *v, int cap) {
+    memset(w, 0, sizeof *w);
+    w->cap = cap < 1 ? 1 : cap > JSON_MAX_STACKS ? JSON_MAX_STACKS : cap;
     w->n_st = v->max_len + 1;
-    w->st = malloc((size_t)w->n_st * sizeof *w->st);
+    w->stride = (json_state_size(w->cap) + 7) & ~(size_t)7;
+    w->n_cache = w->cap < 4 ? 4 : w->cap;
+    w->st = malloc((size_t)w->n_st * w->stride);
     w->fr = malloc((size_t)w->n_st * sizeof *w->fr);
-    w->cache = malloc((size_t)JSON_WALK_CACHE * (size_t)v->words * sizeof *w->cache);
+    w->cache = malloc((size_t)w->n_cache * (size_t)v->words * sizeof *w->cache);
     w->one = malloc((size_t)v->words * sizeof *w->one);
+    w->wf = malloc((size_t)w->cap * (size_t)w->n_st * sizeof *w->wf);
+    w->wn = malloc((size_t)w->cap * (size_t)w->n_st * sizeof *w->wn);
+    w->path = malloc((size_t)w->n_st * sizeof *w->path);
+    w->wit = malloc((size_t)w->n_st * sizeof *w->wit);
     json_walk_reset(w);
-    if (w->st && w->fr && w->cache && w->one) return 0;
+    if (w->st && w->fr && w->cache && w->one && w->wf && w->wn && w->path && w->wit) return 0;
     json_walk_free(w);
     return -1;
 }
 
 void json_walk_reset(json_walk *w) {
-    for (int i = 0; i < JSON_WALK_CACHE; i++) w->key[i].strc = -1;
-    w->next = 0;
+    for (int i = 0; i < w->n_cache; i++) w->key[i].strc = -1;
+    w->next = 0, w->n_prev = 0;
 }
 
 void json_walk_free(json_walk *w) {
@@ -147,10 +155,17 @@ void json_walk_free(json_walk *w) {
     free(w->fr);
     free(w->cache);
     free(w->one);
+    free(w->wf);
+    free(w->wn);
+    free(w->path);
+    free(w->wit);
     w->st = NULL;
     w->fr = NULL;
     w->cache = NULL;
     w->one = NULL;
+    w->wf = NULL;
+    w->wn = NULL;
+    w->path = w->wit = NULL;
 }
 
 static long walk(const dsv4_json_schema *s, const json_vocab *v, const json_trie *t, int n, json_walk *w,
@@ -159,7 +174,7 @@ static long walk(const dsv4_json_schema *s, const json_vocab *v, const json_trie
     for (int i = 0; i < n;) {
         const int d = t[i].depth;
         steps++;
-        if (json_state_step(s, &w->st[d - 1], t[i].byte, &w->st[d])) {
+        if (json_state_step(s, json_walk_st(w, d - 1), t[i].byte, json_walk_st(w, d))) {
             if (t[i].tok >= 0) json_vocab_set_id(v, bits, t[i].tok);
             i++;
         } else {
@@ -169,67 +184,65 @@ static long walk(const dsv4_json_schema *s, const json_vocab *v, const json_trie
     return steps;
 }
 
-/* Inside a constrained string: the whole trie with only the string's frame (json_cstr_step),
- * a subtree cut at its first '"', '\\' or control byte (the spec trie has those ids). */
-static long walk_cstr(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, uint64_t *bits) {
-    const json_trie *t = v->all;
-    long steps = 0;
-    for (int i = 0; i < v->n_all;) {
-        const int d = t[i].depth;
-        const uint8_t c = t[i].byte;
-        steps++;
-        w->fr[d] = w->fr[d - 1];
-        if (c >= 0x20 && c != '"' && c != '\\' && json_cstr_step(s, &w->fr[d], c)) {
-            if (t[i].tok >= 0) json_vocab_set_id(v, bits, t[i].tok);
-            i++;
-        } else {
-            i = (int)t[i].skip;
-        }
+/* How a constrained string's frame gets its plain ids' mask: k >= 0 from the cache (walked
+ * once per key, where the count does not matter: json_strc.flat), the first k of v->plain
+ * then stepped one by one (without max once the count is in the flat run: k 0; with max,
+ * walked at count 0, the cache holds for the ids whose bytes, at most that many code points,
+ * keep the count within 0..flat: the longer ones one by one, when at most 1/lim of the plain
+ * ids); -1: the whole walk. */
+static int cstr_k(const dsv4_json_schema *s, const json_vocab *v, const json_frame *top, int lim) {
+    const json_strc *sc = &s->strcs[s->nodes[top->node].strc];
+    if (sc->max < 0 ? top->b < (uint64_t)sc->flat : top->b > (uint64_t)sc->flat) return -1;
+    if (sc->max < 0) return 0;
+    const int room = sc->flat - (int)top->b; /* ids longer than this: one by one */
+    int lo = 0, hi = v->n_plain;
+    while (lo < hi) {
+        const int m = (lo + hi) / 2;
+        if (v->plain[m].len > room) lo = m + 1;
+        else hi = m;
     }
-    return steps;
+    return lo <= v->n_plain / lim ? lo : -1;
 }
 
-/* The plain ids' part of the mask inside a constrained string (frame w->fr[0]). Where the
- * count does not matter (json_strc.flat) it comes from the walk's cache: without max once
- * the count is in the flat run; with max, walked at count 0, it holds for the ids whose
- * bytes (at most that many code points) keep the count within 0..flat, and the longer ids
- * are stepped one by one (when they are few). Elsewhere the whole walk. */
-static long mask_cstr(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, uint64_t *bits) {
+/* the cache slot of a string frame's key, or n_cache */
+static int cstr_slot(const dsv4_json_schema *s, const json_walk *w, const json_frame *top) {
+    const int si = s->nodes[top->node].strc;
+    int slot = 0;
+    while (slot < w->n_cache && !(w->key[slot].strc == si && w->key[slot].q == top->q && w->key[slot].a == top->a))
+        slot++;
+    return slot;
+}
+
+/* The plain ids' part of the mask inside a constrained string (frame w->fr[0]), k from
+ * cstr_k: from the cache (filled on a miss; a string without a DFA needs none) and k ids
+ * one by one, or the whole walk. */
+static long mask_cstr(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, int k, uint64_t *bits) {
     const json_frame top = w->fr[0];
     const int si = s->nodes[top.node].strc;
     const json_strc *sc = &s->strcs[si];
-    int k = 0; /* the first k of v->plain are stepped one by one */
-    if (sc->max < 0 ? top.b < (uint64_t)sc->flat : top.b > (uint64_t)sc->flat) k = -1;
-    else if (sc->max >= 0) {
-        const int room = sc->flat - (int)top.b; /* ids longer than this: one by one */
-        int lo = 0, hi = v->n_plain;
-        while (lo < hi) {
-            const int m = (lo + hi) / 2;
-            if (v->plain[m].len > room) lo = m + 1;
-            else hi = m;
-        }
-        k = lo <= v->n_plain / 8 ? lo : -1;
-    }
     const size_t bytes = (size_t)v->words * sizeof *bits;
     if (k < 0) {
         memset(bits, 0, bytes);
-        return walk_cstr(s, v, w, bits);
+        return json_cstr_walk(s, v, w->fr, bits);
     }
     long steps = 0;
-    int slot = 0;
-    while (slot < JSON_WALK_CACHE && !(w->key[slot].strc == si && w->key[slot].q == top.q && w->key[slot].a == top.a))
-        slot++;
+    int slot = sc->dfa.n_states ? cstr_slot(s, w, &top) : -1;
     uint64_t *c;
-    if (slot == JSON_WALK_CACHE) {
-        slot = w->next, w->next = (w->next + 1) % JSON_WALK_CACHE;
+    if (slot < 0) {
+        /* no DFA: any character goes, so at count 0 an id goes iff its UTF-8 does (the
+         * in-string bitset): no walk */
+        c = v->safe + (size_t)(top.a & 7) * (size_t)v->words;
+    } else if (slot == w->n_cache) {
+        slot = w->next, w->next = (w->next + 1) % w->n_cache;
         c = w->cache + (size_t)slot * (size_t)v->words;
         memset(c, 0, bytes);
         if (sc->max >= 0) w->fr[0].b = 0;
-        steps = walk_cstr(s, v, w, c);
+        steps = json_cstr_walk(s, v, w->fr, c);
         w->fr[0] = top;
         w->key[slot].strc = si, w->key[slot].q = top.q, w->key[slot].a = top.a;
+    } else {
+        c = w->cache + (size_t)slot * (size_t)v->words;
     }
-    c = w->cache + (size_t)slot * (size_t)v->words;
     memcpy(bits, c, bytes);
     for (int i = 0; i < k; i++) {
         json_frame f = top;
@@ -251,42 +264,99 @@ static int same_top(const dsv4_json_schema *s, const json_frame *x, const json_f
            (s->nodes[x->node].strc == s->nodes[y->node].strc && x->q == y->q && x->b == y->b);
 }
 
+/* the frame's cache key was one of the last mask's (a key met twice is likely met again:
+ * worth a walk of its own into the cache) */
+static int key_again(const dsv4_json_schema *s, const json_walk *w, const json_frame *t) {
+    const int si = s->nodes[t->node].strc;
+    for (int i = 0; i < w->n_prev; i++)
+        if (w->prev[i].strc == si && w->prev[i].q == t->q && w->prev[i].a == t->a) return 1;
+    return 0;
+}
+
+/* 1 when frame i of w->tops is the first of its string state */
+static int first_of_state(const dsv4_json_schema *s, const json_walk *w, int i) {
+    for (int j = 0; j < i; j++)
+        if (same_top(s, &w->tops[i], &w->tops[j])) return 0;
+    return 1;
+}
+
+/* o into bits: the first mask is bits itself, the others are ORed in */
+static uint64_t *or_target(json_walk *w, uint64_t *bits, int first) { return first ? bits : w->one; }
+static void or_in(const json_vocab *v, uint64_t *bits, const uint64_t *o) {
+    if (o != bits)
+        for (int k = 0; k < v->words; k++) bits[k] |= o[k];
+}
+
 /* The plain ids' part of the mask where every reading is inside a string (w->tops[0..n)):
- * the OR of each distinct frame's (readings in the same string state share one; a
- * constrained one's comes from mask_cstr and its cache). */
+ * the OR of each distinct frame's (readings in the same string state share one). With one
+ * constrained string its mask comes from mask_cstr (the cache, or its walk); with several,
+ * those whose keys are cached, or were the last mask's too (at most 1 new walk into the
+ * cache a mask), come from the cache, and the rest share one walk (json_cstr_walk_any): a
+ * mask costs at most about two walks of the trie however many strings are open. */
 static long mask_strings(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, int n, uint64_t *bits) {
     long steps = 0;
-    int first = 1;
+    int first = 1, n_cstr = 0, m = 0, fills = 0, n_key = 0;
+    for (int i = 0; i < n; i++) n_cstr += json_frame_is_cstr(&w->tops[i]) && first_of_state(s, w, i);
     for (int i = 0; i < n; i++) {
         const json_frame *t = &w->tops[i];
-        int seen = 0;
-        for (int j = 0; j < i && !seen; j++) seen = same_top(s, t, &w->tops[j]);
-        if (seen) continue;
-        uint64_t *m = first ? bits : w->one;
+        if (!first_of_state(s, w, i)) continue;
+        uint64_t *o = or_target(w, bits, first);
         if (json_frame_is_cstr(t)) {
+            int k = cstr_k(s, v, t, n_cstr > 1 ? 64 : 8);
+            if (n_cstr > 1 && k >= 0 && s->strcs[s->nodes[t->node].strc].dfa.n_states && cstr_slot(s, w, t) == w->n_cache) {
+                if (fills < 1 && key_again(s, w, t)) fills++;
+                else k = -1;
+            }
+            w->prev[n_key].strc = s->nodes[t->node].strc, w->prev[n_key].q = t->q, w->prev[n_key].a = t->a;
+            n_key++;
+            if (n_cstr > 1 && k < 0) {
+                w->wf[(size_t)m++ * (size_t)w->n_st] = *t; /* the shared walk's */
+                continue;
+            }
             w->fr[0] = *t;
-            steps += mask_cstr(s, v, w, m);
+            steps += mask_cstr(s, v, w, k, o);
         } else {
-            memcpy(m, v->safe + (size_t)t->a * (size_t)v->words, (size_t)v->words * sizeof *m);
+            memcpy(o, v->safe + (size_t)t->a * (size_t)v->words, (size_t)v->words * sizeof *o);
         }
-        if (!first)
-            for (int k = 0; k < v->words; k++) bits[k] |= m[k];
+        or_in(v, bits, o);
         first = 0;
+    }
+    w->n_prev = n_key;
+    if (m) {
+        uint64_t *o = or_target(w, bits, first);
+        memset(o, 0, (size_t)v->words * sizeof *o);
+        steps += json_cstr_walk_any(s, v, w, m, o);
+        or_in(v, bits, o);
     }
     return steps;
 }
 
 long json_mask(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, const json_state *st,
                uint64_t *bits) {
-    json_state_copy(&w->st[0], st);
+    if (s->max_stacks > w->cap) { /* a walk made for smaller schemas: no id (never so in dsv4_gen) */
+        memset(bits, 0, (size_t)v->words * sizeof *bits);
+        return 0;
+    }
+    json_state *st0 = json_walk_st(w, 0);
     int u;
     if (json_state_in_string(st, &u)) {
+        json_state_copy(st0, st);
         memcpy(bits, v->safe + (size_t)u * (size_t)v->words, (size_t)v->words * sizeof *bits);
         return walk(s, v, v->spec, v->n_spec, w, bits);
     }
-    const int n = json_state_in_strings(st, w->tops);
-    if (n > 0)
-        return mask_strings(s, v, w, n, bits) + walk(s, v, v->spec, v->n_spec, w, bits);
+    /* Readings inside strings: the plain ids from their string frames (mask_strings), the
+     * ids with a '"', '\\' or control byte walked with the whole state (what follows a
+     * closing quote), and the readings elsewhere (a literal, a key, a number beside the
+     * strings) walked over the whole trie alone, where they cut it soon; whole, a string
+     * reading keeps the walk going through almost every id. */
+    const int n = json_state_strings(st, w->tops, st0);
+    long steps = 0;
+    if (n > 0) {
+        steps += mask_strings(s, v, w, n, bits);
+        if (st0->n > 0) steps += walk(s, v, v->all, v->n_all, w, bits);
+        json_state_copy(st0, st);
+        return steps + walk(s, v, v->spec, v->n_spec, w, bits);
+    }
     memset(bits, 0, (size_t)v->words * sizeof *bits);
     return walk(s, v, v->all, v->n_all, w, bits);
 }

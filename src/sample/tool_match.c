@@ -224,6 +224,13 @@ void tm_free(tm_tools *t) {
 
 int tm_any_strict(const tm_tools *t) { return t->strict; }
 
+int tm_max_stacks(const tm_tools *t) {
+    int m = t->any->max_stacks;
+    for (int i = 0; i < t->n_tools; i++)
+        if (t->tools[i].schema && t->tools[i].schema->max_stacks > m) m = t->tools[i].schema->max_stacks;
+    return m;
+}
+
 /* ---- the automaton --------------------------------------------------------------------- */
 
 static const tm_set *set_of(const tm_tools *t, const tm_state *st) {
@@ -445,9 +452,11 @@ int tm_state_free(const tm_state *st) { return st->phase == TP_FREE; }
 
 /* ---- the vocabulary walk ----------------------------------------------------------------- */
 
-int tm_walk_init(tm_walk *w, const json_vocab *v, const dsv4_tokenizer *tok) {
+int tm_walk_init(tm_walk *w, const json_vocab *v, const dsv4_tokenizer *tok, int cap) {
     w->n_st = v->max_len + 1;
-    w->st = malloc((size_t)(w->n_st + 1) * sizeof *w->st);
+    cap = cap < 1 ? 1 : cap > JSON_MAX_STACKS ? JSON_MAX_STACKS : cap;
+    w->stride = (offsetof(tm_state, js) + json_state_size(cap) + 7) & ~(size_t)7;
+    w->st = malloc((size_t)(w->n_st + 1) * w->stride);
     w->close = NULL;
     w->n_close = 0;
     if (!w->st) return -1;
@@ -473,14 +482,18 @@ void tm_walk_free(tm_walk *w) {
     w->close = NULL;
 }
 
-/* sets the ids of trie nodes tr[from..to) (whole subtrees) whose bytes can follow w->st[0] */
+/* the walk's state at depth d (w->stride bytes each: a tm_state whose js holds the tools'
+ * max_stacks, json_state_size) */
+static tm_state *walk_st(const tm_walk *w, int d) { return (tm_state *)(void *)(w->st + (size_t)d * w->stride); }
+
+/* sets the ids of trie nodes tr[from..to) (whole subtrees) whose bytes can follow walk_st(w, 0) */
 static long walk(const tm_tools *t, const json_vocab *v, tm_walk *w, const json_trie *tr, int from, int to,
                  uint64_t *bits) {
     long steps = 0;
     for (int i = from; i < to;) {
         const int d = tr[i].depth;
         steps++;
-        if (tm_state_step(t, &w->st[d - 1], tr[i].byte, &w->st[d])) {
+        if (tm_state_step(t, walk_st(w, d - 1), tr[i].byte, walk_st(w, d))) {
             if (tr[i].tok >= 0) json_vocab_set_id(v, bits, tr[i].tok);
             i++;
         } else {
@@ -491,8 +504,8 @@ static long walk(const tm_tools *t, const json_vocab *v, tm_walk *w, const json_
 }
 
 static void load(tm_walk *w, const tm_state *st) {
-    memcpy(&w->st[0], st, offsetof(tm_state, js));
-    if (st->phase == TP_VALUE) json_state_copy(&w->st[0].js, &st->js);
+    memcpy(walk_st(w, 0), st, offsetof(tm_state, js));
+    if (st->phase == TP_VALUE) json_state_copy(&walk_st(w, 0)->js, &st->js);
 }
 
 static long mask_k0(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state *st, uint64_t *bits,
@@ -510,7 +523,7 @@ long tm_mask(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state 
     while (i < v->n_all && tr[i].byte != next) i = (int)tr[i].skip; /* the depth-1 nodes */
     const int end = i < v->n_all ? (int)tr[i].skip : i;
     long steps = 0;
-    tm_state *f = &w->st[w->n_st]; /* the flushed state (a slot of its own) */
+    tm_state *f = walk_st(w, w->n_st); /* the flushed state (a slot of its own) */
     memcpy(f, st, offsetof(tm_state, js));
     f->k = 0;
     if (feed_raw(t, st, &st->js, (const uint8_t *)PAR_CLOSE, st->k, &f->js)) {
@@ -541,8 +554,9 @@ static long mask_k0(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm
         for (int i = 0; i < w->n_close; i++) {
             size_t len = 0;
             const uint8_t *b = (const uint8_t *)dsv4_tok_id_bytes(tok, w->close[i], &len);
-            int cur = 0;
-            if (tm_state_feed(t, w->st, &cur, b, len)) bits[w->close[i] >> 6] |= 1ull << (w->close[i] & 63);
+            int ok = 1;
+            for (size_t j = 0; j < len && ok; j++) ok = tm_state_step(t, walk_st(w, (int)j), b[j], walk_st(w, (int)j + 1));
+            if (ok) bits[w->close[i] >> 6] |= 1ull << (w->close[i] & 63);
             load(w, st);
             steps += (long)len;
         }

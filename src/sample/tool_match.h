@@ -86,6 +86,8 @@ int tm_compile(const char *tools, size_t len, int mode, int single, tm_tools **o
 void tm_free(tm_tools *t);
 /* 1 when some tool is strict (the constraint is worth applying) */
 int tm_any_strict(const tm_tools *t);
+/* the most stacks a step of any of the tools' value automata holds (json_schema.max_stacks) */
+int tm_max_stacks(const tm_tools *t);
 
 void tm_state_init(const tm_tools *t, tm_state *st);
 /* dst = src after byte c (dst != src); 1 alive, 0 dead */
@@ -99,12 +101,16 @@ int tm_state_accepting(const tm_tools *t, const tm_state *st);
 int tm_state_free(const tm_state *st);
 
 typedef struct tm_walk {
-    tm_state *st;      /* (n_st + 1): the walk's states by depth, then a flushed state */
+    unsigned char *st; /* (n_st + 1) stride bytes apart: the walk's states by depth, then a
+                        * flushed state (tm_states whose js holds cap stacks: json_state_size) */
+    size_t stride;
     int n_st;
     int32_t *close;    /* (n_close) the ids whose bytes hold "</｜DSML｜parameter>" */
     int n_close;
 } tm_walk;
-int tm_walk_init(tm_walk *w, const json_vocab *v, const dsv4_tokenizer *tok);
+/* cap: the most stacks a state of the tools' schemas holds (tm_max_stacks; JSON_MAX_STACKS
+ * serves any tools) */
+int tm_walk_init(tm_walk *w, const json_vocab *v, const dsv4_tokenizer *tok, int cap);
 void tm_walk_free(tm_walk *w);
 /* bits [words]: bit v set iff id v's bytes can follow st (trie ids only: no added token,
  * no EOS). Inside a plain string, json_vocab's in-string bitset and its small trie (the

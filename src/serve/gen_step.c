@@ -47,7 +47,7 @@ struct dsv4_gen {
      * the tools' (never both) */
     tm_tools *tools;        /* NULL: none */
     tm_walk twalk;
-    tm_state *ts;           /* (2) ts[jcur] */
+    tm_state *ts;           /* (4) ts[jcur]; 2, 3: scratch */
     int think;              /* >= 0: the constraint starts after the text's first "</think>",
                              * of which `think` bytes are matched so far; -1: it runs */
 };
@@ -132,13 +132,13 @@ static int json_setup(dsv4_gen *g, const dsv4_tokenizer *tok, const dsv4_gen_par
     g->jbits = g->jv ? malloc((size_t)g->jv->words * sizeof *g->jbits) : NULL;
     if (!g->jbits) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
     if (g->tools) {
-        g->ts = malloc(2 * sizeof *g->ts);
-        if (!g->ts || tm_walk_init(&g->twalk, g->jv, tok)) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
+        g->ts = malloc(4 * sizeof *g->ts); /* ts[jcur], the next; 2, 3: tools_apply's scratch */
+        if (!g->ts || tm_walk_init(&g->twalk, g->jv, tok, tm_max_stacks(g->tools))) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
         tm_state_init(g->tools, &g->ts[0]);
         return DSV4_OK;
     }
     g->js = malloc(2 * sizeof *g->js);
-    if (!g->js || json_walk_init(&g->walk, g->jv))
+    if (!g->js || json_walk_init(&g->walk, g->jv, g->schema->max_stacks))
         return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
     json_state_init(g->schema, &g->js[0]);
     return DSV4_OK;
@@ -237,7 +237,7 @@ static void tools_apply(dsv4_gen *g) {
         bits_apply(g, tm_state_accepting(g->tools, st));
         return;
     }
-    tm_state *a = g->twalk.st; /* scratch: the walk is not running */
+    tm_state *a = g->ts + 2; /* scratch */
     for (int k = 0; k < g->jv->n_gt; k++) {
         const int32_t id = g->jv->gt[k];
         size_t len = 0;

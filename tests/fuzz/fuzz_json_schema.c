@@ -76,7 +76,7 @@ static void setup(void) {
     }
     free(text);
     cJSON_Delete(t);
-    if (!(jv = json_vocab_build(tok)) || json_walk_init(&walk, jv)) abort();
+    if (!(jv = json_vocab_build(tok)) || json_walk_init(&walk, jv, JSON_MAX_STACKS)) abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

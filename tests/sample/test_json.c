@@ -302,16 +302,41 @@ static const char *union_of(char *buf, size_t cap, int n, const char *at) {
 #define OP_CONST(x) "\"op\":{\"const\":\"" x "\"}"
 #define OP_ENUM(x) "\"op\":{\"enum\":[\"" x "\",\"any\"]}"
 
+/* doc through states allocated at the schema's own capacity (json_state_size(max_stacks),
+ * as the vocabulary walks keep them): accepted exactly when ok (under ASan, a step past the
+ * capacity would be a heap overflow; past max_stacks the step fails whole) */
+static void expect_small(const dsv4_json_schema *s, const char *doc, int ok) {
+    json_state *a = malloc(json_state_size(s->max_stacks)), *b = malloc(json_state_size(s->max_stacks));
+    int alive = a && b;
+    if (a) json_state_init(s, a);
+    for (const char *c = doc; *c && alive; c++) {
+        alive = json_state_step(s, a, (uint8_t)*c, b);
+        json_state *t = a;
+        a = b, b = t;
+    }
+    CHECK_MSG((alive && json_state_accepting(s, a)) == ok, "%s: %s at capacity %d", doc, ok ? "refused" : "accepted",
+              s->max_stacks);
+    free(a), free(b);
+}
+
 static void test_readings(void) {
     char buf[8192];
     /* 12 branches: each document fits one branch alone, and every reading is kept to the
-     * end (JSON_MAX_STACKS 8 dropped 4 of them at the '{': those documents were refused) */
+     * end (JSON_MAX_STACKS 8 dropped 4 of them at the '{': those documents were refused),
+     * also by states of the schema's own capacity (14 stacks: 12 readings and 2 expanding) */
     dsv4_json_schema *s = compile(union_of(buf, sizeof buf, 12, "oneOf"));
+    CHECK_MSG(s && s->max_stacks == 14, "12 branches: %d stacks", s ? s->max_stacks : -1);
     for (int k = 0; s && k <= 12; k++) {
         char doc[64];
         snprintf(doc, sizeof doc, "{\"u\":{\"a\":\"x\",\"k\":%d}}", k);
         expect(s, doc, k < 12);
+        expect_small(s, doc, k < 12);
     }
+    dsv4_json_schema_free(s);
+    /* no union: 2 stacks (the reading and one expanding), 1.7 KB a state instead of 24.7 */
+    s = compile(PERSON);
+    CHECK_MSG(s && s->max_stacks == 2, "no union: %d stacks", s ? s->max_stacks : -1);
+    if (s) expect_small(s, "{\"name\":\"a\",\"age\":3,\"tags\":[\"b\",12]}", 1);
     dsv4_json_schema_free(s);
     s = compile(union_of(buf, sizeof buf, JSON_MAX_STACKS - 2, "anyOf")); /* the most that fit */
     if (s) expect(s, "{\"u\":{\"a\":\"\",\"k\":29}}", JSON_MAX_STACKS - 2 > 29);
@@ -367,7 +392,7 @@ static void test_mask(const dsv4_tokenizer *tok, const json_vocab *jv, const cha
     dsv4_json_schema *s = compile(schema);
     if (!s) return;
     json_walk w;
-    CHECK(json_walk_init(&w, jv) == 0);
+    CHECK(json_walk_init(&w, jv, JSON_MAX_STACKS) == 0);
     json_state *st = malloc(2 * sizeof *st);
     uint64_t *bits = malloc((size_t)jv->words * sizeof *bits), *brute = malloc((size_t)jv->words * sizeof *bits);
     json_state_init(s, &st[0]);
@@ -410,7 +435,7 @@ static void test_mask_at(const dsv4_tokenizer *tok, const json_vocab *jv, const 
     json_walk w;
     json_state *st = malloc(2 * sizeof *st);
     uint64_t *bits = malloc((size_t)jv->words * sizeof *bits), *brute = malloc((size_t)jv->words * sizeof *bits);
-    if (!s || !st || !bits || !brute || json_walk_init(&w, jv)) return;
+    if (!s || !st || !bits || !brute || json_walk_init(&w, jv, JSON_MAX_STACKS)) return;
     json_state_init(s, &st[0]);
     int cur = 0, done = 0;
     for (int i = 0; i < n; i++) {
@@ -448,6 +473,25 @@ static void test_strings_union(const dsv4_tokenizer *tok, const json_vocab *jv) 
     test_mask_at(tok, jv, mixed, "{\"a\":\"ab cd\xc3\xa9xy", at, 3);
 }
 
+/* Constrained strings that each need a walk in the same step share one walk of the trie
+ * (json_cstr_walk_any): counting patterns that end at different lengths, the first one (the
+ * walk's first frame) ending first so that the next takes over inside the tokens. Then
+ * beside them a literal that goes on with "," where no string can (the readings outside
+ * strings are walked alone: ids that only they take). The mask against brute force at the
+ * string's start, inside it, around and past the ends. */
+static void test_strings_walk_any(const dsv4_tokenizer *tok, const json_vocab *jv) {
+    static const char schema[] = "{\"anyOf\":[" STR_BRANCH(",\"pattern\":\"^.{0,6}$\"", "1") ","
+        STR_BRANCH(",\"pattern\":\"^[a-z ]{0,9}$\"", "2") "," STR_BRANCH(",\"pattern\":\"^.{0,12}$\"", "3") "]}";
+    static const int at[] = {6, 12, 14, 18};
+    test_mask_at(tok, jv, schema, "{\"a\":\"ab cdefghijkl", at, 4);
+    static const char lit[] = "{\"anyOf\":[" STR_BRANCH(",\"pattern\":\"^.{0,6}$\"", "1") ","
+        STR_BRANCH(",\"pattern\":\"^[a-z ]{0,12}$\"", "2") ","
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"enum\":[\"ab cde, fgh\"]},\"k\":{\"const\":4}},"
+        "\"required\":[\"a\",\"k\"]}]}";
+    static const int lit_at[] = {6, 12};
+    test_mask_at(tok, jv, lit, "{\"a\":\"ab cde, fgh", lit_at, 2);
+}
+
 /* Alive means completable: along a text that nests as deep as the schema lets it, every
  * state the automaton keeps has a token to go on with or is complete (the depth bound is
  * checked before an object, array, property or item starts, not found too late). */
@@ -469,7 +513,7 @@ static void test_deep(const dsv4_tokenizer *tok, const json_vocab *jv, const cha
     json_walk w;
     json_state *st = malloc(2 * sizeof *st);
     uint64_t *bits = malloc((size_t)jv->words * sizeof *bits);
-    if (!s || !st || !bits || json_walk_init(&w, jv)) return;
+    if (!s || !st || !bits || json_walk_init(&w, jv, JSON_MAX_STACKS)) return;
     json_state_init(s, &st[0]);
     int cur = 0, alive = 1, steps = 0;
     for (int r = 0; r < times && alive; r++)
@@ -513,6 +557,7 @@ int main(void) {
         static const int u_at[] = {13, 22};
         test_mask_at(tok, jv, union_of(ubuf, sizeof ubuf, 12, "anyOf"), "{\"u\":{\"a\":\"x y\\n\",\"k\":1", u_at, 2);
         test_strings_union(tok, jv);
+        test_strings_walk_any(tok, jv);
         /* bounded numbers: the mask after each byte of a document's numbers, and random walks */
         static const char nums_doc[] = "[{\"age\":150,\"score\":0.75,\"step\":95,\"t\":-1.125},{\"age\":7,\"score\":1,";
         int nums_at[64], n_at = 0, k = 0;

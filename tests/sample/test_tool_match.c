@@ -310,7 +310,7 @@ static int walk(const char *tools, int mode, int single, const char *start, int 
     tm_tools *t = compile(tools, mode, single);
     if (!t) return 0;
     tm_walk w;
-    CHECK(tm_walk_init(&w, JV, T) == 0);
+    CHECK(tm_walk_init(&w, JV, T, JSON_MAX_STACKS) == 0);
     if (check_brute) printf("ids holding the whole closing tag: %d\n", w.n_close);
     tm_state *st = malloc(4 * sizeof *st);
     uint64_t *bits = malloc((size_t)JV->words * sizeof *bits), *bb = malloc((size_t)JV->words * sizeof *bits);
