@@ -462,6 +462,16 @@ static void feed(const dsv4_json_schema *s, const json_frame *src, int depth, ui
     }
 }
 
+/* stacks i and j of st are the same: from the top down, where a union's readings differ
+ * (each frame a fixed-size compare, inlined: a call per pair cost a union's steps more than
+ * the steps) */
+static int same_stack(const json_state *st, int i, int j) {
+    if (st->depth[i] != st->depth[j]) return 0;
+    for (int k = st->depth[i] - 1; k >= 0; k--)
+        if (memcmp(&st->f[i][k], &st->f[j][k], sizeof(json_frame))) return 0;
+    return 1;
+}
+
 void json_state_init(const dsv4_json_schema *s, json_state *st) {
     (void)s;
     st->n = 1, st->over = 0;
@@ -480,8 +490,7 @@ int json_state_step(const dsv4_json_schema *s, const json_state *src, uint8_t c,
     /* readings that became the same go on as one */
     for (int i = 1; i < dst->n; i++)
         for (int j = 0; j < i; j++)
-            if (dst->depth[i] == dst->depth[j] &&
-                !memcmp(dst->f[i], dst->f[j], (size_t)dst->depth[i] * sizeof(json_frame))) {
+            if (same_stack(dst, i, j)) {
                 const int last = --dst->n;
                 if (last != i) {
                     memcpy(dst->f[i], dst->f[last], (size_t)dst->depth[last] * sizeof(json_frame));
@@ -578,7 +587,7 @@ long json_cstr_walk(const dsv4_json_schema *s, const json_vocab *v, json_frame *
         steps++;
         fr[d] = fr[d - 1];
         if (cstr_byte(sc, &fr[d], t[i].byte)) {
-            if (t[i].tok >= 0) json_vocab_set_id(v, bits, t[i].tok);
+            if (t[i].tok >= 0) json_vocab_set_tok(v, bits, &t[i]);
             i++;
         } else {
             i = (int)t[i].skip;
@@ -642,7 +651,7 @@ long json_cstr_walk_any(const dsv4_json_schema *s, const json_vocab *v, json_wal
         }
         if (j < m) {
             w->wit[d] = j;
-            if (t[i].tok >= 0) json_vocab_set_id(v, bits, t[i].tok);
+            if (t[i].tok >= 0) json_vocab_set_tok(v, bits, &t[i]);
             i++;
         } else {
             i = (int)t[i].skip;

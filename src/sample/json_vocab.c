@@ -44,6 +44,7 @@ static json_trie *build_trie(const tok_ref *r, int n, int max_len, int32_t *dup,
         }
         if (i && common == r[i].len && r[i].len == r[i - 1].len) {
             /* the same bytes as the previous id: chain it */
+            t[path[depth - 1]].dup = 1;
             if (dup) {
                 int32_t *at = &t[path[depth - 1]].tok;
                 while (dup[*at] >= 0) at = &dup[*at];
@@ -53,7 +54,7 @@ static json_trie *build_trie(const tok_ref *r, int n, int max_len, int32_t *dup,
         }
         while (depth > common) t[path[--depth]].skip = (uint32_t)nt;
         for (; depth < r[i].len; depth++) {
-            t[nt] = (json_trie){0, -1, (uint16_t)(depth + 1), r[i].b[depth]};
+            t[nt] = (json_trie){0, -1, (uint16_t)(depth + 1), r[i].b[depth], 0};
             path[depth] = nt++;
         }
         t[path[depth - 1]].tok = r[i].id;
@@ -175,7 +176,7 @@ static long walk(const dsv4_json_schema *s, const json_vocab *v, const json_trie
         const int d = t[i].depth;
         steps++;
         if (json_state_step(s, json_walk_st(w, d - 1), t[i].byte, json_walk_st(w, d))) {
-            if (t[i].tok >= 0) json_vocab_set_id(v, bits, t[i].tok);
+            if (t[i].tok >= 0) json_vocab_set_tok(v, bits, &t[i]);
             i++;
         } else {
             i = (int)t[i].skip;

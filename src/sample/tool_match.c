@@ -494,7 +494,7 @@ static long walk(const tm_tools *t, const json_vocab *v, tm_walk *w, const json_
         const int d = tr[i].depth;
         steps++;
         if (tm_state_step(t, walk_st(w, d - 1), tr[i].byte, walk_st(w, d))) {
-            if (tr[i].tok >= 0) json_vocab_set_id(v, bits, tr[i].tok);
+            if (tr[i].tok >= 0) json_vocab_set_tok(v, bits, &tr[i]);
             i++;
         } else {
             i = (int)tr[i].skip;
