@@ -341,15 +341,13 @@ typedef struct json_walk {
     int next;               /* the slot the next miss takes */
     struct { int strc; uint32_t q, a; } prev[JSON_MAX_STACKS]; /* the last mask's string keys */
     int n_prev;
-    /* json_cstr_walk_any: per string j, its frame (wf) at each depth of the current path
-     * and the trie node it took there (wn); the deepest one kept (wtop); where it died
-     * (wdead: a depth, wdeadn: the node); the trie node at each depth of the path; the
-     * first string alive at each depth (wit) */
+    /* json_cstr_walk_any: per string j, its frames (wf) at depths 0..wtop of the way to
+     * trie node wx (-1: the root), the node where it died (wdeadn, -1: none); the trie node
+     * at each depth of the current path; the first string alive at each depth (wit) */
     json_frame *wf;         /* [cap][n_st] */
-    int32_t *wn;            /* [cap][n_st] */
     int32_t *path, *wit;    /* (n_st) */
-    int wtop[JSON_MAX_STACKS], wdead[JSON_MAX_STACKS];
-    int32_t wdeadn[JSON_MAX_STACKS];
+    int wtop[JSON_MAX_STACKS];
+    int32_t wx[JSON_MAX_STACKS], wdeadn[JSON_MAX_STACKS];
 } json_walk;
 
 /* the walk's state at depth d */

@@ -596,25 +596,27 @@ long json_cstr_walk(const dsv4_json_schema *s, const json_vocab *v, json_frame *
     return steps;
 }
 
-/* Frame j of the walk is at depth d - 1 of the current path, alive: from the deepest of its
- * frames still on the path, stepped along it; 0 when it dies on the way (or died above). */
-static int any_reach(const json_strc *sc, const json_trie *t, json_walk *w, int j, int d, long *steps) {
+/* x is node i or one of its ancestors (a preorder trie: x's subtree is [x, skip)) */
+static int holds(const json_trie *t, int32_t x, int i) { return x <= i && i < (int)t[x].skip; }
+
+/* Frame j of the walk at depth d - 1 of the path to node i, alive: from the deepest of its
+ * frames still on the path (those computed on the way to wx[j]), stepped along it; 0 when it
+ * dies on the way (or died above). */
+static int any_reach(const json_strc *sc, const json_trie *t, json_walk *w, int j, int d, int i, long *steps) {
     json_frame *f = w->wf + (size_t)j * (size_t)w->n_st;
-    int32_t *fn = w->wn + (size_t)j * (size_t)w->n_st;
-    const int x = w->wdead[j];
-    if (x > 0 && x < d && w->path[x] == w->wdeadn[j]) return 0;
+    if (w->wdeadn[j] >= 0 && holds(t, w->wdeadn[j], i)) return 0;
     int e = w->wtop[j] < d - 1 ? w->wtop[j] : d - 1;
-    while (e > 0 && fn[e] != w->path[e]) e--;
+    if (w->wx[j] < 0) e = 0;
+    while (e > 0 && !holds(t, w->path[e], w->wx[j])) e--;
     for (; e < d - 1; e++) {
         f[e + 1] = f[e];
         ++*steps;
         if (!cstr_byte(sc, &f[e + 1], t[w->path[e + 1]].byte)) {
-            w->wtop[j] = e, w->wdead[j] = e + 1, w->wdeadn[j] = w->path[e + 1];
+            w->wdeadn[j] = w->path[e + 1], w->wtop[j] = e, w->wx[j] = w->path[e];
             return 0;
         }
-        fn[e + 1] = w->path[e + 1];
     }
-    w->wtop[j] = d - 1;
+    w->wtop[j] = d - 1, w->wx[j] = w->path[d - 1];
     return 1;
 }
 
@@ -625,29 +627,25 @@ long json_cstr_walk_any(const dsv4_json_schema *s, const json_vocab *v, json_wal
     long steps = 0;
     for (int j = 0; j < m; j++) {
         sc[j] = strc_of(s, &w->wf[(size_t)j * n]);
-        w->wn[(size_t)j * n] = -1;
-        w->wtop[j] = 0, w->wdead[j] = 0;
+        w->wx[j] = -1, w->wtop[j] = 0, w->wdeadn[j] = -1;
     }
     w->path[0] = -1, w->wit[0] = 0;
     for (int i = 0; i < v->n_all;) {
         const int d = t[i].depth;
         w->path[d] = i;
-        /* the frames before the parent's first live one are dead there (and so here); that
-         * one is at the parent already but at the root */
+        /* the frames before the parent's first live one are dead there (and so here); one
+         * whose deepest frame is the parent's goes on from it */
         int j = w->wit[d - 1];
         for (; j < m; j++) {
+            if (w->wx[j] != w->path[d - 1] && !any_reach(sc[j], t, w, j, d, i, &steps)) continue;
             json_frame *f = w->wf + (size_t)j * n;
-            if ((d == 1 || w->wtop[j] < d - 1 || w->wn[(size_t)j * n + (size_t)d - 1] != w->path[d - 1]) &&
-                !any_reach(sc[j], t, w, j, d, &steps))
-                continue;
             f[d] = f[d - 1];
             steps++;
-            w->wn[(size_t)j * n + (size_t)d] = i;
             if (cstr_byte(sc[j], &f[d], t[i].byte)) {
-                w->wtop[j] = d;
+                w->wx[j] = i, w->wtop[j] = d;
                 break;
             }
-            w->wtop[j] = d - 1, w->wdead[j] = d, w->wdeadn[j] = i;
+            w->wdeadn[j] = i;
         }
         if (j < m) {
             w->wit[d] = j;

@@ -137,11 +137,10 @@ int json_walk_init(json_walk *w, const json_vocab *v, int cap) {
     w->cache = malloc((size_t)w->n_cache * (size_t)v->words * sizeof *w->cache);
     w->one = malloc((size_t)v->words * sizeof *w->one);
     w->wf = malloc((size_t)w->cap * (size_t)w->n_st * sizeof *w->wf);
-    w->wn = malloc((size_t)w->cap * (size_t)w->n_st * sizeof *w->wn);
     w->path = malloc((size_t)w->n_st * sizeof *w->path);
     w->wit = malloc((size_t)w->n_st * sizeof *w->wit);
     json_walk_reset(w);
-    if (w->st && w->fr && w->cache && w->one && w->wf && w->wn && w->path && w->wit) return 0;
+    if (w->st && w->fr && w->cache && w->one && w->wf && w->path && w->wit) return 0;
     json_walk_free(w);
     return -1;
 }
@@ -157,7 +156,6 @@ void json_walk_free(json_walk *w) {
     free(w->cache);
     free(w->one);
     free(w->wf);
-    free(w->wn);
     free(w->path);
     free(w->wit);
     w->st = NULL;
@@ -165,7 +163,6 @@ void json_walk_free(json_walk *w) {
     w->cache = NULL;
     w->one = NULL;
     w->wf = NULL;
-    w->wn = NULL;
     w->path = w->wit = NULL;
 }
 
