@@ -13,6 +13,7 @@
 #include "engine/prefix.h"
 #include "engine/w8a8_prep.h"
 #include "kernels/cpu.h"
+#include "kernels/idx_scores.h"
 #include "kernels/kv_rows.h"
 #include "moe/moe.h"
 #include "util/numa.h"
@@ -196,6 +197,10 @@ static int engine_create_body(const dsv4_model *m, const dsv4_engine_opts *opts,
                        "kv dtype %s: FP4 indexer keys need fidelity item F3 (--fidelity F3 or official), "
                        "which rounds every key to FP4 values; without it they would change the results",
                        dsv4_kv_dtype_name(o->kv_dtype));
+    if (!rc && idx_code == DSV4_ROW_FP4 && c->index_head_dim > DSV4_IDX_FP4_RUN_FLOATS)
+        rc = dsv4_fail(err, DSV4_ERR_ARG,
+                       "kv dtype %s: FP4 indexer keys of index_head_dim %d; the score kernels unpack at most %d "
+                       "values a key", dsv4_kv_dtype_name(o->kv_dtype), c->index_head_dim, DSV4_IDX_FP4_RUN_FLOATS);
     if (!rc) rc = setup_parallel(e, err);
     dsv4_cache_opts co;
     dsv4_engine_cache_opts(o, &co);

@@ -25,7 +25,7 @@ static float round_minifloat(float y, int emin, int mbits, float vmax) {
     const float step = ldexpf(1.0f, e - mbits);
     float q = nearbyintf(a / step) * step; /* may carry into the next binade: still exact */
     if (q > vmax) q = vmax;
-    return y < 0 ? -q : q;
+    return signbit(y) ? -q : q; /* -0 stays -0: rounding a rounded value changes no bit */
 }
 
 float dsv4_fid_e4m3_round(float y) { return round_minifloat(y, -6, 3, 448.0f); }

@@ -156,7 +156,7 @@ void dsv4_idx_fp4_runs(int simd, const int64_t *lim, int nq, const void *const *
     _Alignas(64) float buf[DSV4_IDX_FP4_RUN_FLOATS];
     const void *fk[FP4_RUN_MAX];
     int64_t glim[FP4_QGROUP];
-    int run = DSV4_IDX_FP4_RUN_FLOATS / (dI > 0 ? dI : 1);
+    int run = DSV4_IDX_FP4_RUN_FLOATS / (dI > 0 ? dI : 1); /* >= 1: engine create refuses wider FP4 keys */
     if (run > FP4_RUN_MAX) run = FP4_RUN_MAX;
     int64_t wmax = w0;
     for (int q = 0; q < nq; q++) {

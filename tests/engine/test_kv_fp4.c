@@ -110,6 +110,16 @@ int main(int argc, char **argv) {
         CHECK(dsv4_engine_create(m, &eo, &e, &err) == DSV4_ERR_ARG && !e);
         CHECK_ERR(err, DSV4_ERR_ARG, "kv dtype bf16+fp4: FP4 indexer keys need fidelity item F3");
     }
+    { /* keys wider than the score kernels' unpacking buffer: refused, not scored wrong */
+        const int dI = m->cfg.index_head_dim;
+        m->cfg.index_head_dim = 16384;
+        dsv4_engine_opts eo = {.max_context = 64, .max_seqs = 1, .fidelity = DSV4_FID_F3,
+                               .kv_dtype = DSV4_KV_BF16 | DSV4_KV_IDX_FP4};
+        dsv4_engine *e = NULL;
+        CHECK(dsv4_engine_create(m, &eo, &e, &err) == DSV4_ERR_ARG && !e);
+        CHECK_ERR(err, DSV4_ERR_ARG, "FP4 indexer keys of index_head_dim 16384; the score kernels unpack at most 8192");
+        m->cfg.index_head_dim = dI;
+    }
     int kv = 0;
     CHECK(dsv4_kv_dtype_parse("fp8+fp4", &kv, &err) == 0 && kv == (DSV4_KV_FP8 | DSV4_KV_IDX_FP4));
     CHECK(!strcmp(dsv4_kv_dtype_name(kv), "fp8+fp4"));

@@ -98,15 +98,15 @@ static void check_format(int fmt, int n, int rd, const char *name) {
                 bad_ref += err > 0.5 * ulp * s * (1 + 1e-12);
             } else if (fmt == DSV4_ROW_FP4) {
                 /* F3: an e2m1 value times the block's power-of-two scale (the nibble and the
-                 * scale byte as stored), within half a step; the sign kept (a value that
-                 * rounds to zero is -0 when negative; F3 gives -0 itself +0) */
+                 * scale byte as stored), within half a step; the sign kept (-0 and a
+                 * negative value that rounds to zero give -0) */
                 const int b0 = i / 32 * 32, b1 = b0 + 32 < n ? b0 + 32 : n;
                 float amax = 6.0f * 0x1p-126f;
                 for (int k = b0; k < b1; k++) amax = fmaxf(amax, fabsf(x[k]));
                 const double s = ldexp(1.0, (int)ceil(log2((double)(amax * (1.0f / 6.0f)))));
                 const uint8_t nib = (uint8_t)(p[i / 2] >> (4 * (i & 1)) & 15);
                 const double stored = (double)e2m1_ref(nib) * ldexp(1.0, (int)p[(n + 1) / 2 + i / 32] - 127);
-                bad_ref += (double)y[i] != stored || (x[i] != 0 && signbit(y[i]) != signbit(x[i]));
+                bad_ref += (double)y[i] != stored || signbit(y[i]) != signbit(x[i]);
                 const double a = fabs((double)x[i]) / s; /* in e2m1 units, at most 6 */
                 const double ulp = a < 2 ? 0.5 : a < 4 ? 1.0 : 2.0;
                 bad_ref += fabs((double)y[i] - (double)x[i]) > 0.5 * ulp * s * (1 + 1e-12);
