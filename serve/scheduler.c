@@ -177,10 +177,21 @@ static int add_verify(srv_sched *s, int *n_spans, srv_req *r) {
 /* 1 for a choice waiting in the queue for its choice 0's prompt, to fork it. */
 static int fork_waits(const srv_req *r) { return r->lead && r->lead->forkable && !r->admitted; }
 
+/* The choices of r waiting in the queue from position `from` on to fork r's prompt. */
+static int forks_waiting(const srv_sched *s, const srv_req *r, int from) {
+    int n = 0;
+    for (int k = from; r->forkable && k < s->n_wait; k++) n += fork_waits(s->wait[k]) && s->wait[k]->lead == r;
+    return n;
+}
+
 /* The step's spans: every running decode row first (they never wait), then prefill chunks
  * of running requests, then newly admitted requests, oldest first, within step_tokens rows.
- * All admission and prefill chunking happens here. Returns the span count; *rows and
- * *decode receive the row counts. */
+ * All admission and prefill chunking happens here. Choice 0 of n > 1 is admitted only with
+ * a slot free for each of its choices waiting to fork it (they hold them until the fork),
+ * so the prompt is computed once; until then nothing behind it is admitted (first come,
+ * first served: a big n is never passed by a stream of small requests; n <= max_seqs, so
+ * the running requests' ends free enough). Returns the span count; *rows and *decode
+ * receive the row counts. */
 static int plan_step(srv_sched *s, int *rows, int *decode) {
     int n_spans = 0, budget = s->o.step_tokens;
     *decode = 0;
@@ -201,6 +212,8 @@ static int plan_step(srv_sched *s, int *rows, int *decode) {
         srv_req *r = s->wait[w];
         /* a choice waiting for choice 0's prompt to fork it */
         if (fork_waits(r)) { w++; continue; }
+        const int forks = forks_waiting(s, r, w + 1);
+        if (s->n_run + held + 1 + forks > s->o.max_seqs) break;
         dsv4_err err = {0};
         int64_t n_cached = 0;
         /* the prefix cache is rank 0's (step_msg.h): the followers start the sequence at
@@ -233,8 +246,7 @@ static int plan_step(srv_sched *s, int *rows, int *decode) {
         list_remove(s->wait, &s->n_wait, r);
         list_insert(s->run, &s->n_run, r);
         s->st.admitted++;
-        if (r->forkable)
-            for (int k = w; k < s->n_wait; k++) held += fork_waits(s->wait[k]) && s->wait[k]->lead == r;
+        held += forks;
         budget -= add_span(s, &n_spans, r, budget);
     }
     *rows = s->o.step_tokens - budget;
@@ -331,12 +343,13 @@ static int mtp_settle(srv_sched *s, srv_req *r) {
 
 /* r (choice 0 of n > 1) has run its whole prompt, row holding its first token's logits:
  * its other choices still waiting start as forks of its sequence (the prompt's KV computed
- * once, shared: dsv4_seq_fork) and each samples its first token from the same row with its
- * own sampler, as a request of its own would from its own prompt's last row (with MTP its
- * MTP side forked too: dsv4_spec_fork). A choice that
- * cannot fork now (no sequence slot free, the pools short) is admitted later like any
- * request, computing the prompt (what the prefix cache holds of it restored). Before r's
- * own token, which may end r and free its sequence. */
+ * once, shared: dsv4_seq_fork) and each samples its first
+ * token from the same row with its own sampler, as a request of its own would from its own
+ * prompt's last row (with MTP its MTP side forked too: dsv4_spec_fork). Their slots were
+ * held since r's admission (plan_step); a choice that cannot fork now all the same (the
+ * pools short of the open block's pages) is admitted later like any request, computing
+ * the prompt (what the prefix cache holds of it restored). Before r's own token, which may
+ * end r and free its sequence. */
 static void fork_choices(srv_sched *s, srv_req *r, const float *row) {
     r->forkable = 0;
     for (int i = 0; i < s->n_wait && s->n_run < s->o.max_seqs;) {

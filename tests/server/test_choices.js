@@ -2,8 +2,9 @@
 // with seed + i, so it equals the n = 1 request with that seed (the choices fork choice 0's
 // prompt: /metrics counts the forks); the stream, reassembled by index, equals the JSON
 // answer; usage counts the prompt once and every choice's tokens; stop ends one choice, not
-// the others; n over --max-seqs and best_of with stream are 400s naming the field; a
-// client gone mid-stream cancels every choice (the sequences free again).
+// the others; n = 4 with a slot taken waits for all 4 (every choice forks) and the request
+// after it waits behind it; n over --max-seqs and best_of with stream are 400s naming the
+// field; a client gone mid-stream cancels every choice (the sequences free again).
 'use strict';
 const assert = require('assert');
 const OpenAI = require('openai').default;
@@ -115,6 +116,50 @@ run('server_choices', async () => {
     { body: { model: 'm', prompt: `w${k} `.repeat(20), n: 2, max_tokens: 8, temperature: 1 } })));
   for (const t of two) assert.strictEqual(t.status, 200, t.body);
   assert.strictEqual((await metrics(srv.url)).dsv4_choices_forked_total - m3.dsv4_choices_forked_total, 3);
+
+  // the reservation: n = 4 with one of the 4 slots taken waits until all 4 are free (then
+  // every choice forks the prompt: none computes it), and a request sent after it waits
+  // behind it (first come, first served), not in the 3 free slots
+  const xreq = { model: 'm', prompt: 'Four colours:', max_tokens: 4, temperature: 1.0, seed: SEED, logprobs: 0 };
+  const xsolo = [];
+  for (let i = 0; i < 4; i++) xsolo.push((await client.completions.create({ ...xreq, seed: SEED + i })).choices[0]);
+  const m4 = await metrics(srv.url);
+  const actl = new AbortController();
+  const ares = await fetch(srv.url + '/v1/completions', { method: 'POST', signal: actl.signal,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt: 'a long story', max_tokens: 4000, temperature: 1.0, stream: true }) });
+  const ard = ares.body.getReader();
+  await ard.read();
+  await ard.read();  // A runs (its first tokens out)
+  const order = [];
+  const xp = http(srv.url + '/v1/completions', { body: { ...xreq, n: 4 } });
+  for (let i = 0; i < 500 && (await metrics(srv.url)).dsv4_queue_depth < 4; i++) await new Promise((ok) => setTimeout(ok, 5));
+  const bp = (async () => {
+    const bres = await fetch(srv.url + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'behind it', max_tokens: 3, temperature: 0, stream: true }) });
+    const brd = bres.body.getReader();
+    for (let got = ''; ;) {
+      const { value, done } = await brd.read();
+      if (done) return got;
+      got += Buffer.from(value).toString();
+      if (/"text":"[^"]/.test(got) && !order.includes('B token')) order.push('B token');
+    }
+  })();
+  // X's 4 choices and B queued (or B already running: the order below fails), then A leaves
+  for (let i = 0; i < 500 && (await metrics(srv.url)).dsv4_queue_depth < 5 && !order.length; i++)
+    await new Promise((ok) => setTimeout(ok, 5));
+  order.push('A gone');
+  actl.abort();
+  const xr = await xp;
+  assert.strictEqual(xr.status, 200, xr.body);
+  for (let i = 0; i < 4; i++) {
+    assert.strictEqual(xr.json.choices[i].text, xsolo[i].text, `reserved choice ${i}`);
+    assert.deepStrictEqual(xr.json.choices[i].logprobs, xsolo[i].logprobs, `reserved choice ${i}'s logprobs`);
+  }
+  assert.strictEqual((await metrics(srv.url)).dsv4_choices_forked_total - m4.dsv4_choices_forked_total, 3,
+    'a choice computed the prompt (its slot was not held)');
+  assert((await bp).includes('[DONE]'));
+  assert.deepStrictEqual(order, ['A gone', 'B token'], 'the request sent after n = 4 passed it');
 
   // n beyond --max-seqs, best_of below n or streamed: 400s naming the field
   for (const [route, body, param] of [
