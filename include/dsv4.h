@@ -468,7 +468,10 @@ DSV4_API int dsv4_engine_alignment(const dsv4_engine *e);
 /* A new sequence with the state of src (any length, also mid-window): the compressed blocks
  * closed at src's length are shared by reference (both block tables name the same pages,
  * which neither writes again); the open block, the window rows and the compressor state
- * are copied. The two sequences are then independent. */
+ * are copied. The two sequences are then independent. On a follower rank of an
+ * expert-parallel group (no caches: dsv4_seq_mirror) the new sequence has src's lengths
+ * alone, the fork the home rank made of the same sequence, so that the group's later calls
+ * agree on it. */
 DSV4_API int dsv4_seq_fork(dsv4_engine *e, int src, int *dst, dsv4_err *err);
 
 /* A snapshot: the state of a sequence at a compression-aligned length n (n % A == 0,

@@ -343,7 +343,7 @@ static int mtp_settle(srv_sched *s, srv_req *r) {
 
 /* r (choice 0 of n > 1) has run its whole prompt, row holding its first token's logits:
  * its other choices still waiting start as forks of its sequence (the prompt's KV computed
- * once, shared: dsv4_seq_fork) and each samples its first
+ * once, shared: dsv4_seq_fork, relayed to a group's followers) and each samples its first
  * token from the same row with its own sampler, as a request of its own would from its own
  * prompt's last row (with MTP its MTP side forked too: dsv4_spec_fork). Their slots were
  * held since r's admission (plan_step); a choice that cannot fork now all the same (the
@@ -357,9 +357,9 @@ static void fork_choices(srv_sched *s, srv_req *r, const float *row) {
         dsv4_err err = {0};
         if (c->lead != r || c->admitted) { i++; continue; }
         if (r->spec && mtp_settle(s, r)) break;
-        if (dsv4_seq_fork(s->e, r->seq, &c->seq, &err)) { c->seq = -1; break; }
+        if (srv_relay_fork(s->o.relay, r->seq, &c->seq, &err)) { c->seq = -1; break; }
         if (r->spec && dsv4_spec_fork(r->spec, c->seq, &c->spec, &err)) {
-            dsv4_seq_free(s->e, c->seq, NULL);
+            srv_relay_seq_free(s->o.relay, c->seq, NULL);
             c->seq = -1;
             break;
         }
@@ -861,9 +861,10 @@ int srv_sched_submit_n(srv_sched *s, srv_req *const *r, int n, dsv4_err *err) {
     int rc;
     for (int i = 0; i < n; i++)
         if ((rc = srv_sched_prepare(s, r[i], err))) return rc;
-    /* the choices share choice 0's prompt by forking its sequence: not under a group (the
-     * fork is no relayed call) */
-    r[0]->forkable = n > 1 && !s->dp && !srv_relay_grouped(s->o.relay);
+    /* the choices share choice 0's prompt by forking its sequence (on a rank-0-home group
+     * the fork is relayed: srv_relay_fork); not under data-parallel attention (each request
+     * is placed on a home rank of its own) */
+    r[0]->forkable = n > 1 && !s->dp;
     /* under data-parallel attention every rank has max_seqs slots */
     const int slots = s->o.max_seqs * (s->dp ? srv_dp_ranks(s->dp) : 1);
     pthread_mutex_lock(&s->mu);

@@ -10,6 +10,7 @@
  *                                       (rank 0 restored a prefix of n); either must
  *                                       return seq
  *   FREE    seq                         dsv4_seq_free
+ *   FORK    src dst                     dsv4_seq_fork(src): must return dst
  *   COMMIT  seq k                       dsv4_seq_commit
  *   FORWARD n_spans, per span: seq start(i64) n_tokens n_hidden n_streams speculative
  *           has_hidden_rows has_stream_rows tokens[n_tokens] [hidden_rows] [stream_rows]
@@ -25,7 +26,7 @@
 
 #include "serve/util.h"
 
-enum { OP_START = 1, OP_FREE, OP_COMMIT, OP_FORWARD, OP_MTP, OP_STOP };
+enum { OP_START = 1, OP_FREE, OP_COMMIT, OP_FORWARD, OP_MTP, OP_STOP, OP_FORK };
 
 #define MSG_MAGIC 0x44535634u /* "DSV4" */
 
@@ -91,8 +92,6 @@ void srv_relay_free(srv_relay *rl) {
     free(rl);
 }
 
-int srv_relay_grouped(const srv_relay *rl) { return rl && rl->d; }
-
 int srv_relay_started(srv_relay *rl, int seq, int64_t n, dsv4_err *err) {
     if (!rl->d) return DSV4_OK;
     if (!usable(rl)) return group_failed(rl, err);
@@ -107,6 +106,17 @@ int srv_relay_seq_free(srv_relay *rl, int seq, dsv4_err *err) {
     if (!rc && rl->d) {
         put_i32(rl, OP_FREE);
         put_i32(rl, seq);
+    }
+    return rc;
+}
+
+int srv_relay_fork(srv_relay *rl, int src, int *dst, dsv4_err *err) {
+    if (rl->d && !usable(rl)) return group_failed(rl, err);
+    int rc = dsv4_seq_fork(rl->e, src, dst, err);
+    if (!rc && rl->d) {
+        put_i32(rl, OP_FORK);
+        put_i32(rl, src);
+        put_i32(rl, *dst);
     }
     return rc;
 }
@@ -258,7 +268,7 @@ static int replay(follower *f, srv_rd *r, int *stop, dsv4_err *err) {
     dsv4_err why = {0};
     while (r->p < r->end) {
         const int op = srv_rd_i32(r);
-        int seq, n;
+        int seq, n, got;
         int64_t len;
         switch (op) {
         case OP_START:
@@ -274,6 +284,15 @@ static int replay(follower *f, srv_rd *r, int *stop, dsv4_err *err) {
         case OP_FREE:
             seq = srv_rd_i32(r);
             if (!r->bad && dsv4_seq_free(f->e, seq, &why)) return diverged(err, "free", seq, &why);
+            break;
+        case OP_FORK:
+            seq = srv_rd_i32(r);
+            n = srv_rd_i32(r);
+            if (r->bad) break;
+            if (dsv4_seq_fork(f->e, seq, &got, &why)) return diverged(err, "fork", seq, &why);
+            if (got != n)
+                return srv_fail(err, DSV4_ERR_STATE, "follower: rank 0 forked sequence %d into %d, this rank "
+                                "into %d: the ranks' engines differ", seq, n, got);
             break;
         case OP_COMMIT:
             seq = srv_rd_i32(r);

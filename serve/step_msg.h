@@ -20,9 +20,6 @@ typedef struct srv_relay srv_relay;
 int srv_relay_create(dsv4_engine *e, dsv4_dist *d, srv_relay **out, dsv4_err *err);
 void srv_relay_free(srv_relay *rl);
 
-/* 1 when the calls go to follower ranks (a group): the calls with no relay (dsv4_seq_fork)
- * are not to be made then. */
-int srv_relay_grouped(const srv_relay *rl);
 
 /* The engine calls, recorded for the followers. */
 /* Rank 0 started seq at length n: empty (n = 0, dsv4_seq_create) or from a snapshot it
@@ -33,6 +30,9 @@ int srv_relay_grouped(const srv_relay *rl);
  * nothing on the followers, when the group cannot serve any more. */
 int srv_relay_started(srv_relay *rl, int seq, int64_t n, dsv4_err *err);
 int srv_relay_seq_free(srv_relay *rl, int seq, dsv4_err *err);
+/* dsv4_seq_fork of src into *dst (n > 1 choices share a prompt): the followers fork the
+ * same slot, which on them is its lengths alone (no caches), at any length. */
+int srv_relay_fork(srv_relay *rl, int src, int *dst, dsv4_err *err);
 int srv_relay_forward(srv_relay *rl, const dsv4_span *spans, int n_spans, float *hidden,
                       float *streams, dsv4_err *err);
 /* dsv4_mtp_forward_out: out[i] (DSV4_MTP_OUT_*; NULL: every row) says which rows of span i

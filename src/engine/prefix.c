@@ -172,7 +172,8 @@ const int32_t *dsv4_snapshot_tokens(const dsv4_snapshot *s) { return s ? s->toke
 int dsv4_seq_fork(dsv4_engine *e, int src, int *dst, dsv4_err *err) {
     if (!dst) return dsv4_fail(err, DSV4_ERR_ARG, "fork: NULL output");
     *dst = -1;
-    int rc = dsv4_engine_need_caches(e, "fork", err);
+    /* a follower holds no caches: its fork is the lengths alone (as dsv4_seq_mirror's) */
+    int rc = e->idle ? DSV4_OK : dsv4_engine_need_caches(e, "fork", err);
     if (rc) return rc;
     if (src < 0 || src >= e->opts.max_seqs || !e->seqs[src].live)
         return dsv4_fail(err, DSV4_ERR_ARG, "fork: sequence %d is not live", src);
@@ -182,6 +183,12 @@ int dsv4_seq_fork(dsv4_engine *e, int src, int *dst, dsv4_err *err) {
     if (q.pending)
         return dsv4_fail(err, DSV4_ERR_STATE, "fork: sequence %d has a speculative span awaiting "
                          "dsv4_seq_commit", src);
+    if (e->idle) {
+        if ((rc = dsv4_seq_create(e, dst, err))) return rc;
+        e->seqs[*dst].n = q.n;
+        e->seqs[*dst].m = q.m;
+        return DSV4_OK;
+    }
     dsv4_cache_snap *cs;
     if ((rc = dsv4_cache_snap_take(e->cache, src, q.n, q.m < q.n ? q.m : q.n, &cs, err))) return rc;
     if (!(rc = dsv4_seq_create(e, dst, err))) {

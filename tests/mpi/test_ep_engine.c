@@ -117,15 +117,13 @@ static void make_pair(world *w, pair *p, uint64_t cache_bytes, int adversarial) 
     CHECK(p->ep && p->ep->idle == (w->g.rank != 0) && p->ep->ep != NULL);
     if (w->g.rank == 0) CHECK(dsv4_engine_create(w->g.m, &o, &p->loc, &err) == 0);
     CHECK(dsv4_seq_create(p->ep, &p->hs[0], &err) == 0);
-    /* a follower holds no caches: the calls that copy a sequence's state refuse there, and
-     * only there (the home rank forks, then frees the copy, before the other slots fill) */
+    /* a follower holds no caches: a snapshot's load refuses there; a fork is the lengths
+     * alone, in the slot the home rank's fork takes (script() runs one at an unaligned length) */
     int copy = -1;
-    const int fork_rc = dsv4_seq_fork(p->ep, p->hs[0], &copy, &err);
-    if (w->g.rank == 0) {
-        CHECK_MSG(fork_rc == 0, "fork on the home rank: %s", err.msg);
-        CHECK(dsv4_seq_free(p->ep, copy, &err) == 0);
-    } else {
-        CHECK(fork_rc == DSV4_ERR_UNSUPPORTED && strstr(err.msg, "fork: not on this rank"));
+    CHECK_MSG(dsv4_seq_fork(p->ep, p->hs[0], &copy, &err) == 0, "fork on rank %d: %s", w->g.rank, err.msg);
+    CHECK(copy == p->hs[0] + 1 && dsv4_seq_length(p->ep, copy) == 0);
+    CHECK(dsv4_seq_free(p->ep, copy, &err) == 0);
+    if (w->g.rank != 0) {
         dsv4_snapshot *snap = NULL;
         CHECK(dsv4_snapshot_load(p->ep, "/nonexistent.kv", &snap, &err) == DSV4_ERR_UNSUPPORTED && !snap);
     }
@@ -179,12 +177,25 @@ static void script(world *w, int adversarial) {
     };
     ok &= both_forward(w, &p, sp2, 3, what) == 0;
     both_mtp(w, &p, 0, 39, 2, streams + (size_t)39 * hcD, what);
-    /* decode steps of all three */
+    /* decode steps of all three; then C's slot holds a fork of A at its unaligned length
+     * (the home rank copies A's state, a follower its lengths) and the steps go on: the
+     * fork's rows are the local fork's, bitwise */
     int64_t at[NSEQ] = {41, 47, 5};
-    for (int step = 0; step < 6; step++) {
+    const int32_t *toks[NSEQ] = {w->tok[0], w->tok[1], w->tok[2]};
+    for (int step = 0; step < 8; step++) {
+        if (step == 6) {
+            CHECK(dsv4_seq_free(p.ep, p.hs[2], &err) == 0);
+            CHECK_MSG(dsv4_seq_fork(p.ep, p.hs[0], &p.hs[2], &err) == 0, "%s: fork: %s", what, err.msg);
+            if (p.loc) {
+                CHECK(dsv4_seq_free(p.loc, p.hl[2], &err) == 0);
+                CHECK(dsv4_seq_fork(p.loc, p.hl[0], &p.hl[2], &err) == 0);
+            }
+            at[2] = at[0];
+            toks[2] = w->tok[0];
+        }
         dsv4_span d[NSEQ];
         for (int i = 0; i < NSEQ; i++)
-            d[i] = (dsv4_span){.seq = p.hs[i], .start = at[i], .n_tokens = 1, .tokens = w->tok[i] + at[i],
+            d[i] = (dsv4_span){.seq = p.hs[i], .start = at[i], .n_tokens = 1, .tokens = toks[i] + at[i],
                                .n_hidden = 1, .n_streams = 1};
         ok &= both_forward(w, &p, d, NSEQ, what) == 0;
         for (int i = 0; i < NSEQ; i++) at[i]++;

@@ -9,7 +9,9 @@
 // sequence at its length): a multi-turn chat and two users of its long system prompt hit
 // it, with 2 entries kept (evictions on every server) and the group reading the --kv-dir
 // the one-process server wrote; every answer equals the one-process server's with the
-// cache and the one computed cold (--prefix-entries 0).
+// cache and the one computed cold (--prefix-entries 0). n = 3 beside the mix: the other
+// choices fork choice 0's prompt (the fork relayed to the followers, at an unaligned length),
+// the choices those of one process.
 'use strict';
 const assert = require('assert');
 const fs = require('fs');
@@ -50,6 +52,14 @@ async function ask(client, i) {
     lp: r.choices[0].logprobs.content, usage: tokens(r.usage) };
 }
 
+// n = 3 (seeded): each choice's text, logprobs and finish; the prompt's tokens
+async function choose(client) {
+  const r = await client.chat.completions.create({ model: 'm', n: 3, max_tokens: 12, temperature: 0.9, seed: 330,
+    logprobs: true, messages: [{ role: 'user', content: 'pick a colour '.repeat(20) }] });
+  return { choices: r.choices.map((c) => [c.index, c.message.content, c.logprobs.content, c.finish_reason]),
+    prompt: r.usage.prompt_tokens };
+}
+
 // opts: mpi (ranks), kvDir, cold (no prefix cache: only the turns)
 async function answers({ mpi = 0, kvDir, cold = false, dp = false } = {}) {
   const args = ['--max-seqs', '4', '--step-tokens', '32', '--max-context', '512', '--no-warmup',
@@ -58,7 +68,8 @@ async function answers({ mpi = 0, kvDir, cold = false, dp = false } = {}) {
   if (kvDir) args.push('--kv-dir', kvDir);
   const srv = await start(args, { script: SCRIPT, mpi, dp });
   const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
-  const out = cold ? [] : await Promise.all([0, 1, 2, 3, 4, 5].map((i) => ask(client, i)));
+  const [out, picks] = cold ? [[], null] : await Promise.all([Promise.all([0, 1, 2, 3, 4, 5].map((i) => ask(client, i))),
+    choose(client)]);
   const chat = await turns(client);
   // the endpoints that only tokenize answer on rank 0 as on one process
   const hi = [{ role: 'user', content: 'count me' }];
@@ -70,7 +81,7 @@ async function answers({ mpi = 0, kvDir, cold = false, dp = false } = {}) {
   }
   const m = await metrics(srv.url);
   await srv.stop();
-  return { out, chat, m, tok };
+  return { out, picks, chat, m, tok };
 }
 
 const strip = (t) => ({ text: t.text, lp: t.lp });
@@ -84,6 +95,12 @@ run('server_mpi', async () => {
   for (let i = 0; i < 6; i++) assert.deepStrictEqual(two.out[i], one.out[i], `request ${i} differs under MPI`);
   assert.deepStrictEqual(two.out[6], one.out[0], 'the request after the idle wait differs');
   assert.deepStrictEqual(two.tok, one.tok);
+  // n = 3: the group's choices are one process's, and both forked the prompt for choices 1, 2
+  assert.deepStrictEqual(two.picks, one.picks, 'n = 3 differs under MPI');
+  for (const [who, r] of [['one process', one], ['MPI', two]]) {
+    assert.strictEqual(r.m.dsv4_choices_forked_total, 2, `${who}: the choices computed the prompt`);
+    assert.strictEqual(r.m.dsv4_prompt_tokens_forked_total, 2 * one.picks.prompt);
+  }
   assert(one.tok[0].count > 3 && one.tok[0].count === one.tok[1].input_tokens, JSON.stringify(one.tok));
   assert(one.out[4].text.length > 0 && one.out[1].text !== one.out[0].text);
   // the scripted drafts were accepted (about every other of its 15 tokens): rank 1
