@@ -136,8 +136,47 @@ static void shadow_add(srv_dp *dp, int q, int64_t from, int64_t nb) {
 /* Live requests of rank q. */
 static int live_on(const srv_dp *dp, int q) { return q == 0 ? dp->s->n_run + dp->s->n_wait : dp->live[q]; }
 
+/* Sends r to its home rank best (> 0) with the next step message; 0, or -1 when out of
+ * memory (then it is served here). */
+static int send_new(srv_dp *dp, srv_req *r, int best) {
+    if (dp->n_remote == dp->cap_remote) {
+        const int cap = dp->cap_remote ? 2 * dp->cap_remote : 64;
+        srv_req **a = realloc(dp->remote, (size_t)cap * sizeof *a);
+        if (!a) return -1;
+        dp->remote = a;
+        dp->cap_remote = cap;
+    }
+    dp->remote[dp->n_remote++] = r;
+    dp->live[best]++;
+    srv_wr_i32(&dp->msg, OP_NEW);
+    srv_wr_i32(&dp->msg, best);
+    const size_t at = dp->msg.n;
+    srv_wr_i64(&dp->msg, 0);
+    srv_wire_put_req(&dp->msg, r);
+    const int64_t bytes = (int64_t)(dp->msg.n - at - sizeof bytes);
+    if (!dp->msg.oom) memcpy(dp->msg.s + at, &bytes, sizeof bytes);
+    return 0;
+}
+
+/* Choices 1..n-1 of n > 1 go where choice 0 went (placed just before them): they fork its
+ * prompt there. */
+static int place_choice(srv_dp *dp, srv_req *r) {
+    r->home = r->lead->home;
+    dp->placed[r->home]++;
+    if (r->home == 0) return 0;
+    if (!send_new(dp, r, r->home)) return r->home;
+    /* served here: it computes the prompt, and the choices here must not wait to fork a
+     * choice 0 that runs elsewhere (this rank's copy of its flag) */
+    dp->placed[r->home]--;
+    dp->placed[0]++;
+    r->home = 0;
+    r->lead->forkable = 0;
+    return 0;
+}
+
 int srv_dp_place(srv_dp *dp, srv_req *r) {
     if (dp->failed) return 0;
+    if (r->lead) return place_choice(dp, r);
     int least = live_on(dp, 0);
     for (int q = 1; q < dp->K; q++) least = live_on(dp, q) < least ? live_on(dp, q) : least;
     /* the keys of the prompt's aligned prefixes a prefix cache could hold (shorter than the
@@ -163,22 +202,7 @@ int srv_dp_place(srv_dp *dp, srv_req *r) {
     r->home = best;
     dp->placed[best]++;
     if (best == 0) return 0;
-    if (dp->n_remote == dp->cap_remote) {
-        const int cap = dp->cap_remote ? 2 * dp->cap_remote : 64;
-        srv_req **a = realloc(dp->remote, (size_t)cap * sizeof *a);
-        if (!a) { r->home = 0; return 0; }  /* served here then */
-        dp->remote = a;
-        dp->cap_remote = cap;
-    }
-    dp->remote[dp->n_remote++] = r;
-    dp->live[best]++;
-    srv_wr_i32(&dp->msg, OP_NEW);
-    srv_wr_i32(&dp->msg, best);
-    const size_t at = dp->msg.n;
-    srv_wr_i64(&dp->msg, 0);
-    srv_wire_put_req(&dp->msg, r);
-    const int64_t bytes = (int64_t)(dp->msg.n - at - sizeof bytes);
-    if (!dp->msg.oom) memcpy(dp->msg.s + at, &bytes, sizeof bytes);
+    if (send_new(dp, r, best)) { r->home = 0; return 0; }  /* served here then */
     return best;
 }
 
@@ -241,8 +265,16 @@ int srv_dp_begin(srv_dp *dp, int expired, dsv4_err *err) {
     if (dp->failed) return srv_fail(err, DSV4_ERR_STATE, "the process group cannot serve any more (%s)", dp->why);
     for (int i = 0; i < dp->n_remote; i++) {
         srv_req *r = dp->remote[i];
+        /* a choice of n > 1 is cancelled with its choice 0 (the HTTP side cancels that one),
+         * also once choice 0 has ended (its cancel then reaches no rank); choice 0's mu first */
+        int lead_cancel = 0;
+        if (r->lead) {
+            pthread_mutex_lock(&r->lead->mu);
+            lead_cancel = r->lead->cancel;
+            pthread_mutex_unlock(&r->lead->mu);
+        }
         pthread_mutex_lock(&r->mu);
-        const int c = r->cancel && !r->dp_cancel_sent;
+        const int c = (r->cancel || lead_cancel) && !r->dp_cancel_sent;
         r->dp_cancel_sent |= c;
         pthread_mutex_unlock(&r->mu);
         if (c) {
@@ -268,7 +300,8 @@ static void own_load(srv_dp *dp, srv_rank_load *l) {
                          .pages_free = c.win_total - c.win_used, .cp_prefills = dsv4_engine_cp_prefills(s->e),
                          .mtp_steps = (int64_t)s->met->mtp_steps, .mtp_drafts = (int64_t)s->met->mtp_drafts,
                          .mtp_accepted = (int64_t)s->met->mtp_accepted,
-                         .preemptions = (int64_t)s->met->preemptions, .pcache = s->met->pcache,
+                         .preemptions = (int64_t)s->met->preemptions, .forks = (int64_t)s->met->forks,
+                         .fork_tokens = (int64_t)s->met->fork_tokens, .pcache = s->met->pcache,
                          .prefix = s->met->prefix};
     pthread_mutex_unlock(&s->met->mu);
 }
@@ -377,6 +410,20 @@ int srv_dp_stop(srv_dp *dp, dsv4_err *err) {
 
 /* ---- a follower ------------------------------------------------------------------------- */
 
+/* r is another choice of the request whose choice 0 has id lead_id, placed here just before
+ * it (in the same message): it holds a reference on choice 0, whose cancel is its own, and
+ * choice 0 (not admitted yet) forks its prompt into it (scheduler.c). */
+static void take_choice(srv_dp *dp, srv_req *r, int64_t lead_id) {
+    for (int i = 0; i < dp->n_mine; i++) {
+        srv_req *lead = dp->mine[i];
+        if (lead->id != lead_id || lead->lead) continue;
+        atomic_fetch_add(&lead->refs, 1);
+        r->lead = lead;
+        lead->forkable = lead->gen && !lead->admitted;
+        return;
+    }
+}
+
 /* A request rank 0 placed (on any follower: the message goes to all): when here, its
  * generation state made, queued; a request that cannot start is reported ended with the
  * reason. */
@@ -387,7 +434,8 @@ static int take_new(srv_dp *dp, srv_rd *rd, dsv4_err *err) {
     rd->bad |= !at || home < 1 || home >= dp->K;
     if (rd->bad || home != dp->rank) return DSV4_OK;  /* malformed (the caller says so), or another follower's */
     srv_rd one = {at, at + bytes, 0};
-    srv_req *r = srv_wire_get_req(&one);
+    int64_t lead_id;
+    srv_req *r = srv_wire_get_req(&one, &lead_id);
     if (!r && !one.bad) return srv_fail(err, DSV4_ERR_NOMEM, "follower: out of memory for a request");
     if (!r || one.p != one.end) {
         if (r) { srv_req_release(r); srv_req_release(r); }
@@ -407,8 +455,12 @@ static int take_new(srv_dp *dp, srv_rd *rd, dsv4_err *err) {
     }
     dp->mine[dp->n_mine++] = r;
     r->home = dp->rank;
+    if (lead_id >= 0) take_choice(dp, r, lead_id);
     dsv4_err why = {0};
     if (srv_sched_prepare(dp->s, r, &why)) {
+        pthread_mutex_lock(&r->mu);
+        r->cancel = 1;  /* its other choices (n > 1) end with it */
+        pthread_mutex_unlock(&r->mu);
         srv_req_end(r, SRV_END_ERROR, 0, why.msg);
         srv_req_release(r);  /* the scheduler's */
         return DSV4_OK;

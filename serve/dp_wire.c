@@ -3,7 +3,8 @@
  * A request: id(i64) n_prompt prompt[n] sample(dsv4_sample_params) max_tokens
  *   n_stop {len bytes}[n_stop] n_bias bias_ids[n] bias[n] n_prefix prefix[n]
  *   n_forced (-1: none) forced[n] n_schema (-1: none) json_schema[n] json_after_think
- *   n_tools (-1: none) tools[n] tools_mode tools_single
+ *   n_tools (-1: none) tools[n] tools_mode tools_single lead(i64: choice 0's id for choices
+ *   1..n-1 of n > 1, sent in the same message before them; -1: none)
  * News of a request: id(i64) n_cached (-1: not admitted yet) n_items
  *   {EV token sample(dsv4_sample_out) len text[len] | TXT len text[len]}[n_items]
  *   end (SRV_END_*, 0: runs on) [finish stop_index len errmsg[len]]
@@ -68,9 +69,10 @@ void srv_wire_put_req(srv_buf *b, const srv_req *r) {
     srv_buf_put(b, r->gp.tools, n_tools);
     srv_wr_i32(b, r->gp.tools_mode);
     srv_wr_i32(b, r->gp.tools_single);
+    srv_wr_i64(b, r->lead ? r->lead->id : -1);
 }
 
-srv_req *srv_wire_get_req(srv_rd *rd) {
+srv_req *srv_wire_get_req(srv_rd *rd, int64_t *lead) {
     const int64_t id = srv_rd_i64(rd);
     const int n_prompt = rd_count(rd, 1, 1 << 30);
     const void *prompt = srv_rd_view(rd, (size_t)n_prompt * sizeof(int32_t));
@@ -122,6 +124,8 @@ srv_req *srv_wire_get_req(srv_rd *rd) {
         if (t) srv_req_set_tools(r, t, tools_mode, tools_single, after_think);
         else oom = 1;
     }
+    *lead = srv_rd_i64(rd);
+    if (*lead < -1 || *lead >= id) rd->bad = 1;  /* choice 0 came first */
     if (rd->bad || oom) {
         srv_req_release(r);
         srv_req_release(r);

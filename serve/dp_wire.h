@@ -13,12 +13,13 @@
 #include "serve/util.h"
 
 /* r's prompt and everything its generation state is made of (sampling parameters and seed,
- * stop strings, logit bias, forced prefix, test script, the structured output's schema). A
- * new dsv4_gen_params field must travel here too. */
+ * stop strings, logit bias, forced prefix, test script, the structured output's schema),
+ * and the id of its choice 0 when it is another choice of n > 1. A new dsv4_gen_params
+ * field must travel here too. */
 void srv_wire_put_req(srv_buf *b, const srv_req *r);
 /* A new request from those bytes (two references; id set), or NULL (bad bytes: r->bad
- * set; or out of memory). */
-srv_req *srv_wire_get_req(srv_rd *rd);
+ * set; or out of memory); *lead: its choice 0's id, -1 for none (r->lead is left NULL). */
+srv_req *srv_wire_get_req(srv_rd *rd, int64_t *lead);
 
 /* Home rank: r's news since the last report (events, text released without a token, the
  * prompt tokens restored, the end), when there are any; call on the scheduler's thread.

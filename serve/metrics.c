@@ -115,13 +115,15 @@ void srv_metrics_rank(srv_metrics *m, int r, int n, const srv_rank_load *l) {
 }
 
 /* The other ranks' cumulative counters added to rank 0's (data-parallel attention). */
-static void add_ranks(const srv_metrics *m, uint64_t *mtp, int64_t *preempt, srv_pcache_stats *pc,
-                      dsv4_prefix_stats *pf) {
+static void add_ranks(const srv_metrics *m, uint64_t *mtp, uint64_t *forks, int64_t *preempt,
+                      srv_pcache_stats *pc, dsv4_prefix_stats *pf) {
     for (int r = 1; r < m->n_ranks; r++) {
         const srv_rank_load *l = &m->rank[r];
         mtp[0] += (uint64_t)l->mtp_steps;
         mtp[1] += (uint64_t)l->mtp_drafts;
         mtp[2] += (uint64_t)l->mtp_accepted;
+        forks[0] += (uint64_t)l->forks;
+        forks[1] += (uint64_t)l->fork_tokens;
         *preempt += l->preemptions;
         pc->hits += l->pcache.hits;
         pc->misses += l->pcache.misses;
@@ -150,13 +152,16 @@ static void put_ranks(srv_buf *b, const srv_metrics *m) {
         {"dsv4_rank_step_rows", "rows of each rank's latest step"},
         {"dsv4_rank_cache_pages_free", "free window cache pages of each rank"},
         {"dsv4_rank_cp_prefills_total", "prompt chunks each rank was the home of that ran context-parallel "
-                                        "over the group (--cp on)"}};
-    for (int k = 0; k < 6; k++) {
+                                        "over the group (--cp on)"},
+        {"dsv4_rank_choices_forked_total", "choices (n > 1) each rank forked from their choice 0's prompt "
+                                           "(every choice is placed on its choice 0's home)"}};
+    for (int k = 0; k < 7; k++) {
         srv_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", names[k][0], names[k][1], names[k][0],
-                       k == 0 || k == 5 ? "counter" : "gauge");
+                       k == 0 || k >= 5 ? "counter" : "gauge");
         for (int r = 0; r < m->n_ranks; r++) {
             const srv_rank_load *l = &m->rank[r];
-            const int64_t v[6] = {l->requests, l->running, l->waiting, l->rows, l->pages_free, l->cp_prefills};
+            const int64_t v[7] = {l->requests, l->running, l->waiting, l->rows, l->pages_free, l->cp_prefills,
+                                  l->forks};
             srv_buf_printf(b, "%s{rank=\"%d\"} %lld\n", names[k][0], r, (long long)v[k]);
         }
     }
@@ -200,7 +205,8 @@ char *srv_metrics_render(srv_metrics *m) {
     int64_t preempt = (int64_t)m->preemptions;
     srv_pcache_stats pcs = m->pcache;
     dsv4_prefix_stats pfs = m->prefix;
-    add_ranks(m, mtp, &preempt, &pcs, &pfs);
+    uint64_t forks[2] = {m->forks, m->fork_tokens};
+    add_ranks(m, mtp, forks, &preempt, &pcs, &pfs);
     srv_buf_printf(&b, "# HELP dsv4_requests_total HTTP requests answered, by status\n"
             "# TYPE dsv4_requests_total counter\n");
     for (int i = 0; i < 6; i++)
@@ -232,7 +238,7 @@ char *srv_metrics_render(srv_metrics *m) {
             "# HELP dsv4_prompt_tokens_forked_total prompt positions those forks shared instead of "
             "computing\n# TYPE dsv4_prompt_tokens_forked_total counter\n"
             "dsv4_prompt_tokens_forked_total %llu\n",
-        (unsigned long long)m->forks, (unsigned long long)m->fork_tokens);
+        (unsigned long long)forks[0], (unsigned long long)forks[1]);
     srv_buf_printf(&b, "# HELP dsv4_generated_tokens_total tokens sampled\n"
             "# TYPE dsv4_generated_tokens_total counter\ndsv4_generated_tokens_total %llu\n",
         (unsigned long long)m->gen_tokens);

@@ -29,6 +29,7 @@ typedef struct srv_rank_load {
     int64_t rows;                   /* rows of its latest step */
     int64_t pages_free;               /* free pages of its window pool */
     int64_t mtp_steps, mtp_drafts, mtp_accepted, preemptions;
+    int64_t forks, fork_tokens;     /* choices (n > 1) forked there, prompt positions shared */
     int64_t cp_prefills;            /* prompt chunks it was the home of that ran context-parallel */
     srv_pcache_stats pcache;
     dsv4_prefix_stats prefix;

@@ -399,9 +399,8 @@ static int choices_cap(const srv *s) {
     return s->o.max_seqs < SRV_MAX_CHOICES ? s->o.max_seqs : SRV_MAX_CHOICES;
 }
 
-/* A count of choices (n, best_of): absent 1, else a whole number in [1, the cap]. Under
- * data-parallel attention only 1: the choices would need one home rank to share the
- * prompt (dp.c places each request on its own). */
+/* A count of choices (n, best_of): absent 1, else a whole number in [1, the cap] (under
+ * data-parallel attention all on choice 0's home rank: dp.c). */
 static int choices_field(const srv *s, const cJSON *body, const char *key, int *n, char *msg) {
     double x = 1;
     const int cap = choices_cap(s);
@@ -413,11 +412,6 @@ static int choices_field(const srv *s, const cJSON *body, const char *key, int *
         return -1;
     }
     *n = (int)x;
-    if (*n > 1 && (s->o.parallel & DSV4_PAR_DP)) {
-        snprintf(msg, MSG, "'%s' > 1 is not supported under data-parallel attention "
-                 "(--attention dp): send the choices as separate requests", key);
-        return -1;
-    }
     return 0;
 }
 

@@ -58,6 +58,12 @@ struct srv_sched {
     int *mtp_drafts;              /* (max_seqs) 1: the span's last row drafts */
     int *mtp_out;                 /* (max_seqs) DSV4_MTP_OUT_* of each MTP span */
     float *forced_row;            /* (V) the logits of a forced token */
+    /* data-parallel attention with MTP: the choices 0 of n > 1 whose prompt ended in the
+     * step, forking after its MTP call (late_fork): their logits rows and draws */
+    float *late_rows;             /* (max_seqs / 2, V) */
+    srv_req **late_req;           /* (max_seqs / 2) */
+    int *late_draw;               /* (max_seqs / 2) */
+    int n_late;
     /* a step's draws, made on the engine's threads before its rows are taken in order */
     int *span_draw;               /* (max_seqs) the span's draw, or -1: drawn in order */
     struct srv_draw *draws;       /* (max_seqs) */

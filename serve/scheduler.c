@@ -319,8 +319,10 @@ static int take_token(srv_sched *s, srv_req *r, const float *row, int d, dsv4_ge
 /* Before r's forks: r's MTP rows that need no sampled token (all but the prompt's last,
  * whose x_n is each choice's own first token) run now, r alone, so the forks copy one
  * pending row and compute it once each, not r's whole last span each (n x span rows in one
- * MTP call passed max_rows). Returns nonzero when they could not run: then nothing forks
- * (the choices compute the prompt when admitted) and r goes on as a request alone. */
+ * MTP call passed max_rows). Under data-parallel attention none may run here (an MTP
+ * call is collective: every rank makes one a step), and none is left (late_fork). Returns
+ * nonzero when they could not run: then nothing forks (the choices compute the prompt when
+ * admitted) and r goes on as a request alone. */
 static int mtp_settle(srv_sched *s, srv_req *r) {
     int rc = 0;
     srv_step_lap(&s->st, SRV_PH_SAMPLE);
@@ -332,7 +334,7 @@ static int mtp_settle(srv_sched *s, srv_req *r) {
         if (!ms.n) break;
         /* a draft is not reached (the first token is not drawn yet); a span that did not
          * move on means the call did not take */
-        if (drafts || ms.start == done ||
+        if (drafts || ms.start == done || s->dp ||
             srv_relay_mtp_forward(s->o.relay, &ms, 1, &out, s->hidden, &err)) { rc = -1; break; }
         done = ms.start;
         dsv4_spec_mtp_done(r->spec, -1);
@@ -478,6 +480,32 @@ static int running(const srv_sched *s, const srv_req *r) {
     for (int i = 0; i < s->n_run; i++)
         if (s->run[i] == r) return 1;
     return 0;
+}
+
+/* Under data-parallel attention with MTP, r (choice 0 of n > 1) forks after the step's MTP
+ * call, which runs its MTP rows but the prompt's last (whose x_n is each choice's own first
+ * token: not drawn yet), as mtp_settle does alone in one process: its logits row is kept
+ * aside with its draw, and r takes its token in late_forks. Returns 1 when deferred. */
+static int late_fork(srv_sched *s, srv_req *r, const float *row, int d) {
+    if (!s->dp || !r->spec || s->n_late == s->o.max_seqs / 2) return 0;
+    memcpy(s->late_rows + (size_t)s->n_late * s->V, row, (size_t)s->V * sizeof *row);
+    s->late_req[s->n_late] = r;
+    s->late_draw[s->n_late++] = d;
+    return 1;
+}
+
+/* After the step's MTP call: the deferred forks (late_fork), then choice 0's own token. */
+static void late_forks(srv_sched *s) {
+    for (int k = 0; k < s->n_late; k++) {
+        srv_req *r = s->late_req[k];
+        const float *row = s->late_rows + (size_t)k * s->V;
+        dsv4_gen_token t;
+        if (!running(s, r)) continue;  /* its MTP call failed: it ended, its choices cancelled */
+        fork_choices(s, r, row);
+        if (take_token(s, r, row, s->late_draw[k], &t) && r->n_ctx - r->n_done == 1)
+            dsv4_spec_set_next(r->spec, r->ctx[r->n_done]);
+    }
+    s->n_late = 0;
 }
 
 /* Copies the snapshot rows of the step's spans aside (hidden of the row, its streams) and
@@ -638,7 +666,10 @@ static int step(srv_sched *s) {
         } else {
             /* before the token: it may end the request and free the sequence */
             if (s->span_snap[i] == SNAP_CONV) conv_snapshot(s, r, i);
-            if (r->forkable && r->n_sampled == 0 && r->n_done == r->n_prompt) fork_choices(s, r, row);
+            if (r->forkable && r->n_sampled == 0 && r->n_done == r->n_prompt) {
+                if (late_fork(s, r, row, s->span_draw[i])) continue;
+                fork_choices(s, r, row);
+            }
             alive = take_token(s, r, row, s->span_draw[i], &t);
         }
         /* the new pending token: its MTP row gives the next draft */
@@ -647,6 +678,8 @@ static int step(srv_sched *s) {
     srv_step_lap(st, SRV_PH_SAMPLE);
     if (s->mtp) run_mtp(s);
     srv_step_lap(st, SRV_PH_MTP);
+    late_forks(s);
+    srv_step_lap(st, SRV_PH_SAMPLE);
     keep_prompts(s, n_spans);
     srv_step_lap(st, SRV_PH_SNAPSHOT);
     return planned;
@@ -799,6 +832,14 @@ int srv_sched_create(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *
     if (!s->wait || !s->run || !s->spans || !s->span_req || !s->hidden || !s->logits ||
         !s->forced_row || !s->span_draw || !s->draws)
         goto oom;
+    if (o->dp_group && s->mtp && o->max_seqs > 1) {
+        /* choice 0 and a choice at least: max_seqs / 2 forking in one step at most */
+        const size_t nl = (size_t)o->max_seqs / 2;
+        s->late_rows = malloc(nl * (size_t)s->V * sizeof(float));
+        s->late_req = calloc(nl, sizeof *s->late_req);
+        s->late_draw = calloc(nl, sizeof *s->late_draw);
+        if (!s->late_rows || !s->late_req || !s->late_draw) goto oom;
+    }
     if (o->dp_group && (rc = srv_dp_create(o->dp_group, s, &s->dp, err))) { srv_sched_free(s); return rc; }
     *out = s;
     return DSV4_OK;
@@ -862,9 +903,9 @@ int srv_sched_submit_n(srv_sched *s, srv_req *const *r, int n, dsv4_err *err) {
     for (int i = 0; i < n; i++)
         if ((rc = srv_sched_prepare(s, r[i], err))) return rc;
     /* the choices share choice 0's prompt by forking its sequence (on a rank-0-home group
-     * the fork is relayed: srv_relay_fork); not under data-parallel attention (each request
-     * is placed on a home rank of its own) */
-    r[0]->forkable = n > 1 && !s->dp;
+     * the fork is relayed: srv_relay_fork; under data-parallel attention they are placed
+     * on choice 0's home rank, which forks there: dp.c) */
+    r[0]->forkable = n > 1;
     /* under data-parallel attention every rank has max_seqs slots */
     const int slots = s->o.max_seqs * (s->dp ? srv_dp_ranks(s->dp) : 1);
     pthread_mutex_lock(&s->mu);
@@ -932,6 +973,9 @@ void srv_sched_free(srv_sched *s) {
     free(s->snap_hidden);
     free(s->snap_streams);
     free(s->restored);
+    free(s->late_rows);
+    free(s->late_req);
+    free(s->late_draw);
     srv_pcache_free(s->pc);
     srv_dp_free(s->dp);
     free(s);

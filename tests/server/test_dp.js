@@ -16,6 +16,9 @@
 //     requests get an error, not a hang, and the job ends.
 //  4. The mix of 1 on four ranks (one routed expert a rank): byte-identical again, every rank
 //     the home of some.
+// The mix ends with two requests of n = 3, the second sent while the first streams, so on
+// another home rank: each request's choices go to its choice 0's home, which forks its
+// prompt for choices 1 and 2 (/metrics by rank), the choices those of one process.
 // DSV4_DP_PARTS (the sanitizer build's, CMakeLists.txt) names the parts to run: all of them
 // by default.
 'use strict';
@@ -76,6 +79,25 @@ async function ask(client, i) {
   }
 }
 
+// Two n = 3 chats, the second sent at the first's first chunk (its 3 sequences live on its
+// home rank: the second goes elsewhere); each choice's text, logprobs and finish.
+async function picks(client) {
+  const body = (k) => ({ model: 'm', n: 3, temperature: 0.9, seed: 70 + k, logprobs: true,
+    messages: [{ role: 'user', content: `pick a colour ${k} `.repeat(6) }] });
+  const first = [0, 1, 2].map(() => ['', [], null]);
+  let second = null;
+  for await (const ch of await client.chat.completions.create({ ...body(0), max_tokens: 40, stream: true })) {
+    second = second || client.chat.completions.create({ ...body(1), max_tokens: 10 });
+    for (const c of ch.choices) {
+      first[c.index][0] += c.delta.content || '';
+      if (c.logprobs) first[c.index][1].push(...c.logprobs.content);
+      first[c.index][2] = c.finish_reason || first[c.index][2];
+    }
+  }
+  const r = await second;
+  return [{ picks: first }, { picks: r.choices.map((c) => [c.message.content, c.logprobs.content, c.finish_reason]) }];
+}
+
 async function answers({ kvDir, ...opts }) {
   const srv = await start([...ARGS, ...(kvDir ? ['--kv-dir', kvDir] : [])], { script: SCRIPTS, ...opts });
   const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
@@ -87,6 +109,7 @@ async function answers({ kvDir, ...opts }) {
       schema: { type: 'object', properties: { name: { type: 'string' } }, required: ['name'] } } },
     messages: [{ role: 'user', content: `describe ${q}` }] }).then(chatOut)));
   out.push(...json);
+  out.push(...await picks(client));
   const chat = await turns(client);
   const m = await metrics(srv.url);
   await srv.stop();
@@ -180,12 +203,16 @@ async function sameAsOne(one, np, least, kvDir) {
   }
   const placed = Array.from({ length: np }, (_, r) => dp.m[`dsv4_rank_requests_total{rank="${r}"}`]);
   assert(placed.every((n) => n >= least), `requests placed on ${np} ranks: ${placed}`);
+  // each n = 3 forked on one home rank (all its choices there), the two on two ranks
+  const forked = Array.from({ length: np }, (_, r) => dp.m[`dsv4_rank_choices_forked_total{rank="${r}"}`]);
+  assert.strictEqual(dp.m.dsv4_choices_forked_total, 4, `forks by rank on ${np} ranks: ${forked}`);
+  assert.deepStrictEqual(forked.filter((n) => n).sort(), [2, 2], `forks by rank on ${np} ranks: ${forked}`);
   // the second turn and both users restored the system prompt on the rank that held it
   const [t1, t2, u1, u2, again] = dp.chat;
   assert(t1.n > 2 * A && u1.text !== u2.text);
   for (const t of [t2, u1, u2, again]) assert(t.cached >= 2 * A, `DP on ${np} ranks: ${t.cached} tokens restored`);
   assert.strictEqual(dp.m['dsv4_requests_total{status="5xx"}'], 0);
-  return { ...dp, placed };
+  return { ...dp, placed, forked };
 }
 
 const PARTS = (process.env.DSV4_DP_PARTS || 'mix,pressure,stopped,four').split(',');
@@ -193,9 +220,10 @@ const PARTS = (process.env.DSV4_DP_PARTS || 'mix,pressure,stopped,four').split('
 run('server_dp', async () => {
   const one = await answers({});
   assert.strictEqual(one.out[4].finish, 'stop');
+  assert.strictEqual(one.m.dsv4_choices_forked_total, 4, 'one process: the choices computed the prompt');
   assert(one.out[6].calls && one.out[6].calls.length === 1, 'the tool call was not parsed');
   assert(one.out[9].reasoning, 'no reasoning split');
-  for (const j of one.out.slice(10)) assert(j.finish === 'length' || typeof JSON.parse(j.text).name === 'string', j.text);
+  for (const j of one.out.slice(10, 12)) assert(j.finish === 'length' || typeof JSON.parse(j.text).name === 'string', j.text);
   const said = [];
   if (PARTS.includes('mix')) {
     const kvDir = fs.mkdtempSync(path.join(os.tmpdir(), 'dsv4-dp-kv-'));
@@ -207,7 +235,7 @@ run('server_dp', async () => {
     assert(files[0] > 0 && files[1] > 0, `snapshot files by rank: ${files}`);
     // the scripted drafts were accepted on their home ranks
     assert(dp.m.dsv4_mtp_accepted_total >= 5, `accepted drafts: ${dp.m.dsv4_mtp_accepted_total}`);
-    said.push(`DP: placed ${dp.placed}, kv files ${files}, ${dp.m.dsv4_mtp_accepted_total} accepted drafts, ` +
+    said.push(`DP: placed ${dp.placed}, forks ${dp.forked}, kv files ${files}, ${dp.m.dsv4_mtp_accepted_total} accepted drafts, ` +
       `${dp.m.dsv4_prefix_hits_total} prefix hits`);
   }
   if (PARTS.includes('pressure')) said.push(`pressure: ${await pressure()} preemptions`);
@@ -215,6 +243,9 @@ run('server_dp', async () => {
     const dead = await stoppedRank();
     said.push(`stopped rank: errors after ${dead.waited} ms (${JSON.stringify(dead.res)}), exit ${dead.exit}`);
   }
-  if (PARTS.includes('four')) said.push(`4 ranks: placed ${(await sameAsOne(one, 4, 2)).placed}`);
+  if (PARTS.includes('four')) {
+    const four = await sameAsOne(one, 4, 2);
+    said.push(`4 ranks: placed ${four.placed}, forks ${four.forked}`);
+  }
   console.log(said.join('; '));
 }, { limitMs: 150000 });
