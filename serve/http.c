@@ -206,6 +206,9 @@ static void *watch_main(void *arg) {
         pthread_mutex_unlock(&h->mu);
         for (int i = 0; i < m; i++) {
             srv_sched_cancel(h->s->sched, h->gone[i]);
+            /* a stream's waiter woken: one that follows a background response (its request
+             * is not the scheduler's) ends on it; another finds its write failing */
+            srv_req_kick(h->gone[i]);
             srv_req_release(h->gone[i]);
         }
         for (int i = 0; i < np; i++) {

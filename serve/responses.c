@@ -87,6 +87,7 @@ struct srv_rstore {
     pthread_cond_t wcv;            /* the worker's sleep, cut by a run's news or the stop */
     pthread_cond_t idle;           /* signalled when the last run ended */
     rs_run *runs;                  /* running */
+    int stepping;                  /* runs the worker took off the list for a step */
     int worker_on, wstop;
     pthread_t worker;
 };
@@ -1730,14 +1731,14 @@ static void *worker_main(void *arg) {
         *p = x->next;
         x->next = NULL;
         x->news = 0;
+        st->stepping++;
         pthread_mutex_unlock(&st->mu);
         const int finished = run_step(st, x);
+        if (finished) run_release(x);
         pthread_mutex_lock(&st->mu);
+        st->stepping--;
         if (finished) {
-            if (!st->runs) pthread_cond_broadcast(&st->idle);
-            pthread_mutex_unlock(&st->mu);
-            run_release(x);
-            pthread_mutex_lock(&st->mu);
+            if (!st->runs && !st->stepping) pthread_cond_broadcast(&st->idle);
             continue;
         }
         for (p = &st->runs; *p; p = &(*p)->next) {}
@@ -1750,7 +1751,7 @@ static void *worker_main(void *arg) {
 void srv_rstore_stop(srv_rstore *st) {
     if (!st) return;
     pthread_mutex_lock(&st->mu);
-    while (st->runs) pthread_cond_wait(&st->idle, &st->mu);
+    while (st->runs || st->stepping) pthread_cond_wait(&st->idle, &st->mu);
     pthread_mutex_unlock(&st->mu);
 }
 
@@ -1813,6 +1814,10 @@ fail:
 static void follow_stream(srv_job *j, srv_buf *out, int *finished) {
     struct srv_resp *R = j->resp;
     rs_log *l = R->flog;
+    if (j->r->cancel) {  /* its client left (the hang-up watcher): its place among the followers goes */
+        *finished = 1;
+        return;
+    }
     pthread_mutex_lock(&l->mu);
     if (l->lost) {
         cJSON *o = ev("error");
@@ -1918,6 +1923,7 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     char msg[MSG];
     int status = 400, stream = 0, store = 1, parallel = 1, n_prev = 0, trunc_auto = 0, logprobs = 0, bg = 0;
     double top = 0;
+    const char *param = NULL;  /* a 400 naming the field (OpenAI's error param) */
     cJSON *chat = NULL, *conv = NULL;
     srv_chat c = {0};
     struct srv_resp *R = NULL;
@@ -1929,6 +1935,7 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
         srv_opt_bool(j, "background", &bg, msg, MSG) < 0)
         goto bad;
     if (bg && !store) {  /* (OpenAI's rule: a background response lives in the store) */
+        param = "background";
         snprintf(msg, MSG, "'background' requires 'store' true (a background response is kept in the store "
                  "for GET to poll)");
         goto bad;
@@ -1936,10 +1943,15 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     if (opt_type(j, "user", 0, msg) || opt_type(j, "model", 0, msg) ||
         check_metadata(cJSON_GetObjectItemCaseSensitive(j, "metadata"), msg))
         goto bad;
-    if (truncation(j, &trunc_auto, msg) || includes(j, &logprobs, msg)) goto bad;
+    if (truncation(j, &trunc_auto, msg)) goto bad;
+    if (includes(j, &logprobs, msg)) {
+        param = "include";
+        goto bad;
+    }
     /* (OpenAI's rule: the logprobs show only when include asks for them) */
     if (srv_opt_num(j, "top_logprobs", 0, DSV4_MAX_LOGPROBS, &top, msg, MSG) < 0 || top != (double)(int)top) {
         snprintf(msg, MSG, "'top_logprobs' must be a whole number from 0 to %d", DSV4_MAX_LOGPROBS);
+        param = "top_logprobs";
         goto bad;
     }
     if (!(conv = conversation(s, j, &n_prev, &status, msg))) goto bad;
@@ -1981,6 +1993,10 @@ bad:
         srv_buf_free(&out->body);
         srv_openai_error_code(&out->body, "invalid_request_error", "previous_response_id",
                               "previous_response_not_found", msg);
+    } else if (param && status == 400) {
+        out->status = 400;
+        srv_buf_free(&out->body);
+        srv_openai_error_code(&out->body, "invalid_request_error", param, NULL, msg);
     } else if (status == PREV_RUNNING) {
         out->status = 400;
         srv_buf_free(&out->body);
@@ -2143,6 +2159,7 @@ static int rs_find(srv_rstore *st, const char *id, rs_run **run, char **resp, in
  * first token, then in_progress with the items done so far and the one being written. */
 static cJSON *snapshot(srv *s, srv_job *j) {
     const struct srv_resp *R = j->resp;
+    if (R->cancel) return response_object(s, j, "cancelled", NULL, NULL);  /* (its end is on its way) */
     cJSON *out = cJSON_Duplicate(R->items, 1);
     char *t = R->text.n ? strndup(R->text.s, R->text.n) : strdup("");
     if (out && t && R->open == OPEN_MESSAGE)

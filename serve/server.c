@@ -259,6 +259,7 @@ int dsv4_server_stop(dsv4_server *s, double grace_s, dsv4_err *err) {
     int rc = srv_relay_stop(s->relay, &mine);
     if (!rc) rc = srv_sched_group_stopped(s->sched, &mine);
     srv_http_stop(s);
+    srv_rstore_stop(s->rstore);  /* (a run the intake handed over late: its end written before the engine goes) */
     srv_sched_free(s->sched);
     if (s->trace) fclose(s->trace);
     for (int i = 0; s->script_ids && i < s->o.script->n; i++) free(s->script_ids[i]);

@@ -464,7 +464,7 @@ run('server_responses', async () => {
     [{ model, input: 'x', tool_choice: { type: 'function' } }, /'tool_choice'/],
     [{ model, input: 'x', text: { format: { type: 'xml' } } }, /'text.format.type'/],
     [{ model, input: 'x', reasoning: { effort: 'extreme' } }, /'reasoning.effort'/],
-    [{ model, input: 'x', background: true, store: false }, /'background' requires 'store' true/],
+    [{ model, input: 'x', background: true, store: false }, /'background' requires 'store' true/, 'background'],
     [{ model, input: 'x', previous_response_id: 5 }, /'previous_response_id'/],
     [{ model, input: 'x', metadata: { a: 1 } }, /'metadata'/],
     [{ model, input: 'x', metadata: Object.fromEntries([...Array(17).keys()].map((i) => [`k${i}`, 'v'])) }, /'metadata'/],
@@ -473,9 +473,9 @@ run('server_responses', async () => {
     [{ model, input: 'x', include: ['reasoning.encrypted_content'] }, /'include\[0\]': "reasoning.encrypted_content" is not supported/],
     [{ model, input: 'x', include: ['message.output_text.logprobs', 'file_search_call.results'] },
       /'include\[1\]': "file_search_call.results" cannot be included/],
-    [{ model, input: 'x', include: ['bogus'] }, /'include\[0\]': unknown value "bogus"/],
+    [{ model, input: 'x', include: ['bogus'] }, /'include\[0\]': unknown value "bogus"/, 'include'],
     [{ model, input: 'x', top_logprobs: 21 }, /'top_logprobs'/],
-    [{ model, input: 'x', top_logprobs: 1.5 }, /'top_logprobs'/],
+    [{ model, input: 'x', top_logprobs: 1.5 }, /'top_logprobs'/, 'top_logprobs'],
     // found by the chat path, named in this API's terms
     [{ model, instructions: 'Be brief.', input: [{ role: 'user', content: 'x' }, { role: 'developer', content: '' }] },
       /^input\[1\]: a developer message needs content/],
@@ -490,10 +490,11 @@ run('server_responses', async () => {
     [{ model, text: { format: { type: 'json_object' } }, input: [{ role: 'user', content: 'x' },
       { role: 'user', content: 'y' }, { role: 'developer', content: '' }] }, /^input\[2\]: a developer message/],
   ];
-  for (const [body, re] of bad) {
+  for (const [body, re, param] of bad) {
     const b = await http(`${srv.url}/v1/responses`, { body });
     assert.strictEqual(b.status, 400, JSON.stringify(body) + ' -> ' + b.body);
     assert.match(b.json.error.message, re);
+    if (param) assert.strictEqual(b.json.error.param, param);
     assert.strictEqual(b.json.error.type, 'invalid_request_error');
   }
 
@@ -558,6 +559,8 @@ async function background() {
     assert.deepStrictEqual([prev.status, prev.json.error.param], [400, 'previous_response_id']);
     assert.match(prev.json.error.message, /still in progress/);
     assert.deepStrictEqual([cz.json.id, cz.json.status, cz.json.output, cz.json.error], [c0.json.id, 'cancelled', [], null]);
+    // (a poll right after: cancelled, whether its end was written yet or not)
+    assert.strictEqual((await http(`${url}/${c0.json.id}`, { method: 'GET' })).json.status, 'cancelled');
     cancelled = c0.json.id;
   }
   assert(cancelled, `every try ended before its cancel: ${lastRefusal}`);
