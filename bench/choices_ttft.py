@@ -3,15 +3,16 @@
 concurrent requests of the same prompt and against one request of n = 1, on one `dsv4 serve`.
 
   python3 bench/choices_ttft.py --bin build/dsv4 --model DIR --tokenizer FILE \
-      [--prompt 1536] [--n 4] [--max-tokens 16] [--threads 2] [--serve-args "..."] [--tag T] >> OUT.jsonl
+      [--prompt 1536] [--n 4] [--max-tokens 16] [--threads 2] [--serve-args "..."] [--tag T] \
+      [--np 2 --attention dp|home] >> OUT.jsonl
 
 Each mode streams a /v1/completions of its own random prompt of --prompt token ids (a new first
 token each, so no mode hits another's prefix cache), seeded sampling, --max-tokens
 tokens a choice: n1 (one request, n = 1), nN (one request, n = N), sepN (N requests of n = 1 at
 once, on N threads). One JSON line per mode: time to each choice's first token (seconds from
 the send; the first and the last of them), the wall time to the last [DONE], and the
-server's counters over the mode: prompt rows computed (step rows - decode rows), choices
-forked and the prompt positions they shared.
+server's counters over the mode: prompt rows computed (step rows - decode rows: rank 0's steps
+only under --attention dp), choices forked and the prompt positions they shared (every rank's).
 """
 import argparse
 import json
@@ -59,10 +60,15 @@ def main():
     ap.add_argument('--vocab', type=int, default=8192)
     ap.add_argument('--tag', default='')
     ap.add_argument('--serve-args', default='', help='more dsv4 serve flags (e.g. "--prefix-entries 0")')
+    ap.add_argument('--np', type=int, default=0, help='ranks under mpirun (0: one process)')
+    ap.add_argument('--attention', default='dp', help='with --np: dp or home (dsv4 serve --attention)')
     a = ap.parse_args()
     serve = [a.bin, 'serve', '--model', a.model, '--tokenizer', a.tokenizer, '--port', '0',
              '--threads', str(a.threads), '--max-seqs', str(a.n),
              '--max-context', str(a.prompt + a.max_tokens + 64)] + a.serve_args.split()
+    if a.np:
+        serve = ['mpirun', '--allow-run-as-root', '--oversubscribe', '-np', str(a.np)] + serve + [
+            '--parallel', 'ep', '--attention', a.attention]
     proc, pid, url = start_server(serve)
     rng = random.Random(4321)
     try:
@@ -91,7 +97,8 @@ def main():
                  ('dsv4_step_rows_total', 'dsv4_decode_rows_total', 'dsv4_choices_forked_total',
                   'dsv4_prompt_tokens_forked_total', 'dsv4_steps_total')}
             ft = sorted(firsts.values())
-            print(json.dumps({'tag': a.tag, 'serve_args': a.serve_args, 'mode': mode, 'prompt': a.prompt, 'max_tokens': a.max_tokens,
+            print(json.dumps({'tag': a.tag, 'serve_args': a.serve_args, 'np': a.np,
+                              'attention': a.attention if a.np else '', 'mode': mode, 'prompt': a.prompt, 'max_tokens': a.max_tokens,
                               'ttft_first': round(ft[0], 3), 'ttft_last': round(ft[-1], 3), 'choices': len(ft),
                               'total': round(total, 3),
                               'prompt_rows': d['dsv4_step_rows_total'] - d['dsv4_decode_rows_total'],
