@@ -31,14 +31,14 @@ int srv_split_next(srv_split *s, const char *text, size_t len, int done, int *pa
         size_t at = srv_find(t, left, 0, marker);
         /* the DSML block may also follow content without the blank line */
         if (s->part == SRV_PART_CONTENT) {
-            size_t bare = srv_find(t, left, 0, TOOLS_OPEN + 2);
+            size_t bare = srv_find(t, left, 0, &TOOLS_OPEN[2]);
             if (bare < at) at = bare;
         }
         size_t upto = at;
         if (at == left && !done) {
             size_t hold = srv_partial_tail(t, left, marker);
             if (s->part == SRV_PART_CONTENT) {
-                size_t h2 = srv_partial_tail(t, left, TOOLS_OPEN + 2);
+                size_t h2 = srv_partial_tail(t, left, &TOOLS_OPEN[2]);
                 if (h2 > hold) hold = h2;
             }
             upto = left - hold;
