@@ -1,11 +1,12 @@
 #!/bin/sh
 # Builds the libFuzzer targets (clang, ASan + UBSan) and runs each for a bounded time on its
-# seed corpus: fuzz_safetensors (dsv4_st_open_buffer), fuzz_config (dsv4_config_parse),
-# fuzz_kvfile (dsv4_kv_parse, the KV snapshot reader), fuzz_tokenizer_json (the
-# tokenizer.json loader, then encode/decode round trips on the loaded tokenizer) and
-# fuzz_chat (the chat encoder, the conversation object and the DSML parser),
-# fuzz_json_schema (structured output's schema compiler, matcher and vocabulary mask); with
-# ../shared also fuzz_tokenizer (any text through DeepSeek's own tokenizer).
+# seed corpus. The targets, their sources, seeds and input limits are listed once, in
+# tests/fuzz/targets.txt (which tests/fuzz/CMakeLists.txt reads too): fuzz_safetensors
+# (dsv4_st_open_buffer), fuzz_config (dsv4_config_parse), fuzz_kvfile (dsv4_kv_parse, the KV
+# snapshot reader), fuzz_tokenizer_json (the tokenizer.json loader, then encode/decode round
+# trips on the loaded tokenizer), fuzz_chat (the chat encoder, the conversation object and the
+# DSML parser), fuzz_json_schema (structured output's schema compiler, matcher and vocabulary
+# mask); with ../shared also fuzz_tokenizer (any text through DeepSeek's own tokenizer).
 # Built straight from the few sources they need, so no CMake configure is involved.
 #
 #   FUZZ_SECONDS   seconds per target (default 12: seven targets in four waves of two stay
@@ -32,11 +33,10 @@ if ! command -v "$CC_FUZZ" >/dev/null 2>&1; then
 fi
 mkdir -p "$OUT"
 CFLAGS="-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
--fno-sanitize-recover=undefined -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc \
+-fno-sanitize-recover=undefined -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc -I. \
 $(pkg-config --cflags libcjson)"
-LIBS="$(pkg-config --libs libcjson) -lm"
-TOK_SRC="src/tok/tokenizer.c src/tok/tokenizer_encode.c src/tok/tokenizer_decode.c"
-TOK_LIBS="$(pkg-config --libs libpcre2-8) -lpthread"
+LIBS="$(pkg-config --libs libcjson libpcre2-8) -lpthread -lm"
+LIST=tests/fuzz/targets.txt
 
 # 0 when target $1 is selected by FUZZ_ONLY (or FUZZ_ONLY is empty)
 selected() { [ -z "${FUZZ_ONLY:-}" ] || case " $FUZZ_ONLY " in *" $1 "*) true ;; *) false ;; esac; }
@@ -86,34 +86,40 @@ drain() {
     [ $failed -eq 0 ] || { echo "fuzz.sh: FAILED" >&2; exit 1; }
 }
 
-# the tokenizer target needs DeepSeek's tokenizer.json (../shared) and PCRE2
+# fuzz_tokenizer needs DeepSeek's tokenizer.json (../shared)
 DSV4_TOKENIZER=${DSV4_TOKENIZER:-../shared/tokenizer/tokenizer.json}
 have_tok=0
 if [ -f "$DSV4_TOKENIZER" ]; then
     have_tok=1
     export DSV4_TOKENIZER
 else
-    echo "fuzz.sh: $DSV4_TOKENIZER not found, fuzz_tokenizer skipped"
+    echo "fuzz.sh: $DSV4_TOKENIZER not found, the targets that need it (fuzz_tokenizer) skipped"
 fi
 
-bg build fuzz_safetensors src/model/safetensors.c
-bg build fuzz_config src/model/config.c
-bg build fuzz_kvfile src/cache/kvfile.c src/util/crc32c.c
-# shellcheck disable=SC2086
-bg build fuzz_tokenizer_json $TOK_SRC $TOK_LIBS
-# shellcheck disable=SC2086
-bg build fuzz_chat src/tok/chat.c src/tok/dsml.c src/tok/pyjson.c src/tok/textbuf.c $TOK_SRC $TOK_LIBS
-# shellcheck disable=SC2086
-bg build fuzz_json_schema src/sample/json_schema.c src/sample/json_match.c src/sample/json_number.c src/sample/json_regex.c src/sample/json_reads.c src/sample/json_vocab.c $TOK_SRC $TOK_LIBS
-# shellcheck disable=SC2086
-[ $have_tok -eq 0 ] || bg build fuzz_tokenizer $TOK_SRC $TOK_LIBS
+# The list, one target a line: "name corpus max-len needs sources...", the groups expanded.
+awk '/^[ \t]*(#|$)/ { next }
+     $1 ~ /^@/ { for (i = 2; i <= NF; i++) g[$1] = g[$1] " " $i; next }
+     NF < 5 || ($4 != "-" && $4 != "tokenizer") { print FILENAME ": bad line: " $0 > "/dev/stderr"; exit 1 }
+     { line = $1 " " $2 " " $3 " " $4
+       for (i = 5; i <= NF; i++) {
+           if ($i !~ /^@/) { line = line " " $i; continue }
+           if (!($i in g)) { print FILENAME ": no group " $i > "/dev/stderr"; exit 1 }
+           line = line g[$i]
+       }
+       print line }' "$LIST" >"$OUT/targets"
+
+# 0 when what a target needs ($1: its "needs" column) is here
+runnable() { [ "$1" != tokenizer ] || [ $have_tok -eq 1 ]; }
+
+# shellcheck disable=SC2034 # corpus and maxlen are the next loop's
+while read -r name corpus maxlen needs srcs; do
+    # shellcheck disable=SC2086 # the sources are word-split on purpose
+    ! runnable "$needs" || bg build "$name" $srcs
+done <"$OUT/targets"
 drain
-bg run fuzz_safetensors safetensors 8192
-bg run fuzz_config config 8192
-bg run fuzz_kvfile kvfile 16384
-bg run fuzz_tokenizer_json tokenizer_json 16384
-bg run fuzz_chat chat 8192
-bg run fuzz_json_schema json_schema 4096
-[ $have_tok -eq 0 ] || bg run fuzz_tokenizer tokenizer 4096
+# shellcheck disable=SC2034 # srcs is the last loop's
+while read -r name corpus maxlen needs srcs; do
+    ! runnable "$needs" || bg run "$name" "$corpus" "$maxlen"
+done <"$OUT/targets"
 drain
 echo "fuzz.sh: no crashes"
