@@ -68,7 +68,10 @@ static int set_add(tm_set *s, const char *a, size_t an, const char *b, int idx) 
     return 0;
 }
 
-static void set_sort(tm_set *s) { qsort(s->a, (size_t)s->n, sizeof *s->a, alt_cmp); }
+/* (an empty set has no array: qsort's pointer must not be NULL even for no elements) */
+static void set_sort(tm_set *s) {
+    if (s->n > 1) qsort(s->a, (size_t)s->n, sizeof *s->a, alt_cmp);
+}
 
 /* a name the block can carry: no '"', '<' or control byte (and not empty) */
 static int writable(const char *s, size_t n) {
