@@ -6,10 +6,12 @@
 # snapshot reader), fuzz_tokenizer_json (the tokenizer.json loader, then encode/decode round
 # trips on the loaded tokenizer), fuzz_chat (the chat encoder, the conversation object and the
 # DSML parser), fuzz_json_schema (structured output's schema compiler, matcher and vocabulary
-# mask); with ../shared also fuzz_tokenizer (any text through DeepSeek's own tokenizer).
+# mask); with ../shared also fuzz_tokenizer (any text through DeepSeek's own tokenizer) and
+# fuzz_serve (the server's request bodies through every endpoint's handler, and the answers'
+# JSON and SSE with the streamed tool-call parser).
 # Built straight from the few sources they need, so no CMake configure is involved.
 #
-#   FUZZ_SECONDS   seconds per target (default 12: seven targets in four waves of two stay
+#   FUZZ_SECONDS   seconds per target (default 12: eight targets in four waves of two stay
 #                  within the CI budget of six at 15 s)
 #   FUZZ_BUILD_DIR binaries, grown corpora and crash artifacts (default build-fuzz)
 #   CC_FUZZ        compiler (default clang)
@@ -86,14 +88,14 @@ drain() {
     [ $failed -eq 0 ] || { echo "fuzz.sh: FAILED" >&2; exit 1; }
 }
 
-# fuzz_tokenizer needs DeepSeek's tokenizer.json (../shared)
+# fuzz_tokenizer and fuzz_serve need DeepSeek's tokenizer.json (../shared)
 DSV4_TOKENIZER=${DSV4_TOKENIZER:-../shared/tokenizer/tokenizer.json}
 have_tok=0
 if [ -f "$DSV4_TOKENIZER" ]; then
     have_tok=1
     export DSV4_TOKENIZER
 else
-    echo "fuzz.sh: $DSV4_TOKENIZER not found, the targets that need it (fuzz_tokenizer) skipped"
+    echo "fuzz.sh: $DSV4_TOKENIZER not found, the targets that need it (fuzz_tokenizer, fuzz_serve) skipped"
 fi
 
 # The list, one target a line: "name corpus max-len needs sources...", the groups expanded.
