@@ -43,15 +43,6 @@ LIST=tests/fuzz/targets.txt
 # 0 when target $1 is selected by FUZZ_ONLY (or FUZZ_ONLY is empty)
 selected() { [ -z "${FUZZ_ONLY:-}" ] || case " $FUZZ_ONLY " in *" $1 "*) true ;; *) false ;; esac; }
 
-build() { # name sources...
-    name=$1
-    shift
-    selected "$name" || return 0
-    echo "fuzz.sh: building $OUT/$name"
-    # shellcheck disable=SC2086
-    $CC_FUZZ $CFLAGS -o "$OUT/$name" "tests/fuzz/$name.c" "$@" src/util/err.c src/util/file.c $LIBS
-}
-
 run() { # name seed-dir max-len
     name=$1
     selected "$name" || return 0
@@ -71,7 +62,7 @@ run() { # name seed-dir max-len
     grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb" "$OUT/$name.log" | sed "s/^/fuzz.sh: $name /"
 }
 
-# Up to $JOBS builds or runs at once, each in the background; `drain` waits for all of them
+# Up to $JOBS runs at once, each in the background; `drain` waits for all of them
 # and fails the script if any failed (a failed run has printed its log's tail already).
 pids=""
 bg() {
@@ -113,12 +104,22 @@ awk '/^[ \t]*(#|$)/ { next }
 # 0 when what a target needs ($1: its "needs" column) is here
 runnable() { [ "$1" != tokenizer ] || [ $have_tok -eq 1 ]; }
 
-# shellcheck disable=SC2034 # corpus and maxlen are the next loop's
+# The builds, up to $JOBS at once through xargs, which starts the next one as soon as any
+# ends (no waves: fuzz_serve's build alone is about as long as the rest together), the
+# targets with the most sources first.
+export CC_FUZZ CFLAGS LIBS OUT
+# shellcheck disable=SC2034,SC2016 # corpus and maxlen are the run loop's; sh -c expands $0, $@
 while read -r name corpus maxlen needs srcs; do
-    # shellcheck disable=SC2086 # the sources are word-split on purpose
-    ! runnable "$needs" || bg build "$name" $srcs
-done <"$OUT/targets"
-drain
+    if runnable "$needs" && selected "$name"; then
+        # shellcheck disable=SC2086 # counting the sources
+        set -- $srcs
+        echo "$# $name $srcs"
+    fi
+done <"$OUT/targets" | sort -rn | cut -d' ' -f2- | xargs -P "$JOBS" -L 1 sh -c '
+    echo "fuzz.sh: building $OUT/$0"
+    # shellcheck disable=SC2086 # the flags are word-split on purpose
+    $CC_FUZZ $CFLAGS -o "$OUT/$0" "tests/fuzz/$0.c" "$@" src/util/err.c src/util/file.c $LIBS' ||
+    { echo "fuzz.sh: a build FAILED" >&2; exit 1; }
 # shellcheck disable=SC2034 # srcs is the last loop's
 while read -r name corpus maxlen needs srcs; do
     ! runnable "$needs" || bg run "$name" "$corpus" "$maxlen"
