@@ -458,7 +458,7 @@ static int build_prompt(srv *s, const cJSON *j, prompt *p, char *msg) {
     p->json = srv_json_format(j, SRV_API_MESSAGES, &p->schema, &shown, msg, MSG);
     if (p->json < 0) goto out;
     if (p->json && p->tools) {
-        snprintf(msg, MSG, "output_config.format: not supported together with tools");
+        snprintf(msg, MSG, "%s: not supported together with tools", srv_json_format_key(j));
         goto out;
     }
     if (p->json) {

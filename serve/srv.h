@@ -122,6 +122,8 @@ int srv_force_tool_call(srv *s, srv_req *r, const cJSON *tools, int mode, const 
  * shows the model, inside body), -1 with a message (a schema outside the subset names the
  * keyword). The vocabulary index the mask walks is built at load (dsv4_server_load). */
 int srv_json_format(const cJSON *body, int api, char **schema, const cJSON **shown, char *msg, size_t n);
+/* the key of a /v1/messages body's format: "output_config.format" or "output_format" */
+const char *srv_json_format_key(const cJSON *body);
 /* A copy of messages whose first system/developer message carries shown as its
  * "response_format" (the template's Response Format section), or with such a system
  * message put in front; a message that has its own is left alone. NULL when out of

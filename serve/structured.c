@@ -25,24 +25,44 @@ static int schema_text(const cJSON *schema, const char *dflt, const char *field,
     return 1;
 }
 
+/* Anthropic's format: output_config.format (the current form) or the older output_format;
+ * a null one is absent. Both given: they must agree (else -1). */
+static int messages_format(const cJSON *body, const cJSON **rf, const char **key, char *msg, size_t n) {
+    const cJSON *old = cJSON_GetObjectItemCaseSensitive(body, "output_format");
+    const cJSON *oc = cJSON_GetObjectItemCaseSensitive(body, "output_config");
+    const cJSON *cur = cJSON_IsObject(oc) ? cJSON_GetObjectItemCaseSensitive(oc, "format") : NULL;
+    if (cJSON_IsNull(old)) old = NULL;
+    if (cJSON_IsNull(cur)) cur = NULL;
+    if (old && cur && !cJSON_Compare(old, cur, 1)) {
+        snprintf(msg, n, "'output_format' and 'output_config.format' differ: give one (output_format is the older form)");
+        return -1;
+    }
+    *rf = cur ? cur : old;
+    *key = cur ? "output_config.format" : "output_format";
+    return 0;
+}
+
+const char *srv_json_format_key(const cJSON *body) {
+    const cJSON *rf = NULL;
+    const char *key = "output_format";
+    char msg[160];
+    messages_format(body, &rf, &key, msg, sizeof msg);
+    return key;
+}
+
 int srv_json_format(const cJSON *body, int api, char **schema, const cJSON **shown, char *msg, size_t n) {
     *schema = NULL;
     *shown = NULL;
-    const char *key = api == SRV_API_MESSAGES ? "output_format" : "response_format";
+    const char *key = "response_format";
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(body, key);
-    const cJSON *oc = api == SRV_API_MESSAGES ? cJSON_GetObjectItemCaseSensitive(body, "output_config") : NULL;
-    if (cJSON_IsObject(oc) && cJSON_GetObjectItemCaseSensitive(oc, "format")) {
-        /* Anthropic's current form, output_config.format (output_format is the older one) */
-        rf = cJSON_GetObjectItemCaseSensitive(oc, "format");
-        key = "output_config.format";
-    }
+    if (api == SRV_API_MESSAGES && messages_format(body, &rf, &key, msg, n)) return -1;
     if (!rf || cJSON_IsNull(rf)) return 0;
     const cJSON *ty = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
     const char *t = cJSON_IsString(ty) ? ty->valuestring : "";
     if (api == SRV_API_MESSAGES) {
         /* {"type": "json_schema", "schema": {...}} */
         const cJSON *sc = cJSON_GetObjectItemCaseSensitive(rf, "schema");
-        if (strcmp(t, "json_schema") || !(cJSON_IsObject(sc) || cJSON_IsBool(sc))) {
+        if (strcmp(t, "json_schema") || !cJSON_IsObject(sc)) {
             snprintf(msg, n, "%s: must be {\"type\": \"json_schema\", \"schema\": {...}}", key);
             return -1;
         }

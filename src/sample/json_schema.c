@@ -6,6 +6,8 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +37,7 @@ typedef struct ctx {
 
 int json_grow(void **p, int *cap, int need, size_t size) {
     if (need <= *cap) return 0;
+    if (need > INT_MAX / 2 || (size_t)need > SIZE_MAX / 2 / size) return -1; /* the doubling fits */
     int c = *cap ? *cap * 2 : 16;
     while (c < need) c *= 2;
     void *q = realloc(*p, (size_t)c * size);

@@ -7,6 +7,7 @@
  *   test_json    (needs shared/tokenizer/tokenizer.json for the mask part) */
 #include <stdatomic.h>
 #include <stdint.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,6 +320,15 @@ static void expect_small(const dsv4_json_schema *s, const char *doc, int ok) {
     free(a), free(b);
 }
 
+/* json_grow refuses a size whose doubling would overflow (an int, then size_t bytes) */
+static void test_grow(void) {
+    int *p = NULL, cap = 0;
+    CHECK(json_grow((void **)&p, &cap, 100, sizeof *p) == 0 && p && cap == 128);
+    CHECK(json_grow((void **)&p, &cap, INT_MAX / 2 + 1, sizeof *p) == -1 && cap == 128);
+    CHECK(json_grow((void **)&p, &cap, INT_MAX, sizeof *p) == -1 && cap == 128);
+    free(p);
+}
+
 static void test_readings(void) {
     char buf[8192];
     /* 12 branches: each document fits one branch alone, and every reading is kept to the
@@ -534,6 +544,7 @@ int main(void) {
     test_refused();
     test_combinators();
     test_readings();
+    test_grow();
     test_require_shared();
     char path[512];
     dsv4_tokenizer *tok = NULL;

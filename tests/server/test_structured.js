@@ -242,6 +242,22 @@ run('server_structured', async () => {
     output_format: { type: 'json_schema', schema: { type: 'string', pattern: '(?=a)' } } } });
   assert.deepStrictEqual([ob.status, ob.json.type, ob.json.error.type], [400, 'error', 'invalid_request_error'], ob.body);
   assert(ob.json.error.message.includes("'output_format'") && ob.json.error.message.includes('lookahead'), ob.body);
+  // a null output_config.format is absent (output_format then holds); both given must agree;
+  // the schema an object; with tools, the refusal names the field given
+  const on = await http(srv.url + '/v1/messages', { body: { model: 'm', max_tokens: 48, messages: say(1), temperature: 0,
+    output_format: { type: 'json_schema', schema: X }, output_config: { format: null } } });
+  assert.strictEqual(on.status, 200, on.body);
+  assert.strictEqual(JSON.parse(on.json.content[0].text), 'x', on.body);
+  const abad = async (body, what) => {
+    const r = await http(srv.url + '/v1/messages', { body: { model: 'm', max_tokens: 8, messages: say(1), ...body } });
+    assert.deepStrictEqual([r.status, r.json.type, r.json.error.type], [400, 'error', 'invalid_request_error'], r.body);
+    assert(r.json.error.message.includes(what), `${r.json.error.message} lacks ${what}`);
+  };
+  await abad({ output_format: { type: 'json_schema', schema: X },
+    output_config: { format: { type: 'json_schema', schema: { enum: ['y'] } } } }, "'output_format' and 'output_config.format' differ");
+  await abad({ output_config: { format: { type: 'json_schema', schema: true } } }, 'output_config.format: must be');
+  await abad({ output_format: { type: 'json_schema', schema: X },
+    tools: [{ name: 'f', input_schema: { type: 'object' } }] }, 'output_format: not supported together with tools');
   await srv.stop();
 
   // all at once, with MTP: the same answers
