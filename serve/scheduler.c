@@ -694,13 +694,22 @@ static void publish_load(srv_sched *s) {
 
 void srv_sched_enqueue(srv_sched *s, srv_req *r) { list_insert(s->wait, &s->n_wait, r); }
 
+/* The gauges follow the sweep when it ended something: the cancelled counter moved with
+ * each request, and /metrics should not show them queued or running until the next step
+ * (on the scheduler's thread, no lock of the step's held: as in group_gone). */
 void srv_sched_sweep(srv_sched *s, int expired) {
+    int swept = 0;
     for (int i = s->n_run - 1; i >= 0; i--)
-        if (expired || cancelled(s->run[i]))
+        if (expired || cancelled(s->run[i])) {
             srv_sched_finish(s, s->run[i], SRV_END_CANCELLED, 0, expired ? "server shutting down" : NULL);
+            swept++;
+        }
     for (int i = s->n_wait - 1; i >= 0; i--)
-        if (expired || cancelled(s->wait[i]))
+        if (expired || cancelled(s->wait[i])) {
             srv_sched_finish(s, s->wait[i], SRV_END_CANCELLED, 0, expired ? "server shutting down" : NULL);
+            swept++;
+        }
+    if (swept) publish_load(s);
 }
 
 int srv_sched_step(srv_sched *s) {
