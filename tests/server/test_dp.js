@@ -192,6 +192,51 @@ async function stoppedRank() {
   return { res, waited, exit };
 }
 
+// A client that leaves after its choice 0 ended (a stop string: choice 0's own first token)
+// while choices 1-3 still run on their home rank: two such requests (seeds 7 and 8, so
+// one lands on rank 1, where choice 0's cancel reaches no sequence), the streams read to
+// choice 0's stop, then dropped. Every rank's choices must be swept at once, not run on to
+// max_tokens (450 tokens, far past the poll's limit). Returns the wait in ms.
+async function hangup() {
+  const srv = await start(['--max-seqs', '4', '--step-tokens', '32', '--max-context', '512', '--no-warmup',
+    '--hangup-check-ms', '2'], { mpi: 2, dp: true });
+  const u = srv.url;
+  const post = (body, signal) => fetch(u + '/v1/completions', { method: 'POST', signal,
+    headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const leave = async (seed) => {
+    const t0 = (await (await post({ prompt: 'The', max_tokens: 1, temperature: 1, seed })).json()).choices[0].text;
+    const c = new AbortController();
+    const res = await post({ prompt: 'The', n: 4, max_tokens: 450, temperature: 1, seed, stop: [t0], stream: true }, c.signal);
+    const rd = res.body.getReader();
+    let got = '';
+    while (!/"index":0,[^}]*"finish_reason":"stop"/.test(got)) {
+      const { value, done } = await rd.read();
+      assert(!done, `the stream ended before choice 0 stopped (seed ${seed}): ${got.slice(-400)}`);
+      got += Buffer.from(value).toString();
+    }
+    return c;
+  };
+  const cs = await Promise.all([leave(7), leave(8)]);
+  const m0 = await metrics(u);
+  assert(m0['dsv4_rank_requests_total{rank="1"}'] > 0, 'no request on rank 1: the test does not exercise a follower');
+  const running = (m) => [0, 1].map((r) => m[`dsv4_rank_running_sequences{rank="${r}"}`] || 0);
+  cs.forEach((c) => c.abort());
+  const t = Date.now();
+  let m = m0;
+  for (let i = 0; i < 500 && running(m).some((n) => n); i++) {
+    await new Promise((ok) => setTimeout(ok, 10));
+    m = await metrics(u);
+  }
+  const waited = Date.now() - t;
+  await srv.stop();
+  assert.deepStrictEqual(running(m), [0, 0], `choices still running after their client left (running by rank)`);
+  // and they were swept, not run to the end: 6 choices past choice 0 at 450 tokens each
+  const more = m.dsv4_generated_tokens_total - m0.dsv4_generated_tokens_total;
+  assert(more < 900, `${more} tokens generated after the clients left: the choices ran on to max_tokens`);
+  assert(m.dsv4_requests_cancelled_total - m0.dsv4_requests_cancelled_total >= 2, 'the requests were not cancelled');
+  return `${waited} ms, ${more} tokens`;
+}
+
 // The mix of part 1 under DP on np ranks, against one process's answers: identical, every
 // rank the home of at least `least` requests. Returns the metrics.
 async function sameAsOne(one, np, least, kvDir) {
@@ -215,7 +260,7 @@ async function sameAsOne(one, np, least, kvDir) {
   return { ...dp, placed, forked };
 }
 
-const PARTS = (process.env.DSV4_DP_PARTS || 'mix,pressure,stopped,four').split(',');
+const PARTS = (process.env.DSV4_DP_PARTS || 'mix,pressure,hangup,stopped,four').split(',');
 
 run('server_dp', async () => {
   const one = await answers({});
@@ -239,6 +284,7 @@ run('server_dp', async () => {
       `${dp.m.dsv4_prefix_hits_total} prefix hits`);
   }
   if (PARTS.includes('pressure')) said.push(`pressure: ${await pressure()} preemptions`);
+  if (PARTS.includes('hangup')) said.push(`hangup: every rank's choices swept after the clients left (${await hangup()})`);
   if (PARTS.includes('stopped')) {
     const dead = await stoppedRank();
     said.push(`stopped rank: errors after ${dead.waited} ms (${JSON.stringify(dead.res)}), exit ${dead.exit}`);
