@@ -52,7 +52,9 @@ typedef struct dsv4_server_opts {
     int step_tokens;           /* rows per step; 0 = 256 */
     int threads;               /* 0 = all cores */
     int pin_threads;           /* dsv4_engine_opts.pin_threads */
-    int kv_dtype;              /* dsv4_engine_opts.kv_dtype */
+    int kv_dtype;              /* dsv4_engine_opts.kv_dtype (| DSV4_KV_IDX_FP4 only with F3) */
+    unsigned fidelity;         /* dsv4_engine_opts.fidelity: the official model's roundings
+                                * (DSV4_FID_*, spec/model.md §6); 0 = none */
     int fp4_layout;            /* dsv4_engine_opts.fp4_layout */
     uint64_t cache_bytes;      /* pool budget; 0 = enough for max_seqs x max_context */
     int max_queue;             /* requests waiting beyond max_seqs; 0 = 256 */

@@ -53,6 +53,7 @@ static int engine_opts(const dsv4_server_opts *o, const dsv4_model *m, dsv4_engi
     eo->threads = o->threads;
     eo->pin_threads = o->pin_threads;
     eo->kv_dtype = o->kv_dtype;
+    eo->fidelity = o->fidelity; /* with kv_dtype, in the ranks' options digest (engine/agree.c) */
     eo->fp4_layout = o->fp4_layout;
     eo->scratch_resident = 1; /* no request pays the arena's page faults */
     eo->cache_bytes = o->cache_bytes;

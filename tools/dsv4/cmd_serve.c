@@ -57,15 +57,6 @@ static int body_bytes_opt(const char *v, void *dst, char *msg, size_t n) {
 }
 
 /* on = 1, off = -1 (0: not given) */
-/* --kv-dtype without +fp4: FP4 indexer keys need fidelity F3, which the server does not run */
-static int serve_kv_dtype_opt(const char *v, void *dst, char *msg, size_t n) {
-    if (cli_parse_kv_dtype(v, dst, msg, n)) return -1;
-    if (!(*(int *)dst & DSV4_KV_IDX_FP4)) return 0;
-    snprintf(msg, n, "kv dtype '%s': FP4 indexer keys need fidelity F3, which dsv4 serve does not run (dsv4 run, "
-                     "generate and bench have --fidelity)", v);
-    return -1;
-}
-
 static int on_off_opt(const char *v, void *dst, char *msg, size_t n) {
     if (!strcmp(v, "on")) *(int *)dst = 1;
     else if (!strcmp(v, "off")) *(int *)dst = -1;
@@ -147,7 +138,9 @@ int cmd_serve(int argc, char **argv) {
         CLI_I64_OPT("max-context", 'c', &so.max_context, 16, 1 << 30, "N", "longest sequence in tokens"),
         CLI_INT_OPT("step-tokens", 0, &so.step_tokens, 1, 1 << 20, "N", "rows per engine step, decode + prefill chunks (per rank under data-parallel attention)", .def = "256; 256 x ranks with context-parallel prefill"),
         CLI_INT_OPT("threads", 't', &so.threads, 0, 1024, "N", "worker threads (per rank under --parallel: give each rank its share)", .def = "the cores this process may use"),
-        CLI_FN_OPT("kv-dtype", 0, &so.kv_dtype, serve_kv_dtype_opt, "f32|bf16|fp8", "bf16", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys)"),
+        CLI_FN_OPT("kv-dtype", 0, &so.kv_dtype, cli_parse_kv_dtype, "f32|bf16|fp8[+fp4]", "bf16", "KV cache storage: f32 (the reference), bf16 (half the bytes) or fp8 (FP8-split rows, BF16 indexer keys); +fp4: FP4 indexer keys (with --fidelity F3 only)"),
+        CLI_FN_OPT("fidelity", 0, &so.fidelity, cli_parse_fidelity, "SET", "none", "the official model's roundings (official, none, "
+                   "or a comma list of F1..F5; F3 allows --kv-dtype ...+fp4; under --parallel every rank must be given the same)"),
         CLI_FP4_LAYOUT_OPT(&so.fp4_layout),
         CLI_FLAG_OPT("pin-threads", 0, &so.pin_threads, 1, "pin worker thread i to the i-th CPU of the affinity mask (CPU 0 stays with the calling thread)"),
         CLI_FN_OPT("cache-bytes", 0, &so.cache_bytes, cache_bytes_opt, "N", "enough for max-seqs x max-context", "byte budget of the cache pools; suffixes K, M, G"),
@@ -183,6 +176,12 @@ int cmd_serve(int argc, char **argv) {
     if (so.parallel && !dsv4_dist_available()) {
         fprintf(stderr, "dsv4 serve: --parallel needs a build with MPI (cmake -DDSV4_MPI=ON with "
                         "Open MPI installed); this one has none\n");
+        return 2;
+    }
+    /* here, before the listener: the engine would refuse it only once the model is read */
+    if ((so.kv_dtype & DSV4_KV_IDX_FP4) && !(so.fidelity & DSV4_FID_F3)) {
+        fprintf(stderr, "dsv4 serve: --kv-dtype %s: FP4 indexer keys need fidelity item F3 (--fidelity F3 or "
+                        "official), which rounds every key to FP4 values\n", dsv4_kv_dtype_name(so.kv_dtype));
         return 2;
     }
     if (peer_timeout >= 0 && !so.parallel) {

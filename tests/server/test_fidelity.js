@@ -1,0 +1,58 @@
+// test_fidelity.js — `dsv4 serve --fidelity` (spec/model.md §6) and FP4 indexer keys in the
+// server (serving.md §a.1): under fidelity item F3 every indexer key is rounded to FP4 values,
+// so a server storing the keys as FP4 (--kv-dtype bf16+fp4) answers exactly what one storing
+// them as BF16 answers (tokens and logprobs, greedy and seeded, chat and completions, several
+// requests at once and a prefix-cache hit); F3 itself changes the answers (the option reached
+// the engine); and +fp4 without F3 is refused at startup, before the listener.
+'use strict';
+const assert = require('assert');
+const { spawnSync } = require('child_process');
+const OpenAI = require('openai').default;
+const { start, run, BIN, MODEL } = require('./harness');
+
+// prompts long enough that the CSA layer (ratio 4, index_topk 4) selects among more entries
+// than it keeps: a position t sees (t + 1) / 4 entries
+const WORDS = 'river stone lantern meadow copper harbor willow ember falcon granite'.split(' ');
+const text = (i, n) => Array.from({ length: n }, (_, k) => WORDS[(k * 3 + i) % 10]).join(' ');
+
+async function answers(args) {
+  const srv = await start(['--max-seqs', '4', '--step-tokens', '64', '--max-context', '512', ...args]);
+  const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
+  const chat = (i) => client.chat.completions.create({ model: 'm', max_tokens: 24, logprobs: true, top_logprobs: 2,
+    messages: [{ role: 'user', content: text(i, 60 + 20 * i) }],
+    ...(i % 2 ? { temperature: 0.9, seed: 11 + i } : { temperature: 0 }) })
+    .then((r) => ({ text: r.choices[0].message.content, lp: r.choices[0].logprobs.content }));
+  const out = await Promise.all([0, 1, 2, 3].map(chat));
+  // a completion of token ids, then the same prompt again: its prefix comes from the cache
+  const ids = Array.from({ length: 200 }, (_, k) => 7 + ((k * 53) % 900));
+  for (let r = 0; r < 2; r++) {
+    const c = await client.completions.create({ model: 'm', prompt: ids, max_tokens: 16, temperature: 0, logprobs: 2 });
+    out.push({ text: c.choices[0].text, lp: c.choices[0].logprobs, cached: c.usage.prompt_tokens_details.cached_tokens });
+  }
+  await srv.stop();
+  return out;
+}
+
+run('server_fidelity', async () => {
+  // +fp4 without F3: exit status 2 and the reason, before anything listens
+  for (const fid of [[], ['--fidelity', 'F1,F2,F4,F5']]) {
+    const r = spawnSync(BIN, ['serve', '--model', MODEL, '--port', '0', '--kv-dtype', 'bf16+fp4', ...fid],
+      { encoding: 'utf8', timeout: 20000 });
+    assert.strictEqual(r.status, 2, r.stderr);
+    assert.match(r.stderr, /--kv-dtype bf16\+fp4: FP4 indexer keys need fidelity item F3/);
+    assert.doesNotMatch(r.stderr, /listening/);
+  }
+  const bad = spawnSync(BIN, ['serve', '--model', MODEL, '--fidelity', 'F9'], { encoding: 'utf8', timeout: 20000 });
+  assert.strictEqual(bad.status, 2, bad.stderr);
+  assert.match(bad.stderr, /--fidelity/);
+
+  const bf16 = await answers(['--kv-dtype', 'bf16', '--fidelity', 'F3']);
+  const fp4 = await answers(['--kv-dtype', 'bf16+fp4', '--fidelity', 'F3']);
+  assert.strictEqual(fp4.length, 6);
+  for (let i = 0; i < fp4.length; i++)
+    assert.deepStrictEqual(fp4[i], bf16[i], `request ${i}: FP4 keys answer otherwise than BF16 keys under F3`);
+  assert(fp4[4].cached === 0 && fp4[5].cached > 0, 'the repeated prompt was not a prefix-cache hit');
+  // without F3 the indexer scores other keys: some logprob differs (the option is not ignored)
+  const none = await answers(['--kv-dtype', 'bf16']);
+  assert.notDeepStrictEqual(none, bf16, 'the answers under --fidelity F3 are those without it');
+});
