@@ -35,18 +35,29 @@
  * largest; at the default 64 MiB an entry of 8 MiB still holds a 1M-token context's text). */
 #define RS_ENTRY_SHARE 8
 
+/* A stream following a background response's log: its place (under the log's mu). */
+typedef struct rs_fol {
+    srv_req *r;                    /* its request (a reference): the doorbell the worker rings */
+    int cursor;                    /* the next event it sends */
+    srv_buf held;                  /* events trimmed from the log before it sent them, in order */
+} rs_fol;
+
 /* The events of a background stream (their SSE text and where each begins), shared by its
- * entry, its run and the streams that follow it (a reference each). Its mutex is a leaf
- * taken under a following stream's request mu, never with the store's mu held. */
+ * entry, its run and the streams that follow it (a reference each). Bounded by its entry's
+ * share of the store: the oldest events are trimmed (base, the first kept, is the watermark
+ * below which a resume is refused); a follower that had not sent a trimmed event gets it in
+ * its own held text, so a connected stream never loses one. Its mutex is a leaf taken under
+ * a following stream's request mu, never with the store's mu held. */
 typedef struct rs_log {
     pthread_mutex_t mu;
     atomic_int refs;
-    srv_buf text;
-    size_t *off;                   /* (n) where each event begins in text */
+    srv_buf text;                  /* events base .. base + n - 1 */
+    size_t *off;                   /* (n) where each kept event begins in text */
+    int base;                      /* the first kept event's sequence number */
     int n, cap;
     int done;                      /* the last event is in */
-    int lost;                      /* outgrew its entry's share of the store: dropped */
-    srv_req **fol;                 /* (n_fol) the following streams' requests (a reference each) */
+    int lost;                      /* out of memory: its followers end with an error */
+    rs_fol **fol;                  /* (n_fol) the following streams (each owned by its job) */
     int n_fol, cap_fol;
 } rs_log;
 
@@ -72,7 +83,7 @@ typedef struct rs_entry {
     rs_run *run;                   /* a background response not ended (a reference): kept
                                     * whatever the LRU says */
     int streamed;                  /* created with stream: true too */
-    rs_log *log;                   /* (streamed) its events, NULL once lost */
+    rs_log *log;                   /* (streamed) its events, NULL once dropped (out of memory) */
     size_t log_bytes;
     struct rs_entry *prev, *next;  /* most recently used first */
     struct rs_entry *hnext;        /* in its bucket */
@@ -114,7 +125,7 @@ static void log_release(rs_log *l) {
     if (!l || atomic_fetch_sub(&l->refs, 1) > 1) return;
     srv_buf_free(&l->text);
     free(l->off);
-    free(l->fol);  /* (empty: each follower holds a reference) */
+    free(l->fol);  /* (empty: each follower holds a reference to l) */
     pthread_mutex_destroy(&l->mu);
     free(l);
 }
@@ -298,8 +309,7 @@ struct srv_resp {
     /* a stream following a background response's log (GET ?stream=true, or the background
      * POST's own stream): no job of its own, its request a doorbell the worker rings */
     rs_log *flog;
-    srv_req *freq;    /* its request, as listed in the log's followers */
-    int cursor;       /* the next event of the log to send */
+    rs_fol *fol;      /* its place among the log's followers */
 };
 
 void srv_resp_free(struct srv_resp *x) {
@@ -308,9 +318,11 @@ void srv_resp_free(struct srv_resp *x) {
         rs_log *l = x->flog;
         pthread_mutex_lock(&l->mu);
         for (int i = 0; i < l->n_fol; i++)
-            if (l->fol[i] == x->freq) l->fol[i] = l->fol[--l->n_fol];
+            if (l->fol[i] == x->fol) l->fol[i] = l->fol[--l->n_fol];
         pthread_mutex_unlock(&l->mu);
-        srv_req_release(x->freq);
+        srv_req_release(x->fol->r);
+        srv_buf_free(&x->fol->held);
+        free(x->fol);
         log_release(l);
     }
     cJSON_Delete(x->echo);
@@ -1558,7 +1570,9 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
  * has its items so far, and its end is the stream's), keeps the events of a streamed one in
  * its log (GET ?stream=true&starting_after=N replays them after N, then follows live ones),
  * and rings the following streams' doorbells. The entry stays in the store, outside the LRU,
- * until the response ends; its log counts against the store's bytes. */
+ * until the response ends; its log counts against the store's bytes, at most the entry's
+ * share: past it the oldest events are trimmed (a resume before them is a 400), while each
+ * connected follower still gets every event (rs_fol.held). */
 
 /* The most streams that follow one background response at once. */
 #define RS_MAX_FOLLOW 64
@@ -1571,22 +1585,46 @@ static rs_log *log_new(void) {
     return l;
 }
 
-/* Under l->mu: the log dropped (its events freed; the following streams end with an error). */
-static void log_lose(rs_log *l) {
-    l->lost = 1;
-    srv_buf_free(&l->text);
-    free(l->off);
-    l->off = NULL;
-    l->n = l->cap = 0;
+/* The bytes a log counts against the store: its text and its offsets. */
+static size_t log_size(const rs_log *l) { return l->text.n + (size_t)l->n * sizeof *l->off; }
+
+/* Under l->mu: the oldest events trimmed until the log holds at most `most` bytes (0: none
+ * kept, its memory freed). A follower that had not sent a trimmed event gets it in its held
+ * text (its cursor moves past them), so the trim loses nothing for a connected stream. */
+static void log_trim(rs_log *l, size_t most) {
+    int k = 0;
+    while (k < l->n && (l->text.n - l->off[k]) + (size_t)(l->n - k) * sizeof *l->off > most) k++;
+    if (!k) return;
+    const size_t cut = k < l->n ? l->off[k] : l->text.n;
+    for (int i = 0; i < l->n_fol; i++) {
+        rs_fol *f = l->fol[i];
+        if (f->cursor >= l->base + k) continue;
+        const size_t from = l->off[f->cursor - l->base];  /* (a follower's cursor is never below base) */
+        srv_buf_put(&f->held, l->text.s + from, cut - from);
+        f->cursor = l->base + k;
+    }
+    l->base += k;
+    l->n -= k;
+    if (!l->n) {
+        srv_buf_free(&l->text);
+        if (!most) {
+            free(l->off);
+            l->off = NULL;
+            l->cap = 0;
+        }
+        return;
+    }
+    memmove(l->text.s, l->text.s + cut, l->text.n - cut);
+    l->text.n -= cut;
+    for (int i = 0; i < l->n; i++) l->off[i] = l->off[i + k] - cut;
 }
 
 /* A background response's end: its running entry gets its response and conversation (taken;
- * NULL: out of memory, not kept) and leaves the running; kept as rs_put keeps one, its log
- * dropped first when the whole is over the entry's share. Called under the job's request mu
- * (finish): the entry's reference to the run is not the last (the worker holds one). 1 when
- * kept. */
+ * NULL: out of memory, not kept) and leaves the running; kept as rs_put keeps one. A log that
+ * no longer fits beside the response in the entry's share is counted at what fits: the last
+ * log_put, which follows at once, trims it so. Called under the job's request mu (finish):
+ * the entry's reference to the run is not the last (the worker holds one). 1 when kept. */
 static int rs_end(srv_rstore *st, const char *id, char *resp, char *conv, int n_in) {
-    rs_log *lost = NULL;
     int kept = 0;
     pthread_mutex_lock(&st->mu);
     rs_entry **l = rs_link(st, id), *e = *l;
@@ -1602,11 +1640,7 @@ static int rs_end(srv_rstore *st, const char *id, char *resp, char *conv, int n_
             e->n_in = n_in;
             resp = conv = NULL;
             const size_t base = rs_base_bytes(e), share = st->cap / RS_ENTRY_SHARE;
-            if (e->log && base + e->log_bytes > share) {
-                lost = e->log;
-                e->log = NULL;
-                e->log_bytes = 0;
-            }
+            if (e->log && base + e->log_bytes > share) e->log_bytes = base < share ? share - base : 0;
             e->bytes = base + e->log_bytes;
             kept = e->bytes <= share && rs_room(st, e->bytes, e);
             st->used += e->bytes;
@@ -1616,49 +1650,46 @@ static int rs_end(srv_rstore *st, const char *id, char *resp, char *conv, int n_
     pthread_mutex_unlock(&st->mu);
     free(resp);
     free(conv);
-    if (lost) {
-        pthread_mutex_lock(&lost->mu);
-        log_lose(lost);
-        pthread_mutex_unlock(&lost->mu);
-        log_release(lost);
-    }
     return kept;
 }
 
+/* Under the store's mu: the most bytes entry e's log may hold once `more` are appended, that
+ * many counted in its bytes now (the least recently used entries go to make room). Past the
+ * entry's share the log is trimmed to three quarters of it (so a trim moves its text once
+ * every quarter of a share, not at every step), to all of it with the last events (done);
+ * SIZE_MAX: no trim, exactly `more` counted. */
+static size_t log_budget(srv_rstore *st, rs_entry *e, size_t more, int done) {
+    const size_t base = rs_base_bytes(e), share = st->cap / RS_ENTRY_SHARE;
+    const size_t limit = base < share ? share - base : 0, want = e->log_bytes + more;
+    size_t most = want <= limit ? want : done ? limit : limit - limit / 4;
+    if (most > e->log_bytes && !rs_room(st, most - e->log_bytes, e))
+        most = e->log_bytes + (st->used < st->cap ? st->cap - st->used : 0);
+    st->used = st->used - e->log_bytes + most;
+    e->bytes = e->bytes - e->log_bytes + most;
+    e->log_bytes = most;
+    return most == want ? SIZE_MAX : most;
+}
+
 /* The events of one step (their SSE text: each ends with a blank line, which JSON text never
- * holds) appended to run x's log and counted in its entry's bytes (the least recently used
- * entries go to make room). A log that would pass its entry's share, or that no room can be
- * made for, is dropped: the streams following it end with an error event and a resume is
- * refused, while the response runs on (GET polls it). done: the last events. The following
- * streams are woken. */
+ * holds) appended to run x's log, its entry's share kept by trimming the oldest (log_budget);
+ * a log its entry no longer holds (the response ended and was not kept, or the log did not
+ * fit beside it) keeps nothing, its events only passed to its followers. done: the last
+ * events. The following streams are woken. */
 static void log_put(srv_rstore *st, rs_run *x, const srv_buf *ev, int done) {
     rs_log *l = x->log;
-    int n = 0, lose = 0;
+    int n = 0;
     for (size_t i = 0; i + 1 < ev->n; i++)
         if (ev->s[i] == '\n' && ev->s[i + 1] == '\n') n++, i++;
-    const size_t more = ev->n + (size_t)n * sizeof(size_t);
+    size_t most = SIZE_MAX;
     pthread_mutex_lock(&st->mu);
     rs_entry *e = *rs_link(st, x->job->id);
-    if (!e || e->log != l) {
-        lose = 1;  /* not kept at its end, or lost already */
-    } else if (more) {
-        if (rs_base_bytes(e) + e->log_bytes + more > st->cap / RS_ENTRY_SHARE || !rs_room(st, more, e)) {
-            lose = 1;
-            st->used -= e->log_bytes;
-            e->bytes -= e->log_bytes;
-            e->log_bytes = 0;
-            e->log = NULL;
-            atomic_fetch_sub(&l->refs, 1);  /* the entry's (the run holds one) */
-        } else {
-            e->log_bytes += more;
-            e->bytes += more;
-            st->used += more;
-        }
-    }
+    const int held = e && e->log == l;
+    if (!held) most = 0;
+    else if (n) most = log_budget(st, e, ev->n + (size_t)n * sizeof(size_t), done);
+    if (held && done && most == SIZE_MAX) most = e->log_bytes;  /* (what rs_end counted it at) */
     pthread_mutex_unlock(&st->mu);
     srv_req *kick[RS_MAX_FOLLOW];
     pthread_mutex_lock(&l->mu);
-    if (lose && !l->lost) log_lose(l);
     if (!l->lost && n) {
         if (l->n + n > l->cap) {
             const int cap = l->n + n > 2 * l->cap ? l->n + n : 2 * l->cap;
@@ -1668,20 +1699,37 @@ static void log_put(srv_rstore *st, rs_run *x, const srv_buf *ev, int done) {
         const size_t at = l->text.n;
         srv_buf_put(&l->text, ev->s, ev->n);
         if (l->n + n > l->cap || l->text.oom) {
-            log_lose(l);
+            l->lost = 1;  /* out of memory: the followers end with an error */
         } else {
             l->off[l->n++] = at;
             for (size_t i = 0; i + 2 < ev->n; i++)
                 if (ev->s[i] == '\n' && ev->s[i + 1] == '\n') l->off[l->n++] = at + i + 2, i++;
         }
     }
+    if (l->lost) most = 0;
+    if (most != SIZE_MAX) log_trim(l, most);
+    const size_t size = log_size(l);
+    const int lost = l->lost;
     l->done |= done;
     const int nk = l->n_fol;
     for (int i = 0; i < nk; i++) {
-        kick[i] = l->fol[i];
+        kick[i] = l->fol[i]->r;
         atomic_fetch_add(&kick[i]->refs, 1);
     }
     pthread_mutex_unlock(&l->mu);
+    if (held && (most != SIZE_MAX || lost)) {  /* the entry counts what the trim left */
+        pthread_mutex_lock(&st->mu);
+        if ((e = *rs_link(st, x->job->id)) && e->log == l && e->log_bytes >= size) {
+            st->used -= e->log_bytes - size;
+            e->bytes -= e->log_bytes - size;
+            e->log_bytes = size;
+            if (lost) {  /* (no resume from a log out of memory) */
+                e->log = NULL;
+                atomic_fetch_sub(&l->refs, 1);  /* the entry's (the run holds one) */
+            }
+        }
+        pthread_mutex_unlock(&st->mu);
+    }
     for (int i = 0; i < nk; i++) {
         srv_req_kick(kick[i]);
         srv_req_release(kick[i]);
@@ -1768,15 +1816,26 @@ static void worker_end(srv_rstore *st) {
 }
 
 /* A stream following log l from its event `cursor` (a job of its own: its request only a
- * doorbell; the log holds a reference to it). NULL with *status and a message. */
+ * doorbell; the log lists its place). NULL with *status and a message (400: the log no
+ * longer holds the event at the cursor). */
 static srv_job *follower(const char *id, rs_log *l, int cursor, int *status, char *msg) {
     srv_job *j = calloc(1, sizeof *j);
     struct srv_resp *R = calloc(1, sizeof *R);
+    rs_fol *f = calloc(1, sizeof *f);
     srv_req *r = srv_req_new(NULL, 0);
     *status = 500;
     snprintf(msg, MSG, "out of memory");
-    if (!j || !R || !r) goto fail;
+    if (!j || !R || !f || !r) goto fail;
     pthread_mutex_lock(&l->mu);
+    if (cursor < l->base) {
+        pthread_mutex_unlock(&l->mu);
+        *status = 400;
+        snprintf(msg, MSG, "This response's events before sequence_number %d are no longer kept (its events "
+                 "outgrew its share of the server's response store, --responses-store-bytes): "
+                 "'starting_after' must be at least %d; GET without stream polls the response.",
+                 l->base, l->base - 1);
+        goto fail;
+    }
     if (l->n_fol == RS_MAX_FOLLOW) {
         pthread_mutex_unlock(&l->mu);
         *status = 429;
@@ -1785,17 +1844,18 @@ static srv_job *follower(const char *id, rs_log *l, int cursor, int *status, cha
     }
     if (l->n_fol == l->cap_fol) {
         const int cap = l->cap_fol ? 2 * l->cap_fol : 4;
-        srv_req **f = realloc(l->fol, (size_t)cap * sizeof *f);
-        if (!f) { pthread_mutex_unlock(&l->mu); goto fail; }
-        l->fol = f;
+        rs_fol **fl = realloc(l->fol, (size_t)cap * sizeof *fl);
+        if (!fl) { pthread_mutex_unlock(&l->mu); goto fail; }
+        l->fol = fl;
         l->cap_fol = cap;
     }
-    l->fol[l->n_fol++] = r;  /* r's second reference */
+    f->r = r;  /* r's second reference */
+    f->cursor = cursor;
+    l->fol[l->n_fol++] = f;
     pthread_mutex_unlock(&l->mu);
     atomic_fetch_add(&l->refs, 1);
     R->flog = l;
-    R->freq = r;
-    R->cursor = cursor;
+    R->fol = f;
     j->api = SRV_API_RESPONSES;
     j->stream = 1;
     j->r = r;
@@ -1804,35 +1864,41 @@ static srv_job *follower(const char *id, rs_log *l, int cursor, int *status, cha
     return j;
 fail:
     if (r) { srv_req_release(r); srv_req_release(r); }
+    free(f);
     free(R);
     free(j);
     return NULL;
 }
 
-/* A following stream's news: the log's events from its cursor; done once the log's last is
- * out. A lost log: an error event, then the end. */
+/* A following stream's news: what the trims held for it, then the log's events from its
+ * cursor; done once the log's last is out. A log (or held text) out of memory: an error
+ * event, then the end. */
 static void follow_stream(srv_job *j, srv_buf *out, int *finished) {
-    struct srv_resp *R = j->resp;
-    rs_log *l = R->flog;
+    rs_log *l = j->resp->flog;
+    rs_fol *f = j->resp->fol;
     if (j->r->cancel) {  /* its client left (the hang-up watcher): its place among the followers goes */
         *finished = 1;
         return;
     }
     pthread_mutex_lock(&l->mu);
-    if (l->lost) {
+    if (l->lost || f->held.oom) {
         cJSON *o = ev("error");
         cJSON_AddStringToObject(o, "code", "stream_lost");
-        cJSON_AddStringToObject(o, "message", "this background response's events outgrew its share of the "
-                                "server's response store (--responses-store-bytes): its stream ended here and "
-                                "cannot be resumed; GET /v1/responses/{id} polls the response");
+        cJSON_AddStringToObject(o, "message", "the server ran out of memory for this background response's "
+                                "events: its stream ended here; GET /v1/responses/{id} polls the response");
         cJSON_AddNullToObject(o, "param");
-        cJSON_AddNumberToObject(o, "sequence_number", R->cursor);
+        cJSON_AddNumberToObject(o, "sequence_number", f->cursor);
         srv_sse(out, "error", o);
         *finished = 1;
     } else {
-        if (R->cursor < l->n) srv_buf_put(out, l->text.s + l->off[R->cursor], l->text.n - l->off[R->cursor]);
-        if (R->cursor < l->n) R->cursor = l->n;
-        if (l->done && R->cursor >= l->n) *finished = 1;
+        if (f->held.n) srv_buf_put(out, f->held.s, f->held.n);
+        srv_buf_free(&f->held);
+        const int i = f->cursor - l->base;
+        if (i < l->n) {
+            srv_buf_put(out, l->text.s + l->off[i], l->text.n - l->off[i]);
+            f->cursor = l->base + l->n;
+        }
+        if (l->done && f->cursor >= l->base + l->n) *finished = 1;
     }
     pthread_mutex_unlock(&l->mu);
 }
@@ -2268,8 +2334,8 @@ int srv_responses_follow(srv *s, const char *id, const char *starting_after, srv
     } else if (!streamed) {
         snprintf(msg, MSG, "This response cannot be streamed because it was not created with stream=true.");
     } else if (!l) {
-        snprintf(msg, MSG, "This response's events outgrew its share of the server's response store "
-                 "(--responses-store-bytes): its stream cannot be resumed; GET without stream polls it.");
+        snprintf(msg, MSG, "This response's events are no longer kept (the server ran out of memory for "
+                 "them): its stream cannot be resumed; GET without stream polls it.");
     } else {
         srv_job *f = follower(id, l, (int)(after + 1), &status, msg);
         log_release(l);
@@ -2278,6 +2344,7 @@ int srv_responses_follow(srv *s, const char *id, const char *starting_after, srv
             out->stream = responses_stream;
             return 0;
         }
+        param = "starting_after";
         if (status != 400) {
             srv_reply_error(out, SRV_API_RESPONSES, status, msg);
             return status;

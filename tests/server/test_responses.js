@@ -26,7 +26,8 @@
 //  - background: the POST answers queued, GET polls it to the foreground's answer; cancel
 //    mid-run (the sequence freed), and the cancel rules; a background stream replayed whole
 //    and after event N, resumed live after its client left; a log past its entry's share
-//    ends the streams following it (stream_lost); a shutdown with background work running.
+//    keeps its newest events (a resume below them a 400) while its stream gets every one; a
+//    shutdown with background work running.
 'use strict';
 const assert = require('assert');
 const OpenAI = require('openai').default;
@@ -499,20 +500,33 @@ run('server_responses', async () => {
   }
 
   // a background stream whose events outgrow its entry's share of the store (8K of 64K): the
-  // stream following it ends with an error event; a resume is refused; the response runs on
+  // stream following it gets every event; the log keeps only its newest (the oldest trimmed
+  // below a watermark), so a resume below it is a 400 naming it, one from it replays exactly
   const capped = await sse(`${srv.url}/v1/responses`, { model, input: 'Tell a story.', max_output_tokens: 60,
     temperature: 0, background: true, stream: true });
   const capId = capped.events[0].data.response.id;
-  assert.deepStrictEqual(capped.events[capped.events.length - 1].event, 'error');
-  assert.strictEqual(capped.events[capped.events.length - 1].data.code, 'stream_lost');
-  assert(capped.events.length > 5);
-  // (lost while it ran: the events kept never passed the share)
-  assert(Buffer.byteLength(capped.text.slice(0, capped.text.lastIndexOf('event: error'))) < 8192);
-  const capEnd = await poll(srv.url, capId);
-  assert.strictEqual(capEnd.usage.output_tokens, 60);
-  const capResume = await http(`${srv.url}/v1/responses/${capId}?stream=true&starting_after=2`, { method: 'GET' });
-  assert.deepStrictEqual([capResume.status, capResume.json.error.param], [400, 'stream']);
-  assert.match(capResume.json.error.message, /outgrew/);
+  capped.events.forEach((e, i) => assert.strictEqual(e.data.sequence_number, i, `event ${i} (${e.event})`));
+  assert.match(capped.events[capped.events.length - 1].event, /^response\.(completed|incomplete)$/);
+  assert.strictEqual(capped.events[capped.events.length - 1].data.response.usage.output_tokens, 60);
+  assert(Buffer.byteLength(capped.text) > 8192, `${Buffer.byteLength(capped.text)} bytes: not past the share`);
+  const capBelow = await http(`${srv.url}/v1/responses/${capId}?stream=true&starting_after=2`, { method: 'GET' });
+  assert.deepStrictEqual([capBelow.status, capBelow.json.error.param], [400, 'starting_after'], capBelow.body);
+  const mark = Number(/'starting_after' must be at least (\d+)/.exec(capBelow.json.error.message)[1]);
+  assert(mark > 2 && mark < capped.events.length - 1, capBelow.json.error.message);
+  const capKept = await sse(`${srv.url}/v1/responses/${capId}?stream=true&starting_after=${mark}`);
+  assert.deepStrictEqual(capKept.events, capped.events.slice(mark + 1));
+  assert(Buffer.byteLength(capKept.text) <= 8192, `${Buffer.byteLength(capKept.text)} bytes kept`);
+  for (const q of [`&starting_after=${mark - 1}`, ''])
+    assert.strictEqual((await http(`${srv.url}/v1/responses/${capId}?stream=true${q}`, { method: 'GET' })).status, 400);
+  // a first batch of events past the share (created and in_progress carry 5K of metadata each):
+  // trimmed before the stream could send them, it still gets them
+  const metadata = Object.fromEntries([...Array(10).keys()].map((i) => [`k${i}`, 'x'.repeat(500)]));
+  const wide = await sse(`${srv.url}/v1/responses`, { model, input: 'Hi.', metadata, max_output_tokens: 2,
+    background: true, stream: true });
+  assert.strictEqual(wide.status, 200, JSON.stringify(wide.json));
+  assert.deepStrictEqual(wide.events.slice(0, 2).map((e) => e.event), ['response.created', 'response.in_progress']);
+  wide.events.forEach((e, i) => assert.strictEqual(e.data.sequence_number, i, `event ${i} (${e.event})`));
+  assert.match(wide.events[wide.events.length - 1].event, /^response\.(completed|incomplete)$/);
   await srv.stop();
   await background();
 });
