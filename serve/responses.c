@@ -302,6 +302,7 @@ struct srv_resp {
     /* include message.output_text.logprobs (the job's logprobs): a message's tokens */
     int lp_next;      /* the next event not given to a message's delta yet */
     cJSON *lps;       /* the open message's logprobs so far (the output_text part's shape) */
+    cJSON *lps_nb;    /* the same in the streamed events' shape (no bytes): output_text.done's */
     /* background */
     int bg;           /* its end updates its running entry (rs_end) */
     int cancel;       /* (bg) POST .../cancel asked: it ends cancelled (under the request's mu) */
@@ -330,6 +331,7 @@ void srv_resp_free(struct srv_resp *x) {
     cJSON_Delete(x->items);
     cJSON_Delete(x->held);
     cJSON_Delete(x->lps);
+    cJSON_Delete(x->lps_nb);
     srv_buf_free(&x->text);
     srv_buf_free(&x->name);
     free(x);
@@ -1308,32 +1310,25 @@ static const char *text_of(const srv_buf *b) { return b->s && b->n ? b->s : ""; 
 /* The logprobs of a message delta of text [a, b) (the streamed events' shape: no bytes):
  * the tokens not given to a delta yet whose text begins before b, but for those wholly
  * before a (the reasoning's); all: every token left (at the message's end: a token that
- * released no text, EOS). They join the open message's (R->lps). [] when not included. */
+ * released no text, EOS). They join the open message's (R->lps, and R->lps_nb in this shape).
+ * [] when not included. */
 static cJSON *delta_logprobs(srv_job *j, size_t a, size_t b, int all) {
     struct srv_resp *R = j->resp;
     const srv_req *r = j->r;
     cJSON *d = cJSON_CreateArray();
     if (!j->logprobs || !d) return d;
-    if (!R->lps && !(R->lps = cJSON_CreateArray())) return d;
+    if ((!R->lps && !(R->lps = cJSON_CreateArray())) || (!R->lps_nb && !(R->lps_nb = cJSON_CreateArray())))
+        return d;
     for (; R->lp_next < r->n_ev; R->lp_next++) {
         const srv_event *e = &r->ev[R->lp_next];
         if (!all && e->text_off >= b) break;
         if (!all && (e->text_len ? e->text_off + e->text_len <= a : e->text_off < a)) continue;
+        cJSON *nb = srv_logprob_json(R->s, e, 0);
         cJSON_AddItemToArray(R->lps, srv_logprob_json(R->s, e, 1));
-        cJSON_AddItemToArray(d, srv_logprob_json(R->s, e, 0));
+        cJSON_AddItemToArray(R->lps_nb, cJSON_Duplicate(nb, 1));
+        cJSON_AddItemToArray(d, nb);
     }
     return d;
-}
-
-/* A copy of logprobs entries without their bytes (the streamed events' shape). */
-static cJSON *without_bytes(const cJSON *lps) {
-    cJSON *d = cJSON_Duplicate(lps, 1);
-    for (cJSON *x = d ? d->child : NULL; x; x = x->next) {
-        cJSON_DeleteItemFromObjectCaseSensitive(x, "bytes");
-        for (cJSON *t = cJSON_GetObjectItemCaseSensitive(x, "top_logprobs")->child; t; t = t->next)
-            cJSON_DeleteItemFromObjectCaseSensitive(t, "bytes");
-    }
-    return d ? d : cJSON_CreateArray();
 }
 
 /* The open item's closing events; it joins the items done. */
@@ -1359,11 +1354,11 @@ static void close_open(srv_job *j, srv_buf *out, int at_end) {
             cJSON_AddItemToObject(o, "logprobs", delta_logprobs(j, 0, 0, 1));
             emit(j, out, o);
         }
-        cJSON *lps = j->logprobs ? R->lps : NULL;
-        R->lps = NULL;
+        cJSON *lps = j->logprobs ? R->lps : NULL, *nb = j->logprobs ? R->lps_nb : NULL;
+        R->lps = R->lps_nb = NULL;
         o = item_ev(j, "response.output_text.done", "msg", 1);
         cJSON_AddStringToObject(o, "text", t);
-        cJSON_AddItemToObject(o, "logprobs", lps ? without_bytes(lps) : cJSON_CreateArray());
+        cJSON_AddItemToObject(o, "logprobs", nb ? nb : cJSON_CreateArray());
         emit(j, out, o);
         o = item_ev(j, "response.content_part.done", "msg", 1);
         cJSON_AddItemToObject(o, "part", text_part(t, lps ? cJSON_Duplicate(lps, 1) : NULL));
@@ -1425,7 +1420,8 @@ static void open_text(srv_job *j, srv_buf *out, int kind) {
     }
     item_added(j, out, message_item(j, R->n_out, NULL, "in_progress", NULL));
     cJSON_Delete(R->lps);
-    R->lps = NULL;
+    cJSON_Delete(R->lps_nb);
+    R->lps = R->lps_nb = NULL;
     cJSON *o = item_ev(j, "response.content_part.added", "msg", 1);
     cJSON_AddItemToObject(o, "part", text_part("", NULL));
     emit(j, out, o);
