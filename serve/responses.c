@@ -307,6 +307,7 @@ struct srv_resp {
     int bg;           /* its end updates its running entry (rs_end) */
     int cancel;       /* (bg) POST .../cancel asked: it ends cancelled (under the request's mu) */
     int ended;        /* its final response is made (finish) */
+    int live;         /* (a stream) response.in_progress is out */
     /* a stream following a background response's log (GET ?stream=true, or the background
      * POST's own stream): no job of its own, its request a doorbell the worker rings */
     rs_log *flog;
@@ -1510,13 +1511,26 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
         return;
     }
     if (!j->began) {
+        /* a background response is created queued, then says so (OpenAI's response.queued,
+         * after response.created: the clients' stream helpers take their snapshot from the
+         * first event, which must be created); in_progress once it runs */
         cJSON *o = ev("response.created");
         cJSON_AddItemToObject(o, "response", response_object(s, j, R->bg ? "queued" : "in_progress", NULL, NULL));
         emit(j, out, o);
-        o = ev("response.in_progress");
+        if (R->bg) {
+            o = ev("response.queued");
+            cJSON_AddItemToObject(o, "response", response_object(s, j, "queued", NULL, NULL));
+            emit(j, out, o);
+        }
+        j->began = 1;
+    }
+    /* (a background one as a poll sees it: queued until its first token; one cancelled while
+     * queued goes from queued to its end) */
+    if (!R->live && (!R->bg || r->n_ev || (r->end && !R->cancel))) {
+        cJSON *o = ev("response.in_progress");
         cJSON_AddItemToObject(o, "response", response_object(s, j, "in_progress", NULL, NULL));
         emit(j, out, o);
-        j->began = 1;
+        R->live = 1;
     }
     stream_events(j, out);
     if (!r->end) return;

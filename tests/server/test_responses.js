@@ -26,8 +26,8 @@
 //  - background: the POST answers queued, GET polls it to the foreground's answer; cancel
 //    mid-run (the sequence freed), and the cancel rules; a background stream replayed whole
 //    and after event N, resumed live after its client left; a log past its entry's share
-//    keeps its newest events (a resume below them a 400) while its stream gets every one; a
-//    shutdown with background work running.
+//    keeps its newest events (a resume below them a 400) while its stream gets every one; the
+//    background stream's created, queued, in_progress; a shutdown with background work running.
 'use strict';
 const assert = require('assert');
 const OpenAI = require('openai').default;
@@ -518,13 +518,13 @@ run('server_responses', async () => {
   assert(Buffer.byteLength(capKept.text) <= 8192, `${Buffer.byteLength(capKept.text)} bytes kept`);
   for (const q of [`&starting_after=${mark - 1}`, ''])
     assert.strictEqual((await http(`${srv.url}/v1/responses/${capId}?stream=true${q}`, { method: 'GET' })).status, 400);
-  // a first batch of events past the share (created and in_progress carry 5K of metadata each):
+  // a first batch of events past the share (created and queued carry 5K of metadata each):
   // trimmed before the stream could send them, it still gets them
   const metadata = Object.fromEntries([...Array(10).keys()].map((i) => [`k${i}`, 'x'.repeat(500)]));
   const wide = await sse(`${srv.url}/v1/responses`, { model, input: 'Hi.', metadata, max_output_tokens: 2,
     background: true, stream: true });
   assert.strictEqual(wide.status, 200, JSON.stringify(wide.json));
-  assert.deepStrictEqual(wide.events.slice(0, 2).map((e) => e.event), ['response.created', 'response.in_progress']);
+  assert.deepStrictEqual(wide.events.slice(0, 3).map((e) => e.event), ['response.created', 'response.queued', 'response.in_progress']);
   wide.events.forEach((e, i) => assert.strictEqual(e.data.sequence_number, i, `event ${i} (${e.event})`));
   assert.match(wide.events[wide.events.length - 1].event, /^response\.(completed|incomplete)$/);
   await srv.stop();
@@ -606,7 +606,8 @@ async function background() {
   const sreq = { model, input: 'Tell a story.', temperature: 0, max_output_tokens: 20, background: true, stream: true };
   const s1 = await sse(url, sreq);
   s1.events.forEach((e, i) => assert.strictEqual(e.data.sequence_number, i));
-  assert.deepStrictEqual([s1.events[0].event, s1.events[0].data.response.status], ['response.created', 'queued']);
+  assert.deepStrictEqual(s1.events.slice(0, 3).map((e) => [e.event, e.data.response.status]),
+    [['response.created', 'queued'], ['response.queued', 'queued'], ['response.in_progress', 'in_progress']]);
   const last = s1.events[s1.events.length - 1];
   assert.strictEqual(last.data.response.status, fg.status);
   const sid = s1.events[0].data.response.id;
@@ -627,6 +628,24 @@ async function background() {
   const whole = await sse(`${url}/${lid}?stream=true`);
   assert.deepStrictEqual([...head, ...rest.events], whole.events);
   assert.strictEqual(whole.events[whole.events.length - 1].data.response.usage.output_tokens, 150);
+  // a background stream cancelled mid-run: its open items close, then response.failed with
+  // the cancelled response (OpenAI's stream has no cancelled event)
+  const cres = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ ...sreq, input: 'Count to a thousand.', max_output_tokens: 1500 }) });
+  const creader = cres.body.getReader();
+  let ctext = '';
+  while (!/response\.output_text\.delta/.test(ctext)) ctext += Buffer.from((await creader.read()).value).toString();
+  const cid = parseSse(ctext.slice(0, ctext.indexOf('\n\n') + 2))[0].data.response.id;
+  assert.strictEqual((await http(`${url}/${cid}/cancel`, { body: {} })).json.status, 'cancelled');
+  for (let r; !(r = await creader.read()).done;) ctext += Buffer.from(r.value).toString();
+  const cev = parseSse(ctext);
+  cev.forEach((e, i) => assert.strictEqual(e.data.sequence_number, i));
+  const clast = cev[cev.length - 1];
+  assert.deepStrictEqual([clast.event, clast.data.response.status, clast.data.response.output, clast.data.response.error],
+    ['response.failed', 'cancelled', [], null]);
+  assert.deepStrictEqual(cev.filter((e) => e.event === 'response.output_item.done').map((e) => e.data.output_index),
+    cev.filter((e) => e.event === 'response.output_item.added').map((e) => e.data.output_index));
+  assert(clast.data.response.usage.output_tokens < 1500);
   // refusals: not background, not streamed, a bad cursor, unknown
   const nb = await client.responses.create({ ...req, max_output_tokens: 1 });
   for (const [u, status, param] of [[`${url}/${nb.id}?stream=true`, 400, 'stream'],
