@@ -1,7 +1,10 @@
 /* bench_tools.c — the cost of strict tool calls a token (tool_match.c's mask) at the real
  * vocabulary.
  *
- *   bench_tools --tokenizer PATH [--reps N] [--case SUBSTR]
+ *   bench_tools --tokenizer PATH [--reps N] [--case SUBSTR] [--ref] [--check]
+ *
+ * --ref times tm_mask_walk (the reference: the whole trie stepped with the whole state)
+ * instead of tm_mask; --check compares the two at every token (exit 1 on a difference).
  *
  * Each case is a request's tools and a tool_calls block as the encoder writes it; the block
  * is tokenized and replayed token by token through tm_mask, and each token's time is put in
@@ -18,7 +21,8 @@
  *   several     six strict parameters: lengths, a format, an enum array, an integer, an object;
  *   free_strict a free tool (no strict: any names, any values) called beside a strict one;
  *   str_or_enum a JSON value (string="false") whose readings are a literal and a string at once.
- * Per case and class: tokens, median and max over them of the best of --reps replays (ms).
+ * Per case and class: tokens, median and max over them of the best of --reps replays (ms),
+ * each replay with a fresh walk (its caches empty, as at a request's start).
  * One JSON line a case. */
 #include <stdint.h>
 #include <stdio.h>
@@ -105,7 +109,7 @@ static int klass(const tm_state *st) {
 }
 
 /* one case: its line printed; 1 on a failure (printed) */
-static int run_case(const dsv4_tokenizer *tok, const json_vocab *jv, const tcase *c, int reps) {
+static int run_case(const dsv4_tokenizer *tok, const json_vocab *jv, const tcase *c, int reps, int ref, int check) {
     dsv4_err err = {0};
     tm_tools *t = NULL;
     dsv4_tok_ids ids = {0};
@@ -115,25 +119,40 @@ static int run_case(const dsv4_tokenizer *tok, const json_vocab *jv, const tcase
         return 1;
     }
     tm_walk w;
+    memset(&w, 0, sizeof w); /* freed at done: whatever failed first */
     tm_state *st = malloc(2 * sizeof *st);
-    uint64_t *bits = malloc((size_t)jv->words * sizeof *bits);
+    uint64_t *bits = malloc((size_t)jv->words * sizeof *bits), *rb = malloc((size_t)jv->words * sizeof *rb);
     const int n = (int)ids.n;
     double *best = malloc(sizeof *best * (size_t)n), *x = malloc(sizeof *x * (size_t)n);
     int *cls = malloc(sizeof *cls * (size_t)n), rc = 1;
-    if (!st || !bits || !best || !x || !cls || tm_walk_init(&w, jv, tok, tm_max_stacks(t))) {
+    if (!st || !bits || !rb || !best || !x || !cls || tm_walk_init(&w, jv, tok, tm_max_stacks(t))) {
         fprintf(stderr, "bench_tools: out of memory\n");
         goto done;
     }
     for (int i = 0; i < n; i++) best[i] = 1e9;
     for (int r = 0; r < reps; r++) {
+        /* each replay with a fresh walk, its caches empty as a request's start */
+        tm_walk_free(&w);
+        if (tm_walk_init(&w, jv, tok, tm_max_stacks(t))) goto done;
         tm_state_init(t, &st[0]);
         int cur = 0;
         for (int i = 0; i < n; i++) {
             cls[i] = klass(&st[cur]);
             const double t0 = now_s();
-            tm_mask(t, jv, &w, &st[cur], bits, tok);
+            if (ref) tm_mask_walk(t, jv, &w, &st[cur], bits);
+            else tm_mask(t, jv, &w, &st[cur], bits, tok);
             const double dt = now_s() - t0;
             if (dt < best[i]) best[i] = dt;
+            if (check && r == 0) {
+                tm_mask_walk(t, jv, &w, &st[cur], rb);
+                int diff = 0;
+                for (int k = 0; k < jv->words; k++) diff += __builtin_popcountll(bits[k] ^ rb[k]);
+                if (diff) {
+                    fprintf(stderr, "bench_tools: %s: token %d: the mask differs from the reference in %d ids\n",
+                            c->name, i, diff);
+                    goto done;
+                }
+            }
             if (!(bits[ids.ids[i] >> 6] >> (ids.ids[i] & 63) & 1)) {
                 fprintf(stderr, "bench_tools: %s: token %d refused\n", c->name, i);
                 goto done;
@@ -151,8 +170,8 @@ static int run_case(const dsv4_tokenizer *tok, const json_vocab *jv, const tcase
     qsort(x, (size_t)n, sizeof *x, cmp_double);
     double total = 0;
     for (int i = 0; i < n; i++) total += x[i];
-    printf("{\"case\":\"%s\",\"tokens\":%d,\"reps\":%d,\"median_ms\":%.4f,\"max_ms\":%.4f,\"mean_ms\":%.4f", c->name, n,
-           reps, 1e3 * x[n / 2], 1e3 * x[n - 1], 1e3 * total / n);
+    printf("{\"case\":\"%s\",\"mask\":\"%s\",\"tokens\":%d,\"reps\":%d,\"median_ms\":%.4f,\"max_ms\":%.4f,\"mean_ms\":%.4f", c->name,
+           ref ? "reference" : "tm_mask", n, reps, 1e3 * x[n / 2], 1e3 * x[n - 1], 1e3 * total / n);
     for (int k = 0; k < N_CLASS; k++) {
         int m = 0;
         for (int i = 0; i < n; i++)
@@ -169,21 +188,23 @@ done:
     tm_walk_free(&w);
     tm_free(t);
     dsv4_tok_ids_free(&ids);
-    free(st), free(bits), free(best), free(x), free(cls);
+    free(st), free(bits), free(rb), free(best), free(x), free(cls);
     return rc;
 }
 
 int main(int argc, char **argv) {
     const char *path = NULL, *only = NULL;
-    int reps = 5;
+    int reps = 5, ref = 0, check = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) path = argv[++i];
+        else if (!strcmp(argv[i], "--ref")) ref = 1;
+        else if (!strcmp(argv[i], "--check")) check = 1;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--case") && i + 1 < argc) only = argv[++i];
         else path = NULL, i = argc;
     }
     if (!path || reps < 1) {
-        fprintf(stderr, "usage: bench_tools --tokenizer PATH [--reps N] [--case SUBSTR]\n");
+        fprintf(stderr, "usage: bench_tools --tokenizer PATH [--reps N] [--case SUBSTR] [--ref] [--check]\n");
         return 2;
     }
     dsv4_tokenizer *tok = NULL;
@@ -199,7 +220,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES && !rc; i++) {
         tcase c = CASES[i];
         if (!c.tools) c.tools = utools;
-        if (!only || strstr(c.name, only)) rc = run_case(tok, jv, &c, reps);
+        if (!only || strstr(c.name, only)) rc = run_case(tok, jv, &c, reps, ref, check);
     }
     json_vocab_free(jv);
     dsv4_tokenizer_free(tok);

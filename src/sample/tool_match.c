@@ -381,6 +381,14 @@ static int alt_step(const tm_tools *t, tm_state *st, uint8_t c) {
     return 1;
 }
 
+/* 1 when a JSON value's whitespace is string text, not between tokens: every reading in
+ * the same plain string, or the one reading in a constrained one */
+static int in_text(const json_state *js) {
+    int u;
+    json_frame fr;
+    return json_state_in_string(js, &u) || json_state_in_cstr(js, &fr);
+}
+
 /* A value's byte. src's js: the value so far without the k pending bytes of PAR_CLOSE. */
 static int value_step(const tm_tools *t, const tm_state *src, uint8_t c, tm_state *dst) {
     const uint8_t *pc = (const uint8_t *)PAR_CLOSE;
@@ -402,9 +410,7 @@ static int value_step(const tm_tools *t, const tm_state *src, uint8_t c, tm_stat
      * tokens is one ' ' at a time. (Noise, such as a random model's, would otherwise spend
      * its tokens on runs of it; no value needs any.) */
     const int ws = !src->is_str && (c == ' ' || c == '\n' || c == '\t' || c == '\r');
-    json_frame fr;
-    int u;
-    const int in_str = ws && (json_state_in_string(&src->js, &u) || json_state_in_cstr(&src->js, &fr));
+    const int in_str = ws && in_text(&src->js);
     if (ws && !in_str && (c != ' ' || src->ws)) return 0;
     dst->ws = (uint8_t)(ws && !in_str);
     /* the pending bytes were the value's after all, then c */
@@ -456,13 +462,14 @@ int tm_state_free(const tm_state *st) { return st->phase == TP_FREE; }
 /* ---- the vocabulary walk ----------------------------------------------------------------- */
 
 int tm_walk_init(tm_walk *w, const json_vocab *v, const dsv4_tokenizer *tok, int cap) {
+    memset(w, 0, sizeof *w);
     w->n_st = v->max_len + 1;
     cap = cap < 1 ? 1 : cap > JSON_MAX_STACKS ? JSON_MAX_STACKS : cap;
     w->stride = (offsetof(tm_state, js) + json_state_size(cap) + 7) & ~(size_t)7;
     w->st = malloc((size_t)(w->n_st + 1) * w->stride);
-    w->close = NULL;
-    w->n_close = 0;
-    if (!w->st) return -1;
+    w->neutral = calloc((size_t)v->words, sizeof *w->neutral);
+    w->space = calloc((size_t)v->words, sizeof *w->space);
+    if (!w->st || !w->neutral || !w->space || json_walk_init(&w->jw, v, cap)) return -1;
     /* the ids that hold the whole closing tag (the fast path leaves them to tm_state_feed):
      * among those with a '>' (json_vocab.gt, in id order) */
     if (v->n_gt && !(w->close = malloc((size_t)v->n_gt * sizeof *w->close))) return -1;
@@ -475,14 +482,40 @@ int tm_walk_init(tm_walk *w, const json_vocab *v, const dsv4_tokenizer *tok, int
         for (size_t i = 0; i + (size_t)PC_LEN <= len && !hit; i++) hit = !memcmp(b + i, PAR_CLOSE, (size_t)PC_LEN);
         if (hit) w->close[w->n_close++] = id;
     }
+    /* the plain ids: neutral, or stepped one by one (a '<' or 0x7f; "  " in a JSON value) */
+    int n_lt = 0, n_dbl = 0;
+    for (int i = 0; i < v->n_plain; i++) {
+        const json_tok *p = &v->plain[i];
+        if (memchr(p->b, '<', (size_t)p->len) || memchr(p->b, 0x7f, (size_t)p->len)) n_lt++;
+        else if (memmem(p->b, (size_t)p->len, "  ", 2)) n_dbl++;
+    }
+    if ((n_lt && !(w->lt = malloc((size_t)n_lt * sizeof *w->lt))) || (n_dbl && !(w->dbl = malloc((size_t)n_dbl * sizeof *w->dbl))))
+        return -1;
+    for (int i = 0; i < v->n_plain; i++) {
+        const json_tok *p = &v->plain[i];
+        if (memchr(p->b, '<', (size_t)p->len) || memchr(p->b, 0x7f, (size_t)p->len)) {
+            w->lt[w->n_lt++] = p->id;
+            continue;
+        }
+        if (memmem(p->b, (size_t)p->len, "  ", 2)) w->dbl[w->n_dbl++] = p->id;
+        w->neutral[p->id >> 6] |= 1ull << (p->id & 63);
+        if (p->b[0] == ' ') w->space[p->id >> 6] |= 1ull << (p->id & 63);
+    }
     return 0;
 }
 
 void tm_walk_free(tm_walk *w) {
     free(w->st);
     free(w->close);
+    free(w->neutral);
+    free(w->space);
+    free(w->lt);
+    free(w->dbl);
+    json_walk_free(&w->jw);
     w->st = NULL;
     w->close = NULL;
+    w->neutral = w->space = NULL;
+    w->lt = w->dbl = NULL;
 }
 
 /* the walk's state at depth d (w->stride bytes each: a tm_state whose js holds the tools'
@@ -541,30 +574,72 @@ long tm_mask(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state 
     return steps;
 }
 
+/* the ids of list[0..n) whose bytes can follow walk_st(w, 0) set in bits (the others
+ * cleared); the trie's states above depth 0 are scratch */
+static long step_ids(const tm_tools *t, tm_walk *w, const int32_t *list, int n, uint64_t *bits,
+                     const dsv4_tokenizer *tok) {
+    long steps = 0;
+    for (int i = 0; i < n; i++) {
+        size_t len = 0;
+        const uint8_t *b = (const uint8_t *)dsv4_tok_id_bytes(tok, list[i], &len);
+        int ok = 1;
+        for (size_t j = 0; j < len && ok; j++) ok = tm_state_step(t, walk_st(w, (int)j), b[j], walk_st(w, (int)j + 1));
+        if (ok) bits[list[i] >> 6] |= 1ull << (list[i] & 63);
+        else bits[list[i] >> 6] &= ~(1ull << (list[i] & 63));
+        steps += (long)len;
+    }
+    return steps;
+}
+
 static long mask_k0(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state *st, uint64_t *bits,
                     const dsv4_tokenizer *tok) {
     load(w, st);
+    const size_t bytes = (size_t)v->words * sizeof *bits;
+    if (st->phase == TP_FNAME) {
+        /* a free tool's parameter name: every neutral id goes on with it (no '"', '<', 0x7f
+         * or control byte), no other plain id does ('<' or 0x7f before any '"') */
+        memcpy(bits, w->neutral, bytes);
+        return walk(t, v, w, v->spec, 0, v->n_spec, bits);
+    }
+    if (st->phase != TP_VALUE) {
+        memset(bits, 0, bytes);
+        return walk(t, v, w, v->all, 0, v->n_all, bits);
+    }
     int u;
-    if (st->phase == TP_VALUE && st->k == 0 && json_state_in_string(&st->js, &u)) {
+    if (json_state_in_string(&st->js, &u)) {
         /* Inside a plain string (raw or JSON): an id without '"', '\\' or a control byte
          * stays in it exactly when its UTF-8 is valid from u (json_vocab's bitset), a '<' in
          * it too (what follows is a prefix of the closing tag, pending, or the string's
          * text); the ids with the whole closing tag end the value: stepped one by one, as
          * the ids with a '"', '\\' or control byte are walked. */
-        memcpy(bits, v->safe + (size_t)u * (size_t)v->words, (size_t)v->words * sizeof *bits);
+        memcpy(bits, v->safe + (size_t)u * (size_t)v->words, bytes);
         for (int i = 0; i < w->n_close; i++) bits[w->close[i] >> 6] &= ~(1ull << (w->close[i] & 63));
-        long steps = walk(t, v, w, v->spec, 0, v->n_spec, bits);
-        for (int i = 0; i < w->n_close; i++) {
-            size_t len = 0;
-            const uint8_t *b = (const uint8_t *)dsv4_tok_id_bytes(tok, w->close[i], &len);
-            int ok = 1;
-            for (size_t j = 0; j < len && ok; j++) ok = tm_state_step(t, walk_st(w, (int)j), b[j], walk_st(w, (int)j + 1));
-            if (ok) bits[w->close[i] >> 6] |= 1ull << (w->close[i] & 63);
-            load(w, st);
-            steps += (long)len;
-        }
-        return steps;
+        const long steps = walk(t, v, w, v->spec, 0, v->n_spec, bits);
+        return steps + step_ids(t, w, w->close, w->n_close, bits, tok);
     }
+    /* Elsewhere in a value (k = 0 here): a neutral id's bytes go to the value's JSON as they
+     * are (no escape in a string="true" value, no closing tag begun), so it follows st iff
+     * it follows st->js as JSON (json_mask: the in-string bitset, the constrained strings'
+     * cache and shared walk), but for a JSON value's whitespace rule: it refuses a ' ' after
+     * whitespace between tokens, which in a neutral id without "  " can only be its first
+     * byte after st's (st->ws, st->js not in a string's text). The ids with "  " and the
+     * others are stepped with the whole state. */
+    const dsv4_json_schema *s = val_schema(t, st);
+    if (w->jw_schema != s) { /* its cache holds one schema's masks */
+        json_walk_reset(&w->jw);
+        w->jw_schema = s;
+    }
+    long steps = json_mask(s, v, &w->jw, &st->js, bits);
+    for (int i = 0; i < v->words; i++) bits[i] &= w->neutral[i];
+    if (!st->is_str && st->ws && !in_text(&st->js))
+        for (int i = 0; i < v->words; i++) bits[i] &= ~w->space[i];
+    steps += walk(t, v, w, v->spec, 0, v->n_spec, bits);
+    steps += step_ids(t, w, w->lt, w->n_lt, bits, tok);
+    return st->is_str ? steps : steps + step_ids(t, w, w->dbl, w->n_dbl, bits, tok);
+}
+
+long tm_mask_walk(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state *st, uint64_t *bits) {
+    load(w, st);
     memset(bits, 0, (size_t)v->words * sizeof *bits);
     return walk(t, v, w, v->all, 0, v->n_all, bits);
 }

@@ -107,15 +107,32 @@ typedef struct tm_walk {
     int n_st;
     int32_t *close;    /* (n_close) the ids whose bytes hold "</｜DSML｜parameter>" */
     int n_close;
+    /* A value's JSON mask (json_mask, with its fast paths) serves the ids whose bytes a value
+     * takes as JSON text unchanged and the whitespace rule leaves alone: the plain ids
+     * (json_vocab.plain: no '"', '\\' or control byte) without a '<' (no closing tag begun)
+     * or 0x7f, the `neutral` bits, but for a JSON value those with "  " (`dbl`, stepped one
+     * by one) and, after a space between tokens, those that open with one (`space`); the
+     * others are the spec trie (walked with the whole state) and `lt` (stepped). */
+    json_walk jw;
+    const dsv4_json_schema *jw_schema; /* the schema jw's cache holds masks of */
+    uint64_t *neutral, *space; /* [words] */
+    int32_t *lt, *dbl; /* (n_lt, n_dbl) the plain ids with a '<' or 0x7f; the other plain ids
+                        * with "  " */
+    int n_lt, n_dbl;
 } tm_walk;
 /* cap: the most stacks a state of the tools' schemas holds (tm_max_stacks; JSON_MAX_STACKS
  * serves any tools) */
 int tm_walk_init(tm_walk *w, const json_vocab *v, const dsv4_tokenizer *tok, int cap);
 void tm_walk_free(tm_walk *w);
 /* bits [words]: bit v set iff id v's bytes can follow st (trie ids only: no added token,
- * no EOS). Inside a plain string, json_vocab's in-string bitset and its small trie (the
- * rest of the walk is the whole trie, pruned). Returns the trie nodes stepped. */
+ * no EOS). Inside a value, the value's JSON mask for the neutral ids (json_mask: the
+ * in-string bitset, the constrained strings' cache and shared walk) and the rest stepped;
+ * in a free tool's parameter name the neutral ids and the rest stepped; elsewhere (the
+ * markup) the whole trie, pruned at once. Returns the trie nodes stepped. */
 long tm_mask(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state *st, uint64_t *bits,
              const dsv4_tokenizer *tok);
+/* The same by the whole trie stepped with the whole state, no fast path: the reference
+ * tm_mask is checked against (tests, bench_tools --check). */
+long tm_mask_walk(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state *st, uint64_t *bits);
 
 #endif

@@ -393,6 +393,77 @@ static int walk(const char *tools, int mode, int single, const char *start, int 
     return done;
 }
 
+/* tm_mask's fast paths (the value's JSON mask for the neutral ids, a free name's neutral
+ * ids) against tm_mask_walk (the whole trie stepped with the whole state) at states where
+ * each part decides: a raw constrained string (its room nearly gone, a '<' pending, the
+ * tag half written, a pattern that takes '<'); a union's readings in their strings (after
+ * a space: no id may open with another, nor hold "  ") and between its tokens; a literal
+ * and a string read at once; numbers; a free tool's name and values; a second tool whose
+ * pattern has the first's cache key but not its masks ([a-y] against [a-z], its strings in
+ * the same order: the cache is per schema). */
+#define FAST_TOOLS "[" \
+    "{\"type\":\"function\",\"function\":{\"name\":\"a\",\"strict\":true,\"parameters\":{\"type\":\"object\"," \
+    "\"properties\":{\"note\":{\"type\":\"string\",\"maxLength\":12},\"code\":{\"type\":\"string\",\"pattern\":" \
+    "\"^[a-z]+$\"},\"tag\":{\"type\":\"string\",\"pattern\":\"^[a-z<]+$\"},\"item\":{\"oneOf\":[" UNION_BRANCH("0", "8") "," UNION_BRANCH("1", "9") "," \
+    UNION_BRANCH("2", "10") "]},\"either\":{\"anyOf\":[{\"enum\":[\"alpha beta\"]},{\"type\":\"string\"," \
+    "\"maxLength\":20},{\"type\":\"integer\",\"minimum\":3}]}},\"required\":[],\"additionalProperties\":false}}}," \
+    "{\"type\":\"function\",\"function\":{\"name\":\"b\",\"strict\":true,\"parameters\":{\"type\":\"object\"," \
+    "\"properties\":{\"note\":{\"type\":\"string\",\"maxLength\":12},\"code\":{\"type\":\"string\"," \
+    "\"pattern\":\"^[a-y]+$\"}},\"required\":[]," \
+    "\"additionalProperties\":false}}}," \
+    "{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]"
+#define UNION_BRANCH(k, max) "{\"type\":\"object\",\"properties\":{\"note\":{\"type\":\"string\",\"maxLength\":" \
+    max "},\"k\":{\"const\":" k "}},\"required\":[\"note\",\"k\"],\"additionalProperties\":false}"
+#define INV(name) "\n\n<" DS "tool_calls>\n<" DS "invoke name=\"" name "\">\n"
+#define PAR(name, str) "<" DS "parameter name=\"" name "\" string=\"" str "\">"
+
+static void test_fast(void) {
+    tm_tools *t = compile(FAST_TOOLS, TM_REQUIRED, 0);
+    if (!t) return;
+    static const char *const at[] = {
+        INV("a") PAR("note", "true") "ab cd",
+        INV("a") PAR("note", "true") "abcdefghij",
+        INV("a") PAR("note", "true") "ab \"q\" <",
+        INV("a") PAR("note", "true") "ab</" DS "param",
+        INV("a") PAR("tag", "true") "ab<",
+        INV("a") PAR("code", "true") "ab",
+        INV("a") PAR("item", "false") "{\"note\": \"ab ",
+        INV("a") PAR("item", "false") "{\"note\": \"abc\", ",
+        INV("a") PAR("item", "false") "{\"note\": \"abcdefgh",
+        INV("a") PAR("either", "false") "\"alpha ",
+        INV("a") PAR("either", "false") "\"alpha b",
+        INV("a") PAR("either", "false") "1",
+        INV("f") "<" DS "parameter name=\"x y",
+        INV("f") PAR("x", "false") "{\"k\": [1, ",
+        INV("a") PAR("code", "true") "a</" DS "parameter>\n</" DS "invoke>\n<" DS "invoke name=\"b\">\n"
+            PAR("code", "true") "ab",
+    };
+    tm_walk w;
+    CHECK(tm_walk_init(&w, JV, T, tm_max_stacks(t)) == 0);
+    tm_state *st = malloc(2 * sizeof *st);
+    uint64_t *fast = malloc((size_t)JV->words * sizeof *fast), *ref = malloc((size_t)JV->words * sizeof *ref);
+    for (size_t i = 0; i < sizeof at / sizeof *at; i++) {
+        for (int cut = 0; cut < 2; cut++) { /* the state, and one byte back */
+            const size_t len = strlen(at[i]) - (size_t)cut;
+            tm_state_init(t, &st[0]);
+            int cur = 0;
+            CHECK_MSG(tm_state_feed(t, st, &cur, (const uint8_t *)at[i], len), "'%.*s' refused", (int)len, at[i]);
+            tm_mask(t, JV, &w, &st[cur], fast, T);
+            tm_mask_walk(t, JV, &w, &st[cur], ref);
+            int diff = 0, n = 0;
+            for (int k = 0; k < JV->words; k++) {
+                diff += __builtin_popcountll(fast[k] ^ ref[k]);
+                n += __builtin_popcountll(ref[k]);
+            }
+            CHECK_MSG(diff == 0, "'%.*s': the mask differs from the whole walk's in %d ids", (int)len, at[i], diff);
+            CHECK_MSG(n > 0, "'%.*s': nothing allowed", (int)len, at[i]);
+        }
+    }
+    tm_walk_free(&w);
+    free(st), free(fast), free(ref);
+    tm_free(t);
+}
+
 int main(void) {
     test_require_shared();
     dsv4_tokenizer *tok = NULL;
@@ -407,6 +478,7 @@ int main(void) {
     CHECK(jv != NULL);
     test_rules();
     test_refused();
+    if (jv) test_fast();
     if (jv) {
         lists();
         int done = 0;
