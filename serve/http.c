@@ -362,6 +362,8 @@ static const struct route {
     {"/v1/responses/*", "GET", NULL, SRV_API_RESPONSES, 0},     /* a stored response, its input_items */
     {"/v1/responses/*", "DELETE", NULL, SRV_API_RESPONSES, 0},
     {"/v1/responses/*", "POST", NULL, SRV_API_RESPONSES, 0},    /* .../cancel: a flag and a copy */
+    /* (after the pattern: the last route that matches is taken) */
+    {"/v1/responses/input_tokens", "POST", srv_responses_input_tokens, SRV_API_RESPONSES, 0},
     {"/tokenize", "POST", srv_tokenize, SRV_API_CHAT, 0},
     {"/detokenize", "POST", srv_detokenize, SRV_API_CHAT, 0},
     {"/v1/models", "GET", NULL, SRV_API_CHAT, 0},

@@ -637,13 +637,61 @@ static int chat_reasoning(const cJSON *j, cJSON *chat, char *msg) {
     return 0;
 }
 
-/* Fields OpenAI has that this server does not serve: a 400 rather than a silent change of
- * what was asked (server-side conversations, prompt templates). */
-static int refused_fields(const cJSON *j, char *msg) {
-    static const char *const no[] = {"conversation", "prompt"};
+/* An optional field that must be a string (or an object, want_obj) when present. */
+static int opt_type(const cJSON *j, const char *key, int want_obj, char *msg) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!x || cJSON_IsNull(x) || (want_obj ? cJSON_IsObject(x) : cJSON_IsString(x))) return 0;
+    snprintf(msg, MSG, "'%s' must be %s", key, want_obj ? "an object" : "a string");
+    return -1;
+}
+
+/* Fields OpenAI has that this server does not serve: a 400 naming the field (*param) rather
+ * than a silent change of what was asked. (An empty context_management asks nothing.) */
+static int refused_fields(const cJSON *j, const char **param, char *msg) {
+    static const char *const no[][2] = {
+        {"conversation", "this server has no Conversations API (previous_response_id continues a stored response)"},
+        {"prompt", "this server keeps no prompt templates (send instructions and input)"},
+        {"context_management", "this server does not compact a conversation (truncation \"auto\" drops its "
+                               "oldest items to fit the context)"},
+        {"moderation", "this server runs no moderation model"}};
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
-        const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, no[i]);
-        if (x && !cJSON_IsNull(x)) { snprintf(msg, MSG, "'%s' is not supported", no[i]); return -1; }
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, no[i][0]);
+        if (!x || cJSON_IsNull(x) || (cJSON_IsArray(x) && !x->child && !strcmp(no[i][0], "context_management")))
+            continue;
+        *param = no[i][0];
+        snprintf(msg, MSG, "'%s' is not supported: %s", no[i][0], no[i][1]);
+        return -1;
+    }
+    return 0;
+}
+
+/* Fields accepted and not acted on, each harmless here and echoed in the response object
+ * when given: max_tool_calls (it bounds built-in tools; this server has none),
+ * prompt_cache_key, prompt_cache_retention and prompt_cache_options (the prefix cache is
+ * automatic: an identical prefix is reused whatever the key), safety_identifier (no usage
+ * policy is enforced), service_tier (one tier: the response says "default", as OpenAI's says
+ * the tier it used when one was asked), stream_options (include_obfuscation: no obfuscation field is sent). Their
+ * types are checked: a 400 naming the field. */
+static int ignored_fields(const cJSON *j, const char **param, char *msg) {
+    static const char *const strs[] = {"prompt_cache_key", "prompt_cache_retention", "safety_identifier",
+                                       "service_tier"};
+    static const char *const objs[] = {"prompt_cache_options", "stream_options"};
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
+        if (opt_type(j, strs[i], 0, msg)) { *param = strs[i]; return -1; }
+    for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
+        if (opt_type(j, objs[i], 1, msg)) { *param = objs[i]; return -1; }
+    const char *si = str_field(j, "safety_identifier");
+    double mtc = 0;
+    int k;
+    if (si && strlen(si) > 64) {
+        *param = "safety_identifier";
+        snprintf(msg, MSG, "'safety_identifier' must be at most 64 characters");
+        return -1;
+    }
+    if ((k = srv_opt_num(j, "max_tool_calls", 0, 1e9, &mtc, msg, MSG)) < 0 || (k && mtc != (double)(long long)mtc)) {
+        *param = "max_tool_calls";
+        snprintf(msg, MSG, "'max_tool_calls' must be a whole number");
+        return -1;
     }
     return 0;
 }
@@ -690,14 +738,6 @@ static int includes(const cJSON *j, int *logprobs, char *msg) {
     return 0;
 }
 
-/* An optional field that must be a string (or an object, want_obj) when present. */
-static int opt_type(const cJSON *j, const char *key, int want_obj, char *msg) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!x || cJSON_IsNull(x) || (want_obj ? cJSON_IsObject(x) : cJSON_IsString(x))) return 0;
-    snprintf(msg, MSG, "'%s' must be %s", key, want_obj ? "an object" : "a string");
-    return -1;
-}
-
 /* metadata: at most 16 string values (OpenAI's limits: keys 64, values 512 characters). */
 static int check_metadata(const cJSON *md, char *msg) {
     if (!md || cJSON_IsNull(md)) return 0;
@@ -733,10 +773,17 @@ static cJSON *echo_fields(const cJSON *j, int store, int trunc_auto, int bg) {
                                        "parallel_tool_calls", "previous_response_id", "reasoning",
                                        "temperature", "text", "tool_choice", "tools", "top_logprobs",
                                        "top_p", "user"};
+    /* (ignored_fields': only when given, as OpenAI's service_tier) */
+    static const char *const given[] = {"max_tool_calls", "prompt_cache_key", "prompt_cache_options",
+                                        "prompt_cache_retention", "safety_identifier"};
     cJSON *e = cJSON_CreateObject();
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
         cJSON_AddItemToObject(e, keys[i], x ? cJSON_Duplicate(x, 1) : cJSON_CreateNull());
+    }
+    for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, given[i]);
+        if (x && !cJSON_IsNull(x)) cJSON_AddItemToObject(e, given[i], cJSON_Duplicate(x, 1));
     }
     /* OpenAI's defaults where the request gave none */
     default_field(e, "temperature", cJSON_CreateNumber(1));
@@ -745,11 +792,16 @@ static cJSON *echo_fields(const cJSON *j, int store, int trunc_auto, int bg) {
     default_field(e, "parallel_tool_calls", cJSON_CreateTrue());
     default_field(e, "tool_choice", cJSON_CreateString("auto"));
     default_field(e, "tools", cJSON_CreateArray());
-    default_field(e, "text", cJSON_Parse("{\"format\":{\"type\":\"text\"}}"));
+    default_field(e, "text", cJSON_CreateObject());
+    cJSON *text = cJSON_GetObjectItemCaseSensitive(e, "text");  /* (text.verbosity alone: format text) */
+    if (cJSON_IsObject(text) && !cJSON_GetObjectItemCaseSensitive(text, "format"))
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(text, "format"), "type", "text");
     default_field(e, "metadata", cJSON_CreateObject());
     cJSON_AddBoolToObject(e, "store", store);
     cJSON_AddBoolToObject(e, "background", bg);
     cJSON_AddStringToObject(e, "truncation", trunc_auto ? "auto" : "disabled");
+    const cJSON *tier = cJSON_GetObjectItemCaseSensitive(j, "service_tier");
+    if (tier && !cJSON_IsNull(tier)) cJSON_AddStringToObject(e, "service_tier", "default");
     return e;
 }
 
@@ -1995,6 +2047,70 @@ fail:
 
 /* ---- the routes -------------------------------------------------------------------------- */
 
+/* The field a 400's message names first, as OpenAI's error param: 'text.format.type' ...,
+ * input[2]: ..., tools[0] needs ..., previous_response_id's conversation[3] ... (a leading
+ * quoted name, or a leading path with an index, a dot or an underscore); NULL when none. */
+static const char *msg_param(const char *msg, char *buf, size_t n) {
+    const int quoted = *msg == '\'';
+    const char *p = msg + quoted;
+    size_t k = strspn(p, "abcdefghijklmnopqrstuvwxyz_.[]0123456789");
+    const char end = p[k];
+    if (!k || k >= n) return NULL;
+    if (quoted ? end != '\'' : (!end || !strchr(": '", end) || strcspn(p, "_.[") >= k)) return NULL;
+    memcpy(buf, p, k);
+    buf[k] = 0;
+    return buf;
+}
+
+/* A request's failure as OpenAI answers it: a 400 names its param (the one given, else the
+ * one the message names first) and, for an unknown previous_response_id or an input over the
+ * context, OpenAI's code; other statuses in srv_reply_error's shape. */
+static void responses_error(srv_reply *out, int status, const char *param, const char *msg) {
+    char named[80];
+    const char *code = status == PREV_NOT_FOUND ? "previous_response_not_found"
+                       : status == TOO_LONG     ? "context_length_exceeded"
+                                                : NULL;
+    if (status == PREV_NOT_FOUND || status == PREV_RUNNING) param = "previous_response_id";
+    else if (status == TOO_LONG) param = "input";
+    else if (status == 400 && !param) param = msg_param(msg, named, sizeof named);
+    if (status != 400 && !code && status != PREV_RUNNING) {
+        srv_reply_error(out, SRV_API_RESPONSES, status, msg);
+        return;
+    }
+    out->status = 400;
+    srv_buf_free(&out->body);
+    srv_openai_error_code(&out->body, "invalid_request_error", param, code, msg);
+}
+
+/* A 400 the chat path answered (its sampling fields, tool_choice against tools) gets the
+ * param its message names. */
+static void name_param(srv_reply *out) {
+    cJSON *o = cJSON_ParseWithLength(out->body.s, out->body.n);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "error");
+    const char *m = str_field(e, "message");
+    if (m && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(e, "param"))) {
+        char *msg = strdup(m);
+        if (msg) responses_error(out, 400, NULL, msg);
+        free(msg);
+    }
+    cJSON_Delete(o);
+}
+
+/* The front half of a request (create's and input_tokens'): its conversation (previous
+ * items, then its input) rendered as create would submit it, truncated when truncation is
+ * auto and it leaves no room in the context; one that leaves none with truncation disabled
+ * is a 400 when refuse_long. 0, or a status with a message. */
+static int prepare(srv *s, const cJSON *j, int refuse_long, cJSON **conv, int *n_prev, cJSON **chat, srv_chat *c,
+                   int *trunc_auto, char *msg) {
+    int status = 400;
+    if (truncation(j, trunc_auto, msg)) return 400;
+    if (!(*conv = conversation(s, j, n_prev, &status, msg))) return status;
+    if ((status = render(s, j, *conv, *n_prev, chat, c, msg))) return status;
+    if ((int64_t)c->ids.n < s->o.max_context) return 0;
+    if (*trunc_auto) return truncate_conv(s, j, conv, n_prev, chat, c, msg);
+    return refuse_long ? too_long(s, c, 0, msg) : 0;
+}
+
 void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) {
     char msg[MSG];
     int status = 400, stream = 0, store = 1, parallel = 1, n_prev = 0, trunc_auto = 0, logprobs = 0, bg = 0;
@@ -2005,7 +2121,7 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     struct srv_resp *R = NULL;
     cJSON *j = cJSON_ParseWithLength(body, len);
     if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
-    if (refused_fields(j, msg)) goto bad;
+    if (refused_fields(j, &param, msg) || ignored_fields(j, &param, msg)) goto bad;
     if (srv_opt_bool(j, "stream", &stream, msg, MSG) < 0 || srv_opt_bool(j, "store", &store, msg, MSG) < 0 ||
         srv_opt_bool(j, "parallel_tool_calls", &parallel, msg, MSG) < 0 ||
         srv_opt_bool(j, "background", &bg, msg, MSG) < 0)
@@ -2019,7 +2135,6 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     if (opt_type(j, "user", 0, msg) || opt_type(j, "model", 0, msg) ||
         check_metadata(cJSON_GetObjectItemCaseSensitive(j, "metadata"), msg))
         goto bad;
-    if (truncation(j, &trunc_auto, msg)) goto bad;
     if (includes(j, &logprobs, msg)) {
         param = "include";
         goto bad;
@@ -2030,11 +2145,7 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
         param = "top_logprobs";
         goto bad;
     }
-    if (!(conv = conversation(s, j, &n_prev, &status, msg))) goto bad;
-    if ((status = render(s, j, conv, n_prev, &chat, &c, msg))) goto bad;
-    if ((int64_t)c.ids.n >= s->o.max_context &&
-        (status = trunc_auto ? truncate_conv(s, j, &conv, &n_prev, &chat, &c, msg) : too_long(s, &c, 0, msg)))
-        goto bad;
+    if ((status = prepare(s, j, 1, &conv, &n_prev, &chat, &c, &trunc_auto, msg))) goto bad;
     if (!(R = calloc(1, sizeof *R)) || !(R->items = cJSON_CreateArray()) || !(R->held = cJSON_CreateArray())) {
         status = 500;
         snprintf(msg, MSG, "out of memory");
@@ -2048,6 +2159,7 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     R->echo = echo_fields(j, store, trunc_auto, bg);
     R->bg = bg;
     srv_job *job = srv_chat_submit_rendered(s, chat, &c, SRV_API_RESPONSES, body, logprobs ? (int)top : 0, out);
+    if (!job && out->status == 400) name_param(out);
     if (job) {
         job->stream = stream;
         job->logprobs = logprobs;
@@ -2064,29 +2176,36 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     }
     goto done;
 bad:
-    if (status == PREV_NOT_FOUND) {
-        out->status = 400;
-        srv_buf_free(&out->body);
-        srv_openai_error_code(&out->body, "invalid_request_error", "previous_response_id",
-                              "previous_response_not_found", msg);
-    } else if (param && status == 400) {
-        out->status = 400;
-        srv_buf_free(&out->body);
-        srv_openai_error_code(&out->body, "invalid_request_error", param, NULL, msg);
-    } else if (status == PREV_RUNNING) {
-        out->status = 400;
-        srv_buf_free(&out->body);
-        srv_openai_error_code(&out->body, "invalid_request_error", "previous_response_id", NULL, msg);
-    } else if (status == TOO_LONG) {
-        out->status = 400;
-        srv_buf_free(&out->body);
-        srv_openai_error_code(&out->body, "invalid_request_error", "input", "context_length_exceeded", msg);
-    } else {
-        srv_reply_error(out, SRV_API_RESPONSES, status, msg);
-    }
+    responses_error(out, status, param, msg);
 done:
     srv_chat_free(&c);
     srv_resp_free(R);
+    cJSON_Delete(conv);
+    cJSON_Delete(chat);
+    cJSON_Delete(j);
+}
+
+/* POST /v1/responses/input_tokens: the input tokens a create with these fields would take (the
+ * same prompt: previous_response_id's items, instructions, tools, text.format, reasoning;
+ * truncation auto applied), in OpenAI's shape. An input over the context is counted all the
+ * same under truncation disabled (create would refuse it). */
+void srv_responses_input_tokens(srv *s, const char *body, size_t len, srv_reply *out) {
+    char msg[MSG];
+    const char *param = NULL;
+    int status = 400, n_prev = 0, trunc_auto = 0;
+    cJSON *chat = NULL, *conv = NULL;
+    srv_chat c = {0};
+    cJSON *j = cJSON_ParseWithLength(body, len);
+    if (!cJSON_IsObject(j)) snprintf(msg, MSG, "the request body is not a JSON object");
+    else if (!refused_fields(j, &param, msg) && !opt_type(j, "model", 0, msg))
+        status = prepare(s, j, 0, &conv, &n_prev, &chat, &c, &trunc_auto, msg);
+    if (status) {
+        responses_error(out, status, param, msg);
+    } else {
+        out->status = 200;
+        srv_buf_printf(&out->body, "{\"object\":\"response.input_tokens\",\"input_tokens\":%zu}", c.ids.n);
+    }
+    srv_chat_free(&c);
     cJSON_Delete(conv);
     cJSON_Delete(chat);
     cJSON_Delete(j);

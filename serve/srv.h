@@ -66,6 +66,8 @@ typedef struct srv_list_query {
  * /v1/responses/{id}/cancel (path: what follows /v1/responses/; q: the list's query)
  * answered from the store in place (the HTTP status; out: the body). */
 void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out);
+/* POST /v1/responses/input_tokens: the input tokens of a create with the same fields. */
+void srv_responses_input_tokens(srv *s, const char *body, size_t len, srv_reply *out);
 int srv_responses_lookup(srv *s, const char *method, const char *path, const srv_list_query *q,
                          srv_buf *out);
 /* GET /v1/responses/{id}?stream=true&starting_after=N (N NULL: from the start): a background

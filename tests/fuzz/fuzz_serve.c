@@ -11,7 +11,8 @@
  *             3 /v1/messages/count_tokens, 4 POST /v1/responses, 5 /tokenize, 6 /detokenize,
  *             7 GET|DELETE /v1/responses/{id}[/input_items], POST /v1/responses/{id}/cancel
  *             (the body: {"method", "path", "after", "before", "limit", "order"}), or with
- *             "stream": true (and "starting_after") a background stream followed
+ *             "stream": true (and "starting_after") a background stream followed; POST
+ *             input_tokens: POST /v1/responses/input_tokens with the record's "body"
  *   bit 3     the scheduler refuses the request (busy: 503)
  *   bit 4     max_context 256 (else 8192): prompts too long, Responses' truncation
  *   bits 5-6  how the answer ends: a stop token, max_tokens (length), a stop string (the
@@ -292,11 +293,15 @@ static const char *str_of(const cJSON *o, const char *key) {
 
 /* GET, DELETE or POST (cancel) /v1/responses/{path}: 200 or a 4xx with a JSON body; GET with
  * "stream": true follows a background stream (srv_responses_follow: a job in rep, or its
- * error). */
+ * error); POST input_tokens counts "body" (srv_responses_input_tokens). */
 static void lookup(const char *body, size_t len, srv_reply *rep) {
     cJSON *j = cJSON_ParseWithLength(body, len);
     const char *method = str_of(j, "method"), *path = str_of(j, "path");
-    if (method && path && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "stream")) && !strcmp(method, "GET")) {
+    if (method && path && !strcmp(method, "POST") && !strcmp(path, "input_tokens")) {
+        char *b = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(j, "body"));
+        srv_responses_input_tokens(&S, b ? b : "", b ? strlen(b) : 0, rep);
+        free(b);
+    } else if (method && path && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "stream")) && !strcmp(method, "GET")) {
         srv_responses_follow(&S, path, str_of(j, "starting_after"), rep);
     } else if (method && path && (!strcmp(method, "GET") || !strcmp(method, "DELETE") || !strcmp(method, "POST"))) {
         srv_list_query q = {str_of(j, "after"), str_of(j, "before"), str_of(j, "limit"), str_of(j, "order")};

@@ -95,6 +95,10 @@ def main():
     for i, lk in enumerate(later):
         seeds["background_%d" % i] = ((b"\x04" + bg if i < 2 else b"\x04" + bgs) + b"\0Blue.\0\x07" +
                                       json.dumps(lk).encode() + b"\0")
+    # POST /v1/responses/input_tokens continuing the first
+    count = {"method": "POST", "path": "input_tokens", "body": {"model": "m", "previous_response_id": resp_id(1),
+                                                                "input": "And another?", "truncation": "auto"}}
+    seeds["input_tokens_0"] = b"\x04" + first + b"\0Blue.\0\x07" + json.dumps(count).encode() + b"\0"
     seeds["chain_small_ctx"] = (b"\x04" + first + b"\0" + b"Blue. " * 60 + b"\0\x14" + cont + b"\0Green.")
     for name, data in sorted(seeds.items()):
         with open(os.path.join(out, name), "wb") as f:

@@ -23,6 +23,8 @@
 //  - the store's per-entry cap: a response over an eighth of the store is not kept (its
 //    store false), the others stay;
 //  - include message.output_text.logprobs: the chat's logprobs, streamed and not;
+//  - POST /v1/responses/input_tokens: create's prompt counted; OpenAI's fields accepted and
+//    ignored (echoed), or refused (a 400 naming them, as every 400 does);
 //  - background: the POST answers queued, GET polls it to the foreground's answer; cancel
 //    mid-run (the sequence freed), and the cancel rules; a background stream replayed whole
 //    and after event N, resumed live after its client left; a log past its entry's share
@@ -236,6 +238,17 @@ run('server_responses', async () => {
         function: { name: 'get_weather', arguments: aiCall.arguments } }] },
     { role: 'tool', tool_call_id: aiCall.call_id, content: 'rain' }] });
   assert.strictEqual(aiBack.usage.input_tokens, aiChat.usage.prompt_tokens, 'the turn was not rebuilt as one message');
+  // POST /v1/responses/input_tokens: the prompt create renders (previous_response_id's items,
+  // tools, reasoning), counted without generating
+  const itUrl = `${srv.url}/v1/responses/input_tokens`;
+  const it = await http(itUrl, { body: { model, previous_response_id: ai.id, tools: [WEATHER], reasoning: { effort: 'high' },
+    input: [{ type: 'function_call_output', call_id: aiCall.call_id, output: 'rain' }] } });
+  assert.deepStrictEqual([it.status, it.json], [200, { object: 'response.input_tokens', input_tokens: aiBack.usage.input_tokens }]);
+  for (const [body, param] of [[{ model, input: 7 }, 'input'], [{ model, input: 'x', conversation: 'c' }, 'conversation'],
+    [{ model, input: 'x', previous_response_id: 'resp_nope' }, 'previous_response_id']]) {
+    const b = await http(itUrl, { body });
+    assert.deepStrictEqual([b.status, b.json.error.param], [400, param], b.body);
+  }
 
   // a malformed block (never closes): no function call, streamed or not (a client would run
   // it); its raw text a message of its own after the content, in both (a tool that opts out
@@ -449,55 +462,78 @@ run('server_responses', async () => {
 
   // bad requests
   const bad = [
-    [{ model, input: [{ type: 'bogus' }] }, /input\[0\]: item type 'bogus'/],
+    [{ model, input: [{ type: 'bogus' }] }, /input\[0\]: item type 'bogus'/, 'input[0]'],
     // after a stored conversation: the client's own index
-    [{ model, previous_response_id: newest.id, input: [{ type: 'bogus' }] }, /^input\[0\]: item type 'bogus'/],
-    [{ model, input: [{ type: 'message', role: 'robot', content: 'x' }] }, /role/],
-    [{ model, input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] }, /input\[0\]\.content\[0\]/],
-    [{ model, input: [{ type: 'function_call', name: 'f' }] }, /call_id/],
-    [{ model }, /'input'/],
-    [{ model, input: 7 }, /'input'/],
-    [{ model, input: 'x', temperature: 'hot' }, /'temperature'/],
-    [{ model, input: 'x', max_output_tokens: 0 }, /'max_output_tokens'/],
-    [{ model, input: 'x', store: 'yes' }, /'store'/],
-    [{ model, input: 'x', tools: {} }, /'tools'/],
-    [{ model, input: 'x', tools: [{ type: 'web_search' }] }, /tool type 'web_search'/],
-    [{ model, input: 'x', tool_choice: { type: 'function' } }, /'tool_choice'/],
-    [{ model, input: 'x', text: { format: { type: 'xml' } } }, /'text.format.type'/],
-    [{ model, input: 'x', reasoning: { effort: 'extreme' } }, /'reasoning.effort'/],
+    [{ model, previous_response_id: newest.id, input: [{ type: 'bogus' }] }, /^input\[0\]: item type 'bogus'/, 'input[0]'],
+    [{ model, input: [{ type: 'message', role: 'robot', content: 'x' }] }, /role/, 'input[0]'],
+    [{ model, input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] }, /input\[0\]\.content\[0\]/,
+      'input[0].content[0]'],
+    [{ model, input: [{ type: 'function_call', name: 'f' }] }, /call_id/, 'input[0]'],
+    [{ model }, /'input'/, 'input'],
+    [{ model, input: 7 }, /'input'/, 'input'],
+    [{ model, input: 'x', temperature: 'hot' }, /'temperature'/, 'temperature'],
+    [{ model, input: 'x', max_output_tokens: 0 }, /'max_output_tokens'/, 'max_output_tokens'],
+    [{ model, input: 'x', store: 'yes' }, /'store'/, 'store'],
+    [{ model, input: 'x', tools: {} }, /'tools'/, 'tools'],
+    [{ model, input: 'x', tools: [{ type: 'web_search' }] }, /tool type 'web_search'/, 'tools[0]'],
+    [{ model, input: 'x', tool_choice: { type: 'function' } }, /'tool_choice'/, 'tool_choice'],
+    [{ model, input: 'x', text: { format: { type: 'xml' } } }, /'text.format.type'/, 'text.format.type'],
+    [{ model, input: 'x', reasoning: { effort: 'extreme' } }, /'reasoning.effort'/, 'reasoning.effort'],
     [{ model, input: 'x', background: true, store: false }, /'background' requires 'store' true/, 'background'],
-    [{ model, input: 'x', previous_response_id: 5 }, /'previous_response_id'/],
-    [{ model, input: 'x', metadata: { a: 1 } }, /'metadata'/],
-    [{ model, input: 'x', metadata: Object.fromEntries([...Array(17).keys()].map((i) => [`k${i}`, 'v'])) }, /'metadata'/],
-    [{ model, input: 'x', truncation: 'middle' }, /'truncation'/],
-    [{ model, input: 'x', include: 'message.output_text.logprobs' }, /'include' must be a list/],
-    [{ model, input: 'x', include: ['reasoning.encrypted_content'] }, /'include\[0\]': "reasoning.encrypted_content" is not supported/],
+    [{ model, input: 'x', previous_response_id: 5 }, /'previous_response_id'/, 'previous_response_id'],
+    [{ model, input: 'x', metadata: { a: 1 } }, /'metadata'/, 'metadata'],
+    [{ model, input: 'x', metadata: Object.fromEntries([...Array(17).keys()].map((i) => [`k${i}`, 'v'])) }, /'metadata'/, 'metadata'],
+    [{ model, input: 'x', truncation: 'middle' }, /'truncation'/, 'truncation'],
+    [{ model, input: 'x', include: 'message.output_text.logprobs' }, /'include' must be a list/, 'include'],
+    [{ model, input: 'x', include: ['reasoning.encrypted_content'] }, /'include\[0\]': "reasoning.encrypted_content" is not supported/,
+      'include'],
     [{ model, input: 'x', include: ['message.output_text.logprobs', 'file_search_call.results'] },
-      /'include\[1\]': "file_search_call.results" cannot be included/],
+      /'include\[1\]': "file_search_call.results" cannot be included/, 'include'],
     [{ model, input: 'x', include: ['bogus'] }, /'include\[0\]': unknown value "bogus"/, 'include'],
-    [{ model, input: 'x', top_logprobs: 21 }, /'top_logprobs'/],
+    [{ model, input: 'x', top_logprobs: 21 }, /'top_logprobs'/, 'top_logprobs'],
     [{ model, input: 'x', top_logprobs: 1.5 }, /'top_logprobs'/, 'top_logprobs'],
+    // OpenAI's fields this server cannot honour, and the ignored ones' types
+    [{ model, input: 'x', conversation: 'conv_1' }, /'conversation' is not supported/, 'conversation'],
+    [{ model, input: 'x', prompt: { id: 'pmpt_1' } }, /'prompt' is not supported/, 'prompt'],
+    [{ model, input: 'x', context_management: [{ type: 'compaction' }] }, /'context_management' is not supported/,
+      'context_management'],
+    [{ model, input: 'x', moderation: { model: 'omni' } }, /'moderation' is not supported/, 'moderation'],
+    [{ model, input: 'x', safety_identifier: 'u'.repeat(65) }, /'safety_identifier'/, 'safety_identifier'],
+    [{ model, input: 'x', max_tool_calls: 1.5 }, /'max_tool_calls'/, 'max_tool_calls'],
+    [{ model, input: 'x', service_tier: 5 }, /'service_tier'/, 'service_tier'],
+    [{ model, input: 'x', stream_options: true }, /'stream_options'/, 'stream_options'],
     // found by the chat path, named in this API's terms
     [{ model, instructions: 'Be brief.', input: [{ role: 'user', content: 'x' }, { role: 'developer', content: '' }] },
-      /^input\[1\]: a developer message needs content/],
+      /^input\[1\]: a developer message needs content/, 'input[1]'],
     [{ model, input: 'x', text: { format: { type: 'json_schema', name: 'n', schema: {}, strict: 'yes' } } },
-      /^'text\.format\.strict' must be a boolean/],
+      /^'text\.format\.strict' must be a boolean/, 'text.format.strict'],
     [{ model, input: 'x', text: { format: { type: 'json_schema', name: 'n', schema: { not: {} } } } },
-      /^'text\.format\.schema': /],
-    [{ model, input: 'x', tools: [WEATHER], text: { format: { type: 'json_object' } } }, /^'text\.format' together with 'tools'/],
+      /^'text\.format\.schema': /, 'text.format.schema'],
+    [{ model, input: 'x', tools: [WEATHER], text: { format: { type: 'json_object' } } }, /^'text\.format' together with 'tools'/,
+      'text.format'],
     // (text.format's system message goes in front unless the first message is one)
     [{ model, text: { format: { type: 'json_object' } }, input: [{ role: 'user', content: 'x' },
-      { role: 'developer', content: '' }, { role: 'user', content: 'y' }] }, /^input\[1\]: a developer message/],
+      { role: 'developer', content: '' }, { role: 'user', content: 'y' }] }, /^input\[1\]: a developer message/, 'input[1]'],
     [{ model, text: { format: { type: 'json_object' } }, input: [{ role: 'user', content: 'x' },
-      { role: 'user', content: 'y' }, { role: 'developer', content: '' }] }, /^input\[2\]: a developer message/],
+      { role: 'user', content: 'y' }, { role: 'developer', content: '' }] }, /^input\[2\]: a developer message/, 'input[2]'],
   ];
   for (const [body, re, param] of bad) {
     const b = await http(`${srv.url}/v1/responses`, { body });
     assert.strictEqual(b.status, 400, JSON.stringify(body) + ' -> ' + b.body);
     assert.match(b.json.error.message, re);
-    if (param) assert.strictEqual(b.json.error.param, param);
+    assert.strictEqual(b.json.error.param, param, b.body);
     assert.strictEqual(b.json.error.type, 'invalid_request_error');
   }
+
+  // OpenAI's fields accepted and not acted on (harmless here), echoed when given
+  const extras = { max_tool_calls: 2, prompt_cache_key: 'k1', safety_identifier: 'user-1', service_tier: 'flex',
+    prompt_cache_retention: '24h', prompt_cache_options: { mode: 'implicit' }, stream_options: { include_obfuscation: false },
+    context_management: [], text: { verbosity: 'low' } };
+  const ex = await http(`${srv.url}/v1/responses`, { body: { model, input: 'x', max_output_tokens: 1, ...extras } });
+  assert.strictEqual(ex.status, 200, ex.body);
+  assert.deepStrictEqual(['max_tool_calls', 'prompt_cache_key', 'safety_identifier', 'service_tier', 'prompt_cache_retention',
+    'prompt_cache_options', 'text'].map((k) => ex.json[k]), [2, 'k1', 'user-1', 'default', '24h', { mode: 'implicit' },
+    { verbosity: 'low', format: { type: 'text' } }]);
 
   // a background stream whose events outgrow its entry's share of the store (8K of 64K): the
   // stream following it gets every event; the log keeps only its newest (the oldest trimmed
