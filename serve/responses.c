@@ -289,6 +289,7 @@ struct srv_resp {
     cJSON *conv;      /* the conversation's items so far: previous, then this input */
     int store;
     int n_calls;      /* the most calls an answer keeps: 1 under parallel_tool_calls false */
+    int sealed;       /* include reasoning.encrypted_content: reasoning items carry it */
     /* streaming */
     int seq;          /* the next sequence_number */
     int n_out;        /* output items opened so far (the next output_index) */
@@ -372,6 +373,64 @@ static const char *str_field(const cJSON *o, const char *key) {
     return cJSON_IsString(x) ? x->valuestring : NULL;
 }
 
+/* ---- reasoning.encrypted_content ---------------------------------------------------------
+ * OpenAI's stateless clients (store false: Codex, the Agents SDK) ask for each reasoning item's
+ * encrypted_content and send the item back with it, to carry the reasoning into the next turn.
+ * This server keeps no key, and the item's text is in the clear beside it anyway (content), so
+ * it is an opaque wrapping, not a secret: SEAL then the text in base64. Read back, it is the
+ * reasoning's text; a blob another server sealed is refused (it cannot be read). */
+#define SEAL "dsv4-reasoning-v1:"
+
+static const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* text sealed (NULL: out of memory) */
+static char *seal(const char *text) {
+    const size_t n = strlen(text), sl = strlen(SEAL);
+    char *o = malloc(sl + (n + 2) / 3 * 4 + 1), *w;
+    if (!o) return NULL;
+    memcpy(o, SEAL, sl);
+    w = o + sl;
+    for (size_t i = 0; i < n; i += 3) {
+        const unsigned a = (unsigned char)text[i], b = i + 1 < n ? (unsigned char)text[i + 1] : 0,
+                       c = i + 2 < n ? (unsigned char)text[i + 2] : 0, v = a << 16 | b << 8 | c;
+        *w++ = kB64[v >> 18];
+        *w++ = kB64[v >> 12 & 63];
+        *w++ = i + 1 < n ? kB64[v >> 6 & 63] : '=';
+        *w++ = i + 2 < n ? kB64[v & 63] : '=';
+    }
+    *w = 0;
+    return o;
+}
+
+/* The text of a sealed blob; NULL when it is not one (or out of memory: *oom). */
+static char *unseal(const char *blob, int *oom) {
+    const size_t sl = strlen(SEAL);
+    *oom = 0;
+    if (strncmp(blob, SEAL, sl)) return NULL;
+    blob += sl;
+    const size_t n = strlen(blob);
+    if (n % 4) return NULL;
+    char *o = malloc(n / 4 * 3 + 1);
+    if (!o) { *oom = 1; return NULL; }
+    size_t m = 0;
+    for (size_t i = 0; i < n; i += 4) {
+        unsigned v = 0;
+        int pad = 0;
+        for (int k = 0; k < 4; k++) {
+            const char ch = blob[i + k], *at = ch ? strchr(kB64, ch) : NULL;
+            if (ch == '=' && i + 4 == n && k >= 2 && (k == 3 || blob[i + 3] == '=')) pad++, v <<= 6;
+            else if (at && !pad) v = v << 6 | (unsigned)(at - kB64);
+            else { free(o); return NULL; }
+        }
+        o[m++] = (char)(v >> 16);
+        if (pad < 2) o[m++] = (char)(v >> 8 & 255);
+        if (pad < 1) o[m++] = (char)(v & 255);
+    }
+    o[m] = 0;
+    if (strlen(o) != m) { free(o); return NULL; }  /* (a NUL inside: not a text this server sealed) */
+    return o;
+}
+
 /* The last message of msgs when it is an assistant's (function calls of the same turn join
  * it: the model wrote its content and its calls as one answer). */
 static cJSON *last_assistant(cJSON *msgs) {
@@ -445,10 +504,23 @@ static int item_message(const cJSON *x, int k, int n_prev, cJSON *msgs, char **r
         cJSON_AddStringToObject(m, "tool_call_id", id);
         cJSON_AddStringToObject(m, "content", text);
     } else if (!strcmp(ty, "reasoning")) {
-        /* its text (content, else the summary) goes with the assistant turn after it */
+        /* its text (content, else its encrypted_content unsealed, else the summary) goes with
+         * the assistant turn after it */
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(x, "content");
         const cJSON *sm = cJSON_GetObjectItemCaseSensitive(x, "summary");
+        const cJSON *ec = cJSON_GetObjectItemCaseSensitive(x, "encrypted_content");
         const cJSON *src = cJSON_GetArraySize(c) ? c : sm;
+        if (src != c && ec && !cJSON_IsNull(ec)) {
+            int oom = 0;
+            if (!cJSON_IsString(ec) || !(text = unseal(ec->valuestring, &oom))) {
+                snprintf(msg, MSG, oom ? "out of memory" : "%s.encrypted_content was not made by this server "
+                         "(it reads back only the reasoning it sealed; send the item's content instead)", where);
+                return -1;
+            }
+            free(*reasoning);
+            *reasoning = text;
+            return 0;
+        }
         snprintf(where + strlen(where), sizeof where - strlen(where), ".%s", src == c ? "content" : "summary");
         if (!(text = src ? parts_text(src, where, msg) : strdup(""))) return -1;
         free(*reasoning);
@@ -697,16 +769,15 @@ static int ignored_fields(const cJSON *j, const char **param, char *msg) {
 }
 
 /* include: what the response should carry besides its default fields. This server honours
- * message.output_text.logprobs (*logprobs = 1); a value naming a tool or an input it does not
- * have, and reasoning.encrypted_content (it keeps no key: its reasoning items carry their
- * text in the clear, and store + previous_response_id carries them over), are 400s naming
- * the value rather than a silent answer without them. */
-static int includes(const cJSON *j, int *logprobs, char *msg) {
+ * message.output_text.logprobs (*logprobs = 1) and reasoning.encrypted_content (*sealed = 1:
+ * SEAL's wrapping, read back from an input item); a value naming a tool or an input it does
+ * not have is a 400 naming the value rather than a silent answer without them. */
+static int includes(const cJSON *j, int *logprobs, int *sealed, char *msg) {
     static const char *const absent[] = {"file_search_call.results", "web_search_call.results",
                                          "web_search_call.action.sources", "code_interpreter_call.outputs",
                                          "computer_call_output.output.image_url", "message.input_image.image_url"};
     const cJSON *in = cJSON_GetObjectItemCaseSensitive(j, "include");
-    *logprobs = 0;
+    *logprobs = *sealed = 0;
     if (!in || cJSON_IsNull(in)) return 0;
     if (!cJSON_IsArray(in)) { snprintf(msg, MSG, "'include' must be a list of strings"); return -1; }
     int k = 0;
@@ -720,10 +791,8 @@ static int includes(const cJSON *j, int *logprobs, char *msg) {
             continue;
         }
         if (!strcmp(v, "reasoning.encrypted_content")) {
-            snprintf(msg, MSG, "'include[%d]': \"reasoning.encrypted_content\" is not supported: this "
-                     "server keeps no key to encrypt with; its reasoning items carry their text in the "
-                     "clear (send them back as they are, or use store and previous_response_id)", k);
-            return -1;
+            *sealed = 1;
+            continue;
         }
         for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++)
             if (!strcmp(v, absent[i])) {
@@ -1081,6 +1150,9 @@ static cJSON *reasoning_item(const srv_job *j, int k, const char *text) {
         cJSON_AddStringToObject(p, "type", "reasoning_text");
         cJSON_AddStringToObject(p, "text", text);
         cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "content"), p);
+        char *sealed = j->resp->sealed ? seal(text) : NULL;
+        if (sealed) cJSON_AddStringToObject(o, "encrypted_content", sealed);
+        free(sealed);
     }
     return o;
 }
@@ -2114,6 +2186,7 @@ static int prepare(srv *s, const cJSON *j, int refuse_long, cJSON **conv, int *n
 void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) {
     char msg[MSG];
     int status = 400, stream = 0, store = 1, parallel = 1, n_prev = 0, trunc_auto = 0, logprobs = 0, bg = 0;
+    int sealed = 0;
     double top = 0;
     const char *param = NULL;  /* a 400 naming the field (OpenAI's error param) */
     cJSON *chat = NULL, *conv = NULL;
@@ -2135,7 +2208,7 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     if (opt_type(j, "user", 0, msg) || opt_type(j, "model", 0, msg) ||
         check_metadata(cJSON_GetObjectItemCaseSensitive(j, "metadata"), msg))
         goto bad;
-    if (includes(j, &logprobs, msg)) {
+    if (includes(j, &logprobs, &sealed, msg)) {
         param = "include";
         goto bad;
     }
@@ -2154,6 +2227,7 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     R->s = s;
     R->store = store;
     R->n_calls = parallel ? 1 << 30 : 1;
+    R->sealed = sealed;
     R->conv = conv;
     conv = NULL;
     R->echo = echo_fields(j, store, trunc_auto, bg);

@@ -23,8 +23,9 @@
 //  - the store's per-entry cap: a response over an eighth of the store is not kept (its
 //    store false), the others stay;
 //  - include message.output_text.logprobs: the chat's logprobs, streamed and not;
-//  - POST /v1/responses/input_tokens: create's prompt counted; OpenAI's fields accepted and
-//    ignored (echoed), or refused (a 400 naming them, as every 400 does);
+//  - POST /v1/responses/input_tokens: create's prompt counted; include
+//    reasoning.encrypted_content: a sealed reasoning sent back is the reasoning; OpenAI's
+//    fields accepted and ignored (echoed), or refused (a 400 naming them, as every 400 does);
 //  - background: the POST answers queued, GET polls it to the foreground's answer; cancel
 //    mid-run (the sequence freed), and the cancel rules; a background stream replayed whole
 //    and after event N, resumed live after its client left; a log past its entry's share
@@ -249,6 +250,22 @@ run('server_responses', async () => {
     const b = await http(itUrl, { body });
     assert.deepStrictEqual([b.status, b.json.error.param], [400, param], b.body);
   }
+  // stateless turns (store false): include reasoning.encrypted_content seals each reasoning
+  // item's text; an item sent back with only that carries the reasoning into the next turn
+  // as its content does; one another server sealed is a 400 naming it
+  const sealedAns = await client.responses.create({ ...all, store: false, include: ['reasoning.encrypted_content'] });
+  const [srs, smsg, scall] = sealedAns.output;
+  assert.match(srs.encrypted_content, /^dsv4-reasoning-v1:[A-Za-z0-9+/]+=*$/);
+  assert(!srs.encrypted_content.includes(srs.content[0].text));
+  assert.strictEqual(ai.output[0].encrypted_content, undefined);
+  const turn = (rs) => ({ model, tools: [WEATHER], reasoning: { effort: 'high' }, input: [{ role: 'user', content: all.input },
+    rs, smsg, scall, { type: 'function_call_output', call_id: scall.call_id, output: 'rain' }] });
+  const counts = [];
+  for (const rs of [srs, { type: 'reasoning', summary: [], encrypted_content: srs.encrypted_content },
+    { type: 'reasoning', summary: [] }]) counts.push((await http(itUrl, { body: turn(rs) })).json.input_tokens);
+  assert(counts[0] === counts[1] && counts[2] < counts[0], counts.join());
+  const foreign = await http(itUrl, { body: turn({ type: 'reasoning', summary: [], encrypted_content: 'gAAAAABoZ' }) });
+  assert.deepStrictEqual([foreign.status, foreign.json.error.param], [400, 'input[1].encrypted_content'], foreign.body);
 
   // a malformed block (never closes): no function call, streamed or not (a client would run
   // it); its raw text a message of its own after the content, in both (a tool that opts out
@@ -485,8 +502,6 @@ run('server_responses', async () => {
     [{ model, input: 'x', metadata: Object.fromEntries([...Array(17).keys()].map((i) => [`k${i}`, 'v'])) }, /'metadata'/, 'metadata'],
     [{ model, input: 'x', truncation: 'middle' }, /'truncation'/, 'truncation'],
     [{ model, input: 'x', include: 'message.output_text.logprobs' }, /'include' must be a list/, 'include'],
-    [{ model, input: 'x', include: ['reasoning.encrypted_content'] }, /'include\[0\]': "reasoning.encrypted_content" is not supported/,
-      'include'],
     [{ model, input: 'x', include: ['message.output_text.logprobs', 'file_search_call.results'] },
       /'include\[1\]': "file_search_call.results" cannot be included/, 'include'],
     [{ model, input: 'x', include: ['bogus'] }, /'include\[0\]': unknown value "bogus"/, 'include'],
