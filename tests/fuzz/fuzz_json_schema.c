@@ -12,14 +12,14 @@
  *    trie walk with the in-string bitsets) equals the brute-force mask over a small
  *    byte-level vocabulary (the 256 bytes, JSON-ish pieces, and an added token), and a
  *    state that is alive can be completed: the mask allows some id with a byte other than
- *    whitespace, or the value is complete (json.h's promise: never an empty mask). */
+ *    whitespace (else the whitespace is followed: completable), or the value is complete
+ *    (json.h's promise: never an empty mask). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
+#include "byte_vocab.h"
 #include "sample/json.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -34,49 +34,45 @@ static dsv4_tokenizer *tok;
 static json_vocab *jv;
 static json_walk walk;
 
-/* GPT-2's bytes_to_unicode: the tokenizer.json spelling of a byte */
-static int byte_char(int b) {
-    if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) return b;
-    int n = 0;
-    for (int c = 0; c < b; c++)
-        if (!((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF))) n++;
-    return 256 + n;
-}
-
-static void put_spelling(cJSON *vocab, const char *bytes, size_t n, int id) {
-    char s[256];
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        const int c = byte_char((uint8_t)bytes[i]);
-        if (c < 0x80) s[k++] = (char)c;
-        else { s[k++] = (char)(0xC0 | c >> 6); s[k++] = (char)(0x80 | (c & 63)); }
-    }
-    s[k] = 0;
-    if (!cJSON_GetObjectItemCaseSensitive(vocab, s)) cJSON_AddNumberToObject(vocab, s, id);
-}
-
 static void setup(void) {
-    cJSON *t = cJSON_Parse("{\"added_tokens\":[{\"id\":400,\"content\":\"<|x|>\",\"special\":true,"
-                           "\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false}],"
-                           "\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":"
-                           "[{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,"
-                           "\"use_regex\":false}]},\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":"
-                           "\"BPE\",\"merges\":[]}}");
-    cJSON *vocab = cJSON_AddObjectToObject(cJSON_GetObjectItemCaseSensitive(t, "model"), "vocab");
-    for (int b = 0; b < 256; b++) {
-        char c = (char)b;
-        put_spelling(vocab, &c, 1, b);
-    }
-    for (size_t i = 0; i < sizeof PIECES / sizeof *PIECES; i++) put_spelling(vocab, PIECES[i], strlen(PIECES[i]), 256 + (int)i);
-    char *text = cJSON_PrintUnformatted(t);
-    dsv4_err err = {0};
-    if (!text || dsv4_tokenizer_load_json(text, strlen(text), &tok, &err)) {
-        fprintf(stderr, "fuzz_json_schema: tokenizer: %s\n", err.msg);
-        abort();
-    }
-    free(text);
-    cJSON_Delete(t);
+    tok = byte_vocab_tokenizer(PIECES, (int)(sizeof PIECES / sizeof *PIECES), 400);
     if (!(jv = json_vocab_build(tok)) || json_walk_init(&walk, jv, JSON_MAX_STACKS)) abort();
+}
+
+/* the first id bits allows, *ws 1 when every allowed id is whitespace only (-1: none) */
+static int first_on(const uint64_t *bits, int *ws) {
+    int first = -1;
+    *ws = 1;
+    for (int v = 0; v < jv->V && *ws; v++)
+        if (bits[v >> 6] >> (v & 63) & 1) {
+            size_t len;
+            const char *b = dsv4_tok_id_bytes(tok, v, &len);
+            if (first < 0) first = v;
+            for (size_t q = 0; q < len && *ws; q++) *ws = memchr(" \t\n\r", b[q], 4) != NULL;
+        }
+    return first;
+}
+
+/* alive means completable (json.h): st (whose mask is bits) allows some id with a byte other
+ * than whitespace, or the value is complete; where only whitespace is allowed (a literal's or
+ * a key's " ", which is progress) the first such id is followed, at most 256 times:
+ * structural whitespace runs are bounded (JSON_MAX_WS), so a dead end shows */
+static int completable(const dsv4_json_schema *s, const json_state *st, const uint64_t *bits) {
+    static json_state at[2];
+    static uint64_t more[64];
+    int ws, cur = 0;
+    for (int k = 0; k < 256; k++) {
+        if (json_state_accepting(s, k ? &at[cur] : st)) return 1;
+        const int v = first_on(k ? more : bits, &ws);
+        if (v < 0) return 0;
+        if (!ws) return 1;
+        if (!k) json_state_copy(&at[0], st);
+        size_t len;
+        const char *b = dsv4_tok_id_bytes(tok, v, &len);
+        if (!json_state_feed(s, at, &cur, (const uint8_t *)b, len)) return 0;
+        json_mask(s, jv, &walk, &at[cur], more);
+    }
+    return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -99,17 +95,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int cur = 0, alive = 1;
     for (size_t i = 0; i < tlen && alive; i++) {
         if (i < 24) {
-            /* alive means completable (json.h): some id with a byte other than whitespace
-             * is allowed, or the value is complete */
             json_mask(s, jv, &walk, &st[cur], bits);
-            int on = json_state_accepting(s, &st[cur]);
-            for (int v = 0; v < jv->V && !on; v++)
-                if (bits[v >> 6] >> (v & 63) & 1) {
-                    size_t len;
-                    const char *b = dsv4_tok_id_bytes(tok, v, &len);
-                    for (size_t q = 0; q < len && !on; q++) on = !memchr(" \t\n\r", b[q], 4);
-                }
-            if (!on) __builtin_trap();
+            if (!completable(s, &st[cur], bits)) __builtin_trap();
         }
         if (i < 6) {
             json_mask_brute(s, tok, &st[cur], brute, jv->words);
