@@ -98,17 +98,24 @@ static const bcase CASES[] = {
  * twice, the most walks a token); "union_cstrpl_N" and "union_cstrdl_N" are cstrp and cstrd
  * with a 215-character note (the strings near and past their ends: the masks of short rooms);
  * "union_lit_N" is union_late with branch 0's note the note's text as an enum (a literal
- * alive beside N - 1 strings through the whole note). */
+ * alive beside N - 1 strings through the whole note); "union_cstrx_N" (rv-smx4's case) gives
+ * each branch the pattern "^(.{0,3}|.{3}C.*)$" with its own character C (the last branch's
+ * the note's fourth): every string takes the first three characters, then each only its
+ * own, so at the string's first token the shared walk meets N strings at every trie node of
+ * depth four, all but one dead there. */
 #define UNION_TEXT "Enjoys long walks, short programs and the quiet of early mornings; writes C for fun."
 #define UNION_LONG UNION_TEXT " Keeps a garden of herbs, mends old radios, bakes bread on Sundays, and answers every " \
     "letter by hand within the week."
 static bcase union_case(int n, int mode, char *name, char *schema, size_t cap, char *doc) {
-    static const char *const mode_name[] = {"disc", "late", "cstr", "cstrd", "cstrp", "cstrpl", "cstrdl", "lit"};
+    static const char *const mode_name[] = {"disc", "late", "cstr", "cstrd", "cstrp", "cstrpl", "cstrdl", "lit",
+                                            "cstrx"};
+    static const char X[] = "oabcdefghijklmnpqrstuvwxyzABCD"; /* distinct; 'o': UNION_TEXT's fourth */
     const int late = mode > 0, longer = mode == 5 || mode == 6;
     char note[64] = "";
     size_t o = (size_t)snprintf(schema, cap, "{\"oneOf\":[");
     for (int i = 0; i < n; i++) {
         if (mode == 4 || mode == 5) snprintf(note, sizeof note, ",\"pattern\":\"^.{0,%d}$\"", 200 + i);
+        else if (mode == 8) snprintf(note, sizeof note, ",\"pattern\":\"^(.{0,3}|.{3}%c.*)$\"", X[(n - 1 - i) % 30]);
         else if (mode >= 2 && mode <= 6) snprintf(note, sizeof note, ",\"maxLength\":%d", 200 + (mode != 2 ? i : 0));
         if (mode == 7 && i == 0)
             o += (size_t)snprintf(schema + o, cap - o,
@@ -174,7 +181,7 @@ int main(int argc, char **argv) {
     if (!row || !bits || !st || json_walk_init(&w, jv, JSON_MAX_STACKS)) return 1;
     uint64_t rs = 7;
     for (int v = 0; v < V; v++) row[v] = bench_urand(&rs);
-    enum { N_FIXED = sizeof CASES / sizeof *CASES, N_UNION = 24 };
+    enum { N_FIXED = sizeof CASES / sizeof *CASES, N_UNION = 27 };
     static const int UNION_N[3] = {8, 16, 30};
     static char u_name[N_UNION][32], u_schema[N_UNION][16384], u_doc[N_UNION][512];
     bcase all[N_FIXED + N_UNION];

@@ -85,6 +85,12 @@ typedef struct json_strc {
     json_dfa dfa;
     uint64_t *ok;             /* bits [dfa.n_states][cap + 1]; NULL without a DFA (then every
                                * count up to max can close) */
+    /* [dfa.n_states][4] (in ok's allocation, freed with it; NULL without a DFA): the bytes
+     * that can come next from DFA state q between characters: an ASCII character with a
+     * transition, a UTF-8 lead byte with one for some code point it can begin (counts
+     * aside: a superset, never '"', '\\' or a control byte). The vocabulary walks test it
+     * before a step, so a string drops out at the byte that kills it for a bit test. */
+    const uint64_t *acc;
     /* Where counts do not matter (json_mask caches the mask there): without max, counts
      * from flat on (ok's columns flat..cap are the same, and counts saturate); with max,
      * counts 0..flat (columns 0..flat the same). */

@@ -574,6 +574,12 @@ static inline int cstr_byte(const json_strc *sc, json_frame *t, uint8_t c) {
     return c >= 0x20 && c != '"' && c != '\\' && cstr_feed_sc(sc, t, c) == R_EAT;
 }
 
+/* byte c cannot follow string frame t: between characters, outside its DFA state's byte set
+ * (json_strc.acc; 0: it may, the step tells) */
+static inline int cstr_refuses(const json_strc *sc, const json_frame *t, uint8_t c) {
+    return sc->acc && t->phase == 0 && !(t->a & 7) && !(sc->acc[(size_t)t->q * 4 + (c >> 6)] >> (c & 63) & 1);
+}
+
 static const json_strc *strc_of(const dsv4_json_schema *s, const json_frame *t) {
     return &s->strcs[s->nodes[t->node].strc];
 }
@@ -584,6 +590,10 @@ long json_cstr_walk(const dsv4_json_schema *s, const json_vocab *v, json_frame *
     long steps = 0;
     for (int i = 0; i < v->n_all;) {
         const int d = t[i].depth;
+        if (cstr_refuses(sc, &fr[d - 1], t[i].byte)) {
+            i = (int)t[i].skip;
+            continue;
+        }
         steps++;
         fr[d] = fr[d - 1];
         if (cstr_byte(sc, &fr[d], t[i].byte)) {
@@ -609,9 +619,14 @@ static int any_reach(const json_strc *sc, const json_trie *t, json_walk *w, int 
     if (w->wx[j] < 0) e = 0;
     while (e > 0 && !holds(t, w->path[e], w->wx[j])) e--;
     for (; e < d - 1; e++) {
+        const uint8_t c = t[w->path[e + 1]].byte;
+        if (cstr_refuses(sc, &f[e], c)) {
+            w->wdeadn[j] = w->path[e + 1], w->wtop[j] = e, w->wx[j] = w->path[e];
+            return 0;
+        }
         f[e + 1] = f[e];
         ++*steps;
-        if (!cstr_byte(sc, &f[e + 1], t[w->path[e + 1]].byte)) {
+        if (!cstr_byte(sc, &f[e + 1], c)) {
             w->wdeadn[j] = w->path[e + 1], w->wtop[j] = e, w->wx[j] = w->path[e];
             return 0;
         }
@@ -639,6 +654,10 @@ long json_cstr_walk_any(const dsv4_json_schema *s, const json_vocab *v, json_wal
         for (; j < m; j++) {
             if (w->wx[j] != w->path[d - 1] && !any_reach(sc[j], t, w, j, d, i, &steps)) continue;
             json_frame *f = w->wf + (size_t)j * n;
+            if (cstr_refuses(sc[j], &f[d - 1], t[i].byte)) {
+                w->wdeadn[j] = i;
+                continue;
+            }
             f[d] = f[d - 1];
             steps++;
             if (cstr_byte(sc[j], &f[d], t[i].byte)) {

@@ -816,10 +816,37 @@ int json_dfa_intersect(const json_dfa *a, const json_dfa *b, json_dfa *out, json
     return rc;
 }
 
-/* json_strc.ok: from the last count down (see json.h) */
+/* the UTF-8 lead byte of code point cp >= 0x80 */
+static int lead_byte(uint32_t cp) { return cp < 0x800 ? 0xC0 | (int)(cp >> 6) : cp < 0x10000 ? 0xE0 | (int)(cp >> 12) : 0xF0 | (int)(cp >> 18); }
+
+/* json_strc.acc (json.h): per state, the bytes that can begin a code point there, to a
+ * state that can still close the string at some count (live: its row of ok has a bit; the
+ * DFA's other states, such as a trap state, strc_ok refuses at every count). One pass over
+ * each state's classes: a class's ASCII characters, and the lead bytes of its other code
+ * points (from its first one's to its last one's: the lead byte grows with the code point;
+ * ED for a class that starts inside the surrogates, a superset) */
+static void byte_sets(const json_dfa *d, const uint8_t *live, uint64_t *acc) {
+    const int C = d->n_classes;
+    for (int q = 0; q < d->n_states; q++) {
+        uint64_t *a = acc + (size_t)q * 4;
+        const int16_t *nx = d->next + (size_t)q * (size_t)C;
+        for (int k = 0; k < C; k++) {
+            if (nx[k] < 0 || !live[nx[k]]) continue;
+            const uint32_t lo = d->lo[k], hi = k + 1 < C ? d->lo[k + 1] - 1 : CP_MAX;
+            if (lo >= 0xD800 && hi <= 0xDFFF) continue; /* surrogates only: never read */
+            for (uint32_t c = lo < 0x20 ? 0x20 : lo; c <= hi && c < 0x80; c++)
+                if (c != '"' && c != '\\') a[c >> 6] |= 1ull << (c & 63);
+            if (hi < 0x80) continue;
+            for (int c = lead_byte(lo < 0x80 ? 0x80 : lo), e = lead_byte(hi); c <= e; c++) a[c >> 6] |= 1ull << (c & 63);
+        }
+    }
+}
+
+/* json_strc.ok: from the last count down (see json.h); json_strc.acc after it */
 int json_strc_lengths(json_strc *sc, json_budget *b, char *why, size_t why_len) {
     sc->cap = sc->max >= 0 ? sc->max : sc->min;
     sc->flat = sc->max >= 0 ? sc->max : 0;
+    sc->acc = NULL;
     const json_dfa *d = &sc->dfa;
     if (!d->n_states) return 0; /* any characters: every count up to max can still close */
     json_budget fresh = {JSON_BUDGET_WORK, JSON_BUDGET_BYTES};
@@ -851,12 +878,15 @@ int json_strc_lengths(json_strc *sc, json_budget *b, char *why, size_t why_len) 
         free(first), free(succ);
         return fail(&r, "with a length bound of %d needs too large a table (a smaller maxLength/minLength)", sc->cap);
     }
-    /* the fill below: every count through every edge (and the flat scan); the table is kept */
-    if (spend(&r, (int64_t)Q * C + (int64_t)row * ((int64_t)E + 2 * Q), (int64_t)(nbits + 63) / 64 * 8)) {
+    /* the fill below: every count through every edge (and the flat scan), the byte sets
+     * (one more pass over each state's classes); the table and the sets are kept */
+    const size_t words = (nbits + 63) / 64;
+    if (spend(&r, (int64_t)Q * (2 * C + 96) + (int64_t)row * ((int64_t)E + 2 * Q),
+              (int64_t)(words + (size_t)Q * 4) * 8)) {
         free(first), free(succ);
         return -1;
     }
-    uint64_t *ok = calloc((nbits + 63) / 64, 8);
+    uint64_t *ok = calloc(words + (size_t)Q * 4, 8);
     if (!ok) {
         free(first), free(succ);
         return fail(&r, "out of memory");
@@ -888,9 +918,16 @@ int json_strc_lengths(json_strc *sc, json_budget *b, char *why, size_t why_len) 
         if (same) f = n;
     }
     sc->flat = (int)f;
+    /* the live states, in first's memory (no longer needed) */
+    uint8_t *live = (uint8_t *)first;
+    for (int q = 0; q < Q; q++) {
+        live[q] = 0;
+        for (size_t n = 0; n <= cap && !live[q]; n++) live[q] = (uint8_t)OK_AT(q, n);
+    }
+    byte_sets(d, live, ok + words);
+    free(first), free(succ);
 #undef OK_AT
 #undef OK_SET
-    free(first), free(succ);
-    sc->ok = ok;
+    sc->ok = ok, sc->acc = ok + words;
     return 0;
 }
