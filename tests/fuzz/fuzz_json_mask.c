@@ -18,7 +18,7 @@
  * text's next byte is a choice among the allowed ones: its low two bits the kind (0: short,
  * at most 2 bytes, to leave strings and reach structure; 2: long, 4 bytes or more, when
  * there is one; 1, 3: any), the other six its place among them. The vocabulary (byte_vocab.h) is byte-level: the 256
- * bytes, JSON pieces, ~900 pieces generated once (2-40 bytes of letters, digits,
+ * bytes, JSON pieces, 400 pieces generated once (2-40 bytes of letters, digits,
  * punctuation, quotes, escapes, 2-4 byte UTF-8 characters, some cut inside a character), an
  * added token and ids without bytes. The walk and the states are allocated at the schema's
  * max_stacks, as dsv4_gen allocates them (ASan sees a stack touched past them).
@@ -38,7 +38,11 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-enum { MAX_STEPS = 64, N_GEN = 900 };
+/* at most MAX_STEPS tokens, and a step only while the reference's byte steps so far times the
+ * schema's stacks stay under WORK (so that a 30-reading union stops after ~20 steps and an
+ * input takes ~10 ms under ASan and the fuzzer's coverage) */
+enum { MAX_STEPS = 40, N_GEN = 400 };
+#define WORK 3000000L
 
 static const char *const PIECES[] = {
     "{\"", "\":", "\",", "\"}", " \"", ": \"", "\", \"", "\":\"", "\":{", "\":[", "}}", "}]", "]}", "[\"", "\"]",
@@ -59,6 +63,7 @@ static const char *const UNITS[] = {
 static dsv4_tokenizer *tok;
 static json_vocab *jv;
 static int *tok_len; /* (V) bytes of each id, 0: none or added */
+static long all_len; /* their sum: the reference's byte steps a mask */
 static const char **tok_bytes; /* (V) */
 
 static uint64_t gen_rand(uint64_t *r) {
@@ -106,6 +111,7 @@ static void setup(void) {
         size_t len = 0;
         tok_bytes[v] = dsv4_tok_id_bytes(tok, v, &len);
         if (tok_bytes[v] && !dsv4_tok_is_added(tok, v)) tok_len[v] = (int)len;
+        all_len += tok_len[v];
     }
 }
 
@@ -183,7 +189,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!a || !b || !fast || !ref || !text || json_walk_init(&w, jv, s->max_stacks)) abort();
     json_state_init(s, a);
     size_t tlen = 0, at = 0;
-    for (int step = 0;; step++) {
+    long work = 0;
+    for (int step = 0;; step++, work += all_len * s->max_stacks) {
         json_mask(s, jv, &w, a, fast);
         json_mask_brute(s, tok, a, ref, jv->words);
         if (memcmp(fast, ref, words * sizeof *fast)) differ(data, slen, text, tlen, step, fast, ref);
@@ -193,7 +200,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             put_escaped("state after", text, tlen);
             abort();
         }
-        if (at == n_steer || step == MAX_STEPS) break;
+        if (at == n_steer || step == MAX_STEPS || work > WORK) break;
         int32_t id = follow(ref, steer + at, n_steer - at);
         if (id >= 0) at += (size_t)tok_len[id];
         else if ((id = pick(ref, steer[at++])) < 0) break;
