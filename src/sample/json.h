@@ -352,6 +352,9 @@ typedef struct json_walk {
      * at each depth of the current path; the first string alive at each depth (wit) */
     json_frame *wf;         /* [cap][n_st] */
     int32_t *path, *wit;    /* (n_st) */
+    /* the walks' step memos (json_match.c's cstr_next): per string j < cap (json_cstr_walk:
+     * j 0), per depth d <= n_st, what stepping its frame at d - 1 by an ASCII byte gave */
+    int32_t *wm;            /* [cap][n_st + 1] */
     int wtop[JSON_MAX_STACKS];
     int32_t wx[JSON_MAX_STACKS], wdeadn[JSON_MAX_STACKS];
 } json_walk;
@@ -369,11 +372,13 @@ void json_walk_free(json_walk *w);
 
 /* The walks inside constrained strings (json_match.c): the ids of v's whole trie whose bytes
  * (none a '"', '\\' or control byte) a string frame takes, set in bits. json_cstr_walk: the
- * frame fr[0] (fr: max_len + 1 frames); json_cstr_walk_any: the ids some frame of
- * w->wf[j * w->n_st], j < m, takes (the OR of their json_cstr_walks in one pass of the trie:
- * a node is stepped with the first frame alive there, the next ones stepped along the path
- * only when it dies). Return the frame steps. */
-long json_cstr_walk(const dsv4_json_schema *s, const json_vocab *v, json_frame *fr, uint64_t *bits);
+ * frame w->fr[0]; json_cstr_walk_any: the ids some frame of w->wf[j * w->n_st], j < m, takes
+ * (the OR of their json_cstr_walks in one pass of the trie: a node is stepped with the first
+ * frame alive there, the next ones stepped along the path only when it dies). A frame's step
+ * by an ASCII byte depends on the byte's class alone (its DFA class), so a trie node whose
+ * previous sibling's byte had the same class takes that step's outcome (w->wm). Return the
+ * frame steps. */
+long json_cstr_walk(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, uint64_t *bits);
 long json_cstr_walk_any(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, int m, uint64_t *bits);
 
 /* bits [words]: bit v set iff id v's bytes can follow state st (the ids of the trie only:

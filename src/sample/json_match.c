@@ -580,23 +580,44 @@ static inline int cstr_refuses(const json_strc *sc, const json_frame *t, uint8_t
     return sc->acc && t->phase == 0 && !(t->a & 7) && !(sc->acc[(size_t)t->q * 4 + (c >> 6)] >> (c & 63) & 1);
 }
 
+/* The step memo (json_walk.wm): stepping a string frame between characters by an ASCII byte
+ * (not '"', '\\' or a control byte) depends on the frame and the byte's class alone (the
+ * DFA's class; without a DFA every such byte goes alike): the same DFA state, count and
+ * outcome. memo[d] holds 2 * (class + 1) + alive for the step that made the frame at depth d
+ * from the one at d - 1 as it is now, or 0 (none known); a frame stepped anew clears the
+ * memo of the depth below it, whose frame came from its old content. The key of byte c
+ * from frame t, 0 when the step is not of that kind. */
+static inline int32_t cstr_memo_key(const json_strc *sc, const json_frame *t, uint8_t c) {
+    if (t->phase || (t->a & 7) || c >= 0x80 || c < 0x20 || c == '"' || c == '\\') return 0;
+    return 2 * ((int32_t)(sc->dfa.n_states ? sc->dfa.ascii[c] : 0) + 1);
+}
+
+/* f[d] = f[d - 1] after byte c of a plain id, 1 when it lives: by the memo when it knows,
+ * else the byte set, else a step (counted in *steps) */
+static inline int cstr_next(const json_strc *sc, json_frame *f, int32_t *memo, int d, uint8_t c, long *steps) {
+    const int32_t key = cstr_memo_key(sc, &f[d - 1], c);
+    if (key && (memo[d] & ~1) == key) return memo[d] & 1;
+    if (cstr_refuses(sc, &f[d - 1], c)) return 0; /* f[d] untouched: its memo holds */
+    f[d] = f[d - 1];
+    ++*steps;
+    const int ok = cstr_byte(sc, &f[d], c);
+    memo[d] = key ? key | ok : 0;
+    memo[d + 1] = 0;
+    return ok;
+}
+
 static const json_strc *strc_of(const dsv4_json_schema *s, const json_frame *t) {
     return &s->strcs[s->nodes[t->node].strc];
 }
 
-long json_cstr_walk(const dsv4_json_schema *s, const json_vocab *v, json_frame *fr, uint64_t *bits) {
+long json_cstr_walk(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, uint64_t *bits) {
     const json_trie *t = v->all;
+    json_frame *fr = w->fr;
     const json_strc *sc = strc_of(s, &fr[0]);
+    memset(w->wm, 0, ((size_t)w->n_st + 1) * sizeof *w->wm);
     long steps = 0;
     for (int i = 0; i < v->n_all;) {
-        const int d = t[i].depth;
-        if (cstr_refuses(sc, &fr[d - 1], t[i].byte)) {
-            i = (int)t[i].skip;
-            continue;
-        }
-        steps++;
-        fr[d] = fr[d - 1];
-        if (cstr_byte(sc, &fr[d], t[i].byte)) {
+        if (cstr_next(sc, fr, w->wm, t[i].depth, t[i].byte, &steps)) {
             if (t[i].tok >= 0) json_vocab_set_tok(v, bits, &t[i]);
             i++;
         } else {
@@ -614,23 +635,16 @@ static int holds(const json_trie *t, int32_t x, int i) { return x <= i && i < (i
  * dies on the way (or died above). */
 static int any_reach(const json_strc *sc, const json_trie *t, json_walk *w, int j, int d, int i, long *steps) {
     json_frame *f = w->wf + (size_t)j * (size_t)w->n_st;
+    int32_t *memo = w->wm + (size_t)j * ((size_t)w->n_st + 1);
     if (w->wdeadn[j] >= 0 && holds(t, w->wdeadn[j], i)) return 0;
     int e = w->wtop[j] < d - 1 ? w->wtop[j] : d - 1;
     if (w->wx[j] < 0) e = 0;
     while (e > 0 && !holds(t, w->path[e], w->wx[j])) e--;
-    for (; e < d - 1; e++) {
-        const uint8_t c = t[w->path[e + 1]].byte;
-        if (cstr_refuses(sc, &f[e], c)) {
+    for (; e < d - 1; e++)
+        if (!cstr_next(sc, f, memo, e + 1, t[w->path[e + 1]].byte, steps)) {
             w->wdeadn[j] = w->path[e + 1], w->wtop[j] = e, w->wx[j] = w->path[e];
             return 0;
         }
-        f[e + 1] = f[e];
-        ++*steps;
-        if (!cstr_byte(sc, &f[e + 1], c)) {
-            w->wdeadn[j] = w->path[e + 1], w->wtop[j] = e, w->wx[j] = w->path[e];
-            return 0;
-        }
-    }
     w->wtop[j] = d - 1, w->wx[j] = w->path[d - 1];
     return 1;
 }
@@ -644,6 +658,7 @@ long json_cstr_walk_any(const dsv4_json_schema *s, const json_vocab *v, json_wal
         sc[j] = strc_of(s, &w->wf[(size_t)j * n]);
         w->wx[j] = -1, w->wtop[j] = 0, w->wdeadn[j] = -1;
     }
+    memset(w->wm, 0, (size_t)m * (n + 1) * sizeof *w->wm);
     w->path[0] = -1, w->wit[0] = 0;
     for (int i = 0; i < v->n_all;) {
         const int d = t[i].depth;
@@ -653,14 +668,7 @@ long json_cstr_walk_any(const dsv4_json_schema *s, const json_vocab *v, json_wal
         int j = w->wit[d - 1];
         for (; j < m; j++) {
             if (w->wx[j] != w->path[d - 1] && !any_reach(sc[j], t, w, j, d, i, &steps)) continue;
-            json_frame *f = w->wf + (size_t)j * n;
-            if (cstr_refuses(sc[j], &f[d - 1], t[i].byte)) {
-                w->wdeadn[j] = i;
-                continue;
-            }
-            f[d] = f[d - 1];
-            steps++;
-            if (cstr_byte(sc[j], &f[d], t[i].byte)) {
+            if (cstr_next(sc[j], w->wf + (size_t)j * n, w->wm + (size_t)j * (n + 1), d, t[i].byte, &steps)) {
                 w->wx[j] = i, w->wtop[j] = d;
                 break;
             }

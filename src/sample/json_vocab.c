@@ -139,8 +139,9 @@ int json_walk_init(json_walk *w, const json_vocab *v, int cap) {
     w->wf = malloc((size_t)w->cap * (size_t)w->n_st * sizeof *w->wf);
     w->path = malloc((size_t)w->n_st * sizeof *w->path);
     w->wit = malloc((size_t)w->n_st * sizeof *w->wit);
+    w->wm = malloc((size_t)w->cap * ((size_t)w->n_st + 1) * sizeof *w->wm);
     json_walk_reset(w);
-    if (w->st && w->fr && w->cache && w->one && w->wf && w->path && w->wit) return 0;
+    if (w->st && w->fr && w->cache && w->one && w->wf && w->path && w->wit && w->wm) return 0;
     json_walk_free(w);
     return -1;
 }
@@ -158,6 +159,8 @@ void json_walk_free(json_walk *w) {
     free(w->wf);
     free(w->path);
     free(w->wit);
+    free(w->wm);
+    w->wm = NULL;
     w->st = NULL;
     w->fr = NULL;
     w->cache = NULL;
@@ -221,7 +224,7 @@ static long mask_cstr(const dsv4_json_schema *s, const json_vocab *v, json_walk 
     const size_t bytes = (size_t)v->words * sizeof *bits;
     if (k < 0) {
         memset(bits, 0, bytes);
-        return json_cstr_walk(s, v, w->fr, bits);
+        return json_cstr_walk(s, v, w, bits);
     }
     long steps = 0;
     int slot = sc->dfa.n_states ? cstr_slot(s, w, &top) : -1;
@@ -235,7 +238,7 @@ static long mask_cstr(const dsv4_json_schema *s, const json_vocab *v, json_walk 
         c = w->cache + (size_t)slot * (size_t)v->words;
         memset(c, 0, bytes);
         if (sc->max >= 0) w->fr[0].b = 0;
-        steps = json_cstr_walk(s, v, w->fr, c);
+        steps = json_cstr_walk(s, v, w, c);
         w->fr[0] = top;
         w->key[slot].strc = si, w->key[slot].q = top.q, w->key[slot].a = top.a;
     } else {
