@@ -6,7 +6,8 @@
  * entry count n (default 2048,8192,32768,131072) and block size nq (1 = a decode row, 8 =
  * a prefill block), it times the two ways the attention finds each query's top-k over the
  * same BF16 keys (the default cache format; --keys fp4: FP4 keys, as fidelity F3 stores them
- * with --kv-dtype ...+fp4, the keys rounded by F3's rule):
+ * with --kv-dtype ...+fp4, keys and queries rounded by F3's rule, so that the bounded pass
+ * scores the keys by integer block dots where the level has them):
  *   exact:   dsv4_idx_scores of the block, then dsv4_indexer_select per query;
  *   bounded: dsv4_idx_approx of the block, then dsv4_indexer_select_verified per query
  *            (exact rescoring of the entries near the boundary),
@@ -14,7 +15,9 @@
  * entries. Queries, weights and keys are uniform random: real rows have other score
  * distributions, so "candidates" (the entries rescored exactly per query, mean) says how tight the
  * bound was here. One JSON line per case: median microseconds per query both ways, their
- * ratio, the candidates. */
+ * ratio, the candidates. --kernels times the approximate kernels alone: the key-panel and
+ * the few-query ones (FP4 keys: unpacked to F32 first) and, for FP4 keys, the integer block
+ * dots (dsv4_idx_approx_fp4_int, "int_*" fields; null for BF16 keys). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -90,7 +93,9 @@ static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter
     float *flush = cold ? malloc(sizeof(float) * nflush) : NULL;
     float *sp = malloc(sizeof(float) * NQ_MAX * (size_t)nmax), *kp = malloc(sizeof(float) * NQ_MAX * (size_t)nmax);
     float *sf = malloc(sizeof(float) * NQ_MAX * (size_t)nmax), *kf = malloc(sizeof(float) * NQ_MAX * (size_t)nmax);
-    if ((cold && !flush) || !sp || !kp || !sf || !kf) return 1;
+    float *si = malloc(sizeof(float) * NQ_MAX * (size_t)nmax), *ki = malloc(sizeof(float) * NQ_MAX * (size_t)nmax);
+    if ((cold && !flush) || !sp || !kp || !sf || !kf || !si || !ki) return 1;
+    const int fp4 = KEY_FMT == DSV4_ROW_FP4;
     if (flush)
         for (size_t i = 0; i < nflush; i++) flush[i] = (float)(i & 7);
     int rc = 0;
@@ -100,10 +105,11 @@ static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter
         for (int k = 0; k < n_ns; k++)
             for (int a = 0; a < n_nqs; a++) {
                 const int n = ns[k], nq = nqs[a];
-                double tp[MAX_REPS], tf[MAX_REPS];
+                double tp[MAX_REPS], tf[MAX_REPS], ti[MAX_REPS];
                 for (int r = 0; r < reps; r++) {
                     tp[r] = run_kernel(DSV4_IDX_APPROX_PANEL, simd, qI, wI, nq, nI, dI, keys, n, sp, kp, flush, nflush);
                     tf[r] = run_kernel(DSV4_IDX_APPROX_FEW, simd, qI, wI, nq, nI, dI, keys, n, sf, kf, flush, nflush);
+                    if (fp4) ti[r] = run_kernel(DSV4_IDX_APPROX_INT, simd, qI, wI, nq, nI, dI, keys, n, si, ki, flush, nflush);
                 }
                 int ok = 1;
                 for (int q = 0; q < nq; q++) {
@@ -112,22 +118,30 @@ static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter
                         const size_t at = (size_t)q * n + w;
                         ok &= fabsf(sp[at] - sf[at]) <= dsv4_idx_approx_bound(&b, kp[at]) +
                                                            dsv4_idx_approx_bound(&b, kf[at]);
+                        if (fp4)
+                            ok &= fabsf(sp[at] - si[at]) <= dsv4_idx_approx_bound(&b, kp[at]) +
+                                                               dsv4_idx_approx_bound(&b, ki[at]);
                     }
                 }
                 qsort(tp, (size_t)reps, sizeof(double), cmp_double);
                 qsort(tf, (size_t)reps, sizeof(double), cmp_double);
-                const double up = tp[reps / 2] * 1e6, uf = tf[reps / 2] * 1e6;
+                if (fp4) qsort(ti, (size_t)reps, sizeof(double), cmp_double);
+                const double up = tp[reps / 2] * 1e6, uf = tf[reps / 2] * 1e6, ui = fp4 ? ti[reps / 2] * 1e6 : 0.0;
+                char extra[160] = "\"int_us\": null, \"int_ns_per_key_query\": null";
+                if (fp4)
+                    snprintf(extra, sizeof extra, "\"int_us\": %.1f, \"int_ns_per_key_query\": %.3f, \"few_over_int\": %.3f",
+                             ui, ui * 1e3 / ((double)n * nq), uf / ui);
                 printf("{\"shape\": \"%s\", \"keys\": \"%s\", \"nI\": %d, \"n\": %d, \"nq\": %d, \"cache\": \"%s\", "
                        "\"level\": \"%s\", \"panel_us\": %.1f, \"few_us\": %.1f, \"panel_over_few\": %.3f, "
-                       "\"panel_ns_per_key_query\": %.3f, \"few_ns_per_key_query\": %.3f, \"within_bounds\": %s}\n",
+                       "\"panel_ns_per_key_query\": %.3f, \"few_ns_per_key_query\": %.3f, %s, \"within_bounds\": %s}\n",
                        shape ? "flash" : "flash_quarter", KEY_FMT == DSV4_ROW_FP4 ? "fp4" : "bf16", nI, n, nq,
                        cold ? "cold" : "hot", dsv4_simd_name(simd), up,
-                       uf, up / uf, up * 1e3 / ((double)n * nq), uf * 1e3 / ((double)n * nq), ok ? "true" : "false");
+                       uf, up / uf, up * 1e3 / ((double)n * nq), uf * 1e3 / ((double)n * nq), extra, ok ? "true" : "false");
                 fflush(stdout);
                 if (!ok) rc = 1;
             }
     }
-    free(flush); free(sp); free(kp); free(sf); free(kf);
+    free(flush); free(sp); free(kp); free(sf); free(kf); free(si); free(ki);
     return rc;
 }
 
@@ -190,6 +204,8 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < NQ_MAX * nI_max * dI; i++) qI[i] = bench_urand(&rng);
     for (int i = 0; i < NQ_MAX * nI_max; i++) wI[i] = 0.05f + 0.5f * (bench_urand(&rng) + 1.0f);
+    if (KEY_FMT == DSV4_ROW_FP4) /* F3 rounds the queries too (each head's blocks of 32) */
+        for (int h = 0; h < NQ_MAX * nI_max; h++) dsv4_row_round(DSV4_ROW_FP4, qI + (size_t)h * dI, dI, 0);
     if (kernels) {
         const int rk = n_nqs ? kernels_main(simd, reps, ns, n_ns, quarter, flash, cold, nqs, n_nqs, qI, wI, keys, nmax)
                              : 2;

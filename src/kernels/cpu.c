@@ -4,7 +4,9 @@
  * the register state in XCR0; without the second the instructions fault even though cpuid
  * lists them. AVX2: cpuid leaf 7 AVX2, leaf 1 FMA, F16C, AVX, OSXSAVE; XCR0 XMM and YMM.
  * AVX-512: leaf 7 F, DQ, BW, VL; XCR0 also the opmask and both halves of the ZMM state.
- * AVX-512 VBMI: leaf 7 ecx bit 1 on top of that (same register state).
+ * AVX-512 VBMI: leaf 7 ecx bits 1 (VBMI) and 11 (VNNI) on top of that (same register state):
+ * every processor with VBMI but Cannon Lake has VNNI too, and the FP4 indexer's integer
+ * scores (idx_approx.c) need it.
  * Nothing is cached: detection is a handful of instructions and runs once per kernel
  * context.
  */
@@ -40,7 +42,7 @@ dsv4_simd dsv4_cpu_simd(void) {
     const int avx2 = (b >> 5) & 1;
     if (!avx2) return DSV4_SIMD_SCALAR;
     const int f = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
-    const int vbmi = (c >> 1) & 1;
+    const int vbmi = (c >> 1) & 1 && (c >> 11) & 1; /* VBMI and VNNI */
     if (f && dq && bw && vl && (xcr0 & XCR0_AVX512) == XCR0_AVX512) return vbmi ? DSV4_SIMD_AVX512VBMI : DSV4_SIMD_AVX512;
     return DSV4_SIMD_AVX2;
 }

@@ -13,7 +13,8 @@ typedef enum {
     DSV4_SIMD_SCALAR = 0, /* portable C */
     DSV4_SIMD_AVX2 = 1,   /* x86-64 AVX2 + FMA + F16C */
     DSV4_SIMD_AVX512 = 2, /* AVX2 level + AVX-512 F/BW/VL/DQ (Skylake-SP, Zen 4 and later) */
-    DSV4_SIMD_AVX512VBMI = 3, /* AVX-512 level + VBMI (byte permutes: Ice Lake, Zen 4 and later) */
+    DSV4_SIMD_AVX512VBMI = 3, /* AVX-512 level + VBMI (byte permutes) and VNNI (byte dots): Ice Lake, Zen 4
+                               * and later */
 } dsv4_simd;
 
 #define DSV4_SIMD_MAX DSV4_SIMD_AVX512VBMI

@@ -9,7 +9,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/codec.h"
 #include "kernels/cpu.h"
+#include "kernels/fidelity.h"
 #include "kernels/idx_scores.h"
 #include "kernels/kv_rows.h"
 #include "util/lines.h"
@@ -85,6 +87,135 @@ void dsv4_idx_approx_ref(const float *qI, size_t qs, const float *wI, size_t ws,
             knorm[(size_t)q * ss + w] = up(sqrt(n2));
         }
     }
+}
+
+/* ---- FP4 keys scored from their bytes (dsv4_idx_approx_fp4_int) ------------------------
+ * Under F3 a 32-value block of a query head and of a key are c_i s_q / 2 and c'_i s_k / 2
+ * with c, c' integers in [-12, 12] (e2m1 values times 2) and s_q, s_k powers of two, so the
+ * block's dot is the integer I_b = sum c_i c'_i (|I_b| <= 4608) times s_q s_k / 4, exactly.
+ * A head's dot is then d = sum over its blocks of (I_b s_q) (s_k / 4): I_b s_q is exact (a
+ * 13-bit integer times a normal power of two at most 2^100), the products by s_k / 4 and
+ * their sum are a float inner product of nb = dI / 32 terms (the first a multiply, then
+ * fused multiply-adds, blocks ascending), whose error is at most gamma_nb times sum_b |I_b
+ * s_q s_k / 4| <= gamma_nb sum_i |q_i K_i| <= gamma_dI ||q|| ||K||: within the bound's
+ * allowance for a head dot (idx_approx.h), and gradual underflow adds at most 2^-150 per
+ * rounding, 2 nb of them against the 2 dI the bound's add term allows. The rest (relu, the
+ * weights, the head sum) is the few-query kernel's. Both levels below compute exactly the
+ * same float operations in the same order (the heads of a query in 16 lanes, group g of 16
+ * heads added by a fused multiply-add after the first group's multiply, then the lanes by
+ * hsum16's tree), so their scores and norms are the same bits.
+ *
+ * The query is encoded per call (fi_encode): each head's block gets F3's scale of its amax
+ * and every value must be c s / 2 exactly with an integer |c| <= 12, else nothing is
+ * scored (the caller unpacks the keys instead). Key values c' come from their nibbles by a
+ * table, offset by 12 (unsigned bytes for vpdpbusd; the offset's 12 sum c is taken off in
+ * advance, fi_query.init). Codes are held in the order the AVX-512 key expansion leaves
+ * them: a key's nibble bytes widened by one shuffle each for the low and the high nibbles,
+ * so 4-byte slot t of block b holds values 32 b + 8 (t % 4) + 2 i + t / 4 (i < 4). */
+
+#define FI_NB 4              /* blocks of 32 values a head at most (dI <= 128) */
+#define FI_V 4               /* head vectors of 16 (queries x ceil(nI / 16)) a pass at most */
+#define FI_SLOTS (8 * FI_NB) /* 4-byte slots a head */
+
+/* e2m1 codes times 2 */
+static const int8_t FI_X2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+typedef struct {
+    int nb, G, V; /* blocks a head, 16-head groups a query, head vectors (queries x G) */
+    _Alignas(64) int8_t qt[FI_SLOTS][FI_V][64];  /* slot, vector v = query G + group, lane l: 4 codes */
+    _Alignas(64) int32_t init[FI_NB][FI_V][16]; /* -12 x the block's codes summed (the keys' offset) */
+    _Alignas(64) float qf[FI_NB][FI_V][16];     /* the block's scale s_q; 0 past nI */
+    _Alignas(64) float w[FI_V][16];             /* the heads' weights; 0 past nI */
+} fi_query;
+
+/* The value slot s's byte i holds. */
+static inline int fi_value(int s, int i) { return 32 * (s / 8) + 8 * (s % 4) + 2 * i + (s % 8) / 4; }
+
+/* nq queries (nq x ceil(nI / 16) <= FI_V) into e; 0 when a value is not c s / 2 as above
+ * (not F3's rounding; NaN, infinite, or a block's amax past 2^100). */
+static int fi_encode(const float *qI, size_t qs, const float *wI, size_t ws, int nq, int nI, int dI, fi_query *e) {
+    const int nb = dI / 32, G = (nI + 15) / 16;
+    e->nb = nb, e->G = G, e->V = nq * G;
+    memset(e->qt, 0, sizeof e->qt);
+    memset(e->init, 0, sizeof e->init);
+    memset(e->qf, 0, sizeof e->qf);
+    memset(e->w, 0, sizeof e->w);
+    for (int qn = 0; qn < nq; qn++)
+        for (int h = 0; h < nI; h++) {
+            const int v = qn * G + h / 16, l = h % 16;
+            e->w[v][l] = wI[(size_t)qn * ws + h];
+            for (int b = 0; b < nb; b++) {
+                const float *x = qI + (size_t)qn * qs + (size_t)h * dI;
+                float amax = DSV4_FID_AMAX_FLOOR_FP4;
+                for (int i = 32 * b; i < 32 * b + 32; i++) amax = !(fabsf(x[i]) <= amax) ? fabsf(x[i]) : amax;
+                if (!(amax <= 0x1p100f)) return 0; /* NaN too */
+                const float s = dsv4_fid_pow2_scale(amax, 1.0f / 6.0f), inv = 2.0f / s;
+                int sum = 0;
+                for (int t = 0; t < 8; t++)
+                    for (int i = 0; i < 4; i++) {
+                        const float xv = x[fi_value(8 * b + t, i)], c = xv * inv;
+                        if (!(fabsf(c) <= 12.0f) || c != nearbyintf(c) || c * s * 0.5f != xv) return 0;
+                        e->qt[8 * b + t][v][4 * l + i] = (int8_t)c;
+                        sum += (int)c;
+                    }
+                e->init[b][v][l] = -12 * sum;
+                e->qf[b][v][l] = s;
+            }
+        }
+    return 1;
+}
+
+/* A key's block scale over 4, 2^(sb - 129), and its square over... the square of a value's
+ * scale s_k / 2, 2^(2 sb - 256), in double; NaN for byte 255 (as dsv4_e8m0_to_f32). */
+static inline float fi_kf(uint8_t sb) {
+    return sb == 255 ? NAN : dsv4_bits_to_f32(sb >= 3 ? (uint32_t)(sb - 2) << 23 : 1u << (sb + 20));
+}
+static inline double fi_kf2(uint8_t sb) { return sb == 255 ? NAN : ldexp(1.0, 2 * sb - 256); }
+
+/* The 16 lanes summed as hsum16 sums each vector (its levels: halves, 128-bit lanes, 64-bit
+ * pairs, neighbours). */
+static inline float fi_tree16(const float *x) {
+    float y[8], z[4];
+    for (int k = 0; k < 8; k++) y[k] = x[k] + x[k + 8];
+    for (int k = 0; k < 4; k++) z[k] = y[k] + y[k + 4];
+    return (z[0] + z[2]) + (z[1] + z[3]);
+}
+
+/* The portable level: query qn of e against the key row (nb blocks). */
+static void fi_score_ref(const fi_query *e, int qn, const uint8_t *row, float *score, float *knorm) {
+    const int nb = e->nb, G = e->G;
+    float kf[FI_NB], lanes[16];
+    double n2 = 0.0;
+    for (int b = 0; b < nb; b++) {
+        const uint8_t sb = row[16 * nb + b];
+        int32_t c2 = 0;
+        for (int i = 32 * b; i < 32 * b + 32; i++) {
+            const int c = FI_X2[(row[i / 2] >> (4 * (i & 1))) & 15];
+            c2 += c * c;
+        }
+        kf[b] = fi_kf(sb);
+        n2 = b ? n2 + (double)c2 * fi_kf2(sb) : (double)c2 * fi_kf2(sb);
+    }
+    for (int g = 0; g < G; g++) {
+        const int v = qn * G + g;
+        for (int l = 0; l < 16; l++) {
+            float d = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                int32_t I = e->init[b][v][l];
+                for (int t = 0; t < 8; t++)
+                    for (int i = 0; i < 4; i++) {
+                        const int n = fi_value(8 * b + t, i);
+                        I += (FI_X2[(row[n / 2] >> (4 * (n & 1))) & 15] + 12) * e->qt[8 * b + t][v][4 * l + i];
+                    }
+                const float tt = (float)I * e->qf[b][v][l];
+                d = b ? fmaf(tt, kf[b], d) : tt * kf[b];
+            }
+            const float r = d > 0.0f ? d : 0.0f;
+            lanes[l] = g ? fmaf(e->w[v][l], r, lanes[l]) : e->w[v][l] * r;
+        }
+    }
+    *score = fi_tree16(lanes);
+    *knorm = up(sqrt(n2));
 }
 
 #if defined(DSV4_HAVE_AVX512) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -298,6 +429,20 @@ AP_INLINE void fq_dots(const float *qT, const float *kf, int dI, const int V, co
     for (int d = dI; d < npf; d++) FQ_PF_TOUCH(pf[d]);
 }
 
+/* Keys [w, w + 16)'s scores (query qn's 16 key vectors at tq + 16 qn, summed by hsum16) and
+ * norms kn, stored for the keys each query sees (below min(lim, w1)). */
+AP_INLINE void fq_store(__m512 *tq, __m512 kn, int nq, const int64_t *lim, int64_t w, int64_t w1, float *scores,
+                        float *knorm, size_t ss) {
+    for (int qn = 0; qn < nq; qn++) {
+        const int64_t e = lim[qn] < w1 ? lim[qn] : w1;
+        if (w >= e) continue;
+        const int64_t v = e - w < 16 ? e - w : 16;
+        const __mmask16 m = (__mmask16)(v >= 16 ? 0xFFFFu : (1u << v) - 1u);
+        _mm512_mask_storeu_ps(scores + (size_t)qn * ss + w, m, hsum16(tq + qn * 16, 0));
+        _mm512_mask_storeu_ps(knorm + (size_t)qn * ss + w, m, kn);
+    }
+}
+
 AP_INLINE void fq_run(const float *qT, const __m512 *wv, size_t ss, int nq, const int64_t *lim,
                       const void *const *keys, int fmt, int64_t w0, int64_t wmax, int64_t w1, int dI, int G,
                       float *scores, float *knorm, const int V, const int J) {
@@ -368,14 +513,7 @@ AP_INLINE void fq_run(const float *qT, const __m512 *wv, size_t ss, int nq, cons
                 }
             }
         }
-        for (int qn = 0; qn < nq; qn++) {
-            const int64_t e = lim[qn] < w1 ? lim[qn] : w1;
-            if (w >= e) continue;
-            const int64_t v = e - w < 16 ? e - w : 16;
-            const __mmask16 m = (__mmask16)(v >= 16 ? 0xFFFFu : (1u << v) - 1u);
-            _mm512_mask_storeu_ps(scores + (size_t)qn * ss + w, m, hsum16(tq + qn * 16, 0));
-            _mm512_mask_storeu_ps(knorm + (size_t)qn * ss + w, m, kn);
-        }
+        fq_store(tq, kn, nq, lim, w, w1, scores, knorm, ss);
     }
 }
 
@@ -445,6 +583,221 @@ AP_FN static void approx_avx512(const float *qI, size_t qs, const float *wI, siz
         }
     }
 }
+/* ---- the AVX-512 VNNI level of dsv4_idx_approx_fp4_int (see fi_score_ref: the same
+ * operations). Per 16 keys: each key's nibble bytes widened into two 64-byte rows of
+ * unsigned codes (c' + 12; one shuffle for the low nibbles, one for the high), its squared
+ * codes summed per block by vpdpbusd on |c'| (a 16 x 16 transpose then gives each block's
+ * sums over the keys in lanes), its scale bytes; then for J keys at a time and each block,
+ * V x J accumulators of 16 heads: vpdpbusd of a key's 4 codes (broadcast) against 4 codes
+ * of 16 heads (a load of qt), 8 a block, then to float, times s_q, and a fused multiply-add
+ * by the key's s_k / 4. No unpack to F32, no F32 dots. */
+#define FI_FN __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx512vnni,fma")))
+#define FI_INLINE static inline __attribute__((always_inline, target("avx512f,avx512dq,avx512vl,avx512bw,avx512vnni,fma")))
+
+/* Scale bytes sb (16 keys) to s_k / 4 = 2^(sb - 129) as floats, NaN for 255 (fi_kf). */
+FI_INLINE __m512 fi_kf_x512(__m512i sb) {
+    const __m512i norm = _mm512_slli_epi32(_mm512_sub_epi32(sb, _mm512_set1_epi32(2)), 23);
+    const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(1), _mm512_add_epi32(sb, _mm512_set1_epi32(20)));
+    __m512i bits = _mm512_mask_blend_epi32(_mm512_cmpge_epi32_mask(sb, _mm512_set1_epi32(3)), sub, norm);
+    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(sb, _mm512_set1_epi32(255)),
+                                 _mm512_set1_epi32(0x7fc00000));
+    return _mm512_castsi512_ps(bits);
+}
+
+/* 8 scale bytes (in int32 lanes) to 2^(2 sb - 256) as doubles, NaN for 255 (fi_kf2). */
+FI_INLINE __m512d fi_kf2_x512(__m256i sb) {
+    const __m512i e = _mm512_cvtepu32_epi64(sb);
+    __m512i bits = _mm512_slli_epi64(_mm512_add_epi64(_mm512_add_epi64(e, e), _mm512_set1_epi64(767)), 52);
+    bits = _mm512_mask_mov_epi64(bits, _mm512_cmpeq_epi64_mask(e, _mm512_set1_epi64(255)),
+                                 _mm512_set1_epi64(0x7ff8000000000000ll));
+    return _mm512_castsi512_pd(bits);
+}
+
+FI_INLINE void fi_run(const fi_query *e, int nq, const int64_t *lim, const void *const *keys, int64_t w0,
+                      int64_t wmax, int64_t w1, float *scores, float *knorm, size_t ss, const int V, const int J) {
+    _Alignas(64) uint8_t kq[16][128]; /* the keys' codes + 12: low nibbles' 64 bytes, then high nibbles' */
+    _Alignas(64) float kf[FI_NB][16];
+    _Alignas(64) uint32_t sbw[16]; /* the keys' scale bytes, block b in byte b */
+    const int nb = e->nb, G = e->G;
+    const int64_t row_bytes = 17 * nb;
+    const __mmask64 nm = nb == 4 ? ~(__mmask64)0 : ((__mmask64)1 << (16 * nb)) - 1;
+    const __m512i tabu = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m512i taba = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12));
+    const __m512i m4 = _mm512_set1_epi8(15);
+    for (int64_t w = w0; w < wmax; w += 16) {
+        const int nk = wmax - w < 16 ? (int)(wmax - w) : 16;
+        __m512 sq[16];
+        for (int j = 0; j < 16; j++) {
+            if (j >= nk) { /* past the range: zero codes (not stored), dotted but not kept */
+                _mm512_store_si512(kq[j], _mm512_set1_epi8(12));
+                _mm512_store_si512(kq[j] + 64, _mm512_set1_epi8(12));
+                sq[j] = _mm512_setzero_ps();
+                sbw[j] = 0;
+                continue;
+            }
+            const uint8_t *row = keys[w + j];
+            if (w + 16 + j < wmax) { /* the next block's key j: its row's lines */
+                const char *nr = keys[w + 16 + j];
+                _mm_prefetch(nr, _MM_HINT_T0);
+                _mm_prefetch(nr + row_bytes - 1, _MM_HINT_T0);
+            }
+            const __m512i x = _mm512_maskz_loadu_epi8(nm, row);
+            const __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+            _mm512_store_si512(kq[j], _mm512_shuffle_epi8(tabu, lo));
+            _mm512_store_si512(kq[j] + 64, _mm512_shuffle_epi8(tabu, hi));
+            const __m512i al = _mm512_shuffle_epi8(taba, lo), ah = _mm512_shuffle_epi8(taba, hi);
+            __m512i c2 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), al, al), ah, ah);
+            c2 = _mm512_add_epi32(c2, _mm512_shuffle_epi32(c2, _MM_PERM_BADC));
+            c2 = _mm512_add_epi32(c2, _mm512_shuffle_epi32(c2, _MM_PERM_CDAB)); /* block b's sum in lane b's dwords */
+            sq[j] = _mm512_castsi512_ps(c2);
+            uint32_t s4 = 0;
+            if (nb == 4) memcpy(&s4, row + 64, 4);
+            else for (int b = 0; b < nb; b++) s4 |= (uint32_t)row[16 * nb + b] << (8 * b);
+            sbw[j] = s4;
+        }
+        transpose16(sq); /* sq[i] lane j: key j's dword i; block b's squared codes in sq[4 b] */
+        const __m512i sbv = _mm512_load_si512(sbw);
+        __m512d n2lo = _mm512_setzero_pd(), n2hi = _mm512_setzero_pd();
+        for (int b = 0; b < nb; b++) {
+            const __m512i sb = _mm512_and_si512(_mm512_srli_epi32(sbv, 8 * b), _mm512_set1_epi32(255));
+            _mm512_store_ps(kf[b], fi_kf_x512(sb));
+            const __m512i c2 = _mm512_castps_si512(sq[4 * b]);
+            const __m512d plo = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(c2)),
+                                              fi_kf2_x512(_mm512_castsi512_si256(sb)));
+            const __m512d phi = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(c2, 1)),
+                                              fi_kf2_x512(_mm512_extracti64x4_epi64(sb, 1)));
+            n2lo = b ? _mm512_add_pd(n2lo, plo) : plo;
+            n2hi = b ? _mm512_add_pd(n2hi, phi) : phi;
+        }
+#define FI_UP (_MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)
+        const __m512 kn = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvt_roundpd_ps(_mm512_sqrt_pd(n2lo), FI_UP)),
+                                             _mm512_cvt_roundpd_ps(_mm512_sqrt_pd(n2hi), FI_UP), 1);
+#undef FI_UP
+        __m512 tq[FI_V * 16]; /* per query: 16 keys' vectors of heads' weighted relus */
+        for (int j0 = 0; j0 < 16; j0 += J) {
+            __m512 dsum[8]; /* nb >= 1: block 0 sets them */
+            for (int i = 0; i < V * J; i++) dsum[i] = _mm512_setzero_ps();
+            for (int b = 0; b < nb; b++) {
+                __m512i acc[8];
+                for (int v = 0; v < V; v++) {
+                    const __m512i in = _mm512_load_si512(e->init[b][v]);
+                    for (int j = 0; j < J; j++) acc[v * J + j] = in;
+                }
+                for (int t = 0; t < 8; t++) {
+                    __m512i qv[FI_V];
+                    for (int v = 0; v < V; v++) qv[v] = _mm512_load_si512(e->qt[8 * b + t][v]);
+                    const int off = (t < 4 ? 0 : 64) + 16 * b + 4 * (t & 3);
+                    for (int j = 0; j < J; j++) {
+                        int32_t kd;
+                        memcpy(&kd, kq[j0 + j] + off, 4);
+                        const __m512i kb = _mm512_set1_epi32(kd);
+                        for (int v = 0; v < V; v++) acc[v * J + j] = _mm512_dpbusd_epi32(acc[v * J + j], kb, qv[v]);
+                    }
+                }
+                for (int v = 0; v < V; v++) {
+                    const __m512 qf = _mm512_load_ps(e->qf[b][v]);
+                    for (int j = 0; j < J; j++) {
+                        const __m512 tt = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[v * J + j]), qf);
+                        const __m512 kb = _mm512_set1_ps(kf[b][j0 + j]);
+                        dsum[v * J + j] = b ? _mm512_fmadd_ps(tt, kb, dsum[v * J + j]) : _mm512_mul_ps(tt, kb);
+                    }
+                }
+            }
+            for (int v = 0; v < V; v++) {
+                const __m512 wv = _mm512_load_ps(e->w[v]);
+                __m512 *t = tq + (v / G) * 16 + j0;
+                for (int j = 0; j < J; j++) {
+                    const __m512 r = _mm512_max_ps(dsum[v * J + j], _mm512_setzero_ps());
+                    t[j] = v % G ? _mm512_fmadd_ps(wv, r, t[j]) : _mm512_mul_ps(wv, r);
+                }
+            }
+        }
+        fq_store(tq, kn, nq, lim, w, w1, scores, knorm, ss);
+    }
+}
+
+/* fi_encode at the AVX-512 VBMI level: the same query encoding (the tests compare the
+ * levels' scores bit for bit), a head's block checked and converted 16 values at a time,
+ * its codes put in slot order by one byte permute a 64-byte pair of blocks, and 16 heads'
+ * slot rows transposed (as dwords) into qt. The scalar loop cost ~9 us a call at 16 heads
+ * (~50 at 64), against ~21 us of dots for a 1024-entry range. */
+#define FE_FN __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx512vbmi,avx512vnni,fma")))
+
+/* F3's scale of a block, 2^ceil(log2(amax * fp32(1/6))), for amax in [6 x 2^-126, 2^100]
+ * (the product is then normal): dsv4_fid_pow2_scale by the exponent bits. */
+static inline float fi_scale(float amax) {
+    const uint32_t u = dsv4_f32_to_bits(amax * (1.0f / 6.0f));
+    return dsv4_bits_to_f32((u & 0x7f800000u) + ((u & 0x7fffffu) ? 0x800000u : 0u));
+}
+
+FE_FN static int fi_encode_x512(const float *qI, size_t qs, const float *wI, size_t ws, int nq, int nI, int dI,
+                                fi_query *e) {
+    const int nb = dI / 32, G = (nI + 15) / 16;
+    e->nb = nb, e->G = G, e->V = nq * G;
+    _Alignas(64) int8_t hv[128];     /* a head's codes in value order */
+    _Alignas(64) int8_t hb[16][128]; /* 16 heads' codes in slot order (slot s: bytes 4 s .. 4 s + 3) */
+    memset(hv, 0, sizeof hv);
+    /* out byte k of a 64-byte pair of blocks: block k / 32, slot t = k % 32 / 4, byte i = k % 4 */
+    _Alignas(64) int8_t pidx[64];
+    for (int k = 0; k < 64; k++) pidx[k] = (int8_t)fi_value(k % 32 / 4 + 8 * (k / 32), k % 4);
+    const __m512i perm = _mm512_load_si512(pidx);
+    const __m512 absm = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff)), twelve = _mm512_set1_ps(12.0f);
+    for (int qn = 0; qn < nq; qn++)
+        for (int g = 0; g < G; g++) {
+            const int v = qn * G + g, nh = nI - 16 * g < 16 ? nI - 16 * g : 16;
+            for (int l = 0; l < 16; l++) {
+                if (l >= nh) {
+                    memset(hb[l], 0, sizeof hb[l]);
+                    for (int b = 0; b < nb; b++) e->init[b][v][l] = 0, e->qf[b][v][l] = 0.0f;
+                    continue;
+                }
+                const float *x = qI + (size_t)qn * qs + (size_t)(16 * g + l) * dI;
+                for (int b = 0; b < nb; b++) {
+                    const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
+                    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x0, absm), _mm512_and_ps(x1, absm)));
+                    amax = amax > DSV4_FID_AMAX_FLOOR_FP4 ? amax : DSV4_FID_AMAX_FLOOR_FP4;
+                    if (!(amax <= 0x1p100f)) return 0; /* a NaN may be lost by max: the checks below see it */
+                    const float s = fi_scale(amax);
+                    const __m512 inv = _mm512_set1_ps(2.0f / s), sv = _mm512_set1_ps(s), half = _mm512_set1_ps(0.5f);
+                    const __m512 c0 = _mm512_mul_ps(x0, inv), c1 = _mm512_mul_ps(x1, inv);
+                    const __m512i i0 = _mm512_cvtps_epi32(c0), i1 = _mm512_cvtps_epi32(c1);
+                    const __m512 f0 = _mm512_cvtepi32_ps(i0), f1 = _mm512_cvtepi32_ps(i1);
+                    /* c an integer of magnitude at most 12, and c s / 2 the value itself */
+                    __mmask16 ok0 = _mm512_cmp_ps_mask(f0, c0, _CMP_EQ_OQ) &
+                                    _mm512_cmp_ps_mask(_mm512_and_ps(c0, absm), twelve, _CMP_LE_OQ) &
+                                    _mm512_cmp_ps_mask(_mm512_mul_ps(_mm512_mul_ps(f0, sv), half), x0, _CMP_EQ_OQ);
+                    __mmask16 ok1 = _mm512_cmp_ps_mask(f1, c1, _CMP_EQ_OQ) &
+                                    _mm512_cmp_ps_mask(_mm512_and_ps(c1, absm), twelve, _CMP_LE_OQ) &
+                                    _mm512_cmp_ps_mask(_mm512_mul_ps(_mm512_mul_ps(f1, sv), half), x1, _CMP_EQ_OQ);
+                    if ((ok0 & ok1) != 0xFFFF) return 0;
+                    _mm_store_si128((__m128i *)(hv + 32 * b), _mm512_cvtepi32_epi8(i0));
+                    _mm_store_si128((__m128i *)(hv + 32 * b + 16), _mm512_cvtepi32_epi8(i1));
+                    e->init[b][v][l] = -12 * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+                    e->qf[b][v][l] = s;
+                }
+                _mm512_store_si512(hb[l], _mm512_permutexvar_epi8(perm, _mm512_load_si512(hv)));
+                _mm512_store_si512(hb[l] + 64, _mm512_permutexvar_epi8(perm, _mm512_load_si512(hv + 64)));
+            }
+            for (int h0 = 0; h0 < 8 * nb; h0 += 16) { /* slots h0 .. h0 + 15 of the 16 heads */
+                __m512 r[16];
+                for (int l = 0; l < 16; l++) r[l] = _mm512_load_ps((const float *)(hb[l] + 4 * h0));
+                transpose16(r);
+                for (int s = h0; s < h0 + 16 && s < 8 * nb; s++) _mm512_store_ps((float *)e->qt[s][v], r[s - h0]);
+            }
+            _mm512_store_ps(e->w[v], _mm512_maskz_loadu_ps((__mmask16)((1u << nh) - 1u), wI + (size_t)qn * ws + 16 * g));
+        }
+    return 1;
+}
+
+FI_FN static void fi_avx512(const fi_query *e, int nq, const int64_t *lim, const void *const *keys, int64_t w0,
+                            int64_t wmax, int64_t w1, float *scores, float *knorm, size_t ss) {
+    switch (e->V) {
+    case 1: fi_run(e, nq, lim, keys, w0, wmax, w1, scores, knorm, ss, 1, 8); break;
+    case 2: fi_run(e, nq, lim, keys, w0, wmax, w1, scores, knorm, ss, 2, 4); break;
+    case 3: fi_run(e, nq, lim, keys, w0, wmax, w1, scores, knorm, ss, 3, 2); break;
+    default: fi_run(e, nq, lim, keys, w0, wmax, w1, scores, knorm, ss, 4, 2); break;
+    }
+}
 #endif
 
 typedef struct {
@@ -463,10 +816,50 @@ static void fp4_approx_run(void *user, int q0, int g, const int64_t *glim, const
                            g, glim, fkeys, DSV4_ROW_F32, 0, n, j->nI, j->dI, j->scores + at, j->knorm + at, j->ss);
 }
 
+int dsv4_idx_approx_fp4_int(int simd, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
+                            const int64_t *lim, const void *const *keys, int64_t w0, int64_t w1, int nI, int dI,
+                            float *scores, float *knorm, size_t ss) {
+    if (dI < 32 || dI % 32 || dI > 32 * FI_NB || nI < 1 || nI > 16 * FI_V || nq < 1) return 0;
+    fi_query e;
+    const int qg = FI_V / ((nI + 15) / 16); /* queries a pass */
+    for (int q0 = 0; q0 < nq; q0 += qg) {
+        const int n = nq - q0 < qg ? nq - q0 : qg;
+#ifdef HAVE_AVX512_APPROX
+        const int x512 = simd >= DSV4_SIMD_AVX512VBMI;
+        if (!(x512 ? fi_encode_x512 : fi_encode)(qI + (size_t)q0 * qs, qs, wI + (size_t)q0 * ws, ws, n, nI, dI, &e))
+            return 0;
+#else
+        if (!fi_encode(qI + (size_t)q0 * qs, qs, wI + (size_t)q0 * ws, ws, n, nI, dI, &e)) return 0;
+#endif
+        int64_t wmax = w0; /* the keys any query of the pass sees */
+        for (int q = q0; q < q0 + n; q++) {
+            const int64_t end = lim[q] < w1 ? lim[q] : w1;
+            wmax = end > wmax ? end : wmax;
+        }
+        if (wmax <= w0) continue;
+#ifdef HAVE_AVX512_APPROX
+        if (simd >= DSV4_SIMD_AVX512VBMI) {
+            fi_avx512(&e, n, lim + q0, keys, w0, wmax, w1, scores + (size_t)q0 * ss, knorm + (size_t)q0 * ss, ss);
+            continue;
+        }
+#endif
+        (void)simd;
+        for (int q = 0; q < n; q++) {
+            const int64_t end = lim[q0 + q] < w1 ? lim[q0 + q] : w1;
+            for (int64_t w = w0; w < end; w++)
+                fi_score_ref(&e, q, keys[w], scores + (size_t)(q0 + q) * ss + w, knorm + (size_t)(q0 + q) * ss + w);
+        }
+    }
+    return 1;
+}
+
 void dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
                             const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
                             int dI, float *scores, float *knorm, size_t ss) {
-    if (key_fmt == DSV4_ROW_FP4) { /* unpacked in runs (idx_scores.h), then as F32 */
+    if (key_fmt == DSV4_ROW_FP4) { /* integer block dots from the bytes, or unpacked in runs (idx_scores.h) */
+        const int want_int = kernel == DSV4_IDX_APPROX_INT || (kernel == DSV4_IDX_APPROX_AUTO && simd >= DSV4_SIMD_AVX512VBMI);
+        if (want_int && dsv4_idx_approx_fp4_int(simd, qI, qs, wI, ws, nq, lim, keys, w0, w1, nI, dI, scores, knorm, ss))
+            return;
         fp4_approx_job j = {simd, kernel, qI, wI, qs, ws, ss, nI, dI, scores, knorm};
         dsv4_idx_fp4_runs(simd, lim, nq, keys, w0, w1, dI, fp4_approx_run, &j);
         return;

@@ -40,12 +40,29 @@ void dsv4_idx_approx(int simd, const float *qI, size_t qs, const float *wI, size
 /* Which AVX-512 kernel (bench_indexer's old against new, the tests' both kernels at every nq):
  * AUTO as dsv4_idx_approx chooses, PANEL the key-panel kernel, FEW the heads-in-lanes kernel
  * where it fits (at most 4 vectors of 16 heads in all: nq x ceil(nI / 16) <= 4), else PANEL.
- * AUTO takes FEW for nq <= DSV4_IDX_APPROX_FEW_MAX_NQ. Other levels ignore it. */
-enum { DSV4_IDX_APPROX_AUTO, DSV4_IDX_APPROX_PANEL, DSV4_IDX_APPROX_FEW };
+ * AUTO takes FEW for nq <= DSV4_IDX_APPROX_FEW_MAX_NQ. Other levels ignore it. FP4 keys: AUTO
+ * scores them by integer block dots (dsv4_idx_approx_fp4_int) at the AVX-512 VBMI level (which
+ * has VNNI), where the query allows, PANEL and FEW unpack them to F32 first (as every level
+ * below), INT takes the integer dots at any level (portable below AVX-512 VBMI; the tests'
+ * second opinion). F32 and BF16 keys read INT as AUTO. */
+enum { DSV4_IDX_APPROX_AUTO, DSV4_IDX_APPROX_PANEL, DSV4_IDX_APPROX_FEW, DSV4_IDX_APPROX_INT };
 #define DSV4_IDX_APPROX_FEW_MAX_NQ 4
 void dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
                             const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
                             int dI, float *scores, float *knorm, size_t ss);
+
+/* FP4 keys (DSV4_ROW_FP4) scored from their bytes, under fidelity F3: a 32-value block of a
+ * query head and a key are e2m1 codes times power-of-two scales, so their dot is an exact
+ * integer I_b (|I_b| <= 32 x 12 x 12) times s_q s_k / 4; a head's dot is its blocks' terms
+ * summed in float (not the exact kernel's order: the bound above covers it, with fewer
+ * roundings, idx_approx.c), the rest as the F32 kernels. Scores and norms as
+ * dsv4_idx_approx; the portable level and the AVX-512 VBMI + VNNI one (vpdpbusd) give the same
+ * bits. Returns 1 when it scored; 0, having scored nothing that counts, when the shape is not
+ * covered (dI a multiple of 32 up to 128, nI <= 64) or a query value is not c s / 2 with an
+ * integer |c| <= 12 and s its block's F3 scale (at most 2^100): a query F3 did not round. */
+int dsv4_idx_approx_fp4_int(int simd, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
+                            const int64_t *lim, const void *const *keys, int64_t w0, int64_t w1, int nI, int dI,
+                            float *scores, float *knorm, size_t ss);
 
 /* The portable level alone. */
 void dsv4_idx_approx_ref(const float *qI, size_t qs, const float *wI, size_t ws, int nq, const int64_t *lim,

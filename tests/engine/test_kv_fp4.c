@@ -1,6 +1,6 @@
 /* test_kv_fp4.c — FP4 indexer keys (DSV4_KV_IDX_FP4, serving.md §a.1) under fidelity F3.
  *
- *   test_kv_fp4 MODEL_DIR [N]
+ *   test_kv_fp4 MODEL_DIR [N] [bounded]
  *
  * F3 rounds every indexer key to e2m1 values times a power-of-two scale per 32, exactly the
  * values FP4 rows hold, so storing the keys as FP4 must change no bit. With F3 on, against
@@ -13,6 +13,10 @@
  * and the refusals: an engine without F3 refuses FP4 keys, naming F3, and a file written
  * with FP4 keys is refused by an engine that stores BF16 ones, naming both. Chunk schedules
  * and batches under FP4 keys are test_invariants' (fidelity mode, DSV4_TEST_KV=bf16+fp4).
+ * "bounded": the model's indexer is wide enough for the bounded selection (approximate
+ * scores, then the exact ones near the top-k boundary: attention.h's AUTO, nI x dI >= 1024,
+ * which no golden model is), and the test asserts that CSA rows chose among more entries
+ * than they keep with it on, so FP4 keys' approximate pass is compared too.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -20,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attn/attention.h"
 #include "golden_run.h"
 #include "dsv4.h"
 #include "model/model.h"
@@ -138,6 +143,18 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < (size_t)L * N; i++) sel += o[1].ch.csa_n[i] == topk;
     printf("%d tokens (prefill %d): %ld (layer, token) CSA selections of %d entries\n", N, P, sel, topk);
     CHECK_MSG(sel > 0, "no CSA row chose among more than topk entries: the keys were never read");
+    if (argc > 3 && !strcmp(argv[3], "bounded")) { /* AUTO's choice for the rows that chose */
+        dsv4_attn_ctx ctx = {.cfg = c, .indexer_mode = DSV4_INDEXER_AUTO};
+        long bounded = 0;
+        for (int t = 0; t < N; t++) { /* position t sees (t + 1) / 4 entries of a CSA layer */
+            const int64_t n_vis = dsv4_attn_visible(4, t);
+            if (n_vis > topk && dsv4_attn_indexer_bounded(&ctx, n_vis)) bounded++;
+        }
+        printf("indexer %d x %d: %ld positions select with the bounded scores\n", c->index_n_heads,
+               c->index_head_dim, bounded);
+        CHECK_MSG(bounded > 0, "the bounded selection never ran: nI x dI = %d < %d?",
+                  c->index_n_heads * c->index_head_dim, DSV4_INDEXER_BOUNDED_MIN_MACS);
+    }
     same_run(&o[1], &o[0], N, D, V, L, K, topk, mtp, "f32+fp4 against f32 (F3)");
     same_run(&o[3], &o[2], N, D, V, L, K, topk, mtp, "bf16+fp4 against bf16 (F3)");
 

@@ -4,12 +4,18 @@
  * score lies within its bound of the exact kernel's score, the norms are the keys' norms,
  * (rounded up), nothing is written past a query's limit. Then the bound's terms: tight
  * enough to be useful (a bound that held only because it was huge would make every entry
- * a candidate), invalid for NaN or infinite queries and weights, kmax for huge ones. */
+ * a candidate), invalid for NaN or infinite queries and weights, kmax for huge ones.
+ * FP4 keys' integer scores (dsv4_idx_approx_fp4_int) under F3-rounded queries: every level
+ * gives the portable level's bits (scores and norms), within the bound of the exact scores
+ * on adversarial blocks (scales from the subnormals' edge to 2^100 in one key or query,
+ * the largest codes, dots cancelling to the relu's edge, negative weights), nothing past a
+ * query's limit; and no score where the query is not F3's or the shape is not covered. */
 #include <math.h>
 #include <stdint.h>
 
 #include "kernels/attn_ops.h"
 #include "kernels/cpu.h"
+#include "kernels/fidelity.h"
 #include "kernels/idx_approx.h"
 #include "kernels/idx_scores.h"
 #include "kernels/kv_rows.h"
@@ -90,6 +96,107 @@ static void check(int level, int fmt, int nI, int dI, int nk, int nq, double ksc
         check_k(level, kernel, fmt, nI, dI, nk, nq, kscale);
 }
 
+/* One block of 32 values at scale 2^e, F3-rounded (e past 100 or below -140: edges). */
+static void int_block(float *x, int e, int kind) {
+    for (int i = 0; i < 32; i++) {
+        double v = urand();
+        if (kind == 1) v = i % 2 ? -1.0 : 1.0;       /* every code the largest: |I_b| = 4608 */
+        if (kind == 2 && i % 3) v *= 1e-3;           /* one large value, small ones beside it */
+        x[i] = (float)ldexp(v * 6.0, e);
+    }
+    dsv4_fid_fp4_rt(x, 32);
+}
+
+/* FP4 integer scores at level against the portable level and the exact kernel. adv: block
+ * scales vary from 2^-140 to 2^90 inside each key and query head, some blocks at the largest
+ * codes, half the weights negative; then key 3 is made to cancel query 0's head 0 exactly. */
+static void check_int(int level, int nI, int dI, int nk, int nq, int adv) {
+    const dsv4_attn_ops *ops = dsv4_attn_ops_for(DSV4_SIMD_SCALAR);
+    const size_t qs = (size_t)nI * dI + 3, ws = (size_t)nI + 1, ss = (size_t)nk + 5;
+    const int64_t rb = dsv4_row_bytes(DSV4_ROW_FP4, dI, 0);
+    static const int exps[] = {-140, -126, -125, -100, -60, -3, 0, 2, 40, 90};
+    float *qI = calloc(qs * nq, sizeof(float)), *wI = calloc(ws * nq, sizeof(float));
+    float *kb = malloc(sizeof(float) * (size_t)nk * dI);
+    uint8_t *packed = malloc((size_t)nk * rb + 1);
+    const void **keys = malloc(sizeof(void *) * nk);
+    for (int q = 0; q < nq; q++) {
+        for (int h = 0; h < nI; h++) {
+            for (int b = 0; b < dI / 32; b++)
+                int_block(qI + q * qs + (size_t)h * dI + 32 * b, adv ? exps[(q + 3 * h + b) % 9] : -2,
+                          adv && (h + b) % 5 == 1);
+            wI[q * ws + h] = (float)(adv && h % 2 ? -0.5 + urand() * 0.1 : 0.1 + fabs(urand()));
+        }
+    }
+    for (int w = 0; w < nk; w++) {
+        float *k = kb + (size_t)w * dI;
+        for (int b = 0; b < dI / 32; b++)
+            int_block(k + 32 * b, adv ? exps[(w * 7 + b) % 10] : (w % 11 == 5 ? -1 : 0), adv && (w + b) % 4 == 2);
+        if (w % 13 == 7) memset(k, 0, sizeof(float) * dI);
+        if (adv && w == 3 && dI >= 64) /* head 0 of query 0: the blocks' dots cancel exactly */
+            for (int i = 0; i < 32; i++) k[i] = qI[32 + i], k[32 + i] = -qI[i];
+        dsv4_row_pack(DSV4_ROW_FP4, packed + 1 + (size_t)w * rb, k, dI, 0);
+        dsv4_row_unpack(DSV4_ROW_FP4, k, packed + 1 + (size_t)w * rb, dI, 0);
+        keys[w] = packed + 1 + (size_t)w * rb;
+    }
+    int64_t lim[16];
+    for (int q = 0; q < nq; q++) lim[q] = nk - (nq - 1 - q) * (nk / (nq + 2));
+    float *exact = malloc(sizeof(float) * ss * nq), *got[2], *kn[2];
+    for (int r = 0; r < 2; r++) {
+        got[r] = malloc(sizeof(float) * ss * nq), kn[r] = malloc(sizeof(float) * ss * nq);
+        for (size_t i = 0; i < ss * nq; i++) got[r][i] = kn[r][i] = -7.0f;
+    }
+    dsv4_idx_scores(level, ops, qI, qs, wI, ws, nq, lim, keys, DSV4_ROW_FP4, 0, nk, nI, dI, exact, ss);
+    const int cut = nk / 3 | 1; /* two ranges, the second from an odd start */
+    int ran = dsv4_idx_approx_fp4_int(level, qI, qs, wI, ws, nq, lim, keys, 0, cut, nI, dI, got[0], kn[0], ss);
+    ran &= dsv4_idx_approx_fp4_int(level, qI, qs, wI, ws, nq, lim, keys, cut, nk, nI, dI, got[0], kn[0], ss);
+    ran &= dsv4_idx_approx_fp4_int(DSV4_SIMD_SCALAR, qI, qs, wI, ws, nq, lim, keys, 0, nk, nI, dI, got[1], kn[1], ss);
+    CHECK_MSG(ran, "level %d nI %d dI %d nq %d: F3 queries not scored by integer dots", level, nI, dI, nq);
+    CHECK_MSG(!memcmp(got[0], got[1], sizeof(float) * ss * nq) && !memcmp(kn[0], kn[1], sizeof(float) * ss * nq),
+              "level %d nI %d dI %d nq %d adv %d: integer scores or norms differ from the portable level's", level, nI,
+              dI, nq, adv);
+    double worst = 0.0;
+    int out = 0, beyond = 0;
+    for (int q = 0; q < nq; q++) {
+        const dsv4_idx_bound b = dsv4_idx_approx_query(qI + q * qs, wI + q * ws, nI, dI);
+        CHECK(b.valid);
+        for (int w = 0; w < lim[q]; w++) {
+            const size_t at = (size_t)q * ss + w;
+            double n2 = 0;
+            for (int c = 0; c < dI; c++) n2 += (double)kb[(size_t)w * dI + c] * kb[(size_t)w * dI + c];
+            CHECK(kn[0][at] >= sqrt(n2) && kn[0][at] <= sqrt(n2) * (1 + 1e-6) + 0x1p-149);
+            if (!(kn[0][at] <= b.kmax)) { /* the selection scores these exactly */
+                beyond++;
+                continue;
+            }
+            const double bound = dsv4_idx_approx_bound(&b, kn[0][at]);
+            const double err = fabs((double)exact[at] - got[0][at]);
+            out += !(err <= bound) || !(got[0][at] - (float)bound <= exact[at]) ||
+                   !(got[0][at] + (float)bound >= exact[at]);
+            if (bound > 0) worst = fmax(worst, err / bound);
+        }
+        for (size_t w = (size_t)lim[q]; w < ss; w++) CHECK(got[0][q * ss + w] == -7.0f && kn[0][q * ss + w] == -7.0f);
+    }
+    CHECK_MSG(out == 0, "level %d nI %d dI %d nq %d adv %d: %d integer scores outside their bound (worst %.3g)", level,
+              nI, dI, nq, adv, out, worst);
+    CHECK_MSG(beyond < nk * nq / 2, "adv %d: %d of the keys past kmax: the bound barely tested", adv, beyond);
+    if (adv) printf("integer scores, level %d, %d x %d, %d queries: worst err / bound %.3g, %d keys past kmax\n", level,
+                    nI, dI, nq, worst, beyond);
+    /* a query F3 did not round, NaN, a block past 2^100: not scored (the caller unpacks) */
+    const float keep = qI[5];
+    qI[5] = nextafterf(qI[5] == 0.0f ? 1.0f : qI[5], INFINITY);
+    CHECK(!dsv4_idx_approx_fp4_int(level, qI, qs, wI, ws, nq, lim, keys, 0, nk, nI, dI, got[0], kn[0], ss));
+    qI[5] = NAN;
+    CHECK(!dsv4_idx_approx_fp4_int(level, qI, qs, wI, ws, nq, lim, keys, 0, nk, nI, dI, got[0], kn[0], ss));
+    qI[5] = 0x1p101f;
+    CHECK(!dsv4_idx_approx_fp4_int(level, qI, qs, wI, ws, nq, lim, keys, 0, nk, nI, dI, got[0], kn[0], ss));
+    const float keep4 = qI[4]; /* a value below the block scale's reach: c s / 2 underflows to 0 */
+    qI[4] = 0x1p99f, qI[5] = 0x1p-149f;
+    CHECK(!dsv4_idx_approx_fp4_int(level, qI, qs, wI, ws, nq, lim, keys, 0, nk, nI, dI, got[0], kn[0], ss));
+    qI[4] = keep4, qI[5] = keep;
+    free(qI); free(wI); free(kb); free(packed); free(keys); free(exact);
+    for (int r = 0; r < 2; r++) free(got[r]), free(kn[r]);
+}
+
 /* The bound's size: scale / Q within (1e-6, 1e-3) for Flash's shape (eps ~ 4e-5), so that
  * the candidates stay near topk; NaN or infinite queries or weights make it invalid. */
 static void check_terms(void) {
@@ -154,6 +261,22 @@ int main(void) {
         check(level, DSV4_ROW_FP4, 8, 128, 150, 16, 1.0);
         check(level, DSV4_ROW_FP4, 16, 128, 200, 1, 1e-30);
         check(level, DSV4_ROW_FP4, 16, 128, 200, 1, 1e25);
+    }
+    /* FP4 keys' integer scores: the shapes it covers (dI 32..128, nI up to 64, several
+     * passes of queries), adversarial scales; then shapes it does not cover. The best level
+     * against the portable one (the levels between run the portable code: it has two) */
+    const int shapes[][3] = {{16, 128, 1}, {64, 128, 1}, {64, 128, 3}, {8, 128, 5}, {13, 96, 2}, {3, 32, 6}, {40, 64, 2}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int adv = 0; adv < 2; adv++) check_int(best, shapes[i][0], shapes[i][1], adv ? 120 : 200, shapes[i][2], adv);
+    {
+        float q[160] = {0}, w[1] = {1.0f}, sc[4], kn[4];
+        const int64_t lim[1] = {1};
+        uint8_t row[160];
+        memset(row, 0, sizeof row);
+        const void *keys[1] = {row};
+        CHECK(!dsv4_idx_approx_fp4_int(best, q, 160, w, 1, 1, lim, keys, 0, 1, 1, 160, sc, kn, 1)); /* dI > 128 */
+        CHECK(!dsv4_idx_approx_fp4_int(best, q, 16, w, 1, 1, lim, keys, 0, 1, 1, 16, sc, kn, 1));   /* dI % 32 */
+        CHECK(!dsv4_idx_approx_fp4_int(best, q, 160, w, 1, 1, lim, keys, 0, 1, 65, 32, sc, kn, 1)); /* nI > 64 */
     }
     check_terms();
     return test_report();
