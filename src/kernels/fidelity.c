@@ -33,13 +33,16 @@ float dsv4_fid_e2m1_round(float y) { return round_minifloat(y, 0, 1, 6.0f); }
 
 float dsv4_fid_pow2_scale(float amax, float inv_max) {
     const float v = amax * inv_max; /* one FP32 multiply, as the official kernel */
+    if (v != v) return v;
+    if (!(v <= 0x1p126f)) return 0x1p127f; /* ue8m0's largest: only an infinite amax gets here */
     int e;
     const float m = frexpf(v, &e); /* v = m 2^e, m in [0.5, 1): ceil(log2 v) = e, or e-1 at m = 0.5 */
     return ldexpf(1.0f, m == 0.5f ? e - 1 : e);
 }
 
-/* One block: floor amax, scale, clamp, round, unscale. */
-static void block_rt(float *x, int n, float floor_, float vmax, float inv_max, float (*rnd)(float)) {
+/* One block: floor amax, scale, clamp, round, unscale, and a product past FLT_MAX saturated at
+ * sat (INFINITY: none). */
+static void block_rt(float *x, int n, float floor_, float vmax, float inv_max, float (*rnd)(float), float sat) {
     float amax = floor_;
     for (int i = 0; i < n; i++) {
         const float a = fabsf(x[i]);
@@ -50,20 +53,21 @@ static void block_rt(float *x, int n, float floor_, float vmax, float inv_max, f
         float v = x[i] / s;
         v = v > vmax ? vmax : v < -vmax ? -vmax : v;
         x[i] = rnd(v) * s;
+        if (fabsf(x[i]) > sat) x[i] = copysignf(sat, x[i]); /* a NaN stays */
     }
 }
 
 void dsv4_fid_fp8_rt(float *x, int64_t n, int block) {
     for (int64_t b0 = 0; b0 < n; b0 += block) {
         const int m = n - b0 < block ? (int)(n - b0) : block;
-        block_rt(x + b0, m, DSV4_FID_AMAX_FLOOR_FP8, 448.0f, 1.0f / 448.0f, dsv4_fid_e4m3_round);
+        block_rt(x + b0, m, DSV4_FID_AMAX_FLOOR_FP8, 448.0f, 1.0f / 448.0f, dsv4_fid_e4m3_round, INFINITY);
     }
 }
 
 void dsv4_fid_fp4_rt(float *x, int64_t n) {
     for (int64_t b0 = 0; b0 < n; b0 += 32) {
         const int m = n - b0 < 32 ? (int)(n - b0) : 32;
-        block_rt(x + b0, m, DSV4_FID_AMAX_FLOOR_FP4, 6.0f, 1.0f / 6.0f, dsv4_fid_e2m1_round);
+        block_rt(x + b0, m, DSV4_FID_AMAX_FLOOR_FP4, 6.0f, 1.0f / 6.0f, dsv4_fid_e2m1_round, DSV4_FID_FP4_MAX);
     }
 }
 

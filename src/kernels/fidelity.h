@@ -7,7 +7,12 @@
  *                  s = 2^ceil(log2(amax * fp32(1/448))) (ue8m0),
  *                  x <- e4m3_RNE(clamp(x/s, -448, 448)) * s
  *   F3 FP4         per block of 32: amax = max(max|x|, 6 * 2^-126),
- *                  s = 2^ceil(log2(amax * fp32(1/6))), x <- e2m1_RNE(clamp(x/s, -6, 6)) * s
+ *                  s = 2^ceil(log2(amax * fp32(1/6))), x <- e2m1_RNE(clamp(x/s, -6, 6)) * s,
+ *                  saturated at +-DSV4_FID_FP4_MAX where that product overflows (|x| >= 3.5 x
+ *                  2^126, s = 2^126: 4 s and 6 s are past FLT_MAX; an infinite x, s = 2^127):
+ *                  the clamp's saturation carried to the largest finite value e2m1 times a
+ *                  power of two holds, so the rule is idempotent and FP4 rows store its
+ *                  output exactly there too (an inf would come back with another scale)
  *   BF16           round to nearest even (NaN kept a NaN)
  * A row whose width is not a multiple of the block ends with a shorter block that gets its
  * own amax and scale. Rounding is round-half-to-even in every format (the spec's assumption,
@@ -21,13 +26,16 @@
 /* Items of fidelity mode; the same bits as DSV4_FID_* in dsv4.h. */
 #define DSV4_FID_AMAX_FLOOR_FP8 1e-4f
 #define DSV4_FID_AMAX_FLOOR_FP4 (6.0f * 0x1p-126f)
+#define DSV4_FID_FP4_MAX 0x1.8p127f /* 6 x 2^125 = 3 x 2^126: F3's largest finite value */
 
 /* Value of e4m3_RNE(y) for |y| <= 448 (saturating beyond): the nearest e4m3 value, ties to
  * the even significand; subnormals have step 2^-9. */
 float dsv4_fid_e4m3_round(float y);
 /* Value of e2m1_RNE(y) for |y| <= 6 (saturating beyond): nearest of {0, .5, 1, 1.5, 2, 3, 4, 6}. */
 float dsv4_fid_e2m1_round(float y);
-/* The power-of-two scale 2^ceil(log2(amax * inv_max)) of one block (amax already floored). */
+/* The power-of-two scale 2^ceil(log2(amax * inv_max)) of one block (amax already floored),
+ * at most ue8m0's largest, 2^127 (an infinite amax: no finite one reaches it with inv_max
+ * 1/6 or 1/448); NaN for a NaN amax. */
 float dsv4_fid_pow2_scale(float amax, float inv_max);
 
 /* F1 rule over x[0, n) in blocks of `block` values, in place. */

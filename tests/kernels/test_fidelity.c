@@ -2,6 +2,7 @@
  * hand-checkable cases: e4m3/e2m1 ties to even, subnormals, saturation, the amax floors,
  * the power-of-two scale at exact powers of two, block tails, BF16 ties and the Hadamard
  * rotation; plus agreement with the checkpoint codecs (an independent encoder) on a sweep. */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -76,6 +77,38 @@ static void test_scale(void) {
     CHECK(dsv4_fid_pow2_scale(12.0f, 1.0f / 6.0f) == 2.0f);
     CHECK(dsv4_fid_pow2_scale(3.0f, 1.0f / 6.0f) == 0.5f);
     CHECK(dsv4_fid_pow2_scale(3.1f, 1.0f / 6.0f) == 1.0f);
+    /* the top of the range: defined, at most ue8m0's 2^127 */
+    CHECK(dsv4_fid_pow2_scale(FLT_MAX, 1.0f / 6.0f) == 0x1p126f);
+    CHECK(dsv4_fid_pow2_scale(INFINITY, 1.0f / 6.0f) == 0x1p127f);
+    CHECK(dsv4_fid_pow2_scale(INFINITY, 1.0f / 448.0f) == 0x1p127f);
+    CHECK(isnan(dsv4_fid_pow2_scale(NAN, 1.0f / 6.0f)));
+}
+
+/* F3 at the top of the float range (rv-idx4): from 3.5 x 2^126 up (s = 2^126, where 4 s and
+ * 6 s overflow) and for infinities the result saturates at DSV4_FID_FP4_MAX = 3 x 2^126 with
+ * its sign; the rule is idempotent there (bit for bit), and its output is an e2m1 value times a
+ * power of two, so the FP4 codec holds it. Values beside a saturated one keep the block's
+ * scale (2^126), an infinite amax's block rounds at 2^127 (a NaN there is rounded to 0, as
+ * anywhere). */
+static void test_fp4_top(void) {
+    float x[32] = {0x1.cp127f, -0x1.cp127f, 0x1.8p127f, FLT_MAX, 0x1p125f, 0x1.8p126f, 0x1.7p126f, 1.0f};
+    dsv4_fid_fp4_rt(x, 32);
+    CHECK(x[0] == DSV4_FID_FP4_MAX && x[1] == -DSV4_FID_FP4_MAX && x[2] == DSV4_FID_FP4_MAX &&
+          x[3] == DSV4_FID_FP4_MAX); /* 3.5 s, 6 s past the clamp: not inf */
+    CHECK(x[4] == 0x1p125f && x[5] == 0x1.8p126f && x[6] == 0x1.8p126f && x[7] == 0.0f); /* at s = 2^126 */
+    float y[32] = {INFINITY, -INFINITY, 0x1p126f, 0x1p125f, NAN};
+    dsv4_fid_fp4_rt(y, 32);
+    CHECK(y[0] == DSV4_FID_FP4_MAX && y[1] == -DSV4_FID_FP4_MAX);
+    CHECK(y[2] == 0x1p126f && y[3] == 0.0f && y[4] == 0.0f); /* s = 2^127: 0.5 s kept, 0.25 s to 0 */
+    CHECK(all_finite(x, 32));
+    for (int k = 0; k < 2; k++) { /* idempotent: the rule on its own output changes no bit */
+        float *v = k ? y : x, w[32];
+        memcpy(w, v, sizeof w);
+        dsv4_fid_fp4_rt(w, 32);
+        CHECK_MSG(!memcmp(w, v, sizeof w), "F3 on its output at the top of the range changed a bit (%d)", k);
+        /* FP4 codes hold it: code times the block scale DSV4_FID_FP4_MAX gets, 2^125 */
+        CHECK(dsv4_e2m1_to_f32(dsv4_f32_to_e2m1(DSV4_FID_FP4_MAX / 0x1p125f)) * 0x1p125f == DSV4_FID_FP4_MAX);
+    }
 }
 
 static void test_fp8_blocks(void) {
@@ -225,6 +258,7 @@ int main(void) {
     test_scale();
     test_fp8_blocks();
     test_fp4();
+    test_fp4_top();
     test_bf16();
     test_kv_row();
     test_hadamard();
