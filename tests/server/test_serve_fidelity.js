@@ -1,4 +1,4 @@
-// test_fidelity.js — `dsv4 serve --fidelity` (spec/model.md §6) and FP4 indexer keys in the
+// test_serve_fidelity.js — `dsv4 serve --fidelity` (spec/model.md §6) and FP4 indexer keys in the
 // server (serving.md §a.1): under fidelity item F3 every indexer key is rounded to FP4 values,
 // so a server storing the keys as FP4 (--kv-dtype bf16+fp4) answers exactly what one storing
 // them as BF16 answers (tokens and logprobs, greedy and seeded, chat and completions, several
@@ -33,7 +33,7 @@ async function answers(args) {
   return out;
 }
 
-run('server_fidelity', async () => {
+run('serve_fidelity', async () => {
   // +fp4 without F3: exit status 2 and the reason, before anything listens
   for (const fid of [[], ['--fidelity', 'F1,F2,F4,F5']]) {
     const r = spawnSync(BIN, ['serve', '--model', MODEL, '--port', '0', '--kv-dtype', 'bf16+fp4', ...fid],
