@@ -43,6 +43,10 @@
 // arrival_status ({status: count}), arrival_ms_p50 (send to answer). Every level also reports
 // itl_max_ms, and steady_itl_p50_ms / _p90 / _p99 / _p999 / _max_ms: the gaps that end while c requests
 // decode (steady_decode_all's stretches: no prefill beside them).
+// --arrival-burst B (default 1): each arrival is B such POSTs at once. --probe-body FILE: a
+// small request (FILE's bytes to --probe-path, default /v1/chat/completions) sent
+// --probe-after-ms (default 20) after each arrival's POSTs, while they are being read in:
+// probe_ms_p50 / _max (send to answer; with a 1-token answer its time to first token).
 //
 // --response-format JSON: structured output on every request (the object as given)
 function format(a) { return a['response-format'] ? { response_format: JSON.parse(a['response-format']) } : {}; }
@@ -51,7 +55,8 @@ function args() {
   const a = { url: 'http://127.0.0.1:8080', levels: '1,2,4,8,16,32', 'prompt-len': 128, gen: 64,
     'requests-per-level': 0, key: '', eos: 1, seed: 1, vocab: 8192, serial: 0, client: 'http', warmup: 1,
     'server-pid': 0, 'response-format': '', 'arrival-body': '', 'arrival-path': '/v1/chat/completions',
-    'arrival-ms': 1000 };
+    'arrival-ms': 1000, 'arrival-burst': 1, 'probe-body': '', 'probe-path': '/v1/chat/completions',
+    'probe-after-ms': 20 };
   const v = process.argv.slice(2);
   for (let i = 0; i < v.length; i += 2) {
     const k = v[i].replace(/^--/, '');
@@ -169,27 +174,43 @@ async function one(a, vocab) {
   return { t0, first, last, n, gaps };
 }
 
-// The arrival client (--arrival-body) until stop() is true; resolves {n, status, ms}.
-async function arrivals(a, stop) {
-  const out = { n: 0, status: {}, ms: [] };
-  if (!a['arrival-body']) return out;
-  const body = require('fs').readFileSync(a['arrival-body']);
-  const u = new URL(a.url + a['arrival-path']);
+// One POST of body to path; resolves its status.
+function post(a, path, body) {
+  const u = new URL(a.url + path);
   const headers = { 'content-type': 'application/json', 'content-length': body.length };
   if (a.key) headers.authorization = 'Bearer ' + a.key;
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST', headers, agent },
+      (res) => { res.resume(); res.on('end', () => resolve(res.statusCode)); res.on('error', reject); });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+// The arrival client (--arrival-body, --arrival-burst at once, a --probe-body after them)
+// until stop() is true; resolves {n, status, ms, probe}.
+async function arrivals(a, stop) {
+  const out = { n: 0, status: {}, ms: [], probe: [] };
+  if (!a['arrival-body']) return out;
+  const fs = require('fs');
+  const body = fs.readFileSync(a['arrival-body']);
+  const probe = a['probe-body'] ? fs.readFileSync(a['probe-body']) : null;
   while (!stop()) {
     const t0 = performance.now();
-    const status = await new Promise((resolve, reject) => {
-      const req = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST', headers, agent },
-        (res) => { res.resume(); res.on('end', () => resolve(res.statusCode)); res.on('error', reject); });
-      req.on('error', reject);
-      req.end(body);
-    });
-    const t1 = performance.now();
-    out.n++;
-    out.status[status] = (out.status[status] || 0) + 1;
-    out.ms.push(t1 - t0);
-    const wait = a['arrival-ms'] - (t1 - t0);
+    const sent = Array.from({ length: a['arrival-burst'] }, () => post(a, a['arrival-path'], body).then((st) => {
+      out.n++;
+      out.status[st] = (out.status[st] || 0) + 1;
+      out.ms.push(performance.now() - t0);
+    }));
+    if (probe) {
+      await new Promise((r) => setTimeout(r, a['probe-after-ms']));
+      const p0 = performance.now();
+      const st = await post(a, a['probe-path'], probe);
+      if (st !== 200) throw new Error(`the probe answered ${st}`);
+      out.probe.push(performance.now() - p0);
+    }
+    await Promise.all(sent);
+    const wait = a['arrival-ms'] - (performance.now() - t0);
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
   }
   return out;
@@ -198,7 +219,7 @@ async function arrivals(a, stop) {
 const PHASES = ['admit', 'forward', 'head', 'sample', 'snapshot', 'mtp'];
 
 // CPU seconds of process pid so far: all its threads' (exited ones too) and those of its
-// live threads not named MHD-* or dsv4-intake (the engine's: scheduler, pool workers; main,
+// live threads not named MHD-* or dsv4-intake* (the engine's: scheduler, pool workers; main,
 // watcher idle).
 let clkTck = 0;
 function serverCpu(pid) {
@@ -211,7 +232,7 @@ function serverCpu(pid) {
     try {
       const st = fs.readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
       const name = st.slice(st.indexOf('(') + 1, st.lastIndexOf(')'));
-      if (!name.startsWith('MHD-') && name !== 'dsv4-intake') engine += ticks(st);
+      if (!name.startsWith('MHD-') && !name.startsWith('dsv4-intake')) engine += ticks(st);
     } catch (e) { /* the thread ended meanwhile */ }
   }
   return { total: ticks(fs.readFileSync(`/proc/${pid}/stat`, 'utf8')) / clkTck, engine: engine / clkTck };
@@ -290,6 +311,8 @@ async function level(a, c, vocab, serial = 0) {
     steady_itl_max_ms: steadyGaps.length ? +Math.max(...steadyGaps).toFixed(1) : null,
     ...(a['arrival-body'] ? { arrivals: ar.n, arrival_status: ar.status,
       arrival_ms_p50: +pct(ar.ms, 50).toFixed(1) } : {}),
+    ...(ar.probe.length ? { probes: ar.probe.length, probe_ms_p50: +pct(ar.probe, 50).toFixed(1),
+      probe_ms_max: +Math.max(...ar.probe).toFixed(1) } : {}),
     server_steps: steps,
     server_decode_rows_per_step: +((m1.dsv4_decode_rows_total - m0.dsv4_decode_rows_total) / steps).toFixed(2),
     server_step_s: +(m1.dsv4_step_seconds_sum - m0.dsv4_step_seconds_sum).toFixed(3),

@@ -18,14 +18,18 @@
  *
  * Intake: the MHD thread does not parse, render or tokenize a request's body (a 430 KB
  * prompt, ~100K tokens, takes it ~45 ms, every stream's tokens waiting meanwhile). A POST
- * whose body is complete, authorized and within the limit is queued for the intake thread
+ * whose body is complete, authorized and within the limit is queued for an intake thread
  * and its connection suspended; the intake thread runs the route's handler (parse,
  * validate, template, tokenize, submit) and resumes the connection, whose next callback on
- * the MHD thread sends the error or starts the answer as before. Queued requests are taken
- * in arrival order. A client that hangs up while queued is seen by the watcher (its waiter
- * has no request yet: marked gone) and its body is never tokenized. At shutdown the intake
- * thread drains its queue (the scheduler refuses the submissions: 503) before MHD stops;
- * a request that arrives after that is handled on the MHD thread. */
+ * the MHD thread sends the error or starts the answer as before. There are two intake
+ * lanes, each a thread taking its queue in arrival order: bodies of at most
+ * SRV_INTAKE_SMALL bytes on one, larger ones on the other, so a small request never waits
+ * behind a multi-megabyte prompt's tokenization (~0.3-1 s for 6 MB), while the large ones
+ * still take one core at most between them (on a small machine their CPU is the engine's).
+ * A client that hangs up while queued is seen by the watcher (its waiter has no request
+ * yet: marked gone) and its body is never tokenized. At shutdown the intake threads drain
+ * their queues (the scheduler refuses the submissions: 503) before MHD stops; a request
+ * that arrives after that is handled on the MHD thread. */
 #include "serve/http.h"
 
 #include <microhttpd.h>
@@ -58,6 +62,20 @@ enum { PROBE_NONE = 0, PROBE_ASKED, PROBE_SENT };
 
 struct conn;
 
+/* Bodies of at most this many bytes go to the small intake lane (a chat of this size renders
+ * and tokenizes in a few milliseconds). */
+#define SRV_INTAKE_SMALL (64 * 1024)
+enum { LANE_SMALL = 0, LANE_LARGE, N_LANES };
+
+/* An intake lane: its queue (guarded by srv_http's qmu) and its thread. */
+struct lane {
+    struct srv_http *h;
+    pthread_cond_t cv;           /* the thread's sleep, cut by a request or qstop */
+    struct conn *head, *tail;    /* requests waiting for the thread, oldest first */
+    pthread_t thread;
+    int started;                 /* the thread was started */
+};
+
 /* The HTTP side's state beside the daemon. Lock order: a request's mu, then mu; qmu, then
  * mu. */
 struct srv_http {
@@ -74,12 +92,9 @@ struct srv_http {
     pthread_cond_t done_cv;      /* signalled when inflight drops */
     pthread_t watcher;
     int watching;                /* the watcher thread was started */
-    pthread_mutex_t qmu;         /* guards the intake queue, qstop, and conns' stage */
-    pthread_cond_t qcv;          /* the intake thread's sleep, cut by a request or qstop */
-    struct conn *qhead, *qtail;  /* requests waiting for the intake thread, oldest first */
-    int qstop;                   /* the intake thread drains its queue and ends */
-    pthread_t intake;
-    int taking;                  /* the intake thread was started */
+    pthread_mutex_t qmu;         /* guards the lanes' queues, qstop, and conns' stage */
+    struct lane lanes[N_LANES];
+    int qstop;                   /* the intake threads drain their queues and end */
 };
 
 /* At shutdown, the most seconds MHD_stop_daemon waits for answers still being written. */
@@ -528,18 +543,19 @@ static enum MHD_Result answer(srv *s, struct MHD_Connection *c, conn *cc) {
     return json_answer(s, c, cc);
 }
 
-/* The intake thread: each queued request's handler, oldest first (one whose client hung up
- * is skipped), then its connection resumed. Ends when qstop is set and the queue is
+/* An intake lane's thread: each queued request's handler, oldest first (one whose client
+ * hung up is skipped), then its connection resumed. Ends when qstop is set and its queue is
  * empty. */
 static void *intake_main(void *arg) {
-    struct srv_http *h = arg;
+    struct lane *ln = arg;
+    struct srv_http *h = ln->h;
     pthread_mutex_lock(&h->qmu);
     for (;;) {
-        while (!h->qhead && !h->qstop) pthread_cond_wait(&h->qcv, &h->qmu);
-        conn *cc = h->qhead;
+        while (!ln->head && !h->qstop) pthread_cond_wait(&ln->cv, &h->qmu);
+        conn *cc = ln->head;
         if (!cc) break;
-        h->qhead = cc->qnext;
-        if (!h->qhead) h->qtail = NULL;
+        ln->head = cc->qnext;
+        if (!ln->head) ln->tail = NULL;
         const int stopping = h->qstop;
         pthread_mutex_unlock(&h->qmu);
         pthread_mutex_lock(&h->mu);
@@ -590,20 +606,21 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     pthread_mutex_lock(&h->qmu);
     if (!h->qstop) {
         /* suspended under qmu: the intake thread cannot resume it before */
+        struct lane *ln = &h->lanes[cc->body.n <= SRV_INTAKE_SMALL ? LANE_SMALL : LANE_LARGE];
         cc->stage = ST_QUEUED;
         cc->qnext = NULL;
-        if (h->qtail) h->qtail->qnext = cc;
-        else h->qhead = cc;
-        h->qtail = cc;
+        if (ln->tail) ln->tail->qnext = cc;
+        else ln->head = cc;
+        ln->tail = cc;
         waiter_init(&cc->w, s, c, NULL);
         srv_metrics_intake_queued(&s->met);
         list_and_suspend(&cc->w);
-        pthread_cond_signal(&h->qcv);
+        pthread_cond_signal(&ln->cv);
         pthread_mutex_unlock(&h->qmu);
         return MHD_YES;
     }
     pthread_mutex_unlock(&h->qmu);
-    run_handler(s, cc, 1);  /* shutting down: the intake thread is gone */
+    run_handler(s, cc, 1);  /* shutting down: the intake threads are gone */
     return answer(s, c, cc);
 }
 
@@ -668,15 +685,22 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     pthread_mutex_unlock(&s->http->mu);
 }
 
-/* Drains the intake queue and joins its thread; requests arriving later are handled on the
- * MHD thread. */
-static void intake_stop(struct srv_http *h) {
+/* Sets qstop and wakes the intake threads (each drains its queue and ends). */
+static void intake_quit(struct srv_http *h) {
     pthread_mutex_lock(&h->qmu);
     h->qstop = 1;
-    pthread_cond_signal(&h->qcv);
+    for (int i = 0; i < N_LANES; i++) pthread_cond_signal(&h->lanes[i].cv);
     pthread_mutex_unlock(&h->qmu);
-    if (h->taking) pthread_join(h->intake, NULL);
-    h->taking = 0;
+}
+
+/* Drains the intake queues and joins their threads; requests arriving later are handled on
+ * the MHD thread. */
+static void intake_stop(struct srv_http *h) {
+    intake_quit(h);
+    for (int i = 0; i < N_LANES; i++) {
+        if (h->lanes[i].started) pthread_join(h->lanes[i].thread, NULL);
+        h->lanes[i].started = 0;
+    }
 }
 
 static void http_free(struct srv_http *h) {
@@ -692,7 +716,7 @@ static void http_free(struct srv_http *h) {
     pthread_cond_destroy(&h->cv);
     pthread_cond_destroy(&h->done_cv);
     pthread_mutex_destroy(&h->qmu);
-    pthread_cond_destroy(&h->qcv);
+    for (int i = 0; i < N_LANES; i++) pthread_cond_destroy(&h->lanes[i].cv);
     free(h->fds);
     free(h->gone);
     free(h->probe);
@@ -708,7 +732,10 @@ int srv_http_start(srv *s, const struct sockaddr *addr, dsv4_err *err) {
     pthread_cond_init(&h->cv, NULL);
     pthread_cond_init(&h->done_cv, NULL);
     pthread_mutex_init(&h->qmu, NULL);
-    pthread_cond_init(&h->qcv, NULL);
+    for (int i = 0; i < N_LANES; i++) {
+        h->lanes[i].h = h;
+        pthread_cond_init(&h->lanes[i].cv, NULL);
+    }
     h->fds = calloc((size_t)h->cap, sizeof *h->fds);
     h->gone = calloc((size_t)h->cap, sizeof *h->gone);
     h->probe = calloc((size_t)h->cap, sizeof *h->probe);
@@ -717,10 +744,14 @@ int srv_http_start(srv *s, const struct sockaddr *addr, dsv4_err *err) {
     if (pthread_create(&h->watcher, NULL, watch_main, h))
         return srv_fail(err, DSV4_ERR_IO, "serve: cannot start a thread");
     h->watching = 1;
-    if (pthread_create(&h->intake, NULL, intake_main, h))
-        return srv_fail(err, DSV4_ERR_IO, "serve: cannot start a thread");
-    h->taking = 1;
-    pthread_setname_np(h->intake, "dsv4-intake");
+    static const char *const names[N_LANES] = {"dsv4-intake-s", "dsv4-intake"};
+    for (int i = 0; i < N_LANES; i++) {
+        struct lane *ln = &h->lanes[i];
+        if (pthread_create(&ln->thread, NULL, intake_main, ln))
+            return srv_fail(err, DSV4_ERR_IO, "serve: cannot start a thread");
+        ln->started = 1;
+        pthread_setname_np(ln->thread, names[i]);
+    }
     /* poll(), not epoll: a suspension would cost an epoll_ctl pair a token */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME;
     if (addr->sa_family == AF_INET6) flags |= MHD_USE_IPv6;
@@ -744,12 +775,7 @@ int srv_http_start(srv *s, const struct sockaddr *addr, dsv4_err *err) {
  * here on (qstop), not tokenized. */
 void srv_http_quiesce(srv *s) {
     if (s->d) MHD_quiesce_daemon(s->d);
-    if (s->http) {
-        pthread_mutex_lock(&s->http->qmu);
-        s->http->qstop = 1;
-        pthread_cond_signal(&s->http->qcv);
-        pthread_mutex_unlock(&s->http->qmu);
-    }
+    if (s->http) intake_quit(s->http);
 }
 
 /* Waits until every request begun has completed (its answer written, or its connection

@@ -219,12 +219,12 @@ char *srv_metrics_render(srv_metrics *m) {
             "its connection waited, suspended, for its request's next token or end (about one a "
             "token)\n# TYPE dsv4_stream_waits_total counter\ndsv4_stream_waits_total %llu\n",
         (unsigned long long)m->stream_waits);
-    srv_buf_printf(&b, "# HELP dsv4_intake_total requests the intake thread took off the HTTP "
+    srv_buf_printf(&b, "# HELP dsv4_intake_total requests the intake threads took off the HTTP "
             "thread: handled (parsed, rendered, tokenized, submitted or refused), gone (the client "
             "hung up while queued: never tokenized)\n# TYPE dsv4_intake_total counter\n"
             "dsv4_intake_total{outcome=\"handled\"} %llu\ndsv4_intake_total{outcome=\"gone\"} %llu\n",
         (unsigned long long)m->intake[0], (unsigned long long)m->intake[1]);
-    srv_buf_printf(&b, "# HELP dsv4_intake_depth requests queued at the intake thread or in its "
+    srv_buf_printf(&b, "# HELP dsv4_intake_depth requests queued at the intake threads or in their "
             "handler\n# TYPE dsv4_intake_depth gauge\ndsv4_intake_depth %lld\n",
         (long long)m->intake_depth);
     srv_buf_printf(&b, "# HELP dsv4_preemptions_total sequences freed and requeued when the pools ran out\n"

@@ -40,7 +40,7 @@ typedef struct srv_metrics {
     uint64_t requests[6];           /* by status class: 2xx, 400, 401, 404/405, 413, 5xx */
     uint64_t cancelled, preemptions;
     uint64_t stream_waits;          /* a stream found nothing new and its connection waited */
-    uint64_t intake[2];             /* requests the intake thread took: handled, gone (the
+    uint64_t intake[2];             /* requests the intake threads took: handled, gone (the
                                      * client hung up while queued) */
     int64_t intake_depth;           /* requests queued at the intake or in its handler */
     uint64_t prompt_tokens, gen_tokens;

@@ -6,8 +6,10 @@
 // shut its write side (libmicrohttpd closes such a connection before a deferred answer: the
 // documented behaviour), while a stream client that half-closes after its first event reads
 // every event to the end, and a queued stream whose client closes after its first event is
-// cancelled before the request ahead of it ends; a SIGTERM with prompts still queued drains the queue and answers
-// each a 503 (not tokenized, the connection not closed first) and exits 0.
+// cancelled before the request ahead of it ends; a small request (the small lane: a body of
+// at most 64 KiB) is answered while the large one ahead of it is still being tokenized; a
+// SIGTERM with prompts still queued drains the queue and answers each a 503 (not tokenized,
+// the connection not closed first) and exits 0.
 'use strict';
 const assert = require('assert');
 const net = require('net');
@@ -16,6 +18,8 @@ const { start, http, metrics, run } = require('./harness');
 // ~1.2M tokens of chat: over --max-context, so a 400 after its tokenization (no engine work)
 const WORDS = 'amber birch cedar dune ember fjord grove heath inlet juniper '.repeat(100000);
 const BIG = { model: 'm', max_tokens: 1, messages: [{ role: 'user', content: WORDS }] };
+// ~80 KB: a body this long waits on the large lane, behind BIG
+const PAD = ' pad'.repeat(20000);
 
 // A POST over a raw socket (Connection: close): {sent (its bytes taken by the kernel),
 // answer (resolves {status, json, text} when the server closes)}. halfClose: 'sent' shuts
@@ -73,13 +77,16 @@ run('server_intake', async () => {
   let seen = 0;
   while (!answered && !(seen = (await metrics(srv.url)).dsv4_intake_depth));
   assert(seen >= 1 && !answered, 'the HTTP thread did not answer while a prompt was at the intake');
-  // queued behind it: a client that hangs up and one that half-closes (both dropped
-  // unhandled), then one that waits
-  await hangUp(srv.port, { model: 'm', max_tokens: 4, messages: [{ role: 'user', content: 'never tokenized' }] });
+  // queued behind it on the large lane: a client that hangs up and one that half-closes
+  // (both dropped unhandled); then a small one, which does not wait for them
+  await hangUp(srv.port, { model: 'm', max_tokens: 4, messages: [{ role: 'user', content: 'never tokenized' + PAD }] });
   const chat = (content, extra = {}) => ({ model: 'm', max_tokens: 2, temperature: 0, messages: [{ role: 'user', content }], ...extra });
-  const half = rawPost(srv.port, chat('half closed'), { halfClose: 'sent' }).answer;
-  const small = http(srv.url + '/v1/chat/completions', { body: chat('after them') });
+  const half = rawPost(srv.port, chat('half closed' + PAD), { halfClose: 'sent' }).answer;
+  let bigFirst = null;
+  const small = http(srv.url + '/v1/chat/completions', { body: chat('after them') })
+    .then((r) => { bigFirst = answered; return r; });
   const [rb, rs, rh] = await Promise.all([big, small, half]);
+  assert.strictEqual(bigFirst, false, 'the small request waited for the large one ahead of it');
   assert.strictEqual(rb.status, 400);
   assert.match(rb.json.error.message, /the prompt has \d+ tokens and max_context is 256/);
   assert.strictEqual(rs.status, 200, rs.body);
@@ -129,11 +136,11 @@ run('server_intake', async () => {
   // SIGTERM with prompts queued (the depth counts the one being tokenized): the queue drains
   // and the server exits 0; only the prompt being tokenized at the SIGTERM may get its 400,
   // the queued ones are not tokenized, and each gets its 503 before MHD closes its connection
-  // (a 6 MB prompt at the intake, then 12 small ones queued behind it: each 503 is resumed
-  // when the intake drains, just before the listener stops)
+  // (a 6 MB prompt at the intake, then 12 of ~80 KB queued behind it on its lane: each 503 is
+  // resumed when the intake drains, just before the listener stops)
   const late = [rawPost(srv.port, BIG).answer.then((r) => r.status, () => 'reset')];
   while (!(await metrics(srv.url)).dsv4_intake_depth) await new Promise((r) => setTimeout(r, 5));
-  for (let i = 0; i < 12; i++) late.push(rawPost(srv.port, chat(`late ${i}`)).answer.then((r) => r.status, () => 'reset'));
+  for (let i = 0; i < 12; i++) late.push(rawPost(srv.port, chat(`late ${i}` + PAD)).answer.then((r) => r.status, () => 'reset'));
   while ((await metrics(srv.url)).dsv4_intake_depth < 13) await new Promise((r) => setTimeout(r, 5));
   const t0 = Date.now();
   await srv.stop();
