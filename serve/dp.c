@@ -301,7 +301,8 @@ static void own_load(srv_dp *dp, srv_rank_load *l) {
                          .mtp_steps = (int64_t)s->met->mtp_steps, .mtp_drafts = (int64_t)s->met->mtp_drafts,
                          .mtp_accepted = (int64_t)s->met->mtp_accepted,
                          .preemptions = (int64_t)s->met->preemptions, .forks = (int64_t)s->met->forks,
-                         .fork_tokens = (int64_t)s->met->fork_tokens, .pcache = s->met->pcache,
+                         .fork_tokens = (int64_t)s->met->fork_tokens,
+                         .fork_waits = (int64_t)s->met->fork_waits, .pcache = s->met->pcache,
                          .prefix = s->met->prefix};
     pthread_mutex_unlock(&s->met->mu);
 }
@@ -419,7 +420,8 @@ static void take_choice(srv_dp *dp, srv_req *r, int64_t lead_id) {
         if (lead->id != lead_id || lead->lead) continue;
         atomic_fetch_add(&lead->refs, 1);
         r->lead = lead;
-        lead->forkable = lead->gen && !lead->admitted;
+        /* out of memory for its row: the choices compute the prompt */
+        if (!lead->gen || lead->admitted || srv_sched_forkable(dp->s, lead)) lead->forkable = 0;
         return;
     }
 }

@@ -115,6 +115,12 @@ void srv_metrics_rank(srv_metrics *m, int r, int n, const srv_rank_load *l) {
 }
 
 /* The other ranks' cumulative counters added to rank 0's (data-parallel attention). */
+void srv_metrics_fork_wait(srv_metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    m->fork_waits++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static void add_ranks(const srv_metrics *m, uint64_t *mtp, uint64_t *forks, int64_t *preempt,
                       srv_pcache_stats *pc, dsv4_prefix_stats *pf) {
     for (int r = 1; r < m->n_ranks; r++) {
@@ -124,6 +130,7 @@ static void add_ranks(const srv_metrics *m, uint64_t *mtp, uint64_t *forks, int6
         mtp[2] += (uint64_t)l->mtp_accepted;
         forks[0] += (uint64_t)l->forks;
         forks[1] += (uint64_t)l->fork_tokens;
+        forks[2] += (uint64_t)l->fork_waits;
         *preempt += l->preemptions;
         pc->hits += l->pcache.hits;
         pc->misses += l->pcache.misses;
@@ -205,7 +212,7 @@ char *srv_metrics_render(srv_metrics *m) {
     int64_t preempt = (int64_t)m->preemptions;
     srv_pcache_stats pcs = m->pcache;
     dsv4_prefix_stats pfs = m->prefix;
-    uint64_t forks[2] = {m->forks, m->fork_tokens};
+    uint64_t forks[3] = {m->forks, m->fork_tokens, m->fork_waits};
     add_ranks(m, mtp, forks, &preempt, &pcs, &pfs);
     srv_buf_printf(&b, "# HELP dsv4_requests_total HTTP requests answered, by status\n"
             "# TYPE dsv4_requests_total counter\n");
@@ -237,8 +244,11 @@ char *srv_metrics_render(srv_metrics *m) {
             "choice 0's prompt\n# TYPE dsv4_choices_forked_total counter\ndsv4_choices_forked_total %llu\n"
             "# HELP dsv4_prompt_tokens_forked_total prompt positions those forks shared instead of "
             "computing\n# TYPE dsv4_prompt_tokens_forked_total counter\n"
-            "dsv4_prompt_tokens_forked_total %llu\n",
-        (unsigned long long)forks[0], (unsigned long long)forks[1]);
+            "dsv4_prompt_tokens_forked_total %llu\n"
+            "# HELP dsv4_fork_waits_total choices 0 of n > 1 whose forks waited for pages (the "
+            "pools short at the prompt's end: forked once other requests gave some back)\n"
+            "# TYPE dsv4_fork_waits_total counter\ndsv4_fork_waits_total %llu\n",
+        (unsigned long long)forks[0], (unsigned long long)forks[1], (unsigned long long)forks[2]);
     srv_buf_printf(&b, "# HELP dsv4_generated_tokens_total tokens sampled\n"
             "# TYPE dsv4_generated_tokens_total counter\ndsv4_generated_tokens_total %llu\n",
         (unsigned long long)m->gen_tokens);

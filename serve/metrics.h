@@ -30,6 +30,7 @@ typedef struct srv_rank_load {
     int64_t pages_free;               /* free pages of its window pool */
     int64_t mtp_steps, mtp_drafts, mtp_accepted, preemptions;
     int64_t forks, fork_tokens;     /* choices (n > 1) forked there, prompt positions shared */
+    int64_t fork_waits;             /* choices 0 that waited there for pages to fork */
     int64_t cp_prefills;            /* prompt chunks it was the home of that ran context-parallel */
     srv_pcache_stats pcache;
     dsv4_prefix_stats prefix;
@@ -46,6 +47,7 @@ typedef struct srv_metrics {
     uint64_t prompt_tokens, gen_tokens;
     uint64_t forks, fork_tokens;    /* choices (n > 1) started as forks of choice 0's prompt,
                                      * and the prompt positions they shared, not computed */
+    uint64_t fork_waits;            /* choices 0 whose forks waited for pages */
     uint64_t steps, step_rows, decode_rows;
     uint64_t steps_by_decode_rows[SRV_ROWS_BUCKETS + 1];  /* decode rows 1, 2, 3-4, 5-8, ... */
     int64_t queue_depth, running;
@@ -79,6 +81,8 @@ void srv_metrics_latency(srv_metrics *m, double ttft, double itl);  /* < 0: skip
 void srv_metrics_event(srv_metrics *m, int cancelled, int preempted);
 /* A choice started as a fork of choice 0's prompt of n tokens. */
 void srv_metrics_fork(srv_metrics *m, int64_t n);
+/* A choice 0 waits for pages to fork its choices (the pools were short at its prompt's end). */
+void srv_metrics_fork_wait(srv_metrics *m);
 /* A stream's read callback found nothing new: its connection waits, suspended. */
 void srv_metrics_stream_wait(srv_metrics *m);
 void srv_metrics_intake(srv_metrics *m, int gone);  /* one taken: depth - 1 */

@@ -93,6 +93,7 @@ void srv_req_release(srv_req *r) {
     free(r->ev);
     free(r->text);
     free(r->ctx);
+    free(r->fork_row);
     dsv4_gen_free(r->gen);
     pthread_mutex_destroy(&r->mu);
     free(r);

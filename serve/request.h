@@ -86,6 +86,11 @@ struct srv_req {
     int prompt_kept;                /* the prompt's snapshot is in the prefix cache */
     int forkable;                   /* choice 0 of n > 1: its choices wait for its prompt's
                                      * end to fork it (cleared then, or when it cannot) */
+    int fork_wait;                  /* its prompt ran and a choice could not fork for want
+                                     * of pages: it waits (its first token not taken, its
+                                     * sequence at the prompt's end) until pages come back */
+    float *fork_row;                /* (V) choice 0 of n > 1: its first token's logits row,
+                                     * kept while fork_wait (srv_sched_forkable) */
     dsv4_snapshot *conv;            /* the conversation at its latest aligned length (a
                                      * private snapshot, to the prefix cache at the end) */
     int n_sampled;

@@ -52,6 +52,7 @@ static void cancel_choices(srv_sched *s, srv_req *r) {
 /* Frees r's sequence (if any), takes it off both lists, ends it, drops our reference. */
 void srv_sched_finish(srv_sched *s, srv_req *r, int end, int fin, const char *msg) {
     r->forkable = 0;  /* its other choices compute the prompt themselves */
+    r->fork_wait = 0;
     dsv4_spec_free(r->spec);
     r->spec = NULL;
     /* the conversation's aligned prefix: kept (and saved when it ended normally) */
@@ -62,6 +63,7 @@ void srv_sched_finish(srv_sched *s, srv_req *r, int end, int fin, const char *ms
         r->seq = -1;
         list_remove(s->run, &s->n_run, r);
         s->admit_hold = 0;  /* pages came back */
+        s->fork_hold = 0;
     } else {
         list_remove(s->wait, &s->n_wait, r);
     }
@@ -95,10 +97,15 @@ static int cancelled(srv_req *r) {
 }
 
 /* Frees the newest running request's sequence and requeues it; its tokens are kept, so it
- * is recomputed from them when admitted again. */
+ * is recomputed from them when admitted again. A choice 0 waiting for pages to fork
+ * (fork_wait: it adds no rows) goes last; one preempted all the same took no token yet, so
+ * it computes its prompt again when readmitted and forks its choices then. */
 static void preempt_newest(srv_sched *s) {
-    srv_req *r = s->run[s->n_run - 1];
+    int k = s->n_run - 1;
+    while (k > 0 && s->run[k]->fork_wait) k--;
+    srv_req *r = s->run[k];
     dsv4_err err = {0};
+    r->fork_wait = 0;
     dsv4_spec_free(r->spec);
     r->spec = NULL;
     /* evictable from now on; the readmission restores from it when it is still there */
@@ -106,9 +113,10 @@ static void preempt_newest(srv_sched *s) {
     srv_relay_seq_free(s->o.relay, r->seq, &err);
     r->seq = -1;
     r->n_done = 0;
-    s->n_run--;
+    list_remove(s->run, &s->n_run, r);
     list_insert(s->wait, &s->n_wait, r);
     s->admit_hold = 1;
+    s->fork_hold = 0;  /* its pages came back */
     srv_metrics_event(s->met, 0, 1);
 }
 
@@ -206,9 +214,12 @@ static int plan_step(srv_sched *s, int *rows, int *decode) {
             budget -= add_span(s, &n_spans, s->run[i], budget);
     /* the choices waiting to fork a running choice 0 hold their slots (fork_choices needs
      * them free): admitting the next request into them made the choices compute the prompt */
-    int held = 0;
+    int held = 0, forks_short = 0;
     for (int w = 0; w < s->n_wait; w++) held += fork_waits(s->wait[w]) && s->wait[w]->lead->seq >= 0;
-    for (int w = 0; budget > 0 && w < s->n_wait && !s->admit_hold && s->n_run + held < s->o.max_seqs;) {
+    /* nor are the pages a waiting fork needs given to a request behind it */
+    for (int i = 0; i < s->n_run; i++) forks_short |= s->run[i]->fork_wait;
+    for (int w = 0; budget > 0 && w < s->n_wait && !s->admit_hold && !forks_short &&
+                    s->n_run + held < s->o.max_seqs;) {
         srv_req *r = s->wait[w];
         /* a choice waiting for choice 0's prompt to fork it */
         if (fork_waits(r)) { w++; continue; }
@@ -316,6 +327,12 @@ static int take_token(srv_sched *s, srv_req *r, const float *row, int d, dsv4_ge
     return 1;
 }
 
+static int running(const srv_sched *s, const srv_req *r) {
+    for (int i = 0; i < s->n_run; i++)
+        if (s->run[i] == r) return 1;
+    return 0;
+}
+
 /* Before r's forks: r's MTP rows that need no sampled token (all but the prompt's last,
  * whose x_n is each choice's own first token) run now, r alone, so the forks copy one
  * pending row and compute it once each, not r's whole last span each (n x span rows in one
@@ -343,23 +360,44 @@ static int mtp_settle(srv_sched *s, srv_req *r) {
     return rc;
 }
 
+/* 1 when a running request other than r and the choices 0 waiting to fork (fork_wait) holds
+ * pages: its end or preemption will give some back. */
+static int pages_will_come(const srv_sched *s, const srv_req *r) {
+    for (int i = 0; i < s->n_run; i++)
+        if (s->run[i] != r && !s->run[i]->fork_wait) return 1;
+    return 0;
+}
+
 /* r (choice 0 of n > 1) has run its whole prompt, row holding its first token's logits:
  * its other choices still waiting start as forks of its sequence (the prompt's KV computed
  * once, shared: dsv4_seq_fork, relayed to a group's followers) and each samples its first
  * token from the same row with its own sampler, as a request of its own would from its own
  * prompt's last row (with MTP its MTP side forked too: dsv4_spec_fork). Their slots were
- * held since r's admission (plan_step); a choice that cannot fork now all the same (the
- * pools short of the open block's pages) is admitted later like any request, computing
- * the prompt (what the prefix cache holds of it restored). Before r's own token, which may
- * end r and free its sequence. */
-static void fork_choices(srv_sched *s, srv_req *r, const float *row) {
-    r->forkable = 0;
+ * held since r's admission (plan_step). When the pools are short of the pages a fork copies
+ * (the open blocks; the engine already dropped what the prefix cache could give) and
+ * another running request will give some back, r waits (returns 1: fork_wait, its row kept,
+ * its own token not taken, so its sequence stays at the prompt's end; nothing is admitted
+ * meanwhile) and resume_forks forks the rest once pages come back: the prompt is computed
+ * once. Only a choice that could never fork (no other request holds pages, or another
+ * failure) is admitted later like any request, computing the prompt (what the prefix cache
+ * holds of it restored). Returns 0 when r takes its own token now, which may end r and free
+ * its sequence. */
+static int fork_choices(srv_sched *s, srv_req *r, const float *row) {
     for (int i = 0; i < s->n_wait && s->n_run < s->o.max_seqs;) {
         srv_req *c = s->wait[i];
         dsv4_err err = {0};
         if (c->lead != r || c->admitted) { i++; continue; }
         if (r->spec && mtp_settle(s, r)) break;
-        if (srv_relay_fork(s->o.relay, r->seq, &c->seq, &err)) { c->seq = -1; break; }
+        const int rc = srv_relay_fork(s->o.relay, r->seq, &c->seq, &err);
+        if (rc) {
+            c->seq = -1;
+            if (rc != DSV4_ERR_CACHE_FULL || !r->fork_row || !pages_will_come(s, r)) break;
+            if (row != r->fork_row) memcpy(r->fork_row, row, (size_t)s->V * sizeof *row);
+            if (!r->fork_wait) srv_metrics_fork_wait(s->met);
+            r->fork_wait = 1;
+            s->fork_hold = 1;
+            return 1;
+        }
         if (r->spec && dsv4_spec_fork(r->spec, c->seq, &c->spec, &err)) {
             srv_relay_seq_free(s->o.relay, c->seq, NULL);
             c->seq = -1;
@@ -379,6 +417,34 @@ static void fork_choices(srv_sched *s, srv_req *r, const float *row) {
         dsv4_gen_token t;
         if (take_token(s, c, row, -1, &t) && c->spec && c->n_ctx - c->n_done == 1)
             dsv4_spec_set_next(c->spec, c->ctx[c->n_done]);
+    }
+    r->forkable = 0;
+    r->fork_wait = 0;
+    return 0;
+}
+
+/* r's first token, from its prompt's last row (d: its draw, or -1), after its forks; the
+ * next pending token gives its MTP side the next draft. */
+static void first_token(srv_sched *s, srv_req *r, const float *row, int d) {
+    dsv4_gen_token t;
+    if (take_token(s, r, row, d, &t) && r->spec && r->n_ctx - r->n_done == 1)
+        dsv4_spec_set_next(r->spec, r->ctx[r->n_done]);
+}
+
+/* Before a step's plan: the choices 0 waiting to fork (fork_wait) try again once pages came
+ * back (a sequence freed: fork_hold cleared), or when no other request holds any (then
+ * fork_choices gives up and the choices left compute the prompt); those whose forks all
+ * went take their own first token from the kept row. */
+static void resume_forks(srv_sched *s) {
+    int n = 0;
+    for (int i = 0; i < s->n_run; i++)
+        if (s->run[i]->fork_wait) s->span_req[n++] = s->run[i];  /* free until plan_step */
+    if (!n || (s->fork_hold && pages_will_come(s, NULL))) return;
+    s->fork_hold = 0;
+    for (int k = 0; k < n; k++) {
+        srv_req *r = s->span_req[k];
+        if (!running(s, r) || !r->fork_wait || fork_choices(s, r, r->fork_row)) continue;
+        first_token(s, r, r->fork_row, -1);
     }
 }
 
@@ -476,12 +542,6 @@ static void run_mtp(srv_sched *s) {
                            s->mtp_drafts[i] ? dsv4_argmax(s->logits + (size_t)j++ * s->V, s->V) : -1);
 }
 
-static int running(const srv_sched *s, const srv_req *r) {
-    for (int i = 0; i < s->n_run; i++)
-        if (s->run[i] == r) return 1;
-    return 0;
-}
-
 /* Under data-parallel attention with MTP, r (choice 0 of n > 1) forks after the step's MTP
  * call, which runs its MTP rows but the prompt's last (whose x_n is each choice's own first
  * token: not drawn yet), as mtp_settle does alone in one process: its logits row is kept
@@ -499,11 +559,8 @@ static void late_forks(srv_sched *s) {
     for (int k = 0; k < s->n_late; k++) {
         srv_req *r = s->late_req[k];
         const float *row = s->late_rows + (size_t)k * s->V;
-        dsv4_gen_token t;
         if (!running(s, r)) continue;  /* its MTP call failed: it ended, its choices cancelled */
-        fork_choices(s, r, row);
-        if (take_token(s, r, row, s->late_draw[k], &t) && r->n_ctx - r->n_done == 1)
-            dsv4_spec_set_next(r->spec, r->ctx[r->n_done]);
+        if (!fork_choices(s, r, row)) first_token(s, r, row, s->late_draw[k]);
     }
     s->n_late = 0;
 }
@@ -583,6 +640,8 @@ static void draw_rows(srv_sched *s, int n_spans) {
         if (s->span_snap[i] == SNAP_PROMPT) continue;
         k += sp->n_hidden;
         if (!sp->n_hidden || !r || s->span_verify[i] || forced_token(r, r->n_sampled, s->eos) >= 0) continue;
+        /* choice 0 of n > 1 at its prompt's end draws after its forks, which may wait */
+        if (r->forkable && r->n_sampled == 0 && r->n_done == r->n_prompt) continue;
         s->draws[nd].span = i;
         s->draws[nd].row = k - sp->n_hidden;
         s->span_draw[i] = nd++;
@@ -597,6 +656,7 @@ static int step(srv_sched *s) {
     dsv4_err err = {0};
     srv_step_times *st = &s->st;
     int planned = 0;
+    resume_forks(s);
     for (;;) {
         n_spans = plan_step(s, &rows, &decode);
         srv_step_lap(st, SRV_PH_ADMIT);
@@ -667,8 +727,7 @@ static int step(srv_sched *s) {
             /* before the token: it may end the request and free the sequence */
             if (s->span_snap[i] == SNAP_CONV) conv_snapshot(s, r, i);
             if (r->forkable && r->n_sampled == 0 && r->n_done == r->n_prompt) {
-                if (late_fork(s, r, row, s->span_draw[i])) continue;
-                fork_choices(s, r, row);
+                if (late_fork(s, r, row, s->span_draw[i]) || fork_choices(s, r, row)) continue;
             }
             alive = take_token(s, r, row, s->span_draw[i], &t);
         }
@@ -903,6 +962,12 @@ int srv_sched_prepare(srv_sched *s, srv_req *r, dsv4_err *err) {
     return DSV4_OK;
 }
 
+int srv_sched_forkable(const srv_sched *s, srv_req *r) {
+    if (!r->fork_row && !(r->fork_row = malloc((size_t)s->V * sizeof *r->fork_row))) return -1;
+    r->forkable = 1;
+    return 0;
+}
+
 int srv_sched_submit(srv_sched *s, srv_req *r, dsv4_err *err) {
     return srv_sched_submit_n(s, &r, 1, err);
 }
@@ -914,7 +979,7 @@ int srv_sched_submit_n(srv_sched *s, srv_req *const *r, int n, dsv4_err *err) {
     /* the choices share choice 0's prompt by forking its sequence (on a rank-0-home group
      * the fork is relayed: srv_relay_fork; under data-parallel attention they are placed
      * on choice 0's home rank, which forks there: dp.c) */
-    r[0]->forkable = n > 1;
+    if (n > 1 && srv_sched_forkable(s, r[0])) return srv_fail(err, DSV4_ERR_NOMEM, "out of memory");
     /* under data-parallel attention every rank has max_seqs slots */
     const int slots = s->o.max_seqs * (s->dp ? srv_dp_ranks(s->dp) : 1);
     pthread_mutex_lock(&s->mu);

@@ -3,10 +3,14 @@
 // grows into a second one, mid-generation. All complete (the newest running request is
 // preempted when a step runs out of pages, and recomputed later from its tokens) with
 // exactly the outputs each gives alone, sampled ones included.
+// Then n = 2 whose prompt ends with the pools full (6 blocks: two requests decoding in their
+// second block, its prompt in two): its fork cannot copy the open block, so choice 0 waits
+// for pages (dsv4_fork_waits_total) and forks once a request ends; the prompt is computed
+// once (choice 1 forked, not recomputed) and each choice is what n = 1 with its seed gives.
 'use strict';
 const assert = require('assert');
 const OpenAI = require('openai').default;
-const { start, metrics, run } = require('./harness');
+const { start, http, metrics, run } = require('./harness');
 
 // fixed per-sequence bytes (8 x 137,216 at c_max 64, with the MTP caches this model's
 // server keeps by default) + 10 blocks x 6,272 bytes for this test's model: the planner
@@ -36,4 +40,36 @@ run('server_preempt', async () => {
   assert(pre > 0, 'the pools never ran out: the test does not exercise preemption');
   assert.strictEqual(m1['dsv4_requests_total{status="5xx"}'], 0);
   await srv.stop();
+
+  const fs = await start(['--max-seqs', '4', '--max-context', '256', '--step-tokens', '64', '--no-warmup',
+    '--cache-bytes', String(4 * 137216 + 6 * 6272), '--kv-dtype', 'f32']);
+  const words = Array.from({ length: 190 }, (_, k) => ['alpha', 'beta', 'gamma', 'delta'][k % 4]).join(' ');
+  const xreq = { model: 'm', prompt: words, max_tokens: 6, temperature: 1, seed: 5 };
+  const xsolo = [];
+  for (const seed of [5, 6]) xsolo.push((await http(fs.url + '/v1/completions', { body: { ...xreq, seed } })).json.choices[0].text);
+  // two requests decoding past position 128 (their second block), EOS banned
+  const toks = [0, 0];
+  const blockers = [0, 1].map(async (k) => {
+    const res = await fetch(fs.url + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: `blocker ${k} says`, max_tokens: 136, temperature: 0, logit_bias: { 1: -100 }, stream: true }) });
+    const rd = res.body.getReader();
+    for (;;) {
+      const { value, done } = await rd.read();
+      if (done) return;
+      toks[k] += (Buffer.from(value).toString().match(/"text"/g) || []).length;
+    }
+  });
+  while (toks[0] < 128 || toks[1] < 128) await new Promise((ok) => setTimeout(ok, 2));
+  const f0 = await metrics(fs.url);
+  const x = await http(fs.url + '/v1/completions', { body: { ...xreq, n: 2 } });
+  await Promise.all(blockers);
+  const f1 = await metrics(fs.url);
+  const fd = (k) => f1[k] - f0[k];
+  assert.strictEqual(x.status, 200, x.body);
+  assert.deepStrictEqual(x.json.choices.map((c) => c.text), xsolo);
+  console.log(`n = 2 under pressure: fork waits ${fd('dsv4_fork_waits_total')}, forks ${fd('dsv4_choices_forked_total')}`);
+  assert.strictEqual(fd('dsv4_fork_waits_total'), 1, 'the pools were not short at the fork: the test does not exercise the wait');
+  assert.strictEqual(fd('dsv4_choices_forked_total'), 1, 'choice 1 computed the prompt again');
+  assert.strictEqual(fd('dsv4_prompt_tokens_forked_total'), x.json.usage.prompt_tokens);
+  await fs.stop();
 });
