@@ -542,6 +542,11 @@ typedef struct dsv4_prefix_stats {
     int64_t pool_bytes;           /* compressed blocks only they hold (evicting all frees it) */
 } dsv4_prefix_stats;
 DSV4_API dsv4_prefix_stats dsv4_prefix_get_stats(const dsv4_engine *e);
+/* The keys of the entries the prefix cache holds now, at most cap of them into keys (in no
+ * order; keys may be NULL when cap is 0); returns how many entries it holds. An entry of n
+ * tokens is keyed by the hash chain's key of its n / A blocks: a prompt restores it only
+ * when the prompt's chain key at that block is the same (and its tokens agree). */
+DSV4_API int64_t dsv4_prefix_keys(const dsv4_engine *e, uint64_t *keys, int64_t cap);
 
 /* One span: rows [start, start + n_tokens) of a sequence; start must equal its length n.
  * Prefill, chunked prefill, decode and speculative verification are all spans.

@@ -7,7 +7,10 @@
  *   NEW home bytes(i64) request (dp_wire.h: `bytes` long; every follower gets every rank's
  *       NEW, and the others skip it)   CANCEL id(i64)   EXPIRE   STOP
  * The report (every rank to rank 0, its size first in an allgather, then a gather):
- *   load (srv_rank_load) n_news news[n_news] (dp_wire.h)
+ *   load (srv_rank_load) n_held(i64) held[n_held](u64) n_news news[n_news] (dp_wire.h)
+ * held: the chain keys of the prefixes its cache holds (srv_pcache_held), when they changed
+ * since its last report (n_held -1: unchanged): rank 0 places a request on the rank that
+ * holds the longest prefix of its prompt, and sees what each rank has evicted.
  */
 #include "serve/dp.h"
 
@@ -22,7 +25,12 @@
 enum { OP_NEW = 1, OP_CANCEL, OP_EXPIRE, OP_STOP };
 
 #define DP_MAGIC 0x44505331u   /* "DPS1" */
-#define SHADOW 4096            /* prefix hashes rank 0 remembers per rank (a ring) */
+
+/* A prompt's prefix key and its block count (the placement's lookup). */
+typedef struct keyat {
+    uint64_t key;
+    int64_t blocks;
+} keyat;
 
 struct srv_dp {
     dsv4_dist *d;
@@ -42,16 +50,24 @@ struct srv_dp {
     int *live;                 /* (K) requests placed on each rank, not ended (rank 0's: unused) */
     int64_t *placed;           /* (K) requests placed on each rank since the start */
     srv_rank_load *load;       /* (K) the latest reports */
-    uint64_t *shadow;          /* (K, SHADOW) chain keys (| 1) of the aligned prompt prefixes
-                                * placed on each rank: where its prefix cache most likely
-                                * holds them */
-    int *shadow_at;            /* (K) the ring's next slot */
+    uint64_t **held;           /* (K; n_held[q], cap_held[q]) the prefix keys each rank's cache
+                                * holds (ascending), from its latest report that had them */
+    int64_t *n_held, *cap_held;
     uint64_t *keys;            /* (cap_keys) the placed prompt's prefix keys (srv_pcache_keys) */
     int64_t cap_keys;
+    keyat *by_key;             /* (cap_by_key) those keys sorted, with their block counts */
+    int64_t cap_by_key;
     uint64_t *sizes;           /* (K) report bytes */
     size_t *counts;            /* (K) */
     uint8_t *all;              /* (all_cap) the gathered reports */
     size_t all_cap;
+    /* every rank */
+    uint64_t *own;             /* (n_own, cap_own) the prefix keys this rank's cache holds now */
+    int64_t n_own, cap_own;
+    int64_t sig[6];            /* the counters own was taken at (held_moved) */
+    int sig_set;
+    uint64_t *sent;            /* (cap_sent) those of the last report (n_sent, -1: none yet) */
+    int64_t n_sent, cap_sent;
     /* a follower */
     srv_req **mine;            /* (n_mine) its requests, one reference each, until reported ended */
     int n_mine, cap_mine;
@@ -70,12 +86,14 @@ int srv_dp_create(dsv4_dist *d, srv_sched *s, srv_dp **out, dsv4_err *err) {
     dp->live = calloc(K, sizeof *dp->live);
     dp->placed = calloc(K, sizeof *dp->placed);
     dp->load = calloc(K, sizeof *dp->load);
-    dp->shadow = calloc(K * SHADOW, sizeof *dp->shadow);
-    dp->shadow_at = calloc(K, sizeof *dp->shadow_at);
+    dp->held = calloc(K, sizeof *dp->held);
+    dp->n_held = calloc(K, sizeof *dp->n_held);
+    dp->cap_held = calloc(K, sizeof *dp->cap_held);
+    dp->n_sent = -1;
     dp->sizes = calloc(K, sizeof *dp->sizes);
     dp->counts = calloc(K, sizeof *dp->counts);
     *out = dp;
-    if (!dp->live || !dp->placed || !dp->load || !dp->shadow || !dp->shadow_at || !dp->sizes || !dp->counts)
+    if (!dp->live || !dp->placed || !dp->load || !dp->held || !dp->n_held || !dp->cap_held || !dp->sizes || !dp->counts)
         return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory");
     if (dp->K > SRV_MAX_RANKS)
         return srv_fail(err, DSV4_ERR_ARG, "serve: at most %d ranks with data-parallel attention", SRV_MAX_RANKS);
@@ -90,9 +108,14 @@ void srv_dp_free(srv_dp *dp) {
     free(dp->live);
     free(dp->placed);
     free(dp->load);
-    free(dp->shadow);
-    free(dp->shadow_at);
+    for (int q = 0; dp->held && q < dp->K; q++) free(dp->held[q]);
+    free(dp->held);
+    free(dp->n_held);
+    free(dp->cap_held);
     free(dp->keys);
+    free(dp->by_key);
+    free(dp->own);
+    free(dp->sent);
     free(dp->sizes);
     free(dp->counts);
     free(dp->all);
@@ -110,27 +133,48 @@ int srv_dp_refusal(const srv_dp *dp) { return dsv4_dist_last_refusal(dp->d) == D
 
 /* ---- placement (rank 0) ------------------------------------------------------------------ */
 
-static int shadow_has(const srv_dp *dp, int q, uint64_t h) {
-    const uint64_t *t = dp->shadow + (size_t)q * SHADOW;
-    for (int i = 0; i < SHADOW; i++)
-        if (t[i] == h) return 1;
+static int cmp_keyat(const void *a, const void *b) {
+    const uint64_t x = ((const keyat *)a)->key, y = ((const keyat *)b)->key;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorts the placed prompt's nb prefix keys (keys[i] covers i + 1 blocks) into by_key; 0, or
+ * -1 when out of memory. */
+static int sort_keys(srv_dp *dp, int64_t nb) {
+    if (nb > dp->cap_by_key) {
+        keyat *k = realloc(dp->by_key, (size_t)nb * sizeof *k);
+        if (!k) return -1;
+        dp->by_key = k;
+        dp->cap_by_key = nb;
+    }
+    for (int64_t i = 0; i < nb; i++) dp->by_key[i] = (keyat){dp->keys[i], i + 1};
+    if (nb > 1) qsort(dp->by_key, (size_t)nb, sizeof *dp->by_key, cmp_keyat);
     return 0;
 }
 
-/* The longest run of keys[0, nb) from the start seen placed on rank q: how many. */
-static int64_t placed_prefix(const srv_dp *dp, int q, int64_t nb) {
-    int64_t i = 0;
-    while (i < nb && shadow_has(dp, q, dp->keys[i] | 1)) i++;  /* | 1: never an empty slot's 0 */
-    return i;
+/* The blocks of the placed prompt that key h covers (0: none of its prefixes). */
+static int64_t blocks_of(const srv_dp *dp, int64_t nb, uint64_t h) {
+    const keyat k = {h, 0}, *f = h ? bsearch(&k, dp->by_key, (size_t)nb, sizeof k, cmp_keyat) : NULL;
+    return f ? f->blocks : 0;
 }
 
-/* Remembers keys[from, nb) as placed on rank q. keys[0, from) are there already; a later key
- * is there only if keys[from] was evicted since, and then a second copy costs only a slot. */
-static void shadow_add(srv_dp *dp, int q, int64_t from, int64_t nb) {
-    for (int64_t i = from; i < nb; i++) {
-        dp->shadow[(size_t)q * SHADOW + (size_t)dp->shadow_at[q]] = dp->keys[i] | 1;
-        dp->shadow_at[q] = (dp->shadow_at[q] + 1) % SHADOW;
+/* The longest prefix of the placed prompt (its nb keys sorted) that rank q can restore: one
+ * its cache holds (its latest report), or one a request placed there and not ended will
+ * leave in it (placed since: the report may not show it yet). In blocks. */
+static int64_t cached_prefix(const srv_dp *dp, int q, int64_t nb) {
+    int64_t best = 0, b;
+    if (!nb) return 0;
+    for (int64_t i = 0; i < dp->n_held[q]; i++)
+        if ((b = blocks_of(dp, nb, dp->held[q][i])) > best) best = b;
+    if (q == 0) {
+        const srv_sched *s = dp->s;
+        for (int i = 0; i < s->n_run; i++) if ((b = blocks_of(dp, nb, s->run[i]->place_key)) > best) best = b;
+        for (int i = 0; i < s->n_wait; i++) if ((b = blocks_of(dp, nb, s->wait[i]->place_key)) > best) best = b;
+    } else {
+        for (int i = 0; i < dp->n_remote; i++)
+            if (dp->remote[i]->home == q && (b = blocks_of(dp, nb, dp->remote[i]->place_key)) > best) best = b;
     }
+    return best;
 }
 
 /* Live requests of rank q. */
@@ -182,7 +226,7 @@ int srv_dp_place(srv_dp *dp, srv_req *r) {
     /* the keys of the prompt's aligned prefixes a prefix cache could hold (shorter than the
      * prompt), hashed once; none when out of memory (placed by load alone then) */
     int64_t nb = r->n_prompt > 1 ? srv_pcache_keys(dp->s->pc, r->prompt, r->n_prompt - 1, &dp->keys, &dp->cap_keys) : 0;
-    nb = nb < 0 ? 0 : nb;
+    nb = nb < 0 || sort_keys(dp, nb) ? 0 : nb;
     /* the longest cached prefix among the ranks within one request of the least loaded
      * (a shared system prompt then spreads over every rank instead of piling on one), else
      * the fewest live requests, then the most free pages, then the lowest rank */
@@ -190,7 +234,7 @@ int srv_dp_place(srv_dp *dp, srv_req *r) {
     int64_t best_k = -1;
     for (int q = 0; q < dp->K; q++) {
         if (live_on(dp, q) > least + 1) continue;
-        const int64_t k = placed_prefix(dp, q, nb);
+        const int64_t k = cached_prefix(dp, q, nb);
         int better = best < 0 || k > best_k;
         if (!better && k == best_k) {
             const int a = live_on(dp, q), b = live_on(dp, best);
@@ -198,7 +242,8 @@ int srv_dp_place(srv_dp *dp, srv_req *r) {
         }
         if (better) { best = q; best_k = k; }
     }
-    shadow_add(dp, best, best_k, nb);
+    /* the prompt's snapshot point: its home's cache keeps that prefix (scheduler.c) */
+    r->place_key = nb ? dp->keys[nb - 1] : 0;
     r->home = best;
     dp->placed[best]++;
     if (best == 0) return 0;
@@ -307,12 +352,68 @@ static void own_load(srv_dp *dp, srv_rank_load *l) {
     pthread_mutex_unlock(&s->met->mu);
 }
 
-/* This rank's report: its load (also left in *l), and on a follower its requests' news (an
- * ended request is reported once, then released). */
+/* 1 when the prefixes this rank's cache holds may have changed since own was taken: its
+ * entries inserted and evicted, the directory's files (l: this step's load). */
+static int held_moved(srv_dp *dp, const srv_rank_load *l) {
+    const int64_t sig[6] = {l->prefix.inserts, l->prefix.evictions, l->prefix.entries, l->pcache.disk_files,
+                            l->pcache.disk_saves, l->pcache.disk_bad};
+    const int moved = !dp->sig_set || memcmp(sig, dp->sig, sizeof sig);
+    memcpy(dp->sig, sig, sizeof sig);
+    dp->sig_set = 1;
+    return moved;
+}
+
+/* The report's prefix keys: own's n when they differ from the last report's (then they are
+ * the last report's from now on), else -1 alone. */
+static void put_held(srv_dp *dp, int64_t n) {
+    if (n == dp->n_sent && (!n || !memcmp(dp->own, dp->sent, (size_t)n * sizeof *dp->own))) {
+        srv_wr_i64(&dp->rep, -1);
+        return;
+    }
+    if (n > dp->cap_sent) {
+        uint64_t *k = realloc(dp->sent, (size_t)n * sizeof *k);
+        if (!k) {  /* sent again next time */
+            srv_wr_i64(&dp->rep, 0);
+            dp->n_sent = -1;
+            return;
+        }
+        dp->sent = k;
+        dp->cap_sent = n;
+    }
+    if (n) memcpy(dp->sent, dp->own, (size_t)n * sizeof *dp->own);
+    dp->n_sent = n;
+    srv_wr_i64(&dp->rep, n);
+    srv_buf_put(&dp->rep, (const char *)dp->own, (size_t)n * sizeof *dp->own);
+}
+
+/* Rank q's prefix keys (ascending) become keys[0, n); out of memory: none. */
+static void set_held(srv_dp *dp, int q, const void *keys, int64_t n) {
+    if (n > dp->cap_held[q]) {
+        uint64_t *k = realloc(dp->held[q], (size_t)n * sizeof *k);
+        if (!k) { dp->n_held[q] = 0; return; }
+        dp->held[q] = k;
+        dp->cap_held[q] = n;
+    }
+    if (n) memcpy(dp->held[q], keys, (size_t)n * sizeof *dp->held[q]);
+    dp->n_held[q] = n;
+}
+
+/* This rank's report: its load (also left in *l), the prefix keys its cache holds (rank 0
+ * keeps its own at once), and on a follower its requests' news (an ended request is
+ * reported once, then released). */
 static void build_report(srv_dp *dp, srv_rank_load *l) {
     own_load(dp, l);
     dp->rep.n = 0;
     srv_buf_put(&dp->rep, (const char *)l, sizeof *l);
+    if (held_moved(dp, l)) {
+        dp->n_own = srv_pcache_held(dp->s->pc, &dp->own, &dp->cap_own);
+        if (dp->n_own < 0) {  /* out of memory: none held, taken again next step */
+            dp->n_own = 0;
+            dp->sig_set = 0;
+        }
+        if (dp->rank == 0) set_held(dp, 0, dp->own, dp->n_own);
+    }
+    if (dp->rank != 0) put_held(dp, dp->n_own);
     const size_t count_at = dp->rep.n;
     int32_t n = 0;
     srv_wr_i32(&dp->rep, 0);
@@ -344,6 +445,13 @@ static int apply_report(srv_dp *dp, int q, srv_rd *rd) {
     l.requests = dp->placed[q];
     dp->load[q] = l;
     srv_metrics_rank(dp->s->met, q, dp->K, &l);
+    const int64_t nh = srv_rd_i64(rd);
+    if (nh < -1 || (nh > 0 && (uint64_t)nh > (uint64_t)(rd->end - rd->p) / sizeof(uint64_t))) return -1;
+    if (nh >= 0) {
+        const void *keys = srv_rd_view(rd, (size_t)nh * sizeof(uint64_t));
+        if (rd->bad) return -1;
+        set_held(dp, q, keys, nh);
+    }
     const int n = srv_rd_i32(rd);
     for (int i = 0; i < n && !rd->bad; i++) {
         int at;

@@ -219,6 +219,29 @@ int64_t srv_pcache_keys(const srv_pcache *pc, const int32_t *tokens, int64_t n, 
     return nb;
 }
 
+static int cmp_u64(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int64_t srv_pcache_held(const srv_pcache *pc, uint64_t **keys, int64_t *cap) {
+    if (!pc) return 0;
+    const int64_t in_mem = dsv4_prefix_keys(pc->e, NULL, 0), need = in_mem + pc->n_files;
+    if (need > *cap) {
+        uint64_t *k = realloc(*keys, (size_t)need * sizeof *k);
+        if (!k) return -1;
+        *keys = k;
+        *cap = need;
+    }
+    int64_t n = dsv4_prefix_keys(pc->e, *keys, in_mem);
+    for (int i = 0; i < pc->n_files; i++) (*keys)[n++] = pc->files[i].key;
+    if (n > 1) qsort(*keys, (size_t)n, sizeof **keys, cmp_u64);
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!m || (*keys)[m - 1] != (*keys)[i]) (*keys)[m++] = (*keys)[i];
+    return m;
+}
+
 /* The longest file holding a prefix of tokens[0, n) longer than `than`, or NULL. */
 static kv_file *longest_file(srv_pcache *pc, const int32_t *tokens, int64_t n, int64_t than) {
     if (!pc->dir || !pc->n_files || n / pc->A * pc->A <= than) return NULL;

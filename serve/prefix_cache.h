@@ -72,6 +72,13 @@ void srv_pcache_hold(srv_pcache *pc, int seq, const int32_t *tokens, const float
 /* Hands *snap (if any) to the cache, and to the directory when save is set; *snap = NULL. */
 void srv_pcache_release(srv_pcache *pc, dsv4_snapshot **snap, int save);
 
+/* The chain keys of every prefix a request could restore here now, from memory (the
+ * engine's entries, dsv4_prefix_keys) or the directory (its files), in *keys (grown as
+ * needed; *cap entries), ascending, each once: keys[i] of srv_pcache_keys for a prompt
+ * matches one when the prompt's first (i + 1) A tokens are held. Returns how many (0
+ * without a cache), or -1 when out of memory. */
+int64_t srv_pcache_held(const srv_pcache *pc, uint64_t **keys, int64_t *cap);
+
 srv_pcache_stats srv_pcache_get_stats(const srv_pcache *pc);
 
 #endif

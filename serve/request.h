@@ -51,6 +51,9 @@ struct srv_req {
     int32_t *forced_own;            /* the copy `forced` points at on a follower rank (owned) */
     double t_arrival;               /* seconds, monotonic */
     int home;                       /* the rank whose scheduler runs it (dp.h); 0 = this one */
+    uint64_t place_key;             /* rank 0 under dp: the chain key of the prefix its home
+                                     * rank's cache keeps of its prompt (srv_pcache_keys' last
+                                     * below the prompt's length), 0 for none */
     srv_req *lead;                  /* choices 1..n-1 of a request with n > 1 (OpenAI's `n`):
                                      * choice 0's request, a reference held; NULL otherwise.
                                      * Its cancel is theirs, their news wake its waiter, and

@@ -326,6 +326,16 @@ int dsv4_prefix_start(dsv4_engine *e, const int32_t *tokens, int64_t n_tokens, i
     return dsv4_seq_create(e, seq, err);
 }
 
+int64_t dsv4_prefix_keys(const dsv4_engine *e, uint64_t *keys, int64_t cap) {
+    int64_t n = 0;
+    for (const dsv4_snapshot *s = e->prefix ? e->prefix->list : NULL; s; s = s->next)
+        if (s->cached) {
+            if (n < cap) keys[n] = s->key;
+            n++;
+        }
+    return n;
+}
+
 dsv4_prefix_stats dsv4_prefix_get_stats(const dsv4_engine *e) {
     dsv4_prefix_stats st = e->prefix->st;
     st.entries = cached_entries(e->prefix);

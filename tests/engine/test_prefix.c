@@ -101,6 +101,10 @@ static void test_hit_exact(const dsv4_model *m, int mtp) {
     dsv4_prefix_stats st = dsv4_prefix_get_stats(e);
     CHECK(st.hits == 2 && st.misses == 1 && st.reused_tokens == 2 * P && st.entries == 2);
     CHECK(st.host_bytes > 0);
+    /* the entries' keys: as many as entries, at most cap written, distinct */
+    uint64_t keys[3] = {0, 0, 7};
+    CHECK(dsv4_prefix_keys(e, keys, 1) == 2 && keys[0] && !keys[1]);
+    CHECK(dsv4_prefix_keys(e, keys, 3) == 2 && keys[1] && keys[0] != keys[1] && keys[2] == 7);
 
     /* a prompt diverging inside the second block hits the first-block entry only */
     int32_t *other = malloc((size_t)N * sizeof *other);

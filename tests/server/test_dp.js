@@ -16,6 +16,10 @@
 //     requests get an error, not a hang, and the job ends.
 //  4. The mix of 1 on four ranks (one routed expert a rank): byte-identical again, every rank
 //     the home of some.
+//  5. Placement sees evictions (--prefix-entries 1): a prompt placed on rank 1 goes back there
+//     while rank 1 holds its prefix (restored), a longer prompt sharing that prefix too, whose
+//     own entry then evicts it; the prompt once more then goes where load alone sends it
+//     (rank 0), not to the rank that no longer holds it (the ranks report their caches' keys).
 // The mix ends with two requests of n = 3, the second sent while the first streams, so on
 // another home rank: each request's choices go to its choice 0's home, which forks its
 // prompt for choices 1 and 2 (/metrics by rank), the choices those of one process.
@@ -28,7 +32,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const OpenAI = require('openai').default;
-const { start, metrics, run } = require('./harness');
+const { start, http, metrics, run } = require('./harness');
 const { SCRIPT, WEATHER_TOOL, A, turns } = require('./common');
 
 const WORDS = 'one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen';
@@ -260,7 +264,39 @@ async function sameAsOne(one, np, least, kvDir) {
   return { ...dp, placed, forked };
 }
 
-const PARTS = (process.env.DSV4_DP_PARTS || 'mix,pressure,hangup,stopped,four').split(',');
+// Part 5: returns where each request went and what it restored, and the part's seconds.
+async function evicted() {
+  const t0 = Date.now();
+  const srv = await start(['--max-seqs', '4', '--step-tokens', '64', '--max-context', '512', '--no-warmup',
+    '--prefix-entries', '1'], { mpi: 2, dp: true });
+  const u = srv.url;
+  const ranks = async () => { const m = await metrics(u); return [0, 1].map((r) => m[`dsv4_rank_requests_total{rank="${r}"}`] || 0); };
+  // P: 200 ids (its snapshot point 128); Q: P's first 128, then 160 others (its point 256)
+  const P = Array.from({ length: 200 }, (_, k) => 1000 + ((k * 37) % 5000));
+  const Q = [...P.slice(0, A), ...Array.from({ length: 160 }, (_, k) => 7000 + k)];
+  const where = [];
+  const one = async (prompt) => {
+    const r0 = await ranks();
+    const res = await http(u + '/v1/completions', { body: { model: 'm', prompt, max_tokens: 4, temperature: 0 } });
+    assert.strictEqual(res.status, 200, res.body);
+    const r1 = await ranks();
+    where.push({ rank: r1.findIndex((n, q) => n > r0[q]), cached: res.json.usage.prompt_tokens_details.cached_tokens });
+  };
+  // a request holding rank 0 while P is placed: P goes to rank 1
+  const blk = await fetch(u + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt: [5, 6, 7], max_tokens: 40, temperature: 0, logit_bias: { 1: -100 }, stream: true }) });
+  const rd = blk.body.getReader();
+  while ((await ranks())[0] < 1) await new Promise((ok) => setTimeout(ok, 5));
+  await one(P);
+  while (!(await rd.read()).done);
+  await one(P);  // held by rank 1: back there (rank 0 is as idle), restored
+  await one(Q);  // its first block held by rank 1: there; its own snapshot evicts P's (one entry)
+  await one(P);  // rank 1 holds no prefix of it now
+  await srv.stop();
+  return { where, s: (Date.now() - t0) / 1000 };
+}
+
+const PARTS = (process.env.DSV4_DP_PARTS || 'mix,pressure,hangup,stopped,four,evict').split(',');
 
 run('server_dp', async () => {
   const one = await answers({});
@@ -292,6 +328,13 @@ run('server_dp', async () => {
   if (PARTS.includes('four')) {
     const four = await sameAsOne(one, 4, 2);
     said.push(`4 ranks: placed ${four.placed}, forks ${four.forked}`);
+  }
+  if (PARTS.includes('evict')) {
+    const { where: w, s: secs } = await evicted();
+    assert.deepStrictEqual(w.slice(0, 3), [{ rank: 1, cached: 0 }, { rank: 1, cached: A }, { rank: 1, cached: A }],
+      `placement by the prefix held: ${JSON.stringify(w)}`);
+    assert.deepStrictEqual(w[3], { rank: 0, cached: 0 }, `placed on a rank that evicted the prefix: ${JSON.stringify(w)}`);
+    said.push(`evict: ${JSON.stringify(w)} (${secs} s)`);
   }
   console.log(said.join('; '));
 }, { limitMs: 150000 });
