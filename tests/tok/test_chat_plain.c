@@ -68,6 +68,26 @@ static void test_marked(void) {
     dsv4_tok_ids_free(&b1), dsv4_tok_ids_free(&b2);
 }
 
+/* Several ranges: the special strings each range covers are plain, the others live, with
+ * disjoint ranges (looked up by binary search) and with nested ones (scanned). */
+static void test_marked_ranges(void) {
+    dsv4_err err = {0};
+    const int32_t user = dsv4_tok_token_to_id(T, "<｜User｜>");
+    const char *text = "x<｜User｜>y<｜User｜>z<｜User｜>w<｜User｜>v<｜User｜>";
+    size_t at[5], len = strlen("<｜User｜>");
+    for (int k = 0; k < 5; k++) at[k] = (size_t)(strstr(k ? text + at[k - 1] + 1 : text, "<｜User｜>") - text);
+    /* specials 0, 2 and 3 covered (2 and 3 by ranges that touch): 1 and 4 live */
+    const size_t disjoint[6] = {0, at[0] + 2, at[2] + 1, at[3], at[3], at[3] + len};
+    /* nested: 0-1 covered by the first, the second inside it: 2, 3 and 4 live */
+    const size_t nested[4] = {0, at[1] + len, at[0] + 1, at[0] + 3};
+    dsv4_tok_ids d = {0}, n = {0};
+    CHECK_MSG(dsv4_tokenize_marked(T, text, strlen(text), disjoint, 3, &d, &err) == 0, "%s", err.msg);
+    CHECK_MSG(dsv4_tokenize_marked(T, text, strlen(text), nested, 2, &n, &err) == 0, "%s", err.msg);
+    CHECK_MSG(count_id(&d, user) == 2, "disjoint ranges: %d live", count_id(&d, user));
+    CHECK_MSG(count_id(&n, user) == 3, "nested ranges: %d live", count_id(&n, user));
+    dsv4_tok_ids_free(&d), dsv4_tok_ids_free(&n);
+}
+
 /* ids of tokenizing dsv4_chat_encode's text whole (the reference encoder's way) */
 static void whole_text_ids(const cJSON *msgs, const dsv4_chat_opts *o, dsv4_tok_ids *out) {
     dsv4_err err = {0};
@@ -153,6 +173,7 @@ int main(void) {
         return 1;
     }
     test_marked();
+    test_marked_ranges();
     test_encode_ids();
     test_conversation();
     dsv4_tokenizer_free(T);
