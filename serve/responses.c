@@ -39,15 +39,17 @@
 typedef struct rs_fol {
     srv_req *r;                    /* its request (a reference): the doorbell the worker rings */
     int cursor;                    /* the next event it sends */
-    srv_buf held;                  /* events trimmed from the log before it sent them, in order */
+    int cut;                       /* it fell two shares behind: its events from cursor were
+                                    * trimmed unsent (it ends with an error event) */
 } rs_fol;
 
 /* The events of a background stream (their SSE text and where each begins), shared by its
  * entry, its run and the streams that follow it (a reference each). Bounded by its entry's
  * share of the store: the oldest events are trimmed (base, the first kept, is the watermark
- * below which a resume is refused); a follower that had not sent a trimmed event gets it in
- * its own held text, so a connected stream never loses one. Its mutex is a leaf taken under
- * a following stream's request mu, never with the store's mu held. */
+ * below which a resume is refused), but not those a connected follower has not sent yet
+ * unless it falls two more shares behind (log_trim), so a stream whose client reads never
+ * loses one. Its mutex is a leaf taken under a following stream's request mu, never
+ * with the store's mu held. */
 typedef struct rs_log {
     pthread_mutex_t mu;
     atomic_int refs;
@@ -324,7 +326,6 @@ void srv_resp_free(struct srv_resp *x) {
             if (l->fol[i] == x->fol) l->fol[i] = l->fol[--l->n_fol];
         pthread_mutex_unlock(&l->mu);
         srv_req_release(x->fol->r);
-        srv_buf_free(&x->fol->held);
         free(x->fol);
         log_release(l);
     }
@@ -1706,7 +1707,7 @@ static void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
  * and rings the following streams' doorbells. The entry stays in the store, outside the LRU,
  * until the response ends; its log counts against the store's bytes, at most the entry's
  * share: past it the oldest events are trimmed (a resume before them is a 400), while each
- * connected follower still gets every event (rs_fol.held). */
+ * connected follower still gets every event (up to two shares behind: log_trim). */
 
 /* The most streams that follow one background response at once. */
 #define RS_MAX_FOLLOW 64
@@ -1722,21 +1723,32 @@ static rs_log *log_new(void) {
 /* The bytes a log counts against the store: its text and its offsets. */
 static size_t log_size(const rs_log *l) { return l->text.n + (size_t)l->n * sizeof *l->off; }
 
-/* Under l->mu: the oldest events trimmed until the log holds at most `most` bytes (0: none
- * kept, its memory freed). A follower that had not sent a trimmed event gets it in its held
- * text (its cursor moves past them), so the trim loses nothing for a connected stream. */
-static void log_trim(rs_log *l, size_t most) {
-    int k = 0;
-    while (k < l->n && (l->text.n - l->off[k]) + (size_t)(l->n - k) * sizeof *l->off > most) k++;
+/* The bytes of a log's events from its k-th kept on. */
+static size_t size_from(const rs_log *l, int k) {
+    return k < l->n ? (l->text.n - l->off[k]) + (size_t)(l->n - k) * sizeof *l->off : 0;
+}
+
+/* Under l->mu: the oldest events trimmed until the log holds at most `most` bytes, but none a
+ * connected follower has not sent yet while the log holds at most most + extra (extra: two
+ * shares, so the memory slow readers keep is bounded, whatever their number); past that the
+ * followers still behind the trim are cut (they end with an error event at their cursor).
+ * 0 and 0: none kept, its memory freed. */
+static void log_trim(rs_log *l, size_t most, size_t extra) {
+    int k = 0, slow = l->n;
+    for (int i = 0; i < l->n_fol; i++) {
+        const rs_fol *f = l->fol[i];
+        const int c = f->cursor - l->base;  /* (a connected follower's is never below base) */
+        if (!f->cut && c < slow) slow = c;
+    }
+    while (k < l->n && size_from(l, k) > most) k++;
+    if (k > slow) {
+        k = slow;
+        while (k < l->n && size_from(l, k) > most + extra) k++;
+        for (int i = 0; i < l->n_fol; i++)
+            if (l->fol[i]->cursor < l->base + k) l->fol[i]->cut = 1;
+    }
     if (!k) return;
     const size_t cut = k < l->n ? l->off[k] : l->text.n;
-    for (int i = 0; i < l->n_fol; i++) {
-        rs_fol *f = l->fol[i];
-        if (f->cursor >= l->base + k) continue;
-        const size_t from = l->off[f->cursor - l->base];  /* (a follower's cursor is never below base) */
-        srv_buf_put(&f->held, l->text.s + from, cut - from);
-        f->cursor = l->base + k;
-    }
     l->base += k;
     l->n -= k;
     if (!l->n) {
@@ -1796,8 +1808,10 @@ static size_t log_budget(srv_rstore *st, rs_entry *e, size_t more, int done) {
     const size_t base = rs_base_bytes(e), share = st->cap / RS_ENTRY_SHARE;
     const size_t limit = base < share ? share - base : 0, want = e->log_bytes + more;
     size_t most = want <= limit ? want : done ? limit : limit - limit / 4;
-    if (most > e->log_bytes && !rs_room(st, most - e->log_bytes, e))
+    if (most > e->log_bytes && !rs_room(st, most - e->log_bytes, e)) {
         most = e->log_bytes + (st->used < st->cap ? st->cap - st->used : 0);
+        most -= done ? 0 : most / 4;  /* (the same slack: not a trim at every step) */
+    }
     st->used = st->used - e->log_bytes + most;
     e->bytes = e->bytes - e->log_bytes + most;
     e->log_bytes = most;
@@ -1816,6 +1830,7 @@ static void log_put(srv_rstore *st, rs_run *x, const srv_buf *ev, int done) {
         if (ev->s[i] == '\n' && ev->s[i + 1] == '\n') n++, i++;
     size_t most = SIZE_MAX;
     pthread_mutex_lock(&st->mu);
+    const size_t extra = 2 * (st->cap / RS_ENTRY_SHARE);  /* (what lagging followers may keep more) */
     rs_entry *e = *rs_link(st, x->job->id);
     const int held = e && e->log == l;
     if (!held) most = 0;
@@ -1840,8 +1855,7 @@ static void log_put(srv_rstore *st, rs_run *x, const srv_buf *ev, int done) {
                 if (ev->s[i] == '\n' && ev->s[i + 1] == '\n') l->off[l->n++] = at + i + 2, i++;
         }
     }
-    if (l->lost) most = 0;
-    if (most != SIZE_MAX) log_trim(l, most);
+    if (!l->lost && most != SIZE_MAX) log_trim(l, most, extra);  /* (lost: kept for the followers) */
     const size_t size = log_size(l);
     const int lost = l->lost;
     l->done |= done;
@@ -1851,12 +1865,13 @@ static void log_put(srv_rstore *st, rs_run *x, const srv_buf *ev, int done) {
         atomic_fetch_add(&kick[i]->refs, 1);
     }
     pthread_mutex_unlock(&l->mu);
-    if (held && (most != SIZE_MAX || lost)) {  /* the entry counts what the trim left */
+    if (held && (most != SIZE_MAX || lost)) {  /* the entry counts what the trim left (lagging
+                                                * followers' events too: at most one share more) */
         pthread_mutex_lock(&st->mu);
-        if ((e = *rs_link(st, x->job->id)) && e->log == l && e->log_bytes >= size) {
-            st->used -= e->log_bytes - size;
-            e->bytes -= e->log_bytes - size;
-            e->log_bytes = size;
+        if ((e = *rs_link(st, x->job->id)) && e->log == l) {
+            st->used = st->used - e->log_bytes + (lost ? 0 : size);
+            e->bytes = e->bytes - e->log_bytes + (lost ? 0 : size);
+            e->log_bytes = lost ? 0 : size;
             if (lost) {  /* (no resume from a log out of memory) */
                 e->log = NULL;
                 atomic_fetch_sub(&l->refs, 1);  /* the entry's (the run holds one) */
@@ -1970,6 +1985,13 @@ static srv_job *follower(const char *id, rs_log *l, int cursor, int *status, cha
                  l->base, l->base - 1);
         goto fail;
     }
+    if (l->done && cursor > l->base + l->n) {
+        pthread_mutex_unlock(&l->mu);
+        *status = 400;
+        snprintf(msg, MSG, "'starting_after' %d is past this response's last event (sequence_number %d)",
+                 cursor - 1, l->base + l->n - 1);
+        goto fail;
+    }
     if (l->n_fol == RS_MAX_FOLLOW) {
         pthread_mutex_unlock(&l->mu);
         *status = 429;
@@ -2004,9 +2026,9 @@ fail:
     return NULL;
 }
 
-/* A following stream's news: what the trims held for it, then the log's events from its
- * cursor; done once the log's last is out. A log (or held text) out of memory: an error
- * event, then the end. */
+/* A following stream's news: the log's events from its cursor; done once the log's last is
+ * out. One cut (a share behind) or a log out of memory: what is kept from its cursor, then an
+ * error event naming the first event it did not get, then the end. */
 static void follow_stream(srv_job *j, srv_buf *out, int *finished) {
     rs_log *l = j->resp->flog;
     rs_fol *f = j->resp->fol;
@@ -2015,24 +2037,25 @@ static void follow_stream(srv_job *j, srv_buf *out, int *finished) {
         return;
     }
     pthread_mutex_lock(&l->mu);
-    if (l->lost || f->held.oom) {
+    const int i = f->cursor - l->base;
+    if (!f->cut && i < l->n) {
+        srv_buf_put(out, l->text.s + l->off[i], l->text.n - l->off[i]);
+        f->cursor = l->base + l->n;
+    }
+    if (f->cut || l->lost) {
         cJSON *o = ev("error");
         cJSON_AddStringToObject(o, "code", "stream_lost");
-        cJSON_AddStringToObject(o, "message", "the server ran out of memory for this background response's "
-                                "events: its stream ended here; GET /v1/responses/{id} polls the response");
+        cJSON_AddStringToObject(o, "message", f->cut ? "this stream fell more than a quarter of the server's "
+                                "response store (--responses-store-bytes) behind: the events from this "
+                                "sequence_number on were dropped before it sent them; GET /v1/responses/{id} "
+                                "polls the response" : "the server ran out of memory for this background "
+                                "response's events: its stream ended here; GET /v1/responses/{id} polls the response");
         cJSON_AddNullToObject(o, "param");
         cJSON_AddNumberToObject(o, "sequence_number", f->cursor);
         srv_sse(out, "error", o);
         *finished = 1;
-    } else {
-        if (f->held.n) srv_buf_put(out, f->held.s, f->held.n);
-        srv_buf_free(&f->held);
-        const int i = f->cursor - l->base;
-        if (i < l->n) {
-            srv_buf_put(out, l->text.s + l->off[i], l->text.n - l->off[i]);
-            f->cursor = l->base + l->n;
-        }
-        if (l->done && f->cursor >= l->base + l->n) *finished = 1;
+    } else if (l->done && f->cursor >= l->base + l->n) {
+        *finished = 1;
     }
     pthread_mutex_unlock(&l->mu);
 }

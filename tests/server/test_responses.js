@@ -569,12 +569,13 @@ run('server_responses', async () => {
   assert(Buffer.byteLength(capKept.text) <= 8192, `${Buffer.byteLength(capKept.text)} bytes kept`);
   for (const q of [`&starting_after=${mark - 1}`, ''])
     assert.strictEqual((await http(`${srv.url}/v1/responses/${capId}?stream=true${q}`, { method: 'GET' })).status, 400);
-  // a first batch of events past the share (created and queued carry 5K of metadata each):
-  // trimmed before the stream could send them, it still gets them
-  const metadata = Object.fromEntries([...Array(10).keys()].map((i) => [`k${i}`, 'x'.repeat(500)]));
+  // a first batch of events past the share (created and queued carry 3.5K of metadata each):
+  // the trim keeps what the stream has not sent yet (it cannot have read any), it gets them
+  const metadata = Object.fromEntries([...Array(7).keys()].map((i) => [`k${i}`, 'x'.repeat(500)]));
   const wide = await sse(`${srv.url}/v1/responses`, { model, input: 'Hi.', metadata, max_output_tokens: 2,
     background: true, stream: true });
   assert.strictEqual(wide.status, 200, JSON.stringify(wide.json));
+  assert(Buffer.byteLength(wide.text.slice(0, wide.text.indexOf('event: response.in_progress'))) > 8192);
   assert.deepStrictEqual(wide.events.slice(0, 3).map((e) => e.event), ['response.created', 'response.queued', 'response.in_progress']);
   wide.events.forEach((e, i) => assert.strictEqual(e.data.sequence_number, i, `event ${i} (${e.event})`));
   assert.match(wide.events[wide.events.length - 1].event, /^response\.(completed|incomplete)$/);
@@ -584,7 +585,8 @@ run('server_responses', async () => {
 
 // background mode on a server whose store holds a few hundred tokens' events per response
 async function background() {
-  const srv = await start(['--max-context', '2048', '--mtp', 'off', '--responses-store-bytes', '4M']);
+  // (one sequence at a time: a second request waits queued)
+  const srv = await start(['--max-context', '2048', '--mtp', 'off', '--responses-store-bytes', '4M', '--max-seqs', '1']);
   const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
   const model = 'm';
   const url = `${srv.url}/v1/responses`;
@@ -663,8 +665,29 @@ async function background() {
   assert.strictEqual(last.data.response.status, fg.status);
   const sid = s1.events[0].data.response.id;
   assert.strictEqual((await sse(`${url}/${sid}?stream=true`)).text, s1.text);
-  for (const n of [0, 5, s1.events.length - 2, s1.events.length - 1, s1.events.length + 3])
+  for (const n of [0, 5, s1.events.length - 2, s1.events.length - 1])
     assert.deepStrictEqual((await sse(`${url}/${sid}?stream=true&starting_after=${n}`)).events, s1.events.slice(n + 1), `after ${n}`);
+  // (past the last event of an ended response: a 400, not an empty stream without an end)
+  const past = await http(`${url}/${sid}?stream=true&starting_after=${s1.events.length}`, { method: 'GET' });
+  assert.deepStrictEqual([past.status, past.json.error.param], [400, 'starting_after'], past.body);
+  // a background stream queued behind a running request: created and queued only, as long as a
+  // poll says queued (in_progress comes with its first token); cancelled while queued, it
+  // ends there: created, queued, failed (cancelled)
+  const busy = await http(url, { body: { model, input: 'Count to a thousand.', max_output_tokens: 1500, background: true } });
+  for (let st = 'queued'; st === 'queued'; await sleep(1)) st = (await http(`${url}/${busy.json.id}`, { method: 'GET' })).json.status;
+  const qres = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ ...sreq, max_output_tokens: 5 }) });
+  const qreader = qres.body.getReader();
+  let qtext = '';
+  while ((qtext.match(/\n\n/g) || []).length < 2) qtext += Buffer.from((await qreader.read()).value).toString();
+  const qid = parseSse(qtext)[0].data.response.id;
+  assert.strictEqual((await http(`${url}/${qid}`, { method: 'GET' })).json.status, 'queued');
+  assert.strictEqual((await http(`${url}/${qid}/cancel`, { body: {} })).json.status, 'cancelled');
+  for (let r; !(r = await qreader.read()).done;) qtext += Buffer.from(r.value).toString();
+  assert.deepStrictEqual(parseSse(qtext).map((e) => [e.event, e.data.response.status]),
+    [['response.created', 'queued'], ['response.queued', 'queued'], ['response.failed', 'cancelled']]);
+  assert.strictEqual((await http(`${url}/${busy.json.id}/cancel`, { body: {} })).json.status, 'cancelled');
+  await poll(srv.url, busy.json.id);
   // a stream the client left goes on; resumed after the last event seen, it follows live
   const ac = new AbortController();
   const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, signal: ac.signal,
