@@ -37,6 +37,7 @@ static json_walk walk;
 static void setup(void) {
     tok = byte_vocab_tokenizer(PIECES, (int)(sizeof PIECES / sizeof *PIECES), 400);
     if (!(jv = json_vocab_build(tok)) || json_walk_init(&walk, jv, JSON_MAX_STACKS)) abort();
+    if (jv->words > 64) abort(); /* the masks below are 64 words (4,096 ids) */
 }
 
 /* the first id bits allows, *ws 1 when every allowed id is whitespace only (-1: none) */
