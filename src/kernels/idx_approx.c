@@ -42,7 +42,8 @@ dsv4_idx_bound dsv4_idx_approx_query(const float *qI, const float *wI, int nI, i
     q *= 1.0 + 1e-12;
     /* each head dot: exact and approx within gd * ||q_h|| ||K|| of the true value; the head
      * sums within gh * sum_h |w_h| |relu_h| of theirs, |relu_h| <= (1 + gd) ||q_h|| ||K||
-     * (the kernel's ||K|| is summed in double and rounded up, never low); twice that for
+     * (the kernels' ||K||: rounded up, or summed in double and the root rounded up to float, which
+     * can be a double ulp, 2^-53 relative, low: the factor 2 covers it); twice that for
      * safety, then 8u * Q for the float sums approx -/+ bound themselves (|approx| <= Q
      * ||K||), each term rounded up */
     const double eps = 2.0 * (2.0 * gd + 2.0 * gh * (1.0 + gd)) + 8.0 * u;

@@ -26,6 +26,9 @@
 
 #include "attn/attention.h"
 #include "golden_run.h"
+#include "kernels/cpu.h"
+#include "kernels/fidelity.h"
+#include "kernels/idx_approx.h"
 #include "dsv4.h"
 #include "model/model.h"
 #include "test.h"
@@ -154,6 +157,25 @@ int main(int argc, char **argv) {
                c->index_head_dim, bounded);
         CHECK_MSG(bounded > 0, "the bounded selection never ran: nI x dI = %d < %d?",
                   c->index_n_heads * c->index_head_dim, DSV4_INDEXER_BOUNDED_MIN_MACS);
+        /* the integer block scores take this shape's F3 queries (dsv4_fid_index_row, the engine's
+         * rounding of qI): the approximate pass above was theirs, not the unpacked keys' */
+        const int nI = c->index_n_heads, dI = c->index_head_dim;
+        float *q = malloc(sizeof(float) * (size_t)nI * dI), *w = malloc(sizeof(float) * (size_t)nI), sc, kn;
+        uint8_t key[256] = {0};
+        const void *keys[1] = {key};
+        const int64_t lim = 1;
+        for (int i = 0; i < nI * dI; i++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            q[i] = (float)(x % 2001) / 1000.0f - 1.0f;
+        }
+        for (int h = 0; h < nI; h++) dsv4_fid_index_row(q + (size_t)h * dI, dI), w[h] = 1.0f;
+        const int simd = dsv4_cpu_simd() < dsv4_build_simd() ? dsv4_cpu_simd() : dsv4_build_simd();
+        const int took = dI / 2 + dI / 32 <= (int)sizeof key &&
+                         dsv4_idx_approx_fp4_int(simd, q, (size_t)nI * dI, w, (size_t)nI, 1, &lim, keys, 0, 1, nI, dI,
+                                                 &sc, &kn, 1);
+        CHECK_MSG(took, "the integer FP4 scores refuse F3's queries of this shape (%d x %d): keys unpacked", nI, dI);
+        free(q);
+        free(w);
     }
     same_run(&o[1], &o[0], N, D, V, L, K, topk, mtp, "f32+fp4 against f32 (F3)");
     same_run(&o[3], &o[2], N, D, V, L, K, topk, mtp, "bf16+fp4 against bf16 (F3)");
