@@ -539,7 +539,9 @@ typedef struct dsv4_gen_params {
     int n_bias;
     const char *json_schema;          /* structured output: NULL = none; else a JSON Schema
                                        * (text, copied at create; see dsv4_json_schema) the
-                                       * generated text must be a value of */
+                                       * generated text must be a value of; with tools
+                                       * (DSV4_TOOLS_AUTO only) the text is either such a
+                                       * value or the tool_calls block */
     int json_after_think;             /* 1: the constraint starts after the "</think>" token
                                        * (thinking mode: the reasoning is free); the same
                                        * for tools */

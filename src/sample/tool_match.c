@@ -37,6 +37,7 @@ struct tm_tools {
     tm_tool *tools;       /* (n_tools) in the request's order */
     int n_tools, strict;
     dsv4_json_schema *any; /* a free tool's values */
+    dsv4_json_schema *doc; /* the JSON document the text may be instead, or NULL */
 };
 
 /* ---- compile ----------------------------------------------------------------------- */
@@ -222,13 +223,20 @@ void tm_free(tm_tools *t) {
     }
     free(t->tools);
     dsv4_json_schema_free(t->any);
+    dsv4_json_schema_free(t->doc);
     free(t);
+}
+
+int tm_set_doc(tm_tools *t, const char *schema, size_t len, dsv4_err *err) {
+    if (t->mode != TM_AUTO || t->doc)
+        return dsv4_fail(err, DSV4_ERR_ARG, "tools: a JSON document goes with TM_AUTO tools, once");
+    return dsv4_json_schema_compile(schema, len, &t->doc, err);
 }
 
 int tm_any_strict(const tm_tools *t) { return t->strict; }
 
 int tm_max_stacks(const tm_tools *t) {
-    int m = t->any->max_stacks;
+    int m = t->doc && t->doc->max_stacks > t->any->max_stacks ? t->doc->max_stacks : t->any->max_stacks;
     for (int i = 0; i < t->n_tools; i++)
         if (t->tools[i].schema && t->tools[i].schema->max_stacks > m) m = t->tools[i].schema->max_stacks;
     return m;
@@ -360,8 +368,20 @@ void tm_state_init(const tm_tools *t, tm_state *st) {
     memset(st, 0, offsetof(tm_state, js));
     st->tool = -1;
     st->prop = -1;
-    if (t->mode == TM_AUTO) st->phase = TP_FREE;
-    else enter_set(st, t, S_OPEN_REQ);
+    if (t->doc) {
+        enter_set(st, t, S_OPEN_REQ);
+        st->doc = 1;
+        json_state_init(t->doc, &st->js);
+    } else if (t->mode == TM_AUTO) {
+        st->phase = TP_FREE;
+    } else {
+        enter_set(st, t, S_OPEN_REQ);
+    }
+}
+
+void tm_state_copy(tm_state *dst, const tm_state *src) {
+    memcpy(dst, src, offsetof(tm_state, js));
+    if (src->phase == TP_VALUE || src->phase == TP_DOC || src->doc) json_state_copy(&dst->js, &src->js);
 }
 
 static int alt_step(const tm_tools *t, tm_state *st, uint8_t c) {
@@ -425,6 +445,29 @@ static int value_step(const tm_tools *t, const tm_state *src, uint8_t c, tm_stat
     return feed_raw(t, dst, &dst->js, pc, 1, &a);
 }
 
+/* The document's byte: its JSON, and no "<｜DSML｜" (the opener's first OPEN_STRAY bytes,
+ * matched as in free text) */
+static int doc_step(const tm_tools *t, const tm_state *src, uint8_t c, tm_state *dst) {
+    const uint8_t *o = (const uint8_t *)TC_OPEN;
+    dst->k = c == o[src->k] ? (uint16_t)(src->k + 1) : c == '<';
+    return dst->k < OPEN_STRAY && json_state_step(t->doc, &src->js, c, &dst->js);
+}
+
+/* The opener and the document both read (dst's header is src's): the opener goes on, with
+ * the document while it lives, or the document alone from here */
+static int doc_or_block(const tm_tools *t, const tm_state *src, uint8_t c, tm_state *dst) {
+    const int doc = json_state_step(t->doc, &src->js, c, &dst->js);
+    if (alt_step(t, dst, c)) {
+        dst->doc = (uint8_t)doc;
+        return 1;
+    }
+    memcpy(dst, src, offsetof(tm_state, js));
+    dst->phase = TP_DOC;
+    dst->doc = 0;
+    dst->k = c == '<';
+    return doc;
+}
+
 int tm_state_step(const tm_tools *t, const tm_state *src, uint8_t c, tm_state *dst) {
     memcpy(dst, src, offsetof(tm_state, js));
     switch (src->phase) {
@@ -435,11 +478,12 @@ int tm_state_step(const tm_tools *t, const tm_state *src, uint8_t c, tm_state *d
         if (dst->k == OPEN_LEN) enter_set(dst, t, S_OPEN_AUTO);
         return 1;
     }
-    case TP_ALT: return alt_step(t, dst, c);
+    case TP_ALT: return src->doc ? doc_or_block(t, src, c, dst) : alt_step(t, dst, c);
     case TP_FNAME:
         if (c == '"') { enter_set(dst, t, S_STRING); return 1; }
         return c >= 0x20 && c != '<' && c != 0x7f;
     case TP_VALUE: return value_step(t, src, c, dst);
+    case TP_DOC: return doc_step(t, src, c, dst);
     default: return 0;
     }
 }
@@ -453,7 +497,7 @@ int tm_state_feed(const tm_tools *t, tm_state st[2], int *cur, const uint8_t *b,
 }
 
 int tm_state_accepting(const tm_tools *t, const tm_state *st) {
-    (void)t;
+    if (st->phase == TP_DOC) return json_state_accepting(t->doc, &st->js);
     return st->phase == TP_DONE || (st->phase == TP_FREE && st->k < OPEN_STRAY);
 }
 
@@ -539,30 +583,31 @@ static long walk(const tm_tools *t, const json_vocab *v, tm_walk *w, const json_
     return steps;
 }
 
-static void load(tm_walk *w, const tm_state *st) {
-    memcpy(walk_st(w, 0), st, offsetof(tm_state, js));
-    if (st->phase == TP_VALUE) json_state_copy(&walk_st(w, 0)->js, &st->js);
-}
+static void load(tm_walk *w, const tm_state *st) { tm_state_copy(walk_st(w, 0), st); }
 
 static long mask_k0(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state *st, uint64_t *bits,
                     const dsv4_tokenizer *tok);
 
 long tm_mask(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state *st, uint64_t *bits,
              const dsv4_tokenizer *tok) {
-    if (st->phase != TP_VALUE || st->k == 0) return mask_k0(t, v, w, st, bits, tok);
-    /* k bytes of the closing tag pending: the ids that go on with it (its next byte first)
-     * step from st; all the others first flush the pending bytes into the value, so they
-     * step from the flushed state, k = 0 (its mask, fast where that is a plain string) */
+    if ((st->phase != TP_VALUE && st->phase != TP_DOC) || st->k == 0) return mask_k0(t, v, w, st, bits, tok);
+    /* k bytes of a tag matched (a value's closing tag pending, or "<｜DSML｜" begun in the
+     * document): the ids that go on with it (its next byte first) step from st; all the
+     * others step from the state without them, k = 0 (a value's pending bytes flushed into
+     * it; the document's the same state: a mismatch restarts the match), its mask fast */
     const json_trie *tr = v->all;
-    const uint8_t next = (uint8_t)PAR_CLOSE[st->k];
+    const uint8_t next = (uint8_t)(st->phase == TP_VALUE ? PAR_CLOSE : TC_OPEN)[st->k];
     int i = 0;
     while (i < v->n_all && tr[i].byte != next) i = (int)tr[i].skip; /* the depth-1 nodes */
     const int end = i < v->n_all ? (int)tr[i].skip : i;
     long steps = 0;
-    tm_state *f = walk_st(w, w->n_st); /* the flushed state (a slot of its own) */
+    tm_state *f = walk_st(w, w->n_st); /* the state without them (a slot of its own) */
     memcpy(f, st, offsetof(tm_state, js));
     f->k = 0;
-    if (feed_raw(t, st, &st->js, (const uint8_t *)PAR_CLOSE, st->k, &f->js)) {
+    int alive = 1;
+    if (st->phase == TP_DOC) json_state_copy(&f->js, &st->js);
+    else alive = feed_raw(t, st, &st->js, (const uint8_t *)PAR_CLOSE, st->k, &f->js);
+    if (alive) {
         steps += mask_k0(t, v, w, f, bits, tok);
         for (int j = i; j < end; j++) /* the ids under `next` are st's: cleared here */
             for (int32_t id = tr[j].tok; id >= 0; id = v->dup[id]) bits[id >> 6] &= ~(1ull << (id & 63));
@@ -591,9 +636,27 @@ static long step_ids(const tm_tools *t, tm_walk *w, const int32_t *list, int n, 
     return steps;
 }
 
+/* The JSON part of a mask (a value's or the document's, k = 0, walk_st(w, 0) = st): a
+ * neutral id follows st iff it follows st->js as JSON (schema s: json_mask, the in-string
+ * bitset, the constrained strings' cache and shared walk; the document's neutral ids keep
+ * its opener match at 0, no '<'); the spec trie walked and the lt ids stepped with the
+ * whole state. */
+static long json_part(const tm_tools *t, const json_vocab *v, tm_walk *w, const dsv4_json_schema *s,
+                      const tm_state *st, uint64_t *bits, const dsv4_tokenizer *tok) {
+    if (w->jw_schema != s) { /* its cache holds one schema's masks */
+        json_walk_reset(&w->jw);
+        w->jw_schema = s;
+    }
+    long steps = json_mask(s, v, &w->jw, &st->js, bits);
+    for (int i = 0; i < v->words; i++) bits[i] &= w->neutral[i];
+    steps += walk(t, v, w, v->spec, 0, v->n_spec, bits);
+    return steps + step_ids(t, w, w->lt, w->n_lt, bits, tok);
+}
+
 static long mask_k0(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state *st, uint64_t *bits,
                     const dsv4_tokenizer *tok) {
     load(w, st);
+    if (st->phase == TP_DOC) return json_part(t, v, w, t->doc, st, bits, tok);
     const size_t bytes = (size_t)v->words * sizeof *bits;
     if (st->phase == TP_FNAME) {
         /* a free tool's parameter name: every neutral id goes on with it (no '"', '<', 0x7f
@@ -618,24 +681,15 @@ static long mask_k0(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm
         return steps + step_ids(t, w, w->close, w->n_close, bits, tok);
     }
     /* Elsewhere in a value (k = 0 here): a neutral id's bytes go to the value's JSON as they
-     * are (no escape in a string="true" value, no closing tag begun), so it follows st iff
-     * it follows st->js as JSON (json_mask: the in-string bitset, the constrained strings'
-     * cache and shared walk), but for a JSON value's whitespace rule: it refuses a ' ' after
-     * whitespace between tokens, which in a neutral id without "  " can only be its first
-     * byte after st's (st->ws, st->js not in a string's text). The ids with "  " and the
-     * others are stepped with the whole state. */
-    const dsv4_json_schema *s = val_schema(t, st);
-    if (w->jw_schema != s) { /* its cache holds one schema's masks */
-        json_walk_reset(&w->jw);
-        w->jw_schema = s;
-    }
-    long steps = json_mask(s, v, &w->jw, &st->js, bits);
-    for (int i = 0; i < v->words; i++) bits[i] &= w->neutral[i];
-    if (!st->is_str && st->ws && !in_text(&st->js))
+     * are (no escape in a string="true" value, no closing tag begun), so json_part serves
+     * it, but for a JSON value's whitespace rule: it refuses a ' ' after whitespace between
+     * tokens, which in a neutral id without "  " can only be its first byte after st's
+     * (st->ws, st->js not in a string's text). The ids with "  " are stepped. */
+    long steps = json_part(t, v, w, val_schema(t, st), st, bits, tok);
+    if (st->is_str) return steps;
+    if (st->ws && !in_text(&st->js))
         for (int i = 0; i < v->words; i++) bits[i] &= ~w->space[i];
-    steps += walk(t, v, w, v->spec, 0, v->n_spec, bits);
-    steps += step_ids(t, w, w->lt, w->n_lt, bits, tok);
-    return st->is_str ? steps : steps + step_ids(t, w, w->dbl, w->n_dbl, bits, tok);
+    return steps + step_ids(t, w, w->dbl, w->n_dbl, bits, tok);
 }
 
 long tm_mask_walk(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm_state *st, uint64_t *bits) {

@@ -22,8 +22,13 @@
  * no whitespace between its tokens but single spaces (as the encoder writes it).
  *
  * Two modes: REQUIRED (the text is the block, from its first byte), AUTO (free text until
- * it writes "<｜DSML｜tool_calls>", then the rest of the block). The end of the text (EOS)
- * is allowed once the block is closed (and in AUTO's free text). As with json.h, an alive
+ * it writes "<｜DSML｜tool_calls>", then the rest of the block). AUTO with a document
+ * (tm_set_doc: JSON output beside tools) has no free text: the text is either the block,
+ * as REQUIRED's, or a JSON document of the document's schema without "<｜DSML｜" in it
+ * (the parser reads that as markup); both are read at once while the bytes allow both (the
+ * opener's "\n\n" is also the document's leading whitespace). The end of the text (EOS)
+ * is allowed once the block is closed (and in AUTO's free text, and once the document is
+ * complete). As with json.h, an alive
  * state can always be completed: every alternative taken is checked to lead somewhere
  * (the JSON automaton guarantees it inside values). */
 #ifndef DSV4_SAMPLE_TOOL_MATCH_H
@@ -35,8 +40,8 @@
 
 enum { TM_REQUIRED = 1, TM_AUTO = 2 };
 /* phases: AUTO's free text, a set of alternatives, a free tool's parameter name, a value,
- * the block closed */
-enum { TP_FREE, TP_ALT, TP_FNAME, TP_VALUE, TP_DONE };
+ * the block closed, the JSON document */
+enum { TP_FREE, TP_ALT, TP_FNAME, TP_VALUE, TP_DONE, TP_DOC };
 #define TM_MAX_TOOLS 1024
 #define TM_MAX_PARAMS 64      /* a strict tool's properties (a bitmask) */
 
@@ -67,7 +72,8 @@ typedef struct tm_state {
     uint8_t phase;     /* TP_* */
     uint8_t is_str;    /* the value is string="true" */
     uint8_t ws;        /* VALUE: the last byte was whitespace between JSON tokens */
-    uint16_t k;        /* FREE: bytes of the opener matched; VALUE: bytes of
+    uint8_t doc;       /* ALT: the document is read too (js: its state) */
+    uint16_t k;        /* FREE, DOC: bytes of the opener matched; VALUE: bytes of
                         * "</｜DSML｜parameter>" pending (not fed to js) */
     int16_t set;       /* ALT: which set */
     int16_t prop;      /* the property being written, -1 in a free tool */
@@ -75,7 +81,8 @@ typedef struct tm_state {
     int32_t tool;      /* the invoke's tool */
     int32_t n_inv;
     uint64_t used;     /* properties given in this invoke */
-    json_state js;     /* VALUE: the value's bytes so far (as JSON) */
+    json_state js;     /* VALUE: the value's bytes so far (as JSON); DOC, ALT with doc:
+                        * the document's */
 } tm_state;
 
 /* Compiles the request's tools (JSON text: an array of OpenAI chat tools, {"type":
@@ -84,12 +91,18 @@ typedef struct tm_state {
  * DSV4_ERR_FORMAT for a malformed list. */
 int tm_compile(const char *tools, size_t len, int mode, int single, tm_tools **out, dsv4_err *err);
 void tm_free(tm_tools *t);
+/* AUTO tools only, once: the text is either the block or a JSON document of schema (JSON
+ * text, dsv4_json_schema_compile's subset). DSV4_ERR_ARG for other tools; the schema's
+ * compile errors. */
+int tm_set_doc(tm_tools *t, const char *schema, size_t len, dsv4_err *err);
 /* 1 when some tool is strict (the constraint is worth applying) */
 int tm_any_strict(const tm_tools *t);
 /* the most stacks a step of any of the tools' value automata holds (json_schema.max_stacks) */
 int tm_max_stacks(const tm_tools *t);
 
 void tm_state_init(const tm_tools *t, tm_state *st);
+/* dst = src (dst != src), its live part: the header, and js where the phase holds one */
+void tm_state_copy(tm_state *dst, const tm_state *src);
 /* dst = src after byte c (dst != src); 1 alive, 0 dead */
 int tm_state_step(const tm_tools *t, const tm_state *src, uint8_t c, tm_state *dst);
 /* steps st[*cur] over n bytes, ping-pong with st[*cur ^ 1]; 0 once dead */

@@ -120,12 +120,15 @@ int dsv4_tools_check(const char *tools, size_t len, int *strict, dsv4_err *err) 
 static int json_setup(dsv4_gen *g, const dsv4_tokenizer *tok, const dsv4_gen_params *p, dsv4_err *err) {
     g->think = p->json_after_think ? 0 : -1;
     if (!p->json_schema && !p->tools) return DSV4_OK;
-    if (p->json_schema && p->tools) return dsv4_fail(err, DSV4_ERR_ARG, "gen: a JSON schema and tools together");
     if (p->tools && p->tools_mode != DSV4_TOOLS_REQUIRED && p->tools_mode != DSV4_TOOLS_AUTO)
         return dsv4_fail(err, DSV4_ERR_ARG, "gen: tools_mode must be DSV4_TOOLS_REQUIRED or DSV4_TOOLS_AUTO");
-    int rc = p->json_schema ? dsv4_json_schema_compile(p->json_schema, strlen(p->json_schema), &g->schema, err)
-                            : tm_compile(p->tools, strlen(p->tools), p->tools_mode == DSV4_TOOLS_AUTO ? TM_AUTO : TM_REQUIRED,
-                                         p->tools_single != 0, &g->tools, err);
+    if (p->json_schema && p->tools && p->tools_mode != DSV4_TOOLS_AUTO)
+        return dsv4_fail(err, DSV4_ERR_ARG, "gen: a JSON schema goes with tools in DSV4_TOOLS_AUTO only (the "
+                         "text is the document or the block)");
+    int rc = p->tools ? tm_compile(p->tools, strlen(p->tools), p->tools_mode == DSV4_TOOLS_AUTO ? TM_AUTO : TM_REQUIRED,
+                                   p->tools_single != 0, &g->tools, err)
+                      : dsv4_json_schema_compile(p->json_schema, strlen(p->json_schema), &g->schema, err);
+    if (!rc && p->tools && p->json_schema) rc = tm_set_doc(g->tools, p->json_schema, strlen(p->json_schema), err);
     if (rc) return rc;
     g->tok = tok;
     g->jv = dsv4_tok_lazy(tok, vocab_build, vocab_drop);

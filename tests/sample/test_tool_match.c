@@ -298,8 +298,7 @@ static void brute(const tm_tools *t, const tm_state *st, uint64_t *bits, tm_stat
         if (!b || !len || dsv4_tok_is_added(T, id)) continue;
         /* the state's live part (a whole tm_state is ~25 KB: 129K copies of it were most of
          * this test's time) */
-        memcpy(&a[0], st, offsetof(tm_state, js));
-        if (st->phase == TP_VALUE) json_state_copy(&a[0].js, &st->js);
+        tm_state_copy(&a[0], st);
         int cur = 0;
         if (tm_state_feed(t, a, &cur, (const uint8_t *)b, len)) bits[id >> 6] |= 1ull << (id & 63);
     }
@@ -417,6 +416,20 @@ static int walk(const char *tools, int mode, int single, const char *start, int 
 #define INV(name) "\n\n<" DS "tool_calls>\n<" DS "invoke name=\"" name "\">\n"
 #define PAR(name, str) "<" DS "parameter name=\"" name "\" string=\"" str "\">"
 
+/* tm_mask at st equals tm_mask_walk's, and allows something (text[0..len): where st is) */
+static void same_as_walk(const tm_tools *t, tm_walk *w, const tm_state *st, uint64_t *fast, uint64_t *ref,
+                         const char *text, int len) {
+    tm_mask(t, JV, w, st, fast, T);
+    tm_mask_walk(t, JV, w, st, ref);
+    int diff = 0, n = 0;
+    for (int k = 0; k < JV->words; k++) {
+        diff += __builtin_popcountll(fast[k] ^ ref[k]);
+        n += __builtin_popcountll(ref[k]);
+    }
+    CHECK_MSG(diff == 0, "'%.*s': the mask differs from the whole walk's in %d ids", len, text, diff);
+    CHECK_MSG(n > 0, "'%.*s': nothing allowed", len, text);
+}
+
 static void test_fast(void) {
     tm_tools *t = compile(FAST_TOOLS, TM_REQUIRED, 0);
     if (!t) return;
@@ -448,16 +461,71 @@ static void test_fast(void) {
             tm_state_init(t, &st[0]);
             int cur = 0;
             CHECK_MSG(tm_state_feed(t, st, &cur, (const uint8_t *)at[i], len), "'%.*s' refused", (int)len, at[i]);
-            tm_mask(t, JV, &w, &st[cur], fast, T);
-            tm_mask_walk(t, JV, &w, &st[cur], ref);
-            int diff = 0, n = 0;
-            for (int k = 0; k < JV->words; k++) {
-                diff += __builtin_popcountll(fast[k] ^ ref[k]);
-                n += __builtin_popcountll(ref[k]);
-            }
-            CHECK_MSG(diff == 0, "'%.*s': the mask differs from the whole walk's in %d ids", (int)len, at[i], diff);
-            CHECK_MSG(n > 0, "'%.*s': nothing allowed", (int)len, at[i]);
+            same_as_walk(t, &w, &st[cur], fast, ref, at[i], (int)len);
         }
+    }
+    tm_walk_free(&w);
+    free(st), free(fast), free(ref);
+    tm_free(t);
+}
+
+/* JSON output beside tools (tm_set_doc): the text is the document or the block, read at
+ * once while the bytes allow both; no "<｜DSML｜" in the document; EOS once it is complete;
+ * the mask equals the whole walk's in the document (its tag begun too) and where both are
+ * read. Only AUTO tools take a document. */
+#define DOC "{\"type\":\"object\",\"properties\":{\"ok\":{\"type\":\"boolean\"},\"msg\":{\"type\":\"string\"," \
+    "\"maxLength\":20}},\"required\":[\"ok\"],\"additionalProperties\":false}"
+
+static int doc_runs(const tm_tools *t, const char *text) { /* 2: complete, 1: alive, 0: refused */
+    tm_state *st = malloc(2 * sizeof *st);
+    tm_state_init(t, &st[0]);
+    int cur = 0;
+    int r = tm_state_feed(t, st, &cur, (const uint8_t *)text, strlen(text));
+    if (r && tm_state_accepting(t, &st[cur])) r = 2;
+    free(st);
+    return r;
+}
+
+static void test_doc(void) {
+    tm_tools *req = compile("[" WEATHER "]", TM_REQUIRED, 0);
+    dsv4_err err = {0};
+    CHECK(req && tm_set_doc(req, DOC, strlen(DOC), &err) == DSV4_ERR_ARG);
+    tm_free(req);
+    tm_tools *t = compile(FAST_TOOLS, TM_AUTO, 1);
+    if (!t) return;
+    CHECK(tm_set_doc(t, DOC, strlen(DOC), &err) == 0);
+    static const struct { const char *text; int want; } rules[] = {
+        {"{\"ok\": true}", 2},
+        {"\n\n{\"ok\": false, \"msg\": \"hi there\"}\n", 2},
+        {"{\"ok\": true", 1},
+        {"Sure: {\"ok\": true}", 0},
+        {"\n<", 0},
+        {"\n\n<", 1},
+        {"\n\n{", 1},
+        {"{\"ok\": true, \"msg\": \"a <" DS "tool", 0},
+        {"{\"ok\": true, \"msg\": \"a <" DS, 0},
+        {"{\"ok\": true, \"msg\": \"a <｜DSM", 1},
+        {"{\"ok\": true, \"msg\": \"a <｜DSM\"}", 2},
+        {INV("a") PAR("note", "true") "hi</" DS "parameter>\n</" DS "invoke>\n</" DS "tool_calls>", 2},
+        {INV("a") PAR("note", "true") "hi</" DS "parameter>\n</" DS "invoke>\n<" DS "invoke", 0}, /* single */
+        {INV("a") PAR("note", "true") "hi</" DS "parameter>\n</" DS "invoke>\n</" DS "tool_calls>{", 0},
+    };
+    for (size_t i = 0; i < sizeof rules / sizeof *rules; i++)
+        CHECK_MSG(doc_runs(t, rules[i].text) == rules[i].want, "'%s': %d, want %d", rules[i].text,
+                  doc_runs(t, rules[i].text), rules[i].want);
+    static const char *const at[] = {"", "\n", "\n\n", "\n\n<", "{\"ok\": tr", "{\"ok\": true, \"msg\": \"a b",
+                                     "{\"ok\": true, \"msg\": \"a <｜DS", "{\"ok\": true, \"msg\": \"a <｜DSML",
+                                     "{\"ok\": true, \"msg\": \"abcdefghijklmnopq",
+                                     "{\"ok\": true}"};
+    tm_walk w;
+    CHECK(tm_walk_init(&w, JV, T, tm_max_stacks(t)) == 0);
+    tm_state *st = malloc(2 * sizeof *st);
+    uint64_t *fast = malloc((size_t)JV->words * sizeof *fast), *ref = malloc((size_t)JV->words * sizeof *ref);
+    for (size_t i = 0; i < sizeof at / sizeof *at; i++) {
+        tm_state_init(t, &st[0]);
+        int cur = 0;
+        CHECK_MSG(tm_state_feed(t, st, &cur, (const uint8_t *)at[i], strlen(at[i])), "'%s' refused", at[i]);
+        same_as_walk(t, &w, &st[cur], fast, ref, at[i], (int)strlen(at[i]));
     }
     tm_walk_free(&w);
     free(st), free(fast), free(ref);
@@ -479,6 +547,7 @@ int main(void) {
     test_rules();
     test_refused();
     if (jv) test_fast();
+    if (jv) test_doc();
     if (jv) {
         lists();
         int done = 0;
