@@ -124,8 +124,6 @@ int srv_force_tool_call(srv *s, srv_req *r, const cJSON *tools, int mode, const 
  * shows the model, inside body), -1 with a message (a schema outside the subset names the
  * keyword). The vocabulary index the mask walks is built at load (dsv4_server_load). */
 int srv_json_format(const cJSON *body, int api, char **schema, const cJSON **shown, char *msg, size_t n);
-/* the key of a /v1/messages body's format: "output_config.format" or "output_format" */
-const char *srv_json_format_key(const cJSON *body);
 /* A copy of messages whose first system/developer message carries shown as its
  * "response_format" (the template's Response Format section), or with such a system
  * message put in front; a message that has its own is left alone. NULL when out of
@@ -168,6 +166,11 @@ void srv_req_set_tools(srv_req *r, char *tools, int mode, int single, int after_
  * cannot enforce: 400). */
 int srv_strict_tools(srv_req *r, const cJSON *tools, int tc, const char *name, int thinking, int single,
                      char *msg, size_t n);
+/* JSON output beside tools the model may call (tool_choice auto): the answer is either the
+ * document, a value of schema (taken), or a tool_calls block, every tool's (the strict
+ * ones' arguments by their schemas, the others' free). 0, or -1 with a message (a tool
+ * the block cannot carry, a strict one the constraint cannot enforce: 400). */
+int srv_format_tools(srv_req *r, const cJSON *tools, char *schema, int thinking, int single, char *msg, size_t n);
 /* Creates the job for r (taking the HTTP side's reference), applies the test script
  * (matched against the request body) and submits it; on failure out gets the error. */
 srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *out);

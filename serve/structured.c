@@ -42,14 +42,6 @@ static int messages_format(const cJSON *body, const cJSON **rf, const char **key
     return 0;
 }
 
-const char *srv_json_format_key(const cJSON *body) {
-    const cJSON *rf = NULL;
-    const char *key = "output_format";
-    char msg[160];
-    messages_format(body, &rf, &key, msg, sizeof msg);
-    return key;
-}
-
 int srv_json_format(const cJSON *body, int api, char **schema, const cJSON **shown, char *msg, size_t n) {
     *schema = NULL;
     *shown = NULL;
@@ -130,6 +122,21 @@ void srv_req_set_tools(srv_req *r, char *tools, int mode, int single, int after_
     r->gp.json_after_think = after_think;
 }
 
+/* The tools' text (taken by *text) once the constraint's compile takes it; *strict: some
+ * tool is strict. 0, or -1 with a message (400). */
+static int tools_text(const cJSON *tools, char **text, int *strict, char *msg, size_t n) {
+    *text = cJSON_PrintUnformatted(tools);
+    if (!*text) { snprintf(msg, n, "out of memory"); return -1; }
+    dsv4_err err = {0};
+    if (dsv4_tools_check(*text, strlen(*text), strict, &err)) {
+        snprintf(msg, n, "'tools': %s", err.msg);
+        free(*text);
+        *text = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 int srv_strict_tools(srv_req *r, const cJSON *tools, int tc, const char *name, int thinking, int single,
                      char *msg, size_t n) {
     if (!cJSON_IsArray(tools) || !tools->child || tc == SRV_TC_NONE) return 0;
@@ -151,20 +158,27 @@ int srv_strict_tools(srv_req *r, const cJSON *tools, int tc, const char *name, i
             }
         }
     }
-    char *text = cJSON_PrintUnformatted(named ? named : tools);
-    cJSON_Delete(named);
-    if (!text) { snprintf(msg, n, "out of memory"); return -1; }
+    char *text = NULL;
     int strict = 0;
-    dsv4_err err = {0};
-    if (dsv4_tools_check(text, strlen(text), &strict, &err)) {
-        snprintf(msg, n, "'tools': %s", err.msg);
-        free(text);
-        return -1;
-    }
+    const int rc = tools_text(named ? named : tools, &text, &strict, msg, n);
+    cJSON_Delete(named);
+    if (rc) return -1;
     if (!strict) { free(text); return 0; }
     /* a named choice calls that tool once */
     srv_req_set_tools(r, text, tc == SRV_TC_AUTO ? DSV4_TOOLS_AUTO : DSV4_TOOLS_REQUIRED, single || tc == SRV_TC_NAMED,
                       thinking);
+    return 0;
+}
+
+int srv_format_tools(srv_req *r, const cJSON *tools, char *schema, int thinking, int single, char *msg, size_t n) {
+    char *text = NULL;
+    int strict = 0;
+    if (tools_text(tools, &text, &strict, msg, n)) {
+        free(schema);
+        return -1;
+    }
+    srv_req_set_tools(r, text, DSV4_TOOLS_AUTO, single, thinking);
+    srv_req_set_json(r, schema, thinking);
     return 0;
 }
 

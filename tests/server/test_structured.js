@@ -3,8 +3,8 @@
 // Anthropic's output_config.format. Every answer that ends ("stop") parses and validates under its
 // schema (a validator of the subset below); constrained and unconstrained requests, greedy
 // and seeded, give the same answers one by one on a server without MTP as all at once on a
-// server with MTP; schemas outside the subset, and response_format with tools, are 400s
-// naming the reason. A schema with pattern, format, minLength and maxLength (TICKET) is
+// server with MTP; schemas outside the subset, and response_format with tools (chat), are
+// 400s naming the reason; Anthropic's format with tools is served (the document or a call). A schema with pattern, format, minLength and maxLength (TICKET) is
 // served and its answers checked with V8's RegExp and the formats' own rules.
 'use strict';
 const assert = require('assert');
@@ -243,7 +243,7 @@ run('server_structured', async () => {
   assert.deepStrictEqual([ob.status, ob.json.type, ob.json.error.type], [400, 'error', 'invalid_request_error'], ob.body);
   assert(ob.json.error.message.includes("'output_format'") && ob.json.error.message.includes('lookahead'), ob.body);
   // a null output_config.format is absent (output_format then holds); both given must agree;
-  // the schema an object; with tools, the refusal names the field given
+  // the schema an object
   const on = await http(srv.url + '/v1/messages', { body: { model: 'm', max_tokens: 48, messages: say(1), temperature: 0,
     output_format: { type: 'json_schema', schema: X }, output_config: { format: null } } });
   assert.strictEqual(on.status, 200, on.body);
@@ -256,8 +256,40 @@ run('server_structured', async () => {
   await abad({ output_format: { type: 'json_schema', schema: X },
     output_config: { format: { type: 'json_schema', schema: { enum: ['y'] } } } }, "'output_format' and 'output_config.format' differ");
   await abad({ output_config: { format: { type: 'json_schema', schema: true } } }, 'output_config.format: must be');
-  await abad({ output_format: { type: 'json_schema', schema: X },
-    tools: [{ name: 'f', input_schema: { type: 'object' } }] }, 'output_format: not supported together with tools');
+  // JSON output and tools together (tool_choice auto): the answer is the document or a tool
+  // call. logit_bias +100 on the document's tokens gives the document (a text block, no
+  // call); on the block's opener the call (the strict tool's one value, then the block's end:
+  // one call), the format unused. Both are also an answer of the other request's constraint:
+  // the union (test_tool_match's test_doc has its rules). A tool the block cannot carry
+  // (a '"' in its name) is a 400 naming the tools; a required call takes the tools alone.
+  const tok = async (text) => {
+    const r = await http(srv.url + '/tokenize', { body: { prompt: text, add_special_tokens: false } });
+    assert.strictEqual(r.status, 200, r.body);
+    return Object.fromEntries(r.json.tokens.map((id) => [id, 100]));
+  };
+  const F = [{ name: 'f', strict: true, input_schema: { type: 'object', properties: { a: { enum: ['p'] } },
+    required: ['a'], additionalProperties: false } }, { name: 'g', input_schema: { type: 'object' } }];
+  const both = (bias, extra = {}) => http(srv.url + '/v1/messages', { body: { model: 'm', max_tokens: 256,
+    messages: say(1), temperature: 0, logit_bias: bias, tools: F, tool_choice: { type: 'auto',
+      disable_parallel_tool_use: true }, output_format: { type: 'json_schema', schema: X }, ...extra } });
+  const doc = await both(await tok('"x"'));
+  assert.strictEqual(doc.status, 200, doc.body);
+  assert.deepStrictEqual([doc.json.stop_reason, doc.json.content.map((b) => b.type)], ['end_turn', ['text']], doc.body);
+  assert.strictEqual(JSON.parse(doc.json.content[0].text), 'x', doc.body);
+  const call = await both(await tok('\n\n<\uff5cDSML\uff5ctool_calls>\n<\uff5cDSML\uff5cinvoke name="f">\n'));
+  assert.strictEqual(call.status, 200, call.body);
+  const uses = call.json.content.filter((b) => b.type === 'tool_use');
+  assert.deepStrictEqual([call.json.stop_reason, uses.length, uses[0]?.name, uses[0]?.input], ['tool_use', 1, 'f',
+    { a: 'p' }], call.body);
+  assert(call.json.content.every((b) => b.type === 'tool_use' || (b.type === 'text' && !b.text.trim())), call.body);
+  const counted = await http(srv.url + '/v1/messages/count_tokens', { body: { model: 'm', messages: say(1), tools: F,
+    output_format: { type: 'json_schema', schema: X } } });
+  assert(counted.status === 200 && counted.json.input_tokens > 0, counted.body);
+  await abad({ output_format: { type: 'json_schema', schema: X }, tools: [{ name: 'f"', input_schema: { type: 'object' } }] },
+    "'tools'");
+  const any = await both(await tok('"x"'), { tool_choice: { type: 'any' } });
+  assert.strictEqual(any.status, 200, any.body);
+  assert(any.json.stop_reason === 'max_tokens' || any.json.content.some((b) => b.type === 'tool_use'), any.body);
   await srv.stop();
 
   // all at once, with MTP: the same answers
