@@ -134,7 +134,9 @@ typedef struct tm_walk {
     int n_lt, n_dbl;
 } tm_walk;
 /* cap: the most stacks a state of the tools' schemas holds (tm_max_stacks; JSON_MAX_STACKS
- * serves any tools) */
+ * serves any tools). Memory: the walk's states and its json_walk's, each (max_len + 1)
+ * json_state_size(cap) (a few MB at JSON_MAX_STACKS, ~0.2 MB each at one stack), a request
+ * with tools owning one. */
 int tm_walk_init(tm_walk *w, const json_vocab *v, const dsv4_tokenizer *tok, int cap);
 void tm_walk_free(tm_walk *w);
 /* bits [words]: bit v set iff id v's bytes can follow st (trie ids only: no added token,
