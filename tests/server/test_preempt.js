@@ -42,26 +42,37 @@ run('server_preempt', async () => {
   await srv.stop();
 
   const fs = await start(['--max-seqs', '4', '--max-context', '256', '--step-tokens', '64', '--no-warmup',
-    '--cache-bytes', String(4 * 137216 + 6 * 6272), '--kv-dtype', 'f32']);
+    '--cache-bytes', String(4 * 137216 + 6 * 6272), '--kv-dtype', 'f32', '--hangup-check-ms', '2']);
   const words = Array.from({ length: 190 }, (_, k) => ['alpha', 'beta', 'gamma', 'delta'][k % 4]).join(' ');
   const xreq = { model: 'm', prompt: words, max_tokens: 6, temperature: 1, seed: 5 };
   const xsolo = [];
   for (const seed of [5, 6]) xsolo.push((await http(fs.url + '/v1/completions', { body: { ...xreq, seed } })).json.choices[0].text);
-  // two requests decoding past position 128 (their second block), EOS banned
+  // two requests decoding past position 128 (their second block, which holds them to the
+  // context's end), EOS banned; each runs until the test drops its client
   const toks = [0, 0];
+  const stop = [new AbortController(), new AbortController()];
   const blockers = [0, 1].map(async (k) => {
-    const res = await fetch(fs.url + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ prompt: `blocker ${k} says`, max_tokens: 136, temperature: 0, logit_bias: { 1: -100 }, stream: true }) });
-    const rd = res.body.getReader();
-    for (;;) {
-      const { value, done } = await rd.read();
-      if (done) return;
-      toks[k] += (Buffer.from(value).toString().match(/"text"/g) || []).length;
-    }
+    try {
+      const res = await fetch(fs.url + '/v1/completions', { method: 'POST', signal: stop[k].signal,
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ prompt: `blocker ${k} says`, max_tokens: 240, temperature: 0, logit_bias: { 1: -100 }, stream: true }) });
+      const rd = res.body.getReader();
+      for (;;) {
+        const { value, done } = await rd.read();
+        if (done) return;
+        toks[k] += (Buffer.from(value).toString().match(/"text"/g) || []).length;
+      }
+    } catch (e) { /* dropped */ }
   });
   while (toks[0] < 128 || toks[1] < 128) await new Promise((ok) => setTimeout(ok, 2));
   const f0 = await metrics(fs.url);
-  const x = await http(fs.url + '/v1/completions', { body: { ...xreq, n: 2 } });
+  const xp = http(fs.url + '/v1/completions', { body: { ...xreq, n: 2 } });
+  // choice 0 waits for pages (its prompt ran on the full pools), then one blocker leaves
+  for (let i = 0; i < 2000 && (await metrics(fs.url)).dsv4_fork_waits_total === f0.dsv4_fork_waits_total; i++)
+    await new Promise((ok) => setTimeout(ok, 2));
+  stop[0].abort();
+  const x = await xp;
+  stop[1].abort();
   await Promise.all(blockers);
   const f1 = await metrics(fs.url);
   const fd = (k) => f1[k] - f0[k];
