@@ -264,6 +264,10 @@ int json_state_in_string(const json_state *st, int *utf8);
  * stays inside the string, and json_cstr_step on a copy of *top (the string's frame) steps
  * it exactly as json_state_step would. */
 int json_state_in_cstr(const json_state *st, json_frame *top);
+/* 1 when a whitespace byte may be some reading's text, not the space between two tokens:
+ * a reading inside a string (plain or constrained), an object key, or a literal (enum,
+ * const) whose next byte is whitespace (inside one of its strings: literals are compact). */
+int json_state_in_quotes(const dsv4_json_schema *s, const json_state *st);
 /* The readings of st inside a string, plain or constrained, between characters or inside a
  * UTF-8 character, not in an escape: their string frames in tops (returns how many), the
  * other readings' stacks in rest (a state of as many stacks as st). A token without '"',

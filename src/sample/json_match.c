@@ -540,6 +540,21 @@ int json_state_in_cstr(const json_state *st, json_frame *top) {
     return 1;
 }
 
+int json_state_in_quotes(const dsv4_json_schema *s, const json_state *st) {
+    for (int i = 0; i < st->n; i++) {
+        const json_frame *t = &st->f[i][st->depth[i] - 1];
+        if (t->kind == F_STR || t->kind == F_CSTR || t->kind == F_KEY) return 1;
+        if (t->kind != F_LIT) continue;
+        /* a literal's text is compact JSON: whitespace in it is inside one of its strings */
+        const json_node *n = &s->nodes[t->node];
+        for (uint64_t m = t->b; m; m &= m - 1) {
+            const json_lit *l = &s->lits[n->lits + __builtin_ctzll(m)];
+            if ((int)t->a < l->len && is_ws((uint8_t)l->text[t->a])) return 1;
+        }
+    }
+    return 0;
+}
+
 int json_state_strings(const json_state *st, json_frame *tops, json_state *rest) {
     int n = 0;
     rest->n = 0, rest->over = 0;

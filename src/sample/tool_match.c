@@ -401,12 +401,12 @@ static int alt_step(const tm_tools *t, tm_state *st, uint8_t c) {
     return 1;
 }
 
-/* 1 when a JSON value's whitespace is string text, not between tokens: every reading in
- * the same plain string, or the one reading in a constrained one */
-static int in_text(const json_state *js) {
-    int u;
-    json_frame fr;
-    return json_state_in_string(js, &u) || json_state_in_cstr(js, &fr);
+/* 1 when a JSON value's whitespace may be text, not between tokens: some reading inside a
+ * string, a key, or a quoted part of an enum/const literal. (Any reading, not each: the
+ * rule keeps noise short; a reading between tokens beside one in text may take a longer
+ * run, within json_match's JSON_MAX_WS.) */
+static int in_text(const tm_tools *t, const tm_state *st) {
+    return json_state_in_quotes(val_schema(t, st), &st->js);
 }
 
 /* A value's byte. src's js: the value so far without the k pending bytes of PAR_CLOSE. */
@@ -430,7 +430,7 @@ static int value_step(const tm_tools *t, const tm_state *src, uint8_t c, tm_stat
      * tokens is one ' ' at a time. (Noise, such as a random model's, would otherwise spend
      * its tokens on runs of it; no value needs any.) */
     const int ws = !src->is_str && (c == ' ' || c == '\n' || c == '\t' || c == '\r');
-    const int in_str = ws && in_text(&src->js);
+    const int in_str = ws && in_text(t, src);
     if (ws && !in_str && (c != ' ' || src->ws)) return 0;
     dst->ws = (uint8_t)(ws && !in_str);
     /* the pending bytes were the value's after all, then c */
@@ -687,7 +687,7 @@ static long mask_k0(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm
      * (st->ws, st->js not in a string's text). The ids with "  " are stepped. */
     long steps = json_part(t, v, w, val_schema(t, st), st, bits, tok);
     if (st->is_str) return steps;
-    if (st->ws && !in_text(&st->js))
+    if (st->ws && !in_text(t, st))
         for (int i = 0; i < v->words; i++) bits[i] &= ~w->space[i];
     return steps + step_ids(t, w, w->dbl, w->n_dbl, bits, tok);
 }

@@ -282,6 +282,23 @@ static void bits_apply(dsv4_gen *g, int done) {
     }
 }
 
+/* 1 when the constraint's mask (g->jbits, as bits_apply last took it) allows no id with
+ * text; 0 where the mask is not the bits (the reasoning, AUTO's free text) */
+static int mask_empty(const dsv4_gen *g) {
+    if (g->think >= 0 || (g->tools && tm_state_free(&g->ts[g->jcur]))) return 0;
+    const int n = g->V < g->n_mask ? g->V : g->n_mask, words = g->jv->words;
+    for (int i = 0; i < g->n_stops; i++) { /* EOS allowed: the value is complete */
+        const int32_t t = g->stops[i];
+        if (t < words * 64 && t < g->V && (g->jbits[t >> 6] >> (t & 63) & 1)) return 0;
+    }
+    for (int w = 0; w < words && w * 64 < n; w++)
+        for (uint64_t m = g->jbits[w]; m; m &= m - 1) {
+            const int v = w * 64 + __builtin_ctzll(m);
+            if (v < n && g->mask[v] == 0.0f) return 0;
+        }
+    return 1;
+}
+
 /* Matches "</think>" over b[0..n) from `m` bytes matched: the bytes after the match (at
  * *rest), or -1 with the new count in *m. ('<' occurs once in it: a mismatch restarts.) */
 static long think_end(const char *b, size_t n, int *m) {
@@ -371,12 +388,16 @@ int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_er
     }
     g->text_len = 0;
     int rc = dsv4_sample(g->sampler, g->row, g->tokens, g->n, &out->sample, err);
-    /* only when the caller banned (logit_bias -inf) every id the value can go on with: an
-     * alive state can always be completed (json.h, tool_match.h: what would empty the mask
-     * mid-value is refused at compile), so this names the request's own ban */
+    /* when the caller banned (logit_bias -inf) every id the value can go on with: an alive
+     * state can always be completed (json.h, tool_match.h: what would empty the mask
+     * mid-value is refused at compile), so this names the request's own ban; a mask empty
+     * before any bias is the constraint's own dead end (a bug: named as such) */
     if (rc && (g->schema || g->tools))
-        dsv4_err_prefix(err, "gen: the output constraint (%s) allows no token here that logit_bias leaves possible "
-                        "(after %d tokens)", g->tools ? "strict tools" : "the JSON schema", g->n);
+        dsv4_err_prefix(err, mask_empty(g) ? "gen: the output constraint (%s) allows no token here: its own dead end, "
+                                             "a bug (after %d tokens)"
+                                           : "gen: the output constraint (%s) allows no token here that logit_bias "
+                                             "leaves possible (after %d tokens)",
+                        g->tools ? "strict tools" : "the JSON schema", g->n);
     if (rc) return rc;
     const int32_t tok = out->sample.token;
     g->tokens[g->n++] = tok;

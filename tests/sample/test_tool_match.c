@@ -469,6 +469,49 @@ static void test_fast(void) {
     tm_free(t);
 }
 
+/* Whitespace that is text, not the space between tokens, has no "one at a time" rule
+ * (rv-tmx 1-2): inside an enum's or a const's string, an object key, a string read as
+ * both a pattern's and a plain one (anyOf). At each state the mask allows something and
+ * equals the whole walk's; the values complete; the rule still holds between tokens. */
+#define TEXT_WS_TOOLS "[{\"type\":\"function\",\"function\":{\"name\":\"e\",\"strict\":true,\"parameters\":" \
+    "{\"type\":\"object\",\"properties\":{\"m\":{\"enum\":[\"one  two\",3]},\"c\":{\"const\":{\"k\":\"p  q\"}}," \
+    "\"o\":{\"type\":\"object\",\"properties\":{\"a  b\":{\"type\":\"integer\"}},\"required\":[\"a  b\"]," \
+    "\"additionalProperties\":false},\"u\":{\"anyOf\":[{\"type\":\"string\",\"pattern\":\"^[a-z ]+$\"}," \
+    "{\"type\":\"string\"},{\"type\":\"integer\"}]}},\"required\":[\"m\"],\"additionalProperties\":false}}}]"
+
+static void test_text_ws(void) {
+    tm_tools *t = compile(TEXT_WS_TOOLS, TM_REQUIRED, 0);
+    if (!t) return;
+#define END "</" DS "parameter>\n"
+    static const char *const at[] = {
+        INV("e") PAR("m", "false") "\"one ",  INV("e") PAR("m", "false") "\"one  t",
+        INV("e") PAR("c", "false") "{\"k\":\"p ", INV("e") PAR("c", "false") "{\"k\":\"p  q",
+        INV("e") PAR("o", "false") "{\"a ",   INV("e") PAR("o", "false") "{\"a  b\": ",
+        INV("e") PAR("u", "false") "\"ab ",   INV("e") PAR("u", "false") "\"ab  c",
+    };
+    tm_walk w;
+    CHECK(tm_walk_init(&w, JV, T, tm_max_stacks(t)) == 0);
+    tm_state *st = malloc(2 * sizeof *st);
+    uint64_t *fast = malloc((size_t)JV->words * sizeof *fast), *ref = malloc((size_t)JV->words * sizeof *ref);
+    for (size_t i = 0; i < sizeof at / sizeof *at; i++) {
+        const size_t len = strlen(at[i]);
+        tm_state_init(t, &st[0]);
+        int cur = 0;
+        CHECK_MSG(tm_state_feed(t, st, &cur, (const uint8_t *)at[i], len), "'%s' refused", at[i]);
+        same_as_walk(t, &w, &st[cur], fast, ref, at[i], (int)len);
+    }
+    CHECK(runs(t, INV("e") PAR("m", "false") "\"one  two\"" END PAR("c", "false") "{\"k\":\"p  q\"}" END
+               PAR("o", "false") "{\"a  b\": 1}" END PAR("u", "false") "\"ab  cd\"" END
+               "</" DS "invoke>\n</" DS "tool_calls>", 1));
+    CHECK(runs(t, INV("e") PAR("u", "true") "ab  cd" END, 0));
+    CHECK(!runs(t, INV("e") PAR("o", "false") "{\"a  b\":  1", 0)); /* between tokens: one space */
+    CHECK(!runs(t, INV("e") PAR("u", "false") "  \"ab", 0));
+#undef END
+    tm_walk_free(&w);
+    free(st), free(fast), free(ref);
+    tm_free(t);
+}
+
 /* JSON output beside tools (tm_set_doc): the text is the document or the block, read at
  * once while the bytes allow both; no "<｜DSML｜" in the document; EOS once it is complete;
  * the mask equals the whole walk's in the document (its tag begun too) and where both are
@@ -547,6 +590,7 @@ int main(void) {
     test_rules();
     test_refused();
     if (jv) test_fast();
+    if (jv) test_text_ws();
     if (jv) test_doc();
     if (jv) {
         lists();
