@@ -61,6 +61,7 @@ typedef struct tok_stage {
 #define TOK_CACHE_KEY 30
 #define TOK_CACHE_IDS 14
 #define TOK_CACHE_SLOTS 16384
+#define TOK_CACHE_RETRY 64     // uncached words between two tries of a busy cache's mutex
 typedef struct tok_cache_entry {
     uint8_t klen;                 // 0 = empty
     uint8_t nids;
@@ -94,7 +95,7 @@ struct dsv4_tokenizer {
     tok_stage stages[TOK_MAX_STAGES];
     int n_stages;
 
-    pthread_mutex_t cache_mu;   // guards cache; taken with trylock, a busy cache is skipped
+    pthread_mutex_t cache_mu;   // guards cache; taken with trylock, a busy cache is retried
     pthread_mutex_t lazy_mu;    // guards lazy (dsv4_tok_lazy)
     void *lazy;                 // built on first use by a layer above (the JSON vocab index)
     void (*lazy_drop)(void *);
