@@ -528,8 +528,8 @@ static void take_choice(srv_dp *dp, srv_req *r, int64_t lead_id) {
         if (lead->id != lead_id || lead->lead) continue;
         atomic_fetch_add(&lead->refs, 1);
         r->lead = lead;
-        /* out of memory for its row: the choices compute the prompt */
-        if (!lead->gen || lead->admitted || srv_sched_forkable(dp->s, lead)) lead->forkable = 0;
+        /* choice 0 forks its prompt into its choices unless it already runs */
+        lead->forkable = lead->gen && !lead->admitted;
         return;
     }
 }

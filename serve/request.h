@@ -93,7 +93,8 @@ struct srv_req {
                                      * of pages: it waits (its first token not taken, its
                                      * sequence at the prompt's end) until pages come back */
     float *fork_row;                /* (V) choice 0 of n > 1: its first token's logits row,
-                                     * kept while fork_wait (srv_sched_forkable) */
+                                     * kept while fork_wait (allocated as its first wait
+                                     * starts, freed with the request) */
     dsv4_snapshot *conv;            /* the conversation at its latest aligned length (a
                                      * private snapshot, to the prefix cache at the end) */
     int n_sampled;

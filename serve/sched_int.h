@@ -101,9 +101,6 @@ void srv_sched_sweep(srv_sched *s, int expired);
 int srv_sched_step(srv_sched *s);
 /* Into the waiting list (the scheduler thread, or a follower's loop). */
 void srv_sched_enqueue(srv_sched *s, srv_req *r);
-/* r (choice 0 of n > 1) forks its prompt into its choices: forkable set, its fork_row
- * allocated (V floats). 0, or -1 when out of memory (r unchanged). */
-int srv_sched_forkable(const srv_sched *s, srv_req *r);
 /* dsv4_gen_create and the context of r (as at submit). */
 int srv_sched_prepare(srv_sched *s, srv_req *r, dsv4_err *err);
 

@@ -391,8 +391,14 @@ static int fork_choices(srv_sched *s, srv_req *r, const float *row) {
         const int rc = srv_relay_fork(s->o.relay, r->seq, &c->seq, &err);
         if (rc) {
             c->seq = -1;
-            if (rc != DSV4_ERR_CACHE_FULL || !r->fork_row || !pages_will_come(s, r)) break;
-            if (row != r->fork_row) memcpy(r->fork_row, row, (size_t)s->V * sizeof *row);
+            if (rc != DSV4_ERR_CACHE_FULL || !pages_will_come(s, r)) break;
+            if (row != r->fork_row) {
+                /* the row kept for the wait, allocated when a wait first starts (not at
+                 * submit, where every queued n > 1 request would hold V floats); out of
+                 * memory: the choices left compute the prompt, as when no pages will come */
+                if (!r->fork_row && !(r->fork_row = malloc((size_t)s->V * sizeof *row))) break;
+                memcpy(r->fork_row, row, (size_t)s->V * sizeof *row);
+            }
             if (!r->fork_wait) srv_metrics_fork_wait(s->met);
             r->fork_wait = 1;
             s->fork_hold = 1;
@@ -962,12 +968,6 @@ int srv_sched_prepare(srv_sched *s, srv_req *r, dsv4_err *err) {
     return DSV4_OK;
 }
 
-int srv_sched_forkable(const srv_sched *s, srv_req *r) {
-    if (!r->fork_row && !(r->fork_row = malloc((size_t)s->V * sizeof *r->fork_row))) return -1;
-    r->forkable = 1;
-    return 0;
-}
-
 int srv_sched_submit(srv_sched *s, srv_req *r, dsv4_err *err) {
     return srv_sched_submit_n(s, &r, 1, err);
 }
@@ -979,7 +979,7 @@ int srv_sched_submit_n(srv_sched *s, srv_req *const *r, int n, dsv4_err *err) {
     /* the choices share choice 0's prompt by forking its sequence (on a rank-0-home group
      * the fork is relayed: srv_relay_fork; under data-parallel attention they are placed
      * on choice 0's home rank, which forks there: dp.c) */
-    if (n > 1 && srv_sched_forkable(s, r[0])) return srv_fail(err, DSV4_ERR_NOMEM, "out of memory");
+    if (n > 1) r[0]->forkable = 1;
     /* under data-parallel attention every rank has max_seqs slots */
     const int slots = s->o.max_seqs * (s->dp ? srv_dp_ranks(s->dp) : 1);
     pthread_mutex_lock(&s->mu);
