@@ -106,13 +106,17 @@ void dsv4_idx_approx_ref(const float *qI, size_t qs, const float *wI, size_t ws,
  * heads added by a fused multiply-add after the first group's multiply, then the lanes by
  * hsum16's tree), so their scores and norms are the same bits.
  *
- * The query is encoded per call (fi_encode): each head's block gets F3's scale of its amax
+ * The query is encoded once (dsv4_idx_fp4q_encode; the engine once a row, the one-call form
+ * dsv4_idx_approx_fp4_int once a call): each head's block gets F3's scale of its amax
  * and every value must be c s / 2 exactly with an integer |c| <= 12, else nothing is
  * scored (the caller unpacks the keys instead). Key values c' come from their nibbles by a
- * table, offset by 12 (unsigned bytes for vpdpbusd; the offset's 12 sum c is taken off in
- * advance, fi_query.init). Codes are held in the order the AVX-512 key expansion leaves
- * them: a key's nibble bytes widened by one shuffle each for the low and the high nibbles,
- * so 4-byte slot t of block b holds values 32 b + 8 (t % 4) + 2 i + t / 4 (i < 4). */
+ * table, offset by 12 (unsigned bytes for vpdpbusd / vpmaddubsw; the offset's 12 sum c is
+ * taken off in advance, fi_vec.init). Codes are held in the order the SIMD key expansion
+ * leaves them: a key's nibble bytes widened by one shuffle each for the low and the high
+ * nibbles, so 4-byte slot t of block b holds values 32 b + 8 (t % 4) + 2 i + t / 4 (i < 4).
+ * The block dot is an integer, so how a level sums it does not matter: vpdpbusd (VNNI),
+ * vpmaddubsw pairs (|k c| <= 24 x 12: no saturation) summed in int16 over a block's 8 slots
+ * (|sum| <= 16 x 288 = 4608) then vpmaddwd (AVX-512 BW, AVX2), or the portable loop. */
 
 #define FI_NB 4              /* blocks of 32 values a head at most (dI <= 128) */
 #define FI_V 4               /* head vectors of 16 (queries x ceil(nI / 16)) a pass at most */
@@ -121,48 +125,47 @@ void dsv4_idx_approx_ref(const float *qI, size_t qs, const float *wI, size_t ws,
 /* e2m1 codes times 2 */
 static const int8_t FI_X2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
+/* 16 heads of one query (group g: heads 16 g + l), the unit of an encoding */
 typedef struct {
-    int nb, G, V; /* blocks a head, 16-head groups a query, head vectors (queries x G) */
-    _Alignas(64) int8_t qt[FI_SLOTS][FI_V][64];  /* slot, vector v = query G + group, lane l: 4 codes */
-    _Alignas(64) int32_t init[FI_NB][FI_V][16]; /* -12 x the block's codes summed (the keys' offset) */
-    _Alignas(64) float qf[FI_NB][FI_V][16];     /* the block's scale s_q; 0 past nI */
-    _Alignas(64) float w[FI_V][16];             /* the heads' weights; 0 past nI */
-} fi_query;
+    _Alignas(64) int8_t qt[FI_SLOTS][64]; /* slot, lane l: 4 codes */
+    _Alignas(64) int32_t init[FI_NB][16]; /* -12 x the block's codes summed (the keys' offset) */
+    _Alignas(64) float qf[FI_NB][16];     /* the block's scale s_q; 0 past nI */
+    _Alignas(64) float w[16];             /* the heads' weights; 0 past nI */
+} fi_vec;
+_Static_assert(sizeof(fi_vec) == DSV4_IDX_FP4Q_VEC_BYTES, "DSV4_IDX_FP4Q_VEC_BYTES is fi_vec's size");
 
 /* The value slot s's byte i holds. */
 static inline int fi_value(int s, int i) { return 32 * (s / 8) + 8 * (s % 4) + 2 * i + (s % 8) / 4; }
 
-/* nq queries (nq x ceil(nI / 16) <= FI_V) into e; 0 when a value is not c s / 2 as above
- * (not F3's rounding; NaN, infinite, or a block's amax past 2^100). */
-static int fi_encode(const float *qI, size_t qs, const float *wI, size_t ws, int nq, int nI, int dI, fi_query *e) {
-    const int nb = dI / 32, G = (nI + 15) / 16;
-    e->nb = nb, e->G = G, e->V = nq * G;
-    memset(e->qt, 0, sizeof e->qt);
-    memset(e->init, 0, sizeof e->init);
-    memset(e->qf, 0, sizeof e->qf);
-    memset(e->w, 0, sizeof e->w);
-    for (int qn = 0; qn < nq; qn++)
-        for (int h = 0; h < nI; h++) {
-            const int v = qn * G + h / 16, l = h % 16;
-            e->w[v][l] = wI[(size_t)qn * ws + h];
-            for (int b = 0; b < nb; b++) {
-                const float *x = qI + (size_t)qn * qs + (size_t)h * dI;
-                float amax = DSV4_FID_AMAX_FLOOR_FP4;
-                for (int i = 32 * b; i < 32 * b + 32; i++) amax = !(fabsf(x[i]) <= amax) ? fabsf(x[i]) : amax;
-                if (!(amax <= 0x1p100f)) return 0; /* NaN too */
-                const float s = dsv4_fid_pow2_scale(amax, 1.0f / 6.0f), inv = 2.0f / s;
-                int sum = 0;
-                for (int t = 0; t < 8; t++)
-                    for (int i = 0; i < 4; i++) {
-                        const float xv = x[fi_value(8 * b + t, i)], c = xv * inv;
-                        if (!(fabsf(c) <= 12.0f) || c != nearbyintf(c) || c * s * 0.5f != xv) return 0;
-                        e->qt[8 * b + t][v][4 * l + i] = (int8_t)c;
-                        sum += (int)c;
-                    }
-                e->init[b][v][l] = -12 * sum;
-                e->qf[b][v][l] = s;
-            }
+static int fi_shape(int nI, int dI) { return dI >= 32 && dI % 32 == 0 && dI <= 32 * FI_NB && nI >= 1 && nI <= 16 * FI_V; }
+
+/* One query (nI heads of dI) into vec[0, ceil(nI / 16)); 0 when a value is not c s / 2 as
+ * above (not F3's rounding; NaN, infinite, or a block's amax past 2^100). */
+static int fi_encode(const float *qI, const float *wI, int nI, int dI, fi_vec *vec) {
+    const int nb = dI / 32;
+    memset(vec, 0, sizeof *vec * (size_t)((nI + 15) / 16));
+    for (int h = 0; h < nI; h++) {
+        fi_vec *e = vec + h / 16;
+        const int l = h % 16;
+        e->w[l] = wI[h];
+        for (int b = 0; b < nb; b++) {
+            const float *x = qI + (size_t)h * dI;
+            float amax = DSV4_FID_AMAX_FLOOR_FP4;
+            for (int i = 32 * b; i < 32 * b + 32; i++) amax = !(fabsf(x[i]) <= amax) ? fabsf(x[i]) : amax;
+            if (!(amax <= 0x1p100f)) return 0; /* NaN too */
+            const float s = dsv4_fid_pow2_scale(amax, 1.0f / 6.0f), inv = 2.0f / s;
+            int sum = 0;
+            for (int t = 0; t < 8; t++)
+                for (int i = 0; i < 4; i++) {
+                    const float xv = x[fi_value(8 * b + t, i)], c = xv * inv;
+                    if (!(fabsf(c) <= 12.0f) || c != nearbyintf(c) || c * s * 0.5f != xv) return 0;
+                    e->qt[8 * b + t][4 * l + i] = (int8_t)c;
+                    sum += (int)c;
+                }
+            e->init[b][l] = -12 * sum;
+            e->qf[b][l] = s;
         }
+    }
     return 1;
 }
 
@@ -171,7 +174,12 @@ static int fi_encode(const float *qI, size_t qs, const float *wI, size_t ws, int
 static inline float fi_kf(uint8_t sb) {
     return sb == 255 ? NAN : dsv4_bits_to_f32(sb >= 3 ? (uint32_t)(sb - 2) << 23 : 1u << (sb + 20));
 }
-static inline double fi_kf2(uint8_t sb) { return sb == 255 ? NAN : ldexp(1.0, 2 * sb - 256); }
+static inline double fi_kf2(uint8_t sb) {
+    const uint64_t u = sb == 255 ? 0x7ff8000000000000ull : (uint64_t)(2 * sb + 767) << 52;
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
 
 /* The 16 lanes summed as hsum16 sums each vector (its levels: halves, 128-bit lanes, 64-bit
  * pairs, neighbours). */
@@ -182,41 +190,52 @@ static inline float fi_tree16(const float *x) {
     return (z[0] + z[2]) + (z[1] + z[3]);
 }
 
-/* The portable level: query qn of e against the key row (nb blocks). */
-static void fi_score_ref(const fi_query *e, int qn, const uint8_t *row, float *score, float *knorm) {
-    const int nb = e->nb, G = e->G;
-    float kf[FI_NB], lanes[16];
+/* Block b's squared codes of a key row (nb blocks: the nibbles, then the scale bytes) */
+static inline int32_t fi_c2(const uint8_t *row, int b) {
+    int32_t c2 = 0;
+    for (int i = 32 * b; i < 32 * b + 32; i++) {
+        const int c = FI_X2[(row[i / 2] >> (4 * (i & 1))) & 15];
+        c2 += c * c;
+    }
+    return c2;
+}
+
+/* The norm from the blocks' squared codes, as every level computes it: in double, blocks
+ * ascending, the root rounded up to float. */
+static inline float fi_norm(const int32_t *c2, const uint8_t *sb, int nb) {
     double n2 = 0.0;
+    for (int b = 0; b < nb; b++) n2 = b ? n2 + (double)c2[b] * fi_kf2(sb[b]) : (double)c2[b] * fi_kf2(sb[b]);
+    return up(sqrt(n2));
+}
+
+/* The portable level: the query of G vectors vp[0, G) against the key row (nb blocks). */
+static void fi_score_ref(const fi_vec *const *vp, int G, int nb, const uint8_t *row, float *score, float *knorm) {
+    float kf[FI_NB], lanes[16];
+    int32_t c2[FI_NB];
     for (int b = 0; b < nb; b++) {
-        const uint8_t sb = row[16 * nb + b];
-        int32_t c2 = 0;
-        for (int i = 32 * b; i < 32 * b + 32; i++) {
-            const int c = FI_X2[(row[i / 2] >> (4 * (i & 1))) & 15];
-            c2 += c * c;
-        }
-        kf[b] = fi_kf(sb);
-        n2 = b ? n2 + (double)c2 * fi_kf2(sb) : (double)c2 * fi_kf2(sb);
+        c2[b] = fi_c2(row, b);
+        kf[b] = fi_kf(row[16 * nb + b]);
     }
     for (int g = 0; g < G; g++) {
-        const int v = qn * G + g;
+        const fi_vec *e = vp[g];
         for (int l = 0; l < 16; l++) {
             float d = 0.0f;
             for (int b = 0; b < nb; b++) {
-                int32_t I = e->init[b][v][l];
+                int32_t I = e->init[b][l];
                 for (int t = 0; t < 8; t++)
                     for (int i = 0; i < 4; i++) {
                         const int n = fi_value(8 * b + t, i);
-                        I += (FI_X2[(row[n / 2] >> (4 * (n & 1))) & 15] + 12) * e->qt[8 * b + t][v][4 * l + i];
+                        I += (FI_X2[(row[n / 2] >> (4 * (n & 1))) & 15] + 12) * e->qt[8 * b + t][4 * l + i];
                     }
-                const float tt = (float)I * e->qf[b][v][l];
+                const float tt = (float)I * e->qf[b][l];
                 d = b ? fmaf(tt, kf[b], d) : tt * kf[b];
             }
             const float r = d > 0.0f ? d : 0.0f;
-            lanes[l] = g ? fmaf(e->w[v][l], r, lanes[l]) : e->w[v][l] * r;
+            lanes[l] = g ? fmaf(e->w[l], r, lanes[l]) : e->w[l] * r;
         }
     }
     *score = fi_tree16(lanes);
-    *knorm = up(sqrt(n2));
+    *knorm = fi_norm(c2, row + 16 * nb, nb);
 }
 
 #if defined(DSV4_HAVE_AVX512) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -584,19 +603,11 @@ AP_FN static void approx_avx512(const float *qI, size_t qs, const float *wI, siz
         }
     }
 }
-/* ---- the AVX-512 VNNI level of dsv4_idx_approx_fp4_int (see fi_score_ref: the same
- * operations). Per 16 keys: each key's nibble bytes widened into two 64-byte rows of
- * unsigned codes (c' + 12; one shuffle for the low nibbles, one for the high), its squared
- * codes summed per block by vpdpbusd on |c'| (a 16 x 16 transpose then gives each block's
- * sums over the keys in lanes), its scale bytes; then for J keys at a time and each block,
- * V x J accumulators of 16 heads: vpdpbusd of a key's 4 codes (broadcast) against 4 codes
- * of 16 heads (a load of qt), 8 a block, then to float, times s_q, and a fused multiply-add
- * by the key's s_k / 4. No unpack to F32, no F32 dots. */
-#define FI_FN __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx512vnni,fma")))
-#define FI_INLINE static inline __attribute__((always_inline, target("avx512f,avx512dq,avx512vl,avx512bw,avx512vnni,fma")))
+/* ---- the SIMD levels of dsv4_idx_approx_fp4_int (see fi_score_ref: the same operations) */
+#define FI_UP (_MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)
 
 /* Scale bytes sb (16 keys) to s_k / 4 = 2^(sb - 129) as floats, NaN for 255 (fi_kf). */
-FI_INLINE __m512 fi_kf_x512(__m512i sb) {
+AP_INLINE __m512 fi_kf_x512(__m512i sb) {
     const __m512i norm = _mm512_slli_epi32(_mm512_sub_epi32(sb, _mm512_set1_epi32(2)), 23);
     const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(1), _mm512_add_epi32(sb, _mm512_set1_epi32(20)));
     __m512i bits = _mm512_mask_blend_epi32(_mm512_cmpge_epi32_mask(sb, _mm512_set1_epi32(3)), sub, norm);
@@ -606,7 +617,7 @@ FI_INLINE __m512 fi_kf_x512(__m512i sb) {
 }
 
 /* 8 scale bytes (in int32 lanes) to 2^(2 sb - 256) as doubles, NaN for 255 (fi_kf2). */
-FI_INLINE __m512d fi_kf2_x512(__m256i sb) {
+AP_INLINE __m512d fi_kf2_x512(__m256i sb) {
     const __m512i e = _mm512_cvtepu32_epi64(sb);
     __m512i bits = _mm512_slli_epi64(_mm512_add_epi64(_mm512_add_epi64(e, e), _mm512_set1_epi64(767)), 52);
     bits = _mm512_mask_mov_epi64(bits, _mm512_cmpeq_epi64_mask(e, _mm512_set1_epi64(255)),
@@ -614,107 +625,146 @@ FI_INLINE __m512d fi_kf2_x512(__m256i sb) {
     return _mm512_castsi512_pd(bits);
 }
 
-FI_INLINE void fi_run(const fi_query *e, int nq, const int64_t *lim, const void *const *keys, int64_t w0,
-                      int64_t wmax, int64_t w1, float *scores, float *knorm, size_t ss, const int V, const int J) {
-    _Alignas(64) uint8_t kq[16][128]; /* the keys' codes + 12: low nibbles' 64 bytes, then high nibbles' */
-    _Alignas(64) float kf[FI_NB][16];
-    _Alignas(64) uint32_t sbw[16]; /* the keys' scale bytes, block b in byte b */
-    const int nb = e->nb, G = e->G;
+#define FI_RUN_NAME fi_run_vnni
+#define FI_RUN_DISPATCH fi_x512_vnni
+#define FI_RUN_TARGET "avx512f,avx512dq,avx512vl,avx512bw,avx512vnni,fma"
+#define FI_RUN_VNNI 1
+#include "kernels/idx_approx_fi.inc"
+#undef FI_RUN_NAME
+#undef FI_RUN_DISPATCH
+#undef FI_RUN_TARGET
+#undef FI_RUN_VNNI
+#define FI_RUN_NAME fi_run_bw
+#define FI_RUN_DISPATCH fi_x512_bw
+#define FI_RUN_TARGET "avx512f,avx512dq,avx512vl,avx512bw,fma"
+#define FI_RUN_VNNI 0
+#include "kernels/idx_approx_fi.inc"
+#undef FI_RUN_NAME
+#undef FI_RUN_DISPATCH
+#undef FI_RUN_TARGET
+#undef FI_RUN_VNNI
+
+/* ---- the AVX2 level: the same integer block dots (vpmaddubsw pairs summed in int16 over a
+ * block's 8 slots, then vpmaddwd), 8 heads a vector (a 16-head vector's two halves), the
+ * float operations of fi_score_ref lane by lane and its tree (f2_tree8); the keys' squared
+ * codes per block by vpmaddubsw, their norms (fi_norm) and scales one key at a time. */
+#define F2_FN __attribute__((target("avx2,fma")))
+#define F2_INLINE static inline __attribute__((always_inline, target("avx2,fma")))
+
+/* 8 keys' vectors y[j] (lane k: a query's heads k and k + 8 summed, fi_tree16's first level)
+ * to their scores, lane j key j's: fi_tree16's other levels. */
+F2_INLINE __m256 f2_tree8(const __m256 *y) {
+    __m256 z[4], p[2];
+    for (int j = 0; j < 4; j++) /* lanes 0-3: key j's y[k] + y[k + 4], lanes 4-7: key j + 4's */
+        z[j] = _mm256_add_ps(_mm256_permute2f128_ps(y[j], y[j + 4], 0x20), _mm256_permute2f128_ps(y[j], y[j + 4], 0x31));
+    for (int i = 0; i < 2; i++) { /* per 128-bit lane: key 2i's z0 + z2, z1 + z3, then key 2i + 1's */
+        const __m256d a = _mm256_castps_pd(z[2 * i]), b = _mm256_castps_pd(z[2 * i + 1]);
+        p[i] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(a, b)), _mm256_castpd_ps(_mm256_unpackhi_pd(a, b)));
+    }
+    return _mm256_add_ps(_mm256_shuffle_ps(p[0], p[1], 0x88), _mm256_shuffle_ps(p[0], p[1], 0xDD));
+}
+
+F2_INLINE void fi_run_avx2(const fi_vec *const *vp, int G, int nb, int nq, const int64_t *lim,
+                           const void *const *keys, int64_t w0, int64_t wmax, int64_t w1, float *scores,
+                           float *knorm, size_t ss, const int V, const int J) {
+    _Alignas(32) uint8_t kq[16][128]; /* as the AVX-512 levels' */
+    _Alignas(32) float kf[FI_NB][16], kn[16];
+    const __m256i tabu = _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m256i taba = _mm256_broadcastsi128_si256(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12));
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     const int64_t row_bytes = 17 * nb;
-    const __mmask64 nm = nb == 4 ? ~(__mmask64)0 : ((__mmask64)1 << (16 * nb)) - 1;
-    const __m512i tabu = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-    const __m512i taba = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12));
-    const __m512i m4 = _mm512_set1_epi8(15);
     for (int64_t w = w0; w < wmax; w += 16) {
         const int nk = wmax - w < 16 ? (int)(wmax - w) : 16;
-        __m512 sq[16];
         for (int j = 0; j < 16; j++) {
-            if (j >= nk) { /* past the range: zero codes (not stored), dotted but not kept */
-                _mm512_store_si512(kq[j], _mm512_set1_epi8(12));
-                _mm512_store_si512(kq[j] + 64, _mm512_set1_epi8(12));
-                sq[j] = _mm512_setzero_ps();
-                sbw[j] = 0;
+            if (j >= nk) { /* past the range: zero codes, dotted but not kept */
+                memset(kq[j], 12, sizeof kq[j]);
+                for (int b = 0; b < nb; b++) kf[b][j] = 0.0f;
+                kn[j] = 0.0f;
                 continue;
             }
             const uint8_t *row = keys[w + j];
-            if (w + 16 + j < wmax) { /* the next block's key j: its row's lines */
+            if (w + 16 + j < wmax) {
                 const char *nr = keys[w + 16 + j];
                 _mm_prefetch(nr, _MM_HINT_T0);
                 _mm_prefetch(nr + row_bytes - 1, _MM_HINT_T0);
             }
-            const __m512i x = _mm512_maskz_loadu_epi8(nm, row);
-            const __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
-            _mm512_store_si512(kq[j], _mm512_shuffle_epi8(tabu, lo));
-            _mm512_store_si512(kq[j] + 64, _mm512_shuffle_epi8(tabu, hi));
-            const __m512i al = _mm512_shuffle_epi8(taba, lo), ah = _mm512_shuffle_epi8(taba, hi);
-            __m512i c2 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), al, al), ah, ah);
-            c2 = _mm512_add_epi32(c2, _mm512_shuffle_epi32(c2, _MM_PERM_BADC));
-            c2 = _mm512_add_epi32(c2, _mm512_shuffle_epi32(c2, _MM_PERM_CDAB)); /* block b's sum in lane b's dwords */
-            sq[j] = _mm512_castsi512_ps(c2);
-            uint32_t s4 = 0;
-            if (nb == 4) memcpy(&s4, row + 64, 4);
-            else for (int b = 0; b < nb; b++) s4 |= (uint32_t)row[16 * nb + b] << (8 * b);
-            sbw[j] = s4;
+            int32_t c2[FI_NB];
+            for (int h = 0; 32 * h < 16 * nb; h++) { /* row bytes 32 h ..: blocks 2 h and 2 h + 1 */
+                const __m256i x = 16 * nb - 32 * h >= 32 ? _mm256_loadu_si256((const __m256i *)(row + 32 * h))
+                                                         : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(row + 32 * h)));
+                const __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+                _mm256_store_si256((__m256i *)(kq[j] + 32 * h), _mm256_shuffle_epi8(tabu, lo));
+                _mm256_store_si256((__m256i *)(kq[j] + 64 + 32 * h), _mm256_shuffle_epi8(tabu, hi));
+                const __m256i al = _mm256_shuffle_epi8(taba, lo), ah = _mm256_shuffle_epi8(taba, hi);
+                const __m256i s = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(al, al), _mm256_maddubs_epi16(ah, ah)), ones);
+                _Alignas(32) int32_t d[8];
+                _mm256_store_si256((__m256i *)d, s);
+                c2[2 * h] = d[0] + d[1] + d[2] + d[3];
+                if (2 * h + 1 < nb) c2[2 * h + 1] = d[4] + d[5] + d[6] + d[7];
+            }
+            for (int b = 0; b < nb; b++) kf[b][j] = fi_kf(row[16 * nb + b]);
+            kn[j] = fi_norm(c2, row + 16 * nb, nb);
         }
-        transpose16(sq); /* sq[i] lane j: key j's dword i; block b's squared codes in sq[4 b] */
-        const __m512i sbv = _mm512_load_si512(sbw);
-        __m512d n2lo = _mm512_setzero_pd(), n2hi = _mm512_setzero_pd();
-        for (int b = 0; b < nb; b++) {
-            const __m512i sb = _mm512_and_si512(_mm512_srli_epi32(sbv, 8 * b), _mm512_set1_epi32(255));
-            _mm512_store_ps(kf[b], fi_kf_x512(sb));
-            const __m512i c2 = _mm512_castps_si512(sq[4 * b]);
-            const __m512d plo = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(c2)),
-                                              fi_kf2_x512(_mm512_castsi512_si256(sb)));
-            const __m512d phi = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(c2, 1)),
-                                              fi_kf2_x512(_mm512_extracti64x4_epi64(sb, 1)));
-            n2lo = b ? _mm512_add_pd(n2lo, plo) : plo;
-            n2hi = b ? _mm512_add_pd(n2hi, phi) : phi;
-        }
-#define FI_UP (_MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)
-        const __m512 kn = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvt_roundpd_ps(_mm512_sqrt_pd(n2lo), FI_UP)),
-                                             _mm512_cvt_roundpd_ps(_mm512_sqrt_pd(n2hi), FI_UP), 1);
-#undef FI_UP
-        __m512 tq[FI_V * 16]; /* per query: 16 keys' vectors of heads' weighted relus */
+        __m256 tq[FI_V * 16 * 2]; /* query qn, key j, half: tq[(16 qn + j) 2 + half] */
         for (int j0 = 0; j0 < 16; j0 += J) {
-            __m512 dsum[8]; /* nb >= 1: block 0 sets them */
-            for (int i = 0; i < V * J; i++) dsum[i] = _mm512_setzero_ps();
+            __m256 dsum[8]; /* [u J + j], u = 2 v + half; nb >= 1: block 0 sets them */
+            for (int i = 0; i < 2 * V * J; i++) dsum[i] = _mm256_setzero_ps();
             for (int b = 0; b < nb; b++) {
-                __m512i acc[8];
-                for (int v = 0; v < V; v++) {
-                    const __m512i in = _mm512_load_si512(e->init[b][v]);
-                    for (int j = 0; j < J; j++) acc[v * J + j] = in;
-                }
+                __m256i acc[8];
+                for (int i = 0; i < 2 * V * J; i++) acc[i] = _mm256_setzero_si256();
                 for (int t = 0; t < 8; t++) {
-                    __m512i qv[FI_V];
-                    for (int v = 0; v < V; v++) qv[v] = _mm512_load_si512(e->qt[8 * b + t][v]);
                     const int off = (t < 4 ? 0 : 64) + 16 * b + 4 * (t & 3);
                     for (int j = 0; j < J; j++) {
                         int32_t kd;
                         memcpy(&kd, kq[j0 + j] + off, 4);
-                        const __m512i kb = _mm512_set1_epi32(kd);
-                        for (int v = 0; v < V; v++) acc[v * J + j] = _mm512_dpbusd_epi32(acc[v * J + j], kb, qv[v]);
+                        const __m256i kb = _mm256_set1_epi32(kd);
+                        for (int u = 0; u < 2 * V; u++) {
+                            const __m256i qv = _mm256_load_si256((const __m256i *)(vp[u / 2]->qt[8 * b + t] + 32 * (u % 2)));
+                            acc[u * J + j] = _mm256_add_epi16(acc[u * J + j], _mm256_maddubs_epi16(kb, qv));
+                        }
                     }
                 }
-                for (int v = 0; v < V; v++) {
-                    const __m512 qf = _mm512_load_ps(e->qf[b][v]);
+                for (int u = 0; u < 2 * V; u++) {
+                    const __m256 qf = _mm256_load_ps(vp[u / 2]->qf[b] + 8 * (u % 2));
+                    const __m256i in = _mm256_load_si256((const __m256i *)(vp[u / 2]->init[b] + 8 * (u % 2)));
                     for (int j = 0; j < J; j++) {
-                        const __m512 tt = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[v * J + j]), qf);
-                        const __m512 kb = _mm512_set1_ps(kf[b][j0 + j]);
-                        dsum[v * J + j] = b ? _mm512_fmadd_ps(tt, kb, dsum[v * J + j]) : _mm512_mul_ps(tt, kb);
+                        const __m256i I = _mm256_add_epi32(in, _mm256_madd_epi16(acc[u * J + j], ones));
+                        const __m256 tt = _mm256_mul_ps(_mm256_cvtepi32_ps(I), qf);
+                        const __m256 kb = _mm256_set1_ps(kf[b][j0 + j]);
+                        dsum[u * J + j] = b ? _mm256_fmadd_ps(tt, kb, dsum[u * J + j]) : _mm256_mul_ps(tt, kb);
                     }
                 }
             }
-            for (int v = 0; v < V; v++) {
-                const __m512 wv = _mm512_load_ps(e->w[v]);
-                __m512 *t = tq + (v / G) * 16 + j0;
+            for (int u = 0; u < 2 * V; u++) {
+                const int v = u / 2;
+                const __m256 wv = _mm256_load_ps(vp[v]->w + 8 * (u % 2));
                 for (int j = 0; j < J; j++) {
-                    const __m512 r = _mm512_max_ps(dsum[v * J + j], _mm512_setzero_ps());
-                    t[j] = v % G ? _mm512_fmadd_ps(wv, r, t[j]) : _mm512_mul_ps(wv, r);
+                    const __m256 r = _mm256_max_ps(dsum[u * J + j], _mm256_setzero_ps());
+                    __m256 *t = tq + (16 * (v / G) + j0 + j) * 2 + u % 2;
+                    *t = v % G ? _mm256_fmadd_ps(wv, r, *t) : _mm256_mul_ps(wv, r);
                 }
             }
         }
-        fq_store(tq, kn, nq, lim, w, w1, scores, knorm, ss);
+        for (int qn = 0; qn < nq; qn++) {
+            const int64_t e = lim[qn] < w1 ? lim[qn] : w1;
+            for (int k8 = 0; k8 < 16 && w + k8 < e; k8 += 8) {
+                __m256 y[8];
+                for (int j = 0; j < 8; j++) y[j] = _mm256_add_ps(tq[(16 * qn + k8 + j) * 2], tq[(16 * qn + k8 + j) * 2 + 1]);
+                _Alignas(32) float sc[8];
+                _mm256_store_ps(sc, f2_tree8(y));
+                const int64_t n = e - w - k8 < 8 ? e - w - k8 : 8;
+                memcpy(scores + (size_t)qn * ss + w + k8, sc, sizeof(float) * (size_t)n);
+                memcpy(knorm + (size_t)qn * ss + w + k8, kn + k8, sizeof(float) * (size_t)n);
+            }
+        }
     }
+}
+
+F2_FN static void fi_avx2(const fi_vec *const *vp, int V, int G, int nb, int nq, const int64_t *lim,
+                          const void *const *keys, int64_t w0, int64_t wmax, int64_t w1, float *scores, float *knorm,
+                          size_t ss) {
+    if (V == 1) fi_run_avx2(vp, G, nb, nq, lim, keys, w0, wmax, w1, scores, knorm, ss, 1, 2);
+    else fi_run_avx2(vp, G, nb, nq, lim, keys, w0, wmax, w1, scores, knorm, ss, V, 1);
 }
 
 /* fi_encode at the AVX-512 VBMI level: the same query encoding (the tests compare the
@@ -731,10 +781,8 @@ static inline float fi_scale(float amax) {
     return dsv4_bits_to_f32((u & 0x7f800000u) + ((u & 0x7fffffu) ? 0x800000u : 0u));
 }
 
-FE_FN static int fi_encode_x512(const float *qI, size_t qs, const float *wI, size_t ws, int nq, int nI, int dI,
-                                fi_query *e) {
+FE_FN static int fi_encode_x512(const float *qI, const float *wI, int nI, int dI, fi_vec *vec) {
     const int nb = dI / 32, G = (nI + 15) / 16;
-    e->nb = nb, e->G = G, e->V = nq * G;
     _Alignas(64) int8_t hv[128];     /* a head's codes in value order */
     _Alignas(64) int8_t hb[16][128]; /* 16 heads' codes in slot order (slot s: bytes 4 s .. 4 s + 3) */
     memset(hv, 0, sizeof hv);
@@ -743,62 +791,53 @@ FE_FN static int fi_encode_x512(const float *qI, size_t qs, const float *wI, siz
     for (int k = 0; k < 64; k++) pidx[k] = (int8_t)fi_value(k % 32 / 4 + 8 * (k / 32), k % 4);
     const __m512i perm = _mm512_load_si512(pidx);
     const __m512 absm = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff)), twelve = _mm512_set1_ps(12.0f);
-    for (int qn = 0; qn < nq; qn++)
-        for (int g = 0; g < G; g++) {
-            const int v = qn * G + g, nh = nI - 16 * g < 16 ? nI - 16 * g : 16;
-            for (int l = 0; l < 16; l++) {
-                if (l >= nh) {
-                    memset(hb[l], 0, sizeof hb[l]);
-                    for (int b = 0; b < nb; b++) e->init[b][v][l] = 0, e->qf[b][v][l] = 0.0f;
-                    continue;
-                }
-                const float *x = qI + (size_t)qn * qs + (size_t)(16 * g + l) * dI;
-                for (int b = 0; b < nb; b++) {
-                    const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
-                    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x0, absm), _mm512_and_ps(x1, absm)));
-                    amax = amax > DSV4_FID_AMAX_FLOOR_FP4 ? amax : DSV4_FID_AMAX_FLOOR_FP4;
-                    if (!(amax <= 0x1p100f)) return 0; /* a NaN may be lost by max: the checks below see it */
-                    const float s = fi_scale(amax);
-                    const __m512 inv = _mm512_set1_ps(2.0f / s), sv = _mm512_set1_ps(s), half = _mm512_set1_ps(0.5f);
-                    const __m512 c0 = _mm512_mul_ps(x0, inv), c1 = _mm512_mul_ps(x1, inv);
-                    const __m512i i0 = _mm512_cvtps_epi32(c0), i1 = _mm512_cvtps_epi32(c1);
-                    const __m512 f0 = _mm512_cvtepi32_ps(i0), f1 = _mm512_cvtepi32_ps(i1);
-                    /* c an integer of magnitude at most 12, and c s / 2 the value itself */
-                    __mmask16 ok0 = _mm512_cmp_ps_mask(f0, c0, _CMP_EQ_OQ) &
-                                    _mm512_cmp_ps_mask(_mm512_and_ps(c0, absm), twelve, _CMP_LE_OQ) &
-                                    _mm512_cmp_ps_mask(_mm512_mul_ps(_mm512_mul_ps(f0, sv), half), x0, _CMP_EQ_OQ);
-                    __mmask16 ok1 = _mm512_cmp_ps_mask(f1, c1, _CMP_EQ_OQ) &
-                                    _mm512_cmp_ps_mask(_mm512_and_ps(c1, absm), twelve, _CMP_LE_OQ) &
-                                    _mm512_cmp_ps_mask(_mm512_mul_ps(_mm512_mul_ps(f1, sv), half), x1, _CMP_EQ_OQ);
-                    if ((ok0 & ok1) != 0xFFFF) return 0;
-                    _mm_store_si128((__m128i *)(hv + 32 * b), _mm512_cvtepi32_epi8(i0));
-                    _mm_store_si128((__m128i *)(hv + 32 * b + 16), _mm512_cvtepi32_epi8(i1));
-                    e->init[b][v][l] = -12 * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
-                    e->qf[b][v][l] = s;
-                }
-                _mm512_store_si512(hb[l], _mm512_permutexvar_epi8(perm, _mm512_load_si512(hv)));
-                _mm512_store_si512(hb[l] + 64, _mm512_permutexvar_epi8(perm, _mm512_load_si512(hv + 64)));
+    for (int g = 0; g < G; g++) {
+        fi_vec *e = vec + g;
+        const int nh = nI - 16 * g < 16 ? nI - 16 * g : 16;
+        for (int l = 0; l < 16; l++) {
+            if (l >= nh) {
+                memset(hb[l], 0, sizeof hb[l]);
+                for (int b = 0; b < nb; b++) e->init[b][l] = 0, e->qf[b][l] = 0.0f;
+                continue;
             }
-            for (int h0 = 0; h0 < 8 * nb; h0 += 16) { /* slots h0 .. h0 + 15 of the 16 heads */
-                __m512 r[16];
-                for (int l = 0; l < 16; l++) r[l] = _mm512_load_ps((const float *)(hb[l] + 4 * h0));
-                transpose16(r);
-                for (int s = h0; s < h0 + 16 && s < 8 * nb; s++) _mm512_store_ps((float *)e->qt[s][v], r[s - h0]);
+            const float *x = qI + (size_t)(16 * g + l) * dI;
+            for (int b = 0; b < nb; b++) {
+                const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
+                float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x0, absm), _mm512_and_ps(x1, absm)));
+                amax = amax > DSV4_FID_AMAX_FLOOR_FP4 ? amax : DSV4_FID_AMAX_FLOOR_FP4;
+                if (!(amax <= 0x1p100f)) return 0; /* a NaN may be lost by max: the checks below see it */
+                const float s = fi_scale(amax);
+                const __m512 inv = _mm512_set1_ps(2.0f / s), sv = _mm512_set1_ps(s), half = _mm512_set1_ps(0.5f);
+                const __m512 c0 = _mm512_mul_ps(x0, inv), c1 = _mm512_mul_ps(x1, inv);
+                const __m512i i0 = _mm512_cvtps_epi32(c0), i1 = _mm512_cvtps_epi32(c1);
+                const __m512 f0 = _mm512_cvtepi32_ps(i0), f1 = _mm512_cvtepi32_ps(i1);
+                /* c an integer of magnitude at most 12, and c s / 2 the value itself */
+                __mmask16 ok0 = _mm512_cmp_ps_mask(f0, c0, _CMP_EQ_OQ) &
+                                _mm512_cmp_ps_mask(_mm512_and_ps(c0, absm), twelve, _CMP_LE_OQ) &
+                                _mm512_cmp_ps_mask(_mm512_mul_ps(_mm512_mul_ps(f0, sv), half), x0, _CMP_EQ_OQ);
+                __mmask16 ok1 = _mm512_cmp_ps_mask(f1, c1, _CMP_EQ_OQ) &
+                                _mm512_cmp_ps_mask(_mm512_and_ps(c1, absm), twelve, _CMP_LE_OQ) &
+                                _mm512_cmp_ps_mask(_mm512_mul_ps(_mm512_mul_ps(f1, sv), half), x1, _CMP_EQ_OQ);
+                if ((ok0 & ok1) != 0xFFFF) return 0;
+                _mm_store_si128((__m128i *)(hv + 32 * b), _mm512_cvtepi32_epi8(i0));
+                _mm_store_si128((__m128i *)(hv + 32 * b + 16), _mm512_cvtepi32_epi8(i1));
+                e->init[b][l] = -12 * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+                e->qf[b][l] = s;
             }
-            _mm512_store_ps(e->w[v], _mm512_maskz_loadu_ps((__mmask16)((1u << nh) - 1u), wI + (size_t)qn * ws + 16 * g));
+            _mm512_store_si512(hb[l], _mm512_permutexvar_epi8(perm, _mm512_load_si512(hv)));
+            _mm512_store_si512(hb[l] + 64, _mm512_permutexvar_epi8(perm, _mm512_load_si512(hv + 64)));
         }
+        for (int h0 = 0; h0 < 8 * nb; h0 += 16) { /* slots h0 .. h0 + 15 of the 16 heads */
+            __m512 r[16];
+            for (int l = 0; l < 16; l++) r[l] = _mm512_load_ps((const float *)(hb[l] + 4 * h0));
+            transpose16(r);
+            for (int s = h0; s < h0 + 16 && s < 8 * nb; s++) _mm512_store_ps((float *)e->qt[s], r[s - h0]);
+        }
+        _mm512_store_ps(e->w, _mm512_maskz_loadu_ps((__mmask16)((1u << nh) - 1u), wI + 16 * g));
+    }
     return 1;
 }
-
-FI_FN static void fi_avx512(const fi_query *e, int nq, const int64_t *lim, const void *const *keys, int64_t w0,
-                            int64_t wmax, int64_t w1, float *scores, float *knorm, size_t ss) {
-    switch (e->V) {
-    case 1: fi_run(e, nq, lim, keys, w0, wmax, w1, scores, knorm, ss, 1, 8); break;
-    case 2: fi_run(e, nq, lim, keys, w0, wmax, w1, scores, knorm, ss, 2, 4); break;
-    case 3: fi_run(e, nq, lim, keys, w0, wmax, w1, scores, knorm, ss, 3, 2); break;
-    default: fi_run(e, nq, lim, keys, w0, wmax, w1, scores, knorm, ss, 4, 2); break;
-    }
-}
+#undef FI_UP
 #endif
 
 typedef struct {
@@ -817,39 +856,69 @@ static void fp4_approx_run(void *user, int q0, int g, const int64_t *glim, const
                            g, glim, fkeys, DSV4_ROW_F32, 0, n, j->nI, j->dI, j->scores + at, j->knorm + at, j->ss);
 }
 
-int dsv4_idx_approx_fp4_int(int simd, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
-                            const int64_t *lim, const void *const *keys, int64_t w0, int64_t w1, int nI, int dI,
-                            float *scores, float *knorm, size_t ss) {
-    if (dI < 32 || dI % 32 || dI > 32 * FI_NB || nI < 1 || nI > 16 * FI_V || nq < 1) return 0;
-    fi_query e;
-    const int qg = FI_V / ((nI + 15) / 16); /* queries a pass */
-    for (int q0 = 0; q0 < nq; q0 += qg) {
-        const int n = nq - q0 < qg ? nq - q0 : qg;
+int dsv4_idx_fp4q_encode(int simd, const float *qI, const float *wI, int nI, int dI, void *enc) {
+    if (!fi_shape(nI, dI)) return 0;
 #ifdef HAVE_AVX512_APPROX
-        const int x512 = simd >= DSV4_SIMD_AVX512VBMI;
-        if (!(x512 ? fi_encode_x512 : fi_encode)(qI + (size_t)q0 * qs, qs, wI + (size_t)q0 * ws, ws, n, nI, dI, &e))
-            return 0;
-#else
-        if (!fi_encode(qI + (size_t)q0 * qs, qs, wI + (size_t)q0 * ws, ws, n, nI, dI, &e)) return 0;
+    if (simd >= DSV4_SIMD_AVX512VBMI) return fi_encode_x512(qI, wI, nI, dI, enc);
 #endif
+    (void)simd;
+    return fi_encode(qI, wI, nI, dI, enc);
+}
+
+int dsv4_idx_approx_fp4_enc(int simd, const void *const *enc, int nq, const int64_t *lim, const void *const *keys,
+                            int64_t w0, int64_t w1, int nI, int dI, float *scores, float *knorm, size_t ss) {
+    if (!fi_shape(nI, dI) || nq < 1) return 0;
+    const int G = (nI + 15) / 16, nb = dI / 32, qg = FI_V / G; /* queries a pass */
+    for (int q0 = 0; q0 < nq; q0 += qg) {
+        const int n = nq - q0 < qg ? nq - q0 : qg, V = n * G;
+        const fi_vec *vp[FI_V];
+        for (int v = 0; v < V; v++) vp[v] = (const fi_vec *)enc[q0 + v / G] + v % G;
         int64_t wmax = w0; /* the keys any query of the pass sees */
         for (int q = q0; q < q0 + n; q++) {
             const int64_t end = lim[q] < w1 ? lim[q] : w1;
             wmax = end > wmax ? end : wmax;
         }
         if (wmax <= w0) continue;
+        float *sc = scores + (size_t)q0 * ss, *kn = knorm + (size_t)q0 * ss;
 #ifdef HAVE_AVX512_APPROX
         if (simd >= DSV4_SIMD_AVX512VBMI) {
-            fi_avx512(&e, n, lim + q0, keys, w0, wmax, w1, scores + (size_t)q0 * ss, knorm + (size_t)q0 * ss, ss);
+            fi_x512_vnni(vp, V, G, nb, n, lim + q0, keys, w0, wmax, w1, sc, kn, ss);
+            continue;
+        }
+        if (simd >= DSV4_SIMD_AVX512) {
+            fi_x512_bw(vp, V, G, nb, n, lim + q0, keys, w0, wmax, w1, sc, kn, ss);
+            continue;
+        }
+        if (simd >= DSV4_SIMD_AVX2) {
+            fi_avx2(vp, V, G, nb, n, lim + q0, keys, w0, wmax, w1, sc, kn, ss);
             continue;
         }
 #endif
-        (void)simd;
         for (int q = 0; q < n; q++) {
             const int64_t end = lim[q0 + q] < w1 ? lim[q0 + q] : w1;
             for (int64_t w = w0; w < end; w++)
-                fi_score_ref(&e, q, keys[w], scores + (size_t)(q0 + q) * ss + w, knorm + (size_t)(q0 + q) * ss + w);
+                fi_score_ref(vp + q * G, G, nb, keys[w], sc + (size_t)q * ss + w, kn + (size_t)q * ss + w);
         }
+    }
+    return 1;
+}
+
+int dsv4_idx_approx_fp4_int(int simd, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
+                            const int64_t *lim, const void *const *keys, int64_t w0, int64_t w1, int nI, int dI,
+                            float *scores, float *knorm, size_t ss) {
+    if (!fi_shape(nI, dI) || nq < 1) return 0;
+    fi_vec buf[FI_V];
+    const int G = (nI + 15) / 16, qg = FI_V / G;
+    for (int q0 = 0; q0 < nq; q0 += qg) {
+        const int n = nq - q0 < qg ? nq - q0 : qg;
+        const void *enc[FI_V];
+        for (int q = 0; q < n; q++) {
+            enc[q] = buf + q * G;
+            if (!dsv4_idx_fp4q_encode(simd, qI + (size_t)(q0 + q) * qs, wI + (size_t)(q0 + q) * ws, nI, dI, buf + q * G))
+                return 0;
+        }
+        dsv4_idx_approx_fp4_enc(simd, enc, n, lim + q0, keys, w0, w1, nI, dI, scores + (size_t)q0 * ss,
+                                knorm + (size_t)q0 * ss, ss);
     }
     return 1;
 }
@@ -858,7 +927,7 @@ void dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, co
                             const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
                             int dI, float *scores, float *knorm, size_t ss) {
     if (key_fmt == DSV4_ROW_FP4) { /* integer block dots from the bytes, or unpacked in runs (idx_scores.h) */
-        const int want_int = kernel == DSV4_IDX_APPROX_INT || (kernel == DSV4_IDX_APPROX_AUTO && simd >= DSV4_SIMD_AVX512VBMI);
+        const int want_int = kernel == DSV4_IDX_APPROX_INT || (kernel == DSV4_IDX_APPROX_AUTO && simd >= DSV4_IDX_FP4_INT_MIN_SIMD);
         if (want_int && dsv4_idx_approx_fp4_int(simd, qI, qs, wI, ws, nq, lim, keys, w0, w1, nI, dI, scores, knorm, ss))
             return;
         fp4_approx_job j = {simd, kernel, qI, wI, qs, ws, ss, nI, dI, scores, knorm};

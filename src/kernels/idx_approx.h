@@ -41,10 +41,10 @@ void dsv4_idx_approx(int simd, const float *qI, size_t qs, const float *wI, size
  * AUTO as dsv4_idx_approx chooses, PANEL the key-panel kernel, FEW the heads-in-lanes kernel
  * where it fits (at most 4 vectors of 16 heads in all: nq x ceil(nI / 16) <= 4), else PANEL.
  * AUTO takes FEW for nq <= DSV4_IDX_APPROX_FEW_MAX_NQ. Other levels ignore it. FP4 keys: AUTO
- * scores them by integer block dots (dsv4_idx_approx_fp4_int) at the AVX-512 VBMI level (which
- * has VNNI), where the query allows, PANEL and FEW unpack them to F32 first (as every level
- * below), INT takes the integer dots at any level (portable below AVX-512 VBMI; the tests'
- * second opinion). F32 and BF16 keys read INT as AUTO. */
+ * scores them by integer block dots (dsv4_idx_approx_fp4_int) from DSV4_IDX_FP4_INT_MIN_SIMD
+ * up, where the query allows; PANEL and FEW unpack them to F32 first (as the portable level
+ * does); INT takes the integer dots at any level (the portable level's is the tests' second
+ * opinion). F32 and BF16 keys read INT as AUTO. */
 enum { DSV4_IDX_APPROX_AUTO, DSV4_IDX_APPROX_PANEL, DSV4_IDX_APPROX_FEW, DSV4_IDX_APPROX_INT };
 #define DSV4_IDX_APPROX_FEW_MAX_NQ 4
 void dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
@@ -56,13 +56,30 @@ void dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, co
  * integer I_b (|I_b| <= 32 x 12 x 12) times s_q s_k / 4; a head's dot is its blocks' terms
  * summed in float (not the exact kernel's order: the bound above covers it, with fewer
  * roundings, idx_approx.c), the rest as the F32 kernels. Scores and norms as
- * dsv4_idx_approx; the portable level and the AVX-512 VBMI + VNNI one (vpdpbusd) give the same
- * bits. Returns 1 when it scored; 0, having scored nothing that counts, when the shape is not
+ * dsv4_idx_approx; every level gives the same bits: portable, AVX2 and AVX-512 BW
+ * (vpmaddubsw + vpmaddwd), AVX-512 VBMI + VNNI (vpdpbusd). Returns 1 when it scored; 0,
+ * having scored nothing that counts, when the shape is not
  * covered (dI a multiple of 32 up to 128, nI <= 64) or a query value is not c s / 2 with an
  * integer |c| <= 12 and s its block's F3 scale (at most 2^100): a query F3 did not round. */
 int dsv4_idx_approx_fp4_int(int simd, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
                             const int64_t *lim, const void *const *keys, int64_t w0, int64_t w1, int nI, int dI,
                             float *scores, float *knorm, size_t ss);
+
+/* The same in two steps, so that a caller encodes each query once however many ranges of keys
+ * it scores: dsv4_idx_fp4q_encode writes one query (qI (nI, dI), wI (nI)) into enc
+ * (dsv4_idx_fp4q_bytes(nI) bytes, 64-byte aligned) and returns 1, or 0 where
+ * dsv4_idx_approx_fp4_int would (the shape, or a value F3 did not round: enc then holds
+ * nothing usable); dsv4_idx_approx_fp4_enc scores the nq queries enc[q] (each one
+ * encoded at any level) as dsv4_idx_approx_fp4_int would, the same bits. */
+#define DSV4_IDX_FP4Q_VEC_BYTES 2624 /* a 16-head group's codes, offsets, scales and weights */
+static inline size_t dsv4_idx_fp4q_bytes(int nI) { return (size_t)((nI + 15) / 16) * DSV4_IDX_FP4Q_VEC_BYTES; }
+int dsv4_idx_fp4q_encode(int simd, const float *qI, const float *wI, int nI, int dI, void *enc);
+int dsv4_idx_approx_fp4_enc(int simd, const void *const *enc, int nq, const int64_t *lim, const void *const *keys,
+                            int64_t w0, int64_t w1, int nI, int dI, float *scores, float *knorm, size_t ss);
+
+/* The lowest level at which AUTO scores FP4 keys by integer block dots (below it they are
+ * unpacked): 1, AVX2 (every SIMD level beats its unpack path: BENCHMARKS.md, session 46). */
+#define DSV4_IDX_FP4_INT_MIN_SIMD 1
 
 /* The portable level alone. */
 void dsv4_idx_approx_ref(const float *qI, size_t qs, const float *wI, size_t ws, int nq, const int64_t *lim,

@@ -151,6 +151,22 @@ static void check_int(int level, int nI, int dI, int nk, int nq, int adv) {
     ran &= dsv4_idx_approx_fp4_int(level, qI, qs, wI, ws, nq, lim, keys, cut, nk, nI, dI, got[0], kn[0], ss);
     ran &= dsv4_idx_approx_fp4_int(DSV4_SIMD_SCALAR, qI, qs, wI, ws, nq, lim, keys, 0, nk, nI, dI, got[1], kn[1], ss);
     CHECK_MSG(ran, "level %d nI %d dI %d nq %d: F3 queries not scored by integer dots", level, nI, dI, nq);
+    { /* each query encoded once (the portable encoding), scored at level over both ranges */
+        const size_t eb = dsv4_idx_fp4q_bytes(nI);
+        unsigned char *eq = aligned_alloc(64, eb * (size_t)nq);
+        const void *enc[16];
+        float *g2 = malloc(sizeof(float) * ss * nq), *k2 = malloc(sizeof(float) * ss * nq);
+        for (size_t i = 0; i < ss * nq; i++) g2[i] = k2[i] = -7.0f;
+        for (int q = 0; q < nq; q++) {
+            enc[q] = eq + eb * (size_t)q;
+            CHECK(dsv4_idx_fp4q_encode(DSV4_SIMD_SCALAR, qI + q * qs, wI + q * ws, nI, dI, eq + eb * (size_t)q));
+        }
+        CHECK(dsv4_idx_approx_fp4_enc(level, enc, nq, lim, keys, 0, cut, nI, dI, g2, k2, ss));
+        CHECK(dsv4_idx_approx_fp4_enc(level, enc, nq, lim, keys, cut, nk, nI, dI, g2, k2, ss));
+        CHECK_MSG(!memcmp(got[0], g2, sizeof(float) * ss * nq) && !memcmp(kn[0], k2, sizeof(float) * ss * nq),
+                  "level %d nI %d dI %d nq %d: scores of once-encoded queries differ", level, nI, dI, nq);
+        free(eq), free(g2), free(k2);
+    }
     CHECK_MSG(!memcmp(got[0], got[1], sizeof(float) * ss * nq) && !memcmp(kn[0], kn[1], sizeof(float) * ss * nq),
               "level %d nI %d dI %d nq %d adv %d: integer scores or norms differ from the portable level's", level, nI,
               dI, nq, adv);
@@ -263,11 +279,13 @@ int main(void) {
         check(level, DSV4_ROW_FP4, 16, 128, 200, 1, 1e25);
     }
     /* FP4 keys' integer scores: the shapes it covers (dI 32..128, nI up to 64, several
-     * passes of queries), adversarial scales; then shapes it does not cover. The best level
-     * against the portable one (the levels between run the portable code: it has two) */
+     * passes of queries), adversarial scales; then shapes it does not cover. Every level
+     * this CPU and build have (AVX2, AVX-512 BW, AVX-512 VNNI) against the portable one */
     const int shapes[][3] = {{16, 128, 1}, {64, 128, 1}, {64, 128, 3}, {8, 128, 5}, {13, 96, 2}, {3, 32, 6}, {40, 64, 2}};
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        for (int adv = 0; adv < 2; adv++) check_int(best, shapes[i][0], shapes[i][1], adv ? 120 : 200, shapes[i][2], adv);
+    for (int level = best > DSV4_SIMD_SCALAR ? DSV4_SIMD_AVX2 : DSV4_SIMD_SCALAR; level <= best; level++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            for (int adv = 0; adv < 2; adv++)
+                check_int(level, shapes[i][0], shapes[i][1], adv ? 120 : 200, shapes[i][2], adv);
     {
         float q[160] = {0}, w[1] = {1.0f}, sc[4], kn[4];
         const int64_t lim[1] = {1};
