@@ -17,7 +17,8 @@
  * bound was here. One JSON line per case: median microseconds per query both ways, their
  * ratio, the candidates. --kernels times the approximate kernels alone: the key-panel and
  * the few-query ones (FP4 keys: unpacked to F32 first) and, for FP4 keys, the integer block
- * dots (dsv4_idx_approx_fp4_int, "int_*" fields; null for BF16 keys). */
+ * dots (dsv4_idx_approx_fp4_int, "int_*" fields; null for BF16 keys). The level is the
+ * best this CPU and build have, or the one DSV4_SIMD names (portable, avx2, avx512, avx512vbmi). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -178,7 +179,14 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_indexer: every n in [513, 1048576]\n");
             return 2;
         }
-    const int simd = dsv4_cpu_simd() < dsv4_build_simd() ? dsv4_cpu_simd() : dsv4_build_simd(), topk = 512, dI = 128;
+    /* the best level, or the one DSV4_SIMD names (at most the best) */
+    const int best = dsv4_cpu_simd() < dsv4_build_simd() ? dsv4_cpu_simd() : dsv4_build_simd(), topk = 512, dI = 128;
+    dsv4_err serr = {0};
+    const int simd = dsv4_simd_env(best, &serr);
+    if (simd < 0 || simd > best) {
+        fprintf(stderr, "bench_indexer: %s\n", simd < 0 ? serr.msg : "DSV4_SIMD names a level this CPU or build lacks");
+        return 2;
+    }
     int nmax = 0;
     for (int k = 0; k < n_ns; k++) nmax = ns[k] > nmax ? ns[k] : nmax;
     const int nI_max = 64;

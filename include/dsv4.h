@@ -448,6 +448,16 @@ typedef struct dsv4_cache_stats {
     int seqs_used, seqs_total;
 } dsv4_cache_stats;
 DSV4_API dsv4_cache_stats dsv4_engine_cache_stats(const dsv4_engine *e);
+/* Which way the CSA indexer found each row's top-k since the engine was created, in rows
+ * (one a querying row and CSA layer that sees more than index_topk entries; the others keep
+ * every entry and score none): every score exact, or bounded (approximate scores, exact
+ * ones near the boundary) over F32 / BF16 keys, over FP4 keys by integer block dots, or
+ * over FP4 keys unpacked to F32. Each process counts the rows its attention scored; for
+ * benchmarks and metrics. */
+typedef struct dsv4_indexer_stats {
+    int64_t exact, bounded_f32, bounded_int, bounded_unpack;
+} dsv4_indexer_stats;
+DSV4_API dsv4_indexer_stats dsv4_engine_indexer_stats(const dsv4_engine *e);
 /* Context-parallel prefills this rank was the home of and that completed (DSV4_PAR_CP,
  * also inside a DP group), for a server's metrics: 0 where CP never ran. */
 DSV4_API int64_t dsv4_engine_cp_prefills(const dsv4_engine *e);

@@ -16,6 +16,7 @@
 #include "attn/attention.h"
 #include "attn/rows_l2.h"
 #include "util/arena.h"
+#include "kernels/idx_approx.h"
 #include "kernels/kv_rows.h"
 #include "kernels/ops.h"
 #include "util/err.h"
@@ -74,7 +75,8 @@ dsv4_attn_src dsv4_attn_src_cache(dsv4_cache *cache) {
 
 /* Takes w's buffers for R rows of a layer of compress ratio r with window rows stored in
  * row_fmt; 0 when they do not fit. */
-static int work_take(dsv4_arena *a, const dsv4_config *cfg, int r, int R, int row_fmt, dsv4_attn_work *w) {
+static int work_take(dsv4_arena *a, const dsv4_config *cfg, int r, int R, int row_fmt, int key_fmt,
+                     dsv4_attn_work *w) {
     const int H = cfg->num_attention_heads, hd = cfg->head_dim, ql = cfg->q_lora_rank;
     const int nI = cfg->index_n_heads, dI = cfg->index_head_dim;
     const long long Wm = r ? (long long)dsv4_cfg_coff(r) * hd : 0; /* main projection width */
@@ -99,15 +101,23 @@ static int work_take(dsv4_arena *a, const dsv4_config *cfg, int r, int R, int ro
         w->pa[1] = dsv4_arena_take_n(a, (long long)R * 2 * dI, sizeof(float));
         w->pb[1] = dsv4_arena_take_n(a, (long long)R * 2 * dI, sizeof(float));
         ok = ok && w->qI && w->wI && w->pa[1] && w->pb[1];
+        if (dsv4_row_fmt(key_fmt) == DSV4_ROW_FP4) {
+            w->qe = dsv4_arena_take_n(a, R, dsv4_idx_fp4q_bytes(nI));
+            w->qe_ok = dsv4_arena_take_n(a, R, sizeof(int));
+            ok = ok && w->qe && w->qe_ok;
+        }
     }
     return ok;
 }
 
 /* Moves rows k = n-1 .. 0 of v (width n_per floats each) to rows to[k] (ascending,
  * to[k] >= k): the compact rows of a query subset to their packed indices, in place. */
-static void expand_rows(float *v, int64_t n_per, const int *to, int n) {
+static void expand_bytes(void *v, size_t n_per, const int *to, int n) {
     for (int k = n - 1; k >= 0; k--)
-        if (to[k] != k) memcpy(v + to[k] * n_per, v + k * n_per, (size_t)n_per * sizeof(float));
+        if (to[k] != k) memcpy((char *)v + (size_t)to[k] * n_per, (char *)v + (size_t)k * n_per, n_per);
+}
+static void expand_rows(float *v, int64_t n_per, const int *to, int n) {
+    expand_bytes(v, (size_t)n_per * sizeof(float), to, n);
 }
 
 /* Fewest heads a head group of the attend phase holds. */
@@ -197,6 +207,12 @@ static void project_q_row(void *arg, int i, int tid) {
             nm->round(nm, DSV4_ACT_INDEX_Q, qh, dI);
         }
         for (int h = 0; h < nI; h++) w->wI[(size_t)i * nI + h] *= wscale;
+        if (w->qe) { /* FP4 keys: the row's query encoded once for every range it scores */
+            const int simd = dsv4_kctx_simd(j->ctx->k);
+            w->qe_ok[i] = simd >= DSV4_IDX_FP4_INT_MIN_SIMD && dsv4_attn_indexer_bounded(j->ctx, dsv4_attn_visible(4, t)) &&
+                          dsv4_idx_fp4q_encode(simd, w->qI + (size_t)i * nI * dI, w->wI + (size_t)i * nI, nI, dI,
+                                               w->qe + (size_t)i * dsv4_idx_fp4q_bytes(nI));
+        }
     }
 }
 
@@ -232,7 +248,7 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
     /* the rows that query: nq of them, compact k <-> packed qrow(k) until expanded */
     const int *qrow = ctx->q_rows, nq = qrow ? ctx->n_q : R;
 
-    if (!work_take(ctx->scratch, cfg, r, R, ctx->row_fmt, w))
+    if (!work_take(ctx->scratch, cfg, r, R, ctx->row_fmt, ctx->key_fmt, w))
         return dsv4_fail(err, DSV4_ERR_NOMEM, "attention: scratch arena too small (%d rows)", R);
     const size_t mark = dsv4_arena_mark(ctx->scratch);
     const float *xq = x; /* (nq, D) the querying rows of x */
@@ -278,6 +294,8 @@ int dsv4_attn_project(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv
         expand_rows(w->q, (int64_t)H * hd, qrow, nq);
         if (csa) expand_rows(w->qI, (int64_t)nI * dI, qrow, nq);
         if (csa) expand_rows(w->wI, nI, qrow, nq);
+        if (w->qe) expand_bytes(w->qe, dsv4_idx_fp4q_bytes(nI), qrow, nq);
+        if (w->qe) expand_bytes(w->qe_ok, sizeof(int), qrow, nq);
     }
     if (ctx->stats) {
         ctx->stats->rows += R;
@@ -365,6 +383,7 @@ typedef struct attend_job {
     float *ilb;               /* (max_entries) the row's lower bounds */
     uint32_t *ihist;          /* (threads, 2, DSV4_INDEXER_HIST) their top digits, a thread's own counts */
     int *ibad;                /* (threads) a bound did not hold in that thread's ranges */
+    int64_t *ipaths;          /* (threads, DSV4_IDX_PATHS) rows a thread's score tasks scored by each path */
     int *icut_c;              /* (max_entries) the parts' lists */
     int *icut_part0;          /* (ATTEND_CUT_PARTS_PER_THREAD threads + 1) */
     int *icut_n;              /* (ATTEND_CUT_PARTS_PER_THREAD threads) the lists' lengths */
@@ -413,8 +432,9 @@ static void score_task(void *arg, int task, int tid) {
     const int *t = j->score_tasks + 3 * task, bi = t[0], nq = t[1], w0 = t[2];
     const dsv4_attn_query q = job_query(j, j->r0 + bi);
     float *scores = j->iscores + (size_t)bi * j->max_entries, *knorm = j->iknorm + (size_t)bi * j->max_entries;
-    dsv4_attn_row_scores(&q, nq, j->ikeys + j->ikey_off[j->row_span[q.i]], w0, w0 + j->idx_chunk, scores, knorm,
-                         (size_t)j->max_entries);
+    const int path = dsv4_attn_row_scores(&q, nq, j->ikeys + j->ikey_off[j->row_span[q.i]], w0, w0 + j->idx_chunk,
+                                          scores, knorm, (size_t)j->max_entries);
+    if (w0 == 0) j->ipaths[(size_t)tid * DSV4_IDX_PATHS + path] += nq; /* each row of the group once */
     if (j->icut) { /* the lone row's lower bounds and their digits, while its scores are in L1 */
         const int64_t n = row_entries(j, j->r0 + bi), w1 = w0 + j->idx_chunk < n ? w0 + j->idx_chunk : n;
         j->ibad[tid] |= dsv4_indexer_bounds_part(&j->icut->b, scores, knorm, w0, (int)w1, j->ilb,
@@ -625,6 +645,7 @@ typedef struct attend_bufs {
     float *ilb;            /* CSA: (max_entries) */
     uint32_t *ihist;       /* CSA: (T, 2, DSV4_INDEXER_HIST) */
     int *ibad;             /* CSA: (T) */
+    int64_t *ipaths;       /* CSA: (T, DSV4_IDX_PATHS) */
     int *icut_c;           /* CSA: (max_entries) */
     int *icut_part0;       /* CSA: (ATTEND_CUT_PARTS_PER_THREAD T + 1) */
     int *icut_n;           /* CSA: (ATTEND_CUT_PARTS_PER_THREAD T) */
@@ -668,10 +689,12 @@ static int attend_take(dsv4_arena *a, const dsv4_config *cfg, const attend_dims 
         ab->ilb = dsv4_arena_take_n(a, d->max_entries, sizeof(float));
         ab->ihist = dsv4_arena_take_n(a, d->T * 2 * DSV4_INDEXER_HIST, sizeof(uint32_t));
         ab->ibad = dsv4_arena_take_n(a, d->T, sizeof(int));
+        ab->ipaths = dsv4_arena_take_n(a, d->T * DSV4_IDX_PATHS, sizeof(int64_t));
         ab->icut_c = dsv4_arena_take_n(a, d->max_entries, sizeof(int));
         ab->icut_part0 = dsv4_arena_take_n(a, parts + 1, sizeof(int));
         ab->icut_n = dsv4_arena_take_n(a, parts, sizeof(int));
-        ok = ok && ab->icut && ab->ilb && ab->ihist && ab->ibad && ab->icut_c && ab->icut_part0 && ab->icut_n;
+        ok = ok && ab->icut && ab->ilb && ab->ihist && ab->ibad && ab->ipaths && ab->icut_c && ab->icut_part0 &&
+             ab->icut_n;
     }
     return ok;
 }
@@ -730,6 +753,7 @@ static int attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_ba
     const void **ikeys = ab.ikeys;
     int64_t *key_tasks = ab.key_tasks, *ikey_off = ab.ikey_off;
     int *row_span = ab.row_span, *score_tasks = ab.score_tasks;
+    if (ab.ipaths) memset(ab.ipaths, 0, sizeof(int64_t) * (size_t)T * DSV4_IDX_PATHS);
     for (int si = 0; si < batch->n_spans; si++)
         for (int j = 0; j < batch->spans[si].n; j++) row_span[batch->spans[si].row0 + j] = si;
     int64_t nk = 0;
@@ -753,7 +777,7 @@ static int attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_ba
                       .rows = ab.rows, .n_kv = ab.n_kv, .frows = ab.frows, .stage = ab.stage,
                       .iknorm = ab.iknorm, .iorder = ab.iorder, .isel = ab.isel,
                       .ifbuf = ab.ifbuf, .icidx = ab.icidx, .ickeys = ab.ickeys,
-                      .ilb = ab.ilb, .ihist = ab.ihist, .ibad = ab.ibad, .icut_c = ab.icut_c,
+                      .ilb = ab.ilb, .ihist = ab.ihist, .ibad = ab.ibad, .ipaths = ab.ipaths, .icut_c = ab.icut_c,
                       .icut_part0 = ab.icut_part0, .icut_n = ab.icut_n,
                       .probs = ab.probs, .o = ab.o, .ug = ab.ug, .store = store && !ctx->q_rows};
     if (NQ) dsv4_kctx_parallel(ctx->k, nkt, keys_task, &job);
@@ -831,6 +855,9 @@ static int attend(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_ba
         }
         if (ctx->stats) ctx->stats->attended += nb;
     }
+    if (ctx->idx_paths && ab.ipaths) /* the threads' path counts, after their last job */
+        for (int t = 0; t < T; t++)
+            for (int p = 0; p < DSV4_IDX_PATHS; p++) ctx->idx_paths[p] += ab.ipaths[(size_t)t * DSV4_IDX_PATHS + p];
 
     /* the attending rows' outputs, compact (q_rows ascending: row k moves down from
      * q_rows[k] >= k, after every row it could overwrite has moved) */
@@ -902,10 +929,10 @@ int dsv4_attention(const dsv4_attn_ctx *ctx, const dsv4_block_w *b, const dsv4_b
 size_t dsv4_attn_scratch_bytes(const dsv4_config *cfg, int ratio, int R, int n_spans,
                                int64_t max_pos, int threads, int row_fmt, int key_fmt) {
     const int csa = ratio == 4, topk = cfg->index_topk;
-    (void)key_fmt; /* keys are read as stored: no scratch depends on their format */
+    /* keys are read as stored; FP4 keys: the rows' encoded queries (work_take) */
     dsv4_arena m = dsv4_arena_measuring();
     dsv4_attn_work w;
-    work_take(&m, cfg, ratio, R, row_fmt, &w);
+    work_take(&m, cfg, ratio, R, row_fmt, key_fmt, &w);
     const size_t after_work = dsv4_arena_mark(&m);
     /* a query subset's input rows (dsv4_attn_project, released there) */
     dsv4_arena_take_n(&m, (int64_t)R * cfg->hidden_size, sizeof(float));

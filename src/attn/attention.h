@@ -58,7 +58,15 @@ typedef struct dsv4_attn_ctx {
     /* a lone decode row's bounded selection runs in parts over the threads (dsv4_indexer_cut)
      * from this many entries; 0: attention.c's default (the tests set 1) */
     int64_t cut_min_entries;
+    /* optional (DSV4_IDX_PATHS): the rows whose selections each indexer path scored are
+     * added here at the end of each attend phase (the engine's dsv4_engine_indexer_stats) */
+    int64_t *idx_paths;
 } dsv4_attn_ctx;
+
+/* The indexer's paths, as dsv4_attn_row_scores returns and the counts add them: every score
+ * exact; bounded (approximate scores, exact near the boundary) over F32 / BF16 keys, over FP4
+ * keys by integer block dots, or over FP4 keys unpacked to F32. */
+enum { DSV4_IDX_PATH_EXACT, DSV4_IDX_PATH_F32, DSV4_IDX_PATH_INT, DSV4_IDX_PATH_UNPACK, DSV4_IDX_PATHS };
 
 enum { DSV4_INDEXER_AUTO = 0, DSV4_INDEXER_EXACT = 1, DSV4_INDEXER_BOUNDED = 2 };
 /* AUTO bounds the scores of a row that sees at least DSV4_INDEXER_BOUNDED_MIN_RATIO times
@@ -125,6 +133,10 @@ typedef struct dsv4_attn_work {
     uint8_t *kv_st; /* (R, row bytes) the same rows packed in ctx->row_fmt; NULL for F32 */
     float *qI;      /* (R, nI, dI) CSA only */
     float *wI;      /* (R, nI) CSA only, scaled by dI^-0.5 nI^-0.5 */
+    uint8_t *qe;    /* (R, dsv4_idx_fp4q_bytes(nI)) CSA with FP4 keys only: each bounded row's qI and
+                     * wI encoded once for the integer scores (dsv4_idx_fp4q_encode), not once a
+                     * range of entries; NULL otherwise */
+    int *qe_ok;     /* (R) 1 where qe holds row i's encoding (else its scores unpack the keys) */
     float *pa[2];   /* compressor a_t: [0] main (R, coff*hd), [1] indexer (R, 2*dI) */
     float *pb[2];   /* compressor b_t (+ ape), same shapes */
     int q_heads;    /* 1: q's heads still want their norm and RoPE, which the attend phase's head
@@ -194,9 +206,10 @@ int64_t dsv4_attn_visible(int ratio, int64_t t);
  * of q's span (nq <= DSV4_ATTN_SCORE_ROWS), each row only up to the entries it sees, into
  * scores[k * ss + w], and the keys' norms into knorm[k * ss + w] (kernels/idx_approx.h).
  * keys: the span's indexer keys from entry 0, read by the kernel in their storage format
- * (src->key_fmt). */
-void dsv4_attn_row_scores(const dsv4_attn_query *q, int nq, const void *const *keys, int64_t w0,
-                          int64_t w1, float *scores, float *knorm, size_t ss);
+ * (src->key_fmt). FP4 keys: the rows' queries as encoded once (q->w->qe) where they all are.
+ * Returns the path that scored (DSV4_IDX_PATH_*). */
+int dsv4_attn_row_scores(const dsv4_attn_query *q, int nq, const void *const *keys, int64_t w0,
+                         int64_t w1, float *scores, float *knorm, size_t ss);
 /* Step 3's scratch for one row: work (visible), sel (topk) and, when the indexer scores,
  * fbuf, cidx and ckeys (visible) for dsv4_indexer_select_verified. */
 typedef struct dsv4_attn_sel_bufs {

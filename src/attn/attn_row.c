@@ -56,8 +56,8 @@ static void unpack_rows(int fmt, const void *const *rows, int n, int d, int rd, 
     }
 }
 
-void dsv4_attn_row_scores(const dsv4_attn_query *q, int nq, const void *const *keys, int64_t w0,
-                          int64_t w1, float *scores, float *knorm, size_t ss) {
+int dsv4_attn_row_scores(const dsv4_attn_query *q, int nq, const void *const *keys, int64_t w0,
+                         int64_t w1, float *scores, float *knorm, size_t ss) {
     const dsv4_config *cfg = q->ctx->cfg;
     const int nI = cfg->index_n_heads, dI = cfg->index_head_dim;
     /* the keys [w0, w0 + n) some row sees; lim relative to w0 */
@@ -70,12 +70,28 @@ void dsv4_attn_row_scores(const dsv4_attn_query *q, int nq, const void *const *k
     if (n > w1 - w0) n = w1 - w0;
     const int simd = dsv4_kctx_simd(q->ctx->k), key_fmt = dsv4_row_fmt(q->src->key_fmt);
     const float *qI = q->w->qI + (size_t)q->i * nI * dI, *wI = q->w->wI + (size_t)q->i * nI;
-    if (dsv4_attn_indexer_bounded(q->ctx, dsv4_attn_visible(q->b->ratio, q->t)))
-        dsv4_idx_approx(simd, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys + w0, key_fmt, 0, n, nI, dI,
-                        scores + w0, knorm + w0, ss);
-    else
+    if (!dsv4_attn_indexer_bounded(q->ctx, dsv4_attn_visible(q->b->ratio, q->t))) {
         dsv4_idx_scores(simd, q->ops, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys + w0, key_fmt, 0, n, nI,
                         dI, scores + w0, ss);
+        return DSV4_IDX_PATH_EXACT;
+    }
+    if (key_fmt != DSV4_ROW_FP4) {
+        dsv4_idx_approx(simd, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys + w0, key_fmt, 0, n, nI, dI,
+                        scores + w0, knorm + w0, ss);
+        return DSV4_IDX_PATH_F32;
+    }
+    const void *enc[DSV4_ATTN_SCORE_ROWS];
+    int encoded = q->w->qe != NULL;
+    for (int k = 0; k < nq && encoded; k++) {
+        encoded = q->w->qe_ok[q->i + k];
+        enc[k] = q->w->qe + (size_t)(q->i + k) * dsv4_idx_fp4q_bytes(nI);
+    }
+    if (encoded && dsv4_idx_approx_fp4_enc(simd, enc, nq, lim, keys + w0, 0, n, nI, dI, scores + w0, knorm + w0, ss))
+        return DSV4_IDX_PATH_INT;
+    return dsv4_idx_approx(simd, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys + w0, key_fmt, 0, n, nI, dI,
+                           scores + w0, knorm + w0, ss)
+               ? DSV4_IDX_PATH_INT
+               : DSV4_IDX_PATH_UNPACK;
 }
 
 int dsv4_attn_indexer_bounded(const dsv4_attn_ctx *ctx, int64_t n_vis) {

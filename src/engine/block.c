@@ -524,7 +524,7 @@ static int local_attention(void *u, const dsv4_block_w *b, const dsv4_batch *bat
     const dsv4_cache_plan *plan = dsv4_cache_get_plan(e->cache);
     const dsv4_attn_ctx actx = {c, e->k, e->num, e->cache, &e->rope_main, &e->rope_cmp, csa_sel, &e->scratch,
                                 plan->opts.row_bytes_per_value, plan->opts.idx_bytes_per_value,
-                                q_rows, n_q, e->attn_stats, DSV4_INDEXER_AUTO, 0};
+                                q_rows, n_q, e->attn_stats, DSV4_INDEXER_AUTO, 0, e->idx_paths};
     if (!rc) rc = dsv4_attention(&actx, b, batch, x, y, err);
     /* the other ranks are heading for this block's MoE exchange */
     if (rc) dsv4_engine_fail_collective(e, rc, 0);

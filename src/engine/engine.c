@@ -346,6 +346,11 @@ int64_t dsv4_seq_length(const dsv4_engine *e, int seq) {
 
 int64_t dsv4_engine_cp_prefills(const dsv4_engine *e) { return e->cp_prefills; }
 
+dsv4_indexer_stats dsv4_engine_indexer_stats(const dsv4_engine *e) {
+    return (dsv4_indexer_stats){e->idx_paths[DSV4_IDX_PATH_EXACT], e->idx_paths[DSV4_IDX_PATH_F32],
+                                e->idx_paths[DSV4_IDX_PATH_INT], e->idx_paths[DSV4_IDX_PATH_UNPACK]};
+}
+
 dsv4_cache_stats dsv4_engine_cache_stats(const dsv4_engine *e) {
     dsv4_cache_usage u = dsv4_cache_get_usage(e->cache);
     return (dsv4_cache_stats){u.win_used, u.win_total, u.blk_used, u.blk_total, u.slots_used,

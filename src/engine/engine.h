@@ -82,6 +82,7 @@ struct dsv4_engine {
                                       * here (engine/forward_cp.h; benchmarks), else NULL */
     dsv4_attn_stats *attn_stats;     /* optional, caller-owned: what the single-process
                                       * attention sub-blocks computed (tests), else NULL */
+    int64_t idx_paths[DSV4_IDX_PATHS]; /* rows each indexer path scored (dsv4_engine_indexer_stats) */
     double route_tab[2 * DSV4_MOE_TAB_N]; /* the router's bounds on a fixed grid
                                            * (dsv4_moe_bound_table), shared by every block; last,
                                            * so that its 32 KB leave the other fields' offsets short */

@@ -473,7 +473,7 @@ static int cp_attention(cp_call *cx, const dsv4_block_w *b, const float *x, floa
     const dsv4_cache_plan *plan = dsv4_cache_get_plan(e->cache);
     const dsv4_attn_ctx actx = {cx->c, e->k, e->num, e->cache, &e->rope_main, &e->rope_cmp, NULL, &e->scratch,
                                 plan->opts.row_bytes_per_value, plan->opts.idx_bytes_per_value, NULL, 0, NULL,
-                                DSV4_INDEXER_AUTO, 0};
+                                DSV4_INDEXER_AUTO, 0, e->idx_paths};
     /* the exchange buffers hold F32 rows (already rounded to the cache's formats) */
     const dsv4_attn_src src = {cp_win_row, cp_ring_row, cp_entry, cx, DSV4_ROW_F32, DSV4_ROW_F32, NULL};
     const size_t scratch_mark = dsv4_arena_mark(&e->scratch);

@@ -923,16 +923,16 @@ int dsv4_idx_approx_fp4_int(int simd, const float *qI, size_t qs, const float *w
     return 1;
 }
 
-void dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
-                            const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
-                            int dI, float *scores, float *knorm, size_t ss) {
+int dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
+                           const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
+                           int dI, float *scores, float *knorm, size_t ss) {
     if (key_fmt == DSV4_ROW_FP4) { /* integer block dots from the bytes, or unpacked in runs (idx_scores.h) */
         const int want_int = kernel == DSV4_IDX_APPROX_INT || (kernel == DSV4_IDX_APPROX_AUTO && simd >= DSV4_IDX_FP4_INT_MIN_SIMD);
         if (want_int && dsv4_idx_approx_fp4_int(simd, qI, qs, wI, ws, nq, lim, keys, w0, w1, nI, dI, scores, knorm, ss))
-            return;
+            return 1;
         fp4_approx_job j = {simd, kernel, qI, wI, qs, ws, ss, nI, dI, scores, knorm};
         dsv4_idx_fp4_runs(simd, lim, nq, keys, w0, w1, dI, fp4_approx_run, &j);
-        return;
+        return 0;
     }
 #ifdef HAVE_AVX512_APPROX
     if (simd >= DSV4_SIMD_AVX512 && dI >= 1 && dI <= AP_MAX_DI) {
@@ -940,16 +940,17 @@ void dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, co
             (kernel == DSV4_IDX_APPROX_FEW || nq <= DSV4_IDX_APPROX_FEW_MAX_NQ))
             approx_few_avx512(qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores, knorm, ss);
         else approx_avx512(qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores, knorm, ss);
-        return;
+        return 0;
     }
 #endif
     (void)simd, (void)kernel;
     dsv4_idx_approx_ref(qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores, knorm, ss);
+    return 0;
 }
 
-void dsv4_idx_approx(int simd, const float *qI, size_t qs, const float *wI, size_t ws, int nq, const int64_t *lim,
-                     const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI, int dI, float *scores,
-                     float *knorm, size_t ss) {
-    dsv4_idx_approx_kernel(simd, DSV4_IDX_APPROX_AUTO, qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores,
+int dsv4_idx_approx(int simd, const float *qI, size_t qs, const float *wI, size_t ws, int nq, const int64_t *lim,
+                    const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI, int dI, float *scores,
+                    float *knorm, size_t ss) {
+    return dsv4_idx_approx_kernel(simd, DSV4_IDX_APPROX_AUTO, qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores,
                            knorm, ss);
 }

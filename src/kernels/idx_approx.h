@@ -32,10 +32,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Arguments as dsv4_idx_scores (idx_scores.h), plus knorm (nq, ss). */
-void dsv4_idx_approx(int simd, const float *qI, size_t qs, const float *wI, size_t ws, int nq, const int64_t *lim,
-                     const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI, int dI, float *scores,
-                     float *knorm, size_t ss);
+/* Arguments as dsv4_idx_scores (idx_scores.h), plus knorm (nq, ss). Returns 1 when it scored
+ * FP4 keys by integer block dots (dsv4_idx_approx_fp4_int), else 0. */
+int dsv4_idx_approx(int simd, const float *qI, size_t qs, const float *wI, size_t ws, int nq, const int64_t *lim,
+                    const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI, int dI, float *scores,
+                    float *knorm, size_t ss);
 
 /* Which AVX-512 kernel (bench_indexer's old against new, the tests' both kernels at every nq):
  * AUTO as dsv4_idx_approx chooses, PANEL the key-panel kernel, FEW the heads-in-lanes kernel
@@ -47,9 +48,9 @@ void dsv4_idx_approx(int simd, const float *qI, size_t qs, const float *wI, size
  * opinion). F32 and BF16 keys read INT as AUTO. */
 enum { DSV4_IDX_APPROX_AUTO, DSV4_IDX_APPROX_PANEL, DSV4_IDX_APPROX_FEW, DSV4_IDX_APPROX_INT };
 #define DSV4_IDX_APPROX_FEW_MAX_NQ 4
-void dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
-                            const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
-                            int dI, float *scores, float *knorm, size_t ss);
+int dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
+                           const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
+                           int dI, float *scores, float *knorm, size_t ss); /* returns as dsv4_idx_approx */
 
 /* FP4 keys (DSV4_ROW_FP4) scored from their bytes, under fidelity F3: a 32-value block of a
  * query head and a key are e2m1 codes times power-of-two scales, so their dot is an exact

@@ -450,7 +450,7 @@ int main(void) {
     CHECK(dsv4_kctx_create(3, 64, &k3, &err) == 0);
     CHECK(dsv4_arena_init(&scratch, 1 << 20, &err) == 0);
     dsv4_attn_ctx ctx1 = {&c, k1, dsv4_numerics_exact(), NULL, &main_rope, &cmp_rope, NULL, &scratch, 0, 0, NULL, 0,
-                          NULL, DSV4_INDEXER_EXACT, 0};
+                          NULL, DSV4_INDEXER_EXACT, 0, NULL};
     dsv4_attn_ctx ctx3 = ctx1;
     ctx3.k = k3;
     ctx3.cut_min_entries = 1; /* the one-row calls' selections in parts, as at long context */

@@ -198,7 +198,7 @@ int main(void) {
     CHECK(dsv4_kctx_create(2, 64, &k, &err) == 0);
     CHECK(dsv4_arena_init(&scratch, 1 << 16, &err) == 0);
     const dsv4_attn_ctx ctx = {&c, k, dsv4_numerics_exact(), NULL, &main_rope, &cmp_rope, NULL, &scratch,
-                               DSV4_ROW_F32, DSV4_ROW_F32, NULL, 0, NULL, DSV4_INDEXER_AUTO, 0};
+                               DSV4_ROW_F32, DSV4_ROW_F32, NULL, 0, NULL, DSV4_INDEXER_AUTO, 0, NULL};
     check_compressor(&c, &ctx, 4, 0);
     check_compressor(&c, &ctx, 8, 0);
     check_compressor(&c, &ctx, 4, 1);

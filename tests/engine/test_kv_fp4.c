@@ -33,6 +33,33 @@
 #include "model/model.h"
 #include "test.h"
 
+/* Rows t in [t0, t1) of one span (x the CSA layers) whose indexer scores: exact and bounded
+ * as AUTO chooses (dsv4_attn_indexer_bounded). */
+static void rows_by_path(const dsv4_config *c, int t0, int t1, long *exact, long *bounded) {
+    dsv4_attn_ctx ctx = {.cfg = c, .indexer_mode = DSV4_INDEXER_AUTO};
+    int csa = 0;
+    for (int l = 0; l < c->num_hidden_layers; l++) csa += dsv4_cfg_is_csa(c, l);
+    *exact = *bounded = 0;
+    for (int t = t0; t < t1; t++) {
+        const int64_t n_vis = dsv4_attn_visible(4, t);
+        if (n_vis > c->index_topk) *(dsv4_attn_indexer_bounded(&ctx, n_vis) ? bounded : exact) += csa;
+    }
+}
+
+/* The engine's path counts (dsv4_engine_indexer_stats) are exactly the rows [t0, t1)'s: exact
+ * ones, and bounded ones on the path of keys_fp4's format (integer block dots, or F32). */
+static void check_paths(const dsv4_engine *e, const dsv4_config *c, int t0, int t1, int keys_fp4, const char *what) {
+    long ex, bd;
+    rows_by_path(c, t0, t1, &ex, &bd);
+    const dsv4_indexer_stats s = dsv4_engine_indexer_stats(e);
+    printf("%s: indexer rows exact %lld, bounded f32 %lld, int %lld, unpack %lld (expected %ld exact, %ld bounded)\n",
+           what, (long long)s.exact, (long long)s.bounded_f32, (long long)s.bounded_int, (long long)s.bounded_unpack,
+           ex, bd);
+    CHECK_MSG(s.exact == ex && s.bounded_f32 == (keys_fp4 ? 0 : bd) && s.bounded_int == (keys_fp4 ? bd : 0) &&
+                  s.bounded_unpack == 0,
+              "%s: the indexer's path counts are not the rows'", what);
+}
+
 static int same_run(const golden_out *a, const golden_out *b, int N, int D, int V, int L, int K, int topk, int mtp,
                     const char *what) {
     const int ok_h = !memcmp(a->hidden, b->hidden, sizeof(float) * (size_t)N * D);
@@ -196,6 +223,7 @@ int main(int argc, char **argv) {
         CHECK(dsv4_seq_create(g, &sr, &err) == 0);
         dsv4_span sp = {.seq = sr, .start = 0, .n_tokens = N, .tokens = tokens, .n_hidden = N};
         CHECK_MSG(dsv4_forward(g, &sp, 1, ref, NULL, &err) == 0, "%s", err.msg);
+        check_paths(g, c, 0, N, 0, "BF16 keys, one span");
         CHECK(dsv4_seq_free(g, sr, &err) == 0);
         CHECK(hit_run(e, tokens, n0, N, hit[0], path) == 0);
         CHECK(hit_run(g, tokens, n0, N, hit[1], NULL) == 0);
@@ -212,6 +240,7 @@ int main(int argc, char **argv) {
         CHECK_MSG(t && dsv4_snapshot_restore(f, t, &sc, NULL, NULL, &err) == 0, "%s", err.msg);
         dsv4_span rest = {.seq = sc, .start = n0, .n_tokens = N - n0, .tokens = tokens + n0, .n_hidden = N - n0};
         CHECK_MSG(dsv4_forward(f, &rest, 1, hit[0] + (size_t)n0 * D, NULL, &err) == 0, "%s", err.msg);
+        check_paths(f, c, n0, N, 1, "FP4 keys, after the restored prefix");
         CHECK_MSG(!memcmp(hit[0] + (size_t)n0 * D, ref + (size_t)n0 * D, sizeof(float) * (size_t)(N - n0) * D),
                   "snapshot file restored at %d of %d (FP4 keys): hidden differs from the one span's (BF16 keys)", n0,
                   N);

@@ -207,6 +207,7 @@ typedef struct decode_result {
     double expert_rows[BENCH_MAX_BATCH];
     int census_steps;
     double cache_bytes_per_step;
+    dsv4_indexer_stats idx;  /* rows each indexer path scored over the timed steps */
     double flops_per_step;   /* useful FLOPs of one step: every row's forward + the head */
     int n_reps;              /* repetitions timed */
     double rep_seconds[MAX_REPS];
@@ -220,6 +221,7 @@ typedef struct prefill_result {
     int seqs;
     double seconds, flops;
     ru_mark ru;              /* faults and system time of the timed forwards */
+    dsv4_indexer_stats idx;  /* rows each indexer path scored */
 } prefill_result;
 
 static uint64_t next_rand(bench *b) {
@@ -253,12 +255,31 @@ static void argmax_rows(const float *logits, int n, int V, int32_t *ids) {
     }
 }
 
+/* *acc += the indexer's path counts from i0 to i1 */
+static void idx_add_since(dsv4_indexer_stats *acc, dsv4_indexer_stats i0, dsv4_indexer_stats i1) {
+    acc->exact += i1.exact - i0.exact;
+    acc->bounded_f32 += i1.bounded_f32 - i0.bounded_f32;
+    acc->bounded_int += i1.bounded_int - i0.bounded_int;
+    acc->bounded_unpack += i1.bounded_unpack - i0.bounded_unpack;
+}
+
+/* The counts as a JSON object, each divided by per (the steps: a mean per step) */
+static cJSON *idx_json(dsv4_indexer_stats s, double per) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "exact", s.exact / per);
+    cJSON_AddNumberToObject(o, "bounded_f32", s.bounded_f32 / per);
+    cJSON_AddNumberToObject(o, "bounded_int", s.bounded_int / per);
+    cJSON_AddNumberToObject(o, "bounded_unpack", s.bounded_unpack / per);
+    return o;
+}
+
 /* Prefills sequence handles seqs[0 .. n_seqs) from their length to `to` positions with random
  * tokens, then takes the greedy next token from the last row; adds the time to *res. */
 static int prefill_to(bench *b, int n_seqs, int64_t to, int chunk, prefill_result *res, const char *what) {
     int32_t *tok = malloc((size_t)chunk * sizeof *tok);
     if (!tok) { snprintf(b->err.msg, sizeof b->err.msg, "out of memory"); return 1; }
     int rc = 0;
+    const dsv4_indexer_stats i0 = dsv4_engine_indexer_stats(b->eng);
     for (int s = 0; s < n_seqs && !rc; s++) {
         int64_t n = dsv4_seq_length(b->eng, b->seqs[s]);
         const int64_t from = n;
@@ -284,6 +305,7 @@ static int prefill_to(bench *b, int n_seqs, int64_t to, int chunk, prefill_resul
         res->flops += dsv4_forward_flops(b->cfg, from, to - from) + (to > from ? dsv4_head_flops(b->cfg, 1) : 0);
         res->seqs++;
     }
+    idx_add_since(&res->idx, i0, dsv4_engine_indexer_stats(b->eng));
     progress_done(b);
     free(tok);
     return rc;
@@ -357,6 +379,7 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
     for (int i = 0; i < n; i++) res->flops_per_step += dsv4_forward_flops(c, dsv4_seq_length(b->eng, b->seqs[i]), 1);
     res->flops_per_step += dsv4_head_flops(c, n);
     double best_cpu = 0;
+    const dsv4_indexer_stats i0 = dsv4_engine_indexer_stats(b->eng);
     if (b->probe) res->marks[0] = probe_mark_take(b->probe);
     for (int r = 0; r < reps && !rc; r++) {
         const ru_mark r0 = ru_now();
@@ -377,6 +400,7 @@ static int decode_measure(bench *b, int n, int gen, int reps, int threads, decod
         }
         res->rep_seconds[res->n_reps++] = dt;
     }
+    idx_add_since(&res->idx, i0, dsv4_engine_indexer_stats(b->eng));
     progress_done(b);
     if (rc) goto out;
     double sorted[MAX_REPS]; /* median_of sorts in place; rep_seconds keeps the order the marks pair with */
@@ -506,6 +530,9 @@ static cJSON *decode_json(const decode_result *d, double bw_gbs, double peak_gfl
     cJSON_AddNumberToObject(o, "decode_roofline_tokens_per_s", d->batch * bw_gbs * 1e9 / d->bytes_per_step);
     cJSON_AddNumberToObject(o, "decode_roofline_ratio", d->bytes_per_step * steps_s / (bw_gbs * 1e9));
     cJSON_AddNumberToObject(o, "decode_cache_bytes_per_step", d->cache_bytes_per_step);
+    /* which way the indexer scored each row and CSA layer (dsv4_engine_indexer_stats) */
+    cJSON_AddItemToObject(o, "decode_indexer_rows_per_step",
+                          idx_json(d->idx, d->n_reps > 0 ? (double)d->n_reps * d->steps : 1.0));
     cJSON_AddNumberToObject(o, "decode_roofline_ratio_with_cache",
                             (d->bytes_per_step + d->cache_bytes_per_step) * steps_s / (bw_gbs * 1e9));
     cJSON_AddNumberToObject(o, "decode_flops_per_step", d->flops_per_step);
@@ -921,6 +948,7 @@ int cmd_bench(int argc, char **argv) {
                 cJSON_AddNumberToObject(d, "prefill_tokens", (double)ctx_pf[i].total);
                 cJSON_AddNumberToObject(d, "prefill_tokens_per_s", ctx_pf[i].total / ctx_pf[i].seconds);
                 cJSON_AddNumberToObject(d, "prefill_gflops", ctx_pf[i].flops / ctx_pf[i].seconds / 1e9);
+                cJSON_AddItemToObject(d, "prefill_indexer_rows", idx_json(ctx_pf[i].idx, 1.0));
             }
             cJSON_AddItemToArray(arr, d);
         }
