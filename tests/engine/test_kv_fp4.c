@@ -240,7 +240,12 @@ int main(int argc, char **argv) {
         CHECK_MSG(t && dsv4_snapshot_restore(f, t, &sc, NULL, NULL, &err) == 0, "%s", err.msg);
         dsv4_span rest = {.seq = sc, .start = n0, .n_tokens = N - n0, .tokens = tokens + n0, .n_hidden = N - n0};
         CHECK_MSG(dsv4_forward(f, &rest, 1, hit[0] + (size_t)n0 * D, NULL, &err) == 0, "%s", err.msg);
-        check_paths(f, c, n0, N, 1, "FP4 keys, after the restored prefix");
+        /* and a decode step: its one row scores its entries in ranges of 32 (the attend phase's
+         * smallest), more than one where it sees 33 or more: counted once */
+        int32_t tok1 = tokens[0];
+        dsv4_span one = {.seq = sc, .start = N, .n_tokens = 1, .tokens = &tok1, .n_hidden = 1};
+        CHECK_MSG(dsv4_forward(f, &one, 1, hit[1], NULL, &err) == 0, "%s", err.msg);
+        check_paths(f, c, n0, N + 1, 1, "FP4 keys, after the restored prefix and a decode step");
         CHECK_MSG(!memcmp(hit[0] + (size_t)n0 * D, ref + (size_t)n0 * D, sizeof(float) * (size_t)(N - n0) * D),
                   "snapshot file restored at %d of %d (FP4 keys): hidden differs from the one span's (BF16 keys)", n0,
                   N);
