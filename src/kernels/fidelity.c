@@ -41,7 +41,7 @@ float dsv4_fid_pow2_scale(float amax, float inv_max) {
 }
 
 /* One block: floor amax, scale, clamp, round, unscale, and a product past FLT_MAX saturated at
- * sat (INFINITY: none). */
+ * sat (the format's largest finite value times a power of two). */
 static void block_rt(float *x, int n, float floor_, float vmax, float inv_max, float (*rnd)(float), float sat) {
     float amax = floor_;
     for (int i = 0; i < n; i++) {
@@ -60,7 +60,7 @@ static void block_rt(float *x, int n, float floor_, float vmax, float inv_max, f
 void dsv4_fid_fp8_rt(float *x, int64_t n, int block) {
     for (int64_t b0 = 0; b0 < n; b0 += block) {
         const int m = n - b0 < block ? (int)(n - b0) : block;
-        block_rt(x + b0, m, DSV4_FID_AMAX_FLOOR_FP8, 448.0f, 1.0f / 448.0f, dsv4_fid_e4m3_round, INFINITY);
+        block_rt(x + b0, m, DSV4_FID_AMAX_FLOOR_FP8, 448.0f, 1.0f / 448.0f, dsv4_fid_e4m3_round, DSV4_FID_FP8_MAX);
     }
 }
 

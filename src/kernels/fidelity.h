@@ -5,7 +5,10 @@
  *   F1 act-quant   per block of `block` values (128 for linear inputs, 64 for the KV nope
  *                  channels of F2): amax = max(max|x|, 1e-4),
  *                  s = 2^ceil(log2(amax * fp32(1/448))) (ue8m0),
- *                  x <- e4m3_RNE(clamp(x/s, -448, 448)) * s
+ *                  x <- e4m3_RNE(clamp(x/s, -448, 448)) * s, saturated at +-DSV4_FID_FP8_MAX
+ *                  where that product overflows (|x| >= 248 x 2^120, s = 2^120: 256 s is past
+ *                  FLT_MAX; an infinite x, s = 2^127), as F3 below: idempotent there, and the
+ *                  FP8 rows' codec holds its output (240 x 2^120)
  *   F3 FP4         per block of 32: amax = max(max|x|, 6 * 2^-126),
  *                  s = 2^ceil(log2(amax * fp32(1/6))), x <- e2m1_RNE(clamp(x/s, -6, 6)) * s,
  *                  saturated at +-DSV4_FID_FP4_MAX where that product overflows (|x| >= 3.5 x
@@ -27,6 +30,7 @@
 #define DSV4_FID_AMAX_FLOOR_FP8 1e-4f
 #define DSV4_FID_AMAX_FLOOR_FP4 (6.0f * 0x1p-126f)
 #define DSV4_FID_FP4_MAX 0x1.8p127f /* 6 x 2^125 = 3 x 2^126: F3's largest finite value */
+#define DSV4_FID_FP8_MAX 0x1.ep127f /* 240 x 2^120 = 1.875 x 2^127: F1's largest finite value */
 
 /* Value of e4m3_RNE(y) for |y| <= 448 (saturating beyond): the nearest e4m3 value, ties to
  * the even significand; subnormals have step 2^-9. */

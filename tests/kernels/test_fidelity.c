@@ -111,6 +111,32 @@ static void test_fp4_top(void) {
     }
 }
 
+/* F1 / F2 (FP8) at the top of the float range, as F3's above: from 248 x 2^120 up (s = 2^120,
+ * where the value rounds to 256 s, past FLT_MAX) and for infinities (s = 2^127; FLT_MAX
+ * beside one rounds to 2 s) the result saturates at DSV4_FID_FP8_MAX = 240 x 2^120 with its
+ * sign; idempotent there, and the e4m3 codec holds it at the scale it then gets. */
+static void test_fp8_top(void) {
+    float x[64] = {FLT_MAX, -FLT_MAX, 0x1.fp127f, 0x1.ep127f, 0x1.dp127f, 0x1p120f, 1.0f};
+    dsv4_fid_fp8_rt(x, 64, 64);
+    CHECK(x[0] == DSV4_FID_FP8_MAX && x[1] == -DSV4_FID_FP8_MAX && x[2] == DSV4_FID_FP8_MAX &&
+          x[3] == DSV4_FID_FP8_MAX); /* 256 s, 248 s: not inf; 240 s kept */
+    CHECK(x[4] == 0x1.cp127f && x[5] == 0x1p120f && x[6] == 0.0f); /* at s = 2^120: 232 s ties to 224 s (even) */
+    float y[64] = {INFINITY, -INFINITY, FLT_MAX, 0x1p118f, 0x1p117f, NAN};
+    dsv4_fid_fp8_rt(y, 64, 64);
+    CHECK(y[0] == DSV4_FID_FP8_MAX && y[1] == -DSV4_FID_FP8_MAX && y[2] == DSV4_FID_FP8_MAX);
+    CHECK(y[3] == 0x1p118f && y[4] == 0.0f && y[5] == 0.0f); /* s = 2^127: 2^-9 s kept, 2^-10 s to 0 */
+    CHECK(all_finite(x, 64) && all_finite(y, 64));
+    for (int k = 0; k < 2; k++) { /* idempotent: the rule on its own output changes no bit */
+        float *v = k ? y : x, w[64];
+        memcpy(w, v, sizeof w);
+        dsv4_fid_fp8_rt(w, 64, 64);
+        CHECK_MSG(!memcmp(w, v, sizeof w), "F1 on its output at the top of the range changed a bit (%d)", k);
+    }
+    /* the codec holds it: e4m3 code 240 times the scale DSV4_FID_FP8_MAX gets, 2^120 */
+    CHECK(dsv4_fid_pow2_scale(DSV4_FID_FP8_MAX, 1.0f / 448.0f) == 0x1p120f);
+    CHECK(dsv4_e4m3_to_f32(dsv4_f32_to_e4m3(DSV4_FID_FP8_MAX / 0x1p120f)) * 0x1p120f == DSV4_FID_FP8_MAX);
+}
+
 static void test_fp8_blocks(void) {
     /* a block of 128 with amax 448: s = 1, values round in e4m3 directly */
     float x[300];
@@ -259,6 +285,7 @@ int main(void) {
     test_fp8_blocks();
     test_fp4();
     test_fp4_top();
+    test_fp8_top();
     test_bf16();
     test_kv_row();
     test_hadamard();
