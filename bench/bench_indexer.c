@@ -17,7 +17,9 @@
  * bound was here. One JSON line per case: median microseconds per query both ways, their
  * ratio, the candidates. --kernels times the approximate kernels alone: the key-panel and
  * the few-query ones (FP4 keys: unpacked to F32 first) and, for FP4 keys, the integer block
- * dots (dsv4_idx_approx_fp4_int, "int_*" fields; null for BF16 keys). The level is the
+ * dots (dsv4_idx_approx_fp4_int, "int_*" fields; null for BF16 keys), and those over the
+ * engine's ranges of 1024 entries with each query encoded once a range ("int_ranges_us") or
+ * once ("enc_once_ranges_us"). The level is the
  * best this CPU and build have, or the one DSV4_SIMD names (portable, avx2, avx512, avx512vbmi). */
 #include <math.h>
 #include <stdint.h>
@@ -87,6 +89,31 @@ static double run_kernel(int kernel, int simd, const float *qI, const float *wI,
     return now_s() - t0;
 }
 
+/* FP4 keys' integer scores over [0, n) in the engine's ranges of RANGE entries: each query
+ * encoded once a range (dsv4_idx_approx_fp4_int, as the engine did before session 46), or once
+ * for all of them (dsv4_idx_fp4q_encode, then dsv4_idx_approx_fp4_enc a range: the engine's
+ * dsv4_attn_work.qe); returns seconds, or -1 where the queries are refused. */
+#define RANGE 1024
+static double run_ranges(int enc_once, int simd, const float *qI, const float *wI, int nq, int nI, int dI,
+                         const void **keys, int n, float *scores, float *knorm, void *enc_buf) {
+    int64_t lim[NQ_MAX];
+    const void *enc[NQ_MAX];
+    for (int q = 0; q < nq; q++) lim[q] = n, enc[q] = (char *)enc_buf + (size_t)q * dsv4_idx_fp4q_bytes(nI);
+    int ok = 1;
+    const double t0 = now_s();
+    if (enc_once)
+        for (int q = 0; q < nq; q++)
+            ok &= dsv4_idx_fp4q_encode(simd, qI + (size_t)q * nI * dI, wI + (size_t)q * nI, nI, dI, (void *)enc[q]);
+    for (int w0 = 0; w0 < n && ok; w0 += RANGE) {
+        const int w1 = n - w0 < RANGE ? n : w0 + RANGE;
+        ok &= enc_once ? dsv4_idx_approx_fp4_enc(simd, enc, nq, lim, keys, w0, w1, nI, dI, scores, knorm, (size_t)n)
+                       : dsv4_idx_approx_fp4_int(simd, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys, w0, w1, nI,
+                                                 dI, scores, knorm, (size_t)n);
+    }
+    const double dt = now_s() - t0;
+    return ok ? dt : -1.0;
+}
+
 static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter, int flash, int cold, const int *nqs,
                         int n_nqs, const float *qI, const float *wI, const void **keys, int nmax) {
     const int dI = 128;
@@ -95,7 +122,9 @@ static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter
     float *sp = malloc(sizeof(float) * NQ_MAX * (size_t)nmax), *kp = malloc(sizeof(float) * NQ_MAX * (size_t)nmax);
     float *sf = malloc(sizeof(float) * NQ_MAX * (size_t)nmax), *kf = malloc(sizeof(float) * NQ_MAX * (size_t)nmax);
     float *si = malloc(sizeof(float) * NQ_MAX * (size_t)nmax), *ki = malloc(sizeof(float) * NQ_MAX * (size_t)nmax);
-    if ((cold && !flush) || !sp || !kp || !sf || !kf || !si || !ki) return 1;
+    float *sr = malloc(sizeof(float) * NQ_MAX * (size_t)nmax), *kr = malloc(sizeof(float) * NQ_MAX * (size_t)nmax);
+    void *enc_buf = aligned_alloc(64, dsv4_idx_fp4q_bytes(64) * NQ_MAX);
+    if ((cold && !flush) || !sp || !kp || !sf || !kf || !si || !ki || !sr || !kr || !enc_buf) return 1;
     const int fp4 = KEY_FMT == DSV4_ROW_FP4;
     if (flush)
         for (size_t i = 0; i < nflush; i++) flush[i] = (float)(i & 7);
@@ -106,13 +135,17 @@ static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter
         for (int k = 0; k < n_ns; k++)
             for (int a = 0; a < n_nqs; a++) {
                 const int n = ns[k], nq = nqs[a];
-                double tp[MAX_REPS], tf[MAX_REPS], ti[MAX_REPS];
+                double tp[MAX_REPS], tf[MAX_REPS], ti[MAX_REPS], tr[MAX_REPS], te[MAX_REPS];
                 for (int r = 0; r < reps; r++) {
                     tp[r] = run_kernel(DSV4_IDX_APPROX_PANEL, simd, qI, wI, nq, nI, dI, keys, n, sp, kp, flush, nflush);
                     tf[r] = run_kernel(DSV4_IDX_APPROX_FEW, simd, qI, wI, nq, nI, dI, keys, n, sf, kf, flush, nflush);
                     if (fp4) ti[r] = run_kernel(DSV4_IDX_APPROX_INT, simd, qI, wI, nq, nI, dI, keys, n, si, ki, flush, nflush);
+                    if (fp4) tr[r] = run_ranges(0, simd, qI, wI, nq, nI, dI, keys, n, si, ki, enc_buf);
+                    if (fp4) te[r] = run_ranges(1, simd, qI, wI, nq, nI, dI, keys, n, sr, kr, enc_buf);
                 }
                 int ok = 1;
+                if (fp4) /* the ranges' scores, encoded once or once a range: the same bits */
+                    ok &= !memcmp(si, sr, sizeof(float) * (size_t)nq * n) && !memcmp(ki, kr, sizeof(float) * (size_t)nq * n);
                 for (int q = 0; q < nq; q++) {
                     const dsv4_idx_bound b = dsv4_idx_approx_query(qI + (size_t)q * nI * dI, wI + (size_t)q * nI, nI, dI);
                     for (int w = 0; w < n; w++) {
@@ -127,11 +160,16 @@ static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter
                 qsort(tp, (size_t)reps, sizeof(double), cmp_double);
                 qsort(tf, (size_t)reps, sizeof(double), cmp_double);
                 if (fp4) qsort(ti, (size_t)reps, sizeof(double), cmp_double);
+                if (fp4) qsort(tr, (size_t)reps, sizeof(double), cmp_double);
+                if (fp4) qsort(te, (size_t)reps, sizeof(double), cmp_double);
                 const double up = tp[reps / 2] * 1e6, uf = tf[reps / 2] * 1e6, ui = fp4 ? ti[reps / 2] * 1e6 : 0.0;
-                char extra[160] = "\"int_us\": null, \"int_ns_per_key_query\": null";
+                char extra[320] = "\"int_us\": null, \"int_ns_per_key_query\": null";
                 if (fp4)
-                    snprintf(extra, sizeof extra, "\"int_us\": %.1f, \"int_ns_per_key_query\": %.3f, \"few_over_int\": %.3f",
-                             ui, ui * 1e3 / ((double)n * nq), uf / ui);
+                    snprintf(extra, sizeof extra,
+                             "\"int_us\": %.1f, \"int_ns_per_key_query\": %.3f, \"few_over_int\": %.3f, "
+                             "\"int_ranges_us\": %.1f, \"enc_once_ranges_us\": %.1f, \"ranges_over_enc_once\": %.3f",
+                             ui, ui * 1e3 / ((double)n * nq), uf / ui, tr[reps / 2] * 1e6, te[reps / 2] * 1e6,
+                             tr[reps / 2] / te[reps / 2]);
                 printf("{\"shape\": \"%s\", \"keys\": \"%s\", \"nI\": %d, \"n\": %d, \"nq\": %d, \"cache\": \"%s\", "
                        "\"level\": \"%s\", \"panel_us\": %.1f, \"few_us\": %.1f, \"panel_over_few\": %.3f, "
                        "\"panel_ns_per_key_query\": %.3f, \"few_ns_per_key_query\": %.3f, %s, \"within_bounds\": %s}\n",
@@ -142,7 +180,7 @@ static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter
                 if (!ok) rc = 1;
             }
     }
-    free(flush); free(sp); free(kp); free(sf); free(kf); free(si); free(ki);
+    free(flush); free(sp); free(kp); free(sf); free(kf); free(si); free(ki); free(sr); free(kr); free(enc_buf);
     return rc;
 }
 

@@ -439,6 +439,14 @@ DSV4_API int dsv4_seq_free(dsv4_engine *e, int seq, dsv4_err *err);
 DSV4_API int64_t dsv4_seq_length(const dsv4_engine *e, int seq);
 /* MTP length m (positions the MTP block has consumed), or -1. */
 DSV4_API int64_t dsv4_seq_mtp_length(const dsv4_engine *e, int seq);
+/* Benchmarks only: makes the empty live sequence seq n positions long without computing
+ * them (n < max_context; one process): every cached row a later step reads (window rows,
+ * compressed entries and indexer keys, the compressors' rings) holds pseudo-random values
+ * of its shape, rounded and stored in the cache's formats (seed picks them). A decode step
+ * after it reads and computes what one after a real prefill of n positions would, except
+ * which entries the indexer selects; its outputs mean nothing. The MTP block's cache stays
+ * empty (its length 0). */
+DSV4_API int dsv4_seq_fill_synthetic(dsv4_engine *e, int seq, int64_t n, uint64_t seed, dsv4_err *err);
 
 /* Pages of the paged caches in use and in all (window pool, compressed-block pool) and
  * sequence slots, for a server's load metrics. */

@@ -25,6 +25,8 @@
 #include <unistd.h>
 
 #include "attn/attention.h"
+#include "cache/cache.h"
+#include "engine/engine.h"
 #include "golden_run.h"
 #include "kernels/cpu.h"
 #include "kernels/fidelity.h"
@@ -253,6 +255,46 @@ int main(int argc, char **argv) {
         printf("prefix hit and snapshot file at %d of %d tokens (alignment %d)\n", n0, N, A);
     }
     unlink(path);
+    { /* a sequence filled to N without its prefill (dsv4_seq_fill_synthetic, dsv4 bench
+       * --fill-contexts): its last window row and every entry's key hold values, two decode
+       * steps run on it and score every entry (the path counts); the refusals */
+        dsv4_engine *h = make(m, DSV4_KV_BF16 | DSV4_KV_IDX_FP4, N);
+        int sq = 0, csa = -1;
+        for (int l = 0; l < L && csa < 0; l++) csa = dsv4_cfg_is_csa(c, l) ? l : -1;
+        CHECK(h && csa >= 0 && dsv4_seq_create(h, &sq, &err) == 0);
+        if (h && csa >= 0) {
+            CHECK_MSG(dsv4_seq_fill_synthetic(h, sq, N, 7, &err) == 0, "%s", err.msg);
+            CHECK(dsv4_seq_length(h, sq) == N);
+            const int64_t kb = dsv4_cache_get_plan(h->cache)->idx_row_bytes;
+            int filled = 1;
+            for (int64_t k = 0; k < dsv4_attn_visible(4, N - 1); k++) {
+                const uint8_t *key = dsv4_cache_idx_row(h->cache, sq, csa, k);
+                int any = 0;
+                for (int64_t i = 0; key && i < kb; i++) any |= key[i];
+                filled &= key && any;
+            }
+            const uint8_t *wr = dsv4_cache_win_row(h->cache, sq, csa, N - 1);
+            CHECK_MSG(filled && wr && (wr[0] | wr[1] | wr[2] | wr[3]), "fill: a key or the last window row is empty");
+            int32_t tk[2] = {tokens[0], tokens[1]};
+            for (int k = 0; k < 2; k++) {
+                dsv4_span one = {.seq = sq, .start = N + k, .n_tokens = 1, .tokens = tk + k, .n_hidden = 1};
+                CHECK_MSG(dsv4_forward(h, &one, 1, hit[1], NULL, &err) == 0, "%s", err.msg);
+            }
+            long ex, bd;
+            rows_by_path(c, N, N + 2, &ex, &bd);
+            const dsv4_indexer_stats is = dsv4_engine_indexer_stats(h);
+            CHECK_MSG(is.exact == ex && is.bounded_int == bd && is.bounded_f32 == 0 && is.bounded_unpack == 0,
+                      "fill: the decode steps' indexer rows %lld exact, %lld int, not %ld and %ld", (long long)is.exact,
+                      (long long)is.bounded_int, ex, bd);
+            CHECK(dsv4_seq_fill_synthetic(h, sq, N, 7, &err) == DSV4_ERR_ARG); /* not empty */
+            CHECK_ERR(err, DSV4_ERR_ARG, "fill: sequence 0 is not empty");
+            CHECK(dsv4_seq_free(h, sq, &err) == 0 && dsv4_seq_create(h, &sq, &err) == 0);
+            CHECK(dsv4_seq_fill_synthetic(h, sq, N + 8, 7, &err) == DSV4_ERR_ARG); /* past max_context */
+            CHECK_ERR(err, DSV4_ERR_ARG, "outside [1, max_context");
+            CHECK(dsv4_seq_fill_synthetic(h, sq + 1, 5, 7, &err) == DSV4_ERR_ARG); /* not live */
+        }
+        dsv4_engine_free(h);
+    }
     dsv4_engine_free(e);
     dsv4_engine_free(f);
     dsv4_engine_free(g);

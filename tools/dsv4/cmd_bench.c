@@ -1,7 +1,7 @@
 /* cmd_bench.c — `dsv4 bench`: prefill and decode speed against this machine's rooflines.
  *
  *   dsv4 bench --model DIR [--prompt-len N] [--gen N] [--batch B] [--threads T] [--json]
- *              [--batches LIST] [--contexts LIST] [--chunk N] [--reps N] [--seed N]
+ *              [--batches LIST] [--contexts LIST [--fill-contexts]] [--chunk N] [--reps N] [--seed N]
  *              [--mtp on|off] [--accept LIST]
  *
  * In one run: the memory-bandwidth and FMA-peak probes (kernels/probe.h, with the engine's
@@ -13,7 +13,8 @@
  * row and layer, which the timed steps should not carry) and the router is rerun on them
  * afterwards. Prefill is compared with the FMA peak in useful
  * FLOPs. --batches runs the decode at several batch sizes, --contexts extends the
- * sequences to each length in turn and measures decode there. --mtp on measures MTP
+ * sequences to each length in turn and measures decode there (--fill-contexts: reached
+ * by filling the caches with random rows instead, dsv4_seq_fill_synthetic). --mtp on measures MTP
  * speculative decoding against plain decoding instead (bench_mtp.c). */
 #include <cjson/cJSON.h>
 #include <stdarg.h>
@@ -621,6 +622,7 @@ int cmd_bench(int argc, char **argv) {
     const char *dir = NULL;
     int64_t prompt_len = 512, gen = 32, batch = 1, threads = 0, chunk = 0, reps = 2, probe_mb = 512, seed = 1;
     long long batches[MAX_LIST], contexts[MAX_LIST];
+    int fill = 0;
     int n_batches = 0, n_contexts = 0, json = 0, mtp = 0, paired = 1, n_accept = 0, pin_threads = 0, kv_dtype = 0, numa = 0, fp4_layout = 0;
     unsigned fidelity = 0;
     double accept[BENCH_MTP_MAX_P];
@@ -642,6 +644,9 @@ int cmd_bench(int argc, char **argv) {
                    "(the top-level figures are those of --batch, added if missing)"),
         CLI_FN_OPT("contexts", 0, &context_list, parse_list_opt, "LIST", "", "then extend the --batch sequences to each context "
                    "length (ascending, e.g. 1024,4096,16384) and decode there"),
+        CLI_FLAG_OPT("fill-contexts", 0, &fill, 1, "reach each --contexts length without its prefill: the --batch "
+                     "sequences made anew and their caches filled with random rows of the right shapes "
+                     "(dsv4_seq_fill_synthetic; the step's cost but for the indexer's choice of entries)"),
         CLI_I64_OPT("chunk", 0, &chunk, 0, 1 << 20, "N", "prefill chunk (the engine's c_max)", .def = "min(2048, longest)"),
         CLI_I64_OPT("reps", 0, &reps, 1, 64, "N", "timed repetitions of each measurement, best kept (decode: after an untimed one that records the routing; MTP measurements: interleaved rounds, medians)"),
         CLI_I64_OPT("probe-mb", 0, &probe_mb, 1, 1 << 16, "N", "bandwidth probe buffer in MiB"),
@@ -807,7 +812,15 @@ int cmd_bench(int argc, char **argv) {
     /* 4. longer contexts */
     for (int i = 0; i < n_contexts && !rc; i++) {
         int64_t len = dsv4_seq_length(b.eng, b.seqs[0]);
-        if (contexts[i] > len) {
+        if (fill) {
+            progress(&b, "bench: filling %lld sequence(s) to %lld positions", (long long)batch, contexts[i]);
+            for (int s = 0; s < (int)batch && !rc; s++) {
+                rc = dsv4_seq_free(b.eng, b.seqs[s], &b.err);
+                if (!rc) rc = dsv4_seq_create(b.eng, &b.seqs[s], &b.err);
+                if (!rc) rc = dsv4_seq_fill_synthetic(b.eng, b.seqs[s], contexts[i], (uint64_t)seed + (uint64_t)s, &b.err);
+            }
+            progress_done(&b);
+        } else if (contexts[i] > len) {
             char what[64];
             snprintf(what, sizeof what, "extend to %lld", contexts[i]);
             rc = prefill_to(&b, (int)batch, contexts[i], (int)chunk, &ctx_pf[i], what);
@@ -943,6 +956,7 @@ int cmd_bench(int argc, char **argv) {
         arr = cJSON_AddArrayToObject(o, "contexts");
         for (int i = 0; i < n_contexts; i++) {
             cJSON *d = decode_json(&dec[n_batches + i], bw, fma.best, b.probe != NULL);
+            cJSON_AddBoolToObject(d, "context_filled", fill);
             if (ctx_pf[i].seconds > 0) {
                 cJSON_AddNumberToObject(d, "prefill_from", (double)ctx_pf[i].start);
                 cJSON_AddNumberToObject(d, "prefill_tokens", (double)ctx_pf[i].total);
