@@ -553,6 +553,31 @@ typedef struct dsv4_gen_params {
                                        * DSV4_TOOLS_AUTO: free text, then the block once the
                                        * text opens it */
     int tools_single;                 /* 1: one call (parallel_tool_calls false) */
+    /* Guided decoding (at most one of json_schema, tools, regex, choices): */
+    const char *regex;                /* NULL = none; else the text must match this regular
+                                       * expression whole (copied at create). The dialect is
+                                       * dsv4_json_schema's "pattern" subset of ECMA-262 (no
+                                       * lookaround, backreferences, \b, \p{..}, flags), read
+                                       * as ^(?:regex)$ over the text's code points (raw text:
+                                       * no JSON escaping); a pattern no text matches is refused.
+                                       * The stop tokens go once the text matches; generation
+                                       * ends there when nothing can follow. */
+    const char *const *choices;       /* [n_choices] NUL-terminated: the text must be exactly
+                                       * one of them (any bytes; duplicates and "" allowed;
+                                       * copied at create) */
+    int n_choices;                    /* 0 = none */
+    /* Benchmark clients' sampling fields (vLLM's SamplingParams): */
+    int ignore_eos;                   /* 1: the model's EOS is never sampled (banned like a
+                                       * -inf bias), so generation runs to max_tokens, a
+                                       * stop token id, a stop string or a full context;
+                                       * under a constraint that allows nothing else, EOS
+                                       * still ends it */
+    int min_tokens;                   /* >= 0: before this many tokens, EOS and stop_tokens
+                                       * are banned (same exception) and stop strings end
+                                       * nothing (the text goes out) */
+    int include_stop_str;             /* 1: the text ends with the stop string that ended it */
+    int skip_special;                 /* 1: tokens marked "special" show no text (default 0:
+                                       * their text is shown; EOS, a stop token, never is) */
 } dsv4_gen_params;
 
 /* One step's result. */
@@ -696,6 +721,9 @@ typedef struct dsv4_generation_opts {
     int n_bias;
     const char *json_schema;         /* structured output, as in dsv4_gen_params */
     int json_after_think;
+    const char *regex;               /* guided decoding, as in dsv4_gen_params */
+    const char *const *choices;
+    int n_choices;
     dsv4_spec *spec;                 /* MTP speculative decoding of seq (dsv4_spec_create on
                                       * it, kept across the turns of a conversation); NULL =
                                       * one row per step (on an engine with MTP caches the

@@ -14,6 +14,8 @@ struct dsv4_stop {
     int n_tok;
     int max_tokens, count;
     int matched;         /* stop string that ended generation, or -1 */
+    int min;             /* stop strings end generation from the min-th token on */
+    int include;         /* 1: the stop string is handed out too */
     char *buf;           /* [cap]: held-back text [held], then the new text appended */
     size_t held, cap;
     char *out;           /* [out_cap]: the text emitted by the last call */
@@ -78,6 +80,11 @@ int dsv4_stop_token(dsv4_stop *s, int32_t token) {
     return (s->max_tokens > 0 && s->count >= s->max_tokens) ? DSV4_FINISH_LENGTH : DSV4_FINISH_NONE;
 }
 
+void dsv4_stop_options(dsv4_stop *s, int min, int include) {
+    s->min = min;
+    s->include = include;
+}
+
 int dsv4_stop_matched(const dsv4_stop *s) { return s->matched; }
 int dsv4_stop_count(const dsv4_stop *s) { return s->count; }
 
@@ -113,21 +120,25 @@ int dsv4_stop_feed(dsv4_stop *s, const char *text, size_t len, const char **emit
     if (!grow(&s->buf, &s->cap, n + 1) || !grow(&s->out, &s->out_cap, n + 1)) return -DSV4_ERR_NOMEM;
     if (len) memcpy(s->buf + s->held, text, len);
 
-    /* A complete stop string: the earliest start wins (the held part holds none). */
+    /* A complete stop string: the earliest start wins (the held part holds none). Before
+     * the min-th token nothing is matched or held. */
     size_t cut = n;
-    for (int i = 0; i < s->n_str; i++) {
+    const int n_str = s->count < s->min ? 0 : s->n_str;
+    for (int i = 0; i < n_str; i++) {
         const char *p = find_bytes(s->buf, n, s->str[i], s->len[i]);
         if (p && (size_t)(p - s->buf) < cut) { cut = (size_t)(p - s->buf); s->matched = i; }
     }
     size_t keep = 0;
     if (s->matched < 0) {
         /* Hold back the longest tail that is a proper prefix of some stop string. */
-        for (int i = 0; i < s->n_str; i++) {
+        for (int i = 0; i < n_str; i++) {
             size_t m = s->len[i] - 1 < n ? s->len[i] - 1 : n;
             for (size_t k = m; k > keep; k--)
                 if (memcmp(s->buf + n - k, s->str[i], k) == 0) { keep = k; break; }
         }
         cut = n - keep;
+    } else if (s->include) {
+        cut += s->len[s->matched];
     }
     memcpy(s->out, s->buf, cut);
     s->out[cut] = 0;

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "sample/json.h"
+#include "sample/regex_mask.h"
+#include "sample/stop.h"
 #include "sample/tool_match.h"
 #include "tok/tokenizer.h"
 #include "util/err.h"
@@ -50,6 +52,12 @@ struct dsv4_gen {
     tm_state *ts;           /* (4) ts[jcur]; 2, 3: scratch */
     int think;              /* >= 0: the constraint starts after the text's first "</think>",
                              * of which `think` bytes are matched so far; -1: it runs */
+    /* guided decoding (regex_mask.h): a regex or a choice list, the same way */
+    rx_guide *rx;           /* NULL: none */
+    rx_walk rwalk;
+    rx_state rs;
+    int32_t eos;            /* the model's EOS (-1: none) */
+    int ignore_eos, min_tokens;
 };
 
 /* (id, position in the request) pairs: a bias list sorted by id, stable */
@@ -117,9 +125,36 @@ int dsv4_tools_check(const char *tools, size_t len, int *strict, dsv4_err *err) 
 
 /* The compiled schema (or tools), the shared vocabulary index and the per-generation
  * scratch. */
+/* The regex or choice constraint compiled; DSV4_ERR_UNSUPPORTED / ARG naming what is wrong. */
+static int guide_setup(dsv4_gen *g, const dsv4_gen_params *p, dsv4_err *err) {
+    char why[256];
+    if (p->n_choices < 0 || (p->n_choices && !p->choices))
+        return dsv4_fail(err, DSV4_ERR_ARG, "gen: bad choice list");
+    for (int i = 0; i < p->n_choices; i++)
+        if (!p->choices[i]) return dsv4_fail(err, DSV4_ERR_ARG, "gen: choice %d is NULL", i);
+    if ((p->regex != NULL) + (p->n_choices > 0) + (p->json_schema != NULL) + (p->tools != NULL) > 1 &&
+        (p->regex || p->n_choices))
+        return dsv4_fail(err, DSV4_ERR_ARG, "gen: a regex or a choice list goes alone (not with another regex, "
+                         "choice list, JSON schema or tools)");
+    if (p->regex && rx_guide_regex(p->regex, strlen(p->regex), &g->rx, why, sizeof why))
+        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "gen: the regex %s", why);
+    if (p->n_choices && rx_guide_choice(p->choices, p->n_choices, &g->rx, why, sizeof why))
+        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "gen: the choice list %s", why);
+    if (g->rx && rx_walk_init(&g->rwalk, g->jv)) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
+    rx_state_init(g->rx, &g->rs);
+    return DSV4_OK;
+}
+
 static int json_setup(dsv4_gen *g, const dsv4_tokenizer *tok, const dsv4_gen_params *p, dsv4_err *err) {
     g->think = p->json_after_think ? 0 : -1;
-    if (!p->json_schema && !p->tools) return DSV4_OK;
+    if (!p->json_schema && !p->tools && !p->regex && !p->n_choices) return DSV4_OK;
+    if (p->regex || p->n_choices) {
+        g->tok = tok;
+        g->jv = dsv4_tok_lazy(tok, vocab_build, vocab_drop);
+        g->jbits = g->jv ? malloc((size_t)g->jv->words * sizeof *g->jbits) : NULL;
+        if (!g->jbits) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
+        return guide_setup(g, p, err);
+    }
     if (p->tools && p->tools_mode != DSV4_TOOLS_REQUIRED && p->tools_mode != DSV4_TOOLS_AUTO)
         return dsv4_fail(err, DSV4_ERR_ARG, "gen: tools_mode must be DSV4_TOOLS_REQUIRED or DSV4_TOOLS_AUTO");
     if (p->json_schema && p->tools && p->tools_mode != DSV4_TOOLS_AUTO)
@@ -166,11 +201,21 @@ int dsv4_gen_create(const dsv4_model *m, const dsv4_tokenizer *tok, const dsv4_g
     }
     if (p->n_stop_tokens < 0 || (p->n_stop_tokens && !p->stop_tokens))
         return dsv4_fail(err, DSV4_ERR_ARG, "gen: bad stop token list");
+    for (int i = 0; i < p->n_stop_tokens; i++)
+        if (p->stop_tokens[i] < 0 || p->stop_tokens[i] >= V)
+            return dsv4_fail(err, DSV4_ERR_ARG, "gen: stop token %d outside the vocabulary [0, %d)",
+                             p->stop_tokens[i], V);
+    if (p->min_tokens < 0 || (p->max_tokens > 0 && p->min_tokens > p->max_tokens))
+        return dsv4_fail(err, DSV4_ERR_ARG, "gen: min_tokens %d must be in [0, max_tokens %d]", p->min_tokens,
+                         p->max_tokens);
     dsv4_gen *g = calloc(1, sizeof *g);
     int32_t *stops = malloc(((size_t)p->n_stop_tokens + 1) * sizeof *stops);
     int rc = DSV4_OK;
     if (!g || !stops) { rc = dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory"); goto fail; }
     g->V = V;
+    g->eos = info.eos_token_id;
+    g->ignore_eos = p->ignore_eos != 0;
+    g->min_tokens = p->min_tokens;
     g->mask = dsv4_tok_text_mask(tok); /* made once by the tokenizer, shared */
     g->n_mask = dsv4_tok_vocab_size(tok);
     g->row = malloc((size_t)V * sizeof *g->row);
@@ -186,7 +231,8 @@ int dsv4_gen_create(const dsv4_model *m, const dsv4_tokenizer *tok, const dsv4_g
     if ((rc = dsv4_stop_create(p->stop_strings, p->n_stop, stops, n_stops, p->max_tokens, &g->stop,
                                err)))
         goto fail;
-    if ((rc = dsv4_tok_stream_new(tok, 0, &g->stream, err))) goto fail;
+    dsv4_stop_options(g->stop, p->min_tokens, p->include_stop_str != 0);
+    if ((rc = dsv4_tok_stream_new(tok, p->skip_special ? DSV4_DETOK_SKIP_SPECIAL : 0, &g->stream, err))) goto fail;
     g->stops = stops, g->n_stops = n_stops;
     stops = NULL;
     if ((rc = json_setup(g, tok, p, err))) goto fail;
@@ -216,6 +262,8 @@ void dsv4_gen_free(dsv4_gen *g) {
     tm_walk_free(&g->twalk);
     free(g->ts);
     free(g->jbits);
+    rx_guide_free(g->rx);
+    rx_walk_free(&g->rwalk);
     free(g);
 }
 
@@ -226,6 +274,11 @@ static void bits_apply(dsv4_gen *g, int done);
  * value only when the value is complete. */
 static void json_apply(dsv4_gen *g) {
     if (g->tools) { tools_apply(g); return; }
+    if (g->rx) {
+        rx_mask(g->rx, g->jv, &g->rwalk, &g->rs, g->jbits);
+        bits_apply(g, rx_state_accepting(g->rx, &g->rs));
+        return;
+    }
     json_mask(g->schema, g->jv, &g->walk, &g->js[g->jcur], g->jbits);
     /* the stop tokens (EOS too) are allowed exactly when the value is complete */
     bits_apply(g, json_state_accepting(g->schema, &g->js[g->jcur]));
@@ -299,6 +352,22 @@ static int mask_empty(const dsv4_gen *g) {
     return 1;
 }
 
+/* ignore_eos: the EOS banned; before min_tokens, every stop token. Not where the row has
+ * nothing else (a constraint's text complete, nothing can follow): its stop then ends it. */
+static void ban_stops(dsv4_gen *g) {
+    const int all = g->n < g->min_tokens;
+    int other = 0;
+    for (int v = 0; v < g->V && !other; v++) {
+        if (g->row[v] == -INFINITY) continue;
+        int stop = 0;
+        for (int i = 0; i < g->n_stops && !stop; i++) stop = g->stops[i] == v && (all || v == g->eos);
+        other = !stop;
+    }
+    if (!other) return;
+    for (int i = 0; i < g->n_stops; i++)
+        if (g->stops[i] < g->V && (all || g->stops[i] == g->eos)) g->row[g->stops[i]] = -INFINITY;
+}
+
 /* Matches "</think>" over b[0..n) from `m` bytes matched: the bytes after the match (at
  * *rest), or -1 with the new count in *m. ('<' occurs once in it: a mismatch restarts.) */
 static long think_end(const char *b, size_t n, int *m) {
@@ -312,13 +381,15 @@ static long think_end(const char *b, size_t n, int *m) {
 
 /* Steps js[jcur] over n bytes; 0 once it dies. */
 static int json_feed(dsv4_gen *g, const char *b, size_t n) {
+    if (g->rx) return rx_state_feed(g->rx, &g->rs, (const uint8_t *)b, n);
     if (g->tools) return tm_state_feed(g->tools, g->ts, &g->jcur, (const uint8_t *)b, n);
     return json_state_feed(g->schema, g->js, &g->jcur, (const uint8_t *)b, n);
 }
 
 /* the constraint's start state */
 static void json_restart(dsv4_gen *g) {
-    if (g->tools) tm_state_init(g->tools, &g->ts[g->jcur]);
+    if (g->rx) rx_state_init(g->rx, &g->rs);
+    else if (g->tools) tm_state_init(g->tools, &g->ts[g->jcur]);
     else json_state_init(g->schema, &g->js[g->jcur]);
 }
 
@@ -349,7 +420,7 @@ static int json_advance(dsv4_gen *g, int32_t tok, dsv4_err *err) {
         b += at, len -= (size_t)at;
     }
     if (!json_feed(g, b, len))
-        return dsv4_fail(err, DSV4_ERR_STATE, "gen: token %d leaves the JSON constraint", (int)tok);
+        return dsv4_fail(err, DSV4_ERR_STATE, "gen: token %d leaves the output constraint", (int)tok);
     return DSV4_OK;
 }
 
@@ -382,22 +453,23 @@ int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_er
     for (int v = 0; v < n; v++) g->row[v] = logits[v] + g->mask[v];
     for (int v = n; v < g->V; v++) g->row[v] = logits[v] + -INFINITY;
     for (int j = 0; j < g->n_bias; j++) g->row[g->bias_id[j]] = logits[g->bias_id[j]] + g->bias_add[j];
-    if (g->schema || g->tools) {
+    if (g->schema || g->tools || g->rx) {
         if (g->think < 0) json_apply(g);
         else think_apply(g);
     }
+    if (g->ignore_eos || g->n < g->min_tokens) ban_stops(g);
     g->text_len = 0;
     int rc = dsv4_sample(g->sampler, g->row, g->tokens, g->n, &out->sample, err);
     /* when the caller banned (logit_bias -inf) every id the value can go on with: an alive
      * state can always be completed (json.h, tool_match.h: what would empty the mask
      * mid-value is refused at compile), so this names the request's own ban; a mask empty
      * before any bias is the constraint's own dead end (a bug: named as such) */
-    if (rc && (g->schema || g->tools))
+    if (rc && (g->schema || g->tools || g->rx))
         dsv4_err_prefix(err, mask_empty(g) ? "gen: the output constraint (%s) allows no token here: its own dead end, "
                                              "a bug (after %d tokens)"
                                            : "gen: the output constraint (%s) allows no token here that logit_bias "
                                              "leaves possible (after %d tokens)",
-                        g->tools ? "strict tools" : "the JSON schema", g->n);
+                        g->tools ? "strict tools" : g->rx ? "the regex or choice list" : "the JSON schema", g->n);
     if (rc) return rc;
     const int32_t tok = out->sample.token;
     g->tokens[g->n++] = tok;
@@ -408,7 +480,7 @@ int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_er
         /* the token joins the text: show what it completes, minus any stop string */
         const char *piece, *emit;
         size_t piece_len, emit_len;
-        if ((g->schema || g->tools) && (rc = json_advance(g, tok, err))) return rc;
+        if ((g->schema || g->tools || g->rx) && (rc = json_advance(g, tok, err))) return rc;
         if ((rc = dsv4_tok_stream_push(g->stream, tok, &piece, &piece_len, err))) return rc;
         int s = dsv4_stop_feed(g->stop, piece, piece_len, &emit, &emit_len);
         if (s < 0 || append_text(g, emit, emit_len))

@@ -1,0 +1,372 @@
+/* regex_mask.c — the regex / choice constraint (regex_mask.h): a DFA over code points read
+ * from UTF-8 bytes, or a byte trie of the choices, and its token mask over the vocabulary
+ * trie (json_vocab): a walk that steps the state once per trie node and skips a subtree at
+ * the first byte that kills it, its result kept per state. */
+#include "sample/regex_mask.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { RX_DFA = 0, RX_TRIE };
+
+/* a trie node: its edges [e0, e0 + ne) of rx_guide.eb / et, sorted by byte */
+typedef struct rx_node { int32_t e0, ne; uint8_t accept; } rx_node;
+
+struct rx_guide {
+    int kind;
+    json_dfa dfa;           /* RX_DFA */
+    uint8_t *live;          /* (dfa.n_states) an accepting state can be reached */
+    uint64_t *lead;         /* [dfa.n_states][4] the lead bytes (>= 0xC2) that begin a
+                             * character some completion of which goes to a live state */
+    rx_node *node;          /* RX_TRIE: (n_node), 0 the root */
+    int n_node;
+    uint8_t *eb;            /* (n_edge) an edge's byte */
+    int32_t *et;            /* (n_edge) its node */
+};
+
+void rx_guide_free(rx_guide *g) {
+    if (!g) return;
+    json_dfa_free(&g->dfa);
+    free(g->live);
+    free(g->lead);
+    free(g->node);
+    free(g->eb);
+    free(g->et);
+    free(g);
+}
+
+/* ---- UTF-8 ---- */
+
+#define U_READ(u) ((int)((u) >> 24 & 3))
+#define U_LEFT(u) ((int)((u) >> 26 & 3))
+#define U_CP(u) ((u) & 0x1FFFFFu)
+#define U_MAKE(read, left, cp) ((uint32_t)(read) << 24 | (uint32_t)(left) << 26 | (uint32_t)(cp))
+
+/* the code points a character begun (u != 0) can still be: [*lo, *hi], well-formed ones
+ * only (the second byte's limits after E0, ED, F0, F4 leave no overlong form, surrogate or
+ * code point past U+10FFFF) */
+static void u_range(uint32_t u, uint32_t *lo, uint32_t *hi) {
+    const int left = U_LEFT(u), n = U_READ(u) + left;
+    const uint32_t cp = U_CP(u);
+    *lo = cp << (6 * left);
+    *hi = *lo | ((1u << (6 * left)) - 1);
+    if (U_READ(u) != 1) return;
+    if (n == 3 && cp == 0) *lo = 0x800;
+    if (n == 3 && cp == 0xD) *hi = 0xD7FF;
+    if (n == 4 && cp == 0) *lo = 0x10000;
+    if (n == 4 && cp == 4) *hi = 0x10FFFF;
+}
+
+/* ---- the DFA ---- */
+
+static int dfa_step(const rx_guide *g, int q, uint32_t cp) {
+    const json_dfa *d = &g->dfa;
+    const int t = d->next[(size_t)q * (size_t)d->n_classes + (size_t)json_dfa_class(d, cp)];
+    return t >= 0 && g->live[t] ? t : -1;
+}
+
+/* some code point of [lo, hi] takes q to a live state */
+static int dfa_range_live(const rx_guide *g, int q, uint32_t lo, uint32_t hi) {
+    const json_dfa *d = &g->dfa;
+    const int16_t *nx = d->next + (size_t)q * (size_t)d->n_classes;
+    for (int k = json_dfa_class(d, lo); k < d->n_classes && d->lo[k] <= hi; k++)
+        if (nx[k] >= 0 && g->live[nx[k]]) return 1;
+    return 0;
+}
+
+/* live: the states from which an accepting one can be reached (over classes a text can
+ * hold: one of surrogates only is never read) */
+static int dfa_live(rx_guide *g) {
+    const json_dfa *d = &g->dfa;
+    const int Q = d->n_states, C = d->n_classes;
+    g->live = calloc((size_t)Q, 1);
+    g->lead = calloc((size_t)Q * 4, sizeof *g->lead);
+    /* the edges reversed (t <- q, once per pair), then a search back from the accepting */
+    int *first = calloc((size_t)Q + 1, sizeof *first), *pred = malloc((size_t)Q * (size_t)C * sizeof *pred);
+    int *mark = malloc((size_t)Q * sizeof *mark), *stack = malloc((size_t)Q * sizeof *stack);
+    if (!g->live || !g->lead || !first || !pred || !mark || !stack) {
+        free(first), free(pred), free(mark), free(stack);
+        return -1;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        for (int q = 0; q < Q; q++) mark[q] = -1;
+        for (int q = 0; q < Q; q++) {
+            const int16_t *nx = d->next + (size_t)q * (size_t)C;
+            for (int k = 0; k < C; k++) {
+                const uint32_t lo = d->lo[k], hi = k + 1 < C ? d->lo[k + 1] - 1 : 0x10FFFF;
+                const int t = nx[k];
+                if (t < 0 || mark[t] == q || (lo >= 0xD800 && hi <= 0xDFFF)) continue;
+                mark[t] = q;
+                if (pass == 0) first[t + 1]++;
+                else pred[first[t]++] = q;
+            }
+        }
+        if (pass == 0)
+            for (int q = 0; q < Q; q++) first[q + 1] += first[q];
+        else /* first[t] moved to the end of t's run: shift back */
+            for (int q = Q; q > 0; q--) first[q] = first[q - 1];
+        if (pass == 1) first[0] = 0;
+    }
+    int top = 0;
+    for (int q = 0; q < Q; q++)
+        if (d->accept[q]) g->live[q] = 1, stack[top++] = q;
+    while (top) {
+        const int t = stack[--top];
+        for (int e = first[t]; e < first[t + 1]; e++)
+            if (!g->live[pred[e]]) g->live[pred[e]] = 1, stack[top++] = pred[e];
+    }
+    free(first), free(pred), free(mark), free(stack);
+    for (int q = 0; q < Q; q++)
+        for (int c = 0xC2; g->live[q] && c <= 0xF4; c++) {
+            const int n = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+            uint32_t lo, hi;
+            u_range(U_MAKE(1, n - 1, (uint32_t)c & (0x7Fu >> n)), &lo, &hi);
+            if (dfa_range_live(g, q, lo, hi)) g->lead[(size_t)q * 4 + (size_t)(c >> 6)] |= 1ull << (c & 63);
+        }
+    return 0;
+}
+
+/* The parentheses outside classes and escapes never close more than they opened (so the
+ * wrapper's group cannot be closed early by the pattern: "a)|(b" would make ^(?:a)|(b)$). */
+static int balanced(const char *p, size_t len) {
+    int depth = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] == '\\' && i + 1 == len) return -1; /* the wrapper's ')' would be escaped */
+        if (p[i] == '\\') { i++; continue; }
+        if (p[i] == '[') {
+            /* ECMA: a ']' right after '[' or "[^" closes it (an empty class) */
+            for (i++; i < len && p[i] != ']'; i++)
+                if (p[i] == '\\') i++;
+            continue;
+        }
+        if (p[i] == '(') depth++;
+        if (p[i] == ')' && --depth < 0) return 0;
+    }
+    return 1;
+}
+
+int rx_guide_regex(const char *pattern, size_t len, rx_guide **out, char *why, size_t why_len) {
+    *out = NULL;
+    const int bal = balanced(pattern, len);
+    if (bal <= 0) {
+        snprintf(why, why_len, bal < 0 ? "ends with a backslash" : "has an unbalanced ')'");
+        return -1;
+    }
+    if (len > (1u << 20)) {
+        snprintf(why, why_len, "is longer than 1 MB");
+        return -1;
+    }
+    rx_guide *g = calloc(1, sizeof *g);
+    char *w = malloc(len + 8);
+    if (!g || !w) {
+        free(g), free(w);
+        snprintf(why, why_len, "out of memory");
+        return -1;
+    }
+    /* a full match: the compiler's search of ^(?:P)$ */
+    memcpy(w, "^(?:", 4);
+    memcpy(w + 4, pattern, len);
+    memcpy(w + 4 + len, ")$", 2);
+    g->kind = RX_DFA;
+    int rc = json_regex_compile(w, len + 6, &g->dfa, NULL, why, why_len);
+    free(w);
+    if (!rc && dfa_live(g)) rc = -1, snprintf(why, why_len, "out of memory");
+    if (!rc && !g->live[0]) rc = -1, snprintf(why, why_len, "matches no string");
+    if (rc) {
+        rx_guide_free(g);
+        return -1;
+    }
+    *out = g;
+    return 0;
+}
+
+/* ---- the choice trie ---- */
+
+typedef struct bnode { int32_t child, sib; uint8_t byte, accept; } bnode;
+
+static int by_byte(const void *a, const void *b) {
+    const bnode *x = *(bnode *const *)a, *y = *(bnode *const *)b;
+    return (x->byte > y->byte) - (x->byte < y->byte);
+}
+
+int rx_guide_choice(const char *const *choices, int n, rx_guide **out, char *why, size_t why_len) {
+    *out = NULL;
+    if (n < 1) {
+        snprintf(why, why_len, "is an empty list");
+        return -1;
+    }
+    size_t total = 1;
+    for (int i = 0; i < n; i++) total += strlen(choices[i]);
+    if (total > (1u << 26)) {
+        snprintf(why, why_len, "holds more than 64 MB");
+        return -1;
+    }
+    rx_guide *g = calloc(1, sizeof *g);
+    bnode *b = malloc(total * sizeof *b);
+    bnode **kids = malloc(total * sizeof *kids);
+    if (g) g->node = malloc(total * sizeof *g->node), g->eb = malloc(total), g->et = malloc(total * sizeof *g->et);
+    if (!g || !b || !kids || !g->node || !g->eb || !g->et) {
+        free(b), free(kids), rx_guide_free(g);
+        snprintf(why, why_len, "out of memory");
+        return -1;
+    }
+    /* a linked trie first: children in a sibling list */
+    int nb = 1;
+    b[0] = (bnode){-1, -1, 0, 0};
+    for (int i = 0; i < n; i++) {
+        int at = 0;
+        for (const uint8_t *p = (const uint8_t *)choices[i]; *p; p++) {
+            int c = b[at].child;
+            while (c >= 0 && b[c].byte != *p) c = b[c].sib;
+            if (c < 0) {
+                c = nb++;
+                b[c] = (bnode){-1, b[at].child, *p, 0};
+                b[at].child = c;
+            }
+            at = c;
+        }
+        b[at].accept = 1;
+    }
+    /* then each node's edges sorted by byte, for a binary search */
+    int ne = 0;
+    g->kind = RX_TRIE;
+    g->n_node = nb;
+    for (int x = 0; x < nb; x++) {
+        int k = 0;
+        for (int c = b[x].child; c >= 0; c = b[c].sib) kids[k++] = &b[c];
+        qsort(kids, (size_t)k, sizeof *kids, by_byte);
+        g->node[x] = (rx_node){ne, k, b[x].accept};
+        for (int i = 0; i < k; i++) g->eb[ne] = kids[i]->byte, g->et[ne++] = (int32_t)(kids[i] - b);
+    }
+    free(b), free(kids);
+    *out = g;
+    return 0;
+}
+
+static int trie_step(const rx_guide *g, int x, uint8_t c) {
+    const rx_node *nd = &g->node[x];
+    int lo = nd->e0, hi = nd->e0 + nd->ne;
+    while (lo < hi) {
+        const int m = (lo + hi) / 2;
+        if (g->eb[m] < c) lo = m + 1;
+        else hi = m;
+    }
+    return lo < nd->e0 + nd->ne && g->eb[lo] == c ? g->et[lo] : -1;
+}
+
+/* ---- the state ---- */
+
+void rx_state_init(const rx_guide *g, rx_state *st) {
+    (void)g;
+    st->q = 0, st->u = 0;
+}
+
+int rx_state_step(const rx_guide *g, rx_state *st, uint8_t c) {
+    if (g->kind == RX_TRIE) return (st->q = trie_step(g, st->q, c)) >= 0;
+    const uint32_t u = st->u;
+    if (!u) {
+        if (c < 0x80) return (st->q = dfa_step(g, st->q, c)) >= 0;
+        if (!(g->lead[(size_t)st->q * 4 + (size_t)(c >> 6)] >> (c & 63) & 1)) return 0; /* 80-C1, F5-FF too */
+        const int n = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+        st->u = U_MAKE(1, n - 1, (uint32_t)c & (0x7Fu >> n));
+        return 1;
+    }
+    if ((c & 0xC0) != 0x80) return 0;
+    const int read = U_READ(u), left = U_LEFT(u);
+    const uint32_t cp = U_CP(u);
+    if (read == 1) { /* the second byte's limits (Unicode's table 3-7) */
+        const int n = read + left;
+        if (n == 3 && ((cp == 0 && c < 0xA0) || (cp == 0xD && c > 0x9F))) return 0;
+        if (n == 4 && ((cp == 0 && c < 0x90) || (cp == 4 && c > 0x8F))) return 0;
+    }
+    const uint32_t v = cp << 6 | (c & 0x3Fu);
+    if (left > 1) {
+        st->u = U_MAKE(read + 1, left - 1, v);
+        return 1;
+    }
+    st->u = 0;
+    return (st->q = dfa_step(g, st->q, v)) >= 0;
+}
+
+int rx_state_alive(const rx_guide *g, const rx_state *st) {
+    if (st->q < 0) return 0;
+    if (g->kind == RX_TRIE || !st->u) return 1; /* a trie node, a live DFA state */
+    uint32_t lo, hi;
+    u_range(st->u, &lo, &hi);
+    return dfa_range_live(g, st->q, lo, hi);
+}
+
+int rx_state_accepting(const rx_guide *g, const rx_state *st) {
+    if (st->q < 0 || st->u) return 0;
+    return g->kind == RX_TRIE ? g->node[st->q].accept : g->dfa.accept[st->q];
+}
+
+int rx_state_feed(const rx_guide *g, rx_state *st, const uint8_t *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!rx_state_step(g, st, b[i])) return 0;
+    return rx_state_alive(g, st);
+}
+
+/* ---- the mask ---- */
+
+int rx_walk_init(rx_walk *w, const json_vocab *v) {
+    memset(w, 0, sizeof *w);
+    w->st = malloc(((size_t)v->max_len + 1) * sizeof *w->st);
+    w->cache = malloc((size_t)RX_CACHE * (size_t)v->words * sizeof *w->cache);
+    if (w->st && w->cache) return 0;
+    rx_walk_free(w);
+    return -1;
+}
+
+void rx_walk_free(rx_walk *w) {
+    free(w->st);
+    free(w->cache);
+    w->st = NULL;
+    w->cache = NULL;
+}
+
+long rx_mask(const rx_guide *g, const json_vocab *v, rx_walk *w, const rx_state *st, uint64_t *bits) {
+    const size_t bytes = (size_t)v->words * sizeof *bits;
+    for (int i = 0; i < w->used; i++)
+        if (w->key[i].q == st->q && w->key[i].u == st->u) {
+            memcpy(bits, w->cache + (size_t)i * (size_t)v->words, bytes);
+            w->hits++;
+            return 0;
+        }
+    w->misses++;
+    const int slot = w->used < RX_CACHE ? w->used++ : w->next;
+    if (slot == w->next) w->next = (w->next + 1) % RX_CACHE;
+    uint64_t *c = w->cache + (size_t)slot * (size_t)v->words;
+    memset(c, 0, bytes);
+    w->key[slot] = *st;
+    const json_trie *t = v->all;
+    long steps = 0;
+    w->st[0] = *st;
+    for (int i = 0; i < v->n_all;) {
+        const int d = t[i].depth;
+        rx_state s = w->st[d - 1];
+        steps++;
+        if (rx_state_step(g, &s, t[i].byte)) {
+            w->st[d] = s;
+            if (t[i].tok >= 0 && (!s.u || rx_state_alive(g, &s))) json_vocab_set_tok(v, c, &t[i]);
+            i++;
+        } else {
+            i = (int)t[i].skip;
+        }
+    }
+    memcpy(bits, c, bytes);
+    return steps;
+}
+
+void rx_mask_brute(const rx_guide *g, const dsv4_tokenizer *tok, const rx_state *st, uint64_t *bits, int words) {
+    memset(bits, 0, (size_t)words * sizeof *bits);
+    const int V = dsv4_tok_vocab_size(tok);
+    for (int id = 0; id < V && id < words * 64; id++) {
+        size_t len = 0;
+        const char *b = dsv4_tok_id_bytes(tok, id, &len);
+        if (!b || !len || dsv4_tok_is_added(tok, id)) continue;
+        rx_state s = *st;
+        if (rx_state_feed(g, &s, (const uint8_t *)b, len)) bits[id >> 6] |= 1ull << (id & 63);
+    }
+}

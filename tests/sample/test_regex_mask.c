@@ -1,0 +1,188 @@
+/* test_regex_mask.c — guided decoding's regex and choice constraints (regex_mask.c): a full
+ * match (not a search) of raw text, UTF-8 read byte by byte (characters split across tokens,
+ * malformed bytes refused), "alive => completable", the refusals, choice lists of any
+ * strings, and the vocabulary mask against brute force (every id's bytes fed from the state)
+ * along random walks over a byte-level vocabulary (tests/fuzz/byte_vocab.h).
+ *   test_regex_mask */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../fuzz/byte_vocab.h"
+#include "sample/regex_mask.h"
+#include "test.h"
+
+typedef struct row { const char *p, *s; int want; } row;
+
+/* want: 1 the text matches whole; 0 it does not but can still be completed; -1 dead */
+static const row FULL[] = {
+    {"\\d+", "123", 1}, {"\\d+", "12", 1}, {"\\d+", "", 0}, {"\\d+", "12a", -1},
+    {"abc", "abc", 1}, {"abc", "xabc", -1}, {"abc", "abcx", -1}, {"abc", "ab", 0},
+    {"a|b", "a", 1}, {"a|b", "ab", -1}, {"^abc$", "abc", 1}, {"(a|b)c", "bc", 1},
+    {"caf\xc3\xa9", "caf\xc3\xa9", 1}, {"caf\xc3\xa9", "caf\xc3", 0}, {"caf\xc3\xa9", "caf\xc3\xa8", -1},
+    {"caf\xc3\xa9", "cafe", -1}, {"[\\u4e00-\\u9fff]+", "\xe4\xb8\xad\xe6\x96\x87", 1},
+    {"[\\u4e00-\\u9fff]+", "\xe4", 0}, {"[\\u4e00-\\u9fff]+", "\xe4\xb8", 0}, {"[\\u4e00-\\u9fff]+", "\xc3", -1},
+    {"[\\u4e00-\\u9fff]+", "\xe3", -1}, {".", "\n", -1}, {".", "\xf0\x9f\x98\x80", 1}, {".", "\xf0\x9f", 0},
+    /* malformed UTF-8: overlong, surrogate, past U+10FFFF, a stray continuation byte */
+    {".+", "\xc0\xaf", -1}, {".+", "\xe0\x80", -1}, {".+", "\xed\xa0", -1}, {".+", "\xf4\x90", -1},
+    {".+", "\xf5", -1}, {".+", "\x80", -1}, {".+", "\xed\x9f\xbf", 1}, {".+", "\xf4\x8f\xbf\xbf", 1},
+    {"a\\)|\\(b", "a)", 1}, {"a\\)|\\(b", "(b", 1}, {"[)]x", ")x", 1}, {"\\d{4}-\\d{2}-\\d{2}", "2024-05-0", 0},
+    {"\\d{4}-\\d{2}-\\d{2}", "2024-05-017", -1}, {"\"[a-z]*\"\\n", "\"ab\"\n", 1}, {"\\\\", "\\", 1},
+    {"", "", 1}, {"", "a", -1}, {"x*", "", 1}, {"(?:yes|no)!?", "no!", 1}, {"(?:yes|no)!?", "ye", 0},
+};
+
+/* state after text: 1 accepting, 0 alive, -1 dead */
+static int run(const rx_guide *g, const char *text) {
+    rx_state st;
+    rx_state_init(g, &st);
+    if (!rx_state_feed(g, &st, (const uint8_t *)text, strlen(text))) return -1;
+    return rx_state_accepting(g, &st);
+}
+
+static void test_full_match(void) {
+    char why[256];
+    for (size_t i = 0; i < sizeof FULL / sizeof *FULL; i++) {
+        rx_guide *g = NULL;
+        const int rc = rx_guide_regex(FULL[i].p, strlen(FULL[i].p), &g, why, sizeof why);
+        CHECK_MSG(rc == 0, "/%s/: %s", FULL[i].p, why);
+        if (rc) continue;
+        const int got = run(g, FULL[i].s);
+        CHECK_MSG(got == FULL[i].want, "/%s/ on \"%s\": %d, want %d", FULL[i].p, FULL[i].s, got, FULL[i].want);
+        rx_guide_free(g);
+    }
+}
+
+static void test_refused(void) {
+    static const row BAD[] = {
+        {"a)|(b", "unbalanced", 0}, {"a)", "unbalanced", 0}, {"(a", "unbalanced", 0}, {"(?=a)", "lookahead", 0},
+        {"a^b", "matches no string", 0}, {"[]", "matches no string", 0}, {"\\1", "backreference", 0},
+        {"a\\", "backslash", 0}, {"\\p{L}", "Unicode property", 0},
+    };
+    char why[256];
+    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+        rx_guide *g = NULL;
+        why[0] = 0;
+        const int rc = rx_guide_regex(BAD[i].p, strlen(BAD[i].p), &g, why, sizeof why);
+        CHECK_MSG(rc < 0 && !g && strstr(why, BAD[i].s), "/%s/: rc %d, '%s' (want '%s')", BAD[i].p, rc, why, BAD[i].s);
+        rx_guide_free(g);
+    }
+    rx_guide *g = NULL;
+    CHECK(rx_guide_choice(NULL, 0, &g, why, sizeof why) < 0 && !g);
+}
+
+static void test_choice(void) {
+    static const char *const C[] = {"yes", "no", "no", "y\"es\\", "line\nbreak", "caf\xc3\xa9", "", "yesterday",
+                                    "\xe4\xb8\xad"};
+    const int n = (int)(sizeof C / sizeof *C);
+    char why[256];
+    rx_guide *g = NULL;
+    CHECK(rx_guide_choice(C, n, &g, why, sizeof why) == 0);
+    if (!g) return;
+    for (int i = 0; i < n; i++) CHECK_MSG(run(g, C[i]) == 1, "choice \"%s\"", C[i]);
+    CHECK(run(g, "ye") == 0);
+    CHECK(run(g, "yest") == 0);
+    CHECK(run(g, "yesx") == -1);
+    CHECK(run(g, "caf\xc3") == 0);
+    CHECK(run(g, "cafe") == -1);
+    CHECK(run(g, "y\"es") == 0);
+    CHECK(run(g, "maybe") == -1);
+    rx_guide_free(g);
+    /* 1,000 entries: a trie of any size compiles; each is accepted, a prefix alone is not */
+    char *buf = malloc(1000 * 16);
+    const char **big = malloc(1000 * sizeof *big);
+    for (int i = 0; buf && big && i < 1000; i++) {
+        snprintf(buf + i * 16, 16, "item-%d\xc3\xa9", i * 7);
+        big[i] = buf + i * 16;
+    }
+    g = NULL;
+    CHECK(buf && big && rx_guide_choice(big, 1000, &g, why, sizeof why) == 0);
+    for (int i = 0; g && i < 1000; i += 37) CHECK(run(g, big[i]) == 1);
+    if (g) CHECK(run(g, "item-7") == 0 && run(g, "item-x") == -1 && run(g, "item-7\xc3\xa9") == 1 && run(g, "item-") == 0);
+    rx_guide_free(g);
+    free(buf);
+    free(big);
+}
+
+/* pieces beside the 256 bytes: words, digits, UTF-8 whole and split, malformed sequences */
+static const char *const PIECES[] = {
+    "ab", "abc", "12", "2024", "-0", "05", "@", ".com", "user", "caf", "\xc3\xa9", "\xc3", "\xa9x", "\xe4\xb8",
+    "\xad\xe6\x96\x87", "\xe4\xb8\xad", "yes", "no", "ye", "sterday", "\"", "\\", "\n", "a\nb", "\xf0\x9f",
+    "\x98\x80", "\xf0\x9f\x98\x80", "\xed\xa0\x80", "\xc0\xaf", " ", "  ", "item-", "7\xc3\xa9", "14", "-2", "x@y",
+    "line", "\nbreak", "y\"", "es\\", "name", "@example", "e.org", "1-", "\xe6\x96\x87\xe4",
+};
+
+/* rng: xorshift64 */
+static uint64_t rs = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void) {
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return rs;
+}
+
+/* random walks from the start: at each step the mask equals brute force, is never empty
+ * before the text is accepted, and a cached mask equals a fresh walk's */
+static void walks(const rx_guide *g, const dsv4_tokenizer *tok, const json_vocab *v, const char *name) {
+    rx_walk w;
+    CHECK(rx_walk_init(&w, v) == 0);
+    uint64_t *a = malloc((size_t)v->words * 8), *b = malloc((size_t)v->words * 8);
+    int mismatches = 0, steps = 0, accepted = 0;
+    for (int walk = 0; walk < 12 && a && b; walk++) {
+        rx_state st;
+        rx_state_init(g, &st);
+        for (int step = 0; step < 24; step++, steps++) {
+            rx_mask(g, v, &w, &st, a);
+            rx_mask_brute(g, tok, &st, b, v->words);
+            if (memcmp(a, b, (size_t)v->words * 8)) mismatches++;
+            int n = 0;
+            for (int k = 0; k < v->words; k++) n += __builtin_popcountll(a[k]);
+            const int acc = rx_state_accepting(g, &st);
+            CHECK_MSG(n > 0 || acc, "%s: an empty mask before the text is accepted", name);
+            if (!n || (acc && rnd() % 4 == 0)) { accepted += acc; break; }
+            int pick = (int)(rnd() % (uint64_t)n), id = -1;
+            for (int k = 0; k < v->words && id < 0; k++)
+                for (uint64_t m = a[k]; m; m &= m - 1)
+                    if (pick-- == 0) { id = k * 64 + __builtin_ctzll(m); break; }
+            size_t len = 0;
+            const char *bytes = dsv4_tok_id_bytes(tok, id, &len);
+            CHECK(rx_state_feed(g, &st, (const uint8_t *)bytes, len));
+        }
+    }
+    CHECK_MSG(mismatches == 0, "%s: %d of %d masks differ from brute force", name, mismatches, steps);
+    CHECK_MSG(w.hits > 0 && w.misses > 0, "%s: cache hits %ld, misses %ld", name, w.hits, w.misses);
+    free(a);
+    free(b);
+    rx_walk_free(&w);
+}
+
+static void test_masks(void) {
+    dsv4_tokenizer *tok = byte_vocab_tokenizer(PIECES, (int)(sizeof PIECES / sizeof *PIECES), 256 + 64);
+    json_vocab *v = json_vocab_build(tok);
+    CHECK(v != NULL);
+    static const char *const RX[] = {
+        "[a-z]+@[a-z]+\\.(?:com|org)", "\\d{4}-\\d{2}-\\d{2}(?:, \\d{4}-\\d{2}-\\d{2})*", "caf\xc3\xa9|[\\u4e00-\\u9fff]{2,3}",
+        ".{1,6}", "(?:yes|no|yesterday)\\n?", "[^\\n]*\\n", "\"[^\"\\\\]*\"",
+    };
+    char why[256];
+    for (size_t i = 0; v && i < sizeof RX / sizeof *RX; i++) {
+        rx_guide *g = NULL;
+        CHECK_MSG(rx_guide_regex(RX[i], strlen(RX[i]), &g, why, sizeof why) == 0, "/%s/: %s", RX[i], why);
+        if (g) walks(g, tok, v, RX[i]);
+        rx_guide_free(g);
+    }
+    static const char *const C[] = {"yes", "no", "yesterday", "y\"es\\", "line\nbreak", "caf\xc3\xa9", "",
+                                    "\xe4\xb8\xad\xe6\x96\x87", "name@example.org", "item-7\xc3\xa9"};
+    rx_guide *g = NULL;
+    CHECK(rx_guide_choice(C, (int)(sizeof C / sizeof *C), &g, why, sizeof why) == 0);
+    if (g && v) walks(g, tok, v, "choice");
+    rx_guide_free(g);
+    json_vocab_free(v);
+    dsv4_tokenizer_free(tok);
+}
+
+int main(void) {
+    test_full_match();
+    test_refused();
+    test_choice();
+    test_masks();
+    return test_report();
+}

@@ -1,0 +1,315 @@
+/* test_gen_guided.c — guided decoding and the benchmark clients' sampling fields inside
+ * dsv4_gen (include/dsv4_text.h only), driven with made-up logits rows over the real
+ * vocabulary (no forward):
+ *   - regex: over random rows (greedy and seeded, EOS always likely) every text matches the
+ *     pattern whole (checked by hand-written matchers), EOS waits for a match;
+ *   - choice: every text is one of the list (quotes, backslash, newline, UTF-8, "");
+ *   - thinking: the reasoning is free, the regex starts after "</think>";
+ *   - ignore_eos: EOS never drawn, exactly max_tokens tokens; but a regex that allows
+ *     nothing more still ends;
+ *   - min_tokens: EOS and stop tokens banned, stop strings end nothing before it;
+ *   - include_stop_str, skip_special; the refusals (two constraints, a bad regex, bounds).
+ *   test_gen_guided MODEL_DIR (with tokenizer.json)
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsv4_text.h"
+#include "test.h"
+
+static dsv4_model *M;
+static dsv4_tokenizer *T;
+static int V;
+static int32_t EOS, BOS;
+static float *row; /* (V) */
+static int32_t single[128]; /* the id of each ASCII byte alone */
+
+static uint64_t rng = 88172645463325252ull;
+static float urand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)(rng >> 40) / (float)(1 << 24);
+}
+
+static int32_t one_id(const char *text) {
+    dsv4_tok_ids ids = {0};
+    dsv4_err err = {0};
+    int32_t id = -1;
+    if (!dsv4_tokenize(T, text, strlen(text), &ids, &err) && ids.n == 1) id = ids.ids[0];
+    dsv4_tok_ids_free(&ids);
+    CHECK_MSG(id >= 0, "'%s' is not one token", text);
+    return id;
+}
+
+static dsv4_gen *new_gen(dsv4_gen_params *p, uint64_t seed) {
+    p->sample.seed = seed;
+    p->sample.temperature = seed ? 1.0f : 0.0f;
+    dsv4_gen *g = NULL;
+    dsv4_err err = {0};
+    CHECK_MSG(dsv4_gen_create(M, T, p, &g, &err) == 0, "%s", err.msg);
+    return g;
+}
+
+static int32_t step(dsv4_gen *g, const float *r, char *text, size_t cap, int *finish) {
+    dsv4_gen_token t;
+    dsv4_err err = {0};
+    if (dsv4_gen_next(g, r, &t, &err)) {
+        CHECK_MSG(0, "%s", err.msg);
+        *finish = -1;
+        return -1;
+    }
+    size_t n = strlen(text);
+    if (n + t.text_len < cap) memcpy(text + n, t.text, t.text_len), text[n + t.text_len] = 0;
+    *finish = t.finish;
+    return t.token;
+}
+
+/* a row whose best id is `best`, the others 0 */
+static const float *prefer(int32_t best) {
+    for (int v = 0; v < V; v++) row[v] = 0;
+    row[best] = 30;
+    return row;
+}
+
+/* a peaked random row: a few random ids and the ASCII bytes likely, EOS likelier */
+static const float *random_row(void) {
+    for (int v = 0; v < V; v++) row[v] = -20;
+    for (int k = 0; k < 64; k++) row[(int)(urand() * (float)(V - 1))] = 8 * urand();
+    for (int k = 0; k < 128; k++) row[single[k]] = 4 + 4 * urand();
+    row[EOS] = 9;
+    return row;
+}
+
+/* runs p to its end over random rows; the text in text, the count returned */
+static int random_run(dsv4_gen_params *p, uint64_t seed, char *text, size_t cap, int *fin) {
+    dsv4_gen *g = new_gen(p, seed);
+    text[0] = 0;
+    *fin = 0;
+    int n = 0;
+    while (g && !*fin && n < 300) {
+        step(g, random_row(), text, cap, fin);
+        n++;
+    }
+    dsv4_gen_free(g);
+    return n;
+}
+
+static int digits(const char *s, int n) {
+    for (int i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return 0;
+    return 1;
+}
+
+/* \d{4}-\d{2}-\d{2}(?:, \d{4}-\d{2}-\d{2})* */
+static int is_dates(const char *s) {
+    for (;;) {
+        if (strlen(s) < 10 || !digits(s, 4) || s[4] != '-' || !digits(s + 5, 2) || s[7] != '-' || !digits(s + 8, 2))
+            return 0;
+        s += 10;
+        if (!*s) return 1;
+        if (s[0] != ',' || s[1] != ' ') return 0;
+        s += 2;
+    }
+}
+
+/* [a-z]+@[a-z]+\.(?:com|org) */
+static int is_email(const char *s) {
+    const char *at = strchr(s, '@');
+    if (!at || at == s) return 0;
+    for (const char *p = s; p < at; p++)
+        if (*p < 'a' || *p > 'z') return 0;
+    const char *dot = strrchr(at, '.');
+    if (!dot || dot == at + 1 || (strcmp(dot, ".com") && strcmp(dot, ".org"))) return 0;
+    for (const char *p = at + 1; p < dot; p++)
+        if (*p < 'a' || *p > 'z') return 0;
+    return 1;
+}
+
+static void test_regex(void) {
+    static char text[4096];
+    static const struct { const char *rx; int (*ok)(const char *); } R[] = {
+        {"\\d{4}-\\d{2}-\\d{2}(?:, \\d{4}-\\d{2}-\\d{2})*", is_dates},
+        {"[a-z]+@[a-z]+\\.(?:com|org)", is_email},
+    };
+    for (int k = 0; k < 2; k++)
+        for (uint64_t seed = 0; seed < 4; seed++) {
+            dsv4_gen_params p = {.regex = R[k].rx};
+            int fin;
+            random_run(&p, seed * 11, text, sizeof text, &fin);
+            CHECK_MSG(fin == DSV4_FINISH_STOP_TOKEN && R[k].ok(text), "/%s/ seed %d: finish %d, text '%s'", R[k].rx,
+                      (int)seed, fin, text);
+        }
+    /* EOS most likely from the start: refused until the text matches */
+    dsv4_gen_params p = {.regex = "ab"};
+    dsv4_gen *g = new_gen(&p, 0);
+    for (int v = 0; v < V; v++) row[v] = 0;
+    row[EOS] = 30;
+    text[0] = 0;
+    int fin = 0, n = 0;
+    while (g && !fin && n < 10) step(g, row, text, sizeof text, &fin), n++;
+    CHECK_MSG(fin == DSV4_FINISH_STOP_TOKEN && !strcmp(text, "ab"), "'%s' after %d", text, n);
+    dsv4_gen_free(g);
+}
+
+static void test_choice(void) {
+    static const char *const C[] = {"yes", "no", "y\"es\\", "line\nbreak", "caf\xc3\xa9", "", "no", "yesterday"};
+    static char text[1024];
+    int empty = 0;
+    for (uint64_t seed = 0; seed < 6; seed++) {
+        dsv4_gen_params p = {.choices = C, .n_choices = 8};
+        int fin, found = 0;
+        random_run(&p, seed * 5, text, sizeof text, &fin);
+        for (int i = 0; i < 8; i++) found |= !strcmp(text, C[i]);
+        empty += !text[0];
+        CHECK_MSG(fin == DSV4_FINISH_STOP_TOKEN && found, "seed %d: finish %d, text '%s'", (int)seed, fin, text);
+    }
+    CHECK(empty < 6); /* EOS is likely: "" may win, but not always (the walk went somewhere) */
+}
+
+static void test_think(void) {
+    dsv4_gen_params p = {.regex = "\\d+", .json_after_think = 1};
+    dsv4_gen *g = new_gen(&p, 0);
+    char text[256] = "";
+    int fin;
+    CHECK(step(g, prefer(one_id("abc")), text, sizeof text, &fin) == one_id("abc"));
+    dsv4_tok_ids ids = {0};
+    dsv4_err err = {0};
+    CHECK(dsv4_tokenize(T, " </think>", 9, &ids, &err) == 0);
+    for (size_t i = 0; i < ids.n; i++) step(g, prefer(ids.ids[i]), text, sizeof text, &fin);
+    dsv4_tok_ids_free(&ids);
+    const int32_t t = step(g, prefer(one_id("abc")), text, sizeof text, &fin);
+    CHECK(t != one_id("abc") && t != EOS);
+    dsv4_gen_free(g);
+}
+
+/* ignore_eos: EOS always likeliest, never drawn: exactly max_tokens tokens */
+static void test_ignore_eos(void) {
+    static char text[4096];
+    dsv4_gen_params p = {.max_tokens = 17, .ignore_eos = 1};
+    dsv4_gen *g = new_gen(&p, 3);
+    int fin = 0, n = 0, eos = 0;
+    text[0] = 0;
+    while (g && !fin && n < 40) eos += step(g, random_row(), text, sizeof text, &fin) == EOS, n++;
+    CHECK_MSG(n == 17 && fin == DSV4_FINISH_LENGTH && !eos, "%d tokens, finish %d, %d EOS", n, fin, eos);
+    dsv4_gen_free(g);
+    /* a stop token still ends it (ignore_eos is about EOS alone) */
+    const int32_t y = one_id("y");
+    dsv4_gen_params r = {.max_tokens = 17, .ignore_eos = 1, .stop_tokens = &y, .n_stop_tokens = 1};
+    g = new_gen(&r, 0);
+    fin = 0, n = 0;
+    for (; g && !fin && n < 40; n++) {
+        random_row();
+        if (n == 3) row[y] = 50;
+        step(g, row, text, sizeof text, &fin);
+    }
+    CHECK_MSG(n == 4 && fin == DSV4_FINISH_STOP_TOKEN, "%d tokens, finish %d", n, fin);
+    dsv4_gen_free(g);
+    /* a regex complete with nothing to follow: its EOS still ends it */
+    dsv4_gen_params q = {.max_tokens = 17, .ignore_eos = 1, .regex = "abc"};
+    g = new_gen(&q, 0);
+    fin = 0, n = 0;
+    text[0] = 0;
+    while (g && !fin && n < 40) step(g, random_row(), text, sizeof text, &fin), n++;
+    CHECK_MSG(fin == DSV4_FINISH_STOP_TOKEN && !strcmp(text, "abc"), "finish %d, '%s'", fin, text);
+    dsv4_gen_free(g);
+}
+
+/* min_tokens: EOS and the stop tokens banned before it; stop strings end nothing before it */
+static void test_min_tokens(void) {
+    char text[256] = "";
+    const int32_t x = one_id("x"), y = one_id("y");
+    dsv4_gen_params p = {.min_tokens = 5, .stop_tokens = &y, .n_stop_tokens = 1};
+    dsv4_gen *g = new_gen(&p, 0);
+    int fin = 0, n = 0;
+    for (; g && !fin && n < 10; n++) {
+        for (int v = 0; v < V; v++) row[v] = 0;
+        row[EOS] = n % 2 ? 30 : 0, row[y] = n % 2 ? 0 : 30, row[x] = 20;
+        step(g, row, text, sizeof text, &fin);
+    }
+    /* tokens 1..5 are x (EOS and y banned), the 6th (y, likeliest then) stops */
+    CHECK_MSG(n == 6 && fin == DSV4_FINISH_STOP_TOKEN && !strcmp(text, "xxxxx"), "%d tokens, finish %d, '%s'", n, fin, text);
+    dsv4_gen_free(g);
+    /* the stop string "xx" completes at token 2: shown; from token 4 on it ends the text */
+    const char *stop[] = {"xx"};
+    dsv4_gen_params q = {.min_tokens = 4, .stop_strings = stop, .n_stop = 1};
+    g = new_gen(&q, 0);
+    text[0] = 0, fin = 0, n = 0;
+    for (; g && !fin && n < 10; n++) step(g, prefer(x), text, sizeof text, &fin);
+    CHECK_MSG(n == 5 && fin == DSV4_FINISH_STOP_STRING && !strcmp(text, "xxx"), "%d tokens, finish %d, '%s'", n, fin, text);
+    dsv4_gen_free(g);
+    /* include_stop_str: the text ends with it */
+    dsv4_gen_params r = {.stop_strings = stop, .n_stop = 1, .include_stop_str = 1};
+    g = new_gen(&r, 0);
+    text[0] = 0, fin = 0, n = 0;
+    for (; g && !fin && n < 10; n++) step(g, prefer(n ? x : y), text, sizeof text, &fin);
+    CHECK_MSG(fin == DSV4_FINISH_STOP_STRING && !strcmp(text, "yxx"), "finish %d, '%s'", fin, text);
+    dsv4_gen_free(g);
+}
+
+/* skip_special: a special token's text is not shown */
+static void test_skip_special(void) {
+    const int32_t bos = BOS;
+    CHECK(bos >= 0);
+    for (int skip = 0; skip < 2 && bos >= 0; skip++) {
+        dsv4_gen_params p = {.max_tokens = 1, .skip_special = skip};
+        dsv4_gen *g = new_gen(&p, 0);
+        char text[256] = "";
+        int fin;
+        CHECK(step(g, prefer(bos), text, sizeof text, &fin) == bos);
+        CHECK_MSG(skip ? !text[0] : strstr(text, "begin") != NULL, "skip %d: '%s'", skip, text);
+        dsv4_gen_free(g);
+    }
+}
+
+static void refused(dsv4_gen_params p, int code, const char *what) {
+    dsv4_gen *g = NULL;
+    dsv4_err err = {0};
+    CHECK(dsv4_gen_create(M, T, &p, &g, &err) == code && g == NULL);
+    CHECK_ERR(err, code, what);
+}
+
+static void test_refused(void) {
+    static const char *const C[] = {"a", "b"};
+    static const int32_t bad = -1;
+    refused((dsv4_gen_params){.regex = "a", .json_schema = "{}"}, DSV4_ERR_ARG, "goes alone");
+    refused((dsv4_gen_params){.regex = "a", .choices = C, .n_choices = 2}, DSV4_ERR_ARG, "goes alone");
+    refused((dsv4_gen_params){.regex = "(?=a)"}, DSV4_ERR_UNSUPPORTED, "lookahead");
+    refused((dsv4_gen_params){.regex = "a)|(b"}, DSV4_ERR_UNSUPPORTED, "unbalanced");
+    refused((dsv4_gen_params){.regex = "[]"}, DSV4_ERR_UNSUPPORTED, "matches no string");
+    refused((dsv4_gen_params){.min_tokens = 9, .max_tokens = 4}, DSV4_ERR_ARG, "min_tokens");
+    refused((dsv4_gen_params){.min_tokens = -1}, DSV4_ERR_ARG, "min_tokens");
+    refused((dsv4_gen_params){.stop_tokens = &bad, .n_stop_tokens = 1}, DSV4_ERR_ARG, "stop token -1");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { fprintf(stderr, "usage: test_gen_guided MODEL_DIR\n"); return 2; }
+    char path[4200];
+    dsv4_err err = {0};
+    snprintf(path, sizeof path, "%s/tokenizer.json", argv[1]);
+    if (dsv4_model_open(argv[1], &M, &err) || dsv4_tokenizer_load(path, &T, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    const dsv4_model_info info = dsv4_model_get_info(M);
+    V = info.vocab_size;
+    EOS = info.eos_token_id;
+    BOS = info.bos_token_id;
+    row = malloc((size_t)V * sizeof *row);
+    for (int c = 1; c < 128; c++) {
+        char b[2] = {(char)c, 0};
+        single[c] = one_id(b);
+    }
+    single[0] = single[' '];
+    test_regex();
+    test_choice();
+    test_think();
+    test_ignore_eos();
+    test_min_tokens();
+    test_skip_special();
+    test_refused();
+    free(row);
+    dsv4_tokenizer_free(T);
+    dsv4_model_close(M);
+    return test_report();
+}
