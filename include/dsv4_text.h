@@ -524,6 +524,11 @@ enum { DSV4_TOOLS_REQUIRED = 1, DSV4_TOOLS_AUTO = 2 };
  * cannot enforce, DSV4_ERR_FORMAT for a malformed list. */
 DSV4_API int dsv4_tools_check(const char *tools, size_t len, int *strict, dsv4_err *err);
 
+/* Checks that a regex (len bytes) compiles as dsv4_gen_params.regex does (the same dialect
+ * and bounds): DSV4_ERR_UNSUPPORTED with what is wrong ("uses a lookahead (?=", "matches no
+ * string", ...), to be read after "the regex ". */
+DSV4_API int dsv4_regex_check(const char *regex, size_t len, dsv4_err *err);
+
 /* ==== generation ======================================================================= */
 
 /* What one generation samples and when it stops. */

@@ -9,6 +9,7 @@
 #include "serve/srv.h"
 
 #define MAX_STOPS 16
+#define MAX_STOP_IDS 64
 
 long long srv_unix_time(void) { return (long long)time(NULL); }
 
@@ -121,6 +122,44 @@ out:
     return rc;
 }
 
+/* stop_token_ids: ids that end generation as EOS does (their text not shown) */
+static int parse_stop_ids(srv *s, const cJSON *body, srv_req *r, char *msg, size_t n) {
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(body, "stop_token_ids");
+    if (!st || cJSON_IsNull(st)) return 0;
+    int32_t ids[MAX_STOP_IDS];
+    int k = 0;
+    if (!cJSON_IsArray(st)) goto bad;
+    for (const cJSON *x = st->child; x; x = x->next)
+        if (k == MAX_STOP_IDS || srv_token_id(s, x, &ids[k++])) goto bad;
+    if (srv_req_set_stop_ids(r, ids, k)) { snprintf(msg, n, "out of memory"); return -1; }
+    return 0;
+bad:
+    snprintf(msg, n, "'stop_token_ids' must be a list of at most %d token ids in [0, %d)", MAX_STOP_IDS, s->V);
+    return -1;
+}
+
+/* The fields benchmark clients send (vLLM's SamplingParams: benchmark_serving, genai-perf,
+ * SGLang's bench): ignore_eos, min_tokens, stop_token_ids, include_stop_str_in_output,
+ * skip_special_tokens (absent: special tokens' text is shown, as before; true hides it). */
+static int parse_bench(srv *s, const cJSON *body, srv_req *r, char *msg, size_t n) {
+    int k, b;
+    double x;
+    if ((k = srv_opt_bool(body, "ignore_eos", &b, msg, n)) < 0) return -1;
+    if (k) r->gp.ignore_eos = b;
+    if ((k = srv_opt_bool(body, "include_stop_str_in_output", &b, msg, n)) < 0) return -1;
+    if (k) r->gp.include_stop_str = b;
+    if ((k = srv_opt_bool(body, "skip_special_tokens", &b, msg, n)) < 0) return -1;
+    if (k) r->gp.skip_special = b;
+    if ((k = srv_opt_num(body, "min_tokens", 0, (double)s->o.max_context, &x, msg, n)) < 0) return -1;
+    if (k && !is_int(x)) { snprintf(msg, n, "'min_tokens' must be an integer"); return -1; }
+    if (k && r->gp.max_tokens > 0 && x > r->gp.max_tokens) {
+        snprintf(msg, n, "'min_tokens' (%d) must be at most the maximum number of tokens (%d)", (int)x, r->gp.max_tokens);
+        return -1;
+    }
+    if (k) r->gp.min_tokens = (int)x;
+    return parse_stop_ids(s, body, r, msg, n);
+}
+
 int srv_parse_sampling(srv *s, const cJSON *body, srv_req *r, const char *stop_key, char *msg,
                        size_t n) {
     dsv4_sample_params *p = &r->gp.sample;
@@ -155,7 +194,7 @@ int srv_parse_sampling(srv *s, const cJSON *body, srv_req *r, const char *stop_k
     if (k < 0) return -1;
     if (k && !is_int(x)) { snprintf(msg, n, "'%s' must be an integer", mt); return -1; }
     r->gp.max_tokens = k ? (int)x : 0;  /* 0: until a stop or the context is full */
-    if (parse_stops(body, stop_key, r, msg, n)) return -1;
+    if (parse_stops(body, stop_key, r, msg, n) || parse_bench(s, body, r, msg, n)) return -1;
     return parse_bias(s, body, r, msg, n);
 }
 

@@ -3,7 +3,9 @@
  * A request: id(i64) n_prompt prompt[n] sample(dsv4_sample_params) max_tokens
  *   n_stop {len bytes}[n_stop] n_bias bias_ids[n] bias[n] n_prefix prefix[n]
  *   n_forced (-1: none) forced[n] n_schema (-1: none) json_schema[n] json_after_think
- *   n_tools (-1: none) tools[n] tools_mode tools_single lead(i64: choice 0's id for choices
+ *   n_tools (-1: none) tools[n] tools_mode tools_single n_regex (-1: none) regex[n]
+ *   n_choices {len bytes}[n_choices] n_stop_ids stop_ids[n] ignore_eos min_tokens
+ *   include_stop_str skip_special lead(i64: choice 0's id for choices
  *   1..n-1 of n > 1, sent in the same message before them; -1: none)
  * News of a request: id(i64) n_cached (-1: not admitted yet) n_items
  *   {EV token sample(dsv4_sample_out) len text[len] | TXT len text[len]}[n_items]
@@ -69,6 +71,21 @@ void srv_wire_put_req(srv_buf *b, const srv_req *r) {
     srv_buf_put(b, r->gp.tools, n_tools);
     srv_wr_i32(b, r->gp.tools_mode);
     srv_wr_i32(b, r->gp.tools_single);
+    /* guided decoding: the regex, the choices; the stop ids and the benchmark fields */
+    const size_t n_rx = r->gp.regex ? strlen(r->gp.regex) : 0;
+    srv_wr_i32(b, r->gp.regex ? (int32_t)n_rx : -1);
+    srv_buf_put(b, r->gp.regex, n_rx);
+    srv_wr_i32(b, r->gp.n_choices);
+    for (int i = 0; i < r->gp.n_choices; i++) {
+        const size_t n = strlen(r->gp.choices[i]);
+        srv_wr_i32(b, (int32_t)n);
+        srv_buf_put(b, r->gp.choices[i], n);
+    }
+    wr_ids(b, r->gp.stop_tokens, r->gp.n_stop_tokens);
+    srv_wr_i32(b, r->gp.ignore_eos);
+    srv_wr_i32(b, r->gp.min_tokens);
+    srv_wr_i32(b, r->gp.include_stop_str);
+    srv_wr_i32(b, r->gp.skip_special);
     srv_wr_i64(b, r->lead ? r->lead->id : -1);
 }
 
@@ -111,6 +128,7 @@ srv_req *srv_wire_get_req(srv_rd *rd, int64_t *lead) {
     const int n_schema = rd_count(rd, -1, 1 << 30);
     const char *schema = n_schema > 0 ? srv_rd_view(rd, (size_t)n_schema) : "";
     const int after_think = srv_rd_i32(rd);
+    r->gp.json_after_think = after_think; /* a regex's or choice list's too */
     if (!rd->bad && n_schema >= 0) {
         char *t = strndup(schema, (size_t)n_schema);
         if (t) srv_req_set_json(r, t, after_think);
@@ -124,6 +142,30 @@ srv_req *srv_wire_get_req(srv_rd *rd, int64_t *lead) {
         if (t) srv_req_set_tools(r, t, tools_mode, tools_single, after_think);
         else oom = 1;
     }
+    const int n_rx = rd_count(rd, -1, 1 << 30);
+    const char *rx = n_rx > 0 ? srv_rd_view(rd, (size_t)n_rx) : "";
+    char *rx_text = !rd->bad && n_rx >= 0 ? strndup(rx ? rx : "", (size_t)n_rx) : NULL;
+    if (!rd->bad && n_rx >= 0 && !rx_text) oom = 1;
+    const int n_choices = rd_count(rd, 0, 1 << 20);
+    char **choices = calloc((size_t)n_choices + 1, sizeof *choices);
+    if (!choices) oom = 1;
+    for (int i = 0; choices && i < n_choices && !rd->bad; i++) {
+        const int n = rd_count(rd, 0, 1 << 24);
+        const char *t = srv_rd_view(rd, (size_t)n);
+        if (t && !(choices[i] = strndup(t, (size_t)n))) oom = 1;
+    }
+    if (!rd->bad && !oom && srv_req_set_guide(r, rx_text, (const char *const *)choices, n_choices)) oom = 1;
+    for (int i = 0; choices && i < n_choices; i++) free(choices[i]);
+    free(choices);
+    free(rx_text);
+    const int n_stop_ids = rd_count(rd, 0, 1 << 24);
+    int32_t *stop_ids = rd_ids(rd, n_stop_ids);
+    if (!rd->bad && srv_req_set_stop_ids(r, stop_ids, n_stop_ids)) oom = 1;
+    free(stop_ids);
+    r->gp.ignore_eos = srv_rd_i32(rd);
+    r->gp.min_tokens = srv_rd_i32(rd);
+    r->gp.include_stop_str = srv_rd_i32(rd);
+    r->gp.skip_special = srv_rd_i32(rd);
     *lead = srv_rd_i64(rd);
     if (*lead < -1 || *lead >= id) rd->bad = 1;  /* choice 0 came first */
     if (rd->bad || oom) {

@@ -524,6 +524,7 @@ static srv_job *chat_submit_rendered(srv *s, const cJSON *j, srv_chat *c, int ap
     if (srv_strict_tools(r, c->tools, c->tc, c->tc_name, c->co.thinking, !parallel, msg, MSG)) goto bad;
     if (c->json) srv_req_set_json(r, c->schema, c->co.thinking);
     c->schema = NULL;
+    if (srv_guided(r, j, c->json, c->tools != NULL, c->co.thinking, msg, MSG)) goto bad;
     r->gp.sample.n_logprobs = n_logprobs;
     job = srv_submit_n(s, r, n, api, body, out);
     if (job) {
@@ -782,6 +783,7 @@ void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out)
     if (srv_parse_sampling(s, j, r, "stop", msg, MSG)) goto bad;
     if (json) srv_req_set_json(r, schema, 0);
     schema = NULL;
+    if (srv_guided(r, j, json, 0, 0, msg, MSG)) goto bad;
     r->gp.sample.n_logprobs = lp > 0 ? (int)lp : 0;
     srv_job *job = srv_submit_n(s, r, best_of > n ? best_of : n, SRV_API_COMPLETION, body, out);
     r = NULL;

@@ -44,6 +44,30 @@ int srv_req_set_bias(srv_req *r, const int32_t *ids, const float *bias, int n) {
     return 0;
 }
 
+int srv_req_set_guide(srv_req *r, const char *regex, const char *const *choices, int n) {
+    if (regex) {
+        if (!(r->regex = strdup(regex))) return -1;
+        r->gp.regex = r->regex;
+    }
+    if (n <= 0) return 0;
+    if (!(r->choices = calloc((size_t)n, sizeof *r->choices))) return -1;
+    for (int i = 0; i < n; i++) {
+        if (!(r->choices[i] = strdup(choices[i]))) return -1;
+        r->gp.n_choices = i + 1;
+    }
+    r->gp.choices = (const char *const *)r->choices;
+    return 0;
+}
+
+int srv_req_set_stop_ids(srv_req *r, const int32_t *ids, int n) {
+    if (n <= 0) return 0;
+    if (!(r->stop_ids = malloc((size_t)n * sizeof *ids))) return -1;
+    memcpy(r->stop_ids, ids, (size_t)n * sizeof *ids);
+    r->gp.stop_tokens = r->stop_ids;
+    r->gp.n_stop_tokens = n;
+    return 0;
+}
+
 static char *dup_or_null(const char *t, int *oom) {
     char *d = t ? strdup(t) : NULL;
     if (t && !d) *oom = 1;
@@ -54,14 +78,21 @@ srv_req *srv_req_clone(const srv_req *r) {
     srv_req *c = srv_req_new(r->prompt, r->n_prompt);
     if (!c) return NULL;
     int oom = srv_req_set_stops(c, r->gp.stop_strings, r->gp.n_stop) ||
-              srv_req_set_bias(c, r->gp.bias_ids, r->gp.bias, r->gp.n_bias);
-    const dsv4_gen_params gp = c->gp;  /* stops and bias: the copies */
+              srv_req_set_bias(c, r->gp.bias_ids, r->gp.bias, r->gp.n_bias) ||
+              srv_req_set_guide(c, r->gp.regex, r->gp.choices, r->gp.n_choices) ||
+              srv_req_set_stop_ids(c, r->gp.stop_tokens, r->gp.n_stop_tokens);
+    const dsv4_gen_params gp = c->gp;  /* stops, bias, guide, stop ids: the copies */
     c->gp = r->gp;
     c->gp.stop_strings = gp.stop_strings;
     c->gp.n_stop = gp.n_stop;
     c->gp.bias_ids = gp.bias_ids;
     c->gp.bias = gp.bias;
     c->gp.n_bias = gp.n_bias;
+    c->gp.regex = gp.regex;
+    c->gp.choices = gp.choices;
+    c->gp.n_choices = gp.n_choices;
+    c->gp.stop_tokens = gp.stop_tokens;
+    c->gp.n_stop_tokens = gp.n_stop_tokens;
     c->gp.json_schema = c->json_schema = dup_or_null(r->json_schema, &oom);
     c->gp.tools = c->tools = dup_or_null(r->tools, &oom);
     if (r->n_prefix > 0) {
@@ -87,6 +118,10 @@ void srv_req_release(srv_req *r) {
     free(r->bias);
     free(r->json_schema);
     free(r->tools);
+    free(r->regex);
+    for (int i = 0; i < r->gp.n_choices; i++) free(r->choices[i]);
+    free(r->choices);
+    free(r->stop_ids);
     free(r->prompt);
     free(r->prefix);
     free(r->forced_own);

@@ -39,6 +39,9 @@ struct srv_req {
     float *bias;                    /* (gp.n_bias) */
     char *json_schema;              /* gp.json_schema's text (structured output), or NULL */
     char *tools;                    /* gp.tools' text (strict tool calls), or NULL */
+    char *regex;                    /* gp.regex's text (guided decoding), or NULL */
+    char **choices;                 /* (gp.n_choices) gp.choices' strings (guided decoding) */
+    int32_t *stop_ids;              /* (gp.n_stop_tokens) stop_token_ids */
     int32_t *prefix;                /* (n_prefix) owned: the answer's first tokens, forced (a
                                      * tool_choice that demands a call), then sampling */
     int n_prefix;
@@ -116,6 +119,10 @@ srv_req *srv_req_clone(const srv_req *r);
 /* Copies stop strings and logit bias into the request and points gp at them; 0 or -1 (oom). */
 int srv_req_set_stops(srv_req *r, const char *const *stops, int n);
 int srv_req_set_bias(srv_req *r, const int32_t *ids, const float *bias, int n);
+/* Copies a regex (NULL: none) or a choice list (n > 0) into the request and points gp at it;
+ * the stop token ids likewise. 0 or -1 (oom). */
+int srv_req_set_guide(srv_req *r, const char *regex, const char *const *choices, int n);
+int srv_req_set_stop_ids(srv_req *r, const int32_t *ids, int n);
 void srv_req_release(srv_req *r);
 
 /* Scheduler side, each under r->mu and waking the HTTP side's waiter (if any) after the

@@ -188,3 +188,132 @@ void srv_req_set_json(srv_req *r, char *schema, int after_think) {
     r->gp.json_schema = schema;
     r->gp.json_after_think = after_think;
 }
+
+/* ---- guided decoding: vLLM's and SGLang's constraint fields ---- */
+
+enum { G_JSON, G_JSON_OBJECT, G_REGEX, G_CHOICE, G_GRAMMAR };
+typedef struct guide_field { const char *name; const cJSON *v; int kind; } guide_field;
+
+#define MAX_CHOICES 100000
+
+/* The request's constraint fields (null ones are absent): at most 14 */
+static int guide_fields(const cJSON *body, const cJSON *so, guide_field *f) {
+    static const struct { const char *key; int kind; } TOP[] = {
+        {"guided_json", G_JSON},     {"guided_regex", G_REGEX}, {"guided_choice", G_CHOICE},
+        {"guided_grammar", G_GRAMMAR}, {"regex", G_REGEX},       {"json_schema", G_JSON},
+        {"ebnf", G_GRAMMAR},         {"grammar", G_GRAMMAR},
+    };
+    static const struct { const char *key, *name; int kind; } SO[] = {
+        {"json", "structured_outputs.json", G_JSON},       {"regex", "structured_outputs.regex", G_REGEX},
+        {"choice", "structured_outputs.choice", G_CHOICE}, {"json_object", "structured_outputs.json_object", G_JSON_OBJECT},
+        {"grammar", "structured_outputs.grammar", G_GRAMMAR},
+        {"structural_tag", "structured_outputs.structural_tag", G_GRAMMAR},
+    };
+    int k = 0;
+    for (size_t i = 0; i < sizeof SO / sizeof *SO && so; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(so, SO[i].key);
+        if (!v || cJSON_IsNull(v) || (SO[i].kind == G_JSON_OBJECT && cJSON_IsFalse(v))) continue;
+        f[k++] = (guide_field){SO[i].name, v, SO[i].kind};
+    }
+    for (size_t i = 0; i < sizeof TOP / sizeof *TOP; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, TOP[i].key);
+        if (!v || cJSON_IsNull(v)) continue;
+        f[k++] = (guide_field){TOP[i].key, v, TOP[i].kind};
+    }
+    return k;
+}
+
+/* A choice list into the request: a non-empty array of strings */
+static int guide_choice(srv_req *r, const guide_field *f, char *msg, size_t n) {
+    const int cnt = cJSON_IsArray(f->v) ? cJSON_GetArraySize(f->v) : 0;
+    if (!cnt || cnt > MAX_CHOICES) {
+        snprintf(msg, n, "'%s' must be a non-empty list of at most %d strings", f->name, MAX_CHOICES);
+        return -1;
+    }
+    const char **list = malloc((size_t)cnt * sizeof *list);
+    if (!list) { snprintf(msg, n, "out of memory"); return -1; }
+    int k = 0;
+    for (const cJSON *x = f->v->child; x; x = x->next) {
+        if (!cJSON_IsString(x)) {
+            snprintf(msg, n, "'%s' must be a list of strings (item %d is not a string)", f->name, k);
+            free(list);
+            return -1;
+        }
+        list[k++] = x->valuestring;
+    }
+    const int rc = srv_req_set_guide(r, NULL, list, k);
+    free(list);
+    if (rc) snprintf(msg, n, "out of memory");
+    return rc;
+}
+
+/* A JSON Schema given as an object (or true) or as a string of JSON */
+static int guide_json(srv_req *r, const guide_field *f, int thinking, char *msg, size_t n) {
+    cJSON *parsed = cJSON_IsString(f->v) ? cJSON_Parse(f->v->valuestring) : NULL;
+    const cJSON *sc = cJSON_IsString(f->v) ? parsed : f->v;
+    char *schema = NULL;
+    int rc = -1;
+    if (!cJSON_IsObject(sc) && !cJSON_IsBool(sc))
+        snprintf(msg, n, "'%s' must be a JSON Schema (an object, or a string holding one)", f->name);
+    else if (schema_text(sc, NULL, f->name, &schema, msg, n) > 0)
+        rc = 0;
+    cJSON_Delete(parsed);
+    if (!rc) srv_req_set_json(r, schema, thinking);
+    return rc;
+}
+
+int srv_guided(srv_req *r, const cJSON *body, int json_format, int tools, int thinking, char *msg, size_t n) {
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(body, "structured_outputs");
+    if (cJSON_IsNull(so)) so = NULL;
+    if (so && !cJSON_IsObject(so)) {
+        snprintf(msg, n, "'structured_outputs' must be an object");
+        return -1;
+    }
+    guide_field f[16];
+    const int k = guide_fields(body, so, f);
+    for (int i = 0; i < k; i++)
+        if (f[i].kind == G_GRAMMAR) {
+            snprintf(msg, n, "'%s' is not supported (no grammar-guided decoding here: constrain the output with a "
+                     "regex, a choice list or a JSON Schema)", f[i].name);
+            return -1;
+        }
+    if (k + (json_format != 0) > 1) {
+        snprintf(msg, n, "one output constraint per request: '%s' and '%s' are both given", json_format ? "response_format" : f[0].name,
+                 json_format ? f[0].name : f[1].name);
+        return -1;
+    }
+    if (!k) return 0;
+    if (tools) {
+        snprintf(msg, n, "'%s' together with 'tools' is not supported (drop the tools or set 'tool_choice' to \"none\")",
+                 f[0].name);
+        return -1;
+    }
+    r->gp.json_after_think = thinking;
+    switch (f[0].kind) {
+    case G_JSON_OBJECT:
+        if (!cJSON_IsTrue(f[0].v)) {
+            snprintf(msg, n, "'%s' must be a boolean", f[0].name);
+            return -1;
+        }
+        {
+            char *schema = strdup("{\"type\":\"object\"}");
+            if (!schema) { snprintf(msg, n, "out of memory"); return -1; }
+            srv_req_set_json(r, schema, thinking);
+        }
+        return 0;
+    case G_JSON: return guide_json(r, &f[0], thinking, msg, n);
+    case G_CHOICE: return guide_choice(r, &f[0], msg, n);
+    default: break;
+    }
+    if (!cJSON_IsString(f[0].v)) {
+        snprintf(msg, n, "'%s' must be a string (a regular expression)", f[0].name);
+        return -1;
+    }
+    dsv4_err err = {0};
+    if (dsv4_regex_check(f[0].v->valuestring, strlen(f[0].v->valuestring), &err)) {
+        snprintf(msg, n, "'%s': the regex %s", f[0].name, err.msg);
+        return -1;
+    }
+    if (srv_req_set_guide(r, f[0].v->valuestring, NULL, 0)) { snprintf(msg, n, "out of memory"); return -1; }
+    return 0;
+}

@@ -123,6 +123,14 @@ int dsv4_tools_check(const char *tools, size_t len, int *strict, dsv4_err *err) 
     return rc;
 }
 
+int dsv4_regex_check(const char *regex, size_t len, dsv4_err *err) {
+    char why[256];
+    rx_guide *g = NULL;
+    if (rx_guide_regex(regex, len, &g, why, sizeof why)) return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "%s", why);
+    rx_guide_free(g);
+    return DSV4_OK;
+}
+
 /* The compiled schema (or tools), the shared vocabulary index and the per-generation
  * scratch. */
 /* The regex or choice constraint compiled; DSV4_ERR_UNSUPPORTED / ARG naming what is wrong. */
