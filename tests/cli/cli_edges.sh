@@ -129,4 +129,18 @@ s=$(st "$BIN" generate --model "$MODEL" -p x -n 1 --mlock)
     fail "--mlock: status $s: $(cat "$TMP/err")"
 ok
 
+# guided decoding: --regex / --choice constrain the reply (seeded, temperature 1); a bad regex,
+# a bad choice list and two constraints are usage errors before the model loads
+[ "$(st "$BIN" generate --model "$MODEL" -p "Today is" -n 24 --seed 3 --regex '[0-9]{2}:[0-9]{2}')" = 0 ] ||
+    fail "--regex: $(cat "$TMP/err")"
+grep -qx '[0-9][0-9]:[0-9][0-9]' "$TMP/out" || fail "--regex output: $(cat "$TMP/out")"
+[ "$(st "$BIN" generate --model "$MODEL" -p "Answer" -n 24 --seed 5 --choice '["yes","no way","caf\u00e9"]')" = 0 ] ||
+    fail "--choice: $(cat "$TMP/err")"
+grep -qx 'yes\|no way\|café' "$TMP/out" || fail "--choice output: $(cat "$TMP/out")"
+[ "$(st "$BIN" generate --model "$MODEL" -p x -n 1 --regex '(?=a)')" = 2 ] && grep -q "lookahead" "$TMP/err" ||
+    fail "--regex refused: $(cat "$TMP/err")"
+[ "$(st "$BIN" generate --model "$MODEL" -p x -n 1 --choice '["a",1]')" = 2 ] || fail "--choice refused: $(cat "$TMP/err")"
+[ "$(st "$BIN" generate --model "$MODEL" -p x -n 1 --json --regex a)" = 2 ] || fail "--json --regex: $(cat "$TMP/err")"
+ok
+
 echo "$passed passed, 0 failed"

@@ -1,7 +1,8 @@
 /* cmd_generate.c — `dsv4 generate`: text in, streamed text out.
  *
  *   dsv4 generate --model DIR (--prompt TEXT | --prompt-file F) [--chat] [--think|--nothink]
- *                 [--system TEXT] [--json | --json-schema FILE] [-n N] [sampling flags]
+ *                 [--system TEXT] [--json | --json-schema FILE | --regex RX | --choice JSON]
+ *                 [-n N] [sampling flags]
  *
  * --json / --json-schema constrain the reply to one JSON object / one value valid under the
  * schema (structured output, dsv4_gen_params.json_schema); with --chat the system message
@@ -125,6 +126,35 @@ static int json_format(int json, const char *file, char **schema) {
     return 0;
 }
 
+/* --regex RX / --choice JSON (an array of strings): guided decoding (dsv4_gen_params.regex,
+ * choices), checked before the model loads; at most one constraint in all. */
+static int guide_flags(const char *regex, const char *choice, int json, cJSON **list, const char ***choices, int *n) {
+    *list = NULL, *choices = NULL, *n = 0;
+    if ((regex != NULL) + (choice != NULL) + (json != 0) > 1) {
+        fprintf(stderr, "dsv4 generate: give at most one of --json, --json-schema, --regex and --choice\n");
+        return -1;
+    }
+    dsv4_err err = {0};
+    if (regex && dsv4_regex_check(regex, strlen(regex), &err)) {
+        fprintf(stderr, "dsv4 generate: --regex: the regex %s\n", err.msg);
+        return -1;
+    }
+    if (!choice) return 0;
+    *list = cJSON_Parse(choice);
+    const int cnt = cJSON_IsArray(*list) ? cJSON_GetArraySize(*list) : 0;
+    *choices = cnt ? malloc((size_t)cnt * sizeof **choices) : NULL;
+    for (const cJSON *x = *list && *choices ? (*list)->child : NULL; x && cJSON_IsString(x); x = x->next)
+        (*choices)[(*n)++] = x->valuestring;
+    if (!cnt || *n != cnt) {
+        fprintf(stderr, "dsv4 generate: --choice must be a non-empty JSON array of strings\n");
+        cJSON_Delete(*list);
+        free(*choices);
+        *list = NULL, *choices = NULL, *n = 0;
+        return -1;
+    }
+    return 0;
+}
+
 /* The system message (text may be NULL), carrying the reply's format when there is one:
  * the template's Response Format section, as the server writes response_format. */
 static int add_system(dsv4_chat *conv, const char *text, const char *schema, dsv4_err *err) {
@@ -147,7 +177,7 @@ int cmd_generate(int argc, char **argv) {
     gen_flags f;
     gen_flags_init(&f, 256, 0);
     const char *prompt = NULL, *prompt_file = NULL, *system = NULL;
-    const char *schema_file = NULL;
+    const char *schema_file = NULL, *regex = NULL, *choice = NULL;
     int chat = 0, no_bos = 0, json = 0;
     const cli_opt own[] = {
         CLI_STR_OPT("prompt", 'p', &prompt, "TEXT", "the text to continue (or, with --chat, the question)"),
@@ -157,6 +187,8 @@ int cmd_generate(int argc, char **argv) {
         CLI_FLAG_OPT("no-bos", 0, &no_bos, 1, "do not start a plain prompt with the BOS token"),
         CLI_FLAG_OPT("json", 0, &json, 1, "the reply is one JSON object (JSON mode; ask for it in the prompt too)"),
         CLI_FILE_OPT("json-schema", 0, &schema_file, "FILE", "the reply is one JSON value valid under the JSON Schema in FILE (the subset of README, Serving)"),
+        CLI_STR_OPT("regex", 0, &regex, "RX", "the reply matches the regular expression RX whole (the pattern subset of README, Serving)"),
+        CLI_STR_OPT("choice", 0, &choice, "JSON", "the reply is exactly one of the strings of the JSON array JSON"),
         CLI_OPT_END,
     };
     const cli_cmd cmd = {"generate", "--model DIR (--prompt TEXT | --prompt-file FILE) [options]",
@@ -172,7 +204,11 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
     char *schema = NULL;
-    if (json_format(json, schema_file, &schema)) return 2;
+    cJSON *choice_list = NULL;
+    const char **choices = NULL;
+    int n_choices = 0;
+    if (guide_flags(regex, choice, json || schema_file, &choice_list, &choices, &n_choices)) return 2;
+    if (json_format(json, schema_file, &schema)) { cJSON_Delete(choice_list); free(choices); return 2; }
     char *file_text = NULL;
     size_t prompt_len = prompt ? strlen(prompt) : 0;
     if (prompt_file) {
@@ -180,6 +216,8 @@ int cmd_generate(int argc, char **argv) {
         if (!(prompt = file_text = cli_read_input(prompt_file, CLI_TEXT_LIMIT, &prompt_len, why, sizeof why))) {
             fprintf(stderr, "dsv4 generate: %s\n", why);
             free(schema);
+            cJSON_Delete(choice_list);
+            free(choices);
             return 1;
         }
     }
@@ -192,6 +230,8 @@ int cmd_generate(int argc, char **argv) {
                 (size_t)(nul - prompt) + 1);
         free(file_text);
         free(schema);
+        cJSON_Delete(choice_list);
+        free(choices);
         return 2;
     }
 
@@ -200,7 +240,13 @@ int cmd_generate(int argc, char **argv) {
     dsv4_tokenizer *tok;
     dsv4_engine *eng;
     int seq, status = 1;
-    if (gen_open(&f, "generate", &model, &tok, &eng, &seq)) { free(file_text); free(schema); return 1; }
+    if (gen_open(&f, "generate", &model, &tok, &eng, &seq)) {
+        free(file_text);
+        free(schema);
+        cJSON_Delete(choice_list);
+        free(choices);
+        return 1;
+    }
     const double t_loaded = cli_now_s();
     if (gen_spec_open(&f, "generate", eng, seq)) goto out;
     dsv4_model_info info = dsv4_model_get_info(model);
@@ -246,6 +292,9 @@ int cmd_generate(int argc, char **argv) {
     sigaction(SIGINT, &sa, &old_sa);
     f.gen.json_schema = schema;
     f.gen.json_after_think = thinking;
+    f.gen.regex = regex;
+    f.gen.choices = choices;
+    f.gen.n_choices = n_choices;
     gen_run run = {tok, cli_now_s(), 0, {0}};
     gen_printer_start(&run.out, thinking && f.max_tokens != 0, &interrupted);
     dsv4_generation_result res = {0};
@@ -284,6 +333,8 @@ int cmd_generate(int argc, char **argv) {
 out:
     free(file_text);
     free(schema);
+    cJSON_Delete(choice_list);
+    free(choices);
     dsv4_tok_ids_free(&ids);
     dsv4_spec_free(f.gen.spec);
     dsv4_engine_free(eng);
