@@ -32,13 +32,14 @@ static float urand(void) {
     return (float)(rng >> 40) / (float)(1 << 24);
 }
 
+/* the id of a text that is one token (a failed check otherwise) */
 static int32_t one_id(const char *text) {
     dsv4_tok_ids ids = {0};
     dsv4_err err = {0};
-    int32_t id = -1;
-    if (!dsv4_tokenize(T, text, strlen(text), &ids, &err) && ids.n == 1) id = ids.ids[0];
+    const int one = dsv4_tokenize(T, text, strlen(text), &ids, &err) == 0 && ids.n == 1;
+    const int32_t id = one ? ids.ids[0] : -1;
     dsv4_tok_ids_free(&ids);
-    CHECK_MSG(id >= 0, "'%s' is not one token", text);
+    CHECK_MSG(one, "'%s' is not one token", text);
     return id;
 }
 
@@ -282,25 +283,28 @@ static void test_refused(void) {
     refused((dsv4_gen_params){.stop_tokens = &bad, .n_stop_tokens = 1}, DSV4_ERR_ARG, "stop token -1");
 }
 
-int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: test_gen_guided MODEL_DIR\n"); return 2; }
+/* the model and its tokenizer (MODEL_DIR/tokenizer.json), the ids of the ASCII bytes */
+static int open_model(const char *dir) {
     char path[4200];
     dsv4_err err = {0};
-    snprintf(path, sizeof path, "%s/tokenizer.json", argv[1]);
-    if (dsv4_model_open(argv[1], &M, &err) || dsv4_tokenizer_load(path, &T, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    const int rc = dsv4_model_open(dir, &M, &err) ? 1 : dsv4_tokenizer_load(path, &T, &err) ? 2 : 0;
+    if (rc) return fprintf(stderr, "test_gen_guided: %s\n", err.msg), rc;
     const dsv4_model_info info = dsv4_model_get_info(M);
-    V = info.vocab_size;
-    EOS = info.eos_token_id;
-    BOS = info.bos_token_id;
-    row = malloc((size_t)V * sizeof *row);
-    for (int c = 1; c < 128; c++) {
-        char b[2] = {(char)c, 0};
-        single[c] = one_id(b);
-    }
+    V = info.vocab_size, EOS = info.eos_token_id, BOS = info.bos_token_id;
+    if (!(row = malloc((size_t)V * sizeof *row))) return 3;
+    char b[2] = {0, 0};
+    for (int c = 1; c < 128; c++) b[0] = (char)c, single[c] = one_id(b);
     single[0] = single[' '];
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_gen_guided MODEL_DIR\n");
+        return 2;
+    }
+    if (open_model(argv[1])) return 1;
     test_regex();
     test_choice();
     test_think();
