@@ -19,6 +19,7 @@ struct rx_guide {
     uint8_t *live;          /* (dfa.n_states) an accepting state can be reached */
     uint64_t *lead;         /* [dfa.n_states][4] the lead bytes (>= 0xC2) that begin a
                              * character some completion of which goes to a live state */
+    int16_t *asc;           /* [dfa.n_states][128] the live state after an ASCII byte, -1 */
     rx_node *node;          /* RX_TRIE: (n_node), 0 the root */
     int n_node;
     uint8_t *eb;            /* (n_edge) an edge's byte */
@@ -30,6 +31,7 @@ void rx_guide_free(rx_guide *g) {
     json_dfa_free(&g->dfa);
     free(g->live);
     free(g->lead);
+    free(g->asc);
     free(g->node);
     free(g->eb);
     free(g->et);
@@ -117,6 +119,12 @@ static int dfa_live(rx_guide *g) {
             if (!g->live[pred[e]]) g->live[pred[e]] = 1, stack[top++] = pred[e];
     }
     free(first), free(pred), free(mark), free(stack);
+    if (!(g->asc = malloc((size_t)Q * 128 * sizeof *g->asc))) return -1;
+    for (int q = 0; q < Q; q++)
+        for (int c = 0; c < 128; c++) {
+            const int t = d->next[(size_t)q * (size_t)C + d->ascii[c]];
+            g->asc[(size_t)q * 128 + (size_t)c] = (int16_t)(t >= 0 && g->live[t] ? t : -1);
+        }
     for (int q = 0; q < Q; q++)
         for (int c = 0xC2; g->live[q] && c <= 0xF4; c++) {
             const int n = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
@@ -262,19 +270,19 @@ void rx_state_init(const rx_guide *g, rx_state *st) {
     st->q = 0, st->u = 0;
 }
 
-int rx_state_step(const rx_guide *g, rx_state *st, uint8_t c) {
-    if (g->kind == RX_TRIE) return (st->q = trie_step(g, st->q, c)) >= 0;
-    const uint32_t u = st->u;
-    if (!u) {
-        if (c < 0x80) return (st->q = dfa_step(g, st->q, c)) >= 0;
-        if (!(g->lead[(size_t)st->q * 4 + (size_t)(c >> 6)] >> (c & 63) & 1)) return 0; /* 80-C1, F5-FF too */
+/* rx_state_step on (*q, *u), inlined into the walk (where they stay in registers) */
+static inline int step(const rx_guide *g, int32_t *q, uint32_t *u, uint8_t c) {
+    if (g->kind == RX_TRIE) return (*q = trie_step(g, *q, c)) >= 0;
+    if (!*u) {
+        if (c < 0x80) return (*q = g->asc[(size_t)*q * 128 + c]) >= 0;
+        if (!(g->lead[(size_t)*q * 4 + (size_t)(c >> 6)] >> (c & 63) & 1)) return 0; /* 80-C1, F5-FF too */
         const int n = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-        st->u = U_MAKE(1, n - 1, (uint32_t)c & (0x7Fu >> n));
+        *u = U_MAKE(1, n - 1, (uint32_t)c & (0x7Fu >> n));
         return 1;
     }
     if ((c & 0xC0) != 0x80) return 0;
-    const int read = U_READ(u), left = U_LEFT(u);
-    const uint32_t cp = U_CP(u);
+    const int read = U_READ(*u), left = U_LEFT(*u);
+    const uint32_t cp = U_CP(*u);
     if (read == 1) { /* the second byte's limits (Unicode's table 3-7) */
         const int n = read + left;
         if (n == 3 && ((cp == 0 && c < 0xA0) || (cp == 0xD && c > 0x9F))) return 0;
@@ -282,12 +290,14 @@ int rx_state_step(const rx_guide *g, rx_state *st, uint8_t c) {
     }
     const uint32_t v = cp << 6 | (c & 0x3Fu);
     if (left > 1) {
-        st->u = U_MAKE(read + 1, left - 1, v);
+        *u = U_MAKE(read + 1, left - 1, v);
         return 1;
     }
-    st->u = 0;
-    return (st->q = dfa_step(g, st->q, v)) >= 0;
+    *u = 0;
+    return (*q = dfa_step(g, *q, v)) >= 0;
 }
+
+int rx_state_step(const rx_guide *g, rx_state *st, uint8_t c) { return step(g, &st->q, &st->u, c); }
 
 int rx_state_alive(const rx_guide *g, const rx_state *st) {
     if (st->q < 0) return 0;
@@ -312,17 +322,20 @@ int rx_state_feed(const rx_guide *g, rx_state *st, const uint8_t *b, size_t n) {
 
 int rx_walk_init(rx_walk *w, const json_vocab *v) {
     memset(w, 0, sizeof *w);
-    w->st = malloc(((size_t)v->max_len + 1) * sizeof *w->st);
+    w->sq = malloc(((size_t)v->max_len + 1) * sizeof *w->sq);
+    w->su = malloc(((size_t)v->max_len + 1) * sizeof *w->su);
     w->cache = malloc((size_t)RX_CACHE * (size_t)v->words * sizeof *w->cache);
-    if (w->st && w->cache) return 0;
+    if (w->sq && w->su && w->cache) return 0;
     rx_walk_free(w);
     return -1;
 }
 
 void rx_walk_free(rx_walk *w) {
-    free(w->st);
+    free(w->sq);
+    free(w->su);
     free(w->cache);
-    w->st = NULL;
+    w->sq = NULL;
+    w->su = NULL;
     w->cache = NULL;
 }
 
@@ -342,14 +355,15 @@ long rx_mask(const rx_guide *g, const json_vocab *v, rx_walk *w, const rx_state 
     w->key[slot] = *st;
     const json_trie *t = v->all;
     long steps = 0;
-    w->st[0] = *st;
+    w->sq[0] = st->q, w->su[0] = st->u;
     for (int i = 0; i < v->n_all;) {
         const int d = t[i].depth;
-        rx_state s = w->st[d - 1];
+        int32_t q = w->sq[d - 1];
+        uint32_t u = w->su[d - 1];
         steps++;
-        if (rx_state_step(g, &s, t[i].byte)) {
-            w->st[d] = s;
-            if (t[i].tok >= 0 && (!s.u || rx_state_alive(g, &s))) json_vocab_set_tok(v, c, &t[i]);
+        if (step(g, &q, &u, t[i].byte)) {
+            w->sq[d] = q, w->su[d] = u;
+            if (t[i].tok >= 0 && (!u || rx_state_alive(g, &(rx_state){q, u}))) json_vocab_set_tok(v, c, &t[i]);
             i++;
         } else {
             i = (int)t[i].skip;

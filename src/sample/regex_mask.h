@@ -56,7 +56,8 @@ int rx_state_feed(const rx_guide *g, rx_state *st, const uint8_t *b, size_t n);
  * warm-up a step costs a copy). */
 #define RX_CACHE 32
 typedef struct rx_walk {
-    rx_state *st;           /* (max_len + 1) */
+    int32_t *sq;            /* (max_len + 1) the state's q at each depth (apart from its u: */
+    uint32_t *su;           /* (max_len + 1) one 8-byte struct written in halves stalled the walk) */
     uint64_t *cache;        /* [RX_CACHE][words] */
     rx_state key[RX_CACHE];
     int used, next;

@@ -1,0 +1,173 @@
+/* bench_guided.c — the cost of guided decoding (a regex, a choice list) a token, at the real
+ * vocabulary.
+ *
+ *   bench_guided --model DIR [--reps N] [--case SUBSTR]
+ *       (DIR: a model with the real tokenizer and vocab, e.g. build/tests/serve/vocab_full)
+ *
+ * For each case (a regex or a choice list, and a text it accepts) the text is tokenized and
+ * replayed token by token:
+ *   cold:     rx_mask with its cache emptied first (the walk of the vocabulary trie);
+ *   cached:   rx_mask again on the same state (a copy of the cached mask);
+ *   gen_next: dsv4_gen_next on a logits row whose best id is the text's next token, greedy,
+ *             with the constraint and without (same rows, alternated per token): what the
+ *             constraint adds to a step in a generation (its cache warm as it goes: the
+ *             first visit of each state walks).
+ * Each per-token figure is the median over --reps replays of the median over the tokens
+ * (p90 of the best replay too). Prints one JSON line per case. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "dsv4_internal.h"
+#include "dsv4_text.h"
+#include "sample/regex_mask.h"
+
+typedef struct gcase { const char *name, *regex, *text; int choices; } gcase;
+
+static const gcase CASES[] = {
+    {"email", "[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\\.[a-zA-Z]{2,}", "john.smith-jr@mail.example.com", 0},
+    {"date_list", "\\d{4}-\\d{2}-\\d{2}(?:, \\d{4}-\\d{2}-\\d{2})*", "2024-01-15, 2024-02-29, 2023-12-31, 2025-07-04", 0},
+    {"phone", "\\(?\\d{3}\\)?[-. ]?\\d{3}[-. ]?\\d{4}", "(555) 123-4567", 0},
+    {"sentence", "[A-Z][^\\n]{0,200}\\.", "Enjoys long walks, short programs and the quiet of early mornings; writes C for fun.", 0},
+    {"choice_1000", NULL, "Product 0693: cotton t-shirt (1.1 l)", 1000},
+};
+
+static int cmp_d(const void *a, const void *b) { return cmp_double(a, b); }
+
+static double median(double *x, int n) {
+    qsort(x, (size_t)n, sizeof *x, cmp_d);
+    return n ? x[n / 2] : 0;
+}
+
+/* 1,000 product names, entry 693 the case's text */
+static char **product_list(int n) {
+    static const char *const what[] = {"stainless steel kettle", "cotton t-shirt", "oak dining table", "usb-c cable",
+                                       "ceramic mug", "wool scarf", "desk lamp", "hiking boots"};
+    char **l = malloc((size_t)n * sizeof *l);
+    for (int i = 0; l && i < n; i++) {
+        char b[96];
+        snprintf(b, sizeof b, "Product %04d: %s (%d.%d l)", i, what[(i * 5) % 8], 1 + i % 3, (i * 7) % 10);
+        l[i] = strdup(b);
+    }
+    return l;
+}
+
+int main(int argc, char **argv) {
+    const char *dir = NULL;
+    int reps = 5;
+    const char *only = NULL; /* --case: the cases whose name holds it */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) dir = argv[++i];
+        else if (!strcmp(argv[i], "--case") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else dir = NULL, i = argc;
+    }
+    if (!dir || reps < 1) { fprintf(stderr, "usage: bench_guided --model DIR [--reps N] [--case SUBSTR]\n"); return 2; }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    dsv4_model *m = NULL;
+    dsv4_tokenizer *tok = NULL;
+    dsv4_err err = {0};
+    if (dsv4_model_open(dir, &m, &err) || dsv4_tokenizer_load(path, &tok, &err)) {
+        fprintf(stderr, "bench_guided: %s\n", err.msg);
+        return 1;
+    }
+    const int V = dsv4_model_get_info(m).vocab_size;
+    json_vocab *jv = json_vocab_build(tok);
+    float *row = malloc((size_t)V * sizeof *row);
+    uint64_t *bits = jv ? malloc((size_t)jv->words * sizeof *bits) : NULL;
+    char **products = product_list(1000);
+    rx_walk w;
+    if (!jv || !row || !bits || !products || rx_walk_init(&w, jv)) { fprintf(stderr, "bench_guided: out of memory\n"); return 1; }
+    uint64_t rs = 7;
+    for (int v = 0; v < V; v++) row[v] = bench_urand(&rs);
+    for (size_t c = 0; c < sizeof CASES / sizeof *CASES; c++) {
+        const gcase *k = &CASES[c];
+        if (only && !strstr(k->name, only)) continue;
+        char why[256];
+        rx_guide *g = NULL;
+        double t0 = now_s();
+        const int rc = k->regex ? rx_guide_regex(k->regex, strlen(k->regex), &g, why, sizeof why)
+                                : rx_guide_choice((const char *const *)products, k->choices, &g, why, sizeof why);
+        const double compile_ms = (now_s() - t0) * 1e3;
+        dsv4_tok_ids ids = {0};
+        if (rc || dsv4_tokenize(tok, k->text, strlen(k->text), &ids, &err)) {
+            fprintf(stderr, "bench_guided: %s: %s\n", k->name, rc ? why : err.msg);
+            return 1;
+        }
+        const int n = (int)ids.n;
+        double *tc = malloc(sizeof *tc * (size_t)n), *tw = malloc(sizeof *tw * (size_t)n), *tf = malloc(sizeof *tf * (size_t)n),
+               *tg = malloc(sizeof *tg * (size_t)n), *best = malloc(sizeof *best * (size_t)n);
+        double *rc_ = malloc(sizeof *rc_ * (size_t)reps), *rw = malloc(sizeof *rw * (size_t)reps),
+               *rf = malloc(sizeof *rf * (size_t)reps), *rg = malloc(sizeof *rg * (size_t)reps);
+        long nodes = 0;
+        int allowed = 0;
+        double best_med = INFINITY;
+        for (int r = 0; r < reps; r++) {
+            rx_state st;
+            rx_state_init(g, &st);
+            nodes = 0, allowed = 0;
+            for (int i = 0; i < n; i++) {
+                w.used = 0, w.next = 0; /* cold: the walk */
+                double a = now_s();
+                nodes += rx_mask(g, jv, &w, &st, bits);
+                double b = now_s();
+                rx_mask(g, jv, &w, &st, bits);
+                tc[i] = b - a, tw[i] = now_s() - b;
+                for (int q = 0; q < jv->words; q++) allowed += __builtin_popcountll(bits[q]);
+                if (!(bits[ids.ids[i] >> 6] >> (ids.ids[i] & 63) & 1)) {
+                    fprintf(stderr, "bench_guided: %s: token %d (#%d) refused\n", k->name, ids.ids[i], i);
+                    return 1;
+                }
+                size_t len;
+                const char *bytes = dsv4_tok_id_bytes(tok, ids.ids[i], &len);
+                rx_state_feed(g, &st, (const uint8_t *)bytes, len);
+            }
+            dsv4_gen_params pf = {0}, pg = {.regex = k->regex, .choices = (const char *const *)products,
+                                            .n_choices = k->regex ? 0 : k->choices};
+            dsv4_gen *gf = NULL, *gg = NULL;
+            if (dsv4_gen_create(m, tok, &pf, &gf, &err) || dsv4_gen_create(m, tok, &pg, &gg, &err)) {
+                fprintf(stderr, "bench_guided: %s\n", err.msg);
+                return 1;
+            }
+            for (int i = 0; i < n; i++) {
+                const int32_t t = ids.ids[i];
+                const float keep = row[t];
+                row[t] = 20;
+                dsv4_gen_token y;
+                double a = now_s();
+                int e = dsv4_gen_next(gf, row, &y, &err);
+                double b = now_s();
+                e |= dsv4_gen_next(gg, row, &y, &err);
+                double d = now_s();
+                row[t] = keep;
+                if (e || y.token != t) { fprintf(stderr, "bench_guided: %s: gen_next (%s)\n", k->name, err.msg); return 1; }
+                tf[i] = b - a, tg[i] = d - b;
+            }
+            dsv4_gen_free(gf);
+            dsv4_gen_free(gg);
+            rc_[r] = median(tc, n), rw[r] = median(tw, n), rf[r] = median(tf, n), rg[r] = median(tg, n);
+            if (rc_[r] < best_med) best_med = rc_[r], memcpy(best, tc, sizeof *tc * (size_t)n);
+        }
+        printf("{\"bench\":\"guided_mask\",\"case\":\"%s\",\"tokens\":%d,\"reps\":%d,\"compile_ms\":%.2f,"
+               "\"allowed_ids_per_token\":%.0f,\"trie_steps_per_token\":%.0f,\"cold_us_median\":%.1f,\"cold_us_p90\":%.1f,"
+               "\"cached_us_median\":%.2f,\"gen_next_us_free\":%.1f,\"gen_next_us_guided\":%.1f}\n",
+               k->name, n, reps, compile_ms, (double)allowed / n, (double)nodes / n, median(rc_, reps) * 1e6,
+               best[(int)(0.9 * (n - 1))] * 1e6, median(rw, reps) * 1e6, median(rf, reps) * 1e6, median(rg, reps) * 1e6);
+        fflush(stdout);
+        free(tc), free(tw), free(tf), free(tg), free(best), free(rc_), free(rw), free(rf), free(rg);
+        dsv4_tok_ids_free(&ids);
+        rx_guide_free(g);
+    }
+    for (int i = 0; i < 1000; i++) free(products[i]);
+    free(products);
+    rx_walk_free(&w);
+    free(row), free(bits);
+    json_vocab_free(jv);
+    dsv4_tokenizer_free(tok);
+    dsv4_model_close(m);
+    return 0;
+}
