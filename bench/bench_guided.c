@@ -41,6 +41,36 @@ static double median(double *x, int n) {
     return n ? x[n / 2] : 0;
 }
 
+/* dsv4_gen_next token by token with gens[0] (free) and gens[1] (guided) alternated, on rows
+ * whose best id is the text's next token: the seconds of each call in t[0][i], t[1][i]; -1
+ * when a generation errs or does not draw the text's token */
+static int gen_pair(dsv4_gen *const gens[2], const int32_t *ids, int n, float *row, double *const t[2], dsv4_err *err) {
+    for (int i = 0; i < n; i++) {
+        const float keep = row[ids[i]];
+        row[ids[i]] = 20;
+        for (int k = 0; k < 2; k++) {
+            dsv4_gen_token y;
+            const double a = now_s();
+            const int e = dsv4_gen_next(gens[k], row, &y, err);
+            t[k][i] = now_s() - a;
+            if (e || y.token != ids[i]) {
+                row[ids[i]] = keep;
+                return -1;
+            }
+        }
+        row[ids[i]] = keep;
+    }
+    return 0;
+}
+
+/* the model in dir and its tokenizer (dir/tokenizer.json) */
+static int load(const char *dir, dsv4_model **m, dsv4_tokenizer **tok, dsv4_err *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    const int rc = dsv4_model_open(dir, m, err);
+    return rc ? rc : dsv4_tokenizer_load(path, tok, err);
+}
+
 /* 1,000 product names, entry 693 the case's text */
 static char **product_list(int n) {
     static const char *const what[] = {"stainless steel kettle", "cotton t-shirt", "oak dining table", "usb-c cable",
@@ -58,19 +88,19 @@ int main(int argc, char **argv) {
     const char *dir = NULL;
     int reps = 5;
     const char *only = NULL; /* --case: the cases whose name holds it */
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--model") && i + 1 < argc) dir = argv[++i];
-        else if (!strcmp(argv[i], "--case") && i + 1 < argc) only = argv[++i];
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else dir = NULL, i = argc;
+    for (int i = 1; i + 1 < argc; i += 2) { /* flag value pairs */
+        const char *f = argv[i], *v = argv[i + 1];
+        if (!strcmp(f, "--model")) dir = v;
+        else if (!strcmp(f, "--case")) only = v;
+        else if (!strcmp(f, "--reps")) reps = atoi(v);
+        else reps = 0;
     }
+    if (argc % 2 == 0) reps = 0; /* a flag without its value */
     if (!dir || reps < 1) { fprintf(stderr, "usage: bench_guided --model DIR [--reps N] [--case SUBSTR]\n"); return 2; }
-    char path[4200];
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_err err = {0};
-    if (dsv4_model_open(dir, &m, &err) || dsv4_tokenizer_load(path, &tok, &err)) {
+    if (load(dir, &m, &tok, &err)) {
         fprintf(stderr, "bench_guided: %s\n", err.msg);
         return 1;
     }
@@ -127,27 +157,15 @@ int main(int argc, char **argv) {
             }
             dsv4_gen_params pf = {0}, pg = {.regex = k->regex, .choices = (const char *const *)products,
                                             .n_choices = k->regex ? 0 : k->choices};
-            dsv4_gen *gf = NULL, *gg = NULL;
-            if (dsv4_gen_create(m, tok, &pf, &gf, &err) || dsv4_gen_create(m, tok, &pg, &gg, &err)) {
-                fprintf(stderr, "bench_guided: %s\n", err.msg);
+            dsv4_gen *gens[2] = {NULL, NULL};
+            double *times[2] = {tf, tg};
+            if (dsv4_gen_create(m, tok, &pf, &gens[0], &err) || dsv4_gen_create(m, tok, &pg, &gens[1], &err) ||
+                gen_pair(gens, ids.ids, n, row, times, &err)) {
+                fprintf(stderr, "bench_guided: %s: gen_next: %s\n", k->name, err.msg);
                 return 1;
             }
-            for (int i = 0; i < n; i++) {
-                const int32_t t = ids.ids[i];
-                const float keep = row[t];
-                row[t] = 20;
-                dsv4_gen_token y;
-                double a = now_s();
-                int e = dsv4_gen_next(gf, row, &y, &err);
-                double b = now_s();
-                e |= dsv4_gen_next(gg, row, &y, &err);
-                double d = now_s();
-                row[t] = keep;
-                if (e || y.token != t) { fprintf(stderr, "bench_guided: %s: gen_next (%s)\n", k->name, err.msg); return 1; }
-                tf[i] = b - a, tg[i] = d - b;
-            }
-            dsv4_gen_free(gf);
-            dsv4_gen_free(gg);
+            dsv4_gen_free(gens[0]);
+            dsv4_gen_free(gens[1]);
             rc_[r] = median(tc, n), rw[r] = median(tw, n), rf[r] = median(tf, n), rg[r] = median(tg, n);
             if (rc_[r] < best_med) best_med = rc_[r], memcpy(best, tc, sizeof *tc * (size_t)n);
         }
