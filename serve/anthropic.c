@@ -501,17 +501,11 @@ void srv_anthropic_messages(srv *s, const char *body, size_t len, srv_reply *out
     if (srv_force_tool_call(s, r, p.tools, p.tc, p.tc_name, p.co.thinking, msg, MSG)) goto bad;
     const cJSON *tcj = cJSON_GetObjectItemCaseSensitive(j, "tool_choice");
     const int single = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tcj, "disable_parallel_tool_use"));
-    if (p.json && p.tools && p.tc == SRV_TC_AUTO) {
-        /* JSON output and tools: the answer is the document or a tool_calls block (a
-         * required call has no text for the format to constrain: the tools alone) */
-        const int rc2 = srv_format_tools(r, p.tools, p.schema, p.co.thinking, single, msg, MSG);
-        p.schema = NULL;
-        if (rc2) goto bad;
-    }
-    if (!r->gp.tools && srv_strict_tools(r, p.tools, p.tc, p.tc_name, p.co.thinking, single, msg, MSG)) goto bad;
-    if (p.json && !p.tools) srv_req_set_json(r, p.schema, p.co.thinking);
-    else free(p.schema);
+    /* JSON output and tools: the answer is the document or a tool_calls block (a required
+     * call has no text for the format to constrain: the tools alone) */
+    const int rc2 = srv_answer_constraint(r, p.tools, NULL, p.tc, p.tc_name, p.schema, p.co.thinking, single, msg, MSG);
     p.schema = NULL;
+    if (rc2) goto bad;
     srv_job *job = srv_submit(s, r, SRV_API_MESSAGES, body, out);
     r = NULL;
     if (job) {

@@ -431,9 +431,35 @@ static int common_fields(const srv *s, const cJSON *body, srv_job *tmp, int *n, 
     return 0;
 }
 
-/* tool_choice: absent, "none", "auto", "required" or {"type": "function", "function":
- * {"name": N}}. Returns SRV_TC_* (*name set for a named choice), or -1 with a message. */
-static int tool_choice(const cJSON *c, const char **name, char *msg) {
+/* allowed_tools {"mode": "auto" | "required", "tools": [...]}: SRV_TC_AUTO or
+ * SRV_TC_REQUIRED, *list its tools (checked against the request's by allowed_subset), or -1
+ * with a message. */
+static int allowed_mode(const cJSON *at, const cJSON **list, char *msg) {
+    const cJSON *mode = cJSON_GetObjectItemCaseSensitive(at, "mode");
+    const char *m = cJSON_IsString(mode) ? mode->valuestring : "";
+    const int tc = !strcmp(m, "auto") ? SRV_TC_AUTO : !strcmp(m, "required") ? SRV_TC_REQUIRED : -1;
+    *list = cJSON_GetObjectItemCaseSensitive(at, "tools");
+    if (!cJSON_IsObject(at)) {
+        snprintf(msg, MSG, "'tool_choice.allowed_tools' must be an object {\"mode\": \"auto\" | \"required\", "
+                 "\"tools\": [...]}");
+        return -1;
+    }
+    if (tc < 0) {
+        snprintf(msg, MSG, "'tool_choice.allowed_tools.mode' must be \"auto\" or \"required\"");
+        return -1;
+    }
+    if (!cJSON_IsArray(*list) || !(*list)->child) {
+        snprintf(msg, MSG, "'tool_choice.allowed_tools.tools' must be a non-empty array");
+        return -1;
+    }
+    return tc;
+}
+
+/* tool_choice: absent, "none", "auto", "required", {"type": "function", "function":
+ * {"name": N}} or {"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}. Returns
+ * SRV_TC_* (*name set for a named choice, *allowed the list of allowed_tools), or -1 with a
+ * message. */
+static int tool_choice(const cJSON *c, const char **name, const cJSON **allowed, char *msg) {
     if (!c || cJSON_IsNull(c)) return SRV_TC_AUTO;
     if (cJSON_IsString(c)) {
         if (!strcmp(c->valuestring, "none")) return SRV_TC_NONE;
@@ -447,10 +473,87 @@ static int tool_choice(const cJSON *c, const char **name, char *msg) {
             *name = nm->valuestring;
             return SRV_TC_NAMED;
         }
+        if (cJSON_IsString(ty) && !strcmp(ty->valuestring, "allowed_tools"))
+            return allowed_mode(cJSON_GetObjectItemCaseSensitive(c, "allowed_tools"), allowed, msg);
     }
-    snprintf(msg, MSG, "'tool_choice' must be \"none\", \"auto\", \"required\" or "
-             "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    snprintf(msg, MSG, "'tool_choice' must be \"none\", \"auto\", \"required\", "
+             "{\"type\": \"function\", \"function\": {\"name\": ...}} or {\"type\": \"allowed_tools\", "
+             "\"allowed_tools\": {\"mode\": ..., \"tools\": [...]}}");
     return -1;
+}
+
+/* The tools allowed_tools' list names ({"type": "function", "function": {"name": N}} each),
+ * copied in the order of tools, into *out; NULL when that is every tool (nothing to
+ * restrict). 0, -1 with a message naming the entry at fault, or -2 out of memory. */
+static int allowed_subset(const cJSON *tools, const cJSON *list, cJSON **out, char *msg) {
+    *out = NULL;
+    if (!tools) {
+        snprintf(msg, MSG, "'tool_choice.allowed_tools' lists tools the request does not give (no 'tools')");
+        return -1;
+    }
+    const int n = cJSON_GetArraySize(tools);
+    char *pick = calloc((size_t)n, 1);
+    if (!pick) return -2;
+    int k = 0, rc = 0, n_pick = 0;
+    for (const cJSON *e = list->child; e && !rc; e = e->next, k++) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(e, "type");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(e, "function"), "name");
+        if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function") || !cJSON_IsString(nm)) {
+            snprintf(msg, MSG, "'tool_choice.allowed_tools.tools[%d]' must be {\"type\": \"function\", "
+                     "\"function\": {\"name\": ...}}", k);
+            rc = -1;
+            break;
+        }
+        int i = 0, found = 0;
+        for (const cJSON *t = tools->child; t; t = t->next, i++) {
+            const cJSON *tn = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "name");
+            if (cJSON_IsString(tn) && !strcmp(tn->valuestring, nm->valuestring)) {
+                n_pick += !pick[i];
+                pick[i] = found = 1;
+            }
+        }
+        if (!found) {
+            snprintf(msg, MSG, "'tool_choice.allowed_tools.tools[%d]': '%.200s' is not one of the tools", k,
+                     nm->valuestring);
+            rc = -1;
+        }
+    }
+    if (!rc && n_pick < n) {
+        int i = 0;
+        *out = cJSON_CreateArray();
+        for (const cJSON *t = tools->child; *out && t; t = t->next, i++) {
+            cJSON *d = pick[i] ? cJSON_Duplicate(t, 1) : NULL;
+            if (pick[i] && !cJSON_AddItemToArray(*out, d)) {
+                cJSON_Delete(d);
+                cJSON_Delete(*out);
+                *out = NULL;
+            }
+        }
+        if (!*out) rc = -2;
+    }
+    free(pick);
+    return rc;
+}
+
+int srv_answer_constraint(srv_req *r, const cJSON *tools, const cJSON *allowed, int tc, const char *name, char *schema,
+                          int thinking, int single, char *msg, size_t n) {
+    int rc;
+    if (schema && tools && tc == SRV_TC_AUTO) {
+        rc = srv_callable_tools(r, allowed ? allowed : tools, DSV4_TOOLS_AUTO, schema, thinking, single, msg, n);
+        schema = NULL;
+    } else if (allowed) {
+        rc = srv_callable_tools(r, allowed, tc == SRV_TC_REQUIRED ? DSV4_TOOLS_REQUIRED : DSV4_TOOLS_AUTO, NULL,
+                                thinking, single, msg, n);
+    } else {
+        rc = srv_strict_tools(r, tools, tc, name, thinking, single, msg, n);
+    }
+    /* a required or named call has no text for the format to constrain: the tools alone */
+    if (!rc && schema && !tools) {
+        srv_req_set_json(r, schema, thinking);
+        schema = NULL;
+    }
+    free(schema);
+    return rc;
 }
 
 /* A chat request's prompt as /v1/chat/completions renders it (messages, tools after
@@ -475,21 +578,21 @@ int srv_openai_chat_prompt(srv *s, const cJSON *j, srv_chat *c, char *msg) {
         snprintf(msg, MSG, "'tools' must be an array");
         return 400;
     }
-    c->tc = tool_choice(cJSON_GetObjectItemCaseSensitive(j, "tool_choice"), &c->tc_name, msg);
+    const cJSON *allowed = NULL;
+    c->tc = tool_choice(cJSON_GetObjectItemCaseSensitive(j, "tool_choice"), &c->tc_name, &allowed, msg);
     if (c->tc < 0) return 400;
     if (!cJSON_IsArray(tools) || !tools->child || c->tc == SRV_TC_NONE) tools = NULL;
     c->tools = tools;
+    /* allowed_tools: every tool stays in the prompt (as OpenAI keeps it, for the prompt
+     * cache), the calls are restricted (srv_answer_constraint) */
+    const int ac = allowed ? allowed_subset(tools, allowed, &c->allowed, msg) : 0;
+    if (ac == -2) snprintf(msg, MSG, "out of memory");
+    if (ac) return ac == -2 ? 500 : 400;
     if (srv_chat_thinking(j, &c->co, msg)) return 400;
     const cJSON *shown = NULL;
+    /* with tools the answer is the document or a tool call (srv_answer_constraint) */
     c->json = srv_json_format(j, SRV_API_CHAT, &c->schema, &shown, msg, MSG);
     if (c->json < 0) return 400;
-    if (c->json && tools) {
-        /* a tool call is not a value of the schema: constraining only the content would
-         * still let the model answer outside it, so refuse rather than half apply it */
-        snprintf(msg, MSG, "'response_format' together with 'tools' is not supported (drop the "
-                 "tools or set 'tool_choice' to \"none\")");
-        return 400;
-    }
     if (c->json && !(fmsgs = srv_messages_with_format(messages, shown))) {
         snprintf(msg, MSG, "out of memory");
         return 500;
@@ -508,6 +611,15 @@ void srv_chat_free(srv_chat *c) {
     dsv4_tok_ids_free(&c->ids);
     free(c->schema);
     c->schema = NULL;
+    cJSON_Delete(c->allowed);
+    c->allowed = NULL;
+}
+
+/* A 400 in OpenAI's shape naming the field at fault (param; NULL: none). */
+static void bad_field(srv_reply *out, const char *param, const char *msg) {
+    out->status = 400;
+    srv_buf_free(&out->body);
+    srv_openai_error_code(&out->body, "invalid_request_error", param, NULL, msg);
 }
 
 /* srv_chat_submit_rendered of n choices (srv_submit_n). */
@@ -518,12 +630,14 @@ static srv_job *chat_submit_rendered(srv *s, const cJSON *j, srv_chat *c, int ap
     srv_req *r = srv_req_new(c->ids.ids, (int)c->ids.n);
     if (!r) { srv_reply_error(out, api, 500, "out of memory"); return NULL; }
     if (srv_parse_sampling(s, j, r, "stop", msg, MSG)) goto bad;
-    if (srv_force_tool_call(s, r, c->tools, c->tc, c->tc_name, c->co.thinking, msg, MSG)) goto bad;
+    if (srv_force_tool_call(s, r, c->allowed ? c->allowed : c->tools, c->tc, c->tc_name, c->co.thinking, msg, MSG))
+        goto bad;
     int parallel = 1;
     if (srv_opt_bool(j, "parallel_tool_calls", &parallel, msg, MSG) < 0) goto bad;
-    if (srv_strict_tools(r, c->tools, c->tc, c->tc_name, c->co.thinking, !parallel, msg, MSG)) goto bad;
-    if (c->json) srv_req_set_json(r, c->schema, c->co.thinking);
+    char *schema = c->schema;
     c->schema = NULL;
+    if (srv_answer_constraint(r, c->tools, c->allowed, c->tc, c->tc_name, schema, c->co.thinking, !parallel, msg, MSG))
+        goto bad;
     if (srv_guided(r, j, c->json, c->tools != NULL, c->co.thinking, msg, MSG)) goto bad;
     r->gp.sample.n_logprobs = n_logprobs;
     job = srv_submit_n(s, r, n, api, body, out);
@@ -552,17 +666,21 @@ srv_job *srv_chat_submit(srv *s, const cJSON *j, int api, const char *body, int 
     srv_chat c = {0};
     srv_job *job = NULL;
     const int rc = srv_openai_chat_prompt(s, j, &c, msg);
-    if (rc) srv_reply_error(out, api, rc == 500 ? 500 : 400, msg);
-    else job = chat_submit_rendered(s, j, &c, api, body, n_logprobs, n, out);
+    /* tool_choice's 400s name the part at fault (the quoted path that begins them) */
+    char param[64];
+    const int named = rc == 400 && api == SRV_API_CHAT && !strncmp(msg, "'tool_choice", 12);
+    const size_t k = named ? strcspn(msg + 1, "'") : sizeof param;
+    if (k < sizeof param) {
+        memcpy(param, msg + 1, k);
+        param[k] = 0;
+        bad_field(out, param, msg);
+    } else if (rc) {
+        srv_reply_error(out, api, rc == 500 ? 500 : 400, msg);
+    } else {
+        job = chat_submit_rendered(s, j, &c, api, body, n_logprobs, n, out);
+    }
     srv_chat_free(&c);
     return job;
-}
-
-/* A 400 in OpenAI's shape naming the field at fault (param; NULL: none). */
-static void bad_field(srv_reply *out, const char *param, const char *msg) {
-    out->status = 400;
-    srv_buf_free(&out->body);
-    srv_openai_error_code(&out->body, "invalid_request_error", param, NULL, msg);
 }
 
 void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {

@@ -633,6 +633,42 @@ static int chat_tools(const cJSON *tools, cJSON *chat, char *msg) {
     return 0;
 }
 
+/* {"type": "allowed_tools", "mode", "tools": [{"type": "function", "name": N}]} as the
+ * chat's {"type": "allowed_tools", "allowed_tools": {"mode", "tools": [{"type": "function",
+ * "function": {"name": N}}]}} (the chat path checks the mode, and the names against the
+ * tools; its messages come back in these terms: kTerms) into o. */
+static int chat_allowed_tools(const cJSON *tc, cJSON *o, char *msg) {
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(tc, "tools");
+    const cJSON *mode = cJSON_GetObjectItemCaseSensitive(tc, "mode");
+    cJSON *at = cJSON_AddObjectToObject(o, "allowed_tools");
+    cJSON *out = at ? cJSON_AddArrayToObject(at, "tools") : NULL;
+    if (!out || (mode && !cJSON_AddItemToObject(at, "mode", cJSON_Duplicate(mode, 0)))) {
+        snprintf(msg, MSG, "out of memory");
+        return -1;
+    }
+    if (!cJSON_IsArray(list)) {
+        snprintf(msg, MSG, "'tool_choice.tools' must be an array of {\"type\": \"function\", \"name\": ...}");
+        return -1;
+    }
+    int k = 0;
+    for (const cJSON *e = list->child; e; e = e->next, k++) {
+        const char *ty = str_field(e, "type"), *name = str_field(e, "name");
+        if (!ty || strcmp(ty, "function") || !name) {
+            snprintf(msg, MSG, "'tool_choice.tools[%d]' must be {\"type\": \"function\", \"name\": ...} (only "
+                     "function tools are served)", k);
+            return -1;
+        }
+        cJSON *x = cJSON_CreateObject();
+        cJSON *fn = x && cJSON_AddStringToObject(x, "type", "function") ? cJSON_AddObjectToObject(x, "function") : NULL;
+        if (!fn || !cJSON_AddStringToObject(fn, "name", name) || !cJSON_AddItemToArray(out, x)) {
+            cJSON_Delete(x);
+            snprintf(msg, MSG, "out of memory");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int chat_tool_choice(const cJSON *tc, cJSON *chat, char *msg) {
     if (!tc || cJSON_IsNull(tc)) return 0;
     if (cJSON_IsString(tc)) {
@@ -640,9 +676,18 @@ static int chat_tool_choice(const cJSON *tc, cJSON *chat, char *msg) {
         return 0;  /* the chat endpoint checks the word */
     }
     const char *ty = str_field(tc, "type"), *name = str_field(tc, "name");
+    if (ty && !strcmp(ty, "allowed_tools")) {
+        cJSON *o = cJSON_AddObjectToObject(chat, "tool_choice");
+        if (!o || !cJSON_AddStringToObject(o, "type", "allowed_tools")) {
+            snprintf(msg, MSG, "out of memory");
+            return -1;
+        }
+        return chat_allowed_tools(tc, o, msg);
+    }
     if (!ty || strcmp(ty, "function") || !name) {
-        snprintf(msg, MSG, "'tool_choice' must be \"none\", \"auto\", \"required\" or "
-                 "{\"type\": \"function\", \"name\": ...}");
+        snprintf(msg, MSG, "'tool_choice' must be \"none\", \"auto\", \"required\", "
+                 "{\"type\": \"function\", \"name\": ...} or {\"type\": \"allowed_tools\", \"mode\": ..., "
+                 "\"tools\": [...]}");
         return -1;
     }
     cJSON *o = cJSON_AddObjectToObject(chat, "tool_choice");
@@ -963,6 +1008,8 @@ static const char *const kTerms[][2] = {
     {"'response_format.json_schema.strict'", "'text.format.strict'"},
     {"'response_format.json_schema'", "'text.format'"},
     {"'response_format'", "'text.format'"},
+    {"'tool_choice.allowed_tools.", "'tool_choice."},
+    {"'tool_choice.allowed_tools'", "'tool_choice'"},
     {"'max_tokens'", "'max_output_tokens'"},
     {"'messages'", "'input'"},
 };

@@ -137,6 +137,8 @@ typedef struct srv_chat {
     const cJSON *tools;   /* in the request; NULL when none or tool_choice "none" */
     int tc;               /* SRV_TC_* */
     const char *tc_name;  /* in the request's JSON */
+    cJSON *allowed;       /* allowed_tools: a copy of the tools the answer may call (fewer
+                           * than tools), or NULL: every one */
     int json;             /* structured output */
     char *schema;         /* its schema's text (malloc'ed) */
 } srv_chat;
@@ -176,11 +178,20 @@ void srv_req_set_tools(srv_req *r, char *tools, int mode, int single, int after_
  * cannot enforce: 400). */
 int srv_strict_tools(srv_req *r, const cJSON *tools, int tc, const char *name, int thinking, int single,
                      char *msg, size_t n);
-/* JSON output beside tools the model may call (tool_choice auto): the answer is either the
- * document, a value of schema (taken), or a tool_calls block, every tool's (the strict
- * ones' arguments by their schemas, the others' free). 0, or -1 with a message (a tool
- * the block cannot carry, a strict one the constraint cannot enforce: 400). */
-int srv_format_tools(srv_req *r, const cJSON *tools, char *schema, int thinking, int single, char *msg, size_t n);
+/* The calls of tools (strict ones' arguments by their schemas, the others' free; no other
+ * tool) as r's constraint in mode DSV4_TOOLS_*: allowed_tools' subset, or beside a JSON
+ * document (schema: taken, or NULL; DSV4_TOOLS_AUTO only): the answer is then either the
+ * document, a value of schema, or a tool_calls block. 0, or -1 with a message (a tool the
+ * block cannot carry, a strict one the constraint cannot enforce: 400). */
+int srv_callable_tools(srv_req *r, const cJSON *tools, int mode, char *schema, int thinking, int single, char *msg,
+                       size_t n);
+/* The answer's constraint once tool_choice's forced opening is set (srv_force_tool_call):
+ * a format (schema, taken; NULL: none) beside tools with tool_choice auto: the document or
+ * a call of the callable tools; allowed (allowed_tools' subset of tools, NULL: every tool):
+ * calls of those alone, strict or not; else the strict tools' (srv_strict_tools), and a
+ * format without tools the document. 0, or -1 with a message (400). */
+int srv_answer_constraint(srv_req *r, const cJSON *tools, const cJSON *allowed, int tc, const char *name, char *schema,
+                          int thinking, int single, char *msg, size_t n);
 /* Creates the job for r (taking the HTTP side's reference), applies the test script
  * (matched against the request body) and submits it; on failure out gets the error. */
 srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *out);

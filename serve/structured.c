@@ -170,15 +170,16 @@ int srv_strict_tools(srv_req *r, const cJSON *tools, int tc, const char *name, i
     return 0;
 }
 
-int srv_format_tools(srv_req *r, const cJSON *tools, char *schema, int thinking, int single, char *msg, size_t n) {
+int srv_callable_tools(srv_req *r, const cJSON *tools, int mode, char *schema, int thinking, int single, char *msg,
+                       size_t n) {
     char *text = NULL;
     int strict = 0;
     if (tools_text(tools, &text, &strict, msg, n)) {
         free(schema);
         return -1;
     }
-    srv_req_set_tools(r, text, DSV4_TOOLS_AUTO, single, thinking);
-    srv_req_set_json(r, schema, thinking);
+    srv_req_set_tools(r, text, mode, single, thinking);
+    if (schema) srv_req_set_json(r, schema, thinking);
     return 0;
 }
 

@@ -524,8 +524,6 @@ run('server_responses', async () => {
       /^'text\.format\.strict' must be a boolean/, 'text.format.strict'],
     [{ model, input: 'x', text: { format: { type: 'json_schema', name: 'n', schema: { not: {} } } } },
       /^'text\.format\.schema': /, 'text.format.schema'],
-    [{ model, input: 'x', tools: [WEATHER], text: { format: { type: 'json_object' } } }, /^'text\.format' together with 'tools'/,
-      'text.format'],
     // (text.format's system message goes in front unless the first message is one)
     [{ model, text: { format: { type: 'json_object' } }, input: [{ role: 'user', content: 'x' },
       { role: 'developer', content: '' }, { role: 'user', content: 'y' }] }, /^input\[1\]: a developer message/, 'input[1]'],
