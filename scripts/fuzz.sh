@@ -7,7 +7,8 @@
 # trips on the loaded tokenizer), fuzz_chat (the chat encoder, the conversation object and the
 # DSML parser), fuzz_json_schema (structured output's schema compiler, matcher and vocabulary
 # mask), fuzz_json_mask (that mask's fast paths against its definition at every step of a
-# token sequence); with ../shared also fuzz_tokenizer (any text through DeepSeek's own tokenizer) and
+# token sequence), fuzz_tool_mask (the strict tools' mask against its whole walk, the same
+# way, over fuzzed tools lists and a JSON document beside them); with ../shared also fuzz_tokenizer (any text through DeepSeek's own tokenizer) and
 # fuzz_serve (the server's request bodies through every endpoint's handler, and the answers'
 # JSON and SSE with the streamed tool-call parser).
 # Built straight from the few sources they need, so no CMake configure is involved.
