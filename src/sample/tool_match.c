@@ -684,10 +684,13 @@ static long mask_k0(const tm_tools *t, const json_vocab *v, tm_walk *w, const tm
      * are (no escape in a string="true" value, no closing tag begun), so json_part serves
      * it, but for a JSON value's whitespace rule: it refuses a ' ' after whitespace between
      * tokens, which in a neutral id without "  " can only be its first byte after st's
-     * (st->ws, st->js not in a string's text). The ids with "  " are stepped. */
+     * (st->ws). The ids with "  " are stepped. st->ws alone decides: it is set by a space
+     * that no reading took as text (value_step: in_text was false before it), and a reading
+     * enters text only by a '"' or a literal's whitespace, which in_text would have seen
+     * then, so in_text is false after it too; a pending tag's flushed state has ws 0. */
     long steps = json_part(t, v, w, val_schema(t, st), st, bits, tok);
     if (st->is_str) return steps;
-    if (st->ws && !in_text(t, st))
+    if (st->ws)
         for (int i = 0; i < v->words; i++) bits[i] &= ~w->space[i];
     return steps + step_ids(t, w, w->dbl, w->n_dbl, bits, tok);
 }
