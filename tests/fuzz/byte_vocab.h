@@ -6,6 +6,7 @@
 #ifndef DSV4_TESTS_FUZZ_BYTE_VOCAB_H
 #define DSV4_TESTS_FUZZ_BYTE_VOCAB_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,16 @@ static dsv4_tokenizer *byte_vocab_tokenizer(const char *const *pieces, int n, in
     free(text);
     cJSON_Delete(t);
     return tok;
+}
+
+/* "label (n bytes): "..."" on stderr, the bytes outside printable ASCII (and '"', '\\') as \xHH:
+ * what a differential target prints of the input that broke it */
+static inline void byte_vocab_show(const char *label, const uint8_t *b, size_t n) {
+    fprintf(stderr, "%s (%zu bytes): \"", label, n);
+    for (size_t i = 0; i < n; i++)
+        if (b[i] >= 0x20 && b[i] < 0x7F && b[i] != '"' && b[i] != '\\') fputc(b[i], stderr);
+        else fprintf(stderr, "\\x%02x", b[i]);
+    fprintf(stderr, "\"\n");
 }
 
 #endif

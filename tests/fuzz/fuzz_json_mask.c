@@ -140,14 +140,6 @@ static int32_t follow(const uint64_t *bits, const uint8_t *t, size_t n) {
     return best;
 }
 
-static void put_escaped(const char *label, const uint8_t *b, size_t n) {
-    fprintf(stderr, "%s (%zu bytes): \"", label, n);
-    for (size_t i = 0; i < n; i++)
-        if (b[i] >= 0x20 && b[i] < 0x7F && b[i] != '"' && b[i] != '\\') fputc(b[i], stderr);
-        else fprintf(stderr, "\\x%02x", b[i]);
-    fprintf(stderr, "\"\n");
-}
-
 /* the masks differ: the schema, the state (the bytes that led to it) and the first id */
 static void differ(const uint8_t *schema, size_t slen, const uint8_t *text, size_t tlen, int step,
                    const uint64_t *fast, const uint64_t *ref) {
@@ -155,13 +147,13 @@ static void differ(const uint8_t *schema, size_t slen, const uint8_t *text, size
     for (int v = 0; v < jv->V; v++)
         if (on(fast, v) != on(ref, v)) n += 1, first = first < 0 ? v : first;
     fprintf(stderr, "fuzz_json_mask: step %d: json_mask differs from the reference in %d ids\n", step, n);
-    put_escaped("schema", schema, slen);
-    put_escaped("state after", text, tlen);
+    byte_vocab_show("schema", schema, slen);
+    byte_vocab_show("state after", text, tlen);
     size_t len = 0;
     const char *b = dsv4_tok_id_bytes(tok, first, &len);
     fprintf(stderr, "id %d, fast %s, reference %s; ", first, on(fast, first) ? "allows" : "refuses",
             on(ref, first) ? "allows" : "refuses");
-    put_escaped("its bytes", (const uint8_t *)b, b ? len : 0);
+    byte_vocab_show("its bytes", (const uint8_t *)b, b ? len : 0);
     abort();
 }
 
@@ -196,8 +188,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (memcmp(fast, ref, words * sizeof *fast)) differ(data, slen, text, tlen, step, fast, ref);
         if (!any_on(ref) && !json_state_accepting(s, a)) {
             fprintf(stderr, "fuzz_json_mask: step %d: alive, not complete, and no id allowed\n", step);
-            put_escaped("schema", data, slen);
-            put_escaped("state after", text, tlen);
+            byte_vocab_show("schema", data, slen);
+            byte_vocab_show("state after", text, tlen);
             abort();
         }
         if (at == n_steer || step == MAX_STEPS || work > WORK) break;

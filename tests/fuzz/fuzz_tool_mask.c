@@ -113,14 +113,6 @@ static void setup(void) {
     }
 }
 
-static void show(const char *label, const uint8_t *b, size_t n) {
-    fprintf(stderr, "%s (%zu bytes): \"", label, n);
-    for (size_t i = 0; i < n; i++)
-        if (b[i] >= 0x20 && b[i] < 0x7F && b[i] != '"' && b[i] != '\\') fputc(b[i], stderr);
-        else fprintf(stderr, "\\x%02x", b[i]);
-    fprintf(stderr, "\"\n");
-}
-
 /* the allowed ids (with bytes) into cand; their count */
 static int allowed(const uint64_t *bits) {
     int n = 0;
@@ -198,17 +190,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if ((fast[v >> 6] ^ ref[v >> 6]) >> (v & 63) & 1) n++, first = first < 0 ? v : first;
             fprintf(stderr, "fuzz_tool_mask: step %d: tm_mask differs from tm_mask_walk in %d ids (flags %d)\n",
                     step, n, flags);
-            show("tools", tools, (size_t)(nul - tools));
-            show("state after", text, tlen);
+            byte_vocab_show("tools", tools, (size_t)(nul - tools));
+            byte_vocab_show("state after", text, tlen);
             fprintf(stderr, "id %d, fast %s; ", first, fast[first >> 6] >> (first & 63) & 1 ? "allows" : "refuses");
-            show("its bytes", tok_bytes[first], (size_t)tok_len[first]);
+            byte_vocab_show("its bytes", tok_bytes[first], (size_t)tok_len[first]);
             abort();
         }
         const int n = allowed(ref);
         if (!n && !tm_state_accepting(t, &st[cur])) {
             fprintf(stderr, "fuzz_tool_mask: step %d: alive, not complete, and no id allowed\n", step);
-            show("tools", tools, (size_t)(nul - tools));
-            show("state after", text, tlen);
+            byte_vocab_show("tools", tools, (size_t)(nul - tools));
+            byte_vocab_show("state after", text, tlen);
             abort();
         }
         if (step == MAX_STEPS || work > WORK) break;
