@@ -58,6 +58,9 @@ typedef struct dsv4_server_opts {
     int fp4_layout;            /* dsv4_engine_opts.fp4_layout */
     uint64_t cache_bytes;      /* pool budget; 0 = enough for max_seqs x max_context */
     int max_queue;             /* requests waiting beyond max_seqs; 0 = 256 */
+    int priority_sched;        /* 1: requests' `priority` (lower first, vLLM's convention)
+                                * orders admission and picks whom a preemption takes; 0 =
+                                * first come, first served (a priority other than 0 is a 400) */
     size_t max_body;           /* request body limit in bytes; 0 = 8 MiB */
     int max_connections;       /* 0 = 512 */
     int mtp;                   /* MTP speculative decoding: 1 on, -1 off, 0 = on when the

@@ -160,11 +160,29 @@ static int parse_bench(srv *s, const cJSON *body, srv_req *r, char *msg, size_t 
     return parse_stop_ids(s, body, r, msg, n);
 }
 
+/* `priority` (vLLM's: an integer, lower is admitted first, default 0): only with
+ * --scheduling-policy priority; first come, first served refuses any other value, as vLLM
+ * does, rather than ignore what the client asked for. */
+static int parse_priority(const srv *s, const cJSON *body, srv_req *r, char *msg, size_t n) {
+    double x;
+    const int k = srv_opt_num(body, "priority", -2147483647.0, 2147483647.0, &x, msg, n);
+    if (k <= 0) return k;
+    if (!is_int(x)) { snprintf(msg, n, "'priority' must be an integer"); return -1; }
+    if (x != 0 && !s->o.priority_sched) {
+        snprintf(msg, n, "'priority' is %.0f but this server schedules first come, first served: "
+                 "only 0 is accepted (start it with --scheduling-policy priority)", x);
+        return -1;
+    }
+    r->priority = (int)x;
+    return 0;
+}
+
 int srv_parse_sampling(srv *s, const cJSON *body, srv_req *r, const char *stop_key, char *msg,
                        size_t n) {
     dsv4_sample_params *p = &r->gp.sample;
     double x;
     int k;
+    if (parse_priority(s, body, r, msg, n)) return -1;
     p->temperature = 1.0f;  /* the OpenAI and Anthropic default */
     if ((k = srv_opt_num(body, "temperature", 0, 2, &x, msg, n)) < 0) return -1;
     if (k) p->temperature = (float)x;

@@ -6,7 +6,7 @@
  *   n_tools (-1: none) tools[n] tools_mode tools_single n_regex (-1: none) regex[n]
  *   n_choices {len bytes}[n_choices] n_stop_ids stop_ids[n] ignore_eos min_tokens
  *   include_stop_str skip_special lead(i64: choice 0's id for choices
- *   1..n-1 of n > 1, sent in the same message before them; -1: none)
+ *   1..n-1 of n > 1, sent in the same message before them; -1: none) priority
  * News of a request: id(i64) n_cached (-1: not admitted yet) n_items
  *   {EV token sample(dsv4_sample_out) len text[len] | TXT len text[len]}[n_items]
  *   end (SRV_END_*, 0: runs on) [finish stop_index len errmsg[len]]
@@ -87,6 +87,7 @@ void srv_wire_put_req(srv_buf *b, const srv_req *r) {
     srv_wr_i32(b, r->gp.include_stop_str);
     srv_wr_i32(b, r->gp.skip_special);
     srv_wr_i64(b, r->lead ? r->lead->id : -1);
+    srv_wr_i32(b, r->priority);
 }
 
 srv_req *srv_wire_get_req(srv_rd *rd, int64_t *lead) {
@@ -168,6 +169,7 @@ srv_req *srv_wire_get_req(srv_rd *rd, int64_t *lead) {
     r->gp.skip_special = srv_rd_i32(rd);
     *lead = srv_rd_i64(rd);
     if (*lead < -1 || *lead >= id) rd->bad = 1;  /* choice 0 came first */
+    r->priority = srv_rd_i32(rd);
     if (rd->bad || oom) {
         srv_req_release(r);
         srv_req_release(r);

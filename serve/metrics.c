@@ -63,6 +63,15 @@ void srv_metrics_load(srv_metrics *m, int64_t queued, int64_t running, dsv4_cach
     pthread_mutex_unlock(&m->mu);
 }
 
+void srv_metrics_queue_prio(srv_metrics *m, const int *prio, const int64_t *n, int k, int64_t rest) {
+    pthread_mutex_lock(&m->mu);
+    m->n_prio = k;
+    memcpy(m->prio, prio, (size_t)k * sizeof *prio);
+    memcpy(m->prio_n, n, (size_t)k * sizeof *n);
+    m->prio_rest = rest;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void srv_metrics_tokens(srv_metrics *m, int64_t prompt, int64_t gen) {
     pthread_mutex_lock(&m->mu);
     m->prompt_tokens += (uint64_t)prompt;
@@ -254,6 +263,14 @@ char *srv_metrics_render(srv_metrics *m) {
         (unsigned long long)m->gen_tokens);
     srv_buf_printf(&b, "# HELP dsv4_queue_depth requests waiting for a sequence\n"
             "# TYPE dsv4_queue_depth gauge\ndsv4_queue_depth %lld\n", (long long)m->queue_depth);
+    srv_buf_puts(&b, "# HELP dsv4_queue_depth_by_priority requests waiting for a sequence by their "
+                 "priority (the first 8 priorities in admission order; \"rest\": those after them)\n"
+                 "# TYPE dsv4_queue_depth_by_priority gauge\n");
+    for (int i = 0; i < m->n_prio; i++)
+        srv_buf_printf(&b, "dsv4_queue_depth_by_priority{priority=\"%d\"} %lld\n", m->prio[i],
+                       (long long)m->prio_n[i]);
+    if (m->prio_rest) srv_buf_printf(&b, "dsv4_queue_depth_by_priority{priority=\"rest\"} %lld\n",
+                                     (long long)m->prio_rest);
     srv_buf_printf(&b, "# HELP dsv4_running_sequences sequences in the engine\n"
             "# TYPE dsv4_running_sequences gauge\ndsv4_running_sequences %lld\n",
         (long long)m->running);

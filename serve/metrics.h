@@ -23,6 +23,7 @@ typedef struct srv_hist {
 /* One rank's load and cumulative counters under data-parallel attention (dp.h): rank 0
  * fills its own and takes the others' from their step reports. */
 #define SRV_MAX_RANKS 64
+#define SRV_PRIO_SHOWN 8  /* distinct priorities /metrics lists the queue by */
 typedef struct srv_rank_load {
     int64_t requests;               /* requests placed on it since the start */
     int64_t running, waiting;       /* its requests holding a sequence / queued there */
@@ -51,6 +52,11 @@ typedef struct srv_metrics {
     uint64_t steps, step_rows, decode_rows;
     uint64_t steps_by_decode_rows[SRV_ROWS_BUCKETS + 1];  /* decode rows 1, 2, 3-4, 5-8, ... */
     int64_t queue_depth, running;
+    /* the waiting requests by priority (--scheduling-policy priority): the first
+     * SRV_PRIO_SHOWN distinct priorities in admission order, the rest in prio_rest */
+    int n_prio;
+    int prio[SRV_PRIO_SHOWN];
+    int64_t prio_n[SRV_PRIO_SHOWN], prio_rest;
     dsv4_cache_stats cache;
     srv_hist ttft, itl;             /* seconds */
     srv_hist step_time;             /* seconds per engine step, all phases */
@@ -76,6 +82,9 @@ void srv_metrics_request(srv_metrics *m, int http_status);
 void srv_metrics_step(srv_metrics *m, const srv_step_times *t);
 /* The gauges: requests waiting and running, cache pages. */
 void srv_metrics_load(srv_metrics *m, int64_t queued, int64_t running, dsv4_cache_stats cache);
+/* The waiting requests by priority: k distinct priorities (k <= SRV_PRIO_SHOWN) and their
+ * counts, and the count of those beyond them. */
+void srv_metrics_queue_prio(srv_metrics *m, const int *prio, const int64_t *n, int k, int64_t rest);
 void srv_metrics_tokens(srv_metrics *m, int64_t prompt, int64_t gen);
 void srv_metrics_latency(srv_metrics *m, double ttft, double itl);  /* < 0: skip that one */
 void srv_metrics_event(srv_metrics *m, int cancelled, int preempted);

@@ -101,6 +101,7 @@ srv_req *srv_req_clone(const srv_req *r) {
         else oom = 1;
         c->n_prefix = r->n_prefix;
     }
+    c->priority = r->priority;
     c->forced = r->forced;  /* the server's script, not owned */
     c->n_forced = r->n_forced;
     c->forced_error = r->forced_error;  /* the script's too */

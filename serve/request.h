@@ -53,6 +53,8 @@ struct srv_req {
                                      * instead of EOS (one process only: not on the DP wire) */
     int32_t *forced_own;            /* the copy `forced` points at on a follower rank (owned) */
     double t_arrival;               /* seconds, monotonic */
+    int priority;                   /* --scheduling-policy priority: lower is admitted first
+                                     * and preempted last (0 under fcfs) */
     int home;                       /* the rank whose scheduler runs it (dp.h); 0 = this one */
     uint64_t place_key;             /* rank 0 under dp: the chain key of the prefix its home
                                      * rank's cache keeps of its prompt (srv_pcache_keys' last

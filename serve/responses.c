@@ -973,7 +973,8 @@ static cJSON *conversation(srv *s, const cJSON *j, int *n_prev, int *status, cha
  * NULL with a message. */
 static cJSON *chat_request(srv *s, const cJSON *j, const cJSON *conv, int n_prev, int *src, char *msg) {
     static const char *const sampling[] = {"temperature", "top_p", "top_k", "min_p", "seed",
-                                           "presence_penalty", "frequency_penalty", "repetition_penalty"};
+                                           "presence_penalty", "frequency_penalty", "repetition_penalty",
+                                           "priority"};
     cJSON *chat = cJSON_CreateObject();
     double mo = 0;
     int k;

@@ -19,10 +19,17 @@ enum { SNAP_NONE = 0, SNAP_PROMPT, SNAP_CONV };
 
 /* ---- lists ------------------------------------------------------------------------------ */
 
-/* Inserts r into list (n entries, room for one more) keeping ids ascending. */
+/* 1 when a goes after b: a lower priority (a larger number; all 0 first come, first served),
+ * then a later arrival. The waiting list is admitted, and the running list's prefill chunks
+ * planned, in this order; a preemption takes from its end. */
+static int after(const srv_req *a, const srv_req *b) {
+    return a->priority != b->priority ? a->priority > b->priority : a->id > b->id;
+}
+
+/* Inserts r into list (n entries, room for one more) keeping the order of `after`. */
 static void list_insert(srv_req **list, int *n, srv_req *r) {
     int i = *n;
-    while (i > 0 && list[i - 1]->id > r->id) { list[i] = list[i - 1]; i--; }
+    while (i > 0 && after(list[i - 1], r)) { list[i] = list[i - 1]; i--; }
     list[i] = r;
     (*n)++;
 }
@@ -96,13 +103,16 @@ static int cancelled(srv_req *r) {
     return c;
 }
 
-/* Frees the newest running request's sequence and requeues it; its tokens are kept, so it
- * is recomputed from them when admitted again. A choice 0 waiting for pages to fork
- * (fork_wait: it adds no rows) goes last; one preempted all the same took no token yet, so
- * it computes its prompt again when readmitted and forks its choices then. */
+/* Frees the sequence of the running request of the lowest priority (the newest of those;
+ * first come, first served: the newest) and requeues it; its tokens are kept, so it is
+ * recomputed from them when admitted again. Never one of a higher priority while one of a
+ * lower runs. Among the lowest priority's, a choice 0 waiting for pages to fork (fork_wait:
+ * it adds no rows) goes last; one preempted all the same took no token yet, so it computes
+ * its prompt again when readmitted and forks its choices then. */
 static void preempt_newest(srv_sched *s) {
     int k = s->n_run - 1;
-    while (k > 0 && s->run[k]->fork_wait) k--;
+    const int low = s->run[k]->priority;  /* the list's end: the lowest priority */
+    while (k > 0 && s->run[k]->fork_wait && s->run[k - 1]->priority == low) k--;
     srv_req *r = s->run[k];
     dsv4_err err = {0};
     r->fork_wait = 0;
@@ -752,6 +762,18 @@ static int step(srv_sched *s) {
 
 static void publish_load(srv_sched *s) {
     srv_metrics_load(s->met, s->n_wait, s->n_run, dsv4_engine_cache_stats(s->e));
+    /* the waiting list is in priority order: each priority's requests are together */
+    int prio[SRV_PRIO_SHOWN], k = 0;
+    int64_t n[SRV_PRIO_SHOWN], rest = 0;
+    for (int i = 0; i < s->n_wait; i++) {
+        if (i == 0 || s->wait[i]->priority != s->wait[i - 1]->priority) {
+            if (k == SRV_PRIO_SHOWN) { rest = s->n_wait - i; break; }
+            prio[k] = s->wait[i]->priority;
+            n[k++] = 0;
+        }
+        n[k - 1]++;
+    }
+    srv_metrics_queue_prio(s->met, prio, n, k, rest);
     srv_metrics_prefix(s->met, dsv4_prefix_get_stats(s->e), srv_pcache_get_stats(s->pc));
 }
 

@@ -1,0 +1,108 @@
+// test_priority.js — request priorities (--scheduling-policy priority, vLLM's `priority`:
+// lower first, ties in arrival order).
+// 1. First come, first served (the default) refuses a priority other than 0 with a 400 that
+//    names it, on every endpoint that takes one; 0 is accepted.
+// 2. Admission order: one sequence slot, held by a stream; three requests of priority 5
+//    queue, then one of priority 1. When the stream leaves, the priority-1 request runs
+//    first, then the others in arrival order. /metrics shows the queue by priority.
+// 3. Preemption: the pools hold 5 blocks of 128 positions on 3 slots. Two priority-5
+//    streams decode in their second block (4 blocks); a priority-0 request's prompt then
+//    needs two, so a step runs short. The preemption takes a priority-5 stream (not the
+//    newest request, which first come, first served takes), so the priority-0 request
+//    answers while both streams are still open, with the text it gives alone.
+'use strict';
+const assert = require('assert');
+const { start, http, metrics, run } = require('./harness');
+
+// a stream the test ends by dropping its client; counts its tokens in toks[k]
+function stream(url, body, toks, k, signal) {
+  return (async () => {
+    try {
+      const res = await fetch(url + '/v1/completions', { method: 'POST', signal,
+        headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, stream: true }) });
+      const rd = res.body.getReader();
+      for (;;) {
+        const { value, done } = await rd.read();
+        if (done) break;
+        toks[k] += (Buffer.from(value).toString().match(/"text"/g) || []).length;
+      }
+    } catch (e) { /* dropped */ }
+    return 'ended';
+  })();
+}
+
+const until = async (f) => { while (!(await f())) await new Promise((ok) => setTimeout(ok, 2)); };
+
+run('server_priority', async () => {
+  // 1. fcfs
+  const f = await start(['--max-seqs', '2', '--no-warmup']);
+  const one = { model: 'm', max_tokens: 1, priority: 3 };
+  for (const [path, body] of [
+    ['/v1/completions', { ...one, prompt: 'hi' }],
+    ['/v1/chat/completions', { ...one, messages: [{ role: 'user', content: 'hi' }] }],
+    ['/v1/responses', { model: 'm', max_output_tokens: 1, priority: 3, input: 'hi' }],
+    ['/v1/messages', { ...one, messages: [{ role: 'user', content: 'hi' }] }]]) {
+    const r = await http(f.url + path, { body });
+    assert.strictEqual(r.status, 400, `${path}: ${r.body}`);
+    assert(/'priority'.*--scheduling-policy priority/.test(r.body), r.body);
+    const z = await http(f.url + path, { body: { ...body, priority: 0 } });
+    assert.strictEqual(z.status, 200, `${path}: ${z.body}`);
+  }
+  await f.stop();
+
+  // 2. admission order
+  const a = await start(['--max-seqs', '1', '--no-warmup', '--scheduling-policy', 'priority',
+    '--hangup-check-ms', '2']);
+  const bad = await http(a.url + '/v1/completions', { body: { model: 'm', prompt: 'x', priority: 1.5 } });
+  assert.strictEqual(bad.status, 400, bad.body);
+  const toks = [0];
+  const hold = new AbortController();
+  const holder = stream(a.url, { model: 'm', prompt: 'holder', max_tokens: 3000, temperature: 0,
+    logit_bias: { 1: -100 } }, toks, 0, hold.signal);
+  await until(() => toks[0] > 0);
+  const order = [];
+  const send = (name, priority) => http(a.url + '/v1/completions', { body: { model: 'm', prompt: name,
+    max_tokens: 2, temperature: 0, priority } }).then((r) => { assert.strictEqual(r.status, 200, r.body); order.push(name); });
+  const queued = [];
+  for (const [name, p] of [['low a', 5], ['low b', 5], ['low c', 5]]) {
+    queued.push(send(name, p));
+    await until(async () => (await metrics(a.url)).dsv4_queue_depth === queued.length);
+  }
+  queued.push(send('high', 1));
+  await until(async () => (await metrics(a.url)).dsv4_queue_depth === 4);
+  const q = await metrics(a.url);
+  assert.strictEqual(q['dsv4_queue_depth_by_priority{priority="1"}'], 1);
+  assert.strictEqual(q['dsv4_queue_depth_by_priority{priority="5"}'], 3);
+  hold.abort();
+  await holder;
+  await Promise.all(queued);
+  assert.deepStrictEqual(order, ['high', 'low a', 'low b', 'low c']);
+  await a.stop();
+
+  // 3. preemption (the pools of test_preempt's second part, one slot fewer: fixed bytes of
+  // 3 sequences at c_max 64 with the MTP caches + 5 blocks x 6,272, F32 rows)
+  const p = await start(['--max-seqs', '3', '--max-context', '256', '--step-tokens', '64', '--no-warmup',
+    '--cache-bytes', String(3 * 137216 + 5 * 6272), '--kv-dtype', 'f32', '--hangup-check-ms', '2',
+    '--scheduling-policy', 'priority']);
+  const words = Array.from({ length: 190 }, (_, k) => ['alpha', 'beta', 'gamma', 'delta'][k % 4]).join(' ');
+  const hreq = { model: 'm', prompt: words, max_tokens: 6, temperature: 1, seed: 5, priority: 0 };
+  const n = [0, 0];
+  const stop = [new AbortController(), new AbortController()];
+  const low = [0, 1].map((k) => stream(p.url, { model: 'm', prompt: `low ${k} says`, max_tokens: 240,
+    temperature: 0, logit_bias: { 1: -100 }, priority: 5 }, n, k, stop[k].signal));
+  const ended = [false, false];
+  low.forEach((s, k) => s.then(() => { ended[k] = true; }));
+  await until(() => n[0] >= 128 && n[1] >= 128);
+  const m0 = await metrics(p.url);
+  const h = await http(p.url + '/v1/completions', { body: hreq });
+  const m1 = await metrics(p.url);
+  assert.strictEqual(h.status, 200, h.body);
+  assert.deepStrictEqual(ended, [false, false], 'the priority-0 request waited for a priority-5 one to end');
+  assert.strictEqual(m1.dsv4_preemptions_total - m0.dsv4_preemptions_total, 1,
+    'the pools were not short: the test does not exercise preemption');
+  stop.forEach((c) => c.abort());
+  await Promise.all(low);
+  const solo = await http(p.url + '/v1/completions', { body: hreq });
+  assert.strictEqual(h.json.choices[0].text, solo.json.choices[0].text);
+  await p.stop();
+});
