@@ -32,14 +32,17 @@ typedef struct enc_ctx {
     int32_t *sym, *prev, *next;    // (bpe_cap) BPE symbols: id (-1 once merged away), links
     bpe_cand *heap;                // (3 * bpe_cap) pending merges, min-heap on (rank, pos)
     size_t bpe_cap;
-    tok_cache_entry *cache;        // t->cache while this call holds its mutex, else NULL
-    pthread_mutex_t *cache_mu;     // &t->cache_mu, retried every TOK_CACHE_RETRY words while busy
+    tok_cache_entry *cache;        // t->cache while this call holds t->cache_mu (cache_mu), else
+                                   // NULL: retried every TOK_CACHE_RETRY words while busy
     unsigned cache_miss;           // words run without the cache since the last retry
     const size_t *plain;           // (2 * n_plain) sorted [start, end) byte ranges where no
     int n_plain;                   // added token may match (untrusted message content)
     int disjoint;                  // each plain range ends before the next starts (the ends
                                    // ascend too: in_plain searches them)
 } enc_ctx;
+
+// The BPE cache's mutex (the tokenizer is shared and const to its users; its cache is not).
+static pthread_mutex_t *cache_mu(const enc_ctx *c) { return (pthread_mutex_t *)&c->t->cache_mu; }
 
 static int nomem(enc_ctx *c) { return dsv4_fail(c->err, DSV4_ERR_NOMEM, "out of memory while tokenizing"); }
 
@@ -114,7 +117,7 @@ static int bpe_word(enc_ctx *c, const char *p, size_t n) {
     // the other intake lane) rather than run uncached to its end.
     if (!c->cache && n <= TOK_CACHE_KEY && ++c->cache_miss >= TOK_CACHE_RETRY) {
         c->cache_miss = 0;
-        if (pthread_mutex_trylock(c->cache_mu) == 0) c->cache = t->cache;
+        if (pthread_mutex_trylock(cache_mu(c)) == 0) c->cache = t->cache;
     }
     if (c->cache && n <= TOK_CACHE_KEY) {
         ce = &c->cache[tok_hash(p, n) & (TOK_CACHE_SLOTS - 1)];
@@ -440,11 +443,10 @@ static int tokenize_core(const dsv4_tokenizer *t, const char *text, size_t len, 
     if (!c.md) return nomem(&c);
     // One call at a time owns the BPE cache; others run without it rather than wait, and
     // retry now and then (bpe_word).
-    c.cache_mu = (pthread_mutex_t *)&t->cache_mu;
-    if (pthread_mutex_trylock(c.cache_mu) == 0) c.cache = t->cache;
+    if (pthread_mutex_trylock(cache_mu(&c)) == 0) c.cache = t->cache;
     if (flags & DSV4_TOK_NO_ADDED) rc = encode_plain(&c, text, len);
     else rc = encode_added(&c, text, 0, len, 0);
-    if (c.cache) pthread_mutex_unlock(c.cache_mu);
+    if (c.cache) pthread_mutex_unlock(cache_mu(&c));
     pcre2_match_data_free(c.md);
     for (int k = 0; k < TOK_MAX_STAGES; k++) free(c.iv[k]);
     free(c.sym), free(c.prev), free(c.next), free(c.heap);
