@@ -22,8 +22,9 @@
  * and its connection suspended; the intake thread runs the route's handler (parse,
  * validate, template, tokenize, submit) and resumes the connection, whose next callback on
  * the MHD thread sends the error or starts the answer as before. There are two intake
- * lanes, each a thread taking its queue in arrival order: bodies of at most
- * SRV_INTAKE_SMALL bytes on one, larger ones on the other, so a small request never waits
+ * lanes, each a thread taking its queue in arrival order: requests that render at most
+ * SRV_INTAKE_SMALL bytes (the body, and a previous_response_id's stored conversation:
+ * intake_cost) on one, larger ones on the other, so a small request never waits
  * behind a multi-megabyte prompt's tokenization (~0.3-1 s for 6 MB), while the large ones
  * still take one core at most between them (on a small machine their CPU is the engine's).
  * A client that hangs up while queued is seen by the watcher (its waiter has no request
@@ -62,8 +63,8 @@ enum { PROBE_NONE = 0, PROBE_ASKED, PROBE_SENT };
 
 struct conn;
 
-/* Bodies of at most this many bytes go to the small intake lane (a chat of this size renders
- * and tokenizes in a few milliseconds). */
+/* Requests that render at most this many bytes go to the small intake lane (a chat of this
+ * size renders and tokenizes in a few milliseconds). */
 #define SRV_INTAKE_SMALL (64 * 1024)
 enum { LANE_SMALL = 0, LANE_LARGE, N_LANES };
 
@@ -573,6 +574,16 @@ static void *intake_main(void *arg) {
     return NULL;
 }
 
+/* The bytes a request's handler renders and tokenizes, which pick its intake lane: its body,
+ * and for a Responses request with previous_response_id the stored conversation too (a
+ * ~100-byte body can render megabytes; looked up only for a body that is small itself). */
+static size_t intake_cost(srv *s, const conn *cc) {
+    size_t n = cc->body.n;
+    if (n <= SRV_INTAKE_SMALL && (cc->rt->fn == srv_responses_create || cc->rt->fn == srv_responses_input_tokens))
+        n += srv_responses_prev_bytes(s, cc->body.s, cc->body.n);
+    return n;
+}
+
 static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *url,
                                 const char *method, conn *cc) {
     const struct route *rt = NULL;
@@ -606,14 +617,15 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     pthread_mutex_lock(&h->qmu);
     if (!h->qstop) {
         /* suspended under qmu: the intake thread cannot resume it before */
-        struct lane *ln = &h->lanes[cc->body.n <= SRV_INTAKE_SMALL ? LANE_SMALL : LANE_LARGE];
+        const int lane = intake_cost(s, cc) <= SRV_INTAKE_SMALL ? LANE_SMALL : LANE_LARGE;
+        struct lane *ln = &h->lanes[lane];
         cc->stage = ST_QUEUED;
         cc->qnext = NULL;
         if (ln->tail) ln->tail->qnext = cc;
         else ln->head = cc;
         ln->tail = cc;
         waiter_init(&cc->w, s, c, NULL);
-        srv_metrics_intake_queued(&s->met);
+        srv_metrics_intake_queued(&s->met, lane == LANE_LARGE);
         list_and_suspend(&cc->w);
         pthread_cond_signal(&ln->cv);
         pthread_mutex_unlock(&h->qmu);

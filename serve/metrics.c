@@ -196,8 +196,9 @@ void srv_metrics_intake(srv_metrics *m, int gone) {
     pthread_mutex_unlock(&m->mu);
 }
 
-void srv_metrics_intake_queued(srv_metrics *m) {
+void srv_metrics_intake_queued(srv_metrics *m, int large) {
     pthread_mutex_lock(&m->mu);
+    m->intake_lane[large != 0]++;
     m->intake_depth++;
     pthread_mutex_unlock(&m->mu);
 }
@@ -240,6 +241,11 @@ char *srv_metrics_render(srv_metrics *m) {
             "hung up while queued: never tokenized)\n# TYPE dsv4_intake_total counter\n"
             "dsv4_intake_total{outcome=\"handled\"} %llu\ndsv4_intake_total{outcome=\"gone\"} %llu\n",
         (unsigned long long)m->intake[0], (unsigned long long)m->intake[1]);
+    srv_buf_printf(&b, "# HELP dsv4_intake_lane_total requests queued on each intake lane: small (a "
+            "body of at most 64 KiB, with the stored conversation a previous_response_id renders), "
+            "large (the rest)\n# TYPE dsv4_intake_lane_total counter\n"
+            "dsv4_intake_lane_total{lane=\"small\"} %llu\ndsv4_intake_lane_total{lane=\"large\"} %llu\n",
+        (unsigned long long)m->intake_lane[0], (unsigned long long)m->intake_lane[1]);
     srv_buf_printf(&b, "# HELP dsv4_intake_depth requests queued at the intake threads or in their "
             "handler\n# TYPE dsv4_intake_depth gauge\ndsv4_intake_depth %lld\n",
         (long long)m->intake_depth);

@@ -45,6 +45,7 @@ typedef struct srv_metrics {
     uint64_t intake[2];             /* requests the intake threads took: handled, gone (the
                                      * client hung up while queued) */
     int64_t intake_depth;           /* requests queued at the intake or in its handler */
+    uint64_t intake_lane[2];        /* requests queued on the small lane, the large lane */
     uint64_t prompt_tokens, gen_tokens;
     uint64_t forks, fork_tokens;    /* choices (n > 1) started as forks of choice 0's prompt,
                                      * and the prompt positions they shared, not computed */
@@ -95,7 +96,8 @@ void srv_metrics_fork_wait(srv_metrics *m);
 /* A stream's read callback found nothing new: its connection waits, suspended. */
 void srv_metrics_stream_wait(srv_metrics *m);
 void srv_metrics_intake(srv_metrics *m, int gone);  /* one taken: depth - 1 */
-void srv_metrics_intake_queued(srv_metrics *m);      /* one queued: depth + 1 */
+void srv_metrics_intake_queued(srv_metrics *m, int large);  /* one queued (on the large
+                                                             * lane: 1): depth + 1 */
 /* One MTP decoding step of a sequence: drafted (a draft was verified), accepted. */
 void srv_metrics_mtp(srv_metrics *m, int drafted, int accepted);
 /* The prefix cache's gauges and counters (published with the load after each step). */

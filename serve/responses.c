@@ -80,6 +80,7 @@ typedef struct rs_entry {
     char *conv;                    /* its conversation: a JSON array of items (while running:
                                     * its input items) */
     int n_in;                      /* conv's first n_in items were its input (input_items) */
+    size_t conv_len;               /* strlen(conv): what a previous_response_id renders */
     size_t bytes;                  /* all of it, log_bytes included */
     int bg;                        /* created with background: true */
     rs_run *run;                   /* a background response not ended (a reference): kept
@@ -223,6 +224,7 @@ static int rs_put(srv_rstore *st, const char *id, char *resp, char *conv, int n_
     }
     e->resp = resp;
     e->conv = conv;
+    e->conv_len = conv ? strlen(conv) : 0;
     e->n_in = n_in;
     e->bytes = rs_base_bytes(e);
     pthread_mutex_lock(&st->mu);
@@ -372,6 +374,22 @@ static char *parts_text(const cJSON *c, const char *where, char *msg) {
 static const char *str_field(const cJSON *o, const char *key) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+size_t srv_responses_prev_bytes(srv *s, const char *body, size_t len) {
+    static const char key[] = "previous_response_id";
+    if (!s->rstore || !len || !memmem(body, len, key, sizeof key - 1)) return 0;
+    cJSON *j = cJSON_ParseWithLength(body, len);
+    const char *id = str_field(j, key);
+    size_t n = 0;
+    if (id) {
+        pthread_mutex_lock(&s->rstore->mu);
+        const rs_entry *e = *rs_link(s->rstore, id);
+        n = e ? e->conv_len : 0;
+        pthread_mutex_unlock(&s->rstore->mu);
+    }
+    cJSON_Delete(j);
+    return n;
 }
 
 /* ---- reasoning.encrypted_content ---------------------------------------------------------
@@ -1831,6 +1849,7 @@ static int rs_end(srv_rstore *st, const char *id, char *resp, char *conv, int n_
             free(e->conv);
             e->resp = resp;
             e->conv = conv;
+            e->conv_len = strlen(conv);
             e->n_in = n_in;
             resp = conv = NULL;
             const size_t base = rs_base_bytes(e), share = st->cap / RS_ENTRY_SHARE;

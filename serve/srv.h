@@ -68,6 +68,10 @@ typedef struct srv_list_query {
 void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out);
 /* POST /v1/responses/input_tokens: the input tokens of a create with the same fields. */
 void srv_responses_input_tokens(srv *s, const char *body, size_t len, srv_reply *out);
+/* The bytes of the stored conversation a Responses body's previous_response_id names (what
+ * its handler renders besides the body), 0 when it names none that is stored. Parses the body
+ * only when it holds the key's name; for the intake's lane choice. */
+size_t srv_responses_prev_bytes(srv *s, const char *body, size_t len);
 int srv_responses_lookup(srv *s, const char *method, const char *path, const srv_list_query *q,
                          srv_buf *out);
 /* GET /v1/responses/{id}?stream=true&starting_after=N (N NULL: from the start): a background

@@ -7,7 +7,9 @@
 // documented behaviour), while a stream client that half-closes after its first event reads
 // every event to the end, and a queued stream whose client closes after its first event is
 // cancelled before the request ahead of it ends; a small request (the small lane: a body of
-// at most 64 KiB) is answered while the large one ahead of it is still being tokenized; a
+// at most 64 KiB) is answered while the large one ahead of it is still being tokenized, and a
+// small Responses body whose previous_response_id renders a large stored conversation goes on
+// the large lane; a
 // SIGTERM with prompts still queued drains the queue and answers each a 503 (not tokenized,
 // the connection not closed first) and exits 0.
 'use strict';
@@ -111,7 +113,26 @@ run('server_intake', async () => {
   // reset) is cancelled while the request before it still runs, not at its own first token
   // (the probe's reset)
   {
-    const q = await start(['--max-context', '1024', '--max-seqs', '1', '--hangup-check-ms', '2', '--no-warmup']);
+    const q = await start(['--max-context', '2048', '--max-seqs', '1', '--hangup-check-ms', '2', '--no-warmup']);
+    // first, the lane by cost: a ~100-byte /v1/responses body whose previous_response_id
+    // names a stored conversation of ~70 KB (~1,100 tokens) renders and tokenizes all of it,
+    // so it goes on the large lane (the lanes' counters), where no small request waits behind
+    // it; a small chat still goes on the small one
+    {
+      const first = await http(q.url + '/v1/responses', { body: { model: 'm', max_output_tokens: 1,
+        input: '='.repeat(70000) } });
+      assert.strictEqual(first.status, 200, first.body);
+      const l0 = await metrics(q.url);
+      const next = { model: 'm', max_output_tokens: 1, previous_response_id: first.json.id, input: 'and?' };
+      assert(JSON.stringify(next).length < 150);
+      const rn = await http(q.url + '/v1/responses', { body: next });
+      assert.strictEqual(rn.status, 200, rn.body);
+      const rc = await http(q.url + '/v1/chat/completions', { body: chat('small') });
+      assert.strictEqual(rc.status, 200, rc.body);
+      const l1 = await metrics(q.url);
+      const lane = (k) => l1[`dsv4_intake_lane_total{lane="${k}"}`] - l0[`dsv4_intake_lane_total{lane="${k}"}`];
+      assert.deepStrictEqual([lane('small'), lane('large')], [1, 1], 'the previous_response_id body went on the small lane');
+    }
     const m2 = await metrics(q.url);
     let aDone = false;
     const a = http(q.url + '/v1/chat/completions', { body: chat('long one', { max_tokens: 300, ignore_eos: true }) })
