@@ -8,9 +8,11 @@
  *       NEW, and the others skip it)   CANCEL id(i64)   EXPIRE   STOP
  * The report (every rank to rank 0, its size first in an allgather, then a gather):
  *   load (srv_rank_load) n_held(i64) held[n_held](u64) n_news news[n_news] (dp_wire.h)
- * held: the chain keys of the prefixes its cache holds (srv_pcache_held), when they changed
- * since its last report (n_held -1: unchanged): rank 0 places a request on the rank that
- * holds the longest prefix of its prompt, and sees what each rank has evicted.
+ * held: the chain keys of the prefixes its cache holds (srv_pcache_held), ascending, when they
+ * changed since its last report (n_held -1: unchanged); or, when that is shorter, n_held -2
+ * (HELD_DELTA) n_gone gone[n_gone] n_new new[n_new]: the keys it no longer holds and those it
+ * holds now (ascending each). Rank 0 places a request on the rank that holds the longest
+ * prefix of its prompt, and sees what each rank has evicted.
  */
 #include "serve/dp.h"
 
@@ -25,6 +27,8 @@
 enum { OP_NEW = 1, OP_CANCEL, OP_EXPIRE, OP_STOP };
 
 #define DP_MAGIC 0x44505331u   /* "DPS1" */
+/* a report's n_held when it carries what changed in the keys, not the whole list */
+#define HELD_DELTA (-2)
 
 /* A prompt's prefix key and its block count (the placement's lookup). */
 typedef struct keyat {
@@ -68,6 +72,8 @@ struct srv_dp {
     int sig_set;
     uint64_t *sent;            /* (cap_sent) those of the last report (n_sent, -1: none yet) */
     int64_t n_sent, cap_sent;
+    uint64_t *delta;           /* (cap_delta) the keys gone since the last report, then the new */
+    int64_t cap_delta;
     /* a follower */
     srv_req **mine;            /* (n_mine) its requests, one reference each, until reported ended */
     int n_mine, cap_mine;
@@ -116,6 +122,7 @@ void srv_dp_free(srv_dp *dp) {
     free(dp->by_key);
     free(dp->own);
     free(dp->sent);
+    free(dp->delta);
     free(dp->sizes);
     free(dp->counts);
     free(dp->all);
@@ -363,37 +370,53 @@ static int held_moved(srv_dp *dp, const srv_rank_load *l) {
     return moved;
 }
 
-/* The report's prefix keys: own's n when they differ from the last report's (then they are
- * the last report's from now on), else -1 alone. */
+/* *keys with room for n (*cap); 0, or -1 when out of memory. */
+static int grow_keys(uint64_t **keys, int64_t *cap, int64_t n) {
+    if (n <= *cap) return 0;
+    uint64_t *k = realloc(*keys, (size_t)n * sizeof *k);
+    if (!k) return -1;
+    *keys = k;
+    *cap = n;
+    return 0;
+}
+
+/* The report's prefix keys when own's n differ from the last report's (then they are the
+ * last report's from now on): what changed (HELD_DELTA: the keys gone, then the keys new)
+ * when that is shorter than the whole list (a save or an eviction among 10,000 files), else
+ * the whole list; -1 alone when nothing changed. */
 static void put_held(srv_dp *dp, int64_t n) {
     if (n == dp->n_sent && (!n || !memcmp(dp->own, dp->sent, (size_t)n * sizeof *dp->own))) {
         srv_wr_i64(&dp->rep, -1);
         return;
     }
-    if (n > dp->cap_sent) {
-        uint64_t *k = realloc(dp->sent, (size_t)n * sizeof *k);
-        if (!k) {  /* sent again next time */
-            srv_wr_i64(&dp->rep, 0);
-            dp->n_sent = -1;
-            return;
-        }
-        dp->sent = k;
-        dp->cap_sent = n;
+    const int64_t old = dp->n_sent < 0 ? 0 : dp->n_sent;
+    if (grow_keys(&dp->sent, &dp->cap_sent, n) || grow_keys(&dp->delta, &dp->cap_delta, old + n)) {
+        srv_wr_i64(&dp->rep, 0);  /* out of memory: the whole list next time */
+        dp->n_sent = -1;
+        return;
+    }
+    int64_t gone = 0, added = 0;
+    if (dp->n_sent >= 0) {
+        gone = srv_keys_minus(dp->sent, dp->n_sent, dp->own, n, dp->delta);
+        added = srv_keys_minus(dp->own, n, dp->sent, dp->n_sent, dp->delta + gone);
+    }
+    if (dp->n_sent >= 0 && gone + added < n) {
+        srv_wr_i64(&dp->rep, HELD_DELTA);
+        srv_wr_i64(&dp->rep, gone);
+        srv_buf_put(&dp->rep, (const char *)dp->delta, (size_t)gone * sizeof *dp->delta);
+        srv_wr_i64(&dp->rep, added);
+        srv_buf_put(&dp->rep, (const char *)(dp->delta + gone), (size_t)added * sizeof *dp->delta);
+    } else {
+        srv_wr_i64(&dp->rep, n);
+        srv_buf_put(&dp->rep, (const char *)dp->own, (size_t)n * sizeof *dp->own);
     }
     if (n) memcpy(dp->sent, dp->own, (size_t)n * sizeof *dp->own);
     dp->n_sent = n;
-    srv_wr_i64(&dp->rep, n);
-    srv_buf_put(&dp->rep, (const char *)dp->own, (size_t)n * sizeof *dp->own);
 }
 
 /* Rank q's prefix keys (ascending) become keys[0, n); out of memory: none. */
 static void set_held(srv_dp *dp, int q, const void *keys, int64_t n) {
-    if (n > dp->cap_held[q]) {
-        uint64_t *k = realloc(dp->held[q], (size_t)n * sizeof *k);
-        if (!k) { dp->n_held[q] = 0; return; }
-        dp->held[q] = k;
-        dp->cap_held[q] = n;
-    }
+    if (grow_keys(&dp->held[q], &dp->cap_held[q], n)) { dp->n_held[q] = 0; return; }
     if (n) memcpy(dp->held[q], keys, (size_t)n * sizeof *dp->held[q]);
     dp->n_held[q] = n;
 }
@@ -431,6 +454,45 @@ static void build_report(srv_dp *dp, srv_rank_load *l) {
     if (!dp->rep.oom) memcpy(dp->rep.s + count_at, &n, sizeof n);
 }
 
+/* n keys of a report: a view of its bytes (maybe unaligned: read with memcpy), or NULL with
+ * rd->bad when the report is shorter. */
+static const void *rd_keys(srv_rd *rd, int64_t n) {
+    if (n < 0 || (uint64_t)n > (uint64_t)(rd->end - rd->p) / sizeof(uint64_t)) rd->bad = 1;
+    return rd->bad ? NULL : srv_rd_view(rd, (size_t)n * sizeof(uint64_t));
+}
+
+static int ascending(const uint64_t *k, int64_t n) {
+    for (int64_t i = 1; i < n; i++)
+        if (k[i - 1] >= k[i]) return 0;
+    return 1;
+}
+
+/* Rank q's report of what changed in its keys (HELD_DELTA: the keys gone, the keys new)
+ * applied to what rank 0 holds of them. 0, or -1 when malformed. Out of memory: the list
+ * held stays as it was, or none (set_held): placement then misses some of q's prefixes (a
+ * hint only) until q sends its whole list. */
+static int apply_delta(srv_dp *dp, int q, srv_rd *rd) {
+    const int64_t nd = srv_rd_i64(rd);
+    const void *dv = rd_keys(rd, nd);
+    const int64_t na = rd->bad ? 0 : srv_rd_i64(rd);
+    const void *av = rd_keys(rd, na);
+    if (rd->bad) return -1;
+    const int64_t n = dp->n_held[q];
+    /* the gone keys, the new ones, then the result (at most n + na) */
+    uint64_t *buf = malloc((size_t)(nd + na + n + na + 1) * sizeof *buf);
+    if (!buf) return 0;
+    uint64_t *del = buf, *add = buf + nd, *out = add + na;
+    if (nd) memcpy(del, dv, (size_t)nd * sizeof *del);
+    if (na) memcpy(add, av, (size_t)na * sizeof *add);
+    int rc = -1;
+    if (ascending(del, nd) && ascending(add, na)) {
+        set_held(dp, q, out, srv_keys_apply(dp->held[q], n, del, nd, add, na, out));
+        rc = 0;
+    }
+    free(buf);
+    return rc;
+}
+
 static srv_req *remote_by_id(const srv_dp *dp, int64_t id, int *at) {
     for (int i = 0; i < dp->n_remote; i++)
         if (dp->remote[i]->id == id) { *at = i; return dp->remote[i]; }
@@ -446,11 +508,12 @@ static int apply_report(srv_dp *dp, int q, srv_rd *rd) {
     dp->load[q] = l;
     srv_metrics_rank(dp->s->met, q, dp->K, &l);
     const int64_t nh = srv_rd_i64(rd);
-    if (nh < -1 || (nh > 0 && (uint64_t)nh > (uint64_t)(rd->end - rd->p) / sizeof(uint64_t))) return -1;
-    if (nh >= 0) {
-        const void *keys = srv_rd_view(rd, (size_t)nh * sizeof(uint64_t));
-        if (rd->bad) return -1;
-        set_held(dp, q, keys, nh);
+    if (nh == HELD_DELTA) {
+        if (apply_delta(dp, q, rd)) return -1;
+    } else {
+        const void *keys = rd_keys(rd, nh < 0 ? 0 : nh);
+        if (nh < -1 || rd->bad) return -1;
+        if (nh >= 0) set_held(dp, q, keys, nh);
     }
     const int n = srv_rd_i32(rd);
     for (int i = 0; i < n && !rd->bad; i++) {

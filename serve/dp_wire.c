@@ -278,3 +278,30 @@ int srv_wire_apply_news(srv_rd *rd, srv_req *r, srv_metrics *met, int *end_out, 
     msg[n] = 0;
     return 1;
 }
+
+int64_t srv_keys_minus(const uint64_t *a, int64_t na, const uint64_t *b, int64_t nb, uint64_t *out) {
+    int64_t n = 0, j = 0;
+    for (int64_t i = 0; i < na; i++) {
+        while (j < nb && b[j] < a[i]) j++;
+        if (j == nb || b[j] != a[i]) out[n++] = a[i];
+    }
+    return n;
+}
+
+int64_t srv_keys_apply(const uint64_t *held, int64_t n, const uint64_t *del, int64_t nd,
+                       const uint64_t *add, int64_t na, uint64_t *out) {
+    int64_t m = 0, d = 0, a = 0;
+    for (int64_t i = 0; i <= n; i++) {
+        /* the added keys below held[i] (all that are left after the last), then held[i]
+         * unless deleted */
+        while (a < na && (i == n || add[a] < held[i])) {
+            if (!m || out[m - 1] != add[a]) out[m++] = add[a];
+            a++;
+        }
+        if (i == n) break;
+        while (d < nd && del[d] < held[i]) d++;
+        if ((d < nd && del[d] == held[i]) || (m && out[m - 1] == held[i])) continue;
+        out[m++] = held[i];
+    }
+    return m;
+}

@@ -32,4 +32,13 @@ int64_t srv_wire_news_id(srv_rd *rd);
  * r->errmsg's bytes, "" for none) are then in the out-arguments, for srv_sched_ended. */
 int srv_wire_apply_news(srv_rd *rd, srv_req *r, srv_metrics *met, int *end, int *fin, char *msg);
 
+/* Sets of prefix keys, ascending and distinct (a rank's report sends what changed since its
+ * last, rank 0 applies it to what it holds):
+ * the keys of a (na) that are not in b (nb), to out (room for na); their count. */
+int64_t srv_keys_minus(const uint64_t *a, int64_t na, const uint64_t *b, int64_t nb, uint64_t *out);
+/* (held less del) with add, ascending and distinct, to out (room for n + na); its count.
+ * Any ascending del and add (a key of del not held, one of add held already: nothing). */
+int64_t srv_keys_apply(const uint64_t *held, int64_t n, const uint64_t *del, int64_t nd,
+                       const uint64_t *add, int64_t na, uint64_t *out);
+
 #endif
