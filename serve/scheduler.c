@@ -226,7 +226,11 @@ static int plan_step(srv_sched *s, int *rows, int *decode) {
      * them free): admitting the next request into them made the choices compute the prompt */
     int held = 0, forks_short = 0;
     for (int w = 0; w < s->n_wait; w++) held += fork_waits(s->wait[w]) && s->wait[w]->lead->seq >= 0;
-    /* nor are the pages a waiting fork needs given to a request behind it */
+    /* nor is anything admitted behind a waiting fork: it waits only when the block pool has
+     * no page left for the one it copies (its open block), the prefix cache evicted first, so
+     * a request admitted meanwhile would fail its first forward and be preempted (test_preempt
+     * sees no page free during the wait); the pages that come back go to the fork first
+     * (resume_forks runs before the plan), then admission goes on */
     for (int i = 0; i < s->n_run; i++) forks_short |= s->run[i]->fork_wait;
     for (int w = 0; budget > 0 && w < s->n_wait && !s->admit_hold && !forks_short &&
                     s->n_run + held < s->o.max_seqs;) {

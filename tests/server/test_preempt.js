@@ -7,6 +7,7 @@
 // second block, its prompt in two): its fork cannot copy the open block, so choice 0 waits
 // for pages (dsv4_fork_waits_total) and forks once a request ends; the prompt is computed
 // once (choice 1 forked, not recomputed) and each choice is what n = 1 with its seed gives.
+// While it waits no block page is free, so no request queued behind it could be admitted.
 'use strict';
 const assert = require('assert');
 const OpenAI = require('openai').default;
@@ -70,6 +71,11 @@ run('server_preempt', async () => {
   // choice 0 waits for pages (its prompt ran on the full pools), then one blocker leaves
   for (let i = 0; i < 2000 && (await metrics(fs.url)).dsv4_fork_waits_total === f0.dsv4_fork_waits_total; i++)
     await new Promise((ok) => setTimeout(ok, 2));
+  // while it waits the block pool has no page free (the fork needs one, its open block, and
+  // the prefix cache was evicted for it): no other request would fit either, so admitting
+  // none behind it loses nothing (rv-srv5's question, session 46)
+  const fw = await metrics(fs.url);
+  assert.strictEqual(fw['dsv4_cache_pages{pool="block",state="free"}'], 0, 'a page was free while the fork waited');
   stop[0].abort();
   const x = await xp;
   stop[1].abort();
