@@ -4,7 +4,9 @@
  * or a chunk of a prompt still being prefilled, at most --step-tokens rows in all), one
  * dsv4_lm_head over the rows that need logits, then dsv4_gen_next per such request. New
  * requests join at the next step; finished and cancelled ones free their sequence at once.
- * When the cache pools run out, the newest request is preempted: its sequence is freed and
+ * Requests are admitted in (priority, arrival) order (the priority is 0 for all under the
+ * default first come, first served). When the cache pools run out, the newest request of the
+ * lowest priority running is preempted: its sequence is freed and
  * it is requeued to be recomputed later from its tokens (prompt + generated), its generation
  * state (sampler, stop strings, text) kept, so its output does not change.
  */
