@@ -20,10 +20,18 @@
  *               comes first and "k" (a const) after it: 30 readings through the note;
  *   several     six strict parameters: lengths, a format, an enum array, an integer, an object;
  *   free_strict a free tool (no strict: any names, any values) called beside a strict one;
- *   str_or_enum a JSON value (string="false") whose readings are a literal and a string at once.
+ *   str_or_enum a JSON value (string="false") whose readings are a literal and a string at once;
+ *   doc / doc_call  response_format beside tools (tool_choice auto, tm_set_doc): book_room's
+ *               tools and an order's schema, answered by the document (leading whitespace read
+ *               as both, then the document) or by a call (the opener read as both first);
+ *   allowed_free  allowed_tools over a tool that is not strict (the block constrained for its
+ *               names alone): free text, then a call with free names and values (AUTO).
+ * Classes besides: doc (the document alone), both (the opener and the document at once),
+ * free (AUTO's free text: what dsv4_gen checks there, the ids with a '>' fed one by one).
  * Per case and class: tokens, median and max over them of the best of --reps replays (ms),
  * each replay with a fresh walk (its caches empty, as at a request's start).
  * One JSON line a case. */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,20 +54,26 @@
     "travels with a small dog and asks for extra towels."
 #define UNION_TEXT "Enjoys long walks, short programs and the quiet of early mornings; writes C for fun."
 
-typedef struct tcase { const char *name, *tools, *doc; } tcase;
+/* doc: the text replayed; mode TM_REQUIRED (0: the default) or TM_AUTO; schema: the JSON
+ * document beside AUTO tools, or NULL */
+typedef struct tcase { const char *name, *tools, *doc; int mode; const char *schema; } tcase;
+
+#define BOOK_TOOLS "[" FN("book_room", STRICT, OBJ("\"room\":{\"enum\":[\"single\",\"double\",\"suite\"]},\"nights\":{\"type\":" \
+    "\"integer\",\"minimum\":1,\"maximum\":30},\"guest\":" OBJ("\"name\":{\"type\":\"string\"},\"vip\":{\"type\":" \
+    "\"boolean\"}", "\"name\",\"vip\"") ",\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}-[0-9]{4}$\"}," \
+    "\"note\":{\"type\":\"string\"}", "\"room\",\"nights\",\"guest\",\"code\",\"note\"")) "]"
+#define BOOK_CALL HEAD("book_room") P("room", "true", "double") P("nights", "false", "3") \
+    P("guest", "false", "{\"name\": \"Ada Lovelace\", \"vip\": true}") P("code", "true", "ABC-1234") \
+    P("note", "true", "Late arrival, around 11 pm; please keep the room and a quiet floor if you can.") TAIL
+#define ORDER "{\"type\":\"object\",\"properties\":{\"size\":{\"enum\":[\"small\",\"large\"]},\"qty\":" \
+    "{\"type\":\"integer\",\"minimum\":1,\"maximum\":99},\"note\":{\"type\":\"string\",\"maxLength\":120}," \
+    "\"gift\":{\"type\":\"boolean\"}},\"required\":[\"size\",\"qty\",\"note\",\"gift\"],\"additionalProperties\":false}"
 
 static const tcase CASES[] = {
-    {"book_room",
-     "[" FN("book_room", STRICT, OBJ("\"room\":{\"enum\":[\"single\",\"double\",\"suite\"]},\"nights\":{\"type\":"
-     "\"integer\",\"minimum\":1,\"maximum\":30},\"guest\":" OBJ("\"name\":{\"type\":\"string\"},\"vip\":{\"type\":"
-     "\"boolean\"}", "\"name\",\"vip\"") ",\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}-[0-9]{4}$\"},"
-     "\"note\":{\"type\":\"string\"}", "\"room\",\"nights\",\"guest\",\"code\",\"note\"")) "]",
-     HEAD("book_room") P("room", "true", "double") P("nights", "false", "3")
-     P("guest", "false", "{\"name\": \"Ada Lovelace\", \"vip\": true}") P("code", "true", "ABC-1234")
-     P("note", "true", "Late arrival, around 11 pm; please keep the room and a quiet floor if you can.") TAIL},
+    {"book_room", BOOK_TOOLS, BOOK_CALL, 0, NULL},
     {"str200", "[" FN("take_note", STRICT, OBJ("\"note\":{\"type\":\"string\",\"maxLength\":200}", "\"note\"")) "]",
-     HEAD("take_note") P("note", "true", NOTE) TAIL},
-    {"union30", NULL, HEAD("record") P("item", "false", "{\"note\": \"" UNION_TEXT "\", \"k\": 29, \"v\": 2.5}") TAIL},
+     HEAD("take_note") P("note", "true", NOTE) TAIL, 0, NULL},
+    {"union30", NULL, HEAD("record") P("item", "false", "{\"note\": \"" UNION_TEXT "\", \"k\": 29, \"v\": 2.5}") TAIL, 0, NULL},
     {"several",
      "[" FN("file_ticket", STRICT, OBJ("\"title\":{\"type\":\"string\",\"minLength\":3,\"maxLength\":80},\"tags\":"
      "{\"type\":\"array\",\"items\":{\"enum\":[\"bug\",\"ui\",\"crash\",\"perf\"]},\"maxItems\":3},\"priority\":"
@@ -71,17 +85,24 @@ static const tcase CASES[] = {
      "[\"bug\", \"crash\"]") P("priority", "false", "2") P("due", "true", "2027-01-15")
      P("owner", "false", "{\"name\": \"Grace Hopper\", \"team\": \"storage\"}")
      P("body", "true", "Saving a file whose name is over 200 characters long crashes the editor; the log shows "
-     "a buffer overrun in the path joiner. Steps: open any file, save as a long name.") TAIL},
+     "a buffer overrun in the path joiner. Steps: open any file, save as a long name.") TAIL, 0, NULL},
     {"free_strict",
      "[" FN("search", "", "{\"type\":\"object\",\"properties\":{\"query\":{\"type\":\"string\"}}}") ","
      FN("take_note", STRICT, OBJ("\"note\":{\"type\":\"string\",\"maxLength\":200}", "\"note\"")) "]",
      "\n\n<" DS "tool_calls>\n<" DS "invoke name=\"search\">\n" P("query", "true", "quiet hotels near the old town "
      "with late check-in") P("limit", "false", "10") P("filters", "false", "{\"stars\": [4, 5], \"pets\": true}")
-     "</" DS "invoke>\n<" DS "invoke name=\"take_note\">\n" P("note", "true", NOTE) TAIL},
+     "</" DS "invoke>\n<" DS "invoke name=\"take_note\">\n" P("note", "true", NOTE) TAIL, 0, NULL},
     {"str_or_enum",
      "[" FN("label", STRICT, OBJ("\"text\":{\"anyOf\":[{\"enum\":[\"alpha beta gamma delta\"]},{\"type\":"
      "\"string\",\"maxLength\":120},{\"type\":\"integer\"}]}", "\"text\"")) "]",
-     HEAD("label") P("text", "false", "\"alpha beta gamma delta epsilon and the rest of the alphabet\"") TAIL},
+     HEAD("label") P("text", "false", "\"alpha beta gamma delta epsilon and the rest of the alphabet\"") TAIL, 0, NULL},
+    {"doc", BOOK_TOOLS, "\n\n{\"size\": \"large\", \"qty\": 12, \"note\": \"" UNION_TEXT "\", \"gift\": true}",
+     TM_AUTO, ORDER},
+    {"doc_call", BOOK_TOOLS, BOOK_CALL, TM_AUTO, ORDER},
+    {"allowed_free", "[" FN("search", "", "{\"type\":\"object\",\"properties\":{\"query\":{\"type\":\"string\"}}}") "]",
+     "Let me look that up for you before booking anything." HEAD("search") P("query", "true", "quiet hotels near the "
+     "old town with late check-in") P("limit", "false", "10") P("filters", "false", "{\"stars\": [4, 5], \"pets\": true}")
+     TAIL, TM_AUTO, NULL},
 };
 
 /* union30's tools: one parameter, a oneOf of n objects {"note" maxLength 200, "k" const i,
@@ -95,12 +116,16 @@ static void union_tools(char *out, size_t cap, int n) {
     snprintf(out + o, cap - o, "]}},\"required\":[\"item\"],\"additionalProperties\":false}}}]");
 }
 
-enum { C_MARKUP, C_PLAIN, C_CSTR, C_JSON, C_TAG, N_CLASS };
-static const char *const NAMES[N_CLASS] = {"markup", "plain_string", "constrained_string", "json", "tag"};
+enum { C_MARKUP, C_PLAIN, C_CSTR, C_JSON, C_TAG, C_DOC, C_BOTH, C_FREE, N_CLASS };
+static const char *const NAMES[N_CLASS] = {"markup", "plain_string", "constrained_string", "json", "tag", "doc", "both",
+                                           "free"};
 
 static int klass(const tm_state *st) {
     int u;
     json_frame fr;
+    if (st->phase == TP_FREE) return C_FREE;
+    if (st->phase == TP_DOC) return C_DOC;
+    if (st->phase == TP_ALT && st->doc) return C_BOTH;
     if (st->phase != TP_VALUE) return C_MARKUP;
     if (st->k) return C_TAG;
     if (json_state_in_string(&st->js, &u)) return C_PLAIN;
@@ -108,19 +133,35 @@ static int klass(const tm_state *st) {
     return C_JSON;
 }
 
+/* AUTO's free text as dsv4_gen checks it (tools_apply): the ids with a '>' (which may
+ * complete the opener) fed one by one from st (scratch: a[2]); every other id goes on */
+static void free_check(const tm_tools *t, const json_vocab *jv, const dsv4_tokenizer *tok, const tm_state *st,
+                       tm_state *a, uint64_t *bits) {
+    memset(bits, 0xff, (size_t)jv->words * sizeof *bits);
+    for (int k = 0; k < jv->n_gt; k++) {
+        const int32_t id = jv->gt[k];
+        size_t len = 0;
+        const char *b = dsv4_tok_id_bytes(tok, id, &len);
+        memcpy(&a[0], st, offsetof(tm_state, js));
+        int c = 0;
+        if (b && !tm_state_feed(t, a, &c, (const uint8_t *)b, len)) bits[id >> 6] &= ~(1ull << (id & 63));
+    }
+}
+
 /* one case: its line printed; 1 on a failure (printed) */
 static int run_case(const dsv4_tokenizer *tok, const json_vocab *jv, const tcase *c, int reps, int ref, int check) {
     dsv4_err err = {0};
     tm_tools *t = NULL;
     dsv4_tok_ids ids = {0};
-    if (tm_compile(c->tools, strlen(c->tools), TM_REQUIRED, 0, &t, &err) ||
+    if (tm_compile(c->tools, strlen(c->tools), c->mode ? c->mode : TM_REQUIRED, 0, &t, &err) ||
+        (c->schema && tm_set_doc(t, c->schema, strlen(c->schema), &err)) ||
         dsv4_tokenize(tok, c->doc, strlen(c->doc), &ids, &err)) {
         fprintf(stderr, "bench_tools: %s: %s\n", c->name, err.msg);
         return 1;
     }
     tm_walk w;
     memset(&w, 0, sizeof w); /* freed at done: whatever failed first */
-    tm_state *st = malloc(2 * sizeof *st);
+    tm_state *st = malloc(4 * sizeof *st); /* 2, 3: free_check's scratch */
     uint64_t *bits = malloc((size_t)jv->words * sizeof *bits), *rb = malloc((size_t)jv->words * sizeof *rb);
     const int n = (int)ids.n;
     double *best = malloc(sizeof *best * (size_t)n), *x = malloc(sizeof *x * (size_t)n);
@@ -139,11 +180,12 @@ static int run_case(const dsv4_tokenizer *tok, const json_vocab *jv, const tcase
         for (int i = 0; i < n; i++) {
             cls[i] = klass(&st[cur]);
             const double t0 = now_s();
-            if (ref) tm_mask_walk(t, jv, &w, &st[cur], bits);
+            if (cls[i] == C_FREE) free_check(t, jv, tok, &st[cur], st + 2, bits);
+            else if (ref) tm_mask_walk(t, jv, &w, &st[cur], bits);
             else tm_mask(t, jv, &w, &st[cur], bits, tok);
             const double dt = now_s() - t0;
             if (dt < best[i]) best[i] = dt;
-            if (check && r == 0) {
+            if (check && r == 0 && cls[i] != C_FREE) {
                 tm_mask_walk(t, jv, &w, &st[cur], rb);
                 int diff = 0;
                 for (int k = 0; k < jv->words; k++) diff += __builtin_popcountll(bits[k] ^ rb[k]);
