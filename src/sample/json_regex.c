@@ -502,7 +502,10 @@ typedef struct sub {
     int *stack;             /* (n_nfa) */
 } sub;
 
-/* set's epsilon closure (in place), charged to the budget: the words scanned, the states pushed */
+/* set's epsilon closure (in place), charged to the budget: the words scanned, the states
+ * pushed at 8 units each (a push is a dependent load, bit test and branch: ~10 ns, where a
+ * unit is about a word's operation; at 1 unit a pattern that pushes every alternative back
+ * at every class, ^(?:A|B|...)*$, ran 2 s before the budget stopped it) */
 static int closure(rx *r, sub *u, uint64_t *set, int bol, int eol) {
     int top = 0, pushed = 0;
     for (int w = 0; w < u->nw; w++)
@@ -519,7 +522,7 @@ static int closure(rx *r, sub *u, uint64_t *set, int bol, int eol) {
                 pushed++;
             }
     }
-    return spend(r, u->nw + pushed, 0);
+    return spend(r, u->nw + 8 * (int64_t)pushed, 0);
 }
 
 static uint64_t hash_set(const uint64_t *s, int nw) {
@@ -598,6 +601,56 @@ static void dfa_shrink(rx *r, json_dfa *d) {
     if (n) d->next = n;
 }
 
+/* The NFA states from which `final` can still be reached past the input's start: '^' no
+ * longer passes there and '$' only where no character follows it (in the closure of the end).
+ * A DFA state past the start keeps only these: the others (e.g. the unanchored prefix's
+ * ".*" once '^' is behind it) accept nothing whatever follows, so dropping them leaves the
+ * language as it is and a set that holds nothing else dead (-1, no trap state), and a state
+ * no longer pays for the classes only they move on. live: [nw] bits; -1 out of memory. */
+static int live_states(rx *r, int final, uint64_t *live) {
+    const int n = r->n_nfa;
+    int *first = calloc((size_t)n + 1, sizeof *first), *from = malloc((size_t)(2 * n + 1) * sizeof *from);
+    int *queue = malloc((size_t)(n ? n : 1) * sizeof *queue);
+    if (!first || !from || !queue) {
+        free(first), free(from), free(queue);
+        return fail(r, "out of memory");
+    }
+    /* the edges by their head (counting sort): an N_SET's one, an epsilon kind's two */
+    for (int x = 0; x < n; x++)
+        for (int k = 0; k < 2; k++) {
+            const int to = k ? r->nfa[x].out1 : r->nfa[x].out0;
+            if (to >= 0) first[to + 1]++;
+        }
+    for (int x = 0; x < n; x++) first[x + 1] += first[x];
+    int *at = queue; /* the fill cursor per head, then the queue */
+    memcpy(at, first, (size_t)n * sizeof *at);
+    for (int x = 0; x < n; x++)
+        for (int k = 0; k < 2; k++) {
+            const int to = k ? r->nfa[x].out1 : r->nfa[x].out0;
+            if (to >= 0) from[at[to]++] = x;
+        }
+    /* pass 0: the end's closure backwards (epsilon and '$'); pass 1: from it backwards over
+     * epsilon and characters */
+    int head = 0, tail = 0;
+    memset(live, 0, (size_t)((n + 63) / 64) * 8);
+    live[final >> 6] |= 1ull << (final & 63);
+    queue[tail++] = final;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) head = 0; /* every state found so far goes on backwards over characters too */
+        while (head < tail) {
+            const int y = queue[head++];
+            for (int e = first[y]; e < first[y + 1]; e++) {
+                const int x = from[e], kind = r->nfa[x].kind;
+                if (kind == N_BOL || kind == (pass ? N_EOL : N_SET) || live[x >> 6] >> (x & 63) & 1) continue;
+                live[x >> 6] |= 1ull << (x & 63);
+                queue[tail++] = x;
+            }
+        }
+    }
+    free(first), free(from), free(queue);
+    return spend(r, 4 * (int64_t)n, 0);
+}
+
 static int subset(rx *r, int start, int final, json_dfa *d) {
     uint32_t *bound = NULL;
     int nb = 0;
@@ -617,13 +670,14 @@ static int subset(rx *r, int start, int final, json_dfa *d) {
     const int C = d->n_classes, cw = (C + 63) / 64;
     sub u = {.nw = (r->n_nfa + 63) / 64, .hcap = 2 * JSON_MAX_DFA};
     uint64_t *member = calloc((size_t)r->n_sets * (size_t)cw, 8);   /* [n_sets][cw] classes in each set */
-    uint64_t *tgt = malloc((size_t)C * (size_t)u.nw * 8);            /* [C][nw] a state's moves */
-    uint64_t *acc = malloc((size_t)u.nw * 8);
+    uint64_t *tgt = calloc((size_t)C * (size_t)u.nw, 8);             /* [C][nw] a state's moves */
+    uint64_t *touched = malloc((size_t)cw * 8);                      /* [cw] the classes it moves on */
+    uint64_t *acc = malloc((size_t)u.nw * 8), *live = malloc((size_t)u.nw * 8);
     u.sets = malloc((size_t)JSON_MAX_DFA * (size_t)u.nw * 8);
     u.hash = calloc((size_t)u.hcap, sizeof *u.hash);
     u.stack = malloc((size_t)r->n_nfa * sizeof *u.stack);
-    int ok = member && tgt && acc && u.sets && u.hash && u.stack ? 1 : fail(r, "out of memory") + 1;
-    if (ok && alloc_dfa(r, d, JSON_MAX_DFA)) ok = 0;
+    int ok = member && tgt && touched && acc && live && u.sets && u.hash && u.stack ? 1 : fail(r, "out of memory") + 1;
+    if (ok && (alloc_dfa(r, d, JSON_MAX_DFA) || live_states(r, final, live))) ok = 0;
     for (int i = 0; ok && i < r->n_sets; i++)
         for (int k = 0, j = 0; k < C; k++) {
             const cset *s = &r->sets[i];
@@ -640,32 +694,45 @@ static int subset(rx *r, int start, int final, json_dfa *d) {
     for (int q = 0; ok && q < d->n_states; q++) {
         const uint64_t *S = u.sets + (size_t)q * (size_t)u.nw;
         memcpy(acc, S, (size_t)u.nw * 8);
-        if (closure(r, &u, acc, q == 0, 1) || spend(r, (int64_t)C * u.nw * 2, 0)) {
+        /* the moves: only the classes some member moves on are touched (a row of tgt each,
+         * zero again once used), the others have no transition */
+        if (closure(r, &u, acc, q == 0, 1) || spend(r, (int64_t)C / 4 + cw, 0)) {
             ok = 0;
             break;
         }
         d->accept[q] = (uint8_t)(acc[final >> 6] >> (final & 63) & 1);
-        memset(tgt, 0, (size_t)C * (size_t)u.nw * 8);
+        memset(touched, 0, (size_t)cw * 8);
+        for (int k = 0; k < C; k++) d->next[(size_t)q * (size_t)C + (size_t)k] = -1;
         for (int w = 0; w < u.nw && ok; w++)
             for (uint64_t bits = S[w]; bits && ok; bits &= bits - 1) {
                 const int i = w * 64 + __builtin_ctzll(bits);
                 if (r->nfa[i].kind != N_SET) continue;
-                if (spend(r, C, 0)) ok = 0;
                 const uint64_t *m = member + (size_t)r->nfa[i].set * (size_t)cw;
                 const int to = r->nfa[i].out0;
-                for (int k = 0; k < C; k++)
-                    if (m[k >> 6] >> (k & 63) & 1) tgt[(size_t)k * (size_t)u.nw + (size_t)(to >> 6)] |= 1ull << (to & 63);
+                int64_t moved = 0;
+                for (int cwi = 0; cwi < cw; cwi++) {
+                    touched[cwi] |= m[cwi];
+                    for (uint64_t mk = m[cwi]; mk; mk &= mk - 1, moved++) {
+                        const int k = cwi * 64 + __builtin_ctzll(mk);
+                        tgt[(size_t)k * (size_t)u.nw + (size_t)(to >> 6)] |= 1ull << (to & 63);
+                    }
+                }
+                if (spend(r, cw + moved, 0)) ok = 0;
             }
-        for (int k = 0; k < C && ok; k++) {
-            uint64_t *T = tgt + (size_t)k * (size_t)u.nw;
-            int any = 0;
-            for (int w = 0; w < u.nw; w++) any |= T[w] != 0;
-            int t = -1;
-            if (any && (closure(r, &u, T, 0, 0) || (t = dfa_state(r, &u, d, T)) < 0)) ok = 0;
-            d->next[(size_t)q * (size_t)C + (size_t)k] = (int16_t)t;
-        }
+        for (int cwi = 0; cwi < cw && ok; cwi++)
+            for (uint64_t mk = touched[cwi]; mk && ok; mk &= mk - 1) {
+                const int k = cwi * 64 + __builtin_ctzll(mk);
+                uint64_t *T = tgt + (size_t)k * (size_t)u.nw;
+                int t = -1;
+                if (closure(r, &u, T, 0, 0) || spend(r, 2 * (int64_t)u.nw, 0)) ok = 0;
+                int any = 0;
+                for (int w = 0; ok && w < u.nw; w++) any |= (T[w] &= live[w]) != 0;
+                if (ok && any && (t = dfa_state(r, &u, d, T)) < 0) ok = 0;
+                d->next[(size_t)q * (size_t)C + (size_t)k] = (int16_t)t;
+                memset(T, 0, (size_t)u.nw * 8);
+            }
     }
-    free(member), free(tgt), free(acc), free(u.sets), free(u.hash), free(u.stack);
+    free(member), free(tgt), free(touched), free(acc), free(live), free(u.sets), free(u.hash), free(u.stack);
     if (ok) dfa_shrink(r, d);
     return ok ? 0 : -1;
 }
