@@ -81,9 +81,13 @@ int dsv4_seq_fill_synthetic(dsv4_engine *e, int seq, int64_t n, uint64_t seed, d
     /* the compressors' rings: the last L_r positions' [a | b] rows (main, then CSA's indexer) */
     for (int l = 0; l < p->n_main_layers && !rc; l++) {
         const int r = dsv4_cfg_ratio(c, l);
-        for (int64_t t = n - p->ring_len[l] > 0 ? n - p->ring_len[l] : 0; r && t < n; t++) {
-            fill_values(&s, dsv4_cache_ring_row(e->cache, seq, l, 0, t), 2 * dsv4_cfg_coff(r) * hd);
-            if (r == 4) fill_values(&s, dsv4_cache_ring_row(e->cache, seq, l, 1, t), 2 * 2 * dI);
+        for (int64_t t = n - p->ring_len[l] > 0 ? n - p->ring_len[l] : 0; r && t < n && !rc; t++) {
+            float *a = dsv4_cache_ring_row(e->cache, seq, l, 0, t), *b = r == 4 ? dsv4_cache_ring_row(e->cache, seq, l, 1, t) : NULL;
+            if (!a || (r == 4 && !b)) rc = dsv4_fail(err, DSV4_ERR_STATE, "fill: no ring row %lld in layer %d", (long long)t, l);
+            else {
+                fill_values(&s, a, 2 * dsv4_cfg_coff(r) * hd);
+                if (b) fill_values(&s, b, 2 * 2 * dI);
+            }
         }
     }
     free(x);

@@ -53,7 +53,7 @@ static void block_rt(float *x, int n, float floor_, float vmax, float inv_max, f
         float v = x[i] / s;
         v = v > vmax ? vmax : v < -vmax ? -vmax : v;
         x[i] = rnd(v) * s;
-        if (fabsf(x[i]) > sat) x[i] = copysignf(sat, x[i]); /* a NaN stays */
+        if (fabsf(x[i]) > sat) x[i] = copysignf(sat, x[i]); /* a NaN never gets here: rnd made it 0 */
     }
 }
 
