@@ -371,9 +371,10 @@ static void messages_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
             /* what the scan did not send yet (nothing when the block was well formed) */
             cJSON *rest = srv_tool_stream_finish(&j->calls, &p, j->id);
             if (rest) calls_events(j, out, rest);
-        } else {
-            /* malformed block: its raw text goes out as text, nothing is lost (tool_use
-             * blocks already sent stay as they are, stop_reason says end_turn) */
+        } else if (!j->calls.n_calls) {
+            /* malformed block: its raw text goes out as text, nothing is lost (stop_reason
+             * says end_turn); not once a tool_use block was sent (a block cut by
+             * max_tokens: the text is that call's) */
             const char *from = strstr(r->text, "<｜DSML｜tool_calls>");
             cJSON *b = cJSON_CreateObject();
             cJSON_AddStringToObject(b, "type", "text");

@@ -340,9 +340,10 @@ static void chat_stream_one(srv *s, srv_job *j, srv_buf *out) {
             }
         } else {
             /* malformed block: its raw text goes out as content, nothing is lost (calls
-             * already announced stay as they are, finish_reason says "stop") */
+             * already announced stay as they are, finish_reason says "stop"); not once a
+             * call was announced (a block cut by max_tokens: the text is that call's) */
             const char *from = strstr(r->text, "<｜DSML｜tool_calls>");
-            if (from) {
+            if (from && !j->calls.n_calls) {
                 cJSON *d = cJSON_CreateObject();
                 cJSON_AddStringToObject(d, "content", from);
                 chat_chunk(s, j, out, d, NULL, NULL);
@@ -483,8 +484,9 @@ static int tool_choice(const cJSON *c, const char **name, const cJSON **allowed,
 }
 
 /* The tools allowed_tools' list names ({"type": "function", "function": {"name": N}} each),
- * copied in the order of tools, into *out; NULL when that is every tool (nothing to
- * restrict). 0, -1 with a message naming the entry at fault, or -2 out of memory. */
+ * copied in the order of tools, into *out (every tool too: the list still constrains the
+ * calls to the tools' names, strict or not). 0, -1 with a message naming the entry at
+ * fault, or -2 out of memory. */
 static int allowed_subset(const cJSON *tools, const cJSON *list, cJSON **out, char *msg) {
     *out = NULL;
     if (!tools) {
@@ -494,7 +496,7 @@ static int allowed_subset(const cJSON *tools, const cJSON *list, cJSON **out, ch
     const int n = cJSON_GetArraySize(tools);
     char *pick = calloc((size_t)n, 1);
     if (!pick) return -2;
-    int k = 0, rc = 0, n_pick = 0;
+    int k = 0, rc = 0;
     for (const cJSON *e = list->child; e && !rc; e = e->next, k++) {
         const cJSON *ty = cJSON_GetObjectItemCaseSensitive(e, "type");
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(e, "function"), "name");
@@ -508,7 +510,6 @@ static int allowed_subset(const cJSON *tools, const cJSON *list, cJSON **out, ch
         for (const cJSON *t = tools->child; t; t = t->next, i++) {
             const cJSON *tn = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "name");
             if (cJSON_IsString(tn) && !strcmp(tn->valuestring, nm->valuestring)) {
-                n_pick += !pick[i];
                 pick[i] = found = 1;
             }
         }
@@ -518,7 +519,7 @@ static int allowed_subset(const cJSON *tools, const cJSON *list, cJSON **out, ch
             rc = -1;
         }
     }
-    if (!rc && n_pick < n) {
+    if (!rc) {
         int i = 0;
         *out = cJSON_CreateArray();
         for (const cJSON *t = tools->child; *out && t; t = t->next, i++) {

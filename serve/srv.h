@@ -141,8 +141,8 @@ typedef struct srv_chat {
     const cJSON *tools;   /* in the request; NULL when none or tool_choice "none" */
     int tc;               /* SRV_TC_* */
     const char *tc_name;  /* in the request's JSON */
-    cJSON *allowed;       /* allowed_tools: a copy of the tools the answer may call (fewer
-                           * than tools), or NULL: every one */
+    cJSON *allowed;       /* allowed_tools: a copy of the tools the answer may call (all
+                           * listed: every one, still constrained), or NULL: not given */
     int json;             /* structured output */
     char *schema;         /* its schema's text (malloc'ed) */
 } srv_chat;

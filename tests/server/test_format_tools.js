@@ -137,6 +137,25 @@ run('server_format_tools', async () => {
     const a = await chat({ seed, logit_bias: opener, parallel_tool_calls: false, tool_choice: allowed('auto', ['h', 'f']) });
     check(`allowed auto ${seed}`, a, ['doc', 'f', 'h']);
   }
+  // allowed_tools listing every tool, none strict: the names still constrained; a call cut by
+  // max_tokens streams the call it announced and no raw DSML as content
+  const G2 = { type: 'function', function: { name: 'g2', parameters: { type: 'object' } } };
+  let cut = 0;
+  for (let seed = 1; seed <= 2; seed++) {
+    const names = [];
+    let content = '', finish = null;
+    for await (const ch of await client.chat.completions.create({ model: 'm', max_tokens: 40, temperature: 1, seed,
+      messages, tools: [G, G2], tool_choice: allowed('required', ['g', 'g2']), stream: true })) {
+      const c = ch.choices[0];
+      if (!c) continue;
+      content += c.delta.content || '';
+      for (const t of c.delta.tool_calls || []) if (t.function?.name) names.push(t.function.name);
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+    assert(names.length >= 1 && names.every((n) => ['g', 'g2'].includes(n)), `full allowed list ${seed}: ${names}`);
+    if (finish === 'length') cut++, assert.strictEqual(content, '', `cut call ${seed}: its DSML came out as content`);
+  }
+  assert(cut >= 1, 'no call was cut by max_tokens');
   const allowedCount = await http(srv.url + '/tokenize', { body: { messages, tools: [F, G, H], tool_choice: allowed('auto', ['g']) } });
   assert.strictEqual(allowedCount.json.count, plain.usage.prompt_tokens, allowedCount.body);
 
