@@ -426,8 +426,6 @@ static void set_held(srv_dp *dp, int q, const void *keys, int64_t n) {
  * reported once, then released). */
 static void build_report(srv_dp *dp, srv_rank_load *l) {
     own_load(dp, l);
-    dp->rep.n = 0;
-    srv_buf_put(&dp->rep, (const char *)l, sizeof *l);
     if (held_moved(dp, l)) {
         dp->n_own = srv_pcache_held(dp->s->pc, &dp->own, &dp->cap_own);
         if (dp->n_own < 0) {  /* out of memory: none held, taken again next step */
@@ -436,6 +434,9 @@ static void build_report(srv_dp *dp, srv_rank_load *l) {
         }
         if (dp->rank == 0) set_held(dp, 0, dp->own, dp->n_own);
     }
+    l->prefix_keys = dp->n_own;
+    dp->rep.n = 0;
+    srv_buf_put(&dp->rep, (const char *)l, sizeof *l);
     if (dp->rank != 0) put_held(dp, dp->n_own);
     const size_t count_at = dp->rep.n;
     int32_t n = 0;
@@ -504,9 +505,6 @@ static int apply_report(srv_dp *dp, int q, srv_rd *rd) {
     srv_rank_load l;
     srv_rd_bytes(rd, &l, sizeof l);
     if (rd->bad) return -1;
-    l.requests = dp->placed[q];
-    dp->load[q] = l;
-    srv_metrics_rank(dp->s->met, q, dp->K, &l);
     const int64_t nh = srv_rd_i64(rd);
     if (nh == HELD_DELTA) {
         if (apply_delta(dp, q, rd)) return -1;
@@ -515,6 +513,10 @@ static int apply_report(srv_dp *dp, int q, srv_rd *rd) {
         if (nh < -1 || rd->bad) return -1;
         if (nh >= 0) set_held(dp, q, keys, nh);
     }
+    l.requests = dp->placed[q];
+    l.prefix_keys_seen = dp->n_held[q];
+    dp->load[q] = l;
+    srv_metrics_rank(dp->s->met, q, dp->K, &l);
     const int n = srv_rd_i32(rd);
     for (int i = 0; i < n && !rd->bad; i++) {
         int at;
@@ -551,6 +553,7 @@ void srv_dp_end(srv_dp *dp) {
     srv_rank_load l;
     build_report(dp, &l);
     l.requests = dp->placed[0];
+    l.prefix_keys_seen = dp->n_held[0];
     dp->load[0] = l;
     srv_metrics_rank(dp->s->met, 0, dp->K, &l);
     if (gather_reports(dp, &err)) { group_failed(dp, &err); return; }

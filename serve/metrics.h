@@ -33,6 +33,9 @@ typedef struct srv_rank_load {
     int64_t forks, fork_tokens;     /* choices (n > 1) forked there, prompt positions shared */
     int64_t fork_waits;             /* choices 0 that waited there for pages to fork */
     int64_t cp_prefills;            /* prompt chunks it was the home of that ran context-parallel */
+    int64_t prefix_keys;            /* the restorable prefixes' keys it holds (its report's count) */
+    int64_t prefix_keys_seen;       /* rank 0's: those keys rank 0 holds of it after the report
+                                     * (the same count unless the reports lost some) */
     srv_pcache_stats pcache;
     dsv4_prefix_stats prefix;
 } srv_rank_load;

@@ -20,6 +20,8 @@
 //     while rank 1 holds its prefix (restored), a longer prompt sharing that prefix too, whose
 //     own entry then evicts it; the prompt once more then goes where load alone sends it
 //     (rank 0), not to the rank that no longer holds it (the ranks report their caches' keys).
+//  6. A rank's reports carry the changes of its keys (a key new; one gone, one new) once it
+//     holds a few: rank 0 holds what the rank holds (/metrics by rank).
 // The mix ends with two requests of n = 3, the second sent while the first streams, so on
 // another home rank: each request's choices go to its choice 0's home, which forks its
 // prompt for choices 1 and 2 (/metrics by rank), the choices those of one process.
@@ -307,7 +309,35 @@ async function evicted() {
   return { where, s: (Date.now() - t0) / 1000 };
 }
 
-const PARTS = (process.env.DSV4_DP_PARTS || 'mix,pressure,hangup,stopped,four,evict').split(',');
+// Part 6: rank 1 comes to hold 3 prefixes (--prefix-entries 3), then a fourth evicts one, so
+// its reports carry changes (a key new, a key gone and one new) rather than its whole list;
+// returns the keys by rank as the ranks count them and as rank 0 holds them after the reports.
+async function keyChanges() {
+  const srv = await start(['--max-seqs', '4', '--step-tokens', '64', '--max-context', '512', '--no-warmup',
+    '--prefix-entries', '3'], { mpi: 2, dp: true });
+  const u = srv.url;
+  const P = Array.from({ length: 200 }, (_, k) => 1000 + ((k * 37) % 5000));
+  const one = async (prompt) => {
+    const res = await http(u + '/v1/completions', { body: { model: 'm', prompt, max_tokens: 2, temperature: 0 } });
+    assert.strictEqual(res.status, 200, res.body);
+  };
+  // P on rank 1 (rank 0 held by a stream), then three prompts sharing its first block (there
+  // too), each leaving its own entry at 256: the third evicts the least recently used
+  const blk = await fetch(u + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt: [5, 6, 7], max_tokens: 40, temperature: 0, logit_bias: { 1: -100 }, stream: true }) });
+  const rd = blk.body.getReader();
+  await rd.read();
+  await one(P);
+  while (!(await rd.read()).done);
+  for (let q = 0; q < 3; q++) await one([...P.slice(0, A), ...Array.from({ length: 160 }, (_, k) => 7000 + 200 * q + k)]);
+  await one([9, 9, 9]);  // one more step of reports after the last change
+  const m = await metrics(u);
+  await srv.stop();
+  const keys = (k) => [0, 1].map((r) => m[`dsv4_rank_prefix_keys${k}{rank="${r}"}`]);
+  return { own: keys(''), seen: keys('_seen'), placed: [0, 1].map((r) => m[`dsv4_rank_requests_total{rank="${r}"}`]) };
+}
+
+const PARTS = (process.env.DSV4_DP_PARTS || 'mix,pressure,hangup,stopped,four,evict,keys').split(',');
 
 run('server_dp', async () => {
   const one = await answers({});
@@ -346,6 +376,12 @@ run('server_dp', async () => {
       `placement by the prefix held: ${JSON.stringify(w)}`);
     assert.deepStrictEqual(w[3], { rank: 0, cached: 0 }, `placed on a rank that evicted the prefix: ${JSON.stringify(w)}`);
     said.push(`evict: ${JSON.stringify(w)} (${secs} s)`);
+  }
+  if (PARTS.includes('keys')) {
+    const k = await keyChanges();
+    assert.strictEqual(k.own[1], 3, `rank 1's prefix keys ${k.own} (placed ${k.placed}): the test does not reach a change`);
+    assert.deepStrictEqual(k.seen, k.own, 'prefix keys by rank: rank 0 holds others than the ranks report');
+    said.push(`keys: ${JSON.stringify(k)}`);
   }
   console.log(said.join('; '));
 }, { limitMs: 150000 });
