@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
     uint64_t *bits = jv ? malloc((size_t)jv->words * sizeof *bits) : NULL;
     char **products = product_list(1000);
     rx_walk w;
-    if (!jv || !row || !bits || !products || rx_walk_init(&w, jv)) { fprintf(stderr, "bench_guided: out of memory\n"); return 1; }
+    if (!jv || !row || !bits || !products) { fprintf(stderr, "bench_guided: out of memory\n"); return 1; }
     uint64_t rs = 7;
     for (int v = 0; v < V; v++) row[v] = bench_urand(&rs);
     for (size_t c = 0; c < sizeof CASES / sizeof *CASES; c++) {
@@ -123,6 +123,9 @@ int main(int argc, char **argv) {
                                 : rx_guide_choice((const char *const *)products, k->choices, &g, why, sizeof why);
         const double compile_ms = (now_s() - t0) * 1e3;
         dsv4_tok_ids ids = {0};
+        t0 = now_s();
+        if (!rc && rx_walk_init(&w, jv, g)) { fprintf(stderr, "bench_guided: out of memory\n"); return 1; }
+        const double walk_ms = (now_s() - t0) * 1e3;
         if (rc || dsv4_tokenize(tok, k->text, strlen(k->text), &ids, &err)) {
             fprintf(stderr, "bench_guided: %s: %s\n", k->name, rc ? why : err.msg);
             return 1;
@@ -170,18 +173,19 @@ int main(int argc, char **argv) {
             if (rc_[r] < best_med) best_med = rc_[r], memcpy(best, tc, sizeof *tc * (size_t)n);
         }
         printf("{\"bench\":\"guided_mask\",\"case\":\"%s\",\"tokens\":%d,\"reps\":%d,\"compile_ms\":%.2f,"
+               "\"walk_init_ms\":%.2f,\"mask_classes\":%d,"
                "\"allowed_ids_per_token\":%.0f,\"trie_steps_per_token\":%.0f,\"cold_us_median\":%.1f,\"cold_us_p90\":%.1f,"
                "\"cached_us_median\":%.2f,\"gen_next_us_free\":%.1f,\"gen_next_us_guided\":%.1f}\n",
-               k->name, n, reps, compile_ms, (double)allowed / n, (double)nodes / n, median(rc_, reps) * 1e6,
+               k->name, n, reps, compile_ms, walk_ms, w.cls ? w.n_cls : -1, (double)allowed / n, (double)nodes / n, median(rc_, reps) * 1e6,
                best[(int)(0.9 * (n - 1))] * 1e6, median(rw, reps) * 1e6, median(rf, reps) * 1e6, median(rg, reps) * 1e6);
         fflush(stdout);
         free(tc), free(tw), free(tf), free(tg), free(best), free(rc_), free(rw), free(rf), free(rg);
         dsv4_tok_ids_free(&ids);
         rx_guide_free(g);
+        rx_walk_free(&w);
     }
     for (int i = 0; i < 1000; i++) free(products[i]);
     free(products);
-    rx_walk_free(&w);
     free(row), free(bits);
     json_vocab_free(jv);
     dsv4_tokenizer_free(tok);

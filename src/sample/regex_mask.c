@@ -320,8 +320,62 @@ int rx_state_feed(const rx_guide *g, rx_state *st, const uint8_t *b, size_t n) {
 
 /* ---- the mask ---- */
 
-int rx_walk_init(rx_walk *w, const json_vocab *v) {
+static uint64_t hash_row(const int32_t *x, int n) {
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < n; i++) h = (h ^ (uint32_t)x[i]) * 0x100000001b3ull;
+    return h ^ h >> 29;
+}
+
+/* Moore's refinement, levels deep: w->cls[q] the class of q under "the same states live after
+ * every string of at most `levels` code points" (its level-0 class: all one; a step's target
+ * that is not live: -1). Stops early once a level splits nothing (the partition is then
+ * final). Over the work bound, or out of memory: no classes (each state its own). */
+static int dfa_classes(rx_walk *w, const rx_guide *g, int levels) {
+    const json_dfa *d = &g->dfa;
+    const int Q = d->n_states, C = d->n_classes, R = C + 1;
+    if ((int64_t)Q * R * levels > (1 << 25)) return 0;
+    int hcap = 16;
+    while (hcap < 2 * Q) hcap *= 2;
+    int32_t *sig = malloc((size_t)Q * (size_t)R * sizeof *sig), *nc = malloc((size_t)Q * sizeof *nc);
+    int32_t *ht = malloc((size_t)hcap * sizeof *ht);
+    w->cls = calloc((size_t)Q, sizeof *w->cls);
+    if (!sig || !nc || !ht || !w->cls) {
+        free(sig), free(nc), free(ht), free(w->cls);
+        w->cls = NULL;
+        return -1;
+    }
+    int n = 1;
+    for (int lv = 0; lv < levels; lv++) {
+        for (int q = 0; q < Q; q++) {
+            int32_t *s = sig + (size_t)q * (size_t)R;
+            s[0] = w->cls[q];
+            for (int k = 0; k < C; k++) {
+                const int t = d->next[(size_t)q * (size_t)C + (size_t)k];
+                s[k + 1] = t >= 0 && g->live[t] ? w->cls[t] : -1;
+            }
+        }
+        for (int i = 0; i < hcap; i++) ht[i] = -1;
+        int m = 0;
+        for (int q = 0; q < Q; q++) {
+            const int32_t *s = sig + (size_t)q * (size_t)R;
+            size_t h = (size_t)hash_row(s, R) & (size_t)(hcap - 1);
+            while (ht[h] >= 0 && memcmp(sig + (size_t)ht[h] * (size_t)R, s, (size_t)R * sizeof *s))
+                h = (h + 1) & (size_t)(hcap - 1);
+            if (ht[h] < 0) ht[h] = q, nc[q] = m++;
+            else nc[q] = nc[ht[h]];
+        }
+        memcpy(w->cls, nc, (size_t)Q * sizeof *nc);
+        if (m == n) break;
+        n = m;
+    }
+    w->n_cls = n;
+    free(sig), free(nc), free(ht);
+    return 0;
+}
+
+int rx_walk_init(rx_walk *w, const json_vocab *v, const rx_guide *g) {
     memset(w, 0, sizeof *w);
+    if (g->kind == RX_DFA && dfa_classes(w, g, v->max_len + 1)) return -1;
     w->sq = malloc(((size_t)v->max_len + 1) * sizeof *w->sq);
     w->su = malloc(((size_t)v->max_len + 1) * sizeof *w->su);
     w->cache = malloc((size_t)RX_CACHE * (size_t)v->words * sizeof *w->cache);
@@ -334,6 +388,8 @@ void rx_walk_free(rx_walk *w) {
     free(w->sq);
     free(w->su);
     free(w->cache);
+    free(w->cls);
+    w->cls = NULL;
     w->sq = NULL;
     w->su = NULL;
     w->cache = NULL;
@@ -341,8 +397,9 @@ void rx_walk_free(rx_walk *w) {
 
 long rx_mask(const rx_guide *g, const json_vocab *v, rx_walk *w, const rx_state *st, uint64_t *bits) {
     const size_t bytes = (size_t)v->words * sizeof *bits;
+    const int32_t kq = w->cls ? w->cls[st->q] : st->q; /* the key: the state's class */
     for (int i = 0; i < w->used; i++)
-        if (w->key[i].q == st->q && w->key[i].u == st->u) {
+        if (w->key[i].q == kq && w->key[i].u == st->u) {
             memcpy(bits, w->cache + (size_t)i * (size_t)v->words, bytes);
             w->hits++;
             return 0;
@@ -352,7 +409,7 @@ long rx_mask(const rx_guide *g, const json_vocab *v, rx_walk *w, const rx_state 
     if (slot == w->next) w->next = (w->next + 1) % RX_CACHE;
     uint64_t *c = w->cache + (size_t)slot * (size_t)v->words;
     memset(c, 0, bytes);
-    w->key[slot] = *st;
+    w->key[slot] = (rx_state){kq, st->u};
     const json_trie *t = v->all;
     long steps = 0;
     w->sq[0] = st->q, w->su[0] = st->u;

@@ -53,7 +53,10 @@ int rx_state_feed(const rx_guide *g, rx_state *st, const uint8_t *b, size_t n);
 
 /* Per-generation scratch: the walk's state at each trie depth, and the masks of the states
  * met so far (RX_CACHE slots, the oldest replaced: a DFA has finitely many states, so after
- * warm-up a step costs a copy). */
+ * warm-up a step costs a copy). A regex's DFA states are keyed by their class under
+ * equivalence up to max_len + 1 code points (two states whose continuations of that length
+ * live alike have the same mask, as no token is longer): the states of a count such as
+ * .{0,200} that leave room for any token share one mask. */
 #define RX_CACHE 32
 typedef struct rx_walk {
     int32_t *sq;            /* (max_len + 1) the state's q at each depth (apart from its u: */
@@ -62,9 +65,13 @@ typedef struct rx_walk {
     rx_state key[RX_CACHE];
     int used, next;
     long hits, misses;      /* for the benchmark */
+    int32_t *cls;           /* (dfa.n_states) a DFA state's class; NULL: the state itself */
+    int n_cls;
 } rx_walk;
 
-int rx_walk_init(rx_walk *w, const json_vocab *v);
+/* For g's masks over v: allocates everything the walk needs (nothing later) and computes the
+ * states' classes (bounded work: past it, none). 0, -1 out of memory. */
+int rx_walk_init(rx_walk *w, const json_vocab *v, const rx_guide *g);
 void rx_walk_free(rx_walk *w);
 
 /* bits [v->words]: bit i set iff id i's bytes leave st alive (trie ids only: no added token,

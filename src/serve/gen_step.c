@@ -148,7 +148,7 @@ static int guide_setup(dsv4_gen *g, const dsv4_gen_params *p, dsv4_err *err) {
         return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "gen: the regex %s", why);
     if (p->n_choices && rx_guide_choice(p->choices, p->n_choices, &g->rx, why, sizeof why))
         return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "gen: the choice list %s", why);
-    if (g->rx && rx_walk_init(&g->rwalk, g->jv)) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
+    if (g->rx && rx_walk_init(&g->rwalk, g->jv, g->rx)) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
     rx_state_init(g->rx, &g->rs);
     return DSV4_OK;
 }

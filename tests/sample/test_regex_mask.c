@@ -123,7 +123,7 @@ static uint64_t rnd(void) {
  * before the text is accepted, and a cached mask equals a fresh walk's */
 static void walks(const rx_guide *g, const dsv4_tokenizer *tok, const json_vocab *v, const char *name) {
     rx_walk w;
-    CHECK(rx_walk_init(&w, v) == 0);
+    CHECK(rx_walk_init(&w, v, g) == 0);
     uint64_t *a = malloc((size_t)v->words * 8), *b = malloc((size_t)v->words * 8);
     int mismatches = 0, steps = 0, accepted = 0;
     for (int walk = 0; walk < 12 && a && b; walk++) {
@@ -160,7 +160,7 @@ static void test_masks(void) {
     CHECK(v != NULL);
     static const char *const RX[] = {
         "[a-z]+@[a-z]+\\.(?:com|org)", "\\d{4}-\\d{2}-\\d{2}(?:, \\d{4}-\\d{2}-\\d{2})*", "caf\xc3\xa9|[\\u4e00-\\u9fff]{2,3}",
-        ".{1,6}", "(?:yes|no|yesterday)\\n?", "[^\\n]*\\n", "\"[^\"\\\\]*\"",
+        ".{1,6}", "(?:yes|no|yesterday)\\n?", "[^\\n]*\\n", "\"[^\"\\\\]*\"", "[a-z ]{0,30}\\.",
     };
     char why[256];
     for (size_t i = 0; v && i < sizeof RX / sizeof *RX; i++) {
@@ -174,6 +174,28 @@ static void test_masks(void) {
     rx_guide *g = NULL;
     CHECK(rx_guide_choice(C, (int)(sizeof C / sizeof *C), &g, why, sizeof why) == 0);
     if (g && v) walks(g, tok, v, "choice");
+    rx_guide_free(g);
+    /* a count's states with room for any token share one mask (one walk): after "abc" and
+     * "abcd" the same, a cache hit; near the end ("x" * 28) another */
+    g = NULL;
+    CHECK(rx_guide_regex("[a-z]{0,30}\\.", 13, &g, why, sizeof why) == 0);
+    rx_walk w;
+    uint64_t *a = v ? malloc((size_t)v->words * 8) : NULL, *b = v ? malloc((size_t)v->words * 8) : NULL;
+    if (g && a && b && rx_walk_init(&w, v, g) == 0) {
+        rx_state s3, s4, s28;
+        rx_state_init(g, &s3), rx_state_init(g, &s4), rx_state_init(g, &s28);
+        rx_state_feed(g, &s3, (const uint8_t *)"abc", 3);
+        rx_state_feed(g, &s4, (const uint8_t *)"abcd", 4);
+        rx_state_feed(g, &s28, (const uint8_t *)"xxxxxxxxxxxxxxxxxxxxxxxxxxxx", 28);
+        CHECK(s3.q != s4.q);
+        rx_mask(g, v, &w, &s3, a);
+        const long walked = rx_mask(g, v, &w, &s4, b);
+        CHECK_MSG(walked == 0 && w.hits == 1 && !memcmp(a, b, (size_t)v->words * 8), "walked %ld, hits %ld", walked, w.hits);
+        CHECK(rx_mask(g, v, &w, &s28, b) > 0 && memcmp(a, b, (size_t)v->words * 8));
+        rx_walk_free(&w);
+    }
+    free(a);
+    free(b);
     rx_guide_free(g);
     json_vocab_free(v);
     dsv4_tokenizer_free(tok);
