@@ -499,6 +499,8 @@ void srv_anthropic_messages(srv *s, const char *body, size_t len, srv_reply *out
     if (srv_opt_bool(j, "stream", &stream, msg, MSG) < 0) goto bad;
     if (!(r = srv_req_new(p.ids.ids, (int)p.ids.n))) { srv_reply_error(out, SRV_API_MESSAGES, 500, "out of memory"); goto done; }
     if (srv_parse_sampling(s, j, r, "stop_sequences", msg, MSG)) goto bad;
+    const char *gparam = NULL;
+    if (srv_guided_refuse(j, "/v1/messages", &gparam, msg, MSG)) goto bad;
     if (srv_force_tool_call(s, r, p.tools, p.tc, p.tc_name, p.co.thinking, msg, MSG)) goto bad;
     const cJSON *tcj = cJSON_GetObjectItemCaseSensitive(j, "tool_choice");
     const int single = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tcj, "disable_parallel_tool_use"));

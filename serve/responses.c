@@ -2284,7 +2284,9 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     struct srv_resp *R = NULL;
     cJSON *j = cJSON_ParseWithLength(body, len);
     if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
-    if (refused_fields(j, &param, msg) || ignored_fields(j, &param, msg)) goto bad;
+    if (refused_fields(j, &param, msg) || ignored_fields(j, &param, msg) ||
+        srv_guided_refuse(j, "/v1/responses", &param, msg, MSG))
+        goto bad;
     if (srv_opt_bool(j, "stream", &stream, msg, MSG) < 0 || srv_opt_bool(j, "store", &store, msg, MSG) < 0 ||
         srv_opt_bool(j, "parallel_tool_calls", &parallel, msg, MSG) < 0 ||
         srv_opt_bool(j, "background", &bg, msg, MSG) < 0)

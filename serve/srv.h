@@ -172,6 +172,9 @@ srv_job *srv_chat_submit_rendered(srv *s, const cJSON *j, srv_chat *c, int api, 
  * thinking mode (the constraint starts after the reasoning). 0 (none or set), -1 with a
  * message. */
 int srv_guided(srv_req *r, const cJSON *body, int json_format, int tools, int thinking, char *msg, size_t n);
+/* On an endpoint without guided decoding (where: its path): -1 with a message naming the
+ * first guided field given (in *param), 0 when there is none. */
+int srv_guided_refuse(const cJSON *body, const char *where, const char **param, char *msg, size_t n);
 /* Gives r the schema text (taken) as its constraint; after_think: thinking mode. */
 void srv_req_set_json(srv_req *r, char *schema, int after_think);
 /* strict tool calls: r's gp.tools (owning text), mode DSV4_TOOLS_* */

@@ -263,13 +263,54 @@ static int guide_json(srv_req *r, const guide_field *f, int thinking, char *msg,
     return rc;
 }
 
-int srv_guided(srv_req *r, const cJSON *body, int json_format, int tools, int thinking, char *msg, size_t n) {
-    const cJSON *so = cJSON_GetObjectItemCaseSensitive(body, "structured_outputs");
-    if (cJSON_IsNull(so)) so = NULL;
-    if (so && !cJSON_IsObject(so)) {
+/* structured_outputs' keys: the constraints (guide_fields), the options that hold here
+ * (disable_fallback: there is no other backend to fall back to; disable_additional_properties:
+ * an object beside properties takes no other keys already; false of the whitespace options:
+ * the default), and any other key a 400 naming it */
+static int so_keys(const cJSON *so, char *msg, size_t n) {
+    static const char *const KNOWN[] = {"json", "regex", "choice", "json_object", "grammar", "structural_tag",
+                                        "disable_fallback", "disable_additional_properties"};
+    for (const cJSON *x = so->child; x; x = x->next) {
+        int known = 0;
+        for (size_t i = 0; i < sizeof KNOWN / sizeof *KNOWN; i++) known |= !strcmp(x->string, KNOWN[i]);
+        if (known) continue;
+        if (!strcmp(x->string, "disable_any_whitespace") && (cJSON_IsFalse(x) || cJSON_IsNull(x))) continue;
+        if (!strcmp(x->string, "whitespace_pattern") && cJSON_IsNull(x)) continue;
+        snprintf(msg, n, "'structured_outputs.%.100s' is not supported (the keys taken: json, regex, choice, "
+                 "json_object, disable_fallback, disable_additional_properties)", x->string);
+        return -1;
+    }
+    return 0;
+}
+
+/* the body's structured_outputs (NULL: none), -1 when it is not an object or has a key not taken */
+static int so_field(const cJSON *body, const cJSON **so, char *msg, size_t n) {
+    *so = cJSON_GetObjectItemCaseSensitive(body, "structured_outputs");
+    if (cJSON_IsNull(*so)) *so = NULL;
+    if (*so && !cJSON_IsObject(*so)) {
         snprintf(msg, n, "'structured_outputs' must be an object");
         return -1;
     }
+    return *so ? so_keys(*so, msg, n) : 0;
+}
+
+int srv_guided_refuse(const cJSON *body, const char *where, const char **param, char *msg, size_t n) {
+    const cJSON *so;
+    guide_field f[16];
+    if (so_field(body, &so, msg, n)) {
+        *param = "structured_outputs";
+        return -1;
+    }
+    if (!guide_fields(body, so, f)) return 0;
+    *param = f[0].name;
+    snprintf(msg, n, "'%s' is not supported on %s (guided decoding is served on /v1/chat/completions and "
+             "/v1/completions)", f[0].name, where);
+    return -1;
+}
+
+int srv_guided(srv_req *r, const cJSON *body, int json_format, int tools, int thinking, char *msg, size_t n) {
+    const cJSON *so;
+    if (so_field(body, &so, msg, n)) return -1;
     guide_field f[16];
     const int k = guide_fields(body, so, f);
     for (int i = 0; i < k; i++)

@@ -179,6 +179,8 @@ int rx_guide_regex(const char *pattern, size_t len, rx_guide **out, char *why, s
     g->kind = RX_DFA;
     int rc = json_regex_compile(w, len + 6, &g->dfa, NULL, why, why_len);
     free(w);
+    char *anchor = rc ? strstr(why, ", or anchor it") : NULL; /* the compiler's advice for a search */
+    if (anchor) memmove(anchor, anchor + 14, strlen(anchor + 14) + 1);
     if (!rc && dfa_live(g)) rc = -1, snprintf(why, why_len, "out of memory");
     if (!rc && !g->live[0]) rc = -1, snprintf(why, why_len, "matches no string");
     if (rc) {

@@ -360,10 +360,11 @@ static int mask_empty(const dsv4_gen *g) {
     return 1;
 }
 
-/* ignore_eos: the EOS banned; before min_tokens, every stop token. Not where the row has
- * nothing else (a constraint's text complete, nothing can follow): its stop then ends it. */
-static void ban_stops(dsv4_gen *g) {
-    const int all = g->n < g->min_tokens;
+/* ignore_eos: the EOS banned; before min_tokens, or in the reasoning before a JSON schema's
+ * or a regex's constrained answer (a stop there would end with no answer to satisfy it),
+ * every stop token. Not where the row has nothing else (a constraint's text complete,
+ * nothing can follow; a forced stop): its stop then ends it. */
+static void ban_stops(dsv4_gen *g, int all) {
     int other = 0;
     for (int v = 0; v < g->V && !other; v++) {
         if (g->row[v] == -INFINITY) continue;
@@ -465,7 +466,8 @@ int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_er
         if (g->think < 0) json_apply(g);
         else think_apply(g);
     }
-    if (g->ignore_eos || g->n < g->min_tokens) ban_stops(g);
+    const int reasoning = (g->schema || g->rx) && !g->tools && g->think >= 0;
+    if (reasoning || g->ignore_eos || g->n < g->min_tokens) ban_stops(g, reasoning || g->n < g->min_tokens);
     g->text_len = 0;
     int rc = dsv4_sample(g->sampler, g->row, g->tokens, g->n, &out->sample, err);
     /* when the caller banned (logit_bias -inf) every id the value can go on with: an alive

@@ -174,6 +174,9 @@ static void test_think(void) {
     char text[256] = "";
     int fin;
     CHECK(step(g, prefer(one_id("abc")), text, sizeof text, &fin) == one_id("abc"));
+    /* EOS likeliest in the reasoning: not drawn (the answer is still owed) */
+    const int32_t t0 = step(g, prefer(EOS), text, sizeof text, &fin);
+    CHECK_MSG(t0 != EOS && !fin, "EOS in the reasoning: %d, finish %d", t0, fin);
     dsv4_tok_ids ids = {0};
     dsv4_err err = {0};
     CHECK(dsv4_tokenize(T, " </think>", 9, &ids, &err) == 0);

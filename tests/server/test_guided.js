@@ -94,6 +94,14 @@ run('server_guided', async () => {
   assert.strictEqual(th.choices[0].finish_reason === 'stop' || th.choices[0].finish_reason === 'length', true);
   if (th.choices[0].finish_reason === 'stop') checkRegex(DATES, th.choices[0].message.content, 'stop', 'thinking');
 
+  // thinking with EOS likeliest: not drawn in the reasoning, so a "stop" answer matches (rv-gx's repro)
+  for (const seed of [2, 3]) {
+    const r = await client.chat.completions.create({ ...base, seed, max_tokens: 40, guided_regex: '\\d{3}',
+      chat_template_kwargs: { thinking: true }, logit_bias: { [EOS]: 100 } });
+    checkRegex('\\d{3}', r.choices[0].message.content, r.choices[0].finish_reason, `thinking + EOS seed ${seed}`);
+    assert.strictEqual(r.choices[0].finish_reason, 'length', 'EOS ended the reasoning');
+  }
+
   // ignore_eos: EOS made likeliest, never drawn: exactly max_tokens
   const eosBias = { logit_bias: { [EOS]: 100 } };
   const plain = await client.chat.completions.create({ ...base, ...eosBias, seed: 1 });
@@ -156,5 +164,20 @@ run('server_guided', async () => {
   await bad({ stop_token_ids: 'a' }, "'stop_token_ids' must be a list");
   await bad({ include_stop_str_in_output: 1 }, "'include_stop_str_in_output' must be a boolean");
   await bad({ skip_special_tokens: 'no' }, "'skip_special_tokens' must be a boolean");
+  await bad({ structured_outputs: { regexx: 'a' } }, "'structured_outputs.regexx' is not supported");
+  await bad({ structured_outputs: { regex: 'a', disable_any_whitespace: true } }, "'structured_outputs.disable_any_whitespace'");
+  await bad({ structured_outputs: { regex: 'a', whitespace_pattern: ' ' } }, "'structured_outputs.whitespace_pattern'");
+  const huge = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', messages: msgs, max_tokens: 2,
+    guided_regex: '(a|b)*a(a|b){12}' } });
+  assert(huge.status === 400 && huge.json.error.message.includes("automaton states") && !huge.json.error.message.includes("anchor"),
+    huge.body);
+  const opts = await client.chat.completions.create({ ...base, seed: 1, max_tokens: 8,
+    structured_outputs: { regex: 'ok', disable_fallback: true, disable_additional_properties: true, disable_any_whitespace: false } });
+  assert.deepStrictEqual([opts.choices[0].message.content, opts.choices[0].finish_reason], ['ok', 'stop']);
+  // the endpoints without guided decoding refuse the fields, naming them
+  await bad({ guided_regex: 'a', max_tokens: 4 }, "'guided_regex' is not supported on /v1/messages", '/v1/messages');
+  const resp = await http(srv.url + '/v1/responses', { body: { model: 'm', input: 'hi', structured_outputs: { choice: ['a'] } } });
+  assert(resp.status === 400 && resp.json.error.message.includes("'structured_outputs.choice' is not supported on /v1/responses"),
+    resp.body);
   await srv.stop();
 });
