@@ -356,9 +356,16 @@ typedef struct json_walk {
      * at each depth of the current path; the first string alive at each depth (wit) */
     json_frame *wf;         /* [cap][n_st] */
     int32_t *path, *wit;    /* (n_st) */
-    /* the walks' step memos (json_match.c's cstr_next): per string j < cap (json_cstr_walk:
-     * j 0), per depth d <= n_st, what stepping its frame at d - 1 by an ASCII byte gave */
-    int32_t *wm;            /* [cap][n_st + 1] */
+    /* the shared walk's path (json_match.c's path_through): per depth d, the UTF-8 state after its byte
+     * (pu) and the depth of the character boundary a string's step at d starts from (pbase):
+     * a string's frames are kept at the boundaries only (wf, fr) */
+    int32_t *pbase;         /* (n_st) */
+    int8_t *pu;             /* (n_st) */
+    int pv;                 /* pu, pbase hold for the current path through depth pv */
+    /* the walks' step memos (json_match.c's cstr_at): per string j < cap (json_cstr_walk:
+     * j 0), per depth d <= n_st, what completing a code point at d from its frame at the
+     * boundary before gave */
+    int32_t *wm;            /* [cap][n_st + 5] */
     int wtop[JSON_MAX_STACKS];
     int32_t wx[JSON_MAX_STACKS], wdeadn[JSON_MAX_STACKS];
 } json_walk;
@@ -378,10 +385,12 @@ void json_walk_free(json_walk *w);
  * (none a '"', '\\' or control byte) a string frame takes, set in bits. json_cstr_walk: the
  * frame w->fr[0]; json_cstr_walk_any: the ids some frame of w->wf[j * w->n_st], j < m, takes
  * (the OR of their json_cstr_walks in one pass of the trie: a node is stepped with the first
- * frame alive there, the next ones stepped along the path only when it dies). A frame's step
- * by an ASCII byte depends on the byte's class alone (its DFA class), so a trie node whose
- * previous sibling's byte had the same class takes that step's outcome (w->wm). Return the
- * frame steps. */
+ * frame alive there, the next ones brought along the path only when it dies). The path's
+ * UTF-8 is decoded once for all frames (w->pu) and a frame brought along it is stepped once
+ * per code point, not per byte (w->pbase); the m frames must share their UTF-8 state (a & 7).
+ * A frame's step that completes a code point depends on its class alone (its DFA class), so
+ * a trie node whose code point has the class of the last one completed there from the same
+ * frame takes that step's outcome (w->wm). Return the frame steps. */
 long json_cstr_walk(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, uint64_t *bits);
 long json_cstr_walk_any(const dsv4_json_schema *s, const json_vocab *v, json_walk *w, int m, uint64_t *bits);
 

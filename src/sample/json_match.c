@@ -29,7 +29,7 @@ static int ws(json_frame *t) {
     return R_EAT;
 }
 
-int json_utf8_next(int u, uint8_t c) {
+static inline int utf8_next(int u, uint8_t c) {
     /* RFC 3629's well-formed sequences: states 1, 2: that many continuation bytes left;
      * 3 (after E0): A0-BF; 4 (after ED): 80-9F; 5 (after F0): 90-BF; 6 (after F1-F3):
      * 80-BF; 7 (after F4): 80-8F, each then 1 (3, 4) or 2 (5, 6, 7) more */
@@ -48,6 +48,8 @@ int json_utf8_next(int u, uint8_t c) {
     if (c == 0xF4) return 7;
     return -1;
 }
+
+int json_utf8_next(int u, uint8_t c) { return utf8_next(u, c); }
 
 static int push(json_frame *f, int *d, json_frame x) {
     if (*d >= JSON_MAX_DEPTH) return 0;
@@ -173,11 +175,11 @@ static uint64_t strc_count(const json_strc *sc, uint64_t b) {
     return sc->max < 0 && b + 1 > (uint64_t)sc->cap ? (uint64_t)sc->cap : b + 1;
 }
 
-/* the string's count and DFA state after code point cp, if it can still close */
-static int strc_take(const json_strc *sc, json_frame *t, uint32_t cp) {
+/* the string's count and DFA state after a code point of class k (0 without a DFA), if it
+ * can still close */
+static inline int strc_take_k(const json_strc *sc, json_frame *t, int k) {
     uint32_t q = 0;
     if (sc->dfa.n_states) {
-        const int k = cp < 128 ? sc->dfa.ascii[cp] : json_dfa_class(&sc->dfa, cp);
         const int nq = sc->dfa.next[(size_t)t->q * (size_t)sc->dfa.n_classes + (size_t)k];
         if (nq < 0) return R_DEAD;
         q = (uint32_t)nq;
@@ -186,6 +188,11 @@ static int strc_take(const json_strc *sc, json_frame *t, uint32_t cp) {
     if (!strc_ok(sc, q, n)) return R_DEAD;
     t->q = q, t->b = n;
     return R_EAT;
+}
+
+/* the same after code point cp */
+static int strc_take(const json_strc *sc, json_frame *t, uint32_t cp) {
+    return strc_take_k(sc, t, sc->dfa.n_states ? json_dfa_class(&sc->dfa, cp) : 0);
 }
 
 /* some code point in [lo, hi] (surrogates aside) can come next: a character begun (UTF-8
@@ -216,7 +223,7 @@ static inline int cstr_feed_sc(const json_strc *sc, json_frame *t, uint8_t c) {
             t->phase = 1;
             return strc_range(sc, t, 0, 0xFFFF) ? R_EAT : R_DEAD; /* every escape is in the BMP */
         }
-        const int nu = json_utf8_next(u, c);
+        const int nu = utf8_next(u, c);
         if (nu < 0) return R_DEAD;
         cp = u ? cp << 6 | (c & 0x3Fu) : c < 0x80 ? c : c < 0xE0 ? c & 0x1Fu : c < 0xF0 ? c & 0x0Fu : c & 0x07u;
         if (nu == 0) {
@@ -595,30 +602,94 @@ static inline int cstr_refuses(const json_strc *sc, const json_frame *t, uint8_t
     return sc->acc && t->phase == 0 && !(t->a & 7) && !(sc->acc[(size_t)t->q * 4 + (c >> 6)] >> (c & 63) & 1);
 }
 
-/* The step memo (json_walk.wm): stepping a string frame between characters by an ASCII byte
- * (not '"', '\\' or a control byte) depends on the frame and the byte's class alone (the
- * DFA's class; without a DFA every such byte goes alike): the same DFA state, count and
- * outcome. memo[d] holds 2 * (class + 1) + alive for the step that made the frame at depth d
- * from the one at d - 1 as it is now, or 0 (none known); a frame stepped anew clears the
- * memo of the depth below it, whose frame came from its old content. The key of byte c
- * from frame t, 0 when the step is not of that kind. */
-static inline int32_t cstr_memo_key(const json_strc *sc, const json_frame *t, uint8_t c) {
-    if (t->phase || (t->a & 7) || c >= 0x80 || c < 0x20 || c == '"' || c == '\\') return 0;
-    return 2 * ((int32_t)(sc->dfa.n_states ? sc->dfa.ascii[c] : 0) + 1);
+/* The step memo (json_walk.wm): the step that completes a code point of L bytes from a string
+ * frame at the character boundary L bytes up depends on that frame and the code point's class
+ * alone (its DFA class; without a DFA every code point goes alike): the same DFA state, count
+ * and outcome. memo[d] holds 2 * (4 * (class + 1) + L - 1) + alive for the step that made the
+ * frame at depth d from the one at d - L as it is now, or 0 (none known); a frame written
+ * anew sets its own depth's entry and clears the four below it (whose frames a step may have
+ * made from it). The key of a code point of class k and L bytes: */
+static inline int32_t cstr_memo_key(int k, int len) { return 2 * (4 * (k + 1) + len - 1); }
+
+/* f[d] and memo[d] written (ok: it lives): the memo of the depths that may step from it cleared */
+static inline int memo_set(int32_t *memo, int d, int32_t key, int ok) {
+    memo[d] = key ? key | ok : 0;
+    memset(memo + d + 1, 0, 4 * sizeof *memo); /* (n_st + 5 entries) */
+    return ok;
 }
 
-/* f[d] = f[d - 1] after byte c of a plain id, 1 when it lives: by the memo when it knows,
- * else the byte set, else a step (counted in *steps) */
+/* f[d] = f[d - 1] after byte c of a plain id, 1 when it lives: an ASCII character by the memo
+ * when it knows, else the byte set, else a step (counted in *steps) */
 static inline int cstr_next(const json_strc *sc, json_frame *f, int32_t *memo, int d, uint8_t c, long *steps) {
-    const int32_t key = cstr_memo_key(sc, &f[d - 1], c);
+    const json_frame *p = &f[d - 1];
+    const int ascii = !p->phase && !(p->a & 7) && c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+    const int32_t key = ascii ? cstr_memo_key(sc->dfa.n_states ? sc->dfa.ascii[c] : 0, 1) : 0;
     if (key && (memo[d] & ~1) == key) return memo[d] & 1;
-    if (cstr_refuses(sc, &f[d - 1], c)) return 0; /* f[d] untouched: its memo holds */
-    f[d] = f[d - 1];
+    if (cstr_refuses(sc, p, c)) return 0; /* f[d] untouched: its memo holds */
+    f[d] = *p;
     ++*steps;
-    const int ok = cstr_byte(sc, &f[d], c);
-    memo[d] = key ? key | ok : 0;
-    memo[d + 1] = 0;
-    return ok;
+    return memo_set(memo, d, key, cstr_byte(sc, &f[d], c));
+}
+
+/* A string brought along the walk's path (json_cstr_walk_any's any_reach) changes its DFA
+ * state and count only at a code point's last byte: inside a multi-byte character its frame
+ * just gathers the code point's bits, and it is alive there while some code point it can
+ * still become can come next, which holds if the character completes alive (its code point
+ * is in every prefix's range). So the path's UTF-8 is decoded once for every string
+ * (json_walk.pu, pbase: path_through) and such a string is stepped once per code point, from its
+ * frame at the character's boundary with the character's earlier bytes folded in: the step
+ * of its last byte, as byte-by-byte stepping would make it, memoized by the code point's
+ * class. */
+
+/* a string frame t (between characters or inside one, not in an escape) after byte c of a
+ * character not yet complete (UTF-8 state nu after it): the code point's bits gathered as
+ * cstr_feed_sc does, without its test */
+static inline void utf8_fold(json_frame *t, uint8_t c, int nu) {
+    const uint32_t cp = t->a & 7 ? (t->a >> 8) << 6 | (c & 0x3Fu) : c < 0xE0 ? c & 0x1Fu : c < 0xF0 ? c & 0x0Fu : c & 0x07u;
+    t->a = cp << 8 | (uint32_t)nu;
+}
+
+/* The path's UTF-8 decoded through depth d (the walk's path[1..d], its bytes a string took
+ * already): per depth the UTF-8 state after its byte (w->pu) and the character boundary a
+ * step there starts from (w->pbase), from the depth they were last known through (w->pv:
+ * json_cstr_walk_any lowers it as the path moves) */
+static void path_through(const json_trie *t, json_walk *w, int d) {
+    for (int x = w->pv + 1; x <= d; x++) {
+        const int u = utf8_next(w->pu[x - 1], t[w->path[x]].byte);
+        w->pu[x] = (int8_t)(u < 0 ? 0 : u); /* (never: the bytes were taken) */
+        w->pbase[x] = x == 1 || w->pu[x - 1] == 0 ? x - 1 : w->pbase[x - 1];
+    }
+    if (d > w->pv) w->pv = d;
+}
+
+/* The frame of string sc at depth x of the path, from its frame at the boundary w->pbase[x]
+ * (f: its frames, memo its memo), with the bytes between folded in: a code point completed at
+ * x by the memo when it knows, else the byte set at its lead byte, else strc_take's step
+ * (counted in *steps); a character's prefix (the depth an any_reach ends at) by the byte set,
+ * then its byte's step. Kept in f[x]; 1 when it lives. */
+static int cstr_from_base(const json_strc *sc, const json_trie *t, const json_walk *w, json_frame *f, int32_t *memo,
+                          int x, long *steps) {
+    const int e = w->pbase[x];
+    const uint8_t c = t[w->path[x]].byte;
+    if (cstr_refuses(sc, &f[e], t[w->path[e + 1]].byte)) return 0;
+    json_frame g = f[e];
+    for (int y = e + 1; y < x; y++) utf8_fold(&g, t[w->path[y]].byte, w->pu[y]);
+    if (w->pu[x]) {
+        f[x] = g;
+        ++*steps;
+        return memo_set(memo, x, 0, cstr_byte(sc, &f[x], c));
+    }
+    /* the code point completed (its bytes valid: path_at), its class: strc_take's step, as
+     * cstr_feed_sc takes it at the last byte */
+    const json_dfa *dfa = &sc->dfa;
+    const uint32_t cp = g.a & 7 ? (g.a >> 8) << 6 | (c & 0x3Fu) : c;
+    const int k = !dfa->n_states ? 0 : cp < 128 ? dfa->ascii[cp] : json_dfa_class(dfa, cp);
+    const int32_t key = cstr_memo_key(k, x - e);
+    if ((memo[x] & ~1) == key) return memo[x] & 1;
+    g.a = 0;
+    f[x] = g;
+    ++*steps;
+    return memo_set(memo, x, key, strc_take_k(sc, &f[x], k) == R_EAT);
 }
 
 static const json_strc *strc_of(const dsv4_json_schema *s, const json_frame *t) {
@@ -629,7 +700,7 @@ long json_cstr_walk(const dsv4_json_schema *s, const json_vocab *v, json_walk *w
     const json_trie *t = v->all;
     json_frame *fr = w->fr;
     const json_strc *sc = strc_of(s, &fr[0]);
-    memset(w->wm, 0, ((size_t)w->n_st + 1) * sizeof *w->wm);
+    memset(w->wm, 0, ((size_t)w->n_st + 5) * sizeof *w->wm);
     long steps = 0;
     for (int i = 0; i < v->n_all;) {
         if (cstr_next(sc, fr, w->wm, t[i].depth, t[i].byte, &steps)) {
@@ -642,24 +713,38 @@ long json_cstr_walk(const dsv4_json_schema *s, const json_vocab *v, json_walk *w
     return steps;
 }
 
+/* the phase of a frame any_reach did not keep (a string frame's phases are 0..5) */
+enum { CSTR_SKIPPED = 7 };
+
 /* x is node i or one of its ancestors (a preorder trie: x's subtree is [x, skip)) */
 static int holds(const json_trie *t, int32_t x, int i) { return x <= i && i < (int)t[x].skip; }
 
-/* Frame j of the walk at depth d - 1 of the path to node i, alive: from the deepest of its
- * frames still on the path (those computed on the way to wx[j]), stepped along it; 0 when it
- * dies on the way (or died above). */
+/* Frame j of the walk alive at depth d - 1 of the path to node i: from the deepest depth of
+ * the path it is known alive at (on the way to wx[j]), brought along it a code point at a
+ * time (cstr_from_base: the depths inside a character skipped, but for d - 1 itself, whose
+ * frame the next byte steps from); 0 when it dies on the way (or died above). */
 static int any_reach(const json_strc *sc, const json_trie *t, json_walk *w, int j, int d, int i, long *steps) {
     json_frame *f = w->wf + (size_t)j * (size_t)w->n_st;
-    int32_t *memo = w->wm + (size_t)j * ((size_t)w->n_st + 1);
+    int32_t *memo = w->wm + (size_t)j * ((size_t)w->n_st + 5);
     if (w->wdeadn[j] >= 0 && holds(t, w->wdeadn[j], i)) return 0;
+    path_through(t, w, d - 1);
     int e = w->wtop[j] < d - 1 ? w->wtop[j] : d - 1;
     if (w->wx[j] < 0) e = 0;
     while (e > 0 && !holds(t, w->path[e], w->wx[j])) e--;
-    for (; e < d - 1; e++)
-        if (!cstr_next(sc, f, memo, e + 1, t[w->path[e + 1]].byte, steps)) {
-            w->wdeadn[j] = w->path[e + 1], w->wtop[j] = e, w->wx[j] = w->path[e];
+    /* a depth inside a character skipped on the way there (its frame not kept, so marked):
+     * from the boundary before it (those are all kept) */
+    if (e > 0 && f[e].phase == CSTR_SKIPPED) e = w->pbase[e];
+    for (int x = e + 1; x < d; x++) {
+        if (w->pu[x] && x < d - 1) {
+            f[x].phase = CSTR_SKIPPED, memo[x] = 0; /* (a memo entry vouches for its frame) */
+            continue;
+        }
+        if (!cstr_from_base(sc, t, w, f, memo, x, steps)) {
+            w->wdeadn[j] = w->path[x], w->wtop[j] = e, w->wx[j] = w->path[e];
             return 0;
         }
+        e = x;
+    }
     w->wtop[j] = d - 1, w->wx[j] = w->path[d - 1];
     return 1;
 }
@@ -673,17 +758,19 @@ long json_cstr_walk_any(const dsv4_json_schema *s, const json_vocab *v, json_wal
         sc[j] = strc_of(s, &w->wf[(size_t)j * n]);
         w->wx[j] = -1, w->wtop[j] = 0, w->wdeadn[j] = -1;
     }
-    memset(w->wm, 0, (size_t)m * (n + 1) * sizeof *w->wm);
+    memset(w->wm, 0, (size_t)m * (n + 5) * sizeof *w->wm);
+    w->pu[0] = (int8_t)(w->wf[0].a & 7), w->pv = 0;
     w->path[0] = -1, w->wit[0] = 0;
     for (int i = 0; i < v->n_all;) {
         const int d = t[i].depth;
         w->path[d] = i;
+        if (w->pv >= d) w->pv = d - 1;
         /* the frames before the parent's first live one are dead there (and so here); one
          * whose deepest frame is the parent's goes on from it */
         int j = w->wit[d - 1];
         for (; j < m; j++) {
             if (w->wx[j] != w->path[d - 1] && !any_reach(sc[j], t, w, j, d, i, &steps)) continue;
-            if (cstr_next(sc[j], w->wf + (size_t)j * n, w->wm + (size_t)j * (n + 1), d, t[i].byte, &steps)) {
+            if (cstr_next(sc[j], w->wf + (size_t)j * n, w->wm + (size_t)j * (n + 5), d, t[i].byte, &steps)) {
                 w->wx[j] = i, w->wtop[j] = d;
                 break;
             }

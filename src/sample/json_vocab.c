@@ -139,9 +139,11 @@ int json_walk_init(json_walk *w, const json_vocab *v, int cap) {
     w->wf = malloc((size_t)w->cap * (size_t)w->n_st * sizeof *w->wf);
     w->path = malloc((size_t)w->n_st * sizeof *w->path);
     w->wit = malloc((size_t)w->n_st * sizeof *w->wit);
-    w->wm = malloc((size_t)w->cap * ((size_t)w->n_st + 1) * sizeof *w->wm);
+    w->wm = malloc((size_t)w->cap * ((size_t)w->n_st + 5) * sizeof *w->wm);
+    w->pbase = malloc((size_t)w->n_st * sizeof *w->pbase);
+    w->pu = malloc((size_t)w->n_st * sizeof *w->pu);
     json_walk_reset(w);
-    if (w->st && w->fr && w->cache && w->one && w->wf && w->path && w->wit && w->wm) return 0;
+    if (w->st && w->fr && w->cache && w->one && w->wf && w->path && w->wit && w->wm && w->pbase && w->pu) return 0;
     json_walk_free(w);
     return -1;
 }
@@ -160,7 +162,10 @@ void json_walk_free(json_walk *w) {
     free(w->path);
     free(w->wit);
     free(w->wm);
-    w->wm = NULL;
+    free(w->pbase);
+    free(w->pu);
+    w->wm = w->pbase = NULL;
+    w->pu = NULL;
     w->st = NULL;
     w->fr = NULL;
     w->cache = NULL;
@@ -310,7 +315,9 @@ static long mask_strings(const dsv4_json_schema *s, const json_vocab *v, json_wa
             }
             w->prev[n_key].strc = s->nodes[t->node].strc, w->prev[n_key].q = t->q, w->prev[n_key].a = t->a;
             n_key++;
-            if (n_cstr > 1 && k < 0) {
+            /* the shared walk decodes one UTF-8 for all its strings: those at the first's
+             * UTF-8 state (all readings in strings read the same bytes: every one, in fact) */
+            if (n_cstr > 1 && k < 0 && (m == 0 || (t->a & 7) == (w->wf[0].a & 7))) {
                 w->wf[(size_t)m++ * (size_t)w->n_st] = *t; /* the shared walk's */
                 continue;
             }

@@ -502,6 +502,33 @@ static void test_strings_walk_any(const dsv4_tokenizer *tok, const json_vocab *j
     test_mask_at(tok, jv, lit, "{\"a\":\"ab cde, fgh", lit_at, 2);
 }
 
+/* The shared walk brings a string along the path a code point at a time (the bytes inside a
+ * character folded in, one DFA step at its last): rv-smx4's patterns, every string taking any
+ * three characters and then only its own (ASCII, 2-byte, 3-byte, a 3-byte range after two),
+ * so that at a CJK token's later characters the first string dies and the others are brought
+ * along multi-byte characters. The mask against brute force at the string's start, after a
+ * character, inside one (the frames start mid-character), and after three. */
+#define CHAR_AFTER(N, C, K) STR_BRANCH(",\"pattern\":\"^(.{0," N "}|.{" N "}" C ".*)$\"", K)
+static void test_strings_walk_utf8(const dsv4_tokenizer *tok, const json_vocab *jv) {
+    static const char schema[] = "{\"anyOf\":[" CHAR_AFTER("3", "x", "1") "," CHAR_AFTER("3", "\xc3\xa9", "2") ","
+        CHAR_AFTER("3", "\xe8\x83\xbd", "3") "," CHAR_AFTER("2", "[\xe3\x81\xae-\xe3\x82\x93]", "4") "]}";
+    static const int at[] = {6, 9, 10, 11, 15};
+    test_mask_at(tok, jv, schema, "{\"a\":\"\xe4\xba\xba\xe5\xb7\xa5\xe6\x99\xba\xe8\x83\xbdxyz", at, 5);
+    /* "^YI ONE$" dies inside the token "YI ONE GE" (U+4EE5 U+4E00 U+4E2A) where "^YI" is
+     * brought along it (through ONE, whose middle byte's frame it skips), then the walk comes
+     * back to "YI XIA" (U+4E0B: a sibling of ONE's last byte): the second string goes on from
+     * its frame at the boundary before ONE, not from a middle-byte frame of another path's.
+     * Either order of the two. */
+#define YI "\xe4\xbb\xa5"
+    static const char two[] = "{\"anyOf\":[" STR_BRANCH(",\"pattern\":\"^" YI "\xe4\xb8\x80$\"", "1") ","
+        STR_BRANCH(",\"pattern\":\"^" YI "\"", "2") "]}";
+    static const char owt[] = "{\"anyOf\":[" STR_BRANCH(",\"pattern\":\"^" YI "\"", "2") ","
+        STR_BRANCH(",\"pattern\":\"^" YI "\xe4\xb8\x80$\"", "1") "]}";
+#undef YI
+    test_mask_at(tok, jv, two, "{\"a\":\"", at, 1);
+    test_mask_at(tok, jv, owt, "{\"a\":\"", at, 1);
+}
+
 /* Alive means completable: along a text that nests as deep as the schema lets it, every
  * state the automaton keeps has a token to go on with or is complete (the depth bound is
  * checked before an object, array, property or item starts, not found too late). */
@@ -602,6 +629,7 @@ int main(void) {
         test_mask_at(tok, jv, union_of(ubuf, sizeof ubuf, 12, "anyOf"), "{\"u\":{\"a\":\"x y\\n\",\"k\":1", u_at, 2);
         test_strings_union(tok, jv);
         test_strings_walk_any(tok, jv);
+        test_strings_walk_utf8(tok, jv);
         /* bounded numbers: the mask after each byte of a document's numbers, and random walks */
         static const char nums_doc[] = "[{\"age\":150,\"score\":0.75,\"step\":95,\"t\":-1.125},{\"age\":7,\"score\":1,";
         int nums_at[64], n_at = 0, k = 0;
