@@ -42,13 +42,15 @@ run('server_preempt', async () => {
   assert.strictEqual(m1['dsv4_requests_total{status="5xx"}'], 0);
   await srv.stop();
 
-  const fs = await start(['--max-seqs', '4', '--max-context', '256', '--step-tokens', '64', '--no-warmup',
-    '--cache-bytes', String(4 * 137216 + 6 * 6272), '--kv-dtype', 'f32', '--hangup-check-ms', '2']);
+  // five slots: the two blockers, the two choices and one free for the request sent during
+  // the fork wait (nothing but the wait keeps it out); 8 blocks, 3 a blocker and 2 the prompt
+  const fs = await start(['--max-seqs', '5', '--max-context', '384', '--step-tokens', '64', '--no-warmup',
+    '--cache-bytes', String(5 * 137216 + 8 * 6272), '--kv-dtype', 'f32', '--hangup-check-ms', '2']);
   const words = Array.from({ length: 190 }, (_, k) => ['alpha', 'beta', 'gamma', 'delta'][k % 4]).join(' ');
   const xreq = { model: 'm', prompt: words, max_tokens: 6, temperature: 1, seed: 5 };
   const xsolo = [];
   for (const seed of [5, 6]) xsolo.push((await http(fs.url + '/v1/completions', { body: { ...xreq, seed } })).json.choices[0].text);
-  // two requests decoding past position 128 (their second block, which holds them to the
+  // two requests decoding past position 256 (their third block, which holds them to the
   // context's end), EOS banned; each runs until the test drops its client
   const toks = [0, 0];
   const stop = [new AbortController(), new AbortController()];
@@ -56,7 +58,7 @@ run('server_preempt', async () => {
     try {
       const res = await fetch(fs.url + '/v1/completions', { method: 'POST', signal: stop[k].signal,
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ prompt: `blocker ${k} says`, max_tokens: 240, temperature: 0, logit_bias: { 1: -100 }, stream: true }) });
+        body: JSON.stringify({ prompt: `blocker ${k} says`, max_tokens: 370, temperature: 0, logit_bias: { 1: -100 }, stream: true }) });
       const rd = res.body.getReader();
       for (;;) {
         const { value, done } = await rd.read();
@@ -65,7 +67,7 @@ run('server_preempt', async () => {
       }
     } catch (e) { /* dropped */ }
   });
-  while (toks[0] < 128 || toks[1] < 128) await new Promise((ok) => setTimeout(ok, 2));
+  while (toks[0] < 256 || toks[1] < 256) await new Promise((ok) => setTimeout(ok, 2));
   const f0 = await metrics(fs.url);
   const xp = http(fs.url + '/v1/completions', { body: { ...xreq, n: 2 } });
   // choice 0 waits for pages (its prompt ran on the full pools), then one blocker leaves
@@ -76,8 +78,21 @@ run('server_preempt', async () => {
   // none behind it loses nothing (rv-srv5's question, session 46)
   const fw = await metrics(fs.url);
   assert.strictEqual(fw['dsv4_cache_pages{pool="block",state="free"}'], 0, 'a page was free while the fork waited');
+  // one more request during the wait, a slot free for it: it is not admitted (queued, not
+  // run, not preempted) until the fork goes through (rv-srv6)
+  const late = http(fs.url + '/v1/completions', { body: { model: 'm', prompt: 'late', max_tokens: 1 } });
+  for (let i = 0; i < 2000 && (await metrics(fs.url)).dsv4_queue_depth === fw.dsv4_queue_depth; i++)
+    await new Promise((ok) => setTimeout(ok, 2));
+  for (let i = 0; i < 40; i++) {
+    const m = await metrics(fs.url);
+    assert.strictEqual(m.dsv4_queue_depth, fw.dsv4_queue_depth + 1, 'a request was admitted behind the waiting fork');
+    assert.strictEqual(m.dsv4_running_sequences, fw.dsv4_running_sequences, 'a request ran behind the waiting fork');
+    assert.strictEqual(m.dsv4_preemptions_total, fw.dsv4_preemptions_total, 'a request admitted behind the fork was preempted');
+    await new Promise((ok) => setTimeout(ok, 5));
+  }
   stop[0].abort();
   const x = await xp;
+  assert.strictEqual((await late).status, 200);
   stop[1].abort();
   await Promise.all(blockers);
   const f1 = await metrics(fs.url);
