@@ -295,12 +295,14 @@ int64_t srv_keys_apply(const uint64_t *held, int64_t n, const uint64_t *del, int
         /* the added keys below held[i] (all that are left after the last), then held[i]
          * unless deleted */
         while (a < na && (i == n || add[a] < held[i])) {
+            /* an added key held already comes after its held copy (or a repeated one
+             * after the first): kept once */
             if (!m || out[m - 1] != add[a]) out[m++] = add[a];
             a++;
         }
         if (i == n) break;
         while (d < nd && del[d] < held[i]) d++;
-        if ((d < nd && del[d] == held[i]) || (m && out[m - 1] == held[i])) continue;
+        if (d < nd && del[d] == held[i]) continue;
         out[m++] = held[i];
     }
     return m;

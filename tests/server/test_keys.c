@@ -42,6 +42,15 @@ int main(void) {
         CHECK(srv_keys_apply(held, 4, held, 4, NULL, 0, out) == 0);
         CHECK(srv_keys_apply(NULL, 0, NULL, 0, add, 4, out) == 4 && !memcmp(out, add, sizeof add));
     }
+    {
+        /* add overlapping held at its first, a middle and its last key, one of them deleted
+         * too, and repeated: each kept once (rv-srv6) */
+        const uint64_t held[] = {2, 4, 6}, del[] = {4}, add[] = {2, 4, 4, 6, 6, 9};
+        const uint64_t want[] = {2, 4, 6, 9};
+        uint64_t out[9];
+        CHECK(srv_keys_apply(held, 3, del, 1, add, 6, out) == 4 && !memcmp(out, want, sizeof want));
+        CHECK(srv_keys_apply(held, 3, NULL, 0, held, 3, out) == 3 && !memcmp(out, held, sizeof held));
+    }
     /* old -> new for random sets: the delta applied to old is new */
     enum { CAP = 300 };
     static uint64_t old[CAP], neu[CAP], delta[2 * CAP], got[2 * CAP];
