@@ -1,6 +1,7 @@
 /* api.c — what the OpenAI and Anthropic handlers share: sampling fields, chat prompts,
  * submission, errors (srv.h). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,10 +165,14 @@ static int parse_bench(srv *s, const cJSON *body, srv_req *r, char *msg, size_t 
  * --scheduling-policy priority; first come, first served refuses any other value, as vLLM
  * does, rather than ignore what the client asked for. */
 static int parse_priority(const srv *s, const cJSON *body, srv_req *r, char *msg, size_t n) {
-    double x;
-    const int k = srv_opt_num(body, "priority", -2147483647.0, 2147483647.0, &x, msg, n);
-    if (k <= 0) return k;
-    if (!is_int(x)) { snprintf(msg, n, "'priority' must be an integer"); return -1; }
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "priority");
+    if (!v || cJSON_IsNull(v)) return 0;
+    const double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    /* the bounds exactly (srv_opt_num's %g would round them): any int32 */
+    if (!isfinite(x) || !is_int(x) || x < (double)INT32_MIN || x > (double)INT32_MAX) {
+        snprintf(msg, n, "'priority' must be an integer in [%d, %d]", INT32_MIN, INT32_MAX);
+        return -1;
+    }
     if (x != 0 && !s->o.priority_sched) {
         snprintf(msg, n, "'priority' is %.0f but this server schedules first come, first served: "
                  "only 0 is accepted (start it with --scheduling-policy priority)", x);

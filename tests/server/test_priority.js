@@ -55,6 +55,17 @@ run('server_priority', async () => {
     '--hangup-check-ms', '2']);
   const bad = await http(a.url + '/v1/completions', { body: { model: 'm', prompt: 'x', priority: 1.5 } });
   assert.strictEqual(bad.status, 400, bad.body);
+  const intMsg = "'priority' must be an integer in [-2147483648, 2147483647]";
+  assert(bad.body.includes(intMsg), bad.body);
+  for (const pr of [2147483648, -2147483649, '1']) {
+    const r = await http(a.url + '/v1/completions', { body: { model: 'm', prompt: 'x', priority: pr } });
+    assert.strictEqual(r.status, 400, r.body);
+    assert(r.body.includes(intMsg), r.body);
+  }
+  for (const pr of [-2147483648, 2147483647]) {
+    const r = await http(a.url + '/v1/completions', { body: { model: 'm', prompt: 'x', max_tokens: 1, priority: pr } });
+    assert.strictEqual(r.status, 200, r.body);
+  }
   const toks = [0];
   const hold = new AbortController();
   const holder = stream(a.url, { model: 'm', prompt: 'holder', max_tokens: 3000, temperature: 0,
