@@ -10,7 +10,6 @@
  * a real prefill's only where the values matter: which entries the indexer selects (and so
  * which rows it reads), not how many.
  */
-#include <stdlib.h>
 
 #include "engine/engine.h"
 #include "kernels/kv_rows.h"
@@ -51,9 +50,11 @@ int dsv4_seq_fill_synthetic(dsv4_engine *e, int seq, int64_t n, uint64_t seed, d
     const dsv4_cache_plan *p = dsv4_cache_get_plan(e->cache);
     const int hd = c->head_dim, rd = c->qk_rope_head_dim, dI = c->index_head_dim, win = p->win;
     const int row_fmt = dsv4_row_fmt(p->opts.row_bytes_per_value), key_fmt = dsv4_row_fmt(p->opts.idx_bytes_per_value);
-    const int wmax = 2 * 2 * (hd > dI ? hd : dI); /* the widest row: a main ring row of CSA [a | b], coff 2 */
-    float *x = malloc(sizeof(float) * (size_t)wmax);
-    if (!x) return dsv4_fail(err, DSV4_ERR_NOMEM, "fill: out of memory");
+    /* one row's values before rounding and packing (a window or compressed row, or a key;
+     * the ring rows are F32 and filled in place), from the scratch arena no call holds now */
+    const size_t mark = dsv4_arena_mark(&e->scratch);
+    float *x = dsv4_arena_take_n(&e->scratch, hd > dI ? hd : dI, sizeof *x);
+    if (!x) return dsv4_fail(err, DSV4_ERR_NOMEM, "fill: the scratch arena has no room for a row");
     uint64_t s = seed;
     int rc = DSV4_OK;
     for (int64_t s0 = 0; s0 < n && !rc; s0 += p->opts.c_max) {
@@ -90,7 +91,7 @@ int dsv4_seq_fill_synthetic(dsv4_engine *e, int seq, int64_t n, uint64_t seed, d
             }
         }
     }
-    free(x);
+    dsv4_arena_release(&e->scratch, mark);
     if (rc) {
         dsv4_cache_truncate(e->cache, seq, 0);
         return rc;
