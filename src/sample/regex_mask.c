@@ -3,6 +3,7 @@
  * trie (json_vocab): a walk that steps the state once per trie node and skips a subtree at
  * the first byte that kills it, its result kept per state. */
 #include "sample/regex_mask.h"
+#include "sample/utf8_range.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,28 +37,6 @@ void rx_guide_free(rx_guide *g) {
     free(g->eb);
     free(g->et);
     free(g);
-}
-
-/* ---- UTF-8 ---- */
-
-#define U_READ(u) ((int)((u) >> 24 & 3))
-#define U_LEFT(u) ((int)((u) >> 26 & 3))
-#define U_CP(u) ((u) & 0x1FFFFFu)
-#define U_MAKE(read, left, cp) ((uint32_t)(read) << 24 | (uint32_t)(left) << 26 | (uint32_t)(cp))
-
-/* the code points a character begun (u != 0) can still be: [*lo, *hi], well-formed ones
- * only (the second byte's limits after E0, ED, F0, F4 leave no overlong form, surrogate or
- * code point past U+10FFFF) */
-static void u_range(uint32_t u, uint32_t *lo, uint32_t *hi) {
-    const int left = U_LEFT(u), n = U_READ(u) + left;
-    const uint32_t cp = U_CP(u);
-    *lo = cp << (6 * left);
-    *hi = *lo | ((1u << (6 * left)) - 1);
-    if (U_READ(u) != 1) return;
-    if (n == 3 && cp == 0) *lo = 0x800;
-    if (n == 3 && cp == 0xD) *hi = 0xD7FF;
-    if (n == 4 && cp == 0) *lo = 0x10000;
-    if (n == 4 && cp == 4) *hi = 0x10FFFF;
 }
 
 /* ---- the DFA ---- */
@@ -129,7 +108,7 @@ static int dfa_live(rx_guide *g) {
         for (int c = 0xC2; g->live[q] && c <= 0xF4; c++) {
             const int n = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
             uint32_t lo, hi;
-            u_range(U_MAKE(1, n - 1, (uint32_t)c & (0x7Fu >> n)), &lo, &hi);
+            utf8_range(U_MAKE(1, n - 1, (uint32_t)c & (0x7Fu >> n)), &lo, &hi);
             if (dfa_range_live(g, q, lo, hi)) g->lead[(size_t)q * 4 + (size_t)(c >> 6)] |= 1ull << (c & 63);
         }
     return 0;
@@ -305,7 +284,7 @@ int rx_state_alive(const rx_guide *g, const rx_state *st) {
     if (st->q < 0) return 0;
     if (g->kind == RX_TRIE || !st->u) return 1; /* a trie node, a live DFA state */
     uint32_t lo, hi;
-    u_range(st->u, &lo, &hi);
+    utf8_range(st->u, &lo, &hi);
     return dfa_range_live(g, st->q, lo, hi);
 }
 
