@@ -528,6 +528,11 @@ DSV4_API int dsv4_tools_check(const char *tools, size_t len, int *strict, dsv4_e
  * and bounds): DSV4_ERR_UNSUPPORTED with what is wrong ("uses a lookahead (?=", "matches no
  * string", ...), to be read after "the regex ". */
 DSV4_API int dsv4_regex_check(const char *regex, size_t len, dsv4_err *err);
+/* Checks that a grammar (len bytes) compiles as dsv4_gen_params.grammar does:
+ * DSV4_ERR_UNSUPPORTED with what is wrong and where ("at line 2, column 9: undefined rule
+ * 'expr'", "has no rule named 'root' ...", "is in Lark's syntax ..."), to be read after
+ * "the grammar ". */
+DSV4_API int dsv4_grammar_check(const char *grammar, size_t len, dsv4_err *err);
 
 /* ==== generation ======================================================================= */
 
@@ -558,7 +563,7 @@ typedef struct dsv4_gen_params {
                                        * DSV4_TOOLS_AUTO: free text, then the block once the
                                        * text opens it */
     int tools_single;                 /* 1: one call (parallel_tool_calls false) */
-    /* Guided decoding (at most one of json_schema, tools, regex, choices): */
+    /* Guided decoding (at most one of json_schema, tools, regex, choices, grammar): */
     const char *regex;                /* NULL = none; else the text must match this regular
                                        * expression whole (copied at create). The dialect is
                                        * dsv4_json_schema's "pattern" subset of ECMA-262 (no
@@ -571,6 +576,17 @@ typedef struct dsv4_gen_params {
                                        * one of them (any bytes; duplicates and "" allowed;
                                        * copied at create) */
     int n_choices;                    /* 0 = none */
+    const char *grammar;              /* NULL = none; else the text must be a sentence of this
+                                       * context-free grammar (copied at create): GBNF as
+                                       * llama.cpp documents it, which is xgrammar's EBNF as
+                                       * vLLM and SGLang take it (rules "name ::= ...", the
+                                       * start rule "root"; literals, [classes], '.', groups,
+                                       * * + ? {m,n}; no left recursion), read over the text's
+                                       * code points. Matched by a pushdown automaton whose
+                                       * bounds (parse stacks at once, nesting) an ambiguous
+                                       * grammar can pass: dsv4_gen_next then fails with
+                                       * DSV4_ERR_UNSUPPORTED naming the bound, never a wrong
+                                       * mask. The stop tokens go once the text is a sentence. */
     /* Benchmark clients' sampling fields (vLLM's SamplingParams): */
     int ignore_eos;                   /* 1: the model's EOS is never sampled (banned like a
                                        * -inf bias), so generation runs to max_tokens, a
@@ -729,6 +745,7 @@ typedef struct dsv4_generation_opts {
     const char *regex;               /* guided decoding, as in dsv4_gen_params */
     const char *const *choices;
     int n_choices;
+    const char *grammar;
     dsv4_spec *spec;                 /* MTP speculative decoding of seq (dsv4_spec_create on
                                       * it, kept across the turns of a conversation); NULL =
                                       * one row per step (on an engine with MTP caches the

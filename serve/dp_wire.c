@@ -4,7 +4,7 @@
  *   n_stop {len bytes}[n_stop] n_bias bias_ids[n] bias[n] n_prefix prefix[n]
  *   n_forced (-1: none) forced[n] n_schema (-1: none) json_schema[n] json_after_think
  *   n_tools (-1: none) tools[n] tools_mode tools_single n_regex (-1: none) regex[n]
- *   n_choices {len bytes}[n_choices] n_stop_ids stop_ids[n] ignore_eos min_tokens
+ *   n_choices {len bytes}[n_choices] n_grammar (-1: none) grammar[n] n_stop_ids stop_ids[n] ignore_eos min_tokens
  *   include_stop_str skip_special lead(i64: choice 0's id for choices
  *   1..n-1 of n > 1, sent in the same message before them; -1: none) priority
  * News of a request: id(i64) n_cached (-1: not admitted yet) n_items
@@ -81,6 +81,9 @@ void srv_wire_put_req(srv_buf *b, const srv_req *r) {
         srv_wr_i32(b, (int32_t)n);
         srv_buf_put(b, r->gp.choices[i], n);
     }
+    const size_t n_gram = r->gp.grammar ? strlen(r->gp.grammar) : 0;
+    srv_wr_i32(b, r->gp.grammar ? (int32_t)n_gram : -1);
+    srv_buf_put(b, r->gp.grammar, n_gram);
     wr_ids(b, r->gp.stop_tokens, r->gp.n_stop_tokens);
     srv_wr_i32(b, r->gp.ignore_eos);
     srv_wr_i32(b, r->gp.min_tokens);
@@ -159,6 +162,13 @@ srv_req *srv_wire_get_req(srv_rd *rd, int64_t *lead) {
     for (int i = 0; choices && i < n_choices; i++) free(choices[i]);
     free(choices);
     free(rx_text);
+    const int n_gram = rd_count(rd, -1, 1 << 30);
+    const char *gram = n_gram > 0 ? srv_rd_view(rd, (size_t)n_gram) : "";
+    if (!rd->bad && n_gram >= 0) {
+        char *t = strndup(gram ? gram : "", (size_t)n_gram);
+        if (!t || srv_req_set_grammar(r, t)) oom = 1;
+        free(t);
+    }
     const int n_stop_ids = rd_count(rd, 0, 1 << 24);
     int32_t *stop_ids = rd_ids(rd, n_stop_ids);
     if (!rd->bad && srv_req_set_stop_ids(r, stop_ids, n_stop_ids)) oom = 1;

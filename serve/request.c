@@ -68,6 +68,12 @@ int srv_req_set_stop_ids(srv_req *r, const int32_t *ids, int n) {
     return 0;
 }
 
+int srv_req_set_grammar(srv_req *r, const char *grammar) {
+    free(r->grammar);
+    r->gp.grammar = r->grammar = strdup(grammar);
+    return r->grammar ? 0 : -1;
+}
+
 static char *dup_or_null(const char *t, int *oom) {
     char *d = t ? strdup(t) : NULL;
     if (t && !d) *oom = 1;
@@ -95,6 +101,7 @@ srv_req *srv_req_clone(const srv_req *r) {
     c->gp.n_stop_tokens = gp.n_stop_tokens;
     c->gp.json_schema = c->json_schema = dup_or_null(r->json_schema, &oom);
     c->gp.tools = c->tools = dup_or_null(r->tools, &oom);
+    c->gp.grammar = c->grammar = dup_or_null(r->grammar, &oom);
     if (r->n_prefix > 0) {
         if ((c->prefix = malloc((size_t)r->n_prefix * sizeof *c->prefix)))
             memcpy(c->prefix, r->prefix, (size_t)r->n_prefix * sizeof *c->prefix);
@@ -120,6 +127,7 @@ void srv_req_release(srv_req *r) {
     free(r->json_schema);
     free(r->tools);
     free(r->regex);
+    free(r->grammar);
     for (int i = 0; i < r->gp.n_choices; i++) free(r->choices[i]);
     free(r->choices);
     free(r->stop_ids);

@@ -41,6 +41,7 @@ struct srv_req {
     char *tools;                    /* gp.tools' text (strict tool calls), or NULL */
     char *regex;                    /* gp.regex's text (guided decoding), or NULL */
     char **choices;                 /* (gp.n_choices) gp.choices' strings (guided decoding) */
+    char *grammar;                  /* gp.grammar's text (grammar-guided decoding), or NULL */
     int32_t *stop_ids;              /* (gp.n_stop_tokens) stop_token_ids */
     int32_t *prefix;                /* (n_prefix) owned: the answer's first tokens, forced (a
                                      * tool_choice that demands a call), then sampling */
@@ -125,6 +126,8 @@ int srv_req_set_bias(srv_req *r, const int32_t *ids, const float *bias, int n);
  * the stop token ids likewise. 0 or -1 (oom). */
 int srv_req_set_guide(srv_req *r, const char *regex, const char *const *choices, int n);
 int srv_req_set_stop_ids(srv_req *r, const int32_t *ids, int n);
+/* Copies a grammar (GBNF text) into the request and points gp at it; 0 or -1 (oom). */
+int srv_req_set_grammar(srv_req *r, const char *grammar);
 void srv_req_release(srv_req *r);
 
 /* Scheduler side, each under r->mu and waking the HTTP side's waiter (if any) after the

@@ -163,12 +163,13 @@ srv_job *srv_chat_submit(srv *s, const cJSON *j, int api, const char *body, int 
 srv_job *srv_chat_submit_rendered(srv *s, const cJSON *j, srv_chat *c, int api, const char *body,
                                   int n_logprobs, srv_reply *out);
 /* Guided decoding as vLLM and SGLang clients send it (top-level fields, where the openai
- * SDK's extra_body puts them): structured_outputs {json | regex | choice | json_object}
- * (vLLM >= 0.10), the older guided_json / guided_regex / guided_choice, SGLang's regex and
- * json_schema. Exactly one constraint per request: several, or one beside a JSON
- * response_format (json_format != 0), is a 400 naming them, as is one beside tools, and
- * a grammar (guided_grammar, structured_outputs.grammar / structural_tag, ebnf, grammar)
- * is refused as not supported. Sets r's regex, choices or JSON schema; after_think:
+ * SDK's extra_body puts them): structured_outputs {json | regex | choice | json_object |
+ * grammar} (vLLM >= 0.10), the older guided_json / guided_regex / guided_choice /
+ * guided_grammar, SGLang's regex, json_schema and ebnf, llama.cpp's grammar (a grammar is
+ * GBNF / xgrammar EBNF text: dsv4_gen_params.grammar). Exactly one constraint per request:
+ * several, or one beside a JSON response_format (json_format != 0), is a 400 naming them,
+ * as is one beside tools; structured_outputs.structural_tag is refused as not supported.
+ * Sets r's regex, choices, grammar or JSON schema; after_think:
  * thinking mode (the constraint starts after the reasoning). 0 (none or set), -1 with a
  * message. */
 int srv_guided(srv_req *r, const cJSON *body, int json_format, int tools, int thinking, char *msg, size_t n);

@@ -192,7 +192,7 @@ void srv_req_set_json(srv_req *r, char *schema, int after_think) {
 
 /* ---- guided decoding: vLLM's and SGLang's constraint fields ---- */
 
-enum { G_JSON, G_JSON_OBJECT, G_REGEX, G_CHOICE, G_GRAMMAR };
+enum { G_JSON, G_JSON_OBJECT, G_REGEX, G_CHOICE, G_GRAMMAR, G_TAG };
 typedef struct guide_field { const char *name; const cJSON *v; int kind; } guide_field;
 
 #define MAX_CHOICES 100000
@@ -208,7 +208,7 @@ static int guide_fields(const cJSON *body, const cJSON *so, guide_field *f) {
         {"json", "structured_outputs.json", G_JSON},       {"regex", "structured_outputs.regex", G_REGEX},
         {"choice", "structured_outputs.choice", G_CHOICE}, {"json_object", "structured_outputs.json_object", G_JSON_OBJECT},
         {"grammar", "structured_outputs.grammar", G_GRAMMAR},
-        {"structural_tag", "structured_outputs.structural_tag", G_GRAMMAR},
+        {"structural_tag", "structured_outputs.structural_tag", G_TAG},
     };
     int k = 0;
     for (size_t i = 0; i < sizeof SO / sizeof *SO && so; i++) {
@@ -277,7 +277,7 @@ static int so_keys(const cJSON *so, char *msg, size_t n) {
         if (!strcmp(x->string, "disable_any_whitespace") && (cJSON_IsFalse(x) || cJSON_IsNull(x))) continue;
         if (!strcmp(x->string, "whitespace_pattern") && cJSON_IsNull(x)) continue;
         snprintf(msg, n, "'structured_outputs.%.100s' is not supported (the keys taken: json, regex, choice, "
-                 "json_object, disable_fallback, disable_additional_properties)", x->string);
+                 "json_object, grammar, disable_fallback, disable_additional_properties)", x->string);
         return -1;
     }
     return 0;
@@ -314,9 +314,9 @@ int srv_guided(srv_req *r, const cJSON *body, int json_format, int tools, int th
     guide_field f[16];
     const int k = guide_fields(body, so, f);
     for (int i = 0; i < k; i++)
-        if (f[i].kind == G_GRAMMAR) {
-            snprintf(msg, n, "'%s' is not supported (no grammar-guided decoding here: constrain the output with a "
-                     "regex, a choice list or a JSON Schema)", f[i].name);
+        if (f[i].kind == G_TAG) {
+            snprintf(msg, n, "'%s' is not supported (constrain the output with a grammar, a regex, a choice list or a "
+                     "JSON Schema)", f[i].name);
             return -1;
         }
     if (k + (json_format != 0) > 1) {
@@ -348,10 +348,18 @@ int srv_guided(srv_req *r, const cJSON *body, int json_format, int tools, int th
     default: break;
     }
     if (!cJSON_IsString(f[0].v)) {
-        snprintf(msg, n, "'%s' must be a string (a regular expression)", f[0].name);
+        snprintf(msg, n, "'%s' must be a string (%s)", f[0].name, f[0].kind == G_GRAMMAR ? "a grammar" : "a regular expression");
         return -1;
     }
     dsv4_err err = {0};
+    if (f[0].kind == G_GRAMMAR) {
+        if (dsv4_grammar_check(f[0].v->valuestring, strlen(f[0].v->valuestring), &err)) {
+            snprintf(msg, n, "'%s': the grammar %s", f[0].name, err.msg);
+            return -1;
+        }
+        if (srv_req_set_grammar(r, f[0].v->valuestring)) { snprintf(msg, n, "out of memory"); return -1; }
+        return 0;
+    }
     if (dsv4_regex_check(f[0].v->valuestring, strlen(f[0].v->valuestring), &err)) {
         snprintf(msg, n, "'%s': the regex %s", f[0].name, err.msg);
         return -1;

@@ -106,7 +106,8 @@ int dsv4_generation_run(dsv4_engine *e, const dsv4_tokenizer *tok, int seq,
                           .stop_strings = opts->stop_strings, .n_stop = opts->n_stop,
                           .bias_ids = opts->bias_ids, .bias = opts->bias, .n_bias = opts->n_bias,
                           .json_schema = opts->json_schema, .json_after_think = opts->json_after_think,
-                          .regex = opts->regex, .choices = opts->choices, .n_choices = opts->n_choices};
+                          .regex = opts->regex, .choices = opts->choices, .n_choices = opts->n_choices,
+                          .grammar = opts->grammar};
     /* at most the largest call the engine takes: c_max rows a span, max_rows a call */
     const int most = eo.c_max < eo.max_rows ? eo.c_max : eo.max_rows;
     const int chunk = opts->chunk > 0 && opts->chunk < most ? opts->chunk : most;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sample/grammar.h"
 #include "sample/json.h"
 #include "sample/regex_mask.h"
 #include "sample/stop.h"
@@ -56,6 +57,9 @@ struct dsv4_gen {
     rx_guide *rx;           /* NULL: none */
     rx_walk rwalk;
     rx_state rs;
+    /* grammar-guided decoding (grammar.h), the same way */
+    gr_grammar *gram;       /* NULL: none */
+    gr_run *grun;
     int32_t eos;            /* the model's EOS (-1: none) */
     int ignore_eos, min_tokens;
 };
@@ -123,6 +127,14 @@ int dsv4_tools_check(const char *tools, size_t len, int *strict, dsv4_err *err) 
     return rc;
 }
 
+int dsv4_grammar_check(const char *grammar, size_t len, dsv4_err *err) {
+    char why[256];
+    gr_grammar *g = NULL;
+    const int rc = gr_compile(grammar, len, &g, why, sizeof why);
+    gr_free(g);
+    return rc ? dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "%s", why) : DSV4_OK;
+}
+
 int dsv4_regex_check(const char *regex, size_t len, dsv4_err *err) {
     char why[256];
     rx_guide *g = NULL;
@@ -133,17 +145,24 @@ int dsv4_regex_check(const char *regex, size_t len, dsv4_err *err) {
 
 /* The compiled schema (or tools), the shared vocabulary index and the per-generation
  * scratch. */
-/* The regex or choice constraint compiled; DSV4_ERR_UNSUPPORTED / ARG naming what is wrong. */
+/* The regex, choice or grammar constraint compiled; DSV4_ERR_UNSUPPORTED / ARG naming what is
+ * wrong. */
 static int guide_setup(dsv4_gen *g, const dsv4_gen_params *p, dsv4_err *err) {
     char why[256];
     if (p->n_choices < 0 || (p->n_choices && !p->choices))
         return dsv4_fail(err, DSV4_ERR_ARG, "gen: bad choice list");
     for (int i = 0; i < p->n_choices; i++)
         if (!p->choices[i]) return dsv4_fail(err, DSV4_ERR_ARG, "gen: choice %d is NULL", i);
-    if ((p->regex != NULL) + (p->n_choices > 0) + (p->json_schema != NULL) + (p->tools != NULL) > 1 &&
-        (p->regex || p->n_choices))
-        return dsv4_fail(err, DSV4_ERR_ARG, "gen: a regex or a choice list goes alone (not with another regex, "
-                         "choice list, JSON schema or tools)");
+    if ((p->regex != NULL) + (p->n_choices > 0) + (p->grammar != NULL) + (p->json_schema != NULL) + (p->tools != NULL) > 1 &&
+        (p->regex || p->n_choices || p->grammar))
+        return dsv4_fail(err, DSV4_ERR_ARG, "gen: a regex, a choice list or a grammar goes alone (not with another "
+                         "regex, choice list, grammar, JSON schema or tools)");
+    if (p->grammar) {
+        if (gr_compile(p->grammar, strlen(p->grammar), &g->gram, why, sizeof why))
+            return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "gen: the grammar %s", why);
+        if (gr_run_new(g->gram, g->jv->max_len, g->jv->words, &g->grun)) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
+        return DSV4_OK;
+    }
     if (p->regex && rx_guide_regex(p->regex, strlen(p->regex), &g->rx, why, sizeof why))
         return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "gen: the regex %s", why);
     if (p->n_choices && rx_guide_choice(p->choices, p->n_choices, &g->rx, why, sizeof why))
@@ -155,8 +174,8 @@ static int guide_setup(dsv4_gen *g, const dsv4_gen_params *p, dsv4_err *err) {
 
 static int json_setup(dsv4_gen *g, const dsv4_tokenizer *tok, const dsv4_gen_params *p, dsv4_err *err) {
     g->think = p->json_after_think ? 0 : -1;
-    if (!p->json_schema && !p->tools && !p->regex && !p->n_choices) return DSV4_OK;
-    if (p->regex || p->n_choices) {
+    if (!p->json_schema && !p->tools && !p->regex && !p->n_choices && !p->grammar) return DSV4_OK;
+    if (p->regex || p->n_choices || p->grammar) {
         g->tok = tok;
         g->jv = dsv4_tok_lazy(tok, vocab_build, vocab_drop);
         g->jbits = g->jv ? malloc((size_t)g->jv->words * sizeof *g->jbits) : NULL;
@@ -272,6 +291,8 @@ void dsv4_gen_free(dsv4_gen *g) {
     free(g->jbits);
     rx_guide_free(g->rx);
     rx_walk_free(&g->rwalk);
+    gr_run_free(g->grun);
+    gr_free(g->gram);
     free(g);
 }
 
@@ -279,17 +300,23 @@ static void tools_apply(dsv4_gen *g);
 static void bits_apply(dsv4_gen *g, int done);
 
 /* Structured output: ids the JSON state refuses get -inf; the stop tokens keep their
- * value only when the value is complete. */
-static void json_apply(dsv4_gen *g) {
-    if (g->tools) { tools_apply(g); return; }
+ * value only when the value is complete. -1 when a grammar's mask passes a bound. */
+static int json_apply(dsv4_gen *g) {
+    if (g->tools) { tools_apply(g); return 0; }
+    if (g->grun) {
+        if (gr_mask(g->grun, g->jv, g->jbits) < 0) return -1;
+        bits_apply(g, gr_run_accepting(g->grun));
+        return 0;
+    }
     if (g->rx) {
         rx_mask(g->rx, g->jv, &g->rwalk, &g->rs, g->jbits);
         bits_apply(g, rx_state_accepting(g->rx, &g->rs));
-        return;
+        return 0;
     }
     json_mask(g->schema, g->jv, &g->walk, &g->js[g->jcur], g->jbits);
     /* the stop tokens (EOS too) are allowed exactly when the value is complete */
     bits_apply(g, json_state_accepting(g->schema, &g->js[g->jcur]));
+    return 0;
 }
 
 /* Strict tool calls: in AUTO's free text only the ids that complete the opener are
@@ -390,6 +417,11 @@ static long think_end(const char *b, size_t n, int *m) {
 
 /* Steps js[jcur] over n bytes; 0 once it dies. */
 static int json_feed(dsv4_gen *g, const char *b, size_t n) {
+    if (g->grun) {
+        if (gr_run_feed(g->grun, (const uint8_t *)b, n) <= 0) return 0;
+        gr_run_compact(g->grun);
+        return 1;
+    }
     if (g->rx) return rx_state_feed(g->rx, &g->rs, (const uint8_t *)b, n);
     if (g->tools) return tm_state_feed(g->tools, g->ts, &g->jcur, (const uint8_t *)b, n);
     return json_state_feed(g->schema, g->js, &g->jcur, (const uint8_t *)b, n);
@@ -397,7 +429,8 @@ static int json_feed(dsv4_gen *g, const char *b, size_t n) {
 
 /* the constraint's start state */
 static void json_restart(dsv4_gen *g) {
-    if (g->rx) rx_state_init(g->rx, &g->rs);
+    if (g->grun) gr_run_reset(g->grun);
+    else if (g->rx) rx_state_init(g->rx, &g->rs);
     else if (g->tools) tm_state_init(g->tools, &g->ts[g->jcur]);
     else json_state_init(g->schema, &g->js[g->jcur]);
 }
@@ -462,11 +495,13 @@ int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_er
     for (int v = 0; v < n; v++) g->row[v] = logits[v] + g->mask[v];
     for (int v = n; v < g->V; v++) g->row[v] = logits[v] + -INFINITY;
     for (int j = 0; j < g->n_bias; j++) g->row[g->bias_id[j]] = logits[g->bias_id[j]] + g->bias_add[j];
-    if (g->schema || g->tools || g->rx) {
-        if (g->think < 0) json_apply(g);
-        else think_apply(g);
+    if (g->schema || g->tools || g->rx || g->grun) {
+        if (g->think >= 0) think_apply(g);
+        else if (json_apply(g))
+            return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "gen: the grammar cannot be followed here: %s (after %d tokens)",
+                             gr_run_why(g->grun), g->n);
     }
-    const int reasoning = (g->schema || g->rx) && !g->tools && g->think >= 0;
+    const int reasoning = (g->schema || g->rx || g->grun) && !g->tools && g->think >= 0;
     if (reasoning || g->ignore_eos || g->n < g->min_tokens) ban_stops(g, reasoning || g->n < g->min_tokens);
     g->text_len = 0;
     int rc = dsv4_sample(g->sampler, g->row, g->tokens, g->n, &out->sample, err);
@@ -474,12 +509,12 @@ int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_er
      * state can always be completed (json.h, tool_match.h: what would empty the mask
      * mid-value is refused at compile), so this names the request's own ban; a mask empty
      * before any bias is the constraint's own dead end (a bug: named as such) */
-    if (rc && (g->schema || g->tools || g->rx))
+    if (rc && (g->schema || g->tools || g->rx || g->grun))
         dsv4_err_prefix(err, mask_empty(g) ? "gen: the output constraint (%s) allows no token here: its own dead end, "
                                              "a bug (after %d tokens)"
                                            : "gen: the output constraint (%s) allows no token here that logit_bias "
                                              "leaves possible (after %d tokens)",
-                        g->tools ? "strict tools" : g->rx ? "the regex or choice list" : "the JSON schema", g->n);
+                        g->tools ? "strict tools" : g->rx ? "the regex or choice list" : g->grun ? "the grammar" : "the JSON schema", g->n);
     if (rc) return rc;
     const int32_t tok = out->sample.token;
     g->tokens[g->n++] = tok;
@@ -490,7 +525,7 @@ int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_er
         /* the token joins the text: show what it completes, minus any stop string */
         const char *piece, *emit;
         size_t piece_len, emit_len;
-        if ((g->schema || g->tools || g->rx) && (rc = json_advance(g, tok, err))) return rc;
+        if ((g->schema || g->tools || g->rx || g->grun) && (rc = json_advance(g, tok, err))) return rc;
         if ((rc = dsv4_tok_stream_push(g->stream, tok, &piece, &piece_len, err))) return rc;
         int s = dsv4_stop_feed(g->stop, piece, piece_len, &emit, &emit_len);
         if (s < 0 || append_text(g, emit, emit_len))

@@ -142,8 +142,7 @@ run('server_guided', async () => {
   await bad({ structured_outputs: { regex: 'a', choice: ['a'] } }, "'structured_outputs.regex' and 'structured_outputs.choice'");
   await bad({ regex: 'a', response_format: { type: 'json_object' } }, "'response_format' and 'regex'");
   await bad({ guided_regex: 'a', response_format: { type: 'json_object' } }, "'response_format' and 'guided_regex'", '/v1/completions');
-  await bad({ guided_grammar: 'root ::= "a"' }, "'guided_grammar' is not supported");
-  await bad({ structured_outputs: { grammar: 'root ::= "a"' } }, "'structured_outputs.grammar' is not supported");
+  await bad({ structured_outputs: { structural_tag: '{}' } }, "'structured_outputs.structural_tag' is not supported");
   await bad({ structured_outputs: 'a' }, "'structured_outputs' must be an object");
   await bad({ guided_regex: '(?=a)b' }, "'guided_regex': the regex uses a lookahead");
   await bad({ guided_regex: 'a)|(b' }, 'unbalanced');

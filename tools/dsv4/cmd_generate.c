@@ -1,7 +1,8 @@
 /* cmd_generate.c — `dsv4 generate`: text in, streamed text out.
  *
  *   dsv4 generate --model DIR (--prompt TEXT | --prompt-file F) [--chat] [--think|--nothink]
- *                 [--system TEXT] [--json | --json-schema FILE | --regex RX | --choice JSON]
+ *                 [--system TEXT] [--json | --json-schema FILE | --regex RX | --choice JSON |
+ *                  --grammar FILE]
  *                 [-n N] [sampling flags]
  *
  * --json / --json-schema constrain the reply to one JSON object / one value valid under the
@@ -126,18 +127,35 @@ static int json_format(int json, const char *file, char **schema) {
     return 0;
 }
 
-/* --regex RX / --choice JSON (an array of strings): guided decoding (dsv4_gen_params.regex,
- * choices), checked before the model loads; at most one constraint in all. */
-static int guide_flags(const char *regex, const char *choice, int json, cJSON **list, const char ***choices, int *n) {
-    *list = NULL, *choices = NULL, *n = 0;
-    if ((regex != NULL) + (choice != NULL) + (json != 0) > 1) {
-        fprintf(stderr, "dsv4 generate: give at most one of --json, --json-schema, --regex and --choice\n");
+/* --regex RX / --choice JSON (an array of strings) / --grammar FILE (GBNF): guided decoding
+ * (dsv4_gen_params.regex, choices, grammar: *grammar the file's text), checked before the
+ * model loads; at most one constraint in all. */
+static int guide_flags(const char *regex, const char *choice, const char *gfile, int json, cJSON **list,
+                       const char ***choices, int *n, char **grammar) {
+    *list = NULL, *choices = NULL, *n = 0, *grammar = NULL;
+    if ((regex != NULL) + (choice != NULL) + (gfile != NULL) + (json != 0) > 1) {
+        fprintf(stderr, "dsv4 generate: give at most one of --json, --json-schema, --regex, --choice and --grammar\n");
         return -1;
     }
     dsv4_err err = {0};
     if (regex && dsv4_regex_check(regex, strlen(regex), &err)) {
         fprintf(stderr, "dsv4 generate: --regex: the regex %s\n", err.msg);
         return -1;
+    }
+    if (gfile) {
+        char why[512];
+        size_t len = 0;
+        if (!(*grammar = cli_read_input(gfile, CLI_TEXT_LIMIT, &len, why, sizeof why))) {
+            fprintf(stderr, "dsv4 generate: %s\n", why);
+            return -1;
+        }
+        if (memchr(*grammar, 0, len) || dsv4_grammar_check(*grammar, len, &err)) {
+            fprintf(stderr, "dsv4 generate: --grammar %s: the grammar %s\n", gfile, err.code ? err.msg : "holds a NUL byte");
+            free(*grammar);
+            *grammar = NULL;
+            return -1;
+        }
+        return 0;
     }
     if (!choice) return 0;
     *list = cJSON_Parse(choice);
@@ -177,7 +195,7 @@ int cmd_generate(int argc, char **argv) {
     gen_flags f;
     gen_flags_init(&f, 256, 0);
     const char *prompt = NULL, *prompt_file = NULL, *system = NULL;
-    const char *schema_file = NULL, *regex = NULL, *choice = NULL;
+    const char *schema_file = NULL, *regex = NULL, *choice = NULL, *grammar_file = NULL;
     int chat = 0, no_bos = 0, json = 0;
     const cli_opt own[] = {
         CLI_STR_OPT("prompt", 'p', &prompt, "TEXT", "the text to continue (or, with --chat, the question)"),
@@ -189,6 +207,7 @@ int cmd_generate(int argc, char **argv) {
         CLI_FILE_OPT("json-schema", 0, &schema_file, "FILE", "the reply is one JSON value valid under the JSON Schema in FILE (the subset of README, Serving)"),
         CLI_STR_OPT("regex", 0, &regex, "RX", "the reply matches the regular expression RX whole (the pattern subset of README, Serving)"),
         CLI_STR_OPT("choice", 0, &choice, "JSON", "the reply is exactly one of the strings of the JSON array JSON"),
+        CLI_FILE_OPT("grammar", 0, &grammar_file, "FILE", "the reply is a sentence of the GBNF grammar in FILE (start rule root; README, Serving)"),
         CLI_OPT_END,
     };
     const cli_cmd cmd = {"generate", "--model DIR (--prompt TEXT | --prompt-file FILE) [options]",
@@ -207,8 +226,9 @@ int cmd_generate(int argc, char **argv) {
     cJSON *choice_list = NULL;
     const char **choices = NULL;
     int n_choices = 0;
-    if (guide_flags(regex, choice, json || schema_file, &choice_list, &choices, &n_choices)) return 2;
-    if (json_format(json, schema_file, &schema)) { cJSON_Delete(choice_list); free(choices); return 2; }
+    char *grammar = NULL;
+    if (guide_flags(regex, choice, grammar_file, json || schema_file, &choice_list, &choices, &n_choices, &grammar)) return 2;
+    if (json_format(json, schema_file, &schema)) { cJSON_Delete(choice_list); free(choices); free(grammar); return 2; }
     char *file_text = NULL;
     size_t prompt_len = prompt ? strlen(prompt) : 0;
     if (prompt_file) {
@@ -218,6 +238,7 @@ int cmd_generate(int argc, char **argv) {
             free(schema);
             cJSON_Delete(choice_list);
             free(choices);
+            free(grammar);
             return 1;
         }
     }
@@ -232,6 +253,7 @@ int cmd_generate(int argc, char **argv) {
         free(schema);
         cJSON_Delete(choice_list);
         free(choices);
+        free(grammar);
         return 2;
     }
 
@@ -245,6 +267,7 @@ int cmd_generate(int argc, char **argv) {
         free(schema);
         cJSON_Delete(choice_list);
         free(choices);
+        free(grammar);
         return 1;
     }
     const double t_loaded = cli_now_s();
@@ -295,6 +318,7 @@ int cmd_generate(int argc, char **argv) {
     f.gen.regex = regex;
     f.gen.choices = choices;
     f.gen.n_choices = n_choices;
+    f.gen.grammar = grammar;
     gen_run run = {tok, cli_now_s(), 0, {0}};
     gen_printer_start(&run.out, thinking && f.max_tokens != 0, &interrupted);
     dsv4_generation_result res = {0};
@@ -335,6 +359,7 @@ out:
     free(schema);
     cJSON_Delete(choice_list);
     free(choices);
+    free(grammar);
     dsv4_tok_ids_free(&ids);
     dsv4_spec_free(f.gen.spec);
     dsv4_engine_free(eng);
