@@ -4,7 +4,7 @@
 //  1. A concurrent mix spread over both ranks (greedy and seeded chats with logprobs,
 //     streamed completions and chats, a scripted answer whose MTP drafts are accepted, a stop
 //     string, logit_bias, a tool call, a forced tool_choice, a thinking split, two structured
-//     outputs under a JSON Schema, a regex, a choice list, ignore_eos) and a chat
+//     outputs under a JSON Schema, a regex, a choice list, a grammar, ignore_eos) and a chat
 //     on a long system prompt (two turns, two users at once): every answer byte-identical to
 //     one process, and the system prompt's later users restore it from their home rank's
 //     prefix cache (cached_tokens); with --kv-dir each rank writes its own files (rank 1:
@@ -122,6 +122,9 @@ async function answers({ kvDir, ...opts }) {
       messages: [{ role: 'user', content: 'an address' }] }).then(chatOut),
     client.completions.create({ model: 'm', prompt: 'pick one', max_tokens: 12, temperature: 0.9, seed: 4,
       guided_choice: ['yes', 'no', 'maybe "so"'] }).then((r) => r.choices[0].text),
+    client.chat.completions.create({ model: 'm', max_tokens: 16, temperature: 0.9, seed: 5,
+      guided_grammar: 'root ::= "(" [0-9]{1,3} ")" | "<" root ">"', messages: [{ role: 'user', content: 'nest' }] })
+      .then((r) => { assert(/^<*(\(\d{0,3}\)?)?>*$/.test(r.choices[0].message.content), r.choices[0].message.content); return chatOut(r); }),
     client.completions.create({ model: 'm', prompt: 'count on', max_tokens: 10, temperature: 0, ignore_eos: true,
       logit_bias: { 1: 100 }, skip_special_tokens: true }).then((r) => [r.choices[0].text, r.usage.completion_tokens]),
   ]);
