@@ -1,6 +1,7 @@
 /* bench_indexer.c — the indexer's top-k for one query block, exact against bounded.
  *
  *   bench_indexer [--reps N] [--ns LIST] [--shapes quarter,flash] [--keys bf16|fp4] [--kernels [--cold] [--nqs LIST]]
+ *                 [--rescore]
  *
  * One thread. For each shape (flash_quarter: 16 heads x 128, Flash: 64 x 128, top 512),
  * entry count n (default 2048,8192,32768,131072) and block size nq (1 = a decode row, 8 =
@@ -19,7 +20,10 @@
  * the few-query ones (FP4 keys: unpacked to F32 first) and, for FP4 keys, the integer block
  * dots (dsv4_idx_approx_fp4_int, "int_*" fields; null for BF16 keys), and those over the
  * engine's ranges of 1024 entries with each query encoded once a range ("int_ranges_us") or
- * once ("enc_once_ranges_us"). The level is the
+ * once ("enc_once_ranges_us"). --rescore times the bounded selection's exact rescoring alone:
+ * dsv4_idx_scores of one query over n candidate keys scattered over the pool (every 7th key,
+ * wrapping, as select_candidates passes them), "rescore_ns_per_key", and a hash of the
+ * scores' bits ("scores_fnv") that two builds must print alike. The level is the
  * best this CPU and build have, or the one DSV4_SIMD names (portable, avx2, avx512, avx512vbmi). */
 #include <math.h>
 #include <stdint.h>
@@ -114,6 +118,43 @@ static double run_ranges(int enc_once, int simd, const float *qI, const float *w
     return ok ? dt : -1.0;
 }
 
+/* The exact rescoring of n scattered candidates (one query), --reps times: the median
+ * microseconds and the scores' FNV-1a hash. */
+static int rescore_main(int simd, int reps, const int *ns, int n_ns, int quarter, int flash, const float *qI,
+                        const float *wI, const void **keys, int nmax) {
+    const int dI = 128;
+    const dsv4_attn_ops *ops = dsv4_attn_ops_for(simd);
+    const void **cand = malloc(sizeof(void *) * (size_t)nmax);
+    float *sc = malloc(sizeof(float) * (size_t)nmax);
+    if (!cand || !sc) return 1;
+    for (int shape = 0; shape < 2; shape++) {
+        if ((shape == 0 && !quarter) || (shape == 1 && !flash)) continue;
+        const int nI = shape ? 64 : 16;
+        for (int k = 0; k < n_ns; k++) {
+            const int n = ns[k];
+            const int64_t lim = n;
+            for (int i = 0; i < n; i++) cand[i] = keys[(size_t)i * 7 % (size_t)nmax];
+            double t[MAX_REPS];
+            for (int r = 0; r < reps; r++) {
+                const double t0 = now_s();
+                dsv4_idx_scores(simd, ops, qI, 0, wI, 0, 1, &lim, cand, KEY_FMT, 0, n, nI, dI, sc, 0);
+                t[r] = now_s() - t0;
+            }
+            uint64_t h = 0xcbf29ce484222325ull;
+            const unsigned char *p = (const unsigned char *)sc;
+            for (size_t i = 0; i < sizeof(float) * (size_t)n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+            qsort(t, (size_t)reps, sizeof(double), cmp_double);
+            printf("{\"shape\": \"%s\", \"keys\": \"%s\", \"nI\": %d, \"n\": %d, \"level\": \"%s\", "
+                   "\"rescore_us\": %.1f, \"rescore_ns_per_key\": %.2f, \"scores_fnv\": \"%016llx\"}\n",
+                   shape ? "flash" : "flash_quarter", KEY_FMT == DSV4_ROW_FP4 ? "fp4" : "bf16", nI, n,
+                   dsv4_simd_name(simd), t[reps / 2] * 1e6, t[reps / 2] * 1e9 / n, (unsigned long long)h);
+            fflush(stdout);
+        }
+    }
+    free(cand), free(sc);
+    return 0;
+}
+
 static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter, int flash, int cold, const int *nqs,
                         int n_nqs, const float *qI, const float *wI, const void **keys, int nmax) {
     const int dI = 128;
@@ -186,6 +227,7 @@ static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter
 
 int main(int argc, char **argv) {
     int reps = 5, ns[8] = {2048, 8192, 32768, 131072}, n_ns = 4, quarter = 1, flash = 1, kernels = 0, cold = 0;
+    int rescore = 0;
     int nqs[NQ_MAX] = {1, 2, 4, 8}, n_nqs = 4;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
@@ -197,6 +239,7 @@ int main(int argc, char **argv) {
             flash = strstr(argv[++i], "flash") != NULL;
         } else if (!strcmp(argv[i], "--kernels")) kernels = 1;
         else if (!strcmp(argv[i], "--cold")) cold = 1;
+        else if (!strcmp(argv[i], "--rescore")) rescore = 1;
         else if (!strcmp(argv[i], "--keys") && i + 1 < argc) KEY_FMT = !strcmp(argv[++i], "fp4") ? DSV4_ROW_FP4 : DSV4_ROW_BF16;
         else if (!strcmp(argv[i], "--nqs") && i + 1 < argc) {
             n_nqs = 0;
@@ -204,7 +247,7 @@ int main(int argc, char **argv) {
                 if (atoi(s) >= 1 && atoi(s) <= NQ_MAX) nqs[n_nqs++] = atoi(s);
         } else {
             fprintf(stderr, "usage: bench_indexer [--reps N] [--ns LIST] [--shapes quarter,flash] "
-                            "[--keys bf16|fp4] [--kernels [--cold] [--nqs LIST]]\n");
+                            "[--keys bf16|fp4] [--kernels [--cold] [--nqs LIST]] [--rescore]\n");
             return 2;
         }
     }
@@ -252,9 +295,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < NQ_MAX * nI_max; i++) wI[i] = 0.05f + 0.5f * (bench_urand(&rng) + 1.0f);
     if (KEY_FMT == DSV4_ROW_FP4) /* F3 rounds the queries too (each head's blocks of 32) */
         for (int h = 0; h < NQ_MAX * nI_max; h++) dsv4_row_round(DSV4_ROW_FP4, qI + (size_t)h * dI, dI, 0);
-    if (kernels) {
-        const int rk = n_nqs ? kernels_main(simd, reps, ns, n_ns, quarter, flash, cold, nqs, n_nqs, qI, wI, keys, nmax)
-                             : 2;
+    if (kernels || rescore) {
+        const int rk = rescore ? rescore_main(simd, reps, ns, n_ns, quarter, flash, qI, wI, keys, nmax)
+                       : n_nqs ? kernels_main(simd, reps, ns, n_ns, quarter, flash, cold, nqs, n_nqs, qI, wI, keys, nmax)
+                               : 2;
         free(pool); free(keys); free(qI); free(wI); free(b.scores); free(b.knorm); free(b.fbuf); free(b.work);
         free(b.cidx); free(b.ckeys); free(sel_e); free(sel_b);
         return rk;
