@@ -6,7 +6,7 @@
  * enough to be useful (a bound that held only because it was huge would make every entry
  * a candidate), invalid for NaN or infinite queries and weights, kmax for huge ones.
  * FP4 keys' integer scores (dsv4_idx_approx_fp4_int) under F3-rounded queries: every level
- * gives the portable level's bits (scores and norms), within the bound of the exact scores
+ * encodes a query as the portable level does, byte for byte, and gives its bits (scores and norms), within the bound of the exact scores
  * on adversarial blocks (scales from the subnormals' edge to 2^100 in one key or query,
  * the largest codes, dots cancelling to the relu's edge, negative weights), nothing past a
  * query's limit; and no score where the query is not F3's or the shape is not covered. */
@@ -157,10 +157,17 @@ static void check_int(int level, int nI, int dI, int nk, int nq, int adv) {
         const void *enc[16];
         float *g2 = malloc(sizeof(float) * ss * nq), *k2 = malloc(sizeof(float) * ss * nq);
         for (size_t i = 0; i < ss * nq; i++) g2[i] = k2[i] = -7.0f;
+        unsigned char *el = aligned_alloc(64, eb);
         for (int q = 0; q < nq; q++) {
             enc[q] = eq + eb * (size_t)q;
+            memset(eq + eb * (size_t)q, 0xA5, eb), memset(el, 0x5A, eb);
             CHECK(dsv4_idx_fp4q_encode(DSV4_SIMD_SCALAR, qI + q * qs, wI + q * ws, nI, dI, eq + eb * (size_t)q));
+            /* the level's encoding (vectorized from AVX2 up): the portable one byte for byte, padding included */
+            CHECK(dsv4_idx_fp4q_encode(level, qI + q * qs, wI + q * ws, nI, dI, el));
+            CHECK_MSG(!memcmp(el, eq + eb * (size_t)q, eb), "level %d nI %d dI %d query %d: the encoding differs "
+                      "from the portable one", level, nI, dI, q);
         }
+        free(el);
         CHECK(dsv4_idx_approx_fp4_enc(level, enc, nq, lim, keys, 0, cut, nI, dI, g2, k2, ss));
         CHECK(dsv4_idx_approx_fp4_enc(level, enc, nq, lim, keys, cut, nk, nI, dI, g2, k2, ss));
         CHECK_MSG(!memcmp(got[0], g2, sizeof(float) * ss * nq) && !memcmp(kn[0], k2, sizeof(float) * ss * nq),
