@@ -69,6 +69,33 @@ X512_INLINE __m512 pair_heads(const float *qq, const float *wq, int h0, int dI, 
     return s;
 }
 
+/* FP4 keys a and b (dI % 32 == 0) into the interleaved pair kp (chunk c of a in lanes 0-7, of
+ * b in lanes 8-15) straight from their bytes: 16 values of a key (8 bytes) widened as
+ * unpack_fp4_x512 widens them, the e2m1 table permuted and multiplied by the block's scale
+ * (the same exact products as dsv4_row_unpack), and the two keys' 16 values interleaved into
+ * two chunks by 128-bit lane shuffles. The kernel then reads kp as it reads F32 keys' pairs:
+ * the same bits as scoring their F32 copies, without the copies. */
+X512_INLINE void fp4_pair_x512(float *kp, const uint8_t *a, const uint8_t *b, int dI) {
+    const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
+                                      -2.0f, -3.0f, -4.0f, -6.0f);
+    const __m512i lo4 = _mm512_set1_epi64(15);
+    for (int bk = 0; bk < dI / 32; bk++) {
+        const __m512 sa = _mm512_set1_ps(dsv4_e8m0_to_f32(a[dI / 2 + bk]));
+        const __m512 sb = _mm512_set1_ps(dsv4_e8m0_to_f32(b[dI / 2 + bk]));
+        for (int h = 0; h < 2; h++) {
+            const __m512i ya = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)(a + 16 * bk + 8 * h)));
+            const __m512i yb = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)(b + 16 * bk + 8 * h)));
+            const __m512i za = _mm512_or_si512(_mm512_and_si512(ya, lo4), _mm512_slli_epi64(_mm512_srli_epi64(ya, 4), 32));
+            const __m512i zb = _mm512_or_si512(_mm512_and_si512(yb, lo4), _mm512_slli_epi64(_mm512_srli_epi64(yb, 4), 32));
+            const __m512 va = _mm512_mul_ps(_mm512_permutexvar_ps(za, tab), sa); /* values 32 bk + 16 h .. + 15 */
+            const __m512 vb = _mm512_mul_ps(_mm512_permutexvar_ps(zb, tab), sb);
+            float *c = kp + 16 * (4 * bk + 2 * h);
+            _mm512_store_ps(c, _mm512_shuffle_f32x4(va, vb, 0x44));      /* chunk 4 bk + 2 h */
+            _mm512_store_ps(c + 16, _mm512_shuffle_f32x4(va, vb, 0xEE)); /* chunk 4 bk + 2 h + 1 */
+        }
+    }
+}
+
 X512_INLINE void idx_scores_fmt(const float *qI, size_t qs, const float *wI, size_t ws, int nq, const int64_t *lim,
                                 const void *const *keys, const int fmt, int64_t w0, int64_t w1, int nI, int dI,
                                 float *scores, size_t ss) {
@@ -82,10 +109,12 @@ X512_INLINE void idx_scores_fmt(const float *qI, size_t qs, const float *wI, siz
     }
     for (int64_t w = w0; w < wmax; w += 2) {
         const int two = w + 1 < wmax;
-        for (int c = 0; c < nc; c++) {
-            const __mmask8 m = c == nc - 1 ? tm : 0xff;
-            _mm512_store_ps(kp + 16 * c, x512_pair8(keys[w], keys[two ? w + 1 : w], fmt, 8 * c, m));
-        }
+        if (fmt == DSV4_ROW_FP4) fp4_pair_x512(kp, keys[w], keys[two ? w + 1 : w], dI);
+        else
+            for (int c = 0; c < nc; c++) {
+                const __mmask8 m = c == nc - 1 ? tm : 0xff;
+                _mm512_store_ps(kp + 16 * c, x512_pair8(keys[w], keys[two ? w + 1 : w], fmt, 8 * c, m));
+            }
         for (int q = 0; q < nq; q++) {
             const int64_t e = lim[q] < w1 ? lim[q] : w1;
             if (w >= e) continue;
@@ -109,6 +138,7 @@ X512_FN static void idx_scores_avx512(const float *qI, size_t qs, const float *w
                                       const int64_t *lim, const void *const *keys, int fmt, int64_t w0, int64_t w1,
                                       int nI, int dI, float *scores, size_t ss) {
     if (fmt == DSV4_ROW_BF16) idx_scores_fmt(qI, qs, wI, ws, nq, lim, keys, DSV4_ROW_BF16, w0, w1, nI, dI, scores, ss);
+    else if (fmt == DSV4_ROW_FP4) idx_scores_fmt(qI, qs, wI, ws, nq, lim, keys, DSV4_ROW_FP4, w0, w1, nI, dI, scores, ss);
     else idx_scores_fmt(qI, qs, wI, ws, nq, lim, keys, DSV4_ROW_F32, w0, w1, nI, dI, scores, ss);
 }
 #endif
@@ -200,6 +230,12 @@ void dsv4_idx_scores(int simd, const dsv4_attn_ops *ops, const float *qI, size_t
                      int nq, const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
                      int dI, float *scores, size_t ss) {
     if (key_fmt == DSV4_ROW_FP4) {
+#ifdef HAVE_AVX512_IDX
+        if (simd >= DSV4_SIMD_AVX512 && dI % 32 == 0 && dI >= 32 && dI <= IDX_MAX_DI) { /* from the bytes */
+            idx_scores_avx512(qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores, ss);
+            return;
+        }
+#endif
         fp4_scores_job j = {simd, ops, qI, wI, qs, ws, ss, nI, dI, scores};
         dsv4_idx_fp4_runs(simd, lim, nq, keys, w0, w1, dI, fp4_scores_run, &j);
         return;

@@ -1,6 +1,7 @@
 /* test_indexer_bounded.c — dsv4_indexer_select_verified (attn/indexer.c) picks exactly the
- * entries dsv4_indexer_select picks from the exact scores, at every kernel level, for F32
- * and BF16 keys, on rows built to stress the boundary: random keys; near-copies of one key
+ * entries dsv4_indexer_select picks from the exact scores, at every kernel level, for F32,
+ * BF16 and FP4 keys (F3-rounded with their queries; their exact scores, from the bytes, must
+ * be the bits of their F32 copies' at the portable level), on rows built to stress the boundary: random keys; near-copies of one key
  * (F32: scores a few ulps apart, all of them near the boundary, where the approximate
  * order is not the exact one; BF16 rounds most of them to copies); exact duplicates (ties, which the lower index wins); keys whose every head dot is
  * negative (relu zeros at the boundary); approximate scores moved by 0.95 of their bound
@@ -120,6 +121,8 @@ static int check(int level, int fmt, int kind, int nI, int dI, int n, int topk) 
     int *work = malloc(sizeof(int) * n), *cidx = malloc(sizeof(int) * n);
     int *sel_ref = malloc(sizeof(int) * topk), *sel = malloc(sizeof(int) * topk);
     for (int i = 0; i < nI * dI; i++) qI[i] = (float)urand();
+    if (fmt == DSV4_ROW_FP4) /* F3 rounds the queries too: the approximate pass by integer block dots */
+        for (int h = 0; h < nI; h++) dsv4_row_round(fmt, qI + (size_t)h * dI, dI, 0);
     for (int h = 0; h < nI; h++) wI[h] = (float)(0.05 + fabs(urand()));
     if (kind == NAN_WEIGHT) wI[nI / 2] = NAN;
     for (int w = 0; w < n; w++) {
@@ -138,7 +141,7 @@ static int check(int level, int fmt, int kind, int nI, int dI, int n, int topk) 
                 k[c] = (float)(-s * (1.0 + 0.5 * fabs(urand())));
             }
         if (kind == HUGE_KEYS) k[0] = 1e36f;
-        if (fmt == DSV4_ROW_BF16) dsv4_row_round(fmt, k, dI, 0);
+        if (fmt != DSV4_ROW_F32) dsv4_row_round(fmt, k, dI, 0);
     }
     if (kind == SPREAD) { /* key w = c_w key 0: scores c_w s_0, adjacent ones ~half a bound apart, in a shuffled
                            * order, so that bounds settle some entries and not others */
@@ -154,20 +157,31 @@ static int check(int level, int fmt, int kind, int nI, int dI, int n, int topk) 
         for (int w = 1; w < n; w++) {
             const double c_w = 1.0 + (double)((w * 7919) % n) * delta; /* 7919 is prime: a permutation of 0..n-1 */
             for (int c = 0; c < dI; c++) kb[(size_t)w * dI + c] = (float)(c_w * kb[c]);
-            if (fmt == DSV4_ROW_BF16) dsv4_row_round(fmt, kb + (size_t)w * dI, dI, 0);
+            if (fmt != DSV4_ROW_F32) dsv4_row_round(fmt, kb + (size_t)w * dI, dI, 0);
         }
     }
     if (kind == NAN_KEY) kb[(size_t)(n / 2) * dI + 1] = NAN;
     if (kind == INF_KEY) kb[(size_t)(n / 3) * dI] = INFINITY;
     for (int w = 0; w < n; w++) {
         keys[w] = kb + (size_t)w * dI;
-        if (fmt == DSV4_ROW_BF16) {
+        if (fmt != DSV4_ROW_F32) { /* kb then holds the stored values (FP4: a NaN or inf takes its block) */
             dsv4_row_pack(fmt, packed + (size_t)w * 2 * dI, kb + (size_t)w * dI, dI, 0);
+            dsv4_row_unpack(fmt, kb + (size_t)w * dI, packed + (size_t)w * 2 * dI, dI, 0);
             keys[w] = packed + (size_t)w * 2 * dI;
         }
     }
     const int64_t lim = n;
     dsv4_idx_scores(level, ops, qI, 0, wI, 0, 1, &lim, keys, fmt, 0, n, nI, dI, exact, 0);
+    if (fmt == DSV4_ROW_FP4) { /* the exact scores of FP4 keys (from their bytes at the AVX-512 levels): the
+                                * bits of their F32 copies' at the portable level, the reference */
+        const void **fk = malloc(sizeof(void *) * n);
+        float *e32 = malloc(sizeof(float) * n);
+        for (int w = 0; w < n; w++) fk[w] = kb + (size_t)w * dI;
+        dsv4_idx_scores(DSV4_SIMD_SCALAR, ops, qI, 0, wI, 0, 1, &lim, fk, DSV4_ROW_F32, 0, n, nI, dI, e32, 0);
+        CHECK_MSG(!memcmp(e32, exact, sizeof(float) * n), "level %d FP4 %s nI %d dI %d n %d: exact scores differ "
+                  "from the F32 copies'", level, kinds[kind], nI, dI, n);
+        free(fk), free(e32);
+    }
     const int n_ref = dsv4_indexer_select(exact, n, topk, work, sel_ref);
     dsv4_idx_approx(level, qI, 0, wI, 0, 1, &lim, keys, fmt, 0, n, nI, dI, approx, knorm, 0);
     const dsv4_indexer_query iq = {level, ops, qI, wI, nI, dI, keys, fmt};
@@ -211,8 +225,10 @@ int main(void) {
     check_cut_edges();
     const int best = dsv4_cpu_simd() < dsv4_build_simd() ? dsv4_cpu_simd() : dsv4_build_simd();
     printf("kernel level: %s\n", dsv4_simd_name(best));
+    static const int fmts[] = {DSV4_ROW_BF16, DSV4_ROW_F32, DSV4_ROW_FP4};
     for (int level = 0; level <= best; level++)
-        for (int fmt = DSV4_ROW_BF16; fmt <= DSV4_ROW_F32; fmt += 2) {
+        for (int fi = 0; fi < 3; fi++) {
+            const int fmt = fmts[fi];
             for (int kind = RANDOM; kind <= HUGE_KEYS; kind++) {
                 check(level, fmt, kind, 2, 8, 300, 7);
                 check(level, fmt, kind, 5, 37, 257, 16);
