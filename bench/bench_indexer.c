@@ -20,7 +20,7 @@
  * the few-query ones (FP4 keys: unpacked to F32 first) and, for FP4 keys, the integer block
  * dots (dsv4_idx_approx_fp4_int, "int_*" fields; null for BF16 keys), and those over the
  * engine's ranges of 1024 entries with each query encoded once a range ("int_ranges_us") or
- * once ("enc_once_ranges_us"). --rescore times the bounded selection's exact rescoring alone:
+ * once ("enc_once_ranges_us"), and one query's encoding alone ("encode_us"). --rescore times the bounded selection's exact rescoring alone:
  * dsv4_idx_scores of one query over n candidate keys scattered over the pool (every 7th key,
  * wrapping, as select_candidates passes them), "rescore_ns_per_key", and a hash of the
  * scores' bits ("scores_fnv") that two builds must print alike. The level is the
@@ -176,13 +176,19 @@ static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter
         for (int k = 0; k < n_ns; k++)
             for (int a = 0; a < n_nqs; a++) {
                 const int n = ns[k], nq = nqs[a];
-                double tp[MAX_REPS], tf[MAX_REPS], ti[MAX_REPS], tr[MAX_REPS], te[MAX_REPS];
+                double tp[MAX_REPS], tf[MAX_REPS], ti[MAX_REPS], tr[MAX_REPS], te[MAX_REPS], tc[MAX_REPS];
                 for (int r = 0; r < reps; r++) {
                     tp[r] = run_kernel(DSV4_IDX_APPROX_PANEL, simd, qI, wI, nq, nI, dI, keys, n, sp, kp, flush, nflush);
                     tf[r] = run_kernel(DSV4_IDX_APPROX_FEW, simd, qI, wI, nq, nI, dI, keys, n, sf, kf, flush, nflush);
                     if (fp4) ti[r] = run_kernel(DSV4_IDX_APPROX_INT, simd, qI, wI, nq, nI, dI, keys, n, si, ki, flush, nflush);
                     if (fp4) tr[r] = run_ranges(0, simd, qI, wI, nq, nI, dI, keys, n, si, ki, enc_buf);
                     if (fp4) te[r] = run_ranges(1, simd, qI, wI, nq, nI, dI, keys, n, sr, kr, enc_buf);
+                    if (fp4) { /* one query's encoding alone, the mean of 64 */
+                        const double t0 = now_s();
+                        for (int i = 0; i < 64; i++) dsv4_idx_fp4q_encode(simd, qI + (size_t)(i % nq) * nI * dI,
+                                                                          wI + (size_t)(i % nq) * nI, nI, dI, enc_buf);
+                        tc[r] = (now_s() - t0) / 64;
+                    }
                 }
                 int ok = 1;
                 if (fp4) /* the ranges' scores, encoded once or once a range: the same bits */
@@ -203,14 +209,16 @@ static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter
                 if (fp4) qsort(ti, (size_t)reps, sizeof(double), cmp_double);
                 if (fp4) qsort(tr, (size_t)reps, sizeof(double), cmp_double);
                 if (fp4) qsort(te, (size_t)reps, sizeof(double), cmp_double);
+                if (fp4) qsort(tc, (size_t)reps, sizeof(double), cmp_double);
                 const double up = tp[reps / 2] * 1e6, uf = tf[reps / 2] * 1e6, ui = fp4 ? ti[reps / 2] * 1e6 : 0.0;
-                char extra[320] = "\"int_us\": null, \"int_ns_per_key_query\": null";
+                char extra[400] = "\"int_us\": null, \"int_ns_per_key_query\": null";
                 if (fp4)
                     snprintf(extra, sizeof extra,
                              "\"int_us\": %.1f, \"int_ns_per_key_query\": %.3f, \"few_over_int\": %.3f, "
-                             "\"int_ranges_us\": %.1f, \"enc_once_ranges_us\": %.1f, \"ranges_over_enc_once\": %.3f",
+                             "\"int_ranges_us\": %.1f, \"enc_once_ranges_us\": %.1f, \"ranges_over_enc_once\": %.3f, "
+                             "\"encode_us\": %.3f",
                              ui, ui * 1e3 / ((double)n * nq), uf / ui, tr[reps / 2] * 1e6, te[reps / 2] * 1e6,
-                             tr[reps / 2] / te[reps / 2]);
+                             tr[reps / 2] / te[reps / 2], tc[reps / 2] * 1e6);
                 printf("{\"shape\": \"%s\", \"keys\": \"%s\", \"nI\": %d, \"n\": %d, \"nq\": %d, \"cache\": \"%s\", "
                        "\"level\": \"%s\", \"panel_us\": %.1f, \"few_us\": %.1f, \"panel_over_few\": %.3f, "
                        "\"panel_ns_per_key_query\": %.3f, \"few_ns_per_key_query\": %.3f, %s, \"within_bounds\": %s}\n",
