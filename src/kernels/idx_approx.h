@@ -68,7 +68,8 @@ int dsv4_idx_approx_fp4_int(int simd, const float *qI, size_t qs, const float *w
 
 /* The same in two steps, so that a caller encodes each query once however many ranges of keys
  * it scores: dsv4_idx_fp4q_encode writes one query (qI (nI, dI), wI (nI)) into enc
- * (dsv4_idx_fp4q_bytes(nI) bytes, 64-byte aligned) and returns 1, or 0 where
+ * (dsv4_idx_fp4q_bytes(nI) bytes, 64-byte aligned; every level writes the same bytes: the
+ * portable loop, AVX2, AVX-512) and returns 1, or 0 where
  * dsv4_idx_approx_fp4_int would (the shape, or a value F3 did not round: enc then holds
  * nothing usable); dsv4_idx_approx_fp4_enc scores the nq queries enc[q] (each one
  * encoded at any level) as dsv4_idx_approx_fp4_int would, the same bits. */

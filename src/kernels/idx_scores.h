@@ -10,8 +10,10 @@
  * and nothing depends on how queries and keys are blocked or which thread runs a block.
  * Keys are read in their storage format, F32 or BF16 (kernels/kv_rows.h; BF16 widened in
  * registers, exactly): a BF16 key gives the bits of its F32 copy. FP4 keys (DSV4_ROW_FP4,
- * stored only under fidelity F3) are unpacked, exactly, in runs of keys into F32 on the
- * stack (dsv4_idx_fp4_runs) and scored as F32: the bits of their F32 copies too.
+ * stored only under fidelity F3) give the bits of their F32 copies too: at the AVX-512
+ * levels (whole 32-value blocks) each key pair is decoded from its bytes straight into the
+ * kernel's interleaved pair, the same exact values; elsewhere they are unpacked, exactly, in
+ * runs of keys into F32 on the stack (dsv4_idx_fp4_runs) and scored as F32.
  *
  * Levels: the portable one is that per-query loop over ops->dot_rows. The AVX-512 level puts
  * the 8 lanes of two keys' dots side by side in one 16-lane register: a key pair is

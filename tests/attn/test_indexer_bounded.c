@@ -1,8 +1,8 @@
 /* test_indexer_bounded.c — dsv4_indexer_select_verified (attn/indexer.c) picks exactly the
  * entries dsv4_indexer_select picks from the exact scores, at every kernel level, for F32,
  * BF16 and FP4 keys (F3-rounded with their queries; their exact scores, from the bytes, must
- * be the bits of their F32 copies' at the portable level), on rows built to stress the boundary: random keys; near-copies of one key
- * (F32: scores a few ulps apart, all of them near the boundary, where the approximate
+ * be the bits of their F32 copies' at the portable level), on rows built to stress the
+ * boundary: random keys; near-copies of one key (F32: scores a few ulps apart, all of them near the boundary, where the approximate
  * order is not the exact one; BF16 rounds most of them to copies); exact duplicates (ties, which the lower index wins); keys whose every head dot is
  * negative (relu zeros at the boundary); approximate scores moved by 0.95 of their bound
  * against the exact order (the worst the kernel's contract allows); a NaN or infinite key, a NaN head weight and keys
