@@ -841,83 +841,80 @@ FE_FN static int fi_encode_x512(const float *qI, const float *wI, int nI, int dI
     return 1;
 }
 
-/* r[j] = row j of an 8 x 8 block of dwords in, column j out. */
-F2_INLINE void f2_transpose8(__m256 r[8]) {
-    __m256 t[8], u[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);     /* per lane: a0 b0 a1 b1 */
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]); /* a2 b2 a3 b3 */
+/* r[j] = row j of an 8 x 8 block of dwords in, column j out: dword pairs of two rows, then
+ * qword pairs (four rows' column j in each 128-bit lane: columns j and j + 4), then lanes. */
+F2_INLINE void f2_transpose8(__m256i r[8]) {
+    __m256i p[8], q[8];
+    for (int i = 0; i < 8; i += 2) {
+        p[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+        p[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
     }
-    for (int g = 0; g < 2; g++) { /* rows 4g..4g+3: u[4g + b] holds column 4L + b in lane L */
-        u[4 * g] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
-        u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
-        u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
-        u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
-    }
-    for (int b = 0; b < 4; b++) {
-        r[b] = _mm256_permute2f128_ps(u[b], u[4 + b], 0x20);     /* column b: lane 0 of both */
-        r[4 + b] = _mm256_permute2f128_ps(u[b], u[4 + b], 0x31); /* column 4 + b: lane 1 */
+    for (int h = 0; h < 8; h += 4) /* rows h .. h + 3: q[h + j] holds columns j, j + 4 */
+        for (int k = 0; k < 2; k++) {
+            q[h + 2 * k] = _mm256_unpacklo_epi64(p[h + k], p[h + k + 2]);
+            q[h + 2 * k + 1] = _mm256_unpackhi_epi64(p[h + k], p[h + k + 2]);
+        }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2x128_si256(q[c], q[4 + c], 0x20);
+        r[c + 4] = _mm256_permute2x128_si256(q[c], q[4 + c], 0x31);
     }
 }
 
 F2_FN static int fi_encode_avx2(const float *qI, const float *wI, int nI, int dI, fi_vec *vec) {
     const int nb = dI / 32, G = (nI + 15) / 16;
-    _Alignas(32) int8_t hb[16][128];
+    _Alignas(32) int8_t hb[16 * FI_V][128]; /* every head's codes in slot order, zero past nI */
     memset(vec, 0, sizeof *vec * (size_t)G);
-    memset(hb, 0, sizeof hb);
+    memset(hb, 0, sizeof hb[0] * 16 * (size_t)G);
     const __m256i eo = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); /* evens to the low lane, odds to the high */
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), twelve = _mm256_set1_ps(12.0f);
     const __m256 half = _mm256_set1_ps(0.5f);
-    for (int g = 0; g < G; g++) {
-        fi_vec *e = vec + g;
-        const int nh = nI - 16 * g < 16 ? nI - 16 * g : 16;
-        for (int l = 0; l < nh; l++) {
-            const float *x = qI + (size_t)(16 * g + l) * dI;
-            for (int b = 0; b < nb; b++) {
-                __m256 xv[4], m = _mm256_setzero_ps();
-                for (int k = 0; k < 4; k++) {
-                    xv[k] = _mm256_loadu_ps(x + 32 * b + 8 * k);
-                    m = _mm256_max_ps(m, _mm256_and_ps(xv[k], absm));
-                }
-                const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-                const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-                float amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1)));
-                if (!fi_amax_ok(&amax)) return 0;
-                const float s = fi_scale(amax);
-                const __m256 inv = _mm256_set1_ps(2.0f / s), sv = _mm256_set1_ps(s);
-                __m256i iv[4], sum = _mm256_setzero_si256();
-                int ok = 0xFF;
-                for (int k = 0; k < 4; k++) {
-                    const __m256 c = _mm256_mul_ps(xv[k], inv);
-                    iv[k] = _mm256_cvtps_epi32(c);
-                    const __m256 f = _mm256_cvtepi32_ps(iv[k]);
-                    const __m256 good = _mm256_and_ps(
-                        _mm256_and_ps(_mm256_cmp_ps(f, c, _CMP_EQ_OQ), _mm256_cmp_ps(_mm256_and_ps(c, absm), twelve, _CMP_LE_OQ)),
-                        _mm256_cmp_ps(_mm256_mul_ps(_mm256_mul_ps(f, sv), half), xv[k], _CMP_EQ_OQ));
-                    ok &= _mm256_movemask_ps(good);
-                    sum = _mm256_add_epi32(sum, iv[k]);
-                    iv[k] = _mm256_permutevar8x32_epi32(iv[k], eo);
-                }
-                if (ok != 0xFF) return 0;
-                /* lane 0: evens 0-14 | 16-30 as int16, then bytes; lane 1 the odds: slot order */
-                const __m256i a = _mm256_packs_epi32(iv[0], iv[1]), c = _mm256_packs_epi32(iv[2], iv[3]);
-                _mm256_store_si256((__m256i *)(hb[l] + 32 * b), _mm256_packs_epi16(a, c));
-                const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-                const __m128i s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-                e->init[b][l] = -12 * _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0xB1)));
-                e->qf[b][l] = s;
+    for (int h = 0; h < nI; h++) { /* head h: lane h % 16 of group h / 16 */
+        fi_vec *e = vec + h / 16;
+        for (int b = 0; b < nb; b++) {
+            const float *x = qI + (size_t)h * dI + 32 * b;
+            __m256 xv[4], m = _mm256_setzero_ps();
+            for (int k = 0; k < 4; k++) {
+                xv[k] = _mm256_loadu_ps(x + 8 * k);
+                m = _mm256_max_ps(m, _mm256_and_ps(xv[k], absm));
             }
-            e->w[l] = wI[16 * g + l];
+            const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            float amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1)));
+            if (!fi_amax_ok(&amax)) return 0;
+            const float s = fi_scale(amax);
+            const __m256 inv = _mm256_set1_ps(2.0f / s), sv = _mm256_set1_ps(s);
+            __m256i iv[4], sum = _mm256_setzero_si256();
+            int ok = 0xFF;
+            for (int k = 0; k < 4; k++) {
+                const __m256 c = _mm256_mul_ps(xv[k], inv);
+                iv[k] = _mm256_cvtps_epi32(c);
+                const __m256 f = _mm256_cvtepi32_ps(iv[k]);
+                const __m256 good = _mm256_and_ps(
+                    _mm256_and_ps(_mm256_cmp_ps(f, c, _CMP_EQ_OQ), _mm256_cmp_ps(_mm256_and_ps(c, absm), twelve, _CMP_LE_OQ)),
+                    _mm256_cmp_ps(_mm256_mul_ps(_mm256_mul_ps(f, sv), half), xv[k], _CMP_EQ_OQ));
+                ok &= _mm256_movemask_ps(good);
+                sum = _mm256_add_epi32(sum, iv[k]);
+                iv[k] = _mm256_permutevar8x32_epi32(iv[k], eo);
+            }
+            if (ok != 0xFF) return 0;
+            /* lane 0: evens 0-14 | 16-30 as int16, then bytes; lane 1 the odds: slot order */
+            const __m256i a = _mm256_packs_epi32(iv[0], iv[1]), c = _mm256_packs_epi32(iv[2], iv[3]);
+            _mm256_store_si256((__m256i *)(hb[h] + 32 * b), _mm256_packs_epi16(a, c));
+            const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+            const __m128i s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+            e->init[b][h % 16] = -12 * _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0xB1)));
+            e->qf[b][h % 16] = s;
         }
-        for (int l0 = 0; l0 < 16; l0 += 8) /* slots s0 .. s0 + 7 of heads l0 .. l0 + 7 */
-            for (int s0 = 0; s0 < 8 * nb; s0 += 8) {
-                __m256 r[8];
-                for (int i = 0; i < 8; i++) r[i] = _mm256_load_ps((const float *)(hb[l0 + i] + 4 * s0));
-                f2_transpose8(r);
-                for (int j = 0; j < 8; j++) _mm256_storeu_ps((float *)(e->qt[s0 + j] + 4 * l0), r[j]);
-            }
-        if (g + 1 < G) memset(hb, 0, sizeof hb);
+        e->w[h % 16] = wI[h];
     }
+    for (int h0 = 0; h0 < 16 * G; h0 += 8) /* slots s0 .. s0 + 7 of heads h0 .. h0 + 7 */
+        for (int s0 = 0; s0 < 8 * nb; s0 += 8) {
+            __m256i r[8];
+            for (int i = 0; i < 8; i++) r[i] = _mm256_load_si256((const __m256i *)(hb[h0 + i] + 4 * s0));
+            f2_transpose8(r);
+            for (int j = 0; j < 8; j++)
+                _mm256_storeu_si256((__m256i *)(vec[h0 / 16].qt[s0 + j] + 4 * (h0 % 16)), r[j]);
+        }
     return 1;
 }
 #undef FI_UP
