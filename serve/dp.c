@@ -6,13 +6,16 @@
  * of ops:
  *   NEW home bytes(i64) request (dp_wire.h: `bytes` long; every follower gets every rank's
  *       NEW, and the others skip it)   CANCEL id(i64)   EXPIRE   STOP
+ *   RESEND rank(i32): that rank's next report carries its whole key list
  * The report (every rank to rank 0, its size first in an allgather, then a gather):
- *   load (srv_rank_load) n_held(i64) held[n_held](u64) n_news news[n_news] (dp_wire.h)
- * held: the chain keys of the prefixes its cache holds (srv_pcache_held), ascending, when they
- * changed since its last report (n_held -1: unchanged); or, when that is shorter, n_held -2
- * (HELD_DELTA) n_gone gone[n_gone] n_new new[n_new]: the keys it no longer holds and those it
- * holds now (ascending each). Rank 0 places a request on the rank that holds the longest
- * prefix of its prompt, and sees what each rank has evicted.
+ *   load (srv_rank_load) keys (srv_keys_put) n_news news[n_news] (dp_wire.h)
+ * keys: the chain keys of the prefixes its cache holds (srv_pcache_held), ascending, when they
+ * changed since its last report: the whole list, or what changed (the keys it no longer
+ * holds and those it holds now) when that is shorter; then the checksum of its set. Rank 0
+ * places a request on the rank that holds the longest prefix of its prompt, and sees what
+ * each rank has evicted. When what rank 0 holds of a rank disagrees with the checksum (a
+ * change it could not apply for memory), it asks that rank for its whole list (RESEND), which
+ * comes with the rank's next report: the two agree again one step after a miss.
  */
 #include "serve/dp.h"
 
@@ -24,11 +27,9 @@
 #include "serve/sched_int.h"
 #include "serve/util.h"
 
-enum { OP_NEW = 1, OP_CANCEL, OP_EXPIRE, OP_STOP };
+enum { OP_NEW = 1, OP_CANCEL, OP_EXPIRE, OP_STOP, OP_RESEND };
 
 #define DP_MAGIC 0x44505331u   /* "DPS1" */
-/* a report's n_held when it carries what changed in the keys, not the whole list */
-#define HELD_DELTA (-2)
 
 /* A prompt's prefix key and its block count (the placement's lookup). */
 typedef struct keyat {
@@ -54,9 +55,10 @@ struct srv_dp {
     int *live;                 /* (K) requests placed on each rank, not ended (rank 0's: unused) */
     int64_t *placed;           /* (K) requests placed on each rank since the start */
     srv_rank_load *load;       /* (K) the latest reports */
-    uint64_t **held;           /* (K; n_held[q], cap_held[q]) the prefix keys each rank's cache
-                                * holds (ascending), from its latest report that had them */
-    int64_t *n_held, *cap_held;
+    srv_keys_rx *held;         /* (K) the prefix keys each rank's cache holds (ascending), from
+                                * its reports */
+    int *resend;               /* (K) ask that rank for its whole key list in the next message */
+    int64_t *resends;          /* (K) how many times it was asked */
     uint64_t *keys;            /* (cap_keys) the placed prompt's prefix keys (srv_pcache_keys) */
     int64_t cap_keys;
     keyat *by_key;             /* (cap_by_key) those keys sorted, with their block counts */
@@ -70,10 +72,7 @@ struct srv_dp {
     int64_t n_own, cap_own;
     int64_t sig[6];            /* the counters own was taken at (held_moved) */
     int sig_set;
-    uint64_t *sent;            /* (cap_sent) those of the last report (n_sent, -1: none yet) */
-    int64_t n_sent, cap_sent;
-    uint64_t *delta;           /* (cap_delta) the keys gone since the last report, then the new */
-    int64_t cap_delta;
+    srv_keys_tx tx;            /* the keys its reports gave (a follower) */
     /* a follower */
     srv_req **mine;            /* (n_mine) its requests, one reference each, until reported ended */
     int n_mine, cap_mine;
@@ -93,13 +92,13 @@ int srv_dp_create(dsv4_dist *d, srv_sched *s, srv_dp **out, dsv4_err *err) {
     dp->placed = calloc(K, sizeof *dp->placed);
     dp->load = calloc(K, sizeof *dp->load);
     dp->held = calloc(K, sizeof *dp->held);
-    dp->n_held = calloc(K, sizeof *dp->n_held);
-    dp->cap_held = calloc(K, sizeof *dp->cap_held);
-    dp->n_sent = -1;
+    dp->resend = calloc(K, sizeof *dp->resend);
+    dp->resends = calloc(K, sizeof *dp->resends);
+    dp->tx.n_sent = -1;
     dp->sizes = calloc(K, sizeof *dp->sizes);
     dp->counts = calloc(K, sizeof *dp->counts);
     *out = dp;
-    if (!dp->live || !dp->placed || !dp->load || !dp->held || !dp->n_held || !dp->cap_held || !dp->sizes || !dp->counts)
+    if (!dp->live || !dp->placed || !dp->load || !dp->held || !dp->resend || !dp->resends || !dp->sizes || !dp->counts)
         return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory");
     if (dp->K > SRV_MAX_RANKS)
         return srv_fail(err, DSV4_ERR_ARG, "serve: at most %d ranks with data-parallel attention", SRV_MAX_RANKS);
@@ -114,15 +113,14 @@ void srv_dp_free(srv_dp *dp) {
     free(dp->live);
     free(dp->placed);
     free(dp->load);
-    for (int q = 0; dp->held && q < dp->K; q++) free(dp->held[q]);
+    for (int q = 0; dp->held && q < dp->K; q++) srv_keys_rx_free(&dp->held[q]);
     free(dp->held);
-    free(dp->n_held);
-    free(dp->cap_held);
+    free(dp->resend);
+    free(dp->resends);
     free(dp->keys);
     free(dp->by_key);
     free(dp->own);
-    free(dp->sent);
-    free(dp->delta);
+    srv_keys_tx_free(&dp->tx);
     free(dp->sizes);
     free(dp->counts);
     free(dp->all);
@@ -171,8 +169,8 @@ static int64_t blocks_of(const srv_dp *dp, int64_t nb, uint64_t h) {
 static int64_t cached_prefix(const srv_dp *dp, int q, int64_t nb) {
     int64_t best = 0, b;
     if (!nb) return 0;
-    for (int64_t i = 0; i < dp->n_held[q]; i++)
-        if ((b = blocks_of(dp, nb, dp->held[q][i])) > best) best = b;
+    for (int64_t i = 0; i < dp->held[q].n; i++)
+        if ((b = blocks_of(dp, nb, dp->held[q].k[i])) > best) best = b;
     if (q == 0) {
         const srv_sched *s = dp->s;
         for (int i = 0; i < s->n_run; i++) if ((b = blocks_of(dp, nb, s->run[i]->place_key)) > best) best = b;
@@ -335,6 +333,12 @@ int srv_dp_begin(srv_dp *dp, int expired, dsv4_err *err) {
         }
     }
     if (expired) srv_wr_i32(&dp->msg, OP_EXPIRE);
+    for (int q = 1; q < dp->K; q++)
+        if (dp->resend[q]) {
+            srv_wr_i32(&dp->msg, OP_RESEND);
+            srv_wr_i32(&dp->msg, q);
+            dp->resend[q] = 0;
+        }
     size_t n;
     const int rc = exchange_msg(dp, &n, err);
     dp->msg.n = 0;
@@ -370,57 +374,6 @@ static int held_moved(srv_dp *dp, const srv_rank_load *l) {
     return moved;
 }
 
-/* *keys with room for n (*cap); 0, or -1 when out of memory. */
-static int grow_keys(uint64_t **keys, int64_t *cap, int64_t n) {
-    if (n <= *cap) return 0;
-    uint64_t *k = realloc(*keys, (size_t)n * sizeof *k);
-    if (!k) return -1;
-    *keys = k;
-    *cap = n;
-    return 0;
-}
-
-/* The report's prefix keys when own's n differ from the last report's (then they are the
- * last report's from now on): what changed (HELD_DELTA: the keys gone, then the keys new)
- * when that is shorter than the whole list (a save or an eviction among 10,000 files), else
- * the whole list; -1 alone when nothing changed. */
-static void put_held(srv_dp *dp, int64_t n) {
-    if (n == dp->n_sent && (!n || !memcmp(dp->own, dp->sent, (size_t)n * sizeof *dp->own))) {
-        srv_wr_i64(&dp->rep, -1);
-        return;
-    }
-    const int64_t old = dp->n_sent < 0 ? 0 : dp->n_sent;
-    if (grow_keys(&dp->sent, &dp->cap_sent, n) || grow_keys(&dp->delta, &dp->cap_delta, old + n)) {
-        srv_wr_i64(&dp->rep, 0);  /* out of memory: the whole list next time */
-        dp->n_sent = -1;
-        return;
-    }
-    int64_t gone = 0, added = 0;
-    if (dp->n_sent >= 0) {
-        gone = srv_keys_minus(dp->sent, dp->n_sent, dp->own, n, dp->delta);
-        added = srv_keys_minus(dp->own, n, dp->sent, dp->n_sent, dp->delta + gone);
-    }
-    if (dp->n_sent >= 0 && gone + added < n) {
-        srv_wr_i64(&dp->rep, HELD_DELTA);
-        srv_wr_i64(&dp->rep, gone);
-        srv_buf_put(&dp->rep, (const char *)dp->delta, (size_t)gone * sizeof *dp->delta);
-        srv_wr_i64(&dp->rep, added);
-        srv_buf_put(&dp->rep, (const char *)(dp->delta + gone), (size_t)added * sizeof *dp->delta);
-    } else {
-        srv_wr_i64(&dp->rep, n);
-        srv_buf_put(&dp->rep, (const char *)dp->own, (size_t)n * sizeof *dp->own);
-    }
-    if (n) memcpy(dp->sent, dp->own, (size_t)n * sizeof *dp->own);
-    dp->n_sent = n;
-}
-
-/* Rank q's prefix keys (ascending) become keys[0, n); out of memory: none. */
-static void set_held(srv_dp *dp, int q, const void *keys, int64_t n) {
-    if (grow_keys(&dp->held[q], &dp->cap_held[q], n)) { dp->n_held[q] = 0; return; }
-    if (n) memcpy(dp->held[q], keys, (size_t)n * sizeof *dp->held[q]);
-    dp->n_held[q] = n;
-}
-
 /* This rank's report: its load (also left in *l), the prefix keys its cache holds (rank 0
  * keeps its own at once), and on a follower its requests' news (an ended request is
  * reported once, then released). */
@@ -432,12 +385,13 @@ static void build_report(srv_dp *dp, srv_rank_load *l) {
             dp->n_own = 0;
             dp->sig_set = 0;
         }
-        if (dp->rank == 0) set_held(dp, 0, dp->own, dp->n_own);
+        /* rank 0's own: out of memory, taken again next step */
+        if (dp->rank == 0 && srv_keys_set(&dp->held[0], dp->own, dp->n_own)) dp->sig_set = 0;
     }
     l->prefix_keys = dp->n_own;
     dp->rep.n = 0;
     srv_buf_put(&dp->rep, (const char *)l, sizeof *l);
-    if (dp->rank != 0) put_held(dp, dp->n_own);
+    if (dp->rank != 0) srv_keys_put(&dp->tx, &dp->rep, dp->own, dp->n_own);
     const size_t count_at = dp->rep.n;
     int32_t n = 0;
     srv_wr_i32(&dp->rep, 0);
@@ -455,45 +409,6 @@ static void build_report(srv_dp *dp, srv_rank_load *l) {
     if (!dp->rep.oom) memcpy(dp->rep.s + count_at, &n, sizeof n);
 }
 
-/* n keys of a report: a view of its bytes (maybe unaligned: read with memcpy), or NULL with
- * rd->bad when the report is shorter. */
-static const void *rd_keys(srv_rd *rd, int64_t n) {
-    if (n < 0 || (uint64_t)n > (uint64_t)(rd->end - rd->p) / sizeof(uint64_t)) rd->bad = 1;
-    return rd->bad ? NULL : srv_rd_view(rd, (size_t)n * sizeof(uint64_t));
-}
-
-static int ascending(const uint64_t *k, int64_t n) {
-    for (int64_t i = 1; i < n; i++)
-        if (k[i - 1] >= k[i]) return 0;
-    return 1;
-}
-
-/* Rank q's report of what changed in its keys (HELD_DELTA: the keys gone, the keys new)
- * applied to what rank 0 holds of them. 0, or -1 when malformed. Out of memory: the list
- * held stays as it was, or none (set_held): placement then misses some of q's prefixes (a
- * hint only) until q sends its whole list. */
-static int apply_delta(srv_dp *dp, int q, srv_rd *rd) {
-    const int64_t nd = srv_rd_i64(rd);
-    const void *dv = rd_keys(rd, nd);
-    const int64_t na = rd->bad ? 0 : srv_rd_i64(rd);
-    const void *av = rd_keys(rd, na);
-    if (rd->bad) return -1;
-    const int64_t n = dp->n_held[q];
-    /* the gone keys, the new ones, then the result (at most n + na) */
-    uint64_t *buf = malloc((size_t)(nd + na + n + na + 1) * sizeof *buf);
-    if (!buf) return 0;
-    uint64_t *del = buf, *add = buf + nd, *out = add + na;
-    if (nd) memcpy(del, dv, (size_t)nd * sizeof *del);
-    if (na) memcpy(add, av, (size_t)na * sizeof *add);
-    int rc = -1;
-    if (ascending(del, nd) && ascending(add, na)) {
-        set_held(dp, q, out, srv_keys_apply(dp->held[q], n, del, nd, add, na, out));
-        rc = 0;
-    }
-    free(buf);
-    return rc;
-}
-
 static srv_req *remote_by_id(const srv_dp *dp, int64_t id, int *at) {
     for (int i = 0; i < dp->n_remote; i++)
         if (dp->remote[i]->id == id) { *at = i; return dp->remote[i]; }
@@ -505,16 +420,18 @@ static int apply_report(srv_dp *dp, int q, srv_rd *rd) {
     srv_rank_load l;
     srv_rd_bytes(rd, &l, sizeof l);
     if (rd->bad) return -1;
-    const int64_t nh = srv_rd_i64(rd);
-    if (nh == HELD_DELTA) {
-        if (apply_delta(dp, q, rd)) return -1;
-    } else {
-        const void *keys = rd_keys(rd, nh < 0 ? 0 : nh);
-        if (nh < -1 || rd->bad) return -1;
-        if (nh >= 0) set_held(dp, q, keys, nh);
+    /* what rank 0 holds of q's keys disagrees with q's (a change not applied for memory):
+     * placement misses some of q's prefixes (a hint only) until q's whole list comes, with
+     * the report after the next message */
+    const int keys = srv_keys_get(&dp->held[q], rd);
+    if (keys < 0) return -1;
+    if (keys) {
+        dp->resend[q] = 1;
+        dp->resends[q]++;
     }
     l.requests = dp->placed[q];
-    l.prefix_keys_seen = dp->n_held[q];
+    l.prefix_keys_seen = dp->held[q].n;
+    l.prefix_key_resends = dp->resends[q];
     dp->load[q] = l;
     srv_metrics_rank(dp->s->met, q, dp->K, &l);
     const int n = srv_rd_i32(rd);
@@ -553,7 +470,7 @@ void srv_dp_end(srv_dp *dp) {
     srv_rank_load l;
     build_report(dp, &l);
     l.requests = dp->placed[0];
-    l.prefix_keys_seen = dp->n_held[0];
+    l.prefix_keys_seen = dp->held[0].n;
     dp->load[0] = l;
     srv_metrics_rank(dp->s->met, 0, dp->K, &l);
     if (gather_reports(dp, &err)) { group_failed(dp, &err); return; }
@@ -671,6 +588,12 @@ int srv_dp_follow(srv_dp *dp, dsv4_err *err) {
                 break;
             case OP_CANCEL: cancel_mine(dp, srv_rd_i64(&rd)); break;
             case OP_EXPIRE: expired = 1; break;
+            case OP_RESEND: {
+                const int q = srv_rd_i32(&rd);
+                rd.bad |= q < 1 || q >= dp->K;
+                if (q == dp->rank) srv_keys_resend(&dp->tx);
+                break;
+            }
             case OP_STOP: return DSV4_OK;
             default: rd.bad = 1;
             }

@@ -317,3 +317,138 @@ int64_t srv_keys_apply(const uint64_t *held, int64_t n, const uint64_t *del, int
     }
     return m;
 }
+
+uint64_t srv_keys_sum(const uint64_t *k, int64_t n) {
+    uint64_t s = (uint64_t)n * 0x9e3779b97f4a7c15ull;
+    for (int64_t i = 0; i < n; i++) {
+        /* splitmix64's finalizer: a bijection, so one key more, less or other moves the sum
+         * by a value no other single change gives */
+        uint64_t z = k[i] + 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        s += z ^ (z >> 31);
+    }
+    return s;
+}
+
+/* *keys with room for n (*cap); 0, or -1 when out of memory. */
+static int grow_keys(uint64_t **keys, int64_t *cap, int64_t n) {
+    if (n <= *cap) return 0;
+    uint64_t *k = realloc(*keys, (size_t)n * sizeof *k);
+    if (!k) return -1;
+    *keys = k;
+    *cap = n;
+    return 0;
+}
+
+#define KEYS_UNCHANGED (-1)
+#define KEYS_DELTA (-2)
+
+void srv_keys_put(srv_keys_tx *tx, srv_buf *b, const uint64_t *own, int64_t n) {
+    if (n == tx->n_sent && (!n || !memcmp(own, tx->sent, (size_t)n * sizeof *own))) {
+        srv_wr_i64(b, KEYS_UNCHANGED);
+        srv_wr_i64(b, (int64_t)tx->sum);
+        return;
+    }
+    const int64_t old = tx->n_sent < 0 ? 0 : tx->n_sent;
+    if (grow_keys(&tx->sent, &tx->cap_sent, n) || grow_keys(&tx->delta, &tx->cap_delta, old + n)) {
+        srv_wr_i64(b, 0);  /* out of memory: none now, the whole list next time */
+        tx->n_sent = -1;
+        tx->sum = srv_keys_sum(NULL, 0);
+        srv_wr_i64(b, (int64_t)tx->sum);
+        return;
+    }
+    int64_t gone = 0, added = 0;
+    if (tx->n_sent >= 0) {
+        gone = srv_keys_minus(tx->sent, tx->n_sent, own, n, tx->delta);
+        added = srv_keys_minus(own, n, tx->sent, tx->n_sent, tx->delta + gone);
+    }
+    if (tx->n_sent >= 0 && gone + added < n) {
+        srv_wr_i64(b, KEYS_DELTA);
+        srv_wr_i64(b, gone);
+        srv_buf_put(b, (const char *)tx->delta, (size_t)gone * sizeof *tx->delta);
+        srv_wr_i64(b, added);
+        srv_buf_put(b, (const char *)(tx->delta + gone), (size_t)added * sizeof *tx->delta);
+    } else {
+        srv_wr_i64(b, n);
+        srv_buf_put(b, (const char *)own, (size_t)n * sizeof *own);
+    }
+    if (n) memcpy(tx->sent, own, (size_t)n * sizeof *own);
+    tx->n_sent = n;
+    tx->sum = srv_keys_sum(own, n);
+    srv_wr_i64(b, (int64_t)tx->sum);
+}
+
+void srv_keys_resend(srv_keys_tx *tx) { tx->n_sent = -1; }
+
+void srv_keys_tx_free(srv_keys_tx *tx) {
+    free(tx->sent);
+    free(tx->delta);
+    *tx = (srv_keys_tx){.n_sent = -1};
+}
+
+int srv_keys_set(srv_keys_rx *h, const void *k, int64_t n) {
+    const int rc = grow_keys(&h->k, &h->cap, n);
+    h->n = rc ? 0 : n;
+    if (h->n) memcpy(h->k, k, (size_t)n * sizeof *h->k);
+    h->sum = srv_keys_sum(h->k, h->n);
+    return rc;
+}
+
+/* n keys of a report: a view of its bytes (maybe unaligned: read with memcpy), or NULL with
+ * rd->bad when the report is shorter. */
+static const void *rd_keys(srv_rd *rd, int64_t n) {
+    if (n < 0 || (uint64_t)n > (uint64_t)(rd->end - rd->p) / sizeof(uint64_t)) rd->bad = 1;
+    return rd->bad ? NULL : srv_rd_view(rd, (size_t)n * sizeof(uint64_t));
+}
+
+static int ascending(const uint64_t *k, int64_t n) {
+    for (int64_t i = 1; i < n; i++)
+        if (k[i - 1] >= k[i]) return 0;
+    return 1;
+}
+
+/* The keys gone and the keys new (KEYS_DELTA) applied to h. 0, or -1 when malformed. Out
+ * of memory: h stays as it was, or empty (srv_keys_set); its checksum then tells. */
+static int apply_delta(srv_keys_rx *h, srv_rd *rd) {
+    const int64_t nd = srv_rd_i64(rd);
+    const void *dv = rd_keys(rd, nd);
+    const int64_t na = rd->bad ? 0 : srv_rd_i64(rd);
+    const void *av = rd_keys(rd, na);
+    if (rd->bad) return -1;
+    /* the gone keys, the new ones, then the result (at most n + na) */
+    const int fail = h->fail_next;
+    h->fail_next = 0;
+    uint64_t *buf = fail ? NULL : malloc((size_t)(nd + na + h->n + na + 1) * sizeof *buf);
+    if (!buf) return 0;
+    uint64_t *del = buf, *add = buf + nd, *out = add + na;
+    if (nd) memcpy(del, dv, (size_t)nd * sizeof *del);
+    if (na) memcpy(add, av, (size_t)na * sizeof *add);
+    int rc = -1;
+    if (ascending(del, nd) && ascending(add, na)) {
+        srv_keys_set(h, out, srv_keys_apply(h->k, h->n, del, nd, add, na, out));
+        rc = 0;
+    }
+    free(buf);
+    return rc;
+}
+
+int srv_keys_get(srv_keys_rx *h, srv_rd *rd) {
+    const int64_t nh = srv_rd_i64(rd);
+    if (nh == KEYS_DELTA) {
+        if (apply_delta(h, rd)) return -1;
+    } else {
+        const void *keys = rd_keys(rd, nh < 0 ? 0 : nh);
+        if (nh < KEYS_UNCHANGED || rd->bad) return -1;
+        /* copied out aligned, then checked ascending (the merge of later changes relies on it) */
+        if (nh >= 0 && !srv_keys_set(h, keys, nh) && !ascending(h->k, h->n)) return -1;
+    }
+    const uint64_t sum = (uint64_t)srv_rd_i64(rd);
+    if (rd->bad) return -1;
+    return sum != h->sum;
+}
+
+void srv_keys_rx_free(srv_keys_rx *h) {
+    free(h->k);
+    *h = (srv_keys_rx){0};
+}

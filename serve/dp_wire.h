@@ -40,5 +40,41 @@ int64_t srv_keys_minus(const uint64_t *a, int64_t na, const uint64_t *b, int64_t
  * Any ascending del and add (a key of del not held, one of add held already: nothing). */
 int64_t srv_keys_apply(const uint64_t *held, int64_t n, const uint64_t *del, int64_t nd,
                        const uint64_t *add, int64_t na, uint64_t *out);
+/* An order-free checksum of a set of keys (its count and the sum of a bijective mix of
+ * each key, mod 2^64): what rank 0 holds of a rank is checked against the rank's own. */
+uint64_t srv_keys_sum(const uint64_t *k, int64_t n);
+
+/* A rank's side of its key reports: the set its last report gave (n_sent -1: none yet, or
+ * the next report must carry the whole list), the scratch for the change. */
+typedef struct srv_keys_tx {
+    uint64_t *sent, *delta;
+    int64_t n_sent, cap_sent, cap_delta;
+    uint64_t sum;              /* srv_keys_sum of the set the reports gave so far */
+} srv_keys_tx;
+/* The keys part of a report for the set own[0, n) (ascending): n_held(i64) then, when own
+ * differs from the last report's set, what changed (n_held -2: n_gone gone[] n_new new[])
+ * when that is shorter than the whole list, else the whole list (n_held = n, keys[]); -1
+ * alone when nothing changed; then the checksum of the set the reports give (u64). */
+void srv_keys_put(srv_keys_tx *tx, srv_buf *b, const uint64_t *own, int64_t n);
+/* Rank 0 found what it holds of this rank differs from it: the next report carries the
+ * whole list. */
+void srv_keys_resend(srv_keys_tx *tx);
+void srv_keys_tx_free(srv_keys_tx *tx);
+
+/* Rank 0's side: what it holds of one rank's keys (ascending), and their checksum. */
+typedef struct srv_keys_rx {
+    uint64_t *k;
+    int64_t n, cap;
+    uint64_t sum;
+    int fail_next;             /* tests: the next change applied fails as out of memory */
+} srv_keys_rx;
+/* Makes h the set of n keys at k (ascending; k need not be aligned); 0, or -1 when out of
+ * memory (then h is empty). */
+int srv_keys_set(srv_keys_rx *h, const void *k, int64_t n);
+/* Reads a report's keys part (srv_keys_put) into h. 0: h is the rank's set (the checksums
+ * agree); 1: h differs from it (a change that could not be applied for memory: the rank
+ * must be asked for its whole list, srv_keys_resend); -1: the part is malformed. */
+int srv_keys_get(srv_keys_rx *h, srv_rd *rd);
+void srv_keys_rx_free(srv_keys_rx *h);
 
 #endif

@@ -173,14 +173,16 @@ static void put_ranks(srv_buf *b, const srv_metrics *m) {
                                            "(every choice is placed on its choice 0's home)"},
         {"dsv4_rank_prefix_keys", "keys of the prefixes each rank can restore (entries and --kv-dir files), "
                                   "as its latest report counted them"},
-        {"dsv4_rank_prefix_keys_seen", "those keys as rank 0 holds them for placement after that report"}};
-    for (int k = 0; k < 9; k++) {
+        {"dsv4_rank_prefix_keys_seen", "those keys as rank 0 holds them for placement after that report"},
+        {"dsv4_rank_prefix_key_resends_total", "times rank 0 asked each rank for its whole key list (what it "
+                                               "held disagreed with the report's checksum)"}};
+    for (int k = 0; k < 10; k++) {
         srv_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", names[k][0], names[k][1], names[k][0],
-                       k == 0 || k >= 5 ? "counter" : "gauge");
+                       k == 0 || k == 5 || k == 6 || k == 9 ? "counter" : "gauge");
         for (int r = 0; r < m->n_ranks; r++) {
             const srv_rank_load *l = &m->rank[r];
-            const int64_t v[9] = {l->requests, l->running, l->waiting, l->rows, l->pages_free, l->cp_prefills,
-                                  l->forks, l->prefix_keys, l->prefix_keys_seen};
+            const int64_t v[10] = {l->requests, l->running, l->waiting, l->rows, l->pages_free, l->cp_prefills,
+                                   l->forks, l->prefix_keys, l->prefix_keys_seen, l->prefix_key_resends};
             srv_buf_printf(b, "%s{rank=\"%d\"} %lld\n", names[k][0], r, (long long)v[k]);
         }
     }

@@ -36,6 +36,8 @@ typedef struct srv_rank_load {
     int64_t prefix_keys;            /* the restorable prefixes' keys it holds (its report's count) */
     int64_t prefix_keys_seen;       /* rank 0's: those keys rank 0 holds of it after the report
                                      * (the same count unless the reports lost some) */
+    int64_t prefix_key_resends;     /* rank 0's: times it asked the rank for its whole key list
+                                     * (what it held of them disagreed with the report's checksum) */
     srv_pcache_stats pcache;
     dsv4_prefix_stats prefix;
 } srv_rank_load;

@@ -21,7 +21,8 @@
 //     own entry then evicts it; the prompt once more then goes where load alone sends it
 //     (rank 0), not to the rank that no longer holds it (the ranks report their caches' keys).
 //  6. A rank's reports carry the changes of its keys (a key new; one gone, one new) once it
-//     holds a few: rank 0 holds what the rank holds (/metrics by rank).
+//     holds a few: rank 0 holds what the rank holds (/metrics by rank), every report's
+//     checksum agreeing (no whole list asked for).
 // The mix ends with two requests of n = 3, the second sent while the first streams, so on
 // another home rank: each request's choices go to its choice 0's home, which forks its
 // prompt for choices 1 and 2 (/metrics by rank), the choices those of one process.
@@ -337,7 +338,8 @@ async function keyChanges() {
   const m = await metrics(u);
   await srv.stop();
   const keys = (k) => [0, 1].map((r) => m[`dsv4_rank_prefix_keys${k}{rank="${r}"}`]);
-  return { own: keys(''), seen: keys('_seen'), placed: [0, 1].map((r) => m[`dsv4_rank_requests_total{rank="${r}"}`]) };
+  return { own: keys(''), seen: keys('_seen'), placed: [0, 1].map((r) => m[`dsv4_rank_requests_total{rank="${r}"}`]),
+    resends: [0, 1].map((r) => m[`dsv4_rank_prefix_key_resends_total{rank="${r}"}`]) };
 }
 
 const PARTS = (process.env.DSV4_DP_PARTS || 'mix,pressure,hangup,stopped,four,evict,keys').split(',');
@@ -384,6 +386,8 @@ run('server_dp', async () => {
     const k = await keyChanges();
     assert.strictEqual(k.own[1], 3, `rank 1's prefix keys ${k.own} (placed ${k.placed}): the test does not reach a change`);
     assert.deepStrictEqual(k.seen, k.own, 'prefix keys by rank: rank 0 holds others than the ranks report');
+    // every report's checksum agreed with what rank 0 held: no whole list asked for
+    assert.deepStrictEqual(k.resends, [0, 0], 'rank 0 asked a rank for its whole key list: a checksum disagreed');
     said.push(`keys: ${JSON.stringify(k)}`);
   }
   console.log(said.join('; '));

@@ -1,8 +1,12 @@
 /* test_keys.c — the prefix-key sets of data-parallel serving's reports (serve/dp_wire.c): a
  * rank reports the keys gone and the keys new since its last report (srv_keys_minus both
  * ways), and rank 0 applies them to what it held (srv_keys_apply): that must give the rank's
- * new set exactly, for any old and new sets. */
+ * new set exactly, for any old and new sets. Through the reports' bytes (srv_keys_put,
+ * srv_keys_get): a change rank 0 fails to apply (the fault hook: out of memory) is caught by
+ * the report's checksum at once, and the whole list asked for then (srv_keys_resend) makes
+ * the two sets equal again with the next report; every other report leaves them equal. */
 #include <stdint.h>
+#include <stdio.h>
 
 #include "serve/dp_wire.h"
 #include "test.h"
@@ -23,7 +27,88 @@ static int ascending(const uint64_t *a, int64_t n) {
     return 1;
 }
 
+static uint64_t next(uint64_t *x) {
+    *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+    return *x;
+}
+
+/* 300 reports of a rank whose set changes a little most steps (a delta), sometimes not at
+ * all, sometimes wholly; rank 0 fails to apply the change at every 23rd step. */
+static void test_reports(void) {
+    enum { CAP = 256 };
+    static uint64_t own[CAP], tmp[CAP];
+    srv_keys_tx tx = {.n_sent = -1};
+    srv_keys_rx rx = {0};
+    srv_buf b = {0};
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    int64_t n = random_set(&x, own, CAP / 2, 300);
+    int faults = 0, caught = 0, healed = 0, bad = 0, asked = 0, deltas = 0;
+    for (int step = 0; step < 300; step++) {
+        const uint64_t r = next(&x) % 10;
+        if (r == 0) {
+            n = random_set(&x, own, CAP / 2, 300);  /* wholly other */
+        } else if (r < 8) {  /* a key gone, one new (ascending still) */
+            int64_t m = 0;
+            for (int64_t i = 0; i < n; i++) {
+                if (next(&x) % 16) tmp[m++] = own[i];
+                if (next(&x) % 29 == 0 && m < CAP && (i + 1 == n || own[i] + 2 < own[i + 1])) tmp[m++] = own[i] + 2;
+            }
+            memcpy(own, tmp, (size_t)m * sizeof *own);
+            n = m;
+        }  /* else unchanged */
+        b.n = 0;
+        srv_keys_put(&tx, &b, own, n);
+        int64_t kind;
+        memcpy(&kind, b.s, sizeof kind);
+        deltas += kind == -2;
+        rx.fail_next = step % 23 == 22;
+        srv_rd rd = {(const uint8_t *)b.s, (const uint8_t *)b.s + b.n, 0};
+        const int rc = srv_keys_get(&rx, &rd);
+        const int failed = rx.fail_next == 0 && step % 23 == 22 && kind == -2;
+        const int same = rx.n == n && (!n || !memcmp(rx.k, own, (size_t)n * sizeof *own));
+        CHECK_MSG(rc >= 0 && rd.p == rd.end, "step %d: report malformed (%d) or not read to its end", step, rc);
+        faults += failed;
+        if (failed) {
+            caught += rc == 1;  /* the change was lost: the checksum says so */
+        } else if (asked) {
+            healed += rc == 0 && same;  /* the whole list after the ask */
+            bad += !(rc == 0 && same);
+        } else {
+            bad += !(rc == 0 && same);
+        }
+        asked = rc == 1;
+        if (rc == 1) srv_keys_resend(&tx);  /* rank 0's RESEND, with the next message */
+    }
+    CHECK_MSG(faults >= 5 && deltas > 100, "%d faults on %d deltas: the test does not reach them", faults, deltas);
+    CHECK_MSG(caught == faults, "%d of %d failed changes caught by the checksum", caught, faults);
+    CHECK_MSG(healed == faults, "%d of %d failed changes healed by the next report", healed, faults);
+    CHECK_MSG(bad == 0, "%d reports left rank 0's set other than the rank's", bad);
+    printf("reports: %d deltas, %d changes failed, %d caught, %d healed\n", deltas, faults, caught, healed);
+    /* without the resend the set stays off, and every report says so */
+    rx.fail_next = 1;
+    own[n++] = UINT64_MAX;  /* one key new: a delta */
+    b.n = 0;
+    srv_keys_put(&tx, &b, own, n);
+    srv_rd rd = {(const uint8_t *)b.s, (const uint8_t *)b.s + b.n, 0};
+    CHECK(srv_keys_get(&rx, &rd) == 1);
+    for (int i = 0; i < 2; i++) {
+        b.n = 0;
+        srv_keys_put(&tx, &b, own, n);  /* unchanged */
+        rd = (srv_rd){(const uint8_t *)b.s, (const uint8_t *)b.s + b.n, 0};
+        CHECK(srv_keys_get(&rx, &rd) == 1);
+    }
+    /* a checksum of one set is not that of the set one key less, more or other */
+    const uint64_t s0 = srv_keys_sum(own, n);
+    CHECK(s0 != srv_keys_sum(own, n - 1) && s0 == srv_keys_sum(own, n));
+    own[0] ^= 1;
+    CHECK(s0 != srv_keys_sum(own, n));
+    srv_buf_free(&b);
+    srv_keys_tx_free(&tx);
+    srv_keys_rx_free(&rx);
+}
+
 int main(void) {
+    test_reports();
     {
         const uint64_t a[] = {1, 3, 5, 7}, b[] = {3, 4, 7};
         uint64_t out[8];
