@@ -594,8 +594,9 @@ typedef struct dsv4_gen_params {
                                        * under a constraint that allows nothing else, EOS
                                        * still ends it */
     int min_tokens;                   /* >= 0: before this many tokens, EOS and stop_tokens
-                                       * are banned (same exception) and stop strings end
-                                       * nothing (the text goes out) */
+                                       * are banned (same exception); a stop string ends the
+                                       * text only when it ends in the text of a token after
+                                       * the min-th (it may begin before: vLLM's rule) */
     int include_stop_str;             /* 1: the text ends with the stop string that ended it */
     int skip_special;                 /* 1: tokens marked "special" show no text (default 0:
                                        * their text is shown; EOS, a stop token, never is) */

@@ -14,10 +14,13 @@ struct dsv4_stop {
     int n_tok;
     int max_tokens, count;
     int matched;         /* stop string that ended generation, or -1 */
-    int min;             /* stop strings end generation from the min-th token on */
+    int min;             /* stop strings end generation in the text of tokens after the
+                          * min-th (vLLM's rule: one may begin in the text before) */
     int include;         /* 1: the stop string is handed out too */
     char *buf;           /* [cap]: held-back text [held], then the new text appended */
     size_t held, cap;
+    size_t before;       /* of the held text, the bytes fed up to the min-th token: a stop
+                          * string must end after them */
     char *out;           /* [out_cap]: the text emitted by the last call */
     size_t out_cap;
 };
@@ -71,6 +74,7 @@ void dsv4_stop_reset(dsv4_stop *s) {
     s->count = 0;
     s->matched = -1;
     s->held = 0;
+    s->before = 0;
 }
 
 int dsv4_stop_token(dsv4_stop *s, int32_t token) {
@@ -120,18 +124,22 @@ int dsv4_stop_feed(dsv4_stop *s, const char *text, size_t len, const char **emit
     if (!grow(&s->buf, &s->cap, n + 1) || !grow(&s->out, &s->out_cap, n + 1)) return -DSV4_ERR_NOMEM;
     if (len) memcpy(s->buf + s->held, text, len);
 
-    /* A complete stop string: the earliest start wins (the held part holds none). Before
-     * the min-th token nothing is matched or held. */
+    /* A complete stop string: the earliest start wins. Up to the min-th token nothing is
+     * matched; from the token after it, a stop string that ends in its text, also one that
+     * begins in the held text before it (vLLM's rule). Otherwise the held part holds none. */
     size_t cut = n;
-    const int n_str = s->count < s->min ? 0 : s->n_str;
-    for (int i = 0; i < n_str; i++) {
-        const char *p = find_bytes(s->buf, n, s->str[i], s->len[i]);
+    const int check = !s->min || s->count > s->min;
+    for (int i = 0; check && i < s->n_str; i++) {
+        /* a match must end after the bytes fed up to the min-th token */
+        const size_t from = s->before >= s->len[i] ? s->before - s->len[i] + 1 : 0;
+        const char *p = find_bytes(s->buf + from, n - from, s->str[i], s->len[i]);
         if (p && (size_t)(p - s->buf) < cut) { cut = (size_t)(p - s->buf); s->matched = i; }
     }
     size_t keep = 0;
     if (s->matched < 0) {
-        /* Hold back the longest tail that is a proper prefix of some stop string. */
-        for (int i = 0; i < n_str; i++) {
+        /* Hold back the longest tail that is a proper prefix of some stop string (before the
+         * min-th token too: a stop string may begin there). */
+        for (int i = 0; i < s->n_str; i++) {
             size_t m = s->len[i] - 1 < n ? s->len[i] - 1 : n;
             for (size_t k = m; k > keep; k--)
                 if (memcmp(s->buf + n - k, s->str[i], k) == 0) { keep = k; break; }
@@ -144,6 +152,8 @@ int dsv4_stop_feed(dsv4_stop *s, const char *text, size_t len, const char **emit
     s->out[cut] = 0;
     memmove(s->buf, s->buf + n - keep, keep);
     s->held = keep;
+    /* what stays held of the bytes fed up to the min-th token (all of it before then) */
+    s->before = !check ? keep : s->before > n - keep ? s->before - (n - keep) : 0;
     *emit = s->out;
     *emit_len = cut;
     return s->matched >= 0 ? DSV4_FINISH_STOP_STRING : DSV4_FINISH_NONE;

@@ -209,11 +209,121 @@ static void test_errors(void) {
     CHECK(dsv4_stop_create(NULL, 2, NULL, 0, 0, &s, &err) == DSV4_ERR_ARG);
 }
 
+/* min_tokens (vLLM's rule): a stop string counts only when it ends in the text of a token
+ * after the min-th; it may begin in the text before, and the text then stops where it
+ * begins. The reference reads the text as vLLM's detokenizer does: after each token past the
+ * min-th, each stop string is looked for from len(stop) - 1 bytes before that token's text;
+ * the earliest start found ends it (vLLM takes the first listed: our rule since the start). */
+static size_t min_reference(const char *text, const size_t *ends, int n_tok, int min, const char *const *strs,
+                            int n, int *which) {
+    *which = -1;
+    for (int k = min; k < n_tok; k++) {  /* token k + 1 */
+        const size_t fresh = k ? ends[k - 1] : 0, len = ends[k];
+        size_t cut = len;
+        for (int i = 0; i < n; i++) {
+            const size_t sl = strlen(strs[i]), from = fresh + 1 >= sl ? fresh + 1 - sl : 0;
+            for (size_t p = from; p + sl <= len; p++)
+                if (!memcmp(text + p, strs[i], sl)) {
+                    if (p < cut) cut = p, *which = i;
+                    break;
+                }
+        }
+        if (*which >= 0) return cut;
+    }
+    return ends[n_tok - 1];
+}
+
+static void test_min_tokens(void) {
+    /* the straddling case: "bcd" begins in token 2's text, min 3, ends in token 4's: matched,
+     * the text cut before it; with min 4 it lies wholly in the first four tokens: shown */
+    const char *one[] = {"bcd"};
+    const char *pieces[] = {"a", "b", "c", "d", "e"};
+    for (int min = 3; min <= 4; min++) {
+        dsv4_stop *s = make(one, 1, NULL, 0, 0);
+        dsv4_stop_options(s, min, 0);
+        char out[16] = "";
+        int fin = DSV4_FINISH_NONE, k = 0;
+        for (; k < 5 && fin == DSV4_FINISH_NONE; k++) {
+            const char *e;
+            size_t el;
+            CHECK(dsv4_stop_token(s, 100 + k) == DSV4_FINISH_NONE);
+            fin = dsv4_stop_feed(s, pieces[k], 1, &e, &el);
+            strncat(out, e, el);
+        }
+        const char *e;
+        size_t el;
+        dsv4_stop_flush(s, &e, &el);
+        strncat(out, e, el);
+        if (min == 3)
+            CHECK_MSG(fin == DSV4_FINISH_STOP_STRING && k == 4 && !strcmp(out, "a"), "min 3: finish %d at %d, '%s'", fin,
+                      k, out);
+        else
+            CHECK_MSG(fin == DSV4_FINISH_NONE && !strcmp(out, "abcde"), "min 4: finish %d, '%s'", fin, out);
+        dsv4_stop_free(s);
+    }
+    /* random texts, token splits and min against the reference */
+    const char *stops[] = {"abab", "ba\nc", "cc", "aaaaaa", "b"};
+    const char *alpha[] = {"a", "b", "c", "\n", "x", "ab"};
+    int bad = 0, straddled = 0, runs = 0;
+    for (int iter = 0; iter < 3000; iter++) {
+        char text[256];
+        size_t ends[64], n = 0;
+        const int n_tok = 1 + (int)(rnd() % 30);
+        for (int k = 0; k < n_tok; k++) {
+            for (int c = 1 + (int)(rnd() % 3); c > 0; c--) {
+                const char *a = alpha[rnd() % 6];
+                memcpy(text + n, a, strlen(a));
+                n += strlen(a);
+            }
+            ends[k] = n;
+        }
+        text[n] = 0;
+        const int n_stops = 1 + (int)(rnd() % 5), min = (int)(rnd() % (unsigned)(n_tok + 1));
+        int which;
+        const size_t want = min_reference(text, ends, n_tok, min, stops, n_stops, &which);
+        dsv4_stop *s = make(stops, n_stops, NULL, 0, 0);
+        dsv4_stop_options(s, min, 0);
+        char out[256];
+        size_t got = 0;
+        int fin = DSV4_FINISH_NONE;
+        for (int k = 0; k < n_tok && fin == DSV4_FINISH_NONE; k++) {
+            const char *e;
+            size_t el;
+            dsv4_stop_token(s, 7);
+            fin = dsv4_stop_feed(s, text + (k ? ends[k - 1] : 0), ends[k] - (k ? ends[k - 1] : 0), &e, &el);
+            memcpy(out + got, e, el);
+            got += el;
+        }
+        const char *e;
+        size_t el;
+        dsv4_stop_flush(s, &e, &el);
+        memcpy(out + got, e, el);
+        got += el;
+        const int differ = got != want || memcmp(out, text, want) || (fin == DSV4_FINISH_STOP_STRING) != (which >= 0) ||
+               dsv4_stop_matched(s) != which;
+        if (differ && bad < 3) {
+            fprintf(stderr, "differs: text '%s' min %d n_stops %d want %zu which %d got %zu matched %d ends:", text, min, n_stops, want, which, got, dsv4_stop_matched(s));
+            for (int k = 0; k < n_tok; k++) fprintf(stderr, " %zu", ends[k]);
+            fprintf(stderr, "\n");
+        }
+        bad += differ;
+        straddled += which >= 0 && min > 0 && want < ends[min - 1];
+        runs += which >= 0;
+        dsv4_stop_free(s);
+    }
+    CHECK_MSG(bad == 0, "%d of 3000 texts differ from vLLM's rule", bad);
+    printf("min_tokens: %d of 3000 texts stopped, %d of them where the stop string began before the min-th token's "
+           "end\n", runs, straddled);
+    CHECK_MSG(straddled > 50, "%d of %d stops began before the min-th token's end: the test does not reach them",
+              straddled, runs);
+}
+
 int main(void) {
     test_simple();
     test_random_splits();
     test_utf8();
     test_tokens();
     test_errors();
+    test_min_tokens();
     return test_report();
 }

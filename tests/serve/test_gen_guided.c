@@ -238,7 +238,8 @@ static void test_min_tokens(void) {
     /* tokens 1..5 are x (EOS and y banned), the 6th (y, likeliest then) stops */
     CHECK_MSG(n == 6 && fin == DSV4_FINISH_STOP_TOKEN && !strcmp(text, "xxxxx"), "%d tokens, finish %d, '%s'", n, fin, text);
     dsv4_gen_free(g);
-    /* the stop string "xx" completes at token 2: shown; from token 4 on it ends the text */
+    /* the stop string "xx" completes at token 2: shown; it ends the text when it ends in a
+     * token after the 4th: token 5, begun in token 4's text (held back, cut there) */
     const char *stop[] = {"xx"};
     dsv4_gen_params q = {.min_tokens = 4, .stop_strings = stop, .n_stop = 1};
     g = new_gen(&q, 0);
