@@ -358,7 +358,7 @@ static void own_load(srv_dp *dp, srv_rank_load *l) {
                          .mtp_accepted = (int64_t)s->met->mtp_accepted,
                          .preemptions = (int64_t)s->met->preemptions, .forks = (int64_t)s->met->forks,
                          .fork_tokens = (int64_t)s->met->fork_tokens,
-                         .fork_waits = (int64_t)s->met->fork_waits, .pcache = s->met->pcache,
+                         .fork_waits = (int64_t)s->met->fork_waits, .idx = s->met->idx, .pcache = s->met->pcache,
                          .prefix = s->met->prefix};
     pthread_mutex_unlock(&s->met->mu);
 }

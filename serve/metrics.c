@@ -55,11 +55,13 @@ void srv_metrics_mtp(srv_metrics *m, int drafted, int accepted) {
     pthread_mutex_unlock(&m->mu);
 }
 
-void srv_metrics_load(srv_metrics *m, int64_t queued, int64_t running, dsv4_cache_stats cache) {
+void srv_metrics_load(srv_metrics *m, int64_t queued, int64_t running, dsv4_cache_stats cache,
+                      dsv4_indexer_stats idx) {
     pthread_mutex_lock(&m->mu);
     m->queue_depth = queued;
     m->running = running;
     m->cache = cache;
+    m->idx = idx;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -131,9 +133,13 @@ void srv_metrics_fork_wait(srv_metrics *m) {
 }
 
 static void add_ranks(const srv_metrics *m, uint64_t *mtp, uint64_t *forks, int64_t *preempt,
-                      srv_pcache_stats *pc, dsv4_prefix_stats *pf) {
+                      srv_pcache_stats *pc, dsv4_prefix_stats *pf, dsv4_indexer_stats *idx) {
     for (int r = 1; r < m->n_ranks; r++) {
         const srv_rank_load *l = &m->rank[r];
+        idx->exact += l->idx.exact;
+        idx->bounded_f32 += l->idx.bounded_f32;
+        idx->bounded_int += l->idx.bounded_int;
+        idx->bounded_unpack += l->idx.bounded_unpack;
         mtp[0] += (uint64_t)l->mtp_steps;
         mtp[1] += (uint64_t)l->mtp_drafts;
         mtp[2] += (uint64_t)l->mtp_accepted;
@@ -228,7 +234,8 @@ char *srv_metrics_render(srv_metrics *m) {
     srv_pcache_stats pcs = m->pcache;
     dsv4_prefix_stats pfs = m->prefix;
     uint64_t forks[3] = {m->forks, m->fork_tokens, m->fork_waits};
-    add_ranks(m, mtp, forks, &preempt, &pcs, &pfs);
+    dsv4_indexer_stats idx = m->idx;
+    add_ranks(m, mtp, forks, &preempt, &pcs, &pfs, &idx);
     srv_buf_printf(&b, "# HELP dsv4_requests_total HTTP requests answered, by status\n"
             "# TYPE dsv4_requests_total counter\n");
     for (int i = 0; i < 6; i++)
@@ -367,6 +374,17 @@ char *srv_metrics_render(srv_metrics *m) {
         (long long)(pfs.host_bytes + pfs.pool_bytes), (long long)pc->disk_bytes,
         (long long)pc->disk_files, (long long)pc->disk_loads, (long long)pc->disk_saves,
         (long long)pc->disk_bad);
+    /* each process counts the rows its own attention scored: under data-parallel attention
+     * every rank's are added */
+    srv_buf_printf(&b, "# HELP dsv4_indexer_rows_total rows whose top-k the CSA indexer chose (a querying row of "
+            "a CSA layer that sees more than index_topk entries), by path: every score exact, or bounded "
+            "(approximate scores, exact ones near the boundary) over F32/BF16 keys, over FP4 keys by integer "
+            "block dots, over FP4 keys unpacked\n# TYPE dsv4_indexer_rows_total counter\n"
+            "dsv4_indexer_rows_total{path=\"exact\"} %lld\n"
+            "dsv4_indexer_rows_total{path=\"bounded_f32\"} %lld\n"
+            "dsv4_indexer_rows_total{path=\"bounded_int\"} %lld\n"
+            "dsv4_indexer_rows_total{path=\"bounded_unpack\"} %lld\n",
+        (long long)idx.exact, (long long)idx.bounded_f32, (long long)idx.bounded_int, (long long)idx.bounded_unpack);
     if (m->n_ranks > 1) put_ranks(&b, m);
     /* the whole process (engine, scheduler, connection threads): beside a load client's own
      * CPU time, what serving a level cost this machine */

@@ -38,6 +38,7 @@ typedef struct srv_rank_load {
                                      * (the same count unless the reports lost some) */
     int64_t prefix_key_resends;     /* rank 0's: times it asked the rank for its whole key list
                                      * (what it held of them disagreed with the report's checksum) */
+    dsv4_indexer_stats idx;         /* the rows its indexer scored, by path */
     srv_pcache_stats pcache;
     dsv4_prefix_stats prefix;
 } srv_rank_load;
@@ -64,6 +65,9 @@ typedef struct srv_metrics {
     int prio[SRV_PRIO_SHOWN];
     int64_t prio_n[SRV_PRIO_SHOWN], prio_rest;
     dsv4_cache_stats cache;
+    dsv4_indexer_stats idx;         /* the engine's rows by indexer path, copied after each step
+                                     * on the scheduler's thread (the engine's own counters are
+                                     * written by its threads during a step) */
     srv_hist ttft, itl;             /* seconds */
     srv_hist step_time;             /* seconds per engine step, all phases */
     double phase_s[SRV_PH_N];       /* seconds per step phase, summed over steps */
@@ -86,8 +90,10 @@ void srv_metrics_request(srv_metrics *m, int http_status);
 /* One engine step: its rows (t->decode single-token decode rows among them) and the
  * seconds of each of its phases. */
 void srv_metrics_step(srv_metrics *m, const srv_step_times *t);
-/* The gauges: requests waiting and running, cache pages. */
-void srv_metrics_load(srv_metrics *m, int64_t queued, int64_t running, dsv4_cache_stats cache);
+/* The gauges: requests waiting and running, cache pages; and the engine's indexer rows by
+ * path (dsv4_engine_indexer_stats, read between steps on the scheduler's thread). */
+void srv_metrics_load(srv_metrics *m, int64_t queued, int64_t running, dsv4_cache_stats cache,
+                      dsv4_indexer_stats idx);
 /* The waiting requests by priority: k distinct priorities (k <= SRV_PRIO_SHOWN) and their
  * counts, and the count of those beyond them. */
 void srv_metrics_queue_prio(srv_metrics *m, const int *prio, const int64_t *n, int k, int64_t rest);

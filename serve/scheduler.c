@@ -765,7 +765,7 @@ static int step(srv_sched *s) {
 }
 
 static void publish_load(srv_sched *s) {
-    srv_metrics_load(s->met, s->n_wait, s->n_run, dsv4_engine_cache_stats(s->e));
+    srv_metrics_load(s->met, s->n_wait, s->n_run, dsv4_engine_cache_stats(s->e), dsv4_engine_indexer_stats(s->e));
     /* the waiting list is in priority order: each priority's requests are together */
     int prio[SRV_PRIO_SHOWN], k = 0;
     int64_t n[SRV_PRIO_SHOWN], rest = 0;

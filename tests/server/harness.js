@@ -17,17 +17,18 @@ const children = [];
 process.on('exit', () => { for (const p of children) if (p.exitCode === null) p.kill('SIGKILL'); });
 
 // Starts `dsv4 serve --model MODEL --port 0 ...args`; resolves to {url, port, proc, stop}.
+// model: another model directory than MODEL.
 // mpi: N runs it under `mpirun -np N` (DSV4_MPIEXEC) with --parallel ep; stop() then sends
 // SIGTERM to rank 0 (its pid is in the ready line), whose stop message ends the others,
 // and expects mpirun to exit 0. dp: data-parallel attention (--attention dp), else home.
-function start(args = [], { script, mpi, dp } = {}) {
+function start(args = [], { script, mpi, dp, model } = {}) {
   const extra = [];
   if (script) {
     const f = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'dsv4-script-')), 'script.json');
     fs.writeFileSync(f, JSON.stringify(script));
     extra.push('--test-script', f);
   }
-  let argv = ['serve', '--model', MODEL, '--port', '0', '--threads', '1', ...extra, ...args];
+  let argv = ['serve', '--model', model || MODEL, '--port', '0', '--threads', '1', ...extra, ...args];
   let bin = BIN;
   if (mpi) {
     assert(process.env.DSV4_MPIEXEC, 'DSV4_MPIEXEC must be set for an MPI server');

@@ -3,12 +3,15 @@
 // so a server storing the keys as FP4 (--kv-dtype bf16+fp4) answers exactly what one storing
 // them as BF16 answers (tokens and logprobs, greedy and seeded, chat and completions, several
 // requests at once and a prefix-cache hit); F3 itself changes the answers (the option reached
-// the engine); and +fp4 without F3 is refused at startup, before the listener.
+// the engine); and +fp4 without F3 is refused at startup, before the listener. /metrics counts
+// the rows by indexer path (dsv4_indexer_rows_total{path}): on a model whose indexer is wide
+// enough for the bounded selection (DSV4_MODEL_IDX), FP4 keys take the integer block dots for
+// exactly the rows BF16 keys score by the F32 path.
 'use strict';
 const assert = require('assert');
 const { spawnSync } = require('child_process');
 const OpenAI = require('openai').default;
-const { start, run, BIN, MODEL } = require('./harness');
+const { start, run, http, metrics, BIN, MODEL } = require('./harness');
 
 // prompts long enough that the CSA layer (ratio 4, index_topk 4) selects among more entries
 // than it keeps: a position t sees (t + 1) / 4 entries
@@ -33,6 +36,23 @@ async function answers(args) {
   return out;
 }
 
+// The rows by indexer path before and after a completion of a 96-id prompt and 4 tokens.
+async function paths(kv) {
+  const srv = await start(['--max-seqs', '2', '--max-context', '256', '--no-warmup', '--kv-dtype', kv, '--fidelity', 'F3'],
+    { model: process.env.DSV4_MODEL_IDX });
+  const get = async () => {
+    const m = await metrics(srv.url);
+    return Object.fromEntries(['exact', 'bounded_f32', 'bounded_int', 'bounded_unpack'].map((p) => [p, m[`dsv4_indexer_rows_total{path="${p}"}`]]));
+  };
+  const before = await get();
+  const ids = Array.from({ length: 96 }, (_, k) => 7 + ((k * 53) % 900));
+  const res = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: ids, max_tokens: 4, temperature: 0 } });
+  assert.strictEqual(res.status, 200, res.body);
+  const after = await get();
+  await srv.stop();
+  return { before, after };
+}
+
 run('serve_fidelity', async () => {
   // +fp4 without F3: exit status 2 and the reason, before anything listens
   for (const fid of [[], ['--fidelity', 'F1,F2,F4,F5']]) {
@@ -55,4 +75,17 @@ run('serve_fidelity', async () => {
   // without F3 the indexer scores other keys: some logprob differs (the option is not ignored)
   const none = await answers(['--kv-dtype', 'bf16']);
   assert.notDeepStrictEqual(none, bf16, 'the answers under --fidelity F3 are those without it');
+
+  const zero = { exact: 0, bounded_f32: 0, bounded_int: 0, bounded_unpack: 0 };
+  const t0 = Date.now();
+  const p4 = await paths('bf16+fp4'), p16 = await paths('bf16');
+  assert.deepStrictEqual(p4.before, zero, `indexer rows before any request: ${JSON.stringify(p4.before)}`);
+  assert.deepStrictEqual(p16.before, zero, `indexer rows before any request: ${JSON.stringify(p16.before)}`);
+  // every row that sees more than index_topk entries goes bounded on this indexer (8 x 128)
+  const n = p16.after.bounded_f32;
+  assert(n >= 70, `BF16 keys: ${JSON.stringify(p16.after)}: the rows did not take the bounded F32 path`);
+  assert.deepStrictEqual(p16.after, { ...zero, bounded_f32: n });
+  assert.deepStrictEqual(p4.after, { ...zero, bounded_int: n }, `FP4 keys: ${JSON.stringify(p4.after)} (BF16: ${n} rows)`);
+  console.log(`indexer rows by path: FP4 keys ${JSON.stringify(p4.after)}, BF16 keys ${JSON.stringify(p16.after)} ` +
+    `(${(Date.now() - t0) / 1000} s)`);
 });
