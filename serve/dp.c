@@ -182,8 +182,24 @@ static int64_t cached_prefix(const srv_dp *dp, int q, int64_t nb) {
     return best;
 }
 
-/* Live requests of rank q. */
-static int live_on(const srv_dp *dp, int q) { return q == 0 ? dp->s->n_run + dp->s->n_wait : dp->live[q]; }
+/* The live requests of rank q that a request of priority p would not overtake there: all of
+ * them but those waiting with a lower priority (a larger value), which strict priority admits
+ * after it. Rank 0's from its own waiting list (in priority order), another rank's from its
+ * latest report's queue by priority (a step old: a hint, as the rest of placement). Under
+ * fcfs every priority is 0: every live request. */
+static int ahead_on(const srv_dp *dp, int q, int p) {
+    const srv_sched *s = dp->s;
+    int64_t live = q == 0 ? s->n_run + s->n_wait : dp->live[q], behind = 0;
+    if (q == 0) {
+        for (int i = s->n_wait - 1; i >= 0 && s->wait[i]->priority > p; i--) behind++;
+    } else {
+        const srv_rank_load *l = &dp->load[q];
+        for (int i = 0; i < l->n_prio && i < SRV_PRIO_SHOWN; i++) behind += l->prio[i] > p ? l->prio_n[i] : 0;
+        /* the rest come after the shown ones, in priority order */
+        if (l->n_prio == SRV_PRIO_SHOWN && l->prio[SRV_PRIO_SHOWN - 1] >= p) behind += l->prio_rest;
+    }
+    return live > behind ? (int)(live - behind) : 0;
+}
 
 /* Sends r to its home rank best (> 0) with the next step message; 0, or -1 when out of
  * memory (then it is served here). */
@@ -226,23 +242,25 @@ static int place_choice(srv_dp *dp, srv_req *r) {
 int srv_dp_place(srv_dp *dp, srv_req *r) {
     if (dp->failed) return 0;
     if (r->lead) return place_choice(dp, r);
-    int least = live_on(dp, 0);
-    for (int q = 1; q < dp->K; q++) least = live_on(dp, q) < least ? live_on(dp, q) : least;
+    const int p = r->priority;
+    int least = ahead_on(dp, 0, p);
+    for (int q = 1; q < dp->K; q++) least = ahead_on(dp, q, p) < least ? ahead_on(dp, q, p) : least;
     /* the keys of the prompt's aligned prefixes a prefix cache could hold (shorter than the
      * prompt), hashed once; none when out of memory (placed by load alone then) */
     int64_t nb = r->n_prompt > 1 ? srv_pcache_keys(dp->s->pc, r->prompt, r->n_prompt - 1, &dp->keys, &dp->cap_keys) : 0;
     nb = nb < 0 || sort_keys(dp, nb) ? 0 : nb;
     /* the longest cached prefix among the ranks within one request of the least loaded
      * (a shared system prompt then spreads over every rank instead of piling on one), else
-     * the fewest live requests, then the most free pages, then the lowest rank */
+     * the fewest live requests, then the most free pages, then the lowest rank; the load of
+     * a rank is what r would not overtake there (ahead_on: all live requests under fcfs) */
     int best = -1;
     int64_t best_k = -1;
     for (int q = 0; q < dp->K; q++) {
-        if (live_on(dp, q) > least + 1) continue;
+        if (ahead_on(dp, q, p) > least + 1) continue;
         const int64_t k = cached_prefix(dp, q, nb);
         int better = best < 0 || k > best_k;
         if (!better && k == best_k) {
-            const int a = live_on(dp, q), b = live_on(dp, best);
+            const int a = ahead_on(dp, q, p), b = ahead_on(dp, best, p);
             better = a < b || (a == b && dp->load[q].pages_free > dp->load[best].pages_free);
         }
         if (better) { best = q; best_k = k; }
@@ -359,7 +377,9 @@ static void own_load(srv_dp *dp, srv_rank_load *l) {
                          .preemptions = (int64_t)s->met->preemptions, .forks = (int64_t)s->met->forks,
                          .fork_tokens = (int64_t)s->met->fork_tokens,
                          .fork_waits = (int64_t)s->met->fork_waits, .idx = s->met->idx, .pcache = s->met->pcache,
-                         .prefix = s->met->prefix};
+                         .prefix = s->met->prefix, .n_prio = s->met->n_prio, .prio_rest = s->met->prio_rest};
+    memcpy(l->prio, s->met->prio, sizeof l->prio);
+    memcpy(l->prio_n, s->met->prio_n, sizeof l->prio_n);
     pthread_mutex_unlock(&s->met->mu);
 }
 

@@ -23,6 +23,9 @@
 //  6. A rank's reports carry the changes of its keys (a key new; one gone, one new) once it
 //     holds a few: rank 0 holds what the rank holds (/metrics by rank), every report's
 //     checksum agreeing (no whole list asked for).
+//  7. Priorities (--scheduling-policy priority, one slot a rank): a request is placed by the
+//     requests ahead of it (not those of a lower priority waiting there), and its rank admits
+//     it before the lower-priority ones queued there before it.
 // The mix ends with two requests of n = 3, the second sent while the first streams, so on
 // another home rank: each request's choices go to its choice 0's home, which forks its
 // prompt for choices 1 and 2 (/metrics by rank), the choices those of one process.
@@ -342,7 +345,70 @@ async function keyChanges() {
     resends: [0, 1].map((r) => m[`dsv4_rank_prefix_key_resends_total{rank="${r}"}`]) };
 }
 
-const PARTS = (process.env.DSV4_DP_PARTS || 'mix,pressure,hangup,stopped,four,evict,keys').split(',');
+// Part 7 (--scheduling-policy priority, one slot a rank): rank a runs a stream on prompt Q and
+// holds X (priority 0) queued behind it; rank b runs a stream on P and holds L1, L2 (priority
+// 5, P's first block: placed there by their prefix). H (priority 1) is then placed where fewer
+// requests are ahead of it: on b, where the two it overtakes wait (load alone would send it to
+// a: 2 live against 3). When the streams leave, b runs H before L1 and L2. Returns where each
+// request went and the order the answers came in.
+async function priorities() {
+  const srv = await start(['--max-seqs', '1', '--max-context', '2048', '--step-tokens', '64', '--no-warmup',
+    '--prefix-entries', '4', '--scheduling-policy', 'priority', '--hangup-check-ms', '2'], { mpi: 2, dp: true });
+  const u = srv.url;
+  const m = () => metrics(u);
+  const ranks = async () => { const x = await m(); return [0, 1].map((r) => x[`dsv4_rank_requests_total{rank="${r}"}`] || 0); };
+  const until = async (f) => { while (!(await f())) await new Promise((ok) => setTimeout(ok, 2)); };
+  const ids = (base, n) => Array.from({ length: n }, (_, k) => base + ((k * 37) % 3000));
+  const Q = ids(1000, 200), P = ids(5000, 200);
+  const where = {}, order = [], open = [];
+  // sends a request and waits until it is placed (its answer's promise goes to all)
+  const all = [];
+  const place = async (name, body) => {
+    const r0 = await ranks();
+    let res;
+    if (body.stream) {
+      const ctl = new AbortController();
+      open.push({ ctl, name });
+      const toks = { n: 0 };
+      res = fetch(u + '/v1/completions', { method: 'POST', signal: ctl.signal, headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'm', temperature: 0, logit_bias: { 1: -100 }, ...body }) }).then(async (x) => {
+        const rd = x.body.getReader();
+        for (;;) { const { done, value } = await rd.read(); if (done) break; toks.n += Buffer.from(value).toString().split('"text"').length - 1; }
+      }).catch(() => {}).then(() => order.push(name));
+      await until(() => toks.n > 0);
+    } else {
+      res = http(u + '/v1/completions', { body: { model: 'm', max_tokens: 2, temperature: 0, ...body } })
+        .then((x) => { assert.strictEqual(x.status, 200, x.body); order.push(name); });
+    }
+    await until(async () => (await ranks()).some((n, q) => n > r0[q]));
+    const r1 = await ranks();
+    where[name] = r1.findIndex((n, q) => n > r0[q]);
+    all.push(res);
+  };
+  // (the streams could run for seconds: they leave when the test drops them)
+  await place('S0', { prompt: Q, max_tokens: 1800, stream: true });
+  await place('S1', { prompt: P, max_tokens: 1800, stream: true });
+  const a = where.S0, b = where.S1;
+  assert.notStrictEqual(a, b, `both streams on rank ${a}`);
+  // both prompts' first blocks in their ranks' caches, as rank 0 sees them
+  await until(async () => { const x = await m(); return [a, b].every((q) => x[`dsv4_rank_prefix_keys_seen{rank="${q}"}`] >= 1); });
+  await place('X', { prompt: [...Q.slice(0, A), ...ids(8000, 60)], priority: 0 });
+  await place('L1', { prompt: [...P.slice(0, A), ...ids(9000, 60)], priority: 5 });
+  await place('L2', { prompt: [...P.slice(0, A), ...ids(9500, 60)], priority: 5 });
+  // the ranks' reports show their queues (rank 0's placement reads them)
+  const depth = async (q) => (await m())[`dsv4_rank_queue_depth{rank="${q}"}`];
+  await until(async () => (await depth(a)) === 1 && (await depth(b)) === 2);
+  await place('H', { prompt: ids(12000, 40), priority: 1 });
+  if (where.H === b) await until(async () => (await depth(b)) === 3);  /* else the caller fails */
+  const ended = order.slice();
+  for (const o of open) o.ctl.abort();
+  await Promise.all(all);
+  await srv.stop();
+  assert.deepStrictEqual(ended, [], `answers before the streams left: ${ended}`);
+  return { where, a, b, order: order.filter((n) => n[0] !== 'S') };
+}
+
+const PARTS = (process.env.DSV4_DP_PARTS || 'mix,pressure,hangup,stopped,four,evict,keys,prio').split(',');
 
 run('server_dp', async () => {
   const one = await answers({});
@@ -389,6 +455,14 @@ run('server_dp', async () => {
     // every report's checksum agreed with what rank 0 held: no whole list asked for
     assert.deepStrictEqual(k.resends, [0, 0], 'rank 0 asked a rank for its whole key list: a checksum disagreed');
     said.push(`keys: ${JSON.stringify(k)}`);
+  }
+  if (PARTS.includes('prio')) {
+    const p = await priorities();
+    const on = (q) => p.order.filter((n) => p.where[n] === q);
+    assert.deepStrictEqual([p.where.X, p.where.L1, p.where.L2], [p.a, p.b, p.b], `placement by prefix: ${JSON.stringify(p)}`);
+    assert.strictEqual(p.where.H, p.b, `H placed by load alone, not by the requests ahead of it: ${JSON.stringify(p)}`);
+    assert.deepStrictEqual(on(p.b), ['H', 'L1', 'L2'], `rank ${p.b} ran its queue out of priority order: ${JSON.stringify(p)}`);
+    said.push(`prio: ${JSON.stringify(p)}`);
   }
   console.log(said.join('; '));
 }, { limitMs: 150000 });
