@@ -1,13 +1,13 @@
-/* bench_guided.c — the cost of guided decoding (a regex, a choice list) a token, at the real
- * vocabulary.
+/* bench_guided.c — the cost of guided decoding (a regex, a choice list, a grammar) a token, at
+ * the real vocabulary.
  *
  *   bench_guided --model DIR [--reps N] [--case SUBSTR]
  *       (DIR: a model with the real tokenizer and vocab, e.g. build/tests/serve/vocab_full)
  *
  * For each case (a regex or a choice list, and a text it accepts) the text is tokenized and
  * replayed token by token:
- *   cold:     rx_mask with its cache emptied first (the walk of the vocabulary trie);
- *   cached:   rx_mask again on the same state (a copy of the cached mask);
+ *   cold:     rx_mask / gr_mask with its cache emptied first (the walk of the vocabulary trie);
+ *   cached:   the mask again on the same state (a copy of the cached mask);
  *   gen_next: dsv4_gen_next on a logits row whose best id is the text's next token, greedy,
  *             with the constraint and without (same rows, alternated per token): what the
  *             constraint adds to a step in a generation (its cache warm as it goes: the
@@ -23,16 +23,59 @@
 #include "bench_util.h"
 #include "dsv4_internal.h"
 #include "dsv4_text.h"
+#include "sample/grammar.h"
 
-typedef struct gcase { const char *name, *regex, *text; int choices; } gcase;
+typedef struct gcase { const char *name, *regex, *text; int choices; const char *grammar; } gcase;
+
+/* arithmetic (recursive), a JSON-like value (recursive, strings with escapes), and a regular
+ * one (the date list above as a grammar) */
+static const char ARITH[] = "root ::= expr\nexpr ::= term ((\"+\" | \"-\") term)*\n"
+                            "term ::= factor ((\"*\" | \"/\") factor)*\n"
+                            "factor ::= num | \"(\" expr \")\" | \"-\" factor\nnum ::= [0-9]+ (\".\" [0-9]+)?\n";
+static const char JSONISH[] = "root ::= value\nvalue ::= obj | arr | str | num | \"true\" | \"false\" | \"null\"\n"
+                              "obj ::= \"{\" ws (str ws \":\" ws value ws (\",\" ws str ws \":\" ws value ws)*)? \"}\"\n"
+                              "arr ::= \"[\" ws (value ws (\",\" ws value ws)*)? \"]\"\n"
+                              "str ::= \"\\\"\" ([^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\/bfnrt])* \"\\\"\"\n"
+                              "num ::= \"-\"? [0-9]+ (\".\" [0-9]+)?\nws ::= [ \\t\\n]{0,8}\n";
+static const char DATES[] = "root ::= date (\", \" date)*\ndate ::= [0-9]{4} \"-\" [0-9]{2} \"-\" [0-9]{2}\n";
 
 static const gcase CASES[] = {
-    {"email", "[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\\.[a-zA-Z]{2,}", "john.smith-jr@mail.example.com", 0},
-    {"date_list", "\\d{4}-\\d{2}-\\d{2}(?:, \\d{4}-\\d{2}-\\d{2})*", "2024-01-15, 2024-02-29, 2023-12-31, 2025-07-04", 0},
-    {"phone", "\\(?\\d{3}\\)?[-. ]?\\d{3}[-. ]?\\d{4}", "(555) 123-4567", 0},
-    {"sentence", "[A-Z][^\\n]{0,200}\\.", "Enjoys long walks, short programs and the quiet of early mornings; writes C for fun.", 0},
-    {"choice_1000", NULL, "Product 0693: cotton t-shirt (1.1 l)", 1000},
+    {"email", "[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\\.[a-zA-Z]{2,}", "john.smith-jr@mail.example.com", 0, NULL},
+    {"date_list", "\\d{4}-\\d{2}-\\d{2}(?:, \\d{4}-\\d{2}-\\d{2})*", "2024-01-15, 2024-02-29, 2023-12-31, 2025-07-04", 0, NULL},
+    {"phone", "\\(?\\d{3}\\)?[-. ]?\\d{3}[-. ]?\\d{4}", "(555) 123-4567", 0, NULL},
+    {"sentence", "[A-Z][^\\n]{0,200}\\.", "Enjoys long walks, short programs and the quiet of early mornings; writes C for fun.", 0, NULL},
+    {"choice_1000", NULL, "Product 0693: cotton t-shirt (1.1 l)", 1000, NULL},
+    {"gbnf_arith", NULL, "(12.5+3)*-(4-7/2)+1000*(2+(3*(4-1)))", 0, ARITH},
+    {"gbnf_json", NULL, "{\"name\": \"Ada Lovelace\", \"born\": 1815, \"tags\": [\"math\", \"poetry\"], \"x\": {\"ok\": true}}", 0, JSONISH},
+    {"gbnf_dates", NULL, "2024-01-15, 2024-02-29, 2023-12-31, 2025-07-04", 0, DATES},
 };
+
+/* one case's constraint: a regex or choice list (rx), or a grammar (gr) */
+typedef struct guide { rx_guide *g; rx_walk w; rx_state st; gr_grammar *gg; gr_run *gr; } guide;
+
+static void guide_reset(guide *x) {
+    if (x->gr) gr_run_reset(x->gr);
+    else rx_state_init(x->g, &x->st);
+}
+
+/* the mask of the state (cold: its cache emptied first); the trie nodes stepped */
+static long guide_mask(guide *x, const json_vocab *jv, uint64_t *bits, int cold) {
+    if (x->gr) {
+        if (cold) gr_run_clear_cache(x->gr);
+        return gr_mask(x->gr, jv, bits);
+    }
+    if (cold) x->w.used = 0, x->w.next = 0;
+    return rx_mask(x->g, jv, &x->w, &x->st, bits);
+}
+
+static void guide_feed(guide *x, const char *b, size_t n) {
+    if (x->gr) {
+        gr_run_feed(x->gr, (const uint8_t *)b, n);
+        gr_run_compact(x->gr);
+    } else {
+        rx_state_feed(x->g, &x->st, (const uint8_t *)b, n);
+    }
+}
 
 static int cmp_d(const void *a, const void *b) { return cmp_double(a, b); }
 
@@ -109,7 +152,6 @@ int main(int argc, char **argv) {
     float *row = malloc((size_t)V * sizeof *row);
     uint64_t *bits = jv ? malloc((size_t)jv->words * sizeof *bits) : NULL;
     char **products = product_list(1000);
-    rx_walk w;
     if (!jv || !row || !bits || !products) { fprintf(stderr, "bench_guided: out of memory\n"); return 1; }
     uint64_t rs = 7;
     for (int v = 0; v < V; v++) row[v] = bench_urand(&rs);
@@ -117,14 +159,18 @@ int main(int argc, char **argv) {
         const gcase *k = &CASES[c];
         if (only && !strstr(k->name, only)) continue;
         char why[256];
-        rx_guide *g = NULL;
+        guide x = {0};
         double t0 = now_s();
-        const int rc = k->regex ? rx_guide_regex(k->regex, strlen(k->regex), &g, why, sizeof why)
-                                : rx_guide_choice((const char *const *)products, k->choices, &g, why, sizeof why);
+        const int rc = k->grammar ? gr_compile(k->grammar, strlen(k->grammar), &x.gg, why, sizeof why)
+                       : k->regex ? rx_guide_regex(k->regex, strlen(k->regex), &x.g, why, sizeof why)
+                                  : rx_guide_choice((const char *const *)products, k->choices, &x.g, why, sizeof why);
         const double compile_ms = (now_s() - t0) * 1e3;
         dsv4_tok_ids ids = {0};
         t0 = now_s();
-        if (!rc && rx_walk_init(&w, jv, g)) { fprintf(stderr, "bench_guided: out of memory\n"); return 1; }
+        if (!rc && (x.gg ? gr_run_new(x.gg, jv->max_len, jv->words, &x.gr) : rx_walk_init(&x.w, jv, x.g))) {
+            fprintf(stderr, "bench_guided: out of memory\n");
+            return 1;
+        }
         const double walk_ms = (now_s() - t0) * 1e3;
         if (rc || dsv4_tokenize(tok, k->text, strlen(k->text), &ids, &err)) {
             fprintf(stderr, "bench_guided: %s: %s\n", k->name, rc ? why : err.msg);
@@ -139,15 +185,13 @@ int main(int argc, char **argv) {
         int allowed = 0;
         double best_med = INFINITY;
         for (int r = 0; r < reps; r++) {
-            rx_state st;
-            rx_state_init(g, &st);
+            guide_reset(&x);
             nodes = 0, allowed = 0;
             for (int i = 0; i < n; i++) {
-                w.used = 0, w.next = 0; /* cold: the walk */
                 double a = now_s();
-                nodes += rx_mask(g, jv, &w, &st, bits);
+                nodes += guide_mask(&x, jv, bits, 1); /* cold: the walk */
                 double b = now_s();
-                rx_mask(g, jv, &w, &st, bits);
+                guide_mask(&x, jv, bits, 0);
                 tc[i] = b - a, tw[i] = now_s() - b;
                 for (int q = 0; q < jv->words; q++) allowed += __builtin_popcountll(bits[q]);
                 if (!(bits[ids.ids[i] >> 6] >> (ids.ids[i] & 63) & 1)) {
@@ -156,10 +200,10 @@ int main(int argc, char **argv) {
                 }
                 size_t len;
                 const char *bytes = dsv4_tok_id_bytes(tok, ids.ids[i], &len);
-                rx_state_feed(g, &st, (const uint8_t *)bytes, len);
+                guide_feed(&x, bytes, len);
             }
             dsv4_gen_params pf = {0}, pg = {.regex = k->regex, .choices = (const char *const *)products,
-                                            .n_choices = k->regex ? 0 : k->choices};
+                                            .n_choices = k->choices, .grammar = k->grammar};
             dsv4_gen *gens[2] = {NULL, NULL};
             double *times[2] = {tf, tg};
             if (dsv4_gen_create(m, tok, &pf, &gens[0], &err) || dsv4_gen_create(m, tok, &pg, &gens[1], &err) ||
@@ -176,13 +220,15 @@ int main(int argc, char **argv) {
                "\"walk_init_ms\":%.2f,\"mask_classes\":%d,"
                "\"allowed_ids_per_token\":%.0f,\"trie_steps_per_token\":%.0f,\"cold_us_median\":%.1f,\"cold_us_p90\":%.1f,"
                "\"cached_us_median\":%.2f,\"gen_next_us_free\":%.1f,\"gen_next_us_guided\":%.1f}\n",
-               k->name, n, reps, compile_ms, walk_ms, w.cls ? w.n_cls : -1, (double)allowed / n, (double)nodes / n, median(rc_, reps) * 1e6,
+               k->name, n, reps, compile_ms, walk_ms, x.w.cls ? x.w.n_cls : -1, (double)allowed / n, (double)nodes / n, median(rc_, reps) * 1e6,
                best[(int)(0.9 * (n - 1))] * 1e6, median(rw, reps) * 1e6, median(rf, reps) * 1e6, median(rg, reps) * 1e6);
         fflush(stdout);
         free(tc), free(tw), free(tf), free(tg), free(best), free(rc_), free(rw), free(rf), free(rg);
         dsv4_tok_ids_free(&ids);
-        rx_guide_free(g);
-        rx_walk_free(&w);
+        rx_guide_free(x.g);
+        rx_walk_free(&x.w);
+        gr_run_free(x.gr);
+        gr_free(x.gg);
     }
     for (int i = 0; i < 1000; i++) free(products[i]);
     free(products);

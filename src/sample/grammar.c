@@ -704,6 +704,14 @@ struct gr_run {
      * state and the pool's size; depth 0 is the state itself */
     int32_t *top;           /* [(max_len + 1)][GR_MAX_STACKS] */
     int32_t *wn, *wacc, *src, *mark;
+    /* the step memo: a trie node's siblings step the same set (their parent's); a character
+     * that the same tops take gives the same set, so row d is kept while the parent at d - 1
+     * is the same visit (pv) and the tops taking it the same (sig: sets of <= 64 tops) */
+    uint64_t *pv, *mpv;     /* (max_len + 1) visits at each depth; the visit row d was made in */
+    uint64_t *msig;         /* (max_len + 1) the tops that took row d's character */
+    /* the loop memo: a character whose tops give back the same set (inside a string: any
+     * letter) is remembered per row (fsig, valid while the row is the version fver) */
+    uint64_t *rver, *fver, *fsig;
     uint32_t *wu;
     int32_t *tmp;           /* (GR_MAX_STACKS) */
     int over;
@@ -845,13 +853,13 @@ static int u_alive(const gr_run *r, const int32_t *in, int n, uint32_t u) {
     return 0;
 }
 
-/* The set (in, n) with UTF-8 state *u after byte c: 1 alive with the set unchanged (inside a
- * character), 2 alive with the new set in out (*nout, *acc), 0 dead, -1 over. */
-static int step_byte(gr_run *r, const int32_t *in, int n, uint32_t *u, uint8_t c, int32_t *out, int *nout, int *acc) {
-    uint32_t cp;
+/* Byte c read into the UTF-8 state *u over the set (in, n): 0 dead, 1 alive inside a
+ * character (the set unchanged), 3 a character complete (*cp: the set's step is next). */
+static int read_byte(const gr_run *r, const int32_t *in, int n, uint32_t *u, uint8_t c, uint32_t *cp) {
     if (!*u) {
         if (c < 0x80) {
-            cp = c;
+            *cp = c;
+            return 3;
         } else {
             if (c < 0xC2 || c > 0xF4) return 0;
             const int len = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
@@ -865,13 +873,22 @@ static int step_byte(gr_run *r, const int32_t *in, int n, uint32_t *u, uint8_t c
         if (read == 1 && ((len == 3 && ((v == 0 && c < 0xA0) || (v == 0xD && c > 0x9F))) ||
                           (len == 4 && ((v == 0 && c < 0x90) || (v == 4 && c > 0x8F)))))
             return 0;
-        cp = v << 6 | (c & 0x3Fu);
+        *cp = v << 6 | (c & 0x3Fu);
         if (left > 1) {
-            *u = U_MAKE(read + 1, left - 1, cp);
+            *u = U_MAKE(read + 1, left - 1, *cp);
             return u_alive(r, in, n, *u);
         }
         *u = 0;
     }
+    return 3;
+}
+
+/* The set (in, n) with UTF-8 state *u after byte c: 1 alive with the set unchanged (inside a
+ * character), 2 alive with the new set in out (*nout, *acc), 0 dead, -1 over. */
+static int step_byte(gr_run *r, const int32_t *in, int n, uint32_t *u, uint8_t c, int32_t *out, int *nout, int *acc) {
+    uint32_t cp = 0;
+    const int s = read_byte(r, in, n, u, c, &cp);
+    if (s != 3) return s;
     const int k = step_cp(r, in, n, cp, out, acc);
     if (k < 0) return -1;
     *nout = k;
@@ -893,12 +910,14 @@ int gr_run_new(const gr_grammar *g, int max_len, int words, gr_run **out) {
     r->wn = malloc(D * sizeof *r->wn), r->wacc = malloc(D * sizeof *r->wacc);
     r->src = malloc(D * sizeof *r->src), r->mark = malloc(D * sizeof *r->mark);
     r->wu = malloc(D * sizeof *r->wu);
+    r->pv = calloc(D, sizeof *r->pv), r->mpv = calloc(D, sizeof *r->mpv), r->msig = malloc(D * sizeof *r->msig);
+    r->rver = calloc(D, sizeof *r->rver), r->fver = calloc(D, sizeof *r->fver), r->fsig = malloc(D * sizeof *r->fsig);
     r->tmp = malloc(GR_MAX_STACKS * sizeof *r->tmp);
     r->cache = malloc((size_t)GR_CACHE * (size_t)words * sizeof *r->cache);
     r->ckey = malloc((size_t)GR_CACHE * GR_KEY * sizeof *r->ckey);
     r->key = malloc(GR_KEY * sizeof *r->key);
     if (!r->node || !r->heads || !r->seen || !r->remap || !r->work || !r->top || !r->wn || !r->wacc || !r->src || !r->mark ||
-        !r->wu || !r->tmp || !r->cache || !r->ckey || !r->key) {
+        !r->wu || !r->pv || !r->mpv || !r->msig || !r->rver || !r->fver || !r->fsig || !r->tmp || !r->cache || !r->ckey || !r->key) {
         gr_run_free(r);
         return -1;
     }
@@ -912,6 +931,7 @@ void gr_run_free(gr_run *r) {
     if (!r) return;
     free(r->node), free(r->heads), free(r->seen), free(r->remap), free(r->work), free(r->top);
     free(r->wn), free(r->wacc), free(r->src), free(r->mark), free(r->wu), free(r->tmp);
+    free(r->pv), free(r->mpv), free(r->msig), free(r->rver), free(r->fver), free(r->fsig);
     free(r->cache), free(r->ckey), free(r->key);
     free(r);
 }
@@ -954,6 +974,8 @@ void gr_run_stats(const gr_run *r, long *hits, long *misses) {
     *hits = r->hits;
     *misses = r->misses;
 }
+
+void gr_run_clear_cache(gr_run *r) { r->used = 0, r->next = 0; }
 
 void gr_run_compact(gr_run *r) {
     /* the nodes the state's stacks reach, renumbered in order (a parent stays before its
@@ -1034,25 +1056,52 @@ long gr_mask(gr_run *r, const json_vocab *v, uint64_t *bits) {
     r->mark[0] = mark0, r->src[0] = 0;
     const json_trie *t = v->all;
     long steps = 0;
+    for (int d = 0; d <= v->max_len; d++) r->pv[d]++, r->mpv[d] = 0, r->rver[d]++, r->fver[d] = 0; /* no memo */
     for (int i = 0; i < v->n_all;) {
-        const int d = t[i].depth, s = r->src[d - 1];
-        truncate_pool(r, r->mark[d - 1]);
-        uint32_t u = r->wu[d - 1];
-        int nout = 0, acc = 0;
+        const int d = t[i].depth, s = r->src[d - 1], n = r->wn[s];
+        const int32_t *in = r->top + (size_t)s * S;
+        uint32_t u = r->wu[d - 1], cp = 0;
         steps++;
-        const int st = step_byte(r, r->top + (size_t)s * S, r->wn[s], &u, t[i].byte, r->top + (size_t)d * S, &nout, &acc);
-        if (st < 0) {
-            truncate_pool(r, mark0);
-            r->over = 0; /* the state itself is fine: only this mask is refused */
-            return -1;
+        r->pv[d]++;
+        int st = read_byte(r, in, n, &u, t[i].byte, &cp);
+        if (st == 3) {
+            uint64_t sig = 0;
+            for (int k = 0; k < n && k < 64; k++)
+                sig |= (uint64_t)cls_has(r->g, r->g->e[r->node[in[k]].pos].a, cp) << k;
+            const int small = n <= 64;
+            if (small && r->fver[s] == r->rver[s] && r->fsig[s] == sig) { /* the set again */
+                truncate_pool(r, r->mark[d - 1]);
+                r->mark[d] = r->n_node, r->mpv[d] = 0;
+                st = 1;
+            } else if (small && r->mpv[d] == r->pv[d - 1] && r->msig[d] == sig) { /* row d as it was */
+                truncate_pool(r, r->mark[d]);
+                st = r->wn[d] || r->wacc[d] ? 2 : 0;
+            } else {
+                truncate_pool(r, r->mark[d - 1]);
+                int acc = 0;
+                const int k = step_cp(r, in, n, cp, r->top + (size_t)d * S, &acc);
+                if (k < 0) {
+                    truncate_pool(r, mark0);
+                    r->over = 0; /* the state itself is fine: only this mask is refused */
+                    return -1;
+                }
+                r->wn[d] = k, r->wacc[d] = acc, r->mark[d] = r->n_node, r->rver[d]++;
+                r->mpv[d] = small ? r->pv[d - 1] : 0, r->msig[d] = sig;
+                int same = small && k == n && acc == r->wacc[s];
+                for (int j = 0; same && j < n; j++) same = r->seen[in[j]] == r->stamp; /* step_cp's stamp */
+                if (same) r->fsig[s] = sig, r->fver[s] = r->rver[s];
+                st = same ? 1 : k || acc ? 2 : 0;
+            }
+        } else { /* inside a character: row d not made, its nodes popped */
+            truncate_pool(r, r->mark[d - 1]);
+            r->mark[d] = r->n_node, r->mpv[d] = 0;
         }
         if (!st) {
             i = (int)t[i].skip;
             continue;
         }
         r->src[d] = st == 1 ? s : d;
-        if (st == 2) r->wn[d] = nout, r->wacc[d] = acc;
-        r->wu[d] = u, r->mark[d] = r->n_node;
+        r->wu[d] = u;
         if (t[i].tok >= 0) json_vocab_set_tok(v, bits, &t[i]);
         i++;
     }

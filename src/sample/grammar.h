@@ -85,5 +85,7 @@ long gr_mask(gr_run *r, const json_vocab *v, uint64_t *bits);
 int gr_mask_brute(gr_run *r, const dsv4_tokenizer *tok, uint64_t *bits, int words);
 /* the mask cache's hits and misses (benchmarks, tests) */
 void gr_run_stats(const gr_run *r, long *hits, long *misses);
+/* empties the mask cache (benchmarks: a cold mask) */
+void gr_run_clear_cache(gr_run *r);
 
 #endif
