@@ -23,7 +23,6 @@
 #include "bench_util.h"
 #include "dsv4_internal.h"
 #include "dsv4_text.h"
-#include "sample/grammar.h"
 
 typedef struct gcase { const char *name, *regex, *text; int choices; const char *grammar; } gcase;
 

@@ -35,6 +35,7 @@
 #include "model/numerics.h"       /* bench_w8a8: P2 products through the w8a8 mode */
 #include "moe/moe.h"             /* bench_linear --moe: a decode step's expert phase */
 #include "sample/json.h"         /* bench_json: the structured-output mask */
+#include "sample/grammar.h"      /* bench_guided: the grammar mask */
 #include "sample/regex_mask.h"   /* bench_guided: the regex / choice mask */
 #include "sample/tool_match.h"   /* bench_tools: the strict tool calls mask */
 #include "model/safetensors.h"
