@@ -141,6 +141,16 @@ grep -qx 'yes\|no way\|café' "$TMP/out" || fail "--choice output: $(cat "$TMP/o
     fail "--regex refused: $(cat "$TMP/err")"
 [ "$(st "$BIN" generate --model "$MODEL" -p x -n 1 --choice '["a",1]')" = 2 ] || fail "--choice refused: $(cat "$TMP/err")"
 [ "$(st "$BIN" generate --model "$MODEL" -p x -n 1 --json --regex a)" = 2 ] || fail "--json --regex: $(cat "$TMP/err")"
+# --grammar FILE (GBNF, recursive): the reply is a sentence; an undefined rule is refused
+printf 'root ::= "<" root ">" | "(" [0-9] ("," [0-9]){0,2} ")"\n' > "$TMP/g.gbnf"
+[ "$(st "$BIN" generate --model "$MODEL" -p "Nest" -n 24 --seed 3 --grammar "$TMP/g.gbnf")" = 0 ] ||
+    fail "--grammar: $(cat "$TMP/err")"
+grep -qx '\(<*\)([0-9]\(,[0-9]\)\{0,2\})\(>*\)' "$TMP/out" || fail "--grammar output: $(cat "$TMP/out")"
+printf 'root ::= x\n' > "$TMP/bad.gbnf"
+[ "$(st "$BIN" generate --model "$MODEL" -p x -n 1 --grammar "$TMP/bad.gbnf")" = 2 ] &&
+    grep -q "line 1, column 10: undefined rule 'x'" "$TMP/err" || fail "--grammar refused: $(cat "$TMP/err")"
+[ "$(st "$BIN" generate --model "$MODEL" -p x -n 1 --regex a --grammar "$TMP/g.gbnf")" = 2 ] ||
+    fail "--regex --grammar: $(cat "$TMP/err")"
 ok
 
 echo "$passed passed, 0 failed"
