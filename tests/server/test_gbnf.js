@@ -158,6 +158,9 @@ run('server_grammar', async () => {
   const amb = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', messages: msgs, max_tokens: 30,
     guided_grammar: AMB } });
   assert(amb.status === 500 && amb.json.error.message.includes('parse stacks'), amb.body);
+  const ambs = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', messages: msgs, max_tokens: 30,
+    stream: true, guided_grammar: AMB } });
+  assert(ambs.body.includes('parse stacks') && ambs.body.includes('error'), ambs.body);
 
   // the bad cases: 400s naming the field, with the line and column
   const bad = async (body, what, url = '/v1/chat/completions') => {
