@@ -635,11 +635,14 @@ static srv_job *chat_submit_rendered(srv *s, const cJSON *j, srv_chat *c, int ap
         goto bad;
     int parallel = 1;
     if (srv_opt_bool(j, "parallel_tool_calls", &parallel, msg, MSG) < 0) goto bad;
-    char *schema = c->schema;
+    /* a guided JSON field beside tools is served as response_format is (the document or a
+     * call): srv_guided gives its schema here instead of setting it */
+    char *schema = NULL;
+    if (srv_guided(r, j, c->json, c->tools ? &schema : NULL, c->co.thinking, msg, MSG)) goto bad;
+    if (!schema) schema = c->schema;
     c->schema = NULL;
     if (srv_answer_constraint(r, c->tools, c->allowed, c->tc, c->tc_name, schema, c->co.thinking, !parallel, msg, MSG))
         goto bad;
-    if (srv_guided(r, j, c->json, c->tools != NULL, c->co.thinking, msg, MSG)) goto bad;
     r->gp.sample.n_logprobs = n_logprobs;
     job = srv_submit_n(s, r, n, api, body, out);
     if (job) {
@@ -902,7 +905,7 @@ void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out)
     if (srv_parse_sampling(s, j, r, "stop", msg, MSG)) goto bad;
     if (json) srv_req_set_json(r, schema, 0);
     schema = NULL;
-    if (srv_guided(r, j, json, 0, 0, msg, MSG)) goto bad;
+    if (srv_guided(r, j, json, NULL, 0, msg, MSG)) goto bad;
     r->gp.sample.n_logprobs = lp > 0 ? (int)lp : 0;
     srv_job *job = srv_submit_n(s, r, best_of > n ? best_of : n, SRV_API_COMPLETION, body, out);
     r = NULL;

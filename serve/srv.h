@@ -167,12 +167,15 @@ srv_job *srv_chat_submit_rendered(srv *s, const cJSON *j, srv_chat *c, int api, 
  * grammar} (vLLM >= 0.10), the older guided_json / guided_regex / guided_choice /
  * guided_grammar, SGLang's regex, json_schema and ebnf, llama.cpp's grammar (a grammar is
  * GBNF / xgrammar EBNF text: dsv4_gen_params.grammar). Exactly one constraint per request:
- * several, or one beside a JSON response_format (json_format != 0), is a 400 naming them,
- * as is one beside tools; structured_outputs.structural_tag is refused as not supported.
- * Sets r's regex, choices, grammar or JSON schema; after_think:
- * thinking mode (the constraint starts after the reasoning). 0 (none or set), -1 with a
- * message. */
-int srv_guided(srv_req *r, const cJSON *body, int json_format, int tools, int thinking, char *msg, size_t n);
+ * several, or one beside a JSON response_format (json_format != 0), is a 400 naming them;
+ * structured_outputs.structural_tag is refused as not supported. Sets r's regex, choices,
+ * grammar or JSON schema; after_think: thinking mode (the constraint starts after the
+ * reasoning). doc non-NULL: the request has tools, and a JSON constraint (the guided json
+ * fields, json_object) is not set but its schema text given in *doc (the caller's, for
+ * srv_answer_constraint: the document or a tool call, as response_format beside tools); a
+ * regex, choice list or grammar beside tools is a 400 (the tools' automaton reads its
+ * document as JSON). 0 (none or set), -1 with a message. */
+int srv_guided(srv_req *r, const cJSON *body, int json_format, char **doc, int thinking, char *msg, size_t n);
 /* On an endpoint without guided decoding (where: its path): -1 with a message naming the
  * first guided field given (in *param), 0 when there is none. */
 int srv_guided_refuse(const cJSON *body, const char *where, const char **param, char *msg, size_t n);

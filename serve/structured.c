@@ -248,18 +248,24 @@ static int guide_choice(srv_req *r, const guide_field *f, char *msg, size_t n) {
     return rc;
 }
 
-/* A JSON Schema given as an object (or true) or as a string of JSON */
-static int guide_json(srv_req *r, const guide_field *f, int thinking, char *msg, size_t n) {
+/* A JSON Schema given as an object (or true) or as a string of JSON, or json_object's
+ * true: its text into *schema */
+static int guide_json(const guide_field *f, char **schema, char *msg, size_t n) {
+    if (f->kind == G_JSON_OBJECT) {
+        if (!cJSON_IsTrue(f->v)) {
+            snprintf(msg, n, "'%s' must be a boolean", f->name);
+            return -1;
+        }
+        return schema_text(NULL, "{\"type\":\"object\"}", f->name, schema, msg, n) > 0 ? 0 : -1;
+    }
     cJSON *parsed = cJSON_IsString(f->v) ? cJSON_Parse(f->v->valuestring) : NULL;
     const cJSON *sc = cJSON_IsString(f->v) ? parsed : f->v;
-    char *schema = NULL;
     int rc = -1;
     if (!cJSON_IsObject(sc) && !cJSON_IsBool(sc))
         snprintf(msg, n, "'%s' must be a JSON Schema (an object, or a string holding one)", f->name);
-    else if (schema_text(sc, NULL, f->name, &schema, msg, n) > 0)
+    else if (schema_text(sc, NULL, f->name, schema, msg, n) > 0)
         rc = 0;
     cJSON_Delete(parsed);
-    if (!rc) srv_req_set_json(r, schema, thinking);
     return rc;
 }
 
@@ -308,7 +314,7 @@ int srv_guided_refuse(const cJSON *body, const char *where, const char **param, 
     return -1;
 }
 
-int srv_guided(srv_req *r, const cJSON *body, int json_format, int tools, int thinking, char *msg, size_t n) {
+int srv_guided(srv_req *r, const cJSON *body, int json_format, char **doc, int thinking, char *msg, size_t n) {
     const cJSON *so;
     if (so_field(body, &so, msg, n)) return -1;
     guide_field f[16];
@@ -325,28 +331,24 @@ int srv_guided(srv_req *r, const cJSON *body, int json_format, int tools, int th
         return -1;
     }
     if (!k) return 0;
-    if (tools) {
-        snprintf(msg, n, "'%s' together with 'tools' is not supported (drop the tools or set 'tool_choice' to \"none\")",
-                 f[0].name);
+    const int json = f[0].kind == G_JSON || f[0].kind == G_JSON_OBJECT;
+    if (doc && !json) {
+        /* the tools' automaton (tool_match) takes a JSON document beside the opener, not a
+         * regex's, a choice list's or a grammar's text */
+        snprintf(msg, n, "'%s' together with 'tools' is not supported (a JSON constraint is: guided_json, "
+                 "structured_outputs.json / json_object or response_format; else drop the tools or set "
+                 "'tool_choice' to \"none\")", f[0].name);
         return -1;
     }
     r->gp.json_after_think = thinking;
-    switch (f[0].kind) {
-    case G_JSON_OBJECT:
-        if (!cJSON_IsTrue(f[0].v)) {
-            snprintf(msg, n, "'%s' must be a boolean", f[0].name);
-            return -1;
-        }
-        {
-            char *schema = strdup("{\"type\":\"object\"}");
-            if (!schema) { snprintf(msg, n, "out of memory"); return -1; }
-            srv_req_set_json(r, schema, thinking);
-        }
+    if (json) {
+        char *schema = NULL;
+        if (guide_json(&f[0], &schema, msg, n)) return -1;
+        if (doc) *doc = schema; /* beside tools: the document or a call (srv_answer_constraint) */
+        else srv_req_set_json(r, schema, thinking);
         return 0;
-    case G_JSON: return guide_json(r, &f[0], thinking, msg, n);
-    case G_CHOICE: return guide_choice(r, &f[0], msg, n);
-    default: break;
     }
+    if (f[0].kind == G_CHOICE) return guide_choice(r, &f[0], msg, n);
     if (!cJSON_IsString(f[0].v)) {
         snprintf(msg, n, "'%s' must be a string (%s)", f[0].name, f[0].kind == G_GRAMMAR ? "a grammar" : "a regular expression");
         return -1;

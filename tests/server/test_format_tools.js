@@ -6,6 +6,8 @@
 //    streamed the same as not; required / named: the call alone; none: the document alone;
 //    thinking on: the same after the reasoning; /tokenize counts the chat's prompt_tokens;
 //  - /v1/responses' text.format with tools, the same way (its chat path);
+//  - the guided JSON fields (guided_json, structured_outputs.json / json_object, SGLang's
+//    json_schema) with tools, the same way as response_format, every tool_choice;
 //  - allowed_tools (chat's {type, allowed_tools: {mode, tools}}, Responses' {type, mode,
 //    tools}): every tool in the prompt, the calls restricted to the listed ones (required: one
 //    of them is called); bad lists are 400s naming the param.
@@ -40,7 +42,7 @@ const ARGS = {
 // One answer {content, calls: [[name, args]], finish} checked: ended, it is the document
 // alone (want has 'doc') or calls alone of the names in want; cut by max_tokens, what came
 // is a beginning of one of them. Returns 'doc', 'call' or 'length'.
-function check(what, a, want) {
+function check(what, a, want, valid = validDoc) {
   const calls = a.calls || [];
   const text = (a.content || '').trim();
   for (const [name, args] of calls) {
@@ -60,7 +62,7 @@ function check(what, a, want) {
   }
   assert(want.includes('doc'), `${what}: no call ${JSON.stringify(a)}`);
   assert.strictEqual(a.finish, 'stop', what);
-  assert(validDoc(text), `${what}: ${JSON.stringify(text)} is not a value of the schema`);
+  assert(valid(text), `${what}: ${JSON.stringify(text)} is not a value of the schema`);
   return 'doc';
 }
 
@@ -158,6 +160,48 @@ run('server_format_tools', async () => {
   assert(cut >= 1, 'no call was cut by max_tokens');
   const allowedCount = await http(srv.url + '/tokenize', { body: { messages, tools: [F, G, H], tool_choice: allowed('auto', ['g']) } });
   assert.strictEqual(allowedCount.json.count, plain.usage.prompt_tokens, allowedCount.body);
+
+  // the guided JSON fields beside tools, served as response_format is (not shown in the
+  // prompt): auto the document or a call, required / named / allowed the calls, none the
+  // document; json_object any object. A regex or a choice list beside tools stays a 400.
+  const isObject = (t) => { const v = JSON.parse(t); return typeof v === 'object' && v !== null && !Array.isArray(v); };
+  const gchat = (field, extra) => client.chat.completions.create({ model: 'm', max_tokens: 160, temperature: 1, messages,
+    tools: [F, G, H], ...field, ...extra }).then(answer);
+  const FIELDS = [[{ guided_json: X }, validDoc], [{ structured_outputs: { json: JSON.stringify(X) } }, validDoc],
+    [{ json_schema: X }, validDoc], [{ structured_outputs: { json_object: true } }, isObject]];
+  // the opener's "\n\n" at +50 and its other tokens at +100: a JSON document's whitespace
+  // (+100 in `opener`) does not win over the markup
+  const nl = await ids('\n\n');
+  const opener2 = { ...bias((await ids(`<${D}tool_calls>\n<${D}invoke name="`)).filter((id) => !nl.includes(id))),
+    ...Object.fromEntries(nl.map((id) => [id, 50])) };
+  const gseen = { doc: 0, call: 0, length: 0 };
+  for (const [i, [field, valid]] of FIELDS.entries()) {
+    const k = Object.keys(field)[0];
+    gseen[check(`${k} auto`, await gchat(field, { seed: i + 1 }), ['doc', 'f', 'g', 'h'], valid)]++;
+    gseen[check(`${k} auto opener`, await gchat(field, { seed: i + 1, logit_bias: opener2, parallel_tool_calls: false }),
+      ['doc', 'f', 'g', 'h'], valid)]++;
+  }
+  assert(gseen.doc >= 2 && gseen.call >= 2, `guided auto: ${JSON.stringify(gseen)}`);
+  assert.strictEqual(check('guided required', await gchat({ guided_json: X }, { seed: 1, tool_choice: 'required',
+    tools: [F, H], parallel_tool_calls: false }), ['f', 'h']), 'call');
+  assert.strictEqual(check('guided none', await gchat({ guided_json: X }, { seed: 2, tool_choice: 'none' }), ['doc']), 'doc');
+  assert.strictEqual(check('guided named', await gchat({ structured_outputs: { json: X } },
+    { seed: 3, tool_choice: { type: 'function', function: { name: 'f' } } }), ['f']), 'call');
+  check('guided allowed auto', await gchat({ guided_json: X }, { seed: 2, logit_bias: opener, parallel_tool_calls: false,
+    tool_choice: allowed('auto', ['h']) }), ['doc', 'h']);
+  assert.strictEqual(check('guided allowed required', await gchat({ guided_json: X }, { seed: 1,
+    tool_choice: allowed('required', ['h']) }), ['h']), 'call');
+  console.log(`guided json beside tools: ${JSON.stringify(gseen)}`);
+  for (const field of [{ guided_regex: 'a+' }, { structured_outputs: { choice: ['a', 'b'] } }]) {
+    const r = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', messages, tools: [F], ...field } });
+    assert.strictEqual(r.status, 400, r.body);
+    assert(r.json.error.message.includes('together with \'tools\' is not supported'), r.body);
+  }
+  for (const field of [{ guided_json: X, response_format: FMT }, { guided_json: X, guided_regex: 'a' }]) {
+    const r = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', messages, tools: [F], ...field } });
+    assert.strictEqual(r.status, 400, r.body);
+    assert(r.json.error.message.includes('one output constraint per request'), r.body);
+  }
 
   // the Responses API: text.format beside tools, allowed_tools in its own form
   const RT = [F, G, H].map((t) => ({ type: 'function', ...t.function }));
