@@ -63,7 +63,7 @@ static long guide_mask(guide *x, const json_vocab *jv, uint64_t *bits, int cold)
         if (cold) gr_run_clear_cache(x->gr);
         return gr_mask(x->gr, jv, bits);
     }
-    if (cold) x->w.used = 0, x->w.next = 0;
+    if (cold) rx_walk_forget(&x->w);
     return rx_mask(x->g, jv, &x->w, &x->st, bits);
 }
 
@@ -219,7 +219,7 @@ int main(int argc, char **argv) {
                "\"walk_init_ms\":%.2f,\"mask_classes\":%d,"
                "\"allowed_ids_per_token\":%.0f,\"trie_steps_per_token\":%.0f,\"cold_us_median\":%.1f,\"cold_us_p90\":%.1f,"
                "\"cached_us_median\":%.2f,\"gen_next_us_free\":%.1f,\"gen_next_us_guided\":%.1f}\n",
-               k->name, n, reps, compile_ms, walk_ms, x.w.cls ? x.w.n_cls : -1, (double)allowed / n, (double)nodes / n, median(rc_, reps) * 1e6,
+               k->name, n, reps, compile_ms, walk_ms, x.g ? rx_walk_classes(&x.w) : -1, (double)allowed / n, (double)nodes / n, median(rc_, reps) * 1e6,
                best[(int)(0.9 * (n - 1))] * 1e6, median(rw, reps) * 1e6, median(rf, reps) * 1e6, median(rg, reps) * 1e6);
         fflush(stdout);
         free(tc), free(tw), free(tf), free(tg), free(best), free(rc_), free(rw), free(rf), free(rg);

@@ -536,6 +536,8 @@ DSV4_API int dsv4_grammar_check(const char *grammar, size_t len, dsv4_err *err);
 
 /* ==== generation ======================================================================= */
 
+typedef struct dsv4_gen dsv4_gen;
+
 /* What one generation samples and when it stops. */
 typedef struct dsv4_gen_params {
     dsv4_sample_params sample;
@@ -600,6 +602,14 @@ typedef struct dsv4_gen_params {
     int include_stop_str;             /* 1: the text ends with the stop string that ended it */
     int skip_special;                 /* 1: tokens marked "special" show no text (default 0:
                                        * their text is shown; EOS, a stop token, never is) */
+    const dsv4_gen *share;            /* NULL, or a live generation (same tokenizer) whose
+                                       * regex or choice list is this one's, byte for byte
+                                       * (the n choices of one request): its compiled guide
+                                       * and mask cache are shared, so each state's mask is
+                                       * walked once for all of them (thread-safe: the two
+                                       * may draw on different threads at once; either may
+                                       * be freed first). Read at create only; ignored when
+                                       * the constraints differ. */
 } dsv4_gen_params;
 
 /* One step's result. */
@@ -612,8 +622,6 @@ typedef struct dsv4_gen_token {
     size_t text_len;      /* stop string (valid until the next call on the dsv4_gen) */
     dsv4_sample_out sample;  /* the chosen token's logprob and the best n_logprobs */
 } dsv4_gen_token;
-
-typedef struct dsv4_gen dsv4_gen;
 
 /* A generation over the model's vocabulary: sampler, stop conditions and streaming
  * detokenizer. Ids the tokenizer has no text for are never sampled (a random or untrained

@@ -1000,8 +1000,13 @@ int srv_sched_submit(srv_sched *s, srv_req *r, dsv4_err *err) {
 
 int srv_sched_submit_n(srv_sched *s, srv_req *const *r, int n, dsv4_err *err) {
     int rc;
-    for (int i = 0; i < n; i++)
-        if ((rc = srv_sched_prepare(s, r[i], err))) return rc;
+    for (int i = 0; i < n; i++) {
+        /* the choices of one request share choice 0's regex / choice masks (dsv4_gen_params.share) */
+        r[i]->gp.share = i ? r[0]->gen : NULL;
+        rc = srv_sched_prepare(s, r[i], err);
+        r[i]->gp.share = NULL;
+        if (rc) return rc;
+    }
     /* the choices share choice 0's prompt by forking its sequence (on a rank-0-home group
      * the fork is relayed: srv_relay_fork; under data-parallel attention they are placed
      * on choice 0's home rank, which forks there: dp.c) */

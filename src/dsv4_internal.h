@@ -37,6 +37,7 @@
 #include "sample/json.h"         /* bench_json: the structured-output mask */
 #include "sample/grammar.h"      /* bench_guided: the grammar mask */
 #include "sample/regex_mask.h"   /* bench_guided: the regex / choice mask */
+#include "serve/gen.h"           /* bench_guided: the walks a generation's masks took */
 #include "sample/tool_match.h"   /* bench_tools: the strict tool calls mask */
 #include "model/safetensors.h"
 #include "model/scan.h"          /* dsv4 info --check: the full non-finite scan */

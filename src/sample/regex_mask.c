@@ -5,6 +5,7 @@
 #include "sample/regex_mask.h"
 #include "sample/utf8_range.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -307,11 +308,28 @@ static uint64_t hash_row(const int32_t *x, int n) {
     return h ^ h >> 29;
 }
 
-/* Moore's refinement, levels deep: w->cls[q] the class of q under "the same states live after
+/* The masks of one guide (regex_mask.h): the slots hold a state's mask once filled (ready);
+ * a slot being walked is kept from replacement, and a walk that needs its state waits. */
+struct rx_masks {
+    pthread_mutex_t mu;
+    pthread_cond_t filled;   /* a slot became ready */
+    int refs;                /* the walks using it */
+    const rx_guide *g;
+    rx_guide *own;           /* g when the masks own it */
+    int words;
+    int32_t *cls;            /* (dfa.n_states) a DFA state's class; NULL: the state itself */
+    int n_cls;
+    uint64_t *cache;         /* [RX_CACHE][words] */
+    rx_state key[RX_CACHE];
+    uint8_t ready[RX_CACHE];
+    int used, next;
+};
+
+/* Moore's refinement, levels deep: m->cls[q] the class of q under "the same states live after
  * every string of at most `levels` code points" (its level-0 class: all one; a step's target
  * that is not live: -1). Stops early once a level splits nothing (the partition is then
  * final). Over the work bound, or out of memory: no classes (each state its own). */
-static int dfa_classes(rx_walk *w, const rx_guide *g, int levels) {
+static int dfa_classes(rx_masks *m, const rx_guide *g, int levels) {
     const json_dfa *d = &g->dfa;
     const int Q = d->n_states, C = d->n_classes, R = C + 1;
     if ((int64_t)Q * R * levels > (1 << 25)) return 0;
@@ -319,78 +337,175 @@ static int dfa_classes(rx_walk *w, const rx_guide *g, int levels) {
     while (hcap < 2 * Q) hcap *= 2;
     int32_t *sig = malloc((size_t)Q * (size_t)R * sizeof *sig), *nc = malloc((size_t)Q * sizeof *nc);
     int32_t *ht = malloc((size_t)hcap * sizeof *ht);
-    w->cls = calloc((size_t)Q, sizeof *w->cls);
-    if (!sig || !nc || !ht || !w->cls) {
-        free(sig), free(nc), free(ht), free(w->cls);
-        w->cls = NULL;
+    m->cls = calloc((size_t)Q, sizeof *m->cls);
+    if (!sig || !nc || !ht || !m->cls) {
+        free(sig), free(nc), free(ht), free(m->cls);
+        m->cls = NULL;
         return -1;
     }
     int n = 1;
     for (int lv = 0; lv < levels; lv++) {
         for (int q = 0; q < Q; q++) {
             int32_t *s = sig + (size_t)q * (size_t)R;
-            s[0] = w->cls[q];
+            s[0] = m->cls[q];
             for (int k = 0; k < C; k++) {
                 const int t = d->next[(size_t)q * (size_t)C + (size_t)k];
-                s[k + 1] = t >= 0 && g->live[t] ? w->cls[t] : -1;
+                s[k + 1] = t >= 0 && g->live[t] ? m->cls[t] : -1;
             }
         }
         for (int i = 0; i < hcap; i++) ht[i] = -1;
-        int m = 0;
+        int nm = 0;
         for (int q = 0; q < Q; q++) {
             const int32_t *s = sig + (size_t)q * (size_t)R;
             size_t h = (size_t)hash_row(s, R) & (size_t)(hcap - 1);
             while (ht[h] >= 0 && memcmp(sig + (size_t)ht[h] * (size_t)R, s, (size_t)R * sizeof *s))
                 h = (h + 1) & (size_t)(hcap - 1);
-            if (ht[h] < 0) ht[h] = q, nc[q] = m++;
+            if (ht[h] < 0) ht[h] = q, nc[q] = nm++;
             else nc[q] = nc[ht[h]];
         }
-        memcpy(w->cls, nc, (size_t)Q * sizeof *nc);
-        if (m == n) break;
-        n = m;
+        memcpy(m->cls, nc, (size_t)Q * sizeof *nc);
+        if (nm == n) break;
+        n = nm;
     }
-    w->n_cls = n;
+    m->n_cls = n;
     free(sig), free(nc), free(ht);
     return 0;
 }
 
-int rx_walk_init(rx_walk *w, const json_vocab *v, const rx_guide *g) {
-    memset(w, 0, sizeof *w);
-    if (g->kind == RX_DFA && dfa_classes(w, g, v->max_len + 1)) return -1;
+static void masks_release(rx_masks *m) {
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    const int last = --m->refs == 0;
+    pthread_mutex_unlock(&m->mu);
+    if (!last) return;
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->filled);
+    free(m->cls);
+    free(m->cache);
+    rx_guide_free(m->own);
+    free(m);
+}
+
+/* own: g itself (taken, on failure too), or NULL */
+static rx_masks *masks_new(const json_vocab *v, const rx_guide *g, rx_guide *own) {
+    rx_masks *m = calloc(1, sizeof *m);
+    if (!m) {
+        rx_guide_free(own);
+        return NULL;
+    }
+    m->g = g, m->own = own;
+    m->words = v->words;
+    m->refs = 1;
+    const int mu = !pthread_mutex_init(&m->mu, NULL);
+    const int cv = mu && !pthread_cond_init(&m->filled, NULL);
+    if (!cv) {
+        if (mu) pthread_mutex_destroy(&m->mu);
+        rx_guide_free(own);
+        free(m);
+        return NULL;
+    }
+    m->cache = malloc((size_t)RX_CACHE * (size_t)v->words * sizeof *m->cache);
+    if (!m->cache || (g->kind == RX_DFA && dfa_classes(m, g, v->max_len + 1))) {
+        masks_release(m);
+        return NULL;
+    }
+    return m;
+}
+
+static int walk_scratch(rx_walk *w, const json_vocab *v) {
     w->sq = malloc(((size_t)v->max_len + 1) * sizeof *w->sq);
     w->su = malloc(((size_t)v->max_len + 1) * sizeof *w->su);
-    w->cache = malloc((size_t)RX_CACHE * (size_t)v->words * sizeof *w->cache);
-    if (w->sq && w->su && w->cache) return 0;
+    if (w->sq && w->su) return 0;
     rx_walk_free(w);
     return -1;
+}
+
+int rx_walk_init(rx_walk *w, const json_vocab *v, const rx_guide *g) {
+    memset(w, 0, sizeof *w);
+    if (!(w->m = masks_new(v, g, NULL))) return -1;
+    return walk_scratch(w, v);
+}
+
+int rx_walk_init_own(rx_walk *w, const json_vocab *v, rx_guide *g) {
+    memset(w, 0, sizeof *w);
+    if (!(w->m = masks_new(v, g, g))) return -1;
+    return walk_scratch(w, v);
+}
+
+int rx_walk_share(rx_walk *w, const json_vocab *v, const rx_walk *other) {
+    memset(w, 0, sizeof *w);
+    rx_masks *m = other->m;
+    pthread_mutex_lock(&m->mu);
+    m->refs++;
+    pthread_mutex_unlock(&m->mu);
+    w->m = m;
+    return walk_scratch(w, v);
 }
 
 void rx_walk_free(rx_walk *w) {
     free(w->sq);
     free(w->su);
-    free(w->cache);
-    free(w->cls);
-    w->cls = NULL;
+    masks_release(w->m);
     w->sq = NULL;
     w->su = NULL;
-    w->cache = NULL;
+    w->m = NULL;
+}
+
+const rx_guide *rx_walk_guide(const rx_walk *w) { return w->m->g; }
+
+int rx_walk_classes(const rx_walk *w) { return w->m->cls ? w->m->n_cls : -1; }
+
+void rx_walk_forget(rx_walk *w) {
+    pthread_mutex_lock(&w->m->mu);
+    w->m->used = w->m->next = 0;
+    pthread_mutex_unlock(&w->m->mu);
+}
+
+/* The slot of key (q, u) in m (-1: none); m's lock held */
+static int masks_find(const rx_masks *m, int32_t q, uint32_t u) {
+    for (int i = 0; i < m->used; i++)
+        if (m->key[i].q == q && m->key[i].u == u) return i;
+    return -1;
+}
+
+/* A slot for a new key (m's lock held): a free one, else the oldest ready one (a slot being
+ * walked is not replaced); -1 when every slot is being walked */
+static int masks_take(rx_masks *m) {
+    if (m->used < RX_CACHE) return m->used++;
+    for (int k = 0; k < RX_CACHE; k++) {
+        const int s = (m->next + k) % RX_CACHE;
+        if (m->ready[s]) {
+            m->next = (s + 1) % RX_CACHE;
+            return s;
+        }
+    }
+    return -1;
 }
 
 long rx_mask(const rx_guide *g, const json_vocab *v, rx_walk *w, const rx_state *st, uint64_t *bits) {
+    rx_masks *m = w->m;
     const size_t bytes = (size_t)v->words * sizeof *bits;
-    const int32_t kq = w->cls ? w->cls[st->q] : st->q; /* the key: the state's class */
-    for (int i = 0; i < w->used; i++)
-        if (w->key[i].q == kq && w->key[i].u == st->u) {
-            memcpy(bits, w->cache + (size_t)i * (size_t)v->words, bytes);
+    const int32_t kq = m->cls ? m->cls[st->q] : st->q; /* the key: the state's class */
+    pthread_mutex_lock(&m->mu);
+    int slot;
+    for (;;) {
+        slot = masks_find(m, kq, st->u);
+        if (slot >= 0 && m->ready[slot]) {
+            memcpy(bits, m->cache + (size_t)slot * (size_t)v->words, bytes);
+            pthread_mutex_unlock(&m->mu);
             w->hits++;
             return 0;
         }
+        if (slot < 0 && (slot = masks_take(m)) >= 0) break;
+        pthread_cond_wait(&m->filled, &m->mu); /* another walk is on it (or on every slot) */
+    }
+    m->key[slot] = (rx_state){kq, st->u};
+    m->ready[slot] = 0;
+    pthread_mutex_unlock(&m->mu);
     w->misses++;
-    const int slot = w->used < RX_CACHE ? w->used++ : w->next;
-    if (slot == w->next) w->next = (w->next + 1) % RX_CACHE;
-    uint64_t *c = w->cache + (size_t)slot * (size_t)v->words;
+    /* the slot is this walk's until it is ready: nothing else reads or replaces it */
+    uint64_t *c = m->cache + (size_t)slot * (size_t)v->words;
     memset(c, 0, bytes);
-    w->key[slot] = (rx_state){kq, st->u};
     const json_trie *t = v->all;
     long steps = 0;
     w->sq[0] = st->q, w->su[0] = st->u;
@@ -408,6 +523,10 @@ long rx_mask(const rx_guide *g, const json_vocab *v, rx_walk *w, const rx_state 
         }
     }
     memcpy(bits, c, bytes);
+    pthread_mutex_lock(&m->mu);
+    m->ready[slot] = 1;
+    pthread_cond_broadcast(&m->filled);
+    pthread_mutex_unlock(&m->mu);
     return steps;
 }
 

@@ -51,31 +51,44 @@ int rx_state_accepting(const rx_guide *g, const rx_state *st);
 /* st over n bytes: 1 alive after them (rx_state_alive), 0 dead */
 int rx_state_feed(const rx_guide *g, rx_state *st, const uint8_t *b, size_t n);
 
-/* Per-generation scratch: the walk's state at each trie depth, and the masks of the states
- * met so far (RX_CACHE slots, the oldest replaced: a DFA has finitely many states, so after
- * warm-up a step costs a copy). A regex's DFA states are keyed by their class under
- * equivalence up to max_len + 1 code points (two states whose continuations of that length
- * live alike have the same mask, as no token is longer): the states of a count such as
- * .{0,200} that leave room for any token share one mask. */
+/* The masks of one guide over one vocabulary (rx_masks, regex_mask.c): the states met so
+ * far (RX_CACHE slots, the oldest replaced: a DFA has finitely many states, so after warm-up
+ * a step costs a copy), shared by every walk made from one (the n choices of a request, whose
+ * draws run on the engine's threads at once): a lock around the slots, a state walked by one
+ * walk at a time (another that needs it waits for it), the guide and the masks freed with
+ * their last walk. A regex's DFA states are keyed by their class under equivalence up to
+ * max_len + 1 code points (two states whose continuations of that length live alike have the
+ * same mask, as no token is longer): the states of a count such as .{0,200} that leave room
+ * for any token share one mask. */
 #define RX_CACHE 32
+typedef struct rx_masks rx_masks;
+
+/* A walk's own scratch: its state at each trie depth, and what its masks cost it. */
 typedef struct rx_walk {
     int32_t *sq;            /* (max_len + 1) the state's q at each depth (apart from its u: */
     uint32_t *su;           /* (max_len + 1) one 8-byte struct written in halves stalled the walk) */
-    uint64_t *cache;        /* [RX_CACHE][words] */
-    rx_state key[RX_CACHE];
-    int used, next;
-    long hits, misses;      /* for the benchmark */
-    int32_t *cls;           /* (dfa.n_states) a DFA state's class; NULL: the state itself */
-    int n_cls;
+    rx_masks *m;            /* the guide's masks, shared */
+    long hits, misses;      /* this walk's: copies, walks of the trie (for the benchmark) */
 } rx_walk;
 
 /* For g's masks over v: allocates everything the walk needs (nothing later) and computes the
  * states' classes (bounded work: past it, none). 0, -1 out of memory. */
 int rx_walk_init(rx_walk *w, const json_vocab *v, const rx_guide *g);
+/* The same, the masks taking g (freed with their last walk; on failure too) */
+int rx_walk_init_own(rx_walk *w, const json_vocab *v, rx_guide *g);
+/* Another walk over other's masks (its guide, classes and cache: each state walked once for
+ * both); other may be freed first. 0, -1 out of memory. */
+int rx_walk_share(rx_walk *w, const json_vocab *v, const rx_walk *other);
 void rx_walk_free(rx_walk *w);
+const rx_guide *rx_walk_guide(const rx_walk *w);
+/* the classes the DFA's states fall into (-1: none, each state its own) */
+int rx_walk_classes(const rx_walk *w);
+/* empties the masks' cache (the benchmark's cold walk); no walk may run at once */
+void rx_walk_forget(rx_walk *w);
 
-/* bits [v->words]: bit i set iff id i's bytes leave st alive (trie ids only: no added token,
- * no stop). Returns the trie nodes stepped (0 on a cache hit). */
+/* bits [v->words]: bit i set iff id i's bytes leave st alive under g (the walk's guide: trie
+ * ids only, no added token, no stop). Returns the trie nodes stepped (0 on a cache hit).
+ * Walks sharing masks may call it on several threads at once (each walk on one). */
 long rx_mask(const rx_guide *g, const json_vocab *v, rx_walk *w, const rx_state *st, uint64_t *bits);
 /* The same by brute force: every id's bytes fed from st (tests). */
 void rx_mask_brute(const rx_guide *g, const dsv4_tokenizer *tok, const rx_state *st, uint64_t *bits, int words);

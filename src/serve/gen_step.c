@@ -54,8 +54,11 @@ struct dsv4_gen {
     int think;              /* >= 0: the constraint starts after the text's first "</think>",
                              * of which `think` bytes are matched so far; -1: it runs */
     /* guided decoding (regex_mask.h): a regex or a choice list, the same way */
-    rx_guide *rx;           /* NULL: none */
+    const rx_guide *rx;     /* NULL: none; else rwalk's (its masks own it) */
     rx_walk rwalk;
+    char *rx_key;           /* (rx_key_len) the regex or the choice list as given: a later
+                             * generation shares rwalk's masks when its own is the same */
+    size_t rx_key_len;
     rx_state rs;
     /* grammar-guided decoding (grammar.h), the same way */
     gr_grammar *gram;       /* NULL: none */
@@ -143,10 +146,30 @@ int dsv4_regex_check(const char *regex, size_t len, dsv4_err *err) {
     return DSV4_OK;
 }
 
+/* The regex ('r' and its text) or the choice list ('c', then each choice's length and bytes)
+ * as one string, into g->rx_key: what two generations compare to share their masks */
+static int guide_key(dsv4_gen *g, const dsv4_gen_params *p) {
+    size_t n = 1 + (p->regex ? strlen(p->regex) : 0);
+    for (int i = 0; i < p->n_choices; i++) n += sizeof(size_t) + strlen(p->choices[i]);
+    char *k = malloc(n);
+    if (!k) return -1;
+    size_t at = 1;
+    k[0] = p->regex ? 'r' : 'c';
+    if (p->regex) memcpy(k + 1, p->regex, n - 1);
+    for (int i = 0; i < p->n_choices; i++) {
+        const size_t len = strlen(p->choices[i]);
+        memcpy(k + at, &len, sizeof len);
+        memcpy(k + at + sizeof len, p->choices[i], len);
+        at += sizeof len + len;
+    }
+    g->rx_key = k, g->rx_key_len = n;
+    return 0;
+}
+
 /* The compiled schema (or tools), the shared vocabulary index and the per-generation
  * scratch. */
-/* The regex, choice or grammar constraint compiled; DSV4_ERR_UNSUPPORTED / ARG naming what is
- * wrong. */
+/* The regex, choice or grammar constraint compiled (a regex's or choice list's: p->share's,
+ * when it is the same); DSV4_ERR_UNSUPPORTED / ARG naming what is wrong. */
 static int guide_setup(dsv4_gen *g, const dsv4_gen_params *p, dsv4_err *err) {
     char why[256];
     if (p->n_choices < 0 || (p->n_choices && !p->choices))
@@ -163,11 +186,19 @@ static int guide_setup(dsv4_gen *g, const dsv4_gen_params *p, dsv4_err *err) {
         if (gr_run_new(g->gram, g->jv->max_len, g->jv->words, &g->grun)) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
         return DSV4_OK;
     }
-    if (p->regex && rx_guide_regex(p->regex, strlen(p->regex), &g->rx, why, sizeof why))
-        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "gen: the regex %s", why);
-    if (p->n_choices && rx_guide_choice(p->choices, p->n_choices, &g->rx, why, sizeof why))
-        return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "gen: the choice list %s", why);
-    if (g->rx && rx_walk_init(&g->rwalk, g->jv, g->rx)) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
+    if (guide_key(g, p)) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
+    const dsv4_gen *o = p->share;
+    if (o && o->rx && o->jv == g->jv && o->rx_key_len == g->rx_key_len && !memcmp(o->rx_key, g->rx_key, g->rx_key_len)) {
+        if (rx_walk_share(&g->rwalk, g->jv, &o->rwalk)) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
+    } else {
+        rx_guide *rx = NULL;
+        if (p->regex && rx_guide_regex(p->regex, strlen(p->regex), &rx, why, sizeof why))
+            return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "gen: the regex %s", why);
+        if (p->n_choices && rx_guide_choice(p->choices, p->n_choices, &rx, why, sizeof why))
+            return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "gen: the choice list %s", why);
+        if (rx_walk_init_own(&g->rwalk, g->jv, rx)) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
+    }
+    g->rx = rx_walk_guide(&g->rwalk);
     rx_state_init(g->rx, &g->rs);
     return DSV4_OK;
 }
@@ -289,12 +320,14 @@ void dsv4_gen_free(dsv4_gen *g) {
     tm_walk_free(&g->twalk);
     free(g->ts);
     free(g->jbits);
-    rx_guide_free(g->rx);
     rx_walk_free(&g->rwalk);
+    free(g->rx_key);
     gr_run_free(g->grun);
     gr_free(g->gram);
     free(g);
 }
+
+long dsv4_gen_guide_walks(const dsv4_gen *g) { return g->rx ? g->rwalk.misses : 0; }
 
 static void tools_apply(dsv4_gen *g);
 static void bits_apply(dsv4_gen *g, int done);

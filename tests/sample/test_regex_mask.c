@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
+
 #include "../fuzz/byte_vocab.h"
 #include "sample/regex_mask.h"
 #include "test.h"
@@ -201,10 +203,119 @@ static void test_masks(void) {
     dsv4_tokenizer_free(tok);
 }
 
+/* ---- masks shared by several walks (the n choices of a request) ---- */
+
+enum { N_SHARED = 120 };
+
+typedef struct share_job {
+    const rx_guide *g;
+    const json_vocab *v;
+    const rx_walk *base;     /* the walk whose masks are shared */
+    const rx_state *st;      /* (n) the states asked, in this order (dir -1: backwards) */
+    const uint64_t *want;    /* [n][words] each state's mask by brute force */
+    int n, dir, mismatches;
+    long walked;
+} share_job;
+
+static void *share_run(void *arg) {
+    share_job *j = arg;
+    rx_walk w;
+    uint64_t *bits = malloc((size_t)j->v->words * 8);
+    if (!bits || rx_walk_share(&w, j->v, j->base)) {
+        free(bits);
+        j->mismatches = -1;
+        return NULL;
+    }
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < j->n; k++) {
+            const int i = j->dir > 0 ? k : j->n - 1 - k;
+            j->walked += rx_mask(j->g, j->v, &w, &j->st[i], bits) > 0;
+            j->mismatches += memcmp(bits, j->want + (size_t)i * (size_t)j->v->words, (size_t)j->v->words * 8) != 0;
+        }
+    rx_walk_free(&w);
+    free(bits);
+    return NULL;
+}
+
+/* Walks sharing one walk's masks: a state one walked is a copy for the others (no walk), the
+ * masks are brute force's, the first walk may go first; two threads at once over more states
+ * than the cache holds (slots replaced while the other walks) get brute force's masks. */
+static void test_shared_masks(void) {
+    dsv4_tokenizer *tok = byte_vocab_tokenizer(PIECES, (int)(sizeof PIECES / sizeof *PIECES), 256 + 64);
+    json_vocab *v = json_vocab_build(tok);
+    char why[256];
+    /* a choice trie of 40 three-letter words: every node its own key */
+    char words[40][4];
+    const char *list[40];
+    for (int i = 0; i < 40; i++) {
+        snprintf(words[i], sizeof words[i], "%c%c%c", 'a' + i % 5, 'a' + (i * 7) % 11, 'a' + (i * 3) % 13);
+        list[i] = words[i];
+    }
+    rx_guide *g = NULL;
+    CHECK(v && rx_guide_choice(list, 40, &g, why, sizeof why) == 0);
+    rx_state *st = malloc(N_SHARED * sizeof *st);
+    uint64_t *want = v ? malloc((size_t)N_SHARED * (size_t)v->words * 8) : NULL, *bits = v ? malloc((size_t)v->words * 8) : NULL;
+    rx_walk a, b;
+    if (!g || !st || !want || !bits || rx_walk_init(&a, v, g)) {
+        CHECK(0);
+        free(st), free(want), free(bits), rx_guide_free(g), json_vocab_free(v), dsv4_tokenizer_free(tok);
+        return;
+    }
+    for (int i = 0; i < N_SHARED; i++) { /* each word's prefixes of length 0-2 */
+        rx_state_init(g, &st[i]);
+        rx_state_feed(g, &st[i], (const uint8_t *)list[i / 3], (size_t)(i % 3));
+        rx_mask_brute(g, tok, &st[i], want + (size_t)i * (size_t)v->words, v->words);
+    }
+    /* one thread: b shares a's masks; what a walked, b copies */
+    CHECK(rx_walk_share(&b, v, &a) == 0);
+    int bad = 0, uniq[12], nu = 0; /* 12 distinct states (the words' second nodes) */
+    for (int i = 2; i < N_SHARED && nu < 12; i += 3) uniq[nu++] = i;
+    for (int i = 0; i < nu; i++) {
+        CHECK(rx_mask(g, v, &a, &st[uniq[i]], bits) > 0);
+        bad += memcmp(bits, want + (size_t)uniq[i] * (size_t)v->words, (size_t)v->words * 8) != 0;
+    }
+    for (int i = 0; i < nu; i++) {
+        CHECK(rx_mask(g, v, &b, &st[uniq[i]], bits) == 0);
+        bad += memcmp(bits, want + (size_t)uniq[i] * (size_t)v->words, (size_t)v->words * 8) != 0;
+    }
+    CHECK_MSG(b.hits == 12 && b.misses == 0 && a.misses == 12 && !bad, "b: hits %ld, misses %ld; a: misses %ld; %d differ",
+              b.hits, b.misses, a.misses, bad);
+    /* two threads at once over 120 states (the cache holds 32), the other direction each */
+    pthread_t th[2];
+    share_job j[2];
+    for (int t = 0; t < 2; t++) {
+        j[t] = (share_job){g, v, &a, st, want, N_SHARED, t ? -1 : 1, 0, 0};
+        CHECK(pthread_create(&th[t], NULL, share_run, &j[t]) == 0);
+    }
+    for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
+    CHECK_MSG(j[0].mismatches == 0 && j[1].mismatches == 0, "threads: %d, %d masks differ", j[0].mismatches, j[1].mismatches);
+    CHECK(j[0].walked > 0 && j[1].walked > 0);
+    /* the first walk freed first: b goes on with the masks (the guide is g, not theirs) */
+    rx_walk_free(&a);
+    CHECK(rx_mask(g, v, &b, &st[0], bits) >= 0 && !memcmp(bits, want, (size_t)v->words * 8));
+    rx_walk_free(&b);
+    /* masks that own their guide free it with their last walk (ASan: no leak, no use after) */
+    rx_guide *g2 = NULL;
+    CHECK(rx_guide_regex("[a-z]{1,3}", 10, &g2, why, sizeof why) == 0);
+    if (g2 && rx_walk_init_own(&a, v, g2) == 0) {
+        CHECK(rx_walk_share(&b, v, &a) == 0);
+        rx_walk_free(&a);
+        rx_state s0;
+        rx_state_init(rx_walk_guide(&b), &s0);
+        CHECK(rx_mask(rx_walk_guide(&b), v, &b, &s0, bits) > 0);
+        rx_walk_free(&b);
+    }
+    free(st), free(want), free(bits);
+    rx_guide_free(g);
+    json_vocab_free(v);
+    dsv4_tokenizer_free(tok);
+}
+
 int main(void) {
     test_full_match();
     test_refused();
     test_choice();
     test_masks();
+    test_shared_masks();
     return test_report();
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "dsv4_text.h"
+#include "serve/gen.h"
 #include "test.h"
 
 static dsv4_model *M;
@@ -291,6 +292,41 @@ static void test_refused(void) {
     refused((dsv4_gen_params){.stop_tokens = &bad, .n_stop_tokens = 1}, DSV4_ERR_ARG, "stop token -1");
 }
 
+/* dsv4_gen_params.share: B shares A's masks (same regex), C has its own, D shares nothing
+ * (another regex): on the same rows and seed A, B and C draw the same tokens; B walks no
+ * state A walked first; A freed, B goes on alone; D's text matches its own regex. */
+static void test_share(void) {
+    static char tb[512], tc[512], td[512], ta[512];
+    const char *rx = "[a-z]{1,8}@[a-z]{1,8}\\.(?:com|org)";
+    dsv4_gen_params pa = {.regex = rx}, pb = pa, pc = pa, pd = {.regex = "[a-z]{1,8}@x\\.com"};
+    dsv4_gen *a = new_gen(&pa, 7);
+    pb.share = a, pd.share = a;
+    dsv4_gen *b = new_gen(&pb, 7), *c = new_gen(&pc, 7), *d = new_gen(&pd, 5);
+    if (!a || !b || !c || !d) { dsv4_gen_free(a), dsv4_gen_free(b), dsv4_gen_free(c), dsv4_gen_free(d); return; }
+    ta[0] = tb[0] = tc[0] = td[0] = 0;
+    int fa = 0, fb = 0, fc = 0, fd = 0, n = 0, same = 1;
+    for (; n < 4 && !fa && !fb; n++) {
+        const float *r = random_row();
+        const int32_t ya = step(a, r, ta, sizeof ta, &fa), yb = step(b, r, tb, sizeof tb, &fb), yc = step(c, r, tc, sizeof tc, &fc);
+        same &= ya == yb && yb == yc;
+    }
+    CHECK_MSG(dsv4_gen_guide_walks(b) == 0 && dsv4_gen_guide_walks(a) > 0 && dsv4_gen_guide_walks(c) == dsv4_gen_guide_walks(a),
+              "walks: a %ld, b %ld, c %ld", dsv4_gen_guide_walks(a), dsv4_gen_guide_walks(b), dsv4_gen_guide_walks(c));
+    dsv4_gen_free(a);
+    for (; n < 300 && !fb; n++) {
+        const float *r = random_row();
+        same &= step(b, r, tb, sizeof tb, &fb) == step(c, r, tc, sizeof tc, &fc);
+    }
+    CHECK_MSG(same && fb == fc && !strcmp(tb, tc) && fb == DSV4_FINISH_STOP_TOKEN && is_email(tb), "shared '%s' (%d), own '%s' (%d)",
+              tb, fb, tc, fc);
+    step(d, random_row(), td, sizeof td, &fd);
+    CHECK_MSG(dsv4_gen_guide_walks(d) > 0, "another regex took the masks");
+    for (n = 1; n < 300 && !fd; n++) step(d, random_row(), td, sizeof td, &fd);
+    const char *at = strchr(td, '@');
+    CHECK_MSG(fd == DSV4_FINISH_STOP_TOKEN && at && !strcmp(at, "@x.com"), "'%s'", td);
+    dsv4_gen_free(b), dsv4_gen_free(c), dsv4_gen_free(d);
+}
+
 /* the model and its tokenizer (MODEL_DIR/tokenizer.json), the ids of the ASCII bytes */
 static int open_model(const char *dir) {
     char path[4200];
@@ -320,6 +356,7 @@ int main(int argc, char **argv) {
     test_min_tokens();
     test_skip_special();
     test_refused();
+    test_share();
     free(row);
     dsv4_tokenizer_free(T);
     dsv4_model_close(M);
