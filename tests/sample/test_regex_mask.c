@@ -217,11 +217,15 @@ typedef struct share_job {
     long walked;
 } share_job;
 
+static pthread_barrier_t share_start;
+
 static void *share_run(void *arg) {
     share_job *j = arg;
     rx_walk w;
     uint64_t *bits = malloc((size_t)j->v->words * 8);
-    if (!bits || rx_walk_share(&w, j->v, j->base)) {
+    const int ok = bits && !rx_walk_share(&w, j->v, j->base);
+    pthread_barrier_wait(&share_start); /* both at their first state at once */
+    if (!ok) {
         free(bits);
         j->mismatches = -1;
         return NULL;
@@ -280,16 +284,28 @@ static void test_shared_masks(void) {
     }
     CHECK_MSG(b.hits == 12 && b.misses == 0 && a.misses == 12 && !bad, "b: hits %ld, misses %ld; a: misses %ld; %d differ",
               b.hits, b.misses, a.misses, bad);
-    /* two threads at once over 120 states (the cache holds 32), the other direction each */
-    pthread_t th[2];
-    share_job j[2];
-    for (int t = 0; t < 2; t++) {
-        j[t] = (share_job){g, v, &a, st, want, N_SHARED, t ? -1 : 1, 0, 0};
-        CHECK(pthread_create(&th[t], NULL, share_run, &j[t]) == 0);
+    /* two threads at once over 120 states (the cache holds 32), from fresh masks each round:
+     * the same way (each state's miss met by both at once: one walks, one waits) or the other
+     * way each (slots replaced while the other walks) */
+    int differ = 0;
+    long walked[2] = {0, 0};
+    for (int round = 0; round < 16; round++) {
+        rx_walk base;
+        if (rx_walk_init(&base, v, g)) { CHECK(0); break; }
+        pthread_t th[2];
+        share_job j[2];
+        pthread_barrier_init(&share_start, NULL, 2);
+        for (int t = 0; t < 2; t++) {
+            j[t] = (share_job){g, v, &base, st, want, N_SHARED, t && (round & 1) ? -1 : 1, 0, 0};
+            CHECK(pthread_create(&th[t], NULL, share_run, &j[t]) == 0);
+        }
+        for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
+        pthread_barrier_destroy(&share_start);
+        for (int t = 0; t < 2; t++) differ += j[t].mismatches, walked[t] += j[t].walked;
+        rx_walk_free(&base);
     }
-    for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
-    CHECK_MSG(j[0].mismatches == 0 && j[1].mismatches == 0, "threads: %d, %d masks differ", j[0].mismatches, j[1].mismatches);
-    CHECK(j[0].walked > 0 && j[1].walked > 0);
+    CHECK_MSG(differ == 0, "threads: %d masks differ", differ);
+    CHECK(walked[0] > 0 && walked[1] > 0);
     /* the first walk freed first: b goes on with the masks (the guide is g, not theirs) */
     rx_walk_free(&a);
     CHECK(rx_mask(g, v, &b, &st[0], bits) >= 0 && !memcmp(bits, want, (size_t)v->words * 8));
