@@ -13,7 +13,15 @@
  *             constraint adds to a step in a generation (its cache warm as it goes: the
  *             first visit of each state walks).
  * Each per-token figure is the median over --reps replays of the median over the tokens
- * (p90 of the best replay too). Prints one JSON line per case. */
+ * (p90 of the best replay too). Prints one JSON line per case.
+ *
+ *   bench_guided --model DIR --choices N [--reps R] [--case SUBSTR]
+ *
+ * instead: N generations of the case's constraint (an OpenAI request's n choices; seeds 1..N,
+ * temperature 1) drawn in turn on one random row until each ends (at most 64 tokens), each
+ * with its own masks (as before session 47) and sharing the first's (dsv4_gen_params.share),
+ * alternated R times: the walks of the vocabulary trie (cold masks) the N took together and
+ * the seconds of their dsv4_gen_create + dsv4_gen_next calls (median of R). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -105,6 +113,35 @@ static int gen_pair(dsv4_gen *const gens[2], const int32_t *ids, int n, float *r
     return 0;
 }
 
+/* --choices: n generations of p, sharing the first's masks or not, drawn in turn on row
+ * until each ends (at most 64 tokens); their trie walks in *walks, the seconds returned (-1:
+ * an error) */
+static double choices_run(const dsv4_model *m, const dsv4_tokenizer *tok, dsv4_gen_params p, int n, int share,
+                          const float *row, long *walks, dsv4_err *err) {
+    dsv4_gen *g[16] = {NULL};
+    int done[16] = {0}, left = n, rc = 0;
+    const double t0 = now_s();
+    for (int i = 0; i < n && !rc; i++) {
+        p.sample.seed = (uint64_t)i + 1, p.sample.temperature = 1.0f, p.max_tokens = 64;
+        p.share = share && i ? g[0] : NULL;
+        rc = dsv4_gen_create(m, tok, &p, &g[i], err);
+    }
+    while (!rc && left)
+        for (int i = 0; i < n && !rc; i++) {
+            dsv4_gen_token y;
+            if (done[i]) continue;
+            rc = dsv4_gen_next(g[i], row, &y, err);
+            if (!rc && y.finish) done[i] = 1, left--;
+        }
+    const double t = now_s() - t0;
+    *walks = 0;
+    for (int i = 0; i < n; i++) {
+        if (g[i]) *walks += dsv4_gen_guide_walks(g[i]);
+        dsv4_gen_free(g[i]);
+    }
+    return rc ? -1 : t;
+}
+
 /* the model in dir and its tokenizer (dir/tokenizer.json) */
 static int load(const char *dir, dsv4_model **m, dsv4_tokenizer **tok, dsv4_err *err) {
     char path[4200];
@@ -128,17 +165,21 @@ static char **product_list(int n) {
 
 int main(int argc, char **argv) {
     const char *dir = NULL;
-    int reps = 5;
+    int reps = 5, choices = 0;
     const char *only = NULL; /* --case: the cases whose name holds it */
     for (int i = 1; i + 1 < argc; i += 2) { /* flag value pairs */
         const char *f = argv[i], *v = argv[i + 1];
         if (!strcmp(f, "--model")) dir = v;
         else if (!strcmp(f, "--case")) only = v;
         else if (!strcmp(f, "--reps")) reps = atoi(v);
+        else if (!strcmp(f, "--choices")) choices = atoi(v);
         else reps = 0;
     }
     if (argc % 2 == 0) reps = 0; /* a flag without its value */
-    if (!dir || reps < 1) { fprintf(stderr, "usage: bench_guided --model DIR [--reps N] [--case SUBSTR]\n"); return 2; }
+    if (!dir || reps < 1 || choices < 0 || choices > 16) {
+        fprintf(stderr, "usage: bench_guided --model DIR [--reps N] [--case SUBSTR] [--choices N (at most 16)]\n");
+        return 2;
+    }
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_err err = {0};
@@ -154,7 +195,26 @@ int main(int argc, char **argv) {
     if (!jv || !row || !bits || !products) { fprintf(stderr, "bench_guided: out of memory\n"); return 1; }
     uint64_t rs = 7;
     for (int v = 0; v < V; v++) row[v] = bench_urand(&rs);
-    for (size_t c = 0; c < sizeof CASES / sizeof *CASES; c++) {
+    for (size_t c = 0; c < sizeof CASES / sizeof *CASES && choices; c++) {
+        const gcase *k = &CASES[c];
+        if (only && !strstr(k->name, only)) continue;
+        const dsv4_gen_params p = {.regex = k->regex, .choices = (const char *const *)products,
+                                   .n_choices = k->regex ? 0 : k->choices};
+        double *t[2] = {malloc(sizeof(double) * (size_t)reps), malloc(sizeof(double) * (size_t)reps)};
+        long walks[2] = {0, 0};
+        for (int r = 0; r < reps && t[0] && t[1]; r++)
+            for (int sh = 0; sh < 2; sh++)
+                if ((t[sh][r] = choices_run(m, tok, p, choices, sh, row, &walks[sh], &err)) < 0) {
+                    fprintf(stderr, "bench_guided: %s: %s\n", k->name, err.msg);
+                    return 1;
+                }
+        printf("{\"bench\":\"guided_choices\",\"case\":\"%s\",\"n\":%d,\"reps\":%d,\"walks_own\":%ld,"
+               "\"walks_shared\":%ld,\"ms_own\":%.3f,\"ms_shared\":%.3f}\n",
+               k->name, choices, reps, walks[0], walks[1], median(t[0], reps) * 1e3, median(t[1], reps) * 1e3);
+        fflush(stdout);
+        free(t[0]), free(t[1]);
+    }
+    for (size_t c = 0; c < sizeof CASES / sizeof *CASES && !choices; c++) {
         const gcase *k = &CASES[c];
         if (only && !strstr(k->name, only)) continue;
         char why[256];

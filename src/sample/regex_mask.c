@@ -319,9 +319,10 @@ struct rx_masks {
     int words;
     int32_t *cls;            /* (dfa.n_states) a DFA state's class; NULL: the state itself */
     int n_cls;
-    uint64_t *cache;         /* [RX_CACHE][words] */
-    rx_state key[RX_CACHE];
-    uint8_t ready[RX_CACHE];
+    uint64_t *chunk[RX_CHUNKS]; /* (n_chunk) [RX_CACHE][words] each: RX_CACHE slots a walk */
+    int n_chunk;
+    rx_state key[RX_CACHE * RX_CHUNKS];
+    uint8_t ready[RX_CACHE * RX_CHUNKS];
     int used, next;
 };
 
@@ -381,7 +382,7 @@ static void masks_release(rx_masks *m) {
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->filled);
     free(m->cls);
-    free(m->cache);
+    for (int i = 0; i < m->n_chunk; i++) free(m->chunk[i]);
     rx_guide_free(m->own);
     free(m);
 }
@@ -404,8 +405,9 @@ static rx_masks *masks_new(const json_vocab *v, const rx_guide *g, rx_guide *own
         free(m);
         return NULL;
     }
-    m->cache = malloc((size_t)RX_CACHE * (size_t)v->words * sizeof *m->cache);
-    if (!m->cache || (g->kind == RX_DFA && dfa_classes(m, g, v->max_len + 1))) {
+    m->chunk[0] = malloc((size_t)RX_CACHE * (size_t)v->words * sizeof *m->chunk[0]);
+    m->n_chunk = m->chunk[0] != NULL;
+    if (!m->n_chunk || (g->kind == RX_DFA && dfa_classes(m, g, v->max_len + 1))) {
         masks_release(m);
         return NULL;
     }
@@ -435,9 +437,15 @@ int rx_walk_init_own(rx_walk *w, const json_vocab *v, rx_guide *g) {
 int rx_walk_share(rx_walk *w, const json_vocab *v, const rx_walk *other) {
     memset(w, 0, sizeof *w);
     rx_masks *m = other->m;
+    /* the walk brings its RX_CACHE slots (up to RX_CHUNKS walks' worth): n walks in n states
+     * keep as many masks as n walks of their own did; slots never move (a walk fills its
+     * slot outside the lock) */
+    uint64_t *more = m->n_chunk < RX_CHUNKS ? malloc((size_t)RX_CACHE * (size_t)v->words * sizeof *more) : NULL;
     pthread_mutex_lock(&m->mu);
     m->refs++;
+    if (more && m->n_chunk < RX_CHUNKS) m->chunk[m->n_chunk++] = more, more = NULL;
     pthread_mutex_unlock(&m->mu);
+    free(more);
     w->m = m;
     return walk_scratch(w, v);
 }
@@ -471,15 +479,21 @@ static int masks_find(const rx_masks *m, int32_t q, uint32_t u) {
 /* A slot for a new key (m's lock held): a free one, else the oldest ready one (a slot being
  * walked is not replaced); -1 when every slot is being walked */
 static int masks_take(rx_masks *m) {
-    if (m->used < RX_CACHE) return m->used++;
-    for (int k = 0; k < RX_CACHE; k++) {
-        const int s = (m->next + k) % RX_CACHE;
+    const int cap = m->n_chunk * RX_CACHE;
+    if (m->used < cap) return m->used++;
+    for (int k = 0; k < cap; k++) {
+        const int s = (m->next + k) % cap;
         if (m->ready[s]) {
-            m->next = (s + 1) % RX_CACHE;
+            m->next = (s + 1) % cap;
             return s;
         }
     }
     return -1;
+}
+
+/* slot s's mask */
+static uint64_t *masks_slot(const rx_masks *m, int s) {
+    return m->chunk[s / RX_CACHE] + (size_t)(s % RX_CACHE) * (size_t)m->words;
 }
 
 long rx_mask(const rx_guide *g, const json_vocab *v, rx_walk *w, const rx_state *st, uint64_t *bits) {
@@ -491,7 +505,7 @@ long rx_mask(const rx_guide *g, const json_vocab *v, rx_walk *w, const rx_state 
     for (;;) {
         slot = masks_find(m, kq, st->u);
         if (slot >= 0 && m->ready[slot]) {
-            memcpy(bits, m->cache + (size_t)slot * (size_t)v->words, bytes);
+            memcpy(bits, masks_slot(m, slot), bytes);
             pthread_mutex_unlock(&m->mu);
             w->hits++;
             return 0;
@@ -504,7 +518,7 @@ long rx_mask(const rx_guide *g, const json_vocab *v, rx_walk *w, const rx_state 
     pthread_mutex_unlock(&m->mu);
     w->misses++;
     /* the slot is this walk's until it is ready: nothing else reads or replaces it */
-    uint64_t *c = m->cache + (size_t)slot * (size_t)v->words;
+    uint64_t *c = masks_slot(m, slot);
     memset(c, 0, bytes);
     const json_trie *t = v->all;
     long steps = 0;

@@ -52,8 +52,9 @@ int rx_state_accepting(const rx_guide *g, const rx_state *st);
 int rx_state_feed(const rx_guide *g, rx_state *st, const uint8_t *b, size_t n);
 
 /* The masks of one guide over one vocabulary (rx_masks, regex_mask.c): the states met so
- * far (RX_CACHE slots, the oldest replaced: a DFA has finitely many states, so after warm-up
- * a step costs a copy), shared by every walk made from one (the n choices of a request, whose
+ * far (RX_CACHE slots a walk, up to RX_CHUNKS walks' worth, the oldest replaced: a DFA has
+ * finitely many states, so after warm-up a step costs a copy), shared by every walk made
+ * from one (the n choices of a request, whose
  * draws run on the engine's threads at once): a lock around the slots, a state walked by one
  * walk at a time (another that needs it waits for it), the guide and the masks freed with
  * their last walk. A regex's DFA states are keyed by their class under equivalence up to
@@ -61,6 +62,7 @@ int rx_state_feed(const rx_guide *g, rx_state *st, const uint8_t *b, size_t n);
  * same mask, as no token is longer): the states of a count such as .{0,200} that leave room
  * for any token share one mask. */
 #define RX_CACHE 32
+#define RX_CHUNKS 8
 typedef struct rx_masks rx_masks;
 
 /* A walk's own scratch: its state at each trie depth, and what its masks cost it. */

@@ -205,7 +205,7 @@ static void test_masks(void) {
 
 /* ---- masks shared by several walks (the n choices of a request) ---- */
 
-enum { N_SHARED = 120 };
+enum { N_WORDS = 120, N_SHARED = 4 * N_WORDS };
 
 typedef struct share_job {
     const rx_guide *g;
@@ -241,22 +241,23 @@ static void *share_run(void *arg) {
     return NULL;
 }
 
-/* Walks sharing one walk's masks: a state one walked is a copy for the others (no walk), the
- * masks are brute force's, the first walk may go first; two threads at once over more states
- * than the cache holds (slots replaced while the other walks) get brute force's masks. */
+/* Walks sharing one walk's masks: a state one walked is a copy for the others (no walk; two
+ * walks keep 64 masks: each brings its 32 slots), the masks are brute force's, the first walk
+ * may go first; two threads at once over more states than their slots hold (slots replaced
+ * while the other walks) get brute force's masks. */
 static void test_shared_masks(void) {
     dsv4_tokenizer *tok = byte_vocab_tokenizer(PIECES, (int)(sizeof PIECES / sizeof *PIECES), 256 + 64);
     json_vocab *v = json_vocab_build(tok);
     char why[256];
-    /* a choice trie of 40 three-letter words: every node its own key */
-    char words[40][4];
-    const char *list[40];
-    for (int i = 0; i < 40; i++) {
+    /* a choice trie of 120 three-letter words: 181 nodes, each its own key */
+    static char words[N_WORDS][4];
+    const char *list[N_WORDS];
+    for (int i = 0; i < N_WORDS; i++) {
         snprintf(words[i], sizeof words[i], "%c%c%c", 'a' + i % 5, 'a' + (i * 7) % 11, 'a' + (i * 3) % 13);
         list[i] = words[i];
     }
     rx_guide *g = NULL;
-    CHECK(v && rx_guide_choice(list, 40, &g, why, sizeof why) == 0);
+    CHECK(v && rx_guide_choice(list, N_WORDS, &g, why, sizeof why) == 0);
     rx_state *st = malloc(N_SHARED * sizeof *st);
     uint64_t *want = v ? malloc((size_t)N_SHARED * (size_t)v->words * 8) : NULL, *bits = v ? malloc((size_t)v->words * 8) : NULL;
     rx_walk a, b;
@@ -265,15 +266,15 @@ static void test_shared_masks(void) {
         free(st), free(want), free(bits), rx_guide_free(g), json_vocab_free(v), dsv4_tokenizer_free(tok);
         return;
     }
-    for (int i = 0; i < N_SHARED; i++) { /* each word's prefixes of length 0-2 */
+    for (int i = 0; i < N_SHARED; i++) { /* each word's prefixes of length 0-3 */
         rx_state_init(g, &st[i]);
-        rx_state_feed(g, &st[i], (const uint8_t *)list[i / 3], (size_t)(i % 3));
+        rx_state_feed(g, &st[i], (const uint8_t *)list[i / 4], (size_t)(i % 4));
         rx_mask_brute(g, tok, &st[i], want + (size_t)i * (size_t)v->words, v->words);
     }
     /* one thread: b shares a's masks; what a walked, b copies */
     CHECK(rx_walk_share(&b, v, &a) == 0);
-    int bad = 0, uniq[12], nu = 0; /* 12 distinct states (the words' second nodes) */
-    for (int i = 2; i < N_SHARED && nu < 12; i += 3) uniq[nu++] = i;
+    int bad = 0, uniq[40], nu = 0; /* 40 distinct states (the first 40 words' second nodes) */
+    for (int i = 2; i < N_SHARED && nu < 40; i += 4) uniq[nu++] = i;
     for (int i = 0; i < nu; i++) {
         CHECK(rx_mask(g, v, &a, &st[uniq[i]], bits) > 0);
         bad += memcmp(bits, want + (size_t)uniq[i] * (size_t)v->words, (size_t)v->words * 8) != 0;
@@ -282,9 +283,9 @@ static void test_shared_masks(void) {
         CHECK(rx_mask(g, v, &b, &st[uniq[i]], bits) == 0);
         bad += memcmp(bits, want + (size_t)uniq[i] * (size_t)v->words, (size_t)v->words * 8) != 0;
     }
-    CHECK_MSG(b.hits == 12 && b.misses == 0 && a.misses == 12 && !bad, "b: hits %ld, misses %ld; a: misses %ld; %d differ",
+    CHECK_MSG(b.hits == 40 && b.misses == 0 && a.misses == 40 && !bad, "b: hits %ld, misses %ld; a: misses %ld; %d differ",
               b.hits, b.misses, a.misses, bad);
-    /* two threads at once over 120 states (the cache holds 32), from fresh masks each round:
+    /* two threads at once over 480 states (181 keys; their 96 slots), from fresh masks each round:
      * the same way (each state's miss met by both at once: one walks, one waits) or the other
      * way each (slots replaced while the other walks) */
     int differ = 0;
