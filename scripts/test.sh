@@ -41,11 +41,12 @@ fi
 (cd build-san && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --output-on-failure -j "$JOBS" -L "fast|golden")
 
-# ThreadSanitizer over the thread pool, the kernels and MoE that run on it, and one engine
+# ThreadSanitizer over the thread pool, the kernels and MoE that run on it, the regex masks
+# shared by the n choices of a request (test_regex_mask: two threads on one cache), and one engine
 # schedule (test_no_alloc: prefill chunks, batched decodes, MTP and head on 2 threads):
 # about 30 s. MPI is off in this tree, which also checks that the library and these
 # tests build without it.
-TSAN_TESTS="test_threads test_ops test_codec test_cpu test_attn_ops test_fidelity test_cores test_moe test_no_alloc"
+TSAN_TESTS="test_threads test_ops test_codec test_cpu test_attn_ops test_fidelity test_cores test_moe test_no_alloc test_regex_mask"
 # shellcheck disable=SC2046
 cmake $(gen build-tsan) -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
     -DDSV4_TSAN=ON -DDSV4_MPI=OFF >/dev/null

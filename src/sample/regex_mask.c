@@ -440,7 +440,7 @@ int rx_walk_share(rx_walk *w, const json_vocab *v, const rx_walk *other) {
     /* the walk brings its RX_CACHE slots (up to RX_CHUNKS walks' worth): n walks in n states
      * keep as many masks as n walks of their own did; slots never move (a walk fills its
      * slot outside the lock) */
-    uint64_t *more = m->n_chunk < RX_CHUNKS ? malloc((size_t)RX_CACHE * (size_t)v->words * sizeof *more) : NULL;
+    uint64_t *more = malloc((size_t)RX_CACHE * (size_t)v->words * sizeof *more); /* freed if the masks have enough */
     pthread_mutex_lock(&m->mu);
     m->refs++;
     if (more && m->n_chunk < RX_CHUNKS) m->chunk[m->n_chunk++] = more, more = NULL;
