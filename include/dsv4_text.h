@@ -394,6 +394,15 @@ DSV4_API void dsv4_sampler_seed(dsv4_sampler *s, uint64_t seed);
 DSV4_API int dsv4_sample(dsv4_sampler *s, const float *logits, const int32_t *history, int n_history,
                          dsv4_sample_out *out, dsv4_err *err);
 
+/* The log-probabilities of a raw logits row [V] (not modified) as dsv4_sample reports them
+ * for a greedy draw (temperature 1, no penalties; the same bits): out->logprob is token's,
+ * out->top_ids / top_logprobs the best n_top (0..DSV4_MAX_LOGPROBS). For scoring a given
+ * text (a prompt's tokens). Uses s's scratch only (its parameters and random state are not
+ * read nor changed). DSV4_ERR_ARG: token outside [0, V), n_top out of range, or no finite
+ * logit. */
+DSV4_API int dsv4_sample_score(dsv4_sampler *s, const float *logits, int32_t token, int n_top,
+                               dsv4_sample_out *out, dsv4_err *err);
+
 /* argmax of x[0..n), ties to the lowest index; NaN never wins. -1 if n <= 0 or all NaN. */
 DSV4_API int32_t dsv4_argmax(const float *x, int n);
 
@@ -636,6 +645,14 @@ DSV4_API void dsv4_gen_free(dsv4_gen *g);
  * batched, after a preemption or by a speculative verify. Penalties look at the tokens of
  * this generation. After a finish, DSV4_ERR_STATE. */
 DSV4_API int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_err *err);
+
+/* Scores a given token on a logits row [V] (not modified): its log-probability and the best
+ * n_top (0..DSV4_MAX_LOGPROBS), as a greedy dsv4_gen_next on that row reports them (the ids
+ * without text excluded; no bias, penalty, temperature or constraint: the model's own
+ * figures), for a prompt's tokens (echo with logprobs). Uses g's scratch only: the
+ * generation's state is unchanged. DSV4_ERR_ARG as dsv4_sample_score. */
+DSV4_API int dsv4_gen_score(dsv4_gen *g, const float *logits, int32_t token, int n_top, dsv4_sample_out *out,
+                            dsv4_err *err);
 
 /* Ends the generation early (cancelled, context full) or after a finish: releases the text
  * held back (a partial character as U+FFFD, a prefix of a stop string that never completed).

@@ -426,6 +426,7 @@ void srv_job_free(srv_job *j) {
     job_parts_free(j);
     for (int i = 0; i < j->n_more; i++) job_parts_free(&j->more[i]);
     free(j->more);
+    free(j->echo);
     srv_resp_free(j->resp);
     free(j);
 }

@@ -724,36 +724,95 @@ done:
 
 /* ---- completions ----------------------------------------------------------------------- */
 
-static cJSON *completion_logprobs(srv *s, const srv_req *r, int from, int to) {
+/* A token as completions' logprobs name it: its text, or with vLLM's
+ * return_tokens_as_token_ids "token_id:ID" (tokens whose text is not valid UTF-8 alone, or
+ * that share a text, stay apart). */
+static void lp_token(const srv *s, const srv_job *lead, int32_t id, srv_buf *b) {
+    if (lead->token_ids) srv_buf_printf(b, "token_id:%d", (int)id);
+    else srv_token_text(s, id, b);
+}
+
+static cJSON *lp_token_json(const srv *s, const srv_job *lead, int32_t id) {
+    srv_buf b = {0};
+    lp_token(s, lead, id, &b);
+    cJSON *j = cJSON_CreateString(b.s ? b.s : "");
+    srv_buf_free(&b);
+    return j;
+}
+
+/* A token's top_logprobs entry: {token: logprob} of the best ones (a text that two tokens
+ * share: the better one's). */
+static cJSON *top_dict(const srv *s, const srv_job *lead, const dsv4_sample_out *o) {
+    cJSON *t = cJSON_CreateObject();
+    for (int k = 0; k < o->n_top; k++) {
+        srv_buf b = {0};
+        lp_token(s, lead, o->top_ids[k], &b);
+        if (!cJSON_GetObjectItemCaseSensitive(t, b.s ? b.s : ""))
+            cJSON_AddNumberToObject(t, b.s ? b.s : "", o->top_logprobs[k]);
+        srv_buf_free(&b);
+    }
+    return t;
+}
+
+/* The bytes prompt token i adds to the echoed text (none for the BOS the server put before
+ * a text prompt). */
+static size_t echo_bytes(const srv *s, const srv_job *lead, int i) {
+    size_t n = 0;
+    if (i == 0 && lead->echo_bos) return 0;
+    dsv4_tok_id_bytes(s->tok, lead->r->prompt[i], &n);
+    return n;
+}
+
+/* The prompt's entries of an echo's logprobs (choice 0's request scored them: every choice
+ * has the same prompt): the first token's logprob and top_logprobs null (nothing before it
+ * to predict it), each text_offset where the token's text begins in the echoed text. */
+static void prompt_entries(srv *s, const srv_job *lead, cJSON *toks, cJSON *tlp, cJSON *top, cJSON *off) {
+    const srv_req *r = lead->r;
+    size_t at = 0;
+    for (int i = 0; i < r->n_prompt; i++) {
+        cJSON_AddItemToArray(toks, lp_token_json(s, lead, r->prompt[i]));
+        const int known = i > 0 && r->plp;
+        cJSON_AddItemToArray(tlp, known ? cJSON_CreateNumber(r->plp[i].logprob) : cJSON_CreateNull());
+        cJSON_AddItemToArray(top, known ? top_dict(s, lead, &r->plp[i]) : cJSON_CreateNull());
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at));
+        at += echo_bytes(s, lead, i);
+    }
+}
+
+/* logprobs of the sampled tokens [from, to) of r, after the prompt's when lead echoes it. */
+static cJSON *completion_logprobs(srv *s, const srv_job *lead, const srv_req *r, int from, int to) {
     cJSON *lp = cJSON_CreateObject();
     cJSON *toks = cJSON_AddArrayToObject(lp, "tokens");
     cJSON *tlp = cJSON_AddArrayToObject(lp, "token_logprobs");
     cJSON *top = cJSON_AddArrayToObject(lp, "top_logprobs");
     cJSON *off = cJSON_AddArrayToObject(lp, "text_offset");
+    if (lead->echo) prompt_entries(s, lead, toks, tlp, top, off);
     for (int i = from; i < to; i++) {
         const srv_event *e = &r->ev[i];
-        cJSON_AddItemToArray(toks, token_str(s, e->token));
+        cJSON_AddItemToArray(toks, lp_token_json(s, lead, e->token));
         cJSON_AddItemToArray(tlp, cJSON_CreateNumber(e->sample.logprob));
-        cJSON *t = cJSON_CreateObject();
-        for (int k = 0; k < e->sample.n_top; k++) {
-            srv_buf b = {0};
-            srv_token_text(s, e->sample.top_ids[k], &b);
-            if (!cJSON_GetObjectItemCaseSensitive(t, b.s ? b.s : ""))
-                cJSON_AddNumberToObject(t, b.s ? b.s : "", e->sample.top_logprobs[k]);
-            srv_buf_free(&b);
-        }
-        cJSON_AddItemToArray(top, t);
-        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)e->text_off));
+        cJSON_AddItemToArray(top, top_dict(s, lead, &e->sample));
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)(lead->echo_len + e->text_off)));
     }
     return lp;
 }
 
-static cJSON *completion_choice(srv *s, srv_job *j, int index, const char *text, size_t n, int from,
-                                int to, const char *finish) {
+/* Choice j's entry; lead: choice 0's job (its echo: the text and logprobs begin with the
+ * prompt's). */
+static cJSON *completion_choice(srv *s, const srv_job *lead, srv_job *j, int index, const char *text, size_t n,
+                                int from, int to, const char *finish) {
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddItemToObject(c, "text", srv_json_str_n(text, n));
+    if (lead->echo) {
+        srv_buf b = {0};
+        srv_buf_put(&b, lead->echo, lead->echo_len);
+        srv_buf_put(&b, text, n);
+        cJSON_AddItemToObject(c, "text", b.oom ? NULL : srv_json_str_n(b.s ? b.s : "", b.n));
+        srv_buf_free(&b);
+    } else {
+        cJSON_AddItemToObject(c, "text", srv_json_str_n(text, n));
+    }
     cJSON_AddNumberToObject(c, "index", index);
-    if (j->logprobs) cJSON_AddItemToObject(c, "logprobs", completion_logprobs(s, j->r, from, to));
+    if (j->logprobs) cJSON_AddItemToObject(c, "logprobs", completion_logprobs(s, lead, j->r, from, to));
     else cJSON_AddNullToObject(c, "logprobs");
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
@@ -787,7 +846,7 @@ static void completion_final(srv *s, srv_job *j, srv_buf *out, int *status) {
         for (int i = 0; i < n; i++) {
             srv_job *c = choice(j, order[i]);
             const srv_req *r = c->r;
-            cJSON_AddItemToArray(choices, completion_choice(s, c, i, r->text ? r->text : "", r->text_len,
+            cJSON_AddItemToArray(choices, completion_choice(s, j, c, i, r->text ? r->text : "", r->text_len,
                                                             0, r->n_ev, srv_finish_reason(r, 0)));
         }
         for (int k = j->n_more; k >= 1; k--) choice_unlock(j, k);
@@ -805,7 +864,7 @@ static void completion_stream_one(srv *s, srv_job *j, srv_buf *out) {
         const srv_event *e = &r->ev[j->ev_sent];
         cJSON *o = head(s, j, "text_completion");
         cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
-                             completion_choice(s, j, j->index, r->text + e->text_off, e->text_len,
+                             completion_choice(s, j, j, j->index, r->text + e->text_off, e->text_len,
                                                j->ev_sent, j->ev_sent + 1, NULL));
         srv_sse(out, NULL, o);
         j->began = 1;
@@ -814,7 +873,7 @@ static void completion_stream_one(srv *s, srv_job *j, srv_buf *out) {
     if (r->end != SRV_END_FINISHED && r->end != SRV_END_CANCELLED) return;
     cJSON *o = head(s, j, "text_completion");
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
-                         completion_choice(s, j, j->index, "", 0, 0, 0, srv_finish_reason(r, 0)));
+                         completion_choice(s, j, j, j->index, "", 0, 0, 0, srv_finish_reason(r, 0)));
     srv_sse(out, NULL, o);
     j->done = 1;
 }
@@ -826,10 +885,11 @@ static void completion_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
 /* prompt: a string (BOS + its tokens; a raw prompt, so special-token strings in it are
  * control tokens, as in `dsv4 generate` without --chat), token ids (used as given), or a
  * list holding one of those. Chat messages are the place for untrusted text. */
-static int completion_prompt(srv *s, const cJSON *p, dsv4_tok_ids *ids, char *msg) {
+static int completion_prompt(srv *s, const cJSON *p, dsv4_tok_ids *ids, int *is_text, char *msg) {
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 &&
         (cJSON_IsString(p->child) || cJSON_IsArray(p->child)))
         p = p->child;
+    *is_text = cJSON_IsString(p);
     if (cJSON_IsString(p)) {
         dsv4_err err = {0};
         int32_t bos = s->bos;
@@ -863,6 +923,53 @@ static int completion_prompt(srv *s, const cJSON *p, dsv4_tok_ids *ids, char *ms
     return -1;
 }
 
+/* echo (OpenAI's legacy completions, vLLM's): the answer's text begins with the prompt's,
+ * and with logprobs, its logprobs with the prompt tokens' (scored as they run). Not
+ * streamed (a clear 400: the prompt's entries would be one chunk ahead of the rest), nor
+ * under data-parallel attention (the LM head is sharded over the group there). max_tokens
+ * 0 answers the prompt alone, finish_reason "length" (one choice: n and best_of 1); the
+ * field is taken off the body then (its range for generation starts at 1). */
+static int echo_fields(const srv *s, cJSON *j, const srv_job *tmp, int n, int best_of, double lp, int *prompt_only,
+                       const char **param, char *msg) {
+    *param = "echo";
+    if (tmp->stream) {
+        snprintf(msg, MSG, "'echo' cannot be streamed (ask with stream false)");
+        return -1;
+    }
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "max_tokens");
+    *prompt_only = cJSON_IsNumber(mt) && mt->valuedouble == 0;
+    if ((lp >= 0 || *prompt_only) && (s->o.parallel & DSV4_PAR_DP)) {
+        snprintf(msg, MSG, "'echo' with 'logprobs' or max_tokens 0 is not served under data-parallel attention");
+        return -1;
+    }
+    if (*prompt_only && (n > 1 || best_of > 1)) {
+        *param = "max_tokens";
+        snprintf(msg, MSG, "max_tokens 0 (the prompt alone) takes one choice ('n' and 'best_of' 1)");
+        return -1;
+    }
+    if (*prompt_only) cJSON_DeleteItemFromObjectCaseSensitive(j, "max_tokens");
+    *param = NULL;
+    return 0;
+}
+
+/* The echoed text of a prompt (its tokens' bytes, the BOS put before a text prompt left
+ * out) into *echo (owned, NUL-terminated) and *len: 0, or -1 out of memory. */
+static int echo_text(const srv *s, const dsv4_tok_ids *ids, int is_text, char **echo, size_t *len) {
+    srv_buf raw = {0}, b = {0};
+    for (size_t i = is_text ? 1 : 0; i < ids->n; i++) {
+        size_t k = 0;
+        const char *t = dsv4_tok_id_bytes(s->tok, ids->ids[i], &k);
+        if (t) srv_buf_put(&raw, t, k);
+    }
+    srv_buf_put_utf8(&b, raw.s ? raw.s : "", raw.n);
+    const int oom = raw.oom || b.oom;
+    srv_buf_free(&raw);
+    *len = b.n;
+    *echo = oom ? NULL : b.s ? b.s : calloc(1, 1);
+    if (!*echo) srv_buf_free(&b);
+    return *echo ? 0 : -1;
+}
+
 void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out) {
     char msg[MSG];
     srv_job tmp = {0};
@@ -892,17 +999,31 @@ void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out)
         }
         param = NULL;
     }
-    int echo = 0;
+    int echo = 0, prompt_only = 0, is_text = 0;
+    char *echo_s = NULL;
+    size_t echo_len = 0;
     if (srv_opt_bool(j, "echo", &echo, msg, MSG) < 0) goto bad;
-    if (echo) { snprintf(msg, MSG, "'echo' is not supported"); goto bad; }
     if (srv_opt_num(j, "logprobs", 0, DSV4_MAX_LOGPROBS, &lp, msg, MSG) < 0) goto bad;
+    if (echo && echo_fields(s, j, &tmp, n, best_of, lp, &prompt_only, &param, msg)) goto bad;
+    int token_ids = 0;
+    if (srv_opt_bool(j, "return_tokens_as_token_ids", &token_ids, msg, MSG) < 0) goto bad;
     /* not in OpenAI's completions API: the chat field, accepted here too (a raw prompt:
      * nothing is added to it, the prompt should ask for the JSON itself) */
     const int json = srv_json_format(j, SRV_API_COMPLETION, &schema, &shown, msg, MSG);
     if (json < 0) goto bad;
-    if (completion_prompt(s, cJSON_GetObjectItemCaseSensitive(j, "prompt"), &ids, msg)) goto bad;
+    if (completion_prompt(s, cJSON_GetObjectItemCaseSensitive(j, "prompt"), &ids, &is_text, msg)) goto bad;
     if (!(r = srv_req_new(ids.ids, (int)ids.n))) { srv_reply_error(out, SRV_API_COMPLETION, 500, "out of memory"); goto done; }
     if (srv_parse_sampling(s, j, r, "stop", msg, MSG)) goto bad;
+    r->prompt_only = prompt_only;
+    if (echo && echo_text(s, &ids, is_text, &echo_s, &echo_len)) {
+        srv_reply_error(out, SRV_API_COMPLETION, 500, "out of memory");
+        goto done;
+    }
+    /* echo with logprobs: the prompt's tokens scored too (the scheduler's prompt rows) */
+    if (echo && lp >= 0 && srv_req_want_plp(r, (int)lp)) {
+        srv_reply_error(out, SRV_API_COMPLETION, 500, "out of memory");
+        goto done;
+    }
     if (json) srv_req_set_json(r, schema, 0);
     schema = NULL;
     if (srv_guided(r, j, json, NULL, 0, msg, MSG)) goto bad;
@@ -914,6 +1035,11 @@ void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out)
         job->include_usage = tmp.include_usage;
         job->logprobs = lp >= 0;
         job->best_n = best_of > n ? n : 0;
+        job->echo = echo_s;
+        job->echo_len = echo_len;
+        job->echo_bos = is_text;
+        job->token_ids = token_ids;
+        echo_s = NULL;
         spread(job);
         out->stream = completion_stream;
         out->final = completion_final;
@@ -925,5 +1051,6 @@ done:
     if (r) { srv_req_release(r); srv_req_release(r); }
     dsv4_tok_ids_free(&ids);
     free(schema);
+    free(echo_s);
     cJSON_Delete(j);
 }

@@ -74,6 +74,12 @@ int srv_req_set_grammar(srv_req *r, const char *grammar) {
     return r->grammar ? 0 : -1;
 }
 
+int srv_req_want_plp(srv_req *r, int n_top) {
+    if (!(r->plp = calloc((size_t)r->n_prompt, sizeof *r->plp))) return -1;
+    r->plp_top = n_top;
+    return 0;
+}
+
 static char *dup_or_null(const char *t, int *oom) {
     char *d = t ? strdup(t) : NULL;
     if (t && !d) *oom = 1;
@@ -138,6 +144,7 @@ void srv_req_release(srv_req *r) {
     free(r->text);
     free(r->ctx);
     free(r->fork_row);
+    free(r->plp);
     dsv4_gen_free(r->gen);
     pthread_mutex_destroy(&r->mu);
     free(r);

@@ -53,6 +53,14 @@ struct srv_req {
                                      * with this message, as an engine error would end it,
                                      * instead of EOS (one process only: not on the DP wire) */
     int32_t *forced_own;            /* the copy `forced` points at on a follower rank (owned) */
+    dsv4_sample_out *plp;           /* (n_prompt) prompt log-probabilities wanted (echo with
+                                     * logprobs): entry i > 0 is prompt[i]'s, scored from row
+                                     * i - 1 by the scheduler (which then runs the prompt cold:
+                                     * no prefix cache restore), read after the end; NULL none.
+                                     * Owned; choice 0's only (not cloned) */
+    int plp_top;                    /* the best that many of each prompt row (0..20) */
+    int prompt_only;                /* max_tokens 0 (echo): the prompt runs, nothing is
+                                     * sampled, the request ends with LENGTH */
     double t_arrival;               /* seconds, monotonic */
     int priority;                   /* --scheduling-policy priority: lower is admitted first
                                      * and preempted last (0 under fcfs) */
@@ -126,6 +134,8 @@ int srv_req_set_bias(srv_req *r, const int32_t *ids, const float *bias, int n);
  * the stop token ids likewise. 0 or -1 (oom). */
 int srv_req_set_guide(srv_req *r, const char *regex, const char *const *choices, int n);
 int srv_req_set_stop_ids(srv_req *r, const int32_t *ids, int n);
+/* Asks for the prompt's log-probabilities (r->plp, the best n_top of each row); 0 or -1 (oom). */
+int srv_req_want_plp(srv_req *r, int n_top);
 /* Copies a grammar (GBNF text) into the request and points gp at it; 0 or -1 (oom). */
 int srv_req_set_grammar(srv_req *r, const char *grammar);
 void srv_req_release(srv_req *r);

@@ -51,7 +51,8 @@ struct srv_sched {
     dsv4_span *spans;             /* (max_seqs) one step */
     srv_req **span_req;           /* (max_seqs) */
     int *span_verify;             /* (max_seqs) 1: the span is an MTP verify span */
-    float *hidden;                /* (2 max_seqs, D) rows that need logits */
+    float *hidden;                /* (step_tokens + 2 max_seqs, D) rows that need logits
+                                   * (every row of a prompt chunk whose logprobs are wanted) */
     float *logits;                /* (2 max_seqs, V) */
     /* with MTP */
     float *streams;               /* (rows_cap, hc, D) last-block streams of MTP requests */
@@ -69,6 +70,10 @@ struct srv_sched {
     /* a step's draws, made on the engine's threads before its rows are taken in order */
     int *span_draw;               /* (max_seqs) the span's draw, or -1: drawn in order */
     struct srv_draw *draws;       /* (max_seqs) */
+    /* prompt log-probabilities (srv_req.plp) */
+    int *span_lp;                 /* (max_seqs) 1: the span's rows score prompt tokens; -1:
+                                   * that failed (lp_err), the request ends */
+    dsv4_err lp_err;
     /* prefix cache (serving.md §g) */
     srv_pcache *pc;
     int *span_snap;               /* (max_seqs) SNAP_* of each span */

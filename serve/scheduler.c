@@ -172,6 +172,10 @@ static int add_span(srv_sched *s, int *n_spans, srv_req *r, int room) {
     sp->n_tokens = n;
     sp->tokens = r->ctx + r->n_done;
     sp->n_hidden = n == pending || snap;  /* logits only once the whole context has run */
+    /* prompt logprobs: every row while a row's next token is a prompt token (the rows
+     * scored, then only those above kept for the head: score_prompt) */
+    s->span_lp[*n_spans] = r->plp && r->n_done + 1 < r->n_prompt;
+    if (s->span_lp[*n_spans]) sp->n_hidden = n;
     sp->n_streams = r->spec ? n : snap ? 1 : 0;  /* MTP rows need every row's streams */
     s->span_verify[*n_spans] = 0;
     s->span_snap[*n_spans] = snap;
@@ -185,6 +189,7 @@ static int add_verify(srv_sched *s, int *n_spans, srv_req *r) {
     dsv4_err err = {0};
     if (dsv4_spec_verify_span(r->spec, &s->spans[*n_spans], &err)) return add_span(s, n_spans, r, 1);
     s->span_verify[*n_spans] = 1;
+    s->span_lp[*n_spans] = 0;
     /* its first row may reach an aligned length (kept when only that row is accepted) */
     s->span_snap[*n_spans] = r->n_done + 1 > r->n_prompt &&
                              srv_pcache_aligned(s->pc, r->n_done + 1) ? SNAP_CONV : SNAP_NONE;
@@ -243,8 +248,9 @@ static int plan_step(srv_sched *s, int *rows, int *decode) {
         int64_t n_cached = 0;
         /* the prefix cache is rank 0's (step_msg.h): the followers start the sequence at
          * the length restored here */
-        if (s->pc ? srv_pcache_start(s->pc, r->ctx, r->n_ctx, &r->seq, &n_cached, s->restored, &err)
-                  : dsv4_seq_create(s->e, &r->seq, &err)) {
+        /* a request scoring its prompt runs it cold: a restored prefix has no rows to score */
+        if (s->pc && !r->plp ? srv_pcache_start(s->pc, r->ctx, r->n_ctx, &r->seq, &n_cached, s->restored, &err)
+                             : dsv4_seq_create(s->e, &r->seq, &err)) {
             r->seq = -1;
             break;
         }
@@ -585,13 +591,45 @@ static void late_forks(srv_sched *s) {
     s->n_late = 0;
 }
 
+/* prompt[pos + 1]'s logprobs into r->plp from the logits row of position pos. */
+static int score_row(srv_sched *s, srv_req *r, const float *row, int64_t pos) {
+    return dsv4_gen_score(r->gen, row, r->prompt[pos + 1], r->plp_top, &r->plp[pos + 1], &s->lp_err);
+}
+
+/* Span i scores prompt tokens (span_lp): its rows at positions p with p + 1 < n_prompt,
+ * hidden rows [h, h + n), give prompt[p + 1]'s logprobs (r->plp[p + 1]), a batch of at
+ * most 2 max_seqs rows at a time through the LM head into s->logits (free until the
+ * step's head), each row's log-softmax and best ones taken as it comes. Returns the rows
+ * the span keeps for the step's head: its last when it reached the context's end or a
+ * snapshot point (add_span's n_hidden without the scoring), else none. span_lp[i] = -1
+ * (lp_err) when it failed. */
+static int score_prompt(srv_sched *s, int i, const float *hidden) {
+    const dsv4_span *sp = &s->spans[i];
+    srv_req *r = s->span_req[i];
+    const int pending = r->n_ctx - (int)sp->start;
+    const int keep = sp->n_tokens == pending || s->span_snap[i];
+    int n = r->n_prompt - 1 - (int)sp->start;
+    if (n > sp->n_tokens) n = sp->n_tokens;
+    const int batch = 2 * s->o.max_seqs;
+    for (int a = 0; a < n; a += batch) {
+        const int b = n - a < batch ? n - a : batch;
+        if (dsv4_lm_head(s->e, hidden + (size_t)a * s->D, b, s->logits, &s->lp_err)) { s->span_lp[i] = -1; break; }
+        for (int k = 0; k < b && s->span_lp[i] > 0; k++)
+            if (score_row(s, r, s->logits + (size_t)k * s->V, sp->start + a + k)) s->span_lp[i] = -1;
+        if (s->span_lp[i] < 0) break;
+    }
+    return keep;
+}
+
 /* Copies the snapshot rows of the step's spans aside (hidden of the row, its streams) and
- * packs the hidden rows that need logits; returns their count. */
+ * packs the hidden rows that need logits; returns their count. A span scoring prompt
+ * tokens is scored first (score_prompt) and keeps its head row only (n_hidden becomes
+ * that). */
 static int take_snapshot_rows(srv_sched *s, int n_spans) {
     const size_t hd = (size_t)s->D, sd = (size_t)s->HC * s->D;
     int n_rows = 0;
     for (int i = 0, h = 0, srow = 0; i < n_spans; i++) {
-        const dsv4_span *sp = &s->spans[i];
+        dsv4_span *sp = &s->spans[i];
         if (s->span_snap[i] && sp->n_hidden) {
             /* a verify span's snapshot row is its first; a plain span's its last */
             const int row = s->span_verify[i] ? 0 : sp->n_hidden - 1;
@@ -599,12 +637,17 @@ static int take_snapshot_rows(srv_sched *s, int n_spans) {
             memcpy(s->snap_hidden + i * hd, s->hidden + (size_t)(h + row) * hd, hd * sizeof(float));
             memcpy(s->snap_streams + i * sd, s->streams + (size_t)(srow + st_row) * sd, sd * sizeof(float));
         }
+        const int all = sp->n_hidden;
+        if (s->span_lp[i]) {
+            sp->n_hidden = score_prompt(s, i, s->hidden + (size_t)h * hd);
+        }
+        const size_t from = (size_t)(h + all - sp->n_hidden);
         if (s->span_snap[i] != SNAP_PROMPT) {
-            if (n_rows != h) memmove(s->hidden + (size_t)n_rows * hd, s->hidden + (size_t)h * hd,
-                                     (size_t)sp->n_hidden * hd * sizeof(float));
+            if ((size_t)n_rows != from) memmove(s->hidden + (size_t)n_rows * hd, s->hidden + from * hd,
+                                                (size_t)sp->n_hidden * hd * sizeof(float));
             n_rows += sp->n_hidden;
         }
-        h += sp->n_hidden;
+        h += all;
         srow += sp->n_streams;
     }
     return n_rows;
@@ -659,7 +702,8 @@ static void draw_rows(srv_sched *s, int n_spans) {
         s->span_draw[i] = -1;
         if (s->span_snap[i] == SNAP_PROMPT) continue;
         k += sp->n_hidden;
-        if (!sp->n_hidden || !r || s->span_verify[i] || forced_token(r, r->n_sampled, s->eos) >= 0) continue;
+        if (!sp->n_hidden || !r || r->prompt_only || s->span_verify[i] || forced_token(r, r->n_sampled, s->eos) >= 0)
+            continue;
         /* choice 0 of n > 1 at its prompt's end draws after its forks, which may wait */
         if (r->forkable && r->n_sampled == 0 && r->n_done == r->n_prompt) continue;
         s->draws[nd].span = i;
@@ -716,6 +760,11 @@ static int step(srv_sched *s) {
             s->span_req[i] = NULL;  /* ended: r may be gone */
         }
         srow += sp->n_streams;
+        /* its prompt's scoring failed (its head row, if any, is computed for nothing) */
+        if (s->span_lp[i] < 0 && s->span_req[i]) {
+            srv_sched_finish(s, r, SRV_END_ERROR, 0, s->lp_err.msg);
+            s->span_req[i] = NULL;
+        }
     }
     srv_step_lap(st, SRV_PH_MTP);
     if ((n_rows || s->dp) && head(s, n_rows, &err)) {
@@ -738,6 +787,11 @@ static int step(srv_sched *s) {
         if (s->span_snap[i] == SNAP_PROMPT) continue;
         k += sp->n_hidden;
         if (!sp->n_hidden || !r) continue;
+        if (r->prompt_only) {
+            /* max_tokens 0: the prompt ran (and was scored), nothing is sampled */
+            srv_sched_finish(s, r, SRV_END_FINISHED, DSV4_FINISH_LENGTH, NULL);
+            continue;
+        }
         dsv4_gen_token t;
         int alive;
         if (s->span_verify[i]) {
@@ -903,13 +957,14 @@ int srv_sched_create(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *
     s->spans = calloc(ns, sizeof *s->spans);
     s->span_req = calloc(ns, sizeof *s->span_req);
     s->span_verify = calloc(ns, sizeof *s->span_verify);
-    s->hidden = malloc(2 * ns * (size_t)s->D * sizeof(float));
+    s->hidden = malloc(((size_t)o->step_tokens + 2 * ns) * (size_t)s->D * sizeof(float));
+    s->span_lp = calloc(ns, sizeof *s->span_lp);
     s->logits = malloc(2 * ns * (size_t)s->V * sizeof(float));
     s->span_snap = calloc(ns, sizeof *s->span_snap);
     s->snap_hidden = malloc(ns * (size_t)s->D * sizeof(float));
     s->snap_streams = malloc(ns * (size_t)s->HC * s->D * sizeof(float));
     s->restored = malloc((size_t)s->HC * s->D * sizeof(float));
-    if (!s->span_snap || !s->snap_hidden || !s->snap_streams || !s->restored) goto oom;
+    if (!s->span_snap || !s->snap_hidden || !s->snap_streams || !s->restored || !s->span_lp) goto oom;
     if (!s->mtp) {
         /* streams only of snapshot rows: one per span at most */
         if (!(s->streams = malloc(ns * (size_t)s->HC * s->D * sizeof(float)))) goto oom;
@@ -1075,6 +1130,7 @@ void srv_sched_free(srv_sched *s) {
     free(s->span_draw);
     free(s->draws);
     free(s->span_snap);
+    free(s->span_lp);
     free(s->snap_hidden);
     free(s->snap_streams);
     free(s->restored);

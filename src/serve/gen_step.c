@@ -514,6 +514,19 @@ static int release_held(dsv4_gen *g) {
     return append_text(g, emit, emit_len);
 }
 
+/* g->row = logits + the text mask: ids without text can never be sampled */
+static void masked_row(dsv4_gen *g, const float *logits) {
+    const int n = g->V < g->n_mask ? g->V : g->n_mask;
+    for (int v = 0; v < n; v++) g->row[v] = logits[v] + g->mask[v];
+    for (int v = n; v < g->V; v++) g->row[v] = logits[v] + -INFINITY;
+}
+
+int dsv4_gen_score(dsv4_gen *g, const float *logits, int32_t token, int n_top, dsv4_sample_out *out,
+                   dsv4_err *err) {
+    masked_row(g, logits);
+    return dsv4_sample_score(g->sampler, g->row, token, n_top, out, err);
+}
+
 int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_err *err) {
     memset(out, 0, sizeof *out);
     if (g->finish || g->ended)
@@ -523,10 +536,8 @@ int dsv4_gen_next(dsv4_gen *g, const float *logits, dsv4_gen_token *out, dsv4_er
         if (!t) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
         g->tokens = t, g->cap *= 2;
     }
-    /* row = logits + mask (+ the biases): ids without text can never be sampled */
-    const int n = g->V < g->n_mask ? g->V : g->n_mask;
-    for (int v = 0; v < n; v++) g->row[v] = logits[v] + g->mask[v];
-    for (int v = n; v < g->V; v++) g->row[v] = logits[v] + -INFINITY;
+    /* row = logits + mask (+ the biases) */
+    masked_row(g, logits);
     for (int j = 0; j < g->n_bias; j++) g->row[g->bias_id[j]] = logits[g->bias_id[j]] + g->bias_add[j];
     if (g->schema || g->tools || g->rx || g->grun) {
         if (g->think >= 0) think_apply(g);

@@ -1,0 +1,112 @@
+// test_echo.js — /v1/completions echo with logprobs (the prompt's tokens scored), as
+// lm-evaluation-harness's local-completions model asks for its loglikelihood tasks:
+// {prompt: context + continuation (text or token ids, [[ids]] for its batch of one),
+//  max_tokens: 0 or 1, temperature: 0, logprobs: N, echo: true, seed}, reading
+// choices[0].logprobs.{tokens, token_logprobs, top_logprobs, text_offset} over the prompt.
+//  1. The answer's shape: text = the prompt's text (+ the completion's), one entry per
+//     prompt token, the first token's logprob and top_logprobs null, text_offset where each
+//     token's text begins; max_tokens 0 answers the prompt alone (finish "length", no
+//     completion tokens); a token-id prompt gives the same numbers as its text.
+//  2. Bit-identical to decoding across prefill chunks (--step-tokens 32, a ~150-token
+//     prompt): prompt token i's top_logprobs are those a request with the first i tokens
+//     and max_tokens 1 reports for its first token, and the logprob of a token t at i is
+//     the one that request reports when it samples t (its greedy token, echoed after them).
+//  3. A prefix-cache hit changes nothing: the echo runs its prompt cold (cached_tokens 0)
+//     and answers the same numbers after a plain request kept the prompt's prefix.
+//  4. The 400s: echo streamed, max_tokens 0 with n > 1.
+'use strict';
+const assert = require('assert');
+const OpenAI = require('openai').default;
+const { start, http, run } = require('./harness');
+
+const WORDS = 'amber birch cedar dune ember fjord grove heath inlet juniper kelp lichen'.split(' ');
+const TEXT = Array.from({ length: 140 }, (_, k) => WORDS[(k * 5) % WORDS.length]).join(' ');
+const N_TOP = 5;
+
+run('echo', async () => {
+  const srv = await start(['--max-context', '512', '--step-tokens', '32', '--max-seqs', '4']);
+  const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
+  const lmEval = (prompt, extra = {}) => client.completions.create({ model: 'm', prompt, max_tokens: 0,
+    temperature: 0, logprobs: N_TOP, echo: true, seed: 1234, ...extra });
+  try {
+    // 1. shape
+    const a = await lmEval(TEXT);
+    const c = a.choices[0], lp = c.logprobs, n = a.usage.prompt_tokens;
+    assert(n > 100, `the prompt has ${n} tokens: too short to cross chunks`);
+    assert.strictEqual(c.text, TEXT, 'the echo is not the prompt\'s text');
+    assert.strictEqual(c.finish_reason, 'length');
+    assert.strictEqual(a.usage.completion_tokens, 0);
+    for (const k of ['tokens', 'token_logprobs', 'top_logprobs', 'text_offset'])
+      assert.strictEqual(lp[k].length, n, `${k} has ${lp[k].length} entries for ${n} prompt tokens`);
+    assert.strictEqual(lp.token_logprobs[0], null);
+    assert.strictEqual(lp.top_logprobs[0], null);
+    for (let i = 1; i < n; i++) {
+      const v = lp.token_logprobs[i], top = lp.top_logprobs[i];
+      assert(typeof v === 'number' && v <= 0, `token_logprobs[${i}] = ${v}`);
+      assert.strictEqual(Object.keys(top).length, N_TOP, `top_logprobs[${i}]`);
+      assert(v <= Math.max(...Object.values(top)), `token ${i} more likely than the best`);
+    }
+    // the BOS put before a text prompt has no text: offset 0, then each token's text in turn
+    assert.strictEqual(lp.tokens[0], '<｜begin▁of▁sentence｜>');
+    assert.strictEqual(lp.text_offset[0], 0);
+    for (let i = 1; i < n; i++) {
+      const end = i + 1 < n ? lp.text_offset[i + 1] : c.text.length;
+      assert.strictEqual(c.text.slice(lp.text_offset[i], end), lp.tokens[i], `text_offset[${i}]`);
+    }
+    // the same prompt as token ids ([[ids]]: lm-eval's batch of one): the same numbers
+    const tok = await http(srv.url + '/tokenize', { body: { prompt: TEXT } });
+    const ids = tok.json.tokens;
+    assert.strictEqual(ids.length, n);
+    const b = await lmEval([ids]);
+    assert.strictEqual(b.choices[0].text, '<｜begin▁of▁sentence｜>' + TEXT);
+    assert.deepStrictEqual(b.choices[0].logprobs.token_logprobs, lp.token_logprobs);
+    assert.deepStrictEqual(b.choices[0].logprobs.top_logprobs, lp.top_logprobs);
+
+    // 2. decoding's numbers, at chunk edges (rows 31/32/33, 63/64) and the prompt's end, the
+    // tokens named by id (vLLM's return_tokens_as_token_ids: a random model's tokens are often
+    // fragments of UTF-8, or share a text)
+    const asIds = { return_tokens_as_token_ids: true };
+    const byId = (await lmEval([ids], asIds)).choices[0].logprobs;
+    assert.deepStrictEqual(byId.tokens, ids.map((t) => `token_id:${t}`));
+    assert.deepStrictEqual(byId.token_logprobs, lp.token_logprobs);
+    for (const i of [1, 2, 32, 33, 64, 65, n - 1]) {
+      const d = await client.completions.create({ model: 'm', prompt: ids.slice(0, i), max_tokens: 1,
+        temperature: 0, logprobs: N_TOP, ...asIds });
+      const dl = d.choices[0].logprobs;
+      assert.deepStrictEqual(byId.top_logprobs[i], dl.top_logprobs[0], `prompt row ${i - 1}: top_logprobs differ`);
+      // its greedy token put after the first i: scored as decoding scored it
+      const g = Number(/^token_id:(\d+)$/.exec(dl.tokens[0])[1]);
+      const e = await lmEval(ids.slice(0, i).concat([g]), asIds);
+      assert.strictEqual(e.choices[0].logprobs.token_logprobs[i], dl.token_logprobs[0], `prompt token ${i}`);
+      assert.deepStrictEqual(e.choices[0].logprobs.top_logprobs[i], dl.top_logprobs[0]);
+    }
+
+    // max_tokens 1 (lm-eval's other form): the prompt's entries, then the token's
+    const g = await lmEval(TEXT, { max_tokens: 1 });
+    const gl = g.choices[0].logprobs;
+    assert.strictEqual(gl.tokens.length, n + 1);
+    assert.deepStrictEqual(gl.token_logprobs.slice(0, n), lp.token_logprobs);
+    assert.strictEqual(g.choices[0].text, TEXT + gl.tokens[n]);
+    assert.strictEqual(gl.text_offset[n], TEXT.length);
+
+    // 3. a plain request keeps the prompt's prefix; the echo still scores every row
+    await client.completions.create({ model: 'm', prompt: TEXT, max_tokens: 1, temperature: 0 });
+    const hit = await client.completions.create({ model: 'm', prompt: TEXT, max_tokens: 1, temperature: 0 });
+    assert(hit.usage.prompt_tokens_details.cached_tokens > 0, 'no prefix-cache hit to test against');
+    const again = await lmEval(TEXT);
+    assert.strictEqual(again.usage.prompt_tokens_details.cached_tokens, 0);
+    assert.deepStrictEqual(again.choices[0].logprobs, lp);
+
+    // 4. refused
+    let r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: 'hi', echo: true, stream: true } });
+    assert.strictEqual(r.status, 400);
+    assert.match(r.json.error.message, /'echo' cannot be streamed/);
+    r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: 'hi', echo: true, max_tokens: 0, n: 2 } });
+    assert.strictEqual(r.status, 400);
+    assert.strictEqual(r.json.error.param, 'max_tokens');
+    r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: 'hi', max_tokens: 0 } });
+    assert.strictEqual(r.status, 400, 'max_tokens 0 without echo');
+  } finally {
+    await srv.stop();
+  }
+});
