@@ -64,12 +64,71 @@ void dsv4_fid_fp8_rt(float *x, int64_t n, int block) {
     }
 }
 
-void dsv4_fid_fp4_rt(float *x, int64_t n) {
+void dsv4_fid_fp4_rt_ref(float *x, int64_t n) {
     for (int64_t b0 = 0; b0 < n; b0 += 32) {
         const int m = n - b0 < 32 ? (int)(n - b0) : 32;
         block_rt(x + b0, m, DSV4_FID_AMAX_FLOOR_FP4, 6.0f, 1.0f / 6.0f, dsv4_fid_e2m1_round, DSV4_FID_FP4_MAX);
     }
 }
+
+#if defined(DSV4_HAVE_AVX512) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define FID_X512 __attribute__((target("avx512f,avx512dq")))
+
+/* block_rt's F3 steps on 16 values (s the block's scale): the same IEEE operations, so the
+ * same bits. The clamp by compares (a NaN stays NaN, as the ternaries leave it); the e2m1
+ * round as round_minifloat: the binade's exponent by vgetexpps (floor(log2 a), -inf at 0)
+ * raised to emin 0, the step 2^(e - 1) by vscalefps, a / step rounded half to even
+ * (vrndscaleps, as nearbyintf in the default mode) times the step, at most 6, the input's
+ * sign (a NaN gives +0); then times s, saturated past sat with the sign. */
+FID_X512 static __m512 fp4_rt16(__m512 x, __m512 s) {
+    const __m512 six = _mm512_set1_ps(6.0f), msix = _mm512_set1_ps(-6.0f);
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    __m512 v = _mm512_div_ps(x, s);
+    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, six, _CMP_GT_OQ), six);
+    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, msix, _CMP_LT_OQ), msix);
+    const __m512 a = _mm512_abs_ps(v); /* at most 6, or NaN */
+    const __m512 e = _mm512_max_ps(_mm512_getexp_ps(a), _mm512_setzero_ps());
+    const __m512 step = _mm512_scalef_ps(_mm512_set1_ps(1.0f), _mm512_sub_ps(e, _mm512_set1_ps(1.0f)));
+    __m512 q = _mm512_mul_ps(
+        _mm512_roundscale_ps(_mm512_div_ps(a, step), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), step);
+    q = _mm512_min_ps(q, six);
+    q = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(q), _mm512_and_si512(_mm512_castps_si512(v), sign)));
+    q = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), q); /* NaN: +0 */
+    __m512 r = _mm512_mul_ps(q, s);
+    const __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps(r), _mm512_set1_ps(DSV4_FID_FP4_MAX), _CMP_GT_OQ);
+    const __m512i satv = _mm512_or_si512(_mm512_castps_si512(_mm512_set1_ps(DSV4_FID_FP4_MAX)),
+                                         _mm512_and_si512(_mm512_castps_si512(r), sign));
+    return _mm512_mask_mov_ps(r, big, _mm512_castsi512_ps(satv));
+}
+
+/* Whole blocks of 32 (the amax with NaN ignored, as block_rt: vmaxps keeps its second
+ * operand where the first is NaN); a partial last block by block_rt. */
+FID_X512 static void fp4_rt_x512(float *x, int64_t n) {
+    int64_t b0 = 0;
+    for (; b0 + 32 <= n; b0 += 32) {
+        const __m512 x0 = _mm512_loadu_ps(x + b0), x1 = _mm512_loadu_ps(x + b0 + 16);
+        __m512 m = _mm512_set1_ps(DSV4_FID_AMAX_FLOOR_FP4);
+        m = _mm512_max_ps(_mm512_abs_ps(x0), m);
+        m = _mm512_max_ps(_mm512_abs_ps(x1), m);
+        const __m512 s = _mm512_set1_ps(dsv4_fid_pow2_scale(_mm512_reduce_max_ps(m), 1.0f / 6.0f));
+        _mm512_storeu_ps(x + b0, fp4_rt16(x0, s));
+        _mm512_storeu_ps(x + b0 + 16, fp4_rt16(x1, s));
+    }
+    if (b0 < n) dsv4_fid_fp4_rt_ref(x + b0, n - b0);
+}
+
+/* libgcc's cached flags, as exp_f64.c (cpuid traps in a VM) */
+static int fid_have_x512(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"); }
+
+void dsv4_fid_fp4_rt(float *x, int64_t n) {
+    if (fid_have_x512()) fp4_rt_x512(x, n);
+    else dsv4_fid_fp4_rt_ref(x, n);
+}
+#else
+void dsv4_fid_fp4_rt(float *x, int64_t n) { dsv4_fid_fp4_rt_ref(x, n); }
+#endif
 
 DSV4_HOT_AT(dsv4_fid_bf16, 0xbf0)
 void dsv4_fid_bf16(float *x, int64_t n) {
