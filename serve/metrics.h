@@ -39,9 +39,9 @@ typedef struct srv_rank_load {
     int64_t prefix_key_resends;     /* rank 0's: times it asked the rank for its whole key list
                                      * (what it held of them disagreed with the report's checksum) */
     dsv4_indexer_stats idx;         /* the rows its indexer scored, by path */
-    int n_prio;                     /* its queue by priority (srv_metrics_queue_prio): DP */
+    int64_t n_prio;                 /* its queue by priority (srv_metrics_queue_prio): DP */
     int prio[SRV_PRIO_SHOWN];       /* placement counts the requests a new one would overtake */
-    int64_t prio_n[SRV_PRIO_SHOWN], prio_rest;
+    int64_t prio_n[SRV_PRIO_SHOWN], prio_rest;  /* (no padding: the struct goes on the wire) */
     srv_pcache_stats pcache;
     dsv4_prefix_stats prefix;
 } srv_rank_load;
