@@ -319,10 +319,11 @@ int64_t srv_keys_apply(const uint64_t *held, int64_t n, const uint64_t *del, int
 }
 
 uint64_t srv_keys_sum(const uint64_t *k, int64_t n) {
-    uint64_t s = (uint64_t)n * 0x9e3779b97f4a7c15ull;
+    /* the sets hold distinct keys: a sum (or equally a xor) of a bijective mix of each
+     * changes with any one key more, less or other, except the one key that mixes to 0 */
+    uint64_t s = 0;
     for (int64_t i = 0; i < n; i++) {
-        /* splitmix64's finalizer: a bijection, so one key more, less or other moves the sum
-         * by a value no other single change gives */
+        /* splitmix64's finalizer */
         uint64_t z = k[i] + 0x9e3779b97f4a7c15ull;
         z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
         z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;

@@ -40,8 +40,8 @@ int64_t srv_keys_minus(const uint64_t *a, int64_t na, const uint64_t *b, int64_t
  * Any ascending del and add (a key of del not held, one of add held already: nothing). */
 int64_t srv_keys_apply(const uint64_t *held, int64_t n, const uint64_t *del, int64_t nd,
                        const uint64_t *add, int64_t na, uint64_t *out);
-/* An order-free checksum of a set of keys (its count and the sum of a bijective mix of
- * each key, mod 2^64): what rank 0 holds of a rank is checked against the rank's own. */
+/* An order-free checksum of a set of distinct keys (the sum of a bijective mix of each key,
+ * mod 2^64): what rank 0 holds of a rank is checked against the rank's own. */
 uint64_t srv_keys_sum(const uint64_t *k, int64_t n);
 
 /* A rank's side of its key reports: the set its last report gave (n_sent -1: none yet, or

@@ -261,6 +261,24 @@ static void test_min_tokens(void) {
             CHECK_MSG(fin == DSV4_FINISH_NONE && !strcmp(out, "abcde"), "min 4: finish %d, '%s'", fin, out);
         dsv4_stop_free(s);
     }
+    /* a reset forgets the held bytes fed before the min-th token: "xyz" held (a prefix of
+     * "xyzw", min 3), then after a reset with min 0 "y" in the first token stops at once */
+    {
+        const char *two[] = {"xyzw", "y"};
+        dsv4_stop *s = make(two, 2, NULL, 0, 0);
+        dsv4_stop_options(s, 3, 0);
+        const char *e;
+        size_t el;
+        for (int k = 0; k < 3; k++) {
+            dsv4_stop_token(s, 5);
+            CHECK(dsv4_stop_feed(s, "xyz" + k, 1, &e, &el) == DSV4_FINISH_NONE && el == 0);
+        }
+        dsv4_stop_reset(s);
+        dsv4_stop_options(s, 0, 0);
+        dsv4_stop_token(s, 5);
+        CHECK(dsv4_stop_feed(s, "y!", 2, &e, &el) == DSV4_FINISH_STOP_STRING && el == 0 && dsv4_stop_matched(s) == 1);
+        dsv4_stop_free(s);
+    }
     /* random texts, token splits and min against the reference */
     const char *stops[] = {"abab", "ba\nc", "cc", "aaaaaa", "b"};
     const char *alpha[] = {"a", "b", "c", "\n", "x", "ab"};

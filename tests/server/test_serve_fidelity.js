@@ -42,12 +42,14 @@ async function paths(kv) {
     { model: process.env.DSV4_MODEL_IDX });
   // once /metrics shows nothing running, the counters hold every step that ran (one lock)
   const get = async () => {
-    for (;;) {
-      const m = await metrics(srv.url);
+    let m;
+    for (let i = 0; i < 2000; i++) {
+      m = await metrics(srv.url);
       if (m.dsv4_running_sequences === 0 && m.dsv4_queue_depth === 0)
         return Object.fromEntries(['exact', 'bounded_f32', 'bounded_int', 'bounded_unpack'].map((p) => [p, m[`dsv4_indexer_rows_total{path="${p}"}`]]));
       await new Promise((ok) => setTimeout(ok, 2));
     }
+    assert.fail(`/metrics never showed nothing running: ${JSON.stringify(m)}`);
   };
   const before = await get();
   const ids = Array.from({ length: 96 }, (_, k) => 7 + ((k * 53) % 900));
