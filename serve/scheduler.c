@@ -611,11 +611,15 @@ static int score_prompt(srv_sched *s, int i, const float *hidden) {
     int n = r->n_prompt - 1 - (int)sp->start;
     if (n > sp->n_tokens) n = sp->n_tokens;
     const int batch = 2 * s->o.max_seqs;
+    /* the trace charges the head's share to the head, the scoring's to sampling */
+    srv_step_lap(&s->st, SRV_PH_SNAPSHOT);
     for (int a = 0; a < n; a += batch) {
         const int b = n - a < batch ? n - a : batch;
         if (dsv4_lm_head(s->e, hidden + (size_t)a * s->D, b, s->logits, &s->lp_err)) { s->span_lp[i] = -1; break; }
+        srv_step_lap(&s->st, SRV_PH_HEAD);
         for (int k = 0; k < b && s->span_lp[i] > 0; k++)
             if (score_row(s, r, s->logits + (size_t)k * s->V, sp->start + a + k)) s->span_lp[i] = -1;
+        srv_step_lap(&s->st, SRV_PH_SAMPLE);
         if (s->span_lp[i] < 0) break;
     }
     return keep;
