@@ -1,5 +1,6 @@
 /* openai.c — POST /v1/chat/completions and /v1/completions: OpenAI request bodies in,
  * OpenAI answers out (one JSON body, or SSE chunks ending with [DONE]). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -724,6 +725,11 @@ done:
 
 /* ---- completions ----------------------------------------------------------------------- */
 
+/* A logprob as a JSON number: -inf (an id the tokenizer has no text for, which decoding
+ * never samples, in a token-id prompt) as -9999.0, as vLLM clamps it (cJSON would print
+ * null, which a client's sum fails on). */
+static cJSON *lp_num(float x) { return cJSON_CreateNumber(isfinite(x) ? (double)x : -9999.0); }
+
 /* A token as completions' logprobs name it: its text, or with vLLM's
  * return_tokens_as_token_ids "token_id:ID" (tokens whose text is not valid UTF-8 alone, or
  * that share a text, stay apart). */
@@ -748,7 +754,7 @@ static cJSON *top_dict(const srv *s, const srv_job *lead, const dsv4_sample_out 
         srv_buf b = {0};
         lp_token(s, lead, o->top_ids[k], &b);
         if (!cJSON_GetObjectItemCaseSensitive(t, b.s ? b.s : ""))
-            cJSON_AddNumberToObject(t, b.s ? b.s : "", o->top_logprobs[k]);
+            cJSON_AddItemToObject(t, b.s ? b.s : "", lp_num(o->top_logprobs[k]));
         srv_buf_free(&b);
     }
     return t;
@@ -772,7 +778,7 @@ static void prompt_entries(srv *s, const srv_job *lead, cJSON *toks, cJSON *tlp,
     for (int i = 0; i < r->n_prompt; i++) {
         cJSON_AddItemToArray(toks, lp_token_json(s, lead, r->prompt[i]));
         const int known = i > 0 && r->plp;
-        cJSON_AddItemToArray(tlp, known ? cJSON_CreateNumber(r->plp[i].logprob) : cJSON_CreateNull());
+        cJSON_AddItemToArray(tlp, known ? lp_num(r->plp[i].logprob) : cJSON_CreateNull());
         cJSON_AddItemToArray(top, known ? top_dict(s, lead, &r->plp[i]) : cJSON_CreateNull());
         cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at));
         at += echo_bytes(s, lead, i);
@@ -790,7 +796,7 @@ static cJSON *completion_logprobs(srv *s, const srv_job *lead, const srv_req *r,
     for (int i = from; i < to; i++) {
         const srv_event *e = &r->ev[i];
         cJSON_AddItemToArray(toks, lp_token_json(s, lead, e->token));
-        cJSON_AddItemToArray(tlp, cJSON_CreateNumber(e->sample.logprob));
+        cJSON_AddItemToArray(tlp, lp_num(e->sample.logprob));
         cJSON_AddItemToArray(top, top_dict(s, lead, &e->sample));
         cJSON_AddItemToArray(off, cJSON_CreateNumber((double)(lead->echo_len + e->text_off)));
     }
@@ -902,6 +908,11 @@ static int completion_prompt(srv *s, const cJSON *p, dsv4_tok_ids *ids, int *is_
             return -1;
         }
         return 0;
+    }
+    if (cJSON_IsArray(p) && (cJSON_IsString(p->child) || cJSON_IsArray(p->child))) {
+        snprintf(msg, MSG, "'prompt' holds %d prompts: one prompt a request (a string, a list of token ids, "
+                 "or a list holding one of those)", cJSON_GetArraySize(p));
+        return -1;
     }
     if (cJSON_IsArray(p) && p->child) {
         int n = cJSON_GetArraySize(p), k = 0;

@@ -12,8 +12,9 @@
 //     and max_tokens 1 reports for its first token, and the logprob of a token t at i is
 //     the one that request reports when it samples t (its greedy token, echoed after them).
 //  3. A prefix-cache hit changes nothing: the echo runs its prompt cold (cached_tokens 0)
-//     and answers the same numbers after a plain request kept the prompt's prefix.
-//  4. The 400s: echo streamed, max_tokens 0 with n > 1.
+//     and answers the same numbers after a plain request kept the prompt's prefix; two echoes
+//     and a plain request side by side answer as alone; an id without text scores -9999.
+//  4. The 400s: echo streamed, max_tokens 0 with n > 1, a list of several prompts.
 'use strict';
 const assert = require('assert');
 const OpenAI = require('openai').default;
@@ -97,6 +98,22 @@ run('echo', async () => {
     assert.strictEqual(again.usage.prompt_tokens_details.cached_tokens, 0);
     assert.deepStrictEqual(again.choices[0].logprobs, lp);
 
+    // side by side (two echoes and a plain request in the same steps): each as alone
+    const solo2 = await lmEval(ids.slice(0, 90));
+    const plainReq = { model: 'm', prompt: ids.slice(0, 70), max_tokens: 4, temperature: 0, logprobs: 2 };
+    const solo3 = await client.completions.create(plainReq);
+    const [t1, t2, t3] = await Promise.all([lmEval(TEXT), lmEval(ids.slice(0, 90)), client.completions.create(plainReq)]);
+    assert.deepStrictEqual(t1.choices, a.choices, 'an echo beside others differs from alone');
+    assert.deepStrictEqual(t2.choices, solo2.choices, 'an echo beside others differs from alone');
+    assert.deepStrictEqual(t3.choices, solo3.choices, 'a plain request beside echoes differs from alone');
+
+    // an id without text (the vocabulary's padding, never sampled) scores -inf: -9999 (as vLLM), not null
+    const pad = await lmEval([0, 300, 129279, 400]);
+    const pl = pad.choices[0].logprobs.token_logprobs;
+    assert.strictEqual(pl[0], null);
+    assert.strictEqual(pl[2], -9999);
+    assert(pl[1] > -9999 && pl[3] > -9999 && pl[1] < 0 && pl[3] < 0, JSON.stringify(pl));
+
     // 4. refused
     let r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: 'hi', echo: true, stream: true } });
     assert.strictEqual(r.status, 400);
@@ -104,6 +121,9 @@ run('echo', async () => {
     r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: 'hi', echo: true, max_tokens: 0, n: 2 } });
     assert.strictEqual(r.status, 400);
     assert.strictEqual(r.json.error.param, 'max_tokens');
+    r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: [[1, 2], [3, 4]], echo: true, max_tokens: 0 } });
+    assert.strictEqual(r.status, 400);
+    assert.match(r.json.error.message, /holds 2 prompts: one prompt a request/);
     r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: 'hi', max_tokens: 0 } });
     assert.strictEqual(r.status, 400, 'max_tokens 0 without echo');
   } finally {
