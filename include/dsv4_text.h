@@ -595,9 +595,11 @@ typedef struct dsv4_gen_params {
                                        * * + ? {m,n}; no left recursion), read over the text's
                                        * code points. Matched by a pushdown automaton whose
                                        * bounds (parse stacks at once, nesting) an ambiguous
-                                       * grammar can pass: dsv4_gen_next then fails with
-                                       * DSV4_ERR_UNSUPPORTED naming the bound, never a wrong
-                                       * mask. The stop tokens go once the text is a sentence. */
+                                       * grammar can pass: a token whose bytes would is left
+                                       * out of the mask; a mask whose walk passes its work
+                                       * budget, or that the bounds leave empty, fails
+                                       * dsv4_gen_next with DSV4_ERR_UNSUPPORTED naming the
+                                       * bound. The stop tokens go once the text is a sentence. */
     /* Benchmark clients' sampling fields (vLLM's SamplingParams): */
     int ignore_eos;                   /* 1: the model's EOS is never sampled (banned like a
                                        * -inf bias), so generation runs to max_tokens, a

@@ -63,6 +63,7 @@ typedef struct gb {
     int ncls, capcls;
     int total;              /* elements so far */
     int any;                /* the class of '.', -1 none yet */
+    int32_t *names;         /* (NAMES) the named rules by their name's hash, -1 empty */
     char *why;
     size_t wl;
     int failed;
@@ -263,10 +264,19 @@ static int read_class(gb *b) {
     return k;
 }
 
+#define NAMES (2 * GR_MAX_RULES) /* a power of two past the rules: never full */
+
 static int lookup(gb *b, const char *name, int len, size_t off) {
-    for (int k = 0; k < b->nr; k++)
-        if (b->r[k].kind == R_NAMED && b->r[k].name_len == len && !memcmp(b->r[k].name, name, (size_t)len)) return k;
-    return new_rule(b, name, len, R_NAMED, -1, off);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int k = 0; k < len; k++) h = (h ^ (uint8_t)name[k]) * 0x100000001b3ull;
+    size_t at = (size_t)(h ^ h >> 29) & (NAMES - 1);
+    for (; b->names[at] >= 0; at = (at + 1) & (NAMES - 1)) {
+        const brule *x = &b->r[b->names[at]];
+        if (x->name_len == len && !memcmp(x->name, name, (size_t)len)) return b->names[at];
+    }
+    const int k = new_rule(b, name, len, R_NAMED, -1, off);
+    if (k >= 0) b->names[at] = k;
+    return k;
 }
 
 static int parse_alts(gb *b, int rule, int nest);
@@ -521,9 +531,9 @@ static int left_recursion(gb *b, const gr_grammar *g, const uint8_t *nullable) {
             if (color[next] == 1) {
                 int from = top;
                 while (path[from] != next) from--;
-                int rep = 0;
-                for (int k = from; k <= top; k++) rep |= b->r[path[k]].kind == R_REPEAT;
-                if (rep) {
+                int rep = 0, named = 0;
+                for (int k = from; k <= top; k++) rep |= b->r[path[k]].kind == R_REPEAT, named |= b->r[path[k]].kind == R_NAMED;
+                if (rep && !named) {
                     int k = from;
                     while (b->r[path[k]].kind != R_REPEAT) k++;
                     rc = fail(b, b->r[path[k]].off, "a repetition of something that can match the empty text (it "
@@ -620,7 +630,9 @@ int gr_compile(const char *text, size_t len, gr_grammar **out, char *why, size_t
     gr_grammar *g = calloc(1, sizeof *g);
     int32_t *alt_rule = NULL;
     uint8_t *flags = NULL;
-    int rc = g ? 0 : oom(&b);
+    b.names = malloc(NAMES * sizeof *b.names);
+    int rc = g && b.names ? 0 : oom(&b);
+    for (int k = 0; !rc && k < NAMES; k++) b.names[k] = -1;
     skip_ws(&b);
     if (!rc && b.i >= b.n) {
         snprintf(why, why_len, "is empty (no rule)");
@@ -673,7 +685,7 @@ int gr_compile(const char *text, size_t len, gr_grammar **out, char *why, size_t
         b.rng = NULL, b.cls = NULL;
     }
     for (int r = 0; r < b.nr; r++) free(b.r[r].e);
-    free(b.r), free(b.rng), free(b.cls), free(alt_rule), free(flags);
+    free(b.r), free(b.rng), free(b.cls), free(alt_rule), free(flags), free(b.names);
     if (rc) {
         gr_free(g);
         return -1;
@@ -697,6 +709,8 @@ struct gr_run {
     int32_t *heads;         /* (HEADS) hash chains (newest first, so the pool pops in order) */
     uint32_t *seen;         /* (GR_POOL) the stamp of the step that listed a node */
     uint32_t stamp;
+    long spent, limit;      /* gr_mask's work so far and its budget (limit 0: none) */
+    int broke;              /* the budget ran out (the mask fails; other bounds drop a token) */
     int32_t *remap;         /* (GR_POOL) gr_run_compact's new numbers */
     int32_t *work;          /* [GR_MAX_WORK][2] (pos, parent) left to expand */
     int max_len, words;
@@ -777,12 +791,19 @@ static int expand(gr_run *r, int nw, int32_t *out, int nout, int *acc) {
         const int32_t pos = r->work[2 * nw], par = r->work[2 * nw + 1];
         if (++done > GR_MAX_WORK)
             return over(r, "the grammar needs more than %d expansions for one character (a bound of this server)", GR_MAX_WORK);
+        if (r->limit && ++r->spent > r->limit) {
+            r->broke = 1;
+            return over(r, "the grammar's token mask needs more than %d expansions and steps (a bound of this server)",
+                        GR_MASK_BUDGET);
+        }
+        /* every (position, stack below) once a step: a grammar whose rules reach one place by many
+         * ways (x1 ::= x0 | x0, x2 ::= x1 | x1, ...) expands it once, not once per way */
+        const int32_t id = mk(r, pos, par);
+        if (id < 0) return -1;
+        if (r->seen[id] == r->stamp) continue;
+        r->seen[id] = r->stamp;
         const gelem e = g->e[pos];
         if (e.type == E_CHAR) {
-            const int32_t id = mk(r, pos, par);
-            if (id < 0) return -1;
-            if (r->seen[id] == r->stamp) continue;
-            r->seen[id] = r->stamp;
             if (nout == GR_MAX_STACKS)
                 return over(r, "the grammar is ambiguous past %d parse stacks at once (a bound of this server)", GR_MAX_STACKS);
             out[nout++] = id;
@@ -970,9 +991,10 @@ int gr_run_accepting(const gr_run *r) { return !r->over && !r->wu[0] && r->wacc[
 
 const char *gr_run_why(const gr_run *r) { return r->why; }
 
-void gr_run_stats(const gr_run *r, long *hits, long *misses) {
+void gr_run_stats(const gr_run *r, long *hits, long *misses, long *nodes) {
     *hits = r->hits;
     *misses = r->misses;
+    *nodes = r->n_node;
 }
 
 void gr_run_clear_cache(gr_run *r) { r->used = 0, r->next = 0; }
@@ -1053,6 +1075,8 @@ long gr_mask(gr_run *r, const json_vocab *v, uint64_t *bits) {
     r->misses++;
     memset(bits, 0, bytes);
     const int mark0 = r->n_node;
+    long pruned = 0;
+    r->spent = 0, r->limit = GR_MASK_BUDGET, r->broke = 0;
     r->mark[0] = mark0, r->src[0] = 0;
     const json_trie *t = v->all;
     long steps = 0;
@@ -1064,6 +1088,14 @@ long gr_mask(gr_run *r, const json_vocab *v, uint64_t *bits) {
         steps++;
         r->pv[d]++;
         int st = read_byte(r, in, n, &u, t[i].byte, &cp);
+        if ((r->spent += n) > r->limit) {
+            truncate_pool(r, mark0);
+            r->limit = 0;
+            over(r, "the grammar's token mask needs more than %d expansions and steps (a bound of this server)",
+                 GR_MASK_BUDGET);
+            r->over = 0;
+            return -1;
+        }
         if (st == 3) {
             uint64_t sig = 0;
             for (int k = 0; k < n && k < 64; k++)
@@ -1080,10 +1112,16 @@ long gr_mask(gr_run *r, const json_vocab *v, uint64_t *bits) {
                 truncate_pool(r, r->mark[d - 1]);
                 int acc = 0;
                 const int k = step_cp(r, in, n, cp, r->top + (size_t)d * S, &acc);
-                if (k < 0) {
+                if (k < 0 && r->broke) {
                     truncate_pool(r, mark0);
-                    r->over = 0; /* the state itself is fine: only this mask is refused */
+                    r->over = 0, r->limit = 0; /* the state itself is fine: only this mask is refused */
                     return -1;
+                }
+                if (k < 0) { /* this character passes a bound: the tokens below are not allowed */
+                    truncate_pool(r, r->mark[d - 1]);
+                    r->over = 0, r->mpv[d] = 0, pruned++;
+                    i = (int)t[i].skip;
+                    continue;
                 }
                 r->wn[d] = k, r->wacc[d] = acc, r->mark[d] = r->n_node, r->rver[d]++;
                 r->mpv[d] = small ? r->pv[d - 1] : 0, r->msig[d] = sig;
@@ -1106,6 +1144,10 @@ long gr_mask(gr_run *r, const json_vocab *v, uint64_t *bits) {
         i++;
     }
     truncate_pool(r, mark0);
+    r->limit = 0;
+    int any = r->wacc[0] && !r->wu[0];
+    for (int w = 0; w < v->words && !any; w++) any = bits[w] != 0;
+    if (!any) return -1; /* alive, so only a bound can have emptied it: the last one passed is in why */
     if (kn >= 0) {
         const int slot = r->used < GR_CACHE ? r->used++ : r->next;
         if (slot == r->next) r->next = (r->next + 1) % GR_CACHE;
@@ -1130,8 +1172,8 @@ int gr_mask_brute(gr_run *r, const dsv4_tokenizer *tok, uint64_t *bits, int word
         const char *b = dsv4_tok_id_bytes(tok, id, &len);
         if (!b || !len || dsv4_tok_is_added(tok, id)) continue;
         const int s = gr_run_feed(r, (const uint8_t *)b, len);
-        if (s < 0) rc = -1;
         if (s > 0) bits[id >> 6] |= 1ull << (id & 63);
+        if (s < 0) r->over = 0; /* past a bound: not allowed, as gr_mask drops it */
         truncate_pool(r, mark0);
         memcpy(r->top, save, (size_t)n0 * sizeof *save);
         r->wn[0] = n0, r->wacc[0] = acc0, r->wu[0] = u0;

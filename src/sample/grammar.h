@@ -24,9 +24,10 @@
  * once complete; a character begun is alive while some completion of it is allowed; bytes
  * that are not well-formed UTF-8 end it). The state accepts when some stack is complete.
  * Bounds: GR_MAX_STACKS stacks at once, GR_MAX_DEPTH deep, GR_POOL nodes, GR_MAX_WORK
- * expansions per character. An ambiguous grammar can need more: the step that would pass a
- * bound fails as "over" (gr_run_why says which), and the caller ends the generation with that
- * error; no stack is ever dropped, so a mask is exact or not given at all.
+ * expansions per character, GR_MASK_BUDGET for a mask's walk. An ambiguous grammar can need
+ * more: a step that would pass a bound fails as "over" (gr_run_why says which); no stack is
+ * ever dropped from a state. The mask leaves out the tokens whose bytes pass a bound (every
+ * token it allows is valid) and fails when its walk passes the budget or nothing is left.
  */
 #ifndef DSV4_SAMPLE_GRAMMAR_H
 #define DSV4_SAMPLE_GRAMMAR_H
@@ -46,6 +47,7 @@
 #define GR_MAX_DEPTH 512       /* a stack's depth (nesting of rules) */
 #define GR_POOL (1 << 17)      /* stack nodes of one generation (live and the walk's) */
 #define GR_MAX_WORK (1 << 16)  /* expansions for one character */
+#define GR_MASK_BUDGET (1 << 22) /* expansions and stack tests for one token mask (~50 ms) */
 #define GR_CACHE 32            /* masks kept per generation */
 #define GR_KEY 2048            /* words of a cached state's key (larger states are not cached) */
 
@@ -78,13 +80,17 @@ int gr_run_accepting(const gr_run *r);
 const char *gr_run_why(const gr_run *r);
 
 /* bits [v->words]: bit i set iff id i's bytes leave the state alive (trie ids only: no added
- * token, no stop). Returns the trie nodes stepped (0 on a cache hit), -1 when some token's
- * bytes pass a bound (gr_run_why; bits undefined). The state is unchanged. */
+ * token, no stop), except the ids whose bytes pass a stack bound (GR_MAX_STACKS, GR_MAX_DEPTH,
+ * GR_POOL, GR_MAX_WORK): those are left out (the mask only loses options: every id set is
+ * valid). Returns the trie nodes stepped (0 on a cache hit), -1 when the walk passes
+ * GR_MASK_BUDGET or the bounds left no id at all (gr_run_why; bits undefined). The state is
+ * unchanged. */
 long gr_mask(gr_run *r, const json_vocab *v, uint64_t *bits);
-/* The same by brute force: every id's bytes fed from the state (tests); -1 over a bound. */
+/* The same by brute force: every id's bytes fed from the state, those past a bound left out
+ * (tests); -1 out of memory. */
 int gr_mask_brute(gr_run *r, const dsv4_tokenizer *tok, uint64_t *bits, int words);
-/* the mask cache's hits and misses (benchmarks, tests) */
-void gr_run_stats(const gr_run *r, long *hits, long *misses);
+/* the mask cache's hits and misses, and the pool's nodes in use (benchmarks, tests) */
+void gr_run_stats(const gr_run *r, long *hits, long *misses, long *nodes);
 /* empties the mask cache (benchmarks: a cold mask) */
 void gr_run_clear_cache(gr_run *r);
 

@@ -6,8 +6,8 @@
 // thinking answer; temperature 1 over several seeds, so a broken mask would show. Every answer
 // that ends ("stop") is a sentence of its grammar by a small recognizer written here from the
 // grammar's rules; a cut one ("length") is a prefix of one. The compiler's refusals are 400s
-// naming the field; an ambiguous grammar that passes the parse-stack bound ends its request
-// with an error that says so.
+// naming the field; an ambiguous grammar's tokens that would pass the parse-stack bound are
+// left out, and a mask that passes the work budget ends its request with an error that says so.
 'use strict';
 const assert = require('assert');
 const OpenAI = require('openai').default;
@@ -152,15 +152,21 @@ run('server_grammar', async () => {
     guided_grammar: ARITH });
   if (th.choices[0].finish_reason === 'stop') check('arith', th.choices[0].message.content, 'stop', 'thinking');
 
-  // an ambiguous grammar: each "a" multiplies the parse stacks by 17 (the first mask's walk over
-  // "aa" passes 512); the request ends with the bound named
+  // an ambiguous grammar: each "a" multiplies the parse stacks by 17, so a token of two or more
+  // "a"s would pass 512: such tokens are left out of the mask, and the answer goes on with "a"
   const AMB = 'root ::= x\nx ::= ' + [...'bcdefghijklmnopq'].map((d) => `"a" x "${d}"`).join(' | ') + ' | "a"';
-  const amb = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', messages: msgs, max_tokens: 30,
+  const amb = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', messages: msgs, max_tokens: 12,
     guided_grammar: AMB } });
-  assert(amb.status === 500 && amb.json.error.message.includes('parse stacks'), amb.body);
-  const ambs = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', messages: msgs, max_tokens: 30,
-    stream: true, guided_grammar: AMB } });
-  assert(ambs.body.includes('parse stacks') && ambs.body.includes('error'), ambs.body);
+  assert(amb.status === 200 && /^a[a-q]*$/.test(amb.json.choices[0].message.content), amb.body);
+  // a grammar whose mask walk passes the work budget (rv-gram's: 8,000 ways to one character,
+  // counted 1,000 times) ends its request with the bound named; streamed, an error event
+  const EXP = ['root ::= x13{0,1000}', 'x0 ::= [^\\x00]', ...Array.from({ length: 13 }, (_, i) => `x${i + 1} ::= x${i} | x${i}`)].join('\n');
+  const big = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', messages: msgs, max_tokens: 4,
+    guided_grammar: EXP } });
+  assert(big.status === 500 && big.json.error.message.includes('expansions and steps'), big.body);
+  const bigs = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', messages: msgs, max_tokens: 4,
+    stream: true, guided_grammar: EXP } });
+  assert(bigs.body.includes('expansions and steps') && bigs.body.includes('error'), bigs.body);
 
   // the bad cases: 400s naming the field, with the line and column
   const bad = async (body, what, url = '/v1/chat/completions') => {
