@@ -22,7 +22,7 @@
  * engine's ranges of 1024 entries with each query encoded once a range ("int_ranges_us") or
  * once ("enc_once_ranges_us"), and one query's encoding alone ("encode_us"). --rescore times the bounded selection's exact rescoring alone:
  * dsv4_idx_scores of one query over n candidate keys scattered over the pool (every 7th key,
- * wrapping, as select_candidates passes them), "rescore_ns_per_key", and a hash of the
+ * wrapping, or the next odd stride coprime to the pool, as select_candidates passes them), "rescore_ns_per_key", and a hash of the
  * scores' bits ("scores_fnv") that two builds must print alike. The level is the
  * best this CPU and build have, or the one DSV4_SIMD names (portable, avx2, avx512, avx512vbmi). */
 #include <math.h>
@@ -126,14 +126,23 @@ static int rescore_main(int simd, int reps, const int *ns, int n_ns, int quarter
     const dsv4_attn_ops *ops = dsv4_attn_ops_for(simd);
     const void **cand = malloc(sizeof(void *) * (size_t)nmax);
     float *sc = malloc(sizeof(float) * (size_t)nmax);
-    if (!cand || !sc) return 1;
+    if (!cand || !sc) {
+        free(cand), free(sc);
+        return 1;
+    }
+    size_t stride = 7; /* coprime to nmax: the candidates are n distinct keys */
+    for (size_t a = stride, m = (size_t)nmax; m;) { /* gcd(stride, nmax) */
+        const size_t t = a % m;
+        a = m, m = t;
+        if (!m && a != 1) stride += 2, a = stride, m = (size_t)nmax;
+    }
     for (int shape = 0; shape < 2; shape++) {
         if ((shape == 0 && !quarter) || (shape == 1 && !flash)) continue;
         const int nI = shape ? 64 : 16;
         for (int k = 0; k < n_ns; k++) {
             const int n = ns[k];
             const int64_t lim = n;
-            for (int i = 0; i < n; i++) cand[i] = keys[(size_t)i * 7 % (size_t)nmax];
+            for (int i = 0; i < n; i++) cand[i] = keys[(size_t)i * stride % (size_t)nmax];
             double t[MAX_REPS];
             for (int r = 0; r < reps; r++) {
                 const double t0 = now_s();

@@ -32,7 +32,7 @@
 #include "kernels/attn_ops.h"
 
 /* qI: (nq, nI, dI) at row stride qs floats; wI: (nq, nI) at row stride ws; lim: (nq) keys
- * query q sees; keys[w]: dI values each in key_fmt (DSV4_ROW_F32 or DSV4_ROW_BF16);
+ * query q sees; keys[w]: dI values each in key_fmt (DSV4_ROW_F32, DSV4_ROW_BF16 or DSV4_ROW_FP4);
  * scores: (nq, ss). simd: the kernel level
  * (kernels/cpu.h), ops: the dot kernels of the portable path (dsv4_attn_ops_for). */
 void dsv4_idx_scores(int simd, const dsv4_attn_ops *ops, const float *qI, size_t qs, const float *wI, size_t ws,

@@ -204,18 +204,25 @@ static void check_int(int level, int nI, int dI, int nk, int nq, int adv) {
     CHECK_MSG(beyond < nk * nq / 2, "adv %d: %d of the keys past kmax: the bound barely tested", adv, beyond);
     if (adv) printf("integer scores, level %d, %d x %d, %d queries: worst err / bound %.3g, %d keys past kmax\n", level,
                     nI, dI, nq, worst, beyond);
-    /* a query F3 did not round, NaN, a block past 2^100: not scored (the caller unpacks) */
-    const float keep = qI[5];
-    qI[5] = nextafterf(qI[5] == 0.0f ? 1.0f : qI[5], INFINITY);
-    CHECK(!dsv4_idx_approx_fp4_int(level, qI, qs, wI, ws, nq, lim, keys, 0, nk, nI, dI, got[0], kn[0], ss));
-    qI[5] = NAN;
-    CHECK(!dsv4_idx_approx_fp4_int(level, qI, qs, wI, ws, nq, lim, keys, 0, nk, nI, dI, got[0], kn[0], ss));
-    qI[5] = 0x1p101f;
-    CHECK(!dsv4_idx_approx_fp4_int(level, qI, qs, wI, ws, nq, lim, keys, 0, nk, nI, dI, got[0], kn[0], ss));
-    const float keep4 = qI[4]; /* a value below the block scale's reach: c s / 2 underflows to 0 */
-    qI[4] = 0x1p99f, qI[5] = 0x1p-149f;
-    CHECK(!dsv4_idx_approx_fp4_int(level, qI, qs, wI, ws, nq, lim, keys, 0, nk, nI, dI, got[0], kn[0], ss));
-    qI[4] = keep4, qI[5] = keep;
+    /* a query F3 did not round, NaN, a block past 2^100, a value below its block scale's reach (c s / 2
+     * underflows to 0 beside 2^99): not scored (the caller unpacks), wherever the value sits: the first
+     * values, the last value of the last head's last block, a value of the second vector of a block, a
+     * head of the second group of 16 */
+    const int nb = dI / 32;
+    const size_t at[4] = {5, (size_t)nI * dI - 1, (size_t)(nI / 2) * dI + 32 * (nb - 1) + 21,
+                          (size_t)(nI > 16 ? 17 : nI - 1) * dI + 32 * (nb / 2) + 9};
+    for (int k = 0; k < 4; k++) {
+        const size_t p = at[k], pn = at[k] ^ 1; /* query 0 (refused before any pass is scored); a neighbour */
+        const float keep = qI[p], keepn = qI[pn];
+        const float bad[3] = {nextafterf(keep == 0.0f ? 1.0f : keep, INFINITY), NAN, 0x1p101f};
+        for (int b = 0; b < 4; b++) {
+            if (b < 3) qI[p] = bad[b];
+            else qI[pn] = 0x1p99f, qI[p] = 0x1p-149f;
+            CHECK_MSG(!dsv4_idx_approx_fp4_int(level, qI, qs, wI, ws, nq, lim, keys, 0, nk, nI, dI, got[0], kn[0], ss),
+                      "level %d nI %d dI %d: value %zu's bad case %d scored", level, nI, dI, at[k], b);
+            qI[p] = keep, qI[pn] = keepn;
+        }
+    }
     free(qI); free(wI); free(kb); free(packed); free(keys); free(exact);
     for (int r = 0; r < 2; r++) free(got[r]), free(kn[r]);
 }
