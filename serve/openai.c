@@ -546,6 +546,10 @@ int srv_answer_constraint(srv_req *r, const cJSON *tools, const cJSON *allowed, 
     } else if (allowed) {
         rc = srv_callable_tools(r, allowed, tc == SRV_TC_REQUIRED ? DSV4_TOOLS_REQUIRED : DSV4_TOOLS_AUTO, NULL,
                                 thinking, single, msg, n);
+    } else if (tc == SRV_TC_REQUIRED && tools) {
+        /* a call is required: its name one of the tools' (strict or not), a free tool's
+         * arguments free */
+        rc = srv_callable_tools(r, tools, DSV4_TOOLS_REQUIRED, NULL, thinking, single, msg, n);
     } else {
         rc = srv_strict_tools(r, tools, tc, name, thinking, single, msg, n);
     }

@@ -158,6 +158,15 @@ run('server_format_tools', async () => {
     if (finish === 'length') cut++, assert.strictEqual(content, '', `cut call ${seed}: its DSML came out as content`);
   }
   assert(cut >= 1, 'no call was cut by max_tokens');
+  // tool_choice "required" over free tools alone: the name is one of theirs too
+  for (let seed = 1; seed <= 3; seed++) {
+    const names = [];
+    for await (const ch of await client.chat.completions.create({ model: 'm', max_tokens: 24, temperature: 1, seed,
+      messages, tools: [G, G2], tool_choice: 'required', stream: true })) {
+      for (const t of ch.choices[0]?.delta.tool_calls || []) if (t.function?.name) names.push(t.function.name);
+    }
+    assert(names.length >= 1 && names.every((n) => ['g', 'g2'].includes(n)), `required over free tools ${seed}: ${names}`);
+  }
   const allowedCount = await http(srv.url + '/tokenize', { body: { messages, tools: [F, G, H], tool_choice: allowed('auto', ['g']) } });
   assert.strictEqual(allowedCount.json.count, plain.usage.prompt_tokens, allowedCount.body);
 
