@@ -665,6 +665,9 @@ DSV4_API void dsv4_gen_end(dsv4_gen *g, const char **text, size_t *len);
 DSV4_API const int32_t *dsv4_gen_tokens(const dsv4_gen *g, int *n);
 /* DSV4_FINISH_* once finished, else NONE. */
 DSV4_API int dsv4_gen_finished(const dsv4_gen *g);
+/* The walks of the vocabulary trie this generation's regex / choice masks took (the cache
+ * misses it filled; 0 without such a constraint): what dsv4_gen_params.share saves. */
+DSV4_API long dsv4_gen_guide_walks(const dsv4_gen *g);
 /* After a DSV4_FINISH_STOP_STRING finish: the index in params.stop_strings of the stop
  * string that ended generation (the one that started first); otherwise -1. */
 DSV4_API int dsv4_gen_stop_matched(const dsv4_gen *g);

@@ -117,6 +117,12 @@ void srv_metrics_fork(srv_metrics *m, int64_t n) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void srv_metrics_guide_walks(srv_metrics *m, long n) {
+    pthread_mutex_lock(&m->mu);
+    m->guide_walks += (uint64_t)n;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void srv_metrics_rank(srv_metrics *m, int r, int n, const srv_rank_load *l) {
     if (r < 0 || r >= SRV_MAX_RANKS) return;
     pthread_mutex_lock(&m->mu);
@@ -267,6 +273,10 @@ char *srv_metrics_render(srv_metrics *m) {
     srv_buf_printf(&b, "# HELP dsv4_prompt_tokens_total prompt tokens admitted\n"
             "# TYPE dsv4_prompt_tokens_total counter\ndsv4_prompt_tokens_total %llu\n",
         (unsigned long long)m->prompt_tokens);
+    srv_buf_printf(&b, "# HELP dsv4_guided_mask_walks_total regex / choice masks walked over the vocabulary "
+            "(cache misses; the n choices of a request share one cache), this process's\n"
+            "# TYPE dsv4_guided_mask_walks_total counter\ndsv4_guided_mask_walks_total %llu\n",
+            (unsigned long long)m->guide_walks);
     srv_buf_printf(&b, "# HELP dsv4_choices_forked_total choices (n > 1) started as forks of their "
             "choice 0's prompt\n# TYPE dsv4_choices_forked_total counter\ndsv4_choices_forked_total %llu\n"
             "# HELP dsv4_prompt_tokens_forked_total prompt positions those forks shared instead of "

@@ -59,6 +59,7 @@ typedef struct srv_metrics {
     uint64_t forks, fork_tokens;    /* choices (n > 1) started as forks of choice 0's prompt,
                                      * and the prompt positions they shared, not computed */
     uint64_t fork_waits;            /* choices 0 whose forks waited for pages */
+    uint64_t guide_walks;           /* regex / choice masks walked (dsv4_gen_guide_walks) */
     uint64_t steps, step_rows, decode_rows;
     uint64_t steps_by_decode_rows[SRV_ROWS_BUCKETS + 1];  /* decode rows 1, 2, 3-4, 5-8, ... */
     int64_t queue_depth, running;
@@ -105,6 +106,7 @@ void srv_metrics_latency(srv_metrics *m, double ttft, double itl);  /* < 0: skip
 void srv_metrics_event(srv_metrics *m, int cancelled, int preempted);
 /* A choice started as a fork of choice 0's prompt of n tokens. */
 void srv_metrics_fork(srv_metrics *m, int64_t n);
+void srv_metrics_guide_walks(srv_metrics *m, long n);
 /* A choice 0 waits for pages to fork its choices (the pools were short at its prompt's end). */
 void srv_metrics_fork_wait(srv_metrics *m);
 /* A stream's read callback found nothing new: its connection waits, suspended. */

@@ -643,7 +643,14 @@ static srv_job *chat_submit_rendered(srv *s, const cJSON *j, srv_chat *c, int ap
     /* a guided JSON field beside tools is served as response_format is (the document or a
      * call): srv_guided gives its schema here instead of setting it */
     char *schema = NULL;
-    if (srv_guided(r, j, c->json, c->tools ? &schema : NULL, c->co.thinking, msg, MSG)) goto bad;
+    const char *param = NULL;
+    if (srv_guided(r, j, c->json, c->tools ? &schema : NULL, c->co.thinking, &param, msg, MSG)) {
+        if (api == SRV_API_CHAT) bad_field(out, param, msg);
+        else srv_reply_error(out, api, 400, msg);
+        srv_req_release(r);
+        srv_req_release(r);
+        return NULL;
+    }
     if (!schema) schema = c->schema;
     c->schema = NULL;
     if (srv_answer_constraint(r, c->tools, c->allowed, c->tc, c->tc_name, schema, c->co.thinking, !parallel, msg, MSG))
@@ -1041,7 +1048,11 @@ void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out)
     }
     if (json) srv_req_set_json(r, schema, 0);
     schema = NULL;
-    if (srv_guided(r, j, json, NULL, 0, msg, MSG)) goto bad;
+    const char *gparam = NULL;
+    if (srv_guided(r, j, json, NULL, 0, &gparam, msg, MSG)) {
+        param = gparam;
+        goto bad;
+    }
     r->gp.sample.n_logprobs = lp > 0 ? (int)lp : 0;
     srv_job *job = srv_submit_n(s, r, best_of > n ? best_of : n, SRV_API_COMPLETION, body, out);
     r = NULL;

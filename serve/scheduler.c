@@ -58,6 +58,7 @@ static void cancel_choices(srv_sched *s, srv_req *r) {
 
 /* Frees r's sequence (if any), takes it off both lists, ends it, drops our reference. */
 void srv_sched_finish(srv_sched *s, srv_req *r, int end, int fin, const char *msg) {
+    if (r->gen && s->met) srv_metrics_guide_walks(s->met, dsv4_gen_guide_walks(r->gen));
     r->forkable = 0;  /* its other choices compute the prompt themselves */
     r->fork_wait = 0;
     dsv4_spec_free(r->spec);

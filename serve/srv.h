@@ -174,8 +174,9 @@ srv_job *srv_chat_submit_rendered(srv *s, const cJSON *j, srv_chat *c, int api, 
  * fields, json_object) is not set but its schema text given in *doc (the caller's, for
  * srv_answer_constraint: the document or a tool call, as response_format beside tools); a
  * regex, choice list or grammar beside tools is a 400 (the tools' automaton reads its
- * document as JSON). 0 (none or set), -1 with a message. */
-int srv_guided(srv_req *r, const cJSON *body, int json_format, char **doc, int thinking, char *msg, size_t n);
+ * document as JSON). 0 (none or set), -1 with a message and *param the field at fault. */
+int srv_guided(srv_req *r, const cJSON *body, int json_format, char **doc, int thinking, const char **param,
+               char *msg, size_t n);
 /* On an endpoint without guided decoding (where: its path): -1 with a message naming the
  * first guided field given (in *param), 0 when there is none. */
 int srv_guided_refuse(const cJSON *body, const char *where, const char **param, char *msg, size_t n);

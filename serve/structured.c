@@ -314,18 +314,23 @@ int srv_guided_refuse(const cJSON *body, const char *where, const char **param, 
     return -1;
 }
 
-int srv_guided(srv_req *r, const cJSON *body, int json_format, char **doc, int thinking, char *msg, size_t n) {
+int srv_guided(srv_req *r, const cJSON *body, int json_format, char **doc, int thinking, const char **param,
+               char *msg, size_t n) {
     const cJSON *so;
+    *param = "structured_outputs";
     if (so_field(body, &so, msg, n)) return -1;
     guide_field f[16];
     const int k = guide_fields(body, so, f);
+    *param = k ? f[0].name : NULL; /* a refusal names the field (the first, or the one at fault) */
     for (int i = 0; i < k; i++)
         if (f[i].kind == G_TAG) {
+            *param = f[i].name;
             snprintf(msg, n, "'%s' is not supported (constrain the output with a grammar, a regex, a choice list or a "
                      "JSON Schema)", f[i].name);
             return -1;
         }
     if (k + (json_format != 0) > 1) {
+        *param = json_format ? f[0].name : f[1].name;
         snprintf(msg, n, "one output constraint per request: '%s' and '%s' are both given", json_format ? "response_format" : f[0].name,
                  json_format ? f[0].name : f[1].name);
         return -1;

@@ -5,9 +5,4 @@
 
 #include "dsv4_text.h"
 
-/* The walks of the vocabulary trie this generation's regex / choice masks took (cache misses
- * it filled; 0 without such a constraint): for tests and benchmarks of the shared masks
- * (dsv4_gen_params.share). */
-long dsv4_gen_guide_walks(const dsv4_gen *g);
-
 #endif

@@ -201,15 +201,20 @@ run('server_format_tools', async () => {
   assert.strictEqual(check('guided allowed required', await gchat({ guided_json: X }, { seed: 1,
     tool_choice: allowed('required', ['h']) }), ['h']), 'call');
   console.log(`guided json beside tools: ${JSON.stringify(gseen)}`);
-  for (const field of [{ guided_regex: 'a+' }, { structured_outputs: { choice: ['a', 'b'] } }]) {
+  for (const [field, param] of [[{ guided_regex: 'a+' }, 'guided_regex'],
+    [{ structured_outputs: { choice: ['a', 'b'] } }, 'structured_outputs.choice'],
+    [{ structured_outputs: { grammar: 'root ::= "a"' } }, 'structured_outputs.grammar']]) {
     const r = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', messages, tools: [F], ...field } });
     assert.strictEqual(r.status, 400, r.body);
     assert(r.json.error.message.includes('together with \'tools\' is not supported'), r.body);
+    assert.strictEqual(r.json.error.param, param, r.body);
   }
-  for (const field of [{ guided_json: X, response_format: FMT }, { guided_json: X, guided_regex: 'a' }]) {
+  for (const [field, param] of [[{ guided_json: X, response_format: FMT }, 'guided_json'],
+    [{ guided_json: X, guided_regex: 'a' }, 'guided_regex']]) {
     const r = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', messages, tools: [F], ...field } });
     assert.strictEqual(r.status, 400, r.body);
     assert(r.json.error.message.includes('one output constraint per request'), r.body);
+    assert.strictEqual(r.json.error.param, param, r.body);
   }
 
   // the Responses API: text.format beside tools, allowed_tools in its own form

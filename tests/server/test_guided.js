@@ -13,7 +13,7 @@ const assert = require('assert');
 const fs = require('fs');
 const path = require('path');
 const OpenAI = require('openai').default;
-const { start, http, run, MODEL } = require('./harness');
+const { start, http, metrics, run, MODEL } = require('./harness');
 
 const vocab = JSON.parse(fs.readFileSync(path.join(MODEL, 'tokenizer.json'), 'utf8')).model.vocab;
 const EOS = 1, BOS = 0;
@@ -58,6 +58,16 @@ run('server_guided', async () => {
   }
   for (let i = 0; i < 3; i++) ended += checkRegex(EMAIL, st[i], fin[i], `stream choice ${i}`);
   console.log(`regex: ${ended} of 15 answers ended and match, e.g. ${JSON.stringify(st)}`);
+  // the n choices of a request share one mask cache: greedy, n = 4 draws n = 1's tokens four
+  // times and walks the states n = 1 walks, once (dsv4_guided_mask_walks_total)
+  const walks = async () => (await metrics(srv.url)).dsv4_guided_mask_walks_total;
+  const w0 = await walks();
+  const one = await client.chat.completions.create({ ...base, temperature: 0, structured_outputs: { regex: DATES } });
+  const w1 = await walks();
+  const four = await client.chat.completions.create({ ...base, temperature: 0, n: 4, structured_outputs: { regex: DATES } });
+  const w4 = await walks();
+  assert(four.choices.every((c) => c.message.content === one.choices[0].message.content), 'greedy choices differ');
+  assert(w1 - w0 > 0 && w4 - w1 === w1 - w0, `walks: n = 1 ${w1 - w0}, n = 4 ${w4 - w1}`);
   assert(ended >= 8, 'too few regex answers ended');
 
   // choice: every answer is one of the list (legacy guided_choice too, and on completions)
