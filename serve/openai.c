@@ -1002,6 +1002,8 @@ void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out)
     double lp = -1;
     int n = 1, best_of = 0;
     const char *param = NULL;
+    /* freed at done: declared before the first goto, so every path sees it initialized */
+    char *echo_s = NULL;
     cJSON *j = cJSON_ParseWithLength(body, len);
     if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
     if (common_fields(s, j, &tmp, &n, &param, msg)) goto bad;
@@ -1022,7 +1024,6 @@ void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out)
         param = NULL;
     }
     int echo = 0, prompt_only = 0, is_text = 0;
-    char *echo_s = NULL;
     size_t echo_len = 0;
     if (srv_opt_bool(j, "echo", &echo, msg, MSG) < 0) goto bad;
     if (srv_opt_num(j, "logprobs", 0, DSV4_MAX_LOGPROBS, &lp, msg, MSG) < 0) goto bad;
