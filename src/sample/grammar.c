@@ -410,7 +410,7 @@ static int primary(gb *b, int rule, int nest) {
     }
     for (;;) {
         while (b->i < b->n && (b->t[b->i] == ' ' || b->t[b->i] == '\t')) b->i++;
-        if (b->i >= b->n || !strchr("*+?{", b->t[b->i])) return 0;
+        if (b->i >= b->n || !b->t[b->i] || !strchr("*+?{", b->t[b->i])) return 0; /* strchr finds a NUL too */
         if (postfix(b, rule, from)) return -1;
     }
 }
@@ -420,7 +420,7 @@ static int parse_seq(gb *b, int rule, int nest) {
         skip_ws(b);
         if (b->i >= b->n || b->t[b->i] == '|' || b->t[b->i] == ')') return 0;
         if (nest == 0 && at_rule_start(b)) return 0;
-        if (strchr("*+?", b->t[b->i]) || b->t[b->i] == '{')
+        if ((b->t[b->i] && strchr("*+?", b->t[b->i])) || b->t[b->i] == '{')
             return fail(b, b->i, "'%c' follows nothing it could repeat", b->t[b->i]);
         if (primary(b, rule, nest)) return -1;
     }
@@ -654,7 +654,9 @@ int gr_compile(const char *text, size_t len, gr_grammar **out, char *why, size_t
             break;
         }
         b.r[r].defined = 1, b.r[r].off = at;
-        b.i = (size_t)(strstr(text + k, "::=") - text) + 3; /* at_rule_start saw it on this line */
+        /* past the blanks and the "::=" at_rule_start saw (the text need not end in a NUL, so no strstr) */
+        while (text[k] == ' ' || text[k] == '\t') k++;
+        b.i = k + 3;
         rc = parse_alts(&b, r, 0);
         if (!rc && b.i < b.n && text[b.i] == ')') rc = fail(&b, b.i, "an unbalanced ')'");
         skip_ws(&b);
