@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "serve/srv.h"
+#include "serve/util.h"
 
 #define MAX_STOPS 16
 #define MAX_STOP_IDS 64
@@ -49,19 +50,12 @@ int srv_token_id(const srv *s, const cJSON *x, int32_t *id) {
     return 0;
 }
 
-/* splitmix64's output function (its state advances by 0x9e3779b97f4a7c15 a value) */
-static uint64_t splitmix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* seeds for requests that give none, distinct per request */
 static uint64_t next_seed(srv *s) {
     pthread_mutex_lock(&s->mu);
     uint64_t z = (s->seed_state += 0x9e3779b97f4a7c15ull);
     pthread_mutex_unlock(&s->mu);
-    return splitmix64(z);
+    return srv_splitmix64(z);
 }
 
 static int parse_stops(const cJSON *body, const char *key, srv_req *r, char *msg, size_t n) {
@@ -345,7 +339,7 @@ srv_job *srv_submit_n(srv *s, srv_req *r, int n, int api, const char *body, srv_
     if (api == SRV_API_RESPONSES) {
         /* a stored response is found by its id: unique across restarts and not the next
          * number (splitmix64 of the server's random salt and the number) */
-        const uint64_t z = splitmix64(s->id_salt + no * 0x9e3779b97f4a7c15ull);
+        const uint64_t z = srv_splitmix64(s->id_salt + no * 0x9e3779b97f4a7c15ull);
         snprintf(j->id, sizeof j->id, "resp_%016llx%llu", (unsigned long long)z, no);
     } else {
         snprintf(j->id, sizeof j->id, "%s%llu",

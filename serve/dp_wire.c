@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "serve/srv.h"
+#include "serve/util.h"
 
 enum { ITEM_EV = 1, ITEM_TXT };
 
@@ -323,11 +324,7 @@ uint64_t srv_keys_sum(const uint64_t *k, int64_t n) {
      * changes with any one key more, less or other, except the one key that mixes to 0 */
     uint64_t s = 0;
     for (int64_t i = 0; i < n; i++) {
-        /* splitmix64's finalizer */
-        uint64_t z = k[i] + 0x9e3779b97f4a7c15ull;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        s += z ^ (z >> 31);
+        s += srv_splitmix64(k[i] + 0x9e3779b97f4a7c15ull);
     }
     return s;
 }

@@ -72,4 +72,12 @@ int srv_frame_recv(dsv4_dist *d, uint32_t magic, uint8_t **buf, size_t *cap, siz
  * while a marker may still be arriving. */
 size_t srv_partial_tail(const char *t, size_t n, const char *m);
 
+/* splitmix64's output function, a bijection of 64-bit words (its state advances by
+ * 0x9e3779b97f4a7c15 a value): request seeds and ids, the DP key reports' checksum */
+static inline uint64_t srv_splitmix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 #endif
