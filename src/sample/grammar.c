@@ -49,6 +49,11 @@ struct gr_run {
     int used, next;
     uint32_t *key;          /* (GR_KEY) */
     long hits, misses;
+    /* the clamp of counted repetitions (canon): the state's stacks saved while the clamped
+     * ones stand in row 0, and the (chain, level) pairs of its nodes */
+    int32_t *save;          /* (GR_MAX_STACKS) */
+    int32_t *lv;            /* [GR_KEY][3] chain, level, clamped level */
+    int32_t *path;          /* (GR_MAX_DEPTH) */
 };
 
 static inline size_t hnode(int32_t pos, int32_t parent) {
@@ -249,7 +254,11 @@ int gr_run_new(const gr_grammar *g, int max_len, int words, gr_run **out) {
     r->cache = malloc((size_t)GR_CACHE * (size_t)words * sizeof *r->cache);
     r->ckey = malloc((size_t)GR_CACHE * GR_KEY * sizeof *r->ckey);
     r->key = malloc(GR_KEY * sizeof *r->key);
-    if (!r->node || !r->heads || !r->seen || !r->remap || !r->work || !r->top || !r->wn || !r->wacc || !r->src || !r->mark ||
+    r->save = malloc(GR_MAX_STACKS * sizeof *r->save);
+    r->lv = malloc(3 * (size_t)GR_KEY * sizeof *r->lv);
+    r->path = malloc(GR_MAX_DEPTH * sizeof *r->path);
+    if (!r->save || !r->lv || !r->path ||
+        !r->node || !r->heads || !r->seen || !r->remap || !r->work || !r->top || !r->wn || !r->wacc || !r->src || !r->mark ||
         !r->wu || !r->pv || !r->mpv || !r->msig || !r->rver || !r->fver || !r->fsig || !r->tmp || !r->cache || !r->ckey || !r->key) {
         gr_run_free(r);
         return -1;
@@ -265,7 +274,7 @@ void gr_run_free(gr_run *r) {
     free(r->node), free(r->heads), free(r->seen), free(r->remap), free(r->work), free(r->top);
     free(r->wn), free(r->wacc), free(r->src), free(r->mark), free(r->wu), free(r->tmp);
     free(r->pv), free(r->mpv), free(r->msig), free(r->rver), free(r->fver), free(r->fsig);
-    free(r->cache), free(r->ckey), free(r->key);
+    free(r->cache), free(r->ckey), free(r->key), free(r->save), free(r->lv), free(r->path);
     free(r);
 }
 
@@ -373,8 +382,90 @@ static uint64_t hash_key(const uint32_t *k, int n) {
     return h ^ h >> 31;
 }
 
-long gr_mask(gr_run *r, const json_vocab *v, uint64_t *bits) {
-    if (r->over) return -1;
+/* ---- the clamp of counted repetitions ----
+ * A token reads at most T = max_len code points, and a copy of a chain's element reads at
+ * least one (grammar_impl.h), so over a token a stack at level l of a chain only reaches
+ * levels l - T .. l. Clamp: per chain, the distinct levels l1 < l2 < ... of the state's nodes
+ * become c1 = min(l1, C), c(i+1) = c(i) + min(l(i+1) - l(i), C), C = T + 2. Exact: map each
+ * level l(i) - t reached from S to c(i) - t. Two present levels whose reached ranges meet
+ * differ by <= T < C, so every gap between them is kept: the map is one to one. A level
+ * reached <= 1 comes from an l(i) <= T + 1 < C, so l(i) and every level below it are kept:
+ * levels 1 (the last copy, whose elements differ) map to themselves, and every level >= 2 has
+ * the same elements and returns. So each row of the walk from S maps one to one onto the walk
+ * from the clamped state (the same tops' classes, accepting flags, set sizes and depths), and
+ * the same tokens live. The mask is walked on the clamped state (row 0 replaced while it
+ * runs), so it is a function of the key, whichever state met it first. Left: a stack that
+ * enters a chain at its top during the token (unmoved by the map) can meet a moved one in one
+ * walk and not the other (an ambiguous grammar); that changes set sizes only, near a bound. */
+
+static int lv_cmp(const void *x, const void *y) {
+    const int32_t *a = x, *b = y;
+    return a[0] != b[0] ? (a[0] < b[0] ? -1 : 1) : (a[1] > b[1]) - (a[1] < b[1]);
+}
+
+/* the clamped level of (chain c, level l) in lv[0 .. n) (sorted, distinct) */
+static int32_t clamped(const int32_t *lv, int n, int32_t c, int32_t l) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int m = (lo + hi) / 2;
+        if (lv[3 * m] < c || (lv[3 * m] == c && lv[3 * m + 1] < l)) lo = m + 1;
+        else hi = m;
+    }
+    return lv[3 * lo + 2];
+}
+
+/* Row 0 replaced by the clamped state's stacks (the state's saved in r->save): 1, or 0 when
+ * nothing is clamped (no level past C) or the pool cannot take the clamped stacks. */
+static int canon(gr_run *r) {
+    const gr_grammar *g = r->g;
+    if (!g->n_chain) return 0;
+    const int C = r->max_len + 2, n = r->wn[0];
+    int m = 0, high = 0;
+    for (int i = 0; i < n; i++)
+        for (int32_t x = r->top[i]; x >= 0; x = r->node[x].parent) {
+            const int32_t p = r->node[x].pos;
+            if (g->pchain[p] < 0) continue;
+            if (m == GR_KEY) return 0; /* not cached either (make_key) */
+            r->lv[3 * m] = g->pchain[p], r->lv[3 * m + 1] = g->plevel[p];
+            high |= g->plevel[p] > C;
+            m++;
+        }
+    if (!high) return 0;
+    qsort(r->lv, (size_t)m, 3 * sizeof *r->lv, lv_cmp);
+    int u = 0;
+    for (int k = 0; k < m; k++) {
+        int32_t *o = r->lv + 3 * u;
+        if (u && o[-3] == r->lv[3 * k] && o[-2] == r->lv[3 * k + 1]) continue;
+        o[0] = r->lv[3 * k], o[1] = r->lv[3 * k + 1];
+        const int first = !u || o[-3] != o[0];
+        o[2] = first ? (o[1] < C ? o[1] : C) : o[-1] + (o[1] - o[-2] < C ? o[1] - o[-2] : C);
+        u++;
+    }
+    memcpy(r->save, r->top, (size_t)n * sizeof *r->save);
+    for (int i = 0; i < n; i++) {
+        int d = 0;
+        for (int32_t x = r->top[i]; x >= 0; x = r->node[x].parent) r->path[d++] = x;
+        int32_t parent = -1;
+        while (d--) {
+            int32_t pos = r->node[r->path[d]].pos;
+            const int32_t c = g->pchain[pos];
+            if (c >= 0) {
+                const int32_t l = g->plevel[pos], to = clamped(r->lv, u, c, l);
+                pos = g->cbase[g->cb0[c] + to - 1] + (pos - g->cbase[g->cb0[c] + l - 1]);
+            }
+            if ((parent = mk(r, pos, parent)) < 0) { /* the pool is full: not clamped */
+                memcpy(r->top, r->save, (size_t)n * sizeof *r->top);
+                r->over = 0;
+                return 0;
+            }
+        }
+        r->top[i] = parent;
+    }
+    return 1;
+}
+
+/* the mask of the state in row 0 (gr_mask) */
+static long mask_of(gr_run *r, const json_vocab *v, uint64_t *bits) {
     const size_t bytes = (size_t)v->words * sizeof *bits, S = GR_MAX_STACKS;
     const int kn = make_key(r);
     const uint64_t h = kn >= 0 ? hash_key(r->key, kn) : 0;
@@ -468,6 +559,16 @@ long gr_mask(gr_run *r, const json_vocab *v, uint64_t *bits) {
         r->ckn[slot] = kn, r->ch[slot] = h;
     }
     return steps;
+}
+
+long gr_mask(gr_run *r, const json_vocab *v, uint64_t *bits) {
+    if (r->over) return -1;
+    const int mark = r->n_node, n = r->wn[0];
+    const int swapped = canon(r);
+    const long rc = mask_of(r, v, bits);
+    if (swapped) memcpy(r->top, r->save, (size_t)n * sizeof *r->top);
+    truncate_pool(r, mark);
+    return rc;
 }
 
 int gr_mask_brute(gr_run *r, const dsv4_tokenizer *tok, uint64_t *bits, int words) {

@@ -17,6 +17,10 @@ void gr_free(gr_grammar *g) {
     free(g->nalt);
     free(g->rng);
     free(g->cls);
+    free(g->pchain);
+    free(g->plevel);
+    free(g->cbase);
+    free(g->cb0);
     free(g);
 }
 
@@ -34,6 +38,12 @@ typedef struct brule {
     int n, cap;
 } brule;
 
+/* a counted repetition's chain (grammar_impl.h): C_COPIES, the n copies written out in rule
+ * from element `from` on (the last is level 1); C_OPTIONAL, the rules first .. first + n - 1
+ * (O1 .. On); e, the element repeated */
+enum { C_COPIES = 0, C_OPTIONAL };
+typedef struct bchain { int kind, rule, from, n; gelem e; } bchain;
+
 typedef struct gb {
     const char *t;
     size_t n, i;
@@ -46,6 +56,8 @@ typedef struct gb {
     int total;              /* elements so far */
     int any;                /* the class of '.', -1 none yet */
     int32_t *names;         /* (NAMES) the named rules by their name's hash, -1 empty */
+    bchain *ch;
+    int nch, capch;
     char *why;
     size_t wl;
     int failed;
@@ -263,6 +275,13 @@ static int lookup(gb *b, const char *name, int len, size_t off) {
 
 static int parse_alts(gb *b, int rule, int nest);
 
+static int add_chain(gb *b, int kind, int rule, int from, int n, gelem e) {
+    if (n < 2) return 0; /* level 1 is never clamped */
+    if (grow(&b->ch, &b->capch, b->nch + 1, sizeof *b->ch)) return oom(b);
+    b->ch[b->nch++] = (bchain){kind, rule, from, n, e};
+    return 0;
+}
+
 /* rule X ::= e X | (empty): what e* becomes */
 static int star_rule(gb *b, int rule, gelem e, size_t at) {
     const int s = new_rule(b, NULL, 0, R_REPEAT, b->r[rule].owner, at);
@@ -326,11 +345,15 @@ static int postfix(gb *b, int rule, int from) {
         r = &b->r[rule];
         b->total -= len;
         e = (gelem){E_REF, w};
+        for (int k = 0; k < b->nch; k++) /* copies written out there (X{3}{2}) moved with them */
+            if (b->ch[k].kind == C_COPIES && b->ch[k].rule == rule && b->ch[k].from >= from)
+                b->ch[k].rule = w, b->ch[k].from -= from;
     }
     b->r[rule].n = from;
     b->total--;
     for (int k = 0; k < m; k++)
         if (add(b, rule, e.type, e.a)) return -1;
+    if (add_chain(b, C_COPIES, rule, from, m, e)) return -1;
     if (n < 0) {
         const int s = star_rule(b, rule, e, at);
         return s < 0 ? -1 : add(b, rule, E_REF, s);
@@ -342,6 +365,7 @@ static int postfix(gb *b, int rule, int from) {
         if (o < 0 || add(b, o, e.type, e.a) || (prev >= 0 && add(b, o, E_REF, prev)) || add(b, o, E_ALT, 0)) return -1;
         prev = o;
     }
+    if (prev >= 0 && add_chain(b, C_OPTIONAL, prev - (n - m - 1), 0, n - m, e)) return -1;
     return prev < 0 ? 0 : add(b, rule, E_REF, prev);
 }
 
@@ -580,6 +604,36 @@ static int flatten(gb *b, gr_grammar *g, int32_t **alt_rule) {
     return 0;
 }
 
+/* The chains of the counted repetitions whose element always reads a character (not nullable):
+ * their levels' positions (grammar_impl.h). Before prune (g->alt still in rule order). */
+static int chains(gb *b, gr_grammar *g, const uint8_t *nullable) {
+    g->pchain = malloc((size_t)g->n_e * sizeof *g->pchain);
+    g->plevel = malloc((size_t)g->n_e * sizeof *g->plevel);
+    long nl = 0;
+    for (int c = 0; c < b->nch; c++) nl += b->ch[c].n;
+    g->cbase = malloc(((size_t)nl + 1) * sizeof *g->cbase);
+    g->cb0 = malloc(((size_t)b->nch + 1) * sizeof *g->cb0);
+    if (!g->pchain || !g->plevel || !g->cbase || !g->cb0) return oom(b);
+    for (int p = 0; p < g->n_e; p++) g->pchain[p] = -1, g->plevel[p] = 0;
+    int at = 0;
+    for (int k = 0; k < b->nch; k++) {
+        const bchain *x = &b->ch[k];
+        if (x->e.type == E_REF && nullable[x->e.a]) continue;
+        const int c = g->n_chain++;
+        g->cb0[c] = at;
+        for (int lv = 1; lv <= x->n; lv++) {
+            /* copies: level lv is copy n - lv (its return, the next copy, is that level's own
+             * position); optionals: O(lv), whose call of O(lv - 1) follows its element */
+            const int base = x->kind == C_COPIES ? g->alt[g->alt0[x->rule]] + x->from + (x->n - lv)
+                                                 : g->alt[g->alt0[x->rule + lv - 1]];
+            g->cbase[at++] = base;
+            g->pchain[base] = c, g->plevel[base] = lv;
+            if (x->kind == C_OPTIONAL && g->e[base + 1].type == E_REF) g->pchain[base + 1] = c, g->plevel[base + 1] = lv;
+        }
+    }
+    return 0;
+}
+
 /* drops the alternatives that refer to a rule with no finite sentence */
 static void prune(gr_grammar *g, const uint8_t *productive) {
     int out = 0;
@@ -658,6 +712,7 @@ int gr_compile(const char *text, size_t len, gr_grammar **out, char *why, size_t
     if (!rc && !(flags = malloc((size_t)g->n_rules))) rc = oom(&b);
     if (!rc && horn(g, alt_rule, 0, flags)) rc = oom(&b);
     if (!rc) rc = left_recursion(&b, g, flags);
+    if (!rc) rc = chains(&b, g, flags);
     if (!rc && horn(g, alt_rule, 1, flags)) rc = oom(&b);
     if (!rc && !flags[g->root]) {
         snprintf(why, why_len, "matches no text (rule 'root' can never complete)");
@@ -669,7 +724,7 @@ int gr_compile(const char *text, size_t len, gr_grammar **out, char *why, size_t
         b.rng = NULL, b.cls = NULL;
     }
     for (int r = 0; r < b.nr; r++) free(b.r[r].e);
-    free(b.r), free(b.rng), free(b.cls), free(alt_rule), free(flags), free(b.names);
+    free(b.r), free(b.rng), free(b.cls), free(alt_rule), free(flags), free(b.names), free(b.ch);
     if (rc) {
         gr_free(g);
         return -1;

@@ -19,6 +19,18 @@ struct gr_grammar {
     uint32_t *rng;          /* [n_rng][2] the classes' ranges, sorted and disjoint */
     gclass *cls;            /* (n_cls) */
     int n_cls;
+    /* Counted repetitions as chains of levels (the copies left, this one included): the m
+     * copies of X{m,n} written out in their rule, and the nested optionals O(n-m) .. O1
+     * after them, are two chains. Level k's positions are cbase[cb0[c] + k - 1] + 0 (the
+     * copy's element) and + 1 (where the copy returns when it is a rule: O(k)'s call of
+     * O(k-1)); every level >= 2 of a chain has the same elements, so two states that differ
+     * only in high levels read the same short texts alike (grammar.c's clamp). Only
+     * repetitions of something that always reads a character are chains. */
+    int32_t *pchain;        /* (n_e) the chain of position p, -1 none */
+    int32_t *plevel;        /* (n_e) its level */
+    int32_t *cbase;         /* the chains' levels' first positions */
+    int32_t *cb0;           /* (n_chain) chain c's levels start at cbase[cb0[c]] */
+    int n_chain;
 };
 
 #endif

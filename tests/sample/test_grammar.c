@@ -267,6 +267,53 @@ static void each_grammar(const dsv4_tokenizer *tok, const char *const *G, const 
     json_vocab_free(v);
 }
 
+/* Counted repetitions: the count left is clamped in the mask's key past what a token can read
+ * (grammar.c's canon; the byte vocabulary's tokens are <= 6 bytes, so the clamp is at 8).
+ * Masks equal brute force at every count of a string fed one character at a time (so at
+ * each level near the clamp), and the levels past it share one walk; then random walks over
+ * a mandatory count {n,m} with n > 0, nested counts, counts under alternatives with copies
+ * of one and two characters (two levels of one chain at once), and one repetition rule used
+ * twice (one chain, two parents). */
+static void test_counts(void) {
+    dsv4_tokenizer *tok = byte_vocab_tokenizer(PIECES, (int)(sizeof PIECES / sizeof *PIECES), 256 + 64);
+    json_vocab *v = json_vocab_build(tok);
+    CHECK(v != NULL && v->max_len == 6);
+    static const char STR[] = "root ::= \"\\\"\" [^\"]{0,40} \"\\\"\"\n";
+    char why[256];
+    gr_grammar *g = NULL;
+    gr_run *r = NULL;
+    CHECK_MSG(gr_compile(STR, strlen(STR), &g, why, sizeof why) == 0, "%s", why);
+    CHECK(g && v && gr_run_new(g, v->max_len, v->words, &r) == 0);
+    uint64_t *a = malloc((size_t)(v ? v->words : 1) * 8), *b = malloc((size_t)(v ? v->words : 1) * 8);
+    int mismatches = 0;
+    for (int k = 0; r && a && b && k <= 40; k++) { /* '"' then k letters: 40 - k copies left */
+        gr_run_reset(r);
+        CHECK(gr_run_feed(r, (const uint8_t *)"\"", 1) == 1);
+        for (int i = 0; i < k; i++) CHECK(gr_run_feed(r, (const uint8_t *)(i % 3 ? "a" : "z"), 1) == 1);
+        CHECK(gr_mask(r, v, a) >= 0 && gr_mask_brute(r, tok, b, v->words) == 0);
+        mismatches += memcmp(a, b, (size_t)v->words * 8) != 0;
+    }
+    long hits = 0, misses = 0, nodes;
+    if (r) gr_run_stats(r, &hits, &misses, &nodes);
+    CHECK_MSG(mismatches == 0, "string: %d of 41 masks differ from brute force", mismatches);
+    /* 40 .. 8 copies left: one walk; 7 .. 1: one each; 0 (the closing quote): one */
+    CHECK_MSG(misses == 9 && hits == 32, "string: cache misses %ld (want 9), hits %ld", misses, hits);
+    gr_run_free(r);
+    gr_free(g);
+    free(a), free(b);
+    static const char *const G[] = {
+        "root ::= ([a-c]{3,25} \",\"){2,12} \".\"\n",
+        "root ::= \"x\" [a-z]{10,30} \"!\" | \"y\" ([0-9] | \"ab\"){0,30} \"c\" | [a-c]{12}\n",
+        "root ::= r \"-\"? r \".\"\nr ::= [a-c]{0,20}\n",
+        "root ::= \"\\\"\" [^\"]{5,40} \"\\\"\" [a-z]{9}\n",
+        /* the copies written out, then moved into a rule of their own by the second count */
+        "root ::= \"<\" [a-c]{12}{2} \"!?.,;:=+\"\n",
+    }, *const P[] = {"", "", "", "", ""};
+    json_vocab_free(v);
+    each_grammar(tok, G, P, 5, 12, 40);
+    dsv4_tokenizer_free(tok);
+}
+
 static void test_masks(void) {
     dsv4_tokenizer *tok = byte_vocab_tokenizer(PIECES, (int)(sizeof PIECES / sizeof *PIECES), 256 + 64);
     /* AMBIG: after "a" 17 x 16 stacks, so "aa" passes 512: left out of the mask, "a" in */
@@ -296,8 +343,9 @@ static void test_real(void) {
     }
     /* inside a string most of the vocabulary is allowed: the whole trie is walked (the pool
      * pops back at each trie depth: without that, the walk would pass GR_POOL) */
-    static const char *const G[] = {ARITH, LIST, LIST, UTF8}, *const P[] = {"", "", "[\"", ""};
-    each_grammar(tok, G, P, 4, 2, 4);
+    static const char *const G[] = {ARITH, LIST, LIST, UTF8, "root ::= \"\\\"\" [^\"]{0,1000} \"\\\"\"\n"},
+                             *const P[] = {"", "", "[\"", "", "\""};
+    each_grammar(tok, G, P, 5, 2, 4);
     dsv4_tokenizer_free(tok);
 }
 
@@ -306,6 +354,7 @@ int main(void) {
     test_refused();
     test_over();
     test_masks();
+    test_counts();
     test_real();
     return test_report();
 }
