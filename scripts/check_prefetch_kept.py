@@ -20,8 +20,8 @@ MUST = [
     ('attention.c.o', ('row_heads', 'dsv4_rows_to_l2'), 1, "a decode row's K=V list toward L2 (attn/rows_l2.h)"),
     ('attention.c.o', ('row_task', 'row_prefetch_next'), 2,
      "the next prefill row's q and output rows (row_prefetch_next)"),
-    ('idx_approx.c.o', ('approx_avx512', 'prefetch_keys'), 1, "the next 32 indexer keys toward L1 (prefetch_keys)"),
-    ('idx_approx.c.o', ('approx_few_avx512', 'fq_run'), 1, "the next block's key lines, one a dot (fq_run)"),
+    ('idx_approx_x512.c.o', ('approx_avx512', 'prefetch_keys'), 1, "the next 32 indexer keys toward L1 (prefetch_keys)"),
+    ('idx_approx_x512.c.o', ('approx_few_avx512', 'fq_run'), 1, "the next block's key lines, one a dot (fq_run)"),
 ]
 
 

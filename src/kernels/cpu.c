@@ -6,7 +6,7 @@
  * AVX-512: leaf 7 F, DQ, BW, VL; XCR0 also the opmask and both halves of the ZMM state.
  * AVX-512 VBMI: leaf 7 ecx bits 1 (VBMI) and 11 (VNNI) on top of that (same register state):
  * every processor with VBMI but Cannon Lake has VNNI too, and the FP4 indexer's integer
- * scores (idx_approx.c) need it.
+ * scores (idx_fi_x512.c) need it.
  * Nothing is cached: detection is a handful of instructions and runs once per kernel
  * context.
  */

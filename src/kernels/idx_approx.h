@@ -56,7 +56,7 @@ int dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, con
  * query head and a key are e2m1 codes times power-of-two scales, so their dot is an exact
  * integer I_b (|I_b| <= 32 x 12 x 12) times s_q s_k / 4; a head's dot is its blocks' terms
  * summed in float (not the exact kernel's order: the bound above covers it, with fewer
- * roundings, idx_approx.c), the rest as the F32 kernels. Scores and norms as
+ * roundings, idx_approx_impl.h), the rest as the F32 kernels. Scores and norms as
  * dsv4_idx_approx; every level gives the same bits: portable, AVX2 and AVX-512 BW
  * (vpmaddubsw + vpmaddwd), AVX-512 VBMI + VNNI (vpdpbusd). Returns 1 when it scored; 0,
  * having scored nothing that counts, when the shape is not

@@ -1,5 +1,5 @@
 /* lines.h — internal: the 64-byte cache lines a byte range occupies. The prefetch schedules
- * that name every line of a list of rows (attn/rows_l2.h, kernels/idx_approx.c) share this
+ * that name every line of a list of rows (attn/rows_l2.h, kernels/idx_approx_x512.c) share this
  * one rule: a row that starts mid-line takes one line more than its size, an aligned one
  * none twice. */
 #ifndef DSV4_UTIL_LINES_H

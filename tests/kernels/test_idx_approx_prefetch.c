@@ -1,4 +1,4 @@
-/* test_idx_approx_prefetch.c — the one-query approximate kernel's key prefetch (idx_approx.c,
+/* test_idx_approx_prefetch.c — the one-query approximate kernel's key prefetch (idx_approx_x512.c,
  * fq_run / fq_dots). Prefetches change no value, so test_idx_approx cannot see them: here each
  * one records its line instead, and a call over keys [0, n) must name every line of keys
  * [16, n) (each block of 16 brings in the next) exactly once and nothing else, for one, two
@@ -18,7 +18,8 @@ static int n_lines;
 #ifndef DSV4_HAVE_AVX512
 #define DSV4_HAVE_AVX512 1
 #endif
-#include "kernels/idx_approx.c"
+#include "kernels/cpu.h"
+#include "kernels/idx_approx_x512.c"
 
 static void check(int fmt, int nq, int n, int skew) {
     enum { NI = 16, DI = 128, STRIDE = 640 }; /* rows STRIDE apart: a gap between them */
