@@ -76,9 +76,14 @@ static const char *fmt_name(dsv4_wfmt f) {
     return names[f];
 }
 
-/* Random weights: valid values for every format (no NaN/inf codes), ue8m0 scales. */
+/* --nan-scan: FP8 matrices without the loader's no-NaN flag (dsv4_mat.fp8_no_nan), so the
+ * one-row bit decode scans its bytes for NaN codes as it did before session 48 */
+static int nan_scan;
+
+/* Random weights: valid values for every format (no NaN/inf codes), ue8m0 scales; FP8 with
+ * the no-NaN flag the loader would find. */
 static dsv4_mat make_mat(dsv4_wfmt f, int64_t rows, int64_t cols) {
-    dsv4_mat m = {f, rows, cols, NULL, NULL, 0};
+    dsv4_mat m = {f, rows, cols, NULL, NULL, 0, 0};
     const int64_t n = rows * cols;
     size_t wbytes = 0, sbytes = 0;
     switch (f) {
@@ -108,6 +113,7 @@ static dsv4_mat make_mat(dsv4_wfmt f, int64_t rows, int64_t cols) {
         m.scale = s;
     }
     m.w = w;
+    m.fp8_no_nan = f == DSV4_WF_FP8 && !nan_scan;
     return m;
 }
 
@@ -388,6 +394,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--gemm")) gemm_only = 1;
         else if (!strcmp(argv[i], "--experts")) experts_only = 1;
         else if (!strcmp(argv[i], "--hot")) hot = 1;
+        else if (!strcmp(argv[i], "--nan-scan")) nan_scan = 1;
         else if (!strcmp(argv[i], "--moe")) moe_only = 1;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--fmt") && i + 1 < argc) fmt_only = argv[++i];
@@ -407,7 +414,7 @@ int main(int argc, char **argv) {
             }
             if (n_nrows == 0) return 2;
         } else {
-            fprintf(stderr, "usage: bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--gemm] [--experts] [--moe] [--rows N,..] [--hot] [--shape S] [--fmt F] [--path P]\n");
+            fprintf(stderr, "usage: bench_linear [--threads N] [--reps N] [--scalar] [--quick] [--decode] [--gemm] [--experts] [--moe] [--rows N,..] [--hot] [--nan-scan] [--shape S] [--fmt F] [--path P]\n");
             return 2;
         }
     }

@@ -37,7 +37,7 @@ static uint64_t rnd(void) {
 
 /* BF16 or FP8 (ue8m0 block scales) weights around +-1 */
 static dsv4_mat make_src(dsv4_wfmt f, int64_t rows, int64_t cols) {
-    dsv4_mat m = {f, rows, cols, NULL, NULL, 0};
+    dsv4_mat m = {f, rows, cols, NULL, NULL, 0, 0};
     const int64_t n = rows * cols;
     if (f == DSV4_WF_BF16) {
         uint16_t *p = aligned_alloc(64, (size_t)((2 * n + 63) & ~63));

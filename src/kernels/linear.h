@@ -33,7 +33,14 @@ typedef struct dsv4_mat {
     const void *scale;      /* FP8: [ceil(rows/128), ceil(cols/128)]; FP4: [rows, cols/32];
                              * I8: F32 [rows] */
     int scale_is_f32;       /* scales stored F32 instead of ue8m0 bytes */
+    int fp8_no_nan;         /* FP8: 1 when no weight byte is an e4m3 NaN code (0x7F, 0xFF), as
+                             * the loader finds once (dsv4_fp8_no_nan): the one-row bit decode
+                             * then skips its NaN scan. 0 (not known) keeps the scan: always safe */
 } dsv4_mat;
+
+/* 1 when none of the n e4m3 bytes at p is a NaN code (0x7F or 0xFF), else 0: the loader's
+ * dsv4_mat.fp8_no_nan. */
+int dsv4_fp8_no_nan(const uint8_t *p, int64_t n);
 
 /* Dequantizes row o of w into out[cols] (exact). */
 void dsv4_mat_row(const dsv4_mat *w, int64_t o, float *out);

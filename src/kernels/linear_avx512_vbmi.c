@@ -192,8 +192,8 @@ AINLINE VBMI void gemv1_fp8v_pre(int pre, const fp8_tab *t, const dsv4_mat *w, c
 #endif
 
 /* 64 e4m3 bytes at p (m < 64: the first m, zero past them) -> w[q] = e4m3 * 2^-120 of
- * columns 16q .. 16q + 15; the bytes folded into *scan (fp8_nan_scan) */
-AINLINE void dec_fp8x64_bits(const uint8_t *p, int m, __m512i *scan, __m512 w[4]) {
+ * columns 16q .. 16q + 15; with scan, the bytes folded into *scan (fp8_nan_scan) */
+AINLINE void dec_fp8x64_bits(const uint8_t *p, int m, int scan_on, __m512i *scan, __m512 w[4]) {
     const __m512i keep = _mm512_set1_epi32((int)0x87FFFFFF); /* the sign, exponent bits 23..26, mantissa */
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) {
@@ -206,17 +206,18 @@ AINLINE void dec_fp8x64_bits(const uint8_t *p, int m, __m512i *scan, __m512 w[4]
                                    : _mm_maskz_loadu_epi8((__mmask16)((1u << mq) - 1u), p + 16 * q);
         w[q] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(b), 20), keep));
     }
-    *scan = fp8_nan_scan(*scan, p, m);
+    if (scan_on) *scan = fp8_nan_scan(*scan, p, m);
 }
 
 /* a[r] += xs[r] . w[r] over the m (<= 64) columns from i of rows p + r * step, the weights
- * by the tables (bits = 0, xs = x * scale) or the bit decode (bits = 1, xs = x * 2^(b - 7)) */
+ * by the tables (bits = 0, xs = x * scale) or the bit decode (bits = 1, xs = x * 2^(b - 7);
+ * bits = 2: the same without the NaN scan, for a matrix that holds no NaN code) */
 AINLINE VBMI void fp8v1_step_xs(int R, int bits, const fp8_tab *t, const uint8_t *p, int64_t step,
                                 const float *const xs[G1_R], int64_t i, int m, __m512 a[G1_R], __m512i *scan) {
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         __m512 w[4];
-        if (bits) dec_fp8x64_bits(p + r * step, m, scan, w);
+        if (bits) dec_fp8x64_bits(p + r * step, m, bits == 1, scan, w);
         else dec_fp8x64_raw(t, p + r * step, m, w);
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++)
@@ -253,7 +254,7 @@ AINLINE VBMI void gemv1_fp8v_rows_xs(int R, int bits, const fp8_tab *t, const ds
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) y[o + r * rs] = hsum16(a[r]);
-    if (bits && fp8_nan_seen(scan)) gemv1_fp8v_nan_rows(R, t, w, x, y, o, rs);
+    if (bits == 1 && fp8_nan_seen(scan)) gemv1_fp8v_nan_rows(R, t, w, x, y, o, rs);
 }
 
 /* xs (nb, ld) = x * f * scale of bands band0 .. band0 + nb - 1, x zero-padded as the
@@ -307,6 +308,9 @@ AINLINE VBMI int gemv1_fp8v_xs(int bits, const fp8_tab *t, const dsv4_mat *w, co
 DSV4_HOT_AT(gemv1_fp8v_xs_bits, 0x270)
 static VBMI __attribute__((noinline)) int gemv1_fp8v_xs_bits(const fp8_tab *t, const dsv4_mat *w, const float *x,
                                                              float *y, int64_t o0, int64_t o1) {
+    /* no NaN scan where the loader found no NaN code in the matrix (dsv4_mat.fp8_no_nan):
+     * one op in 9 of the loop, on the FMA's busy pipe (BENCHMARKS.md, session 48 b1p) */
+    if (w->fp8_no_nan) return gemv1_fp8v_xs(2, t, w, x, y, o0, o1);
     return gemv1_fp8v_xs(1, t, w, x, y, o0, o1);
 }
 DSV4_HOT_AT(gemv1_fp8v_xs_tab, 0x90)

@@ -259,7 +259,7 @@ int dsv4_w8a8_quantize_weights(dsv4_kctx *k, const dsv4_mat *src, void *storage,
     if (bad >= 0)
         return dsv4_fail(err, DSV4_ERR_FORMAT, "w8a8: row %lld of a [%lld, %lld] matrix has a "
                          "non-finite weight", (long long)bad, (long long)rows, (long long)cols);
-    *dst = (dsv4_mat){DSV4_WF_I8, rows, cols, j.q, j.s, 1};
+    *dst = (dsv4_mat){DSV4_WF_I8, rows, cols, j.q, j.s, 1, 0};
     return DSV4_OK;
 }
 

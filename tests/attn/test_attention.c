@@ -67,7 +67,7 @@ static void fill(float *v, int n, float scale, float offset) {
 }
 
 static dsv4_mat f32(const float *w, int rows, int cols) {
-    return (dsv4_mat){DSV4_WF_F32, rows, cols, w, NULL, 0};
+    return (dsv4_mat){DSV4_WF_F32, rows, cols, w, NULL, 0, 0};
 }
 
 static void make_layer(layer *L, int ratio, int id) {

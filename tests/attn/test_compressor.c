@@ -129,7 +129,7 @@ static void check_compressor(const dsv4_config *c, const dsv4_attn_ctx *ctx, int
     memset(&b, 0, sizeof b);
     b.ratio = indexer ? 4 : r;
     dsv4_compressor_w *cw = indexer ? &b.idx_cmp : &b.cmp;
-    *cw = (dsv4_compressor_w){ape, {DSV4_WF_F32, W, D, wkv, NULL, 0}, {DSV4_WF_F32, W, D, wgate, NULL, 0}, norm};
+    *cw = (dsv4_compressor_w){ape, {DSV4_WF_F32, W, D, wkv, NULL, 0, 0}, {DSV4_WF_F32, W, D, wgate, NULL, 0, 0}, norm};
 
     /* projections through the code under test, against the formula in double */
     static float pa[N * 64], pb[N * 64];

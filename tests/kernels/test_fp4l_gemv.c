@@ -41,7 +41,7 @@ static pair_mat make(int64_t rows, int64_t cols, int f32) {
         if (f32) ((float *)p.sc)[i] = (1.0f + 0.5f * urand()) * (float)(1 << (rnd() % 8)) / 64.0f;
         else ((uint8_t *)p.sc)[i] = (uint8_t)(120 + rnd() % 14); /* 2^-7 .. 2^6 */
     }
-    p.nat = (dsv4_mat){DSV4_WF_FP4, rows, cols, p.wn, p.sc, f32};
+    p.nat = (dsv4_mat){DSV4_WF_FP4, rows, cols, p.wn, p.sc, f32, 0};
     p.lanes = p.nat;
     p.lanes.fmt = DSV4_WF_FP4L;
     p.lanes.w = p.wl;

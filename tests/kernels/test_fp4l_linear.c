@@ -56,8 +56,8 @@ static pair make_pair(int sc, int64_t rows, int64_t cols, int wide) {
         for (int64_t i = 0; i < ns; i++) s[i] = (uint8_t)(wide ? rnd() % 255 : 118 + rnd() % 8);
         p.scale = s;
     }
-    p.nat = (dsv4_mat){DSV4_WF_FP4, rows, cols, p.wn, p.scale, sc == SC_F32};
-    p.lan = (dsv4_mat){DSV4_WF_FP4L, rows, cols, p.wl, p.scale, sc == SC_F32};
+    p.nat = (dsv4_mat){DSV4_WF_FP4, rows, cols, p.wn, p.scale, sc == SC_F32, 0};
+    p.lan = (dsv4_mat){DSV4_WF_FP4L, rows, cols, p.wl, p.scale, sc == SC_F32, 0};
     return p;
 }
 
@@ -263,7 +263,7 @@ static void check_malformed(int level) {
     uint8_t s[9 * 3];
     for (size_t i = 0; i < sizeof w; i++) w[i] = (uint8_t)rnd();
     for (size_t i = 0; i < sizeof s; i++) s[i] = 120;
-    const dsv4_mat m = {DSV4_WF_FP4L, rows, cols, w, s, 0};
+    const dsv4_mat m = {DSV4_WF_FP4L, rows, cols, w, s, 0, 0};
     float x[2 * 96], y[2 * 9], row[96];
     for (int i = 0; i < 2 * 96; i++) x[i] = urand();
     dsv4_kctx_set_simd(kc[2], level);

@@ -99,8 +99,8 @@ static void check_shape(const level *lv, int64_t rows, int64_t cols, int f32, co
     if (!lg) return;
     for (int64_t r = 0; r < rows; r++) dsv4_fp4l_pack_row(lg + r * (cols / 2), nat + r * (cols / 2), cols);
     memcpy(lm, lg, (size_t)nb);
-    const dsv4_mat wn = {DSV4_WF_FP4, rows, cols, nat, scale, f32};
-    const dsv4_mat wg = {DSV4_WF_FP4L, rows, cols, lg, scale, f32}, wm = {DSV4_WF_FP4L, rows, cols, lm, scale, f32};
+    const dsv4_mat wn = {DSV4_WF_FP4, rows, cols, nat, scale, f32, 0};
+    const dsv4_mat wg = {DSV4_WF_FP4L, rows, cols, lg, scale, f32, 0}, wm = {DSV4_WF_FP4L, rows, cols, lm, scale, f32, 0};
 
     int max_nr = 0;
     for (int i = 0; i < n_nr; i++) max_nr = nr_list[i] > max_nr ? nr_list[i] : max_nr;

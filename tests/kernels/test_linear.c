@@ -548,7 +548,7 @@ static void check_fp8_nan(int level) {
 
 static void check_edges(void) {
     /* an absent matrix gives zeros like the reference; zero rows write nothing */
-    dsv4_mat none = {DSV4_WF_NONE, 3, 5, NULL, NULL, 0};
+    dsv4_mat none = {DSV4_WF_NONE, 3, 5, NULL, NULL, 0, 0};
     float x[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, y[6] = {1, 1, 1, 1, 1, 1};
     dsv4_linear(kc[2], &none, x, 2, y);
     int zeros = 1;

@@ -58,7 +58,9 @@ static void check_fp8_one_row_bands(void) {
  * others not), and NaN codes in a few rows (those outputs NaN at both levels, every other
  * output the same bits). Each case twice: with the machine's choice of decode (bits on AMD
  * cores) and with the tables' x * scale buffer forced (Intel's: one-row tasks of 2048 rows
- * in pieces of the bands that fit its 8 KB). */
+ * in pieces of the bands that fit its 8 KB). The matrix's no-NaN flag as the loader finds it
+ * (dsv4_fp8_no_nan: 0 in the NaN case only), and on 2 threads cleared (the bit decode's NaN
+ * scan on a matrix without NaN codes): the same bits either way. */
 static void check_fp8_one_row_bits(void) {
     static const int64_t shapes[][2] = {{1100, 256}, {517, 1024}, {300, 2048}, {263, 512},
                                         {130, 133}, {261, 520}, {387, 2085}, {6, 1056},
@@ -81,6 +83,8 @@ static void check_fp8_one_row_bits(void) {
             if (v == 2) /* a NaN code in three rows: the first, a middle one, the last */
                 p[nan_rows[0] * cols + cols - 1] = 0x7F, p[nan_rows[1] * cols + cols / 2] = 0xFF,
                 p[nan_rows[2] * cols] = 0x7F;
+            const int no_nan = dsv4_fp8_no_nan(t.w, rows * cols);
+            CHECK(no_nan == (v != 2));
             CHECK(dsv4_lin_kernels_avx512vbmi()->fp8_prescale(&t.m, x, 1) == 1);
             dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX512);
             dsv4_linear(kc[1], &t.m, x, 1, ya);
@@ -93,6 +97,7 @@ static void check_fp8_one_row_bits(void) {
                     if (th == 1 || th == 5) tabs[k]->subnormal_fma_fast = th == 1 ? amd : 0;
                 }
                 for (int64_t i = 0; i < rows; i++) yv[i] = -1.0f; /* every output written again */
+                t.m.fp8_no_nan = th == 2 ? 0 : no_nan;
                 if ((th - 1) % 4 + 1 <= 3) {
                     const int tk = (th - 1) % 4 + 1;
                     dsv4_kctx_set_simd(kc[tk], DSV4_SIMD_AVX512VBMI);
@@ -117,6 +122,47 @@ static void check_fp8_one_row_bits(void) {
               (long long)bad, (long long)total);
     printf("fp8 one row, bit decode: %lld outputs, %lld differ in any bit (NaN rows: NaN at both)\n",
            (long long)total, (long long)bad);
+}
+
+/* dsv4_fp8_no_nan (the loader's dsv4_mat.fp8_no_nan) finds a NaN code (0x7F, 0xFF) at every
+ * place of a buffer (the 512-byte blocks and the tail), and no other byte: 0x7E, 0xFE, 0x80,
+ * 0x00 and 0x01 are numbers. Then the flag is what the one-row bit decode trusts (AMD cores):
+ * set on a matrix that does hold NaN codes, their rows come out finite (the scan skipped), and
+ * cleared they are NaN. */
+static void check_fp8_no_nan(void) {
+    enum { N = 1100 };
+    static uint8_t buf[N];
+    static const uint8_t num[5] = {0x7E, 0xFE, 0x80, 0x00, 0x01};
+    int64_t bad = 0;
+    for (int i = 0; i < N; i++) buf[i] = num[i % 5];
+    bad += dsv4_fp8_no_nan(buf, N) != 1;
+    for (int i = 0; i < N; i++) {
+        const uint8_t keep = buf[i];
+        buf[i] = i % 2 ? 0x7F : 0xFF;
+        bad += dsv4_fp8_no_nan(buf, N) != 0 || dsv4_fp8_no_nan(buf, i) != 1 || dsv4_fp8_no_nan(buf + i + 1, N - i - 1) != 1;
+        buf[i] = keep;
+    }
+    CHECK_MSG(bad == 0, "dsv4_fp8_no_nan: %lld wrong answers", (long long)bad);
+    if (!dsv4_kctx_lin_tables(kc[2])->subnormal_fma_fast) {
+        printf("SKIPPED: the flag's use (the bit decode runs on AMD cores only)\n");
+        return;
+    }
+    const int64_t rows = 300, cols = 1024;
+    tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
+    float *x = rand_vec(cols), *y = malloc(sizeof(float) * rows);
+    ((uint8_t *)t.w)[5 * cols + 7] = 0x7F;
+    ((uint8_t *)t.w)[200 * cols + 1000] = 0xFF;
+    dsv4_kctx_set_simd(kc[2], DSV4_SIMD_AVX512VBMI);
+    for (int flag = 0; flag < 2; flag++) {
+        t.m.fp8_no_nan = flag;
+        dsv4_linear(kc[2], &t.m, x, 1, y);
+        int64_t nans = 0;
+        for (int64_t o = 0; o < rows; o++) nans += isnan(y[o]) != 0;
+        CHECK_MSG(nans == (flag ? 0 : 2), "fp8_no_nan %d: %lld NaN outputs", flag, (long long)nans);
+    }
+    free(x), free(y);
+    free_mat(&t);
+    printf("fp8 no-NaN flag: %d places found, a set flag skips the scan\n", N);
 }
 
 /* The planner's task split of a GEMV (dsv4_lin_gemv_per): an FP4 GEMV whose weights are
@@ -385,6 +431,7 @@ int main(void) {
     if (best >= DSV4_SIMD_AVX512VBMI) {
         check_fp8_one_row_bands();
         check_fp8_one_row_bits();
+        check_fp8_no_nan();
     } else {
         printf("SKIPPED: avx512vbmi's one-row FP8 checks (this CPU or build lacks VBMI)\n");
     }

@@ -122,7 +122,7 @@ static void run_nested(void) {
     float *wv = malloc(sizeof(float) * 40 * 2000), *x = malloc(sizeof(float) * 2000);
     for (int i = 0; i < 40 * 2000; i++) wv[i] = (float)((i * 7919) % 1001) * 1e-3f - 0.5f;
     for (int i = 0; i < 2000; i++) x[i] = (float)((i * 104729) % 997) * 1e-3f - 0.5f;
-    dsv4_mat w = {DSV4_WF_F32, 40, 2000, wv, NULL, 0};
+    dsv4_mat w = {DSV4_WF_F32, 40, 2000, wv, NULL, 0, 0};
     float want[40];
     dsv4_linear(k, &w, x, 1, want);
     for (int round = 0; round < 2; round++) {

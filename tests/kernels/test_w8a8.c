@@ -300,7 +300,7 @@ static void test_ref_formula(void) {
      * w8a8 numeric mode's, not the format's */
     float fscr[77], *deq = malloc(sizeof(float) * rows * cols);
     for (int64_t o = 0; o < rows; o++) dsv4_mat_row(&q.m, o, deq + o * cols);
-    const dsv4_mat fm = {DSV4_WF_F32, rows, cols, deq, NULL, 0};
+    const dsv4_mat fm = {DSV4_WF_F32, rows, cols, deq, NULL, 0, 0};
     float *y3 = malloc(sizeof(float) * n_rows * rows);
     dsv4_linear_ref(&q.m, x, n_rows, y2, fscr);
     dsv4_linear_ref(&fm, x, n_rows, y3, fscr);
@@ -413,7 +413,7 @@ static void test_overflow_bound(void) {
     CHECK_ERR(err, DSV4_ERR_UNSUPPORTED, "wq_b");
     /* quantizing refuses before reading anything */
     uint8_t dummy[64];
-    dsv4_mat wide = {DSV4_WF_F32, 1, DSV4_W8A8_MAX_COLS + 1, dummy, NULL, 0};
+    dsv4_mat wide = {DSV4_WF_F32, 1, DSV4_W8A8_MAX_COLS + 1, dummy, NULL, 0, 0};
     dsv4_mat dst;
     err = (dsv4_err){0};
     CHECK(dsv4_w8a8_quantize_weights(NULL, &wide, dummy, &dst, &err) == DSV4_ERR_UNSUPPORTED);
@@ -422,7 +422,7 @@ static void test_overflow_bound(void) {
     int8_t *w = malloc((size_t)(2 * n));
     float s[2] = {1.0f, 1.0f}, *x = malloc(sizeof(float) * n), y[2], ref[2];
     for (int64_t i = 0; i < n; i++) { w[i] = 127; w[n + i] = -127; x[i] = 1.0f; }
-    dsv4_mat m = {DSV4_WF_I8, 2, n, w, s, 1};
+    dsv4_mat m = {DSV4_WF_I8, 2, n, w, s, 1, 0};
     dsv4_w8a8_linear_ref(&m, x, 1, ref, NULL);
     CHECK(ref[0] == (1.0f / 127.0f) * (float)(int64_t)(16129 * n));
     CHECK(ref[1] == -ref[0]);

@@ -313,6 +313,34 @@ static void test_scales(void) {
     free(u);
 }
 
+/* The loader's no-NaN flag of an FP8 matrix (dsv4_mat.fp8_no_nan, which lets the one-row
+ * kernels skip their NaN scan): set where no weight byte is an e4m3 NaN code, and cleared on
+ * the one matrix of a copy that holds a 0x7F. */
+static void test_fp8_no_nan(void) {
+    const char *wq_b = "layers.1.attn.wq_b.weight", *wq_a = "layers.1.attn.wq_a.weight";
+    uint64_t nb = 0;
+    uint8_t *w = copy_of(base_fp8, wq_b, &nb);
+    CHECK(w && nb > 1000);
+    if (!w) return;
+    dsv4_err err = {0};
+    struct dsv4_model *a = NULL, *b = NULL;
+    CHECK_MSG(dsv4_model_load(base_fp8, &a, &err) == 0, "%s", err.msg);
+    w[nb / 2 + 3] = 0x7F;
+    edit e = NO_EDIT;
+    e.name = wq_b;
+    e.data = w;
+    CHECK(write_variant(base_fp8, &e) == 0);
+    CHECK_MSG(load_work(&err, &b) == 0, "a NaN code: %s", err.msg);
+    if (a && b) {
+        const dsv4_mat *aq = dsv4_model_spec(a, wq_b)->mat, *bq = dsv4_model_spec(b, wq_b)->mat;
+        CHECK(aq->fmt == DSV4_WF_FP8 && aq->fp8_no_nan == 1 && dsv4_model_spec(a, wq_a)->mat->fp8_no_nan == 1);
+        CHECK(bq->fmt == DSV4_WF_FP8 && bq->fp8_no_nan == 0 && dsv4_model_spec(b, wq_a)->mat->fp8_no_nan == 1);
+    }
+    dsv4_model_close(a);
+    dsv4_model_close(b);
+    free(w);
+}
+
 static void test_extra_and_variants(void) {
     dsv4_err err = {0};
     struct dsv4_model *m = NULL, *ref = NULL;
@@ -482,6 +510,7 @@ int main(void) {
     test_dtypes();
     test_tid2eid();
     test_scales();
+    test_fp8_no_nan();
     test_extra_and_variants();
     test_sharded();
     test_files();

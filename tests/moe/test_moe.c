@@ -681,9 +681,9 @@ static void test_combine(void) {
  * long runs; 128 KB items cut an FP4 expert in 6 + 6). Shapes only: no weights are read. */
 static void test_one_row_items(void) {
     const int64_t B = DSV4_MOE_ONE_ITEM_BYTES;
-    const dsv4_mat w13 = {DSV4_WF_FP4, 512, 1024, NULL, NULL, 0}, w2 = {DSV4_WF_FP4, 1024, 512, NULL, NULL, 0};
-    const dsv4_mat s13 = {DSV4_WF_FP8, 512, 1024, NULL, NULL, 0}, s2 = {DSV4_WF_FP8, 1024, 512, NULL, NULL, 0};
-    const dsv4_mat gate = {DSV4_WF_BF16, 256, 1024, NULL, NULL, 0};
+    const dsv4_mat w13 = {DSV4_WF_FP4, 512, 1024, NULL, NULL, 0, 0}, w2 = {DSV4_WF_FP4, 1024, 512, NULL, NULL, 0, 0};
+    const dsv4_mat s13 = {DSV4_WF_FP8, 512, 1024, NULL, NULL, 0, 0}, s2 = {DSV4_WF_FP8, 1024, 512, NULL, NULL, 0, 0};
+    const dsv4_mat gate = {DSV4_WF_BF16, 256, 1024, NULL, NULL, 0, 0};
     CHECK(dsv4_moe_one_item_rows(&w13, 2, B, 2) == 256);
     CHECK(dsv4_moe_one_item_rows(&w2, 1, B / 2, 2) == 512);
     CHECK(dsv4_moe_one_item_rows(&s13, 2, B, 2) == 256);
@@ -704,7 +704,7 @@ static void test_one_row_items(void) {
     CHECK(dsv4_moe_one_routed_rows(&w13, 2, B, 4, 8) == 512);
     CHECK(dsv4_moe_one_routed_rows(&w13, 2, 128 << 10, 2, 6) == 88);
     CHECK(dsv4_moe_one_routed_rows(&w13, 2, B, 1, 6) == 256); /* one thread: the cut */
-    const dsv4_mat f13 = {DSV4_WF_FP4, 2048, 4096, NULL, NULL, 0}, f2 = {DSV4_WF_FP4, 4096, 2048, NULL, NULL, 0};
+    const dsv4_mat f13 = {DSV4_WF_FP4, 2048, 4096, NULL, NULL, 0, 0}, f2 = {DSV4_WF_FP4, 4096, 2048, NULL, NULL, 0, 0};
     CHECK(dsv4_moe_one_routed_rows(&f13, 2, B, 2, 6) == dsv4_moe_one_item_rows(&f13, 2, B, 2));
     CHECK(dsv4_moe_one_routed_rows(&f2, 1, B / 2, 2, 6) == dsv4_moe_one_item_rows(&f2, 1, B / 2, 2));
     CHECK(dsv4_moe_one_item_rows(&f13, 2, B, 2) < 2048);
@@ -843,14 +843,14 @@ static void test_w13_fused(void) {
         for (int64_t i = 0; i < 2 * sb; i++) sc[i] = (uint8_t)(122 + rng_next() % 8);
         memcpy(wa, w, wb), memcpy(wa + wb + 64, w + wb, wb);
         memcpy(sa, sc, sb), memcpy(sa + sb + 64, sc + sb, sb);
-        fb.w1[e] = (dsv4_mat){DSV4_WF_FP4, I, D, w, sc, 0};
-        fb.w3[e] = (dsv4_mat){DSV4_WF_FP4, I, D, w + wb, sc + sb, 0};
-        ab.w1[e] = (dsv4_mat){DSV4_WF_FP4, I, D, wa, sa, 0};
-        ab.w3[e] = (dsv4_mat){DSV4_WF_FP4, I, D, wa + wb + 64, sa + sb + 64, 0};
+        fb.w1[e] = (dsv4_mat){DSV4_WF_FP4, I, D, w, sc, 0, 0};
+        fb.w3[e] = (dsv4_mat){DSV4_WF_FP4, I, D, w + wb, sc + sb, 0, 0};
+        ab.w1[e] = (dsv4_mat){DSV4_WF_FP4, I, D, wa, sa, 0, 0};
+        ab.w3[e] = (dsv4_mat){DSV4_WF_FP4, I, D, wa + wb + 64, sa + sb + 64, 0, 0};
         uint8_t *w2 = aligned64(wb), *s2 = aligned64(sb);
         for (int64_t i = 0; i < wb; i++) w2[i] = (uint8_t)rng_next();
         for (int64_t i = 0; i < sb; i++) s2[i] = (uint8_t)(122 + rng_next() % 8);
-        fb.w2[e] = (dsv4_mat){DSV4_WF_FP4, D, I, w2, s2, 0};
+        fb.w2[e] = (dsv4_mat){DSV4_WF_FP4, D, I, w2, s2, 0, 0};
         dsv4_mat v;
         fused_ok &= dsv4_moe_w13(&fb.w1[e], &fb.w3[e], &v) == 1 && v.rows == 2 * I && v.w == w && v.scale == sc;
         apart_ok &= !dsv4_moe_w13(&ab.w1[e], &ab.w3[e], &v) && !dsv4_moe_w13(&fb.w3[e], &fb.w1[e], &v);
