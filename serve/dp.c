@@ -374,7 +374,8 @@ static void own_load(srv_dp *dp, srv_rank_load *l) {
                          .pages_free = c.win_total - c.win_used, .cp_prefills = dsv4_engine_cp_prefills(s->e),
                          .mtp_steps = (int64_t)s->met->mtp_steps, .mtp_drafts = (int64_t)s->met->mtp_drafts,
                          .mtp_accepted = (int64_t)s->met->mtp_accepted,
-                         .preemptions = (int64_t)s->met->preemptions, .forks = (int64_t)s->met->forks,
+                         .preemptions = (int64_t)s->met->preemptions,
+                         .prio_preemptions = (int64_t)s->met->prio_preemptions, .forks = (int64_t)s->met->forks,
                          .fork_tokens = (int64_t)s->met->fork_tokens,
                          .fork_waits = (int64_t)s->met->fork_waits, .idx = s->met->idx, .pcache = s->met->pcache,
                          .prefix = s->met->prefix, .n_prio = s->met->n_prio, .prio_rest = s->met->prio_rest};

@@ -110,6 +110,12 @@ void srv_metrics_event(srv_metrics *m, int cancelled, int preempted) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void srv_metrics_prio_preempt(srv_metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    m->prio_preemptions++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void srv_metrics_fork(srv_metrics *m, int64_t n) {
     pthread_mutex_lock(&m->mu);
     m->forks++;
@@ -138,7 +144,7 @@ void srv_metrics_fork_wait(srv_metrics *m) {
     pthread_mutex_unlock(&m->mu);
 }
 
-static void add_ranks(const srv_metrics *m, uint64_t *mtp, uint64_t *forks, int64_t *preempt,
+static void add_ranks(const srv_metrics *m, uint64_t *mtp, uint64_t *forks, int64_t preempt[2],
                       srv_pcache_stats *pc, dsv4_prefix_stats *pf, dsv4_indexer_stats *idx) {
     for (int r = 1; r < m->n_ranks; r++) {
         const srv_rank_load *l = &m->rank[r];
@@ -152,7 +158,8 @@ static void add_ranks(const srv_metrics *m, uint64_t *mtp, uint64_t *forks, int6
         forks[0] += (uint64_t)l->forks;
         forks[1] += (uint64_t)l->fork_tokens;
         forks[2] += (uint64_t)l->fork_waits;
-        *preempt += l->preemptions;
+        preempt[0] += l->preemptions;
+        preempt[1] += l->prio_preemptions;
         pc->hits += l->pcache.hits;
         pc->misses += l->pcache.misses;
         pc->reused_tokens += l->pcache.reused_tokens;
@@ -236,12 +243,12 @@ char *srv_metrics_render(srv_metrics *m) {
     srv_buf b = {0};
     pthread_mutex_lock(&m->mu);
     uint64_t mtp[3] = {m->mtp_steps, m->mtp_drafts, m->mtp_accepted};
-    int64_t preempt = (int64_t)m->preemptions;
+    int64_t preempt[2] = {(int64_t)m->preemptions, (int64_t)m->prio_preemptions};
     srv_pcache_stats pcs = m->pcache;
     dsv4_prefix_stats pfs = m->prefix;
     uint64_t forks[3] = {m->forks, m->fork_tokens, m->fork_waits};
     dsv4_indexer_stats idx = m->idx;
-    add_ranks(m, mtp, forks, &preempt, &pcs, &pfs, &idx);
+    add_ranks(m, mtp, forks, preempt, &pcs, &pfs, &idx);
     srv_buf_printf(&b, "# HELP dsv4_requests_total HTTP requests answered, by status\n"
             "# TYPE dsv4_requests_total counter\n");
     for (int i = 0; i < 6; i++)
@@ -267,9 +274,14 @@ char *srv_metrics_render(srv_metrics *m) {
     srv_buf_printf(&b, "# HELP dsv4_intake_depth requests queued at the intake threads or in their "
             "handler\n# TYPE dsv4_intake_depth gauge\ndsv4_intake_depth %lld\n",
         (long long)m->intake_depth);
-    srv_buf_printf(&b, "# HELP dsv4_preemptions_total sequences freed and requeued when the pools ran out\n"
-            "# TYPE dsv4_preemptions_total counter\ndsv4_preemptions_total %lld\n",
-        (long long)preempt);
+    srv_buf_printf(&b, "# HELP dsv4_preemptions_total sequences freed and requeued (their tokens recomputed "
+            "when readmitted): the pools ran out, or a higher priority took the slot\n"
+            "# TYPE dsv4_preemptions_total counter\ndsv4_preemptions_total %lld\n"
+            "# HELP dsv4_priority_preemptions_total those preemptions that gave the slot to a request "
+            "of a higher priority (--scheduling-policy priority) that had waited longer than the "
+            "victim's recompute would take\n"
+            "# TYPE dsv4_priority_preemptions_total counter\ndsv4_priority_preemptions_total %lld\n",
+        (long long)preempt[0], (long long)preempt[1]);
     srv_buf_printf(&b, "# HELP dsv4_prompt_tokens_total prompt tokens admitted\n"
             "# TYPE dsv4_prompt_tokens_total counter\ndsv4_prompt_tokens_total %llu\n",
         (unsigned long long)m->prompt_tokens);

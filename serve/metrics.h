@@ -30,6 +30,7 @@ typedef struct srv_rank_load {
     int64_t rows;                   /* rows of its latest step */
     int64_t pages_free;               /* free pages of its window pool */
     int64_t mtp_steps, mtp_drafts, mtp_accepted, preemptions;
+    int64_t prio_preemptions;       /* those of them for a higher priority waiting */
     int64_t forks, fork_tokens;     /* choices (n > 1) forked there, prompt positions shared */
     int64_t fork_waits;             /* choices 0 that waited there for pages to fork */
     int64_t cp_prefills;            /* prompt chunks it was the home of that ran context-parallel */
@@ -50,6 +51,7 @@ typedef struct srv_metrics {
     pthread_mutex_t mu;
     uint64_t requests[6];           /* by status class: 2xx, 400, 401, 404/405, 413, 5xx */
     uint64_t cancelled, preemptions;
+    uint64_t prio_preemptions;      /* preemptions for a higher priority waiting (among them) */
     uint64_t stream_waits;          /* a stream found nothing new and its connection waited */
     uint64_t intake[2];             /* requests the intake threads took: handled, gone (the
                                      * client hung up while queued) */
@@ -104,6 +106,8 @@ void srv_metrics_queue_prio(srv_metrics *m, const int *prio, const int64_t *n, i
 void srv_metrics_tokens(srv_metrics *m, int64_t prompt, int64_t gen);
 void srv_metrics_latency(srv_metrics *m, double ttft, double itl);  /* < 0: skip that one */
 void srv_metrics_event(srv_metrics *m, int cancelled, int preempted);
+/* One of those preemptions gave its slot to a request of a higher priority. */
+void srv_metrics_prio_preempt(srv_metrics *m);
 /* A choice started as a fork of choice 0's prompt of n tokens. */
 void srv_metrics_fork(srv_metrics *m, int64_t n);
 void srv_metrics_guide_walks(srv_metrics *m, long n);

@@ -13,6 +13,7 @@ srv_req *srv_req_new(const int32_t *prompt, int n_prompt) {
     if (n_prompt > 0) memcpy(r->prompt, prompt, (size_t)n_prompt * sizeof *prompt);
     r->n_prompt = n_prompt;
     r->seq = -1;
+    r->prio_victim_at = -1;
     r->stop_index = -1;
     atomic_init(&r->refs, 2);
     pthread_mutex_init(&r->mu, NULL);

@@ -114,6 +114,9 @@ struct srv_req {
     int n_sampled;
     double t_last;                  /* latest token, for the inter-token latency histogram */
     srv_req *next;                  /* in the scheduler's waiting or running list */
+    double t_wait;                  /* when it last entered the waiting list (monotonic s) */
+    int prio_victim_at;             /* n_sampled when it was last preempted for a higher
+                                     * priority, -1 never (it is not again until it samples) */
     /* data-parallel attention (dp.h): on the home rank, what its reports carried so far */
     int dp_sent_ev;
     size_t dp_sent_text;

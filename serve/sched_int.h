@@ -83,6 +83,9 @@ struct srv_sched {
     /* where each step's time goes (step_trace.h) */
     srv_step_times st;            /* the step running */
     double t0, prev_end;          /* the scheduler's start; the previous step's end */
+    double prefill_rate;          /* rows a second of the forwards of steps with prompt rows
+                                   * (a moving average; 0 before the first): priority
+                                   * preemption prices a victim's recompute with it */
     long long n_steps;
 };
 

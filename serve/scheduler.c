@@ -104,16 +104,16 @@ static int cancelled(srv_req *r) {
     return c;
 }
 
-/* Frees the sequence of the running request of the lowest priority (the newest of those;
- * first come, first served: the newest) and requeues it; its tokens are kept, so it is
- * recomputed from them when admitted again. Never one of a higher priority while one of a
- * lower runs. Among the lowest priority's, a choice 0 waiting for pages to fork (fork_wait:
- * it adds no rows) goes last; one preempted all the same took no token yet, so it computes
- * its prompt again when readmitted and forks its choices then. */
-static void preempt_newest(srv_sched *s) {
-    int k = s->n_run - 1;
-    const int low = s->run[k]->priority;  /* the list's end: the lowest priority */
-    while (k > 0 && s->run[k]->fork_wait && s->run[k - 1]->priority == low) k--;
+/* Into the waiting list, its wait timed from now (preempt_for_priority). */
+static void wait_insert(srv_sched *s, srv_req *r) {
+    r->t_wait = srv_now();
+    list_insert(s->wait, &s->n_wait, r);
+}
+
+/* Frees the sequence of s->run[k] and requeues it; its tokens are kept, so it is recomputed
+ * from them when admitted again. short_of_pages: the pools ran out (admit nothing until
+ * pages come back); else a higher priority takes its slot. */
+static void preempt(srv_sched *s, int k, int short_of_pages) {
     srv_req *r = s->run[k];
     dsv4_err err = {0};
     r->fork_wait = 0;
@@ -125,10 +125,22 @@ static void preempt_newest(srv_sched *s) {
     r->seq = -1;
     r->n_done = 0;
     list_remove(s->run, &s->n_run, r);
-    list_insert(s->wait, &s->n_wait, r);
-    s->admit_hold = 1;
+    wait_insert(s, r);
+    if (short_of_pages) s->admit_hold = 1;
     s->fork_hold = 0;  /* its pages came back */
     srv_metrics_event(s->met, 0, 1);
+}
+
+/* The pools ran out: preempts the running request of the lowest priority (the newest of
+ * those; first come, first served: the newest). Never one of a higher priority while one of
+ * a lower runs. Among the lowest priority's, a choice 0 waiting for pages to fork (fork_wait:
+ * it adds no rows) goes last; one preempted all the same took no token yet, so it computes
+ * its prompt again when readmitted and forks its choices then. */
+static void preempt_newest(srv_sched *s) {
+    int k = s->n_run - 1;
+    const int low = s->run[k]->priority;  /* the list's end: the lowest priority */
+    while (k > 0 && s->run[k]->fork_wait && s->run[k - 1]->priority == low) k--;
+    preempt(s, k, 1);
 }
 
 /* The token r must emit as its j-th answer token (its forced prefix, then a test script
@@ -206,6 +218,46 @@ static int forks_waiting(const srv_sched *s, const srv_req *r, int from) {
     int n = 0;
     for (int k = from; r->forkable && k < s->n_wait; k++) n += fork_waits(s->wait[k]) && s->wait[k]->lead == r;
     return n;
+}
+
+/* --scheduling-policy priority: the first waiting request (h) finds every slot taken, and a
+ * request of a strictly lower priority runs. The newest of the lowest priority running (v)
+ * gives h its slot once h has waited longer than v's recompute would take (its positions at
+ * the measured prefill rate): a short wait for a slot costs nobody any work, a long one (up
+ * to a whole generation of the running requests) is worth v's recompute. Never a request of
+ * h's priority or a higher one; never a request preempted for a priority before that has
+ * not sampled a token since (no thrash: a readmitted victim keeps its slot until it made
+ * progress, and the next newest goes instead); not unless enough such requests run to free
+ * every slot h needs (its choices waiting to fork it count). Not when the pools are short
+ * (admit_hold, a fork waiting for pages): those preemptions are preempt_newest's.
+ * At most one a step; the plan that follows admits h. */
+static void preempt_for_priority(srv_sched *s) {
+    if (!s->o.priority_sched || s->admit_hold || s->prefill_rate <= 0 || !s->n_run) return;
+    int w = 0, held = 0;
+    while (w < s->n_wait && fork_waits(s->wait[w])) w++;
+    if (w == s->n_wait) return;
+    const srv_req *h = s->wait[w];
+    for (int i = 0; i < s->n_wait; i++) held += fork_waits(s->wait[i]) && s->wait[i]->lead->seq >= 0;
+    for (int i = 0; i < s->n_run; i++)
+        if (s->run[i]->fork_wait) return;
+    /* the slots h needs (with its choices waiting to fork it) beyond the free ones */
+    const int short_of = s->n_run + held + 1 + forks_waiting(s, h, w + 1) - s->o.max_seqs;
+    if (short_of <= 0) return;
+    int victim = -1, n_victims = 0;
+    for (int k = s->n_run - 1; k >= 0 && s->run[k]->priority > h->priority; k--) {
+        const srv_req *v = s->run[k];
+        if (v->prio_victim_at >= 0 && v->n_sampled <= v->prio_victim_at) continue;
+        if (victim < 0) victim = k;
+        n_victims++;
+    }
+    /* all the slots it needs must come free this way, or the ones freed would stay empty
+     * (nothing is admitted behind a request that does not fit) */
+    if (victim < 0 || n_victims < short_of) return;
+    srv_req *v = s->run[victim];
+    if (srv_now() - h->t_wait <= (double)v->n_done / s->prefill_rate) return;
+    v->prio_victim_at = v->n_sampled;
+    preempt(s, victim, 0);
+    srv_metrics_prio_preempt(s->met);
 }
 
 /* The step's spans: every running decode row first (they never wait), then prefill chunks
@@ -726,6 +778,7 @@ static int step(srv_sched *s) {
     srv_step_times *st = &s->st;
     int planned = 0;
     resume_forks(s);
+    preempt_for_priority(s);
     for (;;) {
         n_spans = plan_step(s, &rows, &decode);
         srv_step_lap(st, SRV_PH_ADMIT);
@@ -842,7 +895,7 @@ static void publish_load(srv_sched *s) {
 
 /* ---- the thread ------------------------------------------------------------------------- */
 
-void srv_sched_enqueue(srv_sched *s, srv_req *r) { list_insert(s->wait, &s->n_wait, r); }
+void srv_sched_enqueue(srv_sched *s, srv_req *r) { wait_insert(s, r); }
 
 /* The gauges follow the sweep when it ended something: the cancelled counter moved with
  * each request, and /metrics should not show them queued or running until the next step
@@ -871,6 +924,12 @@ int srv_sched_step(srv_sched *s) {
         srv_metrics_step(s->met, &s->st);
         srv_step_write(s->o.trace, s->n_steps++, s->t0, &s->st);
         s->prev_end = s->st.t_lap;
+        /* the rows a forward computes a second, from the steps with prompt rows (a decode row
+         * costs about as much): what a priority preemption's recompute would take */
+        const double fwd = s->st.ph[SRV_PH_FORWARD];
+        if (s->st.rows > s->st.decode && fwd > 0)
+            s->prefill_rate = s->prefill_rate > 0 ? 0.75 * s->prefill_rate + 0.25 * s->st.rows / fwd
+                                                  : s->st.rows / fwd;
     }
     publish_load(s);
     return ran;
@@ -905,7 +964,7 @@ static void *sched_main(void *arg) {
             srv_req *next = in->next;
             in->next = NULL;
             /* data-parallel attention: each request on its home rank */
-            if (!s->dp || srv_dp_place(s->dp, in) == 0) list_insert(s->wait, &s->n_wait, in);
+            if (!s->dp || srv_dp_place(s->dp, in) == 0) wait_insert(s, in);
             in = next;
         }
         srv_sched_sweep(s, expired);

@@ -29,6 +29,8 @@ typedef struct srv_sched_opts {
     int64_t max_context;      /* the engine's max_context */
     int max_queue;            /* most requests waiting beyond max_seqs (then "busy") */
     int no_prefix_cache;      /* 1: every request starts cold, nothing is kept */
+    int priority_sched;       /* --scheduling-policy priority: a request waiting for a slot
+                               * may preempt one of a lower priority (preempt_for_priority) */
     const char *kv_dir;       /* snapshots on disk (prefix_cache.h); NULL = memory only */
     uint64_t kv_dir_bytes;    /* its budget; 0 = unlimited */
     srv_relay *relay;         /* every call that changes a sequence goes through it (to the

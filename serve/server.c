@@ -132,7 +132,7 @@ static srv_sched_opts sched_opts(const dsv4_server_opts *o, const dsv4_engine_op
     }
     return (srv_sched_opts){.step_tokens = o->step_tokens, .c_max = eo->c_max, .max_seqs = o->max_seqs,
                             .max_context = o->max_context, .max_queue = o->max_queue,
-                            .no_prefix_cache = o->prefix_entries < 0, .kv_dir = kv,
+                            .no_prefix_cache = o->prefix_entries < 0, .priority_sched = o->priority_sched, .kv_dir = kv,
                             .kv_dir_bytes = o->kv_dir_bytes, .relay = relay, .trace = trace,
                             .dp_group = dp_group(o)};
 }

@@ -10,6 +10,12 @@
 //    needs two, so a step runs short. The preemption takes a priority-5 stream (not the
 //    newest request, which first come, first served takes), so the priority-0 request
 //    answers while both streams are still open, with the text it gives alone.
+// 4. Preemption for a slot (--max-seqs 2, pools large enough): two priority-5 streams hold both
+//    slots (64 tokens each). A priority-5 request queues behind them and preempts nobody (equal priority); a
+//    priority-0 request takes the newest stream's slot (its wait soon exceeds that stream's
+//    recompute) and answers while both streams are open. Both streams then end with the
+//    text each gives alone (the victim recomputed from its tokens), and
+//    dsv4_priority_preemptions_total is exactly 1.
 'use strict';
 const assert = require('assert');
 const { start, http, metrics, run } = require('./harness');
@@ -116,4 +122,47 @@ run('server_priority', async () => {
   const solo = await http(p.url + '/v1/completions', { body: hreq });
   assert.strictEqual(h.json.choices[0].text, solo.json.choices[0].text);
   await p.stop();
+
+  // 4. preemption for a slot
+  const g = await start(['--max-seqs', '2', '--max-context', '512', '--no-warmup', '--scheduling-policy', 'priority']);
+  const sbody = (k) => ({ model: 'm', prompt: `stream ${k} runs`, max_tokens: 64, temperature: 1, seed: 11 + k,
+    ignore_eos: true, priority: 5 });
+  const texts = ['', ''];
+  const streams = [0, 1].map((k) => (async () => {
+    const res = await fetch(g.url + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ ...sbody(k), stream: true }) });
+    let buf = '';
+    for await (const chunk of res.body) {
+      buf += Buffer.from(chunk).toString();
+      let i;
+      while ((i = buf.indexOf('\n\n')) >= 0) {
+        const ev = buf.slice(0, i).replace(/^data: /, '');
+        buf = buf.slice(i + 2);
+        if (ev !== '[DONE]') texts[k] += JSON.parse(ev).choices[0].text;
+      }
+    }
+  })());
+  const done = [false, false];
+  streams.forEach((x, k) => x.then(() => { done[k] = true; }));
+  await until(() => texts[0].length > 0 && texts[1].length > 0);
+  let eqDone = false;
+  const eq = http(g.url + '/v1/completions', { body: { model: 'm', prompt: 'equal', max_tokens: 2, priority: 5 } })
+    .then((r) => { assert.strictEqual(r.status, 200, r.body); eqDone = true; });
+  await until(async () => (await metrics(g.url)).dsv4_queue_depth === 1);
+  const hi = { model: 'm', prompt: 'urgent', max_tokens: 4, temperature: 1, seed: 3, priority: 0 };
+  const hr = await http(g.url + '/v1/completions', { body: hi });
+  assert.strictEqual(hr.status, 200, hr.body);
+  assert.deepStrictEqual(done, [false, false], 'the priority-0 request waited for a stream to end');
+  assert.strictEqual(eqDone, false, 'the priority-5 request took a slot from a stream of its own priority');
+  await Promise.all(streams);
+  await eq;
+  const mg = await metrics(g.url);
+  assert.strictEqual(mg.dsv4_priority_preemptions_total, 1, 'priority preemptions');
+  assert.strictEqual(mg.dsv4_preemptions_total, 1, 'preemptions');
+  for (const k of [0, 1]) {
+    const alone = await http(g.url + '/v1/completions', { body: sbody(k) });
+    assert.strictEqual(texts[k], alone.json.choices[0].text, `stream ${k} changed by the preemption`);
+  }
+  assert.strictEqual(hr.json.choices[0].text, (await http(g.url + '/v1/completions', { body: hi })).json.choices[0].text);
+  await g.stop();
 });

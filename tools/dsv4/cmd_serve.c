@@ -152,7 +152,7 @@ int cmd_serve(int argc, char **argv) {
         CLI_FLAG_OPT("pin-threads", 0, &so.pin_threads, 1, "pin worker thread i to the i-th CPU of the affinity mask (CPU 0 stays with the calling thread)"),
         CLI_FN_OPT("cache-bytes", 0, &so.cache_bytes, cache_bytes_opt, "N", "enough for max-seqs x max-context", "byte budget of the cache pools; suffixes K, M, G"),
         CLI_INT_OPT("max-queue", 0, &so.max_queue, 1, 1 << 20, "N", "requests waiting beyond max-seqs before 503"),
-        CLI_FN_OPT("scheduling-policy", 0, &so.priority_sched, policy_opt, "fcfs|priority", "fcfs", "the order of admission: fcfs = arrival; priority = each request's integer `priority` (lower first, ties in arrival order; default 0), and a preemption takes the lowest priority's newest request (under fcfs a priority other than 0 is a 400)"),
+        CLI_FN_OPT("scheduling-policy", 0, &so.priority_sched, policy_opt, "fcfs|priority", "fcfs", "the order of admission: fcfs = arrival; priority = each request's integer `priority` (lower first, ties in arrival order; default 0), a preemption takes the lowest priority's newest request, and a request that finds every slot taken preempts the newest of a lower priority once it has waited longer than that one's recompute would take (under fcfs a priority other than 0 is a 400)"),
         CLI_FN_OPT("max-body", 0, &so.max_body, body_bytes_opt, "N", "8M", "request body limit in bytes; suffixes K, M"),
         CLI_I64_OPT("grace", 0, &grace, 0, 3600, "S", "seconds in-flight requests get at SIGTERM"),
         CLI_INT_OPT("hangup-check-ms", 0, &so.hangup_ms, 1, 3600000, "MS", "how often the clients of connections waiting for their requests' tokens are checked for a hang-up (each token wakes its connection at once)", .def = "100"),
