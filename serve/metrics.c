@@ -175,6 +175,40 @@ static void add_ranks(const srv_metrics *m, uint64_t *mtp, uint64_t *forks, int6
     }
 }
 
+/* The queue by priority: rank 0's, and under data-parallel attention every rank's (their
+ * reports carry each rank's first SRV_PRIO_SHOWN priorities and the count past them) merged:
+ * the first SRV_PRIO_SHOWN priorities of the union, ascending, each summed over the ranks,
+ * and the rest. Exact: a rank with requests past the priorities it shows shows
+ * SRV_PRIO_SHOWN of them, so the union's first SRV_PRIO_SHOWN are all at most its last shown
+ * one, and the priorities it hides are all past them. */
+static void queue_by_prio(const srv_metrics *m, int *prio, int64_t *n, int *k, int64_t *rest) {
+    const int n_ranks = m->n_ranks > 1 ? m->n_ranks : 1;
+    int64_t total = 0, shown = 0;
+    *k = 0;
+    for (int r = 0; r < n_ranks; r++) {
+        const int np = r ? (int)m->rank[r].n_prio : m->n_prio;
+        const int *p = r ? m->rank[r].prio : m->prio;
+        const int64_t *c = r ? m->rank[r].prio_n : m->prio_n;
+        total += r ? m->rank[r].prio_rest : m->prio_rest;
+        for (int i = 0; i < np && i < SRV_PRIO_SHOWN; i++) {
+            total += c[i];
+            int j = 0;
+            while (j < *k && prio[j] < p[i]) j++;
+            if (j < *k && prio[j] == p[i]) { n[j] += c[i]; continue; }
+            if (j == SRV_PRIO_SHOWN) continue;  /* past the shown ones: in the rest */
+            /* inserted at j; the last one drops to the rest when the list is full */
+            const int move = (*k < SRV_PRIO_SHOWN ? *k : SRV_PRIO_SHOWN - 1) - j;
+            memmove(prio + j + 1, prio + j, (size_t)move * sizeof *prio);
+            memmove(n + j + 1, n + j, (size_t)move * sizeof *n);
+            prio[j] = p[i];
+            n[j] = c[i];
+            if (*k < SRV_PRIO_SHOWN) (*k)++;
+        }
+    }
+    for (int i = 0; i < *k; i++) shown += n[i];
+    *rest = total - shown;
+}
+
 /* Appended to the step figures' help under data-parallel attention: they count rank 0's steps. */
 #define RANK0_NOTE "; under data-parallel attention rank 0's steps only (each rank steps its own rows)"
 
@@ -306,11 +340,12 @@ char *srv_metrics_render(srv_metrics *m) {
     srv_buf_puts(&b, "# HELP dsv4_queue_depth_by_priority requests waiting for a sequence by their "
                  "priority (the first 8 priorities in admission order; \"rest\": those after them)\n"
                  "# TYPE dsv4_queue_depth_by_priority gauge\n");
-    for (int i = 0; i < m->n_prio; i++)
-        srv_buf_printf(&b, "dsv4_queue_depth_by_priority{priority=\"%d\"} %lld\n", m->prio[i],
-                       (long long)m->prio_n[i]);
-    if (m->prio_rest) srv_buf_printf(&b, "dsv4_queue_depth_by_priority{priority=\"rest\"} %lld\n",
-                                     (long long)m->prio_rest);
+    int prio[SRV_PRIO_SHOWN], n_prio = 0;
+    int64_t prio_n[SRV_PRIO_SHOWN], prio_rest = 0;
+    queue_by_prio(m, prio, prio_n, &n_prio, &prio_rest);
+    for (int i = 0; i < n_prio; i++)
+        srv_buf_printf(&b, "dsv4_queue_depth_by_priority{priority=\"%d\"} %lld\n", prio[i], (long long)prio_n[i]);
+    if (prio_rest) srv_buf_printf(&b, "dsv4_queue_depth_by_priority{priority=\"rest\"} %lld\n", (long long)prio_rest);
     srv_buf_printf(&b, "# HELP dsv4_running_sequences sequences in the engine\n"
             "# TYPE dsv4_running_sequences gauge\ndsv4_running_sequences %lld\n",
         (long long)m->running);

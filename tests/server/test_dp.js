@@ -399,13 +399,28 @@ async function priorities() {
   const depth = async (q) => (await m())[`dsv4_rank_queue_depth{rank="${q}"}`];
   await until(async () => (await depth(a)) === 1 && (await depth(b)) === 2);
   await place('H', { prompt: ids(12000, 40), priority: 1 });
-  if (where.H === b) await until(async () => (await depth(b)) === 3);  /* else the caller fails */
+  // the queue by priority over both ranks (rank 1's from its report, a step old)
+  const byPrio = async () => {
+    const x = await m();
+    const q = {};
+    for (const k of Object.keys(x)) {
+      const g = /^dsv4_queue_depth_by_priority\{priority="(\w+)"\}$/.exec(k);
+      if (g) q[g[1]] = x[k];
+    }
+    return q;
+  };
+  const want = JSON.stringify({ 0: 1, 1: 1, 5: 2 });
+  let queued = {};
+  if (where.H === b) {  /* else the caller fails */
+    await until(async () => (await depth(b)) === 3);
+    for (let i = 0; i < 2000 && JSON.stringify(queued) !== want; i++) queued = await byPrio();
+  }
   const ended = order.slice();
   for (const o of open) o.ctl.abort();
   await Promise.all(all);
   await srv.stop();
   assert.deepStrictEqual(ended, [], `answers before the streams left: ${ended}`);
-  return { where, a, b, order: order.filter((n) => n[0] !== 'S') };
+  return { where, a, b, order: order.filter((n) => n[0] !== 'S'), queued };
 }
 
 const PARTS = (process.env.DSV4_DP_PARTS || 'mix,pressure,hangup,stopped,four,evict,keys,prio').split(',');
@@ -466,3 +481,5 @@ run('server_dp', async () => {
   }
   console.log(said.join('; '));
 }, { limitMs: 150000 });
+    // both ranks' queues in dsv4_queue_depth_by_priority (X on a; H, L1, L2 on b)
+    assert.deepStrictEqual(p.queued, { 0: 1, 1: 1, 5: 2 }, `the queue by priority is not both ranks': ${JSON.stringify(p)}`);
