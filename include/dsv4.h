@@ -112,6 +112,34 @@ DSV4_API dsv4_model_info dsv4_model_get_info(const dsv4_model *m);
  * [3, 246], missing MTP ratios, ...), one per line; "" when there is nothing. */
 DSV4_API const char *dsv4_model_warnings(const dsv4_model *m);
 
+/* The sampling defaults the checkpoint's generation_config.json (Hugging Face's file beside
+ * config.json) recommends: the fields vLLM's `--generation-config auto` applies to requests
+ * that omit them. `has` holds a DSV4_GENCFG_* bit for each field the file gives (JSON null
+ * counts as absent). Values as in the file: top_p 1 and top_k 0 or -1 mean off. */
+enum {
+    DSV4_GENCFG_TEMPERATURE = 1 << 0,
+    DSV4_GENCFG_TOP_P = 1 << 1,
+    DSV4_GENCFG_TOP_K = 1 << 2,
+    DSV4_GENCFG_MIN_P = 1 << 3,
+    DSV4_GENCFG_REPETITION_PENALTY = 1 << 4,
+    DSV4_GENCFG_MAX_NEW_TOKENS = 1 << 5,
+};
+typedef struct dsv4_gen_config {
+    unsigned has;               /* DSV4_GENCFG_* */
+    double temperature;         /* [0, 2] */
+    double top_p;               /* (0, 1] */
+    int top_k;                  /* -1 or more */
+    double min_p;               /* [0, 1] */
+    double repetition_penalty;  /* (0, 10] */
+    int max_new_tokens;         /* 1 or more: vLLM caps every request's max_tokens by it */
+} dsv4_gen_config;
+/* The model directory's generation_config.json, read at dsv4_model_open: 0 with *out (has
+ * = 0 when there is no file or it gives none of the fields), or DSV4_ERR_CONFIG naming the
+ * file and the field when it is malformed (a JSON syntax error, a field of the wrong type or
+ * outside the range above). dsv4_model_open itself does not fail on it: a caller that does
+ * not use the defaults still opens the model. */
+DSV4_API int dsv4_model_gen_config(const dsv4_model *m, dsv4_gen_config *out, dsv4_err *err);
+
 /* Weights fingerprint (serving.md §g): SHA-256 over config.json, every shard's size and
  * safetensors header, and a 64 KiB sample every 1 GiB of each shard's tensor data (full = 0:
  * cheap, about 10 MiB read for the release; it misses a change outside the samples), or

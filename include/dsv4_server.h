@@ -61,6 +61,11 @@ typedef struct dsv4_server_opts {
     int priority_sched;        /* 1: requests' `priority` (lower first, vLLM's convention)
                                 * orders admission and picks whom a preemption takes; 0 =
                                 * first come, first served (a priority other than 0 is a 400) */
+    int no_generation_config;  /* 1: ignore the model's generation_config.json; 0: its
+                                * sampling fields (dsv4_gen_config) are the defaults of the
+                                * requests that omit them, and its max_new_tokens caps every
+                                * request's max_tokens (vLLM's --generation-config auto); a
+                                * malformed file then fails dsv4_server_load */
     size_t max_body;           /* request body limit in bytes; 0 = 8 MiB */
     int max_connections;       /* 0 = 512 */
     int mtp;                   /* MTP speculative decoding: 1 on, -1 off, 0 = on when the

@@ -176,22 +176,38 @@ static int parse_priority(const srv *s, const cJSON *body, srv_req *r, char *msg
     return 0;
 }
 
+/* k = 0 (the request omits a field): the model's default (*x) when its generation config
+ * gives one (bit), then 1; else k. */
+static int or_model(int k, const dsv4_gen_config *gc, unsigned bit, double v, double *x) {
+    if (k || !(gc->has & bit)) return k;
+    *x = v;
+    return 1;
+}
+
 int srv_parse_sampling(srv *s, const cJSON *body, srv_req *r, const char *stop_key, char *msg,
                        size_t n) {
     dsv4_sample_params *p = &r->gp.sample;
     double x;
     int k;
     if (parse_priority(s, body, r, msg, n)) return -1;
-    p->temperature = 1.0f;  /* the OpenAI and Anthropic default */
+    /* a field the request omits (or sends as null) takes the model's generation_config.json
+     * value when the server applies it (vLLM's --generation-config auto), else the OpenAI
+     * and Anthropic default */
+    const dsv4_gen_config *gc = &s->gc;
+    p->temperature = 1.0f;
     if ((k = srv_opt_num(body, "temperature", 0, 2, &x, msg, n)) < 0) return -1;
+    k = or_model(k, gc, DSV4_GENCFG_TEMPERATURE, gc->temperature, &x);
     if (k) p->temperature = (float)x;
     if ((k = srv_opt_num(body, "top_p", 0, 1, &x, msg, n)) < 0) return -1;
-    if (k) p->top_p = x >= 1 ? 0.0f : (float)x;
     if (k && x <= 0) { snprintf(msg, n, "'top_p' must be in (0, 1]"); return -1; }
+    k = or_model(k, gc, DSV4_GENCFG_TOP_P, gc->top_p, &x);
+    if (k) p->top_p = x >= 1 ? 0.0f : (float)x;
     if ((k = srv_opt_num(body, "top_k", -1, 1e9, &x, msg, n)) < 0) return -1;
     if (k && !is_int(x)) { snprintf(msg, n, "'top_k' must be an integer"); return -1; }
+    k = or_model(k, gc, DSV4_GENCFG_TOP_K, gc->top_k, &x);
     if (k) p->top_k = x < 0 ? 0 : (int)x;  /* -1: off (vLLM's convention) */
     if ((k = srv_opt_num(body, "min_p", 0, 1, &x, msg, n)) < 0) return -1;
+    k = or_model(k, gc, DSV4_GENCFG_MIN_P, gc->min_p, &x);
     if (k) p->min_p = (float)x;
     if ((k = srv_opt_num(body, "presence_penalty", -2, 2, &x, msg, n)) < 0) return -1;
     if (k) p->presence_penalty = (float)x;
@@ -199,6 +215,7 @@ int srv_parse_sampling(srv *s, const cJSON *body, srv_req *r, const char *stop_k
     if (k) p->frequency_penalty = (float)x;
     if ((k = srv_opt_num(body, "repetition_penalty", 0, 10, &x, msg, n)) < 0) return -1;
     if (k && x <= 0) { snprintf(msg, n, "'repetition_penalty' must be > 0"); return -1; }
+    k = or_model(k, gc, DSV4_GENCFG_REPETITION_PENALTY, gc->repetition_penalty, &x);
     if (k) p->repetition_penalty = (float)x;
     if ((k = srv_opt_num(body, "seed", -9.2e18, 1.8e19, &x, msg, n)) < 0) return -1;
     if (k && !is_int(x)) { snprintf(msg, n, "'seed' must be an integer"); return -1; }
@@ -211,6 +228,10 @@ int srv_parse_sampling(srv *s, const cJSON *body, srv_req *r, const char *stop_k
     if (k < 0) return -1;
     if (k && !is_int(x)) { snprintf(msg, n, "'%s' must be an integer", mt); return -1; }
     r->gp.max_tokens = k ? (int)x : 0;  /* 0: until a stop or the context is full */
+    /* the model's max_new_tokens is a cap, as vLLM applies it: the least of the request's
+     * and the file's */
+    if ((gc->has & DSV4_GENCFG_MAX_NEW_TOKENS) && (!k || gc->max_new_tokens < r->gp.max_tokens))
+        r->gp.max_tokens = gc->max_new_tokens;
     if (parse_stops(body, stop_key, r, msg, n) || parse_bench(s, body, r, msg, n)) return -1;
     return parse_bias(s, body, r, msg, n);
 }

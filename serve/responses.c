@@ -900,8 +900,9 @@ static int truncation(const cJSON *j, int *is_auto, char *msg) {
     return -1;
 }
 
-/* The response object's fields that repeat the request (null when not given). */
-static cJSON *echo_fields(const cJSON *j, int store, int trunc_auto, int bg) {
+/* The response object's fields that repeat the request (null when not given; temperature and
+ * top_p: the values sampled with, the model's generation config's when it gives them). */
+static cJSON *echo_fields(const cJSON *j, const dsv4_gen_config *gc, int store, int trunc_auto, int bg) {
     static const char *const keys[] = {"instructions", "max_output_tokens", "metadata",
                                        "parallel_tool_calls", "previous_response_id", "reasoning",
                                        "temperature", "text", "tool_choice", "tools", "top_logprobs",
@@ -919,8 +920,8 @@ static cJSON *echo_fields(const cJSON *j, int store, int trunc_auto, int bg) {
         if (x && !cJSON_IsNull(x)) cJSON_AddItemToObject(e, given[i], cJSON_Duplicate(x, 1));
     }
     /* OpenAI's defaults where the request gave none */
-    default_field(e, "temperature", cJSON_CreateNumber(1));
-    default_field(e, "top_p", cJSON_CreateNumber(1));
+    default_field(e, "temperature", cJSON_CreateNumber(gc->has & DSV4_GENCFG_TEMPERATURE ? gc->temperature : 1));
+    default_field(e, "top_p", cJSON_CreateNumber(gc->has & DSV4_GENCFG_TOP_P ? gc->top_p : 1));
     default_field(e, "top_logprobs", cJSON_CreateNumber(0));
     default_field(e, "parallel_tool_calls", cJSON_CreateTrue());
     default_field(e, "tool_choice", cJSON_CreateString("auto"));
@@ -2322,7 +2323,7 @@ void srv_responses_create(srv *s, const char *body, size_t len, srv_reply *out) 
     R->sealed = sealed;
     R->conv = conv;
     conv = NULL;
-    R->echo = echo_fields(j, store, trunc_auto, bg);
+    R->echo = echo_fields(j, &s->gc, store, trunc_auto, bg);
     R->bg = bg;
     srv_job *job = srv_chat_submit_rendered(s, chat, &c, SRV_API_RESPONSES, body, logprobs ? (int)top : 0, out);
     if (!job && out->status == 400) name_param(out);

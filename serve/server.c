@@ -189,6 +189,8 @@ int dsv4_server_load(dsv4_server *s, const dsv4_model *m, dsv4_err *err) {
     char path[4200];
     int rc;
     s->m = m;
+    /* before the engine (collective): a malformed file fails the start here */
+    if (!o->no_generation_config && (rc = dsv4_model_gen_config(m, &s->gc, err))) return rc;
     dsv4_engine_opts eo;
     if ((rc = engine_opts(o, m, &eo, err))) return rc;
     /* the engine first: its create is collective with the followers' */

@@ -33,6 +33,7 @@ struct dsv4_server {
     long long started;           /* unix seconds */
     int V;
     int32_t bos, eos;
+    dsv4_gen_config gc;          /* the model's sampling defaults (has = 0: none, or ignored) */
     pthread_mutex_t mu;          /* guards the two below */
     uint64_t seed_state;         /* seeds for requests that give none */
     uint64_t n_jobs;             /* ids of answers */

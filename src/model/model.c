@@ -361,6 +361,9 @@ int dsv4_model_load_ex(const char *dir, unsigned flags, struct dsv4_model **out,
     int rc = dsv4_config_load_text(path, &m->cfg, &m->config_json, &m->config_len, err);
     if (!rc) rc = dsv4_config_check_loadable(&m->cfg, err);
     if (rc) goto fail;
+    /* beside it, the sampling defaults: a malformed file is reported when they are asked
+     * for (dsv4_model_gen_config), not here */
+    if (dsv4_gen_config_load(dir, &m->gen, &m->gen_err)) memset(&m->gen, 0, sizeof m->gen);
     rc = dsv4_st_open_dir(dir, &m->files, err);
     if (rc) goto fail;
 
@@ -465,6 +468,17 @@ dsv4_model_info dsv4_model_get_info(const dsv4_model *m) {
     i.n_experts_per_tok = m->cfg.num_experts_per_tok;
     i.index_topk = m->cfg.index_topk;
     return i;
+}
+
+int dsv4_model_gen_config(const dsv4_model *m, dsv4_gen_config *out, dsv4_err *err) {
+    memset(out, 0, sizeof *out);
+    if (!m) return dsv4_fail(err, DSV4_ERR_ARG, "dsv4_model_gen_config: NULL model");
+    if (m->gen_err.code) {
+        if (err) *err = m->gen_err;
+        return m->gen_err.code;
+    }
+    *out = m->gen;
+    return DSV4_OK;
 }
 
 const char *dsv4_model_warnings(const dsv4_model *m) {

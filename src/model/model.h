@@ -71,6 +71,8 @@ struct dsv4_model {
     dsv4_config cfg;
     char *config_json;          /* config.json as read and parsed (the fingerprint hashes it) */
     size_t config_len;
+    dsv4_gen_config gen;        /* generation_config.json's sampling defaults (has = 0: none) */
+    dsv4_err gen_err;           /* why that file was refused (code 0: it was not) */
     struct dsv4_st_set *files;  /* mmap'd shards */
     dsv4_mat embed;             /* (V, D) embed.weight */
     dsv4_mat head;              /* (V, D) head.weight */

@@ -71,6 +71,15 @@ static int policy_opt(const char *v, void *dst, char *msg, size_t n) {
     return 0;
 }
 
+/* vLLM's names: auto (the model's generation_config.json) and vllm (the server's own
+ * defaults), which is ours "none" */
+static int gen_config_opt(const char *v, void *dst, char *msg, size_t n) {
+    if (!strcmp(v, "auto")) *(int *)dst = 0;
+    else if (!strcmp(v, "none") || !strcmp(v, "vllm")) *(int *)dst = 1;
+    else { snprintf(msg, n, "needs auto or none, not '%s'", v); return -1; }
+    return 0;
+}
+
 static int attention_opt(const char *v, void *dst, char *msg, size_t n) {
     if (!strcmp(v, "dp")) *(int *)dst = 1;
     else if (!strcmp(v, "home")) *(int *)dst = 0;
@@ -153,6 +162,7 @@ int cmd_serve(int argc, char **argv) {
         CLI_FN_OPT("cache-bytes", 0, &so.cache_bytes, cache_bytes_opt, "N", "enough for max-seqs x max-context", "byte budget of the cache pools; suffixes K, M, G"),
         CLI_INT_OPT("max-queue", 0, &so.max_queue, 1, 1 << 20, "N", "requests waiting beyond max-seqs before 503"),
         CLI_FN_OPT("scheduling-policy", 0, &so.priority_sched, policy_opt, "fcfs|priority", "fcfs", "the order of admission: fcfs = arrival; priority = each request's integer `priority` (lower first, ties in arrival order; default 0), a preemption takes the lowest priority's newest request, and a request that finds every slot taken preempts the newest of a lower priority once it has waited longer than that one's recompute would take (under fcfs a priority other than 0 is a 400)"),
+        CLI_FN_OPT("generation-config", 0, &so.no_generation_config, gen_config_opt, "auto|none", "auto", "auto = the sampling defaults of the model directory's generation_config.json (temperature, top_p, top_k, min_p, repetition_penalty) for requests that omit them, and its max_new_tokens as a cap on every request's max_tokens (vLLM's --generation-config auto; a malformed file is an error at startup); none = the API's own defaults, the file ignored (vLLM's 'vllm', also accepted)"),
         CLI_FN_OPT("max-body", 0, &so.max_body, body_bytes_opt, "N", "8M", "request body limit in bytes; suffixes K, M"),
         CLI_I64_OPT("grace", 0, &grace, 0, 3600, "S", "seconds in-flight requests get at SIGTERM"),
         CLI_INT_OPT("hangup-check-ms", 0, &so.hangup_ms, 1, 3600000, "MS", "how often the clients of connections waiting for their requests' tokens are checked for a hang-up (each token wakes its connection at once)", .def = "100"),
@@ -277,6 +287,21 @@ int cmd_serve(int argc, char **argv) {
     return status;
 }
 
+/* The defaults the model's generation_config.json gives requests (vLLM logs them too); a
+ * malformed file is dsv4_server_load's error. */
+static void log_gen_config(const dsv4_model *m) {
+    dsv4_gen_config g;
+    if (dsv4_model_gen_config(m, &g, NULL) || !g.has) return;
+    char line[512];
+    int n = 0;
+    static const char *const names[] = {"temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_new_tokens"};
+    const double v[] = {g.temperature, g.top_p, g.top_k, g.min_p, g.repetition_penalty, g.max_new_tokens};
+    for (int i = 0; i < 6; i++)
+        if (g.has & (1u << i)) n += snprintf(line + n, sizeof line - (size_t)n, "%s%s %g", n ? ", " : "", names[i], v[i]);
+    fprintf(stderr, "dsv4 serve: the model's generation_config.json sets the defaults of requests that omit "
+                    "them: %s (--generation-config none ignores it)\n", line);
+}
+
 static int serve_home(dsv4_server_opts *so, int warmup, int pin, int n_ranks, int64_t grace,
                       sigset_t *stop, int *group_broken) {
     dsv4_err err = {0};
@@ -294,6 +319,7 @@ static int serve_home(dsv4_server_opts *so, int warmup, int pin, int n_ranks, in
         fprintf(stderr, "dsv4 serve: %s\n", err.msg);
     } else {
         if (*dsv4_model_warnings(m)) fprintf(stderr, "dsv4 serve: warning: %s\n", dsv4_model_warnings(m));
+        if (!so->no_generation_config) log_gen_config(m);
         /* under EP each rank warms and pins only the experts it owns */
         if (!cli_prepare_weights("serve", m, warmup, pin, so->threads, 0, n_ranks)) {
             *group_broken = 0;  /* from here the followers end with the server */

@@ -1,0 +1,102 @@
+/* gen_config.c — a checkpoint's generation_config.json: the sampling defaults its creator
+ * recommends (Hugging Face's GenerationConfig file). Only the fields vLLM's
+ * `--generation-config auto` takes as request defaults are read (temperature, top_p, top_k,
+ * min_p, repetition_penalty, max_new_tokens); the others (do_sample, bos/eos ids,
+ * transformers_version, ...) are ignored, as there. Each field read is checked for its
+ * type and its range (those of the request fields it stands in for), and every error names
+ * the file, the field and the value. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model/config.h"
+#include "util/err.h"
+#include "util/file.h"
+#include "util/json.h"
+
+#define GEN_MAX_FILE (1 << 20)  /* a generation_config.json is a few hundred bytes */
+
+typedef struct {
+    const char *key;
+    unsigned bit;
+    double lo, hi;
+    int lo_open;   /* (lo, hi]: lo itself is refused */
+    int integer;
+} gen_field;
+
+static const gen_field FIELDS[] = {
+    {"temperature", DSV4_GENCFG_TEMPERATURE, 0, 2, 0, 0},
+    {"top_p", DSV4_GENCFG_TOP_P, 0, 1, 1, 0},
+    {"top_k", DSV4_GENCFG_TOP_K, -1, 1e9, 0, 1},
+    {"min_p", DSV4_GENCFG_MIN_P, 0, 1, 0, 0},
+    {"repetition_penalty", DSV4_GENCFG_REPETITION_PENALTY, 0, 10, 1, 0},
+    {"max_new_tokens", DSV4_GENCFG_MAX_NEW_TOKENS, 1, INT_MAX, 0, 1},
+};
+
+static void store(dsv4_gen_config *g, unsigned bit, double v) {
+    switch (bit) {
+    case DSV4_GENCFG_TEMPERATURE: g->temperature = v; break;
+    case DSV4_GENCFG_TOP_P: g->top_p = v; break;
+    case DSV4_GENCFG_TOP_K: g->top_k = (int)v; break;
+    case DSV4_GENCFG_MIN_P: g->min_p = v; break;
+    case DSV4_GENCFG_REPETITION_PENALTY: g->repetition_penalty = v; break;
+    default: g->max_new_tokens = (int)v; break;
+    }
+    g->has |= bit;
+}
+
+static int parse(const char *path, const cJSON *root, dsv4_gen_config *g, dsv4_err *err) {
+    if (!cJSON_IsObject(root))
+        return dsv4_fail(err, DSV4_ERR_CONFIG, "%s: the file is %s, must be a JSON object", path, dsv4_json_kind(root));
+    for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; i++) {
+        const gen_field *f = &FIELDS[i];
+        const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, f->key);
+        if (!j || cJSON_IsNull(j)) continue;  /* null: not given, as vLLM reads it */
+        if (!cJSON_IsNumber(j))
+            return dsv4_fail(err, DSV4_ERR_CONFIG, "%s: %s is %s, must be a number", path, f->key, dsv4_json_kind(j));
+        const double v = j->valuedouble;
+        if (!isfinite(v) || v < f->lo || v > f->hi || (f->lo_open && v == f->lo))
+            return dsv4_fail(err, DSV4_ERR_CONFIG, "%s: %s = %.17g, must be in %c%g, %g]", path, f->key, v,
+                             f->lo_open ? '(' : '[', f->lo, f->hi);
+        if (f->integer && floor(v) != v)
+            return dsv4_fail(err, DSV4_ERR_CONFIG, "%s: %s = %.17g, must be an integer", path, f->key, v);
+        store(g, f->bit, v);
+    }
+    return 0;
+}
+
+int dsv4_gen_config_load(const char *dir, dsv4_gen_config *out, dsv4_err *err) {
+    memset(out, 0, sizeof *out);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    struct stat st;
+    if (stat(path, &st) != 0 && errno == ENOENT) return 0;  /* none: no defaults */
+    size_t len = 0;
+    char *text = dsv4_read_regular_file(path, GEN_MAX_FILE, &len, err);
+    if (!text) {
+        if (err) err->code = DSV4_ERR_CONFIG;
+        return DSV4_ERR_CONFIG;
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &end, 0);
+    size_t off = root && end ? (size_t)(end - text) : 0;
+    while (root && off < len && (text[off] == ' ' || text[off] == '\t' || text[off] == '\n' || text[off] == '\r'))
+        off++;
+    int rc;
+    if (!root || off < len) {
+        if (!root) off = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+        rc = dsv4_fail(err, DSV4_ERR_CONFIG, "%s: JSON syntax error at byte %zu", path, off);
+    } else {
+        dsv4_gen_config g = {0};
+        rc = parse(path, root, &g, err);
+        if (!rc) *out = g;
+    }
+    cJSON_Delete(root);
+    free(text);
+    return rc;
+}

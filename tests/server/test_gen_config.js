@@ -1,0 +1,94 @@
+// test_gen_config.js — the model's generation_config.json as the defaults of requests that
+// omit the sampling fields (vLLM's --generation-config auto, the default).
+// 1. A copy of the test model's directory with a generation_config.json (temperature 0.6,
+//    top_p 0.9, top_k 20, min_p 0.05, repetition_penalty 1.1, max_new_tokens 6): on every
+//    endpoint, a seed-fixed sampled answer without the fields equals the same request with
+//    them explicit, and differs from it with the API's own defaults explicit. max_new_tokens
+//    caps max_tokens (asked 40 -> 6; asked 3 -> 3). The Responses object shows the
+//    temperature and top_p sampled with.
+// 2. A malformed file (temperature a string) stops the start with an error naming the file
+//    and the field; with --generation-config none the same directory serves, and a request
+//    without the fields samples with the API's defaults.
+'use strict';
+const assert = require('assert');
+const { spawnSync } = require('child_process');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const { start, http, run } = require('./harness');
+
+// the test model's files linked into a new directory, with gen as its generation_config.json
+function modelWith(gen) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dsv4-gencfg-'));
+  for (const f of fs.readdirSync(process.env.DSV4_MODEL))
+    if (f !== 'generation_config.json') fs.symlinkSync(path.join(process.env.DSV4_MODEL, f), path.join(dir, f));
+  fs.writeFileSync(path.join(dir, 'generation_config.json'), typeof gen === 'string' ? gen : JSON.stringify(gen));
+  return dir;
+}
+
+const GEN = { temperature: 0.6, top_p: 0.9, top_k: 20, min_p: 0.05, repetition_penalty: 1.1 };
+const API = { temperature: 1, top_p: 1, top_k: -1, min_p: 0, repetition_penalty: 1 };
+const msgs = [{ role: 'user', content: 'name a colour' }];
+// each endpoint: [path, body without the sampling fields, its answer's text, its token count]
+const ENDPOINTS = [
+  ['/v1/completions', { model: 'm', prompt: 'colours: red, green,', seed: 7, max_tokens: 40, ignore_eos: true },
+    (j) => j.choices[0].text, (j) => j.usage.completion_tokens],
+  ['/v1/chat/completions', { model: 'm', messages: msgs, seed: 7, max_tokens: 40, ignore_eos: true },
+    (j) => j.choices[0].message.content, (j) => j.usage.completion_tokens],
+  ['/v1/messages', { model: 'm', messages: msgs, seed: 7, max_tokens: 40, ignore_eos: true },
+    (j) => j.content.map((c) => c.text).join(''), (j) => j.usage.output_tokens],
+  ['/v1/responses', { model: 'm', input: 'name a colour', seed: 7, max_output_tokens: 40, ignore_eos: true },
+    (j) => j.output.map((o) => (o.content || []).map((c) => c.text).join("")).join(""), (j) => j.usage.output_tokens],
+];
+
+run('server_gen_config', async () => {
+  // 1. the defaults applied
+  const dir = modelWith({ ...GEN, max_new_tokens: 6, do_sample: true, eos_token_id: 1, transformers_version: '4.46.3' });
+  const srv = await start(['--no-warmup', '--max-seqs', '2'], { model: dir });
+  const said = [];
+  for (const [p, body, text, count] of ENDPOINTS) {
+    const post = async (b) => {
+      const r = await http(srv.url + p, { body: b });
+      assert.strictEqual(r.status, 200, `${p}: ${r.body}`);
+      return r.json;
+    };
+    const implicit = await post(body);
+    const explicit = await post({ ...body, ...GEN });
+    const api = await post({ ...body, ...API });
+    assert.strictEqual(text(implicit), text(explicit), `${p}: the model's defaults were not applied`);
+    assert.notStrictEqual(text(implicit), text(api), `${p}: the API's defaults gave the same answer (no test)`);
+    assert.strictEqual(count(implicit), 6, `${p}: max_new_tokens did not cap max_tokens 40`);
+    const capped = { ...body };
+    if (p === '/v1/responses') capped.max_output_tokens = 3;
+    else capped.max_tokens = 3;
+    assert.strictEqual(count(await post(capped)), 3, `${p}: a max_tokens below the cap`);
+    if (p === '/v1/responses') {
+      assert.strictEqual(implicit.temperature, 0.6, 'the response shows the temperature sampled with');
+      assert.strictEqual(implicit.top_p, 0.9);
+    }
+    said.push(`${p}: ${JSON.stringify(text(implicit)).slice(0, 40)}`);
+  }
+  // null is omitted (vLLM reads it so)
+  const cmp = ENDPOINTS[0];
+  const nul = await http(srv.url + cmp[0], { body: { ...cmp[1], temperature: null, top_k: null } });
+  const exp = await http(srv.url + cmp[0], { body: { ...cmp[1], ...GEN } });
+  assert.strictEqual(cmp[2](nul.json), cmp[2](exp.json), 'a null field did not take the default');
+  await srv.stop();
+  fs.rmSync(dir, { recursive: true, force: true });
+
+  // 2. a malformed file
+  const bad = modelWith({ temperature: 'hot', top_k: 5 });
+  // (not the harness's start: its 30 s readiness timer would outlive the failed start)
+  const failed = spawnSync(process.env.DSV4_BIN, ['serve', '--model', bad, '--port', '0', '--no-warmup', '--threads', '1'],
+    { encoding: 'utf8', timeout: 20000 });
+  assert.strictEqual(failed.status, 1, `a malformed generation_config.json: exit ${failed.status}\n${failed.stderr}`);
+  assert(/generation_config\.json: temperature is a string, must be a number/.test(failed.stderr), failed.stderr);
+  const none = await start(['--no-warmup', '--generation-config', 'none'], { model: bad });
+  const [p, body, text] = ENDPOINTS[0];
+  const a = await http(none.url + p, { body });
+  const b = await http(none.url + p, { body: { ...body, ...API } });
+  assert.strictEqual(text(a.json), text(b.json), '--generation-config none: not the API defaults');
+  await none.stop();
+  fs.rmSync(bad, { recursive: true, force: true });
+  console.log(said.join('; '));
+});
