@@ -89,6 +89,9 @@ typedef struct dsv4_server_opts {
                                 * previous_response_id and GET; least recently used dropped
                                 * first); 0 = 64 MiB */
     const dsv4_server_script *script;  /* test-only, NULL normally */
+    int test_key_fault;        /* test-only: under DSV4_PAR_DP rank 0 fails to apply the first
+                                * change of each other rank's prefix keys (as when out of
+                                * memory), to be healed by a RESEND; 0 normally */
 } dsv4_server_opts;
 
 typedef struct dsv4_server dsv4_server;

@@ -102,6 +102,8 @@ int srv_dp_create(dsv4_dist *d, srv_sched *s, srv_dp **out, dsv4_err *err) {
         return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory");
     if (dp->K > SRV_MAX_RANKS)
         return srv_fail(err, DSV4_ERR_ARG, "serve: at most %d ranks with data-parallel attention", SRV_MAX_RANKS);
+    /* tests: the first key change of each rank fails to apply here, as out of memory would */
+    for (int q = 1; q < dp->K && dp->rank == 0 && s; q++) dp->held[q].fail_next = s->o.test_key_fault;
     return DSV4_OK;
 }
 

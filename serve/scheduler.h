@@ -38,6 +38,9 @@ typedef struct srv_sched_opts {
     FILE *trace;              /* one JSON line per step (step_trace.h); NULL = none */
     dsv4_dist *dp_group;      /* data-parallel attention over this group (dp.h): every rank
                                * the home rank of its own requests; NULL = none */
+    int test_key_fault;       /* tests, under dp_group: rank 0 fails to apply the first change
+                               * of each rank's prefix keys (as out of memory), which the
+                               * reports' checksum and RESEND then heal */
 } srv_sched_opts;
 
 /* Starts the scheduler thread; until srv_sched_free it is the only user of the engine (the

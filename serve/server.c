@@ -134,7 +134,7 @@ static srv_sched_opts sched_opts(const dsv4_server_opts *o, const dsv4_engine_op
                             .max_context = o->max_context, .max_queue = o->max_queue,
                             .no_prefix_cache = o->prefix_entries < 0, .priority_sched = o->priority_sched, .kv_dir = kv,
                             .kv_dir_bytes = o->kv_dir_bytes, .relay = relay, .trace = trace,
-                            .dp_group = dp_group(o)};
+                            .dp_group = dp_group(o), .test_key_fault = o->test_key_fault};
 }
 
 static int load_tokenizer(const dsv4_server_opts *o, dsv4_tokenizer **tok, dsv4_err *err) {

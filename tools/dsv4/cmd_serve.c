@@ -180,6 +180,7 @@ int cmd_serve(int argc, char **argv) {
         CLI_I64_OPT("peer-timeout", 0, &peer_timeout, 0, 1 << 24, "SEC", "with --parallel: a collective inside a step that a peer does not join within SEC seconds fails; 0 = wait forever (an idle server's ranks wait for the next step without limit either way)", .def = "300"),
         CLI_STR_OPT("trace-steps", 0, &so.trace_steps, "FILE", "write one JSON line per engine step to FILE: rows, decode rows, admissions and milliseconds per phase (admit, forward, head, sample, snapshot, mtp)", .def = "none"),
         CLI_STR_OPT("test-script", 0, &script_path, "FILE", "scripted answers (tests only)", .hidden = 1),
+        CLI_FLAG_OPT("test-key-fault", 0, &so.test_key_fault, 1, "with --attention dp, rank 0 fails to apply the first prefix-key change of each rank, as out of memory (tests only)", .hidden = 1),
         CLI_OPT_END,
     };
     const cli_cmd cmd = {"serve", "--model DIR [options]",
