@@ -10,6 +10,10 @@
  *   cached:   the mask again on the same state (a copy of the cached mask);
  *   flow:     the masks of one replay from an empty cache (a generation's masks: a walk where a
  *             state is new, a copy where it was met before); flow_walks counts the walks;
+ *   check:    (grammars) dsv4_grammar_compile with the tokenizer (the server's intake: the
+ *             compile and the first mask), and a generation's create + first dsv4_gen_next
+ *             given the text (compiled there, its first mask walked) or the compiled grammar
+ *             (the first mask a copy): what the intake's check moves off the first step;
  *   gen_next: dsv4_gen_next on a logits row whose best id is the text's next token, greedy,
  *             with the constraint and without (same rows, alternated per token): what the
  *             constraint adds to a step in a generation (its cache warm as it goes: the
@@ -101,6 +105,21 @@ static double median(double *x, int n) {
 /* dsv4_gen_next token by token with gens[0] (free) and gens[1] (guided) alternated, on rows
  * whose best id is the text's next token: the seconds of each call in t[0][i], t[1][i]; -1
  * when a generation errs or does not draw the text's token */
+/* seconds of dsv4_gen_create + the first dsv4_gen_next (row's best id: first) */
+static double first_step(const dsv4_model *m, const dsv4_tokenizer *tok, const dsv4_gen_params *p, float *row, int32_t first,
+                         dsv4_err *err) {
+    const float keep = row[first];
+    row[first] = 20;
+    dsv4_gen *g = NULL;
+    dsv4_gen_token y;
+    const double a = now_s();
+    const int e = dsv4_gen_create(m, tok, p, &g, err) || dsv4_gen_next(g, row, &y, err);
+    const double t = now_s() - a;
+    dsv4_gen_free(g);
+    row[first] = keep;
+    return e ? -1 : t;
+}
+
 static int gen_pair(dsv4_gen *const gens[2], const int32_t *ids, int n, float *row, double *const t[2], dsv4_err *err) {
     for (int i = 0; i < n; i++) {
         const float keep = row[ids[i]];
@@ -204,9 +223,9 @@ int main(int argc, char **argv) {
     for (int v = 0; v < V; v++) row[v] = bench_urand(&rs);
     for (size_t c = 0; c < sizeof CASES / sizeof *CASES && choices; c++) {
         const gcase *k = &CASES[c];
-        if ((only && !strstr(k->name, only)) || k->grammar) continue; /* the regex and choice cases */
+        if (only && !strstr(k->name, only)) continue;
         const dsv4_gen_params p = {.regex = k->regex, .choices = (const char *const *)products,
-                                   .n_choices = k->regex ? 0 : k->choices};
+                                   .n_choices = k->regex || k->grammar ? 0 : k->choices, .grammar = k->grammar};
         double *t[2] = {malloc(sizeof(double) * (size_t)reps), malloc(sizeof(double) * (size_t)reps)};
         long walks[2] = {0, 0};
         for (int r = 0; r < reps && t[0] && t[1]; r++)
@@ -247,7 +266,8 @@ int main(int argc, char **argv) {
                *tg = malloc(sizeof *tg * (size_t)n), *best = malloc(sizeof *best * (size_t)n);
         double *rc_ = malloc(sizeof *rc_ * (size_t)reps), *rw = malloc(sizeof *rw * (size_t)reps),
                *rf = malloc(sizeof *rf * (size_t)reps), *rg = malloc(sizeof *rg * (size_t)reps),
-               *tl = malloc(sizeof *tl * (size_t)n), *rl = malloc(sizeof *rl * (size_t)reps), *rm = malloc(sizeof *rm * (size_t)reps);
+               *tl = malloc(sizeof *tl * (size_t)n), *rl = malloc(sizeof *rl * (size_t)reps), *rm = malloc(sizeof *rm * (size_t)reps),
+               *rk = calloc((size_t)reps, sizeof *rk), *r1 = calloc((size_t)reps, sizeof *r1), *r2 = calloc((size_t)reps, sizeof *r2);
         int flow_walks = 0;
         long nodes = 0;
         int allowed = 0;
@@ -294,6 +314,18 @@ int main(int argc, char **argv) {
             }
             dsv4_gen_free(gens[0]);
             dsv4_gen_free(gens[1]);
+            if (k->grammar) { /* the intake's check, and the first step after it or without it */
+                dsv4_grammar *G = NULL;
+                double a = now_s();
+                if (dsv4_grammar_compile(k->grammar, strlen(k->grammar), tok, &G, &err)) {
+                    fprintf(stderr, "bench_guided: %s: %s\n", k->name, err.msg);
+                    return 1;
+                }
+                rk[r] = now_s() - a;
+                dsv4_gen_params pc = {.compiled_grammar = G};
+                r1[r] = first_step(m, tok, &pg, row, ids.ids[0], &err), r2[r] = first_step(m, tok, &pc, row, ids.ids[0], &err);
+                dsv4_grammar_free(G);
+            }
             rc_[r] = median(tc, n), rw[r] = median(tw, n), rf[r] = median(tf, n), rg[r] = median(tg, n);
             if (rc_[r] < best_med) best_med = rc_[r], memcpy(best, tc, sizeof *tc * (size_t)n);
         }
@@ -301,12 +333,14 @@ int main(int argc, char **argv) {
                "\"walk_init_ms\":%.2f,\"mask_classes\":%d,"
                "\"allowed_ids_per_token\":%.0f,\"trie_steps_per_token\":%.0f,\"cold_us_median\":%.1f,\"cold_us_p90\":%.1f,"
                "\"cached_us_median\":%.2f,\"flow_us_median\":%.2f,\"flow_us_mean\":%.1f,\"flow_walks\":%d,"
-               "\"gen_next_us_free\":%.1f,\"gen_next_us_guided\":%.1f}\n",
+               "\"gen_next_us_free\":%.1f,\"gen_next_us_guided\":%.1f,\"check_ms\":%.3f,\"first_step_us_text\":%.1f,"
+               "\"first_step_us_compiled\":%.1f}\n",
                k->name, n, reps, compile_ms, walk_ms, x.g ? rx_walk_classes(&x.w) : -1, (double)allowed / n, (double)nodes / n, median(rc_, reps) * 1e6,
                best[(int)(0.9 * (n - 1))] * 1e6, median(rw, reps) * 1e6, median(rl, reps) * 1e6, median(rm, reps) * 1e6,
-               flow_walks, median(rf, reps) * 1e6, median(rg, reps) * 1e6);
+               flow_walks, median(rf, reps) * 1e6, median(rg, reps) * 1e6, median(rk, reps) * 1e3, median(r1, reps) * 1e6,
+               median(r2, reps) * 1e6);
         fflush(stdout);
-        free(tc), free(tw), free(tf), free(tg), free(best), free(rc_), free(rw), free(rf), free(rg), free(tl), free(rl), free(rm);
+        free(tc), free(tw), free(tf), free(tg), free(best), free(rc_), free(rw), free(rf), free(rg), free(tl), free(rl), free(rm), free(rk), free(r1), free(r2);
         dsv4_tok_ids_free(&ids);
         rx_guide_free(x.g);
         rx_walk_free(&x.w);

@@ -542,6 +542,24 @@ DSV4_API int dsv4_regex_check(const char *regex, size_t len, dsv4_err *err);
  * 'expr'", "has no rule named 'root' ...", "is in Lark's syntax ..."), to be read after
  * "the grammar ". */
 DSV4_API int dsv4_grammar_check(const char *grammar, size_t len, dsv4_err *err);
+/* A compiled grammar (dsv4_gen_params.compiled_grammar): immutable once made and shared by
+ * reference (thread-safe), with one mask cache for every generation that uses it (a
+ * request's choices walk each state's mask once between them). */
+typedef struct dsv4_grammar dsv4_grammar;
+/* Compiles a grammar (len bytes) as dsv4_gen_params.grammar does. With tok (else NULL) it is
+ * made for that tokenizer's vocabulary and its first token mask is computed (kept in the
+ * cache for the first step), so a grammar whose very first mask passes a bound of the
+ * matcher (its work budget, the parse stacks at once, the nesting) is refused here rather
+ * than at a generation's first step; each refusal is DSV4_ERR_UNSUPPORTED with what is
+ * wrong, to be read after "the grammar " ("at line 2, column 9: undefined rule 'expr'",
+ * "cannot be followed from its start: ... more than 512 parse stacks at once ..."). *out has
+ * one reference, for dsv4_grammar_free. */
+DSV4_API int dsv4_grammar_compile(const char *grammar, size_t len, const dsv4_tokenizer *tok, dsv4_grammar **out,
+                                  dsv4_err *err);
+/* one more reference to g (returned) */
+DSV4_API dsv4_grammar *dsv4_grammar_ref(dsv4_grammar *g);
+/* drops one reference (the last frees g; NULL is a no-op) */
+DSV4_API void dsv4_grammar_free(dsv4_grammar *g);
 
 /* ==== generation ======================================================================= */
 
@@ -620,7 +638,13 @@ typedef struct dsv4_gen_params {
                                        * walked once for all of them (thread-safe: the two
                                        * may draw on different threads at once; either may
                                        * be freed first). Read at create only; ignored when
-                                       * the constraints differ. */
+                                       * the constraints differ. The same for a grammar's
+                                       * text (compiled_grammar shares by itself). */
+    dsv4_grammar *compiled_grammar;   /* NULL, or a compiled grammar (dsv4_grammar_compile,
+                                       * for this tokenizer or none) used instead of
+                                       * .grammar's text (which is then ignored; it may hold
+                                       * the same text): the generation holds a reference,
+                                       * and every generation using it shares its masks */
 } dsv4_gen_params;
 
 /* One step's result. */
@@ -665,8 +689,9 @@ DSV4_API void dsv4_gen_end(dsv4_gen *g, const char **text, size_t *len);
 DSV4_API const int32_t *dsv4_gen_tokens(const dsv4_gen *g, int *n);
 /* DSV4_FINISH_* once finished, else NONE. */
 DSV4_API int dsv4_gen_finished(const dsv4_gen *g);
-/* The walks of the vocabulary trie this generation's regex / choice masks took (the cache
- * misses it filled; 0 without such a constraint): what dsv4_gen_params.share saves. */
+/* The walks of the vocabulary trie this generation's regex / choice / grammar masks took (the
+ * cache misses it filled; 0 without such a constraint): what dsv4_gen_params.share and a
+ * shared compiled grammar save. */
 DSV4_API long dsv4_gen_guide_walks(const dsv4_gen *g);
 /* After a DSV4_FINISH_STOP_STRING finish: the index in params.stop_strings of the stop
  * string that ended generation (the one that started first); otherwise -1. */

@@ -644,7 +644,7 @@ static srv_job *chat_submit_rendered(srv *s, const cJSON *j, srv_chat *c, int ap
      * call): srv_guided gives its schema here instead of setting it */
     char *schema = NULL;
     const char *param = NULL;
-    if (srv_guided(r, j, c->json, c->tools ? &schema : NULL, c->co.thinking, &param, msg, MSG)) {
+    if (srv_guided(r, s->tok, j, c->json, c->tools ? &schema : NULL, c->co.thinking, &param, msg, MSG)) {
         if (api == SRV_API_CHAT) bad_field(out, param, msg);
         else srv_reply_error(out, api, 400, msg);
         srv_req_release(r);
@@ -1050,7 +1050,7 @@ void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out)
     if (json) srv_req_set_json(r, schema, 0);
     schema = NULL;
     const char *gparam = NULL;
-    if (srv_guided(r, j, json, NULL, 0, &gparam, msg, MSG)) {
+    if (srv_guided(r, s->tok, j, json, NULL, 0, &gparam, msg, MSG)) {
         param = gparam;
         goto bad;
     }

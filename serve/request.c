@@ -75,6 +75,11 @@ int srv_req_set_grammar(srv_req *r, const char *grammar) {
     return r->grammar ? 0 : -1;
 }
 
+void srv_req_set_compiled_grammar(srv_req *r, dsv4_grammar *g) {
+    dsv4_grammar_free(r->gram);
+    r->gp.compiled_grammar = r->gram = g;
+}
+
 int srv_req_want_plp(srv_req *r, int n_top) {
     if (!(r->plp = calloc((size_t)r->n_prompt, sizeof *r->plp))) return -1;
     r->plp_top = n_top;
@@ -109,6 +114,7 @@ srv_req *srv_req_clone(const srv_req *r) {
     c->gp.json_schema = c->json_schema = dup_or_null(r->json_schema, &oom);
     c->gp.tools = c->tools = dup_or_null(r->tools, &oom);
     c->gp.grammar = c->grammar = dup_or_null(r->grammar, &oom);
+    c->gp.compiled_grammar = c->gram = r->gram ? dsv4_grammar_ref(r->gram) : NULL;
     if (r->n_prefix > 0) {
         if ((c->prefix = malloc((size_t)r->n_prefix * sizeof *c->prefix)))
             memcpy(c->prefix, r->prefix, (size_t)r->n_prefix * sizeof *c->prefix);
@@ -135,6 +141,7 @@ void srv_req_release(srv_req *r) {
     free(r->tools);
     free(r->regex);
     free(r->grammar);
+    dsv4_grammar_free(r->gram);
     for (int i = 0; i < r->gp.n_choices; i++) free(r->choices[i]);
     free(r->choices);
     free(r->stop_ids);

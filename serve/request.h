@@ -42,6 +42,8 @@ struct srv_req {
     char *regex;                    /* gp.regex's text (guided decoding), or NULL */
     char **choices;                 /* (gp.n_choices) gp.choices' strings (guided decoding) */
     char *grammar;                  /* gp.grammar's text (grammar-guided decoding), or NULL */
+    dsv4_grammar *gram;             /* gp.compiled_grammar: one reference (compiled and its first
+                                     * mask made at intake, shared by the choices), or NULL */
     int32_t *stop_ids;              /* (gp.n_stop_tokens) stop_token_ids */
     int32_t *prefix;                /* (n_prefix) owned: the answer's first tokens, forced (a
                                      * tool_choice that demands a call), then sampling */
@@ -141,6 +143,8 @@ int srv_req_set_stop_ids(srv_req *r, const int32_t *ids, int n);
 int srv_req_want_plp(srv_req *r, int n_top);
 /* Copies a grammar (GBNF text) into the request and points gp at it; 0 or -1 (oom). */
 int srv_req_set_grammar(srv_req *r, const char *grammar);
+/* Gives r a compiled grammar (the reference is taken) as gp.compiled_grammar. */
+void srv_req_set_compiled_grammar(srv_req *r, dsv4_grammar *g);
 void srv_req_release(srv_req *r);
 
 /* Scheduler side, each under r->mu and waking the HTTP side's waiter (if any) after the

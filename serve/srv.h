@@ -175,8 +175,10 @@ srv_job *srv_chat_submit_rendered(srv *s, const cJSON *j, srv_chat *c, int api, 
  * fields, json_object) is not set but its schema text given in *doc (the caller's, for
  * srv_answer_constraint: the document or a tool call, as response_format beside tools); a
  * regex, choice list or grammar beside tools is a 400 (the tools' automaton reads its
- * document as JSON). 0 (none or set), -1 with a message and *param the field at fault. */
-int srv_guided(srv_req *r, const cJSON *body, int json_format, char **doc, int thinking, const char **param,
+ * document as JSON). A grammar is compiled for tok and its first mask made here (a grammar
+ * that passes a bound of the matcher before any token is a 400 naming it), shared by the
+ * choices (srv_req's gram). 0 (none or set), -1 with a message and *param the field at fault. */
+int srv_guided(srv_req *r, const dsv4_tokenizer *tok, const cJSON *body, int json_format, char **doc, int thinking, const char **param,
                char *msg, size_t n);
 /* On an endpoint without guided decoding (where: its path): -1 with a message naming the
  * first guided field given (in *param), 0 when there is none. */

@@ -314,7 +314,7 @@ int srv_guided_refuse(const cJSON *body, const char *where, const char **param, 
     return -1;
 }
 
-int srv_guided(srv_req *r, const cJSON *body, int json_format, char **doc, int thinking, const char **param,
+int srv_guided(srv_req *r, const dsv4_tokenizer *tok, const cJSON *body, int json_format, char **doc, int thinking, const char **param,
                char *msg, size_t n) {
     const cJSON *so;
     *param = "structured_outputs";
@@ -360,10 +360,15 @@ int srv_guided(srv_req *r, const cJSON *body, int json_format, char **doc, int t
     }
     dsv4_err err = {0};
     if (f[0].kind == G_GRAMMAR) {
-        if (dsv4_grammar_check(f[0].v->valuestring, strlen(f[0].v->valuestring), &err)) {
-            snprintf(msg, n, "'%s': the grammar %s", f[0].name, err.msg);
+        /* compiled once here (an intake lane) and its first mask made: a bound that mask passes
+         * is the grammar's (a 400), not the tokens'; the choices share it and its masks */
+        dsv4_grammar *g = NULL;
+        if (dsv4_grammar_compile(f[0].v->valuestring, strlen(f[0].v->valuestring), tok, &g, &err)) {
+            if (err.code == DSV4_ERR_NOMEM) snprintf(msg, n, "out of memory");
+            else snprintf(msg, n, "'%s': the grammar %s", f[0].name, err.msg);
             return -1;
         }
+        srv_req_set_compiled_grammar(r, g);
         if (srv_req_set_grammar(r, f[0].v->valuestring)) { snprintf(msg, n, "out of memory"); return -1; }
         return 0;
     }

@@ -4,6 +4,7 @@
 #include "sample/grammar_impl.h"
 #include "sample/utf8_range.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,73 @@
 typedef struct gnode { int32_t pos, parent, next; int32_t depth; } gnode;
 
 #define HEADS (1 << 16)
+
+/* masks by state key, for one vocabulary: a run's own, or shared by the runs of one grammar
+ * (a request's choices) under mu; replaced oldest first */
+struct gr_cache {
+    pthread_mutex_t mu;
+    int refs, cap, words;
+    uint64_t *mask;         /* [cap][words] */
+    uint32_t *key;          /* [cap][GR_KEY] */
+    int *kn;                /* (cap) key lengths */
+    uint64_t *h;            /* (cap) key hashes */
+    int used, next;
+};
+
+gr_cache *gr_cache_new(int words, int cap) {
+    gr_cache *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->refs = 1, c->cap = cap, c->words = words;
+    c->mask = malloc((size_t)cap * (size_t)words * sizeof *c->mask);
+    c->key = malloc((size_t)cap * GR_KEY * sizeof *c->key);
+    c->kn = malloc((size_t)cap * sizeof *c->kn);
+    c->h = malloc((size_t)cap * sizeof *c->h);
+    if (!c->mask || !c->key || !c->kn || !c->h || pthread_mutex_init(&c->mu, NULL)) {
+        free(c->mask), free(c->key), free(c->kn), free(c->h), free(c);
+        return NULL;
+    }
+    return c;
+}
+
+gr_cache *gr_cache_ref(gr_cache *c) {
+    pthread_mutex_lock(&c->mu);
+    c->refs++;
+    pthread_mutex_unlock(&c->mu);
+    return c;
+}
+
+void gr_cache_free(gr_cache *c) {
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    const int last = --c->refs == 0;
+    pthread_mutex_unlock(&c->mu);
+    if (!last) return;
+    pthread_mutex_destroy(&c->mu);
+    free(c->mask), free(c->key), free(c->kn), free(c->h), free(c);
+}
+
+/* the mask of key k (n words, hash h) into bits: 1 found, 0 not */
+static int cache_get(gr_cache *c, const uint32_t *k, int n, uint64_t h, uint64_t *bits) {
+    pthread_mutex_lock(&c->mu);
+    int found = 0;
+    for (int i = 0; i < c->used && !found; i++)
+        if (c->h[i] == h && c->kn[i] == n && !memcmp(c->key + (size_t)i * GR_KEY, k, (size_t)n * sizeof *k)) {
+            memcpy(bits, c->mask + (size_t)i * (size_t)c->words, (size_t)c->words * sizeof *bits);
+            found = 1;
+        }
+    pthread_mutex_unlock(&c->mu);
+    return found;
+}
+
+static void cache_put(gr_cache *c, const uint32_t *k, int n, uint64_t h, const uint64_t *bits) {
+    pthread_mutex_lock(&c->mu);
+    const int slot = c->used < c->cap ? c->used++ : c->next;
+    if (slot == c->next) c->next = (c->next + 1) % c->cap;
+    memcpy(c->mask + (size_t)slot * (size_t)c->words, bits, (size_t)c->words * sizeof *bits);
+    memcpy(c->key + (size_t)slot * GR_KEY, k, (size_t)n * sizeof *k);
+    c->kn[slot] = n, c->h[slot] = h;
+    pthread_mutex_unlock(&c->mu);
+}
 
 struct gr_run {
     const gr_grammar *g;
@@ -42,11 +110,7 @@ struct gr_run {
     int32_t *tmp;           /* (GR_MAX_STACKS) */
     int over;
     char why[200];
-    uint64_t *cache;        /* [GR_CACHE][words] */
-    uint32_t *ckey;         /* [GR_CACHE][GR_KEY] */
-    int ckn[GR_CACHE];
-    uint64_t ch[GR_CACHE];
-    int used, next;
+    gr_cache *cache;        /* the masks (own, or shared: one reference) */
     uint32_t *key;          /* (GR_KEY) */
     long hits, misses;
     /* the clamp of counted repetitions (canon): the state's stacks saved while the clamped
@@ -234,9 +298,14 @@ static int step_byte(gr_run *r, const int32_t *in, int n, uint32_t *u, uint8_t c
 }
 
 int gr_run_new(const gr_grammar *g, int max_len, int words, gr_run **out) {
+    return gr_run_new_shared(g, max_len, words, NULL, out);
+}
+
+int gr_run_new_shared(const gr_grammar *g, int max_len, int words, gr_cache *cache, gr_run **out) {
     *out = NULL;
     gr_run *r = calloc(1, sizeof *r);
     if (!r) return -1;
+    r->cache = cache ? gr_cache_ref(cache) : gr_cache_new(words, GR_CACHE);
     r->g = g, r->max_len = max_len, r->words = words;
     const size_t D = (size_t)max_len + 1;
     r->node = malloc(GR_POOL * sizeof *r->node);
@@ -251,15 +320,13 @@ int gr_run_new(const gr_grammar *g, int max_len, int words, gr_run **out) {
     r->pv = calloc(D, sizeof *r->pv), r->mpv = calloc(D, sizeof *r->mpv), r->msig = malloc(D * sizeof *r->msig);
     r->rver = calloc(D, sizeof *r->rver), r->fver = calloc(D, sizeof *r->fver), r->fsig = malloc(D * sizeof *r->fsig);
     r->tmp = malloc(GR_MAX_STACKS * sizeof *r->tmp);
-    r->cache = malloc((size_t)GR_CACHE * (size_t)words * sizeof *r->cache);
-    r->ckey = malloc((size_t)GR_CACHE * GR_KEY * sizeof *r->ckey);
     r->key = malloc(GR_KEY * sizeof *r->key);
     r->save = malloc(GR_MAX_STACKS * sizeof *r->save);
     r->lv = malloc(3 * (size_t)GR_KEY * sizeof *r->lv);
     r->path = malloc(GR_MAX_DEPTH * sizeof *r->path);
     if (!r->save || !r->lv || !r->path ||
         !r->node || !r->heads || !r->seen || !r->remap || !r->work || !r->top || !r->wn || !r->wacc || !r->src || !r->mark ||
-        !r->wu || !r->pv || !r->mpv || !r->msig || !r->rver || !r->fver || !r->fsig || !r->tmp || !r->cache || !r->ckey || !r->key) {
+        !r->wu || !r->pv || !r->mpv || !r->msig || !r->rver || !r->fver || !r->fsig || !r->tmp || !r->cache || !r->key) {
         gr_run_free(r);
         return -1;
     }
@@ -274,7 +341,8 @@ void gr_run_free(gr_run *r) {
     free(r->node), free(r->heads), free(r->seen), free(r->remap), free(r->work), free(r->top);
     free(r->wn), free(r->wacc), free(r->src), free(r->mark), free(r->wu), free(r->tmp);
     free(r->pv), free(r->mpv), free(r->msig), free(r->rver), free(r->fver), free(r->fsig);
-    free(r->cache), free(r->ckey), free(r->key), free(r->save), free(r->lv), free(r->path);
+    gr_cache_free(r->cache);
+    free(r->key), free(r->save), free(r->lv), free(r->path);
     free(r);
 }
 
@@ -318,7 +386,11 @@ void gr_run_stats(const gr_run *r, long *hits, long *misses, long *nodes) {
     *nodes = r->n_node;
 }
 
-void gr_run_clear_cache(gr_run *r) { r->used = 0, r->next = 0; }
+void gr_run_clear_cache(gr_run *r) {
+    pthread_mutex_lock(&r->cache->mu);
+    r->cache->used = 0, r->cache->next = 0;
+    pthread_mutex_unlock(&r->cache->mu);
+}
 
 void gr_run_compact(gr_run *r) {
     /* the nodes the state's stacks reach, renumbered in order (a parent stays before its
@@ -469,12 +541,10 @@ static long mask_of(gr_run *r, const json_vocab *v, uint64_t *bits) {
     const size_t bytes = (size_t)v->words * sizeof *bits, S = GR_MAX_STACKS;
     const int kn = make_key(r);
     const uint64_t h = kn >= 0 ? hash_key(r->key, kn) : 0;
-    for (int i = 0; kn >= 0 && i < r->used; i++)
-        if (r->ch[i] == h && r->ckn[i] == kn && !memcmp(r->ckey + (size_t)i * GR_KEY, r->key, (size_t)kn * sizeof *r->key)) {
-            memcpy(bits, r->cache + (size_t)i * (size_t)v->words, bytes);
-            r->hits++;
-            return 0;
-        }
+    if (kn >= 0 && cache_get(r->cache, r->key, kn, h, bits)) {
+        r->hits++;
+        return 0;
+    }
     r->misses++;
     memset(bits, 0, bytes);
     const int mark0 = r->n_node;
@@ -551,13 +621,7 @@ static long mask_of(gr_run *r, const json_vocab *v, uint64_t *bits) {
     int any = r->wacc[0] && !r->wu[0];
     for (int w = 0; w < v->words && !any; w++) any = bits[w] != 0;
     if (!any) return -1; /* alive, so only a bound can have emptied it: the last one passed is in why */
-    if (kn >= 0) {
-        const int slot = r->used < GR_CACHE ? r->used++ : r->next;
-        if (slot == r->next) r->next = (r->next + 1) % GR_CACHE;
-        memcpy(r->cache + (size_t)slot * (size_t)v->words, bits, bytes);
-        memcpy(r->ckey + (size_t)slot * GR_KEY, r->key, (size_t)kn * sizeof *r->key);
-        r->ckn[slot] = kn, r->ch[slot] = h;
-    }
+    if (kn >= 0) cache_put(r->cache, r->key, kn, h, bits);
     return steps;
 }
 

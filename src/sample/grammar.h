@@ -48,7 +48,7 @@
 #define GR_POOL (1 << 17)      /* stack nodes of one generation (live and the walk's) */
 #define GR_MAX_WORK (1 << 16)  /* expansions for one character */
 #define GR_MASK_BUDGET (1 << 22) /* expansions and stack tests for one token mask (~50 ms) */
-#define GR_CACHE 32            /* masks kept per generation */
+#define GR_CACHE 32            /* masks kept per generation (a run's own cache) */
 #define GR_KEY 2048            /* words of a cached state's key (larger states are not cached) */
 
 typedef struct gr_grammar gr_grammar;
@@ -66,6 +66,15 @@ typedef struct gr_run gr_run;
  * in the start state. 0, -1 out of memory. */
 int gr_run_new(const gr_grammar *g, int max_len, int words, gr_run **out);
 void gr_run_free(gr_run *r);
+/* Masks by state, for one vocabulary (words 64-bit words a mask, cap masks kept): a run's
+ * own, or shared by the runs of one grammar (thread-safe: the runs may mask on different
+ * threads at once). Reference counted: gr_cache_new gives one, each run takes one. */
+typedef struct gr_cache gr_cache;
+gr_cache *gr_cache_new(int words, int cap);
+gr_cache *gr_cache_ref(gr_cache *c);
+void gr_cache_free(gr_cache *c);
+/* gr_run_new with the masks in cache (its vocabulary's: words as the cache's), NULL its own */
+int gr_run_new_shared(const gr_grammar *g, int max_len, int words, gr_cache *cache, gr_run **out);
 /* back to the start state */
 void gr_run_reset(gr_run *r);
 /* The state over n more bytes: 1 alive (some continuation is accepted), 0 dead (the state is

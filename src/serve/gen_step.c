@@ -61,7 +61,8 @@ struct dsv4_gen {
     size_t rx_key_len;
     rx_state rs;
     /* grammar-guided decoding (grammar.h), the same way */
-    gr_grammar *gram;       /* NULL: none */
+    dsv4_grammar *gram;     /* NULL: none; else one reference (its masks shared with every
+                             * generation of the same compiled grammar) */
     gr_run *grun;
     int32_t eos;            /* the model's EOS (-1: none) */
     int ignore_eos, min_tokens;
@@ -117,6 +118,8 @@ static int append_text(dsv4_gen *g, const char *s, size_t n) {
 static void *vocab_build(const dsv4_tokenizer *tok) { return json_vocab_build(tok); }
 static void vocab_drop(void *v) { json_vocab_free(v); }
 
+const json_vocab *gen_vocab(const dsv4_tokenizer *tok) { return dsv4_tok_lazy(tok, vocab_build, vocab_drop); }
+
 int dsv4_json_vocab_prepare(const dsv4_tokenizer *tok, dsv4_err *err) {
     return dsv4_tok_lazy(tok, vocab_build, vocab_drop) ? DSV4_OK
                                                       : dsv4_fail(err, DSV4_ERR_NOMEM, "json: out of memory for the vocabulary index");
@@ -128,14 +131,6 @@ int dsv4_tools_check(const char *tools, size_t len, int *strict, dsv4_err *err) 
     *strict = !rc && tm_any_strict(t);
     tm_free(t);
     return rc;
-}
-
-int dsv4_grammar_check(const char *grammar, size_t len, dsv4_err *err) {
-    char why[256];
-    gr_grammar *g = NULL;
-    const int rc = gr_compile(grammar, len, &g, why, sizeof why);
-    gr_free(g);
-    return rc ? dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "%s", why) : DSV4_OK;
 }
 
 int dsv4_regex_check(const char *regex, size_t len, dsv4_err *err) {
@@ -176,14 +171,26 @@ static int guide_setup(dsv4_gen *g, const dsv4_gen_params *p, dsv4_err *err) {
         return dsv4_fail(err, DSV4_ERR_ARG, "gen: bad choice list");
     for (int i = 0; i < p->n_choices; i++)
         if (!p->choices[i]) return dsv4_fail(err, DSV4_ERR_ARG, "gen: choice %d is NULL", i);
-    if ((p->regex != NULL) + (p->n_choices > 0) + (p->grammar != NULL) + (p->json_schema != NULL) + (p->tools != NULL) > 1 &&
-        (p->regex || p->n_choices || p->grammar))
+    const int gram = p->grammar || p->compiled_grammar;
+    if ((p->regex != NULL) + (p->n_choices > 0) + gram + (p->json_schema != NULL) + (p->tools != NULL) > 1 &&
+        (p->regex || p->n_choices || gram))
         return dsv4_fail(err, DSV4_ERR_ARG, "gen: a regex, a choice list or a grammar goes alone (not with another "
                          "regex, choice list, grammar, JSON schema or tools)");
-    if (p->grammar) {
-        if (gr_compile(p->grammar, strlen(p->grammar), &g->gram, why, sizeof why))
-            return dsv4_fail(err, DSV4_ERR_UNSUPPORTED, "gen: the grammar %s", why);
-        if (gr_run_new(g->gram, g->jv->max_len, g->jv->words, &g->grun)) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
+    if (gram) { /* compiled once: given, or p->share's when the text is the same, or here */
+        dsv4_grammar *G = p->compiled_grammar;
+        dsv4_err e = {0};
+        int rc;
+        const dsv4_gen *o = p->share;
+        const size_t len = G ? 0 : strlen(p->grammar);
+        if (G && G->jv && G->jv != g->jv)
+            return dsv4_fail(err, DSV4_ERR_ARG, "gen: the compiled grammar was made for another tokenizer");
+        if (G) g->gram = dsv4_grammar_ref(G);
+        else if (o && o->gram && o->gram->jv == g->jv && o->gram->len == len && !memcmp(o->gram->text, p->grammar, len))
+            g->gram = dsv4_grammar_ref(o->gram);
+        else if ((rc = gen_grammar_make(p->grammar, len, g->jv, 0, &g->gram, &e)))
+            return dsv4_fail(err, rc, rc == DSV4_ERR_UNSUPPORTED ? "gen: the grammar %s" : "gen: %s", e.msg);
+        if (gr_run_new_shared(g->gram->g, g->jv->max_len, g->jv->words, g->gram->cache, &g->grun))
+            return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
         return DSV4_OK;
     }
     if (guide_key(g, p)) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
@@ -205,8 +212,8 @@ static int guide_setup(dsv4_gen *g, const dsv4_gen_params *p, dsv4_err *err) {
 
 static int json_setup(dsv4_gen *g, const dsv4_tokenizer *tok, const dsv4_gen_params *p, dsv4_err *err) {
     g->think = p->json_after_think ? 0 : -1;
-    if (!p->json_schema && !p->tools && !p->regex && !p->n_choices && !p->grammar) return DSV4_OK;
-    if (p->regex || p->n_choices || p->grammar) {
+    if (!p->json_schema && !p->tools && !p->regex && !p->n_choices && !p->grammar && !p->compiled_grammar) return DSV4_OK;
+    if (p->regex || p->n_choices || p->grammar || p->compiled_grammar) {
         g->tok = tok;
         g->jv = dsv4_tok_lazy(tok, vocab_build, vocab_drop);
         g->jbits = g->jv ? malloc((size_t)g->jv->words * sizeof *g->jbits) : NULL;
@@ -323,11 +330,15 @@ void dsv4_gen_free(dsv4_gen *g) {
     rx_walk_free(&g->rwalk);
     free(g->rx_key);
     gr_run_free(g->grun);
-    gr_free(g->gram);
+    dsv4_grammar_free(g->gram);
     free(g);
 }
 
-long dsv4_gen_guide_walks(const dsv4_gen *g) { return g->rx ? g->rwalk.misses : 0; }
+long dsv4_gen_guide_walks(const dsv4_gen *g) {
+    long hits = 0, misses = 0, nodes = 0;
+    if (g->grun) gr_run_stats(g->grun, &hits, &misses, &nodes);
+    return g->rx ? g->rwalk.misses : misses;
+}
 
 static void tools_apply(dsv4_gen *g);
 static void bits_apply(dsv4_gen *g, int done);

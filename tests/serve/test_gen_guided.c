@@ -8,7 +8,8 @@
  *   - ignore_eos: EOS never drawn, exactly max_tokens tokens; but a regex that allows
  *     nothing more still ends;
  *   - min_tokens: EOS and stop tokens banned, stop strings end nothing before it;
- *   - include_stop_str, skip_special; the refusals (two constraints, a bad regex, bounds).
+ *   - include_stop_str, skip_special; the refusals (two constraints, a bad regex, bounds);
+ *   - share: a regex's masks, a grammar compiled once (its first mask made at compile).
  *   test_gen_guided MODEL_DIR (with tokenizer.json)
  */
 #include <stdint.h>
@@ -292,6 +293,19 @@ static void test_refused(void) {
     refused((dsv4_gen_params){.stop_tokens = &bad, .n_stop_tokens = 1}, DSV4_ERR_ARG, "stop token -1");
 }
 
+/* B and C (the same constraint, B's masks shared) from step n on the same rows to their ends
+ * (same: they drew the same so far; tb, tc: 512 bytes, their texts so far; fb, fc: their
+ * finishes so far): the same tokens,
+ * an email ended by a stop token */
+static void same_to_end(dsv4_gen *b, dsv4_gen *c, char *tb, char *tc, int n, int same, int fb, int fc) {
+    for (; n < 300 && !fb; n++) {
+        const float *r = random_row();
+        same &= step(b, r, tb, 512, &fb) == step(c, r, tc, 512, &fc);
+    }
+    CHECK_MSG(same && fb == fc && !strcmp(tb, tc) && fb == DSV4_FINISH_STOP_TOKEN && is_email(tb), "shared '%s' (%d), own '%s' (%d)",
+              tb, fb, tc, fc);
+}
+
 /* dsv4_gen_params.share: B shares A's masks (same regex), C has its own, D shares nothing
  * (another regex): on the same rows and seed A, B and C draw the same tokens; B walks no
  * state A walked first; A freed, B goes on alone; D's text matches its own regex. */
@@ -313,18 +327,54 @@ static void test_share(void) {
     CHECK_MSG(dsv4_gen_guide_walks(b) == 0 && dsv4_gen_guide_walks(a) > 0 && dsv4_gen_guide_walks(c) == dsv4_gen_guide_walks(a),
               "walks: a %ld, b %ld, c %ld", dsv4_gen_guide_walks(a), dsv4_gen_guide_walks(b), dsv4_gen_guide_walks(c));
     dsv4_gen_free(a);
-    for (; n < 300 && !fb; n++) {
-        const float *r = random_row();
-        same &= step(b, r, tb, sizeof tb, &fb) == step(c, r, tc, sizeof tc, &fc);
-    }
-    CHECK_MSG(same && fb == fc && !strcmp(tb, tc) && fb == DSV4_FINISH_STOP_TOKEN && is_email(tb), "shared '%s' (%d), own '%s' (%d)",
-              tb, fb, tc, fc);
+    same_to_end(b, c, tb, tc, n, same, fb, fc);
     step(d, random_row(), td, sizeof td, &fd);
     CHECK_MSG(dsv4_gen_guide_walks(d) > 0, "another regex took the masks");
     for (n = 1; n < 300 && !fd; n++) step(d, random_row(), td, sizeof td, &fd);
     const char *at = strchr(td, '@');
     CHECK_MSG(fd == DSV4_FINISH_STOP_TOKEN && at && !strcmp(at, "@x.com"), "'%s'", td);
     dsv4_gen_free(b), dsv4_gen_free(c), dsv4_gen_free(d);
+}
+
+/* A grammar compiled once (dsv4_grammar_compile, as the server's intake does): its first mask
+ * made there, so A (given it) walks one state fewer than C (its own text, its own masks); B
+ * (the same text, share = A) takes A's compiled grammar and walks nothing; the caller's and
+ * then A's references dropped, B goes on. On the same rows A, B and C draw the same tokens.
+ * A grammar whose first mask passes the work budget is refused at compile with a tokenizer,
+ * and compiles without one. */
+static void test_grammar_once(void) {
+    static char ta[512], tb[512], tc[512];
+    static const char G[] = "root ::= [a-z]{1,8} \"@\" [a-z]{1,8} \".\" (\"com\" | \"org\")";
+    dsv4_grammar *gram = NULL;
+    dsv4_err err = {0};
+    CHECK_MSG(dsv4_grammar_compile(G, strlen(G), T, &gram, &err) == 0, "%s", err.msg);
+    if (!gram) return;
+    dsv4_gen_params pa = {.compiled_grammar = gram}, pb = {.grammar = G}, pc = pb;
+    dsv4_gen *a = new_gen(&pa, 7);
+    dsv4_grammar_free(gram); /* a holds its own reference */
+    pb.share = a;
+    dsv4_gen *b = new_gen(&pb, 7), *c = new_gen(&pc, 7);
+    if (!a || !b || !c) { dsv4_gen_free(a), dsv4_gen_free(b), dsv4_gen_free(c); return; }
+    ta[0] = tb[0] = tc[0] = 0;
+    int fa = 0, fb = 0, fc = 0, n = 0, same = 1;
+    for (; n < 3 && !fa && !fb; n++) {
+        const float *r = random_row();
+        const int32_t ya = step(a, r, ta, sizeof ta, &fa), yb = step(b, r, tb, sizeof tb, &fb), yc = step(c, r, tc, sizeof tc, &fc);
+        same &= ya == yb && yb == yc;
+    }
+    const long wa = dsv4_gen_guide_walks(a), wb = dsv4_gen_guide_walks(b), wc = dsv4_gen_guide_walks(c);
+    CHECK_MSG(wb == 0 && wc > 1 && wa == wc - 1, "walks: a %ld, b %ld, c %ld", wa, wb, wc);
+    dsv4_gen_free(a);
+    same_to_end(b, c, tb, tc, n, same, fb, fc);
+    dsv4_gen_free(b), dsv4_gen_free(c);
+    /* rv-gram's: 8,000 ways to one character, counted 1,000 times */
+    char exp[1024];
+    int k = snprintf(exp, sizeof exp, "root ::= x13{0,1000}\nx0 ::= [^\\x00]\n");
+    for (int i = 1; i <= 13; i++) k += snprintf(exp + k, sizeof exp - (size_t)k, "x%d ::= x%d | x%d\n", i, i - 1, i - 1);
+    CHECK(dsv4_grammar_compile(exp, (size_t)k, T, &gram, &err) == DSV4_ERR_UNSUPPORTED && gram == NULL);
+    CHECK_ERR(err, DSV4_ERR_UNSUPPORTED, "cannot be followed from its start: the grammar's token mask needs more than");
+    CHECK(dsv4_grammar_compile(exp, (size_t)k, NULL, &gram, &err) == 0 && gram != NULL);
+    dsv4_grammar_free(gram);
 }
 
 /* the model and its tokenizer (MODEL_DIR/tokenizer.json), the ids of the ASCII bytes */
@@ -357,6 +407,7 @@ int main(int argc, char **argv) {
     test_skip_special();
     test_refused();
     test_share();
+    test_grammar_once();
     free(row);
     dsv4_tokenizer_free(T);
     dsv4_model_close(M);

@@ -159,14 +159,23 @@ run('server_grammar', async () => {
     guided_grammar: AMB } });
   assert(amb.status === 200 && /^a[a-q]*$/.test(amb.json.choices[0].message.content), amb.body);
   // a grammar whose mask walk passes the work budget (rv-gram's: 8,000 ways to one character,
-  // counted 1,000 times) ends its request with the bound named; streamed, an error event
-  const EXP = ['root ::= x13{0,1000}', 'x0 ::= [^\\x00]', ...Array.from({ length: 13 }, (_, i) => `x${i + 1} ::= x${i} | x${i}`)].join('\n');
+  // counted 1,000 times): at its first mask, a 400 naming the bound (made at intake: the
+  // grammar's fault, whatever the tokens); past a forced first token ("\x01", one id), it ends
+  // the request with the bound named (500); streamed, an error event
+  const XS = ['x0 ::= [^\\x00]', ...Array.from({ length: 13 }, (_, i) => `x${i + 1} ::= x${i} | x${i}`)];
+  const EXP = ['root ::= x13{0,1000}', ...XS].join('\n'), LATE = ['root ::= "\\x01" x13{0,1000}', ...XS].join('\n');
+  for (const stream of [false, true]) {
+    const first = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', messages: msgs, max_tokens: 4,
+      stream, guided_grammar: EXP } });
+    assert(first.status === 400 && first.json.error.message.includes("'guided_grammar': the grammar cannot be followed " +
+      "from its start: the grammar's token mask needs more than 4194304 expansions and steps"), first.body);
+  }
   const big = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', messages: msgs, max_tokens: 4,
-    guided_grammar: EXP } });
+    guided_grammar: LATE } });
   assert(big.status === 500 && big.json.error.message.includes('expansions and steps'), big.body);
   const bigs = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', messages: msgs, max_tokens: 4,
-    stream: true, guided_grammar: EXP } });
-  assert(bigs.body.includes('expansions and steps') && bigs.body.includes('error'), bigs.body);
+    stream: true, guided_grammar: LATE } });
+  assert(bigs.status === 200 && bigs.body.includes('expansions and steps') && bigs.body.includes('error'), bigs.body);
 
   // the bad cases: 400s naming the field, with the line and column
   const bad = async (body, what, url = '/v1/chat/completions') => {
