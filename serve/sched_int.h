@@ -74,6 +74,17 @@ struct srv_sched {
     int *span_lp;                 /* (max_seqs) 1: the span's rows score prompt tokens; -1:
                                    * that failed (lp_err), the request ends */
     dsv4_err lp_err;
+    /* their scoring spread over the engine's threads: task k scores its share of a head
+     * batch's rows with scorer k (a generation of its own, made at create: V-sized scratch,
+     * the tokenizer's text mask, the same dsv4_gen_score code as the request's own) */
+    dsv4_gen **scorers;           /* (n_scorers) */
+    dsv4_err *score_err;          /* (n_scorers) */
+    int n_scorers;
+    struct srv_score_job {        /* the batch being scored (score_task's) */
+        srv_req *r;
+        int64_t pos;              /* the batch's first row's position */
+        int rows;
+    } score_job;
     /* prefix cache (serving.md §g) */
     srv_pcache *pc;
     int *span_snap;               /* (max_seqs) SNAP_* of each span */

@@ -644,15 +644,44 @@ static void late_forks(srv_sched *s) {
     s->n_late = 0;
 }
 
-/* prompt[pos + 1]'s logprobs into r->plp from the logits row of position pos. */
-static int score_row(srv_sched *s, srv_req *r, const float *row, int64_t pos) {
-    return dsv4_gen_score(r->gen, row, r->prompt[pos + 1], r->plp_top, &r->plp[pos + 1], &s->lp_err);
+/* Task k of a scored batch (score_job): rows [k rows / n, (k + 1) rows / n) of s->logits,
+ * row j giving prompt[pos + j + 1]'s logprobs (r->plp), with scorer k alone (each row's
+ * figures are dsv4_gen_score's on that row: the same bits whichever task takes it). */
+static void score_task(void *arg, int k) {
+    srv_sched *s = arg;
+    const struct srv_score_job *jb = &s->score_job;
+    const int n = s->n_scorers < jb->rows ? s->n_scorers : jb->rows;
+    const int a = (int)((int64_t)k * jb->rows / n), b = (int)((int64_t)(k + 1) * jb->rows / n);
+    srv_req *r = jb->r;
+    for (int j = a; j < b; j++) {
+        const int64_t pos = jb->pos + j;
+        if (dsv4_gen_score(s->scorers[k], s->logits + (size_t)j * s->V, r->prompt[pos + 1], r->plp_top,
+                           &r->plp[pos + 1], &s->score_err[k]))
+            return;  /* score_err[k].code set: the task's own slot */
+    }
+}
+
+/* The rows of s->logits [0, rows) scored for r's prompt from position pos on, over the
+ * engine's threads (one task per scorer, each its share of the rows). 0, or -1 (lp_err). */
+static int score_rows(srv_sched *s, srv_req *r, int64_t pos, int rows) {
+    s->score_job = (struct srv_score_job){.r = r, .pos = pos, .rows = rows};
+    const int n = s->n_scorers < rows ? s->n_scorers : rows;
+    for (int k = 0; k < n; k++) s->score_err[k].code = DSV4_OK;
+    if (n > 1) dsv4_engine_for_each(s->e, n, score_task, s);
+    else if (n == 1) score_task(s, 0);
+    for (int k = 0; k < n; k++)
+        if (s->score_err[k].code) {
+            s->lp_err = s->score_err[k];
+            return -1;
+        }
+    return 0;
 }
 
 /* Span i scores prompt tokens (span_lp): its rows at positions p with p + 1 < n_prompt,
  * hidden rows [h, h + n), give prompt[p + 1]'s logprobs (r->plp[p + 1]), a batch of at
  * most 2 max_seqs rows at a time through the LM head into s->logits (free until the
- * step's head), each row's log-softmax and best ones taken as it comes. Returns the rows
+ * step's head), each batch's rows' log-softmax and best ones taken on the engine's threads
+ * (score_rows). Returns the rows
  * the span keeps for the step's head: its last when it reached the context's end or a
  * snapshot point (add_span's n_hidden without the scoring), else none. span_lp[i] = -1
  * (lp_err) when it failed. */
@@ -670,8 +699,7 @@ static int score_prompt(srv_sched *s, int i, const float *hidden) {
         const int b = n - a < batch ? n - a : batch;
         if (dsv4_lm_head(s->e, hidden + (size_t)a * s->D, b, s->logits, &s->lp_err)) { s->span_lp[i] = -1; break; }
         srv_step_lap(&s->st, SRV_PH_HEAD);
-        for (int k = 0; k < b && s->span_lp[i] > 0; k++)
-            if (score_row(s, r, s->logits + (size_t)k * s->V, sp->start + a + k)) s->span_lp[i] = -1;
+        if (score_rows(s, r, sp->start + a, b)) s->span_lp[i] = -1;
         srv_step_lap(&s->st, SRV_PH_SAMPLE);
         if (s->span_lp[i] < 0) break;
     }
@@ -1042,6 +1070,18 @@ int srv_sched_create(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *
         s->mtp_out = calloc(ns, sizeof *s->mtp_out);
         if (!s->streams || !s->mtp_spans || !s->mtp_req || !s->mtp_drafts || !s->mtp_out) goto oom;
     }
+    /* the prompt rows' scorers: one per engine thread, no more than a head batch's rows */
+    const int threads = dsv4_engine_get_opts(e).threads > 0 ? dsv4_engine_get_opts(e).threads : dsv4_available_cores();
+    s->n_scorers = threads < 2 * o->max_seqs ? threads : 2 * o->max_seqs;
+    if (s->n_scorers < 1) s->n_scorers = 1;
+    s->scorers = calloc((size_t)s->n_scorers, sizeof *s->scorers);
+    s->score_err = calloc((size_t)s->n_scorers, sizeof *s->score_err);
+    if (!s->scorers || !s->score_err) goto oom;
+    for (int k = 0; k < s->n_scorers; k++) {
+        const dsv4_gen_params gp = {0};
+        const int grc = dsv4_gen_create(m, tok, &gp, &s->scorers[k], err);
+        if (grc) { srv_sched_free(s); return grc; }
+    }
     s->forced_row = malloc((size_t)s->V * sizeof(float));
     s->span_draw = malloc(ns * sizeof *s->span_draw);
     s->draws = malloc(ns * sizeof *s->draws);
@@ -1191,6 +1231,9 @@ void srv_sched_free(srv_sched *s) {
     free(s->hidden);
     free(s->logits);
     free(s->forced_row);
+    for (int k = 0; s->scorers && k < s->n_scorers; k++) dsv4_gen_free(s->scorers[k]);
+    free(s->scorers);
+    free(s->score_err);
     free(s->span_draw);
     free(s->draws);
     free(s->span_snap);
