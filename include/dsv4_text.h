@@ -377,6 +377,9 @@ typedef struct dsv4_sample_out {
     int n_top;                                   /* = n_logprobs (or V if smaller) */
     int32_t top_ids[DSV4_MAX_LOGPROBS];          /* best first, ties to the lowest id */
     float top_logprobs[DSV4_MAX_LOGPROBS];
+    int rank;                                    /* dsv4_sample_score only (else 0): the ids
+                                                  * at least as likely as token, itself
+                                                  * included (vLLM's rank, >= 1) */
 } dsv4_sample_out;
 
 typedef struct dsv4_sampler dsv4_sampler;
@@ -396,7 +399,8 @@ DSV4_API int dsv4_sample(dsv4_sampler *s, const float *logits, const int32_t *hi
 
 /* The log-probabilities of a raw logits row [V] (not modified) as dsv4_sample reports them
  * for a greedy draw (temperature 1, no penalties; the same bits): out->logprob is token's,
- * out->top_ids / top_logprobs the best n_top (0..DSV4_MAX_LOGPROBS). For scoring a given
+ * out->top_ids / top_logprobs the best n_top (0..DSV4_MAX_LOGPROBS), out->rank token's
+ * rank (the ids whose logit is at least token's, NaN as -inf). For scoring a given
  * text (a prompt's tokens). Uses s's scratch only (its parameters and random state are not
  * read nor changed). DSV4_ERR_ARG: token outside [0, V), n_top out of range, or no finite
  * logit. */

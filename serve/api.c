@@ -322,30 +322,76 @@ srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *ou
     return srv_submit_n(s, r, 1, api, body, out);
 }
 
-/* Choices 1..n-1 of r's job: clones of r, choice i seeded with r's seed + i. 0 or -1. */
-static int add_choices(srv_job *j, int n) {
-    srv_req *r = j->r;
-    if (n <= 1) return 0;
-    if (!(j->more = calloc((size_t)n - 1, sizeof *j->more))) return -1;
-    for (int i = 1; i < n; i++) {
-        srv_job *c = &j->more[i - 1];
+/* The job's other requests: choice k = p n + c (prompt p of n_prompts, its choice c) is
+ * rs[p] for c = 0, else a clone of rs[p] seeded with its seed + c whose lead is rs[p];
+ * those of prompts p > 0 have waiter rs[0] (job->r). The slots are all filled (rs[p] taken)
+ * before any clone is made, so a failure leaves every request in the job. 0 or -1. */
+static int add_choices(srv_job *j, srv_req *const *rs, int n_prompts, int n) {
+    const int total = n_prompts * n;
+    if (total <= 1) return 0;
+    if (!(j->more = calloc((size_t)total - 1, sizeof *j->more))) return -1;
+    j->n_more = total - 1;
+    for (int k = 1; k < total; k++) {
+        srv_job *c = &j->more[k - 1];
         *c = *j;
         c->more = NULL;
-        c->index = i;
-        if (!(c->r = srv_req_clone(r))) return -1;
-        j->n_more = i;
-        c->r->gp.sample.seed = r->gp.sample.seed + (uint64_t)i;
-        atomic_fetch_add(&r->refs, 1);
-        c->r->lead = r;
+        c->n_more = 0;
+        c->index = k;
+        c->r = k % n ? NULL : rs[k / n];
+    }
+    for (int k = 1; k < total; k++) {
+        srv_job *c = &j->more[k - 1];
+        srv_req *r = rs[k / n];
+        if (k % n) {
+            if (!(c->r = srv_req_clone(r))) return -1;
+            c->r->gp.sample.seed = r->gp.sample.seed + (uint64_t)(k % n);
+            atomic_fetch_add(&r->refs, 1);
+            c->r->lead = r;
+        }
+        if (k >= n) {
+            atomic_fetch_add(&j->r->refs, 1);
+            c->r->waiter = j->r;
+        }
     }
     return 0;
 }
 
+/* Refuses (400 in out) a prompt the model cannot take: an id outside its vocabulary (a
+ * tokenizer larger than the model's head can make ids the engine would refuse in the
+ * middle of a batched step, failing every request of that step), or no room to generate.
+ * which: the prompt's place in a list, -1 alone. */
+static int prompt_fits(srv *s, const srv_req *r, int which, int api, srv_reply *out) {
+    char msg[240], at[32] = "";
+    if (which >= 0) snprintf(at, sizeof at, "prompt %d: ", which);
+    for (int i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= s->V) {
+            snprintf(msg, sizeof msg, "%sthe prompt's token %d (id %d) is outside this model's "
+                     "vocabulary of %d ids", at, i, (int)r->prompt[i], s->V);
+            srv_reply_error(out, api, 400, msg);
+            return 0;
+        }
+    if (r->n_prompt >= s->o.max_context) {
+        snprintf(msg, sizeof msg, "%sthe prompt has %d tokens and max_context is %lld: no room to "
+                 "generate", at, r->n_prompt, (long long)s->o.max_context);
+        srv_reply_error(out, api, 400, msg);
+        return 0;
+    }
+    return 1;
+}
+
 srv_job *srv_submit_n(srv *s, srv_req *r, int n, int api, const char *body, srv_reply *out) {
+    return srv_submit_list(s, &r, 1, n, api, body, out);
+}
+
+srv_job *srv_submit_list(srv *s, srv_req *const *rs, int n_prompts, int n, int api, const char *body,
+                         srv_reply *out) {
+    srv_req *r = rs[0];
     srv_job *j = calloc(1, sizeof *j);
     if (!j) {
-        srv_req_release(r);
-        srv_req_release(r);
+        for (int p = 0; p < n_prompts; p++) {
+            srv_req_release(rs[p]);
+            srv_req_release(rs[p]);
+        }
         srv_reply_error(out, api, 500, "out of memory");
         return NULL;
     }
@@ -354,6 +400,7 @@ srv_job *srv_submit_n(srv *s, srv_req *r, int n, int api, const char *body, srv_
     j->block = -1;
     j->tool_block = -1;
     j->created = srv_unix_time();
+    j->n_prompts = n_prompts;
     pthread_mutex_lock(&s->mu);
     unsigned long long no = ++s->n_jobs;
     pthread_mutex_unlock(&s->mu);
@@ -367,34 +414,26 @@ srv_job *srv_submit_n(srv *s, srv_req *r, int n, int api, const char *body, srv_
                  api == SRV_API_CHAT ? "chatcmpl-" : api == SRV_API_COMPLETION ? "cmpl-" : "msg_", no);
     }
     const dsv4_server_script *sc = s->o.script;
-    for (int i = 0; sc && i < sc->n; i++)
-        if (strstr(body, sc->match[i])) {
-            r->forced = s->script_ids[i];
-            r->n_forced = s->script_len[i];
-            r->forced_error = sc->error ? sc->error[i] : NULL;
-            break;
+    for (int p = 0; p < n_prompts; p++)
+        for (int i = 0; sc && i < sc->n; i++)
+            if (strstr(body, sc->match[i])) {
+                rs[p]->forced = s->script_ids[i];
+                rs[p]->n_forced = s->script_len[i];
+                rs[p]->forced_error = sc->error ? sc->error[i] : NULL;
+                break;
+            }
+    /* the prompts' requests are the job's from here on (freed with it) */
+    if (add_choices(j, rs, n_prompts, n)) {
+        /* no room for the slots: prompts 1.. were never placed */
+        for (int p = 1; !j->n_more && p < n_prompts; p++) {
+            srv_req_release(rs[p]);
+            srv_req_release(rs[p]);
         }
-    /* a tokenizer larger than the model's head can make ids the engine would refuse in the
-     * middle of a batched step, failing every request of that step: refuse them here */
-    for (int i = 0; i < r->n_prompt; i++)
-        if (r->prompt[i] < 0 || r->prompt[i] >= s->V) {
-            char msg[200];
-            snprintf(msg, sizeof msg, "the prompt's token %d (id %d) is outside this model's "
-                     "vocabulary of %d ids", i, (int)r->prompt[i], s->V);
-            srv_reply_error(out, api, 400, msg);
-            goto fail;
-        }
-    if (r->n_prompt >= s->o.max_context) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "the prompt has %d tokens and max_context is %lld: no room to "
-                 "generate", r->n_prompt, (long long)s->o.max_context);
-        srv_reply_error(out, api, 400, msg);
-        goto fail;
-    }
-    if (add_choices(j, n)) {
         srv_reply_error(out, api, 500, "out of memory");
         goto fail;
     }
+    for (int p = 0; p < n_prompts; p++)
+        if (!prompt_fits(s, rs[p], n_prompts > 1 ? p : -1, api, out)) goto fail;
     srv_req *one[1] = {r}, **reqs = j->n_more ? malloc((size_t)(1 + j->n_more) * sizeof *reqs) : one;
     if (!reqs) {
         srv_reply_error(out, api, 500, "out of memory");
@@ -434,6 +473,7 @@ int srv_job_ended(const srv_job *j) {
 static void job_parts_free(srv_job *j) {
     srv_req_release(j->r);
     srv_tool_stream_free(&j->calls);
+    free(j->echo);  /* a list's prompts: each prompt's choice 0 holds its echo */
 }
 
 void srv_job_free(srv_job *j) {
@@ -441,7 +481,6 @@ void srv_job_free(srv_job *j) {
     job_parts_free(j);
     for (int i = 0; i < j->n_more; i++) job_parts_free(&j->more[i]);
     free(j->more);
-    free(j->echo);
     srv_resp_free(j->resp);
     free(j);
 }

@@ -331,18 +331,23 @@ int srv_dp_failed(const srv_dp *dp, dsv4_err *err) {
     return dp->failed;
 }
 
+/* r's cancel (0 for NULL), under its mu. */
+static int cancel_flag(srv_req *r) {
+    if (!r) return 0;
+    pthread_mutex_lock(&r->mu);
+    const int c = r->cancel;
+    pthread_mutex_unlock(&r->mu);
+    return c;
+}
+
 int srv_dp_begin(srv_dp *dp, int expired, dsv4_err *err) {
     if (dp->failed) return srv_fail(err, DSV4_ERR_STATE, "the process group cannot serve any more (%s)", dp->why);
     for (int i = 0; i < dp->n_remote; i++) {
         srv_req *r = dp->remote[i];
         /* a choice of n > 1 is cancelled with its choice 0 (the HTTP side cancels that one),
          * also once choice 0 has ended (its cancel then reaches no rank); choice 0's mu first */
-        int lead_cancel = 0;
-        if (r->lead) {
-            pthread_mutex_lock(&r->lead->mu);
-            lead_cancel = r->lead->cancel;
-            pthread_mutex_unlock(&r->lead->mu);
-        }
+        /* (another prompt of a list: with prompt 0's choice 0, its waiter) */
+        const int lead_cancel = cancel_flag(r->lead) || cancel_flag(r->waiter);
         pthread_mutex_lock(&r->mu);
         const int c = (r->cancel || lead_cancel) && !r->dp_cancel_sent;
         r->dp_cancel_sent |= c;

@@ -45,15 +45,21 @@ struct srv_job {
     int index;
     int done;                /* stream: this choice's last chunk is out */
     int best_n;              /* completions' best_of: the n choices answered; 0: all */
-    char *echo;              /* completions' echo (choice 0's job): the prompt's text that
-                              * every choice's text starts with; NULL: no echo. Owned */
+    char *echo;              /* completions' echo (each prompt's choice 0's job): the
+                              * prompt's text that every choice's text starts with; NULL:
+                              * no echo. Owned */
     size_t echo_len;
     int echo_bos;            /* the prompt's first token is the BOS the server put before a
                               * text prompt: not in the echoed text (no bytes of it) */
     int token_ids;           /* completions' return_tokens_as_token_ids (vLLM's): logprobs
                               * name tokens "token_id:ID" (choice 0's job) */
+    int prompt_lp;           /* vLLM's prompt_logprobs asked: 1 + its count (the best that
+                              * many beside each prompt token); 0 not asked */
     srv_job *more;
     int n_more;
+    int n_prompts;           /* completions' prompt list: choice 0's job holds 1 + n_more =
+                              * n_prompts x (choices a prompt), prompt p's in order from
+                              * p (1 + n_more) / n_prompts; 1 otherwise */
 };
 
 /* Writes the SSE text for everything new in j->r (call with j->r->mu held); *finished

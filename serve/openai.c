@@ -80,6 +80,66 @@ cJSON *srv_logprob_json(const srv *s, const srv_event *e, int bytes) {
     return o;
 }
 
+/* A logprob as a JSON number: -inf (an id the tokenizer has no text for, which decoding
+ * never samples, in a token-id prompt) as -9999.0, as vLLM clamps it (cJSON would print
+ * null, which a client's sum fails on). */
+static cJSON *lp_num(float x) { return cJSON_CreateNumber(isfinite(x) ? (double)x : -9999.0); }
+
+/* One entry of vLLM's prompt_logprobs dict: "id": {logprob, rank, decoded_token}. */
+static void plp_entry(const srv *s, cJSON *d, int32_t id, float lp, int rank) {
+    char key[16];
+    snprintf(key, sizeof key, "%d", (int)id);
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddItemToObject(e, "logprob", lp_num(lp));
+    cJSON_AddNumberToObject(e, "rank", rank);
+    cJSON_AddItemToObject(e, "decoded_token", token_str(s, id));
+    cJSON_AddItemToObject(d, key, e);
+}
+
+/* vLLM's prompt_logprobs of r's prompt (scored: r->plp): null for the first token, then per
+ * token a dict of the token itself (first, its rank among all ids) and the best k (ranks
+ * 1..k; the token once when it is one of them). The numbers are echo's. */
+static cJSON *prompt_logprobs_json(const srv *s, const srv_req *r, int k) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < r->n_prompt; i++) {
+        if (!i || !r->plp) {
+            cJSON_AddItemToArray(a, cJSON_CreateNull());
+            continue;
+        }
+        const dsv4_sample_out *o = &r->plp[i];
+        cJSON *d = cJSON_CreateObject();
+        plp_entry(s, d, r->prompt[i], o->logprob, o->rank);
+        for (int t = 0; t < k && t < o->n_top; t++)
+            if (o->top_ids[t] != r->prompt[i]) plp_entry(s, d, o->top_ids[t], o->top_logprobs[t], t + 1);
+        cJSON_AddItemToArray(a, d);
+    }
+    return a;
+}
+
+/* vLLM's prompt_logprobs field (0..DSV4_MAX_LOGPROBS: the best that many beside each prompt
+ * token; not streamed, nor under data-parallel attention, as echo): *k = the count + 1, 0
+ * when absent. 0, or -1 with a message. */
+static int prompt_logprobs_field(const srv *s, const cJSON *body, int stream, int *k, char *msg) {
+    double x = 0;
+    const int got = srv_opt_num(body, "prompt_logprobs", 0, DSV4_MAX_LOGPROBS, &x, msg, MSG);
+    *k = 0;
+    if (got < 0 || (got > 0 && x != (double)(int)x)) {
+        snprintf(msg, MSG, "'prompt_logprobs' must be a whole number from 0 to %d", DSV4_MAX_LOGPROBS);
+        return -1;
+    }
+    if (!got) return 0;
+    if (stream) {
+        snprintf(msg, MSG, "'prompt_logprobs' cannot be streamed (ask with stream false)");
+        return -1;
+    }
+    if (s->o.parallel & DSV4_PAR_DP) {
+        snprintf(msg, MSG, "'prompt_logprobs' is not served under data-parallel attention");
+        return -1;
+    }
+    *k = (int)x + 1;
+    return 0;
+}
+
 /* chat logprobs entry of one token: {token, logprob, bytes, top_logprobs: [...]} */
 static cJSON *chat_logprob(const srv *s, const srv_event *e) { return srv_logprob_json(s, e, 1); }
 
@@ -112,19 +172,31 @@ static void spread(srv_job *j) {
         c->thinking = j->thinking;
         c->tools = j->tools;
         c->split = j->split;
+        c->token_ids = j->token_ids;
+        c->prompt_lp = j->prompt_lp;
     }
 }
 
-/* The prompt counted once, the tokens of every choice. */
+/* A job's prompts (a completions list: several) and the choices of each. */
+static int prompts_of(const srv_job *j) { return j->n_prompts > 1 ? j->n_prompts : 1; }
+static int per_prompt(const srv_job *j) { return (1 + j->n_more) / prompts_of(j); }
+
+/* Each prompt counted once, the tokens of every choice. */
 static cJSON *usage_json(srv_job *j) {
-    const srv_req *r = j->r;
-    const int n_gen = choices_tokens(j);
+    const int n_gen = choices_tokens(j), per = per_prompt(j);
+    int n_prompt = 0, n_cached = 0;
+    for (int p = 0; p < prompts_of(j); p++) {
+        choice_lock(j, p * per);
+        n_prompt += choice(j, p * per)->r->n_prompt;
+        n_cached += choice(j, p * per)->r->n_cached;
+        choice_unlock(j, p * per);
+    }
     cJSON *u = cJSON_CreateObject();
-    cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
+    cJSON_AddNumberToObject(u, "prompt_tokens", n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", n_gen);
-    cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + n_gen);
+    cJSON_AddNumberToObject(u, "total_tokens", n_prompt + n_gen);
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
-    cJSON_AddNumberToObject(d, "cached_tokens", r->n_cached);
+    cJSON_AddNumberToObject(d, "cached_tokens", n_cached);
     return u;
 }
 
@@ -211,6 +283,7 @@ static void chat_final(srv *s, srv_job *j, srv_buf *out, int *status) {
         for (int k = 0; k <= j->n_more; k++) cJSON_AddItemToArray(choices, chat_choice(s, choice(j, k)));
         for (int k = j->n_more; k >= 1; k--) choice_unlock(j, k);
         cJSON_AddItemToObject(o, "usage", usage_json(j));
+        if (j->prompt_lp) cJSON_AddItemToObject(o, "prompt_logprobs", prompt_logprobs_json(s, j->r, j->prompt_lp - 1));
         *status = 200;
         srv_put_json(out, o);
         return;
@@ -656,6 +729,14 @@ static srv_job *chat_submit_rendered(srv *s, const cJSON *j, srv_chat *c, int ap
     if (srv_answer_constraint(r, c->tools, c->allowed, c->tc, c->tc_name, schema, c->co.thinking, !parallel, msg, MSG))
         goto bad;
     r->gp.sample.n_logprobs = n_logprobs;
+    /* vLLM's prompt_logprobs (srv_openai_chat checked it): the prompt's tokens scored */
+    const cJSON *pl = api == SRV_API_CHAT ? cJSON_GetObjectItemCaseSensitive(j, "prompt_logprobs") : NULL;
+    if (cJSON_IsNumber(pl) && srv_req_want_plp(r, (int)pl->valuedouble)) {
+        srv_reply_error(out, api, 500, "out of memory");
+        srv_req_release(r);
+        srv_req_release(r);
+        return NULL;
+    }
     job = srv_submit_n(s, r, n, api, body, out);
     if (job) {
         job->thinking = c->co.thinking;
@@ -718,8 +799,13 @@ void srv_openai_chat(srv *s, const char *body, size_t len, srv_reply *out) {
     }
     if (srv_opt_bool(j, "logprobs", &tmp.logprobs, msg, MSG) < 0) goto bad;
     if (srv_opt_num(j, "top_logprobs", 0, DSV4_MAX_LOGPROBS, &top, msg, MSG) < 0) goto bad;
+    int plk = 0;
+    param = "prompt_logprobs";
+    if (prompt_logprobs_field(s, j, tmp.stream, &plk, msg)) goto bad;
+    param = NULL;
     srv_job *job = srv_chat_submit(s, j, SRV_API_CHAT, body, tmp.logprobs ? (int)top : 0, n, out);
     if (job) {
+        job->prompt_lp = plk;
         job->stream = tmp.stream;
         job->include_usage = tmp.include_usage;
         job->logprobs = tmp.logprobs;
@@ -735,11 +821,6 @@ done:
 }
 
 /* ---- completions ----------------------------------------------------------------------- */
-
-/* A logprob as a JSON number: -inf (an id the tokenizer has no text for, which decoding
- * never samples, in a token-id prompt) as -9999.0, as vLLM clamps it (cJSON would print
- * null, which a client's sum fails on). */
-static cJSON *lp_num(float x) { return cJSON_CreateNumber(isfinite(x) ? (double)x : -9999.0); }
 
 /* A token as completions' logprobs name it: its text, or with vLLM's
  * return_tokens_as_token_ids "token_id:ID" (tokens whose text is not valid UTF-8 alone, or
@@ -759,9 +840,9 @@ static cJSON *lp_token_json(const srv *s, const srv_job *lead, int32_t id) {
 
 /* A token's top_logprobs entry: {token: logprob} of the best ones (a text that two tokens
  * share: the better one's). */
-static cJSON *top_dict(const srv *s, const srv_job *lead, const dsv4_sample_out *o) {
+static cJSON *top_dict(const srv *s, const srv_job *lead, const dsv4_sample_out *o, int n) {
     cJSON *t = cJSON_CreateObject();
-    for (int k = 0; k < o->n_top; k++) {
+    for (int k = 0; k < o->n_top && k < n; k++) {
         srv_buf b = {0};
         lp_token(s, lead, o->top_ids[k], &b);
         if (!cJSON_GetObjectItemCaseSensitive(t, b.s ? b.s : ""))
@@ -790,7 +871,7 @@ static void prompt_entries(srv *s, const srv_job *lead, cJSON *toks, cJSON *tlp,
         cJSON_AddItemToArray(toks, lp_token_json(s, lead, r->prompt[i]));
         const int known = i > 0 && r->plp;
         cJSON_AddItemToArray(tlp, known ? lp_num(r->plp[i].logprob) : cJSON_CreateNull());
-        cJSON_AddItemToArray(top, known ? top_dict(s, lead, &r->plp[i]) : cJSON_CreateNull());
+        cJSON_AddItemToArray(top, known ? top_dict(s, lead, &r->plp[i], r->gp.sample.n_logprobs) : cJSON_CreateNull());
         cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at));
         at += echo_bytes(s, lead, i);
     }
@@ -808,7 +889,7 @@ static cJSON *completion_logprobs(srv *s, const srv_job *lead, const srv_req *r,
         const srv_event *e = &r->ev[i];
         cJSON_AddItemToArray(toks, lp_token_json(s, lead, e->token));
         cJSON_AddItemToArray(tlp, lp_num(e->sample.logprob));
-        cJSON_AddItemToArray(top, top_dict(s, lead, &e->sample));
+        cJSON_AddItemToArray(top, top_dict(s, lead, &e->sample, e->sample.n_top));
         cJSON_AddItemToArray(off, cJSON_CreateNumber((double)(lead->echo_len + e->text_off)));
     }
     return lp;
@@ -831,6 +912,7 @@ static cJSON *completion_choice(srv *s, const srv_job *lead, srv_job *j, int ind
     cJSON_AddNumberToObject(c, "index", index);
     if (j->logprobs) cJSON_AddItemToObject(c, "logprobs", completion_logprobs(s, lead, j->r, from, to));
     else cJSON_AddNullToObject(c, "logprobs");
+    if (lead->prompt_lp) cJSON_AddItemToObject(c, "prompt_logprobs", prompt_logprobs_json(s, lead->r, lead->prompt_lp - 1));
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
     return c;
@@ -845,26 +927,31 @@ static double cumulative_logprob(const srv_req *r) {
 
 /* The answer: every choice in index order, or with best_of (j->best_of choices generated)
  * the n of the highest cumulative log-probability, best first (ties: the lower index),
- * numbered 0..n-1 in that order. usage counts every choice generated, as OpenAI's does. */
+ * numbered 0..n-1 in that order; a list's prompt p answers choices p n .. p n + n - 1 so
+ * (OpenAI's and vLLM's order), each prompt's choice 0 giving its echo. usage counts every
+ * choice generated, as OpenAI's does. */
 static void completion_final(srv *s, srv_job *j, srv_buf *out, int *status) {
     for (int k = 1; k <= j->n_more; k++) choice_lock(j, k);
     if (!srv_final_error(j, out, status)) {
-        const int n_all = 1 + j->n_more, n = j->best_n ? j->best_n : n_all;
-        int order[SRV_MAX_CHOICES];
-        double score[SRV_MAX_CHOICES];
-        for (int k = 0; k < n_all; k++) {
-            score[k] = j->best_n ? cumulative_logprob(choice(j, k)->r) : 0;
-            int i = k;
-            for (; i > 0 && score[order[i - 1]] < score[k]; i--) order[i] = order[i - 1];
-            order[i] = k;
-        }
+        const int per = per_prompt(j), n = j->best_n ? j->best_n : per;
         cJSON *o = head(s, j, "text_completion");
         cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-        for (int i = 0; i < n; i++) {
-            srv_job *c = choice(j, order[i]);
-            const srv_req *r = c->r;
-            cJSON_AddItemToArray(choices, completion_choice(s, j, c, i, r->text ? r->text : "", r->text_len,
-                                                            0, r->n_ev, srv_finish_reason(r, 0)));
+        for (int p = 0; p < prompts_of(j); p++) {
+            int order[SRV_MAX_CHOICES];
+            double score[SRV_MAX_CHOICES];
+            for (int k = 0; k < per; k++) {
+                score[k] = j->best_n ? cumulative_logprob(choice(j, p * per + k)->r) : 0;
+                int i = k;
+                for (; i > 0 && score[order[i - 1]] < score[k]; i--) order[i] = order[i - 1];
+                order[i] = k;
+            }
+            const srv_job *lead = choice(j, p * per);
+            for (int i = 0; i < n; i++) {
+                srv_job *c = choice(j, p * per + order[i]);
+                const srv_req *r = c->r;
+                cJSON_AddItemToArray(choices, completion_choice(s, lead, c, p * n + i, r->text ? r->text : "",
+                                                                r->text_len, 0, r->n_ev, srv_finish_reason(r, 0)));
+            }
         }
         for (int k = j->n_more; k >= 1; k--) choice_unlock(j, k);
         cJSON_AddItemToObject(o, "usage", usage_json(j));
@@ -899,13 +986,13 @@ static void completion_stream(srv *s, srv_job *j, srv_buf *out, int *finished) {
     stream_choices(s, j, out, finished, "text_completion", completion_stream_one);
 }
 
-/* prompt: a string (BOS + its tokens; a raw prompt, so special-token strings in it are
- * control tokens, as in `dsv4 generate` without --chat), token ids (used as given), or a
- * list holding one of those. Chat messages are the place for untrusted text. */
-static int completion_prompt(srv *s, const cJSON *p, dsv4_tok_ids *ids, int *is_text, char *msg) {
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 &&
-        (cJSON_IsString(p->child) || cJSON_IsArray(p->child)))
-        p = p->child;
+/* One prompt p: a string (BOS + its tokens; a raw prompt, so special-token strings in it
+ * are control tokens, as in `dsv4 generate` without --chat) or token ids (used as given).
+ * Chat messages are the place for untrusted text. which: its place in a list (named in the
+ * errors), -1 alone. */
+static int completion_prompt(srv *s, const cJSON *p, int which, dsv4_tok_ids *ids, int *is_text, char *msg) {
+    char at[32] = "prompt";
+    if (which >= 0) snprintf(at, sizeof at, "prompt[%d]", which);
     *is_text = cJSON_IsString(p);
     if (cJSON_IsString(p)) {
         dsv4_err err = {0};
@@ -915,17 +1002,12 @@ static int completion_prompt(srv *s, const cJSON *p, dsv4_tok_ids *ids, int *is_
         ids->cap = 16;
         ids->ids[ids->n++] = bos;
         if (dsv4_tokenize(s->tok, p->valuestring, strlen(p->valuestring), ids, &err)) {
-            snprintf(msg, MSG, "prompt: %s", err.msg);
+            snprintf(msg, MSG, "%s: %s", at, err.msg);
             return -1;
         }
         return 0;
     }
-    if (cJSON_IsArray(p) && (cJSON_IsString(p->child) || cJSON_IsArray(p->child))) {
-        snprintf(msg, MSG, "'prompt' holds %d prompts: one prompt a request (a string, a list of token ids, "
-                 "or a list holding one of those)", cJSON_GetArraySize(p));
-        return -1;
-    }
-    if (cJSON_IsArray(p) && p->child) {
+    if (cJSON_IsArray(p) && p->child && !cJSON_IsArray(p->child) && !cJSON_IsString(p->child)) {
         int n = cJSON_GetArraySize(p), k = 0;
         if (!(ids->ids = malloc((size_t)n * sizeof *ids->ids))) {
             snprintf(msg, MSG, "out of memory");
@@ -934,15 +1016,32 @@ static int completion_prompt(srv *s, const cJSON *p, dsv4_tok_ids *ids, int *is_
         ids->cap = (size_t)n;
         for (const cJSON *x = p->child; x; x = x->next, k++) {
             if (srv_token_id(s, x, &ids->ids[ids->n])) {
-                snprintf(msg, MSG, "prompt[%d] is not a token id in [0, %d)", k, s->V);
+                snprintf(msg, MSG, "%s[%d] is not a token id in [0, %d)", at, k, s->V);
                 return -1;
             }
             ids->n++;
         }
         return 0;
     }
-    snprintf(msg, MSG, "'prompt' must be a non-empty string or a non-empty list of token ids");
+    if (which >= 0) snprintf(msg, MSG, "'%s' must be a non-empty string or a non-empty list of token ids", at);
+    else snprintf(msg, MSG, "'prompt' must be a non-empty string, a non-empty list of token ids, or a list of those");
     return -1;
+}
+
+/* The prompts of completions' prompt field: a list of strings or of token-id lists holds
+ * several (*list: its first), anything else is one (itself). The count, or -1 (msg): the
+ * server takes at most --max-queue prompts x choices (per) a request, all queued at once. */
+static int completion_prompts(const srv *s, const cJSON *p, int per, const cJSON **list, char *msg) {
+    *list = p;
+    if (!cJSON_IsArray(p) || !p->child || (!cJSON_IsString(p->child) && !cJSON_IsArray(p->child))) return 1;
+    const int n = cJSON_GetArraySize(p);
+    *list = p->child;
+    if (n > 1 && (int64_t)n * per > s->o.max_queue) {
+        snprintf(msg, MSG, "'prompt' holds %d prompts x %d choices: a request takes at most %d (the server's "
+                 "--max-queue; each is a sequence)", n, per, s->o.max_queue);
+        return -1;
+    }
+    return n;
 }
 
 /* echo (OpenAI's legacy completions, vLLM's): the answer's text begins with the prompt's,
@@ -992,18 +1091,53 @@ static int echo_text(const srv *s, const dsv4_tok_ids *ids, int is_text, char **
     return *echo ? 0 : -1;
 }
 
+/* A completions request's prompts (n_prompts, each its ids, whether text, its echo). */
+typedef struct {
+    int n;
+    dsv4_tok_ids *ids;
+    int *is_text;
+    char **echo;
+    size_t *echo_len;
+    srv_req **r;
+} completion_list;
+
+static void completion_list_free(completion_list *l) {
+    for (int p = 0; p < l->n; p++) {
+        if (l->ids) dsv4_tok_ids_free(&l->ids[p]);
+        if (l->echo) free(l->echo[p]);
+        if (l->r && l->r[p]) { srv_req_release(l->r[p]); srv_req_release(l->r[p]); }
+    }
+    free(l->ids);
+    free(l->is_text);
+    free(l->echo);
+    free(l->echo_len);
+    free(l->r);
+}
+
+/* Prompt p's request: prompt 0's made from the body's fields (the caller's), the others
+ * its clones with their own prompt; each scores its prompt for an echo with logprobs. 0, or
+ * -1 out of memory. */
+static int completion_more(const srv *s, completion_list *l, int echo, int plp_top, int prompt_only) {
+    for (int p = 0; p < l->n; p++) {
+        if (p && !(l->r[p] = srv_req_clone_prompt(l->r[0], l->ids[p].ids, (int)l->ids[p].n))) return -1;
+        l->r[p]->prompt_only = prompt_only;
+        if (echo && echo_text(s, &l->ids[p], l->is_text[p], &l->echo[p], &l->echo_len[p])) return -1;
+        /* echo with logprobs, prompt_logprobs: the prompt's tokens scored too (the
+         * scheduler's prompt rows), the best plp_top of each */
+        if (plp_top >= 0 && srv_req_want_plp(l->r[p], plp_top)) return -1;
+    }
+    return 0;
+}
+
 void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out) {
     char msg[MSG];
     srv_job tmp = {0};
-    dsv4_tok_ids ids = {0};
-    srv_req *r = NULL;
+    completion_list l = {0};
     char *schema = NULL;
     const cJSON *shown = NULL;
     double lp = -1;
     int n = 1, best_of = 0;
     const char *param = NULL;
-    /* freed at done: declared before the first goto, so every path sees it initialized */
-    char *echo_s = NULL;
     cJSON *j = cJSON_ParseWithLength(body, len);
     if (!cJSON_IsObject(j)) { snprintf(msg, MSG, "the request body is not a JSON object"); goto bad; }
     if (common_fields(s, j, &tmp, &n, &param, msg)) goto bad;
@@ -1023,30 +1157,38 @@ void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out)
         }
         param = NULL;
     }
-    int echo = 0, prompt_only = 0, is_text = 0;
-    size_t echo_len = 0;
+    const int per = best_of > n ? best_of : n;
+    int echo = 0, prompt_only = 0;
     if (srv_opt_bool(j, "echo", &echo, msg, MSG) < 0) goto bad;
     if (srv_opt_num(j, "logprobs", 0, DSV4_MAX_LOGPROBS, &lp, msg, MSG) < 0) goto bad;
     if (echo && echo_fields(s, j, &tmp, n, best_of, lp, &prompt_only, &param, msg)) goto bad;
-    int token_ids = 0;
+    int token_ids = 0, plk = 0;
     if (srv_opt_bool(j, "return_tokens_as_token_ids", &token_ids, msg, MSG) < 0) goto bad;
+    param = "prompt_logprobs";
+    if (prompt_logprobs_field(s, j, tmp.stream, &plk, msg)) goto bad;
+    param = NULL;
     /* not in OpenAI's completions API: the chat field, accepted here too (a raw prompt:
      * nothing is added to it, the prompt should ask for the JSON itself) */
     const int json = srv_json_format(j, SRV_API_COMPLETION, &schema, &shown, msg, MSG);
     if (json < 0) goto bad;
-    if (completion_prompt(s, cJSON_GetObjectItemCaseSensitive(j, "prompt"), &ids, &is_text, msg)) goto bad;
-    if (!(r = srv_req_new(ids.ids, (int)ids.n))) { srv_reply_error(out, SRV_API_COMPLETION, 500, "out of memory"); goto done; }
+    const cJSON *item;
+    param = "prompt";
+    if ((l.n = completion_prompts(s, cJSON_GetObjectItemCaseSensitive(j, "prompt"), per, &item, msg)) < 0) {
+        l.n = 0;
+        goto bad;
+    }
+    l.ids = calloc((size_t)l.n, sizeof *l.ids);
+    l.is_text = calloc((size_t)l.n, sizeof *l.is_text);
+    l.echo = calloc((size_t)l.n, sizeof *l.echo);
+    l.echo_len = calloc((size_t)l.n, sizeof *l.echo_len);
+    l.r = calloc((size_t)l.n, sizeof *l.r);
+    if (!l.ids || !l.is_text || !l.echo || !l.echo_len || !l.r) goto oom;
+    for (int p = 0; p < l.n; p++, item = item->next)
+        if (completion_prompt(s, item, l.n > 1 ? p : -1, &l.ids[p], &l.is_text[p], msg)) goto bad;
+    param = NULL;
+    srv_req *r = l.r[0] = srv_req_new(l.ids[0].ids, (int)l.ids[0].n);
+    if (!r) goto oom;
     if (srv_parse_sampling(s, j, r, "stop", msg, MSG)) goto bad;
-    r->prompt_only = prompt_only;
-    if (echo && echo_text(s, &ids, is_text, &echo_s, &echo_len)) {
-        srv_reply_error(out, SRV_API_COMPLETION, 500, "out of memory");
-        goto done;
-    }
-    /* echo with logprobs: the prompt's tokens scored too (the scheduler's prompt rows) */
-    if (echo && lp >= 0 && srv_req_want_plp(r, (int)lp)) {
-        srv_reply_error(out, SRV_API_COMPLETION, 500, "out of memory");
-        goto done;
-    }
     if (json) srv_req_set_json(r, schema, 0);
     schema = NULL;
     const char *gparam = NULL;
@@ -1055,29 +1197,37 @@ void srv_openai_completion(srv *s, const char *body, size_t len, srv_reply *out)
         goto bad;
     }
     r->gp.sample.n_logprobs = lp > 0 ? (int)lp : 0;
-    srv_job *job = srv_submit_n(s, r, best_of > n ? best_of : n, SRV_API_COMPLETION, body, out);
-    r = NULL;
+    /* the prompt's rows scored for echo's logprobs and prompt_logprobs: the best of both */
+    const int plp_top = plk - 1 > (echo ? (int)lp : -1) ? plk - 1 : echo ? (int)lp : -1;
+    if (completion_more(s, &l, echo, plp_top, prompt_only)) goto oom;
+    srv_job *job = srv_submit_list(s, l.r, l.n, per, SRV_API_COMPLETION, body, out);
+    for (int p = 0; p < l.n; p++) l.r[p] = NULL;  /* the job's (or freed) */
     if (job) {
         job->stream = tmp.stream;
         job->include_usage = tmp.include_usage;
         job->logprobs = lp >= 0;
         job->best_n = best_of > n ? n : 0;
-        job->echo = echo_s;
-        job->echo_len = echo_len;
-        job->echo_bos = is_text;
         job->token_ids = token_ids;
-        echo_s = NULL;
+        job->prompt_lp = plk;
         spread(job);
+        for (int p = 0; p < l.n; p++) {
+            srv_job *c = choice(job, p * per);
+            c->echo = l.echo[p];
+            c->echo_len = l.echo_len[p];
+            c->echo_bos = l.is_text[p];
+            l.echo[p] = NULL;
+        }
         out->stream = completion_stream;
         out->final = completion_final;
     }
     goto done;
+oom:
+    srv_reply_error(out, SRV_API_COMPLETION, 500, "out of memory");
+    goto done;
 bad:
     bad_field(out, param, msg);
 done:
-    if (r) { srv_req_release(r); srv_req_release(r); }
-    dsv4_tok_ids_free(&ids);
+    completion_list_free(&l);
     free(schema);
-    free(echo_s);
     cJSON_Delete(j);
 }

@@ -92,8 +92,10 @@ static char *dup_or_null(const char *t, int *oom) {
     return d;
 }
 
-srv_req *srv_req_clone(const srv_req *r) {
-    srv_req *c = srv_req_new(r->prompt, r->n_prompt);
+srv_req *srv_req_clone(const srv_req *r) { return srv_req_clone_prompt(r, r->prompt, r->n_prompt); }
+
+srv_req *srv_req_clone_prompt(const srv_req *r, const int32_t *prompt, int n_prompt) {
+    srv_req *c = srv_req_new(prompt, n_prompt);
     if (!c) return NULL;
     int oom = srv_req_set_stops(c, r->gp.stop_strings, r->gp.n_stop) ||
               srv_req_set_bias(c, r->gp.bias_ids, r->gp.bias, r->gp.n_bias) ||
@@ -133,6 +135,7 @@ void srv_req_release(srv_req *r) {
     if (!r) return;
     if (atomic_fetch_sub(&r->refs, 1) > 1) return;
     srv_req_release(r->lead);
+    srv_req_release(r->waiter);
     for (int i = 0; i < r->gp.n_stop; i++) free(r->stops[i]);
     free(r->stops);
     free(r->bias_ids);
@@ -187,12 +190,13 @@ static void wake_unlock(srv_req *w, int ended) {
 }
 
 static void unlock_wake(srv_req *r) {
-    srv_req *lead = r->lead;
+    srv_req *lead = r->waiter ? r->waiter : r->lead;
     const int ended = r->end != SRV_END_NONE;
     wake_unlock(r, ended);
     if (!lead) return;
-    /* another choice's news go to the waiter on choice 0 (the HTTP side waits there for
-     * them all); a waiter for the end only, at a choice's end once choice 0 ended too */
+    /* another choice's (or prompt's) news go to the waiter on choice 0 (the HTTP side waits
+     * there for them all); a waiter for the end only, at a choice's end once choice 0 ended
+     * too */
     pthread_mutex_lock(&lead->mu);
     wake_unlock(lead, lead->end && ended);
 }

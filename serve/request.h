@@ -74,6 +74,11 @@ struct srv_req {
                                      * choice 0's request, a reference held; NULL otherwise.
                                      * Its cancel is theirs, their news wake its waiter, and
                                      * the scheduler forks its prompt into them (scheduler.h) */
+    srv_req *waiter;                /* a completions request of several prompts: every request
+                                     * of prompts 1.. (and their choices) names prompt 0's
+                                     * choice 0, where the HTTP side waits (a reference held):
+                                     * their news wake it, its cancel is theirs; NULL otherwise
+                                     * (a choice of prompt 0 has its lead for that) */
 
     /* ---- shared, under mu ---- */
     pthread_mutex_t mu;
@@ -132,6 +137,8 @@ srv_req *srv_req_new(const int32_t *prompt, int n_prompt);
  * at, forced prefix, test script) with two references: another choice of the same
  * request. NULL when out of memory. */
 srv_req *srv_req_clone(const srv_req *r);
+/* The same with another prompt (n_prompt ids): another prompt of a list (completions). */
+srv_req *srv_req_clone_prompt(const srv_req *r, const int32_t *prompt, int n_prompt);
 /* Copies stop strings and logit bias into the request and points gp at them; 0 or -1 (oom). */
 int srv_req_set_stops(srv_req *r, const char *const *stops, int n);
 int srv_req_set_bias(srv_req *r, const int32_t *ids, const float *bias, int n);

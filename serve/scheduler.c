@@ -44,12 +44,13 @@ static void list_remove(srv_req **list, int *n, srv_req *r) {
 
 /* ---- ending requests -------------------------------------------------------------------- */
 
-/* r failed: when it is one of n > 1 choices, the others are cancelled at once (choice 0's
- * cancel is theirs), as the stream does, rather than run to their end before the 500. */
+/* r failed: when it is one of n > 1 choices (or of a list's prompts), the others are
+ * cancelled at once (choice 0's cancel is theirs), as the stream does, rather than run to
+ * their end before the 500. */
 static void cancel_choices(srv_sched *s, srv_req *r) {
-    srv_req *lead = r->lead;
-    for (int i = 0; i < s->n_run && !lead; i++) lead = s->run[i]->lead == r ? r : NULL;
-    for (int i = 0; i < s->n_wait && !lead; i++) lead = s->wait[i]->lead == r ? r : NULL;
+    srv_req *lead = r->waiter ? r->waiter : r->lead;
+    for (int i = 0; i < s->n_run && !lead; i++) lead = s->run[i]->lead == r || s->run[i]->waiter == r ? r : NULL;
+    for (int i = 0; i < s->n_wait && !lead; i++) lead = s->wait[i]->lead == r || s->wait[i]->waiter == r ? r : NULL;
     if (!lead) return;
     pthread_mutex_lock(&lead->mu);
     lead->cancel = 1;
@@ -100,7 +101,8 @@ static int cancelled(srv_req *r) {
     pthread_mutex_lock(&r->mu);
     int c = r->cancel;
     pthread_mutex_unlock(&r->mu);
-    if (r->lead && !c) return cancelled(r->lead);  /* a client gone cancels every choice */
+    if (r->lead && !c) c = cancelled(r->lead);  /* a client gone cancels every choice */
+    if (r->waiter && !c) c = cancelled(r->waiter);  /* and every prompt of a list */
     return c;
 }
 
@@ -1169,7 +1171,8 @@ int srv_sched_submit_n(srv_sched *s, srv_req *const *r, int n, dsv4_err *err) {
     /* the choices share choice 0's prompt by forking its sequence (on a rank-0-home group
      * the fork is relayed: srv_relay_fork; under data-parallel attention they are placed
      * on choice 0's home rank, which forks there: dp.c) */
-    if (n > 1) r[0]->forkable = 1;
+    for (int i = 0; i < n; i++)
+        if (r[i]->lead) r[i]->lead->forkable = 1;
     /* under data-parallel attention every rank has max_seqs slots */
     const int slots = s->o.max_seqs * (s->dp ? srv_dp_ranks(s->dp) : 1);
     pthread_mutex_lock(&s->mu);

@@ -64,12 +64,13 @@ const char *srv_sched_group_failed(srv_sched *s);
  * generation state first: DSV4_ERR_ARG (bad parameters) or DSV4_ERR_STATE (shutting
  * down) leave the request untouched and the reference with the caller. */
 int srv_sched_submit(srv_sched *s, srv_req *r, dsv4_err *err);
-/* The n choices of one request (OpenAI's `n`; r[1..n-1]->lead = r[0]) submitted at once:
- * admitted only when all n fit (the slots and the queue). Choice 0 runs the prompt; the
- * others wait for it and start as forks of its sequence at the prompt's end, the prompt's
- * KV shared (not under a process group: there, and for a choice that finds no
- * slot free at that moment, a choice computes the prompt itself, with the prefix cache's
- * help). Choice 0's cancel cancels them all. Errors as srv_sched_submit. */
+/* The n requests of one API request submitted at once: its choices (OpenAI's `n`; a choice
+ * k > 0 has lead = its choice 0) and, for a completions list, its prompts (those of prompts
+ * 1.. have waiter = r[0]); admitted only when all n fit (the slots and the queue). A choice 0
+ * runs the prompt; its other choices wait for it and start as forks of its sequence at the
+ * prompt's end, the prompt's KV shared (not under a process group: there, and for a choice
+ * that finds no slot free at that moment, a choice computes the prompt itself, with the
+ * prefix cache's help). r[0]'s cancel cancels them all. Errors as srv_sched_submit. */
 int srv_sched_submit_n(srv_sched *s, srv_req *const *r, int n, dsv4_err *err);
 /* The client went away: the request ends at the next step. */
 void srv_sched_cancel(srv_sched *s, srv_req *r);

@@ -215,6 +215,12 @@ srv_job *srv_submit(srv *s, srv_req *r, int api, const char *body, srv_reply *ou
 /* srv_submit of n choices (OpenAI's n): choice i is a copy of r seeded with r's seed + i
  * (mod 2^64), the job's more[i - 1]; all are submitted at once (srv_sched_submit_n). */
 srv_job *srv_submit_n(srv *s, srv_req *r, int n, int api, const char *body, srv_reply *out);
+/* srv_submit_n of a list of prompts (completions' prompt as a list), each rs[p] a request
+ * of its own (its two references taken) with n choices: the job's choice k = p n + c is
+ * prompt p's choice c (rs[p] for c = 0, with waiter rs[0] for p > 0), all submitted at
+ * once (they count n_prompts x n against the queue). */
+srv_job *srv_submit_list(srv *s, srv_req *const *rs, int n_prompts, int n, int api, const char *body,
+                         srv_reply *out);
 /* Sets out to an error in the API's shape. */
 void srv_reply_error(srv_reply *out, int api, int status, const char *msg);
 /* Optional field of a type: 0 absent (or null), 1 read, -1 wrong type or out of range

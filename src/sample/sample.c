@@ -403,6 +403,9 @@ int dsv4_sample_score(dsv4_sampler *s, const float *logits, int32_t token, int n
     const double lse = isfinite(zmax) ? zmax + log(exp_sum(s, zmax)) : zmax;
     out->token = token;
     out->logprob = logprob(z[token], zmax, lse);
+    int rank = 0;
+    for (int i = 0; i < V; i++) rank += z[i] >= z[token];
+    out->rank = rank;
     best_logprobs(s, n_top, zmax, lse, out);
     return 0;
 }

@@ -14,7 +14,14 @@
 //  3. A prefix-cache hit changes nothing: the echo runs its prompt cold (cached_tokens 0)
 //     and answers the same numbers after a plain request kept the prompt's prefix; two echoes
 //     and a plain request side by side answer as alone; an id without text scores -9999.
-//  4. The 400s: echo streamed, max_tokens 0 with n > 1, a list of several prompts.
+//  4. The 400s: echo streamed, max_tokens 0 with n > 1.
+//  5. A list of prompts (lm-eval's batch_size > 1, any legacy-completions client): choice
+//     p n + c is prompt p's choice c, each equal to the request of that prompt alone (echo's
+//     logprobs bit for bit; sampled choices with n and best_of seed for seed), usage summed,
+//     the stream's chunks indexed so; a list over --max-queue and a bad element are 400s.
+//  6. vLLM's prompt_logprobs (completions: each choice's; chat: the answer's): null, then
+//     per prompt token {id: {logprob, rank, decoded_token}}: the token (echo's logprob, its
+//     rank among all ids) and the best k ranked 1..k with echo's numbers; not streamed.
 'use strict';
 const assert = require('assert');
 const OpenAI = require('openai').default;
@@ -121,11 +128,92 @@ run('echo', async () => {
     r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: 'hi', echo: true, max_tokens: 0, n: 2 } });
     assert.strictEqual(r.status, 400);
     assert.strictEqual(r.json.error.param, 'max_tokens');
-    r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: [[1, 2], [3, 4]], echo: true, max_tokens: 0 } });
-    assert.strictEqual(r.status, 400);
-    assert.match(r.json.error.message, /holds 2 prompts: one prompt a request/);
     r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: 'hi', max_tokens: 0 } });
     assert.strictEqual(r.status, 400, 'max_tokens 0 without echo');
+
+    // 5. a list of prompts: lm-eval's loglikelihood batch (text and ids mixed), each choice as alone
+    const withIndex = (ch, index) => ({ ...ch, index });
+    const list = await lmEval([TEXT, ids.slice(0, 90), ids.slice(0, 70)]);
+    const solo70 = await lmEval(ids.slice(0, 70));
+    assert.strictEqual(list.choices.length, 3);
+    assert.deepStrictEqual(list.choices[0], a.choices[0]);
+    assert.deepStrictEqual(list.choices[1], withIndex(solo2.choices[0], 1));
+    assert.deepStrictEqual(list.choices[2], withIndex(solo70.choices[0], 2));
+    assert.strictEqual(list.usage.prompt_tokens, n + 90 + 70);
+    // sampled: n and best_of per prompt, choice p n + c is prompt p's choice c (seeded alike)
+    const gen = { model: 'm', max_tokens: 3, temperature: 1.0, seed: 7, logprobs: 1, ...asIds };
+    for (const extra of [{ n: 2 }, { n: 2, best_of: 3 }]) {
+      const prompts = [ids.slice(0, 20), ids.slice(5, 30)];
+      const both = await client.completions.create({ ...gen, ...extra, prompt: prompts });
+      assert.strictEqual(both.choices.length, 4);
+      let completion = 0;
+      for (let p = 0; p < 2; p++) {
+        const one = await client.completions.create({ ...gen, ...extra, prompt: prompts[p] });
+        completion += one.usage.completion_tokens;
+        for (let c = 0; c < 2; c++)
+          assert.deepStrictEqual(both.choices[2 * p + c], withIndex(one.choices[c], 2 * p + c), `prompt ${p} choice ${c}`);
+      }
+      assert.strictEqual(both.usage.completion_tokens, completion);
+      assert.strictEqual(both.usage.prompt_tokens, 45);
+    }
+    // streamed: each chunk names its choice p n + c; reassembled, the answer's texts
+    const sreq = { ...gen, n: 2, prompt: [ids.slice(0, 20), ids.slice(5, 30)] };
+    const whole = await client.completions.create(sreq);
+    const texts = ['', '', '', ''], ends = [0, 0, 0, 0];
+    for await (const ch of await client.completions.create({ ...sreq, stream: true })) {
+      for (const c of ch.choices) {
+        texts[c.index] += c.text;
+        if (c.finish_reason) ends[c.index]++;
+      }
+    }
+    assert.deepStrictEqual(texts, whole.choices.map((c) => c.text));
+    assert.deepStrictEqual(ends, [1, 1, 1, 1]);
+    // refused: more prompts x choices than the queue takes, an element that is no prompt
+    r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: Array(129).fill([1, 2]), n: 2 } });
+    assert.strictEqual(r.status, 400);
+    assert.strictEqual(r.json.error.param, 'prompt');
+    assert.match(r.json.error.message, /129 prompts x 2 choices: a request takes at most 256/);
+    r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: [[1, 2], 'x', 5] } });
+    assert.strictEqual(r.status, 400);
+    assert.match(r.json.error.message, /'prompt\[2\]' must be/);
+
+    // 6. prompt_logprobs: echo's numbers, ranked
+    const pk = 3;
+    const plr = await lmEval([ids.slice(0, 70)], { prompt_logprobs: pk, ...asIds });
+    const pl6 = plr.choices[0].prompt_logprobs, el = plr.choices[0].logprobs;
+    assert.deepStrictEqual(el.token_logprobs, solo70.choices[0].logprobs.token_logprobs, 'prompt_logprobs changed echo');
+    assert.strictEqual(pl6.length, 70);
+    assert.strictEqual(pl6[0], null);
+    for (let i = 1; i < 70; i++) {
+      const d = pl6[i], keys = Object.keys(d);
+      assert.strictEqual(d[ids[i]].logprob, el.token_logprobs[i], `prompt_logprobs[${i}]`);
+      const top = Object.entries(el.top_logprobs[i]).slice(0, pk);  // best first, by id
+      for (let t = 0; t < pk; t++) {
+        const e = d[top[t][0].slice('token_id:'.length)];
+        assert.strictEqual(e.logprob, top[t][1]);
+        assert.strictEqual(e.rank, t + 1, `prompt_logprobs[${i}]: rank of the best ${t}`);
+      }
+      // the token's rank: 1 + the ids more likely (ties apart, none here)
+      const more = Object.values(el.top_logprobs[i]).filter((v) => v > el.token_logprobs[i]).length;
+      if (more < N_TOP) assert.strictEqual(d[ids[i]].rank, more + 1, `prompt_logprobs[${i}]: the token's rank`);
+      else assert(d[ids[i]].rank > N_TOP);
+      assert.strictEqual(keys.length, d[ids[i]].rank <= pk ? pk : pk + 1);
+      assert.strictEqual(typeof d[ids[i]].decoded_token, 'string');
+    }
+    const chat = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', max_tokens: 1,
+      messages: [{ role: 'user', content: 'hello there' }], prompt_logprobs: 0 } });
+    assert.strictEqual(chat.status, 200);
+    const cpl = chat.json.prompt_logprobs;
+    assert.strictEqual(cpl.length, chat.json.usage.prompt_tokens);
+    assert.strictEqual(cpl[0], null);
+    assert(cpl.slice(1).every((d) => Object.keys(d).length === 1 && Object.values(d)[0].rank >= 1));
+    for (const [body, what] of [[{ prompt: 'hi', prompt_logprobs: 1, stream: true }, /cannot be streamed/],
+      [{ prompt: 'hi', prompt_logprobs: 21 }, /from 0 to 20/]]) {
+      r = await http(srv.url + '/v1/completions', { body: { model: 'm', ...body } });
+      assert.strictEqual(r.status, 400);
+      assert.strictEqual(r.json.error.param, 'prompt_logprobs');
+      assert.match(r.json.error.message, what);
+    }
   } finally {
     await srv.stop();
   }
