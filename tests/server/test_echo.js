@@ -32,7 +32,7 @@ const TEXT = Array.from({ length: 140 }, (_, k) => WORDS[(k * 5) % WORDS.length]
 const N_TOP = 5;
 
 run('echo', async () => {
-  const srv = await start(['--max-context', '512', '--step-tokens', '32', '--max-seqs', '4']);
+  const srv = await start(['--max-context', '512', '--step-tokens', '32', '--max-seqs', '4', '--threads', '2']);
   const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
   const lmEval = (prompt, extra = {}) => client.completions.create({ model: 'm', prompt, max_tokens: 0,
     temperature: 0, logprobs: N_TOP, echo: true, seed: 1234, ...extra });
@@ -200,6 +200,17 @@ run('echo', async () => {
       assert.strictEqual(keys.length, d[ids[i]].rank <= pk ? pk : pk + 1);
       assert.strictEqual(typeof d[ids[i]].decoded_token, 'string');
     }
+    // the rank of a token that is the best, second, fifth after its prefix (one list)
+    const pre = ids.slice(0, 33);
+    const nx = (await client.completions.create({ model: 'm', prompt: pre, max_tokens: 1, temperature: 0,
+      logprobs: N_TOP, ...asIds })).choices[0].logprobs.top_logprobs[0];
+    const cand = Object.keys(nx).map((k) => Number(k.slice('token_id:'.length)));
+    const ranked = await lmEval([0, 1, 4].map((t) => pre.concat([cand[t]])), { prompt_logprobs: 2, ...asIds });
+    [0, 1, 4].forEach((t, p) => {
+      const e = ranked.choices[p].prompt_logprobs[33][cand[t]];
+      assert.strictEqual(e.rank, t + 1, `the token ${t + 1}th after its prefix`);
+      assert.strictEqual(e.logprob, nx[`token_id:${cand[t]}`]);
+    });
     const chat = await http(srv.url + '/v1/chat/completions', { body: { model: 'm', max_tokens: 1,
       messages: [{ role: 'user', content: 'hello there' }], prompt_logprobs: 0 } });
     assert.strictEqual(chat.status, 200);
