@@ -168,6 +168,12 @@ static int32_t forced_draft(void *user, int64_t pos, int32_t draft) {
  * A prefill chunk ends at the prompt's snapshot point, which it then leaves behind. */
 static int add_span(srv_sched *s, int *n_spans, srv_req *r, int room) {
     int pending = r->n_ctx - r->n_done;
+    /* a prompt scored beside decoding requests: each of its rows also runs the LM head (2 D V
+     * flops a row: on the bench model about a forward row's cost, on Flash a few percent of
+     * it) and is scored, so it is charged two rows of the step's budget: the step, and the
+     * neighbours' inter-token latency, stay near a plain chunk's */
+    const int charge = r->plp && r->n_done + 1 < r->n_prompt && s->decoding ? 2 : 1;
+    if (charge > 1) room = room > 1 ? room / 2 : 1;
     int n = pending < room ? pending : room;
     if (n > s->o.c_max) n = s->o.c_max;
     if (n <= 0) return 0;
@@ -195,7 +201,7 @@ static int add_span(srv_sched *s, int *n_spans, srv_req *r, int room) {
     s->span_verify[*n_spans] = 0;
     s->span_snap[*n_spans] = snap;
     s->span_req[(*n_spans)++] = r;
-    return n;
+    return charge * n;
 }
 
 /* The decode span of an MTP request: its pending token and, when there is one, the draft
@@ -273,12 +279,14 @@ static void preempt_for_priority(srv_sched *s) {
 static int plan_step(srv_sched *s, int *rows, int *decode) {
     int n_spans = 0, budget = s->o.step_tokens;
     *decode = 0;
+    s->decoding = 0;
     for (int i = 0; i < s->n_run; i++)
         if (s->run[i]->n_ctx - s->run[i]->n_done == 1) {
             budget -= s->run[i]->spec ? add_verify(s, &n_spans, s->run[i])
                                       : add_span(s, &n_spans, s->run[i], 1);
             (*decode)++;
         }
+    s->decoding = *decode > 0;
     for (int i = 0; i < s->n_run && budget > 0; i++)
         if (s->run[i]->n_ctx - s->run[i]->n_done > 1)
             budget -= add_span(s, &n_spans, s->run[i], budget);
@@ -335,7 +343,8 @@ static int plan_step(srv_sched *s, int *rows, int *decode) {
         held += forks;
         budget -= add_span(s, &n_spans, r, budget);
     }
-    *rows = s->o.step_tokens - budget;
+    *rows = 0;  /* the budget charged scored rows twice: the rows themselves */
+    for (int i = 0; i < n_spans; i++) *rows += s->spans[i].n_tokens;
     return n_spans;
 }
 
