@@ -852,13 +852,23 @@ static cJSON *top_dict(const srv *s, const srv_job *lead, const dsv4_sample_out 
     return t;
 }
 
-/* The bytes prompt token i adds to the echoed text (none for the BOS the server put before
- * a text prompt). */
-static size_t echo_bytes(const srv *s, const srv_job *lead, int i) {
+/* The characters (code points) in n bytes of UTF-8: the bytes that begin one. text_offset
+ * counts characters, as OpenAI's and vLLM's do. */
+static size_t utf8_chars(const char *t, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; t && i < n; i++) c += ((unsigned char)t[i] & 0xC0) != 0x80;
+    return c;
+}
+
+/* The characters prompt token i adds to the echoed text (none for the BOS the server put
+ * before a text prompt): those its bytes begin (a character split over two tokens counts in
+ * the first; the bytes of a token-id prompt that are not UTF-8 are repaired in the text,
+ * one U+FFFD where this counts the bytes that begin characters). */
+static size_t echo_chars(const srv *s, const srv_job *lead, int i) {
     size_t n = 0;
     if (i == 0 && lead->echo_bos) return 0;
-    dsv4_tok_id_bytes(s->tok, lead->r->prompt[i], &n);
-    return n;
+    const char *t = dsv4_tok_id_bytes(s->tok, lead->r->prompt[i], &n);
+    return utf8_chars(t, n);
 }
 
 /* The prompt's entries of an echo's logprobs (choice 0's request scored them: every choice
@@ -873,7 +883,7 @@ static void prompt_entries(srv *s, const srv_job *lead, cJSON *toks, cJSON *tlp,
         cJSON_AddItemToArray(tlp, known ? lp_num(r->plp[i].logprob) : cJSON_CreateNull());
         cJSON_AddItemToArray(top, known ? top_dict(s, lead, &r->plp[i], r->gp.sample.n_logprobs) : cJSON_CreateNull());
         cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at));
-        at += echo_bytes(s, lead, i);
+        at += echo_chars(s, lead, i);
     }
 }
 
@@ -885,12 +895,15 @@ static cJSON *completion_logprobs(srv *s, const srv_job *lead, const srv_req *r,
     cJSON *top = cJSON_AddArrayToObject(lp, "top_logprobs");
     cJSON *off = cJSON_AddArrayToObject(lp, "text_offset");
     if (lead->echo) prompt_entries(s, lead, toks, tlp, top, off);
+    /* in characters of the answer's text (the echo's, then r's text before token from) */
+    size_t at = from < to ? utf8_chars(lead->echo, lead->echo_len) + utf8_chars(r->text, r->ev[from].text_off) : 0;
     for (int i = from; i < to; i++) {
         const srv_event *e = &r->ev[i];
         cJSON_AddItemToArray(toks, lp_token_json(s, lead, e->token));
         cJSON_AddItemToArray(tlp, lp_num(e->sample.logprob));
         cJSON_AddItemToArray(top, top_dict(s, lead, &e->sample, e->sample.n_top));
-        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)(lead->echo_len + e->text_off)));
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at));
+        at += r->text ? utf8_chars(r->text + e->text_off, e->text_len) : 0;
     }
     return lp;
 }

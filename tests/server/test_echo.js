@@ -5,8 +5,8 @@
 // choices[0].logprobs.{tokens, token_logprobs, top_logprobs, text_offset} over the prompt.
 //  1. The answer's shape: text = the prompt's text (+ the completion's), one entry per
 //     prompt token, the first token's logprob and top_logprobs null, text_offset where each
-//     token's text begins; max_tokens 0 answers the prompt alone (finish "length", no
-//     completion tokens); a token-id prompt gives the same numbers as its text.
+//     token's text begins (in characters); max_tokens 0 answers the prompt alone (finish
+//     "length", no completion tokens); a token-id prompt gives the same numbers as its text.
 //  2. Bit-identical to decoding across prefill chunks (--step-tokens 32, a ~150-token
 //     prompt): prompt token i's top_logprobs are those a request with the first i tokens
 //     and max_tokens 1 reports for its first token, and the logprob of a token t at i is
@@ -22,8 +22,13 @@
 //  6. vLLM's prompt_logprobs (completions: each choice's; chat: the answer's): null, then
 //     per prompt token {id: {logprob, rank, decoded_token}}: the token (echo's logprob, its
 //     rank among all ids) and the best k ranked 1..k with echo's numbers; not streamed.
+//  7. Beside a decoding request a scored prompt's chunk is charged two rows a row (its LM
+//     head and scoring): at most half the step's rows (--trace-steps: rows - decode <= 16).
 'use strict';
 const assert = require('assert');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
 const OpenAI = require('openai').default;
 const { start, http, run } = require('./harness');
 
@@ -32,7 +37,9 @@ const TEXT = Array.from({ length: 140 }, (_, k) => WORDS[(k * 5) % WORDS.length]
 const N_TOP = 5;
 
 run('echo', async () => {
-  const srv = await start(['--max-context', '512', '--step-tokens', '32', '--max-seqs', '4', '--threads', '2']);
+  const trace = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'dsv4-echo-')), 'steps.jsonl');
+  const srv = await start(['--max-context', '512', '--step-tokens', '32', '--max-seqs', '4', '--threads', '2',
+    '--trace-steps', trace]);
   const client = new OpenAI({ apiKey: 'x', baseURL: srv.url + '/v1', maxRetries: 0 });
   const lmEval = (prompt, extra = {}) => client.completions.create({ model: 'm', prompt, max_tokens: 0,
     temperature: 0, logprobs: N_TOP, echo: true, seed: 1234, ...extra });
@@ -60,6 +67,13 @@ run('echo', async () => {
     for (let i = 1; i < n; i++) {
       const end = i + 1 < n ? lp.text_offset[i + 1] : c.text.length;
       assert.strictEqual(c.text.slice(lp.text_offset[i], end), lp.tokens[i], `text_offset[${i}]`);
+    }
+    // text_offset counts characters (code points), as OpenAI and vLLM do, not bytes
+    const uni = (await lmEval('naïve café: über Straße, ½ ∑ 東京')).choices[0];
+    const cps = [...uni.text], uo = uni.logprobs.text_offset;
+    for (let i = 1; i < uo.length; i++) {
+      const end = i + 1 < uo.length ? uo[i + 1] : cps.length;
+      assert.strictEqual(cps.slice(uo[i], end).join(''), uni.logprobs.tokens[i], `text_offset[${i}] in characters`);
     }
     // the same prompt as token ids ([[ids]]: lm-eval's batch of one): the same numbers
     const tok = await http(srv.url + '/tokenize', { body: { prompt: TEXT } });
@@ -120,6 +134,20 @@ run('echo', async () => {
     assert.strictEqual(pl[0], null);
     assert.strictEqual(pl[2], -9999);
     assert(pl[1] > -9999 && pl[3] > -9999 && pl[1] < 0 && pl[3] < 0, JSON.stringify(pl));
+
+    // 7. an echo beside a stream: its chunks half the step's 32 rows
+    const before = fs.readFileSync(trace, 'utf8').split('\n').filter(Boolean).length;
+    const st = await client.completions.create({ model: 'm', prompt: ids.slice(0, 8), max_tokens: 48,
+      ignore_eos: true, temperature: 0, stream: true });
+    const it = st[Symbol.asyncIterator]();
+    await it.next();  // decoding now
+    const beside = lmEval(TEXT);
+    while (!(await it.next()).done);
+    assert.deepStrictEqual((await beside).choices, a.choices);
+    const steps = fs.readFileSync(trace, 'utf8').split('\n').filter(Boolean).slice(before).map((l) => JSON.parse(l));
+    const shared = steps.filter((x) => x.decode > 0 && x.rows > x.decode);
+    assert(shared.length >= 2, `the echo ran beside the stream in ${shared.length} steps`);
+    for (const x of shared) assert(x.rows - x.decode <= 16, `a scored chunk of ${x.rows - x.decode} rows beside decoding`);
 
     // 4. refused
     let r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: 'hi', echo: true, stream: true } });
