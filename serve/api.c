@@ -422,18 +422,18 @@ srv_job *srv_submit_list(srv *s, srv_req *const *rs, int n_prompts, int n, int a
                 rs[p]->forced_error = sc->error ? sc->error[i] : NULL;
                 break;
             }
+    int fits = 1;
+    for (int p = 0; p < n_prompts && fits; p++) fits = prompt_fits(s, rs[p], n_prompts > 1 ? p : -1, api, out);
     /* the prompts' requests are the job's from here on (freed with it) */
-    if (add_choices(j, rs, n_prompts, n)) {
-        /* no room for the slots: prompts 1.. were never placed */
+    if (!fits || add_choices(j, rs, n_prompts, n)) {
+        /* refused, or no room for the slots: prompts 1.. were never placed */
         for (int p = 1; !j->n_more && p < n_prompts; p++) {
             srv_req_release(rs[p]);
             srv_req_release(rs[p]);
         }
-        srv_reply_error(out, api, 500, "out of memory");
+        if (fits) srv_reply_error(out, api, 500, "out of memory");
         goto fail;
     }
-    for (int p = 0; p < n_prompts; p++)
-        if (!prompt_fits(s, rs[p], n_prompts > 1 ? p : -1, api, out)) goto fail;
     srv_req *one[1] = {r}, **reqs = j->n_more ? malloc((size_t)(1 + j->n_more) * sizeof *reqs) : one;
     if (!reqs) {
         srv_reply_error(out, api, 500, "out of memory");

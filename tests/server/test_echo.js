@@ -201,6 +201,9 @@ run('echo', async () => {
     assert.strictEqual(r.status, 400);
     assert.strictEqual(r.json.error.param, 'prompt');
     assert.match(r.json.error.message, /129 prompts x 2 choices: a request takes at most 256/);
+    r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: [[1, 2], Array(600).fill(300)] } });
+    assert.strictEqual(r.status, 400);
+    assert.match(r.json.error.message, /^prompt 1: the prompt has 600 tokens and max_context is 512/);
     r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: [[1, 2], 'x', 5] } });
     assert.strictEqual(r.status, 400);
     assert.match(r.json.error.message, /'prompt\[2\]' must be/);
