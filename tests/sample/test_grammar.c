@@ -205,7 +205,7 @@ static const char *const PIECES[] = {
     "()", "((", "))", "[]", "([", "])", "(()", "12", "3.", ".25", "1+", "+(", ")*", "*-", "true", "tr", "ue",
     "null", ", ", ",\"", "\"a", "\\n", "[1", "\"]", "caf", "\xc3\xa9", "\xc3", "\xa9x", "\xe4\xb8", "\xad\xe6\x96\x87",
     "\xe4\xb8\xad", "\xf0\x9f", "\x98\x80", "\xf0\x9f\x98\x80", "\xed\xa0\x80", "\xc0\xaf", "  ", "ab", "abc", "-x",
-    "xyz", "!", "__", "a-", "\n\n", "[ ", " ]", "caf\xc3\xa9.", "aa", "aaa", "aaaa",
+    "xyz", "!", "__", "a-", "\n\n", "[ ", " ]", "caf\xc3\xa9.", "aa", "aaa", "aaaa", "aaaaaa",
 };
 
 static uint64_t rs = 0x9e3779b97f4a7c15ull;
