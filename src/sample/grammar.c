@@ -23,6 +23,7 @@ struct gr_cache {
     uint64_t *mask;         /* [cap][words] */
     uint32_t *key;          /* [cap][GR_KEY] */
     int *kn;                /* (cap) key lengths */
+    uint8_t *near;          /* (cap) the walk came near a bound (gr_mask: not for a clamped state) */
     uint64_t *h;            /* (cap) key hashes */
     int used, next;
 };
@@ -35,8 +36,9 @@ gr_cache *gr_cache_new(int words, int cap) {
     c->key = malloc((size_t)cap * GR_KEY * sizeof *c->key);
     c->kn = malloc((size_t)cap * sizeof *c->kn);
     c->h = malloc((size_t)cap * sizeof *c->h);
-    if (!c->mask || !c->key || !c->kn || !c->h || pthread_mutex_init(&c->mu, NULL)) {
-        free(c->mask), free(c->key), free(c->kn), free(c->h), free(c);
+    c->near = malloc((size_t)cap);
+    if (!c->mask || !c->key || !c->kn || !c->h || !c->near || pthread_mutex_init(&c->mu, NULL)) {
+        free(c->mask), free(c->key), free(c->kn), free(c->h), free(c->near), free(c);
         return NULL;
     }
     return c;
@@ -56,29 +58,29 @@ void gr_cache_free(gr_cache *c) {
     pthread_mutex_unlock(&c->mu);
     if (!last) return;
     pthread_mutex_destroy(&c->mu);
-    free(c->mask), free(c->key), free(c->kn), free(c->h), free(c);
+    free(c->mask), free(c->key), free(c->kn), free(c->h), free(c->near), free(c);
 }
 
-/* the mask of key k (n words, hash h) into bits: 1 found, 0 not */
-static int cache_get(gr_cache *c, const uint32_t *k, int n, uint64_t h, uint64_t *bits) {
+/* the mask of key k (n words, hash h) into bits: 1 found (*near: its walk's flag), 0 not */
+static int cache_get(gr_cache *c, const uint32_t *k, int n, uint64_t h, uint64_t *bits, int *near) {
     pthread_mutex_lock(&c->mu);
     int found = 0;
     for (int i = 0; i < c->used && !found; i++)
         if (c->h[i] == h && c->kn[i] == n && !memcmp(c->key + (size_t)i * GR_KEY, k, (size_t)n * sizeof *k)) {
             memcpy(bits, c->mask + (size_t)i * (size_t)c->words, (size_t)c->words * sizeof *bits);
-            found = 1;
+            found = 1, *near = c->near[i];
         }
     pthread_mutex_unlock(&c->mu);
     return found;
 }
 
-static void cache_put(gr_cache *c, const uint32_t *k, int n, uint64_t h, const uint64_t *bits) {
+static void cache_put(gr_cache *c, const uint32_t *k, int n, uint64_t h, const uint64_t *bits, int near) {
     pthread_mutex_lock(&c->mu);
     const int slot = c->used < c->cap ? c->used++ : c->next;
     if (slot == c->next) c->next = (c->next + 1) % c->cap;
     memcpy(c->mask + (size_t)slot * (size_t)c->words, bits, (size_t)c->words * sizeof *bits);
     memcpy(c->key + (size_t)slot * GR_KEY, k, (size_t)n * sizeof *k);
-    c->kn[slot] = n, c->h[slot] = h;
+    c->kn[slot] = n, c->h[slot] = h, c->near[slot] = (uint8_t)near;
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -536,19 +538,25 @@ static int canon(gr_run *r) {
     return 1;
 }
 
-/* the mask of the state in row 0 (gr_mask) */
-static long mask_of(gr_run *r, const json_vocab *v, uint64_t *bits) {
+/* The mask of the state in row 0 (gr_mask). clamped: row 0 holds the clamped state, whose
+ * walk is only taken far from the bounds: *near set (nothing kept, bits undefined) when the
+ * walk (or the cached one) left a token out over a bound, held more than half
+ * GR_MAX_STACKS stacks in a row, spent more than half the budget, or failed. */
+static long mask_of(gr_run *r, const json_vocab *v, uint64_t *bits, int clamped, int *near) {
     const size_t bytes = (size_t)v->words * sizeof *bits, S = GR_MAX_STACKS;
     const int kn = make_key(r);
     const uint64_t h = kn >= 0 ? hash_key(r->key, kn) : 0;
-    if (kn >= 0 && cache_get(r->cache, r->key, kn, h, bits)) {
+    *near = 0;
+    if (kn >= 0 && cache_get(r->cache, r->key, kn, h, bits, near) && !(clamped && *near)) {
         r->hits++;
         return 0;
     }
+    if (clamped && *near) return -1;
     r->misses++;
     memset(bits, 0, bytes);
     const int mark0 = r->n_node;
     long pruned = 0;
+    int kmax = r->wn[0];
     r->spent = 0, r->limit = GR_MASK_BUDGET, r->broke = 0;
     r->mark[0] = mark0, r->src[0] = 0;
     const json_trie *t = v->all;
@@ -597,6 +605,7 @@ static long mask_of(gr_run *r, const json_vocab *v, uint64_t *bits) {
                     continue;
                 }
                 r->wn[d] = k, r->wacc[d] = acc, r->mark[d] = r->n_node, r->rver[d]++;
+                if (k > kmax) kmax = k;
                 r->mpv[d] = small ? r->pv[d - 1] : 0, r->msig[d] = sig;
                 int same = small && k == n && acc == r->wacc[s];
                 for (int j = 0; same && j < n; j++) same = r->seen[in[j]] == r->stamp; /* step_cp's stamp */
@@ -618,10 +627,12 @@ static long mask_of(gr_run *r, const json_vocab *v, uint64_t *bits) {
     }
     truncate_pool(r, mark0);
     r->limit = 0;
+    *near = pruned > 0 || kmax > GR_MAX_STACKS / 2 || r->spent > GR_MASK_BUDGET / 2;
     int any = r->wacc[0] && !r->wu[0];
     for (int w = 0; w < v->words && !any; w++) any = bits[w] != 0;
     if (!any) return -1; /* alive, so only a bound can have emptied it: the last one passed is in why */
-    if (kn >= 0) cache_put(r->cache, r->key, kn, h, bits);
+    if (clamped && *near) return -1;
+    if (kn >= 0) cache_put(r->cache, r->key, kn, h, bits, *near);
     return steps;
 }
 
@@ -629,9 +640,14 @@ long gr_mask(gr_run *r, const json_vocab *v, uint64_t *bits) {
     if (r->over) return -1;
     const int mark = r->n_node, n = r->wn[0];
     const int swapped = canon(r);
-    const long rc = mask_of(r, v, bits);
+    int near = 0;
+    long rc = mask_of(r, v, bits, swapped, &near);
     if (swapped) memcpy(r->top, r->save, (size_t)n * sizeof *r->top);
     truncate_pool(r, mark);
+    if (swapped && (near || rc < 0)) { /* near a bound the clamped walk may merge stacks unlike the state's: its own walk */
+        r->over = 0;
+        rc = mask_of(r, v, bits, 0, &near);
+    }
     return rc;
 }
 
