@@ -2,7 +2,7 @@
 """make_grammar_mask_seeds.py — the seeds of fuzz_grammar_mask (tests/fuzz/corpus/grammar_mask):
 a grammar, a NUL byte, then steering bytes (each picks the next token among those allowed).
 The grammars: test_grammar's (brackets, arithmetic, a JSON-like value, counts and negated
-classes, UTF-8), a SQL-ish one and an ambiguous one.
+classes, UTF-8), a SQL-ish one, an ambiguous one, and counts past the mask key's clamp.
 
     python3 tests/fuzz/make_grammar_mask_seeds.py tests/fuzz/corpus/grammar_mask
 """
@@ -22,6 +22,10 @@ GRAMMARS = {
     'sql': 'root ::= "SELECT " cols " FROM " name (" WHERE " name "=" num)?\ncols ::= name (", " name)*\n'
            'name ::= [a-z] [a-z0-9_]{0,7}\nnum ::= [0-9]{1,3}\n',
     'ambiguous': 'root ::= x\nx ::= "a" x "b" | "a" x "c" | "(" x ")" | ""\n',
+    # counts past the clamp of the mask's key (the vocabulary's longest token + 2): one level,
+    # nested counts, copies of one or two characters under an alternative, copies moved
+    'clamp': 'root ::= "\\"" [^"]{0,30} "\\"" | ([a-c]{3,20} ","){2,14} "." | "y" ([0-9] | "ab"){0,25} "c" | '
+             '"<" [a-c]{12}{2} "!"\n',
 }
 STEERS = [b'', bytes(range(0, 256, 11)), bytes(range(255, 0, -13)), b'\x00' * 24, b'\xff' * 24, b'\x80\x10\xf0\x40' * 6]
 
