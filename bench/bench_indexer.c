@@ -39,6 +39,7 @@
 #define NQ_MAX 8
 
 static int KEY_FMT = DSV4_ROW_BF16; /* --keys */
+static int APPROX = DSV4_IDX_APPROX_AUTO; /* --approx: the bounded way's kernel */
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 typedef struct bufs {
@@ -54,8 +55,8 @@ static double run(int bounded, int simd, const float *qI, const float *wI, int n
     int64_t lim[NQ_MAX];
     for (int q = 0; q < nq; q++) lim[q] = n;
     const double t0 = now_s();
-    if (bounded) dsv4_idx_approx(simd, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys, KEY_FMT, 0, n, nI, dI,
-                                 b->scores, b->knorm, (size_t)n);
+    if (bounded) dsv4_idx_approx_kernel(simd, APPROX, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys, KEY_FMT, 0,
+                                        n, nI, dI, b->scores, b->knorm, (size_t)n);
     else dsv4_idx_scores(simd, ops, qI, (size_t)nI * dI, wI, (size_t)nI, nq, lim, keys, KEY_FMT, 0, n, nI, dI,
                          b->scores, (size_t)n);
     for (int q = 0; q < nq; q++) {
@@ -173,8 +174,9 @@ static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter
     float *sf = malloc(sizeof(float) * NQ_MAX * (size_t)nmax), *kf = malloc(sizeof(float) * NQ_MAX * (size_t)nmax);
     float *si = malloc(sizeof(float) * NQ_MAX * (size_t)nmax), *ki = malloc(sizeof(float) * NQ_MAX * (size_t)nmax);
     float *sr = malloc(sizeof(float) * NQ_MAX * (size_t)nmax), *kr = malloc(sizeof(float) * NQ_MAX * (size_t)nmax);
+    float *sb = malloc(sizeof(float) * NQ_MAX * (size_t)nmax), *kb = malloc(sizeof(float) * NQ_MAX * (size_t)nmax);
     void *enc_buf = aligned_alloc(64, dsv4_idx_fp4q_bytes(64) * NQ_MAX);
-    if ((cold && !flush) || !sp || !kp || !sf || !kf || !si || !ki || !sr || !kr || !enc_buf) return 1;
+    if ((cold && !flush) || !sp || !kp || !sf || !kf || !si || !ki || !sr || !kr || !sb || !kb || !enc_buf) return 1;
     const int fp4 = KEY_FMT == DSV4_ROW_FP4;
     if (flush)
         for (size_t i = 0; i < nflush; i++) flush[i] = (float)(i & 7);
@@ -185,10 +187,11 @@ static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter
         for (int k = 0; k < n_ns; k++)
             for (int a = 0; a < n_nqs; a++) {
                 const int n = ns[k], nq = nqs[a];
-                double tp[MAX_REPS], tf[MAX_REPS], ti[MAX_REPS], tr[MAX_REPS], te[MAX_REPS], tc[MAX_REPS];
+                double tp[MAX_REPS], tf[MAX_REPS], ti[MAX_REPS], tr[MAX_REPS], te[MAX_REPS], tc[MAX_REPS], tb[MAX_REPS];
                 for (int r = 0; r < reps; r++) {
                     tp[r] = run_kernel(DSV4_IDX_APPROX_PANEL, simd, qI, wI, nq, nI, dI, keys, n, sp, kp, flush, nflush);
                     tf[r] = run_kernel(DSV4_IDX_APPROX_FEW, simd, qI, wI, nq, nI, dI, keys, n, sf, kf, flush, nflush);
+                    if (!fp4) tb[r] = run_kernel(DSV4_IDX_APPROX_BF16, simd, qI, wI, nq, nI, dI, keys, n, sb, kb, flush, nflush);
                     if (fp4) ti[r] = run_kernel(DSV4_IDX_APPROX_INT, simd, qI, wI, nq, nI, dI, keys, n, si, ki, flush, nflush);
                     if (fp4) tr[r] = run_ranges(0, simd, qI, wI, nq, nI, dI, keys, n, si, ki, enc_buf);
                     if (fp4) te[r] = run_ranges(1, simd, qI, wI, nq, nI, dI, keys, n, sr, kr, enc_buf);
@@ -208,6 +211,9 @@ static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter
                         const size_t at = (size_t)q * n + w;
                         ok &= fabsf(sp[at] - sf[at]) <= dsv4_idx_approx_bound(&b, kp[at]) +
                                                            dsv4_idx_approx_bound(&b, kf[at]);
+                        if (!fp4)
+                            ok &= fabsf(sp[at] - sb[at]) <= dsv4_idx_approx_bound(&b, kp[at]) +
+                                                               dsv4_idx_approx_bound(&b, kb[at]);
                         if (fp4)
                             ok &= fabsf(sp[at] - si[at]) <= dsv4_idx_approx_bound(&b, kp[at]) +
                                                                dsv4_idx_approx_bound(&b, ki[at]);
@@ -220,7 +226,15 @@ static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter
                 if (fp4) qsort(te, (size_t)reps, sizeof(double), cmp_double);
                 if (fp4) qsort(tc, (size_t)reps, sizeof(double), cmp_double);
                 const double up = tp[reps / 2] * 1e6, uf = tf[reps / 2] * 1e6, ui = fp4 ? ti[reps / 2] * 1e6 : 0.0;
-                char extra[400] = "\"int_us\": null, \"int_ns_per_key_query\": null";
+                char extra[400];
+                if (!fp4) { /* BF16 keys: the BF16-dot kernel (the F32 key-panel one where this level or CPU has none) */
+                    qsort(tb, (size_t)reps, sizeof(double), cmp_double);
+                    const double ub = tb[reps / 2] * 1e6;
+                    snprintf(extra, sizeof extra,
+                             "\"bf16_us\": %.1f, \"bf16_ns_per_key_query\": %.3f, \"panel_over_bf16\": %.3f, "
+                             "\"int_us\": null, \"int_ns_per_key_query\": null",
+                             ub, ub * 1e3 / ((double)n * nq), up / ub);
+                }
                 if (fp4)
                     snprintf(extra, sizeof extra,
                              "\"int_us\": %.1f, \"int_ns_per_key_query\": %.3f, \"few_over_int\": %.3f, "
@@ -238,7 +252,8 @@ static int kernels_main(int simd, int reps, const int *ns, int n_ns, int quarter
                 if (!ok) rc = 1;
             }
     }
-    free(flush); free(sp); free(kp); free(sf); free(kf); free(si); free(ki); free(sr); free(kr); free(enc_buf);
+    free(flush); free(sp); free(kp); free(sf); free(kf); free(si); free(ki); free(sr); free(kr); free(sb); free(kb);
+    free(enc_buf);
     return rc;
 }
 
@@ -257,6 +272,11 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--kernels")) kernels = 1;
         else if (!strcmp(argv[i], "--cold")) cold = 1;
         else if (!strcmp(argv[i], "--rescore")) rescore = 1;
+        else if (!strcmp(argv[i], "--approx") && i + 1 < argc) {
+            const char *k = argv[++i];
+            APPROX = !strcmp(k, "panel") ? DSV4_IDX_APPROX_PANEL : !strcmp(k, "bf16") ? DSV4_IDX_APPROX_BF16
+                                                                                      : DSV4_IDX_APPROX_AUTO;
+        }
         else if (!strcmp(argv[i], "--keys") && i + 1 < argc) KEY_FMT = !strcmp(argv[++i], "fp4") ? DSV4_ROW_FP4 : DSV4_ROW_BF16;
         else if (!strcmp(argv[i], "--nqs") && i + 1 < argc) {
             n_nqs = 0;

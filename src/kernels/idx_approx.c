@@ -16,9 +16,15 @@
 /* gamma_n = n u / (1 - n u), u = 2^-24: the relative error bound of an n-term inner product */
 static double gamma_n(int n) { return n * 0x1p-24 / (1.0 - n * 0x1p-24); }
 
+/* The bound's factor eps (dsv4_idx_approx_query: scale = eps Q, rounded up): what its comment below adds up */
+double dsv4_idx_approx_eps(int nI, int dI) {
+    const double u = 0x1p-24, gd = gamma_n(dI), gh = gamma_n(nI);
+    return 2.0 * (2.0 * gd + 2.0 * gh * (1.0 + gd)) + 8.0 * u;
+}
+
 dsv4_idx_bound dsv4_idx_approx_query(const float *qI, const float *wI, int nI, int dI) {
     dsv4_idx_bound b = {0};
-    const double u = 0x1p-24, gd = gamma_n(dI), gh = gamma_n(nI);
+    const double u = 0x1p-24;
     double q = 0.0, qmax = 0.0, sumw = 0.0;
     for (int h = 0; h < nI; h++) {
         double n2 = 0.0; /* squares of floats are exact in double; the sum loses < 1e-13 */
@@ -36,7 +42,7 @@ dsv4_idx_bound dsv4_idx_approx_query(const float *qI, const float *wI, int nI, i
      * can be a double ulp, 2^-53 relative, low: the factor 2 covers it); twice that for
      * safety, then 8u * Q for the float sums approx -/+ bound themselves (|approx| <= Q
      * ||K||), each term rounded up */
-    const double eps = 2.0 * (2.0 * gd + 2.0 * gh * (1.0 + gd)) + 8.0 * u;
+    const double eps = dsv4_idx_approx_eps(nI, dI);
     b.scale = idx_up(eps * q * (1.0 + 8.0 * u));
     /* gradual underflow: at most 2^-150 more per rounding, 2 dI per dot (both paths), 2 nI
      * per head sum, and the bound's own float sums; twice */
@@ -96,6 +102,15 @@ static void fp4_approx_run(void *user, int q0, int g, const int64_t *glim, const
                            g, glim, fkeys, DSV4_ROW_F32, 0, n, j->nI, j->dI, j->scores + at, j->knorm + at, j->ss);
 }
 
+int dsv4_idx_approx_bf16_ok(int simd) {
+#ifdef HAVE_AVX512_APPROX
+    return simd >= DSV4_SIMD_AVX512VBMI && __builtin_cpu_supports("avx512bf16");
+#else
+    (void)simd;
+    return 0;
+#endif
+}
+
 int dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
                            const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
                            int dI, float *scores, float *knorm, size_t ss) {
@@ -109,7 +124,7 @@ int dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, con
     }
 #ifdef HAVE_AVX512_APPROX
     if (simd >= DSV4_SIMD_AVX512 &&
-        dsv4_idx_approx_x512(kernel, qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores, knorm, ss))
+        dsv4_idx_approx_x512(simd, kernel, qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores, knorm, ss))
         return 0;
 #endif
     (void)simd, (void)kernel;

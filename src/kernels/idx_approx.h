@@ -20,7 +20,8 @@
  * Scores and norms are written for q < nq and w0 <= w < min(w1, lim[q]), as idx_scores.h
  * writes scores; knorm has the layout of scores (the norm repeated for every query), so
  * that a caller can give each query block its own rows and no two tasks write the same
- * float. Levels: a portable loop (also the tests' second opinion) and AVX-512 + FMA, which
+ * float (the BF16-dot kernel writes a larger weight in its place: see the kernel enum).
+ * Levels: a portable loop (also the tests' second opinion) and AVX-512 + FMA, which
  * transposes 32 keys into two (dI, 16) panels once per query block (prefetching the next
  * 32 keys' rows meanwhile) and runs every head of every query against both with broadcast
  * FMAs, each query value broadcast once for 32 keys: no reductions, twice the work per
@@ -45,9 +46,17 @@ int dsv4_idx_approx(int simd, const float *qI, size_t qs, const float *wI, size_
  * scores them by integer block dots (dsv4_idx_approx_fp4_int) from DSV4_IDX_FP4_INT_MIN_SIMD
  * up, where the query allows; PANEL and FEW unpack them to F32 first (as the portable level
  * does); INT takes the integer dots at any level (the portable level's is the tests' second
- * opinion). F32 and BF16 keys read INT as AUTO. */
-enum { DSV4_IDX_APPROX_AUTO, DSV4_IDX_APPROX_PANEL, DSV4_IDX_APPROX_FEW, DSV4_IDX_APPROX_INT };
+ * opinion). F32 and BF16 keys read INT as AUTO. BF16 keys: where the key-panel kernel runs
+ * (PANEL's calls of AUTO) at avx512vbmi on a CPU with AVX512_BF16, AUTO takes the BF16-dot
+ * kernel (idx_approx_bf16.c: the query rounded to BF16, vdpbf16ps), whose knorm is the norm
+ * times a factor of the query's rounding plus a term (both >= 1 / >= 0: every score stays
+ * within dsv4_idx_approx_bound of the exact one; a query that would loosen the bound too
+ * much goes the F32 kernel's way); BF16 forces it where the level, CPU and keys allow, else
+ * as PANEL; PANEL is the F32 kernel. */
+enum { DSV4_IDX_APPROX_AUTO, DSV4_IDX_APPROX_PANEL, DSV4_IDX_APPROX_FEW, DSV4_IDX_APPROX_INT, DSV4_IDX_APPROX_BF16 };
 #define DSV4_IDX_APPROX_FEW_MAX_NQ 4
+/* Whether the BF16-dot kernel runs at this level on this CPU (avx512vbmi and AVX512_BF16). */
+int dsv4_idx_approx_bf16_ok(int simd);
 int dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
                            const int64_t *lim, const void *const *keys, int key_fmt, int64_t w0, int64_t w1, int nI,
                            int dI, float *scores, float *knorm, size_t ss); /* returns as dsv4_idx_approx */

@@ -14,6 +14,12 @@
 #include "kernels/codec.h"
 #include "kernels/fidelity.h"
 #include "kernels/idx_approx.h"
+#include "kernels/kv_rows.h"
+#include "util/lines.h"
+#include "util/prefetch.h"
+
+/* The factor eps of dsv4_idx_approx_query's scale (scale = eps Q rounded up; idx_approx.c). */
+double dsv4_idx_approx_eps(int nI, int dI);
 
 /* v as a float at or above it */
 static inline float idx_up(double v) {
@@ -108,6 +114,9 @@ static inline int fi_amax_ok(float *amax) {
 #define AP_FN __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,fma")))
 #define AP_INLINE static inline __attribute__((always_inline, target("avx512f,avx512dq,avx512vl,avx512bw,fma")))
 
+/* The widest key a panel on the stack holds: (256, 16) floats, 16 KB a panel, two panels (Flash: dI = 128). */
+#define AP_MAX_DI 256
+
 /* r[j] = row j of a 16 x 16 block in, column j out: unpack pairs, then 4 x 4 blocks within
  * each 128-bit lane, then the lanes across the four 4-row groups. */
 AP_INLINE void transpose16(__m512 r[16]) {
@@ -173,11 +182,30 @@ AP_INLINE void fq_store(__m512 *tq, __m512 kn, int nq, const int64_t *lim, int64
     }
 }
 
+/* Keys [w, w + n) prefetched into L1, every line of their rows: issued before the current
+ * keys' FMAs, so the next panels' loads find them there. Without it the panel loads waited
+ * on the cache for ~a fifth of the kernel's time at 32K entries (perf, session 28). */
+AP_INLINE void prefetch_keys(const void *const *keys, int fmt, int64_t w, int n, int dI) {
+    const int64_t bytes = dsv4_row_bytes(fmt, dI, 0);
+    for (int j = 0; j < n; j++) {
+        const char *l = dsv4_line_of(keys[w + j]);
+        for (int64_t k = 0, m = dsv4_lines_in(keys[w + j], bytes); k < m; k++) DSV4_PREFETCH(l + 64 * k, 0, 3);
+    }
+}
+
 /* The AVX-512 F32 / BF16 kernels (idx_approx_x512.c): as dsv4_idx_approx_kernel for F32 and
  * BF16 keys; 0, having scored nothing, where dI is past the panels' reach (AP_MAX_DI). */
-int dsv4_idx_approx_x512(int kernel, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
+int dsv4_idx_approx_x512(int simd, int kernel, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
                          const int64_t *lim, const void *const *keys, int fmt, int64_t w0, int64_t w1, int nI, int dI,
                          float *scores, float *knorm, size_t ss);
+
+/* The BF16-dot key-panel kernel (idx_approx_bf16.c) for BF16 keys: as the key-panel kernel,
+ * knorm the keys' norms times the query's factor (idx_approx.h); 0, having scored nothing, where the
+ * shape is past its buffers; a query whose BF16 rounding would loosen the bound too much (or
+ * not finite) is scored by the F32 key-panel kernel instead. */
+int dsv4_idx_approx_bf16(const float *qI, size_t qs, const float *wI, size_t ws, int nq, const int64_t *lim,
+                         const void *const *keys, int64_t w0, int64_t w1, int nI, int dI, float *scores, float *knorm,
+                         size_t ss);
 
 /* The integer pass's SIMD levels over V vectors vp (idx_fi_x512.c: VNNI and BW; idx_fi_avx2.c),
  * the same bits as fi_score_ref, and the query encoders (the portable fi_encode's bytes). */

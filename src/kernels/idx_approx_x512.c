@@ -7,13 +7,6 @@
 #include "kernels/idx_approx_impl.h"
 
 #ifdef HAVE_AVX512_APPROX
-#include "kernels/kv_rows.h"
-#include "util/lines.h"
-#include "util/prefetch.h"
-
-/* The widest key a panel on the stack holds: (256, 16) floats, 16 KB a panel, two panels (Flash: dI = 128). */
-#define AP_MAX_DI 256
-
 /* Keys [w, w + nk) (nk <= 16) into panel (dI, 16): panel[d * 16 + j] = key w + j at d, zero
  * for j >= nk; returns their norms, summed in double (no float square overflows or
  * underflows there) and rounded up to float. */
@@ -65,17 +58,6 @@ AP_INLINE void heads_g2(const float *qq, const float *wq, int h0, int dI, const 
         const __m512 wg = _mm512_set1_ps(wq[h0 + g]);
         *s0 = _mm512_fmadd_ps(wg, _mm512_max_ps(a[g], _mm512_setzero_ps()), *s0);
         *s1 = _mm512_fmadd_ps(wg, _mm512_max_ps(b[g], _mm512_setzero_ps()), *s1);
-    }
-}
-
-/* Keys [w, w + n) prefetched into L1, every line of their rows: issued before the current
- * keys' FMAs, so the next panels' loads find them there. Without it the panel loads waited
- * on the cache for ~a fifth of the kernel's time at 32K entries (perf, session 28). */
-AP_INLINE void prefetch_keys(const void *const *keys, int fmt, int64_t w, int n, int dI) {
-    const int64_t bytes = dsv4_row_bytes(fmt, dI, 0);
-    for (int j = 0; j < n; j++) {
-        const char *l = dsv4_line_of(keys[w + j]);
-        for (int64_t k = 0, m = dsv4_lines_in(keys[w + j], bytes); k < m; k++) DSV4_PREFETCH(l + 64 * k, 0, 3);
     }
 }
 
@@ -306,15 +288,17 @@ AP_FN static void approx_avx512(const float *qI, size_t qs, const float *wI, siz
     }
 }
 
-
-int dsv4_idx_approx_x512(int kernel, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
+int dsv4_idx_approx_x512(int simd, int kernel, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
                          const int64_t *lim, const void *const *keys, int fmt, int64_t w0, int64_t w1, int nI, int dI,
                          float *scores, float *knorm, size_t ss) {
     if (dI < 1 || dI > AP_MAX_DI) return 0;
-    if (kernel != DSV4_IDX_APPROX_PANEL && few_fits(nq, nI, dI) &&
+    if (kernel != DSV4_IDX_APPROX_PANEL && kernel != DSV4_IDX_APPROX_BF16 && few_fits(nq, nI, dI) &&
         (kernel == DSV4_IDX_APPROX_FEW || nq <= DSV4_IDX_APPROX_FEW_MAX_NQ))
         approx_few_avx512(qI, qs, wI, ws, nq, lim, keys, fmt, w0, w1, nI, dI, scores, knorm, ss);
-    else approx_avx512(qI, qs, wI, ws, nq, lim, keys, fmt, w0, w1, nI, dI, scores, knorm, ss);
+    else if (fmt == DSV4_ROW_BF16 && (kernel == DSV4_IDX_APPROX_AUTO || kernel == DSV4_IDX_APPROX_BF16) &&
+             dsv4_idx_approx_bf16_ok(simd) &&
+             dsv4_idx_approx_bf16(qI, qs, wI, ws, nq, lim, keys, w0, w1, nI, dI, scores, knorm, ss)) {
+    } else approx_avx512(qI, qs, wI, ws, nq, lim, keys, fmt, w0, w1, nI, dI, scores, knorm, ss);
     return 1;
 }
 #endif

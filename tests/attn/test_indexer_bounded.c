@@ -27,9 +27,14 @@ static double urand(void) { /* uniform [-1, 1) */
     return (double)(rng >> 11) / (double)(1ull << 52) - 1.0;
 }
 
-enum { RANDOM, NEAR_COPIES, DUPLICATES, RELU_ZEROS, NAN_KEY, INF_KEY, NAN_WEIGHT, HUGE_KEYS, ADVERSARY, SPREAD };
+enum { RANDOM, NEAR_COPIES, DUPLICATES, RELU_ZEROS, NAN_KEY, INF_KEY, NAN_WEIGHT, HUGE_KEYS, ADVERSARY, SPREAD,
+       MIXED_Q, TINY_KEYS };
 static const char *const kinds[] = {"random",       "near copies", "duplicates", "relu zeros", "NaN key",
-                                    "infinite key", "NaN weight",  "huge keys",  "adversary",  "spread"};
+                                    "infinite key", "NaN weight",  "huge keys",  "adversary",  "spread",
+                                    "mixed-scale query", "tiny keys"};
+
+/* The approximate kernel check() runs (dsv4_idx_approx_kernel): AUTO, or the BF16-dot one. */
+static int KERNEL = DSV4_IDX_APPROX_AUTO;
 
 /* The same selection in parts (dsv4_indexer_select_cut, as attention.c splits a decode
  * row's) for three splits: the bounds in ranges of 1, 37 and all entries, counted into 1, 2
@@ -121,6 +126,8 @@ static int check(int level, int fmt, int kind, int nI, int dI, int n, int topk) 
     int *work = malloc(sizeof(int) * n), *cidx = malloc(sizeof(int) * n);
     int *sel_ref = malloc(sizeof(int) * topk), *sel = malloc(sizeof(int) * topk);
     for (int i = 0; i < nI * dI; i++) qI[i] = (float)urand();
+    if (kind == MIXED_Q) /* heads at scales 2^-150 .. 2^40, a few values below the normals in each */
+        for (int i = 0; i < nI * dI; i++) qI[i] = ldexpf(qI[i], i % 11 == 3 ? -135 : -150 + 38 * ((i / dI) % 6));
     if (fmt == DSV4_ROW_FP4) /* F3 rounds the queries too: the approximate pass by integer block dots */
         for (int h = 0; h < nI; h++) dsv4_row_round(fmt, qI + (size_t)h * dI, dI, 0);
     for (int h = 0; h < nI; h++) wI[h] = (float)(0.05 + fabs(urand()));
@@ -133,6 +140,8 @@ static int check(int level, int fmt, int kind, int nI, int dI, int n, int topk) 
                 const double r = urand();
                 k[c] = r > 0.8 ? nextafterf(kb[c], INFINITY) : r < -0.8 ? nextafterf(kb[c], -INFINITY) : kb[c];
             }
+        if (kind == TINY_KEYS && w % 2) /* every other key below the normals (BF16: read as 0 by vdpbf16ps) */
+            for (int c = 0; c < dI; c++) k[c] *= 1e-39f;
         if (kind == DUPLICATES && w % 3) memcpy(k, k - (w % 3) * dI, sizeof(float) * dI);
         if (kind == RELU_ZEROS && w % 2) /* minus the sum of the query's heads, scaled: every dot < 0 */
             for (int c = 0; c < dI; c++) {
@@ -183,7 +192,7 @@ static int check(int level, int fmt, int kind, int nI, int dI, int n, int topk) 
         free(fk), free(e32);
     }
     const int n_ref = dsv4_indexer_select(exact, n, topk, work, sel_ref);
-    dsv4_idx_approx(level, qI, 0, wI, 0, 1, &lim, keys, fmt, 0, n, nI, dI, approx, knorm, 0);
+    dsv4_idx_approx_kernel(level, KERNEL, qI, 0, wI, 0, 1, &lim, keys, fmt, 0, n, nI, dI, approx, knorm, 0);
     const dsv4_indexer_query iq = {level, ops, qI, wI, nI, dI, keys, fmt};
     if (kind == ADVERSARY || kind == SPREAD) { /* the worst errors the bound allows: the exact top-k scored low, the rest high */
         const dsv4_idx_bound b = dsv4_idx_approx_query(qI, wI, nI, dI);
@@ -261,6 +270,26 @@ int main(void) {
             CHECK_MSG(fmt != DSV4_ROW_F32 || c > 1024, "near copies: only %d rescored, the boundary was not exercised",
                       c);
         }
+    /* the BF16-dot approximate kernel (where this CPU has it: the engine's prefill blocks on
+     * BF16 keys), its bound ~20-40x the F32 kernel's on every kind of row, and queries of mixed
+     * scales, keys below the normals */
+    if (dsv4_idx_approx_bf16_ok(best)) {
+        KERNEL = DSV4_IDX_APPROX_BF16;
+        for (int kind = RANDOM; kind <= TINY_KEYS; kind++) {
+            check(best, DSV4_ROW_BF16, kind, 5, 37, 257, 16);
+            if (kind < NAN_KEY || kind > HUGE_KEYS) check(best, DSV4_ROW_BF16, kind, 16, 128, 1088, 512);
+        }
+        const int r = check(best, DSV4_ROW_BF16, RANDOM, 16, 128, 2048, 64);
+        check(best, DSV4_ROW_BF16, SPREAD, 16, 128, 8192, 512);
+        check(best, DSV4_ROW_BF16, ADVERSARY, 64, 128, 1500, 512);
+        check(best, DSV4_ROW_BF16, MIXED_Q, 64, 128, 600, 256);
+        check(best, DSV4_ROW_BF16, TINY_KEYS, 16, 128, 2048, 512);
+        printf("BF16 dots, 2048 entries, top 64: %d rescored (random keys)\n", r);
+        CHECK_MSG(r >= 0 && r <= 512, "BF16 dots, random keys: %d entries rescored for the top 64", r);
+        KERNEL = DSV4_IDX_APPROX_AUTO;
+    } else {
+        printf("SKIPPED: the BF16-dot kernel (not at this level or CPU)\n");
+    }
     /* FP4 keys (F3-rounded, as their queries): the exact rescoring from the keys' bytes, at the
      * AVX-512 levels only (below them FP4 keys are unpacked into the F32 path tested above, and
      * test_idx_scores compares that path at every level); a few rows of each kind at

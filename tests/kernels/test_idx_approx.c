@@ -27,6 +27,20 @@ static double urand(void) { /* uniform [-1, 1) */
     return (double)(rng >> 11) / (double)(1ull << 52) - 1.0;
 }
 
+/* The queries check_k draws (value i, heads of dI): uniform [-1, 1) (QMIX 0); (QMIX 1) each
+ * head at its own scale 2^-150 .. 2^60 with a few values below the normals in every head;
+ * (QMIX 2) every value near the normals' edge, half of them below it. The BF16 kernel's
+ * adversaries: its rounding reads values below the normals as 0 (a tiny head's residual is
+ * the head itself), and QMIX 2's queries loosen its bound past AB_F_MAX (the F32 kernel then). */
+static int QMIX;
+static float qvalue(size_t i, int dI) {
+    const double v = urand();
+    if (QMIX == 2) return (float)ldexp(v, -125 - (int)(i % 4));
+    if (!QMIX) return (float)v;
+    static const int e[] = {-150, -130, -126, -100, -40, -3, 0, 7, 60};
+    return (float)ldexp(v, i % 11 == 3 ? -135 : e[(i / (size_t)dI) % 9]);
+}
+
 static void check_k(int level, int kernel, int fmt, int nI, int dI, int nk, int nq, double kscale) {
     const dsv4_attn_ops *ops = dsv4_attn_ops_for(DSV4_SIMD_SCALAR);
     const size_t qs = (size_t)nI * dI + 1, ws = (size_t)nI + 2, ss = (size_t)nk + 3;
@@ -35,7 +49,7 @@ static void check_k(int level, int kernel, int fmt, int nI, int dI, int nk, int 
     const size_t rb = fmt == DSV4_ROW_F32 ? 0 : (size_t)dsv4_row_bytes(fmt, dI, 0);
     uint8_t *packed = malloc((size_t)nk * rb + 2);
     const void **keys = malloc(sizeof(void *) * nk);
-    for (size_t i = 0; i < qs * nq; i++) qI[i] = (float)urand();
+    for (size_t i = 0; i < qs * nq; i++) qI[i] = qvalue(i, dI);
     for (size_t i = 0; i < ws * nq; i++) wI[i] = (float)(0.1 + fabs(urand()));
     for (int w = 0; w < nk; w++) {
         float *k = kb + (size_t)w * dI;
@@ -64,11 +78,18 @@ static void check_k(int level, int kernel, int fmt, int nI, int dI, int nk, int 
     dsv4_idx_approx_kernel(level, kernel, qI, qs, wI, ws, nq, lim, keys, fmt, cut, nk, nI, dI, approx, knorm, ss);
     double worst = 0.0, worst_norm = 0.0;
     int out = 0;
+    /* the BF16-dot kernel may run (AUTO's or BF16's call on BF16 keys where the level and CPU
+     * have it): its knorm is the norm times one factor a query (plus a term below the
+     * normals' scale); the F32 kernels' is the norm */
+    const int may_bf16 = fmt == DSV4_ROW_BF16 && dsv4_idx_approx_bf16_ok(level) &&
+                         (kernel == DSV4_IDX_APPROX_AUTO || kernel == DSV4_IDX_APPROX_BF16);
     for (int q = 0; q < nq; q++) {
+        double rho = 0.0; /* the query's factor: knorm / norm of its first key of norm >= 2^-60 */
         const dsv4_idx_bound b = dsv4_idx_approx_query(qI + q * qs, wI + q * ws, nI, dI);
         CHECK(b.valid);
         for (int w = 0; w < lim[q]; w++) {
             const size_t at = (size_t)q * ss + w;
+            if (!(knorm[at] <= b.kmax)) continue; /* past the bound's domain (QMIX 1's huge heads on huge keys) */
             const double bound = dsv4_idx_approx_bound(&b, knorm[at]);
             const double err = fabs((double)exact[at] - approx[at]);
             out += !(err <= bound) || !(approx[at] - (float)bound <= exact[at]) ||
@@ -78,7 +99,13 @@ static void check_k(int level, int kernel, int fmt, int nI, int dI, int nk, int 
             for (int c = 0; c < dI; c++) n2 += (double)kb[(size_t)w * dI + c] * kb[(size_t)w * dI + c];
             /* within 1e-5 relative, or 2^-70 absolute: the few-query kernel sums the squares in
              * float rounded upward, so squares below the subnormals count as up to 2^-149 each */
-            worst_norm = fmax(worst_norm, fabs(knorm[at] - sqrt(n2)) / (sqrt(n2) + 0x1p-70 * 1e5));
+            if (!may_bf16) {
+                worst_norm = fmax(worst_norm, fabs(knorm[at] - sqrt(n2)) / (sqrt(n2) + 0x1p-70 * 1e5));
+            } else if (sqrt(n2) >= 0x1p-60) {
+                if (rho == 0.0) rho = knorm[at] / sqrt(n2);
+                worst_norm = fmax(worst_norm, fabs(knorm[at] / sqrt(n2) - rho) / rho);
+                CHECK_MSG(rho >= 1.0 && rho <= 512.0, "level %d: a BF16 query's factor %.3g", level, rho);
+            }
             CHECK(knorm[at] >= sqrt(n2)); /* rounded up: the bound never reads a norm low */
         }
         for (size_t w = (size_t)lim[q]; w < ss; w++) CHECK(approx[q * ss + w] == -7.0f && knorm[q * ss + w] == -7.0f);
@@ -92,8 +119,67 @@ static void check_k(int level, int kernel, int fmt, int nI, int dI, int nk, int 
 /* Every AVX-512 kernel (the key-panel one and the heads-in-lanes one for few queries, each
  * forced, and the choice) at that level; the others have one kernel. */
 static void check(int level, int fmt, int nI, int dI, int nk, int nq, double kscale) {
-    for (int kernel = DSV4_IDX_APPROX_AUTO; kernel <= (level >= DSV4_SIMD_AVX512 ? DSV4_IDX_APPROX_FEW : 0); kernel++)
-        check_k(level, kernel, fmt, nI, dI, nk, nq, kscale);
+    static const int ks[] = {DSV4_IDX_APPROX_AUTO, DSV4_IDX_APPROX_PANEL, DSV4_IDX_APPROX_FEW, DSV4_IDX_APPROX_BF16};
+    for (int k = 0; k < (level >= DSV4_SIMD_AVX512 ? 4 : 1); k++)
+        if (ks[k] != DSV4_IDX_APPROX_BF16 || (fmt == DSV4_ROW_BF16 && dsv4_idx_approx_bf16_ok(level)))
+            check_k(level, ks[k], fmt, nI, dI, nk, nq, kscale);
+}
+
+/* The BF16-dot kernel's bound where the query's BF16 rounding meets its keys head-on: one
+ * head a query of weight 0.75 (the others 0), and keys along that head's residual r = q -
+ * bf16(q) (rounded to BF16, signed so that both dots are positive; every third key random):
+ * |r . K| = ||r|| ||K|| nearly, so the errors reach ~0.95 of the bound, and never pass it
+ * (halving the residual's term in the kernel fails here, not on random keys). */
+static void check_bf16_tight(int level, int nI, int dI, int nq, int nk) {
+    const dsv4_attn_ops *ops = dsv4_attn_ops_for(DSV4_SIMD_SCALAR);
+    const size_t qs = (size_t)nI * dI, ss = (size_t)nk;
+    float *qI = malloc(sizeof(float) * qs * nq), *wI = calloc((size_t)nI * nq, sizeof(float));
+    float *r = malloc(sizeof(float) * dI), *k = malloc(sizeof(float) * dI);
+    uint16_t *packed = malloc(sizeof(uint16_t) * (size_t)nk * dI);
+    const void **keys = malloc(sizeof(void *) * nk);
+    for (size_t i = 0; i < qs * nq; i++) qI[i] = (float)urand();
+    for (int q = 0; q < nq; q++) wI[q * nI + (3 * q + 1) % nI] = 0.75f;
+    for (int w = 0; w < nk; w++) {
+        if (w % 3 == 2) {
+            for (int c = 0; c < dI; c++) k[c] = (float)urand();
+        } else {
+            const float *qh = qI + (size_t)(w % nq) * qs + (size_t)((3 * (w % nq) + 1) % nI) * dI;
+            double rn = 0.0, dot = 0.0;
+            for (int c = 0; c < dI; c++) r[c] = qh[c];
+            dsv4_row_round(DSV4_ROW_BF16, r, dI, 0); /* bf16(q), to nearest even */
+            for (int c = 0; c < dI; c++) {
+                dot += (double)r[c] * (qh[c] - r[c]);
+                r[c] = qh[c] - r[c];
+                rn += (double)r[c] * r[c];
+            }
+            for (int c = 0; c < dI; c++) k[c] = (float)((dot >= 0 ? 1.0 : -1.0) * r[c] / sqrt(rn));
+        }
+        dsv4_row_round(DSV4_ROW_BF16, k, dI, 0);
+        dsv4_row_pack(DSV4_ROW_BF16, packed + (size_t)w * dI, k, dI, 0);
+        keys[w] = packed + (size_t)w * dI;
+    }
+    int64_t lim[16];
+    for (int q = 0; q < nq; q++) lim[q] = nk;
+    float *exact = malloc(sizeof(float) * ss * nq), *approx = malloc(sizeof(float) * ss * nq);
+    float *knorm = malloc(sizeof(float) * ss * nq);
+    dsv4_idx_scores(level, ops, qI, qs, wI, nI, nq, lim, keys, DSV4_ROW_BF16, 0, nk, nI, dI, exact, ss);
+    dsv4_idx_approx_kernel(level, DSV4_IDX_APPROX_BF16, qI, qs, wI, nI, nq, lim, keys, DSV4_ROW_BF16, 0, nk, nI, dI,
+                           approx, knorm, ss);
+    double worst = 0.0;
+    int out = 0;
+    for (int q = 0; q < nq; q++) {
+        const dsv4_idx_bound b = dsv4_idx_approx_query(qI + q * qs, wI + q * nI, nI, dI);
+        for (int w = 0; w < nk; w++) {
+            const size_t at = (size_t)q * ss + w;
+            const float bound = dsv4_idx_approx_bound(&b, knorm[at]);
+            out += !(approx[at] - bound <= exact[at]) || !(approx[at] + bound >= exact[at]);
+            worst = fmax(worst, fabs((double)exact[at] - approx[at]) / bound);
+        }
+    }
+    printf("BF16 dots, residual-aligned keys, %d x %d, %d queries: worst err / bound %.3g\n", nI, dI, nq, worst);
+    CHECK_MSG(out == 0 && worst > 0.6, "BF16 dots, %d x %d: %d scores outside their bound, worst err / bound %.3g "
+              "(a bound far above the errors here is looser than its analysis)", nI, dI, out, worst);
+    free(qI); free(wI); free(r); free(k); free(packed); free(keys); free(exact); free(approx); free(knorm);
 }
 
 /* One block of 32 values at scale 2^e, F3-rounded (e past 100 or below -140: edges). */
@@ -282,6 +368,25 @@ int main(void) {
             check(level, fmt, 16, 128, 500, 1, 1e25);
             check(level, fmt, 64, 128, 300, 2, 1e25);
         }
+    /* the BF16-dot kernel: queries of mixed scales and values below the normals (QMIX 1),
+     * queries it hands to the F32 kernel (QMIX 2), keys of tiny and huge norms; its bound's
+     * tightness where the rounding meets the keys head-on */
+    if (dsv4_idx_approx_bf16_ok(best)) {
+        for (QMIX = 1; QMIX <= 2; QMIX++) {
+            check(best, DSV4_ROW_BF16, 16, 128, 300, 8, 1.0);
+            check(best, DSV4_ROW_BF16, 64, 128, 100, 5, 1e-3);
+            check(best, DSV4_ROW_BF16, 13, 37, 100, 6, 1.0);
+            check(best, DSV4_ROW_BF16, 16, 128, 200, 6, 1e-30);
+            check(best, DSV4_ROW_BF16, 16, 128, 200, 6, 1e12);
+            check(best, DSV4_ROW_BF16, 16, 128, 200, 6, 1e-39); /* keys below the normals: read as 0 */
+        }
+        QMIX = 0;
+        check_bf16_tight(best, 16, 128, 8, 96);
+        check_bf16_tight(best, 64, 128, 3, 64);
+        check_bf16_tight(best, 5, 37, 6, 60);
+    } else {
+        printf("SKIPPED: the BF16-dot kernel (not at this level or CPU)\n");
+    }
     /* FP4 keys (unpacked in runs of keys, then the F32 kernels): the odd widths, Flash's
      * shapes, a few queries past the runs' query groups, tiny and huge keys */
     for (int level = 0; level <= best; level++) {
