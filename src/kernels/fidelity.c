@@ -126,8 +126,52 @@ void dsv4_fid_fp4_rt(float *x, int64_t n) {
     if (fid_have_x512()) fp4_rt_x512(x, n);
     else dsv4_fid_fp4_rt_ref(x, n);
 }
+
+/* v with each lane's value moved to lane ^ len (len 1, 2, 4, 8) */
+FID_X512 static __m512 hd_swap(__m512 v, int len) {
+    switch (len) {
+    case 1: return _mm512_shuffle_ps(v, v, 0xB1);
+    case 2: return _mm512_shuffle_ps(v, v, 0x4E);
+    case 4: return _mm512_shuffle_f32x4(v, v, 0xB1);
+    default: return _mm512_shuffle_f32x4(v, v, 0x4E);
+    }
+}
+
+/* dsv4_fid_hadamard_ref's butterflies on 16-value vectors, each value's the same IEEE
+ * operation on the same operands in the same order (a + b, a - b with a the lower index's),
+ * so the same bits: stages len < 16 within a vector (the partner by a shuffle; the upper
+ * lanes of each pair take partner - self, the lower self + partner), the others across
+ * vectors, then the scale. n a power of two, 16 .. 4096. */
+FID_X512 static void hadamard_x512(float *x, int n) {
+    __m512 v[256];
+    const int nv = n / 16;
+    for (int k = 0; k < nv; k++) v[k] = _mm512_loadu_ps(x + 16 * k);
+    for (int len = 1; len < 16; len *= 2) {
+        __mmask16 up = 0; /* lanes with bit len set: the pair's upper value */
+        for (int l = 0; l < 16; l++) up |= (__mmask16)((l & len ? 1u : 0u) << l);
+        for (int k = 0; k < nv; k++) {
+            const __m512 p = hd_swap(v[k], len);
+            v[k] = _mm512_mask_sub_ps(_mm512_add_ps(v[k], p), up, p, v[k]);
+        }
+    }
+    for (int m = 1; m < nv; m *= 2)
+        for (int k0 = 0; k0 < nv; k0 += 2 * m)
+            for (int k = k0; k < k0 + m; k++) {
+                const __m512 a = v[k], b = v[k + m];
+                v[k] = _mm512_add_ps(a, b);
+                v[k + m] = _mm512_sub_ps(a, b);
+            }
+    const __m512 s = _mm512_set1_ps((float)(1.0 / sqrt((double)n)));
+    for (int k = 0; k < nv; k++) _mm512_storeu_ps(x + 16 * k, _mm512_mul_ps(v[k], s));
+}
+
+void dsv4_fid_hadamard(float *x, int n) {
+    if (n >= 16 && n <= 4096 && fid_have_x512()) hadamard_x512(x, n);
+    else dsv4_fid_hadamard_ref(x, n);
+}
 #else
 void dsv4_fid_fp4_rt(float *x, int64_t n) { dsv4_fid_fp4_rt_ref(x, n); }
+void dsv4_fid_hadamard(float *x, int n) { dsv4_fid_hadamard_ref(x, n); }
 #endif
 
 DSV4_HOT_AT(dsv4_fid_bf16, 0xbf0)
@@ -140,7 +184,7 @@ void dsv4_fid_kv_row(float *x, int hd, int rd) {
     dsv4_fid_bf16(x + (hd - rd), rd);
 }
 
-void dsv4_fid_hadamard(float *x, int n) {
+void dsv4_fid_hadamard_ref(float *x, int n) {
     for (int len = 1; len < n; len *= 2)
         for (int i = 0; i < n; i += 2 * len)
             for (int j = i; j < i + len; j++) {

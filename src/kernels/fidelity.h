@@ -65,6 +65,8 @@ void dsv4_fid_kv_row(float *x, int hd, int rd);
 /* F3 for one indexer vector of width n (a power of two): x <- H x / sqrt(n) with the
  * Sylvester-Hadamard matrix in natural order (model.md §5.9), then the FP4 rule. */
 void dsv4_fid_hadamard(float *x, int n);
+/* The portable butterflies alone (dsv4_fid_hadamard at AVX-512 gives their bits, 16 values a vector). */
+void dsv4_fid_hadamard_ref(float *x, int n);
 void dsv4_fid_index_row(float *x, int n);
 
 #endif
