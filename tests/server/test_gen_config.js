@@ -83,6 +83,20 @@ run('server_gen_config', async () => {
     { encoding: 'utf8', timeout: 20000 });
   assert.strictEqual(failed.status, 1, `a malformed generation_config.json: exit ${failed.status}\n${failed.stderr}`);
   assert(/generation_config\.json: temperature is a string, must be a number/.test(failed.stderr), failed.stderr);
+  // under mpirun the whole group ends at once (rank 0 refuses the file before the warm-up and
+  // the collective engine create, with the group still marked broken: an abort), not at the
+  // followers' peer timeout
+  if (process.env.DSV4_MPIEXEC) {
+    const t0 = Date.now();
+    const mpi = spawnSync(process.env.DSV4_MPIEXEC, ['--allow-run-as-root', '--oversubscribe', '-np', '2',
+      process.env.DSV4_BIN, 'serve', '--model', bad, '--port', '0', '--no-warmup', '--threads', '1',
+      '--parallel', 'ep', '--attention', 'home'], { encoding: 'utf8', timeout: 30000 });
+    // (a hang bound, as the harness's watchdogs: the followers would wait the peer timeout, 300 s)
+    assert(!mpi.error, `mpirun with a malformed file did not end: ${mpi.error}`);
+    assert(mpi.status !== 0 && mpi.status !== null, `mpirun with a malformed file: exit ${mpi.status}`);
+    assert(/temperature is a string/.test(mpi.stderr), mpi.stderr);
+    said.push(`mpirun -np 2: exit ${mpi.status} in ${Date.now() - t0} ms`);
+  }
   const none = await start(['--no-warmup', '--generation-config', 'none'], { model: bad });
   const [p, body, text] = ENDPOINTS[0];
   const a = await http(none.url + p, { body });

@@ -288,11 +288,10 @@ int cmd_serve(int argc, char **argv) {
     return status;
 }
 
-/* The defaults the model's generation_config.json gives requests (vLLM logs them too); a
- * malformed file is dsv4_server_load's error. */
-static void log_gen_config(const dsv4_model *m) {
-    dsv4_gen_config g;
-    if (dsv4_model_gen_config(m, &g, NULL) || !g.has) return;
+/* The defaults the model's generation_config.json gives requests (vLLM logs them too). */
+static void log_gen_config(const dsv4_gen_config *gc) {
+    const dsv4_gen_config g = *gc;
+    if (!g.has) return;
     char line[512];
     int n = 0;
     static const char *const names[] = {"temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_new_tokens"};
@@ -316,11 +315,16 @@ static int serve_home(dsv4_server_opts *so, int warmup, int pin, int n_ranks, in
     fprintf(stderr, "dsv4 serve: listening on http://%s:%d (loading the model)\n",
             so->host ? so->host : "127.0.0.1", dsv4_server_port(srv));
     int status = 1;
+    dsv4_gen_config gc;
     if (dsv4_model_open(so->model_dir, &m, &err)) {
         fprintf(stderr, "dsv4 serve: %s\n", err.msg);
+    } else if (!so->no_generation_config && dsv4_model_gen_config(m, &gc, &err)) {
+        /* before the warm-up (minutes on the release) and with the group still marked broken:
+         * dsv4_server_load would refuse it only after the followers entered the engine create */
+        fprintf(stderr, "dsv4 serve: %s (--generation-config none ignores the file)\n", err.msg);
     } else {
         if (*dsv4_model_warnings(m)) fprintf(stderr, "dsv4 serve: warning: %s\n", dsv4_model_warnings(m));
-        if (!so->no_generation_config) log_gen_config(m);
+        if (!so->no_generation_config) log_gen_config(&gc);
         /* under EP each rank warms and pins only the experts it owns */
         if (!cli_prepare_weights("serve", m, warmup, pin, so->threads, 0, n_ranks)) {
             *group_broken = 0;  /* from here the followers end with the server */
