@@ -27,15 +27,18 @@ typedef struct {
     double lo, hi;
     int lo_open;   /* (lo, hi]: lo itself is refused */
     int integer;
+    double hf;     /* transformers' GenerationConfig default (NAN: none): a value equal to it is
+                    * not taken, as vLLM reads the file through to_diff_dict(), which drops it
+                    * (a top_k of 50 there leaves top_k unlimited) */
 } gen_field;
 
 static const gen_field FIELDS[] = {
-    {"temperature", DSV4_GENCFG_TEMPERATURE, 0, 2, 0, 0},
-    {"top_p", DSV4_GENCFG_TOP_P, 0, 1, 1, 0},
-    {"top_k", DSV4_GENCFG_TOP_K, -1, 1e9, 0, 1},
-    {"min_p", DSV4_GENCFG_MIN_P, 0, 1, 0, 0},
-    {"repetition_penalty", DSV4_GENCFG_REPETITION_PENALTY, 0, 10, 1, 0},
-    {"max_new_tokens", DSV4_GENCFG_MAX_NEW_TOKENS, 1, INT_MAX, 0, 1},
+    {"temperature", DSV4_GENCFG_TEMPERATURE, 0, 2, 0, 0, 1},
+    {"top_p", DSV4_GENCFG_TOP_P, 0, 1, 1, 0, 1},
+    {"top_k", DSV4_GENCFG_TOP_K, -1, 1e9, 0, 1, 50},
+    {"min_p", DSV4_GENCFG_MIN_P, 0, 1, 0, 0, NAN},
+    {"repetition_penalty", DSV4_GENCFG_REPETITION_PENALTY, 0, 10, 1, 0, 1},
+    {"max_new_tokens", DSV4_GENCFG_MAX_NEW_TOKENS, 1, INT_MAX, 0, 1, NAN},
 };
 
 static void store(dsv4_gen_config *g, unsigned bit, double v) {
@@ -56,16 +59,20 @@ static int parse(const char *path, const cJSON *root, dsv4_gen_config *g, dsv4_e
     for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; i++) {
         const gen_field *f = &FIELDS[i];
         const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, f->key);
+        int seen = 0;
+        for (const cJSON *x = root->child; x; x = x->next) seen += x->string && !strcmp(x->string, f->key);
+        if (seen > 1)  /* readers disagree on which one wins (cJSON the first, Python the last) */
+            return dsv4_fail(err, DSV4_ERR_CONFIG, "%s: duplicate key \"%s\"", path, f->key);
         if (!j || cJSON_IsNull(j)) continue;  /* null: not given, as vLLM reads it */
         if (!cJSON_IsNumber(j))
             return dsv4_fail(err, DSV4_ERR_CONFIG, "%s: %s is %s, must be a number", path, f->key, dsv4_json_kind(j));
         const double v = j->valuedouble;
         if (!isfinite(v) || v < f->lo || v > f->hi || (f->lo_open && v == f->lo))
-            return dsv4_fail(err, DSV4_ERR_CONFIG, "%s: %s = %.17g, must be in %c%g, %g]", path, f->key, v,
+            return dsv4_fail(err, DSV4_ERR_CONFIG, "%s: %s = %.17g, must be in %c%.17g, %.17g]", path, f->key, v,
                              f->lo_open ? '(' : '[', f->lo, f->hi);
         if (f->integer && floor(v) != v)
             return dsv4_fail(err, DSV4_ERR_CONFIG, "%s: %s = %.17g, must be an integer", path, f->key, v);
-        store(g, f->bit, v);
+        if (v != f->hf) store(g, f->bit, v);
     }
     return 0;
 }

@@ -104,5 +104,17 @@ run('server_gen_config', async () => {
   assert.strictEqual(text(a.json), text(b.json), '--generation-config none: not the API defaults');
   await none.stop();
   fs.rmSync(bad, { recursive: true, force: true });
+
+  // 3. transformers' defaults are not taken (vLLM reads the file through to_diff_dict, which
+  //    drops them): top_k 50 leaves top_k unlimited
+  const hf = modelWith({ top_k: 50, temperature: 1.0, min_p: 0.02 });
+  const h = await start(['--no-warmup'], { model: hf });
+  const noK = await http(h.url + p, { body });
+  const off = await http(h.url + p, { body: { ...body, min_p: 0.02, top_k: -1 } });
+  const k50 = await http(h.url + p, { body: { ...body, min_p: 0.02, top_k: 50 } });
+  assert.strictEqual(text(noK.json), text(off.json), 'a top_k of 50 (transformers\' default) was applied');
+  assert.notStrictEqual(text(noK.json), text(k50.json), 'top_k 50 gave the same answer (no test)');
+  await h.stop();
+  fs.rmSync(hf, { recursive: true, force: true });
   console.log(said.join('; '));
 });
