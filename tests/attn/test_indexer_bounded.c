@@ -215,6 +215,64 @@ static int check(int level, int fmt, int kind, int nI, int dI, int n, int topk) 
     return rescored;
 }
 
+/* The BF16-dot kernel's bound at the k-th place (rv-idx8): one head of weight 1, m keys A
+ * along the query's BF16 residual r (approximate scores E ~ ||r|| low) and m keys B against it
+ * (E high), each with some of q, B's approximate scores 1.6 E above A's but their exact ones
+ * below: top m is every A. A bound under ~0.78 of the kernel's would be sure of the B keys and
+ * select them (the residual's norm from half its values fails here); the kernel's (~1.01 E
+ * ||K||, ||K|| ~1.03) makes both candidates, rescored. */
+static void check_bf16_residual(int level, int dI, int m) {
+    const int nI = 4, n = 2 * m;
+    const dsv4_attn_ops *ops = dsv4_attn_ops_for(DSV4_SIMD_SCALAR);
+    float *qI = malloc(sizeof(float) * nI * dI), *wI = calloc(nI, sizeof(float)), *qh = malloc(sizeof(float) * dI);
+    float *ka = malloc(sizeof(float) * dI), *kb = malloc(sizeof(float) * dI);
+    uint16_t *packed = malloc(sizeof(uint16_t) * (size_t)n * dI);
+    const void **keys = malloc(sizeof(void *) * n), **ckeys = malloc(sizeof(void *) * n);
+    float *exact = malloc(sizeof(float) * n), *approx = malloc(sizeof(float) * n), *knorm = malloc(sizeof(float) * n);
+    float *fbuf = malloc(sizeof(float) * n);
+    int *work = malloc(sizeof(int) * n), *cidx = malloc(sizeof(int) * n), *sel = malloc(sizeof(int) * m);
+    int *sel_ref = malloc(sizeof(int) * m);
+    for (int i = 0; i < nI * dI; i++) qI[i] = (float)urand();
+    wI[1] = 1.0f;
+    const float *q = qI + dI; /* head 1 */
+    for (int c = 0; c < dI; c++) qh[c] = q[c];
+    dsv4_row_round(DSV4_ROW_BF16, qh, dI, 0);
+    double rn = 0, qn = 0, qr = 0;
+    for (int c = 0; c < dI; c++) {
+        const double r = (double)q[c] - qh[c];
+        rn += r * r, qn += (double)qh[c] * qh[c], qr += qh[c] * r;
+    }
+    rn = sqrt(rn), qn = sqrt(qn);
+    /* A = r / ||r|| + beta qh / ||qh|| (r . A ~ +||r||), B = -r / ||r|| + alpha qh / ||qh|| (~ -||r||); with
+     * cr = qh . r / ||r||, A's approximate dot cr + beta ||qh|| > 0, B's -cr + alpha ||qh|| that plus 1.6 ||r|| */
+    const double cr = qr / rn, beta = (fabs(cr) + 0.1 * qn) / qn, da = cr + beta * qn;
+    const double alpha = (da + 1.6 * rn + cr) / qn;
+    for (int c = 0; c < dI; c++) {
+        const double r = (double)q[c] - qh[c];
+        ka[c] = (float)(r / rn + beta * qh[c] / qn);
+        kb[c] = (float)(-r / rn + alpha * qh[c] / qn);
+    }
+    dsv4_row_round(DSV4_ROW_BF16, ka, dI, 0);
+    dsv4_row_round(DSV4_ROW_BF16, kb, dI, 0);
+    for (int w = 0; w < n; w++) {
+        dsv4_row_pack(DSV4_ROW_BF16, packed + (size_t)w * dI, w % 2 ? kb : ka, dI, 0);
+        keys[w] = packed + (size_t)w * dI;
+    }
+    const int64_t lim = n;
+    dsv4_idx_scores(level, ops, qI, 0, wI, 0, 1, &lim, keys, DSV4_ROW_BF16, 0, n, nI, dI, exact, 0);
+    dsv4_idx_approx_kernel(level, DSV4_IDX_APPROX_BF16, qI, 0, wI, 0, 1, &lim, keys, DSV4_ROW_BF16, 0, n, nI, dI,
+                           approx, knorm, 0);
+    CHECK_MSG(exact[0] > exact[1] && approx[1] > approx[0], "dI %d: the rows are not built as meant (exact %g %g, "
+              "approximate %g %g)", dI, (double)exact[0], (double)exact[1], (double)approx[0], (double)approx[1]);
+    const int n_ref = dsv4_indexer_select(exact, n, m, work, sel_ref);
+    const dsv4_indexer_query iq = {level, ops, qI, wI, nI, dI, keys, DSV4_ROW_BF16};
+    const int n_got = dsv4_indexer_select_verified(&iq, approx, knorm, n, m, fbuf, cidx, ckeys, work, sel);
+    CHECK_MSG(n_got == n_ref && memcmp(sel, sel_ref, sizeof(int) * (size_t)n_ref) == 0,
+              "BF16 dots, residual-aligned keys at the k-th place, dI %d: the selections differ", dI);
+    free(qI); free(wI); free(qh); free(ka); free(kb); free(packed); free(keys); free(ckeys); free(exact); free(approx);
+    free(knorm); free(fbuf); free(work); free(cidx); free(sel); free(sel_ref);
+}
+
 /* AUTO's choice (attention.h): a flash_quarter CSA row bounds its scores from topk entries up
  * (a 4K-context row's 1088 among them), an indexer of fewer MACs a score than the minimum never. */
 static void check_auto(void) {
@@ -284,6 +342,8 @@ int main(void) {
         check(best, DSV4_ROW_BF16, ADVERSARY, 64, 128, 1500, 512);
         check(best, DSV4_ROW_BF16, MIXED_Q, 64, 128, 600, 256);
         check(best, DSV4_ROW_BF16, TINY_KEYS, 16, 128, 2048, 512);
+        check_bf16_residual(best, 128, 40);
+        check_bf16_residual(best, 37, 24);
         printf("BF16 dots, 2048 entries, top 64: %d rescored (random keys)\n", r);
         CHECK_MSG(r >= 0 && r <= 512, "BF16 dots, random keys: %d entries rescored for the top 64", r);
         KERNEL = DSV4_IDX_APPROX_AUTO;
