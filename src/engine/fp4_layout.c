@@ -45,6 +45,12 @@
  * pages, 0.30 s once mapped: the pack itself runs at ~1.8 GB/s a thread), and the GEMVs then
  * stream the experts with fewer TLB misses than the file's 4 KB page-cache pages give.
  *
+ * FP8 matrices: the copy also finds each one's no-NaN flag (dsv4_mat.fp8_no_nan: no byte is an
+ * e4m3 NaN code, so the one-row bit decode may skip its NaN scan), on the bytes it has just
+ * read, in parallel. Open reads no weight byte (--no-warmup stays lazy), and mapped weights keep
+ * the scan: found at open it cost a serial read of every FP8 byte (~6 GB on Flash) before the
+ * parallel warm-up, with or without it (rv-idx8, session 48).
+ *
  * NUMA: with opts.numa interleaving (resolved before this runs), each block's allocation is
  * interleaved over the nodes (mbind) before the repack first writes its pages, so the copies
  * are spread as the mapped weights are.
@@ -59,6 +65,7 @@
 #include "engine/engine.h"
 #include "kernels/cpu.h"
 #include "kernels/fp4_lanes.h"
+#include "kernels/linear.h"
 #include "util/err.h"
 #include "util/machine.h"
 #include "util/numa.h"
@@ -139,6 +146,7 @@ typedef struct {
     const void **bind;   /* a matrix's w or scale */
     const float **bindf; /* or one of hc's mixing matrices */
     dsv4_mat *pack;      /* LANES: the FP4 matrix whose weights these are, else NULL */
+    dsv4_mat *fp8;       /* the FP8 matrix whose weights these are, else NULL: its no-NaN flag */
 } copy_item;
 
 static void copy_task(void *arg, int t, int tid) {
@@ -146,6 +154,9 @@ static void copy_task(void *arg, int t, int tid) {
     const copy_item *it = &((const copy_item *)arg)[t];
     if (!it->pack) {
         memcpy(it->dst, it->src, (size_t)it->n);
+        /* the bytes were just read: the one-row kernels' NaN scan is found here once (not at
+         * open, which reads no weight byte: --no-warmup stays lazy, and the copy is parallel) */
+        if (it->fp8) it->fp8->fp8_no_nan = dsv4_fp8_no_nan(it->dst, it->n);
         return;
     }
     const int64_t rb = it->pack->cols / 2; /* bytes a row */
@@ -164,7 +175,7 @@ typedef struct {
 
 static void plan_add(copy_plan *p, const void *src, int64_t n, const void **bind, const float **bindf, dsv4_mat *pack) {
     if (!src || n <= 0) return;
-    if (p->items) p->items[p->n] = (copy_item){src, p->mem + p->bytes, n, bind, bindf, pack};
+    if (p->items) p->items[p->n] = (copy_item){src, p->mem + p->bytes, n, bind, bindf, pack, NULL};
     p->n++;
     p->bytes += round64(n);
 }
@@ -176,6 +187,7 @@ static void plan_weights(copy_plan *p, dsv4_mat *m) {
     if (!wb) return;
     const int pack = p->layout == DSV4_FP4_LANES && lanes_ok(m);
     plan_add(p, m->w, wb, &m->w, NULL, pack ? m : NULL);
+    if (p->items && m->fmt == DSV4_WF_FP8) p->items[p->n - 1].fp8 = m; /* m->w and wb > 0: added */
     if (is_fp4(m)) pack ? p->lanes++ : p->fp4++;
 }
 

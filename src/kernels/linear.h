@@ -34,12 +34,13 @@ typedef struct dsv4_mat {
                              * I8: F32 [rows] */
     int scale_is_f32;       /* scales stored F32 instead of ue8m0 bytes */
     int fp8_no_nan;         /* FP8: 1 when no weight byte is an e4m3 NaN code (0x7F, 0xFF), as
-                             * the loader finds once (dsv4_fp8_no_nan): the one-row bit decode
-                             * then skips its NaN scan. 0 (not known) keeps the scan: always safe */
+                             * the engine's weight copy finds once (dsv4_fp8_no_nan): the one-row
+                             * bit decode then skips its NaN scan. 0 (not known: mapped weights)
+                             * keeps the scan: always safe */
 } dsv4_mat;
 
 /* 1 when none of the n e4m3 bytes at p is a NaN code (0x7F or 0xFF), else 0: the loader's
- * dsv4_mat.fp8_no_nan. */
+ * dsv4_mat.fp8_no_nan, found where the engine copies the weights (engine/fp4_layout.c). */
 int dsv4_fp8_no_nan(const uint8_t *p, int64_t n);
 
 /* Dequantizes row o of w into out[cols] (exact). */

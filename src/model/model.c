@@ -198,8 +198,6 @@ static void bind_mat(binder *b, const dsv4_tensor_spec *sp) {
         mat->w = t->data;
         mat->fmt = DSV4_WF_FP8;
         bind_scale(b, sp->name, mat, (out + 127) / 128, (in + 127) / 128);
-        /* once here, so that the one-row kernels need not look for NaN codes at every call */
-        if (!b->headers_only) mat->fp8_no_nan = dsv4_fp8_no_nan(t->data, out * in);
         return;
     case DSV4_ST_I8:
         if (in % 32 != 0) {

@@ -8,6 +8,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "dsv4.h"
+#include "engine/engine.h"
 #include "kernels/codec.h"
 #include "kernels/linear.h"
 #include "model/config.h"
@@ -313,9 +315,24 @@ static void test_scales(void) {
     free(u);
 }
 
-/* The loader's no-NaN flag of an FP8 matrix (dsv4_mat.fp8_no_nan, which lets the one-row
- * kernels skip their NaN scan): set where no weight byte is an e4m3 NaN code, and cleared on
- * the one matrix of a copy that holds a 0x7F. */
+/* The no-NaN flag of an FP8 matrix (dsv4_mat.fp8_no_nan, which lets the one-row kernels skip
+ * their NaN scan): open reads no weight byte, so the model's flags stay 0; an engine that copies
+ * the weights (COPY) sets it where no weight byte is an e4m3 NaN code and clears it on the one
+ * matrix of a checkpoint that holds a 0x7F; mapped weights (NATURAL) keep the scan (0). */
+static int engine_flag(const struct dsv4_model *m, int layout, int layer, int wq_b) {
+    dsv4_engine_opts eo = {.max_context = 16, .max_seqs = 1, .kv_dtype = DSV4_KV_F32, .fp4_layout = layout, .threads = 2};
+    dsv4_engine *e = NULL;
+    dsv4_err err = {0};
+    if (dsv4_engine_create(m, &eo, &e, &err)) {
+        fprintf(stderr, "engine: %s\n", err.msg);
+        return -1;
+    }
+    const dsv4_mat *w = wq_b ? &e->blocks[layer].wq_b : &e->blocks[layer].wq_a;
+    const int f = w->fmt == DSV4_WF_FP8 ? w->fp8_no_nan : -2;
+    dsv4_engine_free(e);
+    return f;
+}
+
 static void test_fp8_no_nan(void) {
     const char *wq_b = "layers.1.attn.wq_b.weight", *wq_a = "layers.1.attn.wq_a.weight";
     uint64_t nb = 0;
@@ -333,8 +350,11 @@ static void test_fp8_no_nan(void) {
     CHECK_MSG(load_work(&err, &b) == 0, "a NaN code: %s", err.msg);
     if (a && b) {
         const dsv4_mat *aq = dsv4_model_spec(a, wq_b)->mat, *bq = dsv4_model_spec(b, wq_b)->mat;
-        CHECK(aq->fmt == DSV4_WF_FP8 && aq->fp8_no_nan == 1 && dsv4_model_spec(a, wq_a)->mat->fp8_no_nan == 1);
-        CHECK(bq->fmt == DSV4_WF_FP8 && bq->fp8_no_nan == 0 && dsv4_model_spec(b, wq_a)->mat->fp8_no_nan == 1);
+        CHECK(aq->fmt == DSV4_WF_FP8 && aq->fp8_no_nan == 0 && dsv4_model_spec(a, wq_a)->mat->fp8_no_nan == 0);
+        CHECK(bq->fmt == DSV4_WF_FP8 && bq->fp8_no_nan == 0);
+        CHECK(engine_flag(a, DSV4_FP4_COPY, 1, 1) == 1 && engine_flag(a, DSV4_FP4_COPY, 1, 0) == 1);
+        CHECK(engine_flag(b, DSV4_FP4_COPY, 1, 1) == 0 && engine_flag(b, DSV4_FP4_COPY, 1, 0) == 1);
+        CHECK(engine_flag(a, DSV4_FP4_NATURAL, 1, 1) == 0 && engine_flag(a, DSV4_FP4_NATURAL, 1, 0) == 0);
     }
     dsv4_model_close(a);
     dsv4_model_close(b);
