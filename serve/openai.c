@@ -1043,15 +1043,18 @@ static int completion_prompt(srv *s, const cJSON *p, int which, dsv4_tok_ids *id
 
 /* The prompts of completions' prompt field: a list of strings or of token-id lists holds
  * several (*list: its first), anything else is one (itself). The count, or -1 (msg): the
- * server takes at most --max-queue prompts x choices (per) a request, all queued at once. */
+ * server takes at most --max-seqs + 64 prompts x choices (per) a request (and no more than
+ * --max-queue), all queued at once: each holds its generation's V-sized scratch (~2 MB at
+ * Flash's vocabulary) from its submission on. */
 static int completion_prompts(const srv *s, const cJSON *p, int per, const cJSON **list, char *msg) {
     *list = p;
     if (!cJSON_IsArray(p) || !p->child || (!cJSON_IsString(p->child) && !cJSON_IsArray(p->child))) return 1;
     const int n = cJSON_GetArraySize(p);
+    const int cap = s->o.max_seqs + 64 < s->o.max_queue ? s->o.max_seqs + 64 : s->o.max_queue;
     *list = p->child;
-    if (n > 1 && (int64_t)n * per > s->o.max_queue) {
+    if (n > 1 && (int64_t)n * per > cap) {
         snprintf(msg, MSG, "'prompt' holds %d prompts x %d choices: a request takes at most %d (the server's "
-                 "--max-queue; each is a sequence)", n, per, s->o.max_queue);
+                 "--max-seqs + 64, at most --max-queue; each is a sequence)", n, per, cap);
         return -1;
     }
     return n;

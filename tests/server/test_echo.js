@@ -197,10 +197,10 @@ run('echo', async () => {
     assert.deepStrictEqual(texts, whole.choices.map((c) => c.text));
     assert.deepStrictEqual(ends, [1, 1, 1, 1]);
     // refused: more prompts x choices than the queue takes, an element that is no prompt
-    r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: Array(129).fill([1, 2]), n: 2 } });
+    r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: Array(35).fill([1, 2]), n: 2 } });
     assert.strictEqual(r.status, 400);
     assert.strictEqual(r.json.error.param, 'prompt');
-    assert.match(r.json.error.message, /129 prompts x 2 choices: a request takes at most 256/);
+    assert.match(r.json.error.message, /35 prompts x 2 choices: a request takes at most 68/);
     r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: [[1, 2], Array(600).fill(300)] } });
     assert.strictEqual(r.status, 400);
     assert.match(r.json.error.message, /^prompt 1: the prompt has 600 tokens and max_context is 512/);
