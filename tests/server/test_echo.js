@@ -30,7 +30,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const OpenAI = require('openai').default;
-const { start, http, run } = require('./harness');
+const { start, http, metrics, run } = require('./harness');
 
 const WORDS = 'amber birch cedar dune ember fjord grove heath inlet juniper kelp lichen'.split(' ');
 const TEXT = Array.from({ length: 140 }, (_, k) => WORDS[(k * 5) % WORDS.length]).join(' ');
@@ -196,6 +196,24 @@ run('echo', async () => {
     }
     assert.deepStrictEqual(texts, whole.choices.map((c) => c.text));
     assert.deepStrictEqual(ends, [1, 1, 1, 1]);
+    // a client gone mid-stream: every prompt's choices are cancelled (prompts 1.. with prompt 0's)
+    const m0 = await metrics(srv.url);
+    const ctl = new AbortController();
+    const res = await fetch(srv.url + '/v1/completions', { method: 'POST', signal: ctl.signal,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ ...sreq, prompt: [ids.slice(0, 6), ids.slice(6, 12), ids.slice(12, 18)], max_tokens: 400,
+        ignore_eos: true, stream: true }) });
+    assert.strictEqual(res.status, 200);
+    await res.body.getReader().read();
+    ctl.abort();
+    let m1;
+    for (let i = 0; i < 500; i++) {
+      m1 = await metrics(srv.url);
+      if (m1.dsv4_requests_cancelled_total - m0.dsv4_requests_cancelled_total >= 6 && m1.dsv4_running_sequences === 0) break;
+      await new Promise((f) => setTimeout(f, 10));
+    }
+    assert.strictEqual(m1.dsv4_requests_cancelled_total - m0.dsv4_requests_cancelled_total, 6, 'every prompt cancelled');
+    assert.strictEqual(m1.dsv4_running_sequences, 0);
     // refused: more prompts x choices than the queue takes, an element that is no prompt
     r = await http(srv.url + '/v1/completions', { body: { model: 'm', prompt: Array(35).fill([1, 2]), n: 2 } });
     assert.strictEqual(r.status, 400);
