@@ -122,6 +122,9 @@ void srv_sched_sweep(srv_sched *s, int expired);
 int srv_sched_step(srv_sched *s);
 /* Into the waiting list (the scheduler thread, or a follower's loop). */
 void srv_sched_enqueue(srv_sched *s, srv_req *r);
+/* The load gauges (waiting, running, by priority, the pools, the prefix caches) to /metrics
+ * and the DP report. */
+void srv_sched_publish_load(srv_sched *s);
 /* dsv4_gen_create and the context of r (as at submit). */
 int srv_sched_prepare(srv_sched *s, srv_req *r, dsv4_err *err);
 
