@@ -491,21 +491,13 @@ int dsv4_config_parse(const char *json, size_t len, dsv4_config *cfg, dsv4_err *
     if (!text) return dsv4_fail(err, DSV4_ERR_NOMEM, PFX "out of memory (%zu bytes)", len);
     memcpy(text, json, len);
     text[len] = 0;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &end, 0);
-    int rc;
+    size_t off = 0;
+    int trailing = 0, rc;
+    cJSON *root = dsv4_json_parse_whole(text, len, &off, &trailing);
     if (!root) {
-        size_t off = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
-        rc = dsv4_fail(err, DSV4_ERR_CONFIG, PFX "JSON syntax error at byte %zu (line %zu)", off, line_of(text, off));
-        free(text);
-        return rc;
-    }
-    /* Anything but whitespace after the top-level value is an error, as in any JSON reader. */
-    size_t off = (size_t)(end - text);
-    while (off < len && (text[off] == ' ' || text[off] == '\t' || text[off] == '\n' || text[off] == '\r')) off++;
-    if (off < len) {
-        rc = dsv4_fail(err, DSV4_ERR_CONFIG, PFX "JSON syntax error at byte %zu (line %zu): text after the object",
-                       off, line_of(text, off));
+        /* anything but blanks after the top-level value is an error, as in any JSON reader */
+        rc = dsv4_fail(err, DSV4_ERR_CONFIG, PFX "JSON syntax error at byte %zu (line %zu)%s", off, line_of(text, off),
+                       trailing ? ": text after the object" : "");
     } else {
         dsv4_config *c = malloc(sizeof *c);
         if (!c) {

@@ -89,14 +89,10 @@ int dsv4_gen_config_load(const char *dir, dsv4_gen_config *out, dsv4_err *err) {
         if (err) err->code = DSV4_ERR_CONFIG;
         return DSV4_ERR_CONFIG;
     }
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &end, 0);
-    size_t off = root && end ? (size_t)(end - text) : 0;
-    while (root && off < len && (text[off] == ' ' || text[off] == '\t' || text[off] == '\n' || text[off] == '\r'))
-        off++;
-    int rc;
-    if (!root || off < len) {
-        if (!root) off = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+    size_t off = 0;
+    int trailing, rc;
+    cJSON *root = dsv4_json_parse_whole(text, len, &off, &trailing);
+    if (!root) {
         rc = dsv4_fail(err, DSV4_ERR_CONFIG, "%s: JSON syntax error at byte %zu", path, off);
     } else {
         dsv4_gen_config g = {0};
