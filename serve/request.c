@@ -190,7 +190,7 @@ static void wake_unlock(srv_req *w, int ended) {
 }
 
 static void unlock_wake(srv_req *r) {
-    srv_req *lead = r->waiter ? r->waiter : r->lead;
+    srv_req *lead = srv_req_root(r);
     const int ended = r->end != SRV_END_NONE;
     wake_unlock(r, ended);
     if (!lead) return;

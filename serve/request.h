@@ -133,6 +133,11 @@ struct srv_req {
 
 /* A new request with its prompt copied and two references; NULL when out of memory. */
 srv_req *srv_req_new(const int32_t *prompt, int n_prompt);
+
+/* The request whose cancel is r's and whose waiter hears r's news: the list's waiter, else
+ * the choice's lead, else NULL (r is its own). */
+static inline srv_req *srv_req_root(const srv_req *r) { return r->waiter ? r->waiter : r->lead; }
+
 /* A copy of r's set-before-submit part (prompt, generation parameters and what they point
  * at, forced prefix, test script) with two references: another choice of the same
  * request. NULL when out of memory. */

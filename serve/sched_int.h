@@ -74,8 +74,6 @@ struct srv_sched {
     int *span_lp;                 /* (max_seqs) 1: the span's rows score prompt tokens; -1:
                                    * that failed (lp_err), the request ends */
     dsv4_err lp_err;
-    int decoding;                 /* the step being planned has decode rows: a prompt being
-                                   * scored is charged two rows a row (add_span) */
     /* their scoring spread over the engine's threads: task k scores its share of a head
      * batch's rows with scorer k (a generation of its own, made at create: V-sized scratch,
      * the tokenizer's text mask, the same dsv4_gen_score code as the request's own) */

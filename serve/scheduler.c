@@ -50,7 +50,7 @@ static void list_remove(srv_req **list, int *n, srv_req *r) {
  * cancelled at once (choice 0's cancel is theirs), as the stream does, rather than run to
  * their end before the 500. */
 static void cancel_choices(srv_sched *s, srv_req *r) {
-    srv_req *lead = r->waiter ? r->waiter : r->lead;
+    srv_req *lead = srv_req_root(r);
     for (int i = 0; i < s->n_run && !lead; i++) lead = s->run[i]->lead == r || s->run[i]->waiter == r ? r : NULL;
     for (int i = 0; i < s->n_wait && !lead; i++) lead = s->wait[i]->lead == r || s->wait[i]->waiter == r ? r : NULL;
     if (!lead) return;
@@ -167,14 +167,15 @@ static int32_t forced_draft(void *user, int64_t pos, int32_t draft) {
 /* ---- one step --------------------------------------------------------------------------- */
 
 /* Adds a span for r's next pending rows, at most `room` of them; returns the rows added.
- * A prefill chunk ends at the prompt's snapshot point, which it then leaves behind. */
-static int add_span(srv_sched *s, int *n_spans, srv_req *r, int room) {
+ * A prefill chunk ends at the prompt's snapshot point, which it then leaves behind.
+ * decoding: the step being planned has decode rows. */
+static int add_span(srv_sched *s, int *n_spans, srv_req *r, int room, int decoding) {
     int pending = r->n_ctx - r->n_done;
     /* a prompt scored beside decoding requests: each of its rows also runs the LM head (2 D V
      * flops a row: on the bench model about a forward row's cost, on Flash a few percent of
      * it) and is scored, so it is charged two rows of the step's budget: the step, and the
      * neighbours' inter-token latency, stay near a plain chunk's */
-    const int charge = r->plp && r->n_done + 1 < r->n_prompt && s->decoding ? 2 : 1;
+    const int charge = r->plp && r->n_done + 1 < r->n_prompt && decoding ? 2 : 1;
     if (charge > 1) room = room > 1 ? room / 2 : 1;
     int n = pending < room ? pending : room;
     if (n > s->o.c_max) n = s->o.c_max;
@@ -210,7 +211,7 @@ static int add_span(srv_sched *s, int *n_spans, srv_req *r, int room) {
  * (a speculative 2-row span). Returns the rows added. */
 static int add_verify(srv_sched *s, int *n_spans, srv_req *r) {
     dsv4_err err = {0};
-    if (dsv4_spec_verify_span(r->spec, &s->spans[*n_spans], &err)) return add_span(s, n_spans, r, 1);
+    if (dsv4_spec_verify_span(r->spec, &s->spans[*n_spans], &err)) return add_span(s, n_spans, r, 1, 0);
     s->span_verify[*n_spans] = 1;
     s->span_lp[*n_spans] = 0;
     /* its first row may reach an aligned length (kept when only that row is accepted) */
@@ -230,6 +231,21 @@ static int forks_waiting(const srv_sched *s, const srv_req *r, int from) {
     return n;
 }
 
+/* The slots held by choices waiting to fork a running choice 0 (fork_choices needs them
+ * free: admitting the next request into them made the choices compute the prompt). */
+static int slots_held(const srv_sched *s) {
+    int held = 0;
+    for (int w = 0; w < s->n_wait; w++) held += fork_waits(s->wait[w]) && s->wait[w]->lead->seq >= 0;
+    return held;
+}
+
+/* 1 when a running request's fork waits for pages (nothing is admitted meanwhile: plan_step) */
+static int fork_waits_for_pages(const srv_sched *s) {
+    for (int i = 0; i < s->n_run; i++)
+        if (s->run[i]->fork_wait) return 1;
+    return 0;
+}
+
 /* --scheduling-policy priority: the first waiting request (h) finds every slot taken, and a
  * request of a strictly lower priority runs. The newest of the lowest priority running (v)
  * gives h its slot once h has waited longer than v's recompute would take (its positions at
@@ -243,15 +259,14 @@ static int forks_waiting(const srv_sched *s, const srv_req *r, int from) {
  * At most one a step; the plan that follows admits h. */
 static void preempt_for_priority(srv_sched *s) {
     if (!s->o.priority_sched || s->admit_hold || s->prefill_rate <= 0 || !s->n_run) return;
-    int w = 0, held = 0;
+    int w = 0;
     while (w < s->n_wait && fork_waits(s->wait[w])) w++;
     if (w == s->n_wait) return;
     const srv_req *h = s->wait[w];
-    for (int i = 0; i < s->n_wait; i++) held += fork_waits(s->wait[i]) && s->wait[i]->lead->seq >= 0;
-    for (int i = 0; i < s->n_run; i++)
-        if (s->run[i]->fork_wait) return;
+    /* the run list's last is of its lowest priority (list_insert's order): no victim */
+    if (s->run[s->n_run - 1]->priority <= h->priority || fork_waits_for_pages(s)) return;
     /* the slots h needs (with its choices waiting to fork it) beyond the free ones */
-    const int short_of = s->n_run + held + 1 + forks_waiting(s, h, w + 1) - s->o.max_seqs;
+    const int short_of = s->n_run + slots_held(s) + 1 + forks_waiting(s, h, w + 1) - s->o.max_seqs;
     if (short_of <= 0) return;
     int victim = -1, n_victims = 0;
     for (int k = s->n_run - 1; k >= 0 && s->run[k]->priority > h->priority; k--) {
@@ -281,27 +296,23 @@ static void preempt_for_priority(srv_sched *s) {
 static int plan_step(srv_sched *s, int *rows, int *decode) {
     int n_spans = 0, budget = s->o.step_tokens;
     *decode = 0;
-    s->decoding = 0;
     for (int i = 0; i < s->n_run; i++)
         if (s->run[i]->n_ctx - s->run[i]->n_done == 1) {
             budget -= s->run[i]->spec ? add_verify(s, &n_spans, s->run[i])
-                                      : add_span(s, &n_spans, s->run[i], 1);
+                                      : add_span(s, &n_spans, s->run[i], 1, 0);
             (*decode)++;
         }
-    s->decoding = *decode > 0;
     for (int i = 0; i < s->n_run && budget > 0; i++)
         if (s->run[i]->n_ctx - s->run[i]->n_done > 1)
-            budget -= add_span(s, &n_spans, s->run[i], budget);
-    /* the choices waiting to fork a running choice 0 hold their slots (fork_choices needs
-     * them free): admitting the next request into them made the choices compute the prompt */
-    int held = 0, forks_short = 0;
-    for (int w = 0; w < s->n_wait; w++) held += fork_waits(s->wait[w]) && s->wait[w]->lead->seq >= 0;
+            budget -= add_span(s, &n_spans, s->run[i], budget, *decode > 0);
+    /* the choices waiting to fork a running choice 0 hold their slots (slots_held) */
+    int held = slots_held(s);
     /* nor is anything admitted behind a waiting fork: it waits only when the block pool has
      * no page left for the one it copies (its open block), the prefix cache evicted first, so
      * a request admitted meanwhile would fail its first forward and be preempted (test_preempt
      * sees no page free during the wait); the pages that come back go to the fork first
      * (resume_forks runs before the plan), then admission goes on */
-    for (int i = 0; i < s->n_run; i++) forks_short |= s->run[i]->fork_wait;
+    const int forks_short = fork_waits_for_pages(s);
     for (int w = 0; budget > 0 && w < s->n_wait && !s->admit_hold && !forks_short &&
                     s->n_run + held < s->o.max_seqs;) {
         srv_req *r = s->wait[w];
@@ -343,7 +354,7 @@ static int plan_step(srv_sched *s, int *rows, int *decode) {
         list_insert(s->run, &s->n_run, r);
         s->st.admitted++;
         held += forks;
-        budget -= add_span(s, &n_spans, r, budget);
+        budget -= add_span(s, &n_spans, r, budget, *decode > 0);
     }
     *rows = 0;  /* the budget charged scored rows twice: the rows themselves */
     for (int i = 0; i < n_spans; i++) *rows += s->spans[i].n_tokens;
