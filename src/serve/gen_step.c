@@ -121,8 +121,7 @@ static void vocab_drop(void *v) { json_vocab_free(v); }
 const json_vocab *gen_vocab(const dsv4_tokenizer *tok) { return dsv4_tok_lazy(tok, vocab_build, vocab_drop); }
 
 int dsv4_json_vocab_prepare(const dsv4_tokenizer *tok, dsv4_err *err) {
-    return dsv4_tok_lazy(tok, vocab_build, vocab_drop) ? DSV4_OK
-                                                      : dsv4_fail(err, DSV4_ERR_NOMEM, "json: out of memory for the vocabulary index");
+    return gen_vocab(tok) ? DSV4_OK : dsv4_fail(err, DSV4_ERR_NOMEM, "json: out of memory for the vocabulary index");
 }
 
 int dsv4_tools_check(const char *tools, size_t len, int *strict, dsv4_err *err) {
@@ -215,7 +214,7 @@ static int json_setup(dsv4_gen *g, const dsv4_tokenizer *tok, const dsv4_gen_par
     if (!p->json_schema && !p->tools && !p->regex && !p->n_choices && !p->grammar && !p->compiled_grammar) return DSV4_OK;
     if (p->regex || p->n_choices || p->grammar || p->compiled_grammar) {
         g->tok = tok;
-        g->jv = dsv4_tok_lazy(tok, vocab_build, vocab_drop);
+        g->jv = gen_vocab(tok);
         g->jbits = g->jv ? malloc((size_t)g->jv->words * sizeof *g->jbits) : NULL;
         if (!g->jbits) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
         return guide_setup(g, p, err);
@@ -231,7 +230,7 @@ static int json_setup(dsv4_gen *g, const dsv4_tokenizer *tok, const dsv4_gen_par
     if (!rc && p->tools && p->json_schema) rc = tm_set_doc(g->tools, p->json_schema, strlen(p->json_schema), err);
     if (rc) return rc;
     g->tok = tok;
-    g->jv = dsv4_tok_lazy(tok, vocab_build, vocab_drop);
+    g->jv = gen_vocab(tok);
     g->jbits = g->jv ? malloc((size_t)g->jv->words * sizeof *g->jbits) : NULL;
     if (!g->jbits) return dsv4_fail(err, DSV4_ERR_NOMEM, "gen: out of memory");
     if (g->tools) {
