@@ -173,9 +173,10 @@ typedef struct {
     int64_t lanes, fp4; /* FP4 matrices repacked into lanes / copied natural */
 } copy_plan;
 
-static void plan_add(copy_plan *p, const void *src, int64_t n, const void **bind, const float **bindf, dsv4_mat *pack) {
+static void plan_add(copy_plan *p, const void *src, int64_t n, const void **bind, const float **bindf, dsv4_mat *pack,
+                     dsv4_mat *fp8) {
     if (!src || n <= 0) return;
-    if (p->items) p->items[p->n] = (copy_item){src, p->mem + p->bytes, n, bind, bindf, pack, NULL};
+    if (p->items) p->items[p->n] = (copy_item){src, p->mem + p->bytes, n, bind, bindf, pack, fp8};
     p->n++;
     p->bytes += round64(n);
 }
@@ -186,8 +187,7 @@ static void plan_weights(copy_plan *p, dsv4_mat *m) {
     mat_parts(m, &wb, &sb);
     if (!wb) return;
     const int pack = p->layout == DSV4_FP4_LANES && lanes_ok(m);
-    plan_add(p, m->w, wb, &m->w, NULL, pack ? m : NULL);
-    if (p->items && m->fmt == DSV4_WF_FP8) p->items[p->n - 1].fp8 = m; /* m->w and wb > 0: added */
+    plan_add(p, m->w, wb, &m->w, NULL, pack ? m : NULL, m->fmt == DSV4_WF_FP8 ? m : NULL);
     if (is_fp4(m)) pack ? p->lanes++ : p->fp4++;
 }
 
@@ -195,7 +195,7 @@ static void plan_weights(copy_plan *p, dsv4_mat *m) {
 static void plan_scales(copy_plan *p, dsv4_mat *m) {
     int64_t wb, sb;
     mat_parts(m, &wb, &sb);
-    if (wb) plan_add(p, m->scale, sb, &m->scale, NULL, NULL);
+    if (wb) plan_add(p, m->scale, sb, &m->scale, NULL, NULL, NULL);
 }
 
 static void plan_mat(copy_plan *p, dsv4_mat *m) {
@@ -223,8 +223,8 @@ static void plan_block(const dsv4_engine *e, dsv4_block_w *b, int e0, int e1, co
     for (int i = 0, n = block_mats(b, mats); i < n; i++) plan_mat(p, mats[i]);
     for (int x = e0; has_experts(e, b) && x < e1; x++) plan_expert(p, &b->w1[x], &b->w3[x], &b->w2[x]);
     const int64_t fn = (int64_t)dsv4_cfg_mix(e->cfg) * e->cfg->hc_mult * e->cfg->hidden_size * (int64_t)sizeof(float);
-    plan_add(p, b->hc_attn_fn, fn, NULL, &b->hc_attn_fn, NULL);
-    plan_add(p, b->hc_ffn_fn, fn, NULL, &b->hc_ffn_fn, NULL);
+    plan_add(p, b->hc_attn_fn, fn, NULL, &b->hc_attn_fn, NULL, NULL);
+    plan_add(p, b->hc_ffn_fn, fn, NULL, &b->hc_ffn_fn, NULL, NULL);
 }
 
 static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int layout, int e0, int e1, dsv4_err *err) {
