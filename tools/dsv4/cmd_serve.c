@@ -290,14 +290,19 @@ int cmd_serve(int argc, char **argv) {
 
 /* The defaults the model's generation_config.json gives requests (vLLM logs them too). */
 static void log_gen_config(const dsv4_gen_config *gc) {
-    const dsv4_gen_config g = *gc;
-    if (!g.has) return;
+    if (!gc->has) return;
     char line[512];
     int n = 0;
-    static const char *const names[] = {"temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_new_tokens"};
-    const double v[] = {g.temperature, g.top_p, g.top_k, g.min_p, g.repetition_penalty, g.max_new_tokens};
-    for (int i = 0; i < 6; i++)
-        if (g.has & (1u << i)) n += snprintf(line + n, sizeof line - (size_t)n, "%s%s %g", n ? ", " : "", names[i], v[i]);
+    const struct { unsigned bit; const char *name; double v; } f[] = {
+        {DSV4_GENCFG_TEMPERATURE, "temperature", gc->temperature},
+        {DSV4_GENCFG_TOP_P, "top_p", gc->top_p},
+        {DSV4_GENCFG_TOP_K, "top_k", gc->top_k},
+        {DSV4_GENCFG_MIN_P, "min_p", gc->min_p},
+        {DSV4_GENCFG_REPETITION_PENALTY, "repetition_penalty", gc->repetition_penalty},
+        {DSV4_GENCFG_MAX_NEW_TOKENS, "max_new_tokens", gc->max_new_tokens},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (gc->has & f[i].bit) n += snprintf(line + n, sizeof line - (size_t)n, "%s%s %g", n ? ", " : "", f[i].name, f[i].v);
     fprintf(stderr, "dsv4 serve: the model's generation_config.json sets the defaults of requests that omit "
                     "them: %s (--generation-config none ignores it)\n", line);
 }
