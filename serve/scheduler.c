@@ -380,8 +380,8 @@ static int take_token(srv_sched *s, srv_req *r, const float *row, int d, dsv4_ge
     dsv4_gen_token t;
     dsv4_err err = {0};
     if (r->forced_error && r->n_sampled - r->n_prefix == r->n_forced) {
-        /* the test script's failure after its text, where its EOS would come (an empty
-         * script's row may have been drawn: the draw goes unused) */
+        /* the test script's failure after its text, where its EOS would come (a scripted
+         * row is never drawn ahead: forced_token holds its text, then EOS) */
         srv_sched_finish(s, r, SRV_END_ERROR, 0, r->forced_error);
         return 0;
     }

@@ -32,6 +32,12 @@ static int tokenize_script(srv *s, dsv4_err *err) {
         dsv4_tok_ids ids = {0};
         int rc = dsv4_tokenize(s->tok, sc->text[i], strlen(sc->text[i]), &ids, err);
         if (rc) return rc;
+        /* an empty text is a script too (EOS, or its error, right after the prefix), as the
+         * data-parallel wire reads it: with no ids the request sampled freely, and an error's
+         * step drew a token unshown whose held-back bytes (a partial UTF-8 sequence) the
+         * failure then flushed as text */
+        if (!ids.ids && !(ids.ids = malloc(sizeof(int32_t))))
+            return srv_fail(err, DSV4_ERR_NOMEM, "serve: out of memory");
         s->script_ids[i] = ids.ids;
         s->script_len[i] = (int)ids.n;
     }
