@@ -22,6 +22,8 @@ MUST = [
      "the next prefill row's q and output rows (row_prefetch_next)"),
     ('idx_approx_x512.c.o', ('approx_avx512', 'prefetch_keys'), 1, "the next 32 indexer keys toward L1 (prefetch_keys)"),
     ('idx_approx_x512.c.o', ('approx_few_avx512', 'fq_run'), 1, "the next block's key lines, one a dot (fq_run)"),
+    ('idx_approx_avx2.c.o', ('approx_panel_avx2', 'a2_prefetch_keys'), 1,
+     "the next pass's indexer keys toward L1 (a2_prefetch_keys)"),
 ]
 
 

@@ -127,6 +127,11 @@ int dsv4_idx_approx_kernel(int simd, int kernel, const float *qI, size_t qs, con
         dsv4_idx_approx_x512(simd, kernel, qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores, knorm, ss))
         return 0;
 #endif
+#ifdef HAVE_AVX2_APPROX /* the AVX-512 levels have returned above, but past their panels' dI (as this one's) */
+    if (simd >= DSV4_SIMD_AVX2 &&
+        dsv4_idx_approx_avx2(kernel, qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores, knorm, ss))
+        return 0;
+#endif
     (void)simd, (void)kernel;
     dsv4_idx_approx_ref(qI, qs, wI, ws, nq, lim, keys, key_fmt, w0, w1, nI, dI, scores, knorm, ss);
     return 0;

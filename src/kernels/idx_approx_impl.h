@@ -2,7 +2,7 @@
  * idx_approx.c (the bound, the portable level, the dispatch), idx_approx_x512.c (the F32 / BF16
  * kernels at AVX-512), and the FP4 keys' integer pass, idx_fi.c (its portable level and entry
  * points), idx_fi_x512.c (AVX-512 BW and VNNI, the AVX-512 query encoder) and idx_fi_avx2.c
- * (AVX2). Internal to src/kernels.
+ * (AVX2), and the AVX2 F32 / BF16 kernels, idx_approx_avx2.c. Internal to src/kernels.
  */
 #ifndef DSV4_KERNELS_IDX_APPROX_IMPL_H
 #define DSV4_KERNELS_IDX_APPROX_IMPL_H
@@ -220,6 +220,17 @@ void dsv4_idx_fi_avx2(const fi_vec *const *vp, int V, int G, int nb, int nq, con
                       size_t ss);
 int dsv4_idx_fi_encode_x512(const float *qI, const float *wI, int nI, int dI, fi_vec *vec);
 int dsv4_idx_fi_encode_avx2(const float *qI, const float *wI, int nI, int dI, fi_vec *vec);
+#endif
+
+#if defined(DSV4_HAVE_AVX2) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_AVX2_APPROX 1
+#include <immintrin.h>
+
+/* The AVX2 F32 / BF16 kernels (idx_approx_avx2.c): as dsv4_idx_approx_kernel for F32 and BF16
+ * keys at the avx2 level; 0, having scored nothing, where dI is past their buffers. */
+int dsv4_idx_approx_avx2(int kernel, const float *qI, size_t qs, const float *wI, size_t ws, int nq,
+                         const int64_t *lim, const void *const *keys, int fmt, int64_t w0, int64_t w1, int nI, int dI,
+                         float *scores, float *knorm, size_t ss);
 #endif
 
 #endif
