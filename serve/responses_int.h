@@ -1,12 +1,14 @@
-/* responses_int.h — what the files of OpenAI's Responses API share (responses.c: the job's
- * state and the routes; responses_request.c: a request turned into a chat request). Messages
- * are MSG (1200) bytes. */
+/* responses_int.h — what the files of OpenAI's Responses API share (responses.c: the store,
+ * background runs and the routes; responses_request.c: a request turned into a chat request;
+ * responses_answer.c: the answer's items, response object and stream). Messages are MSG
+ * (1200) bytes. */
 #ifndef DSV4_SERVE_RESPONSES_INT_H
 #define DSV4_SERVE_RESPONSES_INT_H
 
 #include "serve/srv.h"
 
 #define MSG 1200
+#define TOOLS_TAG "<" DSV4_DSML "tool_calls>"
 
 /* ---- the store of responses (srv_rstore) ------------------------------------------------ */
 
@@ -93,6 +95,48 @@ rs_entry **rs_link(srv_rstore *st, const char *id);
  * when n_in is not NULL), the entry made the most recently used; NULL when there is none
  * (or out of memory: *oom = 1; a background response still running: *oom = 2). */
 char *rs_get(srv_rstore *st, const char *id, int conv, int *n_in, int *oom);
+/* Keeps (id, resp, conv, n_in), taking the two texts (resp NULL: a background response that
+ * starts running, run and log its own, a reference each taken); 1 when kept. */
+int rs_put(srv_rstore *st, const char *id, char *resp, char *conv, int n_in, rs_run *run, rs_log *log);
+/* A background response's end: its running entry gets its response and conversation (taken);
+ * 1 when kept. Under the job's request mu. */
+int rs_end(srv_rstore *st, const char *id, char *resp, char *conv, int n_in);
+
+/* ---- a job's state ------------------------------------------------------------------------ */
+
+enum { OPEN_NONE = 0, OPEN_REASONING, OPEN_MESSAGE, OPEN_CALL };
+
+struct srv_resp {
+    const srv *s;
+    cJSON *echo;      /* the request's fields every response object repeats */
+    cJSON *conv;      /* the conversation's items so far: previous, then this input */
+    int store;
+    int n_calls;      /* the most calls an answer keeps: 1 under parallel_tool_calls false */
+    int sealed;       /* include reasoning.encrypted_content: reasoning items carry it */
+    /* streaming */
+    int seq;          /* the next sequence_number */
+    int n_out;        /* output items opened so far (the next output_index) */
+    int open;         /* OPEN_*: the item being streamed */
+    int call;         /* the open function call's index in the tool stream */
+    srv_buf text;     /* the open item's text (arguments of a call) so far */
+    srv_buf name;     /* the open call's name */
+    cJSON *items;     /* the output items done */
+    cJSON *held;      /* calls whose arguments ended, held until the block parses: a
+                       * malformed block makes them no calls at all */
+    /* include message.output_text.logprobs (the job's logprobs): a message's tokens */
+    int lp_next;      /* the next event not given to a message's delta yet */
+    cJSON *lps;       /* the open message's logprobs so far (the output_text part's shape) */
+    cJSON *lps_nb;    /* the same in the streamed events' shape (no bytes): output_text.done's */
+    /* background */
+    int bg;           /* its end updates its running entry (rs_end) */
+    int cancel;       /* (bg) POST .../cancel asked: it ends cancelled (under the request's mu) */
+    int ended;        /* its final response is made (finish) */
+    int live;         /* (a stream) response.in_progress is out */
+    /* a stream following a background response's log (GET ?stream=true, or the background
+     * POST's own stream): no job of its own, its request a doorbell the worker rings */
+    rs_log *flog;
+    rs_fol *fol;      /* its place among the log's followers */
+};
 
 /* ---- the request: input items and fields in the chat endpoint's form (responses_request.c) */
 
@@ -139,5 +183,24 @@ int rs_too_long(srv *s, const srv_chat *c, int truncated, char *msg);
  * *n_prev, *chat and c become the cut conversation's); 0, or a status with a message */
 int rs_truncate_conv(srv *s, const cJSON *j, cJSON **conv, int *n_prev, cJSON **chat, srv_chat *c,
                      char *msg);
+
+/* ---- the answer: output items, the response object, the stream (responses_answer.c) ----- */
+
+/* the output items (k: the output_index; lps: a message's logprobs, taken) */
+cJSON *rs_reasoning_item(const srv_job *j, int k, const char *text);
+cJSON *rs_text_part(const char *text, cJSON *lps);
+cJSON *rs_message_item(const srv_job *j, int k, const char *text, const char *status, cJSON *lps);
+/* The response object: status, output (taken; NULL: empty), usage once ended. */
+cJSON *rs_response_object(srv *s, const srv_job *j, const char *status, cJSON *output,
+                          const char *error);
+/* the conversation's items that have no id get one, for input_items' cursors */
+void rs_input_ids(const srv_job *j, cJSON *conv);
+/* the job's final function (a JSON body) and stream function (typed events) */
+void responses_final(srv *s, srv_job *j, srv_buf *out, int *status);
+void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished);
+/* A new event's data {type, ...}. */
+cJSON *rs_ev(const char *type);
+/* A following stream's news: the log's events from its cursor (responses.c). */
+void rs_follow_stream(srv_job *j, srv_buf *out, int *finished);
 
 #endif
