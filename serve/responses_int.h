@@ -1,7 +1,7 @@
-/* responses_int.h — what the files of OpenAI's Responses API share (responses.c: the store,
- * background runs and the routes; responses_request.c: a request turned into a chat request;
- * responses_answer.c: the answer's items, response object and stream). Messages are MSG
- * (1200) bytes. */
+/* responses_int.h — what the files of OpenAI's Responses API share (responses.c: the store
+ * and the routes; responses_request.c: a request turned into a chat request;
+ * responses_answer.c: the answer's items, response object and stream; responses_bg.c:
+ * background runs). Messages are MSG (1200) bytes. */
 #ifndef DSV4_SERVE_RESPONSES_INT_H
 #define DSV4_SERVE_RESPONSES_INT_H
 
@@ -101,6 +101,17 @@ int rs_put(srv_rstore *st, const char *id, char *resp, char *conv, int n_in, rs_
 /* A background response's end: its running entry gets its response and conversation (taken);
  * 1 when kept. Under the job's request mu. */
 int rs_end(srv_rstore *st, const char *id, char *resp, char *conv, int n_in);
+
+/* references dropped (the last frees) */
+void log_release(rs_log *l);
+void run_release(rs_run *x);
+/* Out of the table and the list, freed. Under mu. */
+void rs_drop(srv_rstore *st, rs_entry **link);
+/* The least recently used entries go (but keep and running ones) until `more` bytes fit
+ * under the cap; 0 when they cannot. Under mu. */
+int rs_room(srv_rstore *st, size_t more, const rs_entry *keep);
+/* The bytes of e but its log. */
+size_t rs_base_bytes(const rs_entry *e);
 
 /* ---- a job's state ------------------------------------------------------------------------ */
 
@@ -202,5 +213,16 @@ void responses_stream(srv *s, srv_job *j, srv_buf *out, int *finished);
 cJSON *rs_ev(const char *type);
 /* A following stream's news: the log's events from its cursor (responses.c). */
 void rs_follow_stream(srv_job *j, srv_buf *out, int *finished);
+
+/* ---- background responses (responses_bg.c) ----------------------------------------------- */
+
+/* A submitted background job (taken) handed to the worker: its entry stored (running), and
+ * the POST's answer in out. 0, or a status with a message (the job cancelled). */
+int rs_bg_start(srv *s, srv_job *job, srv_reply *out, char *msg);
+/* A stream following log l from its event `cursor` (a job of its own); NULL with *status
+ * and a message (400: the log no longer holds the event at the cursor). */
+srv_job *rs_follower(const char *id, rs_log *l, int cursor, int *status, char *msg);
+/* The worker told to end once no run is left, and joined (srv_rstore_free). */
+void rs_worker_end(srv_rstore *st);
 
 #endif
