@@ -17,7 +17,7 @@ typedef struct srv_job srv_job;
 
 enum { SRV_API_CHAT = 0, SRV_API_COMPLETION, SRV_API_MESSAGES, SRV_API_RESPONSES };
 
-struct srv_resp;  /* responses.c: a /v1/responses job's own state */
+struct srv_resp;  /* responses_int.h: a /v1/responses job's own state */
 
 struct srv_job {
     int api;                 /* SRV_API_* */

@@ -1,7 +1,7 @@
-/* responses_int.h — what the files of OpenAI's Responses API share (responses.c: the store
- * and the routes; responses_request.c: a request turned into a chat request;
- * responses_answer.c: the answer's items, response object and stream; responses_bg.c:
- * background runs). Messages are MSG (1200) bytes. */
+/* responses_int.h — what the files of OpenAI's Responses API share (responses.c: the job's
+ * state and the routes; responses_store.c: the stored responses; responses_request.c: a
+ * request turned into a chat request; responses_answer.c: the answer's items, response object
+ * and stream; responses_bg.c: background runs). Messages are MSG (1200) bytes. */
 #ifndef DSV4_SERVE_RESPONSES_INT_H
 #define DSV4_SERVE_RESPONSES_INT_H
 
@@ -10,7 +10,7 @@
 #define MSG 1200
 #define TOOLS_TAG "<" DSV4_DSML "tool_calls>"
 
-/* ---- the store of responses (srv_rstore) ------------------------------------------------ */
+/* ---- the store of responses (srv_rstore; responses_store.c) ------------------------------ */
 
 #define RS_BUCKETS 1024
 /* One entry takes at most this share of the byte cap: a huge conversation is not kept
@@ -112,6 +112,12 @@ void rs_drop(srv_rstore *st, rs_entry **link);
 int rs_room(srv_rstore *st, size_t more, const rs_entry *keep);
 /* The bytes of e but its log. */
 size_t rs_base_bytes(const rs_entry *e);
+/* 1 deleted, 0 none, -1 a background response still running (not deleted). */
+int rs_del(srv_rstore *st, const char *id);
+/* id's entry, the most recently used now: a running background response's run (*run, a
+ * reference), else a copy of its response object (*resp) and whether it ran in the
+ * background (*bg). 0 when there is none (or out of memory: *oom). */
+int rs_find(srv_rstore *st, const char *id, rs_run **run, char **resp, int *bg, int *oom);
 
 /* ---- a job's state ------------------------------------------------------------------------ */
 

@@ -14,7 +14,7 @@
 #include "serve/scheduler.h"
 #include "serve/step_msg.h"
 
-typedef struct srv_rstore srv_rstore;  /* responses.c */
+typedef struct srv_rstore srv_rstore;  /* responses_store.c */
 
 struct dsv4_server {
     dsv4_server_opts o;          /* defaults filled in */
