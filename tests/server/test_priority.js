@@ -4,7 +4,8 @@
 //    names it, on every endpoint that takes one; 0 is accepted.
 // 2. Admission order: one sequence slot, held by a stream; three requests of priority 5
 //    queue, then one of priority 1. When the stream leaves, the priority-1 request runs
-//    first, then the others in arrival order. /metrics shows the queue by priority.
+//    first, then the others in arrival order (read from the step trace: each admission's
+//    rows are its prompt, of a length of its own). /metrics shows the queue by priority.
 // 3. Preemption: the pools hold 5 blocks of 128 positions on 3 slots. Two priority-5
 //    streams decode in their second block (4 blocks); a priority-0 request's prompt then
 //    needs two, so a step runs short. The preemption takes a priority-5 stream (not the
@@ -18,6 +19,9 @@
 //    dsv4_priority_preemptions_total is exactly 1.
 'use strict';
 const assert = require('assert');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
 const { start, http, metrics, run } = require('./harness');
 
 // a stream the test ends by dropping its client; counts its tokens in toks[k]
@@ -57,8 +61,9 @@ run('server_priority', async () => {
   await f.stop();
 
   // 2. admission order
+  const trace = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'dsv4-prio-')), 'steps.jsonl');
   const a = await start(['--max-seqs', '1', '--no-warmup', '--scheduling-policy', 'priority',
-    '--hangup-check-ms', '2']);
+    '--hangup-check-ms', '2', '--trace-steps', trace]);
   const bad = await http(a.url + '/v1/completions', { body: { model: 'm', prompt: 'x', priority: 1.5 } });
   assert.strictEqual(bad.status, 400, bad.body);
   const intMsg = "'priority' must be an integer in [-2147483648, 2147483647]";
@@ -77,15 +82,24 @@ run('server_priority', async () => {
   const holder = stream(a.url, { model: 'm', prompt: 'holder', max_tokens: 3000, temperature: 0,
     logit_bias: { 1: -100 } }, toks, 0, hold.signal);
   await until(() => toks[0] > 0);
-  const order = [];
-  const send = (name, priority) => http(a.url + '/v1/completions', { body: { model: 'm', prompt: name,
-    max_tokens: 2, temperature: 0, priority } }).then((r) => { assert.strictEqual(r.status, 200, r.body); order.push(name); });
+  // (the order is the server's admissions, not the answers' arrival: one polling thread
+  // writes every resumed connection, so when it runs late, answers that ended in one pass
+  // arrive in its connection order, the three queued first ahead: 'high' came last once
+  // under load)
+  const rows = {};  // a prompt's rows -> its name
+  const send = (name, prompt, priority) => http(a.url + '/v1/completions', { body: { model: 'm', prompt,
+    max_tokens: 2, temperature: 0, priority } }).then((r) => {
+    assert.strictEqual(r.status, 200, r.body);
+    const n = r.json.usage.prompt_tokens - ((r.json.usage.prompt_tokens_details || {}).cached_tokens || 0);
+    assert(!(n in rows), `two prompts of ${n} rows: the trace cannot tell them apart`);
+    rows[n] = name;
+  });
   const queued = [];
-  for (const [name, p] of [['low a', 5], ['low b', 5], ['low c', 5]]) {
-    queued.push(send(name, p));
+  for (const [name, prompt, p] of [['low a', 'low', 5], ['low b', 'low low', 5], ['low c', 'low low low', 5]]) {
+    queued.push(send(name, prompt, p));
     await until(async () => (await metrics(a.url)).dsv4_queue_depth === queued.length);
   }
-  queued.push(send('high', 1));
+  queued.push(send('high', 'high high high high high', 1));
   await until(async () => (await metrics(a.url)).dsv4_queue_depth === 4);
   const q = await metrics(a.url);
   assert.strictEqual(q['dsv4_queue_depth_by_priority{priority="1"}'], 1);
@@ -93,8 +107,12 @@ run('server_priority', async () => {
   hold.abort();
   await holder;
   await Promise.all(queued);
-  assert.deepStrictEqual(order, ['high', 'low a', 'low b', 'low c']);
   await a.stop();
+  const admits = fs.readFileSync(trace, 'utf8').split('\n').filter((l) => l).map((l) => JSON.parse(l))
+    .filter((t) => t.admitted > 0);
+  assert(admits.every((t) => t.admitted === 1), 'one slot: one admission a step');
+  assert.deepStrictEqual(admits.slice(-4).map((t) => rows[t.rows]), ['high', 'low a', 'low b', 'low c']);
+  fs.rmSync(path.dirname(trace), { recursive: true, force: true });
 
   // 3. preemption (the pools of test_preempt's second part, one slot fewer: fixed bytes of
   // 3 sequences at c_max 64 with the MTP caches + 5 blocks x 6,272, F32 rows)
