@@ -114,8 +114,9 @@ DSV4_API const char *dsv4_model_warnings(const dsv4_model *m);
 
 /* The sampling defaults the checkpoint's generation_config.json (Hugging Face's file beside
  * config.json) recommends: the fields vLLM's `--generation-config auto` applies to requests
- * that omit them. `has` holds a DSV4_GENCFG_* bit for each field the file gives (JSON null
- * counts as absent). Values as in the file: top_p 1 and top_k 0 or -1 mean off. */
+ * that omit them, and the ids that end generation besides the model's EOS. `has` holds a
+ * DSV4_GENCFG_* bit for each field the file gives (JSON null counts as absent). Values as in
+ * the file: top_p 1 and top_k 0 or -1 mean off. */
 enum {
     DSV4_GENCFG_TEMPERATURE = 1 << 0,
     DSV4_GENCFG_TOP_P = 1 << 1,
@@ -123,7 +124,10 @@ enum {
     DSV4_GENCFG_MIN_P = 1 << 3,
     DSV4_GENCFG_REPETITION_PENALTY = 1 << 4,
     DSV4_GENCFG_MAX_NEW_TOKENS = 1 << 5,
+    DSV4_GENCFG_EOS_TOKEN_ID = 1 << 6,
 };
+/* the most ids an eos_token_id list may hold */
+#define DSV4_GENCFG_MAX_EOS 16
 typedef struct dsv4_gen_config {
     unsigned has;               /* DSV4_GENCFG_* */
     double temperature;         /* [0, 2] */
@@ -132,12 +136,17 @@ typedef struct dsv4_gen_config {
     double min_p;               /* [0, 1] */
     double repetition_penalty;  /* (0, 10] */
     int max_new_tokens;         /* 1 or more: vLLM caps every request's max_tokens by it */
+    int n_eos;                  /* eos_token_id: an id or a list of ids (each in [0, the
+                                 * vocabulary)), every one of which ends generation in
+                                 * transformers and vLLM (the model's EOS among them or not) */
+    int32_t eos_token_id[DSV4_GENCFG_MAX_EOS];
 } dsv4_gen_config;
 /* The model directory's generation_config.json, read at dsv4_model_open: 0 with *out (has
  * = 0 when there is no file or it gives none of the fields), or DSV4_ERR_CONFIG naming the
  * file and the field when it is malformed (a JSON syntax error, a field of the wrong type or
- * outside the range above). dsv4_model_open itself does not fail on it: a caller that does
- * not use the defaults still opens the model. */
+ * outside the range above, an eos_token_id that is not a token of the model's vocabulary).
+ * dsv4_model_open itself does not fail on it: a caller that does not use the defaults still
+ * opens the model. */
 DSV4_API int dsv4_model_gen_config(const dsv4_model *m, dsv4_gen_config *out, dsv4_err *err);
 
 /* Weights fingerprint (serving.md §g): SHA-256 over config.json, every shard's size and

@@ -117,15 +117,24 @@ out:
     return rc;
 }
 
-/* stop_token_ids: ids that end generation as EOS does (their text not shown) */
+/* stop_token_ids: ids that end generation as EOS does (their text not shown); the model's
+ * generation_config.json eos_token_id adds its ids but the model's EOS, unless the request
+ * sets ignore_eos (vLLM's update_from_generation_config) */
 static int parse_stop_ids(srv *s, const cJSON *body, srv_req *r, char *msg, size_t n) {
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(body, "stop_token_ids");
-    if (!st || cJSON_IsNull(st)) return 0;
-    int32_t ids[MAX_STOP_IDS];
+    int32_t ids[MAX_STOP_IDS + DSV4_GENCFG_MAX_EOS];
     int k = 0;
-    if (!cJSON_IsArray(st)) goto bad;
-    for (const cJSON *x = st->child; x; x = x->next)
-        if (k == MAX_STOP_IDS || srv_token_id(s, x, &ids[k++])) goto bad;
+    if (st && !cJSON_IsNull(st)) {
+        if (!cJSON_IsArray(st)) goto bad;
+        for (const cJSON *x = st->child; x; x = x->next)
+            if (k == MAX_STOP_IDS || srv_token_id(s, x, &ids[k++])) goto bad;
+    }
+    for (int i = 0; !r->gp.ignore_eos && i < s->gc.n_eos; i++) {
+        const int32_t id = s->gc.eos_token_id[i];
+        int dup = id == s->eos;
+        for (int q = 0; q < k && !dup; q++) dup = ids[q] == id;
+        if (!dup) ids[k++] = id;
+    }
     if (srv_req_set_stop_ids(r, ids, k)) { snprintf(msg, n, "out of memory"); return -1; }
     return 0;
 bad:

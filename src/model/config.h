@@ -81,8 +81,8 @@ int dsv4_config_load_text(const char *path, dsv4_config *cfg, char **text, size_
 int dsv4_config_validate(const dsv4_config *cfg, dsv4_err *err);
 /* Reads dir/generation_config.json (gen_config.c): 0 with *out (has = 0 when the file is
  * absent), or DSV4_ERR_CONFIG "generation_config.json: ..." naming what is wrong (the file
- * unreadable, a syntax error, a field's type or range). */
-int dsv4_gen_config_load(const char *dir, dsv4_gen_config *out, dsv4_err *err);
+ * unreadable, a syntax error, a field's type or range; an eos_token_id outside [0, vocab)). */
+int dsv4_gen_config_load(const char *dir, int vocab, dsv4_gen_config *out, dsv4_err *err);
 /* The checkpoint layout this build's loader and kernels implement: a quantization_config
  * (if any) must be the release's (fp8 e4m3, ue8m0 scales per 128x128 block, dynamic
  * activations, model.md §2.3); any other would be read as if it were that one. Separate

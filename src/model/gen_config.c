@@ -1,7 +1,8 @@
 /* gen_config.c — a checkpoint's generation_config.json: the sampling defaults its creator
  * recommends (Hugging Face's GenerationConfig file). Only the fields vLLM's
  * `--generation-config auto` takes as request defaults are read (temperature, top_p, top_k,
- * min_p, repetition_penalty, max_new_tokens); the others (do_sample, bos/eos ids,
+ * min_p, repetition_penalty, max_new_tokens), and eos_token_id, the ids on which
+ * transformers and vLLM end generation; the others (do_sample, bos_token_id,
  * transformers_version, ...) are ignored, as there. Each field read is checked for its
  * type and its range (those of the request fields it stands in for), and every error names
  * the file, the field and the value. */
@@ -53,16 +54,53 @@ static void store(dsv4_gen_config *g, unsigned bit, double v) {
     g->has |= bit;
 }
 
-static int parse(const char *path, const cJSON *root, dsv4_gen_config *g, dsv4_err *err) {
+/* key given more than once: readers disagree on which one wins (cJSON the first, Python the
+ * last) */
+static int duplicate(const char *path, const cJSON *root, const char *key, dsv4_err *err) {
+    int seen = 0;
+    for (const cJSON *x = root->child; x; x = x->next) seen += x->string && !strcmp(x->string, key);
+    return seen > 1 ? dsv4_fail(err, DSV4_ERR_CONFIG, "%s: duplicate key \"%s\"", path, key) : 0;
+}
+
+/* eos_token_id: an id or a list of ids (transformers takes both; an empty list or null: none),
+ * each a token of the vocabulary. */
+static int parse_eos(const char *path, const cJSON *root, int vocab, dsv4_gen_config *g, dsv4_err *err) {
+    static const char key[] = "eos_token_id";
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (duplicate(path, root, key, err)) return DSV4_ERR_CONFIG;
+    if (!j || cJSON_IsNull(j)) return 0;
+    const int list = cJSON_IsArray(j);
+    if (!list && !cJSON_IsNumber(j))
+        return dsv4_fail(err, DSV4_ERR_CONFIG, "%s: %s is %s, must be a token id or a list of them", path, key,
+                         dsv4_json_kind(j));
+    if (list && cJSON_GetArraySize(j) > DSV4_GENCFG_MAX_EOS)
+        return dsv4_fail(err, DSV4_ERR_CONFIG, "%s: %s lists %d ids, at most %d are read", path, key,
+                         cJSON_GetArraySize(j), DSV4_GENCFG_MAX_EOS);
+    int n = 0;
+    char at[32] = "";
+    for (const cJSON *x = list ? j->child : j; x; x = list ? x->next : NULL) {
+        if (list) snprintf(at, sizeof at, "[%d]", n);
+        if (!cJSON_IsNumber(x))
+            return dsv4_fail(err, DSV4_ERR_CONFIG, "%s: %s%s is %s, must be a token id", path, key, at,
+                             dsv4_json_kind(x));
+        const double v = x->valuedouble;
+        if (!isfinite(v) || floor(v) != v || v < 0 || v >= vocab)
+            return dsv4_fail(err, DSV4_ERR_CONFIG, "%s: %s%s = %.17g, must be a token id in [0, %d)", path, key,
+                             at, v, vocab);
+        g->eos_token_id[n++] = (int32_t)v;
+    }
+    g->n_eos = n;
+    if (n) g->has |= DSV4_GENCFG_EOS_TOKEN_ID;
+    return 0;
+}
+
+static int parse(const char *path, const cJSON *root, int vocab, dsv4_gen_config *g, dsv4_err *err) {
     if (!cJSON_IsObject(root))
         return dsv4_fail(err, DSV4_ERR_CONFIG, "%s: the file is %s, must be a JSON object", path, dsv4_json_kind(root));
     for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; i++) {
         const gen_field *f = &FIELDS[i];
         const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, f->key);
-        int seen = 0;
-        for (const cJSON *x = root->child; x; x = x->next) seen += x->string && !strcmp(x->string, f->key);
-        if (seen > 1)  /* readers disagree on which one wins (cJSON the first, Python the last) */
-            return dsv4_fail(err, DSV4_ERR_CONFIG, "%s: duplicate key \"%s\"", path, f->key);
+        if (duplicate(path, root, f->key, err)) return DSV4_ERR_CONFIG;
         if (!j || cJSON_IsNull(j)) continue;  /* null: not given, as vLLM reads it */
         if (!cJSON_IsNumber(j))
             return dsv4_fail(err, DSV4_ERR_CONFIG, "%s: %s is %s, must be a number", path, f->key, dsv4_json_kind(j));
@@ -74,10 +112,10 @@ static int parse(const char *path, const cJSON *root, dsv4_gen_config *g, dsv4_e
             return dsv4_fail(err, DSV4_ERR_CONFIG, "%s: %s = %.17g, must be an integer", path, f->key, v);
         if (v != f->hf) store(g, f->bit, v);
     }
-    return 0;
+    return parse_eos(path, root, vocab, g, err);
 }
 
-int dsv4_gen_config_load(const char *dir, dsv4_gen_config *out, dsv4_err *err) {
+int dsv4_gen_config_load(const char *dir, int vocab, dsv4_gen_config *out, dsv4_err *err) {
     memset(out, 0, sizeof *out);
     char path[4200];
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
@@ -96,7 +134,7 @@ int dsv4_gen_config_load(const char *dir, dsv4_gen_config *out, dsv4_err *err) {
         rc = dsv4_fail(err, DSV4_ERR_CONFIG, "%s: JSON syntax error at byte %zu", path, off);
     } else {
         dsv4_gen_config g = {0};
-        rc = parse(path, root, &g, err);
+        rc = parse(path, root, vocab, &g, err);
         if (!rc) *out = g;
     }
     cJSON_Delete(root);

@@ -361,7 +361,7 @@ int dsv4_model_load_ex(const char *dir, unsigned flags, struct dsv4_model **out,
     if (rc) goto fail;
     /* beside it, the sampling defaults: a malformed file is reported when they are asked
      * for (dsv4_model_gen_config), not here */
-    if (dsv4_gen_config_load(dir, &m->gen, &m->gen_err)) memset(&m->gen, 0, sizeof m->gen);
+    if (dsv4_gen_config_load(dir, m->cfg.vocab_size, &m->gen, &m->gen_err)) memset(&m->gen, 0, sizeof m->gen);
     rc = dsv4_st_open_dir(dir, &m->files, err);
     if (rc) goto fail;
 

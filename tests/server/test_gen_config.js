@@ -9,6 +9,11 @@
 // 2. A malformed file (temperature a string) stops the start with an error naming the file
 //    and the field; with --generation-config none the same directory serves, and a request
 //    without the fields samples with the API's defaults.
+// 3. transformers' own defaults are not taken.
+// 4. eos_token_id [1 (the model's EOS), 19923 ('Hello')]: 'Hello' ends generation as a stop
+//    token id does (finish stop, its text not shown) on every endpoint, but not with
+//    ignore_eos, nor under --generation-config none; an id outside the vocabulary, or a
+//    string, stops the start naming eos_token_id.
 'use strict';
 const assert = require('assert');
 const { spawnSync } = require('child_process');
@@ -116,5 +121,45 @@ run('server_gen_config', async () => {
   assert.notStrictEqual(text(noK.json), text(k50.json), 'top_k 50 gave the same answer (no test)');
   await h.stop();
   fs.rmSync(hf, { recursive: true, force: true });
+
+  // 4. eos_token_id: the bias makes 'Hello' (19923) the first token drawn
+  const HELLO = 19923;
+  const eos = modelWith({ eos_token_id: [1, HELLO] });
+  const bias = { logit_bias: { [HELLO]: 100 }, temperature: 0 };
+  const stopped = [
+    ['/v1/completions', { model: 'm', prompt: 'say hi', max_tokens: 4, ...bias },
+      (j) => [j.choices[0].text, j.choices[0].finish_reason, j.usage.completion_tokens]],
+    ['/v1/chat/completions', { model: 'm', messages: msgs, max_tokens: 4, ...bias },
+      (j) => [j.choices[0].message.content, j.choices[0].finish_reason, j.usage.completion_tokens]],
+    ['/v1/messages', { model: 'm', messages: msgs, max_tokens: 4, ...bias },
+      (j) => [j.content.map((c) => c.text).join(''), j.stop_reason, j.usage.output_tokens]],
+  ];
+  const e = await start(['--no-warmup'], { model: eos });
+  for (const [path, b, got] of stopped) {
+    const stop = await http(e.url + path, { body: b });
+    assert.strictEqual(stop.status, 200, stop.body);
+    assert.deepStrictEqual(got(stop.json), ['', path === '/v1/messages' ? 'end_turn' : 'stop', 1], `${path}: eos_token_id`);
+    const ign = await http(e.url + path, { body: { ...b, ignore_eos: true } });
+    assert.deepStrictEqual(got(ign.json), ['HelloHelloHelloHello', path === '/v1/messages' ? 'max_tokens' : 'length', 4],
+      `${path}: ignore_eos`);
+  }
+  // (a request's own stop_token_ids join the file's)
+  const own = await http(e.url + stopped[0][0], { body: { ...stopped[0][1], logit_bias: { 8295: 100 }, stop_token_ids: [8295] } });
+  assert.deepStrictEqual(stopped[0][2](own.json), ['', 'stop', 1]);
+  await e.stop();
+  const eosNone = await start(['--no-warmup', '--generation-config', 'none'], { model: eos });
+  const free = await http(eosNone.url + stopped[0][0], { body: stopped[0][1] });
+  assert.deepStrictEqual(stopped[0][2](free.json), ['HelloHelloHelloHello', 'length', 4], '--generation-config none');
+  await eosNone.stop();
+  fs.rmSync(eos, { recursive: true, force: true });
+  for (const [v, re] of [[[1, 129280], /generation_config\.json: eos_token_id\[1\] = 129280, must be a token id in \[0, 129280\)/],
+    ['1', /generation_config\.json: eos_token_id is a string, must be a token id or a list of them/]]) {
+    const badEos = modelWith({ eos_token_id: v });
+    const f = spawnSync(process.env.DSV4_BIN, ['serve', '--model', badEos, '--port', '0', '--no-warmup', '--threads', '1'],
+      { encoding: 'utf8', timeout: 20000 });
+    assert.strictEqual(f.status, 1, `eos_token_id ${JSON.stringify(v)}: exit ${f.status}\n${f.stderr}`);
+    assert(re.test(f.stderr), f.stderr);
+    fs.rmSync(badEos, { recursive: true, force: true });
+  }
   console.log(said.join('; '));
 });

@@ -162,7 +162,7 @@ int cmd_serve(int argc, char **argv) {
         CLI_FN_OPT("cache-bytes", 0, &so.cache_bytes, cache_bytes_opt, "N", "enough for max-seqs x max-context", "byte budget of the cache pools; suffixes K, M, G"),
         CLI_INT_OPT("max-queue", 0, &so.max_queue, 1, 1 << 20, "N", "requests waiting beyond max-seqs before 503"),
         CLI_FN_OPT("scheduling-policy", 0, &so.priority_sched, policy_opt, "fcfs|priority", "fcfs", "the order of admission: fcfs = arrival; priority = each request's integer `priority` (lower first, ties in arrival order; default 0), a preemption takes the lowest priority's newest request, and a request that finds every slot taken preempts the newest of a lower priority once it has waited longer than that one's recompute would take (under fcfs a priority other than 0 is a 400)"),
-        CLI_FN_OPT("generation-config", 0, &so.no_generation_config, gen_config_opt, "auto|none", "auto", "auto = the sampling defaults of the model directory's generation_config.json (temperature, top_p, top_k, min_p, repetition_penalty) for requests that omit them, and its max_new_tokens as a cap on every request's max_tokens (vLLM's --generation-config auto; a malformed file is an error at startup); none = the API's own defaults, the file ignored (vLLM's 'vllm', also accepted)"),
+        CLI_FN_OPT("generation-config", 0, &so.no_generation_config, gen_config_opt, "auto|none", "auto", "auto = the sampling defaults of the model directory's generation_config.json (temperature, top_p, top_k, min_p, repetition_penalty) for requests that omit them, its max_new_tokens as a cap on every request's max_tokens, and its eos_token_id ids as stop_token_ids of every request without ignore_eos (vLLM's --generation-config auto; a malformed file is an error at startup); none = the API's own defaults, the file ignored (vLLM's 'vllm', also accepted)"),
         CLI_FN_OPT("max-body", 0, &so.max_body, body_bytes_opt, "N", "8M", "request body limit in bytes; suffixes K, M"),
         CLI_I64_OPT("grace", 0, &grace, 0, 3600, "S", "seconds in-flight requests get at SIGTERM"),
         CLI_INT_OPT("hangup-check-ms", 0, &so.hangup_ms, 1, 3600000, "MS", "how often the clients of connections waiting for their requests' tokens are checked for a hang-up (each token wakes its connection at once)", .def = "100"),
@@ -303,6 +303,9 @@ static void log_gen_config(const dsv4_gen_config *gc) {
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (gc->has & f[i].bit) n += snprintf(line + n, sizeof line - (size_t)n, "%s%s %g", n ? ", " : "", f[i].name, f[i].v);
+    for (int i = 0; (gc->has & DSV4_GENCFG_EOS_TOKEN_ID) && i < gc->n_eos; i++)
+        n += snprintf(line + n, sizeof line - (size_t)n, "%s%d", i ? " " : n ? ", eos_token_id " : "eos_token_id ",
+                      (int)gc->eos_token_id[i]);
     fprintf(stderr, "dsv4 serve: the model's generation_config.json sets the defaults of requests that omit "
                     "them: %s (--generation-config none ignores it)\n", line);
 }
