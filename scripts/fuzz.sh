@@ -120,7 +120,7 @@ while read -r name corpus maxlen needs srcs; do
         set -- $srcs
         echo "$# $name $srcs"
     fi
-done <"$OUT/targets" | sort -rn | cut -d' ' -f2- | xargs -P "$JOBS" -L 1 sh -c '
+done <"$OUT/targets" | sort -rn | cut -d' ' -f2- | xargs -r -P "$JOBS" -L 1 sh -c '
     echo "fuzz.sh: building $OUT/$0"
     # shellcheck disable=SC2086 # the flags are word-split on purpose
     $CC_FUZZ $CFLAGS -o "$OUT/$0" "tests/fuzz/$0.c" "$@" src/util/err.c src/util/file.c $LIBS' ||
