@@ -428,7 +428,14 @@ static int fp8_prescale(const dsv4_mat *w, const float *x, int nx) {
 /* 4 rows a GEMV call, up to 8 in two passes (16 in four measured 4% slower than the GEMM
  * at batch 16 on Zen 3) */
 static const dsv4_lin_kernels avx2_kernels = {
-    4, 8, 8, gemv_avx2, dsv4_lin_gemm_avx2, fp8_prescale, {0}, NULL, 1, 0, 0, 0, 0};
+    4, 8, 8, gemv_avx2, dsv4_lin_gemm_avx2, fp8_prescale,
+    /* small-M (linear_avx2_smallm.c) by format: [NONE, F32, F16, BF16, FP8, FP4, I8, FP4L].
+     * Zen 3, 2 threads, bench_linear --decode (cold), against the GEMV: FP8 at 8 rows 0.58-0.73x
+     * the time (wkv, wq_b, wo_b), at 5 0.73-0.91x but wq_b's 256 columns 1.21x, at 3 1.0-1.65x;
+     * FP4 at 8 rows 0.78-0.80x (w13, w2), at 4 1.07x / 0.63x (noisy). Against the GEMM at 16
+     * rows: FP8 0.60-0.88x (w2's 512 columns 1.06x), BF16 head 0.74x, FP4 1.0-1.08x. So FP8
+     * and FP4 from 6 rows, BF16 where the GEMV stops (9). */
+    {0, 0, 0, 9, 6, 6, 0, 6}, dsv4_lin_avx2_smallm, 1, 0, 0, 0, 0};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx2(void) { return &avx2_kernels; }
 

@@ -202,6 +202,9 @@ AINLINE __m256 fp4_block_table(const dsv4_lin_tables *tab, const dsv4_mat *w, in
 /* the GEMM of level avx2 (linear_avx2_gemm.c) */
 void dsv4_lin_gemm_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows,
                         float *y, int64_t o0, float *scratch);
+/* the small-M kernel of level avx2 (linear_avx2_smallm.c) */
+void dsv4_lin_avx2_smallm(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows,
+                          float *y, int64_t o0, int64_t o1, float *scratch);
 
 #endif
 #endif

@@ -2,7 +2,8 @@
  * verify) gives every output's bits of the GEMM: its register blocks, the fused FP4 path, the
  * FP4 panels decoded by their first block, at every level that has it and on 1..3 threads;
  * and at level avx512vbmi the FP8 bit decode (scaled x, its bands and the x kept across a
- * thread's tasks), the dense BF16/F16/F32 blocks and FP4 row counts against the other paths. */
+ * thread's tasks), the dense BF16/F16/F32 blocks and FP4 row counts against the other paths; at level
+ * avx2 its panels at 21..64 rows and the rows the picker gives it. */
 #include <stdint.h>
 
 #include "kernels/cpu.h"
@@ -275,6 +276,58 @@ static void check_smallm_dense_bits(void) {
     }
 }
 
+/* Level avx2's small-M (linear_avx2_smallm.c: panels of 4 weight rows, 3-row register blocks,
+ * the last 4 rows as 2 + 2) past check_smallm_blocks' 20 rows: 21..64 rows of FP8 (ue8m0 and
+ * F32 scales), FP4 and BF16 on odd shapes (a partial last panel, a masked last chunk), forced on
+ * 1..3 threads, against the GEMM forced on one: every output's bits; and the rows where the
+ * picker takes it (FP8 and FP4 from 6 rows, BF16 from 9; below, the GEMV). */
+static void check_avx2_smallm(void) {
+    static const int64_t shapes[][2] = {{23, 1056}, {9, 133}};
+    static const struct {
+        dsv4_wfmt f;
+        int sc;
+    } fs[4] = {{DSV4_WF_FP8, SC_E8M0}, {DSV4_WF_FP8, SC_F32}, {DSV4_WF_FP4, SC_E8M0}, {DSV4_WF_BF16, SC_E8M0}};
+    int64_t bad = 0, total = 0;
+    for (int fi = 0; fi < 4; fi++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            if (fs[fi].f == DSV4_WF_FP4 && cols % 32) continue;
+            tmat t = make_mat(fs[fi].f, fs[fi].sc, rows, cols);
+            for (int nr = 21; nr <= LIN_SMALLM_MAX_ROWS; nr++) {
+                if (sanitized && nr % 8 != 0 && nr != 21) continue;
+                float *x = rand_vec((int64_t)nr * cols);
+                float *yg = malloc(sizeof(float) * nr * rows), *ys = malloc(sizeof(float) * nr * rows);
+                dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX2);
+                linear_forced(kc[1], DSV4_LIN_GEMM, &t.m, x, nr, yg);
+                for (int th = 1; th <= 3; th++) {
+                    dsv4_kctx_set_simd(kc[th], DSV4_SIMD_AVX2);
+                    CHECK(forced_path_of(kc[th], DSV4_LIN_SMALLM, &t.m, nr) == DSV4_LIN_SMALLM);
+                    const int64_t b = forced_differs(kc[th], DSV4_LIN_SMALLM, &t.m, x, nr, yg, ys);
+                    CHECK_MSG(b == 0, "%s avx2 small-M %lldx%lld n_rows %d, %d threads: %lld outputs differ",
+                              fmt_name(fs[fi].f, fs[fi].sc), (long long)rows, (long long)cols, nr, th, (long long)b);
+                    bad += b;
+                    total += (int64_t)nr * rows;
+                }
+                free(x), free(yg), free(ys);
+            }
+            free_mat(&t);
+        }
+    printf("level avx2: small-M forced (21..%d rows, 1..3 threads) against the GEMM: %lld outputs, %lld differ in any "
+           "bit\n", LIN_SMALLM_MAX_ROWS, (long long)total, (long long)bad);
+    dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX2);
+    dsv4_kctx_set_lin_path(kc[1], DSV4_LIN_AUTO);
+    for (int fi = 0; fi < 4; fi += fi == 0 ? 2 : 1) {
+        tmat t = make_mat(fs[fi].f, SC_E8M0, 512, 1024);
+        const int from = fs[fi].f == DSV4_WF_BF16 ? 9 : 6;
+        for (int nr = 1; nr <= 32; nr++) {
+            const int want = nr < from ? DSV4_LIN_GEMV : DSV4_LIN_SMALLM, got = dsv4_linear_path_of(kc[1], &t.m, nr);
+            CHECK_MSG(got == want, "avx2 %s 512x1024 at %d rows: path %d, want %d", fmt_name(fs[fi].f, SC_E8M0), nr,
+                      got, want);
+        }
+        free_mat(&t);
+    }
+}
+
 int main(void) {
     const int best = fixture_open();
     CHECK(best >= 0);
@@ -284,6 +337,8 @@ int main(void) {
         check_smallm_fused(level);
         check_smallm_panel_decode(level);
     }
+    if (best >= DSV4_SIMD_AVX2) check_avx2_smallm();
+    else printf("SKIPPED: avx2's small-M checks (this CPU or build lacks AVX2)\n");
     if (best >= DSV4_SIMD_AVX512VBMI) {
         check_smallm_fp8_bits();
         check_fp8_xs_kept();

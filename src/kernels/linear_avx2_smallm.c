@@ -1,0 +1,170 @@
+/* linear_avx2_smallm.c — level avx2's small-M kernel: a few activation rows (a batched decode
+ * step's dense projections and shared expert, at the rows avx2_kernels' smallm_min_rows give),
+ * each weight decoded once per call.
+ *
+ * The GEMV (linear_avx2.c) decodes a weight in registers for at most 4 activation rows, so 16
+ * rows decode every weight four times; the GEMM (linear_avx2_gemm.c) decodes once but into a
+ * (48, 512) tile of 96 KB that, with a 16-row block of x (32 KB at 512 columns), does not stay
+ * in Zen 3's 32 KB L1, and its 16 rows go as 3-row micro-kernels and a 1-row one. Here a task's
+ * weight rows go in panels of SM2_NW = 4: the panel is decoded once by the decoders of
+ * linear_avx2.h (the GEMM's dequant_row values: exact, zero-padded to whole 8-column chunks)
+ * into per-thread F32 scratch (4, ld), 16 KB at 1024 columns, which stays in L1, and every
+ * activation row runs against it in blocks of 3 (the last 4 as 2 + 2): 4 x 3 accumulators,
+ * 3 x rows and a weight in the 16 registers, over all the columns in chunks of 8 in ascending
+ * order, the last chunk's x zero-padded, then hsum8's tree: linear_fast.h's lanes and order, so
+ * every output has the GEMV's and the GEMM's bits, whichever rows share the call.
+ *
+ * Built with -mavx2 -mfma -mf16c (top CMakeLists.txt). Entry point dsv4_lin_avx2_smallm
+ * (linear_avx2.h). */
+#include "kernels/linear_avx2.h"
+
+#ifdef DSV4_LIN_AVX2
+
+#define SM2_NW 4 /* weight rows a panel */
+#define SM2_MR 3 /* activation rows of the largest register block */
+
+/* Row o's columns [0, n) decoded into dst (zero-padded to a multiple of 8, 32-byte aligned):
+ * the values of linear_avx2_gemm.c's dequant_row, by the same decoders; an FP8 block with an
+ * NaN code or a scale that 256 * scale overflows by dsv4_lin_dequant8, as there. */
+static void sm2_decode_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, float *dst) {
+    const int64_t n = w->cols, nf = n & ~(int64_t)7;
+    const int tail = (int)(n - nf);
+    switch (w->fmt) {
+    case DSV4_WF_FP8: {
+        const int64_t nsb = (n + 127) / 128;
+        const uint8_t *p = (const uint8_t *)w->w + o * n;
+        for (int64_t c0 = 0; c0 < n; c0 += 128) {
+            const int64_t c1 = c0 + 128 < n ? c0 + 128 : n;
+            const float s256f = scale_at(w, (o / 128) * nsb + c0 / 128) * 256.0f;
+            if (!isfinite(s256f) ||
+                (!w->fp8_no_nan && fp8_nan_seen(fp8_nan_scan(_mm256_setzero_si256(), p + c0, (int)(c1 - c0), NULL)))) {
+                for (int64_t c = c0; c < c1; c += 8) dsv4_lin_dequant8(w, o, c, dst + c);
+                continue;
+            }
+            const __m256 s256 = _mm256_set1_ps(s256f);
+            int64_t c = c0;
+            for (; c + 16 <= c1; c += 16) {
+                __m256 w0, w1;
+                dec_fp8x16(p + c, s256, &w0, &w1);
+                _mm256_store_ps(dst + c, w0);
+                _mm256_store_ps(dst + c + 8, w1);
+            }
+            if (c + 8 <= c1) {
+                _mm256_store_ps(dst + c, dec_fp8x8(p + c, s256));
+                c += 8;
+            }
+            if (c < c1) _mm256_store_ps(dst + c, dec_fp8_tail(p + c, (int)(c1 - c), s256));
+        }
+        break;
+    }
+    case DSV4_WF_FP4: { /* cols % 32 == 0 (the driver's check) */
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
+        const int64_t sb = o * (n / 32);
+        for (int64_t c = 0; c < n; c += 32) {
+            const __m256 t = fp4_block_table(tab, w, sb + c / 32);
+            const uint8_t *q = p + c / 2;
+            _mm256_store_ps(dst + c, dec_fp4(q, t));
+            _mm256_store_ps(dst + c + 8, dec_fp4(q + 4, t));
+            _mm256_store_ps(dst + c + 16, dec_fp4(q + 8, t));
+            _mm256_store_ps(dst + c + 24, dec_fp4(q + 12, t));
+        }
+        break;
+    }
+    case DSV4_WF_FP4L: { /* cols % 128 == 0 (the layout's): whole lines */
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
+        const int64_t sb = o * (n / 32);
+        for (int64_t c = 0; c < n; c += 128) {
+            const __m256i lo = _mm256_loadu_si256((const __m256i *)(p + c / 2));
+            const __m256i hi = _mm256_loadu_si256((const __m256i *)(p + c / 2 + 32));
+            for (int b = 0; b < 4; b++) {
+                const __m256 t = fp4_block_table(tab, w, sb + c / 32 + b);
+                float *d = dst + c + 32 * b;
+                _mm256_store_ps(d, dec_fp4l(lo, 2 * b, t));
+                _mm256_store_ps(d + 8, dec_fp4l(hi, 2 * b, t));
+                _mm256_store_ps(d + 16, dec_fp4l(lo, 2 * b + 1, t));
+                _mm256_store_ps(d + 24, dec_fp4l(hi, 2 * b + 1, t));
+            }
+        }
+        break;
+    }
+    default: { /* F32, F16, BF16 */
+        const int fmt = w->fmt;
+        const char *p = (const char *)w->w + o * n * (fmt == DSV4_WF_F32 ? 4 : 2);
+        int64_t c = 0;
+        if (fmt == DSV4_WF_F32)
+            for (; c < nf; c += 8) _mm256_store_ps(dst + c, dec_dense(DSV4_WF_F32, p, c));
+        else if (fmt == DSV4_WF_F16)
+            for (; c < nf; c += 8) _mm256_store_ps(dst + c, dec_dense(DSV4_WF_F16, p, c));
+        else
+            for (; c < nf; c += 8) _mm256_store_ps(dst + c, dec_dense(DSV4_WF_BF16, p, c));
+        if (tail) {
+            const __m256 v = fmt == DSV4_WF_F32   ? dec_dense_tail(DSV4_WF_F32, p, nf, tail)
+                             : fmt == DSV4_WF_F16 ? dec_dense_tail(DSV4_WF_F16, p, nf, tail)
+                                                  : dec_dense_tail(DSV4_WF_BF16, p, nf, tail);
+            _mm256_store_ps(dst + nf, v);
+        }
+        break;
+    }
+    }
+}
+
+/* MR activation rows (x, stride n) against the SM2_NW panel rows (stride ld): y (MR, rows) at
+ * the panel's first output, nb (<= SM2_NW) of them stored a row. Per 8 columns SM2_NW panel
+ * loads (L1) and MR x loads feed SM2_NW * MR FMAs. */
+AINLINE void sm2_rows(int MR, const float *x, int64_t n, const float *panel, int64_t ld, float *y, int64_t rows,
+                      int nb) {
+    __m256 a[SM2_MR][SM2_NW];
+    for (int s = 0; s < MR; s++)
+        for (int j = 0; j < SM2_NW; j++) a[s][j] = _mm256_setzero_ps();
+    const int64_t nf = n & ~(int64_t)7;
+    for (int64_t i = 0; i < nf; i += 8) {
+        __m256 xv[SM2_MR];
+        for (int s = 0; s < MR; s++) xv[s] = _mm256_loadu_ps(x + s * n + i);
+        for (int j = 0; j < SM2_NW; j++) {
+            __m256 wv = _mm256_load_ps(panel + j * ld + i);
+            /* one load per weight vector, used MR times (not folded into every FMA) */
+            __asm__("" : "+x"(wv));
+            for (int s = 0; s < MR; s++) a[s][j] = _mm256_fmadd_ps(xv[s], wv, a[s][j]);
+        }
+    }
+    if (nf < n) { /* the last chunk: x zero-padded, the panel's padding is zero */
+        const __m256i m = mask_first((int)(n - nf));
+        __m256 xv[SM2_MR];
+        for (int s = 0; s < MR; s++) xv[s] = _mm256_maskload_ps(x + s * n + nf, m);
+        for (int j = 0; j < SM2_NW; j++) {
+            const __m256 wv = _mm256_load_ps(panel + j * ld + nf);
+            for (int s = 0; s < MR; s++) a[s][j] = _mm256_fmadd_ps(xv[s], wv, a[s][j]);
+        }
+    }
+    for (int s = 0; s < MR; s++)
+        for (int j = 0; j < nb; j++) y[s * rows + j] = hsum8(a[s][j]);
+}
+
+/* Rows of the next register block when `left` rows remain: blocks of 3, the last 4 as 2 + 2
+ * (a 1-row block runs 4 FMAs on 5 loads, each accumulator a dependent chain). Which rows
+ * share a block never changes a bit. */
+static inline int sm2_block_rows(int left) { return left == 4 ? 2 : left < SM2_MR ? left : SM2_MR; }
+
+/* the level's small-M (dsv4_lin_kernels.smallm): outputs [o0, o1) of all n_rows rows, panels
+ * of SM2_NW weight rows in scratch (SM2_NW x cols rounded up to 8, <= LIN_SCRATCH_FLOATS: the
+ * driver checks LIN_SMALLM_NB's larger panel) */
+void dsv4_lin_avx2_smallm(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
+                          int64_t o0, int64_t o1, float *scratch) {
+    const int64_t n = w->cols, rows = w->rows, ld = (n + 15) & ~(int64_t)15;
+    float *panel = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63); /* (SM2_NW, ld) */
+    for (int64_t o = o0; o < o1; o += SM2_NW) {
+        const int nb = o1 - o < SM2_NW ? (int)(o1 - o) : SM2_NW;
+        for (int j = 0; j < nb; j++) sm2_decode_row(c->tab, w, o + j, panel + j * ld);
+        for (int j = nb; j < SM2_NW; j++) memset(panel + j * ld, 0, sizeof(float) * (size_t)ld);
+        for (int s0 = 0, mr; s0 < n_rows; s0 += mr) {
+            mr = sm2_block_rows(n_rows - s0);
+            const float *xs = x + (int64_t)s0 * n;
+            float *ys = y + (int64_t)s0 * rows + o;
+            if (mr == 3) sm2_rows(3, xs, n, panel, ld, ys, rows, nb);
+            else if (mr == 2) sm2_rows(2, xs, n, panel, ld, ys, rows, nb);
+            else sm2_rows(1, xs, n, panel, ld, ys, rows, nb);
+        }
+    }
+}
+
+#endif
