@@ -25,7 +25,8 @@
  * transposes 32 keys into two (dI, 16) panels once per query block (prefetching the next
  * 32 keys' rows meanwhile) and runs every head of every query against both with broadcast
  * FMAs, each query value broadcast once for 32 keys: no reductions, twice the work per
- * instruction of the exact kernel.
+ * instruction of the exact kernel; and AVX2 + FMA (idx_approx_avx2.c), its form in 8 lanes:
+ * 8 keys a (dI, 8) panel, 3 panels a pass, for dI <= 256 (wider: the portable loop).
  */
 #ifndef DSV4_KERNELS_IDX_APPROX_H
 #define DSV4_KERNELS_IDX_APPROX_H

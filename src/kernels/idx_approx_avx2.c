@@ -1,7 +1,7 @@
 /* idx_approx_avx2.c — the approximate indexer pass on F32 and BF16 keys at AVX2 (contract:
  * idx_approx.h): the key-panel kernel, the AVX2 form of idx_approx_x512.c's. Before it the
  * AVX2 level ran the portable loop (one scalar multiply and add a term, a dependent chain a
- * head dot): ~2 us a key-query at flash_quarter's 16 x 128 on Zen 3.
+ * head dot): ~3.4 us a key-query at flash_quarter's 16 x 128 on Zen 3 (bench_indexer --kernels).
  *
  * Keys are transposed 8 at a time into (dI, 8) panels, A2_P panels a pass side by side
  * (panel[d][p][8]), once for every query of the block; each query value is broadcast once for

@@ -348,7 +348,7 @@ int main(void) {
     const int best = dsv4_cpu_simd() < dsv4_build_simd() ? dsv4_cpu_simd() : dsv4_build_simd();
     printf("kernel level: %s\n", dsv4_simd_name(best));
     if (best < DSV4_SIMD_AVX512) printf("SKIPPED: the AVX-512 level (not in this CPU or build)\n");
-    const int nIs[] = {1, 3, 4, 8, 13, 16}, dIs[] = {1, 5, 16, 37, 128, 300};
+    const int nIs[] = {1, 3, 4, 8, 13, 16}, dIs[] = {1, 5, 16, 37, 128, 200, 256, 257, 300};
     for (int level = 0; level <= best; level++)
         for (int fmt = DSV4_ROW_BF16; fmt <= DSV4_ROW_F32; fmt += 2) {
             for (size_t a = 0; a < sizeof nIs / sizeof nIs[0]; a++)
@@ -368,6 +368,17 @@ int main(void) {
             check(level, fmt, 16, 128, 500, 1, 1e25);
             check(level, fmt, 64, 128, 300, 2, 1e25);
         }
+    /* every level's F32 kernels (the AVX2 key panels among them) on the mixed-scale and
+     * below-the-normals queries (QMIX 1, 2), not only the BF16-dot kernel */
+    for (int level = 0; level <= best; level++)
+        for (int fmt = DSV4_ROW_BF16; fmt <= DSV4_ROW_F32; fmt += 2)
+            for (QMIX = 1; QMIX <= 2; QMIX++) {
+                check(level, fmt, 16, 128, 300, 8, 1.0);
+                check(level, fmt, 13, 37, 100, 6, 1.0);
+                check(level, fmt, 16, 128, 200, 1, 1e-30);
+                check(level, fmt, 64, 128, 100, 5, 1e12);
+            }
+    QMIX = 0;
     /* the BF16-dot kernel: queries of mixed scales and values below the normals (QMIX 1),
      * queries it hands to the F32 kernel (QMIX 2), keys of tiny and huge norms; its bound's
      * tightness where the rounding meets the keys head-on */
