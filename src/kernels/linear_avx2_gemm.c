@@ -1,12 +1,12 @@
 /* linear_avx2_gemm.c — the GEMM of level avx2: dequantize a (LIN_NB, LIN_KB) tile of weights to
- * F32 with the decoders of linear_avx2.h, then a 3 x 4 register-blocked micro-kernel over it
+ * F32 with the decoders of linear_avx2.h, then a 2 x 6 register-blocked micro-kernel over it
  * (dsv4_lin_gemm_tiled, linear_tile.c, walks the tiles). Summation order: linear_fast.h.
  */
 #include "kernels/linear_avx2.h"
 
 #ifdef DSV4_LIN_AVX2
 
-/* ---- GEMM: dequantize a (LIN_NB, LIN_KB) tile, then a 3x4 register-blocked kernel -------- */
+/* ---- GEMM: dequantize a (LIN_NB, LIN_KB) tile, then a 2x6 register-blocked kernel -------- */
 
 /* Row o, columns [k0, k0 + kb), into dst (zero-padded to a multiple of 8). */
 static void dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0,
@@ -96,39 +96,52 @@ static void dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o
     }
 }
 
-/* RT activation rows x 4 outputs. x: row 0 of the tile at column k0 (row stride ldx);
- * wt: 4 tile rows (stride LIN_KB); acc: (RT, LIN_NB, 8) window at this tile. */
-AINLINE void micro(int RT, const float *x, int64_t ldx, const float *wt, int kb, float *acc,
-                   int init) {
+/* RT (1, 2) activation rows x 6 outputs (MICRO_OUTS). x: row 0 of the tile at column k0
+ * (row stride ldx); wt: 6 tile rows (stride LIN_KB); acc: (RT, LIN_NB, 8) window at this
+ * tile. Per 8 columns: RT x loads, 6 weight loads, 6 RT FMAs; 12 accumulators, 2 x and a
+ * weight in 15 of the 16 registers. The driver runs the windows tile rows outermost, so the
+ * window's 6 x LIN_KB weights (12 KB) stay in L1 and x streams from L2: one x load per 6
+ * FMAs, where the 3 x 4 kernel this replaces took one per 4 (its 512-row GEMMs ran at
+ * 0.37-0.45 of the FMA probe on one Zen 3 core: L2 bound). */
+#define MICRO_OUTS 6
+#define MICRO_ROWS 2
+AINLINE void micro_body(int RT, const float *x, int64_t ldx, const float *wt, int kb, const float *acc, int init,
+                        __m256 a[MICRO_ROWS][MICRO_OUTS]) {
     const int nf = kb & ~7, tail = kb - nf;
-    __m256 a[3][4];
     for (int r = 0; r < RT; r++)
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < MICRO_OUTS; j++)
             a[r][j] = init ? _mm256_setzero_ps() : _mm256_load_ps(acc + (r * LIN_NB + j) * 8);
     for (int c = 0; c < nf; c += 8) {
-        __m256 xv[3];
+        __m256 xv[MICRO_ROWS];
         for (int r = 0; r < RT; r++) xv[r] = _mm256_loadu_ps(x + r * ldx + c);
-        for (int j = 0; j < 4; j++) {
+        if (RT == MICRO_ROWS)
+            for (int r = 0; r < RT; r++) _mm_prefetch((const char *)(x + (RT + r) * ldx + c), _MM_HINT_T0);
+        for (int j = 0; j < MICRO_OUTS; j++) {
             __m256 wv = _mm256_load_ps(wt + j * LIN_KB + c);
+            /* one load for both rows: GCC 12 would fold it into each FMA, 14 loads per 12
+             * FMAs, more than Zen 3's two 256-bit loads a cycle keep up with */
+            if (RT > 1) __asm__("" : "+x"(wv));
             for (int r = 0; r < RT; r++) a[r][j] = _mm256_fmadd_ps(xv[r], wv, a[r][j]);
         }
     }
-    if (tail) {
+    if (tail) { /* the last chunk's x zero-padded (the tile's weights are) */
         const __m256i m = mask_first(tail);
-        __m256 xv[3];
+        __m256 xv[MICRO_ROWS];
         for (int r = 0; r < RT; r++) xv[r] = _mm256_maskload_ps(x + r * ldx + nf, m);
-        for (int j = 0; j < 4; j++) {
-            __m256 wv = _mm256_load_ps(wt + j * LIN_KB + nf);
+        for (int j = 0; j < MICRO_OUTS; j++) {
+            const __m256 wv = _mm256_load_ps(wt + j * LIN_KB + nf);
             for (int r = 0; r < RT; r++) a[r][j] = _mm256_fmadd_ps(xv[r], wv, a[r][j]);
         }
     }
-    for (int r = 0; r < RT; r++)
-        for (int j = 0; j < 4; j++) _mm256_store_ps(acc + (r * LIN_NB + j) * 8, a[r][j]);
 }
 
-static void micro3(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
-    micro(3, x, ldx, wt, kb, acc, init);
+AINLINE void micro(int RT, const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
+    __m256 a[MICRO_ROWS][MICRO_OUTS];
+    micro_body(RT, x, ldx, wt, kb, acc, init, a);
+    for (int r = 0; r < RT; r++)
+        for (int j = 0; j < MICRO_OUTS; j++) _mm256_store_ps(acc + (r * LIN_NB + j) * 8, a[r][j]);
 }
+
 static void micro2(const float *x, int64_t ldx, const float *wt, int kb, float *acc, int init) {
     micro(2, x, ldx, wt, kb, acc, init);
 }
@@ -136,13 +149,72 @@ static void micro1(const float *x, int64_t ldx, const float *wt, int kb, float *
     micro(1, x, ldx, wt, kb, acc, init);
 }
 
-static void reduce_row8(const float *acc, int nb, float *y) {
-    for (int j = 0; j < nb; j++) y[j] = hsum8(_mm256_load_ps(acc + 8 * j));
+/* The levels of hsum8's tree ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)), each adding two
+ * vectors that hold parts of several outputs side by side (a + b == b + a exactly, so only
+ * the pairing matters). red_half(a, b): lanes 0-3 a's l + (l + 4), lanes 4-7 b's;
+ * red_quarter(p, q) of two red_halfs: in each 128-bit half p's (0+2, 1+3), then q's;
+ * red_last(r, s) of two red_quarters: in each half the sums of r's pairs, then s's. */
+AINLINE __m256 red_half(__m256 a, __m256 b) {
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+AINLINE __m256 red_quarter(__m256 p, __m256 q) {
+    return _mm256_add_ps(_mm256_shuffle_ps(p, q, 0x44), _mm256_shuffle_ps(p, q, 0xEE));
+}
+AINLINE __m256 red_last(__m256 r, __m256 s) {
+    return _mm256_add_ps(_mm256_shuffle_ps(r, s, 0x88), _mm256_shuffle_ps(r, s, 0xDD));
+}
+/* lane i: hsum8 of v_i, for 8 vectors given as v0, v4, v1, v5, v2, v6, v3, v7 (that order
+ * puts output i in lane i: 7 adds and 14 shuffles for 8 outputs, where 8 hsum8 take 40) */
+AINLINE __m256 red8(__m256 v0, __m256 v4, __m256 v1, __m256 v5, __m256 v2, __m256 v6, __m256 v3, __m256 v7) {
+    return red_last(red_quarter(red_half(v0, v4), red_half(v1, v5)), red_quarter(red_half(v2, v6), red_half(v3, v7)));
 }
 
-/* 3-row micro-kernels: 12 accumulators, 3 x and a weight in the 16 registers */
+/* micro(2) on a row's last column tile, the 12 sums reduced in registers and stored in y
+ * (2 rows ldy apart, nv outputs each) instead of stored in acc for reduce_row8's pass over
+ * the (LIN_MB, LIN_NB, 8) block. The same tree per output as hsum8, so the same bits. */
+static void micro2_last(const float *x, int64_t ldx, const float *wt, int kb, const float *acc, int init, float *y,
+                        int64_t ldy, int nv) {
+    __m256 a[MICRO_ROWS][MICRO_OUTS];
+    micro_body(2, x, ldx, wt, kb, acc, init, a);
+    /* lanes 0-3: row 0's outputs 0-3, lanes 4-7 row 1's */
+    const __m256 t = red8(a[0][0], a[1][0], a[0][1], a[1][1], a[0][2], a[1][2], a[0][3], a[1][3]);
+    /* lanes 0, 1: row 0's outputs 4, 5; lanes 4, 5 row 1's (lanes 2, 3, 6, 7 the same again) */
+    const __m256 r45 = red_quarter(red_half(a[0][4], a[1][4]), red_half(a[0][5], a[1][5]));
+    const __m256 u = red_last(r45, r45);
+    if (nv == MICRO_OUTS) {
+        _mm_storeu_ps(y, _mm256_castps256_ps128(t));
+        _mm_storel_pi((__m64 *)(y + 4), _mm256_castps256_ps128(u));
+        _mm_storeu_ps(y + ldy, _mm256_extractf128_ps(t, 1));
+        _mm_storel_pi((__m64 *)(y + ldy + 4), _mm256_extractf128_ps(u, 1));
+    } else {
+        float v[2][8];
+        _mm_storeu_ps(v[0], _mm256_castps256_ps128(t));
+        _mm_storeu_ps(v[0] + 4, _mm256_castps256_ps128(u));
+        _mm_storeu_ps(v[1], _mm256_extractf128_ps(t, 1));
+        _mm_storeu_ps(v[1] + 4, _mm256_extractf128_ps(u, 1));
+        for (int j = 0; j < nv; j++) {
+            y[j] = v[0][j];
+            y[ldy + j] = v[1][j];
+        }
+    }
+}
+
+/* one activation row's nb (<= 16) outputs, 8 at a time through red8. The slots up to nb
+ * rounded to 8 hold sums of zero weights or zeros (linear_tile.c); they are not stored. */
+static void reduce_row8(const float *acc, int nb, float *y) {
+    for (int j = 0; j < nb; j += 8) {
+        const float *p = acc + 8 * j;
+        const __m256 v = red8(_mm256_load_ps(p), _mm256_load_ps(p + 32), _mm256_load_ps(p + 8),
+                              _mm256_load_ps(p + 40), _mm256_load_ps(p + 16), _mm256_load_ps(p + 48),
+                              _mm256_load_ps(p + 24), _mm256_load_ps(p + 56));
+        if (nb - j >= 8) _mm256_storeu_ps(y + j, v);
+        else _mm256_maskstore_ps(y + j, mask_first(nb - j), v);
+    }
+}
+
+/* 2-row micro-kernels over 6 outputs: 12 accumulators, 2 x and a weight in 16 registers */
 static const dsv4_lin_tile_level avx2_tiles = {
-    8, 3, 4, dequant_row, {micro1, micro2, micro3, NULL}, reduce_row8, NULL, 1};
+    8, MICRO_ROWS, MICRO_OUTS, dequant_row, {micro1, micro2, NULL, NULL}, reduce_row8, micro2_last, 1};
 
 void dsv4_lin_gemm_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows,
                         float *y, int64_t o0, float *scratch) {
