@@ -138,12 +138,17 @@ AINLINE void fp8_block(int R, int NX, int PRE, const uint8_t *const *p, const fl
 /* R rows o .. o+R-1, all in one 128-row scale band (o % R == 0). PRE (a constant after
  * inlining): multiply x by 2^120 * scale once per chunk for all R rows and decode the
  * weights as e4m3 * 2^-120 (see the top of the file); allowed when
- * dsv4_lin_call.fp8_prescale says it is exact. Not for a block holding an e4m3 subnormal
- * code: as an F32 subnormal it would cost a microcode assist per FMA on Intel cores
- * (random FP8 bytes, 6% such codes, ran 100x slower on a Sapphire-Rapids-class Xeon);
- * that block takes the F16 path, same bits. */
-AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const float *x, float *y,
-                           int64_t o, const gemv_pf *pf) {
+ * dsv4_lin_call.fp8_prescale says it is exact. Where sub_slow is set (Intel cores: not
+ * dsv4_lin_tables.subnormal_fma_fast), not for a block holding an e4m3 subnormal code: as an
+ * F32 subnormal it would cost a microcode assist per FMA (random FP8 bytes, 6% such codes,
+ * ran 100x slower on a Sapphire-Rapids-class Xeon); that block takes the F16 path, same bits.
+ * AMD cores take such blocks at full speed, so there every block takes PRE (on Zen 3 the F16
+ * path's vpmovsxbw + vextracti128 + 2 vcvtph2ps + 2 vmulps a 16 weights ran the bench's random
+ * bytes, a subnormal code in nearly every block, at ~6 GB/s a core). scan_nan: 0 when the
+ * weights hold no NaN code (dsv4_mat.fp8_no_nan), so the byte scan is skipped unless sub_slow
+ * needs it. */
+AINLINE void gemv_fp8_rows(int R, int NX, int PRE, int scan_nan, int sub_slow, const dsv4_mat *w,
+                           const float *x, float *y, int64_t o, const gemv_pf *pf) {
     const int64_t n = w->cols, nsb = (n + 127) / 128, band = o / 128, rows = w->rows;
     const uint8_t *p[4];
     __m256 a[4][4];
@@ -173,8 +178,9 @@ AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const floa
             continue;
         }
         int sub = 0; /* an e4m3 subnormal code in this block of these rows */
-        for (int r = 0; r < R; r++)
-            nan[r] = fp8_nan_scan(nan[r], p[r] + i0, (int)(i1 - i0), PRE ? &sub : NULL);
+        if (scan_nan || (PRE && sub_slow))
+            for (int r = 0; r < R; r++)
+                nan[r] = fp8_nan_scan(nan[r], p[r] + i0, (int)(i1 - i0), PRE && sub_slow ? &sub : NULL);
         if (PRE && !sub)
             fp8_block(R, NX, 1, p, x, n, i0, i1, s256f, a, pf);
         else
@@ -186,46 +192,47 @@ AINLINE void gemv_fp8_rows(int R, int NX, int PRE, const dsv4_mat *w, const floa
     }
 }
 
-AINLINE void gemv_fp8_nx(int NX, int PRE, const dsv4_mat *w, const float *x, float *y, int64_t o0,
-                         int64_t o1) {
+AINLINE void gemv_fp8_nx(int NX, int PRE, int scan_nan, int sub_slow, const dsv4_mat *w, const float *x,
+                         float *y, int64_t o0, int64_t o1) {
     const int R = GEMV_R(NX);
     const gemv_pf pf = pf_start((const uint8_t *)w->w + o0 * w->cols,
                                 (const uint8_t *)w->w + o1 * w->cols, GEMV_PF_FP8);
     int64_t o = o0;
-    for (; o + R <= o1 && (o % R) == 0; o += R) gemv_fp8_rows(R, NX, PRE, w, x, y, o, &pf);
-    for (; o < o1; o++) gemv_fp8_rows(1, NX, PRE, w, x, y, o, &pf);
+    for (; o + R <= o1 && (o % R) == 0; o += R) gemv_fp8_rows(R, NX, PRE, scan_nan, sub_slow, w, x, y, o, &pf);
+    for (; o < o1; o++) gemv_fp8_rows(1, NX, PRE, scan_nan, sub_slow, w, x, y, o, &pf);
 }
 
 static void gemv_fp8(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y,
                      int64_t o0, int64_t o1) {
+    const int scan_nan = !w->fp8_no_nan, sub_slow = !c->tab->subnormal_fma_fast;
     if (c->fp8_prescale) {
         switch (nx) {
         case 1:
-            gemv_fp8_nx(1, 1, w, x, y, o0, o1);
+            gemv_fp8_nx(1, 1, scan_nan, sub_slow, w, x, y, o0, o1);
             break;
         case 2:
-            gemv_fp8_nx(2, 1, w, x, y, o0, o1);
+            gemv_fp8_nx(2, 1, scan_nan, sub_slow, w, x, y, o0, o1);
             break;
         case 3:
-            gemv_fp8_nx(3, 1, w, x, y, o0, o1);
+            gemv_fp8_nx(3, 1, scan_nan, sub_slow, w, x, y, o0, o1);
             break;
         default:
-            gemv_fp8_nx(4, 1, w, x, y, o0, o1);
+            gemv_fp8_nx(4, 1, scan_nan, sub_slow, w, x, y, o0, o1);
             break;
         }
     } else {
         switch (nx) {
         case 1:
-            gemv_fp8_nx(1, 0, w, x, y, o0, o1);
+            gemv_fp8_nx(1, 0, scan_nan, sub_slow, w, x, y, o0, o1);
             break;
         case 2:
-            gemv_fp8_nx(2, 0, w, x, y, o0, o1);
+            gemv_fp8_nx(2, 0, scan_nan, sub_slow, w, x, y, o0, o1);
             break;
         case 3:
-            gemv_fp8_nx(3, 0, w, x, y, o0, o1);
+            gemv_fp8_nx(3, 0, scan_nan, sub_slow, w, x, y, o0, o1);
             break;
         default:
-            gemv_fp8_nx(4, 0, w, x, y, o0, o1);
+            gemv_fp8_nx(4, 0, scan_nan, sub_slow, w, x, y, o0, o1);
             break;
         }
     }
