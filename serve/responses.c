@@ -43,7 +43,7 @@ void srv_resp_free(struct srv_resp *x) {
         pthread_mutex_unlock(&l->mu);
         srv_req_release(x->fol->r);
         free(x->fol);
-        log_release(l);
+        rs_log_release(l);
     }
     cJSON_Delete(x->echo);
     cJSON_Delete(x->conv);
@@ -377,7 +377,7 @@ static int with_entry(srv *s, const char *id, srv_buf *out, int *oom, int (*ende
         cJSON *o = j->resp->ended ? NULL : running(s, j, &kill);
         pthread_mutex_unlock(&j->r->mu);
         if (kill) srv_sched_cancel(s->sched, j->r);
-        run_release(x);
+        rs_run_release(x);
         if (o) {
             srv_put_json(out, o);
             return 200;
@@ -459,7 +459,7 @@ int srv_responses_follow(srv *s, const char *id, const char *starting_after, srv
                  "them): its stream cannot be resumed; GET without stream polls it.");
     } else {
         srv_job *f = rs_follower(id, l, (int)(after + 1), &status, msg);
-        log_release(l);
+        rs_log_release(l);
         if (f) {
             out->job = f;
             out->stream = responses_stream;

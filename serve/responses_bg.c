@@ -238,7 +238,7 @@ static void *worker_main(void *arg) {
         st->stepping++;
         pthread_mutex_unlock(&st->mu);
         const int finished = run_step(st, x);
-        if (finished) run_release(x);
+        if (finished) rs_run_release(x);
         pthread_mutex_lock(&st->mu);
         st->stepping--;
         if (finished) {
@@ -435,13 +435,13 @@ int rs_bg_start(srv *s, srv_job *job, srv_reply *out, char *msg) {
     return 0;
 fail_run:
     x->job = NULL;  /* (cancelled and freed below) */
-    run_release(x);
+    rs_run_release(x);
     x = NULL;
     l = NULL;  /* (the run's reference, released with it) */
 fail:
     free(conv);
     free(x);
-    log_release(l);
+    rs_log_release(l);
     srv_sched_cancel(s->sched, job->r);
     srv_job_free(job);
     return status;

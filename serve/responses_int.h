@@ -103,8 +103,8 @@ int rs_put(srv_rstore *st, const char *id, char *resp, char *conv, int n_in, rs_
 int rs_end(srv_rstore *st, const char *id, char *resp, char *conv, int n_in);
 
 /* references dropped (the last frees) */
-void log_release(rs_log *l);
-void run_release(rs_run *x);
+void rs_log_release(rs_log *l);
+void rs_run_release(rs_run *x);
 /* Out of the table and the list, freed. Under mu. */
 void rs_drop(srv_rstore *st, rs_entry **link);
 /* The least recently used entries go (but keep and running ones) until `more` bytes fit

@@ -26,7 +26,7 @@ srv_rstore *srv_rstore_create(size_t cap) {
     return st;
 }
 
-void log_release(rs_log *l) {
+void rs_log_release(rs_log *l) {
     if (!l || atomic_fetch_sub(&l->refs, 1) > 1) return;
     srv_buf_free(&l->text);
     free(l->off);
@@ -35,9 +35,9 @@ void log_release(rs_log *l) {
     free(l);
 }
 
-void run_release(rs_run *x) {
+void rs_run_release(rs_run *x) {
     if (!x || atomic_fetch_sub(&x->refs, 1) > 1) return;
-    log_release(x->log);
+    rs_log_release(x->log);
     srv_job_free(x->job);
     free(x);
 }
@@ -46,8 +46,8 @@ static void rs_entry_free(rs_entry *e) {
     free(e->id);
     free(e->resp);
     free(e->conv);
-    run_release(e->run);
-    log_release(e->log);
+    rs_run_release(e->run);
+    rs_log_release(e->log);
     free(e);
 }
 
