@@ -115,7 +115,11 @@ AINLINE void micro_body(int RT, const float *x, int64_t ldx, const float *wt, in
         __m256 xv[MICRO_ROWS];
         for (int r = 0; r < RT; r++) xv[r] = _mm256_loadu_ps(x + r * ldx + c);
         if (RT == MICRO_ROWS)
-            for (int r = 0; r < RT; r++) _mm_prefetch((const char *)(x + (RT + r) * ldx + c), _MM_HINT_T0);
+            /* the next pair's rows: past the last pair they lie past x's end, so the address is
+             * formed as an integer (such a pointer would be undefined; a prefetch never faults) */
+            for (int r = 0; r < RT; r++)
+                _mm_prefetch((const char *)((uintptr_t)(x + c) + (uintptr_t)((RT + r) * ldx) * sizeof(float)),
+                             _MM_HINT_T0);
         for (int j = 0; j < MICRO_OUTS; j++) {
             __m256 wv = _mm256_load_ps(wt + j * LIN_KB + c);
             /* one load for both rows: GCC 12 would fold it into each FMA, 14 loads per 12
