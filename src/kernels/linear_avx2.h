@@ -199,6 +199,11 @@ AINLINE __m256 fp4_block_table(const dsv4_lin_tables *tab, const dsv4_mat *w, in
     return fp4_table(((const float *)w->scale)[idx]);
 }
 
+/* Row o of w, columns [k0, k0 + kb) (k0 a multiple of 128), decoded to F32 into dst, zero-padded to a
+ * multiple of 8: the GEMM tiles' and the small-M panels' one decoder (linear_avx2_gemm.c) */
+void dsv4_lin_avx2_dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb,
+                               float *dst);
+
 /* the GEMM of level avx2 (linear_avx2_gemm.c) */
 void dsv4_lin_gemm_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows,
                         float *y, int64_t o0, float *scratch);

@@ -9,8 +9,8 @@
 /* ---- GEMM: dequantize a (LIN_NB, LIN_KB) tile, then a 2x6 register-blocked kernel -------- */
 
 /* Row o, columns [k0, k0 + kb), into dst (zero-padded to a multiple of 8). */
-static void dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0,
-                        int kb, float *dst) {
+void dsv4_lin_avx2_dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb,
+                               float *dst) {
     const int64_t n = w->cols;
     const int nf = kb & ~7, tail = kb - nf;
     switch (w->fmt) {
@@ -41,7 +41,7 @@ static void dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o
             const int c1 = c0 + 128 < kb ? c0 + 128 : kb;
             const float s256f = scale_at(w, (o / 128) * nsb + (k0 + c0) / 128) * 256.0f;
             if (!isfinite(s256f) ||
-                fp8_nan_seen(fp8_nan_scan(_mm256_setzero_si256(), p + k0 + c0, c1 - c0, NULL))) {
+                (!w->fp8_no_nan && fp8_nan_seen(fp8_nan_scan(_mm256_setzero_si256(), p + k0 + c0, c1 - c0, NULL)))) {
                 for (int c = c0; c < c1; c += 8) dsv4_lin_dequant8(w, o, k0 + c, dst + c);
                 continue;
             }
@@ -218,7 +218,7 @@ static void reduce_row8(const float *acc, int nb, float *y) {
 
 /* 2-row micro-kernels over 6 outputs: 12 accumulators, 2 x and a weight in 16 registers */
 static const dsv4_lin_tile_level avx2_tiles = {
-    8, MICRO_ROWS, MICRO_OUTS, dequant_row, {micro1, micro2, NULL, NULL}, reduce_row8, micro2_last, 1};
+    8, MICRO_ROWS, MICRO_OUTS, dsv4_lin_avx2_dequant_row, {micro1, micro2, NULL, NULL}, reduce_row8, micro2_last, 1};
 
 void dsv4_lin_gemm_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows,
                         float *y, int64_t o0, float *scratch) {

@@ -24,88 +24,9 @@
 #define SM2_MR 3 /* activation rows of the largest register block */
 
 /* Row o's columns [0, n) decoded into dst (zero-padded to a multiple of 8, 32-byte aligned):
- * the values of linear_avx2_gemm.c's dequant_row, by the same decoders; an FP8 block with an
- * NaN code or a scale that 256 * scale overflows by dsv4_lin_dequant8, as there. */
+ * the GEMM tiles' decoder itself, so both paths hold the same values */
 static void sm2_decode_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, float *dst) {
-    const int64_t n = w->cols, nf = n & ~(int64_t)7;
-    const int tail = (int)(n - nf);
-    switch (w->fmt) {
-    case DSV4_WF_FP8: {
-        const int64_t nsb = (n + 127) / 128;
-        const uint8_t *p = (const uint8_t *)w->w + o * n;
-        for (int64_t c0 = 0; c0 < n; c0 += 128) {
-            const int64_t c1 = c0 + 128 < n ? c0 + 128 : n;
-            const float s256f = scale_at(w, (o / 128) * nsb + c0 / 128) * 256.0f;
-            if (!isfinite(s256f) ||
-                (!w->fp8_no_nan && fp8_nan_seen(fp8_nan_scan(_mm256_setzero_si256(), p + c0, (int)(c1 - c0), NULL)))) {
-                for (int64_t c = c0; c < c1; c += 8) dsv4_lin_dequant8(w, o, c, dst + c);
-                continue;
-            }
-            const __m256 s256 = _mm256_set1_ps(s256f);
-            int64_t c = c0;
-            for (; c + 16 <= c1; c += 16) {
-                __m256 w0, w1;
-                dec_fp8x16(p + c, s256, &w0, &w1);
-                _mm256_store_ps(dst + c, w0);
-                _mm256_store_ps(dst + c + 8, w1);
-            }
-            if (c + 8 <= c1) {
-                _mm256_store_ps(dst + c, dec_fp8x8(p + c, s256));
-                c += 8;
-            }
-            if (c < c1) _mm256_store_ps(dst + c, dec_fp8_tail(p + c, (int)(c1 - c), s256));
-        }
-        break;
-    }
-    case DSV4_WF_FP4: { /* cols % 32 == 0 (the driver's check) */
-        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
-        const int64_t sb = o * (n / 32);
-        for (int64_t c = 0; c < n; c += 32) {
-            const __m256 t = fp4_block_table(tab, w, sb + c / 32);
-            const uint8_t *q = p + c / 2;
-            _mm256_store_ps(dst + c, dec_fp4(q, t));
-            _mm256_store_ps(dst + c + 8, dec_fp4(q + 4, t));
-            _mm256_store_ps(dst + c + 16, dec_fp4(q + 8, t));
-            _mm256_store_ps(dst + c + 24, dec_fp4(q + 12, t));
-        }
-        break;
-    }
-    case DSV4_WF_FP4L: { /* cols % 128 == 0 (the layout's): whole lines */
-        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
-        const int64_t sb = o * (n / 32);
-        for (int64_t c = 0; c < n; c += 128) {
-            const __m256i lo = _mm256_loadu_si256((const __m256i *)(p + c / 2));
-            const __m256i hi = _mm256_loadu_si256((const __m256i *)(p + c / 2 + 32));
-            for (int b = 0; b < 4; b++) {
-                const __m256 t = fp4_block_table(tab, w, sb + c / 32 + b);
-                float *d = dst + c + 32 * b;
-                _mm256_store_ps(d, dec_fp4l(lo, 2 * b, t));
-                _mm256_store_ps(d + 8, dec_fp4l(hi, 2 * b, t));
-                _mm256_store_ps(d + 16, dec_fp4l(lo, 2 * b + 1, t));
-                _mm256_store_ps(d + 24, dec_fp4l(hi, 2 * b + 1, t));
-            }
-        }
-        break;
-    }
-    default: { /* F32, F16, BF16 */
-        const int fmt = w->fmt;
-        const char *p = (const char *)w->w + o * n * (fmt == DSV4_WF_F32 ? 4 : 2);
-        int64_t c = 0;
-        if (fmt == DSV4_WF_F32)
-            for (; c < nf; c += 8) _mm256_store_ps(dst + c, dec_dense(DSV4_WF_F32, p, c));
-        else if (fmt == DSV4_WF_F16)
-            for (; c < nf; c += 8) _mm256_store_ps(dst + c, dec_dense(DSV4_WF_F16, p, c));
-        else
-            for (; c < nf; c += 8) _mm256_store_ps(dst + c, dec_dense(DSV4_WF_BF16, p, c));
-        if (tail) {
-            const __m256 v = fmt == DSV4_WF_F32   ? dec_dense_tail(DSV4_WF_F32, p, nf, tail)
-                             : fmt == DSV4_WF_F16 ? dec_dense_tail(DSV4_WF_F16, p, nf, tail)
-                                                  : dec_dense_tail(DSV4_WF_BF16, p, nf, tail);
-            _mm256_store_ps(dst + nf, v);
-        }
-        break;
-    }
-    }
+    dsv4_lin_avx2_dequant_row(tab, w, o, 0, (int)w->cols, dst);
 }
 
 /* MR activation rows (x, stride n) against the SM2_NW panel rows (stride ld): y (MR, rows) at
