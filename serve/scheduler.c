@@ -268,18 +268,14 @@ static void preempt_for_priority(srv_sched *s) {
     /* the slots h needs (with its choices waiting to fork it) beyond the free ones */
     const int short_of = s->n_run + slots_held(s) + 1 + forks_waiting(s, h, w + 1) - s->o.max_seqs;
     if (short_of <= 0) return;
-    int victim = -1, n_victims = 0;
-    for (int k = s->n_run - 1; k >= 0 && s->run[k]->priority > h->priority; k--) {
-        const srv_req *v = s->run[k];
-        if (v->prio_victim_at >= 0 && v->n_sampled <= v->prio_victim_at) continue;
-        if (victim < 0) victim = k;
-        n_victims++;
-    }
-    /* all the slots it needs must come free this way, or the ones freed would stay empty
-     * (nothing is admitted behind a request that does not fit) */
-    if (victim < 0 || n_victims < short_of) return;
+    srv_prio_run *cand = s->prio_cand;  /* (max_seqs) */
+    for (int k = 0; k < s->n_run; k++)
+        cand[k] = (srv_prio_run){s->run[k]->priority, s->run[k]->n_sampled, s->run[k]->prio_victim_at,
+                                 s->run[k]->n_done};
+    const int victim = srv_prio_victim(cand, s->n_run, h->priority, short_of, srv_now() - h->t_wait,
+                                       s->prefill_rate);
+    if (victim < 0) return;
     srv_req *v = s->run[victim];
-    if (srv_now() - h->t_wait <= (double)v->n_done / s->prefill_rate) return;
     v->prio_victim_at = v->n_sampled;
     preempt(s, victim, 0);
     srv_metrics_prio_preempt(s->met);
