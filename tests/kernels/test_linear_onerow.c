@@ -2,6 +2,7 @@
  * GEMV's bands and bit decode against level avx512's bits; at every level the split of a
  * one-row product into tasks and halves (the same bits however it is cut) and the pool's
  * prefetch hints a one-row product posts for the next job. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -422,29 +423,47 @@ static void check_fp8_task_prescale(int best) {
  * decode for blocks with e4m3 subnormal codes too (Intel's keep the F16 decode there): every
  * combination of the two against the level's GEMM (which reads neither), the same bits, NaN in
  * the rows holding a NaN code when the flag is clear. Random bytes: a subnormal code in nearly
- * every 128-column block. */
+ * every 128-column block. Cases: plain, NaN codes in three rows, and both again with one x of
+ * 1e30, which x * 2^(b - 7) cannot take (fp8_prescale 0: the unprescaled F16 decode, whose scan
+ * the flag skips too). Beside the bits, each output against dsv4_linear_ref (the scalar
+ * reference, another summation order): max-rel <= 1e-5 of the largest output. */
 static void check_fp8_avx2_flags(void) {
     static const int64_t shapes[][2] = {{300, 256}, {130, 1024}, {263, 2085}, {9, 136}};
-    int64_t bad = 0, total = 0;
+    int64_t bad = 0, total = 0, runs[2] = {0, 0};
+    double max_rel = 0;
     const int amd = dsv4_kctx_lin_tables(kc[1])->subnormal_fma_fast;
     dsv4_lin_tables *tab = (dsv4_lin_tables *)dsv4_kctx_lin_tables(kc[1]);
     CHECK(dsv4_kctx_set_simd(kc[1], DSV4_SIMD_AVX2) == DSV4_SIMD_AVX2);
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int v = 0; v < 2; v++)
+        for (int v = 0; v < 4; v++)
             for (int nr = 1; nr <= 4; nr++) {
                 const int64_t rows = shapes[si][0], cols = shapes[si][1];
+                const int nan_case = v & 1, huge = v >= 2;
                 tmat t = make_mat(DSV4_WF_FP8, SC_E8M0, rows, cols);
                 uint8_t *p = t.w;
                 float *x = rand_vec(cols * nr), *ya = malloc(sizeof(float) * rows * nr),
-                      *yv = malloc(sizeof(float) * rows * nr);
+                      *yv = malloc(sizeof(float) * rows * nr), *yr = malloc(sizeof(float) * rows * nr),
+                      *scratch = malloc(sizeof(float) * cols);
                 const int64_t nan_rows[3] = {0, rows / 2, rows - 1};
-                if (v == 1)
+                if (nan_case)
                     p[nan_rows[0] * cols + cols - 1] = 0x7F, p[nan_rows[1] * cols + cols / 2] = 0xFF,
                     p[nan_rows[2] * cols] = 0x7F;
+                if (huge) x[(int64_t)(nr - 1) * cols + cols / 3] = 1e30f; /* 1e30 * 2^(b - 7) past 2^127 */
                 const int no_nan = dsv4_fp8_no_nan(t.w, rows * cols);
-                CHECK(dsv4_lin_kernels_avx2()->fp8_prescale(&t.m, x, nr) == 1); /* the prescaled path runs */
+                CHECK(no_nan == !nan_case);
+                /* the prescaled path runs, or (huge x) the unprescaled one */
+                CHECK(dsv4_lin_kernels_avx2()->fp8_prescale(&t.m, x, nr) == !huge);
+                runs[huge]++;
                 t.m.fp8_no_nan = 0;
                 linear_forced(kc[1], DSV4_LIN_GEMM, &t.m, x, nr, ya);
+                dsv4_linear_ref(&t.m, x, nr, yr, scratch);
+                double max_abs = 0, max_ref = 0;
+                for (int64_t j = 0; j < rows * nr; j++)
+                    if (!isnan(yr[j])) {
+                        max_abs = fmax(max_abs, fabs((double)ya[j] - yr[j]));
+                        max_ref = fmax(max_ref, fabs((double)yr[j]));
+                    }
+                max_rel = fmax(max_rel, max_ref > 0 ? max_abs / max_ref : max_abs);
                 for (int c = 0; c < 4; c++) {
                     tab->subnormal_fma_fast = c & 1;
                     t.m.fp8_no_nan = c & 2 ? no_nan : 0;
@@ -453,20 +472,22 @@ static void check_fp8_avx2_flags(void) {
                     for (int s = 0; s < nr; s++)
                         for (int64_t o = 0; o < rows; o++) {
                             const int64_t j = s * rows + o;
-                            const int want_nan = v == 1 && (o == nan_rows[0] || o == nan_rows[1] || o == nan_rows[2]);
-                            if (want_nan) bad += !isnan(ya[j]) || !isnan(yv[j]);
-                            else bad += memcmp(&ya[j], &yv[j], sizeof(float)) != 0;
+                            const int want_nan = nan_case && (o == nan_rows[0] || o == nan_rows[1] || o == nan_rows[2]);
+                            if (want_nan) bad += !isnan(ya[j]) || !isnan(yv[j]) || !isnan(yr[j]);
+                            else bad += memcmp(&ya[j], &yv[j], sizeof(float)) != 0 || isnan(yr[j]);
                         }
                     total += rows * nr;
                 }
                 tab->subnormal_fma_fast = amd;
-                free(x); free(ya); free(yv);
+                free(x); free(ya); free(yv); free(yr); free(scratch);
                 free_mat(&t);
             }
     CHECK_MSG(bad == 0, "fp8 avx2 gemv, no-NaN flag x subnormal decode: %lld of %lld outputs differ from the GEMM's",
               (long long)bad, (long long)total);
-    printf("fp8 avx2 gemv, no-NaN flag x subnormal decode: %lld outputs, %lld differ in any bit\n", (long long)total,
-           (long long)bad);
+    CHECK_MSG(max_rel <= 1e-5, "fp8 avx2 gemv against dsv4_linear_ref: max-rel %.3g", max_rel);
+    printf("fp8 avx2 gemv, no-NaN flag x subnormal decode: %lld outputs (%lld calls prescaled, %lld not), %lld differ "
+           "in any bit; max-rel against the scalar reference %.3g\n",
+           (long long)total, (long long)runs[0], (long long)runs[1], (long long)bad, max_rel);
 }
 
 int main(void) {
