@@ -5,7 +5,8 @@
  * (mix, hc·D) matmul and the RMS over hc·D values accumulate in double as well.
  *
  * The plain entry points are the reference; the _at ones take a kernel level and run the
- * dots, the collapse and hc_post in AVX-512 where it allows, with the reference's exact
+ * dots, the collapse and hc_post in AVX-512 where it allows (the collapse and hc_post in AVX2 at
+ * level avx2), with the reference's exact
  * operations in the same order (no contraction: a product then a sum, each rounded), so
  * they give its bits. */
 #include "hc/hc.h"
@@ -103,6 +104,54 @@ __attribute__((target("avx512f"))) static void post_inplace_avx512(int hc, int D
             for (int c = 0; c < D - d; c++) {
                 float acc = post[k] * y[d + c];
                 for (int j = 0; j < hc; j++) acc += comb[j * hc + k] * old[j * 16 + c];
+                h[(int64_t)k * D + d + c] = acc;
+            }
+    }
+}
+
+/* The level avx2's collapse and hc_post: the AVX-512 loops above at 4 doubles (8 columns in
+ * two registers) and 8 floats, the same operations in the same order (a rounded product then
+ * a rounded sum, never fused), so the reference's bits. At avx2 both ran the scalar loops:
+ * hc_post of one flash_quarter row (4 x 1024) took ~23 us on Zen 3, alone on the caller
+ * between a batch-1 step's jobs, 8 times a step. */
+__attribute__((target("avx2"))) static void collapse_avx2(int hc, int D, const float *h, const double *pre,
+                                                           float *x) {
+    int d = 0;
+    for (; d + 8 <= D; d += 8) {
+        __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+        for (int j = 0; j < hc; j++) {
+            const __m256d pj = _mm256_set1_pd(pre[j]);
+            const __m256 v = _mm256_loadu_ps(h + (int64_t)j * D + d);
+            lo = _mm256_add_pd(lo, _mm256_mul_pd(pj, _mm256_cvtps_pd(_mm256_castps256_ps128(v))));
+            hi = _mm256_add_pd(hi, _mm256_mul_pd(pj, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))));
+        }
+        _mm_storeu_ps(x + d, _mm256_cvtpd_ps(lo));
+        _mm_storeu_ps(x + d + 4, _mm256_cvtpd_ps(hi));
+    }
+    collapse_ref(hc, D, h, pre, x, d);
+}
+
+__attribute__((target("avx2"))) static void post_inplace_avx2(int hc, int D, const float *y, float *h,
+                                                               const float *post, const float *comb) {
+    __m256 in[DSV4_HC_MAX];
+    int d = 0;
+    for (; d + 8 <= D; d += 8) {
+        for (int j = 0; j < hc; j++) in[j] = _mm256_loadu_ps(h + (int64_t)j * D + d);
+        const __m256 yv = _mm256_loadu_ps(y + d);
+        for (int k = 0; k < hc; k++) {
+            __m256 acc = _mm256_mul_ps(_mm256_set1_ps(post[k]), yv);
+            for (int j = 0; j < hc; j++)
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(comb[j * hc + k]), in[j]));
+            _mm256_storeu_ps(h + (int64_t)k * D + d, acc);
+        }
+    }
+    if (d < D) {
+        float old[DSV4_HC_MAX * 8]; /* (hc, 8) the tail's inputs */
+        for (int j = 0; j < hc; j++) memcpy(old + j * 8, h + (int64_t)j * D + d, (size_t)(D - d) * sizeof(float));
+        for (int k = 0; k < hc; k++)
+            for (int c = 0; c < D - d; c++) {
+                float acc = post[k] * y[d + c];
+                for (int j = 0; j < hc; j++) acc += comb[j * hc + k] * old[j * 8 + c];
                 h[(int64_t)k * D + d + c] = acc;
             }
     }
@@ -305,6 +354,10 @@ static void collapse(int simd, int hc, int D, const float *h, const double *pre,
 #if HC_AVX512
     if (simd >= DSV4_SIMD_AVX512) {
         collapse_avx512(hc, D, h, pre, x);
+        return;
+    }
+    if (simd >= DSV4_SIMD_AVX2) {
+        collapse_avx2(hc, D, h, pre, x);
         return;
     }
 #endif
@@ -587,6 +640,10 @@ void dsv4_hc_post_inplace(const dsv4_config *cfg, int simd, const float *y, floa
 #if HC_AVX512
     if (simd >= DSV4_SIMD_AVX512) {
         post_inplace_avx512(hc, D, y, h, post, comb);
+        return;
+    }
+    if (simd >= DSV4_SIMD_AVX2) {
+        post_inplace_avx2(hc, D, y, h, post, comb);
         return;
     }
 #endif
