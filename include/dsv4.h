@@ -344,7 +344,7 @@ DSV4_API int dsv4_numa_nodes(void);
  *   AUTO     a copy when the copy, the cache and scratch and a headroom (5 % of RAM, at least
  *            1 GiB) fit in the memory available at create (MemAvailable, within a cgroup's
  *            limit) and the process has no locked memory (dsv4_model_mlock): LANES where the
- *            kernel level is avx512vbmi, COPY below it; NATURAL otherwise (a model larger than
+ *            kernel level is avx512vbmi or avx2, COPY at avx512 and portable; NATURAL otherwise (a model larger than
  *            memory, read through the page cache, stays mapped)
  *   NATURAL  ("mapped") the checkpoint's bytes, read in place from the mapped files: their pages stay
  *            clean page cache (4 KB pages), shared by every process (and engine) that maps them

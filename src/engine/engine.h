@@ -226,8 +226,8 @@ int dsv4_engine_prepare_fp4(dsv4_engine *e, dsv4_err *err);
 int dsv4_fp4_auto_layout(int64_t copy_bytes, int64_t other_bytes, uint64_t available, uint64_t ram,
                          uint64_t locked);
 /* The layout AUTO's copy takes at kernel level simd (dsv4_simd): DSV4_FP4_LANES from
- * avx512vbmi up (where its kernels were measured at least as fast as the natural ones),
- * DSV4_FP4_COPY below. Pure, for the tests. */
+ * avx512vbmi up and at avx2 (where its kernels were measured at least as fast as the natural
+ * ones), DSV4_FP4_COPY at avx512 and portable. Pure, for the tests. */
 int dsv4_fp4_copy_layout(int simd);
 /* The block's expert matrix arrays w1, w3, w2 (E each) copied to mem, (3, E) dsv4_mat, and the
  * block pointed at the copies: an engine that rebinds experts (W8A8, the FP4 layouts) must not

@@ -3,7 +3,7 @@
  * into the engine's huge-page memory (COPY: the checkpoint's bytes; LANES: the same, with the
  * packed FP4 matrices repacked into the lanes layout, kernels/fp4_lanes.h). The default
  * (AUTO) makes the copy when the memory allows it (dsv4_fp4_auto_layout), in the lanes layout
- * where the kernel level is avx512vbmi (dsv4_fp4_copy_layout), and reads the mapped bytes
+ * where the kernel level is avx512vbmi or avx2 (dsv4_fp4_copy_layout), and reads the mapped bytes
  * (NATURAL) otherwise.
  *
  * What is copied: each block's weight matrices (the dense FP8 / BF16 / F32 ones, the routed
@@ -26,8 +26,12 @@
  * layout's on every path. Session 30 (BENCHMARKS.md, "Session 30, lanes" and "fp4k") made its
  * small-M blocks and one-row GEMV at least as fast as the natural ones on Zen 5: a 512-token
  * prefill's routed experts 0.96x the time in process, prefill pairs against COPY 1.016 (8 of
- * 12 above 1; paired fractions 1.027). Where the level is lower its kernels were not measured
- * on lanes, so the copy stays natural there.
+ * 12 above 1; paired fractions 1.027). And on avx2: there every FP4 kernel's lanes decode saves
+ * the natural one's broadcast and variable shift per 8 weights (one 32-byte load a 64), and on
+ * Zen 3 (session 50, flash_quarter, 2 threads, two alternated pairs of dsv4 bench, prompt 512,
+ * 16 steps) LANES against COPY took 0.69-0.75x the prefill's time, 0.77-0.86x batch 1's step and
+ * 0.75-0.91x batch 16's. Level avx512 (no VBMI) was not measured on lanes, so the copy stays
+ * natural there.
  *
  * Where the copies live. The model is immutable and shared by engines (dsv4.h), and the
  * layout is an engine option, so the repacked bytes are the engine's: one allocation per
@@ -274,7 +278,9 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int layout, int e0, in
     return DSV4_OK;
 }
 
-int dsv4_fp4_copy_layout(int simd) { return simd >= DSV4_SIMD_AVX512VBMI ? DSV4_FP4_LANES : DSV4_FP4_COPY; }
+int dsv4_fp4_copy_layout(int simd) {
+    return simd >= DSV4_SIMD_AVX512VBMI || simd == DSV4_SIMD_AVX2 ? DSV4_FP4_LANES : DSV4_FP4_COPY;
+}
 
 int dsv4_fp4_auto_layout(int64_t copy_bytes, int64_t other_bytes, uint64_t available, uint64_t ram,
                          uint64_t locked) {

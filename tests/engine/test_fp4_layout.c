@@ -6,7 +6,7 @@
  *     own copy in the natural layout, and COPY and LANES the other weights (dense matrices and
  *     their scales, the experts' scales, hc's mixing matrices) from the engine's copy too; AUTO does NATURAL or
  *     the copy, as dsv4_fp4_auto_layout says for this machine's memory, the copy as LANES from
- *     avx512vbmi up (dsv4_fp4_copy_layout) (its rule checked on its own, case by case); get_opts says
+ *     avx512vbmi up and at avx2 (dsv4_fp4_copy_layout) (its rule checked on its own, case by case); get_opts says
  *     what was done;
  *   - hidden states, logits and the MTP block's hidden states of a prefill + decodes are the same bits in every
  *     layout, at every kernel level this CPU and build run (DSV4_SIMD);
@@ -155,9 +155,9 @@ static void check_auto_rule(void) {
     CHECK(dsv4_fp4_auto_layout(768 * M, 0, 8 * G, 16 * G, 4096) == DSV4_FP4_NATURAL);
     CHECK(dsv4_fp4_auto_layout(0, 0, 8 * G, 16 * G, 0) == DSV4_FP4_NATURAL);
     CHECK(dsv4_fp4_auto_layout(768 * M, 0, 0, 16 * G, 0) == DSV4_FP4_NATURAL);
-    /* the copy's layout by kernel level: lanes from avx512vbmi up */
+    /* the copy's layout by kernel level: lanes at avx2 and from avx512vbmi up */
     CHECK(dsv4_fp4_copy_layout(DSV4_SIMD_SCALAR) == DSV4_FP4_COPY);
-    CHECK(dsv4_fp4_copy_layout(DSV4_SIMD_AVX2) == DSV4_FP4_COPY);
+    CHECK(dsv4_fp4_copy_layout(DSV4_SIMD_AVX2) == DSV4_FP4_LANES);
     CHECK(dsv4_fp4_copy_layout(DSV4_SIMD_AVX512) == DSV4_FP4_COPY);
     CHECK(dsv4_fp4_copy_layout(DSV4_SIMD_AVX512VBMI) == DSV4_FP4_LANES);
 }
@@ -221,8 +221,8 @@ int main(int argc, char **argv) {
         if (!ok) continue;
         CHECK(r[0].layout == DSV4_FP4_NATURAL && r[1].layout == DSV4_FP4_LANES && r[3].layout == DSV4_FP4_COPY);
         /* AUTO: what the rule said for the memory at its create (a tiny model: the copy, unless
-         * this machine has under ~1 GiB to spare), in lanes from avx512vbmi up */
-        const int auto_copy = level >= DSV4_SIMD_AVX512VBMI ? DSV4_FP4_LANES : DSV4_FP4_COPY;
+         * this machine has under ~1 GiB to spare), in lanes as dsv4_fp4_copy_layout says */
+        const int auto_copy = dsv4_fp4_copy_layout(level);
         CHECK_MSG(r[2].layout == auto_copy || r[2].layout == DSV4_FP4_NATURAL, "level %s: auto became %s",
                   dsv4_simd_name((dsv4_simd)level), dsv4_fp4_layout_name(r[2].layout));
         const run_out *ra = r[2].layout == DSV4_FP4_LANES ? &r[1] : &r[3]; /* what auto's copy must equal */
