@@ -105,29 +105,40 @@ void dsv4_lin_avx2_dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, in
  * 0.37-0.45 of the FMA probe on one Zen 3 core: L2 bound). */
 #define MICRO_OUTS 6
 #define MICRO_ROWS 2
+/* One chunk of 8 columns at c into the RT x 6 lanes; pf: prefetch the next row pair's x
+ * line at c (past the last pair it lies past x's end, so the address is formed as an integer:
+ * such a pointer would be undefined; a prefetch never faults) */
+AINLINE void micro_chunk(int RT, const float *x, int64_t ldx, const float *wt, int c, int pf,
+                         __m256 a[MICRO_ROWS][MICRO_OUTS]) {
+    __m256 xv[MICRO_ROWS];
+    for (int r = 0; r < RT; r++) xv[r] = _mm256_loadu_ps(x + r * ldx + c);
+    if (pf && RT == MICRO_ROWS)
+        for (int r = 0; r < RT; r++)
+            _mm_prefetch((const char *)((uintptr_t)(x + c) + (uintptr_t)((RT + r) * ldx) * sizeof(float)),
+                         _MM_HINT_T0);
+    for (int j = 0; j < MICRO_OUTS; j++) {
+        __m256 wv = _mm256_load_ps(wt + j * LIN_KB + c);
+        /* one load for both rows: GCC 12 would fold it into each FMA, 14 loads per 12
+         * FMAs, more than Zen 3's two 256-bit loads a cycle keep up with */
+        if (RT > 1) __asm__("" : "+x"(wv));
+        for (int r = 0; r < RT; r++) a[r][j] = _mm256_fmadd_ps(xv[r], wv, a[r][j]);
+    }
+}
+
 AINLINE void micro_body(int RT, const float *x, int64_t ldx, const float *wt, int kb, const float *acc, int init,
                         __m256 a[MICRO_ROWS][MICRO_OUTS]) {
     const int nf = kb & ~7, tail = kb - nf;
     for (int r = 0; r < RT; r++)
         for (int j = 0; j < MICRO_OUTS; j++)
             a[r][j] = init ? _mm256_setzero_ps() : _mm256_load_ps(acc + (r * LIN_NB + j) * 8);
-    for (int c = 0; c < nf; c += 8) {
-        __m256 xv[MICRO_ROWS];
-        for (int r = 0; r < RT; r++) xv[r] = _mm256_loadu_ps(x + r * ldx + c);
-        if (RT == MICRO_ROWS)
-            /* the next pair's rows: past the last pair they lie past x's end, so the address is
-             * formed as an integer (such a pointer would be undefined; a prefetch never faults) */
-            for (int r = 0; r < RT; r++)
-                _mm_prefetch((const char *)((uintptr_t)(x + c) + (uintptr_t)((RT + r) * ldx) * sizeof(float)),
-                             _MM_HINT_T0);
-        for (int j = 0; j < MICRO_OUTS; j++) {
-            __m256 wv = _mm256_load_ps(wt + j * LIN_KB + c);
-            /* one load for both rows: GCC 12 would fold it into each FMA, 14 loads per 12
-             * FMAs, more than Zen 3's two 256-bit loads a cycle keep up with */
-            if (RT > 1) __asm__("" : "+x"(wv));
-            for (int r = 0; r < RT; r++) a[r][j] = _mm256_fmadd_ps(xv[r], wv, a[r][j]);
-        }
+    /* the chunks in order, two a step: one prefetch a row per 16 columns (a 64-byte line),
+     * where one per chunk asked for every line twice */
+    int c = 0;
+    for (; c + 16 <= nf; c += 16) {
+        micro_chunk(RT, x, ldx, wt, c, 1, a);
+        micro_chunk(RT, x, ldx, wt, c + 8, 0, a);
     }
+    if (c < nf) micro_chunk(RT, x, ldx, wt, c, 1, a);
     if (tail) { /* the last chunk's x zero-padded (the tile's weights are) */
         const __m256i m = mask_first(tail);
         __m256 xv[MICRO_ROWS];
