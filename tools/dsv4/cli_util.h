@@ -34,7 +34,8 @@ int cli_parse_fp4_layout(const char *v, void *dst, char *msg, size_t n);
                "create into this process's huge-page memory (faster; costs the copy's time and private memory "   \
                "the size of those weights, no longer shared through the page cache), mapped reads the "           \
                "checkpoint's pages in place, lanes is copy with the FP4 experts repacked for the AVX-512 "        \
-               "decoder; auto = lanes on AVX-512 VBMI cores (copy on others) when memory allows and nothing "      \
+               "VBMI and AVX2 decoders; auto = lanes at kernel levels avx512vbmi and avx2 (copy at avx512 and "   \
+               "portable) when memory allows and nothing "                                                      \
                "is locked, else mapped. Same results (--fp4-layout, with natural for mapped, is the old name)"),   \
     {.kind = CLI_FN, .name = "fp4-layout", .dst = d, .fn = cli_parse_fp4_layout, .meta = "auto|mapped|copy|lanes", \
      .def = "auto", .help = "the old name of --weights-memory", .hidden = 1}
