@@ -30,8 +30,10 @@
  * the natural one's broadcast and variable shift per 8 weights (one 32-byte load a 64), and on
  * Zen 3 (session 50, flash_quarter, 2 threads, two alternated pairs of dsv4 bench, prompt 512,
  * 16 steps) LANES against COPY took 0.69-0.75x the prefill's time, 0.77-0.86x batch 1's step and
- * 0.75-0.91x batch 16's. Level avx512 (no VBMI) was not measured on lanes, so the copy stays
- * natural there.
+ * 0.75-0.91x batch 16's; a reviewer's one pair read 0.91x and 1.21x (batch 1 slower), and the
+ * session's four gate pairs (with hc_post in AVX2 too) moved the medians by +7 % (prefill), +21 %
+ * (batch 1) and +11 % (batch 16): ahead on balance, on a VM whose speed moves 1.6x between
+ * processes. Level avx512 (no VBMI) was not measured on lanes, so the copy stays natural there.
  *
  * Where the copies live. The model is immutable and shared by engines (dsv4.h), and the
  * layout is an engine option, so the repacked bytes are the engine's: one allocation per
