@@ -46,7 +46,6 @@ struct srv_sched {
     srv_req **wait;               /* (n_wait) by id: not admitted (new or preempted) */
     srv_req **run;                /* (n_run) by id: holding a sequence */
     int n_wait, n_run;
-    srv_prio_run *prio_cand;      /* (max_seqs) the running list as srv_prio_victim reads it */
     int admit_hold;               /* after a preemption: admit nothing until pages are freed */
     int fork_hold;                /* a fork waits for pages (fork_wait): tried again once a
                                    * sequence is freed */

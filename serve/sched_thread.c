@@ -104,11 +104,10 @@ int srv_sched_create(dsv4_engine *e, const dsv4_model *m, const dsv4_tokenizer *
     s->span_lp = calloc(ns, sizeof *s->span_lp);
     s->logits = malloc(2 * ns * (size_t)s->V * sizeof(float));
     s->span_snap = calloc(ns, sizeof *s->span_snap);
-    s->prio_cand = calloc(ns, sizeof *s->prio_cand);
     s->snap_hidden = malloc(ns * (size_t)s->D * sizeof(float));
     s->snap_streams = malloc(ns * (size_t)s->HC * s->D * sizeof(float));
     s->restored = malloc((size_t)s->HC * s->D * sizeof(float));
-    if (!s->span_snap || !s->prio_cand || !s->snap_hidden || !s->snap_streams || !s->restored || !s->span_lp) goto oom;
+    if (!s->span_snap || !s->snap_hidden || !s->snap_streams || !s->restored || !s->span_lp) goto oom;
     if (!s->mtp) {
         /* streams only of snapshot rows: one per span at most */
         if (!(s->streams = malloc(ns * (size_t)s->HC * s->D * sizeof(float)))) goto oom;
@@ -273,7 +272,6 @@ void srv_sched_free(srv_sched *s) {
     pthread_cond_destroy(&s->cv);
     free(s->wait);
     free(s->run);
-    free(s->prio_cand);
     free(s->spans);
     free(s->span_req);
     free(s->span_verify);

@@ -268,11 +268,7 @@ static void preempt_for_priority(srv_sched *s) {
     /* the slots h needs (with its choices waiting to fork it) beyond the free ones */
     const int short_of = s->n_run + slots_held(s) + 1 + forks_waiting(s, h, w + 1) - s->o.max_seqs;
     if (short_of <= 0) return;
-    srv_prio_run *cand = s->prio_cand;  /* (max_seqs) */
-    for (int k = 0; k < s->n_run; k++)
-        cand[k] = (srv_prio_run){s->run[k]->priority, s->run[k]->n_sampled, s->run[k]->prio_victim_at,
-                                 s->run[k]->n_done};
-    const int victim = srv_prio_victim(cand, s->n_run, h->priority, short_of, srv_now() - h->t_wait,
+    const int victim = srv_prio_victim((const srv_req *const *)s->run, s->n_run, h->priority, short_of, srv_now() - h->t_wait,
                                        s->prefill_rate);
     if (victim < 0) return;
     srv_req *v = s->run[victim];
