@@ -5,9 +5,9 @@
  * chunk at once: the key is loaded once per chunk, and the 8 independent accumulators
  * hide the add latency (one dot alone is a chain of n/8 dependent adds). The AVX-512 level
  * (attn_ops_x512.c) puts two dots' 8 lanes side by side in one 16-lane register. BF16 rows
- * are widened in registers (zero-extend to 32 bits, shift left 16), never through an F32
- * copy. The SIMD functions
- * carry __attribute__((target(...))) without "fma" (multiply and add must stay two
+ * are widened in registers (zero-extend to 32 bits, shift left 16; the value sum's whole
+ * 16-column blocks by two word unpacks against zero), never through an F32 copy. The SIMD
+ * functions carry __attribute__((target(...))) without "fma" (multiply and add must stay two
  * roundings; C11 mode also keeps GCC from contracting them), so this file needs no ISA
  * flags and the library runs them only after cpu.c detection.
  */
@@ -205,14 +205,31 @@ AVX2_INLINE void wsum_block(float *o, size_t os, const float *p, size_t ps, cons
     __m256 acc[4][2];
     for (int h = 0; h < HB; h++)
         for (int k = 0; k < CW; k++) acc[h][k] = _mm256_setzero_ps();
+    /* a BF16 block of 16 columns widened by two word unpacks against zero (one shuffle uop
+     * per 8 values, where a widening and a shift took two): xv[0] holds columns 0-3 and 8-11,
+     * xv[1] 4-7 and 12-15, put back in order by the stores */
+    const int unpack = fmt == DSV4_ROW_BF16 && CW == 2 && !masked;
     for (int j = 0; j < n_rows; j++) {
         __m256 xv[2];
-        for (int k = 0; k < CW; k++)
-            xv[k] = masked && k == CW - 1 ? row8_tail(rows[j], fmt, c + 8 * k, r, m) : row8(rows[j], fmt, c + 8 * k);
+        if (unpack) {
+            const __m256i w = _mm256_loadu_si256((const __m256i *)((const uint16_t *)rows[j] + c));
+            xv[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), w));
+            xv[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), w));
+        } else {
+            for (int k = 0; k < CW; k++)
+                xv[k] = masked && k == CW - 1 ? row8_tail(rows[j], fmt, c + 8 * k, r, m) : row8(rows[j], fmt, c + 8 * k);
+        }
         for (int h = 0; h < HB; h++) {
             const __m256 pv = _mm256_broadcast_ss(p + h * ps + j);
             for (int k = 0; k < CW; k++) acc[h][k] = _mm256_add_ps(acc[h][k], _mm256_mul_ps(pv, xv[k]));
         }
+    }
+    if (unpack) {
+        for (int h = 0; h < HB; h++) {
+            _mm256_storeu_ps(o + h * os + c, _mm256_permute2f128_ps(acc[h][0], acc[h][1], 0x20));
+            _mm256_storeu_ps(o + h * os + c + 8, _mm256_permute2f128_ps(acc[h][0], acc[h][1], 0x31));
+        }
+        return;
     }
     for (int h = 0; h < HB; h++)
         for (int k = 0; k < CW; k++) {
