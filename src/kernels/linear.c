@@ -5,6 +5,7 @@
 
 #include "kernels/codec.h"
 #include "kernels/fp4_lanes.h"
+#include "kernels/fp4_shuf.h"
 #include "util/hot.h"
 
 static float scale_at(const dsv4_mat *w, int64_t idx) {
@@ -57,6 +58,13 @@ void dsv4_mat_row(const dsv4_mat *w, int64_t o, float *out) {
             out[i] = n % DSV4_FP4L_COLS ? 0.0f : dsv4_e2m1_to_f32(dsv4_fp4l_code(p, i)) * scale_at(w, o * scols + i / 32);
         break;
     }
+    case DSV4_WF_FP4B: { /* rows of whole 64-column chunks (fp4_shuf.h); other widths as FP4L's */
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
+        const int64_t scols = n / 32;
+        for (int64_t i = 0; i < n; i++)
+            out[i] = n % DSV4_FP4S_COLS ? 0.0f : dsv4_e2m1_to_f32(dsv4_fp4s_code(p, i)) * scale_at(w, o * scols + i / 32);
+        break;
+    }
     case DSV4_WF_I8: {
         const int8_t *p = (const int8_t *)w->w + o * n;
         const float s = ((const float *)w->scale)[o];
@@ -86,7 +94,8 @@ int64_t dsv4_mat_scale_bytes(const dsv4_mat *w) {
     switch (w->fmt) {
     case DSV4_WF_FP8: return ((r + 127) / 128) * ((c + 127) / 128) * sc;
     case DSV4_WF_FP4:
-    case DSV4_WF_FP4L: return r * (c / 32) * sc;
+    case DSV4_WF_FP4L:
+    case DSV4_WF_FP4B: return r * (c / 32) * sc;
     case DSV4_WF_I8: return r * 4;
     default: return 0;
     }
@@ -122,7 +131,8 @@ int64_t dsv4_mat_bytes(const dsv4_mat *w) {
     case DSV4_WF_FP8:
     case DSV4_WF_I8: return r * c + dsv4_mat_scale_bytes(w);
     case DSV4_WF_FP4:
-    case DSV4_WF_FP4L: return r * c / 2 + dsv4_mat_scale_bytes(w);
+    case DSV4_WF_FP4L:
+    case DSV4_WF_FP4B: return r * c / 2 + dsv4_mat_scale_bytes(w);
     default: return 0;
     }
 }
@@ -145,7 +155,8 @@ int dsv4_mat_rows(const dsv4_mat *w, int64_t r0, int64_t n, dsv4_mat *view) {
         return 0;
     }
     case DSV4_WF_FP4:
-    case DSV4_WF_FP4L: { /* rows are whole lines in both layouts */
+    case DSV4_WF_FP4L:
+    case DSV4_WF_FP4B: { /* rows are whole lines (chunks) in every layout */
         const int64_t scols = c / 32;
         view->w = (const uint8_t *)w->w + r0 * (c / 2);
         view->scale = (const uint8_t *)w->scale + r0 * scols * (w->scale_is_f32 ? 4 : 1);

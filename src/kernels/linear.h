@@ -21,10 +21,12 @@ typedef enum {
                        * (kernels/w8a8.h, whose products also quantize the activations) */
     DSV4_WF_FP4L,     /* packed e2m1 in the lanes layout (kernels/fp4_lanes.h) + per-32
                        * scales: the FP4 of a checkpoint repacked at load */
+    DSV4_WF_FP4B,     /* packed e2m1 in the shuffle layout (kernels/fp4_shuf.h) + per-32
+                       * scales: the same, for the AVX2 vpshufb decoder */
 } dsv4_wfmt;
 
-/* packed FP4 in either layout: same bytes, scales and products */
-static inline int dsv4_wf_is_fp4(dsv4_wfmt f) { return f == DSV4_WF_FP4 || f == DSV4_WF_FP4L; }
+/* packed FP4 in any layout: same bytes, scales and products */
+static inline int dsv4_wf_is_fp4(dsv4_wfmt f) { return f == DSV4_WF_FP4 || f == DSV4_WF_FP4L || f == DSV4_WF_FP4B; }
 
 typedef struct dsv4_mat {
     dsv4_wfmt fmt;

@@ -442,7 +442,7 @@ static const dsv4_lin_kernels avx2_kernels = {
      * FP4 at 8 rows 0.78-0.80x (w13, w2), at 4 1.07x / 0.63x (noisy). Against the GEMM at 16
      * rows: FP8 0.60-0.88x (w2's 512 columns 1.06x), BF16 head 0.74x, FP4 1.0-1.08x. So FP8
      * and FP4 from 6 rows, BF16 where the GEMV stops (9). */
-    {0, 0, 0, 9, 6, 6, 0, 6}, dsv4_lin_avx2_smallm, 1, 0, 0, 0, 0};
+    {0, 0, 0, 9, 6, 6, 0, 6, 0}, dsv4_lin_avx2_smallm, 1, 0, 0, 0, 0, 0};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx2(void) { return &avx2_kernels; }
 

@@ -229,7 +229,7 @@ static void reduce_row8(const float *acc, int nb, float *y) {
 
 /* 2-row micro-kernels over 6 outputs: 12 accumulators, 2 x and a weight in 16 registers */
 static const dsv4_lin_tile_level avx2_tiles = {
-    8, MICRO_ROWS, MICRO_OUTS, dsv4_lin_avx2_dequant_row, {micro1, micro2, NULL, NULL}, reduce_row8, micro2_last, 1};
+    8, MICRO_ROWS, MICRO_OUTS, dsv4_lin_avx2_dequant_row, {micro1, micro2, NULL, NULL}, reduce_row8, micro2_last, 1, 0};
 
 void dsv4_lin_gemm_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows,
                         float *y, int64_t o0, float *scratch) {

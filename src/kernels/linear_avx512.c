@@ -692,7 +692,8 @@ void dsv4_lin_avx512_gemv(const dsv4_lin_call *c, const dsv4_mat *w, const float
  * 0.7-1.15x (bench_linear --decode --rows 16, BENCHMARKS.md). No prescaled FP8. */
 static const dsv4_lin_kernels avx512_kernels = {GEMV_NX_MAX,          16,   GEMV_NX_MAX, dsv4_lin_avx512_gemv,
                                                 dsv4_lin_avx512_gemm, NULL, {0},         NULL,
-                                                1 /* gemv_fp4l: gemv_fp4l reads FP4L */, 0, 0, 0, 0};
+                                                1 /* gemv_fp4l: gemv_fp4l reads FP4L */, 0, 0, 0, 0,
+                                                0 /* FP4B (an avx2 layout): planned as GEMM */};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512(void) { return &avx512_kernels; }
 

@@ -249,7 +249,8 @@ static void reduce_row16(const float *acc, int nb, float *y) {
 }
 
 static const dsv4_lin_tile_level avx512_tiles = {16, 4, MICRO_OUTS, dequant_row, {micro1, micro2, micro3, micro4},
-                                                 reduce_row16, micro4_last, 1 /* dequant_row reads FP4L */};
+                                                 reduce_row16, micro4_last, 1 /* dequant_row reads FP4L */,
+                                                 0 /* FP4B: dsv4_lin_dequant_fp4b */};
 
 void dsv4_lin_avx512_gemm(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                           float *scratch) {
@@ -282,7 +283,8 @@ static VBMI void dequant_row_vbmi(const dsv4_lin_tables *tab, const dsv4_mat *w,
 
 static const dsv4_lin_tile_level avx512vbmi_tiles = {16, 4, MICRO_OUTS, dequant_row_vbmi,
                                                      {micro1, micro2, micro3, micro4}, reduce_row16, micro4_last,
-                                                     1 /* dequant_row (by dequant_row_vbmi) reads FP4L */};
+                                                     1 /* dequant_row (by dequant_row_vbmi) reads FP4L */,
+                                                     0 /* FP4B: dsv4_lin_dequant_fp4b */};
 
 void dsv4_lin_avx512vbmi_gemm(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y,
                               int64_t o0, float *scratch) {

@@ -603,7 +603,7 @@ static const dsv4_lin_kernels avx512vbmi_kernels = {
      * groups of 4 against small-M's adjacent rows, in step (timeline, batch 8, odd steps
      * against even) the head's job 0.86x the time (A/A 1.01). Shorter matrices (the router's
      * 256 rows) are cut in tasks too small for far runs and keep small-M (session 33 fewm). */
-    1024};
+    1024, 0 /* FP4B (an avx2 layout): planned as GEMM */};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx512vbmi(void) { return &avx512vbmi_kernels; }
 

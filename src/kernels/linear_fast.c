@@ -14,6 +14,7 @@
 #include "kernels/codec.h"
 #include "kernels/cpu.h"
 #include "kernels/fp4_lanes.h"
+#include "kernels/fp4_shuf.h"
 #include "kernels/kctx.h"
 #include "util/hot.h"
 
@@ -67,6 +68,12 @@ void dsv4_lin_dequant8(const dsv4_mat *w, int64_t o, int64_t i, float out[8]) {
         const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
         const float s = scale_at(w, o * (n / 32) + i / 32);
         for (int l = 0; l < m; l++) out[l] = dsv4_e2m1_to_f32(dsv4_fp4l_code(p, i + l)) * s;
+        break;
+    }
+    case DSV4_WF_FP4B: { /* cols % 64 == 0 (lin_trivial) */
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2);
+        const float s = scale_at(w, o * (n / 32) + i / 32);
+        for (int l = 0; l < m; l++) out[l] = dsv4_e2m1_to_f32(dsv4_fp4s_code(p, i + l)) * s;
         break;
     }
     default: /* dsv4_mat_row gives zeros for an absent matrix */
@@ -129,6 +136,23 @@ void dsv4_lin_dequant_fp4l(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_
     }
 }
 
+void dsv4_lin_dequant_fp4b(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb,
+                           float *dst) {
+    (void)tab;
+    const int64_t n = w->cols;
+    const uint8_t *p = (const uint8_t *)w->w + o * (n / 2) + k0 / 2; /* k0 % 64 == 0: a chunk start */
+    const int64_t sb = o * (n / 32) + k0 / 32;
+    for (int c0 = 0; c0 < kb; c0 += DSV4_FP4S_COLS) {
+        const uint8_t *chunk = p + c0 / 2;
+        const float sa = scale_at(w, sb + c0 / 32), sbb = scale_at(w, sb + c0 / 32 + 1); /* blocks A, B */
+        for (int k = 0; k < 32; k++) { /* fp4_shuf.h: column k of A low, of B high */
+            const uint8_t b = chunk[dsv4_fp4s_byte(k)];
+            dst[c0 + k] = e2m1_tab[b & 15] * sa;
+            dst[c0 + 32 + k] = e2m1_tab[b >> 4] * sbb;
+        }
+    }
+}
+
 /* ---- portable level ------------------------------------------------------------------ */
 
 static float reduce8(const float *a) {
@@ -168,6 +192,7 @@ static void dequant_tile_row(const dsv4_lin_tables *tab, const dsv4_mat *w, int6
         break;
     }
     case DSV4_WF_FP4L: dsv4_lin_dequant_fp4l(tab, w, o, k0, kb, dst); break;
+    case DSV4_WF_FP4B: dsv4_lin_dequant_fp4b(tab, w, o, k0, kb, dst); break;
     case DSV4_WF_F32: memcpy(dst, (const float *)w->w + o * n + k0, sizeof(float) * (size_t)kb); break;
     case DSV4_WF_BF16: {
         const uint16_t *p = (const uint16_t *)w->w + o * n + k0;
@@ -209,14 +234,14 @@ static void reduce_row_scalar(const float *acc, int nb, float *y) {
 }
 
 static const dsv4_lin_tile_level scalar_tiles = {8,    1, 4, dequant_tile_row, {micro_scalar, NULL, NULL, NULL},
-                                                 reduce_row_scalar, NULL, 1};
+                                                 reduce_row_scalar, NULL, 1, 1 /* dequant_tile_row reads FP4B */};
 
 static void gemm_scalar(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                         float *scratch) {
     dsv4_lin_gemm_tiled(&scalar_tiles, c, w, x, n_rows, y, o0, scratch);
 }
 
-static const dsv4_lin_kernels scalar_kernels = {0, 0, 0, NULL, gemm_scalar, NULL, {0}, NULL, 0, 0, 0, 0, 0};
+static const dsv4_lin_kernels scalar_kernels = {0, 0, 0, NULL, gemm_scalar, NULL, {0}, NULL, 0, 0, 0, 0, 0, 0};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void) { return &scalar_kernels; }
 
@@ -278,10 +303,12 @@ static int lin_trivial(dsv4_kctx *k, const dsv4_lin_op *op, int64_t ldx, int64_t
             for (int s = 0; s < op->n_rows; s++) dsv4_linear_ref(w, op->x + s * ldx, 1, op->y + s * ldy, scratch);
         return 1;
     }
-    /* FP4L rows are whole 128-column lines (fp4_lanes.h); another width is malformed */
+    /* FP4L rows are whole 128-column lines (fp4_lanes.h), FP4B rows whole 64-column chunks
+     * (fp4_shuf.h); another width is malformed */
     const int known = w->fmt == DSV4_WF_F32 || w->fmt == DSV4_WF_F16 || w->fmt == DSV4_WF_BF16 ||
                       w->fmt == DSV4_WF_FP8 || w->fmt == DSV4_WF_FP4 ||
-                      (w->fmt == DSV4_WF_FP4L && w->cols % DSV4_FP4L_COLS == 0);
+                      (w->fmt == DSV4_WF_FP4L && w->cols % DSV4_FP4L_COLS == 0) ||
+                      (w->fmt == DSV4_WF_FP4B && w->cols % DSV4_FP4S_COLS == 0);
     if (w->cols <= 0 || !known) { /* empty sum, or an absent matrix: zeros, as the reference */
         for (int s = 0; s < op->n_rows; s++) memset(op->y + s * ldy, 0, sizeof(float) * (size_t)w->rows);
         return 1;
@@ -303,11 +330,12 @@ static dsv4_lin_path lin_pick(dsv4_kctx *k, const dsv4_mat *w, int n_rows, int d
         kn = dsv4_lin_kernels_avx2();
     *kn_out = kn;
     const int64_t panel = LIN_SMALLM_NB * ((n + 15) & ~(int64_t)15) + 16; /* floats, aligned */
-    const int sm_min = w->fmt <= DSV4_WF_FP4L ? kn->smallm_min_rows[w->fmt] : 0;
+    const int sm_min = w->fmt <= DSV4_WF_FP4B ? kn->smallm_min_rows[w->fmt] : 0;
     /* smallm_min_rows 0: the level's small-M kernel does not take the format (nor when forced) */
     const int can_smallm = kn->smallm && sm_min > 0 && n_rows <= LIN_SMALLM_MAX_ROWS && panel <= LIN_SCRATCH_FLOATS;
-    /* a level whose gemv does not read FP4L takes the GEMM for it: the same bits */
-    const int can_gemv = kn->gemv && n_rows <= LIN_GEMV_MAX_ROWS && (w->fmt != DSV4_WF_FP4L || kn->gemv_fp4l);
+    /* a level whose gemv does not read FP4L (FP4B) takes the GEMM for it: the same bits */
+    const int can_gemv = kn->gemv && n_rows <= LIN_GEMV_MAX_ROWS && (w->fmt != DSV4_WF_FP4L || kn->gemv_fp4l) &&
+                         (w->fmt != DSV4_WF_FP4B || kn->gemv_fp4b);
     const dsv4_lin_path force = dense ? dsv4_kctx_lin_path(k) : DSV4_LIN_GEMM;
     if (force == DSV4_LIN_SMALLM && can_smallm) return DSV4_LIN_SMALLM;
     if (force == DSV4_LIN_GEMV && can_gemv) return DSV4_LIN_GEMV;

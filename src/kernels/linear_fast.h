@@ -165,7 +165,7 @@ typedef struct dsv4_lin_kernels {
      * (LIN_SMALLM_NB x cols rounded up to 16, plus 16 floats to align it: the driver checks
      * that it fits LIN_SCRATCH_FLOATS), and run every activation row against the panel;
      * outputs [o0, o1), o0 a multiple of 4. Same bits as the gemv. NULL: never. */
-    int smallm_min_rows[DSV4_WF_FP4L + 1];
+    int smallm_min_rows[DSV4_WF_FP4B + 1];
     void (*smallm)(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows, float *y, int64_t o0,
                    int64_t o1, float *scratch);
     /* the gemv reads DSV4_WF_FP4L (0: the driver plans every FP4L product of the level as a
@@ -182,6 +182,9 @@ typedef struct dsv4_lin_kernels {
      * take the GEMV (its far runs in two groups of 4, linear_avx512.c gemvn_dense) where
      * smallm_min_rows[BF16] would send them to small-M; 0: the thresholds above alone */
     int bf16_gemv8_min_rows;
+    /* the gemv reads DSV4_WF_FP4B (0: every FP4B product of the level planned as a GEMM, as
+     * gemv_fp4l; only level avx2 reads it, the one the engine gives the layout) */
+    int gemv_fp4b;
 } dsv4_lin_kernels;
 
 const dsv4_lin_kernels *dsv4_lin_kernels_scalar(void);
@@ -216,6 +219,8 @@ typedef struct dsv4_lin_tile_level {
     /* dequant_row reads DSV4_WF_FP4L (0: the driver dequantizes FP4L rows with
      * dsv4_lin_dequant_fp4l instead: the same values, so the same bits) */
     int dequant_fp4l;
+    /* dequant_row reads DSV4_WF_FP4B (0: dsv4_lin_dequant_fp4b instead, the same values) */
+    int dequant_fp4b;
 } dsv4_lin_tile_level;
 
 /* Outputs [o0, min(o0 + LIN_NB, rows)) for all n_rows rows (at most LIN_MB when called by
@@ -233,6 +238,11 @@ void dsv4_lin_dequant8(const dsv4_mat *w, int64_t o, int64_t i, float out[8]);
  * time): row o, columns [k0, k0 + kb) into dst, k0 and kb multiples of 128. The tile driver
  * uses it at the levels whose dequant_row does not read the layout. */
 void dsv4_lin_dequant_fp4l(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb,
+                           float *dst);
+
+/* The same for a DSV4_WF_FP4B matrix (the shuffle layout, fp4_shuf.h): k0 and kb multiples of
+ * 64. */
+void dsv4_lin_dequant_fp4b(const dsv4_lin_tables *tab, const dsv4_mat *w, int64_t o, int64_t k0, int kb,
                            float *dst);
 
 /* The kernel context's per-thread tile scratch and tables for dsv4_linear (kctx.c). */

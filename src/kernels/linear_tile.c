@@ -33,7 +33,9 @@ void dsv4_lin_gemm_tiled(const dsv4_lin_tile_level *lv, const dsv4_lin_call *c, 
     /* a level whose dequant_row does not read the lanes layout gets the portable decoder's
      * values for it: the same, so the same bits */
     void (*const dequant_row)(const dsv4_lin_tables *, const dsv4_mat *, int64_t, int64_t, int, float *) =
-        w->fmt == DSV4_WF_FP4L && !lv->dequant_fp4l ? dsv4_lin_dequant_fp4l : lv->dequant_row;
+        w->fmt == DSV4_WF_FP4L && !lv->dequant_fp4l   ? dsv4_lin_dequant_fp4l
+        : w->fmt == DSV4_WF_FP4B && !lv->dequant_fp4b ? dsv4_lin_dequant_fp4b
+                                                      : lv->dequant_row;
     for (int r0 = 0; r0 < n_rows; r0 += LIN_MB) {
         const int mb = n_rows - r0 < LIN_MB ? n_rows - r0 : LIN_MB;
         /* rows [0, mfull) of the block go in whole micro_rows groups: on the last column tile

@@ -170,6 +170,8 @@ static void source_row(const dsv4_mat *m, int64_t o, float *out) {
         }
     } else if (m->fmt == DSV4_WF_FP4L && n % 128 == 0) {
         dsv4_lin_dequant_fp4l(NULL, m, o, 0, (int)n, out); /* the same products, a line at a time */
+    } else if (m->fmt == DSV4_WF_FP4B && n % 64 == 0) {
+        dsv4_lin_dequant_fp4b(NULL, m, o, 0, (int)n, out); /* the same, a 64-column chunk at a time */
     } else if (m->fmt == DSV4_WF_FP8) {
         const uint8_t *p = (const uint8_t *)m->w + o * n;
         const int64_t scols = (n + 127) / 128;

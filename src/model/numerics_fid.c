@@ -57,7 +57,8 @@ static int64_t row_storage_bytes(const dsv4_mat *m) {
     case DSV4_WF_FP8:
     case DSV4_WF_I8: return m->rows * m->cols;
     case DSV4_WF_FP4:
-    case DSV4_WF_FP4L: return m->rows * m->cols / 2;
+    case DSV4_WF_FP4L:
+    case DSV4_WF_FP4B: return m->rows * m->cols / 2;
     default: return 0;
     }
 }

@@ -1,6 +1,8 @@
 /* test_fp4l_linear.c — every product on a DSV4_WF_FP4L matrix (the lanes layout of packed FP4,
  * kernels/fp4_lanes.h) gives the bits of the same product on the natural FP4 matrix it was
- * packed from (linear_fast.h's contract, session 25).
+ * packed from (linear_fast.h's contract, session 25). With the argument "fp4b", the same for a
+ * DSV4_WF_FP4B matrix (the shuffle layout, kernels/fp4_shuf.h; session 51), packed with
+ * dsv4_fp4s_pack_row: every check below, "FP4L" read as the layout under test.
  *
  * Random natural FP4 matrices (ue8m0 and F32 scales; widths 128..4096, rows not multiples of
  * 4, 8 or 16) are packed with dsv4_fp4l_pack_row. Checked:
@@ -23,6 +25,7 @@
 #include "kernels/codec.h"
 #include "kernels/cpu.h"
 #include "kernels/fp4_lanes.h"
+#include "kernels/fp4_shuf.h"
 #include "kernels/kctx.h"
 #include "kernels/linear.h"
 #include "kernels/linear_fast.h"
@@ -30,7 +33,11 @@
 #include "linear_fixture.h"
 #include "test.h"
 
-/* A natural FP4 matrix and its lanes-layout copy, sharing the scales. */
+/* the packed layout under test: DSV4_WF_FP4L, or DSV4_WF_FP4B (argument "fp4b") */
+static dsv4_wfmt packed = DSV4_WF_FP4L;
+static const char *packed_name(void) { return packed == DSV4_WF_FP4B ? "FP4B" : "FP4L"; }
+
+/* A natural FP4 matrix and its copy in the layout under test, sharing the scales. */
 typedef struct {
     dsv4_mat nat, lan;
     uint8_t *wn, *wl; /* (rows, cols / 2) each */
@@ -45,7 +52,9 @@ static pair make_pair(int sc, int64_t rows, int64_t cols, int wide) {
     p.wn = malloc((size_t)nb);
     p.wl = malloc((size_t)nb);
     for (int64_t i = 0; i < nb; i++) p.wn[i] = (uint8_t)rnd();
-    for (int64_t r = 0; r < rows; r++) dsv4_fp4l_pack_row(p.wl + r * (cols / 2), p.wn + r * (cols / 2), cols);
+    for (int64_t r = 0; r < rows; r++)
+        if (packed == DSV4_WF_FP4B) dsv4_fp4s_pack_row(p.wl + r * (cols / 2), p.wn + r * (cols / 2), cols);
+        else dsv4_fp4l_pack_row(p.wl + r * (cols / 2), p.wn + r * (cols / 2), cols);
     if (sc == SC_F32) {
         float *s = malloc(sizeof(float) * (size_t)ns);
         for (int64_t i = 0; i < ns; i++)
@@ -57,7 +66,7 @@ static pair make_pair(int sc, int64_t rows, int64_t cols, int wide) {
         p.scale = s;
     }
     p.nat = (dsv4_mat){DSV4_WF_FP4, rows, cols, p.wn, p.scale, sc == SC_F32, 0};
-    p.lan = (dsv4_mat){DSV4_WF_FP4L, rows, cols, p.wl, p.scale, sc == SC_F32, 0};
+    p.lan = (dsv4_mat){packed, rows, cols, p.wl, p.scale, sc == SC_F32, 0};
     return p;
 }
 
@@ -96,7 +105,7 @@ static void check_reference(void) {
             /* a view of rows [2, rows - 1): the same rows in both layouts */
             dsv4_mat vn, vl;
             CHECK(dsv4_mat_rows(&p.nat, 2, rows - 3, &vn) == 0 && dsv4_mat_rows(&p.lan, 2, rows - 3, &vl) == 0);
-            CHECK(vl.fmt == DSV4_WF_FP4L && vl.rows == rows - 3);
+            CHECK(vl.fmt == packed && vl.rows == rows - 3);
             bad = 0;
             for (int64_t o = 0; o < rows - 3; o++) {
                 dsv4_mat_row(&vn, o, a);
@@ -250,7 +259,7 @@ static void check_w8a8(void) {
         dsv4_err err;
         CHECK(dsv4_w8a8_quantize_weights(kc[2], &p.nat, sn, &qn, &err) == DSV4_OK);
         CHECK(dsv4_w8a8_quantize_weights(kc[2], &p.lan, sl, &ql, &err) == DSV4_OK);
-        CHECK_MSG(memcmp(sn, sl, (size_t)sb) == 0, "w8a8 storage of FP4L differs from FP4's (sc %d)", sc);
+        CHECK_MSG(memcmp(sn, sl, (size_t)sb) == 0, "w8a8 storage of %s differs from FP4's (sc %d)", packed_name(), sc);
         free(sn); free(sl);
         free_pair(&p);
     }
@@ -263,7 +272,7 @@ static void check_malformed(int level) {
     uint8_t s[9 * 3];
     for (size_t i = 0; i < sizeof w; i++) w[i] = (uint8_t)rnd();
     for (size_t i = 0; i < sizeof s; i++) s[i] = 120;
-    const dsv4_mat m = {DSV4_WF_FP4L, rows, cols, w, s, 0, 0};
+    const dsv4_mat m = {packed, rows, cols, w, s, 0, 0}; /* 96: a multiple of neither 128 nor 64 */
     float x[2 * 96], y[2 * 9], row[96];
     for (int i = 0; i < 2 * 96; i++) x[i] = urand();
     dsv4_kctx_set_simd(kc[2], level);
@@ -272,10 +281,11 @@ static void check_malformed(int level) {
     for (int i = 0; i < 2 * 9; i++) zeros &= y[i] == 0.0f;
     dsv4_mat_row(&m, 3, row);
     for (int i = 0; i < 96; i++) zeros &= row[i] == 0.0f;
-    CHECK_MSG(zeros, "level %s: an FP4L matrix of 96 columns is not zeros", dsv4_simd_name(level));
+    CHECK_MSG(zeros, "level %s: an %s matrix of 96 columns is not zeros", dsv4_simd_name(level), packed_name());
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "fp4b")) packed = DSV4_WF_FP4B;
     const int best = fixture_open();
     CHECK(best >= 0);
     if (best < 0) return test_report();
@@ -312,7 +322,7 @@ int main(void) {
                                   path_name((dsv4_lin_path)dsv4_linear_path_of(kc[1], &p.lan, nr)));
             }
             dsv4_kctx_set_lin_path(kc[1], DSV4_LIN_AUTO);
-            printf("level %s, FP4L 64x1024 paths (forced: rows->taken):%s\n", dsv4_simd_name(level), line);
+            printf("level %s, %s 64x1024 paths (forced: rows->taken):%s\n", dsv4_simd_name(level), packed_name(), line);
             free_pair(&p);
         }
         CHECK_MSG(level == DSV4_SIMD_SCALAR || t.forced > 0, "level %s: no forced path other than auto's ran",
@@ -320,9 +330,9 @@ int main(void) {
         check_exact(level);
         check_job(level);
         check_malformed(level);
-        printf("level %s: %lld outputs, %lld differ from FP4's in any bit, worst max-rel against the reference "
+        printf("level %s, %s: %lld outputs, %lld differ from FP4's in any bit, worst max-rel against the reference "
                "%.3g (%lld over 1e-5); %.2f s cpu\n",
-               dsv4_simd_name(level), (long long)t.outputs, (long long)t.differ, t.worst_rel, (long long)t.off_gate,
+               dsv4_simd_name(level), packed_name(), (long long)t.outputs, (long long)t.differ, t.worst_rel, (long long)t.off_gate,
                (double)(clock() - t0) / CLOCKS_PER_SEC);
     }
     fixture_close();
