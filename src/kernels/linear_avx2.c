@@ -16,6 +16,14 @@
 /* weight rows per step for NX activation rows (8 rows for NX 1 measured 10..40% slower on
  * FP8 and FP4 decode shapes) */
 #define GEMV_R(NX) ((NX) <= 2 ? 4 : 2)
+/* the one-row far-run paths (gemv1_fp8, gemv1_dense); 0 builds the adjacent rows instead
+ * (gemv_fp8_rows, gemv_dense_rows: the same bits), for A/B builds */
+#ifndef DSV4_AVX2_G1_FP8
+#define DSV4_AVX2_G1_FP8 1
+#endif
+#ifndef DSV4_AVX2_G1_DENSE
+#define DSV4_AVX2_G1_DENSE 1
+#endif
 
 AINLINE void gemv_dense_rows(int fmt, int R, int NX, const dsv4_mat *w, const float *x, float *y,
                              int64_t o, const gemv_pf *pf) {
@@ -61,11 +69,67 @@ AINLINE void gemv_dense_nx(int fmt, int NX, const dsv4_mat *w, const float *x, f
     for (; o < o1; o++) gemv_dense_rows(fmt, 1, NX, w, x, y, o, &pf);
 }
 
+/* ---- one activation row (batch-1 decode), dense formats: 4 far runs ----
+ * A task's rows [o0, o1) are cut into G1_DENSE_R runs of q rows and block k takes row k of each
+ * run, so each run is read front to back as one sequential stream (4 streams a task), as level
+ * avx512's gemv1_dense does (linear_avx512.c). gemv_dense_rows' 4 adjacent rows in step (4
+ * streams one row apart, each 2 KB long for the LM head's rows) ran the head at 0.6-0.8 of the
+ * stream probe here (Zen 3, BENCHMARKS.md session 50 a2b1). Which rows share a block changes no
+ * result: each row has its own accumulator, its chunks in ascending order and hsum8's tree. */
+#define G1_DENSE_R 4
+
+/* rows o + r * rs, r < R (rs 0 when R is 1); each row's stream prefetched dist bytes ahead */
+AINLINE void gemv1_dense_rows(int fmt, int R, const dsv4_mat *w, const float *x, float *y, int64_t o, int64_t rs,
+                              int64_t dist) {
+    const int64_t n = w->cols, nf = n & ~(int64_t)7;
+    const int esz = fmt == DSV4_WF_F32 ? 4 : 2;
+    const int64_t step = rs * n * (int64_t)esz; /* bytes between the R rows */
+    const char *p = (const char *)w->w + o * n * (int64_t)esz; /* row r at p + r * step */
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0; /* named: kept in registers */
+    for (int64_t i = 0; i < nf; i += 8) {
+        if (((i * esz) & 63) == 0) pf_runs_line(p + i * esz, step, R, dist);
+        const __m256 xv = _mm256_loadu_ps(x + i);
+        a0 = _mm256_fmadd_ps(xv, dec_dense(fmt, p, i), a0);
+        if (R > 1) {
+            a1 = _mm256_fmadd_ps(xv, dec_dense(fmt, p + step, i), a1);
+            a2 = _mm256_fmadd_ps(xv, dec_dense(fmt, p + 2 * step, i), a2);
+            a3 = _mm256_fmadd_ps(xv, dec_dense(fmt, p + 3 * step, i), a3);
+        }
+    }
+    if (nf < n) { /* the zero-padded last chunk */
+        const int m = (int)(n - nf);
+        const __m256 xv = _mm256_maskload_ps(x + nf, mask_first(m));
+        a0 = _mm256_fmadd_ps(xv, dec_dense_tail(fmt, p, nf, m), a0);
+        if (R > 1) {
+            a1 = _mm256_fmadd_ps(xv, dec_dense_tail(fmt, p + step, nf, m), a1);
+            a2 = _mm256_fmadd_ps(xv, dec_dense_tail(fmt, p + 2 * step, nf, m), a2);
+            a3 = _mm256_fmadd_ps(xv, dec_dense_tail(fmt, p + 3 * step, nf, m), a3);
+        }
+    }
+    y[o] = hsum8(a0);
+    if (R > 1) {
+        y[o + rs] = hsum8(a1);
+        y[o + 2 * rs] = hsum8(a2);
+        y[o + 3 * rs] = hsum8(a3);
+    }
+}
+
+AINLINE void gemv1_dense(int fmt, const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    const int64_t rb = w->cols * (fmt == DSV4_WF_F32 ? 4 : 2); /* bytes per row */
+    const int64_t q = (o1 - o0) / G1_DENSE_R;                   /* rows per run */
+    const int64_t dist = GEMV_PF_DENSE / G1_DENSE_R;            /* per run */
+    const char *base = (const char *)w->w + o0 * rb;
+    pf_runs_start(base, q * rb, G1_DENSE_R, q * rb, dist);
+    for (int64_t k = 0; k < q; k++) gemv1_dense_rows(fmt, G1_DENSE_R, w, x, y, o0 + k, q, dist);
+    for (int64_t o = o0 + G1_DENSE_R * q; o < o1; o++) gemv1_dense_rows(fmt, 1, w, x, y, o, 0, dist);
+}
+
 AINLINE void gemv_dense(int fmt, const dsv4_mat *w, const float *x, int nx, float *y, int64_t o0,
                         int64_t o1) {
     switch (nx) {
     case 1:
-        gemv_dense_nx(fmt, 1, w, x, y, o0, o1);
+        if (DSV4_AVX2_G1_DENSE) gemv1_dense(fmt, w, x, y, o0, o1);
+        else gemv_dense_nx(fmt, 1, w, x, y, o0, o1);
         break;
     case 2:
         gemv_dense_nx(fmt, 2, w, x, y, o0, o1);
@@ -192,6 +256,98 @@ AINLINE void gemv_fp8_rows(int R, int NX, int PRE, int scan_nan, int sub_slow, c
     }
 }
 
+/* ---- one activation row (batch-1 decode), FP8 with x prescaled on AMD cores: 4 far runs ----
+ * As gemv1_dense: a piece of a task's rows is cut into G1_FP8_R runs and block k takes row k of
+ * each run, so each run is one sequential stream. The runs' rows lie in different scale bands,
+ * so x * 2^120 * scale of every band the piece spans is computed once into a stack buffer xs
+ * (bands, ld) (the same factor and the same rounded products as fp8_block's per-chunk
+ * multiply: gemv_fp8_rows' PRE path, which level avx512vbmi's gemv1_fp8v_xs does likewise),
+ * and the loop has no multiply left: per 8 weights a load of xs, the decode and one FMA.
+ * Every row's lanes take its chunks in ascending order, the last one zero-padded in x and in
+ * the weights as fp8_block pads them, then hsum8's tree: gemv_fp8_rows' bits. Only where no
+ * block needs the F16 path (subnormal codes on Intel cores) and the weights hold no NaN code
+ * (dsv4_mat.fp8_no_nan): otherwise gemv_fp8_rows. */
+#define G1_FP8_R 4
+#define G1_FP8_XS_MAX 8192 /* floats of xs a piece keeps: 32 KB of stack */
+
+AINLINE void gemv1_fp8_rows(int R, const dsv4_mat *w, const float *xs, int64_t band0, int64_t ld, float *y,
+                            int64_t o, int64_t rs) {
+    const int64_t n = w->cols, step = rs * n;
+    const int64_t dist = GEMV_PF_FP8 / G1_FP8_R; /* per run */
+    const uint8_t *p = (const uint8_t *)w->w + o * n; /* row r at p + r * step */
+    const float *x0 = xs + (o / 128 - band0) * ld, *x1 = x0, *x2 = x0, *x3 = x0;
+    if (R > 1) {
+        x1 = xs + ((o + rs) / 128 - band0) * ld;
+        x2 = xs + ((o + 2 * rs) / 128 - band0) * ld;
+        x3 = xs + ((o + 3 * rs) / 128 - band0) * ld;
+    }
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0; /* named: kept in registers */
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        if ((i & 63) == 0) pf_runs_line(p + i, step, R, dist);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + i), fp8_to_f32x8_2m120(p + i), a0);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + i + 8), fp8_to_f32x8_2m120(p + i + 8), a0);
+        if (R > 1) {
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x1 + i), fp8_to_f32x8_2m120(p + step + i), a1);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x1 + i + 8), fp8_to_f32x8_2m120(p + step + i + 8), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x2 + i), fp8_to_f32x8_2m120(p + 2 * step + i), a2);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x2 + i + 8), fp8_to_f32x8_2m120(p + 2 * step + i + 8), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x3 + i), fp8_to_f32x8_2m120(p + 3 * step + i), a3);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x3 + i + 8), fp8_to_f32x8_2m120(p + 3 * step + i + 8), a3);
+        }
+    }
+    for (; i < n; i += 8) { /* an 8-chunk, then a partial one (xs zero-padded to ld) */
+        const int m = n - i >= 8 ? 8 : (int)(n - i);
+        uint8_t t[4][8] = {{0}};
+        for (int r = 0; r < R; r++) memcpy(t[r], p + r * step + i, (size_t)m);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + i), fp8_to_f32x8_2m120(t[0]), a0);
+        if (R > 1) {
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x1 + i), fp8_to_f32x8_2m120(t[1]), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x2 + i), fp8_to_f32x8_2m120(t[2]), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x3 + i), fp8_to_f32x8_2m120(t[3]), a3);
+        }
+    }
+    y[o] = hsum8(a0);
+    if (R > 1) {
+        y[o + rs] = hsum8(a1);
+        y[o + 2 * rs] = hsum8(a2);
+        y[o + 3 * rs] = hsum8(a3);
+    }
+}
+
+/* rows [o0, o1) in pieces of whole scale bands whose xs fits G1_FP8_XS_MAX; 0 (nothing done)
+ * when one band's row does not */
+static int gemv1_fp8(const dsv4_mat *w, const float *x, float *y, int64_t o0, int64_t o1) {
+    const int64_t n = w->cols, nsb = (n + 127) / 128, ld = (n + 7) & ~(int64_t)7;
+    const int64_t bands = G1_FP8_XS_MAX / ld; /* a piece's bands */
+    if (bands < 1) return 0;
+    _Alignas(32) float xs[G1_FP8_XS_MAX]; /* (bands, ld): x * 2^120 * scale, zero past n */
+    for (int64_t lo = o0; lo < o1;) {
+        const int64_t band0 = lo / 128, hi0 = (band0 + bands) * 128, hi = hi0 < o1 ? hi0 : o1;
+        const int64_t nb = (hi - 1) / 128 - band0 + 1;
+        for (int64_t bi = 0; bi < nb; bi++) {
+            float *xb = xs + bi * ld;
+            for (int64_t b = 0; b < nsb; b++) {
+                /* gemv_fp8_rows' factor: s256f * 2^112, s256f = scale * 256 */
+                const float s256f = scale_at(w, (band0 + bi) * nsb + b) * 256.0f;
+                const __m256 f = _mm256_set1_ps(s256f * 0x1p112f);
+                const int64_t i1 = (b + 1) * 128 < n ? (b + 1) * 128 : n;
+                for (int64_t i = b * 128; i < i1; i += 8) {
+                    const int m = i1 - i >= 8 ? 8 : (int)(i1 - i);
+                    const __m256 xv = m == 8 ? _mm256_loadu_ps(x + i) : _mm256_maskload_ps(x + i, mask_first(m));
+                    _mm256_store_ps(xb + i, _mm256_mul_ps(xv, f));
+                }
+            }
+        }
+        const int64_t q = (hi - lo) / G1_FP8_R; /* rows per run */
+        pf_runs_start((const uint8_t *)w->w + lo * n, q * n, G1_FP8_R, q * n, GEMV_PF_FP8 / G1_FP8_R);
+        for (int64_t k = 0; k < q; k++) gemv1_fp8_rows(G1_FP8_R, w, xs, band0, ld, y, lo + k, q);
+        for (int64_t o = lo + G1_FP8_R * q; o < hi; o++) gemv1_fp8_rows(1, w, xs, band0, ld, y, o, 0);
+        lo = hi;
+    }
+    return 1;
+}
+
 AINLINE void gemv_fp8_nx(int NX, int PRE, int scan_nan, int sub_slow, const dsv4_mat *w, const float *x,
                          float *y, int64_t o0, int64_t o1) {
     const int R = GEMV_R(NX);
@@ -205,6 +361,8 @@ AINLINE void gemv_fp8_nx(int NX, int PRE, int scan_nan, int sub_slow, const dsv4
 static void gemv_fp8(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int nx, float *y,
                      int64_t o0, int64_t o1) {
     const int scan_nan = !w->fp8_no_nan, sub_slow = !c->tab->subnormal_fma_fast;
+    if (DSV4_AVX2_G1_FP8 && nx == 1 && c->fp8_prescale && !scan_nan && !sub_slow && gemv1_fp8(w, x, y, o0, o1))
+        return;
     if (c->fp8_prescale) {
         switch (nx) {
         case 1:

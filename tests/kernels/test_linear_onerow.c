@@ -490,6 +490,60 @@ static void check_fp8_avx2_flags(void) {
            (long long)total, (long long)runs[0], (long long)runs[1], (long long)bad, max_rel);
 }
 
+/* Level avx2's one-row GEMV reads a task's rows as 4 far runs (linear_avx2.c gemv1_dense for
+ * F32 / F16 / BF16, gemv1_fp8 for FP8 with x * 2^120 * scale kept per piece of whole scale
+ * bands, on AMD cores and where the no-NaN flag is set): its bits against the level's GEMM on
+ * 1..3 threads (pool tasks cut anywhere in a band) and in one dsv4_linear_here task (the whole
+ * matrix: several pieces at 4100 columns, 1100 x 256's 9 bands in one piece), with row counts
+ * that leave 1..3 rows past the runs, odd widths (a masked last chunk), rows of 8200 columns
+ * (one band's x past the buffer: the adjacent-rows path) and the subnormal flag set and clear
+ * (clear: the adjacent-rows path, whose bits the runs must match). */
+static void check_avx2_one_row_runs(void) {
+    static const int64_t shapes[][2] = {{600, 4100}, {1100, 256}, {517, 133}, {130, 8200}, {9, 136}, {301, 1024}};
+    static const dsv4_wfmt fmts[4] = {DSV4_WF_FP8, DSV4_WF_BF16, DSV4_WF_F16, DSV4_WF_F32};
+    int64_t bad = 0, total = 0;
+    for (int th = 1; th <= 3; th++) CHECK(dsv4_kctx_set_simd(kc[th], DSV4_SIMD_AVX2) == DSV4_SIMD_AVX2);
+    for (int fi = 0; fi < 4; fi++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            const dsv4_wfmt f = fmts[fi];
+            tmat t = make_mat(f, SC_E8M0, rows, cols);
+            float *x = rand_vec(cols), *ya = malloc(sizeof(float) * rows), *yv = malloc(sizeof(float) * rows);
+            if (f == DSV4_WF_FP8) {
+                t.m.fp8_no_nan = dsv4_fp8_no_nan(t.w, rows * cols);
+                CHECK(t.m.fp8_no_nan == 1 && dsv4_lin_kernels_avx2()->fp8_prescale(&t.m, x, 1) == 1);
+            }
+            linear_forced(kc[1], DSV4_LIN_GEMM, &t.m, x, 1, ya);
+            for (int sub = 0; sub < 2; sub++) {
+                int keep[4];
+                for (int k = 1; k <= 3; k++) {
+                    dsv4_lin_tables *tab = (dsv4_lin_tables *)dsv4_kctx_lin_tables(kc[k]);
+                    keep[k] = tab->subnormal_fma_fast;
+                    tab->subnormal_fma_fast = sub;
+                }
+                for (int th = 1; th <= 3; th++) {
+                    for (int64_t i = 0; i < rows; i++) yv[i] = NAN; /* every output written again */
+                    linear_forced(kc[th], DSV4_LIN_GEMV, &t.m, x, 1, yv);
+                    bad += bits_differ(ya, yv, rows);
+                    total += rows;
+                }
+                const dsv4_lin_op op = {&t.m, x, 1, yv};
+                for (int64_t i = 0; i < rows; i++) yv[i] = NAN;
+                dsv4_linear_here(kc[2], &op, 1);
+                bad += bits_differ(ya, yv, rows);
+                total += rows;
+                for (int k = 1; k <= 3; k++)
+                    ((dsv4_lin_tables *)dsv4_kctx_lin_tables(kc[k]))->subnormal_fma_fast = keep[k];
+            }
+            free(x); free(ya); free(yv);
+            free_mat(&t);
+        }
+    CHECK_MSG(bad == 0, "avx2 one-row far runs: %lld of %lld outputs differ from the GEMM's", (long long)bad,
+              (long long)total);
+    printf("avx2 one-row far runs (fp8, bf16, f16, f32): %lld outputs, %lld differ in any bit from the GEMM's\n",
+           (long long)total, (long long)bad);
+}
+
 int main(void) {
     const int best = fixture_open();
     CHECK(best >= 0);
@@ -502,6 +556,7 @@ int main(void) {
     check_one_row_hints();
     check_fp8_task_prescale(best);
     if (best >= DSV4_SIMD_AVX2 && dsv4_lin_kernels_avx2()) check_fp8_avx2_flags();
+    if (best >= DSV4_SIMD_AVX2 && dsv4_lin_kernels_avx2()) check_avx2_one_row_runs();
     for (int th = 1; th <= 3; th++) dsv4_kctx_set_simd(kc[th], best);
     if (best >= DSV4_SIMD_AVX512VBMI) {
         check_fp8_one_row_bands();
