@@ -101,27 +101,32 @@ double dsv4_dot_f64_portable(const float *a, const float *b, int64_t n) {
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+/* Software prefetch distance of the dots' first operand, in bytes (dot_f64_avx2 and
+ * dot_f64_avx512). Their caller, hc, reads fn (the first operand) cold at decode: the step
+ * streams all the weights between two reads of one fn, and the dots of a task run down
+ * consecutive fn rows, one stream. In process on Zen 5 (hc_pre's 25 dots of one row over hc*D
+ * = 4096, 4 tasks on 2 threads, cold fn, 15 alternated rounds), time against no prefetch,
+ * median: 2 KB 0.93, 4 KB 0.89, 8 KB 0.87, 16 KB 0.90, 32 KB 0.94. The same at avx2 on Zen 3
+ * (dot_f64_avx2; the 25 dots split 13 / 12 over 2 threads, 200 cold fn of 384 KB, 15 rounds):
+ * median 39.6 us a call without, 31.7 with 8 KB (0.80x), 31.0 with 4 KB; one thread 0.92x
+ * (BENCHMARKS.md, session 51 b1). */
+#define DOT_F64_PF 8192
+
 /* Lanes 0-3, 4-7, 8-11, 12-15 in four registers: the same chains as the portable loop,
  * each product exact, so FMA rounds exactly where the portable add does. */
 __attribute__((target("avx2,fma"))) static double dot_f64_avx2(const float *a, const float *b, int64_t n) {
     __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
+    for (; i + 16 <= n; i += 16) {
+        _mm_prefetch((const char *)(a + i) + DOT_F64_PF, _MM_HINT_T0); /* one 64-byte line a step */
         for (int r = 0; r < 4; r++)
             acc[r] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(a + i + 4 * r)),
                                      _mm256_cvtps_pd(_mm_loadu_ps(b + i + 4 * r)), acc[r]);
+    }
     double s[16];
     for (int r = 0; r < 4; r++) _mm256_storeu_pd(s + 4 * r, acc[r]);
     return dsv4_dot_f64_finish(s, a, b, i, n);
 }
-
-/* Software prefetch distance of dot_f64_avx512's first operand, in bytes. Its caller, hc,
- * reads fn (the first operand) cold at decode: the step streams all the weights between two
- * reads of one fn, and the dots of a task run down consecutive fn rows, one stream. In
- * process on Zen 5 (hc_pre's 25 dots of one row over hc*D = 4096, 4 tasks on 2 threads,
- * cold fn, 15 alternated rounds), time against no prefetch, median: 2 KB 0.93, 4 KB 0.89,
- * 8 KB 0.87, 16 KB 0.90, 32 KB 0.94. */
-#define DOT_F64_PF 8192
 
 /* Lanes 0-7 and 8-15 in two registers: the portable loop's chains again. */
 DSV4_HOT_AT(dot_f64_avx512, 0xdb0)
