@@ -18,6 +18,7 @@
 #include "dist/ep.h"
 #include "engine/engine.h"
 #include "hc/hc.h"
+#include "kernels/cpu.h"
 #include "kernels/ops.h"
 #include "moe/moe.h"
 #include "util/err.h"
@@ -284,11 +285,14 @@ static void sub_in(dsv4_kctx *k, const dsv4_numerics *nm, const dsv4_config *c, 
          * less than the conversions it saves; below, each block widens fn slab by slab
          * (Zen 5, one thread, hc*D = 4096: 16 rows 0.82x the time of widen + blocks, 8
          * rows 0.69x, 32 rows 0.93x, 64 rows 1.01x) and the widen job is gone */
-        if (R < HC_WIDEN_MIN_ROWS) {
+        if (R < HC_WIDEN_MIN_ROWS || j.simd < DSV4_SIMD_AVX512) {
             j.fn_f64 = NULL;
             /* a batched decode step: fn comes from memory, so a thread's rows run as one
              * block of 8 (the kernel's largest: fn read once for 8 rows) when every
-             * thread gets one */
+             * thread gets one. The avx2 kernel never takes fn widened: on Zen 3 (512 KB of
+             * L2) the doubles (768 KB at flash_quarter) came from L3 for every block, the
+             * floats (384 KB) stay in L2 (one thread, 512 rows: blocks of 8 rows on the
+             * floats 0.66-0.77x the time of dot_f64_avx2 row by row, widened 1.0x) */
             if (R >= 8 * T) j.block = 8;
         } else {
             dsv4_kctx_parallel(k, dsv4_cfg_mix(c), sub_in_widen, &j);

@@ -338,6 +338,117 @@ __attribute__((target("avx512f"))) static void dots_rows_avx512(const float *h, 
     default: break;
     }
 }
+
+/* ---- the same blocked dots at level avx2 --------------------------------------------------
+ * A dot's 16 lanes take four registers of 4 doubles, too many for 16 of them to hold a tile
+ * of rows x fn rows over all lanes, so a tile runs one lane group g (lanes 4g .. 4g + 3: the
+ * columns i = 16c + 4g .. 16c + 4g + 3) at a time: up to 4 rows x 3 fn rows, 12 accumulators
+ * beside 3 fn values and a row's, 7 loads per 12 FMAs, the four groups one after the other
+ * over the slab. Each lane still sums its products in ascending i (a lane's chain is in
+ * one group), each product exact in double, so the bits are dsv4_hc_dots' as at avx512;
+ * dot_f64_avx2, a dot at a time, widened both operands of every product (two conversions
+ * per FMA). The lanes live in acc (rows, dots, 16) between tiles and slabs. */
+#define HC2_TILE static inline __attribute__((always_inline, target("avx2,fma")))
+#define HC2_TILE_ROWS 4
+#define HC2_TILE_FN 3
+
+/* lane group g of the dots m .. m + F - 1 x rows r < RB of hw over the slab's len columns:
+ * fn rows m + k at f + k * n, slab-relative, as doubles (W: the widened copy) or as floats
+ * widened here (exact) */
+HC2_TILE void dots2_tile(double (*acc)[HC_DOTS_MAX][16], int m, const void *f, int64_t n, double (*hw)[HC_SLAB],
+                         int len, int g, const int RB, const int F, const int W) {
+    __m256d a[HC2_TILE_ROWS][HC2_TILE_FN];
+    for (int r = 0; r < RB; r++)
+        for (int k = 0; k < F; k++) a[r][k] = _mm256_load_pd(acc[r][m + k] + 4 * g);
+    for (int c = 4 * g; c < len; c += 16) {
+        __m256d fv[HC2_TILE_FN];
+        for (int k = 0; k < F; k++)
+            fv[k] = W ? _mm256_loadu_pd((const double *)f + k * n + c)
+                      : _mm256_cvtps_pd(_mm_loadu_ps((const float *)f + k * n + c));
+        for (int r = 0; r < RB; r++) {
+            const __m256d hv = _mm256_load_pd(hw[r] + c);
+            for (int k = 0; k < F; k++) a[r][k] = _mm256_fmadd_pd(fv[k], hv, a[r][k]);
+        }
+    }
+    for (int r = 0; r < RB; r++)
+        for (int k = 0; k < F; k++) _mm256_store_pd(acc[r][m + k] + 4 * g, a[r][k]);
+}
+
+/* lane group g of h . h of rows r < RB over the slab, into acc[r][m] */
+HC2_TILE void self2_tile(double (*acc)[HC_DOTS_MAX][16], int m, double (*hw)[HC_SLAB], int len, int g, const int RB) {
+    __m256d a[HC2_TILE_ROWS];
+    for (int r = 0; r < RB; r++) a[r] = _mm256_load_pd(acc[r][m] + 4 * g);
+    for (int c = 4 * g; c < len; c += 16)
+        for (int r = 0; r < RB; r++) {
+            const __m256d hv = _mm256_load_pd(hw[r] + c);
+            a[r] = _mm256_fmadd_pd(hv, hv, a[r]);
+        }
+    for (int r = 0; r < RB; r++) _mm256_store_pd(acc[r][m] + 4 * g, a[r]);
+}
+
+/* the dots [m0, m1) of rows r < RB (<= HC2_TILE_ROWS) over one slab at s0, every lane group */
+HC2_TILE void dots2_slab(double (*acc)[HC_DOTS_MAX][16], int64_t n, const float *fn, const double *fn_f64,
+                         int n_mix, int m0, int m1, double (*hw)[HC_SLAB], int64_t s0, int len, const int RB) {
+    const int me = m1 < n_mix ? m1 : n_mix; /* the fn rows' end */
+    for (int g = 0; g < 4; g++) {
+        for (int m = m0; m < me; m += HC2_TILE_FN) {
+            const int F = me - m < HC2_TILE_FN ? me - m : HC2_TILE_FN;
+            if (fn_f64) {
+                const double *f = fn_f64 + m * n + s0;
+                if (F == 3) dots2_tile(acc, m, f, n, hw, len, g, RB, 3, 1);
+                else if (F == 2) dots2_tile(acc, m, f, n, hw, len, g, RB, 2, 1);
+                else dots2_tile(acc, m, f, n, hw, len, g, RB, 1, 1);
+            } else {
+                const float *f = fn + m * n + s0;
+                if (F == 3) dots2_tile(acc, m, f, n, hw, len, g, RB, 3, 0);
+                else if (F == 2) dots2_tile(acc, m, f, n, hw, len, g, RB, 2, 0);
+                else dots2_tile(acc, m, f, n, hw, len, g, RB, 1, 0);
+            }
+        }
+        if (m1 > n_mix) self2_tile(acc, n_mix, hw, len, g, RB);
+    }
+}
+
+/* dots_rows_block's contract at avx2 for n_rows <= HC_ROWS rows: slabs of HC_SLAB columns of
+ * the rows widened once into hw, then tiles of up to HC2_TILE_ROWS rows */
+__attribute__((target("avx2,fma"))) static void dots_rows_block_avx2(const float *h, int n_rows, int64_t n,
+                                                                   const float *fn, const double *fn_f64,
+                                                                   int n_mix, int m0, int m1, double *dots) {
+    double acc[HC_ROWS][HC_DOTS_MAX][16] __attribute__((aligned(32))); /* (rows, mix + 1, lanes) */
+    double hw[HC_ROWS][HC_SLAB] __attribute__((aligned(32)));          /* (rows, slab) h widened */
+    const int nd = n_mix + 1;
+    for (int r = 0; r < n_rows; r++)
+        for (int m = m0; m < m1; m++) memset(acc[r][m], 0, sizeof acc[r][m]);
+    const int64_t nv = n / 16 * 16;
+    for (int64_t s0 = 0; s0 < nv; s0 += HC_SLAB) {
+        const int len = (int)(nv - s0 < HC_SLAB ? nv - s0 : HC_SLAB);
+        for (int r = 0; r < n_rows; r++)
+            for (int c = 0; c < len; c += 4) _mm256_store_pd(hw[r] + c, _mm256_cvtps_pd(_mm_loadu_ps(h + r * n + s0 + c)));
+        for (int r0 = 0; r0 < n_rows; r0 += HC2_TILE_ROWS) {
+            double(*a)[HC_DOTS_MAX][16] = acc + r0;
+            double(*w)[HC_SLAB] = hw + r0;
+            switch (n_rows - r0 < HC2_TILE_ROWS ? n_rows - r0 : HC2_TILE_ROWS) { /* RB constant: a tile in registers */
+            case 4: dots2_slab(a, n, fn, fn_f64, n_mix, m0, m1, w, s0, len, 4); break;
+            case 3: dots2_slab(a, n, fn, fn_f64, n_mix, m0, m1, w, s0, len, 3); break;
+            case 2: dots2_slab(a, n, fn, fn_f64, n_mix, m0, m1, w, s0, len, 2); break;
+            default: dots2_slab(a, n, fn, fn_f64, n_mix, m0, m1, w, s0, len, 1); break;
+            }
+        }
+    }
+    for (int r = 0; r < n_rows; r++)
+        for (int m = m0; m < m1; m++) {
+            const float *hr = h + r * n;
+            dots[r * nd + m] = dsv4_dot_f64_finish(acc[r][m], m < n_mix ? fn + m * n : hr, hr, nv, n);
+        }
+}
+
+static void dots_rows_avx2(const float *h, int n_rows, int64_t n, const float *fn, const double *fn_f64, int n_mix,
+                           int m0, int m1, double *dots) {
+    const int nd = n_mix + 1;
+    for (int i = 0; i < n_rows; i += HC_ROWS)
+        dots_rows_block_avx2(h + i * n, n_rows - i < HC_ROWS ? n_rows - i : HC_ROWS, n, fn, fn_f64, n_mix, m0, m1,
+                             dots + i * nd);
+}
 #else
 #define HC_AVX512 0
 #define HC_DOTS_MAX 0
@@ -684,7 +795,7 @@ int dsv4_hc_rows_blocked(const dsv4_config *cfg, int simd) {
     (void)cfg;
     (void)simd;
 #if HC_AVX512
-    return simd >= DSV4_SIMD_AVX512 && cfg->hc_mult >= 1 && dsv4_cfg_mix(cfg) + 1 <= HC_DOTS_MAX;
+    return simd >= DSV4_SIMD_AVX2 && cfg->hc_mult >= 1 && dsv4_cfg_mix(cfg) + 1 <= HC_DOTS_MAX;
 #else
     return 0;
 #endif
@@ -704,7 +815,8 @@ void dsv4_hc_dots_rows_part(const dsv4_config *cfg, int simd, const float *h, in
     if (m0 >= m1) return;
 #if HC_AVX512
     if (dsv4_hc_rows_blocked(cfg, simd) && n_mix + 1 <= HC_DOTS_MAX) {
-        dots_rows_avx512(h, n_rows, n, fn, fn_f64, n_mix, m0, m1, dots);
+        if (simd >= DSV4_SIMD_AVX512) dots_rows_avx512(h, n_rows, n, fn, fn_f64, n_mix, m0, m1, dots);
+        else dots_rows_avx2(h, n_rows, n, fn, fn_f64, n_mix, m0, m1, dots);
         return;
     }
 #endif

@@ -64,8 +64,8 @@ void dsv4_hc_head_at(const dsv4_config *cfg, int simd, const float *h, const flo
 void dsv4_hc_collapse_at(int simd, int hc, int D, const float *h, const double *pre, float *x);
 
 /* ---- hc_pre's dots of many rows (prefill, batches) ---------------------------------------
- * When dsv4_hc_rows_blocked(cfg, simd), fn (n_mix, hc*D) widened to double once per call
- * (dsv4_hc_widen over row ranges [m0, m1), any split) lets dsv4_hc_dots_rows run the dots
+ * When dsv4_hc_rows_blocked(cfg, simd) (levels avx2 and up, hc <= 4), fn (n_mix, hc*D)
+ * widened to double once per call (dsv4_hc_widen over row ranges [m0, m1), any split) lets dsv4_hc_dots_rows run the dots
  * of a block of rows together, reading fn and widening each row once per block; with
  * fn_f64 NULL the blocked kernel widens fn itself, slab by slab in every block (less
  * memory traffic for a few blocks: a batched decode step). dots (n_rows, n_mix + 1) of h
