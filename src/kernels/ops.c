@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kernels/cpu.h"
 #include "util/hot.h"
@@ -118,7 +119,8 @@ __attribute__((target("avx2,fma"))) static double dot_f64_avx2(const float *a, c
     __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        _mm_prefetch((const char *)(a + i) + DOT_F64_PF, _MM_HINT_T0); /* one 64-byte line a step */
+        /* one 64-byte line a step; the address formed as an integer: it may lie past a's end */
+        _mm_prefetch((const char *)((uintptr_t)(a + i) + DOT_F64_PF), _MM_HINT_T0);
         for (int r = 0; r < 4; r++)
             acc[r] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(a + i + 4 * r)),
                                      _mm256_cvtps_pd(_mm_loadu_ps(b + i + 4 * r)), acc[r]);

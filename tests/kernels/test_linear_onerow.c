@@ -495,11 +495,13 @@ static void check_fp8_avx2_flags(void) {
  * bands, on AMD cores and where the no-NaN flag is set): its bits against the level's GEMM on
  * 1..3 threads (pool tasks cut anywhere in a band) and in one dsv4_linear_here task (the whole
  * matrix: several pieces at 4100 columns, 1100 x 256's 9 bands in one piece), with row counts
- * that leave 1..3 rows past the runs, odd widths (a masked last chunk), rows of 8200 columns
- * (one band's x past the buffer: the adjacent-rows path) and the subnormal flag set and clear
- * (clear: the adjacent-rows path, whose bits the runs must match). */
+ * that leave 1..3 rows past the runs, odd widths (a masked last chunk), rows of 8192 columns
+ * (one band's x exactly filling the buffer) and of 8200 (past it: the adjacent-rows path),
+ * and the subnormal flag set and clear (clear: the adjacent-rows path, whose bits the runs
+ * must match). */
 static void check_avx2_one_row_runs(void) {
-    static const int64_t shapes[][2] = {{600, 4100}, {1100, 256}, {517, 133}, {130, 8200}, {9, 136}, {301, 1024}};
+    static const int64_t shapes[][2] = {{600, 4100}, {1100, 256}, {517, 133}, {130, 8200},
+                                                {263, 8192}, {9, 136}, {301, 1024}};
     static const dsv4_wfmt fmts[4] = {DSV4_WF_FP8, DSV4_WF_BF16, DSV4_WF_F16, DSV4_WF_F32};
     int64_t bad = 0, total = 0;
     for (int th = 1; th <= 3; th++) CHECK(dsv4_kctx_set_simd(kc[th], DSV4_SIMD_AVX2) == DSV4_SIMD_AVX2);
