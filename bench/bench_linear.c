@@ -31,7 +31,7 @@
  *           --shape S: only the shapes whose name contains S. The Flash checkpoint's
  *           widths (flash.wq_a, flash.wkv, flash.w13, flash.w2, flash.wq_b, flash.wo_b)
  *           run only when S names them, e.g. --shape flash. --fmt F: only format F (fp8,
- *           fp4, fp4l, bf16). --path P: every call through path P (gemv, smallm, gemm;
+ *           fp4, fp4l, fp4b, bf16; with --moe: the routed experts' layout, fp4 by default). --path P: every call through path P (gemv, smallm, gemm;
  *           dsv4_kctx_set_lin_path; a path the level lacks for the case falls back as there).
  *   "experts" (--experts, only the probes and these): a prefill's routed experts, the FP4
  *           w13 (512x1024) and w2 (1024x512) shapes at each --rows count, through every
@@ -72,7 +72,7 @@ static void fill_bytes(void *p, size_t n) {
 }
 
 static const char *fmt_name(dsv4_wfmt f) {
-    static const char *names[] = {"none", "f32", "f16", "bf16", "fp8", "fp4", "i8", "fp4l"};
+    static const char *names[] = {"none", "f32", "f16", "bf16", "fp8", "fp4", "i8", "fp4l", "fp4b"};
     return names[f];
 }
 
@@ -92,7 +92,8 @@ static dsv4_mat make_mat(dsv4_wfmt f, int64_t rows, int64_t cols) {
     case DSV4_WF_BF16: wbytes = (size_t)n * 2; break;
     case DSV4_WF_FP8: wbytes = (size_t)n; sbytes = (size_t)(((rows + 127) / 128) * ((cols + 127) / 128)); break;
     case DSV4_WF_FP4:
-    case DSV4_WF_FP4L: wbytes = (size_t)n / 2; sbytes = (size_t)(rows * (cols / 32)); break; /* random codes: either layout */
+    case DSV4_WF_FP4L:
+    case DSV4_WF_FP4B: wbytes = (size_t)n / 2; sbytes = (size_t)(rows * (cols / 32)); break; /* random codes: any layout */
     default: break;
     }
     void *w = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
@@ -172,8 +173,9 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads,
         {"flash.wq_b", 32768, 1024},/* q LoRA up */
         {"flash.wo_b", 4096, 8192}, /* output LoRA up */
     };
-    /* FP4 in both layouts, one after the other (the lanes layout: kernels/fp4_lanes.h) */
-    const dsv4_wfmt fmts[4] = {DSV4_WF_FP8, DSV4_WF_FP4, DSV4_WF_FP4L, DSV4_WF_BF16};
+    /* FP4 in every layout, one after the other (lanes: kernels/fp4_lanes.h; fp4b, the shuffle
+     * layout: kernels/fp4_shuf.h) */
+    const dsv4_wfmt fmts[5] = {DSV4_WF_FP8, DSV4_WF_FP4, DSV4_WF_FP4L, DSV4_WF_FP4B, DSV4_WF_BF16};
     /* a sweep reads 96 MB of weights; cold: that many distinct copies, past the usable L3,
      * so each call streams from DRAM; hot: copies of at most 1 MB in all, called in turn,
      * so each call finds its weights in the L2 of the cores */
@@ -182,7 +184,7 @@ static void bench_decode(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads,
         const decode_shape *sh = &shapes[si];
         if (only && !strstr(sh->name, only)) continue;
         if (!strncmp(sh->name, "flash.", 6) && !(only && strstr(only, "flash."))) continue;
-        for (int fi = 0; fi < 4; fi++) {
+        for (int fi = 0; fi < 5; fi++) {
             const dsv4_wfmt f = fmts[fi];
             if (fmt_only && strcmp(fmt_name(f), fmt_only)) continue;
             dsv4_mat m0 = make_mat(f, sh->rows, sh->cols);
@@ -304,14 +306,15 @@ static void bench_experts(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads
  * every call streams its experts from DRAM. Reports ms per call and the GB/s of the
  * distinct experts' bytes (the shared expert's included) against a stream probe pass
  * run before each round. */
-static void bench_moe(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads, const int *batches, int n_batches) {
+static void bench_moe(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads, const int *batches, int n_batches,
+                      dsv4_wfmt routed) {
     enum { E = 256, K = 6, D = 1024, I = 512, LAYERS = 4, CALLS = 48 };
     dsv4_config cfg;
     dsv4_config_defaults(&cfg);
     cfg.hidden_size = D, cfg.moe_intermediate_size = I, cfg.swiglu_limit = 10.0;
     dsv4_mat(*w)[3] = malloc(sizeof(*w) * (size_t)(LAYERS * E + LAYERS)); /* routed, then shared per layer */
     for (int i = 0; i < LAYERS * (E + 1); i++) {
-        const dsv4_wfmt f = i < LAYERS * E ? DSV4_WF_FP4 : DSV4_WF_FP8; /* routed, shared */
+        const dsv4_wfmt f = i < LAYERS * E ? routed : DSV4_WF_FP8; /* routed (--fmt fp4l / fp4b: that layout), shared */
         w[i][0] = make_mat(f, I, D);
         w[i][1] = make_mat(f, I, D);
         w[i][2] = make_mat(f, D, I);
@@ -364,9 +367,9 @@ static void bench_moe(dsv4_kctx *k, dsv4_probe *probe, int reps, int threads, co
             if (r > 0) rounds_add(&rd, now_s() - t0, sg, bytes * CALLS); /* round 0: warm-up */
         }
         const double median = rounds_median(&rd);
-        printf("{\"bench\":\"moe\",\"batch\":%d,\"experts\":%.1f,\"threads\":%d,\"ms_per_call\":%.3f,"
+        printf("{\"bench\":\"moe\",\"fmt\":\"%s\",\"batch\":%d,\"experts\":%.1f,\"threads\":%d,\"ms_per_call\":%.3f,"
                "\"mb_per_call\":%.1f,\"gbps\":%.2f,\"stream_gbps\":%.2f,\"of_stream\":%.3f,\"of_stream_median\":%.3f}\n",
-               S, experts, threads, rd.best_t / CALLS * 1e3, bytes / 1e6, bytes * CALLS / rd.best_t / 1e9, rd.best_probe,
+               fmt_name(routed), S, experts, threads, rd.best_t / CALLS * 1e3, bytes / 1e6, bytes * CALLS / rd.best_t / 1e9, rd.best_probe,
                bytes * CALLS / rd.best_t / 1e9 / rd.best_probe, median);
         fflush(stdout);
         free(x), free(xg), free(wg), free(og), free(g), free(u), free(gr), free(ng);
@@ -446,7 +449,11 @@ int main(int argc, char **argv) {
 
     if (experts_only || moe_only) {
         if (experts_only) bench_experts(k, probe, reps, threads, nrows, n_nrows);
-        if (moe_only) bench_moe(k, probe, reps, threads, nrows, n_nrows);
+        if (moe_only)
+            bench_moe(k, probe, reps, threads, nrows, n_nrows,
+                      fmt_only && !strcmp(fmt_only, "fp4l")   ? DSV4_WF_FP4L
+                      : fmt_only && !strcmp(fmt_only, "fp4b") ? DSV4_WF_FP4B
+                                                              : DSV4_WF_FP4);
         dsv4_probe_free(probe);
         dsv4_kctx_free(k);
         return 0;
@@ -499,9 +506,9 @@ int main(int argc, char **argv) {
     dsv4_kctx_set_simd(k, best);
 
     /* a decode step's routed experts: many mid-size FP4 matrices, each called once; both layouts */
-    for (int lanes = 0; lanes < 2 && !gemm_only; lanes++) {
+    for (int lanes = 0; lanes < 3 && !gemm_only; lanes++) {
         enum { NE = 16 };
-        const dsv4_wfmt ef = lanes ? DSV4_WF_FP4L : DSV4_WF_FP4;
+        const dsv4_wfmt ef = lanes == 2 ? DSV4_WF_FP4B : lanes ? DSV4_WF_FP4L : DSV4_WF_FP4;
         dsv4_mat e[NE];
         for (int i = 0; i < NE; i++) e[i] = make_mat(ef, 2048, 4096);
         float *x = malloc(sizeof(float) * 4096), *y = malloc(sizeof(float) * 2048);

@@ -374,8 +374,13 @@ enum {
     DSV4_FP4_NATURAL = 1,
     DSV4_FP4_LANES = 2,
     DSV4_FP4_COPY = 3,
+    /* SHUFFLE: LANES with each FP4 matrix whose width is a multiple of 64 and whose scales are
+     * ue8m0 bytes other than 255 in the shuffle layout instead (kernels/fp4_shuf.h: the AVX2
+     * kernels decode it with two vpshufb table lookups a 32 weights); the others as LANES. AUTO's
+     * copy at avx2. Read natively at avx2 only (other levels: through their GEMM, same bits). */
+    DSV4_FP4_SHUFFLE = 4,
 };
-/* "auto", "mapped" (or its old name "natural"), "copy" or "lanes" -> DSV4_FP4_*; DSV4_ERR_ARG
+/* "auto", "mapped" (or its old name "natural"), "copy", "lanes" or "shuffle" -> DSV4_FP4_*; DSV4_ERR_ARG
  * with a message otherwise. The CLI's --weights-memory (formerly --fp4-layout) takes these. */
 DSV4_API int dsv4_fp4_layout_parse(const char *s, int *layout, dsv4_err *err);
 /* The name of a DSV4_FP4_* value ("mapped" for NATURAL), "?" when unknown. */

@@ -35,6 +35,14 @@
  * (batch 1) and +11 % (batch 16): ahead on balance, on a VM whose speed moves 1.6x between
  * processes. Level avx512 (no VBMI) was not measured on lanes, so the copy stays natural there.
  *
+ * Why SHUFFLE at avx2 (session 51, f4b). The shuffle layout (kernels/fp4_shuf.h) lets the AVX2
+ * kernels decode 32 weights with two vpshufb lookups in BF16 byte tables, ~13 shuffle/shift uops a
+ * 64 weights where the lanes decode takes ~32 (linear_avx2.h). Zen 3, bench_linear, same binary,
+ * alternated: the one-row GEMV hot in L2 on one thread 6.3-7.0 GB/s against lanes' 3.0-3.7; the
+ * expert phase on 2 threads (--moe) 0.43-0.46 of the stream probe at batch 1 (lanes 0.31-0.32) and
+ * 0.40 at batch 16 (lanes 0.28-0.29). Matrices it cannot hold (widths not a multiple of 64, F32
+ * scales, a NaN scale byte) take the lanes layout (or stay natural) as under LANES.
+ *
  * Where the copies live. The model is immutable and shared by engines (dsv4.h), and the
  * layout is an engine option, so the repacked bytes are the engine's: one allocation per
  * block on e->owned (its expert arrays, then each repacked matrix), freed with the engine, as
@@ -71,6 +79,7 @@
 #include "engine/engine.h"
 #include "kernels/cpu.h"
 #include "kernels/fp4_lanes.h"
+#include "kernels/fp4_shuf.h"
 #include "kernels/linear.h"
 #include "util/err.h"
 #include "util/machine.h"
@@ -79,13 +88,14 @@
 int dsv4_fp4_layout_parse(const char *s, int *layout, dsv4_err *err) {
     static const struct { const char *name; int v; } names[] = {
         {"auto", DSV4_FP4_AUTO},   {"mapped", DSV4_FP4_NATURAL}, {"natural", DSV4_FP4_NATURAL} /* the old name */,
-        {"copy", DSV4_FP4_COPY}, {"lanes", DSV4_FP4_LANES}};
+        {"copy", DSV4_FP4_COPY}, {"lanes", DSV4_FP4_LANES},  {"shuffle", DSV4_FP4_SHUFFLE}};
     for (size_t i = 0; s && i < sizeof names / sizeof *names; i++)
         if (!strcmp(s, names[i].name)) {
             *layout = names[i].v;
             return DSV4_OK;
         }
-    return dsv4_fail(err, DSV4_ERR_ARG, "weights memory '%s': must be auto, mapped, copy or lanes", s ? s : "(null)");
+    return dsv4_fail(err, DSV4_ERR_ARG, "weights memory '%s': must be auto, mapped, copy, lanes or shuffle",
+                     s ? s : "(null)");
 }
 
 const char *dsv4_fp4_layout_name(int layout) {
@@ -94,6 +104,7 @@ const char *dsv4_fp4_layout_name(int layout) {
     case DSV4_FP4_NATURAL: return "mapped";
     case DSV4_FP4_COPY: return "copy";
     case DSV4_FP4_LANES: return "lanes";
+    case DSV4_FP4_SHUFFLE: return "shuffle";
     default: return "?";
     }
 }
@@ -108,6 +119,17 @@ static int64_t round64(int64_t v) { return (v + 63) & ~(int64_t)63; }
 static int is_fp4(const dsv4_mat *m) { return m->fmt == DSV4_WF_FP4 && m->w && m->rows > 0; }
 /* FP4 that the lanes layout can hold: whole 128-column lines */
 static int lanes_ok(const dsv4_mat *m) { return is_fp4(m) && m->cols % DSV4_FP4L_COLS == 0; }
+
+/* FP4 that the shuffle layout can hold: whole 64-column chunks and ue8m0 scales every one of
+ * which dsv4_fp4s_scale_ok (all but 255, the NaN scale: the bytes it refuses, found once, are
+ * looked for with memchr, ~9 GB of scales in Flash) */
+static int shuf_ok(const dsv4_mat *m) {
+    if (!is_fp4(m) || m->cols % DSV4_FP4S_COLS || m->scale_is_f32 || !m->scale) return 0;
+    const size_t n = (size_t)(m->rows * (m->cols / 32));
+    for (int b = 0; b < 256; b++)
+        if (!dsv4_fp4s_scale_ok((uint8_t)b) && memchr(m->scale, b, n)) return 0;
+    return 1;
+}
 
 /* The block's weight matrices other than the routed experts; returns their count (out has
  * room for BLOCK_MATS). */
@@ -151,7 +173,8 @@ typedef struct {
     int64_t n;
     const void **bind;   /* a matrix's w or scale */
     const float **bindf; /* or one of hc's mixing matrices */
-    dsv4_mat *pack;      /* LANES: the FP4 matrix whose weights these are, else NULL */
+    dsv4_mat *pack;      /* LANES, SHUFFLE: the FP4 matrix whose weights these are, else NULL */
+    dsv4_wfmt pack_fmt;  /* ... and its layout: DSV4_WF_FP4L or DSV4_WF_FP4B */
     dsv4_mat *fp8;       /* the FP8 matrix whose weights these are, else NULL: its no-NaN flag */
 } copy_item;
 
@@ -167,7 +190,9 @@ static void copy_task(void *arg, int t, int tid) {
     }
     const int64_t rb = it->pack->cols / 2; /* bytes a row */
     const uint8_t *src = it->src;
-    for (int64_t r = 0; r < it->pack->rows; r++) dsv4_fp4l_pack_row(it->dst + r * rb, src + r * rb, it->pack->cols);
+    for (int64_t r = 0; r < it->pack->rows; r++)
+        if (it->pack_fmt == DSV4_WF_FP4B) dsv4_fp4s_pack_row(it->dst + r * rb, src + r * rb, it->pack->cols);
+        else dsv4_fp4l_pack_row(it->dst + r * rb, src + r * rb, it->pack->cols);
 }
 
 /* A block's copy plan: counted first (items NULL: n and bytes only), then filled. */
@@ -176,24 +201,27 @@ typedef struct {
     int64_t n, bytes;
     uint8_t *mem;
     int layout;
-    int64_t lanes, fp4; /* FP4 matrices repacked into lanes / copied natural */
+    int64_t lanes, fp4; /* FP4 matrices repacked (lanes or shuffle) / copied natural */
 } copy_plan;
 
 static void plan_add(copy_plan *p, const void *src, int64_t n, const void **bind, const float **bindf, dsv4_mat *pack,
-                     dsv4_mat *fp8) {
+                     dsv4_wfmt pack_fmt, dsv4_mat *fp8) {
     if (!src || n <= 0) return;
-    if (p->items) p->items[p->n] = (copy_item){src, p->mem + p->bytes, n, bind, bindf, pack, fp8};
+    if (p->items) p->items[p->n] = (copy_item){src, p->mem + p->bytes, n, bind, bindf, pack, pack_fmt, fp8};
     p->n++;
     p->bytes += round64(n);
 }
 
-/* a matrix's weights; FP4 weights repacked when the layout is LANES and can hold them */
+/* a matrix's weights; FP4 weights repacked when the layout is LANES or SHUFFLE and can hold
+ * them (SHUFFLE: the shuffle layout where it can, else the lanes layout) */
 static void plan_weights(copy_plan *p, dsv4_mat *m) {
     int64_t wb, sb;
     mat_parts(m, &wb, &sb);
     if (!wb) return;
-    const int pack = p->layout == DSV4_FP4_LANES && lanes_ok(m);
-    plan_add(p, m->w, wb, &m->w, NULL, pack ? m : NULL, m->fmt == DSV4_WF_FP8 ? m : NULL);
+    const int shuf = p->layout == DSV4_FP4_SHUFFLE && shuf_ok(m);
+    const int pack = shuf || ((p->layout == DSV4_FP4_LANES || p->layout == DSV4_FP4_SHUFFLE) && lanes_ok(m));
+    plan_add(p, m->w, wb, &m->w, NULL, pack ? m : NULL, shuf ? DSV4_WF_FP4B : DSV4_WF_FP4L,
+             m->fmt == DSV4_WF_FP8 ? m : NULL);
     if (is_fp4(m)) pack ? p->lanes++ : p->fp4++;
 }
 
@@ -201,7 +229,7 @@ static void plan_weights(copy_plan *p, dsv4_mat *m) {
 static void plan_scales(copy_plan *p, dsv4_mat *m) {
     int64_t wb, sb;
     mat_parts(m, &wb, &sb);
-    if (wb) plan_add(p, m->scale, sb, &m->scale, NULL, NULL, NULL);
+    if (wb) plan_add(p, m->scale, sb, &m->scale, NULL, NULL, DSV4_WF_NONE, NULL);
 }
 
 static void plan_mat(copy_plan *p, dsv4_mat *m) {
@@ -229,8 +257,8 @@ static void plan_block(const dsv4_engine *e, dsv4_block_w *b, int e0, int e1, co
     for (int i = 0, n = block_mats(b, mats); i < n; i++) plan_mat(p, mats[i]);
     for (int x = e0; has_experts(e, b) && x < e1; x++) plan_expert(p, &b->w1[x], &b->w3[x], &b->w2[x]);
     const int64_t fn = (int64_t)dsv4_cfg_mix(e->cfg) * e->cfg->hc_mult * e->cfg->hidden_size * (int64_t)sizeof(float);
-    plan_add(p, b->hc_attn_fn, fn, NULL, &b->hc_attn_fn, NULL, NULL);
-    plan_add(p, b->hc_ffn_fn, fn, NULL, &b->hc_ffn_fn, NULL, NULL);
+    plan_add(p, b->hc_attn_fn, fn, NULL, &b->hc_attn_fn, NULL, DSV4_WF_NONE, NULL);
+    plan_add(p, b->hc_ffn_fn, fn, NULL, &b->hc_ffn_fn, NULL, DSV4_WF_NONE, NULL);
 }
 
 static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int layout, int e0, int e1, dsv4_err *err) {
@@ -272,7 +300,7 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int layout, int e0, in
         copy_item *it = &items[i];
         if (it->bind) *it->bind = it->dst;
         if (it->bindf) *it->bindf = (const float *)it->dst;
-        if (it->pack) it->pack->fmt = DSV4_WF_FP4L;
+        if (it->pack) it->pack->fmt = it->pack_fmt;
     }
     e->fp4_lanes += p.lanes;
     e->fp4_natural += p.fp4;
@@ -281,7 +309,8 @@ static int prepare_block(dsv4_engine *e, dsv4_block_w *b, int layout, int e0, in
 }
 
 int dsv4_fp4_copy_layout(int simd) {
-    return simd >= DSV4_SIMD_AVX512VBMI || simd == DSV4_SIMD_AVX2 ? DSV4_FP4_LANES : DSV4_FP4_COPY;
+    if (simd == DSV4_SIMD_AVX2) return DSV4_FP4_SHUFFLE; /* see the top of this file, session 51 */
+    return simd >= DSV4_SIMD_AVX512VBMI ? DSV4_FP4_LANES : DSV4_FP4_COPY;
 }
 
 int dsv4_fp4_auto_layout(int64_t copy_bytes, int64_t other_bytes, uint64_t available, uint64_t ram,
@@ -311,9 +340,10 @@ static int64_t copy_bytes(const dsv4_engine *e, int n_blocks, int e0, int e1) {
 
 int dsv4_engine_prepare_fp4(dsv4_engine *e, dsv4_err *err) {
     int *layout = &e->opts.fp4_layout;
-    if (*layout != DSV4_FP4_AUTO && *layout != DSV4_FP4_NATURAL && *layout != DSV4_FP4_COPY && *layout != DSV4_FP4_LANES)
-        return dsv4_fail(err, DSV4_ERR_ARG, "engine: fp4_layout = %d; must be DSV4_FP4_AUTO, _NATURAL, _COPY or _LANES",
-                         *layout);
+    if (*layout != DSV4_FP4_AUTO && *layout != DSV4_FP4_NATURAL && *layout != DSV4_FP4_COPY && *layout != DSV4_FP4_LANES &&
+        *layout != DSV4_FP4_SHUFFLE)
+        return dsv4_fail(err, DSV4_ERR_ARG,
+                         "engine: fp4_layout = %d; must be DSV4_FP4_AUTO, _NATURAL, _COPY, _LANES or _SHUFFLE", *layout);
     const dsv4_config *c = e->cfg;
     const int n_blocks = c->num_hidden_layers + c->num_nextn_predict_layers;
     int e0 = 0, e1 = c->n_routed_experts;

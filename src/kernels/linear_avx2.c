@@ -479,10 +479,49 @@ AINLINE void gemv_fp4l_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv
         for (int s = 0; s < NX; s++) y[s * rows + o + r] = hsum8(a[r][s]);
 }
 
-/* both FP4 layouts' GEMV (lanes: DSV4_WF_FP4L, gemv_fp4l_rows; constant after inlining) */
+/* The same for FP4B (the shuffle layout, fp4_shuf.h; ue8m0 scales: the planner sends F32-scaled
+ * FP4B to the GEMM): per 64-column chunk, block A then block B; for each, x's 4 vectors once
+ * (NX 1: in registers) and for each row the chunk's 32 bytes, the block's tables and 4 FMAs.
+ * A half-chunk a row keeps 4 decoded vectors live, where the whole chunk a row (8) spilled at
+ * R 4 (micro-benchmark /work/s51/f4b/micro2.c, Zen 3, one thread, hot in L2: 1.69-1.73x the
+ * lanes loop's speed; the whole chunk a row 1.11-1.13x). Rows a step: GEMV_R (R 2 at NX 2 and 4
+ * took 1.2-1.4x and 1.3-1.4x the time of R 4 and 2: bench_linear --threads 1 --decode --hot,
+ * w13). cols % 64 == 0 (lin_trivial). */
+AINLINE void gemv_fp4s_rows(int R, int NX, const dsv4_lin_tables *tab, const dsv4_mat *w,
+                            const float *x, float *y, int64_t o, const gemv_pf *pf) {
+    const int64_t n = w->cols, nsb = n / 32, nc = n / 64, rows = w->rows;
+    const uint8_t *p[4], *sc[4];
+    __m256 a[4][4];
+    for (int r = 0; r < R; r++) {
+        p[r] = (const uint8_t *)w->w + (o + r) * (n / 2);
+        sc[r] = (const uint8_t *)w->scale + (o + r) * nsb;
+        for (int s = 0; s < NX; s++) a[r][s] = _mm256_setzero_ps();
+    }
+    for (int64_t c = 0; c < nc; c++) {
+        pf_step(pf, p[0], R * c * 32, R * 32);
+        for (int h = 0; h < 2; h++) {
+            const float *xb = x + c * 64 + h * 32;
+            __m256 x1[4];
+            if (NX == 1)
+                for (int q = 0; q < 4; q++) x1[q] = _mm256_loadu_ps(xb + 8 * q);
+            for (int r = 0; r < R; r++) {
+                __m256 wv[4];
+                dec_fp4s(_mm256_loadu_si256((const __m256i *)(p[r] + c * 32)), h, tab->fp4s[sc[r][2 * c + h]], wv);
+                for (int q = 0; q < 4; q++)
+                    for (int s = 0; s < NX; s++)
+                        a[r][s] = _mm256_fmadd_ps(NX == 1 ? x1[q] : _mm256_loadu_ps(xb + s * n + 8 * q), wv[q], a[r][s]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < NX; s++) y[s * rows + o + r] = hsum8(a[r][s]);
+}
+
+/* every FP4 layout's GEMV (layout, a constant after inlining: 0 natural, 1 lanes
+ * DSV4_WF_FP4L, gemv_fp4l_rows; 2 shuffle DSV4_WF_FP4B, gemv_fp4s_rows) */
 AINLINE void gemv_fp4_nx(int NX, int lanes, const dsv4_lin_tables *tab, const dsv4_mat *w,
                          const float *x, float *y, int64_t o0, int64_t o1) {
-    const int R = lanes ? GEMV_R_FP4L(NX) : GEMV_R(NX);
+    const int R = lanes == 1 ? GEMV_R_FP4L(NX) : GEMV_R(NX);
     const int64_t rb = w->cols / 2; /* bytes per row */
     const gemv_pf pf =
         pf_start((const uint8_t *)w->w + o0 * rb, (const uint8_t *)w->w + o1 * rb, GEMV_PF_FP4);
@@ -491,12 +530,16 @@ AINLINE void gemv_fp4_nx(int NX, int lanes, const dsv4_lin_tables *tab, const ds
                  (const uint8_t *)w->scale + o1 * (rb / 16), 4096);
     int64_t o = o0;
     for (; o + R <= o1; o += R)
-        if (lanes)
+        if (lanes == 2)
+            gemv_fp4s_rows(R, NX, tab, w, x, y, o, &pf);
+        else if (lanes)
             gemv_fp4l_rows(R, NX, tab, w, x, y, o, &pf);
         else
             gemv_fp4_rows(R, NX, tab, w, x, y, o, &pf);
     for (; o < o1; o++)
-        if (lanes)
+        if (lanes == 2)
+            gemv_fp4s_rows(1, NX, tab, w, x, y, o, &pf);
+        else if (lanes)
             gemv_fp4l_rows(1, NX, tab, w, x, y, o, &pf);
         else
             gemv_fp4_rows(1, NX, tab, w, x, y, o, &pf);
@@ -551,6 +594,9 @@ static void gemv_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x,
     case DSV4_WF_FP4L:
         gemv_fp4(c, 1, w, x, nx, y, o0, o1);
         break;
+    case DSV4_WF_FP4B: /* ue8m0 scales (lin_pick) */
+        gemv_fp4(c, 2, w, x, nx, y, o0, o1);
+        break;
     default:
         break;
     }
@@ -600,13 +646,14 @@ static int fp8_prescale(const dsv4_mat *w, const float *x, int nx) {
  * at batch 16 on Zen 3) */
 static const dsv4_lin_kernels avx2_kernels = {
     4, 8, 8, gemv_avx2, dsv4_lin_gemm_avx2, fp8_prescale,
-    /* small-M (linear_avx2_smallm.c) by format: [NONE, F32, F16, BF16, FP8, FP4, I8, FP4L].
+    /* small-M (linear_avx2_smallm.c) by format: [NONE, F32, F16, BF16, FP8, FP4, I8, FP4L, FP4B].
      * Zen 3, 2 threads, bench_linear --decode (cold), against the GEMV: FP8 at 8 rows 0.58-0.73x
      * the time (wkv, wq_b, wo_b), at 5 0.73-0.91x but wq_b's 256 columns 1.21x, at 3 1.0-1.65x;
      * FP4 at 8 rows 0.78-0.80x (w13, w2), at 4 1.07x / 0.63x (noisy). Against the GEMM at 16
      * rows: FP8 0.60-0.88x (w2's 512 columns 1.06x), BF16 head 0.74x, FP4 1.0-1.08x. So FP8
      * and FP4 from 6 rows, BF16 where the GEMV stops (9). */
-    {0, 0, 0, 9, 6, 6, 0, 6, 0}, dsv4_lin_avx2_smallm, 1, 0, 0, 0, 0, 0};
+    {0, 0, 0, 9, 6, 6, 0, 6, 6 /* FP4B: as FP4L, not measured apart */}, dsv4_lin_avx2_smallm, 1, 0, 0, 0, 0,
+    1 /* gemv_fp4s_rows reads FP4B (ue8m0 scales) */};
 
 const dsv4_lin_kernels *dsv4_lin_kernels_avx2(void) { return &avx2_kernels; }
 

@@ -35,6 +35,15 @@
  *          immediate shift (none at k = 0) in place of the broadcast and variable shift, and
  *          one 32-byte load per 64 weights. The same values in the same lanes and chunks as
  *          FP4: the same bits.
+ *   FP4B   (the shuffle layout, fp4_shuf.h; ue8m0 scales only) every e2m1 value times a power
+ *          of two is exactly a BF16 value, so the 16 values of a scale byte are two 16-byte
+ *          tables (low, high BF16 bytes: dsv4_lin_tables.fp4s, the lanes table's bits). Per
+ *          32-byte chunk (64 weights, blocks A and B): the low (A) or high (B) nibbles as
+ *          indices (vpsrlw, vpand), vpshufb in each table, vpunpck{l,h}bw of the two results:
+ *          BF16 words; vpslld 16 and vpand 0xffff0000 make F32 of a dword's low and high
+ *          word, the block's columns 0-7, 8-15, 16-23, 24-31 by the layout's byte order. Per
+ *          64 weights 13 shuffle/shift uops (the lanes decode: ~32) and 6 logic; F32 scales
+ *          (not BF16-exact) read FP4B through dsv4_lin_dequant_fp4b and the GEMM.
  *   FP8 NaN codes 0x7F/0xFF, which both bit tricks make finite (+-480 * scale), are found
  *          by a byte scan of each 128-column block: b + b (mod 256) is 0xFE for them and at
  *          most 0xFC for every other byte. The GEMV then stores NaN for that weight row's
@@ -189,6 +198,22 @@ AINLINE __m256 dec_fp4l(__m256i half, int k, __m256 table) {
     const __m256i idx = _mm256_srli_epi32(half, 4 * k); /* k is a constant after unrolling */
     const __m256 v = _mm256_permutevar8x32_ps(table, idx);
     return _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+}
+
+/* 32 weights of an FP4B (shuffle layout, fp4_shuf.h) chunk P: block h (0: A, the low nibbles;
+ * 1: B, the high ones; a constant after inlining) with the block's BF16 byte tables t (lo[16],
+ * hi[16]: dsv4_lin_tables.fp4s), into w[0..3] = the block's columns 0-7, 8-15, 16-23, 24-31 */
+AINLINE void dec_fp4s(__m256i P, int h, const uint8_t *t, __m256 w[4]) {
+    const __m256i m = _mm256_set1_epi8(15), hw = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256i idx = _mm256_and_si256(h ? _mm256_srli_epi16(P, 4) : P, m);
+    /* vbroadcasti128 from memory: a load, no shuffle uop */
+    const __m256i lo = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)t)), idx);
+    const __m256i hi = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(t + 16))), idx);
+    const __m256i w0 = _mm256_unpacklo_epi8(lo, hi), w1 = _mm256_unpackhi_epi8(lo, hi); /* BF16 words */
+    w[0] = _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16));
+    w[1] = _mm256_castsi256_ps(_mm256_and_si256(w0, hw));
+    w[2] = _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16));
+    w[3] = _mm256_castsi256_ps(_mm256_and_si256(w1, hw));
 }
 
 /* The decode table of FP4 scale block idx: precomputed per ue8m0 byte (same bits as

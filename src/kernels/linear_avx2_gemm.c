@@ -91,6 +91,23 @@ void dsv4_lin_avx2_dequant_row(const dsv4_lin_tables *tab, const dsv4_mat *w, in
         }
         break;
     }
+    case DSV4_WF_FP4B: { /* cols, k0 and kb are multiples of 64: whole chunks */
+        if (w->scale_is_f32) { /* products not BF16-exact: the portable decode */
+            dsv4_lin_dequant_fp4b(tab, w, o, k0, kb, dst);
+            break;
+        }
+        const uint8_t *p = (const uint8_t *)w->w + o * (n / 2) + k0 / 2;
+        const uint8_t *sc = (const uint8_t *)w->scale + o * (n / 32) + k0 / 32;
+        for (int c = 0; c < kb; c += 64) {
+            const __m256i P = _mm256_loadu_si256((const __m256i *)(p + c / 2));
+            for (int h = 0; h < 2; h++) {
+                __m256 wv[4];
+                dec_fp4s(P, h, tab->fp4s[sc[c / 32 + h]], wv);
+                for (int q = 0; q < 4; q++) _mm256_store_ps(dst + c + 32 * h + 8 * q, wv[q]);
+            }
+        }
+        break;
+    }
     default:
         break;
     }
@@ -229,7 +246,7 @@ static void reduce_row8(const float *acc, int nb, float *y) {
 
 /* 2-row micro-kernels over 6 outputs: 12 accumulators, 2 x and a weight in 16 registers */
 static const dsv4_lin_tile_level avx2_tiles = {
-    8, MICRO_ROWS, MICRO_OUTS, dsv4_lin_avx2_dequant_row, {micro1, micro2, NULL, NULL}, reduce_row8, micro2_last, 1, 0};
+    8, MICRO_ROWS, MICRO_OUTS, dsv4_lin_avx2_dequant_row, {micro1, micro2, NULL, NULL}, reduce_row8, micro2_last, 1, 1 /* dequant_row reads FP4B */};
 
 void dsv4_lin_gemm_avx2(const dsv4_lin_call *c, const dsv4_mat *w, const float *x, int n_rows,
                         float *y, int64_t o0, float *scratch) {

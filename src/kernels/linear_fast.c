@@ -101,6 +101,7 @@ void dsv4_lin_tables_init(dsv4_lin_tables *t) {
     for (int b = 0; b < 256; b++)
         for (int k = 0; k < 16; k++) t->fp4x16[b][k] = dsv4_e2m1_to_f32((uint8_t)k) * dsv4_e8m0_to_f32((uint8_t)b);
     for (int b = 0; b < 256; b++) t->e4m3[b] = dsv4_e4m3_to_f32((uint8_t)b);
+    for (int b = 0; b < 256; b++) dsv4_fp4s_tables((uint8_t)b, t->fp4s[b], t->fp4s[b] + 16);
     for (int m = 0; m < 128; m++) {
         const uint32_t bits = dsv4_f32_to_bits(t->e4m3[m]); /* the low 16 bits are zero */
         t->e4m3_bf16_hi[m] = (uint8_t)(bits >> 24);
@@ -335,7 +336,7 @@ static dsv4_lin_path lin_pick(dsv4_kctx *k, const dsv4_mat *w, int n_rows, int d
     const int can_smallm = kn->smallm && sm_min > 0 && n_rows <= LIN_SMALLM_MAX_ROWS && panel <= LIN_SCRATCH_FLOATS;
     /* a level whose gemv does not read FP4L (FP4B) takes the GEMM for it: the same bits */
     const int can_gemv = kn->gemv && n_rows <= LIN_GEMV_MAX_ROWS && (w->fmt != DSV4_WF_FP4L || kn->gemv_fp4l) &&
-                         (w->fmt != DSV4_WF_FP4B || kn->gemv_fp4b);
+                         (w->fmt != DSV4_WF_FP4B || (kn->gemv_fp4b && !w->scale_is_f32));
     const dsv4_lin_path force = dense ? dsv4_kctx_lin_path(k) : DSV4_LIN_GEMM;
     if (force == DSV4_LIN_SMALLM && can_smallm) return DSV4_LIN_SMALLM;
     if (force == DSV4_LIN_GEMV && can_gemv) return DSV4_LIN_GEMV;

@@ -101,6 +101,10 @@ typedef struct dsv4_lin_tables {
      * vpermi2b tables, linear_avx512.h) */
     _Alignas(64) uint8_t e4m3_bf16_hi[128];
     _Alignas(64) uint8_t e4m3_bf16_lo[128];
+    /* FP4B (the shuffle layout, fp4_shuf.h) decode tables per ue8m0 scale byte b: the low
+     * bytes of the 16 codes' BF16 values, then the high bytes (dsv4_fp4s_tables; the AVX2
+     * vpshufb decoder, linear_avx2.h) */
+    _Alignas(32) uint8_t fp4s[256][32];
     /* F32 subnormal FMA operands run at full speed: AMD cores (Intel cores take a microcode
      * assist per such FMA), so the one-row FP8 GEMV may decode e4m3 by bit shifts
      * (linear_avx512_vbmi.c); the bits are the same either way */
@@ -182,8 +186,9 @@ typedef struct dsv4_lin_kernels {
      * take the GEMV (its far runs in two groups of 4, linear_avx512.c gemvn_dense) where
      * smallm_min_rows[BF16] would send them to small-M; 0: the thresholds above alone */
     int bf16_gemv8_min_rows;
-    /* the gemv reads DSV4_WF_FP4B (0: every FP4B product of the level planned as a GEMM, as
-     * gemv_fp4l; only level avx2 reads it, the one the engine gives the layout) */
+    /* the gemv reads DSV4_WF_FP4B with ue8m0 scales (0, and for F32 scales: every FP4B product
+     * of the level planned as a GEMM, as gemv_fp4l; only level avx2 reads it, the one the
+     * engine gives the layout) */
     int gemv_fp4b;
 } dsv4_lin_kernels;
 

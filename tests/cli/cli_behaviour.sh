@@ -48,7 +48,7 @@ for cmd in "generate -p x" chat "run --tokens 1 --dump $TMP/d" bench serve; do
     for opt in weights-memory fp4-layout; do
         # shellcheck disable=SC2086
         "$BIN" $cmd --model "$MODEL" --$opt wide 2> "$TMP/err"; [ $? -eq 2 ] || fail "$cmd --$opt wide accepted"
-        grep -q "must be auto, mapped, copy or lanes" "$TMP/err" || fail "$cmd --$opt wide: $(cat "$TMP/err")"
+        grep -q "must be auto, mapped, copy, lanes or shuffle" "$TMP/err" || fail "$cmd --$opt wide: $(cat "$TMP/err")"
     done
     # shellcheck disable=SC2086
     "$BIN" $cmd --help > "$TMP/help" 2>&1

@@ -157,7 +157,7 @@ static void check_auto_rule(void) {
     CHECK(dsv4_fp4_auto_layout(768 * M, 0, 0, 16 * G, 0) == DSV4_FP4_NATURAL);
     /* the copy's layout by kernel level: lanes at avx2 and from avx512vbmi up */
     CHECK(dsv4_fp4_copy_layout(DSV4_SIMD_SCALAR) == DSV4_FP4_COPY);
-    CHECK(dsv4_fp4_copy_layout(DSV4_SIMD_AVX2) == DSV4_FP4_LANES);
+    CHECK(dsv4_fp4_copy_layout(DSV4_SIMD_AVX2) == DSV4_FP4_SHUFFLE);
     CHECK(dsv4_fp4_copy_layout(DSV4_SIMD_AVX512) == DSV4_FP4_COPY);
     CHECK(dsv4_fp4_copy_layout(DSV4_SIMD_AVX512VBMI) == DSV4_FP4_LANES);
 }
@@ -171,11 +171,13 @@ static void check_parse(void) {
     CHECK(dsv4_fp4_layout_parse("natural", &v, &err) == DSV4_OK && v == DSV4_FP4_NATURAL);
     CHECK(dsv4_fp4_layout_parse("lanes", &v, &err) == DSV4_OK && v == DSV4_FP4_LANES);
     CHECK(dsv4_fp4_layout_parse("copy", &v, &err) == DSV4_OK && v == DSV4_FP4_COPY);
+    CHECK(dsv4_fp4_layout_parse("shuffle", &v, &err) == DSV4_OK && v == DSV4_FP4_SHUFFLE);
     CHECK(dsv4_fp4_layout_parse("Lanes", &v, &err) == DSV4_ERR_ARG);
-    CHECK_ERR(err, DSV4_ERR_ARG, "must be auto, mapped, copy or lanes");
+    CHECK_ERR(err, DSV4_ERR_ARG, "must be auto, mapped, copy, lanes or shuffle");
     CHECK(dsv4_fp4_layout_parse(NULL, &v, &err) == DSV4_ERR_ARG);
     CHECK(!strcmp(dsv4_fp4_layout_name(DSV4_FP4_LANES), "lanes") && !strcmp(dsv4_fp4_layout_name(DSV4_FP4_COPY), "copy") &&
-          !strcmp(dsv4_fp4_layout_name(DSV4_FP4_NATURAL), "mapped") && !strcmp(dsv4_fp4_layout_name(7), "?"));
+          !strcmp(dsv4_fp4_layout_name(DSV4_FP4_NATURAL), "mapped") &&
+          !strcmp(dsv4_fp4_layout_name(DSV4_FP4_SHUFFLE), "shuffle") && !strcmp(dsv4_fp4_layout_name(7), "?"));
 }
 
 int main(int argc, char **argv) {
@@ -203,7 +205,7 @@ int main(int argc, char **argv) {
     const int D = info.hidden_size, V = info.vocab_size;
     int32_t toks[N];
     for (int i = 0; i < N; i++) toks[i] = (int32_t)((i * 2654435761u) % (unsigned)V);
-    enum { NL = 4 };
+    enum { NL = 5 };
     run_out r[NL];
     for (int i = 0; i < NL; i++) {
         r[i].hidden = malloc(sizeof(float) * (size_t)N * D);
@@ -212,20 +214,23 @@ int main(int argc, char **argv) {
         r[i].streams = malloc(sizeof(float) * (size_t)N * info.hc_mult * D);
     }
     const int best = (int)(dsv4_cpu_simd() < dsv4_build_simd() ? dsv4_cpu_simd() : dsv4_build_simd());
-    const int layouts[NL] = {DSV4_FP4_NATURAL, DSV4_FP4_LANES, DSV4_FP4_AUTO, DSV4_FP4_COPY};
+    const int layouts[NL] = {DSV4_FP4_NATURAL, DSV4_FP4_LANES, DSV4_FP4_AUTO, DSV4_FP4_COPY, DSV4_FP4_SHUFFLE};
     for (int level = 0; level <= best; level++) {
         setenv("DSV4_SIMD", dsv4_simd_name((dsv4_simd)level), 1);
         int ok = 1;
         for (int i = 0; i < NL; i++) ok &= run(m, layouts[i], toks, &r[i]) == 0;
         CHECK_MSG(ok, "level %s: a run failed", dsv4_simd_name((dsv4_simd)level));
         if (!ok) continue;
-        CHECK(r[0].layout == DSV4_FP4_NATURAL && r[1].layout == DSV4_FP4_LANES && r[3].layout == DSV4_FP4_COPY);
+        CHECK(r[0].layout == DSV4_FP4_NATURAL && r[1].layout == DSV4_FP4_LANES && r[3].layout == DSV4_FP4_COPY &&
+              r[4].layout == DSV4_FP4_SHUFFLE);
         /* AUTO: what the rule said for the memory at its create (a tiny model: the copy, unless
          * this machine has under ~1 GiB to spare), in lanes as dsv4_fp4_copy_layout says */
         const int auto_copy = dsv4_fp4_copy_layout(level);
         CHECK_MSG(r[2].layout == auto_copy || r[2].layout == DSV4_FP4_NATURAL, "level %s: auto became %s",
                   dsv4_simd_name((dsv4_simd)level), dsv4_fp4_layout_name(r[2].layout));
-        const run_out *ra = r[2].layout == DSV4_FP4_LANES ? &r[1] : &r[3]; /* what auto's copy must equal */
+        const run_out *ra = r[2].layout == DSV4_FP4_LANES     ? &r[1]
+                            : r[2].layout == DSV4_FP4_SHUFFLE ? &r[4]
+                                                              : &r[3]; /* what auto's copy must equal */
         CHECK(r[0].lanes == 0 && r[0].natural == census.fp4);
         CHECK(r[2].layout == DSV4_FP4_NATURAL ? r[2].lanes == 0 && r[2].natural == census.fp4
                                               : r[2].lanes == ra->lanes && r[2].natural == ra->natural);
@@ -252,6 +257,12 @@ int main(int argc, char **argv) {
                   (long long)r[3].experts, (long long)r[1].w13, (long long)r[1].experts);
         if (level == 0) printf("W1|W3 one matrix: natural %lld, copy %lld, lanes %lld of %lld experts\n", (long long)r[0].w13,
                                (long long)r[3].w13, (long long)r[1].w13, (long long)r[3].experts);
+        /* shuffle: repacks every matrix lanes does (widths of 128 columns are widths of 64; the
+         * generated scales are ue8m0 bytes below 255) and those of 64-column multiples besides */
+        CHECK_MSG(r[4].lanes >= r[1].lanes && r[4].lanes + r[4].natural == census.fp4 && r[4].own_fp4 >= r[1].own_fp4 &&
+                      r[4].own_other == r[3].own_other && r[4].w13 == r[4].experts,
+                  "shuffle engine: %lld repacked, %lld natural (lanes: %lld repacked)", (long long)r[4].lanes,
+                  (long long)r[4].natural, (long long)r[1].lanes);
         CHECK_MSG(r[1].lanes == census.lanes_ok && r[1].natural == census.fp4 - census.lanes_ok,
                   "lanes engine: %lld repacked, %lld natural; census %lld of %lld", (long long)r[1].lanes,
                   (long long)r[1].natural, (long long)census.lanes_ok, (long long)census.fp4);

@@ -24,20 +24,20 @@ int cli_parse_kv_dtype(const char *v, void *dst, char *msg, size_t n);
 int cli_parse_fidelity(const char *v, void *dst, char *msg, size_t n);
 /* --numa auto|none|interleave (dsv4_numa_parse) */
 int cli_parse_numa(const char *v, void *dst, char *msg, size_t n);
-/* --weights-memory auto|mapped|copy|lanes (dsv4_fp4_layout_parse), and its rows in every
+/* --weights-memory auto|mapped|copy|lanes|shuffle (dsv4_fp4_layout_parse), and its rows in every
  * command that creates an engine: the option, and --fp4-layout, its name until the copy came
  * to hold every layer weight, still parsed (hidden) so scripts written for it keep working */
 int cli_parse_fp4_layout(const char *v, void *dst, char *msg, size_t n);
 #define CLI_FP4_LAYOUT_OPT(d)                                                                                      \
-    CLI_FN_OPT("weights-memory", 0, d, cli_parse_fp4_layout, "auto|mapped|copy|lanes", "auto",                   \
+    CLI_FN_OPT("weights-memory", 0, d, cli_parse_fp4_layout, "auto|mapped|copy|lanes|shuffle", "auto",           \
                "where the layers' weights live: copy copies them (FP4 experts, dense matrices, scales) at engine " \
                "create into this process's huge-page memory (faster; costs the copy's time and private memory "   \
                "the size of those weights, no longer shared through the page cache), mapped reads the "           \
                "checkpoint's pages in place, lanes is copy with the FP4 experts repacked for the AVX-512 "        \
-               "VBMI and AVX2 decoders; auto = lanes at kernel levels avx512vbmi and avx2 (copy at avx512 and "   \
-               "portable) when memory allows and nothing "                                                      \
+               "VBMI and AVX2 decoders, shuffle repacks them for the AVX2 vpshufb decoder; auto = lanes at "      \
+               "avx512vbmi, shuffle at avx2 (copy at avx512 and portable) when memory allows and nothing "        \
                "is locked, else mapped. Same results (--fp4-layout, with natural for mapped, is the old name)"),   \
-    {.kind = CLI_FN, .name = "fp4-layout", .dst = d, .fn = cli_parse_fp4_layout, .meta = "auto|mapped|copy|lanes", \
+    {.kind = CLI_FN, .name = "fp4-layout", .dst = d, .fn = cli_parse_fp4_layout, .meta = "auto|mapped|copy|lanes|shuffle", \
      .def = "auto", .help = "the old name of --weights-memory", .hidden = 1}
 
 int cli_parse_int(const char *s, long long lo, long long hi, long long *out);
