@@ -78,7 +78,7 @@ int main(void) {
         dsv4_fp4s_tables((uint8_t)b, lo, hi);
         for (int k = 0; k < 16; k++) {
             const uint32_t ref = dsv4_f32_to_bits(dsv4_e2m1_to_f32((uint8_t)k) * dsv4_e8m0_to_f32((uint8_t)b));
-            tab_bad += (ref & 0xffffu) != 0 || (uint32_t)(lo[k] << 16 | hi[k] << 24) != ref;
+            tab_bad += (ref & 0xffffu) != 0 || ((uint32_t)lo[k] << 16 | (uint32_t)hi[k] << 24) != ref;
         }
     }
     CHECK_MSG(ok == 255 && !dsv4_fp4s_scale_ok(255), "%d scale bytes take the layout (want 0..254)", ok);
