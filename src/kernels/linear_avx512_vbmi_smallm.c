@@ -4,6 +4,9 @@
  * in registers inside the FMA loop, BF16 and F32 in registers. Entry point
  * dsv4_lin_avx512vbmi_smallm (linear_avx512.h). */
 #include "kernels/linear_avx512.h"
+
+#include <assert.h>
+
 #include "util/hot.h"
 
 #ifdef DSV4_LIN_AVX512
@@ -797,6 +800,9 @@ static VBMI void smallm_panels(const dsv4_lin_call *c, const dsv4_mat *w, const 
     const int64_t rb = dsv4_mat_bytes(w) / (rows > 0 ? rows : 1);
     const char *wbase = (const char *)w->w;
     /* FP4 with ue8m0 scales, the expert widths: the first block decodes each full panel */
+    /* natural or lanes only: this level's table gives FP4B (the avx2 shuffle layout) no small-M
+     * rows, so it never comes here; decoding its bytes as natural would be silently wrong */
+    assert(w->fmt != DSV4_WF_FP4B);
     const int smd = dsv4_wf_is_fp4(w->fmt) && !w->scale_is_f32 && (n == 512 || n == 1024);
     const int lanes = w->fmt == DSV4_WF_FP4L;
     /* the fused path's x in fp4_perm order takes the panel's place (the panel path below runs
